@@ -1,0 +1,115 @@
+"""Verification: a list of named checks run on the tree as it is or as a plan would leave it.
+
+Each check gets the paths the patch set touches and a way to read their (planned) content, and
+returns results; a failing result with level "error" fails `verify` and stops `apply` before
+anything is written. New checks are added to CHECKS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Callable, Protocol
+
+from patchkit.errors import TargetError
+
+ERROR = "error"
+WARNING = "warning"
+
+Reader = Callable[[str], "bytes | None"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str
+    path: str | None
+    ok: bool
+    message: str
+    level: str = ERROR
+
+    @property
+    def failed(self) -> bool:
+        return not self.ok and self.level == ERROR
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    paths: list[str]
+    read: Reader
+    python: str | None  # the interpreter that will run vLLM; None: the one running patchkit
+
+
+class Check(Protocol):
+    name: str
+
+    def run(self, ctx: CheckContext) -> list[CheckResult]: ...
+
+
+class SyntaxCheck:
+    """Every touched Python file compiles under the Python that will run vLLM."""
+
+    name = "syntax"
+
+    def run(self, ctx: CheckContext) -> list[CheckResult]:
+        sources = {p: ctx.read(p) for p in ctx.paths if p.endswith(".py")}
+        sources = {p: data for p, data in sources.items() if data is not None}
+        errors = compile_sources(sources, ctx.python)
+        return [CheckResult(self.name, path, path not in errors, errors.get(path, "compiles"))
+                for path in sorted(sources)]
+
+
+CHECKS: list[Check] = [SyntaxCheck()]
+
+
+def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    for check in checks or CHECKS:
+        results.extend(check.run(ctx))
+    return results
+
+
+# Defined as text because it also runs inside the target's interpreter, which lacks patchkit.
+_COMPILER = r"""
+def compile_errors(sources):
+    errors = {}
+    for path, text in sources.items():
+        try:
+            compile(text.encode("utf-8", "surrogateescape"), path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            line = getattr(exc, "lineno", None)
+            errors[path] = f"line {line}: {exc.msg}" if line else str(exc)
+    return errors
+"""
+_COMPILER_MAIN = "import json, sys\nprint(json.dumps(compile_errors(json.load(sys.stdin))))\n"
+
+
+def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, str]:
+    """path -> error for each source that does not compile, judged by `python`'s own compiler."""
+    texts = {p: d.decode("utf-8", "surrogateescape") for p, d in sources.items()}
+    if _same_interpreter(python):
+        namespace: dict = {}
+        exec(_COMPILER, namespace)  # noqa: S102 - our own constant
+        return namespace["compile_errors"](texts)
+    try:
+        done = subprocess.run([python, "-c", _COMPILER + _COMPILER_MAIN], input=json.dumps(texts),
+                              capture_output=True, text=True, timeout=120, cwd=os.path.abspath(os.sep))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"cannot run {python} to compile the patched files: {exc}") from exc
+    if done.returncode != 0:
+        raise TargetError(f"{python} failed while compiling the patched files: {done.stderr.strip()[-300:]}")
+    return json.loads(done.stdout)
+
+
+def _same_interpreter(python: str | None) -> bool:
+    if python is None:
+        return True
+    try:
+        return os.path.samefile(python, sys.executable)
+    except OSError:
+        return False

@@ -1,0 +1,83 @@
+"""The click layer: the command group, exit-code mapping, nothing else."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from patchkit import __version__
+from patchkit.errors import PatchkitError
+
+EPILOG = """\b
+Exit codes:
+  0  ok
+  1  a check failed (conflict, verification failure, drift, partial state)
+  2  usage or bad input (malformed diff, bad option, unreadable manifest)
+  3  no patch set for this vLLM version
+  4  target problem (vLLM not found, not writable, sources unobtainable)
+"""
+
+COMMANDS = {
+    "status": "patchkit.commands.status",
+    "apply": "patchkit.commands.apply",
+    "verify": "patchkit.commands.verify",
+    "revert": "patchkit.commands.revert",
+    "list": "patchkit.commands.listing",
+    "diff": "patchkit.commands.diff",
+    "recover": "patchkit.commands.recover",
+    "fetch": "patchkit.commands.fetch",
+}
+
+
+class PatchkitGroup(click.Group):
+    """Loads each command's module only when needed, and turns errors into exit codes."""
+
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        import importlib
+
+        return importlib.import_module(COMMANDS[name]).command
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PatchkitError as exc:
+            _report(exc.message, exc.hint)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            _report("interrupted")
+            ctx.exit(130)
+        except Exception as exc:  # a bug: one line for the user, the traceback on request
+            if os.environ.get("PATCHKIT_DEBUG"):
+                raise
+            _report(f"internal error: {type(exc).__name__}: {exc}",
+                    "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it")
+            ctx.exit(1)
+
+
+def _report(message: str, hint: str | None = None) -> None:
+    from patchkit.ui import UI
+
+    UI().error(message, hint)
+
+
+@click.group(cls=PatchkitGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="patchkit")
+def cli():
+    """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""
+
+
+def main() -> None:
+    cli(prog_name="patchkit")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

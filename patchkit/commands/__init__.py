@@ -1,0 +1,48 @@
+"""One module per command. Shared options live here; commands build an Options and a UI."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+from patchkit.options import Options
+
+FORMATS = ("text", "json")
+
+
+def target_options(func):
+    """--target/--python/--vllm-version/--patches/--patch/--set and -q/-v, on every command."""
+    options = [
+        click.option("--target", "target_dir", metavar="DIR",
+                     help="Directory containing the vllm/ package (site-packages, unpacked wheel, checkout)."),
+        click.option("--python", "python", metavar="PATH",
+                     help="Interpreter whose environment has vLLM (vllm is not imported)."),
+        click.option("--vllm-version", metavar="VERSION", help="Override the detected vLLM version."),
+        click.option("--patches", "library", metavar="DIR", help="Another patch library root."),
+        click.option("--patch", "adhoc", metavar="FILE", multiple=True,
+                     help="Ad-hoc unified diff instead of the library's series (repeatable)."),
+        click.option("--set", "set_name", metavar="NAME", help="Patch set in the library (default: the only one)."),
+        click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings."),
+        click.option("-v", "--verbose", count=True, help="More detail."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+
+    @functools.wraps(func)
+    def wrapper(target_dir, python, vllm_version, library, adhoc, set_name, quiet, verbose, **kwargs):
+        opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
+        return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
+
+    return wrapper
+
+
+def format_option(func):
+    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+                        help="Output format.")(func)
+
+
+def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0):
+    from patchkit.ui import UI
+
+    return UI(fmt=fmt, quiet=quiet, verbose=verbose)

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import click
+
+from patchkit.commands import format_option, make_ui, target_options
+
+
+@click.command()
+@target_options
+@format_option
+@click.option("--dry-run", is_flag=True, help="Show per file and hunk where each change lands; write nothing.")
+def command(opts, quiet, verbose, fmt, dry_run):
+    """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
+    from patchkit.checks import CheckContext, run_checks
+    from patchkit.errors import CheckFailed, Conflict, Drift
+    from patchkit.inspection import drifted_files
+    from patchkit.library import UPSTREAM
+    from patchkit.plan import plan_apply
+    from patchkit.resolve import require_patches, resolve
+    from patchkit.state import read_state
+    from patchkit.transaction import FileWrite, commit, recover, target_lock
+    from patchkit.ui import plan_json
+
+    ui = make_ui(fmt, quiet, verbose)
+    resolved = resolve(opts)
+    patches = require_patches(resolved)
+    root = resolved.target.root
+    if not ui.json_mode:
+        ui.header(resolved)
+    if resolved.selection.kind == UPSTREAM:
+        _finish(ui, "upstream", f"vLLM {resolved.version.version} ships this change itself: nothing to patch")
+        return
+
+    with target_lock(root):
+        _report_recovery(ui, recover(root))
+        drifted = drifted_files(resolved)
+        if drifted:
+            raise Drift(f"files edited after patchkit patched them: {', '.join(drifted)}",
+                        hint="revert (with --force to keep a copy of the edits) before applying again")
+        plan = plan_apply(root, patches)
+        ui.plan(plan, dry_run=dry_run)
+        if plan.conflicts:
+            if ui.json_mode:
+                ui.json({"result": "conflict", "plan": plan_json(plan)})
+            raise Conflict("the series does not apply; nothing was written:\n  "
+                           + "\n  ".join(s.mismatch.describe() for s in plan.conflicts))
+        if not plan.changes:
+            _finish(ui, "already-applied", "already applied: nothing to do", plan=plan_json(plan))
+            return
+
+        results = run_checks(CheckContext(plan.touched_paths, plan.content, resolved.target.python))
+        ui.checks(results)
+        failed = [r for r in results if r.failed]
+        if failed:
+            if ui.json_mode:
+                ui.json({"result": "check-failed", "plan": plan_json(plan), "checks": [r.to_json() for r in results]})
+            raise CheckFailed("verification of the patched files failed; nothing was written:\n  "
+                              + "\n  ".join(f"{r.check}: {r.path}: {r.message}" for r in failed))
+        if dry_run:
+            _finish(ui, "dry-run", f"dry run: {len(plan.changes)} file(s) would change; nothing written",
+                    plan=plan_json(plan), checks=[r.to_json() for r in results])
+            return
+
+        changes = plan.changes
+        state = read_state(root)
+        entry = _record(resolved, patches, changes, state.entry(resolved.set_name))
+        commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(changes.items())],
+               state.with_entry(entry))
+        _verify_on_disk(resolved, plan, changes, state)
+    _finish(ui, "applied", f"applied {len(patches)} patch(es): {len(changes)} file(s) changed",
+            plan=plan_json(plan), checks=[r.to_json() for r in results])
+
+
+def _record(resolved, patches, changes, previous):
+    from patchkit.state import Entry, sha256
+
+    files = dict(previous.files) if previous else {}
+    for path, (before, after) in changes.items():
+        earlier = files.get(path)
+        files[path] = {"before": earlier["before"] if earlier else sha256(before), "after": sha256(after)}
+    release = resolved.selection.release
+    return Entry(set_name=resolved.set_name,
+                 vllm_version=str(resolved.version.version) if resolved.version else None,
+                 release=release.directory.name if release else None,
+                 applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 patches=[{"name": p.name, "sha256": p.sha256} for p in patches],
+                 files=files)
+
+
+def _verify_on_disk(resolved, plan, changes, previous_state):
+    """Re-run the checks on what landed; undo the transaction if they fail there."""
+    from patchkit.checks import CheckContext, run_checks
+    from patchkit.errors import CheckFailed
+    from patchkit.transaction import FileWrite, commit
+
+    root = resolved.target.root
+
+    def read(path):
+        full = root / path
+        return full.read_bytes() if full.is_file() else None
+
+    results = run_checks(CheckContext(plan.touched_paths, read, resolved.target.python))
+    failed = [r for r in results if r.failed]
+    if failed:
+        commit(root, [FileWrite(p, after, before) for p, (before, after) in sorted(changes.items())],
+               previous_state)
+        raise CheckFailed("verification after writing failed; the tree was rolled back:\n  "
+                          + "\n  ".join(f"{r.check}: {r.path}: {r.message}" for r in failed))
+
+
+def _report_recovery(ui, message):
+    if message:
+        ui.warn(message)
+
+
+def _finish(ui, result, message, **extra):
+    if ui.json_mode:
+        ui.json({"result": result, **extra})
+    else:
+        ui.line(message, style="green" if result in ("applied", "already-applied", "upstream") else None)

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.commands import make_ui, target_options
+
+
+@click.command()
+@target_options
+def command(opts, quiet, verbose):
+    """Print the patch series for the target's vLLM version (highlighted in a terminal)."""
+    from patchkit.patchfile import decode
+    from patchkit.resolve import require_patches, resolve
+
+    ui = make_ui("text", quiet, verbose)
+    resolved = resolve(opts)
+    patches = require_patches(resolved)
+    if not patches:
+        ui.line(f"vLLM {resolved.version.version}: the set is upstream; there is no diff")
+        return
+    ui.diff("".join(decode(p.raw) if decode(p.raw).endswith("\n") else decode(p.raw) + "\n" for p in patches))

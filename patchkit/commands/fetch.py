@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.commands import make_ui
+
+
+@click.command()
+@click.argument("version")
+@click.option("--dest", metavar="DIR", help="Also lay the files out under DIR (usable as --target DIR).")
+@click.option("--all", "all_python", is_flag=True, help="Fetch every vllm/**/*.py, not only the patched files.")
+@click.option("--patches", "library", metavar="DIR", help="Another patch library root.")
+@click.option("--set", "set_name", metavar="NAME", help="Patch set in the library.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
+@click.option("-v", "--verbose", count=True, help="More detail.")
+def command(version, dest, all_python, library, set_name, quiet, verbose):
+    """Fetch the stock sources of vllm==VERSION from the package index pip is configured with.
+
+    Only the needed files are read out of the remote wheel (HTTP range requests), each checked
+    against the wheel's RECORD, and cached; a second fetch does no network I/O.
+    """
+    from patchkit.fetch import release_tree
+    from patchkit.release_files import files_for, lay_out
+
+    ui = make_ui("text", quiet, verbose)
+    paths = files_for(version, library, set_name)
+    tree = release_tree(version, paths, all_python=all_python, progress=ui.detail)
+    ui.line(f"vllm {version}: {tree}")
+    if dest:
+        copied = lay_out(tree, dest)
+        ui.line(f"laid out {copied} file(s) under {dest} (use --target {dest})")

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.commands import format_option, make_ui, target_options
+
+
+@click.command()
+@target_options
+@format_option
+@click.option("--force", is_flag=True, help="Revert files edited after apply (a copy of each is kept).")
+@click.option("--dry-run", is_flag=True, help="Say what would be restored; write nothing.")
+def command(opts, quiet, verbose, fmt, force, dry_run):
+    """Restore the stock files byte-for-byte.
+
+    Uses the originals recorded at apply (checked by sha256); without a record, reverse-applies
+    the series.
+    """
+    from patchkit.errors import Conflict, Drift, NoPatchSet
+    from patchkit.plan import View, plan_revert
+    from patchkit.resolve import require_patches, resolve, resolve_target
+    from patchkit.state import file_sha, read_object, read_state
+    from patchkit.transaction import FileWrite, commit, recover, target_lock
+
+    ui = make_ui(fmt, quiet, verbose)
+    target = resolve_target(opts)
+    root = target.root
+    try:
+        resolved = resolve(opts, target=target)
+        set_name, patches = resolved.set_name, require_patches(resolved)
+        if not ui.json_mode:
+            ui.header(resolved)
+    except NoPatchSet:
+        # A recorded apply can still be undone when the library no longer covers this version.
+        resolved, set_name, patches = None, opts.set_name or "eagle3", []
+
+    with target_lock(root):
+        message = recover(root)
+        if message:
+            ui.warn(message)
+        state = read_state(root)
+        entry = state.entry(set_name)
+        if resolved is None and entry is None:
+            raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+        view = View(root)
+        saved = []
+        for path, shas in sorted((entry.files if entry else {}).items()):
+            current = file_sha(root, path)
+            if current == shas["before"]:
+                continue
+            if current != shas["after"]:
+                if not force:
+                    raise Drift(f"{path} was edited after patchkit patched it; keeping your version",
+                                hint="revert --force restores the original and keeps a copy of your edit")
+                saved.append(path)
+            view.write(path, read_object(root, shas["before"]) if shas["before"] else None)
+        plan = plan_revert(root, patches, view=view)
+        if plan.conflicts:
+            raise Conflict("cannot reverse the series; nothing was written:\n  "
+                           + "\n  ".join(s.mismatch.describe() for s in plan.conflicts))
+        changes = plan.changes
+        if dry_run or not changes:
+            _finish(ui, "dry-run" if dry_run else "not-applied",
+                    f"would restore {len(changes)} file(s)" if dry_run else "nothing to revert: the tree is stock",
+                    sorted(changes))
+            return
+        kept = _keep_copies(root, saved) if saved else None
+        commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(changes.items())],
+               state.without(set_name))
+    if kept:
+        ui.warn(f"your edits to {', '.join(saved)} were saved under {kept}")
+    _finish(ui, "reverted", f"reverted: {len(changes)} file(s) restored to stock", sorted(changes),
+            saved=str(kept) if kept else None)
+
+
+def _keep_copies(root, paths):
+    import shutil
+    from datetime import datetime
+
+    from patchkit.state import meta_dir
+
+    where = meta_dir(root) / "saved" / datetime.now().strftime("%Y%m%dT%H%M%S")
+    for path in paths:
+        (where / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / path, where / path)
+    return where
+
+
+def _finish(ui, result, message, files, **extra):
+    if ui.json_mode:
+        ui.json({"result": result, "files": files, **extra})
+    else:
+        ui.line(message, style="green")

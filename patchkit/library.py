@@ -1,0 +1,171 @@
+"""The patch library: named sets, each with versioned patch series per vLLM release.
+
+    <root>/<set>/set.toml             name, description, supported, upstream, [[releases]]
+    <root>/<set>/<dir>/series         patch file names in apply order ('#' starts a comment)
+    <root>/<set>/<dir>/NNNN-name.patch  DEP-3 header, then a git-style unified diff
+
+A release entry maps a `packaging` specifier to a directory, so releases whose files are
+identical share one directory.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from patchkit.errors import BadInput, NoPatchSet
+from patchkit.patchfile import DEFAULT_ROOTS, Patch, read_patch
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MANIFEST = "set.toml"
+SERIES = "series"
+
+PATCH = "patch"
+UPSTREAM = "upstream"
+UNSUPPORTED = "unsupported"
+
+
+def default_root() -> Path:
+    """The library shipped with patchkit: patches/ next to the package in a checkout."""
+    return Path(__file__).resolve().parent.parent / "patches"
+
+
+@dataclass(frozen=True)
+class Release:
+    versions: SpecifierSet
+    directory: Path
+
+    def covers(self, version: Version) -> bool:
+        return self.versions.contains(version, prereleases=True)
+
+    def patch_names(self) -> list[str]:
+        series = self.directory / SERIES
+        try:
+            text = series.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise BadInput(f"cannot read {series}: {exc.strerror}") from exc
+        names = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+        return [n for n in names if n]
+
+
+@dataclass(frozen=True)
+class PatchSetDef:
+    name: str
+    description: str
+    directory: Path
+    supported: SpecifierSet | None
+    upstream: SpecifierSet | None
+    releases: tuple[Release, ...]
+    roots: tuple[str, ...] = DEFAULT_ROOTS
+
+
+@dataclass
+class Selection:
+    """What the library says about one vLLM version."""
+
+    set_name: str
+    kind: str  # PATCH, UPSTREAM or UNSUPPORTED
+    version: Version | None
+    patches: list[Patch] = field(default_factory=list)
+    release: Release | None = None
+    note: str | None = None
+
+
+def load_set(directory: Path) -> PatchSetDef:
+    manifest = directory / MANIFEST
+    try:
+        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"cannot read manifest {manifest}: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"unreadable manifest {manifest}: {exc}") from exc
+    try:
+        releases = tuple(Release(_specifier(r["versions"], manifest), directory / r["dir"])
+                         for r in data.get("releases", []))
+        return PatchSetDef(
+            name=data.get("name", directory.name),
+            description=data.get("description", ""),
+            directory=directory,
+            supported=_specifier(data.get("supported"), manifest),
+            upstream=_specifier(data.get("upstream"), manifest),
+            releases=releases,
+            roots=tuple(data.get("roots", DEFAULT_ROOTS)),
+        )
+    except (KeyError, TypeError) as exc:
+        raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
+
+
+def _specifier(text: str | None, origin: Path) -> SpecifierSet | None:
+    if text is None:
+        return None
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise BadInput(f"manifest {origin}: bad version specifier {text!r}") from exc
+
+
+def load_library(root: Path) -> dict[str, PatchSetDef]:
+    if not root.is_dir():
+        raise BadInput(f"patch library {root} is not a directory")
+    sets = [load_set(d) for d in sorted(root.iterdir()) if (d / MANIFEST).is_file()]
+    if not sets:
+        raise BadInput(f"patch library {root} holds no patch set (no */{MANIFEST})")
+    return {s.name: s for s in sets}
+
+
+def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:
+    if name:
+        if name not in sets:
+            raise BadInput(f"no patch set {name!r} in the library; it has: {', '.join(sets)}")
+        return sets[name]
+    if len(sets) == 1:
+        return next(iter(sets.values()))
+    raise BadInput(f"the library holds several sets ({', '.join(sets)}); choose one with --set")
+
+
+def select(patch_set: PatchSetDef, version: Version) -> Selection:
+    """Map a version onto the set: a release's series, upstream, or unsupported."""
+    note = None
+    if version.local:
+        note = f"local version label +{version.local} ignored: treated as {version.public}"
+        version = Version(version.public)
+    if patch_set.upstream is not None and patch_set.upstream.contains(version, prereleases=True):
+        return Selection(patch_set.name, UPSTREAM, version, note=note)
+    for release in patch_set.releases:
+        if release.covers(version):
+            if version.is_prerelease or version.is_devrelease:
+                note = f"{version} is a development build: using the series for {release.versions}"
+            patches = [read_patch(release.directory / n, patch_set.roots) for n in release.patch_names()]
+            if not patches:
+                raise BadInput(f"{release.directory / SERIES} lists no patch")
+            return Selection(patch_set.name, PATCH, version, patches, release, note)
+    if patch_set.supported is not None and not patch_set.supported.contains(version, prereleases=True):
+        return Selection(patch_set.name, UNSUPPORTED, version,
+                         note=f"vLLM {version} is outside the range the set {patch_set.name!r} supports "
+                              f"({supported_range(patch_set)})")
+    covered = ", ".join(str(r.versions) for r in patch_set.releases) or "none"
+    dev = " (a development build: pass --vllm-version with the release it derives from)" \
+        if version.is_devrelease or version.is_prerelease else ""
+    raise NoPatchSet(f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}",
+                     hint=f"releases covered: {covered}")
+
+
+def supported_range(patch_set: PatchSetDef) -> str:
+    parts = [str(patch_set.supported)] if patch_set.supported else []
+    if patch_set.upstream:
+        parts.append(f"upstream from {patch_set.upstream}")
+    return "; ".join(parts) or "any"
+
+
+def adhoc_selection(paths: list[str], version: Version | None) -> Selection:
+    """--patch FILE ...: the given diffs stand in for the library's series."""
+    patches = [read_patch(Path(p)) for p in paths]
+    return Selection("adhoc", PATCH, version, patches)

@@ -1,0 +1,187 @@
+"""One patch: its DEP-3 header and its unified diff, parsed with unidiff into byte-exact hunks.
+
+Text is decoded with `surrogateescape` everywhere, so non-UTF-8 bytes in a diff or a file
+survive a round trip unchanged; line endings stay part of each line, so CRLF files work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from email.parser import HeaderParser
+from pathlib import Path, PurePosixPath
+
+from patchkit.errors import BadInput
+
+ENCODING = "utf-8"
+ERRORS = "surrogateescape"
+DEFAULT_ROOTS = ("vllm",)
+
+
+def decode(data: bytes) -> str:
+    return data.decode(ENCODING, ERRORS)
+
+
+def encode(text: str) -> bytes:
+    return text.encode(ENCODING, ERRORS)
+
+
+def split_lines(text: str) -> list[str]:
+    """Split on "\\n" only (str.splitlines also splits on \\r, \\x0c, \\u2028 ...), keeping ends."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+@dataclass(frozen=True)
+class Hunk:
+    source_start: int  # 1-based, as in the "@@ -start,len" header
+    source: tuple[str, ...]  # context and removed lines, exact line endings
+    target: tuple[str, ...]  # context and added lines, exact line endings
+    header: str
+
+    def reversed(self) -> Hunk:
+        return Hunk(self.source_start, self.target, self.source, self.header)
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    """The part of a diff that concerns one file."""
+
+    source_path: str | None  # None for a new file
+    target_path: str | None  # None for a deleted file
+    hunks: tuple[Hunk, ...]
+
+    @property
+    def path(self) -> str:
+        return self.target_path or self.source_path  # type: ignore[return-value]
+
+    @property
+    def kind(self) -> str:
+        if self.source_path is None:
+            return "add"
+        if self.target_path is None:
+            return "delete"
+        if self.source_path != self.target_path:
+            return "rename"
+        return "modify"
+
+    def reversed(self) -> FilePatch:
+        return FilePatch(self.target_path, self.source_path, tuple(h.reversed() for h in self.hunks))
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    raw: bytes
+    files: tuple[FilePatch, ...]
+    header: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.raw).hexdigest()
+
+    @property
+    def description(self) -> str:
+        text = self.header.get("Description") or self.header.get("Subject") or ""
+        return text.strip().splitlines()[0] if text.strip() else ""
+
+    def reversed(self) -> Patch:
+        files = tuple(f.reversed() for f in reversed(self.files))
+        return Patch(self.name, self.raw, files, self.header, self.path)
+
+
+def read_patch(path: Path, roots: tuple[str, ...] = DEFAULT_ROOTS) -> Patch:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"cannot read patch {path}: {exc.strerror}") from exc
+    return parse_patch(raw, path.name, roots=roots, path=path)
+
+
+def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS,
+                path: Path | None = None) -> Patch:
+    from unidiff import PatchSet
+    from unidiff.errors import UnidiffParseError
+
+    if b"\0" in raw or b"GIT binary patch" in raw:
+        raise BadInput(f"{name}: binary data or a binary patch; only text diffs are supported")
+    text = decode(raw)
+    try:
+        parsed = PatchSet(text)
+    except UnidiffParseError as exc:
+        raise BadInput(f"{name}: malformed diff: {exc}") from exc
+    files = tuple(_file_patch(name, pf, roots) for pf in parsed)
+    if not files:
+        raise BadInput(f"{name}: contains no diff (a patch must change something)")
+    seen: set[str] = set()
+    for fp in files:
+        if fp.path in seen:
+            raise BadInput(f"{name}: {fp.path} appears twice in one patch")
+        seen.add(fp.path)
+    return Patch(name=name, raw=raw, files=files, header=_dep3_header(text), path=path)
+
+
+def _dep3_header(text: str) -> dict[str, str]:
+    """DEP-3 fields are RFC 822 style lines at the top, before the first diff line."""
+    head = []
+    for line in text.split("\n"):
+        if line.startswith(("diff ", "--- ", "Index: ")) or line == "---":
+            break
+        head.append(line)
+    message = HeaderParser().parsestr("\n".join(head) + "\n\n")
+    return {key: " ".join(value.split("\n")).strip() if key != "Description" else str(value)
+            for key, value in message.items()}
+
+
+def _file_patch(name: str, pf, roots: tuple[str, ...]) -> FilePatch:
+    if getattr(pf, "is_binary_file", False):
+        raise BadInput(f"{name}: binary patch for {pf.path}; only text diffs are supported")
+    source = None if pf.is_added_file or pf.source_file == "/dev/null" else _safe_path(name, pf.source_file, roots)
+    target = None if pf.is_removed_file or pf.target_file == "/dev/null" else _safe_path(name, pf.target_file, roots)
+    if source is None and target is None:
+        raise BadInput(f"{name}: a diff entry names no file")
+    hunks = tuple(_hunk(name, pf.path, h) for h in pf)
+    if not hunks and source == target:
+        raise BadInput(f"{name}: {pf.path} has no hunks (mode-only or empty change)")
+    return FilePatch(source, target, hunks)
+
+
+def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
+    """Strip the a/ b/ prefix and refuse anything that could leave the target tree."""
+    raw_path = raw_path.strip()
+    if raw_path.startswith(("a/", "b/")):
+        raw_path = raw_path[2:]
+    if "\\" in raw_path or raw_path.startswith("/") or not raw_path:
+        raise BadInput(f"{name}: unsafe path {raw_path!r} (absolute or with backslashes)")
+    parts = PurePosixPath(raw_path).parts
+    if any(part in ("..", ".", "") for part in parts):
+        raise BadInput(f"{name}: unsafe path {raw_path!r} ('..' or '.' components)")
+    if parts[0] not in roots:
+        allowed = ", ".join(f"{r}/" for r in roots)
+        raise BadInput(f"{name}: path {raw_path!r} is outside the patched package ({allowed})")
+    return raw_path
+
+
+def _hunk(name: str, path: str, hunk) -> Hunk:
+    source: list[str] = []
+    target: list[str] = []
+    lines = list(hunk)
+    for i, line in enumerate(lines):
+        if line.line_type == "\\":
+            continue
+        value = line.value
+        no_newline_follows = i + 1 < len(lines) and lines[i + 1].line_type == "\\"
+        if no_newline_follows and value.endswith("\n"):
+            value = value[:-1]
+        if line.line_type in (" ", "-"):
+            source.append(value)
+        if line.line_type in (" ", "+"):
+            target.append(value)
+    if source == target:
+        raise BadInput(f"{name}: hunk {hunk.source_start} of {path} changes nothing")
+    header = f"@@ -{hunk.source_start},{hunk.source_length} +{hunk.target_start},{hunk.target_length} @@"
+    return Hunk(hunk.source_start, tuple(source), tuple(target), header)

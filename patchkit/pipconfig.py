@@ -1,0 +1,149 @@
+"""Read the package-index settings that pip itself would use.
+
+pip merges several configuration files (site-wide, user, virtualenv,
+``PIP_CONFIG_FILE``) and ``PIP_*`` environment variables, with the
+environment winning over files and a command's own section (``[install]``)
+winning over ``[global]``.  Rather than re-implementing that, ask pip:
+``python -m pip config list`` prints the merged result, one ``key='value'``
+a line, e.g. ``global.index-url='https://...'`` or ``:env:.index-url='...'``.
+
+If pip cannot be run, fall back to the ``PIP_*`` environment variables alone,
+then to https://pypi.org/simple/.
+
+This runs a subprocess (~0.3 s), so callers only use it on a cache miss.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+DEFAULT_INDEX_URL = "https://pypi.org/simple/"
+DEFAULT_TIMEOUT = 30.0
+
+# Highest precedence first: PIP_* variables, then the [install] section, then [global].
+_SECTIONS = (":env:", "install", "global")
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+
+
+@dataclass(frozen=True)
+class PipSettings:
+    """The subset of pip's configuration that fetching a release needs."""
+
+    index_url: str = DEFAULT_INDEX_URL
+    extra_index_urls: tuple[str, ...] = ()
+    no_index: bool = False
+    cert: str | None = None  # CA bundle (pip's --cert); None: requests' default
+    client_cert: str | None = None
+    proxy: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    source: str = "defaults"  # where the settings came from, for messages
+    raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def index_urls(self) -> list[str]:
+        """Every configured index in pip's order (primary first), without duplicates."""
+        if self.no_index:
+            return []
+        out: list[str] = []
+        for url in (self.index_url, *self.extra_index_urls):
+            if url and url not in out:
+                out.append(url)
+        return out
+
+
+def parse_config_list(text: str) -> dict[str, str]:
+    """Parse ``pip config list`` output into ``{"section.key": value}``."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, raw = line.partition("=")
+        if not sep or "." not in key:
+            continue
+        raw = raw.strip()
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        out[key.strip()] = str(value)
+    return out
+
+
+def settings_from_items(items: dict[str, str], *, source: str = "pip config") -> PipSettings:
+    """Resolve merged ``section.key`` items the way pip would for ``pip install``."""
+
+    def get(*names: str) -> str | None:
+        for section in _SECTIONS:
+            for name in names:
+                key = f"{section}.{name}"
+                if key in items:
+                    return items[key]
+        return None
+
+    index_url = get("index-url")
+    extra = get("extra-index-url")
+    no_index = get("no-index")
+    timeout_s = get("timeout", "default-timeout")
+    try:
+        timeout = float(timeout_s) if timeout_s else DEFAULT_TIMEOUT
+    except ValueError:
+        timeout = DEFAULT_TIMEOUT
+    return PipSettings(
+        index_url=(index_url or "").strip() or DEFAULT_INDEX_URL,
+        extra_index_urls=tuple((extra or "").split()),
+        no_index=(no_index or "").strip().lower() in _TRUE,
+        cert=(get("cert") or "").strip() or None,
+        client_cert=(get("client-cert") or "").strip() or None,
+        proxy=(get("proxy") or "").strip() or None,
+        timeout=timeout if timeout > 0 else DEFAULT_TIMEOUT,
+        source=source,
+        raw=dict(items),
+    )
+
+
+def _environ_items() -> dict[str, str]:
+    """What pip would put in its ``:env:`` section: PIP_FOO_BAR -> ``:env:.foo-bar``."""
+    out = {}
+    for key, value in os.environ.items():
+        if key.startswith("PIP_") and len(key) > 4:
+            out[":env:." + key[4:].lower().replace("_", "-")] = value
+    return out
+
+
+def _pip_commands() -> list[list[str]]:
+    cmds = [[sys.executable, "-m", "pip"]]
+    for name in ("pip3", "pip"):
+        exe = shutil.which(name)
+        if exe:
+            cmds.append([exe])
+    return cmds
+
+
+def pip_settings() -> PipSettings:
+    """Ask pip for its merged configuration; fall back to PIP_* variables."""
+    env = dict(os.environ)
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env.setdefault("PYTHONIOENCODING", "utf-8")
+    for cmd in _pip_commands():
+        try:
+            proc = subprocess.run(
+                [*cmd, "config", "list"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if proc.returncode == 0:
+            items = parse_config_list(proc.stdout)
+            # pip hides an env var that it does not know as an option only in
+            # very old versions; make sure PIP_* always wins as documented.
+            for key, value in _environ_items().items():
+                items.setdefault(key, value)
+            return settings_from_items(items, source="pip config list")
+    return settings_from_items(_environ_items(), source="PIP_* environment variables")

@@ -1,0 +1,222 @@
+"""The engine: compute every new file content in memory; nothing is written here.
+
+A plan applies (or reverses) a series of patches to a view of the tree. Each patch ends in one
+state: `apply` (will change the tree), `applied` (its change is already present: it reverse-applies
+cleanly), or `conflict`. Context must match exactly; a hunk may land at an offset, which is kept
+so it can be reported. There is no fuzz.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit.patchfile import FilePatch, Hunk, Patch, decode, encode, split_lines
+
+WILL_CHANGE = "apply"
+ALREADY = "applied"
+CONFLICT = "conflict"
+
+
+@dataclass(frozen=True)
+class Placement:
+    hunk: Hunk
+    line: int  # 1-based line of the hunk's first source line where it lands
+
+    @property
+    def offset(self) -> int:
+        expected = self.hunk.source_start if self.hunk.source else self.hunk.source_start + 1
+        return self.line - expected
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why a file part of a patch does not apply: which hunk, what it expected, what is there."""
+
+    path: str
+    hunk_index: int  # 1-based
+    line: int
+    expected: str
+    found: str | None
+    reason: str
+
+    def describe(self) -> str:
+        if self.found is None:
+            return f"{self.path}: {self.reason}"
+        return (f"{self.path}: hunk #{self.hunk_index} does not apply: expected at line {self.line} "
+                f"{self.expected.rstrip(chr(10))!r}, found {self.found.rstrip(chr(10))!r}")
+
+
+@dataclass(frozen=True)
+class FileStep:
+    patch: FilePatch
+    before: bytes | None
+    after: bytes | None
+    placements: tuple[Placement, ...]
+
+
+@dataclass
+class PatchStep:
+    patch: Patch
+    state: str
+    files: list[FileStep] = field(default_factory=list)
+    mismatch: Mismatch | None = None
+
+
+class View:
+    """The tree as the plan sees it: disk contents, overlaid with what earlier steps computed."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.original: dict[str, bytes | None] = {}
+        self.current: dict[str, bytes | None] = {}
+
+    def read(self, path: str) -> bytes | None:
+        if path not in self.current:
+            full = self.root / path
+            data = full.read_bytes() if full.is_file() else None
+            self.original[path] = data
+            self.current[path] = data
+        return self.current[path]
+
+    def write(self, path: str, data: bytes | None) -> None:
+        self.read(path)
+        self.current[path] = data
+
+    def changes(self) -> dict[str, tuple[bytes | None, bytes | None]]:
+        """path -> (before, after) for every file whose content the plan changes."""
+        return {p: (self.original[p], new) for p, new in self.current.items() if new != self.original[p]}
+
+
+@dataclass
+class Plan:
+    root: Path
+    steps: list[PatchStep]
+    view: View
+
+    @property
+    def conflicts(self) -> list[PatchStep]:
+        return [s for s in self.steps if s.state == CONFLICT]
+
+    @property
+    def changes(self) -> dict[str, tuple[bytes | None, bytes | None]]:
+        return self.view.changes()
+
+    def content(self, path: str) -> bytes | None:
+        """The planned content of a path (the disk's where the plan does not touch it)."""
+        return self.view.read(path)
+
+    @property
+    def touched_paths(self) -> list[str]:
+        return sorted({f.path for s in self.steps for f in s.patch.files}
+                      | {f.source_path for s in self.steps for f in s.patch.files if f.source_path})
+
+
+def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Plan:
+    return _plan(root, patches, view)
+
+
+def plan_revert(root: Path, patches: list[Patch], view: View | None = None) -> Plan:
+    """Reverse-apply the series, last patch first. A patch not present counts as `applied` (done)."""
+    return _plan(root, [p.reversed() for p in reversed(patches)], view)
+
+
+def _plan(root: Path, patches: list[Patch], view: View | None) -> Plan:
+    view = view or View(root)
+    steps = [_step(view, patch) for patch in patches]
+    return Plan(root, steps, view)
+
+
+def _step(view: View, patch: Patch) -> PatchStep:
+    forward = _try_patch(view, patch)
+    if isinstance(forward, list):
+        for file_step in forward:
+            if file_step.patch.kind == "rename":
+                view.write(file_step.patch.source_path, None)  # type: ignore[arg-type]
+            view.write(file_step.patch.path, file_step.after)
+        return PatchStep(patch, WILL_CHANGE, forward)
+    backward = _try_patch(view, patch.reversed())
+    if isinstance(backward, list):
+        return PatchStep(patch, ALREADY, [])
+    return PatchStep(patch, CONFLICT, [], mismatch=forward)
+
+
+def _try_patch(view: View, patch: Patch) -> list[FileStep] | Mismatch:
+    steps = []
+    for file_patch in patch.files:
+        result = _apply_file(view, file_patch)
+        if isinstance(result, Mismatch):
+            return result
+        steps.append(result)
+    return steps
+
+
+def _apply_file(view: View, fp: FilePatch) -> FileStep | Mismatch:
+    if fp.kind == "add":
+        if view.read(fp.path) is not None:
+            return Mismatch(fp.path, 1, 0, "", None, "is a new file in the patch but already exists")
+        before, lines = None, []
+    else:
+        before = view.read(fp.source_path)  # type: ignore[arg-type]
+        if before is None:
+            return Mismatch(fp.source_path, 1, 0, "", None, "does not exist")  # type: ignore[arg-type]
+        if fp.kind == "rename" and view.read(fp.path) is not None:
+            return Mismatch(fp.path, 1, 0, "", None, "is a rename target but already exists")
+        lines = split_lines(decode(before))
+    result = apply_hunks(fp.path, lines, fp.hunks)
+    if isinstance(result, Mismatch):
+        return result
+    new_lines, placements = result
+    if fp.kind == "delete":
+        if new_lines:
+            return Mismatch(fp.path, len(fp.hunks), 0, "", None,
+                            "is deleted by the patch but has content the patch does not remove")
+        return FileStep(fp, before, None, placements)
+    return FileStep(fp, before, encode("".join(new_lines)), placements)
+
+
+def apply_hunks(path: str, lines: list[str], hunks: tuple[Hunk, ...]):
+    """Place each hunk at its line, or the nearest exact match after the previous hunk."""
+    out: list[str] = []
+    placements: list[Placement] = []
+    cursor = 0
+    offset = 0
+    for index, hunk in enumerate(hunks, 1):
+        size = len(hunk.source)
+        expected = (hunk.source_start - 1 if size else hunk.source_start) + offset
+        at = _find(lines, hunk.source, expected, cursor)
+        if at is None:
+            return _mismatch(path, index, lines, hunk, max(expected, cursor))
+        out.extend(lines[cursor:at])
+        out.extend(hunk.target)
+        cursor = at + size
+        offset = at - (hunk.source_start - 1 if size else hunk.source_start)
+        placements.append(Placement(hunk, at + 1))
+    out.extend(lines[cursor:])
+    return out, tuple(placements)
+
+
+def _find(lines: list[str], block: tuple[str, ...], expected: int, lowest: int) -> int | None:
+    size = len(block)
+    highest = len(lines) - size
+    if highest < lowest:
+        return None
+    expected = min(max(expected, lowest), highest)
+    if not size:
+        return expected
+    first = block[0]
+    for distance in range(0, max(expected - lowest, highest - expected) + 1):
+        for at in (expected - distance, expected + distance) if distance else (expected,):
+            if lowest <= at <= highest and lines[at] == first and tuple(lines[at:at + size]) == block:
+                return at
+    return None
+
+
+def _mismatch(path: str, index: int, lines: list[str], hunk: Hunk, at: int) -> Mismatch:
+    for i, want in enumerate(hunk.source):
+        have = lines[at + i] if at + i < len(lines) else None
+        if have != want:
+            found = "<end of file>" if have is None else have
+            return Mismatch(path, index, at + i + 1, want, found, "context does not match")
+    return Mismatch(path, index, at + 1, hunk.source[0] if hunk.source else "", None,
+                    f"hunk #{index} does not fit in the file")

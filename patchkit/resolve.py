@@ -1,0 +1,66 @@
+"""From command-line options to a target, its version and the patch series that applies to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit import library, target as target_mod, version as version_mod
+from patchkit.errors import NoPatchSet, TargetError
+from patchkit.library import PATCH, UNSUPPORTED, Selection
+from patchkit.options import Options
+from patchkit.patchfile import Patch
+from patchkit.target import Target
+from patchkit.version import DetectedVersion
+
+
+@dataclass
+class Resolved:
+    target: Target
+    version: DetectedVersion | None
+    selection: Selection
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def patches(self) -> list[Patch]:
+        return self.selection.patches
+
+    @property
+    def set_name(self) -> str:
+        return self.selection.set_name
+
+
+def library_root(opts: Options) -> Path:
+    return Path(opts.library).resolve() if opts.library else library.default_root()
+
+
+def resolve_target(opts: Options) -> Target:
+    return target_mod.resolve(opts.target_dir, opts.python)
+
+
+def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
+    tgt = target or resolve_target(opts)
+    if opts.adhoc:
+        detected = _detect_quietly(tgt, opts.vllm_version)
+        selection = library.adhoc_selection(list(opts.adhoc), detected.version if detected else None)
+        return Resolved(tgt, detected, selection)
+    detected = version_mod.detect(tgt, opts.vllm_version)
+    patch_set = library.choose_set(library.load_library(library_root(opts)), opts.set_name)
+    selection = library.select(patch_set, detected.version)
+    notes = [selection.note] if selection.note else []
+    return Resolved(tgt, detected, selection, notes)
+
+
+def require_patches(resolved: Resolved) -> list[Patch]:
+    """The series to apply; an unsupported version is exit 3 for commands that must patch."""
+    if resolved.selection.kind == UNSUPPORTED:
+        raise NoPatchSet(resolved.selection.note or "unsupported vLLM version")
+    return resolved.patches if resolved.selection.kind == PATCH else []
+
+
+def _detect_quietly(tgt: Target, override: str | None) -> DetectedVersion | None:
+    """Ad-hoc patches do not need a version; report it when it can be found."""
+    try:
+        return version_mod.detect(tgt, override)
+    except TargetError:
+        return None

@@ -1,0 +1,162 @@
+"""All terminal output. Rich tables and colour in a terminal; plain aligned text when piped
+(and no colour when NO_COLOR is set, which rich honours); JSON on stdout where asked."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+STATE_STYLES = {
+    "applied": "green", "patched": "green", "upstream": "cyan", "not-applied": "yellow",
+    "apply": "yellow", "partial": "red", "conflict": "red", "unsupported": "magenta",
+    "drifted": "red", "ok": "green", "pass": "green", "fail": "red", "warning": "yellow",
+    "check-failed": "red",
+}
+
+
+@dataclass
+class UI:
+    fmt: str = "text"
+    quiet: bool = False
+    verbose: int = 0
+
+    def __post_init__(self) -> None:
+        from rich.console import Console
+
+        self.out = Console(markup=False, highlight=False, soft_wrap=False,
+                           width=None if sys.stdout.isatty() else 10_000)
+        self.err = Console(stderr=True, markup=False, highlight=False,
+                           width=None if sys.stderr.isatty() else 10_000)
+
+    @property
+    def json_mode(self) -> bool:
+        return self.fmt == "json"
+
+    @property
+    def terminal(self) -> bool:
+        return self.out.is_terminal
+
+    # -- primitives ---------------------------------------------------------------------------
+    def line(self, text: str = "", style: str | None = None) -> None:
+        if not self.quiet and not self.json_mode:
+            self.out.print(text, style=style)
+
+    def detail(self, text: str) -> None:
+        if self.verbose and not self.json_mode:
+            self.err.print(text, style="dim")
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            self.err.print(f"note: {text}", style="cyan")
+
+    def warn(self, text: str) -> None:
+        self.err.print(f"warning: {text}", style="yellow")
+
+    def error(self, message: str, hint: str | None = None) -> None:
+        self.err.print(f"error: {message}", style="bold red")
+        if hint:
+            self.err.print(f"hint: {hint}", style="red")
+
+    def json(self, data: Any) -> None:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+    def table(self, columns: list[str], rows: Iterable[list[str]], title: str | None = None,
+              state_column: int | None = None) -> None:
+        if self.quiet or self.json_mode:
+            return
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=title if self.terminal else None, box=box.SIMPLE_HEAD if self.terminal else None,
+                      show_header=True, pad_edge=False, title_justify="left")
+        for name in columns:
+            table.add_column(name, overflow="fold")
+        for row in rows:
+            cells = [Text(str(c)) for c in row]
+            if state_column is not None:
+                cells[state_column].stylize(STATE_STYLES.get(str(row[state_column]), ""))
+            table.add_row(*cells)
+        if title and not self.terminal:
+            self.out.print(title)
+        self.out.print(table)
+
+    def diff(self, text: str) -> None:
+        if self.terminal:
+            from rich.syntax import Syntax
+
+            self.out.print(Syntax(text, "diff", theme="ansi_dark", background_color="default"))
+        else:
+            sys.stdout.write(text)
+
+    # -- reports ------------------------------------------------------------------------------
+    def header(self, resolved) -> None:
+        sel = resolved.selection
+        version = resolved.version
+        self.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
+        if version:
+            self.line(f"version  {version.version}  (from {version.source})")
+        self.line(f"set      {sel.set_name}" + (f"  series {sel.release.versions} "
+                                                 f"[{sel.release.directory.name}]" if sel.release else ""))
+        for note in resolved.notes:
+            self.note(note)
+
+    def status(self, resolved, status) -> None:
+        self.header(resolved)
+        self.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
+        if status.patches:
+            self.table(["patch", "state", "files", "description"],
+                       ([p.name, p.state, ", ".join(p.files), p.description] for p in status.patches),
+                       title="patches", state_column=1)
+        for p in status.patches:
+            if p.problem:
+                self.line(f"  {p.name}: {p.problem}", style="red")
+        for path in status.drifted:
+            self.line(f"drifted  {path} was edited after patchkit patched it", style="red")
+
+    def plan(self, plan, *, dry_run: bool) -> None:
+        """Per file and per hunk: where it lands (and at what offset)."""
+        rows = []
+        for step in plan.steps:
+            if not step.files:
+                rows.append([step.patch.name, "", "", step.state, ""])
+            for file_step in step.files:
+                for i, placement in enumerate(file_step.placements, 1):
+                    offset = f"offset {placement.offset:+d}" if placement.offset else ""
+                    rows.append([step.patch.name, file_step.patch.path, f"#{i} at line {placement.line}",
+                                 step.state, offset])
+        verb = "would change" if dry_run else "changes"
+        self.table(["patch", "file", "hunk", "state", "note"], rows,
+                   title=f"plan: {verb} {len(plan.changes)} file(s)", state_column=3)
+
+    def checks(self, results) -> None:
+        rows = [[r.check, r.path or "", "pass" if r.ok else ("fail" if r.failed else "warning"), r.message]
+                for r in results]
+        self.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
+
+
+def plan_json(plan) -> list[dict]:
+    return [{"patch": step.patch.name, "state": step.state,
+             "problem": step.mismatch.describe() if step.mismatch else None,
+             "files": [{"path": f.patch.path, "kind": f.patch.kind,
+                        "hunks": [{"line": p.line, "offset": p.offset} for p in f.placements]}
+                       for f in step.files]}
+            for step in plan.steps]
+
+
+def status_json(resolved, status) -> dict:
+    return {
+        "state": status.state,
+        "target": str(resolved.target.root),
+        "found_by": resolved.target.found_by,
+        "vllm_version": str(resolved.version.version) if resolved.version else None,
+        "version_source": resolved.version.source if resolved.version else None,
+        "set": resolved.selection.set_name,
+        "series": resolved.selection.release.directory.name if resolved.selection.release else None,
+        "notes": resolved.notes,
+        "patches": [{"name": p.name, "state": p.state, "files": p.files, "description": p.description,
+                     "problem": p.problem} for p in status.patches],
+        "drifted": status.drifted,
+    }
