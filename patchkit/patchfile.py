@@ -16,6 +16,7 @@ from patchkit.errors import BadInput
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"
 DEFAULT_ROOTS = ("vllm",)
+DEV_NULL = "/dev/null"
 
 
 def decode(data: bytes) -> str:
@@ -140,8 +141,10 @@ def _dep3_header(text: str) -> dict[str, str]:
 def _file_patch(name: str, pf, roots: tuple[str, ...]) -> FilePatch:
     if getattr(pf, "is_binary_file", False):
         raise BadInput(f"{name}: binary patch for {pf.path}; only text diffs are supported")
-    source = None if pf.is_added_file or pf.source_file == "/dev/null" else _safe_path(name, pf.source_file, roots)
-    target = None if pf.is_removed_file or pf.target_file == "/dev/null" else _safe_path(name, pf.target_file, roots)
+    # Only /dev/null marks a new or deleted file: unidiff's is_added_file also guesses "added"
+    # from a lone @@ -0,0 hunk, which is just as well an edit of an empty file.
+    source = None if pf.source_file == DEV_NULL else _safe_path(name, pf.source_file, roots)
+    target = None if pf.target_file == DEV_NULL else _safe_path(name, pf.target_file, roots)
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
     hunks = tuple(_hunk(name, pf.path, h) for h in pf)

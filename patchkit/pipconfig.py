@@ -3,14 +3,15 @@
 pip merges several configuration files (site-wide, user, virtualenv,
 ``PIP_CONFIG_FILE``) and ``PIP_*`` environment variables, with the
 environment winning over files and a command's own section (``[install]``)
-winning over ``[global]``.  Rather than re-implementing that, ask pip:
-``python -m pip config list`` prints the merged result, one ``key='value'``
-a line, e.g. ``global.index-url='https://...'`` or ``:env:.index-url='...'``.
+winning over ``[global]``.  Rather than re-implementing that, ask pip: its ``Configuration`` class
+in-process (what ``pip config list`` prints), else ``python -m pip config list``
+in a subprocess, which prints the merged result one ``key='value'`` a line,
+e.g. ``global.index-url='https://...'`` or ``:env:.index-url='...'``.
 
 If pip cannot be run, fall back to the ``PIP_*`` environment variables alone,
 then to https://pypi.org/simple/.
 
-This runs a subprocess (~0.3 s), so callers only use it on a cache miss.
+This costs ~0.5 s (importing pip), so callers only use it on a cache miss.
 """
 
 from __future__ import annotations
@@ -122,8 +123,45 @@ def _pip_commands() -> list[list[str]]:
     return cmds
 
 
+_CACHE: dict[tuple, PipSettings] = {}
+
+
+def _cache_key() -> tuple:
+    watched = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA")
+    return (
+        sys.executable,
+        tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_") or k in watched)),
+    )
+
+
 def pip_settings() -> PipSettings:
-    """Ask pip for its merged configuration; fall back to PIP_* variables."""
+    """Ask pip for its merged configuration (memoized per process and PIP_*/HOME environment)."""
+    key = _cache_key()
+    if key not in _CACHE:
+        _CACHE[key] = _query_pip()
+    return _CACHE[key]
+
+
+def _pip_items_in_process() -> dict[str, str] | None:
+    """pip's merged configuration via its (internal, long-stable) Configuration class.
+
+    ~0.5 s instead of ~1.2 s for a ``pip config list`` subprocess; any failure
+    (no pip, a pip that moved the class) falls back to the subprocess.
+    """
+    try:
+        from pip._internal.configuration import Configuration
+
+        conf = Configuration(isolated=os.environ.get("PIP_ISOLATED", "").strip().lower() in _TRUE)
+        conf.load()
+        return {str(k): str(v) for k, v in conf.items()}
+    except Exception:
+        return None
+
+
+def _query_pip() -> PipSettings:
+    items = _pip_items_in_process()
+    if items is not None:
+        return settings_from_items(items, source="pip configuration")
     env = dict(os.environ)
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env.setdefault("PYTHONIOENCODING", "utf-8")

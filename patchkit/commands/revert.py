@@ -54,7 +54,11 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
                                 hint="revert --force restores the original and keeps a copy of your edit")
                 saved.append(path)
             view.write(path, read_object(root, shas["before"]) if shas["before"] else None)
-        plan = plan_revert(root, patches, view=view)
+        recorded = {(p["name"], p["sha256"]) for p in entry.patches} if entry else set()
+        # Patches the record covers are undone from the saved originals above; reverse-applying
+        # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
+        unrecorded = [p for p in patches if (p.name, p.sha256) not in recorded]
+        plan = plan_revert(root, unrecorded, view=view)
         if plan.conflicts:
             raise Conflict("cannot reverse the series; nothing was written:\n  "
                            + "\n  ".join(s.mismatch.describe() for s in plan.conflicts))

@@ -1,0 +1,46 @@
+# `make demo` and `make test` do all the set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PATCHKIT := $(VENV)/bin/patchkit
+DEMO_VERSION ?= 0.16.0
+DEMO_DIR ?= .cache/demo/vllm-$(DEMO_VERSION)
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast test-release bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+# The main job on a real stock release read from the package index:
+# fetch -> status -> apply --dry-run -> apply -> verify -> revert, then prove revert is byte-identical.
+demo: $(VENV)/.installed
+	rm -rf $(DEMO_DIR)
+	$(PATCHKIT) fetch $(DEMO_VERSION) --dest $(DEMO_DIR)
+	$(PATCHKIT) status --target $(DEMO_DIR)
+	$(PATCHKIT) apply --dry-run --target $(DEMO_DIR)
+	$(PATCHKIT) apply --target $(DEMO_DIR)
+	$(PATCHKIT) status --target $(DEMO_DIR)
+	$(PATCHKIT) verify --target $(DEMO_DIR)
+	$(PATCHKIT) revert --target $(DEMO_DIR)
+	diff -r --exclude=.patchkit "$$($(PY) -c 'from patchkit.fetch import release_tree; print(release_tree("$(DEMO_VERSION)"))')" $(DEMO_DIR)
+	@echo "demo: vllm $(DEMO_VERSION) patched, verified and reverted byte-for-byte"
+
+# Everything, including the tests that read real releases from the package index (marker `release`).
+test: $(VENV)/.installed
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not release and not slow" $(PYTEST_ARGS)
+
+test-release: $(VENV)/.installed
+	$(PY) -m pytest -q -m release $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(PY) bench/bench.py
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis

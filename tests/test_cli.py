@@ -1,0 +1,226 @@
+"""Every command through click's CliRunner on small trees, and once as `python -m patchkit`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+
+
+def patched_spec() -> str:
+    return SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
+
+
+def patched_model(import_line: str = "from .interfaces import SupportsEagle3, SupportsLoRA, SupportsPP\n") -> str:
+    return MODEL_PY.replace("from .interfaces import SupportsLoRA, SupportsPP\n", import_line).replace(
+        "class Model(SupportsLoRA, SupportsPP):", "class Model(SupportsLoRA, SupportsPP, SupportsEagle3):")
+
+
+@pytest.fixture
+def library(tmp_path, tree, scratch):
+    patches = [make_patch(scratch, tree, {SPEC: patched_spec()}, "Description: accept deepseek\n"),
+               make_patch(scratch, tree, {MODEL: patched_model()}, "Description: eagle3 interface\n")]
+    return write_library(tmp_path / "lib", {"0.16.0": patches})
+
+
+def args(tree, library, *extra):
+    return [*extra, "--target", tree, "--patches", library]
+
+
+def test_status_apply_verify_revert_cycle_is_byte_identical(run, tree, library):
+    stock = snapshot(tree)
+    result = run("status", *args(tree, library), "--format", "json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["state"] == "not-applied" and data["vllm_version"] == "0.16.0"
+    assert [p["state"] for p in data["patches"]] == ["not-applied", "not-applied"]
+
+    result = run("apply", *args(tree, library))
+    assert result.exit_code == 0, result.output
+    assert '"deepseek"' in (tree / SPEC).read_text()
+    assert json.loads(run("status", *args(tree, library), "--format", "json").output)["state"] == "applied"
+    state = json.loads((tree / ".patchkit/state.json").read_text())
+    entry = state["entries"][0]
+    assert entry["set"] == "demo" and entry["vllm_version"] == "0.16.0"
+    assert set(entry["files"]) == {SPEC, MODEL}
+
+    assert run("verify", *args(tree, library)).exit_code == 0
+    result = run("revert", *args(tree, library))
+    assert result.exit_code == 0, result.output
+    assert snapshot(tree) == stock
+    assert json.loads(run("status", *args(tree, library), "--format", "json").output)["state"] == "not-applied"
+
+
+def test_dry_run_reports_hunks_and_writes_nothing(run, tree, library):
+    stock = snapshot(tree)
+    result = run("apply", "--dry-run", *args(tree, library), "--format", "json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["result"] == "dry-run"
+    assert data["plan"][0]["files"][0]["hunks"][0]["line"] >= 1
+    assert snapshot(tree) == stock and not (tree / ".patchkit/state.json").exists()
+    text = run("apply", "--dry-run", *args(tree, library)).output
+    assert "would change 2 file(s)" in text and SPEC in text
+
+
+def test_apply_twice_is_a_no_op(run, tree, library):
+    assert run("apply", *args(tree, library)).exit_code == 0
+    patched = snapshot(tree)
+    result = run("apply", *args(tree, library), "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["result"] == "already-applied"
+    assert snapshot(tree) == patched
+
+
+def test_trailing_comma_import_is_refused_and_nothing_changes(run, tmp_path, tree, scratch):
+    broken = patched_model("from .interfaces import SupportsEagle3, SupportsLoRA, SupportsPP,\n")
+    lib = write_library(tmp_path / "badlib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()}),
+                                                         make_patch(scratch, tree, {MODEL: broken})]})
+    stock = snapshot(tree)
+    result = run("apply", *args(tree, lib))
+    assert result.exit_code == 1
+    assert "syntax" in result.output and MODEL in result.output and "nothing was written" in result.output
+    assert snapshot(tree) == stock
+    assert not (tree / ".patchkit/state.json").exists()
+    assert run("verify", *args(tree, lib)).exit_code == 1
+
+
+def test_conflict_exit_1_names_the_file_and_line(run, tree, library):
+    (tree / SPEC).write_text(SPEC_PY.replace('"qwen"', '"mistral"'))
+    before = snapshot(tree)
+    result = run("apply", *args(tree, library))
+    assert result.exit_code == 1
+    assert SPEC in result.output and "hunk #1" in result.output and "mistral" in result.output
+    assert snapshot(tree) == before
+
+
+def test_partial_state_when_only_some_patches_are_present(run, tree, library):
+    (tree / SPEC).write_text(patched_spec())
+    result = run("status", *args(tree, library), "--format", "json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["state"] == "partial"
+    assert run("apply", *args(tree, library)).exit_code == 0  # completes the series
+    assert json.loads(run("status", *args(tree, library), "--format", "json").output)["state"] == "applied"
+
+
+def test_revert_refuses_drift_and_force_keeps_a_copy(run, tree, library):
+    stock = snapshot(tree)
+    assert run("apply", *args(tree, library)).exit_code == 0
+    (tree / SPEC).write_text(patched_spec() + "# my local edit\n")
+    status = json.loads(run("status", *args(tree, library), "--format", "json").output)
+    assert status["drifted"] == [SPEC]
+    result = run("revert", *args(tree, library))
+    assert result.exit_code == 1 and SPEC in result.output
+    assert (tree / SPEC).read_text().endswith("# my local edit\n")
+    result = run("revert", "--force", *args(tree, library), "--format", "json")
+    assert result.exit_code == 0
+    saved = json.loads(result.stdout)["saved"]
+    assert snapshot(tree) == stock
+    assert (tree / ".patchkit/saved").exists()
+    from pathlib import Path
+    assert (Path(saved) / SPEC).read_text().endswith("# my local edit\n")
+
+
+def test_revert_without_record_reverse_applies(run, tree, library):
+    stock = snapshot(tree)
+    (tree / SPEC).write_text(patched_spec())
+    (tree / MODEL).write_text(patched_model())
+    result = run("revert", *args(tree, library))
+    assert result.exit_code == 0, result.output
+    assert snapshot(tree) == stock
+
+
+def test_adhoc_patch_apply_and_revert(run, tree, scratch):
+    stock = snapshot(tree)
+    patch_file = scratch / "mine.diff"
+    patch_file.write_bytes(make_patch(scratch, tree, {SPEC: patched_spec()}))
+    assert run("apply", "--target", tree, "--patch", patch_file).exit_code == 0
+    assert json.loads(run("status", "--target", tree, "--patch", patch_file, "--format", "json").stdout)[
+        "state"] == "applied"
+    assert run("revert", "--target", tree, "--patch", patch_file).exit_code == 0
+    assert snapshot(tree) == stock
+
+
+@pytest.mark.parametrize("version, state, code", [("0.18.0", "upstream", 0), ("0.25.1", "upstream", 0),
+                                                   ("0.10.2", "unsupported", 3)])
+def test_upstream_and_unsupported_versions(run, tmp_path, library, version, state, code):
+    old = write_tree(tmp_path / f"v{version}", version)
+    stock = snapshot(old)
+    result = run("status", *args(old, library), "--format", "json")
+    assert result.exit_code == code
+    assert json.loads(result.stdout)["state"] == state
+    result = run("apply", *args(old, library))
+    assert result.exit_code == code
+    if state == "unsupported":
+        assert ">=0.11.0" in result.output
+    assert snapshot(old) == stock
+
+
+def test_version_without_series_is_exit_3(run, tmp_path, library):
+    other = write_tree(tmp_path / "v0.15.0", "0.15.0")
+    result = run("apply", *args(other, library))
+    assert result.exit_code == 3 and "0.15.0" in result.output
+
+
+def test_vllm_version_override(run, tmp_path, library):
+    other = write_tree(tmp_path / "v0.15.0", "0.15.0")
+    result = run("status", *args(other, library), "--vllm-version", "0.16.0", "--format", "json")
+    data = json.loads(result.stdout)
+    assert data["vllm_version"] == "0.16.0" and data["version_source"] == "--vllm-version"
+
+
+def test_list_and_diff(run, library, tree):
+    data = json.loads(run("list", "--patches", library, "--format", "json").stdout)
+    release = data["sets"][0]["releases"][0]
+    assert release["versions"] == "==0.16.0"
+    assert [p["description"] for p in release["patches"]] == ["accept deepseek", "eagle3 interface"]
+    text = run("list", "--patches", library).output
+    assert "accept deepseek" in text
+    diff = run("diff", *args(tree, library)).output
+    assert '+    "deepseek",' in diff and "\x1b[" not in diff
+
+
+@pytest.mark.parametrize("argv, code, fragment", [
+    (["status", "--target", "/nonexistent/dir"], 4, "does not exist"),
+    (["status", "--format", "xml"], 2, "xml"),
+    (["apply", "--bogus"], 2, "bogus"),
+])
+def test_usage_and_target_errors(run, argv, code, fragment):
+    result = run(*argv)
+    assert result.exit_code == code
+    assert fragment in result.output
+    assert "Traceback" not in result.output
+
+
+def test_target_without_vllm_is_exit_4(run, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run("status", "--target", tmp_path / "empty")
+    assert result.exit_code == 4 and "no vllm/" in result.output
+
+
+def test_malformed_patch_and_unreadable_manifest_are_exit_2(run, tmp_path, tree):
+    bad = tmp_path / "bad.diff"
+    bad.write_bytes(b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,3 +1,3 @@\n x\n")
+    result = run("apply", "--target", tree, "--patch", bad)
+    assert result.exit_code == 2 and "malformed" in result.output
+    lib = tmp_path / "lib" / "broken"
+    lib.mkdir(parents=True)
+    (lib / "set.toml").write_text("name = [unclosed\n")
+    result = run("status", "--target", tree, "--patches", tmp_path / "lib")
+    assert result.exit_code == 2 and "manifest" in result.output
+
+
+def test_python_module_entry_point_in_a_subprocess(tree, library):
+    done = subprocess.run([sys.executable, "-m", "patchkit", "status", "--target", str(tree), "--patches",
+                           str(library), "--format", "json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"] == "not-applied"
+    done = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--target", str(tree / "missing")],
+                          capture_output=True, text=True)
+    assert done.returncode == 4 and "Traceback" not in done.stderr

@@ -1,0 +1,571 @@
+"""Tests of patchkit.fetch: unit tests against a local HTTP server, release tests against the real index."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from patchkit import fetch
+from patchkit.errors import BadInput, FetchError
+from patchkit.pipconfig import parse_config_list, settings_from_items
+
+VERSION = "0.1.0"
+WHEEL = f"vllm-{VERSION}-py3-none-manylinux_2_17_x86_64.whl"
+OTHER_WHEEL = f"vllm-{VERSION}-py3-none-any.whl"
+
+FILES = {
+    "vllm/__init__.py": b"__version__ = '0.1.0'\n",
+    "vllm/config/speculative.py": b"class SpeculativeConfig:\n    method = 'eagle3'\n" * 40,
+    "vllm/model_executor/models/llama_eagle3.py": b"# eagle3 drafter\nclass Eagle3LlamaForCausalLM: ...\n" * 30,
+    "vllm/v1/spec_decode/eagle.py": b"def propose():\n    return None\n" * 50,
+}
+# Incompressible filler that separates two groups of .py members by more than MERGE_GAP.
+BLOB = "vllm/_C.abi3.so"
+
+
+def _record_hash(data: bytes) -> str:
+    return fetch.record_hash(data)
+
+
+def build_wheel(
+    files: dict[str, bytes] | None = None,
+    *,
+    version: str = VERSION,
+    blob_size: int = (fetch.MERGE_GAP * 3) // 2,
+    corrupt: str | None = None,
+    extra_members: dict[str, bytes] | None = None,
+    unlisted: tuple[str, ...] = (),
+) -> bytes:
+    """A tiny but real vLLM wheel: .py members, a big incompressible blob between them, dist-info."""
+    files = dict(FILES if files is None else files)
+    names = sorted(files)
+    half = len(names) // 2
+    dist = f"vllm-{version}.dist-info"
+    members: list[tuple[str, bytes]] = [(n, files[n]) for n in names[:half]]
+    if blob_size:
+        members.append((BLOB, os.urandom(blob_size)))
+    members += [(n, files[n]) for n in names[half:]]
+    members += list((extra_members or {}).items())
+    members.append((f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()))
+    members.append((f"{dist}/WHEEL", b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-any\n"))
+    rows = []
+    for name, data in members:
+        if name in unlisted:
+            continue
+        h = _record_hash(b"tampered" if name == corrupt else data)
+        rows.append(f"{name},{h},{len(data)}")
+    rows.append(f"{dist}/RECORD,,")
+    members.append((f"{dist}/RECORD", ("\n".join(rows) + "\n").encode()))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members:
+            zi = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+            zi.compress_type = zipfile.ZIP_STORED if name == BLOB else zipfile.ZIP_DEFLATED
+            zf.writestr(zi, data)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- local index server
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: "_Server"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # keep pytest output quiet
+        pass
+
+    def _send(self, code: int, body: bytes = b"", headers: dict | None = None, head: bool = False):
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def do_HEAD(self):
+        self.do_GET(head=True)
+
+    def do_GET(self, head: bool = False):
+        srv = self.server
+        rng = self.headers.get("Range")
+        srv.log.append((self.command, self.path, rng))
+        path = self.path.split("?")[0]
+        m = re.fullmatch(r"/(\w+)/simple/([^/]+)/", path)
+        if m:
+            prefix, project = m.groups()
+            page = srv.pages.get((prefix, project))
+            if page is None:
+                return self._send(404, b"not found", head=head)
+            return self._send(200, page.encode(), {"Content-Type": "text/html; charset=utf-8"}, head)
+        m = re.fullmatch(r"/(range|norange)/files/([^/]+)", path)
+        if not m or m.group(2) not in srv.files:
+            return self._send(404, b"not found", head=head)
+        data = srv.files[m.group(2)]
+        if m.group(1) == "norange" or not rng:
+            return self._send(200, data, {"Content-Type": "application/octet-stream", "Accept-Ranges": "none"}, head)
+        size = len(data)
+        mr = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
+        if not mr or (not mr.group(1) and not mr.group(2)):
+            return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
+        a, b = mr.groups()
+        if not a:
+            start, end = max(0, size - int(b)), size - 1
+        else:
+            start, end = int(a), min(int(b) if b else size - 1, size - 1)
+        if start >= size or start > end:
+            return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
+        srv.range_bytes += end - start + 1
+        self._send(206, data[start : end + 1], {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes"}, head)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.files: dict[str, bytes] = {}
+        self.pages: dict[tuple[str, str], str] = {}
+        self.log: list[tuple[str, str, str | None]] = []
+        self.range_bytes = 0
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        self.running = True
+
+    def publish(self, filename: str, data: bytes, *, prefix: str = "range", sha256: str | None = None, extra: list[str] = ()):
+        """Serve ``data`` as ``filename`` and list it on the ``/<prefix>/simple/vllm/`` page."""
+        self.files[filename] = data
+        digest = sha256 or hashlib.sha256(data).hexdigest()
+        kind = "norange" if prefix.startswith("norange") else "range"
+        links = [f'<a href="{self.url}/{kind}/files/{filename}#sha256={digest}">{filename}</a>', *extra]
+        old = self.pages.get((prefix, "vllm"), "")
+        body = old.replace("</body></html>", "") or "<!DOCTYPE html><html><body>\n"
+        self.pages[(prefix, "vllm")] = body + "\n".join(links) + "\n</body></html>"
+
+    def index(self, prefix: str = "range") -> str:
+        return f"{self.url}/{prefix}/simple/"
+
+    def stop(self):
+        if self.running:
+            self.shutdown()
+            self.server_close()
+            self.running = False
+
+
+@pytest.fixture
+def server():
+    srv = _Server()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(d))
+    # Isolate from this machine's pip.conf and PIP_* variables.
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CERT", "PIP_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    return d
+
+
+def use_index(monkeypatch, url: str, extra: str | None = None):
+    monkeypatch.setenv("PIP_INDEX_URL", url)
+    if extra is not None:
+        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", extra)
+
+
+def state_of(cache: Path, version: str = VERSION) -> dict:
+    return json.loads((cache / "releases" / version / fetch.STATE_FILE).read_text())
+
+
+def no_network(monkeypatch):
+    """Make any index lookup or session creation fail loudly."""
+
+    def boom(*a, **k):
+        raise AssertionError("network/index used on what should be a cache hit")
+
+    monkeypatch.setattr(fetch, "_pip_settings", boom)
+    monkeypatch.setattr(fetch, "_make_session", boom)
+
+
+# --------------------------------------------------------------------------- unit tests
+
+
+def test_cache_dir_honours_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "c"))
+    assert fetch.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("PATCHKIT_CACHE_DIR")
+    assert fetch.cache_dir().name == "patchkit"
+
+
+def test_fetch_members_verified_and_cached(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    msgs: list[str] = []
+    tree = fetch.release_tree(VERSION, ["vllm/config/speculative.py", "vllm/model_executor/models/kimi_k25.py"], progress=msgs.append)
+
+    assert tree == cache / "releases" / VERSION / "tree"
+    assert (tree / "vllm/config/speculative.py").read_bytes() == FILES["vllm/config/speculative.py"]
+    assert not (tree / "vllm/model_executor/models/kimi_k25.py").exists()
+    assert (tree / f"vllm-{VERSION}.dist-info/METADATA").read_bytes().startswith(b"Metadata-Version")
+    assert (tree / f"vllm-{VERSION}.dist-info/RECORD").is_file()
+    assert not (tree / "vllm/__init__.py").exists()  # only what was asked for
+
+    st_ = state_of(cache)
+    assert st_["wheel"] == WHEEL
+    assert st_["sha256"] == hashlib.sha256(server.files[WHEEL]).hexdigest()
+    assert st_["url"].endswith(f"/range/files/{WHEEL}")
+    assert "vllm/model_executor/models/kimi_k25.py" in st_["absent"]
+    assert "vllm/config/speculative.py" in st_["present"]
+    assert BLOB in st_["members"]
+    # Range requests only; the big blob was never transferred.
+    wheel_gets = [e for e in server.log if "/files/" in e[1]]
+    assert wheel_gets and all(e[2] for e in wheel_gets if e[0] == "GET")
+    assert server.range_bytes < len(server.files[WHEEL]) // 2
+    assert fetch.last_fetch_stats.range_requests == len([e for e in wheel_gets if e[0] == "GET"])
+    assert any("verified against RECORD" in m for m in msgs)
+
+    # Second call, same files: no network at all (server gone, index lookup forbidden).
+    server.stop()
+    no_network(monkeypatch)
+    again = fetch.release_tree(VERSION, ["vllm/config/speculative.py", "vllm/model_executor/models/kimi_k25.py"])
+    assert again == tree
+    assert fetch.last_fetch_stats.requests == 0
+
+
+def test_member_not_in_wheel_decided_offline(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    fetch.release_tree(VERSION, ["vllm/config/speculative.py"])
+    server.stop()
+    no_network(monkeypatch)
+    # The central-directory member list is cached: a path the wheel lacks needs no network.
+    tree = fetch.release_tree(VERSION, ["vllm/config/speculative.py", "vllm/not_there.py"])
+    assert not (tree / "vllm/not_there.py").exists()
+    assert "vllm/not_there.py" in state_of(cache)["absent"]
+
+
+def test_new_member_later_reuses_url_without_index(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    fetch.release_tree(VERSION, ["vllm/config/speculative.py"])
+    server.pages.clear()  # the index is gone; the wheel URL is remembered
+    n = len(server.log)
+    tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py"])
+    assert (tree / "vllm/v1/spec_decode/eagle.py").read_bytes() == FILES["vllm/v1/spec_decode/eagle.py"]
+    assert not any("/simple/" in e[1] for e in server.log[n:])
+
+
+def test_all_python_coalesces(server, cache, monkeypatch):
+    extra = {f"vllm/pkg{i}/mod{j}.py": f"x = {i * 100 + j}\n".encode() * 20 for i in range(5) for j in range(20)}
+    files = {**FILES, **extra}
+    server.publish(WHEEL, build_wheel(files))
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, all_python=True)
+    for name, data in files.items():
+        assert (tree / name).read_bytes() == data
+    assert not (tree / BLOB).exists()
+    gets = [e for e in server.log if e[0] == "GET" and "/files/" in e[1]]
+    # 104 members + dist-info: the central directory, and two runs split by the big blob.
+    assert len(gets) <= 4, gets
+    assert server.range_bytes < len(server.files[WHEEL]) // 2
+    server.stop()
+    no_network(monkeypatch)
+    assert fetch.release_tree(VERSION, all_python=True) == tree
+
+
+def test_record_mismatch_is_fetch_error(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel(corrupt="vllm/config/speculative.py"))
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match="RECORD"):
+        fetch.release_tree(VERSION, ["vllm/config/speculative.py"])
+    tree = cache / "releases" / VERSION / "tree"
+    assert not (tree / "vllm/config/speculative.py").exists()
+    # Other members still verify fine.
+    fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py"])
+    assert (tree / "vllm/v1/spec_decode/eagle.py").is_file()
+
+
+def test_member_missing_from_record_is_fetch_error(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel(unlisted=("vllm/__init__.py",)))
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match="not listed"):
+        fetch.release_tree(VERSION, ["vllm/__init__.py"])
+
+
+@pytest.mark.parametrize("evil", ["vllm/../../evil.py", "vllm/a\\..\\..\\evil.py", "vllm//evil.py"])
+def test_zip_slip_member_refused(server, cache, monkeypatch, tmp_path, evil):
+    data = b"print('pwned')\n"
+    wheel = build_wheel(extra_members={evil: data})
+    server.publish(WHEEL, wheel)
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match="unsafe member"):
+        fetch.release_tree(VERSION, all_python=True)
+    assert not list(tmp_path.rglob("evil.py"))
+
+
+def test_absolute_member_refused_via_safe_dest(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ["/etc/passwd", "C:/x.py", "../x.py", "a/./b.py", ""]:
+        with pytest.raises(FetchError):
+            fetch._safe_dest(tree, name)
+    (tree / "vllm").symlink_to(tmp_path)  # a symlink escaping the tree is caught too
+    with pytest.raises(FetchError, match="outside"):
+        fetch._safe_dest(tree, "vllm/x.py")
+
+
+@pytest.mark.parametrize("bad", ["../vllm/x.py", "/abs/x.py", "vllm\\x.py", "vllm/../x.py", ""])
+def test_unsafe_requested_path_refused(cache, bad):
+    with pytest.raises(BadInput):
+        fetch.release_tree(VERSION, [bad])
+
+
+def test_bad_version_refused(cache):
+    with pytest.raises(BadInput):
+        fetch.release_tree("not a version", [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab./\\:C\x00", max_size=12))
+def test_accepted_names_stay_in_tree(tmp_path_factory, name):
+    tree = tmp_path_factory.mktemp("t")
+    try:
+        dest = fetch._safe_dest(tree, name)
+    except FetchError:
+        return
+    assert dest.resolve().is_relative_to(tree.resolve()) and dest.resolve() != tree.resolve()
+
+
+def test_fallback_download_when_ranges_ignored(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel(), prefix="norange")
+    use_index(monkeypatch, server.index("norange"))
+    msgs: list[str] = []
+    tree = fetch.release_tree(VERSION, ["vllm/config/speculative.py", "vllm/nope.py"], progress=msgs.append)
+    assert (tree / "vllm/config/speculative.py").read_bytes() == FILES["vllm/config/speculative.py"]
+    local = cache / "releases" / VERSION / WHEEL
+    assert local.read_bytes() == server.files[WHEEL]
+    assert fetch.last_fetch_stats.full_download
+    assert any("downloading" in m for m in msgs)
+    assert "vllm/nope.py" in state_of(cache)["absent"]
+    # Later requests for more members use the kept wheel: no network.
+    server.stop()
+    no_network(monkeypatch)
+    tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py"])
+    assert (tree / "vllm/v1/spec_decode/eagle.py").read_bytes() == FILES["vllm/v1/spec_decode/eagle.py"]
+
+
+def test_fallback_download_sha256_mismatch(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel(), prefix="norange", sha256="0" * 64)
+    use_index(monkeypatch, server.index("norange"))
+    with pytest.raises(FetchError, match="sha256"):
+        fetch.release_tree(VERSION, ["vllm/config/speculative.py"])
+    rel = cache / "releases" / VERSION
+    assert not (rel / WHEEL).exists() and not list(rel.glob("*.part"))
+    assert not (rel / "tree" / "vllm/config/speculative.py").exists()
+
+
+def test_prefers_manylinux_x86_64_and_skips_bad_indexes(server, cache, monkeypatch, tmp_path):
+    server.publish(OTHER_WHEEL, build_wheel(), prefix="range")
+    server.publish(WHEEL, build_wheel(), prefix="range")
+    server.publish(f"vllm-{VERSION}-py3-none-manylinux_2_17_aarch64.whl", build_wheel(), prefix="range")
+    # The primary index lacks vllm (404), a file:// index is skipped; pip.conf is read through pip.
+    conf = tmp_path / "pip.conf"
+    conf.write_text(
+        "[global]\n"
+        f"index-url = {server.index('empty')}\n"
+        f"extra-index-url = file:///nonexistent/simple\n    {server.index('range')}\n"
+    )
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    assert state_of(cache)["wheel"] == WHEEL
+    assert (tree / "vllm/__init__.py").is_file()
+
+
+@pytest.mark.parametrize("via", ["in-process", "subprocess"])
+def test_pip_settings_read_through_pip(cache, monkeypatch, tmp_path, via):
+    from patchkit import pipconfig
+
+    if via == "subprocess":
+        monkeypatch.setattr(pipconfig, "_pip_items_in_process", lambda: None)
+    monkeypatch.setattr(pipconfig, "_CACHE", {})
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nindex-url = https://file.invalid/simple\nextra-index-url = file:///x/simple https://b.invalid/simple\ncert = /tmp/ca.pem\n"
+                    "[install]\nindex-url = https://install.invalid/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    s = pipconfig.pip_settings()
+    assert s.index_urls == ["https://install.invalid/simple", "file:///x/simple", "https://b.invalid/simple"]
+    assert s.cert == "/tmp/ca.pem"
+    monkeypatch.setenv("PIP_INDEX_URL", "https://env.invalid/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
+    assert pipconfig.pip_settings().index_urls == ["https://env.invalid/simple"]
+
+
+def test_env_overrides_pip_conf(server, cache, monkeypatch, tmp_path):
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = {server.index('empty')}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index("range"))
+    fetch.release_tree(VERSION)
+    assert state_of(cache)["index"] == server.index("range")
+
+
+def test_no_index_has_vllm(server, cache, monkeypatch):
+    use_index(monkeypatch, server.index("empty"), "file:///opt/nothing/simple")
+    with pytest.raises(FetchError, match="no package index had vllm") as ei:
+        fetch.release_tree(VERSION)
+    assert ei.value.hint
+
+
+def test_unknown_version(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match="no vllm 9.9.9 wheel"):
+        fetch.release_tree("9.9.9")
+
+
+def test_available_versions(server, cache, monkeypatch):
+    for v in ("0.0.9", "0.1.0", "0.2.0rc1", "0.10.0"):
+        server.publish(f"vllm-{v}-py3-none-any.whl", b"x")
+    server.pages[("range", "vllm")] = server.pages[("range", "vllm")].replace(
+        "</body>", f'<a href="{server.url}/range/files/vllm-0.3.0.tar.gz">vllm-0.3.0.tar.gz</a></body>'
+    )
+    use_index(monkeypatch, server.index())
+    assert [str(v) for v in fetch.available_versions()] == ["0.0.9", "0.1.0", "0.3.0", "0.10.0"]
+
+
+def test_concurrent_fetches_do_not_collide(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    errors, trees = [], []
+
+    def work():
+        try:
+            trees.append(fetch.release_tree(VERSION, ["vllm/config/speculative.py", "vllm/__init__.py"]))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(set(trees)) == 1
+    assert (trees[0] / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
+    # Only one of them went to the index.
+    assert sum(1 for e in server.log if "/simple/" in e[1]) == 1
+
+
+def test_deleted_file_is_refetched(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    (tree / "vllm/__init__.py").unlink()
+    fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    assert (tree / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
+
+
+def test_coalesce():
+    spans = [(0, 10, "a"), (10, 20, "b"), (5000, 5010, "c"), (30, 40, "d")]
+    assert fetch.coalesce(spans, gap=100) == [(0, 40, ["a", "b", "d"]), (5000, 5010, ["c"])]
+    assert len(fetch.coalesce(spans, gap=1)) == 3
+    assert len(fetch.coalesce(spans, gap=10_000, max_run=30)) == 3
+
+
+def test_pip_config_parsing():
+    out = (
+        ":env:.index-url='https://env.example/simple'\n"
+        "global.index-url='https://file.example/simple'\n"
+        "global.extra-index-url='file:///opt/pypi/simple https://extra.example/simple'\n"
+        "global.cert='/etc/ssl/ca.pem'\n"
+        ":env:.default-timeout='180'\n"
+    )
+    s = settings_from_items(parse_config_list(out))
+    assert s.index_urls == ["https://env.example/simple", "file:///opt/pypi/simple", "https://extra.example/simple"]
+    assert s.cert == "/etc/ssl/ca.pem" and s.timeout == 180
+    assert settings_from_items({}).index_urls == ["https://pypi.org/simple/"]
+    assert settings_from_items({"install.no-index": "true"}).index_urls == []
+
+
+def test_import_is_cheap():
+    code = "import sys, patchkit.fetch; print(sorted(m for m in ('requests', 'remotezip', 'pypi_simple', 'urllib3', 'rich') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1])
+    assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- real index
+
+
+@pytest.fixture(scope="module")
+def real_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("release-cache")
+
+
+@pytest.fixture
+def real_env(real_cache, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(real_cache))
+    return real_cache
+
+
+@pytest.mark.release
+def test_release_0_16_0_default_fetch(real_env):
+    paths = ["vllm/config/speculative.py", "vllm/v1/spec_decode/eagle.py", "vllm/model_executor/models/llama_eagle3.py"]
+    tree = fetch.release_tree("0.16.0", paths)
+    stats = fetch.last_fetch_stats
+    for p in paths:
+        assert (tree / p).is_file()
+    assert (tree / "vllm-0.16.0.dist-info/METADATA").read_text().find("Version: 0.16.0") > 0
+    record = fetch.parse_record((tree / "vllm-0.16.0.dist-info/RECORD").read_bytes())
+    for p in paths:
+        assert fetch.record_hash((tree / p).read_bytes()) == record[p][0]
+    assert stats.bytes <= 5_000_000 and not stats.full_download
+    st_ = json.loads((real_env / "releases/0.16.0" / fetch.STATE_FILE).read_text())
+    assert re.fullmatch(r"vllm-0\.16\.0-.*manylinux.*x86_64\.whl", st_["wheel"]) and len(st_["sha256"]) == 64
+    fetch.release_tree("0.16.0", paths)
+    assert fetch.last_fetch_stats.requests == 0
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version,present", [("0.14.0", False), ("0.15.0", True)])
+def test_release_kimi_k25_presence(real_env, version, present):
+    p = "vllm/model_executor/models/kimi_k25.py"
+    tree = fetch.release_tree(version, [p])
+    assert (tree / p).is_file() is present
+    st_ = json.loads((real_env / "releases" / version / fetch.STATE_FILE).read_text())
+    assert (p in st_["present"]) is present and (p in st_["absent"]) is not present
+
+
+@pytest.mark.release
+def test_release_available_versions():
+    versions = [str(v) for v in fetch.available_versions()]
+    assert {"0.14.0", "0.15.0", "0.16.0"} <= set(versions)
+    assert not any(re.search(r"(rc|a|b|dev)\d", v) for v in versions)
+
+
+@pytest.mark.release
+@pytest.mark.slow
+def test_release_0_16_0_all_python(real_env):
+    tree = fetch.release_tree("0.16.0", all_python=True)
+    stats = fetch.last_fetch_stats
+    pys = list((tree / "vllm").rglob("*.py"))
+    assert len(pys) > 1000
+    assert stats.range_requests < 50 and not stats.full_download
