@@ -122,6 +122,8 @@ def release_tree(
     """
     global last_fetch_stats
     ver = _normalize_version(version)
+    if isinstance(paths, str):
+        paths = [paths]
     wanted = {_clean_request(p) for p in paths}
     say = progress or (lambda _msg: None)
     stats = FetchStats()
@@ -248,7 +250,10 @@ def _save_state(root: Path, state: dict[str, Any]) -> None:
     state = dict(state)
     state["present"] = sorted(set(state.get("present", ())))
     state["absent"] = sorted(set(state.get("absent", ())))
-    _atomic_write(root / STATE_FILE, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
+    try:
+        _atomic_write(root / STATE_FILE, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
+    except OSError as e:
+        raise FetchError(f"cannot write {root / STATE_FILE}: {e}", hint=_CACHE_HINT) from None
 
 
 def _atomic_write(dest: Path, data: bytes, mode: int = 0o644) -> None:
@@ -415,16 +420,40 @@ def _no_project_error(settings: PipSettings, errors: list[str]) -> FetchError:
 def _wheel_rank(filename: str, version: str):
     """None if ``filename`` is not a vLLM wheel of ``version``; else a sort key (lower is better)."""
     from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-    from packaging.version import Version
 
     try:
         name, ver, _build, tags = parse_wheel_filename(filename)
     except (InvalidWheelFilename, ValueError):
         return None
-    if canonicalize_name(name) != PROJECT or ver != Version(version):
+    # Exact (normalized) match: PEP 440 says 0.16 == 0.16.0, but the cache key and
+    # the dist-info directory name must be the wheel's own version string.
+    if canonicalize_name(name) != PROJECT or str(ver) != version:
         return None
     manylinux_x86 = any(re.fullmatch(r"manylinux.*_x86_64", t.platform) for t in tags)
     return 0 if manylinux_x86 else 1
+
+
+def _no_wheel_error(ver: str, pages) -> FetchError:
+    from packaging.version import InvalidVersion, Version
+
+    want = Version(ver)
+    on_index = set()
+    for _i, page in pages:
+        for pkg in page.packages:
+            try:
+                on_index.add((Version(pkg.version), pkg.filename.endswith(".whl")))
+            except (InvalidVersion, TypeError):
+                pass
+    hint = "check the version number; `pip index versions vllm` lists what the index has"
+    close = sorted(
+        {str(v) for v, wheel in on_index if wheel and str(v) != ver and (v == want or (want.local and v == Version(want.public)))}
+    )
+    if close:
+        hint = f"the index has {', '.join(close)}: try that version"
+    elif (want, False) in on_index:
+        hint = "the index has only an sdist of this version; patchkit reads wheels"
+    where = ", ".join(_redact(i) for i, _ in pages)
+    return FetchError(f"no {PROJECT} {ver} wheel on {where}", hint=hint)
 
 
 def _find_wheel(ver: str, settings: PipSettings, session, say: Progress) -> dict[str, Any]:
@@ -443,12 +472,7 @@ def _find_wheel(ver: str, settings: PipSettings, session, say: Progress) -> dict
             if best is None or key < best[0]:
                 best = (key, index, pkg)
     if best is None:
-        sdist_only = any(pkg.version == ver for _i, page in pages for pkg in page.packages)
-        raise FetchError(
-            f"no {PROJECT} {ver} wheel on {', '.join(_redact(i) for i, _ in pages)}"
-            + (" (only an sdist)" if sdist_only else ""),
-            hint="check the version number; `pip index versions vllm` lists what the index has",
-        )
+        raise _no_wheel_error(ver, pages)
     _key, index, pkg = best
     _safe_wheel_name(pkg.filename)
     return {

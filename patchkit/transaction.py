@@ -102,6 +102,10 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
         _faults.tick()
         journal_path(root).unlink()
         fsync_dir(meta_dir(root))
+    except OSError as exc:
+        _rollback(root, journal)
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise TargetError(f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back") from exc
     except BaseException:
         _rollback(root, journal)
         raise
@@ -109,21 +113,25 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
 
 
 def recover(root: Path) -> str | None:
-    """Finish an interrupted transaction by rolling it back. Returns what was done, if anything."""
+    """Roll back a transaction a crash left unfinished. Returns what was done, if anything."""
     path = journal_path(root)
     if not path.is_file():
         return None
     try:
         journal = json.loads(path.read_bytes())
-    except ValueError:
-        # The journal itself was being written when the process died: no file was touched yet
-        # (files change only after the journal is complete), so only staged temp files remain.
-        _remove_staged_leftovers(root)
-        path.unlink()
-        return "removed an incomplete journal left by an interrupted patchkit; no file had been changed"
+    except ValueError as exc:  # written atomically, so only outside damage gets here
+        raise BadInput(f"the journal {path} is damaged ({exc}); inspect the tree by hand") from exc
     restored = _rollback(root, journal)
-    return (f"rolled back an interrupted transaction: {restored} file(s) restored to their originals"
-            if restored else "rolled back an interrupted transaction: no file had been changed yet")
+    return (f"rolled back an interrupted patchkit transaction: {restored} file(s) restored"
+            if restored else "rolled back an interrupted patchkit transaction: no file had changed yet")
+
+
+def recover_pending(root: Path) -> str | None:
+    """For every command: one stat when nothing is pending; otherwise recover under the lock."""
+    if not journal_path(root).is_file():
+        return None
+    with target_lock(root):
+        return recover(root)
 
 
 def preflight(root: Path, paths: list[str]) -> None:
@@ -184,6 +192,7 @@ def _install(root: Path, entry: dict) -> None:
     _faults.tick()
     if entry["after"] is None:
         full.unlink()
+        _remove_empty_parents(full.parent, root)
     else:
         os.replace(root / entry["staged"], full)
     fsync_dir(full.parent)
@@ -217,17 +226,22 @@ def _rollback(root: Path, journal: dict) -> int:
     return restored
 
 
+def _remove_empty_parents(directory: Path, root: Path) -> None:
+    """A delete that empties a directory removes it too, so revert leaves no trace of an add."""
+    while directory != root and directory.parent != root:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        directory = directory.parent
+
+
 def _missing_parents(directory: Path, root: Path) -> list[Path]:
     missing = []
     while not directory.exists() and directory != root:
         missing.append(directory)
         directory = directory.parent
     return list(reversed(missing))
-
-
-def _remove_staged_leftovers(root: Path) -> None:
-    for leftover in root.glob("vllm/**/.*.patchkit-*.tmp"):
-        leftover.unlink(missing_ok=True)
 
 
 def _write_file(path: Path, data: bytes, mode: int | None) -> None:
@@ -242,6 +256,7 @@ def _write_file(path: Path, data: bytes, mode: int | None) -> None:
 def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     tmp = path.with_name(f".{path.name}.patchkit-{secrets.token_hex(4)}.tmp")
     _faults.tick()
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         _write_file(tmp, data, mode)
         _faults.tick()

@@ -112,13 +112,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if page is None:
                 return self._send(404, b"not found", head=head)
             return self._send(200, page.encode(), {"Content-Type": "text/html; charset=utf-8"}, head)
-        m = re.fullmatch(r"/(range|norange)/files/([^/]+)", path)
+        m = re.fullmatch(r"/(range|norange|tailonly)/files/([^/]+)", path)
         if not m or m.group(2) not in srv.files:
             return self._send(404, b"not found", head=head)
         data = srv.files[m.group(2)]
         if m.group(1) == "norange" or not rng:
             return self._send(200, data, {"Content-Type": "application/octet-stream", "Accept-Ranges": "none"}, head)
         size = len(data)
+        if m.group(1) == "tailonly" and not rng.startswith("bytes=-"):
+            # honours the first (suffix) range, then stops honouring ranges
+            return self._send(200, data, {"Content-Type": "application/octet-stream"}, head)
         mr = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
         if not mr or (not mr.group(1) and not mr.group(2)):
             return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
@@ -151,7 +154,7 @@ class _Server(http.server.ThreadingHTTPServer):
         """Serve ``data`` as ``filename`` and list it on the ``/<prefix>/simple/vllm/`` page."""
         self.files[filename] = data
         digest = sha256 or hashlib.sha256(data).hexdigest()
-        kind = "norange" if prefix.startswith("norange") else "range"
+        kind = prefix if prefix in ("norange", "tailonly") else "range"
         links = [f'<a href="{self.url}/{kind}/files/{filename}#sha256={digest}">{filename}</a>', *extra]
         old = self.pages.get((prefix, "vllm"), "")
         body = old.replace("</body></html>", "") or "<!DOCTYPE html><html><body>\n"
@@ -273,6 +276,16 @@ def test_new_member_later_reuses_url_without_index(server, cache, monkeypatch):
     assert not any("/simple/" in e[1] for e in server.log[n:])
 
 
+def test_members_in_the_tail_cost_no_extra_request(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    # eagle.py sits after the big blob, in the last TAIL_BYTES with the central directory and RECORD.
+    tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py"])
+    assert (tree / "vllm/v1/spec_decode/eagle.py").read_bytes() == FILES["vllm/v1/spec_decode/eagle.py"]
+    gets = [e for e in server.log if e[0] == "GET" and "/files/" in e[1]]
+    assert [e[2] for e in gets] == [f"bytes=-{fetch.TAIL_BYTES}"]
+
+
 def test_all_python_coalesces(server, cache, monkeypatch):
     extra = {f"vllm/pkg{i}/mod{j}.py": f"x = {i * 100 + j}\n".encode() * 20 for i in range(5) for j in range(20)}
     files = {**FILES, **extra}
@@ -343,7 +356,7 @@ def test_bad_version_refused(cache):
         fetch.release_tree("not a version", [])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text(alphabet="ab./\\:C\x00", max_size=12))
 def test_accepted_names_stay_in_tree(tmp_path_factory, name):
     tree = tmp_path_factory.mktemp("t")
@@ -370,6 +383,16 @@ def test_fallback_download_when_ranges_ignored(server, cache, monkeypatch):
     no_network(monkeypatch)
     tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py"])
     assert (tree / "vllm/v1/spec_decode/eagle.py").read_bytes() == FILES["vllm/v1/spec_decode/eagle.py"]
+
+
+def test_fallback_when_ranges_stop_working_mid_way(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel(), prefix="tailonly")
+    use_index(monkeypatch, server.index("tailonly"))
+    msgs: list[str] = []
+    tree = fetch.release_tree(VERSION, ["vllm/config/speculative.py"], progress=msgs.append)
+    assert (tree / "vllm/config/speculative.py").read_bytes() == FILES["vllm/config/speculative.py"]
+    assert fetch.last_fetch_stats.full_download
+    assert any("mid-way" in m for m in msgs)
 
 
 def test_fallback_download_sha256_mismatch(server, cache, monkeypatch):
@@ -440,6 +463,12 @@ def test_unknown_version(server, cache, monkeypatch):
     use_index(monkeypatch, server.index())
     with pytest.raises(FetchError, match="no vllm 9.9.9 wheel"):
         fetch.release_tree("9.9.9")
+    with pytest.raises(FetchError, match="no vllm 0.1 wheel") as ei:
+        fetch.release_tree("0.1")
+    assert "0.1.0" in ei.value.hint
+    with pytest.raises(FetchError, match=r"no vllm 0.1.0\+cu129 wheel") as ei:
+        fetch.release_tree("0.1.0+cu129")
+    assert "0.1.0" in ei.value.hint
 
 
 def test_available_versions(server, cache, monkeypatch):

@@ -16,11 +16,15 @@ def command(opts, quiet, verbose, fmt):
     """
     from patchkit.inspection import PARTIAL, inspect
     from patchkit.library import UNSUPPORTED
+    from patchkit.transaction import recover_pending
     from patchkit.resolve import resolve
     from patchkit.ui import status_json
 
     ui = make_ui(fmt, quiet, verbose)
     resolved = resolve(opts)
+    recovered = recover_pending(resolved.target.root)
+    if recovered:
+        ui.warn(recovered)
     status = inspect(resolved)
     if ui.json_mode:
         ui.json(status_json(resolved, status))

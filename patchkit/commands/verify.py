@@ -17,11 +17,15 @@ def command(opts, quiet, verbose, fmt):
     from patchkit.errors import CHECK_FAILED
     from patchkit.inspection import inspect
     from patchkit.library import UPSTREAM
+    from patchkit.transaction import recover_pending
     from patchkit.resolve import require_patches, resolve
     from patchkit.ui import plan_json, status_json
 
     ui = make_ui(fmt, quiet, verbose)
     resolved = resolve(opts)
+    recovered = recover_pending(resolved.target.root)
+    if recovered:
+        ui.warn(recovered)
     require_patches(resolved)
     status = inspect(resolved)
     results = []

@@ -1,0 +1,120 @@
+"""All-or-nothing writes: an injected failure or a hard exit at every filesystem operation of an
+apply and a revert leaves the tree exactly as before or exactly as after."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+from patchkit import transaction
+
+SPEC = "vllm/config/spec.py"
+
+
+@pytest.fixture
+def big_change(tmp_path, scratch):
+    """A patch that modifies two files, adds one in a new directory and deletes one."""
+    tree = write_tree(tmp_path / "site")
+    raw = make_patch(scratch, tree, {
+        SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'),
+        "vllm/models/model.py": MODEL_PY.replace("return x", "return x + 1"),
+        "vllm/brand/new/mod.py": "NEW = True\n",
+        "vllm/__init__.py": None,
+    })
+    (tmp_path / "p.diff").write_bytes(raw)
+    return tree, tmp_path / "p.diff"
+
+
+def _with_fault(monkeypatch, after: int, mode: str = "raise"):
+    monkeypatch.setenv("PATCHKIT_FAULT_AFTER", str(after))
+    monkeypatch.setenv("PATCHKIT_FAULT_MODE", mode)
+    monkeypatch.setattr(transaction, "_faults", transaction._Faults())
+
+
+def _fail_at_each_operation_until_done(monkeypatch, run, argv, expected):
+    """Fail the 1st, 2nd, ... filesystem operation until the command gets through whole."""
+    for n in range(1, 200):
+        _with_fault(monkeypatch, n)
+        result = run(*argv)
+        if result.exit_code == 0:
+            return n
+        assert result.exit_code == 4 and "rolled back" in result.output, (n, result.output)
+        assert snapshot(argv[2]) == expected, n
+        assert not (argv[2] / ".patchkit/journal.json").exists()
+    raise AssertionError("the command never got through")
+
+
+def test_injected_failure_at_every_operation_of_apply_rolls_back(monkeypatch, run, big_change):
+    tree, patch = big_change
+    stock = snapshot(tree)
+    operations = _fail_at_each_operation_until_done(monkeypatch, run, ["apply", "--target", tree, "--patch", patch],
+                                                    stock)
+    assert operations > 8
+    assert snapshot(tree) != stock and (tree / "vllm/brand/new/mod.py").exists()
+
+
+def test_injected_failure_at_every_operation_of_revert_keeps_it_patched(monkeypatch, run, big_change):
+    tree, patch = big_change
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    patched = snapshot(tree)
+    operations = _fail_at_each_operation_until_done(monkeypatch, run, ["revert", "--target", tree, "--patch", patch],
+                                                    patched)
+    assert operations > 8
+    assert snapshot(tree) == stock
+    assert not (tree / "vllm/brand").exists()
+
+
+def test_hard_exit_at_every_operation_then_next_command_recovers(tmp_path, big_change):
+    tree, patch = big_change
+    stock = snapshot(tree)
+    base = [sys.executable, "-m", "patchkit"]
+    target = ["--target", str(tree), "--patch", str(patch)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
+    after = None
+    for n in range(1, 40):
+        died = subprocess.run([*base, "apply", *target], capture_output=True, text=True,
+                              env={**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"})
+        if died.returncode == 0:  # n is past the last operation: the apply completed
+            after = snapshot(tree)
+            break
+        assert died.returncode == 70, died.stderr
+        pending = (tree / ".patchkit/journal.json").exists()
+        status = subprocess.run([*base, "status", *target, "--format", "json"], capture_output=True, text=True,
+                                env=env)
+        assert json.loads(status.stdout)["state"] == "not-applied", n
+        assert ("rolled back an interrupted patchkit transaction" in status.stderr) == pending
+        assert snapshot(tree) == stock, n
+        state = tree / ".patchkit/state.json"
+        assert not state.exists() or json.loads(state.read_text())["entries"] == []
+        assert not (tree / ".patchkit/journal.json").exists()
+    assert after is not None and after != stock
+
+
+def test_preflight_refuses_unwritable_file_before_writing(monkeypatch, run, big_change):
+    tree, patch = big_change
+    stock = snapshot(tree)
+    real_access = os.access
+    monkeypatch.setattr(transaction.os, "access",
+                        lambda path, mode: False if str(path).endswith("model.py") else real_access(path, mode))
+    result = run("apply", "--target", tree, "--patch", patch)
+    assert result.exit_code == 4 and "model.py" in result.output and "not writable" in result.output
+    assert snapshot(tree) == stock
+
+
+def test_symlinked_directory_on_the_way_is_refused(tmp_path, run, scratch):
+    tree = write_tree(tmp_path / "site")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "evil.py").write_text("A = 1\n")
+    (tree / "vllm" / "link").symlink_to(outside, target_is_directory=True)
+    raw = (b"--- a/vllm/link/evil.py\n+++ b/vllm/link/evil.py\n@@ -1 +1 @@\n-A = 1\n+A = 2\n")
+    (tmp_path / "p.diff").write_bytes(raw)
+    result = run("apply", "--target", tree, "--patch", tmp_path / "p.diff")
+    assert result.exit_code == 2 and "symlink" in result.output
+    assert (outside / "evil.py").read_text() == "A = 1\n"
