@@ -643,7 +643,8 @@ def coalesce(spans, gap: int = MERGE_GAP, max_run: int = MAX_RUN):
         if runs:
             r_start, r_end, items = runs[-1]
             if start - r_end < gap and max(end, r_end) - r_start <= max_run:
-                runs[-1] = (r_start, max(end, r_end), items + [item])
+                items.append(item)
+                runs[-1] = (r_start, max(end, r_end), items)
                 continue
         runs.append((start, end, [item]))
     return runs

@@ -535,6 +535,19 @@ def test_pip_config_parsing():
     assert settings_from_items({"install.no-index": "true"}).index_urls == []
 
 
+def test_session_honours_pip_cert_and_ca_bundle(monkeypatch):
+    from patchkit.pipconfig import PipSettings
+
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/env/bundle.pem")
+    with_cert = fetch._make_session(PipSettings(cert="/pip/ca.pem"), None)
+    assert with_cert.merge_environment_settings("https://x.invalid/", {}, False, None, None)["verify"] == "/pip/ca.pem"
+    plain = fetch._make_session(PipSettings(), None)
+    assert plain.merge_environment_settings("https://x.invalid/", {}, False, None, None)["verify"] == "/env/bundle.pem"
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE")
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    assert plain.merge_environment_settings("https://x.invalid/", {}, False, None, None)["verify"] is True
+
+
 def test_import_is_cheap():
     code = "import sys, patchkit.fetch; print(sorted(m for m in ('requests', 'remotezip', 'pypi_simple', 'urllib3', 'rich') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1])
