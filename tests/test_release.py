@@ -1,0 +1,89 @@
+"""Real vLLM releases, fetched from the package index with patchkit's own fetcher into the cache.
+
+Marker `release`: run by `make test` (and CI), skipped with -m "not release".
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import snapshot
+from patchkit.fetch import release_tree
+from patchkit.release_files import files_for, lay_out
+
+pytestmark = pytest.mark.release
+
+CONSECUTIVE = ("0.15.0", "0.15.1")
+
+
+def copy_tree(src: Path, dest: Path) -> Path:
+    lay_out(src, str(dest))
+    return dest
+
+
+def release_diff(old: Path, new: Path, work: Path) -> bytes:
+    """git's own diff of every vllm/**/*.py between two fetched releases, paths a/vllm/... b/vllm/..."""
+    shutil.copytree(old / "vllm", work / "a" / "vllm")
+    shutil.copytree(new / "vllm", work / "b" / "vllm")
+    done = subprocess.run(["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
+                          cwd=work, capture_output=True)
+    assert done.returncode == 1, done.stderr  # 1: there are differences
+    return done.stdout
+
+
+def test_real_release_to_release_diff_applies_exactly_and_reverts(tmp_path, run):
+    old_version, new_version = CONSECUTIVE
+    old = release_tree(old_version, all_python=True)
+    new = release_tree(new_version, all_python=True)
+    diff = release_diff(old, new, tmp_path / "diff")
+    (tmp_path / "release.diff").write_bytes(diff)
+    assert diff.count(b"\ndiff --git ") > 20
+
+    target = copy_tree(old, tmp_path / "site")
+    stock = snapshot(target)
+    result = run("apply", "--target", target, "--patch", tmp_path / "release.diff", "--format", "json")
+    assert result.exit_code == 0, result.output[-2000:]
+    assert json.loads(result.stdout)["result"] == "applied"
+    assert snapshot(target) == snapshot(new)
+
+    result = run("revert", "--target", target, "--patch", tmp_path / "release.diff")
+    assert result.exit_code == 0, result.output[-2000:]
+    assert snapshot(target) == stock
+
+
+SUPPORTED = ["0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1",
+             "0.16.0", "0.17.0", "0.17.1"]
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_eagle3_series_applies_verifies_and_reverts_on_the_real_release(tmp_path, run, version):
+    paths = files_for(version)
+    assert "vllm/model_executor/models/deepseek_v2.py" in paths
+    target = copy_tree(release_tree(version, paths), tmp_path / "site")
+    stock = snapshot(target)
+
+    def status():
+        return json.loads(run("status", "--target", target, "--format", "json").stdout)
+
+    assert status()["state"] == "not-applied"
+    assert run("apply", "--target", target).exit_code == 0
+    assert status()["state"] == "applied"
+    assert snapshot(target) != stock
+    assert run("verify", "--target", target).exit_code == 0
+    assert run("revert", "--target", target).exit_code == 0
+    assert snapshot(target) == stock
+
+
+@pytest.mark.parametrize("version", ["0.18.0", "0.20.2", "0.25.1", "0.33.0"])
+def test_later_releases_are_upstream_and_untouched(tmp_path, run, version):
+    target = copy_tree(release_tree(version, ["vllm/config/speculative.py"]), tmp_path / "site")
+    stock = snapshot(target)
+    result = run("status", "--target", target, "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["state"] == "upstream"
+    assert run("apply", "--target", target).exit_code == 0
+    assert snapshot(target) == stock
