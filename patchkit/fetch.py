@@ -216,14 +216,14 @@ def _clean_request(path: str) -> str:
     return p
 
 
-def _safe_dest(tree: Path, name: str) -> Path:
+def _safe_dest(tree: Path, name: str, real_tree: Path | None = None) -> Path:
     """Where member ``name`` goes; FetchError for anything that would land outside ``tree``."""
     reason = _unsafe_reason(name)
     if reason:
         raise FetchError(f"refusing unsafe member {name!r} in the wheel: the path {reason}", hint="the wheel looks malformed or malicious; it was not extracted")
     dest = tree / name
     try:
-        dest.resolve().relative_to(tree.resolve())
+        dest.resolve().relative_to(real_tree or tree.resolve())
     except ValueError:
         raise FetchError(f"refusing member {name!r}: it resolves outside {tree}", hint=f"remove {tree} and try again") from None
     return dest
@@ -836,7 +836,8 @@ class _Fetcher:
         present = set(state.get("present", ()))
         absent = {n for n in need if n not in infos}
         fetch = sorted(n for n in need - absent if not (n in present and (tree / n).is_file()))
-        dests = {n: _safe_dest(tree, n) for n in fetch}  # refuse unsafe names before any I/O
+        real_tree = tree.resolve()
+        dests = {n: _safe_dest(tree, n, real_tree) for n in fetch}  # refuse unsafe names before any I/O
 
         record = None
         if record_name not in fetch:

@@ -7,6 +7,7 @@ survive a round trip unchanged; line endings stay part of each line, so CRLF fil
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
@@ -112,10 +113,13 @@ def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS
         raise BadInput(f"{name}: binary data or a binary patch; only text diffs are supported")
     text = decode(raw)
     try:
-        parsed = PatchSet(text)
+        # unidiff validates the structure (headers, hunk line counts, binary entries); the
+        # metadata-only parse is several times faster, and _hunk_bodies reads the lines after.
+        parsed = PatchSet(text, metadata_only=True)
     except UnidiffParseError as exc:
         raise BadInput(f"{name}: malformed diff: {exc}") from exc
-    files = tuple(_file_patch(name, pf, roots) for pf in parsed)
+    bodies = iter(_hunk_bodies(text))
+    files = tuple(_file_patch(name, pf, roots, bodies) for pf in parsed)
     if not files:
         raise BadInput(f"{name}: contains no diff (a patch must change something)")
     seen: set[str] = set()
@@ -138,7 +142,7 @@ def _dep3_header(text: str) -> dict[str, str]:
             for key, value in message.items()}
 
 
-def _file_patch(name: str, pf, roots: tuple[str, ...]) -> FilePatch:
+def _file_patch(name: str, pf, roots: tuple[str, ...], bodies) -> FilePatch:
     if getattr(pf, "is_binary_file", False):
         raise BadInput(f"{name}: binary patch for {pf.path}; only text diffs are supported")
     # Only /dev/null marks a new or deleted file: unidiff's is_added_file also guesses "added"
@@ -147,7 +151,7 @@ def _file_patch(name: str, pf, roots: tuple[str, ...]) -> FilePatch:
     target = None if pf.target_file == DEV_NULL else _safe_path(name, pf.target_file, roots)
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
-    hunks = tuple(_hunk(name, pf.path, h) for h in pf)
+    hunks = tuple(_hunk(name, pf.path, h, next(bodies, None)) for h in pf)
     if not hunks and source == target:
         raise BadInput(f"{name}: {pf.path} has no hunks (mode-only or empty change)")
     return FilePatch(source, target, hunks)
@@ -169,21 +173,61 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
     return raw_path
 
 
-def _hunk(name: str, path: str, hunk) -> Hunk:
-    source: list[str] = []
-    target: list[str] = []
-    lines = list(hunk)
-    for i, line in enumerate(lines):
-        if line.line_type == "\\":
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def _hunk_bodies(text: str):
+    """Each hunk's (header numbers, source lines, target lines), in order, with exact line ends.
+
+    A "\\ No newline at end of file" marker takes the newline off the line before it.
+    """
+    lines = split_lines(text)
+    i, n = 0, len(lines)
+    in_file = False
+    while i < n:
+        line = lines[i]
+        i += 1
+        if line.startswith("+++ "):
+            in_file = True
             continue
-        value = line.value
-        no_newline_follows = i + 1 < len(lines) and lines[i + 1].line_type == "\\"
-        if no_newline_follows and value.endswith("\n"):
-            value = value[:-1]
-        if line.line_type in (" ", "-"):
-            source.append(value)
-        if line.line_type in (" ", "+"):
-            target.append(value)
+        match = _HUNK_HEADER.match(line) if in_file and line.startswith("@@ -") else None
+        if not match:
+            continue
+        s_start, s_len, t_start, t_len = (int(g) if g is not None else 1 for g in match.groups())
+        source: list[str] = []
+        target: list[str] = []
+        last: list[list[str]] = []
+        while (s_len > 0 or t_len > 0 or (i < n and lines[i][:1] == "\\")) and i < n:
+            body = lines[i]
+            i += 1
+            kind = body[:1]
+            if kind == "\\":
+                for side in last:
+                    if side[-1].endswith("\n"):
+                        side[-1] = side[-1][:-1]
+                continue
+            value = body[1:] if kind in (" ", "-", "+") else body  # a bare newline is empty context
+            if kind == "-":
+                source.append(value)
+                s_len -= 1
+                last = [source]
+            elif kind == "+":
+                target.append(value)
+                t_len -= 1
+                last = [target]
+            else:
+                source.append(value)
+                target.append(value)
+                s_len -= 1
+                t_len -= 1
+                last = [source, target]
+        yield (s_start, t_start), source, target
+
+
+def _hunk(name: str, path: str, hunk, body) -> Hunk:
+    if body is None or body[0] != (hunk.source_start, hunk.target_start):
+        raise BadInput(f"{name}: malformed diff: hunk {hunk.source_start} of {path} could not be read")
+    _, source, target = body
     if source == target:
         raise BadInput(f"{name}: hunk {hunk.source_start} of {path} changes nothing")
     header = f"@@ -{hunk.source_start},{hunk.source_length} +{hunk.target_start},{hunk.target_length} @@"
