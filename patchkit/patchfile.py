@@ -28,8 +28,13 @@ def encode(text: str) -> bytes:
     return text.encode(ENCODING, ERRORS)
 
 
+_OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
 def split_lines(text: str) -> list[str]:
     """Split on "\\n" only (str.splitlines also splits on \\r, \\x0c, \\u2028 ...), keeping ends."""
+    if not any(c in text for c in _OTHER_BREAKS):
+        return text.splitlines(True)  # the same result when "\n" is the only break, and in C
     parts = text.split("\n")
     lines = [part + "\n" for part in parts[:-1]]
     if parts[-1]:
@@ -118,7 +123,7 @@ def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS
         parsed = PatchSet(text, metadata_only=True)
     except UnidiffParseError as exc:
         raise BadInput(f"{name}: malformed diff: {exc}") from exc
-    bodies = iter(_hunk_bodies(text))
+    bodies = _hunk_bodies(text, (hunk for patched_file in parsed for hunk in patched_file))
     files = tuple(_file_patch(name, pf, roots, bodies) for pf in parsed)
     if not files:
         raise BadInput(f"{name}: contains no diff (a patch must change something)")
@@ -132,14 +137,14 @@ def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS
 
 def _dep3_header(text: str) -> dict[str, str]:
     """DEP-3 fields are RFC 822 style lines at the top, before the first diff line."""
-    head = []
-    for line in text.split("\n"):
-        if line.startswith(("diff ", "--- ", "Index: ")) or line == "---":
-            break
-        head.append(line)
-    message = HeaderParser().parsestr("\n".join(head) + "\n\n")
+    match = _DIFF_START.search(text)
+    head = text[:match.start()] if match else text
+    message = HeaderParser().parsestr(head.rstrip("\n") + "\n\n")
     return {key: " ".join(value.split("\n")).strip() if key != "Description" else str(value)
             for key, value in message.items()}
+
+
+_DIFF_START = re.compile(r"^(?:diff |--- |Index: |---$)", re.MULTILINE)
 
 
 def _file_patch(name: str, pf, roots: tuple[str, ...], bodies) -> FilePatch:
@@ -151,7 +156,7 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], bodies) -> FilePatch:
     target = None if pf.target_file == DEV_NULL else _safe_path(name, pf.target_file, roots)
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
-    hunks = tuple(_hunk(name, pf.path, h, next(bodies, None)) for h in pf)
+    hunks = tuple(_hunk(name, pf.path, h, next(bodies)) for h in pf)
     if not hunks and source == target:
         raise BadInput(f"{name}: {pf.path} has no hunks (mode-only or empty change)")
     return FilePatch(source, target, hunks)
@@ -176,58 +181,69 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
 _HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
-def _hunk_bodies(text: str):
+def _hunk_bodies(text: str, hunks):
     """Each hunk's (header numbers, source lines, target lines), in order, with exact line ends.
 
-    A "\\ No newline at end of file" marker takes the newline off the line before it.
+    `hunks` are unidiff's metadata-only hunks: they carry the counts unidiff validated, so a
+    body is a slice of known length unless a "\\ No newline at end of file" marker is about.
     """
     lines = split_lines(text)
+    markers = "\n\\" in text
     i, n = 0, len(lines)
-    in_file = False
-    while i < n:
-        line = lines[i]
-        i += 1
-        if line.startswith("+++ "):
-            in_file = True
-            continue
-        match = _HUNK_HEADER.match(line) if in_file and line.startswith("@@ -") else None
-        if not match:
-            continue
-        s_start, s_len, t_start, t_len = (int(g) if g is not None else 1 for g in match.groups())
-        source: list[str] = []
-        target: list[str] = []
-        last: list[list[str]] = []
-        while (s_len > 0 or t_len > 0 or (i < n and lines[i][:1] == "\\")) and i < n:
-            body = lines[i]
+    for hunk in hunks:
+        while i < n and not (lines[i].startswith("@@ -") and _HUNK_HEADER.match(lines[i])):
             i += 1
-            kind = body[:1]
-            if kind == "\\":
-                for side in last:
-                    if side[-1].endswith("\n"):
-                        side[-1] = side[-1][:-1]
-                continue
-            value = body[1:] if kind in (" ", "-", "+") else body  # a bare newline is empty context
-            if kind == "-":
-                source.append(value)
-                s_len -= 1
-                last = [source]
-            elif kind == "+":
-                target.append(value)
-                t_len -= 1
-                last = [target]
-            else:
-                source.append(value)
-                target.append(value)
-                s_len -= 1
-                t_len -= 1
-                last = [source, target]
-        yield (s_start, t_start), source, target
+        i += 1
+        if markers:
+            begin, i = i, _body_end(lines, i, hunk.source_length, hunk.target_length)
+            source, target = _with_markers(lines[begin:i])
+        else:
+            body = lines[i:i + hunk.source_length + hunk.added]
+            i += len(body)
+            # a line that is only a newline is empty context: keep it whole
+            source = [line[1:] if line[0] in " -" else line for line in body if line[0] != "+"]
+            target = [line[1:] if line[0] in " +" else line for line in body if line[0] != "-"]
+        yield source, target
+
+
+def _body_end(lines: list[str], i: int, s_len: int, t_len: int) -> int:
+    n = len(lines)
+    while (s_len > 0 or t_len > 0) and i < n:
+        kind = lines[i][0]
+        if kind == "-":
+            s_len -= 1
+        elif kind == "+":
+            t_len -= 1
+        elif kind != "\\":
+            s_len -= 1
+            t_len -= 1
+        i += 1
+    while i < n and lines[i][0] == "\\":
+        i += 1
+    return i
+
+
+def _with_markers(body: list[str]) -> tuple[list[str], list[str]]:
+    """The slow path: "\\ No newline at end of file" takes the newline off the line before it."""
+    source: list[str] = []
+    target: list[str] = []
+    last: list[list[str]] = []
+    for line in body:
+        kind = line[0]
+        if kind == "\\":
+            for side in last:
+                if side[-1].endswith("\n"):
+                    side[-1] = side[-1][:-1]
+            continue
+        value = line[1:] if kind in " -+" else line
+        last = [source] if kind == "-" else [target] if kind == "+" else [source, target]
+        for side in last:
+            side.append(value)
+    return source, target
 
 
 def _hunk(name: str, path: str, hunk, body) -> Hunk:
-    if body is None or body[0] != (hunk.source_start, hunk.target_start):
-        raise BadInput(f"{name}: malformed diff: hunk {hunk.source_start} of {path} could not be read")
-    _, source, target = body
+    source, target = body
     if source == target:
         raise BadInput(f"{name}: hunk {hunk.source_start} of {path} changes nothing")
     header = f"@@ -{hunk.source_start},{hunk.source_length} +{hunk.target_start},{hunk.target_length} @@"

@@ -50,6 +50,12 @@ def command(opts, quiet, verbose, fmt, dry_run):
             _finish(ui, "already-applied", "already applied: nothing to do", plan=plan_json(plan))
             return
 
+        if dry_run:
+            # Like `git apply --check`: where each hunk lands. `verify` also runs the checks.
+            _finish(ui, "dry-run", f"dry run: {len(plan.changes)} file(s) would change; nothing written "
+                                   "(`patchkit verify` also runs the checks)", plan=plan_json(plan))
+            return
+
         results = run_checks(CheckContext(plan.touched_paths, plan.content, resolved.target.python))
         ui.checks(results)
         failed = [r for r in results if r.failed]
@@ -58,11 +64,6 @@ def command(opts, quiet, verbose, fmt, dry_run):
                 ui.json({"result": "check-failed", "plan": plan_json(plan), "checks": [r.to_json() for r in results]})
             raise CheckFailed("verification of the patched files failed; nothing was written:\n  "
                               + "\n  ".join(f"{r.check}: {r.path}: {r.message}" for r in failed))
-        if dry_run:
-            _finish(ui, "dry-run", f"dry run: {len(plan.changes)} file(s) would change; nothing written",
-                    plan=plan_json(plan), checks=[r.to_json() for r in results])
-            return
-
         changes = plan.changes
         state = read_state(root)
         entry = _record(resolved, patches, changes, state.entry(resolved.set_name))
