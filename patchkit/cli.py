@@ -28,6 +28,9 @@ COMMANDS = {
     "diff": "patchkit.commands.diff",
     "recover": "patchkit.commands.recover",
     "fetch": "patchkit.commands.fetch",
+    "workspace": "patchkit.commands.workspace",
+    "refresh": "patchkit.commands.refresh",
+    "port": "patchkit.commands.port",
 }
 
 
@@ -35,7 +38,9 @@ class PatchkitGroup(click.Group):
     """Loads each command's module only when needed, and turns errors into exit codes."""
 
     def list_commands(self, ctx):
-        return list(COMMANDS)
+        import importlib.util
+
+        return [name for name, module in COMMANDS.items() if importlib.util.find_spec(module)]
 
     def get_command(self, ctx, name):
         if name not in COMMANDS:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from patchkit.checks import CheckContext
 from patchkit.library import PATCH, UNSUPPORTED, UPSTREAM
 from patchkit.plan import ALREADY, CONFLICT, WILL_CHANGE, Plan, plan_apply
 from patchkit.resolve import Resolved
@@ -61,3 +62,17 @@ def drifted_files(resolved: Resolved) -> list[str]:
         return []
     return sorted(path for path, shas in entry.files.items()
                   if file_sha(resolved.target.root, path) not in (shas["before"], shas["after"]))
+
+
+def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False) -> CheckContext:
+    """What the checks see: the planned contents (or the files as on disk), and the stock ones."""
+    root = resolved.target.root
+
+    def disk(path: str) -> bytes | None:
+        full = root / path
+        return full.read_bytes() if full.is_file() else None
+
+    return CheckContext(paths=plan.touched_paths, read=disk if on_disk else plan.content,
+                        python=resolved.target.python, read_stock=plan.stock_content, root=root,
+                        patch_set=resolved.selection.patch_set,
+                        version=resolved.version.version if resolved.version else None)

@@ -77,6 +77,7 @@ class Selection:
     patches: list[Patch] = field(default_factory=list)
     release: Release | None = None
     note: str | None = None
+    patch_set: PatchSetDef | None = None  # None for ad-hoc --patch diffs
 
 
 def load_set(directory: Path) -> PatchSetDef:
@@ -138,7 +139,7 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
         note = f"local version label +{version.local} ignored: treated as {version.public}"
         version = Version(version.public)
     if patch_set.upstream is not None and patch_set.upstream.contains(version, prereleases=True):
-        return Selection(patch_set.name, UPSTREAM, version, note=note)
+        return Selection(patch_set.name, UPSTREAM, version, note=note, patch_set=patch_set)
     for release in patch_set.releases:
         if release.covers(version):
             if version.is_prerelease or version.is_devrelease:
@@ -146,9 +147,9 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
             patches = [read_patch(release.directory / n, patch_set.roots) for n in release.patch_names()]
             if not patches:
                 raise BadInput(f"{release.directory / SERIES} lists no patch")
-            return Selection(patch_set.name, PATCH, version, patches, release, note)
+            return Selection(patch_set.name, PATCH, version, patches, release, note, patch_set)
     if patch_set.supported is not None and not patch_set.supported.contains(version, prereleases=True):
-        return Selection(patch_set.name, UNSUPPORTED, version,
+        return Selection(patch_set.name, UNSUPPORTED, version, patch_set=patch_set,
                          note=f"vLLM {version} is outside the range the set {patch_set.name!r} supports "
                               f"({supported_range(patch_set)})")
     covered = ", ".join(str(r.versions) for r in patch_set.releases) or "none"

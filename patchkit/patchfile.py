@@ -10,7 +10,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from patchkit.errors import BadInput
 
@@ -169,7 +169,7 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
         raw_path = raw_path[2:]
     if "\\" in raw_path or raw_path.startswith("/") or not raw_path:
         raise BadInput(f"{name}: unsafe path {raw_path!r} (absolute or with backslashes)")
-    parts = PurePosixPath(raw_path).parts
+    parts = raw_path.split("/")
     if any(part in ("..", ".", "") for part in parts):
         raise BadInput(f"{name}: unsafe path {raw_path!r} ('..' or '.' components)")
     if parts[0] not in roots:

@@ -93,6 +93,7 @@ class Plan:
     root: Path
     steps: list[PatchStep]
     view: View
+    _stock: dict = field(default_factory=dict, repr=False)
 
     @property
     def conflicts(self) -> list[PatchStep]:
@@ -106,10 +107,25 @@ class Plan:
         """The planned content of a path (the disk's where the plan does not touch it)."""
         return self.view.read(path)
 
+    def stock_content(self, path: str) -> bytes | None:
+        """The content before this plan's series: the disk's, with patches found applied undone."""
+        if path not in self._stock:
+            self._stock[path] = plan_revert(self.root, [s.patch for s in self.steps if s.state == ALREADY],
+                                            view=_overlay(self.view)).content(path)
+        return self._stock[path]
+
     @property
     def touched_paths(self) -> list[str]:
         return sorted({f.path for s in self.steps for f in s.patch.files}
                       | {f.source_path for s in self.steps for f in s.patch.files if f.source_path})
+
+
+def _overlay(view: View) -> View:
+    """A fresh view of the disk as the given view first read it."""
+    fresh = View(view.root)
+    fresh.original = dict(view.original)
+    fresh.current = dict(view.original)
+    return fresh
 
 
 def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Plan:

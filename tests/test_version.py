@@ -138,7 +138,7 @@ def test_missing_interpreter_is_a_target_error(tmp_path):
 
 def test_syntax_is_judged_by_the_target_interpreter(fake_env):
     """A subprocess compile in another interpreter reports errors like the in-process one."""
-    from patchkit.checks import compile_sources
+    from patchkit.checks.syntax import compile_sources
 
     python, _ = fake_env
     sources = {"ok.py": b"x = 1\n", "bad.py": b"from a import b, c,\n"}

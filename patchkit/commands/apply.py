@@ -13,9 +13,9 @@ from patchkit.commands import format_option, make_ui, target_options
 @click.option("--dry-run", is_flag=True, help="Show per file and hunk where each change lands; write nothing.")
 def command(opts, quiet, verbose, fmt, dry_run):
     """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
-    from patchkit.checks import CheckContext, run_checks
+    from patchkit.checks import run_checks
     from patchkit.errors import CheckFailed, Conflict, Drift
-    from patchkit.inspection import drifted_files
+    from patchkit.inspection import check_context, drifted_files
     from patchkit.library import UPSTREAM
     from patchkit.plan import plan_apply
     from patchkit.resolve import require_patches, resolve
@@ -56,7 +56,7 @@ def command(opts, quiet, verbose, fmt, dry_run):
                                    "(`patchkit verify` also runs the checks)", plan=plan_json(plan))
             return
 
-        results = run_checks(CheckContext(plan.touched_paths, plan.content, resolved.target.python))
+        results = run_checks(check_context(resolved, plan))
         ui.checks(results)
         failed = [r for r in results if r.failed]
         if failed:
@@ -92,17 +92,14 @@ def _record(resolved, patches, changes, previous):
 
 def _verify_on_disk(resolved, plan, changes, previous_state):
     """Re-run the checks on what landed; undo the transaction if they fail there."""
-    from patchkit.checks import CheckContext, run_checks
+    from patchkit.checks import run_checks
+    from patchkit.inspection import check_context
     from patchkit.errors import CheckFailed
     from patchkit.transaction import FileWrite, commit
 
     root = resolved.target.root
 
-    def read(path):
-        full = root / path
-        return full.read_bytes() if full.is_file() else None
-
-    results = run_checks(CheckContext(plan.touched_paths, read, resolved.target.python))
+    results = run_checks(check_context(resolved, plan, on_disk=True))
     failed = [r for r in results if r.failed]
     if failed:
         commit(root, [FileWrite(p, after, before) for p, (before, after) in sorted(changes.items())],

@@ -13,9 +13,9 @@ def command(opts, quiet, verbose, fmt):
 
     Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise.
     """
-    from patchkit.checks import CheckContext, run_checks
+    from patchkit.checks import run_checks
     from patchkit.errors import CHECK_FAILED
-    from patchkit.inspection import inspect
+    from patchkit.inspection import check_context, inspect
     from patchkit.library import UPSTREAM
     from patchkit.transaction import recover_pending
     from patchkit.resolve import require_patches, resolve
@@ -30,8 +30,7 @@ def command(opts, quiet, verbose, fmt):
     status = inspect(resolved)
     results = []
     if status.plan is not None and not status.plan.conflicts:
-        results = run_checks(CheckContext(status.plan.touched_paths, status.plan.content,
-                                          resolved.target.python))
+        results = run_checks(check_context(resolved, status.plan))
     failed = [r for r in results if r.failed]
     conflicts = status.plan.conflicts if status.plan else []
     ok = not failed and not conflicts and not status.drifted

@@ -1,9 +1,4 @@
-"""Verification: a list of named checks run on the tree as it is or as a plan would leave it.
-
-Each check gets the paths the patch set touches and a way to read their (planned) content, and
-returns results; a failing result with level "error" fails `verify` and stops `apply` before
-anything is written. New checks are added to CHECKS.
-"""
+"""syntax: every touched Python file compiles under the Python that will run vLLM."""
 
 from __future__ import annotations
 
@@ -11,49 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
-from typing import Callable, Protocol
 
+from patchkit.checks import CheckContext, CheckResult
 from patchkit.errors import TargetError
-
-ERROR = "error"
-WARNING = "warning"
-
-Reader = Callable[[str], "bytes | None"]
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    check: str
-    path: str | None
-    ok: bool
-    message: str
-    level: str = ERROR
-
-    @property
-    def failed(self) -> bool:
-        return not self.ok and self.level == ERROR
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class CheckContext:
-    paths: list[str]
-    read: Reader
-    python: str | None  # the interpreter that will run vLLM; None: the one running patchkit
-
-
-class Check(Protocol):
-    name: str
-
-    def run(self, ctx: CheckContext) -> list[CheckResult]: ...
 
 
 class SyntaxCheck:
-    """Every touched Python file compiles under the Python that will run vLLM."""
-
     name = "syntax"
 
     def run(self, ctx: CheckContext) -> list[CheckResult]:
@@ -62,16 +20,6 @@ class SyntaxCheck:
         errors = compile_sources(sources, ctx.python)
         return [CheckResult(self.name, path, path not in errors, errors.get(path, "compiles"))
                 for path in sorted(sources)]
-
-
-CHECKS: list[Check] = [SyntaxCheck()]
-
-
-def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[CheckResult]:
-    results: list[CheckResult] = []
-    for check in checks or CHECKS:
-        results.extend(check.run(ctx))
-    return results
 
 
 # Defined as text because it also runs inside the target's interpreter, which lacks patchkit.

@@ -1,0 +1,71 @@
+"""Verification: a list of named checks run on the tree as it is or as a plan would leave it.
+
+Each check gets the paths the patch set touches and a way to read their (planned) content, and
+returns results; a failing result with level "error" fails `verify` and stops `apply` before
+anything is written. A check is a module in this package, listed in default_checks().
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchkit.library import PatchSetDef
+
+ERROR = "error"
+WARNING = "warning"
+
+Reader = Callable[[str], "bytes | None"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str
+    path: str | None
+    ok: bool
+    message: str
+    level: str = ERROR
+
+    @property
+    def failed(self) -> bool:
+        return not self.ok and self.level == ERROR
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    paths: list[str]  # the files the series touches
+    read: Reader  # their content as checked: planned, or as on disk
+    python: str | None  # the interpreter that will run vLLM; None: the one running patchkit
+    read_stock: Reader | None = None  # their stock content, where known
+    root: Path | None = None  # the target tree
+    patch_set: PatchSetDef | None = None  # the library's set (None for ad-hoc --patch)
+    version: Version | None = None  # the vLLM version checked
+
+
+class Check(Protocol):
+    name: str
+
+    def run(self, ctx: CheckContext) -> list[CheckResult]: ...
+
+
+def default_checks() -> list[Check]:
+    """The checks `apply` and `verify` run, in order. Each lives in its own module."""
+    from patchkit.checks.syntax import SyntaxCheck
+
+    return [SyntaxCheck()]
+
+
+def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    for check in checks if checks is not None else default_checks():
+        results.extend(check.run(ctx))
+    return results
+
+
