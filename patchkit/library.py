@@ -1,7 +1,8 @@
 """The patch library: named sets, each with versioned patch series per vLLM release.
 
     <root>/<set>/set.toml             name, description, supported, upstream, [[releases]]
-    <root>/<set>/<dir>/series         patch file names in apply order ('#' starts a comment)
+    <root>/<set>/<dir>/series         patch file names in apply order, each with its sha256
+                                      ("0001-x.patch sha256:<hex>"; '#' starts a comment)
     <root>/<set>/<dir>/NNNN-name.patch  DEP-3 header, then a git-style unified diff
 
 A release entry maps a `packaging` specifier to a directory, so releases whose files are
@@ -27,6 +28,7 @@ else:  # pragma: no cover
 
 MANIFEST = "set.toml"
 SERIES = "series"
+SHA_PREFIX = "sha256:"
 
 PATCH = "patch"
 UPSTREAM = "upstream"
@@ -46,14 +48,49 @@ class Release:
     def covers(self, version: Version) -> bool:
         return self.versions.contains(version, prereleases=True)
 
-    def patch_names(self) -> list[str]:
-        series = self.directory / SERIES
+    def series(self) -> list[tuple[str, str | None]]:
+        """(patch file name, recorded sha256 or None) in apply order."""
+        path = self.directory / SERIES
         try:
-            text = series.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise BadInput(f"cannot read {series}: {exc.strerror}") from exc
-        names = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-        return [n for n in names if n]
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"cannot read {path}: {exc}") from exc
+        entries = []
+        for line in text.splitlines():
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            digest = next((f[len(SHA_PREFIX):] for f in fields[1:] if f.startswith(SHA_PREFIX)), None)
+            entries.append((fields[0], digest))
+        return entries
+
+    def patch_names(self) -> list[str]:
+        return [name for name, _ in self.series()]
+
+    def read_patches(self, roots: tuple[str, ...]) -> list[Patch]:
+        """The series' patches, each checked against the sha256 the library records for it."""
+        patches = []
+        for name, digest in self.series():
+            patch = read_patch(self.directory / name, roots)
+            if digest and patch.sha256 != digest:
+                raise BadInput(f"{self.directory / name} does not match the sha256 recorded in its series "
+                               "(corrupted, truncated or edited)",
+                               hint="restore it, or run `patchkit refresh` if the edit is intended")
+            patches.append(patch)
+        return patches
+
+
+def write_series(directory: Path, names: list[str]) -> None:
+    """Rewrite a series file, recording each patch file's sha256 beside its name."""
+    import hashlib
+
+    lines = [f"{name} {SHA_PREFIX}{hashlib.sha256((directory / name).read_bytes()).hexdigest()}"
+             for name in names]
+    comments = []
+    series = directory / SERIES
+    if series.is_file():
+        comments = [line for line in series.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
+    series.write_text("\n".join(comments + lines) + "\n", encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -144,7 +181,7 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
         if release.covers(version):
             if version.is_prerelease or version.is_devrelease:
                 note = f"{version} is a development build: using the series for {release.versions}"
-            patches = [read_patch(release.directory / n, patch_set.roots) for n in release.patch_names()]
+            patches = release.read_patches(patch_set.roots)
             if not patches:
                 raise BadInput(f"{release.directory / SERIES} lists no patch")
             return Selection(patch_set.name, PATCH, version, patches, release, note, patch_set)

@@ -12,7 +12,7 @@ STATE_STYLES = {
     "applied": "green", "patched": "green", "upstream": "cyan", "not-applied": "yellow",
     "apply": "yellow", "partial": "red", "conflict": "red", "unsupported": "magenta",
     "drifted": "red", "ok": "green", "pass": "green", "fail": "red", "warning": "yellow",
-    "check-failed": "red",
+    "check-failed": "red", "damaged": "red", "unrecorded": "yellow",
 }
 
 

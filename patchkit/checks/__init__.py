@@ -55,11 +55,17 @@ class Check(Protocol):
     def run(self, ctx: CheckContext) -> list[CheckResult]: ...
 
 
+# Evaluation order. Each module defines CHECK, an object with `name` and `run(ctx)`.
+CHECK_MODULES = ("syntax", "names", "contract", "probe")
+
+
 def default_checks() -> list[Check]:
     """The checks `apply` and `verify` run, in order. Each lives in its own module."""
-    from patchkit.checks.syntax import SyntaxCheck
+    import importlib
+    import importlib.util
 
-    return [SyntaxCheck()]
+    modules = [f"patchkit.checks.{name}" for name in CHECK_MODULES]
+    return [importlib.import_module(m).CHECK for m in modules if importlib.util.find_spec(m)]
 
 
 def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[CheckResult]:

@@ -22,6 +22,8 @@ class SyntaxCheck:
                 for path in sorted(sources)]
 
 
+CHECK = SyntaxCheck()
+
 # Defined as text because it also runs inside the target's interpreter, which lacks patchkit.
 _COMPILER = r"""
 def compile_errors(sources):

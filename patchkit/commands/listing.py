@@ -3,6 +3,7 @@ from __future__ import annotations
 import click
 
 from patchkit.commands import format_option, make_ui, target_options
+from patchkit.errors import CHECK_FAILED
 
 
 @click.command()
@@ -17,28 +18,48 @@ def command(opts, quiet, verbose, fmt):
     root = library_root(opts)
     sets = load_library(root)
     data = [_describe(s) for s in sets.values()]
+    damaged = any(p["state"] == "damaged" for s in data for r in s["releases"] for p in r["patches"])
     if ui.json_mode:
         ui.json({"library": str(root), "sets": data})
+        if damaged:
+            raise SystemExit(CHECK_FAILED)
         return
     ui.line(f"library  {root}")
     for s in data:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
         ui.line(f"         supported {s['supported'] or 'any'}; upstream {s['upstream'] or 'never'}")
-        ui.table(["releases", "series", "patch", "description"],
-                 ([r["versions"], r["dir"], p["name"], p["description"]]
-                  for r in s["releases"] for p in r["patches"]))
+        ui.table(["releases", "series", "patch", "state", "description"],
+                 ([r["versions"], r["dir"], p["name"], p["state"], p["problem"] or p["description"]]
+                  for r in s["releases"] for p in r["patches"]), state_column=3)
+    if damaged:
+        raise SystemExit(CHECK_FAILED)
 
 
 def _describe(patch_set) -> dict:
-    from patchkit.patchfile import read_patch
-
     releases = []
     for release in patch_set.releases:
-        patches = [read_patch(release.directory / name, patch_set.roots) for name in release.patch_names()]
         releases.append({"versions": str(release.versions), "dir": release.directory.name,
-                         "patches": [{"name": p.name, "description": p.description, "sha256": p.sha256,
-                                      "files": [f.path for f in p.files]} for p in patches]})
+                         "patches": [_patch_entry(release.directory / name, digest, patch_set.roots)
+                                     for name, digest in release.series()]})
     return {"name": patch_set.name, "description": patch_set.description,
             "supported": str(patch_set.supported) if patch_set.supported else None,
             "upstream": str(patch_set.upstream) if patch_set.upstream else None,
             "releases": releases}
+
+
+def _patch_entry(path, digest, roots) -> dict:
+    """A patch as `list` shows it; a damaged one is reported, not fatal."""
+    from patchkit.errors import BadInput
+    from patchkit.patchfile import read_patch
+
+    try:
+        patch = read_patch(path, roots)
+    except BadInput as exc:
+        return {"name": path.name, "description": "", "sha256": None, "files": [], "state": "damaged",
+                "problem": exc.message}
+    if digest and patch.sha256 != digest:
+        return {"name": patch.name, "description": patch.description, "sha256": patch.sha256,
+                "files": [f.path for f in patch.files], "state": "damaged",
+                "problem": "sha256 differs from the one recorded in the series (corrupted or edited)"}
+    return {"name": patch.name, "description": patch.description, "sha256": patch.sha256,
+            "files": [f.path for f in patch.files], "state": "ok" if digest else "unrecorded", "problem": None}
