@@ -75,4 +75,4 @@ def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False) -> C
     return CheckContext(paths=plan.touched_paths, read=disk if on_disk else plan.content,
                         python=resolved.target.python, read_stock=plan.stock_content, root=root,
                         patch_set=resolved.selection.patch_set,
-                        version=resolved.version.version if resolved.version else None)
+                        version=resolved.version.version if resolved.version else None, on_disk=on_disk)

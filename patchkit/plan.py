@@ -43,8 +43,9 @@ class Mismatch:
     def describe(self) -> str:
         if self.found is None:
             return f"{self.path}: {self.reason}"
-        return (f"{self.path}: hunk #{self.hunk_index} does not apply: expected at line {self.line} "
+        text = (f"{self.path}: hunk #{self.hunk_index} does not apply: expected at line {self.line} "
                 f"{self.expected.rstrip(chr(10))!r}, found {self.found.rstrip(chr(10))!r}")
+        return text if self.reason == "context does not match" else f"{text} ({self.reason})"
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,8 @@ def _mismatch(path: str, index: int, lines: list[str], hunk: Hunk, at: int) -> M
         have = lines[at + i] if at + i < len(lines) else None
         if have != want:
             found = "<end of file>" if have is None else have
-            return Mismatch(path, index, at + i + 1, want, found, "context does not match")
+            same_text = have is not None and have.rstrip("\r\n") == want.rstrip("\r\n")
+            return Mismatch(path, index, at + i + 1, want, found,
+                            "line endings differ (CRLF vs LF)" if same_text else "context does not match")
     return Mismatch(path, index, at + 1, hunk.source[0] if hunk.source else "", None,
                     f"hunk #{index} does not fit in the file")

@@ -14,6 +14,7 @@ always possible.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -39,7 +40,7 @@ class FileWrite:
 
 class _Faults:
     """Test-only: PATCHKIT_FAULT_AFTER=N makes the Nth filesystem operation fail
-    (PATCHKIT_FAULT_MODE=raise, the default) or end the process at once (=exit)."""
+    with ENOSPC (PATCHKIT_FAULT_MODE=raise, the default) or end the process at once (=exit)."""
 
     def __init__(self) -> None:
         self.after = int(os.environ.get("PATCHKIT_FAULT_AFTER", "0") or 0)
@@ -53,7 +54,7 @@ class _Faults:
         if self.count == self.after:
             if self.mode == "exit":
                 os._exit(70)
-            raise OSError(28, "injected fault (test hook)")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 _faults = _Faults()
@@ -62,24 +63,33 @@ _faults = _Faults()
 @contextmanager
 def target_lock(root: Path, timeout: float | None = None):
     """One writer per target. flock dies with its process, so a killed patchkit never blocks."""
+    lock = _acquire(root, timeout)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _acquire(root: Path, timeout: float | None):
     from filelock import FileLock, Timeout
 
     meta = meta_dir(root)
     try:
         meta.mkdir(exist_ok=True)
+        lock = FileLock(str(meta / "lock"))
     except OSError as exc:
         raise TargetError(f"cannot create {meta}: {exc.strerror}",
                           hint="patchkit records its state inside the target tree; it must be writable") from exc
-    lock = FileLock(str(meta / "lock"))
+    wait = LOCK_TIMEOUT if timeout is None else timeout
     try:
-        lock.acquire(timeout=LOCK_TIMEOUT if timeout is None else timeout)
+        lock.acquire(timeout=wait)
     except Timeout as exc:
-        raise TargetError(f"another patchkit is working on {root} (waited {lock.timeout:.0f} s)",
+        raise TargetError(f"another patchkit is working on {root} (waited {wait:.0f} s)",
                           hint="try again when it has finished") from exc
-    try:
-        yield
-    finally:
-        lock.release()
+    except OSError as exc:
+        raise TargetError(f"cannot create the lock in {meta}: {exc.strerror}",
+                          hint="patchkit records its state inside the target tree; it must be writable") from exc
+    return lock
 
 
 def journal_path(root: Path) -> Path:
@@ -132,6 +142,27 @@ def recover_pending(root: Path) -> str | None:
         return None
     with target_lock(root):
         return recover(root)
+
+
+@contextmanager
+def consistent_read(root: Path):
+    """Hold the lock while reading several files, so no writer is half-way through them.
+
+    Yields the recovery message, if an interrupted transaction had to be rolled back first. A
+    reader that may not create the lock (a read-only tree) reads without it, unless a journal
+    says a transaction is unfinished: that needs a writer to recover.
+    """
+    try:
+        lock = _acquire(root, None)
+    except TargetError:
+        if journal_path(root).is_file():
+            raise
+        lock = None
+    try:
+        yield recover(root) if lock else None
+    finally:
+        if lock:
+            lock.release()
 
 
 def preflight(root: Path, paths: list[str]) -> None:

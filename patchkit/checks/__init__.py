@@ -47,6 +47,7 @@ class CheckContext:
     root: Path | None = None  # the target tree
     patch_set: PatchSetDef | None = None  # the library's set (None for ad-hoc --patch)
     version: Version | None = None  # the vLLM version checked
+    on_disk: bool = False  # True: `read` gives the files as written (an import can see them)
 
 
 class Check(Protocol):
