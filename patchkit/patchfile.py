@@ -139,8 +139,11 @@ def _dep3_header(text: str) -> dict[str, str]:
     """DEP-3 fields are RFC 822 style lines at the top, before the first diff line."""
     match = _DIFF_START.search(text)
     head = text[:match.start()] if match else text
+    # The header is prose for people: undecodable bytes become U+FFFD rather than surrogates,
+    # which the email parser would hand back as Header objects that cannot be printed.
+    head = encode(head).decode(ENCODING, "replace")
     message = HeaderParser().parsestr(head.rstrip("\n") + "\n\n")
-    return {key: " ".join(value.split("\n")).strip() if key != "Description" else str(value)
+    return {key: " ".join(value.split("\n")).strip() if key != "Description" else value
             for key, value in message.items()}
 
 
@@ -157,8 +160,13 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], bodies) -> FilePatch:
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
     hunks = tuple(_hunk(name, pf.path, h, next(bodies)) for h in pf)
-    if not hunks and source == target:
-        raise BadInput(f"{name}: {pf.path} has no hunks (mode-only or empty change)")
+    info = "\n" + str(pf.patch_info or "")
+    renamed = "\nrename from " in info and "\nrename to " in info
+    if source and target and source != target and not renamed:
+        raise BadInput(f"{name}: {source} and {target} differ without a rename header (truncated?)")
+    if not hunks and not (renamed or (source is None and "\nnew file mode " in info)
+                          or (target is None and "\ndeleted file mode " in info)):
+        raise BadInput(f"{name}: the entry for {pf.path} has no hunks (truncated, or a mode-only change)")
     return FilePatch(source, target, hunks)
 
 

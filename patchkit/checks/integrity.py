@@ -1,0 +1,215 @@
+"""integrity: the files a series patches are the stock files of the vLLM release it was made for.
+
+The reference is the installed distribution's RECORD (`<root>/vllm-X.dist-info/RECORD`: sha256,
+urlsafe base64 without padding, per file); fetched trees carry one too. When the fetch cache holds
+the published wheel's RECORD for the same version (`patchkit fetch` put it there; the cache is only
+read, no network I/O), it is used too: a file where it and the installed RECORD disagree is reported
+(the installed build is not the published wheel), and a file the target's RECORD cannot vouch for
+is compared with it - a match passes, a mismatch is a warning (a source checkout may differ).
+
+A file passes when its stock content - the file as on disk with the series' patches that are already
+in place undone - matches the reference: a stock file, a file patchkit patched, and a file patched by
+hand with this series all pass. A file exactly as patchkit recorded writing it passes as well. Any
+other content fails (apply refuses it unless --force). A tree without RECORD, or a file RECORD does
+not list, cannot be verified: a warning, never a failure.
+
+Not in default_checks(): apply runs it before anything else (and lets --force override it), verify
+reports it alongside the other checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
+from patchkit.errors import CheckFailed
+
+NAME = "integrity"
+LIKELY_CAUSES = ("a local edit, a different build of vLLM (a custom or vendor wheel), "
+                 "or a development build that shares the release's version string")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One RECORD file: path -> 'algo=urlsafe-b64-digest'."""
+
+    label: str  # how results name it
+    hashes: dict[str, str]
+
+    def matches(self, path: str, data: bytes) -> bool:
+        return _record_hash(data, self.hashes[path]) == self.hashes[path]
+
+
+class IntegrityCheck:
+    name = NAME
+
+    def run(self, ctx: CheckContext) -> list[CheckResult]:
+        if ctx.root is None:
+            return []
+        installed, why_not = installed_record(ctx.root, ctx.version)
+        published = published_record(ctx.version)
+        recorded = _recorded_writes(ctx.root)
+        results = []
+        for path in ctx.paths:
+            results.extend(self._check(ctx, path, installed, why_not, published, recorded))
+        return results
+
+    def _check(self, ctx, path, installed, why_not, published, recorded) -> list[CheckResult]:
+        current = _read(ctx.root / path)
+        stock = ctx.read_stock(path) if ctx.read_stock else current
+        in_installed = installed is not None and path in installed.hashes
+        in_published = published is not None and path in published.hashes
+        if in_installed:
+            results = [self._verdict(path, current, stock, installed, recorded.get(path, []))]
+            if in_published and installed.hashes[path] != published.hashes[path]:
+                results.append(self._result(path, False, f"{installed.label} and {published.label} disagree "
+                                                         "on this file: the installed build is not the "
+                                                         "published wheel", WARNING))
+            return results
+        if stock is None:
+            return [self._result(path, True, "new file: added by the series")]
+        reason = f"not listed in {installed.label}" if installed else why_not
+        if not in_published:
+            return [self._result(path, False, f"not verifiable: {reason}", WARNING)]
+        # Without the target's own RECORD, the published wheel is evidence, not proof: a source
+        # checkout may legitimately differ from it.
+        verdict = self._verdict(path, current, stock, published, recorded.get(path, []))
+        if verdict.ok:
+            return [verdict]
+        return [replace(verdict, level=WARNING, message=f"{reason}; {verdict.message}")]
+
+    def _verdict(self, path, current, stock, reference: Record, writes) -> CheckResult:
+        if stock is None:
+            return self._result(path, False, f"missing, but {reference.label} lists it")
+        if reference.matches(path, stock):
+            how = "" if stock == current else " once the series' patches already in place are undone"
+            return self._result(path, True, f"stock: matches {reference.label}{how}")
+        digest = _sha256(current)
+        for before, after in writes:
+            if digest == after:
+                if before is not None and _record_hash_of_digest(before, reference.hashes[path]):
+                    return self._result(path, True, f"as patchkit wrote it over the stock file ({reference.label})")
+                return self._result(path, False, "as patchkit wrote it, but over a file that was not stock "
+                                                 "(applied with --force)", WARNING)
+        return self._result(path, False, f"differs from the stock file in {reference.label} and from what "
+                                         f"this series would make of it: {LIKELY_CAUSES}")
+
+    def _result(self, path, ok, message, level=ERROR) -> CheckResult:
+        return CheckResult(self.name, path, ok, message, level)
+
+
+CHECK = IntegrityCheck()
+
+
+def forced(results: list[CheckResult]) -> list[CheckResult]:
+    """apply --force: failures stay visible, as warnings."""
+    return [replace(r, level=WARNING, message=f"{r.message} (accepted with --force)") if r.failed else r
+            for r in results]
+
+
+def refusal(failed: list[CheckResult], version) -> CheckFailed:
+    release = f"vLLM {version}" if version else "the installed vLLM"
+    return CheckFailed("not the stock files of " + release + "; nothing was written:\n  "
+                       + "\n  ".join(f"{r.path}: {r.message}" for r in failed),
+                       hint=f"likely causes: {LIKELY_CAUSES}. Reinstall vLLM to get the stock files "
+                            "(pip install --force-reinstall --no-deps vllm==VERSION), or pass --force to "
+                            "patch these files anyway")
+
+
+# -- references ---------------------------------------------------------------------------------
+def installed_record(root: Path, version) -> tuple[Record | None, str]:
+    """The target's own RECORD, or None and why there is none."""
+    candidates = sorted(root.glob("vllm-*.dist-info/RECORD"))
+    if len(candidates) > 1 and version is not None:
+        candidates = [c for c in candidates if c.parent.name == f"vllm-{version}.dist-info"] or candidates
+    if not candidates:
+        return None, "no vllm-*.dist-info/RECORD in the tree (a source checkout?)"
+    path = candidates[0]
+    hashes = _parse(path)
+    if hashes is None:
+        return None, f"{path.relative_to(root).as_posix()} is unreadable"
+    return Record(path.relative_to(root).as_posix(), hashes), ""
+
+
+def published_record(version) -> Record | None:
+    """The published wheel's RECORD when `patchkit fetch` already cached this release (no network)."""
+    if version is None:
+        return None
+    from patchkit.fetch import cache_dir
+
+    try:
+        tree = cache_dir() / "releases" / str(version) / "tree"
+        candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))
+    except OSError:
+        return None
+    exact = [c for c in candidates if c.parent.name == f"vllm-{version}.dist-info"]
+    for path in exact or candidates[:1]:
+        hashes = _parse(path)
+        if hashes is not None:
+            return Record(f"the published wheel's RECORD (fetch cache, vllm {version})", hashes)
+    return None
+
+
+def _parse(path: Path) -> dict[str, str] | None:
+    from patchkit.errors import FetchError
+    from patchkit.fetch import parse_record
+
+    try:
+        rows = parse_record(path.read_bytes())
+    except (OSError, FetchError):
+        return None
+    return {name: digest for name, (digest, _size) in rows.items() if "=" in digest}
+
+
+def _recorded_writes(root: Path) -> dict[str, list[tuple[str | None, str]]]:
+    """path -> (before, after) sha256 of what patchkit recorded writing there."""
+    from patchkit.errors import BadInput
+    from patchkit.state import read_state
+
+    try:
+        entries = read_state(root).entries
+    except BadInput:
+        return {}
+    writes: dict[str, list[tuple[str | None, str]]] = {}
+    for entry in entries:
+        for path, shas in entry.files.items():
+            if shas.get("after"):
+                writes.setdefault(path, []).append((shas.get("before"), shas["after"]))
+    return writes
+
+
+# -- hashes ---------------------------------------------------------------------------------------
+def _record_hash(data: bytes, like: str) -> str | None:
+    """`data` hashed the way RECORD entry `like` is written (its algorithm); None if unknown."""
+    from patchkit.fetch import record_hash
+
+    algo = like.partition("=")[0]
+    try:
+        return record_hash(data, algo)
+    except ValueError:
+        return None
+
+
+def _record_hash_of_digest(hex_sha256: str, like: str) -> bool:
+    """Whether a hex sha256 (as state.json keeps them) is the digest RECORD entry `like` states."""
+    import base64
+
+    algo, _, b64 = like.partition("=")
+    if algo != "sha256":
+        return False
+    return base64.urlsafe_b64encode(bytes.fromhex(hex_sha256)).rstrip(b"=").decode() == b64
+
+
+def _sha256(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _read(path: Path) -> bytes | None:
+    if not path.is_file():  # a fifo would block the read forever
+        return None
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None

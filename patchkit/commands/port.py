@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.commands import format_option, make_ui
+
+
+@click.command()
+@click.option("--from", "from_version", required=True, metavar="V1", help="The release whose series is ported.")
+@click.option("--to", "to_version", required=True, metavar="V2", help="The release to port it to.")
+@click.option("--out", metavar="DIR", help="Write V2's series into DIR instead of the library (set.toml untouched).")
+@click.option("--workspace", metavar="DIR", help="Where to leave the workspace on conflicts "
+                                                  "(default ./vllm-V2-workspace).")
+@click.option("--patches", "library", metavar="DIR", help="Another patch library root.")
+@click.option("--set", "set_name", metavar="NAME", help="Patch set in the library.")
+@format_option
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
+@click.option("-v", "--verbose", count=True, help="More detail.")
+def command(from_version, to_version, out, workspace, library, set_name, fmt, quiet, verbose):
+    """Carry the set from release V1 to V2 by a three-way merge per file (`git merge-file`).
+
+    Base: V1 stock; ours: V1 patched; theirs: V2 stock. Clean: V2's series (same patches, same
+    DEP-3 headers) goes into the library (a new directory and a [[releases]] entry) or --out.
+    Conflicts: a workspace of V2 holds the merge with conflict markers; resolve them, then
+    `patchkit refresh`. Already upstream in V2: nothing is written. Same stock files: V2's entry
+    points at V1's directory.
+    """
+    from dataclasses import asdict
+
+    from patchkit.errors import Conflict
+    from patchkit.workspace import port_set
+
+    ui = make_ui(fmt, quiet, verbose)
+    report = port_set(from_version, to_version, library=library, set_name=set_name, out=out,
+                      workspace=workspace, progress=ui.detail)
+    if ui.json_mode:
+        ui.json(asdict(report))
+    else:
+        _show(ui, report)
+    if report.outcome == "conflicts":
+        files = sorted({m.path for m in report.conflicts})
+        raise Conflict(f"{len(files)} file(s) conflict porting {report.from_version} to {report.to_version}",
+                       hint=f"resolve the conflict markers in {report.workspace}, then "
+                            f"`patchkit refresh {report.workspace}`")
+
+
+def _show(ui, report) -> None:
+    ui.line(f"port       vllm {report.from_version} -> {report.to_version}: {report.outcome}")
+    if report.merges:
+        ui.table(["file", "patch", "merge"],
+                 ([m.path, m.patch, _merge_state(m, report.to_version)] for m in report.merges))
+    if report.outcome in ("ported", "identical") and report.patches:
+        ui.table(["patch", "state", "files"], ([p.name, "dropped (upstream)" if p.state == "removed" else "written",
+                                                ", ".join(p.files)] for p in report.patches))
+    if report.destination and report.outcome != "conflicts":
+        ui.line(f"series     {report.destination}")
+    if report.registered:
+        ui.line("set.toml   added:\n" + report.registered.rstrip())
+    if report.workspace:
+        ui.line(f"workspace  {report.workspace}")
+    for note in report.notes:
+        ui.note(note)
+
+
+def _merge_state(merge, version) -> str:
+    if merge.conflicts < 0:
+        return f"missing in {version}"
+    if merge.conflicts:
+        return f"{merge.conflicts} conflict(s)"
+    return f"clean (already in {version})" if merge.present else "clean"

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.commands import format_option, make_ui
+
+
+@click.command()
+@click.argument("version")
+@click.argument("directory", required=False, metavar="[DIR]")
+@click.option("--all", "all_python", is_flag=True, help="Every vllm/**/*.py, not only the files the series touches.")
+@click.option("--patches", "library", metavar="DIR", help="Another patch library root.")
+@click.option("--set", "set_name", metavar="NAME", help="Patch set in the library.")
+@format_option
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
+@click.option("-v", "--verbose", count=True, help="More detail.")
+def command(version, directory, all_python, library, set_name, fmt, quiet, verbose):
+    """Make DIR (default ./vllm-VERSION-workspace) a git repository to work on VERSION's series.
+
+    \b
+    commit 1  "stock vllm VERSION": the release's stock files (tag `stock`)
+    commit 2  the series applied by patchkit's engine
+    Edit the files (commit or not), then `patchkit refresh DIR` writes the diffs back.
+    """
+    from dataclasses import asdict
+
+    from patchkit.workspace import create_workspace
+
+    ui = make_ui(fmt, quiet, verbose)
+    report = create_workspace(version, directory, library=library, set_name=set_name,
+                              all_python=all_python, progress=ui.detail)
+    if ui.json_mode:
+        ui.json(asdict(report))
+        return
+    ui.line(f"workspace  {report.directory}")
+    ui.line(f"set        {report.set_name}  vllm {report.version}  series {report.series_dir}")
+    if report.shared_with:
+        ui.note(f"vllm {', '.join(report.shared_with)} share(s) this series: refresh checks that it still "
+                "applies there")
+    ui.line(f"commits    {report.stock_commit[:12]} stock vllm {report.version} ({report.files} file(s), "
+            f"tag stock)")
+    ui.line(f"           {report.patched_commit[:12]} {len(report.patches)} patch(es) applied: "
+            + ", ".join(report.patches))
+    ui.line(f"next       edit the files, then: patchkit refresh {report.directory}")
