@@ -44,3 +44,19 @@ bench: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
+
+# Opt-in: the real vLLM wheel in its own venv (about 11 GB, 5-10 minutes the first time; reused after).
+# apply --python / verify (with the import probe) / revert on it; see tests/vllm_import/.
+VLLM ?= 0.16.0
+VLLM_VENV ?= .cache/vllm-venv-$(VLLM)
+
+.PHONY: test-vllm
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --quiet vllm==$(VLLM)
+	touch $@
+
+test-vllm: $(VENV)/.installed $(VLLM_VENV)/.installed
+	VLLM_PYTHON="$(abspath $(VLLM_VENV))/bin/python" VLLM_VERSION=$(VLLM) \
+		$(PY) -m pytest -q tests/vllm_import $(PYTEST_ARGS)

@@ -60,5 +60,9 @@ class TargetError(PatchkitError):
     exit_code = TARGET_PROBLEM
 
 
+class LockBusy(TargetError):
+    """Another patchkit held the target's lock for longer than the timeout."""
+
+
 class FetchError(TargetError):
     """Release sources could not be obtained from the package index."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from patchkit.checks import CheckContext
-from patchkit.library import PATCH, UNSUPPORTED, UPSTREAM
+from patchkit.checks import CheckContext, CheckResult
+from patchkit.library import PATCH, UNSUPPORTED, UPSTREAM, PatchSetDef
 from patchkit.plan import ALREADY, CONFLICT, WILL_CHANGE, Plan, plan_apply
 from patchkit.resolve import Resolved
 from patchkit.state import file_sha, read_state
@@ -32,16 +32,24 @@ class TreeStatus:
     patches: list[PatchReport] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)
     plan: Plan | None = None
+    checks: list[CheckResult] = field(default_factory=list)  # upstream: the checks run on the stock files
+
+    @property
+    def upstream_regression(self) -> bool:
+        """An upstream release whose own files fail the set's checks: vLLM dropped or broke the change."""
+        return self.state == UPSTREAM and any(r.failed for r in self.checks)
 
     @property
     def healthy(self) -> bool:
-        return self.state not in (PARTIAL,) and not self.drifted
+        return self.state not in (PARTIAL,) and not self.drifted and not self.upstream_regression
 
 
-def inspect(resolved: Resolved) -> TreeStatus:
+def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
+    """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
     kind = resolved.selection.kind
     if kind == UPSTREAM:
-        return TreeStatus(UPSTREAM)
+        checks = run_upstream_checks(resolved, import_probe=import_probe) if check_upstream else []
+        return TreeStatus(UPSTREAM, checks=checks)
     if kind == UNSUPPORTED:
         return TreeStatus(UNSUPPORTED)
     assert kind == PATCH
@@ -64,15 +72,62 @@ def drifted_files(resolved: Resolved) -> list[str]:
                   if file_sha(resolved.target.root, path) not in (shas["before"], shas["after"]))
 
 
-def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False) -> CheckContext:
+def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False,
+                  import_probe: bool = True) -> CheckContext:
     """What the checks see: the planned contents (or the files as on disk), and the stock ones."""
     root = resolved.target.root
+    disk = _disk_reader(root)
+    return CheckContext(paths=plan.touched_paths, read=disk if on_disk else plan.content,
+                        python=resolved.target.python, read_stock=plan.stock_content, root=root,
+                        patch_set=resolved.selection.patch_set,
+                        version=resolved.version.version if resolved.version else None, on_disk=on_disk,
+                        import_probe=import_probe)
 
+
+def _disk_reader(root):
     def disk(path: str) -> bytes | None:
         full = root / path
         return full.read_bytes() if full.is_file() else None
 
-    return CheckContext(paths=plan.touched_paths, read=disk if on_disk else plan.content,
-                        python=resolved.target.python, read_stock=plan.stock_content, root=root,
+    return disk
+
+
+def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:
+    """The files an upstream release is checked on: those of the set's newest series."""
+    release = newest_release(patch_set) if patch_set else None
+    if release is None:
+        return []
+    return sorted({f.source_path or f.path for p in release.read_patches(patch_set.roots) for f in p.files})
+
+
+def newest_release(patch_set: PatchSetDef):
+    """The series for the highest version the set's [[releases]] specifiers name."""
+    from packaging.version import InvalidVersion, Version
+
+    def highest(release) -> Version:
+        named = []
+        for spec in release.versions:
+            try:
+                named.append(Version(spec.version.removesuffix(".*")))
+            except InvalidVersion:
+                continue
+        return max(named, default=Version("0"))
+
+    return max(patch_set.releases, key=highest, default=None)
+
+
+def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool = True) -> CheckContext:
+    """The stock files as they are: what was patched before is checked as vLLM now ships it."""
+    root = resolved.target.root
+    disk = _disk_reader(root)
+    return CheckContext(paths=paths, read=disk, python=resolved.target.python, read_stock=disk, root=root,
                         patch_set=resolved.selection.patch_set,
-                        version=resolved.version.version if resolved.version else None, on_disk=on_disk)
+                        version=resolved.version.version if resolved.version else None, on_disk=True,
+                        import_probe=import_probe)
+
+
+def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:
+    from patchkit.checks import run_checks
+
+    paths = upstream_check_paths(resolved.selection.patch_set)
+    return run_checks(upstream_context(resolved, paths, import_probe=import_probe)) if paths else []

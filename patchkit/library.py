@@ -102,6 +102,8 @@ class PatchSetDef:
     upstream: SpecifierSet | None
     releases: tuple[Release, ...]
     roots: tuple[str, ...] = DEFAULT_ROOTS
+    probe: Path | None = None  # a script run in the target's interpreter after import (checks/probe.py)
+    contract: tuple = ()  # checks.contract.Requirement: what must hold in the patched code
 
 
 @dataclass
@@ -136,9 +138,38 @@ def load_set(directory: Path) -> PatchSetDef:
             upstream=_specifier(data.get("upstream"), manifest),
             releases=releases,
             roots=tuple(data.get("roots", DEFAULT_ROOTS)),
+            probe=_probe_script(data.get("probe"), directory, manifest),
+            contract=_contract(data.get("contract"), directory, manifest),
         )
     except (KeyError, TypeError) as exc:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
+
+
+def _contract(declared: object, directory: Path, manifest: Path) -> tuple:
+    """set.toml's `contract`: inline [[contract]] tables, or a TOML file of [[requirement]] tables."""
+    from patchkit.checks.contract import parse_requirements
+
+    if declared is None:
+        return ()
+    if not isinstance(declared, str):
+        return parse_requirements(declared, str(manifest))
+    path = directory / declared
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"cannot read the contract {path} named in {manifest}: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"unreadable contract {path}: {exc}") from exc
+    return parse_requirements(data.get("requirement", []), str(path))
+
+
+def _probe_script(name: str | None, directory: Path, origin: Path) -> Path | None:
+    if name is None:
+        return None
+    path = directory / name
+    if not path.is_file():
+        raise BadInput(f"manifest {origin}: probe script {path} does not exist")
+    return path
 
 
 def _specifier(text: str | None, origin: Path) -> SpecifierSet | None:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.errors import BadInput, TargetError
+from patchkit.errors import BadInput, LockBusy, TargetError
 from patchkit.state import (
     State, file_sha, fsync_dir, meta_dir, object_path, read_object, sha256, state_path,
 )
@@ -84,7 +84,7 @@ def _acquire(root: Path, timeout: float | None):
     try:
         lock.acquire(timeout=wait)
     except Timeout as exc:
-        raise TargetError(f"another patchkit is working on {root} (waited {wait:.0f} s)",
+        raise LockBusy(f"another patchkit is working on {root} (waited {wait:.0f} s)",
                           hint="try again when it has finished") from exc
     except OSError as exc:
         raise TargetError(f"cannot create the lock in {meta}: {exc.strerror}",
@@ -154,6 +154,8 @@ def consistent_read(root: Path):
     """
     try:
         lock = _acquire(root, None)
+    except LockBusy:
+        raise
     except TargetError:
         if journal_path(root).is_file():
             raise

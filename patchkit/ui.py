@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -12,7 +13,8 @@ STATE_STYLES = {
     "applied": "green", "patched": "green", "upstream": "cyan", "not-applied": "yellow",
     "apply": "yellow", "partial": "red", "conflict": "red", "unsupported": "magenta",
     "drifted": "red", "ok": "green", "pass": "green", "fail": "red", "warning": "yellow",
-    "check-failed": "red", "damaged": "red", "unrecorded": "yellow",
+    "check-failed": "red", "damaged": "red", "unrecorded": "yellow", "upstream-regression": "bold red",
+    "skipped": "dim",
 }
 
 
@@ -132,9 +134,60 @@ class UI:
                    title=f"plan: {verb} {len(plan.changes)} file(s)", state_column=3)
 
     def checks(self, results) -> None:
-        rows = [[r.check, r.path or "", "pass" if r.ok else ("fail" if r.failed else "warning"), r.message]
-                for r in results]
+        rows = [[r.check, r.path or "", check_outcome(r), r.message] for r in results]
         self.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
+
+    def releases(self, results) -> None:
+        """`verify` against releases: one row per vLLM release."""
+        rows = [[str(r.version), r.label, r.series or "",
+                 f"{r.timings.get('total', 0.0):.2f} s" + (" (cached)" if r.cached else ""), r.detail]
+                for r in results]
+        self.table(["vLLM", "outcome", "series", "time", "detail"], rows, title="releases", state_column=1)
+
+    @contextmanager
+    def progress(self, total: int, description: str):
+        """Yields advance(label): a progress bar on stderr when both streams are a terminal, else a no-op."""
+        if self.quiet or self.fmt != "text" or not (self.terminal and self.err.is_terminal):
+            yield lambda label: None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=self.err, transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda label: bar.update(task, advance=1, description=label)
+
+
+def releases_junit(results, suite: str) -> str:
+    """JUnit XML: a <testcase> per release, <failure> with the reason, <skipped> when unsupported."""
+    import xml.etree.ElementTree as ET
+
+    failures = [r for r in results if r.failed]
+    skipped = [r for r in results if r.outcome == "unsupported" and not r.failed]
+    total = sum(r.timings.get("total", 0.0) for r in results)
+    root = ET.Element("testsuites", name="patchkit verify", tests=str(len(results)),
+                      failures=str(len(failures)), skipped=str(len(skipped)), time=f"{total:.3f}")
+    suite_el = ET.SubElement(root, "testsuite", name=suite, tests=str(len(results)), failures=str(len(failures)),
+                             errors="0", skipped=str(len(skipped)), time=f"{total:.3f}")
+    for r in results:
+        case = ET.SubElement(suite_el, "testcase", classname=suite, name=f"vllm {r.version}",
+                             time=f"{r.timings.get('total', 0.0):.3f}")
+        if r.failed:
+            failure = ET.SubElement(case, "failure", type=r.label, message=f"{r.label}: {r.detail}")
+            failure.text = "\n".join([r.detail] + [f"{c.check}: {c.path or '-'}: {c.message}"
+                                                   for c in r.checks if c.failed])
+        elif r.outcome == "unsupported":
+            ET.SubElement(case, "skipped", message=r.detail)
+        ET.SubElement(case, "system-out").text = f"{r.label}: {r.detail}"
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def check_outcome(result) -> str:
+    """pass, fail, warning; "skipped" for a passing result at warning level (a check that did not run)."""
+    if result.ok:
+        return "pass" if result.level != "warning" else "skipped"
+    return "fail" if result.failed else "warning"
 
 
 def plan_json(plan) -> list[dict]:
@@ -159,4 +212,6 @@ def status_json(resolved, status) -> dict:
         "patches": [{"name": p.name, "state": p.state, "files": p.files, "description": p.description,
                      "problem": p.problem} for p in status.patches],
         "drifted": status.drifted,
+        **({"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
+           if status.state == "upstream" else {}),
     }

@@ -48,6 +48,7 @@ class CheckContext:
     patch_set: PatchSetDef | None = None  # the library's set (None for ad-hoc --patch)
     version: Version | None = None  # the vLLM version checked
     on_disk: bool = False  # True: `read` gives the files as written (an import can see them)
+    import_probe: bool = True  # False: --no-import, the probe check does not import vLLM
 
 
 class Check(Protocol):

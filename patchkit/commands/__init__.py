@@ -17,7 +17,7 @@ def target_options(func):
         click.option("--target", "target_dir", metavar="DIR",
                      help="Directory containing the vllm/ package (site-packages, unpacked wheel, checkout)."),
         click.option("--python", "python", metavar="PATH",
-                     help="Interpreter whose environment has vLLM (vllm is not imported)."),
+                     help="Interpreter whose environment has vLLM (found without importing it; apply/verify import-test the patches)."),
         click.option("--vllm-version", metavar="VERSION", help="Override the detected vLLM version."),
         click.option("--patches", "library", metavar="DIR", help="Another patch library root."),
         click.option("--patch", "adhoc", metavar="FILE", multiple=True,

@@ -11,7 +11,10 @@ from patchkit.commands import format_option, make_ui, target_options
 @target_options
 @format_option
 @click.option("--dry-run", is_flag=True, help="Show per file and hunk where each change lands; write nothing.")
-def command(opts, quiet, verbose, fmt, dry_run):
+@click.option("--no-import", is_flag=True, help="Do not import the patched modules after writing (probe check).")
+@click.option("--force", is_flag=True,
+              help="Patch files that are not the release's stock files (integrity check against RECORD).")
+def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
     """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
     from patchkit.checks import run_checks
     from patchkit.errors import CheckFailed, Conflict, Drift
@@ -50,13 +53,15 @@ def command(opts, quiet, verbose, fmt, dry_run):
             _finish(ui, "already-applied", "already applied: nothing to do", plan=plan_json(plan))
             return
 
+        integrity = _stock_integrity(ui, resolved, plan, force)
         if dry_run:
             # Like `git apply --check`: where each hunk lands. `verify` also runs the checks.
             _finish(ui, "dry-run", f"dry run: {len(plan.changes)} file(s) would change; nothing written "
-                                   "(`patchkit verify` also runs the checks)", plan=plan_json(plan))
+                                   "(`patchkit verify` also runs the checks)", plan=plan_json(plan),
+                    checks=[r.to_json() for r in integrity])
             return
 
-        results = run_checks(check_context(resolved, plan))
+        results = integrity + run_checks(check_context(resolved, plan, import_probe=not no_import))
         ui.checks(results)
         failed = [r for r in results if r.failed]
         if failed:
@@ -69,7 +74,18 @@ def command(opts, quiet, verbose, fmt, dry_run):
         entry = _record(resolved, patches, changes, state.entry(resolved.set_name))
         commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(changes.items())],
                state.with_entry(entry))
-        _verify_on_disk(resolved, plan, changes, state)
+        # Before the on-disk checks: the probe imports the patched modules.
+        bytecode = _fix_bytecode(ui, resolved, changes)
+        try:
+            on_disk = _verify_on_disk(resolved, plan, changes, state, import_probe=not no_import)
+        except CheckFailed:
+            _fix_bytecode(ui, resolved, changes)  # the rollback rewrote the sources once more
+            raise
+        written_only = [r for r in on_disk if r not in results]  # what only the written files show: probe
+        if written_only:
+            ui.checks(written_only)
+        results = integrity + on_disk + bytecode
+    _refuse_stale_bytecode(ui, plan, results, f"applied {len(patches)} patch(es)")
     _finish(ui, "applied", f"applied {len(patches)} patch(es): {len(changes)} file(s) changed",
             plan=plan_json(plan), checks=[r.to_json() for r in results])
 
@@ -90,8 +106,8 @@ def _record(resolved, patches, changes, previous):
                  files=files)
 
 
-def _verify_on_disk(resolved, plan, changes, previous_state):
-    """Re-run the checks on what landed; undo the transaction if they fail there."""
+def _verify_on_disk(resolved, plan, changes, previous_state, *, import_probe=True):
+    """Re-run the checks on what landed (and import it); undo the transaction if they fail there."""
     from patchkit.checks import run_checks
     from patchkit.inspection import check_context
     from patchkit.errors import CheckFailed
@@ -99,13 +115,54 @@ def _verify_on_disk(resolved, plan, changes, previous_state):
 
     root = resolved.target.root
 
-    results = run_checks(check_context(resolved, plan, on_disk=True))
+    results = run_checks(check_context(resolved, plan, on_disk=True, import_probe=import_probe))
     failed = [r for r in results if r.failed]
     if failed:
         commit(root, [FileWrite(p, after, before) for p, (before, after) in sorted(changes.items())],
                previous_state)
         raise CheckFailed("verification after writing failed; the tree was rolled back:\n  "
                           + "\n  ".join(f"{r.check}: {r.path}: {r.message}" for r in failed))
+    return results
+
+
+def _stock_integrity(ui, resolved, plan, force):
+    """Refuse to patch files that are not the release's stock files (RECORD), unless --force."""
+    from patchkit.checks import integrity
+    from patchkit.inspection import check_context
+    from patchkit.ui import plan_json
+
+    results = integrity.CHECK.run(check_context(resolved, plan))
+    failed = [r for r in results if r.failed]
+    if failed and not force:
+        ui.checks(results)
+        if ui.json_mode:
+            ui.json({"result": "check-failed", "plan": plan_json(plan), "checks": [r.to_json() for r in results]})
+        raise integrity.refusal(failed, resolved.version.version if resolved.version else None)
+    return integrity.forced(results)
+
+
+def _fix_bytecode(ui, resolved, changes):
+    """Rebuild or remove compiled bytecode that would keep running the old code of changed files."""
+    from patchkit.checks import bytecode
+
+    results = bytecode.fix(resolved.target.root, changes, resolved.target.python)
+    ui.checks(results)
+    return results
+
+
+def _refuse_stale_bytecode(ui, plan, results, done):
+    from patchkit.checks import bytecode
+    from patchkit.errors import CheckFailed
+    from patchkit.ui import plan_json
+
+    stale = [r for r in results if r.check == bytecode.NAME and r.failed]
+    if stale:
+        if ui.json_mode:
+            ui.json({"result": "bytecode-failed", "plan": plan_json(plan), "checks": [r.to_json() for r in results]})
+        raise CheckFailed(f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  "
+                          + bytecode.failures(stale),
+                          hint="remove those .pyc files (Python then compiles the sources); "
+                               "`patchkit verify` reports any stale bytecode left")
 
 
 def _report_recovery(ui, message):

@@ -71,10 +71,34 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
         kept = _keep_copies(root, saved) if saved else None
         commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(changes.items())],
                state.without(set_name))
+        bytecode = _fix_bytecode(ui, target, changes)
     if kept:
         ui.warn(f"your edits to {', '.join(saved)} were saved under {kept}")
+    stale = [r for r in bytecode if r.failed]
+    if stale:
+        _refuse_stale_bytecode(ui, changes, bytecode, stale)
     _finish(ui, "reverted", f"reverted: {len(changes)} file(s) restored to stock", sorted(changes),
-            saved=str(kept) if kept else None)
+            saved=str(kept) if kept else None, checks=[r.to_json() for r in bytecode])
+
+
+def _fix_bytecode(ui, target, changes):
+    """Compiled bytecode of the patched code must not outlive the revert (unchecked-hash pycs)."""
+    from patchkit.checks import bytecode
+
+    results = bytecode.fix(target.root, changes, target.python)
+    ui.checks(results)
+    return results
+
+
+def _refuse_stale_bytecode(ui, changes, results, stale):
+    from patchkit.checks import bytecode
+    from patchkit.errors import CheckFailed
+
+    if ui.json_mode:
+        ui.json({"result": "bytecode-failed", "files": sorted(changes), "checks": [r.to_json() for r in results]})
+    raise CheckFailed(f"reverted {len(changes)} file(s), but compiled bytecode of the patched code could not "
+                      "be fixed:\n  " + bytecode.failures(stale),
+                      hint="remove those .pyc files (Python then compiles the sources)")
 
 
 def _keep_copies(root, paths):

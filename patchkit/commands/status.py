@@ -12,27 +12,34 @@ from patchkit.errors import CHECK_FAILED, NO_PATCH_SET
 def command(opts, quiet, verbose, fmt):
     """Where vLLM is, its version, the patch set chosen and each patch's state.
 
-    Overall state: applied, not-applied, partial, upstream or unsupported.
+    Overall state: applied, not-applied, partial, upstream or unsupported. On an upstream release the
+    set's static checks run on the stock files (vLLM is not imported; `verify` also import-probes);
+    a failure there is an upstream regression (exit 1).
     """
     from patchkit.inspection import PARTIAL, inspect
     from patchkit.library import UNSUPPORTED
-    from patchkit.transaction import recover_pending
     from patchkit.resolve import resolve
+    from patchkit.transaction import consistent_read
     from patchkit.ui import status_json
 
     ui = make_ui(fmt, quiet, verbose)
     resolved = resolve(opts)
-    recovered = recover_pending(resolved.target.root)
-    if recovered:
-        ui.warn(recovered)
-    status = inspect(resolved)
+    with consistent_read(resolved.target.root) as recovered:
+        if recovered:
+            ui.warn(recovered)
+        status = inspect(resolved, check_upstream=True, import_probe=False)
     if ui.json_mode:
         ui.json(status_json(resolved, status))
     else:
         ui.status(resolved, status)
+        if status.upstream_regression:
+            ui.checks(status.checks)
+            ui.error("upstream regression: this release's stock files fail the set's checks")
+        elif status.checks:
+            ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on the stock files", style="green")
     if status.state == UNSUPPORTED:
         if not ui.json_mode:
             ui.error(resolved.selection.note or "unsupported vLLM version")
         raise SystemExit(NO_PATCH_SET)
-    if status.state == PARTIAL or status.drifted:
+    if status.state == PARTIAL or status.drifted or status.upstream_regression:
         raise SystemExit(CHECK_FAILED)

@@ -2,23 +2,124 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui, target_options
+from patchkit.commands import make_ui, target_options
+
+VERIFY_FORMATS = ("text", "json", "junit")
 
 
+def _repeatable_vllm_version(command: click.Command) -> click.Command:
+    """The shared --vllm-version takes one value; here it may be given once per release to verify."""
+    option = next(p for p in command.params if p.name == "vllm_version")
+    option.multiple = True
+    option.help = ("Without --target/--python: a vLLM release to verify from its stock files (repeatable). "
+                   "With them: override the detected version.")
+    return command
+
+
+@_repeatable_vllm_version
 @click.command()
 @target_options
-@format_option
-def command(opts, quiet, verbose, fmt):
+@click.option("--format", "fmt", type=click.Choice(VERIFY_FORMATS), default="text", show_default=True,
+              help="Output format (junit: releases only).")
+@click.option("--all", "every", is_flag=True,
+              help="Verify every vLLM release on the index from the set's supported minimum on.")
+@click.option("--latest", is_flag=True, help="Verify the newest vLLM release on the index.")
+@click.option("--no-import", is_flag=True, help="Do not import the patched modules (probe check).")
+@click.option("--no-result-cache", "no_result_cache", is_flag=True,
+              help="Releases: run every release again, even when a result for the same inputs is cached.")
+def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache):
     """Run the checks on the patched files: as they are, or as `apply` would leave them.
 
-    Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise.
+    Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise. On an
+    upstream release, the set's checks run on the stock files; a failure is an upstream regression (1).
+
+    With --vllm-version V (no --target/--python), --all or --latest: verify real releases instead,
+    each from its stock files fetched from the package index, in a scratch directory: dry-run, checks,
+    apply, checks on disk, revert, byte-identical to stock. Outcome per release: patched, upstream,
+    conflict, check-failed, unsupported. Exit 1 if any conflict, failed check, upstream regression or
+    non-identical revert; else 3 if a release asked for by name (or --latest) is unsupported; else 0.
+    A release's result is cached under a key over all its inputs (stock files, the set, patchkit's
+    code, the Python and checking libraries).
     """
+    from dataclasses import replace
+
+    from patchkit.errors import BadInput
+
+    named = tuple(opts.vllm_version or ())
+    on_target = bool(opts.target_dir or opts.python)
+    if every or latest or (named and not on_target):
+        if on_target:
+            raise BadInput("--all and --latest verify releases fetched from the index, not a target",
+                           hint="drop --target/--python, or verify the target without them")
+        if opts.adhoc:
+            raise BadInput("--patch cannot be verified against releases; the library's series are")
+        _verify_releases(replace(opts, vllm_version=None), named, every, latest, fmt, quiet, verbose,
+                         use_cache=not no_result_cache)
+        return
+    if len(named) > 1:
+        raise BadInput("several --vllm-version values verify releases, not a target",
+                       hint="drop --target/--python, or give one --vllm-version")
+    if fmt == "junit":
+        raise BadInput("--format junit reports releases: use it with --vllm-version (no --target), --all "
+                       "or --latest")
+    _verify_target(replace(opts, vllm_version=named[0] if named else None), fmt, quiet, verbose,
+                   import_probe=not no_import)
+
+
+def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cache):
+    from patchkit import release_check
+    from patchkit.ui import releases_junit
+    from patchkit.version import parse
+
+    # JUnit and JSON are the whole of stdout; quiet keeps text lines out of it.
+    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
+    patch_set = release_check.load_patch_set(opts)
+    versions, requested = release_check.releases_to_verify(
+        patch_set, [parse(v, "--vllm-version") for v in named], every=every, latest=latest)
+    with ui.progress(len(versions), f"verifying {len(versions)} release(s)") as advance:
+        results = release_check.verify_releases(versions, requested, opts, advance, use_cache=use_cache)
+    if fmt == "json":
+        ui.json([r.to_json(patch_set.name) for r in results])
+    elif fmt == "junit":
+        import sys
+
+        sys.stdout.write(releases_junit(results, f"patchkit.{patch_set.name}"))
+    else:
+        _report_releases(ui, results)
+    code = release_check.exit_code(results)
+    if code:
+        raise SystemExit(code)
+
+
+def _report_releases(ui, results):
+    from collections import Counter
+
+    ui.releases(results)
+    for r in results:
+        if r.failed:
+            for c in r.checks:
+                if c.failed:
+                    ui.line(f"  {r.version}: {c.check}: {c.path or '-'}: {c.message}", style="red")
+        elif r.outcome == "unsupported" and r.requested:
+            ui.error(f"vLLM {r.version} was asked for but is not covered: {r.detail}")
+    summary = ", ".join(f"{n} {label}" for label, n in Counter(r.label for r in results).items())
+    failed = [str(r.version) for r in results if r.failed]
+    refused = [str(r.version) for r in results if r.outcome == "unsupported" and r.requested]
+    if failed:
+        ui.line(f"verify: FAILED on {', '.join(failed)} ({summary})", style="bold red")
+    elif refused:
+        ui.line(f"verify: not covered: {', '.join(refused)} ({summary})", style="magenta")
+    else:
+        ui.line(f"verify: ok ({summary})", style="green")
+
+
+def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
     from patchkit.checks import run_checks
     from patchkit.errors import CHECK_FAILED
     from patchkit.inspection import check_context, inspect
     from patchkit.library import UPSTREAM
-    from patchkit.transaction import recover_pending
     from patchkit.resolve import require_patches, resolve
+    from patchkit.transaction import recover_pending
     from patchkit.ui import plan_json, status_json
 
     ui = make_ui(fmt, quiet, verbose)
@@ -27,25 +128,34 @@ def command(opts, quiet, verbose, fmt):
     if recovered:
         ui.warn(recovered)
     require_patches(resolved)
-    status = inspect(resolved)
-    results = []
+    status = inspect(resolved, check_upstream=True, import_probe=import_probe)
+    results = list(status.checks)
     if status.plan is not None and not status.plan.conflicts:
-        results = run_checks(check_context(resolved, status.plan))
+        # Applied: the files are on disk, so the probe can import them.
+        results = run_checks(check_context(resolved, status.plan, on_disk=status.state == "applied",
+                                           import_probe=import_probe))
+    if status.plan is not None:  # the files as on disk, conflict or not: stock (RECORD), stale bytecode
+        from patchkit.checks import bytecode, integrity
+
+        results = (integrity.CHECK.run(check_context(resolved, status.plan)) + results
+                   + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python))
     failed = [r for r in results if r.failed]
     conflicts = status.plan.conflicts if status.plan else []
     ok = not failed and not conflicts and not status.drifted
     if ui.json_mode:
         ui.json({**status_json(resolved, status), "ok": ok,
-                 "checked": "as-is" if status.state == "applied" else "as-planned",
+                 "checked": "as-is" if status.state in ("applied", UPSTREAM) else "as-planned",
                  "plan": plan_json(status.plan) if status.plan else [],
                  "checks": [r.to_json() for r in results]})
     else:
         ui.status(resolved, status)
         if status.state == UPSTREAM:
-            ui.line("upstream: this vLLM release ships the change; nothing to verify against the set")
-        elif results:
-            if status.state != "applied":
-                ui.line("checked as the tree would be after apply (nothing written)")
+            ui.line("upstream: this vLLM release ships the change; the set's checks ran on its stock files")
+            if status.upstream_regression:
+                ui.line("upstream regression: the stock files fail the set's checks", style="bold red")
+        elif results and status.state != "applied":
+            ui.line("checked as the tree would be after apply (nothing written)")
+        if results:
             ui.checks(results)
         ui.line("verify: ok" if ok else "verify: FAILED", style="green" if ok else "bold red")
     if not ok:

@@ -1,0 +1,243 @@
+"""bytecode: no compiled bytecode may keep running the old code of a file patchkit changed.
+
+Images built with `compileall --invalidation-mode unchecked-hash` ship .pyc files Python never checks
+against their source (PEP 552: the header's flags word, bit 0 = hash-based, bit 1 = check_source), so a
+patched module would silently keep running its stock code. After apply and revert (inside the lock),
+fix() looks at every `__pycache__/<module>.<tag>[.opt-N].pyc` and legacy `<module>.pyc` of the changed
+files and
+  - recompiles a stale one whose tag is the target interpreter's, with that interpreter and the
+    pyc's own invalidation mode and optimization level;
+  - removes a stale one of another interpreter (it cannot be rebuilt here; Python rebuilds it);
+  - removes a legacy one (only imported once the source is gone) and those of deleted sources;
+  - leaves timestamp and checked-hash pycs alone: Python re-validates them against the new source
+    (timestamp: mtime and size changed with the write), and says so.
+scan() reports the same without changing anything (verify): a stale unchecked-hash pyc is a failure.
+
+The work runs inside the target interpreter (in-process when it is the one running patchkit): only
+it knows its cache tag, its magic number and the key of its source hashes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from patchkit.checks import ERROR, WARNING, CheckResult
+
+NAME = "bytecode"
+
+# Runs inside the target interpreter, which lacks patchkit: plain Python >= 3.7, no imports of ours.
+_WORKER = r"""
+import importlib.util, marshal, os, py_compile, sys
+
+def bytecode_work(jobs, fix):
+    tag = sys.implementation.cache_tag
+    return {"tag": tag, "results": [_bytecode_one(job, fix, tag) for job in jobs]}
+
+def _bytecode_one(job, fix, tag):
+    pyc, source = job["pyc"], job["source"]
+    out = {"pyc": pyc, "source": source, "kind": None, "mine": False, "stale": None, "action": None,
+           "error": None}
+    try:
+        with open(pyc, "rb") as f:
+            blob = f.read()
+    except OSError as exc:
+        out["error"] = "cannot read: %s" % (exc.strerror or exc)
+        return out
+    header = blob[:16]
+    magic_ok = len(header) == 16 and header[:4] == importlib.util.MAGIC_NUMBER
+    flags = int.from_bytes(header[4:8], "little") if len(header) == 16 else 0
+    out["kind"] = ("damaged" if len(header) < 16 else
+                   ("checked-hash" if flags & 2 else "unchecked-hash") if flags & 1 else "timestamp")
+    out["mine"] = magic_ok and (job["legacy"] or job["tag"] == tag)
+    try:
+        with open(source, "rb") as f:
+            data = f.read()
+        st = os.stat(source)
+    except OSError:
+        data = st = None
+    out["stale"] = _stale(out, header, data, st, fix, job["legacy"])
+    if fix and _needs_fixing(out, job, data):
+        _fix(out, job, blob, fix)
+    return out
+
+def _stale(out, header, data, st, fix, legacy):
+    # True: Python would run it instead of the current source; None: cannot tell with this interpreter.
+    kind = out["kind"]
+    if data is None:
+        return legacy  # a legacy pyc is imported once its source is gone; __pycache__ ones are not
+    if legacy or kind in ("damaged", "checked-hash"):
+        return False  # ignored beside a source / rejected / re-validated against the source hash
+    if kind == "timestamp":
+        mtime = int.from_bytes(header[8:12], "little")
+        size = int.from_bytes(header[12:16], "little")
+        # The header still fits a file just rewritten: compiled in the same second from other bytes
+        # of the same size. Python would trust it.
+        return bool(fix) and (mtime, size) == (int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
+    if not out["mine"]:
+        return None  # its hash is keyed by another interpreter's magic number
+    return header[8:16] != importlib.util.source_hash(data)
+
+def _needs_fixing(out, job, data):
+    if job["legacy"] or data is None:
+        return True
+    if out["kind"] == "unchecked-hash":
+        return out["stale"] is not False
+    return out["stale"] is True
+
+def _fix(out, job, blob, fix):
+    rebuild = out["mine"] and os.path.isfile(job["source"]) and not job["legacy"]
+    out["attempt"] = "recompile" if rebuild else "remove"
+    try:
+        if rebuild:
+            mode = {"timestamp": py_compile.PycInvalidationMode.TIMESTAMP,
+                    "checked-hash": py_compile.PycInvalidationMode.CHECKED_HASH,
+                    "unchecked-hash": py_compile.PycInvalidationMode.UNCHECKED_HASH}[out["kind"]]
+            py_compile.compile(job["source"], cfile=job["pyc"], dfile=_compiled_as(blob), doraise=True,
+                               optimize=job["optimize"], invalidation_mode=mode)
+            out["action"] = "recompiled"
+        else:
+            os.remove(job["pyc"])
+            out["action"] = "removed"
+    except (OSError, py_compile.PyCompileError) as exc:
+        out["error"] = str(exc)
+
+def _compiled_as(blob):
+    # Keep the file name the image compiled it under (compileall -d / -s rewrite it).
+    try:
+        return marshal.loads(blob[16:]).co_filename
+    except Exception:
+        return None
+"""
+_WORKER_MAIN = "import json, sys\nargs = json.load(sys.stdin)\nprint(json.dumps(bytecode_work(*args)))\n"
+
+
+def fix(root: Path, paths, python: str | None) -> list[CheckResult]:
+    """After a write: rebuild or remove compiled bytecode that would shadow the new sources."""
+    return _report(root, paths, python, fix=True)
+
+
+def scan(root: Path, paths, python: str | None) -> list[CheckResult]:
+    """verify: stale bytecode, reported and left alone."""
+    return _report(root, paths, python, fix=False)
+
+
+def failures(results: list[CheckResult]) -> str:
+    return "\n  ".join(f"{r.path}: {r.message}" for r in results if r.failed)
+
+
+def _report(root: Path, paths, python: str | None, *, fix: bool) -> list[CheckResult]:
+    jobs = [job for path in sorted(paths) if path.endswith(".py") for job in compiled_files(root, path)]
+    if not jobs:
+        return [CheckResult(NAME, None, True, "no compiled bytecode for the changed files")]
+    answer = _run_worker(jobs, fix, python)
+    by_path: dict[str, list[dict]] = {}
+    for job, result in zip(jobs, answer["results"]):
+        by_path.setdefault(job["path"], []).append({**job, **result})
+    return [_summarize(path, items, answer["tag"], fix) for path, items in by_path.items()]
+
+
+def compiled_files(root: Path, path: str) -> list[dict]:
+    """The .pyc files of one source: every interpreter's in __pycache__, and a legacy one beside it."""
+    source = root / path
+    stem = source.name[:-len(".py")]
+    jobs = []
+    cache = source.parent / "__pycache__"
+    for pyc in sorted(cache.glob(f"{stem}.*.pyc")) if cache.is_dir() else ():
+        parts = pyc.name[len(stem) + 1:-len(".pyc")].split(".")
+        if len(parts) > 2 or (len(parts) == 2 and not parts[1].startswith("opt-")):
+            continue  # another module's (a dotted name cannot be a module)
+        optimize = int(parts[1][len("opt-"):]) if len(parts) == 2 and parts[1][4:].isdigit() else 0
+        jobs.append(_job(path, source, pyc, parts[0], optimize, legacy=False))
+    legacy = source.with_suffix(".pyc")
+    if legacy.is_file():
+        jobs.append(_job(path, source, legacy, None, 0, legacy=True))
+    return jobs
+
+
+def _job(path, source, pyc, tag, optimize, *, legacy) -> dict:
+    return {"path": path, "source": str(source), "pyc": str(pyc), "tag": tag, "optimize": optimize,
+            "legacy": legacy, "name": pyc.relative_to(source.parent).as_posix()}
+
+
+def _summarize(path: str, items: list[dict], tag: str, fix: bool) -> CheckResult:
+    notes, level, ok = [], None, True
+    for item in items:
+        note, severity = _describe(item, tag, fix)
+        notes.append(f"{item['name']}: {note}")
+        if severity == ERROR:
+            ok, level = False, ERROR
+        elif severity == WARNING and level is None:
+            ok, level = False, WARNING
+    return CheckResult(NAME, path, ok, "; ".join(notes), level or ERROR)
+
+
+def _describe(item: dict, tag: str, fix: bool) -> tuple[str, str | None]:
+    """What one pyc is and what was (or would have to be) done; severity None when fine."""
+    kind, stale, action = item["kind"] or "unreadable", item["stale"], item["action"]
+    if item["error"]:
+        return f"{kind}, stale; could not {item.get('attempt') or 'fix'} it: {item['error']}", ERROR
+    if action == "recompiled":
+        return f"{kind}, stale: recompiled with {tag}", None
+    if action == "removed":
+        return f"{kind}, {_why_removed(item)}: removed", None
+    if item["legacy"]:  # left alone by scan()
+        if stale:
+            return f"legacy {kind} pyc imported in place of the missing source", ERROR
+        return "legacy pyc beside the source: not imported while the source exists", WARNING
+    if kind == "unchecked-hash":
+        if stale:
+            return "unchecked-hash, stale: Python loads it without reading the source", ERROR
+        if stale is None:
+            return ("unchecked-hash pyc of another interpreter: cannot be checked with " + tag
+                    + (" (apply and revert remove such files)" if not fix else ""), WARNING)
+        return "unchecked-hash, up to date", None
+    if kind == "timestamp":
+        return ("timestamp, no longer matches the source's mtime/size: Python recompiles it" if fix
+                else "timestamp: Python re-validates it by mtime/size"), None
+    if kind == "checked-hash":
+        return "checked-hash: Python re-validates it against the source hash", None
+    return f"{kind}: Python rejects it and compiles the source", None
+
+
+def _why_removed(item: dict) -> str:
+    if not Path(item["source"]).is_file():
+        return "its source is gone"
+    if item["legacy"]:
+        return "legacy pyc beside the source (would be imported if the source went away)"
+    if not item["mine"]:
+        return "compiled by another interpreter, which alone could rebuild it"
+    return "stale"
+
+
+def _run_worker(jobs: list[dict], fix: bool, python: str | None) -> dict:
+    payload = [[{k: v for k, v in job.items() if k != "path"} for job in jobs], fix]
+    if _same_interpreter(python):
+        namespace: dict = {}
+        exec(_WORKER, namespace)  # noqa: S102 - our own constant
+        return namespace["bytecode_work"](*payload)
+    try:
+        done = subprocess.run([python, "-c", _WORKER + _WORKER_MAIN], input=json.dumps(payload),
+                              capture_output=True, text=True, timeout=300, cwd=os.path.abspath(os.sep))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return _all_failed(jobs, f"cannot run {python}: {exc}")
+    if done.returncode != 0:
+        return _all_failed(jobs, f"{python} failed: {done.stderr.strip()[-300:]}")
+    return json.loads(done.stdout)
+
+
+def _all_failed(jobs: list[dict], why: str) -> dict:
+    return {"tag": "?", "results": [{"pyc": j["pyc"], "source": j["source"], "kind": None, "mine": False,
+                                     "stale": None, "action": None, "error": why} for j in jobs]}
+
+
+def _same_interpreter(python: str | None) -> bool:
+    if python is None:
+        return True
+    try:
+        return os.path.samefile(python, sys.executable)
+    except OSError:
+        return False

@@ -1,0 +1,504 @@
+"""`patchkit verify` against real vLLM releases, for CI.
+
+Each release's stock files are fetched (patchkit.fetch.release_tree: cached, range requests) and
+laid out in a scratch directory. There the engine the commands use runs unchanged: dry-run
+(plan_apply), the checks on the planned contents, apply (transaction.commit with a state record),
+status and the checks on disk, revert from the record; then the tree must be byte-identical to
+stock. An upstream release's stock files go through the checks as they are: a failure there is an
+upstream regression. Outcome per release: patched, upstream, conflict, check-failed, unsupported.
+
+Releases sharing a series directory should have identical stock files (that is why they share
+it). The first is fetched and done; each other one is compared through the sha256 its wheel's
+RECORD gives for those files (RECORD comes with the wheel's central directory, so no file is
+read) and, when they match, takes the first one's result.
+
+A result is kept in the fetch cache (<cache>/verify-results/), under a key that covers every input
+it depends on: the release, its stock files, the set's directory (series, patches, contract,
+probe), patchkit's own code, the Python and the libraries that judge (pyflakes, unidiff,
+packaging). The pipeline is deterministic in those, so an unchanged key gives the same result;
+`--no-result-cache` runs everything again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from packaging.version import Version
+
+from patchkit import fetch
+from patchkit.checks import CheckResult, run_checks
+from patchkit.errors import CHECK_FAILED, NO_PATCH_SET, OK, NoPatchSet
+from patchkit.inspection import APPLIED, check_context, inspect, upstream_check_paths
+from patchkit.library import PATCH, UNSUPPORTED as UNSUPPORTED_KIND, UPSTREAM as UPSTREAM_KIND
+from patchkit.library import PatchSetDef, Selection, choose_set, load_library, select
+from patchkit.options import Options
+from patchkit.plan import ALREADY, plan_apply, plan_revert
+from patchkit.release_files import files_for
+from patchkit.resolve import Resolved, library_root, resolve
+from patchkit.state import META_DIR, read_object, read_state
+from patchkit.transaction import FileWrite, commit
+
+PATCHED = "patched"
+UPSTREAM = "upstream"
+CONFLICT = "conflict"
+CHECK_FAILED_OUTCOME = "check-failed"
+UNSUPPORTED = "unsupported"
+
+# Fetches are network-bound (a range request or two per release): run them side by side.
+FETCH_WORKERS = 8
+
+Advance = Callable[[str], None]
+
+
+@dataclass
+class ReleaseResult:
+    version: Version
+    outcome: str  # patched, upstream, conflict, check-failed or unsupported
+    detail: str
+    requested: bool = False  # named by --vllm-version/--latest, not only by --all's range
+    series: str | None = None  # the series directory, "upstream", or None
+    checks: list[CheckResult] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    reverted_identical: bool | None = None  # None: nothing was written
+    upstream_regression: bool = False
+    same_as: Version | None = None  # the release whose (identical) stock files were done instead
+    cached: bool = False  # taken from the result cache: same inputs, same result
+
+    @property
+    def failed(self) -> bool:
+        return (self.outcome in (CONFLICT, CHECK_FAILED_OUTCOME) or self.upstream_regression
+                or self.reverted_identical is False)
+
+    @property
+    def label(self) -> str:
+        return "upstream-regression" if self.upstream_regression else self.outcome
+
+    def to_json(self, set_name: str) -> dict:
+        return {"vllm_version": str(self.version), "outcome": self.outcome, "ok": not self.failed,
+                "detail": self.detail, "requested": self.requested, "set": set_name, "series": self.series,
+                "same_as": str(self.same_as) if self.same_as else None,
+                "reverted_identical": self.reverted_identical, "upstream_regression": self.upstream_regression,
+                "cached": self.cached, "checks": [r.to_json() for r in self.checks],
+                "timings": {k: round(v, 3) for k, v in self.timings.items()}}
+
+
+def exit_code(results: list[ReleaseResult]) -> int:
+    """1 if any release failed; else 3 if a release asked for by name is unsupported; else 0."""
+    if any(r.failed for r in results):
+        return CHECK_FAILED
+    if any(r.outcome == UNSUPPORTED and r.requested for r in results):
+        return NO_PATCH_SET
+    return OK
+
+
+# --------------------------------------------------------------------------- which releases
+
+
+def load_patch_set(opts: Options) -> PatchSetDef:
+    return choose_set(load_library(library_root(opts)), opts.set_name)
+
+
+def releases_to_verify(patch_set: PatchSetDef, named: list[Version], *, every: bool,
+                       latest: bool) -> tuple[list[Version], set[Version]]:
+    """(the versions to verify, oldest first; those asked for explicitly)."""
+    requested = set(named)
+    chosen = set(named)
+    if every or latest:
+        available = fetch.available_versions()
+        if latest and available:
+            requested.add(available[-1])
+            chosen.add(available[-1])
+        if every:
+            chosen.update(release_range(patch_set, available))
+    if not chosen:
+        raise NoPatchSet(f"no vLLM release on the index is in the range of the set {patch_set.name!r}")
+    return sorted(chosen), requested
+
+
+def release_range(patch_set: PatchSetDef, available: list[Version]) -> list[Version]:
+    """Every available release from the set's supported minimum on."""
+    start = next((v for v in available if _in_set(patch_set, v)), None)
+    return [v for v in available if start is not None and v >= start]
+
+
+def _in_set(patch_set: PatchSetDef, version: Version) -> bool:
+    if patch_set.supported is not None:
+        return patch_set.supported.contains(version, prereleases=True)
+    upstream = patch_set.upstream is not None and patch_set.upstream.contains(version, prereleases=True)
+    return upstream or any(r.covers(version) for r in patch_set.releases)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True, eq=False)  # identity: one job per release
+class _Job:
+    version: Version
+    selection: Selection
+    paths: tuple[str, ...]
+
+    @property
+    def series(self) -> str:
+        release = self.selection.release
+        return release.directory.name if release else UPSTREAM
+
+
+def verify_releases(versions: list[Version], requested: set[Version], opts: Options,
+                    advance: Advance = lambda label: None, *, use_cache: bool = True) -> list[ReleaseResult]:
+    """Verify each release (see the module docstring); results oldest first."""
+    patch_set = load_patch_set(opts)
+    store = ResultStore(patch_set) if use_cache else None
+    results: dict[Version, ReleaseResult] = {}
+    jobs = []
+    for version in versions:
+        job_or_result = _job(patch_set, version, opts)
+        if isinstance(job_or_result, ReleaseResult):
+            results[version] = job_or_result
+            advance(f"{version} {job_or_result.outcome}")
+        else:
+            jobs.append(job_or_result)
+    leads, mates = _split_series(jobs)
+    with tempfile.TemporaryDirectory(prefix="patchkit-verify-") as scratch:
+        for result in _run_jobs(leads, mates, Path(scratch), opts, advance, store):
+            results[result.version] = result
+    for version, result in results.items():
+        result.requested = version in requested
+    return [results[v] for v in sorted(results)]
+
+
+def _job(patch_set: PatchSetDef, version: Version, opts: Options) -> _Job | ReleaseResult:
+    try:
+        selection = select(patch_set, version)
+    except NoPatchSet as exc:  # inside the supported range, but no series covers it
+        return ReleaseResult(version, UNSUPPORTED, exc.message)
+    if selection.kind == UNSUPPORTED_KIND:
+        return ReleaseResult(version, UNSUPPORTED, selection.note or "unsupported")
+    if selection.kind == UPSTREAM_KIND:
+        paths = upstream_check_paths(patch_set)
+    else:
+        paths = files_for(str(version), opts.library, patch_set.name)
+    return _Job(version, selection, tuple(sorted({*paths, *_contract_files(patch_set, version)})))
+
+
+def _contract_files(patch_set: PatchSetDef, version: Version) -> set[str]:
+    """Files the set's contract reads for this release, beyond the ones the series touches."""
+    return {req.file for req in getattr(patch_set, "contract", ()) if req.applies_to(version)}
+
+
+def _split_series(jobs: list[_Job]) -> tuple[list[_Job], dict[_Job, _Job]]:
+    """The first release of each series directory (and every upstream one), and mate -> its first.
+
+    Mates must also be judged alike: the same contract requirements apply to them (some are
+    declared for a range of versions)."""
+    leads: list[_Job] = []
+    first: dict[tuple, _Job] = {}
+    mates: dict[_Job, _Job] = {}
+    for job in jobs:
+        contract = getattr(job.selection.patch_set, "contract", ())
+        key = (job.series, tuple(i for i, req in enumerate(contract) if req.applies_to(job.version)))
+        if job.selection.kind == PATCH and key in first:
+            mates[job] = first[key]
+        else:
+            first.setdefault(key, job)
+            leads.append(job)
+    return leads, mates
+
+
+def _run_jobs(leads: list[_Job], mates: dict[_Job, _Job], scratch: Path, opts: Options, advance: Advance,
+              store: ResultStore | None):
+    """Fetch side by side; verify each release as soon as its files are there."""
+    done: dict[_Job, ReleaseResult] = {}
+    trees: dict[_Job, Path] = {}
+    fetch_seconds: dict[_Job, float] = {}
+    pool = ThreadPoolExecutor(max_workers=FETCH_WORKERS)
+    try:
+        pending = {pool.submit(_fetch, job, job.paths): job for job in leads}
+        pending.update({pool.submit(_fetch, job, ()): job for job in mates})  # RECORD only
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                job = pending.pop(future)
+                tree, seconds = future.result()
+                trees[job], fetch_seconds[job] = tree, seconds
+                if job in mates:
+                    continue
+                done[job] = _verify_or_recall(job, tree, seconds, scratch, opts, store)
+                advance(f"{job.version} {done[job].label}")
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    for mate, lead in mates.items():
+        if _same_stock_files(trees[mate], trees[lead], mate.paths):
+            done[mate] = _reused(mate, done[lead], fetch_seconds[mate])
+        else:  # the library says they share files, the wheels disagree: do this one too
+            tree, seconds = _fetch(mate, mate.paths)
+            done[mate] = _verify_or_recall(mate, tree, seconds, scratch, opts, store)
+        advance(f"{mate.version} {done[mate].label}")
+    return list(done.values())
+
+
+def _fetch(job: _Job, paths) -> tuple[Path, float]:
+    start = time.perf_counter()
+    tree = fetch.release_tree(str(job.version), paths)
+    return tree, time.perf_counter() - start
+
+
+def _same_stock_files(mate_tree: Path, lead_tree: Path, paths) -> bool:
+    """Compare through the wheels' RECORD hashes (verified by the fetcher for every file it reads)."""
+    mine, theirs = _record(mate_tree), _record(lead_tree)
+    if mine is None or theirs is None:
+        return False
+    return all(mine.get(p, ("",))[0] == theirs.get(p, ("",))[0] for p in paths)
+
+
+def _record(tree: Path) -> dict | None:
+    found = sorted(tree.glob("vllm-*.dist-info/RECORD"))
+    return fetch.parse_record(found[0].read_bytes()) if found else None
+
+
+def _reused(mate: _Job, lead: ReleaseResult, fetched: float) -> ReleaseResult:
+    return replace(lead, version=mate.version, same_as=lead.version,
+                   detail=f"{lead.detail} (stock files identical to {lead.version}'s by RECORD sha256; "
+                          "its result)",
+                   timings={"fetch": fetched, "total": fetched})
+
+
+# --------------------------------------------------------------------------- result cache
+
+
+class ResultStore:
+    """Results by a key over all their inputs (see the module docstring)."""
+
+    def __init__(self, patch_set: PatchSetDef):
+        self.directory = fetch.cache_dir() / "verify-results"
+        self.fingerprint = _fingerprint(patch_set)
+
+    def key(self, job: _Job, stock: Path) -> str:
+        digest = hashlib.sha256(f"{self.fingerprint}\0{job.version}".encode())
+        for path in job.paths:
+            full = stock / path
+            content = hashlib.sha256(full.read_bytes()).hexdigest() if full.is_file() else "absent"
+            digest.update(f"\0{path}\0{content}".encode())
+        return digest.hexdigest()
+
+    def recall(self, key: str) -> ReleaseResult | None:
+        try:
+            data = json.loads((self.directory / f"{key}.json").read_text(encoding="utf-8"))
+            return ReleaseResult(
+                Version(data["vllm_version"]), data["outcome"], data["detail"], series=data["series"],
+                checks=[CheckResult(**c) for c in data["checks"]], reverted_identical=data["reverted_identical"],
+                upstream_regression=data["upstream_regression"], cached=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent or unreadable: run it
+
+    def keep(self, key: str, result: ReleaseResult, set_name: str) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = self.directory / f".{key}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(result.to_json(set_name)), encoding="utf-8")
+            os.replace(tmp, self.directory / f"{key}.json")
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+def _fingerprint(patch_set: PatchSetDef) -> str:
+    """What every result depends on besides the release: patchkit's code, the set, the judges."""
+    from importlib import metadata
+
+    import patchkit
+
+    digest = hashlib.sha256(sys.version.encode())
+    for name in ("pyflakes", "unidiff", "packaging"):
+        digest.update(f"\0{name}={metadata.version(name)}".encode())
+    for root in (Path(patchkit.__file__).resolve().parent, patch_set.directory):
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                digest.update(f"\0{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _verify_or_recall(job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options,
+                      store: ResultStore | None) -> ReleaseResult:
+    key = store.key(job, stock) if store else None
+    recalled = store.recall(key) if store else None
+    if recalled is not None:
+        recalled.timings = {"fetch": fetched, "total": fetched}
+        return recalled
+    result = _verify_release(job, stock, fetched, scratch, opts)
+    if store:
+        store.keep(key, result, job.selection.set_name)
+    return result
+
+
+# --------------------------------------------------------------------------- one release
+
+
+class _Clock:
+    def __init__(self, fetched: float):
+        self.timings = {"fetch": fetched}
+        self._start = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[phase] = self.timings.get(phase, 0.0) + time.perf_counter() - start
+
+    def total(self) -> dict[str, float]:
+        return {**self.timings, "total": self.timings["fetch"] + time.perf_counter() - self._start}
+
+
+def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options) -> ReleaseResult:
+    clock = _Clock(fetched)
+    site = scratch / str(job.version)
+    copied = _lay_out(stock, site, job.paths)
+    try:
+        resolved = resolve(replace(opts, target_dir=str(site), python=None, vllm_version=None, adhoc=()))
+        if job.selection.kind == UPSTREAM_KIND:
+            result = _verify_upstream(resolved, clock)
+        else:
+            result = _verify_patched(resolved, clock)
+        differences = _differences(stock, site, copied)
+        if differences and result.outcome in (PATCHED, UPSTREAM):
+            result.outcome = CHECK_FAILED_OUTCOME
+            result.detail = f"the tree differs from stock afterwards: {', '.join(differences)}"
+        if result.reverted_identical is not None or differences:
+            result.reverted_identical = not differences
+        result.series = job.series
+        result.timings = clock.total()
+        return result
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+
+
+def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
+    root, patches, version = resolved.target.root, resolved.patches, resolved.version.version
+    with clock("dry_run"):
+        plan = plan_apply(root, patches)
+    if plan.conflicts:
+        return ReleaseResult(version, CONFLICT, "; ".join(s.mismatch.describe() for s in plan.conflicts))
+    present = [s.patch.name for s in plan.steps if s.state == ALREADY]
+    if present:
+        return ReleaseResult(version, CHECK_FAILED_OUTCOME,
+                             f"the stock release already contains {', '.join(present)}: is it upstream?")
+    with clock("checks"):
+        results = run_checks(check_context(resolved, plan))
+    if any(r.failed for r in results):
+        return ReleaseResult(version, CHECK_FAILED_OUTCOME, "checks failed on the planned files: "
+                             + _failures(results), checks=results)
+    with clock("apply"):
+        _apply(resolved, plan)
+    with clock("checks"):
+        status = inspect(resolved)
+        on_disk = run_checks(check_context(resolved, plan, on_disk=True))
+        reverse_problems = _reverse_apply_problems(resolved, plan.changes)
+    with clock("revert"):
+        _revert(resolved)
+    problems = []
+    if status.state != APPLIED:
+        problems.append(f"after apply the status is {status.state}, not applied")
+    if any(r.failed for r in on_disk):
+        problems.append("checks failed on the written files: " + _failures(on_disk))
+    problems += reverse_problems
+    checks = results + [r for r in on_disk if r.failed]
+    if problems:
+        return ReleaseResult(version, CHECK_FAILED_OUTCOME, "; ".join(problems), checks=checks,
+                             reverted_identical=True)
+    return ReleaseResult(version, PATCHED, f"{len(patches)} patch(es), {len(plan.changes)} file(s), "
+                         f"{_passed(results)}; reverted byte-identical", checks=checks, reverted_identical=True)
+
+
+def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
+    version = resolved.version.version
+    with clock("checks"):
+        status = inspect(resolved, check_upstream=True)
+    if status.upstream_regression:
+        return ReleaseResult(version, UPSTREAM, "upstream regression: the stock files fail the set's checks: "
+                             + _failures(status.checks), checks=status.checks, upstream_regression=True)
+    files = len({r.path for r in status.checks if r.path})
+    return ReleaseResult(version, UPSTREAM, f"vLLM ships the change; on its {files} stock file(s) "
+                         f"{_passed(status.checks)}", checks=status.checks)
+
+
+def _passed(results: list[CheckResult]) -> str:
+    """"20 check(s) passed, 1 skipped": passing results; a passing warning is a check that did not run."""
+    from collections import Counter
+
+    from patchkit.ui import check_outcome
+
+    counts = Counter(check_outcome(r) for r in results)
+    others = "".join(f", {counts[kind]} {kind}" for kind in ("skipped", "warning") if counts[kind])
+    return f"{counts['pass']} check(s) passed{others}"
+
+
+def _failures(results: list[CheckResult]) -> str:
+    return "; ".join(f"{r.check}: {r.path or '-'}: {r.message}" for r in results if r.failed)
+
+
+def _apply(resolved: Resolved, plan) -> None:
+    """What `apply` writes: the planned files and the record, in one transaction."""
+    from patchkit.commands.apply import _record
+
+    root = resolved.target.root
+    state = read_state(root)
+    entry = _record(resolved, resolved.patches, plan.changes, state.entry(resolved.set_name))
+    commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(plan.changes.items())],
+           state.with_entry(entry))
+
+
+def _revert(resolved: Resolved) -> None:
+    """What `revert` does with a record: restore each recorded file's saved original."""
+    root = resolved.target.root
+    state = read_state(root)
+    entry = state.entry(resolved.set_name)
+    writes = []
+    for path, shas in sorted(entry.files.items()):
+        full = root / path
+        current = full.read_bytes() if full.is_file() else None
+        writes.append(FileWrite(path, current, read_object(root, shas["before"]) if shas["before"] else None))
+    commit(root, writes, state.without(resolved.set_name))
+
+
+def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:
+    """`revert` without a record reverse-applies the series: that must give stock back as well."""
+    plan = plan_revert(resolved.target.root, resolved.patches)
+    if plan.conflicts:
+        return ["the series does not reverse-apply: " + "; ".join(s.mismatch.describe() for s in plan.conflicts)]
+    wrong = sorted(p for p, (before, _after) in changes.items() if plan.content(p) != before)
+    return [f"reverse-applying the series does not restore {', '.join(wrong)}"] if wrong else []
+
+
+# --------------------------------------------------------------------------- trees
+
+
+def _lay_out(stock: Path, site: Path, paths) -> list[str]:
+    """Copy the release's dist-info and the files checked; the cache is never written."""
+    wanted = [p.relative_to(stock).as_posix() for p in stock.glob("vllm-*.dist-info/*") if p.is_file()]
+    wanted += [p for p in paths if (stock / p).is_file()]
+    (site / "vllm").mkdir(parents=True)
+    for rel in wanted:
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stock / rel, site / rel)
+    return sorted(wanted)
+
+
+def _differences(stock: Path, site: Path, copied: list[str]) -> list[str]:
+    """Files that are not byte-identical to stock, appeared or vanished (patchkit's own record aside)."""
+    present = sorted(p.relative_to(site).as_posix() for p in site.rglob("*")
+                     if p.is_file() and p.relative_to(site).parts[0] != META_DIR)
+    differ = [p for p in copied if p in present and (site / p).read_bytes() != (stock / p).read_bytes()]
+    return sorted(set(present) ^ set(copied)) + differ

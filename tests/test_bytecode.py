@@ -1,0 +1,221 @@
+"""Stale bytecode: after apply and revert, no .pyc may keep running a changed module's old code."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import make_patch, snapshot, write_library, write_tree
+from patchkit.checks import bytecode
+
+FLAG = "vllm/flag.py"
+STOCK = 'VALUE = "stock"\n'
+PATCHED = 'VALUE = "patched"\n'
+UNCHECKED = py_compile.PycInvalidationMode.UNCHECKED_HASH
+PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python")
+
+
+@pytest.fixture(autouse=True)
+def empty_fetch_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def flag_tree(tmp_path) -> Path:
+    return write_tree(tmp_path / "site", files={FLAG: STOCK})
+
+
+@pytest.fixture
+def library(tmp_path, flag_tree, scratch) -> Path:
+    return write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, flag_tree, {FLAG: PATCHED})]})
+
+
+def imported_value(root: Path, python: str | Path = sys.executable) -> str:
+    """vllm.flag.VALUE as a fresh interpreter imports it from `root` (writing no bytecode itself)."""
+    code = f"import sys; sys.path.insert(0, {str(root)!r}); import vllm.flag as m; print(m.VALUE)"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=root.parent,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def compile_unchecked(root: Path, optimize: int = -1) -> Path:
+    return Path(py_compile.compile(str(root / FLAG), doraise=True, optimize=optimize, invalidation_mode=UNCHECKED))
+
+
+def header(pyc: Path) -> tuple[int, bytes]:
+    data = pyc.read_bytes()
+    return int.from_bytes(data[4:8], "little"), data[8:16]
+
+
+def patched_by_hand_copy(tree: Path, dest: Path, content: str | None) -> Path:
+    """A copy of the tree with the source changed behind the bytecode's back: what a plain patch does."""
+    shutil.copytree(tree, dest)
+    if content is None:
+        (dest / FLAG).unlink()
+    else:
+        (dest / FLAG).write_text(content)
+    return dest
+
+
+def bytecode_rows(data: dict) -> list[dict]:
+    return [c for c in data["checks"] if c["check"] == "bytecode"]
+
+
+def test_unchecked_hash_pycs_are_rebuilt_after_apply_and_after_revert(run, tmp_path, flag_tree, library):
+    pyc = compile_unchecked(flag_tree)
+    pyc_opt = compile_unchecked(flag_tree, optimize=1)
+    other = pyc.with_name("flag.cpython-39.pyc")  # another interpreter's image bytecode
+    shutil.copy(pyc, other)
+    legacy = flag_tree / "vllm" / "flag.pyc"
+    shutil.copy(pyc, legacy)
+    assert imported_value(flag_tree) == "stock"
+    # The fault: with the source changed but the bytecode left, Python keeps running the stock code.
+    assert imported_value(patched_by_hand_copy(flag_tree, tmp_path / "plain", PATCHED)) == "stock"
+
+    result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert imported_value(flag_tree) == "patched"
+    new_source = (flag_tree / FLAG).read_bytes()
+    for compiled in (pyc, pyc_opt):  # still unchecked-hash, as the image built them, now of the new source
+        assert header(compiled) == (1, importlib.util.source_hash(new_source))
+    assert not other.exists() and not legacy.exists()
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert row["path"] == FLAG and row["ok"]
+    assert f"__pycache__/{pyc.name}: unchecked-hash, stale: recompiled" in row["message"]
+    assert "__pycache__/flag.cpython-39.pyc: unchecked-hash, compiled by another interpreter" in row["message"]
+    assert "flag.pyc: unchecked-hash, legacy pyc beside the source" in row["message"]
+
+    result = run("revert", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert imported_value(flag_tree) == "stock"
+    assert header(pyc) == (1, importlib.util.source_hash(STOCK.encode()))
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert row["ok"] and "recompiled" in row["message"]
+
+
+def test_verify_reports_a_stale_unchecked_pyc_and_leaves_it(run, tmp_path, flag_tree, library):
+    stale = compile_unchecked(flag_tree).read_bytes()
+    assert run("apply", "--target", flag_tree, "--patches", library).exit_code == 0
+    pyc = compile_unchecked(flag_tree)
+    assert run("verify", "--target", flag_tree, "--patches", library).exit_code == 0
+
+    pyc.write_bytes(stale)  # e.g. an image layer rebuilt from stock on top of the patched sources
+    assert imported_value(flag_tree) == "stock"
+    result = run("verify", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 1
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert (row["path"], row["ok"], row["level"]) == (FLAG, False, "error")
+    assert "unchecked-hash, stale: Python loads it without reading the source" in row["message"]
+    assert pyc.read_bytes() == stale
+
+
+def test_a_pyc_that_cannot_be_rebuilt_is_exit_1_naming_the_file(run, monkeypatch, flag_tree, library):
+    compile_unchecked(flag_tree)
+
+    def refuse(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(py_compile, "compile", refuse)
+    result = run("apply", "--target", flag_tree, "--patches", library)
+    assert result.exit_code == 1
+    assert FLAG in result.output and "could not recompile it" in result.output
+    assert "Read-only file system" in result.output
+    assert (flag_tree / FLAG).read_text() == PATCHED  # the change itself is in place
+
+
+def test_timestamp_and_checked_hash_pycs_are_left_to_python(run, flag_tree, library):
+    source = str(flag_tree / FLAG)
+    timestamp = Path(py_compile.compile(source, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP))
+    checked = Path(py_compile.compile(source, doraise=True, optimize=2,
+                                      invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH))
+    before = {timestamp: timestamp.read_bytes(), checked: checked.read_bytes()}
+    result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert {p: p.read_bytes() for p in before} == before
+    assert imported_value(flag_tree) == "patched"
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert "timestamp, no longer matches the source's mtime/size: Python recompiles it" in row["message"]
+    assert "checked-hash: Python re-validates it against the source hash" in row["message"]
+
+
+def test_a_timestamp_pyc_whose_header_still_fits_is_rebuilt(tmp_path):
+    # Same size, same second: the header cannot tell the new source from the old one.
+    root = write_tree(tmp_path / "site", files={FLAG: 'VALUE = "one"\n'})
+    st = (root / FLAG).stat()
+    py_compile.compile(str(root / FLAG), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    (root / FLAG).write_text('VALUE = "two"\n')
+    os.utime(root / FLAG, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert imported_value(root) == "one"
+
+    [row] = bytecode.fix(root, [FLAG], None)
+    assert row.ok and "timestamp, stale: recompiled" in row.message
+    assert imported_value(root) == "two"
+
+
+def test_a_legacy_pyc_of_a_deleted_module_is_removed(run, tmp_path, flag_tree, scratch):
+    library = write_library(tmp_path / "lib2", {"0.16.0": [make_patch(scratch, flag_tree, {FLAG: None})]})
+    legacy = Path(py_compile.compile(str(flag_tree / FLAG), cfile=str(flag_tree / "vllm" / "flag.pyc"), doraise=True))
+    # The fault: once the source is gone, the legacy pyc is imported in its place.
+    assert imported_value(patched_by_hand_copy(flag_tree, tmp_path / "plain", None)) == "stock"
+    result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert not legacy.exists() and not (flag_tree / FLAG).exists()
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert "flag.pyc: timestamp, its source is gone: removed" in row["message"]
+
+
+def test_scan_on_stock_bytecode_is_clean_and_writes_nothing(flag_tree):
+    pyc = compile_unchecked(flag_tree)
+    before = snapshot(flag_tree)
+    [row] = bytecode.scan(flag_tree, [FLAG], None)
+    assert row.ok and row.message == "__pycache__/" + pyc.name + ": unchecked-hash, up to date"
+    assert snapshot(flag_tree) == before
+    assert bytecode.scan(flag_tree, ["vllm/other.py"], None)[0].message == "no compiled bytecode for the changed files"
+
+
+@pytest.mark.skipif(not PY312.exists(), reason="needs a second CPython (3.12) at " + str(PY312))
+def test_the_target_interpreter_rebuilds_its_own_pycs_and_others_are_removed(run, tmp_path, flag_tree, library):
+    subprocess.run([str(PY312), "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True, "
+                    "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)", str(flag_tree / FLAG)],
+                   check=True)
+    ours = compile_unchecked(flag_tree)
+    theirs = ours.with_name("flag.cpython-312.pyc")
+    assert theirs.exists()
+    assert imported_value(patched_by_hand_copy(flag_tree, tmp_path / "plain", PATCHED), PY312) == "stock"
+
+    result = run("apply", "--target", flag_tree, "--python", PY312, "--patches", library, "--no-import",
+                 "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert imported_value(flag_tree, PY312) == "patched"
+    assert header(theirs)[0] == 1 and not ours.exists()
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert "flag.cpython-312.pyc: unchecked-hash, stale: recompiled with cpython-312" in row["message"]
+
+
+def test_after_a_rollback_the_bytecode_matches_the_restored_sources(run, monkeypatch, flag_tree, library):
+    from patchkit import checks
+    from patchkit.checks import CheckResult
+
+    pyc = compile_unchecked(flag_tree)
+    real_run_checks = checks.run_checks
+
+    def failing_on_disk(ctx, *args, **kwargs):  # the checks on the written files fail: apply rolls back
+        results = real_run_checks(ctx, *args, **kwargs)
+        return results + [CheckResult("probe", FLAG, False, "planted failure")] if ctx.on_disk else results
+
+    monkeypatch.setattr(checks, "run_checks", failing_on_disk)
+    result = run("apply", "--target", flag_tree, "--patches", library)
+    assert result.exit_code == 1 and "rolled back" in result.output and "planted failure" in result.output
+    assert (flag_tree / FLAG).read_text() == STOCK
+    # The pyc was rebuilt for the patched source, then again for the restored one.
+    assert header(pyc) == (1, importlib.util.source_hash(STOCK.encode()))
+    assert imported_value(flag_tree) == "stock"

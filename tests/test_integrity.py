@@ -1,0 +1,211 @@
+"""Stock integrity: the files to patch are checked against the distribution's RECORD before writing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
+from patchkit.checks import ERROR, WARNING
+from patchkit.fetch import record_hash
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+PATCHED_SPEC = SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
+PATCHED_MODEL = MODEL_PY.replace("return x", "return x + 1")
+
+
+@pytest.fixture(autouse=True)
+def empty_fetch_cache(request, tmp_path, monkeypatch):
+    """No cached release from other runs: the published wheel's RECORD only where a test puts one."""
+    if request.node.get_closest_marker("release"):
+        return None  # real releases come from the real cache
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def record_for(root: Path, paths: list[str]) -> bytes:
+    rows = [f"{p},{record_hash((root / p).read_bytes())},{(root / p).stat().st_size}" for p in paths]
+    return ("\n".join(rows) + "\n").encode()
+
+
+def write_record(root: Path, version: str = "0.16.0", paths: list[str] | None = None) -> Path:
+    """A RECORD as pip writes it, for the tree as it is now (by default every file under vllm/)."""
+    paths = paths if paths is not None else sorted(p.relative_to(root).as_posix()
+                                                     for p in (root / "vllm").rglob("*") if p.is_file())
+    record = root / f"vllm-{version}.dist-info" / "RECORD"
+    record.write_bytes(record_for(root, paths) + f"vllm-{version}.dist-info/RECORD,,\n".encode())
+    return record
+
+
+@pytest.fixture
+def library(tmp_path, tree, scratch):
+    patches = [make_patch(scratch, tree, {SPEC: PATCHED_SPEC}, "Description: accept deepseek\n"),
+               make_patch(scratch, tree, {MODEL: PATCHED_MODEL}, "Description: model\n")]
+    return write_library(tmp_path / "lib", {"0.16.0": patches})
+
+
+def apply(run, tree, library, *extra):
+    where = ["--patches", library] if library else []  # None: the project's own library
+    result = run("apply", "--target", tree, *where, "--format", "json", *extra)
+    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+
+
+def integrity_rows(checks: list[dict]) -> dict[str, tuple[bool, str, str]]:
+    return {c["path"]: (c["ok"], c["level"], c["message"]) for c in checks if c["check"] == "integrity"}
+
+
+def test_stock_files_pass_and_stay_verified_once_patched(run, tree, library):
+    write_record(tree)
+    result, data = apply(run, tree, library)
+    assert result.exit_code == 0, result.output
+    rows = integrity_rows(data["checks"])
+    assert rows == {SPEC: (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD"),
+                    MODEL: (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD")}
+
+    verified = run("verify", "--target", tree, "--patches", library, "--format", "json")
+    assert verified.exit_code == 0, verified.output
+    rows = integrity_rows(json.loads(verified.stdout)["checks"])
+    assert all(ok and "once the series' patches already in place are undone" in msg for ok, _, msg in rows.values())
+
+
+def test_an_edited_stock_file_is_refused_and_accepted_with_force(run, tree, library):
+    write_record(tree)
+    with (tree / SPEC).open("a") as f:
+        f.write("# local tweak\n")  # outside the hunks: the series still applies
+    before = snapshot(tree)
+
+    for extra in ((), ("--dry-run",)):
+        result, data = apply(run, tree, library, *extra)
+        assert result.exit_code == 1
+        assert f"{SPEC}: differs from the stock file in vllm-0.16.0.dist-info/RECORD" in result.output
+        assert "a local edit" in result.output and "--force" in result.output
+        assert integrity_rows(data["checks"])[SPEC][:2] == (False, ERROR)
+        assert integrity_rows(data["checks"])[MODEL][0] is True
+        assert snapshot(tree) == before and not (tree / ".patchkit" / "state.json").exists()
+
+    result, data = apply(run, tree, library, "--force")
+    assert result.exit_code == 0, result.output
+    assert data["result"] == "applied" and '"deepseek"' in (tree / SPEC).read_text()
+    ok, level, message = integrity_rows(data["checks"])[SPEC]
+    assert (ok, level) == (False, WARNING) and message.endswith("(accepted with --force)")
+
+    # Afterwards the file is as patchkit wrote it, over a file that was not stock: said, not failed.
+    verified = run("verify", "--target", tree, "--patches", library, "--format", "json")
+    assert verified.exit_code == 0, verified.output
+    ok, level, message = integrity_rows(json.loads(verified.stdout)["checks"])[SPEC]
+    assert (ok, level) == (False, WARNING) and "applied with --force" in message
+
+
+def test_verify_fails_on_an_edited_stock_file_even_when_the_series_conflicts(run, tree, library):
+    write_record(tree)
+    (tree / SPEC).write_text(SPEC_PY.replace('"qwen"', '"qwen2"'))  # inside a hunk: conflict
+    before = snapshot(tree)
+    result = run("verify", "--target", tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 1
+    rows = integrity_rows(json.loads(result.stdout)["checks"])
+    assert rows[SPEC][:2] == (False, ERROR) and "a local edit" in rows[SPEC][2]
+    assert rows[MODEL][0] is True
+    assert snapshot(tree) == before
+
+
+def test_a_tree_without_record_warns_and_applies(run, tree, library):
+    result, data = apply(run, tree, library)
+    assert result.exit_code == 0, result.output
+    rows = integrity_rows(data["checks"])
+    assert {path: row[:2] for path, row in rows.items()} == {SPEC: (False, WARNING), MODEL: (False, WARNING)}
+    assert all(row[2].startswith("not verifiable: no vllm-*.dist-info/RECORD") for row in rows.values())
+
+
+def test_a_file_record_does_not_list_is_not_verifiable(run, tree, library):
+    write_record(tree, paths=[SPEC])
+    (tree / MODEL).write_text(MODEL_PY + "# not stock, but nobody can tell\n")
+    result, data = apply(run, tree, library)
+    assert result.exit_code == 0, result.output
+    rows = integrity_rows(data["checks"])
+    assert rows[MODEL] == (False, WARNING, "not verifiable: not listed in vllm-0.16.0.dist-info/RECORD")
+    assert rows[SPEC][0] is True
+
+
+def test_a_file_patched_by_hand_with_this_series_passes(run, tree, library):
+    write_record(tree)
+    (tree / SPEC).write_text(PATCHED_SPEC)  # the first patch, applied by hand
+    result, data = apply(run, tree, library)
+    assert result.exit_code == 0, result.output
+    ok, _, message = integrity_rows(data["checks"])[SPEC]
+    assert ok and "once the series' patches already in place are undone" in message
+    assert (tree / MODEL).read_text() == PATCHED_MODEL
+
+
+def test_a_file_patched_by_hand_and_edited_besides_is_refused(run, tree, library):
+    write_record(tree)
+    (tree / SPEC).write_text(PATCHED_SPEC + "# mine\n")  # the series' change plus a local edit
+    before = snapshot(tree)
+    result, data = apply(run, tree, library)
+    assert result.exit_code == 1 and f"{SPEC}: differs from the stock file" in result.output
+    assert integrity_rows(data["checks"])[SPEC][:2] == (False, ERROR)
+    assert snapshot(tree) == before
+
+
+def publish_in_cache(cache: Path, version: str, stock: dict[str, str]) -> None:
+    """What `patchkit fetch` leaves in the cache: releases/<v>/tree/vllm-<v>.dist-info/RECORD."""
+    wheel = write_tree(cache / "releases" / version / "tree", version, stock)
+    write_record(wheel, version, sorted(stock))
+
+
+def test_the_published_wheels_record_from_the_fetch_cache_is_used_too(run, tmp_path, tree, library,
+                                                                       empty_fetch_cache):
+    publish_in_cache(empty_fetch_cache, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY + "# vendor build\n"})
+
+    # No RECORD in the tree: the published one vouches for spec.py; model.py differs: a warning only.
+    result, data = apply(run, tree, library, "--dry-run")
+    assert result.exit_code == 0, result.output
+    rows = integrity_rows(data["checks"])
+    assert rows[SPEC][0] and "the published wheel's RECORD (fetch cache, vllm 0.16.0)" in rows[SPEC][2]
+    assert rows[MODEL][:2] == (False, WARNING) and "differs from the stock file in the published" in rows[MODEL][2]
+
+    # With its own RECORD, the tree is the reference; a disagreement with the published wheel is reported.
+    write_record(tree)
+    result, data = apply(run, tree, library)
+    assert result.exit_code == 0, result.output
+    model_rows = [c for c in data["checks"] if c["check"] == "integrity" and c["path"] == MODEL]
+    assert [(c["ok"], c["level"]) for c in model_rows] == [(True, ERROR), (False, WARNING)]
+    assert "the installed build is not the published wheel" in model_rows[1]["message"]
+
+
+DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
+
+
+@pytest.mark.release
+def test_real_0_16_0_files_pass_on_stock_and_fail_after_a_one_byte_edit(run, tmp_path):
+    from patchkit.fetch import release_tree
+    from patchkit.release_files import files_for, lay_out
+
+    paths = files_for("0.16.0")
+    target = tmp_path / "site"
+    lay_out(release_tree("0.16.0", paths), str(target))
+
+    result = run("verify", "--target", target, "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = integrity_rows(json.loads(result.stdout)["checks"])
+    assert sorted(rows) == paths
+    assert all(ok and msg.startswith("stock: matches vllm-0.16.0.dist-info/RECORD") for ok, _, msg in rows.values())
+
+    data = bytearray((target / DEEPSEEK).read_bytes())
+    assert data.startswith(b"# SPDX-License-Identifier")
+    data[2] = ord("s")  # one byte, in a comment: the series still applies, the file is no longer stock
+    (target / DEEPSEEK).write_bytes(bytes(data))
+    before = snapshot(target)
+
+    result, out = apply(run, target, None)
+    assert result.exit_code == 1 and f"{DEEPSEEK}: differs from the stock file" in result.output
+    assert integrity_rows(out["checks"])[DEEPSEEK][:2] == (False, ERROR)
+    assert snapshot(target) == before and not (target / ".patchkit" / "state.json").exists()
+
+    result = run("verify", "--target", target, "--format", "json")
+    assert result.exit_code == 1
+    rows = integrity_rows(json.loads(result.stdout)["checks"])
+    assert rows[DEEPSEEK][:2] == (False, ERROR)
+    assert all(rows[p][0] for p in paths if p != DEEPSEEK)

@@ -1,0 +1,367 @@
+"""`patchkit verify` against releases (--vllm-version V..., --all, --latest) and upstream checks.
+
+Unit tests use small trees and a fake package index (release_tree / available_versions
+monkeypatched); the tests marked `release` verify real releases fetched from the index.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from conftest import SPEC_PY, make_patch, write_library, write_tree
+from patchkit import fetch, release_check
+from patchkit.errors import FetchError
+
+PATCHED_SPEC = SPEC_PY.replace('"qwen",\n', '"qwen",\n        "deepseek",\n')
+BROKEN_SPEC = PATCHED_SPEC.replace("def accepts(model_type: str) -> bool:", "def accepts(model_type: str) -> bool")
+OTHER_SPEC = SPEC_PY.replace('"llama",', '"mistral",')  # context the patch does not find
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """The result cache lives in the fetch cache: keep each test's apart from the user's."""
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+class FakeIndex:
+    """Stock trees per version, served the way patchkit.fetch serves them; every fetch is logged."""
+
+    def __init__(self, root: Path, monkeypatch):
+        self.root = root
+        self.trees: dict[str, Path] = {}
+        self.fetched: list[tuple[str, tuple[str, ...]]] = []
+        monkeypatch.setattr(fetch, "release_tree", self.release_tree)
+        monkeypatch.setattr(fetch, "available_versions", lambda: sorted(Version(v) for v in self.trees))
+
+    def add(self, version: str, spec: str | bytes = SPEC_PY) -> Path:
+        tree = write_tree(self.root / version, version, {"vllm/config/spec.py": spec})
+        _write_record(tree, version)
+        self.trees[version] = tree
+        return tree
+
+    def release_tree(self, version, paths=(), *, all_python=False, progress=None):
+        self.fetched.append((version, tuple(paths)))
+        if version not in self.trees:
+            raise FetchError(f"no wheel for vllm=={version} on the index")
+        return self.trees[version]
+
+
+def _write_record(tree: Path, version: str) -> None:
+    """A wheel RECORD for the tree, as the fetcher leaves it beside METADATA."""
+    rows = [f"{p.relative_to(tree).as_posix()},{fetch.record_hash(p.read_bytes())},{p.stat().st_size}"
+            for p in sorted(tree.rglob("*")) if p.is_file()]
+    (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch) -> FakeIndex:
+    return FakeIndex(tmp_path / "index", monkeypatch)
+
+
+@pytest.fixture
+def library(tmp_path, index) -> Path:
+    """A set supported from 0.16.0, upstream from 0.18.0; 0.16.0 and 0.16.1 share one series."""
+    stock = index.add("0.16.0")
+    patch = make_patch(tmp_path, stock, {"vllm/config/spec.py": PATCHED_SPEC})
+    root = write_library(tmp_path / "lib", {"0.16.0": [patch]}, supported=">=0.16.0", upstream=">=0.18.0")
+    with (root / "demo" / "set.toml").open("a") as manifest:
+        manifest.write('\n[[releases]]\nversions = "==0.16.1"\ndir = "0.16.0"\n')
+    return root
+
+
+def verify_json(run, library, *args):
+    result = run("verify", "--patches", library, "--format", "json", *args)
+    return result, {r["vllm_version"]: r for r in json.loads(result.stdout)}
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+def test_patched_and_upstream_releases_pass(run, library, index):
+    index.add("0.18.0", PATCHED_SPEC)
+    result, releases = verify_json(run, library, "--vllm-version", "0.16.0", "--vllm-version", "0.18.0")
+    assert result.exit_code == 0, result.output
+    patched, upstream = releases["0.16.0"], releases["0.18.0"]
+    assert (patched["outcome"], patched["ok"], patched["series"]) == ("patched", True, "0.16.0")
+    assert patched["reverted_identical"] is True
+    assert any(c["check"] == "syntax" and c["ok"] for c in patched["checks"])
+    assert {"fetch", "dry_run", "checks", "apply", "revert", "total"} <= set(patched["timings"])
+    assert (upstream["outcome"], upstream["ok"], upstream["upstream_regression"]) == ("upstream", True, False)
+    assert upstream["checks"] and all(c["ok"] for c in upstream["checks"])
+    # the upstream release is checked on the files of the newest series
+    assert ("0.18.0", ("vllm/config/spec.py",)) in index.fetched
+
+
+def test_the_stock_trees_are_never_written(run, library, index):
+    before = {p: p.read_bytes() for p in index.root.rglob("*") if p.is_file()}
+    run("verify", "--patches", library, "--vllm-version", "0.16.0")
+    assert {p: p.read_bytes() for p in index.root.rglob("*") if p.is_file()} == before
+
+
+def test_conflict(run, library, index):
+    index.add("0.16.1", OTHER_SPEC)
+    result, releases = verify_json(run, library, "--vllm-version", "0.16.1")
+    assert result.exit_code == 1
+    assert releases["0.16.1"]["outcome"] == "conflict"
+    assert "vllm/config/spec.py: hunk #1 does not apply" in releases["0.16.1"]["detail"]
+    assert releases["0.16.1"]["reverted_identical"] is None  # nothing was written
+
+
+def test_a_patch_that_breaks_the_syntax_is_check_failed(run, tmp_path, index):
+    stock = index.add("0.16.0")
+    patch = make_patch(tmp_path, stock, {"vllm/config/spec.py": BROKEN_SPEC})
+    lib = write_library(tmp_path / "badlib", {"0.16.0": [patch]}, supported=">=0.16.0")
+    result, releases = verify_json(run, lib, "--vllm-version", "0.16.0")
+    assert result.exit_code == 1
+    assert releases["0.16.0"]["outcome"] == "check-failed"
+    assert "syntax: vllm/config/spec.py" in releases["0.16.0"]["detail"]
+    assert [c["check"] for c in releases["0.16.0"]["checks"] if not c["ok"] and c["level"] == "error"] == ["syntax"]
+
+
+def test_a_revert_that_leaves_the_tree_changed_fails(run, library, index, monkeypatch):
+    monkeypatch.setattr(release_check, "_revert", lambda resolved: None)
+    result, releases = verify_json(run, library, "--vllm-version", "0.16.0")
+    assert result.exit_code == 1
+    assert releases["0.16.0"]["outcome"] == "check-failed"
+    assert releases["0.16.0"]["reverted_identical"] is False
+    assert "vllm/config/spec.py" in releases["0.16.0"]["detail"]
+
+
+def test_an_unsupported_release_asked_for_by_name_is_exit_3(run, library, index):
+    result, releases = verify_json(run, library, "--vllm-version", "0.10.0", "--vllm-version", "0.16.0")
+    assert result.exit_code == 3
+    assert releases["0.10.0"]["outcome"] == "unsupported" and releases["0.10.0"]["requested"]
+    assert releases["0.16.0"]["outcome"] == "patched"
+    assert ("0.10.0", ()) not in index.fetched and not any(v == "0.10.0" for v, _ in index.fetched)
+
+
+def test_a_failure_outranks_an_unsupported_release(run, library, index):
+    index.add("0.16.1", OTHER_SPEC)
+    result = run("verify", "--patches", library, "--vllm-version", "0.10.0", "--vllm-version", "0.16.1")
+    assert result.exit_code == 1
+
+
+def test_all_covers_the_range_and_unsupported_there_is_not_a_failure(run, library, index):
+    index.add("0.15.0")  # below the supported minimum: not in the range
+    index.add("0.16.1")
+    index.add("0.17.0")  # supported, but no series covers it
+    index.add("0.18.0", PATCHED_SPEC)
+    result, releases = verify_json(run, library, "--all")
+    assert result.exit_code == 0, result.output
+    assert list(releases) == ["0.16.0", "0.16.1", "0.17.0", "0.18.0"]
+    assert [r["outcome"] for r in releases.values()] == ["patched", "patched", "unsupported", "upstream"]
+    assert "no patch series for vLLM 0.17.0" in releases["0.17.0"]["detail"]
+    assert not any(r["requested"] for r in releases.values())
+
+
+def test_latest_is_the_newest_release_and_counts_as_asked_for(run, library, index):
+    index.add("0.18.0", PATCHED_SPEC)
+    index.add("0.19.0", PATCHED_SPEC)
+    result, releases = verify_json(run, library, "--latest")
+    assert result.exit_code == 0
+    assert list(releases) == ["0.19.0"] and releases["0.19.0"]["requested"]
+
+
+def test_releases_sharing_a_series_are_compared_by_record_not_fetched_again(run, library, index):
+    index.add("0.16.1")  # the same stock files as 0.16.0
+    result, releases = verify_json(run, library, "--vllm-version", "0.16.1", "--vllm-version", "0.16.0",
+                                   "--vllm-version", "0.16")
+    assert result.exit_code == 0
+    assert list(releases) == ["0.16.0", "0.16.1"]  # 0.16 is 0.16.0
+    assert releases["0.16.1"]["outcome"] == "patched" and releases["0.16.1"]["same_as"] == "0.16.0"
+    assert [paths for version, paths in index.fetched if version == "0.16.1"] == [()]  # RECORD only
+    assert [version for version, paths in index.fetched if paths] == ["0.16.0"]
+
+
+def test_a_series_mate_whose_files_differ_is_fetched_and_verified_itself(run, library, index):
+    index.add("0.16.1", OTHER_SPEC)
+    result, releases = verify_json(run, library, "--vllm-version", "0.16.0", "--vllm-version", "0.16.1")
+    assert result.exit_code == 1
+    assert releases["0.16.0"]["outcome"] == "patched"
+    assert releases["0.16.1"]["outcome"] == "conflict" and releases["0.16.1"]["same_as"] is None
+    assert ("0.16.1", ("vllm/config/spec.py",)) in index.fetched
+
+
+def test_series_mates_judged_by_other_contract_requirements_are_verified_each(run, library, index):
+    pytest.importorskip("patchkit.checks.contract")
+    with (library / "demo" / "set.toml").open("a") as manifest:
+        manifest.write('\n[[contract]]\nfile = "vllm/config/spec.py"\nkind = "imported"\nnames = ["EAGLE3"]\n'
+                       'versions = "==0.16.1"\n')
+    index.add("0.16.1")
+    result, releases = verify_json(run, library, "--vllm-version", "0.16.0", "--vllm-version", "0.16.1")
+    assert result.exit_code == 1  # the series does not add EAGLE3, which 0.16.1's contract requires
+    assert releases["0.16.0"]["outcome"] == "patched"
+    assert releases["0.16.1"]["outcome"] == "check-failed" and releases["0.16.1"]["same_as"] is None
+    assert "contract" in releases["0.16.1"]["detail"]
+
+
+def test_a_fetch_failure_is_a_target_problem(run, library, index):
+    result = run("verify", "--patches", library, "--vllm-version", "0.16.1")
+    assert result.exit_code == 4
+    assert "no wheel for vllm==0.16.1" in result.output
+
+
+# --------------------------------------------------------------------------- upstream regressions
+
+
+def test_an_upstream_regression_fails_verify(run, library, index):
+    index.add("0.18.0", PATCHED_SPEC)
+    index.add("0.19.0", BROKEN_SPEC)
+    result, releases = verify_json(run, library, "--vllm-version", "0.18.0", "--vllm-version", "0.19.0")
+    assert result.exit_code == 1
+    assert releases["0.18.0"]["ok"] and not releases["0.18.0"]["upstream_regression"]
+    regression = releases["0.19.0"]
+    assert (regression["outcome"], regression["ok"], regression["upstream_regression"]) == ("upstream", False, True)
+    assert "upstream regression" in regression["detail"] and "syntax" in regression["detail"]
+
+
+def test_an_upstream_regression_by_the_sets_contract(run, library, index):
+    pytest.importorskip("patchkit.checks.contract")
+    with (library / "demo" / "set.toml").open("a") as manifest:
+        manifest.write('\n[[contract]]\nfile = "vllm/config/spec.py"\nkind = "imported"\nnames = ["EAGLE3"]\n')
+    index.add("0.18.0", PATCHED_SPEC + "\nEAGLE3 = True\n")
+    index.add("0.19.0", PATCHED_SPEC)  # vLLM dropped it
+    result, releases = verify_json(run, library, "--vllm-version", "0.18.0", "--vllm-version", "0.19.0")
+    assert result.exit_code == 1
+    assert releases["0.18.0"]["ok"]
+    assert releases["0.19.0"]["upstream_regression"]
+    assert [c["check"] for c in releases["0.19.0"]["checks"] if not c["ok"] and c["level"] == "error"] == ["contract"]
+
+
+def test_status_and_verify_on_an_upstream_target_run_the_checks(run, library, tmp_path):
+    good = write_tree(tmp_path / "good", "0.18.0", {"vllm/config/spec.py": PATCHED_SPEC})
+    status = run("status", "--patches", library, "--target", good, "--format", "json")
+    assert status.exit_code == 0
+    data = json.loads(status.stdout)
+    assert data["state"] == "upstream" and data["upstream_regression"] is False
+    assert any(c["check"] == "syntax" and c["path"] == "vllm/config/spec.py" and c["ok"] for c in data["checks"])
+
+    bad = write_tree(tmp_path / "bad", "0.19.0", {"vllm/config/spec.py": BROKEN_SPEC})
+    status = run("status", "--patches", library, "--target", bad, "--format", "json")
+    assert status.exit_code == 1
+    data = json.loads(status.stdout)
+    assert data["state"] == "upstream" and data["upstream_regression"] is True
+    text = run("status", "--patches", library, "--target", bad)
+    assert text.exit_code == 1 and "upstream regression" in text.output
+    verify = run("verify", "--patches", library, "--target", bad)
+    assert verify.exit_code == 1 and "upstream regression" in verify.output
+    assert run("verify", "--patches", library, "--target", good).exit_code == 0
+
+
+# --------------------------------------------------------------------------- formats and options
+
+
+def test_junit_has_a_testcase_per_release_with_failures_and_skips(run, library, index):
+    index.add("0.16.1", OTHER_SPEC)
+    index.add("0.18.0", PATCHED_SPEC)
+    result = run("verify", "--patches", library, "--format", "junit", "--vllm-version", "0.10.0",
+                 "--vllm-version", "0.16.0", "--vllm-version", "0.16.1", "--vllm-version", "0.18.0")
+    assert result.exit_code == 1
+    suites = ET.fromstring(result.stdout)
+    cases = {c.get("name"): c for c in suites.iter("testcase")}
+    assert list(cases) == ["vllm 0.10.0", "vllm 0.16.0", "vllm 0.16.1", "vllm 0.18.0"]
+    assert suites.get("tests") == "4" and suites.get("failures") == "1" and suites.get("skipped") == "1"
+    failure = cases["vllm 0.16.1"].find("failure")
+    assert failure is not None and failure.get("type") == "conflict" and "hunk #1" in failure.get("message")
+    assert cases["vllm 0.10.0"].find("skipped") is not None
+    for name in ("vllm 0.16.0", "vllm 0.18.0"):
+        assert cases[name].find("failure") is None and cases[name].find("skipped") is None
+    assert "patched" in cases["vllm 0.16.0"].find("system-out").text
+
+
+def test_text_is_one_row_per_release_without_progress_when_piped(run, library, index):
+    index.add("0.18.0", PATCHED_SPEC)
+    result = run("verify", "--patches", library, "--vllm-version", "0.16.0", "--vllm-version", "0.18.0")
+    assert result.exit_code == 0
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["0.16.0", "patched", "0.16.0"] == rows[2][:3] and ["0.18.0", "upstream"] == rows[3][:2]
+    assert result.stdout.splitlines()[-1].startswith("verify: ok")
+    assert "\x1b[" not in result.output and "━" not in result.output  # no colour, no progress bar
+
+
+def test_results_are_cached_by_their_inputs(run, library, index):
+    _, first = verify_json(run, library, "--vllm-version", "0.16.0")
+    _, again = verify_json(run, library, "--vllm-version", "0.16.0")
+    _, fresh = verify_json(run, library, "--vllm-version", "0.16.0", "--no-result-cache")
+    assert (first["0.16.0"]["cached"], again["0.16.0"]["cached"], fresh["0.16.0"]["cached"]) == (False, True, False)
+    assert {k: v for k, v in again["0.16.0"].items() if k not in ("cached", "timings")} == \
+        {k: v for k, v in first["0.16.0"].items() if k not in ("cached", "timings")}
+
+    # another stock file: another key
+    (index.trees["0.16.0"] / "vllm" / "config" / "spec.py").write_text(OTHER_SPEC)
+    result, changed = verify_json(run, library, "--vllm-version", "0.16.0")
+    assert result.exit_code == 1 and changed["0.16.0"]["outcome"] == "conflict"
+    assert not changed["0.16.0"]["cached"]
+
+
+def test_a_changed_patch_set_is_not_answered_from_the_cache(run, library, index):
+    verify_json(run, library, "--vllm-version", "0.16.0")
+    with (library / "demo" / "set.toml").open("a") as manifest:
+        manifest.write("# edited\n")
+    _, releases = verify_json(run, library, "--vllm-version", "0.16.0")
+    assert not releases["0.16.0"]["cached"]
+
+
+def test_one_version_with_a_target_still_overrides_its_detection(run, library, tmp_path, index):
+    target = write_tree(tmp_path / "site", "0.15.9")
+    result = run("verify", "--patches", library, "--target", target, "--vllm-version", "0.16.0", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["vllm_version"] == "0.16.0"
+    assert index.fetched == []
+
+
+@pytest.mark.parametrize("args", [
+    ["--all", "--target", "."],
+    ["--latest", "--python", "python3"],
+    ["--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--target", "."],
+    ["--format", "junit", "--target", "."],
+    ["--vllm-version", "0.16.0", "--patch", "x.patch"],
+])
+def test_contradictory_options_are_bad_input(run, library, args):
+    result = run("verify", "--patches", library, *args)
+    assert result.exit_code == 2, result.output
+
+
+def test_exit_code_rules():
+    def result(outcome, requested=False, **extra):
+        return release_check.ReleaseResult(Version("1.0"), outcome, "", requested=requested, **extra)
+
+    assert release_check.exit_code([result("patched"), result("upstream"), result("unsupported")]) == 0
+    assert release_check.exit_code([result("patched"), result("unsupported", requested=True)]) == 3
+    assert release_check.exit_code([result("conflict"), result("unsupported", requested=True)]) == 1
+    assert release_check.exit_code([result("check-failed")]) == 1
+    assert release_check.exit_code([result("upstream", upstream_regression=True)]) == 1
+    assert release_check.exit_code([result("patched", reverted_identical=False)]) == 1
+
+
+# --------------------------------------------------------------------------- real releases
+
+
+@pytest.mark.release
+def test_real_releases_patched_and_upstream(run):
+    result = run("verify", "--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--format", "json",
+                 "--no-result-cache")
+    assert result.exit_code == 0, result.output[-3000:]
+    releases = {r["vllm_version"]: r for r in json.loads(result.stdout)}
+    assert releases["0.16.0"]["outcome"] == "patched" and releases["0.16.0"]["reverted_identical"]
+    assert releases["0.18.0"]["outcome"] == "upstream" and not releases["0.18.0"]["upstream_regression"]
+    assert any(c["check"] == "contract" for c in releases["0.18.0"]["checks"])
+
+
+@pytest.mark.release
+def test_real_all_releases(run):
+    from patchkit.fetch import available_versions
+
+    result = run("verify", "--all", "--format", "json")
+    assert result.exit_code == 0, result.output[-3000:]
+    releases = {Version(r["vllm_version"]): r for r in json.loads(result.stdout)}
+    expected = [v for v in available_versions() if v >= Version("0.11.0")]
+    assert sorted(releases) == expected and expected[0] == Version("0.11.0")
+    for version, r in releases.items():
+        want = "upstream" if version >= Version("0.18.0") else "patched"
+        assert (r["outcome"], r["ok"]) == (want, True), (version, r["detail"])
