@@ -153,7 +153,13 @@ def _pip_items_in_process() -> dict[str, str] | None:
 
         conf = Configuration(isolated=os.environ.get("PIP_ISOLATED", "").strip().lower() in _TRUE)
         conf.load()
-        return {str(k): str(v) for k, v in conf.items()}
+        items: dict[str, str] = {}
+        for key, value in conf.items():
+            if isinstance(value, dict):  # pip >= 25: one {key: value} per file, in load order
+                items.update({str(k): str(v) for k, v in value.items()})
+            else:
+                items[str(key)] = str(value)
+        return items
     except Exception:
         return None
 
