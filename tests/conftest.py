@@ -128,3 +128,11 @@ def run():
         return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
     return invoke
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_see_no_fetched_releases(request, tmp_path_factory, monkeypatch):
+    """Small trees claim real version numbers; the fetch cache must not hold the real releases' RECORDs
+    for them. Tests marked `release` use the real cache."""
+    if request.node.get_closest_marker("release") is None:
+        monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "empty-cache"))

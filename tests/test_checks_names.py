@@ -99,3 +99,39 @@ def test_an_export_a_module_getattr_may_serve_is_a_warning():
     without_getattr = planned.split(b"\n\n")[0] + b"\n"
     [result] = CHECK.run(context({"vllm/lazy.py": without_getattr}, {"vllm/lazy.py": b"__all__ = ['A']\n"}))
     assert result.failed
+
+
+def test_a_string_inside_an_annotation_is_a_doubtful_undefined_name():
+    # pyflakes parses strings in annotations as forward references: Array[..., d["words"]] is not one.
+    stock = b"d = {}\n\n\ndef f(x: int) -> int:\n    return x\n"
+    planned = b"d = {}\n\n\ndef f(x: Array[d['words']]) -> Missing:\n    return x\n"
+    results = CHECK.run(context({"vllm/a.py": planned}, {"vllm/a.py": stock}))
+    assert sorted((r.level, r.message) for r in results) == [
+        (ERROR, "line 4: undefined name 'Array'"),
+        (ERROR, "line 4: undefined name 'Missing'"),
+        (WARNING, "line 4: undefined name 'words' (read from a string inside an annotation)"),
+    ]
+
+
+def test_findings_are_cached_per_content_on_disk(tmp_path, monkeypatch):
+    from patchkit.checks import names
+
+    real_pyflakes = names._pyflakes
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(names, "_SEEN", {})
+    source = b"import os\n\ndef f():\n    return undefined_here\n"
+    computed = findings(source)
+    assert [f.kind for f in computed] == ["UnusedImport", "UndefinedName"]
+    [stored] = list((tmp_path / "cache" / "pyflakes").rglob("*.json"))
+
+    def no_pyflakes(_source):
+        raise AssertionError("pyflakes ran although the cache has the answer")
+
+    monkeypatch.setattr(names, "_SEEN", {})
+    monkeypatch.setattr(names, "_pyflakes", no_pyflakes)
+    assert findings(source) == computed
+
+    stored.write_text("{not json")  # a damaged entry is computed again
+    monkeypatch.setattr(names, "_SEEN", {})
+    monkeypatch.setattr(names, "_pyflakes", real_pyflakes)
+    assert findings(source) == computed

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import os
+import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 
@@ -29,41 +33,35 @@ class Finding:
     args: tuple  # its arguments without line numbers: what identifies it across line shifts
     line: int
     text: str
-    certain: bool = True  # False: an export a module-level __getattr__ (PEP 562) may provide
+    doubt: str | None = None  # why an undefined name may be a false alarm: then only a warning
 
     @property
     def is_error(self) -> bool:
-        return self.kind in UNDEFINED and self.certain
+        return self.kind in UNDEFINED and self.doubt is None
 
     def describe(self) -> str:
-        return f"line {self.line}: {self.text}" + ("" if self.certain else " (unless the module's __getattr__ "
-                                                                            "provides it)")
+        return f"line {self.line}: {self.text}" + (f" ({self.doubt})" if self.doubt else "")
 
 
 class NamesCheck:
     name = "names"
 
     def run(self, ctx: CheckContext) -> list[CheckResult]:
-        results: list[CheckResult] = []
-        for path in ctx.paths:
-            if not path.endswith(".py"):
-                continue
-            planned = ctx.read(path)
-            if planned is None:
-                continue  # deleted by the patch
-            stock = ctx.read_stock(path) if ctx.read_stock else None
-            results.extend(self._compare(path, planned, stock))
-        return results
+        planned = {p: ctx.read(p) for p in ctx.paths if p.endswith(".py")}
+        planned = {p: data for p, data in planned.items() if data is not None}  # None: deleted
+        found = findings_of(planned)
+        # Stock files only matter where the planned ones have findings (rare: vLLM is linted).
+        stock = {p: ctx.read_stock(p) for p, f in found.items() if f and ctx.read_stock}
+        before = findings_of({p: data for p, data in stock.items() if data is not None})
+        return [r for p in sorted(planned) for r in self._compare(p, found[p], before.get(p) or ())]
 
-    def _compare(self, path: str, planned: bytes, stock: bytes | None) -> list[CheckResult]:
-        found = findings(planned)
+    def _compare(self, path: str, found, before) -> list[CheckResult]:
         if found is None:
             # The syntax check (run by the target's interpreter) judges files this Python cannot parse.
             return [CheckResult(self.name, path, False, "not checked: the Python running patchkit cannot "
                                                         "parse this file (see the syntax check)", WARNING)]
         if not found:
             return [CheckResult(self.name, path, True, "no pyflakes findings")]
-        before = (findings(stock) or ()) if stock is not None else ()
         new = introduced(found, before)
         if not new:
             return [CheckResult(self.name, path, True,
@@ -87,18 +85,72 @@ def introduced(after: tuple[Finding, ...], before: tuple[Finding, ...]) -> list[
     return new
 
 
-# apply checks the same contents twice (planned, then as written): pyflakes runs once per content.
+# apply checks the same contents twice (planned, then as written), and a large diff is slow to
+# check (~35 ms a file): findings are kept per content, in memory and in patchkit's cache directory.
 _SEEN: dict[str, tuple[Finding, ...] | None] = {}
+_CACHE_SCHEMA = 1  # bump when what is stored per content changes (Finding, _doubt)
 
 
 def findings(source: bytes) -> tuple[Finding, ...] | None:
     """pyflakes' findings for a module's source; None when this interpreter cannot parse it."""
-    digest = hashlib.sha256(source).hexdigest()
-    if digest not in _SEEN:
-        if len(_SEEN) > 512:
-            _SEEN.clear()
-        _SEEN[digest] = _pyflakes(source)
-    return _SEEN[digest]
+    return findings_of({"": source})[""]
+
+
+def findings_of(sources: dict[str, bytes]) -> dict[str, tuple[Finding, ...] | None]:
+    """findings() for many sources at once, from the cache where it has them."""
+    if len(_SEEN) > 8192:
+        _SEEN.clear()
+    digests = {key: hashlib.sha256(data).hexdigest() for key, data in sources.items()}
+    todo = {digest: sources[key] for key, digest in digests.items() if digest not in _SEEN}
+    cache = _cache_dir()
+    for digest in list(todo):
+        cached = _load(cache, digest)
+        if cached is not _MISSING:
+            _SEEN[digest] = cached
+            del todo[digest]
+    for digest, data in todo.items():
+        found = _SEEN[digest] = _pyflakes(data)
+        _store(cache, digest, found)
+    return {key: _SEEN[digest] for key, digest in digests.items()}
+
+
+_MISSING = object()
+
+
+def _cache_dir() -> Path:
+    """Per schema, pyflakes version, Python version (its ast, its builtins) and extra builtins."""
+    import pyflakes
+
+    from patchkit.fetch import cache_dir
+
+    key = f"{_CACHE_SCHEMA}-{pyflakes.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}"
+    extra = os.environ.get("PYFLAKES_BUILTINS")
+    if extra:
+        key += "-" + hashlib.sha256(extra.encode()).hexdigest()[:12]
+    return cache_dir() / "pyflakes" / key
+
+
+def _load(cache: Path, digest: str):
+    try:
+        data = json.loads((cache / digest[:2] / f"{digest}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return _MISSING
+    try:
+        return None if data is None else tuple(Finding(k, tuple(a), int(line), t, d) for k, a, line, t, d in data)
+    except (TypeError, ValueError):
+        return _MISSING
+
+
+def _store(cache: Path, digest: str, found: tuple[Finding, ...] | None) -> None:
+    data = None if found is None else [[f.kind, list(f.args), f.line, f.text, f.doubt] for f in found]
+    path = cache / digest[:2] / f"{digest}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs time
 
 
 def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:
@@ -113,7 +165,19 @@ def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:
     checker = Checker(tree, filename="<patched>")
     checker.messages.sort(key=lambda m: (m.lineno, m.col))
     lazy = _has_module_getattr(tree)
-    return tuple(_finding(m, lazy) for m in checker.messages)
+    names = {(node.lineno, node.col_offset) for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    return tuple(_finding(m, _doubt(m, lazy, names)) for m in checker.messages)
+
+
+def _doubt(message, lazy_module: bool, name_positions: set[tuple[int, int]]) -> str | None:
+    kind = type(message).__name__
+    if kind == "UndefinedExport" and lazy_module:
+        return "unless the module's __getattr__ provides it"
+    if kind == "UndefinedName" and (message.lineno, message.col) not in name_positions:
+        # pyflakes reads string literals inside annotations as forward references; a subscript
+        # like Array[..., d["words"]] is not one.
+        return "read from a string inside an annotation"
+    return None
 
 
 def _has_module_getattr(tree: ast.Module) -> bool:
@@ -122,10 +186,11 @@ def _has_module_getattr(tree: ast.Module) -> bool:
                for node in tree.body)
 
 
-def _finding(message, lazy_module: bool) -> Finding:
+def _finding(message, doubt: str | None) -> Finding:
     kind = type(message).__name__
     args = tuple(message.message_args)
     if kind in _LINE_ARGUMENT and args and isinstance(args[-1], int):
         args = args[:-1]
-    return Finding(kind, args, message.lineno, message.message % message.message_args,
-                   certain=not (lazy_module and kind == "UndefinedExport"))
+    # Compared for equality and cached as JSON: anything but a plain value by its repr.
+    args = tuple(a if isinstance(a, (str, int, float, bool, type(None))) else repr(a) for a in args)
+    return Finding(kind, args, message.lineno, message.message % message.message_args, doubt)
