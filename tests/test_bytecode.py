@@ -23,11 +23,6 @@ UNCHECKED = py_compile.PycInvalidationMode.UNCHECKED_HASH
 PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python")
 
 
-@pytest.fixture(autouse=True)
-def empty_fetch_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
-
-
 @pytest.fixture
 def flag_tree(tmp_path) -> Path:
     return write_tree(tmp_path / "site", files={FLAG: STOCK})

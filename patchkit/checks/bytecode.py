@@ -61,7 +61,7 @@ def _bytecode_one(job, fix, tag):
         data = st = None
     out["stale"] = _stale(out, header, data, st, fix, job["legacy"])
     if fix and _needs_fixing(out, job, data):
-        _fix(out, job, blob, fix)
+        _fix(out, job, blob)
     return out
 
 def _stale(out, header, data, st, fix, legacy):
@@ -88,7 +88,7 @@ def _needs_fixing(out, job, data):
         return out["stale"] is not False
     return out["stale"] is True
 
-def _fix(out, job, blob, fix):
+def _fix(out, job, blob):
     rebuild = out["mine"] and os.path.isfile(job["source"]) and not job["legacy"]
     out["attempt"] = "recompile" if rebuild else "remove"
     try:
