@@ -146,6 +146,12 @@ def _plan(root: Path, patches: list[Patch], view: View | None) -> Plan:
 
 def _step(view: View, patch: Patch) -> PatchStep:
     forward = _try_patch(view, patch)
+    if isinstance(forward, list) and _displacement(forward):
+        # A change found in place beats the same change again a few lines off: a hunk that
+        # only adds lines at the top still finds its context, one line lower, once applied.
+        backward = _try_patch(view, patch.reversed())
+        if isinstance(backward, list) and _displacement(backward) < _displacement(forward):
+            return PatchStep(patch, ALREADY, [])
     if isinstance(forward, list):
         for file_step in forward:
             if file_step.patch.kind == "rename":
@@ -156,6 +162,10 @@ def _step(view: View, patch: Patch) -> PatchStep:
     if isinstance(backward, list):
         return PatchStep(patch, ALREADY, [])
     return PatchStep(patch, CONFLICT, [], mismatch=forward)
+
+
+def _displacement(steps: list[FileStep]) -> int:
+    return sum(abs(p.offset) for step in steps for p in step.placements)
 
 
 def _try_patch(view: View, patch: Patch) -> list[FileStep] | Mismatch:

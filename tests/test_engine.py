@@ -144,3 +144,12 @@ def test_dep3_header_is_parsed(tree, scratch):
     assert patch.description == "Accept DeepSeek"
     assert patch.header["Applied-Upstream"] == "0.18.0"
     assert patch.header["Origin"] == "patchkit"
+
+
+def test_insertion_at_the_top_is_recognised_as_applied_not_applied_twice(tmp_path, scratch):
+    root = write_tree(tmp_path / "t", files={"vllm/a.py": "A = 1\nB = 2\nC = 3\nD = 4\n"})
+    patch = parse_patch(make_patch(scratch, root, {"vllm/a.py": "import typing\nA = 1\nB = 2\nC = 3\nD = 4\n"}), "p")
+    assert plan_apply(root, [patch]).steps[0].state == WILL_CHANGE
+    (root / "vllm/a.py").write_text("import typing\nA = 1\nB = 2\nC = 3\nD = 4\n")
+    plan = plan_apply(root, [patch])
+    assert plan.steps[0].state == ALREADY and plan.changes == {}
