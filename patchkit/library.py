@@ -121,21 +121,16 @@ class Selection:
 
 def load_set(directory: Path) -> PatchSetDef:
     manifest = directory / MANIFEST
+    data = read_toml(manifest, "manifest")
     try:
-        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"cannot read manifest {manifest}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"unreadable manifest {manifest}: {exc}") from exc
-    try:
-        releases = tuple(Release(_specifier(r["versions"], manifest), directory / r["dir"])
+        releases = tuple(Release(specifier(r["versions"], manifest), directory / r["dir"])
                          for r in data.get("releases", []))
         return PatchSetDef(
             name=data.get("name", directory.name),
             description=data.get("description", ""),
             directory=directory,
-            supported=_specifier(data.get("supported"), manifest),
-            upstream=_specifier(data.get("upstream"), manifest),
+            supported=specifier(data.get("supported"), manifest),
+            upstream=specifier(data.get("upstream"), manifest),
             releases=releases,
             roots=tuple(data.get("roots", DEFAULT_ROOTS)),
             probe=_probe_script(data.get("probe"), directory, manifest),
@@ -154,12 +149,7 @@ def _contract(declared: object, directory: Path, manifest: Path) -> tuple:
     if not isinstance(declared, str):
         return parse_requirements(declared, str(manifest))
     path = directory / declared
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"cannot read the contract {path} named in {manifest}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"unreadable contract {path}: {exc}") from exc
+    data = read_toml(path, f"contract (named in {manifest})")
     return parse_requirements(data.get("requirement", []), str(path))
 
 
@@ -172,13 +162,22 @@ def _probe_script(name: str | None, directory: Path, origin: Path) -> Path | Non
     return path
 
 
-def _specifier(text: str | None, origin: Path) -> SpecifierSet | None:
+def read_toml(path: Path, what: str) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"cannot read the {what} {path}: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"unreadable {what} {path}: {exc}") from exc
+
+
+def specifier(text: str | None, origin: Path | str) -> SpecifierSet | None:
     if text is None:
         return None
     try:
         return SpecifierSet(text)
     except InvalidSpecifier as exc:
-        raise BadInput(f"manifest {origin}: bad version specifier {text!r}") from exc
+        raise BadInput(f"{origin}: bad version specifier {text!r}") from exc
 
 
 def load_library(root: Path) -> dict[str, PatchSetDef]:

@@ -77,3 +77,14 @@ def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[Che
     return results
 
 
+def same_interpreter(python: str | None) -> bool:
+    """Whether `python` is the interpreter running patchkit (so work can stay in-process)."""
+    import os
+    import sys
+
+    if python is None:
+        return True
+    try:
+        return os.path.samefile(python, sys.executable)
+    except OSError:
+        return False

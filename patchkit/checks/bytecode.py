@@ -22,10 +22,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-from patchkit.checks import ERROR, WARNING, CheckResult
+from patchkit.checks import ERROR, WARNING, CheckResult, same_interpreter
 
 NAME = "bytecode"
 
@@ -215,7 +214,7 @@ def _why_removed(item: dict) -> str:
 
 def _run_worker(jobs: list[dict], fix: bool, python: str | None) -> dict:
     payload = [[{k: v for k, v in job.items() if k != "path"} for job in jobs], fix]
-    if _same_interpreter(python):
+    if same_interpreter(python):
         namespace: dict = {}
         exec(_WORKER, namespace)  # noqa: S102 - our own constant
         return namespace["bytecode_work"](*payload)
@@ -232,12 +231,3 @@ def _run_worker(jobs: list[dict], fix: bool, python: str | None) -> dict:
 def _all_failed(jobs: list[dict], why: str) -> dict:
     return {"tag": "?", "results": [{"pyc": j["pyc"], "source": j["source"], "kind": None, "mine": False,
                                      "stale": None, "action": None, "error": why} for j in jobs]}
-
-
-def _same_interpreter(python: str | None) -> bool:
-    if python is None:
-        return True
-    try:
-        return os.path.samefile(python, sys.executable)
-    except OSError:
-        return False

@@ -44,11 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Callable
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.checks import WARNING, CheckContext, CheckResult
 from patchkit.errors import BadInput
+from patchkit.library import specifier
 
 NAME = "contract"
 ACCESSES = {"load": "reads", "store": "assigns", "any": "references"}
@@ -131,7 +132,7 @@ def _parse_entry(entry: object, where: str) -> Requirement:
     if kind == "guarded-read":
         fields["target"] = _parse_target(fields["target"], f"{where} (guarded-read): target")
     return Requirement(file=entry["file"], kind=kind, fields=fields,
-                       versions=_versions(entry.get("versions"), where), reason=entry.get("reason", ""))
+                       versions=specifier(entry.get("versions"), where), reason=entry.get("reason", ""))
 
 
 def _check_type(value: object, expected: str, where: str) -> None:
@@ -152,15 +153,6 @@ def _parse_target(table: dict, where: str) -> Target:
         if name in table:
             _check_type(table[name], STRS, f"{where}.{name}")
     return Target(table["class"], tuple(table.get("has", ())), tuple(table.get("lacks", ())))
-
-
-def _versions(text: str | None, where: str) -> SpecifierSet | None:
-    if text is None:
-        return None
-    try:
-        return SpecifierSet(text)
-    except InvalidSpecifier as exc:
-        raise BadInput(f"{where}: bad version specifier {text!r}") from exc
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
-from patchkit.checks import CheckContext, CheckResult
+from patchkit.checks import CheckContext, CheckResult, same_interpreter
 from patchkit.errors import TargetError
 
 
@@ -42,7 +41,7 @@ _COMPILER_MAIN = "import json, sys\nprint(json.dumps(compile_errors(json.load(sy
 def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, str]:
     """path -> error for each source that does not compile, judged by `python`'s own compiler."""
     texts = {p: d.decode("utf-8", "surrogateescape") for p, d in sources.items()}
-    if _same_interpreter(python):
+    if same_interpreter(python):
         namespace: dict = {}
         exec(_COMPILER, namespace)  # noqa: S102 - our own constant
         return namespace["compile_errors"](texts)
@@ -54,12 +53,3 @@ def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, 
     if done.returncode != 0:
         raise TargetError(f"{python} failed while compiling the patched files: {done.stderr.strip()[-300:]}")
     return json.loads(done.stdout)
-
-
-def _same_interpreter(python: str | None) -> bool:
-    if python is None:
-        return True
-    try:
-        return os.path.samefile(python, sys.executable)
-    except OSError:
-        return False
