@@ -7,11 +7,19 @@
 2. `patchkit --help` start-up vs a bare `python -c pass` (goal: <= 0.25 s).
 3. `patchkit apply` of an ad-hoc diff (the eagle3 series as --patch files) on a stock 0.16.0 tree
    vs `git apply` of the same diffs (goal: <= 1 s).
+4. A default `patchkit fetch 0.16.0` into an empty cache: bytes over the network vs the wheel's
+   size (goal: <= 5 MB).
+5. All static checks on the EAGLE-3 set (0.16.0, in-process) vs `python -m py_compile` of the
+   same files (goal: <= 1 s).
+6. `patchkit verify --all`, cold (empty cache) and warm, vs `pip index versions vllm`, one index
+   query (goals: <= 60 s cold, <= 5 s warm). Skipped with --quick.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -57,10 +65,72 @@ def row(name: str, ours: float, reference: float, ref_name: str, goal: str) -> s
     return f"| {name} | {ours:.3f} s | {ref_name} {reference:.3f} s | {ours / reference:.1f}x | {goal} |"
 
 
+def fetch_row(work: Path) -> str:
+    """A default fetch into an empty cache, in a subprocess so that nothing is cached in memory."""
+    code = ("import json, patchkit.fetch as f; from patchkit.release_files import files_for; "
+            "f.release_tree('0.16.0', files_for('0.16.0')); s = f.last_fetch_stats; "
+            "print(json.dumps([s.bytes, s.requests, s.seconds]))")
+    env = {**os.environ, "PATCHKIT_CACHE_DIR": str(work / "cold-cache")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
+                          cwd=REPO)
+    nbytes, request_count, seconds = json.loads(done.stdout.strip().splitlines()[-1])
+    import requests
+
+    url = json.loads((work / "cold-cache/releases/0.16.0/release.json").read_text())["url"]
+    wheel = int(requests.head(url, allow_redirects=True, timeout=30).headers["Content-Length"])
+    wheel_text = f"whole wheel {wheel / 1e6:.0f} MB"
+    ratio = f"{nbytes / wheel * 100:.2f}%"
+    return (f"| fetch 0.16.0, default files, empty cache ({request_count} requests, {seconds:.1f} s) | "
+            f"{nbytes / 1e6:.2f} MB | {wheel_text} | {ratio} | ≤ 5 MB |")
+
+
+def static_checks_row(stock: Path, runs: int) -> str:
+    """syntax, names, contract (and integrity) on the planned 0.16.0 result, in-process."""
+    from patchkit.checks import run_checks
+    from patchkit.checks.integrity import CHECK as INTEGRITY
+    from patchkit.inspection import check_context
+    from patchkit.options import Options
+    from patchkit.resolve import resolve
+
+    resolved = resolve(Options(target_dir=str(stock)))
+    from patchkit.plan import plan_apply
+
+    plan = plan_apply(resolved.target.root, resolved.patches)
+    ctx = check_context(resolved, plan, import_probe=False)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        results = INTEGRITY.run(ctx) + run_checks(ctx)
+        times.append(time.perf_counter() - start)
+    assert not [r for r in results if r.failed], results
+    files = [str(stock / p) for p in plan.touched_paths]
+    reference = timed([sys.executable, "-m", "py_compile", *files], runs)
+    checks = sorted({r.check for r in results})
+    return row(f"static checks on the eagle3 0.16.0 result ({', '.join(checks)})", statistics.median(times),
+               reference, "python -m py_compile", "≤ 1 s")
+
+
+def verify_all_rows(work: Path) -> list[str]:
+    env = {**os.environ, "PATCHKIT_CACHE_DIR": str(work / "verify-cache")}
+    reference = timed([sys.executable, "-m", "pip", "index", "versions", "vllm"], 1)
+    rows = []
+    for label, goal in (("cold", "≤ 60 s"), ("warm", "≤ 5 s")):
+        start = time.perf_counter()
+        done = subprocess.run([*PATCHKIT, "verify", "--all", "-q", "--no-import"], env=env, capture_output=True,
+                              text=True)
+        took = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"verify --all failed: {done.stderr[-800:]}")
+        rows.append(row(f"verify --all, {label} cache", took, reference, "pip index versions vllm", goal))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
-    runs = parser.parse_args().runs
+    parser.add_argument("--quick", action="store_true", help="skip the verify --all measurement")
+    args = parser.parse_args()
+    runs = args.runs
     work = Path(tempfile.mkdtemp(prefix="patchkit-bench-"))
     rows = []
     try:
@@ -94,6 +164,11 @@ def main() -> None:
         ours = timed([*PATCHKIT, "apply", "-q", "--target", str(stock), *patch_args], runs, between=restore)
         git = timed(["git", "apply", *map(str, series)], runs, cwd=stock, between=restore)
         rows.append(row("apply, eagle3 series as --patch on stock 0.16.0", ours, git, "git apply", "≤ 1 s"))
+
+        rows.append(fetch_row(work))
+        rows.append(static_checks_row(pristine, runs))
+        if not args.quick:
+            rows.extend(verify_all_rows(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"median of {runs} runs (start-up: {runs * 2}); Python {sys.version.split()[0]}")
