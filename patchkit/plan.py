@@ -94,7 +94,7 @@ class Plan:
     root: Path
     steps: list[PatchStep]
     view: View
-    _stock: dict = field(default_factory=dict, repr=False)
+    _stock: Plan | None = field(default=None, repr=False)
 
     @property
     def conflicts(self) -> list[PatchStep]:
@@ -110,10 +110,13 @@ class Plan:
 
     def stock_content(self, path: str) -> bytes | None:
         """The content before this plan's series: the disk's, with patches found applied undone."""
-        if path not in self._stock:
-            self._stock[path] = plan_revert(self.root, [s.patch for s in self.steps if s.state == ALREADY],
-                                            view=_overlay(self.view)).content(path)
-        return self._stock[path]
+        present = [s.patch for s in self.steps if s.state == ALREADY]
+        if not present:
+            self.view.read(path)
+            return self.view.original[path]
+        if self._stock is None:
+            self._stock = plan_revert(self.root, present, view=_overlay(self.view))
+        return self._stock.content(path)
 
     @property
     def touched_paths(self) -> list[str]:
