@@ -158,29 +158,62 @@ class UI:
             yield lambda label: bar.update(task, advance=1, description=label)
 
 
-def releases_junit(results, suite: str) -> str:
-    """JUnit XML: a <testcase> per release, <failure> with the reason, <skipped> when unsupported."""
+@dataclass(frozen=True)
+class JUnitCase:
+    name: str
+    seconds: float = 0.0
+    failure: str | None = None  # the one-line reason; None: passed
+    details: str = ""
+    skipped: str | None = None
+    output: str = ""
+    kind: str = "failure"  # the <failure type=...>
+
+
+def junit(suite: str, cases: list[JUnitCase]) -> str:
+    """JUnit XML: one <testsuite>, a <testcase> per case, <failure>/<skipped> where they apply."""
     import xml.etree.ElementTree as ET
 
-    failures = [r for r in results if r.failed]
-    skipped = [r for r in results if r.outcome == "unsupported" and not r.failed]
-    total = sum(r.timings.get("total", 0.0) for r in results)
-    root = ET.Element("testsuites", name="patchkit verify", tests=str(len(results)),
-                      failures=str(len(failures)), skipped=str(len(skipped)), time=f"{total:.3f}")
-    suite_el = ET.SubElement(root, "testsuite", name=suite, tests=str(len(results)), failures=str(len(failures)),
-                             errors="0", skipped=str(len(skipped)), time=f"{total:.3f}")
-    for r in results:
-        case = ET.SubElement(suite_el, "testcase", classname=suite, name=f"vllm {r.version}",
-                             time=f"{r.timings.get('total', 0.0):.3f}")
-        if r.failed:
-            failure = ET.SubElement(case, "failure", type=r.label, message=f"{r.label}: {r.detail}")
-            failure.text = "\n".join([r.detail] + [f"{c.check}: {c.path or '-'}: {c.message}"
-                                                   for c in r.checks if c.failed])
-        elif r.outcome == "unsupported":
-            ET.SubElement(case, "skipped", message=r.detail)
-        ET.SubElement(case, "system-out").text = f"{r.label}: {r.detail}"
+    failures = sum(1 for c in cases if c.failure)
+    skipped = sum(1 for c in cases if c.skipped and not c.failure)
+    total = f"{sum(c.seconds for c in cases):.3f}"
+    root = ET.Element("testsuites", name="patchkit verify", tests=str(len(cases)), failures=str(failures),
+                      skipped=str(skipped), time=total)
+    suite_el = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)), failures=str(failures),
+                             errors="0", skipped=str(skipped), time=total)
+    for c in cases:
+        case = ET.SubElement(suite_el, "testcase", classname=suite, name=c.name, time=f"{c.seconds:.3f}")
+        if c.failure:
+            ET.SubElement(case, "failure", type=c.kind, message=c.failure).text = c.details or c.failure
+        elif c.skipped:
+            ET.SubElement(case, "skipped", message=c.skipped)
+        if c.output:
+            ET.SubElement(case, "system-out").text = c.output
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def releases_junit(results, suite: str) -> str:
+    """A <testcase> per release, <failure> with the reason, <skipped> when unsupported."""
+    cases = []
+    for r in results:
+        details = "\n".join([r.detail] + [f"{c.check}: {c.path or '-'}: {c.message}" for c in r.checks if c.failed])
+        cases.append(JUnitCase(
+            name=f"vllm {r.version}", seconds=r.timings.get("total", 0.0),
+            failure=f"{r.label}: {r.detail}" if r.failed else None, details=details, kind=r.label,
+            skipped=r.detail if r.outcome == "unsupported" else None, output=f"{r.label}: {r.detail}"))
+    return junit(suite, cases)
+
+
+def checks_junit(results, suite: str) -> str:
+    """A <testcase> per check result: failed checks fail, warnings and checks not run are skipped."""
+    cases = []
+    for r in results:
+        outcome = check_outcome(r)
+        cases.append(JUnitCase(
+            name=f"{r.check}: {r.path}" if r.path else r.check,
+            failure=r.message if outcome == "fail" else None, kind=r.check,
+            skipped=r.message if outcome in ("warning", "skipped") else None, output=r.message))
+    return junit(suite, cases)
 
 
 def check_outcome(result) -> str:

@@ -224,3 +224,41 @@ def test_python_module_entry_point_in_a_subprocess(tree, library):
     done = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--target", str(tree / "missing")],
                           capture_output=True, text=True)
     assert done.returncode == 4 and "Traceback" not in done.stderr
+
+
+def test_verify_junit_on_a_target_has_one_testcase_per_check(run, tmp_path, tree, scratch):
+    import xml.etree.ElementTree as ET
+
+    broken = patched_model("from .interfaces import SupportsEagle3, SupportsLoRA, SupportsPP,\n")
+    lib = write_library(tmp_path / "badlib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()}),
+                                                         make_patch(scratch, tree, {MODEL: broken})]})
+    result = run("verify", *args(tree, lib), "--format", "junit")
+    assert result.exit_code == 1
+    suite = ET.fromstring(result.stdout).find("testsuite")
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert f"syntax: {MODEL}" in cases and f"syntax: {SPEC}" in cases
+    assert cases[f"syntax: {MODEL}"].find("failure") is not None
+    assert cases[f"syntax: {SPEC}"].find("failure") is None
+    assert int(suite.get("failures")) >= 1 and int(suite.get("tests")) == len(cases)
+
+
+def test_recover_command_rolls_back_an_interrupted_transaction(run, tree, library):
+    import hashlib
+
+    from patchkit.state import meta_dir
+    from patchkit.transaction import journal_path
+
+    stock = snapshot(tree)
+    # What a crash right after the first file was replaced leaves: the original saved, the file changed.
+    original = (tree / SPEC).read_bytes()
+    digest = hashlib.sha256(original).hexdigest()
+    (meta_dir(tree) / "objects").mkdir(parents=True, exist_ok=True)
+    (meta_dir(tree) / "objects" / digest).write_bytes(original)
+    (tree / SPEC).write_text(patched_spec())
+    journal_path(tree).write_text(json.dumps({"id": "x", "previous_state": None, "files": [
+        {"path": SPEC, "before": digest, "after": hashlib.sha256(patched_spec().encode()).hexdigest(),
+         "staged": None, "mode": 0o644, "created_dirs": []}]}))
+    result = run("recover", "--target", tree)
+    assert result.exit_code == 0 and "rolled back" in result.output and "1 file(s) restored" in result.output
+    assert snapshot(tree) == stock and not journal_path(tree).exists()
+    assert "nothing to recover" in run("recover", "--target", tree).output

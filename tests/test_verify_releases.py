@@ -319,7 +319,6 @@ def test_one_version_with_a_target_still_overrides_its_detection(run, library, t
     ["--all", "--target", "."],
     ["--latest", "--python", "python3"],
     ["--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--target", "."],
-    ["--format", "junit", "--target", "."],
     ["--vllm-version", "0.16.0", "--patch", "x.patch"],
 ])
 def test_contradictory_options_are_bad_input(run, library, args):

@@ -59,9 +59,6 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
     if len(named) > 1:
         raise BadInput("several --vllm-version values verify releases, not a target",
                        hint="drop --target/--python, or give one --vllm-version")
-    if fmt == "junit":
-        raise BadInput("--format junit reports releases: use it with --vllm-version (no --target), --all "
-                       "or --latest")
     _verify_target(replace(opts, vllm_version=named[0] if named else None), fmt, quiet, verbose,
                    import_probe=not no_import)
 
@@ -114,35 +111,31 @@ def _report_releases(ui, results):
 
 
 def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
-    from patchkit.checks import run_checks
+    import sys
+
+    from patchkit.checks import CheckResult
     from patchkit.errors import CHECK_FAILED
-    from patchkit.inspection import check_context, inspect
+    from patchkit.inspection import inspect
     from patchkit.library import UPSTREAM
     from patchkit.resolve import require_patches, resolve
-    from patchkit.transaction import recover_pending
-    from patchkit.ui import plan_json, status_json
+    from patchkit.transaction import consistent_read
+    from patchkit.ui import checks_junit, plan_json, status_json
 
-    ui = make_ui(fmt, quiet, verbose)
+    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
     resolved = resolve(opts)
-    recovered = recover_pending(resolved.target.root)
-    if recovered:
-        ui.warn(recovered)
     require_patches(resolved)
-    status = inspect(resolved, check_upstream=True, import_probe=import_probe)
-    results = list(status.checks)
-    if status.plan is not None and not status.plan.conflicts:
-        # Applied: the files are on disk, so the probe can import them.
-        results = run_checks(check_context(resolved, status.plan, on_disk=status.state == "applied",
-                                           import_probe=import_probe))
-    if status.plan is not None:  # the files as on disk, conflict or not: stock (RECORD), stale bytecode
-        from patchkit.checks import bytecode, integrity
-
-        results = (integrity.CHECK.run(check_context(resolved, status.plan)) + results
-                   + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python))
+    with consistent_read(resolved.target.root) as recovered:
+        if recovered:
+            ui.warn(recovered)
+        status = inspect(resolved, check_upstream=True, import_probe=import_probe)
+        results = _target_checks(resolved, status, import_probe)
     failed = [r for r in results if r.failed]
     conflicts = status.plan.conflicts if status.plan else []
     ok = not failed and not conflicts and not status.drifted
-    if ui.json_mode:
+    if fmt == "junit":
+        conflict_cases = [CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in conflicts]
+        sys.stdout.write(checks_junit(conflict_cases + results, f"patchkit.{resolved.set_name}"))
+    elif ui.json_mode:
         ui.json({**status_json(resolved, status), "ok": ok,
                  "checked": "as-is" if status.state in ("applied", UPSTREAM) else "as-planned",
                  "plan": plan_json(status.plan) if status.plan else [],
@@ -160,3 +153,19 @@ def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
         ui.line("verify: ok" if ok else "verify: FAILED", style="green" if ok else "bold red")
     if not ok:
         raise SystemExit(CHECK_FAILED)
+
+
+def _target_checks(resolved, status, import_probe):
+    from patchkit.checks import bytecode, integrity, run_checks
+    from patchkit.inspection import check_context
+
+    if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
+        return list(status.checks)
+    results = []
+    if not status.plan.conflicts:
+        # Applied: the files are on disk, so the probe can import them.
+        results = run_checks(check_context(resolved, status.plan, on_disk=status.state == "applied",
+                                           import_probe=import_probe))
+    # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
+    return (integrity.CHECK.run(check_context(resolved, status.plan)) + results
+            + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python))
