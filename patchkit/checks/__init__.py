@@ -57,17 +57,14 @@ class Check(Protocol):
     def run(self, ctx: CheckContext) -> list[CheckResult]: ...
 
 
-# Evaluation order. Each module defines CHECK, an object with `name` and `run(ctx)`.
-CHECK_MODULES = ("syntax", "names", "contract", "probe")
-
-
 def default_checks() -> list[Check]:
-    """The checks `apply` and `verify` run, in order. Each lives in its own module."""
-    import importlib
-    import importlib.util
+    """The checks `apply` and `verify` run on contents, in order; each module defines CHECK.
 
-    modules = [f"patchkit.checks.{name}" for name in CHECK_MODULES]
-    return [importlib.import_module(m).CHECK for m in modules if importlib.util.find_spec(m)]
+    integrity (before writing) and bytecode (after writing) are steps of apply, revert and
+    verify themselves: they look at the disk, not at contents."""
+    from patchkit.checks import contract, names, probe, syntax
+
+    return [syntax.CHECK, names.CHECK, contract.CHECK, probe.CHECK]
 
 
 def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[CheckResult]:
