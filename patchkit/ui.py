@@ -158,6 +158,21 @@ class UI:
             yield lambda label: bar.update(task, advance=1, description=label)
 
 
+    @contextmanager
+    def activity(self, title: str):
+        """Yields say(message): a live status line on stderr in a terminal (a whole-wheel download
+        shows its percentage there), plain lines with -v otherwise."""
+        if self.quiet or not self.err.is_terminal:
+            yield self.detail
+            return
+        with self.err.status(title) as status:
+            def say(message: str) -> None:
+                status.update(message)
+                self.detail(message)
+
+            yield say
+
+
 @dataclass(frozen=True)
 class JUnitCase:
     name: str

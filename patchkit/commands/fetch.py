@@ -24,7 +24,8 @@ def command(version, dest, all_python, library, set_name, quiet, verbose):
 
     ui = make_ui("text", quiet, verbose)
     paths = files_for(version, library, set_name)
-    tree = release_tree(version, paths, all_python=all_python, progress=ui.detail)
+    with ui.activity(f"fetching vllm {version}") as say:
+        tree = release_tree(version, paths, all_python=all_python, progress=say)
     ui.line(f"vllm {version}: {tree}")
     if dest:
         copied = lay_out(tree, dest)
