@@ -214,3 +214,20 @@ def test_after_a_rollback_the_bytecode_matches_the_restored_sources(run, monkeyp
     # The pyc was rebuilt for the patched source, then again for the restored one.
     assert header(pyc) == (1, importlib.util.source_hash(STOCK.encode()))
     assert imported_value(flag_tree) == "stock"
+
+
+def test_apply_on_an_applied_tree_repairs_stale_bytecode_left_behind(run, flag_tree, library):
+    """A patched source with an unchecked-hash pyc of its stock code (an interrupted fix, or an
+    image rebuilt with compileall after patching by hand): a second apply writes nothing but
+    recompiles the stale pyc, so the patched code is what runs."""
+    assert run("apply", "--target", flag_tree, "--patches", library).exit_code == 0
+    (flag_tree / FLAG).write_text(STOCK)
+    compile_unchecked(flag_tree)
+    (flag_tree / FLAG).write_text(PATCHED)
+    assert imported_value(flag_tree) == "stock"  # the stale pyc shadows the patched source
+    assert run("verify", "--target", flag_tree, "--patches", library).exit_code == 1
+    result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["result"] == "already-applied"
+    assert imported_value(flag_tree) == "patched"
+    assert run("verify", "--target", flag_tree, "--patches", library).exit_code == 0

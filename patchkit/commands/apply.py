@@ -50,7 +50,12 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
             raise Conflict("the series does not apply; nothing was written:\n  "
                            + "\n  ".join(s.mismatch.describe() for s in plan.conflicts))
         if not plan.changes:
-            _finish(ui, "already-applied", "already applied: nothing to do", plan=plan_json(plan))
+            # Nothing to write, but a fix of stale bytecode that an earlier apply could not finish
+            # is repaired here (only stale files are touched).
+            bytecode = [] if dry_run else _fix_bytecode(ui, resolved, plan.touched_paths)
+            _refuse_stale_bytecode(ui, plan, bytecode, "already applied")
+            _finish(ui, "already-applied", "already applied: nothing to do", plan=plan_json(plan),
+                    checks=[r.to_json() for r in bytecode])
             return
 
         integrity = _stock_integrity(ui, resolved, plan, force)
