@@ -46,7 +46,7 @@ from patchkit.options import Options
 from patchkit.plan import ALREADY, plan_apply, plan_revert
 from patchkit.release_files import files_for
 from patchkit.resolve import Resolved, library_root, resolve
-from patchkit.state import META_DIR, read_object, read_state
+from patchkit.state import META_DIR, read_object, read_state, record_apply
 from patchkit.transaction import FileWrite, commit
 
 PATCHED = "patched"
@@ -451,11 +451,12 @@ def _failures(results: list[CheckResult]) -> str:
 
 def _apply(resolved: Resolved, plan) -> None:
     """What `apply` writes: the planned files and the record, in one transaction."""
-    from patchkit.commands.apply import _record
-
     root = resolved.target.root
     state = read_state(root)
-    entry = _record(resolved, resolved.patches, plan.changes, state.entry(resolved.set_name))
+    release = resolved.selection.release
+    entry = record_apply(state.entry(resolved.set_name), set_name=resolved.set_name,
+                         vllm_version=str(resolved.version.version), release=release.directory.name,
+                         patches=resolved.patches, changes=plan.changes)
     commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(plan.changes.items())],
            state.with_entry(entry))
 

@@ -80,6 +80,21 @@ class State:
         return {f["before"] for e in self.entries for f in e.files.values() if f.get("before")}
 
 
+def record_apply(previous: Entry | None, *, set_name: str, vllm_version: str | None, release: str | None,
+                 patches, changes: dict[str, tuple[bytes | None, bytes | None]]) -> Entry:
+    """The entry an apply records: each file's original hash (kept from an earlier apply of the
+    same set) and the hash written now."""
+    from datetime import datetime, timezone
+
+    files = dict(previous.files) if previous else {}
+    for path, (before, after) in changes.items():
+        earlier = files.get(path)
+        files[path] = {"before": earlier["before"] if earlier else sha256(before), "after": sha256(after)}
+    return Entry(set_name=set_name, vllm_version=vllm_version, release=release,
+                 applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 patches=[{"name": p.name, "sha256": p.sha256} for p in patches], files=files)
+
+
 def read_state(root: Path) -> State:
     path = state_path(root)
     try:

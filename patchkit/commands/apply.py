@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import click
 
 from patchkit.commands import format_option, make_ui, target_options
@@ -96,19 +94,12 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
 
 
 def _record(resolved, patches, changes, previous):
-    from patchkit.state import Entry, sha256
+    from patchkit.state import record_apply
 
-    files = dict(previous.files) if previous else {}
-    for path, (before, after) in changes.items():
-        earlier = files.get(path)
-        files[path] = {"before": earlier["before"] if earlier else sha256(before), "after": sha256(after)}
     release = resolved.selection.release
-    return Entry(set_name=resolved.set_name,
-                 vllm_version=str(resolved.version.version) if resolved.version else None,
-                 release=release.directory.name if release else None,
-                 applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 patches=[{"name": p.name, "sha256": p.sha256} for p in patches],
-                 files=files)
+    return record_apply(previous, set_name=resolved.set_name,
+                        vllm_version=str(resolved.version.version) if resolved.version else None,
+                        release=release.directory.name if release else None, patches=patches, changes=changes)
 
 
 def _verify_on_disk(resolved, plan, changes, previous_state, *, import_probe=True):
