@@ -78,7 +78,8 @@ def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False,
     root = resolved.target.root
     disk = _disk_reader(root)
     return CheckContext(paths=plan.touched_paths, read=disk if on_disk else plan.content,
-                        python=resolved.target.python, read_stock=plan.stock_content, root=root,
+                        python=resolved.target.python, read_stock=plan.stock_content,
+                        read_current=None if on_disk else plan.disk_content, root=root,
                         patch_set=resolved.selection.patch_set,
                         version=resolved.version.version if resolved.version else None, on_disk=on_disk,
                         import_probe=import_probe)

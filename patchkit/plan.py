@@ -108,12 +108,16 @@ class Plan:
         """The planned content of a path (the disk's where the plan does not touch it)."""
         return self.view.read(path)
 
+    def disk_content(self, path: str) -> bytes | None:
+        """The content on disk when the plan was made (read once, shared by the checks)."""
+        self.view.read(path)
+        return self.view.original[path]
+
     def stock_content(self, path: str) -> bytes | None:
         """The content before this plan's series: the disk's, with patches found applied undone."""
         present = [s.patch for s in self.steps if s.state == ALREADY]
         if not present:
-            self.view.read(path)
-            return self.view.original[path]
+            return self.disk_content(path)
         if self._stock is None:
             self._stock = plan_revert(self.root, present, view=_overlay(self.view))
         return self._stock.content(path)

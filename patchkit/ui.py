@@ -7,6 +7,7 @@ import json
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterable
 
 STATE_STYLES = {
@@ -18,19 +19,28 @@ STATE_STYLES = {
 }
 
 
+def _console(*, stderr: bool):
+    """Created on first use: a quiet run that prints nothing never imports rich."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, markup=False, highlight=False, soft_wrap=False,
+                   width=None if stream.isatty() else 10_000)
+
+
 @dataclass
 class UI:
     fmt: str = "text"
     quiet: bool = False
     verbose: int = 0
 
-    def __post_init__(self) -> None:
-        from rich.console import Console
+    @cached_property
+    def out(self):
+        return _console(stderr=False)
 
-        self.out = Console(markup=False, highlight=False, soft_wrap=False,
-                           width=None if sys.stdout.isatty() else 10_000)
-        self.err = Console(stderr=True, markup=False, highlight=False,
-                           width=None if sys.stderr.isatty() else 10_000)
+    @cached_property
+    def err(self):
+        return _console(stderr=True)
 
     @property
     def json_mode(self) -> bool:

@@ -44,6 +44,7 @@ class CheckContext:
     read: Reader  # their content as checked: planned, or as on disk
     python: str | None  # the interpreter that will run vLLM; None: the one running patchkit
     read_stock: Reader | None = None  # their stock content, where known
+    read_current: Reader | None = None  # their content on disk, as the plan read it
     root: Path | None = None  # the target tree
     patch_set: PatchSetDef | None = None  # the library's set (None for ad-hoc --patch)
     version: Version | None = None  # the vLLM version checked

@@ -57,7 +57,7 @@ class IntegrityCheck:
         return results
 
     def _check(self, ctx, path, installed, why_not, published, recorded) -> list[CheckResult]:
-        current = _read(ctx.root / path)
+        current = ctx.read_current(path) if ctx.read_current else _read(ctx.root / path)
         stock = ctx.read_stock(path) if ctx.read_stock else current
         in_installed = installed is not None and path in installed.hashes
         in_published = published is not None and path in published.hashes
