@@ -39,12 +39,12 @@ from packaging.version import Version
 from patchkit import fetch
 from patchkit.checks import CheckResult, run_checks
 from patchkit.errors import CHECK_FAILED, NO_PATCH_SET, OK, NoPatchSet
-from patchkit.inspection import APPLIED, check_context, inspect, upstream_check_paths
+from patchkit.inspection import APPLIED, check_context, inspect
 from patchkit.library import PATCH, UNSUPPORTED as UNSUPPORTED_KIND, UPSTREAM as UPSTREAM_KIND
 from patchkit.library import PatchSetDef, Selection, choose_set, load_library, select
 from patchkit.options import Options
 from patchkit.plan import ALREADY, plan_apply, plan_revert
-from patchkit.release_files import files_for
+from patchkit.release_files import needed_files
 from patchkit.resolve import Resolved, library_root, resolve
 from patchkit.state import META_DIR, read_object, read_state, record_apply
 from patchkit.transaction import FileWrite, commit
@@ -184,16 +184,7 @@ def _job(patch_set: PatchSetDef, version: Version, opts: Options) -> _Job | Rele
         return ReleaseResult(version, UNSUPPORTED, exc.message)
     if selection.kind == UNSUPPORTED_KIND:
         return ReleaseResult(version, UNSUPPORTED, selection.note or "unsupported")
-    if selection.kind == UPSTREAM_KIND:
-        paths = upstream_check_paths(patch_set)
-    else:
-        paths = files_for(str(version), opts.library, patch_set.name)
-    return _Job(version, selection, tuple(sorted({*paths, *_contract_files(patch_set, version)})))
-
-
-def _contract_files(patch_set: PatchSetDef, version: Version) -> set[str]:
-    """Files the set's contract reads for this release, beyond the ones the series touches."""
-    return {req.file for req in getattr(patch_set, "contract", ()) if req.applies_to(version)}
+    return _Job(version, selection, tuple(needed_files(patch_set, selection)))
 
 
 def _split_series(jobs: list[_Job]) -> tuple[list[_Job], dict[_Job, _Job]]:

@@ -6,20 +6,35 @@ import shutil
 from pathlib import Path
 
 from patchkit.errors import PatchkitError
-from patchkit.library import PATCH, choose_set, default_root, load_library, select
+from patchkit.library import (
+    PATCH, UPSTREAM, PatchSetDef, Selection, choose_set, default_root, load_library, select,
+)
 from patchkit.version import parse
 
 
 def files_for(version: str, library: str | None = None, set_name: str | None = None) -> list[str]:
-    """The files the set's series for `version` touches (none when upstream or unsupported)."""
+    """The files patchkit reads of a release: those its series touches, or for an upstream release
+    those the set's checks read; none for an unsupported one."""
     root = Path(library).resolve() if library else default_root()
     try:
-        selection = select(choose_set(load_library(root), set_name), parse(version, "VERSION"))
+        patch_set = choose_set(load_library(root), set_name)
+        selection = select(patch_set, parse(version, "VERSION"))
     except PatchkitError:
         return []
-    if selection.kind != PATCH:
+    return needed_files(patch_set, selection)
+
+
+def needed_files(patch_set: PatchSetDef, selection: Selection) -> list[str]:
+    from patchkit.inspection import upstream_check_paths
+
+    if selection.kind == PATCH:
+        paths = {f.source_path or f.path for p in selection.patches for f in p.files}
+    elif selection.kind == UPSTREAM:
+        paths = set(upstream_check_paths(patch_set))
+    else:
         return []
-    return sorted({f.source_path or f.path for p in selection.patches for f in p.files})
+    contract = {req.file for req in patch_set.contract if req.applies_to(selection.version)}
+    return sorted(paths | contract)
 
 
 def lay_out(tree: Path, dest: str) -> int:
