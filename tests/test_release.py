@@ -87,3 +87,13 @@ def test_later_releases_are_upstream_and_untouched(tmp_path, run, version):
     assert result.exit_code == 0 and json.loads(result.stdout)["state"] == "upstream"
     assert run("apply", "--target", target).exit_code == 0
     assert snapshot(target) == stock
+
+
+def test_fetch_dest_of_an_upstream_release_holds_what_its_checks_read(tmp_path, run):
+    result = run("fetch", "0.20.2", "--dest", tmp_path / "site")
+    assert result.exit_code == 0
+    assert (tmp_path / "site/vllm/v1/spec_decode/llm_base_proposer.py").is_file()  # the contract's file there
+    assert (tmp_path / "site/vllm/model_executor/models/deepseek_v2.py").is_file()
+    status = run("status", "--target", tmp_path / "site", "--format", "json")
+    assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"
+    assert json.loads(status.stdout)["upstream_regression"] is False
