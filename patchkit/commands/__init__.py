@@ -11,14 +11,22 @@ from patchkit.options import Options
 FORMATS = ("text", "json")
 
 
-def target_options(func):
-    """--target/--python/--vllm-version/--patches/--patch/--set and -q/-v, on every command."""
+VERSION_HELP = "Override the detected vLLM version."
+
+
+def target_options(func=None, *, version_help: str = VERSION_HELP, versions_repeatable: bool = False):
+    """--target/--python/--vllm-version/--patches/--patch/--set and -q/-v, on every target command.
+
+    versions_repeatable: --vllm-version may be given several times (verify: several releases)."""
+    if func is None:
+        return functools.partial(target_options, version_help=version_help,
+                                 versions_repeatable=versions_repeatable)
     options = [
         click.option("--target", "target_dir", metavar="DIR",
                      help="Directory containing the vllm/ package (site-packages, unpacked wheel, checkout)."),
         click.option("--python", "python", metavar="PATH",
                      help="Interpreter whose environment has vLLM (found without importing it; apply/verify import-test the patches)."),
-        click.option("--vllm-version", metavar="VERSION", help="Override the detected vLLM version."),
+        click.option("--vllm-version", metavar="VERSION", multiple=versions_repeatable, help=version_help),
         click.option("--patches", "library", metavar="DIR", help="Another patch library root."),
         click.option("--patch", "adhoc", metavar="FILE", multiple=True,
                      help="Ad-hoc unified diff instead of the library's series (repeatable)."),

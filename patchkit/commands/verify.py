@@ -7,20 +7,12 @@ from patchkit.commands import make_ui, target_options
 VERIFY_FORMATS = ("text", "json", "junit")
 
 
-def _repeatable_vllm_version(command: click.Command) -> click.Command:
-    """The shared --vllm-version takes one value; here it may be given once per release to verify."""
-    option = next(p for p in command.params if p.name == "vllm_version")
-    option.multiple = True
-    option.help = ("Without --target/--python: a vLLM release to verify from its stock files (repeatable). "
-                   "With them: override the detected version.")
-    return command
-
-
-@_repeatable_vllm_version
 @click.command()
-@target_options
+@target_options(versions_repeatable=True,
+                version_help="Without --target/--python: a vLLM release to verify from its stock files "
+                             "(repeatable). With them: override the detected version.")
 @click.option("--format", "fmt", type=click.Choice(VERIFY_FORMATS), default="text", show_default=True,
-              help="Output format (junit: releases only).")
+              help="Output format (junit: a testcase per release, or per check on a target).")
 @click.option("--all", "every", is_flag=True,
               help="Verify every vLLM release on the index from the set's supported minimum on.")
 @click.option("--latest", is_flag=True, help="Verify the newest vLLM release on the index.")
