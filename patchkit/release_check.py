@@ -44,7 +44,7 @@ from patchkit.library import PATCH, UNSUPPORTED as UNSUPPORTED_KIND, UPSTREAM as
 from patchkit.library import PatchSetDef, Selection, choose_set, load_library, select
 from patchkit.options import Options
 from patchkit.plan import ALREADY, plan_apply, plan_revert
-from patchkit.release_files import needed_files
+from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, library_root, resolve
 from patchkit.state import META_DIR, read_object, read_state, record_apply
 from patchkit.transaction import FileWrite, commit
@@ -356,7 +356,8 @@ class _Clock:
 def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options) -> ReleaseResult:
     clock = _Clock(fetched)
     site = scratch / str(job.version)
-    copied = _lay_out(stock, site, job.paths)
+    (site / "vllm").mkdir(parents=True)
+    copied = lay_out(stock, site, job.paths)
     try:
         resolved = resolve(replace(opts, target_dir=str(site), python=None, vllm_version=None, adhoc=()))
         if job.selection.kind == UPSTREAM_KIND:
@@ -475,17 +476,6 @@ def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:
 
 
 # --------------------------------------------------------------------------- trees
-
-
-def _lay_out(stock: Path, site: Path, paths) -> list[str]:
-    """Copy the release's dist-info and the files checked; the cache is never written."""
-    wanted = [p.relative_to(stock).as_posix() for p in stock.glob("vllm-*.dist-info/*") if p.is_file()]
-    wanted += [p for p in paths if (stock / p).is_file()]
-    (site / "vllm").mkdir(parents=True)
-    for rel in wanted:
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(stock / rel, site / rel)
-    return sorted(wanted)
 
 
 def _differences(stock: Path, site: Path, copied: list[str]) -> list[str]:

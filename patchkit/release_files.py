@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Iterable
 
 from patchkit.errors import PatchkitError
 from patchkit.library import (
@@ -37,13 +38,17 @@ def needed_files(patch_set: PatchSetDef, selection: Selection) -> list[str]:
     return sorted(paths | contract)
 
 
-def lay_out(tree: Path, dest: str) -> int:
-    """Copy a cached release tree to dest; the cache itself is never handed out for writing."""
-    count = 0
-    for src in tree.rglob("*"):
-        if src.is_file():
-            out = Path(dest) / src.relative_to(tree)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, out)
-            count += 1
-    return count
+def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None) -> list[str]:
+    """Copy a cached release tree (or its dist-info and `paths`) to dest, returning what was copied.
+
+    The cache itself is never handed out for writing."""
+    if paths is None:
+        chosen = [p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()]
+    else:
+        dist_info = [p.relative_to(tree).as_posix() for p in tree.glob("vllm-*.dist-info/*") if p.is_file()]
+        chosen = dist_info + [p for p in paths if (tree / p).is_file()]
+    for rel in chosen:
+        out = Path(dest) / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tree / rel, out)
+    return sorted(chosen)

@@ -41,6 +41,7 @@ from patchkit.library import (MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection,
                               load_library, load_set, select, write_series)
 from patchkit.patchfile import Patch, decode, encode, parse_patch
 from patchkit.plan import ALREADY, WILL_CHANGE, View, plan_apply
+from patchkit.release_files import lay_out
 from patchkit.version import parse
 
 META = ".patchkit-workspace.json"
@@ -399,7 +400,9 @@ def create_workspace(version: str, directory: str | None = None, *, library: str
     tree = fetch.release_tree(str(ver), paths, all_python=all_python, progress=progress)
     names = [p.name for p in selection.patches]
     with _fresh_dir(Path(directory or f"vllm-{ver}-workspace")) as dest:
-        copied = _lay_out(tree, dest, paths, all_python)
+        wanted = paths + ([f.relative_to(tree).as_posix() for f in (tree / "vllm").rglob("*.py")]
+                          if all_python else [])
+        copied = sum(1 for rel in lay_out(tree, dest, wanted) if rel.startswith("vllm/"))
         plan = plan_apply(dest, selection.patches)
         if plan.conflicts:
             raise Conflict(f"the library's series does not apply to stock vLLM {ver}: "
@@ -415,19 +418,6 @@ def create_workspace(version: str, directory: str | None = None, *, library: str
                       all_python=all_python).save(dest)
     return WorkspaceReport(str(dest), patch_set.name, str(ver), str(series_dir), copied, stock, patched, names,
                            shared_releases(patch_set, series_dir, ver))
-
-
-def _lay_out(tree: Path, dest: Path, paths: list[str], all_python: bool) -> int:
-    """Copy the stock files (and the dist-info METADATA, so the workspace works as --target)."""
-    chosen = {p for p in paths if (tree / p).is_file()}
-    if all_python:
-        chosen |= {f.relative_to(tree).as_posix() for f in (tree / "vllm").rglob("*.py") if f.is_file()}
-    metadata = _metadata_file(tree)
-    for rel in sorted(chosen) + ([metadata.relative_to(tree).as_posix()] if metadata else []):
-        out = dest / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(tree / rel, out)
-    return len(chosen)
 
 
 def find_workspace(directory: str | None) -> Path:

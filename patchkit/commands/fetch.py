@@ -29,4 +29,4 @@ def command(version, dest, all_python, library, set_name, quiet, verbose):
     ui.line(f"vllm {version}: {tree}")
     if dest:
         copied = lay_out(tree, dest)
-        ui.line(f"laid out {copied} file(s) under {dest} (use --target {dest})")
+        ui.line(f"laid out {len(copied)} file(s) under {dest} (use --target {dest})")
