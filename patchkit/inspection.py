@@ -39,10 +39,6 @@ class TreeStatus:
         """An upstream release whose own files fail the set's checks: vLLM dropped or broke the change."""
         return self.state == UPSTREAM and any(r.failed for r in self.checks)
 
-    @property
-    def healthy(self) -> bool:
-        return self.state not in (PARTIAL,) and not self.drifted and not self.upstream_regression
-
 
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""

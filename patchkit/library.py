@@ -64,9 +64,6 @@ class Release:
             entries.append((fields[0], digest))
         return entries
 
-    def patch_names(self) -> list[str]:
-        return [name for name, _ in self.series()]
-
     def read_patches(self, roots: tuple[str, ...]) -> list[Patch]:
         """The series' patches, each checked against the sha256 the library records for it."""
         patches = []

@@ -136,14 +136,6 @@ def recover(root: Path) -> str | None:
             if restored else "rolled back an interrupted patchkit transaction: no file had changed yet")
 
 
-def recover_pending(root: Path) -> str | None:
-    """For every command: one stat when nothing is pending; otherwise recover under the lock."""
-    if not journal_path(root).is_file():
-        return None
-    with target_lock(root):
-        return recover(root)
-
-
 @contextmanager
 def consistent_read(root: Path):
     """Hold the lock while reading several files, so no writer is half-way through them.
