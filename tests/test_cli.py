@@ -262,3 +262,14 @@ def test_recover_command_rolls_back_an_interrupted_transaction(run, tree, librar
     assert result.exit_code == 0 and "rolled back" in result.output and "1 file(s) restored" in result.output
     assert snapshot(tree) == stock and not journal_path(tree).exists()
     assert "nothing to recover" in run("recover", "--target", tree).output
+
+
+def test_revert_uses_the_record_when_the_library_no_longer_covers_the_version(run, tree, library):
+    stock = snapshot(tree)
+    assert run("apply", *args(tree, library)).exit_code == 0
+    (tree / "vllm-0.16.0.dist-info").rename(tree / "vllm-0.15.9.dist-info")
+    meta = tree / "vllm-0.15.9.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace("0.16.0", "0.15.9"))
+    result = run("revert", *args(tree, library))
+    assert result.exit_code == 0, result.output
+    assert snapshot(tree) == stock

@@ -32,14 +32,16 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
             ui.header(resolved)
     except NoPatchSet:
         # A recorded apply can still be undone when the library no longer covers this version.
-        resolved, set_name, patches = None, opts.set_name or "eagle3", []
+        resolved, set_name, patches = None, opts.set_name, []
 
     with target_lock(root):
         message = recover(root)
         if message:
             ui.warn(message)
         state = read_state(root)
-        entry = state.entry(set_name)
+        if set_name is None and len(state.entries) == 1:  # the one set this tree records
+            set_name = state.entries[0].set_name
+        entry = state.entry(set_name) if set_name else None
         if resolved is None and entry is None:
             raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
         view = View(root)
