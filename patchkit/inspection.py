@@ -8,7 +8,7 @@ from patchkit.checks import CheckContext, CheckResult
 from patchkit.library import PATCH, UNSUPPORTED, UPSTREAM, PatchSetDef
 from patchkit.plan import ALREADY, CONFLICT, WILL_CHANGE, Plan, plan_apply
 from patchkit.resolve import Resolved
-from patchkit.state import file_sha, read_state
+from patchkit.state import file_sha, read_file, read_state
 
 APPLIED = "applied"
 NOT_APPLIED = "not-applied"
@@ -82,11 +82,7 @@ def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False,
 
 
 def _disk_reader(root):
-    def disk(path: str) -> bytes | None:
-        full = root / path
-        return full.read_bytes() if full.is_file() else None
-
-    return disk
+    return lambda path: read_file(root / path)
 
 
 def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.patchfile import FilePatch, Hunk, Patch, decode, encode, split_lines
+from patchkit.state import read_file
 
 WILL_CHANGE = "apply"
 ALREADY = "applied"
@@ -75,7 +76,7 @@ class View:
     def read(self, path: str) -> bytes | None:
         if path not in self.current:
             full = self.root / path
-            data = full.read_bytes() if full.is_file() else None
+            data = read_file(full)
             self.original[path] = data
             self.current[path] = data
         return self.current[path]

@@ -46,7 +46,7 @@ from patchkit.options import Options
 from patchkit.plan import ALREADY, plan_apply, plan_revert
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, library_root, resolve
-from patchkit.state import META_DIR, read_object, read_state, record_apply
+from patchkit.state import META_DIR, read_file, read_object, read_state, record_apply
 from patchkit.transaction import FileWrite, commit
 
 PATCHED = "patched"
@@ -461,7 +461,7 @@ def _revert(resolved: Resolved) -> None:
     writes = []
     for path, shas in sorted(entry.files.items()):
         full = root / path
-        current = full.read_bytes() if full.is_file() else None
+        current = read_file(full)
         writes.append(FileWrite(path, current, read_object(root, shas["before"]) if shas["before"] else None))
     commit(root, writes, state.without(resolved.set_name))
 

@@ -128,6 +128,11 @@ def read_object(root: Path, digest: str) -> bytes:
     return data
 
 
+def read_file(path: Path) -> bytes | None:
+    """A regular file's bytes; None when there is none (a fifo or device is never read: it could block)."""
+    return path.read_bytes() if path.is_file() else None
+
+
 def file_sha(root: Path, path: str) -> str | None:
     full = root / path
     try:

@@ -42,6 +42,7 @@ from patchkit.library import (MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection,
 from patchkit.patchfile import Patch, decode, encode, parse_patch
 from patchkit.plan import ALREADY, WILL_CHANGE, View, plan_apply
 from patchkit.release_files import lay_out
+from patchkit.state import read_file
 from patchkit.version import parse
 
 META = ".patchkit-workspace.json"
@@ -332,11 +333,7 @@ def stock_paths(patches: list[Patch]) -> list[str]:
 
 def _release_contents(version: str, paths: list[str], progress: Progress | None) -> tuple[Path, Contents]:
     tree = fetch.release_tree(version, paths, progress=progress)
-    return tree, {p: _read(tree / p) for p in paths}
-
-
-def _read(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
+    return tree, {p: read_file(tree / p) for p in paths}
 
 
 def _write(root: Path, path: str, data: bytes | None) -> None:
@@ -442,7 +439,7 @@ def refresh_workspace(directory: str | None = None, *, new_patch: str | None = N
     stock_commit = repo.commit(meta.stock_commit)
     paths = sorted(_changed_paths(repo, meta) | {f for r in meta.patches for f in r.files})
     stock = {p: _blob(stock_commit, p) for p in paths}
-    work = {p: _read(root / p) for p in paths}
+    work = {p: read_file(root / p) for p in paths}
     _refuse_conflict_markers(work, stock)
     records = list(meta.patches)
     if new_patch and any(stock[p] != work[p] for p in paths if not _owners(records).get(p)):
@@ -582,7 +579,7 @@ def _new_texts(records: list[PatchRecord], assigned: dict[str, dict], series_dir
             continue
         header, body = keep_or_touch(record.header, record.body, body, today, roots)
         texts[record.name] = join_header(header, body)
-        existing = _read(series_dir / record.name)
+        existing = read_file(series_dir / record.name)
         state = "new" if existing is None else "unchanged" if existing == encode(texts[record.name]) else "updated"
         outcomes.append(PatchOutcome(record.name, state, order))
     return texts, outcomes
@@ -602,7 +599,7 @@ def _check_reproduces(patches: list[Patch], stock: Contents, work: Contents) -> 
 def _library_drift(records: list[PatchRecord], series_dir: Path) -> list[str]:
     notes = []
     for record in records:
-        current = _read(series_dir / record.name)
+        current = read_file(series_dir / record.name)
         if record.sha256 and current is not None:
             import hashlib
 
@@ -745,7 +742,7 @@ def port_set(from_version: str, to_version: str, *, library: str | None = None, 
     ported = [parse_patch(encode(texts[o.name]), o.name, roots=patch_set.roots)
               for o in outcomes if o.state != "removed"]
     _check_reproduces(ported, stock2, current)
-    if out is None and all(_read(selection.release.directory / o.name) == encode(texts.get(o.name, ""))  # type: ignore
+    if out is None and all(read_file(selection.release.directory / o.name) == encode(texts.get(o.name, ""))  # type: ignore
                            for o in outcomes):
         report.notes.append(f"the ported diffs are byte-identical to {selection.release.directory.name}'s")  # type: ignore
         return _port_identical(report, patch_set, selection, dest, out)
