@@ -22,10 +22,7 @@ imported lazily so importing this module stays cheap.
 
 from __future__ import annotations
 
-import base64
-import csv
 import hashlib
-import io
 import json
 import os
 import re
@@ -38,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from patchkit.errors import BadInput, FetchError
+from patchkit.record import HASHES as _HASHES, cache_dir, parse_record, record_hash
 
 if TYPE_CHECKING:  # pragma: no cover
     import zipfile
@@ -71,7 +69,6 @@ TAIL_BYTES = 512 << 10
 
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # 30 bytes
 _LOCAL_SIG = b"PK\x03\x04"
-_HASHES = {"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"}
 
 Progress = Callable[[str], None]
 
@@ -94,16 +91,6 @@ last_fetch_stats: FetchStats | None = None
 
 
 # --------------------------------------------------------------------------- public API
-
-
-def cache_dir() -> Path:
-    """$PATCHKIT_CACHE_DIR if set, else the platform's user cache dir for patchkit."""
-    env = os.environ.get("PATCHKIT_CACHE_DIR", "").strip()
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("patchkit"))
 
 
 def release_tree(
@@ -667,26 +654,6 @@ def _member_from_run(data: bytes, run_start: int, info) -> bytes:
 
 
 # --------------------------------------------------------------------------- RECORD
-
-
-def parse_record(data: bytes) -> dict[str, tuple[str, str]]:
-    """RECORD rows as ``{path: (hash, size)}``."""
-    out = {}
-    try:
-        text = data.decode("utf-8")
-        for row in csv.reader(io.StringIO(text)):
-            if row:
-                row = row + ["", ""]
-                out[row[0]] = (row[1], row[2])
-    except (UnicodeDecodeError, csv.Error) as e:
-        raise FetchError(f"cannot parse the wheel's RECORD: {e}", hint="the wheel looks malformed") from None
-    return out
-
-
-def record_hash(data: bytes, algo: str = "sha256") -> str:
-    """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD."""
-    digest = hashlib.new(algo, data).digest()
-    return f"{algo}=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def _verify(name: str, data: bytes, record: dict[str, tuple[str, str]], record_name: str) -> None:

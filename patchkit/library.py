@@ -15,16 +15,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
+from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput, NoPatchSet
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, read_patch
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 
 MANIFEST = "set.toml"
 SERIES = "series"
@@ -160,6 +158,11 @@ def _probe_script(name: str | None, directory: Path, origin: Path) -> Path | Non
 
 
 def read_toml(path: Path, what: str) -> dict:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -169,6 +172,8 @@ def read_toml(path: Path, what: str) -> dict:
 
 
 def specifier(text: str | None, origin: Path | str) -> SpecifierSet | None:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     if text is None:
         return None
     try:
@@ -198,6 +203,8 @@ def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:
 
 def select(patch_set: PatchSetDef, version: Version) -> Selection:
     """Map a version onto the set: a release's series, upstream, or unsupported."""
+    from packaging.version import Version
+
     note = None
     if version.local:
         note = f"local version label +{version.local} ignored: treated as {version.public}"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
-from email.parser import HeaderParser
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from patchkit.errors import BadInput
@@ -28,15 +28,12 @@ def encode(text: str) -> bytes:
     return text.encode(ENCODING, ERRORS)
 
 
-_OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-
-
-def split_lines(text: str) -> list[str]:
-    """Split on "\\n" only (str.splitlines also splits on \\r, \\x0c, \\u2028 ...), keeping ends."""
-    if not any(c in text for c in _OTHER_BREAKS):
-        return text.splitlines(True)  # the same result when "\n" is the only break, and in C
-    parts = text.split("\n")
-    lines = [part + "\n" for part in parts[:-1]]
+def byte_lines(data: bytes) -> list[bytes]:
+    """Split on b"\\n" only (bytes.splitlines also splits on a lone \\r), keeping line ends."""
+    if b"\r" not in data:
+        return data.splitlines(True)  # the same result when "\\n" is the only break, and in C
+    parts = data.split(b"\n")
+    lines = [part + b"\n" for part in parts[:-1]]
     if parts[-1]:
         lines.append(parts[-1])
     return lines
@@ -44,13 +41,27 @@ def split_lines(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Hunk:
+    """One hunk as two blocks of bytes: the lines it expects and the lines it leaves, with exact
+    line endings (a last line without its newline is a "\\ No newline at end of file")."""
+
     source_start: int  # 1-based, as in the "@@ -start,len" header
-    source: tuple[str, ...]  # context and removed lines, exact line endings
-    target: tuple[str, ...]  # context and added lines, exact line endings
-    header: str
+    target_start: int
+    source: bytes  # context and removed lines
+    target: bytes  # context and added lines
+    source_count: int  # lines in `source`
+    target_count: int
+
+    @property
+    def header(self) -> str:
+        return f"@@ -{self.source_start},{self.source_count} +{self.target_start},{self.target_count} @@"
+
+    @property
+    def source_lines(self) -> list[bytes]:
+        return byte_lines(self.source)
 
     def reversed(self) -> Hunk:
-        return Hunk(self.source_start, self.target, self.source, self.header)
+        return Hunk(self.target_start, self.source_start, self.target, self.source, self.target_count,
+                    self.source_count)
 
 
 @dataclass(frozen=True)
@@ -84,8 +95,12 @@ class Patch:
     name: str
     raw: bytes
     files: tuple[FilePatch, ...]
-    header: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
+
+    @cached_property
+    def header(self) -> dict[str, str]:
+        """The DEP-3 fields, read when asked for (a large ad-hoc diff seldom has any)."""
+        return _dep3_header(self.raw)
 
     @property
     def sha256(self) -> str:
@@ -98,7 +113,7 @@ class Patch:
 
     def reversed(self) -> Patch:
         files = tuple(f.reversed() for f in reversed(self.files))
-        return Patch(self.name, self.raw, files, self.header, self.path)
+        return Patch(self.name, self.raw, files, self.path)
 
 
 def read_patch(path: Path, roots: tuple[str, ...] = DEFAULT_ROOTS) -> Patch:
@@ -116,15 +131,18 @@ def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS
 
     if b"\0" in raw or b"GIT binary patch" in raw:
         raise BadInput(f"{name}: binary data or a binary patch; only text diffs are supported")
-    text = decode(raw)
+    skeleton, runs = read_hunks(name, raw)
     try:
-        # unidiff validates the structure (headers, hunk line counts, binary entries); the
-        # metadata-only parse is several times faster, and _hunk_bodies reads the lines after.
-        parsed = PatchSet(text, metadata_only=True)
+        # unidiff reads the file entries (git headers, ---/+++ lines, renames, modes, binary
+        # markers) from the diff with every hunk body cut to one line: that is where a diff's
+        # grammar is subtle. The bodies, most of a large diff, are read here by their counts.
+        parsed = PatchSet(decode(skeleton), metadata_only=True)
     except UnidiffParseError as exc:
         raise BadInput(f"{name}: malformed diff: {exc}") from exc
-    bodies = _hunk_bodies(text, (hunk for patched_file in parsed for hunk in patched_file))
-    files = tuple(_file_patch(name, pf, roots, bodies) for pf in parsed)
+    if sum(len(patched_file) for patched_file in parsed) != len(runs):
+        raise BadInput(f"{name}: malformed diff: a hunk header is not where a hunk can be")
+    queue = iter(runs)
+    files = tuple(_file_patch(name, pf, roots, [h for _ in pf for h in next(queue)]) for pf in parsed)
     if not files:
         raise BadInput(f"{name}: contains no diff (a patch must change something)")
     seen: set[str] = set()
@@ -132,25 +150,26 @@ def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS
         if fp.path in seen:
             raise BadInput(f"{name}: {fp.path} appears twice in one patch")
         seen.add(fp.path)
-    return Patch(name=name, raw=raw, files=files, header=_dep3_header(text), path=path)
+    return Patch(name=name, raw=raw, files=files, path=path)
 
 
-def _dep3_header(text: str) -> dict[str, str]:
+def _dep3_header(raw: bytes) -> dict[str, str]:
     """DEP-3 fields are RFC 822 style lines at the top, before the first diff line."""
-    match = _DIFF_START.search(text)
-    head = text[:match.start()] if match else text
+    match = _DIFF_START.search(raw)
     # The header is prose for people: undecodable bytes become U+FFFD rather than surrogates,
     # which the email parser would hand back as Header objects that cannot be printed.
-    head = encode(head).decode(ENCODING, "replace")
+    head = (raw[:match.start()] if match else raw).decode(ENCODING, "replace")
+    from email.parser import HeaderParser
+
     message = HeaderParser().parsestr(head.rstrip("\n") + "\n\n")
     return {key: " ".join(value.split("\n")).strip() if key != "Description" else value
             for key, value in message.items()}
 
 
-_DIFF_START = re.compile(r"^(?:diff |--- |Index: |---$)", re.MULTILINE)
+_DIFF_START = re.compile(rb"^(?:diff |--- |Index: |---$)", re.MULTILINE)
 
 
-def _file_patch(name: str, pf, roots: tuple[str, ...], bodies) -> FilePatch:
+def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> FilePatch:
     if getattr(pf, "is_binary_file", False):
         raise BadInput(f"{name}: binary patch for {pf.path}; only text diffs are supported")
     # Only /dev/null marks a new or deleted file: unidiff's is_added_file also guesses "added"
@@ -159,7 +178,9 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], bodies) -> FilePatch:
     target = None if pf.target_file == DEV_NULL else _safe_path(name, pf.target_file, roots)
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
-    hunks = tuple(_hunk(name, pf.path, h, next(bodies)) for h in pf)
+    for hunk in hunks:
+        if hunk.source == hunk.target:
+            raise BadInput(f"{name}: hunk {hunk.source_start} of {pf.path} changes nothing")
     info = "\n" + str(pf.patch_info or "")
     renamed = "\nrename from " in info and "\nrename to " in info
     if source and target and source != target and not renamed:
@@ -167,7 +188,7 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], bodies) -> FilePatch:
     if not hunks and not (renamed or (source is None and "\nnew file mode " in info)
                           or (target is None and "\ndeleted file mode " in info)):
         raise BadInput(f"{name}: the entry for {pf.path} has no hunks (truncated, or a mode-only change)")
-    return FilePatch(source, target, hunks)
+    return FilePatch(source, target, tuple(hunks))
 
 
 def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
@@ -186,73 +207,131 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
     return raw_path
 
 
-_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# unidiff's own hunk header pattern, for bytes (used with match(), which anchors it)
+_HUNK_HEADER = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))?\ @@[ ]?(.*)")
+_SKELETON_HUNK = b"@@ -1 +1 @@\n \n"
+_NOT_PLAIN_BODY = re.compile(rb"\n[^ +\-\n\r]")  # nor a "\\ No newline" marker
+# the content of each line a side keeps (a bare line end is empty context and kept whole)
+_SOURCE_LINE = re.compile(rb"\n(?:[ \-]|(?=[\r\n]))([^\n]*)")
+_TARGET_LINE = re.compile(rb"\n(?:[ +]|(?=[\r\n]))([^\n]*)")
+_MINUS, _PLUS, _SPACE, _MARKER, _CR = b"-", b"+", b" ", b"\\", b"\r"
 
 
-def _hunk_bodies(text: str, hunks):
-    """Each hunk's (header numbers, source lines, target lines), in order, with exact line ends.
+def read_hunks(name: str, raw: bytes) -> tuple[bytes, list[list[Hunk]]]:
+    """The diff with each run of hunks cut to one one-line hunk (for unidiff), and those runs.
 
-    `hunks` are unidiff's metadata-only hunks: they carry the counts unidiff validated, so a
-    body is a slice of known length unless a "\\ No newline at end of file" marker is about.
+    A body is as long as its header's counts say, as unidiff reads it: a line may begin with
+    "-", "+", " " or "\\"; a bare line end is empty context.
     """
-    lines = split_lines(text)
-    markers = "\n\\" in text
-    i, n = 0, len(lines)
-    for hunk in hunks:
-        while i < n and not (lines[i].startswith("@@ -") and _HUNK_HEADER.match(lines[i])):
-            i += 1
-        i += 1
-        if markers:
-            begin, i = i, _body_end(lines, i, hunk.source_length, hunk.target_length)
-            source, target = _with_markers(lines[begin:i])
-        else:
-            body = lines[i:i + hunk.source_length + hunk.added]
-            i += len(body)
-            # a line that is only a newline is empty context: keep it whole
-            source = [line[1:] if line[0] in " -" else line for line in body if line[0] != "+"]
-            target = [line[1:] if line[0] in " +" else line for line in body if line[0] != "-"]
-        yield source, target
+    skeleton: list[bytes] = []
+    runs: list[list[Hunk]] = []
+    position = 0
+    next_file = 0  # the next "\ndiff " at or after the hunk being read; -1: there is none
+    in_run = False
+    while position < len(raw):
+        header = raw.find(b"\n@@ -", max(position - 1, 0)) + 1
+        if position == 0 and raw.startswith(b"@@ -"):
+            header = 0
+        elif not header:
+            break
+        line_end = raw.find(b"\n", header)
+        line_end = len(raw) if line_end == -1 else line_end
+        match = _HUNK_HEADER.match(raw, header, line_end)
+        if match is None:
+            skeleton.append(raw[position:line_end + 1])
+            position, in_run = line_end + 1, False
+            continue
+        if header > position or not in_run:
+            skeleton += (raw[position:header], _SKELETON_HUNK)
+            runs.append([])
+        if next_file != -1 and next_file < line_end:
+            next_file = raw.find(b"\ndiff ", line_end)
+        hunk, position = _read_hunk(name, raw, line_end + 1, match, next_file)
+        runs[-1].append(hunk)
+        in_run = True
+    skeleton.append(raw[position:])
+    return b"".join(skeleton), runs
 
 
-def _body_end(lines: list[str], i: int, s_len: int, t_len: int) -> int:
-    n = len(lines)
-    while (s_len > 0 or t_len > 0) and i < n:
-        kind = lines[i][0]
-        if kind == "-":
-            s_len -= 1
-        elif kind == "+":
-            t_len -= 1
-        elif kind != "\\":
-            s_len -= 1
-            t_len -= 1
-        i += 1
-    while i < n and lines[i][0] == "\\":
-        i += 1
-    return i
+def _read_hunk(name: str, raw: bytes, start: int, header, next_file: int) -> tuple[Hunk, int]:
+    """The hunk whose body starts at `start`, and where the diff goes on after it."""
+    source_count, target_count = _count(header[2]), _count(header[4])
+    next_hunk = raw.find(b"\n@@ -", start - 1)
+    ends = [at + 1 for at in (next_hunk, next_file) if at != -1]
+    end = min(ends) if ends else len(raw)
+    # The fast path: in git's output a body runs to the next hunk or file, which the counts confirm.
+    source = target = None
+    if raw.endswith(b"\n", 0, end) and not _NOT_PLAIN_BODY.search(raw, start - 1, end):
+        source_lines = _SOURCE_LINE.findall(raw, start - 1, end)
+        if len(source_lines) == source_count:
+            target_lines = _TARGET_LINE.findall(raw, start - 1, end)
+            if len(target_lines) == target_count:
+                source, target = _join(source_lines), _join(target_lines)
+    if source is None or target is None:
+        body, end = _body(name, raw, start, header, source_count, target_count)
+        source, target = _blocks_with_markers(body, last_terminated=raw.endswith(b"\n", 0, end))
+    hunk = Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count)
+    return hunk, end
 
 
-def _with_markers(body: list[str]) -> tuple[list[str], list[str]]:
-    """The slow path: "\\ No newline at end of file" takes the newline off the line before it."""
-    source: list[str] = []
-    target: list[str] = []
-    last: list[list[str]] = []
-    for line in body:
-        kind = line[0]
-        if kind == "\\":
+def _join(lines: list[bytes]) -> bytes:
+    return b"\n".join(lines) + b"\n" if lines else b""
+
+
+def _count(text: bytes | None) -> int:
+    return 1 if text is None else int(text)
+
+
+def _body(name: str, raw: bytes, position: int, header, source_left: int,
+          target_left: int) -> tuple[list[bytes], int]:
+    """The slow path, a line at a time: the body's lines (without line ends) and where it ends."""
+    body: list[bytes] = []
+
+    def take() -> bytes:
+        nonlocal position
+        end = raw.find(b"\n", position)
+        end = len(raw) if end == -1 else end
+        line, position = raw[position:end], end + 1
+        body.append(line)
+        return line
+
+    while source_left > 0 or target_left > 0:
+        if position >= len(raw):
+            raise BadInput(f"{name}: malformed diff: hunk is shorter than expected: {decode(header[0])}")
+        kind = take()[:1]
+        if kind == _MINUS:
+            source_left -= 1
+        elif kind == _PLUS:
+            target_left -= 1
+        elif kind == _SPACE or kind == b"" or kind == _CR:
+            source_left -= 1
+            target_left -= 1
+        elif kind != _MARKER:
+            raise BadInput(f"{name}: malformed diff: hunk diff line expected: {decode(body[-1])!r}")
+        if source_left < 0 or target_left < 0:
+            raise BadInput(f"{name}: malformed diff: hunk is longer than expected: {decode(header[0])}")
+    while raw.startswith(b"\\", position):
+        take()
+    return body, min(position, len(raw))
+
+
+def _blocks_with_markers(body: list[bytes], *, last_terminated: bool) -> tuple[bytes, bytes]:
+    """The slow path: "\\ No newline at end of file" takes the newline off the line before it
+    (and the diff's own last line may lack one)."""
+    source: list[bytes] = []
+    target: list[bytes] = []
+    last: list[list[bytes]] = []
+    for index, line in enumerate(body, 1):
+        kind = line[:1]
+        if kind == _MARKER:
             for side in last:
-                if side[-1].endswith("\n"):
+                if side[-1].endswith(b"\n"):
                     side[-1] = side[-1][:-1]
             continue
-        value = line[1:] if kind in " -+" else line
-        last = [source] if kind == "-" else [target] if kind == "+" else [source, target]
+        value = line[1:] if kind in (_SPACE, _MINUS, _PLUS) else line
+        if index < len(body) or last_terminated:
+            value += b"\n"
+        last = [source] if kind == _MINUS else [target] if kind == _PLUS else [source, target]
         for side in last:
             side.append(value)
-    return source, target
-
-
-def _hunk(name: str, path: str, hunk, body) -> Hunk:
-    source, target = body
-    if source == target:
-        raise BadInput(f"{name}: hunk {hunk.source_start} of {path} changes nothing")
-    header = f"@@ -{hunk.source_start},{hunk.source_length} +{hunk.target_start},{hunk.target_length} @@"
-    return Hunk(hunk.source_start, tuple(source), tuple(target), header)
+    return b"".join(source), b"".join(target)

@@ -8,10 +8,11 @@ so it can be reported. There is no fuzz.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.patchfile import FilePatch, Hunk, Patch, decode, encode, split_lines
+from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
 from patchkit.state import read_file
 
 WILL_CHANGE = "apply"
@@ -26,7 +27,7 @@ class Placement:
 
     @property
     def offset(self) -> int:
-        expected = self.hunk.source_start if self.hunk.source else self.hunk.source_start + 1
+        expected = self.hunk.source_start if self.hunk.source_count else self.hunk.source_start + 1
         return self.line - expected
 
 
@@ -70,13 +71,13 @@ class View:
 
     def __init__(self, root: Path):
         self.root = root
+        self._prefix = os.path.join(root, "")
         self.original: dict[str, bytes | None] = {}
         self.current: dict[str, bytes | None] = {}
 
     def read(self, path: str) -> bytes | None:
         if path not in self.current:
-            full = self.root / path
-            data = read_file(full)
+            data = read_file(self._prefix + path)
             self.original[path] = data
             self.current[path] = data
         return self.current[path]
@@ -190,70 +191,101 @@ def _apply_file(view: View, fp: FilePatch) -> FileStep | Mismatch:
     if fp.kind == "add":
         if view.read(fp.path) is not None:
             return Mismatch(fp.path, 1, 0, "", None, "is a new file in the patch but already exists")
-        before, lines = None, []
+        before = None
     else:
         before = view.read(fp.source_path)  # type: ignore[arg-type]
         if before is None:
             return Mismatch(fp.source_path, 1, 0, "", None, "does not exist")  # type: ignore[arg-type]
         if fp.kind == "rename" and view.read(fp.path) is not None:
             return Mismatch(fp.path, 1, 0, "", None, "is a rename target but already exists")
-        lines = split_lines(decode(before))
-    result = apply_hunks(fp.path, lines, fp.hunks)
+    result = apply_hunks(fp.path, before or b"", fp.hunks)
     if isinstance(result, Mismatch):
         return result
-    new_lines, placements = result
+    after, placements = result
     if fp.kind == "delete":
-        if new_lines:
+        if after:
             return Mismatch(fp.path, len(fp.hunks), 0, "", None,
                             "is deleted by the patch but has content the patch does not remove")
         return FileStep(fp, before, None, placements)
-    return FileStep(fp, before, encode("".join(new_lines)), placements)
+    return FileStep(fp, before, after, placements)
 
 
-def apply_hunks(path: str, lines: list[str], hunks: tuple[Hunk, ...]):
-    """Place each hunk at its line, or the nearest exact match after the previous hunk."""
-    out: list[str] = []
+def apply_hunks(path: str, data: bytes, hunks: tuple[Hunk, ...]):
+    """Place each hunk at its line, or the nearest exact match after the previous hunk.
+
+    The file stays one block of bytes: a hunk's lines are searched for as one block that starts
+    a line, and line numbers are counted newlines. Only a conflict splits the file into lines.
+    """
+    out: list[bytes] = []
     placements: list[Placement] = []
-    cursor = 0
+    cursor = _Cursor(data)
     offset = 0
     for index, hunk in enumerate(hunks, 1):
-        size = len(hunk.source)
-        expected = (hunk.source_start - 1 if size else hunk.source_start) + offset
-        at = _find(lines, hunk.source, expected, cursor)
+        anchor = hunk.source_start - 1 if hunk.source_count else hunk.source_start
+        expected = anchor + offset
+        at = _find(cursor, hunk, expected)
         if at is None:
-            return _mismatch(path, index, lines, hunk, max(expected, cursor))
-        out.extend(lines[cursor:at])
-        out.extend(hunk.target)
-        cursor = at + size
-        offset = at - (hunk.source_start - 1 if size else hunk.source_start)
-        placements.append(Placement(hunk, at + 1))
-    out.extend(lines[cursor:])
-    return out, tuple(placements)
+            return _mismatch(path, index, byte_lines(data), hunk, max(expected, cursor.line))
+        line, position = at
+        out += (data[cursor.position:position], hunk.target)
+        cursor.move(position + len(hunk.source), line + hunk.source_count)
+        offset = line - anchor
+        placements.append(Placement(hunk, line + 1))
+    out.append(data[cursor.position:])
+    return b"".join(out), tuple(placements)
 
 
-def _find(lines: list[str], block: tuple[str, ...], expected: int, lowest: int) -> int | None:
-    size = len(block)
-    highest = len(lines) - size
-    if highest < lowest:
-        return None
-    expected = min(max(expected, lowest), highest)
-    if not size:
-        return expected
-    first = block[0]
-    for distance in range(0, max(expected - lowest, highest - expected) + 1):
-        for at in (expected - distance, expected + distance) if distance else (expected,):
-            if lowest <= at <= highest and lines[at] == first and tuple(lines[at:at + size]) == block:
-                return at
-    return None
+class _Cursor:
+    """Where the previous hunk ended in a file: a byte position and its 0-based line number."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.position = 0
+        self.line = 0
+
+    def move(self, position: int, line: int) -> None:
+        self.position, self.line = position, line
+
+    def locate(self, line: int) -> tuple[int, int]:
+        """(line, position) of a line at or after the cursor; past the last line, the end of the data."""
+        at, position, data = self.line, self.position, self.data
+        while at < line and position < len(data):
+            position = data.find(b"\n", position) + 1 or len(data)
+            at += 1
+        return at, position
 
 
-def _mismatch(path: str, index: int, lines: list[str], hunk: Hunk, at: int) -> Mismatch:
-    for i, want in enumerate(hunk.source):
+def _find(cursor: _Cursor, hunk: Hunk, expected: int) -> tuple[int, int] | None:
+    """The (line, position) nearest the expected line where the hunk's source block starts a line,
+    not before the cursor; of two equally near, the earlier."""
+    data, block = cursor.data, hunk.source
+    if not hunk.source_count:
+        return cursor.locate(max(expected, cursor.line))
+    ends_file = not block.endswith(b"\n")  # a last line without its newline matches only at the end
+    below: tuple[int, int] | None = None
+    position = data.find(block, cursor.position)
+    counted_to, line = cursor.position, cursor.line
+    while position != -1:
+        if (position == 0 or data[position - 1] == 10) and (not ends_file or position + len(block) == len(data)):
+            line += data.count(b"\n", counted_to, position)
+            counted_to = position
+            if line >= expected:
+                if below is not None and expected - below[0] <= line - expected:
+                    return below
+                return line, position
+            below = line, position
+        position = data.find(block, position + 1)
+    return below
+
+
+def _mismatch(path: str, index: int, lines: list[bytes], hunk: Hunk, at: int) -> Mismatch:
+    wanted = hunk.source_lines
+    for i, want in enumerate(wanted):
         have = lines[at + i] if at + i < len(lines) else None
         if have != want:
-            found = "<end of file>" if have is None else have
-            same_text = have is not None and have.rstrip("\r\n") == want.rstrip("\r\n")
-            return Mismatch(path, index, at + i + 1, want, found,
+            found = "<end of file>" if have is None else decode(have)
+            same_text = have is not None and have.rstrip(b"\r\n") == want.rstrip(b"\r\n")
+            return Mismatch(path, index, at + i + 1, decode(want), found,
                             "line endings differ (CRLF vs LF)" if same_text else "context does not match")
-    return Mismatch(path, index, at + 1, hunk.source[0] if hunk.source else "", None,
+    return Mismatch(path, index, at + 1, decode(wanted[0]) if wanted else "", None,
                     f"hunk #{index} does not fit in the file")

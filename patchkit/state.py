@@ -12,9 +12,11 @@ state.json:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,9 +130,27 @@ def read_object(root: Path, digest: str) -> bytes:
     return data
 
 
-def read_file(path: Path) -> bytes | None:
+def read_file(path: Path | str) -> bytes | None:
     """A regular file's bytes; None when there is none (a fifo or device is never read: it could block)."""
-    return path.read_bytes() if path.is_file() else None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a fifo must not wait
+    except OSError as exc:
+        if exc.errno in _NO_FILE:
+            return None
+        raise
+    try:
+        size = os.fstat(fd)
+        if not stat.S_ISREG(size.st_mode):
+            return None
+        data = os.read(fd, size.st_size)
+        while more := os.read(fd, 1 << 20):  # the file grew since fstat
+            data += more
+        return data
+    finally:
+        os.close(fd)
+
+
+_NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
 
 
 def file_sha(root: Path, path: str) -> str | None:

@@ -130,6 +130,8 @@ class UI:
 
     def plan(self, plan, *, dry_run: bool) -> None:
         """Per file and per hunk: where it lands (and at what offset)."""
+        if self.quiet or self.json_mode:
+            return
         rows = []
         for step in plan.steps:
             if not step.files:

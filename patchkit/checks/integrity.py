@@ -137,7 +137,7 @@ def published_record(version) -> Record | None:
     """The published wheel's RECORD when `patchkit fetch` already cached this release (no network)."""
     if version is None:
         return None
-    from patchkit.fetch import cache_dir
+    from patchkit.record import cache_dir
 
     try:
         tree = cache_dir() / "releases" / str(version) / "tree"
@@ -154,7 +154,7 @@ def published_record(version) -> Record | None:
 
 def _parse(path: Path) -> dict[str, str] | None:
     from patchkit.errors import FetchError
-    from patchkit.fetch import parse_record
+    from patchkit.record import parse_record
 
     try:
         rows = parse_record(path.read_bytes())
@@ -183,7 +183,7 @@ def _recorded_writes(root: Path) -> dict[str, list[tuple[str | None, str]]]:
 # -- hashes ---------------------------------------------------------------------------------------
 def _record_hash(data: bytes, like: str) -> str | None:
     """`data` hashed the way RECORD entry `like` is written (its algorithm); None if unknown."""
-    from patchkit.fetch import record_hash
+    from patchkit.record import record_hash
 
     algo = like.partition("=")[0]
     try:

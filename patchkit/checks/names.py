@@ -122,7 +122,7 @@ def _cache_dir() -> Path:
     """Per schema, pyflakes version, Python version (its ast, its builtins) and extra builtins."""
     import pyflakes
 
-    from patchkit.fetch import cache_dir
+    from patchkit.record import cache_dir
 
     key = f"{_CACHE_SCHEMA}-{pyflakes.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}"
     extra = os.environ.get("PYFLAKES_BUILTINS")

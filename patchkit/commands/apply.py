@@ -52,16 +52,14 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
             # is repaired here (only stale files are touched).
             bytecode = [] if dry_run else _fix_bytecode(ui, resolved, plan.touched_paths)
             _refuse_stale_bytecode(ui, plan, bytecode, "already applied")
-            _finish(ui, "already-applied", "already applied: nothing to do", plan=plan_json(plan),
-                    checks=[r.to_json() for r in bytecode])
+            _finish(ui, "already-applied", "already applied: nothing to do", lambda: _details(plan, bytecode))
             return
 
         integrity = _stock_integrity(ui, resolved, plan, force)
         if dry_run:
             # Like `git apply --check`: where each hunk lands. `verify` also runs the checks.
             _finish(ui, "dry-run", f"dry run: {len(plan.changes)} file(s) would change; nothing written "
-                                   "(`patchkit verify` also runs the checks)", plan=plan_json(plan),
-                    checks=[r.to_json() for r in integrity])
+                                   "(`patchkit verify` also runs the checks)", lambda: _details(plan, integrity))
             return
 
         results = integrity + run_checks(check_context(resolved, plan, import_probe=not no_import))
@@ -90,7 +88,7 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
         results = integrity + on_disk + bytecode
     _refuse_stale_bytecode(ui, plan, results, f"applied {len(patches)} patch(es)")
     _finish(ui, "applied", f"applied {len(patches)} patch(es): {len(changes)} file(s) changed",
-            plan=plan_json(plan), checks=[r.to_json() for r in results])
+            lambda: _details(plan, results))
 
 
 def _record(resolved, patches, changes, previous):
@@ -166,8 +164,15 @@ def _report_recovery(ui, message):
         ui.warn(message)
 
 
-def _finish(ui, result, message, **extra):
+def _details(plan, results) -> dict:
+    from patchkit.ui import plan_json
+
+    return {"plan": plan_json(plan), "checks": [r.to_json() for r in results]}
+
+
+def _finish(ui, result, message, details=None):
+    """The last word: `details` (built only for JSON output) goes with the result."""
     if ui.json_mode:
-        ui.json({"result": result, **extra})
+        ui.json({"result": result, **(details() if details else {})})
     else:
         ui.line(message, style="green" if result in ("applied", "already-applied", "upstream") else None)
