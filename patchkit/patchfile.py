@@ -10,6 +10,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 from pathlib import Path
 
 from patchkit.errors import BadInput
@@ -39,8 +40,7 @@ def byte_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-@dataclass(frozen=True)
-class Hunk:
+class Hunk(NamedTuple):
     """One hunk as two blocks of bytes: the lines it expects and the lines it leaves, with exact
     line endings (a last line without its newline is a "\\ No newline at end of file")."""
 
@@ -223,63 +223,60 @@ def read_hunks(name: str, raw: bytes) -> tuple[bytes, list[list[Hunk]]]:
     A body is as long as its header's counts say, as unidiff reads it: a line may begin with
     "-", "+", " " or "\\"; a bare line end is empty context.
     """
+    text = b"\n" + raw  # so that every line, the first one too, starts after a newline
     skeleton: list[bytes] = []
     runs: list[list[Hunk]] = []
-    position = 0
-    next_file = 0  # the next "\ndiff " at or after the hunk being read; -1: there is none
+    position = 1  # the first line not read yet
     in_run = False
-    while position < len(raw):
-        header = raw.find(b"\n@@ -", max(position - 1, 0)) + 1
-        if position == 0 and raw.startswith(b"@@ -"):
-            header = 0
-        elif not header:
-            break
-        line_end = raw.find(b"\n", header)
-        line_end = len(raw) if line_end == -1 else line_end
-        match = _HUNK_HEADER.match(raw, header, line_end)
+    next_file = 0  # the next "\ndiff " at or after the hunk being read; -1: there is none
+    newline = text.find(b"\n@@ -")
+    while newline != -1:
+        header = newline + 1
+        line_end = text.find(b"\n", header)
+        line_end = len(text) if line_end == -1 else line_end
+        match = _HUNK_HEADER.match(text, header, line_end)
         if match is None:
-            skeleton.append(raw[position:line_end + 1])
+            skeleton.append(text[position:line_end + 1])
             position, in_run = line_end + 1, False
+            newline = text.find(b"\n@@ -", line_end)
             continue
         if header > position or not in_run:
-            skeleton += (raw[position:header], _SKELETON_HUNK)
+            skeleton += (text[position:header], _SKELETON_HUNK)
             runs.append([])
         if next_file != -1 and next_file < line_end:
-            next_file = raw.find(b"\ndiff ", line_end)
-        hunk, position = _read_hunk(name, raw, line_end + 1, match, next_file)
+            next_file = text.find(b"\ndiff ", line_end)
+        newline = text.find(b"\n@@ -", line_end)
+        hunk, position = _read_hunk(name, text, line_end, match, _first(newline, next_file))
         runs[-1].append(hunk)
         in_run = True
-    skeleton.append(raw[position:])
+    skeleton.append(text[position:])
     return b"".join(skeleton), runs
 
 
-def _read_hunk(name: str, raw: bytes, start: int, header, next_file: int) -> tuple[Hunk, int]:
-    """The hunk whose body starts at `start`, and where the diff goes on after it."""
-    source_count, target_count = _count(header[2]), _count(header[4])
-    next_hunk = raw.find(b"\n@@ -", start - 1)
-    ends = [at + 1 for at in (next_hunk, next_file) if at != -1]
-    end = min(ends) if ends else len(raw)
-    # The fast path: in git's output a body runs to the next hunk or file, which the counts confirm.
-    source = target = None
-    if raw.endswith(b"\n", 0, end) and not _NOT_PLAIN_BODY.search(raw, start - 1, end):
-        source_lines = _SOURCE_LINE.findall(raw, start - 1, end)
-        if len(source_lines) == source_count:
-            target_lines = _TARGET_LINE.findall(raw, start - 1, end)
-            if len(target_lines) == target_count:
-                source, target = _join(source_lines), _join(target_lines)
-    if source is None or target is None:
-        body, end = _body(name, raw, start, header, source_count, target_count)
-        source, target = _blocks_with_markers(body, last_terminated=raw.endswith(b"\n", 0, end))
-    hunk = Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count)
-    return hunk, end
+def _first(a: int, b: int) -> int:
+    """The nearer of two find() results (-1: not found)."""
+    return max(a, b) if a == -1 or b == -1 else min(a, b)
 
 
-def _join(lines: list[bytes]) -> bytes:
-    return b"\n".join(lines) + b"\n" if lines else b""
+def _read_hunk(name: str, text: bytes, header_end: int, header, stop: int) -> tuple[Hunk, int]:
+    """The hunk whose header line ends (in a newline) at `header_end`, and where the diff goes on.
 
-
-def _count(text: bytes | None) -> int:
-    return 1 if text is None else int(text)
+    The fast path: in git's output a body runs to the next hunk or file (the newline at `stop`),
+    which the counts confirm; anything else is read a line at a time.
+    """
+    source_count = 1 if header[2] is None else int(header[2])
+    target_count = 1 if header[4] is None else int(header[4])
+    end = len(text) if stop == -1 else stop + 1
+    if text[end - 1] == 10 and not _NOT_PLAIN_BODY.search(text, header_end, end):
+        source_lines = _SOURCE_LINE.findall(text, header_end, end)
+        if len(source_lines) == source_count and len(
+                target_lines := _TARGET_LINE.findall(text, header_end, end)) == target_count:
+            source = b"\n".join(source_lines) + b"\n" if source_count else b""
+            target = b"\n".join(target_lines) + b"\n" if target_count else b""
+            return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
+    body, end = _body(name, text, header_end + 1, header, source_count, target_count)
+    source, target = _blocks_with_markers(body, last_terminated=text.endswith(b"\n", 0, end))
+    return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
 
 
 def _body(name: str, raw: bytes, position: int, header, source_left: int,

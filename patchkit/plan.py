@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
@@ -20,8 +21,7 @@ ALREADY = "applied"
 CONFLICT = "conflict"
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):
     hunk: Hunk
     line: int  # 1-based line of the hunk's first source line where it lands
 
