@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -81,7 +82,12 @@ def cli():
 
 
 def main() -> None:
-    cli(prog_name="patchkit")
+    try:
+        cli(prog_name="patchkit")
+    finally:
+        # What a command built (a large diff's hunks, a tree's files) is garbage at exit: keep
+        # the interpreter's last collection from walking it. Finalizers and atexit still run.
+        gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -218,53 +218,41 @@ def apply_hunks(path: str, data: bytes, hunks: tuple[Hunk, ...]):
     """
     out: list[bytes] = []
     placements: list[Placement] = []
-    cursor = _Cursor(data)
+    position = line = 0  # where the previous hunk ended: byte position, 0-based line
     offset = 0
     for index, hunk in enumerate(hunks, 1):
         anchor = hunk.source_start - 1 if hunk.source_count else hunk.source_start
         expected = anchor + offset
-        at = _find(cursor, hunk, expected)
-        if at is None:
-            return _mismatch(path, index, byte_lines(data), hunk, max(expected, cursor.line))
-        line, position = at
-        out += (data[cursor.position:position], hunk.target)
-        cursor.move(position + len(hunk.source), line + hunk.source_count)
-        offset = line - anchor
-        placements.append(Placement(hunk, line + 1))
-    out.append(data[cursor.position:])
+        if hunk.source_count:
+            found = _find(data, hunk.source, expected, position, line)
+        else:
+            found = _locate(data, max(expected, line), position, line)
+        if found is None:
+            return _mismatch(path, index, byte_lines(data), hunk, max(expected, line))
+        at_line, at = found
+        out += (data[position:at], hunk.target)
+        position, line = at + len(hunk.source), at_line + hunk.source_count
+        offset = at_line - anchor
+        placements.append(Placement(hunk, at_line + 1))
+    out.append(data[position:])
     return b"".join(out), tuple(placements)
 
 
-class _Cursor:
-    """Where the previous hunk ended in a file: a byte position and its 0-based line number."""
-
-    def __init__(self, data: bytes):
-        self.data = data
-        self.position = 0
-        self.line = 0
-
-    def move(self, position: int, line: int) -> None:
-        self.position, self.line = position, line
-
-    def locate(self, line: int) -> tuple[int, int]:
-        """(line, position) of a line at or after the cursor; past the last line, the end of the data."""
-        at, position, data = self.line, self.position, self.data
-        while at < line and position < len(data):
-            position = data.find(b"\n", position) + 1 or len(data)
-            at += 1
-        return at, position
+def _locate(data: bytes, wanted: int, position: int, line: int) -> tuple[int, int]:
+    """(line, position) of the wanted line, counting on from a known one; past the last line, the end."""
+    while line < wanted and position < len(data):
+        position = data.find(b"\n", position) + 1 or len(data)
+        line += 1
+    return line, position
 
 
-def _find(cursor: _Cursor, hunk: Hunk, expected: int) -> tuple[int, int] | None:
-    """The (line, position) nearest the expected line where the hunk's source block starts a line,
-    not before the cursor; of two equally near, the earlier."""
-    data, block = cursor.data, hunk.source
-    if not hunk.source_count:
-        return cursor.locate(max(expected, cursor.line))
+def _find(data: bytes, block: bytes, expected: int, position: int, line: int) -> tuple[int, int] | None:
+    """The (line, position) nearest the expected line where `block` starts a line, not before the
+    given (line, position); of two equally near, the earlier."""
     ends_file = not block.endswith(b"\n")  # a last line without its newline matches only at the end
     below: tuple[int, int] | None = None
-    position = data.find(block, cursor.position)
-    counted_to, line = cursor.position, cursor.line
+    counted_to = position
+    position = data.find(block, position)
     while position != -1:
         if (position == 0 or data[position - 1] == 10) and (not ends_file or position + len(block) == len(data)):
             line += data.count(b"\n", counted_to, position)
