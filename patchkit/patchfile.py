@@ -1,7 +1,9 @@
-"""One patch: its DEP-3 header and its unified diff, parsed with unidiff into byte-exact hunks.
+"""One patch: its DEP-3 header and its unified diff, read into byte-exact hunks.
 
-Text is decoded with `surrogateescape` everywhere, so non-UTF-8 bytes in a diff or a file
-survive a round trip unchanged; line endings stay part of each line, so CRLF files work.
+unidiff reads the diff's file entries; the hunk bodies are read here, by their counts, as two
+blocks of bytes each (what the hunk expects, what it leaves). Hunks stay bytes, so non-UTF-8
+bytes and CRLF line endings survive unchanged; paths and messages are decoded with
+`surrogateescape`. tests/test_reader.py holds the reader to unidiff's full parse.
 """
 
 from __future__ import annotations
