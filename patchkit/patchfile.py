@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from functools import cached_property
-from typing import NamedTuple
+from functools import cached_property, partial
+from typing import Callable
 from pathlib import Path
 
 from patchkit.errors import BadInput
@@ -42,16 +42,30 @@ def byte_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-class Hunk(NamedTuple):
+class Hunk:
     """One hunk as two blocks of bytes: the lines it expects and the lines it leaves, with exact
-    line endings (a last line without its newline is a "\\ No newline at end of file")."""
+    line endings (a last line without its newline is a "\\ No newline at end of file").
 
-    source_start: int  # 1-based, as in the "@@ -start,len" header
-    target_start: int
-    source: bytes  # context and removed lines
-    target: bytes  # context and added lines
-    source_count: int  # lines in `source`
-    target_count: int
+    `target` may be given as a function that cuts it from the diff when first asked for: a dry
+    run, which only places hunks, never needs it.
+    """
+
+    __slots__ = ("source_start", "target_start", "source", "source_count", "target_count", "_target")
+
+    def __init__(self, source_start: int, target_start: int, source: bytes, target: bytes | Callable[[], bytes],
+                 source_count: int, target_count: int):
+        self.source_start = source_start  # 1-based, as in the "@@ -start,len" header
+        self.target_start = target_start
+        self.source = source  # context and removed lines
+        self._target = target  # context and added lines
+        self.source_count = source_count  # lines in `source`
+        self.target_count = target_count
+
+    @property
+    def target(self) -> bytes:
+        if not isinstance(self._target, bytes):
+            self._target = self._target()
+        return self._target
 
     @property
     def header(self) -> str:
@@ -64,6 +78,18 @@ class Hunk(NamedTuple):
     def reversed(self) -> Hunk:
         return Hunk(self.target_start, self.source_start, self.target, self.source, self.target_count,
                     self.source_count)
+
+    def _key(self) -> tuple:
+        return self.source_start, self.target_start, self.source, self.target, self.source_count, self.target_count
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Hunk) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Hunk({self.header}, source={self.source!r}, target={self.target!r})"
 
 
 @dataclass(frozen=True)
@@ -270,15 +296,20 @@ def _read_hunk(name: str, text: bytes, header_end: int, header, stop: int) -> tu
     target_count = 1 if header[4] is None else int(header[4])
     end = len(text) if stop == -1 else stop + 1
     if text[end - 1] == 10 and not _NOT_PLAIN_BODY.search(text, header_end, end):
-        source_lines = _SOURCE_LINE.findall(text, header_end, end)
-        if len(source_lines) == source_count and len(
-                target_lines := _TARGET_LINE.findall(text, header_end, end)) == target_count:
-            source = b"\n".join(source_lines) + b"\n" if source_count else b""
-            target = b"\n".join(target_lines) + b"\n" if target_count else b""
+        lines = text.count(b"\n", header_end, end - 1)
+        if (lines - text.count(b"\n+", header_end, end) == source_count
+                and lines - text.count(b"\n-", header_end, end) == target_count):
+            source = _block(_SOURCE_LINE, text, header_end, end) if source_count else b""
+            target = partial(_block, _TARGET_LINE, text, header_end, end) if target_count else b""
             return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
     body, end = _body(name, text, header_end + 1, header, source_count, target_count)
     source, target = _blocks_with_markers(body, last_terminated=text.endswith(b"\n", 0, end))
     return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
+
+
+def _block(side: re.Pattern, text: bytes, start: int, end: int) -> bytes:
+    """One side of a plain body: the lines it keeps, each without its first character."""
+    return b"\n".join(side.findall(text, start, end)) + b"\n"
 
 
 def _body(name: str, raw: bytes, position: int, header, source_left: int,

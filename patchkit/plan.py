@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 from pathlib import Path
 
@@ -24,6 +25,7 @@ CONFLICT = "conflict"
 class Placement(NamedTuple):
     hunk: Hunk
     line: int  # 1-based line of the hunk's first source line where it lands
+    position: int  # the byte where that line starts
 
     @property
     def offset(self) -> int:
@@ -54,8 +56,12 @@ class Mismatch:
 class FileStep:
     patch: FilePatch
     before: bytes | None
-    after: bytes | None
     placements: tuple[Placement, ...]
+
+    @cached_property
+    def after(self) -> bytes | None:
+        """The new content, made when first asked for (a dry run only places the hunks)."""
+        return None if self.patch.kind == "delete" else splice(self.before or b"", self.placements)
 
 
 @dataclass
@@ -75,20 +81,38 @@ class View:
         self.original: dict[str, bytes | None] = {}
         self.current: dict[str, bytes | None] = {}
 
-    def read(self, path: str) -> bytes | None:
+    def original_content(self, path: str) -> bytes | None:
         if path not in self.current:
             data = read_file(self._prefix + path)
             self.original[path] = data
             self.current[path] = data
-        return self.current[path]
+        return self.original[path]
 
-    def write(self, path: str, data: bytes | None) -> None:
-        self.read(path)
-        self.current[path] = data
+    def read(self, path: str) -> bytes | None:
+        self.original_content(path)
+        content = self.current[path]
+        if isinstance(content, FileStep):
+            content = self.current[path] = content.after
+        return content
+
+    def write(self, path: str, content: bytes | None | FileStep) -> None:
+        """A file's new content, or the step that makes it (made when the content is read)."""
+        self.original_content(path)
+        self.current[path] = content
 
     def changes(self) -> dict[str, tuple[bytes | None, bytes | None]]:
         """path -> (before, after) for every file whose content the plan changes."""
-        return {p: (self.original[p], new) for p, new in self.current.items() if new != self.original[p]}
+        return {p: (self.original[p], self.read(p)) for p in self.changed_paths()}
+
+    def changed_paths(self) -> list[str]:
+        """The paths of `changes`, without making contents that are not made yet where it can."""
+        return [p for p in list(self.current) if self._changed(p)]
+
+    def _changed(self, path: str) -> bool:
+        pending = self.current[path]
+        if isinstance(pending, FileStep) and pending.before is self.original[path]:
+            return True  # the first step on a file from disk: each of its hunks changes something
+        return self.read(path) != self.original[path]
 
 
 @dataclass
@@ -106,14 +130,17 @@ class Plan:
     def changes(self) -> dict[str, tuple[bytes | None, bytes | None]]:
         return self.view.changes()
 
+    @property
+    def changed_paths(self) -> list[str]:
+        return self.view.changed_paths()
+
     def content(self, path: str) -> bytes | None:
         """The planned content of a path (the disk's where the plan does not touch it)."""
         return self.view.read(path)
 
     def disk_content(self, path: str) -> bytes | None:
         """The content on disk when the plan was made (read once, shared by the checks)."""
-        self.view.read(path)
-        return self.view.original[path]
+        return self.view.original_content(path)
 
     def stock_content(self, path: str) -> bytes | None:
         """The content before this plan's series: the disk's, with patches found applied undone."""
@@ -165,7 +192,7 @@ def _step(view: View, patch: Patch) -> PatchStep:
         for file_step in forward:
             if file_step.patch.kind == "rename":
                 view.write(file_step.patch.source_path, None)  # type: ignore[arg-type]
-            view.write(file_step.patch.path, file_step.after)
+            view.write(file_step.patch.path, file_step)
         return PatchStep(patch, WILL_CHANGE, forward)
     backward = _try_patch(view, patch.reversed())
     if isinstance(backward, list):
@@ -198,25 +225,21 @@ def _apply_file(view: View, fp: FilePatch) -> FileStep | Mismatch:
             return Mismatch(fp.source_path, 1, 0, "", None, "does not exist")  # type: ignore[arg-type]
         if fp.kind == "rename" and view.read(fp.path) is not None:
             return Mismatch(fp.path, 1, 0, "", None, "is a rename target but already exists")
-    result = apply_hunks(fp.path, before or b"", fp.hunks)
-    if isinstance(result, Mismatch):
-        return result
-    after, placements = result
-    if fp.kind == "delete":
-        if after:
-            return Mismatch(fp.path, len(fp.hunks), 0, "", None,
-                            "is deleted by the patch but has content the patch does not remove")
-        return FileStep(fp, before, None, placements)
-    return FileStep(fp, before, after, placements)
+    placements = place_hunks(fp.path, before or b"", fp.hunks)
+    if isinstance(placements, Mismatch):
+        return placements
+    if fp.kind == "delete" and splice(before or b"", placements):
+        return Mismatch(fp.path, len(fp.hunks), 0, "", None,
+                        "is deleted by the patch but has content the patch does not remove")
+    return FileStep(fp, before, placements)
 
 
-def apply_hunks(path: str, data: bytes, hunks: tuple[Hunk, ...]):
+def place_hunks(path: str, data: bytes, hunks: tuple[Hunk, ...]) -> tuple[Placement, ...] | Mismatch:
     """Place each hunk at its line, or the nearest exact match after the previous hunk.
 
     The file stays one block of bytes: a hunk's lines are searched for as one block that starts
     a line, and line numbers are counted newlines. Only a conflict splits the file into lines.
     """
-    out: list[bytes] = []
     placements: list[Placement] = []
     position = line = 0  # where the previous hunk ended: byte position, 0-based line
     offset = 0
@@ -230,12 +253,21 @@ def apply_hunks(path: str, data: bytes, hunks: tuple[Hunk, ...]):
         if found is None:
             return _mismatch(path, index, byte_lines(data), hunk, max(expected, line))
         at_line, at = found
-        out += (data[position:at], hunk.target)
         position, line = at + len(hunk.source), at_line + hunk.source_count
         offset = at_line - anchor
-        placements.append(Placement(hunk, at_line + 1))
+        placements.append(Placement(hunk, at_line + 1, at))
+    return tuple(placements)
+
+
+def splice(data: bytes, placements: tuple[Placement, ...]) -> bytes:
+    """`data` with each placed hunk's source lines replaced by its target lines."""
+    out: list[bytes] = []
+    position = 0
+    for placement in placements:
+        out += (data[position:placement.position], placement.hunk.target)
+        position = placement.position + len(placement.hunk.source)
     out.append(data[position:])
-    return b"".join(out), tuple(placements)
+    return b"".join(out)
 
 
 def _locate(data: bytes, wanted: int, position: int, line: int) -> tuple[int, int]:

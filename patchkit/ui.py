@@ -143,7 +143,7 @@ class UI:
                                  step.state, offset])
         verb = "would change" if dry_run else "changes"
         self.table(["patch", "file", "hunk", "state", "note"], rows,
-                   title=f"plan: {verb} {len(plan.changes)} file(s)", state_column=3)
+                   title=f"plan: {verb} {len(plan.changed_paths)} file(s)", state_column=3)
 
     def checks(self, results) -> None:
         rows = [[r.check, r.path or "", check_outcome(r), r.message] for r in results]

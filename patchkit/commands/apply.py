@@ -47,7 +47,7 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
                 ui.json({"result": "conflict", "plan": plan_json(plan)})
             raise Conflict("the series does not apply; nothing was written:\n  "
                            + "\n  ".join(s.mismatch.describe() for s in plan.conflicts))
-        if not plan.changes:
+        if not plan.changed_paths:
             # Nothing to write, but a fix of stale bytecode that an earlier apply could not finish
             # is repaired here (only stale files are touched).
             bytecode = [] if dry_run else _fix_bytecode(ui, resolved, plan.touched_paths)
@@ -58,7 +58,7 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
         integrity = _stock_integrity(ui, resolved, plan, force)
         if dry_run:
             # Like `git apply --check`: where each hunk lands. `verify` also runs the checks.
-            _finish(ui, "dry-run", f"dry run: {len(plan.changes)} file(s) would change; nothing written "
+            _finish(ui, "dry-run", f"dry run: {len(plan.changed_paths)} file(s) would change; nothing written "
                                    "(`patchkit verify` also runs the checks)", lambda: _details(plan, integrity))
             return
 
