@@ -75,6 +75,10 @@ class Hunk:
     def source_lines(self) -> list[bytes]:
         return byte_lines(self.source)
 
+    def changes_nothing(self) -> bool:
+        # line counts that differ settle it without making the target
+        return self.source_count == self.target_count and self.source == self.target
+
     def reversed(self) -> Hunk:
         return Hunk(self.target_start, self.source_start, self.target, self.source, self.target_count,
                     self.source_count)
@@ -207,7 +211,7 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> Fil
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
     for hunk in hunks:
-        if hunk.source == hunk.target:
+        if hunk.changes_nothing():
             raise BadInput(f"{name}: hunk {hunk.source_start} of {pf.path} changes nothing")
     info = "\n" + str(pf.patch_info or "")
     renamed = "\nrename from " in info and "\nrename to " in info
@@ -238,7 +242,6 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
 # unidiff's own hunk header pattern, for bytes (used with match(), which anchors it)
 _HUNK_HEADER = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))?\ @@[ ]?(.*)")
 _SKELETON_HUNK = b"@@ -1 +1 @@\n \n"
-_NOT_PLAIN_BODY = re.compile(rb"\n[^ +\-\n\r]")  # nor a "\\ No newline" marker
 # the content of each line a side keeps (a bare line end is empty context and kept whole)
 _SOURCE_LINE = re.compile(rb"\n(?:[ \-]|(?=[\r\n]))([^\n]*)")
 _TARGET_LINE = re.compile(rb"\n(?:[ +]|(?=[\r\n]))([^\n]*)")
@@ -295,11 +298,14 @@ def _read_hunk(name: str, text: bytes, header_end: int, header, stop: int) -> tu
     source_count = 1 if header[2] is None else int(header[2])
     target_count = 1 if header[4] is None else int(header[4])
     end = len(text) if stop == -1 else stop + 1
-    if text[end - 1] == 10 and not _NOT_PLAIN_BODY.search(text, header_end, end):
+    if text[end - 1] == 10:
+        source_lines = _SOURCE_LINE.findall(text, header_end, end)
         lines = text.count(b"\n", header_end, end - 1)
-        if (lines - text.count(b"\n+", header_end, end) == source_count
+        # Every line is the source's or an added one (no "\\" marker, nothing else), and the
+        # target's lines are all but the removed ones.
+        if (len(source_lines) == source_count == lines - text.count(b"\n+", header_end, end)
                 and lines - text.count(b"\n-", header_end, end) == target_count):
-            source = _block(_SOURCE_LINE, text, header_end, end) if source_count else b""
+            source = b"\n".join(source_lines) + b"\n" if source_count else b""
             target = partial(_block, _TARGET_LINE, text, header_end, end) if target_count else b""
             return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
     body, end = _body(name, text, header_end + 1, header, source_count, target_count)
