@@ -21,6 +21,7 @@ ENCODING = "utf-8"
 ERRORS = "surrogateescape"
 DEFAULT_ROOTS = ("vllm",)
 DEV_NULL = "/dev/null"
+REGULAR_MODES = ("100644", "100755", "100664")  # git's modes of a regular file (100664: old git)
 
 
 def decode(data: bytes) -> str:
@@ -163,6 +164,9 @@ def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS
 
     if b"\0" in raw or b"GIT binary patch" in raw:
         raise BadInput(f"{name}: binary data or a binary patch; only text diffs are supported")
+    if raw.strip() and not raw.endswith(b"\n"):
+        # as git: the last line may be cut anywhere, a header as well as a hunk line
+        raise BadInput(f"{name}: the last line has no line end: the diff looks truncated")
     skeleton, runs = read_hunks(name, raw)
     try:
         # unidiff reads the file entries (git headers, ---/+++ lines, renames, modes, binary
@@ -210,6 +214,9 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> Fil
     target = None if pf.target_file == DEV_NULL else _safe_path(name, pf.target_file, roots)
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
+    for mode in {getattr(pf, "source_mode", None), getattr(pf, "target_mode", None)} - {None, *REGULAR_MODES}:
+        raise BadInput(f"{name}: {pf.path} has mode {mode}: only regular files are patched "
+                       "(not symlinks or submodules)")
     for hunk in hunks:
         if hunk.changes_nothing():
             raise BadInput(f"{name}: hunk {hunk.source_start} of {pf.path} changes nothing")
@@ -309,7 +316,7 @@ def _read_hunk(name: str, text: bytes, header_end: int, header, stop: int) -> tu
             target = partial(_block, _TARGET_LINE, text, header_end, end) if target_count else b""
             return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
     body, end = _body(name, text, header_end + 1, header, source_count, target_count)
-    source, target = _blocks_with_markers(body, last_terminated=text.endswith(b"\n", 0, end))
+    source, target = _blocks_with_markers(body)
     return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
 
 
@@ -351,22 +358,19 @@ def _body(name: str, raw: bytes, position: int, header, source_left: int,
     return body, min(position, len(raw))
 
 
-def _blocks_with_markers(body: list[bytes], *, last_terminated: bool) -> tuple[bytes, bytes]:
-    """The slow path: "\\ No newline at end of file" takes the newline off the line before it
-    (and the diff's own last line may lack one)."""
+def _blocks_with_markers(body: list[bytes]) -> tuple[bytes, bytes]:
+    """The slow path: "\\ No newline at end of file" takes the newline off the line before it."""
     source: list[bytes] = []
     target: list[bytes] = []
     last: list[list[bytes]] = []
-    for index, line in enumerate(body, 1):
+    for line in body:
         kind = line[:1]
         if kind == _MARKER:
             for side in last:
                 if side[-1].endswith(b"\n"):
                     side[-1] = side[-1][:-1]
             continue
-        value = line[1:] if kind in (_SPACE, _MINUS, _PLUS) else line
-        if index < len(body) or last_terminated:
-            value += b"\n"
+        value = (line[1:] if kind in (_SPACE, _MINUS, _PLUS) else line) + b"\n"
         last = [source] if kind == _MINUS else [target] if kind == _PLUS else [source, target]
         for side in last:
             side.append(value)

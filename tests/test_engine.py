@@ -131,6 +131,11 @@ def test_series_where_a_later_patch_edits_an_earlier_ones_lines(tree, scratch):
     (b"--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-x\n+y\n", "unsafe path"),
     (b"--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-x\n+y\n", "outside the patched package"),
     (b"diff --git a/vllm/x.so b/vllm/x.so\nBinary files a/vllm/x.so and b/vllm/x.so differ\n", "binary"),
+    # cut off after a header line: git ignores the unterminated line, unidiff reads an empty new file
+    (b"diff --git a/vllm/x.py b/vllm/x.py\nnew file mode 100644", "looks truncated"),
+    (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-x\n+y", "looks truncated"),
+    (b"diff --git a/vllm/l.py b/vllm/l.py\nnew file mode 120000\n--- /dev/null\n+++ b/vllm/l.py\n@@ -0,0 +1 @@\n+x\n",
+     "only regular files"),
 ])
 def test_bad_diffs_are_clean_errors(raw, fragment):
     with pytest.raises(BadInput, match=fragment):

@@ -21,7 +21,8 @@ from patchkit.patchfile import decode, encode, parse_patch
 
 # What patchkit refuses on top of unidiff (its own rules, tested elsewhere).
 STRICTER = ("unsafe path", "outside the patched package", "changes nothing", "appears twice", "has no hunks",
-            "without a rename header", "contains no diff", "names no file", "binary")
+            "without a rename header", "contains no diff", "names no file", "binary", "has no line end",
+            "only regular files")
 
 LINES = st.lists(st.sampled_from(["a = 1", "b = 2", "", "# c", "-- x", "++ y", "@@ z", "\\ w", " lead", "\t",
                                   "é = 'ü'"]), max_size=14)
