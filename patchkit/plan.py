@@ -15,7 +15,8 @@ from typing import NamedTuple
 from pathlib import Path
 
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
-from patchkit.state import read_file
+from patchkit.errors import Drift
+from patchkit.state import Entry, file_sha, read_file, read_object
 
 WILL_CHANGE = "apply"
 ALREADY = "applied"
@@ -167,6 +168,23 @@ def _overlay(view: View) -> View:
 
 def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Plan:
     return _plan(root, patches, view)
+
+
+def restore_recorded(view: View, entry: Entry, *, force: bool = False) -> list[str]:
+    """Put back into `view` the originals an apply recorded (checked by sha256). A file edited
+    since that apply is refused (Drift), or with `force` restored too; those are returned."""
+    edited = []
+    for path, shas in sorted(entry.files.items()):
+        current = file_sha(view.root, path)
+        if current == shas["before"]:
+            continue
+        if current != shas["after"]:
+            if not force:
+                raise Drift(f"{path} was edited after patchkit patched it; keeping your version",
+                            hint="revert --force restores the original and keeps a copy of your edit")
+            edited.append(path)
+        view.write(path, read_object(view.root, shas["before"]) if shas["before"] else None)
+    return edited
 
 
 def plan_revert(root: Path, patches: list[Patch], view: View | None = None) -> Plan:

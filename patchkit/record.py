@@ -45,3 +45,46 @@ def record_hash(data: bytes, algo: str = "sha256") -> str:
     """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD."""
     digest = hashlib.new(algo, data).digest()
     return f"{algo}=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed
+
+
+def touch(path: Path) -> None:
+    """Mark a cache entry as used (pruning goes by modification time)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def prune(directory: Path, *, unused_days: float = UNUSED_DAYS, every_hours: float = 24) -> int:
+    """Remove the entries under a cache directory that nothing used for `unused_days`; walks the
+    directory at most once per `every_hours` (a marker file says when). Returns how many went."""
+    import time
+
+    marker = directory / ".pruned"
+    now = time.time()
+    try:
+        if now - marker.stat().st_mtime < every_hours * 3600:
+            return 0
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return 0
+    removed = 0
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            try:
+                if name != marker.name and now - os.stat(path).st_mtime > unused_days * 86400:
+                    os.unlink(path)
+                    removed += 1
+            except OSError:
+                pass
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        pass
+    return removed

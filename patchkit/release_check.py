@@ -43,10 +43,11 @@ from patchkit.inspection import APPLIED, check_context, inspect
 from patchkit.library import PATCH, UNSUPPORTED as UNSUPPORTED_KIND, UPSTREAM as UPSTREAM_KIND
 from patchkit.library import PatchSetDef, Selection, choose_set, load_library, select
 from patchkit.options import Options
-from patchkit.plan import ALREADY, plan_apply, plan_revert
+from patchkit.plan import ALREADY, View, plan_apply, plan_revert, restore_recorded
+from patchkit.record import prune, touch
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, library_root, resolve
-from patchkit.state import META_DIR, read_file, read_object, read_state, record_apply
+from patchkit.state import META_DIR, read_state, record_apply
 from patchkit.transaction import FileWrite, commit
 
 PATCHED = "patched"
@@ -275,6 +276,7 @@ class ResultStore:
     def __init__(self, patch_set: PatchSetDef):
         self.directory = fetch.cache_dir() / "verify-results"
         self.fingerprint = _fingerprint(patch_set)
+        prune(self.directory)  # results of earlier code or sets are never asked for again
 
     def key(self, job: _Job, stock: Path) -> str:
         digest = hashlib.sha256(f"{self.fingerprint}\0{job.version}".encode())
@@ -285,8 +287,10 @@ class ResultStore:
         return digest.hexdigest()
 
     def recall(self, key: str) -> ReleaseResult | None:
+        path = self.directory / f"{key}.json"
         try:
-            data = json.loads((self.directory / f"{key}.json").read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
+            touch(path)
             return ReleaseResult(
                 Version(data["vllm_version"]), data["outcome"], data["detail"], series=data["series"],
                 checks=[CheckResult(**c) for c in data["checks"]], reverted_identical=data["reverted_identical"],
@@ -457,13 +461,10 @@ def _revert(resolved: Resolved) -> None:
     """What `revert` does with a record: restore each recorded file's saved original."""
     root = resolved.target.root
     state = read_state(root)
-    entry = state.entry(resolved.set_name)
-    writes = []
-    for path, shas in sorted(entry.files.items()):
-        full = root / path
-        current = read_file(full)
-        writes.append(FileWrite(path, current, read_object(root, shas["before"]) if shas["before"] else None))
-    commit(root, writes, state.without(resolved.set_name))
+    view = View(root)
+    restore_recorded(view, state.entry(resolved.set_name))
+    commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(view.changes().items())],
+           state.without(resolved.set_name))
 
 
 def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:

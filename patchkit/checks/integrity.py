@@ -25,6 +25,7 @@ from pathlib import Path
 
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.errors import CheckFailed
+from patchkit.state import read_file
 
 NAME = "integrity"
 LIKELY_CAUSES = ("a local edit, a different build of vLLM (a custom or vendor wheel), "
@@ -57,7 +58,7 @@ class IntegrityCheck:
         return results
 
     def _check(self, ctx, path, installed, why_not, published, recorded) -> list[CheckResult]:
-        current = ctx.read_current(path) if ctx.read_current else _read(ctx.root / path)
+        current = ctx.read_current(path) if ctx.read_current else read_file(ctx.root / path)
         stock = ctx.read_stock(path) if ctx.read_stock else current
         in_installed = installed is not None and path in installed.hashes
         in_published = published is not None and path in published.hashes
@@ -204,12 +205,3 @@ def _record_hash_of_digest(hex_sha256: str, like: str) -> bool:
 
 def _sha256(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
-
-
-def _read(path: Path) -> bytes | None:
-    if not path.is_file():  # a fifo would block the read forever
-        return None
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None

@@ -122,20 +122,25 @@ def _cache_dir() -> Path:
     """Per schema, pyflakes version, Python version (its ast, its builtins) and extra builtins."""
     import pyflakes
 
-    from patchkit.record import cache_dir
+    from patchkit.record import cache_dir, prune
 
     key = f"{_CACHE_SCHEMA}-{pyflakes.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}"
     extra = os.environ.get("PYFLAKES_BUILTINS")
     if extra:
         key += "-" + hashlib.sha256(extra.encode()).hexdigest()[:12]
+    prune(cache_dir() / "pyflakes")  # other pyflakes or Python versions leave whole keys behind
     return cache_dir() / "pyflakes" / key
 
 
 def _load(cache: Path, digest: str):
+    from patchkit.record import touch
+
+    path = cache / digest[:2] / f"{digest}.json"
     try:
-        data = json.loads((cache / digest[:2] / f"{digest}.json").read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return _MISSING
+    touch(path)
     try:
         return None if data is None else tuple(Finding(k, tuple(a), int(line), t, d) for k, a, line, t, d in data)
     except (TypeError, ValueError):

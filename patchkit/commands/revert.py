@@ -16,10 +16,10 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     Uses the originals recorded at apply (checked by sha256); without a record, reverse-applies
     the series.
     """
-    from patchkit.errors import Conflict, Drift, NoPatchSet
-    from patchkit.plan import View, plan_revert
+    from patchkit.errors import Conflict, NoPatchSet
+    from patchkit.plan import View, plan_revert, restore_recorded
     from patchkit.resolve import require_patches, resolve, resolve_target
-    from patchkit.state import file_sha, read_object, read_state
+    from patchkit.state import read_state
     from patchkit.transaction import FileWrite, commit, recover, target_lock
 
     ui = make_ui(fmt, quiet, verbose)
@@ -45,17 +45,7 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
         if resolved is None and entry is None:
             raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
         view = View(root)
-        saved = []
-        for path, shas in sorted((entry.files if entry else {}).items()):
-            current = file_sha(root, path)
-            if current == shas["before"]:
-                continue
-            if current != shas["after"]:
-                if not force:
-                    raise Drift(f"{path} was edited after patchkit patched it; keeping your version",
-                                hint="revert --force restores the original and keeps a copy of your edit")
-                saved.append(path)
-            view.write(path, read_object(root, shas["before"]) if shas["before"] else None)
+        saved = restore_recorded(view, entry, force=force) if entry else []
         recorded = {(p["name"], p["sha256"]) for p in entry.patches} if entry else set()
         # Patches the record covers are undone from the saved originals above; reverse-applying
         # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
