@@ -214,9 +214,10 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> Fil
     target = None if pf.target_file == DEV_NULL else _safe_path(name, pf.target_file, roots)
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
-    for mode in {getattr(pf, "source_mode", None), getattr(pf, "target_mode", None)} - {None, *REGULAR_MODES}:
-        raise BadInput(f"{name}: {pf.path} has mode {mode}: only regular files are patched "
-                       "(not symlinks or submodules)")
+    odd_modes = {getattr(pf, "source_mode", None), getattr(pf, "target_mode", None)} - {None, *REGULAR_MODES}
+    if odd_modes:
+        raise BadInput(f"{name}: {pf.path} has mode {', '.join(sorted(odd_modes))}: only regular files are "
+                       "patched (not symlinks or submodules)")
     for hunk in hunks:
         if hunk.changes_nothing():
             raise BadInput(f"{name}: hunk {hunk.source_start} of {pf.path} changes nothing")

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
-from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
 from patchkit.errors import Drift
+from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
 from patchkit.state import Entry, file_sha, read_file, read_object
 
 WILL_CHANGE = "apply"
@@ -80,7 +80,7 @@ class View:
         self.root = root
         self._prefix = os.path.join(root, "")
         self.original: dict[str, bytes | None] = {}
-        self.current: dict[str, bytes | None] = {}
+        self.current: dict[str, bytes | None | FileStep] = {}  # a FileStep: content not made yet
 
     def original_content(self, path: str) -> bytes | None:
         if path not in self.current:
