@@ -18,7 +18,7 @@ from patchkit.library import PATCH, load_set, select
 from patchkit.patchfile import parse_patch
 from patchkit.plan import WILL_CHANGE, plan_apply
 from patchkit.version import parse
-from patchkit.workspace import META, conflict_lines, git_diff, merge_file, split_header
+from patchkit.maintainer.common import META, conflict_lines, git_diff, merge_file, split_header
 
 TODAY = datetime.date.today().isoformat()
 OLD_DATE = "2020-01-01"

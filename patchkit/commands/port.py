@@ -28,7 +28,7 @@ def command(from_version, to_version, out, workspace, library, set_name, fmt, qu
     from dataclasses import asdict
 
     from patchkit.errors import Conflict
-    from patchkit.workspace import port_set
+    from patchkit.maintainer.port import port_set
 
     ui = make_ui(fmt, quiet, verbose)
     report = port_set(from_version, to_version, library=library, set_name=set_name, out=out,

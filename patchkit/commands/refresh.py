@@ -25,7 +25,7 @@ def command(directory, new_patch, dry_run, fmt, quiet, verbose):
     from dataclasses import asdict
 
     from patchkit.errors import CHECK_FAILED
-    from patchkit.workspace import refresh_workspace
+    from patchkit.maintainer.refresh import refresh_workspace
 
     ui = make_ui(fmt, quiet, verbose)
     report = refresh_workspace(directory, new_patch=new_patch, dry_run=dry_run, progress=ui.detail)

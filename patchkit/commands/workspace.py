@@ -24,7 +24,7 @@ def command(version, directory, all_python, library, set_name, fmt, quiet, verbo
     """
     from dataclasses import asdict
 
-    from patchkit.workspace import create_workspace
+    from patchkit.maintainer.workspace import create_workspace
 
     ui = make_ui(fmt, quiet, verbose)
     report = create_workspace(version, directory, library=library, set_name=set_name,

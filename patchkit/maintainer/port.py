@@ -1,0 +1,211 @@
+"""`patchkit port`: a set carried from one release to another by three-way merges."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from packaging.version import Version
+
+from patchkit.errors import BadInput, Conflict, NoPatchSet
+from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, select, write_series
+from patchkit.maintainer.common import (Contents, FileMerge, PatchOutcome, PatchRecord, PortReport, Progress,
+                                        STOCK_TAG, WorkspaceMeta, append_release, check_reproduces,
+                                        commit_all, fresh_dir, git_diff, init_repo, join_header,
+                                        keep_or_touch, load_patch_set, merge_file, metadata_file,
+                                        release_contents, require_empty, series_for, split_header,
+                                        stock_paths, today_iso, write_file, write_series_files)
+from patchkit.patchfile import decode, encode, parse_patch
+from patchkit.plan import ALREADY, WILL_CHANGE, plan_apply
+from patchkit.state import read_file
+from patchkit.version import parse
+
+
+def port_set(from_version: str, to_version: str, *, library: str | None = None, set_name: str | None = None,
+             out: str | None = None, workspace: str | None = None, today: str | None = None,
+             progress: Progress | None = None) -> PortReport:
+    patch_set = load_patch_set(library, set_name)
+    v1, v2 = parse(from_version, "--from"), parse(to_version, "--to")
+    if v1 == v2:
+        raise BadInput(f"--from and --to are the same release ({v1})")
+    selection = series_for(patch_set, v1)
+    report = PortReport(str(v1), str(v2), "ported", None)
+    declared = _declared(patch_set, v2, out)
+    if declared == UPSTREAM:
+        report.outcome = "upstream"
+        report.notes.append(f"set.toml declares the set upstream in vLLM {v2} ({patch_set.upstream})")
+        return report
+    dest = Path(out).resolve() if out else patch_set.directory / str(v2)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise BadInput(f"{dest} already exists and is not empty", hint="choose another --out directory" if out
+                       else f"the library already has a directory {dest.name}; remove it or use --out")
+    report.destination = str(dest)
+    paths = stock_paths(selection.patches)
+    tree1, stock1 = release_contents(str(v1), paths, progress)
+    tree2, stock2 = release_contents(str(v2), paths, progress)
+    if stock1 == stock2:
+        return _port_identical(report, patch_set, selection, dest, out)
+    if all(s.state == ALREADY for s in plan_apply(tree2, selection.patches).steps):
+        return _port_upstream(report, "the series is found applied on its stock files")
+    stages = _v1_stages(tree1, selection)
+    current, results = _merge_stages(stages, stock2, report, str(v1), str(v2))
+    missing = [m for m in report.merges if m.conflicts < 0]
+    if missing:
+        raise Conflict("files the series changes are missing in vLLM "
+                       f"{v2}: {', '.join(sorted({m.path for m in missing}))}",
+                       hint="they were moved or removed upstream: port those patches by hand")
+    if all(current[p] == stock2.get(p) for p in current) and not report.conflicts:
+        return _port_upstream(report, "merging the series changes none of its files")
+    texts, outcomes = _ported_texts(selection, results, today or today_iso(), patch_set.roots)
+    report.patches = outcomes
+    if report.conflicts:
+        return _port_workspace(report, patch_set, selection, tree2, stock2, current, texts, workspace, out)
+    ported = [parse_patch(encode(texts[o.name]), o.name, roots=patch_set.roots)
+              for o in outcomes if o.state != "removed"]
+    check_reproduces(ported, stock2, current)
+    if out is None and all(read_file(selection.release.directory / o.name) == encode(texts.get(o.name, ""))  # type: ignore
+                           for o in outcomes):
+        report.notes.append(f"the ported diffs are byte-identical to {selection.release.directory.name}'s")  # type: ignore
+        return _port_identical(report, patch_set, selection, dest, out)
+    write_series_files(dest, texts, outcomes)
+    if out is None:
+        report.registered = append_release(patch_set.directory, f"=={v2}", str(v2))
+    return report
+
+
+def _declared(patch_set: PatchSetDef, version: Version, out: str | None) -> str | None:
+    try:
+        selection = select(patch_set, version)
+    except NoPatchSet:
+        return None
+    if selection.kind == PATCH and out is None:
+        raise BadInput(f"the library already has a series for vLLM {version} "
+                       f"({selection.release.directory.name})",  # type: ignore[union-attr]
+                       hint=f"change it with `patchkit workspace {version}` + `patchkit refresh`, "
+                            "or port into another directory with --out")
+    return selection.kind
+
+
+def _port_upstream(report: PortReport, why: str) -> PortReport:
+    report.outcome = "upstream"
+    report.destination = None
+    report.notes.append(f"vLLM {report.to_version} already contains the change ({why}): nothing written")
+    return report
+
+
+def _port_identical(report: PortReport, patch_set: PatchSetDef, selection: Selection, dest: Path,
+                    out: str | None) -> PortReport:
+    """V2 needs exactly V1's diffs: point V2 at V1's directory (or copy them into --out)."""
+    source = selection.release.directory  # type: ignore[union-attr]
+    report.outcome = "identical"
+    names = [p.name for p in selection.patches]
+    if out:
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            shutil.copyfile(source / name, dest / name)
+        write_series(dest, names)
+        report.patches = [PatchOutcome(p.name, "new", [f.path for f in p.files]) for p in selection.patches]
+        report.notes.append(f"vLLM {report.to_version} needs the same series as {report.from_version}: "
+                            f"copied into {dest}")
+        return report
+    relative = source.relative_to(patch_set.directory).as_posix()
+    report.destination = str(source)
+    report.registered = append_release(patch_set.directory, f"=={report.to_version}", relative,
+                                       comment=f"same series as {report.from_version}")
+    report.notes.append(f"vLLM {report.to_version} needs the same series as {report.from_version}: "
+                        f"its entry points at {relative}/ (nothing copied)")
+    return report
+
+
+def _v1_stages(tree1: Path, selection: Selection) -> list[tuple[str, str, bytes | None, bytes | None]]:
+    """(patch, path, before, after) for every file step of the series on V1's stock files."""
+    plan = plan_apply(tree1, selection.patches)
+    stages = []
+    for step in plan.steps:
+        if step.state != WILL_CHANGE:
+            problem = step.mismatch.describe() if step.mismatch else f"already present in stock {selection.version}"
+            raise BadInput(f"{step.patch.name} does not apply to stock vLLM {selection.version}: {problem}")
+        for file_step in step.files:
+            if file_step.patch.kind == "rename":
+                raise BadInput(f"{step.patch.name}: renames ({file_step.patch.source_path}) cannot be ported")
+            stages.append((step.patch.name, file_step.patch.path, file_step.before, file_step.after))
+    return stages
+
+
+def _merge_stages(stages, stock2: Contents, report: PortReport, v1: str, v2: str):
+    """Merge each patch's change of each file onto V2, patch after patch."""
+    current: Contents = dict(stock2)
+    results: dict[str, dict] = {}
+    for name, path, base, ours in stages:
+        theirs = current.get(path)
+        if theirs is None and base is not None:
+            report.merges.append(FileMerge(path, name, -1))
+            continue
+        labels = (f"{name} (vllm {v1})", f"before {name} (vllm {v1})", f"vllm {v2}")
+        merged, conflicts = merge_file(ours, base, theirs, labels)
+        report.merges.append(FileMerge(path, name, conflicts, present=not conflicts and merged == theirs))
+        results.setdefault(name, {})[path] = (theirs, merged)
+        current[path] = merged
+    return current, results
+
+
+def _ported_texts(selection: Selection, results: dict[str, dict], today: str,
+                  roots: tuple[str, ...]) -> tuple[dict[str, str], list[PatchOutcome]]:
+    texts, outcomes = {}, []
+    patch_roots = list(roots)
+    for patch in selection.patches:
+        header, v1_body = split_header(decode(patch.raw))
+        diffs = git_diff(results.get(patch.name, {}))
+        order = [f.path for f in patch.files if f.path in diffs]
+        body = "".join(diffs[p] for p in order)
+        if not body:
+            outcomes.append(PatchOutcome(patch.name, "removed", []))
+            continue
+        texts[patch.name] = join_header(*keep_or_touch(header, v1_body, body, today, patch_roots))
+        outcomes.append(PatchOutcome(patch.name, "new", order))
+    return texts, outcomes
+
+
+def _port_workspace(report: PortReport, patch_set: PatchSetDef, selection: Selection, tree2: Path,
+                    stock2: Contents, current: Contents, texts: dict[str, str], workspace: str | None,
+                    out: str | None) -> PortReport:
+    """Leave a workspace of V2 with the merge (and its conflict markers) committed on top of stock."""
+    report.outcome = "conflicts"
+    conflicted = sorted({m.path for m in report.conflicts})
+    target = Path(workspace or f"vllm-{report.to_version}-workspace")
+    try:
+        require_empty(target)
+    except BadInput as exc:
+        raise BadInput(f"the merge conflicts ({', '.join(conflicted)}) and the workspace for them cannot be "
+                       f"made: {exc.message}", hint="pass --workspace DIR (a new or empty directory)") from exc
+    with fresh_dir(target) as dest:
+        _fill_port_workspace(dest, report, patch_set, selection, tree2, stock2, current, texts, out, conflicted)
+    report.workspace = str(dest)
+    return report
+
+
+def _fill_port_workspace(dest: Path, report: PortReport, patch_set: PatchSetDef, selection: Selection,
+                         tree2: Path, stock2: Contents, current: Contents, texts: dict[str, str],
+                         out: str | None, conflicted: list[str]) -> None:
+    for path, data in stock2.items():
+        write_file(dest, path, data)
+    metadata = metadata_file(tree2)
+    if metadata:
+        write_file(dest, metadata.relative_to(tree2).as_posix(), metadata.read_bytes())
+    repo = init_repo(dest)
+    stock = commit_all(repo, f"stock vllm {report.to_version}")
+    repo.create_tag(STOCK_TAG, ref=stock)
+    for path, data in current.items():
+        write_file(dest, path, data)
+    commit_all(repo, f"{patch_set.name} series ported from vllm {report.from_version}: conflicts to resolve\n\n"
+                + "".join(f"{p}\n" for p in conflicted))
+    records = []
+    for patch in selection.patches:
+        header, body = split_header(decode(patch.raw))
+        records.append(PatchRecord(patch.name, header, body, [f.path for f in patch.files],
+                                   parts=split_header(texts[patch.name])[1] if patch.name in texts else "",
+                                   sha256=None))
+    register = None if out else {"versions": f"=={report.to_version}", "dir": report.to_version}
+    WorkspaceMeta(patch_set.name, str(patch_set.directory.resolve()), report.to_version, list(patch_set.roots),
+                  str(report.destination), stock, records, register=register,
+                  ported_from=report.from_version).save(dest)

@@ -1,0 +1,244 @@
+"""`patchkit refresh`: a workspace's changes written back into the library as the series' diffs."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from packaging.version import Version
+
+from patchkit import fetch
+from patchkit.errors import BadInput, Conflict, PatchkitError
+from patchkit.library import load_set
+from patchkit.maintainer.common import (Contents, PatchOutcome, PatchRecord, Progress, RefreshReport,
+                                        SharedCheck, WorkspaceMeta, append_release, check_reproduces,
+                                        conflict_lines, git_diff, join_header, keep_or_touch, memory_view,
+                                        pinned_version, split_header, stock_paths, today_iso,
+                                        write_series_files)
+from patchkit.maintainer.workspace import find_workspace
+from patchkit.patchfile import Patch, encode, parse_patch
+from patchkit.plan import ALREADY, WILL_CHANGE, plan_apply
+from patchkit.state import read_file
+
+
+def refresh_workspace(directory: str | None = None, *, new_patch: str | None = None, dry_run: bool = False,
+                      today: str | None = None, progress: Progress | None = None) -> RefreshReport:
+    import git
+
+    root = find_workspace(directory)
+    meta = WorkspaceMeta.load(root)
+    repo = git.Repo(str(root))
+    stock_commit = repo.commit(meta.stock_commit)
+    paths = sorted(_changed_paths(repo, meta) | {f for r in meta.patches for f in r.files})
+    stock = {p: _blob(stock_commit, p) for p in paths}
+    work = {p: read_file(root / p) for p in paths}
+    _refuse_conflict_markers(work, stock)
+    records = list(meta.patches)
+    if new_patch and any(stock[p] != work[p] for p in paths if not _owners(records).get(p)):
+        records.append(_new_record(new_patch, records, today or today_iso()))
+    assigned, notes = split_changes(records, stock, work, meta.roots)
+    series_dir = Path(meta.series_dir)
+    texts, outcomes = _new_texts(records, assigned, series_dir, today or today_iso(), meta.roots)
+    patches = [parse_patch(encode(texts[o.name]), o.name, roots=tuple(meta.roots))
+               for o in outcomes if o.state != "removed"]
+    check_reproduces(patches, stock, work)
+    notes += _library_drift(records, series_dir)
+    report = RefreshReport(str(root), meta.version, str(series_dir), dry_run, outcomes, notes=notes)
+    report.shared = _check_shared(meta, patches, progress)
+    if dry_run:
+        return report
+    if report.changed or meta.register:
+        write_series_files(series_dir, texts, outcomes)
+    if meta.register and _covered(Path(meta.set_dir), meta.version):
+        report.notes.append(f"set.toml already has an entry for vLLM {meta.version}: not added again")
+    elif meta.register:
+        report.registered = append_release(Path(meta.set_dir), **meta.register)
+    _remember(meta, texts, outcomes, root)
+    return report
+
+
+def _changed_paths(repo, meta: WorkspaceMeta) -> set[str]:
+    """Paths under the set's roots that differ from the stock commit, tracked or not (ignored excluded)."""
+    listed = repo.git.diff(meta.stock_commit, "--name-only", "--no-renames", "--no-ext-diff", "-z",
+                           "--", *meta.roots)
+    changed = {p for p in listed.split("\0") if p}
+    changed |= {p for p in repo.untracked_files if p.split("/", 1)[0] in meta.roots}
+    return changed
+
+
+def _blob(commit, path: str) -> bytes | None:
+    try:
+        return commit.tree[path].data_stream.read()
+    except KeyError:
+        return None
+
+
+def _refuse_conflict_markers(work: Contents, stock: Contents) -> None:
+    marked = {p: lines for p in work if work[p] != stock[p] and (lines := conflict_lines(work[p]))}
+    if marked:
+        where = "; ".join(f"{p} line {', '.join(map(str, lines[:5]))}" for p, lines in marked.items())
+        raise Conflict(f"conflict markers left in the workspace: {where}",
+                       hint="resolve them (keep the right lines, drop the <<<<<<< ======= >>>>>>> lines), "
+                            "then refresh again")
+
+
+def _owners(records: list[PatchRecord]) -> dict[str, list[PatchRecord]]:
+    owners: dict[str, list[PatchRecord]] = {}
+    for record in records:
+        for path in record.files:
+            owners.setdefault(path, []).append(record)
+    return owners
+
+
+def _new_record(name: str, records: list[PatchRecord], today: str) -> PatchRecord:
+    """--new-patch NAME: NNNN-NAME.patch after the series' last number (NAME may be a full file name)."""
+    stem = name.removesuffix(".patch")
+    numbered = re.match(r"(\d{4})-(.+)$", stem)
+    if numbered:
+        stem = numbered.group(2)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "change"
+    numbers = [int(m.group(1)) for r in records if (m := re.match(r"(\d+)-", r.name))]
+    number = numbered.group(1) if numbered else f"{max(numbers, default=len(records)) + 1:04d}"
+    header = f"Description: {stem}\nOrigin: patchkit\nForwarded: not-needed\nLast-Update: {today}\n"
+    return PatchRecord(f"{number}-{slug}.patch", header, "", [])
+
+
+def split_changes(records: list[PatchRecord], stock: Contents, work: Contents,
+                  roots: list[str]) -> tuple[dict[str, dict], list[str]]:
+    """Each patch's (before, after) per file. A file a patch touched stays with it; a file no patch
+    touched goes to the last patch; a file several patches change keeps the earlier patches' parts
+    (when they still apply) and the rest goes to the last of them."""
+    owners = _owners(records)
+    assigned: dict[str, dict] = {r.name: {} for r in records}
+    notes = []
+    for path in sorted(stock):
+        chain = owners.get(path) or [records[-1]]
+        if not owners.get(path) and stock[path] != work[path]:
+            notes.append(f"{path}: changed, and no patch touched it: recorded in {records[-1].name}")
+        stages = _stages(chain, path, stock[path], work[path], roots)
+        if stages is None:
+            notes.append(f"{path}: changed by {', '.join(r.name for r in chain)}; their earlier parts no "
+                         f"longer apply, so the whole change is recorded in {chain[-1].name}")
+            stages = [(chain[-1], stock[path], work[path])]
+        for record, before, after in stages:
+            assigned[record.name][path] = (before, after)
+    return assigned, notes
+
+
+def _stages(chain: list[PatchRecord], path: str, stock: bytes | None, work: bytes | None, roots: list[str]):
+    """(patch, before, after) along the chain of patches changing one file, or None if a part fails."""
+    stages = []
+    before = stock
+    for record in chain[:-1]:
+        after = _apply_part(record, path, before, roots)
+        if after is False or conflict_lines(after):  # type: ignore[arg-type]
+            return None
+        stages.append((record, before, after))
+        before = after
+    stages.append((chain[-1], before, work))
+    return stages
+
+
+def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: list[str]) -> bytes | None | bool:
+    """The record's part for one file applied to `before`: the new content, or False if it does not apply."""
+    text = record.parts if record.parts is not None else record.body
+    if not text.strip():  # the patch has no diff left (e.g. upstream in a port)
+        return before
+    try:
+        patch = parse_patch(encode(text), record.name, roots=tuple(roots))
+    except BadInput:
+        return False
+    part = [f for f in patch.files if f.path == path]
+    if not part:
+        return before
+    with tempfile.TemporaryDirectory() as empty:
+        plan = plan_apply(Path(empty), [Patch(record.name, b"", tuple(part))],
+                          view=memory_view({path: before}, Path(empty)))
+        if plan.steps[0].state != WILL_CHANGE:
+            return False
+        return plan.content(path)
+
+
+def _new_texts(records: list[PatchRecord], assigned: dict[str, dict], series_dir: Path,
+               today: str, roots: list[str]) -> tuple[dict[str, str], list[PatchOutcome]]:
+    texts, outcomes = {}, []
+    for record in records:
+        diffs = git_diff(assigned[record.name])
+        order = [p for p in record.files if p in diffs] + sorted(p for p in diffs if p not in record.files)
+        body = "".join(diffs[p] for p in order)
+        if not body:
+            outcomes.append(PatchOutcome(record.name, "removed", []))
+            continue
+        header, body = keep_or_touch(record.header, record.body, body, today, roots)
+        texts[record.name] = join_header(header, body)
+        existing = read_file(series_dir / record.name)
+        state = "new" if existing is None else "unchanged" if existing == encode(texts[record.name]) else "updated"
+        outcomes.append(PatchOutcome(record.name, state, order))
+    return texts, outcomes
+
+
+def _library_drift(records: list[PatchRecord], series_dir: Path) -> list[str]:
+    notes = []
+    for record in records:
+        current = read_file(series_dir / record.name)
+        if record.sha256 and current is not None:
+            import hashlib
+
+            if hashlib.sha256(current).hexdigest() != record.sha256:
+                notes.append(f"{record.name} changed in the library since the workspace was made; "
+                             "the workspace's version replaces it")
+    return notes
+
+
+def _check_shared(meta: WorkspaceMeta, patches: list[Patch], progress: Progress | None) -> list[SharedCheck]:
+    """Every other release whose [[releases]] entry uses the same series directory."""
+    try:
+        patch_set = load_set(Path(meta.set_dir))
+    except PatchkitError as exc:
+        return [SharedCheck("?", "not-verified", f"cannot read the set: {exc.message}")]
+    target = Path(meta.series_dir).resolve()
+    checks = []
+    for release in patch_set.releases:
+        if release.directory.resolve() != target:
+            continue
+        version = pinned_version(release.versions)
+        if version is None:
+            checks.append(SharedCheck(str(release.versions), "not-verified", "not a single release"))
+        elif version != Version(meta.version):
+            checks.append(_check_release(str(version), patches, progress))
+    return checks
+
+
+def _covered(set_dir: Path, version: str) -> bool:
+    return any(r.covers(Version(version)) for r in load_set(set_dir).releases)
+
+
+def _check_release(version: str, patches: list[Patch], progress: Progress | None) -> SharedCheck:
+    try:
+        tree = fetch.release_tree(version, stock_paths(patches), progress=progress)
+    except PatchkitError as exc:
+        return SharedCheck(version, "not-verified", exc.message)
+    plan = plan_apply(tree, patches)
+    for step in plan.steps:
+        if step.state == ALREADY:
+            return SharedCheck(version, "conflict", f"{step.patch.name} is already present in stock {version}")
+        if step.state != WILL_CHANGE:
+            return SharedCheck(version, "conflict", f"{step.patch.name}: {step.mismatch.describe()}")  # type: ignore
+    return SharedCheck(version, "applies")
+
+
+def _remember(meta: WorkspaceMeta, texts: dict[str, str], outcomes: list[PatchOutcome], root: Path) -> None:
+    """What the library now holds becomes the workspace's baseline (a second refresh changes nothing)."""
+    import hashlib
+
+    kept = []
+    for outcome in outcomes:
+        if outcome.state == "removed":
+            continue
+        header, body = split_header(texts[outcome.name])
+        kept.append(PatchRecord(outcome.name, header, body, outcome.files, None,
+                                hashlib.sha256(encode(texts[outcome.name])).hexdigest()))
+    meta.patches = kept
+    meta.register = None
+    meta.save(root)
