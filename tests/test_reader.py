@@ -162,6 +162,15 @@ def test_the_reader_and_unidiff_read_the_same_hunks(tmp_path_factory, data):
     b"@@ -1 +1 @@\n-a\n+b\n",
     # a line that cannot be in a body, inside one
     b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,2 +1,2 @@\n-a\nX\n+b\n",
+    # `diff -ruN`: timestamps after the paths
+    b"diff -ruN a/vllm/x.py b/vllm/x.py\n--- a/vllm/x.py\t2026-11-30 00:37:29.0 +0000\n"
+    b"+++ b/vllm/x.py\t2026-11-30 00:37:29.0 +0000\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
+    b"diff -ruN a/vllm/y.py b/vllm/y.py\n--- a/vllm/y.py\t2026-11-30 00:37:29.0 +0000\n"
+    b"+++ b/vllm/y.py\t2026-11-30 00:37:29.0 +0000\n@@ -1 +1,2 @@\n q\n+r\n",
+    # Subversion: `Index:` and `===` lines between files, no `diff` line
+    b"Index: vllm/x.py\n" + b"=" * 67 + b"\n--- vllm/x.py\t(revision 1)\n+++ vllm/x.py\t(working copy)\n"
+    b"@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\nIndex: vllm/y.py\n" + b"=" * 67 + b"\n--- vllm/y.py\t(revision 1)\n"
+    b"+++ vllm/y.py\t(working copy)\n@@ -1 +1,2 @@\n q\n+r\n",
 ])
 def test_edge_cases_agree_with_unidiff(raw):
     agree(raw)
