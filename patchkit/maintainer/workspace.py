@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from patchkit import fetch
 from patchkit.errors import BadInput, Conflict
 from patchkit.maintainer.common import (META, Progress, STOCK_TAG, WorkspaceMeta, WorkspaceReport, commit_all,
