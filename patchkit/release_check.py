@@ -47,8 +47,8 @@ from patchkit.plan import ALREADY, View, plan_apply, plan_revert, restore_record
 from patchkit.record import prune, touch
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, library_root, resolve
-from patchkit.state import META_DIR, read_state, record_apply
-from patchkit.transaction import FileWrite, commit
+from patchkit.state import META_DIR, read_state
+from patchkit.transaction import commit_changes
 
 PATCHED = "patched"
 UPSTREAM = "upstream"
@@ -449,12 +449,8 @@ def _apply(resolved: Resolved, plan) -> None:
     """What `apply` writes: the planned files and the record, in one transaction."""
     root = resolved.target.root
     state = read_state(root)
-    release = resolved.selection.release
-    entry = record_apply(state.entry(resolved.set_name), set_name=resolved.set_name,
-                         vllm_version=str(resolved.version.version), release=release.directory.name,
-                         patches=resolved.patches, changes=plan.changes)
-    commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(plan.changes.items())],
-           state.with_entry(entry))
+    entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name))
+    commit_changes(root, plan.changes, state.with_entry(entry))
 
 
 def _revert(resolved: Resolved) -> None:
@@ -463,8 +459,7 @@ def _revert(resolved: Resolved) -> None:
     state = read_state(root)
     view = View(root)
     restore_recorded(view, state.entry(resolved.set_name))
-    commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(view.changes().items())],
-           state.without(resolved.set_name))
+    commit_changes(root, view.changes(), state.without(resolved.set_name))
 
 
 def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:

@@ -29,6 +29,16 @@ class Resolved:
     def set_name(self) -> str:
         return self.selection.set_name
 
+    def apply_record(self, changes, previous):
+        """The state entry an apply of this series with these changes writes."""
+        from patchkit.state import record_apply
+
+        release = self.selection.release
+        return record_apply(previous, set_name=self.set_name,
+                            vllm_version=str(self.version.version) if self.version else None,
+                            release=release.directory.name if release else None, patches=self.patches,
+                            changes=changes)
+
 
 def library_root(opts: Options) -> Path:
     return Path(opts.library).resolve() if opts.library else library.default_root()

@@ -62,10 +62,13 @@ _faults = _Faults()
 
 @contextmanager
 def target_lock(root: Path, timeout: float | None = None):
-    """One writer per target. flock dies with its process, so a killed patchkit never blocks."""
+    """One writer per target. flock dies with its process, so a killed patchkit never blocks.
+
+    Yields the recovery message, if an interrupted transaction had to be rolled back first.
+    """
     lock = _acquire(root, timeout)
     try:
-        yield
+        yield recover(root)
     finally:
         lock.release()
 
@@ -94,6 +97,13 @@ def _acquire(root: Path, timeout: float | None):
 
 def journal_path(root: Path) -> Path:
     return meta_dir(root) / "journal.json"
+
+
+def commit_changes(root: Path, changes: dict[str, tuple[bytes | None, bytes | None]], new_state: State, *,
+                   undo: bool = False) -> None:
+    """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse."""
+    commit(root, [FileWrite(p, after, before) if undo else FileWrite(p, before, after)
+                  for p, (before, after) in sorted(changes.items())], new_state)
 
 
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:

@@ -45,12 +45,23 @@ def target_options(func=None, *, version_help: str = VERSION_HELP, versions_repe
     return wrapper
 
 
-def format_option(func):
-    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
-                        help="Output format.")(func)
+def format_option(func=None, *, formats: tuple[str, ...] = FORMATS, help: str = "Output format."):
+    option = click.option("--format", "fmt", type=click.Choice(formats), default="text", show_default=True,
+                          help=help)
+    return option(func) if func else option
 
 
 def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0):
     from patchkit.ui import UI
 
     return UI(fmt=fmt, quiet=quiet, verbose=verbose)
+
+
+def fix_bytecode(ui, target, changes):
+    """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
+    code of the changed files (unchecked-hash pycs), and show what was done."""
+    from patchkit.checks import bytecode
+
+    results = bytecode.fix(target.root, changes, target.python)
+    ui.checks(results)
+    return results

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui, target_options
+from patchkit.commands import fix_bytecode, format_option, make_ui, target_options
 
 
 @click.command()
@@ -21,7 +21,7 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
     from patchkit.plan import plan_apply
     from patchkit.resolve import require_patches, resolve
     from patchkit.state import read_state
-    from patchkit.transaction import FileWrite, commit, recover, target_lock
+    from patchkit.transaction import commit_changes, target_lock
     from patchkit.ui import plan_json
 
     ui = make_ui(fmt, quiet, verbose)
@@ -34,8 +34,9 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
         _finish(ui, "upstream", f"vLLM {resolved.version.version} ships this change itself: nothing to patch")
         return
 
-    with target_lock(root):
-        _report_recovery(ui, recover(root))
+    with target_lock(root) as recovered:
+        if recovered:
+            ui.warn(recovered)
         drifted = drifted_files(resolved)
         if drifted:
             raise Drift(f"files edited after patchkit patched them: {', '.join(drifted)}",
@@ -47,10 +48,11 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
                 ui.json({"result": "conflict", "plan": plan_json(plan)})
             raise Conflict("the series does not apply; nothing was written:\n  "
                            + "\n  ".join(s.mismatch.describe() for s in plan.conflicts))
-        if not plan.changed_paths:
+        changed = plan.changed_paths
+        if not changed:
             # Nothing to write, but a fix of stale bytecode that an earlier apply could not finish
             # is repaired here (only stale files are touched).
-            bytecode = [] if dry_run else _fix_bytecode(ui, resolved, plan.touched_paths)
+            bytecode = [] if dry_run else fix_bytecode(ui, resolved.target, plan.touched_paths)
             _refuse_stale_bytecode(ui, plan, bytecode, "already applied")
             _finish(ui, "already-applied", "already applied: nothing to do", lambda: _details(plan, bytecode))
             return
@@ -58,7 +60,7 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
         integrity = _stock_integrity(ui, resolved, plan, force)
         if dry_run:
             # Like `git apply --check`: where each hunk lands. `verify` also runs the checks.
-            _finish(ui, "dry-run", f"dry run: {len(plan.changed_paths)} file(s) would change; nothing written "
+            _finish(ui, "dry-run", f"dry run: {len(changed)} file(s) would change; nothing written "
                                    "(`patchkit verify` also runs the checks)", lambda: _details(plan, integrity))
             return
 
@@ -72,15 +74,14 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
                               + "\n  ".join(f"{r.check}: {r.path}: {r.message}" for r in failed))
         changes = plan.changes
         state = read_state(root)
-        entry = _record(resolved, patches, changes, state.entry(resolved.set_name))
-        commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(changes.items())],
-               state.with_entry(entry))
+        entry = resolved.apply_record(changes, state.entry(resolved.set_name))
+        commit_changes(root, changes, state.with_entry(entry))
         # Before the on-disk checks: the probe imports the patched modules.
-        bytecode = _fix_bytecode(ui, resolved, changes)
+        bytecode = fix_bytecode(ui, resolved.target, changes)
         try:
             on_disk = _verify_on_disk(resolved, plan, changes, state, import_probe=not no_import)
         except CheckFailed:
-            _fix_bytecode(ui, resolved, changes)  # the rollback rewrote the sources once more
+            fix_bytecode(ui, resolved.target, changes)  # the rollback rewrote the sources once more
             raise
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: probe
         if written_only:
@@ -91,29 +92,19 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
             lambda: _details(plan, results))
 
 
-def _record(resolved, patches, changes, previous):
-    from patchkit.state import record_apply
-
-    release = resolved.selection.release
-    return record_apply(previous, set_name=resolved.set_name,
-                        vllm_version=str(resolved.version.version) if resolved.version else None,
-                        release=release.directory.name if release else None, patches=patches, changes=changes)
-
-
 def _verify_on_disk(resolved, plan, changes, previous_state, *, import_probe=True):
     """Re-run the checks on what landed (and import it); undo the transaction if they fail there."""
     from patchkit.checks import run_checks
     from patchkit.inspection import check_context
     from patchkit.errors import CheckFailed
-    from patchkit.transaction import FileWrite, commit
+    from patchkit.transaction import commit_changes
 
     root = resolved.target.root
 
     results = run_checks(check_context(resolved, plan, on_disk=True, import_probe=import_probe))
     failed = [r for r in results if r.failed]
     if failed:
-        commit(root, [FileWrite(p, after, before) for p, (before, after) in sorted(changes.items())],
-               previous_state)
+        commit_changes(root, changes, previous_state, undo=True)
         raise CheckFailed("verification after writing failed; the tree was rolled back:\n  "
                           + "\n  ".join(f"{r.check}: {r.path}: {r.message}" for r in failed))
     return results
@@ -135,15 +126,6 @@ def _stock_integrity(ui, resolved, plan, force):
     return integrity.forced(results)
 
 
-def _fix_bytecode(ui, resolved, changes):
-    """Rebuild or remove compiled bytecode that would keep running the old code of changed files."""
-    from patchkit.checks import bytecode
-
-    results = bytecode.fix(resolved.target.root, changes, resolved.target.python)
-    ui.checks(results)
-    return results
-
-
 def _refuse_stale_bytecode(ui, plan, results, done):
     from patchkit.checks import bytecode
     from patchkit.errors import CheckFailed
@@ -157,11 +139,6 @@ def _refuse_stale_bytecode(ui, plan, results, done):
                           + bytecode.failures(stale),
                           hint="remove those .pyc files (Python then compiles the sources); "
                                "`patchkit verify` reports any stale bytecode left")
-
-
-def _report_recovery(ui, message):
-    if message:
-        ui.warn(message)
 
 
 def _details(plan, results) -> dict:

@@ -10,10 +10,10 @@ from patchkit.commands import make_ui, target_options
 def command(opts, quiet, verbose):
     """Roll back a transaction that a crash left unfinished (other commands do this first too)."""
     from patchkit.resolve import resolve_target
-    from patchkit.transaction import recover, target_lock
+    from patchkit.transaction import target_lock
 
     ui = make_ui("text", quiet, verbose)
     root = resolve_target(opts).root
-    with target_lock(root):
-        message = recover(root)
+    with target_lock(root) as message:
+        pass
     ui.line(message or "nothing to recover: no unfinished transaction")

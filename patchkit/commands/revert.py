@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui, target_options
+from patchkit.commands import fix_bytecode, format_option, make_ui, target_options
 
 
 @click.command()
@@ -20,7 +20,7 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     from patchkit.plan import View, plan_revert, restore_recorded
     from patchkit.resolve import require_patches, resolve, resolve_target
     from patchkit.state import read_state
-    from patchkit.transaction import FileWrite, commit, recover, target_lock
+    from patchkit.transaction import commit_changes, target_lock
 
     ui = make_ui(fmt, quiet, verbose)
     target = resolve_target(opts)
@@ -34,10 +34,9 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
         # A recorded apply can still be undone when the library no longer covers this version.
         resolved, set_name, patches = None, opts.set_name, []
 
-    with target_lock(root):
-        message = recover(root)
-        if message:
-            ui.warn(message)
+    with target_lock(root) as recovered:
+        if recovered:
+            ui.warn(recovered)
         state = read_state(root)
         if set_name is None and len(state.entries) == 1:  # the one set this tree records
             set_name = state.entries[0].set_name
@@ -61,9 +60,8 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
                     sorted(changes))
             return
         kept = _keep_copies(root, saved) if saved else None
-        commit(root, [FileWrite(p, before, after) for p, (before, after) in sorted(changes.items())],
-               state.without(set_name))
-        bytecode = _fix_bytecode(ui, target, changes)
+        commit_changes(root, changes, state.without(set_name))
+        bytecode = fix_bytecode(ui, target, changes)
     if kept:
         ui.warn(f"your edits to {', '.join(saved)} were saved under {kept}")
     stale = [r for r in bytecode if r.failed]
@@ -71,15 +69,6 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
         _refuse_stale_bytecode(ui, changes, bytecode, stale)
     _finish(ui, "reverted", f"reverted: {len(changes)} file(s) restored to stock", sorted(changes),
             saved=str(kept) if kept else None, checks=[r.to_json() for r in bytecode])
-
-
-def _fix_bytecode(ui, target, changes):
-    """Compiled bytecode of the patched code must not outlive the revert (unchecked-hash pycs)."""
-    from patchkit.checks import bytecode
-
-    results = bytecode.fix(target.root, changes, target.python)
-    ui.checks(results)
-    return results
 
 
 def _refuse_stale_bytecode(ui, changes, results, stale):

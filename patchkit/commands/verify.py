@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import make_ui, target_options
+from patchkit.commands import format_option, make_ui, target_options
 
 VERIFY_FORMATS = ("text", "json", "junit")
 
@@ -11,8 +11,7 @@ VERIFY_FORMATS = ("text", "json", "junit")
 @target_options(versions_repeatable=True,
                 version_help="Without --target/--python: a vLLM release to verify from its stock files "
                              "(repeatable). With them: override the detected version.")
-@click.option("--format", "fmt", type=click.Choice(VERIFY_FORMATS), default="text", show_default=True,
-              help="Output format (junit: a testcase per release, or per check on a target).")
+@format_option(formats=VERIFY_FORMATS, help="Output format (junit: a testcase per release, or per check on a target).")
 @click.option("--all", "every", is_flag=True,
               help="Verify every vLLM release on the index from the set's supported minimum on.")
 @click.option("--latest", is_flag=True, help="Verify the newest vLLM release on the index.")
