@@ -82,7 +82,15 @@ def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False,
 
 
 def _disk_reader(root):
-    return lambda path: read_file(root / path)
+    """Reads each file once for all the checks of one context."""
+    read = {}
+
+    def reader(path: str) -> bytes | None:
+        if path not in read:
+            read[path] = read_file(root / path)
+        return read[path]
+
+    return reader
 
 
 def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:

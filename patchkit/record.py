@@ -43,8 +43,19 @@ def parse_record(data: bytes) -> dict[str, tuple[str, str]]:
 
 def record_hash(data: bytes, algo: str = "sha256") -> str:
     """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD."""
-    digest = hashlib.new(algo, data).digest()
+    return record_digest(hashlib.new(algo, data).digest(), algo)
+
+
+def record_digest(digest: bytes, algo: str) -> str:
+    """A digest as RECORD writes it."""
     return f"{algo}=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def find_record(tree: Path, version=None) -> Path | None:
+    """The vllm-*.dist-info/RECORD of a tree; of several, the one of `version` if it is there."""
+    candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))
+    exact = [c for c in candidates if version is not None and c.parent.name == f"vllm-{version}.dist-info"]
+    return (exact or candidates or [None])[0]
 
 
 UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed

@@ -44,7 +44,7 @@ from patchkit.library import PATCH, UNSUPPORTED as UNSUPPORTED_KIND, UPSTREAM as
 from patchkit.library import PatchSetDef, Selection, choose_set, load_library, select
 from patchkit.options import Options
 from patchkit.plan import ALREADY, View, plan_apply, plan_revert, restore_recorded
-from patchkit.record import prune, touch
+from patchkit.record import find_record, parse_record, prune, touch
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, library_root, resolve
 from patchkit.state import META_DIR, read_state
@@ -256,8 +256,8 @@ def _same_stock_files(mate_tree: Path, lead_tree: Path, paths) -> bool:
 
 
 def _record(tree: Path) -> dict | None:
-    found = sorted(tree.glob("vllm-*.dist-info/RECORD"))
-    return fetch.parse_record(found[0].read_bytes()) if found else None
+    found = find_record(tree)
+    return parse_record(found.read_bytes()) if found else None
 
 
 def _reused(mate: _Job, lead: ReleaseResult, fetched: float) -> ReleaseResult:

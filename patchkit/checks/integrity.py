@@ -19,13 +19,13 @@ reports it alongside the other checks.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
-from patchkit.errors import CheckFailed
-from patchkit.state import read_file
+from patchkit.errors import BadInput, CheckFailed, FetchError
+from patchkit.record import cache_dir, find_record, parse_record, record_digest, record_hash
+from patchkit.state import read_file, read_state, sha256
 
 NAME = "integrity"
 LIKELY_CAUSES = ("a local edit, a different build of vLLM (a custom or vendor wheel), "
@@ -87,7 +87,7 @@ class IntegrityCheck:
         if reference.matches(path, stock):
             how = "" if stock == current else " once the series' patches already in place are undone"
             return self._result(path, True, f"stock: matches {reference.label}{how}")
-        digest = _sha256(current)
+        digest = sha256(current)
         for before, after in writes:
             if digest == after:
                 if before is not None and _record_hash_of_digest(before, reference.hashes[path]):
@@ -122,12 +122,9 @@ def refusal(failed: list[CheckResult], version) -> CheckFailed:
 # -- references ---------------------------------------------------------------------------------
 def installed_record(root: Path, version) -> tuple[Record | None, str]:
     """The target's own RECORD, or None and why there is none."""
-    candidates = sorted(root.glob("vllm-*.dist-info/RECORD"))
-    if len(candidates) > 1 and version is not None:
-        candidates = [c for c in candidates if c.parent.name == f"vllm-{version}.dist-info"] or candidates
-    if not candidates:
+    path = find_record(root, version)
+    if path is None:
         return None, "no vllm-*.dist-info/RECORD in the tree (a source checkout?)"
-    path = candidates[0]
     hashes = _parse(path)
     if hashes is None:
         return None, f"{path.relative_to(root).as_posix()} is unreadable"
@@ -138,25 +135,15 @@ def published_record(version) -> Record | None:
     """The published wheel's RECORD when `patchkit fetch` already cached this release (no network)."""
     if version is None:
         return None
-    from patchkit.record import cache_dir
-
     try:
-        tree = cache_dir() / "releases" / str(version) / "tree"
-        candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))
+        path = find_record(cache_dir() / "releases" / str(version) / "tree", version)
     except OSError:
         return None
-    exact = [c for c in candidates if c.parent.name == f"vllm-{version}.dist-info"]
-    for path in exact or candidates[:1]:
-        hashes = _parse(path)
-        if hashes is not None:
-            return Record(f"the published wheel's RECORD (fetch cache, vllm {version})", hashes)
-    return None
+    hashes = _parse(path) if path else None
+    return Record(f"the published wheel's RECORD (fetch cache, vllm {version})", hashes) if hashes is not None else None
 
 
 def _parse(path: Path) -> dict[str, str] | None:
-    from patchkit.errors import FetchError
-    from patchkit.record import parse_record
-
     try:
         rows = parse_record(path.read_bytes())
     except (OSError, FetchError):
@@ -166,9 +153,6 @@ def _parse(path: Path) -> dict[str, str] | None:
 
 def _recorded_writes(root: Path) -> dict[str, list[tuple[str | None, str]]]:
     """path -> (before, after) sha256 of what patchkit recorded writing there."""
-    from patchkit.errors import BadInput
-    from patchkit.state import read_state
-
     try:
         entries = read_state(root).entries
     except BadInput:
@@ -184,8 +168,6 @@ def _recorded_writes(root: Path) -> dict[str, list[tuple[str | None, str]]]:
 # -- hashes ---------------------------------------------------------------------------------------
 def _record_hash(data: bytes, like: str) -> str | None:
     """`data` hashed the way RECORD entry `like` is written (its algorithm); None if unknown."""
-    from patchkit.record import record_hash
-
     algo = like.partition("=")[0]
     try:
         return record_hash(data, algo)
@@ -195,13 +177,4 @@ def _record_hash(data: bytes, like: str) -> str | None:
 
 def _record_hash_of_digest(hex_sha256: str, like: str) -> bool:
     """Whether a hex sha256 (as state.json keeps them) is the digest RECORD entry `like` states."""
-    import base64
-
-    algo, _, b64 = like.partition("=")
-    if algo != "sha256":
-        return False
-    return base64.urlsafe_b64encode(bytes.fromhex(hex_sha256)).rstrip(b"=").decode() == b64
-
-
-def _sha256(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()
+    return like.startswith("sha256=") and record_digest(bytes.fromhex(hex_sha256), "sha256") == like

@@ -103,7 +103,7 @@ def findings_of(sources: dict[str, bytes]) -> dict[str, tuple[Finding, ...] | No
         _SEEN.clear()
     digests = {key: hashlib.sha256(data).hexdigest() for key, data in sources.items()}
     todo = {digest: sources[key] for key, digest in digests.items() if digest not in _SEEN}
-    cache = _cache_dir()
+    cache = _cache_dir() if todo else None
     for digest in list(todo):
         cached = _load(cache, digest)
         if cached is not _MISSING:
@@ -128,8 +128,9 @@ def _cache_dir() -> Path:
     extra = os.environ.get("PYFLAKES_BUILTINS")
     if extra:
         key += "-" + hashlib.sha256(extra.encode()).hexdigest()[:12]
-    prune(cache_dir() / "pyflakes")  # other pyflakes or Python versions leave whole keys behind
-    return cache_dir() / "pyflakes" / key
+    directory = cache_dir() / "pyflakes"
+    prune(directory)  # other pyflakes or Python versions leave whole keys behind
+    return directory / key
 
 
 def _load(cache: Path, digest: str):
