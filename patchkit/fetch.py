@@ -30,7 +30,7 @@ import struct
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -80,10 +80,8 @@ class FetchStats:
     requests: int = 0  # HTTP responses received (index pages, ranges, downloads)
     bytes: int = 0  # body bytes announced by those responses (Content-Length)
     range_requests: int = 0
-    members: int = 0  # files written to the tree
     full_download: bool = False
     seconds: float = 0.0
-    log: list[tuple[str, str, int, int]] = field(default_factory=list)  # (method, range, status, length)
 
 
 #: Stats of the most recent release_tree() call in this process (for reports, benchmarks).
@@ -363,7 +361,6 @@ def _make_session(settings: PipSettings, stats: FetchStats | None) -> requests.S
             stats.bytes += n
             if rng:
                 stats.range_requests += 1
-            stats.log.append((resp.request.method, rng, resp.status_code, n))
 
         s.hooks["response"].append(count)
     return s
@@ -827,7 +824,6 @@ class _Fetcher:
         state["present"] = sorted(present | set(fetch))
         state["absent"] = sorted(set(state.get("absent", ())) | absent)
         _save_state(self.root, state)
-        self.stats.members = len(fetch)
         if self.stats.requests:
             self.say(f"vLLM {self.ver}: {len(fetch)} file(s) verified against RECORD; "
                      f"{self.stats.requests} request(s), {self.stats.bytes / 1e6:.2f} MB")

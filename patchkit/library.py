@@ -191,6 +191,11 @@ def load_library(root: Path) -> dict[str, PatchSetDef]:
     return {s.name: s for s in sets}
 
 
+def load_chosen(library: str | Path | None, set_name: str | None) -> PatchSetDef:
+    """The named set (or the only one) of a library root; patchkit's own library by default."""
+    return choose_set(load_library(Path(library).resolve() if library else default_root()), set_name)
+
+
 def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:
     if name:
         if name not in sets:

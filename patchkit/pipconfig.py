@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 DEFAULT_TIMEOUT = 30.0
@@ -43,7 +43,6 @@ class PipSettings:
     proxy: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     source: str = "defaults"  # where the settings came from, for messages
-    raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def index_urls(self) -> list[str]:
@@ -101,7 +100,6 @@ def settings_from_items(items: dict[str, str], *, source: str = "pip config") ->
         proxy=(get("proxy") or "").strip() or None,
         timeout=timeout if timeout > 0 else DEFAULT_TIMEOUT,
         source=source,
-        raw=dict(items),
     )
 
 

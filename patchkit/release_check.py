@@ -41,12 +41,12 @@ from patchkit.checks import CheckResult, run_checks
 from patchkit.errors import CHECK_FAILED, NO_PATCH_SET, OK, NoPatchSet
 from patchkit.inspection import APPLIED, check_context, inspect
 from patchkit.library import PATCH, UNSUPPORTED as UNSUPPORTED_KIND, UPSTREAM as UPSTREAM_KIND
-from patchkit.library import PatchSetDef, Selection, choose_set, load_library, select
+from patchkit.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.options import Options
 from patchkit.plan import ALREADY, View, plan_apply, plan_revert, restore_recorded
 from patchkit.record import find_record, parse_record, prune, touch
 from patchkit.release_files import lay_out, needed_files
-from patchkit.resolve import Resolved, library_root, resolve
+from patchkit.resolve import Resolved, resolve
 from patchkit.state import META_DIR, read_state
 from patchkit.transaction import commit_changes
 
@@ -107,7 +107,7 @@ def exit_code(results: list[ReleaseResult]) -> int:
 
 
 def load_patch_set(opts: Options) -> PatchSetDef:
-    return choose_set(load_library(library_root(opts)), opts.set_name)
+    return load_chosen(opts.library, opts.set_name)
 
 
 def releases_to_verify(patch_set: PatchSetDef, named: list[Version], *, every: bool,
@@ -442,7 +442,7 @@ def _passed(results: list[CheckResult]) -> str:
 
 
 def _failures(results: list[CheckResult]) -> str:
-    return "; ".join(f"{r.check}: {r.path or '-'}: {r.message}" for r in results if r.failed)
+    return "; ".join(r.describe() for r in results if r.failed)
 
 
 def _apply(resolved: Resolved, plan) -> None:

@@ -7,18 +7,15 @@ from pathlib import Path
 from typing import Iterable
 
 from patchkit.errors import PatchkitError
-from patchkit.library import (
-    PATCH, UPSTREAM, PatchSetDef, Selection, choose_set, default_root, load_library, select,
-)
+from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select
 from patchkit.version import parse
 
 
 def files_for(version: str, library: str | None = None, set_name: str | None = None) -> list[str]:
     """The files patchkit reads of a release: those its series touches, or for an upstream release
     those the set's checks read; none for an unsupported one."""
-    root = Path(library).resolve() if library else default_root()
     try:
-        patch_set = choose_set(load_library(root), set_name)
+        patch_set = load_chosen(library, set_name)
         selection = select(patch_set, parse(version, "VERSION"))
     except PatchkitError:
         return []

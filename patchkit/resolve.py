@@ -55,7 +55,7 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
         selection = library.adhoc_selection(list(opts.adhoc), detected.version if detected else None)
         return Resolved(tgt, detected, selection)
     detected = version_mod.detect(tgt, opts.vllm_version)
-    patch_set = library.choose_set(library.load_library(library_root(opts)), opts.set_name)
+    patch_set = library.load_chosen(opts.library, opts.set_name)
     selection = library.select(patch_set, detected.version)
     notes = [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)

@@ -223,7 +223,7 @@ def releases_junit(results, suite: str) -> str:
     """A <testcase> per release, <failure> with the reason, <skipped> when unsupported."""
     cases = []
     for r in results:
-        details = "\n".join([r.detail] + [f"{c.check}: {c.path or '-'}: {c.message}" for c in r.checks if c.failed])
+        details = "\n".join([r.detail] + [c.describe() for c in r.checks if c.failed])
         cases.append(JUnitCase(
             name=f"vllm {r.version}", seconds=r.timings.get("total", 0.0),
             failure=f"{r.label}: {r.detail}" if r.failed else None, details=details, kind=r.label,

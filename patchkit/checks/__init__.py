@@ -37,6 +37,9 @@ class CheckResult:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def describe(self) -> str:
+        return f"{self.check}: {self.path or '-'}: {self.message}"
+
 
 @dataclass(frozen=True)
 class CheckContext:

@@ -71,7 +71,7 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
             if ui.json_mode:
                 ui.json({"result": "check-failed", "plan": plan_json(plan), "checks": [r.to_json() for r in results]})
             raise CheckFailed("verification of the patched files failed; nothing was written:\n  "
-                              + "\n  ".join(f"{r.check}: {r.path}: {r.message}" for r in failed))
+                              + "\n  ".join(r.describe() for r in failed))
         changes = plan.changes
         state = read_state(root)
         entry = resolved.apply_record(changes, state.entry(resolved.set_name))
@@ -106,7 +106,7 @@ def _verify_on_disk(resolved, plan, changes, previous_state, *, import_probe=Tru
     if failed:
         commit_changes(root, changes, previous_state, undo=True)
         raise CheckFailed("verification after writing failed; the tree was rolled back:\n  "
-                          + "\n  ".join(f"{r.check}: {r.path}: {r.message}" for r in failed))
+                          + "\n  ".join(r.describe() for r in failed))
     return results
 
 

@@ -18,4 +18,4 @@ def command(opts, quiet, verbose):
     if not patches:
         ui.line(f"vLLM {resolved.version.version}: the set is upstream; there is no diff")
         return
-    ui.diff("".join(decode(p.raw) if decode(p.raw).endswith("\n") else decode(p.raw) + "\n" for p in patches))
+    ui.diff("".join(decode(p.raw) for p in patches))  # each ends in a newline: parse_patch makes sure

@@ -87,7 +87,7 @@ def _report_releases(ui, results):
         if r.failed:
             for c in r.checks:
                 if c.failed:
-                    ui.line(f"  {r.version}: {c.check}: {c.path or '-'}: {c.message}", style="red")
+                    ui.line(f"  {r.version}: {c.describe()}", style="red")
         elif r.outcome == "unsupported" and r.requested:
             ui.error(f"vLLM {r.version} was asked for but is not covered: {r.detail}")
     summary = ", ".join(f"{n} {label}" for label, n in Counter(r.label for r in results).items())

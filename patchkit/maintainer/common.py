@@ -17,8 +17,7 @@ from packaging.version import Version
 
 from patchkit import fetch
 from patchkit.errors import BadInput, NoPatchSet, PatchkitError
-from patchkit.library import (MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, choose_set, default_root,
-                              load_library, load_set, select, write_series)
+from patchkit.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
 from patchkit.patchfile import Patch, decode, encode, parse_patch
 from patchkit.plan import WILL_CHANGE, View, plan_apply
 from patchkit.state import read_file
@@ -289,11 +288,6 @@ def commit_all(repo, message: str) -> str:
 
 
 # -- library and release files ---------------------------------------------------------------------
-
-def load_patch_set(library: str | None, set_name: str | None) -> PatchSetDef:
-    root = Path(library).resolve() if library else default_root()
-    return choose_set(load_library(root), set_name)
-
 
 def series_for(patch_set: PatchSetDef, version: Version) -> Selection:
     selection = select(patch_set, version)

@@ -8,11 +8,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit.errors import BadInput, Conflict, NoPatchSet
-from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, select, write_series
+from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
 from patchkit.maintainer.common import (Contents, FileMerge, PatchOutcome, PatchRecord, PortReport, Progress,
                                         STOCK_TAG, WorkspaceMeta, append_release, check_reproduces,
                                         commit_all, fresh_dir, git_diff, init_repo, join_header,
-                                        keep_or_touch, load_patch_set, merge_file, metadata_file,
+                                        keep_or_touch, merge_file, metadata_file,
                                         release_contents, require_empty, series_for, split_header,
                                         stock_paths, today_iso, write_file, write_series_files)
 from patchkit.patchfile import decode, encode, parse_patch
@@ -24,7 +24,7 @@ from patchkit.version import parse
 def port_set(from_version: str, to_version: str, *, library: str | None = None, set_name: str | None = None,
              out: str | None = None, workspace: str | None = None, today: str | None = None,
              progress: Progress | None = None) -> PortReport:
-    patch_set = load_patch_set(library, set_name)
+    patch_set = load_chosen(library, set_name)
     v1, v2 = parse(from_version, "--from"), parse(to_version, "--to")
     if v1 == v2:
         raise BadInput(f"--from and --to are the same release ({v1})")

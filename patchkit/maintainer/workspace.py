@@ -6,8 +6,9 @@ from pathlib import Path
 
 from patchkit import fetch
 from patchkit.errors import BadInput, Conflict
+from patchkit.library import load_chosen
 from patchkit.maintainer.common import (META, Progress, STOCK_TAG, WorkspaceMeta, WorkspaceReport, commit_all,
-                                        fresh_dir, init_repo, load_patch_set, record_of, series_for,
+                                        fresh_dir, init_repo, record_of, series_for,
                                         shared_releases, stock_paths, write_file)
 from patchkit.plan import plan_apply
 from patchkit.release_files import lay_out
@@ -17,7 +18,7 @@ from patchkit.version import parse
 def create_workspace(version: str, directory: str | None = None, *, library: str | None = None,
                      set_name: str | None = None, all_python: bool = False,
                      progress: Progress | None = None) -> WorkspaceReport:
-    patch_set = load_patch_set(library, set_name)
+    patch_set = load_chosen(library, set_name)
     ver = parse(version, "VERSION")
     selection = series_for(patch_set, ver)
     series_dir: Path = selection.release.directory  # type: ignore[union-attr]
