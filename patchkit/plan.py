@@ -82,6 +82,14 @@ class View:
         self.original: dict[str, bytes | None] = {}
         self.current: dict[str, bytes | None | FileStep] = {}  # a FileStep: content not made yet
 
+    @classmethod
+    def holding(cls, root: Path, contents: dict[str, bytes | None]) -> View:
+        """A view that starts from these contents (paths it lacks are read under root)."""
+        view = cls(root)
+        view.original = dict(contents)
+        view.current = dict(contents)
+        return view
+
     def original_content(self, path: str) -> bytes | None:
         if path not in self.current:
             data = read_file(self._prefix + path)
@@ -149,21 +157,14 @@ class Plan:
         if not present:
             return self.disk_content(path)
         if self._stock is None:
-            self._stock = plan_revert(self.root, present, view=_overlay(self.view))
+            # a fresh view of the disk as this plan first read it
+            self._stock = plan_revert(self.root, present, view=View.holding(self.root, self.view.original))
         return self._stock.content(path)
 
     @property
     def touched_paths(self) -> list[str]:
         return sorted({f.path for s in self.steps for f in s.patch.files}
                       | {f.source_path for s in self.steps for f in s.patch.files if f.source_path})
-
-
-def _overlay(view: View) -> View:
-    """A fresh view of the disk as the given view first read it."""
-    fresh = View(view.root)
-    fresh.original = dict(view.original)
-    fresh.current = dict(view.original)
-    return fresh
 
 
 def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Plan:

@@ -318,14 +318,6 @@ def write_file(root: Path, path: str, data: bytes | None) -> None:
     full.write_bytes(data)
 
 
-def memory_view(contents: Contents, root: Path) -> View:
-    """A plan view holding the given contents (root must be an empty directory: nothing else is read)."""
-    view = View(root)
-    view.original = dict(contents)
-    view.current = dict(contents)
-    return view
-
-
 def require_empty(directory: Path) -> None:
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise BadInput(f"{directory} exists and is not an empty directory", hint="choose another DIR")
@@ -346,10 +338,11 @@ def fresh_dir(directory: Path):
         raise
 
 
-def record_of(patch: Patch, parts: str | None = None) -> PatchRecord:
+def record_of(patch: Patch, *, parts: str | None = None, library_copy: bool = True) -> PatchRecord:
+    """What a workspace remembers of a patch; `library_copy`: it is the library's file (its sha256)."""
     header, body = split_header(decode(patch.raw))
-    files = [f.path for f in patch.files]
-    return PatchRecord(patch.name, header, body, files, parts, patch.sha256)
+    return PatchRecord(patch.name, header, body, [f.path for f in patch.files], parts,
+                       patch.sha256 if library_copy else None)
 
 
 def metadata_file(tree: Path) -> Path | None:
@@ -361,7 +354,7 @@ def metadata_file(tree: Path) -> Path | None:
 def check_reproduces(patches: list[Patch], stock: Contents, work: Contents) -> None:
     """The new series, applied to the stock contents, must give the workspace's contents exactly."""
     with tempfile.TemporaryDirectory() as empty:
-        plan = plan_apply(Path(empty), patches, view=memory_view(stock, Path(empty)))
+        plan = plan_apply(Path(empty), patches, view=View.holding(Path(empty), stock))
         wrong = [s.patch.name for s in plan.steps if s.state != WILL_CHANGE]
         wrong += [p for p in work if plan.content(p) != work[p]]
     if wrong:

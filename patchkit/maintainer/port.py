@@ -9,10 +9,10 @@ from packaging.version import Version
 
 from patchkit.errors import BadInput, Conflict, NoPatchSet
 from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
-from patchkit.maintainer.common import (Contents, FileMerge, PatchOutcome, PatchRecord, PortReport, Progress,
+from patchkit.maintainer.common import (Contents, FileMerge, PatchOutcome, PortReport, Progress,
                                         STOCK_TAG, WorkspaceMeta, append_release, check_reproduces,
                                         commit_all, fresh_dir, git_diff, init_repo, join_header,
-                                        keep_or_touch, merge_file, metadata_file,
+                                        keep_or_touch, merge_file, metadata_file, record_of,
                                         release_contents, require_empty, series_for, split_header,
                                         stock_paths, today_iso, write_file, write_series_files)
 from patchkit.patchfile import decode, encode, parse_patch
@@ -199,12 +199,8 @@ def _fill_port_workspace(dest: Path, report: PortReport, patch_set: PatchSetDef,
         write_file(dest, path, data)
     commit_all(repo, f"{patch_set.name} series ported from vllm {report.from_version}: conflicts to resolve\n\n"
                 + "".join(f"{p}\n" for p in conflicted))
-    records = []
-    for patch in selection.patches:
-        header, body = split_header(decode(patch.raw))
-        records.append(PatchRecord(patch.name, header, body, [f.path for f in patch.files],
-                                   parts=split_header(texts[patch.name])[1] if patch.name in texts else "",
-                                   sha256=None))
+    records = [record_of(patch, parts=split_header(texts[patch.name])[1] if patch.name in texts else "",
+                         library_copy=False) for patch in selection.patches]
     register = None if out else {"versions": f"=={report.to_version}", "dir": report.to_version}
     WorkspaceMeta(patch_set.name, str(patch_set.directory.resolve()), report.to_version, list(patch_set.roots),
                   str(report.destination), stock, records, register=register,

@@ -13,12 +13,12 @@ from patchkit.errors import BadInput, Conflict, PatchkitError
 from patchkit.library import load_set
 from patchkit.maintainer.common import (Contents, PatchOutcome, PatchRecord, Progress, RefreshReport,
                                         SharedCheck, WorkspaceMeta, append_release, check_reproduces,
-                                        conflict_lines, git_diff, join_header, keep_or_touch, memory_view,
+                                        conflict_lines, git_diff, join_header, keep_or_touch,
                                         pinned_version, split_header, stock_paths, today_iso,
                                         write_series_files)
 from patchkit.maintainer.workspace import find_workspace
 from patchkit.patchfile import Patch, encode, parse_patch
-from patchkit.plan import ALREADY, WILL_CHANGE, plan_apply
+from patchkit.plan import ALREADY, WILL_CHANGE, View, plan_apply
 from patchkit.state import read_file
 
 
@@ -154,7 +154,7 @@ def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: lis
         return before
     with tempfile.TemporaryDirectory() as empty:
         plan = plan_apply(Path(empty), [Patch(record.name, b"", tuple(part))],
-                          view=memory_view({path: before}, Path(empty)))
+                          view=View.holding(Path(empty), {path: before}))
         if plan.steps[0].state != WILL_CHANGE:
             return False
         return plan.content(path)
