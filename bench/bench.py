@@ -38,15 +38,21 @@ from patchkit.release_files import files_for, lay_out  # noqa: E402
 PATCHKIT = [sys.executable, "-m", "patchkit"]
 
 
+def run_once(cmd: list[str], cwd: Path | None = None) -> float:
+    """Wall time of one successful run."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, cmd))} failed: {done.stderr.decode()[-500:]}")
+    return took
+
+
 def timed(cmd: list[str], runs: int, cwd: Path | None = None, between=None) -> float:
     """Median wall time of `runs` runs; `between` restores state after each run."""
     times = []
     for _ in range(runs):
-        start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=cwd, capture_output=True)
-        times.append(time.perf_counter() - start)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(map(str, cmd))} failed: {done.stderr.decode()[-500:]}")
+        times.append(run_once(cmd, cwd))
         if between:
             between()
     return statistics.median(times)
@@ -55,15 +61,8 @@ def timed(cmd: list[str], runs: int, cwd: Path | None = None, between=None) -> f
 def timed_pair(ours: list[str], reference: list[str], runs: int, cwd: Path | None = None) -> tuple[float, float]:
     """Medians of `runs` runs of each command, alternating, so that both see the same machine:
     on a shared machine the speed drifts by tens of percent within a minute."""
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(runs):
-        for cmd, out in ((reference, times[1]), (ours, times[0])):
-            start = time.perf_counter()
-            done = subprocess.run(cmd, cwd=cwd, capture_output=True)
-            out.append(time.perf_counter() - start)
-            if done.returncode != 0:
-                raise SystemExit(f"{' '.join(map(str, cmd))} failed: {done.stderr.decode()[-500:]}")
-    return statistics.median(times[0]), statistics.median(times[1])
+    pairs = [(run_once(reference, cwd), run_once(ours, cwd)) for _ in range(runs)]
+    return statistics.median(o for _, o in pairs), statistics.median(r for r, _ in pairs)
 
 
 def release_diff(old: Path, new: Path, work: Path) -> Path:
@@ -152,8 +151,9 @@ def main() -> None:
         old = release_tree("0.32.0", all_python=True)
         new = release_tree("0.33.0", all_python=True)
         diff = release_diff(old, new, work)
-        files = diff.read_bytes().count(b"\ndiff --git ") + 1
-        hunks = sum(1 for line in diff.read_bytes().split(b"\n") if line.startswith(b"@@ "))
+        raw = diff.read_bytes()
+        files = raw.count(b"\ndiff --git ") + 1
+        hunks = sum(1 for line in raw.split(b"\n") if line.startswith(b"@@ "))
         site = work / "site-0.32.0"
         lay_out(old, str(site))
         ours, git = timed_pair([*PATCHKIT, "apply", "--dry-run", "-q", "--target", str(site), "--patch", str(diff)],
