@@ -28,8 +28,10 @@ import os
 import re
 import struct
 import tempfile
+import threading
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -370,8 +372,39 @@ def _is_http(url: str) -> bool:
     return url.lower().startswith(("http://", "https://"))
 
 
+_reused_pages: dict[tuple[str, ...], tuple[list, list]] | None = None  # see reuse_index_pages()
+_reused_pages_lock = threading.Lock()
+
+
+@contextmanager
+def reuse_index_pages():
+    """Within it, each index's vLLM page is fetched once: `verify --all` asks it for the list of
+    releases and then for each release's wheel. A page that none of the indexes served is asked
+    for again."""
+    global _reused_pages
+    _reused_pages = {}
+    try:
+        yield
+    finally:
+        _reused_pages = None
+
+
 def _project_pages(settings: PipSettings, session, say: Progress | None):
     """Fetch vLLM's Simple-API page from each usable index: ([(index, page)], [errors])."""
+    reused = _reused_pages
+    if reused is None:
+        return _fetch_project_pages(settings, session, say)
+    key = tuple(settings.index_urls)
+    with _reused_pages_lock:
+        if key not in reused:
+            pages, errors = _fetch_project_pages(settings, session, say)
+            if not pages:
+                return pages, errors
+            reused[key] = pages, errors
+        return reused[key]
+
+
+def _fetch_project_pages(settings: PipSettings, session, say: Progress | None):
     from pypi_simple import NoSuchProjectError, PyPISimple
 
     pages, errors = [], []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import io
@@ -616,3 +617,19 @@ def test_release_0_16_0_all_python(real_env):
     pys = list((tree / "vllm").rglob("*.py"))
     assert len(pys) > 1000
     assert stats.range_requests < 50 and not stats.full_download
+
+
+@pytest.mark.parametrize("reused", [False, True])
+def test_verify_asks_the_index_for_its_page_once(server, cache, monkeypatch, reused):
+    """verify --all lists the releases, then fetches each: with reuse_index_pages() the index
+    page is fetched once, not once more per release."""
+    other = "0.1.1"
+    server.publish(WHEEL, build_wheel())
+    server.publish(WHEEL.replace(VERSION, other), build_wheel(version=other))
+    use_index(monkeypatch, server.index())
+    with fetch.reuse_index_pages() if reused else contextlib.nullcontext():
+        assert [str(v) for v in fetch.available_versions()] == [VERSION, other]
+        fetch.release_tree(VERSION, ["vllm/config/speculative.py"])
+        fetch.release_tree(other, ["vllm/config/speculative.py"])
+    page_gets = [e for e in server.log if e[0] == "GET" and "/simple/" in e[1]]
+    assert len(page_gets) == (1 if reused else 3)

@@ -55,17 +55,18 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
 
 
 def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cache):
-    from patchkit import release_check
+    from patchkit import fetch, release_check
     from patchkit.ui import releases_junit
     from patchkit.version import parse
 
     # JUnit and JSON are the whole of stdout; quiet keeps text lines out of it.
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
     patch_set = release_check.load_patch_set(opts)
-    versions, requested = release_check.releases_to_verify(
-        patch_set, [parse(v, "--vllm-version") for v in named], every=every, latest=latest)
-    with ui.progress(len(versions), f"verifying {len(versions)} release(s)") as advance:
-        results = release_check.verify_releases(versions, requested, opts, advance, use_cache=use_cache)
+    with fetch.reuse_index_pages():
+        versions, requested = release_check.releases_to_verify(
+            patch_set, [parse(v, "--vllm-version") for v in named], every=every, latest=latest)
+        with ui.progress(len(versions), f"verifying {len(versions)} release(s)") as advance:
+            results = release_check.verify_releases(versions, requested, opts, advance, use_cache=use_cache)
     if fmt == "json":
         ui.json([r.to_json(patch_set.name) for r in results])
     elif fmt == "junit":
