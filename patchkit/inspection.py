@@ -77,7 +77,7 @@ def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False,
                         python=resolved.target.python, read_stock=plan.stock_content,
                         read_current=None if on_disk else plan.disk_content, root=root,
                         patch_set=resolved.selection.patch_set,
-                        version=resolved.version.version if resolved.version else None, on_disk=on_disk,
+                        version=resolved.vllm_version, on_disk=on_disk,
                         import_probe=import_probe)
 
 
@@ -123,7 +123,7 @@ def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool
     disk = _disk_reader(root)
     return CheckContext(paths=paths, read=disk, python=resolved.target.python, read_stock=disk, root=root,
                         patch_set=resolved.selection.patch_set,
-                        version=resolved.version.version if resolved.version else None, on_disk=True,
+                        version=resolved.vllm_version, on_disk=True,
                         import_probe=import_probe)
 
 

@@ -29,13 +29,18 @@ class Resolved:
     def set_name(self) -> str:
         return self.selection.set_name
 
+    @property
+    def vllm_version(self):
+        """The detected (or given) release, a packaging Version; None when unknown."""
+        return self.version.version if self.version else None
+
     def apply_record(self, changes, previous):
         """The state entry an apply of this series with these changes writes."""
         from patchkit.state import record_apply
 
         release = self.selection.release
         return record_apply(previous, set_name=self.set_name,
-                            vllm_version=str(self.version.version) if self.version else None,
+                            vllm_version=str(self.vllm_version) if self.version else None,
                             release=release.directory.name if release else None, patches=self.patches,
                             changes=changes)
 

@@ -264,7 +264,7 @@ def status_json(resolved, status) -> dict:
         "state": status.state,
         "target": str(resolved.target.root),
         "found_by": resolved.target.found_by,
-        "vllm_version": str(resolved.version.version) if resolved.version else None,
+        "vllm_version": str(resolved.vllm_version) if resolved.version else None,
         "version_source": resolved.version.source if resolved.version else None,
         "set": resolved.selection.set_name,
         "series": resolved.selection.release.directory.name if resolved.selection.release else None,

@@ -69,7 +69,7 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
         failed = [r for r in results if r.failed]
         if failed:
             if ui.json_mode:
-                ui.json({"result": "check-failed", "plan": plan_json(plan), "checks": [r.to_json() for r in results]})
+                ui.json({"result": "check-failed", **_details(plan, results)})
             raise CheckFailed("verification of the patched files failed; nothing was written:\n  "
                               + "\n  ".join(r.describe() for r in failed))
         changes = plan.changes
@@ -114,27 +114,25 @@ def _stock_integrity(ui, resolved, plan, force):
     """Refuse to patch files that are not the release's stock files (RECORD), unless --force."""
     from patchkit.checks import integrity
     from patchkit.inspection import check_context
-    from patchkit.ui import plan_json
 
     results = integrity.CHECK.run(check_context(resolved, plan))
     failed = [r for r in results if r.failed]
     if failed and not force:
         ui.checks(results)
         if ui.json_mode:
-            ui.json({"result": "check-failed", "plan": plan_json(plan), "checks": [r.to_json() for r in results]})
-        raise integrity.refusal(failed, resolved.version.version if resolved.version else None)
+            ui.json({"result": "check-failed", **_details(plan, results)})
+        raise integrity.refusal(failed, resolved.vllm_version)
     return integrity.forced(results)
 
 
 def _refuse_stale_bytecode(ui, plan, results, done):
     from patchkit.checks import bytecode
     from patchkit.errors import CheckFailed
-    from patchkit.ui import plan_json
 
     stale = [r for r in results if r.check == bytecode.NAME and r.failed]
     if stale:
         if ui.json_mode:
-            ui.json({"result": "bytecode-failed", "plan": plan_json(plan), "checks": [r.to_json() for r in results]})
+            ui.json({"result": "bytecode-failed", **_details(plan, results)})
         raise CheckFailed(f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  "
                           + bytecode.failures(stale),
                           hint="remove those .pyc files (Python then compiles the sources); "
