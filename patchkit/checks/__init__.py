@@ -78,6 +78,31 @@ def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[Che
     return results
 
 
+def run_in(python: str | None, source: str, function: str, args: list, *, timeout: float, doing: str = ""):
+    """`function(*args)`, defined by `source` (JSON in, JSON out), called in `python`: in-process
+    when that is the interpreter running patchkit, else in a subprocess of it (TargetError if that
+    cannot run). `doing` finishes the error messages ("cannot run PYTHON<doing>: ...")."""
+    import json
+    import os
+    import subprocess
+
+    from patchkit.errors import TargetError
+
+    if same_interpreter(python):
+        namespace: dict = {}
+        exec(source, namespace)  # noqa: S102 - patchkit's own constants
+        return namespace[function](*args)
+    main = f"\nimport json, sys\nprint(json.dumps({function}(*json.load(sys.stdin))))\n"
+    try:
+        done = subprocess.run([python, "-c", source + main], input=json.dumps(args), capture_output=True,
+                              text=True, timeout=timeout, cwd=os.path.abspath(os.sep))  # no vllm/ in cwd
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"cannot run {python}{doing}: {exc}") from exc
+    if done.returncode != 0:
+        raise TargetError(f"{python} failed{doing}: {done.stderr.strip()[-300:]}")
+    return json.loads(done.stdout)
+
+
 def same_interpreter(python: str | None) -> bool:
     """Whether `python` is the interpreter running patchkit (so work can stay in-process)."""
     import os

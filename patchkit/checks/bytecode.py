@@ -19,12 +19,10 @@ it knows its cache tag, its magic number and the key of its source hashes.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
-from patchkit.checks import ERROR, WARNING, CheckResult, same_interpreter
+from patchkit.checks import ERROR, WARNING, CheckResult, run_in
+from patchkit.errors import TargetError
 
 NAME = "bytecode"
 
@@ -111,7 +109,6 @@ def _compiled_as(blob):
     except Exception:
         return None
 """
-_WORKER_MAIN = "import json, sys\nargs = json.load(sys.stdin)\nprint(json.dumps(bytecode_work(*args)))\n"
 
 
 def fix(root: Path, paths, python: str | None) -> list[CheckResult]:
@@ -214,18 +211,10 @@ def _why_removed(item: dict) -> str:
 
 def _run_worker(jobs: list[dict], fix: bool, python: str | None) -> dict:
     payload = [[{k: v for k, v in job.items() if k != "path"} for job in jobs], fix]
-    if same_interpreter(python):
-        namespace: dict = {}
-        exec(_WORKER, namespace)  # noqa: S102 - our own constant
-        return namespace["bytecode_work"](*payload)
     try:
-        done = subprocess.run([python, "-c", _WORKER + _WORKER_MAIN], input=json.dumps(payload),
-                              capture_output=True, text=True, timeout=300, cwd=os.path.abspath(os.sep))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return _all_failed(jobs, f"cannot run {python}: {exc}")
-    if done.returncode != 0:
-        return _all_failed(jobs, f"{python} failed: {done.stderr.strip()[-300:]}")
-    return json.loads(done.stdout)
+        return run_in(python, _WORKER, "bytecode_work", payload, timeout=300)
+    except TargetError as exc:
+        return _all_failed(jobs, exc.message)
 
 
 def _all_failed(jobs: list[dict], why: str) -> dict:

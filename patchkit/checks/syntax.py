@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-
-from patchkit.checks import CheckContext, CheckResult, same_interpreter
-from patchkit.errors import TargetError
+from patchkit.checks import CheckContext, CheckResult, run_in
 
 
 class SyntaxCheck:
@@ -35,21 +30,9 @@ def compile_errors(sources):
             errors[path] = f"line {line}: {exc.msg}" if line else str(exc)
     return errors
 """
-_COMPILER_MAIN = "import json, sys\nprint(json.dumps(compile_errors(json.load(sys.stdin))))\n"
 
 
 def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, str]:
     """path -> error for each source that does not compile, judged by `python`'s own compiler."""
     texts = {p: d.decode("utf-8", "surrogateescape") for p, d in sources.items()}
-    if same_interpreter(python):
-        namespace: dict = {}
-        exec(_COMPILER, namespace)  # noqa: S102 - our own constant
-        return namespace["compile_errors"](texts)
-    try:
-        done = subprocess.run([python, "-c", _COMPILER + _COMPILER_MAIN], input=json.dumps(texts),
-                              capture_output=True, text=True, timeout=120, cwd=os.path.abspath(os.sep))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TargetError(f"cannot run {python} to compile the patched files: {exc}") from exc
-    if done.returncode != 0:
-        raise TargetError(f"{python} failed while compiling the patched files: {done.stderr.strip()[-300:]}")
-    return json.loads(done.stdout)
+    return run_in(python, _COMPILER, "compile_errors", [texts], timeout=120, doing=" to compile the patched files")
