@@ -7,12 +7,12 @@ DEMO_VERSION ?= 0.16.0
 DEMO_DIR ?= .cache/demo/vllm-$(DEMO_VERSION)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast test-release bench clean
+.PHONY: demo test test-fast test-release bench clean lint
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,lint]'
 	touch $@
 
 # The main job on a real stock release read from the package index:
@@ -38,6 +38,12 @@ test-fast: $(VENV)/.installed
 
 test-release: $(VENV)/.installed
 	$(PY) -m pytest -q -m release $(PYTEST_ARGS)
+
+# ruff (lint and format) and mypy, configured in pyproject.toml.
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench.py

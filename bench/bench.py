@@ -68,8 +68,11 @@ def timed_pair(ours: list[str], reference: list[str], runs: int, cwd: Path | Non
 def release_diff(old: Path, new: Path, work: Path) -> Path:
     shutil.copytree(old / "vllm", work / "a" / "vllm")
     shutil.copytree(new / "vllm", work / "b" / "vllm")
-    done = subprocess.run(["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
-                          cwd=work, capture_output=True)
+    done = subprocess.run(
+        ["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
+        cwd=work,
+        capture_output=True,
+    )
     out = work / "release.diff"
     out.write_bytes(done.stdout)
     return out
@@ -81,12 +84,13 @@ def row(name: str, ours: float, reference: float, ref_name: str, goal: str) -> s
 
 def fetch_row(work: Path) -> str:
     """A default fetch into an empty cache, in a subprocess so that nothing is cached in memory."""
-    code = ("import json, patchkit.fetch as f; from patchkit.release_files import files_for; "
-            "f.release_tree('0.16.0', files_for('0.16.0')); s = f.last_fetch_stats; "
-            "print(json.dumps([s.bytes, s.requests, s.seconds]))")
+    code = (
+        "import json, patchkit.fetch as f; from patchkit.release_files import files_for; "
+        "f.release_tree('0.16.0', files_for('0.16.0')); s = f.last_fetch_stats; "
+        "print(json.dumps([s.bytes, s.requests, s.seconds]))"
+    )
     env = {**os.environ, "PATCHKIT_CACHE_DIR": str(work / "cold-cache")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
-                          cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=REPO)
     nbytes, request_count, seconds = json.loads(done.stdout.strip().splitlines()[-1])
     import requests
 
@@ -94,8 +98,10 @@ def fetch_row(work: Path) -> str:
     wheel = int(requests.head(url, allow_redirects=True, timeout=30).headers["Content-Length"])
     wheel_text = f"whole wheel {wheel / 1e6:.0f} MB"
     ratio = f"{nbytes / wheel * 100:.2f}%"
-    return (f"| fetch 0.16.0, default files, empty cache ({request_count} requests, {seconds:.1f} s) | "
-            f"{nbytes / 1e6:.2f} MB | {wheel_text} | {ratio} | ≤ 5 MB |")
+    return (
+        f"| fetch 0.16.0, default files, empty cache ({request_count} requests, {seconds:.1f} s) | "
+        f"{nbytes / 1e6:.2f} MB | {wheel_text} | {ratio} | ≤ 5 MB |"
+    )
 
 
 def static_checks_row(stock: Path, runs: int) -> str:
@@ -120,8 +126,13 @@ def static_checks_row(stock: Path, runs: int) -> str:
     files = [str(stock / p) for p in plan.touched_paths]
     reference = timed([sys.executable, "-m", "py_compile", *files], runs)
     checks = sorted({r.check for r in results})
-    return row(f"static checks on the eagle3 0.16.0 result ({', '.join(checks)})", statistics.median(times),
-               reference, "python -m py_compile", "≤ 1 s")
+    return row(
+        f"static checks on the eagle3 0.16.0 result ({', '.join(checks)})",
+        statistics.median(times),
+        reference,
+        "python -m py_compile",
+        "≤ 1 s",
+    )
 
 
 def verify_all_rows(work: Path) -> list[str]:
@@ -130,8 +141,9 @@ def verify_all_rows(work: Path) -> list[str]:
     rows = []
     for label, goal in (("cold", "≤ 60 s"), ("warm", "≤ 5 s")):
         start = time.perf_counter()
-        done = subprocess.run([*PATCHKIT, "verify", "--all", "-q", "--no-import"], env=env, capture_output=True,
-                              text=True)
+        done = subprocess.run(
+            [*PATCHKIT, "verify", "--all", "-q", "--no-import"], env=env, capture_output=True, text=True
+        )
         took = time.perf_counter() - start
         if done.returncode != 0:
             raise SystemExit(f"verify --all failed: {done.stderr[-800:]}")
@@ -156,10 +168,21 @@ def main() -> None:
         hunks = sum(1 for line in raw.split(b"\n") if line.startswith(b"@@ "))
         site = work / "site-0.32.0"
         lay_out(old, str(site))
-        ours, git = timed_pair([*PATCHKIT, "apply", "--dry-run", "-q", "--target", str(site), "--patch", str(diff)],
-                               ["git", "apply", "--check", str(diff)], runs * 2 + 1, cwd=site)
-        rows.append(row(f"apply --dry-run, 0.32.0→0.33.0 ({diff.stat().st_size / 1e6:.1f} MB, {files} files, "
-                        f"{hunks} hunks)", ours, git, "git apply --check", "≤ 4x"))
+        ours, git = timed_pair(
+            [*PATCHKIT, "apply", "--dry-run", "-q", "--target", str(site), "--patch", str(diff)],
+            ["git", "apply", "--check", str(diff)],
+            runs * 2 + 1,
+            cwd=site,
+        )
+        rows.append(
+            row(
+                f"apply --dry-run, 0.32.0→0.33.0 ({diff.stat().st_size / 1e6:.1f} MB, {files} files, {hunks} hunks)",
+                ours,
+                git,
+                "git apply --check",
+                "≤ 4x",
+            )
+        )
 
         bare = timed([sys.executable, "-c", "pass"], runs * 2)
         helped = timed([*PATCHKIT, "--help"], runs * 2)
@@ -186,8 +209,7 @@ def main() -> None:
             rows.extend(verify_all_rows(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"median of {runs} runs (dry-run and start-up: {runs * 2 + 1}, {runs * 2}); "
-          f"Python {sys.version.split()[0]}")
+    print(f"median of {runs} runs (dry-run and start-up: {runs * 2 + 1}, {runs * 2}); Python {sys.version.split()[0]}")
     print("| measurement | patchkit | reference | ratio | goal |")
     print("| --- | --- | --- | --- | --- |")
     print("\n".join(rows))

@@ -62,8 +62,10 @@ class PatchkitGroup(click.Group):
         except Exception as exc:  # a bug: one line for the user, the traceback on request
             if os.environ.get("PATCHKIT_DEBUG"):
                 raise
-            _report(f"internal error: {type(exc).__name__}: {exc}",
-                    "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it")
+            _report(
+                f"internal error: {type(exc).__name__}: {exc}",
+                "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it",
+            )
             ctx.exit(1)
 
 

@@ -23,6 +23,7 @@ imported lazily so importing this module stays cheap.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -31,13 +32,15 @@ import tempfile
 import threading
 import time
 import zlib
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, FetchError
-from patchkit.record import HASHES as _HASHES, cache_dir, parse_record, record_hash
+from patchkit.record import HASHES as _HASHES
+from patchkit.record import cache_dir, parse_record, record_hash
 
 if TYPE_CHECKING:  # pragma: no cover
     import zipfile
@@ -199,7 +202,10 @@ def _clean_request(path: str) -> str:
         p = p[2:]
     reason = _unsafe_reason(p)
     if reason:
-        raise BadInput(f"refusing to fetch {path!r}: the path {reason}", hint="paths are POSIX paths relative to site-packages, e.g. vllm/config/speculative.py")
+        raise BadInput(
+            f"refusing to fetch {path!r}: the path {reason}",
+            hint="paths are POSIX paths relative to site-packages, e.g. vllm/config/speculative.py",
+        )
     return p
 
 
@@ -207,12 +213,17 @@ def _safe_dest(tree: Path, name: str, real_tree: Path | None = None) -> Path:
     """Where member ``name`` goes; FetchError for anything that would land outside ``tree``."""
     reason = _unsafe_reason(name)
     if reason:
-        raise FetchError(f"refusing unsafe member {name!r} in the wheel: the path {reason}", hint="the wheel looks malformed or malicious; it was not extracted")
+        raise FetchError(
+            f"refusing unsafe member {name!r} in the wheel: the path {reason}",
+            hint="the wheel looks malformed or malicious; it was not extracted",
+        )
     dest = tree / name
     try:
         dest.resolve().relative_to(real_tree or tree.resolve())
     except ValueError:
-        raise FetchError(f"refusing member {name!r}: it resolves outside {tree}", hint=f"remove {tree} and try again") from None
+        raise FetchError(
+            f"refusing member {name!r}: it resolves outside {tree}", hint=f"remove {tree} and try again"
+        ) from None
     return dest
 
 
@@ -252,10 +263,8 @@ def _atomic_write(dest: Path, data: bytes, mode: int = 0o644) -> None:
         os.chmod(tmp, mode)
         os.replace(tmp, dest)
     except BaseException:
-        try:
+        with suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
@@ -301,7 +310,10 @@ class _release_lock:
             try:
                 self._lock.acquire(timeout=1800)
             except Timeout:
-                raise FetchError(f"timed out waiting for the lock {self._lock.lock_file}", hint="is another patchkit process stuck? remove the lock file if not") from None
+                raise FetchError(
+                    f"timed out waiting for the lock {self._lock.lock_file}",
+                    hint="is another patchkit process stuck? remove the lock file if not",
+                ) from None
         except OSError as e:
             raise FetchError(f"cannot lock {self._lock.lock_file}: {e}", hint=_CACHE_HINT) from None
         return self
@@ -347,8 +359,13 @@ def _make_session(settings: PipSettings, stats: FetchStats | None) -> requests.S
     if settings.proxy:
         s.proxies = {"http": settings.proxy, "https": settings.proxy}
     retry = Retry(
-        total=3, connect=3, read=2, status=2, backoff_factor=0.3,
-        status_forcelist=(429, 500, 502, 503, 504), allowed_methods=frozenset({"GET", "HEAD"}),
+        total=3,
+        connect=3,
+        read=2,
+        status=2,
+        backoff_factor=0.3,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=frozenset({"GET", "HEAD"}),
         raise_on_status=False,
     )
     adapter = HTTPAdapter(max_retries=retry)
@@ -429,9 +446,15 @@ def _fetch_project_pages(settings: PipSettings, session, say: Progress | None):
 
 def _no_project_error(settings: PipSettings, errors: list[str]) -> FetchError:
     if settings.no_index:
-        return FetchError("pip is configured with no-index, so there is no package index to fetch vLLM from", hint="unset PIP_NO_INDEX / no-index in pip.conf")
+        return FetchError(
+            "pip is configured with no-index, so there is no package index to fetch vLLM from",
+            hint="unset PIP_NO_INDEX / no-index in pip.conf",
+        )
     detail = "; ".join(errors) or "no index configured"
-    return FetchError(f"no package index had {PROJECT} ({detail})", hint=f"check pip's index settings ({settings.source}): PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, pip.conf")
+    return FetchError(
+        f"no package index had {PROJECT} ({detail})",
+        hint=f"check pip's index settings ({settings.source}): PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, pip.conf",
+    )
 
 
 def _wheel_rank(filename: str, version: str):
@@ -457,13 +480,15 @@ def _no_wheel_error(ver: str, pages) -> FetchError:
     on_index = set()
     for _i, page in pages:
         for pkg in page.packages:
-            try:
+            with suppress(InvalidVersion, TypeError):
                 on_index.add((Version(pkg.version), pkg.filename.endswith(".whl")))
-            except (InvalidVersion, TypeError):
-                pass
     hint = "check the version number; `pip index versions vllm` lists what the index has"
     close = sorted(
-        {str(v) for v, wheel in on_index if wheel and str(v) != ver and (v == want or (want.local and v == Version(want.public)))}
+        {
+            str(v)
+            for v, wheel in on_index
+            if wheel and str(v) != ver and (v == want or (want.local and v == Version(want.public)))
+        }
     )
     if close:
         hint = f"the index has {', '.join(close)}: try that version"
@@ -522,11 +547,18 @@ def _inflate(info: zipfile.ZipInfo, comp: bytes) -> bytes:
         try:
             raw = d.decompress(comp) + d.flush()
         except zlib.error as e:
-            raise FetchError(f"cannot inflate {info.filename} from the wheel: {e}", hint="the download was corrupted; try again") from None
+            raise FetchError(
+                f"cannot inflate {info.filename} from the wheel: {e}", hint="the download was corrupted; try again"
+            ) from None
     else:
-        raise FetchError(f"member {info.filename} uses unsupported compression {info.compress_type}", hint="the wheel looks malformed")
+        raise FetchError(
+            f"member {info.filename} uses unsupported compression {info.compress_type}",
+            hint="the wheel looks malformed",
+        )
     if len(raw) != info.file_size or zlib.crc32(raw) != info.CRC:
-        raise FetchError(f"CRC/size check failed for {info.filename} from the wheel", hint="the download was corrupted; try again")
+        raise FetchError(
+            f"CRC/size check failed for {info.filename} from the wheel", hint="the download was corrupted; try again"
+        )
     return raw
 
 
@@ -538,7 +570,9 @@ class _LocalWheel:
         try:
             self.zf = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile) as e:
-            raise FetchError(f"cannot open the downloaded wheel {path}: {e}", hint=f"delete {path} and try again") from None
+            raise FetchError(
+                f"cannot open the downloaded wheel {path}: {e}", hint=f"delete {path} and try again"
+            ) from None
 
     def infolist(self):
         return self.zf.infolist()
@@ -551,7 +585,9 @@ class _LocalWheel:
             try:
                 out[info.filename] = self.zf.read(info)
             except (OSError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as e:
-                raise FetchError(f"cannot read {info.filename} from {self.path}: {e}", hint=f"delete {self.path} and try again") from None
+                raise FetchError(
+                    f"cannot read {info.filename} from {self.path}: {e}", hint=f"delete {self.path} and try again"
+                ) from None
         return out
 
     def close(self):
@@ -584,7 +620,9 @@ class _RemoteWheel:
         # Some servers do not support suffix ranges ("bytes=-N"); retry with HEAD + explicit range.
         for suffix in (True, False):
             try:
-                self.zf = RemoteZip(url, initial_buffer_size=TAIL_BYTES, session=session, support_suffix_range=suffix, **kwargs)
+                self.zf = RemoteZip(
+                    url, initial_buffer_size=TAIL_BYTES, session=session, support_suffix_range=suffix, **kwargs
+                )
                 break
             except _remote_errors() as e:
                 last = e
@@ -594,7 +632,7 @@ class _RemoteWheel:
         self.fetcher = RemoteFetcher(url, session, **kwargs)
         offsets = sorted({i.header_offset for i in self.zf.infolist()})
         offsets.append(self.zf.start_dir)
-        self._next = {a: b for a, b in zip(offsets, offsets[1:])}
+        self._next = {a: b for a, b in itertools.pairwise(offsets)}
         # RemoteZip keeps its first (tail) buffer; members lying wholly inside it cost no request.
         self.tail_start = max(0, self.size - TAIL_BYTES) if self.zf.start_dir >= self.size - TAIL_BYTES else self.size
 
@@ -643,10 +681,8 @@ class _RemoteWheel:
         return data
 
     def close(self):
-        try:
+        with suppress(Exception):
             self.zf.close()
-        except Exception:
-            pass
 
 
 def coalesce(spans, gap: int = MERGE_GAP, max_run: int = MAX_RUN):
@@ -672,14 +708,20 @@ def _member_from_run(data: bytes, run_start: int, info) -> bytes:
     try:
         sig, _ver, _flags, _method, _t, _d, _crc, _cs, _us, n, m = _LOCAL_HEADER.unpack_from(data, off)
     except struct.error:
-        raise FetchError(f"truncated local header for {info.filename} in the wheel", hint="the download was corrupted; try again") from None
+        raise FetchError(
+            f"truncated local header for {info.filename} in the wheel", hint="the download was corrupted; try again"
+        ) from None
     name = data[off + 30 : off + 30 + n]
-    if sig != _LOCAL_SIG or name.decode("utf-8", "replace") != info.filename and name.decode("cp437", "replace") != info.filename:
+    if sig != _LOCAL_SIG or (
+        name.decode("utf-8", "replace") != info.filename and name.decode("cp437", "replace") != info.filename
+    ):
         raise FetchError(f"bad local header for {info.filename} in the wheel", hint="the wheel looks malformed")
     begin = off + 30 + n + m
     comp = data[begin : begin + info.compress_size]
     if len(comp) != info.compress_size:
-        raise FetchError(f"truncated data for {info.filename} in the wheel", hint="the download was corrupted; try again")
+        raise FetchError(
+            f"truncated data for {info.filename} in the wheel", hint="the download was corrupted; try again"
+        )
     return _inflate(info, comp)
 
 
@@ -697,14 +739,19 @@ def _verify(name: str, data: bytes, record: dict[str, tuple[str, str]], record_n
     if not sep or algo not in _HASHES:
         raise FetchError(f"RECORD lists {name} with an unsupported hash {expected!r}", hint="the wheel looks malformed")
     if record_hash(data, algo) != expected or (size.isdigit() and int(size) != len(data)):
-        raise FetchError(f"{name} does not match the hash in the wheel's RECORD", hint="the download was corrupted or tampered with; nothing was written for it")
+        raise FetchError(
+            f"{name} does not match the hash in the wheel's RECORD",
+            hint="the download was corrupted or tampered with; nothing was written for it",
+        )
 
 
 # --------------------------------------------------------------------------- the fetch itself
 
 
 class _Fetcher:
-    def __init__(self, ver: str, root: Path, tree: Path, state: dict[str, Any] | None, stats: FetchStats, say: Progress):
+    def __init__(
+        self, ver: str, root: Path, tree: Path, state: dict[str, Any] | None, stats: FetchStats, say: Progress
+    ):
         self.ver, self.root, self.tree, self.stats, self.say = ver, root, tree, stats, say
         self.state = state
         self._settings: PipSettings | None = None
@@ -785,7 +832,9 @@ class _Fetcher:
         self.stats.full_download = True
         h = hashlib.sha256()
         try:
-            with self.session.get(url, stream=True, timeout=self.settings.timeout, headers={"Accept-Encoding": "identity"}) as r:
+            with self.session.get(
+                url, stream=True, timeout=self.settings.timeout, headers={"Accept-Encoding": "identity"}
+            ) as r:
                 r.raise_for_status()
                 total = int(r.headers.get("Content-Length") or 0)
                 self.say(f"downloading {self.state['wheel']}" + (f" ({total / 1e6:.0f} MB)" if total else ""))
@@ -796,18 +845,26 @@ class _Fetcher:
                         h.update(chunk)
                         done += len(chunk)
                         if total and done / total >= next_report:
-                            self.say(f"downloading {self.state['wheel']}: {done * 100 // total}% ({done / 1e6:.0f}/{total / 1e6:.0f} MB)")
+                            self.say(
+                                f"downloading {self.state['wheel']}: {done * 100 // total}% ({done / 1e6:.0f}/{total / 1e6:.0f} MB)"
+                            )
                             next_report = (done * 10 // total + 1) / 10
         except (requests.RequestException, OSError) as e:
             _unlink(part)
-            raise FetchError(f"cannot download {self.state['wheel']}: {_redact(str(e))}", hint="check the network and pip's index settings (PIP_INDEX_URL, pip.conf, cert)") from None
+            raise FetchError(
+                f"cannot download {self.state['wheel']}: {_redact(str(e))}",
+                hint="check the network and pip's index settings (PIP_INDEX_URL, pip.conf, cert)",
+            ) from None
         except BaseException:
             _unlink(part)
             raise
         if expected:
             if h.hexdigest() != expected:
                 _unlink(part)
-                raise FetchError(f"{self.state['wheel']} does not match the sha256 the index gives ({expected[:12]}...)", hint="the download was corrupted or tampered with; try again")
+                raise FetchError(
+                    f"{self.state['wheel']} does not match the sha256 the index gives ({expected[:12]}...)",
+                    hint="the download was corrupted or tampered with; try again",
+                )
         else:
             self.say("the index gave no sha256 for the wheel; relying on RECORD checks only")
         os.replace(part, dest)
@@ -858,8 +915,10 @@ class _Fetcher:
         state["absent"] = sorted(set(state.get("absent", ())) | absent)
         _save_state(self.root, state)
         if self.stats.requests:
-            self.say(f"vLLM {self.ver}: {len(fetch)} file(s) verified against RECORD; "
-                     f"{self.stats.requests} request(s), {self.stats.bytes / 1e6:.2f} MB")
+            self.say(
+                f"vLLM {self.ver}: {len(fetch)} file(s) verified against RECORD; "
+                f"{self.stats.requests} request(s), {self.stats.bytes / 1e6:.2f} MB"
+            )
 
 
 def _safe_wheel_name(name: str) -> None:
@@ -868,7 +927,5 @@ def _safe_wheel_name(name: str) -> None:
 
 
 def _unlink(path: Path) -> None:
-    try:
+    with suppress(OSError):
         path.unlink()
-    except OSError:
-        pass

@@ -50,10 +50,16 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         return TreeStatus(UNSUPPORTED)
     assert kind == PATCH
     plan = plan_apply(resolved.target.root, resolved.patches)
-    reports = [PatchReport(step.patch.name, step.patch.description, _PATCH_STATE[step.state],
-                           [f.path for f in step.patch.files],
-                           step.mismatch.describe() if step.mismatch else None)
-               for step in plan.steps]
+    reports = [
+        PatchReport(
+            step.patch.name,
+            step.patch.description,
+            _PATCH_STATE[step.state],
+            [f.path for f in step.patch.files],
+            step.mismatch.describe() if step.mismatch else None,
+        )
+        for step in plan.steps
+    ]
     states = {r.state for r in reports}
     overall = APPLIED if states == {APPLIED} else NOT_APPLIED if states == {NOT_APPLIED} else PARTIAL
     return TreeStatus(overall, reports, drifted_files(resolved), plan)
@@ -64,21 +70,29 @@ def drifted_files(resolved: Resolved) -> list[str]:
     entry = read_state(resolved.target.root).entry(resolved.set_name)
     if entry is None:
         return []
-    return sorted(path for path, shas in entry.files.items()
-                  if file_sha(resolved.target.root, path) not in (shas["before"], shas["after"]))
+    return sorted(
+        path
+        for path, shas in entry.files.items()
+        if file_sha(resolved.target.root, path) not in (shas["before"], shas["after"])
+    )
 
 
-def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False,
-                  import_probe: bool = True) -> CheckContext:
+def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False, import_probe: bool = True) -> CheckContext:
     """What the checks see: the planned contents (or the files as on disk), and the stock ones."""
     root = resolved.target.root
     disk = _disk_reader(root)
-    return CheckContext(paths=plan.touched_paths, read=disk if on_disk else plan.content,
-                        python=resolved.target.python, read_stock=plan.stock_content,
-                        read_current=None if on_disk else plan.disk_content, root=root,
-                        patch_set=resolved.selection.patch_set,
-                        version=resolved.vllm_version, on_disk=on_disk,
-                        import_probe=import_probe)
+    return CheckContext(
+        paths=plan.touched_paths,
+        read=disk if on_disk else plan.content,
+        python=resolved.target.python,
+        read_stock=plan.stock_content,
+        read_current=None if on_disk else plan.disk_content,
+        root=root,
+        patch_set=resolved.selection.patch_set,
+        version=resolved.vllm_version,
+        on_disk=on_disk,
+        import_probe=import_probe,
+    )
 
 
 def _disk_reader(root):
@@ -121,10 +135,17 @@ def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool
     """The stock files as they are: what was patched before is checked as vLLM now ships it."""
     root = resolved.target.root
     disk = _disk_reader(root)
-    return CheckContext(paths=paths, read=disk, python=resolved.target.python, read_stock=disk, root=root,
-                        patch_set=resolved.selection.patch_set,
-                        version=resolved.vllm_version, on_disk=True,
-                        import_probe=import_probe)
+    return CheckContext(
+        paths=paths,
+        read=disk,
+        python=resolved.target.python,
+        read_stock=disk,
+        root=root,
+        patch_set=resolved.selection.patch_set,
+        version=resolved.vllm_version,
+        on_disk=True,
+        import_probe=import_probe,
+    )
 
 
 def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput, NoPatchSet
@@ -58,7 +57,7 @@ class Release:
             fields = line.split("#", 1)[0].split()
             if not fields:
                 continue
-            digest = next((f[len(SHA_PREFIX):] for f in fields[1:] if f.startswith(SHA_PREFIX)), None)
+            digest = next((f[len(SHA_PREFIX) :] for f in fields[1:] if f.startswith(SHA_PREFIX)), None)
             entries.append((fields[0], digest))
         return entries
 
@@ -68,9 +67,11 @@ class Release:
         for name, digest in self.series():
             patch = read_patch(self.directory / name, roots)
             if digest and patch.sha256 != digest:
-                raise BadInput(f"{self.directory / name} does not match the sha256 recorded in its series "
-                               "(corrupted, truncated or edited)",
-                               hint="restore it, or run `patchkit refresh` if the edit is intended")
+                raise BadInput(
+                    f"{self.directory / name} does not match the sha256 recorded in its series "
+                    "(corrupted, truncated or edited)",
+                    hint="restore it, or run `patchkit refresh` if the edit is intended",
+                )
             patches.append(patch)
         return patches
 
@@ -79,8 +80,7 @@ def write_series(directory: Path, names: list[str]) -> None:
     """Rewrite a series file, recording each patch file's sha256 beside its name."""
     import hashlib
 
-    lines = [f"{name} {SHA_PREFIX}{hashlib.sha256((directory / name).read_bytes()).hexdigest()}"
-             for name in names]
+    lines = [f"{name} {SHA_PREFIX}{hashlib.sha256((directory / name).read_bytes()).hexdigest()}" for name in names]
     comments = []
     series = directory / SERIES
     if series.is_file():
@@ -118,8 +118,9 @@ def load_set(directory: Path) -> PatchSetDef:
     manifest = directory / MANIFEST
     data = read_toml(manifest, "manifest")
     try:
-        releases = tuple(Release(specifier(r["versions"], manifest), directory / r["dir"])
-                         for r in data.get("releases", []))
+        releases = tuple(
+            Release(specifier(r["versions"], manifest), directory / r["dir"]) for r in data.get("releases", [])
+        )
         return PatchSetDef(
             name=data.get("name", directory.name),
             description=data.get("description", ""),
@@ -225,14 +226,23 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
                 raise BadInput(f"{release.directory / SERIES} lists no patch")
             return Selection(patch_set.name, PATCH, version, patches, release, note, patch_set)
     if patch_set.supported is not None and not patch_set.supported.contains(version, prereleases=True):
-        return Selection(patch_set.name, UNSUPPORTED, version, patch_set=patch_set,
-                         note=f"vLLM {version} is outside the range the set {patch_set.name!r} supports "
-                              f"({supported_range(patch_set)})")
+        return Selection(
+            patch_set.name,
+            UNSUPPORTED,
+            version,
+            patch_set=patch_set,
+            note=f"vLLM {version} is outside the range the set {patch_set.name!r} supports "
+            f"({supported_range(patch_set)})",
+        )
     covered = ", ".join(str(r.versions) for r in patch_set.releases) or "none"
-    dev = " (a development build: pass --vllm-version with the release it derives from)" \
-        if version.is_devrelease or version.is_prerelease else ""
-    raise NoPatchSet(f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}",
-                     hint=f"releases covered: {covered}")
+    dev = (
+        " (a development build: pass --vllm-version with the release it derives from)"
+        if version.is_devrelease or version.is_prerelease
+        else ""
+    )
+    raise NoPatchSet(
+        f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}", hint=f"releases covered: {covered}"
+    )
 
 
 def supported_range(patch_set: PatchSetDef) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import Callable
 from pathlib import Path
 
 from patchkit.errors import BadInput
@@ -51,10 +51,17 @@ class Hunk:
     run, which only places hunks, never needs it.
     """
 
-    __slots__ = ("source_start", "target_start", "source", "source_count", "target_count", "_target")
+    __slots__ = ("_target", "source", "source_count", "source_start", "target_count", "target_start")
 
-    def __init__(self, source_start: int, target_start: int, source: bytes, target: bytes | Callable[[], bytes],
-                 source_count: int, target_count: int):
+    def __init__(
+        self,
+        source_start: int,
+        target_start: int,
+        source: bytes,
+        target: bytes | Callable[[], bytes],
+        source_count: int,
+        target_count: int,
+    ):
         self.source_start = source_start  # 1-based, as in the "@@ -start,len" header
         self.target_start = target_start
         self.source = source  # context and removed lines
@@ -81,8 +88,9 @@ class Hunk:
         return self.source_count == self.target_count and self.source == self.target
 
     def reversed(self) -> Hunk:
-        return Hunk(self.target_start, self.source_start, self.target, self.source, self.target_count,
-                    self.source_count)
+        return Hunk(
+            self.target_start, self.source_start, self.target, self.source, self.target_count, self.source_count
+        )
 
     def _key(self) -> tuple:
         return self.source_start, self.target_start, self.source, self.target, self.source_count, self.target_count
@@ -157,8 +165,7 @@ def read_patch(path: Path, roots: tuple[str, ...] = DEFAULT_ROOTS) -> Patch:
     return parse_patch(raw, path.name, roots=roots, path=path)
 
 
-def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS,
-                path: Path | None = None) -> Patch:
+def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS, path: Path | None = None) -> Patch:
     from unidiff import PatchSet
     from unidiff.errors import UnidiffParseError
 
@@ -194,12 +201,13 @@ def _dep3_header(raw: bytes) -> dict[str, str]:
     match = _DIFF_START.search(raw)
     # The header is prose for people: undecodable bytes become U+FFFD rather than surrogates,
     # which the email parser would hand back as Header objects that cannot be printed.
-    head = (raw[:match.start()] if match else raw).decode(ENCODING, "replace")
+    head = (raw[: match.start()] if match else raw).decode(ENCODING, "replace")
     from email.parser import HeaderParser
 
     message = HeaderParser().parsestr(head.rstrip("\n") + "\n\n")
-    return {key: " ".join(value.split("\n")).strip() if key != "Description" else value
-            for key, value in message.items()}
+    return {
+        key: " ".join(value.split("\n")).strip() if key != "Description" else value for key, value in message.items()
+    }
 
 
 _DIFF_START = re.compile(rb"^(?:diff |--- |Index: |---$)", re.MULTILINE)
@@ -216,8 +224,10 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> Fil
         raise BadInput(f"{name}: a diff entry names no file")
     odd_modes = {getattr(pf, "source_mode", None), getattr(pf, "target_mode", None)} - {None, *REGULAR_MODES}
     if odd_modes:
-        raise BadInput(f"{name}: {pf.path} has mode {', '.join(sorted(odd_modes))}: only regular files are "
-                       "patched (not symlinks or submodules)")
+        raise BadInput(
+            f"{name}: {pf.path} has mode {', '.join(sorted(odd_modes))}: only regular files are "
+            "patched (not symlinks or submodules)"
+        )
     for hunk in hunks:
         if hunk.changes_nothing():
             raise BadInput(f"{name}: hunk {hunk.source_start} of {pf.path} changes nothing")
@@ -225,8 +235,11 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> Fil
     renamed = "\nrename from " in info and "\nrename to " in info
     if source and target and source != target and not renamed:
         raise BadInput(f"{name}: {source} and {target} differ without a rename header (truncated?)")
-    if not hunks and not (renamed or (source is None and "\nnew file mode " in info)
-                          or (target is None and "\ndeleted file mode " in info)):
+    if not hunks and not (
+        renamed
+        or (source is None and "\nnew file mode " in info)
+        or (target is None and "\ndeleted file mode " in info)
+    ):
         raise BadInput(f"{name}: the entry for {pf.path} has no hunks (truncated, or a mode-only change)")
     return FilePatch(source, target, tuple(hunks))
 
@@ -275,7 +288,7 @@ def read_hunks(name: str, raw: bytes) -> tuple[bytes, list[list[Hunk]]]:
         line_end = len(text) if line_end == -1 else line_end
         match = _HUNK_HEADER.match(text, header, line_end)
         if match is None:
-            skeleton.append(text[position:line_end + 1])
+            skeleton.append(text[position : line_end + 1])
             position, in_run = line_end + 1, False
             newline = text.find(b"\n@@ -", line_end)
             continue
@@ -311,8 +324,10 @@ def _read_hunk(name: str, text: bytes, header_end: int, header, stop: int) -> tu
         lines = text.count(b"\n", header_end, end - 1)
         # Every line is the source's or an added one (no "\\" marker, nothing else), and the
         # target's lines are all but the removed ones.
-        if (len(source_lines) == source_count == lines - text.count(b"\n+", header_end, end)
-                and lines - text.count(b"\n-", header_end, end) == target_count):
+        if (
+            len(source_lines) == source_count == lines - text.count(b"\n+", header_end, end)
+            and lines - text.count(b"\n-", header_end, end) == target_count
+        ):
             source = b"\n".join(source_lines) + b"\n" if source_count else b""
             target = partial(_block, _TARGET_LINE, text, header_end, end) if target_count else b""
             return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
@@ -326,8 +341,7 @@ def _block(side: re.Pattern, text: bytes, start: int, end: int) -> bytes:
     return b"\n".join(side.findall(text, start, end)) + b"\n"
 
 
-def _body(name: str, raw: bytes, position: int, header, source_left: int,
-          target_left: int) -> tuple[list[bytes], int]:
+def _body(name: str, raw: bytes, position: int, header, source_left: int, target_left: int) -> tuple[list[bytes], int]:
     """The slow path, a line at a time: the body's lines (without line ends) and where it ends."""
     body: list[bytes] = []
 
@@ -347,7 +361,7 @@ def _body(name: str, raw: bytes, position: int, header, source_left: int,
             source_left -= 1
         elif kind == _PLUS:
             target_left -= 1
-        elif kind == _SPACE or kind == b"" or kind == _CR:
+        elif kind in (_SPACE, _CR) or kind == b"":
             source_left -= 1
             target_left -= 1
         elif kind != _MARKER:

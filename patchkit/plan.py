@@ -48,8 +48,10 @@ class Mismatch:
     def describe(self) -> str:
         if self.found is None:
             return f"{self.path}: {self.reason}"
-        text = (f"{self.path}: hunk #{self.hunk_index} does not apply: expected at line {self.line} "
-                f"{self.expected.rstrip(chr(10))!r}, found {self.found.rstrip(chr(10))!r}")
+        text = (
+            f"{self.path}: hunk #{self.hunk_index} does not apply: expected at line {self.line} "
+            f"{self.expected.rstrip(chr(10))!r}, found {self.found.rstrip(chr(10))!r}"
+        )
         return text if self.reason == "context does not match" else f"{text} ({self.reason})"
 
 
@@ -80,7 +82,7 @@ class View:
         self.root = root
         self._prefix = os.path.join(root, "")
         self.original: dict[str, bytes | None] = {}
-        self.current: dict[str, bytes | None | FileStep] = {}  # a FileStep: content not made yet
+        self.current: dict[str, bytes | FileStep | None] = {}  # a FileStep: content not made yet
 
     @classmethod
     def holding(cls, root: Path, contents: dict[str, bytes | None]) -> View:
@@ -104,7 +106,7 @@ class View:
             content = self.current[path] = content.after
         return content
 
-    def write(self, path: str, content: bytes | None | FileStep) -> None:
+    def write(self, path: str, content: bytes | FileStep | None) -> None:
         """A file's new content, or the step that makes it (made when the content is read)."""
         self.original_content(path)
         self.current[path] = content
@@ -163,8 +165,10 @@ class Plan:
 
     @property
     def touched_paths(self) -> list[str]:
-        return sorted({f.path for s in self.steps for f in s.patch.files}
-                      | {f.source_path for s in self.steps for f in s.patch.files if f.source_path})
+        return sorted(
+            {f.path for s in self.steps for f in s.patch.files}
+            | {f.source_path for s in self.steps for f in s.patch.files if f.source_path}
+        )
 
 
 def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Plan:
@@ -181,8 +185,10 @@ def restore_recorded(view: View, entry: Entry, *, force: bool = False) -> list[s
             continue
         if current != shas["after"]:
             if not force:
-                raise Drift(f"{path} was edited after patchkit patched it; keeping your version",
-                            hint="revert --force restores the original and keeps a copy of your edit")
+                raise Drift(
+                    f"{path} was edited after patchkit patched it; keeping your version",
+                    hint="revert --force restores the original and keeps a copy of your edit",
+                )
             edited.append(path)
         view.write(path, read_object(view.root, shas["before"]) if shas["before"] else None)
     return edited
@@ -248,8 +254,9 @@ def _apply_file(view: View, fp: FilePatch) -> FileStep | Mismatch:
     if isinstance(placements, Mismatch):
         return placements
     if fp.kind == "delete" and splice(before or b"", placements):
-        return Mismatch(fp.path, len(fp.hunks), 0, "", None,
-                        "is deleted by the patch but has content the patch does not remove")
+        return Mismatch(
+            fp.path, len(fp.hunks), 0, "", None, "is deleted by the patch but has content the patch does not remove"
+        )
     return FileStep(fp, before, placements)
 
 
@@ -283,7 +290,7 @@ def splice(data: bytes, placements: tuple[Placement, ...]) -> bytes:
     out: list[bytes] = []
     position = 0
     for placement in placements:
-        out += (data[position:placement.position], placement.hunk.target)
+        out += (data[position : placement.position], placement.hunk.target)
         position = placement.position + len(placement.hunk.source)
     out.append(data[position:])
     return b"".join(out)
@@ -324,7 +331,14 @@ def _mismatch(path: str, index: int, lines: list[bytes], hunk: Hunk, at: int) ->
         if have != want:
             found = "<end of file>" if have is None else decode(have)
             same_text = have is not None and have.rstrip(b"\r\n") == want.rstrip(b"\r\n")
-            return Mismatch(path, index, at + i + 1, decode(want), found,
-                            "line endings differ (CRLF vs LF)" if same_text else "context does not match")
-    return Mismatch(path, index, at + 1, decode(wanted[0]) if wanted else "", None,
-                    f"hunk #{index} does not fit in the file")
+            return Mismatch(
+                path,
+                index,
+                at + i + 1,
+                decode(want),
+                found,
+                "line endings differ (CRLF vs LF)" if same_text else "context does not match",
+            )
+    return Mismatch(
+        path, index, at + 1, decode(wanted[0]) if wanted else "", None, f"hunk #{index} does not fit in the file"
+    )

@@ -6,6 +6,7 @@ Kept apart from `fetch` so that the checks can read a RECORD without loading the
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import hashlib
 import io
@@ -34,7 +35,7 @@ def parse_record(data: bytes) -> dict[str, tuple[str, str]]:
         text = data.decode("utf-8")
         for row in csv.reader(io.StringIO(text)):
             if row:
-                row = row + ["", ""]
+                row = [*row, "", ""]
                 out[row[0]] = (row[1], row[2])
     except (UnicodeDecodeError, csv.Error) as e:
         raise FetchError(f"cannot parse the wheel's RECORD: {e}", hint="the wheel looks malformed") from None
@@ -63,10 +64,8 @@ UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed
 
 def touch(path: Path) -> None:
     """Mark a cache entry as used (pruning goes by modification time)."""
-    try:
+    with contextlib.suppress(OSError):
         os.utime(path)
-    except OSError:
-        pass
 
 
 def prune(directory: Path, *, unused_days: float = UNUSED_DAYS, every_hours: float = 24) -> int:

@@ -28,11 +28,11 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from packaging.version import Version
 
@@ -40,8 +40,9 @@ from patchkit import fetch
 from patchkit.checks import CheckResult, run_checks
 from patchkit.errors import CHECK_FAILED, NO_PATCH_SET, OK, NoPatchSet
 from patchkit.inspection import APPLIED, check_context, inspect
-from patchkit.library import PATCH, UNSUPPORTED as UNSUPPORTED_KIND, UPSTREAM as UPSTREAM_KIND
-from patchkit.library import PatchSetDef, Selection, load_chosen, select
+from patchkit.library import PATCH, PatchSetDef, Selection, load_chosen, select
+from patchkit.library import UNSUPPORTED as UNSUPPORTED_KIND
+from patchkit.library import UPSTREAM as UPSTREAM_KIND
 from patchkit.options import Options
 from patchkit.plan import ALREADY, View, plan_apply, plan_revert, restore_recorded
 from patchkit.record import find_record, parse_record, prune, touch
@@ -78,20 +79,32 @@ class ReleaseResult:
 
     @property
     def failed(self) -> bool:
-        return (self.outcome in (CONFLICT, CHECK_FAILED_OUTCOME) or self.upstream_regression
-                or self.reverted_identical is False)
+        return (
+            self.outcome in (CONFLICT, CHECK_FAILED_OUTCOME)
+            or self.upstream_regression
+            or self.reverted_identical is False
+        )
 
     @property
     def label(self) -> str:
         return "upstream-regression" if self.upstream_regression else self.outcome
 
     def to_json(self, set_name: str) -> dict:
-        return {"vllm_version": str(self.version), "outcome": self.outcome, "ok": not self.failed,
-                "detail": self.detail, "requested": self.requested, "set": set_name, "series": self.series,
-                "same_as": str(self.same_as) if self.same_as else None,
-                "reverted_identical": self.reverted_identical, "upstream_regression": self.upstream_regression,
-                "cached": self.cached, "checks": [r.to_json() for r in self.checks],
-                "timings": {k: round(v, 3) for k, v in self.timings.items()}}
+        return {
+            "vllm_version": str(self.version),
+            "outcome": self.outcome,
+            "ok": not self.failed,
+            "detail": self.detail,
+            "requested": self.requested,
+            "set": set_name,
+            "series": self.series,
+            "same_as": str(self.same_as) if self.same_as else None,
+            "reverted_identical": self.reverted_identical,
+            "upstream_regression": self.upstream_regression,
+            "cached": self.cached,
+            "checks": [r.to_json() for r in self.checks],
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
 
 
 def exit_code(results: list[ReleaseResult]) -> int:
@@ -110,8 +123,9 @@ def load_patch_set(opts: Options) -> PatchSetDef:
     return load_chosen(opts.library, opts.set_name)
 
 
-def releases_to_verify(patch_set: PatchSetDef, named: list[Version], *, every: bool,
-                       latest: bool) -> tuple[list[Version], set[Version]]:
+def releases_to_verify(
+    patch_set: PatchSetDef, named: list[Version], *, every: bool, latest: bool
+) -> tuple[list[Version], set[Version]]:
     """(the versions to verify, oldest first; those asked for explicitly)."""
     requested = set(named)
     chosen = set(named)
@@ -155,8 +169,14 @@ class _Job:
         return release.directory.name if release else UPSTREAM
 
 
-def verify_releases(versions: list[Version], requested: set[Version], opts: Options,
-                    advance: Advance = lambda label: None, *, use_cache: bool = True) -> list[ReleaseResult]:
+def verify_releases(
+    versions: list[Version],
+    requested: set[Version],
+    opts: Options,
+    advance: Advance = lambda label: None,
+    *,
+    use_cache: bool = True,
+) -> list[ReleaseResult]:
     """Verify each release (see the module docstring); results oldest first."""
     patch_set = load_patch_set(opts)
     store = ResultStore(patch_set) if use_cache else None
@@ -207,8 +227,14 @@ def _split_series(jobs: list[_Job]) -> tuple[list[_Job], dict[_Job, _Job]]:
     return leads, mates
 
 
-def _run_jobs(leads: list[_Job], mates: dict[_Job, _Job], scratch: Path, opts: Options, advance: Advance,
-              store: ResultStore | None):
+def _run_jobs(
+    leads: list[_Job],
+    mates: dict[_Job, _Job],
+    scratch: Path,
+    opts: Options,
+    advance: Advance,
+    store: ResultStore | None,
+):
     """Fetch side by side; verify each release as soon as its files are there."""
     done: dict[_Job, ReleaseResult] = {}
     trees: dict[_Job, Path] = {}
@@ -261,10 +287,13 @@ def _record(tree: Path) -> dict | None:
 
 
 def _reused(mate: _Job, lead: ReleaseResult, fetched: float) -> ReleaseResult:
-    return replace(lead, version=mate.version, same_as=lead.version,
-                   detail=f"{lead.detail} (stock files identical to {lead.version}'s by RECORD sha256; "
-                          "its result)",
-                   timings={"fetch": fetched, "total": fetched})
+    return replace(
+        lead,
+        version=mate.version,
+        same_as=lead.version,
+        detail=f"{lead.detail} (stock files identical to {lead.version}'s by RECORD sha256; its result)",
+        timings={"fetch": fetched, "total": fetched},
+    )
 
 
 # --------------------------------------------------------------------------- result cache
@@ -292,9 +321,15 @@ class ResultStore:
             data = json.loads(path.read_text(encoding="utf-8"))
             touch(path)
             return ReleaseResult(
-                Version(data["vllm_version"]), data["outcome"], data["detail"], series=data["series"],
-                checks=[CheckResult(**c) for c in data["checks"]], reverted_identical=data["reverted_identical"],
-                upstream_regression=data["upstream_regression"], cached=True)
+                Version(data["vllm_version"]),
+                data["outcome"],
+                data["detail"],
+                series=data["series"],
+                checks=[CheckResult(**c) for c in data["checks"]],
+                reverted_identical=data["reverted_identical"],
+                upstream_regression=data["upstream_regression"],
+                cached=True,
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # absent or unreadable: run it
 
@@ -324,8 +359,9 @@ def _fingerprint(patch_set: PatchSetDef) -> str:
     return digest.hexdigest()
 
 
-def _verify_or_recall(job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options,
-                      store: ResultStore | None) -> ReleaseResult:
+def _verify_or_recall(
+    job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options, store: ResultStore | None
+) -> ReleaseResult:
     key = store.key(job, stock) if store else None
     recalled = store.recall(key) if store else None
     if recalled is not None:
@@ -389,13 +425,15 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
         return ReleaseResult(version, CONFLICT, "; ".join(s.mismatch.describe() for s in plan.conflicts))
     present = [s.patch.name for s in plan.steps if s.state == ALREADY]
     if present:
-        return ReleaseResult(version, CHECK_FAILED_OUTCOME,
-                             f"the stock release already contains {', '.join(present)}: is it upstream?")
+        return ReleaseResult(
+            version, CHECK_FAILED_OUTCOME, f"the stock release already contains {', '.join(present)}: is it upstream?"
+        )
     with clock("checks"):
         results = run_checks(check_context(resolved, plan))
     if any(r.failed for r in results):
-        return ReleaseResult(version, CHECK_FAILED_OUTCOME, "checks failed on the planned files: "
-                             + _failures(results), checks=results)
+        return ReleaseResult(
+            version, CHECK_FAILED_OUTCOME, "checks failed on the planned files: " + _failures(results), checks=results
+        )
     with clock("apply"):
         _apply(resolved, plan)
     with clock("checks"):
@@ -412,10 +450,14 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     problems += reverse_problems
     checks = results + [r for r in on_disk if r.failed]
     if problems:
-        return ReleaseResult(version, CHECK_FAILED_OUTCOME, "; ".join(problems), checks=checks,
-                             reverted_identical=True)
-    return ReleaseResult(version, PATCHED, f"{len(patches)} patch(es), {len(plan.changes)} file(s), "
-                         f"{_passed(results)}; reverted byte-identical", checks=checks, reverted_identical=True)
+        return ReleaseResult(version, CHECK_FAILED_OUTCOME, "; ".join(problems), checks=checks, reverted_identical=True)
+    return ReleaseResult(
+        version,
+        PATCHED,
+        f"{len(patches)} patch(es), {len(plan.changes)} file(s), {_passed(results)}; reverted byte-identical",
+        checks=checks,
+        reverted_identical=True,
+    )
 
 
 def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
@@ -423,15 +465,24 @@ def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     with clock("checks"):
         status = inspect(resolved, check_upstream=True)
     if status.upstream_regression:
-        return ReleaseResult(version, UPSTREAM, "upstream regression: the stock files fail the set's checks: "
-                             + _failures(status.checks), checks=status.checks, upstream_regression=True)
+        return ReleaseResult(
+            version,
+            UPSTREAM,
+            "upstream regression: the stock files fail the set's checks: " + _failures(status.checks),
+            checks=status.checks,
+            upstream_regression=True,
+        )
     files = len({r.path for r in status.checks if r.path})
-    return ReleaseResult(version, UPSTREAM, f"vLLM ships the change; on its {files} stock file(s) "
-                         f"{_passed(status.checks)}", checks=status.checks)
+    return ReleaseResult(
+        version,
+        UPSTREAM,
+        f"vLLM ships the change; on its {files} stock file(s) {_passed(status.checks)}",
+        checks=status.checks,
+    )
 
 
 def _passed(results: list[CheckResult]) -> str:
-    """"20 check(s) passed, 1 skipped": passing results; a passing warning is a check that did not run."""
+    """ "20 check(s) passed, 1 skipped": passing results; a passing warning is a check that did not run."""
     from collections import Counter
 
     from patchkit.ui import check_outcome
@@ -476,7 +527,10 @@ def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:
 
 def _differences(stock: Path, site: Path, copied: list[str]) -> list[str]:
     """Files that are not byte-identical to stock, appeared or vanished (patchkit's own record aside)."""
-    present = sorted(p.relative_to(site).as_posix() for p in site.rglob("*")
-                     if p.is_file() and p.relative_to(site).parts[0] != META_DIR)
+    present = sorted(
+        p.relative_to(site).as_posix()
+        for p in site.rglob("*")
+        if p.is_file() and p.relative_to(site).parts[0] != META_DIR
+    )
     differ = [p for p in copied if p in present and (site / p).read_bytes() != (stock / p).read_bytes()]
     return sorted(set(present) ^ set(copied)) + differ

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from patchkit.errors import PatchkitError
 from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit import library, target as target_mod, version as version_mod
+from patchkit import library
+from patchkit import target as target_mod
+from patchkit import version as version_mod
 from patchkit.errors import NoPatchSet, TargetError
 from patchkit.library import PATCH, UNSUPPORTED, Selection
 from patchkit.options import Options
@@ -39,10 +41,14 @@ class Resolved:
         from patchkit.state import record_apply
 
         release = self.selection.release
-        return record_apply(previous, set_name=self.set_name,
-                            vllm_version=str(self.vllm_version) if self.version else None,
-                            release=release.directory.name if release else None, patches=self.patches,
-                            changes=changes)
+        return record_apply(
+            previous,
+            set_name=self.set_name,
+            vllm_version=str(self.vllm_version) if self.version else None,
+            release=release.directory.name if release else None,
+            patches=self.patches,
+            changes=changes,
+        )
 
 
 def library_root(opts: Options) -> Path:

@@ -52,13 +52,25 @@ class Entry:
     files: dict[str, dict]  # path -> {"before": sha|None, "after": sha|None}
 
     def to_json(self) -> dict:
-        return {"set": self.set_name, "vllm_version": self.vllm_version, "release": self.release,
-                "applied_at": self.applied_at, "patches": self.patches, "files": self.files}
+        return {
+            "set": self.set_name,
+            "vllm_version": self.vllm_version,
+            "release": self.release,
+            "applied_at": self.applied_at,
+            "patches": self.patches,
+            "files": self.files,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> Entry:
-        return cls(data["set"], data.get("vllm_version"), data.get("release"), data.get("applied_at", ""),
-                   data.get("patches", []), data["files"])
+        return cls(
+            data["set"],
+            data.get("vllm_version"),
+            data.get("release"),
+            data.get("applied_at", ""),
+            data.get("patches", []),
+            data["files"],
+        )
 
 
 @dataclass
@@ -72,7 +84,7 @@ class State:
         return State([e for e in self.entries if e.set_name != set_name])
 
     def with_entry(self, entry: Entry) -> State:
-        return State(self.without(entry.set_name).entries + [entry])
+        return State([*self.without(entry.set_name).entries, entry])
 
     def to_bytes(self) -> bytes:
         data = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
@@ -82,8 +94,15 @@ class State:
         return {f["before"] for e in self.entries for f in e.files.values() if f.get("before")}
 
 
-def record_apply(previous: Entry | None, *, set_name: str, vllm_version: str | None, release: str | None,
-                 patches, changes: dict[str, tuple[bytes | None, bytes | None]]) -> Entry:
+def record_apply(
+    previous: Entry | None,
+    *,
+    set_name: str,
+    vllm_version: str | None,
+    release: str | None,
+    patches,
+    changes: dict[str, tuple[bytes | None, bytes | None]],
+) -> Entry:
     """The entry an apply records: each file's original hash (kept from an earlier apply of the
     same set) and the hash written now."""
     from datetime import datetime, timezone
@@ -92,9 +111,14 @@ def record_apply(previous: Entry | None, *, set_name: str, vllm_version: str | N
     for path, (before, after) in changes.items():
         earlier = files.get(path)
         files[path] = {"before": earlier["before"] if earlier else sha256(before), "after": sha256(after)}
-    return Entry(set_name=set_name, vllm_version=vllm_version, release=release,
-                 applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 patches=[{"name": p.name, "sha256": p.sha256} for p in patches], files=files)
+    return Entry(
+        set_name=set_name,
+        vllm_version=vllm_version,
+        release=release,
+        applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        patches=[{"name": p.name, "sha256": p.sha256} for p in patches],
+        files=files,
+    )
 
 
 def read_state(root: Path) -> State:

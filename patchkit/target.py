@@ -56,9 +56,11 @@ def from_directory(directory: str | os.PathLike) -> Target:
     if root.name == PACKAGE and (root / "__init__.py").is_file() and not (root / PACKAGE).is_dir():
         root = root.parent  # the user pointed at the package itself
     if not (root / PACKAGE).is_dir():
-        raise TargetError(f"no {PACKAGE}/ package in {root}",
-                          hint="--target takes the directory that contains vllm/ (site-packages, "
-                               "an unpacked wheel or a source checkout)")
+        raise TargetError(
+            f"no {PACKAGE}/ package in {root}",
+            hint="--target takes the directory that contains vllm/ (site-packages, "
+            "an unpacked wheel or a source checkout)",
+        )
     return Target(root=root, found_by=f"--target {directory}")
 
 
@@ -68,12 +70,17 @@ def from_interpreter(python: str | None) -> Target:
     package_dir = info.get("package_dir")
     if not package_dir:
         where = python or sys.executable
-        raise TargetError(f"vLLM is not installed for {where}",
-                          hint="point patchkit at it with --python /path/to/venv/bin/python "
-                               "or --target /path/to/site-packages")
+        raise TargetError(
+            f"vLLM is not installed for {where}",
+            hint="point patchkit at it with --python /path/to/venv/bin/python or --target /path/to/site-packages",
+        )
     found_by = f"--python {python}" if python else f"the current interpreter ({sys.executable})"
-    return Target(root=Path(package_dir).resolve().parent, found_by=found_by,
-                  python=info["python"], installed_version=info.get("version"))
+    return Target(
+        root=Path(package_dir).resolve().parent,
+        found_by=found_by,
+        python=info["python"],
+        installed_version=info.get("version"),
+    )
 
 
 def _probe(python: str | None) -> dict:
@@ -84,11 +91,12 @@ def _probe(python: str | None) -> dict:
 
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            exec(_PROBE, namespace)  # noqa: S102 - our own constant probe
+            exec(_PROBE, namespace)
         return json.loads(buffer.getvalue())
     try:
-        done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60,
-                              cwd=os.path.abspath(os.sep))  # a vllm/ in our cwd must not shadow
+        done = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, cwd=os.path.abspath(os.sep)
+        )  # a vllm/ in our cwd must not shadow
     except FileNotFoundError as exc:
         raise TargetError(f"interpreter {python} not found") from exc
     except PermissionError as exc:
@@ -104,8 +112,7 @@ def resolve(target_dir: str | None, python: str | None) -> Target:
     if target_dir and python:
         # The interpreter still judges syntax; the directory says where the files are.
         interpreter = _probe(python)["python"]
-        return Target(root=from_directory(target_dir).root, found_by=f"--target {target_dir}",
-                      python=interpreter)
+        return Target(root=from_directory(target_dir).root, found_by=f"--target {target_dir}", python=interpreter)
     if target_dir:
         return from_directory(target_dir)
     return from_interpreter(python)

@@ -19,13 +19,20 @@ import json
 import os
 import secrets
 import stat
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit.errors import BadInput, LockBusy, TargetError
 from patchkit.state import (
-    State, file_sha, fsync_dir, meta_dir, object_path, read_object, sha256, state_path,
+    State,
+    file_sha,
+    fsync_dir,
+    meta_dir,
+    object_path,
+    read_object,
+    sha256,
+    state_path,
 )
 
 LOCK_TIMEOUT = float(os.environ.get("PATCHKIT_LOCK_TIMEOUT", "60"))
@@ -81,17 +88,22 @@ def _acquire(root: Path, timeout: float | None):
         meta.mkdir(exist_ok=True)
         lock = FileLock(str(meta / "lock"))
     except OSError as exc:
-        raise TargetError(f"cannot create {meta}: {exc.strerror}",
-                          hint="patchkit records its state inside the target tree; it must be writable") from exc
+        raise TargetError(
+            f"cannot create {meta}: {exc.strerror}",
+            hint="patchkit records its state inside the target tree; it must be writable",
+        ) from exc
     wait = LOCK_TIMEOUT if timeout is None else timeout
     try:
         lock.acquire(timeout=wait)
     except Timeout as exc:
-        raise LockBusy(f"another patchkit is working on {root} (waited {wait:.0f} s)",
-                          hint="try again when it has finished") from exc
+        raise LockBusy(
+            f"another patchkit is working on {root} (waited {wait:.0f} s)", hint="try again when it has finished"
+        ) from exc
     except OSError as exc:
-        raise TargetError(f"cannot create the lock in {meta}: {exc.strerror}",
-                          hint="patchkit records its state inside the target tree; it must be writable") from exc
+        raise TargetError(
+            f"cannot create the lock in {meta}: {exc.strerror}",
+            hint="patchkit records its state inside the target tree; it must be writable",
+        ) from exc
     return lock
 
 
@@ -99,22 +111,32 @@ def journal_path(root: Path) -> Path:
     return meta_dir(root) / "journal.json"
 
 
-def commit_changes(root: Path, changes: dict[str, tuple[bytes | None, bytes | None]], new_state: State, *,
-                   undo: bool = False) -> None:
+def commit_changes(
+    root: Path, changes: dict[str, tuple[bytes | None, bytes | None]], new_state: State, *, undo: bool = False
+) -> None:
     """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse."""
-    commit(root, [FileWrite(p, after, before) if undo else FileWrite(p, before, after)
-                  for p, (before, after) in sorted(changes.items())], new_state)
+    commit(
+        root,
+        [
+            FileWrite(p, after, before) if undo else FileWrite(p, before, after)
+            for p, (before, after) in sorted(changes.items())
+        ],
+        new_state,
+    )
 
 
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
     preflight(root, [w.path for w in writes])
     previous = state_path(root).read_bytes() if state_path(root).is_file() else None
     txid = secrets.token_hex(8)
-    journal = {"id": txid, "previous_state": previous.decode() if previous else None,
-               "files": [_journal_entry(root, w, txid) for w in writes]}
+    journal = {
+        "id": txid,
+        "previous_state": previous.decode() if previous else None,
+        "files": [_journal_entry(root, w, txid) for w in writes],
+    }
     try:
         _write_atomic(journal_path(root), json.dumps(journal).encode())
-        for w, entry in zip(writes, journal["files"]):
+        for w, entry in zip(writes, journal["files"], strict=False):
             _stage(root, w, entry)
         for entry in journal["files"]:
             _install(root, entry)
@@ -142,8 +164,11 @@ def recover(root: Path) -> str | None:
     except ValueError as exc:  # written atomically, so only outside damage gets here
         raise BadInput(f"the journal {path} is damaged ({exc}); inspect the tree by hand") from exc
     restored = _rollback(root, journal)
-    return (f"rolled back an interrupted patchkit transaction: {restored} file(s) restored"
-            if restored else "rolled back an interrupted patchkit transaction: no file had changed yet")
+    return (
+        f"rolled back an interrupted patchkit transaction: {restored} file(s) restored"
+        if restored
+        else "rolled back an interrupted patchkit transaction: no file had changed yet"
+    )
 
 
 @contextmanager
@@ -192,8 +217,9 @@ def preflight(root: Path, paths: list[str]) -> None:
         while not existing.exists():
             existing = existing.parent
         if not os.access(existing, os.W_OK):
-            raise TargetError(f"{existing} is not writable (needed for {rel})",
-                              hint="run as the user that owns the vLLM install")
+            raise TargetError(
+                f"{existing} is not writable (needed for {rel})", hint="run as the user that owns the vLLM install"
+            )
         if full.exists() and not os.access(full, os.W_OK):
             raise TargetError(f"{rel} is not writable", hint="run as the user that owns the vLLM install")
 
@@ -201,10 +227,14 @@ def preflight(root: Path, paths: list[str]) -> None:
 def _journal_entry(root: Path, w: FileWrite, txid: str) -> dict:
     full = root / w.path
     staged = full.parent / f".{full.name}.patchkit-{txid}.tmp"
-    return {"path": w.path, "before": sha256(w.before), "after": sha256(w.after),
-            "staged": str(staged.relative_to(root)) if w.after is not None else None,
-            "mode": stat.S_IMODE(full.stat().st_mode) if w.before is not None else None,
-            "created_dirs": [str(p.relative_to(root)) for p in _missing_parents(full.parent, root)]}
+    return {
+        "path": w.path,
+        "before": sha256(w.before),
+        "after": sha256(w.after),
+        "staged": str(staged.relative_to(root)) if w.after is not None else None,
+        "mode": stat.S_IMODE(full.stat().st_mode) if w.before is not None else None,
+        "created_dirs": [str(p.relative_to(root)) for p in _missing_parents(full.parent, root)],
+    }
 
 
 def _stage(root: Path, w: FileWrite, entry: dict) -> None:
@@ -243,10 +273,8 @@ def _rollback(root: Path, journal: dict) -> int:
                 full.unlink()
                 restored += 1
             for rel in reversed(entry.get("created_dirs", [])):
-                try:
+                with suppress(OSError):
                     (root / rel).rmdir()
-                except OSError:
-                    pass
         elif current != entry["before"]:
             _write_atomic(full, read_object(root, entry["before"]), mode=entry.get("mode"))
             restored += 1

@@ -5,16 +5,30 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable
+from typing import Any
 
 STATE_STYLES = {
-    "applied": "green", "patched": "green", "upstream": "cyan", "not-applied": "yellow",
-    "apply": "yellow", "partial": "red", "conflict": "red", "unsupported": "magenta",
-    "drifted": "red", "ok": "green", "pass": "green", "fail": "red", "warning": "yellow",
-    "check-failed": "red", "damaged": "red", "unrecorded": "yellow", "upstream-regression": "bold red",
+    "applied": "green",
+    "patched": "green",
+    "upstream": "cyan",
+    "not-applied": "yellow",
+    "apply": "yellow",
+    "partial": "red",
+    "conflict": "red",
+    "unsupported": "magenta",
+    "drifted": "red",
+    "ok": "green",
+    "pass": "green",
+    "fail": "red",
+    "warning": "yellow",
+    "check-failed": "red",
+    "damaged": "red",
+    "unrecorded": "yellow",
+    "upstream-regression": "bold red",
     "skipped": "dim",
 }
 
@@ -24,8 +38,9 @@ def _console(*, stderr: bool):
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, markup=False, highlight=False, soft_wrap=False,
-                   width=None if stream.isatty() else 10_000)
+    return Console(
+        stderr=stderr, markup=False, highlight=False, soft_wrap=False, width=None if stream.isatty() else 10_000
+    )
 
 
 @dataclass
@@ -74,16 +89,22 @@ class UI:
     def json(self, data: Any) -> None:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
-    def table(self, columns: list[str], rows: Iterable[list[str]], title: str | None = None,
-              state_column: int | None = None) -> None:
+    def table(
+        self, columns: list[str], rows: Iterable[list[str]], title: str | None = None, state_column: int | None = None
+    ) -> None:
         if self.quiet or self.json_mode:
             return
         from rich import box
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=title if self.terminal else None, box=box.SIMPLE_HEAD if self.terminal else None,
-                      show_header=True, pad_edge=False, title_justify="left")
+        table = Table(
+            title=title if self.terminal else None,
+            box=box.SIMPLE_HEAD if self.terminal else None,
+            show_header=True,
+            pad_edge=False,
+            title_justify="left",
+        )
         for name in columns:
             table.add_column(name, overflow="fold")
         for row in rows:
@@ -110,8 +131,10 @@ class UI:
         self.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
         if version:
             self.line(f"version  {version.version}  (from {version.source})")
-        self.line(f"set      {sel.set_name}" + (f"  series {sel.release.versions} "
-                                                 f"[{sel.release.directory.name}]" if sel.release else ""))
+        self.line(
+            f"set      {sel.set_name}"
+            + (f"  series {sel.release.versions} [{sel.release.directory.name}]" if sel.release else "")
+        )
         for note in resolved.notes:
             self.note(note)
 
@@ -119,9 +142,12 @@ class UI:
         self.header(resolved)
         self.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
         if status.patches:
-            self.table(["patch", "state", "files", "description"],
-                       ([p.name, p.state, ", ".join(p.files), p.description] for p in status.patches),
-                       title="patches", state_column=1)
+            self.table(
+                ["patch", "state", "files", "description"],
+                ([p.name, p.state, ", ".join(p.files), p.description] for p in status.patches),
+                title="patches",
+                state_column=1,
+            )
         for p in status.patches:
             if p.problem:
                 self.line(f"  {p.name}: {p.problem}", style="red")
@@ -139,11 +165,16 @@ class UI:
             for file_step in step.files:
                 for i, placement in enumerate(file_step.placements, 1):
                     offset = f"offset {placement.offset:+d}" if placement.offset else ""
-                    rows.append([step.patch.name, file_step.patch.path, f"#{i} at line {placement.line}",
-                                 step.state, offset])
+                    rows.append(
+                        [step.patch.name, file_step.patch.path, f"#{i} at line {placement.line}", step.state, offset]
+                    )
         verb = "would change" if dry_run else "changes"
-        self.table(["patch", "file", "hunk", "state", "note"], rows,
-                   title=f"plan: {verb} {len(plan.changed_paths)} file(s)", state_column=3)
+        self.table(
+            ["patch", "file", "hunk", "state", "note"],
+            rows,
+            title=f"plan: {verb} {len(plan.changed_paths)} file(s)",
+            state_column=3,
+        )
 
     def checks(self, results) -> None:
         rows = [[r.check, r.path or "", check_outcome(r), r.message] for r in results]
@@ -151,9 +182,16 @@ class UI:
 
     def releases(self, results) -> None:
         """`verify` against releases: one row per vLLM release."""
-        rows = [[str(r.version), r.label, r.series or "",
-                 f"{r.timings.get('total', 0.0):.2f} s" + (" (cached)" if r.cached else ""), r.detail]
-                for r in results]
+        rows = [
+            [
+                str(r.version),
+                r.label,
+                r.series or "",
+                f"{r.timings.get('total', 0.0):.2f} s" + (" (cached)" if r.cached else ""),
+                r.detail,
+            ]
+            for r in results
+        ]
         self.table(["vLLM", "outcome", "series", "time", "detail"], rows, title="releases", state_column=1)
 
     @contextmanager
@@ -164,11 +202,16 @@ class UI:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=self.err, transient=True) as bar:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.err,
+            transient=True,
+        ) as bar:
             task = bar.add_task(description, total=total)
             yield lambda label: bar.update(task, advance=1, description=label)
-
 
     @contextmanager
     def activity(self, title: str):
@@ -178,6 +221,7 @@ class UI:
             yield self.detail
             return
         with self.err.status(title) as status:
+
             def say(message: str) -> None:
                 status.update(message)
                 self.detail(message)
@@ -203,10 +247,24 @@ def junit(suite: str, cases: list[JUnitCase]) -> str:
     failures = sum(1 for c in cases if c.failure)
     skipped = sum(1 for c in cases if c.skipped and not c.failure)
     total = f"{sum(c.seconds for c in cases):.3f}"
-    root = ET.Element("testsuites", name="patchkit verify", tests=str(len(cases)), failures=str(failures),
-                      skipped=str(skipped), time=total)
-    suite_el = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)), failures=str(failures),
-                             errors="0", skipped=str(skipped), time=total)
+    root = ET.Element(
+        "testsuites",
+        name="patchkit verify",
+        tests=str(len(cases)),
+        failures=str(failures),
+        skipped=str(skipped),
+        time=total,
+    )
+    suite_el = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time=total,
+    )
     for c in cases:
         case = ET.SubElement(suite_el, "testcase", classname=suite, name=c.name, time=f"{c.seconds:.3f}")
         if c.failure:
@@ -224,10 +282,17 @@ def releases_junit(results, suite: str) -> str:
     cases = []
     for r in results:
         details = "\n".join([r.detail] + [c.describe() for c in r.checks if c.failed])
-        cases.append(JUnitCase(
-            name=f"vllm {r.version}", seconds=r.timings.get("total", 0.0),
-            failure=f"{r.label}: {r.detail}" if r.failed else None, details=details, kind=r.label,
-            skipped=r.detail if r.outcome == "unsupported" else None, output=f"{r.label}: {r.detail}"))
+        cases.append(
+            JUnitCase(
+                name=f"vllm {r.version}",
+                seconds=r.timings.get("total", 0.0),
+                failure=f"{r.label}: {r.detail}" if r.failed else None,
+                details=details,
+                kind=r.label,
+                skipped=r.detail if r.outcome == "unsupported" else None,
+                output=f"{r.label}: {r.detail}",
+            )
+        )
     return junit(suite, cases)
 
 
@@ -236,10 +301,15 @@ def checks_junit(results, suite: str) -> str:
     cases = []
     for r in results:
         outcome = check_outcome(r)
-        cases.append(JUnitCase(
-            name=f"{r.check}: {r.path}" if r.path else r.check,
-            failure=r.message if outcome == "fail" else None, kind=r.check,
-            skipped=r.message if outcome in ("warning", "skipped") else None, output=r.message))
+        cases.append(
+            JUnitCase(
+                name=f"{r.check}: {r.path}" if r.path else r.check,
+                failure=r.message if outcome == "fail" else None,
+                kind=r.check,
+                skipped=r.message if outcome in ("warning", "skipped") else None,
+                output=r.message,
+            )
+        )
     return junit(suite, cases)
 
 
@@ -251,12 +321,22 @@ def check_outcome(result) -> str:
 
 
 def plan_json(plan) -> list[dict]:
-    return [{"patch": step.patch.name, "state": step.state,
-             "problem": step.mismatch.describe() if step.mismatch else None,
-             "files": [{"path": f.patch.path, "kind": f.patch.kind,
-                        "hunks": [{"line": p.line, "offset": p.offset} for p in f.placements]}
-                       for f in step.files]}
-            for step in plan.steps]
+    return [
+        {
+            "patch": step.patch.name,
+            "state": step.state,
+            "problem": step.mismatch.describe() if step.mismatch else None,
+            "files": [
+                {
+                    "path": f.patch.path,
+                    "kind": f.patch.kind,
+                    "hunks": [{"line": p.line, "offset": p.offset} for p in f.placements],
+                }
+                for f in step.files
+            ],
+        }
+        for step in plan.steps
+    ]
 
 
 def status_json(resolved, status) -> dict:
@@ -269,9 +349,14 @@ def status_json(resolved, status) -> dict:
         "set": resolved.selection.set_name,
         "series": resolved.selection.release.directory.name if resolved.selection.release else None,
         "notes": resolved.notes,
-        "patches": [{"name": p.name, "state": p.state, "files": p.files, "description": p.description,
-                     "problem": p.problem} for p in status.patches],
+        "patches": [
+            {"name": p.name, "state": p.state, "files": p.files, "description": p.description, "problem": p.problem}
+            for p in status.patches
+        ],
         "drifted": status.drifted,
-        **({"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
-           if status.state == "upstream" else {}),
+        **(
+            {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
+            if status.state == "upstream"
+            else {}
+        ),
     }

@@ -35,9 +35,10 @@ def detect(target: Target, override: str | None = None) -> DetectedVersion:
             return found
     if target.installed_version:
         return DetectedVersion(parse(target.installed_version, "importlib.metadata"), "importlib.metadata")
-    raise TargetError(f"cannot tell which vLLM version is in {target.root}",
-                      hint="no vllm-*.dist-info/METADATA, vllm/_version.py or git tag found; "
-                           "pass --vllm-version")
+    raise TargetError(
+        f"cannot tell which vLLM version is in {target.root}",
+        hint="no vllm-*.dist-info/METADATA, vllm/_version.py or git tag found; pass --vllm-version",
+    )
 
 
 def _from_metadata(target: Target) -> DetectedVersion | None:
@@ -46,8 +47,10 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
         return None
     if len(candidates) > 1:
         names = ", ".join(c.parent.name for c in candidates)
-        raise TargetError(f"several vLLM distributions in {target.root}: {names}",
-                          hint="remove the stale dist-info directories or pass --vllm-version")
+        raise TargetError(
+            f"several vLLM distributions in {target.root}: {names}",
+            hint="remove the stale dist-info directories or pass --vllm-version",
+        )
     meta = HeaderParser().parsestr(candidates[0].read_text(encoding="utf-8", errors="replace"))
     if meta.get("Name", "").lower() != PACKAGE or not meta.get("Version"):
         return None
@@ -65,8 +68,11 @@ def _from_version_file(target: Target) -> DetectedVersion | None:
         return None
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
-            names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                     if isinstance(t, ast.Name)]
+            names = [
+                t.id
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(t, ast.Name)
+            ]
             if {"__version__", "version"} & set(names) and isinstance(node.value.value, str):
                 return DetectedVersion(parse(node.value.value, "vllm/_version.py"), "vllm/_version.py")
     return None

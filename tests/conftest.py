@@ -28,14 +28,14 @@ SPEC_PY = textwrap.dedent('''\
         return any(name in model_type for name in SUPPORTED)
     ''')
 
-MODEL_PY = textwrap.dedent('''\
+MODEL_PY = textwrap.dedent("""\
     from .interfaces import SupportsLoRA, SupportsPP
 
 
     class Model(SupportsLoRA, SupportsPP):
         def forward(self, x):
             return x
-    ''')
+    """)
 
 
 def write_tree(root: Path, version: str = "0.16.0", files: dict[str, str | bytes] | None = None) -> Path:
@@ -54,13 +54,19 @@ def write_tree(root: Path, version: str = "0.16.0", files: dict[str, str | bytes
 
 
 def _git(cwd: Path, *args: str) -> bytes:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True).stdout
 
 
-def make_patch(tmp: Path, tree: Path, edits: dict[str, str | bytes | None],
-               header: str = "Description: test\n") -> bytes:
+def make_patch(
+    tmp: Path, tree: Path, edits: dict[str, str | bytes | None], header: str = "Description: test\n"
+) -> bytes:
     """The diff git writes for `edits` (None deletes) on a copy of `tree`; `tree` is untouched."""
     work = Path(tempfile.mkdtemp(dir=tmp))
     shutil.copytree(tree / "vllm", work / "vllm")
@@ -80,8 +86,15 @@ def make_patch(tmp: Path, tree: Path, edits: dict[str, str | bytes | None],
     return header.encode() + b"---\n" + diff
 
 
-def write_library(root: Path, series: dict[str, list[bytes]], *, versions: dict[str, str] | None = None,
-                  upstream: str | None = ">=0.18.0", supported: str | None = ">=0.11.0", name: str = "demo") -> Path:
+def write_library(
+    root: Path,
+    series: dict[str, list[bytes]],
+    *,
+    versions: dict[str, str] | None = None,
+    upstream: str | None = ">=0.18.0",
+    supported: str | None = ">=0.11.0",
+    name: str = "demo",
+) -> Path:
     """series: dir -> patch bytes in order; versions: dir -> specifier (default ==dir)."""
     set_dir = root / name
     set_dir.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import make_patch, snapshot, write_library, write_tree
+
 from patchkit.checks import bytecode
 
 FLAG = "vllm/flag.py"
@@ -36,8 +36,13 @@ def library(tmp_path, flag_tree, scratch) -> Path:
 def imported_value(root: Path, python: str | Path = sys.executable) -> str:
     """vllm.flag.VALUE as a fresh interpreter imports it from `root` (writing no bytecode itself)."""
     code = f"import sys; sys.path.insert(0, {str(root)!r}); import vllm.flag as m; print(m.VALUE)"
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=root.parent,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    done = subprocess.run(
+        [str(python), "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=root.parent,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -129,9 +134,14 @@ def test_a_pyc_that_cannot_be_rebuilt_is_exit_1_naming_the_file(run, monkeypatch
 
 def test_timestamp_and_checked_hash_pycs_are_left_to_python(run, flag_tree, library):
     source = str(flag_tree / FLAG)
-    timestamp = Path(py_compile.compile(source, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP))
-    checked = Path(py_compile.compile(source, doraise=True, optimize=2,
-                                      invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH))
+    timestamp = Path(
+        py_compile.compile(source, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    )
+    checked = Path(
+        py_compile.compile(
+            source, doraise=True, optimize=2, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH
+        )
+    )
     before = {timestamp: timestamp.read_bytes(), checked: checked.read_bytes()}
     result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
     assert result.exit_code == 0, result.output
@@ -179,16 +189,24 @@ def test_scan_on_stock_bytecode_is_clean_and_writes_nothing(flag_tree):
 
 @pytest.mark.skipif(not PY312.exists(), reason="needs a second CPython (3.12) at " + str(PY312))
 def test_the_target_interpreter_rebuilds_its_own_pycs_and_others_are_removed(run, tmp_path, flag_tree, library):
-    subprocess.run([str(PY312), "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True, "
-                    "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)", str(flag_tree / FLAG)],
-                   check=True)
+    subprocess.run(
+        [
+            str(PY312),
+            "-c",
+            "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True, "
+            "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)",
+            str(flag_tree / FLAG),
+        ],
+        check=True,
+    )
     ours = compile_unchecked(flag_tree)
     theirs = ours.with_name("flag.cpython-312.pyc")
     assert theirs.exists()
     assert imported_value(patched_by_hand_copy(flag_tree, tmp_path / "plain", PATCHED), PY312) == "stock"
 
-    result = run("apply", "--target", flag_tree, "--python", PY312, "--patches", library, "--no-import",
-                 "--format", "json")
+    result = run(
+        "apply", "--target", flag_tree, "--python", PY312, "--patches", library, "--no-import", "--format", "json"
+    )
     assert result.exit_code == 0, result.output
     assert imported_value(flag_tree, PY312) == "patched"
     assert header(theirs)[0] == 1 and not ours.exists()
@@ -205,7 +223,7 @@ def test_after_a_rollback_the_bytecode_matches_the_restored_sources(run, monkeyp
 
     def failing_on_disk(ctx, *args, **kwargs):  # the checks on the written files fail: apply rolls back
         results = real_run_checks(ctx, *args, **kwargs)
-        return results + [CheckResult("probe", FLAG, False, "planted failure")] if ctx.on_disk else results
+        return [*results, CheckResult("probe", FLAG, False, "planted failure")] if ctx.on_disk else results
 
     monkeypatch.setattr(checks, "run_checks", failing_on_disk)
     result = run("apply", "--target", flag_tree, "--patches", library)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library
+
 from patchkit.checks import ERROR, WARNING, CheckContext
 from patchkit.checks.names import CHECK, findings, introduced
 
@@ -23,8 +24,9 @@ def library_with(tmp_path, tree, scratch, model_py: str):
 
 
 def test_apply_refuses_a_base_class_that_is_never_imported(run, tmp_path, tree, scratch):
-    library = library_with(tmp_path, tree, scratch,
-                           MODEL_PY.replace("class Model(SupportsLoRA, SupportsPP):", EAGLE3_BASES))
+    library = library_with(
+        tmp_path, tree, scratch, MODEL_PY.replace("class Model(SupportsLoRA, SupportsPP):", EAGLE3_BASES)
+    )
     stock = snapshot(tree)
 
     result = run("apply", "--target", tree, "--patches", library, "--format", "json")
@@ -38,8 +40,10 @@ def test_apply_refuses_a_base_class_that_is_never_imported(run, tmp_path, tree, 
 
 
 def test_a_new_unused_import_is_a_warning_and_apply_goes_ahead(run, tmp_path, tree, scratch):
-    patched = MODEL_PY.replace("from .interfaces import SupportsLoRA, SupportsPP\n",
-                               "from .interfaces import SupportsLoRA, SupportsPP\nimport typing\n")
+    patched = MODEL_PY.replace(
+        "from .interfaces import SupportsLoRA, SupportsPP\n",
+        "from .interfaces import SupportsLoRA, SupportsPP\nimport typing\n",
+    )
     library = library_with(tmp_path, tree, scratch, patched)
 
     result = run("apply", "--target", tree, "--patches", library, "--format", "json")
@@ -48,7 +52,8 @@ def test_a_new_unused_import_is_a_warning_and_apply_goes_ahead(run, tmp_path, tr
     assert (tree / MODEL).read_text() == patched
     flagged = [c for c in json.loads(result.stdout)["checks"] if c["check"] == "names" and not c["ok"]]
     assert [(c["path"], c["level"], c["message"]) for c in flagged] == [
-        (MODEL, WARNING, "line 2: 'typing' imported but unused")]
+        (MODEL, WARNING, "line 2: 'typing' imported but unused")
+    ]
     text = run("verify", "--target", tree, "--patches", library).output
     assert "'typing' imported but unused" in text and "warning" in text
 
@@ -83,8 +88,7 @@ def test_undefined_exports_and_locals_fail_other_news_warn():
 
 
 def test_deleted_and_non_python_files_are_skipped_and_unparsable_files_warn():
-    results = CHECK.run(context({"vllm/gone.py": None, "vllm/data.json": b"{", "vllm/new.py": b"def f(:\n"},
-                                {}))
+    results = CHECK.run(context({"vllm/gone.py": None, "vllm/data.json": b"{", "vllm/new.py": b"def f(:\n"}, {}))
     assert [(r.path, r.ok, r.level) for r in results] == [("vllm/new.py", False, WARNING)]
     assert "syntax check" in results[0].message
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
 
 SPEC = "vllm/config/spec.py"
@@ -20,13 +19,16 @@ def patched_spec() -> str:
 
 def patched_model(import_line: str = "from .interfaces import SupportsEagle3, SupportsLoRA, SupportsPP\n") -> str:
     return MODEL_PY.replace("from .interfaces import SupportsLoRA, SupportsPP\n", import_line).replace(
-        "class Model(SupportsLoRA, SupportsPP):", "class Model(SupportsLoRA, SupportsPP, SupportsEagle3):")
+        "class Model(SupportsLoRA, SupportsPP):", "class Model(SupportsLoRA, SupportsPP, SupportsEagle3):"
+    )
 
 
 @pytest.fixture
 def library(tmp_path, tree, scratch):
-    patches = [make_patch(scratch, tree, {SPEC: patched_spec()}, "Description: accept deepseek\n"),
-               make_patch(scratch, tree, {MODEL: patched_model()}, "Description: eagle3 interface\n")]
+    patches = [
+        make_patch(scratch, tree, {SPEC: patched_spec()}, "Description: accept deepseek\n"),
+        make_patch(scratch, tree, {MODEL: patched_model()}, "Description: eagle3 interface\n"),
+    ]
     return write_library(tmp_path / "lib", {"0.16.0": patches})
 
 
@@ -80,8 +82,10 @@ def test_apply_twice_is_a_no_op(run, tree, library):
 
 def test_trailing_comma_import_is_refused_and_nothing_changes(run, tmp_path, tree, scratch):
     broken = patched_model("from .interfaces import SupportsEagle3, SupportsLoRA, SupportsPP,\n")
-    lib = write_library(tmp_path / "badlib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()}),
-                                                         make_patch(scratch, tree, {MODEL: broken})]})
+    lib = write_library(
+        tmp_path / "badlib",
+        {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: broken})]},
+    )
     stock = snapshot(tree)
     result = run("apply", *args(tree, lib))
     assert result.exit_code == 1
@@ -124,6 +128,7 @@ def test_revert_refuses_drift_and_force_keeps_a_copy(run, tree, library):
     assert snapshot(tree) == stock
     assert (tree / ".patchkit/saved").exists()
     from pathlib import Path
+
     assert (Path(saved) / SPEC).read_text().endswith("# my local edit\n")
 
 
@@ -141,14 +146,17 @@ def test_adhoc_patch_apply_and_revert(run, tree, scratch):
     patch_file = scratch / "mine.diff"
     patch_file.write_bytes(make_patch(scratch, tree, {SPEC: patched_spec()}))
     assert run("apply", "--target", tree, "--patch", patch_file).exit_code == 0
-    assert json.loads(run("status", "--target", tree, "--patch", patch_file, "--format", "json").stdout)[
-        "state"] == "applied"
+    assert (
+        json.loads(run("status", "--target", tree, "--patch", patch_file, "--format", "json").stdout)["state"]
+        == "applied"
+    )
     assert run("revert", "--target", tree, "--patch", patch_file).exit_code == 0
     assert snapshot(tree) == stock
 
 
-@pytest.mark.parametrize("version, state, code", [("0.18.0", "upstream", 0), ("0.25.1", "upstream", 0),
-                                                   ("0.10.2", "unsupported", 3)])
+@pytest.mark.parametrize(
+    "version, state, code", [("0.18.0", "upstream", 0), ("0.25.1", "upstream", 0), ("0.10.2", "unsupported", 3)]
+)
 def test_upstream_and_unsupported_versions(run, tmp_path, library, version, state, code):
     old = write_tree(tmp_path / f"v{version}", version)
     stock = snapshot(old)
@@ -186,11 +194,14 @@ def test_list_and_diff(run, library, tree):
     assert '+    "deepseek",' in diff and "\x1b[" not in diff
 
 
-@pytest.mark.parametrize("argv, code, fragment", [
-    (["status", "--target", "/nonexistent/dir"], 4, "does not exist"),
-    (["status", "--format", "xml"], 2, "xml"),
-    (["apply", "--bogus"], 2, "bogus"),
-])
+@pytest.mark.parametrize(
+    "argv, code, fragment",
+    [
+        (["status", "--target", "/nonexistent/dir"], 4, "does not exist"),
+        (["status", "--format", "xml"], 2, "xml"),
+        (["apply", "--bogus"], 2, "bogus"),
+    ],
+)
 def test_usage_and_target_errors(run, argv, code, fragment):
     result = run(*argv)
     assert result.exit_code == code
@@ -217,12 +228,27 @@ def test_malformed_patch_and_unreadable_manifest_are_exit_2(run, tmp_path, tree)
 
 
 def test_python_module_entry_point_in_a_subprocess(tree, library):
-    done = subprocess.run([sys.executable, "-m", "patchkit", "status", "--target", str(tree), "--patches",
-                           str(library), "--format", "json"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchkit",
+            "status",
+            "--target",
+            str(tree),
+            "--patches",
+            str(library),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "not-applied"
-    done = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--target", str(tree / "missing")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--target", str(tree / "missing")], capture_output=True, text=True
+    )
     assert done.returncode == 4 and "Traceback" not in done.stderr
 
 
@@ -230,8 +256,10 @@ def test_verify_junit_on_a_target_has_one_testcase_per_check(run, tmp_path, tree
     import xml.etree.ElementTree as ET
 
     broken = patched_model("from .interfaces import SupportsEagle3, SupportsLoRA, SupportsPP,\n")
-    lib = write_library(tmp_path / "badlib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()}),
-                                                         make_patch(scratch, tree, {MODEL: broken})]})
+    lib = write_library(
+        tmp_path / "badlib",
+        {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: broken})]},
+    )
     result = run("verify", *args(tree, lib), "--format", "junit")
     assert result.exit_code == 1
     suite = ET.fromstring(result.stdout).find("testsuite")
@@ -255,9 +283,24 @@ def test_recover_command_rolls_back_an_interrupted_transaction(run, tree, librar
     (meta_dir(tree) / "objects").mkdir(parents=True, exist_ok=True)
     (meta_dir(tree) / "objects" / digest).write_bytes(original)
     (tree / SPEC).write_text(patched_spec())
-    journal_path(tree).write_text(json.dumps({"id": "x", "previous_state": None, "files": [
-        {"path": SPEC, "before": digest, "after": hashlib.sha256(patched_spec().encode()).hexdigest(),
-         "staged": None, "mode": 0o644, "created_dirs": []}]}))
+    journal_path(tree).write_text(
+        json.dumps(
+            {
+                "id": "x",
+                "previous_state": None,
+                "files": [
+                    {
+                        "path": SPEC,
+                        "before": digest,
+                        "after": hashlib.sha256(patched_spec().encode()).hexdigest(),
+                        "staged": None,
+                        "mode": 0o644,
+                        "created_dirs": [],
+                    }
+                ],
+            }
+        )
+    )
     result = run("recover", "--target", tree)
     assert result.exit_code == 0 and "rolled back" in result.output and "1 file(s) restored" in result.output
     assert snapshot(tree) == stock and not journal_path(tree).exists()

@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import SPEC_PY, make_patch, snapshot, write_tree
 
 SPEC = "vllm/config/spec.py"
@@ -23,14 +22,21 @@ PATCHKIT = [sys.executable, "-m", "patchkit"]
 def tree_and_patch(tmp_path, scratch):
     tree = write_tree(tmp_path / "site")
     patch = tmp_path / "p.diff"
-    patch.write_bytes(make_patch(scratch, tree, {SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'),
-                                                 "vllm/new.py": "NEW = 1\n"}))
+    patch.write_bytes(
+        make_patch(scratch, tree, {SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'), "vllm/new.py": "NEW = 1\n"})
+    )
     return tree, patch
 
 
 def _patchkit(*argv, env=None, **kw):
-    return subprocess.Popen([*PATCHKIT, *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **(env or {})}, **kw)
+    return subprocess.Popen(
+        [*PATCHKIT, *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        **kw,
+    )
 
 
 def test_two_processes_applying_at_once_end_in_one_consistent_patched_tree(tree_and_patch):
@@ -56,7 +62,7 @@ def test_a_held_lock_makes_the_second_writer_wait_then_fail_clearly(tree_and_pat
     with FileLock(str(tree / ".patchkit" / "lock")):
         started = time.monotonic()
         proc = _patchkit("apply", "--target", tree, "--patch", patch, env={"PATCHKIT_LOCK_TIMEOUT": "1"})
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
         waited = time.monotonic() - started
     assert proc.returncode == 4 and "another patchkit is working" in err
     assert waited >= 1
@@ -66,15 +72,23 @@ def test_a_held_lock_makes_the_second_writer_wait_then_fail_clearly(tree_and_pat
 def test_a_lock_left_by_a_killed_process_never_blocks(tree_and_patch):
     tree, patch = tree_and_patch
     (tree / ".patchkit").mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from filelock import FileLock; "
-        f"FileLock({str(tree / '.patchkit' / 'lock')!r}).acquire(); print('held', flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from filelock import FileLock; "
+                f"FileLock({str(tree / '.patchkit' / 'lock')!r}).acquire(); print('held', flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     proc = _patchkit("apply", "--target", tree, "--patch", patch, env={"PATCHKIT_LOCK_TIMEOUT": "5"})
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
 
 
@@ -87,7 +101,7 @@ def test_status_waits_for_a_writer_instead_of_reading_half_a_transaction(tree_an
     lock.acquire()
     try:
         proc = _patchkit("status", "--target", tree, "--patch", patch, env={"PATCHKIT_LOCK_TIMEOUT": "1"})
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         lock.release()
     assert proc.returncode == 4 and "another patchkit is working" in err
@@ -101,8 +115,21 @@ def test_read_only_tree_is_exit_4_naming_the_file_with_nothing_changed(tmp_path,
     target_file = tree / SPEC
     target_file.chmod(0o444)
     try:
-        done = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *PATCHKIT, "apply",
-                               "--target", str(tree), "--patch", str(patch)], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--bounding-set=-all",
+                "--inh-caps=-all",
+                *PATCHKIT,
+                "apply",
+                "--target",
+                str(tree),
+                "--patch",
+                str(patch),
+            ],
+            capture_output=True,
+            text=True,
+        )
     finally:
         target_file.chmod(0o644)
     assert done.returncode == 4, done.stderr
@@ -112,11 +139,38 @@ def test_read_only_tree_is_exit_4_naming_the_file_with_nothing_changed(tmp_path,
         if directory.is_dir():
             directory.chmod(directory.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     try:
-        done = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *PATCHKIT, "apply",
-                               "--target", str(tree), "--patch", str(patch)], capture_output=True, text=True)
-        status = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", *PATCHKIT, "status",
-                                 "--target", str(tree), "--patch", str(patch), "--format", "json"],
-                                capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--bounding-set=-all",
+                "--inh-caps=-all",
+                *PATCHKIT,
+                "apply",
+                "--target",
+                str(tree),
+                "--patch",
+                str(patch),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        status = subprocess.run(
+            [
+                "setpriv",
+                "--bounding-set=-all",
+                "--inh-caps=-all",
+                *PATCHKIT,
+                "status",
+                "--target",
+                str(tree),
+                "--patch",
+                str(patch),
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+        )
     finally:
         for directory in [tree, *tree.rglob("*")]:
             if directory.is_dir():

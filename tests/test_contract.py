@@ -7,9 +7,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import make_patch, snapshot, write_library, write_tree
 from packaging.version import Version
 
-from conftest import make_patch, snapshot, write_library, write_tree
 from patchkit.checks import CheckContext
 from patchkit.checks.contract import CHECK, Module, Requirement, evaluate, parse_requirements
 from patchkit.errors import BadInput
@@ -20,8 +20,10 @@ PROPOSER = "vllm/spec/proposer.py"
 MODEL = "vllm/models/deepseek.py"
 KIMI = "vllm/models/kimi.py"
 
-STOCK = {path: textwrap.dedent(text) for path, text in {
-    SPEC: """\
+STOCK = {
+    path: textwrap.dedent(text)
+    for path, text in {
+        SPEC: """\
         class SpeculativeConfig:
             def _verify_args(self):
                 targets = ["llama", "qwen"]
@@ -30,7 +32,7 @@ STOCK = {path: textwrap.dedent(text) for path, text in {
                 ):
                     raise ValueError(self.model_type)
         """,
-    PROPOSER: """\
+        PROPOSER: """\
         class Proposer:
             def load_model(self, target_model):
                 if self.name(target_model) in ["QwenVL"]:
@@ -40,7 +42,7 @@ STOCK = {path: textwrap.dedent(text) for path, text in {
                         target_model.config.image_token_index
                     )
         """,
-    MODEL: """\
+        MODEL: """\
         from torch import nn
 
         from .interfaces import SupportsLoRA, SupportsPP
@@ -64,7 +66,8 @@ STOCK = {path: textwrap.dedent(text) for path, text in {
         class DeepV3ForCausalLM(DeepForCausalLM):
             pass
         """,
-}.items()}
+    }.items()
+}
 
 KIMI_BRANCH = """\
         elif self.name(target_model) == "KimiK25ForConditionalGeneration":
@@ -93,18 +96,22 @@ PATCHED = {
     PROPOSER: edit(STOCK[PROPOSER], ("        else:\n", KIMI_BRANCH + "        else:\n")),
     MODEL: edit(
         STOCK[MODEL],
-        ("from .interfaces import SupportsLoRA, SupportsPP",
-         "from .interfaces import (\n    SupportsEagle3,\n    SupportsLoRA,\n    SupportsPP,\n)"),
+        (
+            "from .interfaces import SupportsLoRA, SupportsPP",
+            "from .interfaces import (\n    SupportsEagle3,\n    SupportsLoRA,\n    SupportsPP,\n)",
+        ),
         ("        self.layers = []\n", "        self.layers = []\n        self.aux_layers = ()\n"),
-        ("        for layer in self.layers:\n            x = layer(x)\n        return x\n",
-         "        aux = []\n        for i, layer in enumerate(self.layers):\n            if i in self.aux_layers:\n"
-         "                aux.append(x)\n            x = layer(x)\n        return (x, aux) if aux else x\n"),
+        (
+            "        for layer in self.layers:\n            x = layer(x)\n        return x\n",
+            "        aux = []\n        for i, layer in enumerate(self.layers):\n            if i in self.aux_layers:\n"
+            "                aux.append(x)\n            x = layer(x)\n        return (x, aux) if aux else x\n",
+        ),
         ("(nn.Module, SupportsPP, SupportsLoRA):", "(nn.Module, SupportsPP, SupportsLoRA, SupportsEagle3):"),
         ("        return self.model(x)\n", "        return self.model(x)\n" + AUX_METHODS),
     ),
 }
 
-CONTRACT = textwrap.dedent('''\
+CONTRACT = textwrap.dedent("""\
     [[requirement]]
     file = "vllm/config/targets.py"
     kind = "model-types"
@@ -167,7 +174,7 @@ CONTRACT = textwrap.dedent('''\
     kind = "methods"
     class = "Kimi"
     methods = ["set_aux_layers"]
-    ''')
+    """)
 
 
 KIMI_PY = "class Kimi:\n    def set_aux_layers(self, layers):\n        self.lm.set_aux_layers(layers)\n"
@@ -180,8 +187,9 @@ def stock_tree(root: Path, version: str = "0.16.0", kimi: bool = True) -> Path:
     return write_tree(root, version, files)
 
 
-def library_with(tmp_path: Path, tree: Path, patched: dict[str, str], *, contract: str = CONTRACT,
-                 version: str = "0.16.0") -> Path:
+def library_with(
+    tmp_path: Path, tree: Path, patched: dict[str, str], *, contract: str = CONTRACT, version: str = "0.16.0"
+) -> Path:
     """A one-release library whose series turns the stock tree into `patched`, with `contract`."""
     scratch = tmp_path / f"scratch-{len(list(tmp_path.iterdir()))}"
     scratch.mkdir()
@@ -223,20 +231,40 @@ def test_correct_patch_passes_every_requirement_and_applies(run, tmp_path, stock
 
 
 FAULTS = {
-    "missing method": (MODEL, ("    def get_default_aux_layers(self):\n        return (1, 2)\n", ""),
-                       "DeepV3ForCausalLM lacks method(s) get_default_aux_layers"),
-    "missing base": (MODEL, ("SupportsLoRA, SupportsEagle3):", "SupportsLoRA):"),
-                     "DeepV3ForCausalLM does not have base SupportsEagle3"),
-    "base not imported": (MODEL, ("    SupportsEagle3,\n", ""),
-                          "SupportsEagle3 not imported or defined at module level"),
-    "whitelist lacks kimi_k2": (SPEC, ('"kimi_k2", ', ""),
-                                "targets in SpeculativeConfig._verify_args does not accept model type(s) kimi_k2 ("),
+    "missing method": (
+        MODEL,
+        ("    def get_default_aux_layers(self):\n        return (1, 2)\n", ""),
+        "DeepV3ForCausalLM lacks method(s) get_default_aux_layers",
+    ),
+    "missing base": (
+        MODEL,
+        ("SupportsLoRA, SupportsEagle3):", "SupportsLoRA):"),
+        "DeepV3ForCausalLM does not have base SupportsEagle3",
+    ),
+    "base not imported": (
+        MODEL,
+        ("    SupportsEagle3,\n", ""),
+        "SupportsEagle3 not imported or defined at module level",
+    ),
+    "whitelist lacks kimi_k2": (
+        SPEC,
+        ('"kimi_k2", ', ""),
+        "targets in SpeculativeConfig._verify_args does not accept model type(s) kimi_k2 (",
+    ),
     # the Kimi branch moved out of the if/elif chain: the else still reads image_token_index for it
-    "unguarded read": (PROPOSER, (KIMI_BRANCH + "        else:\n",
-                                  "        else:\n            x = target_model.config.media_placeholder_token_id\n"),
-                       "unguarded read of target_model.config.image_token_index (line 8 in Proposer.load_model)"),
-    "missing attribute reference": (MODEL, ("if i in self.aux_layers:", "if i in ():"),
-                                    "DeepModel.forward does not read self.aux_layers"),
+    "unguarded read": (
+        PROPOSER,
+        (
+            KIMI_BRANCH + "        else:\n",
+            "        else:\n            x = target_model.config.media_placeholder_token_id\n",
+        ),
+        "unguarded read of target_model.config.image_token_index (line 8 in Proposer.load_model)",
+    ),
+    "missing attribute reference": (
+        MODEL,
+        ("if i in self.aux_layers:", "if i in ():"),
+        "DeepModel.forward does not read self.aux_layers",
+    ),
 }
 
 
@@ -293,23 +321,26 @@ def test_inline_contract_tables_in_set_toml(run, tmp_path, stock):
     result, checks = verify(run, stock, lib)
     assert result.exit_code == 1
     assert len(checks) == 9
-    assert failures(checks)[0].startswith("targets in SpeculativeConfig._verify_args does not accept model "
-                                          "type(s) gemma (")
+    assert failures(checks)[0].startswith(
+        "targets in SpeculativeConfig._verify_args does not accept model type(s) gemma ("
+    )
 
 
 # --- schema errors: exit 2 --------------------------------------------------------------------
 
 BAD_DECLARATIONS = {
     "unknown kind": ('kind = "methods"', 'kind = "has-method"', "kind 'has-method' is not one of"),
-    "missing field": ('methods = ["set_aux_layers", "get_default_aux_layers"]\n', "",
-                      "missing field(s) methods"),
+    "missing field": ('methods = ["set_aux_layers", "get_default_aux_layers"]\n', "", "missing field(s) methods"),
     "unknown field": ('base = "SupportsEagle3"', 'base = "SupportsEagle3"\nbasis = "x"', "unknown field(s) basis"),
     "wrong type": ('names = ["SupportsEagle3"]', 'names = "SupportsEagle3"', "field 'names' must be"),
     "bad versions": ('versions = ">=0.15.0"', 'versions = "from 0.15"', "bad version specifier 'from 0.15'"),
     "bad access": ('access = "store"', 'access = "write"', "access 'write' is not one of"),
     "file outside the tree": ('file = "vllm/models/kimi.py"', 'file = "../kimi.py"', "must be a path inside the tree"),
-    "target without class": ('target = { class = "KimiK25ForConditionalGeneration", has',
-                             "target = { has", "target takes class (required)"),
+    "target without class": (
+        'target = { class = "KimiK25ForConditionalGeneration", has',
+        "target = { has",
+        "target takes class (required)",
+    ),
 }
 
 
@@ -337,8 +368,17 @@ def test_unreadable_or_missing_contract_file_is_exit_2(run, tmp_path, stock):
 
 def test_load_set_keeps_the_declarations(tmp_path, stock):
     patch_set = load_set(library_with(tmp_path, stock, PATCHED) / "demo")
-    assert [r.kind for r in patch_set.contract] == ["model-types", "guarded-read", "attribute", "base", "imported",
-                                                    "methods", "attribute", "attribute", "methods"]
+    assert [r.kind for r in patch_set.contract] == [
+        "model-types",
+        "guarded-read",
+        "attribute",
+        "base",
+        "imported",
+        "methods",
+        "attribute",
+        "attribute",
+        "methods",
+    ]
     assert patch_set.contract[-1].applies_to(Version("0.15.0"))
     assert not patch_set.contract[-1].applies_to(Version("0.14.1"))
     # local labels and dev/rc builds count as the release they belong to
@@ -356,57 +396,66 @@ def judge(source: str, **fields) -> tuple[bool, str]:
     return result.ok, result.message
 
 
-KIMI_TARGET = {"class": "KimiK25ForConditionalGeneration", "has": ["media_placeholder_token_id"],
-               "lacks": ["image_token_id"]}
+KIMI_TARGET = {
+    "class": "KimiK25ForConditionalGeneration",
+    "has": ["media_placeholder_token_id"],
+    "lacks": ["image_token_id"],
+}
 
 
 def guarded(source: str) -> tuple[bool, str]:
     return judge(source, kind="guarded-read", attribute="image_token_index", on="target.config", target=KIMI_TARGET)
 
 
-@pytest.mark.parametrize("source", [
-    # a test for the attribute itself
-    "if hasattr(target.config, 'image_token_index'):\n    x = target.config.image_token_index\n",
-    "if getattr(target.config, 'image_token_index', None) is not None:\n    x = target.config.image_token_index\n",
-    "if getattr(target.config, 'image_token_index', None):\n    x = target.config.image_token_index\n",
-    "x = target.config.image_token_index if hasattr(target.config, 'image_token_index') else 0\n",
-    "x = hasattr(target.config, 'image_token_index') and target.config.image_token_index\n",
-    # a test for an attribute only the target has, or lacks
-    "if hasattr(target.config, 'media_placeholder_token_id'):\n    x = 1\n"
-    "else:\n    x = target.config.image_token_index\n",
-    "if hasattr(target.config, 'image_token_id'):\n    x = target.config.image_token_index\n",
-    # a check of the target's class
-    "if name == 'KimiK25ForConditionalGeneration':\n    x = 1\nelse:\n    x = target.config.image_token_index\n",
-    "if name in ('A', 'KimiK25ForConditionalGeneration'):\n    x = 1\n"
-    "elif y:\n    x = target.config.image_token_index\n",
-    "if name != 'KimiK25ForConditionalGeneration':\n    x = target.config.image_token_index\n",
-    "if not isinstance(target, KimiK25ForConditionalGeneration):\n    x = target.config.image_token_index\n",
-    "if a or isinstance(target, (B, models.KimiK25ForConditionalGeneration)):\n    pass\n"
-    "else:\n    x = target.config.image_token_index\n",
-    # an exception handler
-    "try:\n    x = target.config.image_token_index\nexcept AttributeError:\n    x = 0\n",
-    "try:\n    x = target.config.image_token_index\nexcept (KeyError, AttributeError):\n    x = 0\n",
-    # no read at all
-    "x = getattr(target.config, 'image_token_index', 0)\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        # a test for the attribute itself
+        "if hasattr(target.config, 'image_token_index'):\n    x = target.config.image_token_index\n",
+        "if getattr(target.config, 'image_token_index', None) is not None:\n    x = target.config.image_token_index\n",
+        "if getattr(target.config, 'image_token_index', None):\n    x = target.config.image_token_index\n",
+        "x = target.config.image_token_index if hasattr(target.config, 'image_token_index') else 0\n",
+        "x = hasattr(target.config, 'image_token_index') and target.config.image_token_index\n",
+        # a test for an attribute only the target has, or lacks
+        "if hasattr(target.config, 'media_placeholder_token_id'):\n    x = 1\n"
+        "else:\n    x = target.config.image_token_index\n",
+        "if hasattr(target.config, 'image_token_id'):\n    x = target.config.image_token_index\n",
+        # a check of the target's class
+        "if name == 'KimiK25ForConditionalGeneration':\n    x = 1\nelse:\n    x = target.config.image_token_index\n",
+        "if name in ('A', 'KimiK25ForConditionalGeneration'):\n    x = 1\n"
+        "elif y:\n    x = target.config.image_token_index\n",
+        "if name != 'KimiK25ForConditionalGeneration':\n    x = target.config.image_token_index\n",
+        "if not isinstance(target, KimiK25ForConditionalGeneration):\n    x = target.config.image_token_index\n",
+        "if a or isinstance(target, (B, models.KimiK25ForConditionalGeneration)):\n    pass\n"
+        "else:\n    x = target.config.image_token_index\n",
+        # an exception handler
+        "try:\n    x = target.config.image_token_index\nexcept AttributeError:\n    x = 0\n",
+        "try:\n    x = target.config.image_token_index\nexcept (KeyError, AttributeError):\n    x = 0\n",
+        # no read at all
+        "x = getattr(target.config, 'image_token_index', 0)\n",
+    ],
+)
 def test_guarded_reads(source):
     ok, message = guarded(source)
     assert ok, message
 
 
-@pytest.mark.parametrize("source", [
-    "x = target.config.image_token_index\n",
-    "if supports_multimodal(target):\n    x = target.config.image_token_index\n",
-    "if name in ['QwenVL', 'Pixtral']:\n    x = 1\nelse:\n    x = target.config.image_token_index\n",
-    "if name == 'KimiK25ForConditionalGeneration':\n    x = target.config.image_token_index\n",
-    "if hasattr(other.config, 'image_token_index'):\n    x = target.config.image_token_index\n",
-    "if hasattr(target.config, 'media_placeholder_token_id'):\n    x = target.config.image_token_index\n",
-    "if getattr(target.config, 'image_token_index'):\n    x = target.config.image_token_index\n",
-    "try:\n    x = target.config.image_token_index\nexcept ValueError:\n    x = 0\n",
-    "try:\n    pass\nexcept AttributeError:\n    x = target.config.image_token_index\n",
-    "x = a or target.config.image_token_index\n",
-    "if name == 'KimiK25ForConditionalGeneration' or y:\n    x = target.config.image_token_index\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = target.config.image_token_index\n",
+        "if supports_multimodal(target):\n    x = target.config.image_token_index\n",
+        "if name in ['QwenVL', 'Pixtral']:\n    x = 1\nelse:\n    x = target.config.image_token_index\n",
+        "if name == 'KimiK25ForConditionalGeneration':\n    x = target.config.image_token_index\n",
+        "if hasattr(other.config, 'image_token_index'):\n    x = target.config.image_token_index\n",
+        "if hasattr(target.config, 'media_placeholder_token_id'):\n    x = target.config.image_token_index\n",
+        "if getattr(target.config, 'image_token_index'):\n    x = target.config.image_token_index\n",
+        "try:\n    x = target.config.image_token_index\nexcept ValueError:\n    x = 0\n",
+        "try:\n    pass\nexcept AttributeError:\n    x = target.config.image_token_index\n",
+        "x = a or target.config.image_token_index\n",
+        "if name == 'KimiK25ForConditionalGeneration' or y:\n    x = target.config.image_token_index\n",
+    ],
+)
 def test_unguarded_reads(source):
     ok, message = guarded(source)
     assert not ok
@@ -427,8 +476,7 @@ def test_model_types_follow_the_codes_own_matching():
     assert not ok and "model type(s) deepseek_v3 (" in message and "members: `model_type in list`" in message
     ok, message = judge(substring, **fields, model_types=["kimi_k2"])
     assert not ok and "model type(s) kimi_k2 (" in message
-    ok, message = judge("def f(t):\n    L = ['x']\n    return t.startswith(tuple(L))\n", **fields,
-                        model_types=["x"])
+    ok, message = judge("def f(t):\n    L = ['x']\n    return t.startswith(tuple(L))\n", **fields, model_types=["x"])
     assert not ok and message.startswith("cannot tell how f matches model types against L")
     ok, message = judge("def f(t):\n    L = make()\n", **fields, model_types=["x"])
     assert not ok and message == "no list literal of strings assigned to L in f"
@@ -438,19 +486,24 @@ def test_model_types_follow_the_codes_own_matching():
 
 def test_imported_accepts_import_forms_and_definitions_but_not_type_checking_only():
     names = dict(kind="imported", names=["A", "B", "C", "D", "pkg"])
-    source = ("from m import (\n    A,\n)\nfrom n import X as B\nimport pkg.sub\nclass C: pass\n"
-              "try:\n    from o import D\nexcept ImportError:\n    D = None\n")
+    source = (
+        "from m import (\n    A,\n)\nfrom n import X as B\nimport pkg.sub\nclass C: pass\n"
+        "try:\n    from o import D\nexcept ImportError:\n    D = None\n"
+    )
     assert judge(source, **names) == (True, "A imported, B imported, C defined, D imported, pkg imported")
-    ok, message = judge("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from m import A\n",
-                        kind="imported", names=["A"])
+    ok, message = judge(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from m import A\n", kind="imported", names=["A"]
+    )
     assert not ok and message == "A not imported or defined at module level"
 
 
 def test_methods_and_bases_through_in_module_base_classes():
     source = "class Mixin(SupportsX):\n    def m(self): pass\nclass Model(nn.Module, Mixin):\n    n = m2 = None\n"
     assert judge(source, kind="methods", **{"class": "Model"}, methods=["m", "n"]) == (True, "Model has m, n")
-    assert judge(source, kind="base", **{"class": "Model"}, base="SupportsX") == \
-        (True, "Model has base SupportsX (through Mixin)")
+    assert judge(source, kind="base", **{"class": "Model"}, base="SupportsX") == (
+        True,
+        "Model has base SupportsX (through Mixin)",
+    )
     assert judge(source, kind="base", **{"class": "Model"}, base="Module")[0]  # dotted nn.Module
     ok, message = judge(source, kind="base", **{"class": "Model"}, base="SupportsY")
     assert not ok and message == "Model does not have base SupportsY (its bases: nn.Module, Mixin)"
@@ -460,17 +513,28 @@ def test_methods_and_bases_through_in_module_base_classes():
 
 def test_unparsable_file_fails_the_requirement():
     [req] = parse_requirements([{"file": "m.py", "kind": "imported", "names": ["A"]}], "test")
-    ctx = CheckContext(paths=[], read=lambda p: b"def (:\n", python=None, version=Version("0.16.0"),
-                       patch_set=type("Set", (), {"contract": (req,)})())
+    ctx = CheckContext(
+        paths=[],
+        read=lambda p: b"def (:\n",
+        python=None,
+        version=Version("0.16.0"),
+        patch_set=type("Set", (), {"contract": (req,)})(),
+    )
     [result] = CHECK.run(ctx)
     assert not result.ok and result.check == "contract" and "m.py does not parse" in result.message
 
 
 def test_unknown_version_skips_version_bound_requirements_with_a_warning():
-    reqs = parse_requirements([{"file": "m.py", "kind": "imported", "names": ["A"], "versions": ">=1"},
-                               {"file": "m.py", "kind": "imported", "names": ["A"]}], "test")
-    ctx = CheckContext(paths=[], read=lambda p: b"A = 1\n", python=None, version=None,
-                       patch_set=type("Set", (), {"contract": reqs})())
+    reqs = parse_requirements(
+        [
+            {"file": "m.py", "kind": "imported", "names": ["A"], "versions": ">=1"},
+            {"file": "m.py", "kind": "imported", "names": ["A"]},
+        ],
+        "test",
+    )
+    ctx = CheckContext(
+        paths=[], read=lambda p: b"A = 1\n", python=None, version=None, patch_set=type("Set", (), {"contract": reqs})()
+    )
     warning, result = CHECK.run(ctx)
     assert not warning.failed and warning.level == "warning" and "version is unknown" in warning.message
     assert result.ok

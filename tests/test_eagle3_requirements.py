@@ -18,9 +18,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import make_patch, snapshot, write_library
 from packaging.version import Version
 
-from conftest import make_patch, snapshot, write_library
 from patchkit.checks import CheckContext
 from patchkit.checks.contract import CHECK
 from patchkit.fetch import release_tree
@@ -29,8 +29,20 @@ from patchkit.release_files import files_for, lay_out
 
 pytestmark = pytest.mark.release
 
-SUPPORTED = ["0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1",
-             "0.16.0", "0.17.0", "0.17.1"]
+SUPPORTED = [
+    "0.11.0",
+    "0.11.1",
+    "0.11.2",
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.14.1",
+    "0.15.0",
+    "0.15.1",
+    "0.16.0",
+    "0.17.0",
+    "0.17.1",
+]
 # Upstream ships the support from 0.18.0; 0.20.0 moved the proposer to llm_base_proposer.py, 0.21.0 is
 # the last release with the whitelist.
 UPSTREAM = ["0.18.0", "0.20.0", "0.20.2", "0.21.0", "0.25.1", "0.33.0"]
@@ -95,12 +107,14 @@ def source(tree: Path, path: str) -> str:
 
 def contract(tree: Path, version: str) -> list:
     """The `contract` check on a tree as it is on disk."""
+
     def disk(path: str) -> bytes | None:
         full = tree / path
         return full.read_bytes() if full.is_file() else None
 
-    return CHECK.run(CheckContext(paths=[], read=disk, python=None, root=tree, patch_set=EAGLE3,
-                                  version=Version(version)))
+    return CHECK.run(
+        CheckContext(paths=[], read=disk, python=None, root=tree, patch_set=EAGLE3, version=Version(version))
+    )
 
 
 def expected_requirements(version: str) -> int:
@@ -128,12 +142,12 @@ def compile_function(text: str, dotted: str, namespace: dict | None = None):
         if arg is not None:
             arg.annotation = None
     namespace = dict(namespace or {})
-    exec(compile(ast.fix_missing_locations(ast.Module([node], [])), dotted, "exec"), namespace)  # noqa: S102
+    exec(compile(ast.fix_missing_locations(ast.Module([node], [])), dotted, "exec"), namespace)
     return namespace[node.name]
 
 
 def run_statements(statements: list[ast.stmt], namespace: dict) -> dict:
-    exec(compile(ast.fix_missing_locations(ast.Module(statements, [])), "<fragment>", "exec"), namespace)  # noqa: S102
+    exec(compile(ast.fix_missing_locations(ast.Module(statements, [])), "<fragment>", "exec"), namespace)
     return namespace
 
 
@@ -141,8 +155,11 @@ def whitelist(text: str) -> tuple[str, list[str], list[ast.stmt]]:
     """(variable, entries, [the assignment, the `if` that raises]) in SpeculativeConfig._verify_args."""
     body = find(ast.parse(text), "SpeculativeConfig._verify_args").body
     for i, stmt in enumerate(body):
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.List) \
-                and stmt.targets[0].id in ("eagle3_target_supported", "aux_hidden_states_supported"):
+        if (
+            isinstance(stmt, ast.Assign)
+            and isinstance(stmt.value, ast.List)
+            and stmt.targets[0].id in ("eagle3_target_supported", "aux_hidden_states_supported")
+        ):
             return stmt.targets[0].id, [e.value for e in stmt.value.elts], [stmt, body[i + 1]]
     raise AssertionError("no whitelist in SpeculativeConfig._verify_args")
 
@@ -150,8 +167,9 @@ def whitelist(text: str) -> tuple[str, list[str], list[ast.stmt]]:
 def eagle3_accepts(text: str, model_type: str) -> bool:
     """Run the real whitelist check for method='eagle3' and a target reporting `model_type`."""
     _, _, statements = whitelist(text)
-    config = SimpleNamespace(method="eagle3",
-                             target_model_config=SimpleNamespace(hf_text_config=SimpleNamespace(model_type=model_type)))
+    config = SimpleNamespace(
+        method="eagle3", target_model_config=SimpleNamespace(hf_text_config=SimpleNamespace(model_type=model_type))
+    )
     try:
         run_statements(statements, {"self": config})
     except ValueError:
@@ -162,11 +180,15 @@ def eagle3_accepts(text: str, model_type: str) -> bool:
 def drafter_image_token(text: str, target_class: str, **config) -> object:
     """Run the proposer's multimodal if/elif chain for a target of `target_class` with `config`."""
     load_model = find(ast.parse(text), "SpecDecodeBaseProposer.load_model")
-    multimodal = next(n for n in ast.walk(load_model) if isinstance(n, ast.If)
-                      and ast.unparse(n.test) == "supports_multimodal(target_model)")
+    multimodal = next(
+        n
+        for n in ast.walk(load_model)
+        if isinstance(n, ast.If) and ast.unparse(n.test) == "supports_multimodal(target_model)"
+    )
     chain = next(s for s in multimodal.body if isinstance(s, ast.If))
-    proposer = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace()),
-                               get_model_name=lambda model: type(model).__name__)
+    proposer = SimpleNamespace(
+        model=SimpleNamespace(config=SimpleNamespace()), get_model_name=lambda model: type(model).__name__
+    )
     target = type(target_class, (), {})()
     target.config = SimpleNamespace(**config)
     run_statements([chain], {"self": proposer, "target_model": target})
@@ -180,6 +202,7 @@ class IntermediateTensors(dict):
 def layer_stub(index: int):
     def layer(positions, hidden_states, residual, *rest):
         return hidden_states * 2 + index, (residual or 0) + 10 * (index + 1)
+
     return layer
 
 
@@ -188,9 +211,16 @@ def deepseek_forward(text: str, *, aux=(), first=True, last=True, start=0, end=5
     pp = SimpleNamespace(is_first_rank=first, is_last_rank=last)
     stubs = {"get_pp_group": lambda: pp, "islice": islice, "IntermediateTensors": IntermediateTensors}
     forward = compile_function(text, "DeepseekV2Model.forward", stubs)
-    model = SimpleNamespace(layers=[layer_stub(i) for i in range(end)], start_layer=start, end_layer=end,
-                            aux_hidden_state_layers=aux, config=SimpleNamespace(),
-                            norm=lambda h, r: (h + r, None), embed_input_ids=None, get_input_embeddings=None)
+    model = SimpleNamespace(
+        layers=[layer_stub(i) for i in range(end)],
+        start_layer=start,
+        end_layer=end,
+        aux_hidden_state_layers=aux,
+        config=SimpleNamespace(),
+        norm=lambda h, r: (h + r, None),
+        embed_input_ids=None,
+        get_input_embeddings=None,
+    )
     return forward(model, input_ids=None, positions=None, **inputs)
 
 
@@ -220,8 +250,11 @@ def test_whitelist_accepts_deepseek_and_kimi_targets(patched, version):
     stock_text, patched_text = source(stock(version), SPEC), source(patched(version), SPEC)
     variable, stock_entries, _ = whitelist(stock_text)
     patched_variable, entries, _ = whitelist(patched_text)
-    assert patched_variable == variable == ("eagle3_target_supported" if Version(version) < Version("0.17.0")
-                                            else "aux_hidden_states_supported")
+    assert (
+        patched_variable
+        == variable
+        == ("eagle3_target_supported" if Version(version) < Version("0.17.0") else "aux_hidden_states_supported")
+    )
     assert entries == stock_entries + NEW_TARGETS
     for model_type in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k25"):
         assert eagle3_accepts(patched_text, model_type), model_type
@@ -265,24 +298,34 @@ def test_deepseek_v2_implements_supports_eagle3(patched, version):
     assert compile_function(text, "DeepseekV2ForCausalLM.get_eagle3_aux_hidden_state_layers")(model) == (2, 30, 58)
 
     init = find(module, "DeepseekV2Model.__init__")
-    [default] = [n.value for n in ast.walk(init) if isinstance(n, ast.Assign)
-                 and ast.unparse(n.targets[0]) == "self.aux_hidden_state_layers"]
-    assert eval(ast.unparse(default)) == ()  # noqa: S307 - `tuple[int, ...]()` from the file
+    [default] = [
+        n.value
+        for n in ast.walk(init)
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "self.aux_hidden_state_layers"
+    ]
+    assert eval(ast.unparse(default)) == ()
 
 
 @pytest.mark.parametrize("version", SUPPORTED)
 def test_deepseek_v2_forward_returns_aux_hidden_states_when_asked(patched, version):
     stock_text, text = source(stock(version), DEEPSEEK), source(patched(version), DEEPSEEK)
     # no aux layers: exactly the stock output
-    assert deepseek_forward(text, inputs_embeds=1, intermediate_tensors=None) == \
-        deepseek_forward(stock_text, inputs_embeds=1, intermediate_tensors=None) == reference_forward(1, 0, (), 0, 5)[0]
+    assert (
+        deepseek_forward(text, inputs_embeds=1, intermediate_tensors=None)
+        == deepseek_forward(stock_text, inputs_embeds=1, intermediate_tensors=None)
+        == reference_forward(1, 0, (), 0, 5)[0]
+    )
     # aux layers on the last rank: (hidden_states, [hidden + residual before each listed layer])
-    assert deepseek_forward(text, aux=(1, 3), inputs_embeds=1, intermediate_tensors=None) == \
-        reference_forward(1, 0, (1, 3), 0, 5) == (208, [12, 72])
+    assert (
+        deepseek_forward(text, aux=(1, 3), inputs_embeds=1, intermediate_tensors=None)
+        == reference_forward(1, 0, (1, 3), 0, 5)
+        == (208, [12, 72])
+    )
     # a later pipeline rank: absolute layer indices
     carried = IntermediateTensors(hidden_states=5, residual=4)
-    assert deepseek_forward(text, aux=(3,), first=False, start=2, end=5, intermediate_tensors=carried) == \
-        reference_forward(5, 4, (3,), 2, 5)
+    assert deepseek_forward(
+        text, aux=(3,), first=False, start=2, end=5, intermediate_tensors=carried
+    ) == reference_forward(5, 4, (3,), 2, 5)
     # not the last rank: the intermediate tensors, as stock
     middle = {"aux": (1,), "last": False, "inputs_embeds": 1, "intermediate_tensors": None}
     assert deepseek_forward(text, **middle) == deepseek_forward(stock_text, **middle)
@@ -301,8 +344,11 @@ def test_kimi_k25_delegates_supports_eagle3_to_its_language_model(patched, versi
     assert "SupportsEagle3" not in imported_names(ast.parse(source(stock(version), KIMI)))
 
     calls = []
-    language_model = SimpleNamespace(set_aux_hidden_state_layers=calls.append, layers=[None] * 61,
-                                     get_eagle3_aux_hidden_state_layers=lambda: (3, 4, 5))
+    language_model = SimpleNamespace(
+        set_aux_hidden_state_layers=calls.append,
+        layers=[None] * 61,
+        get_eagle3_aux_hidden_state_layers=lambda: (3, 4, 5),
+    )
     kimi = SimpleNamespace(language_model=language_model)
     compile_function(text, f"{KIMI_CLASS}.set_aux_hidden_state_layers")(kimi, (4, 5))
     layers = compile_function(text, f"{KIMI_CLASS}.get_eagle3_aux_hidden_state_layers")(kimi)
@@ -343,8 +389,10 @@ def test_contract_holds_on_upstream_code(version):
     assert all(r.ok for r in results), [r.message for r in results if not r.ok]
     assert {r.path for r in results} >= {proposer_file(version), DEEPSEEK, KIMI}
     # and the behaviour the contract stands for
-    assert drafter_image_token(source(tree, proposer_file(version)), KIMI_CLASS,
-                               media_placeholder_token_id=MEDIA_TOKEN) == MEDIA_TOKEN
+    assert (
+        drafter_image_token(source(tree, proposer_file(version)), KIMI_CLASS, media_placeholder_token_id=MEDIA_TOKEN)
+        == MEDIA_TOKEN
+    )
     if has_whitelist(version):
         assert all(eagle3_accepts(source(tree, SPEC), t) for t in NEW_TARGETS)
     else:
@@ -358,7 +406,7 @@ def drop_method(text: str, cls: str, method: str) -> str:
     node = find(ast.parse(text), f"{cls}.{method}")
     lines = text.splitlines(keepends=True)
     end = node.end_lineno + (1 if lines[node.end_lineno].strip() == "" else 0)
-    return "".join(lines[:node.lineno - 1] + lines[end:])
+    return "".join(lines[: node.lineno - 1] + lines[end:])
 
 
 def drop_line(text: str, line: str) -> str:
@@ -373,15 +421,24 @@ def drop_kimi_branch(text: str) -> str:
 
 
 PLANTED = {
-    "method deleted": (DEEPSEEK, lambda t: drop_method(t, "DeepseekV2ForCausalLM", "set_aux_hidden_state_layers"),
-                       ["DeepseekV2ForCausalLM lacks method(s) set_aux_hidden_state_layers ("]),
-    "kimi_k2 dropped": (SPEC, lambda t: drop_line(t, '            "kimi_k2",\n'),
-                        ["eagle3_target_supported in SpeculativeConfig._verify_args does not accept model type(s) "
-                         "kimi_k2 ("]),
-    "kimi branch dropped": (EAGLE, drop_kimi_branch,
-                            ["unguarded read of target_model.config.image_token_index (line ",
-                             "SpecDecodeBaseProposer.load_model does not read "
-                             "target_model.config.media_placeholder_token_id"]),
+    "method deleted": (
+        DEEPSEEK,
+        lambda t: drop_method(t, "DeepseekV2ForCausalLM", "set_aux_hidden_state_layers"),
+        ["DeepseekV2ForCausalLM lacks method(s) set_aux_hidden_state_layers ("],
+    ),
+    "kimi_k2 dropped": (
+        SPEC,
+        lambda t: drop_line(t, '            "kimi_k2",\n'),
+        ["eagle3_target_supported in SpeculativeConfig._verify_args does not accept model type(s) kimi_k2 ("],
+    ),
+    "kimi branch dropped": (
+        EAGLE,
+        drop_kimi_branch,
+        [
+            "unguarded read of target_model.config.image_token_index (line ",
+            "SpecDecodeBaseProposer.load_model does not read target_model.config.media_placeholder_token_id",
+        ],
+    ),
 }
 
 
@@ -408,7 +465,7 @@ def test_planted_fault_in_real_patched_file_fails_verify_naming_it(patched, run,
     assert result.exit_code == 1
     failed = [c["message"] for c in json.loads(result.stdout)["checks"] if c["check"] == "contract" and not c["ok"]]
     assert len(failed) == len(expected), failed
-    for message, wanted in zip(failed, expected):
+    for message, wanted in zip(failed, expected, strict=False):
         assert message.startswith(wanted), message
 
     before = snapshot(target)

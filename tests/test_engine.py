@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import SPEC_PY, make_patch, write_tree
+
 from patchkit.errors import BadInput
 from patchkit.patchfile import parse_patch
 from patchkit.plan import ALREADY, CONFLICT, WILL_CHANGE, plan_apply, plan_revert
@@ -74,8 +74,9 @@ def test_no_newline_at_end_of_file_both_ways(tmp_path, scratch):
     assert b"\\ No newline at end of file" in raw
     plan = plan_apply(root, [parse_patch(raw, "p")])
     assert plan.changes["vllm/a.py"] == (b"A = 1\nB = 2", b"A = 1\nB = 3\n")
-    raw_back = make_patch(scratch, write_tree(tmp_path / "u", files={"vllm/a.py": "A = 1\nB = 3\n"}),
-                          {"vllm/a.py": "A = 1\nB = 2"})
+    raw_back = make_patch(
+        scratch, write_tree(tmp_path / "u", files={"vllm/a.py": "A = 1\nB = 3\n"}), {"vllm/a.py": "A = 1\nB = 2"}
+    )
     plan = plan_apply(tmp_path / "u", [parse_patch(raw_back, "p")])
     assert plan.changes["vllm/a.py"][1] == b"A = 1\nB = 2"
 
@@ -121,30 +122,37 @@ def test_series_where_a_later_patch_edits_an_earlier_ones_lines(tree, scratch):
     assert b'"deepseek_v3"' in plan.changes[SPEC][1]
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (b"", "contains no diff"),
-    (b"Description: nothing here\n", "contains no diff"),
-    (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,3 +1,3 @@\n x\n-y\n", "malformed"),
-    (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,1 +1,1 @@\n x\n", "changes nothing"),
-    (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-\x00\n+y\n", "binary"),
-    (b"--- a/../etc/passwd\n+++ b/../etc/passwd\n@@ -1 +1 @@\n-x\n+y\n", "unsafe path"),
-    (b"--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-x\n+y\n", "unsafe path"),
-    (b"--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-x\n+y\n", "outside the patched package"),
-    (b"diff --git a/vllm/x.so b/vllm/x.so\nBinary files a/vllm/x.so and b/vllm/x.so differ\n", "binary"),
-    # cut off after a header line: git ignores the unterminated line, unidiff reads an empty new file
-    (b"diff --git a/vllm/x.py b/vllm/x.py\nnew file mode 100644", "looks truncated"),
-    (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-x\n+y", "looks truncated"),
-    (b"diff --git a/vllm/l.py b/vllm/l.py\nnew file mode 120000\n--- /dev/null\n+++ b/vllm/l.py\n@@ -0,0 +1 @@\n+x\n",
-     "only regular files"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (b"", "contains no diff"),
+        (b"Description: nothing here\n", "contains no diff"),
+        (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,3 +1,3 @@\n x\n-y\n", "malformed"),
+        (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,1 +1,1 @@\n x\n", "changes nothing"),
+        (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-\x00\n+y\n", "binary"),
+        (b"--- a/../etc/passwd\n+++ b/../etc/passwd\n@@ -1 +1 @@\n-x\n+y\n", "unsafe path"),
+        (b"--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-x\n+y\n", "unsafe path"),
+        (b"--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-x\n+y\n", "outside the patched package"),
+        (b"diff --git a/vllm/x.so b/vllm/x.so\nBinary files a/vllm/x.so and b/vllm/x.so differ\n", "binary"),
+        # cut off after a header line: git ignores the unterminated line, unidiff reads an empty new file
+        (b"diff --git a/vllm/x.py b/vllm/x.py\nnew file mode 100644", "looks truncated"),
+        (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-x\n+y", "looks truncated"),
+        (
+            b"diff --git a/vllm/l.py b/vllm/l.py\nnew file mode 120000\n--- /dev/null\n+++ b/vllm/l.py\n@@ -0,0 +1 @@\n+x\n",
+            "only regular files",
+        ),
+    ],
+)
 def test_bad_diffs_are_clean_errors(raw, fragment):
     with pytest.raises(BadInput, match=fragment):
         parse_patch(raw, "bad.patch")
 
 
 def test_dep3_header_is_parsed(tree, scratch):
-    header = ("Description: Accept DeepSeek\n more text on a continuation line\nOrigin: patchkit\n"
-              "Forwarded: not-needed\nApplied-Upstream: 0.18.0\nLast-Update: 2026-11-29\n")
+    header = (
+        "Description: Accept DeepSeek\n more text on a continuation line\nOrigin: patchkit\n"
+        "Forwarded: not-needed\nApplied-Upstream: 0.18.0\nLast-Update: 2026-11-29\n"
+    )
     patch = parse_patch(make_patch(scratch, tree, {SPEC: patched_spec()}, header=header), "p")
     assert patch.description == "Accept DeepSeek"
     assert patch.header["Applied-Upstream"] == "0.18.0"

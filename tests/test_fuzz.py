@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -21,18 +21,19 @@ MODEL = "vllm/models/model.py"
 def mutations(draw, raw: bytes) -> bytes:
     lines = raw.split(b"\n")
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["flip", "insert", "delete", "counts", "drop-line", "dup-line", "header",
-                                     "truncate"]))
+        kind = draw(
+            st.sampled_from(["flip", "insert", "delete", "counts", "drop-line", "dup-line", "header", "truncate"])
+        )
         blob = b"\n".join(lines)
         if kind == "flip" and blob:
             at = draw(st.integers(0, len(blob) - 1))
-            blob = blob[:at] + bytes([draw(st.integers(0, 255))]) + blob[at + 1:]
+            blob = blob[:at] + bytes([draw(st.integers(0, 255))]) + blob[at + 1 :]
         elif kind == "insert":
             at = draw(st.integers(0, len(blob)))
             blob = blob[:at] + draw(st.binary(min_size=1, max_size=8)) + blob[at:]
         elif kind == "delete" and blob:
             at = draw(st.integers(0, len(blob) - 1))
-            blob = blob[:at] + blob[at + draw(st.integers(1, 16)):]
+            blob = blob[:at] + blob[at + draw(st.integers(1, 16)) :]
         elif kind == "counts":
             headers = [i for i, line in enumerate(lines) if line.startswith(b"@@ ")]
             if headers:
@@ -42,17 +43,28 @@ def mutations(draw, raw: bytes) -> bytes:
                 blob = b"\n".join(lines)
         elif kind in ("drop-line", "dup-line") and lines:
             i = draw(st.integers(0, len(lines) - 1))
-            lines = lines[:i] + lines[i + 1:] if kind == "drop-line" else lines[:i + 1] + lines[i:]
+            lines = lines[:i] + lines[i + 1 :] if kind == "drop-line" else lines[: i + 1] + lines[i:]
             blob = b"\n".join(lines)
         elif kind == "header":
             heads = [i for i, line in enumerate(lines) if line.startswith((b"---", b"+++", b"diff --git"))]
             if heads:
                 i = draw(st.sampled_from(heads))
-                lines[i] = draw(st.sampled_from([b"--- /dev/null", b"+++ /dev/null", b"--- a/vllm/other.py",
-                                                 b"+++ b/../x.py", b"diff --git a/x b/y", b"", b"+++ b/vllm/"]))
+                lines[i] = draw(
+                    st.sampled_from(
+                        [
+                            b"--- /dev/null",
+                            b"+++ /dev/null",
+                            b"--- a/vllm/other.py",
+                            b"+++ b/../x.py",
+                            b"diff --git a/x b/y",
+                            b"",
+                            b"+++ b/vllm/",
+                        ]
+                    )
+                )
                 blob = b"\n".join(lines)
         elif kind == "truncate":
-            blob = blob[:draw(st.integers(0, len(blob)))]
+            blob = blob[: draw(st.integers(0, len(blob)))]
         lines = blob.split(b"\n")
     return b"\n".join(lines)
 
@@ -105,9 +117,15 @@ def git_apply_result_from_stock(stock: dict[str, bytes], tree: Path, patch: Path
 def small_case(tmp_path_factory):
     work = tmp_path_factory.mktemp("fuzz-small")
     tree = write_tree(work / "site")
-    raw = make_patch(work, tree, {SPEC: SPEC_PY.replace('"qwen",\n', '"qwen",\n    "deepseek",\n'),
-                                  MODEL: MODEL_PY.replace("return x", "return x + 1"),
-                                  "vllm/extra.py": "EXTRA = True\n"})
+    raw = make_patch(
+        work,
+        tree,
+        {
+            SPEC: SPEC_PY.replace('"qwen",\n', '"qwen",\n    "deepseek",\n'),
+            MODEL: MODEL_PY.replace("return x", "return x + 1"),
+            "vllm/extra.py": "EXTRA = True\n",
+        },
+    )
     return tree, raw
 
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
+
 from patchkit.checks import ERROR, WARNING
 from patchkit.fetch import record_hash
 
@@ -33,8 +33,11 @@ def record_for(root: Path, paths: list[str]) -> bytes:
 
 def write_record(root: Path, version: str = "0.16.0", paths: list[str] | None = None) -> Path:
     """A RECORD as pip writes it, for the tree as it is now (by default every file under vllm/)."""
-    paths = paths if paths is not None else sorted(p.relative_to(root).as_posix()
-                                                     for p in (root / "vllm").rglob("*") if p.is_file())
+    paths = (
+        paths
+        if paths is not None
+        else sorted(p.relative_to(root).as_posix() for p in (root / "vllm").rglob("*") if p.is_file())
+    )
     record = root / f"vllm-{version}.dist-info" / "RECORD"
     record.write_bytes(record_for(root, paths) + f"vllm-{version}.dist-info/RECORD,,\n".encode())
     return record
@@ -42,8 +45,10 @@ def write_record(root: Path, version: str = "0.16.0", paths: list[str] | None = 
 
 @pytest.fixture
 def library(tmp_path, tree, scratch):
-    patches = [make_patch(scratch, tree, {SPEC: PATCHED_SPEC}, "Description: accept deepseek\n"),
-               make_patch(scratch, tree, {MODEL: PATCHED_MODEL}, "Description: model\n")]
+    patches = [
+        make_patch(scratch, tree, {SPEC: PATCHED_SPEC}, "Description: accept deepseek\n"),
+        make_patch(scratch, tree, {MODEL: PATCHED_MODEL}, "Description: model\n"),
+    ]
     return write_library(tmp_path / "lib", {"0.16.0": patches})
 
 
@@ -62,8 +67,10 @@ def test_stock_files_pass_and_stay_verified_once_patched(run, tree, library):
     result, data = apply(run, tree, library)
     assert result.exit_code == 0, result.output
     rows = integrity_rows(data["checks"])
-    assert rows == {SPEC: (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD"),
-                    MODEL: (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD")}
+    assert rows == {
+        SPEC: (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD"),
+        MODEL: (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD"),
+    }
 
     verified = run("verify", "--target", tree, "--patches", library, "--format", "json")
     assert verified.exit_code == 0, verified.output
@@ -155,8 +162,7 @@ def publish_in_cache(cache: Path, version: str, stock: dict[str, str]) -> None:
     write_record(wheel, version, sorted(stock))
 
 
-def test_the_published_wheels_record_from_the_fetch_cache_is_used_too(run, tmp_path, tree, library,
-                                                                       empty_fetch_cache):
+def test_the_published_wheels_record_from_the_fetch_cache_is_used_too(run, tmp_path, tree, library, empty_fetch_cache):
     publish_in_cache(empty_fetch_cache, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY + "# vendor build\n"})
 
     # No RECORD in the tree: the published one vouches for spec.py; model.py differs: a warning only.

@@ -11,29 +11,32 @@ from pathlib import Path
 
 import git
 import pytest
-
 from conftest import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
+
 from patchkit.errors import FetchError
 from patchkit.library import PATCH, load_set, select
+from patchkit.maintainer.common import META, conflict_lines, git_diff, merge_file, split_header
 from patchkit.patchfile import parse_patch
 from patchkit.plan import WILL_CHANGE, plan_apply
 from patchkit.version import parse
-from patchkit.maintainer.common import META, conflict_lines, git_diff, merge_file, split_header
 
 TODAY = datetime.date.today().isoformat()
 OLD_DATE = "2020-01-01"
 
 SPEC_PATCHED = SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
-MODEL_PATCHED = (MODEL_PY.replace("import SupportsLoRA, SupportsPP", "import SupportsEagle3, SupportsLoRA, SupportsPP")
-                 .replace("class Model(SupportsLoRA", "class Model(SupportsEagle3, SupportsLoRA"))
+MODEL_PATCHED = MODEL_PY.replace(
+    "import SupportsLoRA, SupportsPP", "import SupportsEagle3, SupportsLoRA, SupportsPP"
+).replace("class Model(SupportsLoRA", "class Model(SupportsEagle3, SupportsLoRA")
 STOCK = {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY}
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
 
 
 def header(title: str) -> str:
-    return (f"Description: {title}\n A longer explanation\n over two lines.\nOrigin: patchkit\n"
-            f"Forwarded: not-needed\nLast-Update: {OLD_DATE}\n")
+    return (
+        f"Description: {title}\n A longer explanation\n over two lines.\nOrigin: patchkit\n"
+        f"Forwarded: not-needed\nLast-Update: {OLD_DATE}\n"
+    )
 
 
 @pytest.fixture
@@ -58,12 +61,16 @@ def releases(tmp_path, monkeypatch):
 def library(tmp_path, releases) -> Path:
     """Set `demo`: 0.16.0 has 0001 (spec.py) and 0002 (model.py), diffs as git writes them."""
     stock = write_tree(tmp_path / "stock-0.16.0", "0.16.0", STOCK)
-    patches = [make_patch(tmp_path, stock, {SPEC: SPEC_PATCHED}, header("Accept deepseek")),
-               make_patch(tmp_path, stock, {MODEL: MODEL_PATCHED}, header("Model supports eagle3"))]
+    patches = [
+        make_patch(tmp_path, stock, {SPEC: SPEC_PATCHED}, header("Accept deepseek")),
+        make_patch(tmp_path, stock, {MODEL: MODEL_PATCHED}, header("Model supports eagle3")),
+    ]
     root = write_library(tmp_path / "lib", {"0.16.0": patches})
     text = (root / "demo" / "set.toml").read_text()
-    (root / "demo" / "set.toml").write_text("# the demo set\n" + text.replace(
-        'versions = "==0.16.0"', 'versions = "==0.16.0"   # a comment that must survive'))
+    (root / "demo" / "set.toml").write_text(
+        "# the demo set\n"
+        + text.replace('versions = "==0.16.0"', 'versions = "==0.16.0"   # a comment that must survive')
+    )
     return root
 
 
@@ -99,6 +106,7 @@ def refresh(run, ws: Path, *args):
 
 # -- workspace -------------------------------------------------------------------------------------
 
+
 def test_workspace_is_a_stock_commit_then_the_series(run, library, tmp_path):
     ws = make_workspace(run, library, tmp_path / "ws")
     repo = git.Repo(ws)
@@ -116,8 +124,10 @@ def test_workspace_is_a_stock_commit_then_the_series(run, library, tmp_path):
     assert meta["version"] == "0.16.0" and meta["set_name"] == "demo"
     assert meta["series_dir"] == str((library / "demo" / "0.16.0").resolve())
     assert meta["stock_commit"] == stock.hexsha
-    assert [(p["name"], p["files"]) for p in meta["patches"]] == [("0001-change.patch", [SPEC]),
-                                                                   ("0002-change.patch", [MODEL])]
+    assert [(p["name"], p["files"]) for p in meta["patches"]] == [
+        ("0001-change.patch", [SPEC]),
+        ("0002-change.patch", [MODEL]),
+    ]
     assert meta["patches"][0]["header"] == header("Accept deepseek")
 
 
@@ -127,8 +137,7 @@ def test_workspace_status_sees_the_series_applied(run, library, tmp_path):
     assert json.loads(result.stdout)["state"] == "applied"
 
 
-def test_workspace_defaults_to_vllm_version_workspace_and_refuses_a_non_empty_dir(run, library, tmp_path,
-                                                                                  monkeypatch):
+def test_workspace_defaults_to_vllm_version_workspace_and_refuses_a_non_empty_dir(run, library, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert run("workspace", "0.16.0", "--patches", library).exit_code == 0
     assert (tmp_path / "vllm-0.16.0-workspace" / ".git").is_dir()
@@ -165,6 +174,7 @@ def test_workspace_that_cannot_be_made_leaves_no_half_made_directory(run, librar
 
 # -- refresh ---------------------------------------------------------------------------------------
 
+
 def test_refresh_without_edits_leaves_the_library_byte_identical(run, library, tmp_path):
     ws = make_workspace(run, library, tmp_path / "ws")
     before = files_of(library)
@@ -183,13 +193,17 @@ def test_refresh_writes_the_edit_into_its_patch_keeping_the_header(run, library,
 
     result, report = refresh(run, ws)
     assert result.exit_code == 0, result.output
-    assert [(p["name"], p["state"]) for p in report["patches"]] == [("0001-change.patch", "updated"),
-                                                                    ("0002-change.patch", "unchanged")]
+    assert [(p["name"], p["state"]) for p in report["patches"]] == [
+        ("0001-change.patch", "updated"),
+        ("0002-change.patch", "unchanged"),
+    ]
     text = (series_dir / "0001-change.patch").read_text()
     head, body = split_header(text)
     assert head == header("Accept deepseek").replace(OLD_DATE, TODAY)
-    assert text.startswith(head + "---\ndiff --git a/vllm/config/spec.py b/vllm/config/spec.py\n"
-                                  "--- a/vllm/config/spec.py\n+++ b/vllm/config/spec.py\n@@ ")
+    assert text.startswith(
+        head + "---\ndiff --git a/vllm/config/spec.py b/vllm/config/spec.py\n"
+        "--- a/vllm/config/spec.py\n+++ b/vllm/config/spec.py\n@@ "
+    )
     assert "\nindex " not in text
     assert '+    "kimi",\n' in body
     assert (series_dir / "0002-change.patch").read_bytes() == untouched
@@ -230,8 +244,11 @@ def test_refresh_puts_a_newly_changed_file_in_the_last_patch(run, library, tmp_p
     (ws / "vllm" / "new_module.py").write_text("VALUE = 1\n")
     result, report = refresh(run, ws)
     assert result.exit_code == 0, result.output
-    assert report["patches"][-1] == {"name": "0002-change.patch", "state": "updated",
-                                     "files": [MODEL, "vllm/new_module.py"]}
+    assert report["patches"][-1] == {
+        "name": "0002-change.patch",
+        "state": "updated",
+        "files": [MODEL, "vllm/new_module.py"],
+    }
     assert any("no patch touched it" in note for note in report["notes"])
     text = (library / "demo" / "0.16.0" / "0002-change.patch").read_text()
     assert "diff --git a/vllm/new_module.py b/vllm/new_module.py\nnew file mode 100644\n--- /dev/null\n" in text
@@ -244,14 +261,21 @@ def test_refresh_new_patch_option_starts_a_new_patch(run, library, tmp_path):
     result, report = refresh(run, ws, "--new-patch", "add new module")
     assert result.exit_code == 0, result.output
     assert [(p["name"], p["state"]) for p in report["patches"]] == [
-        ("0001-change.patch", "unchanged"), ("0002-change.patch", "unchanged"),
-        ("0003-add-new-module.patch", "new")]
+        ("0001-change.patch", "unchanged"),
+        ("0002-change.patch", "unchanged"),
+        ("0003-add-new-module.patch", "new"),
+    ]
     series_dir = library / "demo" / "0.16.0"
     assert [line.split()[0] for line in (series_dir / "series").read_text().splitlines()] == [
-        "0001-change.patch", "0002-change.patch", "0003-add-new-module.patch"]
+        "0001-change.patch",
+        "0002-change.patch",
+        "0003-add-new-module.patch",
+    ]
     text = (series_dir / "0003-add-new-module.patch").read_text()
-    assert text.startswith(f"Description: add new module\nOrigin: patchkit\nForwarded: not-needed\n"
-                           f"Last-Update: {TODAY}\n---\ndiff --git a/vllm/new_module.py")
+    assert text.startswith(
+        f"Description: add new module\nOrigin: patchkit\nForwarded: not-needed\n"
+        f"Last-Update: {TODAY}\n---\ndiff --git a/vllm/new_module.py"
+    )
 
 
 def test_refresh_drops_a_patch_whose_change_was_undone(run, library, tmp_path):
@@ -267,8 +291,9 @@ def test_refresh_drops_a_patch_whose_change_was_undone(run, library, tmp_path):
 
 def test_refresh_refuses_conflict_markers(run, library, tmp_path):
     ws = make_workspace(run, library, tmp_path / "ws")
-    (ws / SPEC).write_text(SPEC_PATCHED.replace('    "deepseek",\n', '<<<<<<< ours\n    "deepseek",\n=======\n'
-                                                                    '>>>>>>> theirs\n'))
+    (ws / SPEC).write_text(
+        SPEC_PATCHED.replace('    "deepseek",\n', '<<<<<<< ours\n    "deepseek",\n=======\n>>>>>>> theirs\n')
+    )
     before = files_of(library)
     result, _ = refresh(run, ws)
     assert result.exit_code == 1
@@ -285,12 +310,15 @@ def test_refresh_outside_a_workspace_is_bad_input(run, tmp_path):
 def test_refresh_splits_a_file_two_patches_change(run, tmp_path, releases):
     """0002 and 0003 both change spec.py: an edit near 0003's lines stays in 0003, 0002 is kept."""
     stock = write_tree(tmp_path / "stock", "0.16.0", STOCK)
-    first = SPEC_PY.replace('import os\n', 'import os\nimport sys\n')
+    first = SPEC_PY.replace("import os\n", "import os\nimport sys\n")
     both = first.replace("return any(", "return bool(model_type) and any(")
-    patches = [make_patch(tmp_path, stock, {MODEL: MODEL_PATCHED}, header("model")),
-               make_patch(tmp_path, stock, {SPEC: first}, header("import sys")),
-               make_patch(tmp_path, write_tree(tmp_path / "mid", "0.16.0", {**STOCK, SPEC: first}),
-                          {SPEC: both}, header("guard"))]
+    patches = [
+        make_patch(tmp_path, stock, {MODEL: MODEL_PATCHED}, header("model")),
+        make_patch(tmp_path, stock, {SPEC: first}, header("import sys")),
+        make_patch(
+            tmp_path, write_tree(tmp_path / "mid", "0.16.0", {**STOCK, SPEC: first}), {SPEC: both}, header("guard")
+        ),
+    ]
     lib = write_library(tmp_path / "lib", {"0.16.0": patches})
     ws = make_workspace(run, lib, tmp_path / "ws")
     assert (ws / SPEC).read_text() == both
@@ -336,9 +364,10 @@ def test_refresh_checks_the_releases_sharing_the_series(run, tmp_path, releases)
 
 # -- port ------------------------------------------------------------------------------------------
 
+
 def shifted(text: str) -> str:
     """What a new release typically does: lines added above the patched region."""
-    return text.replace('import os\n', 'import os\nimport re\nimport typing\n')
+    return text.replace("import os\n", "import os\nimport re\nimport typing\n")
 
 
 def test_port_clean_writes_the_new_series_and_a_release_entry(run, library, releases, tmp_path):
@@ -357,11 +386,14 @@ def test_port_clean_writes_the_new_series_and_a_release_entry(run, library, rele
     assert [[f.path for f in p.files] for p in ported.patches] == [[SPEC], [MODEL]]
     v1 = {p.name: p for p in series_patches(library, "0.16.0").patches}
     for patch in ported.patches:
-        assert {k: v for k, v in patch.header.items() if k != "Last-Update"} == \
-            {k: v for k, v in v1[patch.name].header.items() if k != "Last-Update"}
+        assert {k: v for k, v in patch.header.items() if k != "Last-Update"} == {
+            k: v for k, v in v1[patch.name].header.items() if k != "Last-Update"
+        }
     assert ported.patches[0].header["Last-Update"] == TODAY  # its hunk moved: a new diff
     assert apply_library(library, "0.17.0", releases["0.17.0"]) == {
-        SPEC: shifted(SPEC_PATCHED).encode(), MODEL: (MODEL_PATCHED + "\n\nNEW_IN_017 = 1\n").encode()}
+        SPEC: shifted(SPEC_PATCHED).encode(),
+        MODEL: (MODEL_PATCHED + "\n\nNEW_IN_017 = 1\n").encode(),
+    }
     assert run("list", "--patches", library).exit_code == 0
 
 
@@ -401,8 +433,10 @@ def test_port_conflict_leaves_a_workspace_then_refresh_finishes(run, library, re
     assert result.exit_code == 0, result.output
     assert [p["state"] for p in report["patches"]] == ["new", "new"]
     assert 'versions = "==0.17.0"' in report["registered"]
-    assert apply_library(library, "0.17.0", releases["0.17.0"]) == {SPEC: resolved.encode(),
-                                                                     MODEL: MODEL_PATCHED.encode()}
+    assert apply_library(library, "0.17.0", releases["0.17.0"]) == {
+        SPEC: resolved.encode(),
+        MODEL: MODEL_PATCHED.encode(),
+    }
     assert (library / "demo" / "set.toml").read_text().count('versions = "==0.17.0"') == 1
 
 
@@ -417,8 +451,10 @@ def test_two_ports_resolved_twice_register_the_release_once(run, library, releas
         assert result.exit_code == 0, result.output
     assert any("already has an entry" in note for note in report["notes"])
     assert (library / "demo" / "set.toml").read_text().count('versions = "==0.17.0"') == 1
-    assert apply_library(library, "0.17.0", releases["0.17.0"])[SPEC] == \
-        theirs.replace('    "mistral",\n', '    "mistral",\n    "deepseek",\n').encode()
+    assert (
+        apply_library(library, "0.17.0", releases["0.17.0"])[SPEC]
+        == theirs.replace('    "mistral",\n', '    "mistral",\n    "deepseek",\n').encode()
+    )
 
 
 def test_port_to_a_release_that_has_the_change_writes_nothing(run, library, releases, tmp_path):
@@ -448,8 +484,11 @@ def test_port_with_the_same_stock_files_points_at_the_old_directory(run, library
     assert result.exit_code == 0, result.output
     assert "same series as 0.16.0" in result.output
     assert not (library / "demo" / "0.16.1").exists()
-    assert (library / "demo" / "set.toml").read_text().endswith(
-        '\n[[releases]]\nversions = "==0.16.1"      # same series as 0.16.0\ndir = "0.16.0"\n')
+    assert (
+        (library / "demo" / "set.toml")
+        .read_text()
+        .endswith('\n[[releases]]\nversions = "==0.16.1"      # same series as 0.16.0\ndir = "0.16.0"\n')
+    )
     assert series_patches(library, "0.16.1").release.directory.name == "0.16.0"
 
 
@@ -470,14 +509,24 @@ def test_port_to_a_release_missing_a_patched_file_is_a_conflict(run, library, re
 
 # -- the git helpers -------------------------------------------------------------------------------
 
+
 def test_git_diff_is_in_the_library_form_for_new_changed_and_deleted_files():
-    diffs = git_diff({"vllm/a.py": (None, b"x\n"), "vllm/b.py": (b"1\n2\n", b"1\n3"), "vllm/c.py": (b"z\n", None),
-                      "vllm/same.py": (b"s\n", b"s\n")})
+    diffs = git_diff(
+        {
+            "vllm/a.py": (None, b"x\n"),
+            "vllm/b.py": (b"1\n2\n", b"1\n3"),
+            "vllm/c.py": (b"z\n", None),
+            "vllm/same.py": (b"s\n", b"s\n"),
+        }
+    )
     assert set(diffs) == {"vllm/a.py", "vllm/b.py", "vllm/c.py"}
-    assert diffs["vllm/a.py"] == ("diff --git a/vllm/a.py b/vllm/a.py\nnew file mode 100644\n--- /dev/null\n"
-                                  "+++ b/vllm/a.py\n@@ -0,0 +1 @@\n+x\n")
-    assert diffs["vllm/b.py"] == ("diff --git a/vllm/b.py b/vllm/b.py\n--- a/vllm/b.py\n+++ b/vllm/b.py\n"
-                                  "@@ -1,2 +1,2 @@\n 1\n-2\n+3\n\\ No newline at end of file\n")
+    assert diffs["vllm/a.py"] == (
+        "diff --git a/vllm/a.py b/vllm/a.py\nnew file mode 100644\n--- /dev/null\n+++ b/vllm/a.py\n@@ -0,0 +1 @@\n+x\n"
+    )
+    assert diffs["vllm/b.py"] == (
+        "diff --git a/vllm/b.py b/vllm/b.py\n--- a/vllm/b.py\n+++ b/vllm/b.py\n"
+        "@@ -1,2 +1,2 @@\n 1\n-2\n+3\n\\ No newline at end of file\n"
+    )
     assert diffs["vllm/c.py"].startswith("diff --git a/vllm/c.py b/vllm/c.py\ndeleted file mode 100644\n")
     patch = parse_patch("".join(diffs.values()).encode(), "all")
     assert [f.kind for f in patch.files] == ["add", "modify", "delete"]
@@ -495,11 +544,13 @@ def test_merge_file_merges_or_marks_conflicts():
 
 # -- real releases ---------------------------------------------------------------------------------
 
+
 def upstream_then_ours(text: str) -> str:
     """Resolve each conflict block by keeping the new release's lines, then the patch's: the
     resolution for "both sides appended to the same list" (how the library's 0.17.0 series reads)."""
-    return re.sub(r"<<<<<<< [^\n]*\n(.*?)=======\n(.*?)>>>>>>> [^\n]*\n",
-                  lambda m: m.group(2) + m.group(1), text, flags=re.S)
+    return re.sub(
+        r"<<<<<<< [^\n]*\n(.*?)=======\n(.*?)>>>>>>> [^\n]*\n", lambda m: m.group(2) + m.group(1), text, flags=re.S
+    )
 
 
 @pytest.mark.release
@@ -521,10 +572,13 @@ def test_porting_the_real_0_16_0_set_gives_the_library_series(run, tmp_path, ver
     assert result.exit_code == 0, result.output
 
     library = series_patches_of(default_root() / "eagle3", version)
-    ported = [parse_patch((out / name).read_bytes(), name)
-              for name in (line.split()[0] for line in (out / "series").read_text().splitlines())]
-    assert [(p.name, [f.path for f in p.files]) for p in ported] == \
-        [(p.name, [f.path for f in p.files]) for p in library]
+    ported = [
+        parse_patch((out / name).read_bytes(), name)
+        for name in (line.split()[0] for line in (out / "series").read_text().splitlines())
+    ]
+    assert [(p.name, [f.path for f in p.files]) for p in ported] == [
+        (p.name, [f.path for f in p.files]) for p in library
+    ]
 
     tree = release_tree(version, sorted({f.path for p in library for f in p.files}))
     ours, theirs = plan_apply(tree, ported), plan_apply(tree, library)
@@ -533,15 +587,22 @@ def test_porting_the_real_0_16_0_set_gives_the_library_series(run, tmp_path, ver
     for path in theirs.changes:
         assert ours.content(path) == theirs.content(path), path  # byte-identical patched files
 
-    same_hunks = all(a.files == b.files for a, b in zip(ported, library))
-    same_text = all(split_header(a.raw.decode())[1] == split_header(b.raw.decode())[1]
-                    for a, b in zip(ported, library))
-    same_headers = all({k: v for k, v in a.header.items() if k != "Last-Update"}
-                       == {k: v for k, v in b.header.items() if k != "Last-Update"} for a, b in zip(ported, library))
+    same_hunks = all(a.files == b.files for a, b in zip(ported, library, strict=False))
+    same_text = all(
+        split_header(a.raw.decode())[1] == split_header(b.raw.decode())[1]
+        for a, b in zip(ported, library, strict=False)
+    )
+    same_headers = all(
+        {k: v for k, v in a.header.items() if k != "Last-Update"}
+        == {k: v for k, v in b.header.items() if k != "Last-Update"}
+        for a, b in zip(ported, library, strict=False)
+    )
     assert same_hunks and same_headers
     with capsys.disabled():
-        print(f"\nport 0.16.0 -> {version}: conflicts in {sorted(conflicted) or 'none'}; patched files "
-              f"byte-identical; diff texts identical to the library's: {same_text}")
+        print(
+            f"\nport 0.16.0 -> {version}: conflicts in {sorted(conflicted) or 'none'}; patched files "
+            f"byte-identical; diff texts identical to the library's: {same_text}"
+        )
 
 
 def series_patches_of(set_dir: Path, version: str):

@@ -16,21 +16,21 @@ import venv
 from pathlib import Path
 
 import pytest
+from conftest import make_patch, snapshot, write_library, write_tree
 
 from patchkit.checks.probe import module_name
 from patchkit.library import default_root
-from conftest import make_patch, snapshot, write_library, write_tree
 
-INTERFACES = textwrap.dedent('''\
+INTERFACES = textwrap.dedent("""\
     class SupportsEagle3:
         pass
 
 
     def supports_eagle3(model):
         return isinstance(model, type) and issubclass(model, SupportsEagle3)
-    ''')
+    """)
 
-DEEPSEEK = textwrap.dedent('''\
+DEEPSEEK = textwrap.dedent("""\
     from .interfaces import SupportsEagle3
 
 
@@ -40,19 +40,20 @@ DEEPSEEK = textwrap.dedent('''\
 
     class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):
         pass
-    ''')
+    """)
 
-KIMI = textwrap.dedent('''\
+KIMI = textwrap.dedent("""\
     from .deepseek_v2 import DeepseekV2ForCausalLM
 
 
     class KimiK25ForConditionalGeneration:
         pass
-    ''')
+    """)
 
 DEEPSEEK_PATCHED = DEEPSEEK.replace("class DeepseekV2ForCausalLM:", "class DeepseekV2ForCausalLM(SupportsEagle3):")
-KIMI_PATCHED = KIMI.replace("DeepseekV2ForCausalLM\n", "DeepseekV2ForCausalLM\nfrom .interfaces import SupportsEagle3\n") \
-    .replace("class KimiK25ForConditionalGeneration:", "class KimiK25ForConditionalGeneration(SupportsEagle3):")
+KIMI_PATCHED = KIMI.replace(
+    "DeepseekV2ForCausalLM\n", "DeepseekV2ForCausalLM\nfrom .interfaces import SupportsEagle3\n"
+).replace("class KimiK25ForConditionalGeneration:", "class KimiK25ForConditionalGeneration(SupportsEagle3):")
 
 MODELS = "vllm/model_executor/models"
 # Each import of the fake vllm leaves a mark, so a test can tell whether the probe imported it.
@@ -66,11 +67,25 @@ def fake_vllm(tmp_path, monkeypatch):
     home = tmp_path / "env"
     venv.create(home, with_pip=False)
     python = home / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
-    write_tree(site, "0.16.0", {"vllm/model_executor/__init__.py": "", f"{MODELS}/__init__.py": "",
-                                f"{MODELS}/interfaces.py": INTERFACES, f"{MODELS}/deepseek_v2.py": DEEPSEEK,
-                                f"{MODELS}/kimi_k25.py": KIMI})
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    write_tree(
+        site,
+        "0.16.0",
+        {
+            "vllm/model_executor/__init__.py": "",
+            f"{MODELS}/__init__.py": "",
+            f"{MODELS}/interfaces.py": INTERFACES,
+            f"{MODELS}/deepseek_v2.py": DEEPSEEK,
+            f"{MODELS}/kimi_k25.py": KIMI,
+        },
+    )
     (site / "vllm" / "__init__.py").write_text(VLLM_INIT)
     return python, site
 
@@ -81,8 +96,9 @@ def library(tmp_path: Path, site: Path, edits: dict[str, str | None]) -> Path:
     scratch.mkdir(exist_ok=True)
     root = write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, site, edits)]})
     manifest = root / "demo" / "set.toml"
-    manifest.write_text(manifest.read_text().replace('description = "test set"\n',
-                                                     'description = "test set"\nprobe = "probe.py"\n'))
+    manifest.write_text(
+        manifest.read_text().replace('description = "test set"\n', 'description = "test set"\nprobe = "probe.py"\n')
+    )
     shutil.copy(default_root() / "eagle3" / "probe.py", root / "demo" / "probe.py")
     return root
 
@@ -143,16 +159,17 @@ def test_missing_dependency_in_a_patched_module_is_a_warning(fake_vllm, tmp_path
     assert applied.exit_code == 0, applied.output
     failed = [r for r in probe_rows(applied) if not r["ok"]]
     # kimi_k25 imports deepseek_v2, so it fails the same way
-    assert [(r["path"], r["level"]) for r in failed] == [(f"{MODELS}/deepseek_v2.py", "warning"),
-                                                         (f"{MODELS}/kimi_k25.py", "warning")]
+    assert [(r["path"], r["level"]) for r in failed] == [
+        (f"{MODELS}/deepseek_v2.py", "warning"),
+        (f"{MODELS}/kimi_k25.py", "warning"),
+    ]
     assert all("No module named 'flash_attn_nowhere'" in r["message"] for r in failed)
 
 
 def test_vllm_that_does_not_import_is_a_warning_not_a_pass(fake_vllm, tmp_path, run):
     python, site = fake_vllm
     lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
-    (site / "vllm" / "__init__.py").write_text(
-        "raise ImportError('libcudart.so.12: cannot open shared object file')\n")
+    (site / "vllm" / "__init__.py").write_text("raise ImportError('libcudart.so.12: cannot open shared object file')\n")
     applied = run("apply", "--python", python, "--patches", lib, "--format", "json")
     assert applied.exit_code == 0, applied.output
     [row] = probe_rows(applied)
@@ -171,7 +188,8 @@ def test_no_import_skips_the_probe(fake_vllm, tmp_path, run):
     applied = run("apply", "--python", python, "--patches", lib, "--no-import", "--format", "json")
     assert applied.exit_code == 0, applied.output
     assert [(r["ok"], r["level"], r["message"]) for r in probe_rows(applied)] == [
-        (True, "warning", "not run (--no-import)")]
+        (True, "warning", "not run (--no-import)")
+    ]
     verified = run("verify", "--python", python, "--patches", lib, "--no-import")
     assert verified.exit_code == 0, verified.output
     assert "skipped" in verified.output
@@ -212,7 +230,8 @@ def test_not_run_on_a_directory_or_before_the_files_are_written(fake_vllm, tmp_p
     lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
     planned = run("verify", "--python", python, "--patches", lib, "--format", "json")
     assert [r["message"] for r in probe_rows(planned)] == [
-        "not run yet: nothing is written (it runs after apply, and by verify on an applied tree)"]
+        "not run yet: nothing is written (it runs after apply, and by verify on an applied tree)"
+    ]
     assert run("apply", "--target", site, "--patches", lib).exit_code == 0
     on_directory = run("verify", "--target", site, "--patches", lib, "--format", "json")
     assert on_directory.exit_code == 0
@@ -224,9 +243,17 @@ def test_not_run_on_a_directory_or_before_the_files_are_written(fake_vllm, tmp_p
 def test_target_directory_with_an_interpreter_imports_the_tree(fake_vllm, tmp_path, run):
     """--target DIR --python X: the tree's files, imported with X (which has no vllm of its own)."""
     python, site = fake_vllm
-    tree = write_tree(tmp_path / "tree", "0.16.0", {"vllm/model_executor/__init__.py": "",
-                                                    f"{MODELS}/__init__.py": "", f"{MODELS}/interfaces.py": INTERFACES,
-                                                    f"{MODELS}/deepseek_v2.py": DEEPSEEK, f"{MODELS}/kimi_k25.py": KIMI})
+    tree = write_tree(
+        tmp_path / "tree",
+        "0.16.0",
+        {
+            "vllm/model_executor/__init__.py": "",
+            f"{MODELS}/__init__.py": "",
+            f"{MODELS}/interfaces.py": INTERFACES,
+            f"{MODELS}/deepseek_v2.py": DEEPSEEK,
+            f"{MODELS}/kimi_k25.py": KIMI,
+        },
+    )
     shutil.rmtree(site / "vllm")
     lib = library(tmp_path, tree, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
     applied = run("apply", "--target", tree, "--python", python, "--patches", lib, "--format", "json")
@@ -235,12 +262,15 @@ def test_target_directory_with_an_interpreter_imports_the_tree(fake_vllm, tmp_pa
     assert len(rows) == 1 + 2 + 3 and all(r["ok"] for r in rows), rows
 
 
-@pytest.mark.parametrize(("path", "module"), [
-    ("vllm/model_executor/models/deepseek_v2.py", "vllm.model_executor.models.deepseek_v2"),
-    ("vllm/config/__init__.py", "vllm.config"),
-    ("vllm/third_party/README.md", None),
-    ("vllm/model_executor/layers/fused-moe/x.py", None),
-])
+@pytest.mark.parametrize(
+    ("path", "module"),
+    [
+        ("vllm/model_executor/models/deepseek_v2.py", "vllm.model_executor.models.deepseek_v2"),
+        ("vllm/config/__init__.py", "vllm.config"),
+        ("vllm/third_party/README.md", None),
+        ("vllm/model_executor/layers/fused-moe/x.py", None),
+    ],
+)
 def test_module_name(path, module):
     assert module_name(path) == module
 
@@ -255,8 +285,10 @@ def test_eagle3_probe_by_hand_checks_kimi_k25_from_0_15_0(fake_vllm):
 
     older = by_hand("0.14.1")
     assert older.returncode == 0, older.stderr
-    assert older.stdout.splitlines() == ["ok   DeepseekV2ForCausalLM: supports_eagle3() is True",
-                                         "ok   DeepseekV3ForCausalLM: supports_eagle3() is True"]
+    assert older.stdout.splitlines() == [
+        "ok   DeepseekV2ForCausalLM: supports_eagle3() is True",
+        "ok   DeepseekV3ForCausalLM: supports_eagle3() is True",
+    ]
     newer = by_hand("0.16.0")
     assert newer.returncode == 1
     assert "FAIL KimiK25ForConditionalGeneration: supports_eagle3() is False" in newer.stdout

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import subprocess
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import snapshot, write_tree
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-LINES = st.lists(st.sampled_from(["a = 1", "b = 2", "", "# c", "def f():", "    return 0", "x\tx", "é = 'ü'"]),
-                 max_size=30)
+LINES = st.lists(
+    st.sampled_from(["a = 1", "b = 2", "", "# c", "def f():", "    return 0", "x\tx", "é = 'ü'"]), max_size=30
+)
 ENDINGS = st.sampled_from(["\n", "\r\n"])
 
 
@@ -38,8 +39,11 @@ def diff(work, old: bytes, new: bytes) -> bytes:
     (work / "b/vllm").mkdir(parents=True, exist_ok=True)
     (work / "a/vllm/f.txt").write_bytes(old)
     (work / "b/vllm/f.txt").write_bytes(new)
-    done = subprocess.run(["git", "diff", "--no-index", "--no-prefix", "--no-color", "a/vllm/f.txt", "b/vllm/f.txt"],
-                          cwd=work, capture_output=True)
+    done = subprocess.run(
+        ["git", "diff", "--no-index", "--no-prefix", "--no-color", "a/vllm/f.txt", "b/vllm/f.txt"],
+        cwd=work,
+        capture_output=True,
+    )
     return done.stdout
 
 

@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
@@ -20,12 +21,24 @@ from patchkit.errors import BadInput
 from patchkit.patchfile import decode, encode, parse_patch
 
 # What patchkit refuses on top of unidiff (its own rules, tested elsewhere).
-STRICTER = ("unsafe path", "outside the patched package", "changes nothing", "appears twice", "has no hunks",
-            "without a rename header", "contains no diff", "names no file", "binary", "has no line end",
-            "only regular files")
+STRICTER = (
+    "unsafe path",
+    "outside the patched package",
+    "changes nothing",
+    "appears twice",
+    "has no hunks",
+    "without a rename header",
+    "contains no diff",
+    "names no file",
+    "binary",
+    "has no line end",
+    "only regular files",
+)
 
-LINES = st.lists(st.sampled_from(["a = 1", "b = 2", "", "# c", "-- x", "++ y", "@@ z", "\\ w", " lead", "\t",
-                                  "é = 'ü'"]), max_size=14)
+LINES = st.lists(
+    st.sampled_from(["a = 1", "b = 2", "", "# c", "-- x", "++ y", "@@ z", "\\ w", " lead", "\t", "é = 'ü'"]),
+    max_size=14,
+)
 
 
 @st.composite
@@ -50,8 +63,11 @@ def git_diff(work: Path, pairs: list[tuple[bytes, bytes]], context: int) -> byte
     for i, (old, new) in enumerate(pairs):
         (work / "a/vllm" / f"f{i}.py").write_bytes(old)
         (work / "b/vllm" / f"f{i}.py").write_bytes(new)
-    done = subprocess.run(["git", "diff", "--no-index", "--no-prefix", "--no-color", f"-U{context}", "a", "b"],
-                          cwd=work, capture_output=True)
+    done = subprocess.run(
+        ["git", "diff", "--no-index", "--no-prefix", "--no-color", f"-U{context}", "a", "b"],
+        cwd=work,
+        capture_output=True,
+    )
     return done.stdout
 
 
@@ -147,31 +163,34 @@ def test_the_reader_and_unidiff_read_the_same_hunks(tmp_path_factory, data):
     agree(data.draw(diffs(lambda: tmp_path_factory.mktemp("reader"))))
 
 
-@pytest.mark.parametrize("raw", [
-    # a removed "-- x" and an added "++ y" look like file headers; the counts say they are not
-    b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,2 +1,2 @@\n a\n--- x\n+++ y\n",
-    # a hunk that ends the file without a newline, then a second file
-    b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+b\n"
-    b"--- a/vllm/g.py\n+++ b/vllm/g.py\n@@ -1 +1 @@\n-c\n+d\n",
-    # an empty context line written as a bare newline, and one as a bare CRLF
-    b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,3 +1,3 @@\n\n-a\n+b\n\r\n",
-    # counts that are one short and one long
-    b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,2 +1,2 @@\n-a\n+b\n",
-    b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1 +1 @@\n-a\n+b\n-c\n+d\n",
-    # a hunk header where no file has begun
-    b"@@ -1 +1 @@\n-a\n+b\n",
-    # a line that cannot be in a body, inside one
-    b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,2 +1,2 @@\n-a\nX\n+b\n",
-    # `diff -ruN`: timestamps after the paths
-    b"diff -ruN a/vllm/x.py b/vllm/x.py\n--- a/vllm/x.py\t2026-11-30 00:37:29.0 +0000\n"
-    b"+++ b/vllm/x.py\t2026-11-30 00:37:29.0 +0000\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
-    b"diff -ruN a/vllm/y.py b/vllm/y.py\n--- a/vllm/y.py\t2026-11-30 00:37:29.0 +0000\n"
-    b"+++ b/vllm/y.py\t2026-11-30 00:37:29.0 +0000\n@@ -1 +1,2 @@\n q\n+r\n",
-    # Subversion: `Index:` and `===` lines between files, no `diff` line
-    b"Index: vllm/x.py\n" + b"=" * 67 + b"\n--- vllm/x.py\t(revision 1)\n+++ vllm/x.py\t(working copy)\n"
-    b"@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\nIndex: vllm/y.py\n" + b"=" * 67 + b"\n--- vllm/y.py\t(revision 1)\n"
-    b"+++ vllm/y.py\t(working copy)\n@@ -1 +1,2 @@\n q\n+r\n",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # a removed "-- x" and an added "++ y" look like file headers; the counts say they are not
+        b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,2 +1,2 @@\n a\n--- x\n+++ y\n",
+        # a hunk that ends the file without a newline, then a second file
+        b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+b\n"
+        b"--- a/vllm/g.py\n+++ b/vllm/g.py\n@@ -1 +1 @@\n-c\n+d\n",
+        # an empty context line written as a bare newline, and one as a bare CRLF
+        b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,3 +1,3 @@\n\n-a\n+b\n\r\n",
+        # counts that are one short and one long
+        b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,2 +1,2 @@\n-a\n+b\n",
+        b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1 +1 @@\n-a\n+b\n-c\n+d\n",
+        # a hunk header where no file has begun
+        b"@@ -1 +1 @@\n-a\n+b\n",
+        # a line that cannot be in a body, inside one
+        b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,2 +1,2 @@\n-a\nX\n+b\n",
+        # `diff -ruN`: timestamps after the paths
+        b"diff -ruN a/vllm/x.py b/vllm/x.py\n--- a/vllm/x.py\t2026-11-30 00:37:29.0 +0000\n"
+        b"+++ b/vllm/x.py\t2026-11-30 00:37:29.0 +0000\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
+        b"diff -ruN a/vllm/y.py b/vllm/y.py\n--- a/vllm/y.py\t2026-11-30 00:37:29.0 +0000\n"
+        b"+++ b/vllm/y.py\t2026-11-30 00:37:29.0 +0000\n@@ -1 +1,2 @@\n q\n+r\n",
+        # Subversion: `Index:` and `===` lines between files, no `diff` line
+        b"Index: vllm/x.py\n" + b"=" * 67 + b"\n--- vllm/x.py\t(revision 1)\n+++ vllm/x.py\t(working copy)\n"
+        b"@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\nIndex: vllm/y.py\n" + b"=" * 67 + b"\n--- vllm/y.py\t(revision 1)\n"
+        b"+++ vllm/y.py\t(working copy)\n@@ -1 +1,2 @@\n q\n+r\n",
+    ],
+)
 def test_edge_cases_agree_with_unidiff(raw):
     agree(raw)
 

@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import snapshot
+
 from patchkit.fetch import release_tree
 from patchkit.release_files import files_for, lay_out
 
@@ -30,8 +30,11 @@ def release_diff(old: Path, new: Path, work: Path) -> bytes:
     """git's own diff of every vllm/**/*.py between two fetched releases, paths a/vllm/... b/vllm/..."""
     shutil.copytree(old / "vllm", work / "a" / "vllm")
     shutil.copytree(new / "vllm", work / "b" / "vllm")
-    done = subprocess.run(["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
-                          cwd=work, capture_output=True)
+    done = subprocess.run(
+        ["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
+        cwd=work,
+        capture_output=True,
+    )
     assert done.returncode == 1, done.stderr  # 1: there are differences
     return done.stdout
 
@@ -56,8 +59,20 @@ def test_real_release_to_release_diff_applies_exactly_and_reverts(tmp_path, run)
     assert snapshot(target) == stock
 
 
-SUPPORTED = ["0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1",
-             "0.16.0", "0.17.0", "0.17.1"]
+SUPPORTED = [
+    "0.11.0",
+    "0.11.1",
+    "0.11.2",
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.14.1",
+    "0.15.0",
+    "0.15.1",
+    "0.16.0",
+    "0.17.0",
+    "0.17.1",
+]
 
 
 @pytest.mark.parametrize("version", SUPPORTED)

@@ -6,7 +6,6 @@ import os
 import re
 
 import pytest
-
 from conftest import SPEC_PY, make_patch, snapshot, write_tree
 
 SPEC = "vllm/config/spec.py"
@@ -22,19 +21,22 @@ def _listing(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (b"--- a/vllm/../../escape.py\n+++ b/vllm/../../escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
-    (b"--- /dev/null\n+++ b/../escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
-    (b"--- /dev/null\n+++ /tmp/escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
-    (b"--- /dev/null\n+++ b/setup.py\n@@ -0,0 +1 @@\n+x = 1\n", "outside the patched package"),
-    (b"--- /dev/null\n+++ b/vllm\\..\\escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (b"--- a/vllm/../../escape.py\n+++ b/vllm/../../escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
+        (b"--- /dev/null\n+++ b/../escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
+        (b"--- /dev/null\n+++ /tmp/escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
+        (b"--- /dev/null\n+++ b/setup.py\n@@ -0,0 +1 @@\n+x = 1\n", "outside the patched package"),
+        (b"--- /dev/null\n+++ b/vllm\\..\\escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
+    ],
+)
 def test_traversal_and_absolute_paths_are_refused_with_nothing_created(run, tmp_path, raw, fragment):
     tree = write_tree(tmp_path / "site")
     before = _listing(tmp_path)
     result = _apply(run, tree, tmp_path, raw)
     assert result.exit_code == 2 and fragment in result.output
-    assert _listing(tmp_path) == sorted(before + ["input.diff"])
+    assert _listing(tmp_path) == sorted([*before, "input.diff"])
     assert not (tmp_path / "escape.py").exists()
 
 
@@ -85,8 +87,11 @@ def _good_patch(tmp_path, tree) -> bytes:
 
 BAD_INPUTS = {
     "truncated hunk": (lambda good: good[: good.rindex(b"\n", 0, len(good) - 2) + 1], 2, "malformed"),
-    "wrong line counts": (lambda good: re.sub(rb"@@ -(\d+),(\d+)", lambda m: b"@@ -%s,%d" % (m[1], int(m[2]) + 5),
-                                              good, count=1), 2, "malformed"),
+    "wrong line counts": (
+        lambda good: re.sub(rb"@@ -(\d+),(\d+)", lambda m: b"@@ -%s,%d" % (m[1], int(m[2]) + 5), good, count=1),
+        2,
+        "malformed",
+    ),
     "garbage bytes": (lambda good: good + b"\xff\xfe garbage \x01\x02\n@@ -9,3 +9,3 @@\n", 2, "malformed"),
     "binary data": (lambda good: good.replace(b"deepseek", b"deep\x00seek"), 2, "binary"),
     "empty diff": (lambda good: b"", 2, "no diff"),

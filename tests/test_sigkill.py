@@ -13,11 +13,11 @@ import sys
 import time
 
 import pytest
-
 from conftest import snapshot
+from test_release import release_diff
+
 from patchkit.fetch import release_tree
 from patchkit.release_files import lay_out
-from test_release import release_diff
 
 pytestmark = [pytest.mark.release, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ def test_sigkill_during_a_large_apply_leaves_old_or_new(tmp_path):
     old = release_tree("0.32.0", all_python=True)
     new = release_tree("0.33.0", all_python=True)
     diff = tmp_path / "release.diff"
-    diff.write_bytes((release_diff(old, new, tmp_path / "d")))
+    diff.write_bytes(release_diff(old, new, tmp_path / "d"))
     files = diff.read_bytes().count(b"\ndiff --git ") + 1
     assert files > 800
     site = tmp_path / "site"
@@ -48,8 +48,9 @@ def test_sigkill_during_a_large_apply_leaves_old_or_new(tmp_path):
     outcomes = []
     journal = site / ".patchkit" / "journal.json"
     for attempt in range(KILLS):
-        proc = subprocess.Popen([*PATCHKIT, "apply", "-q", *args], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [*PATCHKIT, "apply", "-q", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         if attempt % 2:
             time.sleep(rng.uniform(0.05, full))  # anywhere: planning, checks or writing
         else:  # inside the transaction: from the moment its journal exists
@@ -58,8 +59,9 @@ def test_sigkill_during_a_large_apply_leaves_old_or_new(tmp_path):
             time.sleep(rng.uniform(0, 0.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        status = subprocess.run([*PATCHKIT, "status", *args, "--format", "json"], capture_output=True,
-                                text=True, env=env)
+        status = subprocess.run(
+            [*PATCHKIT, "status", *args, "--format", "json"], capture_output=True, text=True, env=env
+        )
         now = snapshot(site)
         assert now in (old_tree, new_tree)
         assert not (site / ".patchkit" / "journal.json").exists()

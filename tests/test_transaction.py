@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+
 from patchkit import transaction
 
 SPEC = "vllm/config/spec.py"
@@ -20,12 +20,16 @@ SPEC = "vllm/config/spec.py"
 def big_change(tmp_path, scratch):
     """A patch that modifies two files, adds one in a new directory and deletes one."""
     tree = write_tree(tmp_path / "site")
-    raw = make_patch(scratch, tree, {
-        SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'),
-        "vllm/models/model.py": MODEL_PY.replace("return x", "return x + 1"),
-        "vllm/brand/new/mod.py": "NEW = True\n",
-        "vllm/__init__.py": None,
-    })
+    raw = make_patch(
+        scratch,
+        tree,
+        {
+            SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'),
+            "vllm/models/model.py": MODEL_PY.replace("return x", "return x + 1"),
+            "vllm/brand/new/mod.py": "NEW = True\n",
+            "vllm/__init__.py": None,
+        },
+    )
     (tmp_path / "p.diff").write_bytes(raw)
     return tree, tmp_path / "p.diff"
 
@@ -52,8 +56,9 @@ def _fail_at_each_operation_until_done(monkeypatch, run, argv, expected):
 def test_injected_failure_at_every_operation_of_apply_rolls_back(monkeypatch, run, big_change):
     tree, patch = big_change
     stock = snapshot(tree)
-    operations = _fail_at_each_operation_until_done(monkeypatch, run, ["apply", "--target", tree, "--patch", patch],
-                                                    stock)
+    operations = _fail_at_each_operation_until_done(
+        monkeypatch, run, ["apply", "--target", tree, "--patch", patch], stock
+    )
     assert operations > 8
     assert snapshot(tree) != stock and (tree / "vllm/brand/new/mod.py").exists()
 
@@ -63,8 +68,9 @@ def test_injected_failure_at_every_operation_of_revert_keeps_it_patched(monkeypa
     stock = snapshot(tree)
     assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
     patched = snapshot(tree)
-    operations = _fail_at_each_operation_until_done(monkeypatch, run, ["revert", "--target", tree, "--patch", patch],
-                                                    patched)
+    operations = _fail_at_each_operation_until_done(
+        monkeypatch, run, ["revert", "--target", tree, "--patch", patch], patched
+    )
     assert operations > 8
     assert snapshot(tree) == stock
     assert not (tree / "vllm/brand").exists()
@@ -78,15 +84,18 @@ def test_hard_exit_at_every_operation_then_next_command_recovers(tmp_path, big_c
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
     after = None
     for n in range(1, 40):
-        died = subprocess.run([*base, "apply", *target], capture_output=True, text=True,
-                              env={**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"})
+        died = subprocess.run(
+            [*base, "apply", *target],
+            capture_output=True,
+            text=True,
+            env={**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"},
+        )
         if died.returncode == 0:  # n is past the last operation: the apply completed
             after = snapshot(tree)
             break
         assert died.returncode == 70, died.stderr
         pending = (tree / ".patchkit/journal.json").exists()
-        status = subprocess.run([*base, "status", *target, "--format", "json"], capture_output=True, text=True,
-                                env=env)
+        status = subprocess.run([*base, "status", *target, "--format", "json"], capture_output=True, text=True, env=env)
         assert json.loads(status.stdout)["state"] == "not-applied", n
         assert ("rolled back an interrupted patchkit transaction" in status.stderr) == pending
         assert snapshot(tree) == stock, n
@@ -100,8 +109,11 @@ def test_preflight_refuses_unwritable_file_before_writing(monkeypatch, run, big_
     tree, patch = big_change
     stock = snapshot(tree)
     real_access = os.access
-    monkeypatch.setattr(transaction.os, "access",
-                        lambda path, mode: False if str(path).endswith("model.py") else real_access(path, mode))
+    monkeypatch.setattr(
+        transaction.os,
+        "access",
+        lambda path, mode: False if str(path).endswith("model.py") else real_access(path, mode),
+    )
     result = run("apply", "--target", tree, "--patch", patch)
     assert result.exit_code == 4 and "model.py" in result.output and "not writable" in result.output
     assert snapshot(tree) == stock
@@ -113,7 +125,7 @@ def test_symlinked_directory_on_the_way_is_refused(tmp_path, run, scratch):
     outside.mkdir()
     (outside / "evil.py").write_text("A = 1\n")
     (tree / "vllm" / "link").symlink_to(outside, target_is_directory=True)
-    raw = (b"--- a/vllm/link/evil.py\n+++ b/vllm/link/evil.py\n@@ -1 +1 @@\n-A = 1\n+A = 2\n")
+    raw = b"--- a/vllm/link/evil.py\n+++ b/vllm/link/evil.py\n@@ -1 +1 @@\n-A = 1\n+A = 2\n"
     (tmp_path / "p.diff").write_bytes(raw)
     result = run("apply", "--target", tree, "--patch", tmp_path / "p.diff")
     assert result.exit_code == 2 and "symlink" in result.output

@@ -11,9 +11,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import SPEC_PY, make_patch, write_library, write_tree
 from packaging.version import Version
 
-from conftest import SPEC_PY, make_patch, write_library, write_tree
 from patchkit import fetch, release_check
 from patchkit.errors import FetchError
 
@@ -53,8 +53,11 @@ class FakeIndex:
 
 def _write_record(tree: Path, version: str) -> None:
     """A wheel RECORD for the tree, as the fetcher leaves it beside METADATA."""
-    rows = [f"{p.relative_to(tree).as_posix()},{fetch.record_hash(p.read_bytes())},{p.stat().st_size}"
-            for p in sorted(tree.rglob("*")) if p.is_file()]
+    rows = [
+        f"{p.relative_to(tree).as_posix()},{fetch.record_hash(p.read_bytes())},{p.stat().st_size}"
+        for p in sorted(tree.rglob("*"))
+        if p.is_file()
+    ]
     (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")
 
 
@@ -169,8 +172,9 @@ def test_latest_is_the_newest_release_and_counts_as_asked_for(run, library, inde
 
 def test_releases_sharing_a_series_are_compared_by_record_not_fetched_again(run, library, index):
     index.add("0.16.1")  # the same stock files as 0.16.0
-    result, releases = verify_json(run, library, "--vllm-version", "0.16.1", "--vllm-version", "0.16.0",
-                                   "--vllm-version", "0.16")
+    result, releases = verify_json(
+        run, library, "--vllm-version", "0.16.1", "--vllm-version", "0.16.0", "--vllm-version", "0.16"
+    )
     assert result.exit_code == 0
     assert list(releases) == ["0.16.0", "0.16.1"]  # 0.16 is 0.16.0
     assert releases["0.16.1"]["outcome"] == "patched" and releases["0.16.1"]["same_as"] == "0.16.0"
@@ -190,8 +194,10 @@ def test_a_series_mate_whose_files_differ_is_fetched_and_verified_itself(run, li
 def test_series_mates_judged_by_other_contract_requirements_are_verified_each(run, library, index):
     pytest.importorskip("patchkit.checks.contract")
     with (library / "demo" / "set.toml").open("a") as manifest:
-        manifest.write('\n[[contract]]\nfile = "vllm/config/spec.py"\nkind = "imported"\nnames = ["EAGLE3"]\n'
-                       'versions = "==0.16.1"\n')
+        manifest.write(
+            '\n[[contract]]\nfile = "vllm/config/spec.py"\nkind = "imported"\nnames = ["EAGLE3"]\n'
+            'versions = "==0.16.1"\n'
+        )
     index.add("0.16.1")
     result, releases = verify_json(run, library, "--vllm-version", "0.16.0", "--vllm-version", "0.16.1")
     assert result.exit_code == 1  # the series does not add EAGLE3, which 0.16.1's contract requires
@@ -259,8 +265,21 @@ def test_status_and_verify_on_an_upstream_target_run_the_checks(run, library, tm
 def test_junit_has_a_testcase_per_release_with_failures_and_skips(run, library, index):
     index.add("0.16.1", OTHER_SPEC)
     index.add("0.18.0", PATCHED_SPEC)
-    result = run("verify", "--patches", library, "--format", "junit", "--vllm-version", "0.10.0",
-                 "--vllm-version", "0.16.0", "--vllm-version", "0.16.1", "--vllm-version", "0.18.0")
+    result = run(
+        "verify",
+        "--patches",
+        library,
+        "--format",
+        "junit",
+        "--vllm-version",
+        "0.10.0",
+        "--vllm-version",
+        "0.16.0",
+        "--vllm-version",
+        "0.16.1",
+        "--vllm-version",
+        "0.18.0",
+    )
     assert result.exit_code == 1
     suites = ET.fromstring(result.stdout)
     cases = {c.get("name"): c for c in suites.iter("testcase")}
@@ -279,7 +298,7 @@ def test_text_is_one_row_per_release_without_progress_when_piped(run, library, i
     result = run("verify", "--patches", library, "--vllm-version", "0.16.0", "--vllm-version", "0.18.0")
     assert result.exit_code == 0
     rows = [line.split() for line in result.stdout.splitlines()]
-    assert ["0.16.0", "patched", "0.16.0"] == rows[2][:3] and ["0.18.0", "upstream"] == rows[3][:2]
+    assert rows[2][:3] == ["0.16.0", "patched", "0.16.0"] and rows[3][:2] == ["0.18.0", "upstream"]
     assert result.stdout.splitlines()[-1].startswith("verify: ok")
     assert "\x1b[" not in result.output and "━" not in result.output  # no colour, no progress bar
 
@@ -289,8 +308,9 @@ def test_results_are_cached_by_their_inputs(run, library, index):
     _, again = verify_json(run, library, "--vllm-version", "0.16.0")
     _, fresh = verify_json(run, library, "--vllm-version", "0.16.0", "--no-result-cache")
     assert (first["0.16.0"]["cached"], again["0.16.0"]["cached"], fresh["0.16.0"]["cached"]) == (False, True, False)
-    assert {k: v for k, v in again["0.16.0"].items() if k not in ("cached", "timings")} == \
-        {k: v for k, v in first["0.16.0"].items() if k not in ("cached", "timings")}
+    assert {k: v for k, v in again["0.16.0"].items() if k not in ("cached", "timings")} == {
+        k: v for k, v in first["0.16.0"].items() if k not in ("cached", "timings")
+    }
 
     # another stock file: another key
     (index.trees["0.16.0"] / "vllm" / "config" / "spec.py").write_text(OTHER_SPEC)
@@ -315,12 +335,15 @@ def test_one_version_with_a_target_still_overrides_its_detection(run, library, t
     assert index.fetched == []
 
 
-@pytest.mark.parametrize("args", [
-    ["--all", "--target", "."],
-    ["--latest", "--python", "python3"],
-    ["--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--target", "."],
-    ["--vllm-version", "0.16.0", "--patch", "x.patch"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--all", "--target", "."],
+        ["--latest", "--python", "python3"],
+        ["--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--target", "."],
+        ["--vllm-version", "0.16.0", "--patch", "x.patch"],
+    ],
+)
 def test_contradictory_options_are_bad_input(run, library, args):
     result = run("verify", "--patches", library, *args)
     assert result.exit_code == 2, result.output
@@ -343,8 +366,9 @@ def test_exit_code_rules():
 
 @pytest.mark.release
 def test_real_releases_patched_and_upstream(run):
-    result = run("verify", "--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--format", "json",
-                 "--no-result-cache")
+    result = run(
+        "verify", "--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--format", "json", "--no-result-cache"
+    )
     assert result.exit_code == 0, result.output[-3000:]
     releases = {r["vllm_version"]: r for r in json.loads(result.stdout)}
     assert releases["0.16.0"]["outcome"] == "patched" and releases["0.16.0"]["reverted_identical"]

@@ -11,9 +11,9 @@ import venv
 from pathlib import Path
 
 import pytest
+from conftest import _git, write_library, write_tree
 from packaging.version import Version
 
-from conftest import _git, write_library, write_tree
 from patchkit import target as target_mod
 from patchkit.errors import BadInput, NoPatchSet, TargetError
 from patchkit.library import PATCH, UNSUPPORTED, UPSTREAM, choose_set, load_library, select
@@ -72,10 +72,18 @@ def eagle_like(tmp_path):
     return choose_set(load_library(lib), None)
 
 
-@pytest.mark.parametrize("version, kind", [
-    ("0.16.0", PATCH), ("0.16.0+cu129", PATCH), ("0.18.0", UPSTREAM), ("0.18.1.dev3", UPSTREAM),
-    ("0.33.0", UPSTREAM), ("0.10.2", UNSUPPORTED), ("0.9.0", UNSUPPORTED),
-])
+@pytest.mark.parametrize(
+    "version, kind",
+    [
+        ("0.16.0", PATCH),
+        ("0.16.0+cu129", PATCH),
+        ("0.18.0", UPSTREAM),
+        ("0.18.1.dev3", UPSTREAM),
+        ("0.33.0", UPSTREAM),
+        ("0.10.2", UNSUPPORTED),
+        ("0.9.0", UNSUPPORTED),
+    ],
+)
 def test_selection(eagle_like, version, kind):
     selection = select(eagle_like, Version(version))
     assert selection.kind == kind
@@ -99,12 +107,14 @@ def fake_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("env")
     venv.create(home, with_pip=False)
     python = home / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    write_tree(Path(site), "0.16.0",
-               {"vllm/config/spec.py": "X = 1\n"})
-    (Path(site) / "vllm" / "__init__.py").write_text(
-        "raise RuntimeError('patchkit must not import vllm')\n")
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    write_tree(Path(site), "0.16.0", {"vllm/config/spec.py": "X = 1\n"})
+    (Path(site) / "vllm" / "__init__.py").write_text("raise RuntimeError('patchkit must not import vllm')\n")
     (Path(site) / "vllm-0.16.0.dist-info" / "RECORD").write_text("")
     return python, site
 
@@ -116,9 +126,18 @@ def test_python_option_finds_package_and_version_without_importing(fake_env, run
     assert found.installed_version == "0.16.0"
     assert os.path.samefile(found.python, python)
     assert detect(found).version == Version("0.16.0")
-    result = run("status", "--python", python, "--format", "json", "--patches",
-                 write_library(found.root.parent / "lib", {"0.16.0": [
-                     b"--- a/vllm/config/spec.py\n+++ b/vllm/config/spec.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n"]}))
+    result = run(
+        "status",
+        "--python",
+        python,
+        "--format",
+        "json",
+        "--patches",
+        write_library(
+            found.root.parent / "lib",
+            {"0.16.0": [b"--- a/vllm/config/spec.py\n+++ b/vllm/config/spec.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n"]},
+        ),
+    )
     data = json.loads(result.stdout)
     assert data["state"] == "not-applied" and data["found_by"] == f"--python {python}"
 

@@ -7,9 +7,10 @@ anything is written. A check is a module in this package, listed in default_chec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -90,12 +91,18 @@ def run_in(python: str | None, source: str, function: str, args: list, *, timeou
 
     if same_interpreter(python):
         namespace: dict = {}
-        exec(source, namespace)  # noqa: S102 - patchkit's own constants
+        exec(source, namespace)
         return namespace[function](*args)
     main = f"\nimport json, sys\nprint(json.dumps({function}(*json.load(sys.stdin))))\n"
     try:
-        done = subprocess.run([python, "-c", source + main], input=json.dumps(args), capture_output=True,
-                              text=True, timeout=timeout, cwd=os.path.abspath(os.sep))  # no vllm/ in cwd
+        done = subprocess.run(
+            [python, "-c", source + main],
+            input=json.dumps(args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=os.path.abspath(os.sep),
+        )  # no vllm/ in cwd
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TargetError(f"cannot run {python}{doing}: {exc}") from exc
     if done.returncode != 0:

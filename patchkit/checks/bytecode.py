@@ -131,7 +131,7 @@ def _report(root: Path, paths, python: str | None, *, fix: bool) -> list[CheckRe
         return [CheckResult(NAME, None, True, "no compiled bytecode for the changed files")]
     answer = _run_worker(jobs, fix, python)
     by_path: dict[str, list[dict]] = {}
-    for job, result in zip(jobs, answer["results"]):
+    for job, result in zip(jobs, answer["results"], strict=False):
         by_path.setdefault(job["path"], []).append({**job, **result})
     return [_summarize(path, items, answer["tag"], fix) for path, items in by_path.items()]
 
@@ -139,14 +139,14 @@ def _report(root: Path, paths, python: str | None, *, fix: bool) -> list[CheckRe
 def compiled_files(root: Path, path: str) -> list[dict]:
     """The .pyc files of one source: every interpreter's in __pycache__, and a legacy one beside it."""
     source = root / path
-    stem = source.name[:-len(".py")]
+    stem = source.name[: -len(".py")]
     jobs = []
     cache = source.parent / "__pycache__"
     for pyc in sorted(cache.glob(f"{stem}.*.pyc")) if cache.is_dir() else ():
-        parts = pyc.name[len(stem) + 1:-len(".pyc")].split(".")
+        parts = pyc.name[len(stem) + 1 : -len(".pyc")].split(".")
         if len(parts) > 2 or (len(parts) == 2 and not parts[1].startswith("opt-")):
             continue  # another module's (a dotted name cannot be a module)
-        optimize = int(parts[1][len("opt-"):]) if len(parts) == 2 and parts[1][4:].isdigit() else 0
+        optimize = int(parts[1][len("opt-") :]) if len(parts) == 2 and parts[1][4:].isdigit() else 0
         jobs.append(_job(path, source, pyc, parts[0], optimize, legacy=False))
     legacy = source.with_suffix(".pyc")
     if legacy.is_file():
@@ -155,8 +155,15 @@ def compiled_files(root: Path, path: str) -> list[dict]:
 
 
 def _job(path, source, pyc, tag, optimize, *, legacy) -> dict:
-    return {"path": path, "source": str(source), "pyc": str(pyc), "tag": tag, "optimize": optimize,
-            "legacy": legacy, "name": pyc.relative_to(source.parent).as_posix()}
+    return {
+        "path": path,
+        "source": str(source),
+        "pyc": str(pyc),
+        "tag": tag,
+        "optimize": optimize,
+        "legacy": legacy,
+        "name": pyc.relative_to(source.parent).as_posix(),
+    }
 
 
 def _summarize(path: str, items: list[dict], tag: str, fix: bool) -> CheckResult:
@@ -188,12 +195,19 @@ def _describe(item: dict, tag: str, fix: bool) -> tuple[str, str | None]:
         if stale:
             return "unchecked-hash, stale: Python loads it without reading the source", ERROR
         if stale is None:
-            return ("unchecked-hash pyc of another interpreter: cannot be checked with " + tag
-                    + (" (apply and revert remove such files)" if not fix else ""), WARNING)
+            return (
+                "unchecked-hash pyc of another interpreter: cannot be checked with "
+                + tag
+                + (" (apply and revert remove such files)" if not fix else ""),
+                WARNING,
+            )
         return "unchecked-hash, up to date", None
     if kind == "timestamp":
-        return ("timestamp, no longer matches the source's mtime/size: Python recompiles it" if fix
-                else "timestamp: Python re-validates it by mtime/size"), None
+        return (
+            "timestamp, no longer matches the source's mtime/size: Python recompiles it"
+            if fix
+            else "timestamp: Python re-validates it by mtime/size"
+        ), None
     if kind == "checked-hash":
         return "checked-hash: Python re-validates it against the source hash", None
     return f"{kind}: Python rejects it and compiles the source", None
@@ -218,5 +232,18 @@ def _run_worker(jobs: list[dict], fix: bool, python: str | None) -> dict:
 
 
 def _all_failed(jobs: list[dict], why: str) -> dict:
-    return {"tag": "?", "results": [{"pyc": j["pyc"], "source": j["source"], "kind": None, "mine": False,
-                                     "stale": None, "action": None, "error": why} for j in jobs]}
+    return {
+        "tag": "?",
+        "results": [
+            {
+                "pyc": j["pyc"],
+                "source": j["source"],
+                "kind": None,
+                "mine": False,
+                "stale": None,
+                "action": None,
+                "error": why,
+            }
+            for j in jobs
+        ],
+    }

@@ -40,9 +40,9 @@ and per kind (a class or function is named by its dotted path in the module: "Cl
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Callable
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -119,8 +119,7 @@ def _parse_entry(entry: object, where: str) -> Requirement:
     known = {**COMMON, **required, **optional}
     unknown = sorted(set(entry) - set(known))
     if unknown:
-        raise BadInput(f"{where} ({kind}): unknown field(s) {', '.join(unknown)}; "
-                       f"it takes {', '.join(sorted(known))}")
+        raise BadInput(f"{where} ({kind}): unknown field(s) {', '.join(unknown)}; it takes {', '.join(sorted(known))}")
     for name, value in entry.items():
         _check_type(value, known[name], f"{where} ({kind}): field {name!r}")
     path = PurePosixPath(entry["file"])
@@ -131,17 +130,25 @@ def _parse_entry(entry: object, where: str) -> Requirement:
         raise BadInput(f"{where} (attribute): access {fields['access']!r} is not one of {', '.join(ACCESSES)}")
     if kind == "guarded-read":
         fields["target"] = _parse_target(fields["target"], f"{where} (guarded-read): target")
-    return Requirement(file=entry["file"], kind=kind, fields=fields,
-                       versions=specifier(entry.get("versions"), where), reason=entry.get("reason", ""))
+    return Requirement(
+        file=entry["file"],
+        kind=kind,
+        fields=fields,
+        versions=specifier(entry.get("versions"), where),
+        reason=entry.get("reason", ""),
+    )
 
 
 def _check_type(value: object, expected: str, where: str) -> None:
-    ok = {STR: isinstance(value, str) and value != "",
-          STRS: isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value),
-          TABLE: isinstance(value, dict)}[expected]
+    ok = {
+        STR: isinstance(value, str) and value != "",
+        STRS: isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value),
+        TABLE: isinstance(value, dict),
+    }[expected]
     if not ok:
-        raise BadInput(f"{where} must be {'a non-empty list of strings' if expected == STRS else expected}, "
-                       f"not {value!r}")
+        raise BadInput(
+            f"{where} must be {'a non-empty list of strings' if expected == STRS else expected}, not {value!r}"
+        )
 
 
 def _parse_target(table: dict, where: str) -> Target:
@@ -169,9 +176,17 @@ class ContractCheck:
         for req in requirements:
             if ctx.version is None:
                 if req.versions is not None:
-                    results.append(CheckResult(NAME, req.file, False, f"not evaluated: the vLLM version is "
-                                               f"unknown and this {req.kind} requirement applies to "
-                                               f"{req.versions}", level=WARNING))
+                    results.append(
+                        CheckResult(
+                            NAME,
+                            req.file,
+                            False,
+                            f"not evaluated: the vLLM version is "
+                            f"unknown and this {req.kind} requirement applies to "
+                            f"{req.versions}",
+                            level=WARNING,
+                        )
+                    )
                     continue
             elif not req.applies_to(ctx.version):
                 continue
@@ -369,8 +384,14 @@ def check_attribute(req: Requirement, module: Module) -> Verdict:
     if scope is None:
         return False, f"function {where} not found"
     ctx = {"load": (ast.Load,), "store": (ast.Store,), "any": (ast.Load, ast.Store, ast.Del)}[req["access"]]
-    found = [n for n in ast.walk(scope) if isinstance(n, ast.Attribute) and n.attr == req["attribute"]
-             and isinstance(n.ctx, ctx) and _ends_with(n.value, req["on"])]
+    found = [
+        n
+        for n in ast.walk(scope)
+        if isinstance(n, ast.Attribute)
+        and n.attr == req["attribute"]
+        and isinstance(n.ctx, ctx)
+        and _ends_with(n.value, req["on"])
+    ]
     subject = f"{req['on']}.{req['attribute']}" if req["on"] else req["attribute"]
     verb = ACCESSES[req["access"]]
     if not found:
@@ -388,8 +409,10 @@ def check_model_types(req: Requirement, module: Module) -> Verdict:
         return False, f"no list literal of strings assigned to {variable} in {function}"
     semantics = _matching(scope, variable)
     if not semantics:
-        return False, (f"cannot tell how {function} matches model types against {variable} (expected "
-                       f"`entry in model_type for entry in {variable}` or `model_type in {variable}`)")
+        return False, (
+            f"cannot tell how {function} matches model types against {variable} (expected "
+            f"`entry in model_type for entry in {variable}` or `model_type in {variable}`)"
+        )
     rejected: list[str] = []
     for entries in lists:
         for model_type in req["model_types"]:
@@ -397,8 +420,10 @@ def check_model_types(req: Requirement, module: Module) -> Verdict:
                 rejected.append(model_type)
     how = " and ".join(DESCRIPTIONS[s] for s in semantics)
     if rejected:
-        return False, (f"{variable} in {function} does not accept model type(s) {', '.join(rejected)} "
-                       f"(matched as {how}; entries: {', '.join(lists[-1])})")
+        return False, (
+            f"{variable} in {function} does not accept model type(s) {', '.join(rejected)} "
+            f"(matched as {how}; entries: {', '.join(lists[-1])})"
+        )
     return True, f"{variable} in {function} accepts {', '.join(req['model_types'])} (matched as {how})"
 
 
@@ -413,12 +438,15 @@ DESCRIPTIONS = {SUBSTRING: "substrings: `entry in model_type`", MEMBERSHIP: "mem
 def _literal_assignments(scope: ast.AST, variable: str) -> list[list[str]]:
     found = []
     for node in ast.walk(scope):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
-            if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         value = getattr(node, "value", None)
-        if any(isinstance(t, ast.Name) and t.id == variable for t in targets) \
-                and isinstance(value, (ast.List, ast.Tuple, ast.Set)) \
-                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
+        if (
+            any(isinstance(t, ast.Name) and t.id == variable for t in targets)
+            and isinstance(value, (ast.List, ast.Tuple, ast.Set))
+            and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts)
+        ):
             found.append([e.value for e in value.elts])
     return found
 
@@ -428,21 +456,35 @@ def _matching(scope: ast.AST, variable: str) -> list[str]:
     semantics = []
     for node in ast.walk(scope):
         if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
-            loops = [g.target.id for g in node.generators
-                     if isinstance(g.iter, ast.Name) and g.iter.id == variable and isinstance(g.target, ast.Name)]
-            if any(_is_in(c, lambda left: isinstance(left, ast.Name) and left.id in loops)
-                   for c in ast.walk(node)) and SUBSTRING not in semantics:
+            loops = [
+                g.target.id
+                for g in node.generators
+                if isinstance(g.iter, ast.Name) and g.iter.id == variable and isinstance(g.target, ast.Name)
+            ]
+            if (
+                any(
+                    _is_in(c, lambda left, loops=loops: isinstance(left, ast.Name) and left.id in loops)
+                    for c in ast.walk(node)
+                )
+                and SUBSTRING not in semantics
+            ):
                 semantics.append(SUBSTRING)
-        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) \
-                and isinstance(node.comparators[0], ast.Name) and node.comparators[0].id == variable \
-                and MEMBERSHIP not in semantics:
+        elif (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            and isinstance(node.comparators[0], ast.Name)
+            and node.comparators[0].id == variable
+            and MEMBERSHIP not in semantics
+        ):
             semantics.append(MEMBERSHIP)
     return semantics
 
 
 def _is_in(node: ast.AST, left_is: Callable[[ast.expr], bool]) -> bool:
-    return isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In) \
-        and left_is(node.left)
+    return (
+        isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In) and left_is(node.left)
+    )
 
 
 def check_guarded_read(req: Requirement, module: Module) -> Verdict:
@@ -452,14 +494,22 @@ def check_guarded_read(req: Requirement, module: Module) -> Verdict:
     target: Target = req["target"]
     target = Target(target.cls, target.has, tuple({*target.lacks, req["attribute"]}))
     parents = {child: parent for parent in ast.walk(scope) for child in ast.iter_child_nodes(parent)}
-    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Attribute) and n.attr == req["attribute"]
-             and isinstance(n.ctx, ast.Load) and _ends_with(n.value, req["on"])]
+    reads = [
+        n
+        for n in ast.walk(scope)
+        if isinstance(n, ast.Attribute)
+        and n.attr == req["attribute"]
+        and isinstance(n.ctx, ast.Load)
+        and _ends_with(n.value, req["on"])
+    ]
     subject = f"{req['on']}.{req['attribute']}" if req["on"] else req["attribute"]
     open_reads = [n for n in reads if not _guarded(n, parents, target)]
     if open_reads:
         lines = ", ".join(f"line {n.lineno} in {req['function'] or _enclosing(n, parents)}" for n in open_reads)
-        return False, (f"unguarded read of {subject} ({lines}): reachable for a {target.cls} target, which "
-                       f"lacks {req['attribute']}; no enclosing test or `except AttributeError` excludes it")
+        return False, (
+            f"unguarded read of {subject} ({lines}): reachable for a {target.cls} target, which "
+            f"lacks {req['attribute']}; no enclosing test or `except AttributeError` excludes it"
+        )
     if not reads:
         return True, f"no read of {subject} in {where}"
     return True, f"{len(reads)} read(s) of {subject}, each closed to a {target.cls} target"
@@ -493,7 +543,7 @@ def _closes(parent: ast.AST, child: ast.AST, target: Target, obj: str) -> bool:
         truth = decide(parent.test, target, obj)
         return (in_body and truth is False) or (in_else and truth is True)
     if isinstance(parent, ast.BoolOp) and child in parent.values:
-        earlier = [decide(v, target, obj) for v in parent.values[:parent.values.index(child)]]
+        earlier = [decide(v, target, obj) for v in parent.values[: parent.values.index(child)]]
         return (False in earlier) if isinstance(parent.op, ast.And) else (True in earlier)
     if isinstance(parent, ast.Try) or type(parent).__name__ == "TryStar":
         return child in parent.body and any(_catches_attribute_error(h) for h in parent.handlers)
@@ -546,14 +596,23 @@ def _decide_compare(left: ast.expr, op: ast.cmpop, right: ast.expr, target: Targ
         if _is_str(left, target.cls) or _is_str(right, target.cls):
             return positive
         for a, b in ((left, right), (right, left)):  # getattr(obj, missing, None) is None
-            if isinstance(b, ast.Constant) and b.value is None and isinstance(a, ast.Call) \
-                    and _decide_call(a, target, obj) is False and len(a.args) == 3 \
-                    and isinstance(a.args[2], ast.Constant) and a.args[2].value is None:
+            if (
+                isinstance(b, ast.Constant)
+                and b.value is None
+                and isinstance(a, ast.Call)
+                and _decide_call(a, target, obj) is False
+                and len(a.args) == 3
+                and isinstance(a.args[2], ast.Constant)
+                and a.args[2].value is None
+            ):
                 return positive
         return None
-    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.List, ast.Tuple, ast.Set)):
-        if any(_is_str(e, target.cls) for e in right.elts):
-            return isinstance(op, ast.In)
+    if (
+        isinstance(op, (ast.In, ast.NotIn))
+        and isinstance(right, (ast.List, ast.Tuple, ast.Set))
+        and any(_is_str(e, target.cls) for e in right.elts)
+    ):
+        return isinstance(op, ast.In)
     return None
 
 

@@ -28,8 +28,10 @@ from patchkit.record import cache_dir, find_record, parse_record, record_digest,
 from patchkit.state import read_file, read_state, sha256
 
 NAME = "integrity"
-LIKELY_CAUSES = ("a local edit, a different build of vLLM (a custom or vendor wheel), "
-                 "or a development build that shares the release's version string")
+LIKELY_CAUSES = (
+    "a local edit, a different build of vLLM (a custom or vendor wheel), "
+    "or a development build that shares the release's version string"
+)
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,16 @@ class IntegrityCheck:
         if in_installed:
             results = [self._verdict(path, current, stock, installed, recorded.get(path, []))]
             if in_published and installed.hashes[path] != published.hashes[path]:
-                results.append(self._result(path, False, f"{installed.label} and {published.label} disagree "
-                                                         "on this file: the installed build is not the "
-                                                         "published wheel", WARNING))
+                results.append(
+                    self._result(
+                        path,
+                        False,
+                        f"{installed.label} and {published.label} disagree "
+                        "on this file: the installed build is not the "
+                        "published wheel",
+                        WARNING,
+                    )
+                )
             return results
         if stock is None:
             return [self._result(path, True, "new file: added by the series")]
@@ -92,10 +101,18 @@ class IntegrityCheck:
             if digest == after:
                 if before is not None and _record_hash_of_digest(before, reference.hashes[path]):
                     return self._result(path, True, f"as patchkit wrote it over the stock file ({reference.label})")
-                return self._result(path, False, "as patchkit wrote it, but over a file that was not stock "
-                                                 "(applied with --force)", WARNING)
-        return self._result(path, False, f"differs from the stock file in {reference.label} and from what "
-                                         f"this series would make of it: {LIKELY_CAUSES}")
+                return self._result(
+                    path,
+                    False,
+                    "as patchkit wrote it, but over a file that was not stock (applied with --force)",
+                    WARNING,
+                )
+        return self._result(
+            path,
+            False,
+            f"differs from the stock file in {reference.label} and from what "
+            f"this series would make of it: {LIKELY_CAUSES}",
+        )
 
     def _result(self, path, ok, message, level=ERROR) -> CheckResult:
         return CheckResult(self.name, path, ok, message, level)
@@ -106,17 +123,22 @@ CHECK = IntegrityCheck()
 
 def forced(results: list[CheckResult]) -> list[CheckResult]:
     """apply --force: failures stay visible, as warnings."""
-    return [replace(r, level=WARNING, message=f"{r.message} (accepted with --force)") if r.failed else r
-            for r in results]
+    return [
+        replace(r, level=WARNING, message=f"{r.message} (accepted with --force)") if r.failed else r for r in results
+    ]
 
 
 def refusal(failed: list[CheckResult], version) -> CheckFailed:
     release = f"vLLM {version}" if version else "the installed vLLM"
-    return CheckFailed("not the stock files of " + release + "; nothing was written:\n  "
-                       + "\n  ".join(f"{r.path}: {r.message}" for r in failed),
-                       hint=f"likely causes: {LIKELY_CAUSES}. Reinstall vLLM to get the stock files "
-                            "(pip install --force-reinstall --no-deps vllm==VERSION), or pass --force to "
-                            "patch these files anyway")
+    return CheckFailed(
+        "not the stock files of "
+        + release
+        + "; nothing was written:\n  "
+        + "\n  ".join(f"{r.path}: {r.message}" for r in failed),
+        hint=f"likely causes: {LIKELY_CAUSES}. Reinstall vLLM to get the stock files "
+        "(pip install --force-reinstall --no-deps vllm==VERSION), or pass --force to "
+        "patch these files anyway",
+    )
 
 
 # -- references ---------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 
 UNDEFINED = frozenset({"UndefinedName", "UndefinedExport", "UndefinedLocal"})
 # Messages whose last argument is the line of an earlier definition: it moves with the patch.
-_LINE_ARGUMENT = frozenset({"RedefinedWhileUnused", "ImportShadowedByLoopVar", "UndefinedLocal",
-                            "EagerUseOfLazyImport"})
+_LINE_ARGUMENT = frozenset(
+    {"RedefinedWhileUnused", "ImportShadowedByLoopVar", "UndefinedLocal", "EagerUseOfLazyImport"}
+)
 
 
 @dataclass(frozen=True)
@@ -59,14 +60,22 @@ class NamesCheck:
     def _compare(self, path: str, found, before) -> list[CheckResult]:
         if found is None:
             # The syntax check (run by the target's interpreter) judges files this Python cannot parse.
-            return [CheckResult(self.name, path, False, "not checked: the Python running patchkit cannot "
-                                                        "parse this file (see the syntax check)", WARNING)]
+            return [
+                CheckResult(
+                    self.name,
+                    path,
+                    False,
+                    "not checked: the Python running patchkit cannot parse this file (see the syntax check)",
+                    WARNING,
+                )
+            ]
         if not found:
             return [CheckResult(self.name, path, True, "no pyflakes findings")]
         new = introduced(found, before)
         if not new:
-            return [CheckResult(self.name, path, True,
-                                f"no new pyflakes findings ({len(found)} already in the stock file)")]
+            return [
+                CheckResult(self.name, path, True, f"no new pyflakes findings ({len(found)} already in the stock file)")
+            ]
         return [CheckResult(self.name, path, False, f.describe(), ERROR if f.is_error else WARNING) for f in new]
 
 
@@ -189,8 +198,9 @@ def _doubt(message, lazy_module: bool, name_positions: set[tuple[int, int]]) -> 
 
 def _has_module_getattr(tree: ast.Module) -> bool:
     """A module-level __getattr__ (PEP 562) can serve names __all__ lists but the module never binds."""
-    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__"
-               for node in tree.body)
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__" for node in tree.body
+    )
 
 
 def _finding(message, doubt: str | None) -> Finding:

@@ -35,9 +35,13 @@ class ProbeCheck:
         script = ctx.patch_set.probe if ctx.patch_set is not None else None
         if not modules and script is None:
             return []
-        request = {"root": str(ctx.root), "modules": list(modules), "probe": str(script) if script else None,
-                   "version": str(ctx.version) if ctx.version else None,
-                   "files": [str(ctx.root / path) for path in ctx.paths]}
+        request = {
+            "root": str(ctx.root),
+            "modules": list(modules),
+            "probe": str(script) if script else None,
+            "version": str(ctx.version) if ctx.version else None,
+            "files": [str(ctx.root / path) for path in ctx.paths],
+        }
         started = time.perf_counter()
         report, problem = run_driver(ctx.python, request, probe_timeout())
         elapsed = time.perf_counter() - started
@@ -61,23 +65,39 @@ class ProbeCheck:
     def results(self, report: dict, modules: dict[str, str], python: str, elapsed: float) -> list[CheckResult]:
         vllm = report["vllm"]
         if not vllm["ok"]:
-            return [CheckResult(self.name, None, False,
-                                f"vLLM does not import with {python}: {vllm['error']}; the patched modules "
-                                f"were not import-tested ({elapsed:.1f} s)", _level(vllm))]
-        results = [CheckResult(self.name, None, True, f"import vllm with {python}: {vllm['seconds']:.1f} s "
-                                                      f"(the whole probe: {elapsed:.1f} s)")]
+            return [
+                CheckResult(
+                    self.name,
+                    None,
+                    False,
+                    f"vLLM does not import with {python}: {vllm['error']}; the patched modules "
+                    f"were not import-tested ({elapsed:.1f} s)",
+                    _level(vllm),
+                )
+            ]
+        results = [
+            CheckResult(
+                self.name,
+                None,
+                True,
+                f"import vllm with {python}: {vllm['seconds']:.1f} s (the whole probe: {elapsed:.1f} s)",
+            )
+        ]
         for module, path in modules.items():
             outcome = report["modules"][module]
-            results.append(CheckResult(self.name, path, True, f"imports ({outcome['seconds']:.1f} s)")
-                           if outcome["ok"] else
-                           CheckResult(self.name, path, False, f"import failed: {outcome['error']}", _level(outcome)))
+            results.append(
+                CheckResult(self.name, path, True, f"imports ({outcome['seconds']:.1f} s)")
+                if outcome["ok"]
+                else CheckResult(self.name, path, False, f"import failed: {outcome['error']}", _level(outcome))
+            )
         probe = report.get("probe")
         if probe is None:
             return results
         if not probe["ok"]:
-            return results + [CheckResult(self.name, None, False, f"probe script: {probe['error']}", _level(probe))]
-        return results + [CheckResult(self.name, None, bool(ok), f"{subject}: {message}")
-                          for subject, ok, message in probe["results"]]
+            return [*results, CheckResult(self.name, None, False, f"probe script: {probe['error']}", _level(probe))]
+        return results + [
+            CheckResult(self.name, None, bool(ok), f"{subject}: {message}") for subject, ok, message in probe["results"]
+        ]
 
 
 CHECK = ProbeCheck()
@@ -126,10 +146,14 @@ def run_driver(python: str, request: dict, timeout: float) -> tuple[dict, str | 
         report_path = Path(scratch) / "report.json"
         try:
             # cwd /: a vllm/ in our cwd must not shadow; own session: a timeout kills its children too
-            process = subprocess.Popen([python, "-B", "-c", _DRIVER, json.dumps(request), str(report_path)],
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, cwd=os.path.abspath(os.sep),
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                [python, "-B", "-c", _DRIVER, json.dumps(request), str(report_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                cwd=os.path.abspath(os.sep),
+                start_new_session=True,
+            )
         except OSError as exc:
             return {}, f"cannot run {python}: {exc}"
         try:
@@ -139,13 +163,18 @@ def run_driver(python: str, request: dict, timeout: float) -> tuple[dict, str | 
             report = _read_report(report_path)
             if report.get("done"):  # finished; a straggling child held the pipe open
                 return report, None
-            return report, (f"did not finish within {timeout:g} s (while {report.get('step', 'starting')}); "
-                            f"set {TIMEOUT_ENV} to wait longer")
+            return report, (
+                f"did not finish within {timeout:g} s (while {report.get('step', 'starting')}); "
+                f"set {TIMEOUT_ENV} to wait longer"
+            )
         report = _read_report(report_path)
         if not report.get("done"):
             tail = stderr.decode("utf-8", "replace").strip()[-300:]
-            return report, f"the probe exited with status {process.returncode} (while " \
-                           f"{report.get('step', 'starting')}): {tail or 'no error output'}"
+            return (
+                report,
+                f"the probe exited with status {process.returncode} (while "
+                f"{report.get('step', 'starting')}): {tail or 'no error output'}",
+            )
         return report, None
 
 
@@ -169,7 +198,7 @@ def _read_report(path: Path) -> dict:
 # the innermost vllm frame that raised is a patched file (or it is the set's probe that raised) and
 # the error is not a missing dependency (a non-vllm module, a compiled extension or shared library
 # that does not load): those are the environment's, and only warn.
-_DRIVER = r'''
+_DRIVER = r"""
 import importlib, importlib.util, json, os, runpy, sys, time, traceback
 
 request = json.loads(sys.argv[1])
@@ -257,4 +286,4 @@ if outcome["ok"]:
 save(done=True, step="done")
 sys.stdout.flush()
 os._exit(0)  # no interpreter teardown: vLLM's atexit hooks and threads are not ours to wait for
-'''
+"""

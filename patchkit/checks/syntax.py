@@ -12,8 +12,9 @@ class SyntaxCheck:
         sources = {p: ctx.read(p) for p in ctx.paths if p.endswith(".py")}
         sources = {p: data for p, data in sources.items() if data is not None}
         errors = compile_sources(sources, ctx.python)
-        return [CheckResult(self.name, path, path not in errors, errors.get(path, "compiles"))
-                for path in sorted(sources)]
+        return [
+            CheckResult(self.name, path, path not in errors, errors.get(path, "compiles")) for path in sorted(sources)
+        ]
 
 
 CHECK = SyntaxCheck()

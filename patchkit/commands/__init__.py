@@ -19,17 +19,29 @@ def target_options(func=None, *, version_help: str = VERSION_HELP, versions_repe
 
     versions_repeatable: --vllm-version may be given several times (verify: several releases)."""
     if func is None:
-        return functools.partial(target_options, version_help=version_help,
-                                 versions_repeatable=versions_repeatable)
+        return functools.partial(target_options, version_help=version_help, versions_repeatable=versions_repeatable)
     options = [
-        click.option("--target", "target_dir", metavar="DIR",
-                     help="Directory containing the vllm/ package (site-packages, unpacked wheel, checkout)."),
-        click.option("--python", "python", metavar="PATH",
-                     help="Interpreter whose environment has vLLM (found without importing it; apply/verify import-test the patches)."),
+        click.option(
+            "--target",
+            "target_dir",
+            metavar="DIR",
+            help="Directory containing the vllm/ package (site-packages, unpacked wheel, checkout).",
+        ),
+        click.option(
+            "--python",
+            "python",
+            metavar="PATH",
+            help="Interpreter whose environment has vLLM (found without importing it; apply/verify import-test the patches).",
+        ),
         click.option("--vllm-version", metavar="VERSION", multiple=versions_repeatable, help=version_help),
         click.option("--patches", "library", metavar="DIR", help="Another patch library root."),
-        click.option("--patch", "adhoc", metavar="FILE", multiple=True,
-                     help="Ad-hoc unified diff instead of the library's series (repeatable)."),
+        click.option(
+            "--patch",
+            "adhoc",
+            metavar="FILE",
+            multiple=True,
+            help="Ad-hoc unified diff instead of the library's series (repeatable).",
+        ),
         click.option("--set", "set_name", metavar="NAME", help="Patch set in the library (default: the only one)."),
         click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings."),
         click.option("-v", "--verbose", count=True, help="More detail."),
@@ -46,8 +58,7 @@ def target_options(func=None, *, version_help: str = VERSION_HELP, versions_repe
 
 
 def format_option(func=None, *, formats: tuple[str, ...] = FORMATS, help: str = "Output format."):
-    option = click.option("--format", "fmt", type=click.Choice(formats), default="text", show_default=True,
-                          help=help)
+    option = click.option("--format", "fmt", type=click.Choice(formats), default="text", show_default=True, help=help)
     return option(func) if func else option
 
 

@@ -10,8 +10,9 @@ from patchkit.commands import fix_bytecode, format_option, make_ui, target_optio
 @format_option
 @click.option("--dry-run", is_flag=True, help="Show per file and hunk where each change lands; write nothing.")
 @click.option("--no-import", is_flag=True, help="Do not import the patched modules after writing (probe check).")
-@click.option("--force", is_flag=True,
-              help="Patch files that are not the release's stock files (integrity check against RECORD).")
+@click.option(
+    "--force", is_flag=True, help="Patch files that are not the release's stock files (integrity check against RECORD)."
+)
 def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
     """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
     from patchkit.checks import run_checks
@@ -39,15 +40,19 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
             ui.warn(recovered)
         drifted = drifted_files(resolved)
         if drifted:
-            raise Drift(f"files edited after patchkit patched them: {', '.join(drifted)}",
-                        hint="revert (with --force to keep a copy of the edits) before applying again")
+            raise Drift(
+                f"files edited after patchkit patched them: {', '.join(drifted)}",
+                hint="revert (with --force to keep a copy of the edits) before applying again",
+            )
         plan = plan_apply(root, patches)
         ui.plan(plan, dry_run=dry_run)
         if plan.conflicts:
             if ui.json_mode:
                 ui.json({"result": "conflict", "plan": plan_json(plan)})
-            raise Conflict("the series does not apply; nothing was written:\n  "
-                           + "\n  ".join(s.mismatch.describe() for s in plan.conflicts))
+            raise Conflict(
+                "the series does not apply; nothing was written:\n  "
+                + "\n  ".join(s.mismatch.describe() for s in plan.conflicts)
+            )
         changed = plan.changed_paths
         if not changed:
             # Nothing to write, but a fix of stale bytecode that an earlier apply could not finish
@@ -60,8 +65,13 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
         integrity = _stock_integrity(ui, resolved, plan, force)
         if dry_run:
             # Like `git apply --check`: where each hunk lands. `verify` also runs the checks.
-            _finish(ui, "dry-run", f"dry run: {len(changed)} file(s) would change; nothing written "
-                                   "(`patchkit verify` also runs the checks)", lambda: _details(plan, integrity))
+            _finish(
+                ui,
+                "dry-run",
+                f"dry run: {len(changed)} file(s) would change; nothing written "
+                "(`patchkit verify` also runs the checks)",
+                lambda: _details(plan, integrity),
+            )
             return
 
         results = integrity + run_checks(check_context(resolved, plan, import_probe=not no_import))
@@ -70,8 +80,10 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
         if failed:
             if ui.json_mode:
                 ui.json({"result": "check-failed", **_details(plan, results)})
-            raise CheckFailed("verification of the patched files failed; nothing was written:\n  "
-                              + "\n  ".join(r.describe() for r in failed))
+            raise CheckFailed(
+                "verification of the patched files failed; nothing was written:\n  "
+                + "\n  ".join(r.describe() for r in failed)
+            )
         changes = plan.changes
         state = read_state(root)
         entry = resolved.apply_record(changes, state.entry(resolved.set_name))
@@ -88,15 +100,19 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
             ui.checks(written_only)
         results = integrity + on_disk + bytecode
     _refuse_stale_bytecode(ui, plan, results, f"applied {len(patches)} patch(es)")
-    _finish(ui, "applied", f"applied {len(patches)} patch(es): {len(changes)} file(s) changed",
-            lambda: _details(plan, results))
+    _finish(
+        ui,
+        "applied",
+        f"applied {len(patches)} patch(es): {len(changes)} file(s) changed",
+        lambda: _details(plan, results),
+    )
 
 
 def _verify_on_disk(resolved, plan, changes, previous_state, *, import_probe=True):
     """Re-run the checks on what landed (and import it); undo the transaction if they fail there."""
     from patchkit.checks import run_checks
-    from patchkit.inspection import check_context
     from patchkit.errors import CheckFailed
+    from patchkit.inspection import check_context
     from patchkit.transaction import commit_changes
 
     root = resolved.target.root
@@ -105,8 +121,10 @@ def _verify_on_disk(resolved, plan, changes, previous_state, *, import_probe=Tru
     failed = [r for r in results if r.failed]
     if failed:
         commit_changes(root, changes, previous_state, undo=True)
-        raise CheckFailed("verification after writing failed; the tree was rolled back:\n  "
-                          + "\n  ".join(r.describe() for r in failed))
+        raise CheckFailed(
+            "verification after writing failed; the tree was rolled back:\n  "
+            + "\n  ".join(r.describe() for r in failed)
+        )
     return results
 
 
@@ -133,10 +151,11 @@ def _refuse_stale_bytecode(ui, plan, results, done):
     if stale:
         if ui.json_mode:
             ui.json({"result": "bytecode-failed", **_details(plan, results)})
-        raise CheckFailed(f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  "
-                          + bytecode.failures(stale),
-                          hint="remove those .pyc files (Python then compiles the sources); "
-                               "`patchkit verify` reports any stale bytecode left")
+        raise CheckFailed(
+            f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + bytecode.failures(stale),
+            hint="remove those .pyc files (Python then compiles the sources); "
+            "`patchkit verify` reports any stale bytecode left",
+        )
 
 
 def _details(plan, results) -> dict:

@@ -28,9 +28,15 @@ def command(opts, quiet, verbose, fmt):
     for s in data:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
         ui.line(f"         supported {s['supported'] or 'any'}; upstream {s['upstream'] or 'never'}")
-        ui.table(["releases", "series", "patch", "state", "description"],
-                 ([r["versions"], r["dir"], p["name"], p["state"], p["problem"] or p["description"]]
-                  for r in s["releases"] for p in r["patches"]), state_column=3)
+        ui.table(
+            ["releases", "series", "patch", "state", "description"],
+            (
+                [r["versions"], r["dir"], p["name"], p["state"], p["problem"] or p["description"]]
+                for r in s["releases"]
+                for p in r["patches"]
+            ),
+            state_column=3,
+        )
     if damaged:
         raise SystemExit(CHECK_FAILED)
 
@@ -38,13 +44,22 @@ def command(opts, quiet, verbose, fmt):
 def _describe(patch_set) -> dict:
     releases = []
     for release in patch_set.releases:
-        releases.append({"versions": str(release.versions), "dir": release.directory.name,
-                         "patches": [_patch_entry(release.directory / name, digest, patch_set.roots)
-                                     for name, digest in release.series()]})
-    return {"name": patch_set.name, "description": patch_set.description,
-            "supported": str(patch_set.supported) if patch_set.supported else None,
-            "upstream": str(patch_set.upstream) if patch_set.upstream else None,
-            "releases": releases}
+        releases.append(
+            {
+                "versions": str(release.versions),
+                "dir": release.directory.name,
+                "patches": [
+                    _patch_entry(release.directory / name, digest, patch_set.roots) for name, digest in release.series()
+                ],
+            }
+        )
+    return {
+        "name": patch_set.name,
+        "description": patch_set.description,
+        "supported": str(patch_set.supported) if patch_set.supported else None,
+        "upstream": str(patch_set.upstream) if patch_set.upstream else None,
+        "releases": releases,
+    }
 
 
 def _patch_entry(path, digest, roots) -> dict:
@@ -55,11 +70,28 @@ def _patch_entry(path, digest, roots) -> dict:
     try:
         patch = read_patch(path, roots)
     except BadInput as exc:
-        return {"name": path.name, "description": "", "sha256": None, "files": [], "state": "damaged",
-                "problem": exc.message}
+        return {
+            "name": path.name,
+            "description": "",
+            "sha256": None,
+            "files": [],
+            "state": "damaged",
+            "problem": exc.message,
+        }
     if digest and patch.sha256 != digest:
-        return {"name": patch.name, "description": patch.description, "sha256": patch.sha256,
-                "files": [f.path for f in patch.files], "state": "damaged",
-                "problem": "sha256 differs from the one recorded in the series (corrupted or edited)"}
-    return {"name": patch.name, "description": patch.description, "sha256": patch.sha256,
-            "files": [f.path for f in patch.files], "state": "ok" if digest else "unrecorded", "problem": None}
+        return {
+            "name": patch.name,
+            "description": patch.description,
+            "sha256": patch.sha256,
+            "files": [f.path for f in patch.files],
+            "state": "damaged",
+            "problem": "sha256 differs from the one recorded in the series (corrupted or edited)",
+        }
+    return {
+        "name": patch.name,
+        "description": patch.description,
+        "sha256": patch.sha256,
+        "files": [f.path for f in patch.files],
+        "state": "ok" if digest else "unrecorded",
+        "problem": None,
+    }

@@ -9,8 +9,9 @@ from patchkit.commands import format_option, make_ui
 @click.option("--from", "from_version", required=True, metavar="V1", help="The release whose series is ported.")
 @click.option("--to", "to_version", required=True, metavar="V2", help="The release to port it to.")
 @click.option("--out", metavar="DIR", help="Write V2's series into DIR instead of the library (set.toml untouched).")
-@click.option("--workspace", metavar="DIR", help="Where to leave the workspace on conflicts "
-                                                  "(default ./vllm-V2-workspace).")
+@click.option(
+    "--workspace", metavar="DIR", help="Where to leave the workspace on conflicts (default ./vllm-V2-workspace)."
+)
 @click.option("--patches", "library", metavar="DIR", help="Another patch library root.")
 @click.option("--set", "set_name", metavar="NAME", help="Patch set in the library.")
 @format_option
@@ -31,27 +32,35 @@ def command(from_version, to_version, out, workspace, library, set_name, fmt, qu
     from patchkit.maintainer.port import port_set
 
     ui = make_ui(fmt, quiet, verbose)
-    report = port_set(from_version, to_version, library=library, set_name=set_name, out=out,
-                      workspace=workspace, progress=ui.detail)
+    report = port_set(
+        from_version, to_version, library=library, set_name=set_name, out=out, workspace=workspace, progress=ui.detail
+    )
     if ui.json_mode:
         ui.json(asdict(report))
     else:
         _show(ui, report)
     if report.outcome == "conflicts":
         files = sorted({m.path for m in report.conflicts})
-        raise Conflict(f"{len(files)} file(s) conflict porting {report.from_version} to {report.to_version}",
-                       hint=f"resolve the conflict markers in {report.workspace}, then "
-                            f"`patchkit refresh {report.workspace}`")
+        raise Conflict(
+            f"{len(files)} file(s) conflict porting {report.from_version} to {report.to_version}",
+            hint=f"resolve the conflict markers in {report.workspace}, then `patchkit refresh {report.workspace}`",
+        )
 
 
 def _show(ui, report) -> None:
     ui.line(f"port       vllm {report.from_version} -> {report.to_version}: {report.outcome}")
     if report.merges:
-        ui.table(["file", "patch", "merge"],
-                 ([m.path, m.patch, _merge_state(m, report.to_version)] for m in report.merges))
+        ui.table(
+            ["file", "patch", "merge"], ([m.path, m.patch, _merge_state(m, report.to_version)] for m in report.merges)
+        )
     if report.outcome in ("ported", "identical") and report.patches:
-        ui.table(["patch", "state", "files"], ([p.name, "dropped (upstream)" if p.state == "removed" else "written",
-                                                ", ".join(p.files)] for p in report.patches))
+        ui.table(
+            ["patch", "state", "files"],
+            (
+                [p.name, "dropped (upstream)" if p.state == "removed" else "written", ", ".join(p.files)]
+                for p in report.patches
+            ),
+        )
     if report.destination and report.outcome != "conflicts":
         ui.line(f"series     {report.destination}")
     if report.registered:

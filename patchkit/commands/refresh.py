@@ -7,9 +7,12 @@ from patchkit.commands import format_option, make_ui
 
 @click.command()
 @click.argument("directory", required=False, metavar="[DIR]")
-@click.option("--new-patch", metavar="NAME",
-              help="Record changes to files no patch touched in a new patch NNNN-NAME.patch "
-                   "(default: in the series' last patch).")
+@click.option(
+    "--new-patch",
+    metavar="NAME",
+    help="Record changes to files no patch touched in a new patch NNNN-NAME.patch "
+    "(default: in the series' last patch).",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 @format_option
 @click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
@@ -43,18 +46,23 @@ def _show(ui, report) -> None:
     verb = ("would write" if report.dry_run else "wrote") if changed else "unchanged"
     ui.line(f"workspace  {report.directory}  (vllm {report.version})")
     ui.line(f"series     {report.series_dir}  [{verb}]")
-    ui.table(["patch", "state", "files"], ([p.name, p.state, ", ".join(p.files)] for p in report.patches),
-             state_column=1)
+    ui.table(
+        ["patch", "state", "files"], ([p.name, p.state, ", ".join(p.files)] for p in report.patches), state_column=1
+    )
     for note in report.notes:
         ui.note(note)
     if report.registered:
         ui.line("set.toml   added:\n" + report.registered.rstrip())
     for check in report.shared:
-        message = f"vllm {check.version} shares this series: {check.state}" + (f": {check.detail}" if check.detail else "")
+        message = f"vllm {check.version} shares this series: {check.state}" + (
+            f": {check.detail}" if check.detail else ""
+        )
         if check.state == "applies":
             ui.line(message)
         else:
             ui.warn(message)
     if any(c.state == "conflict" for c in report.shared):
-        ui.warn("give those releases their own series: drop their [[releases]] entry from set.toml, then "
-                f"`patchkit port --from {report.version} --to VERSION`")
+        ui.warn(
+            "give those releases their own series: drop their [[releases]] entry from set.toml, then "
+            f"`patchkit port --from {report.version} --to VERSION`"
+        )

@@ -51,13 +51,18 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
         unrecorded = [p for p in patches if (p.name, p.sha256) not in recorded]
         plan = plan_revert(root, unrecorded, view=view)
         if plan.conflicts:
-            raise Conflict("cannot reverse the series; nothing was written:\n  "
-                           + "\n  ".join(s.mismatch.describe() for s in plan.conflicts))
+            raise Conflict(
+                "cannot reverse the series; nothing was written:\n  "
+                + "\n  ".join(s.mismatch.describe() for s in plan.conflicts)
+            )
         changes = plan.changes
         if dry_run or not changes:
-            _finish(ui, "dry-run" if dry_run else "not-applied",
-                    f"would restore {len(changes)} file(s)" if dry_run else "nothing to revert: the tree is stock",
-                    sorted(changes))
+            _finish(
+                ui,
+                "dry-run" if dry_run else "not-applied",
+                f"would restore {len(changes)} file(s)" if dry_run else "nothing to revert: the tree is stock",
+                sorted(changes),
+            )
             return
         kept = _keep_copies(root, saved) if saved else None
         commit_changes(root, changes, state.without(set_name))
@@ -67,8 +72,14 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     stale = [r for r in bytecode if r.failed]
     if stale:
         _refuse_stale_bytecode(ui, changes, bytecode, stale)
-    _finish(ui, "reverted", f"reverted: {len(changes)} file(s) restored to stock", sorted(changes),
-            saved=str(kept) if kept else None, checks=[r.to_json() for r in bytecode])
+    _finish(
+        ui,
+        "reverted",
+        f"reverted: {len(changes)} file(s) restored to stock",
+        sorted(changes),
+        saved=str(kept) if kept else None,
+        checks=[r.to_json() for r in bytecode],
+    )
 
 
 def _refuse_stale_bytecode(ui, changes, results, stale):
@@ -77,9 +88,11 @@ def _refuse_stale_bytecode(ui, changes, results, stale):
 
     if ui.json_mode:
         ui.json({"result": "bytecode-failed", "files": sorted(changes), "checks": [r.to_json() for r in results]})
-    raise CheckFailed(f"reverted {len(changes)} file(s), but compiled bytecode of the patched code could not "
-                      "be fixed:\n  " + bytecode.failures(stale),
-                      hint="remove those .pyc files (Python then compiles the sources)")
+    raise CheckFailed(
+        f"reverted {len(changes)} file(s), but compiled bytecode of the patched code could not "
+        "be fixed:\n  " + bytecode.failures(stale),
+        hint="remove those .pyc files (Python then compiles the sources)",
+    )
 
 
 def _keep_copies(root, paths):

@@ -8,16 +8,23 @@ VERIFY_FORMATS = ("text", "json", "junit")
 
 
 @click.command()
-@target_options(versions_repeatable=True,
-                version_help="Without --target/--python: a vLLM release to verify from its stock files "
-                             "(repeatable). With them: override the detected version.")
+@target_options(
+    versions_repeatable=True,
+    version_help="Without --target/--python: a vLLM release to verify from its stock files "
+    "(repeatable). With them: override the detected version.",
+)
 @format_option(formats=VERIFY_FORMATS, help="Output format (junit: a testcase per release, or per check on a target).")
-@click.option("--all", "every", is_flag=True,
-              help="Verify every vLLM release on the index from the set's supported minimum on.")
+@click.option(
+    "--all", "every", is_flag=True, help="Verify every vLLM release on the index from the set's supported minimum on."
+)
 @click.option("--latest", is_flag=True, help="Verify the newest vLLM release on the index.")
 @click.option("--no-import", is_flag=True, help="Do not import the patched modules (probe check).")
-@click.option("--no-result-cache", "no_result_cache", is_flag=True,
-              help="Releases: run every release again, even when a result for the same inputs is cached.")
+@click.option(
+    "--no-result-cache",
+    "no_result_cache",
+    is_flag=True,
+    help="Releases: run every release again, even when a result for the same inputs is cached.",
+)
 def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache):
     """Run the checks on the patched files: as they are, or as `apply` would leave them.
 
@@ -40,18 +47,24 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
     on_target = bool(opts.target_dir or opts.python)
     if every or latest or (named and not on_target):
         if on_target:
-            raise BadInput("--all and --latest verify releases fetched from the index, not a target",
-                           hint="drop --target/--python, or verify the target without them")
+            raise BadInput(
+                "--all and --latest verify releases fetched from the index, not a target",
+                hint="drop --target/--python, or verify the target without them",
+            )
         if opts.adhoc:
             raise BadInput("--patch cannot be verified against releases; the library's series are")
-        _verify_releases(replace(opts, vllm_version=None), named, every, latest, fmt, quiet, verbose,
-                         use_cache=not no_result_cache)
+        _verify_releases(
+            replace(opts, vllm_version=None), named, every, latest, fmt, quiet, verbose, use_cache=not no_result_cache
+        )
         return
     if len(named) > 1:
-        raise BadInput("several --vllm-version values verify releases, not a target",
-                       hint="drop --target/--python, or give one --vllm-version")
-    _verify_target(replace(opts, vllm_version=named[0] if named else None), fmt, quiet, verbose,
-                   import_probe=not no_import)
+        raise BadInput(
+            "several --vllm-version values verify releases, not a target",
+            hint="drop --target/--python, or give one --vllm-version",
+        )
+    _verify_target(
+        replace(opts, vllm_version=named[0] if named else None), fmt, quiet, verbose, import_probe=not no_import
+    )
 
 
 def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cache):
@@ -64,7 +77,8 @@ def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cac
     patch_set = release_check.load_patch_set(opts)
     with fetch.reuse_index_pages():
         versions, requested = release_check.releases_to_verify(
-            patch_set, [parse(v, "--vllm-version") for v in named], every=every, latest=latest)
+            patch_set, [parse(v, "--vllm-version") for v in named], every=every, latest=latest
+        )
         with ui.progress(len(versions), f"verifying {len(versions)} release(s)") as advance:
             results = release_check.verify_releases(versions, requested, opts, advance, use_cache=use_cache)
     if fmt == "json":
@@ -128,10 +142,15 @@ def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
         conflict_cases = [CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in conflicts]
         sys.stdout.write(checks_junit(conflict_cases + results, f"patchkit.{resolved.set_name}"))
     elif ui.json_mode:
-        ui.json({**status_json(resolved, status), "ok": ok,
-                 "checked": "as-is" if status.state in ("applied", UPSTREAM) else "as-planned",
-                 "plan": plan_json(status.plan) if status.plan else [],
-                 "checks": [r.to_json() for r in results]})
+        ui.json(
+            {
+                **status_json(resolved, status),
+                "ok": ok,
+                "checked": "as-is" if status.state in ("applied", UPSTREAM) else "as-planned",
+                "plan": plan_json(status.plan) if status.plan else [],
+                "checks": [r.to_json() for r in results],
+            }
+        )
     else:
         ui.status(resolved, status)
         if status.state == UPSTREAM:
@@ -156,8 +175,12 @@ def _target_checks(resolved, status, import_probe):
     results = []
     if not status.plan.conflicts:
         # Applied: the files are on disk, so the probe can import them.
-        results = run_checks(check_context(resolved, status.plan, on_disk=status.state == "applied",
-                                           import_probe=import_probe))
+        results = run_checks(
+            check_context(resolved, status.plan, on_disk=status.state == "applied", import_probe=import_probe)
+        )
     # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
-    return (integrity.CHECK.run(check_context(resolved, status.plan)) + results
-            + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python))
+    return (
+        integrity.CHECK.run(check_context(resolved, status.plan))
+        + results
+        + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
+    )

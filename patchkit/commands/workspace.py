@@ -27,18 +27,20 @@ def command(version, directory, all_python, library, set_name, fmt, quiet, verbo
     from patchkit.maintainer.workspace import create_workspace
 
     ui = make_ui(fmt, quiet, verbose)
-    report = create_workspace(version, directory, library=library, set_name=set_name,
-                              all_python=all_python, progress=ui.detail)
+    report = create_workspace(
+        version, directory, library=library, set_name=set_name, all_python=all_python, progress=ui.detail
+    )
     if ui.json_mode:
         ui.json(asdict(report))
         return
     ui.line(f"workspace  {report.directory}")
     ui.line(f"set        {report.set_name}  vllm {report.version}  series {report.series_dir}")
     if report.shared_with:
-        ui.note(f"vllm {', '.join(report.shared_with)} share(s) this series: refresh checks that it still "
-                "applies there")
-    ui.line(f"commits    {report.stock_commit[:12]} stock vllm {report.version} ({report.files} file(s), "
-            f"tag stock)")
-    ui.line(f"           {report.patched_commit[:12]} {len(report.patches)} patch(es) applied: "
-            + ", ".join(report.patches))
+        ui.note(
+            f"vllm {', '.join(report.shared_with)} share(s) this series: refresh checks that it still applies there"
+        )
+    ui.line(f"commits    {report.stock_commit[:12]} stock vllm {report.version} ({report.files} file(s), tag stock)")
+    ui.line(
+        f"           {report.patched_commit[:12]} {len(report.patches)} patch(es) applied: " + ", ".join(report.patches)
+    )
     ui.line(f"next       edit the files, then: patchkit refresh {report.directory}")

@@ -9,9 +9,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from packaging.version import Version
 
@@ -28,8 +28,18 @@ STOCK_TAG = "stock"
 # Our git calls whose output lands in the library ignore the user's git configuration
 # (diff.noprefix, merge.conflictStyle, diff.algorithm, attributes ...).
 ISOLATED = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
-DIFF_OPTIONS = ("--no-index", "--no-prefix", "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv",
-                "--unified=3", "--inter-hunk-context=0", "--diff-algorithm=myers", "--indent-heuristic")
+DIFF_OPTIONS = (
+    "--no-index",
+    "--no-prefix",
+    "--no-renames",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--unified=3",
+    "--inter-hunk-context=0",
+    "--diff-algorithm=myers",
+    "--indent-heuristic",
+)
 _DIFF_START = re.compile(r"^(?:diff |--- |Index: |---$)", re.MULTILINE)
 _LAST_UPDATE = re.compile(r"^Last-Update:.*$", re.MULTILINE)
 _MARKER = re.compile(rb"^(?:<{7}|>{7})(?: |$)", re.MULTILINE)
@@ -39,6 +49,7 @@ Contents = dict  # path -> bytes | None (None: the file does not exist)
 
 
 # -- records ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class PatchRecord:
@@ -147,14 +158,15 @@ class PortReport:
 
 # -- patch text ------------------------------------------------------------------------------------
 
+
 def split_header(text: str) -> tuple[str, str]:
     """(DEP-3 header, diff): the header is what precedes the first diff line or the '---' line."""
     match = _DIFF_START.search(text)
     if not match:
         return text, ""
-    header, rest = text[:match.start()], text[match.start():]
+    header, rest = text[: match.start()], text[match.start() :]
     if rest.startswith("---\n"):
-        rest = rest[len("---\n"):]
+        rest = rest[len("---\n") :]
     return header, rest
 
 
@@ -181,8 +193,10 @@ def keep_or_touch(header: str, old_body: str, new_body: str, today: str, roots: 
 
 def _same_hunks(a: str, b: str, roots: list[str]) -> bool:
     try:
-        return (parse_patch(encode(a), "a", roots=tuple(roots)).files
-                == parse_patch(encode(b), "b", roots=tuple(roots)).files)
+        return (
+            parse_patch(encode(a), "a", roots=tuple(roots)).files
+            == parse_patch(encode(b), "b", roots=tuple(roots)).files
+        )
     except BadInput:
         return False
 
@@ -193,6 +207,7 @@ def today_iso() -> str:
 
 # -- git -------------------------------------------------------------------------------------------
 
+
 def _git(cwd: Path):
     import git
 
@@ -200,8 +215,14 @@ def _git(cwd: Path):
 
 
 def _run(cmd, *args) -> tuple[int, bytes, str]:
-    status, out, err = cmd(*args, with_extended_output=True, with_exceptions=False, stdout_as_string=False,
-                           strip_newline_in_stdout=False, env=ISOLATED)
+    status, out, err = cmd(
+        *args,
+        with_extended_output=True,
+        with_exceptions=False,
+        stdout_as_string=False,
+        strip_newline_in_stdout=False,
+        env=ISOLATED,
+    )
     return status, out, decode(err) if isinstance(err, bytes) else str(err)
 
 
@@ -243,18 +264,30 @@ def _library_form(section: str) -> tuple[str, str]:
     return path, f"diff --git a/{path} b/{path}\n" + "".join(kept) + "".join(lines[hunks_at:])
 
 
-def merge_file(ours: bytes | None, base: bytes | None, theirs: bytes | None,
-               labels: tuple[str, str, str]) -> tuple[bytes | None, int]:
+def merge_file(
+    ours: bytes | None, base: bytes | None, theirs: bytes | None, labels: tuple[str, str, str]
+) -> tuple[bytes | None, int]:
     """Three-way merge of one file (`git merge-file -p`): (result, number of conflicts)."""
     if theirs == base:
         return ours, 0
-    if ours == base or ours == theirs:
+    if ours in (base, theirs):
         return theirs, 0
     with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
         for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
             (Path(tmp) / name).write_bytes(data or b"")
-        status, out, err = _run(_git(Path(tmp)).merge_file, "-p", "-L", labels[0], "-L", labels[1],
-                                "-L", labels[2], "ours", "base", "theirs")
+        status, out, err = _run(
+            _git(Path(tmp)).merge_file,
+            "-p",
+            "-L",
+            labels[0],
+            "-L",
+            labels[1],
+            "-L",
+            labels[2],
+            "ours",
+            "base",
+            "theirs",
+        )
     if status < 0 or status > 127:
         raise PatchkitError(f"git merge-file failed: {err.strip()}")
     if not out and ours is None and not status:
@@ -288,6 +321,7 @@ def commit_all(repo, message: str) -> str:
 
 
 # -- library and release files ---------------------------------------------------------------------
+
 
 def series_for(patch_set: PatchSetDef, version: Version) -> Selection:
     selection = select(patch_set, version)
@@ -341,8 +375,9 @@ def fresh_dir(directory: Path):
 def record_of(patch: Patch, *, parts: str | None = None, library_copy: bool = True) -> PatchRecord:
     """What a workspace remembers of a patch; `library_copy`: it is the library's file (its sha256)."""
     header, body = split_header(decode(patch.raw))
-    return PatchRecord(patch.name, header, body, [f.path for f in patch.files], parts,
-                       patch.sha256 if library_copy else None)
+    return PatchRecord(
+        patch.name, header, body, [f.path for f in patch.files], parts, patch.sha256 if library_copy else None
+    )
 
 
 def metadata_file(tree: Path) -> Path | None:
@@ -351,6 +386,7 @@ def metadata_file(tree: Path) -> Path | None:
 
 # -- shared by refresh, port and workspace ---------------------------------------------------------
 
+
 def check_reproduces(patches: list[Patch], stock: Contents, work: Contents) -> None:
     """The new series, applied to the stock contents, must give the workspace's contents exactly."""
     with tempfile.TemporaryDirectory() as empty:
@@ -358,8 +394,10 @@ def check_reproduces(patches: list[Patch], stock: Contents, work: Contents) -> N
         wrong = [s.patch.name for s in plan.steps if s.state != WILL_CHANGE]
         wrong += [p for p in work if plan.content(p) != work[p]]
     if wrong:
-        raise PatchkitError(f"the refreshed series does not reproduce the workspace ({', '.join(wrong)}); "
-                            "this is a patchkit bug: nothing was written")
+        raise PatchkitError(
+            f"the refreshed series does not reproduce the workspace ({', '.join(wrong)}); "
+            "this is a patchkit bug: nothing was written"
+        )
 
 
 def write_series_files(series_dir: Path, texts: dict[str, str], outcomes: list[PatchOutcome]) -> None:
@@ -387,8 +425,11 @@ def append_release(set_dir: Path, versions: str, dir: str, comment: str | None =
 
 def shared_releases(patch_set: PatchSetDef, directory: Path, version: Version) -> list[str]:
     """The other [[releases]] entries using the same series directory."""
-    return [str(pinned_version(r.versions) or r.versions) for r in patch_set.releases
-            if r.directory.resolve() == directory.resolve() and not r.covers(version)]
+    return [
+        str(pinned_version(r.versions) or r.versions)
+        for r in patch_set.releases
+        if r.directory.resolve() == directory.resolve() and not r.covers(version)
+    ]
 
 
 def pinned_version(specifier) -> Version | None:

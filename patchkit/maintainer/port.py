@@ -9,21 +9,51 @@ from packaging.version import Version
 
 from patchkit.errors import BadInput, Conflict, NoPatchSet
 from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
-from patchkit.maintainer.common import (Contents, FileMerge, PatchOutcome, PortReport, Progress,
-                                        STOCK_TAG, WorkspaceMeta, append_release, check_reproduces,
-                                        commit_all, fresh_dir, git_diff, init_repo, join_header,
-                                        keep_or_touch, merge_file, metadata_file, record_of,
-                                        release_contents, require_empty, series_for, split_header,
-                                        stock_paths, today_iso, write_file, write_series_files)
+from patchkit.maintainer.common import (
+    STOCK_TAG,
+    Contents,
+    FileMerge,
+    PatchOutcome,
+    PortReport,
+    Progress,
+    WorkspaceMeta,
+    append_release,
+    check_reproduces,
+    commit_all,
+    fresh_dir,
+    git_diff,
+    init_repo,
+    join_header,
+    keep_or_touch,
+    merge_file,
+    metadata_file,
+    record_of,
+    release_contents,
+    require_empty,
+    series_for,
+    split_header,
+    stock_paths,
+    today_iso,
+    write_file,
+    write_series_files,
+)
 from patchkit.patchfile import decode, encode, parse_patch
 from patchkit.plan import ALREADY, WILL_CHANGE, plan_apply
 from patchkit.state import read_file
 from patchkit.version import parse
 
 
-def port_set(from_version: str, to_version: str, *, library: str | None = None, set_name: str | None = None,
-             out: str | None = None, workspace: str | None = None, today: str | None = None,
-             progress: Progress | None = None) -> PortReport:
+def port_set(
+    from_version: str,
+    to_version: str,
+    *,
+    library: str | None = None,
+    set_name: str | None = None,
+    out: str | None = None,
+    workspace: str | None = None,
+    today: str | None = None,
+    progress: Progress | None = None,
+) -> PortReport:
     patch_set = load_chosen(library, set_name)
     v1, v2 = parse(from_version, "--from"), parse(to_version, "--to")
     if v1 == v2:
@@ -37,8 +67,12 @@ def port_set(from_version: str, to_version: str, *, library: str | None = None, 
         return report
     dest = Path(out).resolve() if out else patch_set.directory / str(v2)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise BadInput(f"{dest} already exists and is not empty", hint="choose another --out directory" if out
-                       else f"the library already has a directory {dest.name}; remove it or use --out")
+        raise BadInput(
+            f"{dest} already exists and is not empty",
+            hint="choose another --out directory"
+            if out
+            else f"the library already has a directory {dest.name}; remove it or use --out",
+        )
     report.destination = str(dest)
     paths = stock_paths(selection.patches)
     tree1, stock1 = release_contents(str(v1), paths, progress)
@@ -51,20 +85,24 @@ def port_set(from_version: str, to_version: str, *, library: str | None = None, 
     current, results = _merge_stages(stages, stock2, report, str(v1), str(v2))
     missing = [m for m in report.merges if m.conflicts < 0]
     if missing:
-        raise Conflict("files the series changes are missing in vLLM "
-                       f"{v2}: {', '.join(sorted({m.path for m in missing}))}",
-                       hint="they were moved or removed upstream: port those patches by hand")
+        raise Conflict(
+            f"files the series changes are missing in vLLM {v2}: {', '.join(sorted({m.path for m in missing}))}",
+            hint="they were moved or removed upstream: port those patches by hand",
+        )
     if all(current[p] == stock2.get(p) for p in current) and not report.conflicts:
         return _port_upstream(report, "merging the series changes none of its files")
     texts, outcomes = _ported_texts(selection, results, today or today_iso(), patch_set.roots)
     report.patches = outcomes
     if report.conflicts:
         return _port_workspace(report, patch_set, selection, tree2, stock2, current, texts, workspace, out)
-    ported = [parse_patch(encode(texts[o.name]), o.name, roots=patch_set.roots)
-              for o in outcomes if o.state != "removed"]
+    ported = [
+        parse_patch(encode(texts[o.name]), o.name, roots=patch_set.roots) for o in outcomes if o.state != "removed"
+    ]
     check_reproduces(ported, stock2, current)
-    if out is None and all(read_file(selection.release.directory / o.name) == encode(texts.get(o.name, ""))  # type: ignore
-                           for o in outcomes):
+    if out is None and all(
+        read_file(selection.release.directory / o.name) == encode(texts.get(o.name, ""))  # type: ignore
+        for o in outcomes
+    ):
         report.notes.append(f"the ported diffs are byte-identical to {selection.release.directory.name}'s")  # type: ignore
         return _port_identical(report, patch_set, selection, dest, out)
     write_series_files(dest, texts, outcomes)
@@ -79,10 +117,11 @@ def _declared(patch_set: PatchSetDef, version: Version, out: str | None) -> str 
     except NoPatchSet:
         return None
     if selection.kind == PATCH and out is None:
-        raise BadInput(f"the library already has a series for vLLM {version} "
-                       f"({selection.release.directory.name})",  # type: ignore[union-attr]
-                       hint=f"change it with `patchkit workspace {version}` + `patchkit refresh`, "
-                            "or port into another directory with --out")
+        raise BadInput(
+            f"the library already has a series for vLLM {version} ({selection.release.directory.name})",  # type: ignore[union-attr]
+            hint=f"change it with `patchkit workspace {version}` + `patchkit refresh`, "
+            "or port into another directory with --out",
+        )
     return selection.kind
 
 
@@ -93,8 +132,9 @@ def _port_upstream(report: PortReport, why: str) -> PortReport:
     return report
 
 
-def _port_identical(report: PortReport, patch_set: PatchSetDef, selection: Selection, dest: Path,
-                    out: str | None) -> PortReport:
+def _port_identical(
+    report: PortReport, patch_set: PatchSetDef, selection: Selection, dest: Path, out: str | None
+) -> PortReport:
     """V2 needs exactly V1's diffs: point V2 at V1's directory (or copy them into --out)."""
     source = selection.release.directory  # type: ignore[union-attr]
     report.outcome = "identical"
@@ -105,15 +145,19 @@ def _port_identical(report: PortReport, patch_set: PatchSetDef, selection: Selec
             shutil.copyfile(source / name, dest / name)
         write_series(dest, names)
         report.patches = [PatchOutcome(p.name, "new", [f.path for f in p.files]) for p in selection.patches]
-        report.notes.append(f"vLLM {report.to_version} needs the same series as {report.from_version}: "
-                            f"copied into {dest}")
+        report.notes.append(
+            f"vLLM {report.to_version} needs the same series as {report.from_version}: copied into {dest}"
+        )
         return report
     relative = source.relative_to(patch_set.directory).as_posix()
     report.destination = str(source)
-    report.registered = append_release(patch_set.directory, f"=={report.to_version}", relative,
-                                       comment=f"same series as {report.from_version}")
-    report.notes.append(f"vLLM {report.to_version} needs the same series as {report.from_version}: "
-                        f"its entry points at {relative}/ (nothing copied)")
+    report.registered = append_release(
+        patch_set.directory, f"=={report.to_version}", relative, comment=f"same series as {report.from_version}"
+    )
+    report.notes.append(
+        f"vLLM {report.to_version} needs the same series as {report.from_version}: "
+        f"its entry points at {relative}/ (nothing copied)"
+    )
     return report
 
 
@@ -149,8 +193,9 @@ def _merge_stages(stages, stock2: Contents, report: PortReport, v1: str, v2: str
     return current, results
 
 
-def _ported_texts(selection: Selection, results: dict[str, dict], today: str,
-                  roots: tuple[str, ...]) -> tuple[dict[str, str], list[PatchOutcome]]:
+def _ported_texts(
+    selection: Selection, results: dict[str, dict], today: str, roots: tuple[str, ...]
+) -> tuple[dict[str, str], list[PatchOutcome]]:
     texts, outcomes = {}, []
     patch_roots = list(roots)
     for patch in selection.patches:
@@ -166,9 +211,17 @@ def _ported_texts(selection: Selection, results: dict[str, dict], today: str,
     return texts, outcomes
 
 
-def _port_workspace(report: PortReport, patch_set: PatchSetDef, selection: Selection, tree2: Path,
-                    stock2: Contents, current: Contents, texts: dict[str, str], workspace: str | None,
-                    out: str | None) -> PortReport:
+def _port_workspace(
+    report: PortReport,
+    patch_set: PatchSetDef,
+    selection: Selection,
+    tree2: Path,
+    stock2: Contents,
+    current: Contents,
+    texts: dict[str, str],
+    workspace: str | None,
+    out: str | None,
+) -> PortReport:
     """Leave a workspace of V2 with the merge (and its conflict markers) committed on top of stock."""
     report.outcome = "conflicts"
     conflicted = sorted({m.path for m in report.conflicts})
@@ -176,17 +229,28 @@ def _port_workspace(report: PortReport, patch_set: PatchSetDef, selection: Selec
     try:
         require_empty(target)
     except BadInput as exc:
-        raise BadInput(f"the merge conflicts ({', '.join(conflicted)}) and the workspace for them cannot be "
-                       f"made: {exc.message}", hint="pass --workspace DIR (a new or empty directory)") from exc
+        raise BadInput(
+            f"the merge conflicts ({', '.join(conflicted)}) and the workspace for them cannot be made: {exc.message}",
+            hint="pass --workspace DIR (a new or empty directory)",
+        ) from exc
     with fresh_dir(target) as dest:
         _fill_port_workspace(dest, report, patch_set, selection, tree2, stock2, current, texts, out, conflicted)
     report.workspace = str(dest)
     return report
 
 
-def _fill_port_workspace(dest: Path, report: PortReport, patch_set: PatchSetDef, selection: Selection,
-                         tree2: Path, stock2: Contents, current: Contents, texts: dict[str, str],
-                         out: str | None, conflicted: list[str]) -> None:
+def _fill_port_workspace(
+    dest: Path,
+    report: PortReport,
+    patch_set: PatchSetDef,
+    selection: Selection,
+    tree2: Path,
+    stock2: Contents,
+    current: Contents,
+    texts: dict[str, str],
+    out: str | None,
+    conflicted: list[str],
+) -> None:
     for path, data in stock2.items():
         write_file(dest, path, data)
     metadata = metadata_file(tree2)
@@ -197,11 +261,24 @@ def _fill_port_workspace(dest: Path, report: PortReport, patch_set: PatchSetDef,
     repo.create_tag(STOCK_TAG, ref=stock)
     for path, data in current.items():
         write_file(dest, path, data)
-    commit_all(repo, f"{patch_set.name} series ported from vllm {report.from_version}: conflicts to resolve\n\n"
-                + "".join(f"{p}\n" for p in conflicted))
-    records = [record_of(patch, parts=split_header(texts[patch.name])[1] if patch.name in texts else "",
-                         library_copy=False) for patch in selection.patches]
+    commit_all(
+        repo,
+        f"{patch_set.name} series ported from vllm {report.from_version}: conflicts to resolve\n\n"
+        + "".join(f"{p}\n" for p in conflicted),
+    )
+    records = [
+        record_of(patch, parts=split_header(texts[patch.name])[1] if patch.name in texts else "", library_copy=False)
+        for patch in selection.patches
+    ]
     register = None if out else {"versions": f"=={report.to_version}", "dir": report.to_version}
-    WorkspaceMeta(patch_set.name, str(patch_set.directory.resolve()), report.to_version, list(patch_set.roots),
-                  str(report.destination), stock, records, register=register,
-                  ported_from=report.from_version).save(dest)
+    WorkspaceMeta(
+        patch_set.name,
+        str(patch_set.directory.resolve()),
+        report.to_version,
+        list(patch_set.roots),
+        str(report.destination),
+        stock,
+        records,
+        register=register,
+        ported_from=report.from_version,
+    ).save(dest)

@@ -11,19 +11,40 @@ from packaging.version import Version
 from patchkit import fetch
 from patchkit.errors import BadInput, Conflict, PatchkitError
 from patchkit.library import load_set
-from patchkit.maintainer.common import (Contents, PatchOutcome, PatchRecord, Progress, RefreshReport,
-                                        SharedCheck, WorkspaceMeta, append_release, check_reproduces,
-                                        conflict_lines, git_diff, join_header, keep_or_touch,
-                                        pinned_version, split_header, stock_paths, today_iso,
-                                        write_series_files)
+from patchkit.maintainer.common import (
+    Contents,
+    PatchOutcome,
+    PatchRecord,
+    Progress,
+    RefreshReport,
+    SharedCheck,
+    WorkspaceMeta,
+    append_release,
+    check_reproduces,
+    conflict_lines,
+    git_diff,
+    join_header,
+    keep_or_touch,
+    pinned_version,
+    split_header,
+    stock_paths,
+    today_iso,
+    write_series_files,
+)
 from patchkit.maintainer.workspace import find_workspace
 from patchkit.patchfile import Patch, encode, parse_patch
 from patchkit.plan import ALREADY, WILL_CHANGE, View, plan_apply
 from patchkit.state import read_file
 
 
-def refresh_workspace(directory: str | None = None, *, new_patch: str | None = None, dry_run: bool = False,
-                      today: str | None = None, progress: Progress | None = None) -> RefreshReport:
+def refresh_workspace(
+    directory: str | None = None,
+    *,
+    new_patch: str | None = None,
+    dry_run: bool = False,
+    today: str | None = None,
+    progress: Progress | None = None,
+) -> RefreshReport:
     import git
 
     root = find_workspace(directory)
@@ -40,8 +61,9 @@ def refresh_workspace(directory: str | None = None, *, new_patch: str | None = N
     assigned, notes = split_changes(records, stock, work, meta.roots)
     series_dir = Path(meta.series_dir)
     texts, outcomes = _new_texts(records, assigned, series_dir, today or today_iso(), meta.roots)
-    patches = [parse_patch(encode(texts[o.name]), o.name, roots=tuple(meta.roots))
-               for o in outcomes if o.state != "removed"]
+    patches = [
+        parse_patch(encode(texts[o.name]), o.name, roots=tuple(meta.roots)) for o in outcomes if o.state != "removed"
+    ]
     check_reproduces(patches, stock, work)
     notes += _library_drift(records, series_dir)
     report = RefreshReport(str(root), meta.version, str(series_dir), dry_run, outcomes, notes=notes)
@@ -60,8 +82,7 @@ def refresh_workspace(directory: str | None = None, *, new_patch: str | None = N
 
 def _changed_paths(repo, meta: WorkspaceMeta) -> set[str]:
     """Paths under the set's roots that differ from the stock commit, tracked or not (ignored excluded)."""
-    listed = repo.git.diff(meta.stock_commit, "--name-only", "--no-renames", "--no-ext-diff", "-z",
-                           "--", *meta.roots)
+    listed = repo.git.diff(meta.stock_commit, "--name-only", "--no-renames", "--no-ext-diff", "-z", "--", *meta.roots)
     changed = {p for p in listed.split("\0") if p}
     changed |= {p for p in repo.untracked_files if p.split("/", 1)[0] in meta.roots}
     return changed
@@ -78,9 +99,10 @@ def _refuse_conflict_markers(work: Contents, stock: Contents) -> None:
     marked = {p: lines for p in work if work[p] != stock[p] and (lines := conflict_lines(work[p]))}
     if marked:
         where = "; ".join(f"{p} line {', '.join(map(str, lines[:5]))}" for p, lines in marked.items())
-        raise Conflict(f"conflict markers left in the workspace: {where}",
-                       hint="resolve them (keep the right lines, drop the <<<<<<< ======= >>>>>>> lines), "
-                            "then refresh again")
+        raise Conflict(
+            f"conflict markers left in the workspace: {where}",
+            hint="resolve them (keep the right lines, drop the <<<<<<< ======= >>>>>>> lines), then refresh again",
+        )
 
 
 def _owners(records: list[PatchRecord]) -> dict[str, list[PatchRecord]]:
@@ -104,8 +126,9 @@ def _new_record(name: str, records: list[PatchRecord], today: str) -> PatchRecor
     return PatchRecord(f"{number}-{slug}.patch", header, "", [])
 
 
-def split_changes(records: list[PatchRecord], stock: Contents, work: Contents,
-                  roots: list[str]) -> tuple[dict[str, dict], list[str]]:
+def split_changes(
+    records: list[PatchRecord], stock: Contents, work: Contents, roots: list[str]
+) -> tuple[dict[str, dict], list[str]]:
     """Each patch's (before, after) per file. A file a patch touched stays with it; a file no patch
     touched goes to the last patch; a file several patches change keeps the earlier patches' parts
     (when they still apply) and the rest goes to the last of them."""
@@ -118,8 +141,10 @@ def split_changes(records: list[PatchRecord], stock: Contents, work: Contents,
             notes.append(f"{path}: changed, and no patch touched it: recorded in {records[-1].name}")
         stages = _stages(chain, path, stock[path], work[path], roots)
         if stages is None:
-            notes.append(f"{path}: changed by {', '.join(r.name for r in chain)}; their earlier parts no "
-                         f"longer apply, so the whole change is recorded in {chain[-1].name}")
+            notes.append(
+                f"{path}: changed by {', '.join(r.name for r in chain)}; their earlier parts no "
+                f"longer apply, so the whole change is recorded in {chain[-1].name}"
+            )
             stages = [(chain[-1], stock[path], work[path])]
         for record, before, after in stages:
             assigned[record.name][path] = (before, after)
@@ -140,7 +165,7 @@ def _stages(chain: list[PatchRecord], path: str, stock: bytes | None, work: byte
     return stages
 
 
-def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: list[str]) -> bytes | None | bool:
+def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: list[str]) -> bytes | bool | None:
     """The record's part for one file applied to `before`: the new content, or False if it does not apply."""
     text = record.parts if record.parts is not None else record.body
     if not text.strip():  # the patch has no diff left (e.g. upstream in a port)
@@ -153,15 +178,17 @@ def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: lis
     if not part:
         return before
     with tempfile.TemporaryDirectory() as empty:
-        plan = plan_apply(Path(empty), [Patch(record.name, b"", tuple(part))],
-                          view=View.holding(Path(empty), {path: before}))
+        plan = plan_apply(
+            Path(empty), [Patch(record.name, b"", tuple(part))], view=View.holding(Path(empty), {path: before})
+        )
         if plan.steps[0].state != WILL_CHANGE:
             return False
         return plan.content(path)
 
 
-def _new_texts(records: list[PatchRecord], assigned: dict[str, dict], series_dir: Path,
-               today: str, roots: list[str]) -> tuple[dict[str, str], list[PatchOutcome]]:
+def _new_texts(
+    records: list[PatchRecord], assigned: dict[str, dict], series_dir: Path, today: str, roots: list[str]
+) -> tuple[dict[str, str], list[PatchOutcome]]:
     texts, outcomes = {}, []
     for record in records:
         diffs = git_diff(assigned[record.name])
@@ -186,8 +213,10 @@ def _library_drift(records: list[PatchRecord], series_dir: Path) -> list[str]:
             import hashlib
 
             if hashlib.sha256(current).hexdigest() != record.sha256:
-                notes.append(f"{record.name} changed in the library since the workspace was made; "
-                             "the workspace's version replaces it")
+                notes.append(
+                    f"{record.name} changed in the library since the workspace was made; "
+                    "the workspace's version replaces it"
+                )
     return notes
 
 
@@ -237,8 +266,11 @@ def _remember(meta: WorkspaceMeta, texts: dict[str, str], outcomes: list[PatchOu
         if outcome.state == "removed":
             continue
         header, body = split_header(texts[outcome.name])
-        kept.append(PatchRecord(outcome.name, header, body, outcome.files, None,
-                                hashlib.sha256(encode(texts[outcome.name])).hexdigest()))
+        kept.append(
+            PatchRecord(
+                outcome.name, header, body, outcome.files, None, hashlib.sha256(encode(texts[outcome.name])).hexdigest()
+            )
+        )
     meta.patches = kept
     meta.register = None
     meta.save(root)

@@ -7,17 +7,35 @@ from pathlib import Path
 from patchkit import fetch
 from patchkit.errors import BadInput, Conflict
 from patchkit.library import load_chosen
-from patchkit.maintainer.common import (META, Progress, STOCK_TAG, WorkspaceMeta, WorkspaceReport, commit_all,
-                                        fresh_dir, init_repo, record_of, series_for,
-                                        shared_releases, stock_paths, write_file)
+from patchkit.maintainer.common import (
+    META,
+    STOCK_TAG,
+    Progress,
+    WorkspaceMeta,
+    WorkspaceReport,
+    commit_all,
+    fresh_dir,
+    init_repo,
+    record_of,
+    series_for,
+    shared_releases,
+    stock_paths,
+    write_file,
+)
 from patchkit.plan import plan_apply
 from patchkit.release_files import lay_out
 from patchkit.version import parse
 
 
-def create_workspace(version: str, directory: str | None = None, *, library: str | None = None,
-                     set_name: str | None = None, all_python: bool = False,
-                     progress: Progress | None = None) -> WorkspaceReport:
+def create_workspace(
+    version: str,
+    directory: str | None = None,
+    *,
+    library: str | None = None,
+    set_name: str | None = None,
+    all_python: bool = False,
+    progress: Progress | None = None,
+) -> WorkspaceReport:
     patch_set = load_chosen(library, set_name)
     ver = parse(version, "VERSION")
     selection = series_for(patch_set, ver)
@@ -26,24 +44,40 @@ def create_workspace(version: str, directory: str | None = None, *, library: str
     tree = fetch.release_tree(str(ver), paths, all_python=all_python, progress=progress)
     names = [p.name for p in selection.patches]
     with fresh_dir(Path(directory or f"vllm-{ver}-workspace")) as dest:
-        wanted = paths + ([f.relative_to(tree).as_posix() for f in (tree / "vllm").rglob("*.py")]
-                          if all_python else [])
+        wanted = paths + ([f.relative_to(tree).as_posix() for f in (tree / "vllm").rglob("*.py")] if all_python else [])
         copied = sum(1 for rel in lay_out(tree, dest, wanted) if rel.startswith("vllm/"))
         plan = plan_apply(dest, selection.patches)
         if plan.conflicts:
-            raise Conflict(f"the library's series does not apply to stock vLLM {ver}: "
-                           f"{plan.conflicts[0].mismatch.describe()}")  # type: ignore[union-attr]
+            raise Conflict(
+                f"the library's series does not apply to stock vLLM {ver}: {plan.conflicts[0].mismatch.describe()}"
+            )  # type: ignore[union-attr]
         repo = init_repo(dest)
         stock = commit_all(repo, f"stock vllm {ver}")
         repo.create_tag(STOCK_TAG, ref=stock)
         for path, (_, after) in plan.changes.items():
             write_file(dest, path, after)
         patched = commit_all(repo, f"{patch_set.name} series for vllm {ver}\n\n" + "\n".join(names) + "\n")
-        WorkspaceMeta(patch_set.name, str(patch_set.directory.resolve()), str(ver), list(patch_set.roots),
-                      str(series_dir.resolve()), stock, [record_of(p) for p in selection.patches],
-                      all_python=all_python).save(dest)
-    return WorkspaceReport(str(dest), patch_set.name, str(ver), str(series_dir), copied, stock, patched, names,
-                           shared_releases(patch_set, series_dir, ver))
+        WorkspaceMeta(
+            patch_set.name,
+            str(patch_set.directory.resolve()),
+            str(ver),
+            list(patch_set.roots),
+            str(series_dir.resolve()),
+            stock,
+            [record_of(p) for p in selection.patches],
+            all_python=all_python,
+        ).save(dest)
+    return WorkspaceReport(
+        str(dest),
+        patch_set.name,
+        str(ver),
+        str(series_dir),
+        copied,
+        stock,
+        patched,
+        names,
+        shared_releases(patch_set, series_dir, ver),
+    )
 
 
 def find_workspace(directory: str | None) -> Path:
@@ -52,5 +86,6 @@ def find_workspace(directory: str | None) -> Path:
     for candidate in (start, *start.parents):
         if (candidate / META).is_file():
             return candidate
-    raise BadInput(f"{start} is not inside a patchkit workspace (no {META})",
-                   hint="create one with `patchkit workspace VERSION`")
+    raise BadInput(
+        f"{start} is not inside a patchkit workspace (no {META})", hint="create one with `patchkit workspace VERSION`"
+    )

@@ -26,9 +26,11 @@ VLLM_VERSION = Version(os.environ.get("VLLM_VERSION", "0.16.0"))
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-CLASSES = {"DeepseekV2ForCausalLM": "vllm.model_executor.models.deepseek_v2",
-           "DeepseekV3ForCausalLM": "vllm.model_executor.models.deepseek_v2"}
-if VLLM_VERSION >= Version("0.15.0"):
+CLASSES = {
+    "DeepseekV2ForCausalLM": "vllm.model_executor.models.deepseek_v2",
+    "DeepseekV3ForCausalLM": "vllm.model_executor.models.deepseek_v2",
+}
+if Version("0.15.0") <= VLLM_VERSION:
     CLASSES["KimiK25ForConditionalGeneration"] = "vllm.model_executor.models.kimi_k25"
 
 # vLLM logs to stdout: the answer is the line after the marker.
@@ -45,21 +47,31 @@ print(json.dumps(answer))
 
 def supports_eagle3() -> dict[str, bool]:
     """vLLM's own verdict, in a fresh interpreter of the venv (no bytecode written)."""
-    done = subprocess.run([VLLM_PYTHON, "-B", "-c", SUPPORTS, json.dumps(CLASSES)], capture_output=True,
-                          text=True, timeout=600, cwd=os.path.abspath(os.sep))
+    done = subprocess.run(
+        [VLLM_PYTHON, "-B", "-c", SUPPORTS, json.dumps(CLASSES)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.path.abspath(os.sep),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     return json.loads(lines[lines.index("PATCHKIT-TEST-ANSWER") + 1])
 
 
 def patchkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patchkit", *args, "--python", VLLM_PYTHON],
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *args, "--python", VLLM_PYTHON], capture_output=True, text=True, timeout=900
+    )
 
 
 def site_packages() -> Path:
-    done = subprocess.run([VLLM_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [VLLM_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(done.stdout.strip())
 
 
@@ -72,8 +84,11 @@ def record_mismatches(site: Path) -> list[str]:
             if row and row[0].startswith("vllm/") and row[1:2] and row[1].startswith("sha256="):
                 listed[row[0]] = row[1]
     problems = [path for path, digest in listed.items() if _record_hash(site / path) != digest]
-    on_disk = {p.relative_to(site).as_posix() for p in (site / "vllm").rglob("*")
-               if p.is_file() and "__pycache__" not in p.parts}
+    on_disk = {
+        p.relative_to(site).as_posix()
+        for p in (site / "vllm").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     return sorted(problems + [f"{path} (not in RECORD)" for path in on_disk - set(listed)])
 
 
