@@ -11,6 +11,7 @@ identical share one directory.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +33,46 @@ UPSTREAM = "upstream"
 UNSUPPORTED = "unsupported"
 
 
+LIBRARY_ENV = "PATCHKIT_LIBRARY"
+FROM_OPTION = "--patches"
+INSTALLED = "installed"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Which library root a command uses, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
+
+    path: Path
+    source: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": str(self.path), "source": self.source}
+
+
+def locate(option: str | Path | None) -> Location:
+    """The library root, in this order: --patches DIR, then $PATCHKIT_LIBRARY, then the installed one."""
+    if option:
+        return Location(Path(option).resolve(), FROM_OPTION)
+    from_env = os.environ.get(LIBRARY_ENV)
+    if from_env:
+        path = Path(from_env).resolve()
+        if not path.is_dir():
+            raise BadInput(
+                f"{LIBRARY_ENV}={from_env} is not a directory",
+                hint=f"point {LIBRARY_ENV} at a library root, or unset it to use the installed library",
+            )
+        return Location(path, LIBRARY_ENV)
+    return Location(default_root(), INSTALLED)
+
+
 def default_root() -> Path:
-    """The library shipped with patchkit: patches/ next to the package in a checkout."""
+    """The library installed with patchkit: patchkit/_library inside a wheel, read through
+    importlib.resources; patches/ beside the package in a checkout or an editable install."""
+    from importlib.resources import files
+
+    packaged = files("patchkit") / "_library"
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged.resolve()
     return Path(__file__).resolve().parent.parent / "patches"
 
 
@@ -193,8 +232,8 @@ def load_library(root: Path) -> dict[str, PatchSetDef]:
 
 
 def load_chosen(library: str | Path | None, set_name: str | None) -> PatchSetDef:
-    """The named set (or the only one) of a library root; patchkit's own library by default."""
-    return choose_set(load_library(Path(library).resolve() if library else default_root()), set_name)
+    """The named set (or the only one) of the library `locate` chooses."""
+    return choose_set(load_library(locate(library).path), set_name)
 
 
 def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:

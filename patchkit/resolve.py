@@ -52,7 +52,7 @@ class Resolved:
 
 
 def library_root(opts: Options) -> Path:
-    return Path(opts.library).resolve() if opts.library else library.default_root()
+    return library.locate(opts.library).path
 
 
 def resolve_target(opts: Options) -> Target:

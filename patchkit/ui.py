@@ -138,8 +138,14 @@ class UI:
         for note in resolved.notes:
             self.note(note)
 
-    def status(self, resolved, status) -> None:
+    def library(self, where) -> None:
+        """Which library root, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
+        self.line(f"library  {where.path}  ({where.source})")
+
+    def status(self, resolved, status, where=None) -> None:
         self.header(resolved)
+        if where:
+            self.library(where)
         self.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
         if status.patches:
             self.table(
@@ -339,9 +345,10 @@ def plan_json(plan) -> list[dict]:
     ]
 
 
-def status_json(resolved, status) -> dict:
+def status_json(resolved, status, where=None) -> dict:
     return {
         "state": status.state,
+        "library": where.to_json() if where else None,
         "target": str(resolved.target.root),
         "found_by": resolved.target.found_by,
         "vllm_version": str(resolved.vllm_version) if resolved.version else None,

@@ -11,20 +11,19 @@ from patchkit.errors import CHECK_FAILED
 @format_option
 def command(opts, quiet, verbose, fmt):
     """The library: its sets, the releases each covers, each patch's description."""
-    from patchkit.library import load_library
-    from patchkit.resolve import library_root
+    from patchkit.library import load_library, locate
 
     ui = make_ui(fmt, quiet, verbose)
-    root = library_root(opts)
-    sets = load_library(root)
+    where = locate(opts.library)
+    sets = load_library(where.path)
     data = [_describe(s) for s in sets.values()]
     damaged = any(p["state"] == "damaged" for s in data for r in s["releases"] for p in r["patches"])
     if ui.json_mode:
-        ui.json({"library": str(root), "sets": data})
+        ui.json({"library": where.to_json(), "sets": data})
         if damaged:
             raise SystemExit(CHECK_FAILED)
         return
-    ui.line(f"library  {root}")
+    ui.library(where)
     for s in data:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
         ui.line(f"         supported {s['supported'] or 'any'}; upstream {s['upstream'] or 'never'}")

@@ -17,21 +17,22 @@ def command(opts, quiet, verbose, fmt):
     a failure there is an upstream regression (exit 1).
     """
     from patchkit.inspection import PARTIAL, inspect
-    from patchkit.library import UNSUPPORTED
+    from patchkit.library import UNSUPPORTED, locate
     from patchkit.resolve import resolve
     from patchkit.transaction import consistent_read
     from patchkit.ui import status_json
 
     ui = make_ui(fmt, quiet, verbose)
     resolved = resolve(opts)
+    where = None if opts.adhoc else locate(opts.library)  # --patch FILE: no library
     with consistent_read(resolved.target.root) as recovered:
         if recovered:
             ui.warn(recovered)
         status = inspect(resolved, check_upstream=True, import_probe=False)
     if ui.json_mode:
-        ui.json(status_json(resolved, status))
+        ui.json(status_json(resolved, status, where))
     else:
-        ui.status(resolved, status)
+        ui.status(resolved, status, where)
         if status.upstream_regression:
             ui.checks(status.checks)
             ui.error("upstream regression: this release's stock files fail the set's checks")
