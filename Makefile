@@ -39,11 +39,12 @@ test-fast: $(VENV)/.installed
 test-release: $(VENV)/.installed
 	$(PY) -m pytest -q -m release $(PYTEST_ARGS)
 
-# ruff (lint and format) and mypy, configured in pyproject.toml.
+# ruff (lint and format) and mypy, configured in pyproject.toml; zizmor on the GitHub workflows.
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/zizmor --offline --quiet .github/workflows
 
 bench: $(VENV)/.installed
 	$(PY) bench/bench.py
