@@ -149,3 +149,9 @@ def _unit_tests_see_no_fetched_releases(request, tmp_path_factory, monkeypatch):
     for them. Tests marked `release` use the real cache."""
     if request.node.get_closest_marker("release") is None:
         monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "empty-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _the_installed_library_unless_a_test_says_otherwise(monkeypatch):
+    """A PATCHKIT_LIBRARY exported in the developer's shell must not change which library the tests read."""
+    monkeypatch.delenv("PATCHKIT_LIBRARY", raising=False)
