@@ -34,7 +34,12 @@ def target_options(func=None, *, version_help: str = VERSION_HELP, versions_repe
             help="Interpreter whose environment has vLLM (found without importing it; apply/verify import-test the patches).",
         ),
         click.option("--vllm-version", metavar="VERSION", multiple=versions_repeatable, help=version_help),
-        click.option("--patches", "library", metavar="DIR", help="Another patch library root."),
+        click.option(
+            "--patches",
+            "library",
+            metavar="DIR",
+            help="A patch library root (default: $PATCHKIT_LIBRARY, else the installed library).",
+        ),
         click.option(
             "--patch",
             "adhoc",
