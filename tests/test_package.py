@@ -124,7 +124,8 @@ def test_the_wheel_carries_the_library_byte_for_byte(dist):
         }
         names = wheel.namelist()
     assert packaged == expected
-    assert not [n for n in names if n.startswith("patches/")]  # only inside the package
+    assert [n for n in names if not n.startswith(("patchkit/", "patchkit-"))] == []  # no tests/, patches/, ...
+    assert "patchkit/cli.py" in names and "patchkit/commands/listing.py" in names
     with zipfile.ZipFile(dist.tree_wheel) as tree_wheel:
         assert sorted(tree_wheel.namelist()) == sorted(names)
 
