@@ -24,6 +24,7 @@ from patchkit.errors import BadInput, FetchError
 from patchkit.fetch import net
 from patchkit.fetch.cache import STATE_FILE, safe_dest
 from patchkit.fetch.ranges import MERGE_GAP, TAIL_BYTES, coalesce
+from patchkit.fetch.zipread import member_from_run
 from patchkit.pipconfig import parse_config_list, settings_from_items
 from patchkit.record import parse_record, record_hash
 
@@ -531,6 +532,35 @@ def test_deleted_file_is_refetched(server, cache, monkeypatch):
     (tree / "vllm/__init__.py").unlink()
     fetch.release_tree(VERSION, ["vllm/__init__.py"])
     assert (tree / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
+
+
+def test_cached_files_are_readable_by_all_whatever_the_umask(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    old = os.umask(0o077)
+    try:
+        tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    finally:
+        os.umask(old)
+    for path in (tree / "vllm/__init__.py", cache / "releases" / VERSION / STATE_FILE):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
+
+def test_member_from_run_checks_the_local_header_and_the_crc():
+    data = build_wheel(blob_size=0)
+    info = zipfile.ZipFile(io.BytesIO(data)).getinfo("vllm/__init__.py")
+    assert member_from_run(data, 0, info) == FILES["vllm/__init__.py"]
+    assert member_from_run(data[info.header_offset :], info.header_offset, info) == FILES["vllm/__init__.py"]
+    wrong_sig = bytearray(data)
+    wrong_sig[info.header_offset] ^= 0xFF
+    with pytest.raises(FetchError, match="bad local header"):
+        member_from_run(bytes(wrong_sig), 0, info)
+    with pytest.raises(FetchError, match="truncated"):
+        member_from_run(data[: info.header_offset + 30 + len(info.filename) + 1], 0, info)
+    other = zipfile.ZipFile(io.BytesIO(data)).getinfo("vllm/config/speculative.py")
+    info.CRC = other.CRC
+    with pytest.raises(FetchError, match="CRC/size"):
+        member_from_run(data, 0, info)
 
 
 def test_coalesce():
