@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, FetchError
-from patchkit.fetch import net
+from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.net import Progress, is_http, redact
 
 if TYPE_CHECKING:  # pragma: no cover
