@@ -16,6 +16,7 @@ from functools import cached_property, partial
 from pathlib import Path
 
 from patchkit.errors import BadInput
+from patchkit.fsutil import unsafe_reason
 
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"
@@ -222,10 +223,11 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> Fil
     target = None if pf.target_file == DEV_NULL else _safe_path(name, pf.target_file, roots)
     if source is None and target is None:
         raise BadInput(f"{name}: a diff entry names no file")
-    odd_modes = {getattr(pf, "source_mode", None), getattr(pf, "target_mode", None)} - {None, *REGULAR_MODES}
+    modes = {getattr(pf, "source_mode", None), getattr(pf, "target_mode", None)}
+    odd_modes = sorted(str(mode) for mode in modes if mode is not None and mode not in REGULAR_MODES)
     if odd_modes:
         raise BadInput(
-            f"{name}: {pf.path} has mode {', '.join(sorted(odd_modes))}: only regular files are "
+            f"{name}: {pf.path} has mode {', '.join(odd_modes)}: only regular files are "
             "patched (not symlinks or submodules)"
         )
     for hunk in hunks:
@@ -249,12 +251,10 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
     raw_path = raw_path.strip()
     if raw_path.startswith(("a/", "b/")):
         raw_path = raw_path[2:]
-    if "\\" in raw_path or raw_path.startswith("/") or not raw_path:
-        raise BadInput(f"{name}: unsafe path {raw_path!r} (absolute or with backslashes)")
-    parts = raw_path.split("/")
-    if any(part in ("..", ".", "") for part in parts):
-        raise BadInput(f"{name}: unsafe path {raw_path!r} ('..' or '.' components)")
-    if parts[0] not in roots:
+    reason = unsafe_reason(raw_path)
+    if reason:
+        raise BadInput(f"{name}: unsafe path {raw_path!r} (the path {reason})")
+    if raw_path.split("/", 1)[0] not in roots:
         allowed = ", ".join(f"{r}/" for r in roots)
         raise BadInput(f"{name}: path {raw_path!r} is outside the patched package ({allowed})")
     return raw_path

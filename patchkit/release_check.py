@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from packaging.version import Version
 from patchkit import fetch
 from patchkit.checks import CheckResult, run_checks
 from patchkit.errors import CHECK_FAILED, NO_PATCH_SET, OK, NoPatchSet
+from patchkit.fsutil import atomic_write
 from patchkit.inspection import APPLIED, check_context, inspect
 from patchkit.library import PATCH, PatchSetDef, Selection, load_chosen, select
 from patchkit.library import UNSUPPORTED as UNSUPPORTED_KIND
@@ -334,13 +334,8 @@ class ResultStore:
             return None  # absent or unreadable: run it
 
     def keep(self, key: str, result: ReleaseResult, set_name: str) -> None:
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = self.directory / f".{key}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(result.to_json(set_name)), encoding="utf-8")
-            os.replace(tmp, self.directory / f"{key}.json")
-        except OSError:
-            pass  # a cache that cannot be written only costs time
+        with suppress(OSError):  # a cache that cannot be written only costs time
+            atomic_write(self.directory / f"{key}.json", json.dumps(result.to_json(set_name)).encode())
 
 
 def _fingerprint(patch_set: PatchSetDef) -> str:

@@ -22,8 +22,11 @@ import stat
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from patchkit import locks
 from patchkit.errors import BadInput, LockBusy, TargetError
+from patchkit.fsutil import atomic_write
 from patchkit.state import (
     State,
     file_sha,
@@ -35,7 +38,11 @@ from patchkit.state import (
     state_path,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from filelock import BaseFileLock
+
 LOCK_TIMEOUT = float(os.environ.get("PATCHKIT_LOCK_TIMEOUT", "60"))
+_WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
 
 
 @dataclass(frozen=True)
@@ -80,31 +87,20 @@ def target_lock(root: Path, timeout: float | None = None):
         lock.release()
 
 
-def _acquire(root: Path, timeout: float | None):
-    from filelock import FileLock, Timeout
-
+def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
     meta = meta_dir(root)
     try:
         meta.mkdir(exist_ok=True)
-        lock = FileLock(str(meta / "lock"))
     except OSError as exc:
-        raise TargetError(
-            f"cannot create {meta}: {exc.strerror}",
-            hint="patchkit records its state inside the target tree; it must be writable",
-        ) from exc
-    wait = LOCK_TIMEOUT if timeout is None else timeout
-    try:
-        lock.acquire(timeout=wait)
-    except Timeout as exc:
-        raise LockBusy(
-            f"another patchkit is working on {root} (waited {wait:.0f} s)", hint="try again when it has finished"
-        ) from exc
-    except OSError as exc:
-        raise TargetError(
-            f"cannot create the lock in {meta}: {exc.strerror}",
-            hint="patchkit records its state inside the target tree; it must be writable",
-        ) from exc
-    return lock
+        raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
+    return locks.acquire(
+        meta / "lock",
+        LOCK_TIMEOUT if timeout is None else timeout,
+        busy=lambda waited: LockBusy(
+            f"another patchkit is working on {root} (waited {waited:.0f} s)", hint="try again when it has finished"
+        ),
+        unusable=lambda exc: TargetError(f"cannot create the lock in {meta}: {exc.strerror}", hint=_WRITABLE_HINT),
+    )
 
 
 def journal_path(root: Path) -> Path:
@@ -129,16 +125,13 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
     preflight(root, [w.path for w in writes])
     previous = state_path(root).read_bytes() if state_path(root).is_file() else None
     txid = secrets.token_hex(8)
-    journal = {
-        "id": txid,
-        "previous_state": previous.decode() if previous else None,
-        "files": [_journal_entry(root, w, txid) for w in writes],
-    }
+    entries = [_journal_entry(root, w, txid) for w in writes]
+    journal = {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
     try:
         _write_atomic(journal_path(root), json.dumps(journal).encode())
-        for w, entry in zip(writes, journal["files"], strict=False):
+        for w, entry in zip(writes, entries, strict=True):
             _stage(root, w, entry)
-        for entry in journal["files"]:
+        for entry in entries:
             _install(root, entry)
         _write_atomic(state_path(root), new_state.to_bytes())
         _faults.tick()
@@ -317,16 +310,8 @@ def _write_file(path: Path, data: bytes, mode: int | None) -> None:
 
 
 def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-    tmp = path.with_name(f".{path.name}.patchkit-{secrets.token_hex(4)}.tmp")
     _faults.tick()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        _write_file(tmp, data, mode)
-        _faults.tick()
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, data, mode=mode, durable=True, before_replace=_faults.tick)
 
 
 def _prune_objects(root: Path, state: State) -> None:

@@ -21,7 +21,12 @@ from hypothesis import strategies as st
 
 from patchkit import fetch
 from patchkit.errors import BadInput, FetchError
+from patchkit.fetch import net
+from patchkit.fetch.cache import STATE_FILE, safe_dest
+from patchkit.fetch.ranges import MERGE_GAP, TAIL_BYTES, coalesce
+from patchkit.fetch.zipread import member_from_run
 from patchkit.pipconfig import parse_config_list, settings_from_items
+from patchkit.record import parse_record, record_hash
 
 VERSION = "0.1.0"
 WHEEL = f"vllm-{VERSION}-py3-none-manylinux_2_17_x86_64.whl"
@@ -38,14 +43,14 @@ BLOB = "vllm/_C.abi3.so"
 
 
 def _record_hash(data: bytes) -> str:
-    return fetch.record_hash(data)
+    return record_hash(data)
 
 
 def build_wheel(
     files: dict[str, bytes] | None = None,
     *,
     version: str = VERSION,
-    blob_size: int = (fetch.MERGE_GAP * 3) // 2,
+    blob_size: int = (MERGE_GAP * 3) // 2,
     corrupt: str | None = None,
     extra_members: dict[str, bytes] | None = None,
     unlisted: tuple[str, ...] = (),
@@ -207,7 +212,7 @@ def use_index(monkeypatch, url: str, extra: str | None = None):
 
 
 def state_of(cache: Path, version: str = VERSION) -> dict:
-    return json.loads((cache / "releases" / version / fetch.STATE_FILE).read_text())
+    return json.loads((cache / "releases" / version / STATE_FILE).read_text())
 
 
 def no_network(monkeypatch):
@@ -216,8 +221,8 @@ def no_network(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("network/index used on what should be a cache hit")
 
-    monkeypatch.setattr(fetch, "_pip_settings", boom)
-    monkeypatch.setattr(fetch, "_make_session", boom)
+    monkeypatch.setattr(net, "pip_settings", boom)
+    monkeypatch.setattr(net, "make_session", boom)
 
 
 # --------------------------------------------------------------------------- unit tests
@@ -297,7 +302,7 @@ def test_members_in_the_tail_cost_no_extra_request(server, cache, monkeypatch):
     tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py"])
     assert (tree / "vllm/v1/spec_decode/eagle.py").read_bytes() == FILES["vllm/v1/spec_decode/eagle.py"]
     gets = [e for e in server.log if e[0] == "GET" and "/files/" in e[1]]
-    assert [e[2] for e in gets] == [f"bytes=-{fetch.TAIL_BYTES}"]
+    assert [e[2] for e in gets] == [f"bytes=-{TAIL_BYTES}"]
 
 
 def test_all_python_coalesces(server, cache, monkeypatch):
@@ -353,10 +358,10 @@ def test_absolute_member_refused_via_safe_dest(tmp_path):
     tree.mkdir()
     for name in ["/etc/passwd", "C:/x.py", "../x.py", "a/./b.py", ""]:
         with pytest.raises(FetchError):
-            fetch._safe_dest(tree, name)
+            safe_dest(tree, name)
     (tree / "vllm").symlink_to(tmp_path)  # a symlink escaping the tree is caught too
     with pytest.raises(FetchError, match="outside"):
-        fetch._safe_dest(tree, "vllm/x.py")
+        safe_dest(tree, "vllm/x.py")
 
 
 @pytest.mark.parametrize("bad", ["../vllm/x.py", "/abs/x.py", "vllm\\x.py", "vllm/../x.py", ""])
@@ -375,7 +380,7 @@ def test_bad_version_refused(cache):
 def test_accepted_names_stay_in_tree(tmp_path_factory, name):
     tree = tmp_path_factory.mktemp("t")
     try:
-        dest = fetch._safe_dest(tree, name)
+        dest = safe_dest(tree, name)
     except FetchError:
         return
     assert dest.resolve().is_relative_to(tree.resolve()) and dest.resolve() != tree.resolve()
@@ -529,11 +534,40 @@ def test_deleted_file_is_refetched(server, cache, monkeypatch):
     assert (tree / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
 
 
+def test_cached_files_are_readable_by_all_whatever_the_umask(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    old = os.umask(0o077)
+    try:
+        tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    finally:
+        os.umask(old)
+    for path in (tree / "vllm/__init__.py", cache / "releases" / VERSION / STATE_FILE):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
+
+def test_member_from_run_checks_the_local_header_and_the_crc():
+    data = build_wheel(blob_size=0)
+    info = zipfile.ZipFile(io.BytesIO(data)).getinfo("vllm/__init__.py")
+    assert member_from_run(data, 0, info) == FILES["vllm/__init__.py"]
+    assert member_from_run(data[info.header_offset :], info.header_offset, info) == FILES["vllm/__init__.py"]
+    wrong_sig = bytearray(data)
+    wrong_sig[info.header_offset] ^= 0xFF
+    with pytest.raises(FetchError, match="bad local header"):
+        member_from_run(bytes(wrong_sig), 0, info)
+    with pytest.raises(FetchError, match="truncated"):
+        member_from_run(data[: info.header_offset + 30 + len(info.filename) + 1], 0, info)
+    other = zipfile.ZipFile(io.BytesIO(data)).getinfo("vllm/config/speculative.py")
+    info.CRC = other.CRC
+    with pytest.raises(FetchError, match="CRC/size"):
+        member_from_run(data, 0, info)
+
+
 def test_coalesce():
     spans = [(0, 10, "a"), (10, 20, "b"), (5000, 5010, "c"), (30, 40, "d")]
-    assert fetch.coalesce(spans, gap=100) == [(0, 40, ["a", "b", "d"]), (5000, 5010, ["c"])]
-    assert len(fetch.coalesce(spans, gap=1)) == 3
-    assert len(fetch.coalesce(spans, gap=10_000, max_run=30)) == 3
+    assert coalesce(spans, gap=100) == [(0, 40, ["a", "b", "d"]), (5000, 5010, ["c"])]
+    assert len(coalesce(spans, gap=1)) == 3
+    assert len(coalesce(spans, gap=10_000, max_run=30)) == 3
 
 
 def test_pip_config_parsing():
@@ -555,9 +589,9 @@ def test_session_honours_pip_cert_and_ca_bundle(monkeypatch):
     from patchkit.pipconfig import PipSettings
 
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/env/bundle.pem")
-    with_cert = fetch._make_session(PipSettings(cert="/pip/ca.pem"), None)
+    with_cert = net.make_session(PipSettings(cert="/pip/ca.pem"), None)
     assert with_cert.merge_environment_settings("https://x.invalid/", {}, False, None, None)["verify"] == "/pip/ca.pem"
-    plain = fetch._make_session(PipSettings(), None)
+    plain = net.make_session(PipSettings(), None)
     assert plain.merge_environment_settings("https://x.invalid/", {}, False, None, None)["verify"] == "/env/bundle.pem"
     monkeypatch.delenv("REQUESTS_CA_BUNDLE")
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
@@ -594,11 +628,11 @@ def test_release_0_16_0_default_fetch(real_env):
     for p in paths:
         assert (tree / p).is_file()
     assert (tree / "vllm-0.16.0.dist-info/METADATA").read_text().find("Version: 0.16.0") > 0
-    record = fetch.parse_record((tree / "vllm-0.16.0.dist-info/RECORD").read_bytes())
+    record = parse_record((tree / "vllm-0.16.0.dist-info/RECORD").read_bytes())
     for p in paths:
-        assert fetch.record_hash((tree / p).read_bytes()) == record[p][0]
+        assert record_hash((tree / p).read_bytes()) == record[p][0]
     assert stats.bytes <= 5_000_000 and not stats.full_download
-    st_ = json.loads((real_env / "releases/0.16.0" / fetch.STATE_FILE).read_text())
+    st_ = json.loads((real_env / "releases/0.16.0" / STATE_FILE).read_text())
     assert re.fullmatch(r"vllm-0\.16\.0-.*manylinux.*x86_64\.whl", st_["wheel"]) and len(st_["sha256"]) == 64
     fetch.release_tree("0.16.0", paths)
     assert fetch.last_fetch_stats.requests == 0
@@ -610,7 +644,7 @@ def test_release_kimi_k25_presence(real_env, version, present):
     p = "vllm/model_executor/models/kimi_k25.py"
     tree = fetch.release_tree(version, [p])
     assert (tree / p).is_file() is present
-    st_ = json.loads((real_env / "releases" / version / fetch.STATE_FILE).read_text())
+    st_ = json.loads((real_env / "releases" / version / STATE_FILE).read_text())
     assert (p in st_["present"]) is present and (p in st_["absent"]) is not present
 
 

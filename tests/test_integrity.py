@@ -9,7 +9,7 @@ import pytest
 from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
 
 from patchkit.checks import ERROR, WARNING
-from patchkit.fetch import record_hash
+from patchkit.record import record_hash
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"

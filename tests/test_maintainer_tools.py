@@ -15,7 +15,10 @@ from conftest import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 
 from patchkit.errors import FetchError
 from patchkit.library import PATCH, load_set, select
-from patchkit.maintainer.common import META, conflict_lines, git_diff, merge_file, split_header
+from patchkit.maintainer.gitrepo import git_diff
+from patchkit.maintainer.merge import conflict_lines, merge_file
+from patchkit.maintainer.meta import META
+from patchkit.maintainer.patchtext import split_header
 from patchkit.patchfile import parse_patch
 from patchkit.plan import WILL_CHANGE, plan_apply
 from patchkit.version import parse

@@ -29,6 +29,8 @@ def _listing(root):
         (b"--- /dev/null\n+++ /tmp/escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
         (b"--- /dev/null\n+++ b/setup.py\n@@ -0,0 +1 @@\n+x = 1\n", "outside the patched package"),
         (b"--- /dev/null\n+++ b/vllm\\..\\escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
+        (b"--- /dev/null\n+++ C:/vllm/escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
+        (b"--- /dev/null\n+++ b/vllm/./escape.py\n@@ -0,0 +1 @@\n+x = 1\n", "unsafe path"),
     ],
 )
 def test_traversal_and_absolute_paths_are_refused_with_nothing_created(run, tmp_path, raw, fragment):

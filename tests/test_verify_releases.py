@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from patchkit import fetch, release_check
 from patchkit.errors import FetchError
+from patchkit.record import record_hash
 
 PATCHED_SPEC = SPEC_PY.replace('"qwen",\n', '"qwen",\n        "deepseek",\n')
 BROKEN_SPEC = PATCHED_SPEC.replace("def accepts(model_type: str) -> bool:", "def accepts(model_type: str) -> bool")
@@ -54,7 +55,7 @@ class FakeIndex:
 def _write_record(tree: Path, version: str) -> None:
     """A wheel RECORD for the tree, as the fetcher leaves it beside METADATA."""
     rows = [
-        f"{p.relative_to(tree).as_posix()},{fetch.record_hash(p.read_bytes())},{p.stat().st_size}"
+        f"{p.relative_to(tree).as_posix()},{record_hash(p.read_bytes())},{p.stat().st_size}"
         for p in sorted(tree.rglob("*"))
         if p.is_file()
     ]

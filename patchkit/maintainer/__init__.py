@@ -18,4 +18,9 @@ change keeps the earlier patches' parts (when they still apply) and the rest goe
 
 Diffs are git's own (`git diff --no-index`, 3 lines of context, myers), rewritten to the library's
 form: `diff --git a/P b/P`, `--- a/P`, `+++ b/P`, no `index` line.
+
+The modules: `workspace`, `refresh` and `port` (one command each) share `meta` (the workspace's
+record), `reports` (what the commands report), `patchtext` (a patch's header and diff), `gitrepo`
+(the repository and git's diff), `merge` (git merge-file), `stock` (a release's stock files),
+`series` (the library's series and set.toml entries) and `workdir` (the directories they fill).
 """

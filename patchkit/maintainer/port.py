@@ -9,34 +9,20 @@ from packaging.version import Version
 
 from patchkit.errors import BadInput, Conflict, NoPatchSet
 from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
-from patchkit.maintainer.common import (
-    STOCK_TAG,
-    Contents,
-    FileMerge,
-    PatchOutcome,
-    PortReport,
-    Progress,
-    WorkspaceMeta,
+from patchkit.maintainer.gitrepo import commit_all, git_diff, init_repo
+from patchkit.maintainer.merge import merge_file
+from patchkit.maintainer.meta import STOCK_TAG, WorkspaceMeta, record_of
+from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
+from patchkit.maintainer.reports import FileMerge, PatchOutcome, PortReport
+from patchkit.maintainer.series import (
     append_release,
     check_reproduces,
-    commit_all,
-    fresh_dir,
-    git_diff,
-    init_repo,
-    join_header,
-    keep_or_touch,
-    merge_file,
-    metadata_file,
-    record_of,
-    release_contents,
-    require_empty,
+    series_directory,
     series_for,
-    split_header,
-    stock_paths,
-    today_iso,
-    write_file,
     write_series_files,
 )
+from patchkit.maintainer.stock import Contents, Progress, metadata_file, release_contents, stock_paths
+from patchkit.maintainer.workdir import fresh_dir, require_empty, write_file
 from patchkit.patchfile import decode, encode, parse_patch
 from patchkit.plan import ALREADY, WILL_CHANGE, plan_apply
 from patchkit.state import read_file
@@ -100,10 +86,9 @@ def port_set(
     ]
     check_reproduces(ported, stock2, current)
     if out is None and all(
-        read_file(selection.release.directory / o.name) == encode(texts.get(o.name, ""))  # type: ignore
-        for o in outcomes
+        read_file(series_directory(selection) / o.name) == encode(texts.get(o.name, "")) for o in outcomes
     ):
-        report.notes.append(f"the ported diffs are byte-identical to {selection.release.directory.name}'s")  # type: ignore
+        report.notes.append(f"the ported diffs are byte-identical to {series_directory(selection).name}'s")
         return _port_identical(report, patch_set, selection, dest, out)
     write_series_files(dest, texts, outcomes)
     if out is None:
@@ -118,7 +103,7 @@ def _declared(patch_set: PatchSetDef, version: Version, out: str | None) -> str 
         return None
     if selection.kind == PATCH and out is None:
         raise BadInput(
-            f"the library already has a series for vLLM {version} ({selection.release.directory.name})",  # type: ignore[union-attr]
+            f"the library already has a series for vLLM {version} ({series_directory(selection).name})",
             hint=f"change it with `patchkit workspace {version}` + `patchkit refresh`, "
             "or port into another directory with --out",
         )
@@ -136,7 +121,7 @@ def _port_identical(
     report: PortReport, patch_set: PatchSetDef, selection: Selection, dest: Path, out: str | None
 ) -> PortReport:
     """V2 needs exactly V1's diffs: point V2 at V1's directory (or copy them into --out)."""
-    source = selection.release.directory  # type: ignore[union-attr]
+    source = series_directory(selection)
     report.outcome = "identical"
     names = [p.name for p in selection.patches]
     if out:

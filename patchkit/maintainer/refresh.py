@@ -11,26 +11,19 @@ from packaging.version import Version
 from patchkit import fetch
 from patchkit.errors import BadInput, Conflict, PatchkitError
 from patchkit.library import load_set
-from patchkit.maintainer.common import (
-    Contents,
-    PatchOutcome,
-    PatchRecord,
-    Progress,
-    RefreshReport,
-    SharedCheck,
-    WorkspaceMeta,
+from patchkit.maintainer.gitrepo import git_diff
+from patchkit.maintainer.merge import conflict_lines
+from patchkit.maintainer.meta import PatchRecord, WorkspaceMeta
+from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
+from patchkit.maintainer.reports import PatchOutcome, RefreshReport, SharedCheck
+from patchkit.maintainer.series import (
     append_release,
     check_reproduces,
-    conflict_lines,
-    git_diff,
-    join_header,
-    keep_or_touch,
     pinned_version,
-    split_header,
-    stock_paths,
-    today_iso,
+    why_not_applied,
     write_series_files,
 )
+from patchkit.maintainer.stock import Contents, Progress, stock_paths
 from patchkit.maintainer.workspace import find_workspace
 from patchkit.patchfile import Patch, encode, parse_patch
 from patchkit.plan import ALREADY, WILL_CHANGE, View, plan_apply
@@ -151,13 +144,25 @@ def split_changes(
     return assigned, notes
 
 
-def _stages(chain: list[PatchRecord], path: str, stock: bytes | None, work: bytes | None, roots: list[str]):
+Stage = tuple[PatchRecord, bytes | None, bytes | None]  # (patch, before, after) of one file
+
+
+class _PartFails(Exception):
+    """A patch's part for a file no longer applies to what the earlier patches leave."""
+
+
+def _stages(
+    chain: list[PatchRecord], path: str, stock: bytes | None, work: bytes | None, roots: list[str]
+) -> list[Stage] | None:
     """(patch, before, after) along the chain of patches changing one file, or None if a part fails."""
-    stages = []
+    stages: list[Stage] = []
     before = stock
     for record in chain[:-1]:
-        after = _apply_part(record, path, before, roots)
-        if after is False or conflict_lines(after):  # type: ignore[arg-type]
+        try:
+            after = _apply_part(record, path, before, roots)
+        except _PartFails:
+            return None
+        if conflict_lines(after):
             return None
         stages.append((record, before, after))
         before = after
@@ -165,15 +170,15 @@ def _stages(chain: list[PatchRecord], path: str, stock: bytes | None, work: byte
     return stages
 
 
-def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: list[str]) -> bytes | bool | None:
-    """The record's part for one file applied to `before`: the new content, or False if it does not apply."""
+def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: list[str]) -> bytes | None:
+    """The record's part for one file applied to `before`: the new content; _PartFails if it does not apply."""
     text = record.parts if record.parts is not None else record.body
     if not text.strip():  # the patch has no diff left (e.g. upstream in a port)
         return before
     try:
         patch = parse_patch(encode(text), record.name, roots=tuple(roots))
-    except BadInput:
-        return False
+    except BadInput as exc:
+        raise _PartFails(record.name) from exc
     part = [f for f in patch.files if f.path == path]
     if not part:
         return before
@@ -182,7 +187,7 @@ def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: lis
             Path(empty), [Patch(record.name, b"", tuple(part))], view=View.holding(Path(empty), {path: before})
         )
         if plan.steps[0].state != WILL_CHANGE:
-            return False
+            raise _PartFails(record.name)
         return plan.content(path)
 
 
@@ -253,7 +258,7 @@ def _check_release(version: str, patches: list[Patch], progress: Progress | None
         if step.state == ALREADY:
             return SharedCheck(version, "conflict", f"{step.patch.name} is already present in stock {version}")
         if step.state != WILL_CHANGE:
-            return SharedCheck(version, "conflict", f"{step.patch.name}: {step.mismatch.describe()}")  # type: ignore
+            return SharedCheck(version, "conflict", f"{step.patch.name}: {why_not_applied(step)}")
     return SharedCheck(version, "applies")
 
 

@@ -7,21 +7,12 @@ from pathlib import Path
 from patchkit import fetch
 from patchkit.errors import BadInput, Conflict
 from patchkit.library import load_chosen
-from patchkit.maintainer.common import (
-    META,
-    STOCK_TAG,
-    Progress,
-    WorkspaceMeta,
-    WorkspaceReport,
-    commit_all,
-    fresh_dir,
-    init_repo,
-    record_of,
-    series_for,
-    shared_releases,
-    stock_paths,
-    write_file,
-)
+from patchkit.maintainer.gitrepo import commit_all, init_repo
+from patchkit.maintainer.meta import META, STOCK_TAG, WorkspaceMeta, record_of
+from patchkit.maintainer.reports import WorkspaceReport
+from patchkit.maintainer.series import series_directory, series_for, shared_releases, why_not_applied
+from patchkit.maintainer.stock import Progress, stock_paths
+from patchkit.maintainer.workdir import fresh_dir, write_file
 from patchkit.plan import plan_apply
 from patchkit.release_files import lay_out
 from patchkit.version import parse
@@ -39,7 +30,7 @@ def create_workspace(
     patch_set = load_chosen(library, set_name)
     ver = parse(version, "VERSION")
     selection = series_for(patch_set, ver)
-    series_dir: Path = selection.release.directory  # type: ignore[union-attr]
+    series_dir = series_directory(selection)
     paths = stock_paths(selection.patches)
     tree = fetch.release_tree(str(ver), paths, all_python=all_python, progress=progress)
     names = [p.name for p in selection.patches]
@@ -49,8 +40,8 @@ def create_workspace(
         plan = plan_apply(dest, selection.patches)
         if plan.conflicts:
             raise Conflict(
-                f"the library's series does not apply to stock vLLM {ver}: {plan.conflicts[0].mismatch.describe()}"
-            )  # type: ignore[union-attr]
+                f"the library's series does not apply to stock vLLM {ver}: {why_not_applied(plan.conflicts[0])}"
+            )
         repo = init_repo(dest)
         stock = commit_all(repo, f"stock vllm {ver}")
         repo.create_tag(STOCK_TAG, ref=stock)

@@ -1,0 +1,57 @@
+"""Obtain stock source files of a vLLM release from the package index.
+
+Only the needed members are read out of the remote wheel, with HTTP range
+requests (``remotezip`` reads the central directory; nearby members are then
+fetched together in a few coalesced range requests).  Every extracted file is
+checked against the wheel's RECORD.  If the server does not honour ranges the
+whole wheel is downloaded once, checked against the index's sha256, kept in the
+cache and extracted locally.
+
+Cache layout (``cache_dir()/releases/<version>/``)::
+
+    tree/                      site-packages-like: vllm/..., vllm-<v>.dist-info/{METADATA,RECORD}
+    release.json               wheel name, url, sha256, central-directory member list,
+                               members present in tree/ and requested members absent from the wheel
+    .lock                      filelock, one per release
+    <wheel>.whl                only after a fallback full download
+
+A second call for the same release and files does no network I/O at all: not
+even the index is asked.  Heavy libraries (requests, remotezip, pypi_simple) are
+imported lazily so importing this package stays cheap.
+
+The modules, one job each:
+
+    release       release_tree(): the cache's answer, or a fetch under the release's lock
+    cache         the cache's layout, release.json, what is missing, where a member may go
+    index         vLLM's pages on the configured indexes, the releases they list
+    wheel_choice  which file on the index is the release's wheel
+    net           pip's settings, the HTTP session, what it cost (FetchStats)
+    ranges        a remote wheel read by coalesced range requests
+    zipread       members out of a wheel's bytes, and a whole wheel on disk
+    download      the whole wheel, when the server does not serve ranges
+    extract       members checked against RECORD, then written to the tree
+"""
+
+from __future__ import annotations
+
+from patchkit.fetch import release as _release
+from patchkit.fetch.index import available_versions, reuse_index_pages
+from patchkit.fetch.net import FetchStats
+from patchkit.fetch.release import release_tree
+from patchkit.record import cache_dir
+
+__all__ = [
+    "FetchStats",
+    "available_versions",
+    "cache_dir",
+    "last_fetch_stats",
+    "release_tree",
+    "reuse_index_pages",
+]
+
+
+def __getattr__(name: str) -> FetchStats | None:
+    # last_fetch_stats is rebound by every release_tree() call: read it where it lives.
+    if name == "last_fetch_stats":
+        return _release.last_fetch_stats
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

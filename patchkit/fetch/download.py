@@ -1,0 +1,67 @@
+"""The whole wheel, downloaded once when the server does not serve byte ranges, checked against the
+index's sha256 and kept in the cache."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from patchkit.errors import FetchError
+from patchkit.fetch.net import Progress, redact
+
+
+def download_wheel(session: Any, url: str, sha256: str | None, dest: Path, *, timeout: float, say: Progress) -> Path:
+    """Download `url` to `dest` (through `dest`.part, so a half download is never taken for a wheel)."""
+    import requests
+
+    part = dest.with_name(dest.name + ".part")
+    expected = (sha256 or "").lower()
+    try:
+        with session.get(url, stream=True, timeout=timeout, headers={"Accept-Encoding": "identity"}) as response:
+            response.raise_for_status()
+            total = int(response.headers.get("Content-Length") or 0)
+            say(f"downloading {dest.name}" + (f" ({total / 1e6:.0f} MB)" if total else ""))
+            with open(part, "wb") as out:
+                got = _copy(response.iter_content(1 << 20), out, dest.name, total, say)
+    except (requests.RequestException, OSError) as e:
+        _discard(part)
+        raise FetchError(
+            f"cannot download {dest.name}: {redact(str(e))}",
+            hint="check the network and pip's index settings (PIP_INDEX_URL, pip.conf, cert)",
+        ) from None
+    except BaseException:
+        _discard(part)
+        raise
+    if not expected:
+        say("the index gave no sha256 for the wheel; relying on RECORD checks only")
+    elif got != expected:
+        _discard(part)
+        raise FetchError(
+            f"{dest.name} does not match the sha256 the index gives ({expected[:12]}...)",
+            hint="the download was corrupted or tampered with; try again",
+        )
+    os.replace(part, dest)
+    return dest
+
+
+def _copy(chunks: Iterable[bytes], out: BinaryIO, name: str, total: int, say: Progress) -> str:
+    """Write the chunks, reporting progress every tenth of `total`; returns their sha256."""
+    digest = hashlib.sha256()
+    done, next_report = 0, 0.1
+    for chunk in chunks:
+        out.write(chunk)
+        digest.update(chunk)
+        done += len(chunk)
+        if total and done / total >= next_report:
+            say(f"downloading {name}: {done * 100 // total}% ({done / 1e6:.0f}/{total / 1e6:.0f} MB)")
+            next_report = (done * 10 // total + 1) / 10
+    return digest.hexdigest()
+
+
+def _discard(part: Path) -> None:
+    with suppress(OSError):
+        part.unlink()

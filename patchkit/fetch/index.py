@@ -1,0 +1,128 @@
+"""vLLM's pages on the configured package indexes (Simple API), and the releases they list.
+
+pypi_simple and packaging are imported only when an index is asked.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from patchkit.errors import BadInput, FetchError
+from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
+from patchkit.fetch.net import Progress, is_http, redact
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.version import Version
+
+    from patchkit.pipconfig import PipSettings
+
+PROJECT = "vllm"
+
+Pages = list[tuple[str, Any]]  # (index url, pypi_simple.ProjectPage)
+
+_reused_pages: dict[tuple[str, ...], tuple[Pages, list[str]]] | None = None  # see reuse_index_pages()
+_reused_pages_lock = threading.Lock()
+
+
+def normalize_version(version: str) -> str:
+    """The release number in PEP 440's normal form (the cache key); BadInput for anything else."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return str(Version(str(version).strip()))
+    except InvalidVersion:
+        raise BadInput(f"not a valid vLLM version: {version!r}", hint="use a release number such as 0.16.0") from None
+
+
+def available_versions() -> list[Version]:
+    """Every final vLLM release on the configured indexes, oldest first (no pre-releases)."""
+    from packaging.version import InvalidVersion, Version
+
+    settings = net.pip_settings()
+    session = net.make_session(settings, None)
+    try:
+        pages, errors = project_pages(settings, session, None)
+    finally:
+        session.close()
+    if not pages:
+        raise no_project_error(settings, errors)
+    found: set[Version] = set()
+    for _index, page in pages:
+        for pkg in page.packages:
+            if not pkg.version:
+                continue
+            try:
+                version = Version(pkg.version)
+            except InvalidVersion:
+                continue
+            if not version.is_prerelease and not version.is_devrelease:
+                found.add(version)
+    return sorted(found)
+
+
+@contextmanager
+def reuse_index_pages() -> Iterator[None]:
+    """Within it, each index's vLLM page is fetched once: `verify --all` asks it for the list of
+    releases and then for each release's wheel. A page that none of the indexes served is asked
+    for again."""
+    global _reused_pages
+    _reused_pages = {}
+    try:
+        yield
+    finally:
+        _reused_pages = None
+
+
+def project_pages(settings: PipSettings, session: Any, say: Progress | None) -> tuple[Pages, list[str]]:
+    """Fetch vLLM's Simple-API page from each usable index: ([(index, page)], [errors])."""
+    reused = _reused_pages
+    if reused is None:
+        return _fetch_project_pages(settings, session, say)
+    key = tuple(settings.index_urls)
+    with _reused_pages_lock:
+        if key not in reused:
+            pages, errors = _fetch_project_pages(settings, session, say)
+            if not pages:
+                return pages, errors
+            reused[key] = pages, errors
+        return reused[key]
+
+
+def _fetch_project_pages(settings: PipSettings, session: Any, say: Progress | None) -> tuple[Pages, list[str]]:
+    from pypi_simple import NoSuchProjectError, PyPISimple
+
+    pages: Pages = []
+    errors: list[str] = []
+    for index in settings.index_urls:
+        if not is_http(index):
+            errors.append(f"{redact(index)}: skipped (not http/https)")
+            continue
+        if say:
+            say(f"looking up {PROJECT} on {redact(index)}")
+        try:
+            client = PyPISimple(endpoint=index, session=session)
+            page = client.get_project_page(PROJECT, timeout=settings.timeout)
+        except NoSuchProjectError:
+            errors.append(f"{redact(index)}: no project {PROJECT!r}")
+            continue
+        except Exception as e:  # any index failure: try the next one, report all at the end
+            errors.append(f"{redact(index)}: {type(e).__name__}: {redact(str(e))}")
+            continue
+        pages.append((index, page))
+    return pages, errors
+
+
+def no_project_error(settings: PipSettings, errors: list[str]) -> FetchError:
+    if settings.no_index:
+        return FetchError(
+            "pip is configured with no-index, so there is no package index to fetch vLLM from",
+            hint="unset PIP_NO_INDEX / no-index in pip.conf",
+        )
+    detail = "; ".join(errors) or "no index configured"
+    return FetchError(
+        f"no package index had {PROJECT} ({detail})",
+        hint=f"check pip's index settings ({settings.source}): PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, pip.conf",
+    )

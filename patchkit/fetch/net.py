@@ -1,0 +1,99 @@
+"""pip's index settings and the HTTP session they configure, which counts what it costs.
+
+requests and urllib3 are imported only when a session is made (a cache miss).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import requests
+
+    from patchkit.pipconfig import PipSettings
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class FetchStats:
+    """Network cost of one release_tree() call (all zero on a cache hit)."""
+
+    requests: int = 0  # HTTP responses received (index pages, ranges, downloads)
+    bytes: int = 0  # body bytes announced by those responses (Content-Length)
+    range_requests: int = 0
+    full_download: bool = False
+    seconds: float = 0.0
+
+
+def pip_settings() -> PipSettings:
+    """pip's merged index configuration (importing pip costs ~0.5 s: only on a cache miss)."""
+    from patchkit.pipconfig import pip_settings as ask_pip
+
+    return ask_pip()
+
+
+def redact(url: str) -> str:
+    """Drop user:password@ from a URL for messages."""
+    return re.sub(r"(?<=://)[^/@]*@", "***@", url)
+
+
+def is_http(url: str) -> bool:
+    return url.lower().startswith(("http://", "https://"))
+
+
+def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Session:
+    """A session with pip's cert, client cert and proxy, a few retries, and `stats` counting its responses."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    from patchkit import __version__
+
+    session = _session_class(settings.cert)()
+    session.headers["User-Agent"] = f"patchkit/{__version__} (+requests)"
+    if settings.client_cert:
+        session.cert = settings.client_cert
+    if settings.proxy:
+        session.proxies = {"http": settings.proxy, "https": settings.proxy}
+    retry = Retry(
+        total=3,
+        connect=3,
+        read=2,
+        status=2,
+        backoff_factor=0.3,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=frozenset({"GET", "HEAD"}),
+        raise_on_status=False,
+    )
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    if stats is not None:
+        session.hooks["response"].append(_counter(stats))
+    return session
+
+
+def _session_class(pip_cert: str | None) -> type[requests.Session]:
+    import requests
+
+    class _Session(requests.Session):
+        # requests lets REQUESTS_CA_BUNDLE override session.verify; pip's --cert must win.
+        def merge_environment_settings(self, url, proxies, stream, verify, cert):
+            if verify is None and pip_cert:
+                verify = pip_cert
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+
+    return _Session
+
+
+def _counter(stats: FetchStats) -> Callable[..., None]:
+    def count(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        stats.requests += 1
+        stats.bytes += int(response.headers.get("Content-Length") or 0)
+        if response.request.headers.get("Range", ""):
+            stats.range_requests += 1
+
+    return count

@@ -1,0 +1,90 @@
+"""Which of the index's files is the wheel of a release: manylinux x86_64 first, unyanked first,
+the primary index first."""
+
+from __future__ import annotations
+
+import re
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+from patchkit.errors import FetchError
+from patchkit.fetch.index import PROJECT, Pages, no_project_error, project_pages
+from patchkit.fetch.net import Progress, redact
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.pipconfig import PipSettings
+
+
+def find_wheel(ver: str, settings: PipSettings, session: Any, say: Progress) -> dict[str, Any]:
+    """The chosen wheel of vLLM `ver` as the cache's state records it: wheel, url, index, sha256."""
+    pages, errors = project_pages(settings, session, say)
+    if not pages:
+        raise no_project_error(settings, errors)
+    best = None
+    for order, (index, page) in enumerate(pages):
+        for pkg in page.packages:
+            if not pkg.filename.endswith(".whl"):
+                continue
+            rank = wheel_rank(pkg.filename, ver)
+            if rank is None:
+                continue
+            key = (rank, bool(getattr(pkg, "is_yanked", False)), order, pkg.filename)
+            if best is None or key < best[0]:
+                best = (key, index, pkg)
+    if best is None:
+        raise _no_wheel_error(ver, pages)
+    _key, index, pkg = best
+    check_wheel_name(pkg.filename)
+    return {
+        "wheel": pkg.filename,
+        "url": pkg.url,
+        "index": redact(index),
+        "sha256": (pkg.digests or {}).get("sha256"),
+    }
+
+
+def wheel_rank(filename: str, version: str) -> int | None:
+    """None if `filename` is not a vLLM wheel of `version`; else a sort key (lower is better)."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    try:
+        name, ver, _build, tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, ValueError):
+        return None
+    # Exact (normalized) match: PEP 440 says 0.16 == 0.16.0, but the cache key and
+    # the dist-info directory name must be the wheel's own version string.
+    if canonicalize_name(name) != PROJECT or str(ver) != version:
+        return None
+    manylinux_x86 = any(re.fullmatch(r"manylinux.*_x86_64", t.platform) for t in tags)
+    return 0 if manylinux_x86 else 1
+
+
+def check_wheel_name(name: str) -> None:
+    """The wheel is kept in the cache under its own name: a plain file name, nothing else."""
+    if "/" in name or "\\" in name or name.startswith(".") or not name.endswith(".whl"):
+        raise FetchError(f"refusing odd wheel file name {name!r} from the index", hint="check the index")
+
+
+def _no_wheel_error(ver: str, pages: Pages) -> FetchError:
+    from packaging.version import InvalidVersion, Version
+
+    want = Version(ver)
+    on_index = set()
+    for _index, page in pages:
+        for pkg in page.packages:
+            with suppress(InvalidVersion, TypeError):
+                on_index.add((Version(pkg.version), pkg.filename.endswith(".whl")))
+    hint = "check the version number; `pip index versions vllm` lists what the index has"
+    close = sorted(
+        {
+            str(v)
+            for v, wheel in on_index
+            if wheel and str(v) != ver and (v == want or (want.local and v == Version(want.public)))
+        }
+    )
+    if close:
+        hint = f"the index has {', '.join(close)}: try that version"
+    elif (want, False) in on_index:
+        hint = "the index has only an sdist of this version; patchkit reads wheels"
+    where = ", ".join(redact(index) for index, _page in pages)
+    return FetchError(f"no {PROJECT} {ver} wheel on {where}", hint=hint)

@@ -1,0 +1,73 @@
+"""What `workspace`, `refresh` and `port` report (the commands print them as text or JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PatchOutcome:
+    name: str
+    state: str  # unchanged, updated, new, removed
+    files: list[str]
+
+
+@dataclass
+class SharedCheck:
+    version: str
+    state: str  # applies, conflict, not-verified
+    detail: str = ""
+
+
+@dataclass
+class WorkspaceReport:
+    directory: str
+    set_name: str
+    version: str
+    series_dir: str
+    files: int
+    stock_commit: str
+    patched_commit: str
+    patches: list[str]
+    shared_with: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RefreshReport:
+    directory: str
+    version: str
+    series_dir: str
+    dry_run: bool
+    patches: list[PatchOutcome]
+    shared: list[SharedCheck] = field(default_factory=list)
+    registered: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(p.state != "unchanged" for p in self.patches)
+
+
+@dataclass
+class FileMerge:
+    path: str
+    patch: str
+    conflicts: int  # 0: clean; -1: the file is missing in the new release
+    present: bool = False  # clean, and the new release already has the patch's change
+
+
+@dataclass
+class PortReport:
+    from_version: str
+    to_version: str
+    outcome: str  # ported, conflicts, upstream, identical
+    destination: str | None
+    merges: list[FileMerge] = field(default_factory=list)
+    patches: list[PatchOutcome] = field(default_factory=list)
+    workspace: str | None = None
+    registered: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def conflicts(self) -> list[FileMerge]:
+        return [m for m in self.merges if m.conflicts]

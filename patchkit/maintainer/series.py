@@ -1,0 +1,89 @@
+"""The library's series as the maintainer tools change them: which one a release uses, that a new
+one reproduces the workspace, writing it, and set.toml's [[releases]] entries."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from patchkit.errors import NoPatchSet, PatchkitError
+from patchkit.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
+from patchkit.maintainer.reports import PatchOutcome
+from patchkit.maintainer.stock import Contents
+from patchkit.patchfile import Patch, encode
+from patchkit.plan import WILL_CHANGE, PatchStep, View, plan_apply
+
+
+def series_for(patch_set: PatchSetDef, version: Version) -> Selection:
+    selection = select(patch_set, version)
+    if selection.kind == UPSTREAM:
+        raise NoPatchSet(f"the set {patch_set.name!r} is upstream in vLLM {version}: there is no series to work on")
+    if selection.kind != PATCH:
+        raise NoPatchSet(selection.note or f"the set {patch_set.name!r} has no series for vLLM {version}")
+    return selection
+
+
+def series_directory(selection: Selection) -> Path:
+    """The directory of a series the library has (a PATCH selection always names its release)."""
+    assert selection.release is not None, selection
+    return selection.release.directory
+
+
+def why_not_applied(step: PatchStep) -> str:
+    """What stops a patch step from applying, for messages."""
+    return step.mismatch.describe() if step.mismatch else step.state
+
+
+def check_reproduces(patches: list[Patch], stock: Contents, work: Contents) -> None:
+    """The new series, applied to the stock contents, must give the workspace's contents exactly."""
+    with tempfile.TemporaryDirectory() as empty:
+        plan = plan_apply(Path(empty), patches, view=View.holding(Path(empty), stock))
+        wrong = [s.patch.name for s in plan.steps if s.state != WILL_CHANGE]
+        wrong += [p for p in work if plan.content(p) != work[p]]
+    if wrong:
+        raise PatchkitError(
+            f"the refreshed series does not reproduce the workspace ({', '.join(wrong)}); "
+            "this is a patchkit bug: nothing was written"
+        )
+
+
+def write_series_files(series_dir: Path, texts: dict[str, str], outcomes: list[PatchOutcome]) -> None:
+    series_dir.mkdir(parents=True, exist_ok=True)
+    for outcome in outcomes:
+        path = series_dir / outcome.name
+        if outcome.state == "removed":
+            if path.exists():
+                path.unlink()
+        elif outcome.state != "unchanged":
+            path.write_bytes(encode(texts[outcome.name]))
+    write_series(series_dir, [o.name for o in outcomes if o.state != "removed"])
+
+
+def append_release(set_dir: Path, versions: str, dir: str, comment: str | None = None) -> str:
+    """Append a [[releases]] entry to set.toml as text (its comments and layout stay as they are)."""
+    manifest = set_dir / MANIFEST
+    text = manifest.read_text(encoding="utf-8")
+    line = f'versions = "{versions}"' + (f"      # {comment}" if comment else "")
+    entry = f'[[releases]]\n{line}\ndir = "{dir}"\n'
+    manifest.write_text(text + ("" if text.endswith("\n") else "\n") + "\n" + entry, encoding="utf-8")
+    load_set(set_dir)  # still readable
+    return entry
+
+
+def shared_releases(patch_set: PatchSetDef, directory: Path, version: Version) -> list[str]:
+    """The other [[releases]] entries using the same series directory."""
+    return [
+        str(pinned_version(r.versions) or r.versions)
+        for r in patch_set.releases
+        if r.directory.resolve() == directory.resolve() and not r.covers(version)
+    ]
+
+
+def pinned_version(specifier: SpecifierSet) -> Version | None:
+    specs = list(specifier)
+    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+        return Version(specs[0].version)
+    return None

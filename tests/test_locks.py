@@ -1,0 +1,101 @@
+"""The one lock helper, and what its two failures mean to the target's lock and to a release's lock."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from filelock import FileLock, Timeout
+
+from patchkit import locks, transaction
+from patchkit.errors import FetchError, LockBusy, TargetError
+from patchkit.fetch import release as fetch_release
+from patchkit.fetch import release_tree
+
+
+class Busy(Exception):
+    pass
+
+
+class Unusable(Exception):
+    pass
+
+
+def _acquire(path, timeout=0.05, on_wait=None):
+    return locks.acquire(path, timeout, busy=Busy, unusable=Unusable, on_wait=on_wait)
+
+
+def test_a_free_lock_is_taken_and_released(tmp_path):
+    lock = _acquire(tmp_path / "lock")
+    assert lock.is_locked
+    with pytest.raises(Timeout):
+        FileLock(str(tmp_path / "lock")).acquire(timeout=0.01)
+    lock.release()
+    FileLock(str(tmp_path / "lock")).acquire(timeout=0.01)
+
+
+def test_a_held_lock_raises_the_callers_busy_error_with_the_wait(tmp_path):
+    with FileLock(str(tmp_path / "lock")), pytest.raises(Busy) as caught:
+        _acquire(tmp_path / "lock", timeout=0.05)
+    assert caught.value.args == (0.05,)
+
+
+def test_a_lock_file_that_cannot_be_opened_raises_the_callers_unusable_error(tmp_path):
+    (tmp_path / "lock").mkdir()
+    with pytest.raises(Unusable) as caught:
+        _acquire(tmp_path / "lock")
+    assert isinstance(caught.value.args[0], OSError)
+
+
+def test_on_wait_is_called_once_when_the_lock_is_not_free_at_once(tmp_path):
+    taken = threading.Event()
+
+    def hold_briefly():
+        with FileLock(str(tmp_path / "lock")):
+            taken.set()
+            threading.Event().wait(0.5)
+
+    holder = threading.Thread(target=hold_briefly)
+    holder.start()
+    taken.wait()
+    notices: list[str] = []
+    lock = _acquire(tmp_path / "lock", timeout=5, on_wait=lambda: notices.append("waiting"))
+    lock.release()
+    holder.join()
+    assert notices == ["waiting"]
+
+
+def test_on_wait_is_not_called_for_a_free_lock(tmp_path):
+    notices: list[str] = []
+    _acquire(tmp_path / "lock", on_wait=lambda: notices.append("waiting")).release()
+    assert notices == []
+
+
+def test_target_lock_busy_is_lock_busy(tree):
+    (tree / ".patchkit").mkdir()
+    with FileLock(str(tree / ".patchkit" / "lock")), pytest.raises(LockBusy, match="another patchkit is working on"):
+        transaction._acquire(tree, 0.05)
+
+
+def test_target_lock_unusable_is_target_error(tree):
+    (tree / ".patchkit" / "lock").mkdir(parents=True)
+    with pytest.raises(TargetError, match="cannot create the lock in"):
+        transaction._acquire(tree, 0.05)
+
+
+def test_release_lock_busy_is_fetch_error_after_the_waiting_notice(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fetch_release, "LOCK_TIMEOUT", 0.05)
+    root = tmp_path / "releases" / "0.1.0"
+    root.mkdir(parents=True)
+    notices: list[str] = []
+    with FileLock(str(root / ".lock")), pytest.raises(FetchError, match="timed out waiting for the lock"):
+        release_tree("0.1.0", ["vllm/__init__.py"], progress=notices.append)
+    assert notices == ["waiting for another patchkit process fetching vLLM 0.1.0..."]
+
+
+def test_release_lock_unusable_is_fetch_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
+    (tmp_path / "releases" / "0.1.0" / ".lock").mkdir(parents=True)
+    with pytest.raises(FetchError, match="cannot lock"):
+        release_tree("0.1.0", ["vllm/__init__.py"])
