@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import make_patch, snapshot, write_library, write_tree
+from helpers import make_patch, snapshot, write_library, write_tree
 from packaging.version import Version
 
 from patchkit.checks import CheckContext

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
 
 from patchkit.checks import ERROR, WARNING
 from patchkit.fetch import record_hash

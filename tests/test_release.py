@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import snapshot
+from helpers import snapshot
 
 from patchkit.fetch import release_tree
 from patchkit.release_files import files_for, lay_out

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import snapshot
+from helpers import snapshot
 from test_release import release_diff
 
 from patchkit.fetch import release_tree
