@@ -19,6 +19,7 @@ from pathlib import Path
 
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.errors import BadInput
+from patchkit.version import release_version
 
 TIMEOUT_ENV = "PATCHKIT_PROBE_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
@@ -35,13 +36,7 @@ class ProbeCheck:
         script = ctx.patch_set.probe if ctx.patch_set is not None else None
         if not modules and script is None:
             return []
-        request = {
-            "root": str(ctx.root),
-            "modules": list(modules),
-            "probe": str(script) if script else None,
-            "version": str(ctx.version) if ctx.version else None,
-            "files": [str(ctx.root / path) for path in ctx.paths],
-        }
+        request = probe_request(ctx, modules, script)
         started = time.perf_counter()
         report, problem = run_driver(ctx.python, request, probe_timeout())
         elapsed = time.perf_counter() - started
@@ -101,6 +96,19 @@ class ProbeCheck:
 
 
 CHECK = ProbeCheck()
+
+
+def probe_request(ctx: CheckContext, modules: dict[str, str], script: Path | None) -> dict:
+    """What the worker is asked: the set's probe gets the release the target is judged as
+    (version.release_version), so that it needs no version rule of its own."""
+    assert ctx.root is not None
+    return {
+        "root": str(ctx.root),
+        "modules": list(modules),
+        "probe": str(script) if script else None,
+        "version": str(release_version(ctx.version)) if ctx.version else None,
+        "files": [str(ctx.root / path) for path in ctx.paths],
+    }
 
 
 def _level(outcome: dict) -> str:
