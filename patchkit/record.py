@@ -15,7 +15,9 @@ from pathlib import Path
 
 from patchkit.errors import FetchError
 
-HASHES = {"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"}
+# The hashes a wheel's RECORD may use: "sha256 or better" (the binary distribution format spec;
+# md5 and sha1 are not permitted). An entry with any other algorithm is not evidence of anything.
+HASHES = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"})
 
 
 def cache_dir() -> Path:
@@ -43,8 +45,20 @@ def parse_record(data: bytes) -> dict[str, tuple[str, str]]:
 
 
 def record_hash(data: bytes, algo: str = "sha256") -> str:
-    """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD."""
+    """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD; ValueError for an
+    algorithm wheels do not allow (not in HASHES)."""
+    if algo not in HASHES:
+        raise ValueError(f"{algo!r} is not a hash a wheel's RECORD may use ({allowed_hashes()})")
     return record_digest(hashlib.new(algo, data).digest(), algo)
+
+
+def record_algorithm(entry: str) -> str:
+    """The algorithm a RECORD hash entry names ("sha256=..." -> "sha256")."""
+    return entry.partition("=")[0]
+
+
+def allowed_hashes() -> str:
+    return "sha256 or stronger: " + ", ".join(sorted(HASHES))
 
 
 def record_digest(digest: bytes, algo: str) -> str:
