@@ -70,7 +70,7 @@ def find_record(tree: Path, version=None) -> Path | None:
     """The vllm-*.dist-info/RECORD of a tree; of several, the one of `version` if it is there."""
     candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))
     exact = [c for c in candidates if version is not None and c.parent.name == f"vllm-{version}.dist-info"]
-    return (exact or candidates or [None])[0]
+    return next(iter(exact or candidates), None)
 
 
 UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed

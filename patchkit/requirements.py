@@ -35,9 +35,12 @@ class Requirement:
     versions: SpecifierSet | None = None
     reason: str = ""
 
-    def applies_to(self, version: Version) -> bool:
-        """Whether the requirement holds for `version` (judged as its release: version.release_version)."""
-        return self.versions is None or in_range(self.versions, version)
+    def applies_to(self, version: Version | None) -> bool:
+        """Whether the requirement holds for `version` (judged as its release: version.release_version);
+        for an unknown version (None), only a requirement for every version does."""
+        if self.versions is None:
+            return True
+        return version is not None and in_range(self.versions, version)
 
     def __getitem__(self, key: str):
         return self.fields.get(key)

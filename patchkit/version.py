@@ -7,6 +7,7 @@ import ast
 import re
 from dataclasses import dataclass
 from email.parser import HeaderParser
+from typing import overload
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -46,6 +47,10 @@ def in_range(versions: SpecifierSet, version: Version) -> bool:
     return versions.contains(release_version(version), prereleases=True)
 
 
+@overload
+def specifier(text: str, origin: object) -> SpecifierSet: ...
+@overload
+def specifier(text: None, origin: object) -> None: ...
 def specifier(text: str | None, origin: object) -> SpecifierSet | None:
     """A version range as the library writes it (None stays None); a bad one is BadInput."""
     if text is None:

@@ -9,6 +9,7 @@ What patchkit makes of the answer: patchkit/checks/probe.py.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import json
@@ -45,7 +46,7 @@ class Probe:
         self.save(vllm=outcome)
         if outcome["ok"]:
             for name in self.request["modules"]:
-                outcome, _ = self.attempt("importing " + name, lambda name=name: importlib.import_module(name))
+                outcome, _ = self.attempt("importing " + name, functools.partial(importlib.import_module, name))
                 self.report["modules"][name] = outcome
             script = self.request["probe"]
             if script and all(m["ok"] for m in self.report["modules"].values()):

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from functools import partial
 
 from packaging.version import Version
 
@@ -160,6 +161,8 @@ class Module:
 
 
 _DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+# try, and try/except* (ast.TryStar, Python >= 3.11): both have body, handlers, orelse, finalbody
+_TRY: tuple[type[ast.Try], ...] = tuple(getattr(ast, name) for name in ("Try", "TryStar") if hasattr(ast, name))
 IMPORTED, DEFINED = "imported", "defined"
 
 
@@ -179,7 +182,7 @@ def _collect_bindings(body: list[ast.stmt], names: dict[str, str]) -> None:
             if not _is_type_checking(stmt.test):
                 _collect_bindings(stmt.body, names)
             _collect_bindings(stmt.orelse, names)
-        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+        elif isinstance(stmt, _TRY):
             for part in (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody):
                 _collect_bindings(part, names)
         elif isinstance(stmt, ast.With):
@@ -331,12 +334,12 @@ def _literal_assignments(scope: ast.AST, variable: str) -> list[list[str]]:
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
         value = getattr(node, "value", None)
-        if (
-            any(isinstance(t, ast.Name) and t.id == variable for t in targets)
-            and isinstance(value, (ast.List, ast.Tuple, ast.Set))
-            and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts)
+        if any(isinstance(t, ast.Name) and t.id == variable for t in targets) and isinstance(
+            value, (ast.List, ast.Tuple, ast.Set)
         ):
-            found.append([e.value for e in value.elts])
+            strings = [text for e in value.elts if (text := _str_value(e)) is not None]
+            if len(strings) == len(value.elts):
+                found.append(strings)
     return found
 
 
@@ -351,10 +354,7 @@ def _matching(scope: ast.AST, variable: str) -> list[str]:
                 if isinstance(g.iter, ast.Name) and g.iter.id == variable and isinstance(g.target, ast.Name)
             ]
             if (
-                any(
-                    _is_in(c, lambda left, loops=loops: isinstance(left, ast.Name) and left.id in loops)
-                    for c in ast.walk(node)
-                )
+                any(_is_in(c, partial(_is_loop_name, loops=loops)) for c in ast.walk(node))
                 and SUBSTRING not in semantics
             ):
                 semantics.append(SUBSTRING)
@@ -368,6 +368,10 @@ def _matching(scope: ast.AST, variable: str) -> list[str]:
         ):
             semantics.append(MEMBERSHIP)
     return semantics
+
+
+def _is_loop_name(left: ast.expr, loops: list[str]) -> bool:
+    return isinstance(left, ast.Name) and left.id in loops
 
 
 def _is_in(node: ast.AST, left_is: Callable[[ast.expr], bool]) -> bool:
@@ -434,7 +438,7 @@ def _closes(parent: ast.AST, child: ast.AST, target: Target, obj: str) -> bool:
     if isinstance(parent, ast.BoolOp) and child in parent.values:
         earlier = [decide(v, target, obj) for v in parent.values[: parent.values.index(child)]]
         return (False in earlier) if isinstance(parent.op, ast.And) else (True in earlier)
-    if isinstance(parent, ast.Try) or type(parent).__name__ == "TryStar":
+    if isinstance(parent, _TRY):
         return child in parent.body and any(_catches_attribute_error(h) for h in parent.handlers)
     return False
 
@@ -470,8 +474,8 @@ def _decide_call(call: ast.Call, target: Target, obj: str) -> bool | None:
     if func == "isinstance" and len(args) == 2:
         classes = args[1].elts if isinstance(args[1], ast.Tuple) else [args[1]]
         return True if any(_names_match(dotted_name(c), target.cls) for c in classes) else None
-    if func in ("hasattr", "getattr") and len(args) >= 2 and _is_str(args[1]) and ast.unparse(args[0]) == obj:
-        name = args[1].value
+    name = _str_value(args[1]) if len(args) >= 2 else None
+    if func in ("hasattr", "getattr") and name is not None and ast.unparse(args[0]) == obj:
         if func == "hasattr":
             return True if name in target.has else False if name in target.lacks else None
         if len(args) == 3 and name in target.lacks and isinstance(args[2], ast.Constant) and not args[2].value:
@@ -503,6 +507,11 @@ def _decide_compare(left: ast.expr, op: ast.cmpop, right: ast.expr, target: Targ
     ):
         return isinstance(op, ast.In)
     return None
+
+
+def _str_value(node: ast.expr) -> str | None:
+    """The string a string constant holds; None for any other node."""
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def _is_str(node: ast.expr, value: str | None = None) -> bool:

@@ -29,6 +29,7 @@ class ProbeCheck:
         reason = self.skip_reason(ctx)
         if reason:
             return [self.skipped(reason)]
+        assert ctx.python is not None  # skip_reason: without an interpreter, no probe
         modules = patched_modules(ctx)
         script = ctx.patch_set.probe if ctx.patch_set is not None else None
         if not modules and script is None:
