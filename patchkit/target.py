@@ -130,45 +130,46 @@ def run_worker(
     flags = ["-I", "-B"] if isolated else ["-B"]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
         answer = Path(scratch) / "answer.json"
-        command = [python, *flags, module.__file__, str(answer)]
-        status, stderr = _run(command, json.dumps(request), timeout, python, doing, answer)
-        partial = _read_answer(answer)
-        if status != 0 or partial is None:
+        try:
+            status, stderr = _run([python, *flags, module.__file__, str(answer)], json.dumps(request), timeout)
+        except OSError as exc:
+            raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc)}", partial={}) from exc
+        except subprocess.TimeoutExpired:
+            message = f"{python} did not finish within {timeout:g} s{doing}"
+            raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
+        result = _read_answer(answer)
+        if status != 0 or result is None:
             tail = stderr.strip()[-300:] or "no error output"
-            raise WorkerFailed(
-                f"{python} failed{doing} (exit status {status}): {tail}",
-                partial=partial or {},
-                status=status,
-                stderr=tail,
-            )
-        return partial
+            message = f"{python} failed{doing} (exit status {status}): {tail}"
+            raise WorkerFailed(message, partial=result or {}, status=status, stderr=tail)
+        return result
 
 
-def _run(command: list[str], stdin: str, timeout: float, python: str, doing: str, answer: Path) -> tuple[int, str]:
-    """(exit status, stderr) of a worker process; WorkerFailed if it cannot start or times out."""
-    try:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            cwd=os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
-            start_new_session=True,  # a timeout kills its children too
-        )
-    except FileNotFoundError as exc:
-        raise WorkerFailed(f"cannot run {python}{doing}: interpreter not found", partial={}) from exc
-    except PermissionError as exc:
-        raise WorkerFailed(f"cannot run {python}{doing}: interpreter not executable", partial={}) from exc
-    except OSError as exc:
-        raise WorkerFailed(f"cannot run {python}{doing}: {exc}", partial={}) from exc
+def _run(command: list[str], stdin: str, timeout: float) -> tuple[int, str]:
+    """(exit status, error output) of a worker process; at the timeout, its whole process group is
+    killed and TimeoutExpired raised."""
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
+        start_new_session=True,  # a timeout kills its children too
+    )
     try:
         _, stderr = process.communicate(stdin.encode("utf-8"), timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(process)
-        raise WorkerFailed(
-            f"{python} did not finish within {timeout:g} s{doing}", partial=_read_answer(answer) or {}, timed_out=True
-        ) from None
+        raise
     return process.returncode, stderr.decode("utf-8", "replace")
+
+
+def _why_not_run(exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "interpreter not found"
+    if isinstance(exc, PermissionError):
+        return "interpreter not executable"
+    return str(exc)
 
 
 def _kill_group(process: subprocess.Popen) -> None:
