@@ -3,8 +3,9 @@
 Only where that is meaningful: the target is an interpreter (not a bare directory) and the files
 are on disk (after `apply` wrote them, or `verify` on an applied tree). The import runs in a
 subprocess of that interpreter (patchkit/_target/import_probe.py) with a timeout
-(PATCHKIT_PROBE_TIMEOUT, default 120 s), with -B so it leaves no bytecode behind in the target. A vLLM that does not import there at all (no torch,
-missing CUDA libraries...) is a warning: the patches were not import-tested.
+(PATCHKIT_PROBE_TIMEOUT, default 120 s), with -B so it leaves no bytecode behind in the target. A
+vLLM that does not import there at all (no torch, missing CUDA libraries...) is a warning: the
+patches were not import-tested.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class ProbeCheck:
             return []
         request = probe_request(ctx, modules, script)
         started = time.perf_counter()
-        report, problem = run_driver(ctx.python, request, probe_timeout())
+        report, problem = run_import_probe(ctx.python, request, probe_timeout())
         elapsed = time.perf_counter() - started
         if problem:
             return [CheckResult(self.name, None, False, f"{problem} ({elapsed:.1f} s with {ctx.python})", WARNING)]
@@ -146,7 +147,7 @@ def probe_timeout() -> float:
     return value
 
 
-def run_driver(python: str, request: dict, timeout: float) -> tuple[dict, str | None]:
+def run_import_probe(python: str, request: dict, timeout: float) -> tuple[dict, str | None]:
     """Run patchkit/_target/import_probe.py in `python`: (its report, None), or (partial report, why
     it gave no full one). Its own session, from /, killed with its children at the timeout."""
     try:
