@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 
 import patchkit._target
 from patchkit.errors import TargetError
+from patchkit.library import read_toml
 from patchkit.target import WorkerFailed, run_worker
 
 WORKERS_DIR = Path(patchkit._target.__file__).parent
@@ -31,12 +32,13 @@ def test_a_worker_is_python_3_9_and_imports_only_the_standard_library(worker):
 
 
 def test_the_workers_are_package_files():
-    """pyproject's packages.find (include patchkit*) ships the subpackage, .py files and all."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # setuptools replacing distutils
-        import setuptools
-
-    assert "patchkit._target" in setuptools.find_packages(str(WORKERS_DIR.parents[1]), include=["patchkit*"])
+    """pyproject's packages.find (include patchkit*) ships the subpackage, .py files and all. Asked in
+    a subprocess: setuptools does not import after another test imported distutils."""
+    root = WORKERS_DIR.parents[1]
+    include = read_toml(root / "pyproject.toml", "project")["tool"]["setuptools"]["packages"]["find"]["include"]
+    code = f"import json, setuptools; print(json.dumps(setuptools.find_packages({str(root)!r}, include={include!r})))"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "patchkit._target" in json.loads(found)
 
 
 def test_a_worker_answers_the_same_in_process_and_by_path():
