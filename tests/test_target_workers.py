@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import patchkit._target
+from patchkit import target as target_mod
 from patchkit.errors import TargetError
 from patchkit.library import read_toml
 from patchkit.target import WorkerFailed, run_worker
@@ -77,3 +78,22 @@ def test_locate_reports_this_interpreter_without_importing_vllm(tmp_path):
     answer = run_worker(sys.executable, "locate", {"package": "json"}, timeout=60, in_process=False)
     assert answer["python_version"] == list(sys.version_info[:3])
     assert Path(answer["package_dir"]) == Path(json.__file__).parent
+
+
+def test_locate_sees_pythonpath_as_vllm_would(tmp_path, monkeypatch):
+    """Not isolated (-I): a vllm found through PYTHONPATH is the one that interpreter runs."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert target_mod.from_interpreter(sys.executable).root == tmp_path.resolve()
+
+
+def test_the_workers_directory_shadows_nothing_the_target_imports(tmp_path):
+    """Run by path, a worker's directory would be sys.path[0]: its modules must not be importable there."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text(
+        "import importlib.util\nassert importlib.util.find_spec('locate') is None, 'shadowed'\n"
+    )
+    request = {"root": str(tmp_path), "modules": [], "probe": None, "version": None, "files": []}
+    report = run_worker(sys.executable, "import_probe", request, timeout=60, in_process=False, isolated=False)
+    assert report["done"] and report["vllm"]["ok"], report
