@@ -134,3 +134,19 @@ def cli_runner():
         return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
     return invoke
+
+
+CONSECUTIVE = ("0.15.0", "0.15.1")  # two releases whose whole diff the release tests apply
+
+
+def release_diff(old: Path, new: Path, work: Path) -> bytes:
+    """git's own diff of every vllm/**/*.py between two fetched releases, paths a/vllm/... b/vllm/..."""
+    shutil.copytree(old / "vllm", work / "a" / "vllm")
+    shutil.copytree(new / "vllm", work / "b" / "vllm")
+    done = subprocess.run(
+        ["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
+        cwd=work,
+        capture_output=True,
+    )
+    assert done.returncode == 1, done.stderr  # 1: there are differences
+    return done.stdout
