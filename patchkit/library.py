@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput, NoPatchSet
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, read_patch
+from patchkit.requirements import Requirement, parse_requirements
+from patchkit.version import in_range, release_version, specifier
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -82,7 +84,8 @@ class Release:
     directory: Path
 
     def covers(self, version: Version) -> bool:
-        return self.versions.contains(version, prereleases=True)
+        """Whether this series is for `version` (judged as its release: version.release_version)."""
+        return in_range(self.versions, version)
 
     def series(self) -> list[tuple[str, str | None]]:
         """(patch file name, recorded sha256 or None) in apply order."""
@@ -137,7 +140,7 @@ class PatchSetDef:
     releases: tuple[Release, ...]
     roots: tuple[str, ...] = DEFAULT_ROOTS
     probe: Path | None = None  # a script run in the target's interpreter after import (checks/probe.py)
-    contract: tuple = ()  # checks.contract.Requirement: what must hold in the patched code
+    contract: tuple[Requirement, ...] = ()  # what must hold in the patched code (checks/contract.py)
 
 
 @dataclass
@@ -175,10 +178,8 @@ def load_set(directory: Path) -> PatchSetDef:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
 
 
-def _contract(declared: object, directory: Path, manifest: Path) -> tuple:
+def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requirement, ...]:
     """set.toml's `contract`: inline [[contract]] tables, or a TOML file of [[requirement]] tables."""
-    from patchkit.checks.contract import parse_requirements
-
     if declared is None:
         return ()
     if not isinstance(declared, str):
@@ -211,17 +212,6 @@ def read_toml(path: Path, what: str) -> dict:
         raise BadInput(f"unreadable {what} {path}: {exc}") from exc
 
 
-def specifier(text: str | None, origin: Path | str) -> SpecifierSet | None:
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    if text is None:
-        return None
-    try:
-        return SpecifierSet(text)
-    except InvalidSpecifier as exc:
-        raise BadInput(f"{origin}: bad version specifier {text!r}") from exc
-
-
 def load_library(root: Path) -> dict[str, PatchSetDef]:
     if not root.is_dir():
         raise BadInput(f"patch library {root} is not a directory")
@@ -247,24 +237,21 @@ def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:
 
 
 def select(patch_set: PatchSetDef, version: Version) -> Selection:
-    """Map a version onto the set: a release's series, upstream, or unsupported."""
+    """Map a version onto the set: a release's series, upstream, or unsupported. Every range is
+    matched by the release the version belongs to (version.release_version)."""
     from packaging.version import Version
 
-    note = None
-    if version.local:
-        note = f"local version label +{version.local} ignored: treated as {version.public}"
-        version = Version(version.public)
-    if patch_set.upstream is not None and patch_set.upstream.contains(version, prereleases=True):
+    note = _judged_as(version)
+    version = Version(version.public)
+    if patch_set.upstream is not None and in_range(patch_set.upstream, version):
         return Selection(patch_set.name, UPSTREAM, version, note=note, patch_set=patch_set)
     for release in patch_set.releases:
         if release.covers(version):
-            if version.is_prerelease or version.is_devrelease:
-                note = f"{version} is a development build: using the series for {release.versions}"
             patches = release.read_patches(patch_set.roots)
             if not patches:
                 raise BadInput(f"{release.directory / SERIES} lists no patch")
             return Selection(patch_set.name, PATCH, version, patches, release, note, patch_set)
-    if patch_set.supported is not None and not patch_set.supported.contains(version, prereleases=True):
+    if patch_set.supported is not None and not in_range(patch_set.supported, version):
         return Selection(
             patch_set.name,
             UNSUPPORTED,
@@ -275,13 +262,25 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
         )
     covered = ", ".join(str(r.versions) for r in patch_set.releases) or "none"
     dev = (
-        " (a development build: pass --vllm-version with the release it derives from)"
-        if version.is_devrelease or version.is_prerelease
+        f" (judged as release {release_version(version)}: pass --vllm-version with the release it derives from)"
+        if release_version(version) != version
         else ""
     )
     raise NoPatchSet(
         f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}", hint=f"releases covered: {covered}"
     )
+
+
+def _judged_as(version: Version) -> str | None:
+    """The note for a version that is not a plain release: what it is matched as."""
+    release = release_version(version)
+    if version.local and version.public == str(release):
+        return f"local version label +{version.local} ignored: treated as {release}"
+    if version.local:
+        return f"local version label +{version.local} ignored; {version.public} is a build of release {release}"
+    if version != release:
+        return f"{version} is a build of release {release}: matched as {release}"
+    return None
 
 
 def supported_range(patch_set: PatchSetDef) -> str:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from patchkit.errors import FetchError
 
-HASHES = {"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"}
+# The hashes a wheel's RECORD may use: "sha256 or better" (the binary distribution format spec;
+# md5 and sha1 are not permitted). An entry with any other algorithm is not evidence of anything.
+HASHES = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"})
 
 
 def cache_dir() -> Path:
@@ -43,8 +45,20 @@ def parse_record(data: bytes) -> dict[str, tuple[str, str]]:
 
 
 def record_hash(data: bytes, algo: str = "sha256") -> str:
-    """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD."""
+    """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD; ValueError for an
+    algorithm wheels do not allow (not in HASHES)."""
+    if algo not in HASHES:
+        raise ValueError(f"{algo!r} is not a hash a wheel's RECORD may use ({allowed_hashes()})")
     return record_digest(hashlib.new(algo, data).digest(), algo)
+
+
+def record_algorithm(entry: str) -> str:
+    """The algorithm a RECORD hash entry names ("sha256=..." -> "sha256")."""
+    return entry.partition("=")[0]
+
+
+def allowed_hashes() -> str:
+    return "sha256 or stronger: " + ", ".join(sorted(HASHES))
 
 
 def record_digest(digest: bytes, algo: str) -> str:
@@ -56,7 +70,7 @@ def find_record(tree: Path, version=None) -> Path | None:
     """The vllm-*.dist-info/RECORD of a tree; of several, the one of `version` if it is there."""
     candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))
     exact = [c for c in candidates if version is not None and c.parent.name == f"vllm-{version}.dist-info"]
-    return (exact or candidates or [None])[0]
+    return next(iter(exact or candidates), None)
 
 
 UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed

@@ -1,38 +1,22 @@
-"""Where vLLM lives: a directory that contains the `vllm/` package, and the Python that runs it."""
+"""Where vLLM lives: a directory that contains the `vllm/` package, and the Python that runs it;
+and running patchkit's workers (patchkit/_target/) in that Python: run_worker."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchkit.errors import TargetError
 
 PACKAGE = "vllm"
-
-# Runs inside the target interpreter. find_spec on a top-level name and importlib.metadata
-# read the import system's finders and dist-info files: vllm itself is never imported.
-_PROBE = r"""
-import importlib.metadata, importlib.util, json, sys
-out = {"python": sys.executable, "python_version": list(sys.version_info[:3])}
-try:
-    spec = importlib.util.find_spec("vllm")
-except Exception as exc:
-    spec = None
-    out["error"] = repr(exc)
-if spec is not None and spec.submodule_search_locations:
-    out["package_dir"] = list(spec.submodule_search_locations)[0]
-try:
-    dist = importlib.metadata.distribution("vllm")
-    out["version"] = dist.version
-    out["dist_root"] = str(dist.locate_file(""))
-except importlib.metadata.PackageNotFoundError:
-    pass
-print(json.dumps(out))
-"""
 
 
 @dataclass(frozen=True)
@@ -84,28 +68,11 @@ def from_interpreter(python: str | None) -> Target:
 
 
 def _probe(python: str | None) -> dict:
-    if python is None:
-        namespace: dict = {}
-        import contextlib
-        import io
-
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            exec(_PROBE, namespace)
-        return json.loads(buffer.getvalue())
-    try:
-        done = subprocess.run(
-            [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, cwd=os.path.abspath(os.sep)
-        )  # a vllm/ in our cwd must not shadow
-    except FileNotFoundError as exc:
-        raise TargetError(f"interpreter {python} not found") from exc
-    except PermissionError as exc:
-        raise TargetError(f"interpreter {python} is not executable") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise TargetError(f"interpreter {python} did not answer within 60 s") from exc
-    if done.returncode != 0:
-        raise TargetError(f"interpreter {python} failed: {done.stderr.strip()[-500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """What `python` (None: the one running patchkit) says about its vllm: _target/locate.py."""
+    # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
+    # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
+    # site-packages are part of where that Python finds vllm.
+    return run_worker(python, "locate", {"package": PACKAGE}, timeout=60, in_process=python is None, isolated=False)
 
 
 def resolve(target_dir: str | None, python: str | None) -> Target:
@@ -116,3 +83,116 @@ def resolve(target_dir: str | None, python: str | None) -> Target:
     if target_dir:
         return from_directory(target_dir)
     return from_interpreter(python)
+
+
+# -- running code in the target interpreter ---------------------------------------------------------
+
+
+class WorkerFailed(TargetError):
+    """A worker gave no full answer. `partial`: the answer it had written by then ({} if none);
+    `timed_out`: it was killed at the timeout; `status`: its exit status when it exited, and
+    `stderr`: the end of its error output."""
+
+    def __init__(
+        self, message: str, *, partial: dict, timed_out: bool = False, status: int | None = None, stderr: str = ""
+    ):
+        super().__init__(message)
+        self.partial = partial
+        self.timed_out = timed_out
+        self.status = status
+        self.stderr = stderr
+
+
+def run_worker(
+    python: str | None,
+    worker: str,
+    request: object,
+    *,
+    timeout: float,
+    doing: str = "",
+    in_process: bool = True,
+    isolated: bool = True,
+) -> Any:
+    """The answer of patchkit/_target/<worker>.py to `request` (JSON in, JSON out), computed by `python`.
+
+    In-process (the module's work(request)) when `in_process` allows it and `python` is the
+    interpreter running patchkit (None means that one); else `python [-I] -B <worker>.py ANSWER` in
+    its own session from /, the request on stdin, the answer read from the file ANSWER, and the whole
+    process group killed at the timeout. `isolated` (-I) keeps PYTHON* variables and the user's
+    site-packages out; a worker that must see vLLM as it runs is not isolated. WorkerFailed (a
+    TargetError) when it cannot run, times out, exits non-zero or answers nothing; `doing` finishes
+    its messages ("cannot run PYTHON<doing>: ...").
+    """
+    module = importlib.import_module(f"patchkit._target.{worker}")
+    if in_process and same_interpreter(python):
+        return module.work(request)
+    assert python is not None and module.__file__ is not None
+    flags = ["-I", "-B"] if isolated else ["-B"]
+    with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
+        answer = Path(scratch) / "answer.json"
+        try:
+            status, stderr = _run([python, *flags, module.__file__, str(answer)], json.dumps(request), timeout)
+        except OSError as exc:
+            raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc)}", partial={}) from exc
+        except subprocess.TimeoutExpired:
+            message = f"{python} did not finish within {timeout:g} s{doing}"
+            raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
+        result = _read_answer(answer)
+        if status != 0 or result is None:
+            tail = stderr.strip()[-300:] or "no error output"
+            message = f"{python} failed{doing} (exit status {status}): {tail}"
+            raise WorkerFailed(message, partial=result or {}, status=status, stderr=tail)
+        return result
+
+
+def _run(command: list[str], stdin: str, timeout: float) -> tuple[int, str]:
+    """(exit status, error output) of a worker process; at the timeout, its whole process group is
+    killed and TimeoutExpired raised."""
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
+        start_new_session=True,  # a timeout kills its children too
+    )
+    try:
+        _, stderr = process.communicate(stdin.encode("utf-8"), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        raise
+    return process.returncode, stderr.decode("utf-8", "replace")
+
+
+def _why_not_run(exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "interpreter not found"
+    if isinstance(exc, PermissionError):
+        return "interpreter not executable"
+    return str(exc)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        process.kill()
+    process.communicate()
+
+
+def _read_answer(path: Path) -> dict | None:
+    try:
+        answer = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def same_interpreter(python: str | None) -> bool:
+    """Whether `python` is the interpreter running patchkit (so work can stay in-process)."""
+    if python is None:
+        return True
+    try:
+        return os.path.samefile(python, sys.executable)
+    except OSError:
+        return False

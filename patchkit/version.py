@@ -1,4 +1,5 @@
-"""Which vLLM release a target is: dist-info METADATA, then vllm/_version.py, then git describe."""
+"""Which vLLM release a target is (dist-info METADATA, then vllm/_version.py, then git describe), and
+the one rule by which a version is matched against the library's ranges (release_version)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import ast
 import re
 from dataclasses import dataclass
 from email.parser import HeaderParser
+from typing import overload
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput, TargetError
@@ -24,6 +27,38 @@ def parse(text: str, origin: str) -> Version:
         return Version(text.strip())
     except InvalidVersion as exc:
         raise BadInput(f"{origin}: {text!r} is not a valid version") from exc
+
+
+def release_version(version: Version) -> Version:
+    """The release a build belongs to, which is what every range (a set's releases, upstream and
+    supported, a contract requirement's `versions`, a probe's "since") is matched against.
+
+    Only the release number counts: 0.15.0rc1, 0.15.0.dev3, 0.15.0.post1 and 0.15.0+cu129 are all
+    judged as 0.15.0 (a pre-release or dev build of X carries X's files, give or take the fixes
+    still to come; a local label is a rebuild). So a range names releases: "==0.15.0rc1" matches
+    nothing, "==0.15.0" matches every build of 0.15.0. git describe's builds after a tag are dev
+    releases of the next patch version (0.15.1.dev5 after v0.15.0), so they are judged as 0.15.1.
+    """
+    return Version(version.base_version)
+
+
+def in_range(versions: SpecifierSet, version: Version) -> bool:
+    """Whether `versions` holds the release `version` belongs to (release_version)."""
+    return versions.contains(release_version(version), prereleases=True)
+
+
+@overload
+def specifier(text: str, origin: object) -> SpecifierSet: ...
+@overload
+def specifier(text: None, origin: object) -> None: ...
+def specifier(text: str | None, origin: object) -> SpecifierSet | None:
+    """A version range as the library writes it (None stays None); a bad one is BadInput."""
+    if text is None:
+        return None
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise BadInput(f"{origin}: bad version specifier {text!r}") from exc
 
 
 def detect(target: Target, override: str | None = None) -> DetectedVersion:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_patch, snapshot, write_library, write_tree
+from helpers import make_patch, snapshot, write_library, write_tree
 
 from patchkit.checks import bytecode
 

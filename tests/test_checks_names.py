@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library
+from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library
 
 from patchkit.checks import ERROR, WARNING, CheckContext
 from patchkit.checks.names import CHECK, findings, introduced

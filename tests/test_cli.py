@@ -7,14 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library, write_tree
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
-
-
-def patched_spec() -> str:
-    return SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
 
 
 def patched_model(import_line: str = "from .interfaces import SupportsEagle3, SupportsLoRA, SupportsPP\n") -> str:

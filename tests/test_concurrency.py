@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import SPEC_PY, make_patch, snapshot, write_tree
+from helpers import SPEC_PY, make_patch, snapshot, write_tree
 
 SPEC = "vllm/config/spec.py"
 PATCHKIT = [sys.executable, "-m", "patchkit"]

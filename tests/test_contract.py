@@ -7,13 +7,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import make_patch, snapshot, write_library, write_tree
+from helpers import make_patch, snapshot, write_library, write_tree
 from packaging.version import Version
 
 from patchkit.checks import CheckContext
-from patchkit.checks.contract import CHECK, Module, Requirement, evaluate, parse_requirements
+from patchkit.checks.contract import CHECK, Module, evaluate
 from patchkit.errors import BadInput
 from patchkit.library import load_set
+from patchkit.requirements import Requirement, parse_requirements
 
 SPEC = "vllm/config/targets.py"
 PROPOSER = "vllm/spec/proposer.py"

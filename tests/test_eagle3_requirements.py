@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import make_patch, snapshot, write_library
+from helpers import make_patch, snapshot, write_library
 from packaging.version import Version
 
 from patchkit.checks import CheckContext

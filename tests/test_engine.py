@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SPEC_PY, make_patch, write_tree
+from helpers import SPEC_PY, make_patch, patched_spec, write_tree
 
 from patchkit.errors import BadInput
 from patchkit.patchfile import parse_patch
 from patchkit.plan import ALREADY, CONFLICT, WILL_CHANGE, plan_apply, plan_revert
 
 SPEC = "vllm/config/spec.py"
-
-
-def patched_spec() -> str:
-    return SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
 
 
 def test_plan_computes_new_content_in_memory_and_writes_nothing(tree, scratch):

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

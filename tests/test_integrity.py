@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
-from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
 
 from patchkit.checks import ERROR, WARNING
 from patchkit.record import record_hash
@@ -134,6 +136,32 @@ def test_a_file_record_does_not_list_is_not_verifiable(run, tree, library):
     rows = integrity_rows(data["checks"])
     assert rows[MODEL] == (False, WARNING, "not verifiable: not listed in vllm-0.16.0.dist-info/RECORD")
     assert rows[SPEC][0] is True
+
+
+@pytest.mark.parametrize("algo", ["md5", "sha1"])
+def test_a_record_hash_wheels_do_not_allow_is_not_trusted(run, tree, library, algo):
+    """An md5/sha1 entry is not evidence: not even a file that does match it passes as stock."""
+    record = write_record(tree)
+    weak = base64.urlsafe_b64encode(hashlib.new(algo, (tree / MODEL).read_bytes()).digest()).rstrip(b"=").decode()
+    rows = record.read_text().splitlines()
+    record.write_text(
+        "\n".join(f"{MODEL},{algo}={weak},{r.split(',')[2]}" if r.startswith(MODEL + ",") else r for r in rows) + "\n"
+    )
+    result, data = apply(run, tree, library)
+    assert result.exit_code == 0, result.output
+    rows_by_path = integrity_rows(data["checks"])
+    ok, level, message = rows_by_path[MODEL]
+    assert (ok, level) == (False, WARNING)
+    assert message.startswith(f"not verifiable: vllm-0.16.0.dist-info/RECORD gives it a {algo} hash")
+    assert "sha256 or stronger" in message and "not trusted" in message
+    assert rows_by_path[SPEC] == (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD")
+
+
+@pytest.mark.parametrize("algo", ["md5", "sha1", "sha224", "not-a-hash"])
+def test_record_hash_refuses_algorithms_wheels_do_not_allow(algo):
+    with pytest.raises(ValueError, match="sha256 or stronger"):
+        record_hash(b"data", algo)
+    assert record_hash(b"data", "sha512").startswith("sha512=")
 
 
 def test_a_file_patched_by_hand_with_this_series_passes(run, tree, library):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import git
 import pytest
-from conftest import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 
 from patchkit.errors import FetchError
 from patchkit.library import PATCH, load_set, select

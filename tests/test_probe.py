@@ -16,7 +16,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import make_patch, snapshot, write_library, write_tree
+from helpers import make_patch, snapshot, write_library, write_tree
 
 from patchkit.checks.probe import module_name
 from patchkit.library import default_root

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import snapshot, write_tree
+from helpers import snapshot, write_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

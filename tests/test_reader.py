@@ -197,7 +197,7 @@ def test_edge_cases_agree_with_unidiff(raw):
 
 @pytest.mark.release
 def test_the_reader_agrees_with_unidiff_on_a_real_release_diff(tmp_path):
-    from test_release import CONSECUTIVE, release_diff
+    from helpers import CONSECUTIVE, release_diff
 
     from patchkit.fetch import release_tree
 

@@ -6,37 +6,20 @@ Marker `release`: run by `make test` (and CI), skipped with -m "not release".
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import snapshot
+from helpers import CONSECUTIVE, release_diff, snapshot
 
 from patchkit.fetch import release_tree
 from patchkit.release_files import files_for, lay_out
 
 pytestmark = pytest.mark.release
 
-CONSECUTIVE = ("0.15.0", "0.15.1")
-
 
 def copy_tree(src: Path, dest: Path) -> Path:
     lay_out(src, str(dest))
     return dest
-
-
-def release_diff(old: Path, new: Path, work: Path) -> bytes:
-    """git's own diff of every vllm/**/*.py between two fetched releases, paths a/vllm/... b/vllm/..."""
-    shutil.copytree(old / "vllm", work / "a" / "vllm")
-    shutil.copytree(new / "vllm", work / "b" / "vllm")
-    done = subprocess.run(
-        ["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
-        cwd=work,
-        capture_output=True,
-    )
-    assert done.returncode == 1, done.stderr  # 1: there are differences
-    return done.stdout
 
 
 def test_real_release_to_release_diff_applies_exactly_and_reverts(tmp_path, run):

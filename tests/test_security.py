@@ -6,7 +6,7 @@ import os
 import re
 
 import pytest
-from conftest import SPEC_PY, make_patch, snapshot, write_tree
+from helpers import SPEC_PY, make_patch, snapshot, write_tree
 
 SPEC = "vllm/config/spec.py"
 
@@ -71,7 +71,7 @@ def test_device_file_or_fifo_is_refused(run, tmp_path):
 
 
 def test_a_set_may_declare_another_top_level_path(run, tmp_path, scratch):
-    from conftest import write_library
+    from helpers import write_library
 
     tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, "vllm_extra/x.py": "X = 1\n"})
     raw = b"Description: x\n---\n--- a/vllm_extra/x.py\n+++ b/vllm_extra/x.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n"

@@ -13,8 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import snapshot
-from test_release import release_diff
+from helpers import release_diff, snapshot
 
 from patchkit.fetch import release_tree
 from patchkit.release_files import lay_out

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
 
 from patchkit import transaction
 

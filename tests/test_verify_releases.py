@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import SPEC_PY, make_patch, write_library, write_tree
+from helpers import SPEC_PY, make_patch, write_library, write_tree
 from packaging.version import Version
 
 from patchkit import fetch, release_check

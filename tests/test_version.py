@@ -11,7 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import _git, write_library, write_tree
+from helpers import _git, write_library, write_tree
 from packaging.version import Version
 
 from patchkit import target as target_mod

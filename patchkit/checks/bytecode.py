@@ -13,102 +13,19 @@ files and
     (timestamp: mtime and size changed with the write), and says so.
 scan() reports the same without changing anything (verify): a stale unchecked-hash pyc is a failure.
 
-The work runs inside the target interpreter (in-process when it is the one running patchkit): only
-it knows its cache tag, its magic number and the key of its source hashes.
+The work runs inside the target interpreter (patchkit/_target/bytecode.py; in-process when it is the one
+running patchkit): only it knows its cache tag, its magic number and the key of its source hashes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from patchkit.checks import ERROR, WARNING, CheckResult, run_in
+from patchkit.checks import ERROR, WARNING, CheckResult
 from patchkit.errors import TargetError
+from patchkit.target import run_worker
 
 NAME = "bytecode"
-
-# Runs inside the target interpreter, which lacks patchkit: plain Python >= 3.7, no imports of ours.
-_WORKER = r"""
-import importlib.util, marshal, os, py_compile, sys
-
-def bytecode_work(jobs, fix):
-    tag = sys.implementation.cache_tag
-    return {"tag": tag, "results": [_bytecode_one(job, fix, tag) for job in jobs]}
-
-def _bytecode_one(job, fix, tag):
-    pyc, source = job["pyc"], job["source"]
-    out = {"pyc": pyc, "source": source, "kind": None, "mine": False, "stale": None, "action": None,
-           "error": None}
-    try:
-        with open(pyc, "rb") as f:
-            blob = f.read()
-    except OSError as exc:
-        out["error"] = "cannot read: %s" % (exc.strerror or exc)
-        return out
-    header = blob[:16]
-    magic_ok = len(header) == 16 and header[:4] == importlib.util.MAGIC_NUMBER
-    flags = int.from_bytes(header[4:8], "little") if len(header) == 16 else 0
-    out["kind"] = ("damaged" if len(header) < 16 else
-                   ("checked-hash" if flags & 2 else "unchecked-hash") if flags & 1 else "timestamp")
-    out["mine"] = magic_ok and (job["legacy"] or job["tag"] == tag)
-    try:
-        with open(source, "rb") as f:
-            data = f.read()
-        st = os.stat(source)
-    except OSError:
-        data = st = None
-    out["stale"] = _stale(out, header, data, st, fix, job["legacy"])
-    if fix and _needs_fixing(out, job, data):
-        _fix(out, job, blob)
-    return out
-
-def _stale(out, header, data, st, fix, legacy):
-    # True: Python would run it instead of the current source; None: cannot tell with this interpreter.
-    kind = out["kind"]
-    if data is None:
-        return legacy  # a legacy pyc is imported once its source is gone; __pycache__ ones are not
-    if legacy or kind in ("damaged", "checked-hash"):
-        return False  # ignored beside a source / rejected / re-validated against the source hash
-    if kind == "timestamp":
-        mtime = int.from_bytes(header[8:12], "little")
-        size = int.from_bytes(header[12:16], "little")
-        # The header still fits a file just rewritten: compiled in the same second from other bytes
-        # of the same size. Python would trust it.
-        return bool(fix) and (mtime, size) == (int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
-    if not out["mine"]:
-        return None  # its hash is keyed by another interpreter's magic number
-    return header[8:16] != importlib.util.source_hash(data)
-
-def _needs_fixing(out, job, data):
-    if job["legacy"] or data is None:
-        return True
-    if out["kind"] == "unchecked-hash":
-        return out["stale"] is not False
-    return out["stale"] is True
-
-def _fix(out, job, blob):
-    rebuild = out["mine"] and os.path.isfile(job["source"]) and not job["legacy"]
-    out["attempt"] = "recompile" if rebuild else "remove"
-    try:
-        if rebuild:
-            mode = {"timestamp": py_compile.PycInvalidationMode.TIMESTAMP,
-                    "checked-hash": py_compile.PycInvalidationMode.CHECKED_HASH,
-                    "unchecked-hash": py_compile.PycInvalidationMode.UNCHECKED_HASH}[out["kind"]]
-            py_compile.compile(job["source"], cfile=job["pyc"], dfile=_compiled_as(blob), doraise=True,
-                               optimize=job["optimize"], invalidation_mode=mode)
-            out["action"] = "recompiled"
-        else:
-            os.remove(job["pyc"])
-            out["action"] = "removed"
-    except (OSError, py_compile.PyCompileError) as exc:
-        out["error"] = str(exc)
-
-def _compiled_as(blob):
-    # Keep the file name the image compiled it under (compileall -d / -s rewrite it).
-    try:
-        return marshal.loads(blob[16:]).co_filename
-    except Exception:
-        return None
-"""
 
 
 def fix(root: Path, paths, python: str | None) -> list[CheckResult]:
@@ -224,9 +141,9 @@ def _why_removed(item: dict) -> str:
 
 
 def _run_worker(jobs: list[dict], fix: bool, python: str | None) -> dict:
-    payload = [[{k: v for k, v in job.items() if k != "path"} for job in jobs], fix]
+    request = {"jobs": [{k: v for k, v in job.items() if k != "path"} for job in jobs], "fix": fix}
     try:
-        return run_in(python, _WORKER, "bytecode_work", payload, timeout=300)
+        return run_worker(python, "bytecode", request, timeout=300)
     except TargetError as exc:
         return _all_failed(jobs, exc.message)
 

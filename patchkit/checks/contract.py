@@ -41,125 +41,15 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from functools import partial
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.checks import WARNING, CheckContext, CheckResult
-from patchkit.errors import BadInput
-from patchkit.library import specifier
+from patchkit.requirements import ACCESSES, Requirement, Target
 
 NAME = "contract"
-ACCESSES = {"load": "reads", "store": "assigns", "any": "references"}
 _BARE_VERB = {"load": "read", "store": "assign", "any": "reference"}
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a guarded read is judged against: the class of the target and what its object holds."""
-
-    cls: str
-    has: tuple[str, ...] = ()
-    lacks: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Requirement:
-    file: str
-    kind: str
-    fields: dict = field(hash=False)
-    versions: SpecifierSet | None = None
-    reason: str = ""
-
-    def applies_to(self, version: Version) -> bool:
-        # A local label (+cu121) or a dev/rc build is judged as the release it belongs to.
-        return self.versions is None or self.versions.contains(Version(version.base_version), prereleases=True)
-
-    def __getitem__(self, key: str):
-        return self.fields.get(key)
-
-
-# ---------------------------------------------------------------------------------------------
-# Schema
-
-
-STR, STRS, TABLE = "a string", "a list of strings", "a table"
-
-# kind -> (required fields, optional fields), each field -> its type
-SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
-    "base": ({"class": STR, "base": STR}, {}),
-    "imported": ({"names": STRS}, {}),
-    "methods": ({"class": STR, "methods": STRS}, {}),
-    "attribute": ({"attribute": STR, "access": STR}, {"on": STR, "function": STR}),
-    "model-types": ({"function": STR, "variable": STR, "model_types": STRS}, {}),
-    "guarded-read": ({"attribute": STR, "target": TABLE}, {"on": STR, "function": STR}),
-}
-COMMON = {"file": STR, "kind": STR, "versions": STR, "reason": STR}
-
-
-def parse_requirements(entries: object, origin: str) -> tuple[Requirement, ...]:
-    """Validate declared entries (a list of tables); a malformed one is BadInput (exit 2)."""
-    if not isinstance(entries, list):
-        raise BadInput(f"{origin}: the contract must be a list of tables ([[requirement]])")
-    return tuple(_parse_entry(entry, f"{origin}: requirement #{i}") for i, entry in enumerate(entries, 1))
-
-
-def _parse_entry(entry: object, where: str) -> Requirement:
-    if not isinstance(entry, dict):
-        raise BadInput(f"{where} is not a table")
-    kind = entry.get("kind")
-    if kind not in SCHEMA:
-        raise BadInput(f"{where}: kind {kind!r} is not one of {', '.join(SCHEMA)}")
-    required, optional = SCHEMA[kind]
-    missing = [name for name in ["file", *required] if name not in entry]
-    if missing:
-        raise BadInput(f"{where} ({kind}): missing field(s) {', '.join(missing)}")
-    known = {**COMMON, **required, **optional}
-    unknown = sorted(set(entry) - set(known))
-    if unknown:
-        raise BadInput(f"{where} ({kind}): unknown field(s) {', '.join(unknown)}; it takes {', '.join(sorted(known))}")
-    for name, value in entry.items():
-        _check_type(value, known[name], f"{where} ({kind}): field {name!r}")
-    path = PurePosixPath(entry["file"])
-    if path.is_absolute() or ".." in path.parts or "\\" in entry["file"]:
-        raise BadInput(f"{where} ({kind}): file {entry['file']!r} must be a path inside the tree (vllm/...)")
-    fields = {k: v for k, v in entry.items() if k not in COMMON}
-    if kind == "attribute" and fields["access"] not in ACCESSES:
-        raise BadInput(f"{where} (attribute): access {fields['access']!r} is not one of {', '.join(ACCESSES)}")
-    if kind == "guarded-read":
-        fields["target"] = _parse_target(fields["target"], f"{where} (guarded-read): target")
-    return Requirement(
-        file=entry["file"],
-        kind=kind,
-        fields=fields,
-        versions=specifier(entry.get("versions"), where),
-        reason=entry.get("reason", ""),
-    )
-
-
-def _check_type(value: object, expected: str, where: str) -> None:
-    ok = {
-        STR: isinstance(value, str) and value != "",
-        STRS: isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value),
-        TABLE: isinstance(value, dict),
-    }[expected]
-    if not ok:
-        raise BadInput(
-            f"{where} must be {'a non-empty list of strings' if expected == STRS else expected}, not {value!r}"
-        )
-
-
-def _parse_target(table: dict, where: str) -> Target:
-    unknown = sorted(set(table) - {"class", "has", "lacks"})
-    if unknown or "class" not in table:
-        raise BadInput(f"{where} takes class (required), has, lacks; got {', '.join(sorted(table)) or 'nothing'}")
-    _check_type(table["class"], STR, f"{where}.class")
-    for name in ("has", "lacks"):
-        if name in table:
-            _check_type(table[name], STRS, f"{where}.{name}")
-    return Target(table["class"], tuple(table.get("has", ())), tuple(table.get("lacks", ())))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,6 +161,8 @@ class Module:
 
 
 _DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+# try, and try/except* (ast.TryStar, Python >= 3.11): both have body, handlers, orelse, finalbody
+_TRY: tuple[type[ast.Try], ...] = tuple(getattr(ast, name) for name in ("Try", "TryStar") if hasattr(ast, name))
 IMPORTED, DEFINED = "imported", "defined"
 
 
@@ -290,7 +182,7 @@ def _collect_bindings(body: list[ast.stmt], names: dict[str, str]) -> None:
             if not _is_type_checking(stmt.test):
                 _collect_bindings(stmt.body, names)
             _collect_bindings(stmt.orelse, names)
-        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+        elif isinstance(stmt, _TRY):
             for part in (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody):
                 _collect_bindings(part, names)
         elif isinstance(stmt, ast.With):
@@ -442,12 +334,12 @@ def _literal_assignments(scope: ast.AST, variable: str) -> list[list[str]]:
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
         value = getattr(node, "value", None)
-        if (
-            any(isinstance(t, ast.Name) and t.id == variable for t in targets)
-            and isinstance(value, (ast.List, ast.Tuple, ast.Set))
-            and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts)
+        if any(isinstance(t, ast.Name) and t.id == variable for t in targets) and isinstance(
+            value, (ast.List, ast.Tuple, ast.Set)
         ):
-            found.append([e.value for e in value.elts])
+            strings = [text for e in value.elts if (text := _str_value(e)) is not None]
+            if len(strings) == len(value.elts):
+                found.append(strings)
     return found
 
 
@@ -462,10 +354,7 @@ def _matching(scope: ast.AST, variable: str) -> list[str]:
                 if isinstance(g.iter, ast.Name) and g.iter.id == variable and isinstance(g.target, ast.Name)
             ]
             if (
-                any(
-                    _is_in(c, lambda left, loops=loops: isinstance(left, ast.Name) and left.id in loops)
-                    for c in ast.walk(node)
-                )
+                any(_is_in(c, partial(_is_loop_name, loops=loops)) for c in ast.walk(node))
                 and SUBSTRING not in semantics
             ):
                 semantics.append(SUBSTRING)
@@ -479,6 +368,10 @@ def _matching(scope: ast.AST, variable: str) -> list[str]:
         ):
             semantics.append(MEMBERSHIP)
     return semantics
+
+
+def _is_loop_name(left: ast.expr, loops: list[str]) -> bool:
+    return isinstance(left, ast.Name) and left.id in loops
 
 
 def _is_in(node: ast.AST, left_is: Callable[[ast.expr], bool]) -> bool:
@@ -545,7 +438,7 @@ def _closes(parent: ast.AST, child: ast.AST, target: Target, obj: str) -> bool:
     if isinstance(parent, ast.BoolOp) and child in parent.values:
         earlier = [decide(v, target, obj) for v in parent.values[: parent.values.index(child)]]
         return (False in earlier) if isinstance(parent.op, ast.And) else (True in earlier)
-    if isinstance(parent, ast.Try) or type(parent).__name__ == "TryStar":
+    if isinstance(parent, _TRY):
         return child in parent.body and any(_catches_attribute_error(h) for h in parent.handlers)
     return False
 
@@ -581,8 +474,8 @@ def _decide_call(call: ast.Call, target: Target, obj: str) -> bool | None:
     if func == "isinstance" and len(args) == 2:
         classes = args[1].elts if isinstance(args[1], ast.Tuple) else [args[1]]
         return True if any(_names_match(dotted_name(c), target.cls) for c in classes) else None
-    if func in ("hasattr", "getattr") and len(args) >= 2 and _is_str(args[1]) and ast.unparse(args[0]) == obj:
-        name = args[1].value
+    name = _str_value(args[1]) if len(args) >= 2 else None
+    if func in ("hasattr", "getattr") and name is not None and ast.unparse(args[0]) == obj:
         if func == "hasattr":
             return True if name in target.has else False if name in target.lacks else None
         if len(args) == 3 and name in target.lacks and isinstance(args[2], ast.Constant) and not args[2].value:
@@ -614,6 +507,11 @@ def _decide_compare(left: ast.expr, op: ast.cmpop, right: ast.expr, target: Targ
     ):
         return isinstance(op, ast.In)
     return None
+
+
+def _str_value(node: ast.expr) -> str | None:
+    """The string a string constant holds; None for any other node."""
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def _is_str(node: ast.expr, value: str | None = None) -> bool:

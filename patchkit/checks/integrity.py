@@ -11,7 +11,8 @@ A file passes when its stock content - the file as on disk with the series' patc
 in place undone - matches the reference: a stock file, a file patchkit patched, and a file patched by
 hand with this series all pass. A file exactly as patchkit recorded writing it passes as well. Any
 other content fails (apply refuses it unless --force). A tree without RECORD, or a file RECORD does
-not list, cannot be verified: a warning, never a failure.
+not list, cannot be verified: a warning, never a failure. So is a file RECORD hashes with an algorithm
+wheels do not allow (md5, sha1...: only sha256 or stronger, record.HASHES): such an entry is not trusted.
 
 Not in default_checks(): apply runs it before anything else (and lets --force override it), verify
 reports it alongside the other checks.
@@ -19,12 +20,21 @@ reports it alongside the other checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.errors import BadInput, CheckFailed, FetchError
-from patchkit.record import cache_dir, find_record, parse_record, record_digest, record_hash
+from patchkit.record import (
+    HASHES,
+    allowed_hashes,
+    cache_dir,
+    find_record,
+    parse_record,
+    record_algorithm,
+    record_digest,
+    record_hash,
+)
 from patchkit.state import read_file, read_state, sha256
 
 NAME = "integrity"
@@ -36,13 +46,24 @@ LIKELY_CAUSES = (
 
 @dataclass(frozen=True)
 class Record:
-    """One RECORD file: path -> 'algo=urlsafe-b64-digest'."""
+    """One RECORD file: path -> 'algo=urlsafe-b64-digest', for the entries whose algorithm wheels
+    allow (record.HASHES); the others are kept apart, not trusted."""
 
     label: str  # how results name it
     hashes: dict[str, str]
+    untrusted: dict[str, str] = field(default_factory=dict)  # path -> the algorithm wheels do not allow
 
     def matches(self, path: str, data: bytes) -> bool:
-        return _record_hash(data, self.hashes[path]) == self.hashes[path]
+        return record_hash(data, record_algorithm(self.hashes[path])) == self.hashes[path]
+
+    def why_unlisted(self, path: str) -> str:
+        """Why this RECORD cannot vouch for a path it has no trusted entry for."""
+        if path in self.untrusted:
+            return (
+                f"{self.label} gives it a {self.untrusted[path]} hash, which a wheel's RECORD may not use "
+                f"({allowed_hashes()}): not trusted"
+            )
+        return f"not listed in {self.label}"
 
 
 class IntegrityCheck:
@@ -80,7 +101,7 @@ class IntegrityCheck:
             return results
         if stock is None:
             return [self._result(path, True, "new file: added by the series")]
-        reason = f"not listed in {installed.label}" if installed else why_not
+        reason = installed.why_unlisted(path) if installed else why_not
         if not in_published:
             return [self._result(path, False, f"not verifiable: {reason}", WARNING)]
         # Without the target's own RECORD, the published wheel is evidence, not proof: a source
@@ -147,10 +168,10 @@ def installed_record(root: Path, version) -> tuple[Record | None, str]:
     path = find_record(root, version)
     if path is None:
         return None, "no vllm-*.dist-info/RECORD in the tree (a source checkout?)"
-    hashes = _parse(path)
-    if hashes is None:
+    record = _parse(path, path.relative_to(root).as_posix())
+    if record is None:
         return None, f"{path.relative_to(root).as_posix()} is unreadable"
-    return Record(path.relative_to(root).as_posix(), hashes), ""
+    return record, ""
 
 
 def published_record(version) -> Record | None:
@@ -161,16 +182,20 @@ def published_record(version) -> Record | None:
         path = find_record(cache_dir() / "releases" / str(version) / "tree", version)
     except OSError:
         return None
-    hashes = _parse(path) if path else None
-    return Record(f"the published wheel's RECORD (fetch cache, vllm {version})", hashes) if hashes is not None else None
+    return _parse(path, f"the published wheel's RECORD (fetch cache, vllm {version})") if path else None
 
 
-def _parse(path: Path) -> dict[str, str] | None:
+def _parse(path: Path, label: str) -> Record | None:
     try:
         rows = parse_record(path.read_bytes())
     except (OSError, FetchError):
         return None
-    return {name: digest for name, (digest, _size) in rows.items() if "=" in digest}
+    entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest}
+    return Record(
+        label,
+        hashes={name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
+        untrusted={name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
+    )
 
 
 def _recorded_writes(root: Path) -> dict[str, list[tuple[str | None, str]]]:
@@ -188,15 +213,6 @@ def _recorded_writes(root: Path) -> dict[str, list[tuple[str | None, str]]]:
 
 
 # -- hashes ---------------------------------------------------------------------------------------
-def _record_hash(data: bytes, like: str) -> str | None:
-    """`data` hashed the way RECORD entry `like` is written (its algorithm); None if unknown."""
-    algo = like.partition("=")[0]
-    try:
-        return record_hash(data, algo)
-    except ValueError:
-        return None
-
-
 def _record_hash_of_digest(hex_sha256: str, like: str) -> bool:
     """Whether a hex sha256 (as state.json keeps them) is the digest RECORD entry `like` states."""
     return like.startswith("sha256=") and record_digest(bytes.fromhex(hex_sha256), "sha256") == like

@@ -49,12 +49,12 @@ class NamesCheck:
     name = "names"
 
     def run(self, ctx: CheckContext) -> list[CheckResult]:
-        planned = {p: ctx.read(p) for p in ctx.paths if p.endswith(".py")}
-        planned = {p: data for p, data in planned.items() if data is not None}  # None: deleted
+        planned = _present({p: ctx.read(p) for p in ctx.paths if p.endswith(".py")})  # None: deleted
         found = findings_of(planned)
         # Stock files only matter where the planned ones have findings (rare: vLLM is linted).
-        stock = {p: ctx.read_stock(p) for p, f in found.items() if f and ctx.read_stock}
-        before = findings_of({p: data for p, data in stock.items() if data is not None})
+        read_stock = ctx.read_stock
+        stock = _present({p: read_stock(p) for p, f in found.items() if f}) if read_stock else {}
+        before = findings_of(stock)
         return [r for p in sorted(planned) for r in self._compare(p, found[p], before.get(p) or ())]
 
     def _compare(self, path: str, found, before) -> list[CheckResult]:
@@ -80,6 +80,10 @@ class NamesCheck:
 
 
 CHECK = NamesCheck()
+
+
+def _present(contents: dict[str, bytes | None]) -> dict[str, bytes]:
+    return {path: data for path, data in contents.items() if data is not None}
 
 
 def introduced(after: tuple[Finding, ...], before: tuple[Finding, ...]) -> list[Finding]:
@@ -112,7 +116,9 @@ def findings_of(sources: dict[str, bytes]) -> dict[str, tuple[Finding, ...] | No
         _SEEN.clear()
     digests = {key: hashlib.sha256(data).hexdigest() for key, data in sources.items()}
     todo = {digest: sources[key] for key, digest in digests.items() if digest not in _SEEN}
-    cache = _cache_dir() if todo else None
+    if not todo:
+        return {key: _SEEN[digest] for key, digest in digests.items()}
+    cache = _cache_dir()
     for digest in list(todo):
         cached = _load(cache, digest)
         if cached is not _MISSING:

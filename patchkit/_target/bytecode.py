@@ -1,0 +1,144 @@
+"""Stale compiled bytecode of the changed files: found, and (with "fix") recompiled or removed.
+
+Runs in the target's interpreter: only it knows its cache tag, its magic number and the key of its
+source hashes. What the results mean and how patchkit reports them: patchkit/checks/bytecode.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import marshal
+import os
+import py_compile
+import sys
+from typing import Any
+
+Job = dict  # {"pyc", "source", "tag", "optimize", "legacy", "name"}: one pyc of one source
+Outcome = dict  # what became of one job: {"pyc", "source", "kind", "mine", "stale", "action", "error"}
+
+MODES = {
+    "timestamp": py_compile.PycInvalidationMode.TIMESTAMP,
+    "checked-hash": py_compile.PycInvalidationMode.CHECKED_HASH,
+    "unchecked-hash": py_compile.PycInvalidationMode.UNCHECKED_HASH,
+}
+
+
+def work(request: dict) -> dict:
+    """{"jobs": [...], "fix": bool} -> {"tag": this interpreter's cache tag, "results": [outcome per job]}."""
+    tag = sys.implementation.cache_tag
+    return {"tag": tag, "results": [one(job, request["fix"], tag) for job in request["jobs"]]}
+
+
+def one(job: Job, fix: bool, tag: str) -> Outcome:
+    pyc, source = job["pyc"], job["source"]
+    out: Outcome = {
+        "pyc": pyc,
+        "source": source,
+        "kind": None,
+        "mine": False,
+        "stale": None,
+        "action": None,
+        "error": None,
+    }
+    try:
+        with open(pyc, "rb") as f:
+            blob = f.read()
+    except OSError as exc:
+        out["error"] = "cannot read: %s" % (exc.strerror or exc)
+        return out
+    header = blob[:16]
+    out["kind"] = _kind(header)
+    out["mine"] = (
+        len(header) == 16 and header[:4] == importlib.util.MAGIC_NUMBER and (job["legacy"] or job["tag"] == tag)
+    )
+    data: bytes | None = None
+    st: os.stat_result | None = None
+    try:
+        with open(source, "rb") as f:
+            data = f.read()
+        st = os.stat(source)
+    except OSError:
+        data = st = None
+    out["stale"] = _stale(out, header, data, st, fix, job["legacy"])
+    if fix and _needs_fixing(out, job, data):
+        _fix(out, job, blob)
+    return out
+
+
+def _kind(header: bytes) -> str:
+    """PEP 552: the header's flags word, bit 0 = hash-based, bit 1 = check_source."""
+    if len(header) < 16:
+        return "damaged"
+    flags = int.from_bytes(header[4:8], "little")
+    if not flags & 1:
+        return "timestamp"
+    return "checked-hash" if flags & 2 else "unchecked-hash"
+
+
+def _stale(
+    out: Outcome, header: bytes, data: bytes | None, st: os.stat_result | None, fix: bool, legacy: bool
+) -> bool | None:
+    """True: Python would run it instead of the current source; None: cannot tell with this interpreter."""
+    kind = out["kind"]
+    if data is None or st is None:
+        return legacy  # a legacy pyc is imported once its source is gone; __pycache__ ones are not
+    if legacy or kind in ("damaged", "checked-hash"):
+        return False  # ignored beside a source / rejected / re-validated against the source hash
+    if kind == "timestamp":
+        mtime = int.from_bytes(header[8:12], "little")
+        size = int.from_bytes(header[12:16], "little")
+        # The header still fits a file just rewritten: compiled in the same second from other bytes
+        # of the same size. Python would trust it.
+        return bool(fix) and (mtime, size) == (int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
+    if not out["mine"]:
+        return None  # its hash is keyed by another interpreter's magic number
+    return header[8:16] != importlib.util.source_hash(data)
+
+
+def _needs_fixing(out: Outcome, job: Job, data: bytes | None) -> bool:
+    if job["legacy"] or data is None:
+        return True
+    if out["kind"] == "unchecked-hash":
+        return out["stale"] is not False
+    return out["stale"] is True
+
+
+def _fix(out: Outcome, job: Job, blob: bytes) -> None:
+    rebuild = out["mine"] and os.path.isfile(job["source"]) and not job["legacy"]
+    out["attempt"] = "recompile" if rebuild else "remove"
+    try:
+        if rebuild:
+            py_compile.compile(
+                job["source"],
+                cfile=job["pyc"],
+                dfile=_compiled_as(blob),
+                doraise=True,
+                optimize=job["optimize"],
+                invalidation_mode=MODES[out["kind"]],
+            )
+            out["action"] = "recompiled"
+        else:
+            os.remove(job["pyc"])
+            out["action"] = "removed"
+    except (OSError, py_compile.PyCompileError) as exc:
+        out["error"] = str(exc)
+
+
+def _compiled_as(blob: bytes) -> str | None:
+    """The file name the image compiled it under (compileall -d / -s rewrite it), kept on rebuild."""
+    try:
+        code: Any = marshal.loads(blob[16:])
+        return code.co_filename
+    except Exception:
+        return None
+
+
+def write_answer(path: str, answer: object) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(answer, f)
+    os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    write_answer(sys.argv[1], work(json.load(sys.stdin)))

@@ -1,0 +1,30 @@
+"""Which sources do not compile, judged by this interpreter's own compiler (the syntax check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def work(request: dict) -> dict:
+    """{"sources": {path: text}} -> {path: error} for each source that does not compile."""
+    errors = {}
+    for path, text in request["sources"].items():
+        try:
+            compile(text.encode("utf-8", "surrogateescape"), path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            line = getattr(exc, "lineno", None)
+            message = getattr(exc, "msg", None) or str(exc)
+            errors[path] = f"line {line}: {message}" if line else str(exc)
+    return errors
+
+
+def write_answer(path: str, answer: object) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(answer, f)
+    os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    write_answer(sys.argv[1], work(json.load(sys.stdin)))

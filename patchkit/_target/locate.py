@@ -1,0 +1,47 @@
+"""Where this interpreter's vllm package is, and which version its metadata names, without importing it:
+find_spec on a top-level name and importlib.metadata read only the finders and the dist-info files."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+
+
+def work(request: dict) -> dict:
+    package = request.get("package", "vllm")
+    out: dict = {"python": sys.executable, "python_version": list(sys.version_info[:3])}
+    try:
+        spec = importlib.util.find_spec(package)
+    except Exception as exc:  # a broken finder or package: reported, not raised
+        spec = None
+        out["error"] = repr(exc)
+    if spec is not None and spec.submodule_search_locations:
+        out["package_dir"] = next(iter(spec.submodule_search_locations))
+    try:
+        dist = importlib.metadata.distribution(package)
+        out["version"] = dist.version
+        out["dist_root"] = str(dist.locate_file(""))
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+def write_answer(path: str, answer: object) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(answer, f)
+    os.replace(path + ".tmp", path)
+
+
+def _unshadow() -> None:
+    """Run by path, this directory is sys.path[0]: drop it, so that its modules shadow nothing."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
+        del sys.path[0]
+
+
+if __name__ == "__main__":
+    _unshadow()
+    write_answer(sys.argv[1], work(json.load(sys.stdin)))

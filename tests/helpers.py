@@ -1,0 +1,152 @@
+"""What the tests share: small vLLM-shaped trees, patches and libraries they write themselves, and the CLI
+runner. Fixtures live in conftest.py; tests import these from here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from patchkit.cli import cli
+
+SPEC_PY = textwrap.dedent('''\
+    """A stand-in for a config module."""
+    import os
+
+    SUPPORTED = [
+        "llama",
+        "qwen",
+    ]
+
+
+    def accepts(model_type: str) -> bool:
+        return any(name in model_type for name in SUPPORTED)
+    ''')
+
+MODEL_PY = textwrap.dedent("""\
+    from .interfaces import SupportsLoRA, SupportsPP
+
+
+    class Model(SupportsLoRA, SupportsPP):
+        def forward(self, x):
+            return x
+    """)
+
+
+def write_tree(root: Path, version: str = "0.16.0", files: dict[str, str | bytes] | None = None) -> Path:
+    """A site-packages-like directory: vllm/ plus vllm-VERSION.dist-info/METADATA."""
+    files = files if files is not None else {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY}
+    (root / "vllm").mkdir(parents=True, exist_ok=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+    dist = root / f"vllm-{version}.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    return root
+
+
+def _git(cwd: Path, *args: str) -> bytes:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True).stdout
+
+
+def make_patch(
+    tmp: Path, tree: Path, edits: dict[str, str | bytes | None], header: str = "Description: test\n"
+) -> bytes:
+    """The diff git writes for `edits` (None deletes) on a copy of `tree`; `tree` is untouched."""
+    work = Path(tempfile.mkdtemp(dir=tmp))
+    shutil.copytree(tree / "vllm", work / "vllm")
+    _git(work, "init", "-q")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-qm", "stock")
+    for rel, content in edits.items():
+        path = work / rel
+        if content is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content.encode() if isinstance(content, str) else content)
+    _git(work, "add", "-A")
+    diff = _git(work, "diff", "--cached", "--no-renames", "--no-color")
+    shutil.rmtree(work)
+    return header.encode() + b"---\n" + diff
+
+
+def write_library(
+    root: Path,
+    series: dict[str, list[bytes]],
+    *,
+    versions: dict[str, str] | None = None,
+    upstream: str | None = ">=0.18.0",
+    supported: str | None = ">=0.11.0",
+    name: str = "demo",
+) -> Path:
+    """series: dir -> patch bytes in order; versions: dir -> specifier (default ==dir)."""
+    set_dir = root / name
+    set_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f'name = "{name}"', 'description = "test set"']
+    if supported:
+        lines.append(f'supported = "{supported}"')
+    if upstream:
+        lines.append(f'upstream = "{upstream}"')
+    for directory, patches in series.items():
+        spec = (versions or {}).get(directory, f"=={directory}")
+        lines += ["", "[[releases]]", f'versions = "{spec}"', f'dir = "{directory}"']
+        (set_dir / directory).mkdir(exist_ok=True)
+        names = []
+        for i, data in enumerate(patches, 1):
+            names.append(f"{i:04d}-change.patch")
+            (set_dir / directory / names[-1]).write_bytes(data)
+        (set_dir / directory / "series").write_text("\n".join(names) + "\n")
+    (set_dir / "set.toml").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under vllm/, for byte-for-byte comparisons."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "vllm").rglob("*")) if p.is_file()}
+
+
+def patched_spec() -> str:
+    """SPEC_PY with "deepseek" added to the supported list: the change most tests patch in."""
+    return SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
+
+
+def cli_runner():
+    """`invoke(*args)`: the patchkit CLI through click's CliRunner, exceptions propagated."""
+    runner = CliRunner()
+
+    def invoke(*args: object):
+        return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+    return invoke
+
+
+CONSECUTIVE = ("0.15.0", "0.15.1")  # two releases whose whole diff the release tests apply
+
+
+def release_diff(old: Path, new: Path, work: Path) -> bytes:
+    """git's own diff of every vllm/**/*.py between two fetched releases, paths a/vllm/... b/vllm/..."""
+    shutil.copytree(old / "vllm", work / "a" / "vllm")
+    shutil.copytree(new / "vllm", work / "b" / "vllm")
+    done = subprocess.run(
+        ["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
+        cwd=work,
+        capture_output=True,
+    )
+    assert done.returncode == 1, done.stderr  # 1: there are differences
+    return done.stdout

@@ -1,0 +1,99 @@
+"""patchkit/_target: the code run in the target's interpreter, as files of their own, through one runner."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import patchkit._target
+from patchkit import target as target_mod
+from patchkit.errors import TargetError
+from patchkit.library import read_toml
+from patchkit.target import WorkerFailed, run_worker
+
+WORKERS_DIR = Path(patchkit._target.__file__).parent
+WORKERS = sorted(p for p in WORKERS_DIR.glob("*.py") if p.name != "__init__.py")
+
+
+def test_every_worker_is_there():
+    assert {p.stem for p in WORKERS} == {"bytecode", "compile_sources", "import_probe", "locate"}
+
+
+@pytest.mark.parametrize("worker", WORKERS, ids=lambda p: p.name)
+def test_a_worker_is_python_3_9_and_imports_only_the_standard_library(worker):
+    tree = ast.parse(worker.read_bytes(), feature_version=(3, 9))  # SyntaxError for 3.10+ syntax
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported - {"__future__"} <= sys.stdlib_module_names, worker.name
+
+
+def test_the_workers_are_package_files():
+    """pyproject's packages.find (include patchkit*) ships the subpackage, .py files and all. Asked in
+    a subprocess: setuptools does not import after another test imported distutils."""
+    root = WORKERS_DIR.parents[1]
+    include = read_toml(root / "pyproject.toml", "project")["tool"]["setuptools"]["packages"]["find"]["include"]
+    code = f"import json, setuptools; print(json.dumps(setuptools.find_packages({str(root)!r}, include={include!r})))"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "patchkit._target" in json.loads(found)
+
+
+def test_a_worker_answers_the_same_in_process_and_by_path():
+    request = {"sources": {"ok.py": "x = 1\n", "bad.py": "def f(:\n", "nul.py": "x = '\0'\n"}}
+    in_process = run_worker(sys.executable, "compile_sources", request, timeout=60)
+    by_path = run_worker(sys.executable, "compile_sources", request, timeout=60, in_process=False)
+    assert by_path == in_process
+    assert "ok.py" not in by_path and by_path["bad.py"].startswith("line 1: ")
+
+
+def test_a_worker_that_fails_is_a_target_error_with_its_error_output():
+    with pytest.raises(WorkerFailed) as failed:
+        run_worker(sys.executable, "compile_sources", {"no sources": 1}, timeout=60, in_process=False)
+    assert isinstance(failed.value, TargetError)
+    assert failed.value.status == 1 and "KeyError" in failed.value.stderr
+    assert failed.value.partial == {} and not failed.value.timed_out
+
+
+def test_a_missing_interpreter_is_a_target_error(tmp_path):
+    with pytest.raises(WorkerFailed, match="interpreter not found"):
+        run_worker(str(tmp_path / "python"), "locate", {}, timeout=60)
+
+
+def test_a_worker_past_its_timeout_is_killed_with_what_it_answered_so_far(tmp_path):
+    """The import probe saves its answer after every step; a hang leaves the step it hung on."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("import time\ntime.sleep(60)\n")
+    request = {"root": str(tmp_path), "modules": [], "probe": None, "version": None, "files": []}
+    with pytest.raises(WorkerFailed) as failed:
+        run_worker(sys.executable, "import_probe", request, timeout=2, in_process=False, isolated=False)
+    assert failed.value.timed_out and "did not finish within 2 s" in failed.value.message
+    assert failed.value.partial == {"done": False, "modules": {}, "step": "importing vllm"}
+
+
+def test_locate_reports_this_interpreter_without_importing_vllm(tmp_path):
+    answer = run_worker(sys.executable, "locate", {"package": "json"}, timeout=60, in_process=False)
+    assert answer["python_version"] == list(sys.version_info[:3])
+    assert Path(answer["package_dir"]) == Path(json.__file__).parent
+
+
+def test_locate_sees_pythonpath_as_vllm_would(tmp_path, monkeypatch):
+    """Not isolated (-I): a vllm found through PYTHONPATH is the one that interpreter runs."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert target_mod.from_interpreter(sys.executable).root == tmp_path.resolve()
+
+
+def test_the_workers_directory_shadows_nothing_the_target_imports(tmp_path):
+    """Run by path, a worker's directory would be sys.path[0]: its modules must not be importable there."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text(
+        "import importlib.util\nassert importlib.util.find_spec('locate') is None, 'shadowed'\n"
+    )
+    request = {"root": str(tmp_path), "modules": [], "probe": None, "version": None, "files": []}
+    report = run_worker(sys.executable, "import_probe", request, timeout=60, in_process=False, isolated=False)
+    assert report["done"] and report["vllm"]["ok"], report
