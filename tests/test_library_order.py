@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_patch, write_library
+from helpers import make_patch, write_library
 
 import patchkit
 from patchkit import library

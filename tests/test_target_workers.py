@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 import patchkit._target
 from patchkit import target as target_mod
 from patchkit.errors import TargetError
-from patchkit.library import read_toml
 from patchkit.target import WorkerFailed, run_worker
 
 WORKERS_DIR = Path(patchkit._target.__file__).parent
@@ -30,16 +28,6 @@ def test_a_worker_is_python_3_9_and_imports_only_the_standard_library(worker):
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported - {"__future__"} <= sys.stdlib_module_names, worker.name
-
-
-def test_the_workers_are_package_files():
-    """pyproject's packages.find (include patchkit*) ships the subpackage, .py files and all. Asked in
-    a subprocess: setuptools does not import after another test imported distutils."""
-    root = WORKERS_DIR.parents[1]
-    include = read_toml(root / "pyproject.toml", "project")["tool"]["setuptools"]["packages"]["find"]["include"]
-    code = f"import json, setuptools; print(json.dumps(setuptools.find_packages({str(root)!r}, include={include!r})))"
-    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "patchkit._target" in json.loads(found)
 
 
 def test_a_worker_answers_the_same_in_process_and_by_path():
