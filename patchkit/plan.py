@@ -14,13 +14,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
+from patchkit.enums import StepState
 from patchkit.errors import Drift
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
 from patchkit.state import Entry, file_sha, read_file, read_object
 
-WILL_CHANGE = "apply"
-ALREADY = "applied"
-CONFLICT = "conflict"
+WILL_CHANGE = StepState.WILL_CHANGE
+ALREADY = StepState.ALREADY_APPLIED
+CONFLICT = StepState.CONFLICT
 
 
 class Placement(NamedTuple):
@@ -70,7 +71,7 @@ class FileStep:
 @dataclass
 class PatchStep:
     patch: Patch
-    state: str
+    state: StepState
     files: list[FileStep] = field(default_factory=list)
     mismatch: Mismatch | None = None
 

@@ -79,7 +79,7 @@ def library(tmp_path, index) -> Path:
 
 def verify_json(run, library, *args):
     result = run("verify", "--patches", library, "--format", "json", *args)
-    return result, {r["vllm_version"]: r for r in json.loads(result.stdout)}
+    return result, {r["vllm_version"]: r for r in json.loads(result.stdout)["releases"]}
 
 
 # --------------------------------------------------------------------------- outcomes
@@ -370,7 +370,7 @@ def test_real_releases_patched_and_upstream(run):
         "verify", "--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--format", "json", "--no-result-cache"
     )
     assert result.exit_code == 0, result.output[-3000:]
-    releases = {r["vllm_version"]: r for r in json.loads(result.stdout)}
+    releases = {r["vllm_version"]: r for r in json.loads(result.stdout)["releases"]}
     assert releases["0.16.0"]["outcome"] == "patched" and releases["0.16.0"]["reverted_identical"]
     assert releases["0.18.0"]["outcome"] == "upstream" and not releases["0.18.0"]["upstream_regression"]
     assert any(c["check"] == "contract" for c in releases["0.18.0"]["checks"])
@@ -382,7 +382,7 @@ def test_real_all_releases(run):
 
     result = run("verify", "--all", "--format", "json")
     assert result.exit_code == 0, result.output[-3000:]
-    releases = {Version(r["vllm_version"]): r for r in json.loads(result.stdout)}
+    releases = {Version(r["vllm_version"]): r for r in json.loads(result.stdout)["releases"]}
     expected = [v for v in available_versions() if v >= Version("0.11.0")]
     assert sorted(releases) == expected and expected[0] == Version("0.11.0")
     for version, r in releases.items():

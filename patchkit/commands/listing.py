@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui, target_options
-from patchkit.errors import CHECK_FAILED
+from patchkit.commands import make_ui
+from patchkit.commands.options import format_option, target_options
 
 
 @click.command()
@@ -11,6 +11,8 @@ from patchkit.errors import CHECK_FAILED
 @format_option
 def command(opts, quiet, verbose, fmt):
     """The library: its sets, the releases each covers, each patch's description."""
+    from patchkit.enums import Outcome
+    from patchkit.errors import Finished
     from patchkit.library import load_library
     from patchkit.resolve import library_root
 
@@ -19,11 +21,10 @@ def command(opts, quiet, verbose, fmt):
     sets = load_library(root)
     data = [_describe(s) for s in sets.values()]
     damaged = any(p["state"] == "damaged" for s in data for r in s["releases"] for p in r["patches"])
+    finished = Finished(Outcome.CHECK_FAILED if damaged else Outcome.OK)
     if ui.json_mode:
         ui.json({"library": str(root), "sets": data})
-        if damaged:
-            raise SystemExit(CHECK_FAILED)
-        return
+        return finished
     ui.line(f"library  {root}")
     for s in data:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
@@ -37,8 +38,7 @@ def command(opts, quiet, verbose, fmt):
             ),
             state_column=3,
         )
-    if damaged:
-        raise SystemExit(CHECK_FAILED)
+    return finished
 
 
 def _describe(patch_set) -> dict:

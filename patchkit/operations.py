@@ -1,0 +1,361 @@
+"""apply and revert, as operations that return what happened and print nothing.
+
+apply:  plan in memory -> stock integrity (--force overrides) -> checks on the planned contents
+        -> one transaction with the record -> stale bytecode fixed -> checks on disk (rolled back
+        if they fail) -> stale bytecode that could not be fixed refused.
+revert: the originals the record saved (an edited file refused, or with --force kept aside), the
+        rest of the series reverse-applied -> one transaction -> stale bytecode fixed.
+
+The commands render the result; `verify`'s release pipeline (release_check) runs the same
+operations on a scratch tree. A result carries its outcome, and the error to report when the
+operation did not do what was asked; refusals that come before any plan (drift, a busy lock, an
+unsupported version) are raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit.checks import CheckResult
+from patchkit.enums import Outcome, SelectionKind
+from patchkit.errors import CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
+from patchkit.options import Options
+from patchkit.patchfile import Patch
+from patchkit.plan import Plan
+from patchkit.resolve import Resolved
+from patchkit.state import State
+from patchkit.target import Target
+
+# Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
+Timer = Callable[[str], AbstractContextManager[object]]
+
+
+def _untimed(phase: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+@dataclass
+class ApplyResult:
+    outcome: Outcome
+    message: str = ""  # the last line of a text report (an error says it instead)
+    plan: Plan | None = None
+    checks: list[CheckResult] | None = None  # the results reported with the outcome (None: no checks ran)
+    tables: list[list[CheckResult]] = field(default_factory=list)  # the check tables a text report shows, in order
+    planned_checks: list[CheckResult] = field(default_factory=list)  # on the planned contents
+    on_disk_checks: list[CheckResult] = field(default_factory=list)  # on the files as written
+    written: bool = False  # the transaction was committed (and maybe rolled back since)
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+
+@dataclass
+class RevertResult:
+    outcome: Outcome
+    message: str = ""
+    files: list[str] = field(default_factory=list)  # restored, or that would be
+    checks: list[CheckResult] = field(default_factory=list)  # bytecode, after writing
+    saved: Path | None = None  # where copies of edited files were kept (--force)
+    saved_files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def apply_series(
+    resolved: Resolved,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    import_probe: bool = True,
+    timed: Timer = _untimed,
+) -> ApplyResult:
+    """Apply the resolved series to its target: all files or none, checked, recorded."""
+    from patchkit.resolve import require_patches
+    from patchkit.transaction import target_lock
+
+    patches = require_patches(resolved)
+    if resolved.selection.kind == SelectionKind.UPSTREAM:
+        return ApplyResult(Outcome.UPSTREAM, f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch")
+    with target_lock(resolved.target.root) as recovered:
+        result = _apply_locked(resolved, patches, dry_run=dry_run, force=force, import_probe=import_probe, timed=timed)
+    if recovered:
+        result.warnings.insert(0, recovered)
+    return result
+
+
+def _apply_locked(
+    resolved: Resolved, patches: list[Patch], *, dry_run: bool, force: bool, import_probe: bool, timed: Timer
+) -> ApplyResult:
+    from patchkit.inspection import drifted_files
+    from patchkit.plan import plan_apply
+
+    drifted = drifted_files(resolved)
+    if drifted:
+        raise Drift(
+            f"files edited after patchkit patched them: {', '.join(drifted)}",
+            hint="revert (with --force to keep a copy of the edits) before applying again",
+        )
+    with timed("dry_run"):
+        plan = plan_apply(resolved.target.root, patches)
+    if plan.conflicts:
+        return ApplyResult(
+            Outcome.CONFLICT,
+            plan=plan,
+            error=Conflict(
+                "the series does not apply; nothing was written:\n  "
+                + "\n  ".join(s.mismatch.describe() for s in plan.conflicts if s.mismatch)
+            ),
+        )
+    if not plan.changed_paths:
+        return _already_applied(resolved, plan, dry_run=dry_run)
+    stock = _stock_integrity(resolved, plan, force=force)
+    if stock.outcome != Outcome.DRY_RUN or dry_run:
+        return stock
+    assert stock.checks is not None
+    return _write(resolved, plan, stock.checks, f"applied {len(patches)} patch(es)", import_probe, timed)
+
+
+def _already_applied(resolved: Resolved, plan: Plan, *, dry_run: bool) -> ApplyResult:
+    """Nothing to write; but stale bytecode an earlier apply could not fix is repaired here
+    (only stale files are touched)."""
+    if dry_run:
+        return ApplyResult(Outcome.ALREADY_APPLIED, "already applied: nothing to do", plan, checks=[])
+    bytecode = fix_bytecode(resolved.target, plan.touched_paths)
+    result = ApplyResult(
+        Outcome.ALREADY_APPLIED, "already applied: nothing to do", plan, checks=bytecode, tables=[bytecode]
+    )
+    return _refuse_stale_bytecode(result, "already applied")
+
+
+def _stock_integrity(resolved: Resolved, plan: Plan, *, force: bool) -> ApplyResult:
+    """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
+    Passing, the result is the dry run's."""
+    from patchkit.checks import integrity
+    from patchkit.inspection import check_context
+
+    results = integrity.CHECK.run(check_context(resolved, plan))
+    failed = [r for r in results if r.failed]
+    if failed and not force:
+        refusal = integrity.refusal(failed, resolved.vllm_version)
+        return ApplyResult(Outcome.CHECK_FAILED, plan=plan, checks=results, tables=[results], error=refusal)
+    changed = len(plan.changed_paths)
+    return ApplyResult(
+        Outcome.DRY_RUN,
+        f"dry run: {changed} file(s) would change; nothing written (`patchkit verify` also runs the checks)",
+        plan,
+        checks=integrity.forced(results),
+    )
+
+
+def _write(
+    resolved: Resolved, plan: Plan, stock: list[CheckResult], done: str, import_probe: bool, timed: Timer
+) -> ApplyResult:
+    """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
+    from patchkit.checks import run_checks
+    from patchkit.inspection import check_context
+    from patchkit.state import read_state
+    from patchkit.transaction import commit_changes
+
+    root = resolved.target.root
+    with timed("checks"):
+        planned = run_checks(check_context(resolved, plan, import_probe=import_probe))
+    results = stock + planned
+    failed = [r for r in results if r.failed]
+    if failed:
+        return ApplyResult(
+            Outcome.CHECK_FAILED,
+            plan=plan,
+            checks=results,
+            tables=[results],
+            planned_checks=planned,
+            error=CheckFailed(
+                "verification of the patched files failed; nothing was written:\n  "
+                + "\n  ".join(r.describe() for r in failed)
+            ),
+        )
+    changes = plan.changes
+    with timed("apply"):
+        state = read_state(root)
+        commit_changes(root, changes, state.with_entry(resolved.apply_record(changes, state.entry(resolved.set_name))))
+        bytecode = fix_bytecode(resolved.target, changes)  # before the probe imports the written modules
+    with timed("checks"):
+        on_disk = run_checks(check_context(resolved, plan, on_disk=True, import_probe=import_probe))
+    written = ApplyResult(
+        Outcome.APPLIED,
+        f"{done}: {len(changes)} file(s) changed",
+        plan,
+        checks=stock + on_disk + bytecode,
+        tables=[results, bytecode],
+        planned_checks=planned,
+        on_disk_checks=on_disk,
+        written=True,
+    )
+    if any(r.failed for r in on_disk):
+        return _roll_back(resolved, written, changes, state)
+    written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
+    if written_only:
+        written.tables.append(written_only)
+    return _refuse_stale_bytecode(written, done)
+
+
+def _roll_back(resolved: Resolved, written: ApplyResult, changes, previous_state: State) -> ApplyResult:
+    from patchkit.transaction import commit_changes
+
+    commit_changes(resolved.target.root, changes, previous_state, undo=True)
+    written.tables.append(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
+    written.outcome = Outcome.CHECK_FAILED
+    written.error = CheckFailed(
+        "verification after writing failed; the tree was rolled back:\n  "
+        + "\n  ".join(r.describe() for r in written.on_disk_checks if r.failed)
+    )
+    return written
+
+
+def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
+    from patchkit.checks import bytecode
+
+    stale = [r for r in result.checks or [] if r.check == bytecode.NAME and r.failed]
+    if stale:
+        result.outcome = Outcome.BYTECODE_FAILED
+        result.error = CheckFailed(
+            f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + bytecode.failures(stale),
+            hint="remove those .pyc files (Python then compiles the sources); "
+            "`patchkit verify` reports any stale bytecode left",
+        )
+    return result
+
+
+def fix_bytecode(target: Target, paths) -> list[CheckResult]:
+    """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
+    code of the changed files (unchecked-hash pycs)."""
+    from patchkit.checks import bytecode
+
+    return bytecode.fix(target.root, paths, target.python)
+
+
+# --------------------------------------------------------------------------- revert
+
+
+def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
+    """The target, and its series where the library still covers its version: a recorded apply
+    can be undone without it."""
+    from patchkit.resolve import require_patches, resolve, resolve_target
+
+    target = resolve_target(opts)
+    try:
+        resolved = resolve(opts, target=target)
+        require_patches(resolved)
+    except NoPatchSet:
+        return target, None
+    return target, resolved
+
+
+def revert_series(
+    target: Target,
+    resolved: Resolved | None,
+    set_name: str | None = None,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+) -> RevertResult:
+    """Restore the stock files: the originals the record saved (checked by sha256), and the series
+    patches it does not cover reverse-applied. `set_name` names the set when `resolved` is None."""
+    from patchkit.resolve import require_patches
+    from patchkit.transaction import target_lock
+
+    patches = require_patches(resolved) if resolved else []
+    with target_lock(target.root) as recovered:
+        result = _revert_locked(
+            target, resolved, resolved.set_name if resolved else set_name, patches, force=force, dry_run=dry_run
+        )
+    if recovered:
+        result.warnings.insert(0, recovered)
+    return result
+
+
+def _revert_locked(
+    target: Target,
+    resolved: Resolved | None,
+    set_name: str | None,
+    patches: list[Patch],
+    *,
+    force: bool,
+    dry_run: bool,
+) -> RevertResult:
+    from patchkit.plan import View, plan_revert, restore_recorded
+    from patchkit.state import read_state
+    from patchkit.transaction import commit_changes
+
+    root = target.root
+    state = read_state(root)
+    if set_name is None and len(state.entries) == 1:  # the one set this tree records
+        set_name = state.entries[0].set_name
+    entry = state.entry(set_name) if set_name else None
+    if resolved is None and entry is None:
+        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+    view = View(root)
+    edited = restore_recorded(view, entry, force=force) if entry else []
+    recorded = {(p["name"], p["sha256"]) for p in entry.patches} if entry else set()
+    # Patches the record covers are undone from the saved originals above; reverse-applying
+    # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
+    unrecorded = [p for p in patches if (p.name, p.sha256) not in recorded]
+    plan = plan_revert(root, unrecorded, view=view)
+    if plan.conflicts:
+        return RevertResult(
+            Outcome.CONFLICT,
+            error=Conflict(
+                "cannot reverse the series; nothing was written:\n  "
+                + "\n  ".join(s.mismatch.describe() for s in plan.conflicts if s.mismatch)
+            ),
+        )
+    changes = plan.changes
+    files = sorted(changes)
+    if dry_run:
+        return RevertResult(Outcome.DRY_RUN, f"would restore {len(changes)} file(s)", files)
+    if not changes:
+        return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", files)
+    saved = keep_copies(root, edited) if edited else None
+    commit_changes(root, changes, state.without(set_name) if set_name else state)
+    bytecode = fix_bytecode(target, changes)
+    result = RevertResult(
+        Outcome.REVERTED,
+        f"reverted: {len(changes)} file(s) restored to stock",
+        files,
+        bytecode,
+        saved,
+        edited,
+    )
+    return _refuse_stale_revert(result)
+
+
+def _refuse_stale_revert(result: RevertResult) -> RevertResult:
+    from patchkit.checks import bytecode
+
+    stale = [r for r in result.checks if r.failed]
+    if stale:
+        result.outcome = Outcome.BYTECODE_FAILED
+        result.error = CheckFailed(
+            f"reverted {len(result.files)} file(s), but compiled bytecode of the patched code could not "
+            "be fixed:\n  " + bytecode.failures(stale),
+            hint="remove those .pyc files (Python then compiles the sources)",
+        )
+    return result
+
+
+def keep_copies(root: Path, paths: list[str]) -> Path:
+    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>/."""
+    import shutil
+    from datetime import datetime
+
+    from patchkit.state import meta_dir
+
+    where = meta_dir(root) / "saved" / datetime.now().strftime("%Y%m%dT%H%M%S")
+    for path in paths:
+        (where / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / path, where / path)
+    return where
