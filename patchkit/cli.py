@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 
 import click
 
@@ -108,4 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

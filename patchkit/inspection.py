@@ -129,7 +129,7 @@ def _disk_reader(root):
 def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:
     """The files an upstream release is checked on: those of the set's newest series."""
     release = newest_release(patch_set) if patch_set else None
-    if release is None:
+    if patch_set is None or release is None:
         return []
     return sorted({f.source_path or f.path for p in release.read_patches(patch_set.roots) for f in p.files})
 

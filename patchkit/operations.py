@@ -106,10 +106,7 @@ def _apply_locked(
         return ApplyResult(
             Outcome.CONFLICT,
             plan=plan,
-            error=Conflict(
-                "the series does not apply; nothing was written:\n  "
-                + "\n  ".join(s.mismatch.describe() for s in plan.conflicts if s.mismatch)
-            ),
+            error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
         )
     if not plan.changed_paths:
         return _already_applied(resolved, plan, dry_run=dry_run)
@@ -308,10 +305,7 @@ def _revert_locked(
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
-            error=Conflict(
-                "cannot reverse the series; nothing was written:\n  "
-                + "\n  ".join(s.mismatch.describe() for s in plan.conflicts if s.mismatch)
-            ),
+            error=Conflict("cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
         )
     changes = plan.changes
     files = sorted(changes)

@@ -138,6 +138,10 @@ class Plan:
     def conflicts(self) -> list[PatchStep]:
         return [s for s in self.steps if s.state == CONFLICT]
 
+    def describe_conflicts(self, separator: str = "; ") -> str:
+        """Why each conflicting patch does not apply."""
+        return separator.join(s.mismatch.describe() for s in self.conflicts if s.mismatch)
+
     @property
     def changes(self) -> dict[str, tuple[bytes | None, bytes | None]]:
         return self.view.changes()

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from patchkit import fetch
 from patchkit.checks import CheckResult
 from patchkit.enums import CheckStatus, Outcome, ReleaseOutcome, SelectionKind, StepState, TreeState
 from patchkit.errors import NoPatchSet, exit_code_for
+from patchkit.fsutil import atomic_write
 from patchkit.inspection import inspect
 from patchkit.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.operations import apply_series, revert_series
@@ -338,13 +338,8 @@ class ResultStore:
             return None  # absent or unreadable: run it
 
     def keep(self, key: str, result: ReleaseResult, set_name: str) -> None:
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = self.directory / f".{key}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(result.to_json(set_name)), encoding="utf-8")
-            os.replace(tmp, self.directory / f"{key}.json")
-        except OSError:
-            pass  # a cache that cannot be written only costs time
+        with suppress(OSError):  # a cache that cannot be written only costs time
+            atomic_write(self.directory / f"{key}.json", json.dumps(result.to_json(set_name)).encode())
 
 
 def _fingerprint(patch_set: PatchSetDef) -> str:
@@ -366,14 +361,15 @@ def _fingerprint(patch_set: PatchSetDef) -> str:
 def _verify_or_recall(
     job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options, store: ResultStore | None
 ) -> ReleaseResult:
-    key = store.key(job, stock) if store else None
-    recalled = store.recall(key) if store else None
+    if store is None:
+        return _verify_release(job, stock, fetched, scratch, opts)
+    key = store.key(job, stock)
+    recalled = store.recall(key)
     if recalled is not None:
         recalled.timings = {"fetch": fetched, "total": fetched}
         return recalled
     result = _verify_release(job, stock, fetched, scratch, opts)
-    if store:
-        store.keep(key, result, job.selection.set_name)
+    store.keep(key, result, job.selection.set_name)
     return result
 
 
@@ -423,13 +419,13 @@ def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts:
 
 def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     """apply --dry-run, apply, status, revert: what a user would run, on the release's stock files."""
-    version = resolved.version.version if resolved.version else Version("0")
+    version = _release(resolved)
     with clock("dry_run"):
         dry_run = apply_series(resolved, dry_run=True)
     plan = dry_run.plan
     assert plan is not None  # a series of patches is planned, whatever the outcome
     if dry_run.outcome == Outcome.CONFLICT:
-        return ReleaseResult(version, CONFLICT, "; ".join(s.mismatch.describe() for s in plan.conflicts if s.mismatch))
+        return ReleaseResult(version, CONFLICT, plan.describe_conflicts())
     present = [s.patch.name for s in plan.steps if s.state == StepState.ALREADY_APPLIED]
     if present:
         return ReleaseResult(
@@ -468,12 +464,18 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     )
 
 
+def _release(resolved: Resolved) -> Version:
+    """The release a scratch tree holds (its dist-info names it)."""
+    assert resolved.vllm_version is not None
+    return resolved.vllm_version
+
+
 def _message(error) -> str:
     return error.message if error is not None else "nothing was written"
 
 
 def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
-    version = resolved.version.version
+    version = _release(resolved)
     with clock("checks"):
         status = inspect(resolved, check_upstream=True)
     if status.upstream_regression:
@@ -520,7 +522,7 @@ def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:
     """`revert` without a record reverse-applies the series: that must give stock back as well."""
     plan = plan_revert(resolved.target.root, resolved.patches)
     if plan.conflicts:
-        return ["the series does not reverse-apply: " + "; ".join(s.mismatch.describe() for s in plan.conflicts)]
+        return ["the series does not reverse-apply: " + plan.describe_conflicts()]
     wrong = sorted(p for p, (before, _after) in changes.items() if plan.content(p) != before)
     return [f"reverse-applying the series does not restore {', '.join(wrong)}"] if wrong else []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit import library
 from patchkit import target as target_mod
@@ -12,8 +13,12 @@ from patchkit.errors import NoPatchSet, TargetError
 from patchkit.library import PATCH, UNSUPPORTED, Selection
 from patchkit.options import Options
 from patchkit.patchfile import Patch
+from patchkit.state import Entry
 from patchkit.target import Target
 from patchkit.version import DetectedVersion
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 
 @dataclass
@@ -32,11 +37,11 @@ class Resolved:
         return self.selection.set_name
 
     @property
-    def vllm_version(self):
+    def vllm_version(self) -> Version | None:
         """The detected (or given) release, a packaging Version; None when unknown."""
         return self.version.version if self.version else None
 
-    def apply_record(self, changes, previous):
+    def apply_record(self, changes: dict[str, tuple[bytes | None, bytes | None]], previous: Entry | None) -> Entry:
         """The state entry an apply of this series with these changes writes."""
         from patchkit.state import record_apply
 

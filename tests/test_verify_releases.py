@@ -388,3 +388,11 @@ def test_real_all_releases(run):
     for version, r in releases.items():
         want = "upstream" if version >= Version("0.18.0") else "patched"
         assert (r["outcome"], r["ok"]) == (want, True), (version, r["detail"])
+
+
+def test_the_releases_document_carries_the_schema_version_and_the_set(run, library, index):
+    result = run("verify", "--patches", library, "--format", "json", "--vllm-version", "0.16.0")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    assert (data["schema_version"], data["set"]) == (1, "demo")
+    assert [r["outcome"] for r in data["releases"]] == ["patched"]
