@@ -52,6 +52,14 @@ class SelectionKind(StrEnum):
     UNSUPPORTED = "unsupported"
 
 
+class LibraryPatchState(StrEnum):
+    """A patch file of the library as `list` reports it."""
+
+    OK = "ok"  # its sha256 is the one the series records
+    UNRECORDED = "unrecorded"  # the series records no sha256 for it
+    DAMAGED = "damaged"  # unreadable, or its sha256 differs from the recorded one
+
+
 class ReleaseOutcome(StrEnum):
     """A release verified from its stock files (`verify --vllm-version/--all/--latest`)."""
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from patchkit.checks import CheckResult
 from patchkit.enums import Outcome, SelectionKind
@@ -26,7 +27,6 @@ from patchkit.options import Options
 from patchkit.patchfile import Patch
 from patchkit.plan import Plan
 from patchkit.resolve import Resolved
-from patchkit.state import State
 from patchkit.target import Target
 
 # Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
@@ -35,6 +35,27 @@ Timer = Callable[[str], AbstractContextManager[object]]
 
 def _untimed(phase: str) -> AbstractContextManager[object]:
     return nullcontext()
+
+
+class Watcher(Protocol):
+    """Told of each step as it happens, so a command can show it at once (the result holds it too)."""
+
+    def warning(self, text: str) -> None: ...
+
+    def planned(self, plan: Plan) -> None: ...
+
+    def checked(self, results: list[CheckResult]) -> None: ...
+
+
+class Unwatched:
+    def warning(self, text: str) -> None:
+        pass
+
+    def planned(self, plan: Plan) -> None:
+        pass
+
+    def checked(self, results: list[CheckResult]) -> None:
+        pass
 
 
 @dataclass
@@ -72,6 +93,7 @@ def apply_series(
     dry_run: bool = False,
     force: bool = False,
     import_probe: bool = True,
+    watch: Watcher | None = None,
     timed: Timer = _untimed,
 ) -> ApplyResult:
     """Apply the resolved series to its target: all files or none, checked, recorded."""
@@ -81,136 +103,155 @@ def apply_series(
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return ApplyResult(Outcome.UPSTREAM, f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch")
+    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe)
     with target_lock(resolved.target.root) as recovered:
-        result = _apply_locked(resolved, patches, dry_run=dry_run, force=force, import_probe=import_probe, timed=timed)
-    if recovered:
-        result.warnings.insert(0, recovered)
-    return result
+        if recovered:
+            applying.warn(recovered)
+        return applying.run(dry_run=dry_run, force=force)
 
 
-def _apply_locked(
-    resolved: Resolved, patches: list[Patch], *, dry_run: bool, force: bool, import_probe: bool, timed: Timer
-) -> ApplyResult:
-    from patchkit.inspection import drifted_files
-    from patchkit.plan import plan_apply
+@dataclass
+class _Applying:
+    """One apply: what it has shown so far goes into each result it ends with."""
 
-    drifted = drifted_files(resolved)
-    if drifted:
-        raise Drift(
-            f"files edited after patchkit patched them: {', '.join(drifted)}",
-            hint="revert (with --force to keep a copy of the edits) before applying again",
+    resolved: Resolved
+    patches: list[Patch]
+    watch: Watcher
+    timed: Timer
+    import_probe: bool
+    tables: list[list[CheckResult]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+        self.watch.warning(text)
+
+    def show(self, results: list[CheckResult]) -> list[CheckResult]:
+        self.tables.append(results)
+        self.watch.checked(results)
+        return results
+
+    def result(self, outcome: Outcome, message: str = "", **details) -> ApplyResult:
+        return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
+
+    def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
+        from patchkit.inspection import drifted_files
+        from patchkit.plan import plan_apply
+
+        drifted = drifted_files(self.resolved)
+        if drifted:
+            raise Drift(
+                f"files edited after patchkit patched them: {', '.join(drifted)}",
+                hint="revert (with --force to keep a copy of the edits) before applying again",
+            )
+        with self.timed("dry_run"):
+            plan = plan_apply(self.resolved.target.root, self.patches)
+        self.watch.planned(plan)
+        if plan.conflicts:
+            return self.result(
+                Outcome.CONFLICT,
+                plan=plan,
+                error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
+            )
+        if not plan.changed_paths:
+            return self.already_applied(plan, dry_run=dry_run)
+        stock = self.stock_integrity(plan, force=force)
+        if stock.outcome != Outcome.DRY_RUN or dry_run:
+            return stock
+        assert stock.checks is not None
+        return self.write(plan, stock.checks)
+
+    def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
+        """Nothing to write; but stale bytecode an earlier apply could not fix is repaired here
+        (only stale files are touched)."""
+        message = "already applied: nothing to do"
+        if dry_run:
+            return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
+        bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
+        return _refuse_stale_bytecode(
+            self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
         )
-    with timed("dry_run"):
-        plan = plan_apply(resolved.target.root, patches)
-    if plan.conflicts:
-        return ApplyResult(
-            Outcome.CONFLICT,
+
+    def stock_integrity(self, plan: Plan, *, force: bool) -> ApplyResult:
+        """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
+        Passing, the result is the dry run's."""
+        from patchkit.checks import integrity
+        from patchkit.inspection import check_context
+
+        results = integrity.CHECK.run(check_context(self.resolved, plan))
+        failed = [r for r in results if r.failed]
+        if failed and not force:
+            self.show(results)
+            refusal = integrity.refusal(failed, self.resolved.vllm_version)
+            return self.result(Outcome.CHECK_FAILED, plan=plan, checks=results, error=refusal)
+        return self.result(
+            Outcome.DRY_RUN,
+            f"dry run: {len(plan.changed_paths)} file(s) would change; nothing written "
+            "(`patchkit verify` also runs the checks)",
             plan=plan,
-            error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
+            checks=integrity.forced(results),
         )
-    if not plan.changed_paths:
-        return _already_applied(resolved, plan, dry_run=dry_run)
-    stock = _stock_integrity(resolved, plan, force=force)
-    if stock.outcome != Outcome.DRY_RUN or dry_run:
-        return stock
-    assert stock.checks is not None
-    return _write(resolved, plan, stock.checks, f"applied {len(patches)} patch(es)", import_probe, timed)
 
+    def write(self, plan: Plan, stock: list[CheckResult]) -> ApplyResult:
+        """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
+        from patchkit.checks import run_checks
+        from patchkit.inspection import check_context
+        from patchkit.state import read_state
+        from patchkit.transaction import commit_changes
 
-def _already_applied(resolved: Resolved, plan: Plan, *, dry_run: bool) -> ApplyResult:
-    """Nothing to write; but stale bytecode an earlier apply could not fix is repaired here
-    (only stale files are touched)."""
-    if dry_run:
-        return ApplyResult(Outcome.ALREADY_APPLIED, "already applied: nothing to do", plan, checks=[])
-    bytecode = fix_bytecode(resolved.target, plan.touched_paths)
-    result = ApplyResult(
-        Outcome.ALREADY_APPLIED, "already applied: nothing to do", plan, checks=bytecode, tables=[bytecode]
-    )
-    return _refuse_stale_bytecode(result, "already applied")
-
-
-def _stock_integrity(resolved: Resolved, plan: Plan, *, force: bool) -> ApplyResult:
-    """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
-    Passing, the result is the dry run's."""
-    from patchkit.checks import integrity
-    from patchkit.inspection import check_context
-
-    results = integrity.CHECK.run(check_context(resolved, plan))
-    failed = [r for r in results if r.failed]
-    if failed and not force:
-        refusal = integrity.refusal(failed, resolved.vllm_version)
-        return ApplyResult(Outcome.CHECK_FAILED, plan=plan, checks=results, tables=[results], error=refusal)
-    changed = len(plan.changed_paths)
-    return ApplyResult(
-        Outcome.DRY_RUN,
-        f"dry run: {changed} file(s) would change; nothing written (`patchkit verify` also runs the checks)",
-        plan,
-        checks=integrity.forced(results),
-    )
-
-
-def _write(
-    resolved: Resolved, plan: Plan, stock: list[CheckResult], done: str, import_probe: bool, timed: Timer
-) -> ApplyResult:
-    """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
-    from patchkit.checks import run_checks
-    from patchkit.inspection import check_context
-    from patchkit.state import read_state
-    from patchkit.transaction import commit_changes
-
-    root = resolved.target.root
-    with timed("checks"):
-        planned = run_checks(check_context(resolved, plan, import_probe=import_probe))
-    results = stock + planned
-    failed = [r for r in results if r.failed]
-    if failed:
-        return ApplyResult(
-            Outcome.CHECK_FAILED,
+        resolved, root = self.resolved, self.resolved.target.root
+        with self.timed("checks"):
+            planned = run_checks(check_context(resolved, plan, import_probe=self.import_probe))
+        results = self.show(stock + planned)
+        failed = [r for r in results if r.failed]
+        if failed:
+            return self.result(
+                Outcome.CHECK_FAILED,
+                plan=plan,
+                checks=results,
+                planned_checks=planned,
+                error=CheckFailed(
+                    "verification of the patched files failed; nothing was written:\n  "
+                    + "\n  ".join(r.describe() for r in failed)
+                ),
+            )
+        changes = plan.changes
+        with self.timed("apply"):
+            state = read_state(root)
+            entry = resolved.apply_record(changes, state.entry(resolved.set_name))
+            commit_changes(root, changes, state.with_entry(entry))
+            bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
+        with self.timed("checks"):
+            on_disk = run_checks(check_context(resolved, plan, on_disk=True, import_probe=self.import_probe))
+        if any(r.failed for r in on_disk):
+            commit_changes(root, changes, state, undo=True)
+            self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
+            return self.result(
+                Outcome.CHECK_FAILED,
+                plan=plan,
+                checks=stock + on_disk + bytecode,
+                planned_checks=planned,
+                on_disk_checks=on_disk,
+                written=True,
+                error=CheckFailed(
+                    "verification after writing failed; the tree was rolled back:\n  "
+                    + "\n  ".join(r.describe() for r in on_disk if r.failed)
+                ),
+            )
+        written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
+        if written_only:
+            self.show(written_only)
+        done = f"applied {len(self.patches)} patch(es)"
+        applied = self.result(
+            Outcome.APPLIED,
+            f"{done}: {len(changes)} file(s) changed",
             plan=plan,
-            checks=results,
-            tables=[results],
+            checks=stock + on_disk + bytecode,
             planned_checks=planned,
-            error=CheckFailed(
-                "verification of the patched files failed; nothing was written:\n  "
-                + "\n  ".join(r.describe() for r in failed)
-            ),
+            on_disk_checks=on_disk,
+            written=True,
         )
-    changes = plan.changes
-    with timed("apply"):
-        state = read_state(root)
-        commit_changes(root, changes, state.with_entry(resolved.apply_record(changes, state.entry(resolved.set_name))))
-        bytecode = fix_bytecode(resolved.target, changes)  # before the probe imports the written modules
-    with timed("checks"):
-        on_disk = run_checks(check_context(resolved, plan, on_disk=True, import_probe=import_probe))
-    written = ApplyResult(
-        Outcome.APPLIED,
-        f"{done}: {len(changes)} file(s) changed",
-        plan,
-        checks=stock + on_disk + bytecode,
-        tables=[results, bytecode],
-        planned_checks=planned,
-        on_disk_checks=on_disk,
-        written=True,
-    )
-    if any(r.failed for r in on_disk):
-        return _roll_back(resolved, written, changes, state)
-    written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
-    if written_only:
-        written.tables.append(written_only)
-    return _refuse_stale_bytecode(written, done)
-
-
-def _roll_back(resolved: Resolved, written: ApplyResult, changes, previous_state: State) -> ApplyResult:
-    from patchkit.transaction import commit_changes
-
-    commit_changes(resolved.target.root, changes, previous_state, undo=True)
-    written.tables.append(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
-    written.outcome = Outcome.CHECK_FAILED
-    written.error = CheckFailed(
-        "verification after writing failed; the tree was rolled back:\n  "
-        + "\n  ".join(r.describe() for r in written.on_disk_checks if r.failed)
-    )
-    return written
+        return _refuse_stale_bytecode(applied, done)
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
@@ -259,17 +300,26 @@ def revert_series(
     *,
     force: bool = False,
     dry_run: bool = False,
+    watch: Watcher | None = None,
 ) -> RevertResult:
     """Restore the stock files: the originals the record saved (checked by sha256), and the series
     patches it does not cover reverse-applied. `set_name` names the set when `resolved` is None."""
     from patchkit.resolve import require_patches
     from patchkit.transaction import target_lock
 
+    watch = watch or Unwatched()
     patches = require_patches(resolved) if resolved else []
     with target_lock(target.root) as recovered:
+        if recovered:
+            watch.warning(recovered)
         result = _revert_locked(
             target, resolved, resolved.set_name if resolved else set_name, patches, force=force, dry_run=dry_run
         )
+        if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
+            watch.checked(result.checks)
+    if result.saved:
+        result.warnings.append(f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}")
+        watch.warning(result.warnings[-1])
     if recovered:
         result.warnings.insert(0, recovered)
     return result

@@ -59,6 +59,34 @@ def test_apply_and_revert_return_what_they_did(tree, library):
     assert revert_series(target, still_resolved).outcome == Outcome.NOT_APPLIED
 
 
+class Recorder:
+    def __init__(self):
+        self.events: list[tuple[str, object]] = []
+
+    def warning(self, text):
+        self.events.append(("warning", text))
+
+    def planned(self, plan):
+        self.events.append(("planned", plan))
+
+    def checked(self, results):
+        self.events.append(("checked", results))
+
+
+def test_the_watcher_is_told_each_step_as_it_happens(tree, library):
+    watch = Recorder()
+    result = apply_series(resolve(options(tree, library)), watch=watch)
+    assert [kind for kind, _ in watch.events] == ["planned", "checked", "checked"]
+    assert watch.events[0][1] is result.plan
+    assert [shown for _, shown in watch.events[1:]] == result.tables
+    assert {r.check for r in result.tables[1]} == {"bytecode"}  # after writing
+
+    watch = Recorder()
+    target, resolved = resolve_for_revert(options(tree, library))
+    reverted = revert_series(target, resolved, watch=watch)
+    assert watch.events == [("checked", reverted.checks)]
+
+
 def test_a_conflict_is_a_result_carrying_its_error(tree, library):
     (tree / SPEC).write_text(SPEC_PY.replace('"llama",', '"mistral",'))
     before = snapshot(tree)

@@ -7,3 +7,20 @@ def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0):
     from patchkit.ui import UI
 
     return UI(fmt=fmt, quiet=quiet, verbose=verbose)
+
+
+class Shown:
+    """An operation's steps shown through the UI as they happen (operations.Watcher)."""
+
+    def __init__(self, ui, *, dry_run: bool = False):
+        self.ui = ui
+        self.dry_run = dry_run
+
+    def warning(self, text: str) -> None:
+        self.ui.warn(text)
+
+    def planned(self, plan) -> None:
+        self.ui.plan(plan, dry_run=self.dry_run)
+
+    def checked(self, results) -> None:
+        self.ui.checks(results)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import make_ui
+from patchkit.commands import Shown, make_ui
 from patchkit.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
 
 
@@ -22,21 +22,17 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
     require_patches(resolved)
     if not ui.json_mode:
         ui.header(resolved)
-    result = apply_series(resolved, dry_run=dry_run, force=force, import_probe=not no_import)
-    _show(ui, result, dry_run=dry_run)
+    shown = Shown(ui, dry_run=dry_run)
+    result = apply_series(resolved, dry_run=dry_run, force=force, import_probe=not no_import, watch=shown)
+    _finish(ui, result)
     return result
 
 
-def _show(ui, result, *, dry_run: bool) -> None:
+def _finish(ui, result) -> None:
+    """The last word (the steps were shown as they happened): the JSON document, or one line."""
     from patchkit.enums import Outcome
     from patchkit.ui import plan_json
 
-    for warning in result.warnings:
-        ui.warn(warning)
-    if result.plan is not None:
-        ui.plan(result.plan, dry_run=dry_run)
-    for table in result.tables:
-        ui.checks(table)
     if ui.json_mode:
         plan = {"plan": plan_json(result.plan)} if result.plan is not None else {}
         checks = {"checks": [r.to_json() for r in result.checks]} if result.checks is not None else {}

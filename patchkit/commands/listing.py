@@ -11,7 +11,7 @@ from patchkit.commands.options import format_option, target_options
 @format_option
 def command(opts, quiet, verbose, fmt):
     """The library: its sets, the releases each covers, each patch's description."""
-    from patchkit.enums import Outcome
+    from patchkit.enums import LibraryPatchState, Outcome
     from patchkit.errors import Finished
     from patchkit.library import load_library
     from patchkit.resolve import library_root
@@ -20,7 +20,7 @@ def command(opts, quiet, verbose, fmt):
     root = library_root(opts)
     sets = load_library(root)
     data = [_describe(s) for s in sets.values()]
-    damaged = any(p["state"] == "damaged" for s in data for r in s["releases"] for p in r["patches"])
+    damaged = any(p["state"] == LibraryPatchState.DAMAGED for s in data for r in s["releases"] for p in r["patches"])
     finished = Finished(Outcome.CHECK_FAILED if damaged else Outcome.OK)
     if ui.json_mode:
         ui.json({"library": str(root), "sets": data})
@@ -64,6 +64,7 @@ def _describe(patch_set) -> dict:
 
 def _patch_entry(path, digest, roots) -> dict:
     """A patch as `list` shows it; a damaged one is reported, not fatal."""
+    from patchkit.enums import LibraryPatchState
     from patchkit.errors import BadInput
     from patchkit.patchfile import read_patch
 
@@ -75,7 +76,7 @@ def _patch_entry(path, digest, roots) -> dict:
             "description": "",
             "sha256": None,
             "files": [],
-            "state": "damaged",
+            "state": LibraryPatchState.DAMAGED,
             "problem": exc.message,
         }
     if digest and patch.sha256 != digest:
@@ -84,7 +85,7 @@ def _patch_entry(path, digest, roots) -> dict:
             "description": patch.description,
             "sha256": patch.sha256,
             "files": [f.path for f in patch.files],
-            "state": "damaged",
+            "state": LibraryPatchState.DAMAGED,
             "problem": "sha256 differs from the one recorded in the series (corrupted or edited)",
         }
     return {
@@ -92,6 +93,6 @@ def _patch_entry(path, digest, roots) -> dict:
         "description": patch.description,
         "sha256": patch.sha256,
         "files": [f.path for f in patch.files],
-        "state": "ok" if digest else "unrecorded",
+        "state": LibraryPatchState.OK if digest else LibraryPatchState.UNRECORDED,
         "problem": None,
     }

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import make_ui
+from patchkit.commands import Shown, make_ui
 from patchkit.commands.options import dry_run_option, force_option, format_option, target_options
 
 
@@ -23,21 +23,13 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     target, resolved = resolve_for_revert(opts)
     if resolved is not None and not ui.json_mode:
         ui.header(resolved)
-    result = revert_series(target, resolved, opts.set_name, force=force, dry_run=dry_run)
-    _show(ui, result)
+    result = revert_series(target, resolved, opts.set_name, force=force, dry_run=dry_run, watch=Shown(ui))
+    _finish(ui, result)
     return result
 
 
-def _show(ui, result) -> None:
-    from patchkit.enums import Outcome
-
-    for warning in result.warnings:
-        ui.warn(warning)
-    written = result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED)
-    if written:
-        ui.checks(result.checks)
-    if result.saved:
-        ui.warn(f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}")
+def _finish(ui, result) -> None:
+    """The last word (the steps were shown as they happened): the JSON document, or one line."""
     if ui.json_mode:
         ui.json({"result": result.outcome, "files": result.files, **_written_json(result)})
     elif result.error is None:
