@@ -6,8 +6,8 @@ apply:  plan in memory -> stock integrity (--force overrides) -> checks on the p
 revert: the originals the record saved (an edited file refused, or with --force kept aside), the
         rest of the series reverse-applied -> one transaction -> stale bytecode fixed.
 
-The commands render the result; `verify`'s release pipeline (release_check) runs the same
-operations on a scratch tree. A result carries its outcome, and the error to report when the
+A command shows each step as it happens (a Watcher) and renders the result; `verify`'s release
+pipeline (release_check) runs the same operations on a scratch tree. A result carries its outcome, and the error to report when the
 operation did not do what was asked; refusals that come before any plan (drift, a busy lock, an
 unsupported version) are raised.
 """

@@ -4,8 +4,8 @@ Each release's stock files are fetched (patchkit.fetch.release_tree: cached, ran
 laid out in a scratch directory. There the operations the commands run do the work unchanged
 (patchkit.operations): apply --dry-run, apply (the checks on the planned contents, one transaction
 with the record, the checks on disk), status, revert from the record; then the tree must be
-byte-identical to stock. An upstream release's stock files go through the checks as they are: a failure there is an
-upstream regression. Outcome per release: patched, upstream, conflict, check-failed, unsupported.
+byte-identical to stock. An upstream release's stock files go through the checks as they are: a
+failure there is an upstream regression. Outcome per release: patched, upstream, conflict, check-failed, unsupported.
 
 Releases sharing a series directory should have identical stock files (that is why they share
 it). The first is fetched and done; each other one is compared through the sha256 its wheel's
@@ -38,13 +38,13 @@ from packaging.version import Version
 from patchkit import fetch
 from patchkit.checks import CheckResult
 from patchkit.enums import CheckStatus, Outcome, ReleaseOutcome, SelectionKind, StepState, TreeState
-from patchkit.errors import NoPatchSet, exit_code_for
+from patchkit.errors import NoPatchSet, PatchkitError, exit_code_for
 from patchkit.fsutil import atomic_write
-from patchkit.inspection import inspect
+from patchkit.inspection import TreeStatus, inspect
 from patchkit.library import PatchSetDef, Selection, load_chosen, select
-from patchkit.operations import apply_series, revert_series
+from patchkit.operations import ApplyResult, apply_series, revert_series
 from patchkit.options import Options
-from patchkit.plan import plan_revert
+from patchkit.plan import Plan, plan_revert
 from patchkit.record import find_record, parse_record, prune, touch
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, resolve
@@ -421,38 +421,24 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     """apply --dry-run, apply, status, revert: what a user would run, on the release's stock files."""
     version = _release(resolved)
     with clock("dry_run"):
-        dry_run = apply_series(resolved, dry_run=True)
-    plan = dry_run.plan
-    assert plan is not None  # a series of patches is planned, whatever the outcome
-    if dry_run.outcome == Outcome.CONFLICT:
-        return ReleaseResult(version, CONFLICT, plan.describe_conflicts())
-    present = [s.patch.name for s in plan.steps if s.state == StepState.ALREADY_APPLIED]
-    if present:
-        return ReleaseResult(
-            version, CHECK_FAILED_OUTCOME, f"the stock release already contains {', '.join(present)}: is it upstream?"
-        )
+        plan = apply_series(resolved, dry_run=True).plan
+    assert plan is not None  # a library series is always planned
+    refused = _refused_by_plan(version, plan)
+    if refused:
+        return refused
     applied = apply_series(resolved, timed=clock)
     results = applied.planned_checks
     if not applied.written:
-        reason = _failures(results) if any(r.failed for r in results) else _message(applied.error)
-        return ReleaseResult(
-            version, CHECK_FAILED_OUTCOME, "checks failed on the planned files: " + reason, checks=results
-        )
+        failed = any(r.failed for r in results)
+        detail = "checks failed on the planned files: " + _failures(results) if failed else None
+        return ReleaseResult(version, CHECK_FAILED_OUTCOME, detail or _message(applied.error), checks=results)
     with clock("checks"):
         status = inspect(resolved)
         reverse_problems = _reverse_apply_problems(resolved, plan.changes)
     with clock("revert"):
         _revert(resolved)
-    problems = []
-    if status.state != TreeState.APPLIED and applied.outcome == Outcome.APPLIED:
-        problems.append(f"after apply the status is {status.state}, not applied")
-    on_disk = applied.on_disk_checks
-    if any(r.failed for r in on_disk):
-        problems.append("checks failed on the written files: " + _failures(on_disk))
-    elif applied.error is not None:
-        problems.append(applied.error.message)
-    problems += reverse_problems
-    checks = results + [r for r in on_disk if r.failed]
+    problems = _problems_after_apply(applied, status) + reverse_problems
+    checks = results + [r for r in applied.on_disk_checks if r.failed]
     if problems:
         return ReleaseResult(version, CHECK_FAILED_OUTCOME, "; ".join(problems), checks=checks, reverted_identical=True)
     return ReleaseResult(
@@ -464,13 +450,36 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     )
 
 
+def _refused_by_plan(version: Version, plan: Plan) -> ReleaseResult | None:
+    """A conflict, or a patch the stock release already contains."""
+    if plan.conflicts:
+        return ReleaseResult(version, CONFLICT, plan.describe_conflicts())
+    present = [s.patch.name for s in plan.steps if s.state == StepState.ALREADY_APPLIED]
+    if present:
+        return ReleaseResult(
+            version, CHECK_FAILED_OUTCOME, f"the stock release already contains {', '.join(present)}: is it upstream?"
+        )
+    return None
+
+
+def _problems_after_apply(applied: ApplyResult, status: TreeStatus) -> list[str]:
+    problems = []
+    if applied.outcome == Outcome.APPLIED and status.state != TreeState.APPLIED:
+        problems.append(f"after apply the status is {status.state}, not applied")
+    if any(r.failed for r in applied.on_disk_checks):  # apply rolled the tree back
+        problems.append("checks failed on the written files: " + _failures(applied.on_disk_checks))
+    elif applied.error is not None:
+        problems.append(applied.error.message)
+    return problems
+
+
 def _release(resolved: Resolved) -> Version:
     """The release a scratch tree holds (its dist-info names it)."""
     assert resolved.vllm_version is not None
     return resolved.vllm_version
 
 
-def _message(error) -> str:
+def _message(error: PatchkitError | None) -> str:
     return error.message if error is not None else "nothing was written"
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from patchkit.enums import CheckStatus, TreeState
+from patchkit.enums import CheckStatus, ReleaseOutcome, TreeState
 
 # Every JSON document patchkit prints carries it at the top level; it grows when a key changes meaning or goes.
 SCHEMA_VERSION = 1
@@ -294,7 +294,7 @@ def releases_junit(results, suite: str) -> str:
                 failure=f"{r.label}: {r.detail}" if r.failed else None,
                 details=details,
                 kind=r.label,
-                skipped=r.detail if r.outcome == "unsupported" else None,
+                skipped=r.detail if r.outcome == ReleaseOutcome.UNSUPPORTED else None,
                 output=f"{r.label}: {r.detail}",
             )
         )
