@@ -1,4 +1,4 @@
-"""apply and revert, as operations that return what happened and print nothing.
+"""apply, revert and verify on a target, as operations that return what happened and print nothing.
 
 apply:  plan in memory -> stock integrity (--force overrides) -> checks on the planned contents
         -> one transaction with the record -> stale bytecode fixed -> checks on disk (rolled back
@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Protocol
 
 from patchkit.checks import CheckResult
-from patchkit.enums import Outcome, SelectionKind
+from patchkit.enums import Outcome, SelectionKind, TreeState
 from patchkit.errors import CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
+from patchkit.inspection import TreeStatus
 from patchkit.options import Options
 from patchkit.patchfile import Patch
-from patchkit.plan import Plan
+from patchkit.plan import PatchStep, Plan
 from patchkit.resolve import Resolved
 from patchkit.target import Target
 
@@ -274,6 +275,65 @@ def fix_bytecode(target: Target, paths) -> list[CheckResult]:
     from patchkit.checks import bytecode
 
     return bytecode.fix(target.root, paths, target.python)
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@dataclass
+class VerifyResult:
+    """`verify` on a target: its status, and the checks on its files as they are (applied,
+    upstream) or as apply would leave them."""
+
+    status: TreeStatus
+    checks: list[CheckResult]
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+    @property
+    def conflicts(self) -> list[PatchStep]:
+        return self.status.plan.conflicts if self.status.plan else []
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.failed for r in self.checks) and not self.conflicts and not self.status.drifted
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.OK if self.ok else Outcome.CHECK_FAILED
+
+
+def verify_tree(resolved: Resolved, *, import_probe: bool = True, watch: Watcher | None = None) -> VerifyResult:
+    """The checks on the target's files, nothing written (under the lock: no writer is half-way)."""
+    from patchkit.inspection import inspect
+    from patchkit.transaction import consistent_read
+
+    warnings = []
+    with consistent_read(resolved.target.root) as recovered:
+        if recovered:
+            warnings.append(recovered)
+            (watch or Unwatched()).warning(recovered)
+        status = inspect(resolved, check_upstream=True, import_probe=import_probe)
+        return VerifyResult(status, _tree_checks(resolved, status, import_probe), warnings)
+
+
+def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:
+    from patchkit.checks import bytecode, integrity, run_checks
+    from patchkit.inspection import check_context
+
+    if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
+        return list(status.checks)
+    results = []
+    if not status.plan.conflicts:
+        # Applied: the files are on disk, so the probe can import them.
+        on_disk = status.state == TreeState.APPLIED
+        results = run_checks(check_context(resolved, status.plan, on_disk=on_disk, import_probe=import_probe))
+    # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
+    return (
+        integrity.CHECK.run(check_context(resolved, status.plan))
+        + results
+        + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
+    )
 
 
 # --------------------------------------------------------------------------- revert

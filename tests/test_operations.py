@@ -14,7 +14,7 @@ import patchkit
 from patchkit import inspection
 from patchkit.enums import Outcome, PatchState, StepState, TreeState
 from patchkit.errors import CHECK_FAILED, INTERNAL_ERROR, Conflict
-from patchkit.operations import apply_series, resolve_for_revert, revert_series
+from patchkit.operations import apply_series, resolve_for_revert, revert_series, verify_tree
 from patchkit.options import Options
 from patchkit.resolve import resolve
 
@@ -94,6 +94,18 @@ def test_a_conflict_is_a_result_carrying_its_error(tree, library):
     assert result.outcome == Outcome.CONFLICT and isinstance(result.error, Conflict)
     assert "hunk #1 does not apply" in result.error.message
     assert snapshot(tree) == before and not result.written
+
+
+def test_verify_checks_the_planned_tree_and_names_its_verdict(tree, library):
+    verified = verify_tree(resolve(options(tree, library)), import_probe=False)
+    assert (verified.status.state, verified.ok, verified.outcome) == (TreeState.NOT_APPLIED, True, Outcome.OK)
+    assert {"integrity", "syntax", "bytecode"} <= {r.check for r in verified.checks}
+
+    (tree / SPEC).write_text(SPEC_PY.replace('"llama",', '"mistral",'))
+    verified = verify_tree(resolve(options(tree, library)), import_probe=False)
+    assert verified.outcome == Outcome.CHECK_FAILED and [s.patch.name for s in verified.conflicts] == [
+        "0001-change.patch"
+    ]
 
 
 # --------------------------------------------------------------------------- exit path

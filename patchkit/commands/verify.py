@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import make_ui
+from patchkit.commands import Shown, make_ui
 from patchkit.commands.options import format_option, no_import_option, target_options
 
 VERIFY_FORMATS = ("text", "json", "junit")
@@ -118,70 +118,61 @@ def _report_releases(ui, results):
 
 
 def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
-    import sys
-
-    from patchkit.checks import CheckResult
-    from patchkit.enums import Outcome, TreeState
-    from patchkit.errors import Finished
-    from patchkit.inspection import inspect
+    from patchkit.operations import verify_tree
     from patchkit.resolve import require_patches, resolve
-    from patchkit.transaction import consistent_read
-    from patchkit.ui import checks_junit, plan_json, status_json
 
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
     resolved = resolve(opts)
     require_patches(resolved)
-    with consistent_read(resolved.target.root) as recovered:
-        if recovered:
-            ui.warn(recovered)
-        status = inspect(resolved, check_upstream=True, import_probe=import_probe)
-        results = _target_checks(resolved, status, import_probe)
-    failed = [r for r in results if r.failed]
-    conflicts = status.plan.conflicts if status.plan else []
-    ok = not failed and not conflicts and not status.drifted
+    verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
     if fmt == "junit":
-        conflict_cases = [CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in conflicts]
-        sys.stdout.write(checks_junit(conflict_cases + results, f"patchkit.{resolved.set_name}"))
+        _target_junit(resolved, verified)
     elif ui.json_mode:
-        ui.json(
-            {
-                **status_json(resolved, status),
-                "ok": ok,
-                "checked": "as-is" if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) else "as-planned",
-                "plan": plan_json(status.plan) if status.plan else [],
-                "checks": [r.to_json() for r in results],
-            }
-        )
+        _target_json(ui, resolved, verified)
     else:
-        ui.status(resolved, status)
-        if status.state == TreeState.UPSTREAM:
-            ui.line("upstream: this vLLM release ships the change; the set's checks ran on its stock files")
-            if status.upstream_regression:
-                ui.line("upstream regression: the stock files fail the set's checks", style="bold red")
-        elif results and status.state != TreeState.APPLIED:
-            ui.line("checked as the tree would be after apply (nothing written)")
-        if results:
-            ui.checks(results)
-        ui.line("verify: ok" if ok else "verify: FAILED", style="green" if ok else "bold red")
-    return Finished(Outcome.OK if ok else Outcome.CHECK_FAILED)
+        _target_text(ui, resolved, verified)
+    return verified
 
 
-def _target_checks(resolved, status, import_probe):
-    from patchkit.checks import bytecode, integrity, run_checks
+def _target_junit(resolved, verified) -> None:
+    import sys
+
+    from patchkit.checks import CheckResult
+    from patchkit.ui import checks_junit
+
+    conflicts = [
+        CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
+    ]
+    sys.stdout.write(checks_junit(conflicts + verified.checks, f"patchkit.{resolved.set_name}"))
+
+
+def _target_json(ui, resolved, verified) -> None:
     from patchkit.enums import TreeState
-    from patchkit.inspection import check_context
+    from patchkit.ui import plan_json, status_json
 
-    if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
-        return list(status.checks)
-    results = []
-    if not status.plan.conflicts:
-        # Applied: the files are on disk, so the probe can import them.
-        results = run_checks(
-            check_context(resolved, status.plan, on_disk=status.state == TreeState.APPLIED, import_probe=import_probe)
-        )
-    # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
-    return (
-        integrity.CHECK.run(check_context(resolved, status.plan))
-        + results
-        + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
+    status = verified.status
+    ui.json(
+        {
+            **status_json(resolved, status),
+            "ok": verified.ok,
+            "checked": "as-is" if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) else "as-planned",
+            "plan": plan_json(status.plan) if status.plan else [],
+            "checks": [r.to_json() for r in verified.checks],
+        }
     )
+
+
+def _target_text(ui, resolved, verified) -> None:
+    from patchkit.enums import TreeState
+
+    status, results = verified.status, verified.checks
+    ui.status(resolved, status)
+    if status.state == TreeState.UPSTREAM:
+        ui.line("upstream: this vLLM release ships the change; the set's checks ran on its stock files")
+        if status.upstream_regression:
+            ui.line("upstream regression: the stock files fail the set's checks", style="bold red")
+    elif results and status.state != TreeState.APPLIED:
+        ui.line("checked as the tree would be after apply (nothing written)")
+    if results:
+        ui.checks(results)
+    ui.line("verify: ok" if verified.ok else "verify: FAILED", style="green" if verified.ok else "bold red")
