@@ -11,10 +11,6 @@ from patchkit.plan import Plan, plan_apply
 from patchkit.resolve import Resolved
 from patchkit.state import file_sha, read_file, read_state
 
-APPLIED = TreeState.APPLIED
-NOT_APPLIED = TreeState.NOT_APPLIED
-PARTIAL = TreeState.PARTIAL
-
 _PATCH_STATE = {
     StepState.ALREADY_APPLIED: PatchState.APPLIED,
     StepState.WILL_CHANGE: PatchState.NOT_APPLIED,

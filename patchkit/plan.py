@@ -1,8 +1,8 @@
 """The engine: compute every new file content in memory; nothing is written here.
 
 A plan applies (or reverses) a series of patches to a view of the tree. Each patch ends in one
-state: `apply` (will change the tree), `applied` (its change is already present: it reverse-applies
-cleanly), or `conflict`. Context must match exactly; a hunk may land at an offset, which is kept
+state (enums.StepState): `apply` (will change the tree), `applied` (its change is already present:
+it reverse-applies cleanly), or `conflict`. Context must match exactly; a hunk may land at an offset, which is kept
 so it can be reported. There is no fuzz.
 """
 
@@ -19,6 +19,7 @@ from patchkit.errors import Drift
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
 from patchkit.state import Entry, file_sha, read_file, read_object
 
+# Short names the engine and the maintainer tools use.
 WILL_CHANGE = StepState.WILL_CHANGE
 ALREADY = StepState.ALREADY_APPLIED
 CONFLICT = StepState.CONFLICT

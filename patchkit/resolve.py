@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 from patchkit import library
 from patchkit import target as target_mod
 from patchkit import version as version_mod
+from patchkit.enums import SelectionKind
 from patchkit.errors import NoPatchSet, TargetError
-from patchkit.library import PATCH, UNSUPPORTED, Selection
+from patchkit.library import Selection
 from patchkit.options import Options
 from patchkit.patchfile import Patch
 from patchkit.state import Entry
@@ -79,9 +80,9 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
 
 def require_patches(resolved: Resolved) -> list[Patch]:
     """The series to apply; an unsupported version is exit 3 for commands that must patch."""
-    if resolved.selection.kind == UNSUPPORTED:
+    if resolved.selection.kind == SelectionKind.UNSUPPORTED:
         raise NoPatchSet(resolved.selection.note or "unsupported vLLM version")
-    return resolved.patches if resolved.selection.kind == PATCH else []
+    return resolved.patches if resolved.selection.kind == SelectionKind.PATCH else []
 
 
 def _detect_quietly(tgt: Target, override: str | None) -> DetectedVersion | None:
