@@ -65,7 +65,7 @@ class ApplyResult:
     message: str = ""  # the last line of a text report (an error says it instead)
     plan: Plan | None = None
     checks: list[CheckResult] | None = None  # the results reported with the outcome (None: no checks ran)
-    tables: list[list[CheckResult]] = field(default_factory=list)  # the check tables a text report shows, in order
+    tables: list[list[CheckResult]] = field(default_factory=list)  # the check tables shown (Watcher.checked), in order
     planned_checks: list[CheckResult] = field(default_factory=list)  # on the planned contents
     on_disk_checks: list[CheckResult] = field(default_factory=list)  # on the files as written
     written: bool = False  # the transaction was committed (and maybe rolled back since)
@@ -80,7 +80,7 @@ class RevertResult:
     files: list[str] = field(default_factory=list)  # restored, or that would be
     checks: list[CheckResult] = field(default_factory=list)  # bytecode, after writing
     saved: Path | None = None  # where copies of edited files were kept (--force)
-    saved_files: list[str] = field(default_factory=list)
+    saved_files: list[str] = field(default_factory=list)  # the edited files copied there
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
 
@@ -430,9 +430,9 @@ def _revert_locked(
         Outcome.REVERTED,
         f"reverted: {len(changes)} file(s) restored to stock",
         files,
-        bytecode,
-        saved,
-        edited,
+        checks=bytecode,
+        saved=saved,
+        saved_files=edited,
     )
     return _refuse_stale_revert(result)
 
