@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 
 import click
 
 from patchkit import __version__
-from patchkit.errors import PatchkitError
+from patchkit.errors import INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for
 
 EPILOG = """\b
 Exit codes:
@@ -18,6 +17,7 @@ Exit codes:
   2  usage or bad input (malformed diff, bad option, unreadable manifest)
   3  no patch set for this vLLM version
   4  target problem (vLLM not found, not writable, sources unobtainable)
+  70 internal error (a bug in patchkit: please report it)
 """
 
 COMMANDS = {
@@ -49,16 +49,17 @@ class PatchkitGroup(click.Group):
         return importlib.import_module(COMMANDS[name]).command
 
     def invoke(self, ctx):
+        """The one exit path: a command returns a result (its outcome, maybe an error to report)
+        or raises a PatchkitError; either way its exit code is decided here."""
         try:
-            return super().invoke(ctx)
+            code = _exit_code(super().invoke(ctx))
         except PatchkitError as exc:
-            _report(exc.message, exc.hint)
-            ctx.exit(exc.exit_code)
+            code = _failed(exc)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except KeyboardInterrupt:
             _report("interrupted")
-            ctx.exit(130)
+            code = INTERRUPTED
         except Exception as exc:  # a bug: one line for the user, the traceback on request
             if os.environ.get("PATCHKIT_DEBUG"):
                 raise
@@ -66,7 +67,22 @@ class PatchkitGroup(click.Group):
                 f"internal error: {type(exc).__name__}: {exc}",
                 "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it",
             )
-            ctx.exit(1)
+            code = INTERNAL_ERROR
+        if code != OK:
+            ctx.exit(code)
+
+
+def _exit_code(result) -> int:
+    """A command's result: None (nothing to say: ok), or anything with an `outcome` and maybe an `error`."""
+    if result is None:
+        return OK
+    error = getattr(result, "error", None)
+    return _failed(error) if error is not None else exit_code_for(result.outcome)
+
+
+def _failed(error: PatchkitError) -> int:
+    _report(error.message, error.hint)
+    return error.exit_code
 
 
 def _report(message: str, hint: str | None = None) -> None:
@@ -91,4 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -6,15 +6,38 @@ Exit codes (also in the README and `patchkit --help`):
   2  usage or bad input: malformed diff, bad option, unreadable manifest
   3  no patch set for this vLLM version
   4  target problem: vLLM not found, not writable, release sources unobtainable
+ 70  internal error: a bug in patchkit (EX_SOFTWARE of sysexits.h), never a verdict on the tree
+130  interrupted
+
+A command that ends without an error returns a result whose `outcome` (enums.Outcome) the CLI
+maps to the exit code with exit_code_for; an error carries its own code. Nothing else exits.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from patchkit.enums import Outcome
 
 OK = 0
 CHECK_FAILED = 1
 BAD_INPUT = 2
 NO_PATCH_SET = 3
 TARGET_PROBLEM = 4
+INTERNAL_ERROR = 70
+INTERRUPTED = 130
+
+_OUTCOME_EXIT_CODES = {
+    Outcome.CONFLICT: CHECK_FAILED,
+    Outcome.CHECK_FAILED: CHECK_FAILED,
+    Outcome.BYTECODE_FAILED: CHECK_FAILED,
+    Outcome.UNSUPPORTED: NO_PATCH_SET,
+}
+
+
+def exit_code_for(outcome: Outcome) -> int:
+    """The exit code of a command that ended with this outcome (every other outcome is 0)."""
+    return _OUTCOME_EXIT_CODES.get(outcome, OK)
 
 
 class PatchkitError(Exception):
@@ -66,3 +89,11 @@ class LockBusy(TargetError):
 
 class FetchError(TargetError):
     """Release sources could not be obtained from the package index."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a command without a richer result hands the CLI: its outcome, and the error to report."""
+
+    outcome: Outcome = Outcome.OK
+    error: PatchkitError | None = None

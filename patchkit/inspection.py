@@ -5,30 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from patchkit.checks import CheckContext, CheckResult
-from patchkit.library import PATCH, UNSUPPORTED, UPSTREAM, PatchSetDef
-from patchkit.plan import ALREADY, CONFLICT, WILL_CHANGE, Plan, plan_apply
+from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.library import PatchSetDef
+from patchkit.plan import Plan, plan_apply
 from patchkit.resolve import Resolved
 from patchkit.state import file_sha, read_file, read_state
 
-APPLIED = "applied"
-NOT_APPLIED = "not-applied"
-PARTIAL = "partial"
-
-_PATCH_STATE = {ALREADY: APPLIED, WILL_CHANGE: NOT_APPLIED, CONFLICT: CONFLICT}
+_PATCH_STATE = {
+    StepState.ALREADY_APPLIED: PatchState.APPLIED,
+    StepState.WILL_CHANGE: PatchState.NOT_APPLIED,
+    StepState.CONFLICT: PatchState.CONFLICT,
+}
 
 
 @dataclass
 class PatchReport:
     name: str
     description: str
-    state: str  # applied, not-applied or conflict
+    state: PatchState
     files: list[str]
     problem: str | None = None
 
 
 @dataclass
 class TreeStatus:
-    state: str  # applied, not-applied, partial, upstream or unsupported
+    state: TreeState
     patches: list[PatchReport] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)
     plan: Plan | None = None
@@ -37,18 +38,27 @@ class TreeStatus:
     @property
     def upstream_regression(self) -> bool:
         """An upstream release whose own files fail the set's checks: vLLM dropped or broke the change."""
-        return self.state == UPSTREAM and any(r.failed for r in self.checks)
+        return self.state == TreeState.UPSTREAM and any(r.failed for r in self.checks)
+
+    @property
+    def outcome(self) -> Outcome:
+        """`status`'s verdict: unsupported (exit 3); partial, drifted or an upstream regression fail."""
+        if self.state == TreeState.UNSUPPORTED:
+            return Outcome.UNSUPPORTED
+        if self.state == TreeState.PARTIAL or self.drifted or self.upstream_regression:
+            return Outcome.CHECK_FAILED
+        return Outcome.OK
 
 
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
     kind = resolved.selection.kind
-    if kind == UPSTREAM:
+    if kind == SelectionKind.UPSTREAM:
         checks = run_upstream_checks(resolved, import_probe=import_probe) if check_upstream else []
-        return TreeStatus(UPSTREAM, checks=checks)
-    if kind == UNSUPPORTED:
-        return TreeStatus(UNSUPPORTED)
-    assert kind == PATCH
+        return TreeStatus(TreeState.UPSTREAM, checks=checks)
+    if kind == SelectionKind.UNSUPPORTED:
+        return TreeStatus(TreeState.UNSUPPORTED)
+    assert kind == SelectionKind.PATCH
     plan = plan_apply(resolved.target.root, resolved.patches)
     reports = [
         PatchReport(
@@ -60,9 +70,14 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         )
         for step in plan.steps
     ]
+    return TreeStatus(_overall(reports), reports, drifted_files(resolved), plan)
+
+
+def _overall(reports: list[PatchReport]) -> TreeState:
     states = {r.state for r in reports}
-    overall = APPLIED if states == {APPLIED} else NOT_APPLIED if states == {NOT_APPLIED} else PARTIAL
-    return TreeStatus(overall, reports, drifted_files(resolved), plan)
+    if states == {PatchState.APPLIED}:
+        return TreeState.APPLIED
+    return TreeState.NOT_APPLIED if states == {PatchState.NOT_APPLIED} else TreeState.PARTIAL
 
 
 def drifted_files(resolved: Resolved) -> list[str]:
@@ -110,7 +125,7 @@ def _disk_reader(root):
 def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:
     """The files an upstream release is checked on: those of the set's newest series."""
     release = newest_release(patch_set) if patch_set else None
-    if release is None:
+    if patch_set is None or release is None:
         return []
     return sorted({f.source_path or f.path for p in release.read_patches(patch_set.roots) for f in p.files})
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit.enums import SelectionKind
 from patchkit.errors import BadInput, NoPatchSet
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, read_patch
 from patchkit.requirements import Requirement, parse_requirements
@@ -30,9 +31,9 @@ MANIFEST = "set.toml"
 SERIES = "series"
 SHA_PREFIX = "sha256:"
 
-PATCH = "patch"
-UPSTREAM = "upstream"
-UNSUPPORTED = "unsupported"
+PATCH = SelectionKind.PATCH
+UPSTREAM = SelectionKind.UPSTREAM
+UNSUPPORTED = SelectionKind.UNSUPPORTED
 
 
 LIBRARY_ENV = "PATCHKIT_LIBRARY"
@@ -148,7 +149,7 @@ class Selection:
     """What the library says about one vLLM version."""
 
     set_name: str
-    kind: str  # PATCH, UPSTREAM or UNSUPPORTED
+    kind: SelectionKind
     version: Version | None
     patches: list[Patch] = field(default_factory=list)
     release: Release | None = None

@@ -1,8 +1,8 @@
 """The engine: compute every new file content in memory; nothing is written here.
 
 A plan applies (or reverses) a series of patches to a view of the tree. Each patch ends in one
-state: `apply` (will change the tree), `applied` (its change is already present: it reverse-applies
-cleanly), or `conflict`. Context must match exactly; a hunk may land at an offset, which is kept
+state (enums.StepState): `apply` (will change the tree), `applied` (its change is already present:
+it reverse-applies cleanly), or `conflict`. Context must match exactly; a hunk may land at an offset, which is kept
 so it can be reported. There is no fuzz.
 """
 
@@ -14,13 +14,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
+from patchkit.enums import StepState
 from patchkit.errors import Drift
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
 from patchkit.state import Entry, file_sha, read_file, read_object
 
-WILL_CHANGE = "apply"
-ALREADY = "applied"
-CONFLICT = "conflict"
+# Short names the engine and the maintainer tools use.
+WILL_CHANGE = StepState.WILL_CHANGE
+ALREADY = StepState.ALREADY_APPLIED
+CONFLICT = StepState.CONFLICT
 
 
 class Placement(NamedTuple):
@@ -70,7 +72,7 @@ class FileStep:
 @dataclass
 class PatchStep:
     patch: Patch
-    state: str
+    state: StepState
     files: list[FileStep] = field(default_factory=list)
     mismatch: Mismatch | None = None
 
@@ -136,6 +138,10 @@ class Plan:
     @property
     def conflicts(self) -> list[PatchStep]:
         return [s for s in self.steps if s.state == CONFLICT]
+
+    def describe_conflicts(self, separator: str = "; ") -> str:
+        """Why each conflicting patch does not apply."""
+        return separator.join(s.mismatch.describe() for s in self.conflicts if s.mismatch)
 
     @property
     def changes(self) -> dict[str, tuple[bytes | None, bytes | None]]:

@@ -1,11 +1,11 @@
 """`patchkit verify` against real vLLM releases, for CI.
 
 Each release's stock files are fetched (patchkit.fetch.release_tree: cached, range requests) and
-laid out in a scratch directory. There the engine the commands use runs unchanged: dry-run
-(plan_apply), the checks on the planned contents, apply (transaction.commit with a state record),
-status and the checks on disk, revert from the record; then the tree must be byte-identical to
-stock. An upstream release's stock files go through the checks as they are: a failure there is an
-upstream regression. Outcome per release: patched, upstream, conflict, check-failed, unsupported.
+laid out in a scratch directory. There the operations the commands run do the work unchanged
+(patchkit.operations): apply --dry-run, apply (the checks on the planned contents, one transaction
+with the record, the checks on disk), status, revert from the record; then the tree must be
+byte-identical to stock. An upstream release's stock files go through the checks as they are: a
+failure there is an upstream regression. Outcome per release: patched, upstream, conflict, check-failed, unsupported.
 
 Releases sharing a series directory should have identical stock files (that is why they share
 it). The first is fetched and done; each other one is compared through the sha256 its wheel's
@@ -36,26 +36,25 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit.checks import CheckResult, run_checks
-from patchkit.errors import CHECK_FAILED, NO_PATCH_SET, OK, NoPatchSet
+from patchkit.checks import CheckResult
+from patchkit.enums import CheckStatus, Outcome, ReleaseOutcome, SelectionKind, StepState, TreeState
+from patchkit.errors import NoPatchSet, PatchkitError, exit_code_for
 from patchkit.fsutil import atomic_write
-from patchkit.inspection import APPLIED, check_context, inspect
-from patchkit.library import PATCH, PatchSetDef, Selection, load_chosen, select
-from patchkit.library import UNSUPPORTED as UNSUPPORTED_KIND
-from patchkit.library import UPSTREAM as UPSTREAM_KIND
+from patchkit.inspection import TreeStatus, inspect
+from patchkit.library import PatchSetDef, Selection, load_chosen, select
+from patchkit.operations import ApplyResult, apply_series, revert_series
 from patchkit.options import Options
-from patchkit.plan import ALREADY, View, plan_apply, plan_revert, restore_recorded
+from patchkit.plan import Plan, plan_revert
 from patchkit.record import find_record, parse_record, prune, touch
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, resolve
-from patchkit.state import META_DIR, read_state
-from patchkit.transaction import commit_changes
+from patchkit.state import META_DIR
 
-PATCHED = "patched"
-UPSTREAM = "upstream"
-CONFLICT = "conflict"
-CHECK_FAILED_OUTCOME = "check-failed"
-UNSUPPORTED = "unsupported"
+PATCHED = ReleaseOutcome.PATCHED
+UPSTREAM = ReleaseOutcome.UPSTREAM
+CONFLICT = ReleaseOutcome.CONFLICT
+CHECK_FAILED_OUTCOME = ReleaseOutcome.CHECK_FAILED
+UNSUPPORTED = ReleaseOutcome.UNSUPPORTED
 
 # Fetches are network-bound (a range request or two per release): run them side by side.
 FETCH_WORKERS = 8
@@ -66,7 +65,7 @@ Advance = Callable[[str], None]
 @dataclass
 class ReleaseResult:
     version: Version
-    outcome: str  # patched, upstream, conflict, check-failed or unsupported
+    outcome: ReleaseOutcome
     detail: str
     requested: bool = False  # named by --vllm-version/--latest, not only by --all's range
     series: str | None = None  # the series directory, "upstream", or None
@@ -107,13 +106,18 @@ class ReleaseResult:
         }
 
 
+def overall_outcome(results: list[ReleaseResult]) -> Outcome:
+    """Failed if any release failed; else unsupported if a release asked for by name is; else ok."""
+    if any(r.failed for r in results):
+        return Outcome.CHECK_FAILED
+    if any(r.outcome == UNSUPPORTED and r.requested for r in results):
+        return Outcome.UNSUPPORTED
+    return Outcome.OK
+
+
 def exit_code(results: list[ReleaseResult]) -> int:
     """1 if any release failed; else 3 if a release asked for by name is unsupported; else 0."""
-    if any(r.failed for r in results):
-        return CHECK_FAILED
-    if any(r.outcome == UNSUPPORTED and r.requested for r in results):
-        return NO_PATCH_SET
-    return OK
+    return exit_code_for(overall_outcome(results))
 
 
 # --------------------------------------------------------------------------- which releases
@@ -148,9 +152,11 @@ def release_range(patch_set: PatchSetDef, available: list[Version]) -> list[Vers
 
 
 def _in_set(patch_set: PatchSetDef, version: Version) -> bool:
+    from patchkit.version import in_range
+
     if patch_set.supported is not None:
-        return patch_set.supported.contains(version, prereleases=True)
-    upstream = patch_set.upstream is not None and patch_set.upstream.contains(version, prereleases=True)
+        return in_range(patch_set.supported, version)
+    upstream = patch_set.upstream is not None and in_range(patch_set.upstream, version)
     return upstream or any(r.covers(version) for r in patch_set.releases)
 
 
@@ -203,7 +209,7 @@ def _job(patch_set: PatchSetDef, version: Version, opts: Options) -> _Job | Rele
         selection = select(patch_set, version)
     except NoPatchSet as exc:  # inside the supported range, but no series covers it
         return ReleaseResult(version, UNSUPPORTED, exc.message)
-    if selection.kind == UNSUPPORTED_KIND:
+    if selection.kind == SelectionKind.UNSUPPORTED:
         return ReleaseResult(version, UNSUPPORTED, selection.note or "unsupported")
     return _Job(version, selection, tuple(needed_files(patch_set, selection)))
 
@@ -219,7 +225,7 @@ def _split_series(jobs: list[_Job]) -> tuple[list[_Job], dict[_Job, _Job]]:
     for job in jobs:
         contract = getattr(job.selection.patch_set, "contract", ())
         key = (job.series, tuple(i for i, req in enumerate(contract) if req.applies_to(job.version)))
-        if job.selection.kind == PATCH and key in first:
+        if job.selection.kind == SelectionKind.PATCH and key in first:
             mates[job] = first[key]
         else:
             first.setdefault(key, job)
@@ -322,7 +328,7 @@ class ResultStore:
             touch(path)
             return ReleaseResult(
                 Version(data["vllm_version"]),
-                data["outcome"],
+                ReleaseOutcome(data["outcome"]),
                 data["detail"],
                 series=data["series"],
                 checks=[CheckResult(**c) for c in data["checks"]],
@@ -357,14 +363,15 @@ def _fingerprint(patch_set: PatchSetDef) -> str:
 def _verify_or_recall(
     job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options, store: ResultStore | None
 ) -> ReleaseResult:
-    key = store.key(job, stock) if store else None
-    recalled = store.recall(key) if store else None
+    if store is None:
+        return _verify_release(job, stock, fetched, scratch, opts)
+    key = store.key(job, stock)
+    recalled = store.recall(key)
     if recalled is not None:
         recalled.timings = {"fetch": fetched, "total": fetched}
         return recalled
     result = _verify_release(job, stock, fetched, scratch, opts)
-    if store:
-        store.keep(key, result, job.selection.set_name)
+    store.keep(key, result, job.selection.set_name)
     return result
 
 
@@ -395,7 +402,7 @@ def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts:
     copied = lay_out(stock, site, job.paths)
     try:
         resolved = resolve(replace(opts, target_dir=str(site), python=None, vllm_version=None, adhoc=()))
-        if job.selection.kind == UPSTREAM_KIND:
+        if job.selection.kind == SelectionKind.UPSTREAM:
             result = _verify_upstream(resolved, clock)
         else:
             result = _verify_patched(resolved, clock)
@@ -413,50 +420,73 @@ def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts:
 
 
 def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
-    root, patches, version = resolved.target.root, resolved.patches, resolved.version.version
+    """apply --dry-run, apply, status, revert: what a user would run, on the release's stock files."""
+    version = _release(resolved)
     with clock("dry_run"):
-        plan = plan_apply(root, patches)
-    if plan.conflicts:
-        return ReleaseResult(version, CONFLICT, "; ".join(s.mismatch.describe() for s in plan.conflicts))
-    present = [s.patch.name for s in plan.steps if s.state == ALREADY]
-    if present:
-        return ReleaseResult(
-            version, CHECK_FAILED_OUTCOME, f"the stock release already contains {', '.join(present)}: is it upstream?"
-        )
-    with clock("checks"):
-        results = run_checks(check_context(resolved, plan))
-    if any(r.failed for r in results):
-        return ReleaseResult(
-            version, CHECK_FAILED_OUTCOME, "checks failed on the planned files: " + _failures(results), checks=results
-        )
-    with clock("apply"):
-        _apply(resolved, plan)
+        plan = apply_series(resolved, dry_run=True).plan
+    assert plan is not None  # a library series is always planned
+    refused = _refused_by_plan(version, plan)
+    if refused:
+        return refused
+    applied = apply_series(resolved, timed=clock)
+    results = applied.planned_checks
+    if not applied.written:
+        failed = any(r.failed for r in results)
+        detail = "checks failed on the planned files: " + _failures(results) if failed else None
+        return ReleaseResult(version, CHECK_FAILED_OUTCOME, detail or _message(applied.error), checks=results)
     with clock("checks"):
         status = inspect(resolved)
-        on_disk = run_checks(check_context(resolved, plan, on_disk=True))
         reverse_problems = _reverse_apply_problems(resolved, plan.changes)
     with clock("revert"):
         _revert(resolved)
-    problems = []
-    if status.state != APPLIED:
-        problems.append(f"after apply the status is {status.state}, not applied")
-    if any(r.failed for r in on_disk):
-        problems.append("checks failed on the written files: " + _failures(on_disk))
-    problems += reverse_problems
-    checks = results + [r for r in on_disk if r.failed]
+    problems = _problems_after_apply(applied, status) + reverse_problems
+    checks = results + [r for r in applied.on_disk_checks if r.failed]
     if problems:
         return ReleaseResult(version, CHECK_FAILED_OUTCOME, "; ".join(problems), checks=checks, reverted_identical=True)
     return ReleaseResult(
         version,
         PATCHED,
-        f"{len(patches)} patch(es), {len(plan.changes)} file(s), {_passed(results)}; reverted byte-identical",
+        f"{len(resolved.patches)} patch(es), {len(plan.changes)} file(s), {_passed(results)}; reverted byte-identical",
         checks=checks,
         reverted_identical=True,
     )
 
 
+def _refused_by_plan(version: Version, plan: Plan) -> ReleaseResult | None:
+    """A conflict, or a patch the stock release already contains."""
+    if plan.conflicts:
+        return ReleaseResult(version, CONFLICT, plan.describe_conflicts())
+    present = [s.patch.name for s in plan.steps if s.state == StepState.ALREADY_APPLIED]
+    if present:
+        return ReleaseResult(
+            version, CHECK_FAILED_OUTCOME, f"the stock release already contains {', '.join(present)}: is it upstream?"
+        )
+    return None
+
+
+def _problems_after_apply(applied: ApplyResult, status: TreeStatus) -> list[str]:
+    problems = []
+    if applied.outcome == Outcome.APPLIED and status.state != TreeState.APPLIED:
+        problems.append(f"after apply the status is {status.state}, not applied")
+    if any(r.failed for r in applied.on_disk_checks):  # apply rolled the tree back
+        problems.append("checks failed on the written files: " + _failures(applied.on_disk_checks))
+    elif applied.error is not None:
+        problems.append(applied.error.message)
+    return problems
+
+
+def _release(resolved: Resolved) -> Version:
+    """The release a scratch tree holds (its dist-info names it)."""
+    assert resolved.vllm_version is not None
+    return resolved.vllm_version
+
+
+def _message(error: PatchkitError | None) -> str:
+    return error.message if error is not None else "nothing was written"
+
+
 def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
-    version = resolved.version.version
+    version = _release(resolved)
     with clock("checks"):
         status = inspect(resolved, check_upstream=True)
     if status.upstream_regression:
@@ -480,39 +510,30 @@ def _passed(results: list[CheckResult]) -> str:
     """ "20 check(s) passed, 1 skipped": passing results; a passing warning is a check that did not run."""
     from collections import Counter
 
-    from patchkit.ui import check_outcome
-
-    counts = Counter(check_outcome(r) for r in results)
-    others = "".join(f", {counts[kind]} {kind}" for kind in ("skipped", "warning") if counts[kind])
-    return f"{counts['pass']} check(s) passed{others}"
+    counts = Counter(r.status for r in results)
+    others = "".join(
+        f", {counts[status]} {status}" for status in (CheckStatus.SKIPPED, CheckStatus.WARNING) if counts[status]
+    )
+    return f"{counts[CheckStatus.PASS]} check(s) passed{others}"
 
 
 def _failures(results: list[CheckResult]) -> str:
     return "; ".join(r.describe() for r in results if r.failed)
 
 
-def _apply(resolved: Resolved, plan) -> None:
-    """What `apply` writes: the planned files and the record, in one transaction."""
-    root = resolved.target.root
-    state = read_state(root)
-    entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name))
-    commit_changes(root, plan.changes, state.with_entry(entry))
-
-
 def _revert(resolved: Resolved) -> None:
-    """What `revert` does with a record: restore each recorded file's saved original."""
-    root = resolved.target.root
-    state = read_state(root)
-    view = View(root)
-    restore_recorded(view, state.entry(resolved.set_name))
-    commit_changes(root, view.changes(), state.without(resolved.set_name))
+    """What `revert` does: restore each recorded file's saved original (what a failed on-disk
+    check already rolled back leaves nothing to do)."""
+    reverted = revert_series(resolved.target, resolved)
+    if reverted.error is not None:
+        raise reverted.error
 
 
 def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:
     """`revert` without a record reverse-applies the series: that must give stock back as well."""
     plan = plan_revert(resolved.target.root, resolved.patches)
     if plan.conflicts:
-        return ["the series does not reverse-apply: " + "; ".join(s.mismatch.describe() for s in plan.conflicts)]
+        return ["the series does not reverse-apply: " + plan.describe_conflicts()]
     wrong = sorted(p for p, (before, _after) in changes.items() if plan.content(p) != before)
     return [f"reverse-applying the series does not restore {', '.join(wrong)}"] if wrong else []
 

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit import library
 from patchkit import target as target_mod
 from patchkit import version as version_mod
+from patchkit.enums import SelectionKind
 from patchkit.errors import NoPatchSet, TargetError
-from patchkit.library import PATCH, UNSUPPORTED, Selection
+from patchkit.library import Selection
 from patchkit.options import Options
 from patchkit.patchfile import Patch
+from patchkit.state import Entry
 from patchkit.target import Target
 from patchkit.version import DetectedVersion
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 
 @dataclass
@@ -32,11 +38,11 @@ class Resolved:
         return self.selection.set_name
 
     @property
-    def vllm_version(self):
+    def vllm_version(self) -> Version | None:
         """The detected (or given) release, a packaging Version; None when unknown."""
         return self.version.version if self.version else None
 
-    def apply_record(self, changes, previous):
+    def apply_record(self, changes: dict[str, tuple[bytes | None, bytes | None]], previous: Entry | None) -> Entry:
         """The state entry an apply of this series with these changes writes."""
         from patchkit.state import record_apply
 
@@ -74,9 +80,9 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
 
 def require_patches(resolved: Resolved) -> list[Patch]:
     """The series to apply; an unsupported version is exit 3 for commands that must patch."""
-    if resolved.selection.kind == UNSUPPORTED:
+    if resolved.selection.kind == SelectionKind.UNSUPPORTED:
         raise NoPatchSet(resolved.selection.note or "unsupported vLLM version")
-    return resolved.patches if resolved.selection.kind == PATCH else []
+    return resolved.patches if resolved.selection.kind == SelectionKind.PATCH else []
 
 
 def _detect_quietly(tgt: Target, override: str | None) -> DetectedVersion | None:

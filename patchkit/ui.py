@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from patchkit.enums import CheckStatus, ReleaseOutcome, TreeState
+
+# Every JSON document patchkit prints carries it at the top level; it grows when a key changes meaning or goes.
+SCHEMA_VERSION = 1
 STATE_STYLES = {
     "applied": "green",
     "patched": "green",
@@ -86,8 +90,9 @@ class UI:
         if hint:
             self.err.print(f"hint: {hint}", style="red")
 
-    def json(self, data: Any) -> None:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    def json(self, data: dict[str, Any]) -> None:
+        document = {"schema_version": SCHEMA_VERSION, **data}
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
 
     def table(
         self, columns: list[str], rows: Iterable[list[str]], title: str | None = None, state_column: int | None = None
@@ -183,7 +188,7 @@ class UI:
         )
 
     def checks(self, results) -> None:
-        rows = [[r.check, r.path or "", check_outcome(r), r.message] for r in results]
+        rows = [[r.check, r.path or "", r.status, r.message] for r in results]
         self.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
 
     def releases(self, results) -> None:
@@ -295,7 +300,7 @@ def releases_junit(results, suite: str) -> str:
                 failure=f"{r.label}: {r.detail}" if r.failed else None,
                 details=details,
                 kind=r.label,
-                skipped=r.detail if r.outcome == "unsupported" else None,
+                skipped=r.detail if r.outcome == ReleaseOutcome.UNSUPPORTED else None,
                 output=f"{r.label}: {r.detail}",
             )
         )
@@ -306,24 +311,16 @@ def checks_junit(results, suite: str) -> str:
     """A <testcase> per check result: failed checks fail, warnings and checks not run are skipped."""
     cases = []
     for r in results:
-        outcome = check_outcome(r)
         cases.append(
             JUnitCase(
                 name=f"{r.check}: {r.path}" if r.path else r.check,
-                failure=r.message if outcome == "fail" else None,
+                failure=r.message if r.status == CheckStatus.FAIL else None,
                 kind=r.check,
-                skipped=r.message if outcome in ("warning", "skipped") else None,
+                skipped=r.message if r.status in (CheckStatus.WARNING, CheckStatus.SKIPPED) else None,
                 output=r.message,
             )
         )
     return junit(suite, cases)
-
-
-def check_outcome(result) -> str:
-    """pass, fail, warning; "skipped" for a passing result at warning level (a check that did not run)."""
-    if result.ok:
-        return "pass" if result.level != "warning" else "skipped"
-    return "fail" if result.failed else "warning"
 
 
 def plan_json(plan) -> list[dict]:
@@ -363,7 +360,7 @@ def status_json(resolved, status, where=None) -> dict:
         "drifted": status.drifted,
         **(
             {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
-            if status.state == "upstream"
+            if status.state == TreeState.UPSTREAM
             else {}
         ),
     }

@@ -612,3 +612,13 @@ def series_patches_of(set_dir: Path, version: str):
     selection = select(load_set(set_dir), parse(version, "v"))
     assert selection.kind == PATCH
     return selection.patches
+
+
+def test_maintainer_json_carries_the_schema_version(run, library, releases, tmp_path):
+    workspace = run("workspace", "0.16.0", tmp_path / "ws", "--patches", library, "--format", "json")
+    _, refreshed = refresh(run, tmp_path / "ws", "--dry-run")
+    releases["0.17.0"] = {SPEC: shifted(SPEC_PY), MODEL: MODEL_PY}
+    ported = run("port", "--from", "0.16.0", "--to", "0.17.0", "--patches", library, "--format", "json")
+    documents = [json.loads(workspace.stdout), refreshed, json.loads(ported.stdout)]
+    assert [d["schema_version"] for d in documents] == [1, 1, 1]
+    assert (documents[0]["version"], documents[2]["outcome"]) == ("0.16.0", "ported")

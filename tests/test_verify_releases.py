@@ -80,7 +80,7 @@ def library(tmp_path, index) -> Path:
 
 def verify_json(run, library, *args):
     result = run("verify", "--patches", library, "--format", "json", *args)
-    return result, {r["vllm_version"]: r for r in json.loads(result.stdout)}
+    return result, {r["vllm_version"]: r for r in json.loads(result.stdout)["releases"]}
 
 
 # --------------------------------------------------------------------------- outcomes
@@ -371,7 +371,7 @@ def test_real_releases_patched_and_upstream(run):
         "verify", "--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--format", "json", "--no-result-cache"
     )
     assert result.exit_code == 0, result.output[-3000:]
-    releases = {r["vllm_version"]: r for r in json.loads(result.stdout)}
+    releases = {r["vllm_version"]: r for r in json.loads(result.stdout)["releases"]}
     assert releases["0.16.0"]["outcome"] == "patched" and releases["0.16.0"]["reverted_identical"]
     assert releases["0.18.0"]["outcome"] == "upstream" and not releases["0.18.0"]["upstream_regression"]
     assert any(c["check"] == "contract" for c in releases["0.18.0"]["checks"])
@@ -383,9 +383,17 @@ def test_real_all_releases(run):
 
     result = run("verify", "--all", "--format", "json")
     assert result.exit_code == 0, result.output[-3000:]
-    releases = {Version(r["vllm_version"]): r for r in json.loads(result.stdout)}
+    releases = {Version(r["vllm_version"]): r for r in json.loads(result.stdout)["releases"]}
     expected = [v for v in available_versions() if v >= Version("0.11.0")]
     assert sorted(releases) == expected and expected[0] == Version("0.11.0")
     for version, r in releases.items():
         want = "upstream" if version >= Version("0.18.0") else "patched"
         assert (r["outcome"], r["ok"]) == (want, True), (version, r["detail"])
+
+
+def test_the_releases_document_carries_the_schema_version_and_the_set(run, library, index):
+    result = run("verify", "--patches", library, "--format", "json", "--vllm-version", "0.16.0")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    assert (data["schema_version"], data["set"]) == (1, "demo")
+    assert [r["outcome"] for r in data["releases"]] == ["patched"]

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from patchkit.enums import CheckStatus
+
 if TYPE_CHECKING:
     from packaging.version import Version
 
@@ -34,6 +36,13 @@ class CheckResult:
     @property
     def failed(self) -> bool:
         return not self.ok and self.level == ERROR
+
+    @property
+    def status(self) -> CheckStatus:
+        """pass, fail, warning; skipped for a passing result at warning level (a check that did not run)."""
+        if self.ok:
+            return CheckStatus.PASS if self.level != WARNING else CheckStatus.SKIPPED
+        return CheckStatus.FAIL if self.failed else CheckStatus.WARNING
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import make_ui, target_options
+from patchkit.commands import make_ui
+from patchkit.commands.options import target_options
 
 
 @click.command()

@@ -3,16 +3,15 @@ from __future__ import annotations
 import click
 
 from patchkit.commands import make_ui
+from patchkit.commands.options import library_options, output_options
 
 
 @click.command()
 @click.argument("version")
 @click.option("--dest", metavar="DIR", help="Also lay the files out under DIR (usable as --target DIR).")
 @click.option("--all", "all_python", is_flag=True, help="Fetch every vllm/**/*.py, not only the patched files.")
-@click.option("--patches", "library", metavar="DIR", help="Another patch library root.")
-@click.option("--set", "set_name", metavar="NAME", help="Patch set in the library.")
-@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
-@click.option("-v", "--verbose", count=True, help="More detail.")
+@library_options
+@output_options
 def command(version, dest, all_python, library, set_name, quiet, verbose):
     """Fetch the stock sources of vllm==VERSION from the package index pip is configured with.
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui, target_options
-from patchkit.errors import CHECK_FAILED
+from patchkit.commands import make_ui
+from patchkit.commands.options import format_option, target_options
 
 
 @click.command()
@@ -11,18 +11,19 @@ from patchkit.errors import CHECK_FAILED
 @format_option
 def command(opts, quiet, verbose, fmt):
     """The library: its sets, the releases each covers, each patch's description."""
+    from patchkit.enums import LibraryPatchState, Outcome
+    from patchkit.errors import Finished
     from patchkit.library import load_library, locate
 
     ui = make_ui(fmt, quiet, verbose)
     where = locate(opts.library)
     sets = load_library(where.path)
     data = [_describe(s) for s in sets.values()]
-    damaged = any(p["state"] == "damaged" for s in data for r in s["releases"] for p in r["patches"])
+    damaged = any(p["state"] == LibraryPatchState.DAMAGED for s in data for r in s["releases"] for p in r["patches"])
+    finished = Finished(Outcome.CHECK_FAILED if damaged else Outcome.OK)
     if ui.json_mode:
         ui.json({"library": where.to_json(), "sets": data})
-        if damaged:
-            raise SystemExit(CHECK_FAILED)
-        return
+        return finished
     ui.library(where)
     for s in data:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
@@ -36,8 +37,7 @@ def command(opts, quiet, verbose, fmt):
             ),
             state_column=3,
         )
-    if damaged:
-        raise SystemExit(CHECK_FAILED)
+    return finished
 
 
 def _describe(patch_set) -> dict:
@@ -63,6 +63,7 @@ def _describe(patch_set) -> dict:
 
 def _patch_entry(path, digest, roots) -> dict:
     """A patch as `list` shows it; a damaged one is reported, not fatal."""
+    from patchkit.enums import LibraryPatchState
     from patchkit.errors import BadInput
     from patchkit.patchfile import read_patch
 
@@ -74,7 +75,7 @@ def _patch_entry(path, digest, roots) -> dict:
             "description": "",
             "sha256": None,
             "files": [],
-            "state": "damaged",
+            "state": LibraryPatchState.DAMAGED,
             "problem": exc.message,
         }
     if digest and patch.sha256 != digest:
@@ -83,7 +84,7 @@ def _patch_entry(path, digest, roots) -> dict:
             "description": patch.description,
             "sha256": patch.sha256,
             "files": [f.path for f in patch.files],
-            "state": "damaged",
+            "state": LibraryPatchState.DAMAGED,
             "problem": "sha256 differs from the one recorded in the series (corrupted or edited)",
         }
     return {
@@ -91,6 +92,6 @@ def _patch_entry(path, digest, roots) -> dict:
         "description": patch.description,
         "sha256": patch.sha256,
         "files": [f.path for f in patch.files],
-        "state": "ok" if digest else "unrecorded",
+        "state": LibraryPatchState.OK if digest else LibraryPatchState.UNRECORDED,
         "problem": None,
     }

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui
+from patchkit.commands import make_ui
+from patchkit.commands.options import format_option, library_options, output_options
 
 
 @click.command()
@@ -12,11 +13,9 @@ from patchkit.commands import format_option, make_ui
 @click.option(
     "--workspace", metavar="DIR", help="Where to leave the workspace on conflicts (default ./vllm-V2-workspace)."
 )
-@click.option("--patches", "library", metavar="DIR", help="Another patch library root.")
-@click.option("--set", "set_name", metavar="NAME", help="Patch set in the library.")
+@library_options
 @format_option
-@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
-@click.option("-v", "--verbose", count=True, help="More detail.")
+@output_options
 def command(from_version, to_version, out, workspace, library, set_name, fmt, quiet, verbose):
     """Carry the set from release V1 to V2 by a three-way merge per file (`git merge-file`).
 

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui
+from patchkit.commands import make_ui
+from patchkit.commands.options import dry_run_option, format_option, output_options
 
 
 @click.command()
@@ -13,10 +14,9 @@ from patchkit.commands import format_option, make_ui
     help="Record changes to files no patch touched in a new patch NNNN-NAME.patch "
     "(default: in the series' last patch).",
 )
-@click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
+@dry_run_option("Show what would be written; write nothing.")
 @format_option
-@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
-@click.option("-v", "--verbose", count=True, help="More detail.")
+@output_options
 def command(directory, new_patch, dry_run, fmt, quiet, verbose):
     """Write a workspace's changes back into the library as its release's diffs.
 
@@ -27,7 +27,8 @@ def command(directory, new_patch, dry_run, fmt, quiet, verbose):
     """
     from dataclasses import asdict
 
-    from patchkit.errors import CHECK_FAILED
+    from patchkit.enums import Outcome
+    from patchkit.errors import Finished
     from patchkit.maintainer.refresh import refresh_workspace
 
     ui = make_ui(fmt, quiet, verbose)
@@ -37,8 +38,7 @@ def command(directory, new_patch, dry_run, fmt, quiet, verbose):
         ui.json({**asdict(report), "changed": report.changed})
     else:
         _show(ui, report)
-    if broken:
-        raise SystemExit(CHECK_FAILED)
+    return Finished(Outcome.CONFLICT if broken else Outcome.OK)
 
 
 def _show(ui, report) -> None:

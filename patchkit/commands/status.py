@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui, target_options
-from patchkit.errors import CHECK_FAILED, NO_PATCH_SET
+from patchkit.commands import make_ui
+from patchkit.commands.options import format_option, target_options
 
 
 @click.command()
@@ -16,8 +16,9 @@ def command(opts, quiet, verbose, fmt):
     set's static checks run on the stock files (vLLM is not imported; `verify` also import-probes);
     a failure there is an upstream regression (exit 1).
     """
-    from patchkit.inspection import PARTIAL, inspect
-    from patchkit.library import UNSUPPORTED, locate
+    from patchkit.enums import TreeState
+    from patchkit.inspection import inspect
+    from patchkit.library import locate
     from patchkit.resolve import resolve
     from patchkit.transaction import consistent_read
     from patchkit.ui import status_json
@@ -38,9 +39,6 @@ def command(opts, quiet, verbose, fmt):
             ui.error("upstream regression: this release's stock files fail the set's checks")
         elif status.checks:
             ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on the stock files", style="green")
-    if status.state == UNSUPPORTED:
-        if not ui.json_mode:
-            ui.error(resolved.selection.note or "unsupported vLLM version")
-        raise SystemExit(NO_PATCH_SET)
-    if status.state == PARTIAL or status.drifted or status.upstream_regression:
-        raise SystemExit(CHECK_FAILED)
+    if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
+        ui.error(resolved.selection.note or "unsupported vLLM version")
+    return status

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui, target_options
+from patchkit.commands import Shown, make_ui
+from patchkit.commands.options import format_option, no_import_option, target_options
 
 VERIFY_FORMATS = ("text", "json", "junit")
 
@@ -18,7 +19,7 @@ VERIFY_FORMATS = ("text", "json", "junit")
     "--all", "every", is_flag=True, help="Verify every vLLM release on the index from the set's supported minimum on."
 )
 @click.option("--latest", is_flag=True, help="Verify the newest vLLM release on the index.")
-@click.option("--no-import", is_flag=True, help="Do not import the patched modules (probe check).")
+@no_import_option()
 @click.option(
     "--no-result-cache",
     "no_result_cache",
@@ -53,22 +54,22 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
             )
         if opts.adhoc:
             raise BadInput("--patch cannot be verified against releases; the library's series are")
-        _verify_releases(
+        return _verify_releases(
             replace(opts, vllm_version=None), named, every, latest, fmt, quiet, verbose, use_cache=not no_result_cache
         )
-        return
     if len(named) > 1:
         raise BadInput(
             "several --vllm-version values verify releases, not a target",
             hint="drop --target/--python, or give one --vllm-version",
         )
-    _verify_target(
+    return _verify_target(
         replace(opts, vllm_version=named[0] if named else None), fmt, quiet, verbose, import_probe=not no_import
     )
 
 
 def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cache):
     from patchkit import fetch, release_check
+    from patchkit.errors import Finished
     from patchkit.ui import releases_junit
     from patchkit.version import parse
 
@@ -82,20 +83,20 @@ def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cac
         with ui.progress(len(versions), f"verifying {len(versions)} release(s)") as advance:
             results = release_check.verify_releases(versions, requested, opts, advance, use_cache=use_cache)
     if fmt == "json":
-        ui.json([r.to_json(patch_set.name) for r in results])
+        ui.json({"set": patch_set.name, "releases": [r.to_json(patch_set.name) for r in results]})
     elif fmt == "junit":
         import sys
 
         sys.stdout.write(releases_junit(results, f"patchkit.{patch_set.name}"))
     else:
         _report_releases(ui, results)
-    code = release_check.exit_code(results)
-    if code:
-        raise SystemExit(code)
+    return Finished(release_check.overall_outcome(results))
 
 
 def _report_releases(ui, results):
     from collections import Counter
+
+    from patchkit.enums import ReleaseOutcome
 
     ui.releases(results)
     for r in results:
@@ -103,11 +104,11 @@ def _report_releases(ui, results):
             for c in r.checks:
                 if c.failed:
                     ui.line(f"  {r.version}: {c.describe()}", style="red")
-        elif r.outcome == "unsupported" and r.requested:
+        elif r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested:
             ui.error(f"vLLM {r.version} was asked for but is not covered: {r.detail}")
     summary = ", ".join(f"{n} {label}" for label, n in Counter(r.label for r in results).items())
     failed = [str(r.version) for r in results if r.failed]
-    refused = [str(r.version) for r in results if r.outcome == "unsupported" and r.requested]
+    refused = [str(r.version) for r in results if r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested]
     if failed:
         ui.line(f"verify: FAILED on {', '.join(failed)} ({summary})", style="bold red")
     elif refused:
@@ -117,70 +118,61 @@ def _report_releases(ui, results):
 
 
 def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
-    import sys
-
-    from patchkit.checks import CheckResult
-    from patchkit.errors import CHECK_FAILED
-    from patchkit.inspection import inspect
-    from patchkit.library import UPSTREAM
+    from patchkit.operations import verify_tree
     from patchkit.resolve import require_patches, resolve
-    from patchkit.transaction import consistent_read
-    from patchkit.ui import checks_junit, plan_json, status_json
 
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
     resolved = resolve(opts)
     require_patches(resolved)
-    with consistent_read(resolved.target.root) as recovered:
-        if recovered:
-            ui.warn(recovered)
-        status = inspect(resolved, check_upstream=True, import_probe=import_probe)
-        results = _target_checks(resolved, status, import_probe)
-    failed = [r for r in results if r.failed]
-    conflicts = status.plan.conflicts if status.plan else []
-    ok = not failed and not conflicts and not status.drifted
+    verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
     if fmt == "junit":
-        conflict_cases = [CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in conflicts]
-        sys.stdout.write(checks_junit(conflict_cases + results, f"patchkit.{resolved.set_name}"))
+        _target_junit(resolved, verified)
     elif ui.json_mode:
-        ui.json(
-            {
-                **status_json(resolved, status),
-                "ok": ok,
-                "checked": "as-is" if status.state in ("applied", UPSTREAM) else "as-planned",
-                "plan": plan_json(status.plan) if status.plan else [],
-                "checks": [r.to_json() for r in results],
-            }
-        )
+        _target_json(ui, resolved, verified)
     else:
-        ui.status(resolved, status)
-        if status.state == UPSTREAM:
-            ui.line("upstream: this vLLM release ships the change; the set's checks ran on its stock files")
-            if status.upstream_regression:
-                ui.line("upstream regression: the stock files fail the set's checks", style="bold red")
-        elif results and status.state != "applied":
-            ui.line("checked as the tree would be after apply (nothing written)")
-        if results:
-            ui.checks(results)
-        ui.line("verify: ok" if ok else "verify: FAILED", style="green" if ok else "bold red")
-    if not ok:
-        raise SystemExit(CHECK_FAILED)
+        _target_text(ui, resolved, verified)
+    return verified
 
 
-def _target_checks(resolved, status, import_probe):
-    from patchkit.checks import bytecode, integrity, run_checks
-    from patchkit.inspection import check_context
+def _target_junit(resolved, verified) -> None:
+    import sys
 
-    if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
-        return list(status.checks)
-    results = []
-    if not status.plan.conflicts:
-        # Applied: the files are on disk, so the probe can import them.
-        results = run_checks(
-            check_context(resolved, status.plan, on_disk=status.state == "applied", import_probe=import_probe)
-        )
-    # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
-    return (
-        integrity.CHECK.run(check_context(resolved, status.plan))
-        + results
-        + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
+    from patchkit.checks import CheckResult
+    from patchkit.ui import checks_junit
+
+    conflicts = [
+        CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
+    ]
+    sys.stdout.write(checks_junit(conflicts + verified.checks, f"patchkit.{resolved.set_name}"))
+
+
+def _target_json(ui, resolved, verified) -> None:
+    from patchkit.enums import TreeState
+    from patchkit.ui import plan_json, status_json
+
+    status = verified.status
+    ui.json(
+        {
+            **status_json(resolved, status),
+            "ok": verified.ok,
+            "checked": "as-is" if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) else "as-planned",
+            "plan": plan_json(status.plan) if status.plan else [],
+            "checks": [r.to_json() for r in verified.checks],
+        }
     )
+
+
+def _target_text(ui, resolved, verified) -> None:
+    from patchkit.enums import TreeState
+
+    status, results = verified.status, verified.checks
+    ui.status(resolved, status)
+    if status.state == TreeState.UPSTREAM:
+        ui.line("upstream: this vLLM release ships the change; the set's checks ran on its stock files")
+        if status.upstream_regression:
+            ui.line("upstream regression: the stock files fail the set's checks", style="bold red")
+    elif results and status.state != TreeState.APPLIED:
+        ui.line("checked as the tree would be after apply (nothing written)")
+    if results:
+        ui.checks(results)
+    ui.line("verify: ok" if verified.ok else "verify: FAILED", style="green" if verified.ok else "bold red")

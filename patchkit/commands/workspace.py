@@ -2,18 +2,17 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import format_option, make_ui
+from patchkit.commands import make_ui
+from patchkit.commands.options import format_option, library_options, output_options
 
 
 @click.command()
 @click.argument("version")
 @click.argument("directory", required=False, metavar="[DIR]")
 @click.option("--all", "all_python", is_flag=True, help="Every vllm/**/*.py, not only the files the series touches.")
-@click.option("--patches", "library", metavar="DIR", help="Another patch library root.")
-@click.option("--set", "set_name", metavar="NAME", help="Patch set in the library.")
+@library_options
 @format_option
-@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
-@click.option("-v", "--verbose", count=True, help="More detail.")
+@output_options
 def command(version, directory, all_python, library, set_name, fmt, quiet, verbose):
     """Make DIR (default ./vllm-VERSION-workspace) a git repository to work on VERSION's series.
 

@@ -1,0 +1,95 @@
+"""The names of patchkit's states and outcomes, each a `str` enum whose value is what JSON and
+text output show. Distinct meanings get distinct names: a plan step is `ALREADY_APPLIED` ("applied")
+while a tree is `TreeState.APPLIED` (also "applied"); an apply result is `Outcome.ALREADY_APPLIED`
+("already-applied")."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class StrEnum(str, Enum):
+    """A str whose str() and format() are its value (enum.StrEnum from Python 3.11 on)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class StepState(StrEnum):
+    """A patch of a plan: will it change the tree, is its change there already, or neither."""
+
+    WILL_CHANGE = "apply"
+    ALREADY_APPLIED = "applied"
+    CONFLICT = "conflict"
+
+
+class PatchState(StrEnum):
+    """A patch as `status` reports it."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not-applied"
+    CONFLICT = "conflict"
+
+
+class TreeState(StrEnum):
+    """A target tree for its patch set, as `status` reports it."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not-applied"
+    PARTIAL = "partial"
+    UPSTREAM = "upstream"
+    UNSUPPORTED = "unsupported"
+
+
+class SelectionKind(StrEnum):
+    """What the library holds for a vLLM version."""
+
+    PATCH = "patch"
+    UPSTREAM = "upstream"
+    UNSUPPORTED = "unsupported"
+
+
+class LibraryPatchState(StrEnum):
+    """A patch file of the library as `list` reports it."""
+
+    OK = "ok"  # its sha256 is the one the series records
+    UNRECORDED = "unrecorded"  # the series records no sha256 for it
+    DAMAGED = "damaged"  # unreadable, or its sha256 differs from the recorded one
+
+
+class ReleaseOutcome(StrEnum):
+    """A release verified from its stock files (`verify --vllm-version/--all/--latest`)."""
+
+    PATCHED = "patched"
+    UPSTREAM = "upstream"
+    CONFLICT = "conflict"
+    CHECK_FAILED = "check-failed"
+    UNSUPPORTED = "unsupported"
+
+
+class CheckStatus(StrEnum):
+    """A check result as tables and JUnit show it."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    WARNING = "warning"
+    SKIPPED = "skipped"  # a passing result at warning level: the check did not run
+
+
+class Outcome(StrEnum):
+    """How a command ended; errors.exit_code_for maps it to the exit code."""
+
+    OK = "ok"
+    APPLIED = "applied"
+    ALREADY_APPLIED = "already-applied"
+    DRY_RUN = "dry-run"
+    UPSTREAM = "upstream"
+    REVERTED = "reverted"
+    NOT_APPLIED = "not-applied"  # revert: nothing to do, the tree is stock
+    CONFLICT = "conflict"
+    CHECK_FAILED = "check-failed"
+    BYTECODE_FAILED = "bytecode-failed"
+    UNSUPPORTED = "unsupported"

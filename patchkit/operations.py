@@ -1,0 +1,465 @@
+"""apply, revert and verify on a target, as operations that return what happened and print nothing.
+
+apply:  plan in memory -> stock integrity (--force overrides) -> checks on the planned contents
+        -> one transaction with the record -> stale bytecode fixed -> checks on disk (rolled back
+        if they fail) -> stale bytecode that could not be fixed refused.
+revert: the originals the record saved (an edited file refused, or with --force kept aside), the
+        rest of the series reverse-applied -> one transaction -> stale bytecode fixed.
+
+A command shows each step as it happens (a Watcher) and renders the result; `verify`'s release
+pipeline (release_check) runs the same operations on a scratch tree. A result carries its outcome, and the error to report when the
+operation did not do what was asked; refusals that come before any plan (drift, a busy lock, an
+unsupported version) are raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from patchkit.checks import CheckResult
+from patchkit.enums import Outcome, SelectionKind, TreeState
+from patchkit.errors import CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
+from patchkit.inspection import TreeStatus
+from patchkit.options import Options
+from patchkit.patchfile import Patch
+from patchkit.plan import PatchStep, Plan
+from patchkit.resolve import Resolved
+from patchkit.target import Target
+
+# Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
+Timer = Callable[[str], AbstractContextManager[object]]
+
+
+def _untimed(phase: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+class Watcher(Protocol):
+    """Told of each step as it happens, so a command can show it at once (the result holds it too)."""
+
+    def warning(self, text: str) -> None: ...
+
+    def planned(self, plan: Plan) -> None: ...
+
+    def checked(self, results: list[CheckResult]) -> None: ...
+
+
+class Unwatched:
+    def warning(self, text: str) -> None:
+        pass
+
+    def planned(self, plan: Plan) -> None:
+        pass
+
+    def checked(self, results: list[CheckResult]) -> None:
+        pass
+
+
+@dataclass
+class ApplyResult:
+    outcome: Outcome
+    message: str = ""  # the last line of a text report (an error says it instead)
+    plan: Plan | None = None
+    checks: list[CheckResult] | None = None  # the results reported with the outcome (None: no checks ran)
+    tables: list[list[CheckResult]] = field(default_factory=list)  # the check tables shown (Watcher.checked), in order
+    planned_checks: list[CheckResult] = field(default_factory=list)  # on the planned contents
+    on_disk_checks: list[CheckResult] = field(default_factory=list)  # on the files as written
+    written: bool = False  # the transaction was committed (and maybe rolled back since)
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+
+@dataclass
+class RevertResult:
+    outcome: Outcome
+    message: str = ""
+    files: list[str] = field(default_factory=list)  # restored, or that would be
+    checks: list[CheckResult] = field(default_factory=list)  # bytecode, after writing
+    saved: Path | None = None  # where copies of edited files were kept (--force)
+    saved_files: list[str] = field(default_factory=list)  # the edited files copied there
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def apply_series(
+    resolved: Resolved,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    import_probe: bool = True,
+    watch: Watcher | None = None,
+    timed: Timer = _untimed,
+) -> ApplyResult:
+    """Apply the resolved series to its target: all files or none, checked, recorded."""
+    from patchkit.resolve import require_patches
+    from patchkit.transaction import target_lock
+
+    patches = require_patches(resolved)
+    if resolved.selection.kind == SelectionKind.UPSTREAM:
+        return ApplyResult(Outcome.UPSTREAM, f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch")
+    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe)
+    with target_lock(resolved.target.root) as recovered:
+        if recovered:
+            applying.warn(recovered)
+        return applying.run(dry_run=dry_run, force=force)
+
+
+@dataclass
+class _Applying:
+    """One apply: what it has shown so far goes into each result it ends with."""
+
+    resolved: Resolved
+    patches: list[Patch]
+    watch: Watcher
+    timed: Timer
+    import_probe: bool
+    tables: list[list[CheckResult]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+        self.watch.warning(text)
+
+    def show(self, results: list[CheckResult]) -> list[CheckResult]:
+        self.tables.append(results)
+        self.watch.checked(results)
+        return results
+
+    def result(self, outcome: Outcome, message: str = "", **details) -> ApplyResult:
+        return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
+
+    def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
+        from patchkit.inspection import drifted_files
+        from patchkit.plan import plan_apply
+
+        drifted = drifted_files(self.resolved)
+        if drifted:
+            raise Drift(
+                f"files edited after patchkit patched them: {', '.join(drifted)}",
+                hint="revert (with --force to keep a copy of the edits) before applying again",
+            )
+        with self.timed("dry_run"):
+            plan = plan_apply(self.resolved.target.root, self.patches)
+        self.watch.planned(plan)
+        if plan.conflicts:
+            return self.result(
+                Outcome.CONFLICT,
+                plan=plan,
+                error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
+            )
+        if not plan.changed_paths:
+            return self.already_applied(plan, dry_run=dry_run)
+        stock = self.stock_integrity(plan, force=force)
+        if stock.outcome != Outcome.DRY_RUN or dry_run:
+            return stock
+        assert stock.checks is not None
+        return self.write(plan, stock.checks)
+
+    def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
+        """Nothing to write; but stale bytecode an earlier apply could not fix is repaired here
+        (only stale files are touched)."""
+        message = "already applied: nothing to do"
+        if dry_run:
+            return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
+        bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
+        return _refuse_stale_bytecode(
+            self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
+        )
+
+    def stock_integrity(self, plan: Plan, *, force: bool) -> ApplyResult:
+        """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
+        Passing, the result is the dry run's."""
+        from patchkit.checks import integrity
+        from patchkit.inspection import check_context
+
+        results = integrity.CHECK.run(check_context(self.resolved, plan))
+        failed = [r for r in results if r.failed]
+        if failed and not force:
+            self.show(results)
+            refusal = integrity.refusal(failed, self.resolved.vllm_version)
+            return self.result(Outcome.CHECK_FAILED, plan=plan, checks=results, error=refusal)
+        return self.result(
+            Outcome.DRY_RUN,
+            f"dry run: {len(plan.changed_paths)} file(s) would change; nothing written "
+            "(`patchkit verify` also runs the checks)",
+            plan=plan,
+            checks=integrity.forced(results),
+        )
+
+    def write(self, plan: Plan, stock: list[CheckResult]) -> ApplyResult:
+        """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
+        from patchkit.checks import run_checks
+        from patchkit.inspection import check_context
+        from patchkit.state import read_state
+        from patchkit.transaction import commit_changes
+
+        resolved, root = self.resolved, self.resolved.target.root
+        with self.timed("checks"):
+            planned = run_checks(check_context(resolved, plan, import_probe=self.import_probe))
+        results = self.show(stock + planned)
+        failed = [r for r in results if r.failed]
+        if failed:
+            return self.result(
+                Outcome.CHECK_FAILED,
+                plan=plan,
+                checks=results,
+                planned_checks=planned,
+                error=CheckFailed(
+                    "verification of the patched files failed; nothing was written:\n  "
+                    + "\n  ".join(r.describe() for r in failed)
+                ),
+            )
+        changes = plan.changes
+        with self.timed("apply"):
+            state = read_state(root)
+            entry = resolved.apply_record(changes, state.entry(resolved.set_name))
+            commit_changes(root, changes, state.with_entry(entry))
+            bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
+        with self.timed("checks"):
+            on_disk = run_checks(check_context(resolved, plan, on_disk=True, import_probe=self.import_probe))
+        if any(r.failed for r in on_disk):
+            commit_changes(root, changes, state, undo=True)
+            self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
+            return self.result(
+                Outcome.CHECK_FAILED,
+                plan=plan,
+                checks=stock + on_disk + bytecode,
+                planned_checks=planned,
+                on_disk_checks=on_disk,
+                written=True,
+                error=CheckFailed(
+                    "verification after writing failed; the tree was rolled back:\n  "
+                    + "\n  ".join(r.describe() for r in on_disk if r.failed)
+                ),
+            )
+        written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
+        if written_only:
+            self.show(written_only)
+        done = f"applied {len(self.patches)} patch(es)"
+        applied = self.result(
+            Outcome.APPLIED,
+            f"{done}: {len(changes)} file(s) changed",
+            plan=plan,
+            checks=stock + on_disk + bytecode,
+            planned_checks=planned,
+            on_disk_checks=on_disk,
+            written=True,
+        )
+        return _refuse_stale_bytecode(applied, done)
+
+
+def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
+    from patchkit.checks import bytecode
+
+    stale = [r for r in result.checks or [] if r.check == bytecode.NAME and r.failed]
+    if stale:
+        result.outcome = Outcome.BYTECODE_FAILED
+        result.error = CheckFailed(
+            f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + bytecode.failures(stale),
+            hint="remove those .pyc files (Python then compiles the sources); "
+            "`patchkit verify` reports any stale bytecode left",
+        )
+    return result
+
+
+def fix_bytecode(target: Target, paths) -> list[CheckResult]:
+    """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
+    code of the changed files (unchecked-hash pycs)."""
+    from patchkit.checks import bytecode
+
+    return bytecode.fix(target.root, paths, target.python)
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@dataclass
+class VerifyResult:
+    """`verify` on a target: its status, and the checks on its files as they are (applied,
+    upstream) or as apply would leave them."""
+
+    status: TreeStatus
+    checks: list[CheckResult]
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+    @property
+    def conflicts(self) -> list[PatchStep]:
+        return self.status.plan.conflicts if self.status.plan else []
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.failed for r in self.checks) and not self.conflicts and not self.status.drifted
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.OK if self.ok else Outcome.CHECK_FAILED
+
+
+def verify_tree(resolved: Resolved, *, import_probe: bool = True, watch: Watcher | None = None) -> VerifyResult:
+    """The checks on the target's files, nothing written (under the lock: no writer is half-way)."""
+    from patchkit.inspection import inspect
+    from patchkit.transaction import consistent_read
+
+    warnings = []
+    with consistent_read(resolved.target.root) as recovered:
+        if recovered:
+            warnings.append(recovered)
+            (watch or Unwatched()).warning(recovered)
+        status = inspect(resolved, check_upstream=True, import_probe=import_probe)
+        return VerifyResult(status, _tree_checks(resolved, status, import_probe), warnings)
+
+
+def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:
+    from patchkit.checks import bytecode, integrity, run_checks
+    from patchkit.inspection import check_context
+
+    if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
+        return list(status.checks)
+    results = []
+    if not status.plan.conflicts:
+        # Applied: the files are on disk, so the probe can import them.
+        on_disk = status.state == TreeState.APPLIED
+        results = run_checks(check_context(resolved, status.plan, on_disk=on_disk, import_probe=import_probe))
+    # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
+    return (
+        integrity.CHECK.run(check_context(resolved, status.plan))
+        + results
+        + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
+    )
+
+
+# --------------------------------------------------------------------------- revert
+
+
+def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
+    """The target, and its series where the library still covers its version: a recorded apply
+    can be undone without it."""
+    from patchkit.resolve import require_patches, resolve, resolve_target
+
+    target = resolve_target(opts)
+    try:
+        resolved = resolve(opts, target=target)
+        require_patches(resolved)
+    except NoPatchSet:
+        return target, None
+    return target, resolved
+
+
+def revert_series(
+    target: Target,
+    resolved: Resolved | None,
+    set_name: str | None = None,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    watch: Watcher | None = None,
+) -> RevertResult:
+    """Restore the stock files: the originals the record saved (checked by sha256), and the series
+    patches it does not cover reverse-applied. `set_name` names the set when `resolved` is None."""
+    from patchkit.resolve import require_patches
+    from patchkit.transaction import target_lock
+
+    watch = watch or Unwatched()
+    patches = require_patches(resolved) if resolved else []
+    with target_lock(target.root) as recovered:
+        if recovered:
+            watch.warning(recovered)
+        result = _revert_locked(
+            target, resolved, resolved.set_name if resolved else set_name, patches, force=force, dry_run=dry_run
+        )
+        if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
+            watch.checked(result.checks)
+    if result.saved:
+        result.warnings.append(f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}")
+        watch.warning(result.warnings[-1])
+    if recovered:
+        result.warnings.insert(0, recovered)
+    return result
+
+
+def _revert_locked(
+    target: Target,
+    resolved: Resolved | None,
+    set_name: str | None,
+    patches: list[Patch],
+    *,
+    force: bool,
+    dry_run: bool,
+) -> RevertResult:
+    from patchkit.plan import View, plan_revert, restore_recorded
+    from patchkit.state import read_state
+    from patchkit.transaction import commit_changes
+
+    root = target.root
+    state = read_state(root)
+    if set_name is None and len(state.entries) == 1:  # the one set this tree records
+        set_name = state.entries[0].set_name
+    entry = state.entry(set_name) if set_name else None
+    if resolved is None and entry is None:
+        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+    view = View(root)
+    edited = restore_recorded(view, entry, force=force) if entry else []
+    recorded = {(p["name"], p["sha256"]) for p in entry.patches} if entry else set()
+    # Patches the record covers are undone from the saved originals above; reverse-applying
+    # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
+    unrecorded = [p for p in patches if (p.name, p.sha256) not in recorded]
+    plan = plan_revert(root, unrecorded, view=view)
+    if plan.conflicts:
+        return RevertResult(
+            Outcome.CONFLICT,
+            error=Conflict("cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
+        )
+    changes = plan.changes
+    files = sorted(changes)
+    if dry_run:
+        return RevertResult(Outcome.DRY_RUN, f"would restore {len(changes)} file(s)", files)
+    if not changes:
+        return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", files)
+    saved = keep_copies(root, edited) if edited else None
+    commit_changes(root, changes, state.without(set_name) if set_name else state)
+    bytecode = fix_bytecode(target, changes)
+    result = RevertResult(
+        Outcome.REVERTED,
+        f"reverted: {len(changes)} file(s) restored to stock",
+        files,
+        checks=bytecode,
+        saved=saved,
+        saved_files=edited,
+    )
+    return _refuse_stale_revert(result)
+
+
+def _refuse_stale_revert(result: RevertResult) -> RevertResult:
+    from patchkit.checks import bytecode
+
+    stale = [r for r in result.checks if r.failed]
+    if stale:
+        result.outcome = Outcome.BYTECODE_FAILED
+        result.error = CheckFailed(
+            f"reverted {len(result.files)} file(s), but compiled bytecode of the patched code could not "
+            "be fixed:\n  " + bytecode.failures(stale),
+            hint="remove those .pyc files (Python then compiles the sources)",
+        )
+    return result
+
+
+def keep_copies(root: Path, paths: list[str]) -> Path:
+    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>/."""
+    import shutil
+    from datetime import datetime
+
+    from patchkit.state import meta_dir
+
+    where = meta_dir(root) / "saved" / datetime.now().strftime("%Y%m%dT%H%M%S")
+    for path in paths:
+        (where / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / path, where / path)
+    return where

@@ -1,0 +1,229 @@
+"""The operations layer (apply/revert results), the one exit path, the state names, JSON's
+schema_version, and the options every command shares."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SPEC_PY, make_patch, snapshot, write_library
+
+import patchkit
+from patchkit import inspection
+from patchkit.enums import Outcome, PatchState, StepState, TreeState
+from patchkit.errors import CHECK_FAILED, INTERNAL_ERROR, Conflict
+from patchkit.operations import apply_series, resolve_for_revert, revert_series, verify_tree
+from patchkit.options import Options
+from patchkit.resolve import resolve
+
+SPEC = "vllm/config/spec.py"
+PATCHED_SPEC = SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
+PACKAGE = Path(patchkit.__file__).parent
+
+
+@pytest.fixture
+def library(tmp_path, tree, scratch) -> Path:
+    return write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: PATCHED_SPEC})]})
+
+
+def options(tree: Path, library: Path) -> Options:
+    return Options(target_dir=str(tree), library=str(library))
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def test_apply_and_revert_return_what_they_did(tree, library):
+    stock = snapshot(tree)
+    resolved = resolve(options(tree, library))
+
+    dry = apply_series(resolved, dry_run=True)
+    assert dry.outcome == Outcome.DRY_RUN and not dry.written and snapshot(tree) == stock
+    assert [s.state for s in dry.plan.steps] == [StepState.WILL_CHANGE]
+
+    applied = apply_series(resolved)
+    assert applied.outcome == Outcome.APPLIED and applied.error is None and applied.written
+    assert (tree / SPEC).read_text() == PATCHED_SPEC
+    assert {r.check for r in applied.planned_checks} >= {"syntax", "names"}
+    assert applied.message == "applied 1 patch(es): 1 file(s) changed"
+
+    again = apply_series(resolved)
+    assert again.outcome == Outcome.ALREADY_APPLIED and not again.written
+
+    target, still_resolved = resolve_for_revert(options(tree, library))
+    reverted = revert_series(target, still_resolved)
+    assert (reverted.outcome, reverted.files, reverted.error) == (Outcome.REVERTED, [SPEC], None)
+    assert snapshot(tree) == stock
+    assert revert_series(target, still_resolved).outcome == Outcome.NOT_APPLIED
+
+
+class Recorder:
+    def __init__(self):
+        self.events: list[tuple[str, object]] = []
+
+    def warning(self, text):
+        self.events.append(("warning", text))
+
+    def planned(self, plan):
+        self.events.append(("planned", plan))
+
+    def checked(self, results):
+        self.events.append(("checked", results))
+
+
+def test_the_watcher_is_told_each_step_as_it_happens(tree, library):
+    watch = Recorder()
+    result = apply_series(resolve(options(tree, library)), watch=watch)
+    assert [kind for kind, _ in watch.events] == ["planned", "checked", "checked"]
+    assert watch.events[0][1] is result.plan
+    assert [shown for _, shown in watch.events[1:]] == result.tables
+    assert {r.check for r in result.tables[1]} == {"bytecode"}  # after writing
+
+    watch = Recorder()
+    target, resolved = resolve_for_revert(options(tree, library))
+    reverted = revert_series(target, resolved, watch=watch)
+    assert watch.events == [("checked", reverted.checks)]
+
+
+def test_a_conflict_is_a_result_carrying_its_error(tree, library):
+    (tree / SPEC).write_text(SPEC_PY.replace('"llama",', '"mistral",'))
+    before = snapshot(tree)
+    result = apply_series(resolve(options(tree, library)))
+    assert result.outcome == Outcome.CONFLICT and isinstance(result.error, Conflict)
+    assert "hunk #1 does not apply" in result.error.message
+    assert snapshot(tree) == before and not result.written
+
+
+def test_verify_checks_the_planned_tree_and_names_its_verdict(tree, library):
+    verified = verify_tree(resolve(options(tree, library)), import_probe=False)
+    assert (verified.status.state, verified.ok, verified.outcome) == (TreeState.NOT_APPLIED, True, Outcome.OK)
+    assert {"integrity", "syntax", "bytecode"} <= {r.check for r in verified.checks}
+
+    (tree / SPEC).write_text(SPEC_PY.replace('"llama",', '"mistral",'))
+    verified = verify_tree(resolve(options(tree, library)), import_probe=False)
+    assert verified.outcome == Outcome.CHECK_FAILED and [s.patch.name for s in verified.conflicts] == [
+        "0001-change.patch"
+    ]
+
+
+# --------------------------------------------------------------------------- exit path
+
+
+def test_an_internal_error_has_its_own_exit_code(run, tree, library, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(inspection, "inspect", broken)
+    result = run("status", "--target", tree, "--patches", library)
+    assert result.exit_code == INTERNAL_ERROR == 70
+    assert "internal error: RuntimeError: boom" in result.output
+    assert INTERNAL_ERROR != CHECK_FAILED
+
+
+def test_the_exit_codes_are_in_the_help(run):
+    assert "70 internal error" in run("--help").output
+
+
+def test_no_command_exits_by_itself():
+    """Exit codes are decided in cli.py alone."""
+    for path in PACKAGE.rglob("*.py"):
+        assert "SystemExit" not in path.read_text(), path
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def documents(run, tree, library) -> dict[str, dict]:
+    where = ["--target", tree, "--patches", library, "--format", "json"]
+    out = {}
+    for name, argv in [
+        ("status", ["status", *where]),
+        ("dry-run", ["apply", "--dry-run", *where]),
+        ("apply", ["apply", *where]),
+        ("verify", ["verify", *where]),
+        ("revert", ["revert", *where]),
+        ("list", ["list", "--patches", library, "--format", "json"]),
+    ]:
+        result = run(*argv)
+        assert result.exit_code == 0, result.output
+        out[name] = json.loads(result.stdout)
+    return out
+
+
+def test_every_json_document_carries_the_schema_version(run, tree, library):
+    docs = documents(run, tree, library)
+    assert {name: doc["schema_version"] for name, doc in docs.items()} == dict.fromkeys(docs, 1)
+    assert [docs[n]["result"] for n in ("dry-run", "apply", "revert")] == ["dry-run", "applied", "reverted"]
+    assert (docs["status"]["state"], docs["verify"]["state"]) == ("not-applied", "applied")
+
+
+def test_a_failed_apply_prints_its_document_too(run, tree, library):
+    (tree / SPEC).write_text(SPEC_PY.replace('"llama",', '"mistral",'))
+    result = run("apply", "--target", tree, "--patches", library, "--format", "json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and (data["schema_version"], data["result"]) == (1, "conflict")
+    assert data["plan"][0]["state"] == "conflict"
+
+
+# --------------------------------------------------------------------------- names for states
+
+
+def test_states_print_and_serialize_as_their_values():
+    assert json.dumps({"state": StepState.WILL_CHANGE}) == '{"state": "apply"}'
+    assert (str(TreeState.NOT_APPLIED), f"{TreeState.PARTIAL}", f"{Outcome.DRY_RUN:>8}") == (
+        "not-applied",
+        "partial",
+        " dry-run",
+    )
+    # the same string, distinct meanings
+    assert StepState.ALREADY_APPLIED == PatchState.APPLIED == TreeState.APPLIED == "applied"
+    assert StepState.ALREADY_APPLIED is not TreeState.APPLIED
+
+
+def test_the_text_report_shows_state_values(run, tree, library):
+    output = run("status", "--target", tree, "--patches", library).output
+    assert "state    not-applied" in output and "StepState" not in output and "TreeState" not in output
+
+
+# --------------------------------------------------------------------------- layers and options
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_only_the_commands_and_the_cli_import_the_presentation_layer():
+    engine = [p for p in PACKAGE.rglob("*.py") if "commands" not in p.parts and p.name not in ("cli.py", "ui.py")]
+    assert engine
+    assert [p.name for p in engine if "patchkit.ui" in _imports(p)] == []
+
+
+SHARED = ["--patches", "--set", "--quiet", "--verbose"]
+
+
+def test_shared_options_are_declared_once_and_read_the_same_everywhere(run):
+    from patchkit.cli import COMMANDS, cli
+
+    declared_in = [p.name for p in (PACKAGE / "commands").glob("*.py") if '"--patches"' in p.read_text()]
+    assert declared_in == ["options.py"]
+    helps: dict[str, set[str]] = {}
+    for name in COMMANDS:
+        command = cli.get_command(None, name)
+        for param in command.params:
+            for flag in param.opts:
+                if flag in SHARED:
+                    helps.setdefault(flag, set()).add(param.help)
+    assert sorted(helps) == sorted(SHARED)
+    assert all(len(texts) == 1 for texts in helps.values()), helps
+    for name in ("fetch", "workspace", "port"):
+        assert "--patches DIR" in run(name, "--help").output
+    assert "-q, --quiet" in run("refresh", "--help").output
