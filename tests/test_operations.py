@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SPEC_PY, make_patch, snapshot, write_library
+from helpers import SPEC_PY, make_patch, snapshot, write_library
 
 import patchkit
 from patchkit import inspection
