@@ -17,6 +17,6 @@ def command(opts, quiet, verbose):
     resolved = resolve(opts)
     patches = require_patches(resolved)
     if not patches:
-        ui.line(f"vLLM {resolved.version.version}: the set is upstream; there is no diff")
+        ui.line(f"vLLM {resolved.vllm_version}: the set is upstream; there is no diff")
         return
     ui.diff("".join(decode(p.raw) for p in patches))  # each ends in a newline: parse_patch makes sure
