@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TextIO
 
 STATE_STYLES = {
     "applied": "green",
@@ -155,26 +155,47 @@ class UI:
             self.line(f"drifted  {path} was edited after patchkit patched it", style="red")
 
     def plan(self, plan, *, dry_run: bool) -> None:
-        """Per file and per hunk: where it lands (and at what offset)."""
+        """Where each change lands. Piped: one tab-separated row per hunk, written as it is made.
+        In a terminal: aligned rows, one per file with its hunk count, one per hunk with -v."""
         if self.quiet or self.json_mode:
             return
-        rows = []
-        for step in plan.steps:
-            if not step.files:
-                rows.append([step.patch.name, "", "", step.state, ""])
-            for file_step in step.files:
-                for i, placement in enumerate(file_step.placements, 1):
-                    offset = f"offset {placement.offset:+d}" if placement.offset else ""
-                    rows.append(
-                        [step.patch.name, file_step.patch.path, f"#{i} at line {placement.line}", step.state, offset]
-                    )
         verb = "would change" if dry_run else "changes"
-        self.table(
-            ["patch", "file", "hunk", "state", "note"],
-            rows,
-            title=f"plan: {verb} {len(plan.changed_paths)} file(s)",
-            state_column=3,
-        )
+        title = f"plan: {verb} {len(plan.changed_paths)} file(s)"
+        if not self.terminal:
+            write_plan_rows(self.out.file, plan, title)
+        elif self.verbose:
+            self._aligned(title, PLAN_HUNK_COLUMNS, plan_hunk_rows(plan), state_column=3, leading=2)
+        else:
+            self._aligned(title, PLAN_FILE_COLUMNS, plan_file_rows(plan), state_column=4, leading=1, right=(2,))
+
+    def _aligned(
+        self,
+        title: str,
+        columns: tuple[str, ...],
+        rows: Iterable[tuple[str, ...]],
+        state_column: int,
+        leading: int,
+        right: tuple[int, ...] = (),
+    ) -> None:
+        """A large table as one rich Text of padded cells: a rich Table measures every cell and
+        takes seconds for thousands of rows. A patch (and file) repeated from the row above is
+        left blank; the file column (the second) narrows to fit the terminal, a longer path
+        pushing the rest of its row along."""
+        from rich.text import Text
+
+        shown = list(blank_repeats(rows, leading))
+        widths = [max(map(len, cells)) for cells in zip(columns, *shown, strict=True)]
+        too_wide = sum(widths) + COLUMN_GAP * (len(widths) - 1) - self.out.width
+        if too_wide > 0:
+            widths[1] = max(len(columns[1]), widths[1] - too_wide, MIN_FILE_WIDTH)
+        text = Text()
+        text.append(title + "\n", style="italic")
+        _append_row(text, columns, widths, right, style="bold")
+        text.append("\u2500" * (sum(widths) + COLUMN_GAP * (len(widths) - 1)) + "\n")
+        for row in shown:
+            _append_row(text, row, widths, right, state_column=state_column)
+        text.rstrip()
+        self.out.print(text, soft_wrap=True)
 
     def checks(self, results) -> None:
         rows = [[r.check, r.path or "", check_outcome(r), r.message] for r in results]
@@ -318,6 +339,103 @@ def check_outcome(result) -> str:
     if result.ok:
         return "pass" if result.level != "warning" else "skipped"
     return "fail" if result.failed else "warning"
+
+
+PLAN_HUNK_COLUMNS = ("patch", "file", "hunk", "state", "note")
+PLAN_FILE_COLUMNS = ("patch", "file", "hunks", "lines", "state", "note")
+KIND_NOTES = {"add": "new file", "delete": "deleted"}
+COLUMN_GAP = 2
+MIN_FILE_WIDTH = 30
+
+
+def plan_hunk_rows(plan) -> Iterator[tuple[str, ...]]:
+    """One row per hunk: where it lands and its offset; a patch with no file steps (already
+    applied, or a conflict) is one row with its state."""
+    for step in plan.steps:
+        if not step.files:
+            yield (step.patch.name, "", "", step.state, "")
+        for file_step in step.files:
+            for index, placement in enumerate(file_step.placements, 1):
+                offset = placement.offset
+                yield (
+                    step.patch.name,
+                    file_step.patch.path,
+                    f"#{index} at line {placement.line}",
+                    step.state,
+                    f"offset {offset:+d}" if offset else "",
+                )
+
+
+def plan_file_rows(plan) -> Iterator[tuple[str, ...]]:
+    """One row per file: its hunk count, the lines where the first and last land, its offsets
+    and kind summarised; a patch with no file steps is one row with its state."""
+    for step in plan.steps:
+        if not step.files:
+            yield (step.patch.name, "", "", "", step.state, "")
+        for file_step in step.files:
+            lines = [p.line for p in file_step.placements]
+            span = f"{lines[0]}\u2013{lines[-1]}" if len(lines) > 1 else "".join(map(str, lines))
+            yield (step.patch.name, file_step.patch.path, str(len(lines)), span, step.state, file_note(file_step))
+
+
+def file_note(file_step) -> str:
+    """A file's kind when it is not a modification, and the offsets its hunks land at."""
+    fp = file_step.patch
+    kind = f"renamed from {fp.source_path}" if fp.kind == "rename" else KIND_NOTES.get(fp.kind, "")
+    return "; ".join(note for note in (kind, offsets_note(file_step.placements)) if note)
+
+
+def offsets_note(placements) -> str:
+    """ "offset +3" for one hunk; "2 of 5 at an offset (+3, -1)" for more (three offsets at most)."""
+    offsets = [p.offset for p in placements if p.offset]
+    if not offsets:
+        return ""
+    if len(placements) == 1:
+        return f"offset {offsets[0]:+d}"
+    distinct = sorted(set(offsets), key=offsets.index)
+    shown = ", ".join(f"{o:+d}" for o in distinct[:3]) + (", \u2026" if len(distinct) > 3 else "")
+    return f"{len(offsets)} of {len(placements)} at an offset ({shown})"
+
+
+def write_plan_rows(stream: TextIO, plan, title: str) -> None:
+    """The plan as plain text for a pipe: the title, a header, then one tab-separated row per
+    hunk written as it is made (every row has all five fields, the note possibly empty)."""
+    write = stream.write
+    write(f"{title}\n")
+    write("\t".join(PLAN_HUNK_COLUMNS) + "\n")
+    for row in plan_hunk_rows(plan):
+        write("\t".join(row) + "\n")
+
+
+def blank_repeats(rows: Iterable[tuple[str, ...]], leading: int) -> Iterator[tuple[str, ...]]:
+    """Rows with each of the first `leading` cells blanked where it and the cells before it
+    repeat the row above (a patch's name once, a file's path once)."""
+    previous: tuple[str, ...] = ()
+    for row in rows:
+        same = 0
+        while same < leading and same < len(previous) and row[same] == previous[same] and row[same]:
+            same += 1
+        yield ("",) * same + row[same:]
+        previous = row
+
+
+def _append_row(
+    text,
+    cells: tuple[str, ...],
+    widths: list[int],
+    right: tuple[int, ...],
+    style: str | None = None,
+    state_column: int | None = None,
+) -> None:
+    """Padded cells two spaces apart, nothing after the last non-empty one."""
+    last = max((i for i, cell in enumerate(cells) if cell), default=0)
+    for i, cell in enumerate(cells[: last + 1]):
+        padded = (
+            cell if i == last and i not in right else cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+        )
+        cell_style = STATE_STYLES.get(cell, "") if i == state_column else style
+        text.append(padded, style=cell_style)
+        text.append(" " * COLUMN_GAP if i < last else "\n")
 
 
 def plan_json(plan) -> list[dict]:
