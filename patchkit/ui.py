@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -156,44 +157,45 @@ class UI:
 
     def plan(self, plan, *, dry_run: bool) -> None:
         """Where each change lands. Piped: one tab-separated row per hunk, written as it is made.
-        In a terminal: aligned rows, one per file with its hunk count, one per hunk with -v."""
+        In a terminal: each patch a heading with its state, under it one row per file with its
+        hunk count (one row per hunk with -v)."""
         if self.quiet or self.json_mode:
             return
         verb = "would change" if dry_run else "changes"
         title = f"plan: {verb} {len(plan.changed_paths)} file(s)"
         if not self.terminal:
-            write_plan_rows(self.out.file, plan, title)
+            try:
+                write_plan_rows(self.out.file, plan, title)
+            except BrokenPipeError:
+                _stop_quietly(self.out)
         elif self.verbose:
-            self._aligned(title, PLAN_HUNK_COLUMNS, plan_hunk_rows(plan), state_column=3, leading=2)
+            self._plan_table(title, PLAN_HUNK_HEADER, plan_sections(plan, hunk_rows))
         else:
-            self._aligned(title, PLAN_FILE_COLUMNS, plan_file_rows(plan), state_column=4, leading=1, right=(2,))
+            self._plan_table(title, PLAN_FILE_HEADER, plan_sections(plan, file_rows), right=(1,))
 
-    def _aligned(
-        self,
-        title: str,
-        columns: tuple[str, ...],
-        rows: Iterable[tuple[str, ...]],
-        state_column: int,
-        leading: int,
-        right: tuple[int, ...] = (),
+    def _plan_table(
+        self, title: str, columns: tuple[str, ...], sections: list[PlanSection], right: tuple[int, ...] = ()
     ) -> None:
-        """A large table as one rich Text of padded cells: a rich Table measures every cell and
-        takes seconds for thousands of rows. A patch (and file) repeated from the row above is
-        left blank; the file column (the second) narrows to fit the terminal, a longer path
-        pushing the rest of its row along."""
+        """One rich Text of padded cells (a rich Table measures every cell and takes seconds for
+        thousands of rows). The file column narrows to fit the terminal, a longer path pushing
+        the rest of its row along."""
         from rich.text import Text
 
-        shown = list(blank_repeats(rows, leading))
-        widths = [max(map(len, cells)) for cells in zip(columns, *shown, strict=True)]
-        too_wide = sum(widths) + COLUMN_GAP * (len(widths) - 1) - self.out.width
+        rows = [row for _, _, section_rows in sections for row in section_rows]
+        widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
+        too_wide = INDENT + sum(widths) + COLUMN_GAP * (len(widths) - 1) - self.out.width
         if too_wide > 0:
-            widths[1] = max(len(columns[1]), widths[1] - too_wide, MIN_FILE_WIDTH)
+            widths[0] = max(len(columns[0]), widths[0] - too_wide, MIN_FILE_WIDTH)
         text = Text()
         text.append(title + "\n", style="italic")
         _append_row(text, columns, widths, right, style="bold")
-        text.append("\u2500" * (sum(widths) + COLUMN_GAP * (len(widths) - 1)) + "\n")
-        for row in shown:
-            _append_row(text, row, widths, right, state_column=state_column)
+        text.append(" " * INDENT + "\u2500" * (sum(widths) + COLUMN_GAP * (len(widths) - 1)) + "\n")
+        for name, state, section_rows in sections:
+            text.append(name, style="bold")
+            text.append(" " * COLUMN_GAP)
+            text.append(state + "\n", style=STATE_STYLES.get(state, ""))
+            for row in section_rows:
+                _append_row(text, row, widths, right)
         text.rstrip()
         self.out.print(text, soft_wrap=True)
 
@@ -341,9 +343,12 @@ def check_outcome(result) -> str:
     return "fail" if result.failed else "warning"
 
 
-PLAN_HUNK_COLUMNS = ("patch", "file", "hunk", "state", "note")
-PLAN_FILE_COLUMNS = ("patch", "file", "hunks", "lines", "state", "note")
+PLAN_HUNK_COLUMNS = ("patch", "file", "hunk", "state", "note")  # piped
+PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")  # terminal
+PLAN_HUNK_HEADER = ("file", "hunk", "note")  # terminal, -v
+PlanSection = tuple[str, str, list[tuple[str, ...]]]  # a patch's name, its state, its rows
 KIND_NOTES = {"add": "new file", "delete": "deleted"}
+INDENT = 2
 COLUMN_GAP = 2
 MIN_FILE_WIDTH = 30
 
@@ -366,16 +371,43 @@ def plan_hunk_rows(plan) -> Iterator[tuple[str, ...]]:
                 )
 
 
-def plan_file_rows(plan) -> Iterator[tuple[str, ...]]:
-    """One row per file: its hunk count, the lines where the first and last land, its offsets
-    and kind summarised; a patch with no file steps is one row with its state."""
-    for step in plan.steps:
-        if not step.files:
-            yield (step.patch.name, "", "", "", step.state, "")
-        for file_step in step.files:
-            lines = [p.line for p in file_step.placements]
-            span = f"{lines[0]}\u2013{lines[-1]}" if len(lines) > 1 else "".join(map(str, lines))
-            yield (step.patch.name, file_step.patch.path, str(len(lines)), span, step.state, file_note(file_step))
+def write_plan_rows(stream: TextIO, plan, title: str) -> None:
+    """The plan as plain text for a pipe: the title, a header, then one tab-separated row per
+    hunk written as it is made (every row has all five fields, the note possibly empty)."""
+    write = stream.write
+    write(f"{title}\n")
+    write("\t".join(PLAN_HUNK_COLUMNS) + "\n")
+    for row in plan_hunk_rows(plan):
+        write("\t".join(row) + "\n")
+
+
+def _stop_quietly(console) -> None:
+    """The reader of a pipe stopped early (`| head`): exit 1 without a word, as rich does for
+    what it prints (stdout pointed at devnull so that the flush at exit does not fail again)."""
+    console.quiet = True
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(1)
+
+
+def plan_sections(plan, rows_of) -> list[PlanSection]:
+    """Per patch: its name, its state and `rows_of` each of its file steps."""
+    return [(step.patch.name, step.state, [row for f in step.files for row in rows_of(f)]) for step in plan.steps]
+
+
+def file_rows(file_step) -> list[tuple[str, ...]]:
+    """A file's one row: its hunk count, the lines where its first and last hunk land, its kind
+    and offsets summarised."""
+    lines = [p.line for p in file_step.placements]
+    span = f"{lines[0]}\u2013{lines[-1]}" if len(lines) > 1 else "".join(map(str, lines))
+    return [(file_step.patch.path, str(len(lines)), span, file_note(file_step))]
+
+
+def hunk_rows(file_step) -> list[tuple[str, ...]]:
+    """A row per hunk of a file (its path on the first): where it lands, its offset."""
+    return [
+        (file_step.patch.path if index == 1 else "", f"#{index} at line {p.line}", offsets_note((p,)))
+        for index, p in enumerate(file_step.placements, 1)
+    ]
 
 
 def file_note(file_step) -> str:
@@ -397,44 +429,18 @@ def offsets_note(placements) -> str:
     return f"{len(offsets)} of {len(placements)} at an offset ({shown})"
 
 
-def write_plan_rows(stream: TextIO, plan, title: str) -> None:
-    """The plan as plain text for a pipe: the title, a header, then one tab-separated row per
-    hunk written as it is made (every row has all five fields, the note possibly empty)."""
-    write = stream.write
-    write(f"{title}\n")
-    write("\t".join(PLAN_HUNK_COLUMNS) + "\n")
-    for row in plan_hunk_rows(plan):
-        write("\t".join(row) + "\n")
-
-
-def blank_repeats(rows: Iterable[tuple[str, ...]], leading: int) -> Iterator[tuple[str, ...]]:
-    """Rows with each of the first `leading` cells blanked where it and the cells before it
-    repeat the row above (a patch's name once, a file's path once)."""
-    previous: tuple[str, ...] = ()
-    for row in rows:
-        same = 0
-        while same < leading and same < len(previous) and row[same] == previous[same] and row[same]:
-            same += 1
-        yield ("",) * same + row[same:]
-        previous = row
-
-
 def _append_row(
-    text,
-    cells: tuple[str, ...],
-    widths: list[int],
-    right: tuple[int, ...],
-    style: str | None = None,
-    state_column: int | None = None,
+    text, cells: tuple[str, ...], widths: list[int], right: tuple[int, ...], style: str | None = None
 ) -> None:
-    """Padded cells two spaces apart, nothing after the last non-empty one."""
+    """Indented, padded cells two spaces apart, nothing after the last non-empty one."""
     last = max((i for i, cell in enumerate(cells) if cell), default=0)
+    text.append(" " * INDENT)
     for i, cell in enumerate(cells[: last + 1]):
-        padded = (
-            cell if i == last and i not in right else cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-        )
-        cell_style = STATE_STYLES.get(cell, "") if i == state_column else style
-        text.append(padded, style=cell_style)
+        if i in right:
+            cell = cell.rjust(widths[i])
+        elif i < last:
+            cell = cell.ljust(widths[i])
+        text.append(cell, style=style)
         text.append(" " * COLUMN_GAP if i < last else "\n")
 
 

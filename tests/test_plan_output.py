@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from conftest import make_patch, write_library, write_tree
@@ -13,7 +15,7 @@ from rich.console import Console
 
 from patchkit.patchfile import parse_patch
 from patchkit.plan import plan_apply
-from patchkit.ui import UI, blank_repeats, offsets_note, plan_file_rows, plan_hunk_rows, write_plan_rows
+from patchkit.ui import UI, file_rows, hunk_rows, offsets_note, plan_hunk_rows, plan_sections, write_plan_rows
 
 LONG = "vllm/layers/long.py"
 SHORT = "vllm/layers/short.py"
@@ -105,13 +107,14 @@ def test_piped_rows_agree_with_the_engine_placements(site, patches):
     assert rows == expected and len(rows) == sum(len(f.patch.hunks) for s in plan.steps for f in s.files)
 
 
-class RecordingStream:
+class RecordingStream(io.StringIO):
     def __init__(self) -> None:
+        super().__init__()
         self.writes: list[str] = []
 
     def write(self, text: str) -> int:
         self.writes.append(text)
-        return len(text)
+        return super().write(text)
 
 
 def test_piped_rows_are_written_as_they_are_made(site, patches):
@@ -133,33 +136,47 @@ def test_piped_rows_are_written_as_they_are_made(site, patches):
     assert all(w.count("\t") == 4 and w.endswith("\n") for w in hunk_rows)
 
 
-def test_terminal_shows_one_row_per_file_with_hunk_count_span_and_notes(site, patches):
+def test_terminal_shows_each_patch_as_a_heading_and_one_row_per_file(site, patches):
     shift_second_hunk(site)
-    text = terminal_text(plan_of(site, patches))
-    lines = text.splitlines()
+    lines = terminal_text(plan_of(site, patches)).splitlines()
     assert lines[0] == "plan: would change 4 file(s)"
-    assert lines[1].split() == ["patch", "file", "hunks", "lines", "state", "note"]
-    assert set(lines[2]) == {"\u2500"}
-    rows = {line.split()[1] if not line.startswith(" ") else line.split()[0]: line for line in lines[3:]}
-    assert len(lines) == 3 + 4
-    assert re.search(rf"^0001-change\.patch\s+{re.escape(GONE)}\s+1\s+1\s+apply\s+deleted$", lines[3])
-    assert re.search(r"\s2\s+2\u201350\s+apply\s+1 of 2 at an offset \(\+3\)$", rows[LONG])
-    assert rows[NEW].endswith("apply  new file")
-    assert rows[SHORT].startswith("0002-change.patch")
-    # a patch's name is shown on its first row only
-    assert [line.startswith("0001") for line in lines[3:]] == [True, False, False, False]
+    assert lines[1].split() == ["file", "hunks", "lines", "note"]
+    assert set(lines[2].strip()) == {"\u2500"}
+    assert lines[3] == "0001-change.patch  apply"
+    assert re.fullmatch(rf"  {re.escape(GONE)} +1  1 +deleted", lines[4])
+    assert re.fullmatch(rf"  {re.escape(LONG)} +2  2\u201350 +1 of 2 at an offset \(\+3\)", lines[5])
+    assert re.fullmatch(rf"  {re.escape(NEW)} +1  1 +new file", lines[6])
+    assert lines[7] == "0002-change.patch  apply"
+    assert re.fullmatch(rf"  {re.escape(SHORT)} +1  1", lines[8])
+    assert len(lines) == 9
+    # the columns line up: each count ends where "hunks" ends, each note starts where "note" does
+    hunks_end = lines[1].index("hunks") + len("hunks")
+    assert {len(re.sub(r"(\d+)  \d.*", r"\1", line)) for line in lines[4:7] + lines[8:]} == {hunks_end}
+    assert {lines[4].index("deleted"), lines[5].index("1 of 2"), lines[6].index("new file")} == {lines[1].index("note")}
 
 
 def test_terminal_with_v_shows_one_row_per_hunk_and_each_file_once(site, patches):
     shift_second_hunk(site)
     plan = plan_of(site, patches)
     lines = terminal_text(plan, verbose=1).splitlines()
-    assert lines[1].split() == ["patch", "file", "hunk", "state", "note"]
-    rows = lines[3:]
+    assert lines[1].split() == ["file", "hunk", "note"]
+    rows = [line for line in lines[3:] if line.startswith("  ")]
     assert len(rows) == sum(len(f.placements) for s in plan.steps for f in s.files) == 5
     assert sum(LONG in row for row in rows) == 1
-    second_long_hunk = next(row for row in rows if "#2 at line 50" in row)
-    assert second_long_hunk.startswith(" ") and second_long_hunk.endswith("apply  offset +3")
+    first, second = (row for row in rows if "at line" in row and (LONG in row or row.strip().startswith("#2")))
+    assert first.split() == [LONG, "#1", "at", "line", "2"]
+    assert second.split() == ["#2", "at", "line", "50", "offset", "+3"]
+    assert second.index("#2") == first.index("#1")
+
+
+def test_terminal_shows_an_applied_or_conflicting_patch_as_a_heading_without_rows(site, patches):
+    (site / LONG).write_text(edited(LONG_PY, 5, 50))
+    (site / NEW).write_text("n = 1\n")
+    (site / GONE).unlink()
+    (site / SHORT).write_text("x = 9\n")
+    lines = terminal_text(plan_of(site, patches)).splitlines()
+    assert lines[0] == "plan: would change 0 file(s)"
+    assert lines[3:] == ["0001-change.patch  applied", "0002-change.patch  conflict"]
 
 
 def test_terminal_colours_the_state(site, patches):
@@ -173,15 +190,15 @@ def test_terminal_colours_the_state(site, patches):
 
 def test_terminal_narrows_the_file_column_to_fit_and_a_longer_path_pushes_its_row(tmp_path, scratch):
     deep = "vllm/" + "/".join(["a_rather_long_directory_name"] * 4) + "/module.py"
-    files = {deep: "a = 1\n", SHORT: "x = 1\n"}
-    site = write_tree(tmp_path / "deep", files=files)
+    site = write_tree(tmp_path / "deep", files={deep: "a = 1\n", SHORT: "x = 1\n"})
     patch = make_patch(scratch, site, {deep: "a = 2\n", SHORT: "x = 2\n"})
-    lines = terminal_text(plan_of(site, [patch]), width=100).splitlines()
-    assert len(deep) > 100
+    lines = terminal_text(plan_of(site, [patch]), width=80).splitlines()
+    assert len(deep) > 80
     short_row = next(line for line in lines if SHORT in line)
     deep_row = next(line for line in lines if deep in line)
-    assert len(short_row) <= 100 and len(lines[1]) <= 100
-    assert deep_row.endswith("1  1      apply") and short_row.endswith("1  1      apply")
+    assert max(len(short_row), len(lines[1]), len(lines[2])) <= 80
+    assert deep_row.endswith(f"{deep}      1  1") and short_row.endswith("      1  1")
+    assert len(short_row) < len(deep_row)
 
 
 def test_a_conflict_is_a_row_with_its_state_then_the_error(run, site, library):
@@ -223,19 +240,35 @@ def test_offsets_note_counts_and_lists_at_most_three_offsets(site, patches):
     assert offsets_note([At(1), At(-2), At(1), At(4), At(7)]) == "5 of 5 at an offset (+1, -2, +4, \u2026)"
 
 
-def test_blank_repeats_blanks_a_leading_cell_only_when_those_before_it_repeat():
-    rows = [("p", "a", "1"), ("p", "a", "2"), ("p", "b", "3"), ("q", "b", "4"), ("q", "b", "4")]
-    assert list(blank_repeats(rows, leading=2)) == [
-        ("p", "a", "1"),
-        ("", "", "2"),
-        ("", "b", "3"),
-        ("q", "b", "4"),
-        ("", "", "4"),
-    ]
-
-
-def test_file_and_hunk_rows_cover_the_same_files(site, patches):
+def test_file_hunk_and_piped_rows_cover_the_same_files_and_hunks(site, patches):
     plan = plan_of(site, patches)
-    files = [(row[1], int(row[2])) for row in plan_file_rows(plan)]
-    hunks = [row[1] for row in plan_hunk_rows(plan)]
-    assert files == [(path, hunks.count(path)) for path in dict.fromkeys(hunks)]
+    piped = [(row[0], row[1]) for row in plan_hunk_rows(plan)]
+    per_file = [(name, row[0], int(row[1])) for name, _, rows in plan_sections(plan, file_rows) for row in rows]
+    per_hunk = [(name, len(rows)) for name, _, rows in plan_sections(plan, hunk_rows)]
+    assert per_file == [(name, path, piped.count((name, path))) for name, path in dict.fromkeys(piped)]
+    assert per_hunk == [(name, sum(1 for n, _ in piped if n == name)) for name in dict.fromkeys(n for n, _ in piped)]
+
+
+def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path, scratch):
+    """`apply --dry-run | head`: exit 1 with nothing on stderr (no internal error), as rich does."""
+    lines = "".join(f"v{i} = {i}\n" for i in range(20_000))
+    site = write_tree(tmp_path / "big", files={LONG: lines})
+    patch = make_patch(scratch, site, {LONG: lines.replace("0 = ", "0 = -")})
+    (tmp_path / "big.patch").write_bytes(patch)
+    command = [
+        sys.executable,
+        "-m",
+        "patchkit",
+        "apply",
+        "--dry-run",
+        "--target",
+        site,
+        "--patch",
+        tmp_path / "big.patch",
+    ]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().startswith(b"vLLM")
+        process.stdout.close()
+        errors = process.stderr.read()
+    assert process.returncode == 1 and errors == b""
