@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -62,13 +62,22 @@ class UI:
     def json_mode(self) -> bool:
         return self.fmt == "json"
 
+    @cached_property
+    def plain(self) -> bool:
+        """stdout is a pipe or a file, told without importing rich: plain lines need none of it."""
+        return _plain_stdout()
+
     @property
     def terminal(self) -> bool:
-        return self.out.is_terminal
+        return not self.plain and self.out.is_terminal
 
     # -- primitives ---------------------------------------------------------------------------
     def line(self, text: str = "", style: str | None = None) -> None:
-        if not self.quiet and not self.json_mode:
+        if self.quiet or self.json_mode:
+            return
+        if self.plain:
+            _write_plainly(lambda stdout: stdout.write(text + "\n"))
+        else:
             self.out.print(text, style=style)
 
     def detail(self, text: str) -> None:
@@ -164,10 +173,7 @@ class UI:
         verb = "would change" if dry_run else "changes"
         title = f"plan: {verb} {len(plan.changed_paths)} file(s)"
         if not self.terminal:
-            try:
-                write_plan_rows(self.out.file, plan, title)
-            except BrokenPipeError:
-                _stop_quietly(self.out)
+            _write_plainly(lambda stdout: write_plan_rows(stdout, plan, title))
         elif self.verbose:
             self._plan_table(title, PLAN_HUNK_HEADER, plan_sections(plan, hunk_rows))
         else:
@@ -381,12 +387,27 @@ def write_plan_rows(stream: TextIO, plan, title: str) -> None:
         write("\t".join(row) + "\n")
 
 
-def _stop_quietly(console) -> None:
-    """The reader of a pipe stopped early (`| head`): exit 1 without a word, as rich does for
-    what it prints (stdout pointed at devnull so that the flush at exit does not fail again)."""
-    console.quiet = True
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    raise SystemExit(1)
+def _plain_stdout() -> bool:
+    """What rich's Console.is_terminal says of stdout, false only where it surely would: not a
+    tty, and none of the variables with which rich treats a pipe as a terminal."""
+    if "FORCE_COLOR" in os.environ or os.environ.get("TTY_COMPATIBLE") == "1":
+        return False
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _write_plainly(write: Callable[[TextIO], object]) -> None:
+    """`write` to stdout, flushed. A reader that stopped early (`| head`) ends the run with exit
+    1 and no word, as rich does for what it prints (stdout then points at devnull, so that the
+    flush at exit does not fail again)."""
+    try:
+        write(sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
 
 
 def plan_sections(plan, rows_of) -> list[PlanSection]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -59,11 +60,17 @@ def shift_second_hunk(site):
     (site / LONG).write_text(LONG_PY.replace("value_30 = 30\n", "value_30 = 30\n" + SHIFT))
 
 
+def terminal_ui(out: io.StringIO, *, verbose: int = 0, width: int = 200, **console) -> UI:
+    """A UI whose stdout is a terminal `width` columns wide, written into `out`."""
+    ui = UI(verbose=verbose)
+    ui.plain = False
+    ui.out = Console(file=out, force_terminal=True, width=width, markup=False, highlight=False, **console)
+    return ui
+
+
 def terminal_text(plan, *, verbose: int = 0, width: int = 200) -> str:
     out = io.StringIO()
-    ui = UI(verbose=verbose)
-    ui.out = Console(file=out, force_terminal=True, width=width, markup=False, highlight=False)
-    ui.plan(plan, dry_run=True)
+    terminal_ui(out, verbose=verbose, width=width).plan(plan, dry_run=True)
     return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
 
 
@@ -181,9 +188,7 @@ def test_terminal_shows_an_applied_or_conflicting_patch_as_a_heading_without_row
 
 def test_terminal_colours_the_state(site, patches):
     out = io.StringIO()
-    ui = UI()
-    ui.out = Console(file=out, force_terminal=True, color_system="standard", width=200)
-    ui.plan(plan_of(site, patches), dry_run=False)
+    terminal_ui(out, color_system="standard").plan(plan_of(site, patches), dry_run=False)
     assert "changes 4 file(s)" in out.getvalue()
     assert "\x1b[33mapply\x1b[0m" in out.getvalue()  # yellow, as `status` shows a pending patch
 
@@ -272,3 +277,32 @@ def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path, scratch):
         process.stdout.close()
         errors = process.stderr.read()
     assert process.returncode == 1 and errors == b""
+
+
+REPORT_RICH = (
+    "import atexit, sys; "
+    "atexit.register(lambda: sys.stderr.write('rich imported' if 'rich' in sys.modules else 'no rich')); "
+    "from patchkit.cli import main; main()"
+)
+
+
+@pytest.mark.parametrize("force_color", [None, "1"])
+def test_piped_text_output_needs_no_rich_unless_colour_is_forced(tmp_path, site, library, force_color):
+    """A pipe gets plain lines without importing rich; FORCE_COLOR makes rich (and patchkit)
+    treat it as a terminal."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR")}
+    if force_color:
+        env.update(FORCE_COLOR=force_color, TERM="xterm-256color")
+    command = [sys.executable, "-c", REPORT_RICH, "apply", "--dry-run", "--target", site, "--patches", library]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    if force_color:
+        assert done.stderr == "rich imported"
+        shown = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout)
+        assert "\x1b[" in done.stdout and "0001-change.patch  apply" in shown.splitlines() and "\t" not in shown
+    else:
+        assert done.stderr == "no rich"
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("vLLM     ") and lines[2] == "set      demo  series ==0.16.0 [0.16.0]"
+        assert lines[3:5] == ["plan: would change 4 file(s)", "patch\tfile\thunk\tstate\tnote"]
+        assert len(lines) == 11 and lines[-1].startswith("dry run: 4 file(s) would change")
