@@ -362,29 +362,34 @@ MIN_FILE_WIDTH = 30
 def plan_hunk_rows(plan) -> Iterator[tuple[str, ...]]:
     """One row per hunk: where it lands and its offset; a patch with no file steps (already
     applied, or a conflict) is one row with its state."""
+    for rows in hunk_rows_per_file(plan):
+        yield from rows
+
+
+def hunk_rows_per_file(plan) -> Iterator[list[tuple[str, ...]]]:
+    """The rows of `plan_hunk_rows`, a file (or a patch with no file steps) at a time."""
     for step in plan.steps:
         if not step.files:
-            yield (step.patch.name, "", "", step.state, "")
+            yield [(step.patch.name, "", "", step.state, "")]
         for file_step in step.files:
-            for index, placement in enumerate(file_step.placements, 1):
-                offset = placement.offset
-                yield (
+            yield [
+                (
                     step.patch.name,
                     file_step.patch.path,
                     f"#{index} at line {placement.line}",
                     step.state,
-                    f"offset {offset:+d}" if offset else "",
+                    offset_note(placement),
                 )
+                for index, placement in enumerate(file_step.placements, 1)
+            ]
 
 
 def write_plan_rows(stream: TextIO, plan, title: str) -> None:
     """The plan as plain text for a pipe: the title, a header, then one tab-separated row per
-    hunk written as it is made (every row has all five fields, the note possibly empty)."""
-    write = stream.write
-    write(f"{title}\n")
-    write("\t".join(PLAN_HUNK_COLUMNS) + "\n")
-    for row in plan_hunk_rows(plan):
-        write("\t".join(row) + "\n")
+    hunk (all five fields, the note possibly empty), written a file at a time as it is made."""
+    stream.write(f"{title}\n" + "\t".join(PLAN_HUNK_COLUMNS) + "\n")
+    for rows in hunk_rows_per_file(plan):
+        stream.write("".join("\t".join(row) + "\n" for row in rows))
 
 
 def _plain_stdout() -> bool:
@@ -426,7 +431,7 @@ def file_rows(file_step) -> list[tuple[str, ...]]:
 def hunk_rows(file_step) -> list[tuple[str, ...]]:
     """A row per hunk of a file (its path on the first): where it lands, its offset."""
     return [
-        (file_step.patch.path if index == 1 else "", f"#{index} at line {p.line}", offsets_note((p,)))
+        (file_step.patch.path if index == 1 else "", f"#{index} at line {p.line}", offset_note(p))
         for index, p in enumerate(file_step.placements, 1)
     ]
 
@@ -438,13 +443,19 @@ def file_note(file_step) -> str:
     return "; ".join(note for note in (kind, offsets_note(file_step.placements)) if note)
 
 
+def offset_note(placement) -> str:
+    """ "offset +3" for a hunk that lands off its expected line, else nothing."""
+    offset = placement.offset
+    return f"offset {offset:+d}" if offset else ""
+
+
 def offsets_note(placements) -> str:
     """ "offset +3" for one hunk; "2 of 5 at an offset (+3, -1)" for more (three offsets at most)."""
     offsets = [p.offset for p in placements if p.offset]
     if not offsets:
         return ""
     if len(placements) == 1:
-        return f"offset {offsets[0]:+d}"
+        return offset_note(placements[0])
     distinct = sorted(set(offsets), key=offsets.index)
     shown = ", ".join(f"{o:+d}" for o in distinct[:3]) + (", \u2026" if len(distinct) > 3 else "")
     return f"{len(offsets)} of {len(placements)} at an offset ({shown})"

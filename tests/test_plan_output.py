@@ -125,7 +125,7 @@ class RecordingStream(io.StringIO):
 
 
 def test_piped_rows_are_written_as_they_are_made(site, patches):
-    """A row reaches the stream before the next step is even looked at."""
+    """A file's rows reach the stream before the next file, or step, is even looked at."""
     plan = plan_of(site, patches)
     first, _ = plan.steps
 
@@ -137,10 +137,10 @@ def test_piped_rows_are_written_as_they_are_made(site, patches):
     stream = RecordingStream()
     with pytest.raises(RuntimeError):
         write_plan_rows(stream, plan, "plan: would change 4 file(s)")
-    hunk_rows = stream.writes[2:]
-    assert stream.writes[:2] == ["plan: would change 4 file(s)\n", "patch\tfile\thunk\tstate\tnote\n"]
-    assert len(hunk_rows) == sum(len(f.placements) for f in first.files) == 4
-    assert all(w.count("\t") == 4 and w.endswith("\n") for w in hunk_rows)
+    assert stream.writes[0] == "plan: would change 4 file(s)\npatch\tfile\thunk\tstate\tnote\n"
+    per_file = [[row.split("\t")[1] for row in write.splitlines()] for write in stream.writes[1:]]
+    assert per_file == [[GONE], [LONG, LONG], [NEW]]
+    assert all(row.count("\t") == 4 for write in stream.writes[1:] for row in write.splitlines())
 
 
 def test_terminal_shows_each_patch_as_a_heading_and_one_row_per_file(site, patches):
