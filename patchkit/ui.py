@@ -1,5 +1,6 @@
-"""All terminal output. Rich tables and colour in a terminal; plain aligned text when piped
-(and no colour when NO_COLOR is set, which rich honours); JSON on stdout where asked."""
+"""All terminal output. Rich tables and colour in a terminal; plain text when piped (tables
+aligned; lines and the plan's tab-separated rows written without importing rich); no colour when
+NO_COLOR is set, which rich honours; JSON on stdout where asked."""
 
 from __future__ import annotations
 
@@ -360,8 +361,9 @@ MIN_FILE_WIDTH = 30
 
 
 def plan_hunk_rows(plan) -> Iterator[tuple[str, ...]]:
-    """One row per hunk: where it lands and its offset; a patch with no file steps (already
-    applied, or a conflict) is one row with its state."""
+    """One row per hunk: where it lands and its offset; a file without hunks (a pure rename) is
+    one row with its note, a patch with no file steps (already applied, or a conflict) one row
+    with its state."""
     for rows in hunk_rows_per_file(plan):
         yield from rows
 
@@ -373,14 +375,8 @@ def hunk_rows_per_file(plan) -> Iterator[list[tuple[str, ...]]]:
             yield [(step.patch.name, "", "", step.state, "")]
         for file_step in step.files:
             yield [
-                (
-                    step.patch.name,
-                    file_step.patch.path,
-                    f"#{index} at line {placement.line}",
-                    step.state,
-                    offset_note(placement),
-                )
-                for index, placement in enumerate(file_step.placements, 1)
+                (step.patch.name, file_step.patch.path, hunk, step.state, note)
+                for _, hunk, note in hunk_rows(file_step)
             ]
 
 
@@ -429,7 +425,10 @@ def file_rows(file_step) -> list[tuple[str, ...]]:
 
 
 def hunk_rows(file_step) -> list[tuple[str, ...]]:
-    """A row per hunk of a file (its path on the first): where it lands, its offset."""
+    """A row per hunk of a file (its path on the first): where it lands, its offset. A file
+    without hunks (a pure rename) is one row with its note."""
+    if not file_step.placements:
+        return [(file_step.patch.path, "", file_note(file_step))]
     return [
         (file_step.patch.path if index == 1 else "", f"#{index} at line {p.line}", offset_note(p))
         for index, p in enumerate(file_step.placements, 1)
@@ -444,13 +443,14 @@ def file_note(file_step) -> str:
 
 
 def offset_note(placement) -> str:
-    """ "offset +3" for a hunk that lands off its expected line, else nothing."""
+    """For a hunk that lands off its expected line: "offset +3"."""
     offset = placement.offset
     return f"offset {offset:+d}" if offset else ""
 
 
 def offsets_note(placements) -> str:
-    """ "offset +3" for one hunk; "2 of 5 at an offset (+3, -1)" for more (three offsets at most)."""
+    """The offsets of a file's hunks: "offset +3" for one hunk, "2 of 5 at an offset (+3, -1)"
+    for more (three offsets at most)."""
     offsets = [p.offset for p in placements if p.offset]
     if not offsets:
         return ""

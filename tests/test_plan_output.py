@@ -306,3 +306,16 @@ def test_piped_text_output_needs_no_rich_unless_colour_is_forced(tmp_path, site,
         assert lines[0].startswith("vLLM     ") and lines[2] == "set      demo  series ==0.16.0 [0.16.0]"
         assert lines[3:5] == ["plan: would change 4 file(s)", "patch\tfile\thunk\tstate\tnote"]
         assert len(lines) == 11 and lines[-1].startswith("dry run: 4 file(s) would change")
+
+
+def test_a_pure_rename_without_hunks_is_shown_in_every_view(tmp_path):
+    site = write_tree(tmp_path / "rename", files={SHORT: "x = 1\n"})
+    moved = "vllm/layers/moved.py"
+    diff = f"diff --git a/{SHORT} b/{moved}\nsimilarity index 100%\nrename from {SHORT}\nrename to {moved}\n"
+    plan = plan_apply(site, [parse_patch(diff.encode(), "rename.patch")])
+    assert plan.changed_paths == [SHORT, moved]
+    stream = io.StringIO()
+    write_plan_rows(stream, plan, "plan")
+    assert stream.getvalue().splitlines()[2:] == [f"rename.patch\t{moved}\t\tapply\trenamed from {SHORT}"]
+    assert re.fullmatch(rf"  {moved} +0 +renamed from {SHORT}", terminal_text(plan).splitlines()[4])
+    assert re.fullmatch(rf"  {moved} +renamed from {SHORT}", terminal_text(plan, verbose=1).splitlines()[4])
