@@ -1,10 +1,11 @@
 """patchkit's speed, as ratios against a reference measured in the same run.
 
-    python bench/bench.py [--runs N]
+    python bench/bench.py [--runs N] [--quick] [--only ROW ...]
 
-1. `patchkit apply --dry-run` vs `git apply --check` on the real 0.32.0 -> 0.33.0 diff of every
-   vllm/**/*.py (both trees fetched with patchkit's own fetcher; goal: <= 4x git), the two run
-   alternately (2N+1 runs each) so that both see the same machine.
+1. `patchkit apply --dry-run` on the real 0.32.0 -> 0.33.0 diff of every vllm/**/*.py (both trees
+   fetched with patchkit's own fetcher), each pair run alternately (2N+1 runs each) so that both
+   see the same machine: with -q vs `git apply --check` (goal: <= 3x git), and with its default
+   output written to a file vs `git apply --check -v` (its per-file lines; goal: <= 4x git).
 2. `patchkit --help` start-up vs a bare `python -c pass` (goal: <= 0.25 s).
 3. `patchkit apply` of an ad-hoc diff (the eagle3 series as --patch files) on a stock 0.16.0 tree
    vs `git apply` of the same diffs (goal: <= 1 s).
@@ -14,6 +15,8 @@
    same files (goal: <= 1 s).
 6. `patchkit verify --all`, cold (empty cache) and warm, vs `pip index versions vllm`, one index
    query (goals: <= 60 s cold, <= 5 s warm). Skipped with --quick.
+
+--only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6).
 """
 
 from __future__ import annotations
@@ -38,13 +41,21 @@ from patchkit.release_files import files_for, lay_out  # noqa: E402
 PATCHKIT = [sys.executable, "-m", "patchkit"]
 
 
-def run_once(cmd: list[str], cwd: Path | None = None) -> float:
-    """Wall time of one successful run."""
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True)
-    took = time.perf_counter() - start
+def run_once(cmd: list[str], cwd: Path | None = None, output: Path | None = None) -> float:
+    """Wall time of one successful run; its stdout and stderr piped back, or written to `output`."""
+    if output is None:
+        start = time.perf_counter()
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True)
+        took = time.perf_counter() - start
+        errors = done.stderr
+    else:
+        with output.open("wb") as sink:
+            start = time.perf_counter()
+            done = subprocess.run(cmd, cwd=cwd, stdout=sink, stderr=sink)
+            took = time.perf_counter() - start
+        errors = output.read_bytes()
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, cmd))} failed: {done.stderr.decode()[-500:]}")
+        raise SystemExit(f"{' '.join(map(str, cmd))} failed: {errors.decode()[-500:]}")
     return took
 
 
@@ -58,10 +69,12 @@ def timed(cmd: list[str], runs: int, cwd: Path | None = None, between=None) -> f
     return statistics.median(times)
 
 
-def timed_pair(ours: list[str], reference: list[str], runs: int, cwd: Path | None = None) -> tuple[float, float]:
+def timed_pair(
+    ours: list[str], reference: list[str], runs: int, cwd: Path | None = None, output: Path | None = None
+) -> tuple[float, float]:
     """Medians of `runs` runs of each command, alternating, so that both see the same machine:
     on a shared machine the speed drifts by tens of percent within a minute."""
-    pairs = [(run_once(reference, cwd), run_once(ours, cwd)) for _ in range(runs)]
+    pairs = [(run_once(reference, cwd, output), run_once(ours, cwd, output)) for _ in range(runs)]
     return statistics.median(o for _, o in pairs), statistics.median(r for r, _ in pairs)
 
 
@@ -151,61 +164,82 @@ def verify_all_rows(work: Path) -> list[str]:
     return rows
 
 
+def dry_run_rows(work: Path, runs: int) -> list[str]:
+    """The dry run of the real release diff: quiet vs `git apply --check`, and with its default
+    output written to a file vs `git apply --check -v`."""
+    old = release_tree("0.32.0", all_python=True)
+    new = release_tree("0.33.0", all_python=True)
+    diff = release_diff(old, new, work)
+    raw = diff.read_bytes()
+    files = raw.count(b"\ndiff --git ") + 1
+    hunks = sum(1 for line in raw.split(b"\n") if line.startswith(b"@@ "))
+    site = work / "site-0.32.0"
+    lay_out(old, str(site))
+    what = f"0.32.0→0.33.0 ({diff.stat().st_size / 1e6:.1f} MB, {files} files, {hunks} hunks)"
+    dry_run = [*PATCHKIT, "apply", "--dry-run", "--target", str(site), "--patch", str(diff)]
+    ours, git = timed_pair([*dry_run, "-q"], ["git", "apply", "--check", str(diff)], runs * 2 + 1, cwd=site)
+    rows = [row(f"apply --dry-run -q, {what}", ours, git, "git apply --check", "≤ 3x")]
+    output = work / "dry-run.out"
+    ours, git = timed_pair(dry_run, ["git", "apply", "--check", "-v", str(diff)], runs * 2 + 1, site, output)
+    rows.append(row(f"apply --dry-run, default output to a file, {what}", ours, git, "git apply --check -v", "≤ 4x"))
+    return rows
+
+
+def help_row(runs: int) -> str:
+    bare = timed([sys.executable, "-c", "pass"], runs * 2)
+    helped = timed([*PATCHKIT, "--help"], runs * 2)
+    return row("patchkit --help", helped, bare, "python -c pass", "≤ 0.25 s")
+
+
+def stock_0_16(work: Path) -> Path:
+    """A stock 0.16.0 site, laid out once and copied from for every run that writes."""
+    pristine = work / "pristine-0.16.0"
+    if not pristine.exists():
+        lay_out(release_tree("0.16.0", files_for("0.16.0")), str(pristine))
+    return pristine
+
+
+def apply_row(work: Path, runs: int) -> str:
+    pristine = stock_0_16(work)
+    stock = work / "site-0.16.0"
+    shutil.copytree(pristine, stock)
+    series = sorted((REPO / "patches/eagle3/0.16.0").glob("*.patch"))
+    patch_args = [a for p in series for a in ("--patch", str(p))]
+
+    def restore():
+        shutil.rmtree(stock)
+        shutil.copytree(pristine, stock)
+
+    ours = timed([*PATCHKIT, "apply", "-q", "--target", str(stock), *patch_args], runs, between=restore)
+    git = timed(["git", "apply", *map(str, series)], runs, cwd=stock, between=restore)
+    return row("apply, eagle3 series as --patch on stock 0.16.0", ours, git, "git apply", "≤ 1 s")
+
+
+ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="skip the verify --all measurement")
+    parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="measure only these rows")
     args = parser.parse_args()
     runs = args.runs
+    chosen = set(args.only) - ({"verify"} if args.quick else set())
     work = Path(tempfile.mkdtemp(prefix="patchkit-bench-"))
     rows = []
     try:
-        old = release_tree("0.32.0", all_python=True)
-        new = release_tree("0.33.0", all_python=True)
-        diff = release_diff(old, new, work)
-        raw = diff.read_bytes()
-        files = raw.count(b"\ndiff --git ") + 1
-        hunks = sum(1 for line in raw.split(b"\n") if line.startswith(b"@@ "))
-        site = work / "site-0.32.0"
-        lay_out(old, str(site))
-        ours, git = timed_pair(
-            [*PATCHKIT, "apply", "--dry-run", "-q", "--target", str(site), "--patch", str(diff)],
-            ["git", "apply", "--check", str(diff)],
-            runs * 2 + 1,
-            cwd=site,
-        )
-        rows.append(
-            row(
-                f"apply --dry-run, 0.32.0→0.33.0 ({diff.stat().st_size / 1e6:.1f} MB, {files} files, {hunks} hunks)",
-                ours,
-                git,
-                "git apply --check",
-                "≤ 4x",
-            )
-        )
-
-        bare = timed([sys.executable, "-c", "pass"], runs * 2)
-        helped = timed([*PATCHKIT, "--help"], runs * 2)
-        rows.append(row("patchkit --help", helped, bare, "python -c pass", "≤ 0.25 s"))
-
-        stock = work / "site-0.16.0"
-        lay_out(release_tree("0.16.0", files_for("0.16.0")), str(stock))
-        series = sorted((REPO / "patches/eagle3/0.16.0").glob("*.patch"))
-        patch_args = [a for p in series for a in ("--patch", str(p))]
-        pristine = work / "pristine-0.16.0"
-        shutil.copytree(stock, pristine)
-
-        def restore():
-            shutil.rmtree(stock)
-            shutil.copytree(pristine, stock)
-
-        ours = timed([*PATCHKIT, "apply", "-q", "--target", str(stock), *patch_args], runs, between=restore)
-        git = timed(["git", "apply", *map(str, series)], runs, cwd=stock, between=restore)
-        rows.append(row("apply, eagle3 series as --patch on stock 0.16.0", ours, git, "git apply", "≤ 1 s"))
-
-        rows.append(fetch_row(work))
-        rows.append(static_checks_row(pristine, runs))
-        if not args.quick:
+        if "dry-run" in chosen:
+            rows.extend(dry_run_rows(work, runs))
+        if "help" in chosen:
+            rows.append(help_row(runs))
+        if "apply" in chosen:
+            rows.append(apply_row(work, runs))
+        if "fetch" in chosen:
+            rows.append(fetch_row(work))
+        if "checks" in chosen:
+            rows.append(static_checks_row(stock_0_16(work), runs))
+        if "verify" in chosen:
             rows.extend(verify_all_rows(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 
 import click
 
 from patchkit import __version__
-from patchkit.errors import INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for
+from patchkit.errors import CHECK_FAILED, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for
 
 EPILOG = """\b
 Exit codes:
@@ -60,6 +61,11 @@ class PatchkitGroup(click.Group):
         except KeyboardInterrupt:
             _report("interrupted")
             code = INTERRUPTED
+        except BrokenPipeError:
+            # A reader that stopped early (`| head`): end quietly, as rich does, with stdout pointed
+            # at devnull so that the flush at exit does not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            code = CHECK_FAILED
         except Exception as exc:  # a bug: one line for the user, the traceback on request
             if os.environ.get("PATCHKIT_DEBUG"):
                 raise

@@ -1,0 +1,321 @@
+"""The plan as `apply` shows it: tab-separated rows per hunk when piped (streamed), aligned rows
+per file in a terminal (per hunk with -v), JSON unchanged."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import make_patch, write_library, write_tree
+from rich.console import Console
+
+from patchkit.patchfile import parse_patch
+from patchkit.plan import plan_apply
+from patchkit.ui import UI, file_rows, hunk_rows, offsets_note, plan_hunk_rows, plan_sections, write_plan_rows
+
+LONG = "vllm/layers/long.py"
+SHORT = "vllm/layers/short.py"
+GONE = "vllm/layers/gone.py"
+NEW = "vllm/layers/new.py"
+LONG_PY = "".join(f"value_{i} = {i}\n" for i in range(1, 61))
+SHIFT = "# a\n# b\n# c\n"  # three lines added on the target's side after the diff was made
+
+
+def edited(text: str, *numbers: int) -> str:
+    """`text` with the lines `value_N = N` of these numbers changed."""
+    for n in numbers:
+        text = text.replace(f"value_{n} = {n}\n", f"value_{n} = -{n}\n")
+    return text
+
+
+@pytest.fixture
+def site(tmp_path):
+    return write_tree(tmp_path / "site", files={LONG: LONG_PY, SHORT: "x = 1\n", GONE: "old = 1\n"})
+
+
+@pytest.fixture
+def patches(site, scratch):
+    """Two patches: long.py at lines 5 and 50 plus a new and a deleted file; then short.py."""
+    first = make_patch(scratch, site, {LONG: edited(LONG_PY, 5, 50), NEW: "n = 1\n", GONE: None}, "Description: a\n")
+    second = make_patch(scratch, site, {SHORT: "x = 2\n"}, "Description: b\n")
+    return [first, second]
+
+
+@pytest.fixture
+def library(tmp_path, patches):
+    return write_library(tmp_path / "lib", {"0.16.0": patches})
+
+
+def plan_of(site, patches):
+    return plan_apply(site, [parse_patch(data, f"{i:04d}-change.patch") for i, data in enumerate(patches, 1)])
+
+
+def shift_second_hunk(site):
+    """Lines added between long.py's two hunks: the second lands 3 lines lower."""
+    (site / LONG).write_text(LONG_PY.replace("value_30 = 30\n", "value_30 = 30\n" + SHIFT))
+
+
+def terminal_ui(out: io.StringIO, *, verbose: int = 0, width: int = 200, **console) -> UI:
+    """A UI whose stdout is a terminal `width` columns wide, written into `out`."""
+    ui = UI(verbose=verbose)
+    ui.plain = False
+    ui.out = Console(file=out, force_terminal=True, width=width, markup=False, highlight=False, **console)
+    return ui
+
+
+def terminal_text(plan, *, verbose: int = 0, width: int = 200) -> str:
+    out = io.StringIO()
+    terminal_ui(out, verbose=verbose, width=width).plan(plan, dry_run=True)
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+
+
+def test_piped_dry_run_is_a_title_a_header_and_one_tab_separated_row_per_hunk(run, site, library):
+    shift_second_hunk(site)
+    result = run("apply", "--dry-run", "--target", site, "--patches", library)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    start = lines.index("plan: would change 4 file(s)")
+    assert lines[start + 1] == "patch\tfile\thunk\tstate\tnote"
+    rows = [line.split("\t") for line in lines[start + 2 : start + 7]]
+    assert all(len(row) == 5 for row in rows)
+    by_file = {(row[1], row[2]): row for row in rows}
+    assert by_file[(LONG, "#1 at line 2")][4] == ""
+    assert by_file[(LONG, "#2 at line 50")][4] == "offset +3"
+    assert {row[0] for row in rows if row[1] in (LONG, NEW, GONE)} == {"0001-change.patch"}
+    assert by_file[(SHORT, "#1 at line 1")][0] == "0002-change.patch"
+    assert {row[3] for row in rows} == {"apply"}
+    assert lines[start + 7].startswith("dry run: 4 file(s) would change")
+    assert "\u2500" not in result.stdout and "\x1b" not in result.stdout
+
+
+def test_piped_rows_agree_with_the_engine_placements(site, patches):
+    shift_second_hunk(site)
+    plan = plan_of(site, patches)
+    stream = io.StringIO()
+    write_plan_rows(stream, plan, "plan")
+    rows = [line.split("\t") for line in stream.getvalue().splitlines()[2:]]
+    expected = [
+        [
+            step.patch.name,
+            f.patch.path,
+            f"#{i} at line {p.line}",
+            step.state,
+            f"offset {p.offset:+d}" if p.offset else "",
+        ]
+        for step in plan.steps
+        for f in step.files
+        for i, p in enumerate(f.placements, 1)
+    ]
+    assert rows == expected and len(rows) == sum(len(f.patch.hunks) for s in plan.steps for f in s.files)
+
+
+class RecordingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_piped_rows_are_written_as_they_are_made(site, patches):
+    """A file's rows reach the stream before the next file, or step, is even looked at."""
+    plan = plan_of(site, patches)
+    first, _ = plan.steps
+
+    def steps_then_failure():
+        yield first
+        raise RuntimeError("the second step was asked for")
+
+    plan.steps = steps_then_failure()
+    stream = RecordingStream()
+    with pytest.raises(RuntimeError):
+        write_plan_rows(stream, plan, "plan: would change 4 file(s)")
+    assert stream.writes[0] == "plan: would change 4 file(s)\npatch\tfile\thunk\tstate\tnote\n"
+    per_file = [[row.split("\t")[1] for row in write.splitlines()] for write in stream.writes[1:]]
+    assert per_file == [[GONE], [LONG, LONG], [NEW]]
+    assert all(row.count("\t") == 4 for write in stream.writes[1:] for row in write.splitlines())
+
+
+def test_terminal_shows_each_patch_as_a_heading_and_one_row_per_file(site, patches):
+    shift_second_hunk(site)
+    lines = terminal_text(plan_of(site, patches)).splitlines()
+    assert lines[0] == "plan: would change 4 file(s)"
+    assert lines[1].split() == ["file", "hunks", "lines", "note"]
+    assert set(lines[2].strip()) == {"\u2500"}
+    assert lines[3] == "0001-change.patch  apply"
+    assert re.fullmatch(rf"  {re.escape(GONE)} +1  1 +deleted", lines[4])
+    assert re.fullmatch(rf"  {re.escape(LONG)} +2  2\u201350 +1 of 2 at an offset \(\+3\)", lines[5])
+    assert re.fullmatch(rf"  {re.escape(NEW)} +1  1 +new file", lines[6])
+    assert lines[7] == "0002-change.patch  apply"
+    assert re.fullmatch(rf"  {re.escape(SHORT)} +1  1", lines[8])
+    assert len(lines) == 9
+    # the columns line up: each count ends where "hunks" ends, each note starts where "note" does
+    hunks_end = lines[1].index("hunks") + len("hunks")
+    assert {len(re.sub(r"(\d+)  \d.*", r"\1", line)) for line in lines[4:7] + lines[8:]} == {hunks_end}
+    assert {lines[4].index("deleted"), lines[5].index("1 of 2"), lines[6].index("new file")} == {lines[1].index("note")}
+
+
+def test_terminal_with_v_shows_one_row_per_hunk_and_each_file_once(site, patches):
+    shift_second_hunk(site)
+    plan = plan_of(site, patches)
+    lines = terminal_text(plan, verbose=1).splitlines()
+    assert lines[1].split() == ["file", "hunk", "note"]
+    rows = [line for line in lines[3:] if line.startswith("  ")]
+    assert len(rows) == sum(len(f.placements) for s in plan.steps for f in s.files) == 5
+    assert sum(LONG in row for row in rows) == 1
+    first, second = (row for row in rows if "at line" in row and (LONG in row or row.strip().startswith("#2")))
+    assert first.split() == [LONG, "#1", "at", "line", "2"]
+    assert second.split() == ["#2", "at", "line", "50", "offset", "+3"]
+    assert second.index("#2") == first.index("#1")
+
+
+def test_terminal_shows_an_applied_or_conflicting_patch_as_a_heading_without_rows(site, patches):
+    (site / LONG).write_text(edited(LONG_PY, 5, 50))
+    (site / NEW).write_text("n = 1\n")
+    (site / GONE).unlink()
+    (site / SHORT).write_text("x = 9\n")
+    lines = terminal_text(plan_of(site, patches)).splitlines()
+    assert lines[0] == "plan: would change 0 file(s)"
+    assert lines[3:] == ["0001-change.patch  applied", "0002-change.patch  conflict"]
+
+
+def test_terminal_colours_the_state(site, patches):
+    out = io.StringIO()
+    terminal_ui(out, color_system="standard").plan(plan_of(site, patches), dry_run=False)
+    assert "changes 4 file(s)" in out.getvalue()
+    assert "\x1b[33mapply\x1b[0m" in out.getvalue()  # yellow, as `status` shows a pending patch
+
+
+def test_terminal_narrows_the_file_column_to_fit_and_a_longer_path_pushes_its_row(tmp_path, scratch):
+    deep = "vllm/" + "/".join(["a_rather_long_directory_name"] * 4) + "/module.py"
+    site = write_tree(tmp_path / "deep", files={deep: "a = 1\n", SHORT: "x = 1\n"})
+    patch = make_patch(scratch, site, {deep: "a = 2\n", SHORT: "x = 2\n"})
+    lines = terminal_text(plan_of(site, [patch]), width=80).splitlines()
+    assert len(deep) > 80
+    short_row = next(line for line in lines if SHORT in line)
+    deep_row = next(line for line in lines if deep in line)
+    assert max(len(short_row), len(lines[1]), len(lines[2])) <= 80
+    assert deep_row.endswith(f"{deep}      1  1") and short_row.endswith("      1  1")
+    assert len(short_row) < len(deep_row)
+
+
+def test_a_conflict_is_a_row_with_its_state_then_the_error(run, site, library):
+    (site / SHORT).write_text("x = 9\n")
+    result = run("apply", "--dry-run", "--target", site, "--patches", library)
+    assert result.exit_code == 1
+    rows = [line.split("\t") for line in result.stdout.splitlines() if "\t" in line]
+    assert ["0002-change.patch", "", "", "conflict", ""] in rows
+    assert SHORT in result.output and "hunk #1" in result.output
+
+
+def test_json_plan_keeps_its_shape(run, site, library):
+    shift_second_hunk(site)
+    result = run("apply", "--dry-run", "--target", site, "--patches", library, "--format", "json")
+    data = json.loads(result.stdout)
+    first = data["plan"][0]
+    assert set(first) == {"patch", "state", "problem", "files"}
+    long_file = next(f for f in first["files"] if f["path"] == LONG)
+    assert long_file == {"path": LONG, "kind": "modify", "hunks": [{"line": 2, "offset": 0}, {"line": 50, "offset": 3}]}
+    assert {f["path"]: f["kind"] for f in first["files"]}[NEW] == "add"
+
+
+def test_quiet_prints_no_plan(run, site, library):
+    result = run("apply", "--dry-run", "-q", "--target", site, "--patches", library)
+    assert result.exit_code == 0 and result.stdout == ""
+
+
+def test_offsets_note_counts_and_lists_at_most_three_offsets(site, patches):
+    (site / LONG).write_text(SHIFT + LONG_PY)
+    placements = next(f for f in plan_of(site, patches).steps[0].files if f.patch.path == LONG).placements
+    assert offsets_note(placements) == "2 of 2 at an offset (+3)"
+    assert offsets_note(placements[:1]) == "offset +3"
+
+    class At:
+        def __init__(self, offset):
+            self.offset = offset
+
+    assert offsets_note([At(0), At(0)]) == ""
+    assert offsets_note([At(1), At(-2), At(1), At(4), At(7)]) == "5 of 5 at an offset (+1, -2, +4, \u2026)"
+
+
+def test_file_hunk_and_piped_rows_cover_the_same_files_and_hunks(site, patches):
+    plan = plan_of(site, patches)
+    piped = [(row[0], row[1]) for row in plan_hunk_rows(plan)]
+    per_file = [(name, row[0], int(row[1])) for name, _, rows in plan_sections(plan, file_rows) for row in rows]
+    per_hunk = [(name, len(rows)) for name, _, rows in plan_sections(plan, hunk_rows)]
+    assert per_file == [(name, path, piped.count((name, path))) for name, path in dict.fromkeys(piped)]
+    assert per_hunk == [(name, sum(1 for n, _ in piped if n == name)) for name in dict.fromkeys(n for n, _ in piped)]
+
+
+def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path, scratch):
+    """`apply --dry-run | head`: exit 1 with nothing on stderr (no internal error), as rich does."""
+    lines = "".join(f"v{i} = {i}\n" for i in range(20_000))
+    site = write_tree(tmp_path / "big", files={LONG: lines})
+    patch = make_patch(scratch, site, {LONG: lines.replace("0 = ", "0 = -")})
+    (tmp_path / "big.patch").write_bytes(patch)
+    command = [
+        sys.executable,
+        "-m",
+        "patchkit",
+        "apply",
+        "--dry-run",
+        "--target",
+        site,
+        "--patch",
+        tmp_path / "big.patch",
+    ]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().startswith(b"vLLM")
+        process.stdout.close()
+        errors = process.stderr.read()
+    assert process.returncode == 1 and errors == b""
+
+
+REPORT_RICH = (
+    "import atexit, sys; "
+    "atexit.register(lambda: sys.stderr.write('rich imported' if 'rich' in sys.modules else 'no rich')); "
+    "from patchkit.cli import main; main()"
+)
+
+
+@pytest.mark.parametrize("force_color", [None, "1"])
+def test_piped_text_output_needs_no_rich_unless_colour_is_forced(tmp_path, site, library, force_color):
+    """A pipe gets plain lines without importing rich; FORCE_COLOR makes rich (and patchkit)
+    treat it as a terminal."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR")}
+    if force_color:
+        env.update(FORCE_COLOR=force_color, TERM="xterm-256color")
+    command = [sys.executable, "-c", REPORT_RICH, "apply", "--dry-run", "--target", site, "--patches", library]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    if force_color:
+        assert done.stderr == "rich imported"
+        shown = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout)
+        assert "\x1b[" in done.stdout and "0001-change.patch  apply" in shown.splitlines() and "\t" not in shown
+    else:
+        assert done.stderr == "no rich"
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("vLLM     ") and lines[2] == "set      demo  series ==0.16.0 [0.16.0]"
+        assert lines[3:5] == ["plan: would change 4 file(s)", "patch\tfile\thunk\tstate\tnote"]
+        assert len(lines) == 11 and lines[-1].startswith("dry run: 4 file(s) would change")
+
+
+def test_a_pure_rename_without_hunks_is_shown_in_every_view(tmp_path):
+    site = write_tree(tmp_path / "rename", files={SHORT: "x = 1\n"})
+    moved = "vllm/layers/moved.py"
+    diff = f"diff --git a/{SHORT} b/{moved}\nsimilarity index 100%\nrename from {SHORT}\nrename to {moved}\n"
+    plan = plan_apply(site, [parse_patch(diff.encode(), "rename.patch")])
+    assert plan.changed_paths == [SHORT, moved]
+    stream = io.StringIO()
+    write_plan_rows(stream, plan, "plan")
+    assert stream.getvalue().splitlines()[2:] == [f"rename.patch\t{moved}\t\tapply\trenamed from {SHORT}"]
+    assert re.fullmatch(rf"  {moved} +0 +renamed from {SHORT}", terminal_text(plan).splitlines()[4])
+    assert re.fullmatch(rf"  {moved} +renamed from {SHORT}", terminal_text(plan, verbose=1).splitlines()[4])
