@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import make_patch, write_library, write_tree
+from helpers import make_patch, write_library, write_tree
 from rich.console import Console
 
 from patchkit.patchfile import parse_patch
