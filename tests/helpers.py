@@ -150,3 +150,48 @@ def release_diff(old: Path, new: Path, work: Path) -> bytes:
     )
     assert done.returncode == 1, done.stderr  # 1: there are differences
     return done.stdout
+
+
+def fingerprint(root: Path) -> dict[str, tuple]:
+    """Everything under `root` as (kind, content digest or link target, mode): what a sentinel directory
+    outside the target holds, compared before and after a command fed hostile state."""
+    import hashlib
+
+    seen: dict[str, tuple] = {}
+    for path in sorted(root.rglob("*")):
+        name = path.relative_to(root).as_posix()
+        info = path.lstat()
+        if path.is_symlink():
+            seen[name] = ("link", os.readlink(path), info.st_mode)
+        elif path.is_file():
+            seen[name] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mode)
+        else:
+            seen[name] = ("dir", "", info.st_mode)
+    seen["."] = ("dir", "", root.lstat().st_mode)
+    return seen
+
+
+def run_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None):
+    """The installed CLI in a subprocess (`python -m patchkit`), as a user runs it: no click runner
+    catching what a real run would print. Returns the CompletedProcess (text)."""
+    import sys
+
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PATCHKIT_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def assert_clean_failure(done, code: int) -> None:
+    """A refusal as the README promises it: the exit code asked for, one message, no traceback, never
+    the internal-error code."""
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output, output
+    assert "internal error" not in output, output
+    assert done.returncode == code, output
