@@ -126,6 +126,7 @@ def test_the_wheel_carries_the_library_byte_for_byte(dist):
     assert packaged == expected
     assert [n for n in names if not n.startswith(("patchkit/", "patchkit-"))] == []  # no tests/, patches/, ...
     assert "patchkit/cli.py" in names and "patchkit/commands/listing.py" in names
+    assert "patchkit/py.typed" in names  # PEP 561: type checkers read patchkit's annotations
     workers = {f"patchkit/_target/{p.name}" for p in (CHECKOUT / "patchkit" / "_target").glob("*.py")}
     assert "patchkit/_target/import_probe.py" in workers and workers <= set(names)  # run by path in the target
     with zipfile.ZipFile(dist.tree_wheel) as tree_wheel:
