@@ -75,6 +75,17 @@ def test_plain_revert_undoes_an_adhoc_apply_whatever_the_library_holds(run, tree
     assert snapshot(tree) == stock
 
 
+def test_revert_set_undoes_the_library_set_only(run, tree, scratch, diffs):
+    library = write_library(scratch / "lib", {"0.16.0": [make_patch(scratch, tree, {MODEL: eagle_model()})]})
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    result = run("revert", "--target", tree, "--patches", library, "--set", "demo")
+    assert result.exit_code == 0, result.output
+    assert (tree / MODEL).read_text() == MODEL_PY and (tree / SPEC).read_text() == patched_spec()
+    [left] = read_state(tree).entries
+    assert left.set_name.startswith("adhoc-")
+
+
 def test_a_set_changed_again_by_a_later_set_cannot_be_reverted_alone(run, tree, diffs):
     stock = snapshot(tree)
     assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
