@@ -108,12 +108,14 @@ def stale_note(root, entry: Entry, installed) -> str | None:
     one, and every file it saved an original of is now the installed release's stock file (its
     RECORD says so): pip replaced vLLM under patchkit, and the record describes files gone."""
     from patchkit.checks.integrity import installed_record
+    from patchkit.record import find_record
 
     if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
         return None
     replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
+    own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
     record, _why = installed_record(root, installed)
-    if record is None or not replaced:
+    if own is None or own.parent.name != f"vllm-{installed}.dist-info" or record is None or not replaced:
         return None
     for path in replaced:
         data = read_file(root / path)

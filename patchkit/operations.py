@@ -28,6 +28,7 @@ from patchkit.options import Options
 from patchkit.patchfile import Patch
 from patchkit.plan import PatchStep, Plan
 from patchkit.resolve import Resolved
+from patchkit.state import Entry, State
 from patchkit.target import Target
 
 # Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
@@ -480,7 +481,7 @@ def _revert_locked(
     return _refuse_stale_revert(result)
 
 
-def _entries_to_revert(state, only: str | None) -> list:
+def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
     """The recorded sets a revert undoes, in the order they were applied: all, or `only` that one."""
     if only is None:
         return list(state.entries)
