@@ -180,6 +180,16 @@ def test_revert_with_a_stale_record_writes_no_old_file(run, tree, two_releases, 
     assert bool(read_state(tree).entries) == (flags == ("--dry-run",))  # dropped, unless a dry run
 
 
+def test_revert_force_of_an_adhoc_set_never_writes_the_old_release_into_the_new(run, tree, diffs):
+    assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    upgrade(tree, "0.17.0", {SPEC: NEW_SPEC, MODEL: NEW_MODEL})
+    new_stock = snapshot(tree)
+    result = run("revert", "--force", "--target", tree, "--patch", diffs["model"], "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json_of(result)["result"] == "not-applied" and "the old record is stale" in result.output
+    assert snapshot(tree) == new_stock and not read_state(tree).entries
+
+
 def test_a_version_change_without_the_new_stock_files_is_not_stale(run, tree, two_releases):
     assert run("apply", "--target", tree, "--patches", two_releases).exit_code == 0
     patched_model = (tree / MODEL).read_text()
