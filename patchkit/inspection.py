@@ -9,7 +9,7 @@ from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeSt
 from patchkit.library import PatchSetDef
 from patchkit.plan import Plan, plan_apply
 from patchkit.resolve import Resolved
-from patchkit.state import file_sha, read_file, read_state
+from patchkit.state import Entry, State, read_file, read_state, sha256
 
 _PATCH_STATE = {
     StepState.ALREADY_APPLIED: PatchState.APPLIED,
@@ -34,6 +34,7 @@ class TreeStatus:
     drifted: list[str] = field(default_factory=list)
     plan: Plan | None = None
     checks: list[CheckResult] = field(default_factory=list)  # upstream: the checks run on the stock files
+    stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
 
     @property
     def upstream_regression(self) -> bool:
@@ -70,7 +71,8 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         )
         for step in plan.steps
     ]
-    return TreeStatus(_overall(reports), reports, drifted_files(resolved), plan)
+    stale = stale_entries(resolved.target.root, read_state(resolved.target.root), resolved.vllm_version)
+    return TreeStatus(_overall(reports), reports, drifted_files(resolved), plan, stale=list(stale.values()))
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:
@@ -81,15 +83,45 @@ def _overall(reports: list[PatchReport]) -> TreeState:
 
 
 def drifted_files(resolved: Resolved) -> list[str]:
-    """Recorded files whose content is neither what patchkit wrote nor the original."""
-    entry = read_state(resolved.target.root).entry(resolved.set_name)
-    if entry is None:
+    """Recorded files whose content is neither what patchkit wrote nor the original (a record
+    left stale by an upgrade of vLLM is no evidence: see stale_entries)."""
+    root = resolved.target.root
+    state = read_state(root)
+    entry = state.entry(resolved.set_name)
+    if entry is None or stale_note(root, entry, resolved.vllm_version):
         return []
-    return sorted(
-        path
-        for path, shas in entry.files.items()
-        if file_sha(resolved.target.root, path) not in (shas["before"], shas["after"])
-    )
+    return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
+
+
+def stale_entries(root, state: State, installed) -> dict[str, str]:
+    """set name -> why its record is stale, for each entry vLLM's upgrade made stale."""
+    found = {}
+    for entry in state.entries:
+        note = stale_note(root, entry, installed)
+        if note:
+            found[entry.set_name] = note
+    return found
+
+
+def stale_note(root, entry: Entry, installed) -> str | None:
+    """Why an entry's record is stale, or None: it names another vLLM version than the installed
+    one, and every file it saved an original of is now the installed release's stock file (its
+    RECORD says so): pip replaced vLLM under patchkit, and the record describes files gone."""
+    from patchkit.checks.integrity import installed_record
+    from patchkit.record import find_record
+
+    if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
+        return None
+    replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
+    own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
+    record, _why = installed_record(root, installed)
+    if own is None or own.parent.name != f"vllm-{installed}.dist-info" or record is None or not replaced:
+        return None
+    for path in replaced:
+        data = read_file(root / path)
+        if data is None or path not in record.hashes or not record.matches(path, data):
+            return None
+    return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
 
 
 def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False, import_probe: bool = True) -> CheckContext:

@@ -294,4 +294,13 @@ def supported_range(patch_set: PatchSetDef) -> str:
 def adhoc_selection(paths: list[str], version: Version | None) -> Selection:
     """--patch FILE ...: the given diffs stand in for the library's series."""
     patches = [read_patch(Path(p)) for p in paths]
-    return Selection("adhoc", PATCH, version, patches)
+    return Selection(adhoc_set_name(patches), PATCH, version, patches)
+
+
+def adhoc_set_name(patches: list[Patch]) -> str:
+    """The set an ad-hoc apply is recorded as: the same diffs always name the same set, other
+    diffs another, so undoing one ad-hoc apply never undoes another."""
+    import hashlib
+
+    digest = hashlib.sha256("\n".join(p.sha256 for p in patches).encode()).hexdigest()
+    return f"adhoc-{digest[:12]}"

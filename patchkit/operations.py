@@ -28,6 +28,7 @@ from patchkit.options import Options
 from patchkit.patchfile import Patch
 from patchkit.plan import PatchStep, Plan
 from patchkit.resolve import Resolved
+from patchkit.state import Entry, State
 from patchkit.target import Target
 
 # Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
@@ -122,6 +123,7 @@ class _Applying:
     import_probe: bool
     tables: list[list[CheckResult]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -136,9 +138,15 @@ class _Applying:
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
     def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
-        from patchkit.inspection import drifted_files
+        from patchkit.inspection import drifted_files, stale_entries
         from patchkit.plan import plan_apply
+        from patchkit.state import read_state
+        from patchkit.transaction import preflight
 
+        root = self.resolved.target.root
+        self.stale = stale_entries(root, read_state(root), self.resolved.vllm_version)
+        for note in self.stale.values():
+            self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
         drifted = drifted_files(self.resolved)
         if drifted:
             raise Drift(
@@ -156,6 +164,7 @@ class _Applying:
             )
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
+        preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
         stock = self.stock_integrity(plan, force=force)
         if stock.outcome != Outcome.DRY_RUN or dry_run:
             return stock
@@ -219,6 +228,8 @@ class _Applying:
         changes = plan.changes
         with self.timed("apply"):
             state = read_state(root)
+            for name in self.stale:  # describes files an upgrade of vLLM replaced
+                state = state.without(name)
             entry = resolved.apply_record(changes, state.entry(resolved.set_name))
             commit_changes(root, changes, state.with_entry(entry))
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
@@ -324,9 +335,10 @@ def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> 
     if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
         return list(status.checks)
     results = []
-    if not status.plan.conflicts:
-        # Applied: the files are on disk, so the probe can import them.
-        on_disk = status.state == TreeState.APPLIED
+    # Applied: the files are on disk, so the probe can import them. Drifted: the hand edits are
+    # what runs, so the checks name what they broke, conflict or not.
+    on_disk = status.state == TreeState.APPLIED or bool(status.drifted)
+    if on_disk or not status.plan.conflicts:
         results = run_checks(check_context(resolved, status.plan, on_disk=on_disk, import_probe=import_probe))
     # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
     return (
@@ -350,20 +362,32 @@ def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
         require_patches(resolved)
     except NoPatchSet:
         return target, None
+    except PatchkitError:
+        if opts.adhoc or not _records(target.root, opts.set_name):
+            raise
+        return target, None  # what the tree records is undone whatever the library holds
     return target, resolved
+
+
+def _records(root: Path, set_name: str | None) -> bool:
+    from patchkit.state import read_state
+
+    state = read_state(root)
+    return state.entry(set_name) is not None if set_name else bool(state.entries)
 
 
 def revert_series(
     target: Target,
     resolved: Resolved | None,
-    set_name: str | None = None,
+    only: str | None = None,
     *,
     force: bool = False,
     dry_run: bool = False,
     watch: Watcher | None = None,
 ) -> RevertResult:
     """Restore the stock files: the originals the record saved (checked by sha256), and the series
-    patches it does not cover reverse-applied. `set_name` names the set when `resolved` is None."""
+    patches it does not cover reverse-applied. Every set the tree records, or `only` that one (a
+    later set that changed the same files again is refused: undo it first)."""
     from patchkit.resolve import require_patches
     from patchkit.transaction import target_lock
 
@@ -372,9 +396,9 @@ def revert_series(
     with target_lock(target.root) as recovered:
         if recovered:
             watch.warning(recovered)
-        result = _revert_locked(
-            target, resolved, resolved.set_name if resolved else set_name, patches, force=force, dry_run=dry_run
-        )
+        result = _revert_locked(target, resolved, only, patches, force=force, dry_run=dry_run)
+        for note in result.warnings:
+            watch.warning(note)
         if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
             watch.checked(result.checks)
     if result.saved:
@@ -388,43 +412,62 @@ def revert_series(
 def _revert_locked(
     target: Target,
     resolved: Resolved | None,
-    set_name: str | None,
+    only: str | None,
     patches: list[Patch],
     *,
     force: bool,
     dry_run: bool,
 ) -> RevertResult:
-    from patchkit.plan import View, plan_revert, restore_recorded
+    from patchkit.inspection import stale_note
+    from patchkit.plan import Restored, View, plan_revert, restore_recorded
     from patchkit.state import read_state
-    from patchkit.transaction import commit_changes
+    from patchkit.transaction import commit, commit_changes, preflight
 
     root = target.root
     state = read_state(root)
-    if set_name is None and len(state.entries) == 1:  # the one set this tree records
-        set_name = state.entries[0].set_name
-    entry = state.entry(set_name) if set_name else None
-    if resolved is None and entry is None:
+    entries = _entries_to_revert(state, only)
+    if resolved is None and not entries:
         raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+    installed = resolved.vllm_version if resolved else _installed_version(target)
+    stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
+    entries = [e for e in entries if e.set_name not in stale]
+    warnings = [
+        f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
+        for name, note in stale.items()
+    ]
     view = View(root)
-    edited = restore_recorded(view, entry, force=force) if entry else []
-    recorded = {(p["name"], p["sha256"]) for p in entry.patches} if entry else set()
+    restored = Restored()
+    for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
+        restore_recorded(view, entry, force=force, patches=patches, restored=restored)
+    warnings += restored.notes
+    recorded = {(p["name"], p["sha256"]) for e in entries for p in e.patches}
     # Patches the record covers are undone from the saved originals above; reverse-applying
     # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
-    unrecorded = [p for p in patches if (p.name, p.sha256) not in recorded]
+    # `revert` alone undoes what the tree records, whatever the library holds; its series only
+    # when the tree records nothing.
+    series = patches if only is not None or not (entries or stale) else []
+    unrecorded = [p for p in series if (p.name, p.sha256) not in recorded]
     plan = plan_revert(root, unrecorded, view=view)
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
+            warnings=warnings,
             error=Conflict("cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
         )
     changes = plan.changes
     files = sorted(changes)
+    preflight(root, files, writable=not dry_run)
     if dry_run:
-        return RevertResult(Outcome.DRY_RUN, f"would restore {len(changes)} file(s)", files)
+        return RevertResult(Outcome.DRY_RUN, f"would restore {len(changes)} file(s)", files, warnings=warnings)
+    new_state = state
+    for name in [*stale, *(e.set_name for e in entries)]:
+        new_state = new_state.without(name)
     if not changes:
-        return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", files)
-    saved = keep_copies(root, edited) if edited else None
-    commit_changes(root, changes, state.without(set_name) if set_name else state)
+        if stale:
+            commit(root, [], new_state)
+        return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", files, warnings=warnings)
+    saved = keep_copies(root, restored.edited) if restored.edited else None
+    commit_changes(root, changes, new_state)
     bytecode = fix_bytecode(target, changes)
     result = RevertResult(
         Outcome.REVERTED,
@@ -432,9 +475,38 @@ def _revert_locked(
         files,
         checks=bytecode,
         saved=saved,
-        saved_files=edited,
+        saved_files=restored.edited,
+        warnings=warnings,
     )
     return _refuse_stale_revert(result)
+
+
+def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
+    """The recorded sets a revert undoes, in the order they were applied: all, or `only` that one."""
+    if only is None:
+        return list(state.entries)
+    entry = state.entry(only)
+    if entry is None:
+        return []
+    later = state.overlapping(entry)
+    if later:
+        path, name = sorted(later.items())[0]
+        raise Conflict(
+            f"{path} was changed again by set {name}, applied after {only}: reverting {only} alone would "
+            f"undo {name} there too; nothing was written",
+            hint=f"revert {name} first, or revert every set at once (`patchkit revert` without --set/--patch)",
+        )
+    return [entry]
+
+
+def _installed_version(target: Target):
+    """The installed vLLM version when it can be told (only to recognise a stale record)."""
+    from patchkit.version import detect
+
+    try:
+        return detect(target).version
+    except PatchkitError:
+        return None
 
 
 def _refuse_stale_revert(result: RevertResult) -> RevertResult:
@@ -452,14 +524,26 @@ def _refuse_stale_revert(result: RevertResult) -> RevertResult:
 
 
 def keep_copies(root: Path, paths: list[str]) -> Path:
-    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>/."""
+    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/: a
+    directory of its own per run, created exclusively (mkdtemp), so no run overwrites the copies
+    of another; a symlinked saved/ is refused, never followed."""
     import shutil
+    import tempfile
     from datetime import datetime
 
+    from patchkit.errors import BadInput, TargetError
+    from patchkit.fsutil import inside
     from patchkit.state import meta_dir
 
-    where = meta_dir(root) / "saved" / datetime.now().strftime("%Y%m%dT%H%M%S")
+    saved = meta_dir(root) / "saved"
+    try:
+        saved.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise TargetError(f"cannot create {saved}: {exc.strerror}") from exc
+    if saved.is_symlink() or not saved.is_dir() or not inside(root, saved):
+        raise BadInput(f"{saved} is a symlink or not a directory; refusing to keep your edits there")
+    where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
     for path in paths:
         (where / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / path, where / path)
+        shutil.copy2(root / path, where / path, follow_symlinks=False)
     return where

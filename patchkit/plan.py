@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from patchkit.enums import StepState
-from patchkit.errors import Drift
+from patchkit.errors import BadInput, Drift
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
-from patchkit.state import Entry, file_sha, read_file, read_object
+from patchkit.state import Entry, read_file, read_object, sha256
 
 # Short names the engine and the maintainer tools use.
 WILL_CHANGE = StepState.WILL_CHANGE
@@ -97,6 +97,8 @@ class View:
     def original_content(self, path: str) -> bytes | None:
         if path not in self.current:
             data = read_file(self._prefix + path)
+            if data is None:
+                _refuse_special(self._prefix + path, path)
             self.original[path] = data
             self.current[path] = data
         return self.original[path]
@@ -181,23 +183,83 @@ def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Pl
     return _plan(root, patches, view)
 
 
-def restore_recorded(view: View, entry: Entry, *, force: bool = False) -> list[str]:
+def _refuse_special(full: str, path: str) -> None:
+    """A directory, fifo or device where the tree should hold a file (or nothing) is refused,
+    never mistaken for a missing file."""
+    if os.path.lexists(full):
+        raise BadInput(f"{path} is not a regular file (a directory, fifo, device or dangling symlink); refusing it")
+
+
+@dataclass
+class Restored:
+    """What restore_recorded did beyond putting originals back."""
+
+    edited: list[str] = field(default_factory=list)  # changed since the apply: kept aside by --force
+    notes: list[str] = field(default_factory=list)  # originals rebuilt by reverse-applying
+
+
+def restore_recorded(
+    view: View,
+    entry: Entry,
+    *,
+    force: bool = False,
+    patches: list[Patch] | None = None,
+    restored: Restored | None = None,
+) -> Restored:
     """Put back into `view` the originals an apply recorded (checked by sha256). A file edited
-    since that apply is refused (Drift), or with `force` restored too; those are returned."""
-    edited = []
+    since that apply is refused (Drift), or with `force` restored too; those are listed. A saved
+    original that is missing or corrupt is rebuilt by reverse-applying the entry's `patches` (those
+    of them it recorded) and kept only when its sha256 is the recorded one."""
+    restored = restored or Restored()
+    recorded = {(p["name"], p["sha256"]) for p in entry.patches}
+    own = [p for p in patches or [] if (p.name, p.sha256) in recorded]
     for path, shas in sorted(entry.files.items()):
-        current = file_sha(view.root, path)
+        content = view.read(path)
+        current = sha256(content)
         if current == shas["before"]:
             continue
         if current != shas["after"]:
             if not force:
+                what = "deleted" if content is None else "edited"
                 raise Drift(
-                    f"{path} was edited after patchkit patched it; keeping your version",
+                    f"{path} was {what} after patchkit patched it; keeping your version",
                     hint="revert --force restores the original and keeps a copy of your edit",
                 )
-            edited.append(path)
-        view.write(path, read_object(view.root, shas["before"]) if shas["before"] else None)
-    return edited
+            if content is not None:  # a deleted file has nothing to keep
+                restored.edited.append(path)
+        view.write(path, _original(view, path, shas["before"], own, restored.notes))
+    return restored
+
+
+def _original(view: View, path: str, digest: str | None, patches: list[Patch], notes: list[str]) -> bytes | None:
+    if digest is None:
+        return None
+    try:
+        return read_object(view.root, digest)
+    except BadInput as damaged:
+        rebuilt = _reverse_file(view.read(path), path, patches)
+        if rebuilt is None or sha256(rebuilt) != digest:
+            raise BadInput(
+                f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
+                f"of {path} back",
+                hint="reinstall vLLM (pip install --force-reinstall --no-deps vllm==VERSION) to get stock files",
+            ) from damaged
+        notes.append(f"{damaged.message}: {path} was restored by reverse-applying the series (sha256 checked)")
+        return rebuilt
+
+
+def _reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> bytes | None:
+    """`content` with every change the patches make to `path` undone, last patch first; None
+    when one does not reverse (or the patches rename, add or delete it)."""
+    parts = [f for p in patches for f in p.files if path in (f.path, f.source_path)]
+    if content is None or not parts or any(f.kind != "modify" for f in parts):
+        return None
+    for part in reversed(parts):
+        placements = place_hunks(path, content, part.reversed().hunks)
+        if isinstance(placements, Mismatch):
+            return None
+        content = splice(content, placements)
+    return content
 
 
 def plan_revert(root: Path, patches: list[Patch], view: View | None = None) -> Plan:

@@ -90,6 +90,21 @@ class State:
         data = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
         return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
+    def later(self, entry: Entry) -> list[Entry]:
+        """The entries applied after `entry` (entries are kept in the order they were applied)."""
+        return self.entries[self.entries.index(entry) + 1 :]
+
+    def overlapping(self, entry: Entry) -> dict[str, str]:
+        """path -> the name of a set applied after `entry` that changed the same file again: its
+        record's "before" is this entry's "after", so this entry alone cannot be undone."""
+        return {path: e.set_name for e in self.later(entry) for path in e.files if path in entry.files}
+
+    def accepted(self, entry: Entry, path: str) -> set[str | None]:
+        """The contents (sha256) a file `entry` recorded may have without being edited by hand:
+        its original, what this entry wrote, and what any set applied after it wrote there."""
+        shas = entry.files[path]
+        return {shas["before"], shas["after"]} | {e.files[path]["after"] for e in self.later(entry) if path in e.files}
+
     def referenced_objects(self) -> set[str]:
         return {f["before"] for e in self.entries for f in e.files.values() if f.get("before")}
 

@@ -187,8 +187,9 @@ def consistent_read(root: Path):
             lock.release()
 
 
-def preflight(root: Path, paths: list[str]) -> None:
-    """Refuse before writing anything: escapes, symlinks, special files, unwritable places."""
+def preflight(root: Path, paths: list[str], *, writable: bool = True) -> None:
+    """Refuse before writing anything: escapes, symlinks, special files, unwritable places (a dry
+    run passes writable=False: it refuses what the real run refuses, save a read-only tree)."""
     real_root = root.resolve()
     for rel in paths:
         full = root / rel
@@ -206,6 +207,8 @@ def preflight(root: Path, paths: list[str]) -> None:
             raise BadInput(f"{rel} resolves outside the target {root}")
         if full.exists() and not full.is_file():
             raise BadInput(f"{rel} is not a regular file (device, fifo or directory)")
+        if not writable:
+            continue
         existing = parent
         while not existing.exists():
             existing = existing.parent

@@ -175,6 +175,8 @@ class UI:
                 self.line(f"  {p.name}: {p.problem}", style="red")
         for path in status.drifted:
             self.line(f"drifted  {path} was edited after patchkit patched it", style="red")
+        for note in status.stale:
+            self.line(f"stale    {note} (apply discards it; revert drops it)", style="yellow")
 
     def plan(self, plan, *, dry_run: bool) -> None:
         """Where each change lands. Piped: one tab-separated row per hunk, written as it is made.
@@ -509,6 +511,7 @@ def status_json(resolved, status, where=None) -> dict:
             for p in status.patches
         ],
         "drifted": status.drifted,
+        "stale": status.stale,
         **(
             {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
             if status.state == TreeState.UPSTREAM

@@ -15,7 +15,7 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     """Restore the stock files byte-for-byte.
 
     Uses the originals recorded at apply (checked by sha256); without a record, reverse-applies
-    the series.
+    the series. Without --set/--patch, undoes every set the tree records; with them, that set only.
     """
     from patchkit.operations import resolve_for_revert, revert_series
 
@@ -23,7 +23,9 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     target, resolved = resolve_for_revert(opts)
     if resolved is not None and not ui.json_mode:
         ui.header(resolved)
-    result = revert_series(target, resolved, opts.set_name, force=force, dry_run=dry_run, watch=Shown(ui))
+    chosen = opts.set_name or opts.adhoc  # one set; without either, every set the tree records
+    only = resolved.set_name if resolved is not None and chosen else opts.set_name
+    result = revert_series(target, resolved, only, force=force, dry_run=dry_run, watch=Shown(ui))
     _finish(ui, result)
     return result
 

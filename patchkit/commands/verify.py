@@ -143,7 +143,11 @@ def _target_junit(resolved, verified) -> None:
     conflicts = [
         CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
     ]
-    sys.stdout.write(checks_junit(conflicts + verified.checks, f"patchkit.{resolved.set_name}"))
+    drifted = [
+        CheckResult("drift", path, False, f"{path} was edited after patchkit patched it")
+        for path in verified.status.drifted
+    ]
+    sys.stdout.write(checks_junit(conflicts + drifted + verified.checks, f"patchkit.{resolved.set_name}"))
 
 
 def _target_json(ui, resolved, verified) -> None:
@@ -155,7 +159,9 @@ def _target_json(ui, resolved, verified) -> None:
         {
             **status_json(resolved, status),
             "ok": verified.ok,
-            "checked": "as-is" if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) else "as-planned",
+            "checked": "as-is"
+            if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) or status.drifted
+            else "as-planned",
             "plan": plan_json(status.plan) if status.plan else [],
             "checks": [r.to_json() for r in verified.checks],
         }
@@ -171,6 +177,8 @@ def _target_text(ui, resolved, verified) -> None:
         ui.line("upstream: this vLLM release ships the change; the set's checks ran on its stock files")
         if status.upstream_regression:
             ui.line("upstream regression: the stock files fail the set's checks", style="bold red")
+    elif status.drifted:
+        ui.line("drifted: the checks ran on the files as they are", style="red")
     elif results and status.state != TreeState.APPLIED:
         ui.line("checked as the tree would be after apply (nothing written)")
     if results:

@@ -1,0 +1,371 @@
+"""What the tree records, read back: one set per apply and revert undoing the right ones, records an
+upgrade of vLLM made stale, saved originals gone missing, edits kept aside by `revert --force`, and
+files replaced by something that is not a file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+from helpers import MODEL_PY, SPEC_PY, fingerprint, make_patch, patched_spec, snapshot, write_library, write_tree
+
+from patchkit.record import record_hash
+from patchkit.state import read_state
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+
+
+def eagle_model() -> str:
+    return MODEL_PY.replace("SupportsPP):", "SupportsPP, SupportsEagle3):").replace(
+        "import SupportsLoRA, SupportsPP\n", "import SupportsEagle3, SupportsLoRA, SupportsPP\n"
+    )
+
+
+def json_of(result) -> dict:
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def diffs(tree, scratch) -> dict[str, Path]:
+    """Ad-hoc diffs: `spec` and `model` touch one file each; `spec_again` changes what `spec` wrote."""
+    patched = write_tree(scratch / "patched", files={SPEC: patched_spec(), MODEL: MODEL_PY})
+    texts = {
+        "spec": make_patch(scratch, tree, {SPEC: patched_spec()}),
+        "model": make_patch(scratch, tree, {MODEL: eagle_model()}),
+        "spec_again": make_patch(scratch, patched, {SPEC: patched_spec().replace('"deepseek"', '"kimi_k2"')}),
+    }
+    for name, text in texts.items():
+        (scratch / f"{name}.diff").write_bytes(text)
+    return {name: scratch / f"{name}.diff" for name in texts}
+
+
+# --- defect 6: every apply is its own set -------------------------------------------------------
+
+
+def test_reverting_one_adhoc_set_leaves_the_other(run, tree, diffs):
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    names = [e.set_name for e in read_state(tree).entries]
+    assert len(names) == 2 and all(n.startswith("adhoc-") for n in names) and names[0] != names[1]
+
+    result = run("revert", "--target", tree, "--patch", diffs["model"])
+    assert result.exit_code == 0, result.output
+    assert (tree / MODEL).read_text() == MODEL_PY
+    assert (tree / SPEC).read_text() == patched_spec()  # the other set stays applied
+    assert [e.set_name for e in read_state(tree).entries] == names[:1]
+
+    result = run("revert", "--target", tree)  # no --patch, no library series: what the tree records
+    assert result.exit_code == 0, result.output
+    assert snapshot(tree) == stock and read_state(tree).entries == []
+
+
+def test_plain_revert_undoes_an_adhoc_apply_whatever_the_library_holds(run, tree, scratch, diffs):
+    library = write_library(
+        scratch / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec().replace('"qwen"', '"mistral"')})]}
+    )
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    result = run("revert", "--target", tree, "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert snapshot(tree) == stock
+
+
+def test_revert_set_undoes_the_library_set_only(run, tree, scratch, diffs):
+    library = write_library(scratch / "lib", {"0.16.0": [make_patch(scratch, tree, {MODEL: eagle_model()})]})
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    result = run("revert", "--target", tree, "--patches", library, "--set", "demo")
+    assert result.exit_code == 0, result.output
+    assert (tree / MODEL).read_text() == MODEL_PY and (tree / SPEC).read_text() == patched_spec()
+    [left] = read_state(tree).entries
+    assert left.set_name.startswith("adhoc-")
+
+
+def test_a_set_changed_again_by_a_later_set_cannot_be_reverted_alone(run, tree, diffs):
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", diffs["spec_again"]).exit_code == 0
+    status = run("status", "--target", tree, "--patch", diffs["spec"], "--format", "json")
+    assert json_of(status)["drifted"] == []  # the later set's write is not a hand edit
+    before = snapshot(tree)
+
+    result = run("revert", "--target", tree, "--patch", diffs["spec"])
+    assert result.exit_code == 1
+    assert SPEC in result.output and "revert" in result.output and "Traceback" not in result.output
+    assert snapshot(tree) == before
+
+    assert run("revert", "--target", tree, "--patch", diffs["spec_again"]).exit_code == 0
+    assert (tree / SPEC).read_text() == patched_spec()
+    assert run("revert", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    assert snapshot(tree) == stock
+
+
+def test_plain_revert_undoes_stacked_sets_last_first(run, tree, diffs):
+    stock = snapshot(tree)
+    for name in ("spec", "model", "spec_again"):
+        assert run("apply", "--target", tree, "--patch", diffs[name]).exit_code == 0
+    result = run("revert", "--target", tree, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json_of(result)["files"] == [SPEC, MODEL]
+    assert snapshot(tree) == stock and not read_state(tree).entries
+
+
+# --- defect 7: vLLM upgraded under patchkit ---------------------------------------------------------
+
+NEW_SPEC = SPEC_PY.replace('"""A stand-in for a config module."""', '"""The config module, 0.17.0."""')
+NEW_MODEL = MODEL_PY + "\n\nVERSION = 17\n"
+
+
+def upgrade(tree: Path, version: str, files: dict[str, str]) -> None:
+    """What `pip install -U vllm` does: new stock files, the old dist-info replaced by the new one."""
+    old = next(tree.glob("vllm-*.dist-info"))
+    for path in old.iterdir():
+        path.unlink()
+    old.rmdir()
+    write_tree(tree, version, files)
+    rows = [f"{p},{record_hash((tree / p).read_bytes())},{(tree / p).stat().st_size}" for p in files]
+    (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture
+def two_releases(tree, scratch) -> Path:
+    new = write_tree(scratch / "new", "0.17.0", {SPEC: NEW_SPEC, MODEL: NEW_MODEL})
+    return write_library(
+        scratch / "lib",
+        {
+            "0.16.0": [make_patch(scratch, tree, {MODEL: eagle_model()})],
+            "0.17.0": [make_patch(scratch, new, {MODEL: eagle_model() + "\n\nVERSION = 17\n"})],
+        },
+    )
+
+
+def test_an_upgraded_vllm_makes_the_record_stale_and_apply_starts_afresh(run, tree, two_releases):
+    args = ("--target", tree, "--patches", two_releases)
+    assert run("apply", *args).exit_code == 0
+    upgrade(tree, "0.17.0", {SPEC: NEW_SPEC, MODEL: NEW_MODEL})
+    new_stock = snapshot(tree)
+
+    result = run("status", *args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    status = json_of(result)
+    assert status["state"] == "not-applied" and status["drifted"] == []
+    assert status["stale"] == ["recorded 0.16.0, installed 0.17.0: the old record is stale"]
+    assert "recorded 0.16.0, installed 0.17.0" in run("status", *args).output
+
+    result = run("apply", *args)  # no --force needed
+    assert result.exit_code == 0, result.output
+    assert "the old record is stale" in result.output
+    [entry] = read_state(tree).entries
+    assert entry.vllm_version == "0.17.0"
+    assert (tree / MODEL).read_text().endswith("VERSION = 17\n")
+
+    assert run("revert", *args).exit_code == 0
+    assert snapshot(tree) == new_stock
+
+
+@pytest.mark.parametrize("flags", [(), ("--force",), ("--dry-run",)])
+def test_revert_with_a_stale_record_writes_no_old_file(run, tree, two_releases, flags):
+    assert run("apply", "--target", tree, "--patches", two_releases).exit_code == 0
+    upgrade(tree, "0.17.0", {SPEC: NEW_SPEC, MODEL: NEW_MODEL})
+    new_stock = snapshot(tree)
+    result = run("revert", *flags, "--target", tree, "--patches", two_releases)
+    assert result.exit_code == 0, result.output
+    assert "recorded 0.16.0, installed 0.17.0: the old record is stale" in result.output
+    assert snapshot(tree) == new_stock
+    assert bool(read_state(tree).entries) == (flags == ("--dry-run",))  # dropped, unless a dry run
+
+
+def test_revert_force_of_an_adhoc_set_never_writes_the_old_release_into_the_new(run, tree, diffs):
+    assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    upgrade(tree, "0.17.0", {SPEC: NEW_SPEC, MODEL: NEW_MODEL})
+    new_stock = snapshot(tree)
+    result = run("revert", "--force", "--target", tree, "--patch", diffs["model"], "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json_of(result)["result"] == "not-applied" and "the old record is stale" in result.output
+    assert snapshot(tree) == new_stock and not read_state(tree).entries
+
+
+def test_a_version_change_without_the_new_stock_files_is_not_stale(run, tree, two_releases):
+    assert run("apply", "--target", tree, "--patches", two_releases).exit_code == 0
+    patched_model = (tree / MODEL).read_text()
+    upgrade(tree, "0.17.0", {SPEC: NEW_SPEC, MODEL: patched_model})  # RECORD vouches for other bytes
+    (tree / MODEL).write_text(patched_model + "# not the RECORD's\n")
+    status = json_of(run("status", "--target", tree, "--patches", two_releases, "--format", "json"))
+    assert status["stale"] == []
+
+
+# --- defect 10: a saved original missing or corrupt ---------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_damaged_saved_original_falls_back_to_reverse_applying(run, tree, diffs, damage):
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    [obj] = (tree / ".patchkit" / "objects").iterdir()
+    if damage == "missing":
+        obj.unlink()
+    else:
+        obj.write_bytes(obj.read_bytes().replace(b"forward", b"backward"))
+    result = run("revert", "--target", tree, "--patch", diffs["model"])
+    assert result.exit_code == 0, result.output
+    assert "reverse-applying" in result.output and MODEL in result.output
+    assert snapshot(tree) == stock
+
+
+def test_a_damaged_original_the_patches_cannot_rebuild_is_refused(run, tree, diffs, scratch):
+    assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    for obj in (tree / ".patchkit" / "objects").iterdir():
+        obj.unlink()
+    (tree / MODEL).write_text(eagle_model())  # unchanged: but the record's diff is not at hand
+    before = snapshot(tree)
+    library = write_library(scratch / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]})
+    result = run("revert", "--target", tree, "--patches", library)
+    assert result.exit_code == 2 and "saved original" in result.output and MODEL in result.output
+    assert "Traceback" not in result.output
+    assert snapshot(tree) == before
+
+
+# --- defect 5: revert --force never overwrites a saved copy -------------------------------------------
+
+
+def test_forced_reverts_in_the_same_second_keep_every_edit(run, tree, diffs):
+    kept = []
+    for edit in ("# first edit\n", "# second edit\n"):
+        assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+        (tree / SPEC).write_text(patched_spec() + edit)
+        result = run("revert", "--force", "--target", tree, "--patch", diffs["spec"], "--format", "json")
+        assert result.exit_code == 0, result.output
+        kept.append(Path(json_of(result)["saved"]))
+    assert kept[0] != kept[1]
+    assert (kept[0] / SPEC).read_text().endswith("# first edit\n")
+    assert (kept[1] / SPEC).read_text().endswith("# second edit\n")
+
+
+def test_keep_copies_makes_a_new_directory_every_time(tree):
+    from patchkit.operations import keep_copies
+
+    (tree / ".patchkit").mkdir()  # the lock's directory: made before any revert
+    (tree / SPEC).write_text("one\n")
+    first = keep_copies(tree, [SPEC])
+    (tree / SPEC).write_text("two\n")
+    second = keep_copies(tree, [SPEC])
+    assert first != second and first.parent == second.parent == tree / ".patchkit" / "saved"
+    assert (first / SPEC).read_text() == "one\n" and (second / SPEC).read_text() == "two\n"
+
+
+def test_a_symlinked_saved_directory_is_refused(run, tree, diffs, tmp_path):
+    sentinel = tmp_path / "sentinel"
+    sentinel.mkdir()
+    (sentinel / "keep.txt").write_text("mine\n")
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    (tree / ".patchkit" / "saved").symlink_to(sentinel)
+    (tree / SPEC).write_text(patched_spec() + "# edit\n")
+    before, outside = snapshot(tree), fingerprint(sentinel)
+    result = run("revert", "--force", "--target", tree, "--patch", diffs["spec"])
+    assert result.exit_code == 2 and "saved" in result.output and "Traceback" not in result.output
+    assert snapshot(tree) == before and fingerprint(sentinel) == outside
+
+
+# --- defects 11 and 12: not a file where a patched file should be -------------------------------------
+
+
+def test_a_patched_file_replaced_by_a_directory_is_refused_naming_it(run, tree, diffs):
+    assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    (tree / MODEL).unlink()
+    (tree / MODEL).mkdir()
+    for force in ((), ("--force",)):
+        result = run("revert", *force, "--target", tree, "--patch", diffs["model"])
+        assert result.exit_code == 2, result.output
+        assert MODEL in result.output and "not a regular file" in result.output
+    assert (tree / MODEL).is_dir() and read_state(tree).entries
+
+
+def test_a_patched_file_deleted_is_drift_and_force_restores_it(run, tree, diffs):
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    (tree / MODEL).unlink()
+    result = run("revert", "--target", tree, "--patch", diffs["model"])
+    assert result.exit_code == 1 and f"{MODEL} was deleted" in result.output
+    result = run("revert", "--force", "--target", tree, "--patch", diffs["model"], "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json_of(result)["saved"] is None  # nothing of yours to keep
+    assert snapshot(tree) == stock
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_fifo_or_directory_to_patch_is_exit_2_naming_it(run, tree, diffs, kind):
+    (tree / SPEC).unlink()
+    if kind == "fifo":
+        os.mkfifo(tree / SPEC)
+    else:
+        (tree / SPEC).mkdir()
+    for dry_run in ((), ("--dry-run",)):
+        result = run("apply", *dry_run, "--target", tree, "--patch", diffs["spec"])
+        assert result.exit_code == 2, result.output
+        assert SPEC in result.output and "does not exist" not in result.output
+    assert not (tree / ".patchkit" / "state.json").exists()
+
+
+def test_the_dry_run_refuses_a_symlinked_file_as_apply_does(run, tree, diffs, tmp_path):
+    elsewhere = tmp_path / "elsewhere.py"
+    elsewhere.write_text(SPEC_PY)
+    (tree / SPEC).unlink()
+    (tree / SPEC).symlink_to(elsewhere)
+    outputs = []
+    for dry_run in (("--dry-run",), ()):
+        result = run("apply", *dry_run, "--target", tree, "--patch", diffs["spec"])
+        assert result.exit_code == 2, result.output
+        outputs.append(result.output.strip().splitlines()[-1])
+    assert outputs[0] == outputs[1] and "symlink" in outputs[0] and SPEC in outputs[0]
+    assert elsewhere.read_text() == SPEC_PY
+
+
+# --- defect 8: verify on a drifted tree runs the checks on the files as they are ------------------------
+
+
+CONTRACT = """\
+[[requirement]]
+file = "vllm/models/model.py"
+kind = "methods"
+class = "Model"
+methods = ["load_draft", "aux_layers"]
+"""
+DRAFT_METHODS = """
+    def load_draft(self, path):
+        self.draft = path
+
+    def aux_layers(self):
+        return (2, 4)
+"""
+
+
+def test_verify_on_a_drifted_tree_names_what_the_hand_edit_broke(run, tree, scratch):
+    patched = MODEL_PY + DRAFT_METHODS
+    library = write_library(scratch / "lib", {"0.16.0": [make_patch(scratch, tree, {MODEL: patched})]})
+    manifest = library / "demo" / "set.toml"
+    manifest.write_text('contract = "contract.toml"\n' + manifest.read_text())
+    (library / "demo" / "contract.toml").write_text(CONTRACT)
+    args = ("--target", tree, "--patches", library)
+    assert run("apply", *args).exit_code == 0
+    (tree / MODEL).write_text(patched.replace("    def aux_layers(self):\n        return (2, 4)\n", ""))
+
+    result = run("verify", *args, "--format", "json")
+    assert result.exit_code == 1
+    report = json_of(result)
+    assert report["drifted"] == [MODEL] and report["checked"] == "as-is"
+    failed = [c["message"] for c in report["checks"] if not c["ok"] and c["check"] == "contract"]
+    assert len(failed) == 1 and "lacks method(s) aux_layers" in failed[0]
+    assert "lacks method(s) aux_layers" in run("verify", *args).output
+
+    junit = run("verify", *args, "--format", "junit")
+    assert junit.exit_code == 1
+    suite = ElementTree.fromstring(junit.stdout)
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    failures = {case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None}
+    assert f"drift: {MODEL}" in failures and f"contract: {MODEL}" in failures
+    assert int(suite.get("failures")) == len(failures) >= 2
