@@ -9,6 +9,7 @@ and the cache it restored is simply computed again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -65,10 +66,8 @@ def _create_key(path: Path) -> bytes:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(secrets.token_bytes(KEY_BYTES))
-        try:
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
             os.link(tmp, path)
-        except FileExistsError:
-            pass
     finally:
         tmp.unlink(missing_ok=True)
     return _read_key(path)
