@@ -270,9 +270,17 @@ def test_catalogue_pyflakes_cache(cache, sentinel, tmp_path, monkeypatch, hostil
 
 
 @pytest.fixture
-def workspace(library, releases, tmp_path) -> Path:
+def own_library(tmp_path, releases) -> Path:
+    """Set `demo` whose 0.16.0 series no other release shares (refresh has nothing to fetch)."""
+    stock = releases.add("0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    patch = make_patch(tmp_path, stock, {SPEC: patched_spec()})
+    return write_library(tmp_path / "own-lib", {"0.16.0": [patch]}, supported=">=0.16.0")
+
+
+@pytest.fixture
+def workspace(own_library, releases, tmp_path) -> Path:
     ws = tmp_path / "ws"
-    result = cli_runner()("workspace", "0.16.0", ws, "--patches", library)
+    result = cli_runner()("workspace", "0.16.0", ws, "--patches", own_library)
     assert result.exit_code == 0, result.output
     return ws
 
@@ -339,31 +347,31 @@ HOSTILE_RECORDS = [
 
 
 @pytest.mark.parametrize("hostile", HOSTILE_RECORDS)
-def test_catalogue_workspace_record(workspace, library, sentinel, hostile):
+def test_catalogue_workspace_record(workspace, own_library, sentinel, hostile):
     (workspace / SPEC).write_text(patched_spec().replace('"deepseek",', '"deepseek",\n    "kimi_k2",'))
-    hostile_record(workspace, sentinel, library, hostile)
-    before, library_before = fingerprint(sentinel), fingerprint(library)
+    hostile_record(workspace, sentinel, own_library, hostile)
+    before, library_before = fingerprint(sentinel), fingerprint(own_library)
 
     done = run_cli("refresh", workspace)
     assert_clean_failure(done, 2)
-    assert fingerprint(sentinel) == before and fingerprint(library) == library_before
+    assert fingerprint(sentinel) == before and fingerprint(own_library) == library_before
     assert len((done.stdout + done.stderr).strip().splitlines()) <= 2  # the error, and maybe a hint
 
 
-def test_a_workspace_record_as_patchkit_wrote_it_still_refreshes(workspace, library):
+def test_a_workspace_record_as_patchkit_wrote_it_still_refreshes(workspace, own_library):
     (workspace / SPEC).write_text(patched_spec().replace('"deepseek",', '"deepseek",\n    "kimi_k2",'))
     done = run_cli("refresh", workspace)
     assert done.returncode == 0, done.stderr
-    assert b"kimi_k2" in (library / "demo" / "0.16.0" / "0001-change.patch").read_bytes()
+    assert b"kimi_k2" in (own_library / "demo" / "0.16.0" / "0001-change.patch").read_bytes()
 
 
-def test_a_workspace_moved_elsewhere_keeps_working_inside_its_set(workspace, library, tmp_path):
+def test_a_workspace_moved_elsewhere_keeps_working_inside_its_set(workspace, own_library, tmp_path):
     moved = tmp_path / "moved-ws"
     workspace.rename(moved)  # its seal was for the old place: the record is judged by the rules alone
     (moved / SPEC).write_text(patched_spec().replace('"deepseek",', '"deepseek",\n    "kimi_k25",'))
     done = run_cli("refresh", moved)
     assert done.returncode == 0, done.stderr
-    assert b"kimi_k25" in (library / "demo" / "0.16.0" / "0001-change.patch").read_bytes()
+    assert b"kimi_k25" in (own_library / "demo" / "0.16.0" / "0001-change.patch").read_bytes()
 
 
 def test_unsealed_record_of_a_port_out_workspace_is_refused_but_sealed_one_refreshes(library, releases, tmp_path):
@@ -400,3 +408,91 @@ def test_the_seal_key_is_private_and_outside_the_cache(library, releases, cache)
     assert key.is_file() and not key.is_symlink()
     assert os.stat(key).st_mode & 0o077 == 0
     assert cache.resolve() not in key.resolve().parents
+
+
+# --------------------------------------------------------------------------- the workspace's files
+
+
+@pytest.mark.parametrize("where", [MODEL, "vllm/extra/linked.py", "vllm/models"])
+def test_refresh_refuses_a_symlink_in_the_workspace(workspace, own_library, sentinel, where):
+    target = workspace / where
+    if target.is_dir():
+        import shutil
+
+        shutil.rmtree(target)
+        target.symlink_to(sentinel, target_is_directory=True)  # vllm/models/model.py now reads the sentinel
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        target.symlink_to(sentinel / "secret.txt")
+    library_before = fingerprint(own_library)
+
+    done = run_cli("refresh", workspace)
+    assert_clean_failure(done, 2)
+    assert "symlink" in done.stderr and where.split("/")[-1] in done.stderr
+    assert fingerprint(own_library) == library_before
+    assert b"do not read me" not in b"".join(p.read_bytes() for p in own_library.rglob("*") if p.is_file())
+
+
+def test_refresh_refuses_a_fifo_in_the_workspace(workspace, own_library):
+    (workspace / SPEC).unlink()
+    os.mkfifo(workspace / SPEC)  # a file the series patches: refresh would read it
+    library_before = fingerprint(own_library)
+    done = run_cli("refresh", workspace)
+    assert_clean_failure(done, 2)
+    assert f"{SPEC} (not a regular file)" in done.stderr
+    assert fingerprint(own_library) == library_before
+
+
+def test_refresh_reports_the_changes_it_cannot_carry(workspace, own_library):
+    metadata = workspace / "vllm-0.16.0.dist-info" / "METADATA"
+    metadata.write_text(metadata.read_text() + "Summary: edited\n")
+    (workspace / "setup_notes.txt").write_text("outside vllm/\n")
+    (workspace / SPEC).write_text(patched_spec().replace('"deepseek",', '"deepseek",\n    "glm4",'))
+
+    done = run_cli("refresh", workspace, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    (note,) = [n for n in json.loads(done.stdout)["notes"] if "not carried" in n]
+    assert "vllm-0.16.0.dist-info/METADATA" in note and "setup_notes.txt" in note
+    assert b"glm4" in (own_library / "demo" / "0.16.0" / "0001-change.patch").read_bytes()
+    assert b"edited" not in b"".join(p.read_bytes() for p in own_library.rglob("*") if p.is_file())
+
+
+def _git(ws: Path, *args: str, check: bool = True) -> None:
+    import subprocess
+
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    subprocess.run(["git", *args], cwd=ws, env=env, check=check, capture_output=True)
+
+
+def test_a_workspace_whose_stock_commit_is_gone_is_one_line(workspace, own_library):
+    stock = json.loads((workspace / META).read_text())["stock_commit"]
+    _git(workspace, "checkout", "-q", "--orphan", "rewritten")
+    _git(workspace, "commit", "-qm", "history rewritten")
+    for branch in ("master", "main"):  # whichever the default branch is
+        _git(workspace, "branch", "-q", "-D", branch, check=False)
+    _git(workspace, "tag", "-d", "stock")
+    _git(workspace, "reflog", "expire", "--expire=now", "--all")
+    _git(workspace, "gc", "-q", "--prune=now")
+    library_before = fingerprint(own_library)
+
+    done = run_cli("refresh", workspace)
+    assert_clean_failure(done, 2)
+    first = done.stderr.strip().splitlines()[0]
+    assert stock in first and "'stock' is gone" in first
+    assert fingerprint(own_library) == library_before
+
+
+def test_a_workspace_whose_stock_tag_moved_names_both(workspace):
+    data = json.loads((workspace / META).read_text())
+    data["stock_commit"] = "0123456789abcdef0123456789abcdef01234567"
+    (workspace / META).write_text(json.dumps(data))
+    done = run_cli("refresh", workspace)
+    assert_clean_failure(done, 2)
+    assert "0123456789abcdef0123456789abcdef01234567" in done.stderr and "now names" in done.stderr
