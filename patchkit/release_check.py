@@ -16,7 +16,12 @@ A result is kept in the fetch cache (<cache>/verify-results/), under a key that 
 it depends on: the release, its stock files, the set's directory (series, patches, contract,
 probe), patchkit's own code, the Python and the libraries that judge (pyflakes, unidiff,
 packaging). The pipeline is deterministic in those, so an unchanged key gives the same result;
-`--no-result-cache` runs everything again.
+`--no-result-cache` runs everything again. The cache is shared (CI restores it from other runs), so
+an entry is only a shortcut: sealed with this user's key (patchkit.seal), or run again.
+
+Before anything else, the stock files go through the integrity check against the release's RECORD,
+as `verify --target` does: files that are not the release's are reported as such, never as a
+conflict blamed on the library.
 """
 
 from __future__ import annotations

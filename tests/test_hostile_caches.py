@@ -496,3 +496,113 @@ def test_a_workspace_whose_stock_tag_moved_names_both(workspace):
     done = run_cli("refresh", workspace)
     assert_clean_failure(done, 2)
     assert "0123456789abcdef0123456789abcdef01234567" in done.stderr and "now names" in done.stderr
+
+
+# --------------------------------------------------------------------------- a damaged fetch cache
+
+
+def _wheel(version: str, files: dict[str, bytes]) -> bytes:
+    """A small real wheel: the files, METADATA, WHEEL and a RECORD of sha256 hashes."""
+    import io
+    import zipfile
+
+    dist = f"vllm-{version}.dist-info"
+    members = dict(files)
+    members[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()
+    members[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    rows = [f"{name},{record_hash(data)},{len(data)}" for name, data in members.items()] + [f"{dist}/RECORD,,"]
+    members[f"{dist}/RECORD"] = ("\n".join(rows) + "\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def local_index(tmp_path, monkeypatch):
+    """A package index on localhost serving one vllm wheel (no range support: whole downloads)."""
+    import functools
+    import hashlib
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    (root / "simple" / "vllm").mkdir(parents=True)
+    (root / "files").mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def publish(version: str, files: dict[str, bytes]) -> None:
+        name = f"vllm-{version}-py3-none-any.whl"
+        data = _wheel(version, files)
+        (root / "files" / name).write_bytes(data)
+        link = f'<a href="{url}/files/{name}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a>'
+        (root / "simple" / "vllm" / "index.html").write_text(f"<!DOCTYPE html><html><body>{link}</body></html>")
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", f"{url}/simple/")
+    for var in ("PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CERT", "PIP_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    yield publish
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.xfail(strict=True, reason="fetch cache re-check on the fetch branch")
+@pytest.mark.parametrize("damage", ["flipped-byte", "truncated", "symlink-out"])
+def test_ci_mode_reports_the_truth_over_a_damaged_cached_release_file(tmp_path, cache, sentinel, local_index, damage):
+    stock = write_tree(tmp_path / "stock", "0.16.0", {SPEC: SPEC_PY})
+    patch = make_patch(tmp_path, stock, {SPEC: patched_spec()})
+    lib = write_library(tmp_path / "lib", {"0.16.0": [patch]}, supported=">=0.16.0")
+    local_index("0.16.0", {"vllm/__init__.py": b"", SPEC: SPEC_PY.encode()})
+    run = cli_runner()
+    first = run("verify", "--patches", lib, "--vllm-version", "0.16.0", "--format", "json")
+    assert release_of(first)["outcome"] == "patched", first.output
+
+    cached = cache / "releases" / "0.16.0" / "tree" / SPEC
+    assert cached.is_file()
+    if damage == "flipped-byte":
+        cached.write_bytes(cached.read_bytes().replace(b'"llama"', b'"llamb"'))
+    elif damage == "truncated":
+        cached.write_bytes(cached.read_bytes()[:40])
+    else:
+        cached.unlink()
+        cached.symlink_to(sentinel / "secret.txt")
+    before = fingerprint(sentinel)
+
+    as_json = run("verify", "--patches", lib, "--vllm-version", "0.16.0", "--format", "json")
+    as_text = run("verify", "--patches", lib, "--vllm-version", "0.16.0")
+    as_junit = run("verify", "--patches", lib, "--vllm-version", "0.16.0", "--format", "junit")
+    assert fingerprint(sentinel) == before
+    assert [r.exit_code for r in (as_json, as_text, as_junit)] == [0, 0, 0]
+    assert release_of(as_json)["outcome"] == "patched"
+    assert "patched" in as_text.output and "conflict" not in as_text.output
+    assert ET.fromstring(as_junit.stdout).findall(".//failure") == []
+
+
+@pytest.mark.parametrize("damage", ["flipped-byte", "symlink-out"])
+def test_ci_mode_never_blames_the_library_for_a_damaged_cached_release_file(
+    tmp_path, cache, sentinel, local_index, damage
+):
+    """Whether the cache re-fetches the file (patched) or not (integrity fails, naming RECORD): never a conflict."""
+    stock = write_tree(tmp_path / "stock", "0.16.0", {SPEC: SPEC_PY})
+    patch = make_patch(tmp_path, stock, {SPEC: patched_spec()})
+    lib = write_library(tmp_path / "lib", {"0.16.0": [patch]}, supported=">=0.16.0")
+    local_index("0.16.0", {"vllm/__init__.py": b"", SPEC: SPEC_PY.encode()})
+    run = cli_runner()
+    assert release_of(run("verify", "--patches", lib, "--vllm-version", "0.16.0", "--format", "json"))["ok"]
+    cached = cache / "releases" / "0.16.0" / "tree" / SPEC
+    if damage == "flipped-byte":
+        cached.write_bytes(cached.read_bytes().replace(b'"qwen"', b'"qwem"'))
+    else:
+        cached.unlink()
+        cached.symlink_to(sentinel / "secret.txt")
+
+    report = release_of(run("verify", "--patches", lib, "--vllm-version", "0.16.0", "--format", "json"))
+    assert report["outcome"] != "conflict"
+    if report["outcome"] != "patched":
+        assert report["outcome"] == "check-failed" and "RECORD" in report["detail"]
