@@ -392,7 +392,7 @@ def _optional_bool(value: object) -> bool | None:
 
 def _read_entry(directory: Path, path: Path) -> bytes:
     """A cache entry's bytes: a regular file inside the cache (a symlink is never followed)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a fifo must not block
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode) or not fsutil.inside(directory, path.parent):
             raise OSError(f"{path.name} is not a regular file in the cache")

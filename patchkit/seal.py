@@ -46,7 +46,7 @@ def _key() -> bytes:
 
 def _read_key(path: Path) -> bytes:
     """The key file: a regular file of this user's, not a symlink, readable by nobody else."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     try:
         info = os.fstat(fd)
         data = os.read(fd, KEY_BYTES + 1)

@@ -165,7 +165,7 @@ def test_an_invented_outcome_and_version_are_refused_and_run_again(library, rele
 
 @pytest.mark.parametrize(
     "hostile",
-    ["symlink-out", "directory", "not-json", "a-list", "no-seal", "huge-detail"],
+    ["symlink-out", "directory", "fifo", "not-json", "a-list", "no-seal", "huge-detail"],
 )
 def test_catalogue_verify_result_cache(library, releases, cache, sentinel, hostile):
     releases.add("0.16.1", {SPEC: MOVED_SPEC, MODEL: MODEL_PY})
@@ -177,6 +177,8 @@ def test_catalogue_verify_result_cache(library, releases, cache, sentinel, hosti
         entry.symlink_to(sentinel / "secret.txt")
     elif hostile == "directory":
         entry.mkdir()
+    elif hostile == "fifo":
+        os.mkfifo(entry)
     elif hostile == "not-json":
         entry.write_bytes(b"\xff\xfe{")
     elif hostile == "a-list":
@@ -240,7 +242,7 @@ def test_a_forged_no_findings_pyflakes_entry_does_not_hide_an_undefined_name(cac
     assert [f.kind for f in names.findings(UNDEFINED)] == ["UndefinedName"]
 
 
-@pytest.mark.parametrize("hostile", ["symlink-out", "unsealed-empty", "directory", "garbage"])
+@pytest.mark.parametrize("hostile", ["symlink-out", "unsealed-empty", "directory", "fifo", "garbage"])
 def test_catalogue_pyflakes_cache(cache, sentinel, tmp_path, monkeypatch, hostile):
     monkeypatch.setattr(names, "_SEEN", {})
     names.findings(UNDEFINED)
@@ -253,6 +255,8 @@ def test_catalogue_pyflakes_cache(cache, sentinel, tmp_path, monkeypatch, hostil
         entry.write_text('{"findings": []}')
     elif hostile == "directory":
         entry.mkdir()
+    elif hostile == "fifo":
+        os.mkfifo(entry)
     else:
         entry.write_bytes(b"\x00" * 64)
     before = fingerprint(sentinel)

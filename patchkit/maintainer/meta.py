@@ -87,7 +87,7 @@ class WorkspaceMeta:
             meta._validate_types()
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise BadInput(f"unreadable workspace record {path}: {exc}") from exc
-        sealed = seal.sealed(SEAL_KIND, _sealed_name(directory), _canonical({**asdict(meta)}), mark)
+        sealed = seal.sealed(SEAL_KIND, _sealed_name(directory), _canonical(asdict(meta)), mark)
         meta._validate_places(path, sealed=sealed)
         return meta
 
@@ -101,6 +101,8 @@ class WorkspaceMeta:
             raise ValueError(f"roots {self.roots!r} are not top-level directory names")
         for record in self.patches:
             record.validate(self.roots)
+        if not isinstance(self.all_python, bool) or not isinstance(self.ported_from, (str, type(None))):
+            raise ValueError("all_python must be true or false, ported_from a version or null")
         if self.register is not None and self.register != registered_entry(self.version):
             raise ValueError(f"register {self.register!r} is not a [[releases]] entry")
 
