@@ -16,14 +16,21 @@ A result is kept in the fetch cache (<cache>/verify-results/), under a key that 
 it depends on: the release, its stock files, the set's directory (series, patches, contract,
 probe), patchkit's own code, the Python and the libraries that judge (pyflakes, unidiff,
 packaging). The pipeline is deterministic in those, so an unchanged key gives the same result;
-`--no-result-cache` runs everything again.
+`--no-result-cache` runs everything again. The cache is shared (CI restores it from other runs), so
+an entry is only a shortcut: sealed with this user's key (patchkit.seal), or run again.
+
+Before anything else, the stock files go through the integrity check against the release's RECORD,
+as `verify --target` does: files that are not the release's are reported as such, never as a
+conflict blamed on the library.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -35,11 +42,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit import fetch
-from patchkit.checks import CheckResult
+from patchkit import fetch, fsutil, seal
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, integrity
 from patchkit.enums import CheckStatus, Outcome, ReleaseOutcome, SelectionKind, StepState, TreeState
 from patchkit.errors import NoPatchSet, PatchkitError, exit_code_for
-from patchkit.fsutil import atomic_write
 from patchkit.inspection import TreeStatus, inspect
 from patchkit.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.operations import ApplyResult, apply_series, revert_series
@@ -48,7 +54,7 @@ from patchkit.plan import Plan, plan_revert
 from patchkit.record import find_record, parse_record, prune, touch
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, resolve
-from patchkit.state import META_DIR
+from patchkit.state import META_DIR, read_file
 
 PATCHED = ReleaseOutcome.PATCHED
 UPSTREAM = ReleaseOutcome.UPSTREAM
@@ -306,7 +312,11 @@ def _reused(mate: _Job, lead: ReleaseResult, fetched: float) -> ReleaseResult:
 
 
 class ResultStore:
-    """Results by a key over all their inputs (see the module docstring)."""
+    """Results by a key over all their inputs (see the module docstring), each sealed with this
+    user's key (patchkit.seal): an entry is a shortcut for a result this user's patchkit made, never
+    evidence. One that does not verify (edited, made elsewhere, for another release) is run again."""
+
+    KIND = "verify-result"
 
     def __init__(self, patch_set: PatchSetDef):
         self.directory = fetch.cache_dir() / "verify-results"
@@ -321,27 +331,72 @@ class ResultStore:
             digest.update(f"\0{path}\0{content}".encode())
         return digest.hexdigest()
 
-    def recall(self, key: str) -> ReleaseResult | None:
+    def recall(self, key: str, job: _Job) -> tuple[ReleaseResult | None, str | None]:
+        """(the cached result, None) or (None, why an entry there was not believed); (None, None): none."""
         path = self.directory / f"{key}.json"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            touch(path)
-            return ReleaseResult(
-                Version(data["vllm_version"]),
-                ReleaseOutcome(data["outcome"]),
-                data["detail"],
-                series=data["series"],
-                checks=[CheckResult(**c) for c in data["checks"]],
-                reverted_identical=data["reverted_identical"],
-                upstream_regression=data["upstream_regression"],
-                cached=True,
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # absent or unreadable: run it
+            raw = _read_entry(self.directory, path)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror or exc})"
+        try:
+            result = self._believe(key, job, json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            return None, str(exc) or type(exc).__name__
+        touch(path)
+        return result, None
+
+    def _believe(self, key: str, job: _Job, entry: dict) -> ReleaseResult:
+        data = entry["result"]
+        if not seal.sealed(self.KIND, key, _canonical(data), entry.get("seal")):
+            raise ValueError("not sealed by this user's patchkit (edited, or made on another machine)")
+        if data["vllm_version"] != str(job.version) or data["series"] != job.series:
+            raise ValueError(f"made for {data['vllm_version']} ({data['series']}), not {job.version} ({job.series})")
+        checks = [CheckResult(**c) for c in data["checks"]]
+        if not all(isinstance(c.ok, bool) and c.level in (ERROR, WARNING) for c in checks):
+            raise ValueError("a check result is malformed")
+        outcome = ReleaseOutcome(data["outcome"])  # ValueError for an outcome patchkit does not know
+        if outcome == UNSUPPORTED:
+            raise ValueError("a fetched release is never unsupported")
+        return ReleaseResult(
+            job.version,
+            outcome,
+            str(data["detail"]),
+            series=job.series,
+            checks=checks,
+            reverted_identical=_optional_bool(data["reverted_identical"]),
+            upstream_regression=bool(data["upstream_regression"]),
+            cached=True,
+        )
 
     def keep(self, key: str, result: ReleaseResult, set_name: str) -> None:
+        data = result.to_json(set_name)
+        entry = {"seal": seal.seal(self.KIND, key, _canonical(data)), "result": data}
+        path = self.directory / f"{key}.json"
         with suppress(OSError):  # a cache that cannot be written only costs time
-            atomic_write(self.directory / f"{key}.json", json.dumps(result.to_json(set_name)).encode())
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if fsutil.inside(self.directory, path.parent):
+                fsutil.atomic_write(path, json.dumps(entry).encode())
+
+
+def _canonical(data: dict) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _optional_bool(value: object) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"reverted_identical is {value!r}")
+    return value
+
+
+def _read_entry(directory: Path, path: Path) -> bytes:
+    """A cache entry's bytes: a regular file inside the cache (a symlink is never followed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a fifo must not block
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode) or not fsutil.inside(directory, path.parent):
+            raise OSError(f"{path.name} is not a regular file in the cache")
+        return handle.read(1 << 22)
 
 
 def _fingerprint(patch_set: PatchSetDef) -> str:
@@ -366,11 +421,13 @@ def _verify_or_recall(
     if store is None:
         return _verify_release(job, stock, fetched, scratch, opts)
     key = store.key(job, stock)
-    recalled = store.recall(key)
+    recalled, distrusted = store.recall(key, job)
     if recalled is not None:
         recalled.timings = {"fetch": fetched, "total": fetched}
         return recalled
     result = _verify_release(job, stock, fetched, scratch, opts)
+    if distrusted:
+        result.detail += f" (a cached result for these inputs was not believed, {distrusted}: run again)"
     store.keep(key, result, job.selection.set_name)
     return result
 
@@ -402,10 +459,15 @@ def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts:
     copied = lay_out(stock, site, job.paths)
     try:
         resolved = resolve(replace(opts, target_dir=str(site), python=None, vllm_version=None, adhoc=()))
-        if job.selection.kind == SelectionKind.UPSTREAM:
+        with clock("checks"):
+            stock_checks = _stock_integrity(site, job)
+        if any(r.failed for r in stock_checks):
+            result = _damaged_stock(job.version, stock_checks)
+        elif job.selection.kind == SelectionKind.UPSTREAM:
             result = _verify_upstream(resolved, clock)
         else:
             result = _verify_patched(resolved, clock)
+        result.checks = stock_checks + [r for r in result.checks if r.check != integrity.NAME]
         differences = _differences(stock, site, copied)
         if differences and result.outcome in (PATCHED, UPSTREAM):
             result.outcome = CHECK_FAILED_OUTCOME
@@ -417,6 +479,24 @@ def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts:
         return result
     finally:
         shutil.rmtree(site, ignore_errors=True)
+
+
+def _stock_integrity(site: Path, job: _Job) -> list[CheckResult]:
+    """integrity, as `verify --target` runs it: each stock file against the release's RECORD."""
+    context = CheckContext(
+        paths=list(job.paths), read=lambda path: read_file(site / path), python=None, root=site, version=job.version
+    )
+    return integrity.CHECK.run(context)
+
+
+def _damaged_stock(version: Version, results: list[CheckResult]) -> ReleaseResult:
+    """Files that are not the release's own: nothing said about them would be about the library."""
+    return ReleaseResult(
+        version,
+        CHECK_FAILED_OUTCOME,
+        "the stock files are not the release's (RECORD sha256 differs; a damaged fetch cache?): " + _failures(results),
+        checks=results,
+    )
 
 
 def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:

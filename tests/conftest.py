@@ -37,3 +37,9 @@ def _unit_tests_see_no_fetched_releases(request, tmp_path_factory, monkeypatch):
 def _the_installed_library_unless_a_test_says_otherwise(monkeypatch):
     """A PATCHKIT_LIBRARY exported in the developer's shell must not change which library the tests read."""
     monkeypatch.delenv("PATCHKIT_LIBRARY", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _a_cache_seal_key_of_the_test_session(tmp_path_factory, monkeypatch):
+    """patchkit.seal keeps its key in the user's state directory: the tests' key is the session's own."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "state"))

@@ -313,8 +313,8 @@ def test_results_are_cached_by_their_inputs(run, library, index):
         k: v for k, v in first["0.16.0"].items() if k not in ("cached", "timings")
     }
 
-    # another stock file: another key
-    (index.trees["0.16.0"] / "vllm" / "config" / "spec.py").write_text(OTHER_SPEC)
+    # another stock file (and its RECORD: a file RECORD disowns is a damaged cache): another key
+    index.add("0.16.0", OTHER_SPEC)
     result, changed = verify_json(run, library, "--vllm-version", "0.16.0")
     assert result.exit_code == 1 and changed["0.16.0"]["outcome"] == "conflict"
     assert not changed["0.16.0"]["cached"]

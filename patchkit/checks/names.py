@@ -14,12 +14,14 @@ import ast
 import hashlib
 import json
 import os
+import stat
 import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit import fsutil, seal
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 
 UNDEFINED = frozenset({"UndefinedName", "UndefinedExport", "UndefinedLocal"})
@@ -102,7 +104,8 @@ def introduced(after: tuple[Finding, ...], before: tuple[Finding, ...]) -> list[
 # apply checks the same contents twice (planned, then as written), and a large diff is slow to
 # check (~35 ms a file): findings are kept per content, in memory and in patchkit's cache directory.
 _SEEN: dict[str, tuple[Finding, ...] | None] = {}
-_CACHE_SCHEMA = 1  # bump when what is stored per content changes (Finding, _doubt)
+_SEAL_KIND = "pyflakes"
+_CACHE_SCHEMA = 2  # bump when what is stored per content changes (Finding, _doubt)
 
 
 def findings(source: bytes) -> tuple[Finding, ...] | None:
@@ -149,30 +152,41 @@ def _cache_dir() -> Path:
 
 
 def _load(cache: Path, digest: str):
+    """An entry's findings; _MISSING when there is none, or one this user's patchkit did not seal
+    (the cache is shared: an edited "no findings" must not hide an undefined name)."""
     from patchkit.record import touch
 
     path = cache / digest[:2] / f"{digest}.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a fifo must not block
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return _MISSING
+            entry = json.loads(handle.read(1 << 22))
+        data = entry["findings"]
+        if not seal.sealed(_SEAL_KIND, f"{cache.name}/{digest}", _canonical(data), entry.get("seal")):
+            return _MISSING
+        found = None if data is None else tuple(Finding(k, tuple(a), int(line), t, d) for k, a, line, t, d in data)
+    except (OSError, ValueError, TypeError, KeyError):
         return _MISSING
     touch(path)
-    try:
-        return None if data is None else tuple(Finding(k, tuple(a), int(line), t, d) for k, a, line, t, d in data)
-    except (TypeError, ValueError):
-        return _MISSING
+    return found
 
 
 def _store(cache: Path, digest: str, found: tuple[Finding, ...] | None) -> None:
     data = None if found is None else [[f.kind, list(f.args), f.line, f.text, f.doubt] for f in found]
+    entry = {"seal": seal.seal(_SEAL_KIND, f"{cache.name}/{digest}", _canonical(data)), "findings": data}
     path = cache / digest[:2] / f"{digest}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
+        if fsutil.inside(cache, path.parent):
+            fsutil.atomic_write(path, json.dumps(entry).encode())
     except OSError:
         pass  # a read-only cache only costs time
+
+
+def _canonical(data) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:

@@ -4,16 +4,27 @@ each patch's DEP-3 header, diff and files."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
+from patchkit import fsutil, seal
 from patchkit.errors import BadInput
+from patchkit.fsutil import unsafe_reason
 from patchkit.maintainer.patchtext import split_header
 from patchkit.patchfile import Patch, decode
 
 META = ".patchkit-workspace.json"
 SCHEMA = 1
 STOCK_TAG = "stock"
+SEAL_KIND = "workspace"
+PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -24,6 +35,23 @@ class PatchRecord:
     files: list[str]
     parts: str | None = None  # a diff whose per-file parts split a file several patches change
     sha256: str | None = None  # of the library's file when the workspace was made
+
+    def validate(self, roots: list[str]) -> None:
+        """A plain NNNN-name.patch file name; files under the set's roots; text where text belongs."""
+        if not isinstance(self.name, str) or not PATCH_NAME.fullmatch(self.name):
+            raise ValueError(f"patch name {self.name!r} is not a file name of the form NNNN-name.patch")
+        if not all(isinstance(t, str) for t in (self.header, self.body)) or not isinstance(
+            self.parts, (str, type(None))
+        ):
+            raise ValueError(f"{self.name}: header, body and parts must be text")
+        if self.sha256 is not None and not (isinstance(self.sha256, str) and _SHA256.fullmatch(self.sha256)):
+            raise ValueError(f"{self.name}: sha256 {self.sha256!r} is not a sha256")
+        if not isinstance(self.files, list):
+            raise ValueError(f"{self.name}: files is not a list")
+        for file in self.files:
+            why = unsafe_reason(file) if isinstance(file, str) else "is not text"
+            if why or file.split("/", 1)[0] not in roots:
+                raise ValueError(f"{self.name}: file {file!r} {why or 'is outside the set roots'}")
 
 
 @dataclass
@@ -41,16 +69,90 @@ class WorkspaceMeta:
     schema: int = SCHEMA
 
     def save(self, directory: Path) -> None:
-        (directory / META).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        data = asdict(self)
+        data["seal"] = seal.seal(SEAL_KIND, _sealed_name(directory), _canonical(data))
+        (directory / META).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, directory: Path) -> WorkspaceMeta:
+        """The record, validated: it is read back from a directory anyone may have handed over."""
+        path = directory / META
         try:
-            data = json.loads((directory / META).read_text(encoding="utf-8"))
-            data["patches"] = [PatchRecord(**p) for p in data["patches"]]
-            return cls(**data)
+            data = json.loads(_read_regular(path))
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
+            mark = data.pop("seal", None)
+            data["patches"] = [PatchRecord(**p) for p in _typed(data, "patches", list)]
+            meta = cls(**data)
+            meta._validate_types()
         except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise BadInput(f"unreadable workspace record {directory / META}: {exc}") from exc
+            raise BadInput(f"unreadable workspace record {path}: {exc}") from exc
+        sealed = seal.sealed(SEAL_KIND, _sealed_name(directory), _canonical(asdict(meta)), mark)
+        meta._validate_places(path, sealed=sealed)
+        return meta
+
+    def _validate_types(self) -> None:
+        for name in ("set_name", "set_dir", "version", "series_dir", "stock_commit"):
+            _typed(asdict(self), name, str)
+        Version(self.version)  # InvalidVersion is a ValueError
+        if not _COMMIT.fullmatch(self.stock_commit):
+            raise ValueError(f"stock_commit {self.stock_commit!r} is not a commit id")
+        if not isinstance(self.roots, list) or not self.roots or not all(_plain_name(r) for r in self.roots):
+            raise ValueError(f"roots {self.roots!r} are not top-level directory names")
+        for record in self.patches:
+            record.validate(self.roots)
+        if not isinstance(self.all_python, bool) or not isinstance(self.ported_from, (str, type(None))):
+            raise ValueError("all_python must be true or false, ported_from a version or null")
+        if self.register is not None and self.register != registered_entry(self.version):
+            raise ValueError(f"register {self.register!r} is not a [[releases]] entry")
+
+    def _validate_places(self, path: Path, *, sealed: bool) -> None:
+        """The set is the one named, and refresh writes only into its series directory: inside the
+        set's directory (symlinks resolved), or where patchkit itself put it (port --out: sealed)."""
+        from patchkit.library import load_set
+
+        set_dir, series_dir = Path(self.set_dir), Path(self.series_dir)
+        if not (set_dir.is_absolute() and series_dir.is_absolute()):
+            raise BadInput(f"{path}: set_dir and series_dir must be absolute paths")
+        found = load_set(set_dir)
+        if found.name != self.set_name:
+            raise BadInput(f"{path}: {set_dir} holds the set {found.name!r}, not {self.set_name!r}")
+        if not sealed and not fsutil.inside(set_dir, series_dir):
+            raise BadInput(
+                f"{path}: the series directory {series_dir} is not inside the set's directory {set_dir}",
+                hint="refresh writes only into its set's series; make the workspace again with `patchkit workspace`",
+            )
+
+
+def registered_entry(version: str) -> dict[str, str]:
+    """The only [[releases]] entry a workspace asks refresh to add (port's): its own release."""
+    return {"versions": f"=={version}", "dir": version}
+
+
+def _read_regular(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        return handle.read(1 << 24)
+
+
+def _typed(data: dict, name: str, kind: type):
+    if not isinstance(data[name], kind):
+        raise TypeError(f"{name} is not a {kind.__name__}")
+    return data[name]
+
+
+def _plain_name(name: object) -> bool:
+    return isinstance(name, str) and unsafe_reason(name) is None and "/" not in name
+
+
+def _sealed_name(directory: Path) -> str:
+    return str(directory.resolve())
+
+
+def _canonical(data: dict) -> bytes:
+    return json.dumps({k: v for k, v in data.items() if k != "seal"}, sort_keys=True, separators=(",", ":")).encode()
 
 
 def record_of(patch: Patch, *, parts: str | None = None, library_copy: bool = True) -> PatchRecord:

@@ -11,7 +11,7 @@ from patchkit.errors import BadInput, Conflict, NoPatchSet
 from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
 from patchkit.maintainer.gitrepo import commit_all, git_diff, init_repo
 from patchkit.maintainer.merge import merge_file
-from patchkit.maintainer.meta import STOCK_TAG, WorkspaceMeta, record_of
+from patchkit.maintainer.meta import STOCK_TAG, WorkspaceMeta, record_of, registered_entry
 from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
 from patchkit.maintainer.reports import FileMerge, PatchOutcome, PortReport
 from patchkit.maintainer.series import (
@@ -255,7 +255,7 @@ def _fill_port_workspace(
         record_of(patch, parts=split_header(texts[patch.name])[1] if patch.name in texts else "", library_copy=False)
         for patch in selection.patches
     ]
-    register = None if out else {"versions": f"=={report.to_version}", "dir": report.to_version}
+    register = None if out else registered_entry(report.to_version)
     WorkspaceMeta(
         patch_set.name,
         str(patch_set.directory.resolve()),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -10,10 +12,11 @@ from packaging.version import Version
 
 from patchkit import fetch
 from patchkit.errors import BadInput, Conflict, PatchkitError
+from patchkit.fsutil import unsafe_reason
 from patchkit.library import load_set
 from patchkit.maintainer.gitrepo import git_diff
 from patchkit.maintainer.merge import conflict_lines
-from patchkit.maintainer.meta import PatchRecord, WorkspaceMeta
+from patchkit.maintainer.meta import STOCK_TAG, PatchRecord, WorkspaceMeta
 from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
 from patchkit.maintainer.reports import PatchOutcome, RefreshReport, SharedCheck
 from patchkit.maintainer.series import (
@@ -38,20 +41,24 @@ def refresh_workspace(
     today: str | None = None,
     progress: Progress | None = None,
 ) -> RefreshReport:
-    import git
-
     root = find_workspace(directory)
     meta = WorkspaceMeta.load(root)
-    repo = git.Repo(str(root))
-    stock_commit = repo.commit(meta.stock_commit)
+    repo = _open_repo(root)
+    stock_commit = _stock_commit(repo, meta)
     paths = sorted(_changed_paths(repo, meta) | {f for r in meta.patches for f in r.files})
     stock = {p: _blob(stock_commit, p) for p in paths}
-    work = {p: read_file(root / p) for p in paths}
+    work = _workspace_files(root, paths)
     _refuse_conflict_markers(work, stock)
+    uncarried = _uncarried_changes(repo, meta)
     records = list(meta.patches)
     if new_patch and any(stock[p] != work[p] for p in paths if not _owners(records).get(p)):
         records.append(_new_record(new_patch, records, today or today_iso()))
     assigned, notes = split_changes(records, stock, work, meta.roots)
+    if uncarried:
+        notes.append(
+            f"changes outside {', '.join(r + '/' for r in meta.roots)} are not carried into the library "
+            f"(they stay in the workspace only): {', '.join(uncarried)}"
+        )
     series_dir = Path(meta.series_dir)
     texts, outcomes = _new_texts(records, assigned, series_dir, today or today_iso(), meta.roots)
     patches = [
@@ -73,6 +80,74 @@ def refresh_workspace(
     return report
 
 
+def _open_repo(root: Path):
+    import git
+
+    try:
+        return git.Repo(str(root))
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise BadInput(
+            f"{root} has a workspace record but is not a git repository",
+            hint="make the workspace again with `patchkit workspace VERSION`",
+        ) from exc
+
+
+def _stock_commit(repo, meta: WorkspaceMeta):
+    """The commit of the release's stock files; gone (history rewritten, objects pruned): exit 2."""
+    import git
+
+    try:
+        return repo.commit(meta.stock_commit)
+    except (ValueError, git.BadName, git.BadObject, git.GitCommandError) as exc:
+        tag = next((t for t in repo.tags if t.name == STOCK_TAG), None)
+        where = f"the tag {STOCK_TAG!r} now names {tag.commit.hexsha}" if tag else f"the tag {STOCK_TAG!r} is gone too"
+        raise BadInput(
+            f"the workspace's stock commit {meta.stock_commit} is not in {repo.working_tree_dir} ({where}); "
+            "was its history rewritten?",
+            hint=f"make a new workspace with `patchkit workspace {meta.version}` and carry your edits over",
+        ) from exc
+
+
+def _workspace_files(root: Path, paths: list[str]) -> Contents:
+    """Each path's bytes in the working tree (None: absent). A symlink (on the way or at the end)
+    or a special file is refused, as `apply` refuses mode 120000 entries: its target is not the
+    workspace's to put into a library patch."""
+    refused = [f"{path} ({why})" for path in paths if (why := _not_a_plain_file(root, path))]
+    if refused:
+        raise BadInput(
+            f"the workspace holds what a patch cannot carry: {', '.join(refused)}",
+            hint="replace it with a regular file (or delete it), then refresh again",
+        )
+    return {path: read_file(root / path) for path in paths}
+
+
+def _not_a_plain_file(root: Path, path: str) -> str | None:
+    """Why `path` under the workspace is not a regular file reached without symlinks (None: it is, or absent)."""
+    if why := unsafe_reason(path):
+        return why
+    current = root
+    parts = path.split("/")
+    for depth, part in enumerate(parts, 1):
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(mode):
+            return "a symlink" if depth == len(parts) else f"{'/'.join(parts[:depth])} is a symlink"
+        if depth < len(parts) and not stat.S_ISDIR(mode):
+            return None  # a file where a directory would be: the path is absent
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _uncarried_changes(repo, meta: WorkspaceMeta) -> list[str]:
+    """Changes since the stock commit a library patch cannot hold: outside the set's roots (the
+    dist-info among them)."""
+    listed = repo.git.diff(meta.stock_commit, "--name-only", "--no-renames", "--no-ext-diff", "-z")
+    changed = {p for p in listed.split("\0") if p} | set(repo.untracked_files)
+    return sorted(p for p in changed if p.split("/", 1)[0] not in meta.roots)
+
+
 def _changed_paths(repo, meta: WorkspaceMeta) -> set[str]:
     """Paths under the set's roots that differ from the stock commit, tracked or not (ignored excluded)."""
     listed = repo.git.diff(meta.stock_commit, "--name-only", "--no-renames", "--no-ext-diff", "-z", "--", *meta.roots)
@@ -83,9 +158,12 @@ def _changed_paths(repo, meta: WorkspaceMeta) -> set[str]:
 
 def _blob(commit, path: str) -> bytes | None:
     try:
-        return commit.tree[path].data_stream.read()
+        blob = commit.tree[path]
     except KeyError:
         return None
+    if blob.type != "blob" or blob.mode not in (0o100644, 0o100755):
+        raise BadInput(f"{path} in the stock commit is not a regular file (mode {blob.mode:o})")
+    return blob.data_stream.read()
 
 
 def _refuse_conflict_markers(work: Contents, stock: Contents) -> None:

@@ -10,6 +10,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.errors import NoPatchSet, PatchkitError
+from patchkit.fsutil import atomic_write
 from patchkit.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
 from patchkit.maintainer.reports import PatchOutcome
 from patchkit.maintainer.stock import Contents
@@ -58,7 +59,7 @@ def write_series_files(series_dir: Path, texts: dict[str, str], outcomes: list[P
             if path.exists():
                 path.unlink()
         elif outcome.state != "unchanged":
-            path.write_bytes(encode(texts[outcome.name]))
+            atomic_write(path, encode(texts[outcome.name]))  # replaces a symlink, never writes through it
     write_series(series_dir, [o.name for o in outcomes if o.state != "removed"])
 
 

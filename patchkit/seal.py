@@ -1,0 +1,84 @@
+"""Seals for what patchkit keeps in places others can write: an HMAC with a key of this user's.
+
+The key lives in the user's state directory (platformdirs; never in patchkit's cache, which CI
+restores from other runs), created on first use, mode 0600. Whoever lacks it cannot make an entry
+that verifies, so a cache restored from elsewhere, or edited, is never believed: it is only a
+shortcut for results this user's patchkit made. A fresh machine (a new CI runner) has a new key,
+and the cache it restored is simply computed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import secrets
+from functools import cache
+from pathlib import Path
+
+KEY_BYTES = 32
+KEY_FILE = "cache-seal.key"
+
+
+def key_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("patchkit")) / KEY_FILE
+
+
+@cache
+def _key() -> bytes:
+    """This user's key; a key that cannot be kept (no writable state directory) lives for this run
+    only: what it seals is computed again next time."""
+    path = key_path()
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return secrets.token_bytes(KEY_BYTES)
+    try:
+        return _create_key(path)
+    except OSError:
+        return secrets.token_bytes(KEY_BYTES)
+
+
+def _read_key(path: Path) -> bytes:
+    """The key file: a regular file of this user's, not a symlink, readable by nobody else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        info = os.fstat(fd)
+        data = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    private = info.st_mode & 0o077 == 0 and info.st_uid == os.getuid()
+    if not (private and len(data) == KEY_BYTES):
+        raise OSError(f"{path} is not a private {KEY_BYTES}-byte key")
+    return data
+
+
+def _create_key(path: Path) -> bytes:
+    """A new key, written whole before it appears (link(2) fails if another process made one first)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_bytes(KEY_BYTES))
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
+            os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read_key(path)
+
+
+def seal(kind: str, name: str, payload: bytes) -> str:
+    """The seal of one entry: its kind (which cache), its name (its key there) and its content."""
+    message = kind.encode() + b"\0" + name.encode() + b"\0" + payload
+    return hmac.new(_key(), message, hashlib.sha256).hexdigest()
+
+
+def sealed(kind: str, name: str, payload: bytes, mark: object) -> bool:
+    """Whether `mark` is the seal of this entry (made with this user's key)."""
+    return isinstance(mark, str) and hmac.compare_digest(mark, seal(kind, name, payload))
