@@ -287,6 +287,11 @@ def read_hunks(name: str, raw: bytes) -> tuple[bytes, list[list[Hunk]]]:
         line_end = text.find(b"\n", header)
         line_end = len(text) if line_end == -1 else line_end
         match = _HUNK_HEADER.match(text, header, line_end)
+        if match is None and ((in_run and header == position) or _follows_file_header(text, header)):
+            line = text.count(b"\n", 0, header)  # the 1-based line number in `raw`: text starts with "\n"
+            raise BadInput(
+                f"{name}: malformed diff: line {line}: corrupt hunk header {decode(text[header:line_end])!r}"
+            )
         if match is None:
             skeleton.append(text[position : line_end + 1])
             position, in_run = line_end + 1, False
@@ -303,6 +308,13 @@ def read_hunks(name: str, raw: bytes) -> tuple[bytes, list[list[Hunk]]]:
         in_run = True
     skeleton.append(text[position:])
     return b"".join(skeleton), runs
+
+
+def _follows_file_header(text: bytes, line_start: int) -> bool:
+    """Whether the line before the one at `line_start` is a "+++ " line: where git wants a hunk header
+    (elsewhere, between files or in the DEP-3 header, git too ignores a line that is not one)."""
+    previous = text.rfind(b"\n", 0, line_start - 1) + 1
+    return text.startswith(b"+++ ", previous, line_start)
 
 
 def _first(a: int, b: int) -> int:

@@ -29,7 +29,6 @@ Reader = Callable[[str], "bytes | None"]
 LARGEST_PARSED = 8 * 1024 * 1024
 
 
-
 @dataclass(frozen=True)
 class CheckResult:
     check: str
@@ -54,7 +53,6 @@ class CheckResult:
 
     def describe(self) -> str:
         return f"{self.check}: {self.path or '-'}: {self.message}"
-
 
 
 def too_large_to_parse(check: str, path: str, data: bytes) -> CheckResult | None:
