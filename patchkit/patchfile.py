@@ -247,8 +247,10 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> Fil
 
 
 def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
-    """Strip the a/ b/ prefix and refuse anything that could leave the target tree."""
+    """Unquote, strip the a/ b/ prefix and refuse anything that could leave the target tree."""
     raw_path = raw_path.strip()
+    if len(raw_path) > 1 and raw_path.startswith('"') and raw_path.endswith('"'):
+        raw_path = _unquote(name, raw_path)
     if raw_path.startswith(("a/", "b/")):
         raw_path = raw_path[2:]
     reason = unsafe_reason(raw_path)
@@ -258,6 +260,32 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
         allowed = ", ".join(f"{r}/" for r in roots)
         raise BadInput(f"{name}: path {raw_path!r} is outside the patched package ({allowed})")
     return raw_path
+
+
+# git's C-style quoting of a path with special or non-ASCII bytes (quote.c: unquote_c_style)
+_QUOTED_PART = re.compile(rb'\\([0-3][0-7]{2}|[abfnrtv\\"])|([^\\"]+)')
+_C_ESCAPES = {b"a": b"\a", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
+
+
+def _unquote(name: str, quoted: str) -> str:
+    """A path git quoted ("b/vllm/\\303\\251.py"): its escapes and octal bytes undone, decoded as
+    every path is. An escape git does not write, or a bare quote inside, is a malformed diff."""
+    body = encode(quoted[1:-1])
+    parts: list[bytes] = []
+    position = 0
+    while position < len(body):
+        match = _QUOTED_PART.match(body, position)
+        if match is None:
+            raise BadInput(f"{name}: malformed diff: bad quoting in the path {quoted!r}")
+        escape, plain = match.groups()
+        if plain is not None:
+            parts.append(plain)
+        elif len(escape) == 3:
+            parts.append(bytes([int(escape, 8)]))
+        else:
+            parts.append(_C_ESCAPES.get(escape, escape))
+        position = match.end()
+    return decode(b"".join(parts))
 
 
 # unidiff's own hunk header pattern, for bytes (used with match(), which anchors it)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 from helpers import SPEC_PY, assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_tree
 
 
@@ -20,4 +23,29 @@ def test_a_corrupt_hunk_header_after_a_good_file_is_refused_and_nothing_is_writt
     assert_clean_failure(done, 2)
     assert f"bad.patch: malformed diff: line {second + 1}: corrupt hunk header" in done.stderr + done.stdout
     assert snapshot(tree) == before
-    assert SPEC_PY == (tree / "vllm/config/spec.py").read_text()
+    assert (tree / "vllm/config/spec.py").read_text() == SPEC_PY
+
+
+def test_git_quoted_paths_are_unquoted_as_git_apply_does(tmp_path):
+    files = {"vllm/ñandú.py": "A = 1\n", 'vllm/models/say "hi".py': "B = 2\n", "vllm/plain.py": "C = 3\n"}
+    tree = write_tree(tmp_path / "site", files=files)
+    edits = {"vllm/ñandú.py": "A = 10\n", 'vllm/models/say "hi".py': "B = 20\n", "vllm/plain.py": "C = 30\n"}
+    raw = make_patch(tmp_path, tree, edits)
+    assert b'"b/vllm/\\303\\261and\\303\\272.py"' in raw and b'"b/vllm/models/say \\"hi\\".py"' in raw
+    (tmp_path / "quoted.patch").write_bytes(raw)
+    by_git = tmp_path / "by-git"
+    shutil.copytree(tree, by_git)
+    subprocess.run(["git", "apply", str(tmp_path / "quoted.patch")], cwd=by_git, check=True)
+    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "quoted.patch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert snapshot(tree) == snapshot(by_git)
+    assert (tree / "vllm/ñandú.py").read_text() == "A = 10\n"
+
+
+def test_a_quoted_path_that_leaves_the_tree_is_refused(tmp_path):
+    tree = write_tree(tmp_path / "site")
+    raw = b'--- "a/vllm/\\056\\056/x.py"\n+++ "b/vllm/\\056\\056/x.py"\n@@ -1 +1 @@\n-a\n+b\n'
+    (tmp_path / "up.patch").write_bytes(raw)
+    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "up.patch")
+    assert_clean_failure(done, 2)
+    assert "unsafe path 'vllm/../x.py'" in done.stderr + done.stdout
