@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 
-from helpers import SPEC_PY, assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_tree
+from helpers import (
+    SPEC_PY,
+    assert_clean_failure,
+    make_patch,
+    patched_spec,
+    run_cli,
+    snapshot,
+    write_library,
+    write_tree,
+)
 
 
 def test_a_corrupt_hunk_header_after_a_good_file_is_refused_and_nothing_is_written(tmp_path):
@@ -49,3 +59,37 @@ def test_a_quoted_path_that_leaves_the_tree_is_refused(tmp_path):
     done = run_cli("apply", "--target", tree, "--patch", tmp_path / "up.patch")
     assert_clean_failure(done, 2)
     assert "unsafe path 'vllm/../x.py'" in done.stderr + done.stdout
+
+
+HOSTILE = "bump \x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m\x08\x7f"
+
+
+def test_control_characters_from_a_library_are_shown_escaped_and_kept_exact_in_json(tmp_path):
+    tree = write_tree(tmp_path / "site")
+    patch = make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}, header=f"Description: {HOSTILE}\n")
+    library = write_library(tmp_path / "lib", {"0.16.0": [patch]})
+    manifest = library / "demo/set.toml"
+    manifest.write_text(manifest.read_text().replace('"test set"', '"set \\u001b[5mblinking\\rcover"'))
+    for args in (["list"], ["status", "--target", tree]):
+        done = run_cli(*args, "--patches", library)
+        shown = done.stdout + done.stderr
+        assert done.returncode == 0, shown
+        assert not any(c in shown for c in "\x1b\x07\r\x08\x7f"), shown
+        assert "bump \\x1b]0;owned\\x07\\x1b[2J" in shown and "[0m\\x08\\x7f" in shown
+    assert "set \\x1b[5mblinking\\x0dcover" in run_cli("list", "--patches", library).stdout
+    as_json = json.loads(run_cli("list", "--patches", library, "--format", "json").stdout)
+    assert as_json["sets"][0]["description"] == "set \x1b[5mblinking\rcover"
+    assert as_json["sets"][0]["releases"][0]["patches"][0]["description"] == HOSTILE
+
+
+def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_errors(tmp_path):
+    tree = write_tree(tmp_path / "site", files={"vllm/\x1b[1mbold.py": "A = 1\n"})
+    raw = make_patch(tmp_path, tree, {"vllm/\x1b[1mbold.py": "A = 2\n"})
+    (tmp_path / "p.patch").write_bytes(raw)
+    done = run_cli("apply", "--dry-run", "--target", tree, "--patch", tmp_path / "p.patch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "vllm/\\x1b[1mbold.py" in done.stdout and "\x1b" not in done.stdout + done.stderr
+    (tree / "vllm/\x1b[1mbold.py").write_text("A = 3\n")
+    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "p.patch")
+    assert done.returncode == 1 and "vllm/\\x1b[1mbold.py" in done.stderr, done.stdout + done.stderr
+    assert "\x1b" not in done.stdout + done.stderr
