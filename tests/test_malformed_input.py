@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 
+import pytest
 from helpers import (
     SPEC_PY,
     assert_clean_failure,
@@ -93,3 +94,29 @@ def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_
     done = run_cli("apply", "--target", tree, "--patch", tmp_path / "p.patch")
     assert done.returncode == 1 and "vllm/\\x1b[1mbold.py" in done.stderr, done.stdout + done.stderr
     assert "\x1b" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("manifest", "named"),
+    [
+        ("", "no name and no releases"),
+        ("# only a comment\n", "no name and no releases"),
+        ('description = "no name"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "no name"),
+        ('name = "lonely"\nsupported = ">=0.11"\n', "no releases"),
+        ('name = "x"\nreleases = "0.16.0"\n', "`releases` must be an array"),
+        ('name = ["x"]\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "`name` must be a string"),
+        ('name = "x"\n[[releases]]\nversions = 16\ndir = "0.16.0"\n', "entry 1 needs `versions` and `dir`"),
+        ('name = "x"\nreleases = [1]\n', "entry 1 needs `versions` and `dir`"),
+        ('name = "x"\n[[releases]]\nversions = "==0.16.0"\ndir = "../../elsewhere"\n', "contains '..'"),
+        ('name = "x"\nroots = "vllm"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "`roots` must be"),
+        ('name = "x"\nsupported = 11\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "`supported` must"),
+    ],
+)
+def test_a_set_toml_without_a_name_or_releases_or_with_wrong_types_is_refused(tmp_path, manifest, named):
+    library = tmp_path / "lib"
+    (library / "broken").mkdir(parents=True)
+    (library / "broken" / "set.toml").write_text(manifest)
+    for args in (["list"], ["status", "--target", write_tree(tmp_path / "site")]):
+        done = run_cli(*args, "--patches", library)
+        assert_clean_failure(done, 2)
+        assert f"manifest {library / 'broken' / 'set.toml'}: " in done.stderr and named in done.stderr, done.stderr
