@@ -22,7 +22,9 @@ def mutations(draw, raw: bytes) -> bytes:
     lines = raw.split(b"\n")
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(
-            st.sampled_from(["flip", "insert", "delete", "counts", "drop-line", "dup-line", "header", "truncate"])
+            st.sampled_from(
+                ["flip", "insert", "delete", "counts", "drop-line", "dup-line", "header", "hunk-header", "truncate"]
+            )
         )
         blob = b"\n".join(lines)
         if kind == "flip" and blob:
@@ -63,6 +65,8 @@ def mutations(draw, raw: bytes) -> bytes:
                     )
                 )
                 blob = b"\n".join(lines)
+        elif kind == "hunk-header":
+            blob = draw(hunk_header_mutation(blob))
         elif kind == "truncate":
             blob = blob[: draw(st.integers(0, len(blob)))]
         lines = blob.split(b"\n")
