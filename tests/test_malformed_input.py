@@ -27,7 +27,7 @@ def test_a_corrupt_hunk_header_after_a_good_file_is_refused_and_nothing_is_writt
     )
     lines = raw.split(b"\n")
     second = [i for i, line in enumerate(lines) if line.startswith(b"@@ -")][1]
-    lines[second] = lines[second].replace(b" @@", b" @", 1)  # "@@ -6,0 +7,2 @" : git calls it corrupt
+    lines[second] = lines[second].replace(b" @@", b" @", 1)  # "@@ -a,b +c,d @": git calls it corrupt
     (tmp_path / "bad.patch").write_bytes(b"\n".join(lines))
     before = snapshot(tree)
     done = run_cli("apply", "--target", tree, "--patch", tmp_path / "bad.patch")
