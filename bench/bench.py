@@ -15,8 +15,12 @@
    same files (goal: <= 1 s).
 6. `patchkit verify --all`, cold (empty cache) and warm, vs `pip index versions vllm`, one index
    query (goals: <= 60 s cold, <= 5 s warm). Skipped with --quick.
+7. `patchkit apply` of a one-line patch to a generated 214 MB module (--large-mb) vs `git apply`
+   of the same diff: the time, and the peak RSS as a multiple of the file's size (goals: near git's
+   time; peak RSS <= 4x the file).
 
---only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6).
+--only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
+large-file (7).
 """
 
 from __future__ import annotations
@@ -215,7 +219,72 @@ def apply_row(work: Path, runs: int) -> str:
     return row("apply, eagle3 series as --patch on stock 0.16.0", ours, git, "git apply", "≤ 1 s")
 
 
-ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify")
+# Runs a command as its own child and prints its wall time and peak RSS (bytes) as JSON.
+PEAK_RSS = """
+import json, resource, subprocess, sys, time
+start = time.perf_counter()
+done = subprocess.run(sys.argv[1:], capture_output=True)
+took = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({"code": done.returncode, "seconds": took, "peak": peak, "err": done.stderr.decode()[-500:]}))
+"""
+
+
+def time_and_peak(cmd: list[str], cwd: Path | None = None) -> tuple[float, int]:
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, *cmd], cwd=cwd, capture_output=True, check=True)
+    answer = json.loads(done.stdout)
+    if answer["code"] != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {answer['err']}")
+    return answer["seconds"], answer["peak"]
+
+
+def large_module(path: Path, megabytes: int) -> tuple[bytes, int]:
+    """A module of numbered assignments about `megabytes` MB, and a one-line diff that adds a line
+    in its middle (three lines of context each side), written by hand: git diff is not measured."""
+    line = b"value_%08d = %d  # a generated table, one entry a line\n"
+    count = megabytes * 1_000_000 // len(line % (10**7, 10**7))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as out:
+        for start in range(0, count, 100_000):
+            out.write(b"".join(line % (i, i) for i in range(start, min(start + 100_000, count))))
+    middle = count // 2
+    context = [b" " + line % (i, i) for i in range(middle - 3, middle + 3)]
+    body = b"".join(context[:3]) + b"+EXTRA = 'one more line'\n" + b"".join(context[3:])
+    header = b"@@ -%d,6 +%d,7 @@\n" % (middle - 2, middle - 2)
+    diff = b"--- a/vllm/table.py\n+++ b/vllm/table.py\n" + header + body
+    return diff, path.stat().st_size
+
+
+def large_file_row(work: Path, runs: int, megabytes: int) -> str:
+    pristine = work / "large-pristine"
+    (pristine / "vllm").mkdir(parents=True)
+    (pristine / "vllm" / "__init__.py").write_text("")
+    (pristine / "vllm-0.16.0.dist-info").mkdir()
+    (pristine / "vllm-0.16.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.0\n")
+    diff, size = large_module(pristine / "vllm" / "table.py", megabytes)
+    patch = work / "one-line.diff"
+    patch.write_bytes(diff)
+    site = work / "large-site"
+    ours, git, peaks = [], [], []
+    for _ in range(max(1, min(runs, 3))):  # each run copies the file twice
+        for times, cmd, cwd in (
+            (ours, [*PATCHKIT, "apply", "-q", "--no-import", "--target", str(site), "--patch", str(patch)], None),
+            (git, ["git", "apply", str(patch)], site),
+        ):
+            shutil.rmtree(site, ignore_errors=True)
+            shutil.copytree(pristine, site)
+            took, peak = time_and_peak(cmd, cwd)
+            times.append(took)
+            if times is ours:
+                peaks.append(peak)
+    ours_s, git_s, peak = statistics.median(ours), statistics.median(git), max(peaks)
+    return (
+        f"| apply, a one-line patch to a {size / 1e6:.0f} MB file | {ours_s:.3f} s, peak RSS {peak / 1e6:.0f} MB "
+        f"= {peak / size:.1f}x the file | git apply {git_s:.3f} s | {ours_s / git_s:.1f}x | near git; RSS ≤ 4x |"
+    )
+
+
+ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file")
 
 
 def main() -> None:
@@ -223,6 +292,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="skip the verify --all measurement")
     parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="measure only these rows")
+    parser.add_argument("--large-mb", type=int, default=214, help="the large-file row's module size (MB)")
     args = parser.parse_args()
     runs = args.runs
     chosen = set(args.only) - ({"verify"} if args.quick else set())
@@ -241,6 +311,8 @@ def main() -> None:
             rows.append(static_checks_row(stock_0_16(work), runs))
         if "verify" in chosen:
             rows.extend(verify_all_rows(work))
+        if "large-file" in chosen:
+            rows.append(large_file_row(work, runs, args.large_mb))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"median of {runs} runs (dry-run and start-up: {runs * 2 + 1}, {runs * 2}); Python {sys.version.split()[0]}")

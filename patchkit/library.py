@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.enums import SelectionKind
 from patchkit.errors import BadInput, NoPatchSet
+from patchkit.fsutil import unsafe_reason
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, read_patch
 from patchkit.requirements import Requirement, parse_requirements
 from patchkit.version import in_range, release_version, specifier
@@ -157,9 +158,47 @@ class Selection:
     patch_set: PatchSetDef | None = None  # None for ad-hoc --patch diffs
 
 
+# set.toml's fields: the TOML types each may have, and whether it must be there
+_MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "name": ((str,), True),
+    "releases": ((list,), True),
+    "description": ((str,), False),
+    "supported": ((str,), False),
+    "upstream": ((str,), False),
+    "roots": ((list,), False),
+    "probe": ((str,), False),
+    "contract": ((str, list), False),
+}
+_TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
+
+
+def _manifest_problems(data: dict) -> list[str]:
+    """What is missing from a set.toml, or of the wrong type (empty: nothing)."""
+    missing = [key for key, (_, required) in _MANIFEST_FIELDS.items() if required and not data.get(key)]
+    problems = [f"no {' and no '.join(missing)}"] if missing else []
+    for key, (types, _) in _MANIFEST_FIELDS.items():
+        if key in data and not isinstance(data[key], types):
+            problems.append(f"`{key}` must be {' or '.join(_TOML_TYPES[t] for t in types)}")
+    releases = data.get("releases")
+    for index, release in enumerate(releases if isinstance(releases, list) else [], 1):
+        if not (isinstance(release, dict) and all(isinstance(release.get(k), str) for k in ("versions", "dir"))):
+            problems.append(f"[[releases]] entry {index} needs `versions` and `dir`, both strings")
+        elif unsafe_reason(release["dir"]):
+            problems.append(f"[[releases]] entry {index}: `dir` {release['dir']!r} {unsafe_reason(release['dir'])}")
+    if isinstance(data.get("roots"), list) and not all(isinstance(r, str) and r for r in data["roots"]):
+        problems.append("`roots` must be an array of package names")
+    return problems
+
+
 def load_set(directory: Path) -> PatchSetDef:
     manifest = directory / MANIFEST
     data = read_toml(manifest, "manifest")
+    problems = _manifest_problems(data)
+    if problems:
+        raise BadInput(
+            f"manifest {manifest}: {'; '.join(problems)}",
+            hint="a set.toml names the set (name = ...) and maps versions to series ([[releases]] versions, dir)",
+        )
     try:
         releases = tuple(
             Release(specifier(r["versions"], manifest), directory / r["dir"]) for r in data.get("releases", [])

@@ -247,8 +247,10 @@ def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> Fil
 
 
 def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
-    """Strip the a/ b/ prefix and refuse anything that could leave the target tree."""
+    """Unquote, strip the a/ b/ prefix and refuse anything that could leave the target tree."""
     raw_path = raw_path.strip()
+    if len(raw_path) > 1 and raw_path.startswith('"') and raw_path.endswith('"'):
+        raw_path = _unquote(name, raw_path)
     if raw_path.startswith(("a/", "b/")):
         raw_path = raw_path[2:]
     reason = unsafe_reason(raw_path)
@@ -258,6 +260,32 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
         allowed = ", ".join(f"{r}/" for r in roots)
         raise BadInput(f"{name}: path {raw_path!r} is outside the patched package ({allowed})")
     return raw_path
+
+
+# git's C-style quoting of a path with special or non-ASCII bytes (quote.c: unquote_c_style)
+_QUOTED_PART = re.compile(rb'\\([0-3][0-7]{2}|[abfnrtv\\"])|([^\\"]+)')
+_C_ESCAPES = {b"a": b"\a", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
+
+
+def _unquote(name: str, quoted: str) -> str:
+    """A path git quoted ("b/vllm/\\303\\251.py"): its escapes and octal bytes undone, decoded as
+    every path is. An escape git does not write, or a bare quote inside, is a malformed diff."""
+    body = encode(quoted[1:-1])
+    parts: list[bytes] = []
+    position = 0
+    while position < len(body):
+        match = _QUOTED_PART.match(body, position)
+        if match is None:
+            raise BadInput(f"{name}: malformed diff: bad quoting in the path {quoted!r}")
+        escape, plain = match.groups()
+        if plain is not None:
+            parts.append(plain)
+        elif len(escape) == 3:
+            parts.append(bytes([int(escape, 8)]))
+        else:
+            parts.append(_C_ESCAPES.get(escape, escape))
+        position = match.end()
+    return decode(b"".join(parts))
 
 
 # unidiff's own hunk header pattern, for bytes (used with match(), which anchors it)
@@ -287,6 +315,11 @@ def read_hunks(name: str, raw: bytes) -> tuple[bytes, list[list[Hunk]]]:
         line_end = text.find(b"\n", header)
         line_end = len(text) if line_end == -1 else line_end
         match = _HUNK_HEADER.match(text, header, line_end)
+        if match is None and ((in_run and header == position) or _follows_file_header(text, header)):
+            line = text.count(b"\n", 0, header)  # the 1-based line number in `raw`: text starts with "\n"
+            raise BadInput(
+                f"{name}: malformed diff: line {line}: corrupt hunk header {decode(text[header:line_end])!r}"
+            )
         if match is None:
             skeleton.append(text[position : line_end + 1])
             position, in_run = line_end + 1, False
@@ -303,6 +336,13 @@ def read_hunks(name: str, raw: bytes) -> tuple[bytes, list[list[Hunk]]]:
         in_run = True
     skeleton.append(text[position:])
     return b"".join(skeleton), runs
+
+
+def _follows_file_header(text: bytes, line_start: int) -> bool:
+    """Whether the line before the one at `line_start` is a "+++ " line: where git wants a hunk header
+    (elsewhere, between files or in the DEP-3 header, git too ignores a line that is not one)."""
+    previous = text.rfind(b"\n", 0, line_start - 1) + 1
+    return text.startswith(b"+++ ", previous, line_start)
 
 
 def _first(a: int, b: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -49,6 +50,22 @@ def _console(*, stderr: bool):
     )
 
 
+# What must not reach a terminal raw: C0 controls (ESC starts a sequence, \r overwrites the line),
+# DEL, C1 controls, and the surrogates that stand for undecodable bytes (they cannot even be encoded).
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\udc80-\udcff]")
+_UNSHOWABLE_IN_A_FIELD = re.compile("[\x00-\x1f\x7f-\x9f\udc80-\udcff]")  # tab and newline too
+
+
+def visible(text: str, *, field: bool = False) -> str:
+    """Text from a patch, a library or a tree, safe to show: each control character written as
+    an escape (\\x1b), an undecodable byte as its value (\\xff). Tab and newline are kept, except
+    in a `field`: a table cell or a tab-separated column. JSON shows the exact text instead."""
+    pattern = _UNSHOWABLE_IN_A_FIELD if field else _UNSHOWABLE
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(lambda m: f"\\x{ord(m.group()) & 0xFF:02x}", text)
+
+
 @dataclass
 class UI:
     fmt: str = "text"
@@ -80,6 +97,7 @@ class UI:
     def line(self, text: str = "", style: str | None = None) -> None:
         if self.quiet or self.json_mode:
             return
+        text = visible(text)
         if self.plain:
             _write_plainly(lambda stdout: stdout.write(text + "\n"))
         else:
@@ -87,19 +105,19 @@ class UI:
 
     def detail(self, text: str) -> None:
         if self.verbose and not self.json_mode:
-            self.err.print(text, style="dim")
+            self.err.print(visible(text), style="dim")
 
     def note(self, text: str) -> None:
         if not self.quiet:
-            self.err.print(f"note: {text}", style="cyan")
+            self.err.print(f"note: {visible(text)}", style="cyan")
 
     def warn(self, text: str) -> None:
-        self.err.print(f"warning: {text}", style="yellow")
+        self.err.print(f"warning: {visible(text)}", style="yellow")
 
     def error(self, message: str, hint: str | None = None) -> None:
-        self.err.print(f"error: {message}", style="bold red")
+        self.err.print(f"error: {visible(message)}", style="bold red")
         if hint:
-            self.err.print(f"hint: {hint}", style="red")
+            self.err.print(f"hint: {visible(hint)}", style="red")
 
     def json(self, data: dict[str, Any]) -> None:
         document = {"schema_version": SCHEMA_VERSION, **data}
@@ -124,7 +142,7 @@ class UI:
         for name in columns:
             table.add_column(name, overflow="fold")
         for row in rows:
-            cells = [Text(str(c)) for c in row]
+            cells = [Text(visible(str(c), field=True)) for c in row]
             if state_column is not None:
                 cells[state_column].stylize(STATE_STYLES.get(str(row[state_column]), ""))
             table.add_row(*cells)
@@ -136,7 +154,7 @@ class UI:
         if self.terminal:
             from rich.syntax import Syntax
 
-            self.out.print(Syntax(text, "diff", theme="ansi_dark", background_color="default"))
+            self.out.print(Syntax(visible(text), "diff", theme="ansi_dark", background_color="default"))
         else:
             sys.stdout.write(text)
 
@@ -254,7 +272,7 @@ class UI:
             transient=True,
         ) as bar:
             task = bar.add_task(description, total=total)
-            yield lambda label: bar.update(task, advance=1, description=label)
+            yield lambda label: bar.update(task, advance=1, description=visible(label, field=True))
 
     @contextmanager
     def activity(self, title: str):
@@ -266,7 +284,7 @@ class UI:
         with self.err.status(title) as status:
 
             def say(message: str) -> None:
-                status.update(message)
+                status.update(visible(message, field=True))
                 self.detail(message)
 
             yield say
@@ -308,14 +326,15 @@ def junit(suite: str, cases: list[JUnitCase]) -> str:
         skipped=str(skipped),
         time=total,
     )
-    for c in cases:
-        case = ET.SubElement(suite_el, "testcase", classname=suite, name=c.name, time=f"{c.seconds:.3f}")
+    for c in cases:  # XML cannot hold a control character, even escaped
+        case = ET.SubElement(suite_el, "testcase", classname=suite, name=visible(c.name), time=f"{c.seconds:.3f}")
         if c.failure:
-            ET.SubElement(case, "failure", type=c.kind, message=c.failure).text = c.details or c.failure
+            failure = ET.SubElement(case, "failure", type=c.kind, message=visible(c.failure))
+            failure.text = visible(c.details or c.failure)
         elif c.skipped:
-            ET.SubElement(case, "skipped", message=c.skipped)
+            ET.SubElement(case, "skipped", message=visible(c.skipped))
         if c.output:
-            ET.SubElement(case, "system-out").text = c.output
+            ET.SubElement(case, "system-out").text = visible(c.output)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -376,13 +395,12 @@ def plan_hunk_rows(plan) -> Iterator[tuple[str, ...]]:
 def hunk_rows_per_file(plan) -> Iterator[list[tuple[str, ...]]]:
     """The rows of `plan_hunk_rows`, a file (or a patch with no file steps) at a time."""
     for step in plan.steps:
+        name = visible(step.patch.name, field=True)
         if not step.files:
-            yield [(step.patch.name, "", "", step.state, "")]
+            yield [(name, "", "", step.state, "")]
         for file_step in step.files:
-            yield [
-                (step.patch.name, file_step.patch.path, hunk, step.state, note)
-                for _, hunk, note in hunk_rows(file_step)
-            ]
+            path = visible(file_step.patch.path, field=True)
+            yield [(name, path, hunk, step.state, note) for _, hunk, note in hunk_rows(file_step)]
 
 
 def write_plan_rows(stream: TextIO, plan, title: str) -> None:
@@ -413,7 +431,10 @@ def _write_plainly(write: Callable[[TextIO], object]) -> None:
 
 def plan_sections(plan, rows_of) -> list[PlanSection]:
     """Per patch: its name, its state and `rows_of` each of its file steps."""
-    return [(step.patch.name, step.state, [row for f in step.files for row in rows_of(f)]) for step in plan.steps]
+    return [
+        (visible(step.patch.name, field=True), step.state, [row for f in step.files for row in rows_of(f)])
+        for step in plan.steps
+    ]
 
 
 def file_rows(file_step) -> list[tuple[str, ...]]:
@@ -421,16 +442,17 @@ def file_rows(file_step) -> list[tuple[str, ...]]:
     and offsets summarised."""
     lines = [p.line for p in file_step.placements]
     span = f"{lines[0]}\u2013{lines[-1]}" if len(lines) > 1 else "".join(map(str, lines))
-    return [(file_step.patch.path, str(len(lines)), span, file_note(file_step))]
+    return [(visible(file_step.patch.path, field=True), str(len(lines)), span, file_note(file_step))]
 
 
 def hunk_rows(file_step) -> list[tuple[str, ...]]:
     """A row per hunk of a file (its path on the first): where it lands, its offset. A file
     without hunks (a pure rename) is one row with its note."""
+    path = visible(file_step.patch.path, field=True)
     if not file_step.placements:
-        return [(file_step.patch.path, "", file_note(file_step))]
+        return [(path, "", file_note(file_step))]
     return [
-        (file_step.patch.path if index == 1 else "", f"#{index} at line {p.line}", offset_note(p))
+        (path if index == 1 else "", f"#{index} at line {p.line}", offset_note(p))
         for index, p in enumerate(file_step.placements, 1)
     ]
 
@@ -438,7 +460,7 @@ def hunk_rows(file_step) -> list[tuple[str, ...]]:
 def file_note(file_step) -> str:
     """A file's kind when it is not a modification, and the offsets its hunks land at."""
     fp = file_step.patch
-    kind = f"renamed from {fp.source_path}" if fp.kind == "rename" else KIND_NOTES.get(fp.kind, "")
+    kind = f"renamed from {visible(fp.source_path, field=True)}" if fp.kind == "rename" else KIND_NOTES.get(fp.kind, "")
     return "; ".join(note for note in (kind, offsets_note(file_step.placements)) if note)
 
 

@@ -4,6 +4,7 @@ runner. Fixtures live in conftest.py; tests import these from here."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -11,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 from click.testing import CliRunner
+from hypothesis import strategies as st
 
 from patchkit.cli import cli
 
@@ -195,3 +197,28 @@ def assert_clean_failure(done, code: int) -> None:
     assert "Traceback" not in output, output
     assert "internal error" not in output, output
     assert done.returncode == code, output
+
+
+_HUNK_HEADER_SYNTAX = re.compile(rb"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@", re.MULTILINE)
+
+
+@st.composite
+def hunk_header_mutation(draw, raw: bytes) -> bytes:
+    """`raw` with one hunk header's syntax spoiled or respelled, its numbers and its "@@ -" kept: a
+    header git calls corrupt, or one it reads as before. git refuses the diff exactly when patchkit must."""
+    headers = list(_HUNK_HEADER_SYNTAX.finditer(raw))
+    if not headers:
+        return raw
+    match = draw(st.sampled_from(headers))
+    head = match.group()
+    kind = draw(st.sampled_from(["insert", "delete", "section"]))
+    if kind == "insert":
+        at = draw(st.integers(4, len(head)))
+        head = head[:at] + draw(st.sampled_from([b"+", b"-", b",", b" ", b"@", b"x", b"\t", b"\r"])) + head[at:]
+    elif kind == "delete":
+        # a digit or a comma gone would change the numbers, not the syntax
+        at = draw(st.sampled_from([i for i in range(4, len(head)) if head[i : i + 1] not in b"0123456789,"]))
+        head = head[:at] + head[at + 1 :]
+    else:
+        head += b" def section_heading():"
+    return raw[: match.start()] + head + raw[match.end() :]

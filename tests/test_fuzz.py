@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, hunk_header_mutation, make_patch, snapshot, write_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +22,9 @@ def mutations(draw, raw: bytes) -> bytes:
     lines = raw.split(b"\n")
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(
-            st.sampled_from(["flip", "insert", "delete", "counts", "drop-line", "dup-line", "header", "truncate"])
+            st.sampled_from(
+                ["flip", "insert", "delete", "counts", "drop-line", "dup-line", "header", "hunk-header", "truncate"]
+            )
         )
         blob = b"\n".join(lines)
         if kind == "flip" and blob:
@@ -63,6 +65,8 @@ def mutations(draw, raw: bytes) -> bytes:
                     )
                 )
                 blob = b"\n".join(lines)
+        elif kind == "hunk-header":
+            blob = draw(hunk_header_mutation(blob))
         elif kind == "truncate":
             blob = blob[: draw(st.integers(0, len(blob)))]
         lines = blob.split(b"\n")
@@ -135,6 +139,21 @@ def test_mutated_small_patches_apply_correctly_or_fail_cleanly(run, small_case, 
     pristine, raw = small_case
     work = tmp_path_factory.mktemp("f")
     check_one(run, fresh_copy(pristine, work), data.draw(mutations(raw)), work)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_hunk_header_git_calls_corrupt_is_refused_and_only_such_a_one(run, small_case, tmp_path_factory, data):
+    pristine, raw = small_case
+    work = tmp_path_factory.mktemp("h")
+    mutated = data.draw(hunk_header_mutation(raw))
+    git_check = subprocess.run(["git", "apply", "--check", "-"], input=mutated, cwd=pristine, capture_output=True)
+    tree = fresh_copy(pristine, work)
+    check_one(run, tree, mutated, work)  # applies and reverts, or fails cleanly
+    verdict = run("apply", "--target", tree, "--patch", work / "fuzzed.diff")
+    assert (verdict.exit_code != 0) == (git_check.returncode != 0), (verdict.output, git_check.stderr)
+    if b"corrupt patch" in git_check.stderr:
+        assert verdict.exit_code == 2 and "malformed diff" in verdict.output, verdict.output
 
 
 @pytest.mark.slow

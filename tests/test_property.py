@@ -3,6 +3,7 @@ original bytes, through the real commands (engine, transaction, record)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 from helpers import snapshot, write_tree
@@ -47,12 +48,21 @@ def diff(work, old: bytes, new: bytes) -> bytes:
     return done.stdout
 
 
+# Hunk headers as git writes them, or spelled otherwise the way git reads the same: a section heading
+# after " @@" (git's function context), a count of 1 written out.
+SPELLINGS = {
+    "as git writes it": lambda raw: raw,
+    "with a section heading": lambda raw: re.sub(rb"(?m)^(@@ [^@]* @@).*$", rb"\1 def heading():", raw),
+    "counts of 1 written out": lambda raw: re.sub(rb"(?m)^@@ -(\d+) \+(\d+) @@", rb"@@ -\1,1 +\2,1 @@", raw),
+}
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=file_and_edit())
-def test_apply_then_revert_is_the_identity(tmp_path_factory, run, case):
+@given(case=file_and_edit(), spelling=st.sampled_from(sorted(SPELLINGS)))
+def test_apply_then_revert_is_the_identity(tmp_path_factory, run, case, spelling):
     old, new = case
     work = tmp_path_factory.mktemp("prop")
-    raw = diff(work, old, new)
+    raw = SPELLINGS[spelling](diff(work, old, new))
     if not raw:  # the random edit changed nothing
         return
     tree = write_tree(work / "site", files={"vllm/f.txt": old})

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import hunk_header_mutation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from unidiff import PatchSet
@@ -33,6 +34,7 @@ STRICTER = (
     "binary",
     "has no line end",
     "only regular files",
+    "corrupt hunk header",  # unidiff skips a line it cannot read as one; git calls it corrupt
 )
 
 LINES = st.lists(
@@ -105,6 +107,8 @@ def diffs(draw, work_dir):
             else:
                 lines[i] = re.sub(rb"\d+", str(draw(st.integers(0, 9))).encode(), lines[i], count=1)
         raw = b"\n".join(lines)
+    if draw(st.booleans()):
+        raw = draw(hunk_header_mutation(raw))
     return raw
 
 
@@ -193,6 +197,46 @@ def test_the_reader_and_unidiff_read_the_same_hunks(tmp_path_factory, data):
 )
 def test_edge_cases_agree_with_unidiff(raw):
     agree(raw)
+
+
+TWO_FILES = (
+    b"--- a/vllm/f.py\n+++ b/vllm/f.py\n{first}\n a\n-b\n+B\n"
+    b"--- a/vllm/g.py\n+++ b/vllm/g.py\n@@ -1,3 +1,3 @@\n q\n-r\n+R\n s\n{second}\n t\n-u\n+U\n"
+)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"@@ -N,2 +N,2 @",
+        b"@@ -N,2 +N,2",
+        b"@@ -N,2 -N,2 @@",
+        b"@@ --N,2 +N,2 @@",
+        b"@@ -N;2 +N,2 @@",
+        b"@@ -N,2 +N,y @@",
+        b"@@ -N,2  +N,2 @@",
+        b"@@ -N,2 +N,2@@",
+        b"@@ -N,2 +N,2 @@@ trailing",  # well-formed: git reads anything after " @@"
+        b"@@ -N,2 +N,2 @@",
+    ],
+)
+@pytest.mark.parametrize("where", ["first", "second"])
+def test_a_hunk_header_is_refused_exactly_when_git_calls_it_corrupt(tmp_path, header, where):
+    good = {"first": b"@@ -1,2 +1,2 @@", "second": b"@@ -4,2 +4,2 @@"}
+    raw = TWO_FILES.replace(b"{%s}" % where.encode(), header.replace(b"N", good[where][4:5]))
+    for name, value in good.items():
+        raw = raw.replace(b"{%s}" % name.encode(), value)
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm/f.py").write_bytes(b"a\nb\n")
+    (tmp_path / "vllm/g.py").write_bytes(b"q\nr\ns\nt\nu\n")
+    git = subprocess.run(["git", "apply", "--check", "-"], input=raw, cwd=tmp_path, capture_output=True)
+    if git.returncode == 0:
+        ours(raw)
+        return
+    assert b"corrupt patch at line" in git.stderr
+    line = int(git.stderr.split(b"corrupt patch at line ")[1].split()[0])
+    with pytest.raises(BadInput, match=rf"malformed diff: line {line}: corrupt hunk header"):
+        ours(raw)
 
 
 @pytest.mark.release

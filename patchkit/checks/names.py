@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import fsutil, seal
-from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, too_large_to_parse
 
 UNDEFINED = frozenset({"UndefinedName", "UndefinedExport", "UndefinedLocal"})
 # Messages whose last argument is the line of an earlier definition: it moves with the patch.
@@ -52,12 +52,17 @@ class NamesCheck:
 
     def run(self, ctx: CheckContext) -> list[CheckResult]:
         planned = _present({p: ctx.read(p) for p in ctx.paths if p.endswith(".py")})  # None: deleted
-        found = findings_of(planned)
+        skipped = {p: result for p, data in planned.items() if (result := too_large_to_parse(self.name, p, data))}
+        found = findings_of({p: data for p, data in planned.items() if p not in skipped})
         # Stock files only matter where the planned ones have findings (rare: vLLM is linted).
         read_stock = ctx.read_stock
         stock = _present({p: read_stock(p) for p, f in found.items() if f}) if read_stock else {}
         before = findings_of(stock)
-        return [r for p in sorted(planned) for r in self._compare(p, found[p], before.get(p) or ())]
+        return [
+            r
+            for p in sorted(planned)
+            for r in ([skipped[p]] if p in skipped else self._compare(p, found[p], before.get(p) or ()))
+        ]
 
     def _compare(self, path: str, found, before) -> list[CheckResult]:
         if found is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchkit.checks import CheckContext, CheckResult
+from patchkit.checks import CheckContext, CheckResult, too_large_to_parse
 from patchkit.target import run_worker
 
 
@@ -11,9 +11,11 @@ class SyntaxCheck:
 
     def run(self, ctx: CheckContext) -> list[CheckResult]:
         sources = {p: data for p in ctx.paths if p.endswith(".py") and (data := ctx.read(p)) is not None}
-        errors = compile_sources(sources, ctx.python)
+        skipped = {p: result for p, data in sources.items() if (result := too_large_to_parse(self.name, p, data))}
+        errors = compile_sources({p: d for p, d in sources.items() if p not in skipped}, ctx.python)
         return [
-            CheckResult(self.name, path, path not in errors, errors.get(path, "compiles")) for path in sorted(sources)
+            skipped.get(path) or CheckResult(self.name, path, path not in errors, errors.get(path, "compiles"))
+            for path in sorted(sources)
         ]
 
 
