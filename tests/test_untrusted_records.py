@@ -76,13 +76,13 @@ def test_a_journal_whose_staged_file_is_elsewhere_is_refused(run, applied, outsi
 
 def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_restored(run, applied):
     tree, _ = applied
-    # Two files "changed": the first one's original is saved, the second's is not. Nothing may be restored.
+    # Two files "changed": the one rolled back first (the last) has its original, the other not. Neither may be restored.
     (tree / MODEL).write_text("# changed\n")
     _plant_journal(
         tree,
         [
-            {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": None},
             {"path": MODEL, "before": sha("# never saved\n"), "after": sha("# changed\n"), "staged": None},
+            {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": None},
         ],
     )
     before = fingerprint(tree)
