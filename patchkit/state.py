@@ -36,7 +36,7 @@ META_DIR = ".patchkit"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 # What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
-_META_FILES = ("state.json", "journal.json", "lock")
+_META_FILES = ("state.json", "journal.json")
 _META_DIRS = ("objects", "saved")
 
 
@@ -60,6 +60,12 @@ def check_meta_dir(root: Path) -> None:
         _require_kind(meta / name, stat.S_ISREG, "a regular file")
     for name in _META_DIRS:
         _require_kind(meta / name, stat.S_ISDIR, "a directory")
+    _require_kind(meta / "lock", _lock_kind, "a regular file")
+
+
+def _lock_kind(mode: int) -> bool:
+    """A directory as the lock is left to the lock (it cannot be made: exit 4, as any unusable lock)."""
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
 def _require_kind(path: Path, is_kind, kind: str) -> None:
@@ -70,9 +76,9 @@ def _require_kind(path: Path, is_kind, kind: str) -> None:
     except OSError as exc:
         raise BadInput(f"cannot inspect {path}: {exc.strerror}") from exc
     if not is_kind(mode):
-        what = "a symlink" if stat.S_ISLNK(mode) else "not " + kind
+        what = "a symlink (patchkit never follows one out of the tree)" if stat.S_ISLNK(mode) else "not " + kind
         raise BadInput(
-            f"{path} is {what}; patchkit never follows it out of the tree",
+            f"{path} is {what}",
             hint=f"inspect or remove {path} (patchkit wrote none like it)",
         )
 

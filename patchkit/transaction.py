@@ -169,9 +169,9 @@ def recover(root: Path) -> str | None:
     check_meta_dir(root)
     raw = read_record(journal_path(root))
     journal = None if raw is None else _checked_journal(root, raw)
-    managed = {entry["path"] for entry in journal["files"]} if journal else set()
-    managed |= {path for entry in read_state(root).entries for path in entry.files}
     restored = _rollback(root, journal, _needed_originals(root, journal)) if journal else 0
+    managed = {entry["path"] for entry in journal["files"]} if journal else set()
+    managed |= {path for entry in read_state(root).entries for path in entry.files}  # the state rolled back
     _remove_leftovers(root, managed)
     if journal is None:
         return None
