@@ -4,6 +4,12 @@
     <root>/.patchkit/objects/<sha256>  the original bytes of every file patchkit changed
     <root>/.patchkit/journal.json      exists only while a transaction is unfinished
     <root>/.patchkit/saved/            user edits kept aside by `revert --force`
+    <root>/.patchkit/lock              the target's lock
+
+Everything here is read back from the tree, so it is untrusted input, exactly like a diff:
+`.patchkit/` and what it holds may not be symlinks or of the wrong kind (check_meta_dir), the
+state is parsed strictly (every path by fsutil.unsafe_reason, every hash a sha256 hex digest, a
+size limit), objects are named by digest only and read without following a symlink.
 
 state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
@@ -16,14 +22,22 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit.errors import BadInput
+from patchkit.fsutil import unsafe_reason
 
 FORMAT = 1
 META_DIR = ".patchkit"
+# state.json and journal.json: a few hundred bytes a file; far above any real record, far below harm.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+# What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
+_META_FILES = ("state.json", "journal.json")
+_META_DIRS = ("objects", "saved")
 
 
 def sha256(data: bytes | None) -> str | None:
@@ -34,11 +48,89 @@ def meta_dir(root: Path) -> Path:
     return root / META_DIR
 
 
+def check_meta_dir(root: Path) -> None:
+    """Refuse a .patchkit/ that would send patchkit's reads or writes elsewhere: a symlink, or a
+    state file, lock or store of the wrong kind (a symlink, a directory, a fifo). Runs before
+    anything in it is read or written; a missing one is fine (it is made when needed)."""
+    meta = meta_dir(root)
+    _require_kind(meta, stat.S_ISDIR, "a directory")
+    if not meta.is_dir():
+        return
+    for name in _META_FILES:
+        _require_kind(meta / name, stat.S_ISREG, "a regular file")
+    for name in _META_DIRS:
+        _require_kind(meta / name, stat.S_ISDIR, "a directory")
+    _require_kind(meta / "lock", _lock_kind, "a regular file")
+
+
+def _lock_kind(mode: int) -> bool:
+    """A directory as the lock is left to the lock (it cannot be made: exit 4, as any unusable lock)."""
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def _require_kind(path: Path, is_kind, kind: str) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BadInput(f"cannot inspect {path}: {exc.strerror}") from exc
+    if not is_kind(mode):
+        what = "a symlink (patchkit never follows one out of the tree)" if stat.S_ISLNK(mode) else "not " + kind
+        raise BadInput(
+            f"{path} is {what}",
+            hint=f"inspect or remove {path} (patchkit wrote none like it)",
+        )
+
+
+def read_record(path: Path) -> bytes | None:
+    """state.json or journal.json, untrusted: never through a symlink, a regular file, size-limited.
+    None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _damaged(path, exc.strerror or str(exc)) from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _damaged(path, "not a regular file")
+        data = fh.read(MAX_RECORD_BYTES + 1)
+    if len(data) > MAX_RECORD_BYTES:
+        raise _damaged(path, f"larger than {MAX_RECORD_BYTES} bytes")
+    return data
+
+
+def _damaged(path: Path, what: str) -> BadInput:
+    return BadInput(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
+
+
+def checked_path(path: object, origin: Path) -> str:
+    """A recorded path, checked by the one path rule (the same as a diff's)."""
+    if not isinstance(path, str):
+        raise _damaged(origin, f"a path is {type(path).__name__}, not text")
+    reason = unsafe_reason(path)
+    if reason:
+        raise _damaged(origin, f"the recorded path {path!r} {reason}")
+    return path
+
+
+def checked_digest(value: object, origin: Path, *, optional: bool = True) -> str | None:
+    """A recorded sha256: 64 lowercase hex digits (the only names in objects/), or None."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise _damaged(origin, f"{value!r} is not a sha256 hex digest")
+    return value
+
+
 def state_path(root: Path) -> Path:
     return meta_dir(root) / "state.json"
 
 
 def object_path(root: Path, digest: str) -> Path:
+    if not _DIGEST.fullmatch(digest):
+        raise BadInput(f"{digest!r} is not a sha256 hex digest; objects are named by digest only")
     return meta_dir(root) / "objects" / digest
 
 
@@ -137,42 +229,84 @@ def record_apply(
 
 
 def read_state(root: Path) -> State:
+    check_meta_dir(root)
     path = state_path(root)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return State([])
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from exc
-    return parse_state(raw, path)
+    raw = read_record(path)
+    return State([]) if raw is None else parse_state(raw, path)
 
 
 def parse_state(raw: bytes, origin: Path) -> State:
+    """state.json, checked field by field before any of it is used: each path by the one path
+    rule, each hash a digest. Anything else is refused whole (exit 2), naming the file."""
     try:
         data = json.loads(raw)
-        if data.get("format") != FORMAT:
-            raise BadInput(f"{origin}: unknown state format {data.get('format')!r}")
-        return State([Entry.from_json(e) for e in data.get("entries", [])])
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BadInput(f"{origin} is damaged ({exc}); move it away to start afresh") from exc
+    except (ValueError, RecursionError) as exc:
+        raise _damaged(origin, f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _damaged(origin, f"a {type(data).__name__}, not an object")
+    if data.get("format") != FORMAT:
+        raise _damaged(origin, f"unknown state format {data.get('format')!r}")
+    entries = data.get("entries", [])
+    if not isinstance(entries, list):
+        raise _damaged(origin, "'entries' is not a list")
+    return State([_checked_entry(e, origin) for e in entries])
+
+
+def _checked_entry(data: object, origin: Path) -> Entry:
+    if not isinstance(data, dict):
+        raise _damaged(origin, "an entry is not an object")
+    _require(data, "set", str, origin)
+    for key in ("vllm_version", "release"):
+        _require(data, key, (str, type(None)), origin, default=None)
+    _require(data, "applied_at", str, origin, default="")
+    patches = _require(data, "patches", list, origin, default=[])
+    for patch in patches:
+        if not (isinstance(patch, dict) and isinstance(patch.get("name"), str)):
+            raise _damaged(origin, "a recorded patch has no name")
+        checked_digest(patch.get("sha256"), origin, optional=False)
+    files = _require(data, "files", dict, origin)
+    for path, shas in files.items():
+        checked_path(path, origin)
+        if not isinstance(shas, dict) or not {"before", "after"} <= shas.keys():
+            raise _damaged(origin, f"{path}: 'before' and 'after' hashes are required")
+        checked_digest(shas["before"], origin)
+        checked_digest(shas["after"], origin)
+    return Entry.from_json(data)
+
+
+_REQUIRED = object()
+
+
+def _require(data: dict, key: str, kind, origin: Path, default: object = _REQUIRED):
+    """data[key], of type `kind`; a missing key is `default` if one is given, else refused."""
+    if key not in data and default is not _REQUIRED:
+        return default
+    value = data.get(key)
+    if not isinstance(value, kind):
+        raise _damaged(origin, f"'{key}' is missing or of the wrong type")
+    return value
 
 
 def read_object(root: Path, digest: str) -> bytes:
     """A saved original, checked against its name."""
     path = object_path(root, digest)
     try:
-        data = path.read_bytes()
+        data = read_file(path, follow_symlinks=False)
     except OSError as exc:
         raise BadInput(f"the saved original {path} is missing: {exc.strerror}") from exc
+    if data is None:
+        raise BadInput(f"the saved original {path} is missing (or not a regular file)")
     if sha256(data) != digest:
         raise BadInput(f"the saved original {path} is corrupt (sha256 mismatch)")
     return data
 
 
-def read_file(path: Path | str) -> bytes | None:
-    """A regular file's bytes; None when there is none (a fifo or device is never read: it could block)."""
+def read_file(path: Path | str, *, follow_symlinks: bool = True) -> bytes | None:
+    """A regular file's bytes; None when there is none (a fifo or device is never read: it could block;
+    without `follow_symlinks`, a symlink is none either)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a fifo must not wait
+        fd = os.open(path, flags)  # O_NONBLOCK: opening a fifo must not wait
     except OSError as exc:
         if exc.errno in _NO_FILE:
             return None
@@ -193,6 +327,7 @@ _NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
 
 
 def file_sha(root: Path, path: str) -> str | None:
+    checked_path(path, state_path(root))  # never hash a file outside the tree
     full = root / path
     try:
         return sha256(full.read_bytes())

@@ -10,6 +10,11 @@ Order of operations:
 A journal found later means the transaction did not finish: `recover` rolls it back, restoring
 every file to its recorded original. Originals are saved before any file changes, so this is
 always possible.
+
+The journal, like everything under .patchkit/, is read back from the tree, so recovery treats it
+as untrusted input: every path by the one path rule, no symlink on the way, staged files only by
+their own temp name beside their file, objects by digest, and every original needed read and
+checked before the first file is touched. A journal that fails is refused whole (exit 2).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import secrets
 import stat
 from contextlib import contextmanager, suppress
@@ -29,11 +35,18 @@ from patchkit.errors import BadInput, LockBusy, TargetError
 from patchkit.fsutil import atomic_write
 from patchkit.state import (
     State,
+    check_meta_dir,
+    checked_digest,
+    checked_path,
     file_sha,
     fsync_dir,
     meta_dir,
     object_path,
+    parse_state,
+    read_file,
     read_object,
+    read_record,
+    read_state,
     sha256,
     state_path,
 )
@@ -88,6 +101,7 @@ def target_lock(root: Path, timeout: float | None = None):
 
 
 def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
+    check_meta_dir(root)  # a symlinked .patchkit/ or lock would take the lock file elsewhere
     meta = meta_dir(root)
     try:
         meta.mkdir(exist_ok=True)
@@ -123,7 +137,7 @@ def commit_changes(
 
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
     preflight(root, [w.path for w in writes])
-    previous = state_path(root).read_bytes() if state_path(root).is_file() else None
+    previous = read_record(state_path(root))
     txid = secrets.token_hex(8)
     entries = [_journal_entry(root, w, txid) for w in writes]
     journal = {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
@@ -148,20 +162,150 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
 
 
 def recover(root: Path) -> str | None:
-    """Roll back a transaction a crash left unfinished. Returns what was done, if anything."""
-    path = journal_path(root)
-    if not path.is_file():
+    """Roll back a transaction a crash left unfinished, and remove the temporary files a killed
+    patchkit left beside the files it manages. Returns what was done, if anything. Called with the
+    target's lock held. A journal or state that fails validation is refused before anything is
+    touched."""
+    check_meta_dir(root)
+    raw = read_record(journal_path(root))
+    journal = None if raw is None else _checked_journal(root, raw)
+    restored = _rollback(root, journal, _needed_originals(root, journal)) if journal else 0
+    managed = {entry["path"] for entry in journal["files"]} if journal else set()
+    managed |= {path for entry in read_state(root).entries for path in entry.files}  # the state rolled back
+    _remove_leftovers(root, managed)
+    if journal is None:
         return None
-    try:
-        journal = json.loads(path.read_bytes())
-    except ValueError as exc:  # written atomically, so only outside damage gets here
-        raise BadInput(f"the journal {path} is damaged ({exc}); inspect the tree by hand") from exc
-    restored = _rollback(root, journal)
     return (
         f"rolled back an interrupted patchkit transaction: {restored} file(s) restored"
         if restored
         else "rolled back an interrupted patchkit transaction: no file had changed yet"
     )
+
+
+_TXID = re.compile(r"[0-9A-Za-z]{1,64}")
+
+
+def _checked_journal(root: Path, raw: bytes) -> dict:
+    """The journal, every field checked before recovery acts on any (see the module docstring)."""
+    path = journal_path(root)
+
+    def refuse(what: str) -> BadInput:
+        return BadInput(
+            f"{path} is damaged or was not written by patchkit ({what}); nothing was touched",
+            hint=f"inspect or remove {path} (restore the files it names by hand, or reinstall vLLM)",
+        )
+
+    try:
+        journal = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise refuse(f"not JSON: {exc}") from exc
+    if not isinstance(journal, dict) or not isinstance(journal.get("files"), list):
+        raise refuse("not an object with a list of 'files'")
+    txid = journal.get("id")
+    if not isinstance(txid, str) or not _TXID.fullmatch(txid):
+        raise refuse(f"the transaction id {txid!r} is not alphanumeric")
+    previous = journal.get("previous_state")
+    if previous is not None:
+        if not isinstance(previous, str):
+            raise refuse("'previous_state' is not text")
+        try:
+            parse_state(previous.encode(), path)
+        except BadInput as exc:
+            raise refuse(f"its previous state: {exc.message}") from exc
+    for entry in journal["files"]:
+        try:
+            _check_journal_entry(entry, txid, path)
+        except BadInput as exc:
+            raise refuse(exc.message) from exc
+    try:
+        preflight(root, [entry["path"] for entry in journal["files"]])
+    except BadInput as exc:
+        raise refuse(exc.message) from exc
+    return journal
+
+
+def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
+    if not isinstance(entry, dict):
+        raise BadInput("an entry is not an object")
+    path = checked_path(entry.get("path"), origin)
+    checked_digest(entry.get("before"), origin)
+    checked_digest(entry.get("after"), origin)
+    staged = entry.get("staged")
+    if staged is not None and staged != _staged_name(path, txid):
+        raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
+    mode = entry.get("mode")
+    if mode is not None and (type(mode) is not int or not 0 <= mode <= 0o7777):
+        raise BadInput(f"{path}: the mode {mode!r} is not a permission mode")
+    created = entry.get("created_dirs", [])
+    if not isinstance(created, list):
+        raise BadInput(f"{path}: 'created_dirs' is not a list")
+    for directory in created:
+        if not path.startswith(checked_path(directory, origin) + "/"):
+            raise BadInput(f"{path}: the created directory {directory!r} does not hold it")
+
+
+def _staged_name(path: str, txid: str) -> str:
+    parent, _, name = path.rpartition("/")
+    return f"{parent}/.{name}.patchkit-{txid}.tmp" if parent else f".{name}.patchkit-{txid}.tmp"
+
+
+def _needed_originals(root: Path, journal: dict) -> dict[str, bytes]:
+    """Every original the rollback will write back, read and checked by sha256 before it starts."""
+    return {
+        entry["before"]: read_object(root, entry["before"])
+        for entry in journal["files"]
+        if entry["before"] is not None and file_sha(root, entry["path"]) != entry["before"]
+    }
+
+
+def _remove_leftovers(root: Path, managed: set[str]) -> None:
+    """Remove patchkit's own temporary files (atomic_write's `.<name>.patchkit-<hex>.tmp`) that a
+    killed process left beside a file it manages: the recorded files, the state, the journal and
+    the objects. Only those names; a directory on the way that is a symlink is not entered."""
+    meta = meta_dir(root)
+    _remove_temp_files(meta, {"state.json", "journal.json"})
+    _remove_temp_files(meta / "objects", None)
+    by_parent: dict[str, set[str]] = {}
+    for path in managed:
+        parent, _, name = path.rpartition("/")
+        by_parent.setdefault(parent, set()).add(name)
+    for parent, names in by_parent.items():
+        if not _symlink_on_the_way(root, parent):
+            _remove_temp_files(root / parent if parent else root, names)
+
+
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.patchkit-[0-9A-Za-z]+\.tmp")
+
+
+def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
+    """Temp files of `names` in `directory` (None: of any digest-named object)."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for item in entries:
+        match = _TEMP_NAME.fullmatch(item.name)
+        if not match or item.is_dir(follow_symlinks=False):
+            continue
+        owner = match["name"]
+        if names is None:
+            try:
+                checked_digest(owner, directory, optional=False)
+            except BadInput:
+                continue
+        elif owner not in names:
+            continue
+        with suppress(OSError):
+            os.unlink(item.path)  # a symlink is removed itself, never followed
+
+
+def _symlink_on_the_way(root: Path, rel: str) -> bool:
+    current = root
+    for part in rel.split("/") if rel else []:
+        current = current / part
+        if current.is_symlink() or not current.is_dir():
+            return True
+    return False
 
 
 @contextmanager
@@ -177,7 +321,7 @@ def consistent_read(root: Path):
     except LockBusy:
         raise
     except TargetError:
-        if journal_path(root).is_file():
+        if os.path.lexists(journal_path(root)):
             raise
         lock = None
     try:
@@ -237,7 +381,7 @@ def _stage(root: Path, w: FileWrite, entry: dict) -> None:
     """Save the original and stage the new content beside its file. No target file changes."""
     if w.before is not None:
         obj = object_path(root, entry["before"])
-        if not obj.is_file():
+        if read_file(obj, follow_symlinks=False) != w.before:  # missing, or planted: write ours
             obj.parent.mkdir(parents=True, exist_ok=True)
             _write_atomic(obj, w.before)
     for rel in entry["created_dirs"]:
@@ -259,7 +403,10 @@ def _install(root: Path, entry: dict) -> None:
     fsync_dir(full.parent)
 
 
-def _rollback(root: Path, journal: dict) -> int:
+def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = None) -> int:
+    """Undo the journal's writes. `originals` (digest -> bytes) were read beforehand by recovery;
+    a failure inside commit reads them from the store."""
+    originals = originals or {}
     restored = 0
     for entry in reversed(journal.get("files", [])):
         full = root / entry["path"]
@@ -272,7 +419,8 @@ def _rollback(root: Path, journal: dict) -> int:
                 with suppress(OSError):
                     (root / rel).rmdir()
         elif current != entry["before"]:
-            _write_atomic(full, read_object(root, entry["before"]), mode=entry.get("mode"))
+            original = originals.get(entry["before"]) or read_object(root, entry["before"])
+            _write_atomic(full, original, mode=entry.get("mode"))
             restored += 1
         if entry.get("staged"):
             (root / entry["staged"]).unlink(missing_ok=True)
@@ -320,7 +468,7 @@ def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
 def _prune_objects(root: Path, state: State) -> None:
     keep = state.referenced_objects()
     store = meta_dir(root) / "objects"
-    if store.is_dir():
+    if store.is_dir() and not store.is_symlink():
         for obj in store.iterdir():
-            if obj.name not in keep:
+            if obj.name not in keep and not obj.is_dir():
                 obj.unlink(missing_ok=True)

@@ -1,0 +1,263 @@
+"""Issue 10, defects 1, 2, 4 (.patchkit/), 11 (record shapes) and 12 (leftover temp files): what
+patchkit reads back from .patchkit/ is validated before any read or write it drives."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import SPEC_PY, fingerprint, make_patch, patched_spec, snapshot, write_tree
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+
+
+def sha(text: str | bytes) -> str:
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+@pytest.fixture
+def applied(run, tree, tmp_path) -> tuple[Path, Path]:
+    """The tree with spec.py patched by patchkit, and the patch."""
+    patch = tmp_path / "deepseek.diff"
+    patch.write_bytes(make_patch(tmp_path, tree, {SPEC: patched_spec()}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    return tree, patch
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    """A directory beside the tree that nothing may touch."""
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    (where / "secret.py").write_text("TOKEN = 'not for the tree'\n")
+    (where / "hollow").mkdir()
+    return where
+
+
+# -- defect 1: recovery trusts the journal ------------------------------------------------------------
+
+
+def _plant_journal(tree: Path, files: list[dict], txid: str = "9f8e7d") -> Path:
+    journal = tree / ".patchkit" / "journal.json"
+    journal.write_text(json.dumps({"id": txid, "previous_state": None, "files": files}))
+    return journal
+
+
+@pytest.mark.parametrize("command", ["status", "verify", "apply", "revert", "recover"])
+def test_a_journal_with_a_dotdot_path_is_refused_by_every_command_with_nothing_touched(run, applied, outside, command):
+    tree, patch = applied
+    # Rolled back, this entry would "restore" a file two levels above vllm/ (created by the apply: unlink it).
+    entry = {"path": "vllm/config/../../../elsewhere/secret.py", "before": None, "after": sha("x"), "staged": None}
+    journal = _plant_journal(tree, [entry])
+    tree_before, outside_before = fingerprint(tree), fingerprint(outside)
+    extra = [] if command == "recover" else ["--patch", patch]
+    result = run(command, "--target", tree, *extra)
+    assert result.exit_code == 2, result.output
+    assert "journal.json" in result.output and "inspect or remove" in result.output and "'..'" in result.output
+    assert fingerprint(tree) == tree_before and fingerprint(outside) == outside_before and journal.exists()
+
+
+def test_a_journal_whose_staged_file_is_elsewhere_is_refused(run, applied, outside):
+    tree, _ = applied
+    _plant_journal(
+        tree, [{"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": "vllm/config/spec.py"}]
+    )
+    before = fingerprint(tree)
+    result = run("status", "--target", tree)
+    assert result.exit_code == 2 and "not patchkit's temp name" in result.output
+    assert fingerprint(tree) == before
+
+
+def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_restored(run, applied):
+    tree, _ = applied
+    # Two files "changed": the one rolled back first (the last) has its original, the other not. Neither may be restored.
+    (tree / MODEL).write_text("# changed\n")
+    _plant_journal(
+        tree,
+        [
+            {"path": MODEL, "before": sha("# never saved\n"), "after": sha("# changed\n"), "staged": None},
+            {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": None},
+        ],
+    )
+    before = fingerprint(tree)
+    result = run("recover", "--target", tree)
+    assert result.exit_code == 2 and "missing" in result.output
+    assert fingerprint(tree) == before
+
+
+def test_a_valid_journal_still_rolls_back_with_its_staged_file(run, applied):
+    tree, patch = applied
+    staged = tree / "vllm" / "config" / ".spec.py.patchkit-ab12.tmp"
+    staged.write_text("half written\n")
+    entry = {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": staged.relative_to(tree)}
+    _plant_journal(tree, [{**entry, "staged": entry["staged"].as_posix(), "mode": 0o644}], txid="ab12")
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code == 0 and "1 file(s) restored" in result.output, result.output
+    assert (tree / SPEC).read_text() == SPEC_PY and not staged.exists()
+
+
+# -- defect 2: state entries with unsafe paths --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["vllm/../../elsewhere/secret.py", "vllm\\..\\..\\elsewhere\\secret.py", "/etc/hostname", "vllm//x.py"]
+)
+@pytest.mark.parametrize("command", [("status",), ("revert", "--force")])
+def test_state_with_an_unsafe_path_is_refused_before_any_read_or_write(run, applied, outside, path, command):
+    tree, patch = applied
+    state_file = tree / ".patchkit" / "state.json"
+    state = json.loads(state_file.read_text())
+    state["entries"][0]["files"][path] = {"before": sha("TOKEN = 'x'\n"), "after": sha("TOKEN = 'not for the tree'\n")}
+    state_file.write_text(json.dumps(state))
+    tree_before, outside_before = fingerprint(tree), fingerprint(outside)
+    result = run(*command, "--target", tree, "--patch", patch)
+    assert result.exit_code == 2, result.output
+    assert "state.json is damaged" in result.output and repr(path) in result.output
+    assert fingerprint(tree) == tree_before and fingerprint(outside) == outside_before
+    assert not (tree / ".patchkit" / "saved").exists() and not (tree.parent / "saved").exists()
+
+
+# -- defect 4: a symlinked .patchkit/ or a symlink inside it -------------------------------------------
+
+
+def test_a_symlinked_patchkit_dir_is_refused_before_writing_anything(run, tree, tmp_path, outside):
+    patch = tmp_path / "deepseek.diff"
+    patch.write_bytes(make_patch(tmp_path, tree, {SPEC: patched_spec()}))
+    (tree / ".patchkit").symlink_to(outside / "hollow")
+    stock, outside_before = snapshot(tree), fingerprint(outside)
+    result = run("apply", "--target", tree, "--patch", patch)
+    assert result.exit_code == 2 and ".patchkit is a symlink" in result.output
+    assert snapshot(tree) == stock and fingerprint(outside) == outside_before
+
+
+@pytest.mark.parametrize("name", ["lock", "state.json", "journal.json", "objects", "saved"])
+def test_a_symlink_inside_patchkit_dir_is_refused(run, applied, outside, name):
+    tree, patch = applied
+    planted = tree / ".patchkit" / name
+    if planted.is_dir():
+        for child in planted.iterdir():
+            child.unlink()
+        planted.rmdir()
+    planted.unlink(missing_ok=True)
+    planted.symlink_to(outside / ("hollow" if name in ("objects", "saved") else "secret.py"))
+    outside_before = fingerprint(outside)
+    result = run("revert", "--target", tree, "--patch", patch)
+    assert result.exit_code == 2 and f"{name} is a symlink" in result.output
+    assert fingerprint(outside) == outside_before
+
+
+# -- defect 11: records of the wrong shape --------------------------------------------------------------
+
+_GOOD_FILE = {"before": sha(SPEC_PY), "after": sha(patched_spec())}
+_BAD_STATES = {
+    "files a string": {"format": 1, "entries": [{"set": "adhoc", "files": "vllm/config/spec.py"}]},
+    "entries an object": {"format": 1, "entries": {"set": "adhoc"}},
+    "a list": [{"format": 1}],
+    "a number": 1,
+    "no before": {"format": 1, "entries": [{"set": "adhoc", "files": {SPEC: {"after": _GOOD_FILE["after"]}}}]},
+    "after a number": {"format": 1, "entries": [{"set": "adhoc", "files": {SPEC: {"before": None, "after": 5}}}]},
+    "set missing": {"format": 1, "entries": [{"files": {SPEC: _GOOD_FILE}}]},
+    "patches a string": {"format": 1, "entries": [{"set": "a", "patches": "p", "files": {}}]},
+    "format a string": {"format": "1", "entries": []},
+}
+
+
+@pytest.mark.parametrize("data", list(_BAD_STATES.values()), ids=list(_BAD_STATES))
+def test_state_of_the_wrong_shape_is_a_clean_exit_2(run, applied, data):
+    tree, patch = applied
+    (tree / ".patchkit" / "state.json").write_text(json.dumps(data))
+    for command in (("status",), ("revert", "--force"), ("apply",)):
+        result = run(*command, "--target", tree, "--patch", patch)
+        assert result.exit_code == 2 and "state.json is damaged" in result.output, (command, result.output)
+
+
+_BAD_JOURNALS = {
+    "a list": [{"path": SPEC}],
+    "files a string": {"id": "a1", "files": SPEC},
+    "an entry a string": {"id": "a1", "files": [SPEC]},
+    "id a number": {"id": 7, "files": []},
+    "id with a slash": {"id": "../x", "files": []},
+    "path a number": {"id": "a1", "files": [{"path": 3, "before": None, "after": None}]},
+    "mode negative": {"id": "a1", "files": [{"path": SPEC, "before": None, "after": None, "mode": -1}]},
+    "created_dirs a string": {
+        "id": "a1",
+        "files": [{"path": SPEC, "before": None, "after": None, "created_dirs": "v"}],
+    },
+    "previous state damaged": {"id": "a1", "previous_state": "{", "files": []},
+}
+
+
+@pytest.mark.parametrize("data", list(_BAD_JOURNALS.values()), ids=list(_BAD_JOURNALS))
+def test_journal_of_the_wrong_shape_is_a_clean_exit_2(run, applied, data):
+    tree, _ = applied
+    (tree / ".patchkit" / "journal.json").write_text(json.dumps(data))
+    before = fingerprint(tree)
+    result = run("status", "--target", tree)
+    assert result.exit_code == 2 and "journal.json is damaged" in result.output, result.output
+    assert fingerprint(tree) == before
+
+
+@pytest.mark.parametrize("name", ["state.json", "journal.json"])
+def test_a_huge_record_is_refused_without_being_parsed(run, applied, name):
+    from patchkit.state import MAX_RECORD_BYTES
+
+    tree, _ = applied
+    (tree / ".patchkit" / name).write_bytes(b"[" + b"0," * (MAX_RECORD_BYTES // 2) + b"0]")
+    result = run("status", "--target", tree)
+    assert result.exit_code == 2 and f"larger than {MAX_RECORD_BYTES} bytes" in result.output
+
+
+# -- defect 12: temporary files a killed patchkit left behind ---------------------------------------------
+
+
+def test_recovery_removes_patchkit_temp_files_of_managed_files_only(run, applied, outside):
+    tree, patch = applied
+    meta = tree / ".patchkit"
+    leftovers = [
+        tree / "vllm" / "config" / ".spec.py.patchkit-0a1b2c3d.tmp",
+        meta / ".state.json.patchkit-ffee0011.tmp",
+        meta / ".journal.json.patchkit-12345678.tmp",
+        meta / "objects" / f".{sha(SPEC_PY)}.patchkit-9abc.tmp",
+    ]
+    kept = [
+        tree / "vllm" / "models" / ".model.py.patchkit-0a1b2c3d.tmp",  # not a file patchkit manages
+        tree / "vllm" / "config" / ".spec.py.patchkit-0a1b2c3d.tmp.bak",  # not patchkit's name
+        tree / "vllm" / "config" / "spec.py.patchkit-0a1b2c3d.tmp",
+    ]
+    for path in leftovers + kept:
+        path.write_text("left over\n")
+    link = tree / "vllm" / "config" / ".spec.py.patchkit-5e5e.tmp"
+    link.symlink_to(outside / "secret.py")  # removed as a link; its target is not followed
+    outside_before = fingerprint(outside)
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code == 0, result.output
+    assert not any(os.path.lexists(p) for p in [*leftovers, link])
+    assert all(p.exists() for p in kept) and fingerprint(outside) == outside_before
+
+
+@pytest.mark.slow
+def test_no_temp_file_survives_a_kill_at_any_step_once_a_command_has_run(tmp_path):
+    tree = write_tree(tmp_path / "site")
+    patch = tmp_path / "change.diff"
+    patch.write_bytes(make_patch(tmp_path, tree, {SPEC: patched_spec(), MODEL: "# replaced\n"}))
+    base = [sys.executable, "-m", "patchkit"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
+    killed_with_leftovers = 0
+    for n in range(1, 40):
+        died = subprocess.run(
+            [*base, "apply", "--target", tree, "--patch", patch],
+            capture_output=True,
+            env={**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"},
+        )
+        if died.returncode == 0:
+            break
+        killed_with_leftovers += bool(list(tree.rglob("*.patchkit-*.tmp")))
+        subprocess.run([*base, "status", "--target", tree, "--patch", patch], capture_output=True, env=env, check=True)
+        assert not list(tree.rglob("*.patchkit-*.tmp")), n
+    assert killed_with_leftovers  # the kills did leave some: the test saw recovery remove them
