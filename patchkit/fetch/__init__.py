@@ -35,7 +35,7 @@ The modules, one job each:
 from __future__ import annotations
 
 from patchkit.fetch import release as _release
-from patchkit.fetch.index import available_versions, reuse_index_pages
+from patchkit.fetch.index import available_versions, normalize_version, reuse_index_pages
 from patchkit.fetch.net import FetchStats
 from patchkit.fetch.release import release_tree
 from patchkit.record import cache_dir
@@ -45,6 +45,7 @@ __all__ = [
     "available_versions",
     "cache_dir",
     "last_fetch_stats",
+    "normalize_version",
     "release_tree",
     "reuse_index_pages",
 ]

@@ -217,11 +217,12 @@ def is_regular(path: Path) -> bool:
         return False
 
 
-def damaged_members(state: State, tree: Path, wanted: set[str], all_python: bool) -> dict[str, str]:
-    """The needed members release.json calls present whose cached file is not the wheel's: the
-    RECORD whose sha256 release.json does not give, or a file RECORD does not give (member -> why).
-    A damaged RECORD makes every present member unverifiable: all of them are named."""
-    present = set(state.get("present", ())) & needed(state, wanted, all_python)
+def damaged_members(state: State, tree: Path) -> dict[str, str]:
+    """The members release.json calls present whose cached file is not the wheel's (member -> why):
+    the RECORD if release.json does not give its sha256, any other if RECORD does not give its hash.
+    A damaged RECORD makes every present member unverifiable: all of them are named. Every present
+    member is checked, not only the ones a call needs: whatever the tree holds may be laid out."""
+    present = set(state.get("present", ()))
     record_name = record_member(state)
     if not present or record_name is None:
         return {}

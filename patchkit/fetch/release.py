@@ -104,7 +104,7 @@ def release_tree(
         _forget_if_empty(root)
     stats.seconds = time.monotonic() - started
     state = _state_or_none(root, ver)
-    if state is None or damaged_members(state, tree, wanted, all_python):
+    if state is None or damaged_members(state, tree):
         raise FetchError(
             f"the cached files of vLLM {ver} changed while patchkit fetched them",
             hint=f"is another process writing {root}? remove it and try again",
@@ -118,7 +118,7 @@ def _cache_answers(root: Path, ver: str, wanted: set[str], all_python: bool) -> 
     return (
         state is not None
         and not missing(state, root / "tree", wanted, all_python)
-        and not damaged_members(state, root / "tree", wanted, all_python)
+        and not damaged_members(state, root / "tree")
     )
 
 
@@ -141,12 +141,13 @@ def _checked_state(root: Path, ver: str, wanted: set[str], all_python: bool, war
         return None
     if state is None:
         return None
-    damaged = damaged_members(state, tree, wanted, all_python)
+    damaged = damaged_members(state, tree)
     if damaged:
         shown = "; ".join(list(damaged.values())[:3]) + (f"; {len(damaged) - 3} more" if len(damaged) > 3 else "")
         warn(f"cached files of vLLM {ver} are damaged ({shown}): fetching them again")
         for name in damaged:
-            clear_in_the_way(tree, name)  # a regular file is simply fetched again over
+            clear_in_the_way(tree, name)
+            remove_entry(tree / name)  # nothing on the way is a symlink now: this removes the file itself
         state["present"] = sorted(set(state["present"]) - set(damaged))
         save_state(root, state)
     return state
