@@ -9,6 +9,7 @@ serve ranges, and the tree and release.json are updated.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterable
@@ -83,6 +84,7 @@ def release_tree(
 
     root = release_root(ver)
     tree = root / "tree"
+    _clear_odd_directories(root, warn or _to_stderr)
     if _cache_answers(root, ver, wanted, all_python):
         return tree  # fast path: no lock, no network
 
@@ -110,6 +112,22 @@ def release_tree(
             hint=f"is another process writing {root}? remove it and try again",
         )
     return tree
+
+
+def _clear_odd_directories(root: Path, warn: Progress) -> None:
+    """releases/, releases/<v>/ and its tree/ are directories patchkit made: a symlink (to anywhere)
+    or a file in their place goes, so that nothing is read or written outside the cache."""
+    for path in (root.parent, root, root / "tree"):
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            return
+        except OSError:
+            continue  # unreadable: the cache's own errors say so later
+        if not stat.S_ISDIR(mode):
+            warn(f"{path} in the cache is not a directory: removing it")
+            remove_entry(path)
+            return
 
 
 def _cache_answers(root: Path, ver: str, wanted: set[str], all_python: bool) -> bool:
