@@ -17,7 +17,7 @@ import stat
 from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from patchkit.errors import BadInput, FetchError
 from patchkit.fetch.index import PROJECT
@@ -147,13 +147,19 @@ def read_regular(base: Path, rel: str, *, limit: int | None = None) -> bytes:
             raise Damaged(f"{rel} is not a regular file ({e.strerror})") from None
     finally:
         os.close(directory)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise Damaged(f"{rel} is not a regular file")
+    with _regular(fd, rel) as fh:
         data = fh.read() if limit is None else fh.read(limit + 1)
     if limit is not None and len(data) > limit:
         raise Damaged(f"{rel} is larger than {limit} bytes")
     return data
+
+
+def _regular(fd: int, name: str) -> BinaryIO:
+    """An open descriptor as a file object, if it is a regular file (closed and Damaged if not)."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Damaged(f"{name} is not a regular file")
+    return os.fdopen(fd, "rb")
 
 
 def file_sha256(path: Path) -> str:
@@ -162,9 +168,7 @@ def file_sha256(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise Damaged(f"{path} is not a regular file ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise Damaged(f"{path} is not a regular file")
+    with _regular(fd, str(path)) as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest() if hasattr(hashlib, "file_digest") else _digest(fh)
 
 
