@@ -508,3 +508,174 @@ def test_verify_asks_the_index_for_its_page_once(server, cache, monkeypatch, reu
         fetch.release_tree(other, ["vllm/config/speculative.py"])
     page_gets = [e for e in server.log if e[0] == "GET" and "/simple/" in e[1]]
     assert len(page_gets) == (1 if reused else 3)
+
+
+# --------------------------------------------------------------------------- hygiene and --dest (issues 10, 14)
+
+
+def _spec_library(tmp_path: Path) -> Path:
+    """A library whose series for VERSION touches vllm/config/speculative.py."""
+    from helpers import make_patch, write_library, write_tree
+
+    spec = "vllm/config/speculative.py"
+    stock = write_tree(tmp_path / "stock", VERSION, {spec: FILES[spec]})
+    patch = make_patch(tmp_path, stock, {spec: FILES[spec] + b"# patched\n"})
+    return write_library(tmp_path / "lib", {VERSION: [patch]}, supported=None, upstream=None)
+
+
+@pytest.mark.parametrize("option", [("--set", "nonesuch"), ("--patches", "/nonexistent/library")])
+def test_fetch_with_a_bad_set_or_library_is_exit_2(server, cache, monkeypatch, tmp_path, option):
+    from helpers import assert_clean_failure, run_cli
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    if option[0] == "--set":
+        option = ("--patches", str(_spec_library(tmp_path)), *option)
+    done = run_cli("fetch", VERSION, *option, "--dest", tmp_path / "site")
+    assert_clean_failure(done, 2)
+    assert option[-1] in done.stderr
+    assert not (tmp_path / "site").exists()
+
+
+def test_a_full_disk_mid_fetch_says_so_and_leaves_no_partial_entry(server, cache, monkeypatch):
+    import errno
+
+    from patchkit.fetch import cache as fetch_cache
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    real_write, writes = fetch_cache.atomic_write, []
+
+    def fills_up(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, data, **kwargs)
+
+    monkeypatch.setattr(fetch_cache, "atomic_write", fills_up)
+    with pytest.raises(FetchError, match="no space left") as caught:
+        fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py", "vllm/__init__.py"])
+    assert "PATCHKIT_CACHE_DIR" in caught.value.hint and "space" in caught.value.hint
+    entry = cache / "releases" / VERSION
+    assert not entry.exists() or not [p for p in entry.rglob("*") if p.is_file()], list(entry.rglob("*"))
+
+    monkeypatch.setattr(fetch_cache, "atomic_write", real_write)  # room again: a clean fetch
+    tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py", "vllm/__init__.py"])
+    assert (tree / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
+
+
+def test_a_full_disk_when_adding_files_keeps_the_entry_and_drops_the_part(server, cache, monkeypatch):
+    import errno
+
+    from patchkit.fetch import cache as fetch_cache
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    before = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+    real_write = fetch_cache.atomic_write
+
+    def full_for_python(path, data, **kwargs):
+        if path.name.endswith(".py") and "spec_decode" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, data, **kwargs)
+
+    monkeypatch.setattr(fetch_cache, "atomic_write", full_for_python)
+    with pytest.raises(FetchError, match="no space left"):
+        fetch.release_tree(VERSION, ["vllm/config/speculative.py", "vllm/v1/spec_decode/eagle.py"])
+    assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()) == before
+    assert "vllm/config/speculative.py" not in state_of(cache)["present"]
+
+
+def test_a_version_the_index_lacks_leaves_nothing_behind(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match=r"no vllm 7\.7\.7 wheel"):
+        fetch.release_tree("7.7.7", ["vllm/__init__.py"])
+    assert not (cache / "releases" / "7.7.7").exists()
+
+
+def test_a_version_with_spaces_is_the_release(server, cache, monkeypatch, tmp_path):
+    from helpers import run_cli
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    done = run_cli("fetch", f"  {VERSION}\t", "--patches", _spec_library(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert f"vllm {VERSION}: " in done.stdout
+    assert [p.name for p in (cache / "releases").iterdir()] == [VERSION]
+
+
+def test_a_damaged_kept_wheel_is_downloaded_again(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel(), prefix="norange")
+    use_index(monkeypatch, server.index("norange"))
+    fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    kept = cache / "releases" / VERSION / WHEEL
+    data = bytearray(kept.read_bytes())
+    data[100] ^= 0xFF
+    kept.write_bytes(bytes(data))
+    warnings: list[str] = []
+    tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py"], warn=warnings.append)
+    assert any("kept wheel" in w for w in warnings), warnings
+    assert kept.read_bytes() == server.files[WHEEL]
+    assert (tree / "vllm/v1/spec_decode/eagle.py").read_bytes() == FILES["vllm/v1/spec_decode/eagle.py"]
+
+
+def test_the_default_warning_goes_to_stderr(server, cache, monkeypatch, capsys):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    (tree / "vllm/__init__.py").write_bytes(b"__version__ = '6.6.6'\n")
+    fetch.release_tree(VERSION, ["vllm/__init__.py"])  # as `verify --vllm-version` calls it
+    assert "vllm/__init__.py" in capsys.readouterr().err
+    assert (tree / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
+
+
+@pytest.fixture
+def fetched(server, cache, monkeypatch, tmp_path):
+    """run(dest, *options): `patchkit fetch VERSION --dest dest` for a library patching speculative.py."""
+    from helpers import run_cli
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    library = _spec_library(tmp_path)
+    return lambda dest, *options: run_cli("fetch", VERSION, "--patches", library, "--dest", dest, *options)
+
+
+def test_fetch_dest_never_writes_through_a_symlink(fetched, tmp_path):
+    from helpers import assert_clean_failure, fingerprint
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "mine.py").write_text("my own file\n")
+    dest = tmp_path / "site"
+    (dest / "vllm" / "config").mkdir(parents=True)
+    (dest / "vllm" / "config" / "speculative.py").symlink_to(outside / "mine.py")
+    before = fingerprint(outside)
+    for options in [(), ("--force",)]:
+        done = fetched(dest, *options)
+        assert_clean_failure(done, 2)
+        assert "vllm/config/speculative.py" in done.stderr
+        assert fingerprint(outside) == before
+    (dest / "vllm" / "config" / "speculative.py").unlink()
+    (dest / "vllm" / "config").rmdir()
+    (dest / "vllm" / "config").symlink_to(outside)  # a symlinked directory on the way
+    done = fetched(dest, "--force")
+    assert_clean_failure(done, 2)
+    assert "vllm/config" in done.stderr and fingerprint(outside) == before
+
+
+def test_fetch_dest_refuses_other_contents_unless_forced(fetched, tmp_path):
+    from helpers import assert_clean_failure
+
+    dest = tmp_path / "site"
+    assert fetched(dest).returncode == 0
+    assert fetched(dest).returncode == 0  # the same files again: nothing to refuse
+    spec = dest / "vllm/config/speculative.py"
+    spec.write_bytes(FILES["vllm/config/speculative.py"] + b"# my edit\n")
+    done = fetched(dest)
+    assert_clean_failure(done, 2)
+    assert "vllm/config/speculative.py" in done.stderr and "--force" in done.stderr
+    assert spec.read_bytes().endswith(b"# my edit\n")
+    assert fetched(dest, "--force").returncode == 0
+    assert spec.read_bytes() == FILES["vllm/config/speculative.py"]
