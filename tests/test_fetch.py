@@ -679,3 +679,14 @@ def test_fetch_dest_refuses_other_contents_unless_forced(fetched, tmp_path):
     assert spec.read_bytes().endswith(b"# my edit\n")
     assert fetched(dest, "--force").returncode == 0
     assert spec.read_bytes() == FILES["vllm/config/speculative.py"]
+
+
+def test_cached_record_only_when_intact(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    assert fetch.cached_record(VERSION) is None  # nothing cached
+    tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    record = tree / f"vllm-{VERSION}.dist-info/RECORD"
+    assert fetch.cached_record(VERSION) == record.read_bytes()
+    record.write_bytes(record.read_bytes().replace(b"vllm/__init__.py,sha256=", b"vllm/__init__.py,sha256=A"))
+    assert fetch.cached_record(VERSION) is None

@@ -32,9 +32,11 @@ from patchkit.fetch.cache import (
     load_state,
     missing,
     new_state,
+    read_regular,
     release_root,
     remove_entry,
     save_state,
+    trusted_record,
 )
 from patchkit.fetch.download import download_wheel
 from patchkit.fetch.extract import extract
@@ -128,6 +130,20 @@ def _clear_odd_directories(root: Path, warn: Progress) -> None:
             warn(f"{path} in the cache is not a directory: removing it")
             remove_entry(path)
             return
+
+
+def cached_record(version: str) -> bytes | None:
+    """The published wheel's RECORD of `version` if the cache holds it intact (the one the fetch
+    took out of the wheel), else None; no lock, no network, nothing written."""
+    root = release_root(normalize_version(version))
+    state = _state_or_none(root, root.name)
+    if state is None or not state.get("dist_info"):
+        return None
+    try:
+        trusted_record(state, root / "tree")
+        return read_regular(root / "tree", f"{state['dist_info']}/RECORD")
+    except (Damaged, FileNotFoundError):
+        return None
 
 
 def _cache_answers(root: Path, ver: str, wanted: set[str], all_python: bool) -> bool:
