@@ -690,3 +690,20 @@ def test_cached_record_only_when_intact(server, cache, monkeypatch):
     assert fetch.cached_record(VERSION) == record.read_bytes()
     record.write_bytes(record.read_bytes().replace(b"vllm/__init__.py,sha256=", b"vllm/__init__.py,sha256=A"))
     assert fetch.cached_record(VERSION) is None
+
+
+def test_a_full_disk_while_downloading_the_wheel_says_so(server, cache, monkeypatch):
+    import errno
+
+    from patchkit.fetch import download
+
+    server.publish(WHEEL, build_wheel(), prefix="norange")
+    use_index(monkeypatch, server.index("norange"))
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(download, "_copy", full)
+    with pytest.raises(FetchError, match="no space left"):
+        fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    assert not (cache / "releases" / VERSION).exists()

@@ -189,3 +189,20 @@ def test_a_damaged_cache_without_an_index_is_a_clean_failure(index, library, sen
     assert "warning" in done.stderr
     assert not (tmp_path / "dest" / SPEC).exists()
     assert fingerprint(sentinel) == before
+
+
+def test_a_planted_part_download_is_never_written_through(tmp_path, monkeypatch, sentinel):
+    isolate_cache(tmp_path, monkeypatch)
+    server = IndexServer()
+    try:
+        server.publish(WHEEL, build_wheel(), prefix="norange")
+        use_index(monkeypatch, server.index("norange"))
+        entry(tmp_path).mkdir(parents=True)
+        (entry(tmp_path) / f"{WHEEL}.part").symlink_to(sentinel / "speculative.py")
+        before = fingerprint(sentinel)
+        tree = fetch.release_tree(VERSION, [SPEC])
+    finally:
+        server.stop()
+    assert (tree / SPEC).read_bytes() == FILES[SPEC]
+    assert (entry(tmp_path) / WHEEL).read_bytes() == server.files[WHEEL]
+    assert fingerprint(sentinel) == before
