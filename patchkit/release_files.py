@@ -66,30 +66,40 @@ def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *,
 
 
 def _verified_files(tree: Path, paths: Iterable[str] | None) -> dict[str, bytes]:
-    """What lay_out copies, each file read and checked against the tree's RECORD."""
+    """What lay_out copies, each file a regular file read without following a symlink and, when
+    the tree has its RECORD (a fetched release always has: release_tree sees to it), checked
+    against it."""
     dist_info = _dist_info(tree)
     record_name = f"{dist_info}/RECORD"
     try:
-        record_bytes = read_regular(tree, record_name)
-        record = parse_record(record_bytes)
-        wanted = _tree_members(tree, record) if paths is None else [f"{dist_info}/METADATA", *paths]
-        files = {record_name: record_bytes}
-        for rel in wanted:
-            if rel == record_name:
-                continue
-            try:
-                data = read_regular(tree, rel)
-            except FileNotFoundError:
-                continue  # the release lacks it
-            problem = mismatch(rel, data, record)
-            if problem:
-                raise Damaged(problem)
-            files[rel] = data
-    except (Damaged, FileNotFoundError) as e:
-        raise FetchError(
-            f"the cached release in {tree} is damaged: {e}", hint="run the command again to fetch it anew"
-        ) from None
+        record_bytes: bytes | None = read_regular(tree, record_name)
+    except FileNotFoundError:
+        record_bytes = None
+    except Damaged as e:
+        raise _damaged(tree, e) from None
+    record = parse_record(record_bytes) if record_bytes is not None else None
+    wanted = _tree_members(tree, record) if paths is None else [f"{dist_info}/METADATA", *paths]
+    files = {} if record_bytes is None else {record_name: record_bytes}
+    for rel in wanted:
+        if rel == record_name:
+            continue
+        try:
+            data = read_regular(tree, rel)
+            problem = mismatch(rel, data, record) if record is not None else None
+        except FileNotFoundError:
+            continue  # the release lacks it
+        except Damaged as e:
+            problem = str(e)
+        if problem:
+            raise _damaged(tree, problem)
+        files[rel] = data
     return files
+
+
+def _damaged(tree: Path, problem: object) -> FetchError:
+    return FetchError(
+        f"the cached release in {tree} is damaged: {problem}", hint="run the command again to fetch it anew"
+    )
 
 
 def _dist_info(tree: Path) -> str:
@@ -107,13 +117,13 @@ def _is_dist_info(entry: os.DirEntry) -> bool:
     return entry.name.startswith("vllm-") and entry.name.endswith(".dist-info") and entry.is_dir(follow_symlinks=False)
 
 
-def _tree_members(tree: Path, record: dict[str, tuple[str, str]]) -> list[str]:
-    """The regular files of the tree that RECORD lists (never through a symlinked directory)."""
+def _tree_members(tree: Path, record: dict[str, tuple[str, str]] | None) -> list[str]:
+    """The files of the tree (those RECORD lists, if there is one), never through a symlinked directory."""
     out = []
     for directory, _dirs, names in os.walk(tree):
         for name in names:
             rel = Path(directory, name).relative_to(tree).as_posix()
-            if rel in record:
+            if record is None or rel in record:
                 out.append(rel)
     return out
 

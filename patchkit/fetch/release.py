@@ -117,19 +117,25 @@ def release_tree(
 
 
 def _clear_odd_directories(root: Path, warn: Progress) -> None:
-    """releases/, releases/<v>/ and its tree/ are directories patchkit made: a symlink (to anywhere)
-    or a file in their place goes, so that nothing is read or written outside the cache."""
-    for path in (root.parent, root, root / "tree"):
+    """releases/, releases/<v>/ and its tree/ are directories patchkit made, and the lock a file: a
+    symlink (to anywhere) or anything else in their place goes, so that nothing is read or written
+    outside the cache (the lock file is opened for writing: never through a symlink)."""
+    for path, kind in ((root.parent, stat.S_ISDIR), (root, stat.S_ISDIR), (root / "tree", stat.S_ISDIR)):
         try:
             mode = path.lstat().st_mode
         except FileNotFoundError:
             return
         except OSError:
             continue  # unreadable: the cache's own errors say so later
-        if not stat.S_ISDIR(mode):
+        if not kind(mode):
             warn(f"{path} in the cache is not a directory: removing it")
             remove_entry(path)
             return
+    lock = root / LOCK_FILE
+    with suppress(OSError):
+        if not stat.S_ISREG(lock.lstat().st_mode):
+            warn(f"{lock} in the cache is not a regular file: removing it")
+            remove_entry(lock)
 
 
 def cached_record(version: str) -> bytes | None:
