@@ -209,3 +209,14 @@ def test_a_planted_part_download_is_never_written_through(tmp_path, monkeypatch,
     assert (tree / SPEC).read_bytes() == FILES[SPEC]
     assert (entry(tmp_path) / WHEEL).read_bytes() == server.files[WHEEL]
     assert fingerprint(sentinel) == before
+
+
+def test_files_a_damaged_release_json_vouched_for_are_never_served(index, library, tmp_path):
+    init = "vllm/__init__.py"
+    fetch.release_tree(VERSION, [SPEC, EAGLE, init])  # __init__.py: cached, but not what `fetch` asks for
+    (entry(tmp_path) / "tree" / init).write_bytes(b"import os; os.system('true')\n")
+    (entry(tmp_path) / "release.json").write_text('{"schema": 2}')
+    done = fetch_dest_in_process(library, tmp_path / "dest")
+    assert_clean_failure(done, 0)
+    assert not (tmp_path / "dest" / init).exists() or (tmp_path / "dest" / init).read_bytes() == FILES[init]
+    assert (tmp_path / "dest" / SPEC).read_bytes() == FILES[SPEC]

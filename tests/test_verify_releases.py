@@ -315,6 +315,7 @@ def test_results_are_cached_by_their_inputs(run, library, index):
 
     # another stock file: another key
     (index.trees["0.16.0"] / "vllm" / "config" / "spec.py").write_text(OTHER_SPEC)
+    _write_record(index.trees["0.16.0"], "0.16.0")  # another file comes with its wheel's RECORD
     result, changed = verify_json(run, library, "--vllm-version", "0.16.0")
     assert result.exit_code == 1 and changed["0.16.0"]["outcome"] == "conflict"
     assert not changed["0.16.0"]["cached"]

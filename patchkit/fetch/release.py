@@ -178,6 +178,7 @@ def _checked_state(root: Path, ver: str, wanted: set[str], all_python: bool, war
     except Damaged as e:
         warn(f"the cached vLLM {ver} is damaged ({e}): fetching it again")
         remove_entry(root / STATE_FILE)
+        remove_entry(tree)  # nothing in it is vouched for any more
         return None
     if state is None:
         return None
