@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.server
 import io
 import json
 import os
@@ -23,206 +22,36 @@ from patchkit import fetch
 from patchkit.errors import BadInput, FetchError
 from patchkit.fetch import net
 from patchkit.fetch.cache import STATE_FILE, safe_dest
-from patchkit.fetch.ranges import MERGE_GAP, TAIL_BYTES, coalesce
+from patchkit.fetch.ranges import TAIL_BYTES, coalesce
 from patchkit.fetch.zipread import member_from_run
 from patchkit.pipconfig import parse_config_list, settings_from_items
 from patchkit.record import parse_record, record_hash
 
-VERSION = "0.1.0"
-WHEEL = f"vllm-{VERSION}-py3-none-manylinux_2_17_x86_64.whl"
-OTHER_WHEEL = f"vllm-{VERSION}-py3-none-any.whl"
-
-FILES = {
-    "vllm/__init__.py": b"__version__ = '0.1.0'\n",
-    "vllm/config/speculative.py": b"class SpeculativeConfig:\n    method = 'eagle3'\n" * 40,
-    "vllm/model_executor/models/llama_eagle3.py": b"# eagle3 drafter\nclass Eagle3LlamaForCausalLM: ...\n" * 30,
-    "vllm/v1/spec_decode/eagle.py": b"def propose():\n    return None\n" * 50,
-}
-# Incompressible filler that separates two groups of .py members by more than MERGE_GAP.
-BLOB = "vllm/_C.abi3.so"
-
-
-def _record_hash(data: bytes) -> str:
-    return record_hash(data)
-
-
-def build_wheel(
-    files: dict[str, bytes] | None = None,
-    *,
-    version: str = VERSION,
-    blob_size: int = (MERGE_GAP * 3) // 2,
-    corrupt: str | None = None,
-    extra_members: dict[str, bytes] | None = None,
-    unlisted: tuple[str, ...] = (),
-) -> bytes:
-    """A tiny but real vLLM wheel: .py members, a big incompressible blob between them, dist-info."""
-    files = dict(FILES if files is None else files)
-    names = sorted(files)
-    half = len(names) // 2
-    dist = f"vllm-{version}.dist-info"
-    members: list[tuple[str, bytes]] = [(n, files[n]) for n in names[:half]]
-    if blob_size:
-        members.append((BLOB, os.urandom(blob_size)))
-    members += [(n, files[n]) for n in names[half:]]
-    members += list((extra_members or {}).items())
-    members.append((f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()))
-    members.append(
-        (f"{dist}/WHEEL", b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-any\n")
-    )
-    rows = []
-    for name, data in members:
-        if name in unlisted:
-            continue
-        h = _record_hash(b"tampered" if name == corrupt else data)
-        rows.append(f"{name},{h},{len(data)}")
-    rows.append(f"{dist}/RECORD,,")
-    members.append((f"{dist}/RECORD", ("\n".join(rows) + "\n").encode()))
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members:
-            zi = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
-            zi.compress_type = zipfile.ZIP_STORED if name == BLOB else zipfile.ZIP_DEFLATED
-            zf.writestr(zi, data)
-    return buf.getvalue()
-
-
-# --------------------------------------------------------------------------- local index server
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):  # keep pytest output quiet
-        pass
-
-    def _send(self, code: int, body: bytes = b"", headers: dict | None = None, head: bool = False):
-        self.send_response(code)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def do_HEAD(self):
-        self.do_GET(head=True)
-
-    def do_GET(self, head: bool = False):
-        srv = self.server
-        rng = self.headers.get("Range")
-        srv.log.append((self.command, self.path, rng))
-        path = self.path.split("?")[0]
-        m = re.fullmatch(r"/(\w+)/simple/([^/]+)/", path)
-        if m:
-            prefix, project = m.groups()
-            page = srv.pages.get((prefix, project))
-            if page is None:
-                return self._send(404, b"not found", head=head)
-            return self._send(200, page.encode(), {"Content-Type": "text/html; charset=utf-8"}, head)
-        m = re.fullmatch(r"/(range|norange|tailonly)/files/([^/]+)", path)
-        if not m or m.group(2) not in srv.files:
-            return self._send(404, b"not found", head=head)
-        data = srv.files[m.group(2)]
-        if m.group(1) == "norange" or not rng:
-            return self._send(200, data, {"Content-Type": "application/octet-stream", "Accept-Ranges": "none"}, head)
-        size = len(data)
-        if m.group(1) == "tailonly" and not rng.startswith("bytes=-"):
-            # honours the first (suffix) range, then stops honouring ranges
-            return self._send(200, data, {"Content-Type": "application/octet-stream"}, head)
-        mr = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
-        if not mr or (not mr.group(1) and not mr.group(2)):
-            return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
-        a, b = mr.groups()
-        if not a:
-            start, end = max(0, size - int(b)), size - 1
-        else:
-            start, end = int(a), min(int(b) if b else size - 1, size - 1)
-        if start >= size or start > end:
-            return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
-        srv.range_bytes += end - start + 1
-        self._send(
-            206, data[start : end + 1], {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes"}, head
-        )
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.files: dict[str, bytes] = {}
-        self.pages: dict[tuple[str, str], str] = {}
-        self.log: list[tuple[str, str, str | None]] = []
-        self.range_bytes = 0
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-        self.running = True
-
-    def publish(
-        self, filename: str, data: bytes, *, prefix: str = "range", sha256: str | None = None, extra: list[str] = ()
-    ):
-        """Serve ``data`` as ``filename`` and list it on the ``/<prefix>/simple/vllm/`` page."""
-        self.files[filename] = data
-        digest = sha256 or hashlib.sha256(data).hexdigest()
-        kind = prefix if prefix in ("norange", "tailonly") else "range"
-        links = [f'<a href="{self.url}/{kind}/files/{filename}#sha256={digest}">{filename}</a>', *extra]
-        old = self.pages.get((prefix, "vllm"), "")
-        body = old.replace("</body></html>", "") or "<!DOCTYPE html><html><body>\n"
-        self.pages[(prefix, "vllm")] = body + "\n".join(links) + "\n</body></html>"
-
-    def handle_error(self, request, client_address):
-        # Clients abandon 200 responses to range requests mid-body (by design): not an error.
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            super().handle_error(request, client_address)
-
-    def index(self, prefix: str = "range") -> str:
-        return f"{self.url}/{prefix}/simple/"
-
-    def stop(self):
-        if self.running:
-            self.shutdown()
-            self.server_close()
-            self.running = False
+from index_server import (  # isort: skip
+    BLOB,
+    FILES,
+    OTHER_WHEEL,
+    VERSION,
+    WHEEL,
+    IndexServer,
+    build_wheel,
+    isolate_cache,
+    no_network,
+    state_of,
+    use_index,
+)
 
 
 @pytest.fixture
 def server():
-    srv = _Server()
+    srv = IndexServer()
     yield srv
     srv.stop()
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(d))
-    # Isolate from this machine's pip.conf and PIP_* variables.
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CERT", "PIP_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    return d
-
-
-def use_index(monkeypatch, url: str, extra: str | None = None):
-    monkeypatch.setenv("PIP_INDEX_URL", url)
-    if extra is not None:
-        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", extra)
-
-
-def state_of(cache: Path, version: str = VERSION) -> dict:
-    return json.loads((cache / "releases" / version / STATE_FILE).read_text())
-
-
-def no_network(monkeypatch):
-    """Make any index lookup or session creation fail loudly."""
-
-    def boom(*a, **k):
-        raise AssertionError("network/index used on what should be a cache hit")
-
-    monkeypatch.setattr(net, "pip_settings", boom)
-    monkeypatch.setattr(net, "make_session", boom)
+    return isolate_cache(tmp_path, monkeypatch)
 
 
 # --------------------------------------------------------------------------- unit tests
@@ -679,3 +508,202 @@ def test_verify_asks_the_index_for_its_page_once(server, cache, monkeypatch, reu
         fetch.release_tree(other, ["vllm/config/speculative.py"])
     page_gets = [e for e in server.log if e[0] == "GET" and "/simple/" in e[1]]
     assert len(page_gets) == (1 if reused else 3)
+
+
+# --------------------------------------------------------------------------- hygiene and --dest (issues 10, 14)
+
+
+def _spec_library(tmp_path: Path) -> Path:
+    """A library whose series for VERSION touches vllm/config/speculative.py."""
+    from helpers import make_patch, write_library, write_tree
+
+    spec = "vllm/config/speculative.py"
+    stock = write_tree(tmp_path / "stock", VERSION, {spec: FILES[spec]})
+    patch = make_patch(tmp_path, stock, {spec: FILES[spec] + b"# patched\n"})
+    return write_library(tmp_path / "lib", {VERSION: [patch]}, supported=None, upstream=None)
+
+
+@pytest.mark.parametrize("option", [("--set", "nonesuch"), ("--patches", "/nonexistent/library")])
+def test_fetch_with_a_bad_set_or_library_is_exit_2(server, cache, monkeypatch, tmp_path, option):
+    from helpers import assert_clean_failure, run_cli
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    if option[0] == "--set":
+        option = ("--patches", str(_spec_library(tmp_path)), *option)
+    done = run_cli("fetch", VERSION, *option, "--dest", tmp_path / "site")
+    assert_clean_failure(done, 2)
+    assert option[-1] in done.stderr
+    assert not (tmp_path / "site").exists()
+
+
+def test_a_full_disk_mid_fetch_says_so_and_leaves_no_partial_entry(server, cache, monkeypatch):
+    import errno
+
+    from patchkit.fetch import cache as fetch_cache
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    real_write, writes = fetch_cache.atomic_write, []
+
+    def fills_up(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, data, **kwargs)
+
+    monkeypatch.setattr(fetch_cache, "atomic_write", fills_up)
+    with pytest.raises(FetchError, match="no space left") as caught:
+        fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py", "vllm/__init__.py"])
+    assert "PATCHKIT_CACHE_DIR" in caught.value.hint and "space" in caught.value.hint
+    entry = cache / "releases" / VERSION
+    assert not entry.exists() or not [p for p in entry.rglob("*") if p.is_file()], list(entry.rglob("*"))
+
+    monkeypatch.setattr(fetch_cache, "atomic_write", real_write)  # room again: a clean fetch
+    tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py", "vllm/__init__.py"])
+    assert (tree / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
+
+
+def test_a_full_disk_when_adding_files_keeps_the_entry_and_drops_the_part(server, cache, monkeypatch):
+    import errno
+
+    from patchkit.fetch import cache as fetch_cache
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    before = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+    real_write = fetch_cache.atomic_write
+
+    def full_for_python(path, data, **kwargs):
+        if path.name.endswith(".py") and "spec_decode" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, data, **kwargs)
+
+    monkeypatch.setattr(fetch_cache, "atomic_write", full_for_python)
+    with pytest.raises(FetchError, match="no space left"):
+        fetch.release_tree(VERSION, ["vllm/config/speculative.py", "vllm/v1/spec_decode/eagle.py"])
+    assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()) == before
+    assert "vllm/config/speculative.py" not in state_of(cache)["present"]
+
+
+def test_a_version_the_index_lacks_leaves_nothing_behind(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match=r"no vllm 7\.7\.7 wheel"):
+        fetch.release_tree("7.7.7", ["vllm/__init__.py"])
+    assert not (cache / "releases" / "7.7.7").exists()
+
+
+def test_a_version_with_spaces_is_the_release(server, cache, monkeypatch, tmp_path):
+    from helpers import run_cli
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    done = run_cli("fetch", f"  {VERSION}\t", "--patches", _spec_library(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert f"vllm {VERSION}: " in done.stdout
+    assert [p.name for p in (cache / "releases").iterdir()] == [VERSION]
+
+
+def test_a_damaged_kept_wheel_is_downloaded_again(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel(), prefix="norange")
+    use_index(monkeypatch, server.index("norange"))
+    fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    kept = cache / "releases" / VERSION / WHEEL
+    data = bytearray(kept.read_bytes())
+    data[100] ^= 0xFF
+    kept.write_bytes(bytes(data))
+    warnings: list[str] = []
+    tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py"], warn=warnings.append)
+    assert any("kept wheel" in w for w in warnings), warnings
+    assert kept.read_bytes() == server.files[WHEEL]
+    assert (tree / "vllm/v1/spec_decode/eagle.py").read_bytes() == FILES["vllm/v1/spec_decode/eagle.py"]
+
+
+def test_the_default_warning_goes_to_stderr(server, cache, monkeypatch, capsys):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    (tree / "vllm/__init__.py").write_bytes(b"__version__ = '6.6.6'\n")
+    fetch.release_tree(VERSION, ["vllm/__init__.py"])  # as `verify --vllm-version` calls it
+    assert "vllm/__init__.py" in capsys.readouterr().err
+    assert (tree / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
+
+
+@pytest.fixture
+def fetched(server, cache, monkeypatch, tmp_path):
+    """run(dest, *options): `patchkit fetch VERSION --dest dest` for a library patching speculative.py."""
+    from helpers import run_cli
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    library = _spec_library(tmp_path)
+    return lambda dest, *options: run_cli("fetch", VERSION, "--patches", library, "--dest", dest, *options)
+
+
+def test_fetch_dest_never_writes_through_a_symlink(fetched, tmp_path):
+    from helpers import assert_clean_failure, fingerprint
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "mine.py").write_text("my own file\n")
+    dest = tmp_path / "site"
+    (dest / "vllm" / "config").mkdir(parents=True)
+    (dest / "vllm" / "config" / "speculative.py").symlink_to(outside / "mine.py")
+    before = fingerprint(outside)
+    for options in [(), ("--force",)]:
+        done = fetched(dest, *options)
+        assert_clean_failure(done, 2)
+        assert "vllm/config/speculative.py" in done.stderr
+        assert fingerprint(outside) == before
+    (dest / "vllm" / "config" / "speculative.py").unlink()
+    (dest / "vllm" / "config").rmdir()
+    (dest / "vllm" / "config").symlink_to(outside)  # a symlinked directory on the way
+    done = fetched(dest, "--force")
+    assert_clean_failure(done, 2)
+    assert "vllm/config" in done.stderr and fingerprint(outside) == before
+
+
+def test_fetch_dest_refuses_other_contents_unless_forced(fetched, tmp_path):
+    from helpers import assert_clean_failure
+
+    dest = tmp_path / "site"
+    assert fetched(dest).returncode == 0
+    assert fetched(dest).returncode == 0  # the same files again: nothing to refuse
+    spec = dest / "vllm/config/speculative.py"
+    spec.write_bytes(FILES["vllm/config/speculative.py"] + b"# my edit\n")
+    done = fetched(dest)
+    assert_clean_failure(done, 2)
+    assert "vllm/config/speculative.py" in done.stderr and "--force" in done.stderr
+    assert spec.read_bytes().endswith(b"# my edit\n")
+    assert fetched(dest, "--force").returncode == 0
+    assert spec.read_bytes() == FILES["vllm/config/speculative.py"]
+
+
+def test_cached_record_only_when_intact(server, cache, monkeypatch):
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    assert fetch.cached_record(VERSION) is None  # nothing cached
+    tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    record = tree / f"vllm-{VERSION}.dist-info/RECORD"
+    assert fetch.cached_record(VERSION) == record.read_bytes()
+    record.write_bytes(record.read_bytes().replace(b"vllm/__init__.py,sha256=", b"vllm/__init__.py,sha256=A"))
+    assert fetch.cached_record(VERSION) is None
+
+
+def test_a_full_disk_while_downloading_the_wheel_says_so(server, cache, monkeypatch):
+    import errno
+
+    from patchkit.fetch import download
+
+    server.publish(WHEEL, build_wheel(), prefix="norange")
+    use_index(monkeypatch, server.index("norange"))
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(download, "_copy", full)
+    with pytest.raises(FetchError, match="no space left"):
+        fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    assert not (cache / "releases" / VERSION).exists()

@@ -10,22 +10,25 @@ from patchkit.commands.options import library_options, output_options
 @click.argument("version")
 @click.option("--dest", metavar="DIR", help="Also lay the files out under DIR (usable as --target DIR).")
 @click.option("--all", "all_python", is_flag=True, help="Fetch every vllm/**/*.py, not only the patched files.")
+@click.option("--force", is_flag=True, help="Overwrite files in --dest DIR that hold other contents.")
 @library_options
 @output_options
-def command(version, dest, all_python, library, set_name, quiet, verbose):
+def command(version, dest, all_python, force, library, set_name, quiet, verbose):
     """Fetch the stock sources of vllm==VERSION from the package index pip is configured with.
 
     Only the needed files are read out of the remote wheel (HTTP range requests), each checked
-    against the wheel's RECORD, and cached; a second fetch does no network I/O.
+    against the wheel's RECORD, and cached; a second fetch does no network I/O. With --dest, a file
+    there that holds other contents is refused unless --force; a symlink there is always refused.
     """
-    from patchkit.fetch import release_tree
+    from patchkit.fetch import normalize_version, release_tree
     from patchkit.release_files import files_for, lay_out
 
     ui = make_ui("text", quiet, verbose)
+    version = normalize_version(version)
     paths = files_for(version, library, set_name)
     with ui.activity(f"fetching vllm {version}") as say:
-        tree = release_tree(version, paths, all_python=all_python, progress=say)
+        tree = release_tree(version, paths, all_python=all_python, progress=say, warn=ui.warn)
     ui.line(f"vllm {version}: {tree}")
     if dest:
-        copied = lay_out(tree, dest)
+        copied = lay_out(tree, dest, force=force)
         ui.line(f"laid out {len(copied)} file(s) under {dest} (use --target {dest})")

@@ -11,12 +11,14 @@ Cache layout (``cache_dir()/releases/<version>/``)::
 
     tree/                      site-packages-like: vllm/..., vllm-<v>.dist-info/{METADATA,RECORD}
     release.json               wheel name, url, sha256, central-directory member list,
-                               members present in tree/ and requested members absent from the wheel
+                               members present in tree/ and requested members absent from the wheel,
+                               the sha256 of the RECORD the fetch took out of the wheel
     .lock                      filelock, one per release
     <wheel>.whl                only after a fallback full download
 
 A second call for the same release and files does no network I/O at all: not
-even the index is asked.  Heavy libraries (requests, remotezip, pypi_simple) are
+even the index is asked. Every call checks what the cache holds (release.json's shape; each file a
+regular file whose hash RECORD gives; RECORD the one fetched) and fetches damaged files again.  Heavy libraries (requests, remotezip, pypi_simple) are
 imported lazily so importing this package stays cheap.
 
 The modules, one job each:
@@ -35,16 +37,18 @@ The modules, one job each:
 from __future__ import annotations
 
 from patchkit.fetch import release as _release
-from patchkit.fetch.index import available_versions, reuse_index_pages
+from patchkit.fetch.index import available_versions, normalize_version, reuse_index_pages
 from patchkit.fetch.net import FetchStats
-from patchkit.fetch.release import release_tree
+from patchkit.fetch.release import cached_record, release_tree
 from patchkit.record import cache_dir
 
 __all__ = [
     "FetchStats",
     "available_versions",
     "cache_dir",
+    "cached_record",
     "last_fetch_stats",
+    "normalize_version",
     "release_tree",
     "reuse_index_pages",
 ]

@@ -1,24 +1,41 @@
 """The cache of one release (``cache_dir()/releases/<version>/``): where things go, release.json
-(what the wheel holds and what the tree has), and which requested files are still missing."""
+(what the wheel holds and what the tree has), which requested files are still missing, and the
+re-check of everything read back from it.
+
+The cache is untrusted input: release.json is checked for its shape, and every cached file is read
+without following a symlink (a regular file or nothing) and checked against the wheel's RECORD,
+whose own sha256 release.json keeps from the fetch that took it out of the wheel."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
+import shutil
+import stat
 from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from patchkit.errors import BadInput, FetchError
 from patchkit.fetch.index import PROJECT
 from patchkit.fsutil import atomic_write, unsafe_reason
-from patchkit.record import cache_dir
+from patchkit.record import cache_dir, parse_record, record_hash
 
 STATE_FILE = "release.json"
-STATE_SCHEMA = 1
+STATE_SCHEMA = 2  # 2: release.json binds the cached RECORD by its sha256 (record_sha256)
 CACHE_HINT = "set PATCHKIT_CACHE_DIR to a writable directory"
 FILE_MODE = 0o644  # cached files are readable by all, whatever the umask
+MAX_STATE_BYTES = 16 << 20  # a vLLM wheel's member list is ~0.3 MB; anything this big is not ours
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
-State = dict[str, Any]  # release.json: wheel, url, index, sha256, members, dist_info, present, absent
+State = dict[str, Any]  # release.json: wheel, url, index, sha256, members, dist_info, present, absent, record_sha256
+
+
+class Damaged(Exception):
+    """A cache entry that is not what patchkit wrote: its text says why."""
 
 
 def release_root(ver: str) -> Path:
@@ -29,14 +46,48 @@ def new_state(ver: str) -> State:
     return {"schema": STATE_SCHEMA, "project": PROJECT, "version": ver, "present": [], "absent": []}
 
 
-def load_state(root: Path) -> State | None:
+def load_state(root: Path, ver: str) -> State | None:
+    """release.json, checked: None when there is none (or an older schema's); Damaged for anything
+    patchkit did not write (a symlink, not a file, too big, not JSON, the wrong shape)."""
     try:
-        data = json.loads((root / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES))
+    except FileNotFoundError:
         return None
-    if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
-        return None
+    except ValueError as e:
+        raise Damaged(f"{STATE_FILE} is not JSON ({e})") from None
+    if isinstance(data, dict) and isinstance(data.get("schema"), int) and data["schema"] < STATE_SCHEMA:
+        return None  # written by an older patchkit: fetched again, not damage
+    problem = _shape_problem(data, ver)
+    if problem:
+        raise Damaged(f"{STATE_FILE} {problem}")
     return data
+
+
+def _shape_problem(data: Any, ver: str) -> str | None:
+    if not isinstance(data, dict):
+        return "is not an object"
+    expected = {"schema": STATE_SCHEMA, "project": PROJECT, "version": ver}
+    for key, value in expected.items():
+        if data.get(key) != value:
+            return f"has {key} {data.get(key)!r}, not {value!r}"
+    for key in ("wheel", "url"):
+        if not isinstance(data.get(key), str):
+            return f"has no {key}"
+    for key in ("index", "sha256", "dist_info", "record_sha256"):
+        if not isinstance(data.get(key), (str, type(None))):
+            return f"has a {key} that is not a string"
+    for key in ("present", "absent", "members"):
+        names = data.get(key)
+        if names is None and key == "members":
+            continue
+        if not isinstance(names, list) or not all(isinstance(n, str) and not unsafe_reason(n) for n in names):
+            return f"has a {key} list that is not a list of member paths"
+    dist_info = data.get("dist_info")
+    if dist_info is not None and (
+        "/" in dist_info or unsafe_reason(dist_info) or data.get("members") is None or not data.get("record_sha256")
+    ):
+        return f"has an inconsistent dist_info {dist_info!r}"
+    return None
 
 
 def save_state(root: Path, state: State) -> None:
@@ -50,11 +101,90 @@ def write_cached(dest: Path, data: bytes) -> None:
     try:
         atomic_write(dest, data, mode=FILE_MODE)
     except OSError as e:
-        raise FetchError(f"cannot write {dest}: {e}", hint=CACHE_HINT) from None
+        raise cache_write_error(dest, e) from None
+
+
+def cache_write_error(path: Path, e: OSError) -> FetchError:
+    """The error for a cache write that failed: a full disk says so (more room is the fix there)."""
+    if e.errno in NO_SPACE:
+        return FetchError(
+            f"no space left on the device holding {path} ({e.strerror})",
+            hint="free some space there, or set PATCHKIT_CACHE_DIR to a directory on another device",
+        )
+    return FetchError(f"cannot write {path}: {e}", hint=CACHE_HINT)
+
+
+def read_regular(base: Path, rel: str, *, limit: int | None = None) -> bytes:
+    """The bytes of `base`/`rel`, a regular file reached without following any symlink (`base`
+    itself included). FileNotFoundError when it is not there; Damaged for a symlink, a directory,
+    a fifo or anything else in the way, or a file over `limit` bytes."""
+    reason = unsafe_reason(rel)
+    if reason:
+        raise Damaged(f"{rel!r}: the path {reason}")
+    parts = rel.split("/")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        directory = os.open(base, flags | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise Damaged(f"{base} is not a plain directory ({e.strerror})") from None
+    try:
+        for i, part in enumerate(parts[:-1]):
+            try:
+                inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=directory)
+            except FileNotFoundError:
+                raise
+            except OSError as e:
+                raise Damaged(f"{'/'.join(parts[: i + 1])} is not a plain directory ({e.strerror})") from None
+            os.close(directory)
+            directory = inner
+        try:
+            fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=directory)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise Damaged(f"{rel} is not a regular file ({e.strerror})") from None
+    finally:
+        os.close(directory)
+    with _regular(fd, rel) as fh:
+        data = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise Damaged(f"{rel} is larger than {limit} bytes")
+    return data
+
+
+def _regular(fd: int, name: str) -> BinaryIO:
+    """An open descriptor as a file object, if it is a regular file (closed and Damaged if not)."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Damaged(f"{name} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a regular file (a whole wheel: read in chunks); Damaged for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise Damaged(f"{path} is not a regular file ({e.strerror})") from None
+    with _regular(fd, str(path)) as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest() if hasattr(hashlib, "file_digest") else _digest(fh)
+
+
+def _digest(fh: Any) -> str:
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def python_members(names: Iterable[str]) -> list[str]:
     return [n for n in names if n.startswith(PROJECT + "/") and n.endswith(".py")]
+
+
+def record_member(state: State) -> str | None:
+    return f"{state['dist_info']}/RECORD" if state.get("dist_info") else None
 
 
 def needed(state: State | None, wanted: set[str], all_python: bool) -> set[str]:
@@ -77,10 +207,105 @@ def missing(state: State, tree: Path, wanted: set[str], all_python: bool) -> set
     for name in needed(state, wanted, all_python):
         if name in absent:
             continue
-        if name in present and name in members and (tree / name).is_file():
+        if name in present and name in members and is_regular(tree / name):
             continue
         out.add(name)  # a name not in `members` is decided offline (recorded absent under the lock)
     return out
+
+
+def is_regular(path: Path) -> bool:
+    """Whether `path` is a regular file itself (not a symlink to one)."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def damaged_members(state: State, tree: Path) -> dict[str, str]:
+    """The members release.json calls present whose cached file is not the wheel's (member -> why):
+    the RECORD if release.json does not give its sha256, any other if RECORD does not give its hash.
+    A damaged RECORD makes every present member unverifiable: all of them are named. Every present
+    member is checked, not only the ones a call needs: whatever the tree holds may be laid out."""
+    present = set(state.get("present", ()))
+    record_name = record_member(state)
+    if not present or record_name is None:
+        return {}
+    try:
+        record = trusted_record(state, tree)
+    except (Damaged, FileNotFoundError) as e:
+        return dict.fromkeys(present, f"the RECORD cannot be trusted ({e})")
+    out = {}
+    for name in sorted(present - {record_name}):
+        try:
+            problem = mismatch(name, read_regular(tree, name), record)
+        except FileNotFoundError:
+            continue  # not there: missing() fetches it
+        except Damaged as e:
+            problem = str(e)
+        if problem:
+            out[name] = problem
+    return out
+
+
+def trusted_record(state: State, tree: Path) -> dict[str, tuple[str, str]]:
+    """The cached RECORD, if it is the one the fetch took out of the wheel (its sha256 in release.json)."""
+    record_name = record_member(state)
+    if record_name is None:
+        raise Damaged("release.json names no dist-info")
+    data = read_regular(tree, record_name)
+    if hashlib.sha256(data).hexdigest() != state.get("record_sha256"):
+        raise Damaged(f"{record_name} is not the RECORD fetched from the wheel")
+    try:
+        return parse_record(data)
+    except FetchError as e:
+        raise Damaged(e.message) from None
+
+
+def mismatch(name: str, data: bytes, record: dict[str, tuple[str, str]]) -> str | None:
+    """Why `data` is not member `name` as RECORD lists it, or None when it is."""
+    entry = record.get(name)
+    if entry is None or not entry[0]:
+        return f"{name} is not listed with a hash in the wheel's RECORD"
+    expected, size = entry
+    algo = expected.partition("=")[0]
+    try:
+        if record_hash(data, algo) != expected:
+            return f"{name} does not match its RECORD hash"
+    except ValueError:
+        return f"RECORD lists {name} with an unsupported hash {expected!r}"
+    if size.isdigit() and int(size) != len(data):
+        return f"{name} has {len(data)} bytes, RECORD says {size}"
+    return None
+
+
+def clear_in_the_way(tree: Path, name: str) -> None:
+    """Remove whatever stands where member `name` goes and is not what patchkit writes there: a
+    symlink (the link itself, never its target), a file where a directory belongs, a directory or
+    special file where the member's file belongs."""
+    here = tree
+    parts = name.split("/")
+    for i, part in enumerate(parts):
+        here = here / part
+        try:
+            mode = here.lstat().st_mode
+        except FileNotFoundError:
+            return
+        last = i == len(parts) - 1
+        if stat.S_ISDIR(mode) and not last:
+            continue
+        if stat.S_ISREG(mode) and last:
+            return
+        remove_entry(here)
+        return
+
+
+def remove_entry(path: Path) -> None:
+    """Remove `path` without following a symlink: a real directory with everything in it."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)  # rmtree never follows symlinks inside
+    else:
+        with suppress(FileNotFoundError):
+            path.unlink()
 
 
 def clean_request(path: str) -> str:

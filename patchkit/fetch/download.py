@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from patchkit.errors import FetchError
+from patchkit.fetch.cache import NO_SPACE, cache_write_error
 from patchkit.fetch.net import Progress, redact
 
 
@@ -25,10 +26,12 @@ def download_wheel(session: Any, url: str, sha256: str | None, dest: Path, *, ti
             response.raise_for_status()
             total = int(response.headers.get("Content-Length") or 0)
             say(f"downloading {dest.name}" + (f" ({total / 1e6:.0f} MB)" if total else ""))
-            with open(part, "wb") as out:
+            with _fresh(part) as out:
                 got = _copy(response.iter_content(1 << 20), out, dest.name, total, say)
     except (requests.RequestException, OSError) as e:
         _discard(part)
+        if e.errno in NO_SPACE:  # the disk, not the network
+            raise cache_write_error(part, e) from None
         raise FetchError(
             f"cannot download {dest.name}: {redact(str(e))}",
             hint="check the network and pip's index settings (PIP_INDEX_URL, pip.conf, cert)",
@@ -60,6 +63,14 @@ def _copy(chunks: Iterable[bytes], out: BinaryIO, name: str, total: int, say: Pr
             say(f"downloading {name}: {done * 100 // total}% ({done / 1e6:.0f}/{total / 1e6:.0f} MB)")
             next_report = (done * 10 // total + 1) / 10
     return digest.hexdigest()
+
+
+def _fresh(part: Path) -> BinaryIO:
+    """`part` opened for writing as a new file: whatever was there (a killed run's part, a planted
+    symlink: the link itself) goes first, and nothing is written through a symlink."""
+    _discard(part)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    return os.fdopen(fd, "wb")
 
 
 def _discard(part: Path) -> None:

@@ -3,15 +3,27 @@ and only then written (nothing is written if any member fails its check)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from contextlib import suppress
 from pathlib import Path
 
 from patchkit.errors import FetchError
-from patchkit.fetch.cache import State, needed, safe_dest, write_cached
+from patchkit.fetch.cache import (
+    Damaged,
+    State,
+    clear_in_the_way,
+    is_regular,
+    mismatch,
+    needed,
+    safe_dest,
+    trusted_record,
+    write_cached,
+)
 from patchkit.fetch.index import PROJECT
 from patchkit.fetch.net import Progress
 from patchkit.fetch.zipread import WheelSource
-from patchkit.record import HASHES, parse_record, record_hash
+from patchkit.record import parse_record
 
 
 def extract(
@@ -28,25 +40,24 @@ def extract(
     need = needed(state, wanted, all_python)
     present = set(state.get("present", ()))
     absent = {n for n in need if n not in infos}
-    fetch = sorted(n for n in need - absent if not (n in present and (tree / n).is_file()))
-    real_tree = tree.resolve()
-    dests = {n: safe_dest(tree, n, real_tree) for n in fetch}  # refuse unsafe names before any I/O
+    fetch = sorted(n for n in need - absent if not (n in present and is_regular(tree / n)))
+    for name in fetch:
+        safe_dest(tree, name)  # refuse unsafe names before any I/O
 
     record = None
     if record_name not in fetch:
         try:
-            record = parse_record((tree / record_name).read_bytes())
-        except OSError:
+            record = trusted_record(state, tree)
+        except (Damaged, FileNotFoundError):
             fetch.append(record_name)
-            dests[record_name] = safe_dest(tree, record_name)
 
     blobs = src.read([infos[n] for n in fetch], say) if fetch else {}
     if record is None:
         record = parse_record(blobs[record_name])
+        state["record_sha256"] = hashlib.sha256(blobs[record_name]).hexdigest()
     for name in fetch:  # verify everything before writing anything
         _verify(name, blobs[name], record, record_name)
-    for name in fetch:
-        write_cached(dests[name], blobs[name])
+    _write_all(tree, {name: blobs[name] for name in fetch})
     state["present"] = sorted(present | set(fetch))
     state["absent"] = sorted(set(state.get("absent", ())) | absent)
     return len(fetch)
@@ -61,18 +72,29 @@ def _record_name(names: list[str], ver: str, wheel: str) -> str:
     return dist_infos[0]
 
 
+def _write_all(tree: Path, blobs: dict[str, bytes]) -> None:
+    """Write the members; if one fails (a full disk), none of this call's files stay behind."""
+    written: list[Path] = []
+    try:
+        real_tree = tree.resolve()
+        for name, data in blobs.items():
+            clear_in_the_way(tree, name)
+            dest = safe_dest(tree, name, real_tree)
+            write_cached(dest, data)
+            written.append(dest)
+    except BaseException:
+        for dest in written:
+            with suppress(OSError):
+                dest.unlink()
+        raise
+
+
 def _verify(name: str, data: bytes, record: dict[str, tuple[str, str]], record_name: str) -> None:
     if name == record_name:
         return  # RECORD cannot list its own hash; zip CRC covers it
-    entry = record.get(name)
-    if entry is None or not entry[0]:
-        raise FetchError(f"{name} is not listed with a hash in the wheel's RECORD", hint="the wheel looks malformed")
-    expected, size = entry
-    algo, sep, _b64 = expected.partition("=")
-    if not sep or algo not in HASHES:
-        raise FetchError(f"RECORD lists {name} with an unsupported hash {expected!r}", hint="the wheel looks malformed")
-    if record_hash(data, algo) != expected or (size.isdigit() and int(size) != len(data)):
+    problem = mismatch(name, data, record)
+    if problem:
         raise FetchError(
-            f"{name} does not match the hash in the wheel's RECORD",
+            f"{problem} (the wheel's RECORD)",
             hint="the download was corrupted or tampered with; nothing was written for it",
         )

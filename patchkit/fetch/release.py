@@ -8,9 +8,12 @@ serve ranges, and the tree and release.json are updated.
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
 import time
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +21,22 @@ from patchkit.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
     CACHE_HINT,
+    STATE_FILE,
+    Damaged,
     State,
+    cache_write_error,
     clean_request,
+    clear_in_the_way,
+    damaged_members,
+    file_sha256,
     load_state,
     missing,
     new_state,
+    read_regular,
     release_root,
+    remove_entry,
     save_state,
+    trusted_record,
 )
 from patchkit.fetch.download import download_wheel
 from patchkit.fetch.extract import extract
@@ -51,6 +63,7 @@ def release_tree(
     *,
     all_python: bool = False,
     progress: Progress | None = None,
+    warn: Progress | None = None,
 ) -> Path:
     """Return a site-packages-like directory holding stock files of vLLM ``version``.
 
@@ -58,6 +71,9 @@ def release_tree(
     each of ``paths`` (POSIX, relative to the root, e.g. ``vllm/config/speculative.py``)
     that the wheel has; with ``all_python`` every ``vllm/**/*.py`` too.  A path the
     wheel lacks is not an error: it is recorded as absent and simply not in the tree.
+
+    Every call checks the cached files it answers with against the wheel's RECORD; a damaged
+    entry is fetched again, and ``warn`` (stderr by default) says so.
     """
     global last_fetch_stats
     ver = normalize_version(version)
@@ -70,21 +86,143 @@ def release_tree(
 
     root = release_root(ver)
     tree = root / "tree"
-    state = load_state(root)
-    if state is not None and not missing(state, tree, wanted, all_python):
+    _clear_odd_directories(root, warn or _to_stderr)
+    if _cache_answers(root, ver, wanted, all_python):
         return tree  # fast path: no lock, no network
 
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise FetchError(f"cannot create the cache directory {root}: {e}", hint=CACHE_HINT) from None
+        raise cache_write_error(root, e) from None
     started = time.monotonic()
-    with _release_lock(root, ver, say):
-        state = load_state(root)  # another process may have fetched meanwhile
-        if state is None or missing(state, tree, wanted, all_python):
-            _Fetcher(ver, root, stats, say).run(state, wanted, all_python)
+    try:
+        with _release_lock(root, ver, say):
+            try:
+                state = _checked_state(root, ver, wanted, all_python, warn or _to_stderr)
+                if state is None or missing(state, tree, wanted, all_python):
+                    _Fetcher(ver, root, stats, say, warn or _to_stderr).run(state, wanted, all_python)
+            except BaseException:
+                _discard_partial(root, ver)
+                raise
+    finally:
+        _forget_if_empty(root)
     stats.seconds = time.monotonic() - started
+    state = _state_or_none(root, ver)
+    if state is None or damaged_members(state, tree):
+        raise FetchError(
+            f"the cached files of vLLM {ver} changed while patchkit fetched them",
+            hint=f"is another process writing {root}? remove it and try again",
+        )
     return tree
+
+
+def _clear_odd_directories(root: Path, warn: Progress) -> None:
+    """releases/, releases/<v>/ and its tree/ are directories patchkit made, and the lock a file: a
+    symlink (to anywhere) or anything else in their place goes, so that nothing is read or written
+    outside the cache (the lock file is opened for writing: never through a symlink)."""
+    for path, kind in ((root.parent, stat.S_ISDIR), (root, stat.S_ISDIR), (root / "tree", stat.S_ISDIR)):
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            return
+        except OSError:
+            continue  # unreadable: the cache's own errors say so later
+        if not kind(mode):
+            warn(f"{path} in the cache is not a directory: removing it")
+            remove_entry(path)
+            return
+    lock = root / LOCK_FILE
+    with suppress(OSError):
+        if not stat.S_ISREG(lock.lstat().st_mode):
+            warn(f"{lock} in the cache is not a regular file: removing it")
+            remove_entry(lock)
+
+
+def cached_record(version: str) -> bytes | None:
+    """The published wheel's RECORD of `version` if the cache holds it intact (the one the fetch
+    took out of the wheel), else None; no lock, no network, nothing written."""
+    root = release_root(normalize_version(version))
+    state = _state_or_none(root, root.name)
+    if state is None or not state.get("dist_info"):
+        return None
+    try:
+        trusted_record(state, root / "tree")
+        return read_regular(root / "tree", f"{state['dist_info']}/RECORD")
+    except (Damaged, FileNotFoundError):
+        return None
+
+
+def _cache_answers(root: Path, ver: str, wanted: set[str], all_python: bool) -> bool:
+    """Whether the cache holds every needed file, each as RECORD gives it (read without the lock)."""
+    state = _state_or_none(root, ver)
+    return (
+        state is not None
+        and not missing(state, root / "tree", wanted, all_python)
+        and not damaged_members(state, root / "tree")
+    )
+
+
+def _state_or_none(root: Path, ver: str) -> State | None:
+    try:
+        return load_state(root, ver)
+    except Damaged:
+        return None
+
+
+def _checked_state(root: Path, ver: str, wanted: set[str], all_python: bool, warn: Progress) -> State | None:
+    """release.json under the lock, with what is damaged in the entry removed (and said): a damaged
+    release.json goes (the entry is then fetched as new), as do the damaged files it lists."""
+    tree = root / "tree"
+    try:
+        state = load_state(root, ver)
+    except Damaged as e:
+        warn(f"the cached vLLM {ver} is damaged ({e}): fetching it again")
+        remove_entry(root / STATE_FILE)
+        remove_entry(tree)  # nothing in it is vouched for any more
+        return None
+    if state is None:
+        return None
+    damaged = damaged_members(state, tree)
+    if damaged:
+        shown = "; ".join(list(damaged.values())[:3]) + (f"; {len(damaged) - 3} more" if len(damaged) > 3 else "")
+        warn(f"cached files of vLLM {ver} are damaged ({shown}): fetching them again")
+        for name in damaged:
+            clear_in_the_way(tree, name)
+            remove_entry(tree / name)  # nothing on the way is a symlink now: this removes the file itself
+        state["present"] = sorted(set(state["present"]) - set(damaged))
+        save_state(root, state)
+    return state
+
+
+def _discard_partial(root: Path, ver: str) -> None:
+    """After a failed fetch: files the tree holds that release.json does not list are never used,
+    so they go (a full disk leaves room again); an entry with no release.json goes whole."""
+    tree = root / "tree"
+    state = _state_or_none(root, ver)
+    with suppress(OSError):
+        if state is None:
+            for entry in list(root.iterdir()):
+                if entry.name != LOCK_FILE:
+                    remove_entry(entry)
+            return
+        keep = set(state["present"])
+        for directory, _dirs, files in os.walk(tree):  # never into a symlinked directory
+            for name in files:
+                path = Path(directory, name)
+                if path.relative_to(tree).as_posix() not in keep:
+                    remove_entry(path)
+
+
+def _forget_if_empty(root: Path) -> None:
+    """A release directory that holds only its lock (a version the index does not have) goes."""
+    with suppress(OSError):
+        if [entry.name for entry in root.iterdir()] == [LOCK_FILE]:
+            (root / LOCK_FILE).unlink()
+            root.rmdir()
+
+
+def _to_stderr(message: str) -> None:
+    sys.stderr.write(f"patchkit: warning: {message}\n")
 
 
 def _release_lock(root: Path, ver: str, say: Progress) -> AbstractContextManager[None]:
@@ -105,8 +243,9 @@ class _Fetcher:
     """One fetch under the release's lock. pip's settings and the session are made only when the
     index or the wheel has to be asked."""
 
-    def __init__(self, ver: str, root: Path, stats: FetchStats, say: Progress):
+    def __init__(self, ver: str, root: Path, stats: FetchStats, say: Progress, warn: Progress):
         self.ver, self.root, self.tree, self.stats, self.say = ver, root, root / "tree", stats, say
+        self.warn = warn
         self._settings: PipSettings | None = None
         self._session: Any = None
 
@@ -170,7 +309,7 @@ class _Fetcher:
 
     def _open_source(self, state: State) -> WheelSource:
         local = self._local_wheel_path(state)
-        if local.is_file():
+        if self._kept_wheel_intact(local, state):
             return LocalWheel(local)
         self.say(f"reading {state['wheel']} from {state.get('index') or 'the index'} with range requests")
         try:
@@ -178,6 +317,21 @@ class _Fetcher:
         except RangeUnavailable as e:
             self.say(f"the server does not serve byte ranges ({e}); downloading the whole wheel")
             return LocalWheel(self._download(state))
+
+    def _kept_wheel_intact(self, local: Path, state: State) -> bool:
+        """Whether a wheel kept by an earlier download is there and is still the index's (sha256)."""
+        if not local.exists() and not local.is_symlink():
+            return False
+        expected = (state.get("sha256") or "").lower()
+        try:
+            digest = file_sha256(local)
+            intact = not expected or digest == expected
+        except Damaged:
+            intact = False
+        if not intact:
+            self.warn(f"the kept wheel {local} is damaged: downloading it again")
+            remove_entry(local)
+        return intact
 
     def _local_wheel_path(self, state: State) -> Path:
         check_wheel_name(state["wheel"])

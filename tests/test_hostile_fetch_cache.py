@@ -1,0 +1,222 @@
+"""The fetch cache is untrusted input (issue 14): every file patchkit reads back from
+``<cache>/releases/<v>/`` (release.json, the files of tree/, the RECORD, a kept wheel) is planted in
+a hostile form: a flipped byte, a truncation, a symlink out of the cache, the wrong type, a huge
+file. `patchkit fetch --dest` must then serve the true files (fetched again from the local index,
+with a warning), write nothing outside the cache and the destination, and print no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from helpers import assert_clean_failure, fingerprint, make_patch, run_cli, write_library, write_tree
+
+from patchkit import fetch
+from patchkit.cli import cli
+
+from index_server import FILES, VERSION, WHEEL, IndexServer, build_wheel, isolate_cache, use_index  # isort: skip
+
+SPEC = "vllm/config/speculative.py"
+EAGLE = "vllm/v1/spec_decode/eagle.py"
+DIST = f"vllm-{VERSION}.dist-info"
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch):
+    isolate_cache(tmp_path, monkeypatch)
+    server = IndexServer()
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def library(tmp_path) -> Path:
+    """A library whose series for VERSION touches SPEC and EAGLE: the files `fetch` asks for."""
+    stock = write_tree(tmp_path / "stock", VERSION, {SPEC: FILES[SPEC], EAGLE: FILES[EAGLE]})
+    patch = make_patch(tmp_path, stock, {SPEC: FILES[SPEC] + b"# patched\n", EAGLE: FILES[EAGLE] + b"# patched\n"})
+    return write_library(tmp_path / "lib", {VERSION: [patch]}, supported=None, upstream=None)
+
+
+@pytest.fixture
+def sentinel(tmp_path) -> Path:
+    """A directory outside the cache that hostile links point into: it must never change."""
+    root = tmp_path / "sentinel"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "hostname").write_bytes(b"sentinel-host\n")
+    (root / "speculative.py").write_bytes(b"# not vLLM's\n")
+    return root
+
+
+def entry(tmp_path: Path) -> Path:
+    return tmp_path / "cache" / "releases" / VERSION
+
+
+def fetch_dest(library: Path, dest: Path, *extra: str):
+    """`patchkit fetch --dest` as a user runs it (a subprocess)."""
+    return run_cli("fetch", VERSION, "--patches", library, "--dest", dest, *extra)
+
+
+def fetch_dest_in_process(library: Path, dest: Path):
+    """The same command in this process (the catalogue's many rows): an exception escaping the
+    CLI's error handling fails the test, as a traceback would."""
+    result = CliRunner().invoke(cli, ["fetch", VERSION, "--patches", str(library), "--dest", str(dest)])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess([], result.exit_code, result.stdout, result.stderr)
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def replace_with(path: Path, make: Callable[[Path], None]) -> None:
+    path.unlink()
+    make(path)
+
+
+def mkfifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def directory_with_a_file(path: Path) -> None:
+    path.mkdir()
+    (path / "inner.py").write_text("x = 1\n")
+
+
+def edit_state(tmp_path: Path, change: Callable[[dict], object]) -> None:
+    state_file = entry(tmp_path) / "release.json"
+    state = json.loads(state_file.read_text())
+    state = change(state) or state
+    state_file.write_text(json.dumps(state))
+
+
+# name -> what is done to the cache (tmp_path, sentinel) after a first, clean fetch
+HOSTILE: dict[str, Callable[[Path, Path], None]] = {
+    "tree file: a flipped byte": lambda t, s: flip_a_byte(entry(t) / "tree" / SPEC),
+    "tree file: truncated": lambda t, s: (entry(t) / "tree" / SPEC).write_bytes(FILES[SPEC][:7]),
+    "tree file: empty": lambda t, s: (entry(t) / "tree" / EAGLE).write_bytes(b""),
+    "tree file: a symlink out of the cache": lambda t, s: replace_with(
+        entry(t) / "tree" / SPEC, lambda p: p.symlink_to(s / "etc" / "hostname")
+    ),
+    "tree file: a directory": lambda t, s: replace_with(entry(t) / "tree" / SPEC, directory_with_a_file),
+    "tree file: a fifo": lambda t, s: replace_with(entry(t) / "tree" / EAGLE, mkfifo),
+    "tree directory: a symlink out of the cache": lambda t, s: (
+        __import__("shutil").rmtree(entry(t) / "tree" / "vllm" / "config"),
+        (entry(t) / "tree" / "vllm" / "config").symlink_to(s),
+    ),
+    "tree/ itself: a symlink out of the cache": lambda t, s: (
+        __import__("shutil").rmtree(entry(t) / "tree"),
+        (entry(t) / "tree").symlink_to(s),
+    ),
+    "RECORD: a flipped byte": lambda t, s: flip_a_byte(entry(t) / "tree" / DIST / "RECORD"),
+    "RECORD: a symlink out of the cache": lambda t, s: replace_with(
+        entry(t) / "tree" / DIST / "RECORD", lambda p: p.symlink_to(s / "etc" / "hostname")
+    ),
+    "release.json: not JSON": lambda t, s: (entry(t) / "release.json").write_text("{not json"),
+    "release.json: a list": lambda t, s: (entry(t) / "release.json").write_text("[1, 2]"),
+    "release.json: members a string": lambda t, s: edit_state(t, lambda st: st.update(members="vllm")),
+    "release.json: a present path outside": lambda t, s: edit_state(
+        t, lambda st: st["present"].append("../../../sentinel/etc/hostname")
+    ),
+    "release.json: another version": lambda t, s: edit_state(t, lambda st: st.update(version="0.2.0")),
+    "release.json: huge": lambda t, s: (entry(t) / "release.json").write_bytes(b" " * (17 << 20) + b"{}"),
+    "release.json: a symlink out of the cache": lambda t, s: replace_with(
+        entry(t) / "release.json", lambda p: p.symlink_to(s / "etc" / "hostname")
+    ),
+    "release.json: a directory": lambda t, s: replace_with(entry(t) / "release.json", directory_with_a_file),
+    "the lock: a symlink out of the cache": lambda t, s: replace_with(
+        entry(t) / ".lock", lambda p: p.symlink_to(s / "etc" / "hostname")
+    ),
+    "release entry: a symlink out of the cache": lambda t, s: (
+        __import__("shutil").rmtree(entry(t)),
+        entry(t).symlink_to(s),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_hostile_fetch_cache_is_fetched_again_and_the_true_files_served(index, library, sentinel, tmp_path, name):
+    fetch.release_tree(VERSION, [SPEC, EAGLE])  # what `fetch` asks for, cached cleanly first
+    HOSTILE[name](tmp_path, sentinel)
+    before = fingerprint(sentinel)
+
+    done = fetch_dest_in_process(library, tmp_path / "dest")
+
+    assert_clean_failure(done, 0)
+    assert "warning" in done.stderr, done.stderr  # said, not silent
+    for rel in (SPEC, EAGLE):
+        assert (tmp_path / "dest" / rel).read_bytes() == FILES[rel], rel
+        assert (entry(tmp_path) / "tree" / rel).read_bytes() == FILES[rel], rel
+    assert fingerprint(sentinel) == before
+    warnings: list[str] = []
+    fetch.release_tree(VERSION, [SPEC, EAGLE], warn=warnings.append)
+    assert not warnings  # repaired: nothing to say the second time
+
+
+def test_a_symlink_in_the_cache_as_a_user_meets_it(index, library, sentinel, tmp_path):
+    fetch.release_tree(VERSION, [SPEC, EAGLE])
+    HOSTILE["tree file: a symlink out of the cache"](tmp_path, sentinel)
+    before = fingerprint(sentinel)
+    done = fetch_dest(library, tmp_path / "dest")
+    assert_clean_failure(done, 0)
+    assert "warning:" in done.stderr and SPEC in done.stderr
+    assert (tmp_path / "dest" / SPEC).read_bytes() == FILES[SPEC]
+    assert fingerprint(sentinel) == before
+
+
+def test_a_consistent_cache_is_not_fetched_again(index, library, tmp_path):
+    assert fetch_dest(library, tmp_path / "first").returncode == 0
+    index.stop()  # a cache hit needs no index: the check costs reading a few files
+    done = fetch_dest(library, tmp_path / "dest")
+    assert done.returncode == 0 and "warning" not in done.stderr, done.stderr
+    assert (tmp_path / "dest" / SPEC).read_bytes() == FILES[SPEC]
+
+
+def test_a_damaged_cache_without_an_index_is_a_clean_failure(index, library, sentinel, tmp_path):
+    assert fetch_dest(library, tmp_path / "first").returncode == 0
+    (entry(tmp_path) / "tree" / SPEC).unlink()
+    (entry(tmp_path) / "tree" / SPEC).symlink_to(sentinel / "speculative.py")
+    index.files.clear()  # the wheel is gone from the index
+    before = fingerprint(sentinel)
+    done = fetch_dest(library, tmp_path / "dest")
+    assert_clean_failure(done, 4)
+    assert "warning" in done.stderr
+    assert not (tmp_path / "dest" / SPEC).exists()
+    assert fingerprint(sentinel) == before
+
+
+def test_a_planted_part_download_is_never_written_through(tmp_path, monkeypatch, sentinel):
+    isolate_cache(tmp_path, monkeypatch)
+    server = IndexServer()
+    try:
+        server.publish(WHEEL, build_wheel(), prefix="norange")
+        use_index(monkeypatch, server.index("norange"))
+        entry(tmp_path).mkdir(parents=True)
+        (entry(tmp_path) / f"{WHEEL}.part").symlink_to(sentinel / "speculative.py")
+        before = fingerprint(sentinel)
+        tree = fetch.release_tree(VERSION, [SPEC])
+    finally:
+        server.stop()
+    assert (tree / SPEC).read_bytes() == FILES[SPEC]
+    assert (entry(tmp_path) / WHEEL).read_bytes() == server.files[WHEEL]
+    assert fingerprint(sentinel) == before
+
+
+def test_files_a_damaged_release_json_vouched_for_are_never_served(index, library, tmp_path):
+    init = "vllm/__init__.py"
+    fetch.release_tree(VERSION, [SPEC, EAGLE, init])  # __init__.py: cached, but not what `fetch` asks for
+    (entry(tmp_path) / "tree" / init).write_bytes(b"import os; os.system('true')\n")
+    (entry(tmp_path) / "release.json").write_text('{"schema": 2}')
+    done = fetch_dest_in_process(library, tmp_path / "dest")
+    assert_clean_failure(done, 0)
+    assert not (tmp_path / "dest" / init).exists() or (tmp_path / "dest" / init).read_bytes() == FILES[init]
+    assert (tmp_path / "dest" / SPEC).read_bytes() == FILES[SPEC]
