@@ -54,7 +54,7 @@ def _report(root: Path, paths, python: str | None, *, fix: bool) -> list[CheckRe
     if not found:
         return [CheckResult(NAME, None, True, "no compiled bytecode for the changed files")]
     jobs = [item for item in found if "refused" not in item]
-    answer = _run_worker(jobs, fix, python) if jobs else {"tag": "?", "results": []}
+    answer: dict = _run_worker(jobs, fix, python) if jobs else {"tag": "?", "results": []}
     by_path: dict[str, list[dict]] = {}
     for job, result in zip(jobs, answer["results"], strict=False):
         by_path.setdefault(job["path"], []).append({**job, **result})
