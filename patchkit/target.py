@@ -96,7 +96,7 @@ def interpreter_path(python: str) -> str:
 
 
 def resolve(target_dir: str | None, python: str | None) -> Target:
-    python = interpreter_path(python) if python else python
+    python = interpreter_path(python) if python is not None else None
     if target_dir and python:
         # The interpreter still judges syntax; the directory says where the files are.
         interpreter = _probe(python)["python"]
