@@ -5,7 +5,8 @@ are on disk (after `apply` wrote them, or `verify` on an applied tree). The impo
 subprocess of that interpreter (patchkit/_target/import_probe.py) with a timeout
 (PATCHKIT_PROBE_TIMEOUT, default 120 s), with -B so it leaves no bytecode behind in the target. A
 vLLM that does not import there at all (no torch, missing CUDA libraries...) is a warning: the
-patches were not import-tested.
+patches were not import-tested. A patched module whose import ends the process (os._exit, a signal)
+is an error naming it: the probe saves the module it imports before each import.
 """
 
 from __future__ import annotations
