@@ -354,3 +354,14 @@ def test_a_bad_probe_timeout_stops_apply_before_anything_is_written(fake_vllm, t
     assert_clean_failure(done, 2)
     assert f"PATCHKIT_PROBE_TIMEOUT={value!r}" in done.stderr
     assert snapshot(site) == before and not (site / ".patchkit" / "state.json").exists()
+
+
+def test_a_probe_script_that_ends_the_process_is_an_error(fake_vllm, tmp_path, run):
+    python, site = fake_vllm
+    lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
+    (lib / "demo" / "probe.py").write_text("import os\n\n\ndef probe(release):\n    os._exit(9)\n")
+    applied = run("apply", "--python", python, "--patches", lib, "--format", "json")
+    assert applied.exit_code == 1, applied.output
+    [row] = [r for r in probe_rows(applied) if not r["ok"]]
+    assert row["level"] == "error"
+    assert "the set's probe script ended the probe process: it exited with status 9" in row["message"]

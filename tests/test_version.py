@@ -249,14 +249,22 @@ def _junk_script(tmp: Path) -> str:
     return str(script)
 
 
+def _silent_script(tmp: Path) -> str:
+    script = tmp / "not-python"
+    script.write_text("#!/bin/sh\nprintf '\\033[31mhello\\n'\nexit 0\n")
+    script.chmod(0o755)
+    return str(script)
+
+
 @pytest.mark.parametrize(
     ("python", "why"),
     [
         (lambda tmp: "/bin/false", "exit status 1"),
         (lambda tmp: str(tmp), "a directory, not an interpreter"),
-        (_junk_script, "is not a Python interpreter"),
+        (_junk_script, "is not a Python interpreter patchkit can ask"),
+        (_silent_script, "is not a Python interpreter (it ran, but gave no answer)"),
     ],
-    ids=["false", "directory", "junk-script"],
+    ids=["false", "directory", "junk-answer", "no-answer"],
 )
 def test_a_python_that_is_not_an_interpreter_is_a_clean_target_error(tmp_path, python, why):
     done = run_cli("status", "--python", python(tmp_path))
