@@ -8,16 +8,41 @@ filelock is imported only when a lock is taken.
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from patchkit.errors import BadInput
 
 if TYPE_CHECKING:  # pragma: no cover
     from filelock import BaseFileLock
 
 # With an `on_wait` notice, how long to try quietly first: most locks are free or soon freed.
 QUIET_WAIT = 0.2
+# The longest wait a PATCHKIT_*_TIMEOUT may ask for: the OS's timers overflow long before inf.
+MAX_SECONDS = 86400.0
+
+
+def seconds_from_env(name: str, default: float, *, zero_ok: bool = False) -> float:
+    """A wait in seconds from the environment variable `name` (unset or empty: `default`).
+
+    Anything but a finite number from 0 (only with `zero_ok`: do not wait) to MAX_SECONDS is BadInput
+    naming the variable: "abc", a negative number, inf and nan included."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    low_ok = value >= 0 if zero_ok else value > 0
+    if not (low_ok and value <= MAX_SECONDS):
+        least = "0" if zero_ok else "more than 0"
+        raise BadInput(f"{name}={text!r} is not a number of seconds from {least} to {MAX_SECONDS:g}")
+    return value
 
 
 def acquire(

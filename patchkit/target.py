@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,6 +53,8 @@ def from_interpreter(python: str | None) -> Target:
     """Ask an interpreter where vllm is, without importing it. None: the one running patchkit."""
     info = _probe(python)
     package_dir = info.get("package_dir")
+    if not isinstance(package_dir, (str, type(None))) or not isinstance(info.get("version"), (str, type(None))):
+        raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
     if not package_dir:
         where = python or sys.executable
         raise TargetError(
@@ -72,10 +75,28 @@ def _probe(python: str | None) -> dict:
     # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
     # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
     # site-packages are part of where that Python finds vllm.
-    return run_worker(python, "locate", {"package": PACKAGE}, timeout=60, in_process=python is None, isolated=False)
+    try:
+        info = run_worker(python, "locate", {"package": PACKAGE}, timeout=60, in_process=python is None, isolated=False)
+    except WorkerFailed as failed:
+        if failed.status == 0:  # ran, exited 0, answered nothing: /bin/true, a shell script...
+            raise TargetError(f"{python} is not a Python interpreter (it ran, but gave no answer)") from failed
+        raise
+    if not isinstance(info.get("python"), str):
+        raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
+    return info
+
+
+def interpreter_path(python: str) -> str:
+    """--python as the workers run it, from /: a path with a slash made absolute against the working
+    directory, a bare name looked up on PATH. Symlinks are kept: a venv's python is a symlink to its
+    base interpreter, and only the venv's path runs with the venv's site-packages."""
+    if os.sep in python or (os.altsep and os.altsep in python):
+        return os.path.abspath(python)
+    return shutil.which(python) or python
 
 
 def resolve(target_dir: str | None, python: str | None) -> Target:
+    python = interpreter_path(python) if python is not None else None
     if target_dir and python:
         # The interpreter still judges syntax; the directory says where the files are.
         interpreter = _probe(python)["python"]
@@ -133,7 +154,7 @@ def run_worker(
         try:
             status, stderr = _run([python, *flags, module.__file__, str(answer)], json.dumps(request), timeout)
         except OSError as exc:
-            raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc)}", partial={}) from exc
+            raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc, python)}", partial={}) from exc
         except subprocess.TimeoutExpired:
             message = f"{python} did not finish within {timeout:g} s{doing}"
             raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
@@ -164,7 +185,9 @@ def _run(command: list[str], stdin: str, timeout: float) -> tuple[int, str]:
     return process.returncode, stderr.decode("utf-8", "replace")
 
 
-def _why_not_run(exc: OSError) -> str:
+def _why_not_run(exc: OSError, python: str) -> str:
+    if os.path.isdir(python):
+        return "a directory, not an interpreter"
     if isinstance(exc, FileNotFoundError):
         return "interpreter not found"
     if isinstance(exc, PermissionError):

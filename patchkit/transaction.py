@@ -54,7 +54,7 @@ from patchkit.state import (
 if TYPE_CHECKING:  # pragma: no cover
     from filelock import BaseFileLock
 
-LOCK_TIMEOUT = float(os.environ.get("PATCHKIT_LOCK_TIMEOUT", "60"))
+LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
 
 
@@ -101,6 +101,8 @@ def target_lock(root: Path, timeout: float | None = None):
 
 
 def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
+    if timeout is None:  # read here, not at import: a bad value is the command's error, before any write
+        timeout = locks.seconds_from_env(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT, zero_ok=True)
     check_meta_dir(root)  # a symlinked .patchkit/ or lock would take the lock file elsewhere
     meta = meta_dir(root)
     try:
@@ -109,7 +111,7 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
         raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
     return locks.acquire(
         meta / "lock",
-        LOCK_TIMEOUT if timeout is None else timeout,
+        timeout,
         busy=lambda waited: LockBusy(
             f"another patchkit is working on {root} (waited {waited:.0f} s)", hint="try again when it has finished"
         ),

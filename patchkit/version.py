@@ -13,7 +13,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput, TargetError
+from patchkit.fsutil import inside
 from patchkit.target import PACKAGE, Target
+
+# METADATA's headers come first; a file larger than this is read only this far (vLLM's is ~20 kB).
+METADATA_HEAD = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -86,11 +90,38 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
             f"several vLLM distributions in {target.root}: {names}",
             hint="remove the stale dist-info directories or pass --vllm-version",
         )
-    meta = HeaderParser().parsestr(candidates[0].read_text(encoding="utf-8", errors="replace"))
+    where = candidates[0].relative_to(target.root).as_posix()
+    meta = HeaderParser().parsestr(_read_metadata(target, candidates[0], where))
     if meta.get("Name", "").lower() != PACKAGE or not meta.get("Version"):
         return None
-    where = candidates[0].relative_to(target.root).as_posix()
     return DetectedVersion(parse(meta["Version"], where), where)
+
+
+def _read_metadata(target: Target, path, where: str) -> str:
+    """METADATA's text, read as untrusted input: a regular file inside the tree, UTF-8 (core metadata's
+    encoding), no NUL byte; anything else is BadInput naming it."""
+
+    def refuse(why: str) -> BadInput:
+        return BadInput(f"{where} {why}", hint="repair or remove that dist-info, or pass --vllm-version")
+
+    if not inside(target.root, path):
+        raise refuse("leads outside the target (a symlink)")
+    if not path.is_file():
+        raise refuse("is not a regular file")
+    try:
+        with path.open("rb") as f:
+            head = f.read(METADATA_HEAD)
+    except OSError as exc:
+        raise refuse(f"cannot be read: {exc.strerror or exc}") from exc
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if len(head) < METADATA_HEAD or exc.start < len(head) - 4:  # not merely a character cut at the end
+            raise refuse("is not UTF-8 text") from exc
+        text = head[: exc.start].decode("utf-8")
+    if "\x00" in text:
+        raise refuse("is binary, not metadata text")
+    return text
 
 
 def _from_version_file(target: Target) -> DetectedVersion | None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, snapshot, write_library, write_tree
+from helpers import fingerprint, make_patch, snapshot, write_library, write_tree
 
 from patchkit.checks import bytecode
 
@@ -249,3 +249,56 @@ def test_apply_on_an_applied_tree_repairs_stale_bytecode_left_behind(run, flag_t
     assert json.loads(result.stdout)["result"] == "already-applied"
     assert imported_value(flag_tree) == "patched"
     assert run("verify", "--target", flag_tree, "--patches", library).exit_code == 0
+
+
+def test_a_symlinked_pycache_is_named_and_nothing_through_it_changes(run, tmp_path, flag_tree, library):
+    """__pycache__ a symlink to a directory elsewhere that holds a stale unchecked-hash pyc of the
+    module (optimized, -OO) and another module's: apply names the link, exit 1, and the files it
+    points at are neither rewritten nor removed; the change itself stays applied."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    compiled = compile_unchecked(flag_tree, optimize=2)
+    shutil.move(compiled, elsewhere / compiled.name)
+    (elsewhere / "other.cpython-311.pyc").write_bytes(b"not bytecode at all")
+    shutil.rmtree(compiled.parent)
+    (flag_tree / "vllm" / "__pycache__").symlink_to(elsewhere, target_is_directory=True)
+    before = fingerprint(elsewhere)
+
+    result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 1, result.output
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert (row["path"], row["ok"], row["level"]) == (FLAG, False, "error")
+    assert row["message"].startswith("__pycache__/: a symlink: not followed")
+    assert fingerprint(elsewhere) == before
+    assert (flag_tree / FLAG).read_text() == PATCHED
+
+    verified = run("verify", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert verified.exit_code == 1 and not bytecode_rows(json.loads(verified.stdout))[0]["ok"]
+    assert run("revert", "--target", flag_tree, "--patches", library).exit_code == 1
+    assert (flag_tree / FLAG).read_text() == STOCK
+    assert fingerprint(elsewhere) == before
+
+
+def test_a_symlinked_or_special_pyc_is_named_and_never_written_or_removed(run, tmp_path, flag_tree, library):
+    """Inside a real __pycache__: one interpreter's pyc a symlink to a file elsewhere, another's a fifo;
+    beside the source, a legacy flag.pyc symlink. Each is named; none is followed, read or removed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target_pyc = outside / "victim.pyc"
+    shutil.copy(compile_unchecked(flag_tree), target_pyc)
+    ours = Path(importlib.util.cache_from_source(str(flag_tree / FLAG)))
+    ours.unlink()
+    ours.symlink_to(target_pyc)
+    os.mkfifo(ours.with_name("flag.cpython-39.pyc"))
+    legacy = flag_tree / "vllm" / "flag.pyc"
+    legacy.symlink_to(outside / "legacy-victim.pyc")  # dangling: must not be created either
+    before = fingerprint(outside)
+
+    result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 1, result.output
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert f"__pycache__/{ours.name}: a symlink: not followed" in row["message"]
+    assert "__pycache__/flag.cpython-39.pyc: not a regular file: not followed" in row["message"]
+    assert "flag.pyc: a symlink: not followed" in row["message"]
+    assert fingerprint(outside) == before
+    assert ours.is_symlink() and legacy.is_symlink()

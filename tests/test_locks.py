@@ -6,9 +6,11 @@ import threading
 
 import pytest
 from filelock import FileLock, Timeout
+from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_tree
 
 from patchkit import locks, transaction
-from patchkit.errors import FetchError, LockBusy, TargetError
+from patchkit.checks.probe import probe_timeout
+from patchkit.errors import BadInput, FetchError, LockBusy, TargetError
 from patchkit.fetch import release as fetch_release
 from patchkit.fetch import release_tree
 
@@ -99,3 +101,32 @@ def test_release_lock_unusable_is_fetch_error(tmp_path, monkeypatch):
     (tmp_path / "releases" / "0.1.0" / ".lock").mkdir(parents=True)
     with pytest.raises(FetchError, match="cannot lock"):
         release_tree("0.1.0", ["vllm/__init__.py"])
+
+
+@pytest.mark.parametrize("value", ["sixty", "-0.5", "inf", "-inf", "nan", "1e12", "0x10"])
+@pytest.mark.parametrize("command", ["apply", "revert", "status"])
+def test_a_bad_lock_timeout_is_bad_input_before_anything_is_written(tmp_path, scratch, value, command):
+    root = write_tree(tmp_path / "site")
+    patch = tmp_path / "x.patch"
+    patch.write_bytes(make_patch(scratch, root, {"vllm/config/spec.py": patched_spec()}))
+    before = snapshot(root)
+    done = run_cli(command, "--target", root, "--patch", patch, env={"PATCHKIT_LOCK_TIMEOUT": value})
+    assert_clean_failure(done, 2)
+    assert f"PATCHKIT_LOCK_TIMEOUT={value!r}" in done.stderr
+    assert snapshot(root) == before and not (root / ".patchkit").exists()
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("", 60.0), (" 2.5 ", 2.5), ("0", 0.0), ("86400", 86400.0)])
+def test_a_lock_timeout_from_zero_to_a_day_is_taken(monkeypatch, value, seconds):
+    monkeypatch.setenv("PATCHKIT_LOCK_TIMEOUT", value)
+    assert locks.seconds_from_env("PATCHKIT_LOCK_TIMEOUT", 60.0, zero_ok=True) == seconds
+
+
+def test_zero_is_no_wait_for_a_lock_but_no_probe_timeout(tree, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_LOCK_TIMEOUT", "0")
+    (tree / ".patchkit").mkdir()
+    with FileLock(str(tree / ".patchkit" / "lock")), pytest.raises(LockBusy, match=r"waited 0 s"):
+        transaction._acquire(tree, None)
+    monkeypatch.setenv("PATCHKIT_PROBE_TIMEOUT", "0")
+    with pytest.raises(BadInput, match="PATCHKIT_PROBE_TIMEOUT='0'"):
+        probe_timeout()

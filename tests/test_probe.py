@@ -16,7 +16,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, snapshot, write_library, write_tree
+from helpers import assert_clean_failure, make_patch, run_cli, snapshot, write_library, write_tree
 
 from patchkit.checks.probe import module_name
 from patchkit.library import default_root
@@ -309,3 +309,59 @@ def test_set_naming_a_missing_probe_script_is_bad_input(fake_vllm, tmp_path, run
     (lib / "demo" / "probe.py").unlink()
     result = run("status", "--python", python, "--patches", lib)
     assert result.exit_code == 2 and "probe script" in result.output and "does not exist" in result.output
+
+
+@pytest.mark.parametrize(
+    ("ending", "how"),
+    [
+        ("import os\nos._exit(0)\n", "exited early, with status 0"),
+        ("import os\nos.abort()\n", "was killed by SIGABRT"),
+    ],
+)
+def test_a_patched_module_that_ends_the_probe_process_is_an_error_naming_it(fake_vllm, tmp_path, run, ending, how):
+    """Only a warning before: a patched module that ends the interpreter while it is imported."""
+    python, site = fake_vllm
+    lib = library(tmp_path, site, {f"{MODELS}/kimi_k25.py": KIMI_PATCHED + ending})
+    before = snapshot(site)
+    applied = run("apply", "--python", python, "--patches", lib, "--format", "json")
+    assert applied.exit_code == 1, applied.output
+    [row] = [r for r in probe_rows(applied) if not r["ok"]]
+    assert (row["path"], row["level"]) == (f"{MODELS}/kimi_k25.py", "error")
+    assert f"the patched module vllm.model_executor.models.kimi_k25 ended the probe process: it {how}" in row["message"]
+    after = snapshot(site)
+    after.pop("vllm/imported.mark")
+    assert after == before  # rolled back
+
+
+def test_a_vllm_that_ends_the_process_on_import_stays_a_warning(fake_vllm, tmp_path, run):
+    """`import vllm` itself ending the process is the environment's (a CUDA library that aborts...)."""
+    python, site = fake_vllm
+    lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
+    (site / "vllm" / "__init__.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    applied = run("apply", "--python", python, "--patches", lib, "--format", "json")
+    assert applied.exit_code == 0, applied.output
+    [row] = probe_rows(applied)
+    assert (row["ok"], row["level"]) == (False, "warning")
+    assert "the probe was killed by SIGKILL (while importing vllm)" in row["message"]
+
+
+@pytest.mark.parametrize("value", ["-3", "0", "nan", "1e400", "two minutes"])
+def test_a_bad_probe_timeout_stops_apply_before_anything_is_written(fake_vllm, tmp_path, value):
+    python, site = fake_vllm
+    lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
+    before = snapshot(site)
+    done = run_cli("apply", "--python", python, "--patches", lib, env={"PATCHKIT_PROBE_TIMEOUT": value})
+    assert_clean_failure(done, 2)
+    assert f"PATCHKIT_PROBE_TIMEOUT={value!r}" in done.stderr
+    assert snapshot(site) == before and not (site / ".patchkit" / "state.json").exists()
+
+
+def test_a_probe_script_that_ends_the_process_is_an_error(fake_vllm, tmp_path, run):
+    python, site = fake_vllm
+    lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
+    (lib / "demo" / "probe.py").write_text("import os\n\n\ndef probe(release):\n    os._exit(9)\n")
+    applied = run("apply", "--python", python, "--patches", lib, "--format", "json")
+    assert applied.exit_code == 1, applied.output
+    [row] = [r for r in probe_rows(applied) if not r["ok"]]
+    assert row["level"] == "error"
+    assert "the set's probe script ended the probe process: it exited with status 9" in row["message"]

@@ -11,7 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import _git, write_library, write_tree
+from helpers import _git, assert_clean_failure, run_cli, write_library, write_tree
 from packaging.version import Version
 
 from patchkit import target as target_mod
@@ -163,3 +163,110 @@ def test_syntax_is_judged_by_the_target_interpreter(fake_env):
     sources = {"ok.py": b"x = 1\n", "bad.py": b"from a import b, c,\n"}
     assert set(compile_sources(sources, str(python))) == {"bad.py"}
     assert set(compile_sources(sources, sys.executable)) == {"bad.py"}
+
+
+def _metadata_fifo(path: Path, outside: Path) -> None:
+    os.mkfifo(path)  # would block a reader forever
+
+
+def _metadata_link_outside(path: Path, outside: Path) -> None:
+    (outside / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.0\n")
+    path.symlink_to(outside / "METADATA")
+
+
+@pytest.mark.parametrize(
+    ("plant", "why"),
+    [
+        (lambda path, outside: path.write_bytes(b"Name: vllm\nVersion: 0.16.0\n\x00\x01\x02"), "is binary"),
+        (lambda path, outside: path.write_bytes(b"Name: vllm\nVersion: 0.16.0\nSummary: caf\xe9\n"), "not UTF-8"),
+        (_metadata_fifo, "is not a regular file"),
+        (_metadata_link_outside, "leads outside the target"),
+    ],
+    ids=["nul-bytes", "latin-1", "fifo", "symlink-outside"],
+)
+def test_a_metadata_that_is_not_a_metadata_file_is_bad_input_naming_it(tmp_path, plant, why):
+    root = write_tree(tmp_path / "site")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    metadata = root / "vllm-0.16.0.dist-info" / "METADATA"
+    metadata.unlink()
+    plant(metadata, outside)
+    done = run_cli("status", "--target", root)
+    assert_clean_failure(done, 2)
+    assert "vllm-0.16.0.dist-info/METADATA" in done.stderr and why in done.stderr
+    assert "--vllm-version" in done.stderr
+    assert run_cli("status", "--target", root, "--vllm-version", "0.16.0").returncode in (0, 1)
+
+
+def test_a_huge_metadata_is_read_only_as_far_as_its_headers(tmp_path):
+    root = write_tree(tmp_path / "site", "0.15.1")
+    metadata = root / "vllm-0.15.1.dist-info" / "METADATA"
+    metadata.write_bytes(metadata.read_bytes() + b"\n" + "é".encode() * (3 << 20))  # 6 MB of description
+    assert detect(target_mod.from_directory(root)).version == Version("0.15.1")
+
+
+@pytest.fixture
+def linked_venv(tmp_path):
+    """A venv as `python -m venv` makes it: bin/python a symlink to the base interpreter; vllm in it."""
+    home = tmp_path / "work" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
+    python = home / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    write_tree(Path(site), "0.16.0", {"vllm/config/spec.py": "X = 1\n"})
+    return python, Path(site)
+
+
+@pytest.mark.parametrize("relative", ["venv/bin/python", "./venv/bin/python", "../work/venv/bin/python"])
+def test_a_relative_python_is_read_from_the_working_directory_and_stays_the_venvs(linked_venv, relative):
+    python, site = linked_venv
+    assert python.is_symlink()  # a venv's python links to its base interpreter
+    done = run_cli("status", "--python", relative, "--format", "json", cwd=python.parents[2])
+    assert "Traceback" not in done.stderr, done.stderr
+    data = json.loads(done.stdout)
+    assert Path(data["target"]) == site.resolve(), data
+    # the venv's own path, made absolute, not the base interpreter it links to
+    assert data["found_by"] == f"--python {python}"
+
+
+def test_a_relative_python_keeps_the_venv_path_unresolved(linked_venv, monkeypatch):
+    python, site = linked_venv
+    monkeypatch.chdir(python.parent)
+    found = target_mod.resolve(None, "./python")
+    assert found.python == str(python) and found.root == site.resolve()
+
+
+def _junk_script(tmp: Path) -> str:
+    script = tmp / "fake-python"
+    script.write_text(
+        "#!/bin/sh\necho 'Python 3.99 (definitely)'\nfor last; do :; done; echo '{\"python\": 1}' > \"$last\"\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def _silent_script(tmp: Path) -> str:
+    script = tmp / "not-python"
+    script.write_text("#!/bin/sh\nprintf '\\033[31mhello\\n'\nexit 0\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize(
+    ("python", "why"),
+    [
+        (lambda tmp: "/bin/false", "exit status 1"),
+        (lambda tmp: str(tmp), "a directory, not an interpreter"),
+        (_junk_script, "is not a Python interpreter patchkit can ask"),
+        (_silent_script, "is not a Python interpreter (it ran, but gave no answer)"),
+    ],
+    ids=["false", "directory", "junk-answer", "no-answer"],
+)
+def test_a_python_that_is_not_an_interpreter_is_a_clean_target_error(tmp_path, python, why):
+    done = run_cli("status", "--python", python(tmp_path))
+    assert_clean_failure(done, 4)
+    assert why in done.stderr

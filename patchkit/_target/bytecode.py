@@ -6,11 +6,13 @@ source hashes. What the results mean and how patchkit reports them: patchkit/che
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import marshal
 import os
 import py_compile
+import stat
 import sys
 from typing import Any
 
@@ -42,8 +44,7 @@ def one(job: Job, fix: bool, tag: str) -> Outcome:
         "error": None,
     }
     try:
-        with open(pyc, "rb") as f:
-            blob = f.read()
+        blob = _read_regular(pyc)
     except OSError as exc:
         out["error"] = "cannot read: %s" % (exc.strerror or exc)
         return out
@@ -64,6 +65,18 @@ def one(job: Job, fix: bool, tag: str) -> Outcome:
     if fix and _needs_fixing(out, job, data):
         _fix(out, job, blob)
     return out
+
+
+def _read_regular(pyc: str) -> bytes:
+    """The pyc's bytes; never through a symlink (the file or its __pycache__), never from a fifo or device.
+    patchkit sends only regular files; this holds if the tree changed since."""
+    if os.path.islink(os.path.dirname(pyc)):
+        raise OSError(errno.ELOOP, "its directory is a symlink")
+    fd = os.open(pyc, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return f.read()
 
 
 def _kind(header: bytes) -> str:
@@ -108,6 +121,8 @@ def _fix(out: Outcome, job: Job, blob: bytes) -> None:
     rebuild = out["mine"] and os.path.isfile(job["source"]) and not job["legacy"]
     out["attempt"] = "recompile" if rebuild else "remove"
     try:
+        if os.path.islink(os.path.dirname(job["pyc"])) or os.path.islink(job["pyc"]):
+            raise OSError(errno.ELOOP, "a symlink appeared: not followed")
         if rebuild:
             py_compile.compile(
                 job["source"],

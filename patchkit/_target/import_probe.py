@@ -46,7 +46,8 @@ class Probe:
         self.save(vllm=outcome)
         if outcome["ok"]:
             for name in self.request["modules"]:
-                outcome, _ = self.attempt("importing " + name, functools.partial(importlib.import_module, name))
+                import_it = functools.partial(importlib.import_module, name)
+                outcome, _ = self.attempt("importing " + name, import_it, module=name)
                 self.report["modules"][name] = outcome
             script = self.request["probe"]
             if script and all(m["ok"] for m in self.report["modules"].values()):
@@ -56,8 +57,13 @@ class Probe:
                 self.save(probe=outcome)
         self.save(done=True, step="done")
 
-    def attempt(self, step: str, action: Callable[[], Any], own_code: bool = False) -> tuple[dict, Any]:
-        self.save(step=step)
+    def attempt(
+        self, step: str, action: Callable[[], Any], own_code: bool = False, module: str | None = None
+    ) -> tuple[dict, Any]:
+        """`module`: the patched module this step imports, saved with the step so that patchkit can
+        name it if the process ends (os._exit, a signal) before the step does."""
+        self.report.pop("module", None)
+        self.save(step=step, **({"module": module} if module else {}))
         started = time.perf_counter()
         try:
             value = action()

@@ -15,14 +15,21 @@ scan() reports the same without changing anything (verify): a stale unchecked-ha
 
 The work runs inside the target interpreter (patchkit/_target/bytecode.py; in-process when it is the one
 running patchkit): only it knows its cache tag, its magic number and the key of its source hashes.
+
+The tree is untrusted: a `__pycache__` or a .pyc that is a symlink (or a source directory that leads
+out of the tree) is never followed, read, written or removed; nor is a .pyc that is not a regular file
+(a fifo would hang the reader). Each is a failure naming it: Python may import from it, and patchkit
+cannot tell what it holds.
 """
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from patchkit.checks import ERROR, WARNING, CheckResult
 from patchkit.errors import TargetError
+from patchkit.fsutil import inside
 from patchkit.target import run_worker
 
 NAME = "bytecode"
@@ -43,32 +50,62 @@ def failures(results: list[CheckResult]) -> str:
 
 
 def _report(root: Path, paths, python: str | None, *, fix: bool) -> list[CheckResult]:
-    jobs = [job for path in sorted(paths) if path.endswith(".py") for job in compiled_files(root, path)]
-    if not jobs:
+    found = [item for path in sorted(paths) if path.endswith(".py") for item in compiled_files(root, path)]
+    if not found:
         return [CheckResult(NAME, None, True, "no compiled bytecode for the changed files")]
-    answer = _run_worker(jobs, fix, python)
+    jobs = [item for item in found if "refused" not in item]
+    answer: dict = _run_worker(jobs, fix, python) if jobs else {"tag": "?", "results": []}
     by_path: dict[str, list[dict]] = {}
     for job, result in zip(jobs, answer["results"], strict=False):
         by_path.setdefault(job["path"], []).append({**job, **result})
+    for item in found:
+        if "refused" in item:
+            by_path.setdefault(item["path"], []).append(item)
     return [_summarize(path, items, answer["tag"], fix) for path, items in by_path.items()]
 
 
 def compiled_files(root: Path, path: str) -> list[dict]:
-    """The .pyc files of one source: every interpreter's in __pycache__, and a legacy one beside it."""
+    """The .pyc files of one source: every interpreter's in __pycache__, and a legacy one beside it.
+    One that may not be touched (see the module's doc) is an item with a "refused" reason instead."""
     source = root / path
     stem = source.name[: -len(".py")]
-    jobs = []
+    if not inside(root, source.parent):
+        return [_refused(path, Path(path).parent.as_posix() + "/", "leads outside the target")]
+    found = []
     cache = source.parent / "__pycache__"
+    if cache.is_symlink():
+        return [_refused(path, "__pycache__/", "a symlink"), *_legacy(path, source)]
     for pyc in sorted(cache.glob(f"{stem}.*.pyc")) if cache.is_dir() else ():
         parts = pyc.name[len(stem) + 1 : -len(".pyc")].split(".")
         if len(parts) > 2 or (len(parts) == 2 and not parts[1].startswith("opt-")):
             continue  # another module's (a dotted name cannot be a module)
         optimize = int(parts[1][len("opt-") :]) if len(parts) == 2 and parts[1][4:].isdigit() else 0
-        jobs.append(_job(path, source, pyc, parts[0], optimize, legacy=False))
+        found.append(_checked(_job(path, source, pyc, parts[0], optimize, legacy=False)))
+    return found + _legacy(path, source)
+
+
+def _legacy(path: str, source: Path) -> list[dict]:
     legacy = source.with_suffix(".pyc")
-    if legacy.is_file():
-        jobs.append(_job(path, source, legacy, None, 0, legacy=True))
-    return jobs
+    if legacy.is_symlink() or legacy.is_file():
+        return [_checked(_job(path, source, legacy, None, 0, legacy=True))]
+    return []
+
+
+def _checked(job: dict) -> dict:
+    """The job, or a refusal when its .pyc is a symlink or not a regular file."""
+    try:
+        mode = Path(job["pyc"]).lstat().st_mode
+    except OSError as exc:
+        return {**job, "refused": f"cannot be examined ({exc.strerror})"}
+    if stat.S_ISLNK(mode):
+        return {**job, "refused": "a symlink"}
+    if not stat.S_ISREG(mode):
+        return {**job, "refused": "not a regular file"}
+    return job
+
+
+def _refused(path: str, name: str, why: str) -> dict:
+    return {"path": path, "name": name, "refused": why}
 
 
 def _job(path, source, pyc, tag, optimize, *, legacy) -> dict:
@@ -97,6 +134,8 @@ def _summarize(path: str, items: list[dict], tag: str, fix: bool) -> CheckResult
 
 def _describe(item: dict, tag: str, fix: bool) -> tuple[str, str | None]:
     """What one pyc is and what was (or would have to be) done; severity None when fine."""
+    if "refused" in item:
+        return f"{item['refused']}: not followed, so not checked or changed; remove it", ERROR
     kind, stale, action = item["kind"] or "unreadable", item["stale"], item["action"]
     if item["error"]:
         return f"{kind}, stale; could not {item.get('attempt') or 'fix'} it: {item['error']}", ERROR

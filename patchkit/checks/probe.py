@@ -5,17 +5,19 @@ are on disk (after `apply` wrote them, or `verify` on an applied tree). The impo
 subprocess of that interpreter (patchkit/_target/import_probe.py) with a timeout
 (PATCHKIT_PROBE_TIMEOUT, default 120 s), with -B so it leaves no bytecode behind in the target. A
 vLLM that does not import there at all (no torch, missing CUDA libraries...) is a warning: the
-patches were not import-tested.
+patches were not import-tested. A patched module whose import ends the process (os._exit, a signal)
+is an error naming it: the probe saves the module it imports before each import.
 """
 
 from __future__ import annotations
 
-import os
+import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
-from patchkit.errors import BadInput
+from patchkit.locks import seconds_from_env
 from patchkit.target import WorkerFailed, run_worker
 from patchkit.version import release_version
 
@@ -27,6 +29,9 @@ class ProbeCheck:
     name = "probe"
 
     def run(self, ctx: CheckContext) -> list[CheckResult]:
+        # Read even before the files are written, so that a bad value stops apply before it writes.
+        can_run = ctx.import_probe and ctx.python is not None and ctx.root is not None
+        timeout = probe_timeout() if can_run else DEFAULT_TIMEOUT
         reason = self.skip_reason(ctx)
         if reason:
             return [self.skipped(reason)]
@@ -37,10 +42,12 @@ class ProbeCheck:
             return []
         request = probe_request(ctx, modules, script)
         started = time.perf_counter()
-        report, problem = run_import_probe(ctx.python, request, probe_timeout())
+        report, problem = run_import_probe(ctx.python, request, timeout)
         elapsed = time.perf_counter() - started
         if problem:
-            return [CheckResult(self.name, None, False, f"{problem} ({elapsed:.1f} s with {ctx.python})", WARNING)]
+            path = modules.get(problem.module or "") if problem.patch_fault else None
+            message = f"{problem.message} ({elapsed:.1f} s with {ctx.python})"
+            return [CheckResult(self.name, path, False, message, ERROR if problem.patch_fault else WARNING)]
         return self.results(report, modules, ctx.python, elapsed)
 
     @staticmethod
@@ -135,19 +142,21 @@ def module_name(path: str) -> str | None:
 
 
 def probe_timeout() -> float:
-    text = os.environ.get(TIMEOUT_ENV)
-    if not text:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1
-    if not 0 < value < float("inf"):
-        raise BadInput(f"{TIMEOUT_ENV}={text!r} is not a positive number of seconds")
-    return value
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT)
 
 
-def run_import_probe(python: str, request: dict, timeout: float) -> tuple[dict, str | None]:
+@dataclass(frozen=True)
+class ProbeProblem:
+    """Why the probe gave no full report. `module`: the patched module it was importing when its
+    process ended (None: another step); `patch_fault`: that module (or the set's probe script)
+    ended the process itself, an error rather than a warning."""
+
+    message: str
+    module: str | None = None
+    patch_fault: bool = False
+
+
+def run_import_probe(python: str, request: dict, timeout: float) -> tuple[dict, ProbeProblem | None]:
     """Run patchkit/_target/import_probe.py in `python`: (its report, None), or (partial report, why
     it gave no full one). Its own session, from /, killed with its children at the timeout."""
     try:
@@ -158,10 +167,31 @@ def run_import_probe(python: str, request: dict, timeout: float) -> tuple[dict, 
             return report, None
         step = report.get("step", "starting")
         if failed.timed_out:
-            return report, f"did not finish within {timeout:g} s (while {step}); set {TIMEOUT_ENV} to wait longer"
+            why = f"did not finish within {timeout:g} s (while {step}); set {TIMEOUT_ENV} to wait longer"
+            return report, ProbeProblem(why)
         if failed.status is None:
-            return report, failed.message
-        return report, f"the probe exited with status {failed.status} (while {step}): {failed.stderr}"
-    if not report.get("done"):  # something in vLLM exited the process early, with status 0
-        return report, f"the probe exited early (while {report.get('step', 'starting')})"
+            return report, ProbeProblem(failed.message)
+        return report, ended(report, request, f"{_how_it_ended(failed.status)} (while {step}): {failed.stderr}")
+    if not report.get("done"):  # something exited the process early, with status 0
+        return report, ended(report, request, f"exited early, with status 0 (while {report.get('step', 'starting')})")
     return report, None
+
+
+def ended(report: dict, request: dict, how: str) -> ProbeProblem:
+    """The probe's process ended by itself: a patched module's import (or the set's probe script) that
+    does so is the patches' fault; during `import vllm` it is the environment's, as any failure there."""
+    module = report.get("module")
+    if module in request["modules"]:
+        return ProbeProblem(f"the patched module {module} ended the probe process: it {how}", module, True)
+    if module is None and report.get("step", "").startswith("running "):
+        return ProbeProblem(f"the set's probe script ended the probe process: it {how}", None, True)
+    return ProbeProblem(f"the probe {how}")
+
+
+def _how_it_ended(status: int) -> str:
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
