@@ -304,12 +304,12 @@ ROWS = [
     Row(object_truncated, exit_code=None),
     Row(saved_symlink),
     Row(saved_wrong_type),
-    Row(saved_copies_symlinked, exit_code=None, xfail={"revert --force": SAVED_BRANCH}),
+    Row(saved_copies_symlinked, exit_code=None),
     Row(lock_symlink),
     Row(lock_wrong_type, exit_code=None),  # a lock that cannot be made: writers exit 4 (test_locks), readers read
     Row(meta_symlink),
     Row(meta_wrong_type),
-    Row(pycache_symlink, exit_code=None, xfail={c: PYCACHE_BRANCH for c in ("apply", "revert", "revert --force")}),
+    Row(pycache_symlink, exit_code=None),
 ]
 
 
@@ -406,9 +406,9 @@ WORKSPACE_BRANCH = "fixed on the refresh branch (issue 14 defect 1: refresh trus
 @pytest.mark.parametrize(
     "plant",
     [
-        pytest.param(ws_patch_name_outside, marks=pytest.mark.xfail(strict=True, reason=WORKSPACE_BRANCH)),
-        pytest.param(ws_series_dir_outside, marks=pytest.mark.xfail(strict=True, reason=WORKSPACE_BRANCH)),
-        pytest.param(ws_symlink, marks=pytest.mark.xfail(strict=True, reason=WORKSPACE_BRANCH)),
+        ws_patch_name_outside,
+        ws_series_dir_outside,
+        ws_symlink,
         ws_wrong_type,
         ws_truncated,
         ws_huge,
