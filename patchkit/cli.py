@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import gc
 import os
 import sys
@@ -52,6 +53,7 @@ class PatchkitGroup(click.Group):
     def invoke(self, ctx):
         """The one exit path: a command returns a result (its outcome, maybe an error to report)
         or raises a PatchkitError; either way its exit code is decided here."""
+        _replace_what_streams_cannot_encode()
         try:
             code = _exit_code(super().invoke(ctx))
         except PatchkitError as exc:
@@ -76,6 +78,29 @@ class PatchkitGroup(click.Group):
             code = INTERNAL_ERROR
         if code != OK:
             ctx.exit(code)
+
+
+ESCAPE_UNENCODABLE = "patchkit-escape"
+
+
+def _replace_what_streams_cannot_encode() -> None:
+    """A path the output encoding cannot hold (PYTHONIOENCODING=ascii, a non-UTF-8 locale, a
+    non-UTF-8 file name) is printed escaped (`\\xe9`), as Python's own stderr does, never a crash.
+    A stream that keeps file-name bytes as they are (surrogateescape) still does."""
+    codecs.register_error(ESCAPE_UNENCODABLE, _surrogateescape_else_backslash)
+    for stream in (sys.stdout, sys.stderr):
+        errors = getattr(stream, "errors", None)
+        if errors in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace" if errors == "strict" else ESCAPE_UNENCODABLE)
+
+
+def _surrogateescape_else_backslash(error: UnicodeError) -> tuple[str | bytes, int]:
+    """A file name's undecodable bytes (surrogateescape) go out as those bytes; anything else the
+    stream cannot encode (`é` on ASCII, a lone surrogate read from a JSON file) as an escape."""
+    try:
+        return codecs.lookup_error("surrogateescape")(error)
+    except UnicodeError:
+        return codecs.backslashreplace_errors(error)
 
 
 def _exit_code(result) -> int:
