@@ -18,9 +18,11 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     the series.
     """
     from patchkit.operations import resolve_for_revert, revert_series
+    from patchkit.ui import resolved_json, target_json
 
     ui = make_ui(fmt, quiet, verbose)
     target, resolved = resolve_for_revert(opts)
+    ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))
     if resolved is not None and not ui.json_mode:
         ui.header(resolved)
     result = revert_series(target, resolved, opts.set_name, force=force, dry_run=dry_run, watch=Shown(ui))
