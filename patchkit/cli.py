@@ -64,7 +64,7 @@ class PatchkitGroup(click.Group):
         _replace_what_streams_cannot_encode()
         run = begin_run()
         try:
-            code = _command_exit_code(lambda: super(PatchkitGroup, self).invoke(ctx), run)
+            code = _command_exit_code(super().invoke, ctx, run)
         except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
             run.failed(exc.format_message(), _usage_hint(exc))
             _finish(ctx, run, exc.exit_code)
@@ -77,9 +77,10 @@ class PatchkitGroup(click.Group):
 INVOKED = "patchkit.invoked"  # ctx.meta: the command's name, the command and its arguments
 
 
-def _command_exit_code(invoke, run) -> int:
+def _command_exit_code(invoke, ctx, run) -> int:
+    """Runs the command; its result or error, mapped to an exit code (click's own errors pass)."""
     try:
-        return _exit_code(invoke(), run)
+        return _exit_code(invoke(ctx), run)
     except PatchkitError as exc:
         return _failed(exc, run)
     except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -144,7 +145,7 @@ ESCAPE_UNENCODABLE = "patchkit-escape"
 def _replace_what_streams_cannot_encode() -> None:
     """A path the output encoding cannot hold (PYTHONIOENCODING=ascii, a non-UTF-8 locale, a
     non-UTF-8 file name) is printed escaped (`\\xe9`), as Python's own stderr does, never a crash.
-    A stream that keeps file-name bytes as they are (surrogateescape) still does."""
+    A stream that writes file-name bytes as they are (surrogateescape) keeps doing so."""
     codecs.register_error(ESCAPE_UNENCODABLE, _surrogateescape_else_backslash)
     for stream in (sys.stdout, sys.stderr):
         errors = getattr(stream, "errors", None)

@@ -144,6 +144,22 @@ def test_documents_say_ok_and_the_exit_code_and_a_failed_one_why(run, tree, libr
     assert SPEC in applied["error"] and f"error: {applied['error']}" in result.stderr
 
 
+def test_every_successful_document_says_ok(run, tree, library):
+    where = ["--target", tree, "--patches", library, "--format", "json"]
+    for argv in (["status"], ["apply", "--dry-run"], ["apply"], ["verify"], ["revert"]):
+        result = run(*argv, *where)
+        document = one_document(result.stdout)
+        assert (result.exit_code, document["ok"], document["exit_code"]) == (0, True, 0), argv
+        assert "error" not in document
+
+
+def test_a_status_document_of_an_unsupported_release_says_not_ok(run, tmp_path, library):
+    older = write_tree(tmp_path / "older", version="0.10.9")  # below the set's range
+    result = run("status", "--target", older, "--patches", library, "--format", "json")
+    document = one_document(result.stdout)
+    assert (result.exit_code, document["state"], document["ok"], document["exit_code"]) == (3, "unsupported", False, 3)
+
+
 def test_a_usage_error_with_format_json_is_a_document_too(tmp_path, library):
     done = run_cli("workspace", "--patches", library, "--format", "json", "--all")  # VERSION missing
     assert_clean_failure(done, 2)
