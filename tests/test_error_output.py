@@ -56,6 +56,9 @@ def test_an_error_naming_such_a_path_is_one_clean_line(tmp_path, library):
     done = run_cli("status", "--target", missing, "--patches", library, env=ASCII_OUTPUT)
     assert_clean_failure(done, 4)
     assert "gone-\\xe5-\\udcfe" in done.stderr
+    as_json = run_cli("status", "--target", missing, "--patches", library, "--format", "json", env=ASCII_OUTPUT)
+    assert_clean_failure(as_json, 4)
+    assert as_json.stdout.isascii() and "gone-\u00e5-\udcfe" in json.loads(as_json.stdout)["error"]
 
 
 def test_a_stream_that_keeps_file_name_bytes_still_escapes_what_it_cannot_encode(tmp_path, library):
