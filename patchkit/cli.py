@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import gc
 import os
 import sys
@@ -49,52 +50,137 @@ class PatchkitGroup(click.Group):
 
         return importlib.import_module(COMMANDS[name]).command
 
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta[INVOKED] = (name, command, list(rest))  # a copy: parsing consumes the list
+        return name, command, rest
+
     def invoke(self, ctx):
         """The one exit path: a command returns a result (its outcome, maybe an error to report)
-        or raises a PatchkitError; either way its exit code is decided here."""
+        or raises a PatchkitError; either way its exit code is decided here, and the run's
+        machine-readable document (ui.Run) is printed here, whatever the outcome."""
+        from patchkit.ui import begin_run
+
+        _replace_what_streams_cannot_encode()
+        run = begin_run()
         try:
-            code = _exit_code(super().invoke(ctx))
-        except PatchkitError as exc:
-            code = _failed(exc)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            code = _command_exit_code(super().invoke, ctx, run)
+        except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
+            run.failed(exc.format_message(), _usage_hint(exc))
+            _finish(ctx, run, exc.exit_code)
             raise
-        except KeyboardInterrupt:
-            _report("interrupted")
-            code = INTERRUPTED
-        except BrokenPipeError:
-            # A reader that stopped early (`| head`): end quietly, as rich does, with stdout pointed
-            # at devnull so that the flush at exit does not fail again.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            code = CHECK_FAILED
-        except Exception as exc:  # a bug: one line for the user, the traceback on request
-            if os.environ.get("PATCHKIT_DEBUG"):
-                raise
-            _report(
-                f"internal error: {type(exc).__name__}: {exc}",
-                "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it",
-            )
-            code = INTERNAL_ERROR
+        code = _finish(ctx, run, code)
         if code != OK:
             ctx.exit(code)
 
 
-def _exit_code(result) -> int:
+INVOKED = "patchkit.invoked"  # ctx.meta: the command's name, the command and its arguments
+
+
+def _command_exit_code(invoke, ctx, run) -> int:
+    """Runs the command; its result or error, mapped to an exit code (click's own errors pass)."""
+    try:
+        return _exit_code(invoke(ctx), run)
+    except PatchkitError as exc:
+        return _failed(exc, run)
+    except (click.exceptions.Exit, click.ClickException, click.Abort):
+        raise
+    except KeyboardInterrupt:
+        _report(run, "interrupted")
+        return INTERRUPTED
+    except BrokenPipeError:
+        return _stdout_gone()
+    except Exception as exc:  # a bug: one line for the user, the traceback on request
+        if os.environ.get("PATCHKIT_DEBUG"):
+            raise
+        _report(
+            run,
+            f"internal error: {type(exc).__name__}: {exc}",
+            "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it",
+        )
+        return INTERNAL_ERROR
+
+
+def _finish(ctx, run, code: int) -> int:
+    """The run's document, in the format the command line chose."""
+    from patchkit.ui import finish_run
+
+    name = ctx.meta.get(INVOKED, (None,))[0]
+    fmt = "json" if run.document is not None else _chosen_format(ctx)
+    try:
+        finish_run(run, fmt=fmt, command=name, exit_code=code)
+    except BrokenPipeError:
+        return _stdout_gone()
+    return code
+
+
+def _chosen_format(ctx) -> str:
+    """The command's --format as click reads the command line, resiliently (for a usage error:
+    up to the option click could not read); "text" when none or no command."""
+    name, command, args = ctx.meta.get(INVOKED, (None, None, []))
+    if command is None or not any(p.name == "fmt" for p in command.params):
+        return "text"
+    try:
+        with command.make_context(name, list(args), parent=ctx, resilient_parsing=True) as seen:
+            return seen.params.get("fmt") or "text"
+    except click.ClickException:
+        return "text"
+
+
+def _usage_hint(exc: click.ClickException) -> str | None:
+    context = getattr(exc, "ctx", None)
+    return f"`{context.command_path} --help` lists its options" if context is not None else None
+
+
+def _stdout_gone() -> int:
+    """A reader that stopped early (`| head`): end quietly, as rich does, with stdout pointed at
+    devnull so that the flush at exit does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return CHECK_FAILED
+
+
+ESCAPE_UNENCODABLE = "patchkit-escape"
+
+
+def _replace_what_streams_cannot_encode() -> None:
+    """A path the output encoding cannot hold (PYTHONIOENCODING=ascii, a non-UTF-8 locale, a
+    non-UTF-8 file name) is printed escaped (`\\xe9`), as Python's own stderr does, never a crash.
+    A stream that writes file-name bytes as they are (surrogateescape) keeps doing so."""
+    codecs.register_error(ESCAPE_UNENCODABLE, _surrogateescape_else_backslash)
+    for stream in (sys.stdout, sys.stderr):
+        errors = getattr(stream, "errors", None)
+        if errors in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace" if errors == "strict" else ESCAPE_UNENCODABLE)
+
+
+def _surrogateescape_else_backslash(error: UnicodeError) -> tuple[str | bytes, int]:
+    """A file name's undecodable bytes (surrogateescape) go out as those bytes; anything else the
+    stream cannot encode (`é` on ASCII, a lone surrogate read from a JSON file) as an escape."""
+    try:
+        return codecs.lookup_error("surrogateescape")(error)
+    except UnicodeError:
+        return codecs.backslashreplace_errors(error)
+
+
+def _exit_code(result, run) -> int:
     """A command's result: None (nothing to say: ok), or anything with an `outcome` and maybe an `error`."""
     if result is None:
         return OK
     error = getattr(result, "error", None)
-    return _failed(error) if error is not None else exit_code_for(result.outcome)
+    return _failed(error, run) if error is not None else exit_code_for(result.outcome)
 
 
-def _failed(error: PatchkitError) -> int:
-    _report(error.message, error.hint)
+def _failed(error: PatchkitError, run) -> int:
+    _report(run, error.message, error.hint)
     return error.exit_code
 
 
-def _report(message: str, hint: str | None = None) -> None:
+def _report(run, message: str, hint: str | None = None) -> None:
+    """The error on stderr, and for the run's document."""
     from patchkit.ui import UI
 
     UI().error(message, hint)
+    run.failed(message, hint)
 
 
 @click.group(cls=PatchkitGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,6 +1,7 @@
 """All terminal output. Rich tables and colour in a terminal; plain text when piped (tables
 aligned; lines and the plan's tab-separated rows written without importing rich); no colour when
-NO_COLOR is set, which rich honours; JSON on stdout where asked."""
+NO_COLOR is set, which rich honours; JSON on stdout where asked, one document per run, written
+when the CLI knows the run's exit code (see Run)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TextIO
 
@@ -38,6 +39,62 @@ STATE_STYLES = {
     "upstream-regression": "bold red",
     "skipped": "dim",
 }
+
+
+@dataclass
+class Run:
+    """What one CLI run says on stdout in a machine-readable format. The command's JSON document
+    is held until the CLI knows the exit code, so that it says whether the run succeeded (`ok`,
+    `exit_code`) and why not (`error`, `hint`); a run that fails before making one still prints
+    one, with what the command had found (`known`: the target, the version...). A JUnit document
+    is written at once; a run that wrote none and failed gets one with an error testcase."""
+
+    document: dict[str, Any] | None = None
+    junit_written: bool = False
+    known: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    hint: str | None = None
+
+    def failed(self, message: str, hint: str | None = None) -> None:
+        self.error, self.hint = message, hint
+
+
+_run: Run | None = None  # the CLI run in progress; None outside the CLI (a document is printed at once)
+
+
+def begin_run() -> Run:
+    global _run
+    _run = Run()
+    return _run
+
+
+def finish_run(run: Run, *, fmt: str, command: str | None, exit_code: int) -> None:
+    """The run's document on stdout, as its format asks: the command's own JSON document with
+    `ok` and `exit_code` (and `error`, `hint` when it failed with one), else, with `--format
+    json`, one with what the run knows; with `--format junit`, a failed run that wrote no JUnit
+    gets a document with one error testcase."""
+    global _run
+    _run = None
+    failure = {"error": run.error, "hint": run.hint} if run.error is not None else {}
+    if run.document is not None:
+        _write_json({**run.document, "ok": exit_code == 0, "exit_code": exit_code, **failure})
+    elif fmt == "json":
+        about = {"command": command, **run.known} if command else run.known
+        _write_json({"ok": exit_code == 0, **failure, "exit_code": exit_code, **about})
+    elif fmt == "junit" and not run.junit_written and exit_code != 0:
+        suite = f"patchkit.{run.known['set']}" if run.known.get("set") else "patchkit"
+        sys.stdout.write(error_junit(suite, run.error or f"exit code {exit_code}", run.hint, exit_code))
+
+
+def write_junit(document: str) -> None:
+    sys.stdout.write(document)
+    if _run is not None:
+        _run.junit_written = True
+
+
+def _write_json(data: dict[str, Any]) -> None:
+    document = {"schema_version": SCHEMA_VERSION, "ok": data.get("ok", True), **data}
+    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
 
 
 def _console(*, stderr: bool):
@@ -120,8 +177,17 @@ class UI:
             self.err.print(f"hint: {visible(hint)}", style="red")
 
     def json(self, data: dict[str, Any]) -> None:
-        document = {"schema_version": SCHEMA_VERSION, **data}
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+        """The run's document: held for the CLI to complete and print (see Run)."""
+        if _run is None:
+            _write_json(data)
+        else:
+            _run.document = data
+
+    def knows(self, facts: dict[str, Any]) -> None:
+        """What the command has found so far (the target, its version...): a run that then fails
+        reports it in its JSON document."""
+        if _run is not None:
+            _run.known.update(facts)
 
     def table(
         self, columns: list[str], rows: Iterable[list[str]], title: str | None = None, state_column: int | None = None
@@ -298,7 +364,8 @@ class JUnitCase:
     details: str = ""
     skipped: str | None = None
     output: str = ""
-    kind: str = "failure"  # the <failure type=...>
+    kind: str = "failure"  # the <failure type=...> (or <error type=...>)
+    error: str | None = None  # the run could not judge this case: an <error>, not a <failure>
 
 
 def junit(suite: str, cases: list[JUnitCase]) -> str:
@@ -306,13 +373,15 @@ def junit(suite: str, cases: list[JUnitCase]) -> str:
     import xml.etree.ElementTree as ET
 
     failures = sum(1 for c in cases if c.failure)
-    skipped = sum(1 for c in cases if c.skipped and not c.failure)
+    errors = sum(1 for c in cases if c.error and not c.failure)
+    skipped = sum(1 for c in cases if c.skipped and not (c.failure or c.error))
     total = f"{sum(c.seconds for c in cases):.3f}"
     root = ET.Element(
         "testsuites",
         name="patchkit verify",
         tests=str(len(cases)),
         failures=str(failures),
+        errors=str(errors),
         skipped=str(skipped),
         time=total,
     )
@@ -322,7 +391,7 @@ def junit(suite: str, cases: list[JUnitCase]) -> str:
         name=suite,
         tests=str(len(cases)),
         failures=str(failures),
-        errors="0",
+        errors=str(errors),
         skipped=str(skipped),
         time=total,
     )
@@ -331,12 +400,22 @@ def junit(suite: str, cases: list[JUnitCase]) -> str:
         if c.failure:
             failure = ET.SubElement(case, "failure", type=c.kind, message=visible(c.failure))
             failure.text = visible(c.details or c.failure)
+        elif c.error:
+            error = ET.SubElement(case, "error", type=c.kind, message=visible(c.error))
+            error.text = visible(c.details or c.error)
         elif c.skipped:
             ET.SubElement(case, "skipped", message=visible(c.skipped))
         if c.output:
             ET.SubElement(case, "system-out").text = visible(c.output)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def error_junit(suite: str, message: str, hint: str | None, exit_code: int) -> str:
+    """A run that ended before it could judge anything (the index unreachable, a bad option...):
+    one testcase in error, so that a report file is never empty."""
+    details = message + (f"\nhint: {hint}" if hint else "")
+    return junit(suite, [JUnitCase(name="patchkit verify", error=message, details=details, kind=f"exit-{exit_code}")])
 
 
 def releases_junit(results, suite: str) -> str:
@@ -517,16 +596,26 @@ def plan_json(plan) -> list[dict]:
     ]
 
 
-def status_json(resolved, status, where=None) -> dict:
+def target_json(target) -> dict:
+    return {"target": str(target.root), "found_by": target.found_by}
+
+
+def resolved_json(resolved) -> dict:
+    """The target, its version and the series chosen, as status reports them (and error documents)."""
     return {
-        "state": status.state,
-        "library": where.to_json() if where else None,
-        "target": str(resolved.target.root),
-        "found_by": resolved.target.found_by,
+        **target_json(resolved.target),
         "vllm_version": str(resolved.vllm_version) if resolved.version else None,
         "version_source": resolved.version.source if resolved.version else None,
         "set": resolved.selection.set_name,
         "series": resolved.selection.release.directory.name if resolved.selection.release else None,
+    }
+
+
+def status_json(resolved, status, where=None) -> dict:
+    return {
+        "state": status.state,
+        "library": where.to_json() if where else None,
+        **resolved_json(resolved),
         "notes": resolved.notes,
         "patches": [
             {"name": p.name, "state": p.state, "files": p.files, "description": p.description, "problem": p.problem}

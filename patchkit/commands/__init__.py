@@ -9,6 +9,19 @@ def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0):
     return UI(fmt=fmt, quiet=quiet, verbose=verbose)
 
 
+def resolve_telling(ui, opts):
+    """resolve(opts), telling the UI what is found on the way (the target, then its version and
+    series): a run that fails afterwards still reports them in its JSON document."""
+    from patchkit.resolve import resolve, resolve_target
+    from patchkit.ui import resolved_json, target_json
+
+    target = resolve_target(opts)
+    ui.knows(target_json(target))
+    resolved = resolve(opts, target=target)
+    ui.knows(resolved_json(resolved))
+    return resolved
+
+
 class Shown:
     """An operation's steps shown through the UI as they happen (operations.Watcher)."""
 

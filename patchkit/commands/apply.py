@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import Shown, make_ui
+from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
 
 
@@ -15,10 +15,10 @@ from patchkit.commands.options import dry_run_option, force_option, format_optio
 def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
     """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
     from patchkit.operations import apply_series
-    from patchkit.resolve import require_patches, resolve
+    from patchkit.resolve import require_patches
 
     ui = make_ui(fmt, quiet, verbose)
-    resolved = resolve(opts)
+    resolved = resolve_telling(ui, opts)
     require_patches(resolved)
     if not ui.json_mode:
         ui.header(resolved)

@@ -17,6 +17,7 @@ def command(opts, quiet, verbose, fmt):
 
     ui = make_ui(fmt, quiet, verbose)
     where = locate(opts.library)
+    ui.knows({"library": where.to_json()})
     sets = load_library(where.path)
     data = [_describe(s) for s in sets.values()]
     damaged = any(p["state"] == LibraryPatchState.DAMAGED for s in data for r in s["releases"] for p in r["patches"])

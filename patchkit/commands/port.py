@@ -31,6 +31,7 @@ def command(from_version, to_version, out, workspace, library, set_name, fmt, qu
     from patchkit.maintainer.port import port_set
 
     ui = make_ui(fmt, quiet, verbose)
+    ui.knows({"from_version": from_version, "to_version": to_version})
     report = port_set(
         from_version, to_version, library=library, set_name=set_name, out=out, workspace=workspace, progress=ui.detail
     )

@@ -18,9 +18,11 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     the series. Without --set/--patch, undoes every set the tree records; with them, that set only.
     """
     from patchkit.operations import resolve_for_revert, revert_series
+    from patchkit.ui import resolved_json, target_json
 
     ui = make_ui(fmt, quiet, verbose)
     target, resolved = resolve_for_revert(opts)
+    ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))
     if resolved is not None and not ui.json_mode:
         ui.header(resolved)
     chosen = opts.set_name or opts.adhoc  # one set; without either, every set the tree records

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import make_ui
+from patchkit.commands import make_ui, resolve_telling
 from patchkit.commands.options import format_option, target_options
 
 
@@ -19,12 +19,11 @@ def command(opts, quiet, verbose, fmt):
     from patchkit.enums import TreeState
     from patchkit.inspection import inspect
     from patchkit.library import locate
-    from patchkit.resolve import resolve
     from patchkit.transaction import consistent_read
     from patchkit.ui import status_json
 
     ui = make_ui(fmt, quiet, verbose)
-    resolved = resolve(opts)
+    resolved = resolve_telling(ui, opts)
     where = None if opts.adhoc else locate(opts.library)  # --patch FILE: no library
     with consistent_read(resolved.target.root) as recovered:
         if recovered:

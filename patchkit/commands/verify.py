@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.commands import Shown, make_ui
+from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import format_option, no_import_option, target_options
 
 VERIFY_FORMATS = ("text", "json", "junit")
@@ -70,12 +70,13 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
 def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cache):
     from patchkit import fetch, release_check
     from patchkit.errors import Finished
-    from patchkit.ui import releases_junit
+    from patchkit.ui import releases_junit, write_junit
     from patchkit.version import parse
 
     # JUnit and JSON are the whole of stdout; quiet keeps text lines out of it.
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
     patch_set = release_check.load_patch_set(opts)
+    ui.knows({"set": patch_set.name})
     with fetch.reuse_index_pages():
         versions, requested = release_check.releases_to_verify(
             patch_set, [parse(v, "--vllm-version") for v in named], every=every, latest=latest
@@ -85,9 +86,7 @@ def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cac
     if fmt == "json":
         ui.json({"set": patch_set.name, "releases": [r.to_json(patch_set.name) for r in results]})
     elif fmt == "junit":
-        import sys
-
-        sys.stdout.write(releases_junit(results, f"patchkit.{patch_set.name}"))
+        write_junit(releases_junit(results, f"patchkit.{patch_set.name}"))
     else:
         _report_releases(ui, results)
     return Finished(release_check.overall_outcome(results))
@@ -119,10 +118,10 @@ def _report_releases(ui, results):
 
 def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
     from patchkit.operations import verify_tree
-    from patchkit.resolve import require_patches, resolve
+    from patchkit.resolve import require_patches
 
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
-    resolved = resolve(opts)
+    resolved = resolve_telling(ui, opts)
     require_patches(resolved)
     verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
     if fmt == "junit":
@@ -135,10 +134,8 @@ def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
 
 
 def _target_junit(resolved, verified) -> None:
-    import sys
-
     from patchkit.checks import CheckResult
-    from patchkit.ui import checks_junit
+    from patchkit.ui import checks_junit, write_junit
 
     conflicts = [
         CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
@@ -147,7 +144,7 @@ def _target_junit(resolved, verified) -> None:
         CheckResult("drift", path, False, f"{path} was edited after patchkit patched it")
         for path in verified.status.drifted
     ]
-    sys.stdout.write(checks_junit(conflicts + drifted + verified.checks, f"patchkit.{resolved.set_name}"))
+    write_junit(checks_junit(conflicts + drifted + verified.checks, f"patchkit.{resolved.set_name}"))
 
 
 def _target_json(ui, resolved, verified) -> None:

@@ -26,6 +26,7 @@ def command(version, directory, all_python, library, set_name, fmt, quiet, verbo
     from patchkit.maintainer.workspace import create_workspace
 
     ui = make_ui(fmt, quiet, verbose)
+    ui.knows({"version": version})
     report = create_workspace(
         version, directory, library=library, set_name=set_name, all_python=all_python, progress=ui.detail
     )

@@ -1,0 +1,207 @@
+"""What patchkit prints when things go wrong: a machine-readable document on every failed run
+(`--format json`, `--format junit`), and text that never crashes on a path the output encoding
+cannot hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_library, write_tree
+
+SPEC = "vllm/config/spec.py"
+ASCII_OUTPUT = {"PYTHONIOENCODING": "ascii", "LC_ALL": "C"}
+
+
+@pytest.fixture
+def library(tmp_path, tree, scratch) -> Path:
+    return write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]})
+
+
+# --------------------------------------------------------------------------- text on any encoding
+
+
+def odd_tree(tmp_path: Path, name: bytes) -> Path:
+    """A target under a directory whose name is `name` (bytes: maybe not UTF-8 at all)."""
+    return write_tree(tmp_path / os.fsdecode(name) / "site-packages")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [b"Z\xc3\xbcrich-\xe2\x86\x92-env", b"latin1-\xe9t\xe9"],  # "Zürich-→-env" in UTF-8; not UTF-8 at all
+    ids=["non-ascii", "invalid-utf8"],
+)
+def test_status_apply_revert_print_paths_an_ascii_stdout_cannot_hold(tmp_path, library, name):
+    tree = odd_tree(tmp_path, name)
+    stock = snapshot(tree)
+    outputs = []
+    for argv in (["status"], ["apply"], ["status"], ["revert", "-v"]):
+        done = run_cli(*argv, "--target", tree, "--patches", library, env=ASCII_OUTPUT)
+        assert_clean_failure(done, 0)
+        outputs.append(done.stdout)
+    assert '"deepseek"' not in (tree / SPEC).read_text() and snapshot(tree) == stock
+    escaped = name.decode("utf-8", "surrogateescape").encode("ascii", "backslashreplace").decode()
+    assert all(escaped in out for out in outputs), outputs
+    assert "state    applied" in outputs[2]
+
+
+def test_an_error_naming_such_a_path_is_one_clean_line(tmp_path, library):
+    missing = tmp_path / os.fsdecode(b"gone-\xc3\xa5-\xfe")
+    done = run_cli("status", "--target", missing, "--patches", library, env=ASCII_OUTPUT)
+    assert_clean_failure(done, 4)
+    assert "gone-\\xe5-\\udcfe" in done.stderr
+    as_json = run_cli("status", "--target", missing, "--patches", library, "--format", "json", env=ASCII_OUTPUT)
+    assert_clean_failure(as_json, 4)
+    assert as_json.stdout.isascii() and "gone-\u00e5-\udcfe" in json.loads(as_json.stdout)["error"]
+
+
+def test_a_stream_that_keeps_file_name_bytes_still_escapes_what_it_cannot_encode(tmp_path, library):
+    """ASCII with surrogateescape: the non-UTF-8 byte goes out as it is, the `ø` as an escape."""
+    tree = odd_tree(tmp_path, b"\xc3\xb8-\xfa")
+    env = {**os.environ, "PYTHONIOENCODING": "ascii:surrogateescape"}
+    argv = [sys.executable, "-m", "patchkit", "status", "--target", tree, "--patches", library]
+    done = subprocess.run(argv, capture_output=True, env=env, timeout=300)  # bytes: stdout is not UTF-8
+    assert done.returncode == 0, done.stderr
+    assert b"\\xf8-\xfa/site-packages" in done.stdout
+
+
+# --------------------------------------------------------------------------- JSON on every failure
+
+
+def one_document(stdout: str) -> dict:
+    """stdout holds exactly one JSON object (json.loads refuses anything after it)."""
+    document = json.loads(stdout)
+    assert isinstance(document, dict) and document["schema_version"] == 1
+    return document
+
+
+def failing_runs(tmp_path: Path, tree: Path, library: Path) -> dict[str, tuple[list, int]]:
+    """A failing run of every command that takes --format json: (its arguments, its exit code)."""
+    no_vllm = tmp_path / "no-vllm"
+    no_vllm.mkdir()
+    old = write_tree(tmp_path / "old", version="0.10.4")
+    return {
+        "status": (["status", "--target", no_vllm], 4),
+        "apply": (["apply", "--target", old, "--patches", library], 3),
+        "verify": (["verify", "--latest", "--target", tree, "--patches", library], 2),
+        "revert": (["revert", "--target", tree, "--patches", library, "--set", "absent"], 2),
+        "list": (["list", "--patches", no_vllm], 2),
+        "workspace": (["workspace", "0.9.3", tmp_path / "ws", "--patches", library], 3),
+        "refresh": (["refresh", no_vllm], 2),
+        "port": (["port", "--from", "0.13.0", "--to", "0.16.0", "--patches", library, "--out", tmp_path / "o"], 3),
+    }
+
+
+@pytest.mark.parametrize("command", ["status", "apply", "verify", "revert", "list", "workspace", "refresh", "port"])
+def test_every_json_command_prints_a_document_when_it_fails(run, tmp_path, tree, library, command):
+    argv, code = failing_runs(tmp_path, tree, library)[command]
+    result = run(*argv, "--format", "json")
+    assert result.exit_code == code, result.output
+    document = one_document(result.stdout)
+    assert (document["ok"], document["exit_code"], document["command"]) == (False, code, command)
+    assert document["error"] and f"error: {document['error']}" in result.stderr
+    assert "hint" in document
+
+
+def test_a_failure_after_resolving_reports_the_target_and_version(run, tmp_path, library):
+    old = write_tree(tmp_path / "old", version="0.10.4")
+    document = one_document(run("apply", "--dry-run", "--target", old, "--patches", library, "--format", "json").stdout)
+    assert document["exit_code"] == 3 and "0.10.4" in document["error"]
+    assert (document["target"], document["vllm_version"], document["set"]) == (str(old), "0.10.4", "demo")
+
+
+def test_text_output_stays_free_of_json_when_a_run_fails(run, tmp_path, library):
+    result = run("status", "--target", tmp_path, "--patches", library)
+    assert result.exit_code == 4 and result.stdout == ""
+
+
+def test_an_internal_error_and_an_interrupt_print_a_document_too(run, tree, library, monkeypatch):
+    from patchkit import inspection
+
+    for raised, code in ((LookupError("a bug"), 70), (KeyboardInterrupt(), 130)):
+
+        def broken(*args, exc=raised, **kwargs):
+            raise exc
+
+        monkeypatch.setattr(inspection, "inspect", broken)
+        result = run("status", "--target", tree, "--patches", library, "--format", "json")
+        document = one_document(result.stdout)
+        assert result.exit_code == code and (document["ok"], document["exit_code"]) == (False, code)
+        assert document["target"] == str(tree) and document["vllm_version"] == "0.16.0"
+    assert document["error"] == "interrupted"
+
+
+def test_documents_say_ok_and_the_exit_code_and_a_failed_one_why(run, tree, library):
+    listed = one_document(run("list", "--patches", library, "--format", "json").stdout)
+    assert (listed["ok"], listed["exit_code"]) == (True, 0) and "error" not in listed
+    (tree / SPEC).write_text((tree / SPEC).read_text().replace('"qwen"', '"falcon"'))
+    result = run("apply", "--target", tree, "--patches", library, "--format", "json")
+    applied = one_document(result.stdout)
+    assert (result.exit_code, applied["result"], applied["ok"], applied["exit_code"]) == (1, "conflict", False, 1)
+    assert SPEC in applied["error"] and f"error: {applied['error']}" in result.stderr
+
+
+def test_every_successful_document_says_ok(run, tree, library):
+    where = ["--target", tree, "--patches", library, "--format", "json"]
+    for argv in (["status"], ["apply", "--dry-run"], ["apply"], ["verify"], ["revert"]):
+        result = run(*argv, *where)
+        document = one_document(result.stdout)
+        assert (result.exit_code, document["ok"], document["exit_code"]) == (0, True, 0), argv
+        assert "error" not in document
+
+
+def test_a_status_document_of_an_unsupported_release_says_not_ok(run, tmp_path, library):
+    older = write_tree(tmp_path / "older", version="0.10.9")  # below the set's range
+    result = run("status", "--target", older, "--patches", library, "--format", "json")
+    document = one_document(result.stdout)
+    assert (result.exit_code, document["state"], document["ok"], document["exit_code"]) == (3, "unsupported", False, 3)
+
+
+def test_a_usage_error_with_format_json_is_a_document_too(tmp_path, library):
+    done = run_cli("workspace", "--patches", library, "--format", "json", "--all")  # VERSION missing
+    assert_clean_failure(done, 2)
+    document = one_document(done.stdout)
+    assert (document["command"], document["exit_code"]) == ("workspace", 2)
+    assert "VERSION" in document["error"] and "Usage:" in done.stderr
+    refused = run_cli("status", "--format", "yml")  # no format chosen: click's message alone
+    assert_clean_failure(refused, 2)
+    assert refused.stdout == "" and "'yml' is not one of" in refused.stderr
+
+
+# --------------------------------------------------------------------------- JUnit on every failure
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_verify_junit_that_cannot_fetch_is_a_junit_document_with_an_error(library):
+    env = {"PIP_INDEX_URL": f"http://127.0.0.1:{closed_port()}/simple", "PIP_CONFIG_FILE": os.devnull}
+    done = run_cli("verify", "--vllm-version", "0.16.0", "--patches", library, "--format", "junit", env=env)
+    assert_clean_failure(done, 4)
+    suites = ET.fromstring(done.stdout)
+    [suite] = suites.findall("testsuite")
+    assert (suites.get("errors"), suite.get("name"), suite.get("tests"), suite.get("failures")) == (
+        "1",
+        "patchkit.demo",
+        "1",
+        "0",
+    )
+    [error] = suite.findall("testcase/error")
+    assert error.get("type") == "exit-4" and "127.0.0.1" in error.get("message", "")
+    assert "hint: " in (error.text or "")
+
+
+def test_verify_junit_on_a_target_it_cannot_find_is_a_junit_document_too(run, tmp_path, library):
+    result = run("verify", "--target", tmp_path, "--patches", library, "--format", "junit")
+    assert result.exit_code == 4
+    [error] = ET.fromstring(result.stdout).findall("testsuite/testcase/error")
+    assert "no vllm/ package" in error.get("message", "")
