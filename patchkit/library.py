@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.enums import SelectionKind
 from patchkit.errors import BadInput, NoPatchSet
-from patchkit.fsutil import unsafe_reason
+from patchkit.fsutil import atomic_write, unsafe_reason
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, read_patch
 from patchkit.requirements import Requirement, parse_requirements
 from patchkit.version import in_range, release_version, specifier
@@ -127,9 +127,10 @@ def write_series(directory: Path, names: list[str]) -> None:
     lines = [f"{name} {SHA_PREFIX}{hashlib.sha256((directory / name).read_bytes()).hexdigest()}" for name in names]
     comments = []
     series = directory / SERIES
-    if series.is_file():
+    if series.is_file() and not series.is_symlink():
         comments = [line for line in series.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
-    series.write_text("\n".join(comments + lines) + "\n", encoding="utf-8")
+    # A new file in place of the old (never written through a symlink planted there).
+    atomic_write(series, ("\n".join(comments + lines) + "\n").encode())
 
 
 @dataclass(frozen=True)

@@ -610,3 +610,18 @@ def test_ci_mode_never_blames_the_library_for_a_damaged_cached_release_file(
     assert report["outcome"] != "conflict"
     if report["outcome"] != "patched":
         assert report["outcome"] == "check-failed" and "RECORD" in report["detail"]
+
+
+def test_refresh_replaces_a_symlinked_series_file_instead_of_writing_through_it(tmp_path):
+    from patchkit.library import write_series
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    series_dir = tmp_path / "lib" / "demo" / "0.16.0"
+    series_dir.mkdir(parents=True)
+    (series_dir / "0001-x.patch").write_bytes(b"patch bytes\n")
+    (series_dir / "series").symlink_to(outside)
+    write_series(series_dir, ["0001-x.patch"])
+    assert outside.read_text() == "keep me\n"
+    assert not (series_dir / "series").is_symlink()
+    assert (series_dir / "series").read_text().startswith("0001-x.patch sha256:")

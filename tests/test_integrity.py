@@ -185,9 +185,25 @@ def test_a_file_patched_by_hand_and_edited_besides_is_refused(run, tree, library
 
 
 def publish_in_cache(cache: Path, version: str, stock: dict[str, str]) -> None:
-    """What `patchkit fetch` leaves in the cache: releases/<v>/tree/vllm-<v>.dist-info/RECORD."""
+    """What `patchkit fetch` leaves in the cache: releases/<v>/tree/vllm-<v>.dist-info/RECORD, bound by
+    its sha256 in releases/<v>/release.json."""
+    import hashlib
+
+    from patchkit.fetch.cache import new_state, save_state
+
     wheel = write_tree(cache / "releases" / version / "tree", version, stock)
     write_record(wheel, version, sorted(stock))
+    dist_info = f"vllm-{version}.dist-info"
+    members = sorted(p.relative_to(wheel).as_posix() for p in wheel.rglob("*") if p.is_file())
+    state = new_state(version) | {
+        "wheel": f"vllm-{version}-py3-none-any.whl",
+        "url": "https://example.invalid/vllm.whl",
+        "dist_info": dist_info,
+        "members": members,
+        "present": members,
+        "record_sha256": hashlib.sha256((wheel / dist_info / "RECORD").read_bytes()).hexdigest(),
+    }
+    save_state(cache / "releases" / version, state)
 
 
 def test_the_published_wheels_record_from_the_fetch_cache_is_used_too(run, tmp_path, tree, library, empty_fetch_cache):
@@ -207,6 +223,19 @@ def test_the_published_wheels_record_from_the_fetch_cache_is_used_too(run, tmp_p
     model_rows = [c for c in data["checks"] if c["check"] == "integrity" and c["path"] == MODEL]
     assert [(c["ok"], c["level"]) for c in model_rows] == [(True, ERROR), (False, WARNING)]
     assert "the installed build is not the published wheel" in model_rows[1]["message"]
+
+
+def test_a_cached_record_the_fetch_did_not_take_from_the_wheel_is_no_evidence(
+    run, tmp_path, tree, library, empty_fetch_cache
+):
+    """The fetch cache is untrusted: a RECORD edited after the fetch (here: vouching for a vendor build of
+    model.py) is ignored, so it cannot vouch for anything."""
+    publish_in_cache(empty_fetch_cache, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    record = empty_fetch_cache / "releases" / "0.16.0" / "tree" / "vllm-0.16.0.dist-info" / "RECORD"
+    record.write_bytes(record.read_bytes() + b"vllm/extra.py,sha256=AAAA,1\n")
+    result, data = apply(run, tree, library, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert all("published wheel" not in row[2] for row in integrity_rows(data["checks"]).values())
 
 
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"

@@ -24,11 +24,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
-from patchkit.errors import BadInput, CheckFailed, FetchError
+from patchkit.errors import BadInput, CheckFailed, FetchError, PatchkitError
 from patchkit.record import (
     HASHES,
     allowed_hashes,
-    cache_dir,
     find_record,
     parse_record,
     record_algorithm,
@@ -168,27 +167,34 @@ def installed_record(root: Path, version) -> tuple[Record | None, str]:
     path = find_record(root, version)
     if path is None:
         return None, "no vllm-*.dist-info/RECORD in the tree (a source checkout?)"
-    record = _parse(path, path.relative_to(root).as_posix())
+    label = path.relative_to(root).as_posix()
+    try:
+        record = _parse(path.read_bytes(), label)
+    except OSError:
+        record = None
     if record is None:
-        return None, f"{path.relative_to(root).as_posix()} is unreadable"
+        return None, f"{label} is unreadable"
     return record, ""
 
 
 def published_record(version) -> Record | None:
-    """The published wheel's RECORD when `patchkit fetch` already cached this release (no network)."""
+    """The published wheel's RECORD when `patchkit fetch` already cached this release (no network),
+    and only while the cache holds it as fetched (the cache is untrusted input: fetch re-checks it)."""
     if version is None:
         return None
+    from patchkit.fetch import cached_record
+
     try:
-        path = find_record(cache_dir() / "releases" / str(version) / "tree", version)
-    except OSError:
+        data = cached_record(str(version))
+    except PatchkitError:  # a version the cache cannot name, a damaged entry: no evidence
         return None
-    return _parse(path, f"the published wheel's RECORD (fetch cache, vllm {version})") if path else None
+    return _parse(data, f"the published wheel's RECORD (fetch cache, vllm {version})") if data else None
 
 
-def _parse(path: Path, label: str) -> Record | None:
+def _parse(data: bytes, label: str) -> Record | None:
     try:
-        rows = parse_record(path.read_bytes())
-    except (OSError, FetchError):
+        rows = parse_record(data)
+    except FetchError:
         return None
     entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest}
     return Record(
