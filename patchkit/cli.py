@@ -10,7 +10,7 @@ import sys
 import click
 
 from patchkit import __version__
-from patchkit.errors import CHECK_FAILED, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for
+from patchkit.errors import BROKEN_PIPE, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for
 
 EPILOG = """\b
 Exit codes:
@@ -20,6 +20,7 @@ Exit codes:
   3  no patch set for this vLLM version
   4  target problem (vLLM not found, not writable, sources unobtainable)
   70 internal error (a bug in patchkit: please report it)
+  130 interrupted; 141 the reader of the output went away (a closed pipe)
 """
 
 COMMANDS = {
@@ -136,7 +137,15 @@ def _stdout_gone() -> int:
     """A reader that stopped early (`| head`): end quietly, as rich does, with stdout pointed at
     devnull so that the flush at exit does not fail again."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return CHECK_FAILED
+    return BROKEN_PIPE
+
+
+def _give_closed_streams_a_sink() -> None:
+    """Started with stdout or stderr closed (`patchkit status >&-`), Python has None there: write
+    to devnull instead, so that what a command prints cannot turn into an internal error."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
 
 
 ESCAPE_UNENCODABLE = "patchkit-escape"
@@ -190,6 +199,7 @@ def cli():
 
 
 def main() -> None:
+    _give_closed_streams_a_sink()
     try:
         cli(prog_name="patchkit")
     finally:

@@ -8,6 +8,7 @@ Exit codes (also in the README and `patchkit --help`):
   4  target problem: vLLM not found, not writable, release sources unobtainable
  70  internal error: a bug in patchkit (EX_SOFTWARE of sysexits.h), never a verdict on the tree
 130  interrupted
+141  the reader of the output went away (a closed pipe: `patchkit list | head -1`), as a shell reports SIGPIPE
 
 A command that ends without an error returns a result whose `outcome` (enums.Outcome) the CLI
 maps to the exit code with exit_code_for; an error carries its own code. Nothing else exits.
@@ -26,6 +27,7 @@ NO_PATCH_SET = 3
 TARGET_PROBLEM = 4
 INTERNAL_ERROR = 70
 INTERRUPTED = 130
+BROKEN_PIPE = 141
 
 _OUTCOME_EXIT_CODES = {
     Outcome.CONFLICT: CHECK_FAILED,
@@ -41,7 +43,8 @@ def exit_code_for(outcome: Outcome) -> int:
 
 
 class PatchkitError(Exception):
-    """Base of every error patchkit reports to a user (never with a traceback)."""
+    """Base of every error patchkit reports to a user (never with a traceback). Raise a subclass: each
+    says what kind of failure it is, and so its exit code."""
 
     exit_code = CHECK_FAILED
 
@@ -81,6 +84,16 @@ class TargetError(PatchkitError):
     """vLLM was not found where asked, or the tree cannot be written."""
 
     exit_code = TARGET_PROBLEM
+
+
+class ToolFailed(TargetError):
+    """A program patchkit runs (git) failed for a reason of its own: the machine's problem, not the tree's."""
+
+
+class InternalError(PatchkitError):
+    """patchkit caught itself being wrong (an invariant that does not hold): a bug, never a verdict."""
+
+    exit_code = INTERNAL_ERROR
 
 
 class LockBusy(TargetError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import library
@@ -55,10 +54,6 @@ class Resolved:
             patches=self.patches,
             changes=changes,
         )
-
-
-def library_root(opts: Options) -> Path:
-    return library.locate(opts.library).path
 
 
 def resolve_target(opts: Options) -> Target:

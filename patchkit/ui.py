@@ -101,8 +101,13 @@ def _console(*, stderr: bool):
     """Created on first use: a quiet run that prints nothing never imports rich."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError  # the CLI's to handle, as for every other write (its own exit code)
+
     stream = sys.stderr if stderr else sys.stdout
-    return Console(
+    return _Console(
         stderr=stderr, markup=False, highlight=False, soft_wrap=False, width=None if stream.isatty() else 10_000
     )
 

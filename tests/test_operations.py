@@ -13,7 +13,7 @@ from helpers import SPEC_PY, make_patch, snapshot, write_library
 import patchkit
 from patchkit import inspection
 from patchkit.enums import Outcome, PatchState, StepState, TreeState
-from patchkit.errors import CHECK_FAILED, INTERNAL_ERROR, Conflict
+from patchkit.errors import CHECK_FAILED, INTERNAL_ERROR, CheckFailed, Conflict
 from patchkit.operations import apply_series, resolve_for_revert, revert_series, verify_tree
 from patchkit.options import Options
 from patchkit.resolve import resolve
@@ -120,6 +120,23 @@ def test_an_internal_error_has_its_own_exit_code(run, tree, library, monkeypatch
     assert result.exit_code == INTERNAL_ERROR == 70
     assert "internal error: RuntimeError: boom" in result.output
     assert INTERNAL_ERROR != CHECK_FAILED
+
+
+def test_an_invariant_patchkit_catches_broken_is_an_internal_error_too(run, tree, library, monkeypatch):
+    """What patchkit detects as its own bug (maintainer.series' check that a refreshed series reproduces
+    the workspace) is exit 70, never 1, "a check failed"."""
+    from patchkit.errors import InternalError, PatchkitError, ToolFailed
+
+    def broken(*args, **kwargs):
+        raise InternalError("the refreshed series does not reproduce the workspace")
+
+    monkeypatch.setattr(inspection, "inspect", broken)
+    result = run("status", "--target", tree, "--patches", library)
+    assert result.exit_code == 70 and "does not reproduce" in result.output
+    assert ToolFailed("git diff failed").exit_code == 4
+    assert PatchkitError.__subclasses__() and all(
+        cls.exit_code != CHECK_FAILED or issubclass(cls, CheckFailed) for cls in PatchkitError.__subclasses__()
+    )
 
 
 def test_the_exit_codes_are_in_the_help(run):

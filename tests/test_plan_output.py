@@ -255,7 +255,8 @@ def test_file_hunk_and_piped_rows_cover_the_same_files_and_hunks(site, patches):
 
 
 def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path, scratch):
-    """`apply --dry-run | head`: exit 1 with nothing on stderr (no internal error), as rich does."""
+    """`apply --dry-run | head`: exit 141 (the reader went away, as a shell reports SIGPIPE) with nothing
+    on stderr (no internal error)."""
     lines = "".join(f"v{i} = {i}\n" for i in range(20_000))
     site = write_tree(tmp_path / "big", files={LONG: lines})
     patch = make_patch(scratch, site, {LONG: lines.replace("0 = ", "0 = -")})
@@ -276,7 +277,26 @@ def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path, scratch):
         assert process.stdout.readline().startswith(b"vLLM")
         process.stdout.close()
         errors = process.stderr.read()
-    assert process.returncode == 1 and errors == b""
+    assert process.returncode == 141 and errors == b""
+
+
+def test_a_reader_that_stops_early_is_the_same_exit_through_rich(tmp_path, site, library):
+    """`list` prints through rich in a pipe: its broken pipe ends the run the same way (rich's own
+    handler would exit 1, "a check failed")."""
+    env = {**os.environ, "FORCE_COLOR": "1"}  # rich even on a pipe
+    command = [sys.executable, "-m", "patchkit", "list", "--patches", library]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        errors = process.stderr.read()
+    assert process.returncode == 141 and b"Traceback" not in errors and b"internal error" not in errors
+
+
+def test_closed_standard_streams_are_no_internal_error(site, library):
+    done = subprocess.run(
+        f'"{sys.executable}" -m patchkit status --target "{site}" --patches "{library}" >&- 2>&-', shell=True
+    )
+    assert done.returncode == 0
 
 
 REPORT_RICH = (

@@ -3,14 +3,14 @@ from __future__ import annotations
 import click
 
 from patchkit.commands import make_ui
-from patchkit.commands.options import library_options, output_options
+from patchkit.commands.options import all_python_option, force_option, library_options, output_options
 
 
 @click.command()
 @click.argument("version")
 @click.option("--dest", metavar="DIR", help="Also lay the files out under DIR (usable as --target DIR).")
-@click.option("--all", "all_python", is_flag=True, help="Fetch every vllm/**/*.py, not only the patched files.")
-@click.option("--force", is_flag=True, help="Overwrite files in --dest DIR that hold other contents.")
+@all_python_option("Fetch every vllm/**/*.py, not only the patched files.")
+@force_option("Overwrite files in --dest DIR that hold other contents.")
 @library_options
 @output_options
 def command(version, dest, all_python, force, library, set_name, quiet, verbose):

@@ -104,5 +104,9 @@ def force_option(help: str) -> Callable[[F], F]:
     return click.option("--force", is_flag=True, help=help)
 
 
+def all_python_option(help: str = "Every vllm/**/*.py, not only the files the series touches.") -> Callable[[F], F]:
+    return click.option("--all", "all_python", is_flag=True, help=help)
+
+
 def no_import_option(help: str = "Do not import the patched modules (probe check).") -> Callable[[F], F]:
     return click.option("--no-import", is_flag=True, help=help)

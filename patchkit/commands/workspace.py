@@ -3,13 +3,13 @@ from __future__ import annotations
 import click
 
 from patchkit.commands import make_ui
-from patchkit.commands.options import format_option, library_options, output_options
+from patchkit.commands.options import all_python_option, format_option, library_options, output_options
 
 
 @click.command()
 @click.argument("version")
 @click.argument("directory", required=False, metavar="[DIR]")
-@click.option("--all", "all_python", is_flag=True, help="Every vllm/**/*.py, not only the files the series touches.")
+@all_python_option()
 @library_options
 @format_option
 @output_options

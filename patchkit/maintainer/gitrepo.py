@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit.errors import BadInput, PatchkitError
+from patchkit.errors import BadInput, ToolFailed
 from patchkit.maintainer.meta import META
 from patchkit.patchfile import decode
 
@@ -72,7 +72,7 @@ def git_diff(changes: Changes) -> dict[str, str]:
                     file.write_bytes(data)
         status, out, err = run_git(git_in(Path(tmp)).diff, *DIFF_OPTIONS, "a", "b")
     if status not in (0, 1):
-        raise PatchkitError(f"git diff failed: {err.strip()}")
+        raise ToolFailed(f"git diff failed: {err.strip()}")
     sections = {}
     for section in re.split(r"(?m)^(?=diff --git )", decode(out)):
         if section:

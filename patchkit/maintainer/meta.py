@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from patchkit import fsutil, seal
 from patchkit.errors import BadInput
-from patchkit.fsutil import unsafe_reason
+from patchkit.fsutil import atomic_write, unsafe_reason
 from patchkit.maintainer.patchtext import split_header
 from patchkit.patchfile import Patch, decode
 
@@ -71,7 +71,7 @@ class WorkspaceMeta:
     def save(self, directory: Path) -> None:
         data = asdict(self)
         data["seal"] = seal.seal(SEAL_KIND, _sealed_name(directory), _canonical(data))
-        (directory / META).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        atomic_write(directory / META, (json.dumps(data, indent=2) + "\n").encode())  # never through a symlink
 
     @classmethod
     def load(cls, directory: Path) -> WorkspaceMeta:

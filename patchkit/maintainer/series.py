@@ -3,13 +3,14 @@ one reproduces the workspace, writing it, and set.toml's [[releases]] entries.""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.errors import NoPatchSet, PatchkitError
+from patchkit.errors import InternalError, NoPatchSet
 from patchkit.fsutil import atomic_write
 from patchkit.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
 from patchkit.maintainer.reports import PatchOutcome
@@ -45,7 +46,7 @@ def check_reproduces(patches: list[Patch], stock: Contents, work: Contents) -> N
         wrong = [s.patch.name for s in plan.steps if s.state != WILL_CHANGE]
         wrong += [p for p in work if plan.content(p) != work[p]]
     if wrong:
-        raise PatchkitError(
+        raise InternalError(
             f"the refreshed series does not reproduce the workspace ({', '.join(wrong)}); "
             "this is a patchkit bug: nothing was written"
         )
@@ -69,8 +70,12 @@ def append_release(set_dir: Path, versions: str, dir: str, comment: str | None =
     text = manifest.read_text(encoding="utf-8")
     line = f'versions = "{versions}"' + (f"      # {comment}" if comment else "")
     entry = f'[[releases]]\n{line}\ndir = "{dir}"\n'
-    manifest.write_text(text + ("" if text.endswith("\n") else "\n") + "\n" + entry, encoding="utf-8")
-    load_set(set_dir)  # still readable
+    new_text = text + ("" if text.endswith("\n") else "\n") + "\n" + entry
+    with tempfile.TemporaryDirectory() as scratch:  # still readable, judged before anything is written
+        shutil.copytree(set_dir, Path(scratch) / set_dir.name, symlinks=True)
+        (Path(scratch) / set_dir.name / MANIFEST).write_text(new_text, encoding="utf-8")
+        load_set(Path(scratch) / set_dir.name)
+    atomic_write(manifest, new_text.encode())  # a new file in place: never written through a symlink
     return entry
 
 
