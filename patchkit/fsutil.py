@@ -65,7 +65,7 @@ def atomic_write(
                 fh.flush()
                 os.fsync(fh.fileno())
         if mode is not None:
-            os.chmod(tmp, mode)
+            os.chmod(tmp, mode & 0o777)  # never setuid, setgid or sticky
         if before_replace is not None:
             before_replace()
         os.replace(tmp, path)

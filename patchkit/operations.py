@@ -527,6 +527,7 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
     """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/: a
     directory of its own per run, created exclusively (mkdtemp), so no run overwrites the copies
     of another; a symlinked saved/ is refused, never followed."""
+    import os
     import shutil
     import tempfile
     from datetime import datetime
@@ -545,5 +546,7 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
     where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
     for path in paths:
         (where / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / path, where / path, follow_symlinks=False)
+        # The contents, readable by their owner only: never a mode (a setuid bit) patchkit would then own.
+        shutil.copyfile(root / path, where / path, follow_symlinks=False)
+        os.chmod(where / path, 0o600)
     return where

@@ -105,14 +105,27 @@ def _damaged(path: Path, what: str) -> BadInput:
     return BadInput(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
 
 
-def checked_path(path: object, origin: Path) -> str:
-    """A recorded path, checked by the one path rule (the same as a diff's)."""
+def checked_path(path: object, origin: Path, *, directory: bool = False) -> str:
+    """A recorded path, checked by the one path rule (the same as a diff's) and, like a diff's, kept to
+    the patched packages: a file inside a package directory (`vllm/...`), never a file beside them in
+    site-packages (a `.pth`, `sitecustomize.py`), a dist-info, patchkit's own `.patchkit/` or bytecode."""
     if not isinstance(path, str):
         raise _damaged(origin, f"a path is {type(path).__name__}, not text")
-    reason = unsafe_reason(path)
+    reason = unsafe_reason(path) or _outside_packages(path, directory=directory)
     if reason:
         raise _damaged(origin, f"the recorded path {path!r} {reason}")
     return path
+
+
+def _outside_packages(path: str, *, directory: bool) -> str | None:
+    parts = path.split("/")
+    if not parts[0].isidentifier():
+        return "is not inside a package directory (vllm/...)"
+    if len(parts) < 2 and not directory:
+        return "is not inside a package directory (vllm/...)"
+    if "__pycache__" in parts:
+        return "is compiled bytecode, which patchkit never records"
+    return None
 
 
 def checked_digest(value: object, origin: Path, *, optional: bool = True) -> str | None:

@@ -55,6 +55,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from filelock import BaseFileLock
 
 LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
+# The mode bits a written file may have. Never setuid, setgid or sticky: patchkit often runs as root on
+# a tree another account may own, and a root-owned setuid copy of a file would be a privilege it gave.
+PERMISSIONS = 0o777
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
 
 
@@ -236,13 +239,13 @@ def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
     if staged is not None and staged != _staged_name(path, txid):
         raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
     mode = entry.get("mode")
-    if mode is not None and (type(mode) is not int or not 0 <= mode <= 0o7777):
-        raise BadInput(f"{path}: the mode {mode!r} is not a permission mode")
+    if mode is not None and (type(mode) is not int or not 0 <= mode <= PERMISSIONS):
+        raise BadInput(f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky are never kept)")
     created = entry.get("created_dirs", [])
     if not isinstance(created, list):
         raise BadInput(f"{path}: 'created_dirs' is not a list")
     for directory in created:
-        if not path.startswith(checked_path(directory, origin) + "/"):
+        if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
             raise BadInput(f"{path}: the created directory {directory!r} does not hold it")
 
 
@@ -374,7 +377,7 @@ def _journal_entry(root: Path, w: FileWrite, txid: str) -> dict:
         "before": sha256(w.before),
         "after": sha256(w.after),
         "staged": str(staged.relative_to(root)) if w.after is not None else None,
-        "mode": stat.S_IMODE(full.stat().st_mode) if w.before is not None else None,
+        "mode": stat.S_IMODE(full.stat().st_mode) & PERMISSIONS if w.before is not None else None,
         "created_dirs": [str(p.relative_to(root)) for p in _missing_parents(full.parent, root)],
     }
 
@@ -459,12 +462,14 @@ def _write_file(path: Path, data: bytes, mode: int | None) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     if mode is not None:
-        os.chmod(path, mode)
+        os.chmod(path, mode & PERMISSIONS)
 
 
 def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     _faults.tick()
-    atomic_write(path, data, mode=mode, durable=True, before_replace=_faults.tick)
+    atomic_write(
+        path, data, mode=None if mode is None else mode & PERMISSIONS, durable=True, before_replace=_faults.tick
+    )
 
 
 def _prune_objects(root: Path, state: State) -> None:

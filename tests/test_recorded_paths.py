@@ -1,0 +1,105 @@
+"""A review found that .patchkit/ records could drive writes a diff never could: a journal entry whose
+mode carries a setuid bit, or a recorded path beside the packages (a dist-info file, a `.pth`). Recorded
+paths follow a diff's rule (inside a package directory), and no written file keeps setuid, setgid or
+sticky bits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from helpers import SPEC_PY, fingerprint, make_patch, patched_spec
+
+SPEC = "vllm/config/spec.py"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def applied(run, tree, tmp_path) -> tuple[Path, Path]:
+    patch = tmp_path / "deepseek.diff"
+    patch.write_bytes(make_patch(tmp_path, tree, {SPEC: patched_spec()}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    return tree, patch
+
+
+def plant_object(tree: Path, data: bytes) -> str:
+    digest = sha(data)
+    (tree / ".patchkit" / "objects" / digest).write_bytes(data)
+    return digest
+
+
+def plant_journal(tree: Path, entry: dict) -> None:
+    (tree / ".patchkit" / "journal.json").write_text(
+        json.dumps({"id": "c0ffee", "previous_state": None, "files": [entry]})
+    )
+
+
+def test_a_journal_entry_with_a_setgid_mode_is_refused_and_nothing_is_written(run, applied):
+    tree, patch = applied
+    payload = plant_object(tree, b"#!/bin/sh\necho owned\n")
+    plant_journal(tree, {"path": "vllm/tool.sh", "before": payload, "after": None, "staged": None, "mode": 0o2755})
+    before = fingerprint(tree)
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code == 2, result.output
+    assert "permission mode" in result.output and "inspect or remove" in result.output
+    assert fingerprint(tree) == before and not (tree / "vllm" / "tool.sh").exists()
+
+
+@pytest.mark.parametrize(
+    "path", ["vllm-0.16.0.dist-info/METADATA", "zz-evil.pth", "vllm/__pycache__/spec.cpython-311.pyc"]
+)
+def test_a_journal_may_not_touch_anything_beside_the_packages(run, applied, path):
+    tree, patch = applied
+    (tree / "zz-evil.pth").write_text("import os\n")
+    plant_journal(tree, {"path": path, "before": None, "after": sha(b"x"), "staged": None})
+    before = fingerprint(tree)
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code == 2, result.output
+    assert fingerprint(tree) == before
+
+
+def test_a_state_entry_beside_the_packages_is_refused_before_revert_writes(run, applied):
+    tree, _ = applied
+    payload = plant_object(tree, b"import os; os.system('id')\n")
+    state_file = tree / ".patchkit" / "state.json"
+    state = json.loads(state_file.read_text())
+    entry = state["entries"][0]
+    files = entry["files"]
+    files["usercustomize.py"] = {"before": payload, "after": sha(b"")}
+    (tree / "usercustomize.py").write_bytes(b"")
+    state_file.write_text(json.dumps(state))
+    before = fingerprint(tree)
+    result = run("revert", "--target", tree)
+    assert result.exit_code == 2, result.output
+    assert "usercustomize.py" in result.output
+    assert fingerprint(tree) == before
+
+
+def test_apply_and_revert_never_leave_a_setuid_bit(run, tree, tmp_path):
+    spec = tree / SPEC
+    os.chmod(spec, 0o4755)  # as the tree's owner could have left it
+    patch = tmp_path / "deepseek.diff"
+    patch.write_bytes(make_patch(tmp_path, tree, {SPEC: patched_spec()}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    assert stat.S_IMODE(spec.stat().st_mode) == 0o755
+    os.chmod(spec, 0o6755)
+    assert run("revert", "--target", tree).exit_code == 0
+    assert spec.read_text() == SPEC_PY and stat.S_IMODE(spec.stat().st_mode) & 0o7000 == 0
+
+
+def test_a_forced_revert_keeps_the_edits_readable_by_their_owner_only(run, applied):
+    tree, _ = applied
+    spec = tree / SPEC
+    spec.write_text(patched_spec() + "# an edit\n")
+    os.chmod(spec, 0o4755)
+    result = run("revert", "--target", tree, "--force")
+    assert result.exit_code == 0, result.output
+    (kept,) = (tree / ".patchkit" / "saved").rglob("spec.py")
+    assert kept.read_text().endswith("# an edit\n") and stat.S_IMODE(kept.stat().st_mode) == 0o600
