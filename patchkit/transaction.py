@@ -436,8 +436,9 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
 
 
 def _remove_empty_parents(directory: Path, root: Path) -> None:
-    """A delete that empties a directory removes it too, so revert leaves no trace of an add."""
-    while directory != root and directory.parent != root:
+    """A delete that empties a directory removes it too, so revert leaves no trace of an add (the
+    guard's dist-info directory included, which lies directly under the root)."""
+    while directory != root:
         try:
             directory.rmdir()
         except OSError:
