@@ -411,6 +411,8 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
     originals = originals or {}
     restored = 0
     for entry in reversed(journal.get("files", [])):
+        if entry.get("staged"):  # first: a created directory holding it could not be removed
+            (root / entry["staged"]).unlink(missing_ok=True)
         full = root / entry["path"]
         current = file_sha(root, entry["path"])
         if entry["before"] is None:
@@ -424,8 +426,6 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
             original = originals.get(entry["before"]) or read_object(root, entry["before"])
             _write_atomic(full, original, mode=entry.get("mode"))
             restored += 1
-        if entry.get("staged"):
-            (root / entry["staged"]).unlink(missing_ok=True)
     previous = journal.get("previous_state")
     if previous is None:
         state_path(root).unlink(missing_ok=True)
