@@ -77,7 +77,7 @@ def test_apply_installs_a_distribution_whose_record_is_true(patched):
     assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes()
     info = site / INFO
     assert (info / "INSTALLER").read_text() == "patchkit\n"
-    assert "[vllm.general_plugins]\npatchkit_guard = patchkit_guard:check\n" == (info / "entry_points.txt").read_text()
+    assert (info / "entry_points.txt").read_text() == "[vllm.general_plugins]\npatchkit_guard = patchkit_guard:check\n"
     assert "Name: patchkit-guard\n" in (info / "METADATA").read_text()
     rows = list(csv.reader((info / "RECORD").read_text().splitlines()))
     listed = {row[0] for row in rows}
@@ -156,7 +156,15 @@ def test_pip_uninstall_removes_the_guard(tmp_path, scratch):
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return -x")}))
     assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
-    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "--no-input", "--disable-pip-version-check"]
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(venv / "bin/python"),
+        "--no-input",
+        "--disable-pip-version-check",
+    ]
     listed = subprocess.run([*pip, "list", "--format", "json"], capture_output=True, text=True, check=True)
     assert {"name": "patchkit-guard", "version": __version__} in json.loads(listed.stdout)
     gone = subprocess.run([*pip, "uninstall", "-y", "patchkit-guard"], capture_output=True, text=True)
