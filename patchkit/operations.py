@@ -509,14 +509,15 @@ def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | No
 
 
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:
-    """The guard's .pyc goes with its source (and the __pycache__/ that held only it)."""
+    """The guard's .pyc goes with its source (and the __pycache__/ that held only it). Only a .pyc
+    that could not be removed is reported: the guard is no file of the series."""
     from patchkit.guard import remove_empty_cache
 
     if not removed:
         return []
     results = fix_bytecode(target, removed)
     remove_empty_cache(target.root)
-    return results
+    return [r for r in results if r.failed]
 
 
 def _entries_to_revert(state: State, only: str | None) -> list[Entry]:

@@ -173,7 +173,8 @@ def recover(root: Path) -> str | None:
     journal = None if raw is None else _checked_journal(root, raw)
     restored = _rollback(root, journal, _needed_originals(root, journal)) if journal else 0
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
-    managed |= {path for entry in read_state(root).entries for path in entry.files}  # the state rolled back
+    state = read_state(root)  # rolled back
+    managed |= {path for entry in state.entries for path in entry.files} | set(state.guard)
     _remove_leftovers(root, managed)
     if journal is None:
         return None
