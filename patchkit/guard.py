@@ -69,15 +69,20 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
     return out.getvalue().encode()
 
 
-def install_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, dict[str, str], str | None]:
+def install_changes(
+    root: Path, recorded: dict[str, str], vllm_version: str | None
+) -> tuple[Changes, dict[str, str], str | None]:
     """The writes that install (or update) the guard; the guard record that results; or, when it
-    cannot be installed, no writes, the record unchanged and why not."""
+    cannot be installed (or would stop every launch), no writes, the record unchanged and why not."""
+    from patchkit._target.guard import installed_vllm_version
+
     if not is_site_packages(root):
-        return (
-            {},
-            recorded,
-            "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/): no guard installed",
-        )
+        why = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
+        return {}, recorded, f"{why}: no guard installed"
+    installed = installed_vllm_version(str(root))
+    if vllm_version is not None and installed != vllm_version:
+        why = f"the guard would read vLLM {installed} from its dist-info, but the series is recorded as applied to {vllm_version}"
+        return {}, recorded, f"{why}: no guard installed (it would stop every launch)"
     wanted = guard_files()
     foreign = [p for p in wanted if p not in recorded and (root / p).exists()]
     if foreign:

@@ -276,7 +276,9 @@ class _Applying:
 
         if not self.guard:
             return {}, state
-        changes, recorded, why_not = install_changes(self.resolved.target.root, state.guard)
+        entry = state.entry(self.resolved.set_name)
+        version = entry.vllm_version if entry else None
+        changes, recorded, why_not = install_changes(self.resolved.target.root, state.guard, version)
         if why_not:
             self.warn(why_not)
         return changes, state.with_guard(recorded)

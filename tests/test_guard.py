@@ -306,3 +306,14 @@ def test_a_symlinked_state_is_refused(patched, tmp_path):
     (site / ".patchkit/state.json").symlink_to(elsewhere)
     done = _load(site)
     assert done.returncode != 0 and "cannot read" in done.stderr
+
+
+def test_a_version_the_dist_info_does_not_say_gets_no_guard(tmp_path, scratch):
+    """--vllm-version 0.16.0 on a dist-info that says 0.16.1.dev3: a guard would stop every launch."""
+    site = write_tree(tmp_path / "site", version="0.16.1.dev3")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("Model", "Net")}))
+    done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.16.0")
+    assert done.returncode == 0, done.stderr
+    assert "no guard installed (it would stop every launch)" in done.stderr
+    assert not (site / "patchkit_guard.py").exists()
