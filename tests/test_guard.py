@@ -137,6 +137,7 @@ def test_reverting_one_set_keeps_the_guard_while_another_is_recorded(patched, sc
     spec = (site / "vllm/config/spec.py").read_text()
     other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"mistral"')}))
     assert run_cli("apply", "--target", site, "--patch", other).returncode == 0
+    assert _load(site).returncode == 0, _load(site).stderr  # two records, each healthy
     assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
     assert (site / "patchkit_guard.py").exists() and _load(site).returncode == 0
     assert run_cli("revert", "--target", site).returncode == 0
@@ -317,3 +318,14 @@ def test_a_version_the_dist_info_does_not_say_gets_no_guard(tmp_path, scratch):
     assert done.returncode == 0, done.stderr
     assert "no guard installed (it would stop every launch)" in done.stderr
     assert not (site / "patchkit_guard.py").exists()
+
+
+def test_a_file_two_sets_changed_is_held_to_the_later_one(patched, scratch, tmp_path):
+    site, _, _ = patched
+    again = tmp_path / "again.diff"
+    model = (site / MODEL).read_text()
+    again.write_bytes(make_patch(scratch, site, {MODEL: model.replace("x * 2", "x * 3")}))
+    assert run_cli("apply", "--target", site, "--patch", again).returncode == 0
+    assert len(_state(site)["entries"]) == 2
+    done = _load(site)
+    assert done.returncode == 0, done.stderr

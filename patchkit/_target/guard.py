@@ -60,9 +60,12 @@ def find_problems(site):
             records = reader(site)
         except TreeChanged as exc:
             return [str(exc)]
-        for version, files in records:
-            problems += _version_problems(site, version) + _file_problems(site, files)
-    return problems
+        expected = {}
+        for version, files in records:  # in the order applied: a later set's hash of a file wins
+            problems += _version_problems(site, version)
+            expected.update(files)
+        problems += _file_problems(site, expected)
+    return sorted(set(problems), key=problems.index)
 
 
 def _state_records(site):
