@@ -127,6 +127,7 @@ class _Applying:
     tables: list[list[CheckResult]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
+    guard_installed: bool = False  # this apply wrote the launch guard
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -260,7 +261,7 @@ class _Applying:
         done = f"applied {len(self.patches)} patch(es)"
         applied = self.result(
             Outcome.APPLIED,
-            f"{done}: {len(changes)} file(s) changed",
+            f"{done}: {len(changes)} file(s) changed" + ("; launch guard installed" if self.guard_installed else ""),
             plan=plan,
             checks=stock + on_disk + bytecode,
             planned_checks=planned,
@@ -281,6 +282,7 @@ class _Applying:
         changes, recorded, why_not = install_changes(self.resolved.target.root, state.guard, version)
         if why_not:
             self.warn(why_not)
+        self.guard_installed = bool(changes)
         return changes, state.with_guard(recorded)
 
 

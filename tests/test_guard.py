@@ -329,3 +329,14 @@ def test_a_file_two_sets_changed_is_held_to_the_later_one(patched, scratch, tmp_
     assert len(_state(site)["entries"]) == 2
     done = _load(site)
     assert done.returncode == 0, done.stderr
+
+
+def test_apply_says_it_installed_the_guard_and_only_then(tmp_path, scratch):
+    site = write_tree(tmp_path / "site")
+    first, second = tmp_path / "first.diff", tmp_path / "second.diff"
+    first.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("x", "z")}))
+    second.write_bytes(make_patch(scratch, site, {"vllm/__init__.py": "# second\n"}))
+    done = run_cli("apply", "--target", site, "--patch", first)
+    assert done.stdout.rstrip().endswith("1 file(s) changed; launch guard installed"), done.stdout
+    done = run_cli("apply", "--target", site, "--patch", second)  # the guard is there already
+    assert done.stdout.rstrip().endswith("1 file(s) changed"), done.stdout
