@@ -15,12 +15,15 @@
    same files (goal: <= 1 s).
 6. `patchkit verify --all`, cold (empty cache) and warm, vs `pip index versions vllm`, one index
    query (goals: <= 60 s cold, <= 5 s warm). Skipped with --quick.
+8. The launch guard (`patchkit_guard.check()`, what vLLM runs in every process) on a stock 0.16.0
+   tree with the eagle3 series applied: its import and check timed inside a fresh interpreter that
+   has imported hashlib and json (as any vLLM process has), vs that interpreter's own start-up (`python -c pass`) (goal: <= 20 ms).
 7. `patchkit apply` of a one-line patch to a generated 214 MB module (--large-mb) vs `git apply`
    of the same diff: the time, and the peak RSS as a multiple of the file's size (goals: near git's
    time; peak RSS <= 4x the file).
 
 --only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
-large-file (7).
+large-file (7), guard (8).
 """
 
 from __future__ import annotations
@@ -219,6 +222,50 @@ def apply_row(work: Path, runs: int) -> str:
     return row("apply, eagle3 series as --patch on stock 0.16.0", ours, git, "git apply", "≤ 1 s")
 
 
+# The guard as vLLM calls it, timed from inside the interpreter: import and check, nothing else. A
+# vLLM process has imported hashlib and json long before its plugins load (torch alone does), so
+# they are imported first: cold, they cost this machine 20-30 ms, which no vLLM process pays again.
+GUARD_TIMED = """
+import hashlib, json, sys, time
+start = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import patchkit_guard
+patchkit_guard.check()
+print(time.perf_counter() - start)
+"""
+
+
+def guard_row(work: Path, runs: int) -> str:
+    site = work / "site-guarded"
+    shutil.copytree(stock_0_16(work), site)
+    series = sorted((REPO / "patches/eagle3/0.16.0").glob("*.patch"))
+    run_once(
+        [
+            *PATCHKIT,
+            "apply",
+            "-q",
+            "--no-import",
+            "--target",
+            str(site),
+            *(a for p in series for a in ("--patch", str(p))),
+        ]
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as site-packages: compiled once
+    guard = [sys.executable, "-c", GUARD_TIMED, str(site)]
+    checks = [
+        float(subprocess.run(guard, capture_output=True, text=True, env=env, check=True).stdout)
+        for _ in range(runs * 2)
+    ]
+    bare = timed([sys.executable, "-c", "pass"], runs * 2)
+    return row(
+        "guard: import + check in a vLLM process, eagle3 on 0.16.0",
+        statistics.median(checks),
+        bare,
+        "python -c pass",
+        "≤ 20 ms",
+    )
+
+
 # Runs a command as its own child and prints its wall time and peak RSS (bytes) as JSON.
 PEAK_RSS = """
 import json, resource, subprocess, sys, time
@@ -284,7 +331,7 @@ def large_file_row(work: Path, runs: int, megabytes: int) -> str:
     )
 
 
-ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file")
+ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file", "guard")
 
 
 def main() -> None:
@@ -313,6 +360,8 @@ def main() -> None:
             rows.extend(verify_all_rows(work))
         if "large-file" in chosen:
             rows.append(large_file_row(work, runs, args.large_mb))
+        if "guard" in chosen:
+            rows.append(guard_row(work, runs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"median of {runs} runs (dry-run and start-up: {runs * 2 + 1}, {runs * 2}); Python {sys.version.split()[0]}")

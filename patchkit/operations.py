@@ -95,17 +95,19 @@ def apply_series(
     dry_run: bool = False,
     force: bool = False,
     import_probe: bool = True,
+    guard: bool = False,
     watch: Watcher | None = None,
     timed: Timer = _untimed,
 ) -> ApplyResult:
-    """Apply the resolved series to its target: all files or none, checked, recorded."""
+    """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
+    the launch guard (patchkit/guard.py) is installed in the same transaction."""
     from patchkit.resolve import require_patches
     from patchkit.transaction import target_lock
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return ApplyResult(Outcome.UPSTREAM, f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch")
-    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe)
+    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard)
     with target_lock(resolved.target.root) as recovered:
         if recovered:
             applying.warn(recovered)
@@ -121,9 +123,11 @@ class _Applying:
     watch: Watcher
     timed: Timer
     import_probe: bool
+    guard: bool
     tables: list[list[CheckResult]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
+    guard_installed: bool = False  # this apply wrote the launch guard
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -231,12 +235,13 @@ class _Applying:
             for name in self.stale:  # describes files an upgrade of vLLM replaced
                 state = state.without(name)
             entry = resolved.apply_record(changes, state.entry(resolved.set_name))
-            commit_changes(root, changes, state.with_entry(entry))
+            guard_changes, new_state = self.with_guard(state.with_entry(entry))
+            commit_changes(root, {**changes, **guard_changes}, new_state)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
         with self.timed("checks"):
             on_disk = run_checks(check_context(resolved, plan, on_disk=True, import_probe=self.import_probe))
         if any(r.failed for r in on_disk):
-            commit_changes(root, changes, state, undo=True)
+            commit_changes(root, {**changes, **guard_changes}, state, undo=True)
             self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
             return self.result(
                 Outcome.CHECK_FAILED,
@@ -256,7 +261,7 @@ class _Applying:
         done = f"applied {len(self.patches)} patch(es)"
         applied = self.result(
             Outcome.APPLIED,
-            f"{done}: {len(changes)} file(s) changed",
+            f"{done}: {len(changes)} file(s) changed" + ("; launch guard installed" if self.guard_installed else ""),
             plan=plan,
             checks=stock + on_disk + bytecode,
             planned_checks=planned,
@@ -264,6 +269,21 @@ class _Applying:
             written=True,
         )
         return _refuse_stale_bytecode(applied, done)
+
+    def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
+        """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
+        the state that records them."""
+        from patchkit.guard import install_changes
+
+        if not self.guard:
+            return {}, state
+        entry = state.entry(self.resolved.set_name)
+        version = entry.vllm_version if entry else None
+        changes, recorded, why_not = install_changes(self.resolved.target.root, state.guard, version)
+        if why_not:
+            self.warn(why_not)
+        self.guard_installed = bool(changes)
+        return changes, state.with_guard(recorded)
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
@@ -421,7 +441,7 @@ def _revert_locked(
     from patchkit.inspection import stale_note
     from patchkit.plan import Restored, View, plan_revert, restore_recorded
     from patchkit.state import read_state
-    from patchkit.transaction import commit, commit_changes, preflight
+    from patchkit.transaction import commit_changes, preflight
 
     root = target.root
     state = read_state(root)
@@ -462,13 +482,15 @@ def _revert_locked(
     new_state = state
     for name in [*stale, *(e.set_name for e in entries)]:
         new_state = new_state.without(name)
+    guard_changes, new_state = _without_guard(root, new_state)
     if not changes:
-        if stale:
-            commit(root, [], new_state)
+        if stale or guard_changes:
+            commit_changes(root, guard_changes, new_state)
+            _fix_guard_bytecode(target, guard_changes)
         return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", files, warnings=warnings)
     saved = keep_copies(root, restored.edited) if restored.edited else None
-    commit_changes(root, changes, new_state)
-    bytecode = fix_bytecode(target, changes)
+    commit_changes(root, {**changes, **guard_changes}, new_state)
+    bytecode = fix_bytecode(target, changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
         f"reverted: {len(changes)} file(s) restored to stock",
@@ -479,6 +501,27 @@ def _revert_locked(
         warnings=warnings,
     )
     return _refuse_stale_revert(result)
+
+
+def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
+    """Once no set is recorded, the guard goes too: the writes that remove it, and the state without it."""
+    from patchkit.guard import removal_changes
+
+    if state.entries or not state.guard:
+        return {}, state
+    return removal_changes(root, state.guard), state.with_guard({})
+
+
+def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:
+    """The guard's .pyc goes with its source (and the __pycache__/ that held only it). Only a .pyc
+    that could not be removed is reported: the guard is no file of the series."""
+    from patchkit.guard import remove_empty_cache
+
+    if not removed:
+        return []
+    results = fix_bytecode(target, removed)
+    remove_empty_cache(target.root)
+    return [r for r in results if r.failed]
 
 
 def _entries_to_revert(state: State, only: str | None) -> list[Entry]:

@@ -13,7 +13,8 @@ size limit), objects are named by digest only and read without following a symli
 
 state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
-      "patches": [{"name", "sha256"}], "files": {path: {"before": sha|null, "after": sha|null}}}]}
+      "patches": [{"name", "sha256"}], "files": {path: {"before": sha|null, "after": sha|null}}}],
+     "guard": {path: sha}}   (the launch guard's files, patchkit/guard.py; absent when none)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patchkit.errors import BadInput
@@ -181,18 +182,24 @@ class Entry:
 @dataclass
 class State:
     entries: list[Entry]
+    guard: dict[str, str] = field(default_factory=dict)  # the launch guard's files: path -> sha256
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
 
     def without(self, set_name: str) -> State:
-        return State([e for e in self.entries if e.set_name != set_name])
+        return replace(self, entries=[e for e in self.entries if e.set_name != set_name])
 
     def with_entry(self, entry: Entry) -> State:
-        return State([*self.without(entry.set_name).entries, entry])
+        return replace(self, entries=[*self.without(entry.set_name).entries, entry])
+
+    def with_guard(self, guard: dict[str, str]) -> State:
+        return replace(self, guard=guard)
 
     def to_bytes(self) -> bytes:
-        data = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
+        data: dict = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
+        if self.guard:
+            data["guard"] = self.guard
         return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
@@ -262,7 +269,13 @@ def parse_state(raw: bytes, origin: Path) -> State:
     entries = data.get("entries", [])
     if not isinstance(entries, list):
         raise _damaged(origin, "'entries' is not a list")
-    return State([_checked_entry(e, origin) for e in entries])
+    return State([_checked_entry(e, origin) for e in entries], _checked_guard(data.get("guard", {}), origin))
+
+
+def _checked_guard(guard: object, origin: Path) -> dict[str, str]:
+    if not isinstance(guard, dict):
+        raise _damaged(origin, "'guard' is not an object")
+    return {checked_path(path, origin): str(checked_digest(sha, origin, optional=False)) for path, sha in guard.items()}
 
 
 def _checked_entry(data: object, origin: Path) -> Entry:

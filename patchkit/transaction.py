@@ -176,7 +176,8 @@ def recover(root: Path) -> str | None:
     journal = None if raw is None else _checked_journal(root, raw)
     restored = _rollback(root, journal, _needed_originals(root, journal)) if journal else 0
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
-    managed |= {path for entry in read_state(root).entries for path in entry.files}  # the state rolled back
+    state = read_state(root)  # rolled back
+    managed |= {path for entry in state.entries for path in entry.files} | set(state.guard)
     _remove_leftovers(root, managed)
     if journal is None:
         return None
@@ -414,6 +415,8 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
     originals = originals or {}
     restored = 0
     for entry in reversed(journal.get("files", [])):
+        if entry.get("staged"):  # first: a created directory holding it could not be removed
+            (root / entry["staged"]).unlink(missing_ok=True)
         full = root / entry["path"]
         current = file_sha(root, entry["path"])
         if entry["before"] is None:
@@ -427,8 +430,6 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
             original = originals.get(entry["before"]) or read_object(root, entry["before"])
             _write_atomic(full, original, mode=entry.get("mode"))
             restored += 1
-        if entry.get("staged"):
-            (root / entry["staged"]).unlink(missing_ok=True)
     previous = journal.get("previous_state")
     if previous is None:
         state_path(root).unlink(missing_ok=True)
@@ -439,8 +440,9 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
 
 
 def _remove_empty_parents(directory: Path, root: Path) -> None:
-    """A delete that empties a directory removes it too, so revert leaves no trace of an add."""
-    while directory != root and directory.parent != root:
+    """A delete that empties a directory removes it too, so revert leaves no trace of an add (the
+    guard's dist-info directory included, which lies directly under the root)."""
+    while directory != root:
         try:
             directory.rmdir()
         except OSError:

@@ -12,7 +12,12 @@ from patchkit.commands.options import dry_run_option, force_option, format_optio
 @dry_run_option("Show per file and hunk where each change lands; write nothing.")
 @no_import_option("Do not import the patched modules after writing (probe check).")
 @force_option("Patch files that are not the release's stock files (integrity check against RECORD).")
-def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
+@click.option(
+    "--no-guard",
+    is_flag=True,
+    help="Do not install the launch guard (a vLLM plugin refusing a tree that changed since apply).",
+)
+def command(opts, quiet, verbose, fmt, dry_run, no_import, force, no_guard):
     """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
     from patchkit.operations import apply_series
     from patchkit.resolve import require_patches
@@ -23,7 +28,9 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force):
     if not ui.json_mode:
         ui.header(resolved)
     shown = Shown(ui, dry_run=dry_run)
-    result = apply_series(resolved, dry_run=dry_run, force=force, import_probe=not no_import, watch=shown)
+    result = apply_series(
+        resolved, dry_run=dry_run, force=force, import_probe=not no_import, guard=not no_guard, watch=shown
+    )
     _finish(ui, result)
     return result
 

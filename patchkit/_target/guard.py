@@ -1,0 +1,174 @@
+"""patchkit's guard inside vLLM: refuse to launch a tree that changed since `patchkit apply`.
+
+`patchkit apply` copies this file byte for byte into the target's site-packages as
+`patchkit_guard.py`, with a `patchkit_guard-<version>.dist-info` declaring it a
+`vllm.general_plugins` entry point. vLLM calls `check()` in every process it starts, before the
+model loads; an exception there stops the launch.
+
+Standard library only, Python 3.9+, silent and cheap on a healthy tree: it reads the record
+patchkit keeps beside vllm/ (`.patchkit/state.json`), compares the installed vLLM version with the
+recorded one and hashes each recorded file. The record is untrusted input: size-limited, checked
+for shape, every path kept inside the site-packages directory.
+
+PATCHKIT_GUARD=warn logs the finding instead of raising; PATCHKIT_GUARD=off skips the check.
+Records come from `_RECORD_READERS`: a wheel-installed patched vLLM (no .patchkit/) can add a
+reader of its own provenance file there, returning the same (version, files) pairs.
+"""
+
+import hashlib
+import json
+import os
+import stat
+
+ENV = "PATCHKIT_GUARD"
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+_SITE = os.path.dirname(os.path.abspath(__file__))
+
+
+class TreeChanged(RuntimeError):
+    """The vLLM tree is not the one patchkit patched."""
+
+
+def check():
+    """The vllm.general_plugins entry point."""
+    mode = os.environ.get(ENV, "").strip().lower()
+    if mode == "off":
+        return
+    problems = find_problems(_SITE)
+    if not problems:
+        return
+    message = (
+        "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
+        + _SITE
+        + ": "
+        + "; ".join(problems)
+        + ". Run `patchkit status` (PATCHKIT_GUARD=warn only logs this, =off skips it)"
+    )
+    if mode == "warn":
+        import logging
+
+        logging.getLogger("patchkit_guard").warning(message)
+        return
+    raise TreeChanged(message)
+
+
+def find_problems(site):
+    """What differs from the records in `site`, in words (empty: healthy, or nothing recorded)."""
+    problems = []
+    for reader in _RECORD_READERS:
+        try:
+            records = reader(site)
+        except TreeChanged as exc:
+            return [str(exc)]
+        expected = {}
+        for version, files in records:  # in the order applied: a later set's hash of a file wins
+            problems += _version_problems(site, version)
+            expected.update(files)
+        problems += _file_problems(site, expected)
+    return sorted(set(problems), key=problems.index)
+
+
+def _state_records(site):
+    """(vllm version or None, {path: sha256 or None}) for each set `.patchkit/state.json` records."""
+    path = os.path.join(site, ".patchkit", "state.json")
+    raw = _read_regular(path, MAX_RECORD_BYTES)
+    if raw is None:
+        return []
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise TreeChanged(path + " is not JSON") from None
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise TreeChanged(path + " is not a patchkit state record")
+    return [_entry_record(entry, path) for entry in entries]
+
+
+def _entry_record(entry, origin):
+    files = entry.get("files") if isinstance(entry, dict) else None
+    version = entry.get("vllm_version") if isinstance(entry, dict) else None
+    if not isinstance(files, dict) or not isinstance(version, (str, type(None))):
+        raise TreeChanged(origin + " has an entry of the wrong shape")
+    expected = {}
+    for rel, shas in files.items():
+        after = shas.get("after") if isinstance(shas, dict) else 0
+        if not (after is None or (isinstance(after, str) and len(after) == 64)):
+            raise TreeChanged(origin + " records " + repr(rel) + " without a sha256")
+        expected[rel] = after
+    return version, expected
+
+
+_RECORD_READERS = (_state_records,)
+
+
+def _version_problems(site, recorded):
+    if recorded is None:
+        return []
+    installed = installed_vllm_version(site)
+    if installed == recorded:
+        return []
+    return ["vLLM " + str(installed) + " is installed, but the patches were applied to vLLM " + recorded]
+
+
+def installed_vllm_version(site):
+    """The Version header of vllm-*.dist-info/METADATA beside vllm/ (None: none, or several)."""
+    found = [name for name in os.listdir(site) if name.startswith("vllm-") and name.endswith(".dist-info")]
+    if len(found) != 1:
+        return None
+    raw = _read_regular(os.path.join(site, found[0], "METADATA"), 1 << 20) or b""
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            break  # the headers end at the first blank line
+        if line.lower().startswith("version:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def _file_problems(site, files):
+    problems = []
+    for rel, expected in sorted(files.items()):
+        full = _inside(site, rel)
+        if full is None:
+            problems.append(repr(rel) + " is recorded with a path outside " + site)
+            continue
+        data = _read_regular(full, None)
+        actual = None if data is None else hashlib.sha256(data).hexdigest()
+        if actual != expected:
+            problems.append(rel + " " + _how_changed(expected, actual))
+    return problems
+
+
+def _how_changed(expected, actual):
+    if actual is None:
+        return "is missing"
+    if expected is None:
+        return "exists, but the patches removed it"
+    return "was changed after patchkit patched it"
+
+
+def _inside(site, rel):
+    """site/rel when rel is a relative path that stays inside site, symlinks resolved; else None."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel or os.path.isabs(rel):
+        return None
+    if ".." in rel.split("/"):
+        return None
+    root = os.path.realpath(site)
+    full = os.path.realpath(os.path.join(root, rel))
+    return full if full.startswith(root + os.sep) else None
+
+
+def _read_regular(path, limit):
+    """A regular file's bytes (up to `limit`; more is an error), never through a symlink; None if absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise TreeChanged("cannot read " + path + " (" + (exc.strerror or str(exc)) + ")") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TreeChanged(path + " is not a regular file")
+        data = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise TreeChanged(path + " is larger than " + str(limit) + " bytes")
+    return data

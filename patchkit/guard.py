@@ -1,0 +1,111 @@
+"""The guard `apply` installs inside vLLM: a tiny distribution `patchkit-guard` beside vllm/.
+
+    <site-packages>/patchkit_guard.py                     patchkit/_target/guard.py, byte for byte
+    <site-packages>/patchkit_guard-<v>.dist-info/METADATA
+                                                 INSTALLER          "patchkit"
+                                                 entry_points.txt   [vllm.general_plugins] patchkit_guard
+                                                 RECORD             true sha256 and sizes, so pip uninstalls it
+
+The files are written in the apply's transaction and recorded in state.json ("guard"), so revert
+removes them in its own. Only an installed vLLM gets one (a vllm-*.dist-info beside vllm/): in a
+source checkout the target root is no site-packages, and no entry point there would be seen.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+from contextlib import suppress
+from importlib import resources
+from pathlib import Path
+
+from patchkit import __version__
+from patchkit.state import read_file, sha256
+
+DISTRIBUTION = "patchkit-guard"
+MODULE = "patchkit_guard.py"
+ENTRY_POINT_NAME = "patchkit_guard"  # what a VLLM_PLUGINS allow-list must name
+ENTRY_POINT_GROUP = "vllm.general_plugins"
+
+Changes = dict[str, tuple[bytes | None, bytes | None]]
+
+
+def dist_info() -> str:
+    return f"patchkit_guard-{__version__}.dist-info"
+
+
+def is_site_packages(root: Path) -> bool:
+    """Whether the target root is where an installed vLLM lives (its dist-info beside vllm/)."""
+    return any(p.is_dir() for p in root.glob("vllm-*.dist-info"))
+
+
+def guard_files() -> dict[str, bytes]:
+    """Every file of the guard distribution, path (relative to site-packages) -> bytes."""
+    module = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
+    info = dist_info()
+    files = {
+        MODULE: module,
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {__version__}\n"
+            "Summary: patchkit's launch guard: refuses a vLLM tree that changed since `patchkit apply`\n"
+        ).encode(),
+        f"{info}/INSTALLER": b"patchkit\n",
+        f"{info}/entry_points.txt": f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n".encode(),
+    }
+    files[f"{info}/RECORD"] = _record(files, f"{info}/RECORD")
+    return files
+
+
+def _record(files: dict[str, bytes], own: str) -> bytes:
+    """RECORD as pip writes it: path, sha256=<urlsafe base64, unpadded>, size; its own line bare."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([path, f"sha256={digest}", len(data)])
+    writer.writerow([own, "", ""])
+    return out.getvalue().encode()
+
+
+def install_changes(
+    root: Path, recorded: dict[str, str], vllm_version: str | None
+) -> tuple[Changes, dict[str, str], str | None]:
+    """The writes that install (or update) the guard; the guard record that results; or, when it
+    cannot be installed (or would stop every launch), no writes, the record unchanged and why not."""
+    from patchkit._target.guard import installed_vllm_version
+
+    if not is_site_packages(root):
+        why = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
+        return {}, recorded, f"{why}: no guard installed"
+    installed = installed_vllm_version(str(root))
+    if vllm_version is not None and installed != vllm_version:
+        why = f"the guard would read vLLM {installed} from its dist-info, but the series is recorded as applied to {vllm_version}"
+        return {}, recorded, f"{why}: no guard installed (it would stop every launch)"
+    wanted = guard_files()
+    foreign = [p for p in wanted if p not in recorded and (root / p).exists()]
+    if foreign:
+        return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: no guard installed"
+    changes: Changes = {p: (_current(root, p), None) for p in recorded if p not in wanted}  # an older version's
+    for path, data in wanted.items():
+        current = _current(root, path)
+        if current != data:
+            changes[path] = (current, data)
+    return changes, {p: str(sha256(data)) for p, data in wanted.items()}, None
+
+
+def removal_changes(root: Path, recorded: dict[str, str]) -> Changes:
+    """The writes that remove the recorded guard files still there."""
+    return {p: (current, None) for p in recorded if (current := _current(root, p)) is not None}
+
+
+def remove_empty_cache(root: Path) -> None:
+    """The __pycache__/ Python made beside the guard module when it ran, once its .pyc is removed
+    and nothing else is in it (a site-packages without any other top-level module)."""
+    with suppress(OSError):
+        (root / "__pycache__").rmdir()
+
+
+def _current(root: Path, path: str) -> bytes | None:
+    return read_file(root / path, follow_symlinks=False)

@@ -1,0 +1,342 @@
+"""The launch guard `apply` installs beside vllm/: a distribution pip can see and remove, loaded the
+way vLLM loads its general plugins, refusing a tree that changed since apply."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import MODEL_PY, assert_clean_failure, fingerprint, make_patch, run_cli, write_tree
+
+from patchkit import __version__, transaction
+
+MODEL = "vllm/models/model.py"
+INFO = f"patchkit_guard-{__version__}.dist-info"
+GUARD_SOURCE = Path(__file__).parents[1] / "patchkit" / "_target" / "guard.py"
+
+# vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each, call each.
+LOAD_LIKE_VLLM = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from importlib.metadata import entry_points
+plugins = {ep.name: ep.load() for ep in entry_points(group="vllm.general_plugins")}
+for func in plugins.values():
+    func()
+print(sorted(plugins))
+"""
+
+
+@pytest.fixture
+def patched(tmp_path, scratch):
+    """A site-packages whose model.py carries a patch, applied with the guard; and its state before."""
+    site = write_tree(tmp_path / "site")
+    before = _outside_meta(site)
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    done = run_cli("apply", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return site, diff, before
+
+
+def _outside_meta(site: Path) -> dict[str, tuple]:
+    return {name: kind for name, kind in fingerprint(site).items() if not name.startswith(".patchkit")}
+
+
+def _load(site: Path, **env: str) -> subprocess.CompletedProcess:
+    """The guard as vLLM runs it: discovered by entry point, in a fresh interpreter that writes bytecode."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    return subprocess.run(
+        [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=60,
+    )
+
+
+def _state(site: Path) -> dict:
+    return json.loads((site / ".patchkit/state.json").read_text())
+
+
+def _write_state(site: Path, data: object) -> None:
+    (site / ".patchkit/state.json").write_text(json.dumps(data))
+
+
+# --------------------------------------------------------------------------- what apply installs
+
+
+def test_apply_installs_a_distribution_whose_record_is_true(patched):
+    site, _, _ = patched
+    assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes()
+    info = site / INFO
+    assert (info / "INSTALLER").read_text() == "patchkit\n"
+    assert (info / "entry_points.txt").read_text() == "[vllm.general_plugins]\npatchkit_guard = patchkit_guard:check\n"
+    assert "Name: patchkit-guard\n" in (info / "METADATA").read_text()
+    rows = list(csv.reader((info / "RECORD").read_text().splitlines()))
+    listed = {row[0] for row in rows}
+    assert listed == {"patchkit_guard.py", f"{INFO}/METADATA", f"{INFO}/INSTALLER", f"{INFO}/entry_points.txt"} | {
+        f"{INFO}/RECORD"
+    }
+    for path, digest, size in rows:
+        if path == f"{INFO}/RECORD":
+            assert (digest, size) == ("", "")
+            continue
+        data = (site / path).read_bytes()
+        expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert (digest, int(size)) == (f"sha256={expected}", len(data)), path
+    assert set(_state(site)["guard"]) == listed
+
+
+def test_no_guard_installs_nothing_beside_vllm(tmp_path, scratch):
+    site = write_tree(tmp_path / "site")
+    before = _outside_meta(site)
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("x", "y")}))
+    done = run_cli("apply", "--target", site, "--patch", diff, "--no-guard")
+    assert done.returncode == 0, done.stderr
+    after = _outside_meta(site)
+    assert {name for name in after if not name.startswith("vllm/")} == {
+        name for name in before if not name.startswith("vllm/")
+    }
+    assert "guard" not in _state(site)
+
+
+def test_a_source_checkout_gets_no_guard_and_is_told_so(tmp_path, scratch):
+    checkout = write_tree(tmp_path / "checkout")
+    for item in (checkout / "vllm-0.16.0.dist-info").iterdir():
+        item.unlink()
+    (checkout / "vllm-0.16.0.dist-info").rmdir()
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, checkout, {MODEL: MODEL_PY + "# patched\n"}))
+    done = run_cli("apply", "--target", checkout, "--patch", diff, "--vllm-version", "0.16.0")
+    assert done.returncode == 0, done.stderr
+    assert "no guard installed" in done.stderr
+    assert not (checkout / "patchkit_guard.py").exists() and not list(checkout.glob("patchkit_guard-*"))
+
+
+def test_revert_leaves_site_packages_as_before_apply_guard_and_its_bytecode_included(patched):
+    site, diff, before = patched
+    assert _load(site).returncode == 0  # the guard ran: Python wrote __pycache__/patchkit_guard.*.pyc
+    assert list((site / "__pycache__").glob("patchkit_guard.*.pyc"))
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stderr
+    assert _outside_meta(site) == before
+    assert "guard" not in _state(site)
+
+
+def test_reverting_one_set_keeps_the_guard_while_another_is_recorded(patched, scratch, tmp_path):
+    site, diff, _ = patched
+    other = tmp_path / "spec.diff"
+    spec = (site / "vllm/config/spec.py").read_text()
+    other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"mistral"')}))
+    assert run_cli("apply", "--target", site, "--patch", other).returncode == 0
+    assert _load(site).returncode == 0, _load(site).stderr  # two records, each healthy
+    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert (site / "patchkit_guard.py").exists() and _load(site).returncode == 0
+    assert run_cli("revert", "--target", site).returncode == 0
+    assert not (site / "patchkit_guard.py").exists() and not (site / INFO).exists()
+
+
+def test_pip_uninstall_removes_the_guard(tmp_path, scratch):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    purelib = subprocess.run(
+        [venv / "bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    site = write_tree(Path(purelib))  # a vLLM "installed" in the venv
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return -x")}))
+    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(venv / "bin/python"),
+        "--no-input",
+        "--disable-pip-version-check",
+    ]
+    listed = subprocess.run([*pip, "list", "--format", "json"], capture_output=True, text=True, check=True)
+    assert {"name": "patchkit-guard", "version": __version__} in json.loads(listed.stdout)
+    gone = subprocess.run([*pip, "uninstall", "-y", "patchkit-guard"], capture_output=True, text=True)
+    assert gone.returncode == 0 and "Successfully uninstalled" in gone.stdout, gone.stdout + gone.stderr
+    assert not (site / "patchkit_guard.py").exists() and not (site / INFO).exists()
+    assert (site / MODEL).read_text().endswith("return -x\n")  # vLLM itself untouched
+
+
+def test_a_fault_after_the_patch_is_written_rolls_back_the_guard_too(tmp_path, scratch, monkeypatch):
+    from helpers import cli_runner
+
+    site = write_tree(tmp_path / "site")
+    before = _outside_meta(site)
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("forward", "forward_once")}))
+    run = cli_runner()
+    for n in range(1, 200):
+        monkeypatch.setenv("PATCHKIT_FAULT_AFTER", str(n))
+        monkeypatch.setattr(transaction, "_faults", transaction._Faults())
+        result = run("apply", "--target", site, "--patch", diff)
+        if result.exit_code == 0:
+            break
+        assert result.exit_code == 4 and "rolled back" in result.output, (n, result.output)
+        assert _outside_meta(site) == before, n
+    else:
+        raise AssertionError("the apply never got through")
+    assert n > 10  # the guard's five files were among the operations that failed
+    assert (site / "patchkit_guard.py").exists()
+
+
+def test_a_recorded_guard_path_outside_the_tree_is_refused(patched):
+    site, _, _ = patched
+    state = _state(site)
+    state["guard"]["../../evil.py"] = "0" * 64
+    _write_state(site, state)
+    done = run_cli("revert", "--target", site)
+    assert_clean_failure(done, 2)
+    assert "evil.py" in done.stderr and (site / "patchkit_guard.py").exists()
+
+
+# --------------------------------------------------------------------------- the guard at launch
+
+
+def test_healthy_tree_is_silent(patched):
+    site, _, _ = patched
+    done = _load(site)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "" and "patchkit_guard" in done.stdout
+
+
+def test_a_file_edited_after_apply_stops_the_launch_naming_it(patched):
+    site, _, _ = patched
+    with open(site / MODEL, "a") as fh:
+        fh.write("# tuned by hand\n")
+    done = _load(site)
+    assert done.returncode != 0
+    assert "TreeChanged" in done.stderr and MODEL in done.stderr and "patchkit status" in done.stderr
+
+
+def test_a_removed_file_stops_the_launch(patched):
+    site, _, _ = patched
+    (site / MODEL).unlink()
+    done = _load(site)
+    assert done.returncode != 0 and f"{MODEL} is missing" in done.stderr
+
+
+def test_another_vllm_version_stops_the_launch_naming_both(patched):
+    site, _, _ = patched
+    info = site / "vllm-0.16.0.dist-info"
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.1\n\nVersion: 0.16.0\n")
+    info.rename(site / "vllm-0.16.1.dist-info")
+    done = _load(site)
+    assert done.returncode != 0
+    assert "vLLM 0.16.1 is installed" in done.stderr and "applied to vLLM 0.16.0" in done.stderr
+
+
+def test_warn_logs_and_launches(patched):
+    site, _, _ = patched
+    (site / MODEL).write_text("")
+    done = _load(site, PATCHKIT_GUARD="warn")
+    assert done.returncode == 0, done.stderr
+    assert MODEL in done.stderr and "patchkit status" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_off_skips_the_check(patched):
+    site, _, _ = patched
+    (site / MODEL).write_text("")
+    done = _load(site, PATCHKIT_GUARD="off")
+    assert done.returncode == 0 and done.stderr == ""
+
+
+def test_a_record_of_nothing_does_nothing(patched):
+    site, _, _ = patched
+    _write_state(site, {"format": 1, "entries": []})
+    (site / MODEL).write_text("")
+    assert _load(site).returncode == 0
+    (site / ".patchkit/state.json").unlink()
+    assert _load(site).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "state, says",
+    [
+        (b"{not json", "is not JSON"),
+        (b'{"format": 1, "entries": {"a": 1}}', "not a patchkit state record"),
+        (b'{"format": 1, "entries": [{"files": {"vllm/a.py": {"after": 7}}}]}', "without a sha256"),
+        (b" " * (16 * 1024 * 1024 + 1), "larger than"),
+    ],
+)
+def test_a_malformed_record_stops_the_launch_naming_it(patched, state, says):
+    site, _, _ = patched
+    (site / ".patchkit/state.json").write_bytes(state)
+    done = _load(site)
+    assert done.returncode != 0
+    assert "state.json" in done.stderr and says in done.stderr
+
+
+def test_a_recorded_path_out_of_the_tree_is_never_read(patched, tmp_path):
+    site, _, _ = patched
+    secret = tmp_path / "secret.py"
+    secret.write_text("outside\n")
+    (site / "vllm/link.py").symlink_to(secret)
+    digest = hashlib.sha256(b"outside\n").hexdigest()
+    _write_state(
+        site,
+        {"format": 1, "entries": [{"files": {"../secret.py": {"after": digest}, "vllm/link.py": {"after": digest}}}]},
+    )
+    done = _load(site)
+    assert done.returncode != 0
+    assert "'../secret.py' is recorded with a path outside" in done.stderr
+    assert "'vllm/link.py' is recorded with a path outside" in done.stderr
+
+
+def test_a_symlinked_state_is_refused(patched, tmp_path):
+    site, _, _ = patched
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"format": 1, "entries": []}))
+    (site / ".patchkit/state.json").unlink()
+    (site / ".patchkit/state.json").symlink_to(elsewhere)
+    done = _load(site)
+    assert done.returncode != 0 and "cannot read" in done.stderr
+
+
+def test_a_version_the_dist_info_does_not_say_gets_no_guard(tmp_path, scratch):
+    """--vllm-version 0.16.0 on a dist-info that says 0.16.1.dev3: a guard would stop every launch."""
+    site = write_tree(tmp_path / "site", version="0.16.1.dev3")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("Model", "Net")}))
+    done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.16.0")
+    assert done.returncode == 0, done.stderr
+    assert "no guard installed (it would stop every launch)" in done.stderr
+    assert not (site / "patchkit_guard.py").exists()
+
+
+def test_a_file_two_sets_changed_is_held_to_the_later_one(patched, scratch, tmp_path):
+    site, _, _ = patched
+    again = tmp_path / "again.diff"
+    model = (site / MODEL).read_text()
+    again.write_bytes(make_patch(scratch, site, {MODEL: model.replace("x * 2", "x * 3")}))
+    assert run_cli("apply", "--target", site, "--patch", again).returncode == 0
+    assert len(_state(site)["entries"]) == 2
+    done = _load(site)
+    assert done.returncode == 0, done.stderr
+
+
+def test_apply_says_it_installed_the_guard_and_only_then(tmp_path, scratch):
+    site = write_tree(tmp_path / "site")
+    first, second = tmp_path / "first.diff", tmp_path / "second.diff"
+    first.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("x", "z")}))
+    second.write_bytes(make_patch(scratch, site, {"vllm/__init__.py": "# second\n"}))
+    done = run_cli("apply", "--target", site, "--patch", first)
+    assert done.stdout.rstrip().endswith("1 file(s) changed; launch guard installed"), done.stdout
+    done = run_cli("apply", "--target", site, "--patch", second)  # the guard is there already
+    assert done.stdout.rstrip().endswith("1 file(s) changed"), done.stdout

@@ -1,0 +1,92 @@
+"""Opt-in (`make test-vllm`): the launch guard on the real vLLM wheel.
+
+apply installs it; vLLM itself loads it (EngineArgs.__post_init__ calls
+vllm.plugins.load_general_plugins(), which calls every vllm.general_plugins entry point); a file
+changed after apply stops `EngineArgs(...)` with the guard's message; revert leaves site-packages
+as it was, guard included.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_real_vllm import VLLM_PYTHON, patchkit, site_packages
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
+
+EDITED = "vllm/config/speculative.py"  # a file every supported release's series patches
+ENGINE_ARGS = "from vllm.engine.arg_utils import EngineArgs; EngineArgs(model={model!r})"
+
+
+def engine_args(model: Path, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "VLLM_PLUGINS")}
+    started = time.monotonic()
+    done = subprocess.run(
+        [VLLM_PYTHON, "-c", ENGINE_ARGS.format(model=str(model))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**clean, **env},
+        cwd=os.path.abspath(os.sep),
+    )
+    return done, time.monotonic() - started
+
+
+def top_level(site: Path) -> dict[str, list[str]]:
+    """What a revert must leave as it found it beside vllm/: the names in site-packages and its __pycache__/."""
+    cache = site / "__pycache__"
+    return {
+        "site": sorted(p.name for p in site.iterdir() if p.name != ".patchkit"),
+        "__pycache__": sorted(p.name for p in cache.iterdir()) if cache.is_dir() else [],
+    }
+
+
+def record_is_true(info: Path, site: Path) -> bool:
+    for path, digest, size in csv.reader((info / "RECORD").read_text().splitlines()):
+        if path.endswith("/RECORD"):
+            continue
+        data = (site / path).read_bytes()
+        expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        if (digest, int(size)) != (f"sha256={expected}", len(data)):
+            return False
+    return True
+
+
+def test_the_guard_stops_a_changed_tree_and_revert_removes_it(tmp_path):
+    site = site_packages()
+    before = top_level(site)
+    model = tmp_path / "model"
+    model.mkdir()
+    applied = patchkit("apply", "--no-import")
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    edited = site / EDITED
+    original = edited.read_bytes()
+    try:
+        [info] = site.glob("patchkit_guard-*.dist-info")
+        assert (site / "patchkit_guard.py").is_file() and record_is_true(info, site)
+
+        healthy, _ = engine_args(model)
+        assert "patchkit guard" not in healthy.stdout + healthy.stderr
+
+        edited.write_bytes(original + b"# changed after apply\n")
+        stopped, took = engine_args(model)
+        assert stopped.returncode != 0
+        assert "TreeChanged" in stopped.stderr and EDITED in stopped.stderr and "patchkit status" in stopped.stderr
+        assert took < 120, f"the guard stopped the launch after {took:.0f} s"
+
+        warned, _ = engine_args(model, PATCHKIT_GUARD="warn")
+        assert "TreeChanged" not in warned.stderr and EDITED in warned.stdout + warned.stderr
+        allowed_others_only, _ = engine_args(model, VLLM_PLUGINS="some_other_plugin")
+        assert "TreeChanged" not in allowed_others_only.stderr  # an allow-list without patchkit_guard skips it
+    finally:
+        edited.write_bytes(original)
+        reverted = patchkit("revert")
+    assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
+    assert top_level(site) == before
