@@ -118,7 +118,15 @@ def checked_path(path: object, origin: Path, *, directory: bool = False) -> str:
     return path
 
 
+# The one exception: the files of the launch guard `apply` installs beside vllm/ (patchkit.guard).
+GUARD_PATH = re.compile(
+    r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info(?:/(?:METADATA|RECORD|INSTALLER|entry_points\.txt))?"
+)
+
+
 def _outside_packages(path: str, *, directory: bool) -> str | None:
+    if GUARD_PATH.fullmatch(path) and (directory or "/" in path or path.endswith(".py")):
+        return None
     parts = path.split("/")
     if not parts[0].isidentifier():
         return "is not inside a package directory (vllm/...)"

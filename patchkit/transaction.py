@@ -34,6 +34,7 @@ from patchkit import locks
 from patchkit.errors import BadInput, LockBusy, TargetError
 from patchkit.fsutil import atomic_write
 from patchkit.state import (
+    GUARD_PATH,
     State,
     check_meta_dir,
     checked_digest,
@@ -236,6 +237,8 @@ def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
     path = checked_path(entry.get("path"), origin)
     checked_digest(entry.get("before"), origin)
     checked_digest(entry.get("after"), origin)
+    if GUARD_PATH.fullmatch(path) and entry.get("before") is not None:
+        _check_guard_original(path, entry["before"])
     staged = entry.get("staged")
     if staged is not None and staged != _staged_name(path, txid):
         raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
@@ -248,6 +251,15 @@ def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
     for directory in created:
         if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
             raise BadInput(f"{path}: the created directory {directory!r} does not hold it")
+
+
+def _check_guard_original(path: str, digest: str) -> None:
+    """A rollback may only bring back the guard's own bytes (those this patchkit writes): the guard
+    runs in every vLLM process, so a journal must not choose what it becomes."""
+    from patchkit.guard import guard_files
+
+    if digest not in {sha256(data) for data in guard_files().values()}:
+        raise BadInput(f"{path}: the original it would restore is not a file of patchkit's launch guard")
 
 
 def _staged_name(path: str, txid: str) -> str:

@@ -103,3 +103,16 @@ def test_a_forced_revert_keeps_the_edits_readable_by_their_owner_only(run, appli
     assert result.exit_code == 0, result.output
     (kept,) = (tree / ".patchkit" / "saved").rglob("spec.py")
     assert kept.read_text().endswith("# an edit\n") and stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+
+def test_a_journal_may_not_choose_what_the_launch_guard_becomes(run, applied):
+    """The guard's files are the one exception beside the packages, and a rollback may only bring back
+    the bytes patchkit itself writes there: the guard runs in every vLLM process."""
+    tree, patch = applied
+    payload = plant_object(tree, b"def check():\n    __import__('os').system('id')\n")
+    plant_journal(tree, {"path": "patchkit_guard.py", "before": payload, "after": None, "staged": None})
+    before = fingerprint(tree)
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code == 2, result.output
+    assert "launch guard" in result.output
+    assert fingerprint(tree) == before and not (tree / "patchkit_guard.py").exists()
