@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,3 +73,51 @@ def atomic_write(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class NotRegularFile(OSError):
+    """A file patchkit was to read is not a plain regular file it may read: a symlink, a fifo, a
+    device, a directory, or larger than the limit the caller set. The message names the path."""
+
+
+def read_regular(path: Path | str, limit: int) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes, opened without following a
+    symlink in its last component and without blocking (a fifo or device is refused, never read).
+    FileNotFoundError when there is none; NotRegularFile for anything else in the way."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise NotRegularFile(exc.errno, f"{path} is not a regular file ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{path} is not a regular file")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise NotRegularFile(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def plain_directory(root: Path, directory: Path) -> bool:
+    """Whether `directory` (under `root`, which may itself be reached through a symlink) is, as far
+    as it exists, a chain of real directories: no component below `root` down to it is a symlink or
+    anything but a directory, and it lies inside `root` (fsutil.inside). A part not yet there is
+    fine (creating it makes a real one)."""
+    try:
+        rel = directory.relative_to(root)
+    except ValueError:
+        return False
+    current = root
+    for part in rel.parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not stat.S_ISDIR(mode):
+            return False
+    return inside(root, directory)

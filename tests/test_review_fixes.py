@@ -1,0 +1,119 @@
+"""What an adversarial review found: untrusted input (a cache directory, an installed RECORD, a
+patch library, an over-long path in a diff) never drives a write outside, never hangs, never
+exhausts memory, never ends in an internal error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    fingerprint,
+    make_patch,
+    patched_spec,
+    write_library,
+)
+from test_hostile_caches import Releases, release_of, verify
+
+from patchkit import record
+from patchkit.checks import names
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+HEX = "ab" * 32
+LONG_AGO = time.time() - 90 * 86400
+
+
+def age(path: Path) -> None:
+    os.utime(path, (LONG_AGO, LONG_AGO), follow_symlinks=False)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(names, "_SEEN", {})
+    monkeypatch.setattr(record, "_NOTED", set(), raising=False)
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    """A directory outside the cache holding old files with the very names patchkit's entries have."""
+    root = tmp_path / "outside"
+    (root / "deep").mkdir(parents=True)
+    for path in (root / f"{HEX}.json", root / "deep" / f"{'cd' * 32}.json", root / "report.txt"):
+        path.write_text("keep me\n")
+        age(path)
+    return root
+
+
+@pytest.fixture
+def library(tmp_path, monkeypatch) -> Path:
+    releases = Releases(tmp_path / "index", monkeypatch)
+    stock = releases.add("0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    patch = make_patch(tmp_path, stock, {SPEC: patched_spec()})
+    return write_library(tmp_path / "lib", {"0.16.0": [patch]}, supported=">=0.16.0")
+
+
+def pyflakes_key_dir(cache: Path) -> Path:
+    (key,) = [p for p in (cache / "pyflakes").iterdir() if p.is_dir()]
+    return key
+
+
+# --------------------------------------------------------------------------- 1: symlinked cache dirs
+
+
+@pytest.mark.parametrize("placement", ["verify-results", "pyflakes", "pyflakes-key"])
+def test_a_symlinked_cache_directory_is_never_written_or_pruned_through(
+    library, cache, outside, monkeypatch, placement
+):
+    assert release_of(verify(library, "0.16.0"))["outcome"] == "patched"  # fills the caches
+    link = pyflakes_key_dir(cache) if placement == "pyflakes-key" else cache / placement
+
+    shutil.rmtree(link)
+    link.symlink_to(outside, target_is_directory=True)
+    if placement != "verify-results":
+        shutil.rmtree(cache / "verify-results")  # so that the names check runs again
+    for marker in (cache / "verify-results" / ".pruned", cache / "pyflakes" / ".pruned"):
+        if marker.is_file() and not marker.parent.is_symlink():
+            age(marker)  # due for pruning
+    before = fingerprint(outside)
+
+    monkeypatch.setattr(names, "_SEEN", {})
+    result = verify(library, "0.16.0")
+    assert result.exit_code == 0, result.output
+    assert release_of(result)["outcome"] == "patched"
+    assert fingerprint(outside) == before
+    assert "not a plain directory inside patchkit's cache" in result.stderr
+
+
+def test_prune_removes_only_its_own_old_entries_and_never_follows_a_symlink(tmp_path, outside):
+    directory = tmp_path / "verify-results"
+    (directory / "sub").mkdir(parents=True)
+    own, tmp = directory / f"{'ef' * 32}.json", directory / f".{'ef' * 32}.json.patchkit-0a1b2c3d.tmp"
+    foreign = [directory / "notes.json", directory / "sub" / "keep.txt", directory / f"{'ef' * 32}.JSON"]
+    for path in (own, tmp, *foreign):
+        path.write_text("{}")
+        age(path)
+    (directory / f"{'01' * 32}.json").symlink_to(outside / f"{HEX}.json")
+    (directory / "linked").symlink_to(outside, target_is_directory=True)
+    (directory / ".pruned").symlink_to(outside / "report.txt")
+    before = fingerprint(outside)
+
+    assert record.prune(directory) == 2
+    assert not own.exists() and not tmp.exists()
+    assert all(path.exists() for path in foreign)
+    assert fingerprint(outside) == before
+
+
+def test_prune_of_a_symlinked_directory_does_nothing(tmp_path, outside):
+    link = tmp_path / "pyflakes"
+    link.symlink_to(outside, target_is_directory=True)
+    before = fingerprint(outside)
+    assert record.prune(link) == 0
+    assert fingerprint(outside) == before
