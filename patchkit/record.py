@@ -76,6 +76,20 @@ def find_record(tree: Path, version=None) -> Path | None:
     return next(iter(exact or candidates), None)
 
 
+RECORD_LIMIT = 64 << 20  # vLLM's RECORD is ~300 kB
+
+
+def read_record_file(tree: Path, path: Path) -> bytes:
+    """A RECORD's bytes (find_record's answer): a regular file of at most RECORD_LIMIT bytes, in a
+    real dist-info directory of `tree`; fsutil.NotRegularFile for a symlink, a fifo, a device, a
+    symlinked dist-info or a file too large (the tree is untrusted input: never hang, never follow)."""
+    from patchkit import fsutil
+
+    if not fsutil.plain_directory(tree, path.parent):
+        raise fsutil.NotRegularFile(f"{path.parent.name} is not a plain directory (a symlink?)")
+    return fsutil.read_regular(path, RECORD_LIMIT)
+
+
 UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed
 
 

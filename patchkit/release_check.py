@@ -51,7 +51,7 @@ from patchkit.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.operations import ApplyResult, apply_series, revert_series
 from patchkit.options import Options
 from patchkit.plan import Plan, plan_revert
-from patchkit.record import find_record, parse_record, prune, touch, usable_cache_dir
+from patchkit.record import find_record, parse_record, prune, read_record_file, touch, usable_cache_dir
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, resolve
 from patchkit.state import META_DIR, read_file
@@ -295,7 +295,12 @@ def _same_stock_files(mate_tree: Path, lead_tree: Path, paths) -> bool:
 
 def _record(tree: Path) -> dict | None:
     found = find_record(tree)
-    return parse_record(found.read_bytes()) if found else None
+    if found is None:
+        return None
+    try:
+        return parse_record(read_record_file(tree, found))
+    except OSError:  # not a regular file, or too large: no evidence
+        return None
 
 
 def _reused(mate: _Job, lead: ReleaseResult, fetched: float) -> ReleaseResult:

@@ -4,6 +4,7 @@ exhausts memory, never ends in an internal error."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -13,15 +14,19 @@ import pytest
 from helpers import (
     MODEL_PY,
     SPEC_PY,
+    assert_clean_failure,
     fingerprint,
     make_patch,
     patched_spec,
+    run_cli,
     write_library,
+    write_tree,
 )
 from test_hostile_caches import Releases, release_of, verify
 
 from patchkit import record
 from patchkit.checks import names
+from patchkit.record import record_hash
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -116,4 +121,56 @@ def test_prune_of_a_symlinked_directory_does_nothing(tmp_path, outside):
     link.symlink_to(outside, target_is_directory=True)
     before = fingerprint(outside)
     assert record.prune(link) == 0
+    assert fingerprint(outside) == before
+
+
+# --------------------------------------------------------------------------- 2: the installed RECORD
+
+
+def record_tree(tmp_path: Path, hostile: str, outside: Path) -> Path:
+    site = write_tree(tmp_path / "site", "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    record_file = site / "vllm-0.16.0.dist-info" / "RECORD"
+    if hostile == "fifo":
+        os.mkfifo(record_file)
+    elif hostile == "zero":
+        record_file.symlink_to("/dev/zero")
+    elif hostile == "symlink-out":
+        # a RECORD outside that vouches for this very (edited) spec.py: never evidence
+        (site / SPEC).write_text(SPEC_PY + "# edited\n")
+        (outside / "RECORD").write_text(f"{SPEC},{record_hash((site / SPEC).read_bytes())},1\n")
+        record_file.symlink_to(outside / "RECORD")
+    elif hostile == "dist-info-symlink":
+        shutil.rmtree(site / "vllm-0.16.0.dist-info")
+        (outside / "dist").mkdir()
+        (outside / "dist" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.0\n")
+        (outside / "dist" / "RECORD").write_text(f"{SPEC},{record_hash(SPEC_PY.encode())},1\n")
+        (site / "vllm-0.16.0.dist-info").symlink_to(outside / "dist", target_is_directory=True)
+    else:  # too large: a sparse file over the limit
+        with record_file.open("wb") as handle:
+            handle.truncate(record.RECORD_LIMIT + 1)
+    return site
+
+
+RECORD_REFUSALS = {
+    "fifo": "not a regular file",
+    "zero": "not a regular file",
+    "symlink-out": "not a regular file",
+    "dist-info-symlink": "not a plain directory",
+    "huge": "larger than",
+}
+
+
+@pytest.mark.parametrize("hostile", list(RECORD_REFUSALS))
+@pytest.mark.parametrize("command", [("apply", "--dry-run"), ("verify", "--no-import")])
+def test_a_record_that_is_not_a_regular_file_is_not_verifiable(tmp_path, outside, cache, hostile, command):
+    site = record_tree(tmp_path, hostile, outside)
+    patch = tmp_path / "p.patch"
+    patch.write_bytes(make_patch(tmp_path, site, {SPEC: patched_spec()}))
+    before = fingerprint(outside)
+    args = ("--target", site, "--vllm-version", "0.16.0", "--patch", patch, "--format", "json")
+    done = run_cli(*command, *args, env={"PATCHKIT_CACHE_DIR": str(cache)})
+    assert_clean_failure(done, 0)
+    (row,) = [c for c in json.loads(done.stdout)["checks"] if c["check"] == "integrity"]
+    assert row["ok"] is False and row["message"].startswith("not verifiable: "), row
+    assert "vllm-0.16.0.dist-info" in row["message"] and RECORD_REFUSALS[hostile] in row["message"], row
     assert fingerprint(outside) == before
