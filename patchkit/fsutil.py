@@ -5,6 +5,7 @@ Kept import-light (stdlib only): the engine, the fetcher and the caches all use 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -80,23 +81,25 @@ class NotRegularFile(OSError):
     device, a directory, or larger than the limit the caller set. The message names the path."""
 
 
-def read_regular(path: Path | str, limit: int) -> bytes:
-    """The bytes of `path`, a regular file of at most `limit` bytes, opened without following a
-    symlink in its last component and without blocking (a fifo or device is refused, never read).
-    FileNotFoundError when there is none; NotRegularFile for anything else in the way."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+def read_regular(path: Path | str, limit: int, *, follow_symlinks: bool = False) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes, opened without blocking (a fifo
+    or device is refused, never read) and, unless `follow_symlinks`, without following a symlink in
+    its last component. FileNotFoundError when there is none; NotRegularFile (its strerror says
+    why, its filename names the path) for anything else in the way."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise NotRegularFile(exc.errno, f"{path} is not a regular file ({exc.strerror})") from None
+        why = "a symlink" if exc.errno == errno.ELOOP and not follow_symlinks else exc.strerror
+        raise NotRegularFile(exc.errno, f"not a regular file ({why})", str(path)) from None
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFile(f"{path} is not a regular file")
+            raise NotRegularFile(errno.EINVAL, "not a regular file (a fifo, a device or a directory)", str(path))
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise NotRegularFile(f"{path} is larger than {limit} bytes")
+        raise NotRegularFile(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return data
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import csv
+import errno
 import hashlib
 import io
 import os
@@ -86,7 +87,7 @@ def read_record_file(tree: Path, path: Path) -> bytes:
     from patchkit import fsutil
 
     if not fsutil.plain_directory(tree, path.parent):
-        raise fsutil.NotRegularFile(f"{path.parent.name} is not a plain directory (a symlink?)")
+        raise fsutil.NotRegularFile(errno.ELOOP, f"{path.parent.name} is not a plain directory (a symlink?)", str(path))
     return fsutil.read_regular(path, RECORD_LIMIT)
 
 

@@ -174,3 +174,84 @@ def test_a_record_that_is_not_a_regular_file_is_not_verifiable(tmp_path, outside
     assert row["ok"] is False and row["message"].startswith("not verifiable: "), row
     assert "vllm-0.16.0.dist-info" in row["message"] and RECORD_REFUSALS[hostile] in row["message"], row
     assert fingerprint(outside) == before
+
+
+# --------------------------------------------------------------------------- 3: an untrusted library
+
+
+@pytest.fixture
+def own_library(tmp_path) -> Path:
+    """A library the tests spoil: set `demo`, one patch for 0.16.0, and the site it applies to."""
+    site = write_tree(tmp_path / "site", "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    patch = make_patch(tmp_path, site, {MODEL: MODEL_PY + "# tuned\n"})
+    return write_library(tmp_path / "lib", {"0.16.0": [patch]})
+
+
+def spoil_library(library: Path, outside: Path, hostile: str) -> None:
+    release = library / "demo" / "0.16.0"
+    patch = release / "0001-change.patch"
+    if hostile == "fifo":
+        patch.unlink()
+        os.mkfifo(patch)
+    elif hostile == "symlink":
+        (outside / "0001-change.patch").write_bytes(patch.read_bytes())
+        patch.unlink()
+        patch.symlink_to(outside / "0001-change.patch")
+    elif hostile == "series-outside":
+        (outside / "a.patch").write_bytes(patch.read_bytes())
+        (release / "series").write_text(f"../../../outside/a.patch sha256:{'0' * 64}\n")
+    else:  # "series-absolute"
+        (release / "series").write_text(f"{outside / 'a.patch'}\n")
+
+
+LIBRARY_REFUSALS = {
+    "fifo": "not a regular file",
+    "symlink": "not a regular file (a symlink)",
+    "series-outside": "contains '..'",
+    "series-absolute": "is absolute",
+}
+
+
+@pytest.mark.parametrize("hostile", list(LIBRARY_REFUSALS))
+@pytest.mark.parametrize("command", [("list",), ("apply", "--dry-run"), ("verify", "--no-import")])
+def test_an_untrusted_library_is_never_followed_outside_nor_blocks(tmp_path, own_library, outside, hostile, command):
+    spoil_library(own_library, outside, hostile)
+    site = tmp_path / "site"
+    where = () if command == ("list",) else ("--target", site, "--vllm-version", "0.16.0")
+    done = run_cli(*command, "--patches", own_library, *where)
+    output = done.stdout + done.stderr
+    if command == ("list",) and hostile in ("fifo", "symlink"):
+        assert_clean_failure(done, 1)  # `list` shows a damaged patch, exit 1
+        assert "damaged" in output.lower()
+    else:
+        assert_clean_failure(done, 2)
+    assert LIBRARY_REFUSALS[hostile] in output, output
+    assert (site / MODEL).read_text() == MODEL_PY
+
+
+def test_the_library_s_own_series_names_are_accepted(tmp_path):
+    lib = Path(__file__).resolve().parent.parent / "patches"
+    done = run_cli("list", "--patches", lib)
+    assert_clean_failure(done, 0)
+
+
+@pytest.mark.parametrize("hostile", ["fifo", "zero"])
+def test_a_patch_named_on_the_command_line_is_read_bounded(tmp_path, hostile):
+    site = write_tree(tmp_path / "site", "0.16.0")
+    patch = tmp_path / "p.patch"
+    if hostile == "fifo":
+        os.mkfifo(patch)
+    else:
+        patch.symlink_to("/dev/zero")
+    done = run_cli("apply", "--dry-run", "--target", site, "--patch", patch, "--format", "json")
+    assert_clean_failure(done, 2)
+    assert "not a regular file" in json.loads(done.stdout)["error"]
+
+
+def test_a_symlinked_patch_named_on_the_command_line_is_still_read(tmp_path):
+    site = write_tree(tmp_path / "site", "0.16.0")
+    real = tmp_path / "real.patch"
+    real.write_bytes(make_patch(tmp_path, site, {SPEC: patched_spec()}))
+    (tmp_path / "link.patch").symlink_to(real)
+    done = run_cli("apply", "--dry-run", "--target", site, "--patch", tmp_path / "link.patch")
+    assert_clean_failure(done, 0)
