@@ -19,6 +19,7 @@ from helpers import (
     make_patch,
     patched_spec,
     run_cli,
+    snapshot,
     write_library,
     write_tree,
 )
@@ -255,3 +256,33 @@ def test_a_symlinked_patch_named_on_the_command_line_is_still_read(tmp_path):
     (tmp_path / "link.patch").symlink_to(real)
     done = run_cli("apply", "--dry-run", "--target", site, "--patch", tmp_path / "link.patch")
     assert_clean_failure(done, 0)
+
+
+# --------------------------------------------------------------------------- 4: paths no file can have
+
+
+def creating(path: str) -> bytes:
+    return f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+VALUE = 1\n".encode()
+
+
+UNREACHABLE = {
+    "long-name": ("vllm/" + "y" * 260 + ".py", "too long"),
+    "over-path-max": ("vllm/" + "/".join(["e" * 250] * 20) + "/m.py", "too long"),
+    "through-a-file": ("vllm/__init__.py/inner.py", "not a directory"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNREACHABLE))
+@pytest.mark.parametrize("command", [("apply", "--dry-run"), ("apply",), ("verify", "--no-import")])
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_path_no_file_can_have_is_bad_input(tmp_path, case, command, fmt):
+    site = write_tree(tmp_path / "site", "0.16.0")
+    path, why = UNREACHABLE[case]
+    patch = tmp_path / "p.patch"
+    patch.write_bytes(creating(path))
+    before = snapshot(site)
+    done = run_cli(*command, "--target", site, "--patch", patch, "--format", fmt)
+    assert_clean_failure(done, 2)
+    message = json.loads(done.stdout)["error"] if fmt == "json" else done.stderr
+    assert path[:40] in message and why in message, message
+    assert snapshot(site) == before
