@@ -5,9 +5,11 @@ Kept import-light (stdlib only): the engine, the fetcher and the caches all use 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,3 +91,53 @@ def atomic_write(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class NotRegularFile(OSError):
+    """A file patchkit was to read is not a plain regular file it may read: a symlink, a fifo, a
+    device, a directory, or larger than the limit the caller set. The message names the path."""
+
+
+def read_regular(path: Path | str, limit: int, *, follow_symlinks: bool = False) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes, opened without blocking (a fifo
+    or device is refused, never read) and, unless `follow_symlinks`, without following a symlink in
+    its last component. FileNotFoundError when there is none; NotRegularFile (its strerror says
+    why, its filename names the path) for anything else in the way."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        why = "a symlink" if exc.errno == errno.ELOOP and not follow_symlinks else exc.strerror
+        raise NotRegularFile(exc.errno, f"not a regular file ({why})", str(path)) from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file (a fifo, a device or a directory)", str(path))
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise NotRegularFile(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data
+
+
+def plain_directory(root: Path, directory: Path) -> bool:
+    """Whether `directory` (under `root`, which may itself be reached through a symlink) is, as far
+    as it exists, a chain of real directories: no component below `root` down to it is a symlink or
+    anything but a directory, and it lies inside `root` (fsutil.inside). A part not yet there is
+    fine (creating it makes a real one)."""
+    try:
+        rel = directory.relative_to(root)
+    except ValueError:
+        return False
+    current = root
+    for part in rel.parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not stat.S_ISDIR(mode):
+            return False
+    return inside(root, directory)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit import fsutil
 from patchkit.enums import SelectionKind
 from patchkit.errors import BadInput, NoPatchSet
 from patchkit.fsutil import atomic_write, unsafe_reason
@@ -93,14 +94,17 @@ class Release:
         """(patch file name, recorded sha256 or None) in apply order."""
         path = self.directory / SERIES
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = fsutil.read_regular(path, SERIES_LIMIT).decode("utf-8")
+        except OSError as exc:
+            raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
             raise BadInput(f"cannot read {path}: {exc}") from exc
         entries = []
         for line in text.splitlines():
             fields = line.split("#", 1)[0].split()
             if not fields:
                 continue
+            _check_entry(path, fields[0])
             digest = next((f[len(SHA_PREFIX) :] for f in fields[1:] if f.startswith(SHA_PREFIX)), None)
             entries.append((fields[0], digest))
         return entries
@@ -118,6 +122,19 @@ class Release:
                 )
             patches.append(patch)
         return patches
+
+
+SERIES_LIMIT = 1 << 20
+
+
+def _check_entry(series: Path, name: str) -> None:
+    """A series names patch files beside it: a plain file name, never a path (no '/', no '..')."""
+    reason = unsafe_reason(name) or ("names another directory" if "/" in name else None)
+    if reason:
+        raise BadInput(
+            f"{series}: the entry {name!r} {reason}: a series lists patch file names in its own directory",
+            hint="repair the series file (patchkit refresh rewrites it)",
+        )
 
 
 def write_series(directory: Path, names: list[str]) -> None:
@@ -333,7 +350,7 @@ def supported_range(patch_set: PatchSetDef) -> str:
 
 def adhoc_selection(paths: list[str], version: Version | None) -> Selection:
     """--patch FILE ...: the given diffs stand in for the library's series."""
-    patches = [read_patch(Path(p)) for p in paths]
+    patches = [read_patch(Path(p), follow_symlinks=True) for p in paths]  # any file the user names
     return Selection(adhoc_set_name(patches), PATCH, version, patches)
 
 

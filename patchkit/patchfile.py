@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 
+from patchkit import fsutil
 from patchkit.errors import BadInput
 from patchkit.fsutil import unsafe_reason
 
@@ -158,9 +159,14 @@ class Patch:
         return Patch(self.name, self.raw, files, self.path)
 
 
-def read_patch(path: Path, roots: tuple[str, ...] = DEFAULT_ROOTS) -> Patch:
+PATCH_LIMIT = 64 << 20  # a patch larger than this is not a patch patchkit reads
+
+
+def read_patch(path: Path, roots: tuple[str, ...] = DEFAULT_ROOTS, *, follow_symlinks: bool = False) -> Patch:
+    """A patch file: a regular file of at most PATCH_LIMIT bytes (a fifo or a device is refused,
+    never read); a symlink only with `follow_symlinks` (a path the user named, not a library's)."""
     try:
-        raw = path.read_bytes()
+        raw = fsutil.read_regular(path, PATCH_LIMIT, follow_symlinks=follow_symlinks)
     except OSError as exc:
         raise BadInput(f"cannot read patch {path}: {exc.strerror}") from exc
     return parse_patch(raw, path.name, roots=roots, path=path)

@@ -8,6 +8,7 @@ so it can be reported. There is no fuzz.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -96,9 +97,7 @@ class View:
 
     def original_content(self, path: str) -> bytes | None:
         if path not in self.current:
-            data = read_file(self._prefix + path)
-            if data is None:
-                _refuse_special(self._prefix + path, path)
+            data = _read_target(self._prefix + path, path)
             self.original[path] = data
             self.current[path] = data
         return self.original[path]
@@ -183,11 +182,39 @@ def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Pl
     return _plan(root, patches, view)
 
 
+# A path the file system cannot hold or reach: the diff (or the tree) is bad input, not a bug.
+_UNREACHABLE = {
+    errno.ENAMETOOLONG: "is too long for the file system (a name over 255 bytes or a path over PATH_MAX)",
+    errno.ELOOP: "runs through a symlink loop",
+    errno.ENOTDIR: "runs through something that is not a directory",
+}
+
+
+def _read_target(full: str, path: str) -> bytes | None:
+    """A target file's bytes, None when there is none; BadInput for a path that cannot be a file."""
+    try:
+        data = read_file(full)
+    except OSError as exc:
+        if exc.errno in _UNREACHABLE:
+            raise BadInput(f"{path}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
+        raise
+    if data is None:
+        _refuse_special(full, path)
+    return data
+
+
 def _refuse_special(full: str, path: str) -> None:
     """A directory, fifo or device where the tree should hold a file (or nothing) is refused,
-    never mistaken for a missing file."""
-    if os.path.lexists(full):
-        raise BadInput(f"{path} is not a regular file (a directory, fifo, device or dangling symlink); refusing it")
+    never mistaken for a missing file; so is a path no file can have."""
+    try:
+        os.lstat(full)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno in _UNREACHABLE:
+            raise BadInput(f"{path}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
+        raise
+    raise BadInput(f"{path} is not a regular file (a directory, fifo, device or dangling symlink); refusing it")
 
 
 @dataclass

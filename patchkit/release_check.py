@@ -51,7 +51,7 @@ from patchkit.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.operations import ApplyResult, apply_series, revert_series
 from patchkit.options import Options
 from patchkit.plan import Plan, plan_revert
-from patchkit.record import find_record, parse_record, prune, touch
+from patchkit.record import find_record, parse_record, prune, read_record_file, touch, usable_cache_dir
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, resolve
 from patchkit.state import META_DIR, read_file
@@ -295,7 +295,12 @@ def _same_stock_files(mate_tree: Path, lead_tree: Path, paths) -> bool:
 
 def _record(tree: Path) -> dict | None:
     found = find_record(tree)
-    return parse_record(found.read_bytes()) if found else None
+    if found is None:
+        return None
+    try:
+        return parse_record(read_record_file(tree, found))
+    except OSError:  # not a regular file, or too large: no evidence
+        return None
 
 
 def _reused(mate: _Job, lead: ReleaseResult, fetched: float) -> ReleaseResult:
@@ -321,7 +326,9 @@ class ResultStore:
     def __init__(self, patch_set: PatchSetDef):
         self.directory = fetch.cache_dir() / "verify-results"
         self.fingerprint = _fingerprint(patch_set)
-        prune(self.directory)  # results of earlier code or sets are never asked for again
+        self.usable = usable_cache_dir(self.directory)  # never written or pruned through a symlink
+        if self.usable:
+            prune(self.directory)  # results of earlier code or sets are never asked for again
 
     def key(self, job: _Job, stock: Path) -> str:
         digest = hashlib.sha256(f"{self.fingerprint}\0{job.version}".encode())
@@ -334,6 +341,8 @@ class ResultStore:
     def recall(self, key: str, job: _Job) -> tuple[ReleaseResult | None, str | None]:
         """(the cached result, None) or (None, why an entry there was not believed); (None, None): none."""
         path = self.directory / f"{key}.json"
+        if not self.usable:
+            return None, None
         try:
             raw = _read_entry(self.directory, path)
         except FileNotFoundError:
@@ -374,6 +383,8 @@ class ResultStore:
         data = result.to_json(set_name)
         entry = {"seal": seal.seal(self.KIND, key, _canonical(data)), "result": data}
         path = self.directory / f"{key}.json"
+        if not self.usable:
+            return
         with suppress(OSError):  # a cache that cannot be written only costs time
             self.directory.mkdir(parents=True, exist_ok=True)
             if fsutil.inside(self.directory, path.parent):

@@ -18,11 +18,12 @@ def aged(path, days):
 
 
 def test_prune_removes_what_was_not_used_and_walks_once_a_day(tmp_path):
-    old = aged(tmp_path / "c" / "ab" / "old.json", UNUSED_DAYS + 1)
-    recent = aged(tmp_path / "c" / "ab" / "recent.json", 1)
+    # entries are named by their digest: prune removes nothing else (tests/test_review_fixes.py)
+    old = aged(tmp_path / "c" / "ab" / f"{'a0' * 32}.json", UNUSED_DAYS + 1)
+    recent = aged(tmp_path / "c" / "ab" / f"{'a1' * 32}.json", 1)
     assert prune(tmp_path / "c") == 1
     assert not old.exists() and recent.exists()
-    late = aged(tmp_path / "c" / "late.json", UNUSED_DAYS + 5)
+    late = aged(tmp_path / "c" / f"{'a2' * 32}.json", UNUSED_DAYS + 5)
     assert prune(tmp_path / "c") == 0 and late.exists()  # walked less than a day ago
     assert prune(tmp_path / "c", every_hours=0) == 1 and not late.exists()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from patchkit import fsutil
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.errors import BadInput, CheckFailed, FetchError, PatchkitError
 from patchkit.record import (
@@ -30,6 +31,7 @@ from patchkit.record import (
     allowed_hashes,
     find_record,
     parse_record,
+    read_record_file,
     record_algorithm,
     record_digest,
     record_hash,
@@ -169,7 +171,9 @@ def installed_record(root: Path, version) -> tuple[Record | None, str]:
         return None, "no vllm-*.dist-info/RECORD in the tree (a source checkout?)"
     label = path.relative_to(root).as_posix()
     try:
-        record = _parse(path.read_bytes(), label)
+        record = _parse(read_record_file(root, path), label)
+    except fsutil.NotRegularFile as exc:
+        return None, f"{label} is not readable as a RECORD: {exc.strerror or exc}"
     except OSError:
         record = None
     if record is None:

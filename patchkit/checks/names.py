@@ -141,27 +141,34 @@ def findings_of(sources: dict[str, bytes]) -> dict[str, tuple[Finding, ...] | No
 _MISSING = object()
 
 
-def _cache_dir() -> Path:
-    """Per schema, pyflakes version, Python version (its ast, its builtins) and extra builtins."""
+def _cache_dir() -> Path | None:
+    """Per schema, pyflakes version, Python version (its ast, its builtins) and extra builtins; None
+    when the cache may not be used (a symlink on the way: never written or pruned through)."""
     import pyflakes
 
-    from patchkit.record import cache_dir, prune
+    from patchkit.record import cache_dir, prune, usable_cache_dir
 
     key = f"{_CACHE_SCHEMA}-{pyflakes.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}"
     extra = os.environ.get("PYFLAKES_BUILTINS")
     if extra:
         key += "-" + hashlib.sha256(extra.encode()).hexdigest()[:12]
     directory = cache_dir() / "pyflakes"
+    if not usable_cache_dir(directory / key):
+        return None
     prune(directory)  # other pyflakes or Python versions leave whole keys behind
     return directory / key
 
 
-def _load(cache: Path, digest: str):
+def _load(cache: Path | None, digest: str):
     """An entry's findings; _MISSING when there is none, or one this user's patchkit did not seal
     (the cache is shared: an edited "no findings" must not hide an undefined name)."""
     from patchkit.record import touch
 
+    if cache is None:
+        return _MISSING
     path = cache / digest[:2] / f"{digest}.json"
+    if not fsutil.plain_directory(cache, path.parent):
+        return _MISSING
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a fifo must not block
         with os.fdopen(fd, "rb") as handle:
@@ -178,13 +185,15 @@ def _load(cache: Path, digest: str):
     return found
 
 
-def _store(cache: Path, digest: str, found: tuple[Finding, ...] | None) -> None:
+def _store(cache: Path | None, digest: str, found: tuple[Finding, ...] | None) -> None:
+    if cache is None:
+        return
     data = None if found is None else [[f.kind, list(f.args), f.line, f.text, f.doubt] for f in found]
     entry = {"seal": seal.seal(_SEAL_KIND, f"{cache.name}/{digest}", _canonical(data)), "findings": data}
     path = cache / digest[:2] / f"{digest}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if fsutil.inside(cache, path.parent):
+        if fsutil.plain_directory(cache, path.parent) and fsutil.inside(cache, path.parent):
             fsutil.atomic_write(path, json.dumps(entry).encode())
     except OSError:
         pass  # a read-only cache only costs time
