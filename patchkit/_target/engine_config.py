@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 
 
 def work(request: dict) -> dict:
@@ -49,7 +50,7 @@ def _parser_class():
 
 def _force_cpu_platform_when_none() -> None:
     try:
-        platforms = importlib.import_module("vllm.platforms")
+        platforms: Any = importlib.import_module("vllm.platforms")
         if platforms.current_platform.is_unspecified():
             platforms._current_platform = importlib.import_module("vllm.platforms.cpu").CpuPlatform()
     except Exception:  # an older layout: vLLM decides itself
