@@ -215,7 +215,7 @@ def test_parse_reads_env_prefix_aliases_and_ignores_unknown_options():
     assert command.trust_remote_code
     assert command.engine_args() == ["--model", "org/m", "--port", "9000", "-tp=8", "--trust_remote_code"]
     with pytest.raises(BadInput):
-        parse(["vllm", "serve", "m", "-tp", "eight"]).tensor_parallel_size
+        parse(["vllm", "serve", "m", "-tp", "eight"])
 
 
 # --- vLLM's own validation, through a stand-in vllm package ---------------------------------------
