@@ -58,13 +58,13 @@ def test_a_failing_preflight_does_not_launch_and_exits_1(launch):
 
 
 def test_no_preflight_launches_even_a_stock_tree(launch):
-    tree, library, command, env, marker = launch
+    tree, library, command, env, _ = launch
     pid, done = patchkit_run(tree, library, command, env, "--no-preflight")
     assert done.returncode == 7 and f"pid {pid}\n" in done.stdout
 
 
 def test_apply_applies_a_not_applied_tree_then_launches(launch):
-    tree, library, command, env, marker = launch
+    tree, library, command, env, _ = launch
     stock = snapshot(tree)
     pid, done = patchkit_run(tree, library, command, env, "--apply")
     assert done.returncode == 7, done.stderr
