@@ -274,3 +274,34 @@ def test_vllm_validation_is_skipped_with_a_note_when_vllm_does_not_import(setup)
     done = run_cli(*base, "vllm", "serve", str(models["deepseek"]))
     check = findings(done)["vllm-validation"]
     assert check["ok"] and check["message"].startswith("skipped: vLLM does not import")
+
+
+def test_drift_after_apply_fails_the_tree_state(setup):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    edited = tree / "vllm/model_executor/models/kimi_k25.py"
+    edited.write_text(edited.read_text() + "\n# tuned by hand\n")
+    done = preflight(tree, library, *serve(models["kimi"], models["drafter"]))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"tree-state"}
+    assert "kimi_k25.py" in findings(done)["tree-state"]["message"]
+
+
+def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
+    import importlib.util
+    import py_compile
+
+    from launch_fixtures import DEEPSEEK, DEEPSEEK_STOCK
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    stale_source = tmp_path / "deepseek_v2.py"
+    stale_source.write_text(DEEPSEEK_STOCK)
+    pyc = importlib.util.cache_from_source(str(tree / DEEPSEEK))
+    py_compile.compile(
+        str(stale_source), cfile=pyc, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"tree-state"}
+    assert "stale bytecode" in findings(done)["tree-state"]["message"]
