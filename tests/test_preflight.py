@@ -232,6 +232,7 @@ class AsyncEngineArgs:
     def add_cli_args(parser):
         parser.add_argument("--model")
         parser.add_argument("--speculative-config", type=json.loads, default=None)
+        parser.add_argument("--max-model-len", type=int, default=None)
         return parser
 
     @classmethod
@@ -266,6 +267,10 @@ def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     plain = ["vllm", "serve", str(models["deepseek"])]
     done = run_cli(*base, *plain, env={"PYTHONPATH": str(fake)})
     assert findings(done)["vllm-validation"]["ok"]
+
+    done = run_cli(*base, *plain, "--max-model-len", "lots", env={"PYTHONPATH": str(fake)})
+    assert_clean_failure(done, 1)
+    assert "argument parser refused" in findings(done)["vllm-validation"]["message"]
 
 
 def test_vllm_validation_is_skipped_with_a_note_when_vllm_does_not_import(setup):

@@ -19,7 +19,7 @@ WORKERS = sorted(p for p in WORKERS_DIR.glob("*.py") if p.name != "__init__.py")
 
 
 def test_every_worker_is_there():
-    assert {p.stem for p in WORKERS} == {"bytecode", "compile_sources", "import_probe", "locate"}
+    assert {p.stem for p in WORKERS} == {"bytecode", "compile_sources", "engine_config", "import_probe", "locate"}
 
 
 @pytest.mark.parametrize("worker", WORKERS, ids=lambda p: p.name)

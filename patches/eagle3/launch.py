@@ -38,7 +38,7 @@ def whitelist(launch) -> Finding:
     if not entries:
         return Finding("whitelist", True, "this vLLM has no EAGLE-3 target whitelist")
     if not isinstance(model_type, str):
-        return Finding("whitelist", False, f"{launch.target.path} names no text model_type", DRAFTER_FIX)
+        return Finding("whitelist", False, f"{launch.target.path} names no text model_type")
 
     def judgement(read):
         verdicts = [launch.evaluate(_with(r, model_types=[model_type]), read) for r in entries]

@@ -28,10 +28,12 @@ def work(request: dict) -> dict:
         parser = AsyncEngineArgs.add_cli_args(_parser_class()())
         args, _unknown = parser.parse_known_args(request["args"])
         AsyncEngineArgs.from_cli_args(args).create_engine_config()
-    except SystemExit as exc:  # argparse refused an argument: vLLM would too
-        return {"status": "invalid", "error": f"vLLM's argument parser refused the command (exit {exc.code})"}
     except Exception as exc:
         return {"status": "invalid", "error": _error_text(exc)}
+    except BaseException as exc:  # argparse exits on an argument it refuses: vLLM would refuse it too
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"status": "invalid", "error": f"vLLM's argument parser refused the command (status {exc})"}
     return {"status": "ok"}
 
 
