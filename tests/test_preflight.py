@@ -310,3 +310,44 @@ def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
     assert_clean_failure(done, 1)
     assert failed(done) == {"tree-state"}
     assert "stale bytecode" in findings(done)["tree-state"]["message"]
+
+
+# --- untrusted input ----------------------------------------------------------------------------------
+
+
+def test_a_config_that_is_not_a_json_object_is_exit_2(setup, tmp_path):
+    tree, library, models = setup
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "deepseek_v3",}')
+    done = preflight(tree, library, *serve(broken, models["drafter"]))
+    assert_clean_failure(done, 2)
+    assert "not valid JSON" in done.stderr
+    (broken / "config.json").write_text('["deepseek_v3"]')
+    assert_clean_failure(preflight(tree, library, *serve(broken, models["drafter"])), 2)
+
+
+def test_a_refs_main_that_leaves_the_cache_is_not_followed(setup, tmp_path):
+    tree, library, models = setup
+    cache = tmp_path / "hub-cache"
+    write_hub_snapshot(cache, "deep/seek-like", "c0ffee", DEEPSEEK_V3)
+    outside = write_model(tmp_path / "elsewhere" / "snapshot", {**DEEPSEEK_V3, "model_type": "llama"})
+    (cache / "models--deep--seek-like" / "refs").mkdir()
+    (cache / "models--deep--seek-like" / "refs" / "main").write_text(f"../../../elsewhere/{outside.name}\n")
+    done = preflight(tree, library, *serve("deep/seek-like", models["drafter"]), env={"HF_HUB_CACHE": str(cache)})
+    assert failed(done) == STOCK_FAULTS_DEEPSEEK  # the snapshot inside the cache: deepseek_v3, rejected
+
+
+def test_a_registry_symlinked_out_of_the_tree_is_not_read(setup, tmp_path):
+    from launch_fixtures import REGISTRY, REGISTRY_PY
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    outside = tmp_path / "outside-registry.py"
+    outside.write_text(REGISTRY_PY)
+    (tree / REGISTRY).unlink()
+    (tree / REGISTRY).symlink_to(outside)
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"supports-eagle3", "drafter-architecture"}
+    assert "does not register" in findings(done)["supports-eagle3"]["message"]
