@@ -351,3 +351,15 @@ def test_a_registry_symlinked_out_of_the_tree_is_not_read(setup, tmp_path):
     assert_clean_failure(done, 1)
     assert failed(done) == {"supports-eagle3", "drafter-architecture"}
     assert "does not register" in findings(done)["supports-eagle3"]["message"]
+
+
+def test_a_tree_patched_by_hand_in_part_is_a_finding_not_a_crash(setup):
+    from launch_fixtures import DEEPSEEK, DEEPSEEK_PATCHED
+
+    tree, library, models = setup
+    (tree / DEEPSEEK).write_text(DEEPSEEK_PATCHED)  # one file of the series' patch, none of the others
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]))
+    assert_clean_failure(done, 1)
+    assert {"tree-state", "whitelist"} <= failed(done)
+    assert "supports-eagle3" not in failed(done)
+    assert findings(done)["tree-state"]["fix"]

@@ -42,6 +42,7 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
 
 
 def preflight(resolved, command: LaunchCommand, *, no_import: bool = False) -> PreflightResult:
+    from patchkit.enums import TreeState
     from patchkit.inspection import inspect
 
     target = resolve_model(str(command.model), command.env, overrides=command.hf_overrides, role="model")
@@ -50,7 +51,9 @@ def preflight(resolved, command: LaunchCommand, *, no_import: bool = False) -> P
     status = inspect(resolved, check_upstream=False, import_probe=False)
     result = PreflightResult(command, tree_state=str(status.state))
     result.findings.append(tree_finding(resolved, status))
-    planned = status.plan.content if status.plan is not None and str(status.state) != "applied" else None
+    # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
+    fixable = status.state == TreeState.NOT_APPLIED and status.plan is not None
+    planned = status.plan.content if fixable and status.plan is not None else None
     context = LaunchContext(
         command,
         target,
@@ -64,7 +67,7 @@ def preflight(resolved, command: LaunchCommand, *, no_import: bool = False) -> P
     if not no_import:
         from patchkit.launch.validation import engine_validation
 
-        result.findings.append(engine_validation(resolved.target.python, command))
+        result.findings.append(engine_validation(resolved.target.python, command, fix=APPLY if fixable else None))
     return result
 
 
