@@ -15,15 +15,19 @@
    same files (goal: <= 1 s).
 6. `patchkit verify --all`, cold (empty cache) and warm, vs `pip index versions vllm`, one index
    query (goals: <= 60 s cold, <= 5 s warm). Skipped with --quick.
-8. The launch guard (`patchkit_guard.check()`, what vLLM runs in every process) on a stock 0.16.0
-   tree with the eagle3 series applied: its import and check timed inside a fresh interpreter that
-   has imported hashlib and json (as any vLLM process has), vs that interpreter's own start-up (`python -c pass`) (goal: <= 20 ms).
 7. `patchkit apply` of a one-line patch to a generated 214 MB module (--large-mb) vs `git apply`
    of the same diff: the time, and the peak RSS as a multiple of the file's size (goals: near git's
    time; peak RSS <= 4x the file).
+8. The launch guard (`patchkit_guard.check()`, what vLLM runs in every process) on a stock 0.16.0
+   tree with the eagle3 series applied: its import and check timed inside a fresh interpreter that
+   has imported hashlib and json (as any vLLM process has), vs that interpreter's own start-up (`python -c pass`) (goal: <= 20 ms).
+9. `patchkit preflight --no-import` of the seed's command shape (a Kimi-K2.5 target, an EAGLE-3
+   drafter) on a real stock 0.16.0 tree vs `python -c pass` (goal: <= 2 s).
+10. `patchkit run` on an applied 0.16.0 tree: the time before exec, as `run` of a launch whose `vllm`
+   exits at once, minus that `vllm` run alone (goal: <= 0.3 s).
 
 --only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
-large-file (7), guard (8).
+large-file (7), guard (8), preflight (9), run (10).
 """
 
 from __future__ import annotations
@@ -331,7 +335,68 @@ def large_file_row(work: Path, runs: int, megabytes: int) -> str:
     )
 
 
-ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file", "guard")
+LAUNCH_FILES = ("vllm/model_executor/models/registry.py",)
+KIMI_LIKE = {
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    "model_type": "kimi_k25",
+    "media_placeholder_token_id": 163605,
+    "text_config": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840},
+}
+DRAFTER_LIKE = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 7168, "vocab_size": 163840}
+
+
+def launch_setup(work: Path) -> tuple[Path, list[str]]:
+    """A stock 0.16.0 site with the files the launch checks read, and a seed-shaped launch command."""
+    site = work / "launch-0.16.0"
+    lay_out(release_tree("0.16.0", sorted({*files_for("0.16.0"), *LAUNCH_FILES})), str(site))
+    for name, config in (("kimi", KIMI_LIKE), ("drafter", DRAFTER_LIKE)):
+        (work / name).mkdir()
+        (work / name / "config.json").write_text(json.dumps(config))
+    spec = json.dumps({"method": "eagle3", "model": str(work / "drafter"), "num_speculative_tokens": 5})
+    return site, ["vllm", "serve", str(work / "kimi"), "--trust-remote-code", "--speculative-config", spec]
+
+
+def preflight_row(work: Path, runs: int) -> str:
+    site, command = launch_setup(work)
+    preflight = [*PATCHKIT, "preflight", "--no-import", "--target", str(site), "--", *command]
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        done = subprocess.run(preflight, capture_output=True)
+        times.append(time.perf_counter() - start)
+        if done.returncode != 1:  # stock: the faults are found
+            raise SystemExit(f"preflight on stock 0.16.0 exited {done.returncode}: {done.stderr.decode()[-500:]}")
+    bare = timed([sys.executable, "-c", "pass"], runs)
+    return row(
+        "preflight --no-import, seed-shaped launch, stock 0.16.0",
+        statistics.median(times),
+        bare,
+        "python -c pass",
+        "≤ 2 s",
+    )
+
+
+def run_row(work: Path, runs: int) -> str:
+    site, command = launch_setup(work)
+    run_once([*PATCHKIT, "apply", "-q", "--no-import", "--target", str(site)])
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "vllm").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    launched = [*PATCHKIT, "run", "--target", str(site), "--", *command]
+    ours = statistics.median(_timed_env(launched, env) for _ in range(runs))
+    alone = statistics.median(_timed_env(command, env) for _ in range(runs))
+    return row("run: overhead before exec, applied 0.16.0", ours - alone, alone, "the launch alone", "≤ 0.3 s")
+
+
+def _timed_env(cmd: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, env=env, check=True)
+    return time.perf_counter() - start
+
+
+ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file", "guard", "preflight", "run")
 
 
 def main() -> None:
@@ -362,6 +427,10 @@ def main() -> None:
             rows.append(large_file_row(work, runs, args.large_mb))
         if "guard" in chosen:
             rows.append(guard_row(work, runs))
+        if "preflight" in chosen:
+            rows.append(preflight_row(work / "preflight", runs))
+        if "run" in chosen:
+            rows.append(run_row(work / "run", runs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"median of {runs} runs (dry-run and start-up: {runs * 2 + 1}, {runs * 2}); Python {sys.version.split()[0]}")

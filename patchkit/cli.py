@@ -35,6 +35,8 @@ COMMANDS = {
     "workspace": "patchkit.commands.workspace",
     "refresh": "patchkit.commands.refresh",
     "port": "patchkit.commands.port",
+    "preflight": "patchkit.commands.preflight",
+    "run": "patchkit.commands.run",
 }
 
 

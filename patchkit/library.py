@@ -161,6 +161,7 @@ class PatchSetDef:
     roots: tuple[str, ...] = DEFAULT_ROOTS
     probe: Path | None = None  # a script run in the target's interpreter after import (checks/probe.py)
     contract: tuple[Requirement, ...] = ()  # what must hold in the patched code (checks/contract.py)
+    launch: Path | None = None  # the set's launch checks, run by `patchkit preflight` (patchkit/launch)
 
 
 @dataclass
@@ -186,6 +187,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "roots": ((list,), False),
     "probe": ((str,), False),
     "contract": ((str, list), False),
+    "launch": ((str,), False),
 }
 _TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
 
@@ -231,6 +233,7 @@ def load_set(directory: Path) -> PatchSetDef:
             roots=tuple(data.get("roots", DEFAULT_ROOTS)),
             probe=_probe_script(data.get("probe"), directory, manifest),
             contract=_contract(data.get("contract"), directory, manifest),
+            launch=_probe_script(data.get("launch"), directory, manifest, "launch checks"),
         )
     except (KeyError, TypeError) as exc:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
@@ -247,12 +250,12 @@ def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requir
     return parse_requirements(data.get("requirement", []), str(path))
 
 
-def _probe_script(name: str | None, directory: Path, origin: Path) -> Path | None:
+def _probe_script(name: str | None, directory: Path, origin: Path, what: str = "probe script") -> Path | None:
     if name is None:
         return None
     path = directory / name
     if not path.is_file():
-        raise BadInput(f"manifest {origin}: probe script {path} does not exist")
+        raise BadInput(f"manifest {origin}: {what} {path} does not exist")
     return path
 
 

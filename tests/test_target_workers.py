@@ -20,7 +20,14 @@ WORKERS = sorted(p for p in WORKERS_DIR.glob("*.py") if p.name != "__init__.py")
 
 def test_every_worker_is_there():
     # guard: not run by run_worker, but copied into the target (`apply`'s launch guard), held to the same rules
-    assert {p.stem for p in WORKERS} == {"bytecode", "compile_sources", "guard", "import_probe", "locate"}
+    assert {p.stem for p in WORKERS} == {
+        "bytecode",
+        "compile_sources",
+        "engine_config",
+        "guard",
+        "import_probe",
+        "locate",
+    }
 
 
 @pytest.mark.parametrize("worker", WORKERS, ids=lambda p: p.name)

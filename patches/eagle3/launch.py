@@ -1,0 +1,172 @@
+"""The eagle3 set's launch checks (`patchkit preflight`): a `--speculative-config` with method
+eagle3, held against the installed vLLM, statically. Engine and API: patchkit/launch/engine.py.
+
+Each fault the engineer this set comes from met one model load at a time is a finding here: the
+whitelist, the proposer's image_token_index read, SupportsEagle3, and the drafter's shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from patchkit.launch.engine import Finding
+from patchkit.requirements import Target
+
+SUPPORTS = "SupportsEagle3"
+SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
+MODELS_DIR = "vllm/model_executor/models"
+DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
+
+
+def checks(launch) -> list[Finding]:
+    spec = launch.command.speculative_config or {}
+    if spec.get("method") != "eagle3":
+        return []
+    found = [whitelist(launch), supports_eagle3(launch)]
+    found += image_token(launch)
+    if launch.drafter is not None:
+        found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
+    return found
+
+
+# --- the target ----------------------------------------------------------------------------------
+
+
+def whitelist(launch) -> Finding:
+    model_type = launch.target.text_config.get("model_type")
+    entries = launch.requirements("model-types")
+    if not entries:
+        return Finding("whitelist", True, "this vLLM has no EAGLE-3 target whitelist")
+    if not isinstance(model_type, str):
+        return Finding("whitelist", False, f"{launch.target.path} names no text model_type")
+
+    def judgement(read):
+        verdicts = [launch.evaluate(_with(r, model_types=[model_type]), read) for r in entries]
+        failed = [message for ok, message in verdicts if not ok]
+        if failed:
+            return False, f"target model_type {model_type!r}: " + "; ".join(failed)
+        return True, f"target model_type {model_type!r} is accepted"
+
+    return launch.judge("whitelist", judgement)
+
+
+def supports_eagle3(launch) -> Finding:
+    arch = launch.target.architecture
+    if arch is None:
+        return Finding("supports-eagle3", False, f"{launch.target.path} names no architecture")
+
+    def judgement(read):
+        where = _model_class(launch.registry(read), arch)
+        if where is None:
+            return False, f"the installed vLLM does not register the target architecture {arch}"
+        module, cls = where
+        requirement = launch.requirement(
+            file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS
+        )
+        return launch.evaluate(requirement, read)
+
+    return launch.judge("supports-eagle3", judgement)
+
+
+def image_token(launch) -> list[Finding]:
+    """A multimodal target whose config lacks image_token_index must not reach the proposer's read."""
+    config = launch.target.config
+    if "text_config" not in config and "vision_config" not in config:
+        return []
+    if "image_token_index" in config or "image_token_id" in config:
+        return [Finding("image-token", True, "the target config has an image token index")]
+    arch = launch.target.architecture or "?"
+    entries = launch.requirements("guarded-read")
+    if not entries:
+        return []
+
+    def judgement(read):
+        verdicts = [launch.evaluate(_guarded_for(launch, r, arch), read) for r in entries]
+        failed = [message for ok, message in verdicts if not ok]
+        if failed:
+            return False, f"{arch} config lacks image_token_index: " + "; ".join(failed)
+        return True, f"the proposer does not read image_token_index for {arch}"
+
+    return [launch.judge("image-token", judgement)]
+
+
+def _guarded_for(launch, requirement, arch: str):
+    declared = requirement["target"]
+    config = launch.target.config
+    has = tuple(name for name in declared.has if name in config)
+    lacks = tuple(name for name in (*declared.lacks, requirement["attribute"]) if name not in config)
+    return _with(requirement, target=Target(arch, has, lacks))
+
+
+# --- the drafter ---------------------------------------------------------------------------------
+
+
+def drafter_architecture(launch) -> Finding:
+    arch = launch.drafter.architecture
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    names = [arch, f"Eagle3{arch}"] if arch else []
+    if any(name in table for name in names):
+        return Finding("drafter-architecture", True, f"drafter architecture {arch} is registered for EAGLE-3")
+    known = ", ".join(sorted(n for n, (module, _) in table.items() if "eagle3" in module.lower())) or "none"
+    return Finding(
+        "drafter-architecture",
+        False,
+        f"drafter architecture {arch} is not registered for EAGLE-3 in the installed vLLM (registered: {known})",
+        DRAFTER_FIX,
+    )
+
+
+def hidden_size(launch) -> Finding:
+    drafter = launch.drafter.config
+    wanted = drafter.get("target_hidden_size") or drafter.get("hidden_size")
+    actual = launch.target.text_config.get("hidden_size")
+    ok = wanted == actual
+    message = f"drafter expects hidden size {wanted}, target has {actual}"
+    return Finding("drafter-hidden-size", ok, message, None if ok else DRAFTER_FIX)
+
+
+def aux_layers(launch) -> Finding:
+    layers = _aux_layer_ids(launch.drafter.config)
+    count = launch.target.text_config.get("num_hidden_layers")
+    if layers is None:
+        return Finding("drafter-aux-layers", True, "drafter names no eagle_aux_hidden_state_layer_ids (vLLM's default)")
+    if not isinstance(count, int) or not all(isinstance(n, int) for n in layers):
+        return Finding("drafter-aux-layers", False, f"cannot compare layers {layers} with {count}", DRAFTER_FIX)
+    beyond = [n for n in layers if not 0 <= n < count]
+    if beyond:
+        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} not below the target's {count} layers"
+        return Finding("drafter-aux-layers", False, message, DRAFTER_FIX)
+    return Finding("drafter-aux-layers", True, f"aux layers {layers} are below the target's {count} layers")
+
+
+def _aux_layer_ids(config: dict) -> list | None:
+    nested = config.get("eagle_config")
+    for source in (config, nested if isinstance(nested, dict) else {}):
+        value = source.get("eagle_aux_hidden_state_layer_ids")
+        if value is not None:
+            return value if isinstance(value, list) else [value]
+    return None
+
+
+def vocabulary(launch) -> Finding:
+    drafter = launch.drafter.config
+    draft = drafter.get("draft_vocab_size") or drafter.get("vocab_size")
+    target = launch.target.text_config.get("vocab_size")
+    ok = isinstance(draft, int) and isinstance(target, int) and draft <= target
+    message = f"drafter vocabulary {draft}, target vocabulary {target}"
+    return Finding("drafter-vocabulary", ok, message + ("" if ok else ": the drafter's is larger"), None if ok else DRAFTER_FIX)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _model_class(tables: dict, arch: str) -> tuple[str, str] | None:
+    for name, table in tables.items():
+        if name != SPECULATIVE_TABLE and arch in table:
+            return table[arch]
+    return None
+
+
+def _with(requirement, **changes):
+    """A copy of a contract requirement with some fields replaced (its reason dropped: the finding says why)."""
+    return dataclasses.replace(requirement, fields={**requirement.fields, **changes}, reason="")

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.commands import make_ui, resolve_telling
+from patchkit.commands.options import format_option, no_import_option, target_options
+
+LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
+
+
+@click.command(context_settings=LAUNCH_SETTINGS)
+@target_options
+@format_option(formats=("text", "json", "junit"))
+@no_import_option("Skip vLLM's own engine-config validation in the target's interpreter.")
+@launch_argument
+def command(opts, quiet, verbose, fmt, no_import, launch):
+    """Check a vLLM launch command before anything loads: every fault in one run.
+
+    COMMAND is `vllm serve MODEL [args]` or `python -m vllm.entrypoints.openai.api_server --model
+    MODEL [args]`, either behind `env VAR=...`. The models' config.json files (local directories or
+    the Hugging Face cache, never downloaded) are held against the installed vLLM: the tree's state
+    and the checks the patch set declares, then vLLM's own create_engine_config() in the target's
+    interpreter (--no-import skips it). Exit 0: the launch passes; 1: a finding failed; 2: the
+    command cannot be read; 4: a model or the target is missing.
+    """
+    from patchkit.launch.command import parse
+
+    ui = make_ui("json" if fmt == "json" else "text", quiet, verbose)
+    launch_command = parse(list(launch))
+    result = run_preflight(ui, opts, launch_command, no_import=no_import)
+    show(ui, result, fmt)
+    return result
+
+
+def run_preflight(ui, opts, launch_command, *, no_import: bool):
+    """Target resolution (default: the command's own interpreter), then the findings."""
+    from patchkit.launch.preflight import default_options, preflight
+    from patchkit.transaction import consistent_read
+
+    resolved = resolve_telling(ui, default_options(opts, launch_command))
+    with consistent_read(resolved.target.root) as recovered:
+        if recovered:
+            ui.warn(recovered)
+        return preflight(resolved, launch_command, no_import=no_import)
+
+
+def show(ui, result, fmt: str) -> None:
+    if fmt == "json":
+        ui.json({"launch": result.command.argv, "tree_state": result.tree_state, "findings": findings_json(result)})
+    elif fmt == "junit":
+        from patchkit.ui import write_junit
+
+        write_junit(findings_junit(result))
+    else:
+        rows = [[f.check, "pass" if f.ok else "fail", f.message, f.fix or ""] for f in result.findings]
+        ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
+        if result.ok:
+            ui.line("the launch passes every check", style="green")
+        else:
+            failed = sum(not f.ok for f in result.findings)
+            ui.error(f"{failed} of {len(result.findings)} launch checks failed")
+
+
+def findings_json(result) -> list[dict]:
+    return [f.to_json() for f in result.findings]
+
+
+def findings_junit(result) -> str:
+    from patchkit.ui import JUnitCase, junit
+
+    cases = [
+        JUnitCase(
+            name=f.check,
+            failure=None if f.ok else f.message,
+            details=f.message + (f"\nfix: {f.fix}" if f.fix else ""),
+            output="" if not f.ok else f.message,
+        )
+        for f in result.findings
+    ]
+    return junit("patchkit.preflight", cases)

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.commands import make_ui
+from patchkit.commands.options import target_options
+from patchkit.commands.preflight import LAUNCH_SETTINGS, launch_argument
+
+
+@click.command(context_settings=LAUNCH_SETTINGS)
+@target_options
+@click.option("--apply", "apply_first", is_flag=True, help="Apply the series first when the tree is not-applied.")
+@click.option("--no-preflight", is_flag=True, help="Run COMMAND without checking it first.")
+@launch_argument
+def command(opts, quiet, verbose, apply_first, no_preflight, launch):
+    """Preflight a vLLM launch (static checks), then become it (exec: same PID, signals, exit status).
+
+    When a check fails, COMMAND does not run and the exit code is 1. For a systemd ExecStart= or a
+    container entrypoint: `patchkit run --apply -- vllm serve MODEL ...`.
+    """
+    from patchkit.launch.command import parse
+
+    launch_command = parse(list(launch))
+    if apply_first or not no_preflight:
+        ui = make_ui("text", quiet, verbose)
+        result = _checked(ui, opts, launch_command, apply_first=apply_first, preflight=not no_preflight)
+        if result is not None:
+            return result
+    _exec(launch_command.argv)
+
+
+def _checked(ui, opts, launch_command, *, apply_first: bool, preflight: bool):
+    """None when COMMAND may run; else the result that stops it (its outcome is the exit code)."""
+    from patchkit.commands.preflight import run_preflight, show
+
+    if apply_first:
+        applied = _apply_when_not_applied(ui, opts, launch_command)
+        if applied is not None and applied.error is not None:
+            return applied
+    if not preflight:
+        return None
+    result = run_preflight(ui, opts, launch_command, no_import=True)
+    if result.ok:
+        return None
+    show(ui, result, "text")
+    ui.error("not launched: the preflight failed", "`patchkit preflight -- COMMAND` shows the same findings")
+    return result
+
+
+def _apply_when_not_applied(ui, opts, launch_command):
+    from patchkit.commands import Shown, resolve_telling
+    from patchkit.enums import TreeState
+    from patchkit.inspection import inspect
+    from patchkit.launch.preflight import default_options
+    from patchkit.operations import apply_series
+
+    resolved = resolve_telling(ui, default_options(opts, launch_command))
+    if inspect(resolved, import_probe=False).state != TreeState.NOT_APPLIED:
+        return None
+    result = apply_series(resolved, watch=Shown(ui))
+    if result.error is None:
+        ui.line(result.message, style="green")
+    return result
+
+
+def _exec(argv: list[str]) -> None:
+    import os
+    import sys
+
+    from patchkit.errors import TargetError
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        raise TargetError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None

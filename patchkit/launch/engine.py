@@ -1,0 +1,149 @@
+"""The launch checks: the tree's state (generic), then what the patch set declares.
+
+A set names a script in set.toml (`launch = "launch.py"`) defining `checks(launch)`, which returns
+Findings; `launch` is a LaunchContext: the command, the target's and the drafter's configs, and the
+installed tree read statically (vLLM is never imported here). A static judgement runs on the
+installed files and, when it fails, on the files as the series would leave them: when it passes
+there, the fix is "run `patchkit apply`".
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from patchkit.errors import BadInput
+from patchkit.fsutil import inside, unsafe_reason
+from patchkit.launch.command import LaunchCommand
+from patchkit.launch.models import ModelConfig
+
+APPLY = "run `patchkit apply`"
+REGISTRY = "vllm/model_executor/models/registry.py"
+Reader = Callable[[str], "bytes | None"]
+Judgement = Callable[[Reader], "tuple[bool, str]"]
+
+
+@dataclass
+class Finding:
+    check: str
+    ok: bool
+    message: str
+    fix: str | None = None
+
+    def to_json(self) -> dict:
+        return {"check": self.check, "ok": self.ok, "message": self.message, "fix": self.fix}
+
+
+@dataclass
+class LaunchContext:
+    command: LaunchCommand
+    target: ModelConfig
+    drafter: ModelConfig | None
+    root: Path
+    version: Version | None
+    patch_set: object | None  # library.PatchSetDef
+    read_planned: Reader | None = None  # the files as the series leaves them (None: nothing to apply)
+    _registries: dict = field(default_factory=dict)
+
+    def read(self, path: str) -> bytes | None:
+        """A file of the installed tree; None when absent, unsafe, or a symlink leading out of it."""
+        from patchkit.state import read_file
+
+        if unsafe_reason(path) or not inside(self.root, self.root / path):
+            return None
+        return read_file(self.root / path)
+
+    def judge(self, check: str, judgement: Judgement, fix: str | None = None) -> Finding:
+        """A static judgement on the installed tree; failing, the fix is `patchkit apply` when the
+        series makes it pass, else `fix`."""
+        ok, message = judgement(self.read)
+        if ok:
+            return Finding(check, True, message)
+        if self.read_planned is not None and judgement(self.read_planned)[0]:
+            return Finding(check, False, message, APPLY)
+        return Finding(check, False, message, fix)
+
+    def requirements(self, kind: str) -> list:
+        """The set's contract entries of one kind that apply to the installed release."""
+        contract = getattr(self.patch_set, "contract", ())
+        return [r for r in contract if r.kind == kind and (self.version is None or r.applies_to(self.version))]
+
+    def evaluate(self, requirement, read: Reader) -> tuple[bool, str]:
+        """One contract requirement (patchkit.checks.contract) on the file `read` gives."""
+        from patchkit.checks.contract import _load, evaluate
+
+        result = evaluate(requirement, _load(read(requirement.file), requirement.file), self.version)
+        return result.ok, result.message
+
+    @staticmethod
+    def requirement(**fields):
+        from patchkit.requirements import parse_requirements
+
+        return parse_requirements([fields], "launch check")[0]
+
+    def registry(self, read: Reader | None = None) -> dict[str, dict[str, tuple[str, str]]]:
+        """vLLM's model registry read statically: dict name (e.g. _SPECULATIVE_DECODING_MODELS) ->
+        architecture -> (module, class)."""
+        read = read or self.read
+        if read not in self._registries:
+            self._registries[read] = _registry_tables(read(REGISTRY))
+        return self._registries[read]
+
+
+def _registry_tables(data: bytes | None) -> dict[str, dict[str, tuple[str, str]]]:
+    if data is None:
+        return {}
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return {}
+    tables: dict[str, dict[str, tuple[str, str]]] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+        if isinstance(target, ast.Name) and isinstance(node.value, ast.Dict):
+            tables[target.id] = _arch_entries(node.value)
+    return tables
+
+
+def _arch_entries(table: ast.Dict) -> dict[str, tuple[str, str]]:
+    entries = {}
+    for key, value in zip(table.keys, table.values, strict=False):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Tuple)):
+            continue
+        parts = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if len(parts) >= 2:
+            entries[key.value] = (parts[0], parts[1])
+    return entries
+
+
+def set_checks(context: LaunchContext) -> list[Finding]:
+    """What the set's launch script finds (none when the set declares none)."""
+    script = getattr(context.patch_set, "launch", None)
+    if script is None:
+        return []
+    module = _load_script(Path(script))
+    found = module.checks(context)
+    if not isinstance(found, list) or not all(isinstance(f, Finding) for f in found):
+        raise BadInput(f"launch checks {script}: checks() must return a list of Findings")
+    return found
+
+
+def _load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(f"patchkit_launch_{abs(hash(path))}", path)
+    if spec is None or spec.loader is None:
+        raise BadInput(f"launch checks {path}: cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except (OSError, SyntaxError) as exc:
+        raise BadInput(f"launch checks {path}: {exc}") from None
+    if not callable(getattr(module, "checks", None)):
+        raise BadInput(f"launch checks {path}: defines no checks(launch)")
+    return module

@@ -1,0 +1,100 @@
+"""preflight: a launch command held against the installed vLLM, every finding in one run.
+
+Returns a result and prints nothing (the commands render it). Exit codes come from the errors
+raised on the way (a command that cannot be read: 2; a missing model or target: 4) and from the
+outcome (a failed finding: 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from patchkit.enums import Outcome
+from patchkit.launch.command import LaunchCommand
+from patchkit.launch.engine import APPLY, Finding, LaunchContext, set_checks
+from patchkit.launch.models import resolve_model
+from patchkit.options import Options
+
+TREE = "tree-state"
+
+
+@dataclass
+class PreflightResult:
+    command: LaunchCommand
+    findings: list[Finding] = field(default_factory=list)
+    tree_state: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.OK if self.ok else Outcome.CHECK_FAILED
+
+
+def default_options(opts: Options, command: LaunchCommand) -> Options:
+    """Without --target/--python: the interpreter of the command's `vllm` script or `python`."""
+    if opts.target_dir or opts.python:
+        return opts
+    return dataclasses.replace(opts, python=command.interpreter())
+
+
+def preflight(resolved, command: LaunchCommand, *, no_import: bool = False) -> PreflightResult:
+    from patchkit.enums import TreeState
+    from patchkit.inspection import inspect
+
+    target = resolve_model(str(command.model), command.env, overrides=command.hf_overrides, role="model")
+    drafter_name = (command.speculative_config or {}).get("model")
+    drafter = resolve_model(str(drafter_name), command.env, role="drafter") if drafter_name else None
+    status = inspect(resolved, check_upstream=False, import_probe=False)
+    result = PreflightResult(command, tree_state=str(status.state))
+    result.findings.append(tree_finding(resolved, status))
+    # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
+    fixable = status.state == TreeState.NOT_APPLIED and status.plan is not None
+    planned = status.plan.content if fixable and status.plan is not None else None
+    context = LaunchContext(
+        command,
+        target,
+        drafter,
+        resolved.target.root,
+        resolved.vllm_version,
+        resolved.selection.patch_set,
+        read_planned=planned,
+    )
+    result.findings.extend(set_checks(context))
+    if not no_import:
+        from patchkit.launch.validation import engine_validation
+
+        result.findings.append(engine_validation(resolved.target.python, command, fix=APPLY if fixable else None))
+    return result
+
+
+def tree_finding(resolved, status) -> Finding:
+    from patchkit.enums import TreeState
+
+    version = resolved.vllm_version
+    if status.state == TreeState.UPSTREAM:
+        return Finding(TREE, True, f"vLLM {version} ships the set's change itself (upstream)")
+    if status.state == TreeState.UNSUPPORTED:
+        return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
+    if status.state == TreeState.NOT_APPLIED:
+        return Finding(TREE, False, f"the {resolved.set_name} series is not applied to vLLM {version}", APPLY)
+    if status.state == TreeState.PARTIAL:
+        return Finding(TREE, False, "the series is partly applied", "run `patchkit status`, then `patchkit apply`")
+    if status.drifted:
+        files = ", ".join(status.drifted)
+        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", "run `patchkit status`")
+    stale = _stale_bytecode(resolved, status)
+    if stale:
+        return Finding(TREE, False, f"stale bytecode: {stale}", "run `patchkit apply --force`")
+    return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
+
+
+def _stale_bytecode(resolved, status) -> str | None:
+    from patchkit.checks.bytecode import failures, scan
+
+    paths = status.plan.touched_paths if status.plan is not None else []
+    results = scan(resolved.target.root, paths, resolved.target.python)
+    return failures(results) if any(r.failed for r in results) else None

@@ -1,0 +1,209 @@
+"""Small vLLM-shaped trees for the launch checks (preflight, run): just enough of the shape of the files
+the eagle3 set patches and its launch checks read, written here (no vLLM source), with an eagle3
+library holding the real set's contract and launch checks and a series made for these trees; and the
+model and drafter config directories the launches name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+from helpers import make_patch, write_tree
+
+from patchkit.library import default_root
+
+SPEC = "vllm/config/speculative.py"
+EAGLE = "vllm/v1/spec_decode/eagle.py"
+DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
+KIMI = "vllm/model_executor/models/kimi_k25.py"
+REGISTRY = "vllm/model_executor/models/registry.py"
+WHITELIST = {"0.16.0": "eagle3_target_supported", "0.17.0": "aux_hidden_states_supported"}
+
+SPEC_STOCK = textwrap.dedent("""\
+    class SpeculativeConfig:
+        def _verify_args(self):
+            VARIABLE = [
+                "llama",
+                "qwen",
+                "minicpm",
+            ]
+            if (
+                self.method == "eagle3"
+                and self.target_model_config
+                and not any(
+                    supported_model in self.target_model_config.hf_text_config.model_type
+                    for supported_model in VARIABLE
+                )
+            ):
+                raise ValueError(f"Eagle3 is only supported for {VARIABLE} models.")
+            return self
+    """)
+SPEC_PATCHED = SPEC_STOCK.replace('"minicpm",\n', '"minicpm",\n            "deepseek",\n            "kimi_k2",\n')
+
+EAGLE_STOCK = textwrap.dedent("""\
+    class SpecDecodeBaseProposer:
+        def load_model(self, target_model):
+            image_token_index = None
+            if self.is_multimodal:
+                image_token_index = target_model.config.image_token_index
+            return image_token_index
+    """)
+EAGLE_PATCHED = EAGLE_STOCK.replace(
+    "            image_token_index = target_model.config.image_token_index\n",
+    '            if hasattr(target_model.config, "media_placeholder_token_id"):\n'
+    "                image_token_index = target_model.config.media_placeholder_token_id\n"
+    "            else:\n"
+    "                image_token_index = target_model.config.image_token_index\n",
+)
+
+DEEPSEEK_STOCK = textwrap.dedent("""\
+    from .interfaces import SupportsPP
+
+
+    class DeepseekV2Model:
+        def __init__(self):
+            self.layers = []
+
+        def forward(self, x):
+            return x
+
+
+    class DeepseekV2ForCausalLM(SupportsPP):
+        pass
+
+
+    class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):
+        pass
+    """)
+DEEPSEEK_PATCHED = textwrap.dedent("""\
+    from .interfaces import SupportsEagle3, SupportsPP
+
+
+    class DeepseekV2Model:
+        def __init__(self):
+            self.layers = []
+            self.aux_hidden_state_layers = ()
+
+        def forward(self, x):
+            return [x for _ in self.aux_hidden_state_layers]
+
+
+    class DeepseekV2ForCausalLM(SupportsPP, SupportsEagle3):
+        def set_aux_hidden_state_layers(self, layers):
+            self.model.aux_hidden_state_layers = layers
+
+        def get_eagle3_aux_hidden_state_layers(self):
+            return (2, 3)
+
+
+    class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):
+        pass
+    """)
+KIMI_STOCK = textwrap.dedent("""\
+    from .interfaces import SupportsMultiModal
+
+
+    class KimiK25ForConditionalGeneration(SupportsMultiModal):
+        pass
+    """)
+KIMI_PATCHED = textwrap.dedent("""\
+    from .interfaces import SupportsEagle3, SupportsMultiModal
+
+
+    class KimiK25ForConditionalGeneration(SupportsMultiModal, SupportsEagle3):
+        def set_aux_hidden_state_layers(self, layers):
+            self.language_model.set_aux_hidden_state_layers(layers)
+
+        def get_eagle3_aux_hidden_state_layers(self):
+            return self.language_model.get_eagle3_aux_hidden_state_layers()
+    """)
+REGISTRY_PY = textwrap.dedent("""\
+    _TEXT_GENERATION_MODELS = {
+        "LlamaForCausalLM": ("llama", "LlamaForCausalLM"),
+        "DeepseekV3ForCausalLM": ("deepseek_v2", "DeepseekV3ForCausalLM"),
+    }
+    _MULTIMODAL_MODELS = {
+        "KimiK25ForConditionalGeneration": ("kimi_k25", "KimiK25ForConditionalGeneration"),
+    }
+    _SPECULATIVE_DECODING_MODELS = {
+        "EagleLlamaForCausalLM": ("llama_eagle", "EagleLlamaForCausalLM"),
+        "Eagle3LlamaForCausalLM": ("llama_eagle3", "Eagle3LlamaForCausalLM"),
+        "LlamaForCausalLMEagle3": ("llama_eagle3", "Eagle3LlamaForCausalLM"),
+    }
+    """)
+
+
+def stock_files(version: str) -> dict[str, str]:
+    return {
+        SPEC: SPEC_STOCK.replace("VARIABLE", WHITELIST[version]),
+        EAGLE: EAGLE_STOCK,
+        DEEPSEEK: DEEPSEEK_STOCK,
+        KIMI: KIMI_STOCK,
+        REGISTRY: REGISTRY_PY,
+    }
+
+
+def patched_files(version: str) -> dict[str, str]:
+    return {
+        SPEC: SPEC_PATCHED.replace("VARIABLE", WHITELIST[version]),
+        EAGLE: EAGLE_PATCHED,
+        DEEPSEEK: DEEPSEEK_PATCHED,
+        KIMI: KIMI_PATCHED,
+    }
+
+
+def write_eagle3_setup(tmp: Path, version: str = "0.16.0") -> tuple[Path, Path]:
+    """(site-packages-like tree at stock, library root holding an `eagle3` set for it)."""
+    tree = write_tree(tmp / "site", version, stock_files(version))
+    patch = make_patch(tmp, tree, patched_files(version), header="Description: eagle3 for the test trees\n")
+    real = default_root() / "eagle3"
+    library = tmp / "library"
+    (library / "eagle3" / version).mkdir(parents=True)
+    for name in ("contract.toml", "launch.py"):
+        shutil.copy(real / name, library / "eagle3" / name)
+    (library / "eagle3" / version / "0001-eagle3.patch").write_bytes(patch)
+    (library / "eagle3" / version / "series").write_text("0001-eagle3.patch\n")
+    (library / "eagle3" / "set.toml").write_text(
+        'name = "eagle3"\nsupported = ">=0.11.0"\nupstream = ">=0.18.0"\ncontract = "contract.toml"\n'
+        f'launch = "launch.py"\n\n[[releases]]\nversions = "=={version}"\ndir = "{version}"\n'
+    )
+    return tree, library
+
+
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "vocab_size": 129280,
+}
+KIMI_K25 = {
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    "model_type": "kimi_k25",
+    "media_placeholder_token_id": 163605,
+    "text_config": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840},
+    "vision_config": {"model_type": "moonvit"},
+}
+DRAFTER = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 7168,
+    "target_hidden_size": 7168,
+    "num_hidden_layers": 1,
+    "vocab_size": 129280,
+    "draft_vocab_size": 32000,
+    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
+}
+
+
+def write_model(directory: Path, config: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def serve(model: Path | str, drafter: Path | str, *extra: str) -> list[str]:
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3})
+    return ["vllm", "serve", str(model), "--trust-remote-code", "-tp", "4", "--speculative-config", spec, *extra]

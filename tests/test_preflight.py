@@ -1,0 +1,365 @@
+"""`patchkit preflight`: a vLLM launch command held against the installed vLLM, every fault in one run
+(issue 11). Small vLLM-shaped trees and config directories the tests write (tests/launch_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, run_cli
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
+
+from patchkit.errors import BadInput
+from patchkit.launch.command import parse
+
+STOCK_FAULTS_KIMI = {"tree-state", "whitelist", "supports-eagle3", "image-token"}
+STOCK_FAULTS_DEEPSEEK = {"tree-state", "whitelist", "supports-eagle3"}
+DRAFTER_CHECKS = {"drafter-architecture", "drafter-hidden-size", "drafter-aux-layers", "drafter-vocabulary"}
+
+
+@pytest.fixture
+def setup(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    models = {
+        "kimi": write_model(tmp_path / "models" / "kimi-k25", KIMI_K25),
+        "deepseek": write_model(tmp_path / "models" / "deepseek-v3", DEEPSEEK_V3),
+        "drafter": write_model(tmp_path / "models" / "eagle3-drafter", DRAFTER),
+    }
+    return tree, library, models
+
+
+def preflight(tree: Path, library: Path, *command: str, fmt: str = "json", extra=(), env=None):
+    done = run_cli(
+        "preflight",
+        "--target",
+        tree,
+        "--patches",
+        library,
+        "--format",
+        fmt,
+        *extra,
+        "--no-import",
+        "--",
+        *command,
+        env=env,
+    )
+    return done
+
+
+def findings(done) -> dict[str, dict]:
+    document = json.loads(done.stdout)
+    return {f["check"]: f for f in document["findings"]}
+
+
+def failed(done) -> set[str]:
+    return {name for name, f in findings(done).items() if not f["ok"]}
+
+
+@pytest.mark.parametrize("version", ["0.16.0", "0.17.0"])
+@pytest.mark.parametrize(("model", "faults"), [("kimi", STOCK_FAULTS_KIMI), ("deepseek", STOCK_FAULTS_DEEPSEEK)])
+def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, version, model, faults):
+    tree, library = write_eagle3_setup(tmp_path, version)
+    target = write_model(tmp_path / "target", KIMI_K25 if model == "kimi" else DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+
+    done = preflight(tree, library, *serve(target, drafter))
+    assert_clean_failure(done, 1)
+    assert failed(done) == faults
+    assert all(findings(done)[name]["fix"] == "run `patchkit apply`" for name in faults)
+    assert json.loads(done.stdout)["ok"] is False
+    assert set(findings(done)) >= DRAFTER_CHECKS
+
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    done = preflight(tree, library, *serve(target, drafter))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert failed(done) == set()
+    assert json.loads(done.stdout)["ok"] is True
+
+
+@pytest.mark.parametrize(
+    ("change", "check"),
+    [
+        ({"architectures": ["MixtralForCausalLM"]}, "drafter-architecture"),
+        ({"target_hidden_size": 5120}, "drafter-hidden-size"),
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}}, "drafter-aux-layers"),
+        ({"draft_vocab_size": 200000}, "drafter-vocabulary"),
+    ],
+)
+def test_each_drafter_mismatch_is_named(setup, tmp_path, change, check):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "bad-drafter", {**DRAFTER, **change})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {check}
+    assert findings(done)[check]["fix"]
+
+
+def test_text_output_names_each_fault_and_its_fix(setup):
+    tree, library, models = setup
+    done = preflight(tree, library, *serve(models["kimi"], models["drafter"]), fmt="text")
+    assert_clean_failure(done, 1)
+    for name in STOCK_FAULTS_KIMI:
+        assert name in done.stdout
+    assert "run `patchkit apply`" in done.stdout
+
+
+def test_junit_has_a_testcase_per_finding(setup):
+    import xml.etree.ElementTree as ET
+
+    tree, library, models = setup
+    done = preflight(tree, library, *serve(models["kimi"], models["drafter"]), fmt="junit")
+    assert done.returncode == 1
+    cases = ET.fromstring(done.stdout).findall(".//testcase")
+    assert {c.get("name") for c in cases} == STOCK_FAULTS_KIMI | DRAFTER_CHECKS
+    assert {c.get("name") for c in cases if c.find("failure") is not None} == STOCK_FAULTS_KIMI
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["vllm", "serve", "m", "--speculative-config", '{"method": "eagle3", "model": "d",}'], "not valid JSON"),
+        (["vllm", "serve", "m", "-sc", '["eagle3"]'], "must be a JSON object"),
+        (["vllm", "bench", "latency"], "not a vLLM launch"),
+        (["python3", "-c", "print(1)"], "not a vLLM launch"),
+        (["torchrun", "serve.py"], "not a vLLM launch"),
+        (["vllm", "serve", "--port", "8001"], "names no model"),
+        (["env", "HF_HOME=/nowhere"], "names no program"),
+    ],
+)
+def test_a_command_that_cannot_be_read_is_exit_2(setup, command, says):
+    tree, library, _ = setup
+    done = preflight(tree, library, *command)
+    assert_clean_failure(done, 2)
+    assert says in done.stderr
+
+
+def test_a_missing_model_is_exit_4_naming_where_it_looked(setup, tmp_path):
+    tree, library, models = setup
+    cache = tmp_path / "hf-home"
+    done = preflight(tree, library, "env", f"HF_HOME={cache}", *serve("acme/absent-model", models["drafter"]))
+    assert_clean_failure(done, 4)
+    assert "acme/absent-model" in done.stderr
+    assert str(cache / "hub" / "models--acme--absent-model" / "snapshots") in done.stderr
+
+
+def test_a_missing_drafter_is_exit_4(setup, tmp_path):
+    tree, library, models = setup
+    done = preflight(tree, library, *serve(models["kimi"], tmp_path / "no-such-drafter"))
+    assert_clean_failure(done, 4)
+    assert "drafter" in done.stderr and "no-such-drafter" in done.stderr
+
+
+def write_hub_snapshot(cache: Path, repo: str, revision: str, config: dict) -> None:
+    org, name = repo.split("/")
+    write_model(cache / f"models--{org}--{name}" / "snapshots" / revision, config)
+
+
+def test_hub_ids_resolve_offline_from_the_hf_cache_refs_main_first(setup, tmp_path):
+    tree, library, _ = setup
+    cache = tmp_path / "hub-cache"
+    write_hub_snapshot(
+        cache,
+        "moonlab/kimi-like",
+        "aaaa1111",
+        {**KIMI_K25, "text_config": {**KIMI_K25["text_config"], "model_type": "llama"}},
+    )
+    write_hub_snapshot(cache, "moonlab/kimi-like", "ffff9999", KIMI_K25)
+    (cache / "models--moonlab--kimi-like" / "refs").mkdir()
+    (cache / "models--moonlab--kimi-like" / "refs" / "main").write_text("aaaa1111\n")
+    write_hub_snapshot(cache, "drafts/eagle3-small", "0123abcd", DRAFTER)
+    done = preflight(
+        tree, library, *serve("moonlab/kimi-like", "drafts/eagle3-small"), env={"HF_HUB_CACHE": str(cache)}
+    )
+    assert_clean_failure(done, 1)
+    # refs/main names the snapshot whose text model is a llama: the whitelist accepts it
+    assert failed(done) == {"tree-state", "supports-eagle3", "image-token"}
+
+
+def test_dotted_speculative_config_and_yaml_config_are_read(setup, tmp_path):
+    tree, library, models = setup
+    dotted = ["vllm", "serve", str(models["deepseek"]), "--speculative-config.method", "eagle3"]
+    dotted += ["--speculative_config.model", str(models["drafter"]), "--speculative-config.num_speculative_tokens", "2"]
+    assert failed(preflight(tree, library, *dotted)) == STOCK_FAULTS_DEEPSEEK
+
+    config = tmp_path / "serve.yaml"
+    spec = json.dumps({"method": "eagle3", "model": str(models["drafter"])})
+    config.write_text(f"model: {models['kimi']}\ntensor_parallel_size: 2\nspeculative-config: '{spec}'\n")
+    command = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--config", str(config)]
+    assert failed(preflight(tree, library, *command)) == STOCK_FAULTS_KIMI
+
+
+def test_hf_overrides_apply_to_the_target_config(setup):
+    tree, library, models = setup
+    overrides = json.dumps({"text_config": {"hidden_size": 4096}})
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    done = preflight(tree, library, *serve(models["kimi"], models["drafter"], "--hf-overrides", overrides))
+    assert failed(done) == {"drafter-hidden-size"}
+
+
+def test_a_launch_without_eagle3_has_only_the_tree_state(setup):
+    tree, library, models = setup
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--max-model-len", "4096")
+    assert set(findings(done)) == {"tree-state"}
+
+
+def test_parse_reads_env_prefix_aliases_and_ignores_unknown_options():
+    command = parse(
+        ["env", "HF_HOME=/srv/hf", "vllm", "serve", "org/m", "--port", "9000", "-tp=8", "--trust_remote_code"]
+    )
+    assert command.env == {"HF_HOME": "/srv/hf"}
+    assert command.model == "org/m"
+    assert command.tensor_parallel_size == 8
+    assert command.trust_remote_code
+    assert command.engine_args() == ["--model", "org/m", "--port", "9000", "-tp=8", "--trust_remote_code"]
+    with pytest.raises(BadInput):
+        parse(["vllm", "serve", "m", "-tp", "eight"])
+
+
+# --- vLLM's own validation, through a stand-in vllm package ---------------------------------------
+
+FAKE_ARG_UTILS = """
+import json
+
+
+class AsyncEngineArgs:
+    def __init__(self, **values):
+        self.values = values
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model")
+        parser.add_argument("--speculative-config", type=json.loads, default=None)
+        parser.add_argument("--max-model-len", type=int, default=None)
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls(**vars(args))
+
+    def create_engine_config(self):
+        spec = self.values["speculative_config"] or {}
+        if spec.get("method") == "eagle3":
+            raise ValueError("Eagle3 is only supported for ['llama', 'qwen'] models. Got model_type='deepseek_v3'")
+        return {"model": self.values["model"]}
+"""
+
+
+def write_fake_vllm(root: Path) -> Path:
+    (root / "vllm" / "engine").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "engine" / "__init__.py").write_text("")
+    (root / "vllm" / "engine" / "arg_utils.py").write_text(FAKE_ARG_UTILS)
+    return root
+
+
+def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
+    tree, library, models = setup
+    fake = write_fake_vllm(tmp_path / "fake")
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    done = run_cli(*base, *serve(models["deepseek"], models["drafter"]), env={"PYTHONPATH": str(fake)})
+    assert_clean_failure(done, 1)
+    check = findings(done)["vllm-validation"]
+    assert not check["ok"] and "Eagle3 is only supported for ['llama', 'qwen'] models" in check["message"]
+
+    plain = ["vllm", "serve", str(models["deepseek"])]
+    done = run_cli(*base, *plain, env={"PYTHONPATH": str(fake)})
+    assert findings(done)["vllm-validation"]["ok"]
+
+    done = run_cli(*base, *plain, "--max-model-len", "lots", env={"PYTHONPATH": str(fake)})
+    assert_clean_failure(done, 1)
+    assert "argument parser refused" in findings(done)["vllm-validation"]["message"]
+
+
+def test_vllm_validation_is_skipped_with_a_note_when_vllm_does_not_import(setup):
+    tree, library, models = setup
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    done = run_cli(*base, "vllm", "serve", str(models["deepseek"]))
+    check = findings(done)["vllm-validation"]
+    assert check["ok"] and check["message"].startswith("skipped: vLLM does not import")
+
+
+def test_drift_after_apply_fails_the_tree_state(setup):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    edited = tree / "vllm/model_executor/models/kimi_k25.py"
+    edited.write_text(edited.read_text() + "\n# tuned by hand\n")
+    done = preflight(tree, library, *serve(models["kimi"], models["drafter"]))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"tree-state"}
+    assert "kimi_k25.py" in findings(done)["tree-state"]["message"]
+
+
+def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
+    import importlib.util
+    import py_compile
+
+    from launch_fixtures import DEEPSEEK, DEEPSEEK_STOCK
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    stale_source = tmp_path / "deepseek_v2.py"
+    stale_source.write_text(DEEPSEEK_STOCK)
+    pyc = importlib.util.cache_from_source(str(tree / DEEPSEEK))
+    py_compile.compile(
+        str(stale_source), cfile=pyc, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"tree-state"}
+    assert "stale bytecode" in findings(done)["tree-state"]["message"]
+
+
+# --- untrusted input ----------------------------------------------------------------------------------
+
+
+def test_a_config_that_is_not_a_json_object_is_exit_2(setup, tmp_path):
+    tree, library, models = setup
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "deepseek_v3",}')
+    done = preflight(tree, library, *serve(broken, models["drafter"]))
+    assert_clean_failure(done, 2)
+    assert "not valid JSON" in done.stderr
+    (broken / "config.json").write_text('["deepseek_v3"]')
+    assert_clean_failure(preflight(tree, library, *serve(broken, models["drafter"])), 2)
+
+
+def test_a_refs_main_that_leaves_the_cache_is_not_followed(setup, tmp_path):
+    tree, library, models = setup
+    cache = tmp_path / "hub-cache"
+    write_hub_snapshot(cache, "deep/seek-like", "c0ffee", DEEPSEEK_V3)
+    outside = write_model(tmp_path / "elsewhere" / "snapshot", {**DEEPSEEK_V3, "model_type": "llama"})
+    (cache / "models--deep--seek-like" / "refs").mkdir()
+    (cache / "models--deep--seek-like" / "refs" / "main").write_text(f"../../../elsewhere/{outside.name}\n")
+    done = preflight(tree, library, *serve("deep/seek-like", models["drafter"]), env={"HF_HUB_CACHE": str(cache)})
+    assert failed(done) == STOCK_FAULTS_DEEPSEEK  # the snapshot inside the cache: deepseek_v3, rejected
+
+
+def test_a_registry_symlinked_out_of_the_tree_is_not_read(setup, tmp_path):
+    from launch_fixtures import REGISTRY, REGISTRY_PY
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    outside = tmp_path / "outside-registry.py"
+    outside.write_text(REGISTRY_PY)
+    (tree / REGISTRY).unlink()
+    (tree / REGISTRY).symlink_to(outside)
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"supports-eagle3", "drafter-architecture"}
+    assert "does not register" in findings(done)["supports-eagle3"]["message"]
+
+
+def test_a_tree_patched_by_hand_in_part_is_a_finding_not_a_crash(setup):
+    from launch_fixtures import DEEPSEEK, DEEPSEEK_PATCHED
+
+    tree, library, models = setup
+    (tree / DEEPSEEK).write_text(DEEPSEEK_PATCHED)  # one file of the series' patch, none of the others
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]))
+    assert_clean_failure(done, 1)
+    assert {"tree-state", "whitelist"} <= failed(done)
+    assert "supports-eagle3" not in failed(done)
+    assert findings(done)["tree-state"]["fix"]

@@ -1,0 +1,81 @@
+"""`patchkit run`: the preflight, then exec of the launch itself (same PID, exit status), or refusal.
+A stand-in `vllm` script on PATH prints its PID and exits 7; the CLI runs as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, run_cli, snapshot
+from launch_fixtures import DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
+
+
+@pytest.fixture
+def launch(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "launched"
+    script = bin_dir / "vllm"
+    script.write_text(f'#!/bin/sh\necho "pid $$"\necho "args $*"\ntouch {marker}\nexit 7\n')
+    script.chmod(0o755)
+    model = write_model(tmp_path / "kimi", KIMI_K25)
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PATCHKIT_DEBUG", None)
+    return tree, library, serve(model, drafter, "--port", "8123"), env, marker
+
+
+def patchkit_run(tree: Path, library: Path, command: list[str], env: dict, *options: str):
+    """(the process's PID, its CompletedProcess-like result)."""
+    args = [sys.executable, "-m", "patchkit", "run", "--target", str(tree), "--patches", str(library)]
+    process = subprocess.Popen(
+        [*args, *options, "--", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    stdout, stderr = process.communicate(timeout=120)
+    return process.pid, subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def test_a_passing_preflight_becomes_the_command_same_pid_and_exit_status(launch):
+    tree, library, command, env, marker = launch
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    pid, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 7, done.stderr
+    assert f"pid {pid}\n" in done.stdout
+    assert "--port 8123" in done.stdout
+    assert marker.exists()
+
+
+def test_a_failing_preflight_does_not_launch_and_exits_1(launch):
+    tree, library, command, env, marker = launch
+    _, done = patchkit_run(tree, library, command, env)
+    assert_clean_failure(done, 1)
+    assert not marker.exists()
+    assert "not launched" in done.stderr and "whitelist" in done.stdout
+
+
+def test_no_preflight_launches_even_a_stock_tree(launch):
+    tree, library, command, env, _ = launch
+    pid, done = patchkit_run(tree, library, command, env, "--no-preflight")
+    assert done.returncode == 7 and f"pid {pid}\n" in done.stdout
+
+
+def test_apply_applies_a_not_applied_tree_then_launches(launch):
+    tree, library, command, env, _ = launch
+    stock = snapshot(tree)
+    pid, done = patchkit_run(tree, library, command, env, "--apply")
+    assert done.returncode == 7, done.stderr
+    assert f"pid {pid}\n" in done.stdout
+    assert snapshot(tree) != stock
+    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+    assert "applied" in run_cli("status", "--target", tree, "--patches", library, "--format", "json").stdout
+
+
+def test_an_unreadable_command_is_exit_2_and_nothing_runs(launch):
+    tree, library, _, env, marker = launch
+    _, done = patchkit_run(tree, library, ["vllm", "serve", "m", "-sc", "{'method': 'eagle3'}"], env)
+    assert_clean_failure(done, 2)
+    assert not marker.exists()

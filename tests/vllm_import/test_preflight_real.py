@@ -1,0 +1,86 @@
+"""Opt-in (`make test-vllm`): `patchkit preflight` through vLLM's own create_engine_config() in the
+venv with the real vLLM wheel. On stock files vLLM's own whitelist refuses a DeepSeek-V3 target with
+method eagle3 ("Eagle3 is only supported for [...] models"); after apply the validation passes; the
+test reverts at the end. Not collected by `make test` (pyproject norecursedirs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
+
+TARGET = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 1024,
+    "intermediate_size": 2048,
+    "moe_intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1,
+    "kv_lora_rank": 64,
+    "q_lora_rank": 128,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 16,
+    "v_head_dim": 32,
+    "max_position_embeddings": 4096,
+    "vocab_size": 32000,
+    "torch_dtype": "bfloat16",
+}
+DRAFTER = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 4096,
+    "vocab_size": 32000,
+    "draft_vocab_size": 32000,
+    "torch_dtype": "bfloat16",
+}
+
+
+def patchkit(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *map(str, args)], capture_output=True, text=True, timeout=900
+    )
+
+
+def validation(done) -> dict:
+    return next(f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation")
+
+
+def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Path):
+    for name, config in (("target", TARGET), ("drafter", DRAFTER)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    spec = json.dumps({"method": "eagle3", "model": str(tmp_path / "drafter"), "num_speculative_tokens": 2})
+    command = ["vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init", "--speculative-config", spec]
+    preflight = ["preflight", "--python", VLLM_PYTHON, "--format", "json", "--"]
+
+    assert patchkit("status", "--python", VLLM_PYTHON, "--format", "json").returncode == 0
+    done = patchkit(*preflight, *command)
+    assert done.returncode == 1, done.stderr
+    assert "Eagle3 is only supported for" in validation(done)["message"]
+
+    assert patchkit("apply", "--python", VLLM_PYTHON).returncode == 0
+    try:
+        done = patchkit(*preflight, *command)
+        assert validation(done)["ok"], validation(done)["message"]
+        assert done.returncode == 0, done.stdout
+    finally:
+        assert patchkit("revert", "--python", VLLM_PYTHON).returncode == 0
