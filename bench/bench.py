@@ -408,6 +408,9 @@ def main() -> None:
     args = parser.parse_args()
     runs = args.runs
     chosen = set(args.only) - ({"verify"} if args.quick else set())
+    # As an installed patchkit runs: pip compiles a wheel's modules at install. A checkout under
+    # PYTHONDONTWRITEBYTECODE (set on some machines, this one included) would compile them on every run.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "patchkit")], check=True)
     work = Path(tempfile.mkdtemp(prefix="patchkit-bench-"))
     rows = []
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from typing import overload
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -91,10 +90,25 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
             hint="remove the stale dist-info directories or pass --vllm-version",
         )
     where = candidates[0].relative_to(target.root).as_posix()
-    meta = HeaderParser().parsestr(_read_metadata(target, candidates[0], where))
-    if meta.get("Name", "").lower() != PACKAGE or not meta.get("Version"):
+    meta = _headers(_read_metadata(target, candidates[0], where))
+    if meta.get("name", "").lower() != PACKAGE or not meta.get("version"):
         return None
-    return DetectedVersion(parse(meta["Version"], where), where)
+    return DetectedVersion(parse(meta["version"], where), where)
+
+
+def _headers(text: str) -> dict[str, str]:
+    """The first value of each header of core metadata (RFC 822 style, up to the first blank line),
+    by lower-case name. Two headers are read: email.parser would cost a start-up ~10x this."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        if line[0] in " \t":  # a continuation line: no header of its own
+            continue
+        name, colon, value = line.partition(":")
+        if colon:
+            found.setdefault(name.strip().lower(), value.strip())
+    return found
 
 
 def _read_metadata(target: Target, path, where: str) -> str:

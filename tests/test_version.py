@@ -270,3 +270,10 @@ def test_a_python_that_is_not_an_interpreter_is_a_clean_target_error(tmp_path, p
     done = run_cli("status", "--python", python(tmp_path))
     assert_clean_failure(done, 4)
     assert why in done.stderr
+
+
+def test_metadata_headers_are_read_as_core_metadata_is_written():
+    from patchkit.version import _headers
+
+    text = "Metadata-Version: 2.1\nName: vllm\nSummary: a long\n  folded summary: Version: 9.9\nVersion:  0.16.0 \n\nVersion: 1.0\n"
+    assert _headers(text) == {"metadata-version": "2.1", "name": "vllm", "summary": "a long", "version": "0.16.0"}
