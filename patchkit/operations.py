@@ -570,14 +570,12 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
     """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/: a
     directory of its own per run, created exclusively (mkdtemp), so no run overwrites the copies
     of another; a symlinked saved/ is refused, never followed."""
-    import os
-    import shutil
     import tempfile
     from datetime import datetime
 
     from patchkit.errors import BadInput, TargetError
-    from patchkit.fsutil import inside
-    from patchkit.state import meta_dir
+    from patchkit.fsutil import atomic_write, inside
+    from patchkit.state import meta_dir, read_file
 
     saved = meta_dir(root) / "saved"
     try:
@@ -588,8 +586,10 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
         raise BadInput(f"{saved} is a symlink or not a directory; refusing to keep your edits there")
     where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
     for path in paths:
-        (where / path).parent.mkdir(parents=True, exist_ok=True)
-        # The contents, readable by their owner only: never a mode (a setuid bit) patchkit would then own.
-        shutil.copyfile(root / path, where / path, follow_symlinks=False)
-        os.chmod(where / path, 0o600)
+        # The contents (a regular file's, never through a symlink swapped in), readable by their
+        # owner only: never a mode (a setuid bit) patchkit would then own.
+        data = read_file(root / path, follow_symlinks=False)
+        if data is None:
+            raise BadInput(f"{path} is no longer a regular file; refusing to save it")
+        atomic_write(where / path, data, mode=0o600)
     return where

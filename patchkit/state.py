@@ -124,10 +124,16 @@ GUARD_PATH = re.compile(
 )
 
 
+# Packages Python itself imports at start-up (site's hooks; setuptools' .pth shim): never patched.
+STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize", "_distutils_hack"})
+
+
 def _outside_packages(path: str, *, directory: bool) -> str | None:
     if GUARD_PATH.fullmatch(path) and (directory or "/" in path or path.endswith(".py")):
         return None
     parts = path.split("/")
+    if parts[0] in STARTUP_HOOKS:
+        return "is code Python runs at every start, which patchkit never records"
     if not parts[0].isidentifier():
         return "is not inside a package directory (vllm/...)"
     if len(parts) < 2 and not directory:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from patchkit import locks
 from patchkit.errors import BadInput, LockBusy, TargetError
-from patchkit.fsutil import atomic_write
+from patchkit.fsutil import atomic_write, unsafe_reason
 from patchkit.state import (
     GUARD_PATH,
     State,
@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
 LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
 # The mode bits a written file may have. Never setuid, setgid or sticky: patchkit often runs as root on
 # a tree another account may own, and a root-owned setuid copy of a file would be a privilege it gave.
-PERMISSIONS = 0o777
+PERMISSIONS = 0o775  # nor writable by every local user
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
 
 
@@ -228,6 +228,12 @@ def _checked_journal(root: Path, raw: bytes) -> dict:
         preflight(root, [entry["path"] for entry in journal["files"]])
     except BadInput as exc:
         raise refuse(exc.message) from exc
+    for entry in journal["files"]:
+        # An original comes back where it was: its directory existed, so a rollback never makes one.
+        if entry["before"] is not None and not (root / entry["path"]).parent.is_dir():
+            raise refuse(f"{entry['path']}: its directory is gone, so it cannot have been patchkit's file")
+        if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None:
+            entry["before"] = _guard_original(entry["path"], entry["before"])
     return journal
 
 
@@ -237,14 +243,14 @@ def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
     path = checked_path(entry.get("path"), origin)
     checked_digest(entry.get("before"), origin)
     checked_digest(entry.get("after"), origin)
-    if GUARD_PATH.fullmatch(path) and entry.get("before") is not None:
-        _check_guard_original(path, entry["before"])
+    if entry.get("before") is not None and entry.get("created_dirs"):
+        raise BadInput(f"{path}: an original that existed needed no directory created for it")
     staged = entry.get("staged")
     if staged is not None and staged != _staged_name(path, txid):
         raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
     mode = entry.get("mode")
-    if mode is not None and (type(mode) is not int or not 0 <= mode <= PERMISSIONS):
-        raise BadInput(f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky are never kept)")
+    if mode is not None and (type(mode) is not int or mode < 0 or mode & ~PERMISSIONS):
+        raise BadInput(f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky and world-write are never kept)")
     created = entry.get("created_dirs", [])
     if not isinstance(created, list):
         raise BadInput(f"{path}: 'created_dirs' is not a list")
@@ -253,13 +259,15 @@ def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
             raise BadInput(f"{path}: the created directory {directory!r} does not hold it")
 
 
-def _check_guard_original(path: str, digest: str) -> None:
-    """A rollback may only bring back the guard's own bytes (those this patchkit writes): the guard
-    runs in every vLLM process, so a journal must not choose what it becomes."""
+def _guard_original(path: str, digest: str) -> str | None:
+    """What a rollback brings back at a path of the launch guard: its original only when it is this
+    patchkit's own bytes for that very path, else nothing (the file is removed). The guard runs in
+    every vLLM process, so a journal must not choose what it becomes; a removed guard only stops
+    guarding, and `patchkit status` says so."""
     from patchkit.guard import guard_files
 
-    if digest not in {sha256(data) for data in guard_files().values()}:
-        raise BadInput(f"{path}: the original it would restore is not a file of patchkit's launch guard")
+    own = guard_files().get(path)
+    return digest if own is not None and sha256(own) == digest else None
 
 
 def _staged_name(path: str, txid: str) -> str:
@@ -356,8 +364,9 @@ def preflight(root: Path, paths: list[str], *, writable: bool = True) -> None:
     directories: dict[str, bool] = {"": True}  # relative directory -> whether it exists (checked)
     writable_dirs: dict[str, bool] = {}
     for rel in paths:
-        if ".." in rel.split("/"):
-            raise BadInput(f"{rel} resolves outside the target {root}")
+        reason = unsafe_reason(rel)
+        if reason:
+            raise BadInput(f"{rel}: the path {reason}; refusing to write")
         parent = _checked_directories(root, rel, directories)
         info = _lstat(root, rel)
         if info is not None and stat.S_ISLNK(info.st_mode):

@@ -508,7 +508,7 @@ def _plain_stdout() -> bool:
 
 def _write_plainly(write: Callable[[TextIO], object]) -> None:
     """`write` to stdout, flushed (a reader that stopped early, `| head`, is the CLI's to handle:
-    BrokenPipeError ends the run quietly with exit 1)."""
+    BrokenPipeError ends the run quietly with exit 141)."""
     write(sys.stdout)
     sys.stdout.flush()
 

@@ -100,14 +100,20 @@ def _headers(text: str) -> dict[str, str]:
     """The first value of each header of core metadata (RFC 822 style, up to the first blank line),
     by lower-case name. Two headers are read: email.parser would cost a start-up ~10x this."""
     found: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
+    last = None
+    for line in text.split("\n"):  # lines as email reads them: not at \x0c, \x85 or \u2028
+        line = line.rstrip("\r")
+        if not line:
             break
-        if line[0] in " \t":  # a continuation line: no header of its own
+        if line[0] in " \t":  # folded: part of the header before (a folded Version does not parse)
+            if last is not None and found[last] is not None:
+                found[last] += " " + line.strip()
             continue
         name, colon, value = line.partition(":")
-        if colon:
-            found.setdefault(name.strip().lower(), value.strip())
+        last = None
+        if colon and name.strip().lower() not in found:
+            last = name.strip().lower()
+            found[last] = value.strip()
     return found
 
 

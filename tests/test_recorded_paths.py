@@ -106,13 +106,55 @@ def test_a_forced_revert_keeps_the_edits_readable_by_their_owner_only(run, appli
 
 
 def test_a_journal_may_not_choose_what_the_launch_guard_becomes(run, applied):
-    """The guard's files are the one exception beside the packages, and a rollback may only bring back
-    the bytes patchkit itself writes there: the guard runs in every vLLM process."""
+    """The guard's files are the one exception beside the packages, and a rollback brings back only
+    the bytes this patchkit writes there (else it removes the file): the guard runs in every vLLM
+    process."""
     tree, patch = applied
     payload = plant_object(tree, b"def check():\n    __import__('os').system('id')\n")
     plant_journal(tree, {"path": "patchkit_guard.py", "before": payload, "after": None, "staged": None})
+    result = run("status", "--target", tree, "--patch", patch)
+    assert "Traceback" not in result.output and result.exit_code in (0, 1), result.output
+    guard = tree / "patchkit_guard.py"
+    assert not guard.exists() or b"system" not in guard.read_bytes()
+
+
+@pytest.mark.parametrize("path", ["sitecustomize/__init__.py", "_distutils_hack/__init__.py"])
+def test_a_journal_may_not_restore_code_python_runs_at_start(run, applied, path):
+    tree, patch = applied
+    (tree / "_distutils_hack").mkdir()
+    (tree / "_distutils_hack" / "__init__.py").write_text("# setuptools' shim\n")
+    payload = plant_object(tree, b"import os; os.system('id')\n")
+    plant_journal(tree, {"path": path, "before": payload, "after": None, "staged": None})
     before = fingerprint(tree)
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code == 2, result.output
-    assert "launch guard" in result.output
-    assert fingerprint(tree) == before and b"system" not in (tree / "patchkit_guard.py").read_bytes()
+    assert fingerprint(tree) == before and not (tree / "sitecustomize").exists()
+
+
+def test_a_restored_original_never_makes_a_directory(run, applied):
+    tree, patch = applied
+    payload = plant_object(tree, b"x = 1\n")
+    plant_journal(tree, {"path": "vllm/brand_new/mod.py", "before": payload, "after": None, "staged": None})
+    before = fingerprint(tree)
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code == 2, result.output
+    assert "directory is gone" in result.output and fingerprint(tree) == before
+
+
+def test_a_journal_mode_that_lets_every_user_write_is_refused(run, applied):
+    tree, patch = applied
+    payload = plant_object(tree, b"x = 2\n")
+    plant_journal(tree, {"path": SPEC, "before": payload, "after": None, "staged": None, "mode": 0o646})
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code == 2 and "permission mode" in result.output, result.output
+
+
+def test_an_older_guards_original_is_not_brought_back_but_removed(run, applied):
+    """A crash while an older guard was replaced: recovery removes the guard file rather than refuse
+    the journal (the bytes are not this patchkit's guard: a journal must not choose them)."""
+    tree, patch = applied
+    old_guard = plant_object(tree, b"def check():\n    pass  # an older guard\n")
+    plant_journal(tree, {"path": "patchkit_guard.py", "before": old_guard, "after": None, "staged": None})
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code in (0, 1), result.output
+    assert not (tree / "patchkit_guard.py").exists()

@@ -276,4 +276,12 @@ def test_metadata_headers_are_read_as_core_metadata_is_written():
     from patchkit.version import _headers
 
     text = "Metadata-Version: 2.1\nName: vllm\nSummary: a long\n  folded summary: Version: 9.9\nVersion:  0.16.0 \n\nVersion: 1.0\n"
-    assert _headers(text) == {"metadata-version": "2.1", "name": "vllm", "summary": "a long", "version": "0.16.0"}
+    assert _headers(text) == {
+        "metadata-version": "2.1",
+        "name": "vllm",
+        "summary": "a long folded summary: Version: 9.9",
+        "version": "0.16.0",
+    }
+    # lines end at \n only, as email reads them; a folded Version is the value with its fold (it will not parse)
+    assert _headers("Name: vllm\nSummary: a\x0cVersion: 9.9\nVersion: 0.16.0\n")["version"] == "0.16.0"
+    assert _headers("Name: vllm\nVersion: 0.16.0\n  .post1\n")["version"] == "0.16.0 .post1"
