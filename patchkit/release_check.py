@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import stat
 import sys
 import tempfile
 import time
@@ -358,7 +356,7 @@ class ResultStore:
 
     def _believe(self, key: str, job: _Job, entry: dict) -> ReleaseResult:
         data = entry["result"]
-        if not seal.sealed(self.KIND, key, _canonical(data), entry.get("seal")):
+        if not seal.sealed(self.KIND, key, seal.canonical(data), entry.get("seal")):
             raise ValueError("not sealed by this user's patchkit (edited, or made on another machine)")
         if data["vllm_version"] != str(job.version) or data["series"] != job.series:
             raise ValueError(f"made for {data['vllm_version']} ({data['series']}), not {job.version} ({job.series})")
@@ -381,7 +379,7 @@ class ResultStore:
 
     def keep(self, key: str, result: ReleaseResult, set_name: str) -> None:
         data = result.to_json(set_name)
-        entry = {"seal": seal.seal(self.KIND, key, _canonical(data)), "result": data}
+        entry = {"seal": seal.seal(self.KIND, key, seal.canonical(data)), "result": data}
         path = self.directory / f"{key}.json"
         if not self.usable:
             return
@@ -389,10 +387,6 @@ class ResultStore:
             self.directory.mkdir(parents=True, exist_ok=True)
             if fsutil.inside(self.directory, path.parent):
                 fsutil.atomic_write(path, json.dumps(entry).encode())
-
-
-def _canonical(data: dict) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _optional_bool(value: object) -> bool | None:
@@ -403,11 +397,9 @@ def _optional_bool(value: object) -> bool | None:
 
 def _read_entry(directory: Path, path: Path) -> bytes:
     """A cache entry's bytes: a regular file inside the cache (a symlink is never followed)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a fifo must not block
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode) or not fsutil.inside(directory, path.parent):
-            raise OSError(f"{path.name} is not a regular file in the cache")
-        return handle.read(1 << 22)
+    if not fsutil.inside(directory, path.parent):
+        raise OSError(f"{path.name} is not in the cache")
+    return fsutil.read_regular(path, 1 << 22)  # never a symlink, never a fifo
 
 
 def _fingerprint(patch_set: PatchSetDef) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import json
 import os
 import secrets
 from functools import cache
@@ -71,6 +72,11 @@ def _create_key(path: Path) -> bytes:
     finally:
         tmp.unlink(missing_ok=True)
     return _read_key(path)
+
+
+def canonical(data: object) -> bytes:
+    """The bytes a JSON value is sealed as: one spelling, whatever its key order or spacing."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
 def seal(kind: str, name: str, payload: bytes) -> str:

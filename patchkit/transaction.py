@@ -250,7 +250,9 @@ def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
         raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
     mode = entry.get("mode")
     if mode is not None and (type(mode) is not int or mode < 0 or mode & ~PERMISSIONS):
-        raise BadInput(f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky and world-write are never kept)")
+        raise BadInput(
+            f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky and world-write are never kept)"
+        )
     created = entry.get("created_dirs", [])
     if not isinstance(created, list):
         raise BadInput(f"{path}: 'created_dirs' is not a list")

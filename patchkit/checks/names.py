@@ -14,7 +14,6 @@ import ast
 import hashlib
 import json
 import os
-import stat
 import sys
 import warnings
 from collections import Counter
@@ -159,6 +158,9 @@ def _cache_dir() -> Path | None:
     return directory / key
 
 
+MAX_ENTRY_BYTES = 1 << 22
+
+
 def _load(cache: Path | None, digest: str):
     """An entry's findings; _MISSING when there is none, or one this user's patchkit did not seal
     (the cache is shared: an edited "no findings" must not hide an undefined name)."""
@@ -170,13 +172,9 @@ def _load(cache: Path | None, digest: str):
     if not fsutil.plain_directory(cache, path.parent):
         return _MISSING
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a fifo must not block
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return _MISSING
-            entry = json.loads(handle.read(1 << 22))
+        entry = json.loads(fsutil.read_regular(path, MAX_ENTRY_BYTES))  # never a symlink, never a fifo
         data = entry["findings"]
-        if not seal.sealed(_SEAL_KIND, f"{cache.name}/{digest}", _canonical(data), entry.get("seal")):
+        if not seal.sealed(_SEAL_KIND, f"{cache.name}/{digest}", seal.canonical(data), entry.get("seal")):
             return _MISSING
         found = None if data is None else tuple(Finding(k, tuple(a), int(line), t, d) for k, a, line, t, d in data)
     except (OSError, ValueError, TypeError, KeyError):
@@ -189,7 +187,7 @@ def _store(cache: Path | None, digest: str, found: tuple[Finding, ...] | None) -
     if cache is None:
         return
     data = None if found is None else [[f.kind, list(f.args), f.line, f.text, f.doubt] for f in found]
-    entry = {"seal": seal.seal(_SEAL_KIND, f"{cache.name}/{digest}", _canonical(data)), "findings": data}
+    entry = {"seal": seal.seal(_SEAL_KIND, f"{cache.name}/{digest}", seal.canonical(data)), "findings": data}
     path = cache / digest[:2] / f"{digest}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,10 +195,6 @@ def _store(cache: Path | None, digest: str, found: tuple[Finding, ...] | None) -
             fsutil.atomic_write(path, json.dumps(entry).encode())
     except OSError:
         pass  # a read-only cache only costs time
-
-
-def _canonical(data) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:

@@ -70,7 +70,7 @@ class WorkspaceMeta:
 
     def save(self, directory: Path) -> None:
         data = asdict(self)
-        data["seal"] = seal.seal(SEAL_KIND, _sealed_name(directory), _canonical(data))
+        data["seal"] = seal.seal(SEAL_KIND, _sealed_name(directory), _sealed_content(data))
         atomic_write(directory / META, (json.dumps(data, indent=2) + "\n").encode())  # never through a symlink
 
     @classmethod
@@ -87,7 +87,7 @@ class WorkspaceMeta:
             meta._validate_types()
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise BadInput(f"unreadable workspace record {path}: {exc}") from exc
-        sealed = seal.sealed(SEAL_KIND, _sealed_name(directory), _canonical(asdict(meta)), mark)
+        sealed = seal.sealed(SEAL_KIND, _sealed_name(directory), _sealed_content(asdict(meta)), mark)
         meta._validate_places(path, sealed=sealed)
         return meta
 
@@ -151,8 +151,8 @@ def _sealed_name(directory: Path) -> str:
     return str(directory.resolve())
 
 
-def _canonical(data: dict) -> bytes:
-    return json.dumps({k: v for k, v in data.items() if k != "seal"}, sort_keys=True, separators=(",", ":")).encode()
+def _sealed_content(data: dict) -> bytes:
+    return seal.canonical({k: v for k, v in data.items() if k != "seal"})
 
 
 def record_of(patch: Patch, *, parts: str | None = None, library_copy: bool = True) -> PatchRecord:
