@@ -346,6 +346,34 @@ class UI:
             yield lambda label: bar.update(task, advance=1, description=visible(label, field=True))
 
     @contextmanager
+    def transfer(self, description: str):
+        """Yields on_bytes(done, total): a download's progress bar on stderr when it is a terminal
+        (not with -q), else None (the caller's lines say how far it got)."""
+        if self.quiet or not self.err.is_terminal:
+            yield None
+            return
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=self.err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(visible(description, field=True), total=None)
+            yield lambda done, total: bar.update(task, completed=done, total=total or None)
+
+    @contextmanager
     def activity(self, title: str):
         """Yields say(message): a live status line on stderr in a terminal (a whole-wheel download
         shows its percentage there), plain lines with -v otherwise."""

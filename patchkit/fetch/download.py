@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -14,8 +14,19 @@ from patchkit.errors import FetchError
 from patchkit.fetch.cache import NO_SPACE, cache_write_error
 from patchkit.fetch.net import Progress, redact
 
+Transferred = Callable[[int, int], None]  # (bytes so far, total or 0): a progress bar's feed
 
-def download_wheel(session: Any, url: str, sha256: str | None, dest: Path, *, timeout: float, say: Progress) -> Path:
+
+def download_wheel(
+    session: Any,
+    url: str,
+    sha256: str | None,
+    dest: Path,
+    *,
+    timeout: float,
+    say: Progress,
+    on_bytes: Transferred | None = None,
+) -> Path:
     """Download `url` to `dest` (through `dest`.part, so a half download is never taken for a wheel)."""
     import requests
 
@@ -27,7 +38,7 @@ def download_wheel(session: Any, url: str, sha256: str | None, dest: Path, *, ti
             total = int(response.headers.get("Content-Length") or 0)
             say(f"downloading {dest.name}" + (f" ({total / 1e6:.0f} MB)" if total else ""))
             with _fresh(part) as out:
-                got = _copy(response.iter_content(1 << 20), out, dest.name, total, say)
+                got = _copy(response.iter_content(1 << 20), out, dest.name, total, say, on_bytes)
     except (requests.RequestException, OSError) as e:
         _discard(part)
         if e.errno in NO_SPACE:  # the disk, not the network
@@ -51,14 +62,19 @@ def download_wheel(session: Any, url: str, sha256: str | None, dest: Path, *, ti
     return dest
 
 
-def _copy(chunks: Iterable[bytes], out: BinaryIO, name: str, total: int, say: Progress) -> str:
-    """Write the chunks, reporting progress every tenth of `total`; returns their sha256."""
+def _copy(
+    chunks: Iterable[bytes], out: BinaryIO, name: str, total: int, say: Progress, on_bytes: Transferred | None = None
+) -> str:
+    """Write the chunks, reporting progress every tenth of `total` (and every chunk to `on_bytes`);
+    returns their sha256."""
     digest = hashlib.sha256()
     done, next_report = 0, 0.1
     for chunk in chunks:
         out.write(chunk)
         digest.update(chunk)
         done += len(chunk)
+        if on_bytes is not None:
+            on_bytes(done, total)
         if total and done / total >= next_report:
             say(f"downloading {name}: {done * 100 // total}% ({done / 1e6:.0f}/{total / 1e6:.0f} MB)")
             next_report = (done * 10 // total + 1) / 10

@@ -4,6 +4,7 @@ the primary index first."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +16,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.pipconfig import PipSettings
 
 
-def find_wheel(ver: str, settings: PipSettings, session: Any, say: Progress) -> dict[str, Any]:
-    """The chosen wheel of vLLM `ver` as the cache's state records it: wheel, url, index, sha256."""
+Rank = Callable[[str, str], "int | None"]  # (file name, version) -> sort key, lower is better; None: not a candidate
+
+
+def find_wheel(
+    ver: str, settings: PipSettings, session: Any, say: Progress, *, rank: Rank | None = None, wanted: str = ""
+) -> dict[str, Any]:
+    """The chosen wheel of vLLM `ver` as the cache's state records it: wheel, url, index, sha256.
+
+    `rank` chooses among the files (default wheel_rank: manylinux x86_64 first); `wanted` says, in
+    the error when none fits, what it asked for ("for manylinux_2_31_aarch64")."""
+    rank = rank or wheel_rank
     pages, errors = project_pages(settings, session, say)
     if not pages:
         raise no_project_error(settings, errors)
@@ -25,14 +35,14 @@ def find_wheel(ver: str, settings: PipSettings, session: Any, say: Progress) -> 
         for pkg in page.packages:
             if not pkg.filename.endswith(".whl"):
                 continue
-            rank = wheel_rank(pkg.filename, ver)
-            if rank is None:
+            order_of_file = rank(pkg.filename, ver)
+            if order_of_file is None:
                 continue
-            key = (rank, bool(getattr(pkg, "is_yanked", False)), order, pkg.filename)
+            key = (order_of_file, bool(getattr(pkg, "is_yanked", False)), order, pkg.filename)
             if best is None or key < best[0]:
                 best = (key, index, pkg)
     if best is None:
-        raise _no_wheel_error(ver, pages)
+        raise _no_wheel_error(ver, pages, wanted)
     _key, index, pkg = best
     check_wheel_name(pkg.filename)
     return {
@@ -65,7 +75,7 @@ def check_wheel_name(name: str) -> None:
         raise FetchError(f"refusing odd wheel file name {name!r} from the index", hint="check the index")
 
 
-def _no_wheel_error(ver: str, pages: Pages) -> FetchError:
+def _no_wheel_error(ver: str, pages: Pages, wanted: str = "") -> FetchError:
     from packaging.version import InvalidVersion, Version
 
     want = Version(ver)
@@ -86,5 +96,7 @@ def _no_wheel_error(ver: str, pages: Pages) -> FetchError:
         hint = f"the index has {', '.join(close)}: try that version"
     elif (want, False) in on_index:
         hint = "the index has only an sdist of this version; patchkit reads wheels"
+    elif wanted and (want, True) in on_index:
+        hint = "the index has wheels of this version for other platforms: pass --platform TAG"
     where = ", ".join(redact(index) for index, _page in pages)
-    return FetchError(f"no {PROJECT} {ver} wheel on {where}", hint=hint)
+    return FetchError(f"no {PROJECT} {ver} wheel{' ' + wanted if wanted else ''} on {where}", hint=hint)

@@ -1,0 +1,1 @@
+"""Patched vLLM wheels (`patchkit wheel`): the stock wheel of a release, and the builder."""

@@ -1,0 +1,230 @@
+"""The stock wheel of a vLLM release, whole, from the index pip is configured with: the input of
+`patchkit wheel VERSION`.
+
+The file is the one pip would install on this machine (the first of `packaging.tags.sys_tags()` a
+wheel of the release carries), or on `--platform TAG` (that platform tag exactly, as pip's own
+--platform, and pure-Python wheels). It is downloaded once into the cache:
+
+    <cache>/wheels/<version>/<wheel file>        the wheel, checked against the index's sha256
+    <cache>/wheels/<version>/<wheel file>.json   where it came from: url, index, that sha256
+    <cache>/wheels/<version>/.lock               one download at a time
+
+The cache is untrusted input: on every reuse the .json is checked for its shape and the wheel,
+read without following a symlink, must still hash to the sha256 it records; anything else is
+removed (never a symlink's target) and downloaded again. The index's page and the network are
+used only when the cache holds no fitting wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from patchkit.errors import FetchError
+from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
+from patchkit.fetch.cache import (
+    CACHE_HINT,
+    Damaged,
+    cache_write_error,
+    file_sha256,
+    read_regular,
+    remove_entry,
+    write_cached,
+)
+from patchkit.fetch.download import Transferred, download_wheel
+from patchkit.fetch.index import PROJECT, normalize_version
+from patchkit.fetch.net import Progress
+from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
+from patchkit.locks import held
+from patchkit.record import cache_dir
+
+SCHEMA = 1
+LOCK_FILE = ".lock"
+LOCK_TIMEOUT = 3600.0  # another process may be downloading ~500 MB
+MAX_SIDECAR_BYTES = 64 << 10
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def stock_wheel(
+    version: str,
+    *,
+    platform: str | None = None,
+    say: Progress | None = None,
+    warn: Progress | None = None,
+    on_bytes: Transferred | None = None,
+) -> Path:
+    """The path of the stock wheel of vLLM `version` in the cache, downloaded first if the cache has
+    no intact one that fits this machine (or `platform`). `say` gets progress lines, `warn` what
+    was wrong with the cache, `on_bytes` the download's bytes (a progress bar)."""
+    ver = normalize_version(version)
+    say = say or (lambda _message: None)
+    warn = warn or say
+    priority = tag_priority(platform)
+    root = wheels_root(ver, warn)
+    cached = _best_cached(root, ver, priority, warn)
+    if cached is not None:
+        return cached
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise cache_write_error(root, e) from None
+    with _lock(root, ver, say):
+        cached = _best_cached(root, ver, priority, warn)  # another process may have fetched it meanwhile
+        return cached if cached is not None else _download(root, ver, priority, platform, say, on_bytes)
+
+
+# --------------------------------------------------------------------------- which wheel
+
+
+def tag_priority(platform: str | None) -> dict[Any, int]:
+    """Each tag this machine installs (or `platform` with this interpreter), to its rank in pip's
+    order: lower is preferred."""
+    from packaging import tags
+
+    if platform is None:
+        ordered = list(tags.sys_tags())
+    else:
+        ordered = [*tags.cpython_tags(platforms=[platform]), *tags.compatible_tags(platforms=[platform])]
+    priority: dict[Any, int] = {}
+    for i, tag in enumerate(ordered):
+        priority.setdefault(tag, i)
+    return priority
+
+
+def wheel_priority(filename: str, version: str, priority: dict[Any, int]) -> int | None:
+    """The rank of a wheel file of vLLM `version` among the tags (None: not that release's wheel,
+    or not installable there)."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    try:
+        name, ver, _build, file_tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, ValueError):
+        return None
+    if canonicalize_name(name) != PROJECT or str(ver) != version:
+        return None
+    ranks = [priority[t] for t in file_tags if t in priority]
+    return min(ranks) if ranks else None
+
+
+def _describe(platform: str | None) -> str:
+    return f"for {platform}" if platform else "installable on this machine"
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+def wheels_root(ver: str, warn: Progress) -> Path:
+    """<cache>/wheels/<ver>/: a symlink or any other file in place of either directory is removed
+    (the link itself), so nothing is read or written outside the cache."""
+    root = cache_dir() / "wheels" / ver
+    for path in (root.parent, root):
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            break
+        except OSError:
+            continue  # unreadable: the cache's own errors say so later
+        if not stat.S_ISDIR(mode):
+            warn(f"{path} in the cache is not a directory: removing it")
+            remove_entry(path)
+            break
+    return root
+
+
+def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress) -> Path | None:
+    """The cached wheel that fits best and is intact (its recorded sha256), or None. Entries that
+    are damaged are removed, with a warning."""
+    try:
+        names = sorted(p.name for p in root.iterdir() if p.name.endswith(".whl.json"))
+    except OSError:
+        return None
+    ranked = []
+    for sidecar in names:
+        wheel = sidecar.removesuffix(".json")
+        rank = wheel_priority(wheel, ver, priority)
+        if rank is not None:
+            ranked.append((rank, wheel))
+    for _rank, wheel in sorted(ranked):
+        problem = _cached_problem(root, ver, wheel)
+        if problem is None:
+            return root / wheel
+        warn(f"the cached wheel {root / wheel} is damaged ({problem}): downloading it again")
+        remove_entry(root / wheel)
+        remove_entry(root / f"{wheel}.json")
+    return None
+
+
+def _cached_problem(root: Path, ver: str, wheel: str) -> str | None:
+    """Why a cached wheel cannot be used (its record's shape, the file, its sha256), or None."""
+    try:
+        record = json.loads(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
+        expected = {"schema": SCHEMA, "project": PROJECT, "version": ver, "wheel": wheel}
+        if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
+            return f"{wheel}.json is not what patchkit wrote for it"
+        if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
+            return f"{wheel}.json has no sha256"
+        if file_sha256(root / wheel) != record["sha256"]:
+            return "its sha256 is not the one the download was checked against"
+    except FileNotFoundError as e:
+        return f"{Path(e.filename or wheel).name} is missing"
+    except (Damaged, ValueError, RecursionError) as e:
+        return str(e)
+    return None
+
+
+def _lock(root: Path, ver: str, say: Progress):
+    lock_file = root / LOCK_FILE
+    try:
+        if lock_file.is_symlink() or (lock_file.exists() and not lock_file.is_file()):
+            remove_entry(lock_file)  # never opened for writing through a link
+    except OSError as e:
+        raise cache_write_error(lock_file, e) from None
+    return held(
+        lock_file,
+        LOCK_TIMEOUT,
+        busy=lambda _waited: FetchError(
+            f"timed out waiting for the lock {lock_file}",
+            hint="is another patchkit process stuck? remove the lock file if not",
+        ),
+        unusable=lambda e: FetchError(f"cannot lock {lock_file}: {e}", hint=CACHE_HINT),
+        on_wait=lambda: say(f"waiting for another patchkit process downloading vLLM {ver}..."),
+    )
+
+
+# --------------------------------------------------------------------------- the download
+
+
+def _download(
+    root: Path,
+    ver: str,
+    priority: dict[Any, int],
+    platform: str | None,
+    say: Progress,
+    on_bytes: Transferred | None,
+) -> Path:
+    settings = net.pip_settings()
+    session = net.make_session(settings, None)
+    try:
+        chosen = find_wheel(ver, settings, session, say, rank=_ranker(priority), wanted=_describe(platform))
+        check_wheel_name(chosen["wheel"])
+        dest = root / chosen["wheel"]
+        remove_entry(dest)  # a damaged or planted file (a symlink: the link itself)
+        remove_entry(root / f"{chosen['wheel']}.json")
+        download_wheel(
+            session, chosen["url"], chosen["sha256"], dest, timeout=settings.timeout, say=say, on_bytes=on_bytes
+        )
+    finally:
+        session.close()
+    # What the index gave (or, without one, what was downloaded: damage is still caught on reuse).
+    digest = (chosen["sha256"] or "").lower() or file_sha256(dest)
+    sidecar = {"schema": SCHEMA, "project": PROJECT, "version": ver, **chosen, "sha256": digest}
+    write_cached(root / f"{chosen['wheel']}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
+    return dest
+
+
+def _ranker(priority: dict[Any, int]) -> Callable[[str, str], int | None]:
+    return lambda filename, version: wheel_priority(filename, version, priority)

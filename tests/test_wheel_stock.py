@@ -1,0 +1,146 @@
+"""patchkit.wheel.stock: the whole stock wheel of a release, chosen as pip would, downloaded into the
+cache against the index's sha256 and re-checked on every reuse (a local index serves real wheels)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+from packaging import tags
+
+from patchkit.errors import FetchError
+from patchkit.fetch import net
+from patchkit.wheel.stock import stock_wheel, tag_priority, wheel_priority
+
+from index_server import IndexServer, build_wheel, isolate_cache, no_network, use_index  # isort: skip
+
+VERSION = "0.2.0"
+# A wheel for the tag pip prefers most here, a pure-Python one, one for a platform this is not.
+HERE = next(iter(tags.sys_tags()))
+NATIVE = f"vllm-{VERSION}-{HERE.interpreter}-{HERE.abi}-{HERE.platform}.whl"
+PURE = f"vllm-{VERSION}-py3-none-any.whl"
+FOREIGN = f"vllm-{VERSION}-cp38-abi3-win_arm64.whl"
+
+
+@pytest.fixture
+def server():
+    srv = IndexServer()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    return isolate_cache(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def published(server, cache, monkeypatch) -> dict[str, bytes]:
+    wheels = {name: build_wheel(version=VERSION, blob_size=4096) for name in (FOREIGN, PURE, NATIVE)}
+    for name, data in wheels.items():
+        server.publish(name, data)
+    use_index(monkeypatch, server.index())
+    return wheels
+
+
+def downloads(server) -> list[str]:
+    return [path for _cmd, path, _range in server.log if "/files/" in path]
+
+
+def test_the_wheel_pip_would_install_here_is_downloaded_and_checked(server, cache, published):
+    seen: list[tuple[int, int]] = []
+    path = stock_wheel(VERSION, on_bytes=lambda done, total: seen.append((done, total)))
+    assert path == cache / "wheels" / VERSION / NATIVE
+    assert path.read_bytes() == published[NATIVE]
+    sidecar = json.loads((path.parent / f"{NATIVE}.json").read_text())
+    assert sidecar["sha256"] == hashlib.sha256(published[NATIVE]).hexdigest()
+    assert seen[-1] == (len(published[NATIVE]), len(published[NATIVE]))
+    assert downloads(server) == [f"/range/files/{NATIVE}"]
+
+
+def test_platform_chooses_among_the_index_files(server, cache, published):
+    path = stock_wheel(VERSION, platform="win_arm64")
+    assert path.name == FOREIGN and path.read_bytes() == published[FOREIGN]
+    # pip's --platform: exactly that platform tag, else the pure-Python wheel
+    assert stock_wheel(VERSION, platform="macosx_11_0_arm64").name == PURE
+
+
+def test_no_wheel_for_the_platform_names_it(server, cache, monkeypatch):
+    server.publish(FOREIGN, build_wheel(version=VERSION, blob_size=0))
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match=r"no vllm 0\.2\.0 wheel installable on this machine") as caught:
+        stock_wheel(VERSION)
+    assert "--platform" in (caught.value.hint or "")
+
+
+def test_reuse_needs_no_network_and_is_rechecked(server, cache, published, monkeypatch):
+    first = stock_wheel(VERSION)
+    with monkeypatch.context() as offline:
+        no_network(offline)
+        assert stock_wheel(VERSION) == first
+    # A byte flipped in the cache: said, removed, downloaded again.
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    first.write_bytes(bytes(data))
+    warnings: list[str] = []
+    again = stock_wheel(VERSION, warn=warnings.append)
+    assert again.read_bytes() == published[NATIVE]
+    assert any("damaged" in w for w in warnings)
+    assert downloads(server) == [f"/range/files/{NATIVE}"] * 2
+
+
+def test_a_planted_symlink_is_never_followed(server, cache, published, tmp_path):
+    first = stock_wheel(VERSION)
+    outside = tmp_path / "outside.whl"
+    outside.write_bytes(published[NATIVE])
+    first.unlink()
+    first.symlink_to(outside)
+    assert stock_wheel(VERSION).read_bytes() == published[NATIVE]
+    assert not first.is_symlink()
+    assert outside.read_bytes() == published[NATIVE]
+
+
+def test_a_sidecar_of_another_wheel_is_damage(server, cache, published, monkeypatch):
+    first = stock_wheel(VERSION)
+    sidecar = first.parent / f"{NATIVE}.json"
+    record = json.loads(sidecar.read_text())
+    record["sha256"] = "0" * 64
+    sidecar.write_text(json.dumps(record))
+    assert stock_wheel(VERSION).read_bytes() == published[NATIVE]
+    assert len(downloads(server)) == 2
+
+
+def test_a_symlinked_cache_directory_is_removed_not_followed(server, cache, published, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cache / "wheels").mkdir(parents=True)
+    (cache / "wheels" / VERSION).symlink_to(elsewhere)
+    path = stock_wheel(VERSION)
+    assert not path.parent.is_symlink() and list(elsewhere.iterdir()) == []
+
+
+def test_the_index_sha256_is_enforced(server, cache, monkeypatch):
+    server.publish(NATIVE, build_wheel(version=VERSION, blob_size=0), sha256="1" * 64)
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match="sha256"):
+        stock_wheel(VERSION)
+    assert sorted(os.listdir(cache / "wheels" / VERSION)) == [".lock"]
+
+
+def test_priority_follows_sys_tags():
+    priority = tag_priority(None)
+    assert wheel_priority(NATIVE, VERSION, priority) == 0
+    assert wheel_priority(PURE, VERSION, priority) > 0
+    assert wheel_priority(FOREIGN, VERSION, priority) is None
+    assert wheel_priority(f"vllm-{VERSION}.1-py3-none-any.whl", VERSION, priority) is None
+    assert wheel_priority("not a wheel name", VERSION, priority) is None
+
+
+def test_the_index_is_asked_through_pip_settings(server, cache, published, monkeypatch):
+    asked = []
+    real = net.pip_settings
+    monkeypatch.setattr(net, "pip_settings", lambda: asked.append(1) or real())
+    stock_wheel(VERSION)
+    assert asked == [1]
