@@ -88,6 +88,10 @@ def drifted_files(resolved: Resolved) -> list[str]:
     root = resolved.target.root
     state = read_state(root)
     entry = state.entry(resolved.set_name)
+    if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
+        from patchkit.installed_wheel import drifted
+
+        return drifted(root, read_file)
     if entry is None or stale_note(root, entry, resolved.vllm_version):
         return []
     return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))

@@ -439,6 +439,7 @@ def _revert_locked(
     dry_run: bool,
 ) -> RevertResult:
     from patchkit.inspection import stale_note
+    from patchkit.installed_wheel import restore_stock
     from patchkit.plan import Restored, View, plan_revert, restore_recorded
     from patchkit.state import read_state
     from patchkit.transaction import commit_changes, preflight
@@ -446,7 +447,8 @@ def _revert_locked(
     root = target.root
     state = read_state(root)
     entries = _entries_to_revert(state, only)
-    if resolved is None and not entries:
+    wheel = None if state.entries else _patched_wheel(root, only)
+    if resolved is None and not entries and wheel is None:
         raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
     installed = resolved.vllm_version if resolved else _installed_version(target)
     stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
@@ -459,8 +461,14 @@ def _revert_locked(
     restored = Restored()
     for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
         restore_recorded(view, entry, force=force, patches=patches, restored=restored)
+    if wheel is not None:  # installed from a patched wheel: the stock files it was built from
+        from_wheel = restore_stock(view, wheel, force=force)
+        restored.edited += from_wheel.edited
+        restored.notes += from_wheel.notes
     warnings += restored.notes
     recorded = {(p["name"], p["sha256"]) for e in entries for p in e.patches}
+    if wheel is not None:
+        recorded |= set(wheel.patch_hashes)
     # Patches the record covers are undone from the saved originals above; reverse-applying
     # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
     # `revert` alone undoes what the tree records, whatever the library holds; its series only
@@ -501,6 +509,15 @@ def _revert_locked(
         warnings=warnings,
     )
     return _refuse_stale_revert(result)
+
+
+def _patched_wheel(root: Path, only: str | None):
+    """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
+    revert is of its set (or of everything)."""
+    from patchkit.installed_wheel import find
+
+    found = find(root)
+    return found if found is not None and only in (None, found.name) else None
 
 
 def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from patchkit import library
+from patchkit import installed_wheel, library
 from patchkit import target as target_mod
 from patchkit import version as version_mod
 from patchkit.enums import SelectionKind
@@ -67,6 +67,10 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
         selection = library.adhoc_selection(list(opts.adhoc), detected.version if detected else None)
         return Resolved(tgt, detected, selection)
     detected = version_mod.detect(tgt, opts.vllm_version)
+    wheel = None if opts.vllm_version else installed_wheel.find(tgt.root)
+    if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
+        selection, said = installed_wheel.selection(wheel, detected.version, opts.library)
+        return Resolved(tgt, detected, selection, [said])
     patch_set = library.load_chosen(opts.library, opts.set_name)
     selection = library.select(patch_set, detected.version)
     notes = [selection.note] if selection.note else []

@@ -13,8 +13,8 @@ PACKAGE = Path(patchkit.__file__).parent
 LAYERS = [
     {"errors", "enums", "fsutil", "locks", "options", "pipconfig", "seal", "_target"},
     {"target", "version", "record", "state", "patchfile", "requirements", "library"},
-    {"plan", "transaction", "guard", "inspection", "checks", "fetch", "release_files", "resolve", "wheel"},
-    {"operations", "maintainer", "launch"},
+    {"plan", "transaction", "guard", "inspection", "checks", "fetch", "release_files", "resolve", "installed_wheel"},
+    {"operations", "maintainer", "launch", "wheel"},
     {"release_check"},
     {"commands", "ui", "cli", "__main__"},
 ]

@@ -6,13 +6,13 @@
 model loads; an exception there stops the launch.
 
 Standard library only, Python 3.9+, silent and cheap on a healthy tree: it reads the record
-patchkit keeps beside vllm/ (`.patchkit/state.json`), compares the installed vLLM version with the
+patchkit keeps beside vllm/ (`.patchkit/state.json`, or a patched wheel's provenance), compares the installed vLLM version with the
 recorded one and hashes each recorded file. The record is untrusted input: size-limited, checked
 for shape, every path kept inside the site-packages directory.
 
 PATCHKIT_GUARD=warn logs the finding instead of raising; PATCHKIT_GUARD=off skips the check.
-Records come from `_RECORD_READERS`: a wheel-installed patched vLLM (no .patchkit/) can add a
-reader of its own provenance file there, returning the same (version, files) pairs.
+Records come from `_RECORD_READERS`: the provenance of a vLLM installed from a wheel `patchkit
+wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
 """
 
 import hashlib
@@ -55,16 +55,16 @@ def check():
 def find_problems(site):
     """What differs from the records in `site`, in words (empty: healthy, or nothing recorded)."""
     problems = []
+    expected = {}
     for reader in _RECORD_READERS:
         try:
             records = reader(site)
         except TreeChanged as exc:
             return [str(exc)]
-        expected = {}
         for version, files in records:  # in the order applied: a later set's hash of a file wins
             problems += _version_problems(site, version)
             expected.update(files)
-        problems += _file_problems(site, expected)
+    problems += _file_problems(site, expected)
     return sorted(set(problems), key=problems.index)
 
 
@@ -98,7 +98,41 @@ def _entry_record(entry, origin):
     return version, expected
 
 
-_RECORD_READERS = (_state_records,)
+def _wheel_records(site):
+    """(None, {path: patched sha256}) when vLLM was installed from a wheel `patchkit wheel` built:
+    its dist-info's patchkit.json. It describes the installed vLLM itself (pip replaces it with the
+    dist-info), so no version is compared. A tree whose files are all back to stock (`patchkit
+    revert`) records nothing; any other mix is a change."""
+    found = [name for name in os.listdir(site) if name.startswith("vllm-") and name.endswith(".dist-info")]
+    if len(found) != 1:
+        return []
+    path = os.path.join(site, found[0], "patchkit.json")
+    raw = _read_regular(path, MAX_RECORD_BYTES)
+    if raw is None:
+        return []
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise TreeChanged(path + " is not JSON") from None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict):
+        raise TreeChanged(path + " is not a patchkit provenance record")
+    patched, stock = {}, {}
+    for rel, shas in files.items():
+        if not isinstance(shas, dict) or not all(
+            _digest_or_none(shas.get(k)) for k in ("stock_sha256", "patched_sha256")
+        ):
+            raise TreeChanged(path + " records " + repr(rel) + " without its sha256")
+        patched[rel], stock[rel] = shas["patched_sha256"], shas["stock_sha256"]
+    return [] if not _file_problems(site, stock) else [(None, patched)]
+
+
+def _digest_or_none(value):
+    return value is None or (isinstance(value, str) and len(value) == 64)
+
+
+# The wheel's record first: an apply recorded later in .patchkit/ changes files after it.
+_RECORD_READERS = (_wheel_records, _state_records)
 
 
 def _version_problems(site, recorded):

@@ -74,7 +74,7 @@ class IntegrityCheck:
         if ctx.root is None:
             return []
         installed, why_not = installed_record(ctx.root, ctx.version)
-        published = published_record(ctx.version)
+        published = published_record(_stock_release(ctx.root) or ctx.version)
         recorded = _recorded_writes(ctx.root)
         results = []
         for path in ctx.paths:
@@ -178,7 +178,18 @@ def installed_record(root: Path, version) -> tuple[Record | None, str]:
         record = None
     if record is None:
         return None, f"{label} is unreadable"
-    return record, ""
+    return _with_stock_hashes(root, record), ""
+
+
+def _with_stock_hashes(root: Path, record: Record) -> Record:
+    """Installed from a wheel patchkit built: its RECORD lists the patched files' own hashes, and
+    the stock ones are in its provenance (patchkit.json), which is then the reference for them."""
+    from patchkit.installed_wheel import PROVENANCE, stock_hashes
+
+    hashes = stock_hashes(root, record.hashes)
+    if hashes == record.hashes:
+        return record
+    return replace(record, label=f"{record.label} (stock hashes from {PROVENANCE})", hashes=hashes)
 
 
 def published_record(version) -> Record | None:
@@ -193,6 +204,18 @@ def published_record(version) -> Record | None:
     except PatchkitError:  # a version the cache cannot name, a damaged entry: no evidence
         return None
     return _parse(data, f"the published wheel's RECORD (fetch cache, vllm {version})") if data else None
+
+
+def _stock_release(root: Path) -> str | None:
+    """The release a patched wheel installed in `root` was built from (its published RECORD is the
+    one to hold the stock files to), or None."""
+    from patchkit.installed_wheel import find
+
+    try:
+        found = find(root)
+    except BadInput:
+        return None
+    return found.vllm_version if found else None
 
 
 def _parse(data: bytes, label: str) -> Record | None:

@@ -1,0 +1,329 @@
+"""A vLLM installed from a wheel `patchkit wheel` built (pip, uv, `installer`): no `.patchkit/` in the
+tree, but the dist-info says what was applied.
+
+    vllm-<version>+<label>.dist-info/patchkit.json      schema_version, patchkit, vllm_version (the stock
+                                                        release), label, set, patches [{name, sha256}],
+                                                        files {path: {stock_sha256, patched_sha256}}
+    vllm-<version>+<label>.dist-info/patchkit/<name>    each patch's text
+
+It is read back from the tree, so it is untrusted input like `.patchkit/state.json`: regular files
+only, never through a symlink, size-limited, checked field by field (paths by the recorded-path rule,
+hashes as sha256 hex digests, patch names plain file names, each text against its sha256). Anything
+else is BadInput naming the file.
+
+What it gives: the series (status, verify, apply, revert judge the tree by it), the stock sha256 of
+each patched file (the integrity check's reference, since the wheel's RECORD holds the patched
+ones), drift (a file that is neither), and revert's originals (the release's stock files from the
+fetch cache or the index, each checked against its stock sha256; offline, the patches
+reverse-applied, checked the same way). `revert` leaves the dist-info as installed: see README.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from patchkit import fsutil
+from patchkit.errors import BadInput, Drift, PatchkitError
+from patchkit.patchfile import DEFAULT_ROOTS, Patch, parse_patch
+from patchkit.state import checked_digest, checked_path, sha256
+
+PROVENANCE = "patchkit.json"
+TEXTS = "patchkit"  # the directory of the patch texts, beside patchkit.json
+SCHEMA = 1
+MAX_PROVENANCE_BYTES = 16 << 20
+MAX_PATCH_BYTES = 64 << 20
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_DIST_INFO = re.compile(r"vllm-[^/]+\.dist-info")
+
+
+@dataclass(frozen=True)
+class FileHashes:
+    stock: str | None  # None: the series creates the file
+    patched: str | None  # None: the series deletes it
+
+
+@dataclass(frozen=True)
+class Provenance:
+    root: Path
+    dist_info: str  # the directory's name
+    vllm_version: str  # the stock release the wheel was built from
+    label: str
+    set_name: str | None  # None: ad-hoc --patch diffs
+    patchkit_version: str
+    patch_hashes: tuple[tuple[str, str], ...]  # (name, sha256) in apply order
+    files: dict[str, FileHashes]
+
+    @property
+    def origin(self) -> str:
+        return f"{self.dist_info}/{PROVENANCE}"
+
+    def patches(self, roots: tuple[str, ...] = DEFAULT_ROOTS) -> list[Patch]:
+        """The patch texts shipped in the dist-info, each checked against its sha256."""
+        return [self._patch(name, digest, roots) for name, digest in self.patch_hashes]
+
+    def _patch(self, name: str, digest: str, roots: tuple[str, ...]) -> Patch:
+        where = f"{self.dist_info}/{TEXTS}/{name}"
+        if not fsutil.plain_directory(self.root, self.root / self.dist_info / TEXTS):
+            raise _refuse(f"{self.dist_info}/{TEXTS}", "is not a plain directory (a symlink?)")
+        try:
+            raw = fsutil.read_regular(self.root / where, MAX_PATCH_BYTES)
+        except OSError as exc:
+            raise _refuse(where, f"cannot be read: {exc.strerror}") from None
+        if sha256(raw) != digest:
+            raise _refuse(where, f"does not have the sha256 {self.origin} gives it")
+        try:
+            return parse_patch(raw, name, roots=roots)
+        except BadInput as exc:
+            raise _refuse(where, exc.message) from None
+
+    @cached_property
+    def adhoc_name(self) -> str:
+        """The set name an ad-hoc wheel's series goes by (as `--patch` would record it)."""
+        import hashlib
+
+        digest = hashlib.sha256("\n".join(d for _n, d in self.patch_hashes).encode()).hexdigest()
+        return f"adhoc-{digest[:12]}"
+
+    @property
+    def name(self) -> str:
+        return self.set_name or self.adhoc_name
+
+    def describe(self) -> str:
+        return f"installed from a wheel patchkit {self.patchkit_version} built (+{self.label}): {self.origin}"
+
+
+# --------------------------------------------------------------------------- reading it
+
+
+def find(root: Path) -> Provenance | None:
+    """The provenance of the vLLM installed in `root`, or None when its dist-info has none (a
+    stock install, a source checkout, several vllm dist-infos: version detection says so)."""
+    dist_infos = [p.name for p in root.glob("vllm-*.dist-info")]
+    if len(dist_infos) != 1 or not _DIST_INFO.fullmatch(dist_infos[0]):
+        return None
+    dist_info = dist_infos[0]
+    path = root / dist_info / PROVENANCE
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not fsutil.plain_directory(root, root / dist_info):
+        raise _refuse(dist_info, "is not a plain directory inside the tree (a symlink?)")
+    try:
+        raw = fsutil.read_regular(path, MAX_PROVENANCE_BYTES)
+        data = json.loads(raw)
+    except OSError as exc:
+        raise _refuse(f"{dist_info}/{PROVENANCE}", f"cannot be read: {exc.strerror}") from None
+    except (ValueError, RecursionError) as exc:
+        raise _refuse(f"{dist_info}/{PROVENANCE}", f"is not JSON ({exc})") from None
+    return _checked(root, dist_info, data)
+
+
+def _checked(root: Path, dist_info: str, data: object) -> Provenance:
+    origin = f"{dist_info}/{PROVENANCE}"
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA:
+        raise _refuse(origin, f"is not a patchkit provenance record of schema_version {SCHEMA}")
+    strings = {k: data.get(k) for k in ("patchkit", "vllm_version", "label")}
+    bad = [k for k, v in strings.items() if not isinstance(v, str) or not v]
+    if bad or not isinstance(data.get("set"), (str, type(None))):
+        raise _refuse(origin, f"has no valid {(bad or ['set'])[0]!r}")
+    patches = data.get("patches")
+    files = data.get("files")
+    if not isinstance(patches, list) or not patches or not isinstance(files, dict) or not files:
+        raise _refuse(origin, "lists no patches or no files")
+    return Provenance(
+        root=root,
+        dist_info=dist_info,
+        vllm_version=_release(origin, strings["vllm_version"]),
+        label=str(strings["label"]),
+        set_name=data["set"],
+        patchkit_version=str(strings["patchkit"]),
+        patch_hashes=tuple(_patch_entry(origin, p) for p in patches),
+        files={checked_path(path, Path(origin)): _file_entry(origin, path, shas) for path, shas in files.items()},
+    )
+
+
+def _release(origin: str, text: object) -> str:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return str(Version(str(text)))
+    except InvalidVersion:
+        raise _refuse(origin, f"has a vllm_version {text!r} that is not a version") from None
+
+
+def _patch_entry(origin: str, entry: object) -> tuple[str, str]:
+    name = entry.get("name") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > 255:
+        raise _refuse(origin, f"names a patch {name!r} that is not a plain file name")
+    digest = checked_digest(entry.get("sha256") if isinstance(entry, dict) else None, Path(origin), optional=False)
+    return name, str(digest)
+
+
+def _file_entry(origin: str, path: str, shas: object) -> FileHashes:
+    if not isinstance(shas, dict):
+        raise _refuse(origin, f"records {path!r} without its stock_sha256 and patched_sha256")
+    stock = checked_digest(shas.get("stock_sha256"), Path(origin))
+    patched = checked_digest(shas.get("patched_sha256"), Path(origin))
+    if stock == patched:
+        raise _refuse(origin, f"records {path!r} as unchanged by the patches")
+    return FileHashes(stock, patched)
+
+
+def _refuse(where: str, what: str) -> BadInput:
+    return BadInput(
+        f"{where} {what}",
+        hint="this vLLM was installed from a wheel patchkit built; reinstall it, or remove that file "
+        "to treat the tree as a plain install",
+    )
+
+
+# --------------------------------------------------------------------------- what it tells
+
+
+def selection(found: Provenance, version, library: str | Path | None):
+    """The series the wheel was built with, as a library Selection, and a note saying so. When the
+    library's series for this release is the same patches (names and sha256), that selection (its
+    release directory shown); otherwise the shipped patch texts, with the library's set (if it has
+    one of that name) for the contract and the probe."""
+    from packaging.version import Version
+
+    from patchkit.library import PATCH, Selection, load_chosen, select
+
+    if Version(found.vllm_version).public != Version(str(version)).public:
+        raise _refuse(found.origin, f"describes vLLM {found.vllm_version}, but the dist-info is vLLM {version}")
+    patch_set = chosen = None
+    if found.set_name:
+        try:
+            patch_set = load_chosen(library, found.set_name)
+            chosen = select(patch_set, version)
+        except PatchkitError:  # no such set, or no series of it for this release: the shipped one
+            chosen = None
+    patches = found.patches(patch_set.roots if patch_set else DEFAULT_ROOTS)  # each checked, used or not
+    if (
+        chosen is not None
+        and chosen.kind == PATCH
+        and tuple((p.name, p.sha256) for p in chosen.patches) == found.patch_hashes
+    ):
+        return chosen, f"{found.describe()}; its series is the library's"
+    chosen = Selection(found.name, PATCH, Version(Version(str(version)).public), patches, patch_set=patch_set)
+    return chosen, f"{found.describe()}; its series is read from there"
+
+
+def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
+    """A RECORD's {path: 'sha256=...'} with each file the wheel patched given its stock hash: the
+    reference the integrity check holds a stock file to. Only where RECORD lists the patched hash
+    (a RECORD that disagrees with the provenance stays as it is, and fails)."""
+    from patchkit.record import record_digest
+
+    found = find(root)
+    if found is None:
+        return record
+    out = dict(record)
+    for path, shas in found.files.items():
+        listed = out.get(path)
+        if shas.patched is None or shas.stock is None or listed is None:
+            continue
+        if listed == record_digest(bytes.fromhex(shas.patched), "sha256"):
+            out[path] = record_digest(bytes.fromhex(shas.stock), "sha256")
+    return out
+
+
+def drifted(root: Path, read: Callable[[Path], bytes | None]) -> list[str]:
+    """The files the wheel patched whose content is neither the patched nor the stock one."""
+    found = find(root)
+    if found is None:
+        return []
+    return sorted(p for p, shas in found.files.items() if sha256(read(root / p)) not in (shas.stock, shas.patched))
+
+
+# --------------------------------------------------------------------------- revert
+
+
+@dataclass
+class StockRestore:
+    """What restore_stock did beyond putting the stock files back."""
+
+    edited: list[str]
+    notes: list[str]
+
+
+def restore_stock(view, found: Provenance, *, force: bool) -> StockRestore:
+    """Put the stock files into `view` (a plan.View) for every file the wheel patched. The originals
+    are the release's own files (fetch cache, else the index; checked against the release's RECORD
+    by the fetcher), each held to the provenance's stock sha256; when they cannot be fetched, the
+    shipped patches are reverse-applied and held to the same sha256. A file that is neither the
+    patched nor the stock one is drift (with `force`: restored, and listed to be kept aside)."""
+    done = StockRestore([], [])
+    todo = []
+    for path, shas in sorted(found.files.items()):
+        content = view.read(path)
+        current = sha256(content)
+        if current == shas.stock:
+            continue
+        if current != shas.patched:
+            if not force:
+                what = "deleted" if content is None else "edited"
+                raise Drift(
+                    f"{path} was {what} after the patched wheel installed it; keeping your version",
+                    hint="revert --force restores the stock file and keeps a copy of your edit",
+                )
+            if content is not None:
+                done.edited.append(path)
+        todo.append(path)
+    originals = _originals(found, todo, done.notes) if todo else {}
+    for path in todo:
+        view.write(path, originals[path])
+    return done
+
+
+def _originals(found: Provenance, paths: list[str], notes: list[str]) -> dict[str, bytes | None]:
+    wanted = {p: found.files[p].stock for p in paths}
+    out: dict[str, bytes | None] = {p: None for p, digest in wanted.items() if digest is None}
+    needed = [p for p in paths if p not in out]
+    if not needed:
+        return out
+    fetched = _fetched(found, needed, notes)
+    for path in needed:
+        data = fetched.get(path)
+        if data is None or sha256(data) != wanted[path]:
+            data = _reversed(found, path, wanted[path])
+            notes.append(f"{path}: restored by reverse-applying the wheel's patches (sha256 checked)")
+        out[path] = data
+    return out
+
+
+def _fetched(found: Provenance, paths: list[str], notes: list[str]) -> dict[str, bytes]:
+    """The stock files of the release (fetch cache, else the index): {} when they cannot be had."""
+    from patchkit.fetch import release_tree
+
+    try:
+        tree = release_tree(found.vllm_version, paths, warn=notes.append)
+    except PatchkitError as exc:
+        notes.append(f"the stock files of vLLM {found.vllm_version} could not be fetched ({exc.message})")
+        return {}
+    out = {}
+    for path in paths:
+        try:
+            out[path] = fsutil.read_regular(tree / path, MAX_PATCH_BYTES)
+        except OSError:
+            continue
+    return out
+
+
+def _reversed(found: Provenance, path: str, digest: str | None) -> bytes:
+    from patchkit.plan import View, plan_revert
+
+    view = View(found.root)
+    plan = plan_revert(found.root, found.patches(), view=view)
+    data = None if plan.conflicts else view.read(path)
+    if data is None or sha256(data) != digest:
+        raise BadInput(
+            f"no stock original of {path}: the release's file is not the one {found.origin} records, "
+            "and reverse-applying its patches does not give it back",
+            hint="reinstall vLLM (pip install --force-reinstall --no-deps vllm==VERSION) to get stock files",
+        )
+    return data

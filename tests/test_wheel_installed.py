@@ -1,0 +1,314 @@
+"""A vLLM installed from a wheel `patchkit wheel` built: no .patchkit/ in the tree, a dist-info whose
+version carries the label, whose RECORD lists the patched files' hashes, and whose patchkit.json says
+what was applied. status/verify call it applied, revert takes it back to stock (originals from the
+fetch cache or the index, else the shipped patches reversed, always held to the stock sha256), the
+launch guard reads it, and a damaged provenance is refused like any untrusted record."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from patchkit._target import guard
+from patchkit.record import parse_record
+
+from helpers import (  # isort: skip
+    MODEL_PY,
+    SPEC_PY,
+    assert_clean_failure,
+    fingerprint,
+    make_patch,
+    patched_spec,
+    run_cli,
+    snapshot,
+    write_library,
+    write_tree,
+)
+from index_server import IndexServer, build_wheel, isolate_cache, use_index  # isort: skip
+
+STOCK = "0.14.1"
+MODEL_PATCHED = MODEL_PY + "\n    def aux_layers(self):\n        return (2, 4)\n"
+CHANGES = {"vllm/config/spec.py": patched_spec(), "vllm/models/model.py": MODEL_PATCHED}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_rows(site: Path, dist: str) -> str:
+    rows = []
+    for path in sorted(site.rglob("*")):
+        rel = path.relative_to(site).as_posix()
+        if path.is_file() and rel != f"{dist}/RECORD":
+            data = path.read_bytes()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            rows.append(f"{rel},sha256={digest},{len(data)}")
+    return "\n".join([*rows, f"{dist}/RECORD,,"]) + "\n"
+
+
+class WheelTree:
+    """A site-packages as pip leaves it after installing a patched wheel, built by hand: the stock
+    tree, the series applied, the dist-info renamed to the labelled version, provenance, RECORD."""
+
+    def __init__(self, tmp: Path, *, stock_version: str = STOCK, set_name: str | None = "demo"):
+        self.tmp = tmp
+        self.stock_version = stock_version
+        stock = write_tree(tmp / "stock", stock_version)
+        self.stock = snapshot(stock)
+        self.patch = make_patch(tmp, stock, CHANGES, header="Description: demo change\n")
+        self.library = write_library(tmp / "lib", {stock_version.split("+")[0]: [self.patch]}, name="demo")
+        label = f"patchkit.{set_name or 'adhoc'}"
+        base, _, local = stock_version.partition("+")
+        self.version = f"{base}+{local + '.' if local else ''}{label}"
+        self.site = write_tree(tmp / "site", self.version, files=CHANGES)
+        self.dist = f"vllm-{self.version}.dist-info"
+        dist = self.site / self.dist
+        (dist / "patchkit").mkdir()
+        (dist / "patchkit" / "0001-change.patch").write_bytes(self.patch)
+        self.provenance = {
+            "schema_version": 1,
+            "patchkit": "9.9.9",
+            "vllm_version": stock_version,
+            "label": label,
+            "set": set_name,
+            "patches": [{"name": "0001-change.patch", "sha256": sha(self.patch)}],
+            "files": {
+                path: {"stock_sha256": sha(self.stock[path]), "patched_sha256": sha(new.encode())}
+                for path, new in CHANGES.items()
+            },
+        }
+        self.write_provenance()
+
+    def write_provenance(self, data: object | None = None) -> None:
+        dist = self.site / self.dist
+        (dist / "patchkit.json").write_text(json.dumps(self.provenance if data is None else data))
+        (dist / "RECORD").write_text(record_rows(self.site, self.dist))
+
+    def cli(self, *args: object, env: dict[str, str] | None = None):
+        return run_cli(*args, "--target", self.site, "--patches", self.library, env=env)
+
+    def dist_info_files(self) -> dict[str, bytes]:
+        dist = self.site / self.dist
+        return {p.relative_to(dist).as_posix(): p.read_bytes() for p in sorted(dist.rglob("*")) if p.is_file()}
+
+
+OFFLINE = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
+
+
+@pytest.fixture
+def wheel(tmp_path) -> WheelTree:
+    return WheelTree(tmp_path)
+
+
+def test_status_and_verify_call_it_applied(wheel):
+    done = wheel.cli("status", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["state"] == "applied" and report["drifted"] == []
+    assert report["vllm_version"] == wheel.version  # 0.14.1+patchkit.demo, judged as 0.14.1
+    assert any(f"{wheel.dist}/patchkit.json" in note for note in report["notes"])
+    done = wheel.cli("verify", "--no-import", "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    integrity = [c for c in json.loads(done.stdout)["checks"] if c["check"] == "integrity"]
+    assert len(integrity) == 2 and all(c["ok"] for c in integrity)
+    assert all("stock hashes from patchkit.json" in c["message"] for c in integrity)
+
+
+def test_without_provenance_the_patched_record_fails_integrity(wheel):
+    """What the provenance changes: the same tree without it is files that are not stock."""
+    (wheel.site / wheel.dist / "patchkit.json").unlink()
+    done = wheel.cli("verify", "--no-import")
+    assert done.returncode == 1 and "differs from the stock file" in done.stdout
+
+
+def test_the_series_is_read_from_the_wheel_when_the_library_has_another(wheel, tmp_path):
+    other = make_patch(tmp_path, tmp_path / "stock", {"vllm/config/spec.py": SPEC_PY + "# other\n"})
+    shutil.rmtree(wheel.library)
+    write_library(wheel.library, {STOCK: [other]}, name="demo")
+    done = wheel.cli("status", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["state"] == "applied" and report["set"] == "demo" and report["series"] is None
+    assert any("read from there" in note for note in report["notes"])
+    assert [p["name"] for p in report["patches"]] == ["0001-change.patch"]
+
+
+def test_an_adhoc_wheel_and_an_existing_local_label(tmp_path):
+    wheel = WheelTree(tmp_path, stock_version=f"{STOCK}+cu129", set_name=None)
+    assert wheel.version == f"{STOCK}+cu129.patchkit.adhoc"
+    report = json.loads(wheel.cli("status", "--format", "json").stdout)
+    assert report["state"] == "applied" and report["set"].startswith("adhoc-")
+
+
+def test_an_edited_file_is_drift(wheel, monkeypatch, tmp_path):
+    target = wheel.site / "vllm/models/model.py"
+    target.write_text(MODEL_PATCHED + "# my edit\n")
+    done = wheel.cli("status", "--format", "json")
+    assert done.returncode == 1 and json.loads(done.stdout)["drifted"] == ["vllm/models/model.py"]
+    before = snapshot(wheel.site)
+    assert_clean_failure(wheel.cli("revert", env=OFFLINE), 1)
+    assert snapshot(wheel.site) == before
+    # Offline, the edited file has no stock original: reversing the patches keeps the edit.
+    done = wheel.cli("revert", "--force", env=OFFLINE)
+    assert_clean_failure(done, 2)
+    assert "no stock original of vllm/models/model.py" in done.stderr and snapshot(wheel.site) == before
+    server = IndexServer()
+    try:
+        done = wheel.cli("revert", "--force", env=serve_stock(server, wheel, monkeypatch, tmp_path, wheel.stock))
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    assert snapshot(wheel.site) == wheel.stock
+    kept = list((wheel.site / ".patchkit" / "saved").rglob("model.py"))
+    assert [p.read_text() for p in kept] == [MODEL_PATCHED + "# my edit\n"]
+
+
+def serve_stock(server: IndexServer, wheel: WheelTree, monkeypatch, tmp_path, files: dict[str, bytes]):
+    isolate_cache(tmp_path, monkeypatch)
+    name = f"vllm-{STOCK}-py3-none-manylinux_2_17_x86_64.whl"
+    server.publish(name, build_wheel(files, version=STOCK, blob_size=0))
+    use_index(monkeypatch, server.index())
+    return {k: os.environ[k] for k in ("PATCHKIT_CACHE_DIR", "PIP_INDEX_URL", "PIP_CONFIG_FILE")}
+
+
+def test_revert_takes_the_stock_files_from_the_release(wheel, monkeypatch, tmp_path):
+    server = IndexServer()
+    try:
+        env = serve_stock(server, wheel, monkeypatch, tmp_path, wheel.stock)
+        dist_before = wheel.dist_info_files()
+        done = wheel.cli("revert", env=env)
+        fetched = [path for _cmd, path, _range in server.log if "/files/" in path]
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    assert fetched, "the originals came from the index"
+    assert "reverse-applying" not in done.stderr
+    assert snapshot(wheel.site) == wheel.stock
+    # The dist-info is left as pip installed it: every RECORD path is there for pip uninstall.
+    assert wheel.dist_info_files() == dist_before
+    dist = next(metadata.distributions(path=[str(wheel.site)]))
+    assert all((wheel.site / str(f)).is_file() for f in dist.files or [])
+    assert json.loads((wheel.site / ".patchkit" / "state.json").read_text())["entries"] == []
+    report = json.loads(wheel.cli("status", "--format", "json").stdout)
+    assert report["state"] == "not-applied" and report["drifted"] == []
+    # and back: apply (integrity holds the stock files to patchkit.json's hashes), revert again
+    done = wheel.cli("apply", "--no-import", "--no-guard")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {p: wheel.site.joinpath(p).read_text() for p in CHANGES} == CHANGES
+    assert wheel.cli("revert").returncode == 0
+    assert snapshot(wheel.site) == wheel.stock
+
+
+def test_a_release_file_that_is_not_the_recorded_stock_is_not_used(wheel, monkeypatch, tmp_path):
+    """A wheel built from another build of the release (a vendor's): the index's file differs from
+    the stock sha256 the provenance records, so the shipped patches are reversed instead."""
+    server = IndexServer()
+    try:
+        other = {**wheel.stock, "vllm/config/spec.py": wheel.stock["vllm/config/spec.py"] + b"# vendor\n"}
+        done = wheel.cli("revert", env=serve_stock(server, wheel, monkeypatch, tmp_path, other))
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    assert "vllm/config/spec.py: restored by reverse-applying" in done.stderr
+    assert snapshot(wheel.site) == wheel.stock
+
+
+def test_revert_offline_reverses_the_shipped_patches(wheel):
+    done = wheel.cli("revert", env=OFFLINE)
+    assert done.returncode == 0, done.stderr
+    assert "could not be fetched" in done.stderr
+    assert snapshot(wheel.site) == wheel.stock
+    assert wheel.cli("revert", env=OFFLINE).returncode == 0  # nothing left to do
+
+
+def test_the_guard_reads_the_provenance(wheel):
+    site = str(wheel.site)
+    assert guard.find_problems(site) == []
+    (wheel.site / "vllm/config/spec.py").write_text(SPEC_PY + "# edited\n")
+    assert guard.find_problems(site) == ["vllm/config/spec.py was changed after patchkit patched it"]
+    for path, data in wheel.stock.items():  # every file stock again: what revert leaves
+        (wheel.site / path).write_bytes(data)
+    assert guard.find_problems(site) == []
+
+
+def test_the_guard_refuses_a_damaged_provenance(wheel):
+    (wheel.site / wheel.dist / "patchkit.json").write_text("{")
+    assert "is not JSON" in guard.find_problems(str(wheel.site))[0]
+
+
+def hostile(wheel: WheelTree, case: str, outside: Path) -> None:
+    dist = wheel.site / wheel.dist
+    prov = json.loads(json.dumps(wheel.provenance))
+    if case == "symlink":
+        (outside / "prov.json").write_text(json.dumps(prov))
+        (dist / "patchkit.json").unlink()
+        (dist / "patchkit.json").symlink_to(outside / "prov.json")
+        return
+    if case == "not-json":
+        (dist / "patchkit.json").write_bytes(b"\xff{")
+        return
+    if case == "path-outside":
+        prov["files"]["../outside/victim.py"] = prov["files"].pop("vllm/models/model.py")
+    elif case == "dist-info-path":
+        prov["files"][f"{wheel.dist}/RECORD"] = prov["files"].pop("vllm/models/model.py")
+    elif case == "bad-digest":
+        prov["files"]["vllm/config/spec.py"]["stock_sha256"] = "abc"
+    elif case == "patch-name":
+        prov["patches"][0]["name"] = "../../outside/victim.py"
+    elif case == "patch-text":
+        (dist / "patchkit" / "0001-change.patch").write_bytes(wheel.patch + b"# tampered\n")
+    elif case == "patch-symlink":
+        (outside / "p.patch").write_bytes(wheel.patch)
+        (dist / "patchkit" / "0001-change.patch").unlink()
+        (dist / "patchkit" / "0001-change.patch").symlink_to(outside / "p.patch")
+    elif case == "wrong-release":
+        prov["vllm_version"] = "0.13.0"
+    elif case == "huge":
+        prov["padding"] = "x" * (17 << 20)
+    wheel.write_provenance(prov)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "symlink",
+        "not-json",
+        "path-outside",
+        "dist-info-path",
+        "bad-digest",
+        "patch-name",
+        "patch-text",
+        "patch-symlink",
+        "wrong-release",
+        "huge",
+    ],
+)
+@pytest.mark.parametrize("command", ["status", "revert"])
+def test_a_damaged_provenance_is_refused_cleanly(tmp_path, case, command):
+    wheel = WheelTree(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.py").write_text("keep me\n")
+    hostile(wheel, case, outside)
+    before, tree_before = fingerprint(outside), snapshot(wheel.site)
+    done = wheel.cli(command, env=OFFLINE)
+    assert_clean_failure(done, 2)
+    assert "patchkit.json" in done.stderr or "0001-change.patch" in done.stderr
+    assert fingerprint(outside) == before and snapshot(wheel.site) == tree_before
+
+
+def test_record_rows_of_the_hand_made_wheel_are_true(wheel):
+    """The fixture itself: its RECORD is what a real install leaves (every hash true)."""
+    rows = parse_record((wheel.site / wheel.dist / "RECORD").read_bytes())
+    for path, (digest, size) in rows.items():
+        if digest:
+            data = (wheel.site / path).read_bytes()
+            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert int(size) == len(data)
