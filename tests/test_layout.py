@@ -14,7 +14,7 @@ LAYERS = [
     {"errors", "enums", "fsutil", "locks", "options", "pipconfig", "seal", "_target"},
     {"target", "version", "record", "state", "patchfile", "requirements", "library"},
     {"plan", "transaction", "guard", "inspection", "checks", "fetch", "release_files", "resolve"},
-    {"operations", "maintainer", "launch"},
+    {"operations", "maintainer", "launch", "wheel"},
     {"release_check"},
     {"commands", "ui", "cli", "__main__"},
 ]
