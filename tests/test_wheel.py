@@ -169,6 +169,17 @@ def test_unchanged_members_are_their_stock_compressed_bytes(tmp_path, run, libra
         assert after.read("vllm/config/spec.py") == patched_spec().encode()
 
 
+def test_the_data_directory_is_renamed_with_the_dist_info(tmp_path, run, library):
+    script = b"#!python\nprint('helper')\n"
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, "vllm-0.16.0.data/scripts/vllm-helper": script})
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    assert "vllm-0.16.0+patchkit.demo.data/scripts/vllm-helper" in zipfile.ZipFile(patched).namelist()
+    install(patched, tmp_path / "prefix")
+    assert (tmp_path / "prefix/scripts/vllm-helper").read_text().endswith("print('helper')\n")
+    assert not list((tmp_path / "prefix/site-packages").glob("*.data"))
+
+
 def test_the_same_stock_wheel_gives_the_same_bytes(tmp_path, run, library):
     stock = write_wheel(tmp_path / "in")
     assert build(run, stock, tmp_path / "one", "--patches", library).exit_code == 0

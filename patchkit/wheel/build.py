@@ -28,6 +28,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -92,8 +93,17 @@ class StockWheel:
     def label(self) -> str:
         return self.path.name
 
+    @cached_property
+    def by_name(self) -> dict[str, rawzip.Member]:
+        return {m.name: m for m in self.members}
+
     def member(self, name: str) -> rawzip.Member | None:
-        return next((m for m in self.members if m.name == name), None)
+        return self.by_name.get(name)
+
+    @property
+    def data_dir(self) -> str:
+        """The wheel's .data directory (scripts, headers...), named as its dist-info is."""
+        return self.dist_info[: -len(".dist-info")] + ".data"
 
     def read(self, name: str, limit: int) -> bytes:
         member = self.member(name)
@@ -309,7 +319,7 @@ def _entries(wheel: StockWheel, plan: Plan, result: WheelResult) -> list[rawzip.
         elif name.startswith(f"{old}/"):
             dist.append(_dist_info_entry(wheel, member, new, stock_record, when, result.version))
         else:
-            body.append(_raw(wheel, member, name, stock_record))
+            body.append(_raw(wheel, member, _data_renamed(wheel, name, result.version), stock_record))
     created = [
         rawzip.deflated(path, after, None, when)
         for path, (before, after) in sorted(changes.items())
@@ -324,6 +334,13 @@ def _entries(wheel: StockWheel, plan: Plan, result: WheelResult) -> list[rawzip.
     record_name = f"{new}/RECORD"
     record = rawzip.deflated(record_name, _record(entries, record_name), _member(wheel, f"{old}/RECORD"), when)
     return [*entries, record]
+
+
+def _data_renamed(wheel: StockWheel, name: str, version: str) -> str:
+    """A member of the .data directory under the new version's name (installers find it by name)."""
+    if name.startswith(f"{wheel.data_dir}/"):
+        return f"vllm-{version}.data" + name[len(wheel.data_dir) :]
+    return name
 
 
 def _dist_info_entry(
