@@ -370,6 +370,45 @@ def test_a_file_that_is_no_wheel_is_refused(tmp_path, library, content, why):
     assert why in done.stderr
 
 
+def test_a_wheel_that_already_holds_the_series_is_refused(tmp_path, run, library):
+    assert build(run, write_wheel(tmp_path / "in"), tmp_path / "once", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "once").iterdir()
+    done = run_cli("wheel", patched, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "already holds the series" in done.stderr
+
+
+@pytest.mark.parametrize(("version", "why"), [("0.10.2", "0.10.2"), ("0.18.1", "ships this change itself")])
+def test_a_release_without_a_series_makes_no_wheel(tmp_path, library, version, why):
+    done = run_cli("wheel", write_wheel(tmp_path / "in", version=version), "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 3)
+    assert why in done.stderr
+
+
+def test_a_dist_info_of_another_version_than_the_file_name_is_refused(tmp_path, library):
+    path = tmp_path / f"vllm-0.16.1-{TAGS}.whl"
+    os.link(write_wheel(tmp_path / "in"), path)
+    done = run_cli("wheel", path, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "vllm-0.16.0.dist-info is not vllm 0.16.1's" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("metadata", "why"),
+    [
+        (b"Metadata-Version: 2.1\nName: vllm\n\nVersion: 0.16.0\n", "no valid Version header"),
+        (b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.15.1\n", "is not vllm 0.16.0's"),
+        (b"Metadata-Version: 2.1\nName: not-vllm\nVersion: 0.16.0\n", "is not vllm 0.16.0's"),
+    ],
+)
+def test_a_metadata_that_is_not_the_file_names_is_refused(tmp_path, library, metadata, why):
+    stock = write_wheel(tmp_path / "in")
+    _replace_member(stock, "vllm-0.16.0.dist-info/METADATA", metadata)
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert f"its METADATA {why}" in done.stderr
+
+
 def test_a_wheel_of_another_project_is_refused(tmp_path, library):
     path = tmp_path / f"torch-2.9.0-{TAGS}.whl"
     os.link(write_wheel(tmp_path / "in"), path)

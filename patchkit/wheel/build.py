@@ -228,11 +228,10 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, chosen: Options) -> _Check
     from patchkit.inspection import check_context
     from patchkit.resolve import require_patches, resolve
 
+    _check_metadata(wheel)
     _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA", f"{wheel.dist_info}/RECORD"])
     (scratch / "vllm").mkdir(exist_ok=True)
     resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=None))
-    if resolved.vllm_version is not None and resolved.version and resolved.version.version != wheel.version:
-        raise BadInput(f"{wheel.label}: its METADATA says {resolved.version.version}, its file name {wheel.version}")
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         raise NoPatchSet(f"vLLM {resolved.vllm_version} ships this change itself: there is nothing to patch")
     patches = require_patches(resolved)
@@ -257,6 +256,22 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, chosen: Options) -> _Check
             + "\n  ".join(r.describe() for r in failed)
         )
     return result
+
+
+def _check_metadata(wheel: StockWheel) -> None:
+    """METADATA names vllm and the file name's version (what version detection then reads)."""
+    headers: dict[str, str] = {}
+    for line in wheel.read(f"{wheel.dist_info}/METADATA", METADATA_LIMIT).splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.decode("utf-8", "replace").partition(":")
+        headers.setdefault(key.strip().lower(), value.strip())
+    try:
+        version = Version(headers.get("version", ""))
+    except InvalidVersion:
+        raise BadInput(f"{wheel.label}: its METADATA has no valid Version header") from None
+    if canonicalize_name(headers.get("name", "")) != "vllm" or version != wheel.version:
+        raise BadInput(f"{wheel.label}: its METADATA is not vllm {wheel.version}'s, as the file name says")
 
 
 def _needed(resolved: Resolved, patches: list[Patch]) -> list[str]:
