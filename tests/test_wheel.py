@@ -54,6 +54,7 @@ def write_wheel(
     *,
     record: dict[str, str] | None = None,
     extra: list[tuple[zipfile.ZipInfo, bytes]] = (),  # type: ignore[assignment]
+    streamed: bool = False,
 ) -> Path:
     """A vLLM wheel: `files`, a dist-info (METADATA, WHEEL, entry_points.txt) and a true RECORD
     (`record` overrides rows: path -> hash), plus `extra` members as given (not in RECORD)."""
@@ -68,15 +69,23 @@ def write_wheel(
     files[f"{dist}/RECORD"] = ("\n".join([*rows, f"{dist}/RECORD,,"]) + "\n").encode()
     where.mkdir(parents=True, exist_ok=True)
     path = where / f"vllm-{version}-{TAGS}.whl"
-    with zipfile.ZipFile(path, "w") as zf:
+    with path.open("wb") as sink, zipfile.ZipFile(_Stream(sink) if streamed else sink, "w") as zf:
         for name, data in files.items():
             info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
             info.external_attr = 0o100644 << 16
             info.compress_type = zipfile.ZIP_STORED if name.endswith(".so") else zipfile.ZIP_DEFLATED
-            zf.writestr(info, data)
+            with zf.open(info, "w", force_zip64=streamed) as member:  # zip64 extras in the local headers
+                member.write(data)
         for info, data in extra:
             zf.writestr(info, data)
     return path
+
+
+class _Stream:
+    """A file zipfile cannot seek in: it writes each member with a data descriptor after its data."""
+
+    def __init__(self, sink):
+        self.write, self.flush = sink.write, sink.flush
 
 
 @pytest.fixture
@@ -167,6 +176,20 @@ def test_unchanged_members_are_their_stock_compressed_bytes(tmp_path, run, libra
             assert [getattr(new, f) for f in fields] == [getattr(old, f) for f in fields], name
             assert raw_member(patched, new) == raw_member(stock, old), name
         assert after.read("vllm/config/spec.py") == patched_spec().encode()
+
+
+def test_a_streamed_stock_wheel_with_data_descriptors_and_zip64_extras(tmp_path, run, library):
+    stock = write_wheel(tmp_path / "in", streamed=True)
+    with zipfile.ZipFile(stock) as zf:
+        assert all(info.flag_bits & 0x08 for info in zf.infolist())
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    with zipfile.ZipFile(patched) as zf:
+        assert zf.testzip() is None
+        so = zf.getinfo("vllm/_C.abi3.so")
+        assert raw_member(patched, so) == raw_member(stock, zipfile.ZipFile(stock).getinfo("vllm/_C.abi3.so"))
+    site = install(patched, tmp_path / "prefix")
+    assert (site / "vllm/config/spec.py").read_text() == patched_spec()
 
 
 def test_the_data_directory_is_renamed_with_the_dist_info(tmp_path, run, library):
@@ -380,7 +403,9 @@ def test_a_wheel_that_already_holds_the_series_is_refused(tmp_path, run, library
 
 @pytest.mark.parametrize(("version", "why"), [("0.10.2", "0.10.2"), ("0.18.1", "ships this change itself")])
 def test_a_release_without_a_series_makes_no_wheel(tmp_path, library, version, why):
-    done = run_cli("wheel", write_wheel(tmp_path / "in", version=version), "--out", tmp_path / "out", "--patches", library)
+    done = run_cli(
+        "wheel", write_wheel(tmp_path / "in", version=version), "--out", tmp_path / "out", "--patches", library
+    )
     assert_nothing_written(done, tmp_path / "out", 3)
     assert why in done.stderr
 
