@@ -25,9 +25,12 @@
    drafter) on a real stock 0.16.0 tree vs `python -c pass` (goal: <= 2 s).
 10. `patchkit run` on an applied 0.16.0 tree: the time before exec, as `run` of a launch whose `vllm`
    exits at once, minus that `vllm` run alone (goal: <= 0.3 s).
+11. `patchkit wheel` of a synthetic vLLM wheel (the stock 0.16.0 files the eagle3 series and its
+   contract read, a --wheel-mb stored random member standing in for vLLM's 464 MB `_C.abi3.so`, a
+   dist-info with a true RECORD) vs `cp` of that wheel, alternately (goal: <= 3x cp).
 
 --only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
-large-file (7), guard (8), preflight (9), run (10).
+large-file (7), guard (8), preflight (9), run (10), wheel (11).
 """
 
 from __future__ import annotations
@@ -396,7 +399,61 @@ def _timed_env(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - start
 
 
-ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file", "guard", "preflight", "run")
+def synthetic_wheel(work: Path, megabytes: int) -> Path:
+    """vllm-0.16.0-...whl: the stock files of stock_0_16 (deflated), a stored random member of
+    `megabytes` MB, and a dist-info whose RECORD is true."""
+    import base64
+    import hashlib
+    import zipfile
+
+    def digest(h) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+
+    stock = stock_0_16(work)
+    path = work / "wheel-in" / "vllm-0.16.0-cp38-abi3-manylinux_2_31_x86_64.whl"
+    path.parent.mkdir()
+    rows = []
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for file in sorted(p for p in (stock / "vllm").rglob("*") if p.is_file()):
+            data = file.read_bytes()
+            name = file.relative_to(stock).as_posix()
+            zf.writestr(name, data)
+            rows.append(f"{name},{digest(hashlib.sha256(data))},{len(data)}")
+        so, h = "vllm/_C.abi3.so", hashlib.sha256()
+        with zf.open(zipfile.ZipInfo(so), "w", force_zip64=False) as member:
+            for _ in range(megabytes):
+                chunk = os.urandom(1 << 20)
+                h.update(chunk)
+                member.write(chunk)
+        rows.append(f"{so},{digest(h)},{megabytes << 20}")
+        for name in ("METADATA", "WHEEL"):
+            data = (
+                (stock / "vllm-0.16.0.dist-info" / name).read_bytes() if name == "METADATA" else b"Wheel-Version: 1.0\n"
+            )
+            zf.writestr(f"vllm-0.16.0.dist-info/{name}", data)
+            rows.append(f"vllm-0.16.0.dist-info/{name},{digest(hashlib.sha256(data))},{len(data)}")
+        zf.writestr("vllm-0.16.0.dist-info/RECORD", "\n".join([*rows, "vllm-0.16.0.dist-info/RECORD,,"]) + "\n")
+    return path
+
+
+def wheel_row(work: Path, runs: int, megabytes: int) -> str:
+    wheel = synthetic_wheel(work, megabytes)
+    out = work / "wheel-out"
+    out.mkdir()
+    ours = [*PATCHKIT, "wheel", "-q", str(wheel), "--out", str(out)]
+    pairs = []
+    for _ in range(runs):
+        reference = run_once(["cp", str(wheel), str(out / "copy.whl")])
+        patched = run_once(ours)
+        pairs.append((patched, reference))
+        for made in out.iterdir():
+            made.unlink()
+    patched, reference = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+    size = wheel.stat().st_size / 1e6
+    return row(f"wheel, eagle3 on a synthetic {size:.0f} MB 0.16.0 wheel", patched, reference, "cp", "≤ 3x cp")
+
+
+ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file", "guard", "preflight", "run", "wheel")
 
 
 def main() -> None:
@@ -405,6 +462,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="skip the verify --all measurement")
     parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="measure only these rows")
     parser.add_argument("--large-mb", type=int, default=214, help="the large-file row's module size (MB)")
+    parser.add_argument("--wheel-mb", type=int, default=464, help="the wheel row's stored member size (MB)")
     args = parser.parse_args()
     runs = args.runs
     chosen = set(args.only) - ({"verify"} if args.quick else set())
@@ -434,6 +492,8 @@ def main() -> None:
             rows.append(preflight_row(work / "preflight", runs))
         if "run" in chosen:
             rows.append(run_row(work / "run", runs))
+        if "wheel" in chosen:
+            rows.append(wheel_row(work, runs, args.wheel_mb))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"median of {runs} runs (dry-run and start-up: {runs * 2 + 1}, {runs * 2}); Python {sys.version.split()[0]}")

@@ -1,1 +1,3 @@
-"""Patched vLLM wheels (`patchkit wheel`): the stock wheel of a release, and the builder."""
+"""`patchkit wheel`: a patched vLLM wheel built from a stock one (build), its local label (label),
+the raw member copy it is written with (rawzip), the provenance record it carries (provenance), and
+the stock wheel of a release from the index, cached (stock)."""

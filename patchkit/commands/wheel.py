@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import click
+
+from patchkit.commands import make_ui
+from patchkit.commands.options import format_option, library_options, output_options, patch
+from patchkit.options import Options
+
+
+@click.command()
+@click.argument("source", metavar="VERSION|WHEEL_FILE")
+@click.option("--out", "out_dir", metavar="DIR", default=".", show_default=True, help="Where the patched wheel goes.")
+@click.option(
+    "--local-label",
+    metavar="LABEL",
+    help="The local version label added (default patchkit.<set>; after an existing one, joined by '.').",
+)
+@click.option("--platform", metavar="TAG", help="With VERSION: the stock wheel's platform tag (default: as pip would).")
+@library_options
+@patch
+@format_option
+@output_options
+def command(source, out_dir, local_label, platform, library, set_name, adhoc, fmt, quiet, verbose):
+    """Build the patched wheel of a stock vLLM wheel (a file, or vllm==VERSION from the index).
+
+    The same plan and checks as apply run first (integrity against the wheel's own RECORD, syntax,
+    names, contract): a conflict or a failed check writes no wheel. Unchanged members are copied as
+    their compressed bytes; the version gains a local label (+patchkit.<set>); RECORD is regenerated;
+    the dist-info records what was applied (patchkit.json). Prints the wheel's path.
+    """
+    from patchkit.wheel.build import build_patched_wheel
+
+    ui = make_ui(fmt, quiet, verbose)
+    if adhoc and set_name:
+        from patchkit.errors import BadInput
+
+        raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
+    chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
+    with ui.activity("building the patched wheel") as say:
+        stock = _stock_wheel(source, platform, say)
+        ui.knows({"stock_wheel": str(stock)})
+        result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say)
+    for note in result.warnings:
+        ui.warn(note)
+    if ui.json_mode:
+        ui.json(_document(result))
+    else:
+        if result.checks and not quiet:
+            ui.checks(result.checks)
+        if result.path is not None:
+            click.echo(str(result.path))  # the path, also with -q: what a script reads
+    return result
+
+
+def _stock_wheel(source: str, platform: str | None, say) -> Path:
+    """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache."""
+    from patchkit.errors import BadInput
+
+    path = Path(source)
+    if path.is_file():
+        if platform:
+            raise BadInput("--platform chooses the wheel of a VERSION; a wheel file has its own")
+        return path
+    if source.endswith(".whl") or "/" in source:
+        raise BadInput(f"no wheel file {source}")
+    # patchkit/wheel/stock.py: the stock wheel from the index, cached and checked
+    stock = importlib.import_module("patchkit.wheel.stock")
+    return stock.stock_wheel(source, platform=platform, say=say)
+
+
+def _document(result) -> dict:
+    return {
+        "result": result.outcome,
+        "wheel": str(result.path) if result.path else None,
+        "sha256": result.sha256(),
+        "version": result.version,
+        "label": result.label,
+        "set": result.set_name,
+        "patches": [{"name": p.name, "sha256": p.sha256} for p in result.patches],
+        "checks": [r.to_json() for r in result.checks],
+    }

@@ -1,0 +1,474 @@
+"""`patchkit wheel`: a stock vLLM wheel in, the patched wheel out.
+
+1. The stock wheel is read as untrusted input (rawzip.members: names, kinds, headers), its one
+   dist-info found and matched with the file name.
+2. The files the plan and the checks need (the series' files, the contract's) are inflated into a
+   scratch tree beside the wheel's METADATA and RECORD; there the same operations as `apply` run:
+   resolve (version, set, series), the plan, `integrity` against the wheel's own RECORD, and the
+   checks on the planned contents (syntax, names, contract). A conflict or a failed check ends
+   here: no wheel is written.
+3. The new wheel: every unchanged member's compressed bytes copied as they are (rawzip), the
+   patched files deflated, the dist-info renamed to the labelled version (label.py) with its
+   METADATA's Version rewritten, the provenance (provenance.py) added, and RECORD regenerated:
+   every member's hash and size (an unchanged member keeps the stock RECORD's row, checked against
+   the member's size; one the stock RECORD lacks is hashed here), RECORD's own row empty. It is
+   written under a temporary name in the output directory and renamed into place.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import secrets
+import stat
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from patchkit import __version__
+from patchkit.checks import WARNING, CheckResult
+from patchkit.enums import Outcome, SelectionKind
+from patchkit.errors import BadInput, CheckFailed, NoPatchSet, PatchkitError, TargetError
+from patchkit.operations import apply_series
+from patchkit.options import Options
+from patchkit.patchfile import Patch
+from patchkit.plan import Plan
+from patchkit.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
+from patchkit.resolve import Resolved
+from patchkit.wheel import label as labels
+from patchkit.wheel import rawzip
+from patchkit.wheel.provenance import FileRecord, PatchRecord, Provenance, provenance_files
+
+Say = Callable[[str], None]
+METADATA_LIMIT = 16 << 20
+SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
+
+
+@dataclass
+class WheelResult:
+    outcome: Outcome
+    stock: Path
+    path: Path | None = None  # the patched wheel, once written
+    version: str | None = None  # its version (the stock one with the label)
+    label: str | None = None  # the label added
+    set_name: str | None = None  # None for --patch files
+    patches: list[Patch] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+    def sha256(self) -> str | None:
+        """The written wheel's sha256 (read back on demand: it is the whole wheel)."""
+        if self.path is None:
+            return None
+        with self.path.open("rb") as handle:
+            digest = hashlib.sha256()
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+
+@dataclass
+class StockWheel:
+    """The stock wheel, open: its checked members, and what its name and dist-info say."""
+
+    path: Path
+    fd: int
+    zf: zipfile.ZipFile
+    members: list[rawzip.Member]
+    name_parts: list[str]  # the file name's fields: distribution, version, [build], python, abi, platform
+    version: Version
+    dist_info: str  # e.g. vllm-0.16.0.dist-info
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+    @cached_property
+    def by_name(self) -> dict[str, rawzip.Member]:
+        return {m.name: m for m in self.members}
+
+    def member(self, name: str) -> rawzip.Member | None:
+        return self.by_name.get(name)
+
+    @property
+    def data_dir(self) -> str:
+        """The wheel's .data directory (scripts, headers...), named as its dist-info is."""
+        return self.dist_info[: -len(".dist-info")] + ".data"
+
+    def read(self, name: str, limit: int) -> bytes:
+        member = self.member(name)
+        if member is None:
+            raise BadInput(f"{self.label} has no {name}; refusing the wheel")
+        if member.info.file_size > limit:
+            raise BadInput(f"{self.label}: {name} is larger than {limit} bytes; refusing the wheel")
+        try:
+            return self.zf.read(member.info)
+        except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
+            raise BadInput(f"{self.label}: cannot read {name}: {exc}") from None
+
+    def sha256_of(self, member: rawzip.Member) -> str:
+        digest = hashlib.sha256()
+        try:
+            with self.zf.open(member.info) as stream:
+                while chunk := stream.read(1 << 20):
+                    digest.update(chunk)
+        except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
+            raise BadInput(f"{self.label}: cannot read {member.name}: {exc}") from None
+        return record_digest(digest.digest(), "sha256")
+
+
+def build_patched_wheel(
+    stock: Path, out_dir: Path, chosen: Options, *, label: str | None, say: Say = lambda message: None
+) -> WheelResult:
+    """The patched wheel of `stock` in `out_dir`, for the set or --patch files `chosen` names
+    (`label`: the local label instead of patchkit.<set>). A conflict or a failed check is a result
+    with its error, nothing written; bad input raises."""
+    if label is not None:
+        labels.normalized_label(label)  # a bad label is refused before any work
+    say(f"reading {stock.name}")
+    with open_stock(stock) as wheel, tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch:
+        say("planning and checking the series on the wheel's files")
+        checked = _plan_and_check(wheel, Path(scratch), chosen)
+        if checked.error is not None:
+            return checked
+        assert checked.plan is not None and checked.resolved is not None
+        added = labels.normalized_label(label or labels.default_label(checked.resolved.set_name))
+        version = labels.labelled_version(wheel.version, added)
+        result = WheelResult(
+            Outcome.OK,
+            stock,
+            version=str(version),
+            label=added,
+            set_name=None if chosen.adhoc else checked.resolved.set_name,
+            patches=checked.resolved.patches,
+            checks=checked.checks,
+            warnings=checked.warnings,
+        )
+        entries = _entries(wheel, checked.plan, result)
+        say(f"writing {_file_name(wheel, version)}")
+        result.path = _write(wheel, Path(out_dir), _file_name(wheel, version), entries)
+        return result
+
+
+# --------------------------------------------------------------------------- the stock wheel
+
+
+@contextmanager
+def open_stock(path: Path) -> Iterator[StockWheel]:
+    label = path.name
+    try:
+        name, version, _build, _tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        raise BadInput(f"{path}: not a wheel's file name ({exc})") from None
+    if name != "vllm":
+        raise BadInput(f"{path} is a wheel of {name}, not of vllm")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(f"{path} is not a regular file")
+        try:
+            zf = zipfile.ZipFile(io.FileIO(os.dup(fd), "rb"))
+        except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+            raise BadInput(f"{path} is not a zip archive: {exc}") from None
+        with zf:
+            members = rawzip.members(zf, fd, label)
+            dist_info = _dist_info(members, version, label)
+            yield StockWheel(path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info)
+    finally:
+        os.close(fd)
+
+
+def _dist_info(members: list[rawzip.Member], version: Version, label: str) -> str:
+    """The one top-level *.dist-info directory, which must be vllm's of the file name's version."""
+    found = sorted({m.name.split("/", 1)[0] for m in members if m.name.split("/", 1)[0].endswith(".dist-info")})
+    if len(found) != 1:
+        raise BadInput(f"{label} has {len(found)} .dist-info directories, not one: {', '.join(found) or 'none'}")
+    stem = found[0][: -len(".dist-info")]
+    name, _, text = stem.partition("-")
+    try:
+        matches = canonicalize_name(name) == "vllm" and Version(text) == version
+    except InvalidVersion:
+        matches = False
+    if not matches:
+        raise BadInput(f"{label}: its dist-info {found[0]} is not vllm {version}'s, as the file name says")
+    return found[0]
+
+
+def _file_name(wheel: StockWheel, version: Version) -> str:
+    parts = list(wheel.name_parts)
+    parts[1] = str(version)
+    return "-".join(parts) + ".whl"
+
+
+# --------------------------------------------------------------------------- plan and checks
+
+
+@dataclass
+class _Checked(WheelResult):
+    resolved: Resolved | None = None
+    plan: Plan | None = None
+
+
+def _plan_and_check(wheel: StockWheel, scratch: Path, chosen: Options) -> _Checked:
+    """What apply would do to a tree of the wheel's files, and its checks: nothing is written."""
+    from patchkit.checks import run_checks
+    from patchkit.inspection import check_context
+    from patchkit.resolve import require_patches, resolve
+
+    _check_metadata(wheel)
+    _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA", f"{wheel.dist_info}/RECORD"])
+    (scratch / "vllm").mkdir(exist_ok=True)
+    resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=None))
+    if resolved.selection.kind == SelectionKind.UPSTREAM:
+        raise NoPatchSet(f"vLLM {resolved.vllm_version} ships this change itself: there is nothing to patch")
+    patches = require_patches(resolved)
+    _lay_out(wheel, scratch, _needed(resolved, patches))
+    result = _Checked(Outcome.OK, wheel.path, patches=patches, warnings=list(resolved.notes), resolved=resolved)
+    dry = apply_series(resolved, dry_run=True, import_probe=False)
+    result.warnings += dry.warnings
+    result.plan, result.checks = dry.plan, list(dry.checks or [])
+    if dry.error is not None:
+        result.outcome, result.error = dry.outcome, _nothing_written(dry.error)
+        return result
+    if dry.outcome != Outcome.DRY_RUN:  # already applied: the wheel holds the series
+        raise BadInput(f"{wheel.label} already holds the series: there is nothing to patch")
+    assert dry.plan is not None
+    planned = _without_probe(run_checks(check_context(resolved, dry.plan, import_probe=False)))
+    result.checks += planned
+    failed = [r for r in result.checks if r.failed]
+    if failed:
+        result.outcome = Outcome.CHECK_FAILED
+        result.error = CheckFailed(
+            "verification of the patched files failed; no wheel was written:\n  "
+            + "\n  ".join(r.describe() for r in failed)
+        )
+    return result
+
+
+def _check_metadata(wheel: StockWheel) -> None:
+    """METADATA names vllm and the file name's version (what version detection then reads)."""
+    headers: dict[str, str] = {}
+    for line in wheel.read(f"{wheel.dist_info}/METADATA", METADATA_LIMIT).splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.decode("utf-8", "replace").partition(":")
+        headers.setdefault(key.strip().lower(), value.strip())
+    try:
+        version = Version(headers.get("version", ""))
+    except InvalidVersion:
+        raise BadInput(f"{wheel.label}: its METADATA has no valid Version header") from None
+    if canonicalize_name(headers.get("name", "")) != "vllm" or version != wheel.version:
+        raise BadInput(f"{wheel.label}: its METADATA is not vllm {wheel.version}'s, as the file name says")
+
+
+def _needed(resolved: Resolved, patches: list[Patch]) -> list[str]:
+    """The files the plan and the checks read: every path the series names, the contract's files."""
+    paths = {p for patch in patches for f in patch.files for p in (f.source_path, f.target_path) if p}
+    patch_set = resolved.selection.patch_set
+    if patch_set is not None:
+        paths |= {req.file for req in patch_set.contract if req.applies_to(resolved.vllm_version)}
+    return sorted(paths)
+
+
+def _lay_out(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
+    for path in paths:
+        member = wheel.member(path)
+        if member is None or member.is_dir:
+            continue  # a file the series creates, or one the release lacks
+        target = scratch / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(wheel.read(path, RECORD_LIMIT if path.endswith("/RECORD") else 1 << 31))
+
+
+def _without_probe(results: list[CheckResult]) -> list[CheckResult]:
+    """The import probe needs an installed vLLM: one row saying so, instead of the target's reasons."""
+    from patchkit.checks import probe
+
+    kept = [r for r in results if r.check != probe.CHECK.name]
+    message = "not run: a wheel is not an environment (install it, then `patchkit verify --python ...`)"
+    return [*kept, CheckResult(probe.CHECK.name, None, True, message, WARNING)]
+
+
+def _nothing_written(error: PatchkitError) -> PatchkitError:
+    error.message = error.message.replace("nothing was written", "no wheel was written")
+    if error.hint and "--force" in error.hint:  # integrity's hint is for a tree
+        error.hint = "the wheel's files are not the ones its RECORD lists: start from the release's stock wheel"
+    return error
+
+
+# --------------------------------------------------------------------------- the new wheel
+
+
+def _entries(wheel: StockWheel, plan: Plan, result: WheelResult) -> list[rawzip.Entry]:
+    """The new wheel's members, in the stock order: vllm's files (patched ones deflated), the files
+    the series creates, the renamed dist-info with the provenance, RECORD last."""
+    assert result.version is not None
+    old, new = wheel.dist_info, f"vllm-{result.version}.dist-info"
+    changes = plan.changes
+    stock_record = _stock_record(wheel)
+    stock_metadata = _member(wheel, f"{old}/METADATA")
+    when = stock_metadata.info.date_time  # new members: the stock wheel's time, so a rebuild is identical
+    body: list[rawzip.Entry] = []
+    dist: list[rawzip.Entry] = []
+    for member in wheel.members:
+        name = member.name
+        if name == f"{old}/RECORD" or name in (f"{old}/{s}" for s in SIGNATURES):
+            continue
+        if name in changes:
+            after = changes[name][1]
+            if after is not None:
+                body.append(rawzip.deflated(name, after, member, when))
+        elif name.startswith(f"{old}/"):
+            dist.append(_dist_info_entry(wheel, member, new, stock_record, when, result.version))
+        else:
+            body.append(_raw(wheel, member, _data_renamed(wheel, name, result.version), stock_record))
+    created = [
+        rawzip.deflated(path, after, None, when)
+        for path, (before, after) in sorted(changes.items())
+        if before is None and after is not None and wheel.member(path) is None
+    ]
+    provenance = _provenance(wheel, plan, result)
+    extra = [
+        rawzip.deflated(f"{new}/{rel}", data, None, when)
+        for rel, data in provenance_files(provenance, result.patches).items()
+    ]
+    entries = body + created + dist + extra
+    record_name = f"{new}/RECORD"
+    record = rawzip.deflated(record_name, _record(entries, record_name), _member(wheel, f"{old}/RECORD"), when)
+    return [*entries, record]
+
+
+def _data_renamed(wheel: StockWheel, name: str, version: str) -> str:
+    """A member of the .data directory under the new version's name (installers find it by name)."""
+    if name.startswith(f"{wheel.data_dir}/"):
+        return f"vllm-{version}.data" + name[len(wheel.data_dir) :]
+    return name
+
+
+def _dist_info_entry(
+    wheel: StockWheel, member: rawzip.Member, new: str, stock_record, when, version: str
+) -> rawzip.Entry:
+    """A dist-info member under the new dist-info's name: METADATA with the new Version, the rest raw."""
+    name = new + member.name[len(wheel.dist_info) :]
+    if member.name == f"{wheel.dist_info}/METADATA":
+        metadata = _relabelled(wheel.read(member.name, METADATA_LIMIT), version, wheel.label)
+        return rawzip.deflated(name, metadata, member, when)
+    return _raw(wheel, member, name, stock_record)
+
+
+def _raw(wheel: StockWheel, member: rawzip.Member, name: str, stock_record: dict[str, tuple[str, str]]) -> rawzip.Entry:
+    entry = rawzip.raw(member, name)
+    if not member.is_dir:
+        entry.digest = _stock_digest(wheel, member, stock_record)
+    return entry
+
+
+def _stock_digest(wheel: StockWheel, member: rawzip.Member, stock_record: dict[str, tuple[str, str]]) -> str:
+    """A member's RECORD hash: the stock RECORD's (its size must be the member's), else computed."""
+    digest, size = stock_record.get(member.name, ("", ""))
+    if size and size != str(member.info.file_size):
+        raise BadInput(
+            f"{wheel.label} is not true to its RECORD: {member.name} is {member.info.file_size} bytes, "
+            f"RECORD says {size}"
+        )
+    if digest and size and record_algorithm(digest) in HASHES:
+        return digest
+    return wheel.sha256_of(member)  # not listed, or with a hash wheels may not use: hashed here
+
+
+def _stock_record(wheel: StockWheel) -> dict[str, tuple[str, str]]:
+    raw = wheel.read(f"{wheel.dist_info}/RECORD", RECORD_LIMIT)
+    try:
+        return parse_record(raw)
+    except PatchkitError as exc:
+        raise BadInput(f"{wheel.label}: {exc.message}") from None
+
+
+def _member(wheel: StockWheel, name: str) -> rawzip.Member:
+    member = wheel.member(name)
+    if member is None:
+        raise BadInput(f"{wheel.label} has no {name}; refusing the wheel")
+    return member
+
+
+def _record(entries: list[rawzip.Entry], record_name: str) -> bytes:
+    """RECORD: every member's hash and size, RECORD's own row empty (directories have none)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for entry in entries:
+        if not entry.name.endswith("/"):
+            writer.writerow([entry.name, entry.digest, entry.file_size])
+    writer.writerow([record_name, "", ""])
+    return out.getvalue().encode("utf-8")
+
+
+def _relabelled(metadata: bytes, version: str, label: str) -> bytes:
+    """METADATA with its Version header (the first, in the header block) set to `version`."""
+    lines = metadata.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            break  # the headers end at the first blank line
+        if line.lower().startswith(b"version:"):
+            ending = line[len(line.rstrip(b"\r\n")) :]
+            lines[i] = b"Version: " + version.encode() + ending
+            return b"".join(lines)
+    raise BadInput(f"{label}: its METADATA has no Version header")
+
+
+def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenance:
+    assert result.label is not None
+    names = [p.name for p in result.patches]
+    if len(set(names)) != len(names):
+        raise BadInput(
+            "two patches share a file name: the wheel keeps each under its name",
+            hint="rename one of the --patch files",
+        )
+    return Provenance(
+        patchkit=__version__,
+        vllm_version=str(wheel.version),
+        label=result.label,
+        set_name=result.set_name,
+        patches=tuple(PatchRecord(p.name, p.sha256) for p in result.patches),
+        files={path: FileRecord(_sha256(before), _sha256(after)) for path, (before, after) in plan.changes.items()},
+    )
+
+
+def _sha256(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _write(wheel: StockWheel, out_dir: Path, file_name: str, entries: list[rawzip.Entry]) -> Path:
+    """The wheel under a temporary name in out_dir, renamed into place: never a partial file."""
+    rawzip.check_fits(entries, wheel.label)
+    final = out_dir / file_name
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        temporary = out_dir / f".{file_name}.patchkit-{secrets.token_hex(4)}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
+    try:
+        try:
+            rawzip.write(fd, wheel.fd, entries, wheel.label)
+        finally:
+            os.close(fd)
+        os.replace(temporary, final)
+    except BaseException as exc:
+        temporary.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise TargetError(f"cannot write {final}: {exc.strerror}") from None
+        raise
+    return final

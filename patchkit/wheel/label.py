@@ -1,0 +1,41 @@
+"""The version a patched wheel carries: the stock one with a local label (PEP 440 `+local`).
+
+Default `+patchkit.<set>`; `--local-label L` instead of `patchkit.<set>`; a version that already has
+a local label (`0.16.0+cu129`) keeps it and is extended with `.` (`0.16.0+cu129.patchkit.eagle3`).
+packaging judges and normalizes (lower case, `-` and `_` become `.`): a pin `vllm==0.16.0` still
+matches the result, since a public specifier ignores the local label.
+"""
+
+from __future__ import annotations
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.errors import BadInput
+
+PREFIX = "patchkit"
+
+
+def default_label(set_name: str) -> str:
+    return f"{PREFIX}.{set_name}"
+
+
+def normalized_label(label: str) -> str:
+    """`label` as packaging spells a local segment; BadInput when it is not one."""
+    text = label[1:] if label.startswith("+") else label
+    try:
+        local = Version(f"0+{text}").local
+    except InvalidVersion:
+        local = None
+    if not text or not local:
+        raise BadInput(
+            f"local label {label!r} is not a PEP 440 local version label",
+            hint="letters and digits, separated by '.', '-' or '_' (e.g. patchkit.eagle3)",
+        )
+    return local
+
+
+def labelled_version(stock: Version, label: str) -> Version:
+    """The stock version with `label` added: after an existing local label, joined by '.'."""
+    added = normalized_label(label)
+    local = f"{stock.local}.{added}" if stock.local else added
+    return Version(f"{stock.public}+{local}")

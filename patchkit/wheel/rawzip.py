@@ -1,0 +1,283 @@
+"""The smallest correct raw copy of zip members (CPython's zipfile has no public API for it, gh-113924).
+
+Reading: zipfile parses the central directory; every member is then held to the rules a wheel's
+members must meet (patchkit treats an input wheel as untrusted, like a diff): a name the one path
+rule accepts (fsutil.unsafe_reason), no duplicate, no symlink or special file in its mode bits, not
+encrypted, a compression zipfile can read, and a local header that names it with its data inside
+the file.
+
+Writing: each member gets a fresh local header (its name, CRC, sizes; no data descriptor, no extra
+field) and its compressed bytes: those of the input, copied as they are (os.copy_file_range, else
+read/write) and never inflated, or new ones deflated here. Then one central directory with the new
+offsets. zip64 is not written: an archive whose offsets, sizes or member count need it (beyond
+4 GiB, 65,535 members) is refused before a byte is written.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+
+from patchkit.errors import BadInput
+from patchkit.fsutil import unsafe_reason
+from patchkit.record import record_hash
+
+ZIP32_LIMIT = 0xFFFFFFFF  # an offset or size must stay below it without zip64
+MEMBER_LIMIT = 0xFFFF
+
+_LOCAL = struct.Struct("<4s2B4HL2L2H")  # 30 bytes
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # 46 bytes
+_END = struct.Struct("<4s4H2LH")  # 22 bytes
+_LOCAL_SIG = b"PK\x03\x04"
+_CENTRAL_SIG = b"PK\x01\x02"
+_END_SIG = b"PK\x05\x06"
+
+_ENCRYPTED = 0x1
+_DATA_DESCRIPTOR = 0x8
+_UTF8_NAME = 0x800
+_READABLE = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA}
+# copy_file_range cannot copy between these two files: fall back to read/write
+_NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF}
+_CHUNK = 1 << 20
+NEW_FILE_MODE = 0o100644 << 16  # a regular file, rw-r--r--, in a member's external attributes
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of the input, as its central directory describes it, and where its data starts."""
+
+    info: zipfile.ZipInfo
+    data_offset: int
+
+    @property
+    def name(self) -> str:
+        return self.info.orig_filename
+
+    @property
+    def is_dir(self) -> bool:
+        return self.name.endswith("/")
+
+
+@dataclass
+class Entry:
+    """One member of the output: its header fields, and its compressed bytes (`data`, or `source`'s
+    data range in the input)."""
+
+    name: str
+    crc: int
+    compress_size: int
+    file_size: int
+    compress_type: int
+    date_time: tuple[int, int, int, int, int, int]
+    external_attr: int = NEW_FILE_MODE
+    internal_attr: int = 0
+    flag_bits: int = 0
+    create_system: int = 3
+    create_version: int = 20
+    extract_version: int = 20
+    data: bytes | None = field(default=None, repr=False)
+    source: Member | None = None
+    digest: str | None = None  # its hash as RECORD writes it ("sha256=..."), once known
+
+    @property
+    def encoded_name(self) -> bytes:
+        return self.name.encode("utf-8")
+
+    @property
+    def flags(self) -> int:
+        utf8 = _UTF8_NAME if not self.name.isascii() else 0
+        return (self.flag_bits & ~(_DATA_DESCRIPTOR | _UTF8_NAME)) | utf8
+
+    def local_header(self) -> bytes:
+        t, d = _dos_time(self.date_time)
+        name = self.encoded_name
+        return _LOCAL.pack(
+            _LOCAL_SIG, self.extract_version, 0, self.flags, self.compress_type, t, d,
+            self.crc, self.compress_size, self.file_size, len(name), 0,
+        )  # fmt: skip
+
+    def central_header(self, offset: int) -> bytes:
+        t, d = _dos_time(self.date_time)
+        name = self.encoded_name
+        header = _CENTRAL.pack(
+            _CENTRAL_SIG, self.create_version, self.create_system, self.extract_version, 0, self.flags,
+            self.compress_type, t, d, self.crc, self.compress_size, self.file_size, len(name), 0, 0, 0,
+            self.internal_attr, self.external_attr, offset,
+        )  # fmt: skip
+        return header + name
+
+
+def raw(member: Member, name: str | None = None) -> Entry:
+    """`member` copied as its compressed bytes, under its own name or `name`."""
+    info = member.info
+    return Entry(
+        name=name or member.name,
+        crc=info.CRC,
+        compress_size=info.compress_size,
+        file_size=info.file_size,
+        compress_type=info.compress_type,
+        date_time=info.date_time,
+        external_attr=info.external_attr,
+        internal_attr=info.internal_attr,
+        flag_bits=info.flag_bits,
+        create_system=info.create_system,
+        create_version=info.create_version,
+        extract_version=info.extract_version,
+        source=member,
+    )
+
+
+def deflated(name: str, content: bytes, like: Member | None, date_time: tuple[int, int, int, int, int, int]) -> Entry:
+    """A member holding `content`, deflated; with the mode and time of `like` (the member it
+    replaces) if given."""
+    packer = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+    data = packer.compress(content) + packer.flush()
+    return Entry(
+        name=name,
+        crc=zlib.crc32(content),
+        compress_size=len(data),
+        file_size=len(content),
+        compress_type=zipfile.ZIP_DEFLATED,
+        date_time=like.info.date_time if like else date_time,
+        external_attr=like.info.external_attr if like else NEW_FILE_MODE,
+        data=data,
+        digest=record_hash(content),
+    )
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
+    """Every member of the open archive, checked (see the module docstring); BadInput naming the
+    first that is not acceptable. `fd` is the archive's file, `label` how messages name it."""
+    size = os.fstat(fd).st_size
+    seen: set[str] = set()
+    out = []
+    for info in zf.infolist():
+        name = info.orig_filename
+        problem = _name_problem(name, seen) or _kind_problem(info)
+        if problem:
+            raise BadInput(f"{label}: member {name!r} {problem}; refusing the wheel")
+        seen.add(name)
+        out.append(Member(info, _data_offset(info, fd, size, label)))
+    return out
+
+
+def _name_problem(name: str, seen: set[str]) -> str | None:
+    path = name[:-1] if name.endswith("/") else name
+    reason = unsafe_reason(path)
+    if reason:
+        return reason
+    if name in seen:
+        return "appears twice"
+    return None
+
+
+def _kind_problem(info: zipfile.ZipInfo) -> str | None:
+    kind = stat.S_IFMT(info.external_attr >> 16)
+    if kind == stat.S_IFLNK:
+        return "is a symlink (its mode bits say so)"
+    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+        return "is a special file (its mode bits say so)"
+    if info.flag_bits & _ENCRYPTED:
+        return "is encrypted"
+    if info.compress_type not in _READABLE:
+        return f"uses compression method {info.compress_type}, which zipfile cannot read"
+    return None
+
+
+def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
+    """Where the member's compressed bytes start: after its local header, which must name it."""
+    header = os.pread(fd, _LOCAL.size, info.header_offset)
+    if len(header) != _LOCAL.size or header[:4] != _LOCAL_SIG:
+        raise BadInput(f"{label}: no local header where the central directory puts {info.orig_filename!r}")
+    name_length, extra_length = struct.unpack_from("<2H", header, 26)
+    name = os.pread(fd, name_length, info.header_offset + _LOCAL.size)
+    encoding = "utf-8" if info.flag_bits & _UTF8_NAME else "cp437"
+    if name.decode(encoding, "replace") != info.orig_filename:
+        raise BadInput(f"{label}: the local header of {info.orig_filename!r} names another file")
+    start = info.header_offset + _LOCAL.size + name_length + extra_length
+    if start + info.compress_size > size:
+        raise BadInput(f"{label}: the data of {info.orig_filename!r} runs past the end of the file (truncated?)")
+    return start
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def check_fits(entries: list[Entry], label: str) -> None:
+    """BadInput when the archive would need zip64 (not written): before anything is written."""
+    if len(entries) >= MEMBER_LIMIT:
+        raise BadInput(f"{label}: {len(entries)} members need zip64, which patchkit does not write")
+    offset = 0
+    for entry in entries:
+        if max(offset, entry.compress_size, entry.file_size) >= ZIP32_LIMIT:
+            raise BadInput(
+                f"{label}: {entry.name} lies or reaches beyond 4 GiB: that needs zip64, which patchkit does not write"
+            )
+        offset += _LOCAL.size + len(entry.encoded_name) + entry.compress_size
+    directory = sum(_CENTRAL.size + len(e.encoded_name) for e in entries)
+    if offset + directory >= ZIP32_LIMIT:
+        raise BadInput(
+            f"{label}: the central directory lies beyond 4 GiB: that needs zip64, which patchkit does not write"
+        )
+
+
+def write(out: int, source: int, entries: list[Entry], label: str) -> None:
+    """The archive of `entries` into the empty file `out`; raw entries' bytes come from `source`."""
+    check_fits(entries, label)
+    offset = 0
+    directory = bytearray()
+    for entry in entries:
+        directory += entry.central_header(offset)
+        header = entry.local_header() + entry.encoded_name
+        _pwrite(out, header, offset)
+        offset += len(header)
+        if entry.source is not None:
+            copy_range(source, entry.source.data_offset, out, offset, entry.compress_size, label)
+        else:
+            assert entry.data is not None
+            _pwrite(out, entry.data, offset)
+        offset += entry.compress_size
+    end = _END.pack(_END_SIG, 0, 0, len(entries), len(entries), len(directory), offset, 0)
+    _pwrite(out, bytes(directory) + end, offset)
+
+
+def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, count: int, label: str) -> None:
+    """`count` bytes from `src` at `src_offset` to `dst` at `dst_offset`: in the kernel where it can
+    (copy_file_range, no copy through user space), else read and write."""
+    copy = getattr(os, "copy_file_range", None)
+    while count:
+        if copy is not None:
+            try:
+                done = copy(src, dst, count, src_offset, dst_offset)
+            except OSError as exc:
+                if exc.errno not in _NO_COPY_RANGE:
+                    raise
+                copy = None
+                continue
+        else:
+            chunk = os.pread(src, min(count, _CHUNK), src_offset)
+            _pwrite(dst, chunk, dst_offset)
+            done = len(chunk)
+        if not done:
+            raise BadInput(f"{label}: the file ended while its members were copied (truncated while read?)")
+        src_offset, dst_offset, count = src_offset + done, dst_offset + done, count - done
+
+
+def _pwrite(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def _dos_time(date_time: tuple[int, int, int, int, int, int]) -> tuple[int, int]:
+    year, month, day, hour, minute, second = date_time
+    return hour << 11 | minute << 5 | second // 2, (year - 1980) << 9 | month << 5 | day

@@ -1,0 +1,537 @@
+"""`patchkit wheel`: small vLLM wheels the tests build, patched into wheels that installer validates and installs."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import stat
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    assert_clean_failure,
+    fingerprint,
+    make_patch,
+    patched_spec,
+    run_cli,
+    write_library,
+    write_tree,
+)
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from patchkit.errors import BadInput, TargetError
+from patchkit.options import Options
+from patchkit.wheel import rawzip
+from patchkit.wheel.build import build_patched_wheel
+from patchkit.wheel.label import labelled_version
+from patchkit.wheel.provenance import read_provenance
+
+TAGS = "cp38-abi3-manylinux_2_31_x86_64"
+STOCK_FILES = {
+    "vllm/__init__.py": b'__version__ = "0.16.0"\n',
+    "vllm/config/spec.py": SPEC_PY.encode(),
+    "vllm/models/model.py": MODEL_PY.encode(),
+    "vllm/_C.abi3.so": bytes(range(256)) * 64,  # stored, as binaries often are
+    "vllm/entrypoints/cli.py": b"def main():\n    print('vllm')\n",
+}
+
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def write_wheel(
+    where: Path,
+    version: str = "0.16.0",
+    files: dict[str, bytes] | None = None,
+    *,
+    record: dict[str, str] | None = None,
+    extra: list[tuple[zipfile.ZipInfo, bytes]] = (),  # type: ignore[assignment]
+    streamed: bool = False,
+) -> Path:
+    """A vLLM wheel: `files`, a dist-info (METADATA, WHEEL, entry_points.txt) and a true RECORD
+    (`record` overrides rows: path -> hash), plus `extra` members as given (not in RECORD)."""
+    files = dict(STOCK_FILES if files is None else files)
+    dist = f"vllm-{version}.dist-info"
+    files[f"{dist}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nSummary: test\n\nA long description.\nVersion: 9\n"
+    ).encode()
+    files[f"{dist}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {TAGS}\n".encode()
+    files[f"{dist}/entry_points.txt"] = b"[console_scripts]\nvllm = vllm.entrypoints.cli:main\n"
+    rows = [f"{p},{(record or {}).get(p, record_hash(d))},{len(d)}" for p, d in files.items()]
+    files[f"{dist}/RECORD"] = ("\n".join([*rows, f"{dist}/RECORD,,"]) + "\n").encode()
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"vllm-{version}-{TAGS}.whl"
+    with path.open("wb") as sink, zipfile.ZipFile(_Stream(sink) if streamed else sink, "w") as zf:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
+            info.external_attr = 0o100644 << 16
+            info.compress_type = zipfile.ZIP_STORED if name.endswith(".so") else zipfile.ZIP_DEFLATED
+            with zf.open(info, "w", force_zip64=streamed) as member:  # zip64 extras in the local headers
+                member.write(data)
+        for info, data in extra:
+            zf.writestr(info, data)
+    return path
+
+
+class _Stream:
+    """A file zipfile cannot seek in: it writes each member with a data descriptor after its data."""
+
+    def __init__(self, sink):
+        self.write, self.flush = sink.write, sink.flush
+
+
+@pytest.fixture
+def library(tmp_path) -> Path:
+    """A library whose 0.16.0 series adds "deepseek" to spec.py's list."""
+    tree = write_tree(tmp_path / "stock")
+    return write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+
+
+def build(run, wheel: Path, out: Path, *args: object):
+    return run("wheel", wheel, "--out", out, *args)
+
+
+def raw_member(path: Path, info: zipfile.ZipInfo) -> bytes:
+    """A member's compressed bytes, as stored."""
+    with path.open("rb") as fh:
+        fh.seek(info.header_offset)
+        header = fh.read(30)
+        name_length, extra_length = struct.unpack_from("<2H", header, 26)
+        fh.seek(info.header_offset + 30 + name_length + extra_length)
+        return fh.read(info.compress_size)
+
+
+def install(wheel: Path, prefix: Path) -> Path:
+    """The wheel installed with `installer` (RECORD validated first); returns site-packages."""
+    from installer import install as install_wheel
+    from installer.destinations import SchemeDictionaryDestination
+    from installer.sources import WheelFile
+
+    site = prefix / "site-packages"
+    scheme = {key: str(prefix / key) for key in ("platlib", "purelib", "headers", "scripts", "data")}
+    scheme["platlib"] = scheme["purelib"] = str(site)
+    with WheelFile.open(wheel) as source:
+        source.validate_record(validate_contents=True)
+        destination = SchemeDictionaryDestination(scheme, interpreter="/usr/bin/python3", script_kind="posix")
+        install_wheel(source, destination, {})
+    return site
+
+
+# --------------------------------------------------------------------------- the patched wheel
+
+
+def test_the_patched_wheel_is_labelled_true_to_its_record_and_installs_patched(tmp_path, run, library):
+    stock = write_wheel(tmp_path / "in")
+    done = build(run, stock, tmp_path / "out", "--patches", library)
+    assert done.exit_code == 0, done.output
+    patched = tmp_path / "out" / f"vllm-0.16.0+patchkit.demo-{TAGS}.whl"
+    assert done.output.strip().splitlines()[-1] == str(patched)
+    assert sorted(os.listdir(tmp_path / "out")) == [patched.name]  # no temporary file left
+    with zipfile.ZipFile(patched) as zf:
+        assert zf.testzip() is None
+        names = zf.namelist()
+        metadata = zf.read("vllm-0.16.0+patchkit.demo.dist-info/METADATA").decode()
+    assert not any(n.startswith("vllm-0.16.0.dist-info/") for n in names)
+    assert names[-1] == "vllm-0.16.0+patchkit.demo.dist-info/RECORD"
+    # only the header's Version changes; the body's "Version: 9" is text
+    assert metadata.splitlines()[2] == "Version: 0.16.0+patchkit.demo"
+    assert metadata.endswith("A long description.\nVersion: 9\n")
+    site = install(patched, tmp_path / "prefix")
+    assert (site / "vllm/config/spec.py").read_text() == patched_spec()
+    assert (site / "vllm/models/model.py").read_text() == MODEL_PY
+    assert (tmp_path / "prefix/scripts/vllm").exists()
+    provenance = read_provenance(site / "vllm-0.16.0+patchkit.demo.dist-info")
+    patch_file = library / "demo/0.16.0/0001-change.patch"
+    assert (provenance.vllm_version, provenance.label, provenance.set_name) == ("0.16.0", "patchkit.demo", "demo")
+    assert [(p.name, p.sha256) for p in provenance.patches] == [
+        ("0001-change.patch", hashlib.sha256(patch_file.read_bytes()).hexdigest())
+    ]
+    assert provenance.patch_text("0001-change.patch") == patch_file.read_bytes()
+    spec = provenance.files["vllm/config/spec.py"]
+    assert spec.stock_sha256 == hashlib.sha256(SPEC_PY.encode()).hexdigest()
+    assert spec.patched_sha256 == hashlib.sha256(patched_spec().encode()).hexdigest()
+    assert list(provenance.files) == ["vllm/config/spec.py"]
+
+
+def test_unchanged_members_are_their_stock_compressed_bytes(tmp_path, run, library):
+    stock = write_wheel(tmp_path / "in")
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    renamed = {"vllm-0.16.0.dist-info/WHEEL", "vllm-0.16.0.dist-info/entry_points.txt"}
+    with zipfile.ZipFile(stock) as before, zipfile.ZipFile(patched) as after:
+        for name in [*(n for n in STOCK_FILES if n != "vllm/config/spec.py"), *renamed]:
+            old = before.getinfo(name)
+            new = after.getinfo(name.replace("vllm-0.16.0.dist-info", "vllm-0.16.0+patchkit.demo.dist-info"))
+            fields = ("CRC", "compress_size", "file_size", "compress_type", "external_attr", "date_time")
+            assert [getattr(new, f) for f in fields] == [getattr(old, f) for f in fields], name
+            assert raw_member(patched, new) == raw_member(stock, old), name
+        assert after.read("vllm/config/spec.py") == patched_spec().encode()
+
+
+def test_a_streamed_stock_wheel_with_data_descriptors_and_zip64_extras(tmp_path, run, library):
+    stock = write_wheel(tmp_path / "in", streamed=True)
+    with zipfile.ZipFile(stock) as zf:
+        assert all(info.flag_bits & 0x08 for info in zf.infolist())
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    with zipfile.ZipFile(patched) as zf:
+        assert zf.testzip() is None
+        so = zf.getinfo("vllm/_C.abi3.so")
+        assert raw_member(patched, so) == raw_member(stock, zipfile.ZipFile(stock).getinfo("vllm/_C.abi3.so"))
+    site = install(patched, tmp_path / "prefix")
+    assert (site / "vllm/config/spec.py").read_text() == patched_spec()
+
+
+def test_the_data_directory_is_renamed_with_the_dist_info(tmp_path, run, library):
+    script = b"#!python\nprint('helper')\n"
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, "vllm-0.16.0.data/scripts/vllm-helper": script})
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    assert "vllm-0.16.0+patchkit.demo.data/scripts/vllm-helper" in zipfile.ZipFile(patched).namelist()
+    install(patched, tmp_path / "prefix")
+    assert (tmp_path / "prefix/scripts/vllm-helper").read_text().endswith("print('helper')\n")
+    assert not list((tmp_path / "prefix/site-packages").glob("*.data"))
+
+
+def test_the_same_stock_wheel_gives_the_same_bytes(tmp_path, run, library):
+    stock = write_wheel(tmp_path / "in")
+    assert build(run, stock, tmp_path / "one", "--patches", library).exit_code == 0
+    assert build(run, stock, tmp_path / "two", "--patches", library).exit_code == 0
+    (one,), (two,) = (tmp_path / "one").iterdir(), (tmp_path / "two").iterdir()
+    assert one.read_bytes() == two.read_bytes()
+
+
+def test_json_gives_the_wheel_its_sha256_the_patches_and_the_checks(tmp_path, library):
+    stock = write_wheel(tmp_path / "in")
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, "--format", "json")
+    assert_clean_failure(done, 0)
+    doc = json.loads(done.stdout)
+    assert (doc["schema_version"], doc["ok"], doc["exit_code"], doc["result"]) == (1, True, 0, "ok")
+    wheel = Path(doc["wheel"])
+    assert wheel.parent == tmp_path / "out"
+    assert doc["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert [p["name"] for p in doc["patches"]] == ["0001-change.patch"]
+    assert {c["check"] for c in doc["checks"]} >= {"integrity", "syntax", "names", "probe"}
+    assert not any(c["ok"] is False and c["level"] == "error" for c in doc["checks"])
+
+
+def test_an_existing_local_label_is_extended(tmp_path, run, library):
+    stock = write_wheel(tmp_path / "in", version="0.16.0+rocm631")
+    done = build(run, stock, tmp_path / "out", "--patches", library, "--local-label", "Site_Build-7")
+    assert done.exit_code == 0, done.output
+    patched = tmp_path / "out" / f"vllm-0.16.0+rocm631.site.build.7-{TAGS}.whl"
+    assert patched.is_file()
+    site = install(patched, tmp_path / "prefix")
+    dist_info = site / "vllm-0.16.0+rocm631.site.build.7.dist-info"
+    assert "Version: 0.16.0+rocm631.site.build.7\n" in (dist_info / "METADATA").read_text()
+    provenance = read_provenance(dist_info)
+    assert (provenance.vllm_version, provenance.label) == ("0.16.0+rocm631", "site.build.7")
+
+
+@pytest.mark.parametrize(
+    ("stock", "label", "expected"),
+    [
+        ("0.16.0", "patchkit.eagle3", "0.16.0+patchkit.eagle3"),
+        ("0.16.0", "+Patchkit.My_Set", "0.16.0+patchkit.my.set"),
+        ("0.15.1+cu129", "patchkit.eagle3", "0.15.1+cu129.patchkit.eagle3"),
+        ("0.17.0rc1", "x-1", "0.17.0rc1+x.1"),
+    ],
+)
+def test_label_rules(stock, label, expected):
+    version = labelled_version(Version(stock), label)
+    assert str(version) == expected
+    assert version in SpecifierSet(f"=={Version(stock).public}")  # a pin on the release still matches
+
+
+@pytest.mark.parametrize("label", ["", "+", "a b", "patch!kit", "a..b", ".a", "é"])
+def test_a_label_that_is_not_a_local_version_label_is_refused(tmp_path, label, library):
+    stock = write_wheel(tmp_path / "in")
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, "--local-label", label)
+    assert_clean_failure(done, 2)
+    assert "local label" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_adhoc_patch_makes_a_wheel_of_its_own(tmp_path, run):
+    tree = write_tree(tmp_path / "stock")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(tmp_path, tree, {"vllm/models/model.py": MODEL_PY + "\n\nVARIANT = 2\n"}))
+    stock = write_wheel(tmp_path / "in")
+    done = build(run, stock, tmp_path / "out", "--patch", diff)
+    assert done.exit_code == 0, done.output
+    (patched,) = (tmp_path / "out").iterdir()
+    digest = hashlib.sha256(diff.read_bytes()).hexdigest()
+    version = f"0.16.0+patchkit.adhoc.{hashlib.sha256(digest.encode()).hexdigest()[:12]}"
+    assert patched.name == f"vllm-{version}-{TAGS}.whl"
+    site = install(patched, tmp_path / "prefix")
+    assert (site / "vllm/models/model.py").read_text().endswith("VARIANT = 2\n")
+    provenance = read_provenance(site / f"vllm-{version}.dist-info")
+    assert provenance.set_name is None
+    assert [(p.name, p.sha256) for p in provenance.patches] == [("model.diff", digest)]
+    assert provenance.read_patches()[0].files[0].path == "vllm/models/model.py"
+
+
+def test_set_and_patch_exclude_each_other(tmp_path, library):
+    diff = tmp_path / "x.diff"
+    diff.write_bytes(b"")
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--patches", library, "--set", "demo", "--patch", diff)
+    assert_clean_failure(done, 2)
+
+
+# --------------------------------------------------------------------------- nothing written
+
+
+def assert_nothing_written(done, out: Path, code: int) -> None:
+    assert_clean_failure(done, code)
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_conflict_writes_no_wheel(tmp_path, library):
+    files = {**STOCK_FILES, "vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"mistral"').encode()}
+    stock = write_wheel(tmp_path / "in", files=files)
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 1)
+    assert "no wheel was written" in done.stderr
+    assert "vllm/config/spec.py" in done.stderr
+
+
+def test_a_failed_check_writes_no_wheel(tmp_path):
+    tree = write_tree(tmp_path / "stock")
+    undefined = MODEL_PY.replace("SupportsPP)", "SupportsPP, SupportsEagle3)")  # never imported: names fails
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/models/model.py": undefined})]}
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    before = fingerprint(out)
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", out, "--patches", library, "--format", "json")
+    assert_nothing_written(done, out, 1)
+    assert fingerprint(out) == before
+    doc = json.loads(done.stdout)
+    assert doc["wheel"] is None and doc["result"] == "check-failed"
+    assert any(c["check"] == "names" and not c["ok"] for c in doc["checks"])
+
+
+def test_a_stock_file_that_is_not_the_one_record_lists_writes_no_wheel(tmp_path, library):
+    wrong = record_hash(b"something else")
+    stock = write_wheel(tmp_path / "in", record={"vllm/config/spec.py": wrong})
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 1)
+    assert "not the stock files" in done.stderr and "vllm/config/spec.py" in done.stderr
+    assert "--force" not in done.stderr
+
+
+def test_a_member_whose_size_is_not_the_one_record_lists_is_refused(tmp_path, library):
+    files = dict(STOCK_FILES)
+    stock = write_wheel(tmp_path / "in", files=files)
+    record = zipfile.ZipFile(stock).read("vllm-0.16.0.dist-info/RECORD").replace(b",16384\n", b",16385\n")
+    rebuilt = write_wheel(tmp_path / "again", files=files)
+    _replace_member(rebuilt, "vllm-0.16.0.dist-info/RECORD", record)
+    done = run_cli("wheel", rebuilt, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "not true to its RECORD" in done.stderr and "vllm/_C.abi3.so" in done.stderr
+
+
+def _replace_member(path: Path, name: str, data: bytes) -> None:
+    with zipfile.ZipFile(path) as zf:
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+    with zipfile.ZipFile(path, "w") as zf:
+        for info, old in members:
+            zf.writestr(info, data if info.filename == name else old)
+
+
+def _info(name: str, mode: int = 0o100644) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
+    info.external_attr = mode << 16
+    return info
+
+
+@pytest.mark.parametrize(
+    ("member", "why"),
+    [
+        (_info("vllm/../../etc/cron.d/x"), "contains '..'"),
+        (_info("/tmp/planted.py"), "is absolute"),
+        (_info("vllm\\models\\evil.py"), "contains a backslash"),
+        (_info("vllm/./x.py"), "is not a normalized relative path"),
+        (_info("vllm/config/spec.py"), "appears twice"),
+        (_info("vllm/link.py", 0o120777), "is a symlink"),
+        (_info("vllm/fifo", 0o010644), "is a special file"),
+    ],
+)
+def test_an_unsafe_member_is_refused(tmp_path, library, member, why):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate it is told to write
+        stock = write_wheel(tmp_path / "in", extra=[(member, b"/etc/passwd")])
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert why in done.stderr and "refusing the wheel" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(b"not a zip at all", "not a zip archive"), (None, "no wheel file")],
+)
+def test_a_file_that_is_no_wheel_is_refused(tmp_path, library, content, why):
+    path = tmp_path / f"vllm-0.16.0-{TAGS}.whl"
+    if content is not None:
+        path.write_bytes(content)
+    done = run_cli("wheel", path, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert why in done.stderr
+
+
+def test_a_wheel_that_already_holds_the_series_is_refused(tmp_path, run, library):
+    assert build(run, write_wheel(tmp_path / "in"), tmp_path / "once", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "once").iterdir()
+    done = run_cli("wheel", patched, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "already holds the series" in done.stderr
+
+
+@pytest.mark.parametrize(("version", "why"), [("0.10.2", "0.10.2"), ("0.18.1", "ships this change itself")])
+def test_a_release_without_a_series_makes_no_wheel(tmp_path, library, version, why):
+    done = run_cli(
+        "wheel", write_wheel(tmp_path / "in", version=version), "--out", tmp_path / "out", "--patches", library
+    )
+    assert_nothing_written(done, tmp_path / "out", 3)
+    assert why in done.stderr
+
+
+def test_a_dist_info_of_another_version_than_the_file_name_is_refused(tmp_path, library):
+    path = tmp_path / f"vllm-0.16.1-{TAGS}.whl"
+    os.link(write_wheel(tmp_path / "in"), path)
+    done = run_cli("wheel", path, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "vllm-0.16.0.dist-info is not vllm 0.16.1's" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("metadata", "why"),
+    [
+        (b"Metadata-Version: 2.1\nName: vllm\n\nVersion: 0.16.0\n", "no valid Version header"),
+        (b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.15.1\n", "is not vllm 0.16.0's"),
+        (b"Metadata-Version: 2.1\nName: not-vllm\nVersion: 0.16.0\n", "is not vllm 0.16.0's"),
+    ],
+)
+def test_a_metadata_that_is_not_the_file_names_is_refused(tmp_path, library, metadata, why):
+    stock = write_wheel(tmp_path / "in")
+    _replace_member(stock, "vllm-0.16.0.dist-info/METADATA", metadata)
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert f"its METADATA {why}" in done.stderr
+
+
+def test_a_wheel_of_another_project_is_refused(tmp_path, library):
+    path = tmp_path / f"torch-2.9.0-{TAGS}.whl"
+    os.link(write_wheel(tmp_path / "in"), path)
+    done = run_cli("wheel", path, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "not of vllm" in done.stderr
+
+
+def test_an_archive_that_would_need_zip64_is_refused_before_writing(tmp_path, library, monkeypatch):
+    monkeypatch.setattr(rawzip, "ZIP32_LIMIT", 10_000)  # the stored .so is 16 KiB
+    with pytest.raises(BadInput, match="zip64"):
+        build_patched_wheel(write_wheel(tmp_path / "in"), tmp_path / "out", Options(library=str(library)), label=None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_write_that_fails_half_way_leaves_no_file(tmp_path, library, monkeypatch):
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rawzip, "copy_range", full_disk)
+    out = tmp_path / "out"
+    with pytest.raises(TargetError, match="No space left"):
+        build_patched_wheel(write_wheel(tmp_path / "in"), out, Options(library=str(library)), label=None)
+    assert list(out.iterdir()) == []
+
+
+def test_without_copy_file_range_the_copy_is_read_and_written(tmp_path, library, monkeypatch):
+    stock = write_wheel(tmp_path / "in")
+    chosen = Options(library=str(library))
+    ranged = build_patched_wheel(stock, tmp_path / "ranged", chosen, label=None).path
+    assert ranged is not None
+
+    def cross_device(*args, **kwargs):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", cross_device)
+    copied = build_patched_wheel(stock, tmp_path / "copied", chosen, label=None).path
+    assert copied is not None and copied.read_bytes() == ranged.read_bytes()
+
+
+# --------------------------------------------------------------------------- the provenance, read back
+
+
+@pytest.fixture
+def installed(tmp_path, run, library) -> Path:
+    assert build(run, write_wheel(tmp_path / "in"), tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    return install(patched, tmp_path / "prefix") / "vllm-0.16.0+patchkit.demo.dist-info"
+
+
+def _edit_record(dist_info: Path, edit) -> None:
+    path = dist_info / "patchkit.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (lambda d: d.update(schema_version=2), "schema_version"),
+        (lambda d: d.update(schema_version=True), "schema_version"),
+        (lambda d: d.pop("label"), "keys"),
+        (lambda d: d["files"].update({"../../x.py": d["files"]["vllm/config/spec.py"]}), "contains '..'"),
+        (lambda d: d["patches"].append({"name": "../p.patch", "sha256": "0" * 64}), "plain file name"),
+        (lambda d: d["patches"][0].update(sha256="ABC"), "64 lowercase hex"),
+        (lambda d: d["files"]["vllm/config/spec.py"].update(stock_sha256=None, patched_sha256=None), "neither"),
+    ],
+)
+def test_a_damaged_provenance_record_is_refused(installed, edit, why):
+    _edit_record(installed, edit)
+    with pytest.raises(BadInput, match="damaged") as caught:
+        read_provenance(installed)
+    assert why in caught.value.message
+
+
+def test_a_provenance_record_that_is_not_a_regular_file_is_refused(installed, tmp_path):
+    outside = tmp_path / "planted.json"
+    (installed / "patchkit.json").rename(outside)
+    (installed / "patchkit.json").symlink_to(outside)
+    with pytest.raises(BadInput, match="a symlink"):
+        read_provenance(installed)
+    (installed / "patchkit.json").unlink()
+    os.mkfifo(installed / "patchkit.json")
+    with pytest.raises(BadInput, match="not a regular file"):
+        read_provenance(installed)
+    (installed / "patchkit.json").unlink()
+    with pytest.raises(FileNotFoundError):
+        read_provenance(installed)
+
+
+def test_a_patch_text_that_is_not_the_recorded_one_is_refused(installed):
+    provenance = read_provenance(installed)
+    (installed / "patchkit/0001-change.patch").write_bytes(b"tampered\n")
+    with pytest.raises(BadInput, match="sha256 differs"):
+        provenance.patch_text("0001-change.patch")
+    (installed / "patchkit/0001-change.patch").unlink()
+    (installed / "patchkit/0001-change.patch").symlink_to("/etc/passwd")
+    with pytest.raises(BadInput, match="cannot read"):
+        provenance.patch_text("0001-change.patch")
+    assert stat.S_ISLNK(os.lstat(installed / "patchkit/0001-change.patch").st_mode)
