@@ -6,10 +6,10 @@ tree, but the dist-info says what was applied.
                                                         files {path: {stock_sha256, patched_sha256}}
     vllm-<version>+<label>.dist-info/patchkit/<name>    each patch's text
 
-It is read back from the tree, so it is untrusted input like `.patchkit/state.json`: regular files
-only, never through a symlink, size-limited, checked field by field (paths by the recorded-path rule,
-hashes as sha256 hex digests, patch names plain file names, each text against its sha256). Anything
-else is BadInput naming the file.
+It is read back from the tree, so it is untrusted input like `.patchkit/state.json`:
+`patchkit.provenance.read_provenance` reads it (regular files only, never through a symlink,
+size-limited, checked field by field, each text against its sha256), and its paths must also pass
+the recorded-path rule, since revert writes them. Anything else is BadInput naming the file.
 
 What it gives: the series (status, verify, apply, revert judge the tree by it), the stock sha256 of
 each patched file (the integrity check's reference, since the wheel's RECORD holds the patched
@@ -20,8 +20,6 @@ reverse-applied, checked the same way). `revert` leaves the dist-info as install
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,56 +28,45 @@ from pathlib import Path
 from patchkit import fsutil
 from patchkit.errors import BadInput, Drift, PatchkitError
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, parse_patch
-from patchkit.state import checked_digest, checked_path, sha256
+from patchkit.provenance import FILE_NAME as PROVENANCE
+from patchkit.provenance import FileRecord, read_provenance
+from patchkit.provenance import Provenance as Record
+from patchkit.state import checked_path, sha256
 
-PROVENANCE = "patchkit.json"
-TEXTS = "patchkit"  # the directory of the patch texts, beside patchkit.json
-SCHEMA = 1
-MAX_PROVENANCE_BYTES = 16 << 20
 MAX_PATCH_BYTES = 64 << 20
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-_DIST_INFO = re.compile(r"vllm-[^/]+\.dist-info")
-
-
-@dataclass(frozen=True)
-class FileHashes:
-    stock: str | None  # None: the series creates the file
-    patched: str | None  # None: the series deletes it
 
 
 @dataclass(frozen=True)
 class Provenance:
+    """A patched wheel's provenance as read back from the tree it was installed in."""
+
     root: Path
     dist_info: str  # the directory's name
-    vllm_version: str  # the stock release the wheel was built from
-    label: str
-    set_name: str | None  # None: ad-hoc --patch diffs
-    patchkit_version: str
-    patch_hashes: tuple[tuple[str, str], ...]  # (name, sha256) in apply order
-    files: dict[str, FileHashes]
+    record: Record
 
     @property
     def origin(self) -> str:
         return f"{self.dist_info}/{PROVENANCE}"
 
+    @property
+    def vllm_version(self) -> str:
+        return self.record.vllm_version
+
+    @property
+    def set_name(self) -> str | None:
+        return self.record.set_name
+
+    @property
+    def files(self) -> dict[str, FileRecord]:
+        return self.record.files
+
+    @property
+    def patch_hashes(self) -> tuple[tuple[str, str], ...]:
+        return tuple((p.name, p.sha256) for p in self.record.patches)
+
     def patches(self, roots: tuple[str, ...] = DEFAULT_ROOTS) -> list[Patch]:
         """The patch texts shipped in the dist-info, each checked against its sha256."""
-        return [self._patch(name, digest, roots) for name, digest in self.patch_hashes]
-
-    def _patch(self, name: str, digest: str, roots: tuple[str, ...]) -> Patch:
-        where = f"{self.dist_info}/{TEXTS}/{name}"
-        if not fsutil.plain_directory(self.root, self.root / self.dist_info / TEXTS):
-            raise _refuse(f"{self.dist_info}/{TEXTS}", "is not a plain directory (a symlink?)")
-        try:
-            raw = fsutil.read_regular(self.root / where, MAX_PATCH_BYTES)
-        except OSError as exc:
-            raise _refuse(where, f"cannot be read: {exc.strerror}") from None
-        if sha256(raw) != digest:
-            raise _refuse(where, f"does not have the sha256 {self.origin} gives it")
-        try:
-            return parse_patch(raw, name, roots=roots)
-        except BadInput as exc:
-            raise _refuse(where, exc.message) from None
+        return [parse_patch(self.record.patch_text(p.name), p.name, roots=roots) for p in self.record.patches]
 
     @cached_property
     def adhoc_name(self) -> str:
@@ -94,7 +81,7 @@ class Provenance:
         return self.set_name or self.adhoc_name
 
     def describe(self) -> str:
-        return f"installed from a wheel patchkit {self.patchkit_version} built (+{self.label}): {self.origin}"
+        return f"installed from a wheel patchkit {self.record.patchkit} built (+{self.record.label}): {self.origin}"
 
 
 # --------------------------------------------------------------------------- reading it
@@ -102,75 +89,29 @@ class Provenance:
 
 def find(root: Path) -> Provenance | None:
     """The provenance of the vLLM installed in `root`, or None when its dist-info has none (a
-    stock install, a source checkout, several vllm dist-infos: version detection says so)."""
-    dist_infos = [p.name for p in root.glob("vllm-*.dist-info")]
-    if len(dist_infos) != 1 or not _DIST_INFO.fullmatch(dist_infos[0]):
-        return None
-    dist_info = dist_infos[0]
-    path = root / dist_info / PROVENANCE
-    if not path.exists() and not path.is_symlink():
-        return None
-    if not fsutil.plain_directory(root, root / dist_info):
-        raise _refuse(dist_info, "is not a plain directory inside the tree (a symlink?)")
-    try:
-        raw = fsutil.read_regular(path, MAX_PROVENANCE_BYTES)
-        data = json.loads(raw)
-    except OSError as exc:
-        raise _refuse(f"{dist_info}/{PROVENANCE}", f"cannot be read: {exc.strerror}") from None
-    except (ValueError, RecursionError) as exc:
-        raise _refuse(f"{dist_info}/{PROVENANCE}", f"is not JSON ({exc})") from None
-    return _checked(root, dist_info, data)
-
-
-def _checked(root: Path, dist_info: str, data: object) -> Provenance:
-    origin = f"{dist_info}/{PROVENANCE}"
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA:
-        raise _refuse(origin, f"is not a patchkit provenance record of schema_version {SCHEMA}")
-    strings = {k: data.get(k) for k in ("patchkit", "vllm_version", "label")}
-    bad = [k for k, v in strings.items() if not isinstance(v, str) or not v]
-    if bad or not isinstance(data.get("set"), (str, type(None))):
-        raise _refuse(origin, f"has no valid {(bad or ['set'])[0]!r}")
-    patches = data.get("patches")
-    files = data.get("files")
-    if not isinstance(patches, list) or not patches or not isinstance(files, dict) or not files:
-        raise _refuse(origin, "lists no patches or no files")
-    return Provenance(
-        root=root,
-        dist_info=dist_info,
-        vllm_version=_release(origin, strings["vllm_version"]),
-        label=str(strings["label"]),
-        set_name=data["set"],
-        patchkit_version=str(strings["patchkit"]),
-        patch_hashes=tuple(_patch_entry(origin, p) for p in patches),
-        files={checked_path(path, Path(origin)): _file_entry(origin, path, shas) for path, shas in files.items()},
-    )
-
-
-def _release(origin: str, text: object) -> str:
+    stock install, a source checkout, several vllm dist-infos: version detection says so).
+    read_provenance checks it whole; here, beyond that, every file it names must pass the
+    recorded-path rule (revert writes them) and its release must be a version."""
     from packaging.version import InvalidVersion, Version
 
+    dist_infos = [p.name for p in root.glob("vllm-*.dist-info")]
+    if len(dist_infos) != 1:
+        return None
+    dist_info = dist_infos[0]
     try:
-        return str(Version(str(text)))
+        record = read_provenance(root / dist_info)
+    except FileNotFoundError:
+        return None
+    origin = root / dist_info / PROVENANCE
+    for path in record.files:
+        checked_path(path, origin)
+    try:
+        Version(record.vllm_version)
     except InvalidVersion:
-        raise _refuse(origin, f"has a vllm_version {text!r} that is not a version") from None
-
-
-def _patch_entry(origin: str, entry: object) -> tuple[str, str]:
-    name = entry.get("name") if isinstance(entry, dict) else None
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > 255:
-        raise _refuse(origin, f"names a patch {name!r} that is not a plain file name")
-    digest = checked_digest(entry.get("sha256") if isinstance(entry, dict) else None, Path(origin), optional=False)
-    return name, str(digest)
-
-
-def _file_entry(origin: str, path: str, shas: object) -> FileHashes:
-    if not isinstance(shas, dict):
-        raise _refuse(origin, f"records {path!r} without its stock_sha256 and patched_sha256")
-    stock = checked_digest(shas.get("stock_sha256"), Path(origin))
-    patched = checked_digest(shas.get("patched_sha256"), Path(origin))
-    if stock == patched:
-        raise _refuse(origin, f"records {path!r} as unchanged by the patches")
-    return FileHashes(stock, patched)
+        raise _refuse(
+            f"{dist_info}/{PROVENANCE}", f"has a vllm_version {record.vllm_version!r} that is not a version"
+        ) from None
+    return Provenance(root, dist_info, record)
 
 
 def _refuse(where: str, what: str) -> BadInput:
@@ -225,10 +166,10 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     out = dict(record)
     for path, shas in found.files.items():
         listed = out.get(path)
-        if shas.patched is None or shas.stock is None or listed is None:
+        if shas.patched_sha256 is None or shas.stock_sha256 is None or listed is None:
             continue
-        if listed == record_digest(bytes.fromhex(shas.patched), "sha256"):
-            out[path] = record_digest(bytes.fromhex(shas.stock), "sha256")
+        if listed == record_digest(bytes.fromhex(shas.patched_sha256), "sha256"):
+            out[path] = record_digest(bytes.fromhex(shas.stock_sha256), "sha256")
     return out
 
 
@@ -237,7 +178,9 @@ def drifted(root: Path, read: Callable[[Path], bytes | None]) -> list[str]:
     found = find(root)
     if found is None:
         return []
-    return sorted(p for p, shas in found.files.items() if sha256(read(root / p)) not in (shas.stock, shas.patched))
+    return sorted(
+        p for p, shas in found.files.items() if sha256(read(root / p)) not in (shas.stock_sha256, shas.patched_sha256)
+    )
 
 
 # --------------------------------------------------------------------------- revert
@@ -262,9 +205,9 @@ def restore_stock(view, found: Provenance, *, force: bool) -> StockRestore:
     for path, shas in sorted(found.files.items()):
         content = view.read(path)
         current = sha256(content)
-        if current == shas.stock:
+        if current == shas.stock_sha256:
             continue
-        if current != shas.patched:
+        if current != shas.patched_sha256:
             if not force:
                 what = "deleted" if content is None else "edited"
                 raise Drift(
@@ -281,7 +224,7 @@ def restore_stock(view, found: Provenance, *, force: bool) -> StockRestore:
 
 
 def _originals(found: Provenance, paths: list[str], notes: list[str]) -> dict[str, bytes | None]:
-    wanted = {p: found.files[p].stock for p in paths}
+    wanted = {p: found.files[p].stock_sha256 for p in paths}
     out: dict[str, bytes | None] = {p: None for p, digest in wanted.items() if digest is None}
     needed = [p for p in paths if p not in out]
     if not needed:

@@ -28,10 +28,10 @@ from packaging.version import Version
 
 from patchkit.errors import BadInput, TargetError
 from patchkit.options import Options
+from patchkit.provenance import read_provenance
 from patchkit.wheel import rawzip
 from patchkit.wheel.build import build_patched_wheel
 from patchkit.wheel.label import labelled_version
-from patchkit.wheel.provenance import read_provenance
 
 TAGS = "cp38-abi3-manylinux_2_31_x86_64"
 STOCK_FILES = {

@@ -42,11 +42,11 @@ from patchkit.operations import apply_series
 from patchkit.options import Options
 from patchkit.patchfile import Patch
 from patchkit.plan import Plan
+from patchkit.provenance import FileRecord, PatchRecord, Provenance, provenance_files
 from patchkit.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
 from patchkit.resolve import Resolved
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
-from patchkit.wheel.provenance import FileRecord, PatchRecord, Provenance, provenance_files
 
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
