@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import click
@@ -39,9 +38,9 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
 
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
+    stock = _stock_wheel(source, platform, ui)  # before the activity line: a download shows its own bar
+    ui.knows({"stock_wheel": str(stock)})
     with ui.activity("building the patched wheel") as say:
-        stock = _stock_wheel(source, platform, say)
-        ui.knows({"stock_wheel": str(stock)})
         result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say)
     for note in result.warnings:
         ui.warn(note)
@@ -55,7 +54,7 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
     return result
 
 
-def _stock_wheel(source: str, platform: str | None, say) -> Path:
+def _stock_wheel(source: str, platform: str | None, ui) -> Path:
     """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache."""
     from patchkit.errors import BadInput
 
@@ -66,9 +65,10 @@ def _stock_wheel(source: str, platform: str | None, say) -> Path:
         return path
     if source.endswith(".whl") or "/" in source:
         raise BadInput(f"no wheel file {source}")
-    # patchkit/wheel/stock.py: the stock wheel from the index, cached and checked
-    stock = importlib.import_module("patchkit.wheel.stock")
-    return stock.stock_wheel(source, platform=platform, say=say)
+    from patchkit.wheel.stock import stock_wheel
+
+    with ui.transfer(f"vllm {source}") as on_bytes:
+        return stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
 
 
 def _document(result) -> dict:
