@@ -1,0 +1,103 @@
+"""The real vLLM 0.16.0 wheel (release tier): `patchkit wheel 0.16.0` downloads it into the shared
+cache (once; re-checked on reuse), patches it with eagle3, `pip install --no-deps` puts it in a
+temporary prefix, and there `status` says applied, `verify` passes, the eagle3 requirements hold on
+the installed files (judged as the held-out tests judge them), and `revert` gives the release's
+files back byte for byte."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import sysconfig
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from patchkit.fetch import release_tree
+from patchkit.provenance import read_provenance
+
+from helpers import run_cli  # isort: skip
+from test_eagle3_requirements import (  # isort: skip
+    DEEPSEEK,
+    EAGLE,
+    KIMI_CLASS,
+    MEDIA_TOKEN,
+    SPEC,
+    base_names,
+    contract,
+    drafter_image_token,
+    eagle3_accepts,
+    expected_requirements,
+    find,
+)
+
+pytestmark = pytest.mark.release
+
+VERSION = "0.16.0"
+LABELLED = f"{VERSION}+patchkit.eagle3"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """site-packages of a prefix the patched 0.16.0 wheel was installed in with pip --no-deps."""
+    work = tmp_path_factory.mktemp("real-wheel")
+    done = run_cli("wheel", VERSION, "--out", work / "dist", "-q")
+    assert done.returncode == 0, done.stdout + done.stderr
+    wheel = Path(done.stdout.strip().splitlines()[-1])
+    assert wheel.name == f"vllm-{LABELLED}-cp38-abi3-manylinux_2_31_x86_64.whl"
+    prefix = work / "prefix"
+    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--prefix", str(prefix), str(wheel)]
+    done = subprocess.run(pip, capture_output=True, text=True, timeout=900)  # pip checks RECORD's hashes too
+    assert done.returncode == 0, done.stdout + done.stderr
+    wheel.unlink()  # 500 MB
+    return Path(sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)}))
+
+
+def test_status_says_applied_and_verify_passes(installed):
+    status = json.loads(run_cli("status", "--target", installed, "--format", "json").stdout)
+    assert status["state"] == "applied" and status["set"] == "eagle3" and status["drifted"] == []
+    assert status["vllm_version"] == LABELLED and status["series"] == VERSION
+    done = run_cli("verify", "--target", installed, "--no-import", "--format", "json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    checks = json.loads(done.stdout)["checks"]
+    integrity = [c for c in checks if c["check"] == "integrity"]
+    assert integrity and all(c["ok"] and "stock hashes from patchkit.json" in c["message"] for c in integrity)
+
+
+def test_the_eagle3_requirements_hold_on_the_installed_files(installed):
+    spec = (installed / SPEC).read_text()
+    for model_type in ("deepseek_v3", "kimi_k2", "kimi_k25"):
+        assert eagle3_accepts(spec, model_type), model_type
+    deepseek = ast.parse((installed / DEEPSEEK).read_text())
+    assert "SupportsEagle3" in base_names(find(deepseek, "DeepseekV2ForCausalLM"))
+    kimi_config = {"media_placeholder_token_id": MEDIA_TOKEN, "vision_config": SimpleNamespace()}
+    assert drafter_image_token((installed / EAGLE).read_text(), KIMI_CLASS, **kimi_config) == MEDIA_TOKEN
+    results = contract(installed, VERSION)
+    assert len(results) == expected_requirements(VERSION) and all(r.ok for r in results), results
+
+
+def test_the_label_shows_in_the_metadata_not_in_vllm_version(installed):
+    """`vllm --version` prints importlib.metadata.version("vllm"); vllm.__version__ is _version.py's."""
+    dist = next(metadata.distributions(path=[str(installed)]))
+    assert dist.version == LABELLED
+    cli_main = (installed / "vllm/entrypoints/cli/main.py").read_text()
+    assert 'version=importlib.metadata.version("vllm")' in cli_main
+    assert "__version__ = version = '0.16.0'" in (installed / "vllm/_version.py").read_text()
+    provenance = read_provenance(installed / f"vllm-{LABELLED}.dist-info")
+    assert provenance.vllm_version == VERSION and provenance.set_name == "eagle3"
+
+
+def test_revert_gives_the_release_files_back(installed):
+    # the last test of the module: it leaves the prefix stock
+    provenance = read_provenance(installed / f"vllm-{LABELLED}.dist-info")
+    done = run_cli("revert", "--target", installed)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stock = release_tree(VERSION, sorted(provenance.files))
+    for path in provenance.files:
+        assert (installed / path).read_bytes() == (stock / path).read_bytes(), path
+    status = json.loads(run_cli("status", "--target", installed, "--format", "json").stdout)
+    assert status["state"] == "not-applied" and status["drifted"] == []
