@@ -108,3 +108,35 @@ def test_the_dockerfile_steps_build_and_install_a_patched_vllm(tmp_path, stock_i
     stock = {p: d for p, d in STOCK_FILES.items() if p.endswith(".py")}
     assert {p: d for p, d in snapshot(site).items() if p in stock} == stock
     assert (prefix / "bin" / "vllm").is_file()
+
+
+def test_pip_uninstall_still_removes_a_reverted_install(tmp_path, stock_index):
+    """revert leaves the dist-info as pip installed it: pip uninstall removes every file, reverted or not."""
+    _args, runs = dockerfile_steps()
+    wheels = tmp_path / "wheels"
+    build = step(runs, "patchkit wheel").replace("${VLLM_VERSION}", VERSION).replace("${PATCHKIT_SET}", "demo")
+    run_step(build.replace("/wheels", str(wheels)), stock_index)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    wheel = next(wheels.iterdir())
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-compile", wheel],
+        check=True,
+        capture_output=True,
+        env=stock_index | dict(os.environ),
+    )
+    env = {k: v for k, v in stock_index.items() if k != "PATH"}
+    reverted = run_cli("revert", "--python", python, env=env)
+    assert reverted.returncode == 0, reverted.stdout + reverted.stderr
+    site = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+        ).strip()
+    )
+    assert (site / "vllm").is_dir()
+    done = subprocess.run([*pip, "uninstall", "-y", "vllm"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    left = sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if "vllm" in p.as_posix())
+    assert left == []
