@@ -125,7 +125,7 @@ def test_pip_uninstall_still_removes_a_reverted_install(tmp_path, stock_index):
         [*pip, "install", "--no-deps", "--no-compile", wheel],
         check=True,
         capture_output=True,
-        env=stock_index | dict(os.environ),
+        env={**os.environ, **stock_index},
     )
     env = {k: v for k, v in stock_index.items() if k != "PATH"}
     reverted = run_cli("revert", "--python", python, env=env)
