@@ -91,7 +91,7 @@ def drifted_files(resolved: Resolved) -> list[str]:
     if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
         from patchkit.installed_wheel import drifted
 
-        return drifted(root, read_file)
+        return drifted(root, lambda path: read_file(path, follow_symlinks=False))
     if entry is None or stale_note(root, entry, resolved.vllm_version):
         return []
     return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))

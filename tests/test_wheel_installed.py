@@ -290,7 +290,7 @@ def hostile(wheel: WheelTree, case: str, outside: Path) -> None:
         "huge",
     ],
 )
-@pytest.mark.parametrize("command", ["status", "revert"])
+@pytest.mark.parametrize("command", ["status", "apply", "revert"])
 def test_a_damaged_provenance_is_refused_cleanly(tmp_path, case, command):
     wheel = WheelTree(tmp_path)
     outside = tmp_path / "outside"
