@@ -20,6 +20,7 @@ reverse-applied, checked the same way). `revert` leaves the dist-info as install
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -98,6 +99,8 @@ def find(root: Path) -> Provenance | None:
     if len(dist_infos) != 1:
         return None
     dist_info = dist_infos[0]
+    if not os.path.lexists(root / dist_info / PROVENANCE):
+        return None  # a stock install (its dist-info judged elsewhere, a symlinked one included)
     try:
         record = read_provenance(root / dist_info)
     except FileNotFoundError:

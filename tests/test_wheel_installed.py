@@ -251,6 +251,10 @@ def hostile(wheel: WheelTree, case: str, outside: Path) -> None:
         (dist / "patchkit.json").unlink()
         (dist / "patchkit.json").symlink_to(outside / "prov.json")
         return
+    if case == "dist-info-symlink":  # the whole dist-info, provenance and all, planted outside
+        shutil.move(dist, outside / "dist")
+        dist.symlink_to(outside / "dist", target_is_directory=True)
+        return
     if case == "not-json":
         (dist / "patchkit.json").write_bytes(b"\xff{")
         return
@@ -279,6 +283,7 @@ def hostile(wheel: WheelTree, case: str, outside: Path) -> None:
     "case",
     [
         "symlink",
+        "dist-info-symlink",
         "not-json",
         "path-outside",
         "dist-info-path",
@@ -300,7 +305,7 @@ def test_a_damaged_provenance_is_refused_cleanly(tmp_path, case, command):
     before, tree_before = fingerprint(outside), snapshot(wheel.site)
     done = wheel.cli(command, env=OFFLINE)
     assert_clean_failure(done, 2)
-    assert "patchkit.json" in done.stderr or "0001-change.patch" in done.stderr
+    assert any(name in done.stderr for name in ("patchkit.json", "0001-change.patch", f"{wheel.dist}/METADATA"))
     assert fingerprint(outside) == before and snapshot(wheel.site) == tree_before
 
 
