@@ -281,6 +281,21 @@ def test_an_adhoc_patch_makes_a_wheel_of_its_own(tmp_path, run):
     assert provenance.read_patches()[0].files[0].path == "vllm/models/model.py"
 
 
+def test_two_patches_of_one_file_name_are_refused(tmp_path):
+    tree = write_tree(tmp_path / "stock")
+    edits = [{"vllm/models/model.py": MODEL_PY + "\nA = 1\n"}, {"vllm/config/spec.py": patched_spec()}]
+    diffs = []
+    for i, edit in enumerate(edits):
+        (tmp_path / f"d{i}").mkdir()
+        diffs.append(tmp_path / f"d{i}" / "fix.patch")
+        diffs[-1].write_bytes(make_patch(tmp_path, tree, edit))
+    done = run_cli(
+        "wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patch", diffs[0], "--patch", diffs[1]
+    )
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "share a file name" in done.stderr
+
+
 def test_set_and_patch_exclude_each_other(tmp_path, library):
     diff = tmp_path / "x.diff"
     diff.write_bytes(b"")
