@@ -301,6 +301,9 @@ def test_set_and_patch_exclude_each_other(tmp_path, library):
     diff.write_bytes(b"")
     done = run_cli("wheel", write_wheel(tmp_path / "in"), "--patches", library, "--set", "demo", "--patch", diff)
     assert_clean_failure(done, 2)
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--patches", library, "--platform", "win_amd64")
+    assert_clean_failure(done, 2)
+    assert "--platform chooses the wheel of a VERSION" in done.stderr
 
 
 # --------------------------------------------------------------------------- nothing written
@@ -333,7 +336,7 @@ def test_a_failed_check_writes_no_wheel(tmp_path):
     assert_nothing_written(done, out, 1)
     assert fingerprint(out) == before
     doc = json.loads(done.stdout)
-    assert doc["wheel"] is None and doc["result"] == "check-failed"
+    assert (doc["wheel"], doc["sha256"], doc["result"], doc["set"]) == (None, None, "check-failed", "demo")
     assert any(c["check"] == "names" and not c["ok"] for c in doc["checks"])
 
 
