@@ -471,7 +471,7 @@ def test_a_dist_info_of_another_version_than_the_file_name_is_refused(tmp_path, 
 @pytest.mark.parametrize(
     ("metadata", "why"),
     [
-        (b"Metadata-Version: 2.1\nName: vllm\n\nVersion: 0.16.0\n", "no valid Version header"),
+        (b"Metadata-Version: 2.1\nName: vllm\n\nVersion: 0.16.0\n", "has no valid Version header"),
         (b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.15.1\n", "is not vllm 0.16.0's"),
         (b"Metadata-Version: 2.1\nName: not-vllm\nVersion: 0.16.0\n", "is not vllm 0.16.0's"),
     ],
