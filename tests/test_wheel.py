@@ -52,12 +52,13 @@ def write_wheel(
     version: str = "0.16.0",
     files: dict[str, bytes] | None = None,
     *,
-    record: dict[str, str] | None = None,
+    record: dict[str, str | None] | None = None,
     extra: list[tuple[zipfile.ZipInfo, bytes]] = (),  # type: ignore[assignment]
     streamed: bool = False,
 ) -> Path:
     """A vLLM wheel: `files`, a dist-info (METADATA, WHEEL, entry_points.txt) and a true RECORD
-    (`record` overrides rows: path -> hash), plus `extra` members as given (not in RECORD)."""
+    (`record` overrides rows: path -> hash, None leaves the row out), plus `extra` members as given
+    (not in RECORD)."""
     files = dict(STOCK_FILES if files is None else files)
     dist = f"vllm-{version}.dist-info"
     files[f"{dist}/METADATA"] = (
@@ -65,7 +66,8 @@ def write_wheel(
     ).encode()
     files[f"{dist}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {TAGS}\n".encode()
     files[f"{dist}/entry_points.txt"] = b"[console_scripts]\nvllm = vllm.entrypoints.cli:main\n"
-    rows = [f"{p},{(record or {}).get(p, record_hash(d))},{len(d)}" for p, d in files.items()]
+    hashes = {p: (record or {}).get(p, record_hash(d)) for p, d in files.items()}
+    rows = [f"{p},{hashes[p]},{len(d)}" for p, d in files.items() if hashes[p] is not None]
     files[f"{dist}/RECORD"] = ("\n".join([*rows, f"{dist}/RECORD,,"]) + "\n").encode()
     where.mkdir(parents=True, exist_ok=True)
     path = where / f"vllm-{version}-{TAGS}.whl"
@@ -192,6 +194,36 @@ def test_a_streamed_stock_wheel_with_data_descriptors_and_zip64_extras(tmp_path,
     assert (site / "vllm/config/spec.py").read_text() == patched_spec()
 
 
+def test_rows_the_stock_record_lacks_or_does_not_trust_are_hashed(tmp_path, run, library):
+    so = STOCK_FILES["vllm/_C.abi3.so"]
+    md5 = "md5=" + base64.urlsafe_b64encode(hashlib.md5(so).digest()).rstrip(b"=").decode()
+    stock = write_wheel(tmp_path / "in", record={"vllm/_C.abi3.so": md5, "vllm/entrypoints/cli.py": None})
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    record = zipfile.ZipFile(patched).read("vllm-0.16.0+patchkit.demo.dist-info/RECORD").decode()
+    assert f"vllm/_C.abi3.so,{record_hash(so)},{len(so)}\n" in record
+    assert f"vllm/entrypoints/cli.py,{record_hash(STOCK_FILES['vllm/entrypoints/cli.py'])}," in record
+    install(patched, tmp_path / "prefix")  # validate_record(validate_contents=True) first
+
+
+def test_files_the_series_creates_and_deletes_and_the_stock_signature(tmp_path, run):
+    tree = write_tree(tmp_path / "stock", files={"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY})
+    edits = {"vllm/models/model.py": None, "vllm/models/eagle3.py": "EAGLE3 = True\n"}
+    library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, edits)]})
+    signature = (_info("vllm-0.16.0.dist-info/RECORD.jws"), b"{}")
+    stock = write_wheel(tmp_path / "in", extra=[signature])
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    names = zipfile.ZipFile(patched).namelist()
+    assert "vllm/models/model.py" not in names and "vllm/models/eagle3.py" in names
+    assert not any(n.endswith("RECORD.jws") for n in names)
+    site = install(patched, tmp_path / "prefix")
+    assert (site / "vllm/models/eagle3.py").read_text() == "EAGLE3 = True\n"
+    files = read_provenance(site / "vllm-0.16.0+patchkit.demo.dist-info").files
+    assert files["vllm/models/model.py"].patched_sha256 is None
+    assert files["vllm/models/eagle3.py"].stock_sha256 is None
+
+
 def test_the_data_directory_is_renamed_with_the_dist_info(tmp_path, run, library):
     script = b"#!python\nprint('helper')\n"
     stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, "vllm-0.16.0.data/scripts/vllm-helper": script})
@@ -281,11 +313,29 @@ def test_an_adhoc_patch_makes_a_wheel_of_its_own(tmp_path, run):
     assert provenance.read_patches()[0].files[0].path == "vllm/models/model.py"
 
 
+def test_two_patches_of_one_file_name_are_refused(tmp_path):
+    tree = write_tree(tmp_path / "stock")
+    edits = [{"vllm/models/model.py": MODEL_PY + "\nA = 1\n"}, {"vllm/config/spec.py": patched_spec()}]
+    diffs = []
+    for i, edit in enumerate(edits):
+        (tmp_path / f"d{i}").mkdir()
+        diffs.append(tmp_path / f"d{i}" / "fix.patch")
+        diffs[-1].write_bytes(make_patch(tmp_path, tree, edit))
+    done = run_cli(
+        "wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patch", diffs[0], "--patch", diffs[1]
+    )
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "share a file name" in done.stderr
+
+
 def test_set_and_patch_exclude_each_other(tmp_path, library):
     diff = tmp_path / "x.diff"
     diff.write_bytes(b"")
     done = run_cli("wheel", write_wheel(tmp_path / "in"), "--patches", library, "--set", "demo", "--patch", diff)
     assert_clean_failure(done, 2)
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--patches", library, "--platform", "win_amd64")
+    assert_clean_failure(done, 2)
+    assert "--platform chooses the wheel of a VERSION" in done.stderr
 
 
 # --------------------------------------------------------------------------- nothing written
@@ -318,7 +368,7 @@ def test_a_failed_check_writes_no_wheel(tmp_path):
     assert_nothing_written(done, out, 1)
     assert fingerprint(out) == before
     doc = json.loads(done.stdout)
-    assert doc["wheel"] is None and doc["result"] == "check-failed"
+    assert (doc["wheel"], doc["sha256"], doc["result"], doc["set"]) == (None, None, "check-failed", "demo")
     assert any(c["check"] == "names" and not c["ok"] for c in doc["checks"])
 
 
@@ -421,7 +471,7 @@ def test_a_dist_info_of_another_version_than_the_file_name_is_refused(tmp_path, 
 @pytest.mark.parametrize(
     ("metadata", "why"),
     [
-        (b"Metadata-Version: 2.1\nName: vllm\n\nVersion: 0.16.0\n", "no valid Version header"),
+        (b"Metadata-Version: 2.1\nName: vllm\n\nVersion: 0.16.0\n", "has no valid Version header"),
         (b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.15.1\n", "is not vllm 0.16.0's"),
         (b"Metadata-Version: 2.1\nName: not-vllm\nVersion: 0.16.0\n", "is not vllm 0.16.0's"),
     ],

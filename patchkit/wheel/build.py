@@ -149,7 +149,7 @@ def build_patched_wheel(
             stock,
             version=str(version),
             label=added,
-            set_name=None if chosen.adhoc else checked.resolved.set_name,
+            set_name=checked.set_name,
             patches=checked.resolved.patches,
             checks=checked.checks,
             warnings=checked.warnings,
@@ -236,7 +236,14 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, chosen: Options) -> _Check
         raise NoPatchSet(f"vLLM {resolved.vllm_version} ships this change itself: there is nothing to patch")
     patches = require_patches(resolved)
     _lay_out(wheel, scratch, _needed(resolved, patches))
-    result = _Checked(Outcome.OK, wheel.path, patches=patches, warnings=list(resolved.notes), resolved=resolved)
+    result = _Checked(
+        Outcome.OK,
+        wheel.path,
+        set_name=None if chosen.adhoc else resolved.set_name,
+        patches=patches,
+        warnings=list(resolved.notes),
+        resolved=resolved,
+    )
     dry = apply_series(resolved, dry_run=True, import_probe=False)
     result.warnings += dry.warnings
     result.plan, result.checks = dry.plan, list(dry.checks or [])
