@@ -144,3 +144,44 @@ def test_the_index_is_asked_through_pip_settings(server, cache, published, monke
     monkeypatch.setattr(net, "pip_settings", lambda: asked.append(1) or real())
     stock_wheel(VERSION)
     assert asked == [1]
+
+
+def run_in_terminal(args: list[str], env: dict[str, str]) -> str:
+    """A command's stdout and stderr as a terminal shows them (both on a pseudo-terminal)."""
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    done = subprocess.Popen([sys.executable, "-m", "patchkit", *args], stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    done.wait(timeout=120)
+    os.close(master)
+    return b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_patchkit_wheel_shows_a_download_bar_in_a_terminal_only(server, cache, published, tmp_path, terminal):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    args = ["wheel", VERSION, "--out", str(tmp_path / "out")]
+    if terminal:
+        shown = run_in_terminal(args, env)
+    else:
+        done = subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True, text=True, env=env)
+        shown = done.stdout + done.stderr
+    size_kb = f"{len(published[NATIVE]) / 1000:.1f} kB"
+    assert (f"/{size_kb}" in shown) is terminal, shown  # rich's DownloadColumn: done/total
+    assert (cache / "wheels" / VERSION / NATIVE).is_file()
