@@ -12,7 +12,8 @@
    METADATA's Version rewritten, the provenance (provenance.py) added, and RECORD regenerated:
    every member's hash and size (an unchanged member keeps the stock RECORD's row, checked against
    the member's size; one the stock RECORD lacks is hashed here), RECORD's own row empty. It is
-   written under a temporary name in the output directory and renamed into place.
+   written under a temporary name in the output directory and renamed into place. The members no
+   patch touches (nearly all the bytes) are copied while step 2 runs, first in the new wheel.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import stat
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -132,32 +134,89 @@ def build_patched_wheel(
 ) -> WheelResult:
     """The patched wheel of `stock` in `out_dir`, for the set or --patch files `chosen` names
     (`label`: the local label instead of patchkit.<set>). A conflict or a failed check is a result
-    with its error, nothing written; bad input raises."""
+    with its error, nothing written; bad input raises.
+
+    The members no patch touches are copied into the new wheel's temporary file while the plan and
+    the checks run (the copy is the kernel's, the checks are Python's); a refusal removes it."""
     if label is not None:
         labels.normalized_label(label)  # a bad label is refused before any work
     say(f"reading {stock.name}")
     with open_stock(stock) as wheel, tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch:
-        say("planning and checking the series on the wheel's files")
-        checked = _plan_and_check(wheel, Path(scratch), chosen)
-        if checked.error is not None:
-            return checked
-        assert checked.plan is not None and checked.resolved is not None
-        added = labels.normalized_label(label or labels.default_label(checked.resolved.set_name))
+        resolved = _resolve(wheel, Path(scratch), chosen)
+        added = labels.normalized_label(label or labels.default_label(resolved.set_name))
         version = labels.labelled_version(wheel.version, added)
-        result = WheelResult(
-            Outcome.OK,
-            stock,
-            version=str(version),
-            label=added,
-            set_name=checked.set_name,
-            patches=checked.resolved.patches,
-            checks=checked.checks,
-            warnings=checked.warnings,
-        )
-        entries = _entries(wheel, checked.plan, result)
-        say(f"writing {_file_name(wheel, version)}")
-        result.path = _write(wheel, Path(out_dir), _file_name(wheel, version), entries)
-        return result
+        stock_record = _stock_record(wheel)
+        untouched = _untouched(wheel, resolved, str(version), stock_record)
+        with _Output(Path(out_dir), _file_name(wheel, version)) as output:
+            writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
+            say("copying the unchanged members; planning and checking the series on the wheel's files")
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                copying = pool.submit(writer.add, untouched)
+                checked = _plan_and_check(wheel, Path(scratch), resolved, chosen)
+                output.wait(copying)
+            if checked.error is not None:
+                return checked
+            assert checked.plan is not None
+            result = WheelResult(
+                Outcome.OK,
+                stock,
+                version=str(version),
+                label=added,
+                set_name=checked.set_name,
+                patches=checked.patches,
+                checks=checked.checks,
+                warnings=checked.warnings,
+            )
+            say(f"writing {output.final.name}")
+            output.write(writer, _entries(wheel, checked.plan, result, untouched, stock_record))
+            result.path = output.commit()
+            return result
+
+
+class _Output:
+    """The new wheel under a temporary name in the output directory until commit() renames it into
+    place: the directory never holds a partial wheel (a failure removes it)."""
+
+    def __init__(self, out_dir: Path, file_name: str):
+        self.final = out_dir / file_name
+        self.temporary = out_dir / f".{file_name}.patchkit-{secrets.token_hex(4)}.tmp"
+        self.committed = False
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            self.fd = os.open(self.temporary, flags, 0o644)
+        except OSError as exc:
+            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
+
+    def __enter__(self) -> _Output:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        os.close(self.fd)
+        if not self.committed:
+            self.temporary.unlink(missing_ok=True)
+
+    def wait(self, copying: Future) -> None:
+        """The copy's end; its OSError (a full disk) as the write failure it is."""
+        try:
+            copying.result()
+        except OSError as exc:
+            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+
+    def write(self, writer: rawzip.Writer, entries: list[rawzip.Entry]) -> None:
+        try:
+            writer.add(entries)
+            writer.finish()
+        except OSError as exc:
+            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+
+    def commit(self) -> Path:
+        try:
+            os.replace(self.temporary, self.final)
+        except OSError as exc:
+            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+        self.committed = True
+        return self.final
 
 
 # --------------------------------------------------------------------------- the stock wheel
@@ -222,10 +281,8 @@ class _Checked(WheelResult):
     plan: Plan | None = None
 
 
-def _plan_and_check(wheel: StockWheel, scratch: Path, chosen: Options) -> _Checked:
-    """What apply would do to a tree of the wheel's files, and its checks: nothing is written."""
-    from patchkit.checks import run_checks
-    from patchkit.inspection import check_context
+def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
+    """The version, set and series, as for a tree of the wheel's files (its dist-info in `scratch`)."""
     from patchkit.resolve import require_patches, resolve
 
     _check_metadata(wheel)
@@ -234,7 +291,16 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, chosen: Options) -> _Check
     resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=None))
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         raise NoPatchSet(f"vLLM {resolved.vllm_version} ships this change itself: there is nothing to patch")
-    patches = require_patches(resolved)
+    require_patches(resolved)
+    return resolved
+
+
+def _plan_and_check(wheel: StockWheel, scratch: Path, resolved: Resolved, chosen: Options) -> _Checked:
+    """What apply would do to a tree of the wheel's files, and its checks: nothing is written."""
+    from patchkit.checks import run_checks
+    from patchkit.inspection import check_context
+
+    patches = resolved.patches
     _lay_out(wheel, scratch, _needed(resolved, patches))
     result = _Checked(
         Outcome.OK,
@@ -319,20 +385,43 @@ def _nothing_written(error: PatchkitError) -> PatchkitError:
 # --------------------------------------------------------------------------- the new wheel
 
 
-def _entries(wheel: StockWheel, plan: Plan, result: WheelResult) -> list[rawzip.Entry]:
-    """The new wheel's members, in the stock order: vllm's files (patched ones deflated), the files
-    the series creates, the renamed dist-info with the provenance, RECORD last."""
-    assert result.version is not None
+def _touched(wheel: StockWheel, resolved: Resolved) -> set[str]:
+    """The members a patch may change, and the dist-info (rewritten): not copied ahead of the checks."""
+    paths = {p for patch in resolved.patches for f in patch.files for p in (f.source_path, f.target_path) if p}
+    return paths | {m.name for m in wheel.members if m.name.startswith(f"{wheel.dist_info}/")}
+
+
+def _untouched(
+    wheel: StockWheel, resolved: Resolved, version: str, stock_record: dict[str, tuple[str, str]]
+) -> list[rawzip.Entry]:
+    """Every member no patch touches, outside the dist-info, in the stock order: copied raw."""
+    touched = _touched(wheel, resolved)
+    return [
+        _raw(wheel, m, _data_renamed(wheel, m.name, version), stock_record)
+        for m in wheel.members
+        if m.name not in touched
+    ]
+
+
+def _entries(
+    wheel: StockWheel,
+    plan: Plan,
+    result: WheelResult,
+    untouched: list[rawzip.Entry],
+    stock_record: dict[str, tuple[str, str]],
+) -> list[rawzip.Entry]:
+    """The rest of the new wheel after `untouched`: the members patches touch (patched ones
+    deflated, created ones added), the renamed dist-info with the provenance, RECORD last."""
+    assert result.version is not None and result.label is not None
     old, new = wheel.dist_info, f"vllm-{result.version}.dist-info"
     changes = plan.changes
-    stock_record = _stock_record(wheel)
-    stock_metadata = _member(wheel, f"{old}/METADATA")
-    when = stock_metadata.info.date_time  # new members: the stock wheel's time, so a rebuild is identical
+    when = _member(wheel, f"{old}/METADATA").info.date_time  # new members: the stock time, so a rebuild is identical
+    copied = {e.source.name for e in untouched if e.source is not None}
     body: list[rawzip.Entry] = []
     dist: list[rawzip.Entry] = []
     for member in wheel.members:
         name = member.name
-        if name == f"{old}/RECORD" or name in (f"{old}/{s}" for s in SIGNATURES):
+        if name in copied or name == f"{old}/RECORD" or name in (f"{old}/{s}" for s in SIGNATURES):
             continue
         if name in changes:
             after = changes[name][1]
@@ -340,8 +429,8 @@ def _entries(wheel: StockWheel, plan: Plan, result: WheelResult) -> list[rawzip.
                 body.append(rawzip.deflated(name, after, member, when))
         elif name.startswith(f"{old}/"):
             dist.append(_dist_info_entry(wheel, member, new, stock_record, when, result.version))
-        else:
-            body.append(_raw(wheel, member, _data_renamed(wheel, name, result.version), stock_record))
+        else:  # touched by a patch the plan found already applied
+            body.append(_raw(wheel, member, name, stock_record))
     created = [
         rawzip.deflated(path, after, None, when)
         for path, (before, after) in sorted(changes.items())
@@ -352,10 +441,10 @@ def _entries(wheel: StockWheel, plan: Plan, result: WheelResult) -> list[rawzip.
         rawzip.deflated(f"{new}/{rel}", data, None, when)
         for rel, data in provenance_files(provenance, result.patches).items()
     ]
-    entries = body + created + dist + extra
+    rest = body + created + dist + extra
     record_name = f"{new}/RECORD"
-    record = rawzip.deflated(record_name, _record(entries, record_name), _member(wheel, f"{old}/RECORD"), when)
-    return [*entries, record]
+    record = _record(untouched + rest, record_name)
+    return [*rest, rawzip.deflated(record_name, record, _member(wheel, f"{old}/RECORD"), when)]
 
 
 def _data_renamed(wheel: StockWheel, name: str, version: str) -> str:
@@ -455,27 +544,3 @@ def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenanc
 
 def _sha256(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
-
-
-def _write(wheel: StockWheel, out_dir: Path, file_name: str, entries: list[rawzip.Entry]) -> Path:
-    """The wheel under a temporary name in out_dir, renamed into place: never a partial file."""
-    rawzip.check_fits(entries, wheel.label)
-    final = out_dir / file_name
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        temporary = out_dir / f".{file_name}.patchkit-{secrets.token_hex(4)}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
-    try:
-        try:
-            rawzip.write(fd, wheel.fd, entries, wheel.label)
-        finally:
-            os.close(fd)
-        os.replace(temporary, final)
-    except BaseException as exc:
-        temporary.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise TargetError(f"cannot write {final}: {exc.strerror}") from None
-        raise
-    return final

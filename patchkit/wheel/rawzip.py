@@ -10,7 +10,7 @@ Writing: each member gets a fresh local header (its name, CRC, sizes; no data de
 field) and its compressed bytes: those of the input, copied as they are (os.copy_file_range, else
 read/write) and never inflated, or new ones deflated here. Then one central directory with the new
 offsets. zip64 is not written: an archive whose offsets, sizes or member count need it (beyond
-4 GiB, 65,535 members) is refused before a byte is written.
+4 GiB, 65,535 members) is refused, each batch of members before a byte of it is written.
 """
 
 from __future__ import annotations
@@ -211,42 +211,57 @@ def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
 # --------------------------------------------------------------------------- writing
 
 
-def check_fits(entries: list[Entry], label: str) -> None:
-    """BadInput when the archive would need zip64 (not written): before anything is written."""
-    if len(entries) >= MEMBER_LIMIT:
-        raise BadInput(f"{label}: {len(entries)} members need zip64, which patchkit does not write")
-    offset = 0
-    for entry in entries:
-        if max(offset, entry.compress_size, entry.file_size) >= ZIP32_LIMIT:
+class Writer:
+    """An archive written member by member into the empty file `out` (raw entries' bytes come from
+    `source`), then finished with its central directory. Each batch is checked to fit without zip64
+    before a byte of it is written."""
+
+    def __init__(self, out: int, source: int, label: str):
+        self.out, self.source, self.label = out, source, label
+        self.offset = 0  # where the next member goes
+        self.count = 0
+        self.directory = bytearray()
+
+    def add(self, entries: list[Entry]) -> None:
+        self._check(entries)
+        for entry in entries:
+            self.directory += entry.central_header(self.offset)
+            header = entry.local_header() + entry.encoded_name
+            _pwrite(self.out, header, self.offset)
+            self.offset += len(header)
+            if entry.source is not None:
+                copy_range(
+                    self.source, entry.source.data_offset, self.out, self.offset, entry.compress_size, self.label
+                )
+            else:
+                assert entry.data is not None
+                _pwrite(self.out, entry.data, self.offset)
+            self.offset += entry.compress_size
+            self.count += 1
+
+    def finish(self) -> None:
+        end = _END.pack(_END_SIG, 0, 0, self.count, self.count, len(self.directory), self.offset, 0)
+        _pwrite(self.out, bytes(self.directory) + end, self.offset)
+
+    def _check(self, entries: list[Entry]) -> None:
+        """BadInput when these entries would need zip64 (not written)."""
+        if self.count + len(entries) >= MEMBER_LIMIT:
             raise BadInput(
-                f"{label}: {entry.name} lies or reaches beyond 4 GiB: that needs zip64, which patchkit does not write"
+                f"{self.label}: {self.count + len(entries)} members need zip64, which patchkit does not write"
             )
-        offset += _LOCAL.size + len(entry.encoded_name) + entry.compress_size
-    directory = sum(_CENTRAL.size + len(e.encoded_name) for e in entries)
-    if offset + directory >= ZIP32_LIMIT:
-        raise BadInput(
-            f"{label}: the central directory lies beyond 4 GiB: that needs zip64, which patchkit does not write"
-        )
-
-
-def write(out: int, source: int, entries: list[Entry], label: str) -> None:
-    """The archive of `entries` into the empty file `out`; raw entries' bytes come from `source`."""
-    check_fits(entries, label)
-    offset = 0
-    directory = bytearray()
-    for entry in entries:
-        directory += entry.central_header(offset)
-        header = entry.local_header() + entry.encoded_name
-        _pwrite(out, header, offset)
-        offset += len(header)
-        if entry.source is not None:
-            copy_range(source, entry.source.data_offset, out, offset, entry.compress_size, label)
-        else:
-            assert entry.data is not None
-            _pwrite(out, entry.data, offset)
-        offset += entry.compress_size
-    end = _END.pack(_END_SIG, 0, 0, len(entries), len(entries), len(directory), offset, 0)
-    _pwrite(out, bytes(directory) + end, offset)
+        offset = self.offset
+        for entry in entries:
+            if max(offset, entry.compress_size, entry.file_size) >= ZIP32_LIMIT:
+                raise BadInput(
+                    f"{self.label}: {entry.name} lies or reaches beyond 4 GiB: that needs zip64, "
+                    "which patchkit does not write"
+                )
+            offset += _LOCAL.size + len(entry.encoded_name) + entry.compress_size
+        directory = len(self.directory) + sum(_CENTRAL.size + len(e.encoded_name) for e in entries)
+        if offset + directory >= ZIP32_LIMIT:
+            raise BadInput(
+                f"{self.label}: the central directory lies beyond 4 GiB: that needs zip64, which patchkit does not write"
+            )
 
 
 def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, count: int, label: str) -> None:
