@@ -37,6 +37,7 @@ COMMANDS = {
     "port": "patchkit.commands.port",
     "preflight": "patchkit.commands.preflight",
     "run": "patchkit.commands.run",
+    "fleet": "patchkit.commands.fleet",
 }
 
 

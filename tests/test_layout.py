@@ -15,7 +15,7 @@ LAYERS = [
     {"target", "version", "record", "state", "patchfile", "requirements", "library"},
     {"plan", "transaction", "guard", "inspection", "checks", "fetch", "release_files", "resolve"},
     {"operations", "maintainer", "launch"},
-    {"release_check"},
+    {"release_check", "fleet"},
     {"commands", "ui", "cli", "__main__"},
 ]
 

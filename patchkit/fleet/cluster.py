@@ -1,0 +1,118 @@
+"""Ray: the one module of patchkit that imports it. Connects to the cluster, lists its alive
+nodes, and runs a step on each one at once (node.run_step, pinned to the node by a hard
+node-affinity strategy with num_cpus=0, so that a node whose CPUs are all taken by vLLM still
+runs it), under a time limit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from patchkit.errors import BadInput
+from patchkit.fleet.node import run_step
+from patchkit.fleet.protocol import LOST, TIMED_OUT, Batch, ClusterError, Node, NodeReport
+
+INSTALL = "pip install 'patchkit[ray]'"
+POLL = 0.2  # seconds between looks at the tasks: a SIGTERM is acted on this soon
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise BadInput(
+            "patchkit fleet needs Ray, which is not installed here",
+            hint=f"{INSTALL} (the same Ray version as the cluster's)",
+        ) from None
+    return ray
+
+
+@contextmanager
+def connected(address: str | None) -> Iterator[Any]:
+    """Ray, connected to the cluster at `address`, else $RAY_ADDRESS, else "auto" (a cluster this
+    machine belongs to); never a new cluster of its own. A SIGTERM while connected raises
+    KeyboardInterrupt (ray.init's own handler would exit at once, with nodes half done)."""
+    ray = import_ray()
+    chosen = address or os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        ray.init(address=chosen, log_to_driver=False, logging_level="ERROR", configure_logging=True)
+    except Exception as exc:  # Ray raises ConnectionError, ValueError, RuntimeError... for one cause
+        raise ClusterError(
+            f"cannot connect to the Ray cluster at {chosen}: {_gist(exc)}",
+            hint="pass --address HOST:PORT (or set RAY_ADDRESS), or run on a node of the cluster",
+        ) from None
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield ray
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        ray.shutdown()
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def alive_nodes(ray) -> list[Node]:
+    nodes = [Node(n["NodeID"], n.get("NodeManagerAddress", "?")) for n in ray.nodes() if n.get("Alive")]
+    if not nodes:
+        raise ClusterError("the Ray cluster has no alive node")
+    return nodes
+
+
+class RayRunner:
+    """protocol.Runner on a real cluster: one task per node, all at once."""
+
+    def __init__(self, ray) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.ray = ray
+        self.affinity = NodeAffinitySchedulingStrategy
+        self.task = ray.remote(run_step)
+
+    def run(self, step: str, nodes: list[Node], request: dict[str, Any]) -> Batch:
+        pending = {self._submit(step, node, request): node for node in nodes}
+        # The node's own time limit is the request's; the driver allows for scheduling on top.
+        deadline = time.monotonic() + float(request["timeout"]) + 10
+        answers: dict[Node, NodeReport] = {}
+        interrupted = False
+        while pending and time.monotonic() < deadline:
+            try:
+                self._collect(pending, answers, deadline)
+            except KeyboardInterrupt:
+                interrupted = True  # the nodes' answers are still needed: what they wrote is undone
+        for node in pending.values():
+            answers[node] = NodeReport(node, TIMED_OUT, False, f"no answer within {request['timeout']} s")
+        return Batch([answers[node] for node in nodes], interrupted)
+
+    def _submit(self, step: str, node: Node, request: dict[str, Any]):
+        strategy = self.affinity(node_id=node.node_id, soft=False)
+        return self.task.options(num_cpus=0, max_retries=0, scheduling_strategy=strategy).remote(step, request)
+
+    def _collect(self, pending: dict, answers: dict[Node, NodeReport], deadline: float) -> None:
+        timeout = max(0.0, min(POLL, deadline - time.monotonic()))
+        ready, _ = self.ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
+        for ref in ready:
+            node = pending[ref]
+            answers[node] = self._answer(ref, node)
+            del pending[ref]
+
+    def _answer(self, ref, node: Node) -> NodeReport:
+        exceptions = self.ray.exceptions
+        try:
+            return NodeReport.from_node(node, self.ray.get(ref))
+        except exceptions.RayTaskError as exc:  # the task itself raised: patchkit missing there?
+            detail = f"the task failed on the node: {_gist(exc.cause or exc)} (is patchkit installed in the Ray worker's environment?)"
+            return NodeReport(node, "error", False, detail)
+        except exceptions.RayError as exc:  # the node died, its worker crashed, it cannot be scheduled
+            return NodeReport(node, LOST, False, _gist(exc))
+
+
+def _gist(exc: BaseException) -> str:
+    """An exception in one line: its type and the last line of its text (Ray's hold tracebacks)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
