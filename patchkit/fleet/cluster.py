@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ def connected(address: str | None) -> Iterator[Any]:
     ray = import_ray()
     chosen = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
+        _answers(chosen)
         ray.init(address=chosen, log_to_driver=False, logging_level="ERROR", configure_logging=True)
     except Exception as exc:  # Ray raises ConnectionError, ValueError, RuntimeError... for one cause
         raise ClusterError(
@@ -51,6 +53,15 @@ def connected(address: str | None) -> Iterator[Any]:
     finally:
         signal.signal(signal.SIGTERM, previous)
         ray.shutdown()
+
+
+def _answers(address: str, seconds: float = 10) -> None:
+    """A HOST:PORT that nothing answers on fails here at once: ray.init would retry it for ever."""
+    host, colon, port = address.rpartition(":")
+    if not colon or "://" in address or not port.isdigit():
+        return  # "auto", or a form Ray reads itself (ray://...)
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds):
+        pass
 
 
 def _interrupt(signum, frame) -> None:

@@ -83,12 +83,10 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
     state = document.get("result") or document.get("state") or (ERROR if code else "ok")
     if step == "prepare" and code == 0:
         state = "ready"
-    error = document.get("error")
-    detail = f"{error} ({document['hint']})" if error and document.get("hint") else error or ""
     return {
         "state": str(state),
         "ok": code == 0,
-        "detail": detail,
+        "detail": _why(document) if code else "",
         "exit_code": code,
         "target": document.get("target"),
         "vllm_version": document.get("vllm_version"),
@@ -96,6 +94,20 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
         "series": document.get("series"),
         "document": document,
     }
+
+
+def _why(document: dict[str, Any]) -> str:
+    """A failed run's reason: its error, else its failed checks, else what drifted."""
+    if document.get("error"):
+        hint = document.get("hint")
+        return f"{document['error']} ({hint})" if hint else str(document["error"])
+    checks = document.get("checks") if isinstance(document.get("checks"), list) else []
+    failed = [c for c in checks if isinstance(c, dict) and not c.get("ok") and c.get("level") == "error"]
+    if failed:
+        return "; ".join(f"{c.get('check')}: {c.get('path') or ''}: {c.get('message')}" for c in failed)
+    if document.get("drifted"):
+        return "edited after patchkit patched it: " + ", ".join(map(str, document["drifted"]))
+    return ""
 
 
 def _unwritable(document: dict[str, Any]) -> dict[str, Any] | None:

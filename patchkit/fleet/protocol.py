@@ -50,6 +50,7 @@ class NodeReport:
     target: str | None = None
     vllm_version: str | None = None
     set_name: str | None = None
+    series: str | None = None
     exit_code: int | None = None
     found_by: str | None = None
     document: dict[str, Any] | None = None
@@ -69,6 +70,7 @@ class NodeReport:
             target=summary.get("target"),
             vllm_version=summary.get("vllm_version"),
             set_name=summary.get("set"),
+            series=summary.get("series"),
             exit_code=summary.get("exit_code"),
             found_by=summary.get("found_by"),
             document=summary.get("document"),
@@ -85,6 +87,7 @@ class NodeReport:
             "found_by": self.found_by,
             "vllm_version": self.vllm_version,
             "set": self.set_name,
+            "series": self.series,
             "exit_code": self.exit_code,
             "written": self.written,
             "document": self.document,
@@ -206,6 +209,7 @@ def _carry_over(prepared: list[NodeReport], written: list[NodeReport]) -> None:
         after.target = after.target or before.target
         after.vllm_version = after.vllm_version or before.vllm_version
         after.set_name = after.set_name or before.set_name
+        after.series = after.series or before.series
         after.found_by = after.found_by or before.found_by
 
 
