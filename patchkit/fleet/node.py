@@ -101,7 +101,8 @@ def _why(document: dict[str, Any]) -> str:
     if document.get("error"):
         hint = document.get("hint")
         return f"{document['error']} ({hint})" if hint else str(document["error"])
-    checks = document.get("checks") if isinstance(document.get("checks"), list) else []
+    checks = document.get("checks")
+    checks = checks if isinstance(checks, list) else []
     failed = [c for c in checks if isinstance(c, dict) and not c.get("ok") and c.get("level") == "error"]
     if failed:
         return "; ".join(f"{c.get('check')}: {c.get('path') or ''}: {c.get('message')}" for c in failed)
