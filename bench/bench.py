@@ -25,9 +25,12 @@
    drafter) on a real stock 0.16.0 tree vs `python -c pass` (goal: <= 2 s).
 10. `patchkit run` on an applied 0.16.0 tree: the time before exec, as `run` of a launch whose `vllm`
    exits at once, minus that `vllm` run alone (goal: <= 0.3 s).
+11. `patchkit fleet apply` on a local Ray cluster of 3 nodes (a head and 2 added, each with its own
+   stock 0.16.0 tree as PATCHKIT_TARGET) vs `patchkit apply` of the same series on one such tree,
+   alternately (goal: <= the single apply + 2 s). Needs the `ray` extra.
 
 --only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
-large-file (7), guard (8), preflight (9), run (10).
+large-file (7), guard (8), preflight (9), run (10), fleet (11).
 """
 
 from __future__ import annotations
@@ -396,7 +399,50 @@ def _timed_env(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - start
 
 
-ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file", "guard", "preflight", "run")
+def fleet_row(work: Path, runs: int) -> str:
+    from ray.cluster_utils import Cluster
+
+    pristine = stock_0_16(work)
+    trees = [work / f"fleet-node-{i}" for i in range(3)]
+    single = work / "fleet-single"
+
+    def restore():
+        for tree in [*trees, single]:
+            shutil.rmtree(tree, ignore_errors=True)
+            shutil.copytree(pristine, tree)
+
+    restore()
+    env = [{"PATCHKIT_TARGET": str(tree), "PATCHKIT_CACHE_DIR": str(work / "fleet-cache")} for tree in trees]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "env_vars": env[0]})
+    try:
+        for node_env in env[1:]:
+            cluster.add_node(num_cpus=1, env_vars=node_env)
+        cluster.wait_for_nodes()
+        fleet = [*PATCHKIT, "fleet", "apply", "-q", "--no-import", "--address", cluster.address]
+        alone = [*PATCHKIT, "apply", "-q", "--no-import", "--target", str(single)]
+        pairs = []
+        for _ in range(runs):
+            pairs.append((run_once(alone), run_once(fleet)))
+            restore()
+    finally:
+        cluster.shutdown()
+    reference, ours = (statistics.median(times) for times in zip(*pairs, strict=True))
+    return row("fleet apply, 3 local Ray nodes, stock 0.16.0", ours, reference, "one apply", "≤ one + 2 s")
+
+
+ROWS = (
+    "dry-run",
+    "help",
+    "apply",
+    "fetch",
+    "checks",
+    "verify",
+    "large-file",
+    "guard",
+    "preflight",
+    "run",
+    "fleet",
+)
 
 
 def main() -> None:
@@ -434,6 +480,8 @@ def main() -> None:
             rows.append(preflight_row(work / "preflight", runs))
         if "run" in chosen:
             rows.append(run_row(work / "run", runs))
+        if "fleet" in chosen:
+            rows.append(fleet_row(work, runs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"median of {runs} runs (dry-run and start-up: {runs * 2 + 1}, {runs * 2}); Python {sys.version.split()[0]}")

@@ -32,15 +32,14 @@ def command(opts, quiet, verbose, fmt, action, address, timeout, no_import, no_g
     and checks on every node (no writes), phase 2 writes; a failure reverts the nodes written.
     Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit).
     """
-    from patchkit.fleet.cluster import RayRunner, alive_nodes, connected
+    from patchkit.fleet.cluster import connected
     from patchkit.fleet.protocol import fleet_apply, run_each
 
     _refuse_flags_for(action, no_guard=no_guard, require_same_version=require_same_version)
     ui = make_ui(fmt, quiet, verbose)
     request = _request(opts, timeout)
-    with connected(address) as ray:
-        nodes = alive_nodes(ray)
-        runner = RayRunner(ray)
+    with connected(address) as runner:
+        nodes = runner.alive_nodes()
         if action == "apply":
             apply_flags = [flag for flag, on in (("--no-import", no_import), ("--no-guard", no_guard)) if on]
             result = fleet_apply(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,10 +34,11 @@ def import_ray():
 
 
 @contextmanager
-def connected(address: str | None) -> Iterator[Any]:
-    """Ray, connected to the cluster at `address`, else $RAY_ADDRESS, else "auto" (a cluster this
-    machine belongs to); never a new cluster of its own. A SIGTERM while connected raises
-    KeyboardInterrupt (ray.init's own handler would exit at once, with nodes half done)."""
+def connected(address: str | None) -> Iterator[RayRunner]:
+    """A runner on the Ray cluster at `address`, else $RAY_ADDRESS, else "auto" (a cluster this
+    machine belongs to); never a new cluster of its own. While connected, SIGTERM and SIGINT only
+    set a flag the runner acts on (ray.init's own SIGTERM handler would exit at once, with nodes
+    half written; a KeyboardInterrupt could land between two submissions)."""
     ray = import_ray()
     chosen = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
@@ -47,11 +49,13 @@ def connected(address: str | None) -> Iterator[Any]:
             f"cannot connect to the Ray cluster at {chosen}: {_gist(exc)}",
             hint="pass --address HOST:PORT (or set RAY_ADDRESS), or run on a node of the cluster",
         ) from None
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    stop = threading.Event()
+    previous = {number: signal.signal(number, lambda *_: stop.set()) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield ray
+        yield RayRunner(ray, stop)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         ray.shutdown()
 
 
@@ -64,41 +68,44 @@ def _answers(address: str, seconds: float = 10) -> None:
         pass
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
-def alive_nodes(ray) -> list[Node]:
-    nodes = [Node(n["NodeID"], n.get("NodeManagerAddress", "?")) for n in ray.nodes() if n.get("Alive")]
-    if not nodes:
-        raise ClusterError("the Ray cluster has no alive node")
-    return nodes
-
-
 class RayRunner:
-    """protocol.Runner on a real cluster: one task per node, all at once."""
+    """protocol.Runner on a real cluster: one task per node, all at once. `stop` set (a signal):
+    a step that writes (apply, revert) still waits for every node's answer, since what was
+    written must be known to be undone; any other step stops waiting; no step but a revert starts."""
 
-    def __init__(self, ray) -> None:
+    WRITES = ("apply", "revert")
+
+    def __init__(self, ray, stop: threading.Event) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray = ray
+        self.stop = stop
         self.affinity = NodeAffinitySchedulingStrategy
         self.task = ray.remote(run_step)
 
+    def alive_nodes(self) -> list[Node]:
+        nodes = [Node(n["NodeID"], n.get("NodeManagerAddress", "?")) for n in self.ray.nodes() if n.get("Alive")]
+        if not nodes:
+            raise ClusterError("the Ray cluster has no alive node")
+        return nodes
+
     def run(self, step: str, nodes: list[Node], request: dict[str, Any]) -> Batch:
+        if self.stop.is_set() and step != "revert":  # a rollback still runs
+            return Batch([NodeReport(node, "not-run", False, "interrupted before this step") for node in nodes], True)
         pending = {self._submit(step, node, request): node for node in nodes}
         # The node's own time limit is the request's; the driver allows for scheduling on top.
         deadline = time.monotonic() + float(request["timeout"]) + 10
         answers: dict[Node, NodeReport] = {}
-        interrupted = False
-        while pending and time.monotonic() < deadline:
-            try:
-                self._collect(pending, answers, deadline)
-            except KeyboardInterrupt:
-                interrupted = True  # the nodes' answers are still needed: what they wrote is undone
+        while pending and time.monotonic() < deadline and (step in self.WRITES or not self.stop.is_set()):
+            self._collect(pending, answers, deadline)
         for node in pending.values():
-            answers[node] = NodeReport(node, TIMED_OUT, False, f"no answer within {request['timeout']} s")
-        return Batch([answers[node] for node in nodes], interrupted)
+            answers[node] = self._unanswered(node, step, request)
+        return Batch([answers[node] for node in nodes], self.stop.is_set())
+
+    def _unanswered(self, node: Node, step: str, request: dict[str, Any]) -> NodeReport:
+        if self.stop.is_set() and step not in self.WRITES:
+            return NodeReport(node, "interrupted", False, "interrupted before its answer came")
+        return NodeReport(node, TIMED_OUT, False, f"no answer within {request['timeout']:g} s")
 
     def _submit(self, step: str, node: Node, request: dict[str, Any]):
         strategy = self.affinity(node_id=node.node_id, soft=False)
@@ -108,9 +115,8 @@ class RayRunner:
         timeout = max(0.0, min(POLL, deadline - time.monotonic()))
         ready, _ = self.ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
         for ref in ready:
-            node = pending[ref]
+            node = pending.pop(ref)
             answers[node] = self._answer(ref, node)
-            del pending[ref]
 
     def _answer(self, ref, node: Node) -> NodeReport:
         exceptions = self.ray.exceptions
