@@ -18,7 +18,7 @@ from helpers import assert_clean_failure
 
 import patchkit
 from patchkit.errors import CHECK_FAILED, INTERRUPTED, TARGET_PROBLEM
-from patchkit.fleet.node import target_arguments
+from patchkit.fleet.node import command_line, target_arguments
 from patchkit.fleet.protocol import Batch, Node, NodeReport, fleet_apply, run_each
 
 PACKAGE = Path(patchkit.__file__).parent
@@ -122,7 +122,7 @@ class SimulatedFleet:
         return sorted(index for name, index, _ in self.calls if name == step)
 
 
-REQUEST = {"target": None, "python": None, "options": ["--patches", "/lib"], "timeout": 60}
+REQUEST = {"target": None, "python": None, "library": "/lib", "timeout": 60}
 REFUSED = {"state": "not-applied", "ok": False, "exit_code": 1, "detail": "integrity: vllm/config/spec.py: edited"}
 
 
@@ -164,7 +164,17 @@ def test_a_failure_in_phase_two_reverts_the_ninety_nine_written():
     assert fleet.applied == {7}
     assert states(result) == {"rolled-back": 98, "already-applied": 1, "check-failed": 1}
     revert_request = next(request for name, _, request in fleet.calls if name == "revert")
-    assert revert_request["options"] == ["--patches", "/lib", "--set", "demo"]  # the set this run wrote, only
+    assert command_line("revert", revert_request)[0][3:] == [  # the set this run wrote, only
+        "revert",
+        "--format",
+        "json",
+        "--python",
+        sys.executable,
+        "--patches",
+        "/lib",
+        "--set",
+        "demo",
+    ]
 
 
 def test_a_node_lost_in_phase_two_and_a_revert_that_fails_are_named_with_what_to_run():

@@ -62,17 +62,16 @@ def _refuse_flags_for(action: str, **apply_only: bool) -> None:
 
 
 def _request(opts, timeout: float) -> dict:
-    """What every node is asked, as patchkit options (paths are the nodes' own)."""
-    options: list[str] = []
-    if opts.vllm_version:
-        options += ["--vllm-version", opts.vllm_version]
-    if opts.library:
-        options += ["--patches", opts.library]
-    for path in opts.adhoc:
-        options += ["--patch", path]
-    if opts.set_name:
-        options += ["--set", opts.set_name]
-    return {"target": opts.target_dir, "python": opts.python, "options": options, "timeout": timeout}
+    """What every node is asked (node.command_line turns it into patchkit options; paths are the nodes')."""
+    return {
+        "target": opts.target_dir,
+        "python": opts.python,
+        "vllm_version": opts.vllm_version,
+        "library": opts.library,
+        "adhoc": list(opts.adhoc),
+        "set_name": opts.set_name,
+        "timeout": timeout,
+    }
 
 
 def _show(ui, result) -> None:

@@ -43,8 +43,19 @@ def target_arguments(request: dict[str, Any]) -> tuple[list[str], str]:
 
 def command_line(step: str, request: dict[str, Any]) -> tuple[list[str], str]:
     target, found_by = target_arguments(request)
-    args = [*STEPS[step], "--format", "json", *target, *request.get("options", []), *request.get("extra", [])]
+    args = [*STEPS[step], "--format", "json", *target, *_options(request), *request.get("extra", [])]
     return [sys.executable, "-m", "patchkit", *args], found_by
+
+
+def _options(request: dict[str, Any]) -> list[str]:
+    """The command line's version, library and set options, as the node's patchkit takes them."""
+    options = []
+    for key, option in (("vllm_version", "--vllm-version"), ("library", "--patches"), ("set_name", "--set")):
+        if request.get(key):
+            options += [option, str(request[key])]
+    for path in request.get("adhoc") or []:
+        options += ["--patch", str(path)]
+    return options
 
 
 def run_step(step: str, request: dict[str, Any]) -> dict[str, Any]:

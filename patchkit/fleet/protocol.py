@@ -255,12 +255,10 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
 
 def _revert_request(request: dict[str, Any], written: list[NodeReport]) -> dict[str, Any]:
     """Only the set this run applied: a set the nodes had before stays."""
-    options = list(request.get("options", []))
-    if "--set" not in options and "--patch" not in options:
-        names = {r.set_name for r in written if r.set_name}
-        if len(names) == 1:
-            options += ["--set", names.pop()]
-    return {**request, "options": options, "extra": []}
+    names = {r.set_name for r in written if r.set_name}
+    if request.get("set_name") or request.get("adhoc") or len(names) != 1:
+        return {**request, "extra": []}
+    return {**request, "set_name": names.pop(), "extra": []}
 
 
 def _rolled_back(problem: PatchkitError, stuck: list[NodeReport]) -> PatchkitError:
