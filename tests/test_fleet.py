@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_library, write_tree
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # `make test` runs them; the fast tier does not
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 SPEC = "vllm/config/spec.py"

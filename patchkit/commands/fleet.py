@@ -14,6 +14,7 @@ DEFAULT_TIMEOUT = 600.0
 @click.option("--address", metavar="ADDR", help="The Ray cluster (default: $RAY_ADDRESS, else auto).")
 @click.option(
     "--timeout",
+    metavar="SECONDS",
     type=click.FloatRange(min=0, min_open=True, max=86400),
     default=DEFAULT_TIMEOUT,
     show_default=True,
