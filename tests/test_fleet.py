@@ -127,6 +127,8 @@ def test_status_apply_status_verify_revert_on_every_node(fleet):
     assert (done.returncode, status["state"]) == (0, "applied")
     done, verified = fleet.run("verify", "--patches", lib)
     assert (done.returncode, verified["state"]) == (0, "applied"), done.stderr
+    probed = by_target(verified)[str(fleet.trees[2])]["document"]["checks"]
+    assert any(c["check"] == "probe" and c["path"] == SPEC and c["ok"] for c in probed), probed  # in its interpreter
 
     done, reverted = fleet.run("revert", "--patches", lib)
     assert (done.returncode, reverted["state"]) == (0, "reverted"), done.stderr
