@@ -28,9 +28,12 @@
 11. `patchkit wheel` of a synthetic vLLM wheel (the stock 0.16.0 files the eagle3 series and its
    contract read, a --wheel-mb stored random member standing in for vLLM's 464 MB `_C.abi3.so`, a
    dist-info with a true RECORD) vs `cp` of that wheel, alternately (goal: <= 3x cp).
+12. `patchkit fleet apply` on a local Ray cluster of 3 nodes (a head and 2 added, each with its own
+   stock 0.16.0 tree as PATCHKIT_TARGET) vs `patchkit apply` of the same series on one such tree,
+   alternately (goal: <= the single apply + 2 s). Needs the `ray` extra.
 
 --only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
-large-file (7), guard (8), preflight (9), run (10), wheel (11).
+large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12).
 """
 
 from __future__ import annotations
@@ -399,6 +402,37 @@ def _timed_env(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - start
 
 
+def fleet_row(work: Path, runs: int) -> str:
+    from ray.cluster_utils import Cluster
+
+    pristine = stock_0_16(work)
+    trees = [work / f"fleet-node-{i}" for i in range(3)]
+    single = work / "fleet-single"
+
+    def restore():
+        for tree in [*trees, single]:
+            shutil.rmtree(tree, ignore_errors=True)
+            shutil.copytree(pristine, tree)
+
+    restore()
+    env = [{"PATCHKIT_TARGET": str(tree), "PATCHKIT_CACHE_DIR": str(work / "fleet-cache")} for tree in trees]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "env_vars": env[0]})
+    try:
+        for node_env in env[1:]:
+            cluster.add_node(num_cpus=1, env_vars=node_env)
+        cluster.wait_for_nodes()
+        fleet = [*PATCHKIT, "fleet", "apply", "-q", "--no-import", "--address", cluster.address]
+        alone = [*PATCHKIT, "apply", "-q", "--no-import", "--target", str(single)]
+        pairs = []
+        for _ in range(runs):
+            pairs.append((run_once(alone), run_once(fleet)))
+            restore()
+    finally:
+        cluster.shutdown()
+    reference, ours = (statistics.median(times) for times in zip(*pairs, strict=True))
+    return row("fleet apply, 3 local Ray nodes, stock 0.16.0", ours, reference, "one apply", "≤ one + 2 s")
+
+
 def synthetic_wheel(work: Path, megabytes: int) -> Path:
     """vllm-0.16.0-...whl: the stock files of stock_0_16 (deflated), a stored random member of
     `megabytes` MB, and a dist-info whose RECORD is true."""
@@ -453,7 +487,20 @@ def wheel_row(work: Path, runs: int, megabytes: int) -> str:
     return row(f"wheel, eagle3 on a synthetic {size:.0f} MB 0.16.0 wheel", patched, reference, "cp", "≤ 3x cp")
 
 
-ROWS = ("dry-run", "help", "apply", "fetch", "checks", "verify", "large-file", "guard", "preflight", "run", "wheel")
+ROWS = (
+    "dry-run",
+    "help",
+    "apply",
+    "fetch",
+    "checks",
+    "verify",
+    "large-file",
+    "guard",
+    "preflight",
+    "run",
+    "wheel",
+    "fleet",
+)
 
 
 def main() -> None:
@@ -494,6 +541,8 @@ def main() -> None:
             rows.append(run_row(work / "run", runs))
         if "wheel" in chosen:
             rows.append(wheel_row(work, runs, args.wheel_mb))
+        if "fleet" in chosen:
+            rows.append(fleet_row(work, runs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"median of {runs} runs (dry-run and start-up: {runs * 2 + 1}, {runs * 2}); Python {sys.version.split()[0]}")

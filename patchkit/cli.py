@@ -38,6 +38,7 @@ COMMANDS = {
     "preflight": "patchkit.commands.preflight",
     "run": "patchkit.commands.run",
     "wheel": "patchkit.commands.wheel",
+    "fleet": "patchkit.commands.fleet",
 }
 
 

@@ -15,7 +15,7 @@ LAYERS = [
     {"target", "version", "record", "state", "patchfile", "requirements", "library", "provenance"},
     {"plan", "transaction", "guard", "inspection", "checks", "fetch", "release_files", "resolve", "installed_wheel"},
     {"operations", "maintainer", "launch", "wheel"},
-    {"release_check"},
+    {"release_check", "fleet"},
     {"commands", "ui", "cli", "__main__"},
 ]
 

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.commands import make_ui
+from patchkit.commands.options import format_option, no_import_option, target_options
+
+ACTIONS = ("status", "apply", "verify", "revert")
+DEFAULT_TIMEOUT = 600.0
+
+
+@click.command()
+@click.argument("action", type=click.Choice(ACTIONS))
+@click.option("--address", metavar="ADDR", help="The Ray cluster (default: $RAY_ADDRESS, else auto).")
+@click.option(
+    "--timeout",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0, min_open=True, max=86400),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Seconds each node's step may take.",
+)
+@target_options
+@format_option
+@no_import_option("apply, verify: do not import the patched modules on the nodes (probe check).")
+@click.option("--no-guard", is_flag=True, help="apply: do not install the launch guard on the nodes.")
+@click.option("--require-same-version", is_flag=True, help="apply: refuse a cluster whose nodes run different vLLMs.")
+def command(opts, quiet, verbose, fmt, action, address, timeout, no_import, no_guard, require_same_version):
+    """status, apply, verify or revert on every alive node of a Ray cluster.
+
+    Each node's target is its own PATCHKIT_TARGET or PATCHKIT_PYTHON, else --target/--python (paths
+    on the nodes), else the Ray worker's interpreter there. apply is all or nothing: phase 1 plans
+    and checks on every node (no writes), phase 2 writes; a failure reverts the nodes written.
+    Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit).
+    """
+    from patchkit.fleet.cluster import connected
+    from patchkit.fleet.protocol import fleet_apply, run_each
+
+    _refuse_flags_for(action, no_guard=no_guard, require_same_version=require_same_version)
+    ui = make_ui(fmt, quiet, verbose)
+    request = _request(opts, timeout)
+    with connected(address) as runner:
+        nodes = runner.alive_nodes()
+        if action == "apply":
+            apply_flags = [flag for flag, on in (("--no-import", no_import), ("--no-guard", no_guard)) if on]
+            result = fleet_apply(
+                runner, nodes, request, apply_flags=apply_flags, require_same_version=require_same_version
+            )
+        else:
+            flags = ["--no-import"] if no_import and action == "verify" else []
+            result = run_each(runner, action, nodes, {**request, "extra": flags})
+    _show(ui, result)
+    return result
+
+
+def _refuse_flags_for(action: str, **apply_only: bool) -> None:
+    from patchkit.errors import BadInput
+
+    given = [name for name, on in apply_only.items() if on]
+    if given and action != "apply":
+        flag = "--" + given[0].replace("_", "-")
+        raise BadInput(f"{flag} is an option of `patchkit fleet apply`, not of fleet {action}")
+
+
+def _request(opts, timeout: float) -> dict:
+    """What every node is asked (node.command_line turns it into patchkit options; paths are the nodes')."""
+    return {
+        "target": opts.target_dir,
+        "python": opts.python,
+        "vllm_version": opts.vllm_version,
+        "library": opts.library,
+        "adhoc": list(opts.adhoc),
+        "set_name": opts.set_name,
+        "timeout": timeout,
+    }
+
+
+def _show(ui, result) -> None:
+    if ui.json_mode:
+        ui.json(
+            {
+                "action": result.action,
+                "state": result.state,
+                "phase": result.phase,
+                "versions": result.versions,
+                "nodes": [r.to_json() for r in result.reports],
+            }
+        )
+        return
+    rows = [
+        [r.node.node_id[:12], r.node.node_ip, r.target or "", r.vllm_version or "", r.state, r.detail]
+        for r in result.reports
+    ]
+    ui.table(["node", "ip", "target", "vLLM", "state", "detail"], rows, title=f"fleet {result.action}", state_column=4)
+    ui.line(_summary(result), style="green" if result.error is None else "red")
+
+
+def _summary(result) -> str:
+    from collections import Counter
+
+    counts = Counter(r.state for r in result.reports)
+    states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    versions = f"; vLLM {', '.join(result.versions)}" if result.versions else ""
+    return f"fleet {result.action}: {len(result.reports)} node(s): {states}{versions}"

@@ -1,0 +1,283 @@
+"""The fleet's steps and its two-phase apply, over any Runner (Ray's in cluster.py; the tests'
+fake nodes for a hundred). Nothing here knows Ray.
+
+fleet apply, all or nothing:
+  phase 1 (`prepare`): on every node, in parallel, the plan and the checks, no writes. Any refusal
+    or a node lost: nothing is written anywhere.
+  phase 2 (`apply`): on every node, in parallel. A node that fails (its own apply rolls itself
+    back), is lost, or an interrupt (SIGTERM, Ctrl-C): every node this run wrote is reverted; one
+    that cannot be is named with the command to run there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from patchkit.enums import Outcome
+from patchkit.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
+
+LOST = "lost"
+TIMED_OUT = "timed-out"
+UNREACHABLE = (LOST, TIMED_OUT)  # the driver has no answer from the node: a cluster problem
+MIXED = "mixed"
+
+
+class ClusterError(TargetError):
+    """The cluster, not a tree: cannot connect, no node, a node lost or silent past the time limit (exit 4)."""
+
+
+class Interrupted(PatchkitError):
+    """SIGTERM or Ctrl-C during a fleet run, after what had to be undone was undone."""
+
+    exit_code = INTERRUPTED
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    node_ip: str
+
+
+@dataclass
+class NodeReport:
+    """One node's answer to one step (or the driver's note that none came)."""
+
+    node: Node
+    state: str
+    ok: bool
+    detail: str = ""
+    target: str | None = None
+    vllm_version: str | None = None
+    set_name: str | None = None
+    series: str | None = None
+    exit_code: int | None = None
+    found_by: str | None = None
+    document: dict[str, Any] | None = None
+    written: bool = False  # fleet apply: this run wrote the node (and so reverts it on failure)
+
+    @property
+    def unreachable(self) -> bool:
+        return self.state in UNREACHABLE
+
+    @classmethod
+    def from_node(cls, node: Node, summary: dict[str, Any]) -> NodeReport:
+        return cls(
+            node,
+            state=str(summary.get("state")),
+            ok=bool(summary.get("ok")),
+            detail=str(summary.get("detail") or ""),
+            target=summary.get("target"),
+            vllm_version=summary.get("vllm_version"),
+            set_name=summary.get("set"),
+            series=summary.get("series"),
+            exit_code=summary.get("exit_code"),
+            found_by=summary.get("found_by"),
+            document=summary.get("document"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node.node_id,
+            "node_ip": self.node.node_ip,
+            "state": self.state,
+            "ok": self.ok,
+            "detail": self.detail,
+            "target": self.target,
+            "found_by": self.found_by,
+            "vllm_version": self.vllm_version,
+            "set": self.set_name,
+            "series": self.series,
+            "exit_code": self.exit_code,
+            "written": self.written,
+            "document": self.document,
+        }
+
+    def named(self) -> str:
+        return f"node {self.node.node_id[:12]} ({self.node.node_ip})"
+
+
+@dataclass
+class Batch:
+    """A step's reports, one per node asked, in the order asked; `interrupted`: a SIGTERM or
+    Ctrl-C came while it ran (the runner still waited for the nodes' answers)."""
+
+    reports: list[NodeReport]
+    interrupted: bool = False
+
+
+class Runner(Protocol):
+    def run(self, step: str, nodes: list[Node], request: dict[str, Any]) -> Batch:
+        """`step` on every node at once (node.run_step's summary each), under the request's time limit."""
+        ...
+
+
+@dataclass
+class FleetResult:
+    """What the command shows: a row per node, and the error that decides the exit code."""
+
+    action: str
+    reports: list[NodeReport]
+    error: PatchkitError | None = None
+    phase: str | None = None  # fleet apply: "prepare", "apply", "rolled-back"
+    notes: list[str] = field(default_factory=list)
+
+    outcome: Outcome = Outcome.OK  # the exit code is the error's (cli)
+
+    @property
+    def state(self) -> str:
+        """The nodes' common state, or "mixed"."""
+        states = {r.state for r in self.reports}
+        return states.pop() if len(states) == 1 else MIXED
+
+    @property
+    def versions(self) -> list[str]:
+        return sorted({r.vllm_version for r in self.reports if r.vllm_version})
+
+
+def run_each(runner: Runner, action: str, nodes: list[Node], request: dict[str, Any]) -> FleetResult:
+    """status, verify or revert on every node: exit 4 for a node lost, 1 for a node that failed."""
+    batch = runner.run(action, nodes, request)
+    return FleetResult(action, batch.reports, error=_verdict(action, batch))
+
+
+def _verdict(action: str, batch: Batch) -> PatchkitError | None:
+    if batch.interrupted:
+        return Interrupted(f"fleet {action} interrupted")
+    lost = [r for r in batch.reports if r.unreachable]
+    if lost:
+        return ClusterError(f"no answer from {_names(lost)}", hint=_lost_hint())
+    failed = [r for r in batch.reports if not r.ok]
+    if failed:
+        return CheckFailed(
+            f"fleet {action} failed on " + "; ".join(f"{r.named()}: {r.detail or r.state}" for r in failed)
+        )
+    return None
+
+
+def fleet_apply(
+    runner: Runner,
+    nodes: list[Node],
+    request: dict[str, Any],
+    *,
+    apply_flags: Iterable[str] = (),
+    require_same_version: bool = False,
+) -> FleetResult:
+    """Phase 1 everywhere, then phase 2 everywhere, rolled back on any failure (see the module's doc)."""
+    prepared = runner.run("prepare", nodes, request)
+    refusal = _phase_one_refusal(prepared, require_same_version)
+    if refusal is not None:
+        for report in prepared.reports:
+            if report.ok:
+                report.detail = "nothing written: phase 1 refused on another node"
+        return FleetResult("apply", prepared.reports, error=refusal, phase="prepare")
+    written = runner.run("apply", nodes, {**request, "extra": list(apply_flags)})
+    _carry_over(prepared.reports, written.reports)
+    for report in written.reports:
+        report.written = report.state == "applied"
+    problem = _phase_two_problem(written)
+    if problem is None:
+        return FleetResult("apply", written.reports, phase="apply")
+    reverted = _roll_back(runner, written.reports, request)
+    return FleetResult("apply", written.reports, error=_rolled_back(problem, reverted), phase="rolled-back")
+
+
+def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitError | None:
+    if prepared.interrupted:
+        return Interrupted("fleet apply interrupted in phase 1: nothing was written on any node")
+    lost = [r for r in prepared.reports if r.unreachable]
+    if lost:
+        return ClusterError(
+            f"phase 1: no answer from {_names(lost)}; nothing was written on any node", hint=_lost_hint()
+        )
+    refused = [r for r in prepared.reports if not r.ok]
+    if refused:
+        reasons = "; ".join(f"{r.named()}: {r.detail or r.state}" for r in refused)
+        return CheckFailed(f"phase 1 refused, nothing was written on any node: {reasons}")
+    versions = {r.vllm_version for r in prepared.reports}
+    if require_same_version and len(versions) > 1:
+        which = ", ".join(f"{r.named()}: vLLM {r.vllm_version}" for r in prepared.reports)
+        return CheckFailed(
+            f"the nodes run different vLLM versions ({which}); nothing was written (--require-same-version)"
+        )
+    return None
+
+
+def _carry_over(prepared: list[NodeReport], written: list[NodeReport]) -> None:
+    """apply's document does not repeat the target, version and set phase 1 found."""
+    for before, after in zip(prepared, written, strict=True):
+        after.target = after.target or before.target
+        after.vllm_version = after.vllm_version or before.vllm_version
+        after.set_name = after.set_name or before.set_name
+        after.series = after.series or before.series
+        after.found_by = after.found_by or before.found_by
+
+
+def _phase_two_problem(written: Batch) -> PatchkitError | None:
+    if written.interrupted:
+        return Interrupted("fleet apply interrupted in phase 2")
+    lost = [r for r in written.reports if r.unreachable]
+    if lost:
+        for report in lost:
+            report.detail = (
+                f"{report.detail}; its apply may or may not have landed: on {report.node.node_ip} run "
+                f"`{_command('status', report)}`, then `{_command('revert', report)}`"
+            )
+        return ClusterError(f"phase 2: no answer from {_names(lost)}", hint=_lost_hint())
+    failed = [r for r in written.reports if not r.ok]
+    if failed:
+        return CheckFailed("phase 2 failed on " + "; ".join(f"{r.named()}: {r.detail or r.state}" for r in failed))
+    return None
+
+
+def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any]) -> list[NodeReport]:
+    """Revert every node this run wrote (the set it wrote only); each report says how it ended.
+    Returns the nodes that could not be reverted."""
+    to_undo = [r for r in written if r.written]
+    if not to_undo:
+        return []
+    by_node = {r.node: r for r in to_undo}
+    batch = runner.run("revert", list(by_node), _revert_request(request, to_undo))
+    stuck = []
+    for answer in batch.reports:
+        report = by_node[answer.node]
+        if answer.ok and answer.state == "reverted":
+            report.state, report.detail = "rolled-back", "applied, then reverted: another node failed"
+        else:
+            report.state = "rollback-failed"
+            report.detail = (
+                f"applied, and the revert failed ({answer.detail or answer.state}): on {report.node.node_ip} "
+                f"run `{_command('revert', report)}`"
+            )
+            stuck.append(report)
+    return stuck
+
+
+def _revert_request(request: dict[str, Any], written: list[NodeReport]) -> dict[str, Any]:
+    """Only the set this run applied: a set the nodes had before stays."""
+    names = {r.set_name for r in written if r.set_name}
+    if request.get("set_name") or request.get("adhoc") or len(names) != 1:
+        return {**request, "extra": []}
+    return {**request, "set_name": names.pop(), "extra": []}
+
+
+def _rolled_back(problem: PatchkitError, stuck: list[NodeReport]) -> PatchkitError:
+    if not stuck:
+        problem.message += "; every node this run wrote was reverted"
+        return problem
+    problem.message += f"; NOT reverted: {_names(stuck)} (each row says what to run there)"
+    return problem
+
+
+def _command(action: str, report: NodeReport) -> str:
+    where = f" --target {report.target}" if report.target else ""
+    which = f" --set {report.set_name}" if report.set_name else ""
+    return f"patchkit {action}{where}{which}"
+
+
+def _names(reports: list[NodeReport]) -> str:
+    return ", ".join(f"{r.named()} ({r.state})" for r in reports)
+
+
+def _lost_hint() -> str:
+    return "`ray status` shows the cluster's nodes; rerun once every node is alive"

@@ -1,0 +1,306 @@
+"""`patchkit fleet` on a real local Ray cluster: a head and two added nodes started on this machine,
+each with its own PATCHKIT_TARGET (a small stock tree the tests write), node 2's an interpreter
+(PATCHKIT_PYTHON, a venv whose site-packages is its tree: the import probe runs there, and only
+there). No mocks: the CLI runs in a subprocess as a user runs it, and the nodes run patchkit.
+
+The cluster starts once for the module (seconds); each test writes the trees it needs first."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import venv
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_library, write_tree
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # `make test` runs them; the fast tier does not
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+SPEC = "vllm/config/spec.py"
+
+
+class Fleet:
+    """The cluster, the node trees (in the order head, node 1, node 2) and where the tests write."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.trees = [base / "head" / "site", base / "node1" / "site"]
+        self.python = base / "node2" / "env" / "bin" / "python"
+        venv.create(base / "node2" / "env", with_pip=False)
+        self.trees.append(_purelib(self.python))
+        self.cache = base / "cache"  # the nodes' fetch cache: never the real releases' RECORDs
+        self.cluster = None
+
+    def node_env(self, **target: str) -> dict[str, str]:
+        return {
+            **target,
+            "PATCHKIT_CACHE_DIR": str(self.cache),
+            "XDG_STATE_HOME": str(self.base / "state"),
+            "PATCHKIT_PROBE_TIMEOUT": "60",
+        }
+
+    def start(self) -> None:
+        head = {"num_cpus": 1, "env_vars": self.node_env(PATCHKIT_TARGET=str(self.trees[0]))}
+        self.cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args=head)
+        self.cluster.add_node(num_cpus=1, env_vars=self.node_env(PATCHKIT_TARGET=str(self.trees[1])))
+        self.cluster.add_node(num_cpus=1, env_vars=self.node_env(PATCHKIT_PYTHON=str(self.python)))
+        self.cluster.wait_for_nodes()
+
+    def stock(self, *versions: str, files: dict[str, str] | None = None) -> None:
+        """Every node's tree written anew as a stock release (one version each, else 0.16.0)."""
+        for tree, version in zip(self.trees, versions or ("0.16.0",) * 3, strict=True):
+            shutil.rmtree(tree, ignore_errors=True)
+            write_tree(tree, version, files)
+
+    def library(self, name: str, edits: dict[str, str], releases: tuple[str, ...] = ("0.16.0",)) -> Path:
+        scratch = self.base / "scratch"
+        scratch.mkdir(exist_ok=True)
+        patch = make_patch(scratch, self.trees[0], edits)
+        root = self.base / "libraries" / name
+        shutil.rmtree(root, ignore_errors=True)
+        return write_library(root, {release: [patch] for release in releases})
+
+    def run(self, action: str, *args: object):
+        done = run_cli("fleet", action, "--address", self.cluster.address, "--format", "json", *args)
+        return done, json.loads(done.stdout)
+
+
+def _purelib(python: Path) -> Path:
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"))
+    fleet.stock()
+    fleet.start()
+    yield fleet
+    fleet.cluster.shutdown()
+
+
+def write_record(tree: Path) -> None:
+    """The tree's dist-info RECORD, as a wheel has it: each file's sha256 (urlsafe base64) and size."""
+    lines = []
+    for path in sorted((tree / "vllm").rglob("*.py")):
+        data = path.read_bytes()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{path.relative_to(tree).as_posix()},sha256={digest},{len(data)}")
+    (next(tree.glob("vllm-*.dist-info")) / "RECORD").write_text("\n".join(lines) + "\n")
+
+
+def by_target(document: dict) -> dict[str, dict]:
+    return {node["target"]: node for node in document["nodes"]}
+
+
+def test_status_apply_status_verify_revert_on_every_node(fleet):
+    fleet.stock()
+    lib = fleet.library("plain", {SPEC: patched_spec().replace('"deepseek"', '"kimi"')})
+    before = [snapshot(tree) for tree in fleet.trees]
+
+    done, status = fleet.run("status", "--patches", lib)
+    assert done.returncode == 0, done.stderr
+    assert status["state"] == "not-applied" and len(status["nodes"]) == 3
+    assert set(by_target(status)) == {str(tree) for tree in fleet.trees}
+    interpreter_node = by_target(status)[str(fleet.trees[2])]
+    assert interpreter_node["found_by"] == "$PATCHKIT_PYTHON on the node"
+    assert {n["vllm_version"] for n in status["nodes"]} == {"0.16.0"}
+    assert all(n["node_id"] and n["node_ip"] and n["ok"] for n in status["nodes"])
+
+    done, applied = fleet.run("apply", "--patches", lib)
+    assert done.returncode == 0, done.stderr
+    assert applied["state"] == "applied" and applied["phase"] == "apply"
+    assert all('"kimi"' in (tree / SPEC).read_text() for tree in fleet.trees)
+    probes = [c for c in by_target(applied)[str(fleet.trees[2])]["document"]["checks"] if c["check"] == "probe"]
+    assert probes and all(c["ok"] for c in probes), probes  # the interpreter node imported what it wrote
+
+    done, status = fleet.run("status", "--patches", lib)
+    assert (done.returncode, status["state"]) == (0, "applied")
+    done, verified = fleet.run("verify", "--patches", lib)
+    assert (done.returncode, verified["state"]) == (0, "applied"), done.stderr
+    probed = by_target(verified)[str(fleet.trees[2])]["document"]["checks"]
+    assert any(c["check"] == "probe" and c["path"] == SPEC and c["ok"] for c in probed), probed  # in its interpreter
+
+    done, reverted = fleet.run("revert", "--patches", lib)
+    assert (done.returncode, reverted["state"]) == (0, "reverted"), done.stderr
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+def test_text_output_is_a_row_per_node_and_a_summary(fleet):
+    fleet.stock()
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    done = run_cli("fleet", "status", "--address", fleet.cluster.address, "--patches", lib)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split() == ["node", "ip", "target", "vLLM", "state", "detail"]
+    assert sum("not-applied" in line for line in lines[2:5]) == 3
+    assert lines[-1] == "fleet status: 3 node(s): 3 not-applied; vLLM 0.16.0"
+
+
+def test_an_edited_stock_file_on_one_node_refuses_phase_one_and_nothing_is_written(fleet):
+    """The edit is outside the hunks' context (the diff still applies): the RECORD refuses it."""
+    fleet.stock()
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    for tree in fleet.trees:
+        write_record(tree)
+    edited = fleet.trees[1] / SPEC
+    edited.write_text(edited.read_text() + "# tuned by hand on this node\n")
+    before = [snapshot(tree) for tree in fleet.trees]
+
+    done, document = fleet.run("apply", "--patches", lib)
+    assert_clean_failure(done, 1)
+    assert document["phase"] == "prepare"
+    refused = by_target(document)[str(fleet.trees[1])]
+    assert not refused["ok"] and "integrity" in refused["detail"] and SPEC in refused["detail"], refused
+    assert refused["node_id"][:12] in document["error"] and "nothing was written on any node" in document["error"]
+    others = [by_target(document)[str(t)] for t in (fleet.trees[0], fleet.trees[2])]
+    assert all(n["state"] == "ready" and "phase 1 refused on another node" in n["detail"] for n in others)
+    assert [snapshot(tree) for tree in fleet.trees] == before
+    assert not any((tree / ".patchkit" / "state.json").exists() for tree in fleet.trees)  # no record either
+
+
+def test_a_failure_in_phase_two_rolls_the_other_nodes_back(fleet):
+    """The import probe runs only once files are written, and only on the interpreter node: a
+    patched module that raises on import passes phase 1 everywhere and fails phase 2 there."""
+    fleet.stock()
+    raising = patched_spec() + '\nraise RuntimeError("this build of spec.py cannot load")\n'
+    lib = fleet.library("raising", {SPEC: raising})
+    before = [snapshot(tree) for tree in fleet.trees]
+
+    done, document = fleet.run("apply", "--patches", lib)
+    assert_clean_failure(done, 1)
+    assert document["phase"] == "rolled-back"
+    nodes = by_target(document)
+    failed = nodes[str(fleet.trees[2])]
+    assert failed["state"] == "check-failed" and "cannot load" in failed["detail"]
+    assert failed["node_id"][:12] in document["error"]
+    for tree in fleet.trees[:2]:
+        assert nodes[str(tree)]["state"] == "rolled-back" and nodes[str(tree)]["written"]
+    assert "every node this run wrote was reverted" in document["error"]
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+def test_nodes_on_two_releases_each_get_their_own_series(fleet):
+    fleet.stock("0.16.0", "0.17.0", "0.17.0")
+    lib = fleet.library("two", {SPEC: patched_spec()}, releases=("0.16.0", "0.17.0"))
+    before = [snapshot(tree) for tree in fleet.trees]
+
+    done, document = fleet.run("apply", "--patches", lib, "--require-same-version")
+    assert_clean_failure(done, 1)
+    assert "different vLLM versions" in document["error"] and document["versions"] == ["0.16.0", "0.17.0"]
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+    done, document = fleet.run("apply", "--patches", lib)
+    assert (done.returncode, document["state"]) == (0, "applied"), done.stderr
+    assert {n["target"]: n["series"] for n in document["nodes"]} == {
+        str(fleet.trees[0]): "0.16.0",
+        str(fleet.trees[1]): "0.17.0",
+        str(fleet.trees[2]): "0.17.0",
+    }
+    assert all(SPEC in n["document"]["plan"][0]["files"][0]["path"] for n in document["nodes"])
+    done, _ = fleet.run("revert", "--patches", lib)
+    assert done.returncode == 0, done.stderr
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+def test_sigterm_during_phase_two_still_rolls_every_node_back(fleet):
+    """The interpreter node's probe imports a module that marks the moment and then takes a few
+    seconds: SIGTERM to `fleet apply` then. It waits for the nodes' answers and reverts them all."""
+    fleet.stock()
+    marker = fleet.base / "importing.mark"
+    marker.unlink(missing_ok=True)
+    slow = patched_spec() + textwrap.dedent(f"""
+        import pathlib, time
+        pathlib.Path({str(marker)!r}).touch()
+        time.sleep(4)
+        """)
+    lib = fleet.library("slow", {SPEC: slow})
+    before = [snapshot(tree) for tree in fleet.trees]
+    argv = [sys.executable, "-m", "patchkit", "fleet", "apply", "--address", fleet.cluster.address]
+    driver = subprocess.Popen([*argv, "--patches", str(lib), "--format", "json"], stdout=subprocess.PIPE, text=True)
+    try:
+        _wait_for(marker, driver, seconds=120)
+        driver.send_signal(signal.SIGTERM)
+        stdout, _ = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    document = json.loads(stdout)
+    assert driver.returncode == 130, stdout
+    assert "interrupted in phase 2" in document["error"]
+    assert {n["state"] for n in document["nodes"]} == {"rolled-back"}
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+def test_a_node_removed_mid_run_is_reported_lost(fleet):
+    """A fourth node whose interpreter takes its time to answer: removed while its task runs."""
+    fleet.stock()
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    started = fleet.base / "slow-python.started"
+    started.unlink(missing_ok=True)
+    slow_python = fleet.base / "slow-python"
+    slow_python.write_text(f'#!/bin/sh\ntouch "{started}"\nsleep 15\nexec "{fleet.python}" "$@"\n')
+    slow_python.chmod(0o755)
+    node = fleet.cluster.add_node(num_cpus=1, env_vars=fleet.node_env(PATCHKIT_PYTHON=str(slow_python)))
+    fleet.cluster.wait_for_nodes()
+    argv = [sys.executable, "-m", "patchkit", "fleet", "status", "--address", fleet.cluster.address]
+    driver = subprocess.Popen(
+        [*argv, "--patches", str(lib), "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _wait_for(started, driver, seconds=120)
+        fleet.cluster.remove_node(node)
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 4, stderr
+    assert "Traceback" not in stderr
+    document = json.loads(stdout)
+    lost = [n for n in document["nodes"] if n["state"] == "lost"]
+    assert len(lost) == 1 and lost[0]["node_id"] == node.node_id, document["nodes"]
+    assert lost[0]["node_id"][:12] in document["error"]
+    assert document["state"] == "mixed"
+
+
+def test_no_cluster_to_connect_to_is_exit_4():
+    done = run_cli("fleet", "status", "--address", "127.0.0.1:9")
+    assert_clean_failure(done, 4)
+    assert "cannot connect to the Ray cluster at 127.0.0.1:9" in done.stderr
+
+
+def _wait_for(path: Path, process: subprocess.Popen, *, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None, f"fleet ended first: {process.returncode}"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+@pytest.mark.release
+def test_real_0_16_0_and_0_17_0_files_on_three_nodes(fleet):
+    """The eagle3 library on stock files of two real releases (patchkit fetch): each node its release's series."""
+    for tree, version in zip(fleet.trees, ("0.16.0", "0.17.0", "0.17.0"), strict=True):
+        shutil.rmtree(tree, ignore_errors=True)
+        done = run_cli("fetch", version, "--dest", tree)
+        assert done.returncode == 0, done.stderr
+    before = [snapshot(tree) for tree in fleet.trees]
+    done, applied = fleet.run("apply", "--no-import")
+    assert done.returncode == 0, done.stderr
+    assert {n["target"]: n["vllm_version"] for n in applied["nodes"]} == {
+        str(fleet.trees[0]): "0.16.0",
+        str(fleet.trees[1]): "0.17.0",
+        str(fleet.trees[2]): "0.17.0",
+    }
+    done, verified = fleet.run("verify", "--no-import")
+    assert (done.returncode, verified["state"]) == (0, "applied"), done.stderr
+    done, _ = fleet.run("revert")
+    assert done.returncode == 0, done.stderr
+    assert [snapshot(tree) for tree in fleet.trees] == before

@@ -1,0 +1,222 @@
+"""`patchkit fleet` without a cluster: Ray stays optional, and the two-phase apply's protocol on a
+hundred simulated nodes (fake node runners, each a thread that answers as a node's patchkit would),
+the failure cases the README's "at a hundred nodes" describes."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure
+
+import patchkit
+from patchkit.errors import CHECK_FAILED, INTERRUPTED, TARGET_PROBLEM
+from patchkit.fleet.node import command_line, target_arguments
+from patchkit.fleet.protocol import Batch, Node, NodeReport, fleet_apply, run_each
+
+PACKAGE = Path(patchkit.__file__).parent
+NODES = [Node(f"{i:056x}", f"10.0.{i // 256}.{i % 256}") for i in range(100)]
+
+
+def run_without_ray(*args: str) -> subprocess.CompletedProcess:
+    """patchkit with `import ray` failing as it does where Ray is not installed."""
+    code = "import sys; sys.modules['ray'] = None; from patchkit.cli import main; sys.argv[0] = 'patchkit'; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_without_ray_fleet_says_how_to_install_it():
+    done = run_without_ray("fleet", "apply", "--format", "json", "--address", "10.1.2.3:6379")
+    assert_clean_failure(done, 2)
+    document = json.loads(done.stdout)
+    assert "needs Ray" in document["error"] and "pip install 'patchkit[ray]'" in document["hint"]
+    assert "pip install 'patchkit[ray]'" in done.stderr
+
+
+def test_nothing_but_fleet_loads_ray():
+    code = (
+        "import sys, patchkit.cli, patchkit.commands.fleet, patchkit.fleet.protocol, patchkit.fleet.node\n"
+        "from click.testing import CliRunner\n"
+        "assert CliRunner().invoke(patchkit.cli.cli, ['fleet', '--help']).exit_code == 0\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
+
+
+def test_only_the_cluster_module_imports_ray():
+    importers = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(name == "ray" or name.startswith("ray.") for name in names):
+                importers.append(path.relative_to(PACKAGE).as_posix())
+    assert sorted(set(importers)) == ["fleet/cluster.py"]
+
+
+def test_a_node_target_is_its_own_environment_first(monkeypatch):
+    request = {"target": "/cli/site", "python": None}
+    monkeypatch.setenv("PATCHKIT_PYTHON", "/node/env/bin/python")
+    assert target_arguments(request)[0] == ["--python", "/node/env/bin/python"]
+    monkeypatch.setenv("PATCHKIT_TARGET", "/node/site")
+    assert target_arguments(request) == (["--target", "/node/site"], "$PATCHKIT_TARGET on the node")
+    monkeypatch.delenv("PATCHKIT_TARGET")
+    monkeypatch.delenv("PATCHKIT_PYTHON")
+    assert target_arguments(request) == (["--target", "/cli/site"], "--target")
+    assert target_arguments({"python": "/cli/python"})[0] == ["--python", "/cli/python"]
+    assert target_arguments({}) == (["--python", sys.executable], "the Ray worker's interpreter")
+
+
+class SimulatedFleet:
+    """protocol.Runner over fake nodes: each step of each node runs in its own thread, taking
+    `seconds`, and answers as that node's patchkit would. `faults`: (node index, step) -> the answer
+    instead; `lost`: (node index, step) whose node dies during the step."""
+
+    def __init__(self, seconds: float = 0.02, versions: dict[int, str] | None = None):
+        self.seconds = seconds
+        self.versions = versions or {}
+        self.applied: set[int] = set()
+        self.calls: list[tuple[str, int, dict]] = []
+        self.faults: dict[tuple[int, str], dict] = {}
+        self.lost: set[tuple[int, str]] = set()
+        self.interrupt_during: str | None = None
+        self.lock = threading.Lock()
+
+    def run(self, step, nodes, request):
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            reports = list(pool.map(lambda node: self.answer(step, node, request), nodes))
+        return Batch(reports, interrupted=step == self.interrupt_during)
+
+    def answer(self, step: str, node: Node, request: dict) -> NodeReport:
+        index = NODES.index(node)
+        with self.lock:
+            self.calls.append((step, index, request))
+        time.sleep(self.seconds)
+        if (index, step) in self.lost:
+            return NodeReport(node, "lost", False, "NodeDiedError: the node died")
+        target = f"/nodes/{index}/site"
+        common = {"target": target, "vllm_version": self.versions.get(index, "0.16.0"), "set": "demo"}
+        summary = self.faults.get((index, step)) or self.normal(step, index)
+        return NodeReport.from_node(node, {**common, **summary})
+
+    def normal(self, step: str, index: int) -> dict:
+        with self.lock:
+            if step == "apply":
+                state = "already-applied" if index in self.applied else "applied"
+                self.applied.add(index)
+            elif step == "revert":
+                self.applied.discard(index)
+                state = "reverted"
+            else:
+                state = "ready" if step == "prepare" else "not-applied"
+        return {"state": state, "ok": True, "exit_code": 0}
+
+    def steps(self, step: str) -> list[int]:
+        return sorted(index for name, index, _ in self.calls if name == step)
+
+
+REQUEST = {"target": None, "python": None, "library": "/lib", "timeout": 60}
+REFUSED = {"state": "not-applied", "ok": False, "exit_code": 1, "detail": "integrity: vllm/config/spec.py: edited"}
+
+
+def states(result) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for report in result.reports:
+        counts[report.state] = counts.get(report.state, 0) + 1
+    return counts
+
+
+def test_a_hundred_nodes_apply_in_parallel():
+    fleet = SimulatedFleet(seconds=0.05)
+    started = time.monotonic()
+    result = fleet_apply(fleet, NODES, REQUEST)
+    elapsed = time.monotonic() - started
+    assert result.error is None and result.state == "applied" and len(fleet.applied) == 100
+    assert fleet.steps("prepare") == fleet.steps("apply") == list(range(100))
+    assert elapsed < 2.0, elapsed  # two rounds of the slowest node, not 200 node-steps one after another
+
+
+def test_a_refusal_in_phase_one_writes_nothing_on_any_of_a_hundred_nodes():
+    fleet = SimulatedFleet()
+    fleet.faults[(42, "prepare")] = REFUSED
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error is not None and result.error.exit_code == CHECK_FAILED
+    assert NODES[42].node_id[:12] in result.error.message and "integrity" in result.error.message
+    assert fleet.steps("apply") == [] and fleet.applied == set()
+    assert states(result) == {"ready": 99, "not-applied": 1} and result.state == "mixed"
+
+
+def test_a_failure_in_phase_two_reverts_the_ninety_nine_written():
+    fleet = SimulatedFleet()
+    fleet.applied = {7}  # applied before this run: not this run's to undo
+    fleet.faults[(57, "apply")] = {"state": "check-failed", "ok": False, "exit_code": 1, "detail": "probe: boom"}
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.exit_code == CHECK_FAILED and result.phase == "rolled-back"
+    assert "probe: boom" in result.error.message and "every node this run wrote was reverted" in result.error.message
+    assert fleet.steps("revert") == [i for i in range(100) if i not in (7, 57)]
+    assert fleet.applied == {7}
+    assert states(result) == {"rolled-back": 98, "already-applied": 1, "check-failed": 1}
+    revert_request = next(request for name, _, request in fleet.calls if name == "revert")
+    assert command_line("revert", revert_request)[0][3:] == [  # the set this run wrote, only
+        "revert",
+        "--format",
+        "json",
+        "--python",
+        sys.executable,
+        "--patches",
+        "/lib",
+        "--set",
+        "demo",
+    ]
+
+
+def test_a_node_lost_in_phase_two_and_a_revert_that_fails_are_named_with_what_to_run():
+    fleet = SimulatedFleet()
+    fleet.lost.add((13, "apply"))
+    fleet.faults[(14, "revert")] = {"state": "conflict", "ok": False, "exit_code": 1, "detail": "edited"}
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.exit_code == TARGET_PROBLEM
+    lost, stuck = result.reports[13], result.reports[14]
+    assert lost.state == "lost" and "patchkit status --target /nodes/13/site --set demo" in lost.detail
+    assert stuck.state == "rollback-failed" and "patchkit revert --target /nodes/14/site --set demo" in stuck.detail
+    assert NODES[14].node_id[:12] in result.error.message and "NOT reverted" in result.error.message
+    assert states(result) == {"rolled-back": 98, "lost": 1, "rollback-failed": 1}
+
+
+def test_an_interrupt_in_phase_two_reverts_what_was_written():
+    fleet = SimulatedFleet()
+    fleet.interrupt_during = "apply"
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.exit_code == INTERRUPTED
+    assert fleet.applied == set() and states(result) == {"rolled-back": 100}
+
+
+def test_mixed_versions_each_their_own_series_unless_refused():
+    versions = {i: "0.17.0" for i in range(50, 100)}
+    refused = fleet_apply(SimulatedFleet(versions=versions), NODES, REQUEST, require_same_version=True)
+    assert refused.error.exit_code == CHECK_FAILED and "different vLLM versions" in refused.error.message
+    assert refused.versions == ["0.16.0", "0.17.0"]
+    fleet = SimulatedFleet(versions=versions)
+    assert fleet_apply(fleet, NODES, REQUEST).error is None and len(fleet.applied) == 100
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [({"state": "partial", "ok": False, "exit_code": 1}, CHECK_FAILED), (None, TARGET_PROBLEM)],
+)
+def test_status_exit_code_one_for_a_failed_node_four_for_a_lost_one(fault, code):
+    fleet = SimulatedFleet()
+    if fault is None:
+        fleet.lost.add((3, "status"))
+    else:
+        fleet.faults[(3, "status")] = fault
+    result = run_each(fleet, "status", NODES, REQUEST)
+    assert result.error.exit_code == code and NODES[3].node_id[:12] in result.error.message
+    assert result.state == "mixed"
