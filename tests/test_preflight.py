@@ -363,3 +363,128 @@ def test_a_tree_patched_by_hand_in_part_is_a_finding_not_a_crash(setup):
     assert {"tree-state", "whitelist"} <= failed(done)
     assert "supports-eagle3" not in failed(done)
     assert findings(done)["tree-state"]["fix"]
+
+
+# --- SupportsEagle3 asked of vLLM itself: its supports_eagle3() on its ModelRegistry's class -----------
+
+# Just enough of vLLM for its registry and interfaces to import from the test tree: the registry's
+# tables are the tree's own registry.py, so the class vLLM resolves is the tree's file as it stands.
+FAKE_INTERFACES = """
+class SupportsPP:
+    pass
+
+
+class SupportsMultiModal:
+    pass
+
+
+class SupportsEagle3:
+    supports_eagle3 = True
+
+
+def supports_eagle3(model):
+    return getattr(model, "supports_eagle3", False)
+"""
+FAKE_MODELS_INIT = """
+import importlib
+
+from . import registry
+
+
+class _LazyRegisteredModel:
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+    def load_model_cls(self):
+        return getattr(importlib.import_module(f"{__name__}.{self.module}"), self.name)
+
+
+class _ModelRegistry:
+    def __init__(self, *tables):
+        self.models = {arch: _LazyRegisteredModel(*where) for table in tables for arch, where in table.items()}
+
+
+ModelRegistry = _ModelRegistry(registry._TEXT_GENERATION_MODELS, registry._MULTIMODAL_MODELS)
+"""
+
+
+def make_importable(tree: Path) -> dict[str, str]:
+    """The test tree as a vllm the worker imports (through PYTHONPATH): the environment to run with."""
+    models = tree / "vllm" / "model_executor" / "models"
+    (tree / "vllm" / "model_executor" / "__init__.py").write_text("")
+    (models / "__init__.py").write_text(FAKE_MODELS_INIT)
+    (models / "interfaces.py").write_text(FAKE_INTERFACES)
+    return {"PYTHONPATH": str(tree)}
+
+
+def with_import(tree: Path, library: Path, *command: str, env=None):
+    args = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
+    return run_cli(*args, "--", *command, env=env)
+
+
+def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup):
+    tree, library, models = setup
+    env = make_importable(tree)
+    done = with_import(tree, library, *serve(models["kimi"], models["drafter"]), env=env)
+    assert_clean_failure(done, 1)
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    kimi = "vllm.model_executor.models.kimi_k25.KimiK25ForConditionalGeneration"
+    assert f"vLLM's supports_eagle3() is False for {kimi}" in supports["message"]
+
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    done = with_import(tree, library, *serve(models["kimi"], models["drafter"]), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"vLLM's supports_eagle3() is True for {kimi}" in findings(done)["supports-eagle3"]["message"]
+
+
+def test_vllms_own_answer_wins_over_the_static_reading(setup, tmp_path):
+    """A class that gets SupportsEagle3 from a mixin in another module: the static reading (one module)
+    cannot see it; vLLM's supports_eagle3() can, and is the verdict."""
+    from launch_fixtures import REGISTRY, REGISTRY_PY
+
+    tree, library, models = setup
+    env = make_importable(tree)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    models_dir = tree / "vllm" / "model_executor" / "models"
+    (models_dir / "eagle3_mixin.py").write_text(
+        "from .interfaces import SupportsEagle3\n\n\nclass Eagle3Mixin(SupportsEagle3):\n    pass\n"
+    )
+    (models_dir / "mixed.py").write_text(
+        "from .eagle3_mixin import Eagle3Mixin\n\n\nclass MixedForCausalLM(Eagle3Mixin):\n    pass\n"
+    )
+    (tree / REGISTRY).write_text(
+        REGISTRY_PY.replace(
+            '    "LlamaForCausalLM"', '    "MixedForCausalLM": ("mixed", "MixedForCausalLM"),\n    "LlamaForCausalLM"'
+        )
+    )
+    target = write_model(tmp_path / "mixed", {**DEEPSEEK_V3, "architectures": ["MixedForCausalLM"]})
+
+    static_only = preflight(tree, library, *serve(target, models["drafter"]), env=env)
+    supports = findings(static_only)["supports-eagle3"]
+    assert not supports["ok"] and "does not have base SupportsEagle3" in supports["message"]
+    assert "vLLM's supports_eagle3() not asked: --no-import" in supports["message"]
+
+    done = with_import(tree, library, *serve(target, models["drafter"]), env=env)
+    supports = findings(done)["supports-eagle3"]
+    assert supports["ok"], supports
+    assert (
+        "vLLM's supports_eagle3() is True for vllm.model_executor.models.mixed.MixedForCausalLM" in supports["message"]
+    )
+
+    (models_dir / "mixed.py").write_text("import a_module_nobody_installed\n")
+    done = with_import(tree, library, *serve(target, models["drafter"]), env=env)
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"] and supports["fix"]
+    assert "vLLM cannot load its class for MixedForCausalLM" in supports["message"]
+    assert "a_module_nobody_installed" in supports["message"]
+
+
+def test_supports_eagle3_keeps_the_static_verdict_with_a_note_when_vllm_does_not_import(setup):
+    tree, library, models = setup
+    done = with_import(tree, library, *serve(models["deepseek"], models["drafter"]))  # no vllm on sys.path
+    assert_clean_failure(done, 1)
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    assert "does not have base SupportsEagle3" in supports["message"]
+    assert "vLLM's supports_eagle3() not asked: vLLM does not import in" in supports["message"]

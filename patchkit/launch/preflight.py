@@ -62,6 +62,8 @@ def preflight(resolved, command: LaunchCommand, *, no_import: bool = False) -> P
         resolved.vllm_version,
         resolved.selection.patch_set,
         read_planned=planned,
+        python=None if no_import else resolved.target.python,
+        not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
     )
     result.findings.extend(set_checks(context))
     if not no_import:
