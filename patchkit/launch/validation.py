@@ -4,6 +4,8 @@ class (patchkit/_target/model_interface.py)."""
 
 from __future__ import annotations
 
+import os
+
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import Finding, VllmVerdict
 
@@ -16,7 +18,13 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
 
     if python is None:
         return Finding(CHECK, True, "skipped: no interpreter known for this target (give --python)")
-    request = {"args": command.engine_args(), "env": command.env}
+    request = {
+        "arguments": command.arguments,
+        "serve": command.serve,
+        "args": command.engine_args(),
+        "cwd": os.getcwd(),
+        "env": command.env,
+    }
     try:
         answer = run_worker(
             python,
