@@ -24,10 +24,11 @@ def work(request: dict) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
+        importlib.import_module("vllm")
+        _force_cpu_platform_when_none()  # before the modules that keep vllm.platforms.current_platform
         AsyncEngineArgs = importlib.import_module("vllm.engine.arg_utils").AsyncEngineArgs
     except Exception as exc:  # vLLM does not import here: the validation is skipped, not failed
         return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
-    _force_cpu_platform_when_none()
     refused = io.StringIO()
     try:
         with contextlib.redirect_stderr(refused):

@@ -1,6 +1,6 @@
 """Opt-in (`make test-vllm`): the launch guard on the real vLLM wheel.
 
-apply installs it; vLLM itself loads it (EngineArgs.__post_init__ calls
+apply installs it; on the healthy tree `vllm --version`, `--help` and `bench --help` work; vLLM itself loads it (EngineArgs.__post_init__ calls
 vllm.plugins.load_general_plugins(), which calls every vllm.general_plugins entry point); a file
 changed after apply stops `EngineArgs(...)` with the guard's message; revert leaves site-packages
 as it was, guard included.
@@ -39,6 +39,14 @@ def engine_args(model: Path, **env: str) -> tuple[subprocess.CompletedProcess, f
     return done, time.monotonic() - started
 
 
+def vllm_cli(*args: str) -> subprocess.CompletedProcess:
+    """The venv's own `vllm` script, as a user runs it."""
+    script = Path(VLLM_PYTHON).with_name("vllm")
+    return subprocess.run(
+        [str(script), *args], capture_output=True, text=True, timeout=600, cwd=os.path.abspath(os.sep)
+    )
+
+
 def top_level(site: Path) -> dict[str, list[str]]:
     """What a revert must leave as it found it beside vllm/: the names in site-packages and its __pycache__/."""
     cache = site / "__pycache__"
@@ -74,6 +82,9 @@ def test_the_guard_stops_a_changed_tree_and_revert_removes_it(tmp_path):
 
         healthy, _ = engine_args(model)
         assert "patchkit guard" not in healthy.stdout + healthy.stderr
+        for command in (["--version"], ["--help"], ["bench", "--help"]):
+            done = vllm_cli(*command)
+            assert done.returncode == 0 and "TreeChanged" not in done.stderr, (command, done.stderr[-2000:])
 
         edited.write_bytes(original + b"# changed after apply\n")
         stopped, took = engine_args(model)
