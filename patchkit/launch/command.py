@@ -250,10 +250,9 @@ def _with_config_file(arguments: list[str], serve: bool) -> list[str]:
     if index == len(arguments) - 1:
         raise BadInput("--config names no file")
     config = _config_file_args(arguments[index + 1])
-    rest = arguments[:index] + arguments[index + 2 :]
-    if serve and rest and not rest[0].startswith("-"):
-        return [rest[0], *config, *rest[1:]]
-    return [*config, *rest]
+    if serve and index > 0 and not arguments[0].startswith("-"):
+        return [arguments[0], *config, *arguments[1:index], *arguments[index + 2 :]]
+    return [*config, *arguments[:index], *arguments[index + 2 :]]
 
 
 def _config_file_args(path: str) -> list[str]:
@@ -269,7 +268,7 @@ def _config_file_args(path: str) -> list[str]:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise BadInput(f"--config {path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise BadInput(f"--config {path}: expected a mapping of option names to values")
+        raise BadInput(f"--config {path}: expected a mapping of option names to values (vLLM fails on anything else)")
     args: list[str] = []
     for key, value in data.items():
         if isinstance(value, bool):
