@@ -583,3 +583,13 @@ def test_a_short_option_the_installed_vllm_does_not_declare_is_a_finding(setup):
     assert findings(done)["command"]["fix"] == "write --speculative-config"
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "-tp", "2", "--speculative-config", spec)
     assert done.returncode == 0, done.stdout
+
+
+def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup):
+    tree, library, models = setup
+    env = make_importable(tree)
+    (tree / "vllm" / "model_executor" / "models" / "__init__.py").write_text("ModelRegistry = object()\n")
+    done = with_import(tree, library, *serve(models["deepseek"], models["drafter"]), env=env)
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    assert "vLLM's supports_eagle3() not asked: this vLLM's ModelRegistry has no table of models" in supports["message"]

@@ -3,7 +3,7 @@ example supports_eagle3) on the class vLLM's ModelRegistry resolves for an archi
 
 request: {"architecture": name, "function": name in interfaces, "env": {VAR: VALUE}}
 answer:  {"status": "ok", "class": "module.Class", "result": bool}
-       | {"status": "no-vllm" | "not-registered" | "error", "error": text}
+       | {"status": "no-vllm" | "unanswered" | "not-registered" | "error", "error": text}
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ def work(request: dict) -> dict:
         function = getattr(importlib.import_module(INTERFACES), request["function"])
     except Exception as exc:  # vLLM does not import here: the question is skipped, not failed
         return {"status": "no-vllm", "error": _error_text(exc)}
+    models = getattr(registry, "models", None)
+    if not isinstance(models, dict):  # a registry of another shape: not asked, rather than a wrong "no"
+        return {"status": "unanswered", "error": "this vLLM's ModelRegistry has no table of models"}
     architecture = request["architecture"]
-    registered = getattr(registry, "models", {}).get(architecture)
+    registered = models.get(architecture)
     if registered is None:
         return {"status": "not-registered", "error": f"vLLM's ModelRegistry has no {architecture}"}
     try:

@@ -71,6 +71,8 @@ def model_interface(python: str, env: dict[str, str], architecture: str, functio
         )
     if status == "no-vllm":
         return VllmVerdict(None, f"{asked} not asked: vLLM does not import in {python}: {error}")
+    if status == "unanswered":
+        return VllmVerdict(None, f"{asked} not asked: {error}")
     if status == "not-registered":
         return VllmVerdict(False, f"{asked}: {error}")
     return VllmVerdict(False, f"vLLM cannot load its class for {architecture}: {error}")
