@@ -52,7 +52,8 @@ bench: $(VENV)/.installed
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
 
-# Opt-in: the real vLLM wheel in its own venv (about 11 GB, 5-10 minutes the first time; reused after).
+# Opt-in: the real vLLM wheel in its own venv (about 11 GB, 5-12 minutes the first time; reused after;
+# VLLM_VENV=DIR builds it, or reuses one, elsewhere).
 # apply --python / verify (with the import probe) / revert on it; see tests/vllm_import/.
 VLLM ?= 0.16.0
 VLLM_VENV ?= .cache/vllm-venv-$(VLLM)

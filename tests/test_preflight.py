@@ -240,6 +240,10 @@ class AsyncEngineArgs:
         return cls(**vars(args))
 
     def create_engine_config(self):
+        import os
+
+        if not os.path.isdir(self.values["model"]):
+            raise ValueError(f"no model directory {self.values['model']} here ({os.getcwd()})")
         spec = self.values["speculative_config"] or {}
         if spec.get("method") == "eagle3":
             raise ValueError("Eagle3 is only supported for ['llama', 'qwen'] models. Got model_type='deepseek_v3'")
@@ -271,6 +275,15 @@ def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     done = run_cli(*base, *plain, "--max-model-len", "lots", env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
     assert "argument parser refused" in findings(done)["vllm-validation"]["message"]
+
+
+def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, tmp_path):
+    tree, library, models = setup
+    fake = write_fake_vllm(tmp_path / "fake")
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    relative = models["deepseek"].relative_to(tmp_path)
+    done = run_cli(*base, "vllm", "serve", relative, env={"PYTHONPATH": str(fake)}, cwd=tmp_path)
+    assert findings(done)["vllm-validation"]["message"] == "vLLM's create_engine_config() accepts the command"
 
 
 def test_vllm_validation_is_skipped_with_a_note_when_vllm_does_not_import(setup):
@@ -363,3 +376,220 @@ def test_a_tree_patched_by_hand_in_part_is_a_finding_not_a_crash(setup):
     assert {"tree-state", "whitelist"} <= failed(done)
     assert "supports-eagle3" not in failed(done)
     assert findings(done)["tree-state"]["fix"]
+
+
+# --- SupportsEagle3 asked of vLLM itself: its supports_eagle3() on its ModelRegistry's class -----------
+
+# Just enough of vLLM for its registry and interfaces to import from the test tree: the registry's
+# tables are the tree's own registry.py, so the class vLLM resolves is the tree's file as it stands.
+FAKE_INTERFACES = """
+class SupportsPP:
+    pass
+
+
+class SupportsMultiModal:
+    pass
+
+
+class SupportsEagle3:
+    supports_eagle3 = True
+
+
+def supports_eagle3(model):
+    return getattr(model, "supports_eagle3", False)
+"""
+FAKE_MODELS_INIT = """
+import importlib
+
+from . import registry
+
+
+class _LazyRegisteredModel:
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+    def load_model_cls(self):
+        return getattr(importlib.import_module(f"{__name__}.{self.module}"), self.name)
+
+
+class _ModelRegistry:
+    def __init__(self, *tables):
+        self.models = {arch: _LazyRegisteredModel(*where) for table in tables for arch, where in table.items()}
+
+
+ModelRegistry = _ModelRegistry(registry._TEXT_GENERATION_MODELS, registry._MULTIMODAL_MODELS)
+"""
+
+
+def make_importable(tree: Path) -> dict[str, str]:
+    """The test tree as a vllm the worker imports (through PYTHONPATH): the environment to run with."""
+    models = tree / "vllm" / "model_executor" / "models"
+    (tree / "vllm" / "model_executor" / "__init__.py").write_text("")
+    (models / "__init__.py").write_text(FAKE_MODELS_INIT)
+    (models / "interfaces.py").write_text(FAKE_INTERFACES)
+    return {"PYTHONPATH": str(tree)}
+
+
+def with_import(tree: Path, library: Path, *command: str, env=None):
+    args = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
+    return run_cli(*args, "--", *command, env=env)
+
+
+def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup):
+    tree, library, models = setup
+    env = make_importable(tree)
+    done = with_import(tree, library, *serve(models["kimi"], models["drafter"]), env=env)
+    assert_clean_failure(done, 1)
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    kimi = "vllm.model_executor.models.kimi_k25.KimiK25ForConditionalGeneration"
+    assert f"vLLM's supports_eagle3() is False for {kimi}" in supports["message"]
+
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    done = with_import(tree, library, *serve(models["kimi"], models["drafter"]), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"vLLM's supports_eagle3() is True for {kimi}" in findings(done)["supports-eagle3"]["message"]
+
+
+def test_vllms_own_answer_wins_over_the_static_reading(setup, tmp_path):
+    """A class that gets SupportsEagle3 from a mixin in another module: the static reading (one module)
+    cannot see it; vLLM's supports_eagle3() can, and is the verdict."""
+    from launch_fixtures import REGISTRY, REGISTRY_PY
+
+    tree, library, models = setup
+    env = make_importable(tree)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    models_dir = tree / "vllm" / "model_executor" / "models"
+    (models_dir / "eagle3_mixin.py").write_text(
+        "from .interfaces import SupportsEagle3\n\n\nclass Eagle3Mixin(SupportsEagle3):\n    pass\n"
+    )
+    (models_dir / "mixed.py").write_text(
+        "from .eagle3_mixin import Eagle3Mixin\n\n\nclass MixedForCausalLM(Eagle3Mixin):\n    pass\n"
+    )
+    (tree / REGISTRY).write_text(
+        REGISTRY_PY.replace(
+            '    "LlamaForCausalLM"', '    "MixedForCausalLM": ("mixed", "MixedForCausalLM"),\n    "LlamaForCausalLM"'
+        )
+    )
+    target = write_model(tmp_path / "mixed", {**DEEPSEEK_V3, "architectures": ["MixedForCausalLM"]})
+
+    static_only = preflight(tree, library, *serve(target, models["drafter"]), env=env)
+    supports = findings(static_only)["supports-eagle3"]
+    assert not supports["ok"] and "does not have base SupportsEagle3" in supports["message"]
+    assert "vLLM's supports_eagle3() not asked: --no-import" in supports["message"]
+
+    done = with_import(tree, library, *serve(target, models["drafter"]), env=env)
+    supports = findings(done)["supports-eagle3"]
+    assert supports["ok"], supports
+    assert (
+        "vLLM's supports_eagle3() is True for vllm.model_executor.models.mixed.MixedForCausalLM" in supports["message"]
+    )
+
+    (models_dir / "mixed.py").write_text("import a_module_nobody_installed\n")
+    done = with_import(tree, library, *serve(target, models["drafter"]), env=env)
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"] and supports["fix"]
+    assert "vLLM cannot load its class for MixedForCausalLM" in supports["message"]
+    assert "a_module_nobody_installed" in supports["message"]
+
+
+def test_supports_eagle3_keeps_the_static_verdict_with_a_note_when_vllm_does_not_import(setup):
+    tree, library, models = setup
+    done = with_import(tree, library, *serve(models["deepseek"], models["drafter"]))  # no vllm on sys.path
+    assert_clean_failure(done, 1)
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    assert "does not have base SupportsEagle3" in supports["message"]
+    assert "vLLM's supports_eagle3() not asked: vLLM does not import in" in supports["message"]
+
+
+# --- the command as vLLM 0.16.0's FlexibleArgumentParser reads it -----------------------------------------
+
+
+def test_a_key_by_key_option_is_read_as_vllm_reads_it():
+    command = parse(
+        [
+            *("vllm", "serve", "org/m", "--speculative_config.method", "eagle3"),
+            *("--speculative-config.num_speculative_tokens", "4", "--speculative-config.model=/drafts/x.v2"),
+            *("--hf-overrides.text_config.num_hidden_layers", "12", "--hf-overrides.ids+", "7,8"),
+            *("--hf-overrides.ids+", "9", "--hf_overrides.text_config.rope", '{"factor": 2}'),
+        ]
+    )
+    assert command.speculative_config == {"method": "eagle3", "num_speculative_tokens": 4, "model": "/drafts/x.v2"}
+    assert command.hf_overrides == {
+        "text_config": {"num_hidden_layers": 12, "rope": {"factor": 2}},
+        "ids": ["7", "8", "9"],
+    }
+    assert command.notes == []
+
+
+def test_a_key_keeps_its_spelling_and_takes_the_next_token_whatever_it_is():
+    command = parse(["vllm", "serve", "m", "--speculative-config.num-speculative-tokens", "2"])
+    assert command.speculative_config == {"num-speculative-tokens": 2}  # vLLM passes it on as written
+    command = parse(["vllm", "serve", "m", "--speculative-config.model", "--trust-remote-code"])
+    assert command.speculative_config == {"model": "--trust-remote-code"} and not command.trust_remote_code
+    with pytest.raises(BadInput, match="needs a value"):
+        parse(["vllm", "serve", "m", "--speculative-config.method"])
+
+
+def test_json_and_key_by_key_together_keep_only_the_keys_and_fail_the_preflight(setup):
+    tree, library, models = setup
+    spec = json.dumps({"method": "eagle3", "model": str(models["drafter"])})
+    for order in (
+        ["--speculative-config", spec, "--speculative-config.num_speculative_tokens", "3"],
+        ["--speculative-config.num_speculative_tokens", "3", "--speculative-config", spec],
+    ):
+        command = parse(["vllm", "serve", str(models["deepseek"]), *order])
+        assert command.speculative_config == {"num_speculative_tokens": 3}
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), *order)
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"command"}
+    assert "drops the JSON" in findings(done)["command"]["message"]
+
+
+def test_a_config_file_is_spliced_in_where_vllm_puts_it(setup, tmp_path, monkeypatch):
+    _, _, models = setup
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "launch.yml").write_text(
+        f"model: {models['kimi']}\nenforce_eager: true\ntrust-remote-code: false\n"
+        f"speculative-config:\n  method: eagle3\n  model: {models['drafter']}\n"
+    )
+    command = parse(["vllm", "serve", str(models["deepseek"]), "--config", "launch.yml", "-tp", "2"])
+    assert command.model == str(models["deepseek"])  # serve's positional MODEL wins over the file's
+    assert command.speculative_config == {"method": "eagle3", "model": str(models["drafter"])}
+    assert command.options["enforce-eager"] is True and not command.trust_remote_code
+    assert command.tensor_parallel_size == 2
+    api = parse(["python3", "-m", "vllm.entrypoints.openai.api_server", "--config", "launch.yml"])
+    assert api.model == str(models["kimi"])
+    (tmp_path / "launch.json").write_text("{}")
+    with pytest.raises(BadInput, match=r"only a \.yaml or \.yml"):
+        parse(["vllm", "serve", "m", "--config", "launch.json"])
+
+
+def test_a_short_option_the_installed_vllm_does_not_declare_is_a_finding(setup):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    arg_utils = tree / "vllm" / "engine" / "arg_utils.py"
+    arg_utils.parent.mkdir()
+    arg_utils.write_text(
+        'parser.add_argument("--tensor-parallel-size", "-tp")\nparser.add_argument("--speculative-config")\n'
+    )
+    spec = json.dumps({"method": "eagle3", "model": str(models["drafter"])})
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "-tp", "2", "-sc", spec)
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"command"}
+    assert findings(done)["command"]["message"].startswith("the installed vLLM has no option -sc")
+    assert findings(done)["command"]["fix"] == "write --speculative-config"
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "-tp", "2", "--speculative-config", spec)
+    assert done.returncode == 0, done.stdout
+
+
+def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup):
+    tree, library, models = setup
+    env = make_importable(tree)
+    (tree / "vllm" / "model_executor" / "models" / "__init__.py").write_text("ModelRegistry = object()\n")
+    done = with_import(tree, library, *serve(models["deepseek"], models["drafter"]), env=env)
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    assert "vLLM's supports_eagle3() not asked: this vLLM's ModelRegistry has no table of models" in supports["message"]

@@ -27,6 +27,7 @@ def test_every_worker_is_there():
         "guard",
         "import_probe",
         "locate",
+        "model_interface",
     }
 
 

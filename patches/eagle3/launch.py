@@ -3,6 +3,8 @@ eagle3, held against the installed vLLM, statically. Engine and API: patchkit/la
 
 Each fault the engineer this set comes from met one model load at a time is a finding here: the
 whitelist, the proposer's image_token_index read, SupportsEagle3, and the drafter's shape.
+SupportsEagle3 is also asked of vLLM itself (its supports_eagle3() on the class its ModelRegistry
+resolves) when the preflight may import vLLM; that answer is then the verdict.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
 MODELS_DIR = "vllm/model_executor/models"
 DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
+SUPPORTS_FIX = "the installed model class does not implement SupportsEagle3: run `patchkit status`"
 
 
 def checks(launch) -> list[Finding]:
@@ -65,7 +68,17 @@ def supports_eagle3(launch) -> Finding:
         )
         return launch.evaluate(requirement, read)
 
-    return launch.judge("supports-eagle3", judgement)
+    static = launch.judge("supports-eagle3", judgement)
+    return _held_to_vllm(static, launch.model_interface(arch, "supports_eagle3"))
+
+
+def _held_to_vllm(static: Finding, verdict) -> Finding:
+    """The static finding, then vLLM's own answer when it gave one: vLLM's answer is the verdict."""
+    if verdict.result is None:
+        return dataclasses.replace(static, message=f"{static.message}; {verdict.message}")
+    message = f"statically: {static.message}; {verdict.message}"
+    fix = None if verdict.result else static.fix or SUPPORTS_FIX
+    return Finding(static.check, verdict.result, message, fix)
 
 
 def image_token(launch) -> list[Finding]:

@@ -1,13 +1,17 @@
-"""vLLM's own validation of a launch: EngineArgs from the command's arguments, then
-create_engine_config(). No weights are loaded; nothing is downloaded (HF_HUB_OFFLINE).
+"""vLLM's own validation of a launch: its command-line parser (as `vllm serve` or the api_server
+builds it: FlexibleArgumentParser's dotted keys, --config, unknown options refused), EngineArgs from
+it, then create_engine_config(). No weights are loaded; nothing is downloaded (HF_HUB_OFFLINE).
 
-request: {"args": [the arguments vLLM's engine parser reads], "env": {VAR: VALUE}}
+request: {"arguments": [what follows `vllm serve` or `-m vllm.entrypoints.openai.api_server`],
+          "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir, "env": {VAR: VALUE}}
 answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text}
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import os
 import sys
@@ -20,21 +24,55 @@ def work(request: dict) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
+        importlib.import_module("vllm")
+        _force_cpu_platform_when_none()  # before the modules that keep vllm.platforms.current_platform
         AsyncEngineArgs = importlib.import_module("vllm.engine.arg_utils").AsyncEngineArgs
     except Exception as exc:  # vLLM does not import here: the validation is skipped, not failed
         return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
-    _force_cpu_platform_when_none()
+    refused = io.StringIO()
     try:
-        parser = AsyncEngineArgs.add_cli_args(_parser_class()())
-        args, _unknown = parser.parse_known_args(request["args"])
+        with contextlib.redirect_stderr(refused):
+            args = _parsed(AsyncEngineArgs, request)
         AsyncEngineArgs.from_cli_args(args).create_engine_config()
     except Exception as exc:
         return {"status": "invalid", "error": _error_text(exc)}
     except BaseException as exc:  # argparse exits on an argument it refuses: vLLM would refuse it too
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return {"status": "invalid", "error": f"vLLM's argument parser refused the command (status {exc})"}
+        said = refused.getvalue().strip().splitlines()
+        reason = said[-1] if said else f"status {exc}"
+        return {"status": "invalid", "error": f"vLLM's argument parser refused the command: {reason}"}
     return {"status": "ok"}
+
+
+def _parsed(AsyncEngineArgs: Any, request: dict) -> Any:
+    """The arguments as the launch's own parser reads them: `vllm serve`'s subcommand parser or the
+    api_server's, with their checks; else (a vLLM without them) the engine's arguments alone."""
+    parser_class = _parser_class()
+    cli_args: Any
+    serve: Any
+    try:
+        cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
+        serve = importlib.import_module("vllm.entrypoints.cli.serve") if request.get("serve") else None
+    except Exception:
+        cli_args = serve = None
+    if request.get("cwd"):  # once vLLM is imported: relative paths (--config, a model) as the launch sees them
+        os.chdir(request["cwd"])
+    if cli_args is None:
+        return AsyncEngineArgs.add_cli_args(parser_class()).parse_known_args(request["args"])[0]
+    if serve is None:
+        args = cli_args.make_arg_parser(parser_class()).parse_args(request["arguments"])
+        cli_args.validate_parsed_serve_args(args)
+        return args
+    parser = parser_class()
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    [command] = [c for c in serve.cmd_init() if c.name == "serve"]
+    command.subparser_init(subparsers)
+    args = parser.parse_args(["serve", *request["arguments"]])
+    command.validate(args)
+    if getattr(args, "model_tag", None) is not None:
+        args.model = args.model_tag  # what `vllm serve` does with its positional MODEL
+    return args
 
 
 def _parser_class():

@@ -12,7 +12,7 @@ launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, req
 @click.command(context_settings=LAUNCH_SETTINGS)
 @target_options
 @format_option(formats=("text", "json", "junit"))
-@no_import_option("Skip vLLM's own engine-config validation in the target's interpreter.")
+@no_import_option("Ask vLLM nothing in the target's interpreter (its engine-config validation, supports_eagle3()).")
 @launch_argument
 def command(opts, quiet, verbose, fmt, no_import, launch):
     """Check a vLLM launch command before anything loads: every fault in one run.
@@ -20,8 +20,8 @@ def command(opts, quiet, verbose, fmt, no_import, launch):
     COMMAND is `vllm serve MODEL [args]` or `python -m vllm.entrypoints.openai.api_server --model
     MODEL [args]`, either behind `env VAR=...`. The models' config.json files (local directories or
     the Hugging Face cache, never downloaded) are held against the installed vLLM: the tree's state
-    and the checks the patch set declares, then vLLM's own create_engine_config() in the target's
-    interpreter (--no-import skips it). Exit 0: the launch passes; 1: a finding failed; 2: the
+    and the checks the patch set declares (asking vLLM itself where they can), then vLLM's own
+    create_engine_config(), each in the target's interpreter (--no-import skips both). Exit 0: the launch passes; 1: a finding failed; 2: the
     command cannot be read; 4: a model or the target is missing.
     """
     from patchkit.launch.command import parse

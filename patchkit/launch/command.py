@@ -5,10 +5,11 @@ Accepted forms, each optionally behind `env [VAR=VALUE ...]`:
     vllm serve MODEL [args]
     python -m vllm.entrypoints.openai.api_server --model MODEL [args]
 
-Options are read as vLLM's FlexibleArgumentParser reads them: `--name value` and `--name=value`,
-underscores as dashes, and for the JSON options a dotted form (`--speculative-config.method eagle3`)
-that builds the JSON object key by key. `--config FILE.yaml` supplies options as YAML keys; the
-command line overrides them. Unknown options are ignored. What cannot be read is BadInput (exit 2).
+Options are read as vLLM's FlexibleArgumentParser reads them (checked against vLLM 0.16.0's):
+`--name value` and `--name=value`, underscores as dashes in the name, and for the JSON options a
+dotted form (`--speculative-config.method eagle3`) that builds the JSON object key by key.
+`--config FILE.yaml` splices the YAML's keys in as options; the command line overrides them. Unknown
+options are ignored. What cannot be read is BadInput (exit 2).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ class LaunchCommand:
     options: dict[str, object] = field(default_factory=dict)  # option name (dashed) -> value
     model: str | None = None
     arguments: list[str] = field(default_factory=list)  # what vLLM's parser reads (after `serve` / the module)
+    serve: bool = True  # `vllm serve` (else `python -m vllm.entrypoints.openai.api_server`)
+    notes: list[str] = field(default_factory=list)  # what vLLM reads otherwise than it was written
+
+    def short_options(self) -> set[str]:
+        """The short aliases the command uses (`-tp`, `-sc`), as written."""
+        return {f"-{alias}" for alias in ALIASES for token in self.arguments if _spells(token, f"-{alias}")}
 
     def engine_args(self) -> list[str]:
         """The arguments for vLLM's engine parser: the positional model as --model."""
@@ -103,24 +110,34 @@ def parse(argv: list[str]) -> LaunchCommand:
     if name == "vllm":
         if not args or args[0] != "serve":
             raise BadInput(f"not a vLLM launch: `vllm {args[0] if args else ''}` (expected `vllm serve MODEL`)")
-        arguments = args[1:]
-        options, positional = _read_options(arguments)
-        model = positional[0] if positional else None
+        arguments, serve = args[1:], True
     elif name.startswith("python"):
         if len(args) < 2 or args[0] != "-m" or args[1] != API_SERVER:
             raise BadInput(f"not a vLLM launch: expected `{name} -m {API_SERVER} --model MODEL`")
-        arguments = args[2:]
-        options, _ = _read_options(arguments)
-        model = None
+        arguments, serve = args[2:], False
     else:
         raise BadInput(f"not a vLLM launch: {program!r} (expected `vllm serve` or `python -m {API_SERVER}`)")
-    options = {**_config_file_options(options.get("config")), **options}
-    model = str(options.get("model") or model or "") or None
+    notes: list[str] = []
+    options, _ = _read_options(_with_config_file(arguments, serve), notes)
+    model = _model(arguments, options, serve)
     if model is None:
         raise BadInput("the launch command names no model (positional MODEL or --model)")
-    command = LaunchCommand(list(argv), program, env, options, model, list(arguments))
+    command = LaunchCommand(list(argv), program, env, options, model, list(arguments), serve, notes)
     _ = command.speculative_config, command.hf_overrides, command.tensor_parallel_size  # each read now: exit 2
     return command
+
+
+def _model(arguments: list[str], options: dict[str, object], serve: bool) -> str | None:
+    """`vllm serve`: the command line's --model, else its positional MODEL, else the config file's
+    model (vLLM moves a --model to the positional place, which wins); the api_server: --model."""
+    cli_options, positional = _read_options(arguments, [])
+    found = (cli_options.get("model") or (positional[0] if positional else None)) if serve else None
+    found = found or options.get("model")
+    return str(found) if found else None
+
+
+def _spells(token: str, option: str) -> bool:
+    return token == option or token.startswith((f"{option}=", f"{option}."))
 
 
 def _env_prefix(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -136,9 +153,14 @@ def _env_prefix(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, argv[index:]
 
 
-def _read_options(args: list[str]) -> tuple[dict[str, object], list[str]]:
+def _read_options(args: list[str], notes: list[str]) -> tuple[dict[str, object], list[str]]:
+    """Options as vLLM's FlexibleArgumentParser reads them: the last occurrence wins; underscores
+    become dashes in an option's name (not in a key after its first dot); `--name.key VALUE` (the
+    next token, whatever it is) builds one JSON object per option, which vLLM passes after every
+    other argument: it replaces a JSON value given for the same option."""
     options: dict[str, object] = {}
     positional: list[str] = []
+    dotted: dict[str, dict] = {}
     index = 0
     while index < len(args):
         token = args[index]
@@ -149,16 +171,30 @@ def _read_options(args: list[str]) -> tuple[dict[str, object], list[str]]:
         name, value = token.lstrip("-"), None
         if "=" in name:
             name, value = name.split("=", 1)
-        name = name.replace("_", "-")
-        base, _, key = name.partition(".")
+        base, dot, key = name.partition(".")
+        if token.startswith("--"):
+            base = base.replace("_", "-")
         base = ALIASES.get(base, base)
+        if dot:
+            if value is None:
+                if index >= len(args):
+                    raise BadInput(f"{token} needs a value")
+                value = args[index]
+                index += 1
+            if base in JSON_OPTIONS:
+                _merge(dotted.setdefault(base, {}), _dotted_object(key, value))
+            continue
         if value is None and base not in FLAGS and index < len(args) and not _is_option(args[index]):
             value = args[index]
             index += 1
-        if key and base in JSON_OPTIONS:
-            _set_dotted(options, base, key, value)
-        else:
-            options[base] = True if value is None else value
+        options[base] = True if value is None else value
+    for base, built in dotted.items():
+        if isinstance(options.get(base), str):
+            notes.append(
+                f"--{base} is given as JSON and key by key: vLLM keeps only the key-by-key object "
+                f"{json.dumps(built)} and drops the JSON"
+            )
+        options[base] = built
     return options, positional
 
 
@@ -174,42 +210,76 @@ def _is_number(token: str) -> bool:
     return True
 
 
-def _set_dotted(options: dict[str, object], base: str, key: str, value: str | None) -> None:
-    """`--speculative-config.method eagle3`: one key of the JSON object (a value that is JSON is parsed)."""
-    current = options.get(base)
-    if isinstance(current, str):
-        raise BadInput(f"--{base} is given both as JSON and key by key (--{base}.{key})")
-    target = current if isinstance(current, dict) else {}
-    options[base] = target
-    parts = key.split(".")
-    for part in parts[:-1]:
-        target = target.setdefault(part, {})
-        if not isinstance(target, dict):
-            raise BadInput(f"--{base}.{key}: {part} is not an object")
-    try:
-        parsed = json.loads(value) if value is not None else True
-    except json.JSONDecodeError:
-        parsed = value
-    target[parts[-1]] = parsed
+def _dotted_object(key: str, value: str) -> dict:
+    """`method`, `eagle3` -> {"method": "eagle3"}; `a.b`, `5` -> {"a": {"b": 5}} (a value that is JSON
+    is parsed); `ids+`, `1,2` -> {"ids": ["1", "2"]} (a list, appended to)."""
+    parsed: object
+    if key.endswith("+"):
+        key, parsed = key[:-1], value.split(",")
+    else:
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+    nested: object = parsed
+    for part in reversed(key.split(".")):
+        nested = {part: nested}
+    assert isinstance(nested, dict)
+    return nested
 
 
-def _config_file_options(path: object) -> dict[str, object]:
-    """--config FILE.yaml: its keys as options (the command line overrides them)."""
-    if path is None:
-        return {}
+def _merge(original: dict, update: dict) -> None:
+    """vLLM's merge of key-by-key values: objects key by key, lists appended, anything else replaced."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(original.get(key), dict):
+            _merge(original[key], value)
+        elif isinstance(value, list) and isinstance(original.get(key), list):
+            original[key] += value
+        else:
+            original[key] = value
+
+
+def _with_config_file(arguments: list[str], serve: bool) -> list[str]:
+    """`--config FILE.yaml`: its keys spliced in as options where vLLM puts them (before the command
+    line's, which win; after `vllm serve`'s positional MODEL)."""
+    if "--config" not in arguments:
+        return arguments
+    if arguments.count("--config") > 1:
+        raise BadInput("--config is given more than once (vLLM takes one config file)")
+    index = arguments.index("--config")
+    if index == len(arguments) - 1:
+        raise BadInput("--config names no file")
+    config = _config_file_args(arguments[index + 1])
+    if serve and index > 0 and not arguments[0].startswith("-"):
+        return [arguments[0], *config, *arguments[1:index], *arguments[index + 2 :]]
+    return [*config, *arguments[:index], *arguments[index + 2 :]]
+
+
+def _config_file_args(path: str) -> list[str]:
+    """The options of a YAML config file as vLLM's FlexibleArgumentParser.load_config_file makes them."""
     import yaml
 
+    if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
+        raise BadInput(f"--config {path}: vLLM reads only a .yaml or .yml config file")
     try:
-        data = yaml.safe_load(Path(str(path)).read_text(encoding="utf-8"))
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise BadInput(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise BadInput(f"--config {path}: not valid YAML: {exc}") from None
-    if data is None:
-        return {}
     if not isinstance(data, dict):
-        raise BadInput(f"--config {path}: expected a mapping of option names to values")
-    return {str(k).replace("_", "-"): v for k, v in data.items()}
+        raise BadInput(f"--config {path}: expected a mapping of option names to values (vLLM fails on anything else)")
+    args: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, bool):
+            args += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            args += [f"--{key}", *map(str, value)] if value else []
+        elif isinstance(value, dict):
+            args += [f"--{key}", json.dumps(value)]
+        else:
+            args += [f"--{key}", str(value)]
+    return args
 
 
 def _shebang_interpreter(script: Path) -> str | None:

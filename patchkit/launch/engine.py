@@ -2,9 +2,10 @@
 
 A set names a script in set.toml (`launch = "launch.py"`) defining `checks(launch)`, which returns
 Findings; `launch` is a LaunchContext: the command, the target's and the drafter's configs, and the
-installed tree read statically (vLLM is never imported here). A static judgement runs on the
-installed files and, when it fails, on the files as the series would leave them: when it passes
-there, the fix is "run `patchkit apply`".
+installed tree read statically (vLLM is never imported here: `model_interface` asks vLLM itself in
+the target's interpreter, through a worker). A static judgement runs on the installed files and,
+when it fails, on the files as the series would leave them: when it passes there, the fix is "run
+`patchkit apply`".
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ class Finding:
 
 
 @dataclass
+class VllmVerdict:
+    """What vLLM itself answered, imported in the target's interpreter; None: not asked or no answer."""
+
+    result: bool | None
+    message: str
+
+
+@dataclass
 class LaunchContext:
     command: LaunchCommand
     target: ModelConfig
@@ -48,7 +57,10 @@ class LaunchContext:
     version: Version | None
     patch_set: object | None  # library.PatchSetDef
     read_planned: Reader | None = None  # the files as the series leaves them (None: nothing to apply)
+    python: str | None = None  # the target's interpreter, asked for vLLM's own answers (None: not asked)
+    not_asked: str = "--no-import"  # why vLLM is not asked, when python is None
     _registries: dict = field(default_factory=dict)
+    _answers: dict = field(default_factory=dict)
 
     def read(self, path: str) -> bytes | None:
         """A file of the installed tree; None when absent, unsafe, or a symlink leading out of it."""
@@ -67,6 +79,19 @@ class LaunchContext:
         if self.read_planned is not None and judgement(self.read_planned)[0]:
             return Finding(check, False, message, APPLY)
         return Finding(check, False, message, fix)
+
+    def model_interface(self, architecture: str, function: str) -> VllmVerdict:
+        """vLLM's own `function` (of vllm.model_executor.models.interfaces, e.g. supports_eagle3) on the
+        class its ModelRegistry resolves for `architecture`, in the target's interpreter (once per
+        question). The verdict is None when vLLM was not asked or could not answer (the message says why)."""
+        if self.python is None:
+            return VllmVerdict(None, f"vLLM's {function}() not asked: {self.not_asked}")
+        key = (architecture, function)
+        if key not in self._answers:
+            from patchkit.launch.validation import model_interface
+
+            self._answers[key] = model_interface(self.python, self.command.env, architecture, function)
+        return self._answers[key]
 
     def requirements(self, kind: str) -> list:
         """The set's contract entries of one kind that apply to the installed release."""

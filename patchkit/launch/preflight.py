@@ -17,6 +17,8 @@ from patchkit.launch.models import resolve_model
 from patchkit.options import Options
 
 TREE = "tree-state"
+COMMAND = "command"
+ARG_UTILS = "vllm/engine/arg_utils.py"
 
 
 @dataclass
@@ -62,13 +64,31 @@ def preflight(resolved, command: LaunchCommand, *, no_import: bool = False) -> P
         resolved.vllm_version,
         resolved.selection.patch_set,
         read_planned=planned,
+        python=None if no_import else resolved.target.python,
+        not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
     )
+    result.findings.extend(command_findings(context))
     result.findings.extend(set_checks(context))
     if not no_import:
         from patchkit.launch.validation import engine_validation
 
         result.findings.append(engine_validation(resolved.target.python, command, fix=APPLY if fixable else None))
     return result
+
+
+def command_findings(context: LaunchContext) -> list[Finding]:
+    """What vLLM reads otherwise than the command says: a JSON option it drops, a short option
+    (`-sc`) the installed vLLM does not declare (0.16.0 has no `-sc`: its parser refuses the command)."""
+    from patchkit.launch.command import ALIASES
+
+    command = context.command
+    found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
+    declared = context.read(ARG_UTILS)
+    for option in sorted(command.short_options()):
+        if declared is not None and f'"{option}"'.encode() not in declared:
+            message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
+            found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
+    return found
 
 
 def tree_finding(resolved, status) -> Finding:

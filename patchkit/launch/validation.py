@@ -1,10 +1,13 @@
-"""vLLM's own engine-config validation of a launch, in a subprocess of the target's interpreter
-(patchkit/_target/engine_config.py), under a time limit."""
+"""vLLM's own answers about a launch, each in a subprocess of the target's interpreter under a time
+limit: its engine-config validation (patchkit/_target/engine_config.py) and what it says of a model
+class (patchkit/_target/model_interface.py)."""
 
 from __future__ import annotations
 
+import os
+
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.engine import Finding
+from patchkit.launch.engine import Finding, VllmVerdict
 
 CHECK = "vllm-validation"
 TIMEOUT = 180.0
@@ -15,7 +18,13 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
 
     if python is None:
         return Finding(CHECK, True, "skipped: no interpreter known for this target (give --python)")
-    request = {"args": command.engine_args(), "env": command.env}
+    request = {
+        "arguments": command.arguments,
+        "serve": command.serve,
+        "args": command.engine_args(),
+        "cwd": os.getcwd(),
+        "env": command.env,
+    }
     try:
         answer = run_worker(
             python,
@@ -34,3 +43,36 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
     if status == "no-vllm":
         return Finding(CHECK, True, f"skipped: vLLM does not import in {python}: {error}")
     return Finding(CHECK, False, f"vLLM refuses the command: {error}", fix)
+
+
+def model_interface(python: str, env: dict[str, str], architecture: str, function: str) -> VllmVerdict:
+    """vLLM's own `function` (e.g. supports_eagle3) on its ModelRegistry's class for `architecture`:
+    patchkit/_target/model_interface.py in the target's interpreter, under the same time limit."""
+    from patchkit.target import WorkerFailed, run_worker
+
+    asked = f"vLLM's {function}()"
+    request = {"architecture": architecture, "function": function, "env": env}
+    try:
+        answer = run_worker(
+            python,
+            "model_interface",
+            request,
+            timeout=TIMEOUT,
+            doing=f" ({asked} on {architecture})",
+            in_process=False,
+            isolated=False,
+        )
+    except WorkerFailed as exc:
+        return VllmVerdict(None, f"{asked} not asked: {exc.message}")
+    status, error = answer.get("status"), str(answer.get("error", ""))
+    if status == "ok":
+        return VllmVerdict(
+            bool(answer.get("result")), f"{asked} is {bool(answer.get('result'))} for {answer.get('class')}"
+        )
+    if status == "no-vllm":
+        return VllmVerdict(None, f"{asked} not asked: vLLM does not import in {python}: {error}")
+    if status == "unanswered":
+        return VllmVerdict(None, f"{asked} not asked: {error}")
+    if status == "not-registered":
+        return VllmVerdict(False, f"{asked}: {error}")
+    return VllmVerdict(False, f"vLLM cannot load its class for {architecture}: {error}")

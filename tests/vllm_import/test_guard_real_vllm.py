@@ -1,6 +1,7 @@
 """Opt-in (`make test-vllm`): the launch guard on the real vLLM wheel.
 
-apply installs it; vLLM itself loads it (EngineArgs.__post_init__ calls
+apply installs it; on the healthy tree `vllm --version`, `--help` and `bench --help` do as they do
+without it; vLLM itself loads it (EngineArgs.__post_init__ calls
 vllm.plugins.load_general_plugins(), which calls every vllm.general_plugins entry point); a file
 changed after apply stops `EngineArgs(...)` with the guard's message; revert leaves site-packages
 as it was, guard included.
@@ -39,6 +40,35 @@ def engine_args(model: Path, **env: str) -> tuple[subprocess.CompletedProcess, f
     return done, time.monotonic() - started
 
 
+def vllm_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """The venv's own `vllm` script, as a user runs it."""
+    script = Path(VLLM_PYTHON).with_name("vllm")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "VLLM_PLUGINS")}
+    return subprocess.run(
+        [str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**clean, **env},
+        cwd=os.path.abspath(os.sep),
+    )
+
+
+def assert_unchanged_by_the_guard(command: list[str]) -> None:
+    """It works; or, where vLLM itself fails it (0.16.0's `--version` and `--help` need a device: on a
+    machine without a GPU they stop on "Failed to infer device type"), it fails the same way with no
+    plugin loaded (VLLM_PLUGINS empty)."""
+    guarded = vllm_cli(*command)
+    assert "TreeChanged" not in guarded.stderr and "patchkit guard" not in guarded.stderr, (
+        command,
+        guarded.stderr[-2000:],
+    )
+    if guarded.returncode != 0:
+        unguarded = vllm_cli(*command, VLLM_PLUGINS="")
+        assert guarded.returncode == unguarded.returncode, (command, guarded.stderr[-2000:])
+        assert guarded.stderr.splitlines()[-1:] == unguarded.stderr.splitlines()[-1:], command
+
+
 def top_level(site: Path) -> dict[str, list[str]]:
     """What a revert must leave as it found it beside vllm/: the names in site-packages and its __pycache__/."""
     cache = site / "__pycache__"
@@ -74,6 +104,8 @@ def test_the_guard_stops_a_changed_tree_and_revert_removes_it(tmp_path):
 
         healthy, _ = engine_args(model)
         assert "patchkit guard" not in healthy.stdout + healthy.stderr
+        for command in (["--version"], ["--help"], ["bench", "--help"]):
+            assert_unchanged_by_the_guard(command)
 
         edited.write_bytes(original + b"# changed after apply\n")
         stopped, took = engine_args(model)

@@ -1,7 +1,7 @@
-"""Opt-in (`make test-vllm`): `patchkit preflight` through vLLM's own create_engine_config() in the
-venv with the real vLLM wheel. On stock files vLLM's own whitelist refuses a DeepSeek-V3 target with
-method eagle3 ("Eagle3 is only supported for [...] models"); after apply the validation passes; the
-test reverts at the end. Not collected by `make test` (pyproject norecursedirs)."""
+"""Opt-in (`make test-vllm`): `patchkit preflight` through vLLM's own create_engine_config() and
+supports_eagle3() in the venv with the real vLLM wheel. On stock files vLLM's own whitelist refuses
+a DeepSeek-V3 target with method eagle3 ("Eagle3 is only supported for [...] models"), given key by
+key, and supports_eagle3() is False; after apply both pass; the test reverts at the end. Not collected by `make test` (pyproject norecursedirs)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ TARGET = {
     "vocab_size": 32000,
     "torch_dtype": "bfloat16",
 }
+DEEPSEEK_V3_CLASS = "vllm.model_executor.models.deepseek_v2.DeepseekV3ForCausalLM"
 DRAFTER = {
     "architectures": ["LlamaForCausalLMEagle3"],
     "model_type": "llama",
@@ -60,27 +61,35 @@ def patchkit(*args: object) -> subprocess.CompletedProcess:
     )
 
 
-def validation(done) -> dict:
-    return next(f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation")
+def finding(done, check: str) -> dict:
+    return next(f for f in json.loads(done.stdout)["findings"] if f["check"] == check)
 
 
 def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Path):
     for name, config in (("target", TARGET), ("drafter", DRAFTER)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
+    serve = ["vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
     spec = json.dumps({"method": "eagle3", "model": str(tmp_path / "drafter"), "num_speculative_tokens": 2})
-    command = ["vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init", "--speculative-config", spec]
+    # key by key on stock: vLLM's own parser must build the object (its engine parser alone ignores it)
+    dotted = [*serve, "--speculative-config.method", "eagle3", "--speculative_config.model", str(tmp_path / "drafter")]
     preflight = ["preflight", "--python", VLLM_PYTHON, "--format", "json", "--"]
 
     assert patchkit("status", "--python", VLLM_PYTHON, "--format", "json").returncode == 0
-    done = patchkit(*preflight, *command)
+    done = patchkit(*preflight, *dotted, "--speculative-config.num_speculative_tokens", "2")
     assert done.returncode == 1, done.stderr
-    assert "Eagle3 is only supported for" in validation(done)["message"]
+    assert "Eagle3 is only supported for" in finding(done, "vllm-validation")["message"]
+    supports = finding(done, "supports-eagle3")
+    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    assert f"vLLM's supports_eagle3() is False for {DEEPSEEK_V3_CLASS}" in supports["message"]
 
     assert patchkit("apply", "--python", VLLM_PYTHON).returncode == 0
     try:
-        done = patchkit(*preflight, *command)
-        assert validation(done)["ok"], validation(done)["message"]
+        done = patchkit(*preflight, *serve, "--speculative-config", spec)
+        assert finding(done, "vllm-validation")["ok"], finding(done, "vllm-validation")["message"]
+        assert (
+            f"vLLM's supports_eagle3() is True for {DEEPSEEK_V3_CLASS}" in finding(done, "supports-eagle3")["message"]
+        )
         assert done.returncode == 0, done.stdout
     finally:
         assert patchkit("revert", "--python", VLLM_PYTHON).returncode == 0

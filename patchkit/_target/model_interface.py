@@ -1,0 +1,62 @@
+"""vLLM's own answer about a model class: a function of vllm.model_executor.models.interfaces (for
+example supports_eagle3) on the class vLLM's ModelRegistry resolves for an architecture.
+
+request: {"architecture": name, "function": name in interfaces, "env": {VAR: VALUE}}
+answer:  {"status": "ok", "class": "module.Class", "result": bool}
+       | {"status": "no-vllm" | "unanswered" | "not-registered" | "error", "error": text}
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+
+INTERFACES = "vllm.model_executor.models.interfaces"
+
+
+def work(request: dict) -> dict:
+    os.environ.update(request.get("env") or {})
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        registry = importlib.import_module("vllm.model_executor.models").ModelRegistry
+        function = getattr(importlib.import_module(INTERFACES), request["function"])
+    except Exception as exc:  # vLLM does not import here: the question is skipped, not failed
+        return {"status": "no-vllm", "error": _error_text(exc)}
+    models = getattr(registry, "models", None)
+    if not isinstance(models, dict):  # a registry of another shape: not asked, rather than a wrong "no"
+        return {"status": "unanswered", "error": "this vLLM's ModelRegistry has no table of models"}
+    architecture = request["architecture"]
+    registered = models.get(architecture)
+    if registered is None:
+        return {"status": "not-registered", "error": f"vLLM's ModelRegistry has no {architecture}"}
+    try:
+        model_class = registered.load_model_cls()
+        result = bool(function(model_class))
+    except Exception as exc:  # the class does not import: the launch would fail on it too
+        return {"status": "error", "error": _error_text(exc)}
+    return {"status": "ok", "class": f"{model_class.__module__}.{model_class.__qualname__}", "result": result}
+
+
+def _error_text(exc: BaseException) -> str:
+    lines = traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).strip()[-2000:]
+
+
+def write_answer(path: str, answer: object) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(answer, f)
+    os.replace(path + ".tmp", path)
+
+
+def _unshadow() -> None:
+    here = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
+        del sys.path[0]
+
+
+if __name__ == "__main__":
+    _unshadow()
+    write_answer(sys.argv[1], work(json.load(sys.stdin)))
