@@ -173,7 +173,7 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
     journal = {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
     meta, objects = meta_dir(root), meta_dir(root) / "objects"
     try:
-        objects.mkdir(exist_ok=True)
+        objects.mkdir(parents=True, exist_ok=True)
         _write_atomic(journal_path(root), json.dumps(journal).encode())
         fsync_dir(meta)  # the journal (and objects/) are on disk before anything they describe
         for w, entry in zip(writes, entries, strict=True):
