@@ -49,7 +49,7 @@ def sha256(data: bytes | None) -> str | None:
     the journal, the object store and the integrity check."""
     if data is None:
         return None
-    if len(data) < _REMEMBERED_FROM:
+    if len(data) < _REMEMBERED_FROM or type(data) is not bytes:  # only an immutable content keeps its digest
         return hashlib.sha256(data).hexdigest()
     known = _digests.get(id(data))
     if known is not None and known[0] is data:
