@@ -494,19 +494,29 @@ def _link_original(source: Path, obj: Path, origin: Origin) -> bool:
     except OSError:  # another file system, links refused, a file that is gone: a copy does
         return False
     try:
-        fd = os.open(temporary, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        try:
-            linked = _own_unchanged(os.fstat(fd), origin)
-            if linked:
-                os.fsync(fd)  # the original's bytes are on disk before its file is replaced
-        finally:
-            os.close(fd)
+        linked = _synced_if_own(temporary, origin)
         if linked:
             _faults.tick()
             os.replace(temporary, obj)
     finally:
         temporary.unlink(missing_ok=True)
     return linked
+
+
+def _synced_if_own(path: Path, origin: Origin) -> bool:
+    """Whether the inode at `path` may be the object (fsynced, then: its bytes are on disk before
+    its file is replaced). Not a regular file we can open without following a symlink: no."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not _own_unchanged(os.fstat(fd), origin):
+            return False
+        os.fsync(fd)
+        return True
+    finally:
+        os.close(fd)
 
 
 # Bits an inode may have to be linked as an object: not setuid, setgid or sticky, and writable by
