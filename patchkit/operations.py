@@ -236,7 +236,7 @@ class _Applying:
                 state = state.without(name)
             entry = resolved.apply_record(changes, state.entry(resolved.set_name))
             guard_changes, new_state = self.with_guard(state.with_entry(entry))
-            commit_changes(root, {**changes, **guard_changes}, new_state)
+            commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
         with self.timed("checks"):
             on_disk = run_checks(check_context(resolved, plan, on_disk=True, import_probe=self.import_probe))
@@ -497,7 +497,7 @@ def _revert_locked(
             _fix_guard_bytecode(target, guard_changes)
         return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", files, warnings=warnings)
     saved = keep_copies(root, restored.edited) if restored.edited else None
-    commit_changes(root, {**changes, **guard_changes}, new_state)
+    commit_changes(root, {**changes, **guard_changes}, new_state, origins=view.origins)
     bytecode = fix_bytecode(target, changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,

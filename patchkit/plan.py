@@ -18,7 +18,7 @@ from typing import NamedTuple
 from patchkit.enums import StepState
 from patchkit.errors import BadInput, Drift
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
-from patchkit.state import Entry, read_file, read_object, sha256
+from patchkit.state import Entry, Origin, read_file_and_origin, read_object, sha256
 
 # Short names the engine and the maintainer tools use.
 WILL_CHANGE = StepState.WILL_CHANGE
@@ -86,6 +86,7 @@ class View:
         self._prefix = os.path.join(root, "")
         self.original: dict[str, bytes | None] = {}
         self.current: dict[str, bytes | FileStep | None] = {}  # a FileStep: content not made yet
+        self.origins: dict[str, Origin] = {}  # the file each original was read from
 
     @classmethod
     def holding(cls, root: Path, contents: dict[str, bytes | None]) -> View:
@@ -97,7 +98,9 @@ class View:
 
     def original_content(self, path: str) -> bytes | None:
         if path not in self.current:
-            data = _read_target(self._prefix + path, path)
+            data, origin = _read_target(self._prefix + path, path)
+            if origin is not None:
+                self.origins[path] = origin
             self.original[path] = data
             self.current[path] = data
         return self.original[path]
@@ -190,17 +193,19 @@ _UNREACHABLE = {
 }
 
 
-def _read_target(full: str, path: str) -> bytes | None:
-    """A target file's bytes, None when there is none; BadInput for a path that cannot be a file."""
+def _read_target(full: str, path: str) -> tuple[bytes | None, Origin | None]:
+    """A target file's bytes (None when there is none) and the file they came from; BadInput for a
+    path that cannot be a file."""
     try:
-        data = read_file(full)
+        read = read_file_and_origin(full)
     except OSError as exc:
         if exc.errno in _UNREACHABLE:
             raise BadInput(f"{path}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
         raise
-    if data is None:
+    if read is None:
         _refuse_special(full, path)
-    return data
+        return None, None
+    return read
 
 
 def _refuse_special(full: str, path: str) -> None:
@@ -382,12 +387,13 @@ def place_hunks(path: str, data: bytes, hunks: tuple[Hunk, ...]) -> tuple[Placem
 
 def splice(data: bytes, placements: tuple[Placement, ...]) -> bytes:
     """`data` with each placed hunk's source lines replaced by its target lines."""
-    out: list[bytes] = []
+    whole = memoryview(data)  # its slices are views: the file is copied once, into the result
+    out: list[bytes | memoryview] = []
     position = 0
     for placement in placements:
-        out += (data[position : placement.position], placement.hunk.target)
+        out += (whole[position : placement.position], placement.hunk.target)
         position = placement.position + len(placement.hunk.source)
-    out.append(data[position:])
+    out.append(whole[position:])
     return b"".join(out)
 
 

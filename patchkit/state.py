@@ -27,6 +27,7 @@ import re
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from patchkit.errors import BadInput
 from patchkit.fsutil import unsafe_reason
@@ -42,7 +43,28 @@ _META_DIRS = ("objects", "saved")
 
 
 def sha256(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()
+    """The hex sha256 of a content. A large content is hashed once per run: the digest is kept with
+    the very bytes object it was computed from (held, so its id names no other object while kept),
+    since one apply asks for the digest of the same original and new content in the plan's record,
+    the journal, the object store and the integrity check."""
+    if data is None:
+        return None
+    if len(data) < _REMEMBERED_FROM or type(data) is not bytes:  # only an immutable content keeps its digest
+        return hashlib.sha256(data).hexdigest()
+    known = _digests.get(id(data))
+    if known is not None and known[0] is data:
+        return known[1]
+    digest = hashlib.sha256(data).hexdigest()
+    _digests[id(data)] = (data, digest)
+    while len(_digests) > _REMEMBERED:  # the oldest first (dicts keep insertion order)
+        del _digests[next(iter(_digests))]
+    return digest
+
+
+# Contents from 1 MiB on (hashing one takes milliseconds); a few of them, which an apply or a revert
+# holds anyway (the original and the new content of its large files).
+_REMEMBERED_FROM, _REMEMBERED = 1 << 20, 4
+_digests: dict[int, tuple[bytes, str]] = {}
 
 
 def meta_dir(root: Path) -> Path:
@@ -344,6 +366,26 @@ def read_object(root: Path, digest: str) -> bytes:
 def read_file(path: Path | str, *, follow_symlinks: bool = True) -> bytes | None:
     """A regular file's bytes; None when there is none (a fifo or device is never read: it could block;
     without `follow_symlinks`, a symlink is none either)."""
+    read = read_file_and_origin(path, follow_symlinks=follow_symlinks)
+    return None if read is None else read[0]
+
+
+class Origin(NamedTuple):
+    """The file a content was read from, as fstat saw it: while these four are unchanged, that inode
+    still holds the content (the transaction then links it as the saved original, see transaction)."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> Origin:
+        return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> tuple[bytes, Origin | None] | None:
+    """read_file, with the file it came from (None when it changed while being read)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: opening a fifo must not wait
@@ -352,13 +394,14 @@ def read_file(path: Path | str, *, follow_symlinks: bool = True) -> bytes | None
             return None
         raise
     try:
-        size = os.fstat(fd)
-        if not stat.S_ISREG(size.st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             return None
-        data = os.read(fd, size.st_size)
+        data = os.read(fd, info.st_size)
         while more := os.read(fd, 1 << 20):  # the file grew since fstat
             data += more
-        return data
+        unchanged = len(data) == info.st_size and Origin.of(os.fstat(fd)) == Origin.of(info)
+        return data, Origin.of(info) if unchanged else None
     finally:
         os.close(fd)
 

@@ -2,14 +2,27 @@
 
 Order of operations:
   1. preflight: every path inside the root, no symlinks on the way, every directory writable;
-  2. save each original to the object store and stage each new content as a temp file in the
+  2. write the journal (the files, their before/after hashes, the previous state.json);
+  3. save each original to the object store and stage each new content as a temp file in the
      destination directory (same filesystem, so os.replace is atomic);
-  3. write the journal (the files, their before/after hashes, the previous state.json);
   4. replace/delete the files, then write the new state.json;
   5. delete the journal: this is the commit point.
 A journal found later means the transaction did not finish: `recover` rolls it back, restoring
 every file to its recorded original. Originals are saved before any file changes, so this is
 always possible.
+
+Durability: each file written is fsynced once (before its rename), and each directory once where
+the order matters: .patchkit/ after the journal is written, objects/ before the first file is
+replaced, each replaced file's directory after the replaces, .patchkit/ again at the commit.
+
+An original is saved by a hard link when that is as good as a copy: the file is about to be
+replaced by a rename, so its inode (the bytes the plan read) survives as the object. Only an inode
+that is patchkit's alone is linked: one link (the tree's), owned by the user patchkit runs as, no
+bit beyond rwxr-xr-x, and still the file the plan read (device, inode, size and mtime as when it was
+read); anything else is copied. An object is never written in place, chmod-ed, or linked back into
+the tree (a revert writes a new file from its bytes), so an object that shares its inode with
+another file, planted or not, can change nothing through patchkit; its bytes are checked against
+its digest before every use, as any object's.
 
 The journal, like everything under .patchkit/, is read back from the tree, so recovery treats it
 as untrusted input: every path by the one path rule, no symlink on the way, staged files only by
@@ -35,6 +48,7 @@ from patchkit.errors import BadInput, LockBusy, TargetError
 from patchkit.fsutil import atomic_write, unsafe_reason
 from patchkit.state import (
     GUARD_PATH,
+    Origin,
     State,
     check_meta_dir,
     checked_digest,
@@ -53,6 +67,8 @@ from patchkit.state import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from filelock import BaseFileLock
 
 LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
@@ -67,6 +83,7 @@ class FileWrite:
     path: str  # relative to the root, POSIX
     before: bytes | None
     after: bytes | None
+    origin: Origin | None = None  # the file `before` was read from, when known
 
 
 class _Faults:
@@ -128,13 +145,20 @@ def journal_path(root: Path) -> Path:
 
 
 def commit_changes(
-    root: Path, changes: dict[str, tuple[bytes | None, bytes | None]], new_state: State, *, undo: bool = False
+    root: Path,
+    changes: dict[str, tuple[bytes | None, bytes | None]],
+    new_state: State,
+    *,
+    undo: bool = False,
+    origins: Mapping[str, Origin] | None = None,
 ) -> None:
-    """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse."""
+    """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
+    the files the befores were read from (plan.View.origins), so that originals can be linked."""
+    origins = origins or {}
     commit(
         root,
         [
-            FileWrite(p, after, before) if undo else FileWrite(p, before, after)
+            FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p))
             for p, (before, after) in sorted(changes.items())
         ],
         new_state,
@@ -147,24 +171,35 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
     txid = secrets.token_hex(8)
     entries = [_journal_entry(root, w, txid) for w in writes]
     journal = {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
+    meta, objects = meta_dir(root), meta_dir(root) / "objects"
     try:
+        objects.mkdir(parents=True, exist_ok=True)
         _write_atomic(journal_path(root), json.dumps(journal).encode())
+        fsync_dir(meta)  # the journal (and objects/) are on disk before anything they describe
         for w, entry in zip(writes, entries, strict=True):
             _stage(root, w, entry)
-        for entry in entries:
-            _install(root, entry)
+        fsync_dir(objects)  # every original is on disk before the first file is replaced
+        changed_dirs = {_install(root, entry) for entry in entries}
+        changed_dirs |= {(root / rel).parent for entry in entries for rel in entry["created_dirs"]}
+        for directory in sorted(changed_dirs):
+            fsync_dir(directory)
         _write_atomic(state_path(root), new_state.to_bytes())
         _faults.tick()
         journal_path(root).unlink()
-        fsync_dir(meta_dir(root))
+        fsync_dir(meta)
     except OSError as exc:
-        _rollback(root, journal)
+        _rollback(root, journal, _in_memory(writes))
         where = f" ({exc.filename})" if exc.filename else ""
         raise TargetError(f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back") from exc
     except BaseException:
-        _rollback(root, journal)
+        _rollback(root, journal, _in_memory(writes))
         raise
     _prune_objects(root, new_state)
+
+
+def _in_memory(writes: list[FileWrite]) -> dict[str, bytes]:
+    """The originals a failing commit still holds (digest -> bytes): its rollback reads no object."""
+    return {str(sha256(w.before)): w.before for w in writes if w.before is not None}
 
 
 def recover(root: Path) -> str | None:
@@ -434,10 +469,7 @@ def _journal_entry(root: Path, w: FileWrite, txid: str) -> dict:
 def _stage(root: Path, w: FileWrite, entry: dict) -> None:
     """Save the original and stage the new content beside its file. No target file changes."""
     if w.before is not None:
-        obj = object_path(root, entry["before"])
-        if read_file(obj, follow_symlinks=False) != w.before:  # missing, or planted: write ours
-            obj.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(obj, w.before)
+        _save_original(root / w.path, w.before, w.origin, object_path(root, entry["before"]))
     for rel in entry["created_dirs"]:
         _faults.tick()
         (root / rel).mkdir(exist_ok=True)
@@ -446,15 +478,71 @@ def _stage(root: Path, w: FileWrite, entry: dict) -> None:
         _write_file(root / entry["staged"], w.after, entry["mode"])
 
 
-def _install(root: Path, entry: dict) -> None:
+def _save_original(full: Path, before: bytes, origin: Origin | None, obj: Path) -> None:
+    linked = origin is not None and _link_original(full, obj, origin)
+    if not linked and read_file(obj, follow_symlinks=False) != before:  # missing, or planted: write ours
+        _write_atomic(obj, before)
+
+
+def _link_original(source: Path, obj: Path, origin: Origin) -> bool:
+    """Save the original at `source` as the object `obj` by a hard link, if its inode is patchkit's
+    alone and still holds what the plan read (see the module docstring); False: copy it instead."""
+    temporary = obj.with_name(f".{obj.name}.patchkit-{secrets.token_hex(4)}.tmp")
+    _faults.tick()
+    try:
+        os.link(source, temporary, follow_symlinks=False)
+    except OSError:  # another file system, links refused, a file that is gone: a copy does
+        return False
+    try:
+        linked = _synced_if_own(temporary, origin)
+        if linked:
+            _faults.tick()
+            os.replace(temporary, obj)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return linked
+
+
+def _synced_if_own(path: Path, origin: Origin) -> bool:
+    """Whether the inode at `path` may be the object (fsynced, then: its bytes are on disk before
+    its file is replaced). Not a regular file we can open without following a symlink: no."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not _own_unchanged(os.fstat(fd), origin):
+            return False
+        os.fsync(fd)
+        return True
+    finally:
+        os.close(fd)
+
+
+# Bits an inode may have to be linked as an object: not setuid, setgid or sticky, and writable by
+# its owner only (a group that could write the inode could change the saved original in place).
+_LINKABLE_MODE = 0o755
+
+
+def _own_unchanged(info: os.stat_result, origin: Origin) -> bool:
+    return (
+        stat.S_ISREG(info.st_mode)
+        and Origin.of(info) == origin
+        and info.st_nlink == 2  # the tree's name and the new one
+        and info.st_uid == os.geteuid()
+        and not stat.S_IMODE(info.st_mode) & ~_LINKABLE_MODE
+    )
+
+
+def _install(root: Path, entry: dict) -> Path:
+    """Replace (or delete) the file; the directory whose entries changed."""
     full = root / entry["path"]
     _faults.tick()
     if entry["after"] is None:
         full.unlink()
-        _remove_empty_parents(full.parent, root)
-    else:
-        os.replace(root / entry["staged"], full)
-    fsync_dir(full.parent)
+        return _remove_empty_parents(full.parent, root)
+    os.replace(root / entry["staged"], full)
+    return full.parent
 
 
 def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = None) -> int:
@@ -475,7 +563,9 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
                 with suppress(OSError):
                     (root / rel).rmdir()
         elif current != entry["before"]:
-            original = originals.get(entry["before"]) or read_object(root, entry["before"])
+            original = (
+                originals[entry["before"]] if entry["before"] in originals else read_object(root, entry["before"])
+            )
             _write_atomic(full, original, mode=entry.get("mode"))
             restored += 1
     previous = journal.get("previous_state")
@@ -487,15 +577,17 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
     return restored
 
 
-def _remove_empty_parents(directory: Path, root: Path) -> None:
+def _remove_empty_parents(directory: Path, root: Path) -> Path:
     """A delete that empties a directory removes it too, so revert leaves no trace of an add (the
-    guard's dist-info directory included, which lies directly under the root)."""
+    guard's dist-info directory included, which lies directly under the root). Returns the
+    directory that is left, whose entries changed."""
     while directory != root:
         try:
             directory.rmdir()
         except OSError:
-            return
+            return directory
         directory = directory.parent
+    return directory
 
 
 def _missing_parents(directory: Path, root: Path) -> list[Path]:

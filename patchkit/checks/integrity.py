@@ -55,7 +55,10 @@ class Record:
     untrusted: dict[str, str] = field(default_factory=dict)  # path -> the algorithm wheels do not allow
 
     def matches(self, path: str, data: bytes) -> bool:
-        return record_hash(data, record_algorithm(self.hashes[path])) == self.hashes[path]
+        entry, algorithm = self.hashes[path], record_algorithm(self.hashes[path])
+        if algorithm == "sha256":  # the digest the plan's record already took of these bytes (state.sha256)
+            return record_digest(bytes.fromhex(str(sha256(data))), algorithm) == entry
+        return record_hash(data, algorithm) == entry
 
     def why_unlisted(self, path: str) -> str:
         """Why this RECORD cannot vouch for a path it has no trusted entry for."""

@@ -1,0 +1,190 @@
+"""The originals apply saves, and what one run hashes and syncs (issue 10 defect 13, its time).
+
+An original about to be replaced by a rename is kept as `.patchkit/objects/<sha256>` by a hard link
+when its inode is patchkit's alone (one link, the running user's, no bit beyond rwxr-xr-x, still
+the file the plan read), else copied; an object is never written in place nor linked back into the
+tree. A content is hashed once per run, and each file written is fsynced once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers import MODEL_PY, fingerprint, make_patch, run_cli, write_tree
+
+from patchkit import state as state_module
+from patchkit.plan import View
+from patchkit.state import Entry, State, sha256
+from patchkit.transaction import commit_changes
+
+MODEL = "vllm/models/model.py"
+PATCHED_MODEL = MODEL_PY.replace("return x", "return x * 2")
+
+
+def digest(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+@pytest.fixture
+def scene(tmp_path) -> tuple[Path, Path]:
+    tree = write_tree(tmp_path / "site")
+    patch = tmp_path / "model.diff"
+    patch.write_bytes(make_patch(tmp_path, tree, {MODEL: PATCHED_MODEL}))
+    return tree, patch
+
+
+def saved_original(tree: Path) -> Path:
+    return tree / ".patchkit" / "objects" / digest(MODEL_PY)
+
+
+def test_apply_keeps_the_original_inode_and_revert_writes_a_new_file(run, scene):
+    tree, patch = scene
+    inode = (tree / MODEL).stat().st_ino
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    kept = saved_original(tree).stat()
+    assert (kept.st_ino, kept.st_nlink) == (inode, 1)  # the original file itself, now only the store's
+    assert saved_original(tree).read_text() == MODEL_PY and (tree / MODEL).read_text() == PATCHED_MODEL
+    assert run("revert", "--target", tree, "--patch", patch).exit_code == 0
+    restored = (tree / MODEL).stat()
+    assert (tree / MODEL).read_text() == MODEL_PY
+    assert restored.st_ino != inode and restored.st_nlink == 1  # written from the bytes, never linked back
+
+
+def _linked_elsewhere(tree: Path, outside: Path) -> None:
+    os.link(tree / MODEL, outside / "same-inode.py")
+
+
+def _group_writable(tree: Path, outside: Path) -> None:
+    (tree / MODEL).chmod(0o664)
+
+
+def _setgid(tree: Path, outside: Path) -> None:
+    (tree / MODEL).chmod(0o2755)
+
+
+def _another_owner(tree: Path, outside: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    os.chown(tree / MODEL, 65534, 65534)
+
+
+@pytest.mark.parametrize("make", [_linked_elsewhere, _group_writable, _setgid, _another_owner])
+def test_an_inode_that_is_not_patchkits_alone_is_copied(run, scene, tmp_path, make):
+    tree, patch = scene
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    make(tree, outside)
+    inode = (tree / MODEL).stat().st_ino
+    before = fingerprint(outside)
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    kept = saved_original(tree).lstat()
+    assert kept.st_ino != inode and kept.st_nlink == 1
+    assert saved_original(tree).read_text() == MODEL_PY
+    assert not stat.S_IMODE(kept.st_mode) & 0o7022  # a copy patchkit wrote: no special bits, no group write
+    assert run("revert", "--target", tree, "--patch", patch).exit_code == 0
+    assert (tree / MODEL).read_text() == MODEL_PY and fingerprint(outside) == before
+
+
+def test_a_file_changed_since_the_plan_read_it_is_copied_from_the_planned_bytes(tmp_path):
+    tree = write_tree(tmp_path / "site")
+    view = View(tree)
+    before = view.read(MODEL)
+    assert before is not None
+    (tree / MODEL).write_text(MODEL_PY + "# edited behind patchkit's back\n")  # same inode, new size
+    after = PATCHED_MODEL.encode()
+    files = {MODEL: {"before": sha256(before), "after": sha256(after)}}
+    new_state = State([Entry("demo", "0.16.0", None, "", [], files)])
+    commit_changes(tree, {MODEL: (before, after)}, new_state, origins=view.origins)
+    assert saved_original(tree).read_bytes() == before  # the store holds what its name says
+    assert (tree / MODEL).read_bytes() == after
+
+
+# -- a planted object that shares its inode with a file outside the tree ----------------------------
+
+
+def _plant_linked_object(tree: Path, outside: Path, content: str) -> Path:
+    foreign = outside / "foreign.py"
+    foreign.write_text(content)
+    saved_original(tree).unlink()
+    os.link(foreign, saved_original(tree))
+    return foreign
+
+
+@pytest.mark.parametrize(
+    "content",
+    [MODEL_PY, "# not the original at all\n"],
+    ids=["the-original-bytes", "other-bytes"],
+)
+def test_a_planted_object_linked_outside_changes_nothing_outside(scene, tmp_path, content):
+    tree, patch = scene
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert run_cli("apply", "--target", tree, "--patch", patch).returncode == 0
+    foreign = _plant_linked_object(tree, outside, content)
+    before = fingerprint(outside)
+    done = run_cli("revert", "--target", tree, "--patch", patch)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in output, output
+    # Restored from the planted bytes when they are the original (checked by sha256), else rebuilt by
+    # reverse-applying the patch: either way a file of the tree's own, not the one outside.
+    assert (tree / MODEL).read_text() == MODEL_PY
+    assert (tree / MODEL).stat().st_ino != foreign.stat().st_ino and (tree / MODEL).stat().st_nlink == 1
+    assert fingerprint(outside) == before
+    assert ("corrupt" in output) == (content != MODEL_PY)
+
+
+# -- one run hashes each content once, and syncs each file once ---------------------------------------
+
+
+def large_module(lines: int) -> str:
+    return "".join(f"ENTRY_{i:06d} = {i * 3}  # one row of a generated lookup table\n" for i in range(lines))
+
+
+def test_apply_and_revert_hash_each_large_content_once(run, tmp_path, monkeypatch):
+    table = large_module(30_000)  # about 2 MiB: above the size whose digest a run remembers
+    assert len(table) > 1 << 20
+    tree = write_tree(tmp_path / "site", files={"vllm/table.py": table})
+    lines = table.splitlines(True)
+    patch = tmp_path / "table.diff"
+    patch.write_bytes(
+        make_patch(tmp_path, tree, {"vllm/table.py": "".join([*lines[:100], "EXTRA = 1\n", *lines[100:]])})
+    )
+    hashed: Counter[str] = Counter()
+    real = hashlib.sha256
+
+    def counting(data=b""):
+        if len(data) > 1 << 20:
+            hashed[real(data).hexdigest()] += 1
+        return real(data)
+
+    # patchkit.state's digests: the record's, the journal's, the store's (the checks hash for their caches)
+    monkeypatch.setattr(state_module, "hashlib", SimpleNamespace(sha256=counting))
+    for command in ("apply", "revert"):
+        hashed.clear()
+        assert run(command, "--target", tree, "--patch", patch).exit_code == 0
+        assert len(hashed) == 2 and set(hashed.values()) == {1}, (command, hashed)
+
+
+def test_each_file_written_is_synced_once(run, scene, monkeypatch):
+    tree, patch = scene
+    synced: Counter[tuple[int, bool]] = Counter()
+    real = os.fsync
+
+    def recording(fd):
+        info = os.fstat(fd)
+        synced[info.st_ino, stat.S_ISDIR(info.st_mode)] += 1
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    files = [count for (_, is_dir), count in synced.items() if not is_dir]
+    assert files and set(files) == {1}
+    assert synced[(tree / MODEL).stat().st_ino, False] == 1  # the new content, before its rename
+    assert synced[(tree / MODEL).parent.stat().st_ino, True] == 1  # its directory, after the rename
+    assert synced[(tree / ".patchkit" / "objects").stat().st_ino, True] == 1  # before the first rename
