@@ -114,7 +114,7 @@ def stale_note(root, entry: Entry, installed) -> str | None:
         return None
     replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
     own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
-    record, _why = installed_record(root, installed)
+    record, _why = installed_record(root, installed, set(replaced))
     if own is None or own.parent.name != f"vllm-{installed}.dist-info" or record is None or not replaced:
         return None
     for path in replaced:

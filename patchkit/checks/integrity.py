@@ -20,6 +20,7 @@ reports it alongside the other checks.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -73,8 +74,9 @@ class IntegrityCheck:
     def run(self, ctx: CheckContext) -> list[CheckResult]:
         if ctx.root is None:
             return []
-        installed, why_not = installed_record(ctx.root, ctx.version)
-        published = published_record(ctx.version)
+        wanted = set(ctx.paths)  # only these rows of each RECORD are parsed
+        installed, why_not = installed_record(ctx.root, ctx.version, wanted)
+        published = published_record(ctx.version, wanted)
         recorded = _recorded_writes(ctx.root)
         results = []
         for path in ctx.paths:
@@ -164,14 +166,14 @@ def refusal(failed: list[CheckResult], version) -> CheckFailed:
 
 
 # -- references ---------------------------------------------------------------------------------
-def installed_record(root: Path, version) -> tuple[Record | None, str]:
-    """The target's own RECORD, or None and why there is none."""
+def installed_record(root: Path, version, only: Collection[str] | None = None) -> tuple[Record | None, str]:
+    """The target's own RECORD (with `only`, its entries for those paths), or None and why there is none."""
     path = find_record(root, version)
     if path is None:
         return None, "no vllm-*.dist-info/RECORD in the tree (a source checkout?)"
     label = path.relative_to(root).as_posix()
     try:
-        record = _parse(read_record_file(root, path), label)
+        record = _parse(read_record_file(root, path), label, only)
     except fsutil.NotRegularFile as exc:
         return None, f"{label} is not readable as a RECORD: {exc.strerror or exc}"
     except OSError:
@@ -181,7 +183,7 @@ def installed_record(root: Path, version) -> tuple[Record | None, str]:
     return record, ""
 
 
-def published_record(version) -> Record | None:
+def published_record(version, only: Collection[str] | None = None) -> Record | None:
     """The published wheel's RECORD when `patchkit fetch` already cached this release (no network),
     and only while the cache holds it as fetched (the cache is untrusted input: fetch re-checks it)."""
     if version is None:
@@ -192,12 +194,12 @@ def published_record(version) -> Record | None:
         data = cached_record(str(version))
     except PatchkitError:  # a version the cache cannot name, a damaged entry: no evidence
         return None
-    return _parse(data, f"the published wheel's RECORD (fetch cache, vllm {version})") if data else None
+    return _parse(data, f"the published wheel's RECORD (fetch cache, vllm {version})", only) if data else None
 
 
-def _parse(data: bytes, label: str) -> Record | None:
+def _parse(data: bytes, label: str, only: Collection[str] | None = None) -> Record | None:
     try:
-        rows = parse_record(data)
+        rows = parse_record(data, only)
     except FetchError:
         return None
     entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest}
