@@ -23,7 +23,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -143,6 +142,8 @@ def commit_changes(
 
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
     preflight(root, [w.path for w in writes])
+    import secrets
+
     previous = read_record(state_path(root))
     txid = secrets.token_hex(8)
     entries = [_journal_entry(root, w, txid) for w in writes]

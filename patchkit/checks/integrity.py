@@ -20,6 +20,7 @@ reports it alongside the other checks.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -198,15 +199,26 @@ def published_record(version, only: Collection[str] | None = None) -> Record | N
 
 
 def _parse(data: bytes, label: str, only: Collection[str] | None = None) -> Record | None:
+    hashes = _hashes(data, None if only is None else frozenset(only))
+    if hashes is None:
+        return None
+    trusted, untrusted = hashes
+    return Record(label, hashes=dict(trusted), untrusted=dict(untrusted))
+
+
+@functools.lru_cache(maxsize=4)
+def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], dict[str, str]] | None:
+    """A RECORD's entries: (path -> hash entry, for the algorithms wheels allow; path -> any other
+    algorithm), or None for a RECORD csv cannot read. Kept for the run: the target's RECORD and the
+    fetch cache's are often the same bytes (a tree laid out from the cache), read once."""
     try:
         rows = parse_record(data, only)
     except FetchError:
         return None
     entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest}
-    return Record(
-        label,
-        hashes={name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
-        untrusted={name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
+    return (
+        {name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
+        {name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
     )
 
 
