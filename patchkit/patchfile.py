@@ -159,6 +159,13 @@ class Patch:
         return Patch(self.name, self.raw, files, self.path)
 
 
+def touched_paths(patches: list[Patch]) -> list[str]:
+    """Every file the patches name, a rename's source too, sorted."""
+    return sorted(
+        {f.path for p in patches for f in p.files} | {f.source_path for p in patches for f in p.files if f.source_path}
+    )
+
+
 PATCH_LIMIT = 64 << 20  # a patch larger than this is not a patch patchkit reads
 
 

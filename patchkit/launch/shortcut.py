@@ -1,0 +1,166 @@
+"""`patchkit run`'s fast path on an applied tree: what it would find, without re-deriving it.
+
+- **The tree's state from its record.** When `.patchkit/state.json` (parsed as the untrusted input
+  it is: patchkit.state) records one apply, of this very series (the same patch names and sha256s),
+  for the installed vLLM version, over exactly the files the series touches, and each of those
+  files still has the sha256 patchkit wrote, the tree is the series applied with no drift: the
+  series is not planned again. Anything else (no record, another set, a file changed, a symlink
+  on the way) says nothing, and the full inspection decides, as it always did.
+- **The set's launch findings, kept by what they read.** The findings of the set's launch script
+  on an installed tree depend on the launch (its options, the models' configs), the installed
+  version, the set's files, patchkit's code and the tree files the script reads. An entry is kept
+  under a key over all but the last, with the sha256 of each tree file read; it answers only when
+  each of those files still has that hash, and only when sealed with this user's key
+  (patchkit.seal): the cache is untrusted input, a shortcut for findings this user's patchkit made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from patchkit.launch.engine import Finding, LaunchContext, set_checks
+
+KIND = "launch-findings"
+ENTRY_LIMIT = 1 << 20  # a few findings: far below this
+
+
+def recorded_status(resolved):
+    """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
+    from patchkit.enums import SelectionKind, TreeState
+    from patchkit.errors import PatchkitError
+    from patchkit.fsutil import inside
+    from patchkit.inspection import TreeStatus
+    from patchkit.patchfile import touched_paths
+    from patchkit.state import read_file, read_state, sha256
+
+    if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
+        return None
+    root = resolved.target.root
+    try:
+        state = read_state(root)
+    except PatchkitError:  # damaged: the full inspection says so
+        return None
+    if len(state.entries) != 1:
+        return None
+    entry = state.entries[0]
+    series = [{"name": p.name, "sha256": p.sha256} for p in resolved.patches]
+    if (entry.set_name, entry.vllm_version, entry.patches) != (resolved.set_name, str(resolved.vllm_version), series):
+        return None
+    if sorted(entry.files) != touched_paths(resolved.patches):
+        return None
+    for path, shas in entry.files.items():
+        full = root / path
+        if not inside(root, full.parent) or sha256(read_file(full, follow_symlinks=False)) != shas["after"]:
+            return None
+    return TreeStatus(TreeState.APPLIED)
+
+
+def cached_set_checks(context: LaunchContext) -> list[Finding]:
+    """set_checks(context), from the cache when an entry there answers for it; else run and kept.
+    Only for an installed tree read as it is (no planned files to judge)."""
+    from patchkit.record import cache_dir, usable_cache_dir
+
+    key = _key(context) if context.read_planned is None else None
+    directory = cache_dir() / KIND
+    if key is None or not usable_cache_dir(directory):
+        return set_checks(context)
+    path = directory / f"{key}.json"
+    found = _recall(directory, path, key, context)
+    if found is not None:
+        return found
+    context.reads = {}
+    found = set_checks(context)
+    _keep(directory, path, key, found, context.reads)
+    return found
+
+
+def _key(context: LaunchContext) -> str | None:
+    """The key over everything the findings depend on but the tree's files; None when the launch
+    is not plain JSON (then nothing is kept)."""
+    import packaging
+
+    set_dir = getattr(context.patch_set, "directory", None)
+    inputs = {
+        "python": sys.version,
+        "packaging": packaging.__version__,
+        "code": _files_digest(Path(__file__).resolve().parent.parent, "*.py"),
+        "set": _files_digest(Path(set_dir), "*") if set_dir is not None else None,
+        "root": str(context.root),
+        "version": str(context.version),
+        "command": asdict(context.command),
+        "models": [_model(context.target), _model(context.drafter)],
+    }
+    try:
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=_refuse).encode()).hexdigest()
+    except (TypeError, ValueError):
+        return None
+
+
+def _refuse(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _model(model) -> dict | None:
+    return None if model is None else {"name": model.name, "path": str(model.path), "config": model.config}
+
+
+def _files_digest(root: Path, pattern: str) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob(pattern)):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(f"\0{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _recall(directory: Path, path: Path, key: str, context: LaunchContext) -> list[Finding] | None:
+    """The entry's findings when it is sealed by this user and every file it read is unchanged."""
+    from patchkit import fsutil, seal
+    from patchkit.record import touch
+    from patchkit.state import sha256
+
+    try:
+        if not fsutil.inside(directory, path.parent):
+            return None
+        entry = json.loads(fsutil.read_regular(path, ENTRY_LIMIT))
+        data = entry["entry"]
+        if not seal.sealed(KIND, key, seal.canonical(data), entry.get("seal")):
+            return None
+        findings = [_finding(f) for f in data["findings"]]
+        reads = data["reads"]
+        if not isinstance(reads, dict) or any(sha256(context.read(p)) != sha for p, sha in reads.items()):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged, planted, another format
+        return None
+    touch(path)
+    return findings
+
+
+def _finding(data: dict) -> Finding:
+    finding = Finding(data["check"], data["ok"], data["message"], data["fix"])
+    if not (
+        isinstance(finding.check, str)
+        and isinstance(finding.ok, bool)
+        and isinstance(finding.message, str)
+        and isinstance(finding.fix, (str, type(None)))
+    ):
+        raise ValueError("a kept finding is malformed")
+    return finding
+
+
+def _keep(directory: Path, path: Path, key: str, findings: list[Finding], reads: dict) -> None:
+    from contextlib import suppress
+
+    from patchkit import fsutil, seal
+    from patchkit.record import prune
+
+    data = {"findings": [f.to_json() for f in findings], "reads": reads}
+    entry = {"seal": seal.seal(KIND, key, seal.canonical(data)), "entry": data}
+    with suppress(OSError):  # a cache that cannot be written only costs time
+        directory.mkdir(parents=True, exist_ok=True)
+        if fsutil.inside(directory, path.parent):
+            fsutil.atomic_write(path, json.dumps(entry).encode())
+        prune(directory)
