@@ -40,10 +40,16 @@ def run_preflight(ui, opts, launch_command, *, no_import: bool, shortcut: bool =
     from patchkit.transaction import consistent_read
 
     resolved = resolve_telling(ui, default_options(opts, launch_command))
+    if shortcut:
+        from patchkit.launch.shortcut import recorded_status
+
+        status = recorded_status(resolved)  # no lock: see there why none is needed
+        if status is not None:
+            return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
     with consistent_read(resolved.target.root) as recovered:
         if recovered:
             ui.warn(recovered)
-        return preflight(resolved, launch_command, no_import=no_import, shortcut=shortcut)
+        return preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
 
 
 def show(ui, result, fmt: str) -> None:

@@ -41,15 +41,18 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
     return dataclasses.replace(opts, python=command.interpreter())
 
 
-def preflight(resolved, command: LaunchCommand, *, no_import: bool = False, shortcut: bool = False) -> PreflightResult:
-    """Every finding; with `shortcut` (`run`), an applied tree's state is taken from its record and
-    the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
+def preflight(
+    resolved, command: LaunchCommand, *, no_import: bool = False, status=None, kept: bool = False
+) -> PreflightResult:
+    """Every finding. `status`: the tree's, when already known (`run`'s fast path: from its record);
+    `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
     from patchkit.enums import TreeState
+    from patchkit.inspection import inspect
 
     target = resolve_model(str(command.model), command.env, overrides=command.hf_overrides, role="model")
     drafter_name = (command.speculative_config or {}).get("model")
     drafter = resolve_model(str(drafter_name), command.env, role="drafter") if drafter_name else None
-    status = _tree_status(resolved, shortcut=shortcut)
+    status = status or inspect(resolved, check_upstream=False, import_probe=False)
     result = PreflightResult(command, tree_state=str(status.state))
     result.findings.append(tree_finding(resolved, status))
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
@@ -64,7 +67,7 @@ def preflight(resolved, command: LaunchCommand, *, no_import: bool = False, shor
         resolved.selection.patch_set,
         read_planned=planned,
     )
-    if shortcut:
+    if kept:
         from patchkit.launch.shortcut import cached_set_checks
 
         result.findings.extend(cached_set_checks(context))
@@ -75,18 +78,6 @@ def preflight(resolved, command: LaunchCommand, *, no_import: bool = False, shor
 
         result.findings.append(engine_validation(resolved.target.python, command, fix=APPLY if fixable else None))
     return result
-
-
-def _tree_status(resolved, *, shortcut: bool):
-    from patchkit.inspection import inspect
-
-    if shortcut:
-        from patchkit.launch.shortcut import recorded_status
-
-        status = recorded_status(resolved)
-        if status is not None:
-            return status
-    return inspect(resolved, check_upstream=False, import_probe=False)
 
 
 def tree_finding(resolved, status) -> Finding:

@@ -5,7 +5,11 @@
   for the installed vLLM version, over exactly the files the series touches, and each of those
   files still has the sha256 patchkit wrote, the tree is the series applied with no drift: the
   series is not planned again. Anything else (no record, another set, a file changed, a symlink
-  on the way) says nothing, and the full inspection decides, as it always did.
+  on the way, an unfinished transaction) says nothing, and the full inspection decides, under
+  the target's lock, as it always did. This read takes no lock: the files' hashes are the proof
+  that they are as the record says (a writer half-way through a transaction changes files the
+  record does not describe yet), and the record is the same bytes, with no journal, before and
+  after the files are read.
 - **The set's launch findings, kept by what they read.** The findings of the set's launch script
   on an installed tree depend on the launch (its options, the models' configs), the installed
   version, the set's files, patchkit's code and the tree files the script reads. An entry is kept
@@ -32,31 +36,52 @@ def recorded_status(resolved):
     """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
     from patchkit.enums import SelectionKind, TreeState
     from patchkit.errors import PatchkitError
-    from patchkit.fsutil import inside
     from patchkit.inspection import TreeStatus
-    from patchkit.patchfile import touched_paths
-    from patchkit.state import read_file, read_state, sha256
 
     if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
         return None
-    root = resolved.target.root
     try:
-        state = read_state(root)
-    except PatchkitError:  # damaged: the full inspection says so
+        before = _settled_record(resolved.target.root)
+        applied = before is not None and _as_recorded(resolved, before)
+        return TreeStatus(TreeState.APPLIED) if applied and _settled_record(resolved.target.root) == before else None
+    except PatchkitError:  # damaged, or of the wrong kind: the full inspection says so
         return None
+
+
+def _settled_record(root: Path) -> bytes | None:
+    """state.json's bytes when no transaction is under way (no journal); else None."""
+    import os
+
+    from patchkit.state import check_meta_dir, read_record, state_path
+    from patchkit.transaction import journal_path
+
+    check_meta_dir(root)
+    if os.path.lexists(journal_path(root)):
+        return None
+    return read_record(state_path(root))
+
+
+def _as_recorded(resolved, raw: bytes) -> bool:
+    """Whether the record is one apply of this series on this version, every file as it wrote it."""
+    from patchkit.fsutil import inside
+    from patchkit.patchfile import touched_paths
+    from patchkit.state import parse_state, read_file, sha256, state_path
+
+    root = resolved.target.root
+    state = parse_state(raw, state_path(root))
     if len(state.entries) != 1:
-        return None
+        return False
     entry = state.entries[0]
     series = [{"name": p.name, "sha256": p.sha256} for p in resolved.patches]
     if (entry.set_name, entry.vllm_version, entry.patches) != (resolved.set_name, str(resolved.vllm_version), series):
-        return None
+        return False
     if sorted(entry.files) != touched_paths(resolved.patches):
-        return None
+        return False
     for path, shas in entry.files.items():
         full = root / path
         if not inside(root, full.parent) or sha256(read_file(full, follow_symlinks=False)) != shas["after"]:
-            return None
-    return TreeStatus(TreeState.APPLIED)
+            return False
+    return True
 
 
 def cached_set_checks(context: LaunchContext) -> list[Finding]:
