@@ -139,3 +139,15 @@ def test_kept_findings_are_believed_only_under_this_users_seal(launch, tmp_path)
     _, done = patchkit_run(tree, library, command, env)
     assert_clean_failure(done, 1)
     assert "drafter expects hidden size 4096, target has 7168" in done.stdout and not marker.exists()
+
+
+def test_a_fifo_in_the_set_keeps_nothing_and_never_hangs(launch, tmp_path):
+    """The library is untrusted input: the fast path hashes the set's files into its key, each read as a
+    regular file only, so a fifo planted there is never opened for reading; the launch goes on, unkept."""
+    tree, library, command, env, _ = launch
+    env, kept = own_cache(env, tmp_path)
+    os.mkfifo(library / "eagle3" / "planted")
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 7, done.stderr
+    assert not list(kept.glob("*.json"))

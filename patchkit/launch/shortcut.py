@@ -30,6 +30,7 @@ from patchkit.launch.engine import Finding, LaunchContext, set_checks
 
 KIND = "launch-findings"
 ENTRY_LIMIT = 1 << 20  # a few findings: far below this
+FILE_LIMIT = 16 << 20  # a file of the set or of patchkit's code hashed into the key
 
 
 def recorded_status(resolved):
@@ -104,16 +105,21 @@ def cached_set_checks(context: LaunchContext) -> list[Finding]:
 
 
 def _key(context: LaunchContext) -> str | None:
-    """The key over everything the findings depend on but the tree's files; None when the launch
-    is not plain JSON (then nothing is kept)."""
+    """The key over everything the findings depend on but the tree's files; None (nothing is kept)
+    when the launch is not plain JSON or a file of the set is not a regular file."""
     import packaging
 
     set_dir = getattr(context.patch_set, "directory", None)
+    try:
+        code = _files_digest(Path(__file__).resolve().parent.parent, ".py")
+        set_files = _files_digest(Path(set_dir), "") if set_dir is not None else None
+    except OSError:  # a fifo, a symlink, an unreadable file: nothing is kept
+        return None
     inputs = {
         "python": sys.version,
         "packaging": packaging.__version__,
-        "code": _files_digest(Path(__file__).resolve().parent.parent, "*.py"),
-        "set": _files_digest(Path(set_dir), "*") if set_dir is not None else None,
+        "code": code,
+        "set": set_files,
         "root": str(context.root),
         "version": str(context.version),
         "command": asdict(context.command),
@@ -133,11 +139,21 @@ def _model(model) -> dict | None:
     return None if model is None else {"name": model.name, "path": str(model.path), "config": model.config}
 
 
-def _files_digest(root: Path, pattern: str) -> str:
+def _files_digest(root: Path, suffix: str) -> str:
+    """The sha256 over the names and contents of the files under `root` ending in `suffix`
+    (__pycache__ aside): os.walk, not pathlib, which costs more than the hashing here. OSError
+    for anything but a regular file there."""
+    import os
+
+    from patchkit.fsutil import read_regular
+
+    paths = []
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        paths += [os.path.join(directory, name) for name in files if name.endswith(suffix)]
     digest = hashlib.sha256()
-    for path in sorted(root.rglob(pattern)):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(f"\0{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
+    for path in sorted(paths):  # the library is untrusted input: a regular file, never a fifo or symlink
+        digest.update(f"\0{os.path.relpath(path, root)}\0".encode() + read_regular(path, FILE_LIMIT))
     return digest.hexdigest()
 
 
