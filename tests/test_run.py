@@ -151,3 +151,18 @@ def test_a_fifo_in_the_set_keeps_nothing_and_never_hangs(launch, tmp_path):
     _, done = patchkit_run(tree, library, command, env)
     assert done.returncode == 7, done.stderr
     assert not list(kept.glob("*.json"))
+
+
+def test_a_damaged_record_is_refused_by_run_as_by_every_command(launch, tmp_path):
+    """The fast path reads state.json as the untrusted input it is: a record that does not parse says
+    nothing there, and the full way refuses it (exit 2, naming the file), after a warm run too."""
+    tree, library, command, env, marker = launch
+    env, _ = own_cache(env, tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert patchkit_run(tree, library, command, env)[1].returncode == 7
+    marker.unlink()
+    state = tree / ".patchkit" / "state.json"
+    state.write_text(state.read_text().replace('"entries"', '"entries": 1, "x"', 1))
+    _, done = patchkit_run(tree, library, command, env)
+    assert_clean_failure(done, 2)
+    assert "state.json" in done.stderr and not marker.exists()

@@ -52,7 +52,8 @@ def preflight(
     target = resolve_model(str(command.model), command.env, overrides=command.hf_overrides, role="model")
     drafter_name = (command.speculative_config or {}).get("model")
     drafter = resolve_model(str(drafter_name), command.env, role="drafter") if drafter_name else None
-    status = status or inspect(resolved, check_upstream=False, import_probe=False)
+    if status is None:
+        status = inspect(resolved, check_upstream=False, import_probe=False)
     result = PreflightResult(command, tree_state=str(status.state))
     result.findings.append(tree_finding(resolved, status))
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)

@@ -45,7 +45,7 @@ def recorded_status(resolved):
         before = _settled_record(resolved.target.root)
         applied = before is not None and _as_recorded(resolved, before)
         return TreeStatus(TreeState.APPLIED) if applied and _settled_record(resolved.target.root) == before else None
-    except PatchkitError:  # damaged, or of the wrong kind: the full inspection says so
+    except (PatchkitError, OSError):  # damaged, of the wrong kind, unreadable: the full inspection says so
         return None
 
 
