@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +73,8 @@ def atomic_write(
     reader sees the old bytes or the new ones, never a part. `durable` fsyncs the data before the
     rename (the transaction's files); `before_replace` runs between the write and the rename (the
     fault-injection tests). The temporary file never outlives a failure."""
+    import secrets  # here: a command that writes nothing need not load it
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.patchkit-{secrets.token_hex(4)}.tmp")
     try:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from patchkit.checks import CheckContext, CheckResult
 from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.library import PatchSetDef
-from patchkit.plan import Plan, plan_apply
-from patchkit.resolve import Resolved
 from patchkit.state import Entry, State, read_file, read_state, sha256
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.checks import CheckContext, CheckResult
+    from patchkit.library import PatchSetDef
+    from patchkit.plan import Plan
+    from patchkit.resolve import Resolved
+
+# The plan and the checks are imported where they run: `run`'s fast path (patchkit/launch/shortcut.py)
+# makes a TreeStatus without either.
 
 _PATCH_STATE = {
     StepState.ALREADY_APPLIED: PatchState.APPLIED,
@@ -60,6 +66,8 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
     if kind == SelectionKind.UNSUPPORTED:
         return TreeStatus(TreeState.UNSUPPORTED)
     assert kind == SelectionKind.PATCH
+    from patchkit.plan import plan_apply
+
     plan = plan_apply(resolved.target.root, resolved.patches)
     reports = [
         PatchReport(
@@ -118,7 +126,7 @@ def stale_note(root, entry: Entry, installed) -> str | None:
         return None
     replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
     own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
-    record, _why = installed_record(root, installed)
+    record, _why = installed_record(root, installed, set(replaced))
     if own is None or own.parent.name != f"vllm-{installed}.dist-info" or record is None or not replaced:
         return None
     for path in replaced:
@@ -130,6 +138,8 @@ def stale_note(root, entry: Entry, installed) -> str | None:
 
 def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False, import_probe: bool = True) -> CheckContext:
     """What the checks see: the planned contents (or the files as on disk), and the stock ones."""
+    from patchkit.checks import CheckContext
+
     root = resolved.target.root
     disk = _disk_reader(root)
     return CheckContext(
@@ -137,7 +147,7 @@ def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False, impo
         read=disk if on_disk else plan.content,
         python=resolved.target.python,
         read_stock=plan.stock_content,
-        read_current=None if on_disk else plan.disk_content,
+        read_current=disk if on_disk else plan.disk_content,  # on disk: one read shared by every check
         root=root,
         patch_set=resolved.selection.patch_set,
         version=resolved.vllm_version,
@@ -184,6 +194,8 @@ def newest_release(patch_set: PatchSetDef):
 
 def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool = True) -> CheckContext:
     """The stock files as they are: what was patched before is checked as vLLM now ships it."""
+    from patchkit.checks import CheckContext
+
     root = resolved.target.root
     disk = _disk_reader(root)
     return CheckContext(

@@ -22,12 +22,13 @@ from patchkit.enums import SelectionKind
 from patchkit.errors import BadInput, NoPatchSet
 from patchkit.fsutil import atomic_write, unsafe_reason
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, read_patch
-from patchkit.requirements import Requirement, parse_requirements
 from patchkit.version import in_range, release_version, specifier
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
+
+    from patchkit.requirements import Requirement  # imported where a set's contract is read: --patch reads none
 
 MANIFEST = "set.toml"
 SERIES = "series"
@@ -241,6 +242,8 @@ def load_set(directory: Path) -> PatchSetDef:
 
 def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requirement, ...]:
     """set.toml's `contract`: inline [[contract]] tables, or a TOML file of [[requirement]] tables."""
+    from patchkit.requirements import parse_requirements
+
     if declared is None:
         return ()
     if not isinstance(declared, str):

@@ -159,6 +159,13 @@ class Patch:
         return Patch(self.name, self.raw, files, self.path)
 
 
+def touched_paths(patches: list[Patch]) -> list[str]:
+    """Every file the patches name, a rename's source too, sorted."""
+    return sorted(
+        {f.path for p in patches for f in p.files} | {f.source_path for p in patches for f in p.files if f.source_path}
+    )
+
+
 PATCH_LIMIT = 64 << 20  # a patch larger than this is not a patch patchkit reads
 
 
@@ -178,7 +185,7 @@ def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS
 
     if b"\0" in raw or b"GIT binary patch" in raw:
         raise BadInput(f"{name}: binary data or a binary patch; only text diffs are supported")
-    if raw.strip() and not raw.endswith(b"\n"):
+    if not raw.endswith(b"\n") and raw.strip():  # strip() copies: a large diff ends in a newline
         # as git: the last line may be cut anywhere, a header as well as a hunk line
         raise BadInput(f"{name}: the last line has no line end: the diff looks truncated")
     skeleton, runs = read_hunks(name, raw)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from patchkit.enums import StepState
 from patchkit.errors import BadInput, Drift
-from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode
+from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touched_paths
 from patchkit.state import Entry, Origin, read_file_and_origin, read_object, sha256
 
 # Short names the engine and the maintainer tools use.
@@ -175,10 +175,7 @@ class Plan:
 
     @property
     def touched_paths(self) -> list[str]:
-        return sorted(
-            {f.path for s in self.steps for f in s.patch.files}
-            | {f.source_path for s in self.steps for f in s.patch.files if f.source_path}
-        )
+        return touched_paths([s.patch for s in self.steps])
 
 
 def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Plan:

@@ -7,13 +7,15 @@ Below the library, so that loading a set needs nothing from the checks (which us
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput
 from patchkit.fsutil import unsafe_reason
 from patchkit.version import in_range, specifier
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 
 ACCESSES = {"load": "reads", "store": "assigns", "any": "references"}
 

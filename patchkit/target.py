@@ -3,19 +3,19 @@ and running patchkit's workers (patchkit/_target/) in that Python: run_worker.""
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import TargetError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
+
+# subprocess, tempfile, shutil and json are imported where a worker runs: a command given
+# --target alone (a dry run of a large diff, `run` on an applied tree) starts no worker.
 
 PACKAGE = "vllm"
 
@@ -92,6 +92,8 @@ def interpreter_path(python: str) -> str:
     base interpreter, and only the venv's path runs with the venv's site-packages."""
     if os.sep in python or (os.altsep and os.altsep in python):
         return os.path.abspath(python)
+    import shutil
+
     return shutil.which(python) or python
 
 
@@ -144,6 +146,11 @@ def run_worker(
     TargetError) when it cannot run, times out, exits non-zero or answers nothing; `doing` finishes
     its messages ("cannot run PYTHON<doing>: ...").
     """
+    import importlib
+    import json
+    import subprocess
+    import tempfile
+
     module = importlib.import_module(f"patchkit._target.{worker}")
     if in_process and same_interpreter(python):
         return module.work(request)
@@ -169,6 +176,8 @@ def run_worker(
 def _run(command: list[str], stdin: str, timeout: float) -> tuple[int, str]:
     """(exit status, error output) of a worker process; at the timeout, its whole process group is
     killed and TimeoutExpired raised."""
+    import subprocess
+
     process = subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
@@ -196,6 +205,8 @@ def _why_not_run(exc: OSError, python: str) -> str:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
+    import signal
+
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except OSError:
@@ -204,6 +215,8 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def _read_answer(path: Path) -> dict | None:
+    import json
+
     try:
         answer = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -36,7 +36,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -167,6 +166,8 @@ def commit_changes(
 
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
     preflight(root, [w.path for w in writes])
+    import secrets
+
     previous = read_record(state_path(root))
     txid = secrets.token_hex(8)
     entries = [_journal_entry(root, w, txid) for w in writes]
@@ -487,6 +488,8 @@ def _save_original(full: Path, before: bytes, origin: Origin | None, obj: Path) 
 def _link_original(source: Path, obj: Path, origin: Origin) -> bool:
     """Save the original at `source` as the object `obj` by a hard link, if its inode is patchkit's
     alone and still holds what the plan read (see the module docstring); False: copy it instead."""
+    import secrets
+
     temporary = obj.with_name(f".{obj.name}.patchkit-{secrets.token_hex(4)}.tmp")
     _faults.tick()
     try:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput, TargetError
 from patchkit.fsutil import inside
 from patchkit.target import PACKAGE, Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.specifiers import SpecifierSet  # imported where a range is read: a --patch run reads none
 
 # METADATA's headers come first; a file larger than this is read only this far (vLLM's is ~20 kB).
 METADATA_HEAD = 1 << 20
@@ -58,6 +60,8 @@ def specifier(text: str | None, origin: object) -> SpecifierSet | None:
     """A version range as the library writes it (None stays None); a bad one is BadInput."""
     if text is None:
         return None
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         return SpecifierSet(text)
     except InvalidSpecifier as exc:

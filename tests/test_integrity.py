@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from patchkit.checks import ERROR, WARNING
-from patchkit.record import record_hash
+from patchkit.errors import FetchError
+from patchkit.record import parse_record, record_hash
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -272,3 +275,65 @@ def test_real_0_16_0_files_pass_on_stock_and_fail_after_a_one_byte_edit(run, tmp
     rows = integrity_rows(json.loads(result.stdout)["checks"])
     assert rows[DEEPSEEK][:2] == (False, ERROR)
     assert all(rows[p][0] for p in paths if p != DEEPSEEK)
+
+
+# RECORD texts with what csv reads specially: quotes, commas inside quotes, CR, CRLF, NUL, blank lines.
+_RECORD_PIECES = st.sampled_from(
+    [
+        "vllm/a.py",
+        "vllm/b,c.py",
+        '"vllm/b,c.py"',
+        "vllm/\u00e9.py",
+        ",",
+        "sha256=AbC",
+        "12",
+        '"',
+        "\r",
+        "\r\n",
+        "\n",
+        "\0",
+        " ",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(_RECORD_PIECES, max_size=30),
+    wanted=st.sets(st.sampled_from(["vllm/a.py", "vllm/b,c.py", "vllm/\u00e9.py", "12", ""])),
+)
+@example(
+    pieces=["vllm/a.py,sha256=AbC,12\r\n", "vllm/\u00e9.py,sha256=AbC\r\n"], wanted={"vllm/a.py", "vllm/\u00e9.py"}
+)
+@example(
+    pieces=['"vllm/b,c.py",sha256=AbC,12\n', "vllm/a.py,sha256=AbC,1\rvllm/\u00e9.py,x,2\n"],
+    wanted={"vllm/b,c.py", "vllm/\u00e9.py"},
+)
+def test_the_rows_of_a_few_paths_are_those_of_the_whole_record(pieces, wanted):
+    """parse_record(data, only) reads just the rows it needs: what it gives is the whole parse's rows
+    for those paths, or the same error."""
+    data = "".join(pieces).encode()
+    try:
+        whole = {path: row for path, row in parse_record(data).items() if path in wanted}
+    except FetchError:
+        with pytest.raises(FetchError):
+            parse_record(data, wanted)
+        return
+    assert parse_record(data, wanted) == whole
+
+
+def test_a_record_as_pip_writes_it_crlf_and_quoted_vouches_for_the_touched_files_only(run, tree, library):
+    """pip writes RECORD with CRLF line ends and quotes a path with a comma: the touched files' rows
+    are read as csv reads them, and a tampered file is still refused."""
+    record = write_record(tree)
+    lines = record.read_text().splitlines()
+    odd = '"vllm/odd,name.py",sha256=xyz,3'
+    record.write_bytes(("\r\n".join([*lines, odd]) + "\r\n").encode())
+    result, data = apply(run, tree, library, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert {path: row[0] for path, row in integrity_rows(data["checks"]).items()} == {SPEC: True, MODEL: True}
+
+    (tree / MODEL).write_text(MODEL_PY + "# tampered\n")
+    result, data = apply(run, tree, library, "--dry-run")
+    assert result.exit_code == 1
+    assert integrity_rows(data["checks"])[MODEL][:2] == (False, ERROR)

@@ -3,6 +3,7 @@ A stand-in `vllm` script on PATH prints its PID and exits 7; the CLI runs as a r
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, run_cli, snapshot
-from launch_fixtures import DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
+from launch_fixtures import DRAFTER, KIMI, KIMI_K25, REGISTRY, serve, write_eagle3_setup, write_model
 
 
 @pytest.fixture
@@ -79,3 +80,89 @@ def test_an_unreadable_command_is_exit_2_and_nothing_runs(launch):
     _, done = patchkit_run(tree, library, ["vllm", "serve", "m", "-sc", "{'method': 'eagle3'}"], env)
     assert_clean_failure(done, 2)
     assert not marker.exists()
+
+
+# --- the fast path on an applied tree (patchkit/launch/shortcut.py) --------------------------------
+
+
+def own_cache(env: dict, tmp_path: Path) -> tuple[dict, Path]:
+    cache = tmp_path / "own-cache"
+    return {**env, "PATCHKIT_CACHE_DIR": str(cache)}, cache / "launch-findings"
+
+
+def test_a_warm_run_still_refuses_a_tree_changed_since_it_last_launched(launch, tmp_path):
+    """The findings kept by one run answer the next only while every file they read is unchanged,
+    and the record stands in for the series only while every file it records is as written."""
+    tree, library, command, env, marker = launch
+    env, kept = own_cache(env, tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for _ in range(2):
+        _, done = patchkit_run(tree, library, command, env)
+        assert done.returncode == 7, done.stderr
+    assert len(list(kept.glob("*.json"))) == 1
+
+    registry = tree / REGISTRY
+    stock_registry = registry.read_text()
+    registry.write_text(
+        stock_registry.replace('"KimiK25ForConditionalGeneration": ("kimi_k25", ', '"Other": ("kimi_k25", ')
+    )
+    marker.unlink()
+    _, done = patchkit_run(tree, library, command, env)
+    assert_clean_failure(done, 1)
+    assert "supports-eagle3" in done.stdout and "does not register" in done.stdout and not marker.exists()
+
+    registry.write_text(stock_registry)
+    with (tree / KIMI).open("a") as handle:
+        handle.write("# an edit after apply\n")
+    _, done = patchkit_run(tree, library, command, env)
+    assert_clean_failure(done, 1)
+    assert "tree-state" in done.stdout and "changed after patchkit wrote them" in done.stdout
+    assert not marker.exists()
+
+
+def test_kept_findings_are_believed_only_under_this_users_seal(launch, tmp_path):
+    """A kept entry edited to say every finding passed (its seal left as it was) is not believed."""
+    tree, library, command, env, marker = launch
+    env, kept = own_cache(env, tmp_path)
+    narrow = write_model(tmp_path / "narrow-drafter", {**DRAFTER, "hidden_size": 4096, "target_hidden_size": 4096})
+    command = serve(command[2], narrow)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    _, done = patchkit_run(tree, library, command, env)
+    assert_clean_failure(done, 1)
+    assert "drafter-hidden-size" in done.stdout
+
+    (entry,) = kept.glob("*.json")
+    planted = json.loads(entry.read_text())
+    for finding in planted["entry"]["findings"]:
+        finding["ok"], finding["fix"] = True, None
+    entry.write_text(json.dumps(planted))
+    _, done = patchkit_run(tree, library, command, env)
+    assert_clean_failure(done, 1)
+    assert "drafter expects hidden size 4096, target has 7168" in done.stdout and not marker.exists()
+
+
+def test_a_fifo_in_the_set_keeps_nothing_and_never_hangs(launch, tmp_path):
+    """The library is untrusted input: the fast path hashes the set's files into its key, each read as a
+    regular file only, so a fifo planted there is never opened for reading; the launch goes on, unkept."""
+    tree, library, command, env, _ = launch
+    env, kept = own_cache(env, tmp_path)
+    os.mkfifo(library / "eagle3" / "planted")
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 7, done.stderr
+    assert not list(kept.glob("*.json"))
+
+
+def test_a_damaged_record_is_refused_by_run_as_by_every_command(launch, tmp_path):
+    """The fast path reads state.json as the untrusted input it is: a record that does not parse says
+    nothing there, and the full way refuses it (exit 2, naming the file), after a warm run too."""
+    tree, library, command, env, marker = launch
+    env, _ = own_cache(env, tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert patchkit_run(tree, library, command, env)[1].returncode == 7
+    marker.unlink()
+    state = tree / ".patchkit" / "state.json"
+    state.write_text(state.read_text().replace('"entries"', '"entries": 1, "x"', 1))
+    _, done = patchkit_run(tree, library, command, env)
+    assert_clean_failure(done, 2)
+    assert "state.json" in done.stderr and not marker.exists()

@@ -20,6 +20,8 @@ reports it alongside the other checks.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -76,8 +78,9 @@ class IntegrityCheck:
     def run(self, ctx: CheckContext) -> list[CheckResult]:
         if ctx.root is None:
             return []
-        installed, why_not = installed_record(ctx.root, ctx.version)
-        published = published_record(_stock_release(ctx.root) or ctx.version)
+        wanted = set(ctx.paths)  # only these rows of each RECORD are parsed
+        installed, why_not = installed_record(ctx.root, ctx.version, wanted)
+        published = published_record(_stock_release(ctx.root) or ctx.version, wanted)
         recorded = _recorded_writes(ctx.root)
         results = []
         for path in ctx.paths:
@@ -167,14 +170,14 @@ def refusal(failed: list[CheckResult], version) -> CheckFailed:
 
 
 # -- references ---------------------------------------------------------------------------------
-def installed_record(root: Path, version) -> tuple[Record | None, str]:
-    """The target's own RECORD, or None and why there is none."""
+def installed_record(root: Path, version, only: Collection[str] | None = None) -> tuple[Record | None, str]:
+    """The target's own RECORD (with `only`, its entries for those paths), or None and why there is none."""
     path = find_record(root, version)
     if path is None:
         return None, "no vllm-*.dist-info/RECORD in the tree (a source checkout?)"
     label = path.relative_to(root).as_posix()
     try:
-        record = _parse(read_record_file(root, path), label)
+        record = _parse(read_record_file(root, path), label, only)
     except fsutil.NotRegularFile as exc:
         return None, f"{label} is not readable as a RECORD: {exc.strerror or exc}"
     except OSError:
@@ -195,7 +198,7 @@ def _with_stock_hashes(root: Path, record: Record) -> Record:
     return replace(record, label=f"{record.label} (stock hashes from {PROVENANCE})", hashes=hashes)
 
 
-def published_record(version) -> Record | None:
+def published_record(version, only: Collection[str] | None = None) -> Record | None:
     """The published wheel's RECORD when `patchkit fetch` already cached this release (no network),
     and only while the cache holds it as fetched (the cache is untrusted input: fetch re-checks it)."""
     if version is None:
@@ -206,7 +209,7 @@ def published_record(version) -> Record | None:
         data = cached_record(str(version))
     except PatchkitError:  # a version the cache cannot name, a damaged entry: no evidence
         return None
-    return _parse(data, f"the published wheel's RECORD (fetch cache, vllm {version})") if data else None
+    return _parse(data, f"the published wheel's RECORD (fetch cache, vllm {version})", only) if data else None
 
 
 def _stock_release(root: Path) -> str | None:
@@ -221,16 +224,27 @@ def _stock_release(root: Path) -> str | None:
     return found.vllm_version if found else None
 
 
-def _parse(data: bytes, label: str) -> Record | None:
+def _parse(data: bytes, label: str, only: Collection[str] | None = None) -> Record | None:
+    hashes = _hashes(data, None if only is None else frozenset(only))
+    if hashes is None:
+        return None
+    trusted, untrusted = hashes
+    return Record(label, hashes=dict(trusted), untrusted=dict(untrusted))
+
+
+@functools.lru_cache(maxsize=4)
+def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], dict[str, str]] | None:
+    """A RECORD's entries: (path -> hash entry, for the algorithms wheels allow; path -> any other
+    algorithm), or None for a RECORD csv cannot read. Kept for the run: the target's RECORD and the
+    fetch cache's are often the same bytes (a tree laid out from the cache), read once."""
     try:
-        rows = parse_record(data)
+        rows = parse_record(data, only)
     except FetchError:
         return None
     entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest}
-    return Record(
-        label,
-        hashes={name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
-        untrusted={name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
+    return (
+        {name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
+        {name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
     )
 
 

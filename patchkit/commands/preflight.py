@@ -33,16 +33,23 @@ def command(opts, quiet, verbose, fmt, no_import, launch):
     return result
 
 
-def run_preflight(ui, opts, launch_command, *, no_import: bool):
-    """Target resolution (default: the command's own interpreter), then the findings."""
+def run_preflight(ui, opts, launch_command, *, no_import: bool, shortcut: bool = False):
+    """Target resolution (default: the command's own interpreter), then the findings (`shortcut`:
+    `run`'s fast path on an applied tree, patchkit/launch/shortcut.py)."""
     from patchkit.launch.preflight import default_options, preflight
     from patchkit.transaction import consistent_read
 
     resolved = resolve_telling(ui, default_options(opts, launch_command))
+    if shortcut:
+        from patchkit.launch.shortcut import recorded_status
+
+        status = recorded_status(resolved)  # no lock: see there why none is needed
+        if status is not None:
+            return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
     with consistent_read(resolved.target.root) as recovered:
         if recovered:
             ui.warn(recovered)
-        return preflight(resolved, launch_command, no_import=no_import)
+        return preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
 
 
 def show(ui, result, fmt: str) -> None:

@@ -39,7 +39,7 @@ def _checked(ui, opts, launch_command, *, apply_first: bool, preflight: bool):
             return applied
     if not preflight:
         return None
-    result = run_preflight(ui, opts, launch_command, no_import=True)
+    result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
     if result.ok:
         return None
     show(ui, result, "text")

@@ -12,7 +12,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import stat
 from collections.abc import Iterable
 from contextlib import suppress
@@ -302,6 +301,8 @@ def clear_in_the_way(tree: Path, name: str) -> None:
 def remove_entry(path: Path) -> None:
     """Remove `path` without following a symlink: a real directory with everything in it."""
     if path.is_dir() and not path.is_symlink():
+        import shutil  # here: a read of the cache (a dry run's published RECORD) removes nothing
+
         shutil.rmtree(path)  # rmtree never follows symlinks inside
     else:
         with suppress(FileNotFoundError):

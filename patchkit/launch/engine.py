@@ -59,16 +59,18 @@ class LaunchContext:
     read_planned: Reader | None = None  # the files as the series leaves them (None: nothing to apply)
     python: str | None = None  # the target's interpreter, asked for vLLM's own answers (None: not asked)
     not_asked: str = "--no-import"  # why vLLM is not asked, when python is None
+    reads: dict[str, str | None] | None = None  # when a dict: path -> sha256 of each file read (None: absent)
     _registries: dict = field(default_factory=dict)
     _answers: dict = field(default_factory=dict)
 
     def read(self, path: str) -> bytes | None:
         """A file of the installed tree; None when absent, unsafe, or a symlink leading out of it."""
-        from patchkit.state import read_file
+        from patchkit.state import read_file, sha256
 
-        if unsafe_reason(path) or not inside(self.root, self.root / path):
-            return None
-        return read_file(self.root / path)
+        data = None if unsafe_reason(path) or not inside(self.root, self.root / path) else read_file(self.root / path)
+        if self.reads is not None:
+            self.reads[path] = sha256(data)
+        return data
 
     def judge(self, check: str, judgement: Judgement, fix: str | None = None) -> Finding:
         """A static judgement on the installed tree; failing, the fix is `patchkit apply` when the

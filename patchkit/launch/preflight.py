@@ -43,14 +43,19 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
     return dataclasses.replace(opts, python=command.interpreter())
 
 
-def preflight(resolved, command: LaunchCommand, *, no_import: bool = False) -> PreflightResult:
+def preflight(
+    resolved, command: LaunchCommand, *, no_import: bool = False, status=None, kept: bool = False
+) -> PreflightResult:
+    """Every finding. `status`: the tree's, when already known (`run`'s fast path: from its record);
+    `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
     from patchkit.enums import TreeState
     from patchkit.inspection import inspect
 
     target = resolve_model(str(command.model), command.env, overrides=command.hf_overrides, role="model")
     drafter_name = (command.speculative_config or {}).get("model")
     drafter = resolve_model(str(drafter_name), command.env, role="drafter") if drafter_name else None
-    status = inspect(resolved, check_upstream=False, import_probe=False)
+    if status is None:
+        status = inspect(resolved, check_upstream=False, import_probe=False)
     result = PreflightResult(command, tree_state=str(status.state))
     result.findings.append(tree_finding(resolved, status))
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
@@ -68,7 +73,12 @@ def preflight(resolved, command: LaunchCommand, *, no_import: bool = False) -> P
         not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
     )
     result.findings.extend(command_findings(context))
-    result.findings.extend(set_checks(context))
+    if kept:
+        from patchkit.launch.shortcut import cached_set_checks
+
+        result.findings.extend(cached_set_checks(context))
+    else:
+        result.findings.extend(set_checks(context))
     if not no_import:
         from patchkit.launch.validation import engine_validation
 
@@ -114,7 +124,9 @@ def tree_finding(resolved, status) -> Finding:
 
 def _stale_bytecode(resolved, status) -> str | None:
     from patchkit.checks.bytecode import failures, scan
+    from patchkit.patchfile import touched_paths
 
-    paths = status.plan.touched_paths if status.plan is not None else []
+    # an applied tree's state taken from its record has no plan: the series' files are the plan's
+    paths = status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches)
     results = scan(resolved.target.root, paths, resolved.target.python)
     return failures(results) if any(r.failed for r in results) else None

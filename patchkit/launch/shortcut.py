@@ -1,0 +1,208 @@
+"""`patchkit run`'s fast path on an applied tree: what it would find, without re-deriving it.
+
+- **The tree's state from its record.** When `.patchkit/state.json` (parsed as the untrusted input
+  it is: patchkit.state) records one apply, of this very series (the same patch names and sha256s),
+  for the installed vLLM version, over exactly the files the series touches, and each of those
+  files still has the sha256 patchkit wrote, the tree is the series applied with no drift: the
+  series is not planned again. Anything else (no record, another set, a file changed, a symlink
+  on the way, an unfinished transaction) says nothing, and the full inspection decides, under
+  the target's lock, as it always did. This read takes no lock: the files' hashes are the proof
+  that they are as the record says (a writer half-way through a transaction changes files the
+  record does not describe yet), and the record is the same bytes, with no journal, before and
+  after the files are read.
+- **The set's launch findings, kept by what they read.** The findings of the set's launch script
+  on an installed tree depend on the launch (its options, the models' configs), the installed
+  version, the set's files, patchkit's code and the tree files the script reads. An entry is kept
+  under a key over all but the last, with the sha256 of each tree file read; it answers only when
+  each of those files still has that hash, and only when sealed with this user's key
+  (patchkit.seal): the cache is untrusted input, a shortcut for findings this user's patchkit made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from patchkit.launch.engine import Finding, LaunchContext, set_checks
+
+KIND = "launch-findings"
+ENTRY_LIMIT = 1 << 20  # a few findings: far below this
+FILE_LIMIT = 16 << 20  # a file of the set or of patchkit's code hashed into the key
+
+
+def recorded_status(resolved):
+    """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
+    from patchkit.enums import SelectionKind, TreeState
+    from patchkit.errors import PatchkitError
+    from patchkit.inspection import TreeStatus
+
+    if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
+        return None
+    try:
+        before = _settled_record(resolved.target.root)
+        applied = before is not None and _as_recorded(resolved, before)
+        return TreeStatus(TreeState.APPLIED) if applied and _settled_record(resolved.target.root) == before else None
+    except (PatchkitError, OSError):  # damaged, of the wrong kind, unreadable: the full inspection says so
+        return None
+
+
+def _settled_record(root: Path) -> bytes | None:
+    """state.json's bytes when no transaction is under way (no journal); else None."""
+    import os
+
+    from patchkit.state import check_meta_dir, read_record, state_path
+    from patchkit.transaction import journal_path
+
+    check_meta_dir(root)
+    if os.path.lexists(journal_path(root)):
+        return None
+    return read_record(state_path(root))
+
+
+def _as_recorded(resolved, raw: bytes) -> bool:
+    """Whether the record is one apply of this series on this version, every file as it wrote it."""
+    from patchkit.fsutil import inside
+    from patchkit.patchfile import touched_paths
+    from patchkit.state import parse_state, read_file, sha256, state_path
+
+    root = resolved.target.root
+    state = parse_state(raw, state_path(root))
+    if len(state.entries) != 1:
+        return False
+    entry = state.entries[0]
+    series = [{"name": p.name, "sha256": p.sha256} for p in resolved.patches]
+    if (entry.set_name, entry.vllm_version, entry.patches) != (resolved.set_name, str(resolved.vllm_version), series):
+        return False
+    if sorted(entry.files) != touched_paths(resolved.patches):
+        return False
+    for path, shas in entry.files.items():
+        full = root / path
+        if not inside(root, full.parent) or sha256(read_file(full, follow_symlinks=False)) != shas["after"]:
+            return False
+    return True
+
+
+def cached_set_checks(context: LaunchContext) -> list[Finding]:
+    """set_checks(context), from the cache when an entry there answers for it; else run and kept.
+    Only for an installed tree read as it is (no planned files to judge)."""
+    from patchkit.record import cache_dir, usable_cache_dir
+
+    key = _key(context) if context.read_planned is None else None
+    directory = cache_dir() / KIND
+    if key is None or not usable_cache_dir(directory):
+        return set_checks(context)
+    path = directory / f"{key}.json"
+    found = _recall(directory, path, key, context)
+    if found is not None:
+        return found
+    context.reads = {}
+    found = set_checks(context)
+    _keep(directory, path, key, found, context.reads)
+    return found
+
+
+def _key(context: LaunchContext) -> str | None:
+    """The key over everything the findings depend on but the tree's files; None (nothing is kept)
+    when the launch is not plain JSON or a file of the set is not a regular file."""
+    import packaging
+
+    set_dir = getattr(context.patch_set, "directory", None)
+    try:
+        code = _files_digest(Path(__file__).resolve().parent.parent, ".py")
+        set_files = _files_digest(Path(set_dir), "") if set_dir is not None else None
+    except OSError:  # a fifo, a symlink, an unreadable file: nothing is kept
+        return None
+    inputs = {
+        "python": sys.version,
+        "packaging": packaging.__version__,
+        "code": code,
+        "set": set_files,
+        "root": str(context.root),
+        "version": str(context.version),
+        "command": asdict(context.command),
+        "models": [_model(context.target), _model(context.drafter)],
+        "asks_vllm": context.python,  # findings with vLLM's own answers are not those without
+    }
+    try:
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=_refuse).encode()).hexdigest()
+    except (TypeError, ValueError):
+        return None
+
+
+def _refuse(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _model(model) -> dict | None:
+    return None if model is None else {"name": model.name, "path": str(model.path), "config": model.config}
+
+
+def _files_digest(root: Path, suffix: str) -> str:
+    """The sha256 over the names and contents of the files under `root` ending in `suffix`
+    (__pycache__ aside): os.walk, not pathlib, which costs more than the hashing here. OSError
+    for anything but a regular file there."""
+    import os
+
+    from patchkit.fsutil import read_regular
+
+    paths = []
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        paths += [os.path.join(directory, name) for name in files if name.endswith(suffix)]
+    digest = hashlib.sha256()
+    for path in sorted(paths):  # the library is untrusted input: a regular file, never a fifo or symlink
+        digest.update(f"\0{os.path.relpath(path, root)}\0".encode() + read_regular(path, FILE_LIMIT))
+    return digest.hexdigest()
+
+
+def _recall(directory: Path, path: Path, key: str, context: LaunchContext) -> list[Finding] | None:
+    """The entry's findings when it is sealed by this user and every file it read is unchanged."""
+    from patchkit import fsutil, seal
+    from patchkit.record import touch
+    from patchkit.state import sha256
+
+    try:
+        if not fsutil.inside(directory, path.parent):
+            return None
+        entry = json.loads(fsutil.read_regular(path, ENTRY_LIMIT))
+        data = entry["entry"]
+        if not seal.sealed(KIND, key, seal.canonical(data), entry.get("seal")):
+            return None
+        findings = [_finding(f) for f in data["findings"]]
+        reads = data["reads"]
+        if not isinstance(reads, dict) or any(sha256(context.read(p)) != sha for p, sha in reads.items()):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged, planted, another format
+        return None
+    touch(path)
+    return findings
+
+
+def _finding(data: dict) -> Finding:
+    finding = Finding(data["check"], data["ok"], data["message"], data["fix"])
+    if not (
+        isinstance(finding.check, str)
+        and isinstance(finding.ok, bool)
+        and isinstance(finding.message, str)
+        and isinstance(finding.fix, (str, type(None)))
+    ):
+        raise ValueError("a kept finding is malformed")
+    return finding
+
+
+def _keep(directory: Path, path: Path, key: str, findings: list[Finding], reads: dict) -> None:
+    from contextlib import suppress
+
+    from patchkit import fsutil, seal
+    from patchkit.record import prune
+
+    data = {"findings": [f.to_json() for f in findings], "reads": reads}
+    entry = {"seal": seal.seal(KIND, key, seal.canonical(data)), "entry": data}
+    with suppress(OSError):  # a cache that cannot be written only costs time
+        directory.mkdir(parents=True, exist_ok=True)
+        if fsutil.inside(directory, path.parent):
+            fsutil.atomic_write(path, json.dumps(entry).encode())
+        prune(directory)
