@@ -102,12 +102,16 @@ def apply_series(
     """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
     the launch guard (patchkit/guard.py) is installed in the same transaction."""
     from patchkit.resolve import require_patches
-    from patchkit.transaction import target_lock
+    from patchkit.transaction import read_only_view, target_lock
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return ApplyResult(Outcome.UPSTREAM, f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch")
     applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard)
+    if dry_run:
+        with read_only_view(resolved.target.root) as settled:
+            if settled:
+                return applying.run(dry_run=True, force=force)
     with target_lock(resolved.target.root) as recovered:
         if recovered:
             applying.warn(recovered)

@@ -120,6 +120,35 @@ def target_lock(root: Path, timeout: float | None = None):
         lock.release()
 
 
+_UNSETTLED = object()
+
+
+def settled_record(root: Path) -> object:
+    """state.json's bytes (None: no record) when no transaction is under way, else _UNSETTLED (a
+    journal: a transaction is running, or a crash left one to roll back). A reader that takes no
+    lock holds what it read to be consistent when this is the same before and after: a transaction
+    writes its journal first and a new state.json last."""
+    check_meta_dir(root)
+    if os.path.lexists(journal_path(root)):
+        return _UNSETTLED
+    return read_record(state_path(root))
+
+
+@contextmanager
+def read_only_view(root: Path):
+    """A reader's consistent view of the tree without the lock (a dry run writes nothing, not even
+    the lock file, and no start-up of filelock): yields True when the tree is settled (then raises
+    LockBusy if a transaction changed it meanwhile), False when the caller must take the lock
+    (an unfinished transaction, which the lock's recovery rolls back first)."""
+    before = settled_record(root)
+    if before is _UNSETTLED:
+        yield False
+        return
+    yield True
+    if settled_record(root) != before:
+        raise LockBusy(f"another patchkit changed {root} while this dry run read it", hint="run it again")
+
+
 def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
     if timeout is None:  # read here, not at import: a bad value is the command's error, before any write
         timeout = locks.seconds_from_env(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT, zero_ok=True)

@@ -51,15 +51,10 @@ def recorded_status(resolved):
 
 def _settled_record(root: Path) -> bytes | None:
     """state.json's bytes when no transaction is under way (no journal); else None."""
-    import os
+    from patchkit.transaction import settled_record
 
-    from patchkit.state import check_meta_dir, read_record, state_path
-    from patchkit.transaction import journal_path
-
-    check_meta_dir(root)
-    if os.path.lexists(journal_path(root)):
-        return None
-    return read_record(state_path(root))
+    record = settled_record(root)
+    return record if isinstance(record, bytes) else None
 
 
 def _as_recorded(resolved, raw: bytes) -> bool:
