@@ -57,7 +57,9 @@ sys.path.insert(0, str(REPO))
 from patchkit.fetch import release_tree  # noqa: E402
 from patchkit.release_files import files_for, lay_out  # noqa: E402
 
-PATCHKIT = [sys.executable, "-m", "patchkit"]
+# What users run: the console script pip installed beside this interpreter (else `python -m`).
+_SCRIPT = Path(sys.executable).with_name("patchkit")
+PATCHKIT = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "patchkit"]
 
 
 def run_once(cmd: list[str], cwd: Path | None = None, output: Path | None = None) -> float:
