@@ -55,10 +55,29 @@ def sha256(data: bytes | None) -> str | None:
     if known is not None and known[0] is data:
         return known[1]
     digest = hashlib.sha256(data).hexdigest()
+    _remember(data, digest)
+    return digest
+
+
+def _remember(data: bytes, digest: str) -> None:
     _digests[id(data)] = (data, digest)
     while len(_digests) > _REMEMBERED:  # the oldest first (dicts keep insertion order)
         del _digests[next(iter(_digests))]
-    return digest
+
+
+def hash_side_by_side(contents: list[bytes | None]) -> None:
+    """sha256 the large contents among these on threads at once (hashlib lets go of the GIL), so a
+    large file's original and new content cost one pass of wall time, not two; sha256() then
+    answers from what it remembers."""
+    large = [c for c in contents if type(c) is bytes and len(c) >= _REMEMBERED_FROM][:_REMEMBERED]
+    if len(large) < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(len(large), _REMEMBERED)) as pool:
+        digests = list(pool.map(lambda c: hashlib.sha256(c).hexdigest(), large))
+    for content, digest in zip(large, digests, strict=True):
+        _remember(content, digest)
 
 
 # Contents from 1 MiB on (hashing one takes milliseconds); a few of them, which an apply or a revert
@@ -271,6 +290,7 @@ def record_apply(
     from datetime import datetime, timezone
 
     files = dict(previous.files) if previous else {}
+    hash_side_by_side([content for pair in changes.values() for content in pair])
     for path, (before, after) in changes.items():
         earlier = files.get(path)
         files[path] = {"before": earlier["before"] if earlier else sha256(before), "after": sha256(after)}

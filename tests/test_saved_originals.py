@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -188,3 +189,22 @@ def test_each_file_written_is_synced_once(run, scene, monkeypatch):
     assert synced[(tree / MODEL).stat().st_ino, False] == 1  # the new content, before its rename
     assert synced[(tree / MODEL).parent.stat().st_ino, True] == 1  # its directory, after the rename
     assert synced[(tree / ".patchkit" / "objects").stat().st_ino, True] == 1  # before the first rename
+
+
+def test_a_large_original_and_its_new_content_are_hashed_side_by_side(monkeypatch):
+    real = hashlib.sha256
+    both_at_once = threading.Barrier(2, timeout=20)  # broken (an error) if the two run one after the other
+
+    def meeting(data=b""):
+        both_at_once.wait()
+        return real(data)
+
+    before, after = os.urandom(3 << 20), os.urandom(2 << 20)
+    monkeypatch.setattr(state_module, "hashlib", SimpleNamespace(sha256=meeting))
+    state_module.hash_side_by_side([before, None, after, b"small"])
+
+    def forbidden(data=b""):
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(state_module, "hashlib", SimpleNamespace(sha256=forbidden))
+    assert (sha256(before), sha256(after)) == (real(before).hexdigest(), real(after).hexdigest())
