@@ -108,13 +108,33 @@ def find(root: Path) -> Provenance | None:
     origin = root / dist_info / PROVENANCE
     for path in record.files:
         checked_path(path, origin)
+    found = Provenance(root, dist_info, record)
+    wrong = _unlike_the_series(record.files, found.patches())
+    if wrong:
+        raise _refuse(f"{dist_info}/{PROVENANCE}", f"lists {wrong} otherwise than its own patches touch it")
     try:
         Version(record.vllm_version)
     except InvalidVersion:
         raise _refuse(
             f"{dist_info}/{PROVENANCE}", f"has a vllm_version {record.vllm_version!r} that is not a version"
         ) from None
-    return Provenance(root, dist_info, record)
+    return found
+
+
+def _unlike_the_series(files: dict[str, FileRecord], patches: list[Patch]) -> str | None:
+    """The first file the record lists that the series does not touch, or with a stock or patched
+    hash where the series creates or deletes it (revert deletes a file whose stock hash is null)."""
+    shape: dict[str, tuple[bool, bool]] = {}  # path -> (in the stock tree, in the patched tree)
+    for patch in patches:
+        for f in patch.files:
+            if f.source_path is not None:
+                shape[f.source_path] = (shape.get(f.source_path, (True, True))[0], f.kind == "modify")
+            if f.target_path is not None and f.target_path != f.source_path:
+                shape[f.target_path] = (shape.get(f.target_path, (False, False))[0], True)
+    for path, hashes in sorted(files.items()):
+        if shape.get(path) != (hashes.stock_sha256 is not None, hashes.patched_sha256 is not None):
+            return path
+    return None
 
 
 def _refuse(where: str, what: str) -> BadInput:

@@ -349,7 +349,7 @@ class ResultStore:
             return None, f"unreadable ({exc.strerror or exc})"
         try:
             result = self._believe(key, job, json.loads(raw))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             return None, str(exc) or type(exc).__name__
         touch(path)
         return result, None

@@ -220,3 +220,41 @@ def test_status_exit_code_one_for_a_failed_node_four_for_a_lost_one(fault, code)
     result = run_each(fleet, "status", NODES, REQUEST)
     assert result.error.exit_code == code and NODES[3].node_id[:12] in result.error.message
     assert result.state == "mixed"
+
+
+def test_a_node_answer_of_the_wrong_shape_is_that_node_failing_never_a_crash():
+    fleet = SimulatedFleet()
+    fleet.faults[(5, "prepare")] = {"state": "ready", "ok": True, "exit_code": 0, "vllm_version": 16}
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.exit_code == CHECK_FAILED and fleet.steps("apply") == []
+    assert result.reports[5].state == "error" and "vllm_version" in result.reports[5].detail
+
+    fleet = SimulatedFleet()
+    fleet.faults[(6, "apply")] = {"state": "applied", "ok": True, "exit_code": 0, "set": ["demo"]}
+    result = fleet_apply(fleet, NODES, REQUEST)  # written, but its answer cannot be believed: rolled back
+    assert result.error.exit_code == CHECK_FAILED and result.reports[6].state == "error"
+    assert fleet.steps("revert") == [i for i in range(100) if i != 6]
+
+
+def test_the_rollback_reverts_on_each_node_the_set_that_node_applied_and_nothing_else():
+    fleet = SimulatedFleet()
+    for index in range(0, 100, 3):
+        fleet.faults[(index, "apply")] = {"state": "applied", "ok": True, "exit_code": 0, "set": "other-default"}
+    for step, state in (("prepare", "ready"), ("apply", "applied")):  # a node that never named its set
+        fleet.faults[(1, step)] = {"state": state, "ok": True, "exit_code": 0, "set": None}
+    fleet.faults[(98, "apply")] = {"state": "conflict", "ok": False, "exit_code": 1, "detail": "edited"}
+    result = fleet_apply(fleet, NODES, REQUEST)
+    reverts = [(index, request.get("set_name")) for name, index, request in fleet.calls if name == "revert"]
+    assert all(name for _, name in reverts)  # never a plain revert of every set
+    assert {i for i, name in reverts if name == "other-default"} == set(range(0, 100, 3))
+    assert {i for i, name in reverts if name == "demo"} == set(range(100)) - set(range(0, 100, 3)) - {1, 98}
+    assert result.reports[1].state == "rollback-failed" and "patchkit status" in result.reports[1].detail
+
+
+def test_an_interrupt_still_says_what_to_run_on_a_node_lost_in_phase_two():
+    fleet = SimulatedFleet()
+    fleet.interrupt_during = "apply"
+    fleet.lost.add((13, "apply"))
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.exit_code == INTERRUPTED
+    assert "patchkit status --target /nodes/13/site --set demo" in result.reports[13].detail

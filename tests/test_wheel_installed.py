@@ -276,6 +276,14 @@ def hostile(wheel: WheelTree, case: str, outside: Path) -> None:
         prov["vllm_version"] = "0.13.0"
     elif case == "huge":
         prov["padding"] = "x" * (17 << 20)
+    elif case == "untouched-file":  # revert would delete a file the series never touches
+        victim = "vllm/__init__.py"
+        prov["files"][victim] = {"stock_sha256": None, "patched_sha256": sha((wheel.site / victim).read_bytes())}
+    elif case == "stock-file-as-created":  # revert would delete a stock file the series modifies
+        prov["files"]["vllm/config/spec.py"]["stock_sha256"] = None
+    elif case == "deeply-nested":
+        (dist / "patchkit.json").write_text("[" * 200_000 + "]" * 200_000)
+        return
     wheel.write_provenance(prov)
 
 
@@ -293,6 +301,9 @@ def hostile(wheel: WheelTree, case: str, outside: Path) -> None:
         "patch-symlink",
         "wrong-release",
         "huge",
+        "untouched-file",
+        "stock-file-as-created",
+        "deeply-nested",
     ],
 )
 @pytest.mark.parametrize("command", ["status", "apply", "revert"])

@@ -64,7 +64,10 @@ def find_problems(site):
         for version, files in records:  # in the order applied: a later set's hash of a file wins
             problems += _version_problems(site, version)
             expected.update(files)
-    problems += _file_problems(site, expected)
+    try:
+        problems += _file_problems(site, expected)
+    except TreeChanged as exc:  # a recorded path that is a fifo, a directory...: said, as any change
+        return [str(exc)]
     return sorted(set(problems), key=problems.index)
 
 
@@ -199,9 +202,10 @@ def _read_regular(path, limit):
         return None
     except OSError as exc:
         raise TreeChanged("cannot read " + path + " (" + (exc.strerror or str(exc)) + ")") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory with its own error
+        os.close(fd)
+        raise TreeChanged(path + " is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise TreeChanged(path + " is not a regular file")
         data = fh.read() if limit is None else fh.read(limit + 1)
     if limit is not None and len(data) > limit:
         raise TreeChanged(path + " is larger than " + str(limit) + " bytes")

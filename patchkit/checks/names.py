@@ -177,7 +177,7 @@ def _load(cache: Path | None, digest: str):
         if not seal.sealed(_SEAL_KIND, f"{cache.name}/{digest}", seal.canonical(data), entry.get("seal")):
             return _MISSING
         found = None if data is None else tuple(Finding(k, tuple(a), int(line), t, d) for k, a, line, t, d in data)
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
         return _MISSING
     touch(path)
     return found

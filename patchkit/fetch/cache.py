@@ -52,7 +52,7 @@ def load_state(root: Path, ver: str) -> State | None:
         data = json.loads(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES))
     except FileNotFoundError:
         return None
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise Damaged(f"{STATE_FILE} is not JSON ({e})") from None
     if isinstance(data, dict) and isinstance(data.get("schema"), int) and data["schema"] < STATE_SCHEMA:
         return None  # written by an older patchkit: fetched again, not damage

@@ -62,6 +62,10 @@ class NodeReport:
 
     @classmethod
     def from_node(cls, node: Node, summary: dict[str, Any]) -> NodeReport:
+        odd = _wrongly_typed(summary)
+        if odd:  # another patchkit's answer, or a damaged one: never let it decide anything
+            detail = f"the node's patchkit answered with {odd} of the wrong type (another patchkit version?)"
+            return cls(node, state="error", ok=False, detail=detail)
         return cls(
             node,
             state=str(summary.get("state")),
@@ -213,16 +217,31 @@ def _carry_over(prepared: list[NodeReport], written: list[NodeReport]) -> None:
         after.found_by = after.found_by or before.found_by
 
 
+_TEXT_FIELDS = ("target", "vllm_version", "set", "series", "found_by", "state", "detail")
+
+
+def _wrongly_typed(summary: object) -> str:
+    """The fields of a node's summary that are not of the type run_step writes ('' when none)."""
+    if not isinstance(summary, dict):
+        return "a summary that is not an object"
+    odd = [k for k in _TEXT_FIELDS if summary.get(k) is not None and not isinstance(summary[k], str)]
+    if summary.get("exit_code") is not None and type(summary["exit_code"]) is not int:
+        odd.append("exit_code")
+    if summary.get("document") is not None and not isinstance(summary["document"], dict):
+        odd.append("document")
+    return ", ".join(odd)
+
+
 def _phase_two_problem(written: Batch) -> PatchkitError | None:
+    lost = [r for r in written.reports if r.unreachable]
+    for report in lost:  # interrupted or not: whoever runs this must know what to check there
+        report.detail = (
+            f"{report.detail}; its apply may or may not have landed: on {report.node.node_ip} run "
+            f"`{_command('status', report)}`, then `{_command('revert', report)}`"
+        )
     if written.interrupted:
         return Interrupted("fleet apply interrupted in phase 2")
-    lost = [r for r in written.reports if r.unreachable]
     if lost:
-        for report in lost:
-            report.detail = (
-                f"{report.detail}; its apply may or may not have landed: on {report.node.node_ip} run "
-                f"`{_command('status', report)}`, then `{_command('revert', report)}`"
-            )
         return ClusterError(f"phase 2: no answer from {_names(lost)}", hint=_lost_hint())
     failed = [r for r in written.reports if not r.ok]
     if failed:
@@ -237,9 +256,12 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
     if not to_undo:
         return []
     by_node = {r.node: r for r in to_undo}
-    batch = runner.run("revert", list(by_node), _revert_request(request, to_undo))
+    answers = []
+    for request_for_set, nodes in _revert_requests(request, to_undo):
+        answers += runner.run("revert", nodes, request_for_set).reports
     stuck = []
-    for answer in batch.reports:
+    answered = {answer.node for answer in answers}
+    for answer in answers:
         report = by_node[answer.node]
         if answer.ok and answer.state == "reverted":
             report.state, report.detail = "rolled-back", "applied, then reverted: another node failed"
@@ -250,15 +272,24 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
                 f"run `{_command('revert', report)}`"
             )
             stuck.append(report)
+    for report in to_undo:
+        if report.node not in answered:  # no set name known: a plain revert would undo every set there
+            report.state = "rollback-failed"
+            report.detail = f"applied, its set unknown, so not reverted: on {report.node.node_ip} run `{_command('status', report)}`"
+            stuck.append(report)
     return stuck
 
 
-def _revert_request(request: dict[str, Any], written: list[NodeReport]) -> dict[str, Any]:
-    """Only the set this run applied: a set the nodes had before stays."""
-    names = {r.set_name for r in written if r.set_name}
-    if request.get("set_name") or request.get("adhoc") or len(names) != 1:
-        return {**request, "extra": []}
-    return {**request, "set_name": names.pop(), "extra": []}
+def _revert_requests(request: dict[str, Any], written: list[NodeReport]) -> list[tuple[dict[str, Any], list[Node]]]:
+    """Only the set this run applied, on each node (a set the nodes had before stays): one revert
+    request per set name the nodes reported, never a plain revert of every set."""
+    if request.get("set_name") or request.get("adhoc"):
+        return [({**request, "extra": []}, [r.node for r in written])]
+    by_set: dict[str, list[Node]] = {}
+    for report in written:
+        if report.set_name:
+            by_set.setdefault(report.set_name, []).append(report.node)
+    return [({**request, "set_name": name, "extra": []}, nodes) for name, nodes in by_set.items()]
 
 
 def _rolled_back(problem: PatchkitError, stuck: list[NodeReport]) -> PatchkitError:

@@ -103,6 +103,8 @@ def _load(name: str, path: Path, overrides: dict | None) -> ModelConfig:
         config = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadInput(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadInput(f"{path} is not a model config: JSON nested too deeply") from None
     if not isinstance(config, dict):
         raise BadInput(f"{path} is not a JSON object")
     return ModelConfig(name, path, _merged(config, overrides or {}))

@@ -170,7 +170,14 @@ def _recall(directory: Path, path: Path, key: str, context: LaunchContext) -> li
         reads = data["reads"]
         if not isinstance(reads, dict) or any(sha256(context.read(p)) != sha for p, sha in reads.items()):
             return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged, planted, another format
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+    ):  # damaged, planted, another format
         return None
     touch(path)
     return findings

@@ -85,8 +85,8 @@ class WorkspaceMeta:
             data["patches"] = [PatchRecord(**p) for p in _typed(data, "patches", list)]
             meta = cls(**data)
             meta._validate_types()
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise BadInput(f"unreadable workspace record {path}: {exc}") from exc
+        except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise BadInput(f"unreadable workspace record {path}: {exc}") from None
         sealed = seal.sealed(SEAL_KIND, _sealed_name(directory), _sealed_content(asdict(meta)), mark)
         meta._validate_places(path, sealed=sealed)
         return meta
