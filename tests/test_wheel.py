@@ -414,6 +414,8 @@ def _info(name: str, mode: int = 0o100644) -> zipfile.ZipInfo:
         (_info("vllm\\models\\evil.py"), "contains a backslash"),
         (_info("vllm/./x.py"), "is not a normalized relative path"),
         (_info("vllm/config/spec.py"), "appears twice"),
+        (_info("vllm/Config/spec.py"), "appears twice"),  # one file where names fold case
+        (_info("vllm/config/spec.py/x.py"), "lies under a member that is a file"),
         (_info("vllm/link.py", 0o120777), "is a symlink"),
         (_info("vllm/fifo", 0o010644), "is a special file"),
     ],
@@ -585,3 +587,22 @@ def test_a_patch_text_that_is_not_the_recorded_one_is_refused(installed):
     with pytest.raises(BadInput, match="cannot read"):
         provenance.patch_text("0001-change.patch")
     assert stat.S_ISLNK(os.lstat(installed / "patchkit/0001-change.patch").st_mode)
+
+
+@pytest.mark.parametrize(
+    ("members", "why"),
+    [
+        ([(_info("vllm/caf\u00e9.py"), b"a = 1\n"), (_info("vllm/cafe\u0301.py"), b"a = 2\n")], "appears twice"),
+        ([(_info("vllm/evil/"), b"payload")], "is a directory entry that holds data"),
+        (
+            [(_info("vllm-0.16.0.data/scripts/tool"), b"one"), (_info("vllm-0.16.0+x.data/scripts/tool"), b"two")],
+            "would be written twice",  # the .data directory renamed onto a member already there
+        ),
+    ],
+)
+def test_members_that_would_be_one_file_or_a_hollow_directory_are_refused(tmp_path, library, members, why):
+    stock = write_wheel(tmp_path / "in", extra=members)
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library, "--local-label", "x")
+    assert_nothing_written(done, out, 2)
+    assert why in done.stderr and "refusing the wheel" in done.stderr

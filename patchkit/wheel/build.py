@@ -288,7 +288,8 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
     _check_metadata(wheel)
     _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA", f"{wheel.dist_info}/RECORD"])
     (scratch / "vllm").mkdir(exist_ok=True)
-    resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=None))
+    # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
+    resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version)))
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         raise NoPatchSet(f"vLLM {resolved.vllm_version} ships this change itself: there is nothing to patch")
     require_patches(resolved)

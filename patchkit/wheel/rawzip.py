@@ -19,6 +19,7 @@ import errno
 import os
 import stat
 import struct
+import unicodedata
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -164,9 +165,26 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
         problem = _name_problem(name, seen) or _kind_problem(info)
         if problem:
             raise BadInput(f"{label}: member {name!r} {problem}; refusing the wheel")
-        seen.add(name)
+        seen.add(_folded(name))
         out.append(Member(info, _data_offset(info, fd, size, label)))
+    clash = _file_under_file({m.name for m in out if not m.is_dir})
+    if clash:
+        raise BadInput(f"{label}: member {clash!r} lies under a member that is a file; refusing the wheel")
     return out
+
+
+def _folded(name: str) -> str:
+    """A name as a case-insensitive, normalising file system sees it: two members that fold alike
+    would be one file there."""
+    return unicodedata.normalize("NFC", name.rstrip("/")).casefold()
+
+
+def _file_under_file(files: set[str]) -> str | None:
+    for name in sorted(files):
+        parts = name.split("/")
+        if any("/".join(parts[:i]) in files for i in range(1, len(parts))):
+            return name
+    return None
 
 
 def _name_problem(name: str, seen: set[str]) -> str | None:
@@ -174,13 +192,15 @@ def _name_problem(name: str, seen: set[str]) -> str | None:
     reason = unsafe_reason(path)
     if reason:
         return reason
-    if name in seen:
-        return "appears twice"
+    if _folded(name) in seen:
+        return "appears twice (names that differ only in case or Unicode form are one file on many systems)"
     return None
 
 
 def _kind_problem(info: zipfile.ZipInfo) -> str | None:
     kind = stat.S_IFMT(info.external_attr >> 16)
+    if info.orig_filename.endswith("/") and info.file_size:
+        return "is a directory entry that holds data"
     if kind == stat.S_IFLNK:
         return "is a symlink (its mode bits say so)"
     if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
@@ -221,6 +241,7 @@ class Writer:
         self.offset = 0  # where the next member goes
         self.count = 0
         self.directory = bytearray()
+        self.names: set[str] = set()
 
     def add(self, entries: list[Entry]) -> None:
         self._check(entries)
@@ -244,7 +265,12 @@ class Writer:
         _pwrite(self.out, bytes(self.directory) + end, self.offset)
 
     def _check(self, entries: list[Entry]) -> None:
-        """BadInput when these entries would need zip64 (not written)."""
+        """BadInput when these entries would need zip64 (not written), or repeat a name (a renamed
+        .data directory meeting a member already there)."""
+        for entry in entries:
+            if entry.name in self.names:
+                raise BadInput(f"{self.label}: {entry.name} would be written twice; refusing the wheel")
+            self.names.add(entry.name)
         if self.count + len(entries) >= MEMBER_LIMIT:
             raise BadInput(
                 f"{self.label}: {self.count + len(entries)} members need zip64, which patchkit does not write"
