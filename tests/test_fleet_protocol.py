@@ -258,3 +258,26 @@ def test_an_interrupt_still_says_what_to_run_on_a_node_lost_in_phase_two():
     result = fleet_apply(fleet, NODES, REQUEST)
     assert result.error.exit_code == INTERRUPTED
     assert "patchkit status --target /nodes/13/site --set demo" in result.reports[13].detail
+
+
+def test_an_address_that_accepts_connections_but_is_no_ray_cluster_is_exit_4_in_bounded_time():
+    pytest.importorskip("ray")
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts, never speaks: a dashboard port, say
+    port = listener.getsockname()[1]
+    code = (
+        "import sys, patchkit.fleet.cluster as cluster; cluster.CONNECT_SECONDS = 3\n"
+        "from patchkit.cli import main; sys.argv[0] = 'patchkit'; main()"
+    )
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", code, "fleet", "status", "--format", "json", "--address", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        listener.close()
+    assert_clean_failure(done, TARGET_PROBLEM)
+    assert "no Ray cluster answered there within 3 s" in json.loads(done.stdout)["error"]
+    assert time.monotonic() - started < 60

@@ -20,6 +20,7 @@ from patchkit.fleet.protocol import LOST, TIMED_OUT, Batch, ClusterError, Node, 
 
 INSTALL = "pip install 'patchkit[ray]'"
 POLL = 0.2  # seconds between looks at the tasks: a SIGTERM is acted on this soon
+CONNECT_SECONDS = 60.0  # ray.init's time to join the cluster
 
 
 def import_ray():
@@ -43,7 +44,7 @@ def connected(address: str | None) -> Iterator[RayRunner]:
     chosen = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
         _answers(chosen)
-        ray.init(address=chosen, log_to_driver=False, logging_level="ERROR", configure_logging=True)
+        _init_within(ray, chosen, CONNECT_SECONDS)
     except Exception as exc:  # Ray raises ConnectionError, ValueError, RuntimeError... for one cause
         raise ClusterError(
             f"cannot connect to the Ray cluster at {chosen}: {_gist(exc)}",
@@ -57,6 +58,28 @@ def connected(address: str | None) -> Iterator[RayRunner]:
         for number, handler in previous.items():
             signal.signal(number, handler)
         ray.shutdown()
+
+
+def _init_within(ray, address: str, seconds: float) -> None:
+    """ray.init, given `seconds`: a port that accepts connections but is no Ray cluster (the
+    dashboard's 8265, say) makes it retry for ever. It runs on a daemon thread, so a run that gives
+    up on it can still exit."""
+    finished = threading.Event()
+    failure: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=True)
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+        finally:
+            finished.set()
+
+    threading.Thread(target=connect, name="patchkit-ray-init", daemon=True).start()
+    if not finished.wait(seconds):
+        raise TimeoutError(f"no Ray cluster answered there within {seconds:g} s (is it the GCS port, 6379 by default?)")
+    if failure:
+        raise failure[0]
 
 
 def _answers(address: str, seconds: float = 10) -> None:
