@@ -134,18 +134,27 @@ def settled_record(root: Path) -> object:
     return read_record(state_path(root))
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file is there: every commit writes a new state.json (a new inode, by rename)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_mtime_ns
+
+
 @contextmanager
 def read_only_view(root: Path):
     """A reader's consistent view of the tree without the lock (a dry run writes nothing, not even
     the lock file, and no start-up of filelock): yields True when the tree is settled (then raises
     LockBusy if a transaction changed it meanwhile), False when the caller must take the lock
     (an unfinished transaction, which the lock's recovery rolls back first)."""
-    before = settled_record(root)
-    if before is _UNSETTLED:
+    before = settled_record(root), _identity(state_path(root))
+    if before[0] is _UNSETTLED:
         yield False
         return
     yield True
-    if settled_record(root) != before:
+    if (settled_record(root), _identity(state_path(root))) != before:  # bytes and inode: A, B, then A again
         raise LockBusy(f"another patchkit changed {root} while this dry run read it", hint="run it again")
 
 

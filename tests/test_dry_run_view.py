@@ -82,3 +82,20 @@ def test_a_dry_run_that_finds_an_unfinished_transaction_takes_the_lock_and_rolls
     assert result.outcome == Outcome.DRY_RUN
     assert any("rolled back an interrupted patchkit transaction" in w for w in result.warnings)
     assert not (tree / ".patchkit/journal.json").exists() and snapshot(tree) == stock
+
+
+def test_a_record_swapped_back_to_the_same_bytes_during_the_dry_run_is_still_seen(tree, resolved, monkeypatch):
+    assert apply_series(resolved).outcome == Outcome.APPLIED
+    state = tree / ".patchkit" / "state.json"
+    real_plan = patchkit.plan.plan_apply
+
+    def plan_while_two_commits_land(root, patches):
+        plan = real_plan(root, patches)
+        same = state.read_bytes()
+        state.unlink()  # a revert, then an apply again: the same bytes, another file
+        state.write_bytes(same)
+        return plan
+
+    monkeypatch.setattr(patchkit.plan, "plan_apply", plan_while_two_commits_land)
+    with pytest.raises(LockBusy):
+        apply_series(resolved, dry_run=True)
