@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -341,3 +341,26 @@ def safe_dest(tree: Path, name: str, real_tree: Path | None = None) -> Path:
             f"refusing member {name!r}: it resolves outside {tree}", hint=f"remove {tree} and try again"
         ) from None
     return dest
+
+
+def entry_lock(lock_file: Path, timeout: float, waiting: str, say: Callable[[str], None]):
+    """The lock of one cache entry (a release's files, a stock wheel): one process fills it at a
+    time. A symlink or a non-file where the lock goes is removed first, never opened for writing
+    through; `waiting` is said while another process holds it."""
+    from patchkit.locks import held
+
+    try:
+        if lock_file.is_symlink() or (lock_file.exists() and not lock_file.is_file()):
+            remove_entry(lock_file)
+    except OSError as e:
+        raise cache_write_error(lock_file, e) from None
+    return held(
+        lock_file,
+        timeout,
+        busy=lambda _waited: FetchError(
+            f"timed out waiting for the lock {lock_file}",
+            hint="is another patchkit process stuck? remove the lock file if not",
+        ),
+        unusable=lambda e: FetchError(f"cannot lock {lock_file}: {e}", hint=CACHE_HINT),
+        on_wait=lambda: say(waiting),
+    )

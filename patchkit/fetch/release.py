@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from patchkit.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
-    CACHE_HINT,
     STATE_FILE,
     Damaged,
     State,
@@ -29,6 +28,7 @@ from patchkit.fetch.cache import (
     clean_request,
     clear_in_the_way,
     damaged_members,
+    entry_lock,
     file_sha256,
     load_state,
     missing,
@@ -45,7 +45,6 @@ from patchkit.fetch.net import FetchStats, Progress
 from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
 from patchkit.fetch.zipread import LocalWheel, WheelSource
-from patchkit.locks import held
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.pipconfig import PipSettings
@@ -227,16 +226,8 @@ def _to_stderr(message: str) -> None:
 
 
 def _release_lock(root: Path, ver: str, say: Progress) -> AbstractContextManager[None]:
-    lock_file = root / LOCK_FILE
-    return held(
-        lock_file,
-        LOCK_TIMEOUT,
-        busy=lambda _waited: FetchError(
-            f"timed out waiting for the lock {lock_file}",
-            hint="is another patchkit process stuck? remove the lock file if not",
-        ),
-        unusable=lambda e: FetchError(f"cannot lock {lock_file}: {e}", hint=CACHE_HINT),
-        on_wait=lambda: say(f"waiting for another patchkit process fetching vLLM {ver}..."),
+    return entry_lock(
+        root / LOCK_FILE, LOCK_TIMEOUT, f"waiting for another patchkit process fetching vLLM {ver}...", say
     )
 
 

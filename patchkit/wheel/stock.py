@@ -24,12 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from patchkit.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
-    CACHE_HINT,
     Damaged,
     cache_write_error,
+    entry_lock,
     file_sha256,
     read_regular,
     remove_entry,
@@ -39,7 +38,6 @@ from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
-from patchkit.locks import held
 from patchkit.record import cache_dir
 
 SCHEMA = 1
@@ -177,21 +175,8 @@ def _cached_problem(root: Path, ver: str, wheel: str) -> str | None:
 
 
 def _lock(root: Path, ver: str, say: Progress):
-    lock_file = root / LOCK_FILE
-    try:
-        if lock_file.is_symlink() or (lock_file.exists() and not lock_file.is_file()):
-            remove_entry(lock_file)  # never opened for writing through a link
-    except OSError as e:
-        raise cache_write_error(lock_file, e) from None
-    return held(
-        lock_file,
-        LOCK_TIMEOUT,
-        busy=lambda _waited: FetchError(
-            f"timed out waiting for the lock {lock_file}",
-            hint="is another patchkit process stuck? remove the lock file if not",
-        ),
-        unusable=lambda e: FetchError(f"cannot lock {lock_file}: {e}", hint=CACHE_HINT),
-        on_wait=lambda: say(f"waiting for another patchkit process downloading vLLM {ver}..."),
+    return entry_lock(
+        root / LOCK_FILE, LOCK_TIMEOUT, f"waiting for another patchkit process downloading vLLM {ver}...", say
     )
 
 
