@@ -345,15 +345,9 @@ def safe_dest(tree: Path, name: str, real_tree: Path | None = None) -> Path:
 
 def entry_lock(lock_file: Path, timeout: float, waiting: str, say: Callable[[str], None]):
     """The lock of one cache entry (a release's files, a stock wheel): one process fills it at a
-    time. A symlink or a non-file where the lock goes is removed first, never opened for writing
-    through; `waiting` is said while another process holds it."""
+    time; `waiting` is said while another process holds it."""
     from patchkit.locks import held
 
-    try:
-        if lock_file.is_symlink() or (lock_file.exists() and not lock_file.is_file()):
-            remove_entry(lock_file)
-    except OSError as e:
-        raise cache_write_error(lock_file, e) from None
     return held(
         lock_file,
         timeout,

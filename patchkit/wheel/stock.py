@@ -175,6 +175,12 @@ def _cached_problem(root: Path, ver: str, wheel: str) -> str | None:
 
 
 def _lock(root: Path, ver: str, say: Progress):
+    lock_file = root / LOCK_FILE
+    try:
+        if lock_file.is_symlink() or (lock_file.exists() and not lock_file.is_file()):
+            remove_entry(lock_file)  # never opened for writing through a link
+    except OSError as e:
+        raise cache_write_error(lock_file, e) from None
     return entry_lock(
         root / LOCK_FILE, LOCK_TIMEOUT, f"waiting for another patchkit process downloading vLLM {ver}...", say
     )
