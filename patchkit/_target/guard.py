@@ -74,17 +74,24 @@ def find_problems(site):
 def _state_records(site):
     """(vllm version or None, {path: sha256 or None}) for each set `.patchkit/state.json` records."""
     path = os.path.join(site, ".patchkit", "state.json")
-    raw = _read_regular(path, MAX_RECORD_BYTES)
-    if raw is None:
+    data = _read_json(path)
+    if data is None:
         return []
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise TreeChanged(path + " is not JSON") from None
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise TreeChanged(path + " is not a patchkit state record")
     return [_entry_record(entry, path) for entry in entries]
+
+
+def _read_json(path):
+    """A record file's JSON value; None when there is none."""
+    raw = _read_regular(path, MAX_RECORD_BYTES)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise TreeChanged(path + " is not JSON") from None
 
 
 def _entry_record(entry, origin):
@@ -110,13 +117,9 @@ def _wheel_records(site):
     if len(found) != 1:
         return []
     path = os.path.join(site, found[0], "patchkit.json")
-    raw = _read_regular(path, MAX_RECORD_BYTES)
-    if raw is None:
+    data = _read_json(path)
+    if data is None:
         return []
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise TreeChanged(path + " is not JSON") from None
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(files, dict):
         raise TreeChanged(path + " is not a patchkit provenance record")
