@@ -132,6 +132,12 @@ def _cache_key() -> tuple:
     )
 
 
+def forget_settings() -> None:
+    """A process that outlives one command (fleet's node agent) asks pip again for the next one:
+    pip.conf may have changed meanwhile."""
+    _CACHE.clear()
+
+
 def pip_settings() -> PipSettings:
     """Ask pip for its merged configuration (memoized per process and PIP_*/HOME environment)."""
     key = _cache_key()

@@ -7,6 +7,7 @@ from patchkit.commands.options import format_option, no_import_option, target_op
 
 ACTIONS = ("status", "apply", "verify", "revert")
 DEFAULT_TIMEOUT = 600.0
+KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next one
 
 
 @click.command()
@@ -20,18 +21,27 @@ DEFAULT_TIMEOUT = 600.0
     show_default=True,
     help="Seconds each node's step may take.",
 )
+@click.option(
+    "--keep-alive",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0, max=86400),
+    default=KEEP_ALIVE,
+    show_default=True,
+    help="Seconds each node's patchkit agent stays for the next fleet command (0: it ends with this one).",
+)
 @target_options
 @format_option
 @no_import_option("apply, verify: do not import the patched modules on the nodes (probe check).")
 @click.option("--no-guard", is_flag=True, help="apply: do not install the launch guard on the nodes.")
 @click.option("--require-same-version", is_flag=True, help="apply: refuse a cluster whose nodes run different vLLMs.")
-def command(opts, quiet, verbose, fmt, action, address, timeout, no_import, no_guard, require_same_version):
+def command(opts, quiet, verbose, fmt, action, address, timeout, keep_alive, no_import, no_guard, require_same_version):
     """status, apply, verify or revert on every alive node of a Ray cluster.
 
     Each node's target is its own PATCHKIT_TARGET or PATCHKIT_PYTHON, else --target/--python (paths
     on the nodes), else the Ray worker's interpreter there. apply is all or nothing: phase 1 plans
     and checks on every node (no writes), phase 2 writes; a failure reverts the nodes written.
-    Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit).
+    The steps run in a patchkit agent on each node (a Ray actor), kept --keep-alive seconds for
+    the next command. Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit).
     """
     from patchkit.fleet.cluster import connected
     from patchkit.fleet.protocol import fleet_apply, run_each
@@ -39,7 +49,7 @@ def command(opts, quiet, verbose, fmt, action, address, timeout, no_import, no_g
     _refuse_flags_for(action, no_guard=no_guard, require_same_version=require_same_version)
     ui = make_ui(fmt, quiet, verbose)
     request = _request(opts, timeout)
-    with connected(address) as runner:
+    with connected(address, keep_alive=keep_alive) as runner:
         nodes = runner.alive_nodes()
         if action == "apply":
             apply_flags = [flag for flag, on in (("--no-import", no_import), ("--no-guard", no_guard)) if on]

@@ -1,7 +1,8 @@
 """Ray: the one module of patchkit that imports it. Connects to the cluster, lists its alive
-nodes, and runs a step on each one at once (node.run_step, pinned to the node by a hard
-node-affinity strategy with num_cpus=0, so that a node whose CPUs are all taken by vLLM still
-runs it), under a time limit."""
+nodes, and runs a step on each one at once, under a time limit, by the node's patchkit agent
+(node.Agent: a detached actor pinned to the node by a hard node-affinity strategy, with num_cpus=0
+so that a node whose CPUs are all taken by vLLM still runs it; it stays a few minutes for the next
+command, then ends itself)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.fleet.node import run_step
+from patchkit.fleet.node import Agent
 from patchkit.fleet.protocol import LOST, TIMED_OUT, Batch, ClusterError, Node, NodeReport
 
 INSTALL = "pip install 'patchkit[ray]'"
+NAMESPACE = "patchkit"  # the Ray namespace of the nodes' agents
 POLL = 0.2  # seconds between looks at the tasks: a SIGTERM is acted on this soon
 CONNECT_SECONDS = 60.0  # ray.init's time to join the cluster
 
@@ -35,11 +38,12 @@ def import_ray():
 
 
 @contextmanager
-def connected(address: str | None) -> Iterator[RayRunner]:
+def connected(address: str | None, *, keep_alive: float) -> Iterator[RayRunner]:
     """A runner on the Ray cluster at `address`, else $RAY_ADDRESS, else "auto" (a cluster this
     machine belongs to); never a new cluster of its own. While connected, SIGTERM and SIGINT only
     set a flag the runner acts on (ray.init's own SIGTERM handler would exit at once, with nodes
-    half written; a KeyboardInterrupt could land between two submissions)."""
+    half written; a KeyboardInterrupt could land between two submissions). The nodes' agents are
+    released at the end, to stay `keep_alive` seconds for the next command."""
     ray = import_ray()
     chosen = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
@@ -52,9 +56,11 @@ def connected(address: str | None) -> Iterator[RayRunner]:
         ) from None
     stop = threading.Event()
     previous = {number: signal.signal(number, lambda *_: stop.set()) for number in (signal.SIGTERM, signal.SIGINT)}
+    runner = RayRunner(ray, stop)
     try:
-        yield RayRunner(ray, stop)
+        yield runner
     finally:
+        runner.release(keep_alive)
         for number, handler in previous.items():
             signal.signal(number, handler)
         ray.shutdown()
@@ -69,7 +75,13 @@ def _init_within(ray, address: str, seconds: float) -> None:
 
     def connect() -> None:
         try:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=True)
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level="ERROR",
+                configure_logging=True,
+            )
         except BaseException as exc:  # handed to the caller's thread
             failure.append(exc)
         finally:
@@ -91,10 +103,20 @@ def _answers(address: str, seconds: float = 10) -> None:
         pass
 
 
+class RayAgent(Agent):
+    def end(self) -> None:
+        """Ended as Ray ends an actor on purpose (os._exit would be logged as a crash on the node)."""
+        import ray
+
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+
 class RayRunner:
-    """protocol.Runner on a real cluster: one task per node, all at once. `stop` set (a signal):
-    a step that writes (apply, revert) still waits for every node's answer, since what was
-    written must be known to be undone; any other step stops waiting; no step but a revert starts."""
+    """protocol.Runner on a real cluster: each step on every node at once, by that node's agent
+    (node.Agent: a detached actor with num_cpus=0 and a hard affinity to the node, kept between
+    commands). `stop` set (a signal): a step that writes (apply, revert) still waits for every
+    node's answer, since what was written must be known to be undone; any other step stops
+    waiting; no step but a revert starts."""
 
     WRITES = ("apply", "revert")
 
@@ -104,7 +126,9 @@ class RayRunner:
         self.ray = ray
         self.stop = stop
         self.affinity = NodeAffinitySchedulingStrategy
-        self.task = ray.remote(run_step)
+        self.agent_class = ray.remote(RayAgent)
+        self.run_id = uuid.uuid4().hex
+        self.agents: dict[Node, Any] = {}  # the agents this run holds
 
     def alive_nodes(self) -> list[Node]:
         nodes = [Node(n["NodeID"], n.get("NodeManagerAddress", "?")) for n in self.ray.nodes() if n.get("Alive")]
@@ -115,24 +139,99 @@ class RayRunner:
     def run(self, step: str, nodes: list[Node], request: dict[str, Any]) -> Batch:
         if self.stop.is_set() and step != "revert":  # a rollback still runs
             return Batch([NodeReport(node, "not-run", False, "interrupted before this step") for node in nodes], True)
-        pending = {self._submit(step, node, request): node for node in nodes}
-        # The node's own time limit is the request's; the driver allows for scheduling on top.
+        # The step's time limit, and a little for scheduling (an agent starting on a busy node).
         deadline = time.monotonic() + float(request["timeout"]) + 10
-        answers: dict[Node, NodeReport] = {}
+        answers = self._hold_agents([n for n in nodes if n not in self.agents], request, deadline)
+        hold = self._hold_seconds(request)
+        pending = {
+            self.agents[node].step.remote(self.run_id, hold, step, request): node
+            for node in nodes
+            if node in self.agents
+        }
         while pending and time.monotonic() < deadline and (step in self.WRITES or not self.stop.is_set()):
             self._collect(pending, answers, deadline)
         for node in pending.values():
             answers[node] = self._unanswered(node, step, request)
+            self._end(node)
         return Batch([answers[node] for node in nodes], self.stop.is_set())
+
+    def release(self, keep_alive: float) -> None:
+        """Each agent this run held may end once `keep_alive` seconds have passed (0: now)."""
+        refs = [agent.release.remote(self.run_id, keep_alive) for agent in self.agents.values()]
+        with suppress(Exception):  # an agent gone meanwhile has nothing to release
+            self.ray.wait(refs, num_returns=len(refs), timeout=5)
+
+    def _hold_agents(self, nodes: list[Node], request: dict[str, Any], deadline: float) -> dict[Node, NodeReport]:
+        """Each node's agent, held for this run (started where none runs, replaced where patchkit
+        changed since it started): the reports of the nodes that have none."""
+        failed: dict[Node, NodeReport] = {}
+        for attempt in range(AGENT_ATTEMPTS):
+            claims = {self._claim(node, request): node for node in nodes}
+            answers: dict[Node, NodeReport] = {}
+            while claims and time.monotonic() < deadline and not self.stop.is_set():
+                self._collect_claims(claims, answers, deadline)
+            for node in claims.values():
+                self._end(node)
+                failed[node] = self._unanswered(node, "start", request)
+            retry = [n for n, report in answers.items() if report.state == REPLACED]
+            failed.update({n: report for n, report in answers.items() if report.state != REPLACED and not report.ok})
+            nodes = retry
+            if not nodes:
+                break
+            time.sleep(0.2 * (attempt + 1))  # the agent being replaced leaves its name to the next one
+        for node in nodes:
+            failed[node] = NodeReport(node, "error", False, "its patchkit agent could not be replaced")
+        return failed
+
+    def _claim(self, node: Node, request: dict[str, Any]):
+        hold = self._hold_seconds(request)
+        agent = self.agent_class.options(
+            name=f"agent-{node.node_id}",
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=0,
+            scheduling_strategy=self.affinity(node_id=node.node_id, soft=False),
+        ).remote(hold)
+        self.agents[node] = agent
+        return agent.claim.remote(self.run_id, hold)
+
+    def _collect_claims(self, claims: dict, answers: dict[Node, NodeReport], deadline: float) -> None:
+        timeout = max(0.0, min(POLL, deadline - time.monotonic()))
+        ready, _ = self.ray.wait(list(claims), num_returns=len(claims), timeout=timeout)
+        for ref in ready:
+            node = claims.pop(ref)
+            try:
+                held = self.ray.get(ref)
+            except self.ray.exceptions.RayError as exc:  # dying as asked (idle, replaced): start anew
+                answers[node] = self._failure(exc, node) if not _agent_ended(exc) else NodeReport(node, REPLACED, False)
+                self.agents.pop(node, None)
+                continue
+            if isinstance(held, dict) and held.get("current") is True:
+                answers[node] = NodeReport(node, "held", True)
+            else:  # patchkit on the node is not the code the agent runs (upgraded since)
+                answers[node] = NodeReport(node, REPLACED, False)
+                self._end(node)
+
+    @staticmethod
+    def _hold_seconds(request: dict[str, Any]) -> float:
+        """How long an agent stays held without word from this run: a step's time limit and more."""
+        return float(request["timeout"]) + 60
 
     def _unanswered(self, node: Node, step: str, request: dict[str, Any]) -> NodeReport:
         if self.stop.is_set() and step not in self.WRITES:
             return NodeReport(node, "interrupted", False, "interrupted before its answer came")
         return NodeReport(node, TIMED_OUT, False, f"no answer within {request['timeout']:g} s")
 
-    def _submit(self, step: str, node: Node, request: dict[str, Any]):
-        strategy = self.affinity(node_id=node.node_id, soft=False)
-        return self.task.options(num_cpus=0, max_retries=0, scheduling_strategy=strategy).remote(step, request)
+    def _end(self, node: Node) -> None:
+        """An agent given up on is killed (the step runs in it), as a subprocess past its time
+        limit was; an apply cut short there leaves its journal, which the node's next patchkit
+        command rolls back."""
+        agent = self.agents.pop(node, None)
+        if agent is not None:
+            with suppress(Exception):  # already gone, or its node: nothing left to end
+                self.ray.kill(agent, no_restart=True)
 
     def _collect(self, pending: dict, answers: dict[Node, NodeReport], deadline: float) -> None:
         timeout = max(0.0, min(POLL, deadline - time.monotonic()))
@@ -142,14 +241,31 @@ class RayRunner:
             answers[node] = self._answer(ref, node)
 
     def _answer(self, ref, node: Node) -> NodeReport:
-        exceptions = self.ray.exceptions
         try:
             return NodeReport.from_node(node, self.ray.get(ref))
-        except exceptions.RayTaskError as exc:  # the task itself raised: patchkit missing there?
-            detail = f"the task failed on the node: {_gist(exc.cause or exc)} (is patchkit installed in the Ray worker's environment?)"
+        except self.ray.exceptions.RayError as exc:
+            self.agents.pop(node, None)
+            return self._failure(exc, node)
+
+    def _failure(self, exc: BaseException, node: Node) -> NodeReport:
+        exceptions = self.ray.exceptions
+        if isinstance(exc, exceptions.RayTaskError) or _creation_failed(exc):  # patchkit missing there?
+            detail = f"patchkit failed on the node: {_gist(getattr(exc, 'cause', None) or exc)} (is patchkit installed in the Ray worker's environment?)"
             return NodeReport(node, "error", False, detail)
-        except exceptions.RayError as exc:  # the node died, its worker crashed, it cannot be scheduled
-            return NodeReport(node, LOST, False, _gist(exc))
+        return NodeReport(node, LOST, False, _gist(exc))  # the node died, its agent crashed, it cannot be scheduled
+
+
+REPLACED = "replaced"  # an agent that ended (idle) or runs old code: a new one is started
+AGENT_ATTEMPTS = 5
+
+
+def _agent_ended(exc: BaseException) -> bool:
+    """The agent was ended on purpose (its idle end, or a driver replacing it): start a new one."""
+    return "ray.kill" in str(exc)
+
+
+def _creation_failed(exc: BaseException) -> bool:
+    return "creation task" in str(exc)
 
 
 def _gist(exc: BaseException) -> str:

@@ -1,7 +1,10 @@
-"""What one node runs: patchkit's own CLI (`python -m patchkit COMMAND --format json`) in a
-subprocess, against that node's vLLM, under a time limit; its JSON document summed up in a small
-dict the driver reads. Stdlib only, no Ray: the Ray task calls run_step by reference, so patchkit
-must be installed in the Ray worker's environment on every node.
+"""What one node runs: patchkit's own CLI (`patchkit COMMAND --format json`), in the Ray worker's
+process, against that node's vLLM; its JSON document summed up in a small dict the driver reads.
+In the worker, not a subprocess: a fleet run's steps on a node share one interpreter that has
+imported patchkit once (a subprocess per step cost a Python start and patchkit's imports, twice in
+an apply). The driver enforces the time limit (it cancels a task past it, which ends the worker).
+No Ray here: cluster.py makes Agent a Ray actor by reference, so patchkit must be installed in the
+Ray worker's environment on every node.
 
 The node's target: its own PATCHKIT_TARGET (a directory with vllm/) or PATCHKIT_PYTHON (an
 interpreter), else the command line's --target/--python, else the interpreter running the Ray
@@ -9,10 +12,13 @@ worker (in a vLLM cluster, vLLM's environment)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import subprocess
 import sys
+import threading
+import time
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +31,6 @@ STEPS: dict[str, list[str]] = {
     "apply": ["apply"],
     "revert": ["revert"],
 }
-TIMED_OUT = "timed-out"
 ERROR = "error"
 
 
@@ -42,9 +47,9 @@ def target_arguments(request: dict[str, Any]) -> tuple[list[str], str]:
 
 
 def command_line(step: str, request: dict[str, Any]) -> tuple[list[str], str]:
+    """patchkit's arguments for this step on this node, and what chose the target."""
     target, found_by = target_arguments(request)
-    args = [*STEPS[step], "--format", "json", *target, *_options(request), *request.get("extra", [])]
-    return [sys.executable, "-m", "patchkit", *args], found_by
+    return [*STEPS[step], "--format", "json", *target, *_options(request), *request.get("extra", [])], found_by
 
 
 def _options(request: dict[str, Any]) -> list[str]:
@@ -60,21 +65,31 @@ def _options(request: dict[str, Any]) -> list[str]:
 
 def run_step(step: str, request: dict[str, Any]) -> dict[str, Any]:
     """One step on this node: its summary (state, ok, detail, target, vllm_version...)."""
-    argv, found_by = command_line(step, request)
-    timeout = float(request["timeout"])
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-        )
-    except subprocess.TimeoutExpired:
-        detail = f"patchkit {STEPS[step][0]} did not finish within {timeout:g} s on this node"
-        return {"state": TIMED_OUT, "ok": False, "detail": detail, "found_by": found_by}
-    except OSError as exc:
-        return {"state": ERROR, "ok": False, "detail": f"cannot run patchkit: {exc}", "found_by": found_by}
-    summary = summarize(step, _document(done.stdout), done.returncode, done.stderr)
+    args, found_by = command_line(step, request)
+    code, stdout, stderr = patchkit_in_process(args)
+    summary = summarize(step, _document(stdout), code, stderr)
     if step == "prepare" and summary["ok"]:
         summary.update(_unwritable(summary["document"]) or {})
     return {**summary, "found_by": found_by}
+
+
+def patchkit_in_process(args: list[str]) -> tuple[int, str, str]:
+    """`patchkit ARGS` in this process, as its console script runs it: (exit code, stdout, stderr)."""
+    import click
+
+    from patchkit.cli import cli
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with redirect_stdout(stdout), redirect_stderr(stderr):
+        try:
+            # standalone_mode=False: click returns the code a command exits with, raises its own errors
+            code = cli.main(args=args, prog_name="patchkit", standalone_mode=False)
+        except click.ClickException as exc:  # a usage error (another patchkit's options?)
+            exc.show()
+            code = exc.exit_code
+        except click.Abort:
+            code = 1
+    return (code if isinstance(code, int) else 0), stdout.getvalue(), stderr.getvalue()
 
 
 def _document(stdout: str) -> dict[str, Any] | None:
@@ -137,3 +152,79 @@ def _unwritable(document: dict[str, Any]) -> dict[str, Any] | None:
         if where.exists() and not os.access(where, os.W_OK):
             return {"state": "unwritable", "ok": False, "detail": f"{where} is not writable by the Ray worker's user"}
     return None
+
+
+class Agent:
+    """patchkit on one node for fleet commands: cluster.py makes it a detached Ray actor, pinned to
+    the node. It runs each step in its own warm interpreter, so that a command's steps, and the
+    commands that follow within the keep-alive (status, apply, verify in a row), pay for no new Ray
+    worker and no Python start. It ends itself once no driver holds it and the keep-alive has
+    passed; a driver finding patchkit's files on the node changed since (an upgrade) ends it."""
+
+    def __init__(self, hold: float) -> None:
+        self.loaded = code_fingerprint()
+        self.guard = threading.Lock()
+        self.holds: dict[str, float] = {"creator": time.monotonic() + hold}  # run id -> held until
+        self.linger_until = 0.0  # the keep-alive the last command asked for
+        self.busy = 0
+        self.ending = False  # decided under the guard: no claim is taken after it
+        threading.Thread(target=self._end_when_unused, name="patchkit-agent-idle", daemon=True).start()
+
+    def claim(self, run: str, hold: float) -> dict[str, Any]:
+        """A fleet run's hold on this agent for `hold` seconds (renewed by each step). `current`:
+        False when this agent is ending, or patchkit's files here changed since it started (the
+        driver then starts a new one)."""
+        with self.guard:
+            if self.ending:
+                return {"current": False, "pid": os.getpid()}
+            self.holds[run] = time.monotonic() + hold
+        return {"current": code_fingerprint() == self.loaded, "pid": os.getpid()}
+
+    def step(self, run: str, hold: float, step: str, request: dict[str, Any]) -> dict[str, Any]:
+        from patchkit.pipconfig import forget_settings
+
+        with self.guard:
+            self.busy += 1
+        try:
+            forget_settings()  # each step reads pip's configuration as a new patchkit process would
+            return run_step(step, request)
+        finally:
+            with self.guard:
+                self.busy -= 1
+                self.holds[run] = time.monotonic() + hold
+
+    def release(self, run: str, keep_alive: float) -> None:
+        with self.guard:
+            self.holds.pop(run, None)
+            self.holds.pop("creator", None)
+            self.linger_until = time.monotonic() + keep_alive  # the last command's word (another's hold still counts)
+
+    def _end_when_unused(self) -> None:
+        while True:
+            time.sleep(AGENT_TICK)
+            with self.guard:
+                now = time.monotonic()
+                self.ending = not self.busy and now > self.linger_until and all(t < now for t in self.holds.values())
+            if self.ending:
+                self.end()
+                return
+
+    def end(self) -> None:
+        """This process ends (cluster.py's agent asks Ray to end it as an actor)."""
+        os._exit(0)
+
+
+AGENT_TICK = 0.5  # seconds between an agent's looks at whether it is still wanted
+
+
+def code_fingerprint() -> dict[str, tuple[int, int, int]]:
+    """Each of patchkit's source files, as (inode, size, mtime): an upgrade changes them."""
+    package = Path(__file__).resolve().parent.parent
+    seen = {}
+    for path in sorted(package.rglob("*.py")):
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        seen[str(path.relative_to(package))] = (info.st_ino, info.st_size, info.st_mtime_ns)
+    return seen
