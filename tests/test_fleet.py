@@ -270,6 +270,70 @@ def test_a_node_removed_mid_run_is_reported_lost(fleet):
     assert document["state"] == "mixed"
 
 
+def agent_pids(fleet) -> dict[str, int | None]:
+    """Each node's patchkit agent: its pid, None where none runs (asked from a driver of our own)."""
+    code = textwrap.dedent("""
+        import json, sys, ray
+        ray.init(address=sys.argv[1], namespace="patchkit", log_to_driver=False, logging_level="ERROR")
+        found = {}
+        for n in ray.nodes():
+            if not n["Alive"]:
+                continue
+            try:
+                agent = ray.get_actor("agent-" + n["NodeID"])
+                found[n["NodeID"]] = ray.get(agent.claim.remote("test", 0), timeout=30)["pid"]
+            except ValueError:
+                found[n["NodeID"]] = None
+            except ray.exceptions.RayActorError:  # ending as the test looks
+                found[n["NodeID"]] = None
+        print(json.dumps(found))
+        """)
+    done = subprocess.run(
+        [sys.executable, "-c", code, fleet.cluster.address], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_agents_stay_for_the_next_command_and_keep_alive_0_ends_them(fleet):
+    fleet.stock()
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    assert fleet.run("status", "--patches", lib)[0].returncode == 0
+    first = agent_pids(fleet)
+    assert None not in first.values() and len(set(first.values())) == 3
+    assert fleet.run("status", "--patches", lib, "--keep-alive", "0")[0].returncode == 0
+    deadline = time.monotonic() + 30
+    while any(agent_pids(fleet).values()):
+        assert time.monotonic() < deadline, "the agents did not end"
+        time.sleep(0.5)
+    done, document = fleet.run("status", "--patches", lib)  # cold again: new agents, same answer
+    assert done.returncode == 0 and document["state"] == "not-applied"
+    again = agent_pids(fleet)
+    assert None not in again.values() and not set(again.values()) & set(first.values())
+
+
+def test_a_node_past_the_time_limit_is_timed_out_and_its_agent_ended(fleet):
+    """A fourth node whose interpreter takes 60 s: --timeout 3 reports it, and ends its agent."""
+    fleet.stock()
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    slow_python = fleet.base / "slower-python"
+    slow_python.write_text(f'#!/bin/sh\nsleep 60\nexec "{fleet.python}" "$@"\n')
+    slow_python.chmod(0o755)
+    node = fleet.cluster.add_node(num_cpus=1, env_vars=fleet.node_env(PATCHKIT_PYTHON=str(slow_python)))
+    try:
+        fleet.cluster.wait_for_nodes()
+        started = time.monotonic()
+        done, document = fleet.run("status", "--patches", lib, "--timeout", "3")
+        assert time.monotonic() - started < 45
+        assert_clean_failure(done, 4)
+        slow = [n for n in document["nodes"] if n["node_id"] == node.node_id]
+        assert slow[0]["state"] == "timed-out" and "no answer within 3 s" in slow[0]["detail"]
+        assert {n["state"] for n in document["nodes"] if n["node_id"] != node.node_id} == {"not-applied"}
+        assert agent_pids(fleet)[node.node_id] is None
+    finally:
+        fleet.cluster.remove_node(node)
+
+
 def test_no_cluster_to_connect_to_is_exit_4():
     done = run_cli("fleet", "status", "--address", "127.0.0.1:9")
     assert_clean_failure(done, 4)

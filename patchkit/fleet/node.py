@@ -214,12 +214,12 @@ class Agent:
         os._exit(0)
 
 
+PACKAGE = Path(__file__).resolve().parent.parent  # patchkit's own directory
 AGENT_TICK = 0.5  # seconds between an agent's looks at whether it is still wanted
 
 
-def code_fingerprint() -> dict[str, tuple[int, int, int]]:
+def code_fingerprint(package: Path = PACKAGE) -> dict[str, tuple[int, int, int]]:
     """Each of patchkit's source files, as (inode, size, mtime): an upgrade changes them."""
-    package = Path(__file__).resolve().parent.parent
     seen = {}
     for path in sorted(package.rglob("*.py")):
         try:

@@ -1,0 +1,118 @@
+"""The node side of `patchkit fleet` without Ray: patchkit's CLI run in the agent's process, and
+the agent's life (it stays while held or busy, ends once released, refuses claims once ending or
+once patchkit's files changed under it)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from helpers import run_cli, write_tree
+
+from patchkit.fleet import node
+
+
+class Watched(node.Agent):
+    """An agent whose end is recorded instead of ending the test's process."""
+
+    def __init__(self, hold: float) -> None:
+        self.ended = threading.Event()
+        super().__init__(hold)
+
+    def end(self) -> None:
+        self.ended.set()
+
+
+@pytest.fixture(autouse=True)
+def quick_ticks(monkeypatch):
+    monkeypatch.setattr(node, "AGENT_TICK", 0.02)
+
+
+def test_an_agent_stays_while_held_and_for_the_keep_alive_then_ends():
+    agent = Watched(hold=60)
+    assert agent.claim("run-1", 60)["current"] is True
+    assert not agent.ended.wait(0.2)
+    agent.release("run-1", keep_alive=0.3)
+    assert not agent.ended.wait(0.15)  # the keep-alive
+    assert agent.ended.wait(2)
+    assert agent.claim("run-2", 60)["current"] is False  # ending: the driver starts a new one
+
+
+def test_another_runs_hold_keeps_it_after_one_release_with_no_keep_alive():
+    agent = Watched(hold=60)
+    agent.claim("run-1", 60)
+    agent.claim("run-2", 60)
+    agent.release("run-1", keep_alive=0)
+    assert not agent.ended.wait(0.3)
+    agent.release("run-2", keep_alive=0)
+    assert agent.ended.wait(2)
+
+
+def test_a_busy_agent_does_not_end_though_nothing_holds_it(monkeypatch):
+    started, finish = threading.Event(), threading.Event()
+
+    def slow_step(step, request):
+        started.set()
+        finish.wait(10)
+        return {"state": "ok"}
+
+    monkeypatch.setattr(node, "run_step", slow_step)
+    agent = Watched(hold=60)
+    agent.release("creator", keep_alive=0)
+    worker = threading.Thread(target=agent.step, args=("run-1", 0, "status", {}))
+    agent.claim("run-1", 0)
+    worker.start()
+    assert started.wait(5)
+    assert not agent.ended.wait(0.3)
+    finish.set()
+    worker.join(5)
+    assert agent.ended.wait(2)
+
+
+def test_the_fingerprint_changes_with_any_source_file(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("A = 1\n")
+    (package / "sub" / "b.py").write_text("B = 2\n")
+    before = node.code_fingerprint(package)
+    assert node.code_fingerprint(package) == before
+    (package / "sub" / "b.py").write_text("B = 22\n")  # an upgrade rewrote it
+    assert node.code_fingerprint(package) != before
+    rewritten = node.code_fingerprint(package)
+    (package / "c.py").write_text("")  # a module the new version adds
+    assert node.code_fingerprint(package) != rewritten
+
+
+def test_an_agent_whose_patchkit_changed_says_it_is_not_current(monkeypatch):
+    agent = Watched(hold=60)
+    monkeypatch.setattr(node, "code_fingerprint", lambda: {"cli.py": (1, 2, 3)})
+    assert agent.claim("run-1", 60)["current"] is False
+
+
+@pytest.mark.parametrize("where", ["stock", "missing"])
+def test_patchkit_in_process_answers_as_the_console_script_does(tmp_path, where):
+    tree = tmp_path / "site"
+    if where == "stock":
+        write_tree(tree, "0.16.0")
+    args = ["status", "--format", "json", "--target", str(tree)]
+    code, stdout, stderr = node.patchkit_in_process(args)
+    alone = run_cli(*args)
+    assert (code, json.loads(stdout)) == (alone.returncode, json.loads(alone.stdout))
+    assert stderr == alone.stderr and "Traceback" not in stderr
+
+
+def test_patchkit_in_process_reports_a_usage_error_as_exit_2():
+    code, _stdout, stderr = node.patchkit_in_process(["status", "--no-such-option"])
+    assert code == 2 and "no such option" in stderr.lower() and "Traceback" not in stderr
+
+
+def test_a_second_step_in_the_same_process_sees_the_tree_as_it_is_now(tmp_path):
+    """The agent's process outlives a step: nothing the first step read is taken for the second."""
+    tree = tmp_path / "site"
+    write_tree(tree, "0.16.0")
+    node.patchkit_in_process(["status", "--format", "json", "--target", str(tree)])
+    for path in tree.glob("vllm-*.dist-info"):
+        (path / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.17.0\n")
+    _code, stdout, _ = node.patchkit_in_process(["status", "--format", "json", "--target", str(tree)])
+    assert json.loads(stdout)["vllm_version"] == "0.17.0"
