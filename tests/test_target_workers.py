@@ -94,3 +94,28 @@ def test_the_workers_directory_shadows_nothing_the_target_imports(tmp_path):
     request = {"root": str(tmp_path), "modules": [], "probe": None, "version": None, "files": []}
     report = run_worker(sys.executable, "import_probe", request, timeout=60, in_process=False, isolated=False)
     assert report["done"] and report["vllm"]["ok"], report
+
+
+def test_a_content_is_compiled_once_per_interpreter(tmp_path, monkeypatch):
+    """apply checks the same contents as planned and as written: the second time costs no compile,
+    unless another interpreter (or another content) is asked."""
+    from patchkit.checks import syntax
+
+    asked = []
+
+    def counting(python, worker, request, **options):
+        asked.append(sorted(request["sources"]))
+        return run_worker(python, worker, request, **options)
+
+    monkeypatch.setattr(syntax, "run_worker", counting)
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    first = syntax.compile_sources({"a.py": b"x = 1\n", "b.py": b"def f(:\n"}, sys.executable)
+    assert list(first) == ["b.py"] and first["b.py"].startswith("line 1: ")
+    again = syntax.compile_sources({"c.py": b"x = 1\n", "d.py": b"def f(:\n"}, sys.executable)  # moved, same bytes
+    assert again == {"d.py": first["b.py"]} and asked == [["a.py", "b.py"]]
+    assert syntax.compile_sources({"a.py": b"x = 2\n", "b.py": b"def f(:\n"}, sys.executable) == first
+    assert asked[-1] == ["a.py"]  # only the changed content
+    other = tmp_path / "python"
+    other.symlink_to(sys.executable)
+    assert syntax.compile_sources({"b.py": b"def f(:\n"}, str(other)) == first
+    assert asked[-1] == ["b.py"]

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 
 from packaging.version import Version
 
@@ -105,8 +105,13 @@ def evaluate(req: Requirement, module: Module | str | None, version: Version | N
 
 
 def _load(data: bytes | None, path: str) -> Module | str | None:
-    if data is None:
-        return None
+    return None if data is None else _parsed(data, path)
+
+
+@lru_cache(maxsize=64)
+def _parsed(data: bytes, path: str) -> Module | str:
+    """A content parsed once in this process (apply evaluates the same contents as planned and as
+    written; fleet's node agent in phase 1 and again in phase 2). Evaluators only read the tree."""
     try:
         return Module(ast.parse(data, filename=path))
     except (SyntaxError, ValueError) as exc:

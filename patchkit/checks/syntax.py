@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 from patchkit.checks import CheckContext, CheckResult, too_large_to_parse
 from patchkit.target import run_worker
 
@@ -24,7 +27,31 @@ CHECK = SyntaxCheck()
 
 def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, str]:
     """path -> error for each source that does not compile, judged by `python`'s own compiler
-    (patchkit/_target/compile_sources.py)."""
-    texts = {p: d.decode("utf-8", "surrogateescape") for p, d in sources.items()}
-    request = {"sources": texts}
-    return run_worker(python, "compile_sources", request, timeout=120, doing=" to compile the patched files")
+    (patchkit/_target/compile_sources.py). A content this process has had judged by the same
+    interpreter is not compiled again: apply checks the same contents as planned and as written,
+    and fleet's node agent in phase 1 and again in phase 2."""
+    interpreter = _interpreter(python)
+    keys = {path: (interpreter, hashlib.sha256(data).hexdigest()) for path, data in sources.items()}
+    todo = {path: data for path, data in sources.items() if keys[path] not in _JUDGED}
+    if todo:
+        texts = {p: d.decode("utf-8", "surrogateescape") for p, d in todo.items()}
+        errors = run_worker(
+            python, "compile_sources", {"sources": texts}, timeout=120, doing=" to compile the patched files"
+        )
+        if len(_JUDGED) > 4096:
+            _JUDGED.clear()
+        for path in todo:
+            _JUDGED[keys[path]] = errors.get(path)
+    return {path: error for path in sources if (error := _JUDGED[keys[path]]) is not None}
+
+
+_JUDGED: dict[tuple[tuple, str], str | None] = {}  # (interpreter, sha256) -> its error, None: compiles
+
+
+def _interpreter(python: str | None) -> tuple:
+    """Names the compiler: the interpreter's path and its file as it is now (a replaced one is another)."""
+    try:
+        info = os.stat(python) if python else None
+    except OSError:
+        info = None
+    return (python, info.st_ino, info.st_mtime_ns) if info else (python,)
