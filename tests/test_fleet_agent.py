@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 from helpers import run_cli, write_tree
@@ -116,3 +117,30 @@ def test_a_second_step_in_the_same_process_sees_the_tree_as_it_is_now(tmp_path):
         (path / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.17.0\n")
     _code, stdout, _ = node.patchkit_in_process(["status", "--format", "json", "--target", str(tree)])
     assert json.loads(stdout)["vllm_version"] == "0.17.0"
+
+
+def test_phase_one_refuses_a_file_the_workers_user_cannot_write(tmp_path, monkeypatch):
+    """Root writes everything here, so os.access is what says no (as it does for another user)."""
+    tree = write_tree(tmp_path / "site")
+    document = {"target": str(tree), "patches": [{"name": "a", "files": ["vllm/config/spec.py", "vllm/new.py"]}]}
+    assert node._unwritable(document) is None
+    for locked in (tree / "vllm" / "config" / "spec.py", tree / "vllm"):  # a file; a new file's directory
+        monkeypatch.setattr(node.os, "access", lambda path, mode, locked=locked: Path(path) != locked)
+        refusal = node._unwritable(document)
+        assert refusal is not None and refusal["state"] == "unwritable" and not refusal["ok"]
+        assert f"{locked} is not writable by the Ray worker's user" == refusal["detail"]
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"target": 7, "patches": []},
+        {"target": "/t", "patches": "vllm/x.py"},
+        {"target": "/t", "patches": ["vllm/x.py"]},
+        {"target": "/t", "patches": [{"files": "vllm/x.py"}]},
+        {"target": "/t", "patches": [{"files": [3]}]},
+    ],
+)
+def test_a_verify_document_of_another_shape_is_a_refusal_not_a_crash(document):
+    refusal = node._unwritable(document)
+    assert refusal is not None and refusal["state"] == "error" and "which files" in refusal["detail"]

@@ -140,18 +140,28 @@ def _why(document: dict[str, Any]) -> str:
 def _unwritable(document: dict[str, Any]) -> dict[str, Any] | None:
     """Phase 1 refuses what phase 2 could not write: the files of the series and the record's
     directory must be writable by the user the Ray worker runs as (the dry run does not ask)."""
-    root = Path(document.get("target") or ".")
-    places = [root] + [
-        root / path
-        for patch in document.get("patches") or []
-        for path in patch.get("files") or []
-        if isinstance(path, str)
-    ]
+    places = _places_written(document)
+    if places is None:
+        return {"state": ERROR, "ok": False, "detail": "the node's patchkit did not say which files it would write"}
     for place in places:
         where = place if place.exists() else place.parent
         if where.exists() and not os.access(where, os.W_OK):
             return {"state": "unwritable", "ok": False, "detail": f"{where} is not writable by the Ray worker's user"}
     return None
+
+
+def _places_written(document: dict[str, Any]) -> list[Path] | None:
+    """The target and each file of the series, from verify's document (None: not as verify writes it)."""
+    target, patches = document.get("target"), document.get("patches")
+    if not isinstance(target, str) or not isinstance(patches, list):
+        return None
+    if not all(isinstance(patch, dict) and isinstance(patch.get("files"), list) for patch in patches):
+        return None
+    root = Path(target)
+    files = [path for patch in patches for path in patch["files"]]
+    if not all(isinstance(path, str) for path in files):
+        return None
+    return [root, *(root / path for path in files)]
 
 
 class Agent:
