@@ -240,6 +240,34 @@ def test_sigterm_during_phase_two_still_rolls_every_node_back(fleet):
     assert [snapshot(tree) for tree in fleet.trees] == before
 
 
+def test_a_second_command_while_an_apply_runs_waits_for_it_and_stops_nothing(fleet):
+    """`fleet status` while a `fleet apply` is in its slow import probe: the status's steps wait
+    behind the apply's on that node's agent (one step at a time); neither is lost or cut short."""
+    fleet.stock()
+    marker = fleet.base / "importing-again.mark"
+    marker.unlink(missing_ok=True)
+    slow = patched_spec() + textwrap.dedent(f"""
+        import pathlib, time
+        pathlib.Path({str(marker)!r}).touch()
+        time.sleep(4)
+        """)
+    lib = fleet.library("slow-again", {SPEC: slow})
+    argv = [sys.executable, "-m", "patchkit", "fleet", "apply", "--address", fleet.cluster.address]
+    apply = subprocess.Popen([*argv, "--patches", str(lib), "--format", "json"], stdout=subprocess.PIPE, text=True)
+    try:
+        _wait_for(marker, apply, seconds=120)
+        status, during = fleet.run("status", "--patches", lib)
+        applied, _ = apply.communicate(timeout=120)
+    finally:
+        apply.kill()
+    assert apply.returncode == 0, applied
+    assert {n["state"] for n in json.loads(applied)["nodes"]} == {"applied"}
+    assert status.returncode in (0, 1) and not {"lost", "timed-out", "error"} & {n["state"] for n in during["nodes"]}
+    assert by_target(during)[str(fleet.trees[2])]["state"] == "applied"  # it waited for the apply there
+    done, after = fleet.run("revert", "--patches", lib)
+    assert done.returncode == 0 and after["state"] == "reverted"
+
+
 def test_a_node_removed_mid_run_is_reported_lost(fleet):
     """A fourth node whose interpreter takes its time to answer: removed while its task runs."""
     fleet.stock()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ def test_a_busy_agent_does_not_end_though_nothing_holds_it(monkeypatch):
     monkeypatch.setattr(node, "run_step", slow_step)
     agent = Watched(hold=60)
     agent.release("creator", keep_alive=0)
-    worker = threading.Thread(target=agent.step, args=("run-1", 0, "status", {}))
+    worker = threading.Thread(target=agent.step, args=("run-1", 0, "ticket-1", "status", {}))
     agent.claim("run-1", 0)
     worker.start()
     assert started.wait(5)
@@ -69,6 +70,39 @@ def test_a_busy_agent_does_not_end_though_nothing_holds_it(monkeypatch):
     finish.set()
     worker.join(5)
     assert agent.ended.wait(2)
+
+
+def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(monkeypatch):
+    """Two commands' steps on one agent: one at a time. The second's driver gives up while it
+    waits (its time limit): it must not run later (a write reported timed out would land)."""
+    started, finish, ran = threading.Event(), threading.Event(), []
+
+    def first_waits(step, request):
+        ran.append(request["name"])
+        started.set()
+        finish.wait(10)
+        return {"state": "ok", "ok": True}
+
+    monkeypatch.setattr(node, "run_step", first_waits)
+    agent = Watched(hold=60)
+    answers = {}
+
+    def call(ticket: str) -> None:
+        answers[ticket] = agent.step("run-" + ticket, 60, ticket, "apply", {"name": ticket})
+
+    first = threading.Thread(target=call, args=("a",))
+    first.start()
+    assert started.wait(5)
+    second = threading.Thread(target=call, args=("b",))
+    second.start()
+    time.sleep(0.2)  # b waits for a
+    assert agent.give_up("b") is False  # not running: it never will
+    assert agent.give_up("a") is True  # running now
+    finish.set()
+    first.join(5)
+    second.join(5)
+    assert ran == ["a"] and answers["a"]["state"] == "ok"
+    assert answers["b"]["state"] == "not-run" and answers["b"]["ok"] is False
 
 
 def test_the_fingerprint_changes_with_any_source_file(tmp_path):

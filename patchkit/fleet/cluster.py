@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.fleet.node import Agent
+from patchkit.fleet.node import AGENT_THREADS, Agent
 from patchkit.fleet.protocol import LOST, TIMED_OUT, Batch, ClusterError, Node, NodeReport
 
 INSTALL = "pip install 'patchkit[ray]'"
@@ -143,17 +143,31 @@ class RayRunner:
         deadline = time.monotonic() + float(request["timeout"]) + 10
         answers = self._hold_agents([n for n in nodes if n not in self.agents], request, deadline)
         hold = self._hold_seconds(request)
+        tickets = {node: uuid.uuid4().hex for node in nodes if node in self.agents}
         pending = {
-            self.agents[node].step.remote(self.run_id, hold, step, request): node
-            for node in nodes
-            if node in self.agents
+            self.agents[node].step.remote(self.run_id, hold, ticket, step, request): node
+            for node, ticket in tickets.items()
         }
         while pending and time.monotonic() < deadline and (step in self.WRITES or not self.stop.is_set()):
             self._collect(pending, answers, deadline)
         for node in pending.values():
             answers[node] = self._unanswered(node, step, request)
-            self._end(node)
+            self._give_up(node, tickets[node], timed_out=answers[node].state == TIMED_OUT)
         return Batch([answers[node] for node in nodes], self.stop.is_set())
+
+    def _give_up(self, node: Node, ticket: str, *, timed_out: bool) -> None:
+        """No more waiting for this node's step: if it has not started, it never will (a write
+        reported as timed out must not land later); one running past its time limit is stopped by
+        ending its agent, as a subprocess past its time limit was killed. Another command's step
+        the agent runs is left alone (ours waits behind it, and now never starts)."""
+        agent = self.agents.pop(node)
+        try:
+            running_ours = self.ray.get(agent.give_up.remote(ticket), timeout=GIVE_UP_SECONDS)
+        except Exception:  # no answer even to that: the agent is stuck, or gone
+            running_ours = True
+        if running_ours and timed_out:
+            with suppress(Exception):
+                self.ray.kill(agent, no_restart=True)
 
     def release(self, keep_alive: float) -> None:
         """Each agent this run held may end once `keep_alive` seconds have passed (0: now)."""
@@ -192,6 +206,7 @@ class RayRunner:
             get_if_exists=True,
             num_cpus=0,
             max_restarts=0,
+            max_concurrency=AGENT_THREADS,
             scheduling_strategy=self.affinity(node_id=node.node_id, soft=False),
         ).remote(hold)
         self.agents[node] = agent
@@ -225,9 +240,8 @@ class RayRunner:
         return NodeReport(node, TIMED_OUT, False, f"no answer within {request['timeout']:g} s")
 
     def _end(self, node: Node) -> None:
-        """An agent given up on is killed (the step runs in it), as a subprocess past its time
-        limit was; an apply cut short there leaves its journal, which the node's next patchkit
-        command rolls back."""
+        """An agent that did not answer its claim in time, or runs replaced code: ended (an agent
+        answers a claim at once, even while it runs a step: this one is stuck, or still starting)."""
         agent = self.agents.pop(node, None)
         if agent is not None:
             with suppress(Exception):  # already gone, or its node: nothing left to end
@@ -257,6 +271,7 @@ class RayRunner:
 
 REPLACED = "replaced"  # an agent that ended (idle) or runs old code: a new one is started
 AGENT_ATTEMPTS = 5
+GIVE_UP_SECONDS = 5.0  # an agent answers a give-up at once (its calls run on threads)
 
 
 def _agent_ended(exc: BaseException) -> bool:

@@ -169,14 +169,21 @@ class Agent:
     the node. It runs each step in its own warm interpreter, so that a command's steps, and the
     commands that follow within the keep-alive (status, apply, verify in a row), pay for no new Ray
     worker and no Python start. It ends itself once no driver holds it and the keep-alive has
-    passed; a driver finding patchkit's files on the node changed since (an upgrade) ends it."""
+    passed; a driver finding patchkit's files on the node changed since (an upgrade) ends it.
+
+    Its calls are answered on several threads (a claim, a release or a give-up is not held up by a
+    step), but one step runs at a time (patchkit's CLI writes to the process's sys.stdout): a
+    second command's step waits for the first's."""
 
     def __init__(self, hold: float) -> None:
         self.loaded = code_fingerprint()
         self.guard = threading.Lock()
+        self.one_step = threading.Lock()
         self.holds: dict[str, float] = {"creator": time.monotonic() + hold}  # run id -> held until
         self.linger_until = 0.0  # the keep-alive the last command asked for
-        self.busy = 0
+        self.busy = 0  # steps running or waiting for the one running
+        self.running: str | None = None  # the ticket of the step running
+        self.given_up: set[str] = set()  # tickets whose driver stopped waiting: never started
         self.ending = False  # decided under the guard: no claim is taken after it
         threading.Thread(target=self._end_when_unused, name="patchkit-agent-idle", daemon=True).start()
 
@@ -190,18 +197,36 @@ class Agent:
             self.holds[run] = time.monotonic() + hold
         return {"current": code_fingerprint() == self.loaded, "pid": os.getpid()}
 
-    def step(self, run: str, hold: float, step: str, request: dict[str, Any]) -> dict[str, Any]:
+    def step(self, run: str, hold: float, ticket: str, step: str, request: dict[str, Any]) -> dict[str, Any]:
+        """`step` for `run` (node.run_step's summary); `ticket` names this call for give_up."""
         from patchkit.pipconfig import forget_settings
 
         with self.guard:
             self.busy += 1
         try:
-            forget_settings()  # each step reads pip's configuration as a new patchkit process would
-            return run_step(step, request)
+            with self.one_step:
+                with self.guard:
+                    if ticket in self.given_up:  # its driver has reported it timed out: it must not write now
+                        return {
+                            "state": "not-run",
+                            "ok": False,
+                            "detail": "its driver stopped waiting before it started",
+                        }
+                    self.running = ticket
+                forget_settings()  # each step reads pip's configuration as a new patchkit process would
+                return run_step(step, request)
         finally:
             with self.guard:
+                self.running = None if self.running == ticket else self.running
                 self.busy -= 1
                 self.holds[run] = time.monotonic() + hold
+
+    def give_up(self, ticket: str) -> bool:
+        """The driver stopped waiting for the step `ticket`: if it has not started, it never will.
+        True: it is the step running now (the driver may end this agent to stop it)."""
+        with self.guard:
+            self.given_up.add(ticket)
+            return self.running == ticket
 
     def release(self, run: str, keep_alive: float) -> None:
         with self.guard:
@@ -224,6 +249,7 @@ class Agent:
         os._exit(0)
 
 
+AGENT_THREADS = 8  # calls an agent answers at once (steps still one at a time)
 PACKAGE = Path(__file__).resolve().parent.parent  # patchkit's own directory
 AGENT_TICK = 0.5  # seconds between an agent's looks at whether it is still wanted
 
