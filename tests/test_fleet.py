@@ -69,6 +69,27 @@ class Fleet:
         shutil.rmtree(root, ignore_errors=True)
         return write_library(root, {release: [patch] for release in releases})
 
+    def slow_apply_started(self, name: str) -> tuple[subprocess.Popen, Path]:
+        """`fleet apply` (JSON on its stdout) of a set whose patched module, imported by the
+        interpreter node's probe in phase 2, marks the moment and then takes 4 s: returned at
+        that moment, with the set's library."""
+        marker = self.base / f"{name}.mark"
+        marker.unlink(missing_ok=True)
+        slow = patched_spec() + textwrap.dedent(f"""
+            import pathlib, time
+            pathlib.Path({str(marker)!r}).touch()
+            time.sleep(4)
+            """)
+        lib = self.library(name, {SPEC: slow})
+        argv = [sys.executable, "-m", "patchkit", "fleet", "apply", "--address", self.cluster.address]
+        driver = subprocess.Popen([*argv, "--patches", str(lib), "--format", "json"], stdout=subprocess.PIPE, text=True)
+        try:
+            _wait_for(marker, driver, seconds=120)
+        except BaseException:
+            driver.kill()
+            raise
+        return driver, lib
+
     def run(self, action: str, *args: object):
         done = run_cli("fleet", action, "--address", self.cluster.address, "--format", "json", *args)
         return done, json.loads(done.stdout)
@@ -216,19 +237,9 @@ def test_sigterm_during_phase_two_still_rolls_every_node_back(fleet):
     """The interpreter node's probe imports a module that marks the moment and then takes a few
     seconds: SIGTERM to `fleet apply` then. It waits for the nodes' answers and reverts them all."""
     fleet.stock()
-    marker = fleet.base / "importing.mark"
-    marker.unlink(missing_ok=True)
-    slow = patched_spec() + textwrap.dedent(f"""
-        import pathlib, time
-        pathlib.Path({str(marker)!r}).touch()
-        time.sleep(4)
-        """)
-    lib = fleet.library("slow", {SPEC: slow})
     before = [snapshot(tree) for tree in fleet.trees]
-    argv = [sys.executable, "-m", "patchkit", "fleet", "apply", "--address", fleet.cluster.address]
-    driver = subprocess.Popen([*argv, "--patches", str(lib), "--format", "json"], stdout=subprocess.PIPE, text=True)
+    driver, _ = fleet.slow_apply_started("slow")
     try:
-        _wait_for(marker, driver, seconds=120)
         driver.send_signal(signal.SIGTERM)
         stdout, _ = driver.communicate(timeout=120)
     finally:
@@ -244,18 +255,8 @@ def test_a_second_command_while_an_apply_runs_waits_for_it_and_stops_nothing(fle
     """`fleet status` while a `fleet apply` is in its slow import probe: the status's steps wait
     behind the apply's on that node's agent (one step at a time); neither is lost or cut short."""
     fleet.stock()
-    marker = fleet.base / "importing-again.mark"
-    marker.unlink(missing_ok=True)
-    slow = patched_spec() + textwrap.dedent(f"""
-        import pathlib, time
-        pathlib.Path({str(marker)!r}).touch()
-        time.sleep(4)
-        """)
-    lib = fleet.library("slow-again", {SPEC: slow})
-    argv = [sys.executable, "-m", "patchkit", "fleet", "apply", "--address", fleet.cluster.address]
-    apply = subprocess.Popen([*argv, "--patches", str(lib), "--format", "json"], stdout=subprocess.PIPE, text=True)
+    apply, lib = fleet.slow_apply_started("slow-again")
     try:
-        _wait_for(marker, apply, seconds=120)
         status, during = fleet.run("status", "--patches", lib)
         applied, _ = apply.communicate(timeout=120)
     finally:
