@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from helpers import cli_runner, write_tree
+from index_server import IndexServer
 
 
 @pytest.fixture
@@ -18,6 +19,14 @@ def scratch(tmp_path) -> Path:
     path = tmp_path / "scratch"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def server():
+    """A local package index (index_server.py) that the fetcher's tests publish wheels on."""
+    index = IndexServer()
+    yield index
+    index.stop()
 
 
 @pytest.fixture

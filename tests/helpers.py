@@ -40,6 +40,24 @@ MODEL_PY = textwrap.dedent("""\
     """)
 
 
+# The releases the eagle3 set patches (its set.toml's `supported` up to `upstream`): what the
+# release-tier tests fetch and prove it on.
+SUPPORTED_RELEASES = [
+    "0.11.0",
+    "0.11.1",
+    "0.11.2",
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.14.1",
+    "0.15.0",
+    "0.15.1",
+    "0.16.0",
+    "0.17.0",
+    "0.17.1",
+]
+
+
 def write_tree(root: Path, version: str = "0.16.0", files: dict[str, str | bytes] | None = None) -> Path:
     """A site-packages-like directory: vllm/ plus vllm-VERSION.dist-info/METADATA."""
     files = files if files is not None else {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY}

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import make_patch, snapshot, write_library
+from helpers import SUPPORTED_RELEASES, make_patch, snapshot, write_library
 from packaging.version import Version
 
 from patchkit.checks import CheckContext
@@ -29,20 +29,6 @@ from patchkit.release_files import files_for, lay_out
 
 pytestmark = pytest.mark.release
 
-SUPPORTED = [
-    "0.11.0",
-    "0.11.1",
-    "0.11.2",
-    "0.12.0",
-    "0.13.0",
-    "0.14.0",
-    "0.14.1",
-    "0.15.0",
-    "0.15.1",
-    "0.16.0",
-    "0.17.0",
-    "0.17.1",
-]
 # Upstream ships the support from 0.18.0; 0.20.0 moved the proposer to llm_base_proposer.py, 0.21.0 is
 # the last release with the whitelist.
 UPSTREAM = ["0.18.0", "0.20.0", "0.20.2", "0.21.0", "0.25.1", "0.33.0"]
@@ -245,7 +231,7 @@ def imported_names(module: ast.Module) -> set[str]:
 # --- 1. the whitelist ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
 def test_whitelist_accepts_deepseek_and_kimi_targets(patched, version):
     stock_text, patched_text = source(stock(version), SPEC), source(patched(version), SPEC)
     variable, stock_entries, _ = whitelist(stock_text)
@@ -266,7 +252,7 @@ def test_whitelist_accepts_deepseek_and_kimi_targets(patched, version):
 # --- 2. the EAGLE proposer for a Kimi-K2.5 target ------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [v for v in SUPPORTED if has_kimi(v)])
+@pytest.mark.parametrize("version", [v for v in SUPPORTED_RELEASES if has_kimi(v)])
 def test_proposer_takes_kimi_k25_media_placeholder_token(patched, version):
     stock_text, patched_text = source(stock(version), EAGLE), source(patched(version), EAGLE)
     kimi_config = {"media_placeholder_token_id": MEDIA_TOKEN, "vision_config": SimpleNamespace()}
@@ -282,7 +268,7 @@ def test_proposer_takes_kimi_k25_media_placeholder_token(patched, version):
 # --- 3. DeepseekV2ForCausalLM implements SupportsEagle3 ------------------------------------------
 
 
-@pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
 def test_deepseek_v2_implements_supports_eagle3(patched, version):
     text = source(patched(version), DEEPSEEK)
     module = ast.parse(text)
@@ -306,7 +292,7 @@ def test_deepseek_v2_implements_supports_eagle3(patched, version):
     assert eval(ast.unparse(default)) == ()
 
 
-@pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
 def test_deepseek_v2_forward_returns_aux_hidden_states_when_asked(patched, version):
     stock_text, text = source(stock(version), DEEPSEEK), source(patched(version), DEEPSEEK)
     # no aux layers: exactly the stock output
@@ -335,7 +321,7 @@ def test_deepseek_v2_forward_returns_aux_hidden_states_when_asked(patched, versi
 # --- 4. KimiK25ForConditionalGeneration implements SupportsEagle3 ---------------------------------
 
 
-@pytest.mark.parametrize("version", [v for v in SUPPORTED if has_kimi(v)])
+@pytest.mark.parametrize("version", [v for v in SUPPORTED_RELEASES if has_kimi(v)])
 def test_kimi_k25_delegates_supports_eagle3_to_its_language_model(patched, version):
     text = source(patched(version), KIMI)
     module = ast.parse(text)
@@ -364,7 +350,7 @@ def test_kimi_k25_delegates_supports_eagle3_to_its_language_model(patched, versi
 # --- the declared contract ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
 def test_contract_passes_on_patched_and_fails_on_stock(patched, run, version):
     tree = patched(version)
     passed = contract(tree, version)

@@ -33,20 +33,12 @@ from index_server import (  # isort: skip
     OTHER_WHEEL,
     VERSION,
     WHEEL,
-    IndexServer,
     build_wheel,
     isolate_cache,
     no_network,
     state_of,
     use_index,
 )
-
-
-@pytest.fixture
-def server():
-    srv = IndexServer()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import CONSECUTIVE, release_diff, snapshot
+from helpers import CONSECUTIVE, SUPPORTED_RELEASES, release_diff, snapshot
 
 from patchkit.fetch import release_tree
 from patchkit.release_files import files_for, lay_out
@@ -42,23 +42,7 @@ def test_real_release_to_release_diff_applies_exactly_and_reverts(tmp_path, run)
     assert snapshot(target) == stock
 
 
-SUPPORTED = [
-    "0.11.0",
-    "0.11.1",
-    "0.11.2",
-    "0.12.0",
-    "0.13.0",
-    "0.14.0",
-    "0.14.1",
-    "0.15.0",
-    "0.15.1",
-    "0.16.0",
-    "0.17.0",
-    "0.17.1",
-]
-
-
-@pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
 def test_eagle3_series_applies_verifies_and_reverts_on_the_real_release(tmp_path, run, version):
     paths = files_for(version)
     assert "vllm/model_executor/models/deepseek_v2.py" in paths

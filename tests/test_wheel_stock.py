@@ -14,7 +14,7 @@ from patchkit.errors import FetchError
 from patchkit.fetch import net
 from patchkit.wheel.stock import stock_wheel, tag_priority, wheel_priority
 
-from index_server import IndexServer, build_wheel, isolate_cache, no_network, use_index  # isort: skip
+from index_server import build_wheel, isolate_cache, no_network, use_index  # isort: skip
 
 VERSION = "0.2.0"
 # A wheel for the tag pip prefers most here, a pure-Python one, one for a platform this is not.
@@ -22,13 +22,6 @@ HERE = next(iter(tags.sys_tags()))
 NATIVE = f"vllm-{VERSION}-{HERE.interpreter}-{HERE.abi}-{HERE.platform}.whl"
 PURE = f"vllm-{VERSION}-py3-none-any.whl"
 FOREIGN = f"vllm-{VERSION}-cp38-abi3-win_arm64.whl"
-
-
-@pytest.fixture
-def server():
-    srv = IndexServer()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
