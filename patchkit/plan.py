@@ -21,9 +21,6 @@ from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touch
 from patchkit.state import Entry, Origin, read_file_and_origin, read_object, sha256
 
 # Short names the engine and the maintainer tools use.
-WILL_CHANGE = StepState.WILL_CHANGE
-ALREADY = StepState.ALREADY_APPLIED
-CONFLICT = StepState.CONFLICT
 
 
 class Placement(NamedTuple):
@@ -141,7 +138,7 @@ class Plan:
 
     @property
     def conflicts(self) -> list[PatchStep]:
-        return [s for s in self.steps if s.state == CONFLICT]
+        return [s for s in self.steps if s.state == StepState.CONFLICT]
 
     def describe_conflicts(self, separator: str = "; ") -> str:
         """Why each conflicting patch does not apply."""
@@ -165,7 +162,7 @@ class Plan:
 
     def stock_content(self, path: str) -> bytes | None:
         """The content before this plan's series: the disk's, with patches found applied undone."""
-        present = [s.patch for s in self.steps if s.state == ALREADY]
+        present = [s.patch for s in self.steps if s.state == StepState.ALREADY_APPLIED]
         if not present:
             return self.disk_content(path)
         if self._stock is None:
@@ -309,17 +306,17 @@ def _step(view: View, patch: Patch) -> PatchStep:
         # only adds lines at the top still finds its context, one line lower, once applied.
         backward = _try_patch(view, patch.reversed())
         if isinstance(backward, list) and _displacement(backward) < _displacement(forward):
-            return PatchStep(patch, ALREADY, [])
+            return PatchStep(patch, StepState.ALREADY_APPLIED, [])
     if isinstance(forward, list):
         for file_step in forward:
             if file_step.patch.kind == "rename":
                 view.write(file_step.patch.source_path, None)  # type: ignore[arg-type]
             view.write(file_step.patch.path, file_step)
-        return PatchStep(patch, WILL_CHANGE, forward)
+        return PatchStep(patch, StepState.WILL_CHANGE, forward)
     backward = _try_patch(view, patch.reversed())
     if isinstance(backward, list):
-        return PatchStep(patch, ALREADY, [])
-    return PatchStep(patch, CONFLICT, [], mismatch=forward)
+        return PatchStep(patch, StepState.ALREADY_APPLIED, [])
+    return PatchStep(patch, StepState.CONFLICT, [], mismatch=forward)
 
 
 def _displacement(steps: list[FileStep]) -> int:

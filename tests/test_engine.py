@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from helpers import SPEC_PY, make_patch, patched_spec, write_tree
 
+from patchkit.enums import StepState
 from patchkit.errors import BadInput
 from patchkit.patchfile import parse_patch
-from patchkit.plan import ALREADY, CONFLICT, WILL_CHANGE, plan_apply, plan_revert
+from patchkit.plan import plan_apply, plan_revert
 
 SPEC = "vllm/config/spec.py"
 
@@ -16,7 +17,7 @@ def test_plan_computes_new_content_in_memory_and_writes_nothing(tree, scratch):
     patch = parse_patch(make_patch(scratch, tree, {SPEC: patched_spec()}), "p")
     before = (tree / SPEC).read_bytes()
     plan = plan_apply(tree, [patch])
-    assert plan.steps[0].state == WILL_CHANGE
+    assert plan.steps[0].state == StepState.WILL_CHANGE
     assert plan.changes == {SPEC: (before, patched_spec().encode())}
     assert (tree / SPEC).read_bytes() == before
 
@@ -34,7 +35,7 @@ def test_already_present_change_counts_as_applied_not_conflict(tree, scratch):
     patch = parse_patch(make_patch(scratch, tree, {SPEC: patched_spec()}), "p")
     (tree / SPEC).write_text(patched_spec())
     plan = plan_apply(tree, [patch])
-    assert plan.steps[0].state == ALREADY
+    assert plan.steps[0].state == StepState.ALREADY_APPLIED
     assert plan.changes == {}
 
 
@@ -42,7 +43,7 @@ def test_conflict_names_file_hunk_expected_and_found_lines(tree, scratch):
     patch = parse_patch(make_patch(scratch, tree, {SPEC: patched_spec()}), "p")
     (tree / SPEC).write_text(SPEC_PY.replace('    "qwen",\n', '    "mistral",\n'))
     step = plan_apply(tree, [patch]).steps[0]
-    assert step.state == CONFLICT
+    assert step.state == StepState.CONFLICT
     message = step.mismatch.describe()
     assert SPEC in message and "hunk #1" in message
     assert "'    \"qwen\",'" in message and "'    \"mistral\",'" in message
@@ -61,7 +62,7 @@ def test_new_file_that_already_exists_with_other_content_conflicts(tree, scratch
     patch = parse_patch(make_patch(scratch, tree, {"vllm/new.py": "X = 1\n"}), "p")
     (tree / "vllm/new.py").write_text("Y = 2\n")
     step = plan_apply(tree, [patch]).steps[0]
-    assert step.state == CONFLICT and "already exists" in step.mismatch.describe()
+    assert step.state == StepState.CONFLICT and "already exists" in step.mismatch.describe()
 
 
 def test_no_newline_at_end_of_file_both_ways(tmp_path, scratch):
@@ -88,7 +89,7 @@ def test_crlf_diff_against_lf_file_is_a_conflict_not_a_silent_change(tmp_path, s
     root = write_tree(tmp_path / "t", files={"vllm/a.py": b"A = 1\r\nB = 2\r\n"})
     raw = make_patch(scratch, root, {"vllm/a.py": b"A = 1\r\nB = 3\r\n"})
     (root / "vllm/a.py").write_bytes(b"A = 1\nB = 2\n")
-    assert plan_apply(root, [parse_patch(raw, "p")]).steps[0].state == CONFLICT
+    assert plan_apply(root, [parse_patch(raw, "p")]).steps[0].state == StepState.CONFLICT
 
 
 def test_non_utf8_bytes_survive_untouched(tmp_path, scratch):
@@ -114,7 +115,7 @@ def test_series_where_a_later_patch_edits_an_earlier_ones_lines(tree, scratch):
     second = make_patch(scratch, step_tree, {SPEC: patched_spec().replace('"deepseek"', '"deepseek_v3"')})
     patches = [parse_patch(first, "1"), parse_patch(second, "2")]
     plan = plan_apply(tree, patches)
-    assert [s.state for s in plan.steps] == [WILL_CHANGE, WILL_CHANGE]
+    assert [s.state for s in plan.steps] == [StepState.WILL_CHANGE, StepState.WILL_CHANGE]
     assert b'"deepseek_v3"' in plan.changes[SPEC][1]
 
 
@@ -158,7 +159,7 @@ def test_dep3_header_is_parsed(tree, scratch):
 def test_insertion_at_the_top_is_recognised_as_applied_not_applied_twice(tmp_path, scratch):
     root = write_tree(tmp_path / "t", files={"vllm/a.py": "A = 1\nB = 2\nC = 3\nD = 4\n"})
     patch = parse_patch(make_patch(scratch, root, {"vllm/a.py": "import typing\nA = 1\nB = 2\nC = 3\nD = 4\n"}), "p")
-    assert plan_apply(root, [patch]).steps[0].state == WILL_CHANGE
+    assert plan_apply(root, [patch]).steps[0].state == StepState.WILL_CHANGE
     (root / "vllm/a.py").write_text("import typing\nA = 1\nB = 2\nC = 3\nD = 4\n")
     plan = plan_apply(root, [patch])
-    assert plan.steps[0].state == ALREADY and plan.changes == {}
+    assert plan.steps[0].state == StepState.ALREADY_APPLIED and plan.changes == {}

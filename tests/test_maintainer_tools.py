@@ -13,6 +13,7 @@ import git
 import pytest
 from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 
+from patchkit.enums import StepState
 from patchkit.errors import FetchError
 from patchkit.library import PATCH, load_set, select
 from patchkit.maintainer.gitrepo import git_diff
@@ -20,7 +21,7 @@ from patchkit.maintainer.merge import conflict_lines, merge_file
 from patchkit.maintainer.meta import META
 from patchkit.maintainer.patchtext import split_header
 from patchkit.patchfile import parse_patch
-from patchkit.plan import WILL_CHANGE, plan_apply
+from patchkit.plan import plan_apply
 from patchkit.version import parse
 
 TODAY = datetime.date.today().isoformat()
@@ -92,7 +93,7 @@ def apply_library(lib: Path, version: str, stock: dict[str, str]) -> dict[str, b
     with tempfile.TemporaryDirectory() as tmp:
         tree = write_tree(Path(tmp), version, stock)
         plan = plan_apply(tree, series_patches(lib, version).patches)
-        assert [s.state for s in plan.steps] == [WILL_CHANGE] * len(plan.steps)
+        assert [s.state for s in plan.steps] == [StepState.WILL_CHANGE] * len(plan.steps)
         return {path: plan.content(path) for path in sorted(set(stock) | set(plan.changes))}
 
 
@@ -585,7 +586,7 @@ def test_porting_the_real_0_16_0_set_gives_the_library_series(run, tmp_path, ver
 
     tree = release_tree(version, sorted({f.path for p in library for f in p.files}))
     ours, theirs = plan_apply(tree, ported), plan_apply(tree, library)
-    assert [s.state for s in ours.steps] == [WILL_CHANGE] * len(library)
+    assert [s.state for s in ours.steps] == [StepState.WILL_CHANGE] * len(library)
     assert set(ours.changes) == set(theirs.changes)
     for path in theirs.changes:
         assert ours.content(path) == theirs.content(path), path  # byte-identical patched files

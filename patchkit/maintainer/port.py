@@ -7,6 +7,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchkit.enums import StepState
 from patchkit.errors import BadInput, Conflict, NoPatchSet
 from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
 from patchkit.maintainer.gitrepo import commit_all, git_diff, init_repo
@@ -24,7 +25,7 @@ from patchkit.maintainer.series import (
 from patchkit.maintainer.stock import Contents, Progress, metadata_file, release_contents, stock_paths
 from patchkit.maintainer.workdir import fresh_dir, require_empty, write_file
 from patchkit.patchfile import decode, encode, parse_patch
-from patchkit.plan import ALREADY, WILL_CHANGE, plan_apply
+from patchkit.plan import plan_apply
 from patchkit.state import read_file
 from patchkit.version import parse
 
@@ -65,7 +66,7 @@ def port_set(
     tree2, stock2 = release_contents(str(v2), paths, progress)
     if stock1 == stock2:
         return _port_identical(report, patch_set, selection, dest, out)
-    if all(s.state == ALREADY for s in plan_apply(tree2, selection.patches).steps):
+    if all(s.state == StepState.ALREADY_APPLIED for s in plan_apply(tree2, selection.patches).steps):
         return _port_upstream(report, "the series is found applied on its stock files")
     stages = _v1_stages(tree1, selection)
     current, results = _merge_stages(stages, stock2, report, str(v1), str(v2))
@@ -151,7 +152,7 @@ def _v1_stages(tree1: Path, selection: Selection) -> list[tuple[str, str, bytes 
     plan = plan_apply(tree1, selection.patches)
     stages = []
     for step in plan.steps:
-        if step.state != WILL_CHANGE:
+        if step.state != StepState.WILL_CHANGE:
             problem = step.mismatch.describe() if step.mismatch else f"already present in stock {selection.version}"
             raise BadInput(f"{step.patch.name} does not apply to stock vLLM {selection.version}: {problem}")
         for file_step in step.files:

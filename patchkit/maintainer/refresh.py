@@ -11,6 +11,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit import fetch
+from patchkit.enums import StepState
 from patchkit.errors import BadInput, Conflict, PatchkitError
 from patchkit.fsutil import unsafe_reason
 from patchkit.library import load_set
@@ -29,7 +30,7 @@ from patchkit.maintainer.series import (
 from patchkit.maintainer.stock import Contents, Progress, stock_paths
 from patchkit.maintainer.workspace import find_workspace
 from patchkit.patchfile import Patch, encode, parse_patch
-from patchkit.plan import ALREADY, WILL_CHANGE, View, plan_apply
+from patchkit.plan import View, plan_apply
 from patchkit.state import read_file
 
 
@@ -264,7 +265,7 @@ def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: lis
         plan = plan_apply(
             Path(empty), [Patch(record.name, b"", tuple(part))], view=View.holding(Path(empty), {path: before})
         )
-        if plan.steps[0].state != WILL_CHANGE:
+        if plan.steps[0].state != StepState.WILL_CHANGE:
             raise _PartFails(record.name)
         return plan.content(path)
 
@@ -333,9 +334,9 @@ def _check_release(version: str, patches: list[Patch], progress: Progress | None
         return SharedCheck(version, "not-verified", exc.message)
     plan = plan_apply(tree, patches)
     for step in plan.steps:
-        if step.state == ALREADY:
+        if step.state == StepState.ALREADY_APPLIED:
             return SharedCheck(version, "conflict", f"{step.patch.name} is already present in stock {version}")
-        if step.state != WILL_CHANGE:
+        if step.state != StepState.WILL_CHANGE:
             return SharedCheck(version, "conflict", f"{step.patch.name}: {why_not_applied(step)}")
     return SharedCheck(version, "applies")
 

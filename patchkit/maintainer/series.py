@@ -10,13 +10,14 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from patchkit.enums import StepState
 from patchkit.errors import InternalError, NoPatchSet
 from patchkit.fsutil import atomic_write
 from patchkit.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
 from patchkit.maintainer.reports import PatchOutcome
 from patchkit.maintainer.stock import Contents
 from patchkit.patchfile import Patch, encode
-from patchkit.plan import WILL_CHANGE, PatchStep, View, plan_apply
+from patchkit.plan import PatchStep, View, plan_apply
 
 
 def series_for(patch_set: PatchSetDef, version: Version) -> Selection:
@@ -43,7 +44,7 @@ def check_reproduces(patches: list[Patch], stock: Contents, work: Contents) -> N
     """The new series, applied to the stock contents, must give the workspace's contents exactly."""
     with tempfile.TemporaryDirectory() as empty:
         plan = plan_apply(Path(empty), patches, view=View.holding(Path(empty), stock))
-        wrong = [s.patch.name for s in plan.steps if s.state != WILL_CHANGE]
+        wrong = [s.patch.name for s in plan.steps if s.state != StepState.WILL_CHANGE]
         wrong += [p for p in work if plan.content(p) != work[p]]
     if wrong:
         raise InternalError(
