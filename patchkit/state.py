@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from patchkit.errors import BadInput
-from patchkit.fsutil import unsafe_reason
+from patchkit.fsutil import read_regular, unsafe_reason
 
 FORMAT = 1
 META_DIR = ".patchkit"
@@ -129,18 +129,11 @@ def read_record(path: Path) -> bytes | None:
     """state.json or journal.json, untrusted: never through a symlink, a regular file, size-limited.
     None when there is none."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        return read_regular(path, MAX_RECORD_BYTES)
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except OSError as exc:  # NotRegularFile (a symlink, a fifo, too large), or unreadable
         raise _damaged(path, exc.strerror or str(exc)) from exc
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _damaged(path, "not a regular file")
-        data = fh.read(MAX_RECORD_BYTES + 1)
-    if len(data) > MAX_RECORD_BYTES:
-        raise _damaged(path, f"larger than {MAX_RECORD_BYTES} bytes")
-    return data
 
 
 def _damaged(path: Path, what: str) -> BadInput:
