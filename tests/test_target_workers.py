@@ -119,3 +119,13 @@ def test_a_content_is_compiled_once_per_interpreter(tmp_path, monkeypatch):
     other.symlink_to(sys.executable)
     assert syntax.compile_sources({"b.py": b"def f(:\n"}, str(other)) == first
     assert asked[-1] == ["b.py"]
+
+
+def test_the_compile_memo_emptied_when_full_still_judges_what_it_held(monkeypatch):
+    from patchkit.checks import syntax
+
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    syntax.compile_sources({f"f{i}.py": f"x = {i}\n".encode() for i in range(4097)}, None)
+    assert syntax.compile_sources({"a.py": b"x = 0\n", "b.py": b"def (:\n"}, None) == {
+        "b.py": syntax.compile_sources({"c.py": b"def (:\n"}, None)["c.py"]
+    }

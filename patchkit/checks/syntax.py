@@ -32,14 +32,14 @@ def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, 
     and fleet's node agent in phase 1 and again in phase 2."""
     interpreter = _interpreter(python)
     keys = {path: (interpreter, hashlib.sha256(data).hexdigest()) for path, data in sources.items()}
+    if len(_JUDGED) > 4096:  # before choosing what to compile: what is taken as known stays known
+        _JUDGED.clear()
     todo = {path: data for path, data in sources.items() if keys[path] not in _JUDGED}
     if todo:
         texts = {p: d.decode("utf-8", "surrogateescape") for p, d in todo.items()}
         errors = run_worker(
             python, "compile_sources", {"sources": texts}, timeout=120, doing=" to compile the patched files"
         )
-        if len(_JUDGED) > 4096:
-            _JUDGED.clear()
         for path in todo:
             _JUDGED[keys[path]] = errors.get(path)
     return {path: error for path in sources if (error := _JUDGED[keys[path]]) is not None}
