@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_library, write_tree
+
+import patchkit
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]  # `make test` runs them; the fast tier does not
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -341,26 +344,104 @@ def test_the_agents_stay_for_the_next_command_and_keep_alive_0_ends_them(fleet):
     assert None not in again.values() and not set(again.values()) & set(first.values())
 
 
-def test_a_node_past_the_time_limit_is_timed_out_and_its_agent_ended(fleet):
-    """A fourth node whose interpreter takes 60 s: --timeout 3 reports it, and ends its agent."""
-    fleet.stock()
-    lib = fleet.library("plain", {SPEC: patched_spec()})
-    slow_python = fleet.base / "slower-python"
-    slow_python.write_text(f'#!/bin/sh\nsleep 60\nexec "{fleet.python}" "$@"\n')
-    slow_python.chmod(0o755)
-    node = fleet.cluster.add_node(num_cpus=1, env_vars=fleet.node_env(PATCHKIT_PYTHON=str(slow_python)))
-    try:
+class SlowNode:
+    """A fourth node whose target interpreter first sleeps as many seconds as `delay` says."""
+
+    def __init__(self, fleet: Fleet):
+        self.fleet = fleet
+        self.delay_file = fleet.base / "slow-node-delay"
+        self.started = fleet.base / "slow-node-started"
+        self.delay(0)
+        python = fleet.base / "slow-node-python"
+        python.write_text(
+            f'#!/bin/sh\nd="$(cat {self.delay_file})"\ntouch {self.started}\nsleep "$d"\nexec "{fleet.python}" "$@"\n'
+        )
+        python.chmod(0o755)
+        self.node = fleet.cluster.add_node(num_cpus=1, env_vars=fleet.node_env(PATCHKIT_PYTHON=str(python)))
         fleet.cluster.wait_for_nodes()
-        started = time.monotonic()
-        done, document = fleet.run("status", "--patches", lib, "--timeout", "3")
-        assert time.monotonic() - started < 45
-        assert_clean_failure(done, 4)
-        slow = [n for n in document["nodes"] if n["node_id"] == node.node_id]
-        assert slow[0]["state"] == "timed-out" and "no answer within 3 s" in slow[0]["detail"]
-        assert {n["state"] for n in document["nodes"] if n["node_id"] != node.node_id} == {"not-applied"}
-        assert agent_pids(fleet)[node.node_id] is None
+        self.node_id = self.node.node_id
+
+    def delay(self, seconds: float) -> None:
+        """The next step here sleeps `seconds` first (and marks when it starts to)."""
+        self.started.unlink(missing_ok=True)
+        self.delay_file.write_text(f"{seconds}\n")
+
+    def slow_step_started(self, command: subprocess.Popen) -> None:
+        """Returns once `command`'s step on this node is in its sleep; later steps sleep no more."""
+        _wait_for(self.started, command, seconds=120)
+        self.delay(0)
+
+    def row(self, document: dict) -> dict:
+        return next(n for n in document["nodes"] if n["node_id"] == self.node_id)
+
+    def others(self, document: dict) -> set[str]:
+        return {n["state"] for n in document["nodes"] if n["node_id"] != self.node_id}
+
+
+@pytest.fixture
+def slow_node(fleet):
+    fleet.stock()
+    node = SlowNode(fleet)
+    yield node
+    fleet.cluster.remove_node(node.node)
+
+
+def fleet_status_started(fleet, *args: object) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "patchkit", "fleet", "status", "--address", fleet.cluster.address]
+    return subprocess.Popen([*argv, "--format", "json", *map(str, args)], stdout=subprocess.PIPE, text=True)
+
+
+def test_a_node_past_the_time_limit_is_timed_out_and_its_agent_ended(fleet, slow_node):
+    """--timeout 3 on the node that takes 60 s: reported, and its agent (running only that step) ended."""
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    slow_node.delay(60)
+    started = time.monotonic()
+    done, document = fleet.run("status", "--patches", lib, "--timeout", "3")
+    assert time.monotonic() - started < 45
+    assert_clean_failure(done, 4)
+    row = slow_node.row(document)
+    assert row["state"] == "timed-out" and "no answer within 3 s" in row["detail"]
+    assert slow_node.others(document) == {"not-applied"}
+    assert agent_pids(fleet)[slow_node.node_id] is None
+
+
+def test_a_step_past_its_time_limit_is_not_ended_while_another_commands_step_waits(fleet, slow_node):
+    """Command 1's step on the slow node outlives its --timeout 3 (+10 s) while command 2's step waits
+    behind it: ending the agent would fail command 2's, so it runs on, and command 2 is answered."""
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    slow_node.delay(20)  # past the 3 s and the driver's 10 s for scheduling
+    first = fleet_status_started(fleet, "--patches", lib, "--timeout", "3")
+    slow_node.slow_step_started(first)
+    done, second = fleet.run("status", "--patches", lib, "--timeout", "120")
+    stdout, _ = first.communicate(timeout=120)
+    assert first.returncode == 4 and slow_node.row(json.loads(stdout))["state"] == "timed-out"
+    assert done.returncode == 0, second
+    assert slow_node.row(second)["state"] == "not-applied" and slow_node.others(second) == {"not-applied"}
+
+
+def test_an_agent_running_replaced_code_is_retired_not_killed_under_a_running_step(fleet, slow_node):
+    """patchkit changes on the nodes (a source file's mtime, as an upgrade would) while command 1's
+    step runs: command 2 gets agents of its own; command 1's step is not cut short."""
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    assert fleet.run("status", "--patches", lib)[0].returncode == 0  # the named agents, started
+    before = agent_pids(fleet)
+    source = Path(patchkit.__file__).parent / "enums.py"
+    stamp = source.stat()
+    slow_node.delay(8)
+    first = fleet_status_started(fleet, "--patches", lib)
+    slow_node.slow_step_started(first)
+    try:
+        os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))
+        done, second = fleet.run("status", "--patches", lib)
+        stdout, _ = first.communicate(timeout=120)
     finally:
-        fleet.cluster.remove_node(node)
+        os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert done.returncode == 0 and second["state"] == "not-applied", second
+    assert first.returncode == 0 and json.loads(stdout)["state"] == "not-applied", stdout
+    deadline = time.monotonic() + 30
+    while any(pid in before.values() for pid in agent_pids(fleet).values() if pid):  # retired ones end once idle
+        assert time.monotonic() < deadline, "a retired agent did not end"
+        time.sleep(0.5)
 
 
 def test_no_cluster_to_connect_to_is_exit_4():

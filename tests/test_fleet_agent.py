@@ -5,6 +5,7 @@ once patchkit's files changed under it)."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -38,7 +39,8 @@ def test_an_agent_stays_while_held_and_for_the_keep_alive_then_ends():
     agent.release("run-1", keep_alive=0.3)
     assert not agent.ended.wait(0.15)  # the keep-alive
     assert agent.ended.wait(2)
-    assert agent.claim("run-2", 60)["current"] is False  # ending: the driver starts a new one
+    ending = agent.claim("run-2", 60)
+    assert ending["held"] is False and ending["current"] is True  # the driver asks the name again
 
 
 def test_another_runs_hold_keeps_it_after_one_release_with_no_keep_alive():
@@ -96,13 +98,51 @@ def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(monk
     second = threading.Thread(target=call, args=("b",))
     second.start()
     time.sleep(0.2)  # b waits for a
-    assert agent.give_up("b") is False  # not running: it never will
-    assert agent.give_up("a") is True  # running now
+    assert agent.give_up("b") == {"running": False, "others_waiting": False}  # not running: it never will
+    assert agent.give_up("a") == {"running": True, "others_waiting": False}  # b was given up: no one else waits
     finish.set()
     first.join(5)
     second.join(5)
     assert ran == ["a"] and answers["a"]["state"] == "ok"
     assert answers["b"]["state"] == "not-run" and answers["b"]["ok"] is False
+
+
+def test_a_running_step_given_up_on_says_whether_another_commands_step_waits(monkeypatch):
+    started, finish = threading.Event(), threading.Event()
+
+    def first_waits(step, request):
+        started.set()
+        finish.wait(10)
+        return {"state": "ok", "ok": True}
+
+    monkeypatch.setattr(node, "run_step", first_waits)
+    agent = Watched(hold=60)
+    threads = [threading.Thread(target=agent.step, args=(f"run-{t}", 60, t, "status", {})) for t in "ab"]
+    threads[0].start()
+    assert started.wait(5)
+    threads[1].start()
+    time.sleep(0.2)
+    assert agent.give_up("a") == {"running": True, "others_waiting": True}  # ending the agent would fail b
+    finish.set()
+    for thread in threads:
+        thread.join(5)
+
+
+def test_a_retired_agent_takes_no_claim_and_ends_once_idle_though_held():
+    agent = Watched(hold=60)
+    assert agent.claim("run-1", 600)["held"] is True
+    agent.retire()
+    assert agent.claim("run-2", 600) == {"held": False, "current": False, "pid": agent.claim("x", 1)["pid"]}
+    assert agent.ended.wait(2)  # run-1's hold does not keep a retired agent
+
+
+def test_a_step_given_up_on_holds_nothing_after_it(monkeypatch):
+    monkeypatch.setattr(node, "run_step", lambda step, request: {"state": "ok", "ok": True})
+    agent = Watched(hold=0)
+    agent.give_up("t")
+    assert agent.step("run-1", 600, "t", "status", {})["state"] == "not-run"
+    agent.release("creator", keep_alive=0)
+    assert agent.ended.wait(2)  # the given-up step's run holds it no longer
 
 
 def test_the_fingerprint_changes_with_any_source_file(tmp_path):
@@ -122,7 +162,8 @@ def test_the_fingerprint_changes_with_any_source_file(tmp_path):
 def test_an_agent_whose_patchkit_changed_says_it_is_not_current(monkeypatch):
     agent = Watched(hold=60)
     monkeypatch.setattr(node, "code_fingerprint", lambda: {"cli.py": (1, 2, 3)})
-    assert agent.claim("run-1", 60)["current"] is False
+    assert agent.claim("run-1", 60) == {"held": False, "current": False, "pid": os.getpid()}
+    assert "run-1" not in agent.holds
 
 
 @pytest.mark.parametrize("where", ["stock", "missing"])

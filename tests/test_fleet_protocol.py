@@ -281,3 +281,11 @@ def test_an_address_that_accepts_connections_but_is_no_ray_cluster_is_exit_4_in_
     assert_clean_failure(done, TARGET_PROBLEM)
     assert "no Ray cluster answered there within 3 s" in json.loads(done.stdout)["error"]
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("option", ["--timeout", "--keep-alive"])
+def test_a_time_that_is_not_a_number_is_a_usage_error(option):
+    """nan passes every range comparison: as a time limit it timed out every node at once."""
+    done = run_without_ray("fleet", "status", option, "nan", "--address", "10.1.2.3:6379")
+    assert_clean_failure(done, 2)
+    assert "'nan' is not a number of seconds" in done.stderr

@@ -6,6 +6,20 @@ from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, no_import_option, target_options
 
 ACTIONS = ("status", "apply", "verify", "revert")
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds in the range: never nan (FloatRange compares it with nothing, so lets it by)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if seconds != seconds:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
 DEFAULT_TIMEOUT = 600.0
 KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next one
 
@@ -16,7 +30,7 @@ KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next
 @click.option(
     "--timeout",
     metavar="SECONDS",
-    type=click.FloatRange(min=0, min_open=True, max=86400),
+    type=Seconds(min=0, min_open=True, max=86400),
     default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds each node's step may take.",
@@ -24,7 +38,7 @@ KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next
 @click.option(
     "--keep-alive",
     metavar="SECONDS",
-    type=click.FloatRange(min=0, max=86400),
+    type=Seconds(min=0, max=86400),
     default=KEEP_ALIVE,
     show_default=True,
     help="Seconds each node's patchkit agent stays for the next fleet command (0: it ends with this one).",

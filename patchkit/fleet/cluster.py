@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.fleet.node import AGENT_THREADS, Agent
+from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent
 from patchkit.fleet.protocol import LOST, TIMED_OUT, Batch, ClusterError, Node, NodeReport
 
 INSTALL = "pip install 'patchkit[ray]'"
@@ -103,20 +103,40 @@ def _answers(address: str, seconds: float = 10) -> None:
         pass
 
 
-class RayAgent(Agent):
-    def end(self) -> None:
-        """Ended as Ray ends an actor on purpose (os._exit would be logged as a crash on the node)."""
-        import ray
+def agent_class(ray):
+    """node.Agent as a Ray actor class: its claims, releases and give-ups on threads of their own
+    (a concurrency group), so that no number of waiting steps can hold them up."""
 
-        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+    class RayAgent(Agent):
+        @ray.method(concurrency_group="control")
+        def claim(self, run: str, hold: float) -> dict[str, Any]:
+            return super().claim(run, hold)
+
+        @ray.method(concurrency_group="control")
+        def retire(self) -> None:
+            super().retire()
+
+        @ray.method(concurrency_group="control")
+        def give_up(self, ticket: str) -> dict[str, bool]:
+            return super().give_up(ticket)
+
+        @ray.method(concurrency_group="control")
+        def release(self, run: str, keep_alive: float) -> None:
+            super().release(run, keep_alive)
+
+        def end(self) -> None:
+            """Ended as Ray ends an actor on purpose (os._exit would be logged as a crash on the node)."""
+            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+    return ray.remote(concurrency_groups={"control": CONTROL_THREADS})(RayAgent)
 
 
 class RayRunner:
     """protocol.Runner on a real cluster: each step on every node at once, by that node's agent
-    (node.Agent: a detached actor with num_cpus=0 and a hard affinity to the node, kept between
-    commands). `stop` set (a signal): a step that writes (apply, revert) still waits for every
-    node's answer, since what was written must be known to be undone; any other step stops
-    waiting; no step but a revert starts."""
+    (node.Agent: a detached actor named agent-<node id>, with num_cpus=0 and a hard affinity to
+    the node, kept between commands). `stop` set (a signal): a step that writes (apply, revert)
+    still waits for every node's answer, since what was written must be known to be undone; any
+    other step stops waiting; no step but a revert starts."""
 
     WRITES = ("apply", "revert")
 
@@ -126,9 +146,10 @@ class RayRunner:
         self.ray = ray
         self.stop = stop
         self.affinity = NodeAffinitySchedulingStrategy
-        self.agent_class = ray.remote(RayAgent)
+        self.agent_class = agent_class(ray)
         self.run_id = uuid.uuid4().hex
-        self.agents: dict[Node, Any] = {}  # the agents this run holds
+        self.agents: dict[Node, Any] = {}  # the agent each node's steps go to
+        self.held: list[Any] = []  # every agent this run claimed (released at the end)
 
     def alive_nodes(self) -> list[Node]:
         nodes = [Node(n["NodeID"], n.get("NodeManagerAddress", "?")) for n in self.ray.nodes() if n.get("Alive")]
@@ -155,55 +176,56 @@ class RayRunner:
             self._give_up(node, tickets[node], timed_out=answers[node].state == TIMED_OUT)
         return Batch([answers[node] for node in nodes], self.stop.is_set())
 
-    def _give_up(self, node: Node, ticket: str, *, timed_out: bool) -> None:
-        """No more waiting for this node's step: if it has not started, it never will (a write
-        reported as timed out must not land later); one running past its time limit is stopped by
-        ending its agent, as a subprocess past its time limit was killed. Another command's step
-        the agent runs is left alone (ours waits behind it, and now never starts)."""
-        agent = self.agents.pop(node)
-        try:
-            running_ours = self.ray.get(agent.give_up.remote(ticket), timeout=GIVE_UP_SECONDS)
-        except Exception:  # no answer even to that: the agent is stuck, or gone
-            running_ours = True
-        if running_ours and timed_out:
-            with suppress(Exception):
-                self.ray.kill(agent, no_restart=True)
-
     def release(self, keep_alive: float) -> None:
         """Each agent this run held may end once `keep_alive` seconds have passed (0: now)."""
-        refs = [agent.release.remote(self.run_id, keep_alive) for agent in self.agents.values()]
+        refs = [agent.release.remote(self.run_id, keep_alive) for agent in self.held]
         with suppress(Exception):  # an agent gone meanwhile has nothing to release
             self.ray.wait(refs, num_returns=len(refs), timeout=5)
 
+    def _give_up(self, node: Node, ticket: str, *, timed_out: bool) -> None:
+        """No more waiting for this node's step: if it has not started, it never will (a write
+        reported as timed out must not land later). Our own step running past its time limit is
+        stopped by ending the agent, as a subprocess past its time limit was killed, unless other
+        commands' steps wait behind it (ending it would fail them): then it runs on."""
+        agent = self.agents.pop(node)
+        try:
+            seen = self.ray.get(agent.give_up.remote(ticket), timeout=GIVE_UP_SECONDS)
+        except Exception:  # no answer: gone, or still starting; nothing of ours to stop
+            return
+        if timed_out and seen.get("running") and not seen.get("others_waiting"):
+            with suppress(Exception):
+                self.ray.kill(agent, no_restart=True)
+
     def _hold_agents(self, nodes: list[Node], request: dict[str, Any], deadline: float) -> dict[Node, NodeReport]:
-        """Each node's agent, held for this run (started where none runs, replaced where patchkit
-        changed since it started): the reports of the nodes that have none."""
+        """Each node's agent, held for this run: its named agent (started where none runs); where
+        that one runs replaced code, it is retired and this run gets one of its own. Returns the
+        reports of the nodes that have none."""
         failed: dict[Node, NodeReport] = {}
         for attempt in range(AGENT_ATTEMPTS):
             claims = {self._claim(node, request): node for node in nodes}
             answers: dict[Node, NodeReport] = {}
             while claims and time.monotonic() < deadline and not self.stop.is_set():
-                self._collect_claims(claims, answers, deadline)
+                self._collect_claims(claims, answers, deadline, request)
             for node in claims.values():
-                self._end(node)
-                failed[node] = self._unanswered(node, "start", request)
-            retry = [n for n, report in answers.items() if report.state == REPLACED]
-            failed.update({n: report for n, report in answers.items() if report.state != REPLACED and not report.ok})
+                self.agents.pop(node, None)
+                failed[node] = self._unanswered(node, "start", request, what="its patchkit agent")
+            retry = [n for n, report in answers.items() if report.state == ENDING]
+            failed.update({n: report for n, report in answers.items() if report.state != ENDING and not report.ok})
             nodes = retry
             if not nodes:
                 break
-            time.sleep(0.2 * (attempt + 1))  # the agent being replaced leaves its name to the next one
+            time.sleep(0.2 * (attempt + 1))  # an agent ending leaves its name to the next one
         for node in nodes:
-            failed[node] = NodeReport(node, "error", False, "its patchkit agent could not be replaced")
+            failed[node] = NodeReport(node, "error", False, "its patchkit agent kept ending as it was asked to start")
         return failed
 
-    def _claim(self, node: Node, request: dict[str, Any]):
+    def _claim(self, node: Node, request: dict[str, Any], *, own: bool = False):
+        """Claim `node`'s named agent (made if none runs), or with `own` one for this run only
+        (it ends with this driver)."""
         hold = self._hold_seconds(request)
+        named = {"name": f"agent-{node.node_id}", "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
         agent = self.agent_class.options(
-            name=f"agent-{node.node_id}",
-            namespace=NAMESPACE,
-            lifetime="detached",
-            get_if_exists=True,
+            **({} if own else named),
             num_cpus=0,
             max_restarts=0,
             max_concurrency=AGENT_THREADS,
@@ -212,40 +234,39 @@ class RayRunner:
         self.agents[node] = agent
         return agent.claim.remote(self.run_id, hold)
 
-    def _collect_claims(self, claims: dict, answers: dict[Node, NodeReport], deadline: float) -> None:
+    def _collect_claims(self, claims: dict, answers: dict[Node, NodeReport], deadline: float, request) -> None:
         timeout = max(0.0, min(POLL, deadline - time.monotonic()))
         ready, _ = self.ray.wait(list(claims), num_returns=len(claims), timeout=timeout)
         for ref in ready:
             node = claims.pop(ref)
             try:
                 held = self.ray.get(ref)
-            except self.ray.exceptions.RayError as exc:  # dying as asked (idle, replaced): start anew
-                answers[node] = self._failure(exc, node) if not _agent_ended(exc) else NodeReport(node, REPLACED, False)
+            except self.ray.exceptions.RayError as exc:  # ended as asked (idle): the name is soon free
                 self.agents.pop(node, None)
+                answers[node] = NodeReport(node, ENDING, False) if _agent_ended(exc) else self._failure(exc, node)
                 continue
-            if isinstance(held, dict) and held.get("current") is True:
+            if not isinstance(held, dict):
+                answers[node] = NodeReport(node, "error", False, "its patchkit agent answered a claim with no object")
+            elif held.get("held") is True:
+                self.held.append(self.agents[node])
                 answers[node] = NodeReport(node, "held", True)
-            else:  # patchkit on the node is not the code the agent runs (upgraded since)
-                answers[node] = NodeReport(node, REPLACED, False)
-                self._end(node)
+            elif held.get("current") is False:  # replaced code, or retired: retire it, take one of our own
+                self.agents[node].retire.remote()
+                claims[self._claim(node, request, own=True)] = node
+            else:
+                answers[node] = NodeReport(node, ENDING, False)
 
     @staticmethod
     def _hold_seconds(request: dict[str, Any]) -> float:
         """How long an agent stays held without word from this run: a step's time limit and more."""
         return float(request["timeout"]) + 60
 
-    def _unanswered(self, node: Node, step: str, request: dict[str, Any]) -> NodeReport:
+    def _unanswered(self, node: Node, step: str, request: dict[str, Any], what: str = "") -> NodeReport:
         if self.stop.is_set() and step not in self.WRITES:
             return NodeReport(node, "interrupted", False, "interrupted before its answer came")
-        return NodeReport(node, TIMED_OUT, False, f"no answer within {request['timeout']:g} s")
-
-    def _end(self, node: Node) -> None:
-        """An agent that did not answer its claim in time, or runs replaced code: ended (an agent
-        answers a claim at once, even while it runs a step: this one is stuck, or still starting)."""
-        agent = self.agents.pop(node, None)
-        if agent is not None:
-            with suppress(Exception):  # already gone, or its node: nothing left to end
-                self.ray.kill(agent, no_restart=True)
+        return NodeReport(
+            node, TIMED_OUT, False, f"no answer{' from ' + what if what else ''} within {request['timeout']:g} s"
+        )
 
     def _collect(self, pending: dict, answers: dict[Node, NodeReport], deadline: float) -> None:
         timeout = max(0.0, min(POLL, deadline - time.monotonic()))
@@ -269,13 +290,13 @@ class RayRunner:
         return NodeReport(node, LOST, False, _gist(exc))  # the node died, its agent crashed, it cannot be scheduled
 
 
-REPLACED = "replaced"  # an agent that ended (idle) or runs old code: a new one is started
+ENDING = "ending"  # an agent that ended (idle) or is ending as claimed: asked again
 AGENT_ATTEMPTS = 5
-GIVE_UP_SECONDS = 5.0  # an agent answers a give-up at once (its calls run on threads)
+GIVE_UP_SECONDS = 5.0  # an agent answers a give-up at once (on its control threads)
 
 
 def _agent_ended(exc: BaseException) -> bool:
-    """The agent was ended on purpose (its idle end, or a driver replacing it): start a new one."""
+    """The agent was ended on purpose (its idle end): start a new one."""
     return "ray.kill" in str(exc)
 
 

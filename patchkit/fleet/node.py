@@ -169,11 +169,11 @@ class Agent:
     the node. It runs each step in its own warm interpreter, so that a command's steps, and the
     commands that follow within the keep-alive (status, apply, verify in a row), pay for no new Ray
     worker and no Python start. It ends itself once no driver holds it and the keep-alive has
-    passed; a driver finding patchkit's files on the node changed since (an upgrade) ends it.
+    passed, or, retired (patchkit's files on the node changed since it started), once it is idle.
 
-    Its calls are answered on several threads (a claim, a release or a give-up is not held up by a
-    step), but one step runs at a time (patchkit's CLI writes to the process's sys.stdout): a
-    second command's step waits for the first's."""
+    One step runs at a time (patchkit's CLI writes to the process's sys.stdout): a second
+    command's step waits for the first's. Claims, releases and give-ups are answered at once, on
+    threads of their own (cluster.py's concurrency group), however many steps wait."""
 
     def __init__(self, hold: float) -> None:
         self.loaded = code_fingerprint()
@@ -183,19 +183,29 @@ class Agent:
         self.linger_until = 0.0  # the keep-alive the last command asked for
         self.busy = 0  # steps running or waiting for the one running
         self.running: str | None = None  # the ticket of the step running
+        self.waiting: set[str] = set()  # the tickets of the steps waiting for it
         self.given_up: set[str] = set()  # tickets whose driver stopped waiting: never started
+        self.retired = False  # takes no claim; ends once idle
         self.ending = False  # decided under the guard: no claim is taken after it
         threading.Thread(target=self._end_when_unused, name="patchkit-agent-idle", daemon=True).start()
 
     def claim(self, run: str, hold: float) -> dict[str, Any]:
-        """A fleet run's hold on this agent for `hold` seconds (renewed by each step). `current`:
-        False when this agent is ending, or patchkit's files here changed since it started (the
-        driver then starts a new one)."""
+        """A fleet run's hold on this agent for `hold` seconds (renewed by each step). Refused
+        (`held` False) when it is ending (the driver asks again: the name is soon free) or
+        retired, or when patchkit's files here changed since it started (`current` False: the
+        driver retires it and starts another)."""
         with self.guard:
-            if self.ending:
-                return {"current": False, "pid": os.getpid()}
-            self.holds[run] = time.monotonic() + hold
-        return {"current": code_fingerprint() == self.loaded, "pid": os.getpid()}
+            if self.ending or self.retired:
+                return {"held": False, "current": not self.retired, "pid": os.getpid()}
+            current = code_fingerprint() == self.loaded
+            if current:
+                self.holds[run] = time.monotonic() + hold
+        return {"held": current, "current": current, "pid": os.getpid()}
+
+    def retire(self) -> None:
+        """No more claims; the steps it has run or has queued finish, then it ends."""
+        with self.guard:
+            self.retired = True
 
     def step(self, run: str, hold: float, ticket: str, step: str, request: dict[str, Any]) -> dict[str, Any]:
         """`step` for `run` (node.run_step's summary); `ticket` names this call for give_up."""
@@ -203,9 +213,11 @@ class Agent:
 
         with self.guard:
             self.busy += 1
+            self.waiting.add(ticket)
         try:
             with self.one_step:
                 with self.guard:
+                    self.waiting.discard(ticket)
                     if ticket in self.given_up:  # its driver has reported it timed out: it must not write now
                         return {
                             "state": "not-run",
@@ -218,15 +230,20 @@ class Agent:
         finally:
             with self.guard:
                 self.running = None if self.running == ticket else self.running
+                self.waiting.discard(ticket)
                 self.busy -= 1
-                self.holds[run] = time.monotonic() + hold
+                if ticket not in self.given_up:  # a driver that gave up holds nothing by it
+                    self.holds[run] = time.monotonic() + hold
 
-    def give_up(self, ticket: str) -> bool:
+    def give_up(self, ticket: str) -> dict[str, bool]:
         """The driver stopped waiting for the step `ticket`: if it has not started, it never will.
-        True: it is the step running now (the driver may end this agent to stop it)."""
+        `running`: it is the step running now; `others_waiting`: other commands' steps wait behind
+        it (the driver ends the agent to stop its own step only when that stops no one else's)."""
         with self.guard:
             self.given_up.add(ticket)
-            return self.running == ticket
+            running = self.running == ticket
+            others = any(waiting not in self.given_up for waiting in self.waiting)
+            return {"running": running, "others_waiting": running and others}
 
     def release(self, run: str, keep_alive: float) -> None:
         with self.guard:
@@ -239,7 +256,8 @@ class Agent:
             time.sleep(AGENT_TICK)
             with self.guard:
                 now = time.monotonic()
-                self.ending = not self.busy and now > self.linger_until and all(t < now for t in self.holds.values())
+                unwanted = now > self.linger_until and all(t < now for t in self.holds.values())
+                self.ending = not self.busy and (self.retired or unwanted)
             if self.ending:
                 self.end()
                 return
@@ -249,7 +267,8 @@ class Agent:
         os._exit(0)
 
 
-AGENT_THREADS = 8  # calls an agent answers at once (steps still one at a time)
+AGENT_THREADS = 32  # steps an agent takes at once (one runs, the others wait for it)
+CONTROL_THREADS = 4  # for claims, releases and give-ups: never behind the steps
 PACKAGE = Path(__file__).resolve().parent.parent  # patchkit's own directory
 AGENT_TICK = 0.5  # seconds between an agent's looks at whether it is still wanted
 
