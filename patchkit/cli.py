@@ -202,6 +202,25 @@ def cli():
     """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""
 
 
+def run_in_process(args: list[str]) -> tuple[int, str, str]:
+    """`patchkit ARGS` in this process, as the console script runs it: (exit code, stdout, stderr).
+    What fleet's node agent runs each step with."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with redirect_stdout(stdout), redirect_stderr(stderr):
+        try:
+            # standalone_mode=False: click returns the code a command exits with, raises its own errors
+            code = cli.main(args=args, prog_name="patchkit", standalone_mode=False)
+        except click.ClickException as exc:  # a usage error
+            exc.show()
+            code = exc.exit_code
+        except click.Abort:
+            code = 1
+    return (code if isinstance(code, int) else OK), stdout.getvalue(), stderr.getvalue()
+
+
 def main() -> None:
     _give_closed_streams_a_sink()
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import run_cli, write_tree
 
+from patchkit.cli import run_in_process
 from patchkit.fleet import node
 
 
@@ -21,7 +22,7 @@ class Watched(node.Agent):
 
     def __init__(self, hold: float) -> None:
         self.ended = threading.Event()
-        super().__init__(hold)
+        super().__init__(hold, run_in_process)
 
     def end(self) -> None:
         self.ended.set()
@@ -56,7 +57,7 @@ def test_another_runs_hold_keeps_it_after_one_release_with_no_keep_alive():
 def test_a_busy_agent_does_not_end_though_nothing_holds_it(monkeypatch):
     started, finish = threading.Event(), threading.Event()
 
-    def slow_step(step, request):
+    def slow_step(step, request, patchkit):
         started.set()
         finish.wait(10)
         return {"state": "ok"}
@@ -79,7 +80,7 @@ def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(monk
     waits (its time limit): it must not run later (a write reported timed out would land)."""
     started, finish, ran = threading.Event(), threading.Event(), []
 
-    def first_waits(step, request):
+    def first_waits(step, request, patchkit):
         ran.append(request["name"])
         started.set()
         finish.wait(10)
@@ -110,7 +111,7 @@ def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(monk
 def test_a_running_step_given_up_on_says_whether_another_commands_step_waits(monkeypatch):
     started, finish = threading.Event(), threading.Event()
 
-    def first_waits(step, request):
+    def first_waits(step, request, patchkit):
         started.set()
         finish.wait(10)
         return {"state": "ok", "ok": True}
@@ -137,7 +138,7 @@ def test_a_retired_agent_takes_no_claim_and_ends_once_idle_though_held():
 
 
 def test_a_step_given_up_on_holds_nothing_after_it(monkeypatch):
-    monkeypatch.setattr(node, "run_step", lambda step, request: {"state": "ok", "ok": True})
+    monkeypatch.setattr(node, "run_step", lambda step, request, patchkit: {"state": "ok", "ok": True})
     agent = Watched(hold=0)
     agent.give_up("t")
     assert agent.step("run-1", 600, "t", "status", {})["state"] == "not-run"
@@ -167,19 +168,19 @@ def test_an_agent_whose_patchkit_changed_says_it_is_not_current(monkeypatch):
 
 
 @pytest.mark.parametrize("where", ["stock", "missing"])
-def test_patchkit_in_process_answers_as_the_console_script_does(tmp_path, where):
+def test_patchkit_run_in_process_answers_as_the_console_script_does(tmp_path, where):
     tree = tmp_path / "site"
     if where == "stock":
         write_tree(tree, "0.16.0")
     args = ["status", "--format", "json", "--target", str(tree)]
-    code, stdout, stderr = node.patchkit_in_process(args)
+    code, stdout, stderr = run_in_process(args)
     alone = run_cli(*args)
     assert (code, json.loads(stdout)) == (alone.returncode, json.loads(alone.stdout))
     assert stderr == alone.stderr and "Traceback" not in stderr
 
 
-def test_patchkit_in_process_reports_a_usage_error_as_exit_2():
-    code, _stdout, stderr = node.patchkit_in_process(["status", "--no-such-option"])
+def test_patchkit_run_in_process_reports_a_usage_error_as_exit_2():
+    code, _stdout, stderr = run_in_process(["status", "--no-such-option"])
     assert code == 2 and "no such option" in stderr.lower() and "Traceback" not in stderr
 
 
@@ -187,10 +188,10 @@ def test_a_second_step_in_the_same_process_sees_the_tree_as_it_is_now(tmp_path):
     """The agent's process outlives a step: nothing the first step read is taken for the second."""
     tree = tmp_path / "site"
     write_tree(tree, "0.16.0")
-    node.patchkit_in_process(["status", "--format", "json", "--target", str(tree)])
+    run_in_process(["status", "--format", "json", "--target", str(tree)])
     for path in tree.glob("vllm-*.dist-info"):
         (path / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.17.0\n")
-    _code, stdout, _ = node.patchkit_in_process(["status", "--format", "json", "--target", str(tree)])
+    _code, stdout, _ = run_in_process(["status", "--format", "json", "--target", str(tree)])
     assert json.loads(stdout)["vllm_version"] == "0.17.0"
 
 

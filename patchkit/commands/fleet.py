@@ -57,13 +57,14 @@ def command(opts, quiet, verbose, fmt, action, address, timeout, keep_alive, no_
     The steps run in a patchkit agent on each node (a Ray actor), kept --keep-alive seconds for
     the next command. Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit).
     """
+    from patchkit.cli import run_in_process
     from patchkit.fleet.cluster import connected
     from patchkit.fleet.protocol import fleet_apply, run_each
 
     _refuse_flags_for(action, no_guard=no_guard, require_same_version=require_same_version)
     ui = make_ui(fmt, quiet, verbose)
     request = _request(opts, timeout)
-    with connected(address, keep_alive=keep_alive) as runner:
+    with connected(address, keep_alive=keep_alive, patchkit=run_in_process) as runner:
         nodes = runner.alive_nodes()
         if action == "apply":
             apply_flags = [flag for flag, on in (("--no-import", no_import), ("--no-guard", no_guard)) if on]

@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent
+from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
 from patchkit.fleet.protocol import LOST, TIMED_OUT, Batch, ClusterError, Node, NodeReport
 
 INSTALL = "pip install 'patchkit[ray]'"
@@ -38,12 +38,13 @@ def import_ray():
 
 
 @contextmanager
-def connected(address: str | None, *, keep_alive: float) -> Iterator[RayRunner]:
+def connected(address: str | None, *, keep_alive: float, patchkit: PatchkitRun) -> Iterator[RayRunner]:
     """A runner on the Ray cluster at `address`, else $RAY_ADDRESS, else "auto" (a cluster this
     machine belongs to); never a new cluster of its own. While connected, SIGTERM and SIGINT only
     set a flag the runner acts on (ray.init's own SIGTERM handler would exit at once, with nodes
     half written; a KeyboardInterrupt could land between two submissions). The nodes' agents are
-    released at the end, to stay `keep_alive` seconds for the next command."""
+    released at the end, to stay `keep_alive` seconds for the next command. `patchkit` is what
+    a node's agent runs each step with (cli.run_in_process, by reference)."""
     ray = import_ray()
     chosen = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
@@ -56,7 +57,7 @@ def connected(address: str | None, *, keep_alive: float) -> Iterator[RayRunner]:
         ) from None
     stop = threading.Event()
     previous = {number: signal.signal(number, lambda *_: stop.set()) for number in (signal.SIGTERM, signal.SIGINT)}
-    runner = RayRunner(ray, stop)
+    runner = RayRunner(ray, stop, patchkit)
     try:
         yield runner
     finally:
@@ -140,11 +141,12 @@ class RayRunner:
 
     WRITES = ("apply", "revert")
 
-    def __init__(self, ray, stop: threading.Event) -> None:
+    def __init__(self, ray, stop: threading.Event, patchkit: PatchkitRun) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray = ray
         self.stop = stop
+        self.patchkit = patchkit
         self.affinity = NodeAffinitySchedulingStrategy
         self.agent_class = agent_class(ray)
         self.run_id = uuid.uuid4().hex
@@ -230,7 +232,7 @@ class RayRunner:
             max_restarts=0,
             max_concurrency=AGENT_THREADS,
             scheduling_strategy=self.affinity(node_id=node.node_id, soft=False),
-        ).remote(hold)
+        ).remote(hold, self.patchkit)
         self.agents[node] = agent
         return agent.claim.remote(self.run_id, hold)
 

@@ -12,18 +12,21 @@ worker (in a vLLM cluster, vLLM's environment)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
 import threading
 import time
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 # The patchkit command line each step runs on a node. `prepare` is phase 1 of `fleet apply`: the
 # plan and the checks on the contents apply would write (verify on an unpatched tree), no writes.
+# patchkit's command line run in this process: its arguments -> (exit code, stdout, stderr).
+# The driver's command layer hands it over (cli.run_in_process): fleet sits below the CLI.
+PatchkitRun = Callable[[list[str]], tuple[int, str, str]]
+
 STEPS: dict[str, list[str]] = {
     "status": ["status"],
     "verify": ["verify"],
@@ -63,33 +66,15 @@ def _options(request: dict[str, Any]) -> list[str]:
     return options
 
 
-def run_step(step: str, request: dict[str, Any]) -> dict[str, Any]:
-    """One step on this node: its summary (state, ok, detail, target, vllm_version...)."""
+def run_step(step: str, request: dict[str, Any], patchkit: PatchkitRun) -> dict[str, Any]:
+    """One step on this node, by `patchkit` (cli.run_in_process): its summary (state, ok, detail,
+    target, vllm_version...)."""
     args, found_by = command_line(step, request)
-    code, stdout, stderr = patchkit_in_process(args)
+    code, stdout, stderr = patchkit(args)
     summary = summarize(step, _document(stdout), code, stderr)
     if step == "prepare" and summary["ok"]:
         summary.update(_unwritable(summary["document"]) or {})
     return {**summary, "found_by": found_by}
-
-
-def patchkit_in_process(args: list[str]) -> tuple[int, str, str]:
-    """`patchkit ARGS` in this process, as its console script runs it: (exit code, stdout, stderr)."""
-    import click
-
-    from patchkit.cli import cli
-
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with redirect_stdout(stdout), redirect_stderr(stderr):
-        try:
-            # standalone_mode=False: click returns the code a command exits with, raises its own errors
-            code = cli.main(args=args, prog_name="patchkit", standalone_mode=False)
-        except click.ClickException as exc:  # a usage error (another patchkit's options?)
-            exc.show()
-            code = exc.exit_code
-        except click.Abort:
-            code = 1
-    return (code if isinstance(code, int) else 0), stdout.getvalue(), stderr.getvalue()
 
 
 def _document(stdout: str) -> dict[str, Any] | None:
@@ -175,7 +160,8 @@ class Agent:
     command's step waits for the first's. Claims, releases and give-ups are answered at once, on
     threads of their own (cluster.py's concurrency group), however many steps wait."""
 
-    def __init__(self, hold: float) -> None:
+    def __init__(self, hold: float, patchkit: PatchkitRun) -> None:
+        self.patchkit = patchkit
         self.loaded = code_fingerprint()
         self.guard = threading.Lock()
         self.one_step = threading.Lock()
@@ -226,7 +212,7 @@ class Agent:
                         }
                     self.running = ticket
                 forget_settings()  # each step reads pip's configuration as a new patchkit process would
-                return run_step(step, request)
+                return run_step(step, request, self.patchkit)
         finally:
             with self.guard:
                 self.running = None if self.running == ticket else self.running
