@@ -188,11 +188,11 @@ def commit_changes(
     *,
     undo: bool = False,
     origins: Mapping[str, Origin] | None = None,
-) -> None:
+) -> dict[str, Origin]:
     """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
     the files the befores were read from (plan.View.origins), so that originals can be linked."""
     origins = origins or {}
-    commit(
+    return commit(
         root,
         [
             FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p))
@@ -202,7 +202,10 @@ def commit_changes(
     )
 
 
-def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
+def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, Origin]:
+    """Write `writes` and `new_state` all or nothing (see the module docstring). Returns the file
+    each content was written to (path -> its identity as fstat saw it once written and fsynced: a
+    rename keeps it), so that a reader can tell the file there is still the one written."""
     preflight(root, [w.path for w in writes])
     import secrets
 
@@ -215,8 +218,9 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
         objects.mkdir(parents=True, exist_ok=True)
         _write_atomic(journal_path(root), json.dumps(journal).encode())
         fsync_dir(meta)  # the journal (and objects/) are on disk before anything they describe
-        for w, entry in zip(writes, entries, strict=True):
-            _stage(root, w, entry)
+        written = {
+            w.path: origin for w, entry in zip(writes, entries, strict=True) if (origin := _stage(root, w, entry))
+        }
         fsync_dir(objects)  # every original is on disk before the first file is replaced
         changed_dirs = {_install(root, entry) for entry in entries}
         changed_dirs |= {(root / rel).parent for entry in entries for rel in entry["created_dirs"]}
@@ -234,6 +238,7 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> None:
         _rollback(root, journal, _in_memory(writes))
         raise
     _prune_objects(root, new_state)
+    return written
 
 
 def _in_memory(writes: list[FileWrite]) -> dict[str, bytes]:
@@ -505,16 +510,18 @@ def _journal_entry(root: Path, w: FileWrite, txid: str) -> dict:
     }
 
 
-def _stage(root: Path, w: FileWrite, entry: dict) -> None:
-    """Save the original and stage the new content beside its file. No target file changes."""
+def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
+    """Save the original and stage the new content beside its file (the file written, if any). No
+    target file changes."""
     if w.before is not None:
         _save_original(root / w.path, w.before, w.origin, object_path(root, entry["before"]))
     for rel in entry["created_dirs"]:
         _faults.tick()
         (root / rel).mkdir(exist_ok=True)
-    if w.after is not None:
-        _faults.tick()
-        _write_file(root / entry["staged"], w.after, entry["mode"])
+    if w.after is None:
+        return None
+    _faults.tick()
+    return _write_file(root / entry["staged"], w.after, entry["mode"])
 
 
 def _save_original(full: Path, before: bytes, origin: Origin | None, obj: Path) -> None:
@@ -639,13 +646,14 @@ def _missing_parents(directory: Path, root: Path) -> list[Path]:
     return list(reversed(missing))
 
 
-def _write_file(path: Path, data: bytes, mode: int | None) -> None:
+def _write_file(path: Path, data: bytes, mode: int | None) -> Origin:
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    if mode is not None:
-        os.chmod(path, mode & PERMISSIONS)
+        if mode is not None:
+            os.fchmod(fh.fileno(), mode & PERMISSIONS)
+        return Origin.of(os.fstat(fh.fileno()))
 
 
 def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
