@@ -119,3 +119,32 @@ def test_the_checks_after_writing_pass_on_the_file_as_written(tmp_path):
     assert result.outcome == Outcome.APPLIED, result.error
     assert {r.check for r in result.on_disk_checks} >= {"syntax", "names"}
     assert "len(table) + 1" in (tree / "vllm/layout.py").read_text()
+
+
+# ----------------------------------------------------------------- hashing beside the main thread
+
+
+def test_a_large_content_is_hashed_on_a_thread_while_the_caller_goes_on(monkeypatch):
+    """hash_soon and joined return at once, the digests being made on threads; sha256 waits for them,
+    and the new content's digest made from its pieces is the digest of the joined bytes."""
+    import hashlib
+    import threading
+    from types import SimpleNamespace
+
+    from patchkit import state
+
+    release = threading.Event()
+
+    def held(data=b""):  # a hash that cannot finish before the test lets it
+        assert release.wait(20)
+        return hashlib.sha256(data)
+
+    original = os.urandom(3 << 20)
+    pieces = [memoryview(original)[: 1 << 20], b"inserted line\n", memoryview(original)[1 << 20 :]]
+    monkeypatch.setattr(state, "hashlib", SimpleNamespace(sha256=held))
+    state.hash_soon(original)
+    new = state.joined(pieces)
+    assert new == original[: 1 << 20] + b"inserted line\n" + original[1 << 20 :]  # made while both wait
+    release.set()
+    assert state.sha256(original) == hashlib.sha256(original).hexdigest()
+    assert state.sha256(new) == hashlib.sha256(new).hexdigest()
