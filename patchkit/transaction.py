@@ -647,13 +647,54 @@ def _missing_parents(directory: Path, root: Path) -> list[Path]:
 
 
 def _write_file(path: Path, data: bytes, mode: int | None) -> Origin:
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
+    with open(path, "wb", buffering=0) as fh:
+        view = memoryview(data)
+        done = _write_direct(fh.fileno(), view) if len(data) >= _DIRECT_FROM else 0
+        while done < len(view):  # the rest (all of a small file) through the page cache
+            done += os.write(fh.fileno(), view[done:])
         os.fsync(fh.fileno())
         if mode is not None:
             os.fchmod(fh.fileno(), mode & PERMISSIONS)
         return Origin.of(os.fstat(fh.fileno()))
+
+
+# A content from 16 MiB on is written past the page cache (O_DIRECT), from a page-aligned buffer of
+# 8 MiB: a buffered write needs a new page of memory for every 4 KiB of the file, and first touching
+# that much memory is what a 210 MB write spends its time on (0.1-1.1 s on this project's VM, as
+# the host maps the pages in), where the device's own write takes 0.2-0.4 s and its fsync is then
+# nearly free. The file system may refuse it (tmpfs before Linux 6.6, some FUSE): the page cache then.
+_DIRECT_FROM, _DIRECT_CHUNK, _DIRECT_BLOCK = 16 << 20, 8 << 20, 4096
+
+
+def _write_direct(fd: int, view: memoryview) -> int:
+    """Write the leading whole 4 KiB blocks of `view` to `fd` past the page cache; how many bytes
+    were written (0 when the file system refuses O_DIRECT). The caller writes the rest buffered."""
+    import fcntl
+    import mmap
+
+    whole = len(view) - len(view) % _DIRECT_BLOCK
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+    except (AttributeError, OSError):  # no O_DIRECT on this system, or not on this file system
+        return 0
+    done = 0
+    try:
+        with mmap.mmap(-1, _DIRECT_CHUNK) as bounce, memoryview(bounce) as aligned:  # mmap: page-aligned
+            while done < whole:
+                size = min(_DIRECT_CHUNK, whole - done)
+                aligned[:size] = view[done : done + size]
+                with aligned[:size] as chunk:
+                    written = os.write(fd, chunk)
+                done += written
+                if written < size:  # a short write leaves an unaligned offset: the rest buffered
+                    break
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: this file or device takes no direct write after all
+            raise
+    finally:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+    return done
 
 
 def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:

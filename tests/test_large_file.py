@@ -148,3 +148,74 @@ def test_a_large_content_is_hashed_on_a_thread_while_the_caller_goes_on(monkeypa
     release.set()
     assert state.sha256(original) == hashlib.sha256(original).hexdigest()
     assert state.sha256(new) == hashlib.sha256(new).hexdigest()
+
+
+# ----------------------------------------------------------------- a large file written past the page cache
+
+
+def _direct_io_works(directory) -> bool:
+    try:
+        fd = os.open(directory / "probe", os.O_WRONLY | os.O_CREAT | getattr(os, "O_DIRECT", 0))
+    except OSError:
+        return False
+    os.close(fd)
+    return hasattr(os, "O_DIRECT")
+
+
+def _recording_writes(monkeypatch, misbehave=None):
+    """os.write, recording whether each write went past the page cache; `misbehave(data)` may
+    replace what a direct write does."""
+    import fcntl
+
+    real = os.write
+    direct: list[bool] = []
+
+    def write(fd, data):
+        is_direct = bool(fcntl.fcntl(fd, fcntl.F_GETFL) & getattr(os, "O_DIRECT", 0))
+        direct.append(is_direct)
+        if is_direct and misbehave is not None:
+            return misbehave(fd, data, real)
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return direct
+
+
+@pytest.mark.parametrize("size", [16 << 20, (16 << 20) + 4097, (25 << 20) + 1])
+def test_a_large_file_is_written_past_the_page_cache_and_whole(tmp_path, monkeypatch, size):
+    from patchkit.state import Origin
+    from patchkit.transaction import _write_file
+
+    if not _direct_io_works(tmp_path):
+        pytest.skip("this file system takes no O_DIRECT")
+    data = os.urandom(size)
+    direct = _recording_writes(monkeypatch)
+    written = _write_file(tmp_path / "table.py", data, 0o640)
+    assert (tmp_path / "table.py").read_bytes() == data
+    assert written == Origin.of(os.stat(tmp_path / "table.py"))
+    assert os.stat(tmp_path / "table.py").st_mode & 0o777 == 0o640
+    assert direct.count(True) == size // (8 << 20) + bool(size % (8 << 20) >= 4096)  # 8 MiB chunks
+    assert direct[-1] is (size % 4096 == 0)  # a tail shorter than a block: through the page cache
+
+
+def _refuse(fd, data, real):
+    import errno
+
+    raise OSError(errno.EINVAL, "direct I/O refused")
+
+
+def _half(fd, data, real):
+    return real(fd, memoryview(data)[: len(data) // 2 + 1])  # short, and off the block size
+
+
+@pytest.mark.parametrize("misbehave", [_refuse, _half])
+def test_a_large_file_a_direct_write_fails_is_written_through_the_page_cache(tmp_path, monkeypatch, misbehave):
+    from patchkit.transaction import _write_file
+
+    if not _direct_io_works(tmp_path):
+        pytest.skip("this file system takes no O_DIRECT")
+    data = os.urandom((20 << 20) + 3)
+    direct = _recording_writes(monkeypatch, misbehave)
+    _write_file(tmp_path / "table.py", data, None)
+    assert (tmp_path / "table.py").read_bytes() == data
+    assert direct[0] and not any(direct[1:])  # the first direct write failed: the rest buffered
