@@ -146,15 +146,15 @@ def check_context(
     *,
     on_disk: bool = False,
     import_probe: bool = True,
-    written: Mapping[str, Origin] | None = None,
+    written: Mapping[str, tuple[Origin, bytes]] | None = None,
 ) -> CheckContext:
     """What the checks see: the planned contents (or the files as on disk), and the stock ones.
-    `written`: the files this plan's commit wrote (transaction.commit), read back as the very bytes
-    written while each is still that file."""
+    `written`: what this plan's commit wrote (transaction.commit), read back as the very bytes
+    written while each file is still the one written."""
     from patchkit.checks import CheckContext
 
     root = resolved.target.root
-    disk = _disk_reader(root, written or {}, plan.content)
+    disk = _disk_reader(root, written or {})
     return CheckContext(
         paths=plan.touched_paths,
         read=disk if on_disk else plan.content,
@@ -169,17 +169,17 @@ def check_context(
     )
 
 
-def _disk_reader(root, written: Mapping[str, Origin] | None = None, planned=None):
+def _disk_reader(root, written: Mapping[str, tuple[Origin, bytes]] | None = None):
     """Reads each file once for all the checks of one context. A file just written (`written`,
-    path -> the identity the commit gave it) is not read again while lstat shows that very file
-    there, unchanged since (device, inode, size, mtime): its content is the bytes written
-    (`planned`), the same object, so a 200 MB file costs no second read and copy."""
+    path -> the identity the commit gave it and the bytes) is not read again while lstat shows that
+    very file there, unchanged since (device, inode, size, mtime): its content is the bytes written,
+    the same object, so a 200 MB file costs no second read and copy."""
     read = {}
 
     def reader(path: str) -> bytes | None:
         if path not in read:
-            origin = (written or {}).get(path)
-            read[path] = planned(path) if origin and _still(root / path, origin) else read_file(root / path)
+            origin, content = (written or {}).get(path, (None, None))
+            read[path] = content if origin and _still(root / path, origin) else read_file(root / path)
         return read[path]
 
     return reader

@@ -188,7 +188,7 @@ def commit_changes(
     *,
     undo: bool = False,
     origins: Mapping[str, Origin] | None = None,
-) -> dict[str, Origin]:
+) -> dict[str, tuple[Origin, bytes]]:
     """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
     the files the befores were read from (plan.View.origins), so that originals can be linked."""
     origins = origins or {}
@@ -202,10 +202,10 @@ def commit_changes(
     )
 
 
-def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, Origin]:
-    """Write `writes` and `new_state` all or nothing (see the module docstring). Returns the file
-    each content was written to (path -> its identity as fstat saw it once written and fsynced: a
-    rename keeps it), so that a reader can tell the file there is still the one written."""
+def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, tuple[Origin, bytes]]:
+    """Write `writes` and `new_state` all or nothing (see the module docstring). Returns what was
+    written: path -> the file's identity as fstat saw it once written and fsynced (a rename keeps
+    it) and the content, so that a reader can tell the file there is still the one written."""
     preflight(root, [w.path for w in writes])
     import secrets
 
@@ -219,7 +219,9 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, O
         _write_atomic(journal_path(root), json.dumps(journal).encode())
         fsync_dir(meta)  # the journal (and objects/) are on disk before anything they describe
         written = {
-            w.path: origin for w, entry in zip(writes, entries, strict=True) if (origin := _stage(root, w, entry))
+            w.path: (origin, w.after)
+            for w, entry in zip(writes, entries, strict=True)
+            if (origin := _stage(root, w, entry)) and w.after is not None
         }
         fsync_dir(objects)  # every original is on disk before the first file is replaced
         changed_dirs = {_install(root, entry) for entry in entries}
