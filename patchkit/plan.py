@@ -392,7 +392,7 @@ def splice(data: bytes, placements: tuple[Placement, ...]) -> bytes:
         out += (whole[position : placement.position], placement.hunk.target)
         position = placement.position + len(placement.hunk.source)
     out.append(whole[position:])
-    return joined(out)
+    return joined(out, prefix_of=data)  # out[0] is the start of data
 
 
 def _locate(data: bytes, wanted: int, position: int, line: int) -> tuple[int, int]:

@@ -27,7 +27,7 @@ import re
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from patchkit.errors import BadInput
 from patchkit.fsutil import unsafe_reason
@@ -64,20 +64,42 @@ def sha256(data: bytes | None) -> str | None:
 
 class _Hashing:
     """The sha256 of a content's pieces, computed on a daemon thread: hashlib lets go of the GIL
-    for large buffers, so it runs beside the main thread's work (and never delays the exit)."""
+    for large buffers, so it runs beside the main thread's work (and never delays the exit).
 
-    def __init__(self, pieces: list[bytes | memoryview]):
+    It hashes a step at a time and keeps the hash's state after each step (`snapshots`: bytes
+    hashed so far, a copy of the hasher then), so that a new content which starts with a prefix of
+    this one (a patched file, up to its first hunk) resumes from there (`resume`): the prefix the
+    two share is hashed once."""
+
+    def __init__(self, pieces: list[bytes | memoryview], resume: _Hashing | None = None):
         import threading
 
         self._digest: str | None = None
-        self._thread = threading.Thread(target=self._run, args=(pieces,), daemon=True)
+        self.snapshots: list[tuple[int, Any]] = []
+        self._thread = threading.Thread(target=self._run, args=(pieces, resume), daemon=True)
         self._thread.start()
 
-    def _run(self, pieces: list[bytes | memoryview]) -> None:
-        hasher = hashlib.sha256()
+    def _run(self, pieces: list[bytes | memoryview], resume: _Hashing | None) -> None:
+        # `resume` hashed the first `skip` bytes of the first piece already (it is a prefix of its content)
+        skip, hasher = resume.state_within(len(pieces[0])) if resume is not None else (0, hashlib.sha256())
+        hashed = skip
         for piece in pieces:
-            hasher.update(piece)
+            view = memoryview(piece)[skip:]
+            skip = 0
+            for start in range(0, len(view), _HASH_STEP):
+                step = view[start : start + _HASH_STEP]
+                hasher.update(step)
+                hashed += len(step)
+                self.snapshots.append((hashed, hasher.copy()))
         self._digest = hasher.hexdigest()
+
+    def state_within(self, size: int) -> tuple[int, Any]:
+        """(n, a new hasher that has hashed the first n bytes) for the largest n <= size hashed so far."""
+        done = [(n, hasher) for n, hasher in list(self.snapshots) if n <= size]
+        if not done:
+            return 0, hashlib.sha256()
+        n, hasher = done[-1]
+        return n, hasher.copy()
 
     def result(self) -> str | None:
         """The digest (None: the thread failed, so the caller hashes)."""
@@ -110,12 +132,16 @@ def hash_side_by_side(contents: list[bytes | None]) -> None:
         hash_soon(content)
 
 
-def joined(pieces: list[bytes | memoryview]) -> bytes:
+def joined(pieces: list[bytes | memoryview], prefix_of: bytes | None = None) -> bytes:
     """b"".join(pieces). A large result's sha256 is computed from the pieces on a thread meanwhile
-    (the join holds the GIL, hashlib does not), and sha256() of the result takes it."""
+    (the join holds the GIL, hashlib does not), and sha256() of the result takes it. `prefix_of`: a
+    content the first piece is the start of (the original of a patched file); where that content is
+    being hashed, the new one's hash resumes from its state (the shared prefix is hashed once)."""
     if sum(map(len, pieces)) < _REMEMBERED_FROM:
         return b"".join(pieces)
-    hashing = _Hashing(pieces)
+    known = _digests.get(id(prefix_of)) if prefix_of is not None else None
+    resume = known[1] if known is not None and known[0] is prefix_of and isinstance(known[1], _Hashing) else None
+    hashing = _Hashing(pieces, resume)
     content = b"".join(pieces)
     _remember(content, hashing)
     return content
@@ -124,6 +150,7 @@ def joined(pieces: list[bytes | memoryview]) -> bytes:
 # Contents from 1 MiB on (hashing one takes milliseconds); a few of them, which an apply or a revert
 # holds anyway (the original and the new content of its large files).
 _REMEMBERED_FROM, _REMEMBERED = 1 << 20, 4
+_HASH_STEP = 8 << 20
 _digests: dict[int, tuple[bytes, str | _Hashing]] = {}
 
 

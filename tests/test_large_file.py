@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from helpers import make_patch, write_tree
@@ -219,3 +220,37 @@ def test_a_large_file_a_direct_write_fails_is_written_through_the_page_cache(tmp
     _write_file(tmp_path / "table.py", data, None)
     assert (tmp_path / "table.py").read_bytes() == data
     assert direct[0] and not any(direct[1:])  # the first direct write failed: the rest buffered
+
+
+def test_a_new_content_hashes_the_prefix_it_shares_with_its_original_once(monkeypatch):
+    """The original's hash keeps its state every 8 MiB; the new content's hash resumes from the last
+    state within the prefix the two share (up to the first hunk), and gives the same digest."""
+    import hashlib
+
+    from patchkit import state
+
+    updated = [0]
+
+    class Counting:  # sha256, counting the bytes it is given
+        def __init__(self, hasher=None):
+            self.hasher = hasher or hashlib.sha256()
+
+        def update(self, data):
+            updated[0] += len(data)
+            self.hasher.update(data)
+
+        def copy(self):
+            return Counting(self.hasher.copy())
+
+        def hexdigest(self):
+            return self.hasher.hexdigest()
+
+    monkeypatch.setattr(state, "hashlib", SimpleNamespace(sha256=Counting))
+    original = os.urandom(30 << 20)
+    state.hash_soon(original)
+    assert state.sha256(original) == hashlib.sha256(original).hexdigest()
+    updated[0] = 0
+    head, tail = memoryview(original)[: 20 << 20], memoryview(original)[(20 << 20) + 5 :]
+    new = state.joined([head, b"a new line\n", tail], prefix_of=original)
+    assert state.sha256(new) == hashlib.sha256(new).hexdigest()
+    assert updated[0] == len(new) - (16 << 20)  # the first 16 MiB (two steps) not hashed again
