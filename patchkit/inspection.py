@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.state import Entry, State, read_file, read_state, sha256
+from patchkit.state import Entry, Origin, State, read_file, read_state, sha256
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from patchkit.checks import CheckContext, CheckResult
     from patchkit.library import PatchSetDef
     from patchkit.plan import Plan
@@ -136,12 +140,21 @@ def stale_note(root, entry: Entry, installed) -> str | None:
     return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
 
 
-def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False, import_probe: bool = True) -> CheckContext:
-    """What the checks see: the planned contents (or the files as on disk), and the stock ones."""
+def check_context(
+    resolved: Resolved,
+    plan: Plan,
+    *,
+    on_disk: bool = False,
+    import_probe: bool = True,
+    written: Mapping[str, tuple[Origin, bytes]] | None = None,
+) -> CheckContext:
+    """What the checks see: the planned contents (or the files as on disk), and the stock ones.
+    `written`: what this plan's commit wrote (transaction.commit), read back as the very bytes
+    written while each file is still the one written."""
     from patchkit.checks import CheckContext
 
     root = resolved.target.root
-    disk = _disk_reader(root)
+    disk = _disk_reader(root, written or {})
     return CheckContext(
         paths=plan.touched_paths,
         read=disk if on_disk else plan.content,
@@ -156,16 +169,29 @@ def check_context(resolved: Resolved, plan: Plan, *, on_disk: bool = False, impo
     )
 
 
-def _disk_reader(root):
-    """Reads each file once for all the checks of one context."""
+def _disk_reader(root, written: Mapping[str, tuple[Origin, bytes]] | None = None):
+    """Reads each file once for all the checks of one context. A file just written (`written`,
+    path -> the identity the commit gave it and the bytes) is not read again while lstat shows that
+    very file there, unchanged since (device, inode, size, mtime): its content is the bytes written,
+    the same object, so a 200 MB file costs no second read and copy."""
     read = {}
 
     def reader(path: str) -> bytes | None:
         if path not in read:
-            read[path] = read_file(root / path)
+            origin, content = (written or {}).get(path, (None, None))
+            read[path] = content if origin and _still(root / path, origin) else read_file(root / path)
         return read[path]
 
     return reader
+
+
+def _still(path, origin: Origin) -> bool:
+    """Whether the file at `path` (not followed if a symlink) is the one `origin` describes."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and Origin.of(info) == origin
 
 
 def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:

@@ -240,10 +240,12 @@ class _Applying:
                 state = state.without(name)
             entry = resolved.apply_record(changes, state.entry(resolved.set_name))
             guard_changes, new_state = self.with_guard(state.with_entry(entry))
-            commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
+            written = commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
         with self.timed("checks"):
-            on_disk = run_checks(check_context(resolved, plan, on_disk=True, import_probe=self.import_probe))
+            on_disk = run_checks(
+                check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
+            )
         if any(r.failed for r in on_disk):
             commit_changes(root, {**changes, **guard_changes}, state, undo=True)
             self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from patchkit.enums import StepState
 from patchkit.errors import BadInput, Drift
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touched_paths
-from patchkit.state import Entry, Origin, read_file_and_origin, read_object, sha256
+from patchkit.state import Entry, Origin, hash_soon, joined, read_file_and_origin, read_object, sha256
 
 # Short names the engine and the maintainer tools use.
 
@@ -98,6 +98,7 @@ class View:
             data, origin = _read_target(self._prefix + path, path)
             if origin is not None:
                 self.origins[path] = origin
+            hash_soon(data)  # a large original: its digest is wanted by the integrity check and the record
             self.original[path] = data
             self.current[path] = data
         return self.original[path]
@@ -388,7 +389,7 @@ def splice(data: bytes, placements: tuple[Placement, ...]) -> bytes:
         out += (whole[position : placement.position], placement.hunk.target)
         position = placement.position + len(placement.hunk.source)
     out.append(whole[position:])
-    return b"".join(out)
+    return joined(out, prefix_of=data)  # out[0] is the start of data
 
 
 def _locate(data: bytes, wanted: int, position: int, line: int) -> tuple[int, int]:

@@ -159,13 +159,27 @@ def test_apply_and_revert_hash_each_large_content_once(run, tmp_path, monkeypatc
     hashed: Counter[str] = Counter()
     real = hashlib.sha256
 
-    def counting(data=b""):
-        if len(data) > 1 << 20:
-            hashed[real(data).hexdigest()] += 1
-        return real(data)
+    class Counting:  # a large content is hashed at once or piece by piece (on a thread)
+        def __init__(self, data=b""):
+            self.hasher, self.size = real(data), len(data)
+
+        def update(self, data):
+            self.hasher.update(data)
+            self.size += len(data)
+
+        def copy(self):  # a state kept for a content that starts the same way
+            twin = Counting()
+            twin.hasher, twin.size = self.hasher.copy(), self.size
+            return twin
+
+        def hexdigest(self):
+            digest = self.hasher.hexdigest()
+            if self.size > 1 << 20:
+                hashed[digest] += 1
+            return digest
 
     # patchkit.state's digests: the record's, the journal's, the store's (the checks hash for their caches)
-    monkeypatch.setattr(state_module, "hashlib", SimpleNamespace(sha256=counting))
+    monkeypatch.setattr(state_module, "hashlib", SimpleNamespace(sha256=Counting))
     for command in ("apply", "revert"):
         hashed.clear()
         assert run(command, "--target", tree, "--patch", patch).exit_code == 0
