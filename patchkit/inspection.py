@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.state import Entry, Origin, State, read_file, read_state, sha256
+from patchkit.state import Entry, Landed, State, read_file, read_state, sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
@@ -146,7 +146,7 @@ def check_context(
     *,
     on_disk: bool = False,
     import_probe: bool = True,
-    written: Mapping[str, tuple[Origin, bytes]] | None = None,
+    written: Mapping[str, tuple[Landed, bytes]] | None = None,
 ) -> CheckContext:
     """What the checks see: the planned contents (or the files as on disk), and the stock ones.
     `written`: what this plan's commit wrote (transaction.commit), read back as the very bytes
@@ -169,29 +169,30 @@ def check_context(
     )
 
 
-def _disk_reader(root, written: Mapping[str, tuple[Origin, bytes]] | None = None):
+def _disk_reader(root, written: Mapping[str, tuple[Landed, bytes]] | None = None):
     """Reads each file once for all the checks of one context. A file just written (`written`,
-    path -> the identity the commit gave it and the bytes) is not read again while lstat shows that
-    very file there, unchanged since (device, inode, size, mtime): its content is the bytes written,
-    the same object, so a 200 MB file costs no second read and copy."""
+    path -> how the commit left it and the bytes) is not read again while lstat shows that very
+    file there, unchanged since (device, inode, size, mtime, and the ctime no one but the kernel
+    sets): its content is the bytes written, the same object, so a 200 MB file costs no second
+    read and copy."""
     read = {}
 
     def reader(path: str) -> bytes | None:
         if path not in read:
-            origin, content = (written or {}).get(path, (None, None))
-            read[path] = content if origin and _still(root / path, origin) else read_file(root / path)
+            landed, content = (written or {}).get(path, (None, None))
+            read[path] = content if landed and _still(root / path, landed) else read_file(root / path)
         return read[path]
 
     return reader
 
 
-def _still(path, origin: Origin) -> bool:
-    """Whether the file at `path` (not followed if a symlink) is the one `origin` describes."""
+def _still(path, landed: Landed) -> bool:
+    """Whether the file at `path` (not followed if a symlink) is still as `landed` describes it."""
     try:
         info = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISREG(info.st_mode) and Origin.of(info) == origin
+    return stat.S_ISREG(info.st_mode) and Landed.of(info) == landed
 
 
 def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:

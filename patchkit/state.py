@@ -76,10 +76,19 @@ class _Hashing:
 
         self._digest: str | None = None
         self.snapshots: list[tuple[int, Any]] = []
-        self._thread = threading.Thread(target=self._run, args=(pieces, resume), daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = threading.Thread(target=self._run, args=(pieces, resume), daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:  # no thread to be had (a pids limit, no memory for a stack): sha256() hashes itself
+            self._thread = None
 
     def _run(self, pieces: list[bytes | memoryview], resume: _Hashing | None) -> None:
+        try:
+            self._hash(pieces, resume)
+        except Exception:  # the digest stays None: sha256() hashes again, and says what fails
+            self._digest = None
+
+    def _hash(self, pieces: list[bytes | memoryview], resume: _Hashing | None) -> None:
         # `resume` hashed the first `skip` bytes of the first piece already (it is a prefix of its content)
         skip, hasher = resume.state_within(len(pieces[0])) if resume is not None else (0, hashlib.sha256())
         hashed = skip
@@ -102,7 +111,9 @@ class _Hashing:
         return n, hasher.copy()
 
     def result(self) -> str | None:
-        """The digest (None: the thread failed, so the caller hashes)."""
+        """The digest (None: the thread failed, or never started, so the caller hashes)."""
+        if self._thread is None:
+            return None
         self._thread.join()
         return self._digest
 
@@ -463,6 +474,18 @@ class Origin(NamedTuple):
     @classmethod
     def of(cls, info: os.stat_result) -> Origin:
         return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+class Landed(NamedTuple):
+    """A file as a commit left it: its Origin and its ctime once in place. Only the kernel sets a
+    ctime, and any write moves it: a rewrite of the same size that puts the mtime back still shows."""
+
+    origin: Origin
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> Landed:
+        return cls(Origin.of(info), info.st_ctime_ns)
 
 
 def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> tuple[bytes, Origin | None] | None:

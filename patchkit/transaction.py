@@ -47,6 +47,7 @@ from patchkit.errors import BadInput, LockBusy, TargetError
 from patchkit.fsutil import atomic_write, unsafe_reason
 from patchkit.state import (
     GUARD_PATH,
+    Landed,
     Origin,
     State,
     check_meta_dir,
@@ -188,7 +189,7 @@ def commit_changes(
     *,
     undo: bool = False,
     origins: Mapping[str, Origin] | None = None,
-) -> dict[str, tuple[Origin, bytes]]:
+) -> dict[str, tuple[Landed, bytes]]:
     """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
     the files the befores were read from (plan.View.origins), so that originals can be linked."""
     origins = origins or {}
@@ -202,7 +203,7 @@ def commit_changes(
     )
 
 
-def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, tuple[Origin, bytes]]:
+def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, tuple[Landed, bytes]]:
     """Write `writes` and `new_state` all or nothing (see the module docstring). Returns what was
     written: path -> the file's identity as fstat saw it once written and fsynced (a rename keeps
     it) and the content, so that a reader can tell the file there is still the one written."""
@@ -228,6 +229,7 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
         changed_dirs |= {(root / rel).parent for entry in entries for rel in entry["created_dirs"]}
         for directory in sorted(changed_dirs):
             fsync_dir(directory)
+        landed = _landed(root, written)
         _write_atomic(state_path(root), new_state.to_bytes())
         _faults.tick()
         journal_path(root).unlink()
@@ -240,7 +242,18 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
         _rollback(root, journal, _in_memory(writes))
         raise
     _prune_objects(root, new_state)
-    return written
+    return landed
+
+
+def _landed(root: Path, written: dict[str, tuple[Origin, bytes]]) -> dict[str, tuple[Landed, bytes]]:
+    """Each file written, as it is in place (lstat: its identity and ctime), with its bytes; a file
+    no longer the one written (changed since its fsync) is left out: a reader reads it again."""
+    landed = {}
+    for path, (origin, data) in written.items():
+        info = os.lstat(root / path)
+        if stat.S_ISREG(info.st_mode) and Origin.of(info) == origin:
+            landed[path] = (Landed.of(info), data)
+    return landed
 
 
 def _in_memory(writes: list[FileWrite]) -> dict[str, bytes]:

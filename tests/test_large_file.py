@@ -100,10 +100,23 @@ def _rewrite_in_place_longer(path):
         fh.write(b"def width(table:\n    return len(table) + 1  # and a longer line\n")
 
 
-@pytest.mark.parametrize("change", [_replace_by_a_new_file, _rewrite_in_place_longer])
+def _rewrite_in_place_same_size_mtime_put_back(path):
+    """What `touch -r` after an edit leaves: size and mtime as written, the content not."""
+    info = path.stat()
+    written = path.read_bytes()
+    broken = b"def width(table:" + written[len(b"def width(table):") :] + b" "
+    with open(path, "r+b") as fh:
+        fh.write(broken[: len(written)])
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+@pytest.mark.parametrize(
+    "change", [_replace_by_a_new_file, _rewrite_in_place_longer, _rewrite_in_place_same_size_mtime_put_back]
+)
 def test_the_checks_after_writing_see_a_file_changed_since_it_was_written(tmp_path, change):
     """The after-write checks take the bytes patchkit wrote only while the file there is still the
-    one it wrote (device, inode, size, mtime); a file replaced or rewritten since is read again."""
+    one it wrote (device, inode, size, mtime, ctime); a file replaced or rewritten since is read
+    again, even one whose size and mtime were put back."""
     from patchkit.enums import Outcome
 
     tree, source, result = _apply_with_a_writer_between(tmp_path, change)
@@ -254,3 +267,22 @@ def test_a_new_content_hashes_the_prefix_it_shares_with_its_original_once(monkey
     new = state.joined([head, b"a new line\n", tail], prefix_of=original)
     assert state.sha256(new) == hashlib.sha256(new).hexdigest()
     assert updated[0] == len(new) - (16 << 20)  # the first 16 MiB (two steps) not hashed again
+
+
+def test_without_a_thread_to_hash_on_a_large_apply_hashes_in_line(tmp_path, monkeypatch):
+    """A pids limit can refuse a new thread: the digests are made on the caller's thread instead."""
+    import hashlib
+    import threading
+
+    from patchkit import state
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    monkeypatch.setattr(state, "_digests", {})
+    original = os.urandom(2 << 20)
+    state.hash_soon(original)
+    new = state.joined([memoryview(original)[:100], b"x", memoryview(original)[100:]])
+    assert state.sha256(original) == hashlib.sha256(original).hexdigest()
+    assert state.sha256(new) == hashlib.sha256(original[:100] + b"x" + original[100:]).hexdigest()
