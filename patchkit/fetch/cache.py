@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from patchkit.errors import BadInput, FetchError
 from patchkit.fetch.index import PROJECT
-from patchkit.fsutil import atomic_write, unsafe_reason
+from patchkit.fsutil import all_safe, atomic_write, unsafe_reason
 from patchkit.record import cache_dir, parse_record, record_hash
 
 STATE_FILE = "release.json"
@@ -79,7 +79,7 @@ def _shape_problem(data: Any, ver: str) -> str | None:
         names = data.get(key)
         if names is None and key == "members":
             continue
-        if not isinstance(names, list) or not all(isinstance(n, str) and not unsafe_reason(n) for n in names):
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or not all_safe(names):
             return f"has a {key} list that is not a list of member paths"
     dist_info = data.get("dist_info")
     if dist_info is not None and (
