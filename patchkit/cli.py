@@ -202,8 +202,15 @@ def cli():
     """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""
 
 
+# A run allocates its objects and keeps nearly all of them to the end (a large diff's hunks, a
+# tree's files): collecting every 700 new objects walked them again and again, ~35 ms of a large
+# dry run. Collected every 200,000 instead (as mypy does), a run of patchkit seldom collects at all.
+GC_THRESHOLD = (200_000, 30, 30)
+
+
 def main() -> None:
     _give_closed_streams_a_sink()
+    gc.set_threshold(*GC_THRESHOLD)
     try:
         cli(prog_name="patchkit")
     finally:
