@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from patchkit.errors import BadInput, FetchError
-from patchkit.fetch.index import PROJECT
+from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fsutil import all_safe, atomic_write, unsafe_reason
 from patchkit.record import cache_dir, parse_record, record_hash
 
@@ -60,6 +60,24 @@ def load_state(root: Path, ver: str) -> State | None:
     if problem:
         raise Damaged(f"{STATE_FILE} {problem}")
     return data
+
+
+def cached_record(version: str) -> bytes | None:
+    """The published wheel's RECORD of `version` if the cache holds it intact (the one the fetch
+    took out of the wheel), else None; no lock, no network, nothing written."""
+    root = release_root(normalize_version(version))
+    try:
+        state = load_state(root, root.name)
+    except Damaged:
+        return None
+    if state is None or not state.get("dist_info"):
+        return None
+    try:
+        data = read_regular(root / "tree", f"{state['dist_info']}/RECORD")
+    except (Damaged, FileNotFoundError):
+        return None
+    # The one the fetch took out of the wheel (trusted_record's test, without parsing it here).
+    return data if hashlib.sha256(data).hexdigest() == state.get("record_sha256") else None
 
 
 def _shape_problem(data: Any, ver: str) -> str | None:
