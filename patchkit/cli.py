@@ -7,10 +7,17 @@ import gc
 import os
 import sys
 
-import click
+# A run allocates its objects and keeps nearly all of them to the end (its imports, a large diff's
+# hunks, a tree's files): collecting every 700 new objects walked them again and again, ~40 ms of
+# a large dry run. Collected every 200,000 instead (as mypy sets it), a run seldom collects at all.
+# Set before click is imported: importing it and the commands is a fifth of those collections.
+GC_THRESHOLD = (200_000, 30, 30)
+gc.set_threshold(*GC_THRESHOLD)
 
-from patchkit import __version__
-from patchkit.errors import BROKEN_PIPE, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for
+import click  # noqa: E402
+
+from patchkit import __version__  # noqa: E402
+from patchkit.errors import BROKEN_PIPE, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for  # noqa: E402
 
 EPILOG = """\b
 Exit codes:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.record import has_provenance
 from patchkit.state import Entry, Landed, State, read_file, read_state, sha256
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,6 +102,8 @@ def drifted_files(resolved: Resolved) -> list[str]:
     state = read_state(root)
     entry = state.entry(resolved.set_name)
     if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
+        if not has_provenance(root):
+            return []
         from patchkit.installed_wheel import drifted
 
         return drifted(root, lambda path: read_file(path, follow_symlinks=False))

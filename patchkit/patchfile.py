@@ -373,20 +373,33 @@ def _read_hunk(name: str, text: bytes, header_end: int, header, stop: int) -> tu
     target_count = 1 if header[4] is None else int(header[4])
     end = len(text) if stop == -1 else stop + 1
     if text[end - 1] == 10:
-        source_lines = _SOURCE_LINE.findall(text, header_end, end)
-        lines = text.count(b"\n", header_end, end - 1)
-        # Every line is the source's or an added one (no "\\" marker, nothing else), and the
-        # target's lines are all but the removed ones.
-        if (
-            len(source_lines) == source_count == lines - text.count(b"\n+", header_end, end)
-            and lines - text.count(b"\n-", header_end, end) == target_count
-        ):
-            source = b"\n".join(source_lines) + b"\n" if source_count else b""
-            target = partial(_block, _TARGET_LINE, text, header_end, end) if target_count else b""
-            return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
+        hunk = _plain_hunk(text, header_end, end, header, source_count, target_count)
+        if hunk is not None:
+            return hunk, end
     body, end = _body(name, text, header_end + 1, header, source_count, target_count)
     source, target = _blocks_with_markers(body)
     return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
+
+
+def _plain_hunk(text: bytes, start: int, end: int, header, source_count: int, target_count: int) -> Hunk | None:
+    """The hunk when its body (the lines after `start` up to the newline before `end`) is all
+    source lines and added ones, as many as the counts say (no "\\" marker, nothing else); else None.
+
+    Each test is a C-level pass over the body; a new file's hunk (the bulk of a release diff) needs
+    two: all its lines are added ones."""
+    lines = text.count(b"\n", start, end - 1)
+    added = text.count(b"\n+", start, end)
+    target = partial(_block, _TARGET_LINE, text, start, end) if target_count else b""
+    if not source_count:
+        ok = lines == added == target_count
+        return Hunk(int(header[1]), int(header[3]), b"", target, 0, target_count) if ok else None
+    if lines - added != source_count or lines - text.count(b"\n-", start, end) != target_count:
+        return None
+    source_lines = _SOURCE_LINE.findall(text, start, end)
+    if len(source_lines) != source_count:
+        return None
+    source_lines.append(b"")  # the last line's newline, without copying the block once more
+    return Hunk(int(header[1]), int(header[3]), b"\n".join(source_lines), target, source_count, target_count)
 
 
 def _block(side: re.Pattern, text: bytes, start: int, end: int) -> bytes:

@@ -406,9 +406,16 @@ def _find(data: bytes, block: bytes, expected: int, position: int, line: int) ->
     ends_file = not block.endswith(b"\n")  # a last line without its newline matches only at the end
     below: tuple[int, int] | None = None
     counted_to = position
-    position = data.find(block, position)
+    # bytes.find prepares a long needle anew on each call (its cost grows with the block): the
+    # block's first bytes are searched for, and the whole block compared where they are.
+    head = block[:_HEAD]
+    position = data.find(head, position)
     while position != -1:
-        if (position == 0 or data[position - 1] == 10) and (not ends_file or position + len(block) == len(data)):
+        if (
+            (position == 0 or data[position - 1] == 10)
+            and data.startswith(block, position)
+            and (not ends_file or position + len(block) == len(data))
+        ):
             line += data.count(b"\n", counted_to, position)
             counted_to = position
             if line >= expected:
@@ -416,8 +423,11 @@ def _find(data: bytes, block: bytes, expected: int, position: int, line: int) ->
                     return below
                 return line, position
             below = line, position
-        position = data.find(block, position + 1)
+        position = data.find(head, position + 1)
     return below
+
+
+_HEAD = 64  # bytes of a block searched for; a shorter needle is searched for without preparing it
 
 
 def _mismatch(path: str, index: int, lines: list[bytes], hunk: Hunk, at: int) -> Mismatch:

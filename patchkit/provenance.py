@@ -25,9 +25,10 @@ from pathlib import Path
 from patchkit import fsutil
 from patchkit.errors import BadInput
 from patchkit.patchfile import Patch
+from patchkit.record import PROVENANCE
 
 SCHEMA_VERSION = 1
-FILE_NAME = "patchkit.json"
+FILE_NAME = PROVENANCE
 PATCH_DIR = "patchkit"
 LIMIT = 16 << 20  # far beyond the record of any series
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -72,6 +72,16 @@ def record_digest(digest: bytes, algo: str) -> str:
     return f"{algo}=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
+# In a dist-info: the provenance of a wheel patchkit built (patchkit.provenance writes and reads it).
+PROVENANCE = "patchkit.json"
+
+
+def has_provenance(tree: Path) -> bool:
+    """Whether a vllm-*.dist-info in the tree holds a provenance file (a symlink counts): the cheap
+    test made before patchkit.installed_wheel is loaded, for most trees are stock installs."""
+    return any(os.path.lexists(d / PROVENANCE) for d in tree.glob("vllm-*.dist-info"))
+
+
 def find_record(tree: Path, version=None) -> Path | None:
     """The vllm-*.dist-info/RECORD of a tree; of several, the one of `version` if it is there."""
     candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))

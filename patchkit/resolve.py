@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from patchkit import installed_wheel, library
+from patchkit import library
 from patchkit import target as target_mod
 from patchkit import version as version_mod
 from patchkit.enums import SelectionKind
@@ -13,6 +13,7 @@ from patchkit.errors import NoPatchSet, TargetError
 from patchkit.library import Selection
 from patchkit.options import Options
 from patchkit.patchfile import Patch
+from patchkit.record import has_provenance
 from patchkit.state import Entry
 from patchkit.target import Target
 from patchkit.version import DetectedVersion
@@ -67,14 +68,26 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
         selection = library.adhoc_selection(list(opts.adhoc), detected.version if detected else None)
         return Resolved(tgt, detected, selection)
     detected = version_mod.detect(tgt, opts.vllm_version)
-    wheel = None if opts.vllm_version else installed_wheel.find(tgt.root)
+    wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
     if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
-        selection, said = installed_wheel.selection(wheel, detected.version, opts.library)
+        from patchkit.installed_wheel import selection as wheel_selection
+
+        selection, said = wheel_selection(wheel, detected.version, opts.library)
         return Resolved(tgt, detected, selection, [said])
     patch_set = library.load_chosen(opts.library, opts.set_name)
     selection = library.select(patch_set, detected.version)
     notes = [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)
+
+
+def _installed_wheel(root):
+    """The provenance of a vLLM installed from a wheel patchkit built, or None; its module is loaded
+    only for a tree that has a provenance file."""
+    if not has_provenance(root):
+        return None
+    from patchkit.installed_wheel import find
+
+    return find(root)
 
 
 def require_patches(resolved: Resolved) -> list[Patch]:

@@ -503,7 +503,7 @@ def _checked_directories(root: Path, rel: str, known: dict[str, bool]) -> str:
 def _lstat(root: Path, rel: str) -> os.stat_result | None:
     """lstat of root/rel, or None when nothing is there; a path no file can have is bad input."""
     try:
-        return os.lstat(root / rel)
+        return os.lstat(os.path.join(root, rel))  # a str: a Path per file is most of this loop
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -163,3 +163,21 @@ def test_insertion_at_the_top_is_recognised_as_applied_not_applied_twice(tmp_pat
     (root / "vllm/a.py").write_text("import typing\nA = 1\nB = 2\nC = 3\nD = 4\n")
     plan = plan_apply(root, [patch])
     assert plan.steps[0].state == StepState.ALREADY_APPLIED and plan.changes == {}
+
+
+def test_a_hunk_whose_first_lines_repeat_lands_where_its_whole_block_is(tmp_path):
+    # the block's first 64 bytes (eight identical lines) are everywhere in the file; the block,
+    # those lines and one that differs, only once, well before the line its header names
+    same = b"value = 0  # padding\n"
+    content = same * 40 + b"marker = 1\n" + same * 10 + b"marker = 2\n" + same * 200
+    write_tree(tmp_path, files={"vllm/table.py": content})
+    diff = (
+        b"--- a/vllm/table.py\n+++ b/vllm/table.py\n@@ -200,9 +200,9 @@\n"
+        + (b" " + same) * 8
+        + b"-marker = 2\n+marker = 3\n"
+    )
+    plan = plan_apply(tmp_path, [parse_patch(diff, "m.patch")])
+    assert plan.steps[0].state == StepState.WILL_CHANGE
+    placement = plan.steps[0].files[0].placements[0]
+    assert placement.line == 44 and placement.offset == 44 - 200
+    assert plan.content("vllm/table.py") == content.replace(b"marker = 2", b"marker = 3")

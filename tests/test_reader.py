@@ -184,6 +184,13 @@ def test_the_reader_and_unidiff_read_the_same_hunks(tmp_path_factory, data):
         b"@@ -1 +1 @@\n-a\n+b\n",
         # a line that cannot be in a body, inside one
         b"--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1,2 +1,2 @@\n-a\nX\n+b\n",
+        # a new file's hunk (every line added: read by two counts) with a context, removed, bare,
+        # marker or foreign line among its added ones, one line short, one long; then a second file
+        *(
+            b"--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1,3 @@\n+p\n" + middle + b"+r\n"
+            b"--- a/vllm/g.py\n+++ b/vllm/g.py\n@@ -1 +1 @@\n-c\n+d\n"
+            for middle in (b" q\n", b"-q\n", b"\n", b"\\ No newline at end of file\n", b"Q\n", b"", b"+q\n+s\n")
+        ),
         # `diff -ruN`: timestamps after the paths
         b"diff -ruN a/vllm/x.py b/vllm/x.py\n--- a/vllm/x.py\t2026-11-30 00:37:29.0 +0000\n"
         b"+++ b/vllm/x.py\t2026-11-30 00:37:29.0 +0000\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"

@@ -32,6 +32,7 @@ from patchkit.record import (
     HASHES,
     allowed_hashes,
     find_record,
+    has_provenance,
     parse_record,
     read_record_file,
     record_algorithm,
@@ -190,6 +191,8 @@ def installed_record(root: Path, version, only: Collection[str] | None = None) -
 def _with_stock_hashes(root: Path, record: Record) -> Record:
     """Installed from a wheel patchkit built: its RECORD lists the patched files' own hashes, and
     the stock ones are in its provenance (patchkit.json), which is then the reference for them."""
+    if not has_provenance(root):
+        return record
     from patchkit.installed_wheel import PROVENANCE, stock_hashes
 
     hashes = stock_hashes(root, record.hashes)
@@ -215,6 +218,8 @@ def published_record(version, only: Collection[str] | None = None) -> Record | N
 def _stock_release(root: Path) -> str | None:
     """The release a patched wheel installed in `root` was built from (its published RECORD is the
     one to hold the stock files to), or None."""
+    if not has_provenance(root):
+        return None
     from patchkit.installed_wheel import find
 
     try:

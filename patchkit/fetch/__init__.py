@@ -36,11 +36,28 @@ The modules, one job each:
 
 from __future__ import annotations
 
-from patchkit.fetch import release as _release
-from patchkit.fetch.index import available_versions, normalize_version, reuse_index_pages
-from patchkit.fetch.net import FetchStats
-from patchkit.fetch.release import cached_record, release_tree
-from patchkit.record import cache_dir
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.fetch.cache import cached_record
+    from patchkit.fetch.index import available_versions, normalize_version, reuse_index_pages
+    from patchkit.fetch.net import FetchStats
+    from patchkit.fetch.release import release_tree
+    from patchkit.record import cache_dir
+
+# Each name is loaded from its module when first used: the integrity check only reads the cache
+# (fetch.cache), and a fetch's modules (the network, the zip reader) are not loaded for it.
+_WHERE = {
+    "FetchStats": "patchkit.fetch.net",
+    "available_versions": "patchkit.fetch.index",
+    "cache_dir": "patchkit.record",
+    "cached_record": "patchkit.fetch.cache",
+    "last_fetch_stats": "patchkit.fetch.release",
+    "normalize_version": "patchkit.fetch.index",
+    "release_tree": "patchkit.fetch.release",
+    "reuse_index_pages": "patchkit.fetch.index",
+}
 
 __all__ = [
     "FetchStats",
@@ -54,8 +71,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> FetchStats | None:
-    # last_fetch_stats is rebound by every release_tree() call: read it where it lives.
-    if name == "last_fetch_stats":
-        return _release.last_fetch_stats
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    if name != "last_fetch_stats":  # rebound by every release_tree() call: read where it lives
+        globals()[name] = value
+    return value

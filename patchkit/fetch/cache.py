@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from patchkit.errors import BadInput, FetchError
-from patchkit.fetch.index import PROJECT
-from patchkit.fsutil import atomic_write, unsafe_reason
+from patchkit.fetch.index import PROJECT, normalize_version
+from patchkit.fsutil import all_safe, atomic_write, unsafe_reason
 from patchkit.record import cache_dir, parse_record, record_hash
 
 STATE_FILE = "release.json"
@@ -62,6 +62,24 @@ def load_state(root: Path, ver: str) -> State | None:
     return data
 
 
+def cached_record(version: str) -> bytes | None:
+    """The published wheel's RECORD of `version` if the cache holds it intact (the one the fetch
+    took out of the wheel), else None; no lock, no network, nothing written."""
+    root = release_root(normalize_version(version))
+    try:
+        state = load_state(root, root.name)
+    except Damaged:
+        return None
+    if state is None or not state.get("dist_info"):
+        return None
+    try:
+        data = read_regular(root / "tree", f"{state['dist_info']}/RECORD")
+    except (Damaged, FileNotFoundError):
+        return None
+    # The one the fetch took out of the wheel (trusted_record's test, without parsing it here).
+    return data if hashlib.sha256(data).hexdigest() == state.get("record_sha256") else None
+
+
 def _shape_problem(data: Any, ver: str) -> str | None:
     if not isinstance(data, dict):
         return "is not an object"
@@ -79,7 +97,7 @@ def _shape_problem(data: Any, ver: str) -> str | None:
         names = data.get(key)
         if names is None and key == "members":
             continue
-        if not isinstance(names, list) or not all(isinstance(n, str) and not unsafe_reason(n) for n in names):
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or not all_safe(names):
             return f"has a {key} list that is not a list of member paths"
     dist_info = data.get("dist_info")
     if dist_info is not None and (

@@ -8,7 +8,6 @@ serve ranges, and the tree and release.json are updated.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import sys
@@ -33,7 +32,6 @@ from patchkit.fetch.cache import (
     load_state,
     missing,
     new_state,
-    read_regular,
     release_root,
     remove_entry,
     save_state,
@@ -135,21 +133,6 @@ def _clear_odd_directories(root: Path, warn: Progress) -> None:
         if not stat.S_ISREG(lock.lstat().st_mode):
             warn(f"{lock} in the cache is not a regular file: removing it")
             remove_entry(lock)
-
-
-def cached_record(version: str) -> bytes | None:
-    """The published wheel's RECORD of `version` if the cache holds it intact (the one the fetch
-    took out of the wheel), else None; no lock, no network, nothing written."""
-    root = release_root(normalize_version(version))
-    state = _state_or_none(root, root.name)
-    if state is None or not state.get("dist_info"):
-        return None
-    try:
-        data = read_regular(root / "tree", f"{state['dist_info']}/RECORD")
-    except (Damaged, FileNotFoundError):
-        return None
-    # The one the fetch took out of the wheel (trusted_record's test, without parsing it here).
-    return data if hashlib.sha256(data).hexdigest() == state.get("record_sha256") else None
 
 
 def _cache_answers(root: Path, ver: str, wanted: set[str], all_python: bool) -> bool:

@@ -1,0 +1,54 @@
+"""What a dry run on a stock tree loads: only the modules its work needs (each module loaded is
+start-up time, and a large dry run's budget is a few times `git apply --check`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from helpers import make_patch, patched_spec, write_tree
+
+# Loaded only for what a stock tree's dry run never does: a vLLM installed from a patched wheel
+# (its provenance), a fetch (the network, the zip reader), a table in a terminal.
+NOT_FOR_A_STOCK_TREE = (
+    "patchkit.installed_wheel",
+    "patchkit.provenance",
+    "patchkit.fetch.release",
+    "patchkit.fetch.ranges",
+    "patchkit.fetch.zipread",
+    "rich",
+)
+
+DRY_RUN = """
+import json, sys
+from patchkit.cli import main
+sys.argv = ["patchkit", "apply", "--dry-run", "-q", "--target", sys.argv[1], "--patch", sys.argv[2]]
+try:
+    main()
+finally:
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith(("patchkit", "rich")))), file=sys.stderr)
+"""
+
+
+def loaded_by_a_dry_run(tree, diff, exit_code: int = 0) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", DRY_RUN, str(tree), str(diff)], capture_output=True, text=True)
+    assert done.returncode == exit_code, done.stderr
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def test_a_dry_run_on_a_stock_tree_loads_no_wheel_provenance_and_no_fetcher(tmp_path):
+    tree = write_tree(tmp_path / "site", "0.17.1")
+    diff = tmp_path / "change.diff"
+    diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
+    loaded = loaded_by_a_dry_run(tree, diff)
+    assert "patchkit.plan" in loaded and "patchkit.checks.integrity" in loaded  # it did the work
+    assert [m for m in loaded if m.startswith(NOT_FOR_A_STOCK_TREE)] == []
+
+
+def test_a_tree_with_a_provenance_file_loads_the_installed_wheel_reader(tmp_path):
+    tree = write_tree(tmp_path / "site", "0.17.1")
+    diff = tmp_path / "change.diff"
+    diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
+    (tree / "vllm-0.17.1.dist-info" / "patchkit.json").write_text("{}")  # read, and refused as damaged
+    assert "patchkit.installed_wheel" in loaded_by_a_dry_run(tree, diff, exit_code=2)
