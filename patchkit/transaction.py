@@ -236,6 +236,7 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
         fsync_dir(meta)
     except OSError as exc:
         _rollback(root, journal, _in_memory(writes))
+        _forget_objects(root, previous)
         where = f" ({exc.filename})" if exc.filename else ""
         raise TargetError(f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back") from exc
     except BaseException:
@@ -254,6 +255,14 @@ def _landed(root: Path, written: dict[str, tuple[Origin, bytes]]) -> dict[str, t
         if stat.S_ISREG(info.st_mode) and Origin.of(info) == origin:
             landed[path] = (Landed.of(info), data)
     return landed
+
+
+def _forget_objects(root: Path, previous: bytes | None) -> None:
+    """After a failed commit's rollback: the originals it saved that the state before does not
+    name are removed (a hard-linked one would stay a second link to a tree file until the next
+    commit pruned it). Best effort: the rollback has restored the tree already."""
+    with suppress(OSError, BadInput):
+        _prune_objects(root, parse_state(previous, state_path(root)) if previous else State([]))
 
 
 def _in_memory(writes: list[FileWrite]) -> dict[str, bytes]:

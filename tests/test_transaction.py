@@ -50,6 +50,8 @@ def _fail_at_each_operation_until_done(monkeypatch, run, argv, expected):
         assert result.exit_code == 4 and "rolled back" in result.output, (n, result.output)
         assert snapshot(argv[2]) == expected, n
         assert not (argv[2] / ".patchkit/journal.json").exists()
+        linked = [p for p in (argv[2] / "vllm").rglob("*") if p.is_file() and p.stat().st_nlink > 1]
+        assert linked == [], (n, linked)  # no saved original left hard-linked to a tree file
     raise AssertionError("the command never got through")
 
 
