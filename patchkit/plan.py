@@ -407,15 +407,14 @@ def _find(data: bytes, block: bytes, expected: int, position: int, line: int) ->
     below: tuple[int, int] | None = None
     counted_to = position
     # bytes.find prepares a long needle anew on each call (its cost grows with the block): the
-    # block's first bytes are searched for, and the whole block compared where they are.
-    head = block[:_HEAD]
-    position = data.find(head, position)
+    # block's first bytes are searched for, and the whole block compared where they are. A head
+    # found again and again without its block (lines that repeat) would make that compare
+    # quadratic: after a few misses the whole block is searched for, in linear time.
+    needle, misses = block[:_HEAD], 0
+    position = data.find(needle, position)
     while position != -1:
-        if (
-            (position == 0 or data[position - 1] == 10)
-            and data.startswith(block, position)
-            and (not ends_file or position + len(block) == len(data))
-        ):
+        starts_line = position == 0 or data[position - 1] == 10
+        if starts_line and data.startswith(block, position) and (not ends_file or position + len(block) == len(data)):
             line += data.count(b"\n", counted_to, position)
             counted_to = position
             if line >= expected:
@@ -423,11 +422,16 @@ def _find(data: bytes, block: bytes, expected: int, position: int, line: int) ->
                     return below
                 return line, position
             below = line, position
-        position = data.find(head, position + 1)
+        elif starts_line and len(needle) < len(block):
+            misses += 1
+            if misses > _HEAD_MISSES:
+                needle = block
+        position = data.find(needle, position + 1)
     return below
 
 
 _HEAD = 64  # bytes of a block searched for; a shorter needle is searched for without preparing it
+_HEAD_MISSES = 8  # head found without its block this often: the whole block is searched for instead
 
 
 def _mismatch(path: str, index: int, lines: list[bytes], hunk: Hunk, at: int) -> Mismatch:

@@ -181,3 +181,28 @@ def test_a_hunk_whose_first_lines_repeat_lands_where_its_whole_block_is(tmp_path
     placement = plan.steps[0].files[0].placements[0]
     assert placement.line == 44 and placement.offset == 44 - 200
     assert plan.content("vllm/table.py") == content.replace(b"marker = 2", b"marker = 3")
+
+
+class _CountingBytes(bytes):
+    """bytes that count their whole-block comparisons (plan._find's startswith)."""
+
+    compares = 0
+
+    def startswith(self, *args):
+        type(self).compares += 1
+        return super().startswith(*args)
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_a_block_whose_head_starts_every_line_is_searched_in_linear_time(present):
+    """Every line is the block's first 64 bytes but the block is nowhere (or once, at the end):
+    comparing the whole block at each of them was lines x block bytes (a hostile diff's hang)."""
+    from patchkit import plan
+
+    line = b"x" * 63 + b"\n"
+    block = line * 300 + b"y\n"
+    data = _CountingBytes(line * 5000 + (line * 300 + b"y\n" if present else b"") + line * 3)
+    _CountingBytes.compares = 0
+    found = plan._find(data, block, 0, 0, 0)
+    assert found == ((5000, 5000 * 64) if present else None)
+    assert _CountingBytes.compares <= plan._HEAD_MISSES + 2
