@@ -205,4 +205,4 @@ def test_a_block_whose_head_starts_every_line_is_searched_in_linear_time(present
     _CountingBytes.compares = 0
     found = plan._find(data, block, 0, 0, 0)
     assert found == ((5000, 5000 * 64) if present else None)
-    assert _CountingBytes.compares <= plan._HEAD_MISSES + 2
+    assert _CountingBytes.compares <= 10  # a few misses, then the whole block is searched for
