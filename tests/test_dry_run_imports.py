@@ -52,3 +52,13 @@ def test_a_tree_with_a_provenance_file_loads_the_installed_wheel_reader(tmp_path
     diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
     (tree / "vllm-0.17.1.dist-info" / "patchkit.json").write_text("{}")  # read, and refused as damaged
     assert "patchkit.installed_wheel" in loaded_by_a_dry_run(tree, diff, exit_code=2)
+
+
+def test_the_fetch_package_still_gives_its_modules_as_attributes():
+    names = ["cache", "download", "extract", "index", "net", "ranges", "release", "wheel_choice", "zipread"]
+    code = (
+        "import json, sys, patchkit.fetch as f; "
+        "print(json.dumps([n for n in sys.argv[1:] if getattr(f, n).__name__ == 'patchkit.fetch.' + n]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == names  # each loaded on first use, as when the package imported them all

@@ -71,7 +71,12 @@ __all__ = [
 ]
 
 
+_SUBMODULES = {"release", "cache", "index", "wheel_choice", "net", "ranges", "zipread", "download", "extract"}
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:  # `patchkit.fetch.release` as an attribute, as when the package imported them all
+        return import_module(f"{__name__}.{name}")
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(import_module(_WHERE[name]), name)
