@@ -316,6 +316,25 @@ def clear_in_the_way(tree: Path, name: str) -> None:
         return
 
 
+def clear_non_directories(paths: list[Path], warn) -> bool:
+    """`paths`, outermost first, are directories patchkit made in the cache: the first that is a
+    symlink (to anywhere) or anything else is removed, the link itself, so that nothing is read or
+    written outside the cache. A missing one ends the walk (nothing below it exists). True: the
+    walk went through every one (none missing, none removed)."""
+    for path in paths:
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            return False
+        except OSError:
+            continue  # unreadable: the cache's own errors say so later
+        if not stat.S_ISDIR(mode):
+            warn(f"{path} in the cache is not a directory: removing it")
+            remove_entry(path)
+            return False
+    return True
+
+
 def remove_entry(path: Path) -> None:
     """Remove `path` without following a symlink: a real directory with everything in it."""
     if path.is_dir() and not path.is_symlink():

@@ -26,6 +26,7 @@ from patchkit.fetch.cache import (
     cache_write_error,
     clean_request,
     clear_in_the_way,
+    clear_non_directories,
     damaged_members,
     entry_lock,
     file_sha256,
@@ -117,17 +118,8 @@ def _clear_odd_directories(root: Path, warn: Progress) -> None:
     """releases/, releases/<v>/ and its tree/ are directories patchkit made, and the lock a file: a
     symlink (to anywhere) or anything else in their place goes, so that nothing is read or written
     outside the cache (the lock file is opened for writing: never through a symlink)."""
-    for path, kind in ((root.parent, stat.S_ISDIR), (root, stat.S_ISDIR), (root / "tree", stat.S_ISDIR)):
-        try:
-            mode = path.lstat().st_mode
-        except FileNotFoundError:
-            return
-        except OSError:
-            continue  # unreadable: the cache's own errors say so later
-        if not kind(mode):
-            warn(f"{path} in the cache is not a directory: removing it")
-            remove_entry(path)
-            return
+    if not clear_non_directories([root.parent, root, root / "tree"], warn):
+        return
     lock = root / LOCK_FILE
     with suppress(OSError):
         if not stat.S_ISREG(lock.lstat().st_mode):

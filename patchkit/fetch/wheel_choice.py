@@ -53,8 +53,8 @@ def find_wheel(
     }
 
 
-def wheel_rank(filename: str, version: str) -> int | None:
-    """None if `filename` is not a vLLM wheel of `version`; else a sort key (lower is better)."""
+def vllm_wheel_tags(filename: str, version: str) -> frozenset | None:
+    """The tags of `filename` when it is a vLLM wheel of exactly `version` (else None)."""
     from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
     try:
@@ -64,6 +64,14 @@ def wheel_rank(filename: str, version: str) -> int | None:
     # Exact (normalized) match: PEP 440 says 0.16 == 0.16.0, but the cache key and
     # the dist-info directory name must be the wheel's own version string.
     if canonicalize_name(name) != PROJECT or str(ver) != version:
+        return None
+    return tags
+
+
+def wheel_rank(filename: str, version: str) -> int | None:
+    """None if `filename` is not a vLLM wheel of `version`; else a sort key (lower is better)."""
+    tags = vllm_wheel_tags(filename, version)
+    if tags is None:
         return None
     manylinux_x86 = any(re.fullmatch(r"manylinux.*_x86_64", t.platform) for t in tags)
     return 0 if manylinux_x86 else 1

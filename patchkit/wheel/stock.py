@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from patchkit.fetch import net  # called as net.*, so that a test can stub the n
 from patchkit.fetch.cache import (
     Damaged,
     cache_write_error,
+    clear_non_directories,
     entry_lock,
     file_sha256,
     read_regular,
@@ -37,7 +37,7 @@ from patchkit.fetch.cache import (
 from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress
-from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
+from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 from patchkit.record import cache_dir
 
 SCHEMA = 1
@@ -96,13 +96,8 @@ def tag_priority(platform: str | None) -> dict[Any, int]:
 def wheel_priority(filename: str, version: str, priority: dict[Any, int]) -> int | None:
     """The rank of a wheel file of vLLM `version` among the tags (None: not that release's wheel,
     or not installable there)."""
-    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-
-    try:
-        name, ver, _build, file_tags = parse_wheel_filename(filename)
-    except (InvalidWheelFilename, ValueError):
-        return None
-    if canonicalize_name(name) != PROJECT or str(ver) != version:
+    file_tags = vllm_wheel_tags(filename, version)
+    if file_tags is None:
         return None
     ranks = [priority[t] for t in file_tags if t in priority]
     return min(ranks) if ranks else None
@@ -119,17 +114,7 @@ def wheels_root(ver: str, warn: Progress) -> Path:
     """<cache>/wheels/<ver>/: a symlink or any other file in place of either directory is removed
     (the link itself), so nothing is read or written outside the cache."""
     root = cache_dir() / "wheels" / ver
-    for path in (root.parent, root):
-        try:
-            mode = path.lstat().st_mode
-        except FileNotFoundError:
-            break
-        except OSError:
-            continue  # unreadable: the cache's own errors say so later
-        if not stat.S_ISDIR(mode):
-            warn(f"{path} in the cache is not a directory: removing it")
-            remove_entry(path)
-            break
+    clear_non_directories([root.parent, root], warn)
     return root
 
 
