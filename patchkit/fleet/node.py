@@ -167,9 +167,8 @@ class Agent:
         self.one_step = threading.Lock()
         self.holds: dict[str, float] = {"creator": time.monotonic() + hold}  # run id -> held until
         self.linger_until = 0.0  # the keep-alive the last command asked for
-        self.busy = 0  # steps running or waiting for the one running
         self.running: str | None = None  # the ticket of the step running
-        self.waiting: set[str] = set()  # the tickets of the steps waiting for it
+        self.waiting: set[str] = set()  # the tickets of the steps called and not yet running
         self.given_up: set[str] = set()  # tickets whose driver stopped waiting: never started
         self.retired = False  # takes no claim; ends once idle
         self.ending = False  # decided under the guard: no claim is taken after it
@@ -198,18 +197,17 @@ class Agent:
         from patchkit.pipconfig import forget_settings
 
         with self.guard:
-            self.busy += 1
             self.waiting.add(ticket)
         try:
             with self.one_step:
                 with self.guard:
-                    self.waiting.discard(ticket)
                     if ticket in self.given_up:  # its driver has reported it timed out: it must not write now
                         return {
                             "state": "not-run",
                             "ok": False,
                             "detail": "its driver stopped waiting before it started",
                         }
+                    self.waiting.discard(ticket)
                     self.running = ticket
                 forget_settings()  # each step reads pip's configuration as a new patchkit process would
                 return run_step(step, request, self.patchkit)
@@ -217,7 +215,6 @@ class Agent:
             with self.guard:
                 self.running = None if self.running == ticket else self.running
                 self.waiting.discard(ticket)
-                self.busy -= 1
                 if ticket not in self.given_up:  # a driver that gave up holds nothing by it
                     self.holds[run] = time.monotonic() + hold
 
@@ -228,7 +225,7 @@ class Agent:
         with self.guard:
             self.given_up.add(ticket)
             running = self.running == ticket
-            others = any(waiting not in self.given_up for waiting in self.waiting)
+            others = any(waiting not in self.given_up for waiting in self.waiting - {ticket})
             return {"running": running, "others_waiting": running and others}
 
     def release(self, run: str, keep_alive: float) -> None:
@@ -243,7 +240,8 @@ class Agent:
             with self.guard:
                 now = time.monotonic()
                 unwanted = now > self.linger_until and all(t < now for t in self.holds.values())
-                self.ending = not self.busy and (self.retired or unwanted)
+                busy = self.running is not None or bool(self.waiting)
+                self.ending = not busy and (self.retired or unwanted)
             if self.ending:
                 self.end()
                 return
