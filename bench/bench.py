@@ -34,7 +34,9 @@
 12. `patchkit fleet apply` on a local Ray cluster of 3 nodes (a head and 2 added, each with its own
    stock 0.16.0 tree as PATCHKIT_TARGET) vs `patchkit apply` of the same series on one such tree,
    alternately (goal: <= the single apply + 2 s): cold (no agent on the nodes: each starts one)
-   and warm (after a `fleet status`, whose agents stay). Needs the `ray` extra.
+   and warm (after a `fleet status`, whose agents stay). Beside them, Ray alone (bench/ray_floor.py:
+   connect, a trivial task on each node, disconnect): the least a cold run costs, with no patchkit
+   in it. Needs the `ray` extra.
 
 --only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12).
@@ -465,9 +467,11 @@ def fleet_rows(work: Path, runs: int) -> list[str]:
         fleet = [*PATCHKIT, "fleet", "apply", "-q", "--no-import", "--address", cluster.address]
         status = [*PATCHKIT, "fleet", "status", "-q", "--address", cluster.address, "--keep-alive", "60"]
         alone = [*PATCHKIT, "apply", "-q", "--no-import", "--target", str(single)]
-        cold, warm = [], []
+        ray_alone = [sys.executable, str(REPO / "bench" / "ray_floor.py"), cluster.address]
+        cold, warm, floor = [], [], []
         for _ in range(runs):
             time.sleep(AGENT_END)  # the last run's agents (--keep-alive 0) have ended
+            floor.append(run_once(ray_alone))
             cold.append((run_once(alone), run_once([*fleet, "--keep-alive", "0"])))
             restore()
             subprocess.run(status, capture_output=True, check=True)  # the command before: its agents stay
@@ -476,12 +480,19 @@ def fleet_rows(work: Path, runs: int) -> list[str]:
     finally:
         cluster.shutdown()
     rows = []
+    one_apply = statistics.median(alone for alone, _ in cold)
     for label, pairs in (("new agents (cold)", cold), ("agents kept from the command before (warm)", warm)):
         reference, ours = (statistics.median(times) for times in zip(*pairs, strict=True))
         rows.append(
             f"| fleet apply, 3 local Ray nodes, stock 0.16.0, {label} | {ours:.3f} s | one apply {reference:.3f} s "
             f"| +{ours - reference:.2f} s | ≤ one + 2 s |"
         )
+    ray_floor = statistics.median(floor)
+    rows.append(
+        f"| Ray alone, no patchkit (bench/ray_floor.py: connect, a trivial task on each of the 3 nodes, "
+        f"disconnect), run before each cold fleet apply | {ray_floor:.3f} s | one apply {one_apply:.3f} s "
+        f"| +{ray_floor - one_apply:.2f} s | (what a cold run cannot go below) |"
+    )
     return rows
 
 
