@@ -369,3 +369,28 @@ def test_verify_on_a_drifted_tree_names_what_the_hand_edit_broke(run, tree, scra
     failures = {case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None}
     assert f"drift: {MODEL}" in failures and f"contract: {MODEL}" in failures
     assert int(suite.get("failures")) == len(failures) >= 2
+
+
+@pytest.mark.parametrize("applied", [False, True])
+def test_status_refuses_a_tree_apply_and_revert_refuse(run, tree, diffs, tmp_path, applied):
+    """A series file behind a symlinked directory: the command that would change the tree (apply on a
+    stock one, revert on an applied one) refuses to write through it, so status says so too (exit
+    2, naming it) instead of reporting a state patchkit could not change."""
+    if applied:
+        assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    elsewhere = tmp_path / "models-elsewhere"
+    (tree / "vllm" / "models").rename(elsewhere)
+    (tree / "vllm" / "models").symlink_to(elsewhere, target_is_directory=True)
+    before = snapshot(tree)
+    results = {
+        command: run(*command.split(), "--target", tree, "--patch", diffs["model"])
+        for command in ("status", "revert" if applied else "apply")
+    }
+    for command, result in results.items():
+        assert result.exit_code == 2, (command, result.output)
+        assert f"{MODEL}: the path goes through a symlink" in result.output, command
+    assert "apply and revert refuse this tree too" in results["status"].output
+    assert snapshot(tree) == before
+    plain = tmp_path / "plain"
+    write_tree(plain)
+    assert run("status", "--target", plain, "--patch", diffs["model"]).exit_code == 0
