@@ -220,3 +220,38 @@ def test_phase_one_refuses_a_file_the_workers_user_cannot_write(tmp_path, monkey
 def test_a_verify_document_of_another_shape_is_a_refusal_not_a_crash(document):
     refusal = node._unwritable(document)
     assert refusal is not None and refusal["state"] == "error" and "which files" in refusal["detail"]
+
+
+def test_a_step_far_past_its_time_limit_ends_the_agent(monkeypatch):
+    """A step that hangs (its driver stopped waiting, or died) would keep the agent busy for ever,
+    and every later command's step on the node would wait behind it: past its time limit and a
+    grace, the agent ends itself. A step within its limit is left to run."""
+    monkeypatch.setattr(node, "OVERDUE_GRACE", 0.2)
+    started, finish = threading.Event(), threading.Event()
+
+    def hung_step(step, request, patchkit):
+        started.set()
+        finish.wait(10)
+        return {"state": "ok"}
+
+    monkeypatch.setattr(node, "run_step", hung_step)
+    patient = Watched(hold=60)
+    patient.claim("run-1", 60)
+    threading.Thread(target=patient.step, args=("run-1", 60, "t-1", "apply", {"timeout": 30}), daemon=True).start()
+    assert started.wait(5)
+    assert not patient.ended.wait(0.6)  # 30 s allowed: it runs on, held or not
+
+    started.clear()
+    hung = Watched(hold=60)
+    hung.claim("run-2", 60)
+    threading.Thread(target=hung.step, args=("run-2", 60, "t-2", "apply", {"timeout": 0.1}), daemon=True).start()
+    assert started.wait(5)
+    assert hung.ended.wait(3)  # 0.1 s + 0.2 s of grace, though run-2 still holds it
+    assert hung.claim("run-3", 60)["held"] is False
+    finish.set()
+
+
+@pytest.mark.parametrize("timeout", [None, "soon", float("nan"), float("inf"), -1])
+def test_a_time_limit_that_is_no_number_is_the_default(timeout):
+    request = {} if timeout is None else {"timeout": timeout}
+    assert node._time_limit(request) == node.DEFAULT_TIME_LIMIT

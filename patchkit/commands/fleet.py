@@ -4,6 +4,7 @@ import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, no_import_option, target_options
+from patchkit.fleet.node import DEFAULT_TIME_LIMIT
 
 ACTIONS = ("status", "apply", "verify", "revert")
 
@@ -20,7 +21,6 @@ class Seconds(click.FloatRange):
         return seconds
 
 
-DEFAULT_TIMEOUT = 600.0
 KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next one
 
 
@@ -31,7 +31,7 @@ KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next
     "--timeout",
     metavar="SECONDS",
     type=Seconds(min=0, min_open=True, max=86400),
-    default=DEFAULT_TIMEOUT,
+    default=DEFAULT_TIME_LIMIT,
     show_default=True,
     help="Seconds each node's step may take.",
 )

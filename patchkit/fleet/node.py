@@ -168,6 +168,7 @@ class Agent:
         self.holds: dict[str, float] = {"creator": time.monotonic() + hold}  # run id -> held until
         self.linger_until = 0.0  # the keep-alive the last command asked for
         self.running: str | None = None  # the ticket of the step running
+        self.overdue_at = 0.0  # when the running step is past its time limit and OVERDUE_GRACE
         self.waiting: set[str] = set()  # the tickets of the steps called and not yet running
         self.given_up: set[str] = set()  # tickets whose driver stopped waiting: never started
         self.retired = False  # takes no claim; ends once idle
@@ -209,6 +210,7 @@ class Agent:
                         }
                     self.waiting.discard(ticket)
                     self.running = ticket
+                    self.overdue_at = time.monotonic() + _time_limit(request) + OVERDUE_GRACE
                 forget_settings()  # each step reads pip's configuration as a new patchkit process would
                 return run_step(step, request, self.patchkit)
         finally:
@@ -241,7 +243,10 @@ class Agent:
                 now = time.monotonic()
                 unwanted = now > self.linger_until and all(t < now for t in self.holds.values())
                 busy = self.running is not None or bool(self.waiting)
-                self.ending = not busy and (self.retired or unwanted)
+                # A step this far past its time limit hangs (its driver stopped waiting long ago, or
+                # died): ending the agent stops it, else every later command here would wait behind it.
+                overdue = self.running is not None and now > self.overdue_at
+                self.ending = overdue or (not busy and (self.retired or unwanted))
             if self.ending:
                 self.end()
                 return
@@ -255,6 +260,19 @@ AGENT_THREADS = 32  # steps an agent takes at once (one runs, the others wait fo
 CONTROL_THREADS = 4  # for claims, releases and give-ups: never behind the steps
 PACKAGE = Path(__file__).resolve().parent.parent  # patchkit's own directory
 AGENT_TICK = 0.5  # seconds between an agent's looks at whether it is still wanted
+OVERDUE_GRACE = 120.0  # seconds past a step's time limit after which the agent ends itself
+
+
+def _time_limit(request: dict[str, Any]) -> float:
+    """The step's time limit (the driver's --timeout), read defensively: an agent outlives drivers."""
+    try:
+        limit = float(request.get("timeout", DEFAULT_TIME_LIMIT))
+    except (TypeError, ValueError):
+        return DEFAULT_TIME_LIMIT
+    return limit if 0 <= limit < float("inf") else DEFAULT_TIME_LIMIT
+
+
+DEFAULT_TIME_LIMIT = 600.0  # fleet's --timeout default (commands/fleet.py takes it from here)
 
 
 def code_fingerprint(package: Path = PACKAGE) -> dict[str, tuple[int, int, int]]:
