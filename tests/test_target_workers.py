@@ -129,3 +129,27 @@ def test_the_compile_memo_emptied_when_full_still_judges_what_it_held(monkeypatc
     assert syntax.compile_sources({"a.py": b"x = 0\n", "b.py": b"def (:\n"}, None) == {
         "b.py": syntax.compile_sources({"c.py": b"def (:\n"}, None)["c.py"]
     }
+
+
+def test_a_wrapper_script_as_the_interpreter_is_asked_each_time(monkeypatch, tmp_path):
+    """A `#!` script as --python may start another Python each time (a pyenv shim, a wrapper that
+    reads the environment): its file does not name the compiler, so nothing is remembered for it."""
+    from patchkit.checks import syntax
+
+    asked = []
+
+    def counting(python, worker, request, **options):
+        asked.append(python)
+        return run_worker(python, worker, request, **options)
+
+    monkeypatch.setattr(syntax, "run_worker", counting)
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    for _ in range(2):
+        assert syntax.compile_sources({"b.py": b"def f(:\n"}, str(wrapper))["b.py"].startswith("line 1: ")
+    assert asked == [str(wrapper), str(wrapper)] and syntax._JUDGED == {}
+    syntax.compile_sources({"b.py": b"def f(:\n"}, sys.executable)
+    syntax.compile_sources({"b.py": b"def f(:\n"}, sys.executable)
+    assert asked[2:] == [sys.executable]  # a real interpreter's file: judged once

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 
 from patchkit.checks import CheckContext, CheckResult, too_large_to_parse
 from patchkit.target import run_worker
@@ -31,27 +32,40 @@ def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, 
     interpreter is not compiled again: apply checks the same contents as planned and as written,
     and fleet's node agent in phase 1 and again in phase 2."""
     interpreter = _interpreter(python)
+    if interpreter is None:  # no interpreter known by its file: nothing remembered for it
+        return _judge(sources, python)
     keys = {path: (interpreter, hashlib.sha256(data).hexdigest()) for path, data in sources.items()}
     if len(_JUDGED) > 4096:  # before choosing what to compile: what is taken as known stays known
         _JUDGED.clear()
     todo = {path: data for path, data in sources.items() if keys[path] not in _JUDGED}
     if todo:
-        texts = {p: d.decode("utf-8", "surrogateescape") for p, d in todo.items()}
-        errors = run_worker(
-            python, "compile_sources", {"sources": texts}, timeout=120, doing=" to compile the patched files"
-        )
+        errors = _judge(todo, python)
         for path in todo:
             _JUDGED[keys[path]] = errors.get(path)
     return {path: error for path in sources if (error := _JUDGED[keys[path]]) is not None}
 
 
+def _judge(sources: dict[str, bytes], python: str | None) -> dict[str, str]:
+    texts = {p: d.decode("utf-8", "surrogateescape") for p, d in sources.items()}
+    return run_worker(python, "compile_sources", {"sources": texts}, timeout=120, doing=" to compile the patched files")
+
+
 _JUDGED: dict[tuple[tuple, str], str | None] = {}  # (interpreter, sha256) -> its error, None: compiles
 
 
-def _interpreter(python: str | None) -> tuple:
-    """Names the compiler: the interpreter's path and its file as it is now (a replaced one is another)."""
+def _interpreter(python: str | None) -> tuple | None:
+    """Names the compiler: this process's (None), or the interpreter's path and its file as it is now
+    (a replaced one is another). None when that file does not name it: a script (`#!`, a wrapper
+    that may start another Python each time), not a regular file, or unreadable."""
+    if python is None:
+        return (None,)
     try:
-        info = os.stat(python) if python else None
+        info = os.stat(python)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        with open(python, "rb") as file:
+            if file.read(2) == b"#!":
+                return None
     except OSError:
-        info = None
-    return (python, info.st_ino, info.st_mtime_ns) if info else (python,)
+        return None
+    return (python, info.st_ino, info.st_mtime_ns)
