@@ -33,6 +33,28 @@ def quick_ticks(monkeypatch):
     monkeypatch.setattr(node, "AGENT_TICK", 0.02)
 
 
+class BlockingSteps:
+    """node.run_step replaced: each step records its request's name, says it started, and runs
+    until `finish` is set."""
+
+    def __init__(self) -> None:
+        self.started, self.finish, self.ran = threading.Event(), threading.Event(), []
+
+    def __call__(self, step, request, patchkit):
+        self.ran.append(request.get("name"))
+        self.started.set()
+        self.finish.wait(10)
+        return {"state": "ok", "ok": True}
+
+
+@pytest.fixture
+def blocking(monkeypatch):
+    steps = BlockingSteps()
+    monkeypatch.setattr(node, "run_step", steps)
+    yield steps
+    steps.finish.set()
+
+
 def test_an_agent_stays_while_held_and_for_the_keep_alive_then_ends():
     agent = Watched(hold=60)
     assert agent.claim("run-1", 60)["current"] is True
@@ -54,15 +76,8 @@ def test_another_runs_hold_keeps_it_after_one_release_with_no_keep_alive():
     assert agent.ended.wait(2)
 
 
-def test_a_busy_agent_does_not_end_though_nothing_holds_it(monkeypatch):
-    started, finish = threading.Event(), threading.Event()
-
-    def slow_step(step, request, patchkit):
-        started.set()
-        finish.wait(10)
-        return {"state": "ok"}
-
-    monkeypatch.setattr(node, "run_step", slow_step)
+def test_a_busy_agent_does_not_end_though_nothing_holds_it(blocking):
+    started, finish = blocking.started, blocking.finish
     agent = Watched(hold=60)
     agent.release("creator", keep_alive=0)
     worker = threading.Thread(target=agent.step, args=("run-1", 0, "ticket-1", "status", {}))
@@ -75,18 +90,10 @@ def test_a_busy_agent_does_not_end_though_nothing_holds_it(monkeypatch):
     assert agent.ended.wait(2)
 
 
-def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(monkeypatch):
+def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(blocking):
     """Two commands' steps on one agent: one at a time. The second's driver gives up while it
     waits (its time limit): it must not run later (a write reported timed out would land)."""
-    started, finish, ran = threading.Event(), threading.Event(), []
-
-    def first_waits(step, request, patchkit):
-        ran.append(request["name"])
-        started.set()
-        finish.wait(10)
-        return {"state": "ok", "ok": True}
-
-    monkeypatch.setattr(node, "run_step", first_waits)
+    started, finish, ran = blocking.started, blocking.finish, blocking.ran
     agent = Watched(hold=60)
     answers = {}
 
@@ -108,15 +115,8 @@ def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(monk
     assert answers["b"]["state"] == "not-run" and answers["b"]["ok"] is False
 
 
-def test_a_running_step_given_up_on_says_whether_another_commands_step_waits(monkeypatch):
-    started, finish = threading.Event(), threading.Event()
-
-    def first_waits(step, request, patchkit):
-        started.set()
-        finish.wait(10)
-        return {"state": "ok", "ok": True}
-
-    monkeypatch.setattr(node, "run_step", first_waits)
+def test_a_running_step_given_up_on_says_whether_another_commands_step_waits(blocking):
+    started, finish = blocking.started, blocking.finish
     agent = Watched(hold=60)
     threads = [threading.Thread(target=agent.step, args=(f"run-{t}", 60, t, "status", {})) for t in "ab"]
     threads[0].start()
@@ -222,19 +222,12 @@ def test_a_verify_document_of_another_shape_is_a_refusal_not_a_crash(document):
     assert refusal is not None and refusal["state"] == "error" and "which files" in refusal["detail"]
 
 
-def test_a_step_far_past_its_time_limit_ends_the_agent(monkeypatch):
+def test_a_step_far_past_its_time_limit_ends_the_agent(monkeypatch, blocking):
     """A step that hangs (its driver stopped waiting, or died) would keep the agent busy for ever,
     and every later command's step on the node would wait behind it: past its time limit and a
     grace, the agent ends itself. A step within its limit is left to run."""
     monkeypatch.setattr(node, "OVERDUE_GRACE", 0.2)
-    started, finish = threading.Event(), threading.Event()
-
-    def hung_step(step, request, patchkit):
-        started.set()
-        finish.wait(10)
-        return {"state": "ok"}
-
-    monkeypatch.setattr(node, "run_step", hung_step)
+    started, finish = blocking.started, blocking.finish
     patient = Watched(hold=60)
     patient.claim("run-1", 60)
     threading.Thread(target=patient.step, args=("run-1", 60, "t-1", "apply", {"timeout": 30}), daemon=True).start()
