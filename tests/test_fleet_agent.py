@@ -251,7 +251,7 @@ def test_a_step_far_past_its_time_limit_ends_the_agent(monkeypatch):
     finish.set()
 
 
-@pytest.mark.parametrize("timeout", [None, "soon", float("nan"), float("inf"), -1])
+@pytest.mark.parametrize("timeout", [None, "soon", float("nan"), float("inf"), -1, 10**400])
 def test_a_time_limit_that_is_no_number_is_the_default(timeout):
     request = {} if timeout is None else {"timeout": timeout}
     assert node._time_limit(request) == node.DEFAULT_TIME_LIMIT

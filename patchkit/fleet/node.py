@@ -267,7 +267,7 @@ def _time_limit(request: dict[str, Any]) -> float:
     """The step's time limit (the driver's --timeout), read defensively: an agent outlives drivers."""
     try:
         limit = float(request.get("timeout", DEFAULT_TIME_LIMIT))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int too large for a float
         return DEFAULT_TIME_LIMIT
     return limit if 0 <= limit < float("inf") else DEFAULT_TIME_LIMIT
 
