@@ -208,6 +208,14 @@ class Agent:
                             "ok": False,
                             "detail": "its driver stopped waiting before it started",
                         }
+                    # Its agent's end is on its way (the step before it overdue): a step started now
+                    # would be cut midway (an apply half written), its driver told the node was lost.
+                    if self.ending:
+                        return {
+                            "state": "not-run",
+                            "ok": False,
+                            "detail": "its node's patchkit agent was ending before it started (a step before it hung)",
+                        }
                     self.waiting.discard(ticket)
                     self.running = ticket
                     self.overdue_at = time.monotonic() + _time_limit(request) + OVERDUE_GRACE
