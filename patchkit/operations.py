@@ -351,7 +351,26 @@ def verify_tree(resolved: Resolved, *, import_probe: bool = True, watch: Watcher
             warnings.append(recovered)
             (watch or Unwatched()).warning(recovered)
         status = inspect(resolved, check_upstream=True, import_probe=import_probe)
+        refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
         return VerifyResult(status, _tree_checks(resolved, status, import_probe), warnings)
+
+
+def refuse_unchangeable(resolved: Resolved) -> None:
+    """A series file behind a symlinked directory, or a symlink or special file in its place: apply
+    and revert refuse to write it (exit 2), so status and verify refuse it too rather than report a
+    state patchkit could not change (or pass a phase 1 whose phase 2 would refuse). After the plan,
+    as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's."""
+    from patchkit.errors import BadInput
+    from patchkit.transaction import preflight
+
+    if resolved.selection.kind != SelectionKind.PATCH:
+        return
+    paths = sorted({file.path for patch in resolved.patches for file in patch.files})
+    try:
+        preflight(resolved.target.root, paths, writable=False)
+    except BadInput as exc:
+        hint = "apply and revert refuse this tree too: patchkit goes only through real directories to regular files"
+        raise BadInput(exc.message, hint=exc.hint or hint) from None
 
 
 def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:

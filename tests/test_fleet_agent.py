@@ -244,7 +244,39 @@ def test_a_step_far_past_its_time_limit_ends_the_agent(monkeypatch, blocking):
     finish.set()
 
 
-@pytest.mark.parametrize("timeout", [None, "soon", float("nan"), float("inf"), -1])
+@pytest.mark.parametrize("timeout", [None, "soon", float("nan"), float("inf"), -1, 10**400])
 def test_a_time_limit_that_is_no_number_is_the_default(timeout):
     request = {} if timeout is None else {"timeout": timeout}
     assert node._time_limit(request) == node.DEFAULT_TIME_LIMIT
+
+
+def test_a_step_queued_behind_an_overdue_one_never_starts_once_the_agent_is_ending(monkeypatch):
+    """The hung step returns just after the agent chose to end (its end, ray.kill, is on its way):
+    the step queued behind it must not start, to be cut midway by that end (an apply half written)."""
+    monkeypatch.setattr(node, "OVERDUE_GRACE", 0.1)
+    ran, started, finish = [], threading.Event(), threading.Event()
+
+    def first_hangs(step, request, patchkit):
+        ran.append(request["name"])
+        started.set()
+        finish.wait(10)
+        return {"state": "ok", "ok": True}
+
+    monkeypatch.setattr(node, "run_step", first_hangs)
+    agent = Watched(hold=60)
+    answers = {}
+
+    def call(ticket: str, timeout: float) -> None:
+        answers[ticket] = agent.step("run-" + ticket, 60, ticket, "apply", {"name": ticket, "timeout": timeout})
+
+    first = threading.Thread(target=call, args=("a", 0.1))
+    first.start()
+    assert started.wait(5)
+    second = threading.Thread(target=call, args=("b", 600))
+    second.start()
+    assert agent.ended.wait(5)  # a is overdue; b waits behind it
+    finish.set()  # a returns before the end lands
+    first.join(5)
+    second.join(5)
+    assert ran == ["a"]
+    assert answers["b"]["state"] == "not-run" and "ending" in answers["b"]["detail"]

@@ -394,3 +394,29 @@ def test_status_refuses_a_tree_apply_and_revert_refuse(run, tree, diffs, tmp_pat
     plain = tmp_path / "plain"
     write_tree(plain)
     assert run("status", "--target", plain, "--patch", diffs["model"]).exit_code == 0
+
+
+def test_verify_and_fleets_phase_one_refuse_a_tree_status_refuses(run, tree, diffs):
+    """A series directory symlinked inside the tree (no bytecode check notices it, unlike a symlink
+    out of the tree): verify passed it, on a stock tree and on an applied one, while status, apply
+    and revert refuse it; and `fleet apply`'s phase 1 (verify --no-import) said `ready` to a node
+    whose phase 2 would refuse."""
+    from patchkit.cli import run_in_process
+    from patchkit.fleet import node
+
+    for applied in (False, True):
+        if applied:
+            assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+        config = tree / "vllm" / "config"
+        config.rename(tree / "vllm" / "config_real")
+        config.symlink_to("config_real", target_is_directory=True)
+        before = snapshot(tree)
+        for command in ("status", "verify", "verify --no-import", "revert" if applied else "apply"):
+            result = run(*command.split(), "--target", tree, "--patch", diffs["spec"])
+            assert result.exit_code == 2, (applied, command, result.output)
+            assert f"{SPEC}: the path goes through a symlink" in result.output, (applied, command)
+        prepare = node.run_step("prepare", {"target": str(tree), "adhoc": [str(diffs["spec"])]}, run_in_process)
+        assert not prepare["ok"] and prepare["state"] == "error" and "goes through a symlink" in prepare["detail"]
+        assert snapshot(tree) == before
+        config.unlink()
+        (tree / "vllm" / "config_real").rename(config)

@@ -273,7 +273,7 @@ UNREACHABLE = {
 
 
 @pytest.mark.parametrize("case", list(UNREACHABLE))
-@pytest.mark.parametrize("command", [("apply", "--dry-run"), ("apply",), ("verify", "--no-import")])
+@pytest.mark.parametrize("command", [("apply", "--dry-run"), ("apply",), ("verify", "--no-import"), ("status",)])
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_a_path_no_file_can_have_is_bad_input(tmp_path, case, command, fmt):
     site = write_tree(tmp_path / "site", "0.16.0")

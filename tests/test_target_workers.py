@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -153,3 +155,27 @@ def test_a_wrapper_script_as_the_interpreter_is_asked_each_time(monkeypatch, tmp
     syntax.compile_sources({"b.py": b"def f(:\n"}, sys.executable)
     syntax.compile_sources({"b.py": b"def f(:\n"}, sys.executable)
     assert asked[2:] == [sys.executable]  # a real interpreter's file: judged once
+
+
+def test_an_interpreter_replaced_by_a_fifo_after_its_stat_does_not_hang_the_memo(monkeypatch, tmp_path):
+    """The stat saw a regular file; by the open, a fifo is there (no writer ever comes): an open()
+    would block for ever. Opened without blocking and looked at as opened, it names no compiler."""
+    from patchkit.checks import syntax
+
+    fifo = tmp_path / "python"
+    os.mkfifo(fifo)
+    regular = os.stat(sys.executable)
+
+    class StatSeesAFile:  # os, save that the stat saw a regular file there
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def stat(self, path):
+            return regular
+
+    monkeypatch.setattr(syntax, "os", StatSeesAFile())
+    found = []
+    worker = threading.Thread(target=lambda: found.append(syntax._interpreter(str(fifo))), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert found == [None]

@@ -63,9 +63,15 @@ def _interpreter(python: str | None) -> tuple | None:
         info = os.stat(python)
         if not stat.S_ISREG(info.st_mode):
             return None
-        with open(python, "rb") as file:
-            if file.read(2) == b"#!":
+        # Not blocking, and looked at as opened: a file replaced by a fifo since the stat would
+        # block an open() for ever.
+        fd = os.open(python, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            opened = os.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino) or os.read(fd, 2) == b"#!":
                 return None
+        finally:
+            os.close(fd)
     except OSError:
         return None
     return (python, info.st_ino, info.st_mtime_ns)

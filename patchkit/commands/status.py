@@ -19,6 +19,7 @@ def command(opts, quiet, verbose, fmt):
     from patchkit.enums import TreeState
     from patchkit.inspection import inspect
     from patchkit.library import locate
+    from patchkit.operations import refuse_unchangeable
     from patchkit.transaction import consistent_read
     from patchkit.ui import status_json
 
@@ -28,8 +29,8 @@ def command(opts, quiet, verbose, fmt):
     with consistent_read(resolved.target.root) as recovered:
         if recovered:
             ui.warn(recovered)
-        _refuse_what_apply_and_revert_would(resolved)
         status = inspect(resolved, check_upstream=True, import_probe=False)
+        refuse_unchangeable(resolved)
     if ui.json_mode:
         ui.json(status_json(resolved, status, where))
     else:
@@ -42,21 +43,3 @@ def command(opts, quiet, verbose, fmt):
     if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
         ui.error(resolved.selection.note or "unsupported vLLM version")
     return status
-
-
-def _refuse_what_apply_and_revert_would(resolved) -> None:
-    """A series file behind a symlinked directory, or a symlink or special file in its place: apply
-    and revert refuse to write it (exit 2), so status refuses it too rather than report a state
-    patchkit could not change."""
-    from patchkit.enums import SelectionKind
-    from patchkit.errors import BadInput
-    from patchkit.transaction import preflight
-
-    if resolved.selection.kind != SelectionKind.PATCH:
-        return
-    paths = sorted({file.path for patch in resolved.patches for file in patch.files})
-    try:
-        preflight(resolved.target.root, paths, writable=False)
-    except BadInput as exc:
-        hint = "apply and revert refuse this tree too: patchkit goes only through real directories to regular files"
-        raise BadInput(exc.message, hint=exc.hint or hint) from None

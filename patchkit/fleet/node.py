@@ -208,6 +208,14 @@ class Agent:
                             "ok": False,
                             "detail": "its driver stopped waiting before it started",
                         }
+                    # Its agent's end is on its way (the step before it overdue): a step started now
+                    # would be cut midway (an apply half written), its driver told the node was lost.
+                    if self.ending:
+                        return {
+                            "state": "not-run",
+                            "ok": False,
+                            "detail": "its node's patchkit agent was ending before it started (a step before it hung)",
+                        }
                     self.waiting.discard(ticket)
                     self.running = ticket
                     self.overdue_at = time.monotonic() + _time_limit(request) + OVERDUE_GRACE
@@ -267,7 +275,7 @@ def _time_limit(request: dict[str, Any]) -> float:
     """The step's time limit (the driver's --timeout), read defensively: an agent outlives drivers."""
     try:
         limit = float(request.get("timeout", DEFAULT_TIME_LIMIT))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int too large for a float
         return DEFAULT_TIME_LIMIT
     return limit if 0 <= limit < float("inf") else DEFAULT_TIME_LIMIT
 
