@@ -207,6 +207,23 @@ def test_phase_one_refuses_a_file_the_workers_user_cannot_write(tmp_path, monkey
         assert f"{locked} is not writable by the Ray worker's user" == refusal["detail"]
 
 
+def test_phase_one_refuses_the_directory_of_a_file_the_workers_user_cannot_write(tmp_path, monkeypatch):
+    """apply replaces a file by renaming a new one over it, so its directory must be writable too
+    (transaction.preflight refuses it): phase 1 said ready to a node whose file was writable in a
+    directory that was not, and phase 2 failed there after writing the other nodes. A new file in a
+    directory apply creates needs the deepest one that exists."""
+    tree = write_tree(tmp_path / "site")
+    for files, locked in (
+        (["vllm/config/spec.py"], tree / "vllm" / "config"),
+        (["vllm/new/deeper/module.py"], tree / "vllm"),
+    ):
+        document = {"target": str(tree), "patches": [{"name": "a", "files": files}]}
+        monkeypatch.setattr(node.os, "access", lambda path, mode, locked=locked: Path(path) != locked)
+        refusal = node._unwritable(document)
+        assert refusal is not None and refusal["state"] == "unwritable", files
+        assert f"{locked} is not writable by the Ray worker's user" == refusal["detail"]
+
+
 @pytest.mark.parametrize(
     "document",
     [

@@ -123,16 +123,27 @@ def _why(document: dict[str, Any]) -> str:
 
 
 def _unwritable(document: dict[str, Any]) -> dict[str, Any] | None:
-    """Phase 1 refuses what phase 2 could not write: the files of the series and the record's
-    directory must be writable by the user the Ray worker runs as (the dry run does not ask)."""
+    """Phase 1 refuses what phase 2 could not write: the files of the series, the directories they
+    are replaced in (apply writes a file beside it and renames it over: transaction.preflight asks
+    both) and the record's directory must be writable by the user the Ray worker runs as (the dry
+    run does not ask)."""
     places = _places_written(document)
     if places is None:
         return {"state": ERROR, "ok": False, "detail": "the node's patchkit did not say which files it would write"}
-    for place in places:
-        where = place if place.exists() else place.parent
+    root, files = places[0], places[1:]
+    wheres = [root, *(where for place in files for where in (_existing_directory(place, root), place))]
+    for where in dict.fromkeys(wheres):
         if where.exists() and not os.access(where, os.W_OK):
             return {"state": "unwritable", "ok": False, "detail": f"{where} is not writable by the Ray worker's user"}
     return None
+
+
+def _existing_directory(place: Path, root: Path) -> Path:
+    """The deepest directory on the way to `place` that exists (where apply creates what is missing)."""
+    where = place.parent
+    while where != root and not where.exists() and where.parent != where:
+        where = where.parent
+    return where
 
 
 def _places_written(document: dict[str, Any]) -> list[Path] | None:
