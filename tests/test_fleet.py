@@ -254,6 +254,42 @@ def test_sigterm_during_phase_two_still_rolls_every_node_back(fleet):
     assert [snapshot(tree) for tree in fleet.trees] == before
 
 
+def test_sigterm_as_the_driver_disconnects_is_absorbed_and_the_document_printed(fleet):
+    """The nodes all applied, the driver disconnecting from Ray (ray.shutdown, a few hundred ms; made
+    slow here): a SIGTERM then ended it at once, exit 143 and no document, though every node was
+    applied. The handlers stay until Ray is shut down and the result is shown."""
+    fleet.stock()
+    lib = fleet.library("disconnect", {SPEC: patched_spec()})
+    before = [snapshot(tree) for tree in fleet.trees]
+    marker = fleet.base / "shutdown.mark"
+    marker.unlink(missing_ok=True)
+    slow_shutdown = textwrap.dedent(f"""
+        import pathlib, sys, time, ray
+        real = ray.shutdown
+        def shutdown(*args, **kwargs):
+            pathlib.Path({str(marker)!r}).touch()
+            time.sleep(3)
+            return real(*args, **kwargs)
+        ray.shutdown = shutdown
+        from patchkit.cli import main
+        sys.argv = ["patchkit", *sys.argv[1:]]
+        main()
+        """)
+    argv = [sys.executable, "-c", slow_shutdown, "fleet", "apply", "--address", fleet.cluster.address]
+    driver = subprocess.Popen([*argv, "--patches", str(lib), "--format", "json"], stdout=subprocess.PIPE, text=True)
+    try:
+        _wait_for(marker, driver, seconds=120)
+        driver.send_signal(signal.SIGTERM)
+        stdout, _ = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, stdout
+    assert {n["state"] for n in json.loads(stdout)["nodes"]} == {"applied"}
+    done, after = fleet.run("revert", "--patches", lib)
+    assert done.returncode == 0 and after["state"] == "reverted"
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
 def test_a_second_command_while_an_apply_runs_waits_for_it_and_stops_nothing(fleet):
     """`fleet status` while a `fleet apply` is in its slow import probe: the status's steps wait
     behind the apply's on that node's agent (one step at a time); neither is lost or cut short."""

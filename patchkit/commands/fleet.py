@@ -74,7 +74,7 @@ def command(opts, quiet, verbose, fmt, action, address, timeout, keep_alive, no_
         else:
             flags = ["--no-import"] if no_import and action == "verify" else []
             result = run_each(runner, action, nodes, {**request, "extra": flags})
-    _show(ui, result)
+        _show(ui, result)  # while connected: a signal now is absorbed, not an exit without the document
     return result
 
 

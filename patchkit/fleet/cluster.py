@@ -42,9 +42,11 @@ def connected(address: str | None, *, keep_alive: float, patchkit: PatchkitRun) 
     """A runner on the Ray cluster at `address`, else $RAY_ADDRESS, else "auto" (a cluster this
     machine belongs to); never a new cluster of its own. While connected, SIGTERM and SIGINT only
     set a flag the runner acts on (ray.init's own SIGTERM handler would exit at once, with nodes
-    half written; a KeyboardInterrupt could land between two submissions). The nodes' agents are
-    released at the end, to stay `keep_alive` seconds for the next command. `patchkit` is what
-    a node's agent runs each step with (cli.run_in_process, by reference)."""
+    half written; a KeyboardInterrupt could land between two submissions), until Ray is shut down
+    (the caller shows its result inside: a SIGTERM as it disconnects, its work done, exited 143
+    with no document). The nodes' agents are released at the end, to stay `keep_alive` seconds
+    for the next command. `patchkit` is what a node's agent runs each step with
+    (cli.run_in_process, by reference)."""
     ray = import_ray()
     chosen = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
@@ -61,10 +63,12 @@ def connected(address: str | None, *, keep_alive: float, patchkit: PatchkitRun) 
     try:
         yield runner
     finally:
-        runner.release(keep_alive)
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        ray.shutdown()
+        try:
+            runner.release(keep_alive)
+            ray.shutdown()  # a few hundred ms: a signal then would end a run whose work is done, silently
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
 
 def _init_within(ray, address: str, seconds: float) -> None:
