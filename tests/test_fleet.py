@@ -486,6 +486,16 @@ def test_no_cluster_to_connect_to_is_exit_4():
     assert "cannot connect to the Ray cluster at 127.0.0.1:9" in done.stderr
 
 
+def test_the_agents_class_name_is_the_one_ray_list_actors_filters_on():
+    """README: `ray list actors --filter "class_name=RayAgent"` shows the agents. Ray's filter
+    matches the whole name, and it named the class by its __qualname__, agent_class.<locals>.RayAgent."""
+    import ray
+
+    from patchkit.fleet.cluster import agent_class
+
+    assert agent_class(ray).__ray_metadata__.class_name == "RayAgent"
+
+
 def _wait_for(path: Path, process: subprocess.Popen, *, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not path.exists():
