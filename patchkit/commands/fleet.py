@@ -4,7 +4,7 @@ import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, no_import_option, target_options
-from patchkit.fleet.node import DEFAULT_TIME_LIMIT
+from patchkit.fleet import DEFAULT_TIME_LIMIT
 
 ACTIONS = ("status", "apply", "verify", "revert")
 

@@ -1,6 +1,8 @@
 """`patchkit fleet`: status, apply, verify and revert on every node of a Ray cluster.
 
 Only `cluster` imports Ray (an optional extra, `pip install 'patchkit[ray]'`); `node` is what a
-node runs (patchkit's own CLI in a subprocess, against that node's vLLM); `protocol` is the
-two-phase apply and the fleet's result, with nothing of Ray in it (the tests drive it with fake
-nodes too)."""
+node runs (its patchkit agent, which runs patchkit's own CLI in its process against that node's
+vLLM); `protocol` is the two-phase apply and the fleet's result, with nothing of Ray in it (the
+tests drive it with fake nodes too)."""
+
+DEFAULT_TIME_LIMIT = 600.0  # seconds: fleet's --timeout default, and a node's step's when a request has none

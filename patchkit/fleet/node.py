@@ -2,7 +2,8 @@
 process, against that node's vLLM; its JSON document summed up in a small dict the driver reads.
 In the worker, not a subprocess: a fleet run's steps on a node share one interpreter that has
 imported patchkit once (a subprocess per step cost a Python start and patchkit's imports, twice in
-an apply). The driver enforces the time limit (it cancels a task past it, which ends the worker).
+an apply). The driver enforces the time limit (past it, it ends the agent of a step of its own
+unless another command's step waits there); an agent whose step runs far past it ends itself.
 No Ray here: cluster.py makes Agent a Ray actor by reference, so patchkit must be installed in the
 Ray worker's environment on every node.
 
@@ -20,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from patchkit.fleet import DEFAULT_TIME_LIMIT
 
 # The patchkit command line each step runs on a node. `prepare` is phase 1 of `fleet apply`: the
 # plan and the checks on the contents apply would write (verify on an unpatched tree), no writes.
@@ -289,9 +292,6 @@ def _time_limit(request: dict[str, Any]) -> float:
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int too large for a float
         return DEFAULT_TIME_LIMIT
     return limit if 0 <= limit < float("inf") else DEFAULT_TIME_LIMIT
-
-
-DEFAULT_TIME_LIMIT = 600.0  # fleet's --timeout default (commands/fleet.py takes it from here)
 
 
 def code_fingerprint(package: Path = PACKAGE) -> dict[str, tuple[int, int, int]]:
