@@ -70,14 +70,14 @@ def begin_run() -> Run:
 
 def finish_run(run: Run, *, fmt: str, command: str | None, exit_code: int) -> None:
     """The run's document on stdout, as its format asks: the command's own JSON document with
-    `ok` and `exit_code` (and `error`, `hint` when it failed with one), else, with `--format
-    json`, one with what the run knows; with `--format junit`, a failed run that wrote no JUnit
+    `ok` and `exit_code` (and `error`, `hint` when it failed with one) beside what the run found,
+    else, with `--format json`, one with what the run knows; with `--format junit`, a failed run that wrote no JUnit
     gets a document with one error testcase."""
     global _run
     _run = None
     failure = {"error": run.error, "hint": run.hint} if run.error is not None else {}
-    if run.document is not None:
-        _write_json({**run.document, "ok": exit_code == 0, "exit_code": exit_code, **failure})
+    if run.document is not None:  # what the run found (the target, its version...), then the command's own keys
+        _write_json({**run.known, **run.document, "ok": exit_code == 0, "exit_code": exit_code, **failure})
     elif fmt == "json":
         about = {"command": command, **run.known} if command else run.known
         _write_json({"ok": exit_code == 0, **failure, "exit_code": exit_code, **about})

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, write_tree
+from helpers import SPEC_PY, make_patch, patched_spec, run_cli, write_tree
 
 from patchkit.cli import run_in_process
 from patchkit.fleet import node
@@ -182,6 +182,20 @@ def test_patchkit_run_in_process_answers_as_the_console_script_does(tmp_path, wh
 def test_patchkit_run_in_process_reports_a_usage_error_as_exit_2():
     code, _stdout, stderr = run_in_process(["status", "--no-such-option"])
     assert code == 2 and "no such option" in stderr.lower() and "Traceback" not in stderr
+
+
+def test_every_steps_row_names_the_nodes_target_and_vllm_version(tmp_path):
+    """A node's row takes the target and version from its patchkit's JSON document: apply's and
+    revert's said only their result, so `fleet revert`'s rows had empty target and vLLM columns."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY})
+    diff = tmp_path / "spec.diff"
+    diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
+    request = {"target": str(tree), "adhoc": [str(diff)]}
+    for step, state in (("prepare", "ready"), ("apply", "applied"), ("status", "applied"), ("revert", "reverted")):
+        extra = ["--no-import"] if step == "apply" else []
+        row = node.run_step(step, {**request, "extra": extra}, run_in_process)
+        assert (row["state"], row["ok"]) == (state, True), (step, row)
+        assert (row["target"], row["vllm_version"]) == (str(tree), "0.16.0"), step
 
 
 def test_a_second_step_in_the_same_process_sees_the_tree_as_it_is_now(tmp_path):
