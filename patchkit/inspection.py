@@ -157,7 +157,7 @@ def check_context(
     from patchkit.checks import CheckContext
 
     root = resolved.target.root
-    disk = _disk_reader(root, written or {})
+    disk = _disk_reader(root, written)
     return CheckContext(
         paths=plan.touched_paths,
         read=disk if on_disk else plan.content,
@@ -182,7 +182,7 @@ def _disk_reader(root, written: Mapping[str, tuple[Landed, bytes]] | None = None
 
     def reader(path: str) -> bytes | None:
         if path not in read:
-            landed, content = (written or {}).get(path, (None, None))
+            landed, content = written.get(path, (None, None)) if written else (None, None)
             read[path] = content if landed and _still(root / path, landed) else read_file(root / path)
         return read[path]
 

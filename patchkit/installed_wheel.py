@@ -29,9 +29,9 @@ from pathlib import Path
 from patchkit import fsutil
 from patchkit.errors import BadInput, Drift, PatchkitError
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, parse_patch
-from patchkit.provenance import FILE_NAME as PROVENANCE
 from patchkit.provenance import FileRecord, read_provenance
 from patchkit.provenance import Provenance as Record
+from patchkit.record import PROVENANCE
 from patchkit.state import checked_path, sha256
 
 MAX_PATCH_BYTES = 64 << 20

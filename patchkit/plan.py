@@ -20,8 +20,6 @@ from patchkit.errors import BadInput, Drift
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touched_paths
 from patchkit.state import Entry, Origin, hash_soon, joined, read_file_and_origin, read_object, sha256
 
-# Short names the engine and the maintainer tools use.
-
 
 class Placement(NamedTuple):
     hunk: Hunk

@@ -28,7 +28,6 @@ from patchkit.patchfile import Patch
 from patchkit.record import PROVENANCE
 
 SCHEMA_VERSION = 1
-FILE_NAME = PROVENANCE
 PATCH_DIR = "patchkit"
 LIMIT = 16 << 20  # far beyond the record of any series
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -77,7 +76,7 @@ class Provenance:
             raise ValueError("a provenance record that was not read from a dist-info has no patch files")
         record = next((p for p in self.patches if p.name == name), None)
         if record is None:
-            raise BadInput(f"{self.dist_info / FILE_NAME} records no patch {name!r}")
+            raise BadInput(f"{self.dist_info / PROVENANCE} records no patch {name!r}")
         directory = self.dist_info / PATCH_DIR
         path = directory / name
         if not fsutil.plain_directory(self.dist_info, directory):
@@ -87,7 +86,7 @@ class Provenance:
         except OSError as exc:
             raise BadInput(f"cannot read {path}: {exc.strerror}", hint="reinstall the patched wheel") from None
         if hashlib.sha256(data).hexdigest() != record.sha256:
-            raise BadInput(f"{path} is not the patch {FILE_NAME} records (sha256 differs)", hint="reinstall the wheel")
+            raise BadInput(f"{path} is not the patch {PROVENANCE} records (sha256 differs)", hint="reinstall the wheel")
         return data
 
     def read_patches(self) -> list[Patch]:
@@ -99,7 +98,7 @@ class Provenance:
 
 def provenance_files(record: Provenance, patches: list[Patch]) -> dict[str, bytes]:
     """The members the wheel carries under its dist-info: relative path -> bytes."""
-    files = {FILE_NAME: json.dumps(record.to_json(), indent=2, sort_keys=False).encode() + b"\n"}
+    files = {PROVENANCE: json.dumps(record.to_json(), indent=2, sort_keys=False).encode() + b"\n"}
     for patch in patches:
         files[f"{PATCH_DIR}/{patch.name}"] = patch.raw
     return files
@@ -109,7 +108,7 @@ def read_provenance(dist_info: Path) -> Provenance:
     """The record a patched wheel's install carries in `dist_info`; FileNotFoundError when it has
     none (a stock install); BadInput, naming the file, when it is not one patchkit could have written
     (a symlink, a fifo, too large, not JSON, a field missing or of the wrong shape, an unsafe path)."""
-    path = dist_info / FILE_NAME
+    path = dist_info / PROVENANCE
     try:
         if not stat.S_ISDIR(os.lstat(dist_info).st_mode):
             raise fsutil.NotRegularFile(errno.ENOTDIR, "not a directory (a symlink?)", str(dist_info))

@@ -71,8 +71,8 @@ def begin_run() -> Run:
 def finish_run(run: Run, *, fmt: str, command: str | None, exit_code: int) -> None:
     """The run's document on stdout, as its format asks: the command's own JSON document with
     `ok` and `exit_code` (and `error`, `hint` when it failed with one) beside what the run found,
-    else, with `--format json`, one with what the run knows; with `--format junit`, a failed run that wrote no JUnit
-    gets a document with one error testcase."""
+    else, with `--format json`, one with what the run knows; with `--format junit`, a failed run
+    that wrote no JUnit gets a document with one error testcase."""
     global _run
     _run = None
     failure = {"error": run.error, "hint": run.hint} if run.error is not None else {}

@@ -30,6 +30,7 @@ from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.errors import BadInput, CheckFailed, FetchError, PatchkitError
 from patchkit.record import (
     HASHES,
+    PROVENANCE,
     allowed_hashes,
     find_record,
     has_provenance,
@@ -193,7 +194,7 @@ def _with_stock_hashes(root: Path, record: Record) -> Record:
     the stock ones are in its provenance (patchkit.json), which is then the reference for them."""
     if not has_provenance(root):
         return record
-    from patchkit.installed_wheel import PROVENANCE, stock_hashes
+    from patchkit.installed_wheel import stock_hashes
 
     hashes = stock_hashes(root, record.hashes)
     if hashes == record.hashes:
