@@ -1,0 +1,457 @@
+"""Behaviour test of a vLLM streaming tool-call parser file: streamed calls must equal non-streamed ones.
+
+Usage: python behaviour.py PARSER_FILE [--top-up dumps|replace|append]... [--quiet]
+
+The parser file is loaded without vLLM (which needs torch): every `vllm.*` import is served by the
+small stand-ins below. A fake tokenizer makes each marker one token, and the model outputs of
+CASES are streamed at SPLITS tokens per delta and all at once. The last delta gets the end-of-stream
+top-up of vLLM's chat server (TOP_UPS: each release line's own; all of them unless --top-up names
+some). Exit 0: every streamed result equals extract_tool_calls'; 1: some differ (each named);
+2: the file cannot be loaded or holds no known parser. Standard library only.
+"""
+
+# ruff: noqa: RUF001  (the DeepSeek markers are written with fullwidth bars)
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import re
+import sys
+import types
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+SPLITS = (1, 2, 3, 4, 6, 8, 16)
+EOS = "<｜end▁of▁sentence｜>"  # the stop token: in the token ids, not in the text
+
+
+# --- stand-ins for what the parser files import from vllm ------------------------------------
+
+
+class _Model:
+    """A pydantic-like model: keyword fields with defaults, model_dump(exclude_none=...)."""
+
+    _fields: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = set(kwargs) - set(self._fields)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}")
+        for name, default in self._fields.items():
+            value = kwargs.get(name, default() if callable(default) else default)
+            setattr(self, name, value)
+
+    def model_dump(self, exclude_none: bool = False) -> dict[str, Any]:
+        dump = {name: getattr(self, name) for name in self._fields}
+        return {k: v for k, v in dump.items() if v is not None} if exclude_none else dump
+
+
+class FunctionCall(_Model):
+    _fields: ClassVar[dict[str, Any]] = {"name": None, "arguments": None}
+
+
+class ToolCall(_Model):
+    _fields: ClassVar[dict[str, Any]] = {
+        "id": lambda: f"chatcmpl-tool-{uuid.uuid4().hex}",
+        "type": "function",
+        "function": None,
+    }
+
+
+class ExtractedToolCallInformation(_Model):
+    _fields: ClassVar[dict[str, Any]] = {"tools_called": False, "tool_calls": list, "content": None}
+
+
+class DeltaFunctionCall(_Model):
+    _fields: ClassVar[dict[str, Any]] = {"name": None, "arguments": None}
+
+
+class DeltaToolCall(_Model):
+    _fields: ClassVar[dict[str, Any]] = {"id": None, "type": None, "index": None, "function": None}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if isinstance(self.function, dict):  # vLLM's pydantic model validates a dict into the class
+            self.function = DeltaFunctionCall(**self.function)
+
+
+class DeltaMessage(_Model):
+    _fields: ClassVar[dict[str, Any]] = {
+        "role": None,
+        "content": None,
+        "reasoning": None,
+        "reasoning_content": None,
+        "tool_calls": list,
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if self.tool_calls is None:
+            self.tool_calls = []
+
+
+class ToolParser:
+    """vLLM's ToolParser base, as far as the streaming parsers use it."""
+
+    def __init__(self, tokenizer: Any, tools: Any = None) -> None:
+        self.prev_tool_call_arr: list[dict] = []
+        self.current_tool_id = -1
+        self.current_tool_name_sent = False
+        self.streamed_args_for_tool: list[str] = []
+        self.model_tokenizer = tokenizer
+        self.tools = tools or []
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        return self.model_tokenizer.get_vocab()
+
+    def adjust_request(self, request: Any) -> Any:
+        return request
+
+    def get_remaining_unstreamed_args(self) -> str:
+        """vLLM 0.23's: the arguments of the last call parsed but not yet streamed."""
+        if not self.prev_tool_call_arr:
+            return ""
+        index = len(self.prev_tool_call_arr) - 1
+        args = self.prev_tool_call_arr[index].get("arguments", {})
+        expected = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        actual = self.streamed_args_for_tool[index] if index < len(self.streamed_args_for_tool) else ""
+        return expected[len(actual) :] if expected.startswith(actual) else ""
+
+
+class ToolParserManager:
+    @classmethod
+    def register_module(cls, *args: Any, **kwargs: Any) -> Callable[[type], type]:
+        return lambda module: module
+
+
+class _Placeholder:
+    """Type-only names (requests, tokenizers, tools): the parsers never build them."""
+
+
+def _tool_call_id(*args: Any, **kwargs: Any) -> str:
+    return f"chatcmpl-tool-{uuid.uuid4().hex}"
+
+
+STAND_INS: dict[str, Any] = {
+    "FunctionCall": FunctionCall,
+    "ToolCall": ToolCall,
+    "ExtractedToolCallInformation": ExtractedToolCallInformation,
+    "DeltaFunctionCall": DeltaFunctionCall,
+    "DeltaToolCall": DeltaToolCall,
+    "DeltaMessage": DeltaMessage,
+    "ToolParser": ToolParser,
+    "ToolParserManager": ToolParserManager,
+    "init_logger": logging.getLogger,
+    "make_tool_call_id": _tool_call_id,
+    "random_uuid": lambda: uuid.uuid4().hex,
+    **{
+        name: type(name, (_Placeholder,), {})
+        for name in ("ChatCompletionRequest", "ResponsesRequest", "Tool", "TokenizerLike", "AnyTokenizer")
+    },
+}
+
+
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name in STAND_INS:
+            return STAND_INS[name]
+        raise ImportError(f"behaviour.py has no stand-in for {self.__name__}.{name}")
+
+
+class _VllmStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves every `vllm` and `vllm.*` module (as a package, so any depth imports) with STAND_INS."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "vllm" or fullname.startswith("vllm."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StandInModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+def load_parser_module(path: Path) -> types.ModuleType:
+    """Execute the parser file with vllm.* served by stand-ins (and the `regex` package by `re`)."""
+    sys.meta_path.insert(0, _VllmStandIns())
+    try:
+        import regex  # noqa: F401
+    except ImportError:
+        sys.modules["regex"] = re  # the parsers' patterns are plain `re` patterns
+    spec = importlib.util.spec_from_file_location(f"behaviour_parser_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- model outputs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    content: str
+    calls: tuple[tuple[str, str], ...]  # (function name, arguments as the model writes them)
+
+
+CASES = (
+    Case("one call", "", (("get_weather", '{"city": "Paris", "unit": "celsius"}'),)),
+    Case(
+        "two parallel calls",
+        "",
+        (("get_weather", '{"city": "Paris"}'), ("get_time", '{"timezone": "Europe/Paris"}')),
+    ),
+    Case("text before the calls", "Let me check that for you.\n\n", (("get_weather", '{"city": "Tokyo"}'),)),
+    Case("numeric arguments", "", (("add", '{"a": 12, "b": 3.5}'), ("scale", '{"factor": -2}'))),
+    Case(
+        "nested arguments",
+        "Sure.",
+        (("search", '{"query": {"text": "vllm", "tags": ["a", "b"]}, "filters": [{"k": 1}, {"k": [2, 3]}]}'),),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Format:
+    """How a parser class's model writes tool calls, and which markers are single tokens."""
+
+    begin: str
+    end: str
+    markers: tuple[str, ...]
+    render_call: Callable[[str, str], str]
+
+
+DSK_MARKERS = (
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+)
+FORMATS = {
+    "DeepSeekV3ToolParser": Format(
+        DSK_MARKERS[0],
+        DSK_MARKERS[1],
+        DSK_MARKERS,
+        lambda name, args: (
+            f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{args}\n```<｜tool▁call▁end｜>"
+        ),
+    ),
+    "DeepSeekV31ToolParser": Format(
+        DSK_MARKERS[0],
+        DSK_MARKERS[1],
+        DSK_MARKERS,
+        lambda name, args: f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>",
+    ),
+}
+
+
+def model_output(case: Case, fmt: Format) -> str:
+    return case.content + fmt.begin + "".join(fmt.render_call(n, a) for n, a in case.calls) + fmt.end
+
+
+class FakeTokenizer:
+    """Each marker (and EOS) is one token; other text is cut into short word-like tokens."""
+
+    def __init__(self, markers: tuple[str, ...]) -> None:
+        self.vocab: dict[str, int] = {}
+        self.markers = (*markers, EOS)
+        for marker in self.markers:
+            self.token_id(marker)
+        self._split = re.compile("(" + "|".join(map(re.escape, self.markers)) + ")")
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+    def token_id(self, piece: str) -> int:
+        return self.vocab.setdefault(piece, len(self.vocab) + 1000)
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        tokens = []
+        for part in self._split.split(text):
+            pieces = [part] if part in self.markers else re.findall(r" ?\w{1,4}|\s|[^\w\s]", part)
+            tokens += [(self.token_id(p), "" if p == EOS else p) for p in pieces]
+        return tokens
+
+
+# --- streaming as vLLM's chat server does -------------------------------------------------------
+
+
+@dataclass
+class Streamed:
+    content: str = ""
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, delta: DeltaMessage | None) -> None:
+        if delta is None:
+            return
+        self.content += delta.content or ""
+        for call in delta.tool_calls or []:
+            seen = self.calls.setdefault(call.index, {"ids": [], "name": "", "arguments": ""})
+            if call.id is not None:
+                seen["ids"].append(call.id)
+            function = call.function
+            if function is not None:
+                seen["name"] += function.name or ""
+                seen["arguments"] += function.arguments or ""
+
+
+def _top_up_append(parser: Any, delta: DeltaMessage | None) -> DeltaMessage | None:
+    """vLLM >= 0.23 (DelegatingParser._append_unstreamed_tool_args)."""
+    if delta and delta.tool_calls and delta.tool_calls[-1].function:
+        last = delta.tool_calls[-1].function
+        last.arguments = (last.arguments or "") + ToolParser.get_remaining_unstreamed_args(parser)
+    return delta
+
+
+def _top_up_replace(parser: Any, delta: DeltaMessage | None, *, keep_strings: bool) -> DeltaMessage | None:
+    """vLLM <= 0.22 (the chat server's check for unstreamed tool arg tokens); 0.17-0.22 keep_strings."""
+    first = delta.tool_calls[0] if delta and delta.tool_calls else None
+    if first is None or first.function is None or first.function.arguments is None:
+        return delta
+    index = len(parser.prev_tool_call_arr) - 1 if parser.prev_tool_call_arr else 0
+    latest_delta_len = len(first.function.arguments)
+    args = parser.prev_tool_call_arr[index].get("arguments", {})
+    keep = keep_strings and isinstance(args, str)
+    expected_call = args if keep else json.dumps(args, ensure_ascii=False)
+    actual_call = parser.streamed_args_for_tool[index]
+    if latest_delta_len > 0:
+        actual_call = actual_call[:-latest_delta_len]
+    remaining_call = expected_call.replace(actual_call, "", 1)
+    original = next((tc for tc in delta.tool_calls if tc.index == index), None)
+    function = original.function if original else None
+    return DeltaMessage(
+        tool_calls=[
+            DeltaToolCall(
+                index=index,
+                id=original.id if original else None,
+                type=original.type if original else None,
+                function=DeltaFunctionCall(name=function.name if function else None, arguments=remaining_call),
+            )
+        ]
+    )
+
+
+TOP_UPS: dict[str, Callable[[Any, DeltaMessage | None], DeltaMessage | None]] = {
+    "dumps": lambda p, d: _top_up_replace(p, d, keep_strings=False),  # 0.11.0 - 0.16.0
+    "replace": lambda p, d: _top_up_replace(p, d, keep_strings=True),  # 0.17.0 - 0.22.x
+    "append": _top_up_append,  # 0.23.0 on
+}
+
+
+def chunks(tokens: list[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
+    for start in range(0, len(tokens), size):
+        yield tokens[start : start + size]
+
+
+def stream(parser_class: type, tokenizer: FakeTokenizer, text: str, size: int, top_up: str) -> Streamed:
+    parser = parser_class(tokenizer)
+    request = STAND_INS["ChatCompletionRequest"]()
+    tokens = tokenizer.tokenize(text + EOS)
+    result = Streamed()
+    previous_text, previous_ids = "", []
+    pieces = list(chunks(tokens, size))
+    for number, piece in enumerate(pieces, 1):
+        delta_ids = [token_id for token_id, _ in piece]
+        delta_text = "".join(text for _, text in piece)
+        current_text, current_ids = previous_text + delta_text, previous_ids + delta_ids
+        delta = parser.extract_tool_calls_streaming(
+            previous_text, current_text, delta_text, previous_ids, current_ids, delta_ids, request
+        )
+        if number == len(pieces):
+            delta = TOP_UPS[top_up](parser, delta)
+        result.add(delta)
+        previous_text, previous_ids = current_text, current_ids
+    return result
+
+
+# --- comparing ----------------------------------------------------------------------------------
+
+
+def expected_result(parser_class: type, tokenizer: FakeTokenizer, text: str) -> tuple[str, list[tuple[str, str]]]:
+    info = parser_class(tokenizer).extract_tool_calls(text, STAND_INS["ChatCompletionRequest"]())
+    return info.content or "", [(c.function.name, c.function.arguments) for c in info.tool_calls]
+
+
+def differences(streamed: Streamed, content: str, calls: list[tuple[str, str]]) -> list[str]:
+    found = []
+    if streamed.content != content:
+        found.append(f"content {streamed.content!r}, expected {content!r}")
+    if sorted(streamed.calls) != list(range(len(streamed.calls))):
+        found.append(f"call indexes {sorted(streamed.calls)}")
+    got = [streamed.calls[i] for i in sorted(streamed.calls)]
+    if len(got) != len(calls):
+        found.append(f"{len(got)} call(s), expected {len(calls)}")
+    for index, (seen, (name, arguments)) in enumerate(zip(got, calls, strict=False)):
+        if seen["name"] != name:
+            found.append(f"call {index} name {seen['name']!r}, expected {name!r}")
+        if seen["arguments"] != arguments:
+            found.append(f"call {index} arguments {seen['arguments']!r}, expected {arguments!r}")
+        if len(seen["ids"]) != 1:
+            found.append(f"call {index} got {len(seen['ids'])} ids")
+    return found
+
+
+def check_class(parser_class: type, fmt: Format, top_ups: list[str], say: Callable[[str], None]) -> int:
+    """Return the number of failing (case, split, top-up) runs of one parser class."""
+    tokenizer = FakeTokenizer(fmt.markers)
+    failures = 0
+    for case in CASES:
+        text = model_output(case, fmt)
+        content, calls = expected_result(parser_class, tokenizer, text)
+        if (content, calls) != (case.content, list(case.calls)):
+            say(f"FAIL {parser_class.__name__} [{case.name}] non-streaming: {content!r} {calls!r}")
+            failures += 1
+            continue
+        total = len(tokenizer.tokenize(text + EOS))
+        for top_up in top_ups:
+            for size in (*SPLITS, total):
+                split = "all at once" if size == total else f"{size} token(s) per delta"
+                problems = differences(stream(parser_class, tokenizer, text, size, top_up), content, calls)
+                if problems:
+                    failures += 1
+                    say(f"FAIL {parser_class.__name__} [{case.name}] {split}, top-up {top_up}: {'; '.join(problems)}")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("parser_file", type=Path)
+    args.add_argument("--top-up", action="append", choices=sorted(TOP_UPS), help="default: all")
+    args.add_argument("--quiet", action="store_true", help="only the summary line")
+    options = args.parse_args(argv)
+    logging.disable(logging.CRITICAL)  # the parsers log (and log.exception) freely
+    say = (lambda _line: None) if options.quiet else print
+    try:
+        module = load_parser_module(options.parser_file)
+    except Exception as e:  # a file that does not load is the report, not a traceback
+        print(f"error: cannot load {options.parser_file}: {type(e).__name__}: {e}")
+        return 2
+    classes = [(getattr(module, name), fmt) for name, fmt in FORMATS.items() if hasattr(module, name)]
+    if not classes:
+        print(f"error: {options.parser_file} defines none of {', '.join(FORMATS)}")
+        return 2
+    top_ups = options.top_up or list(TOP_UPS)
+    failures = sum(check_class(cls, fmt, top_ups, say) for cls, fmt in classes)
+    runs = len(CASES) * (len(SPLITS) + 1) * len(top_ups) * len(classes)
+    names = ", ".join(cls.__name__ for cls, _ in classes)
+    print(f"{'FAIL' if failures else 'PASS'} {names}: {failures} of {runs} streamed runs differ")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
