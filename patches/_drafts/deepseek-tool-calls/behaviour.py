@@ -25,6 +25,7 @@ import types
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -318,8 +319,11 @@ def _top_up_append(parser: Any, delta: DeltaMessage | None) -> DeltaMessage | No
     return delta
 
 
-def _top_up_replace(parser: Any, delta: DeltaMessage | None, *, keep_strings: bool) -> DeltaMessage | None:
-    """vLLM <= 0.22 (the chat server's check for unstreamed tool arg tokens); 0.17-0.22 keep_strings."""
+def _top_up_replace(
+    parser: Any, delta: DeltaMessage | None, *, keep_strings: bool, keep_ids: bool
+) -> DeltaMessage | None:
+    """vLLM <= 0.22 (the chat server's check for unstreamed tool arg tokens): the final delta is rewritten
+    to carry only the last call; 0.14 on keep its id, type and name; 0.17 on keep str arguments as they are."""
     first = delta.tool_calls[0] if delta and delta.tool_calls else None
     if first is None or first.function is None or first.function.arguments is None:
         return delta
@@ -332,7 +336,7 @@ def _top_up_replace(parser: Any, delta: DeltaMessage | None, *, keep_strings: bo
     if latest_delta_len > 0:
         actual_call = actual_call[:-latest_delta_len]
     remaining_call = expected_call.replace(actual_call, "", 1)
-    original = next((tc for tc in delta.tool_calls if tc.index == index), None)
+    original = next((tc for tc in delta.tool_calls if tc.index == index), None) if keep_ids else None
     function = original.function if original else None
     return DeltaMessage(
         tool_calls=[
@@ -346,11 +350,26 @@ def _top_up_replace(parser: Any, delta: DeltaMessage | None, *, keep_strings: bo
     )
 
 
-TOP_UPS: dict[str, Callable[[Any, DeltaMessage | None], DeltaMessage | None]] = {
-    "dumps": lambda p, d: _top_up_replace(p, d, keep_strings=False),  # 0.11.0 - 0.16.0
-    "replace": lambda p, d: _top_up_replace(p, d, keep_strings=True),  # 0.17.0 - 0.22.x
-    "append": _top_up_append,  # 0.23.0 on
+@dataclass(frozen=True)
+class TopUp:
+    releases: str
+    since: tuple[int, int]  # the first release line that has it
+    apply: Callable[[Any, DeltaMessage | None], DeltaMessage | None]
+    rewrites_final_delta: bool  # the server keeps only the last call of the final delta: any parser loses the rest
+
+
+TOP_UPS = {
+    "bare": TopUp("0.11-0.13", (0, 11), partial(_top_up_replace, keep_strings=False, keep_ids=False), True),
+    "dumps": TopUp("0.14-0.16", (0, 14), partial(_top_up_replace, keep_strings=False, keep_ids=True), True),
+    "replace": TopUp("0.17-0.22", (0, 17), partial(_top_up_replace, keep_strings=True, keep_ids=True), True),
+    "append": TopUp("0.23 on", (0, 23), _top_up_append, False),
 }
+
+
+def top_up_of(version: str) -> str:
+    """The top-up of vLLM `version`'s chat server (e.g. 0.16.0, 0.33.1.dev12+gabc)."""
+    line = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    return max((t for t in TOP_UPS.items() if t[1].since <= line), key=lambda t: t[1].since)[0]
 
 
 def chunks(tokens: list[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
@@ -373,7 +392,7 @@ def stream(parser_class: type, tokenizer: FakeTokenizer, text: str, size: int, t
             previous_text, current_text, delta_text, previous_ids, current_ids, delta_ids, request
         )
         if number == len(pieces):
-            delta = TOP_UPS[top_up](parser, delta)
+            delta = TOP_UPS[top_up].apply(parser, delta)
         result.add(delta)
         previous_text, previous_ids = current_text, current_ids
     return result
@@ -419,9 +438,14 @@ def check_class(parser_class: type, fmt: Format, top_ups: list[str], say: Callab
             continue
         total = len(tokenizer.tokenize(text + EOS))
         for top_up in top_ups:
-            for size in (*SPLITS, total):
+            # all at once, the final delta holds every call: vLLM <= 0.22 keeps only the last one
+            sizes = SPLITS if TOP_UPS[top_up].rewrites_final_delta else (*SPLITS, total)
+            for size in sizes:
                 split = "all at once" if size == total else f"{size} token(s) per delta"
-                problems = differences(stream(parser_class, tokenizer, text, size, top_up), content, calls)
+                try:
+                    problems = differences(stream(parser_class, tokenizer, text, size, top_up), content, calls)
+                except Exception as e:  # the parser's or the top-up's: that split fails, the others still run
+                    problems = [f"raised {type(e).__name__}: {e}"]
                 if problems:
                     failures += 1
                     say(f"FAIL {parser_class.__name__} [{case.name}] {split}, top-up {top_up}: {'; '.join(problems)}")
@@ -431,7 +455,10 @@ def check_class(parser_class: type, fmt: Format, top_ups: list[str], say: Callab
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("parser_file", type=Path)
-    args.add_argument("--top-up", action="append", choices=sorted(TOP_UPS), help="default: all")
+    args.add_argument(
+        "--top-up", action="append", choices=sorted(TOP_UPS), help="the server's end-of-stream top-up (default: all)"
+    )
+    args.add_argument("--vllm-version", help="use that release's top-up")
     args.add_argument("--quiet", action="store_true", help="only the summary line")
     options = args.parse_args(argv)
     logging.disable(logging.CRITICAL)  # the parsers log (and log.exception) freely
@@ -445,9 +472,10 @@ def main(argv: list[str] | None = None) -> int:
     if not classes:
         print(f"error: {options.parser_file} defines none of {', '.join(FORMATS)}")
         return 2
-    top_ups = options.top_up or list(TOP_UPS)
+    top_ups = options.top_up or ([top_up_of(options.vllm_version)] if options.vllm_version else list(TOP_UPS))
     failures = sum(check_class(cls, fmt, top_ups, say) for cls, fmt in classes)
-    runs = len(CASES) * (len(SPLITS) + 1) * len(top_ups) * len(classes)
+    sizes = sum(len(SPLITS) + (not TOP_UPS[t].rewrites_final_delta) for t in top_ups)
+    runs = len(CASES) * sizes * len(classes)
     names = ", ".join(cls.__name__ for cls, _ in classes)
     print(f"{'FAIL' if failures else 'PASS'} {names}: {failures} of {runs} streamed runs differ")
     return 1 if failures else 0
