@@ -1,0 +1,84 @@
+"""The draft tool-call set deepseek-tool-calls on every release it covers, with its behaviour test.
+
+For each release: the stock parser files fail the set's behaviour.py (streamed calls differ from the
+non-streamed ones), the patched files compile and pass it, `verify` passes, and `revert` gives the
+stock bytes back. Marker `release`: the files come from the index through patchkit's fetcher (cached).
+"""
+
+from __future__ import annotations
+
+import json
+import py_compile
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import snapshot
+
+from patchkit.fetch import release_tree
+from patchkit.release_files import files_for, lay_out
+
+pytestmark = pytest.mark.release
+
+DRAFTS = Path(__file__).resolve().parent.parent / "patches" / "_drafts"
+SET = "deepseek-tool-calls"
+BEHAVIOUR = DRAFTS / SET / "behaviour.py"
+
+# Every vLLM release from the set's minimum to the newest one on the index when the set was proven.
+RELEASES = [
+    *("0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0"),
+    *("0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0"),
+    *("0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0"),
+    *("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"),
+]
+
+
+def behaviour(parser_file: Path, version: str) -> subprocess.CompletedProcess[str]:
+    """The set's behaviour test as a user (or a later `verify`) runs it: its own interpreter, stdlib only."""
+    command = [sys.executable, "-I", str(BEHAVIOUR), str(parser_file), "--vllm-version", version]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_stock_fails_the_behaviour_test_patched_passes_and_reverts(tmp_path, run, version):
+    paths = files_for(version, str(DRAFTS), SET)
+    parsers = sorted(p for p in paths if p.endswith(("deepseekv3_tool_parser.py", "deepseekv31_tool_parser.py")))
+    assert len(parsers) == 2, paths
+    target = tmp_path / "site"
+    lay_out(release_tree(version, paths), target)
+    stock = snapshot(target)
+
+    for parser in parsers:
+        result = behaviour(target / parser, version)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "FAIL" in result.stdout and "token(s) per delta" in result.stdout  # names the split and the loss
+
+    library = ("--patches", DRAFTS, "--set", SET)
+    applied = run("apply", "--target", target, *library, "--format", "json")
+    assert applied.exit_code == 0, applied.output[-2000:]
+    assert json.loads(applied.stdout)["result"] == "applied"
+    for parser in parsers:
+        py_compile.compile(str(target / parser), cfile=str(tmp_path / "compiled.pyc"), doraise=True)
+        result = behaviour(target / parser, version)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.startswith("PASS"), result.stdout
+    assert run("verify", "--target", target, *library).exit_code == 0
+
+    assert run("revert", "--target", target, *library).exit_code == 0
+    assert snapshot(target) == stock
+
+
+def test_the_behaviour_test_checks_every_top_up_without_a_version():
+    """Without --vllm-version the harness runs each release line's end-of-stream top-up."""
+    tree = release_tree("0.16.0", ["vllm/tool_parsers/deepseekv31_tool_parser.py"])
+    result = subprocess.run(
+        [sys.executable, "-I", str(BEHAVIOUR), str(tree / "vllm/tool_parsers/deepseekv31_tool_parser.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    for top_up in ("bare", "dumps", "replace", "append"):
+        assert f"top-up {top_up}:" in result.stdout
+    assert "all at once, top-up append" in result.stdout  # a whole call in one delta vanishes on stock
