@@ -1,5 +1,7 @@
 """The draft tool-call set deepseek-tool-calls on every release it covers, with its behaviour test.
 
+DeepSeek-V3 and V3.1's parsers on 0.11.0-0.33.0; DeepSeek-V3.2's on 0.13.0-0.18.1.
+
 For each release: the stock parser files fail the set's behaviour.py (streamed calls differ from the
 non-streamed ones), the patched files compile and pass it, `verify` passes, and `revert` gives the
 stock bytes back. Marker `release`: the files come from the index through patchkit's fetcher (cached).
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import snapshot
+from packaging.version import Version
 
 from patchkit.fetch import release_tree
 from patchkit.release_files import files_for, lay_out
@@ -43,8 +46,9 @@ def behaviour(parser_file: Path, version: str) -> subprocess.CompletedProcess[st
 @pytest.mark.parametrize("version", RELEASES)
 def test_stock_fails_the_behaviour_test_patched_passes_and_reverts(tmp_path, run, version):
     paths = files_for(version, str(DRAFTS), SET)
-    parsers = sorted(p for p in paths if p.endswith(("deepseekv3_tool_parser.py", "deepseekv31_tool_parser.py")))
-    assert len(parsers) == 2, paths
+    parsers = sorted(p for p in paths if p.rsplit("/", 1)[-1].startswith("deepseekv3"))
+    with_v32 = Version("0.13.0") <= Version(version) < Version("0.19.0")  # 0.19.0 fixed V3.2's upstream
+    assert len(parsers) == (3 if with_v32 else 2), paths
     target = tmp_path / "site"
     lay_out(release_tree(version, paths), target)
     stock = snapshot(target)
@@ -82,3 +86,12 @@ def test_the_behaviour_test_checks_every_top_up_without_a_version():
     for top_up in ("bare", "dumps", "replace", "append"):
         assert f"top-up {top_up}:" in result.stdout
     assert "all at once, top-up append" in result.stdout  # a whole call in one delta vanishes on stock
+
+
+@pytest.mark.parametrize("version", ["0.19.0"])  # later files import helpers the stand-ins lack
+def test_deepseek_v32_stock_passes_from_0_19_0_where_upstream_rewrote_it(version):
+    """Why the set's 0003 (DeepSeek-V3.2) stops at 0.18.1: the harness passes vLLM's own rewrite."""
+    path = "vllm/tool_parsers/deepseekv32_tool_parser.py"
+    result = behaviour(release_tree(version, [path]) / path, version)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("PASS DeepSeekV32ToolParser")
