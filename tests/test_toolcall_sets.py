@@ -37,9 +37,9 @@ RELEASES = [
 ]
 
 
-def behaviour(parser_file: Path, version: str) -> subprocess.CompletedProcess[str]:
+def behaviour(parser_file: Path, version: str, *options: str) -> subprocess.CompletedProcess[str]:
     """The set's behaviour test as a user (or a later `verify`) runs it: its own interpreter, stdlib only."""
-    command = [sys.executable, "-I", str(BEHAVIOUR), str(parser_file), "--vllm-version", version]
+    command = [sys.executable, "-I", str(BEHAVIOUR), str(parser_file), "--vllm-version", version, *options]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
@@ -64,7 +64,7 @@ def test_stock_fails_the_behaviour_test_patched_passes_and_reverts(tmp_path, run
     assert json.loads(applied.stdout)["result"] == "applied"
     for parser in parsers:
         py_compile.compile(str(target / parser), cfile=str(tmp_path / "compiled.pyc"), doraise=True)
-        result = behaviour(target / parser, version)
+        result = behaviour(target / parser, version, "--random", "20")  # and 20 seeded random splits per output
         assert result.returncode == 0, result.stdout + result.stderr
         assert result.stdout.startswith("PASS"), result.stdout
     assert run("verify", "--target", target, *library).exit_code == 0
