@@ -9,6 +9,7 @@ stock bytes back. Marker `release`: the files come from the index through patchk
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import py_compile
 import subprocess
@@ -95,3 +96,34 @@ def test_deepseek_v32_stock_passes_from_0_19_0_where_upstream_rewrote_it(version
     result = behaviour(release_tree(version, [path]) / path, version)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("PASS DeepSeekV32ToolParser")
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("deepseek_behaviour", BEHAVIOUR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_call_extract_tool_calls_skips_is_not_streamed_either(tmp_path, run):
+    """A closed call the V3 regex does not match (no closing fence) is no call for extract_tool_calls:
+    arriving whole, the patched stream does not announce it either. (Streamed piece by piece, its
+    name goes out before its end shows it malformed: no stream can take that back.)"""
+    target = tmp_path / "site"
+    path = "vllm/tool_parsers/deepseekv3_tool_parser.py"
+    lay_out(release_tree("0.33.0", [path]), target)
+    assert run("apply", "--target", target, "--patches", DRAFTS, "--set", SET).exit_code == 0
+    harness = _harness()
+    parser_class = harness.load_parser_module(target / path).DeepSeekV3ToolParser
+    fmt = harness.FORMATS["DeepSeekV3ToolParser"]
+    tokenizer = harness.FakeTokenizer(fmt.markers)
+    calls_begin, calls_end, call_begin, call_end, sep = harness.DSK_MARKERS
+    broken = f"{call_begin}function{sep}broken\n```json\n{{}}{call_end}"  # no closing fence
+    text = calls_begin + fmt.render_call("get_time", '{"tz": "UTC"}') + broken + calls_end
+    content, calls = harness.expected_result(parser_class, tokenizer, text)
+    assert calls == [("get_time", '{"tz": "UTC"}')]
+    total = len(tokenizer.tokenize(text + harness.EOS))
+    streamed = harness.stream(parser_class, tokenizer, text, [total], "append")
+    assert harness.differences(streamed, content, calls) == []
