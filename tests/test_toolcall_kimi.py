@@ -1,0 +1,99 @@
+"""The draft tool-call set kimi-k2-tool-calls (patches/_drafts/, issue 23) on the real releases of its range.
+
+For each release: the stock files fail the set's behaviour test (streamed calls differ from
+extract_tool_calls' at some split, named), patchkit applies the series, the patched files compile
+and pass it, `verify` passes, and `revert` gives the stock bytes back. Files come from the index
+through patchkit's fetcher (cached: one fetch per release).
+"""
+
+from __future__ import annotations
+
+import json
+import py_compile
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import snapshot
+from packaging.version import Version
+
+from patchkit.fetch import available_versions, release_tree
+from patchkit.library import read_toml
+from patchkit.release_files import lay_out
+
+pytestmark = pytest.mark.release
+
+DRAFTS = Path(__file__).resolve().parent.parent / "patches" / "_drafts"
+KIMI = "kimi-k2-tool-calls"
+KIMI_RELEASES = [
+    "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0",
+    "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1",
+]  # fmt: skip
+KIMI_FILES = [
+    "vllm/entrypoints/openai/tool_parsers/kimi_k2_tool_parser.py",  # up to 0.12.0
+    "vllm/tool_parsers/kimi_k2_tool_parser.py",  # from 0.13.0
+    "vllm/entrypoints/openai/serving_chat.py",  # up to 0.14.1
+    "vllm/entrypoints/openai/chat_completion/serving.py",  # from 0.15.0
+]
+
+
+def stock_tree(version: str, dest: Path) -> Path:
+    lay_out(release_tree(version, KIMI_FILES), dest)
+    return dest
+
+
+def parser_file(tree: Path) -> Path:
+    (found,) = [tree / p for p in KIMI_FILES[:2] if (tree / p).is_file()]
+    return found
+
+
+def behaviour(parser: Path) -> subprocess.CompletedProcess[str]:
+    """The set's behaviour test, run as a user or `verify` would: its own interpreter, stand-ins only."""
+    script = DRAFTS / KIMI / "behaviour.py"
+    return subprocess.run([sys.executable, script, parser], capture_output=True, text=True, timeout=120)
+
+
+def test_the_tests_cover_every_release_the_set_covers_and_the_index_has():
+    manifest = read_toml(DRAFTS / KIMI / "set.toml", "set manifest")
+    assert [r["versions"].removeprefix("==") for r in manifest["releases"]] == KIMI_RELEASES
+    in_range = [str(v) for v in available_versions() if Version("0.11.0") <= v < Version("0.20.0")]
+    assert in_range == KIMI_RELEASES
+
+
+@pytest.mark.parametrize("version", KIMI_RELEASES)
+def test_kimi_set_fixes_streaming_on_the_real_release(tmp_path, run, version):
+    target = stock_tree(version, tmp_path / "site")
+    stock = snapshot(target)
+    parser = parser_file(target)
+
+    before = behaviour(parser)
+    assert before.returncode == 1, before.stdout + before.stderr
+    assert "token(s) per delta" in before.stdout or "all at once" in before.stdout  # the split is named
+    assert "FAIL" in before.stdout.splitlines()[-1]
+
+    library = ("--patches", DRAFTS, "--set", KIMI)
+    applied = run("apply", "--target", target, *library, "--format", "json")
+    assert applied.exit_code == 0, applied.output[-2000:]
+    assert json.loads(applied.stdout)["result"] == "applied"
+    changed = [p for p, data in snapshot(target).items() if stock[p] != data]
+    assert parser.relative_to(target).as_posix() in changed
+    for path in changed:
+        py_compile.compile(str(target / path), cfile=str(tmp_path / "check.pyc"), doraise=True)
+
+    after = behaviour(parser)
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert after.stdout.startswith("PASS") and "32/32" in after.stdout
+
+    assert run("verify", "--target", target, *library).exit_code == 0
+    reverted = run("revert", "--target", target, *library)
+    assert reverted.exit_code == 0, reverted.output[-2000:]
+    assert snapshot(target) == stock
+
+
+def test_kimi_upstream_release_passes_the_behaviour_test_as_shipped(tmp_path, run):
+    target = stock_tree("0.20.0", tmp_path / "site")
+    result = behaviour(parser_file(target))
+    assert result.returncode == 0, result.stdout + result.stderr
+    status = run("status", "--target", target, "--patches", DRAFTS, "--set", KIMI, "--format", "json")
+    assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"
