@@ -1,11 +1,12 @@
 """Behaviour test of a vLLM Kimi-K2 tool-call parser file: streamed calls must equal non-streamed ones.
 
-Usage: python behaviour.py PATH/TO/vllm/.../kimi_k2_tool_parser.py [--top-up auto|str|json]
+Usage: python behaviour.py PATH/TO/vllm/.../kimi_k2_tool_parser.py [--top-up auto|str|json] [--random N]
 
 The parser file is loaded without vLLM (which needs torch): its ``vllm.*`` imports are served by
 small stand-ins. A fake tokenizer whose markers are single tokens drives it. Each model output is
 streamed at several tokens per delta and all at once, with the end-of-stream top-up vLLM's
-serving code does, and compared with ``extract_tool_calls`` on the whole output.
+serving code does (read from the tree's serving file), and compared with ``extract_tool_calls``
+on the whole output; ``--random N`` adds N seeded random splits per output.
 Exit 0: every split matches; 1: a split lost or changed something (named); 2: bad usage.
 Standard library only.
 """
@@ -18,10 +19,11 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import random
 import re
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +175,7 @@ MARKERS = (
     "<|tool_call_argument_begin|>",
     "<|im_end|>",
 )
+STOP = "<|im_end|>"
 PIECE = re.compile("|".join(re.escape(m) for m in MARKERS) + r"|\s?\w+|\s|[^\w\s]")
 
 
@@ -295,6 +298,11 @@ CASES: dict[str, tuple[str, list[tuple[str, str]]]] = {
             ("functions.notify:1", '{"user": "ana", "count": 12, "urgent": true, "score": -0.25}'),
         ],
     ),
+    "arguments over several lines, an id without functions.": (
+        "Two steps:\n",
+        [("functions.search:0", '{\n  "query": "a b",\n  "limit": [1, 2]\n}'), ("summarize:1", "{}")],
+    ),
+    "marker-like text before the calls": ("Use <| or <|tool here.", [("functions.echo:0", '{"s": "<|tool_call"}')]),
 }
 
 
@@ -329,28 +337,38 @@ class Streamed:
                 entry["arguments"] += function.arguments or ""
 
 
-def chunks(tokens: list[tuple[int, str]], size: int | None) -> Iterator[list[tuple[int, str]]]:
-    step = size or len(tokens)
-    for start in range(0, len(tokens), step):
-        yield tokens[start : start + step]
+def fixed_split(count: int, size: int | None) -> list[int]:
+    """Delta sizes: `size` tokens each (the last one what is left), or one delta of all."""
+    step = size or count
+    return [min(step, count - start) for start in range(0, count, step)]
 
 
-def stream(parser_class: type, output: str, size: int | None, mode: str) -> Streamed:
+def random_split(count: int, rng: random.Random) -> list[int]:
+    """Delta sizes cut at up to 12 random places, as speculative decoding's accepted runs vary."""
+    cuts = sorted(rng.sample(range(1, count), rng.randint(0, min(12, count - 1))))
+    return [end - start for start, end in zip([0, *cuts], [*cuts, count], strict=True)]
+
+
+def token_count(output: str) -> int:
+    return len(FakeTokenizer().encode(output + STOP))
+
+
+def stream(parser_class: type, output: str, sizes: list[int], mode: str) -> Streamed:
     tokenizer = FakeTokenizer()
-    tokens = tokenizer.encode(output + "<|im_end|>")  # the stop token ends the last delta
+    tokens = tokenizer.encode(output + STOP)  # the stop token ends the last delta
     parser = parser_class(tokenizer)
     request = ChatCompletionRequest()
     seen = Streamed()
-    previous_text, previous_ids = "", list[int]()
-    pieces = list(chunks(tokens, size))
-    for number, piece in enumerate(pieces, 1):
+    previous_text, previous_ids, start = "", list[int](), 0
+    for number, size in enumerate(sizes, 1):
+        piece, start = tokens[start : start + size], start + size
         delta_ids = [i for i, _ in piece]
-        delta_text = "".join(t for i, t in piece if t != "<|im_end|>")  # vLLM does not detokenize it
+        delta_text = "".join(t for _, t in piece if t != STOP)  # vLLM does not detokenize it
         current_text, current_ids = previous_text + delta_text, previous_ids + delta_ids
         message = parser.extract_tool_calls_streaming(
             previous_text, current_text, delta_text, previous_ids, current_ids, delta_ids, request
         )
-        seen.take(top_up(parser, message, mode) if number == len(pieces) else message)
+        seen.take(top_up(parser, message, mode) if number == len(sizes) else message)
         previous_text, previous_ids = current_text, current_ids
     return seen
 
@@ -377,23 +395,31 @@ def differences(got: Streamed, want_content: str, want_calls: list[Call]) -> lis
     return found
 
 
-def run(parser_file: Path, mode: str, say: Callable[[str], None] = print) -> bool:
+def run(parser_file: Path, mode: str, random_splits: int = 0, say: Callable[[str], None] = print) -> bool:
     parser_class = load_parser_class(parser_file, "KimiK2ToolParser")
-    failures = 0
+    rng = random.Random(0)  # the same random splits on every run
+    failures = total = 0
     for label, (content, calls) in CASES.items():
         output = model_output(content, calls)
+        count = token_count(output)
+        splits = [
+            (fixed_split(count, size), "all at once" if size is None else f"{size} token(s) per delta")
+            for size in SPLITS
+        ]
+        splits += [
+            (sizes, f"deltas of {sizes} tokens") for sizes in (random_split(count, rng) for _ in range(random_splits))
+        ]
+        total += len(splits)
         want_content, want_calls = non_streamed(parser_class, output)
         if (want_content, want_calls) != (content, intended(calls)):
             say(f"FAIL  {label}: extract_tool_calls reads {want_calls} and content {want_content!r}")
-            failures += len(SPLITS)  # no split can be judged against it
+            failures += len(splits)  # no split can be judged against it
             continue
-        for size in SPLITS:
-            found = differences(stream(parser_class, output, size, mode), want_content, want_calls)
-            split = "all at once" if size is None else f"{size} token(s) per delta"
+        for sizes, split in splits:
+            found = differences(stream(parser_class, output, sizes, mode), want_content, want_calls)
             for problem in found:
                 say(f"FAIL  {label}, {split}: {problem}")
             failures += bool(found)
-    total = len(CASES) * len(SPLITS)
     verdict = "PASS" if not failures else "FAIL"
     say(f"{verdict}  {parser_file}: {total - failures}/{total} streams match (top-up: {mode})")
     return not failures
@@ -403,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("parser_file", type=Path)
     options.add_argument("--top-up", choices=("auto", "str", "json"), default="auto")
+    options.add_argument("--random", type=int, default=0, metavar="N", help="also N random splits per output")
     args = options.parse_args(argv)
     if not args.parser_file.is_file():
         print(f"error: no file {args.parser_file}", file=sys.stderr)
@@ -410,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = top_up_mode(args.parser_file) if args.top_up == "auto" else args.top_up
     logging.disable(logging.CRITICAL)  # the parser's logger.exception would bury the report
     try:
-        return 0 if run(args.parser_file, mode) else 1
+        return 0 if run(args.parser_file, mode, args.random) else 1
     except (LookupError, SyntaxError, OSError) as e:  # not a parser this harness can load
         print(f"error: {args.parser_file}: {e}", file=sys.stderr)
         return 2
