@@ -1,6 +1,6 @@
 """Behaviour test of a vLLM Kimi-K2 tool-call parser file: streamed calls must equal non-streamed ones.
 
-Usage: python behaviour.py PATH/TO/vllm/.../kimi_k2_tool_parser.py [--top-up auto|str|json] [--random N]
+Usage: python behaviour.py PATH/TO/vllm/.../kimi_k2_tool_parser.py [--top-up auto|bare|dumps|replace] [--random N]
 
 The parser file is loaded without vLLM (which needs torch): its ``vllm.*`` imports are served by
 small stand-ins. A fake tokenizer whose markers are single tokens drives it. Each model output is
@@ -197,19 +197,40 @@ class FakeTokenizer:
 # --- the end-of-stream top-up of vLLM's serving code (chat completion streaming) ---------------
 
 
-def top_up_mode(parser_file: Path) -> str:
-    """How the release's serving code reads a call's expected arguments at the end of a stream:
-    `str` if it takes a str as is (0.17.0 on), `json` if it always json.dumps it. Read from the
-    serving file of the tree the parser file is in; `str` when there is none."""
+@dataclasses.dataclass(frozen=True)
+class TopUp:
+    """The chat server's end-of-stream top-up: whether it takes a str argument text as it is
+    (0.17.0 on) rather than json.dumps-ing it, and whether the delta it sends keeps the original
+    entry's id, type and name (0.14.0 on, `_create_remaining_args_delta`)."""
+
+    keeps_strings: bool
+    keeps_ids: bool
+
+    def __str__(self) -> str:
+        named = {(False, False): "bare", (False, True): "dumps", (True, True): "replace"}
+        return named.get((self.keeps_strings, self.keeps_ids), "bare, str as is")
+
+
+TOP_UPS = {"bare": TopUp(False, False), "dumps": TopUp(False, True), "replace": TopUp(True, True)}
+
+
+def top_up_of_tree(parser_file: Path) -> TopUp:
+    """The top-up of the serving file in the tree the parser file is in (`replace` when none)."""
     for parent in parser_file.resolve().parents:
         if parent.name != "vllm":
             continue
         for rel in ("entrypoints/openai/chat_completion/serving.py", "entrypoints/openai/serving_chat.py"):
             serving = parent / rel
             if serving.is_file():
-                tree = ast.parse(serving.read_text(encoding="utf-8"), str(serving))
-                return "str" if any(_keeps_str_arguments(node) for node in ast.walk(tree)) else "json"
-    return "str"
+                nodes = list(ast.walk(ast.parse(serving.read_text(encoding="utf-8"), str(serving))))
+                return TopUp(
+                    keeps_strings=any(_keeps_str_arguments(node) for node in nodes),
+                    keeps_ids=any(
+                        isinstance(node, ast.FunctionDef) and node.name == "_create_remaining_args_delta"
+                        for node in nodes
+                    ),
+                )
+    return TOP_UPS["replace"]
 
 
 def _keeps_str_arguments(node: ast.AST) -> bool:
@@ -238,7 +259,7 @@ def _keeps_str_arguments(node: ast.AST) -> bool:
     return False
 
 
-def top_up(parser: Any, message: DeltaMessage | None, mode: str) -> DeltaMessage | None:
+def top_up(parser: Any, message: DeltaMessage | None, mode: TopUp) -> DeltaMessage | None:
     """What vLLM sends instead of the last delta when that delta's first tool call has arguments."""
     if not (message and message.tool_calls and message.tool_calls[0].function):
         return message
@@ -248,11 +269,11 @@ def top_up(parser: Any, message: DeltaMessage | None, mode: str) -> DeltaMessage
         return message
     index = len(parser.prev_tool_call_arr) - 1
     args = parser.prev_tool_call_arr[index].get("arguments", {})
-    expected = args if mode == "str" and isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    expected = args if mode.keeps_strings and isinstance(args, str) else json.dumps(args, ensure_ascii=False)
     actual = parser.streamed_args_for_tool[index]
     if first.arguments:
         actual = actual[: -len(first.arguments)]
-    original = next((c for c in message.tool_calls if c.index == index), None)
+    original = next((c for c in message.tool_calls if c.index == index), None) if mode.keeps_ids else None
     name = original.function.name if original and isinstance(original.function, DeltaFunctionCall) else None
     return DeltaMessage(
         tool_calls=[
@@ -353,7 +374,7 @@ def token_count(output: str) -> int:
     return len(FakeTokenizer().encode(output + STOP))
 
 
-def stream(parser_class: type, output: str, sizes: list[int], mode: str) -> Streamed:
+def stream(parser_class: type, output: str, sizes: list[int], mode: TopUp) -> Streamed:
     tokenizer = FakeTokenizer()
     tokens = tokenizer.encode(output + STOP)  # the stop token ends the last delta
     parser = parser_class(tokenizer)
@@ -395,7 +416,7 @@ def differences(got: Streamed, want_content: str, want_calls: list[Call]) -> lis
     return found
 
 
-def run(parser_file: Path, mode: str, random_splits: int = 0, say: Callable[[str], None] = print) -> bool:
+def run(parser_file: Path, mode: TopUp, random_splits: int = 0, say: Callable[[str], None] = print) -> bool:
     parser_class = load_parser_class(parser_file, "KimiK2ToolParser")
     rng = random.Random(0)  # the same random splits on every run
     failures = total = 0
@@ -428,13 +449,13 @@ def run(parser_file: Path, mode: str, random_splits: int = 0, say: Callable[[str
 def main(argv: list[str] | None = None) -> int:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("parser_file", type=Path)
-    options.add_argument("--top-up", choices=("auto", "str", "json"), default="auto")
+    options.add_argument("--top-up", choices=("auto", *TOP_UPS), default="auto", help="auto: the tree's serving file")
     options.add_argument("--random", type=int, default=0, metavar="N", help="also N random splits per output")
     args = options.parse_args(argv)
     if not args.parser_file.is_file():
         print(f"error: no file {args.parser_file}", file=sys.stderr)
         return 2
-    mode = top_up_mode(args.parser_file) if args.top_up == "auto" else args.top_up
+    mode = top_up_of_tree(args.parser_file) if args.top_up == "auto" else TOP_UPS[args.top_up]
     logging.disable(logging.CRITICAL)  # the parser's logger.exception would bury the report
     try:
         return 0 if run(args.parser_file, mode, args.random) else 1
