@@ -7,7 +7,8 @@ small stand-ins. A fake tokenizer whose markers are single tokens drives it. Eac
 streamed at several tokens per delta and all at once, with the end-of-stream top-up vLLM's
 serving code does (read from the tree's serving file), and compared with ``extract_tool_calls``
 on the whole output; ``--random N`` adds N seeded random splits per output.
-Exit 0: every split matches; 1: a split lost or changed something (named); 2: bad usage.
+Exit 0: every split matches; 1: a split lost or changed something (named); 2: the file cannot
+be read or holds an import this harness has no stand-in for.
 Standard library only.
 """
 
@@ -149,7 +150,8 @@ def load_parser_class(path: Path, class_name: str) -> type:
     source = path.read_text(encoding="utf-8")
     for node in ast.walk(ast.parse(source, str(path))):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm":
-            module = types.ModuleType(node.module or "vllm")
+            name = node.module or "vllm"
+            module = sys.modules.get(name) or types.ModuleType(name)  # two imports from one module add up
             for alias in node.names:
                 if alias.name not in STAND_INS:
                     raise LookupError(f"no stand-in for {node.module}.{alias.name}")
