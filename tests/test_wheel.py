@@ -606,3 +606,56 @@ def test_members_that_would_be_one_file_or_a_hollow_directory_are_refused(tmp_pa
     done = run_cli("wheel", stock, "--out", out, "--patches", library, "--local-label", "x")
     assert_nothing_written(done, out, 2)
     assert why in done.stderr and "refusing the wheel" in done.stderr
+
+
+# --------------------------------------------------------------------------- one installed file, one member
+
+_DATA = "vllm-0.16.0.data"
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        # the patched file again, where pip installs it over the patched root member
+        [f"{_DATA}/purelib/vllm/config/spec.py"],
+        [f"{_DATA}/platlib/vllm/config/spec.py"],
+        [f"{_DATA}/data/lib/python3.12/site-packages/vllm/config/spec.py"],
+        [f"{_DATA}/purelib/vllm/Config/spec.py"],  # one file where names fold case
+        # a file no patch touches: still two members for one file
+        [f"{_DATA}/platlib/vllm/models/model.py"],
+        [f"{_DATA}/purelib/vllm/extra.py", f"{_DATA}/platlib/vllm/extra.py"],
+    ],
+)
+def test_members_that_install_to_one_file_are_refused(tmp_path, library, members):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, **{m: b"STOCK = 1\n" for m in members}})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "install to the same file" in done.stderr and members[-1] in done.stderr
+
+
+def test_a_file_the_series_creates_where_a_data_member_installs_is_refused(tmp_path):
+    tree = write_tree(tmp_path / "stock", files={"vllm/config/spec.py": SPEC_PY})
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/models/eagle3.py": "EAGLE3 = True\n"})]}
+    )
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, f"{_DATA}/purelib/vllm/models/eagle3.py": b"OLD\n"})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "creates vllm/models/eagle3.py" in done.stderr and f"{_DATA}/purelib/vllm/models/eagle3.py" in done.stderr
+
+
+def test_data_members_that_install_elsewhere_are_kept(tmp_path, run, library):
+    extra = {
+        f"{_DATA}/purelib/vllm/extra.py": b"EXTRA = 1\n",
+        f"{_DATA}/scripts/spec.py": b"#!python\n",  # bin/, not site-packages
+        f"{_DATA}/headers/vllm/config/spec.py": b"/* a header */\n",
+        f"{_DATA}/data/share/vllm/config/spec.py": b"data\n",  # below the prefix, not site-packages
+    }
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, **extra})
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    site = install(patched, tmp_path / "prefix")
+    assert (site / "vllm/config/spec.py").read_text() == patched_spec()
+    assert (site / "vllm/extra.py").read_bytes() == b"EXTRA = 1\n"

@@ -22,6 +22,7 @@ import csv
 import hashlib
 import io
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -53,6 +54,7 @@ from patchkit.wheel import rawzip
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
+_SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
 
 
 @dataclass
@@ -90,6 +92,7 @@ class StockWheel:
     name_parts: list[str]  # the file name's fields: distribution, version, [build], python, abi, platform
     version: Version
     dist_info: str  # e.g. vllm-0.16.0.dist-info
+    installs: dict[str, str]  # a file's path in site-packages (folded) -> the member installed there
 
     @property
     def label(self) -> str:
@@ -245,9 +248,43 @@ def open_stock(path: Path) -> Iterator[StockWheel]:
         with zf:
             members = rawzip.members(zf, fd, label)
             dist_info = _dist_info(members, version, label)
-            yield StockWheel(path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info)
+            installs = _installs(members, dist_info, label)
+            yield StockWheel(path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info, installs)
     finally:
         os.close(fd)
+
+
+def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[str, str]:
+    """Each file's path in site-packages (folded as a case-insensitive system sees it) to the member
+    that installs there. BadInput when two members would: an installer writes both, and the one it
+    writes last (a stock copy under .data, say) is the file that stays."""
+    data_dir = dist_info[: -len(".dist-info")] + ".data"
+    paths: dict[str, str] = {}
+    for member in members:
+        path = None if member.is_dir else installed_path(member.name, data_dir)
+        if path is None:
+            continue
+        other = paths.setdefault(rawzip.folded(path), member.name)
+        if other != member.name:
+            raise BadInput(
+                f"{label}: members {other!r} and {member.name!r} install to the same file {path}; refusing the wheel"
+            )
+    return paths
+
+
+def installed_path(name: str, data_dir: str) -> str | None:
+    """Where a member lands relative to site-packages: the root's and .data/purelib's and
+    .data/platlib's (one directory in a venv), .data/data's below a site-packages directory of the
+    prefix; None for what goes elsewhere (scripts, headers, other data)."""
+    if not name.startswith(f"{data_dir}/"):
+        return name
+    scheme, _, path = name[len(data_dir) + 1 :].partition("/")
+    if scheme in ("purelib", "platlib"):
+        return path
+    if scheme == "data":
+        found = _SITE_PACKAGES.search(path)
+        return found.group(1) if found else None
+    return None
 
 
 def _dist_info(members: list[rawzip.Member], version: Version, label: str) -> str:
@@ -433,7 +470,7 @@ def _entries(
         else:  # touched by a patch the plan found already applied
             body.append(_raw(wheel, member, name, stock_record))
     created = [
-        rawzip.deflated(path, after, None, when)
+        rawzip.deflated(_creatable(wheel, path), after, None, when)
         for path, (before, after) in sorted(changes.items())
         if before is None and after is not None and wheel.member(path) is None
     ]
@@ -446,6 +483,16 @@ def _entries(
     record_name = f"{new}/RECORD"
     record = _record(untouched + rest, record_name)
     return [*rest, rawzip.deflated(record_name, record, _member(wheel, f"{old}/RECORD"), when)]
+
+
+def _creatable(wheel: StockWheel, path: str) -> str:
+    """A file the series creates, unless a member (under .data) installs there already."""
+    other = wheel.installs.get(rawzip.folded(path))
+    if other is not None:
+        raise BadInput(
+            f"{wheel.label}: the series creates {path}, and member {other!r} installs there; refusing the wheel"
+        )
+    return path
 
 
 def _data_renamed(wheel: StockWheel, name: str, version: str) -> str:

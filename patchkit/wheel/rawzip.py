@@ -165,7 +165,7 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
         problem = _name_problem(name, seen) or _kind_problem(info)
         if problem:
             raise BadInput(f"{label}: member {name!r} {problem}; refusing the wheel")
-        seen.add(_folded(name))
+        seen.add(folded(name))
         out.append(Member(info, _data_offset(info, fd, size, label)))
     clash = _file_under_file({m.name for m in out if not m.is_dir})
     if clash:
@@ -173,7 +173,7 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
     return out
 
 
-def _folded(name: str) -> str:
+def folded(name: str) -> str:
     """A name as a case-insensitive, normalising file system sees it: two members that fold alike
     would be one file there."""
     return unicodedata.normalize("NFC", name.rstrip("/")).casefold()
@@ -192,7 +192,7 @@ def _name_problem(name: str, seen: set[str]) -> str | None:
     reason = unsafe_reason(path)
     if reason:
         return reason
-    if _folded(name) in seen:
+    if folded(name) in seen:
         return "appears twice (names that differ only in case or Unicode form are one file on many systems)"
     return None
 
