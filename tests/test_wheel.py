@@ -659,3 +659,15 @@ def test_data_members_that_install_elsewhere_are_kept(tmp_path, run, library):
     site = install(patched, tmp_path / "prefix")
     assert (site / "vllm/config/spec.py").read_text() == patched_spec()
     assert (site / "vllm/extra.py").read_bytes() == b"EXTRA = 1\n"
+
+
+def test_a_series_file_beyond_what_the_checks_parse_is_refused_with_the_limit(tmp_path, library):
+    from patchkit.checks import LARGEST_PARSED
+
+    padded = SPEC_PY.encode() + b"#\n" * (LARGEST_PARSED // 2)  # a little over the limit, deflated to little
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, "vllm/config/spec.py": padded})
+    assert stock.stat().st_size < 1 << 20
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "vllm/config/spec.py" in done.stderr and f"up to {LARGEST_PARSED >> 20} MiB" in done.stderr

@@ -38,7 +38,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from patchkit import __version__
-from patchkit.checks import WARNING, CheckResult
+from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult
 from patchkit.enums import Outcome, SelectionKind
 from patchkit.errors import BadInput, CheckFailed, NoPatchSet, PatchkitError, TargetError
 from patchkit.operations import apply_series
@@ -323,7 +323,8 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
     from patchkit.resolve import require_patches, resolve
 
     _check_metadata(wheel)
-    _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA", f"{wheel.dist_info}/RECORD"])
+    _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA"], METADATA_LIMIT)
+    _lay_out(wheel, scratch, [f"{wheel.dist_info}/RECORD"], RECORD_LIMIT)
     (scratch / "vllm").mkdir(exist_ok=True)
     # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
     resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version)))
@@ -339,7 +340,7 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, resolved: Resolved, chosen
     from patchkit.inspection import check_context
 
     patches = resolved.patches
-    _lay_out(wheel, scratch, _needed(resolved, patches))
+    _lay_out_series(wheel, scratch, _needed(resolved, patches))
     result = _Checked(
         Outcome.OK,
         wheel.path,
@@ -394,14 +395,29 @@ def _needed(resolved: Resolved, patches: list[Patch]) -> list[str]:
     return sorted(paths)
 
 
-def _lay_out(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
+def _lay_out(wheel: StockWheel, scratch: Path, paths: list[str], limit: int) -> None:
     for path in paths:
         member = wheel.member(path)
         if member is None or member.is_dir:
             continue  # a file the series creates, or one the release lacks
         target = scratch / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(wheel.read(path, RECORD_LIMIT if path.endswith("/RECORD") else 1 << 31))
+        target.write_bytes(wheel.read(path, limit))
+
+
+def _lay_out_series(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
+    """The files the series and the contract read: none beyond what the checks parse, so that a
+    wheel is never built with a file its checks skipped."""
+    limit = LARGEST_PARSED
+    for path in paths:
+        member = wheel.member(path)
+        if member is not None and member.info.file_size > limit:
+            raise BadInput(
+                f"{wheel.label}: {path}, which the series or its contract reads, is "
+                f"{member.info.file_size / 2**20:.0f} MiB; patchkit wheel takes such files up to "
+                f"{limit // 2**20} MiB (what the syntax and names checks parse); refusing the wheel"
+            )
+    _lay_out(wheel, scratch, paths, limit)
 
 
 def _without_probe(results: list[CheckResult]) -> list[CheckResult]:
