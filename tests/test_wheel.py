@@ -671,3 +671,119 @@ def test_a_series_file_beyond_what_the_checks_parse_is_refused_with_the_limit(tm
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     assert_nothing_written(done, out, 2)
     assert "vllm/config/spec.py" in done.stderr and f"up to {LARGEST_PARSED >> 20} MiB" in done.stderr
+
+
+# --------------------------------------------------------------------------- --out
+
+PATCHED_NAME = f"vllm-0.16.0+patchkit.demo-{TAGS}.whl"
+
+
+def _interrupted_run(stock: Path, out: Path, library: Path) -> str:
+    """The temporary wheel a build SIGKILLed half-way leaves (as it starts writing the patched members)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys; from pathlib import Path\n"
+        "from patchkit.options import Options; from patchkit.wheel.build import build_patched_wheel\n"
+        "def say(message):\n"
+        "    if message.startswith('writing'): os.kill(os.getpid(), signal.SIGKILL)\n"
+        "build_patched_wheel(Path(sys.argv[1]), Path(sys.argv[2]), Options(library=sys.argv[3]), label=None, say=say)\n"
+    )
+    before = set(os.listdir(out))
+    done = subprocess.run([sys.executable, "-c", code, stock, out, library], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr
+    (left,) = set(os.listdir(out)) - before
+    return left
+
+
+def test_an_interrupted_runs_temporary_wheel_is_removed_by_the_next_run(tmp_path):
+    import fcntl
+
+    tree = write_tree(tmp_path / "stock")
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    stock = write_wheel(tmp_path / "in")
+    first = _interrupted_run(stock, out, library)
+    assert (out / first).stat().st_size > 16384  # the stock members were copied into it
+    second = _interrupted_run(stock, out, library)  # it removed the first run's
+    assert sorted(os.listdir(out)) == [second]
+    running = out / f".{PATCHED_NAME}.patchkit-0123abcd.tmp"  # another build, writing now: locked
+    running.write_bytes(b"PK")
+    keep = {
+        running.name: None,
+        ".vllm-0.16.0-x.whl.patchkit-notahex0.tmp": b"mine",  # not patchkit's pattern
+        f"{PATCHED_NAME}.patchkit-0123abcd.tmp": b"mine",  # not hidden: not patchkit's name
+        "notes.tmp": b"mine",
+    }
+    for name, data in keep.items():
+        if data is not None:
+            (out / name).write_bytes(data)
+    outside = tmp_path / "precious.bin"
+    outside.write_bytes(b"precious")
+    linked = out / f".{PATCHED_NAME}.patchkit-fedcba98.tmp"
+    linked.symlink_to(outside)  # patchkit's name, but a symlink: never patchkit's file
+    directory = out / f".{PATCHED_NAME}.patchkit-00000000.tmp"
+    directory.mkdir()
+    with running.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = run_cli("wheel", stock, "--out", out, "--patches", library, "-v")
+    assert_clean_failure(done, 0)
+    after = set(os.listdir(out))
+    assert second not in after, after
+    assert after == {PATCHED_NAME, *keep, linked.name, directory.name}
+    assert outside.read_bytes() == b"precious" and linked.is_symlink()
+    assert f"removed {out / second}" in done.stderr and first != second, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_another_users_temporary_wheel_is_kept(tmp_path, library):
+    out = tmp_path / "out"
+    out.mkdir()
+    theirs = out / f".{PATCHED_NAME}.patchkit-0123abcd.tmp"
+    theirs.write_bytes(b"PK")
+    os.chown(theirs, 12345, 12345)
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", out, "--patches", library)
+    assert_clean_failure(done, 0)
+    assert theirs.read_bytes() == b"PK"
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (
+            lambda out, tmp: out.symlink_to(tmp / "missing-dir"),
+            "is a symlink to {tmp}/missing-dir, which does not exist",
+        ),
+        (lambda out, tmp: out.write_bytes(b"x"), "--out {tmp}/out is a file, not a directory"),
+        (lambda out, tmp: out.symlink_to(tmp / "in"), None),  # a symlink to a directory: used
+    ],
+)
+def test_an_out_that_is_no_directory_says_what_it_is(tmp_path, library, make, why):
+    stock = write_wheel(tmp_path / "in")
+    out = tmp_path / "out"
+    make(out, tmp_path)
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    if why is None:
+        assert_clean_failure(done, 0)
+        assert (tmp_path / "in" / PATCHED_NAME).is_file()
+        return
+    assert_clean_failure(done, 4)
+    assert why.format(tmp=tmp_path) in done.stderr, done.stderr
+    assert "File exists" not in done.stderr
+
+
+def test_a_file_on_the_way_to_out_is_named(tmp_path, library):
+    (tmp_path / "dist").write_bytes(b"x")
+    dangling = tmp_path / "gone"
+    dangling.symlink_to(tmp_path / "nowhere")
+    stock = write_wheel(tmp_path / "in")
+    done = run_cli("wheel", stock, "--out", tmp_path / "dist" / "sub", "--patches", library)
+    assert_clean_failure(done, 4)
+    assert f"{tmp_path}/dist (on the way to --out {tmp_path}/dist/sub) is a file" in done.stderr, done.stderr
+    done = run_cli("wheel", stock, "--out", dangling / "sub", "--patches", library)
+    assert_clean_failure(done, 4)
+    assert f"{dangling} (on the way to --out {dangling}/sub) is a symlink to {tmp_path}/nowhere" in done.stderr

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
 import os
@@ -150,7 +151,7 @@ def build_patched_wheel(
         version = labels.labelled_version(wheel.version, added)
         stock_record = _stock_record(wheel)
         untouched = _untouched(wheel, resolved, str(version), stock_record)
-        with _Output(Path(out_dir), _file_name(wheel, version)) as output:
+        with _Output(Path(out_dir), _file_name(wheel, version), say) as output:
             writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
             say("copying the unchanged members; planning and checking the series on the wheel's files")
             with ThreadPoolExecutor(max_workers=1) as pool:
@@ -178,18 +179,23 @@ def build_patched_wheel(
 
 class _Output:
     """The new wheel under a temporary name in the output directory until commit() renames it into
-    place: the directory never holds a partial wheel (a failure removes it)."""
+    place: the directory never holds a partial wheel (a failure removes it). The temporary file is
+    locked while it is written, so that the next run can tell an interrupted run's leftovers (same
+    name pattern, this user's, unlocked: removed) from a running one's (locked: kept)."""
 
-    def __init__(self, out_dir: Path, file_name: str):
+    def __init__(self, out_dir: Path, file_name: str, say: Say):
         self.final = out_dir / file_name
         self.temporary = out_dir / f".{file_name}.patchkit-{secrets.token_hex(4)}.tmp"
         self.committed = False
+        _make_out_dir(out_dir)
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             self.fd = os.open(self.temporary, flags, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
+        for name in _remove_leftovers(out_dir):
+            say(f"removed {out_dir / name}, left by an interrupted patchkit wheel")
 
     def __enter__(self) -> _Output:
         return self
@@ -220,6 +226,77 @@ class _Output:
             raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
         self.committed = True
         return self.final
+
+
+_LEFTOVER = re.compile(r"\.vllm-[^/]+\.whl\.patchkit-[0-9a-f]{8}\.tmp")
+
+
+def _make_out_dir(out_dir: Path) -> None:
+    """--out, created if missing; what is in the way (a dangling symlink, a file) named as it is."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise _not_a_directory(out_dir, _in_the_way(out_dir)) from None
+    except OSError as exc:
+        raise TargetError(f"cannot create the --out directory {out_dir}: {exc.strerror}") from None
+
+
+def _in_the_way(out_dir: Path) -> Path:
+    """The first of --out and the directories above it that is something else than a directory."""
+    for path in [*reversed(out_dir.parents), out_dir]:
+        if (path.is_symlink() or path.exists()) and not path.is_dir():
+            return path
+    return out_dir
+
+
+def _not_a_directory(out_dir: Path, blocking: Path) -> TargetError:
+    """Why `blocking` (--out or a directory above it) is no directory, and what to do."""
+    hint = "give --out a directory, or a path where one can be created"
+    where = f"--out {out_dir}" if blocking == out_dir else f"{blocking} (on the way to --out {out_dir})"
+    try:
+        if blocking.is_symlink():
+            target = os.readlink(blocking)
+            state = "which does not exist" if not blocking.exists() else "which is not a directory"
+            return TargetError(
+                f"{where} is a symlink to {target}, {state}",
+                hint=f"create the directory {target}, or {hint}" if not blocking.exists() else hint,
+            )
+        if blocking.exists() and not blocking.is_dir():
+            return TargetError(f"{where} is a file, not a directory", hint=hint)
+    except OSError:
+        pass
+    return TargetError(f"cannot create the --out directory {out_dir}: {blocking} is in the way", hint=hint)
+
+
+def _remove_leftovers(out_dir: Path) -> list[str]:
+    """The temporary wheels interrupted runs left in `out_dir` (by name, owner and lock), removed."""
+    try:
+        names = sorted(os.listdir(out_dir))
+    except OSError:
+        return []
+    return [name for name in names if _LEFTOVER.fullmatch(name) and _remove_abandoned(out_dir / name)]
+
+
+def _remove_abandoned(path: Path) -> bool:
+    """Remove `path` if it is a regular file of this user's that no running patchkit holds locked."""
+    try:
+        seen = os.lstat(path)
+        if not stat.S_ISREG(seen.st_mode) or seen.st_uid != os.geteuid():
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while a running build holds it
+        opened, now = os.fstat(fd), os.lstat(path)
+        if {(opened.st_dev, opened.st_ino), (now.st_dev, now.st_ino)} != {(seen.st_dev, seen.st_ino)}:
+            return False  # replaced meanwhile: not the file judged
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------- the stock wheel
