@@ -38,10 +38,10 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from patchkit import __version__
+from patchkit import __version__, fsutil
 from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult
 from patchkit.enums import Outcome, SelectionKind
-from patchkit.errors import BadInput, CheckFailed, NoPatchSet, PatchkitError, TargetError
+from patchkit.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.operations import apply_series
 from patchkit.options import Options
 from patchkit.patchfile import Patch
@@ -134,18 +134,25 @@ class StockWheel:
 
 
 def build_patched_wheel(
-    stock: Path, out_dir: Path, chosen: Options, *, label: str | None, say: Say = lambda message: None
+    stock: Path,
+    out_dir: Path,
+    chosen: Options,
+    *,
+    label: str | None,
+    say: Say = lambda message: None,
+    expect_identity: tuple[int, ...] | None = None,
 ) -> WheelResult:
     """The patched wheel of `stock` in `out_dir`, for the set or --patch files `chosen` names
-    (`label`: the local label instead of patchkit.<set>). A conflict or a failed check is a result
-    with its error, nothing written; bad input raises.
+    (`label`: the local label instead of patchkit.<set>; `expect_identity`: the file's, as
+    stock.py checked the cached wheel with it). A conflict or a failed check is a result with its
+    error, nothing written; bad input raises.
 
     The members no patch touches are copied into the new wheel's temporary file while the plan and
     the checks run (the copy is the kernel's, the checks are Python's); a refusal removes it."""
     if label is not None:
         labels.normalized_label(label)  # a bad label is refused before any work
     say(f"reading {stock.name}")
-    with open_stock(stock) as wheel, tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch:
+    with open_stock(stock, expect_identity) as wheel, tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch:
         resolved = _resolve(wheel, Path(scratch), chosen)
         added = labels.normalized_label(label or labels.default_label(resolved.set_name))
         version = labels.labelled_version(wheel.version, added)
@@ -303,7 +310,7 @@ def _remove_abandoned(path: Path) -> bool:
 
 
 @contextmanager
-def open_stock(path: Path) -> Iterator[StockWheel]:
+def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> Iterator[StockWheel]:
     label = path.name
     try:
         name, version, _build, _tags = parse_wheel_filename(path.name)
@@ -316,8 +323,11 @@ def open_stock(path: Path) -> Iterator[StockWheel]:
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise BadInput(f"{path} is not a regular file")
+        if expect_identity is not None and fsutil.file_identity(info) != expect_identity:
+            raise FetchError(f"the cached wheel {path} changed after it was checked", hint="run the command again")
         try:
             zf = zipfile.ZipFile(io.FileIO(os.dup(fd), "rb"))
         except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
