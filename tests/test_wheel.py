@@ -787,3 +787,23 @@ def test_a_file_on_the_way_to_out_is_named(tmp_path, library):
     done = run_cli("wheel", stock, "--out", dangling / "sub", "--patches", library)
     assert_clean_failure(done, 4)
     assert f"{dangling} (on the way to --out {dangling}/sub) is a symlink to {tmp_path}/nowhere" in done.stderr
+
+
+def test_members_too_large_for_any_series_are_copied_first_and_true(tmp_path, run, library):
+    from patchkit.checks import LARGEST_PARSED
+
+    big = os.urandom(LARGEST_PARSED + 1)
+    data_big = b"\0" * (LARGEST_PARSED + 1)  # under .data: renamed with the label, so copied later
+    files = {**STOCK_FILES, "vllm/_big.abi3.so": big, f"{_DATA}/purelib/vllm/zeros.bin": data_big}
+    stock = write_wheel(tmp_path / "in", files=files)
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    patched = tmp_path / "out" / PATCHED_NAME
+    with zipfile.ZipFile(patched) as zf:
+        names = zf.namelist()
+        assert names[0] == "vllm/_big.abi3.so"
+        assert raw_member(patched, zf.getinfo("vllm/_big.abi3.so")) == big
+        assert "vllm-0.16.0+patchkit.demo.data/purelib/vllm/zeros.bin" in names
+    site = install(patched, tmp_path / "prefix")  # RECORD validated against every member's bytes
+    assert (site / "vllm/_big.abi3.so").read_bytes() == big
+    assert (site / "vllm/zeros.bin").read_bytes() == data_big
+    assert (site / "vllm/config/spec.py").read_text() == patched_spec()

@@ -148,40 +148,49 @@ def build_patched_wheel(
     error, nothing written; bad input raises.
 
     The members no patch touches are copied into the new wheel's temporary file while the plan and
-    the checks run (the copy is the kernel's, the checks are Python's); a refusal removes it."""
+    the checks run (the copy is the kernel's, the checks are Python's); those too large for any
+    series to touch (nearly all the bytes) from the start, while the series is resolved. A refusal
+    removes the file."""
     if label is not None:
         labels.normalized_label(label)  # a bad label is refused before any work
     say(f"reading {stock.name}")
-    with open_stock(stock, expect_identity) as wheel, tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch:
+    with (
+        open_stock(stock, expect_identity) as wheel,
+        tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch,
+        _Output(Path(out_dir), wheel.path.name, say) as output,
+        ThreadPoolExecutor(max_workers=1) as pool,  # its thread alone writes until output.wait
+    ):
+        stock_record = _stock_record(wheel)
+        writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
+        early = _never_patched(wheel, stock_record)
+        copies = [pool.submit(writer.add, early)]
         resolved = _resolve(wheel, Path(scratch), chosen)
         added = labels.normalized_label(label or labels.default_label(resolved.set_name))
         version = labels.labelled_version(wheel.version, added)
-        stock_record = _stock_record(wheel)
-        untouched = _untouched(wheel, resolved, str(version), stock_record)
-        with _Output(Path(out_dir), _file_name(wheel, version), say) as output:
-            writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
-            say("copying the unchanged members; planning and checking the series on the wheel's files")
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                copying = pool.submit(writer.add, untouched)
-                checked = _plan_and_check(wheel, Path(scratch), resolved, chosen)
-                output.wait(copying)
-            if checked.error is not None:
-                return checked
-            assert checked.plan is not None
-            result = WheelResult(
-                Outcome.OK,
-                stock,
-                version=str(version),
-                label=added,
-                set_name=checked.set_name,
-                patches=checked.patches,
-                checks=checked.checks,
-                warnings=checked.warnings,
-            )
-            say(f"writing {output.final.name}")
-            output.write(writer, _entries(wheel, checked.plan, result, untouched, stock_record))
-            result.path = output.commit()
-            return result
+        copied = {e.source.name for e in early if e.source is not None}
+        untouched = _untouched(wheel, resolved, str(version), stock_record, copied)
+        say("copying the unchanged members; planning and checking the series on the wheel's files")
+        copies.append(pool.submit(writer.add, untouched))
+        checked = _plan_and_check(wheel, Path(scratch), resolved, chosen)
+        output.wait(copies)
+        if checked.error is not None:
+            return checked
+        assert checked.plan is not None
+        result = WheelResult(
+            Outcome.OK,
+            stock,
+            version=str(version),
+            label=added,
+            set_name=checked.set_name,
+            patches=checked.patches,
+            checks=checked.checks,
+            warnings=checked.warnings,
+        )
+        final = Path(out_dir) / _file_name(wheel, version)
+        say(f"writing {final.name}")
+        output.write(writer, _entries(wheel, checked.plan, result, early + untouched, stock_record))
+        result.path = output.commit(final)
+        return result
 
 
 class _Output:
@@ -190,9 +199,8 @@ class _Output:
     locked while it is written, so that the next run can tell an interrupted run's leftovers (same
     name pattern, this user's, unlocked: removed) from a running one's (locked: kept)."""
 
-    def __init__(self, out_dir: Path, file_name: str, say: Say):
-        self.final = out_dir / file_name
-        self.temporary = out_dir / f".{file_name}.patchkit-{secrets.token_hex(4)}.tmp"
+    def __init__(self, out_dir: Path, stock_name: str, say: Say):
+        self.temporary = out_dir / f".{stock_name}.patchkit-{secrets.token_hex(4)}.tmp"
         self.committed = False
         _make_out_dir(out_dir)
         try:
@@ -212,27 +220,28 @@ class _Output:
         if not self.committed:
             self.temporary.unlink(missing_ok=True)
 
-    def wait(self, copying: Future) -> None:
-        """The copy's end; its OSError (a full disk) as the write failure it is."""
+    def wait(self, copies: list[Future]) -> None:
+        """The copies' end; an OSError (a full disk) as the write failure it is."""
         try:
-            copying.result()
+            for copying in copies:
+                copying.result()
         except OSError as exc:
-            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
 
     def write(self, writer: rawzip.Writer, entries: list[rawzip.Entry]) -> None:
         try:
             writer.add(entries)
             writer.finish()
         except OSError as exc:
-            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
 
-    def commit(self) -> Path:
+    def commit(self, final: Path) -> Path:
         try:
-            os.replace(self.temporary, self.final)
+            os.replace(self.temporary, final)
         except OSError as exc:
-            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+            raise TargetError(f"cannot write {final}: {exc.strerror}") from None
         self.committed = True
-        return self.final
+        return final
 
 
 _LEFTOVER = re.compile(r"\.vllm-[^/]+\.whl\.patchkit-[0-9a-f]{8}\.tmp")
@@ -532,15 +541,27 @@ def _touched(wheel: StockWheel, resolved: Resolved) -> set[str]:
     return paths | {m.name for m in wheel.members if m.name.startswith(f"{wheel.dist_info}/")}
 
 
+def _never_patched(wheel: StockWheel, stock_record: dict[str, tuple[str, str]]) -> list[rawzip.Entry]:
+    """The members no series can touch, known before the series is: those beyond LARGEST_PARSED
+    (a series that names one is refused), outside the dist-info and .data (renamed with the label)."""
+    special = (f"{wheel.dist_info}/", f"{wheel.data_dir}/")
+    return [
+        _raw(wheel, m, m.name, stock_record)
+        for m in wheel.members
+        if m.info.file_size > LARGEST_PARSED and not m.name.startswith(special)
+    ]
+
+
 def _untouched(
-    wheel: StockWheel, resolved: Resolved, version: str, stock_record: dict[str, tuple[str, str]]
+    wheel: StockWheel, resolved: Resolved, version: str, stock_record: dict[str, tuple[str, str]], copied: set[str]
 ) -> list[rawzip.Entry]:
-    """Every member no patch touches, outside the dist-info, in the stock order: copied raw."""
-    touched = _touched(wheel, resolved)
+    """Every other member no patch touches (not `copied` already), outside the dist-info, in the
+    stock order: copied raw."""
+    skipped = _touched(wheel, resolved) | copied
     return [
         _raw(wheel, m, _data_renamed(wheel, m.name, version), stock_record)
         for m in wheel.members
-        if m.name not in touched
+        if m.name not in skipped
     ]
 
 
