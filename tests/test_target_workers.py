@@ -104,12 +104,13 @@ def test_a_content_is_compiled_once_per_interpreter(tmp_path, monkeypatch):
     from patchkit.checks import syntax
 
     asked = []
+    judge = syntax._judge
 
-    def counting(python, worker, request, **options):
-        asked.append(sorted(request["sources"]))
-        return run_worker(python, worker, request, **options)
+    def counting(sources, python):
+        asked.append(sorted(sources))
+        return judge(sources, python)
 
-    monkeypatch.setattr(syntax, "run_worker", counting)
+    monkeypatch.setattr(syntax, "_judge", counting)
     monkeypatch.setattr(syntax, "_JUDGED", {})
     first = syntax.compile_sources({"a.py": b"x = 1\n", "b.py": b"def f(:\n"}, sys.executable)
     assert list(first) == ["b.py"] and first["b.py"].startswith("line 1: ")
@@ -139,12 +140,13 @@ def test_a_wrapper_script_as_the_interpreter_is_asked_each_time(monkeypatch, tmp
     from patchkit.checks import syntax
 
     asked = []
+    judge = syntax._judge
 
-    def counting(python, worker, request, **options):
+    def counting(sources, python):
         asked.append(python)
-        return run_worker(python, worker, request, **options)
+        return judge(sources, python)
 
-    monkeypatch.setattr(syntax, "run_worker", counting)
+    monkeypatch.setattr(syntax, "_judge", counting)
     monkeypatch.setattr(syntax, "_JUDGED", {})
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
@@ -179,3 +181,16 @@ def test_an_interpreter_replaced_by_a_fifo_after_its_stat_does_not_hang_the_memo
     worker.start()
     worker.join(10)
     assert found == [None]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [b"x = 1\n", b"def f(:\n", b"def f():\n    pass\nreturn 1\n", b"x = 1\0\n", b"nonlocal x\n", b"\xff = 1\n"],
+)
+def test_this_interpreters_verdict_from_the_shared_tree_is_the_workers(source):
+    """In-process, syntax compiles the tree contract also reads; a worker compiles the text: one verdict."""
+    from patchkit._target import compile_sources
+    from patchkit.checks import syntax
+
+    text = source.decode("utf-8", "surrogateescape")
+    assert syntax._compile_here({"m.py": source}) == compile_sources.work({"sources": {"m.py": text}})

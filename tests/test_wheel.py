@@ -807,3 +807,23 @@ def test_members_too_large_for_any_series_are_copied_first_and_true(tmp_path, ru
     assert (site / "vllm/_big.abi3.so").read_bytes() == big
     assert (site / "vllm/zeros.bin").read_bytes() == data_big
     assert (site / "vllm/config/spec.py").read_text() == patched_spec()
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("x = y" + ".a" * 200_000 + "\n", "nested deeper than this interpreter can compile"),
+        ("def f():\n    pass\nreturn 1\n", "'return' outside function"),  # past the parser: the compiler's
+        ("x = (\n", "line 1"),
+    ],
+)
+def test_a_patched_file_python_cannot_compile_fails_syntax_and_writes_no_wheel(tmp_path, source, why):
+    tree = write_tree(tmp_path / "stock")
+    library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/models/deep.py": source})]})
+    out = tmp_path / "out"
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", out, "--patches", library, "--format", "json")
+    assert_nothing_written(done, out, 1)
+    (row,) = [
+        c for c in json.loads(done.stdout)["checks"] if c["check"] == "syntax" and c["path"] == "vllm/models/deep.py"
+    ]
+    assert row["ok"] is False and why in row["message"], row

@@ -46,6 +46,7 @@ from functools import lru_cache, partial
 from packaging.version import Version
 
 from patchkit.checks import WARNING, CheckContext, CheckResult
+from patchkit.checks.parsed import parsed
 from patchkit.requirements import ACCESSES, Requirement, Target
 
 NAME = "contract"
@@ -110,12 +111,9 @@ def _load(data: bytes | None, path: str) -> Module | str | None:
 
 @lru_cache(maxsize=64)
 def _parsed(data: bytes, path: str) -> Module | str:
-    """A content parsed once in this process (apply evaluates the same contents as planned and as
-    written; fleet's node agent in phase 1 and again in phase 2). Evaluators only read the tree."""
-    try:
-        return Module(ast.parse(data, filename=path))
-    except (SyntaxError, ValueError) as exc:
-        return f"{path} does not parse: {exc}"
+    """A content's module (its tree parsed once in this process: checks/parsed.py)."""
+    tree = parsed(data, path)
+    return Module(tree) if isinstance(tree, ast.Module) else f"{path} does not parse: {tree}"
 
 
 # ---------------------------------------------------------------------------------------------
