@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -42,15 +43,16 @@ from patchkit import __version__, fsutil
 from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult
 from patchkit.enums import Outcome, SelectionKind
 from patchkit.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
-from patchkit.operations import apply_series
 from patchkit.options import Options
-from patchkit.patchfile import Patch
-from patchkit.plan import Plan
-from patchkit.provenance import FileRecord, PatchRecord, Provenance, provenance_files
 from patchkit.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
-from patchkit.resolve import Resolved
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
+
+if TYPE_CHECKING:  # imported where used: the big members are being copied by then
+    from patchkit.patchfile import Patch
+    from patchkit.plan import Plan
+    from patchkit.provenance import Provenance
+    from patchkit.resolve import Resolved
 
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
@@ -158,19 +160,19 @@ def build_patched_wheel(
         open_stock(stock, expect_identity) as wheel,
         tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch,
         _Output(Path(out_dir), wheel.path.name, say) as output,
-        ThreadPoolExecutor(max_workers=1) as pool,  # its thread alone writes until output.wait
+        ThreadPoolExecutor(max_workers=2) as pool,  # the copies; this thread places every member
     ):
         stock_record = _stock_record(wheel)
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
-        copies = [pool.submit(writer.add, early)]
+        copies = [pool.submit(writer.fill, output.place(writer, early))]
         resolved = _resolve(wheel, Path(scratch), chosen)
         added = labels.normalized_label(label or labels.default_label(resolved.set_name))
         version = labels.labelled_version(wheel.version, added)
         copied = {e.source.name for e in early if e.source is not None}
         untouched = _untouched(wheel, resolved, str(version), stock_record, copied)
         say("copying the unchanged members; planning and checking the series on the wheel's files")
-        copies.append(pool.submit(writer.add, untouched))
+        copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
         checked = _plan_and_check(wheel, Path(scratch), resolved, chosen)
         output.wait(copies)
         if checked.error is not None:
@@ -225,6 +227,12 @@ class _Output:
         try:
             for copying in copies:
                 copying.result()
+        except OSError as exc:
+            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
+
+    def place(self, writer: rawzip.Writer, entries: list[rawzip.Entry]) -> list[tuple[rawzip.Entry, int]]:
+        try:
+            return writer.place(entries)
         except OSError as exc:
             raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
 
@@ -445,6 +453,8 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, resolved: Resolved, chosen
         warnings=list(resolved.notes),
         resolved=resolved,
     )
+    from patchkit.operations import apply_series
+
     dry = apply_series(resolved, dry_run=True, import_probe=False)
     result.warnings += dry.warnings
     result.plan, result.checks = dry.plan, list(dry.checks or [])
@@ -574,6 +584,8 @@ def _entries(
 ) -> list[rawzip.Entry]:
     """The rest of the new wheel after `untouched`: the members patches touch (patched ones
     deflated, created ones added), the renamed dist-info with the provenance, RECORD last."""
+    from patchkit.provenance import provenance_files
+
     assert result.version is not None and result.label is not None
     old, new = wheel.dist_info, f"vllm-{result.version}.dist-info"
     changes = plan.changes
@@ -697,6 +709,8 @@ def _relabelled(metadata: bytes, version: str, label: str) -> bytes:
 
 
 def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenance:
+    from patchkit.provenance import FileRecord, PatchRecord, Provenance
+
     assert result.label is not None
     names = [p.name for p in result.patches]
     if len(set(names)) != len(names):

@@ -234,7 +234,8 @@ def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
 class Writer:
     """An archive written member by member into the empty file `out` (raw entries' bytes come from
     `source`), then finished with its central directory. Each batch is checked to fit without zip64
-    before a byte of it is written."""
+    before a byte of it is written. Members are placed one after the other (one thread); their data
+    may be filled in by several."""
 
     def __init__(self, out: int, source: int, label: str):
         self.out, self.source, self.label = out, source, label
@@ -244,21 +245,29 @@ class Writer:
         self.names: set[str] = set()
 
     def add(self, entries: list[Entry]) -> None:
+        self.fill(self.place(entries))
+
+    def place(self, entries: list[Entry]) -> list[tuple[Entry, int]]:
+        """Give each entry its place after the last, write its local header there, and return
+        where each one's data goes: fill() writes it, in any thread, while others are placed."""
         self._check(entries)
+        places = []
         for entry in entries:
             self.directory += entry.central_header(self.offset)
             header = entry.local_header() + entry.encoded_name
             _pwrite(self.out, header, self.offset)
-            self.offset += len(header)
+            places.append((entry, self.offset + len(header)))
+            self.offset += len(header) + entry.compress_size
+            self.count += 1
+        return places
+
+    def fill(self, places: list[tuple[Entry, int]]) -> None:
+        for entry, offset in places:
             if entry.source is not None:
-                copy_range(
-                    self.source, entry.source.data_offset, self.out, self.offset, entry.compress_size, self.label
-                )
+                copy_range(self.source, entry.source.data_offset, self.out, offset, entry.compress_size, self.label)
             else:
                 assert entry.data is not None
-                _pwrite(self.out, entry.data, self.offset)
-            self.offset += entry.compress_size
-            self.count += 1
+                _pwrite(self.out, entry.data, offset)
 
     def finish(self) -> None:
         end = _END.pack(_END_SIG, 0, 0, self.count, self.count, len(self.directory), self.offset, 0)
