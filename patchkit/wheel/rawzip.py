@@ -214,11 +214,14 @@ def _kind_problem(info: zipfile.ZipInfo) -> str | None:
 
 def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
     """Where the member's compressed bytes start: after its local header, which must name it."""
-    header = os.pread(fd, _LOCAL.size, info.header_offset)
-    if len(header) != _LOCAL.size or header[:4] != _LOCAL_SIG:
+    # One read for the header and the name the central directory gives (a second if the header's is longer).
+    header = os.pread(fd, _LOCAL.size + len(info.orig_filename.encode("utf-8")), info.header_offset)
+    if len(header) < _LOCAL.size or header[:4] != _LOCAL_SIG:
         raise BadInput(f"{label}: no local header where the central directory puts {info.orig_filename!r}")
     name_length, extra_length = struct.unpack_from("<2H", header, 26)
-    name = os.pread(fd, name_length, info.header_offset + _LOCAL.size)
+    name = header[_LOCAL.size : _LOCAL.size + name_length]
+    if len(name) < name_length:
+        name = os.pread(fd, name_length, info.header_offset + _LOCAL.size)
     encoding = "utf-8" if info.flag_bits & _UTF8_NAME else "cp437"
     if name.decode(encoding, "replace") != info.orig_filename:
         raise BadInput(f"{label}: the local header of {info.orig_filename!r} names another file")
