@@ -13,6 +13,7 @@ import pytest
 
 import patchkit._target
 from patchkit import target as target_mod
+from patchkit.checks import remembered
 from patchkit.errors import TargetError
 from patchkit.target import WorkerFailed, run_worker
 
@@ -112,6 +113,7 @@ def test_a_content_is_compiled_once_per_interpreter(tmp_path, monkeypatch):
 
     monkeypatch.setattr(syntax, "_judge", counting)
     monkeypatch.setattr(syntax, "_JUDGED", {})
+    monkeypatch.setattr(remembered, "_directory", lambda check: None)  # this process's memo alone
     first = syntax.compile_sources({"a.py": b"x = 1\n", "b.py": b"def f(:\n"}, sys.executable)
     assert list(first) == ["b.py"] and first["b.py"].startswith("line 1: ")
     again = syntax.compile_sources({"c.py": b"x = 1\n", "d.py": b"def f(:\n"}, sys.executable)  # moved, same bytes
@@ -148,6 +150,7 @@ def test_a_wrapper_script_as_the_interpreter_is_asked_each_time(monkeypatch, tmp
 
     monkeypatch.setattr(syntax, "_judge", counting)
     monkeypatch.setattr(syntax, "_JUDGED", {})
+    monkeypatch.setattr(remembered, "_directory", lambda check: None)  # this process's memo alone
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     wrapper.chmod(0o755)
@@ -194,3 +197,27 @@ def test_this_interpreters_verdict_from_the_shared_tree_is_the_workers(source):
 
     text = source.decode("utf-8", "surrogateescape")
     assert syntax._compile_here({"m.py": source}) == compile_sources.work({"sources": {"m.py": text}})
+
+
+def test_verdicts_are_remembered_across_runs_and_only_this_users(monkeypatch, tmp_path):
+    """A new process (the memo empty) takes the sealed verdict instead of compiling; an entry this
+    user's patchkit did not write is not believed."""
+    from patchkit.checks import syntax
+
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    asked = []
+    judge = syntax._judge
+    monkeypatch.setattr(
+        syntax, "_judge", lambda sources, python: asked.append(sorted(sources)) or judge(sources, python)
+    )
+    sources = {"a.py": b"x = 1\n", "b.py": b"def f(:\n"}
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    first = syntax.compile_sources(sources, None)
+    monkeypatch.setattr(syntax, "_JUDGED", {})  # the next run
+    assert syntax.compile_sources(sources, None) == first and asked == [["a.py", "b.py"]]
+    entries = sorted((tmp_path / "cache" / "verdicts" / "syntax").rglob("*.json"))
+    assert len(entries) == 2
+    for entry in entries:  # "compiles", for both, by someone without the key
+        entry.write_text(json.dumps({"seal": "0" * 64, "verdict": None}))
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    assert syntax.compile_sources(sources, None) == first and asked[-1] == ["a.py", "b.py"]
