@@ -113,7 +113,7 @@ def test_a_content_is_compiled_once_per_interpreter(tmp_path, monkeypatch):
 
     monkeypatch.setattr(syntax, "_judge", counting)
     monkeypatch.setattr(syntax, "_JUDGED", {})
-    monkeypatch.setattr(remembered, "_directory", lambda check: None)  # this process's memo alone
+    monkeypatch.setattr(remembered, "_entry", lambda check, key: None)  # this process's memo alone
     first = syntax.compile_sources({"a.py": b"x = 1\n", "b.py": b"def f(:\n"}, sys.executable)
     assert list(first) == ["b.py"] and first["b.py"].startswith("line 1: ")
     again = syntax.compile_sources({"c.py": b"x = 1\n", "d.py": b"def f(:\n"}, sys.executable)  # moved, same bytes
@@ -150,7 +150,7 @@ def test_a_wrapper_script_as_the_interpreter_is_asked_each_time(monkeypatch, tmp
 
     monkeypatch.setattr(syntax, "_judge", counting)
     monkeypatch.setattr(syntax, "_JUDGED", {})
-    monkeypatch.setattr(remembered, "_directory", lambda check: None)  # this process's memo alone
+    monkeypatch.setattr(remembered, "_entry", lambda check, key: None)  # this process's memo alone
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     wrapper.chmod(0o755)
@@ -221,3 +221,18 @@ def test_verdicts_are_remembered_across_runs_and_only_this_users(monkeypatch, tm
         entry.write_text(json.dumps({"seal": "0" * 64, "verdict": None}))
     monkeypatch.setattr(syntax, "_JUDGED", {})
     assert syntax.compile_sources(sources, None) == first and asked[-1] == ["a.py", "b.py"]
+
+
+@pytest.mark.parametrize("linked", ["verdicts", "verdicts/syntax"])
+def test_a_symlinked_verdicts_directory_is_never_read_or_written_through(monkeypatch, tmp_path, linked):
+    from patchkit.checks import syntax
+
+    cache = tmp_path / "cache"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cache / linked).parent.mkdir(parents=True, exist_ok=True)
+    (cache / linked).symlink_to(elsewhere)
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(cache))
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    assert syntax.compile_sources({"b.py": b"def f(:\n"}, None)
+    assert list(elsewhere.rglob("*")) == []

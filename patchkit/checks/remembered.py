@@ -33,11 +33,8 @@ def recall(check: str, key: str) -> object:
     """The verdict remembered for `key`, or MISSING."""
     from patchkit.record import touch
 
-    directory = _directory(check)
-    if directory is None:
-        return MISSING
-    path = directory / key[:2] / f"{key}.json"
-    if not fsutil.plain_directory(directory, path.parent):
+    path = _entry(check, key)
+    if path is None:
         return MISSING
     try:
         entry = json.loads(fsutil.read_regular(path, MAX_ENTRY_BYTES))
@@ -51,28 +48,39 @@ def recall(check: str, key: str) -> object:
 
 
 def remember(check: str, key: str, verdict: object) -> None:
-    directory = _directory(check)
-    if directory is None:
+    path = _entry(check, key)
+    if path is None:
         return
     entry = {"seal": seal.seal(_SEAL_KIND, f"{check}/{key}", seal.canonical(verdict)), "verdict": verdict}
-    path = directory / key[:2] / f"{key}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if fsutil.plain_directory(directory, path.parent) and fsutil.inside(directory, path.parent):
+        if fsutil.plain_directory(path.parents[3], path.parent):
             fsutil.atomic_write(path, json.dumps(entry).encode())
     except OSError:
         pass  # a read-only cache only costs time
 
 
-def _directory(check: str) -> Path | None:
-    """The check's directory; None when the cache may not be used (a symlink on the way)."""
-    from patchkit.record import cache_dir, prune, usable_cache_dir
+def _entry(check: str, key: str) -> Path | None:
+    """Where the entry goes: None when the cache may not be used (a symlink on the way from its
+    root: never read, written or pruned through)."""
+    from patchkit.record import cache_dir
 
-    directory = cache_dir() / "verdicts" / check
-    if not usable_cache_dir(directory):
+    root = cache_dir()
+    path = root / "verdicts" / check / key[:2] / f"{key}.json"
+    if not (_prepared(path.parents[1]) and fsutil.plain_directory(root, path.parent)):
         return None
+    return path
+
+
+@cache
+def _prepared(directory: Path) -> bool:
+    """Whether a check's directory may be used (a note on stderr, once, if not); pruned first."""
+    from patchkit.record import prune, usable_cache_dir
+
+    if not usable_cache_dir(directory):
+        return False
     prune(directory)
-    return directory
+    return True
 
 
 @cache
