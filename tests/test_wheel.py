@@ -501,14 +501,25 @@ def test_an_archive_that_would_need_zip64_is_refused(tmp_path, library, monkeypa
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_a_write_that_fails_half_way_leaves_no_file(tmp_path, library, monkeypatch):
-    def full_disk(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+@pytest.mark.parametrize("large", [False, True])  # written in batches; copied in the kernel
+def test_a_write_that_fails_half_way_leaves_no_file(tmp_path, library, monkeypatch, large):
+    from patchkit.checks import LARGEST_PARSED
 
-    monkeypatch.setattr(rawzip, "copy_range", full_disk)
+    writes = []
+
+    def full_disk_after_a_while(*args, **kwargs):
+        writes.append(1)
+        if large or len(writes) > 1:  # the big member's copy; the second batch of headers and data
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    files = {**STOCK_FILES, "vllm/_big.so": os.urandom(LARGEST_PARSED + 1)} if large else STOCK_FILES
+    name = "copy_range" if large else "_pwrite"
+    real = getattr(rawzip, name)
+    monkeypatch.setattr(rawzip, name, full_disk_after_a_while)
     out = tmp_path / "out"
     with pytest.raises(TargetError, match="No space left"):
-        build_patched_wheel(write_wheel(tmp_path / "in"), out, Options(library=str(library)), label=None)
+        build_patched_wheel(write_wheel(tmp_path / "in", files=files), out, Options(library=str(library)), label=None)
     assert list(out.iterdir()) == []
 
 

@@ -45,6 +45,8 @@ _READABLE = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfil
 # copy_file_range cannot copy between these two files: fall back to read/write
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF}
 _CHUNK = 1 << 20
+_SMALL = 1 << 20  # a member's data up to this is written with its header, batched
+_BATCH = 8 << 20
 NEW_FILE_MODE = 0o100644 << 16  # a regular file, rw-r--r--, in a member's external attributes
 
 
@@ -251,18 +253,39 @@ class Writer:
         self.fill(self.place(entries))
 
     def place(self, entries: list[Entry]) -> list[tuple[Entry, int]]:
-        """Give each entry its place after the last, write its local header there, and return
-        where each one's data goes: fill() writes it, in any thread, while others are placed."""
+        """Give each entry its place after the last and write its local header there; the data of
+        small entries too (read and written in batches: one write, not two system calls a member).
+        Returns where each large one's data goes: fill() copies it, in any thread, while others
+        are placed."""
         self._check(entries)
         places = []
+        batch, batch_at = bytearray(), self.offset
         for entry in entries:
             self.directory += entry.central_header(self.offset)
             header = entry.local_header() + entry.encoded_name
-            _pwrite(self.out, header, self.offset)
-            places.append((entry, self.offset + len(header)))
-            self.offset += len(header) + entry.compress_size
+            data_at = self.offset + len(header)
+            if entry.compress_size <= _SMALL:
+                batch += header
+                batch += self._data(entry)
+            else:
+                batch += header
+                places.append((entry, data_at))
+            self.offset = data_at + entry.compress_size
             self.count += 1
+            if entry.compress_size > _SMALL or len(batch) >= _BATCH:
+                _pwrite(self.out, batch, batch_at)
+                batch, batch_at = bytearray(), self.offset
+        _pwrite(self.out, batch, batch_at)
         return places
+
+    def _data(self, entry: Entry) -> bytes:
+        if entry.source is None:
+            assert entry.data is not None
+            return entry.data
+        data = os.pread(self.source, entry.compress_size, entry.source.data_offset)
+        if len(data) != entry.compress_size:
+            raise BadInput(f"{self.label}: the file ended while its members were copied (truncated while read?)")
+        return data
 
     def fill(self, places: list[tuple[Entry, int]]) -> None:
         for entry, offset in places:
@@ -324,7 +347,7 @@ def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, count: int,
         src_offset, dst_offset, count = src_offset + done, dst_offset + done, count - done
 
 
-def _pwrite(fd: int, data: bytes, offset: int) -> None:
+def _pwrite(fd: int, data: bytes | bytearray, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
