@@ -645,6 +645,18 @@ def test_members_that_install_to_one_file_are_refused(tmp_path, library, members
     assert "install to the same file" in done.stderr and members[-1] in done.stderr
 
 
+@pytest.mark.parametrize(
+    "member",
+    [f"{_DATA}/purelib/vllm-0.16.0+patchkit.demo.dist-info/METADATA", f"{_DATA}/platlib/other-1.0.dist-info/RECORD"],
+)
+def test_a_data_member_that_installs_a_dist_info_is_refused(tmp_path, library, member):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, member: b"Name: vllm\nVersion: 0.16.0\n"})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "installs into a .dist-info directory" in done.stderr and member in done.stderr
+
+
 def test_a_file_the_series_creates_where_a_data_member_installs_is_refused(tmp_path):
     tree = write_tree(tmp_path / "stock", files={"vllm/config/spec.py": SPEC_PY})
     library = write_library(

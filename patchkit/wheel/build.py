@@ -361,13 +361,16 @@ def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> It
 def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[str, str]:
     """Each file's path in site-packages (folded as a case-insensitive system sees it) to the member
     that installs there. BadInput when two members would: an installer writes both, and the one it
-    writes last (a stock copy under .data, say) is the file that stays."""
+    writes last (a stock copy under .data, say) is the file that stays; and when a .data member
+    would install into a dist-info directory (a second one, or the one the label names)."""
     data_dir = dist_info[: -len(".dist-info")] + ".data"
     paths: dict[str, str] = {}
     for member in members:
         path = None if member.is_dir else installed_path(member.name, data_dir)
         if path is None:
             continue
+        if member.name != path and path.split("/", 1)[0].lower().endswith(".dist-info"):
+            raise BadInput(f"{label}: member {member.name!r} installs into a .dist-info directory; refusing the wheel")
         other = paths.setdefault(rawzip.folded(path), member.name)
         if other != member.name:
             raise BadInput(
