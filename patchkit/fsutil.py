@@ -166,3 +166,12 @@ def plain_directory(root: Path, directory: Path) -> bool:
         if not stat.S_ISDIR(mode):
             return False
     return inside(root, directory)
+
+
+Identity = tuple[int, ...]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
+
+
+def file_identity(info: os.stat_result) -> Identity:
+    """Which file this is and which version of it: any write, rename over it, chmod or utime
+    changes the ctime, which no one can set back."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)

@@ -546,3 +546,28 @@ def test_parse_requirements_rejects_a_non_list():
         parse_requirements({"file": "x"}, "test")
     assert isinstance(parse_requirements([], "test"), tuple)
     assert Requirement  # the type the library stores
+
+
+def test_remembered_verdicts_are_the_evaluated_ones_and_a_forged_one_is_not_believed(run, tmp_path, stock, monkeypatch):
+    """The contract's results on a content are kept across runs (checks/remembered.py): the same
+    results, in the same order; an entry this user's patchkit did not seal is evaluated again."""
+    from patchkit.checks import contract
+
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    path, (old, new), expected = FAULTS["missing method"]
+    lib = library_with(tmp_path, stock, dict(PATCHED, **{path: edit(PATCHED[path], (old, new))}))
+    _, first = verify(run, stock, lib)
+    entries = sorted((tmp_path / "cache" / "verdicts" / "contract").rglob("*.json"))
+    assert len(entries) == len({c["path"] for c in first})
+    parsed_again = []
+    with monkeypatch.context() as counting:
+        counting.setattr(contract, "_load", lambda data, path: parsed_again.append(path))
+        _, again = verify(run, stock, lib)
+    assert again == first and parsed_again == []
+    for entry in entries:  # every requirement passes, says someone without the key
+        data = json.loads(entry.read_text())
+        data["verdict"] = [dict(row, ok=True) for row in data["verdict"]]
+        entry.write_text(json.dumps(data))
+    result, forged = verify(run, stock, lib)
+    assert result.exit_code == 1 and forged == first
+    assert failures(forged)[0].startswith(expected)

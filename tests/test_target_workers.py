@@ -13,6 +13,7 @@ import pytest
 
 import patchkit._target
 from patchkit import target as target_mod
+from patchkit.checks import remembered
 from patchkit.errors import TargetError
 from patchkit.target import WorkerFailed, run_worker
 
@@ -104,13 +105,15 @@ def test_a_content_is_compiled_once_per_interpreter(tmp_path, monkeypatch):
     from patchkit.checks import syntax
 
     asked = []
+    judge = syntax._judge
 
-    def counting(python, worker, request, **options):
-        asked.append(sorted(request["sources"]))
-        return run_worker(python, worker, request, **options)
+    def counting(sources, python):
+        asked.append(sorted(sources))
+        return judge(sources, python)
 
-    monkeypatch.setattr(syntax, "run_worker", counting)
+    monkeypatch.setattr(syntax, "_judge", counting)
     monkeypatch.setattr(syntax, "_JUDGED", {})
+    monkeypatch.setattr(remembered, "_entry", lambda check, key: None)  # this process's memo alone
     first = syntax.compile_sources({"a.py": b"x = 1\n", "b.py": b"def f(:\n"}, sys.executable)
     assert list(first) == ["b.py"] and first["b.py"].startswith("line 1: ")
     again = syntax.compile_sources({"c.py": b"x = 1\n", "d.py": b"def f(:\n"}, sys.executable)  # moved, same bytes
@@ -139,13 +142,15 @@ def test_a_wrapper_script_as_the_interpreter_is_asked_each_time(monkeypatch, tmp
     from patchkit.checks import syntax
 
     asked = []
+    judge = syntax._judge
 
-    def counting(python, worker, request, **options):
+    def counting(sources, python):
         asked.append(python)
-        return run_worker(python, worker, request, **options)
+        return judge(sources, python)
 
-    monkeypatch.setattr(syntax, "run_worker", counting)
+    monkeypatch.setattr(syntax, "_judge", counting)
     monkeypatch.setattr(syntax, "_JUDGED", {})
+    monkeypatch.setattr(remembered, "_entry", lambda check, key: None)  # this process's memo alone
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     wrapper.chmod(0o755)
@@ -179,3 +184,55 @@ def test_an_interpreter_replaced_by_a_fifo_after_its_stat_does_not_hang_the_memo
     worker.start()
     worker.join(10)
     assert found == [None]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [b"x = 1\n", b"def f(:\n", b"def f():\n    pass\nreturn 1\n", b"x = 1\0\n", b"nonlocal x\n", b"\xff = 1\n"],
+)
+def test_this_interpreters_verdict_from_the_shared_tree_is_the_workers(source):
+    """In-process, syntax compiles the tree contract also reads; a worker compiles the text: one verdict."""
+    from patchkit._target import compile_sources
+    from patchkit.checks import syntax
+
+    text = source.decode("utf-8", "surrogateescape")
+    assert syntax._compile_here({"m.py": source}) == compile_sources.work({"sources": {"m.py": text}})
+
+
+def test_verdicts_are_remembered_across_runs_and_only_this_users(monkeypatch, tmp_path):
+    """A new process (the memo empty) takes the sealed verdict instead of compiling; an entry this
+    user's patchkit did not write is not believed."""
+    from patchkit.checks import syntax
+
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    asked = []
+    judge = syntax._judge
+    monkeypatch.setattr(
+        syntax, "_judge", lambda sources, python: asked.append(sorted(sources)) or judge(sources, python)
+    )
+    sources = {"a.py": b"x = 1\n", "b.py": b"def f(:\n"}
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    first = syntax.compile_sources(sources, None)
+    monkeypatch.setattr(syntax, "_JUDGED", {})  # the next run
+    assert syntax.compile_sources(sources, None) == first and asked == [["a.py", "b.py"]]
+    entries = sorted((tmp_path / "cache" / "verdicts" / "syntax").rglob("*.json"))
+    assert len(entries) == 2
+    for entry in entries:  # "compiles", for both, by someone without the key
+        entry.write_text(json.dumps({"seal": "0" * 64, "verdict": None}))
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    assert syntax.compile_sources(sources, None) == first and asked[-1] == ["a.py", "b.py"]
+
+
+@pytest.mark.parametrize("linked", ["verdicts", "verdicts/syntax"])
+def test_a_symlinked_verdicts_directory_is_never_read_or_written_through(monkeypatch, tmp_path, linked):
+    from patchkit.checks import syntax
+
+    cache = tmp_path / "cache"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cache / linked).parent.mkdir(parents=True, exist_ok=True)
+    (cache / linked).symlink_to(elsewhere)
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(cache))
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    assert syntax.compile_sources({"b.py": b"def f(:\n"}, None)
+    assert list(elsewhere.rglob("*")) == []

@@ -501,14 +501,25 @@ def test_an_archive_that_would_need_zip64_is_refused(tmp_path, library, monkeypa
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_a_write_that_fails_half_way_leaves_no_file(tmp_path, library, monkeypatch):
-    def full_disk(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+@pytest.mark.parametrize("large", [False, True])  # written in batches; copied in the kernel
+def test_a_write_that_fails_half_way_leaves_no_file(tmp_path, library, monkeypatch, large):
+    from patchkit.checks import LARGEST_PARSED
 
-    monkeypatch.setattr(rawzip, "copy_range", full_disk)
+    writes = []
+
+    def full_disk_after_a_while(*args, **kwargs):
+        writes.append(1)
+        if large or len(writes) > 1:  # the big member's copy; the second batch of headers and data
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    files = {**STOCK_FILES, "vllm/_big.so": os.urandom(LARGEST_PARSED + 1)} if large else STOCK_FILES
+    name = "copy_range" if large else "_pwrite"
+    real = getattr(rawzip, name)
+    monkeypatch.setattr(rawzip, name, full_disk_after_a_while)
     out = tmp_path / "out"
     with pytest.raises(TargetError, match="No space left"):
-        build_patched_wheel(write_wheel(tmp_path / "in"), out, Options(library=str(library)), label=None)
+        build_patched_wheel(write_wheel(tmp_path / "in", files=files), out, Options(library=str(library)), label=None)
     assert list(out.iterdir()) == []
 
 
@@ -606,3 +617,236 @@ def test_members_that_would_be_one_file_or_a_hollow_directory_are_refused(tmp_pa
     done = run_cli("wheel", stock, "--out", out, "--patches", library, "--local-label", "x")
     assert_nothing_written(done, out, 2)
     assert why in done.stderr and "refusing the wheel" in done.stderr
+
+
+# --------------------------------------------------------------------------- one installed file, one member
+
+_DATA = "vllm-0.16.0.data"
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        # the patched file again, where pip installs it over the patched root member
+        [f"{_DATA}/purelib/vllm/config/spec.py"],
+        [f"{_DATA}/platlib/vllm/config/spec.py"],
+        [f"{_DATA}/data/lib/python3.12/site-packages/vllm/config/spec.py"],
+        [f"{_DATA}/purelib/vllm/Config/spec.py"],  # one file where names fold case
+        # a file no patch touches: still two members for one file
+        [f"{_DATA}/platlib/vllm/models/model.py"],
+        [f"{_DATA}/purelib/vllm/extra.py", f"{_DATA}/platlib/vllm/extra.py"],
+    ],
+)
+def test_members_that_install_to_one_file_are_refused(tmp_path, library, members):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, **{m: b"STOCK = 1\n" for m in members}})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "install to the same file" in done.stderr and members[-1] in done.stderr
+
+
+@pytest.mark.parametrize(
+    "member",
+    [f"{_DATA}/purelib/vllm-0.16.0+patchkit.demo.dist-info/METADATA", f"{_DATA}/platlib/other-1.0.dist-info/RECORD"],
+)
+def test_a_data_member_that_installs_a_dist_info_is_refused(tmp_path, library, member):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, member: b"Name: vllm\nVersion: 0.16.0\n"})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "installs into a .dist-info directory" in done.stderr and member in done.stderr
+
+
+def test_a_file_the_series_creates_where_a_data_member_installs_is_refused(tmp_path):
+    tree = write_tree(tmp_path / "stock", files={"vllm/config/spec.py": SPEC_PY})
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/models/eagle3.py": "EAGLE3 = True\n"})]}
+    )
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, f"{_DATA}/purelib/vllm/models/eagle3.py": b"OLD\n"})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "creates vllm/models/eagle3.py" in done.stderr and f"{_DATA}/purelib/vllm/models/eagle3.py" in done.stderr
+
+
+def test_data_members_that_install_elsewhere_are_kept(tmp_path, run, library):
+    extra = {
+        f"{_DATA}/purelib/vllm/extra.py": b"EXTRA = 1\n",
+        f"{_DATA}/scripts/spec.py": b"#!python\n",  # bin/, not site-packages
+        f"{_DATA}/headers/vllm/config/spec.py": b"/* a header */\n",
+        f"{_DATA}/data/share/vllm/config/spec.py": b"data\n",  # below the prefix, not site-packages
+    }
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, **extra})
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    site = install(patched, tmp_path / "prefix")
+    assert (site / "vllm/config/spec.py").read_text() == patched_spec()
+    assert (site / "vllm/extra.py").read_bytes() == b"EXTRA = 1\n"
+
+
+def test_a_series_file_beyond_what_the_checks_parse_is_refused_with_the_limit(tmp_path, library):
+    from patchkit.checks import LARGEST_PARSED
+
+    padded = SPEC_PY.encode() + b"#\n" * (LARGEST_PARSED // 2)  # a little over the limit, deflated to little
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, "vllm/config/spec.py": padded})
+    assert stock.stat().st_size < 1 << 20
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "vllm/config/spec.py" in done.stderr and f"up to {LARGEST_PARSED >> 20} MiB" in done.stderr
+
+
+# --------------------------------------------------------------------------- --out
+
+PATCHED_NAME = f"vllm-0.16.0+patchkit.demo-{TAGS}.whl"
+
+
+def _interrupted_run(stock: Path, out: Path, library: Path) -> str:
+    """The temporary wheel a build SIGKILLed half-way leaves (as it starts writing the patched members)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys; from pathlib import Path\n"
+        "from patchkit.options import Options; from patchkit.wheel.build import build_patched_wheel\n"
+        "def say(message):\n"
+        "    if message.startswith('writing'): os.kill(os.getpid(), signal.SIGKILL)\n"
+        "build_patched_wheel(Path(sys.argv[1]), Path(sys.argv[2]), Options(library=sys.argv[3]), label=None, say=say)\n"
+    )
+    before = set(os.listdir(out))
+    done = subprocess.run([sys.executable, "-c", code, stock, out, library], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr
+    (left,) = set(os.listdir(out)) - before
+    return left
+
+
+def test_an_interrupted_runs_temporary_wheel_is_removed_by_the_next_run(tmp_path):
+    import fcntl
+
+    tree = write_tree(tmp_path / "stock")
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    stock = write_wheel(tmp_path / "in")
+    first = _interrupted_run(stock, out, library)
+    assert (out / first).stat().st_size > 16384  # the stock members were copied into it
+    second = _interrupted_run(stock, out, library)  # it removed the first run's
+    assert sorted(os.listdir(out)) == [second]
+    running = out / f".{PATCHED_NAME}.patchkit-0123abcd.tmp"  # another build, writing now: locked
+    running.write_bytes(b"PK")
+    keep = {
+        running.name: None,
+        ".vllm-0.16.0-x.whl.patchkit-notahex0.tmp": b"mine",  # not patchkit's pattern
+        f"{PATCHED_NAME}.patchkit-0123abcd.tmp": b"mine",  # not hidden: not patchkit's name
+        "notes.tmp": b"mine",
+    }
+    for name, data in keep.items():
+        if data is not None:
+            (out / name).write_bytes(data)
+    outside = tmp_path / "precious.bin"
+    outside.write_bytes(b"precious")
+    linked = out / f".{PATCHED_NAME}.patchkit-fedcba98.tmp"
+    linked.symlink_to(outside)  # patchkit's name, but a symlink: never patchkit's file
+    directory = out / f".{PATCHED_NAME}.patchkit-00000000.tmp"
+    directory.mkdir()
+    with running.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = run_cli("wheel", stock, "--out", out, "--patches", library, "-v")
+    assert_clean_failure(done, 0)
+    after = set(os.listdir(out))
+    assert second not in after, after
+    assert after == {PATCHED_NAME, *keep, linked.name, directory.name}
+    assert outside.read_bytes() == b"precious" and linked.is_symlink()
+    assert f"removed {out / second}" in done.stderr and first != second, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_another_users_temporary_wheel_is_kept(tmp_path, library):
+    out = tmp_path / "out"
+    out.mkdir()
+    theirs = out / f".{PATCHED_NAME}.patchkit-0123abcd.tmp"
+    theirs.write_bytes(b"PK")
+    os.chown(theirs, 12345, 12345)
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", out, "--patches", library)
+    assert_clean_failure(done, 0)
+    assert theirs.read_bytes() == b"PK"
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (
+            lambda out, tmp: out.symlink_to(tmp / "missing-dir"),
+            "is a symlink to {tmp}/missing-dir, which does not exist",
+        ),
+        (lambda out, tmp: out.write_bytes(b"x"), "--out {tmp}/out is a file, not a directory"),
+        (lambda out, tmp: out.symlink_to(tmp / "in"), None),  # a symlink to a directory: used
+    ],
+)
+def test_an_out_that_is_no_directory_says_what_it_is(tmp_path, library, make, why):
+    stock = write_wheel(tmp_path / "in")
+    out = tmp_path / "out"
+    make(out, tmp_path)
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    if why is None:
+        assert_clean_failure(done, 0)
+        assert (tmp_path / "in" / PATCHED_NAME).is_file()
+        return
+    assert_clean_failure(done, 4)
+    assert why.format(tmp=tmp_path) in done.stderr, done.stderr
+    assert "File exists" not in done.stderr
+
+
+def test_a_file_on_the_way_to_out_is_named(tmp_path, library):
+    (tmp_path / "dist").write_bytes(b"x")
+    dangling = tmp_path / "gone"
+    dangling.symlink_to(tmp_path / "nowhere")
+    stock = write_wheel(tmp_path / "in")
+    done = run_cli("wheel", stock, "--out", tmp_path / "dist" / "sub", "--patches", library)
+    assert_clean_failure(done, 4)
+    assert f"{tmp_path}/dist (on the way to --out {tmp_path}/dist/sub) is a file" in done.stderr, done.stderr
+    done = run_cli("wheel", stock, "--out", dangling / "sub", "--patches", library)
+    assert_clean_failure(done, 4)
+    assert f"{dangling} (on the way to --out {dangling}/sub) is a symlink to {tmp_path}/nowhere" in done.stderr
+
+
+def test_members_too_large_for_any_series_are_copied_first_and_true(tmp_path, run, library):
+    from patchkit.checks import LARGEST_PARSED
+
+    big = os.urandom(LARGEST_PARSED + 1)
+    data_big = b"\0" * (LARGEST_PARSED + 1)  # under .data: renamed with the label, so copied later
+    files = {**STOCK_FILES, "vllm/_big.abi3.so": big, f"{_DATA}/purelib/vllm/zeros.bin": data_big}
+    stock = write_wheel(tmp_path / "in", files=files)
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    patched = tmp_path / "out" / PATCHED_NAME
+    with zipfile.ZipFile(patched) as zf:
+        names = zf.namelist()
+        assert names[0] == "vllm/_big.abi3.so"
+        assert raw_member(patched, zf.getinfo("vllm/_big.abi3.so")) == big
+        assert "vllm-0.16.0+patchkit.demo.data/purelib/vllm/zeros.bin" in names
+    site = install(patched, tmp_path / "prefix")  # RECORD validated against every member's bytes
+    assert (site / "vllm/_big.abi3.so").read_bytes() == big
+    assert (site / "vllm/zeros.bin").read_bytes() == data_big
+    assert (site / "vllm/config/spec.py").read_text() == patched_spec()
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("x = y" + ".a" * 200_000 + "\n", "nested deeper than this interpreter can compile"),
+        ("def f():\n    pass\nreturn 1\n", "'return' outside function"),  # past the parser: the compiler's
+        ("x = (\n", "line 1"),
+    ],
+)
+def test_a_patched_file_python_cannot_compile_fails_syntax_and_writes_no_wheel(tmp_path, source, why):
+    tree = write_tree(tmp_path / "stock")
+    library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/models/deep.py": source})]})
+    out = tmp_path / "out"
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", out, "--patches", library, "--format", "json")
+    assert_nothing_written(done, out, 1)
+    (row,) = [
+        c for c in json.loads(done.stdout)["checks"] if c["check"] == "syntax" and c["path"] == "vllm/models/deep.py"
+    ]
+    assert row["ok"] is False and why in row["message"], row

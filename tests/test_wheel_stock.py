@@ -4,6 +4,7 @@ cache against the index's sha256 and re-checked on every reuse (a local index se
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 
@@ -178,3 +179,110 @@ def test_patchkit_wheel_shows_a_download_bar_in_a_terminal_only(server, cache, p
     size_kb = f"{len(published[NATIVE]) / 1000:.1f} kB"
     assert (f"/{size_kb}" in shown) is terminal, shown  # rich's DownloadColumn: done/total
     assert (cache / "wheels" / VERSION / NATIVE).is_file()
+
+
+# --------------------------------------------------------------------------- the seal: no re-hash while unchanged
+
+
+@pytest.fixture
+def hashes(monkeypatch) -> list[int]:
+    """Each whole-file sha256 patchkit computes (hashlib.file_digest, what every hash of a cached
+    wheel goes through), counted; a seal is written for a file of any age."""
+    import hashlib as hashlib_module
+
+    from patchkit.wheel import stock
+
+    monkeypatch.setattr(stock, "SEAL_AFTER_NS", -1, raising=False)
+    counted: list[int] = []
+    real = hashlib_module.file_digest
+
+    def counting(fileobj, digest):
+        counted.append(1)
+        return real(fileobj, digest)
+
+    monkeypatch.setattr(hashlib_module, "file_digest", counting)
+    return counted
+
+
+def test_an_unchanged_cached_wheel_is_not_hashed_again(server, cache, published, hashes, monkeypatch):
+    first = stock_wheel(VERSION)
+    stock_wheel(VERSION)  # hashed once, and sealed
+    hashes.clear()
+    with monkeypatch.context() as offline:
+        no_network(offline)
+        for _ in range(3):
+            assert stock_wheel(VERSION) == first
+    assert hashes == []
+    assert downloads(server) == [f"/range/files/{NATIVE}"]
+
+
+def _same_size_same_mtime(path, data: bytes) -> None:
+    """`data` (of the file's size) in place of the file's bytes, its mtime set back: only the ctime
+    tells."""
+    before = path.stat()
+    path.write_bytes(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize("how", ["in place", "renamed over", "chmod and back"])
+def test_a_sealed_wheel_that_changed_is_hashed_and_caught(server, cache, published, hashes, how, tmp_path):
+    first = stock_wheel(VERSION)
+    stock_wheel(VERSION)  # sealed
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    if how == "in place":
+        _same_size_same_mtime(first, bytes(data))
+    elif how == "renamed over":
+        planted = first.with_name("planted")
+        planted.write_bytes(bytes(data))
+        os.utime(planted, ns=(first.stat().st_atime_ns, first.stat().st_mtime_ns))
+        os.replace(planted, first)
+    else:
+        _same_size_same_mtime(first, bytes(data))
+        os.chmod(first, 0o600)
+        os.chmod(first, 0o644)
+    warnings: list[str] = []
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == published[NATIVE]
+    assert any("damaged" in w for w in warnings)
+    assert len(downloads(server)) == 2
+
+
+@pytest.mark.parametrize("forge", ["another key", "another identity", "not json"])
+def test_a_seal_patchkit_did_not_make_is_only_a_hash(server, cache, published, hashes, forge):
+    from patchkit import seal
+
+    first = stock_wheel(VERSION)
+    stock_wheel(VERSION)
+    sealed = first.with_name(f"{NATIVE}.seal")
+    entry = json.loads(sealed.read_text())
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    _same_size_same_mtime(first, bytes(data))
+    st = first.stat()
+    now = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    if forge == "another key":  # what a seal made elsewhere (a restored CI cache) is
+        sha = json.loads(first.with_name(f"{NATIVE}.json").read_text())["sha256"]
+        message = f"stock-wheel\0{VERSION}/{NATIVE}\0".encode() + seal.canonical({"sha256": sha, "identity": now})
+        entry = {"identity": now, "seal": hmac.new(b"k" * 32, message, hashlib.sha256).hexdigest()}
+    elif forge == "another identity":
+        entry["identity"] = now  # the tampered file's identity, the old seal
+    sealed.write_text("{" if forge == "not json" else json.dumps(entry))
+    hashes.clear()
+    assert stock_wheel(VERSION).read_bytes() == published[NATIVE]
+    assert hashes  # hashed, caught, downloaded again
+    assert len(downloads(server)) == 2
+
+
+def test_a_cached_wheel_replaced_after_its_check_is_not_built_from(server, cache, published, tmp_path):
+    from patchkit.errors import FetchError
+    from patchkit.options import Options
+    from patchkit.wheel.build import build_patched_wheel
+    from patchkit.wheel.stock import checked_stock_wheel
+
+    path, checked = checked_stock_wheel(VERSION)
+    planted = path.with_name("planted")
+    planted.write_bytes(path.read_bytes())
+    os.replace(planted, path)  # the same bytes, another file: not the one checked
+    with pytest.raises(FetchError, match="changed after it was checked"):
+        build_patched_wheel(path, tmp_path / "out", Options(), label=None, expect_identity=checked)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []

@@ -13,11 +13,17 @@ def work(request: dict) -> dict:
     for path, text in request["sources"].items():
         try:
             compile(text.encode("utf-8", "surrogateescape"), path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as exc:
-            line = getattr(exc, "lineno", None)
-            message = getattr(exc, "msg", None) or str(exc)
-            errors[path] = f"line {line}: {message}" if line else str(exc)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            errors[path] = describe(exc)
     return errors
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, (RecursionError, MemoryError)):
+        return "nested deeper than this interpreter can compile (Python cannot import it either)"
+    line = getattr(exc, "lineno", None)
+    message = getattr(exc, "msg", None) or str(exc)
+    return f"line {line}: {message}" if line else str(exc)
 
 
 def write_answer(path: str, answer: object) -> None:

@@ -40,12 +40,14 @@ and per kind (a class or function is named by its dotted path in the module: "Cl
 from __future__ import annotations
 
 import ast
+import hashlib
 from collections.abc import Callable
 from functools import lru_cache, partial
 
 from packaging.version import Version
 
-from patchkit.checks import WARNING, CheckContext, CheckResult
+from patchkit.checks import WARNING, CheckContext, CheckResult, remembered
+from patchkit.checks.parsed import parsed
 from patchkit.requirements import ACCESSES, Requirement, Target
 
 NAME = "contract"
@@ -61,8 +63,8 @@ class ContractCheck:
 
     def run(self, ctx: CheckContext) -> list[CheckResult]:
         requirements = ctx.patch_set.contract if ctx.patch_set is not None else ()
-        modules: dict[str, Module | str | None] = {}
-        results = []
+        results: list[CheckResult | Requirement] = []  # a requirement: its file's verdict goes there
+        by_file: dict[str, list[Requirement]] = {}
         for req in requirements:
             if ctx.version is None:
                 if req.versions is not None:
@@ -80,10 +82,31 @@ class ContractCheck:
                     continue
             elif not req.applies_to(ctx.version):
                 continue
-            if req.file not in modules:
-                modules[req.file] = _load(ctx.read(req.file), req.file)
-            results.append(evaluate(req, modules[req.file], ctx.version))
-        return results
+            results.append(req)
+            by_file.setdefault(req.file, []).append(req)
+        verdicts = {file: iter(_file_verdicts(reqs, ctx.read(file), ctx.version)) for file, reqs in by_file.items()}
+        return [next(verdicts[r.file]) if isinstance(r, Requirement) else r for r in results]
+
+
+def _file_verdicts(reqs: list[Requirement], data: bytes | None, version: Version | None) -> list[CheckResult]:
+    """The requirements on one file, judged on its content: remembered across runs by everything
+    they depend on (checks/remembered.py), else evaluated on its parsed tree."""
+    if data is None:
+        return [evaluate(req, None, version) for req in reqs]
+    code = remembered.code_of("patchkit.checks.contract", "patchkit.requirements")
+    key = remembered.key_of(
+        [code, str(version), reqs[0].file, hashlib.sha256(data).hexdigest(), [repr(r) for r in reqs]]
+    )
+    known = remembered.recall(NAME, key)
+    if isinstance(known, list) and len(known) == len(reqs):
+        try:
+            return [CheckResult(**row) for row in known]
+        except TypeError:
+            pass
+    module = _load(data, reqs[0].file)
+    found = [evaluate(req, module, version) for req in reqs]
+    remembered.remember(NAME, key, [r.to_json() for r in found])
+    return found
 
 
 CHECK = ContractCheck()
@@ -110,12 +133,9 @@ def _load(data: bytes | None, path: str) -> Module | str | None:
 
 @lru_cache(maxsize=64)
 def _parsed(data: bytes, path: str) -> Module | str:
-    """A content parsed once in this process (apply evaluates the same contents as planned and as
-    written; fleet's node agent in phase 1 and again in phase 2). Evaluators only read the tree."""
-    try:
-        return Module(ast.parse(data, filename=path))
-    except (SyntaxError, ValueError) as exc:
-        return f"{path} does not parse: {exc}"
+    """A content's module (its tree parsed once in this process: checks/parsed.py)."""
+    tree = parsed(data, path)
+    return Module(tree) if isinstance(tree, ast.Module) else f"{path} does not parse: {tree}"
 
 
 # ---------------------------------------------------------------------------------------------

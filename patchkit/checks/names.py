@@ -204,9 +204,9 @@ def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like: not ours to report
             tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+        checker = Checker(tree, filename="<patched>")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # the syntax check says why
         return None
-    checker = Checker(tree, filename="<patched>")
     checker.messages.sort(key=lambda m: (m.lineno, m.col))
     lazy = _has_module_getattr(tree)
     names = {(node.lineno, node.col_offset) for node in ast.walk(tree) if isinstance(node, ast.Name)}

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import stat
+import sys
 
-from patchkit.checks import CheckContext, CheckResult, too_large_to_parse
-from patchkit.target import run_worker
+from patchkit._target.compile_sources import describe
+from patchkit.checks import CheckContext, CheckResult, remembered, too_large_to_parse
+from patchkit.checks.parsed import parsed
+from patchkit.target import run_worker, same_interpreter
 
 
 class SyntaxCheck:
@@ -30,7 +34,8 @@ def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, 
     """path -> error for each source that does not compile, judged by `python`'s own compiler
     (patchkit/_target/compile_sources.py). A content this process has had judged by the same
     interpreter is not compiled again: apply checks the same contents as planned and as written,
-    and fleet's node agent in phase 1 and again in phase 2."""
+    and fleet's node agent in phase 1 and again in phase 2. Across runs, the verdicts are
+    remembered (checks/remembered.py) by the content and the interpreter's identity."""
     interpreter = _interpreter(python)
     if interpreter is None:  # no interpreter known by its file: nothing remembered for it
         return _judge(sources, python)
@@ -38,16 +43,49 @@ def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, 
     if len(_JUDGED) > 4096:  # before choosing what to compile: what is taken as known stays known
         _JUDGED.clear()
     todo = {path: data for path, data in sources.items() if keys[path] not in _JUDGED}
+    code = remembered.code_of("patchkit._target.compile_sources")
+    kept = {path: remembered.key_of([code, _lasting(interpreter), keys[path][1]]) for path in todo}
+    for path, key in kept.items():
+        verdict = remembered.recall(CHECK.name, key)
+        if verdict is None or isinstance(verdict, str):
+            _JUDGED[keys[path]] = verdict
+            del todo[path]
     if todo:
         errors = _judge(todo, python)
         for path in todo:
             _JUDGED[keys[path]] = errors.get(path)
+            remembered.remember(CHECK.name, kept[path], errors.get(path))
     return {path: error for path in sources if (error := _JUDGED[keys[path]]) is not None}
 
 
+def _lasting(interpreter: tuple) -> list:
+    """An interpreter's identity beyond this process: this one's file and version for (None,)."""
+    if interpreter == (None,):
+        return [sys.executable, sys.hexversion, sys.implementation.cache_tag]
+    return list(interpreter)
+
+
 def _judge(sources: dict[str, bytes], python: str | None) -> dict[str, str]:
+    if same_interpreter(python):
+        return _compile_here(sources)
     texts = {p: d.decode("utf-8", "surrogateescape") for p, d in sources.items()}
     return run_worker(python, "compile_sources", {"sources": texts}, timeout=120, doing=" to compile the patched files")
+
+
+def _compile_here(sources: dict[str, bytes]) -> dict[str, str]:
+    """compile_sources' verdicts by this interpreter, each tree parsed once for every check that
+    reads it (compiling the tree finds what compiling the text finds past the parser)."""
+    errors = {}
+    for path, data in sources.items():
+        tree = parsed(data, path)
+        if not isinstance(tree, ast.Module):
+            errors[path] = describe(tree)
+            continue
+        try:
+            compile(tree, path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            errors[path] = describe(exc)
+    return errors
 
 
 _JUDGED: dict[tuple[tuple, str], str | None] = {}  # (interpreter, sha256) -> its error, None: compiles

@@ -38,10 +38,10 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
 
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
-    stock = _stock_wheel(source, platform, ui)  # before the activity line: a download shows its own bar
+    stock, checked = _stock_wheel(source, platform, ui)  # before the activity line: a download shows its own bar
     ui.knows({"stock_wheel": str(stock)})
     with ui.activity("building the patched wheel") as say:
-        result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say)
+        result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say, expect_identity=checked)
     for note in result.warnings:
         ui.warn(note)
     if ui.json_mode:
@@ -54,21 +54,22 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
     return result
 
 
-def _stock_wheel(source: str, platform: str | None, ui) -> Path:
-    """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache."""
+def _stock_wheel(source: str, platform: str | None, ui) -> tuple[Path, tuple[int, ...] | None]:
+    """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache (with the
+    identity of the cached file that was checked)."""
     from patchkit.errors import BadInput
 
     path = Path(source)
     if path.is_file():
         if platform:
             raise BadInput("--platform chooses the wheel of a VERSION; a wheel file has its own")
-        return path
+        return path, None
     if source.endswith(".whl") or "/" in source:
         raise BadInput(f"no wheel file {source}")
-    from patchkit.wheel.stock import stock_wheel
+    from patchkit.wheel.stock import checked_stock_wheel
 
     with ui.transfer(f"vllm {source}") as on_bytes:
-        return stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
+        return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
 
 
 def _document(result) -> dict:

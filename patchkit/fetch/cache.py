@@ -186,10 +186,13 @@ def file_sha256(path: Path) -> str:
     except OSError as e:
         raise Damaged(f"{path} is not a regular file ({e.strerror})") from None
     with _regular(fd, str(path)) as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest() if hasattr(hashlib, "file_digest") else _digest(fh)
+        return stream_sha256(fh)
 
 
-def _digest(fh: Any) -> str:
+def stream_sha256(fh: BinaryIO) -> str:
+    """The sha256 of what is left to read in an open binary file."""
+    if hasattr(hashlib, "file_digest"):
+        return hashlib.file_digest(fh, "sha256").hexdigest()
     digest = hashlib.sha256()
     for chunk in iter(lambda: fh.read(1 << 20), b""):
         digest.update(chunk)

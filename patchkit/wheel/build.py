@@ -19,9 +19,11 @@
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -32,27 +34,30 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from patchkit import __version__
-from patchkit.checks import WARNING, CheckResult
+from patchkit import __version__, fsutil
+from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult
 from patchkit.enums import Outcome, SelectionKind
-from patchkit.errors import BadInput, CheckFailed, NoPatchSet, PatchkitError, TargetError
-from patchkit.operations import apply_series
+from patchkit.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.options import Options
-from patchkit.patchfile import Patch
-from patchkit.plan import Plan
-from patchkit.provenance import FileRecord, PatchRecord, Provenance, provenance_files
 from patchkit.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
-from patchkit.resolve import Resolved
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
+
+if TYPE_CHECKING:  # imported where used: the big members are being copied by then
+    from patchkit.patchfile import Patch
+    from patchkit.plan import Plan
+    from patchkit.provenance import Provenance
+    from patchkit.resolve import Resolved
 
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
+_SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
 
 
 @dataclass
@@ -90,6 +95,7 @@ class StockWheel:
     name_parts: list[str]  # the file name's fields: distribution, version, [build], python, abi, platform
     version: Version
     dist_info: str  # e.g. vllm-0.16.0.dist-info
+    installs: dict[str, str]  # a file's path in site-packages (folded) -> the member installed there
 
     @property
     def label(self) -> str:
@@ -130,63 +136,83 @@ class StockWheel:
 
 
 def build_patched_wheel(
-    stock: Path, out_dir: Path, chosen: Options, *, label: str | None, say: Say = lambda message: None
+    stock: Path,
+    out_dir: Path,
+    chosen: Options,
+    *,
+    label: str | None,
+    say: Say = lambda message: None,
+    expect_identity: tuple[int, ...] | None = None,
 ) -> WheelResult:
     """The patched wheel of `stock` in `out_dir`, for the set or --patch files `chosen` names
-    (`label`: the local label instead of patchkit.<set>). A conflict or a failed check is a result
-    with its error, nothing written; bad input raises.
+    (`label`: the local label instead of patchkit.<set>; `expect_identity`: the file's, as
+    stock.py checked the cached wheel with it). A conflict or a failed check is a result with its
+    error, nothing written; bad input raises.
 
     The members no patch touches are copied into the new wheel's temporary file while the plan and
-    the checks run (the copy is the kernel's, the checks are Python's); a refusal removes it."""
+    the checks run (the copy is the kernel's, the checks are Python's); those too large for any
+    series to touch (nearly all the bytes) from the start, while the series is resolved. A refusal
+    removes the file."""
     if label is not None:
         labels.normalized_label(label)  # a bad label is refused before any work
     say(f"reading {stock.name}")
-    with open_stock(stock) as wheel, tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch:
+    with (
+        open_stock(stock, expect_identity) as wheel,
+        tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch,
+        _Output(Path(out_dir), wheel.path.name, say) as output,
+        ThreadPoolExecutor(max_workers=2) as pool,  # the copies; this thread places every member
+    ):
+        stock_record = _stock_record(wheel)
+        writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
+        early = _never_patched(wheel, stock_record)
+        copies = [pool.submit(writer.fill, output.place(writer, early))]
         resolved = _resolve(wheel, Path(scratch), chosen)
         added = labels.normalized_label(label or labels.default_label(resolved.set_name))
         version = labels.labelled_version(wheel.version, added)
-        stock_record = _stock_record(wheel)
-        untouched = _untouched(wheel, resolved, str(version), stock_record)
-        with _Output(Path(out_dir), _file_name(wheel, version)) as output:
-            writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
-            say("copying the unchanged members; planning and checking the series on the wheel's files")
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                copying = pool.submit(writer.add, untouched)
-                checked = _plan_and_check(wheel, Path(scratch), resolved, chosen)
-                output.wait(copying)
-            if checked.error is not None:
-                return checked
-            assert checked.plan is not None
-            result = WheelResult(
-                Outcome.OK,
-                stock,
-                version=str(version),
-                label=added,
-                set_name=checked.set_name,
-                patches=checked.patches,
-                checks=checked.checks,
-                warnings=checked.warnings,
-            )
-            say(f"writing {output.final.name}")
-            output.write(writer, _entries(wheel, checked.plan, result, untouched, stock_record))
-            result.path = output.commit()
-            return result
+        copied = {e.source.name for e in early if e.source is not None}
+        untouched = _untouched(wheel, resolved, str(version), stock_record, copied)
+        say("copying the unchanged members; planning and checking the series on the wheel's files")
+        copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
+        checked = _plan_and_check(wheel, Path(scratch), resolved, chosen)
+        output.wait(copies)
+        if checked.error is not None:
+            return checked
+        assert checked.plan is not None
+        result = WheelResult(
+            Outcome.OK,
+            stock,
+            version=str(version),
+            label=added,
+            set_name=checked.set_name,
+            patches=checked.patches,
+            checks=checked.checks,
+            warnings=checked.warnings,
+        )
+        final = Path(out_dir) / _file_name(wheel, version)
+        say(f"writing {final.name}")
+        output.write(writer, _entries(wheel, checked.plan, result, early + untouched, stock_record))
+        result.path = output.commit(final)
+        return result
 
 
 class _Output:
     """The new wheel under a temporary name in the output directory until commit() renames it into
-    place: the directory never holds a partial wheel (a failure removes it)."""
+    place: the directory never holds a partial wheel (a failure removes it). The temporary file is
+    locked while it is written, so that the next run can tell an interrupted run's leftovers (same
+    name pattern, this user's, unlocked: removed) from a running one's (locked: kept)."""
 
-    def __init__(self, out_dir: Path, file_name: str):
-        self.final = out_dir / file_name
-        self.temporary = out_dir / f".{file_name}.patchkit-{secrets.token_hex(4)}.tmp"
+    def __init__(self, out_dir: Path, stock_name: str, say: Say):
+        self.temporary = out_dir / f".{stock_name}.patchkit-{secrets.token_hex(4)}.tmp"
         self.committed = False
+        _make_out_dir(out_dir)
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             self.fd = os.open(self.temporary, flags, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
+        for name in _remove_leftovers(out_dir):
+            say(f"removed {out_dir / name}, left by an interrupted patchkit wheel")
 
     def __enter__(self) -> _Output:
         return self
@@ -196,34 +222,112 @@ class _Output:
         if not self.committed:
             self.temporary.unlink(missing_ok=True)
 
-    def wait(self, copying: Future) -> None:
-        """The copy's end; its OSError (a full disk) as the write failure it is."""
+    def wait(self, copies: list[Future]) -> None:
+        """The copies' end; an OSError (a full disk) as the write failure it is."""
         try:
-            copying.result()
+            for copying in copies:
+                copying.result()
         except OSError as exc:
-            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
+
+    def place(self, writer: rawzip.Writer, entries: list[rawzip.Entry]) -> list[tuple[rawzip.Entry, int]]:
+        try:
+            return writer.place(entries)
+        except OSError as exc:
+            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
 
     def write(self, writer: rawzip.Writer, entries: list[rawzip.Entry]) -> None:
         try:
             writer.add(entries)
             writer.finish()
         except OSError as exc:
-            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
 
-    def commit(self) -> Path:
+    def commit(self, final: Path) -> Path:
         try:
-            os.replace(self.temporary, self.final)
+            os.replace(self.temporary, final)
         except OSError as exc:
-            raise TargetError(f"cannot write {self.final}: {exc.strerror}") from None
+            raise TargetError(f"cannot write {final}: {exc.strerror}") from None
         self.committed = True
-        return self.final
+        return final
+
+
+_LEFTOVER = re.compile(r"\.vllm-[^/]+\.whl\.patchkit-[0-9a-f]{8}\.tmp")
+
+
+def _make_out_dir(out_dir: Path) -> None:
+    """--out, created if missing; what is in the way (a dangling symlink, a file) named as it is."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise _not_a_directory(out_dir, _in_the_way(out_dir)) from None
+    except OSError as exc:
+        raise TargetError(f"cannot create the --out directory {out_dir}: {exc.strerror}") from None
+
+
+def _in_the_way(out_dir: Path) -> Path:
+    """The first of --out and the directories above it that is something else than a directory."""
+    for path in [*reversed(out_dir.parents), out_dir]:
+        if (path.is_symlink() or path.exists()) and not path.is_dir():
+            return path
+    return out_dir
+
+
+def _not_a_directory(out_dir: Path, blocking: Path) -> TargetError:
+    """Why `blocking` (--out or a directory above it) is no directory, and what to do."""
+    hint = "give --out a directory, or a path where one can be created"
+    where = f"--out {out_dir}" if blocking == out_dir else f"{blocking} (on the way to --out {out_dir})"
+    try:
+        if blocking.is_symlink():
+            target = os.readlink(blocking)
+            state = "which does not exist" if not blocking.exists() else "which is not a directory"
+            return TargetError(
+                f"{where} is a symlink to {target}, {state}",
+                hint=f"create the directory {target}, or {hint}" if not blocking.exists() else hint,
+            )
+        if blocking.exists() and not blocking.is_dir():
+            return TargetError(f"{where} is a file, not a directory", hint=hint)
+    except OSError:
+        pass
+    return TargetError(f"cannot create the --out directory {out_dir}: {blocking} is in the way", hint=hint)
+
+
+def _remove_leftovers(out_dir: Path) -> list[str]:
+    """The temporary wheels interrupted runs left in `out_dir` (by name, owner and lock), removed."""
+    try:
+        names = sorted(os.listdir(out_dir))
+    except OSError:
+        return []
+    return [name for name in names if _LEFTOVER.fullmatch(name) and _remove_abandoned(out_dir / name)]
+
+
+def _remove_abandoned(path: Path) -> bool:
+    """Remove `path` if it is a regular file of this user's that no running patchkit holds locked."""
+    try:
+        seen = os.lstat(path)
+        if not stat.S_ISREG(seen.st_mode) or seen.st_uid != os.geteuid():
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while a running build holds it
+        opened, now = os.fstat(fd), os.lstat(path)
+        if {(opened.st_dev, opened.st_ino), (now.st_dev, now.st_ino)} != {(seen.st_dev, seen.st_ino)}:
+            return False  # replaced meanwhile: not the file judged
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------- the stock wheel
 
 
 @contextmanager
-def open_stock(path: Path) -> Iterator[StockWheel]:
+def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> Iterator[StockWheel]:
     label = path.name
     try:
         name, version, _build, _tags = parse_wheel_filename(path.name)
@@ -236,8 +340,11 @@ def open_stock(path: Path) -> Iterator[StockWheel]:
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise BadInput(f"{path} is not a regular file")
+        if expect_identity is not None and fsutil.file_identity(info) != expect_identity:
+            raise FetchError(f"the cached wheel {path} changed after it was checked", hint="run the command again")
         try:
             zf = zipfile.ZipFile(io.FileIO(os.dup(fd), "rb"))
         except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
@@ -245,9 +352,46 @@ def open_stock(path: Path) -> Iterator[StockWheel]:
         with zf:
             members = rawzip.members(zf, fd, label)
             dist_info = _dist_info(members, version, label)
-            yield StockWheel(path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info)
+            installs = _installs(members, dist_info, label)
+            yield StockWheel(path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info, installs)
     finally:
         os.close(fd)
+
+
+def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[str, str]:
+    """Each file's path in site-packages (folded as a case-insensitive system sees it) to the member
+    that installs there. BadInput when two members would: an installer writes both, and the one it
+    writes last (a stock copy under .data, say) is the file that stays; and when a .data member
+    would install into a dist-info directory (a second one, or the one the label names)."""
+    data_dir = dist_info[: -len(".dist-info")] + ".data"
+    paths: dict[str, str] = {}
+    for member in members:
+        path = None if member.is_dir else installed_path(member.name, data_dir)
+        if path is None:
+            continue
+        if member.name != path and path.split("/", 1)[0].lower().endswith(".dist-info"):
+            raise BadInput(f"{label}: member {member.name!r} installs into a .dist-info directory; refusing the wheel")
+        other = paths.setdefault(rawzip.folded(path), member.name)
+        if other != member.name:
+            raise BadInput(
+                f"{label}: members {other!r} and {member.name!r} install to the same file {path}; refusing the wheel"
+            )
+    return paths
+
+
+def installed_path(name: str, data_dir: str) -> str | None:
+    """Where a member lands relative to site-packages: the root's and .data/purelib's and
+    .data/platlib's (one directory in a venv), .data/data's below a site-packages directory of the
+    prefix; None for what goes elsewhere (scripts, headers, other data)."""
+    if not name.startswith(f"{data_dir}/"):
+        return name
+    scheme, _, path = name[len(data_dir) + 1 :].partition("/")
+    if scheme in ("purelib", "platlib"):
+        return path
+    if scheme == "data":
+        found = _SITE_PACKAGES.search(path)
+        return found.group(1) if found else None
+    return None
 
 
 def _dist_info(members: list[rawzip.Member], version: Version, label: str) -> str:
@@ -286,7 +430,8 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
     from patchkit.resolve import require_patches, resolve
 
     _check_metadata(wheel)
-    _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA", f"{wheel.dist_info}/RECORD"])
+    _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA"], METADATA_LIMIT)
+    _lay_out(wheel, scratch, [f"{wheel.dist_info}/RECORD"], RECORD_LIMIT)
     (scratch / "vllm").mkdir(exist_ok=True)
     # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
     resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version)))
@@ -302,7 +447,7 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, resolved: Resolved, chosen
     from patchkit.inspection import check_context
 
     patches = resolved.patches
-    _lay_out(wheel, scratch, _needed(resolved, patches))
+    _lay_out_series(wheel, scratch, _needed(resolved, patches))
     result = _Checked(
         Outcome.OK,
         wheel.path,
@@ -311,6 +456,8 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, resolved: Resolved, chosen
         warnings=list(resolved.notes),
         resolved=resolved,
     )
+    from patchkit.operations import apply_series
+
     dry = apply_series(resolved, dry_run=True, import_probe=False)
     result.warnings += dry.warnings
     result.plan, result.checks = dry.plan, list(dry.checks or [])
@@ -357,14 +504,29 @@ def _needed(resolved: Resolved, patches: list[Patch]) -> list[str]:
     return sorted(paths)
 
 
-def _lay_out(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
+def _lay_out(wheel: StockWheel, scratch: Path, paths: list[str], limit: int) -> None:
     for path in paths:
         member = wheel.member(path)
         if member is None or member.is_dir:
             continue  # a file the series creates, or one the release lacks
         target = scratch / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(wheel.read(path, RECORD_LIMIT if path.endswith("/RECORD") else 1 << 31))
+        target.write_bytes(wheel.read(path, limit))
+
+
+def _lay_out_series(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
+    """The files the series and the contract read: none beyond what the checks parse, so that a
+    wheel is never built with a file its checks skipped."""
+    limit = LARGEST_PARSED
+    for path in paths:
+        member = wheel.member(path)
+        if member is not None and member.info.file_size > limit:
+            raise BadInput(
+                f"{wheel.label}: {path}, which the series or its contract reads, is "
+                f"{member.info.file_size / 2**20:.0f} MiB; patchkit wheel takes such files up to "
+                f"{limit // 2**20} MiB (what the syntax and names checks parse); refusing the wheel"
+            )
+    _lay_out(wheel, scratch, paths, limit)
 
 
 def _without_probe(results: list[CheckResult]) -> list[CheckResult]:
@@ -392,15 +554,27 @@ def _touched(wheel: StockWheel, resolved: Resolved) -> set[str]:
     return paths | {m.name for m in wheel.members if m.name.startswith(f"{wheel.dist_info}/")}
 
 
+def _never_patched(wheel: StockWheel, stock_record: dict[str, tuple[str, str]]) -> list[rawzip.Entry]:
+    """The members no series can touch, known before the series is: those beyond LARGEST_PARSED
+    (a series that names one is refused), outside the dist-info and .data (renamed with the label)."""
+    special = (f"{wheel.dist_info}/", f"{wheel.data_dir}/")
+    return [
+        _raw(wheel, m, m.name, stock_record)
+        for m in wheel.members
+        if m.info.file_size > LARGEST_PARSED and not m.name.startswith(special)
+    ]
+
+
 def _untouched(
-    wheel: StockWheel, resolved: Resolved, version: str, stock_record: dict[str, tuple[str, str]]
+    wheel: StockWheel, resolved: Resolved, version: str, stock_record: dict[str, tuple[str, str]], copied: set[str]
 ) -> list[rawzip.Entry]:
-    """Every member no patch touches, outside the dist-info, in the stock order: copied raw."""
-    touched = _touched(wheel, resolved)
+    """Every other member no patch touches (not `copied` already), outside the dist-info, in the
+    stock order: copied raw."""
+    skipped = _touched(wheel, resolved) | copied
     return [
         _raw(wheel, m, _data_renamed(wheel, m.name, version), stock_record)
         for m in wheel.members
-        if m.name not in touched
+        if m.name not in skipped
     ]
 
 
@@ -413,6 +587,8 @@ def _entries(
 ) -> list[rawzip.Entry]:
     """The rest of the new wheel after `untouched`: the members patches touch (patched ones
     deflated, created ones added), the renamed dist-info with the provenance, RECORD last."""
+    from patchkit.provenance import provenance_files
+
     assert result.version is not None and result.label is not None
     old, new = wheel.dist_info, f"vllm-{result.version}.dist-info"
     changes = plan.changes
@@ -433,7 +609,7 @@ def _entries(
         else:  # touched by a patch the plan found already applied
             body.append(_raw(wheel, member, name, stock_record))
     created = [
-        rawzip.deflated(path, after, None, when)
+        rawzip.deflated(_creatable(wheel, path), after, None, when)
         for path, (before, after) in sorted(changes.items())
         if before is None and after is not None and wheel.member(path) is None
     ]
@@ -446,6 +622,16 @@ def _entries(
     record_name = f"{new}/RECORD"
     record = _record(untouched + rest, record_name)
     return [*rest, rawzip.deflated(record_name, record, _member(wheel, f"{old}/RECORD"), when)]
+
+
+def _creatable(wheel: StockWheel, path: str) -> str:
+    """A file the series creates, unless a member (under .data) installs there already."""
+    other = wheel.installs.get(rawzip.folded(path))
+    if other is not None:
+        raise BadInput(
+            f"{wheel.label}: the series creates {path}, and member {other!r} installs there; refusing the wheel"
+        )
+    return path
 
 
 def _data_renamed(wheel: StockWheel, name: str, version: str) -> str:
@@ -526,6 +712,8 @@ def _relabelled(metadata: bytes, version: str, label: str) -> bytes:
 
 
 def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenance:
+    from patchkit.provenance import FileRecord, PatchRecord, Provenance
+
     assert result.label is not None
     names = [p.name for p in result.patches]
     if len(set(names)) != len(names):

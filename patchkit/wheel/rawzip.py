@@ -45,6 +45,8 @@ _READABLE = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfil
 # copy_file_range cannot copy between these two files: fall back to read/write
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF}
 _CHUNK = 1 << 20
+_SMALL = 1 << 20  # a member's data up to this is written with its header, batched
+_BATCH = 8 << 20
 NEW_FILE_MODE = 0o100644 << 16  # a regular file, rw-r--r--, in a member's external attributes
 
 
@@ -165,7 +167,7 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
         problem = _name_problem(name, seen) or _kind_problem(info)
         if problem:
             raise BadInput(f"{label}: member {name!r} {problem}; refusing the wheel")
-        seen.add(_folded(name))
+        seen.add(folded(name))
         out.append(Member(info, _data_offset(info, fd, size, label)))
     clash = _file_under_file({m.name for m in out if not m.is_dir})
     if clash:
@@ -173,7 +175,7 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
     return out
 
 
-def _folded(name: str) -> str:
+def folded(name: str) -> str:
     """A name as a case-insensitive, normalising file system sees it: two members that fold alike
     would be one file there."""
     return unicodedata.normalize("NFC", name.rstrip("/")).casefold()
@@ -192,7 +194,7 @@ def _name_problem(name: str, seen: set[str]) -> str | None:
     reason = unsafe_reason(path)
     if reason:
         return reason
-    if _folded(name) in seen:
+    if folded(name) in seen:
         return "appears twice (names that differ only in case or Unicode form are one file on many systems)"
     return None
 
@@ -214,11 +216,14 @@ def _kind_problem(info: zipfile.ZipInfo) -> str | None:
 
 def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
     """Where the member's compressed bytes start: after its local header, which must name it."""
-    header = os.pread(fd, _LOCAL.size, info.header_offset)
-    if len(header) != _LOCAL.size or header[:4] != _LOCAL_SIG:
+    # One read for the header and the name the central directory gives (a second if the header's is longer).
+    header = os.pread(fd, _LOCAL.size + len(info.orig_filename.encode("utf-8")), info.header_offset)
+    if len(header) < _LOCAL.size or header[:4] != _LOCAL_SIG:
         raise BadInput(f"{label}: no local header where the central directory puts {info.orig_filename!r}")
     name_length, extra_length = struct.unpack_from("<2H", header, 26)
-    name = os.pread(fd, name_length, info.header_offset + _LOCAL.size)
+    name = header[_LOCAL.size : _LOCAL.size + name_length]
+    if len(name) < name_length:
+        name = os.pread(fd, name_length, info.header_offset + _LOCAL.size)
     encoding = "utf-8" if info.flag_bits & _UTF8_NAME else "cp437"
     if name.decode(encoding, "replace") != info.orig_filename:
         raise BadInput(f"{label}: the local header of {info.orig_filename!r} names another file")
@@ -234,7 +239,8 @@ def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
 class Writer:
     """An archive written member by member into the empty file `out` (raw entries' bytes come from
     `source`), then finished with its central directory. Each batch is checked to fit without zip64
-    before a byte of it is written."""
+    before a byte of it is written. Members are placed one after the other (one thread); their data
+    may be filled in by several."""
 
     def __init__(self, out: int, source: int, label: str):
         self.out, self.source, self.label = out, source, label
@@ -244,21 +250,50 @@ class Writer:
         self.names: set[str] = set()
 
     def add(self, entries: list[Entry]) -> None:
+        self.fill(self.place(entries))
+
+    def place(self, entries: list[Entry]) -> list[tuple[Entry, int]]:
+        """Give each entry its place after the last and write its local header there; the data of
+        small entries too (read and written in batches: one write, not two system calls a member).
+        Returns where each large one's data goes: fill() copies it, in any thread, while others
+        are placed."""
         self._check(entries)
+        places = []
+        batch, batch_at = bytearray(), self.offset
         for entry in entries:
             self.directory += entry.central_header(self.offset)
             header = entry.local_header() + entry.encoded_name
-            _pwrite(self.out, header, self.offset)
-            self.offset += len(header)
+            data_at = self.offset + len(header)
+            if entry.compress_size <= _SMALL:
+                batch += header
+                batch += self._data(entry)
+            else:
+                batch += header
+                places.append((entry, data_at))
+            self.offset = data_at + entry.compress_size
+            self.count += 1
+            if entry.compress_size > _SMALL or len(batch) >= _BATCH:
+                _pwrite(self.out, batch, batch_at)
+                batch, batch_at = bytearray(), self.offset
+        _pwrite(self.out, batch, batch_at)
+        return places
+
+    def _data(self, entry: Entry) -> bytes:
+        if entry.source is None:
+            assert entry.data is not None
+            return entry.data
+        data = os.pread(self.source, entry.compress_size, entry.source.data_offset)
+        if len(data) != entry.compress_size:
+            raise BadInput(f"{self.label}: the file ended while its members were copied (truncated while read?)")
+        return data
+
+    def fill(self, places: list[tuple[Entry, int]]) -> None:
+        for entry, offset in places:
             if entry.source is not None:
-                copy_range(
-                    self.source, entry.source.data_offset, self.out, self.offset, entry.compress_size, self.label
-                )
+                copy_range(self.source, entry.source.data_offset, self.out, offset, entry.compress_size, self.label)
             else:
                 assert entry.data is not None
-                _pwrite(self.out, entry.data, self.offset)
-            self.offset += entry.compress_size
-            self.count += 1
+                _pwrite(self.out, entry.data, offset)
 
     def finish(self) -> None:
         end = _END.pack(_END_SIG, 0, 0, self.count, self.count, len(self.directory), self.offset, 0)
@@ -312,7 +347,7 @@ def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, count: int,
         src_offset, dst_offset, count = src_offset + done, dst_offset + done, count - done
 
 
-def _pwrite(fd: int, data: bytes, offset: int) -> None:
+def _pwrite(fd: int, data: bytes | bytearray, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)

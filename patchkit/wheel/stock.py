@@ -9,20 +9,34 @@ wheel of the release carries), or on `--platform TAG` (that platform tag exactly
     <cache>/wheels/<version>/<wheel file>.json   where it came from: url, index, that sha256
     <cache>/wheels/<version>/.lock               one download at a time
 
+    <cache>/wheels/<version>/<wheel file>.seal   the file's identity when it last hashed true, sealed
+
 The cache is untrusted input: on every reuse the .json is checked for its shape and the wheel,
-read without following a symlink, must still hash to the sha256 it records; anything else is
-removed (never a symlink's target) and downloaded again. The index's page and the network are
-used only when the cache holds no fitting wheel.
+opened without following a symlink, must still hash to the sha256 it records; anything else is
+removed (never a symlink's target) and downloaded again. Hashing 500 MB on every use is most of a
+`patchkit wheel VERSION`, so a wheel that hashed true gets a .seal: its identity (device, inode,
+size, mtime and ctime in ns), sealed with this user's key (patchkit.seal) together with the sha256.
+While the open file still has that identity it is the file that was hashed: any write, a rename
+over it, a chmod or utime changes its ctime, which no one can set back. A seal is only written for
+a file whose ctime is older than a timestamp tick can hide (SEAL_AFTER_NS), and a forged, stale or
+foreign seal only costs a hash. The index's page and the network are used only when the cache
+holds no fitting wheel.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from patchkit import seal
+from patchkit.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
     Damaged,
@@ -32,18 +46,23 @@ from patchkit.fetch.cache import (
     file_sha256,
     read_regular,
     remove_entry,
+    stream_sha256,
     write_cached,
 )
 from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
+from patchkit.fsutil import Identity, file_identity
 from patchkit.record import cache_dir
 
 SCHEMA = 1
 LOCK_FILE = ".lock"
 LOCK_TIMEOUT = 3600.0  # another process may be downloading ~500 MB
 MAX_SIDECAR_BYTES = 64 << 10
+MAX_SEAL_BYTES = 4 << 10
+SEAL_KIND = "stock-wheel"
+SEAL_AFTER_NS = 2_000_000_000  # a change within one timestamp tick of the last could keep the ctime
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -58,6 +77,19 @@ def stock_wheel(
     """The path of the stock wheel of vLLM `version` in the cache, downloaded first if the cache has
     no intact one that fits this machine (or `platform`). `say` gets progress lines, `warn` what
     was wrong with the cache, `on_bytes` the download's bytes (a progress bar)."""
+    return checked_stock_wheel(version, platform=platform, say=say, warn=warn, on_bytes=on_bytes)[0]
+
+
+def checked_stock_wheel(
+    version: str,
+    *,
+    platform: str | None = None,
+    say: Progress | None = None,
+    warn: Progress | None = None,
+    on_bytes: Transferred | None = None,
+) -> tuple[Path, Identity]:
+    """stock_wheel's path, and the identity of the file that was checked: whoever opens the path
+    next holds the file it opened to it (a file replaced in between is not the one checked)."""
     ver = normalize_version(version)
     say = say or (lambda _message: None)
     warn = warn or say
@@ -118,9 +150,9 @@ def wheels_root(ver: str, warn: Progress) -> Path:
     return root
 
 
-def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress) -> Path | None:
-    """The cached wheel that fits best and is intact (its recorded sha256), or None. Entries that
-    are damaged are removed, with a warning."""
+def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress) -> tuple[Path, Identity] | None:
+    """The cached wheel that fits best and is intact (its recorded sha256), with its identity, or
+    None. Entries that are damaged are removed, with a warning."""
     try:
         names = sorted(p.name for p in root.iterdir() if p.name.endswith(".whl.json"))
     except OSError:
@@ -132,17 +164,18 @@ def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress)
         if rank is not None:
             ranked.append((rank, wheel))
     for _rank, wheel in sorted(ranked):
-        problem = _cached_problem(root, ver, wheel)
-        if problem is None:
-            return root / wheel
-        warn(f"the cached wheel {root / wheel} is damaged ({problem}): downloading it again")
-        remove_entry(root / wheel)
-        remove_entry(root / f"{wheel}.json")
+        checked = _check_cached(root, ver, wheel)
+        if not isinstance(checked, str):
+            return root / wheel, checked
+        warn(f"the cached wheel {root / wheel} is damaged ({checked}): downloading it again")
+        for name in (wheel, f"{wheel}.json", f"{wheel}.seal"):
+            remove_entry(root / name)
     return None
 
 
-def _cached_problem(root: Path, ver: str, wheel: str) -> str | None:
-    """Why a cached wheel cannot be used (its record's shape, the file, its sha256), or None."""
+def _check_cached(root: Path, ver: str, wheel: str) -> Identity | str:
+    """The identity of a cached wheel that is intact, else why it cannot be used (its record's
+    shape, the file, its sha256)."""
     try:
         record = json.loads(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
         expected = {"schema": SCHEMA, "project": PROJECT, "version": ver, "wheel": wheel}
@@ -150,13 +183,57 @@ def _cached_problem(root: Path, ver: str, wheel: str) -> str | None:
             return f"{wheel}.json is not what patchkit wrote for it"
         if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
             return f"{wheel}.json has no sha256"
-        if file_sha256(root / wheel) != record["sha256"]:
-            return "its sha256 is not the one the download was checked against"
+        return _intact(root, f"{ver}/{wheel}", wheel, record["sha256"])
     except FileNotFoundError as e:
         return f"{Path(e.filename or wheel).name} is missing"
     except (Damaged, ValueError, RecursionError) as e:
         return str(e)
+
+
+def _intact(root: Path, sealed_name: str, wheel: str, sha256: str) -> Identity | str:
+    """The wheel's identity when it is the file its seal names or hashes to `sha256` (then sealed
+    for next time), else why not."""
+    try:
+        fd = os.open(root / wheel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        return f"{wheel} is not a regular file ({e.strerror})"
+    with os.fdopen(fd, "rb") as handle:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            return f"{wheel} is not a regular file"
+        if _sealed_identity(root, sealed_name, wheel, sha256) == file_identity(before):
+            return file_identity(before)
+        if stream_sha256(handle) != sha256:
+            return "its sha256 is not the one the download was checked against"
+        if file_identity(os.fstat(fd)) == file_identity(before) and time.time_ns() - before.st_ctime_ns > SEAL_AFTER_NS:
+            _write_seal(root, sealed_name, wheel, sha256, file_identity(before))
+    return file_identity(before)
+
+
+def _seal_payload(sha256: str, ident: Identity) -> bytes:
+    return seal.canonical({"sha256": sha256, "identity": list(ident)})
+
+
+def _sealed_identity(root: Path, sealed_name: str, wheel: str, sha256: str) -> Identity | None:
+    """The identity the wheel's .seal records for `sha256`, if this user's patchkit sealed it."""
+    try:
+        entry = json.loads(read_regular(root, f"{wheel}.seal", limit=MAX_SEAL_BYTES))
+        ident = tuple(entry["identity"])
+        if not all(type(n) is int for n in ident) or len(ident) != 5:
+            return None
+        if seal.sealed(SEAL_KIND, sealed_name, _seal_payload(sha256, ident), entry.get("seal")):
+            return ident
+    except (OSError, Damaged, ValueError, RecursionError, TypeError, KeyError):
+        pass
     return None
+
+
+def _write_seal(root: Path, sealed_name: str, wheel: str, sha256: str, ident: Identity) -> None:
+    entry = {"identity": list(ident), "seal": seal.seal(SEAL_KIND, sealed_name, _seal_payload(sha256, ident))}
+    with suppress(FetchError):  # a cache that cannot be written: the wheel is hashed again next time
+        write_cached(root / f"{wheel}.seal", (json.dumps(entry) + "\n").encode())
 
 
 def _lock(root: Path, ver: str, say: Progress):
@@ -181,15 +258,15 @@ def _download(
     platform: str | None,
     say: Progress,
     on_bytes: Transferred | None,
-) -> Path:
+) -> tuple[Path, Identity]:
     settings = net.pip_settings()
     session = net.make_session(settings, None)
     try:
         chosen = find_wheel(ver, settings, session, say, rank=_ranker(priority), wanted=_describe(platform))
         check_wheel_name(chosen["wheel"])
         dest = root / chosen["wheel"]
-        remove_entry(dest)  # a damaged or planted file (a symlink: the link itself)
-        remove_entry(root / f"{chosen['wheel']}.json")
+        for name in (dest.name, f"{dest.name}.json", f"{dest.name}.seal"):
+            remove_entry(root / name)  # a damaged or planted file (a symlink: the link itself)
         download_wheel(
             session, chosen["url"], chosen["sha256"], dest, timeout=settings.timeout, say=say, on_bytes=on_bytes
         )
@@ -199,7 +276,10 @@ def _download(
     digest = (chosen["sha256"] or "").lower() or file_sha256(dest)
     sidecar = {"schema": SCHEMA, "project": PROJECT, "version": ver, **chosen, "sha256": digest}
     write_cached(root / f"{chosen['wheel']}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
-    return dest
+    try:
+        return dest, file_identity(os.stat(dest, follow_symlinks=False))
+    except OSError as e:
+        raise cache_write_error(dest, e) from None
 
 
 def _ranker(priority: dict[Any, int]) -> Callable[[str, str], int | None]:

@@ -1,0 +1,22 @@
+"""Each Python content parsed once in this process: syntax compiles the tree, contract reads it
+(apply checks the same contents as planned and as written; fleet's node agent in phase 1 and again
+in phase 2). Readers only read the tree."""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from functools import lru_cache
+
+
+@lru_cache(maxsize=64)
+def parsed(data: bytes, path: str) -> ast.Module | Exception:
+    """The tree of `data`, or the error the parser raised: a NUL byte is a ValueError, code nested
+    deeper than the interpreter can parse a RecursionError or MemoryError (Python cannot import it
+    either)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like: not a verdict
+            return ast.parse(data, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return exc
