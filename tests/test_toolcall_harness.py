@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,13 @@ def test_without_serving_code_the_version_decides(tmp_path):
     write(tmp_path, PARSER, "")
     module = harness()
     assert module.top_up_of_tree(tmp_path / "vllm" / PARSER) is None
-    versions = {"0.11.0": "bare", "0.13.0": "bare", "0.14.1": "dumps", "0.22.1": "replace", "0.33.1.dev12+gabc": "append"}
+    versions = {
+        "0.11.0": "bare",
+        "0.13.0": "bare",
+        "0.14.1": "dumps",
+        "0.22.1": "replace",
+        "0.33.1.dev12+gabc": "append",
+    }
     assert {v: str(module.top_up_of_version(v)) for v in versions} == versions
 
 
@@ -89,12 +96,10 @@ def test_a_final_delta_that_starts_with_a_new_calls_name_is_left_as_it_is():
         ],
     )
 
-    class Parser:
-        prev_tool_call_arr = [{"name": "f", "arguments": {"x": 1}}]
-        streamed_args_for_tool = ['{"x": 1}']
-
+    parser = types.SimpleNamespace(prev_tool_call_arr=[{"name": "f", "arguments": {"x": 1}}])
+    parser.streamed_args_for_tool = ['{"x": 1}']
     for name in ("bare", "dumps", "replace"):
-        assert module.TOP_UPS[name].apply(Parser(), name_first) is name_first
+        assert module.TOP_UPS[name].apply(parser, name_first) is name_first
     arguments_first = module.DeltaMessage(tool_calls=list(reversed(name_first.tool_calls)))
-    rewritten = module.TOP_UPS["bare"].apply(Parser(), arguments_first)
+    rewritten = module.TOP_UPS["bare"].apply(parser, arguments_first)
     assert [(c.index, c.id, c.function.name) for c in rewritten.tool_calls] == [(0, None, None)]

@@ -527,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     failed, runs = sum(t.failed for t in tallies), sum(t.runs for t in tallies)
     names = ", ".join(cls.__name__ for cls, _ in classes)
     top_up_names = ", ".join(map(str, top_ups))
-    print(f"{'FAIL' if failed else 'PASS'} {names}: {failed} of {runs} streamed runs differ (top-up {top_up_names}: {source})")
+    print(
+        f"{'FAIL' if failed else 'PASS'} {names}: {failed} of {runs} streamed runs differ (top-up {top_up_names}: {source})"
+    )
     return 1 if failed else 0
 
 
