@@ -153,7 +153,16 @@ def partial_tag_overlap(text: str, tag: str) -> int:
     return next((size for size in range(min(len(text), len(tag) - 1), 0, -1) if text.endswith(tag[:size])), 0)
 
 
+# vllm/tool_parsers/utils.py's schema helpers, for a request without tools (the harness sends none):
+# no tool's properties, so every parameter's types are ["string"] and its value stays as written
+NO_TOOLS_SCHEMA_HELPERS: dict[str, Any] = {
+    "find_tool_properties": lambda tools, tool_name: {},
+    "extract_types_from_schema": lambda schema: ["string"],
+    "coerce_to_schema_type": lambda value, schema_type: value,
+}
+
 STAND_INS: dict[str, Any] = {
+    **NO_TOOLS_SCHEMA_HELPERS,
     "FunctionCall": FunctionCall,
     "ToolCall": ToolCall,
     "ExtractedToolCallInformation": ExtractedToolCallInformation,
