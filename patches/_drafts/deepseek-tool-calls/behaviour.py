@@ -1,19 +1,22 @@
 """Behaviour test of a vLLM streaming tool-call parser file: streamed calls must equal non-streamed ones.
 
-Usage: python behaviour.py PARSER_FILE [--vllm-version V | --top-up bare|dumps|replace|append ...] [--random N] [--quiet]
+Usage: python behaviour.py PARSER_FILE [--vllm-version V] [--top-up NAME ...] [--random N] [--quiet]
 
-The parser file is loaded without vLLM (which needs torch): every `vllm.*` import is served by the
-small stand-ins below. A fake tokenizer makes each marker one token, and the model outputs of
-CASES are streamed at SPLITS tokens per delta and all at once. The last delta gets the end-of-stream
-top-up of vLLM's chat server (TOP_UPS: each release line's own; all of them unless --top-up names
-some). Exit 0: every streamed result equals extract_tool_calls'; 1: some differ (each named);
-2: the file cannot be loaded or holds no known parser. Standard library only.
+The driver is the same file in every set; the set's scenario.py beside it names the parser classes,
+their markers and the model outputs. The parser file is loaded without vLLM (which needs torch):
+every `vllm.*` import is served by the small stand-ins below. A fake tokenizer makes each marker one
+token; each output is streamed at SPLITS tokens per delta and all at once (and --random N seeded
+random splits), with the end-of-stream top-up of the chat server of the tree the file is in (read
+from its serving file; without one, that of --vllm-version; without either, every top-up), and
+compared with extract_tool_calls. Every split is judged.
+Exit 0: every streamed result matches; 1: some differ (each named with what was lost);
+2: the file cannot be loaded or defines none of the scenario's parsers. Standard library only.
 """
 
-# ruff: noqa: RUF001  (the DeepSeek markers are written with fullwidth bars)
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -26,12 +29,11 @@ import types
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 SPLITS = (1, 2, 3, 4, 6, 8, 16)
-EOS = "<｜end▁of▁sentence｜>"  # the stop token: in the token ids, not in the text
+Call = tuple[Any, str, Any]  # id, name, arguments (an id or arguments of None: whatever extract_tool_calls says)
 
 
 # --- stand-ins for what the parser files import from vllm ------------------------------------
@@ -146,11 +148,21 @@ class ChatCompletionRequest(_Placeholder):
     skip_special_tokens = True
 
 
-def _tool_call_id(*args: Any, **kwargs: Any) -> str:
-    return f"chatcmpl-tool-{uuid.uuid4().hex}"
+def partial_tag_overlap(text: str, tag: str) -> int:
+    """vllm/tool_parsers/utils.py's: the longest end of `text` that begins `tag`."""
+    return next((size for size in range(min(len(text), len(tag) - 1), 0, -1) if text.endswith(tag[:size])), 0)
 
+
+# vllm/tool_parsers/utils.py's schema helpers, for a request without tools (the harness sends none):
+# no tool's properties, so every parameter's types are ["string"] and its value stays as written
+NO_TOOLS_SCHEMA_HELPERS: dict[str, Any] = {
+    "find_tool_properties": lambda tools, tool_name: {},
+    "extract_types_from_schema": lambda schema: ["string"],
+    "coerce_to_schema_type": lambda value, schema_type: value,
+}
 
 STAND_INS: dict[str, Any] = {
+    **NO_TOOLS_SCHEMA_HELPERS,
     "FunctionCall": FunctionCall,
     "ToolCall": ToolCall,
     "ExtractedToolCallInformation": ExtractedToolCallInformation,
@@ -160,8 +172,9 @@ STAND_INS: dict[str, Any] = {
     "ToolParser": ToolParser,
     "ToolParserManager": ToolParserManager,
     "init_logger": logging.getLogger,
-    "make_tool_call_id": _tool_call_id,
+    "make_tool_call_id": lambda *args, **kwargs: f"chatcmpl-tool-{uuid.uuid4().hex}",
     "random_uuid": lambda: uuid.uuid4().hex,
+    "partial_tag_overlap": partial_tag_overlap,
     "ChatCompletionRequest": ChatCompletionRequest,
     **{name: type(name, (_Placeholder,), {}) for name in ("ResponsesRequest", "Tool", "TokenizerLike", "AnyTokenizer")},
 }
@@ -191,15 +204,8 @@ class _VllmStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def load_parser_module(path: Path) -> types.ModuleType:
-    """Execute the parser file with vllm.* served by stand-ins (and the `regex` package by `re`)."""
-    sys.dont_write_bytecode = True  # the file's tree is not the harness's to write into
-    sys.meta_path.insert(0, _VllmStandIns())
-    try:
-        import regex  # noqa: F401
-    except ImportError:
-        sys.modules["regex"] = re  # the parsers' patterns are plain `re` patterns
-    spec = importlib.util.spec_from_file_location(f"behaviour_parser_{path.stem}", path)
+def load_module(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -207,109 +213,31 @@ def load_parser_module(path: Path) -> types.ModuleType:
     return module
 
 
-# --- model outputs ------------------------------------------------------------------------------
+def load_parser_module(path: Path) -> types.ModuleType:
+    """Execute the parser file with vllm.* served by stand-ins (and the `regex` package by `re`)."""
+    sys.dont_write_bytecode = True  # the file's tree is not the harness's to write into
+    if not any(isinstance(finder, _VllmStandIns) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _VllmStandIns())
+    if importlib.util.find_spec("regex") is None:
+        sys.modules["regex"] = re  # the parsers' patterns are plain `re` patterns
+    return load_module(path, f"behaviour_parser_{path.stem}")
 
 
-@dataclass(frozen=True)
-class Case:
-    name: str
-    content: str
-    calls: tuple[tuple[str, str], ...]  # (function name, arguments as the model writes them)
+def load_scenario(path: Path = Path(__file__).with_name("scenario.py")) -> types.ModuleType:
+    """The set's scenario: STOP, MARKERS, CASES ({label: output}) and PARSERS ({class name: render}),
+    where render(output) gives the model's text and what extract_tool_calls must read from it."""
+    return load_module(path, f"behaviour_scenario_{path.parent.name}")
 
 
-CASES = (
-    Case("one call", "", (("get_weather", '{"city": "Paris", "unit": "celsius"}'),)),
-    Case(
-        "two parallel calls",
-        "",
-        (("get_weather", '{"city": "Paris"}'), ("get_time", '{"timezone": "Europe/Paris"}')),
-    ),
-    Case("text before the calls", "Let me check that for you.\n\n", (("get_weather", '{"city": "Tokyo"}'),)),
-    Case("numeric arguments", "", (("add", '{"a": 12, "b": 3.5}'), ("scale", '{"factor": -2}'))),
-    Case(
-        "nested arguments",
-        "Sure.",
-        (("search", '{"query": {"text": "vllm", "tags": ["a", "b"]}, "filters": [{"k": 1}, {"k": [2, 3]}]}'),),
-    ),
-)
-
-
-@dataclass(frozen=True)
-class Format:
-    """How a parser class's model writes tool calls, and which markers are single tokens."""
-
-    begin: str
-    end: str
-    markers: tuple[str, ...]
-    render_call: Callable[[str, str], str]
-    arguments_as_written: bool = True  # extract_tool_calls returns the arguments as the model wrote them
-    named_call: str = ""  # a regex: a call's text up to the end of its name
-
-
-DSK_MARKERS = (
-    "<｜tool▁calls▁begin｜>",
-    "<｜tool▁calls▁end｜>",
-    "<｜tool▁call▁begin｜>",
-    "<｜tool▁call▁end｜>",
-    "<｜tool▁sep｜>",
-)
-FORMATS = {
-    "DeepSeekV3ToolParser": Format(
-        DSK_MARKERS[0],
-        DSK_MARKERS[1],
-        DSK_MARKERS,
-        lambda name, args: (
-            f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{args}\n```<｜tool▁call▁end｜>"
-        ),
-        named_call="<｜tool▁call▁begin｜>[^\n]*<｜tool▁sep｜>[^\n]*\n",
-    ),
-    "DeepSeekV31ToolParser": Format(
-        DSK_MARKERS[0],
-        DSK_MARKERS[1],
-        DSK_MARKERS,
-        lambda name, args: f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>",
-        named_call="<｜tool▁call▁begin｜>[^\n]*?<｜tool▁sep｜>",
-    ),
-}
-
-
-def _dsml_call(name: str, arguments: str) -> str:
-    """DeepSeek-V3.2's DSML invoke block: one parameter per top-level key, strings as they are."""
-    params = "".join(
-        f'<｜DSML｜parameter name="{key}" string="{str(isinstance(value, str)).lower()}">'
-        f"{value if isinstance(value, str) else json.dumps(value)}</｜DSML｜parameter>\n"
-        for key, value in json.loads(arguments).items()
-    )
-    return f'<｜DSML｜invoke name="{name}">\n{params}</｜DSML｜invoke>\n'
-
-
-FORMATS["DeepSeekV32ToolParser"] = Format(
-    "<｜DSML｜function_calls>\n",
-    "</｜DSML｜function_calls>",
-    (
-        "<｜DSML｜function_calls>",
-        "</｜DSML｜function_calls>",
-        "<｜DSML｜invoke name=",
-        "</｜DSML｜invoke>",
-        "<｜DSML｜parameter name=",
-        "</｜DSML｜parameter>",
-    ),
-    _dsml_call,
-    arguments_as_written=False,  # every value a JSON string, as the parameters carry them
-    named_call=r'<｜DSML｜invoke name="[^"]+"\s*>',
-)
-
-
-def model_output(case: Case, fmt: Format) -> str:
-    return case.content + fmt.begin + "".join(fmt.render_call(n, a) for n, a in case.calls) + fmt.end
+# --- a tokenizer whose markers are single tokens -------------------------------------------------
 
 
 class FakeTokenizer:
-    """Each marker (and EOS) is one token; other text is cut into short word-like tokens."""
+    """Each marker (and the stop token) is one token; other text is cut into short word-like tokens."""
 
-    def __init__(self, markers: tuple[str, ...]) -> None:
+    def __init__(self, markers: tuple[str, ...], stop: str) -> None:
         self.vocab: dict[str, int] = {}
-        self.markers = (*markers, EOS)
+        self.markers, self.stop = (*markers, stop), stop
         for marker in self.markers:
             self.token_id(marker)
         self._split = re.compile("(" + "|".join(map(re.escape, self.markers)) + ")")
@@ -321,96 +249,142 @@ class FakeTokenizer:
         return self.vocab.setdefault(piece, len(self.vocab) + 1000)
 
     def tokenize(self, text: str) -> list[tuple[int, str]]:
+        """(id, text) per token of `text` and the stop token, which vLLM does not detokenize."""
         tokens = []
-        for part in self._split.split(text):
+        for part in self._split.split(text + self.stop):
             pieces = [part] if part in self.markers else re.findall(r" ?\w{1,4}|\s|[^\w\s]", part)
-            tokens += [(self.token_id(p), "" if p == EOS else p) for p in pieces]
+            tokens += [(self.token_id(p), "" if p == self.stop else p) for p in pieces]
         return tokens
 
 
-# --- streaming as vLLM's chat server does -------------------------------------------------------
+# --- the chat server's end-of-stream top-up ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopUp:
+    """Up to 0.22 the server rewrites the final delta when its first entry carries arguments: one entry
+    for the last call, with the recorded arguments (json.dumps-ed, or a str as is from 0.17) less those
+    streamed, keeping that call's id and name from 0.14. From 0.23 it appends the unstreamed rest."""
+
+    keeps_strings: bool = False
+    keeps_ids: bool = False
+    appends: bool = False
+
+    def __str__(self) -> str:
+        return next((name for name, top_up in TOP_UPS.items() if top_up == self), "bare, str as is")
+
+    def apply(self, parser: Any, delta: DeltaMessage | None) -> DeltaMessage | None:
+        if self.appends:
+            if delta and delta.tool_calls and delta.tool_calls[-1].function:
+                last = delta.tool_calls[-1].function
+                last.arguments = (last.arguments or "") + ToolParser.get_remaining_unstreamed_args(parser)
+            return delta
+        first = delta.tool_calls[0] if delta and delta.tool_calls else None
+        if first is None or first.function is None or first.function.arguments is None:
+            return delta
+        index = len(parser.prev_tool_call_arr) - 1 if parser.prev_tool_call_arr else 0
+        args = parser.prev_tool_call_arr[index].get("arguments", {})
+        expected = args if self.keeps_strings and isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        actual = parser.streamed_args_for_tool[index]
+        if first.function.arguments:
+            actual = actual[: -len(first.function.arguments)]
+        original = next((c for c in delta.tool_calls if c.index == index), None) if self.keeps_ids else None
+        name = original.function.name if original and original.function else None
+        function = DeltaFunctionCall(name=name, arguments=expected.replace(actual, "", 1))
+        return DeltaMessage(
+            tool_calls=[
+                DeltaToolCall(
+                    index=index,
+                    id=original.id if original else None,
+                    type=original.type if original else None,
+                    function=function,
+                )
+            ]
+        )
+
+
+TOP_UPS = {
+    "bare": TopUp(),  # 0.11-0.13
+    "dumps": TopUp(keeps_ids=True),  # 0.14-0.16
+    "replace": TopUp(keeps_strings=True, keeps_ids=True),  # 0.17-0.22
+    "append": TopUp(appends=True),  # 0.23 on
+}
+SERVING_FILES = ("entrypoints/openai/chat_completion/serving.py", "entrypoints/openai/serving_chat.py")
+APPENDING_FILE = "parser/abstract_parser.py"  # 0.23 on: DelegatingParser._append_unstreamed_tool_args
+
+
+def top_up_of_version(version: str) -> TopUp:
+    """The top-up of vLLM `version`'s chat server (e.g. 0.16.0, 0.33.1.dev12+gabc)."""
+    line = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    since = {(0, 11): "bare", (0, 14): "dumps", (0, 17): "replace", (0, 23): "append"}
+    return TOP_UPS[since[max((s for s in since if s <= line), default=(0, 11))]]
+
+
+def top_up_of_tree(parser_file: Path) -> tuple[TopUp, Path] | None:
+    """The top-up the serving code of the tree `parser_file` is in runs, and the file it was read from."""
+    root = next((p for p in parser_file.resolve().parents if p.name == "vllm"), None)
+    serving = next((root / rel for rel in SERVING_FILES if (root / rel).is_file()), None) if root else None
+    if root is None or serving is None:
+        return None
+    nodes = list(ast.walk(ast.parse(serving.read_text(encoding="utf-8"), str(serving))))
+    if any(isinstance(node, ast.Name) and node.id == "expected_call" for node in nodes):
+        keeps_ids = any(isinstance(n, ast.FunctionDef) and n.name == "_create_remaining_args_delta" for n in nodes)
+        return TopUp(keeps_strings=any(map(_keeps_str_arguments, nodes)), keeps_ids=keeps_ids), serving
+    appending = root / APPENDING_FILE
+    if appending.is_file() and "def _append_unstreamed_tool_args(" in appending.read_text(encoding="utf-8"):
+        return TOP_UPS["append"], appending
+    return None
+
+
+def _keeps_str_arguments(node: ast.AST) -> bool:
+    """`if isinstance(X, str): expected_call = X`, or `expected_call = X if isinstance(X, str) else ...`."""
+
+    def str_check(test: ast.AST) -> str | None:
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance":
+            checked, kind = test.args if len(test.args) == 2 else (None, None)
+            if isinstance(checked, ast.Name) and isinstance(kind, ast.Name) and kind.id == "str":
+                return checked.id
+        return None
+
+    def assigns_expected(statement: ast.AST, name: str) -> bool:
+        return (
+            isinstance(statement, ast.Assign)
+            and [getattr(t, "id", None) for t in statement.targets] == ["expected_call"]
+            and isinstance(statement.value, ast.Name)
+            and statement.value.id == name
+        )
+
+    if isinstance(node, ast.If) and (name := str_check(node.test)):
+        return any(assigns_expected(statement, name) for statement in node.body)
+    if isinstance(node, ast.Assign) and isinstance(node.value, ast.IfExp):
+        name = str_check(node.value.test)
+        return name is not None and assigns_expected(ast.Assign(targets=node.targets, value=node.value.body), name)
+    return False
+
+
+# --- streaming as vLLM's chat server does --------------------------------------------------------
 
 
 @dataclass
 class Streamed:
     content: str = ""
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
 
     def add(self, delta: DeltaMessage | None) -> None:
         if delta is None:
             return
         self.content += delta.content or ""
         for call in delta.tool_calls or []:
-            seen = self.calls.setdefault(call.index, {"ids": [], "name": "", "arguments": ""})
+            seen = self.calls.setdefault(call.index, {"ids": [], "name": None, "arguments": ""})
             if call.id is not None:
                 seen["ids"].append(call.id)
-            function = call.function
-            if function is not None:
-                seen["name"] += function.name or ""
-                seen["arguments"] += function.arguments or ""
-
-
-def _top_up_append(parser: Any, delta: DeltaMessage | None) -> DeltaMessage | None:
-    """vLLM >= 0.23 (DelegatingParser._append_unstreamed_tool_args)."""
-    if delta and delta.tool_calls and delta.tool_calls[-1].function:
-        last = delta.tool_calls[-1].function
-        last.arguments = (last.arguments or "") + ToolParser.get_remaining_unstreamed_args(parser)
-    return delta
-
-
-def _top_up_replace(
-    parser: Any, delta: DeltaMessage | None, *, keep_strings: bool, keep_ids: bool
-) -> DeltaMessage | None:
-    """vLLM <= 0.22 (the chat server's check for unstreamed tool arg tokens): the final delta is rewritten
-    to carry only the last call; 0.14 on keep its id, type and name; 0.17 on keep str arguments as they are."""
-    first = delta.tool_calls[0] if delta and delta.tool_calls else None
-    if first is None or first.function is None or first.function.arguments is None:
-        return delta
-    index = len(parser.prev_tool_call_arr) - 1 if parser.prev_tool_call_arr else 0
-    latest_delta_len = len(first.function.arguments)
-    args = parser.prev_tool_call_arr[index].get("arguments", {})
-    keep = keep_strings and isinstance(args, str)
-    expected_call = args if keep else json.dumps(args, ensure_ascii=False)
-    actual_call = parser.streamed_args_for_tool[index]
-    if latest_delta_len > 0:
-        actual_call = actual_call[:-latest_delta_len]
-    remaining_call = expected_call.replace(actual_call, "", 1)
-    original = next((tc for tc in delta.tool_calls if tc.index == index), None) if keep_ids else None
-    function = original.function if original else None
-    return DeltaMessage(
-        tool_calls=[
-            DeltaToolCall(
-                index=index,
-                id=original.id if original else None,
-                type=original.type if original else None,
-                function=DeltaFunctionCall(name=function.name if function else None, arguments=remaining_call),
-            )
-        ]
-    )
-
-
-@dataclass(frozen=True)
-class TopUp:
-    releases: str
-    since: tuple[int, int]  # the first release line that has it
-    apply: Callable[[Any, DeltaMessage | None], DeltaMessage | None]
-    # The server rebuilds the final delta with the last call only (0.11-0.13: without its id and name):
-    # a final delta that names a call loses it, or what came before it in that delta, with any parser.
-    rewrites_final_delta: bool
-
-
-TOP_UPS = {
-    "bare": TopUp("0.11-0.13", (0, 11), partial(_top_up_replace, keep_strings=False, keep_ids=False), True),
-    "dumps": TopUp("0.14-0.16", (0, 14), partial(_top_up_replace, keep_strings=False, keep_ids=True), True),
-    "replace": TopUp("0.17-0.22", (0, 17), partial(_top_up_replace, keep_strings=True, keep_ids=True), True),
-    "append": TopUp("0.23 on", (0, 23), _top_up_append, False),
-}
-
-
-def top_up_of(version: str) -> str:
-    """The top-up of vLLM `version`'s chat server (e.g. 0.16.0, 0.33.1.dev12+gabc)."""
-    line = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
-    return max((t for t in TOP_UPS.items() if t[1].since <= line), key=lambda t: t[1].since)[0]
+            if call.function is not None and call.function.name:
+                if seen["name"] is not None:
+                    self.problems.append(f"call {call.index}: name sent twice")
+                seen["name"] = call.function.name
+            if call.function is not None:
+                seen["arguments"] += call.function.arguments or ""
 
 
 def chunks(tokens: list[tuple[int, str]], sizes: list[int]) -> Iterator[list[tuple[int, str]]]:
@@ -426,17 +400,16 @@ def fixed_split(count: int, size: int) -> list[int]:
 
 def random_split(count: int, rng: random.Random) -> list[int]:
     """Delta sizes cut at up to 12 random places, as the runs speculative decoding accepts vary."""
-    cuts = sorted(set(rng.sample(range(1, count), min(12, count - 1))))
+    cuts = sorted(rng.sample(range(1, count), rng.randint(0, min(12, count - 1))))
     return [b - a for a, b in zip([0, *cuts], [*cuts, count], strict=True)]
 
 
-def stream(parser_class: type, tokenizer: FakeTokenizer, text: str, sizes: list[int], top_up: str) -> Streamed:
+def stream(parser_class: type, tokenizer: FakeTokenizer, text: str, sizes: list[int], top_up: TopUp) -> Streamed:
     parser = parser_class(tokenizer)
-    request = STAND_INS["ChatCompletionRequest"]()
-    tokens = tokenizer.tokenize(text + EOS)
+    request = ChatCompletionRequest()
     result = Streamed()
     previous_text, previous_ids = "", []
-    pieces = list(chunks(tokens, sizes))
+    pieces = list(chunks(tokenizer.tokenize(text), sizes))
     for number, piece in enumerate(pieces, 1):
         delta_ids = [token_id for token_id, _ in piece]
         delta_text = "".join(text for _, text in piece)
@@ -444,122 +417,128 @@ def stream(parser_class: type, tokenizer: FakeTokenizer, text: str, sizes: list[
         delta = parser.extract_tool_calls_streaming(
             previous_text, current_text, delta_text, previous_ids, current_ids, delta_ids, request
         )
-        if number == len(pieces):
-            delta = TOP_UPS[top_up].apply(parser, delta)
-        result.add(delta)
+        result.add(top_up.apply(parser, delta) if number == len(pieces) else delta)
         previous_text, previous_ids = current_text, current_ids
     return result
 
 
-# --- comparing ----------------------------------------------------------------------------------
+# --- comparing -----------------------------------------------------------------------------------
 
 
-def expected_result(parser_class: type, tokenizer: FakeTokenizer, text: str) -> tuple[str, list[tuple[str, str]]]:
-    info = parser_class(tokenizer).extract_tool_calls(text, STAND_INS["ChatCompletionRequest"]())
-    return info.content or "", [(c.function.name, c.function.arguments) for c in info.tool_calls]
+def expected_result(parser_class: type, tokenizer: FakeTokenizer, text: str) -> tuple[str, list[Call]]:
+    info = parser_class(tokenizer).extract_tool_calls(text, ChatCompletionRequest())
+    return info.content or "", [(c.id, c.function.name, c.function.arguments) for c in info.tool_calls]
 
 
-def differences(streamed: Streamed, content: str, calls: list[tuple[str, str]]) -> list[str]:
-    found = []
+def matches(got: tuple[str, list[Call]], intended: tuple[str, list[Call]]) -> bool:
+    """extract_tool_calls read what the model wrote (an intended id or arguments of None: any)."""
+    (content, calls), (want_content, want_calls) = got, intended
+    return (
+        content == want_content
+        and len(calls) == len(want_calls)
+        and all(w is None or g == w for call, want in zip(calls, want_calls) for g, w in zip(call, want, strict=True))
+    )
+
+
+def differences(streamed: Streamed, content: str, calls: list[Call], stable_ids: list[bool]) -> list[str]:
+    found = list(streamed.problems)
     if streamed.content != content:
         found.append(f"content {streamed.content!r}, expected {content!r}")
-    if sorted(streamed.calls) != list(range(len(streamed.calls))):
-        found.append(f"call indexes {sorted(streamed.calls)}")
-    got = [streamed.calls[i] for i in sorted(streamed.calls)]
-    if len(got) != len(calls):
-        found.append(f"{len(got)} call(s), expected {len(calls)}")
-    for index, (seen, (name, arguments)) in enumerate(zip(got, calls, strict=False)):
+    for index, ((ident, name, arguments), stable_id) in enumerate(zip(calls, stable_ids, strict=True)):
+        seen = streamed.calls.get(index)
+        if seen is None:
+            found.append(f"call {index} ({name}) lost")
+            continue
         if seen["name"] != name:
-            found.append(f"call {index} name {seen['name']!r}, expected {name!r}")
+            found.append(f"call {index} ({name}) name {seen['name']!r}")
         if seen["arguments"] != arguments:
-            found.append(f"call {index} arguments {seen['arguments']!r}, expected {arguments!r}")
-        if len(seen["ids"]) != 1:
-            found.append(f"call {index} got {len(seen['ids'])} ids")
+            found.append(f"call {index} ({name}) arguments {seen['arguments']!r}, expected {arguments!r}")
+        if len(seen["ids"]) != 1 or (stable_id and seen["ids"] != [ident]):
+            found.append(f"call {index} ({name}) ids {seen['ids']}, expected {[ident] if stable_id else 'one'}")
+    found += [f"extra call {index}: {streamed.calls[index]}" for index in sorted(streamed.calls) if index >= len(calls)]
     return found
 
 
 @dataclass
 class Tally:
     failed: int = 0
-    judged: int = 0
-    not_judged: int = 0  # a call's name comes in the final delta, under a top-up that rewrites it
+    runs: int = 0
 
 
 def check_class(
-    parser_class: type, fmt: Format, top_ups: list[str], random_splits: int, say: Callable[[str], None]
+    parser_class: type, render: Callable, scenario: Any, top_ups: list[TopUp], random_splits: int, say: Callable
 ) -> Tally:
-    """Stream every case at every split under every top-up; say each run that differs."""
+    """Stream every output at every split under every top-up; say each run that differs and how."""
     rng = random.Random(0)  # the same random splits on every run
-    tokenizer = FakeTokenizer(fmt.markers)
+    tokenizer = FakeTokenizer(scenario.MARKERS, scenario.STOP)
     tally = Tally()
-    for case in CASES:
-        text = model_output(case, fmt)
-        content, calls = expected_result(parser_class, tokenizer, text)
-        written = (
-            list(case.calls)
-            if fmt.arguments_as_written
-            else [(n, a) for (n, _), (_, a) in zip(case.calls, calls, strict=False)]
-        )
-        if (content, calls) != (case.content, written):
-            say(f"FAIL {parser_class.__name__} [{case.name}] non-streaming: {content!r} {calls!r}")
-            tally.failed += 1
-            continue
-        tokens = tokenizer.tokenize(text + EOS)
-        total = len(tokens)
+    for label, output in scenario.CASES.items():
+        text, intended = render(output)
+        total = len(tokenizer.tokenize(text))
         splits = [(fixed_split(total, size), f"{size} token(s) per delta") for size in SPLITS]
-        splits += [
-            (sizes, f"deltas of {sizes} tokens") for sizes in (random_split(total, rng) for _ in range(random_splits))
-        ]
+        splits += [(random_split(total, rng), "") for _ in range(random_splits)]
         splits.append(([total], "all at once"))
+        tally.runs += len(splits) * len(top_ups)
+        content, calls = expected_result(parser_class, tokenizer, text)
+        if not matches((content, calls), intended):
+            say(f"FAIL {parser_class.__name__} [{label}] extract_tool_calls reads {content!r} {calls!r}")
+            tally.failed += len(splits) * len(top_ups)  # no split can be judged against it
+            continue
+        stable_ids = [ident is not None for ident, _, _ in intended[1]]
         for top_up in top_ups:
             for sizes, split in splits:
-                before_final = "".join(piece for _, piece in tokens[: total - sizes[-1]])
-                names_in_final = len(re.findall(fmt.named_call, text)) > len(re.findall(fmt.named_call, before_final))
-                if TOP_UPS[top_up].rewrites_final_delta and names_in_final:
-                    tally.not_judged += 1
-                    continue
-                tally.judged += 1
                 try:
-                    problems = differences(stream(parser_class, tokenizer, text, sizes, top_up), content, calls)
+                    streamed = stream(parser_class, tokenizer, text, sizes, top_up)
+                    problems = differences(streamed, content, calls, stable_ids)
                 except Exception as e:  # the parser's or the top-up's: that split fails, the others still run
                     problems = [f"raised {type(e).__name__}: {e}"]
                 if problems:
                     tally.failed += 1
-                    say(f"FAIL {parser_class.__name__} [{case.name}] {split}, top-up {top_up}: {'; '.join(problems)}")
+                    where = split or f"deltas of {sizes} tokens"
+                    say(f"FAIL {parser_class.__name__} [{label}] {where}, top-up {top_up}: {'; '.join(problems)}")
     return tally
+
+
+def chosen_top_ups(parser_file: Path, options: argparse.Namespace) -> tuple[list[TopUp], str]:
+    """--top-up; else the tree's serving code; else --vllm-version's; else every one."""
+    if options.top_up:
+        return [TOP_UPS[name] for name in options.top_up], "as asked"
+    from_tree = top_up_of_tree(parser_file)
+    if from_tree:
+        return [from_tree[0]], f"read from {from_tree[1]}"
+    if options.vllm_version:
+        return [top_up_of_version(options.vllm_version)], f"vLLM {options.vllm_version}'s"
+    return list(TOP_UPS.values()), "no serving file or version: every one"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("parser_file", type=Path)
-    args.add_argument(
-        "--top-up", action="append", choices=sorted(TOP_UPS), help="the server's end-of-stream top-up (default: all)"
-    )
-    args.add_argument("--vllm-version", help="use that release's top-up")
+    args.add_argument("--top-up", action="append", choices=list(TOP_UPS), help="judge under this top-up only")
+    args.add_argument("--vllm-version", help="the top-up of that release, when the tree has no serving file")
     args.add_argument("--random", type=int, default=0, metavar="N", help="also N seeded random splits per output")
     args.add_argument("--quiet", action="store_true", help="only the summary line")
     options = args.parse_args(argv)
     logging.disable(logging.CRITICAL)  # the parsers log (and log.exception) freely
     say = (lambda _line: None) if options.quiet else print
     try:
+        scenario = load_scenario()
         module = load_parser_module(options.parser_file)
+        top_ups, source = chosen_top_ups(options.parser_file, options)
     except Exception as e:  # a file that does not load is the report, not a traceback
         print(f"error: cannot load {options.parser_file}: {type(e).__name__}: {e}")
         return 2
-    classes = [(getattr(module, name), fmt) for name, fmt in FORMATS.items() if hasattr(module, name)]
+    classes = [(getattr(module, name), render) for name, render in scenario.PARSERS.items() if hasattr(module, name)]
     if not classes:
-        print(f"error: {options.parser_file} defines none of {', '.join(FORMATS)}")
+        print(f"error: {options.parser_file} defines none of {', '.join(scenario.PARSERS)}")
         return 2
-    top_ups = options.top_up or ([top_up_of(options.vllm_version)] if options.vllm_version else list(TOP_UPS))
-    tallies = [check_class(cls, fmt, top_ups, options.random, say) for cls, fmt in classes]
-    failed, judged, not_judged = (sum(getattr(t, name) for t in tallies) for name in ("failed", "judged", "not_judged"))
+    tallies = [check_class(cls, render, scenario, top_ups, options.random, say) for cls, render in classes]
+    failed, runs = sum(t.failed for t in tallies), sum(t.runs for t in tallies)
     names = ", ".join(cls.__name__ for cls, _ in classes)
-    skipped = (
-        f"; {not_judged} not judged (a call's name comes in the final delta: vLLM <= 0.22 loses it)"
-        if not_judged
-        else ""
+    top_up_names = ", ".join(map(str, top_ups))
+    print(
+        f"{'FAIL' if failed else 'PASS'} {names}: {failed} of {runs} streamed runs differ (top-up {top_up_names}: {source})"
     )
-    print(f"{'FAIL' if failed else 'PASS'} {names}: {failed} of {judged} streamed runs differ{skipped}")
     return 1 if failed else 0
 
 

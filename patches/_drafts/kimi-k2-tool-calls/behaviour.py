@@ -1,22 +1,24 @@
-"""Behaviour test of a vLLM Kimi-K2 tool-call parser file: streamed calls must equal non-streamed ones.
+"""Behaviour test of a vLLM streaming tool-call parser file: streamed calls must equal non-streamed ones.
 
-Usage: python behaviour.py PATH/TO/vllm/.../kimi_k2_tool_parser.py [--top-up auto|bare|dumps|replace] [--random N]
+Usage: python behaviour.py PARSER_FILE [--vllm-version V] [--top-up NAME ...] [--random N] [--quiet]
 
-The parser file is loaded without vLLM (which needs torch): its ``vllm.*`` imports are served by
-small stand-ins. A fake tokenizer whose markers are single tokens drives it. Each model output is
-streamed at several tokens per delta and all at once, with the end-of-stream top-up vLLM's
-serving code does (read from the tree's serving file), and compared with ``extract_tool_calls``
-on the whole output; ``--random N`` adds N seeded random splits per output.
-Exit 0: every split matches; 1: a split lost or changed something (named); 2: the file cannot
-be read or holds an import this harness has no stand-in for.
-Standard library only.
+The driver is the same file in every set; the set's scenario.py beside it names the parser classes,
+their markers and the model outputs. The parser file is loaded without vLLM (which needs torch):
+every `vllm.*` import is served by the small stand-ins below. A fake tokenizer makes each marker one
+token; each output is streamed at SPLITS tokens per delta and all at once (and --random N seeded
+random splits), with the end-of-stream top-up of the chat server of the tree the file is in (read
+from its serving file; without one, that of --vllm-version; without either, every top-up), and
+compared with extract_tool_calls. Every split is judged.
+Exit 0: every streamed result matches; 1: some differ (each named with what was lost);
+2: the file cannot be loaded or defines none of the scenario's parsers. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import logging
@@ -24,215 +26,314 @@ import random
 import re
 import sys
 import types
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-SPLITS: tuple[int | None, ...] = (1, 2, 3, 4, 6, 8, 16, None)  # None: all at once
-
-# --- stand-ins for what the parser imports from vllm -------------------------------------------
-
-
-def _dump(obj: Any, exclude_none: bool = False) -> dict[str, Any]:
-    fields = dataclasses.asdict(obj)
-    return {k: v for k, v in fields.items() if v is not None} if exclude_none else fields
+SPLITS = (1, 2, 3, 4, 6, 8, 16)
+Call = tuple[Any, str, Any]  # id, name, arguments (an id or arguments of None: whatever extract_tool_calls says)
 
 
-@dataclasses.dataclass
-class FunctionCall:
-    name: str
-    arguments: str
+# --- stand-ins for what the parser files import from vllm ------------------------------------
 
 
-@dataclasses.dataclass
-class ToolCall:
-    function: FunctionCall
-    id: str | None = None
-    type: str = "function"
+class _Model:
+    """A pydantic-like model: keyword fields with defaults, model_dump(exclude_none=...)."""
 
+    _fields: ClassVar[dict[str, Any]] = {}
 
-@dataclasses.dataclass
-class DeltaFunctionCall:
-    name: str | None = None
-    arguments: str | None = None
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = set(kwargs) - set(self._fields)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}")
+        for name, default in self._fields.items():
+            value = kwargs.get(name, default() if callable(default) else default)
+            setattr(self, name, value)
 
     def model_dump(self, exclude_none: bool = False) -> dict[str, Any]:
-        return _dump(self, exclude_none)
+        dump = {name: getattr(self, name) for name in self._fields}
+        return {k: v for k, v in dump.items() if v is not None} if exclude_none else dump
 
 
-@dataclasses.dataclass
-class DeltaToolCall:
-    index: int
-    id: str | None = None
-    type: str | None = None
-    function: DeltaFunctionCall | dict[str, Any] | None = None
+class FunctionCall(_Model):
+    _fields: ClassVar[dict[str, Any]] = {"name": None, "arguments": None}
 
-    def __post_init__(self) -> None:  # pydantic turns the dict parsers pass into the model
-        if isinstance(self.function, dict):
+
+class ToolCall(_Model):
+    _fields: ClassVar[dict[str, Any]] = {
+        "id": lambda: f"chatcmpl-tool-{uuid.uuid4().hex}",
+        "type": "function",
+        "function": None,
+    }
+
+
+class ExtractedToolCallInformation(_Model):
+    _fields: ClassVar[dict[str, Any]] = {"tools_called": False, "tool_calls": list, "content": None}
+
+
+class DeltaFunctionCall(_Model):
+    _fields: ClassVar[dict[str, Any]] = {"name": None, "arguments": None}
+
+
+class DeltaToolCall(_Model):
+    _fields: ClassVar[dict[str, Any]] = {"id": None, "type": None, "index": None, "function": None}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if isinstance(self.function, dict):  # vLLM's pydantic model validates a dict into the class
             self.function = DeltaFunctionCall(**self.function)
 
 
-@dataclasses.dataclass
-class DeltaMessage:
-    role: str | None = None
-    content: str | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[DeltaToolCall] = dataclasses.field(default_factory=list)
+class DeltaMessage(_Model):
+    _fields: ClassVar[dict[str, Any]] = {
+        "role": None,
+        "content": None,
+        "reasoning": None,
+        "reasoning_content": None,
+        "tool_calls": list,
+    }
 
-
-@dataclasses.dataclass
-class ExtractedToolCallInformation:
-    tools_called: bool
-    tool_calls: list[ToolCall]
-    content: str | None = None
-
-
-class ChatCompletionRequest:
-    tools: list[Any] | None = None
-    tool_choice: str = "auto"
-    skip_special_tokens: bool = False
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if self.tool_calls is None:
+            self.tool_calls = []
 
 
 class ToolParser:
-    def __init__(self, tokenizer: Any, tools: list[Any] | None = None) -> None:
-        self.prev_tool_call_arr: list[dict[str, Any]] = []
+    """vLLM's ToolParser base, as far as the streaming parsers use it."""
+
+    def __init__(self, tokenizer: Any, tools: Any = None) -> None:
+        self.prev_tool_call_arr: list[dict] = []
         self.current_tool_id = -1
         self.current_tool_name_sent = False
         self.streamed_args_for_tool: list[str] = []
         self.model_tokenizer = tokenizer
-        self.tools = tools
+        self.tools = tools or []
 
     @property
     def vocab(self) -> dict[str, int]:
-        vocab: dict[str, int] = self.model_tokenizer.get_vocab()
-        return vocab
+        return self.model_tokenizer.get_vocab()
 
     def adjust_request(self, request: Any) -> Any:
         return request
 
+    def get_remaining_unstreamed_args(self) -> str:
+        """vLLM 0.23's: the arguments of the last call parsed but not yet streamed."""
+        if not self.prev_tool_call_arr:
+            return ""
+        index = len(self.prev_tool_call_arr) - 1
+        args = self.prev_tool_call_arr[index].get("arguments", {})
+        expected = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        actual = self.streamed_args_for_tool[index] if index < len(self.streamed_args_for_tool) else ""
+        return expected[len(actual) :] if expected.startswith(actual) else ""
+
 
 class ToolParserManager:
-    @staticmethod
-    def register_module(*_args: Any, **_kwargs: Any) -> Callable[[type], type]:
-        return lambda parser_class: parser_class
+    @classmethod
+    def register_module(cls, *args: Any, **kwargs: Any) -> Callable[[type], type]:
+        return lambda module: module
+
+
+class _Placeholder:
+    """Type-only names (requests, tokenizers, tools): the parsers never build them."""
+
+
+class ChatCompletionRequest(_Placeholder):
+    """A request with no tool schemas (the parsers then keep parameter values as written)."""
+
+    tools = None
+    tool_choice = "auto"
+    skip_special_tokens = True
 
 
 def partial_tag_overlap(text: str, tag: str) -> int:
-    """Length of the longest end of ``text`` that begins ``tag`` (vllm/tool_parsers/utils.py)."""
-    for size in range(min(len(text), len(tag) - 1), 0, -1):
-        if text.endswith(tag[:size]):
-            return size
-    return 0
+    """vllm/tool_parsers/utils.py's: the longest end of `text` that begins `tag`."""
+    return next((size for size in range(min(len(text), len(tag) - 1), 0, -1) if text.endswith(tag[:size])), 0)
 
+
+# vllm/tool_parsers/utils.py's schema helpers, for a request without tools (the harness sends none):
+# no tool's properties, so every parameter's types are ["string"] and its value stays as written
+NO_TOOLS_SCHEMA_HELPERS: dict[str, Any] = {
+    "find_tool_properties": lambda tools, tool_name: {},
+    "extract_types_from_schema": lambda schema: ["string"],
+    "coerce_to_schema_type": lambda value, schema_type: value,
+}
 
 STAND_INS: dict[str, Any] = {
+    **NO_TOOLS_SCHEMA_HELPERS,
     "FunctionCall": FunctionCall,
     "ToolCall": ToolCall,
+    "ExtractedToolCallInformation": ExtractedToolCallInformation,
     "DeltaFunctionCall": DeltaFunctionCall,
     "DeltaToolCall": DeltaToolCall,
     "DeltaMessage": DeltaMessage,
-    "ExtractedToolCallInformation": ExtractedToolCallInformation,
-    "ChatCompletionRequest": ChatCompletionRequest,
-    "ResponsesRequest": ChatCompletionRequest,
     "ToolParser": ToolParser,
-    "Tool": dict,
     "ToolParserManager": ToolParserManager,
-    "TokenizerLike": object,
-    "AnyTokenizer": object,
     "init_logger": logging.getLogger,
+    "make_tool_call_id": lambda *args, **kwargs: f"chatcmpl-tool-{uuid.uuid4().hex}",
+    "random_uuid": lambda: uuid.uuid4().hex,
     "partial_tag_overlap": partial_tag_overlap,
+    "ChatCompletionRequest": ChatCompletionRequest,
+    **{name: type(name, (_Placeholder,), {}) for name in ("ResponsesRequest", "Tool", "TokenizerLike", "AnyTokenizer")},
 }
 
 
-def load_parser_class(path: Path, class_name: str) -> type:
-    """Execute the parser file with each ``from vllm.X import names`` served by STAND_INS."""
-    source = path.read_text(encoding="utf-8")
-    for node in ast.walk(ast.parse(source, str(path))):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm":
-            name = node.module or "vllm"
-            module = sys.modules.get(name) or types.ModuleType(name)  # two imports from one module add up
-            for alias in node.names:
-                if alias.name not in STAND_INS:
-                    raise LookupError(f"no stand-in for {node.module}.{alias.name}")
-                setattr(module, alias.name, STAND_INS[alias.name])
-            sys.modules[module.__name__] = module
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name in STAND_INS:
+            return STAND_INS[name]
+        raise ImportError(f"behaviour.py has no stand-in for {self.__name__}.{name}")
+
+
+class _VllmStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves every `vllm` and `vllm.*` module (as a package, so any depth imports) with STAND_INS."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "vllm" or fullname.startswith("vllm."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StandInModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+def load_module(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_parser_module(path: Path) -> types.ModuleType:
+    """Execute the parser file with vllm.* served by stand-ins (and the `regex` package by `re`)."""
+    sys.dont_write_bytecode = True  # the file's tree is not the harness's to write into
+    if not any(isinstance(finder, _VllmStandIns) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _VllmStandIns())
     if importlib.util.find_spec("regex") is None:
-        sys.modules["regex"] = re  # the patterns these parsers use mean the same in re
-    namespace: dict[str, Any] = {"__name__": "kimi_parser_under_test"}
-    exec(compile(source, str(path), "exec"), namespace)  # the file under test
-    parser_class: type = namespace[class_name]
-    return parser_class
+        sys.modules["regex"] = re  # the parsers' patterns are plain `re` patterns
+    return load_module(path, f"behaviour_parser_{path.stem}")
 
 
-# --- a tokenizer whose markers are single tokens ---------------------------------------------
+def load_scenario(path: Path = Path(__file__).with_name("scenario.py")) -> types.ModuleType:
+    """The set's scenario: STOP, MARKERS, CASES ({label: output}) and PARSERS ({class name: render}),
+    where render(output) gives the model's text and what extract_tool_calls must read from it."""
+    return load_module(path, f"behaviour_scenario_{path.parent.name}")
 
-MARKERS = (
-    "<|tool_calls_section_begin|>",
-    "<|tool_calls_section_end|>",
-    "<|tool_call_section_begin|>",
-    "<|tool_call_section_end|>",
-    "<|tool_call_begin|>",
-    "<|tool_call_end|>",
-    "<|tool_call_argument_begin|>",
-    "<|im_end|>",
-)
-STOP = "<|im_end|>"
-PIECE = re.compile("|".join(re.escape(m) for m in MARKERS) + r"|\s?\w+|\s|[^\w\s]")
+
+# --- a tokenizer whose markers are single tokens -------------------------------------------------
 
 
 class FakeTokenizer:
-    """Words, single punctuation marks and each marker are one token; decoding concatenates."""
+    """Each marker (and the stop token) is one token; other text is cut into short word-like tokens."""
 
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {m: i for i, m in enumerate(MARKERS)}
+    def __init__(self, markers: tuple[str, ...], stop: str) -> None:
+        self.vocab: dict[str, int] = {}
+        self.markers, self.stop = (*markers, stop), stop
+        for marker in self.markers:
+            self.token_id(marker)
+        self._split = re.compile("(" + "|".join(map(re.escape, self.markers)) + ")")
 
     def get_vocab(self) -> dict[str, int]:
-        return dict(self.ids)
+        return dict(self.vocab)
 
-    def encode(self, text: str) -> list[tuple[int, str]]:
-        pieces = PIECE.findall(text)
-        assert "".join(pieces) == text, "tokenizer lost text"
-        return [(self.ids.setdefault(p, len(self.ids)), p) for p in pieces]
+    def token_id(self, piece: str) -> int:
+        return self.vocab.setdefault(piece, len(self.vocab) + 1000)
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        """(id, text) per token of `text` and the stop token, which vLLM does not detokenize."""
+        tokens = []
+        for part in self._split.split(text + self.stop):
+            pieces = [part] if part in self.markers else re.findall(r" ?\w{1,4}|\s|[^\w\s]", part)
+            tokens += [(self.token_id(p), "" if p == self.stop else p) for p in pieces]
+        return tokens
 
 
-# --- the end-of-stream top-up of vLLM's serving code (chat completion streaming) ---------------
+# --- the chat server's end-of-stream top-up ------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclass(frozen=True)
 class TopUp:
-    """The chat server's end-of-stream top-up: whether it takes a str argument text as it is
-    (0.17.0 on) rather than json.dumps-ing it, and whether the delta it sends keeps the original
-    entry's id, type and name (0.14.0 on, `_create_remaining_args_delta`)."""
+    """Up to 0.22 the server rewrites the final delta when its first entry carries arguments: one entry
+    for the last call, with the recorded arguments (json.dumps-ed, or a str as is from 0.17) less those
+    streamed, keeping that call's id and name from 0.14. From 0.23 it appends the unstreamed rest."""
 
-    keeps_strings: bool
-    keeps_ids: bool
+    keeps_strings: bool = False
+    keeps_ids: bool = False
+    appends: bool = False
 
     def __str__(self) -> str:
-        named = {(False, False): "bare", (False, True): "dumps", (True, True): "replace"}
-        return named.get((self.keeps_strings, self.keeps_ids), "bare, str as is")
+        return next((name for name, top_up in TOP_UPS.items() if top_up == self), "bare, str as is")
 
-
-TOP_UPS = {"bare": TopUp(False, False), "dumps": TopUp(False, True), "replace": TopUp(True, True)}
-
-
-def top_up_of_tree(parser_file: Path) -> TopUp:
-    """The top-up of the serving file in the tree the parser file is in (`replace` when none)."""
-    for parent in parser_file.resolve().parents:
-        if parent.name != "vllm":
-            continue
-        for rel in ("entrypoints/openai/chat_completion/serving.py", "entrypoints/openai/serving_chat.py"):
-            serving = parent / rel
-            if serving.is_file():
-                nodes = list(ast.walk(ast.parse(serving.read_text(encoding="utf-8"), str(serving))))
-                return TopUp(
-                    keeps_strings=any(_keeps_str_arguments(node) for node in nodes),
-                    keeps_ids=any(
-                        isinstance(node, ast.FunctionDef) and node.name == "_create_remaining_args_delta"
-                        for node in nodes
-                    ),
+    def apply(self, parser: Any, delta: DeltaMessage | None) -> DeltaMessage | None:
+        if self.appends:
+            if delta and delta.tool_calls and delta.tool_calls[-1].function:
+                last = delta.tool_calls[-1].function
+                last.arguments = (last.arguments or "") + ToolParser.get_remaining_unstreamed_args(parser)
+            return delta
+        first = delta.tool_calls[0] if delta and delta.tool_calls else None
+        if first is None or first.function is None or first.function.arguments is None:
+            return delta
+        index = len(parser.prev_tool_call_arr) - 1 if parser.prev_tool_call_arr else 0
+        args = parser.prev_tool_call_arr[index].get("arguments", {})
+        expected = args if self.keeps_strings and isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        actual = parser.streamed_args_for_tool[index]
+        if first.function.arguments:
+            actual = actual[: -len(first.function.arguments)]
+        original = next((c for c in delta.tool_calls if c.index == index), None) if self.keeps_ids else None
+        name = original.function.name if original and original.function else None
+        function = DeltaFunctionCall(name=name, arguments=expected.replace(actual, "", 1))
+        return DeltaMessage(
+            tool_calls=[
+                DeltaToolCall(
+                    index=index,
+                    id=original.id if original else None,
+                    type=original.type if original else None,
+                    function=function,
                 )
-    return TOP_UPS["replace"]
+            ]
+        )
+
+
+TOP_UPS = {
+    "bare": TopUp(),  # 0.11-0.13
+    "dumps": TopUp(keeps_ids=True),  # 0.14-0.16
+    "replace": TopUp(keeps_strings=True, keeps_ids=True),  # 0.17-0.22
+    "append": TopUp(appends=True),  # 0.23 on
+}
+SERVING_FILES = ("entrypoints/openai/chat_completion/serving.py", "entrypoints/openai/serving_chat.py")
+APPENDING_FILE = "parser/abstract_parser.py"  # 0.23 on: DelegatingParser._append_unstreamed_tool_args
+
+
+def top_up_of_version(version: str) -> TopUp:
+    """The top-up of vLLM `version`'s chat server (e.g. 0.16.0, 0.33.1.dev12+gabc)."""
+    line = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    since = {(0, 11): "bare", (0, 14): "dumps", (0, 17): "replace", (0, 23): "append"}
+    return TOP_UPS[since[max((s for s in since if s <= line), default=(0, 11))]]
+
+
+def top_up_of_tree(parser_file: Path) -> tuple[TopUp, Path] | None:
+    """The top-up the serving code of the tree `parser_file` is in runs, and the file it was read from."""
+    root = next((p for p in parser_file.resolve().parents if p.name == "vllm"), None)
+    serving = next((root / rel for rel in SERVING_FILES if (root / rel).is_file()), None) if root else None
+    if root is None or serving is None:
+        return None
+    nodes = list(ast.walk(ast.parse(serving.read_text(encoding="utf-8"), str(serving))))
+    if any(isinstance(node, ast.Name) and node.id == "expected_call" for node in nodes):
+        keeps_ids = any(isinstance(n, ast.FunctionDef) and n.name == "_create_remaining_args_delta" for n in nodes)
+        return TopUp(keeps_strings=any(map(_keeps_str_arguments, nodes)), keeps_ids=keeps_ids), serving
+    appending = root / APPENDING_FILE
+    if appending.is_file() and "def _append_unstreamed_tool_args(" in appending.read_text(encoding="utf-8"):
+        return TOP_UPS["append"], appending
+    return None
 
 
 def _keeps_str_arguments(node: ast.AST) -> bool:
@@ -261,209 +362,184 @@ def _keeps_str_arguments(node: ast.AST) -> bool:
     return False
 
 
-def top_up(parser: Any, message: DeltaMessage | None, mode: TopUp) -> DeltaMessage | None:
-    """What vLLM sends instead of the last delta when that delta's first tool call has arguments."""
-    if not (message and message.tool_calls and message.tool_calls[0].function):
-        return message
-    first = message.tool_calls[0].function
-    assert isinstance(first, DeltaFunctionCall)
-    if first.arguments is None or not parser.prev_tool_call_arr:
-        return message
-    index = len(parser.prev_tool_call_arr) - 1
-    args = parser.prev_tool_call_arr[index].get("arguments", {})
-    expected = args if mode.keeps_strings and isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-    actual = parser.streamed_args_for_tool[index]
-    if first.arguments:
-        actual = actual[: -len(first.arguments)]
-    original = next((c for c in message.tool_calls if c.index == index), None) if mode.keeps_ids else None
-    name = original.function.name if original and isinstance(original.function, DeltaFunctionCall) else None
-    return DeltaMessage(
-        tool_calls=[
-            DeltaToolCall(
-                index=index,
-                id=original.id if original else None,
-                type=original.type if original else None,
-                function=DeltaFunctionCall(name=name, arguments=expected.replace(actual, "", 1)),
-            )
-        ]
-    )
+# --- streaming as vLLM's chat server does --------------------------------------------------------
 
 
-# --- the driver ---------------------------------------------------------------------------------
-
-B, E = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-CB, CA, CE = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
-
-
-Call = tuple[str, str, str]  # id, name, arguments
-
-# label: (content before the calls, [(id, arguments)])
-CASES: dict[str, tuple[str, list[tuple[str, str]]]] = {
-    "one call": ("", [("functions.get_weather:0", '{"city": "Paris", "unit": "celsius"}')]),
-    "two parallel calls": (
-        "",
-        [
-            ("functions.get_weather:0", '{"city": "Paris", "unit": "celsius"}'),
-            ("functions.get_time:1", '{"timezone": "Europe/Paris", "format": "24h"}'),
-        ],
-    ),
-    "text before the calls": (
-        "I will look up the weather in Paris for you now.",
-        [("functions.get_weather:0", '{"city": "Paris", "days": 3}')],
-    ),
-    "numeric, string and nested arguments": (
-        "Booking it.",
-        [
-            (
-                "functions.book:0",
-                '{"hotel": "Le Grand", "nights": 2, "guests": {"adults": 2, "ages": [34, 36]}, "price": 199.5}',
-            ),
-            ("functions.notify:1", '{"user": "ana", "count": 12, "urgent": true, "score": -0.25}'),
-        ],
-    ),
-    "arguments over several lines, an id without functions.": (
-        "Two steps:\n",
-        [("functions.search:0", '{\n  "query": "a b",\n  "limit": [1, 2]\n}'), ("summarize:1", "{}")],
-    ),
-    "marker-like text before the calls": ("Use <| or <|tool here.", [("functions.echo:0", '{"s": "<|tool_call"}')]),
-}
-
-
-def model_output(content: str, calls: list[tuple[str, str]]) -> str:
-    return content + B + "".join(f"{CB}{ident}{CA}{args}{CE}" for ident, args in calls) + E
-
-
-def intended(calls: list[tuple[str, str]]) -> list[Call]:
-    return [(ident, ident.split(":")[0].split(".")[-1], args) for ident, args in calls]
-
-
-@dataclasses.dataclass
+@dataclass
 class Streamed:
     content: str = ""
-    calls: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    problems: list[str] = dataclasses.field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
 
-    def take(self, message: DeltaMessage | None) -> None:
-        if message is None:
+    def add(self, delta: DeltaMessage | None) -> None:
+        if delta is None:
             return
-        self.content += message.content or ""
-        for delta in message.tool_calls or []:
-            entry = self.calls.setdefault(delta.index, {"id": None, "name": None, "arguments": ""})
-            if delta.id:
-                entry["id"] = delta.id
-            function = delta.function
-            if isinstance(function, DeltaFunctionCall):
-                if function.name:
-                    if entry["name"]:
-                        self.problems.append(f"call {delta.index}: name sent twice")
-                    entry["name"] = function.name
-                entry["arguments"] += function.arguments or ""
+        self.content += delta.content or ""
+        for call in delta.tool_calls or []:
+            seen = self.calls.setdefault(call.index, {"ids": [], "name": None, "arguments": ""})
+            if call.id is not None:
+                seen["ids"].append(call.id)
+            if call.function is not None and call.function.name:
+                if seen["name"] is not None:
+                    self.problems.append(f"call {call.index}: name sent twice")
+                seen["name"] = call.function.name
+            if call.function is not None:
+                seen["arguments"] += call.function.arguments or ""
 
 
-def fixed_split(count: int, size: int | None) -> list[int]:
-    """Delta sizes: `size` tokens each (the last one what is left), or one delta of all."""
-    step = size or count
-    return [min(step, count - start) for start in range(0, count, step)]
+def chunks(tokens: list[tuple[int, str]], sizes: list[int]) -> Iterator[list[tuple[int, str]]]:
+    start = 0
+    for size in sizes:
+        yield tokens[start : start + size]
+        start += size
+
+
+def fixed_split(count: int, size: int) -> list[int]:
+    return [min(size, count - start) for start in range(0, count, size)]
 
 
 def random_split(count: int, rng: random.Random) -> list[int]:
-    """Delta sizes cut at up to 12 random places, as speculative decoding's accepted runs vary."""
+    """Delta sizes cut at up to 12 random places, as the runs speculative decoding accepts vary."""
     cuts = sorted(rng.sample(range(1, count), rng.randint(0, min(12, count - 1))))
-    return [end - start for start, end in zip([0, *cuts], [*cuts, count], strict=True)]
+    return [b - a for a, b in zip([0, *cuts], [*cuts, count], strict=True)]
 
 
-def token_count(output: str) -> int:
-    return len(FakeTokenizer().encode(output + STOP))
-
-
-def stream(parser_class: type, output: str, sizes: list[int], mode: TopUp) -> Streamed:
-    tokenizer = FakeTokenizer()
-    tokens = tokenizer.encode(output + STOP)  # the stop token ends the last delta
+def stream(parser_class: type, tokenizer: FakeTokenizer, text: str, sizes: list[int], top_up: TopUp) -> Streamed:
     parser = parser_class(tokenizer)
     request = ChatCompletionRequest()
-    seen = Streamed()
-    previous_text, previous_ids, start = "", list[int](), 0
-    for number, size in enumerate(sizes, 1):
-        piece, start = tokens[start : start + size], start + size
-        delta_ids = [i for i, _ in piece]
-        delta_text = "".join(t for _, t in piece if t != STOP)  # vLLM does not detokenize it
+    result = Streamed()
+    previous_text, previous_ids = "", []
+    pieces = list(chunks(tokenizer.tokenize(text), sizes))
+    for number, piece in enumerate(pieces, 1):
+        delta_ids = [token_id for token_id, _ in piece]
+        delta_text = "".join(text for _, text in piece)
         current_text, current_ids = previous_text + delta_text, previous_ids + delta_ids
-        message = parser.extract_tool_calls_streaming(
+        delta = parser.extract_tool_calls_streaming(
             previous_text, current_text, delta_text, previous_ids, current_ids, delta_ids, request
         )
-        seen.take(top_up(parser, message, mode) if number == len(sizes) else message)
+        result.add(top_up.apply(parser, delta) if number == len(pieces) else delta)
         previous_text, previous_ids = current_text, current_ids
-    return seen
+    return result
 
 
-def non_streamed(parser_class: type, output: str) -> tuple[str, list[Call]]:
-    info = parser_class(FakeTokenizer()).extract_tool_calls(output, ChatCompletionRequest())
-    calls = [(c.id, c.function.name, c.function.arguments) for c in info.tool_calls]
-    return info.content or "", calls
+# --- comparing -----------------------------------------------------------------------------------
 
 
-def differences(got: Streamed, want_content: str, want_calls: list[Call]) -> list[str]:
-    found = list(got.problems)
-    if got.content != want_content:
-        found.append(f"content {got.content!r}, expected {want_content!r}")
-    for index, (ident, name, arguments) in enumerate(want_calls):
-        entry = got.calls.get(index)
-        if entry is None:
+def expected_result(parser_class: type, tokenizer: FakeTokenizer, text: str) -> tuple[str, list[Call]]:
+    info = parser_class(tokenizer).extract_tool_calls(text, ChatCompletionRequest())
+    return info.content or "", [(c.id, c.function.name, c.function.arguments) for c in info.tool_calls]
+
+
+def matches(got: tuple[str, list[Call]], intended: tuple[str, list[Call]]) -> bool:
+    """extract_tool_calls read what the model wrote (an intended id or arguments of None: any)."""
+    (content, calls), (want_content, want_calls) = got, intended
+    return (
+        content == want_content
+        and len(calls) == len(want_calls)
+        and all(w is None or g == w for call, want in zip(calls, want_calls) for g, w in zip(call, want, strict=True))
+    )
+
+
+def differences(streamed: Streamed, content: str, calls: list[Call], stable_ids: list[bool]) -> list[str]:
+    found = list(streamed.problems)
+    if streamed.content != content:
+        found.append(f"content {streamed.content!r}, expected {content!r}")
+    for index, ((ident, name, arguments), stable_id) in enumerate(zip(calls, stable_ids, strict=True)):
+        seen = streamed.calls.get(index)
+        if seen is None:
             found.append(f"call {index} ({name}) lost")
             continue
-        for field, want in (("id", ident), ("name", name), ("arguments", arguments)):
-            if entry[field] != want:
-                found.append(f"call {index} ({name}) {field} {entry[field]!r}, expected {want!r}")
-    found += [f"extra call {index}: {got.calls[index]}" for index in sorted(got.calls) if index >= len(want_calls)]
+        if seen["name"] != name:
+            found.append(f"call {index} ({name}) name {seen['name']!r}")
+        if seen["arguments"] != arguments:
+            found.append(f"call {index} ({name}) arguments {seen['arguments']!r}, expected {arguments!r}")
+        if len(seen["ids"]) != 1 or (stable_id and seen["ids"] != [ident]):
+            found.append(f"call {index} ({name}) ids {seen['ids']}, expected {[ident] if stable_id else 'one'}")
+    found += [f"extra call {index}: {streamed.calls[index]}" for index in sorted(streamed.calls) if index >= len(calls)]
     return found
 
 
-def run(parser_file: Path, mode: TopUp, random_splits: int = 0, say: Callable[[str], None] = print) -> bool:
-    parser_class = load_parser_class(parser_file, "KimiK2ToolParser")
+@dataclass
+class Tally:
+    failed: int = 0
+    runs: int = 0
+
+
+def check_class(
+    parser_class: type, render: Callable, scenario: Any, top_ups: list[TopUp], random_splits: int, say: Callable
+) -> Tally:
+    """Stream every output at every split under every top-up; say each run that differs and how."""
     rng = random.Random(0)  # the same random splits on every run
-    failures = total = 0
-    for label, (content, calls) in CASES.items():
-        output = model_output(content, calls)
-        count = token_count(output)
-        splits = [
-            (fixed_split(count, size), "all at once" if size is None else f"{size} token(s) per delta")
-            for size in SPLITS
-        ]
-        splits += [
-            (sizes, f"deltas of {sizes} tokens") for sizes in (random_split(count, rng) for _ in range(random_splits))
-        ]
-        total += len(splits)
-        want_content, want_calls = non_streamed(parser_class, output)
-        if (want_content, want_calls) != (content, intended(calls)):
-            say(f"FAIL  {label}: extract_tool_calls reads {want_calls} and content {want_content!r}")
-            failures += len(splits)  # no split can be judged against it
+    tokenizer = FakeTokenizer(scenario.MARKERS, scenario.STOP)
+    tally = Tally()
+    for label, output in scenario.CASES.items():
+        text, intended = render(output)
+        total = len(tokenizer.tokenize(text))
+        splits = [(fixed_split(total, size), f"{size} token(s) per delta") for size in SPLITS]
+        splits += [(random_split(total, rng), "") for _ in range(random_splits)]
+        splits.append(([total], "all at once"))
+        tally.runs += len(splits) * len(top_ups)
+        content, calls = expected_result(parser_class, tokenizer, text)
+        if not matches((content, calls), intended):
+            say(f"FAIL {parser_class.__name__} [{label}] extract_tool_calls reads {content!r} {calls!r}")
+            tally.failed += len(splits) * len(top_ups)  # no split can be judged against it
             continue
-        for sizes, split in splits:
-            found = differences(stream(parser_class, output, sizes, mode), want_content, want_calls)
-            for problem in found:
-                say(f"FAIL  {label}, {split}: {problem}")
-            failures += bool(found)
-    verdict = "PASS" if not failures else "FAIL"
-    say(f"{verdict}  {parser_file}: {total - failures}/{total} streams match (top-up: {mode})")
-    return not failures
+        stable_ids = [ident is not None for ident, _, _ in intended[1]]
+        for top_up in top_ups:
+            for sizes, split in splits:
+                try:
+                    streamed = stream(parser_class, tokenizer, text, sizes, top_up)
+                    problems = differences(streamed, content, calls, stable_ids)
+                except Exception as e:  # the parser's or the top-up's: that split fails, the others still run
+                    problems = [f"raised {type(e).__name__}: {e}"]
+                if problems:
+                    tally.failed += 1
+                    where = split or f"deltas of {sizes} tokens"
+                    say(f"FAIL {parser_class.__name__} [{label}] {where}, top-up {top_up}: {'; '.join(problems)}")
+    return tally
+
+
+def chosen_top_ups(parser_file: Path, options: argparse.Namespace) -> tuple[list[TopUp], str]:
+    """--top-up; else the tree's serving code; else --vllm-version's; else every one."""
+    if options.top_up:
+        return [TOP_UPS[name] for name in options.top_up], "as asked"
+    from_tree = top_up_of_tree(parser_file)
+    if from_tree:
+        return [from_tree[0]], f"read from {from_tree[1]}"
+    if options.vllm_version:
+        return [top_up_of_version(options.vllm_version)], f"vLLM {options.vllm_version}'s"
+    return list(TOP_UPS.values()), "no serving file or version: every one"
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    options.add_argument("parser_file", type=Path)
-    options.add_argument("--top-up", choices=("auto", *TOP_UPS), default="auto", help="auto: the tree's serving file")
-    options.add_argument("--random", type=int, default=0, metavar="N", help="also N random splits per output")
-    args = options.parse_args(argv)
-    if not args.parser_file.is_file():
-        print(f"error: no file {args.parser_file}", file=sys.stderr)
-        return 2
-    mode = top_up_of_tree(args.parser_file) if args.top_up == "auto" else TOP_UPS[args.top_up]
-    logging.disable(logging.CRITICAL)  # the parser's logger.exception would bury the report
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("parser_file", type=Path)
+    args.add_argument("--top-up", action="append", choices=list(TOP_UPS), help="judge under this top-up only")
+    args.add_argument("--vllm-version", help="the top-up of that release, when the tree has no serving file")
+    args.add_argument("--random", type=int, default=0, metavar="N", help="also N seeded random splits per output")
+    args.add_argument("--quiet", action="store_true", help="only the summary line")
+    options = args.parse_args(argv)
+    logging.disable(logging.CRITICAL)  # the parsers log (and log.exception) freely
+    say = (lambda _line: None) if options.quiet else print
     try:
-        return 0 if run(args.parser_file, mode, args.random) else 1
-    except (LookupError, SyntaxError, OSError) as e:  # not a parser this harness can load
-        print(f"error: {args.parser_file}: {e}", file=sys.stderr)
+        scenario = load_scenario()
+        module = load_parser_module(options.parser_file)
+        top_ups, source = chosen_top_ups(options.parser_file, options)
+    except Exception as e:  # a file that does not load is the report, not a traceback
+        print(f"error: cannot load {options.parser_file}: {type(e).__name__}: {e}")
         return 2
+    classes = [(getattr(module, name), render) for name, render in scenario.PARSERS.items() if hasattr(module, name)]
+    if not classes:
+        print(f"error: {options.parser_file} defines none of {', '.join(scenario.PARSERS)}")
+        return 2
+    tallies = [check_class(cls, render, scenario, top_ups, options.random, say) for cls, render in classes]
+    failed, runs = sum(t.failed for t in tallies), sum(t.runs for t in tallies)
+    names = ", ".join(cls.__name__ for cls, _ in classes)
+    top_up_names = ", ".join(map(str, top_ups))
+    print(
+        f"{'FAIL' if failed else 'PASS'} {names}: {failed} of {runs} streamed runs differ (top-up {top_up_names}: {source})"
+    )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

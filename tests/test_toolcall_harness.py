@@ -1,0 +1,105 @@
+"""The tool-call sets' behaviour harness (patches/_drafts/*/behaviour.py) on inputs of its own.
+
+One driver, shipped as a byte-identical copy in each set; each set declares only its scenario.
+The top-up it judges under is the one the tree's own serving code runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+DRAFTS = Path(__file__).resolve().parent.parent / "patches" / "_drafts"
+SETS = ("deepseek-tool-calls", "kimi-k2-tool-calls")
+
+
+def harness(set_name: str = SETS[0]):
+    path = DRAFTS / set_name / "behaviour.py"
+    spec = importlib.util.spec_from_file_location(f"behaviour_of_{set_name.replace('-', '_')}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_set_ships_the_same_driver_and_a_scenario_of_its_own():
+    drivers = {name: (DRAFTS / name / "behaviour.py").read_bytes() for name in SETS}
+    assert len(set(drivers.values())) == 1, "behaviour.py copies differ: copy the changed one over the others"
+    for name in SETS:
+        scenario = harness(name).load_scenario(DRAFTS / name / "scenario.py")
+        assert scenario.PARSERS and scenario.CASES and scenario.MARKERS and scenario.STOP
+
+
+def write(root: Path, relative: str, text: str) -> None:
+    path = root / "vllm" / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+PARSER = "tool_parsers/some_tool_parser.py"
+DUMPS_ALWAYS = "expected_call = json.dumps(args, ensure_ascii=False)\n"
+STR_AS_IS = "if isinstance(args, str):\n    expected_call = args\nelse:\n    expected_call = json.dumps(args)\n"
+KEEPS_IDS = "def _create_remaining_args_delta(delta, remaining, index):\n    pass\n"
+
+
+@pytest.mark.parametrize(
+    ("serving", "server_code", "expected"),
+    [
+        ("entrypoints/openai/serving_chat.py", DUMPS_ALWAYS, "bare"),
+        ("entrypoints/openai/serving_chat.py", KEEPS_IDS + DUMPS_ALWAYS, "dumps"),
+        ("entrypoints/openai/chat_completion/serving.py", KEEPS_IDS + STR_AS_IS, "replace"),
+        ("entrypoints/openai/serving_chat.py", STR_AS_IS, "bare, str as is"),  # kimi's 0002 on 0.11-0.13
+    ],
+)
+def test_the_top_up_is_read_from_the_trees_serving_code(tmp_path, serving, server_code, expected):
+    write(tmp_path, serving, server_code)
+    write(tmp_path, PARSER, "")
+    top_up, source = harness().top_up_of_tree(tmp_path / "vllm" / PARSER)
+    assert (str(top_up), source) == (expected, tmp_path / "vllm" / serving)
+
+
+def test_a_server_without_the_rewrite_appends_where_its_parser_module_says(tmp_path):
+    write(tmp_path, "entrypoints/openai/chat_completion/serving.py", "delta = parser.parse_delta(x)\n")
+    write(tmp_path, "parser/abstract_parser.py", "def _append_unstreamed_tool_args(self, delta):\n    pass\n")
+    write(tmp_path, PARSER, "")
+    top_up, _ = harness().top_up_of_tree(tmp_path / "vllm" / PARSER)
+    assert str(top_up) == "append"
+
+
+def test_without_serving_code_the_version_decides(tmp_path):
+    write(tmp_path, PARSER, "")
+    module = harness()
+    assert module.top_up_of_tree(tmp_path / "vllm" / PARSER) is None
+    versions = {
+        "0.11.0": "bare",
+        "0.13.0": "bare",
+        "0.14.1": "dumps",
+        "0.22.1": "replace",
+        "0.33.1.dev12+gabc": "append",
+    }
+    assert {v: str(module.top_up_of_version(v)) for v in versions} == versions
+
+
+def test_a_final_delta_that_starts_with_a_new_calls_name_is_left_as_it_is():
+    """Up to 0.22 the server rewrites a final delta only when its first entry carries arguments."""
+    module = harness()
+    name_first = module.DeltaMessage(
+        content="Sure.",
+        tool_calls=[
+            module.DeltaToolCall(index=0, id="a", type="function", function=module.DeltaFunctionCall(name="f")),
+            module.DeltaToolCall(index=0, function=module.DeltaFunctionCall(arguments='{"x": 1}')),
+        ],
+    )
+
+    parser = types.SimpleNamespace(prev_tool_call_arr=[{"name": "f", "arguments": {"x": 1}}])
+    parser.streamed_args_for_tool = ['{"x": 1}']
+    for name in ("bare", "dumps", "replace"):
+        assert module.TOP_UPS[name].apply(parser, name_first) is name_first
+    arguments_first = module.DeltaMessage(tool_calls=list(reversed(name_first.tool_calls)))
+    rewritten = module.TOP_UPS["bare"].apply(parser, arguments_first)
+    assert [(c.index, c.id, c.function.name) for c in rewritten.tool_calls] == [(0, None, None)]
