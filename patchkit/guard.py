@@ -87,7 +87,12 @@ def install_changes(
     foreign = [p for p in wanted if p not in recorded and (root / p).exists()]
     if foreign:
         return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: no guard installed"
-    changes: Changes = {p: (_current(root, p), None) for p in recorded if p not in wanted}  # an older version's
+    edited = [p for p in wanted if p in recorded and _edited(root, p, recorded[p], wanted[p])]
+    if edited:
+        return {}, recorded, f"{edited[0]} was changed after patchkit wrote it: no guard installed, the file kept"
+    changes, _kept = removal_changes(
+        root, {p: sha for p, sha in recorded.items() if p not in wanted}
+    )  # an older version's
     for path, data in wanted.items():
         current = _current(root, path)
         if current != data:
@@ -95,9 +100,26 @@ def install_changes(
     return changes, {p: str(sha256(data)) for p, data in wanted.items()}, None
 
 
-def removal_changes(root: Path, recorded: dict[str, str]) -> Changes:
-    """The writes that remove the recorded guard files still there."""
-    return {p: (current, None) for p in recorded if (current := _current(root, p)) is not None}
+def removal_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, list[str]]:
+    """The writes that remove the recorded guard files still there, each only while it has the bytes
+    patchkit recorded; and a note for each file kept because it was changed since."""
+    changes: Changes = {}
+    kept = []
+    for path, digest in recorded.items():
+        current = _current(root, path)
+        if current is None:
+            continue
+        if sha256(current) == digest:
+            changes[path] = (current, None)
+        else:
+            kept.append(f"{path} was changed after patchkit wrote it: kept")
+    return changes, kept
+
+
+def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
+    """A recorded guard file that is neither as patchkit recorded it, nor gone, nor already what it will be."""
+    current = _current(root, path)
+    return current is not None and current != wanted and sha256(current) != digest
 
 
 def remove_empty_cache(root: Path) -> None:

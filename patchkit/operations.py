@@ -515,7 +515,8 @@ def _revert_locked(
     new_state = state
     for name in [*stale, *(e.set_name for e in entries)]:
         new_state = new_state.without(name)
-    guard_changes, new_state = _without_guard(root, new_state)
+    guard_changes, new_state, kept = _without_guard(root, new_state)
+    warnings += kept
     if not changes:
         if stale or guard_changes:
             commit_changes(root, guard_changes, new_state)
@@ -545,13 +546,15 @@ def _patched_wheel(root: Path, only: str | None):
     return found if found is not None and only in (None, found.name) else None
 
 
-def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
-    """Once no set is recorded, the guard goes too: the writes that remove it, and the state without it."""
+def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
+    """Once no set is recorded, the guard goes too: the writes that remove it (a guard file changed
+    since patchkit wrote it is kept, and said), and the state without it."""
     from patchkit.guard import removal_changes
 
     if state.entries or not state.guard:
-        return {}, state
-    return removal_changes(root, state.guard), state.with_guard({})
+        return {}, state, []
+    changes, kept = removal_changes(root, state.guard)
+    return changes, state.with_guard({}), kept
 
 
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:

@@ -235,6 +235,10 @@ def checked_path(path: object, origin: Path, *, directory: bool = False) -> str:
 GUARD_PATH = re.compile(
     r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info(?:/(?:METADATA|RECORD|INSTALLER|entry_points\.txt))?"
 )
+# The guard's files themselves (its dist-info directory aside): all that state.json's "guard" may name.
+GUARD_FILE = re.compile(
+    r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info/(?:METADATA|RECORD|INSTALLER|entry_points\.txt)"
+)
 
 
 # Packages Python itself imports at start-up (site's hooks; setuptools' .pth shim): never patched.
@@ -403,7 +407,22 @@ def parse_state(raw: bytes, origin: Path) -> State:
 def _checked_guard(guard: object, origin: Path) -> dict[str, str]:
     if not isinstance(guard, dict):
         raise _damaged(origin, "'guard' is not an object")
-    return {checked_path(path, origin): str(checked_digest(sha, origin, optional=False)) for path, sha in guard.items()}
+    return {
+        _checked_guard_path(path, origin): str(checked_digest(sha, origin, optional=False))
+        for path, sha in guard.items()
+    }
+
+
+def _checked_guard_path(path: object, origin: Path) -> str:
+    """A path the guard record names: one of the guard's own files, never any other file (removing
+    the guard deletes what its record names)."""
+    if not isinstance(path, str) or not GUARD_FILE.fullmatch(path):
+        raise _damaged(
+            origin,
+            f"its guard record names {path!r}, which is no file of patchkit's launch guard "
+            "(patchkit_guard.py, patchkit_guard-<version>.dist-info/...)",
+        )
+    return checked_path(path, origin)
 
 
 def _checked_entry(data: object, origin: Path) -> Entry:

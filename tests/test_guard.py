@@ -340,3 +340,57 @@ def test_apply_says_it_installed_the_guard_and_only_then(tmp_path, scratch):
     assert done.stdout.rstrip().endswith("1 file(s) changed; launch guard installed"), done.stdout
     done = run_cli("apply", "--target", site, "--patch", second)  # the guard is there already
     assert done.stdout.rstrip().endswith("1 file(s) changed"), done.stdout
+
+
+# --------------------------------------------------------------------------- the guard's record
+
+
+@pytest.mark.parametrize("named", ["helperlib/tables.py", "vllm/config/spec.py", f"{INFO}/extra.txt", "patchkit_guard"])
+@pytest.mark.parametrize("command", ["revert", "apply", "status"])
+def test_a_guard_record_naming_another_file_is_refused_and_the_file_kept(tmp_path, scratch, named, command):
+    """The guard record is a list of files revert deletes: it may name the guard's own files only."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x + 1")}))
+    if command != "apply":
+        assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    else:
+        (site / ".patchkit").mkdir()
+        _write_state(site, {"format": 1, "entries": []})
+    victim = site / named
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    if not victim.exists():
+        victim.write_text("# not patchkit's\n")
+    content = victim.read_bytes()
+    state = _state(site)
+    state.setdefault("guard", {})[named] = hashlib.sha256(content).hexdigest()
+    _write_state(site, state)
+    done = run_cli(command, "--target", site, "--patch", diff)
+    assert_clean_failure(done, 2)
+    assert repr(named) in done.stderr and "launch guard" in done.stderr
+    assert victim.read_bytes() == content
+
+
+def test_revert_keeps_a_guard_file_changed_after_apply_and_says_so(patched):
+    site, diff, _ = patched
+    entry_points = site / INFO / "entry_points.txt"
+    entry_points.write_text("[vllm.general_plugins]\nmine = mine:hook\n")
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stderr
+    assert f"{INFO}/entry_points.txt was changed after patchkit wrote it: kept" in done.stderr
+    assert entry_points.read_text() == "[vllm.general_plugins]\nmine = mine:hook\n"
+    assert not (site / "patchkit_guard.py").exists() and not (site / INFO / "METADATA").exists()
+    assert "guard" not in _state(site)
+
+
+def test_apply_leaves_a_recorded_guard_file_changed_since_alone(patched, scratch, tmp_path):
+    site, _, _ = patched
+    module = site / "patchkit_guard.py"
+    module.write_text("def check():\n    pass\n")
+    other = tmp_path / "spec.diff"
+    spec = (site / "vllm/config/spec.py").read_text()
+    other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"qwen"')}))
+    done = run_cli("apply", "--target", site, "--patch", other)
+    assert done.returncode == 0, done.stderr
+    assert "patchkit_guard.py was changed after patchkit wrote it: no guard installed, the file kept" in done.stderr
+    assert module.read_text() == "def check():\n    pass\n"
