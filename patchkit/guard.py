@@ -122,6 +122,30 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
     return current is not None and current != wanted and sha256(current) != digest
 
 
+def launch_refusal(root: Path) -> list[str]:
+    """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
+    passes): the guard's own check, run here as vLLM would run it, so that status, verify,
+    preflight and run fail exactly when a launch would."""
+    from patchkit._target.guard import TreeChanged, find_problems
+
+    try:
+        return find_problems(str(root)) if is_installed(root) else []
+    except (TreeChanged, OSError) as exc:  # what check() would raise or fail with: a refusal all the same
+        return [str(exc)]
+
+
+def is_installed(root: Path) -> bool:
+    """Whether vLLM would load a guard here: its module, and a dist-info declaring its entry point."""
+    if read_file(root / MODULE, follow_symlinks=False) is None:
+        return False
+    declared = f"{ENTRY_POINT_NAME} = patchkit_guard:check".encode()
+    for info in root.glob("patchkit_guard-*.dist-info"):
+        entry_points = read_file(info / "entry_points.txt", follow_symlinks=False)
+        if entry_points is not None and declared in entry_points:
+            return True
+    return False
+
+
 def remove_empty_cache(root: Path) -> None:
     """The __pycache__/ Python made beside the guard module when it ran, once its .pyc is removed
     and nothing else is in it (a site-packages without any other top-level module)."""

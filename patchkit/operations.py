@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -96,18 +96,21 @@ def apply_series(
     force: bool = False,
     import_probe: bool = True,
     guard: bool = False,
+    guard_choice: bool | None = None,
     watch: Watcher | None = None,
     timed: Timer = _untimed,
 ) -> ApplyResult:
     """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
-    the launch guard (patchkit/guard.py) is installed in the same transaction."""
+    the launch guard (patchkit/guard.py) is installed in the same transaction, where it is missing,
+    unless an earlier apply was told not to. `guard_choice`: the user's word (--guard, --no-guard),
+    recorded for the applies after this one."""
     from patchkit.resolve import require_patches
     from patchkit.transaction import read_only_view, target_lock
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
-        return ApplyResult(Outcome.UPSTREAM, f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch")
-    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard)
+        return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
+    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice)
     if dry_run:
         with read_only_view(resolved.target.root) as settled:
             if settled:
@@ -128,6 +131,7 @@ class _Applying:
     timed: Timer
     import_probe: bool
     guard: bool
+    guard_choice: bool | None
     tables: list[list[CheckResult]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
@@ -180,11 +184,14 @@ class _Applying:
         return self.write(plan, stock.checks)
 
     def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
-        """Nothing to write; but stale bytecode an earlier apply could not fix is repaired here
-        (only stale files are touched)."""
+        """No file of the series to write; but the record is brought up to the tree (see
+        settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
+        stale files are touched)."""
         message = "already applied: nothing to do"
         if dry_run:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
+        if self.settle_record():
+            message = "already applied; " + ("launch guard installed" if self.guard_installed else "record updated")
         bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
         return _refuse_stale_bytecode(
             self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
@@ -276,12 +283,35 @@ class _Applying:
         )
         return _refuse_stale_bytecode(applied, done)
 
+    def settle_record(self) -> bool:
+        """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made
+        stale, record this set's apply for the installed version (pip replaced the dist-info under
+        the same files: a patched wheel, a rebuild), and install the guard where it is missing.
+        Otherwise the guard refuses a tree every command calls applied. Whether anything was written."""
+        from patchkit.state import read_state
+        from patchkit.transaction import commit_changes
+
+        root = self.resolved.target.root
+        state = read_state(root)
+        settled = state
+        for name in self.stale:
+            settled = settled.without(name)
+        version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
+        settled = settled.with_version(self.resolved.set_name, version)
+        guard_changes, settled = self.with_guard(settled)
+        if settled == state and not guard_changes:
+            return False
+        commit_changes(root, guard_changes, settled)
+        return True
+
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
         from patchkit.guard import install_changes
 
-        if not self.guard:
+        no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
+        state = replace(state, no_guard=no_guard)
+        if not self.guard or no_guard:
             return {}, state
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
@@ -290,6 +320,37 @@ class _Applying:
             self.warn(why_not)
         self.guard_installed = bool(changes)
         return changes, state.with_guard(recorded)
+
+
+def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> ApplyResult:
+    """A release that ships the change: nothing to patch, but the records an upgrade of vLLM made
+    stale are dropped (and the guard with them once none is left), which the guard would refuse."""
+    from patchkit.inspection import stale_entries
+    from patchkit.state import read_state
+    from patchkit.transaction import commit_changes, target_lock
+
+    root = resolved.target.root
+    message = f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch"
+    result = ApplyResult(Outcome.UPSTREAM, message)
+    with target_lock(root) as recovered:
+        if recovered:
+            result.warnings.append(recovered)
+        state = read_state(root)
+        stale = stale_entries(root, state, resolved.vllm_version)
+        settled = state
+        for name in stale:
+            settled = settled.without(name)
+        guard_changes, settled, kept = _without_guard(root, settled)
+        verb = "would drop" if dry_run else "dropped"
+        result.warnings += [f"{note}: {verb} the record of {name}" for name, note in stale.items()] + kept
+        if stale and not dry_run:
+            commit_changes(root, guard_changes, settled)
+            _fix_guard_bytecode(resolved.target, guard_changes)
+    for note in result.warnings:
+        watch.warning(note)
+    if stale and guard_changes:
+        result.message += f"; launch guard {'would be ' if dry_run else ''}removed"
+    return result
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
@@ -333,7 +394,8 @@ class VerifyResult:
 
     @property
     def ok(self) -> bool:
-        return not any(r.failed for r in self.checks) and not self.conflicts and not self.status.drifted
+        status = self.status
+        return not any(r.failed for r in self.checks) and not self.conflicts and not status.drifted and not status.guard
 
     @property
     def outcome(self) -> Outcome:

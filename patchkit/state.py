@@ -14,7 +14,8 @@ size limit), objects are named by digest only and read without following a symli
 state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
       "patches": [{"name", "sha256"}], "files": {path: {"before": sha|null, "after": sha|null}}}],
-     "guard": {path: sha}}   (the launch guard's files, patchkit/guard.py; absent when none)
+     "guard": {path: sha},   (the launch guard's files, patchkit/guard.py; absent when none)
+     "no_guard": true}       (an apply was told --no-guard; absent otherwise)
 """
 
 from __future__ import annotations
@@ -314,6 +315,7 @@ class Entry:
 class State:
     entries: list[Entry]
     guard: dict[str, str] = field(default_factory=dict)  # the launch guard's files: path -> sha256
+    no_guard: bool = False  # an apply was told --no-guard: later ones install no guard either
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
@@ -327,10 +329,19 @@ class State:
     def with_guard(self, guard: dict[str, str]) -> State:
         return replace(self, guard=guard)
 
+    def with_version(self, set_name: str, version: str | None) -> State:
+        """The state with `set_name`'s entry recorded for `version`, in its place among the others."""
+        return replace(
+            self,
+            entries=[replace(e, vllm_version=version) if e.set_name == set_name else e for e in self.entries],
+        )
+
     def to_bytes(self) -> bytes:
         data: dict = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
         if self.guard:
             data["guard"] = self.guard
+        if self.no_guard:
+            data["no_guard"] = True
         return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
@@ -401,7 +412,10 @@ def parse_state(raw: bytes, origin: Path) -> State:
     entries = data.get("entries", [])
     if not isinstance(entries, list):
         raise _damaged(origin, "'entries' is not a list")
-    return State([_checked_entry(e, origin) for e in entries], _checked_guard(data.get("guard", {}), origin))
+    no_guard = data.get("no_guard", False)
+    if not isinstance(no_guard, bool):
+        raise _damaged(origin, "'no_guard' is not true or false")
+    return State([_checked_entry(e, origin) for e in entries], _checked_guard(data.get("guard", {}), origin), no_guard)
 
 
 def _checked_guard(guard: object, origin: Path) -> dict[str, str]:

@@ -240,3 +240,30 @@ def hunk_header_mutation(draw, raw: bytes) -> bytes:
     else:
         head += b" def section_heading():"
     return raw[: match.start()] + head + raw[match.end() :]
+
+
+# vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each, call each.
+LOAD_LIKE_VLLM = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from importlib.metadata import entry_points
+plugins = {ep.name: ep.load() for ep in entry_points(group="vllm.general_plugins")}
+for func in plugins.values():
+    func()
+print(sorted(plugins))
+"""
+
+
+def load_plugins_like_vllm(site: Path, **env: str) -> subprocess.CompletedProcess:
+    """The general plugins installed in `site` (the launch guard) as vLLM runs them: discovered by
+    entry point, in a fresh interpreter that writes bytecode. A refusal is a non-zero exit."""
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    return subprocess.run(
+        [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=60,
+    )

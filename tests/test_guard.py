@@ -7,30 +7,26 @@ import base64
 import csv
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, assert_clean_failure, fingerprint, make_patch, run_cli, write_tree
+from helpers import (
+    MODEL_PY,
+    assert_clean_failure,
+    fingerprint,
+    load_plugins_like_vllm,
+    make_patch,
+    run_cli,
+    write_tree,
+)
 
 from patchkit import __version__, transaction
 
 MODEL = "vllm/models/model.py"
 INFO = f"patchkit_guard-{__version__}.dist-info"
 GUARD_SOURCE = Path(__file__).parents[1] / "patchkit" / "_target" / "guard.py"
-
-# vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each, call each.
-LOAD_LIKE_VLLM = """
-import sys
-sys.path.insert(0, sys.argv[1])
-from importlib.metadata import entry_points
-plugins = {ep.name: ep.load() for ep in entry_points(group="vllm.general_plugins")}
-for func in plugins.values():
-    func()
-print(sorted(plugins))
-"""
 
 
 @pytest.fixture
@@ -50,15 +46,7 @@ def _outside_meta(site: Path) -> dict[str, tuple]:
 
 
 def _load(site: Path, **env: str) -> subprocess.CompletedProcess:
-    """The guard as vLLM runs it: discovered by entry point, in a fresh interpreter that writes bytecode."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
-    return subprocess.run(
-        [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=60,
-    )
+    return load_plugins_like_vllm(site, **env)
 
 
 def _state(site: Path) -> dict:

@@ -37,13 +37,14 @@ def recorded_status(resolved):
     """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
     from patchkit.enums import SelectionKind, TreeState
     from patchkit.errors import PatchkitError
+    from patchkit.guard import launch_refusal
     from patchkit.inspection import TreeStatus
 
     if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
         return None
     try:
         before = _settled_record(resolved.target.root)
-        applied = before is not None and _as_recorded(resolved, before)
+        applied = before is not None and _as_recorded(resolved, before) and not launch_refusal(resolved.target.root)
         return TreeStatus(TreeState.APPLIED) if applied and _settled_record(resolved.target.root) == before else None
     except (PatchkitError, OSError):  # damaged, of the wrong kind, unreadable: the full inspection says so
         return None
