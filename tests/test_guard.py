@@ -382,3 +382,19 @@ def test_apply_leaves_a_recorded_guard_file_changed_since_alone(patched, scratch
     assert done.returncode == 0, done.stderr
     assert "patchkit_guard.py was changed after patchkit wrote it: no guard installed, the file kept" in done.stderr
     assert module.read_text() == "def check():\n    pass\n"
+
+
+def test_apply_puts_back_a_guard_pip_uninstalled_unless_told_no_guard(patched):
+    site, diff, _ = patched
+    (site / "patchkit_guard.py").unlink()
+    for item in (site / INFO).iterdir():
+        item.unlink()
+    (site / INFO).rmdir()
+    done = run_cli("apply", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("already applied; launch guard installed"), done.stdout
+    assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes() and _load(site).returncode == 0
+    assert run_cli("apply", "--target", site, "--patch", diff, "--no-guard").returncode == 0
+    (site / "patchkit_guard.py").unlink()
+    done = run_cli("apply", "--target", site, "--patch", diff)
+    assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout

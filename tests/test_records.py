@@ -151,10 +151,11 @@ def test_an_upgraded_vllm_makes_the_record_stale_and_apply_starts_afresh(run, tr
     new_stock = snapshot(tree)
 
     result = run("status", *args, "--format", "json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the guard apply installed refuses the launch
     status = json_of(result)
     assert status["state"] == "not-applied" and status["drifted"] == []
     assert status["stale"] == ["recorded 0.16.0, installed 0.17.0: the old record is stale"]
+    assert "`patchkit apply`" in status["guard"]["fix"]
     assert "recorded 0.16.0, installed 0.17.0" in run("status", *args).output
 
     result = run("apply", *args)  # no --force needed

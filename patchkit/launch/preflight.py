@@ -102,11 +102,16 @@ def command_findings(context: LaunchContext) -> list[Finding]:
 
 
 def tree_finding(resolved, status) -> Finding:
+    finding = _state_finding(resolved, status)
+    if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
+        return Finding(TREE, False, f"the launch guard refuses this tree: {'; '.join(status.guard)}", status.guard_fix)
+    return finding
+
+
+def _state_finding(resolved, status) -> Finding:
     from patchkit.enums import TreeState
 
     version = resolved.vllm_version
-    if status.guard:  # whatever else holds, vLLM's plugin loader stops this launch
-        return Finding(TREE, False, f"the launch guard refuses this tree: {'; '.join(status.guard)}", status.guard_fix)
     if status.state == TreeState.UPSTREAM:
         return Finding(TREE, True, f"vLLM {version} ships the set's change itself (upstream)")
     if status.state == TreeState.UNSUPPORTED:
