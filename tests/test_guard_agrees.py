@@ -12,7 +12,6 @@ RECORD files removed.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -22,7 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, load_plugins_like_vllm, make_patch, run_cli, write_library, write_tree
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    load_plugins_like_vllm,
+    make_patch,
+    pip_install,
+    run_cli,
+    write_library,
+    write_tree,
+)
 
 from patchkit import __version__
 
@@ -40,32 +48,6 @@ def stock_files(version: str) -> dict[str, str]:
 
 def patched(files: dict[str, str]) -> dict[str, str]:
     return {**files, SPEC: files[SPEC].replace('"qwen",\n', '"qwen",\n    "gemma",\n')}
-
-
-def record_rows(site: Path, dist: str) -> str:
-    rows = []
-    for path in sorted([*(site / "vllm").rglob("*"), *(site / dist).rglob("*")]):
-        rel = path.relative_to(site).as_posix()
-        if path.is_file() and rel != f"{dist}/RECORD":
-            data = path.read_bytes()
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            rows.append(f"{rel},sha256={digest},{len(data)}")
-    return "\n".join([*rows, f"{dist}/RECORD,,"]) + "\n"
-
-
-def pip_install(site: Path, version: str, files: dict[str, str], dist_files: dict[str, bytes] | None = None) -> None:
-    """What `pip install vllm==VERSION` leaves over a vLLM already there: the old distribution's
-    files gone, the new one's written, with a true RECORD. .patchkit/ and the guard are no files of
-    vLLM's: pip leaves them."""
-    shutil.rmtree(site / "vllm", ignore_errors=True)
-    for old in site.glob("vllm-*.dist-info"):
-        shutil.rmtree(old)
-    write_tree(site, version, files)
-    dist = f"vllm-{version}.dist-info"
-    for name, data in (dist_files or {}).items():
-        (site / dist / name).parent.mkdir(parents=True, exist_ok=True)
-        (site / dist / name).write_bytes(data)
-    (site / dist / "RECORD").write_text(record_rows(site, dist))
 
 
 def sha(text: str) -> str:
