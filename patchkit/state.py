@@ -220,13 +220,15 @@ def _damaged(path: Path, what: str) -> BadInput:
     return BadInput(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
 
 
-def checked_path(path: object, origin: Path, *, directory: bool = False) -> str:
+def checked_path(path: object, origin: Path, *, directory: bool = False, guard: bool = True) -> str:
     """A recorded path, checked by the one path rule (the same as a diff's) and, like a diff's, kept to
     the patched packages: a file inside a package directory (`vllm/...`), never a file beside them in
-    site-packages (a `.pth`, `sitecustomize.py`), a dist-info, patchkit's own `.patchkit/` or bytecode."""
+    site-packages (a `.pth`, `sitecustomize.py`), a dist-info, patchkit's own `.patchkit/` or bytecode.
+    The launch guard's files are the exception, where they may be recorded (`guard`): a transaction's,
+    the guard's own record; never a series' (no patch changes the guard)."""
     if not isinstance(path, str):
         raise _damaged(origin, f"a path is {type(path).__name__}, not text")
-    reason = unsafe_reason(path) or _outside_packages(path, directory=directory)
+    reason = unsafe_reason(path) or _outside_packages(path, directory=directory, guard=guard)
     if reason:
         raise _damaged(origin, f"the recorded path {path!r} {reason}")
     return path
@@ -246,8 +248,8 @@ GUARD_FILE = re.compile(
 STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize", "_distutils_hack"})
 
 
-def _outside_packages(path: str, *, directory: bool) -> str | None:
-    if GUARD_PATH.fullmatch(path) and (directory or "/" in path or path.endswith(".py")):
+def _outside_packages(path: str, *, directory: bool, guard: bool) -> str | None:
+    if guard and GUARD_PATH.fullmatch(path) and (directory or "/" in path or path.endswith(".py")):
         return None
     parts = path.split("/")
     if parts[0] in STARTUP_HOOKS:
@@ -453,7 +455,7 @@ def _checked_entry(data: object, origin: Path) -> Entry:
         checked_digest(patch.get("sha256"), origin, optional=False)
     files = _require(data, "files", dict, origin)
     for path, shas in files.items():
-        checked_path(path, origin)
+        checked_path(path, origin, guard=False)
         if not isinstance(shas, dict) or not {"before", "after"} <= shas.keys():
             raise _damaged(origin, f"{path}: 'before' and 'after' hashes are required")
         checked_digest(shas["before"], origin)

@@ -398,3 +398,18 @@ def test_apply_puts_back_a_guard_pip_uninstalled_unless_told_no_guard(patched):
     (site / "patchkit_guard.py").unlink()
     done = run_cli("apply", "--target", site, "--patch", diff)
     assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout
+
+
+@pytest.mark.parametrize("named", ["patchkit_guard.py", f"{INFO}/entry_points.txt"])
+def test_a_series_record_naming_a_guard_file_is_refused(patched, named):
+    """No patch changes the guard: a set's record naming one of its files is no record patchkit wrote."""
+    site, diff, _ = patched
+    state = _state(site)
+    current = hashlib.sha256((site / named).read_bytes()).hexdigest()
+    state["entries"][0]["files"][named] = {"before": None, "after": current}
+    _write_state(site, state)
+    for command in ("revert", "status"):
+        done = run_cli(command, "--target", site, "--patch", diff)
+        assert_clean_failure(done, 2)
+        assert repr(named) in done.stderr
+    assert (site / named).exists()
