@@ -324,33 +324,45 @@ class _Applying:
 
 def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> ApplyResult:
     """A release that ships the change: nothing to patch, but the records an upgrade of vLLM made
-    stale are dropped (and the guard with them once none is left), which the guard would refuse."""
-    from patchkit.inspection import stale_entries
-    from patchkit.state import read_state
+    stale are dropped (and the guard with them once no set is left), which the guard would refuse.
+    A tree with none is neither locked nor written to."""
     from patchkit.transaction import commit_changes, target_lock
 
-    root = resolved.target.root
-    message = f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch"
-    result = ApplyResult(Outcome.UPSTREAM, message)
-    with target_lock(root) as recovered:
-        if recovered:
-            result.warnings.append(recovered)
-        state = read_state(root)
-        stale = stale_entries(root, state, resolved.vllm_version)
-        settled = state
-        for name in stale:
-            settled = settled.without(name)
-        guard_changes, settled, kept = _without_guard(root, settled)
-        verb = "would drop" if dry_run else "dropped"
-        result.warnings += [f"{note}: {verb} the record of {name}" for name, note in stale.items()] + kept
-        if stale and not dry_run:
-            commit_changes(root, guard_changes, settled)
-            _fix_guard_bytecode(resolved.target, guard_changes)
+    root, version = resolved.target.root, resolved.vllm_version
+    result = ApplyResult(Outcome.UPSTREAM, f"vLLM {version} ships this change itself: nothing to patch")
+    settled, dropped, guard_changes, kept = _without_stale(root, version)
+    if dropped and not dry_run:
+        with target_lock(root) as recovered:
+            if recovered:
+                result.warnings.append(recovered)
+            settled, dropped, guard_changes, kept = _without_stale(root, version)  # again, under the lock
+            if dropped:
+                commit_changes(root, guard_changes, settled)
+                _fix_guard_bytecode(resolved.target, guard_changes)
+    verb = "would drop" if dry_run else "dropped"
+    result.warnings += [f"{note}: {verb} the record of {name}" for name, note in dropped.items()] + kept
+    if dropped and guard_changes:
+        result.message += f"; launch guard {'would be ' if dry_run else ''}removed"
     for note in result.warnings:
         watch.warning(note)
-    if stale and guard_changes:
-        result.message += f"; launch guard {'would be ' if dry_run else ''}removed"
     return result
+
+
+def _without_stale(root: Path, version) -> tuple[State, dict[str, str], dict, list[str]]:
+    """The state without the records an upgrade of vLLM made stale, and without the guard once no
+    set is left: that state, set name -> why its record is stale, the guard's removal, and a note
+    for each guard file kept (changed since patchkit wrote it)."""
+    from patchkit.inspection import stale_entries
+    from patchkit.state import read_state
+
+    state = read_state(root)
+    stale = stale_entries(root, state, version)
+    if not stale:
+        return state, {}, {}, []
+    for name in stale:
+        state = state.without(name)
+    guard_changes, state, kept = _without_guard(root, state)
+    return state, stale, guard_changes, kept
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:

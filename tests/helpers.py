@@ -244,12 +244,18 @@ def hunk_header_mutation(draw, raw: bytes) -> bytes:
     return raw[: match.start()] + head + raw[match.end() :]
 
 
-# vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each, call each.
+# vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each (one that fails
+# to load is logged and left out), call each.
 LOAD_LIKE_VLLM = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from importlib.metadata import entry_points
-plugins = {ep.name: ep.load() for ep in entry_points(group="vllm.general_plugins")}
+plugins = {}
+for ep in entry_points(group="vllm.general_plugins"):
+    try:
+        plugins[ep.name] = ep.load()
+    except Exception as exc:
+        print("Failed to load plugin", ep.name, exc, file=sys.stderr)
 for func in plugins.values():
     func()
 print(sorted(plugins))

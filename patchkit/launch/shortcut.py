@@ -3,8 +3,8 @@
 - **The tree's state from its record.** When `.patchkit/state.json` (parsed as the untrusted input
   it is: patchkit.state) records one apply, of this very series (the same patch names and sha256s),
   for the installed vLLM version, over exactly the files the series touches, and each of those
-  files still has the sha256 patchkit wrote, the tree is the series applied with no drift: the
-  series is not planned again. Anything else (no record, another set, a file changed, a symlink
+  files still has the sha256 patchkit wrote (and the installed launch guard lets the launch go),
+  the tree is the series applied with no drift: the series is not planned again. Anything else (no record, another set, a file changed, a symlink
   on the way, an unfinished transaction) says nothing, and the full inspection decides, under
   the target's lock, as it always did. This read takes no lock: the files' hashes are the proof
   that they are as the record says (a writer half-way through a transaction changes files the
