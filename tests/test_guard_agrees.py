@@ -245,3 +245,18 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     assert after.returncode == 0, after.stderr[-600:]
     status = tree.cli("status")
     assert status.returncode in (0, 3), status.stdout + status.stderr  # 3: an uncovered vLLM, guard gone
+
+
+@pytest.mark.parametrize(
+    "build",
+    [upgraded_to_covered, upgraded_to_upstream, patched_wheel_over_applied, record_names_another_version],
+    ids=lambda build: build.__name__,
+)
+def test_run_apply_settles_a_tree_the_guard_refuses_and_launches(tmp_path, build):
+    tree = _tree(tmp_path)
+    build(tree)
+    assert load_plugins_like_vllm(tree.site).returncode != 0
+    launch = ("--", str(tree.bin / "vllm"), "serve", str(tree.model))
+    done = run_cli("run", "--apply", "--target", tree.site, "--patches", tree.library, *launch)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load_plugins_like_vllm(tree.site).returncode == 0
