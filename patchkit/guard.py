@@ -136,14 +136,20 @@ def launch_refusal(root: Path) -> list[str]:
 
 def is_installed(root: Path) -> bool:
     """Whether vLLM would load a guard here: its module, and a dist-info declaring its entry point."""
-    if read_file(root / MODULE, follow_symlinks=False) is None:
-        return False
     declared = f"{ENTRY_POINT_NAME} = patchkit_guard:check".encode()
-    for info in root.glob("patchkit_guard-*.dist-info"):
-        entry_points = read_file(info / "entry_points.txt", follow_symlinks=False)
-        if entry_points is not None and declared in entry_points:
-            return True
-    return False
+    return (root / MODULE).is_file() and any(
+        declared in _small_file(info / "entry_points.txt") for info in root.glob("patchkit_guard-*.dist-info")
+    )
+
+
+def _small_file(path: Path) -> bytes:
+    """A small regular file's bytes, read bounded and without blocking; empty for anything else."""
+    from patchkit.fsutil import read_regular
+
+    try:
+        return read_regular(path, 64 * 1024)
+    except OSError:
+        return b""
 
 
 def remove_empty_cache(root: Path) -> None:

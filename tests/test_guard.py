@@ -7,6 +7,7 @@ import base64
 import csv
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -413,3 +414,18 @@ def test_a_series_record_naming_a_guard_file_is_refused(patched, named):
         assert_clean_failure(done, 2)
         assert repr(named) in done.stderr
     assert (site / named).exists()
+
+
+def test_status_reads_the_guards_files_without_blocking(patched):
+    """Whether a guard is installed is read from its files: a fifo in their place is no guard, never waited on."""
+    site, diff, _ = patched
+    entry_points = site / INFO / "entry_points.txt"
+    entry_points.unlink()
+    os.mkfifo(entry_points)
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "status", "--target", str(site), "--patch", str(diff)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
