@@ -556,6 +556,8 @@ def _revert_locked(
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
         for name, note in stale.items()
     ]
+    for entry in entries:
+        _refuse_created_stock_files(root, entry, installed)
     view = View(root)
     restored = Restored()
     for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
@@ -609,6 +611,29 @@ def _revert_locked(
         warnings=warnings,
     )
     return _refuse_stale_revert(result)
+
+
+def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
+    """A record that says patchkit created a file (no original) which the installed vLLM's RECORD
+    lists as its own is no record patchkit wrote: reverting it would delete a file of vLLM. (A vLLM
+    installed from a patched wheel lists the files its patches add: not judged here.)"""
+    from patchkit.checks.integrity import installed_record
+    from patchkit.errors import BadInput
+    from patchkit.record import has_provenance
+    from patchkit.state import state_path
+
+    created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
+    if not created or installed is None or has_provenance(root):
+        return
+    record, _why = installed_record(root, installed, set(created))
+    stock = [path for path in created if record is not None and record.hashes.get(path)]
+    if stock:
+        origin = state_path(root)
+        raise BadInput(
+            f"{origin} says patchkit created {stock[0]}, but the installed vLLM's RECORD lists it as its own "
+            "file: reverting that record would delete it; nothing was written",
+            hint=f"inspect or remove {origin} (patchkit records no original only for a file its patches add)",
+        )
 
 
 def _patched_wheel(root: Path, only: str | None):
