@@ -188,10 +188,11 @@ class _Applying:
         settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
         stale files are touched)."""
         message = "already applied: nothing to do"
+        if self.settle_record(dry_run=dry_run):
+            noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
+            message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
         if dry_run:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
-        if self.settle_record():
-            message = "already applied; " + ("launch guard installed" if self.guard_installed else "record updated")
         bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
         return _refuse_stale_bytecode(
             self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
@@ -283,11 +284,12 @@ class _Applying:
         )
         return _refuse_stale_bytecode(applied, done)
 
-    def settle_record(self) -> bool:
+    def settle_record(self, *, dry_run: bool = False) -> bool:
         """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made
         stale, record this set's apply for the installed version (pip replaced the dist-info under
         the same files: a patched wheel, a rebuild), and install the guard where it is missing.
-        Otherwise the guard refuses a tree every command calls applied. Whether anything was written."""
+        Otherwise the guard refuses a tree every command calls applied. Whether anything was (or,
+        with `dry_run`, would be) written."""
         from patchkit.state import read_state
         from patchkit.transaction import commit_changes
 
@@ -301,7 +303,8 @@ class _Applying:
         guard_changes, settled = self.with_guard(settled)
         if settled == state and not guard_changes:
             return False
-        commit_changes(root, guard_changes, settled)
+        if not dry_run:
+            commit_changes(root, guard_changes, settled)
         return True
 
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:

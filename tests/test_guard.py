@@ -429,3 +429,12 @@ def test_status_reads_the_guards_files_without_blocking(patched):
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_dry_run_says_the_guard_would_be_installed_and_writes_nothing(patched):
+    site, diff, _ = patched
+    (site / "patchkit_guard.py").unlink()
+    before = fingerprint(site)
+    done = run_cli("apply", "--target", site, "--patch", diff, "--dry-run")
+    assert done.returncode == 0 and "already applied; launch guard would be installed" in done.stdout, done.stdout
+    assert fingerprint(site) == before
