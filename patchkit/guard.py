@@ -13,12 +13,7 @@ source checkout the target root is no site-packages, and no entry point there wo
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import io
 from contextlib import suppress
-from importlib import resources
 from pathlib import Path
 
 from patchkit import __version__
@@ -43,6 +38,8 @@ def is_site_packages(root: Path) -> bool:
 
 def guard_files() -> dict[str, bytes]:
     """Every file of the guard distribution, path (relative to site-packages) -> bytes."""
+    from importlib import resources  # here: status asks launch_refusal on every run, which needs none of this
+
     module = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
     info = dist_info()
     files = {
@@ -60,6 +57,11 @@ def guard_files() -> dict[str, bytes]:
 
 def _record(files: dict[str, bytes], own: str) -> bytes:
     """RECORD as pip writes it: path, sha256=<urlsafe base64, unpadded>, size; its own line bare."""
+    import base64
+    import csv
+    import hashlib
+    import io
+
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     for path, data in files.items():
