@@ -53,6 +53,14 @@ class TreeStatus:
         """The command that brings the tree to one the guard lets launch."""
         if self.state == TreeState.UNSUPPORTED:
             return "run `patchkit revert` (this vLLM has no series: the old record goes, and the guard with it)"
+        upgraded = [problem for problem in self.guard if _UPGRADED in problem]
+        if upgraded and len(upgraded) < len(self.guard) and not self.stale:
+            # vLLM was upgraded under the record, and its files are not all the new release's: no
+            # original patchkit saved belongs on it, and apply cannot tell the record is stale
+            return (
+                "reinstall the installed vLLM release (pip install --force-reinstall --no-deps vllm==VERSION), "
+                "then run `patchkit apply` (it drops the record, stale once the files are stock)"
+            )
         if self.drifted:
             return "run `patchkit revert --force` (it keeps a copy of the edits), then `patchkit apply`"
         return "run `patchkit apply` (it records the tree as it is, or drops what no longer applies)"
@@ -70,6 +78,9 @@ class TreeStatus:
         if self.state == TreeState.PARTIAL or self.drifted or self.upstream_regression or self.guard:
             return Outcome.CHECK_FAILED
         return Outcome.OK
+
+
+_UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
 
 
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:

@@ -260,3 +260,19 @@ def test_run_apply_settles_a_tree_the_guard_refuses_and_launches(tmp_path, build
     done = run_cli("run", "--apply", "--target", tree.site, "--patches", tree.library, *launch)
     assert done.returncode == 0, done.stdout + done.stderr
     assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_an_upgrade_mixed_with_edits_is_told_to_reinstall_not_to_revert(tmp_path):
+    """vLLM upgraded under the record and a file then edited: the record is not recognisably stale,
+    and no original patchkit saved belongs on the new release; status says to reinstall it, then apply."""
+    tree = _tree(tmp_path)
+    upgraded_to_upstream(tree)
+    with open(tree.site / SPEC, "a") as fh:
+        fh.write("# tuned\n")
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 1, status.stdout
+    fix = json.loads(status.stdout)["guard"]["fix"]
+    assert "pip install --force-reinstall --no-deps vllm==VERSION" in fix and "revert" not in fix
+    pip_install(tree.site, "0.18.0", stock_files("0.18.0"))  # the reinstall
+    assert tree.cli("apply").returncode == 0
+    assert load_plugins_like_vllm(tree.site).returncode == 0
