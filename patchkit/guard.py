@@ -13,12 +13,7 @@ source checkout the target root is no site-packages, and no entry point there wo
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import io
 from contextlib import suppress
-from importlib import resources
 from pathlib import Path
 
 from patchkit import __version__
@@ -43,6 +38,8 @@ def is_site_packages(root: Path) -> bool:
 
 def guard_files() -> dict[str, bytes]:
     """Every file of the guard distribution, path (relative to site-packages) -> bytes."""
+    from importlib import resources  # here: status asks launch_refusal on every run, which needs none of this
+
     module = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
     info = dist_info()
     files = {
@@ -60,6 +57,11 @@ def guard_files() -> dict[str, bytes]:
 
 def _record(files: dict[str, bytes], own: str) -> bytes:
     """RECORD as pip writes it: path, sha256=<urlsafe base64, unpadded>, size; its own line bare."""
+    import base64
+    import csv
+    import hashlib
+    import io
+
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     for path, data in files.items():
@@ -87,7 +89,12 @@ def install_changes(
     foreign = [p for p in wanted if p not in recorded and (root / p).exists()]
     if foreign:
         return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: no guard installed"
-    changes: Changes = {p: (_current(root, p), None) for p in recorded if p not in wanted}  # an older version's
+    edited = [p for p in wanted if p in recorded and _edited(root, p, recorded[p], wanted[p])]
+    if edited:
+        return {}, recorded, f"{edited[0]} was changed after patchkit wrote it: no guard installed, the file kept"
+    changes, _kept = removal_changes(
+        root, {p: sha for p, sha in recorded.items() if p not in wanted}
+    )  # an older version's
     for path, data in wanted.items():
         current = _current(root, path)
         if current != data:
@@ -95,9 +102,56 @@ def install_changes(
     return changes, {p: str(sha256(data)) for p, data in wanted.items()}, None
 
 
-def removal_changes(root: Path, recorded: dict[str, str]) -> Changes:
-    """The writes that remove the recorded guard files still there."""
-    return {p: (current, None) for p in recorded if (current := _current(root, p)) is not None}
+def removal_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, list[str]]:
+    """The writes that remove the recorded guard files still there, each only while it has the bytes
+    patchkit recorded; and a note for each file kept because it was changed since."""
+    changes: Changes = {}
+    kept = []
+    for path, digest in recorded.items():
+        current = _current(root, path)
+        if current is None:
+            continue
+        if sha256(current) == digest:
+            changes[path] = (current, None)
+        else:
+            kept.append(f"{path} was changed after patchkit wrote it: kept")
+    return changes, kept
+
+
+def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
+    """A recorded guard file that is neither as patchkit recorded it, nor gone, nor already what it will be."""
+    current = _current(root, path)
+    return current is not None and current != wanted and sha256(current) != digest
+
+
+def launch_refusal(root: Path) -> list[str]:
+    """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
+    passes): the guard's own check, run here as vLLM would run it, so that status, verify,
+    preflight and run fail exactly when a launch would."""
+    from patchkit._target.guard import TreeChanged, find_problems
+
+    try:
+        return find_problems(str(root)) if is_installed(root) else []
+    except (TreeChanged, OSError) as exc:  # what check() would raise or fail with: a refusal all the same
+        return [str(exc)]
+
+
+def is_installed(root: Path) -> bool:
+    """Whether vLLM would load a guard here: its module, and a dist-info declaring its entry point."""
+    declared = f"{ENTRY_POINT_NAME} = patchkit_guard:check".encode()
+    return (root / MODULE).is_file() and any(
+        declared in _small_file(info / "entry_points.txt") for info in root.glob("patchkit_guard-*.dist-info")
+    )
+
+
+def _small_file(path: Path) -> bytes:
+    """A small regular file's bytes, read bounded and without blocking; empty for anything else."""
+    from patchkit.fsutil import read_regular
+
+    try:
+        return read_regular(path, 64 * 1024)
+    except OSError:
+        return b""
 
 
 def remove_empty_cache(root: Path) -> None:

@@ -46,6 +46,24 @@ class TreeStatus:
     plan: Plan | None = None
     checks: list[CheckResult] = field(default_factory=list)  # upstream: the checks run on the stock files
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
+    guard: list[str] = field(default_factory=list)  # why the installed launch guard would refuse a launch
+
+    @property
+    def guard_fix(self) -> str:
+        """The command that brings the tree to one the guard lets launch."""
+        if self.state == TreeState.UNSUPPORTED:
+            return "run `patchkit revert` (this vLLM has no series: the old record goes, and the guard with it)"
+        upgraded = [problem for problem in self.guard if _UPGRADED in problem]
+        if upgraded and len(upgraded) < len(self.guard) and not self.stale:
+            # vLLM was upgraded under the record, and its files are not all the new release's: no
+            # original patchkit saved belongs on it, and apply cannot tell the record is stale
+            return (
+                "reinstall the installed vLLM release (pip install --force-reinstall --no-deps vllm==VERSION), "
+                "then run `patchkit apply` (it drops the record, stale once the files are stock)"
+            )
+        if self.drifted:
+            return "run `patchkit revert --force` (it keeps a copy of the edits), then `patchkit apply`"
+        return "run `patchkit apply` (it records the tree as it is, or drops what no longer applies)"
 
     @property
     def upstream_regression(self) -> bool:
@@ -57,19 +75,26 @@ class TreeStatus:
         """`status`'s verdict: unsupported (exit 3); partial, drifted or an upstream regression fail."""
         if self.state == TreeState.UNSUPPORTED:
             return Outcome.UNSUPPORTED
-        if self.state == TreeState.PARTIAL or self.drifted or self.upstream_regression:
+        if self.state == TreeState.PARTIAL or self.drifted or self.upstream_regression or self.guard:
             return Outcome.CHECK_FAILED
         return Outcome.OK
 
 
+_UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
+
+
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
+    from patchkit.guard import launch_refusal
+
     kind = resolved.selection.kind
+    root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
         checks = run_upstream_checks(resolved, import_probe=import_probe) if check_upstream else []
-        return TreeStatus(TreeState.UPSTREAM, checks=checks)
+        stale = stale_entries(root, read_state(root), resolved.vllm_version)
+        return TreeStatus(TreeState.UPSTREAM, checks=checks, stale=list(stale.values()), guard=launch_refusal(root))
     if kind == SelectionKind.UNSUPPORTED:
-        return TreeStatus(TreeState.UNSUPPORTED)
+        return TreeStatus(TreeState.UNSUPPORTED, guard=launch_refusal(root))
     assert kind == SelectionKind.PATCH
     from patchkit.plan import plan_apply
 
@@ -84,8 +109,15 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         )
         for step in plan.steps
     ]
-    stale = stale_entries(resolved.target.root, read_state(resolved.target.root), resolved.vllm_version)
-    return TreeStatus(_overall(reports), reports, drifted_files(resolved), plan, stale=list(stale.values()))
+    stale = stale_entries(root, read_state(root), resolved.vllm_version)
+    return TreeStatus(
+        _overall(reports),
+        reports,
+        drifted_files(resolved),
+        plan,
+        stale=list(stale.values()),
+        guard=launch_refusal(root),
+    )
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:

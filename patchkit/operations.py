@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -96,18 +96,21 @@ def apply_series(
     force: bool = False,
     import_probe: bool = True,
     guard: bool = False,
+    guard_choice: bool | None = None,
     watch: Watcher | None = None,
     timed: Timer = _untimed,
 ) -> ApplyResult:
     """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
-    the launch guard (patchkit/guard.py) is installed in the same transaction."""
+    the launch guard (patchkit/guard.py) is installed in the same transaction, where it is missing,
+    unless an earlier apply was told not to. `guard_choice`: the user's word (--guard, --no-guard),
+    recorded for the applies after this one."""
     from patchkit.resolve import require_patches
     from patchkit.transaction import read_only_view, target_lock
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
-        return ApplyResult(Outcome.UPSTREAM, f"vLLM {resolved.vllm_version} ships this change itself: nothing to patch")
-    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard)
+        return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
+    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice)
     if dry_run:
         with read_only_view(resolved.target.root) as settled:
             if settled:
@@ -128,6 +131,7 @@ class _Applying:
     timed: Timer
     import_probe: bool
     guard: bool
+    guard_choice: bool | None
     tables: list[list[CheckResult]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
@@ -180,9 +184,13 @@ class _Applying:
         return self.write(plan, stock.checks)
 
     def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
-        """Nothing to write; but stale bytecode an earlier apply could not fix is repaired here
-        (only stale files are touched)."""
+        """No file of the series to write; but the record is brought up to the tree (see
+        settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
+        stale files are touched)."""
         message = "already applied: nothing to do"
+        if self.settle_record(dry_run=dry_run):
+            noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
+            message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
         if dry_run:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
         bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
@@ -276,12 +284,37 @@ class _Applying:
         )
         return _refuse_stale_bytecode(applied, done)
 
+    def settle_record(self, *, dry_run: bool = False) -> bool:
+        """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made
+        stale, record this set's apply for the installed version (pip replaced the dist-info under
+        the same files: a patched wheel, a rebuild), and install the guard where it is missing.
+        Otherwise the guard refuses a tree every command calls applied. Whether anything was (or,
+        with `dry_run`, would be) written."""
+        from patchkit.state import read_state
+        from patchkit.transaction import commit_changes
+
+        root = self.resolved.target.root
+        state = read_state(root)
+        settled = state
+        for name in self.stale:
+            settled = settled.without(name)
+        version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
+        settled = settled.with_version(self.resolved.set_name, version)
+        guard_changes, settled = self.with_guard(settled)
+        if settled == state and not guard_changes:
+            return False
+        if not dry_run:
+            commit_changes(root, guard_changes, settled)
+        return True
+
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
         from patchkit.guard import install_changes
 
-        if not self.guard:
+        no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
+        state = replace(state, no_guard=no_guard)
+        if not self.guard or no_guard:
             return {}, state
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
@@ -290,6 +323,49 @@ class _Applying:
             self.warn(why_not)
         self.guard_installed = bool(changes)
         return changes, state.with_guard(recorded)
+
+
+def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> ApplyResult:
+    """A release that ships the change: nothing to patch, but the records an upgrade of vLLM made
+    stale are dropped (and the guard with them once no set is left), which the guard would refuse.
+    A tree with none is neither locked nor written to."""
+    from patchkit.transaction import commit_changes, target_lock
+
+    root, version = resolved.target.root, resolved.vllm_version
+    result = ApplyResult(Outcome.UPSTREAM, f"vLLM {version} ships this change itself: nothing to patch")
+    settled, dropped, guard_changes, kept = _without_stale(root, version)
+    if dropped and not dry_run:
+        with target_lock(root) as recovered:
+            if recovered:
+                result.warnings.append(recovered)
+            settled, dropped, guard_changes, kept = _without_stale(root, version)  # again, under the lock
+            if dropped:
+                commit_changes(root, guard_changes, settled)
+                _fix_guard_bytecode(resolved.target, guard_changes)
+    verb = "would drop" if dry_run else "dropped"
+    result.warnings += [f"{note}: {verb} the record of {name}" for name, note in dropped.items()] + kept
+    if dropped and guard_changes:
+        result.message += f"; launch guard {'would be ' if dry_run else ''}removed"
+    for note in result.warnings:
+        watch.warning(note)
+    return result
+
+
+def _without_stale(root: Path, version) -> tuple[State, dict[str, str], dict, list[str]]:
+    """The state without the records an upgrade of vLLM made stale, and without the guard once no
+    set is left: that state, set name -> why its record is stale, the guard's removal, and a note
+    for each guard file kept (changed since patchkit wrote it)."""
+    from patchkit.inspection import stale_entries
+    from patchkit.state import read_state
+
+    state = read_state(root)
+    stale = stale_entries(root, state, version)
+    if not stale:
+        return state, {}, {}, []
+    for name in stale:
+        state = state.without(name)
+    guard_changes, state, kept = _without_guard(root, state)
+    return state, stale, guard_changes, kept
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
@@ -333,7 +409,8 @@ class VerifyResult:
 
     @property
     def ok(self) -> bool:
-        return not any(r.failed for r in self.checks) and not self.conflicts and not self.status.drifted
+        status = self.status
+        return not any(r.failed for r in self.checks) and not self.conflicts and not status.drifted and not status.guard
 
     @property
     def outcome(self) -> Outcome:
@@ -482,6 +559,8 @@ def _revert_locked(
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
         for name, note in stale.items()
     ]
+    for entry in entries:
+        _refuse_created_stock_files(root, entry, installed)
     view = View(root)
     restored = Restored()
     for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
@@ -515,7 +594,8 @@ def _revert_locked(
     new_state = state
     for name in [*stale, *(e.set_name for e in entries)]:
         new_state = new_state.without(name)
-    guard_changes, new_state = _without_guard(root, new_state)
+    guard_changes, new_state, kept = _without_guard(root, new_state)
+    warnings += kept
     if not changes:
         if stale or guard_changes:
             commit_changes(root, guard_changes, new_state)
@@ -536,6 +616,29 @@ def _revert_locked(
     return _refuse_stale_revert(result)
 
 
+def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
+    """A record that says patchkit created a file (no original) which the installed vLLM's RECORD
+    lists as its own is no record patchkit wrote: reverting it would delete a file of vLLM. (A vLLM
+    installed from a patched wheel lists the files its patches add: not judged here.)"""
+    from patchkit.checks.integrity import installed_record
+    from patchkit.errors import BadInput
+    from patchkit.record import has_provenance
+    from patchkit.state import state_path
+
+    created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
+    if not created or installed is None or has_provenance(root):
+        return
+    record, _why = installed_record(root, installed, set(created))
+    stock = [path for path in created if record is not None and record.hashes.get(path)]
+    if stock:
+        origin = state_path(root)
+        raise BadInput(
+            f"{origin} says patchkit created {stock[0]}, but the installed vLLM's RECORD lists it as its own "
+            "file: reverting that record would delete it; nothing was written",
+            hint=f"inspect or remove {origin} (patchkit records no original only for a file its patches add)",
+        )
+
+
 def _patched_wheel(root: Path, only: str | None):
     """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
     revert is of its set (or of everything)."""
@@ -545,13 +648,15 @@ def _patched_wheel(root: Path, only: str | None):
     return found if found is not None and only in (None, found.name) else None
 
 
-def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
-    """Once no set is recorded, the guard goes too: the writes that remove it, and the state without it."""
+def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
+    """Once no set is recorded, the guard goes too: the writes that remove it (a guard file changed
+    since patchkit wrote it is kept, and said), and the state without it."""
     from patchkit.guard import removal_changes
 
     if state.entries or not state.guard:
-        return {}, state
-    return removal_changes(root, state.guard), state.with_guard({})
+        return {}, state, []
+    changes, kept = removal_changes(root, state.guard)
+    return changes, state.with_guard({}), kept
 
 
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:

@@ -75,7 +75,10 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
         selection, said = wheel_selection(wheel, detected.version, opts.library)
         return Resolved(tgt, detected, selection, [said])
     patch_set = library.load_chosen(opts.library, opts.set_name)
-    selection = library.select(patch_set, detected.version)
+    try:
+        selection = library.select(patch_set, detected.version)
+    except NoPatchSet as exc:
+        raise unsupported(tgt.root, exc.message, exc.hint) from None
     notes = [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)
 
@@ -93,8 +96,20 @@ def _installed_wheel(root):
 def require_patches(resolved: Resolved) -> list[Patch]:
     """The series to apply; an unsupported version is exit 3 for commands that must patch."""
     if resolved.selection.kind == SelectionKind.UNSUPPORTED:
-        raise NoPatchSet(resolved.selection.note or "unsupported vLLM version")
+        raise unsupported(resolved.target.root, resolved.selection.note or "unsupported vLLM version")
     return resolved.patches if resolved.selection.kind == SelectionKind.PATCH else []
+
+
+def unsupported(root, message: str, hint: str | None = None) -> NoPatchSet:
+    """No series for this vLLM (exit 3), saying so when the launch guard an earlier apply installed
+    refuses the tree, and what clears it."""
+    from patchkit.guard import launch_refusal
+
+    refusal = launch_refusal(root)
+    if refusal:
+        cleared = "run `patchkit revert` (it drops the old record, and the guard with it)"
+        hint = f"{hint + '; ' if hint else ''}the launch guard refuses this tree ({'; '.join(refusal)}): {cleared}"
+    return NoPatchSet(message, hint=hint)
 
 
 def _detect_quietly(tgt: Target, override: str | None) -> DetectedVersion | None:

@@ -14,7 +14,8 @@ size limit), objects are named by digest only and read without following a symli
 state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
       "patches": [{"name", "sha256"}], "files": {path: {"before": sha|null, "after": sha|null}}}],
-     "guard": {path: sha}}   (the launch guard's files, patchkit/guard.py; absent when none)
+     "guard": {path: sha},   (the launch guard's files, patchkit/guard.py; absent when none)
+     "no_guard": true}       (an apply was told --no-guard; absent otherwise)
 """
 
 from __future__ import annotations
@@ -219,13 +220,15 @@ def _damaged(path: Path, what: str) -> BadInput:
     return BadInput(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
 
 
-def checked_path(path: object, origin: Path, *, directory: bool = False) -> str:
+def checked_path(path: object, origin: Path, *, directory: bool = False, guard: bool = True) -> str:
     """A recorded path, checked by the one path rule (the same as a diff's) and, like a diff's, kept to
     the patched packages: a file inside a package directory (`vllm/...`), never a file beside them in
-    site-packages (a `.pth`, `sitecustomize.py`), a dist-info, patchkit's own `.patchkit/` or bytecode."""
+    site-packages (a `.pth`, `sitecustomize.py`), a dist-info, patchkit's own `.patchkit/` or bytecode.
+    The launch guard's files are the exception, where they may be recorded (`guard`): a transaction's,
+    the guard's own record; never a series' (no patch changes the guard)."""
     if not isinstance(path, str):
         raise _damaged(origin, f"a path is {type(path).__name__}, not text")
-    reason = unsafe_reason(path) or _outside_packages(path, directory=directory)
+    reason = unsafe_reason(path) or _outside_packages(path, directory=directory, guard=guard)
     if reason:
         raise _damaged(origin, f"the recorded path {path!r} {reason}")
     return path
@@ -235,14 +238,18 @@ def checked_path(path: object, origin: Path, *, directory: bool = False) -> str:
 GUARD_PATH = re.compile(
     r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info(?:/(?:METADATA|RECORD|INSTALLER|entry_points\.txt))?"
 )
+# The guard's files themselves (its dist-info directory aside): all that state.json's "guard" may name.
+GUARD_FILE = re.compile(
+    r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info/(?:METADATA|RECORD|INSTALLER|entry_points\.txt)"
+)
 
 
 # Packages Python itself imports at start-up (site's hooks; setuptools' .pth shim): never patched.
 STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize", "_distutils_hack"})
 
 
-def _outside_packages(path: str, *, directory: bool) -> str | None:
-    if GUARD_PATH.fullmatch(path) and (directory or "/" in path or path.endswith(".py")):
+def _outside_packages(path: str, *, directory: bool, guard: bool) -> str | None:
+    if guard and GUARD_PATH.fullmatch(path) and (directory or "/" in path or path.endswith(".py")):
         return None
     parts = path.split("/")
     if parts[0] in STARTUP_HOOKS:
@@ -310,6 +317,7 @@ class Entry:
 class State:
     entries: list[Entry]
     guard: dict[str, str] = field(default_factory=dict)  # the launch guard's files: path -> sha256
+    no_guard: bool = False  # an apply was told --no-guard: later ones install no guard either
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
@@ -323,10 +331,19 @@ class State:
     def with_guard(self, guard: dict[str, str]) -> State:
         return replace(self, guard=guard)
 
+    def with_version(self, set_name: str, version: str | None) -> State:
+        """The state with `set_name`'s entry recorded for `version`, in its place among the others."""
+        return replace(
+            self,
+            entries=[replace(e, vllm_version=version) if e.set_name == set_name else e for e in self.entries],
+        )
+
     def to_bytes(self) -> bytes:
         data: dict = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
         if self.guard:
             data["guard"] = self.guard
+        if self.no_guard:
+            data["no_guard"] = True
         return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
@@ -397,13 +414,31 @@ def parse_state(raw: bytes, origin: Path) -> State:
     entries = data.get("entries", [])
     if not isinstance(entries, list):
         raise _damaged(origin, "'entries' is not a list")
-    return State([_checked_entry(e, origin) for e in entries], _checked_guard(data.get("guard", {}), origin))
+    no_guard = data.get("no_guard", False)
+    if not isinstance(no_guard, bool):
+        raise _damaged(origin, "'no_guard' is not true or false")
+    return State([_checked_entry(e, origin) for e in entries], _checked_guard(data.get("guard", {}), origin), no_guard)
 
 
 def _checked_guard(guard: object, origin: Path) -> dict[str, str]:
     if not isinstance(guard, dict):
         raise _damaged(origin, "'guard' is not an object")
-    return {checked_path(path, origin): str(checked_digest(sha, origin, optional=False)) for path, sha in guard.items()}
+    return {
+        _checked_guard_path(path, origin): str(checked_digest(sha, origin, optional=False))
+        for path, sha in guard.items()
+    }
+
+
+def _checked_guard_path(path: object, origin: Path) -> str:
+    """A path the guard record names: one of the guard's own files, never any other file (removing
+    the guard deletes what its record names)."""
+    if not isinstance(path, str) or not GUARD_FILE.fullmatch(path):
+        raise _damaged(
+            origin,
+            f"its guard record names {path!r}, which is no file of patchkit's launch guard "
+            "(patchkit_guard.py, patchkit_guard-<version>.dist-info/...)",
+        )
+    return checked_path(path, origin)
 
 
 def _checked_entry(data: object, origin: Path) -> Entry:
@@ -420,7 +455,7 @@ def _checked_entry(data: object, origin: Path) -> Entry:
         checked_digest(patch.get("sha256"), origin, optional=False)
     files = _require(data, "files", dict, origin)
     for path, shas in files.items():
-        checked_path(path, origin)
+        checked_path(path, origin, guard=False)
         if not isinstance(shas, dict) or not {"before", "after"} <= shas.keys():
             raise _damaged(origin, f"{path}: 'before' and 'after' hashes are required")
         checked_digest(shas["before"], origin)

@@ -266,6 +266,9 @@ class UI:
             self.line(f"drifted  {path} was edited after patchkit patched it", style="red")
         for note in status.stale:
             self.line(f"stale    {note} (apply discards it; revert drops it)", style="yellow")
+        if status.guard:
+            self.line(f"guard    the launch guard refuses this tree: {'; '.join(status.guard)}", style="red")
+            self.line(f"         {status.guard_fix}", style="red")
 
     def plan(self, plan, *, dry_run: bool) -> None:
         """Where each change lands. Piped: one tab-separated row per hunk, written as it is made.
@@ -656,6 +659,7 @@ def status_json(resolved, status, where=None) -> dict:
         ],
         "drifted": status.drifted,
         "stale": status.stale,
+        "guard": {"refuses": status.guard, "fix": status.guard_fix} if status.guard else None,
         **(
             {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
             if status.state == TreeState.UPSTREAM

@@ -3,6 +3,8 @@ runner. Fixtures live in conftest.py; tests import these from here."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 import shutil
@@ -240,3 +242,62 @@ def hunk_header_mutation(draw, raw: bytes) -> bytes:
     else:
         head += b" def section_heading():"
     return raw[: match.start()] + head + raw[match.end() :]
+
+
+# vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each (one that fails
+# to load is logged and left out), call each.
+LOAD_LIKE_VLLM = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from importlib.metadata import entry_points
+plugins = {}
+for ep in entry_points(group="vllm.general_plugins"):
+    try:
+        plugins[ep.name] = ep.load()
+    except Exception as exc:
+        print("Failed to load plugin", ep.name, exc, file=sys.stderr)
+for func in plugins.values():
+    func()
+print(sorted(plugins))
+"""
+
+
+def load_plugins_like_vllm(site: Path, **env: str) -> subprocess.CompletedProcess:
+    """The general plugins installed in `site` (the launch guard) as vLLM runs them: discovered by
+    entry point, in a fresh interpreter that writes bytecode. A refusal is a non-zero exit."""
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    return subprocess.run(
+        [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=60,
+    )
+
+
+def record_rows(site: Path, dist: str) -> str:
+    rows = []
+    for path in sorted([*(site / "vllm").rglob("*"), *(site / dist).rglob("*")]):
+        rel = path.relative_to(site).as_posix()
+        if path.is_file() and rel != f"{dist}/RECORD":
+            data = path.read_bytes()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            rows.append(f"{rel},sha256={digest},{len(data)}")
+    return "\n".join([*rows, f"{dist}/RECORD,,"]) + "\n"
+
+
+def pip_install(site: Path, version: str, files: dict[str, str], dist_files: dict[str, bytes] | None = None) -> None:
+    """What `pip install vllm==VERSION` leaves over a vLLM already there: the old distribution's
+    files gone, the new one's written, with a true RECORD. .patchkit/ and the guard are no files of
+    vLLM's: pip leaves them."""
+    shutil.rmtree(site / "vllm", ignore_errors=True)
+    for old in site.glob("vllm-*.dist-info"):
+        shutil.rmtree(old)
+    write_tree(site, version, files)
+    dist = f"vllm-{version}.dist-info"
+    for name, data in (dist_files or {}).items():
+        (site / dist / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / dist / name).write_bytes(data)
+    (site / dist / "RECORD").write_text(record_rows(site, dist))

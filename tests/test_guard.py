@@ -13,24 +13,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, assert_clean_failure, fingerprint, make_patch, run_cli, write_tree
+from helpers import (
+    MODEL_PY,
+    assert_clean_failure,
+    fingerprint,
+    load_plugins_like_vllm,
+    make_patch,
+    run_cli,
+    write_tree,
+)
 
 from patchkit import __version__, transaction
 
 MODEL = "vllm/models/model.py"
 INFO = f"patchkit_guard-{__version__}.dist-info"
 GUARD_SOURCE = Path(__file__).parents[1] / "patchkit" / "_target" / "guard.py"
-
-# vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each, call each.
-LOAD_LIKE_VLLM = """
-import sys
-sys.path.insert(0, sys.argv[1])
-from importlib.metadata import entry_points
-plugins = {ep.name: ep.load() for ep in entry_points(group="vllm.general_plugins")}
-for func in plugins.values():
-    func()
-print(sorted(plugins))
-"""
 
 
 @pytest.fixture
@@ -50,15 +47,7 @@ def _outside_meta(site: Path) -> dict[str, tuple]:
 
 
 def _load(site: Path, **env: str) -> subprocess.CompletedProcess:
-    """The guard as vLLM runs it: discovered by entry point, in a fresh interpreter that writes bytecode."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
-    return subprocess.run(
-        [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=60,
-    )
+    return load_plugins_like_vllm(site, **env)
 
 
 def _state(site: Path) -> dict:
@@ -340,3 +329,112 @@ def test_apply_says_it_installed_the_guard_and_only_then(tmp_path, scratch):
     assert done.stdout.rstrip().endswith("1 file(s) changed; launch guard installed"), done.stdout
     done = run_cli("apply", "--target", site, "--patch", second)  # the guard is there already
     assert done.stdout.rstrip().endswith("1 file(s) changed"), done.stdout
+
+
+# --------------------------------------------------------------------------- the guard's record
+
+
+@pytest.mark.parametrize("named", ["helperlib/tables.py", "vllm/config/spec.py", f"{INFO}/extra.txt", "patchkit_guard"])
+@pytest.mark.parametrize("command", ["revert", "apply", "status"])
+def test_a_guard_record_naming_another_file_is_refused_and_the_file_kept(tmp_path, scratch, named, command):
+    """The guard record is a list of files revert deletes: it may name the guard's own files only."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x + 1")}))
+    if command != "apply":
+        assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    else:
+        (site / ".patchkit").mkdir()
+        _write_state(site, {"format": 1, "entries": []})
+    victim = site / named
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    if not victim.exists():
+        victim.write_text("# not patchkit's\n")
+    content = victim.read_bytes()
+    state = _state(site)
+    state.setdefault("guard", {})[named] = hashlib.sha256(content).hexdigest()
+    _write_state(site, state)
+    done = run_cli(command, "--target", site, "--patch", diff)
+    assert_clean_failure(done, 2)
+    assert repr(named) in done.stderr and "launch guard" in done.stderr
+    assert victim.read_bytes() == content
+
+
+def test_revert_keeps_a_guard_file_changed_after_apply_and_says_so(patched):
+    site, diff, _ = patched
+    entry_points = site / INFO / "entry_points.txt"
+    entry_points.write_text("[vllm.general_plugins]\nmine = mine:hook\n")
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stderr
+    assert f"{INFO}/entry_points.txt was changed after patchkit wrote it: kept" in done.stderr
+    assert entry_points.read_text() == "[vllm.general_plugins]\nmine = mine:hook\n"
+    assert not (site / "patchkit_guard.py").exists() and not (site / INFO / "METADATA").exists()
+    assert "guard" not in _state(site)
+
+
+def test_apply_leaves_a_recorded_guard_file_changed_since_alone(patched, scratch, tmp_path):
+    site, _, _ = patched
+    module = site / "patchkit_guard.py"
+    module.write_text("def check():\n    pass\n")
+    other = tmp_path / "spec.diff"
+    spec = (site / "vllm/config/spec.py").read_text()
+    other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"qwen"')}))
+    done = run_cli("apply", "--target", site, "--patch", other)
+    assert done.returncode == 0, done.stderr
+    assert "patchkit_guard.py was changed after patchkit wrote it: no guard installed, the file kept" in done.stderr
+    assert module.read_text() == "def check():\n    pass\n"
+
+
+def test_apply_puts_back_a_guard_pip_uninstalled_unless_told_no_guard(patched):
+    site, diff, _ = patched
+    (site / "patchkit_guard.py").unlink()
+    for item in (site / INFO).iterdir():
+        item.unlink()
+    (site / INFO).rmdir()
+    done = run_cli("apply", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("already applied; launch guard installed"), done.stdout
+    assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes() and _load(site).returncode == 0
+    assert run_cli("apply", "--target", site, "--patch", diff, "--no-guard").returncode == 0
+    (site / "patchkit_guard.py").unlink()
+    done = run_cli("apply", "--target", site, "--patch", diff)
+    assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout
+
+
+@pytest.mark.parametrize("named", ["patchkit_guard.py", f"{INFO}/entry_points.txt"])
+def test_a_series_record_naming_a_guard_file_is_refused(patched, named):
+    """No patch changes the guard: a set's record naming one of its files is no record patchkit wrote."""
+    site, diff, _ = patched
+    state = _state(site)
+    current = hashlib.sha256((site / named).read_bytes()).hexdigest()
+    state["entries"][0]["files"][named] = {"before": None, "after": current}
+    _write_state(site, state)
+    for command in ("revert", "status"):
+        done = run_cli(command, "--target", site, "--patch", diff)
+        assert_clean_failure(done, 2)
+        assert repr(named) in done.stderr
+    assert (site / named).exists()
+
+
+def test_status_reads_the_guards_files_without_blocking(patched):
+    """Whether a guard is installed is read from its files: a fifo in their place is no guard, never waited on."""
+    site, diff, _ = patched
+    entry_points = site / INFO / "entry_points.txt"
+    entry_points.unlink()
+    os.mkfifo(entry_points)
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "status", "--target", str(site), "--patch", str(diff)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_dry_run_says_the_guard_would_be_installed_and_writes_nothing(patched):
+    site, diff, _ = patched
+    (site / "patchkit_guard.py").unlink()
+    before = fingerprint(site)
+    done = run_cli("apply", "--target", site, "--patch", diff, "--dry-run")
+    assert done.returncode == 0 and "already applied; launch guard would be installed" in done.stdout, done.stdout
+    assert fingerprint(site) == before

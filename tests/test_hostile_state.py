@@ -19,7 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, cli_runner, fingerprint, make_patch, patched_spec, run_cli, write_library, write_tree
+from helpers import (
+    SPEC_PY,
+    cli_runner,
+    fingerprint,
+    make_patch,
+    patched_spec,
+    pip_install,
+    run_cli,
+    write_library,
+    write_tree,
+)
 
 SPEC = "vllm/config/spec.py"
 VICTIM = "victim.py"
@@ -266,6 +276,74 @@ def pycache_symlink(scene: Scene) -> None:
     (scene.tree / "vllm" / "config" / "__pycache__").symlink_to(elsewhere)
 
 
+# -- the guard's record, and trees pip changed under patchkit (issue 20) -----------------------------
+
+GUARD_MODULE = "patchkit_guard.py"
+
+
+def _guard_record(scene: Scene, guard: object) -> None:
+    state = scene.state()
+    state["guard"] = guard
+    scene.write_json("state.json", state)
+
+
+def guard_names_a_package_file(scene: Scene) -> None:
+    """A package directory that leads to the sentinel, and the guard record naming a file in it
+    with that file's very hash: removing "the guard" would delete it."""
+    (scene.tree / "helperpkg").symlink_to(scene.sentinel)
+    _guard_record(scene, {**scene.state().get("guard", {}), "helperpkg/victim.py": digest(VICTIM_TEXT)})
+
+
+def guard_names_a_path_outside(scene: Scene) -> None:
+    _guard_record(scene, {scene.outside(): digest(VICTIM_TEXT)})
+
+
+def guard_names_a_dist_info_file(scene: Scene) -> None:
+    _guard_record(
+        scene, {"vllm-0.16.0.dist-info/METADATA": digest((scene.tree / "vllm-0.16.0.dist-info/METADATA").read_text())}
+    )
+
+
+def guard_record_a_list(scene: Scene) -> None:
+    _guard_record(scene, [GUARD_MODULE])
+
+
+def guard_bad_digest(scene: Scene) -> None:
+    _guard_record(scene, {GUARD_MODULE: scene.outside()})
+
+
+def no_guard_not_a_flag(scene: Scene) -> None:
+    state = scene.state()
+    state["no_guard"] = "yes"
+    scene.write_json("state.json", state)
+
+
+def guard_module_symlinked_out(scene: Scene) -> None:
+    """The guard's module swapped for a symlink to the sentinel, recorded with the target's hash."""
+    (scene.tree / GUARD_MODULE).unlink(missing_ok=True)
+    (scene.tree / GUARD_MODULE).symlink_to(scene.victim)
+    _guard_record(scene, {**scene.state().get("guard", {}), GUARD_MODULE: digest(VICTIM_TEXT)})
+
+
+def pip_upgraded_vllm(scene: Scene) -> None:
+    """`pip install vllm==0.17.0` over the tree: the new release's files and dist-info, a true RECORD."""
+    pip_install(scene.tree, "0.17.0", {SPEC: SPEC_PY + "# 0.17.0\n"})
+
+
+def pip_installed_patched_wheel(scene: Scene) -> None:
+    """A wheel `patchkit wheel` built, installed over the applied tree (no provenance: a hand-made label)."""
+    pip_install(scene.tree, "0.16.0+patchkit.adhoc", {SPEC: patched_spec()})
+
+
+def pip_uninstalled_guard(scene: Scene) -> None:
+    """`pip uninstall patchkit-guard`: the files its RECORD lists; .patchkit/ still records them."""
+    import shutil
+
+    (scene.tree / GUARD_MODULE).unlink(missing_ok=True)
+    for info in scene.tree.glob("patchkit_guard-*.dist-info"):
+        shutil.rmtree(info)
+
+
 PYCACHE_BRANCH = "fixed on the bytecode branch (issue 10 defect 4: a symlinked __pycache__)"
 SAVED_BRANCH = "fixed on the revert --force branch (issue 10 defect 5: never overwrite a saved copy)"
 
@@ -310,6 +388,16 @@ ROWS = [
     Row(meta_symlink),
     Row(meta_wrong_type),
     Row(pycache_symlink, exit_code=None),
+    Row(guard_names_a_package_file),
+    Row(guard_names_a_path_outside),
+    Row(guard_names_a_dist_info_file),
+    Row(guard_record_a_list),
+    Row(guard_bad_digest),
+    Row(no_guard_not_a_flag),
+    Row(guard_module_symlinked_out, exit_code=None),  # never followed: kept as a changed guard file
+    Row(pip_upgraded_vllm, exit_code=None),
+    Row(pip_installed_patched_wheel, exit_code=None),
+    Row(pip_uninstalled_guard, exit_code=None),
 ]
 
 

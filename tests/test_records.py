@@ -151,10 +151,11 @@ def test_an_upgraded_vllm_makes_the_record_stale_and_apply_starts_afresh(run, tr
     new_stock = snapshot(tree)
 
     result = run("status", *args, "--format", "json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the guard apply installed refuses the launch
     status = json_of(result)
     assert status["state"] == "not-applied" and status["drifted"] == []
     assert status["stale"] == ["recorded 0.16.0, installed 0.17.0: the old record is stale"]
+    assert "`patchkit apply`" in status["guard"]["fix"]
     assert "recorded 0.16.0, installed 0.17.0" in run("status", *args).output
 
     result = run("apply", *args)  # no --force needed
@@ -420,3 +421,31 @@ def test_verify_and_fleets_phase_one_refuse_a_tree_status_refuses(run, tree, dif
         assert snapshot(tree) == before
         config.unlink()
         (tree / "vllm" / "config_real").rename(config)
+
+
+def test_a_record_saying_patchkit_created_a_file_of_vllm_is_refused_and_the_file_kept(tmp_path, scratch):
+    """Revert deletes a file recorded with no original: only one patchkit's patches added, never a
+    file the installed vLLM's RECORD lists as its own."""
+    import hashlib
+
+    from helpers import pip_install, run_cli
+
+    site = tmp_path / "site"
+    pip_install(site, "0.16.0", {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY})
+    diff = tmp_path / "add.diff"
+    diff.write_bytes(make_patch(scratch, site, {"vllm/models/extra.py": "EXTRA = 1\n"}))
+    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    state_file = site / ".patchkit/state.json"
+    state = json.loads(state_file.read_text())
+    victim = site / "vllm/config/spec.py"
+    forged = {"before": None, "after": hashlib.sha256(victim.read_bytes()).hexdigest()}
+    state["entries"][0]["files"]["vllm/config/spec.py"] = forged
+    state_file.write_text(json.dumps(state))
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 2 and "vllm/config/spec.py" in done.stderr, done.stdout + done.stderr
+    assert victim.read_text() == SPEC_PY and (site / "vllm/models/extra.py").exists()
+
+    del state["entries"][0]["files"]["vllm/config/spec.py"]  # the record as apply wrote it
+    state_file.write_text(json.dumps(state))
+    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert not (site / "vllm/models/extra.py").exists() and victim.read_text() == SPEC_PY

@@ -79,3 +79,34 @@ def test_fetch_dest_of_an_upstream_release_holds_what_its_checks_read(tmp_path, 
     status = run("status", "--target", tmp_path / "site", "--format", "json")
     assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"
     assert json.loads(status.stdout)["upstream_regression"] is False
+
+
+def test_an_applied_tree_upgraded_in_place_to_an_upstream_release_is_reported_and_apply_clears_the_guard(tmp_path, run):
+    """Issue 20 item 2 on the real releases: eagle3 applied to 0.16.0 (guard installed), then 0.18.0's
+    files and dist-info laid over it as pip would: the guard refuses the launch, so status fails
+    naming apply, and apply drops the stale record and the guard."""
+    import shutil
+
+    from helpers import load_plugins_like_vllm
+
+    paths = files_for("0.16.0")
+    target = copy_tree(release_tree("0.16.0", paths), tmp_path / "site")
+    assert run("apply", "--target", target, "--no-import").exit_code == 0
+    assert (target / "patchkit_guard.py").exists() and load_plugins_like_vllm(target).returncode == 0
+    shutil.rmtree(target / "vllm")
+    shutil.rmtree(target / "vllm-0.16.0.dist-info")
+    lay_out(release_tree("0.18.0", paths), str(target), paths)
+    refused = load_plugins_like_vllm(target)
+    assert refused.returncode != 0 and "vLLM 0.18.0 is installed" in refused.stderr
+
+    result = run("status", "--target", target, "--format", "json")
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["state"] == "upstream" and "`patchkit apply`" in report["guard"]["fix"]
+    assert run("verify", "--target", target, "--no-import").exit_code == 1
+
+    result = run("apply", "--target", target)
+    assert result.exit_code == 0, result.output
+    assert "dropped the record of eagle3" in result.output and "launch guard removed" in result.output
+    assert load_plugins_like_vllm(target).returncode == 0 and not (target / "patchkit_guard.py").exists()
+    assert run("status", "--target", target).exit_code == 0

@@ -328,3 +328,34 @@ def test_record_rows_of_the_hand_made_wheel_are_true(wheel):
             data = (wheel.site / path).read_bytes()
             assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             assert int(size) == len(data)
+
+
+# -- the launch guard on a tree installed from the patched wheel (issue 20, item 9) ----------------
+
+
+def test_apply_installs_the_guard_on_a_patched_wheel_tree_and_it_guards_the_wheels_files(wheel):
+    from helpers import load_plugins_like_vllm
+
+    done = wheel.cli("apply", "--no-import")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "launch guard installed" in done.stdout
+    assert (wheel.site / "patchkit_guard.py").exists()
+    assert load_plugins_like_vllm(wheel.site).returncode == 0
+    again = wheel.cli("apply", "--no-import")
+    assert again.returncode == 0 and "already applied: nothing to do" in again.stdout, again.stdout
+    with open(wheel.site / "vllm/models/model.py", "a") as fh:
+        fh.write("# edited under the wheel\n")
+    refused = load_plugins_like_vllm(wheel.site)
+    assert refused.returncode != 0 and "vllm/models/model.py was changed" in refused.stderr
+
+
+def test_no_guard_is_remembered_until_guard_is_asked_for(wheel):
+    guard_module = wheel.site / "patchkit_guard.py"
+    assert wheel.cli("apply", "--no-import", "--no-guard").returncode == 0
+    assert not guard_module.exists()
+    assert json.loads((wheel.site / ".patchkit/state.json").read_text())["no_guard"] is True
+    done = wheel.cli("apply", "--no-import")
+    assert done.returncode == 0 and not guard_module.exists(), done.stdout + done.stderr
+    done = wheel.cli("apply", "--no-import", "--guard")
+    assert done.returncode == 0 and "launch guard installed" in done.stdout and guard_module.exists()
+    assert "no_guard" not in json.loads((wheel.site / ".patchkit/state.json").read_text())

@@ -91,6 +91,39 @@ def test_the_label_shows_in_the_metadata_not_in_vllm_version(installed):
     assert provenance.vllm_version == VERSION and provenance.set_name == "eagle3"
 
 
+def test_the_wheel_installed_over_an_applied_tree_is_reported_and_apply_settles_it(installed, tmp_path):
+    """Issue 20 item 2: eagle3 applied to the stock 0.16.0 (guard installed), then the patched wheel's
+    dist-info and files laid over it as pip would: the guard refuses the labelled version, so status
+    fails naming apply; apply records the set for the installed version and the guard lets it launch."""
+    import shutil
+
+    from helpers import load_plugins_like_vllm
+
+    from patchkit.release_files import files_for, lay_out
+
+    paths = files_for(VERSION)
+    site = tmp_path / "site"
+    lay_out(release_tree(VERSION, paths), str(site), paths)
+    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    shutil.rmtree(site / f"vllm-{VERSION}.dist-info")
+    shutil.copytree(installed / f"vllm-{LABELLED}.dist-info", site / f"vllm-{LABELLED}.dist-info")
+    for path in paths:
+        shutil.copyfile(installed / path, site / path)
+    refused = load_plugins_like_vllm(site)
+    assert refused.returncode != 0 and f"{LABELLED} is installed" in refused.stderr
+
+    done = run_cli("status", "--target", site, "--format", "json")
+    assert done.returncode == 1 and "`patchkit apply`" in json.loads(done.stdout)["guard"]["fix"], done.stdout
+    assert run_cli("verify", "--target", site, "--no-import").returncode == 1
+    done = run_cli("apply", "--target", site, "--no-import")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load_plugins_like_vllm(site).returncode == 0
+    assert run_cli("status", "--target", site).returncode == 0
+    with open(site / SPEC, "a") as fh:
+        fh.write("# edited\n")
+    assert load_plugins_like_vllm(site).returncode != 0  # still guarded
+
+
 def test_revert_gives_the_release_files_back(installed):
     # the last test of the module: it leaves the prefix stock
     provenance = read_provenance(installed / f"vllm-{LABELLED}.dist-info")

@@ -13,11 +13,13 @@ from patchkit.commands.options import dry_run_option, force_option, format_optio
 @no_import_option("Do not import the patched modules after writing (probe check).")
 @force_option("Patch files that are not the release's stock files (integrity check against RECORD).")
 @click.option(
-    "--no-guard",
-    is_flag=True,
-    help="Do not install the launch guard (a vLLM plugin refusing a tree that changed since apply).",
+    "--guard/--no-guard",
+    "guard_choice",
+    default=None,
+    help="Install the launch guard (a vLLM plugin refusing a tree that changed since apply), or not. "
+    "Remembered: a later apply without either does as the last one was told (default: install).",
 )
-def command(opts, quiet, verbose, fmt, dry_run, no_import, force, no_guard):
+def command(opts, quiet, verbose, fmt, dry_run, no_import, force, guard_choice):
     """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
     from patchkit.operations import apply_series
     from patchkit.resolve import require_patches
@@ -29,7 +31,13 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force, no_guard):
         ui.header(resolved)
     shown = Shown(ui, dry_run=dry_run)
     result = apply_series(
-        resolved, dry_run=dry_run, force=force, import_probe=not no_import, guard=not no_guard, watch=shown
+        resolved,
+        dry_run=dry_run,
+        force=force,
+        import_probe=not no_import,
+        guard=guard_choice is not False,
+        guard_choice=guard_choice,
+        watch=shown,
     )
     _finish(ui, result)
     return result

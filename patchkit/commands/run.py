@@ -9,7 +9,12 @@ from patchkit.commands.preflight import LAUNCH_SETTINGS, launch_argument
 
 @click.command(context_settings=LAUNCH_SETTINGS)
 @target_options
-@click.option("--apply", "apply_first", is_flag=True, help="Apply the series first when the tree is not-applied.")
+@click.option(
+    "--apply",
+    "apply_first",
+    is_flag=True,
+    help="Apply the series first when the tree is not-applied, or when the launch guard refuses a tree apply settles.",
+)
 @click.option("--no-preflight", is_flag=True, help="Run COMMAND without checking it first.")
 @launch_argument
 def command(opts, quiet, verbose, apply_first, no_preflight, launch):
@@ -55,7 +60,10 @@ def _apply_when_not_applied(ui, opts, launch_command):
     from patchkit.operations import apply_series
 
     resolved = resolve_telling(ui, default_options(opts, launch_command))
-    if inspect(resolved, import_probe=False).state != TreeState.NOT_APPLIED:
+    status = inspect(resolved, import_probe=False)
+    # a tree the guard refuses where apply is the fix (status names it): the record brought up to the tree
+    settles = bool(status.guard) and status.state != TreeState.UNSUPPORTED and not status.drifted
+    if status.state != TreeState.NOT_APPLIED and not settles:
         return None
     result = apply_series(resolved, watch=Shown(ui))
     if result.error is None:

@@ -40,6 +40,8 @@ def command(opts, quiet, verbose, fmt):
             ui.error("upstream regression: this release's stock files fail the set's checks")
         elif status.checks:
             ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on the stock files", style="green")
+    if status.guard and not ui.json_mode:
+        ui.error("the launch guard vLLM loads refuses this tree", status.guard_fix)
     if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
         ui.error(resolved.selection.note or "unsupported vLLM version")
     return status

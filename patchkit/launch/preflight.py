@@ -102,6 +102,13 @@ def command_findings(context: LaunchContext) -> list[Finding]:
 
 
 def tree_finding(resolved, status) -> Finding:
+    finding = _state_finding(resolved, status)
+    if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
+        return Finding(TREE, False, f"the launch guard refuses this tree: {'; '.join(status.guard)}", status.guard_fix)
+    return finding
+
+
+def _state_finding(resolved, status) -> Finding:
     from patchkit.enums import TreeState
 
     version = resolved.vllm_version

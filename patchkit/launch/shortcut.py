@@ -3,8 +3,8 @@
 - **The tree's state from its record.** When `.patchkit/state.json` (parsed as the untrusted input
   it is: patchkit.state) records one apply, of this very series (the same patch names and sha256s),
   for the installed vLLM version, over exactly the files the series touches, and each of those
-  files still has the sha256 patchkit wrote, the tree is the series applied with no drift: the
-  series is not planned again. Anything else (no record, another set, a file changed, a symlink
+  files still has the sha256 patchkit wrote (and the installed launch guard lets the launch go),
+  the tree is the series applied with no drift: the series is not planned again. Anything else (no record, another set, a file changed, a symlink
   on the way, an unfinished transaction) says nothing, and the full inspection decides, under
   the target's lock, as it always did. This read takes no lock: the files' hashes are the proof
   that they are as the record says (a writer half-way through a transaction changes files the
@@ -37,13 +37,14 @@ def recorded_status(resolved):
     """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
     from patchkit.enums import SelectionKind, TreeState
     from patchkit.errors import PatchkitError
+    from patchkit.guard import launch_refusal
     from patchkit.inspection import TreeStatus
 
     if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
         return None
     try:
         before = _settled_record(resolved.target.root)
-        applied = before is not None and _as_recorded(resolved, before)
+        applied = before is not None and _as_recorded(resolved, before) and not launch_refusal(resolved.target.root)
         return TreeStatus(TreeState.APPLIED) if applied and _settled_record(resolved.target.root) == before else None
     except (PatchkitError, OSError):  # damaged, of the wrong kind, unreadable: the full inspection says so
         return None

@@ -1,0 +1,278 @@
+"""The launch guard and the commands agree (issue 20, item 2): on every tree state of a catalogue
+(stock, applied, vLLM upgraded in place by pip to a covered, an upstream and an uncovered release,
+a patched wheel installed over an applied tree, the guard uninstalled by pip, the record or the
+guard's files edited...), the guard patchkit installs, run as vLLM runs it, refuses a launch
+exactly when `status`, `verify`, `preflight` and `run` fail; and the command `status` names (else
+`apply`) brings the tree to one the guard lets launch.
+
+The trees are hand-made site-packages (no vLLM source); pip's changes are simulated with the files
+pip leaves: the new release's vllm/ and dist-info (with a true RECORD) over the old ones, the guard's
+RECORD files removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    load_plugins_like_vllm,
+    make_patch,
+    pip_install,
+    run_cli,
+    write_library,
+    write_tree,
+)
+
+from patchkit import __version__
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+INFO = f"patchkit_guard-{__version__}.dist-info"
+SET = "demo"
+
+
+def stock_files(version: str) -> dict[str, str]:
+    """Each release's own stock files (0.18.0 ships the change: upstream)."""
+    spec = SPEC_PY.replace('"qwen",\n', '"qwen",\n    "gemma",\n') if version >= "0.18" else SPEC_PY
+    return {SPEC: spec + f"# vllm {version}\n", MODEL: MODEL_PY + f"# vllm {version}\n"}
+
+
+def patched(files: dict[str, str]) -> dict[str, str]:
+    return {**files, SPEC: files[SPEC].replace('"qwen",\n', '"qwen",\n    "gemma",\n')}
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Tree:
+    site: Path
+    library: Path
+    model: Path
+    bin: Path
+
+    def cli(self, *args: str):
+        return run_cli(*args, "--target", self.site, "--patches", self.library)
+
+    def launch(self, command: str):
+        """preflight or run on `vllm serve MODEL`, `vllm` being a stand-in that exits 0."""
+        launch = ("--", str(self.bin / "vllm"), "serve", str(self.model))
+        if command == "preflight":
+            return run_cli("preflight", "--target", self.site, "--patches", self.library, "--no-import", *launch)
+        return run_cli("run", "--target", self.site, "--patches", self.library, *launch)
+
+    def state(self) -> dict:
+        return json.loads((self.site / ".patchkit/state.json").read_text())
+
+    def write_state(self, data: dict) -> None:
+        (self.site / ".patchkit/state.json").write_text(json.dumps(data))
+
+
+def _tree(tmp_path: Path) -> Tree:
+    library_trees = tmp_path / "stock"
+    series = {}
+    for version in ("0.16.0", "0.17.0"):
+        stock = write_tree(library_trees / version, version, stock_files(version))
+        series[version] = [make_patch(tmp_path, stock, patched(stock_files(version)))]
+    library = write_library(tmp_path / "lib", series, upstream=">=0.18.0", name=SET)
+    site = tmp_path / "site"
+    pip_install(site, "0.16.0", stock_files("0.16.0"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "vllm").chmod(0o755)
+    return Tree(site, library, model, bin_dir)
+
+
+def _applied(tree: Tree) -> None:
+    done = tree.cli("apply", "--no-import")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree.site / "patchkit_guard.py").exists()
+
+
+# -- the catalogue: each builds a state from a stock 0.16.0 tree ------------------------------------
+
+
+def stock(tree: Tree) -> None:
+    pass
+
+
+def applied(tree: Tree) -> None:
+    _applied(tree)
+
+
+def applied_without_guard(tree: Tree) -> None:
+    assert tree.cli("apply", "--no-import", "--no-guard").returncode == 0
+
+
+def upgraded_to_covered(tree: Tree) -> None:
+    _applied(tree)
+    pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
+
+
+def upgraded_to_upstream(tree: Tree) -> None:
+    _applied(tree)
+    pip_install(tree.site, "0.18.0", stock_files("0.18.0"))
+
+
+def upgraded_to_uncovered(tree: Tree) -> None:
+    _applied(tree)
+    pip_install(tree.site, "0.17.5", stock_files("0.17.5"))
+
+
+def patched_wheel(tree: Tree) -> None:
+    """What `pip install` of the wheel `patchkit wheel` built leaves: the patched files, the version
+    labelled, the provenance and the patches in the dist-info."""
+    stock, new = stock_files("0.16.0"), patched(stock_files("0.16.0"))
+    patch = (tree.library / SET / "0.16.0" / "0001-change.patch").read_bytes()
+    provenance = {
+        "schema_version": 1,
+        "patchkit": __version__,
+        "vllm_version": "0.16.0",
+        "label": f"patchkit.{SET}",
+        "set": SET,
+        "patches": [{"name": "0001-change.patch", "sha256": hashlib.sha256(patch).hexdigest()}],
+        "files": {SPEC: {"stock_sha256": sha(stock[SPEC]), "patched_sha256": sha(new[SPEC])}},
+    }
+    dist_files = {"patchkit.json": json.dumps(provenance).encode(), "patchkit/0001-change.patch": patch}
+    pip_install(tree.site, f"0.16.0+patchkit.{SET}", new, dist_files)
+
+
+def patched_wheel_over_applied(tree: Tree) -> None:
+    _applied(tree)
+    patched_wheel(tree)
+
+
+def guard_uninstalled_by_pip(tree: Tree) -> None:
+    """`pip uninstall patchkit-guard`: every file its RECORD lists, and the module's bytecode."""
+    _applied(tree)
+    (tree.site / "patchkit_guard.py").unlink()
+    shutil.rmtree(tree.site / INFO)
+    for pyc in (tree.site / "__pycache__").glob("patchkit_guard.*.pyc") if (tree.site / "__pycache__").is_dir() else []:
+        pyc.unlink()
+
+
+def record_names_another_version(tree: Tree) -> None:
+    _applied(tree)
+    state = tree.state()
+    state["entries"][0]["vllm_version"] = "0.15.9"
+    tree.write_state(state)
+
+
+def record_hash_edited(tree: Tree) -> None:
+    _applied(tree)
+    state = tree.state()
+    state["entries"][0]["files"][SPEC]["after"] = sha("something else\n")
+    tree.write_state(state)
+
+
+def file_edited(tree: Tree) -> None:
+    _applied(tree)
+    with open(tree.site / SPEC, "a") as fh:
+        fh.write("# tuned\n")
+
+
+def guard_module_commented(tree: Tree) -> None:
+    _applied(tree)
+    with open(tree.site / "patchkit_guard.py", "a") as fh:
+        fh.write("# read by someone\n")
+
+
+def guard_entry_point_emptied(tree: Tree) -> None:
+    _applied(tree)
+    (tree.site / INFO / "entry_points.txt").write_text("")
+
+
+CATALOGUE: list[Callable[[Tree], None]] = [
+    stock,
+    applied,
+    applied_without_guard,
+    upgraded_to_covered,
+    upgraded_to_upstream,
+    upgraded_to_uncovered,
+    patched_wheel,
+    patched_wheel_over_applied,
+    guard_uninstalled_by_pip,
+    record_names_another_version,
+    record_hash_edited,
+    file_edited,
+    guard_module_commented,
+    guard_entry_point_emptied,
+]
+
+
+def _fixes(status_json: dict) -> list[list[str]]:
+    """The commands `status` names as the fix (`patchkit X`, in order); else apply."""
+    guard = status_json.get("guard") or {}
+    named = re.findall(r"`patchkit ([^`]*)`", guard.get("fix") or status_json.get("hint") or "")
+    return [command.split() for command in named] or [["apply"]]
+
+
+@pytest.mark.parametrize("build", CATALOGUE, ids=lambda build: build.__name__)
+def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clears_it(tmp_path, build):
+    tree = _tree(tmp_path)
+    build(tree)
+    guard = load_plugins_like_vllm(tree.site)
+    refuses = guard.returncode != 0
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode in (0, 1, 3), status.stdout + status.stderr
+    said = {
+        "status": status.returncode,
+        "verify": tree.cli("verify", "--no-import").returncode,
+        "preflight": tree.launch("preflight").returncode,
+        "run": tree.launch("run").returncode,
+    }
+    failing = {command for command, code in said.items() if code != 0}
+    # a launch of a tree the series is not applied to fails preflight and run, guard or not
+    assert failing == set(said) if refuses else not failing & {"status", "verify"}, (guard.stderr[-600:], said)
+    for fix in _fixes(json.loads(status.stdout)):
+        done = tree.cli(*fix)
+        assert done.returncode in (0, 3), (fix, done.stdout + done.stderr)
+    after = load_plugins_like_vllm(tree.site)
+    assert after.returncode == 0, after.stderr[-600:]
+    status = tree.cli("status")
+    assert status.returncode in (0, 3), status.stdout + status.stderr  # 3: an uncovered vLLM, guard gone
+
+
+@pytest.mark.parametrize(
+    "build",
+    [upgraded_to_covered, upgraded_to_upstream, patched_wheel_over_applied, record_names_another_version],
+    ids=lambda build: build.__name__,
+)
+def test_run_apply_settles_a_tree_the_guard_refuses_and_launches(tmp_path, build):
+    tree = _tree(tmp_path)
+    build(tree)
+    assert load_plugins_like_vllm(tree.site).returncode != 0
+    launch = ("--", str(tree.bin / "vllm"), "serve", str(tree.model))
+    done = run_cli("run", "--apply", "--target", tree.site, "--patches", tree.library, *launch)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_an_upgrade_mixed_with_edits_is_told_to_reinstall_not_to_revert(tmp_path):
+    """vLLM upgraded under the record and a file then edited: the record is not recognisably stale,
+    and no original patchkit saved belongs on the new release; status says to reinstall it, then apply."""
+    tree = _tree(tmp_path)
+    upgraded_to_upstream(tree)
+    with open(tree.site / SPEC, "a") as fh:
+        fh.write("# tuned\n")
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 1, status.stdout
+    fix = json.loads(status.stdout)["guard"]["fix"]
+    assert "pip install --force-reinstall --no-deps vllm==VERSION" in fix and "revert" not in fix
+    pip_install(tree.site, "0.18.0", stock_files("0.18.0"))  # the reinstall
+    assert tree.cli("apply").returncode == 0
+    assert load_plugins_like_vllm(tree.site).returncode == 0
