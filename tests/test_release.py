@@ -17,8 +17,10 @@ from patchkit.release_files import files_for, lay_out
 pytestmark = pytest.mark.release
 
 
-def copy_tree(src: Path, dest: Path) -> Path:
-    lay_out(src, str(dest))
+def copy_tree(src: Path, dest: Path, paths: list[str] | None = None) -> Path:
+    """The release's dist-info and `paths` (all of `src` if None): the cache's tree holds whatever
+    earlier fetches asked for, so a test that lays it out whole depends on which ran first."""
+    lay_out(src, str(dest), paths)
     return dest
 
 
@@ -46,7 +48,7 @@ def test_real_release_to_release_diff_applies_exactly_and_reverts(tmp_path, run)
 def test_eagle3_series_applies_verifies_and_reverts_on_the_real_release(tmp_path, run, version):
     paths = files_for(version)
     assert "vllm/model_executor/models/deepseek_v2.py" in paths
-    target = copy_tree(release_tree(version, paths), tmp_path / "site")
+    target = copy_tree(release_tree(version, paths), tmp_path / "site", paths)
     stock = snapshot(target)
 
     def status():
@@ -63,7 +65,8 @@ def test_eagle3_series_applies_verifies_and_reverts_on_the_real_release(tmp_path
 
 @pytest.mark.parametrize("version", ["0.18.0", "0.20.2", "0.25.1", "0.33.0"])
 def test_later_releases_are_upstream_and_untouched(tmp_path, run, version):
-    target = copy_tree(release_tree(version, ["vllm/config/speculative.py"]), tmp_path / "site")
+    paths = files_for(version)
+    target = copy_tree(release_tree(version, paths), tmp_path / "site", paths)
     stock = snapshot(target)
     result = run("status", "--target", target, "--format", "json")
     assert result.exit_code == 0 and json.loads(result.stdout)["state"] == "upstream"
