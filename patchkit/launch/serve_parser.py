@@ -82,8 +82,8 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
         _positional_model_with_served_name(args)
     plain, dotted = _dotted_objects(_renamed(args, release))
     parser = _parser(spec.release, serve)
-    given = _parsed(parser, plain, spec)
     both = _parsed(parser, plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))], spec)
+    given = _given_plainly(parser, plain, spec) if dotted else {}
     notes = tuple(
         f"{_option(dest)} is given as JSON and key by key: vLLM keeps only the key-by-key object "
         f"{both[dest]} and drops the JSON"
@@ -94,6 +94,15 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     model = options.pop("model-tag", None) if serve else None
     found = model if model is not None else options.get("model")
     return Reading(options, None if found is None else str(found), notes)
+
+
+def _given_plainly(parser: argparse.ArgumentParser, plain: list[str], spec: Spec) -> dict[str, object]:
+    """The options as read without the dotted objects: what those replace ({} when the command
+    reads only with them)."""
+    try:
+        return _parsed(parser, plain, spec)
+    except BadInput:
+        return {}
 
 
 def _option(dest: str) -> str:
@@ -257,6 +266,8 @@ class _NoValue(argparse.Action):
         self.kind = kind
 
     def __call__(self, parser, namespace, values, option_string=None):
+        if self.kind in ("help", "version"):
+            raise BadInput(f"{option_string}: vLLM prints its {self.kind} and serves nothing")
         if self.kind == "boolean_optional":
             value: object = not (option_string or "").startswith("--no-")
         elif self.kind == "count":
