@@ -69,7 +69,7 @@ def piece(draw) -> list[str]:
         return [f"{key}={value}"] if draw(st.booleans()) else [key, value]
     option = _spelled(draw(st.sampled_from({"free": FREE, "whole": WHOLE, "json": JSON}[kind])), draw)
     if kind == "free":
-        value = draw(st.sampled_from(MODELS + ["tok", "-7"]))
+        value = draw(st.sampled_from([*MODELS, "tok", "-7"]))
     elif kind == "whole":
         value = str(draw(st.integers(-2, 8)))
     else:
