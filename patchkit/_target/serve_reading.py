@@ -79,10 +79,22 @@ def _force_cpu_platform_when_none() -> None:
         pass
 
 
-if __name__ == "__main__":
+def work(request: dict) -> dict:
+    return readings(request["lines"])
+
+
+def write_answer(path: str, answer: object) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(answer, f)
+    os.replace(path + ".tmp", path)
+
+
+def _unshadow() -> None:
     here = os.path.dirname(os.path.realpath(__file__))
     if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
         del sys.path[0]
-    answer = readings(json.load(sys.stdin)["lines"])
-    with open(sys.argv[1], "w", encoding="utf-8") as out:
-        json.dump(answer, out)
+
+
+if __name__ == "__main__":
+    _unshadow()
+    write_answer(sys.argv[1], work(json.load(sys.stdin)))

@@ -2,7 +2,7 @@
 option of `vllm serve` and of the api_server module, with its option strings, nargs and kind, read
 from the parser objects vLLM builds (vLLM imported; nothing parsed, nothing served).
 
-Run in vLLM's interpreter: python serve_spec.py OUT.json  (stdlib and vLLM only)
+Run in vLLM's interpreter: python serve_spec.py ANSWER.json < {}  (stdlib and vLLM only)
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from typing import Any
 
@@ -87,7 +88,22 @@ def _force_cpu_platform_when_none() -> None:
         pass
 
 
+def work(request: dict) -> dict:
+    return parsers()
+
+
+def write_answer(path: str, answer: object) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(answer, f)
+    os.replace(path + ".tmp", path)
+
+
+def _unshadow() -> None:
+    here = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
+        del sys.path[0]
+
+
 if __name__ == "__main__":
-    with open(sys.argv[1], "w", encoding="utf-8") as out:
-        json.dump(parsers(), out, indent=1)
-        out.write("\n")
+    _unshadow()
+    write_answer(sys.argv[1], work(json.load(sys.stdin)))

@@ -28,7 +28,7 @@ def record(version: str, python: str) -> Path:
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "spec.json"
         env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
-        subprocess.run([python, str(SCRIPT), str(out)], env=env, cwd=scratch, check=True, timeout=TIMEOUT)
+        subprocess.run([python, str(SCRIPT), str(out)], input=b"{}", env=env, cwd=scratch, check=True, timeout=TIMEOUT)
         data = json.loads(out.read_text(encoding="utf-8"))
     if str(data["vllm"]).split("+")[0] != version:
         raise SystemExit(f"{version}: the parser read is vLLM {data['vllm']}'s, not this release's")
