@@ -65,10 +65,17 @@ def test_an_unknown_option_is_refused_for_a_recorded_release_and_ignored_for_ano
 
 def test_negative_numbers_and_the_double_dash_follow_argparse():
     command = read16("org/m", "--seed", "-3", "--tensor-parallel-size=2")
-    assert command.options["seed"] == "-3"
+    assert command.options["seed"] == -3  # an int, as vLLM types it
     assert command.tensor_parallel_size == 2
     with pytest.raises(BadInput):
         read16("--", "org/m", "extra")  # argparse: one positional MODEL, then an unrecognized one
+
+
+def test_a_value_of_the_wrong_type_is_refused_as_vllms_parser_refuses_it():
+    with pytest.raises(BadInput, match="invalid int value"):
+        read16("org/m", "--seed", "forty-two")
+    with pytest.raises(BadInput, match="invalid JSON value"):
+        read16("org/m", "--default-chat-template-kwargs", "{not json")
 
 
 def test_json_and_key_by_key_both_given_is_a_note():

@@ -48,7 +48,10 @@ def oracle_parser() -> argparse.ArgumentParser:
         elif action["nargs"] == 0:
             parser.add_argument(*options, dest=action["dest"], action=ACTIONS.get(kind, "store_true"))
         else:
-            parser.add_argument(*options, dest=action["dest"], nargs=action["nargs"], action=ACTIONS.get(kind, "store"))
+            convert = {"int": int, "float": float, "json": json.loads}.get(action.get("type") or "", str)
+            parser.add_argument(
+                *options, dest=action["dest"], nargs=action["nargs"], action=ACTIONS.get(kind, "store"), type=convert
+            )
     return parser
 
 
@@ -145,8 +148,8 @@ def oracle_reading(arguments: list[str]) -> dict:
             "trust_remote_code": bool(getattr(namespace, "trust_remote_code", False)),
         }
         spec = getattr(namespace, "speculative_config", None)
-        reading["speculative_config"] = json.loads(spec) if spec is not None else None
-        if getattr(namespace, "hf_overrides", None) is not None:
+        reading["speculative_config"] = json.loads(spec) if isinstance(spec, str) else spec
+        if isinstance(getattr(namespace, "hf_overrides", None), str):
             json.loads(namespace.hf_overrides)
     except (Refused, ValueError):  # argparse refuses, or vLLM's types (int, JSON) would
         return {"refused": True}

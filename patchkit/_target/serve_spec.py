@@ -41,7 +41,15 @@ def describe(action: argparse.Action) -> dict:
         const = json.loads(json.dumps(action.const))
     except (TypeError, ValueError):
         const = None
-    return {"options": list(action.option_strings), "dest": action.dest, "nargs": nargs, "kind": kind, "const": const}
+    described = {"options": list(action.option_strings), "dest": action.dest, "nargs": nargs, "kind": kind}
+    return {**described, "const": const, "type": _type(action.type)}
+
+
+def _type(converter) -> str | None:
+    """The value's type when it is one a reader can apply as vLLM does: int, float, JSON (else None)."""
+    if converter in (int, float):
+        return converter.__name__
+    return "json" if converter is json.loads else None
 
 
 def actions(parser: argparse.ArgumentParser) -> list[dict]:

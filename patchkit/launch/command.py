@@ -64,7 +64,7 @@ class LaunchCommand:
 
     @property
     def trust_remote_code(self) -> bool:
-        return bool(self.options.get("trust-remote-code")) and not self.options.get("no-trust-remote-code")
+        return bool(self.options.get("trust-remote-code"))  # `--no-trust-remote-code` stores False
 
     @property
     def tensor_parallel_size(self) -> int:

@@ -292,8 +292,23 @@ def _parser(release: str, serve: bool) -> argparse.ArgumentParser:
             parser.add_argument(*options, dest=dest, action=_NoValue, kind=kind, const=action.get("const"))
         else:
             stored = kind if kind in ("append", "extend") else "store"
-            parser.add_argument(*options, dest=dest, action=stored, nargs=action["nargs"])
+            convert = _CONVERTERS.get(action.get("type") or "", str)
+            parser.add_argument(*options, dest=dest, action=stored, nargs=action["nargs"], type=convert)
     return parser
+
+
+def _json_text(text: str) -> str:
+    """A value vLLM's parser reads as JSON: refused unless it is (ValueError: argparse's own refusal);
+    kept as text, read by the option's reader."""
+    try:
+        json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    return text
+
+
+_json_text.__name__ = "JSON"
+_CONVERTERS = {"int": int, "float": float, "json": _json_text}
 
 
 def _parsed(parser: argparse.ArgumentParser, args: list[str], spec: Spec) -> dict[str, object]:
