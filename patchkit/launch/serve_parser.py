@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -308,7 +309,7 @@ def _json_text(text: str) -> str:
 
 
 _json_text.__name__ = "JSON"
-_CONVERTERS = {"int": int, "float": float, "json": _json_text}
+_CONVERTERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "json": _json_text}
 
 
 def _parsed(parser: argparse.ArgumentParser, args: list[str], spec: Spec) -> dict[str, object]:
