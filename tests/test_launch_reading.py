@@ -226,6 +226,14 @@ def test_an_undecodable_model_name_is_shown_by_its_byte(tmp_path):
     assert "\\xfe" in done.stderr and "\\udcfe" not in done.stderr
 
 
+def test_an_undecodable_byte_in_a_note_is_shown_by_its_byte():
+    from patchkit.ui import visible
+
+    drafter = os.fsdecode(b"/models/dr\xfeafter")
+    command = read16("org/m", "--speculative-config", "{}", "--speculative-config.model", drafter)
+    assert "\\xfe" in visible(command.notes[0]) and "udcfe" not in visible(command.notes[0])
+
+
 def subprocess_cli(tree, library, argv):
     import subprocess
 

@@ -87,7 +87,7 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     given = _given_plainly(parser, plain, spec) if dotted else {}
     notes = tuple(
         f"{_option(dest)} is given as JSON and key by key: vLLM keeps only the key-by-key object "
-        f"{both[dest]} and drops the JSON"
+        f"{_shown(both[dest])} and drops the JSON"
         for dest in sorted(both)
         if dest in given and given[dest] != both[dest]
     )
@@ -104,6 +104,15 @@ def _given_plainly(parser: argparse.ArgumentParser, plain: list[str], spec: Spec
         return _parsed(parser, plain, spec)
     except BadInput:
         return {}
+
+
+def _shown(value: object) -> str:
+    """A value as text for a message: JSON with its characters as they are (the UI escapes what it
+    must, an undecodable byte as \\xff), not \\u escapes."""
+    try:
+        return json.dumps(json.loads(value) if isinstance(value, str) else value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
 
 
 def _option(dest: str) -> str:
