@@ -123,11 +123,12 @@ class NotRegularFile(OSError):
     device, a directory, or larger than the limit the caller set. The message names the path."""
 
 
-def read_regular(path: Path | str, limit: int, *, follow_symlinks: bool = False) -> bytes:
-    """The bytes of `path`, a regular file of at most `limit` bytes, opened without blocking (a fifo
-    or device is refused, never read) and, unless `follow_symlinks`, without following a symlink in
-    its last component. FileNotFoundError when there is none; NotRegularFile (its strerror says
-    why, its filename names the path) for anything else in the way."""
+def read_regular(path: Path | str, limit: int, *, follow_symlinks: bool = False, head: bool = False) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes (`head`: its first `limit` bytes,
+    whatever its size), opened without blocking (a fifo or device is refused, never read) and, unless
+    `follow_symlinks`, without following a symlink in its last component. FileNotFoundError when
+    there is none; NotRegularFile (its strerror says why, its filename names the path) for anything
+    else in the way."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
@@ -141,6 +142,8 @@ def read_regular(path: Path | str, limit: int, *, follow_symlinks: bool = False)
             raise NotRegularFile(errno.EINVAL, "not a regular file (a fifo, a device or a directory)", str(path))
         data = handle.read(limit + 1)
     if len(data) > limit:
+        if head:
+            return data[:limit]
         raise NotRegularFile(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return data
 

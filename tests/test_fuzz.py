@@ -3,6 +3,7 @@ never a crash, never a half-written tree. `git apply` on a copy is the oracle fo
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -176,3 +177,98 @@ def real_case(tmp_path_factory):
     lay_out(release_tree("0.16.0", files_for("0.16.0")), str(tree))
     series = Path(__file__).resolve().parent.parent / "patches" / "eagle3" / "0.16.0"
     return tree, [p.read_bytes() for p in sorted(series.glob("*.patch"))]
+
+
+# --- the launch-command reader --------------------------------------------------------------------
+# Every command line, config file and model config a launch may name gives exit 0, 1, 2 or 4 (never
+# 70), within 2 s and 200 MB: preflight in this process, on a small 0.16.0 tree.
+
+LAUNCH_EXITS = {0, 1, 2, 4}
+
+
+@pytest.fixture(scope="module")
+def launch_case(tmp_path_factory):
+    from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_eagle3_setup, write_model
+
+    work = tmp_path_factory.mktemp("fuzz-launch")
+    tree, library = write_eagle3_setup(work, "0.16.0")
+    write_model(work / "target", DEEPSEEK_V3)
+    write_model(work / "drafter", DRAFTER)
+    (work / "fifo.yaml").parent.mkdir(exist_ok=True)
+    os.mkfifo(work / "fifo.yaml")
+    (work / "zero.yaml").symlink_to("/dev/zero")
+    return work, tree, library
+
+
+def _deep(draw) -> str:
+    depth = draw(st.sampled_from([10, 70, 900, 3000]))
+    opening, closing = draw(st.sampled_from([("[", "]"), ('{"a": ', "}")]))
+    return opening * depth + "1" + closing * depth
+
+
+@st.composite
+def launch_token(draw, work: Path) -> list[str]:
+    from serve_lines import piece
+
+    kind = draw(st.sampled_from(["piece", "piece", "text", "bytes", "deep", "digits", "config", "file", "model"]))
+    if kind == "piece":
+        return draw(piece())
+    if kind == "text":
+        return [draw(st.text(max_size=12))]
+    if kind == "bytes":
+        return [os.fsdecode(draw(st.binary(min_size=1, max_size=12)).replace(b"\0", b"_"))]
+    if kind == "deep":
+        return [
+            draw(st.sampled_from(["--speculative-config", "--hf-overrides", "--hf-overrides.a", "--sc"])),
+            _deep(draw),
+        ]
+    if kind == "digits":
+        return ["--speculative-config", '{"num_speculative_tokens": ' + "9" * draw(st.integers(4000, 9000)) + "}"]
+    if kind == "config":
+        return ["--config", str(work / draw(st.sampled_from(["fifo.yaml", "zero.yaml", "missing.yaml", "c.yml"])))]
+    if kind == "file":  # a config file of fuzzed YAML (written before the run)
+        return ["--config", "@yaml"]
+    return [str(work / draw(st.sampled_from(["target", "drafter", "fifo.yaml", "zero.yaml", "nowhere"])))]
+
+
+@st.composite
+def fuzzed_yaml(draw) -> bytes:
+    choice = draw(st.sampled_from(["text", "bomb", "deep", "digits", "bytes"]))
+    if choice == "bomb":
+        lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+        return ("model: org/m\nhf-overrides:\n" + "\n".join("  " + line for line in lines) + "\n").encode()
+    if choice == "deep":
+        depth = draw(st.sampled_from([50, 900, 6000]))
+        return ("model: org/m\nx: " + "[" * depth + "]" * depth + "\n").encode()
+    if choice == "digits":
+        return ("model: org/m\nseed: " + "7" * draw(st.integers(4000, 8000)) + "\n").encode()
+    if choice == "bytes":
+        return draw(st.binary(max_size=200))
+    return draw(st.text(max_size=200)).encode("utf-8", "surrogateescape")
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_launch_command_is_read_or_refused_cleanly_in_bounded_time_and_memory(launch_case, data):
+    import resource
+    import time
+
+    from patchkit.cli import run_in_process
+
+    work, tree, library = launch_case
+    program = data.draw(st.sampled_from([["vllm", "serve"], ["python3", "-m", "vllm.entrypoints.openai.api_server"]]))
+    tokens = [t for part in data.draw(st.lists(launch_token(work), max_size=8)) for t in part]
+    if "@yaml" in tokens:
+        config = work / "fuzzed.yaml"
+        config.write_bytes(data.draw(fuzzed_yaml()))
+        tokens = [str(config) if t == "@yaml" else t for t in tokens]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    args = ["preflight", "--target", str(tree), "--patches", str(library), "--no-import", "--", *program, *tokens]
+    code, _, err = run_in_process(args)
+    elapsed = time.monotonic() - started
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert code in LAUNCH_EXITS, (tokens, code, err)
+    assert elapsed < 2.0, (tokens, elapsed)
+    assert grown_mb < 200, (tokens, grown_mb)

@@ -214,6 +214,15 @@ def test_a_file_edited_after_apply_stops_the_launch_naming_it(patched):
     assert "TreeChanged" in done.stderr and MODEL in done.stderr and "patchkit status" in done.stderr
 
 
+def test_a_recorded_file_grown_huge_is_refused_unread(patched):
+    """The guard reads a recorded file bounded: a sparse 2 GiB file is refused by its size, not hashed."""
+    site, _, _ = patched
+    os.truncate(site / MODEL, 2 << 30)
+    done = _load(site)
+    assert done.returncode != 0
+    assert "TreeChanged" in done.stderr and "larger than" in done.stderr
+
+
 def test_a_removed_file_stops_the_launch(patched):
     site, _, _ = patched
     (site / MODEL).unlink()

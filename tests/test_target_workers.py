@@ -31,6 +31,8 @@ def test_every_worker_is_there():
         "import_probe",
         "locate",
         "model_interface",
+        "serve_reading",
+        "serve_spec",
     }
 
 

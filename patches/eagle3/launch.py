@@ -18,6 +18,7 @@ SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
 MODELS_DIR = "vllm/model_executor/models"
 DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
+SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 SUPPORTS_FIX = "the installed model class does not implement SupportsEagle3: run `patchkit status`"
 
 
@@ -47,8 +48,8 @@ def whitelist(launch) -> Finding:
         verdicts = [launch.evaluate(_with(r, model_types=[model_type]), read) for r in entries]
         failed = [message for ok, message in verdicts if not ok]
         if failed:
-            return False, f"target model_type {model_type!r}: " + "; ".join(failed)
-        return True, f"target model_type {model_type!r} is accepted"
+            return False, f"target model_type '{model_type}': " + "; ".join(failed)
+        return True, f"target model_type '{model_type}' is accepted"
 
     return launch.judge("whitelist", judgement)
 
@@ -63,9 +64,7 @@ def supports_eagle3(launch) -> Finding:
         if where is None:
             return False, f"the installed vLLM does not register the target architecture {arch}"
         module, cls = where
-        requirement = launch.requirement(
-            file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS
-        )
+        requirement = launch.requirement(file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS)
         return launch.evaluate(requirement, read)
 
     static = launch.judge("supports-eagle3", judgement)
@@ -130,12 +129,13 @@ def drafter_architecture(launch) -> Finding:
 
 
 def hidden_size(launch) -> Finding:
-    drafter = launch.drafter.config
-    wanted = drafter.get("target_hidden_size") or drafter.get("hidden_size")
-    actual = launch.target.text_config.get("hidden_size")
-    ok = wanted == actual
+    wanted = _size(launch.drafter.config, "target_hidden_size", "hidden_size")
+    actual = _size(launch.target.text_config, "hidden_size")
+    if wanted is None or actual is None:
+        message = f"cannot judge: the drafter expects hidden size {_shown(wanted)}, the target has {_shown(actual)}"
+        return Finding("drafter-hidden-size", False, message, SIZE_FIX)
     message = f"drafter expects hidden size {wanted}, target has {actual}"
-    return Finding("drafter-hidden-size", ok, message, None if ok else DRAFTER_FIX)
+    return Finding("drafter-hidden-size", wanted == actual, message, None if wanted == actual else DRAFTER_FIX)
 
 
 def aux_layers(launch) -> Finding:
@@ -143,7 +143,7 @@ def aux_layers(launch) -> Finding:
     count = launch.target.text_config.get("num_hidden_layers")
     if layers is None:
         return Finding("drafter-aux-layers", True, "drafter names no eagle_aux_hidden_state_layer_ids (vLLM's default)")
-    if not isinstance(count, int) or not all(isinstance(n, int) for n in layers):
+    if not _whole(count) or not all(_whole(n) for n in layers):
         return Finding("drafter-aux-layers", False, f"cannot compare layers {layers} with {count}", DRAFTER_FIX)
     beyond = [n for n in layers if not 0 <= n < count]
     if beyond:
@@ -162,15 +162,34 @@ def _aux_layer_ids(config: dict) -> list | None:
 
 
 def vocabulary(launch) -> Finding:
-    drafter = launch.drafter.config
-    draft = drafter.get("draft_vocab_size") or drafter.get("vocab_size")
-    target = launch.target.text_config.get("vocab_size")
-    ok = isinstance(draft, int) and isinstance(target, int) and draft <= target
+    draft = _size(launch.drafter.config, "draft_vocab_size", "vocab_size")
+    target = _size(launch.target.text_config, "vocab_size")
+    if draft is None or target is None:
+        message = f"cannot judge: drafter vocabulary {_shown(draft)}, target vocabulary {_shown(target)}"
+        return Finding("drafter-vocabulary", False, message, SIZE_FIX)
+    ok = draft <= target
     message = f"drafter vocabulary {draft}, target vocabulary {target}"
-    return Finding("drafter-vocabulary", ok, message + ("" if ok else ": the drafter's is larger"), None if ok else DRAFTER_FIX)
+    return Finding(
+        "drafter-vocabulary", ok, message + ("" if ok else ": the drafter's is larger"), None if ok else DRAFTER_FIX
+    )
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _size(config: dict, *keys: str) -> int | None:
+    """The first of `keys` the config gives (vLLM's order), when it is a positive whole number; else
+    None: a size that is absent or of another kind cannot be compared, so no check passes on it."""
+    value = next((config[key] for key in keys if config.get(key) is not None), None)
+    return value if _whole(value) and value > 0 else None
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(size: int | None) -> str:
+    return "none (absent or not a positive whole number)" if size is None else str(size)
 
 
 def _model_class(tables: dict, arch: str) -> tuple[str, str] | None:

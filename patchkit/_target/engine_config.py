@@ -4,7 +4,7 @@ it, then create_engine_config(). No weights are loaded; nothing is downloaded (H
 
 request: {"arguments": [what follows `vllm serve` or `-m vllm.entrypoints.openai.api_server`],
           "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir, "env": {VAR: VALUE}}
-answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text}
+answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {what vLLM's parser read: READ}}
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import sys
 import traceback
 from typing import Any
 
+READ = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_code")
+
 
 def work(request: dict) -> dict:
     os.environ.update(request.get("env") or {})
@@ -30,19 +32,28 @@ def work(request: dict) -> dict:
     except Exception as exc:  # vLLM does not import here: the validation is skipped, not failed
         return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
     refused = io.StringIO()
+    reading = None
     try:
         with contextlib.redirect_stderr(refused):
             args = _parsed(AsyncEngineArgs, request)
+        reading = {name: _plain(getattr(args, name)) for name in READ if hasattr(args, name)}
         AsyncEngineArgs.from_cli_args(args).create_engine_config()
     except Exception as exc:
-        return {"status": "invalid", "error": _error_text(exc)}
+        return {"status": "invalid", "error": _error_text(exc), "reading": reading}
     except BaseException as exc:  # argparse exits on an argument it refuses: vLLM would refuse it too
         if isinstance(exc, KeyboardInterrupt):
             raise
         said = refused.getvalue().strip().splitlines()
         reason = said[-1] if said else f"status {exc}"
         return {"status": "invalid", "error": f"vLLM's argument parser refused the command: {reason}"}
-    return {"status": "ok"}
+    return {"status": "ok", "reading": reading}
+
+
+def _plain(value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
 
 
 def _parsed(AsyncEngineArgs: Any, request: dict) -> Any:

@@ -22,6 +22,7 @@ import stat
 
 ENV = "PATCHKIT_GUARD"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
+MAX_FILE_BYTES = 64 * 1024 * 1024  # a patched source file: far below; a larger one is not what patchkit wrote
 _SITE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -171,7 +172,7 @@ def _file_problems(site, files):
         if full is None:
             problems.append(repr(rel) + " is recorded with a path outside " + site)
             continue
-        data = _read_regular(full, None)
+        data = _read_regular(full, MAX_FILE_BYTES)
         actual = None if data is None else hashlib.sha256(data).hexdigest()
         if actual != expected:
             problems.append(rel + " " + _how_changed(expected, actual))

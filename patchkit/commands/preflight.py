@@ -24,22 +24,25 @@ def command(opts, quiet, verbose, fmt, no_import, launch):
     create_engine_config(), each in the target's interpreter (--no-import skips both). Exit 0: the launch passes; 1: a finding failed; 2: the
     command cannot be read; 4: a model or the target is missing.
     """
-    from patchkit.launch.command import parse
+    from patchkit.launch.command import frame
 
     ui = make_ui("json" if fmt == "json" else "text", quiet, verbose)
-    launch_command = parse(list(launch))
+    launch_command = frame(list(launch))
     result = run_preflight(ui, opts, launch_command, no_import=no_import)
     show(ui, result, fmt)
     return result
 
 
 def run_preflight(ui, opts, launch_command, *, no_import: bool, shortcut: bool = False):
-    """Target resolution (default: the command's own interpreter), then the findings (`shortcut`:
-    `run`'s fast path on an applied tree, patchkit/launch/shortcut.py)."""
+    """Target resolution (default: the command's own interpreter), the command read as that vLLM's
+    parser reads it, then the findings (`shortcut`: `run`'s fast path on an applied tree,
+    patchkit/launch/shortcut.py)."""
+    from patchkit.launch.command import read
     from patchkit.launch.preflight import default_options, preflight
     from patchkit.transaction import consistent_read
 
     resolved = resolve_telling(ui, default_options(opts, launch_command))
+    launch_command = read(launch_command, resolved.vllm_version)
     if shortcut:
         from patchkit.launch.shortcut import recorded_status
 

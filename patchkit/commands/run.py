@@ -23,9 +23,9 @@ def command(opts, quiet, verbose, apply_first, no_preflight, launch):
     When a check fails, COMMAND does not run and the exit code is 1. For a systemd ExecStart= or a
     container entrypoint: `patchkit run --apply -- vllm serve MODEL ...`.
     """
-    from patchkit.launch.command import parse
+    from patchkit.launch.command import frame
 
-    launch_command = parse(list(launch))
+    launch_command = frame(list(launch))
     if apply_first or not no_preflight:
         ui = make_ui("text", quiet, verbose)
         result = _checked(ui, opts, launch_command, apply_first=apply_first, preflight=not no_preflight)

@@ -5,16 +5,13 @@ Accepted forms, each optionally behind `env [VAR=VALUE ...]`:
     vllm serve MODEL [args]
     python -m vllm.entrypoints.openai.api_server --model MODEL [args]
 
-Options are read as vLLM's FlexibleArgumentParser reads them (checked against vLLM 0.16.0's):
-`--name value` and `--name=value`, underscores as dashes in the name, and for the JSON options a
-dotted form (`--speculative-config.method eagle3`) that builds the JSON object key by key.
-`--config FILE.yaml` splices the YAML's keys in as options; the command line overrides them. Unknown
-options are ignored. What cannot be read is BadInput (exit 2).
+`frame` reads the program and its `env` prefix; `read` then reads the arguments as the installed
+release's own parser does (patchkit/launch/serve_parser.py). What cannot be read is BadInput (exit 2).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import re
 import shutil
@@ -24,10 +21,9 @@ from pathlib import Path
 from patchkit.errors import BadInput
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
-JSON_OPTIONS = ("speculative-config", "hf-overrides")
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
-FLAGS = frozenset({"trust-remote-code", "no-trust-remote-code", "enforce-eager", "headless", "help"})
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
 
 
 @dataclass
@@ -40,6 +36,7 @@ class LaunchCommand:
     arguments: list[str] = field(default_factory=list)  # what vLLM's parser reads (after `serve` / the module)
     serve: bool = True  # `vllm serve` (else `python -m vllm.entrypoints.openai.api_server`)
     notes: list[str] = field(default_factory=list)  # what vLLM reads otherwise than it was written
+    release: str | None = None  # the release whose recorded parser read the arguments (None: not read yet)
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""
@@ -67,7 +64,7 @@ class LaunchCommand:
 
     @property
     def trust_remote_code(self) -> bool:
-        return bool(self.options.get("trust-remote-code")) and not self.options.get("no-trust-remote-code")
+        return bool(self.options.get("trust-remote-code"))  # `--no-trust-remote-code` stores False
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -75,16 +72,15 @@ class LaunchCommand:
         try:
             return int(str(value))
         except ValueError:
-            raise BadInput(f"--tensor-parallel-size {value!r} is not a whole number") from None
+            raise BadInput(f"--tensor-parallel-size '{value}' is not a whole number") from None
 
     def _json(self, name: str) -> dict | None:
+        from patchkit.launch.values import load_json
+
         value = self.options.get(name)
         if value is None or isinstance(value, dict):
             return value
-        try:
-            parsed = json.loads(str(value))
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"--{name} is not valid JSON: {exc.msg} at column {exc.colno}: {value}") from None
+        parsed = load_json(str(value), f"--{name}")
         if not isinstance(parsed, dict):
             raise BadInput(f"--{name} must be a JSON object, got: {value}")
         return parsed
@@ -96,10 +92,16 @@ class LaunchCommand:
             return None
         if Path(self.program).name.startswith("python"):
             return found
-        return _shebang_interpreter(Path(found))
+        return script_interpreter(Path(found))
 
 
-def parse(argv: list[str]) -> LaunchCommand:
+def parse(argv: list[str], version=None) -> LaunchCommand:
+    """The launch read whole, as the parser of vLLM `version` reads it (None: the newest recorded)."""
+    return read(frame(argv), version)
+
+
+def frame(argv: list[str]) -> LaunchCommand:
+    """The program, its `env` prefix and the arguments its parser will read, not read yet."""
     if not argv:
         raise BadInput("no launch command given", hint="patchkit preflight -- vllm serve MODEL [args]")
     env, rest = _env_prefix(argv)
@@ -116,24 +118,24 @@ def parse(argv: list[str]) -> LaunchCommand:
             raise BadInput(f"not a vLLM launch: expected `{name} -m {API_SERVER} --model MODEL`")
         arguments, serve = args[2:], False
     else:
-        raise BadInput(f"not a vLLM launch: {program!r} (expected `vllm serve` or `python -m {API_SERVER}`)")
-    notes: list[str] = []
-    options, _ = _read_options(_with_config_file(arguments, serve), notes)
-    model = _model(arguments, options, serve)
-    if model is None:
+        raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
+    return LaunchCommand(list(argv), program, env, arguments=list(arguments), serve=serve)
+
+
+def read(command: LaunchCommand, version=None) -> LaunchCommand:
+    """`command` with its options and model as the parser of vLLM `version` reads them."""
+    from patchkit.launch.serve_parser import read as read_arguments
+    from patchkit.launch.serve_parser import spec_for
+
+    spec = spec_for(version)
+    reading = read_arguments(command.arguments, serve=command.serve, spec=spec)
+    if reading.model is None:
         raise BadInput("the launch command names no model (positional MODEL or --model)")
-    command = LaunchCommand(list(argv), program, env, options, model, list(arguments), serve, notes)
-    _ = command.speculative_config, command.hf_overrides, command.tensor_parallel_size  # each read now: exit 2
-    return command
-
-
-def _model(arguments: list[str], options: dict[str, object], serve: bool) -> str | None:
-    """`vllm serve`: the command line's --model, else its positional MODEL, else the config file's
-    model (vLLM moves a --model to the positional place, which wins); the api_server: --model."""
-    cli_options, positional = _read_options(arguments, [])
-    found = (cli_options.get("model") or (positional[0] if positional else None)) if serve else None
-    found = found or options.get("model")
-    return str(found) if found else None
+    read = dataclasses.replace(
+        command, options=reading.options, model=reading.model, notes=list(reading.notes), release=spec.release
+    )
+    _ = read.speculative_config, read.hf_overrides, read.tensor_parallel_size  # each read now: exit 2
+    return read
 
 
 def _spells(token: str, option: str) -> bool:
@@ -153,146 +155,25 @@ def _env_prefix(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, argv[index:]
 
 
-def _read_options(args: list[str], notes: list[str]) -> tuple[dict[str, object], list[str]]:
-    """Options as vLLM's FlexibleArgumentParser reads them: the last occurrence wins; underscores
-    become dashes in an option's name (not in a key after its first dot); `--name.key VALUE` (the
-    next token, whatever it is) builds one JSON object per option, which vLLM passes after every
-    other argument: it replaces a JSON value given for the same option."""
-    options: dict[str, object] = {}
-    positional: list[str] = []
-    dotted: dict[str, dict] = {}
-    index = 0
-    while index < len(args):
-        token = args[index]
-        index += 1
-        if not token.startswith("-") or token in ("-", "--"):
-            positional.append(token)
-            continue
-        name, value = token.lstrip("-"), None
-        if "=" in name:
-            name, value = name.split("=", 1)
-        base, dot, key = name.partition(".")
-        if token.startswith("--"):
-            base = base.replace("_", "-")
-        base = ALIASES.get(base, base)
-        if dot:
-            if value is None:
-                if index >= len(args):
-                    raise BadInput(f"{token} needs a value")
-                value = args[index]
-                index += 1
-            if base in JSON_OPTIONS:
-                _merge(dotted.setdefault(base, {}), _dotted_object(key, value))
-            continue
-        if value is None and base not in FLAGS and index < len(args) and not _is_option(args[index]):
-            value = args[index]
-            index += 1
-        options[base] = True if value is None else value
-    for base, built in dotted.items():
-        if isinstance(options.get(base), str):
-            notes.append(
-                f"--{base} is given as JSON and key by key: vLLM keeps only the key-by-key object "
-                f"{json.dumps(built)} and drops the JSON"
-            )
-        options[base] = built
-    return options, positional
+def script_interpreter(script: Path) -> str | None:
+    """The interpreter a console script runs: its shebang's, or, for the `/bin/sh` wrapper pip writes
+    when that path cannot be a shebang (a space in it, or too long), the one its `exec` line names."""
+    import shlex
 
+    from patchkit.launch.values import read_head
 
-def _is_option(token: str) -> bool:
-    return token.startswith("-") and len(token) > 1 and not _is_number(token)
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
-def _dotted_object(key: str, value: str) -> dict:
-    """`method`, `eagle3` -> {"method": "eagle3"}; `a.b`, `5` -> {"a": {"b": 5}} (a value that is JSON
-    is parsed); `ids+`, `1,2` -> {"ids": ["1", "2"]} (a list, appended to)."""
-    parsed: object
-    if key.endswith("+"):
-        key, parsed = key[:-1], value.split(",")
-    else:
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
-    nested: object = parsed
-    for part in reversed(key.split(".")):
-        nested = {part: nested}
-    assert isinstance(nested, dict)
-    return nested
-
-
-def _merge(original: dict, update: dict) -> None:
-    """vLLM's merge of key-by-key values: objects key by key, lists appended, anything else replaced."""
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(original.get(key), dict):
-            _merge(original[key], value)
-        elif isinstance(value, list) and isinstance(original.get(key), list):
-            original[key] += value
-        else:
-            original[key] = value
-
-
-def _with_config_file(arguments: list[str], serve: bool) -> list[str]:
-    """`--config FILE.yaml`: its keys spliced in as options where vLLM puts them (before the command
-    line's, which win; after `vllm serve`'s positional MODEL)."""
-    if "--config" not in arguments:
-        return arguments
-    if arguments.count("--config") > 1:
-        raise BadInput("--config is given more than once (vLLM takes one config file)")
-    index = arguments.index("--config")
-    if index == len(arguments) - 1:
-        raise BadInput("--config names no file")
-    config = _config_file_args(arguments[index + 1])
-    if serve and index > 0 and not arguments[0].startswith("-"):
-        return [arguments[0], *config, *arguments[1:index], *arguments[index + 2 :]]
-    return [*config, *arguments[:index], *arguments[index + 2 :]]
-
-
-def _config_file_args(path: str) -> list[str]:
-    """The options of a YAML config file as vLLM's FlexibleArgumentParser.load_config_file makes them."""
-    import yaml
-
-    if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
-        raise BadInput(f"--config {path}: vLLM reads only a .yaml or .yml config file")
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise BadInput(f"--config {path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"--config {path}: expected a mapping of option names to values (vLLM fails on anything else)")
-    args: list[str] = []
-    for key, value in data.items():
-        if isinstance(value, bool):
-            args += [f"--{key}"] if value else []
-        elif isinstance(value, list):
-            args += [f"--{key}", *map(str, value)] if value else []
-        elif isinstance(value, dict):
-            args += [f"--{key}", json.dumps(value)]
-        else:
-            args += [f"--{key}", str(value)]
-    return args
-
-
-def _shebang_interpreter(script: Path) -> str | None:
-    try:
-        with script.open("rb") as handle:
-            first = handle.readline(512)
-    except OSError:
+    lines = read_head(script, SCRIPT_HEAD).split(b"\n")
+    if not lines[0].startswith(b"#!"):
         return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode(errors="replace").split()
+    words = lines[0][2:].decode(errors="surrogateescape").split()
     if not words:
         return None
     if Path(words[0]).name == "env" and len(words) > 1:
         return shutil.which(words[1])
+    if Path(words[0]).name == "sh" and len(lines) > 1 and lines[1].startswith(b"'''exec' "):
+        try:
+            wrapped = shlex.split(lines[1].decode(errors="surrogateescape"))
+        except ValueError:
+            return None
+        return wrapped[1] if len(wrapped) > 1 and wrapped[0] == "exec" else None
     return words[0]

@@ -25,6 +25,7 @@ from patchkit.launch.models import ModelConfig
 
 APPLY = "run `patchkit apply`"
 REGISTRY = "vllm/model_executor/models/registry.py"
+TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
 Reader = Callable[[str], "bytes | None"]
 Judgement = Callable[[Reader], "tuple[bool, str]"]
 
@@ -64,10 +65,11 @@ class LaunchContext:
     _answers: dict = field(default_factory=dict)
 
     def read(self, path: str) -> bytes | None:
-        """A file of the installed tree; None when absent, unsafe, or a symlink leading out of it."""
-        from patchkit.state import read_file, sha256
+        """A file of the installed tree; None when absent, unsafe, a symlink leading out of it, or
+        not a regular file of at most TREE_FILE_LIMIT bytes (read bounded, never blocking)."""
+        from patchkit.state import sha256
 
-        data = None if unsafe_reason(path) or not inside(self.root, self.root / path) else read_file(self.root / path)
+        data = None if unsafe_reason(path) or not inside(self.root, self.root / path) else _tree_file(self.root / path)
         if self.reads is not None:
             self.reads[path] = sha256(data)
         return data
@@ -120,6 +122,15 @@ class LaunchContext:
         if read not in self._registries:
             self._registries[read] = _registry_tables(read(REGISTRY))
         return self._registries[read]
+
+
+def _tree_file(path: Path) -> bytes | None:
+    from patchkit.fsutil import read_regular
+
+    try:
+        return read_regular(path, TREE_FILE_LIMIT, follow_symlinks=True)
+    except OSError:
+        return None
 
 
 def _registry_tables(data: bytes | None) -> dict[str, dict[str, tuple[str, str]]]:

@@ -9,13 +9,13 @@ that is not a JSON object is BadInput (exit 2).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit.errors import BadInput, TargetError
 from patchkit.fsutil import unsafe_reason
+from patchkit.launch.values import REF_LIMIT, load_json, read_named_file
 
 CONFIG = "config.json"
 MAX_CONFIG_BYTES = 16 << 20
@@ -55,18 +55,27 @@ def resolve_model(name: str, env: dict[str, str], *, overrides: dict | None = No
     looked: list[str] = []
     local = Path(name).expanduser()
     looked.append(str(local / CONFIG))
-    if (local / CONFIG).is_file():
-        return _load(name, local / CONFIG, overrides)
+    raw = _config_bytes(local / CONFIG)
+    if raw is not None:
+        return _load(name, local / CONFIG, raw, overrides)
     candidate = _in_hub_cache(name, hub_cache(env), looked)
     if candidate is not None:
-        return _load(name, candidate, overrides)
+        return _load(name, *candidate, overrides)
     raise TargetError(
-        f"{role} {name!r}: no config.json found (looked at: {'; '.join(looked)})",
+        f"{role} '{name}': no config.json found (looked at: {'; '.join(looked)})",
         hint="patchkit never downloads: point at a local directory, or fetch the model into the Hugging Face cache first",
     )
 
 
-def _in_hub_cache(name: str, cache: Path, looked: list[str]) -> Path | None:
+def _config_bytes(path: Path) -> bytes | None:
+    """A config.json's bytes (bounded, never blocking: a fifo or a device is refused); None when absent."""
+    try:
+        return read_named_file(path, MAX_CONFIG_BYTES, "model config")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _in_hub_cache(name: str, cache: Path, looked: list[str]) -> tuple[Path, bytes] | None:
     parts = name.split("/")
     if len(parts) != 2 or any(unsafe_reason(p) or not p or "/" in p for p in parts):
         return None
@@ -74,37 +83,31 @@ def _in_hub_cache(name: str, cache: Path, looked: list[str]) -> Path | None:
     snapshots = repo / "snapshots"
     looked.append(str(snapshots / "*" / CONFIG))
     ref = _read_ref(repo / "refs" / "main")
-    if ref and (snapshots / ref / CONFIG).is_file():
-        return snapshots / ref / CONFIG
+    preferred = _config_bytes(snapshots / ref / CONFIG) if ref else None
+    if ref and preferred is not None:
+        return snapshots / ref / CONFIG, preferred
     try:
         revisions = sorted(p for p in snapshots.iterdir() if (p / CONFIG).is_file())
     except OSError:
         return None
-    return revisions[-1] / CONFIG if revisions else None
+    for revision in reversed(revisions):
+        raw = _config_bytes(revision / CONFIG)
+        if raw is not None:
+            return revision / CONFIG, raw
+    return None
 
 
 def _read_ref(path: Path) -> str | None:
+    """refs/main's commit: a short regular file (a fifo, a device or a large file names none)."""
     try:
-        text = path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
+        text = read_named_file(path, REF_LIMIT, "hub cache ref").decode("ascii").strip()
+    except (OSError, UnicodeDecodeError, BadInput):
         return None
     return text if text and not unsafe_reason(text) and "/" not in text else None
 
 
-def _load(name: str, path: Path, overrides: dict | None) -> ModelConfig:
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise TargetError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise BadInput(f"{path} is larger than {MAX_CONFIG_BYTES} bytes: not a model config")
-    try:
-        config = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"{path} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise BadInput(f"{path} is not a model config: JSON nested too deeply") from None
+def _load(name: str, path: Path, raw: bytes, overrides: dict | None) -> ModelConfig:
+    config = load_json(raw, str(path))
     if not isinstance(config, dict):
         raise BadInput(f"{path} is not a JSON object")
     return ModelConfig(name, path, _merged(config, overrides or {}))

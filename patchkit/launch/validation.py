@@ -38,11 +38,38 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
     except WorkerFailed as exc:
         return Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")
     status, error = answer.get("status"), str(answer.get("error", ""))
+    differs = _read_otherwise(command, answer.get("reading"))
+    if differs:
+        message = f"vLLM's parser reads the command otherwise than patchkit did: {differs}"
+        return Finding(CHECK, False, message, "patchkit's reading is wrong here: report it, with the command")
     if status == "ok":
         return Finding(CHECK, True, "vLLM's create_engine_config() accepts the command")
     if status == "no-vllm":
         return Finding(CHECK, True, f"skipped: vLLM does not import in {python}: {error}")
     return Finding(CHECK, False, f"vLLM refuses the command: {error}", fix)
+
+
+def _read_otherwise(command: LaunchCommand, reading: object) -> str | None:
+    """Where vLLM's own reading (the worker's) differs from patchkit's, said; None when it agrees
+    (or vLLM read nothing)."""
+    if not isinstance(reading, dict):
+        return None
+    ours = {
+        "model": command.model,
+        "speculative_config": command.speculative_config,
+        "tensor_parallel_size": command.tensor_parallel_size,
+        "trust_remote_code": command.trust_remote_code,
+    }
+    if "tensor_parallel_size" in reading:
+        reading = {**reading, "tensor_parallel_size": reading["tensor_parallel_size"] or 1}
+    if "trust_remote_code" in reading:
+        reading = {**reading, "trust_remote_code": bool(reading["trust_remote_code"])}
+    differ = [
+        f"{name}: vLLM {reading[name]!r}, patchkit {value!r}"
+        for name, value in ours.items()
+        if name in reading and reading[name] != value
+    ]
+    return "; ".join(differ) or None
 
 
 def model_interface(python: str, env: dict[str, str], architecture: str, function: str) -> VllmVerdict:

@@ -1,0 +1,100 @@
+"""What the installed vLLM's own parser reads from launch command lines: `vllm serve`'s (built as the
+`vllm` CLI builds it) or the api_server's, each line parsed, nothing validated or served.
+
+request: {"lines": [{"arguments": [...], "serve": bool}, ...]}
+answer:  {"status": "ok", "readings": [{"refused": bool, "model", "speculative_config",
+          "tensor_parallel_size", "trust_remote_code", "hf_overrides", "tokenizer"}, ...]} | {"status": "no-vllm", "error"}
+
+Run in vLLM's interpreter: python serve_reading.py ANSWER.json < request.json  (stdlib and vLLM only)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import sys
+from typing import Any
+
+FIELDS = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_code", "hf_overrides", "tokenizer")
+
+
+def readings(lines: list[dict]) -> dict:
+    try:
+        _force_cpu_platform_when_none()
+        serve = importlib.import_module("vllm.entrypoints.cli.serve")
+        cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
+        parser_class = _parser_class()
+    except Exception as exc:
+        return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
+    return {"status": "ok", "readings": [_read(serve, cli_args, parser_class, line) for line in lines]}
+
+
+def _read(serve, cli_args, parser_class, line: dict) -> dict:
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            if line["serve"]:
+                top = parser_class()
+                subparsers = top.add_subparsers(required=False, dest="subparser")
+                [command] = [c for c in serve.cmd_init() if c.name == "serve"]
+                command.subparser_init(subparsers)
+                args = top.parse_args(["serve", *line["arguments"]])
+                if getattr(args, "model_tag", None) is not None:
+                    args.model = args.model_tag
+            else:
+                args = cli_args.make_arg_parser(parser_class()).parse_args(line["arguments"])
+    except (Exception, SystemExit) as exc:
+        return {"refused": True, "error": f"{type(exc).__name__}: {exc} {said.getvalue()[-300:]}"}
+    return {"refused": False, **{name: _plain(getattr(args, name, None)) for name in FIELDS}}
+
+
+def _plain(value):
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _parser_class():
+    for module in ("vllm.utils.argparse_utils", "vllm.utils"):
+        try:
+            found = getattr(importlib.import_module(module), "FlexibleArgumentParser", None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    raise ImportError("this vLLM has no FlexibleArgumentParser")
+
+
+def _force_cpu_platform_when_none() -> None:
+    """On a machine with no accelerator vLLM infers no device and its config defaults fail: CPU."""
+    try:
+        platforms: Any = importlib.import_module("vllm.platforms")
+        if type(platforms.current_platform).__name__ == "UnspecifiedPlatform":
+            platforms._current_platform = importlib.import_module("vllm.platforms.cpu").CpuPlatform()
+    except Exception:  # an older layout: vLLM decides itself
+        pass
+
+
+def work(request: dict) -> dict:
+    return readings(request["lines"])
+
+
+def write_answer(path: str, answer: object) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(answer, f)
+    os.replace(path + ".tmp", path)
+
+
+def _unshadow() -> None:
+    here = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
+        del sys.path[0]
+
+
+if __name__ == "__main__":
+    _unshadow()
+    write_answer(sys.argv[1], work(json.load(sys.stdin)))

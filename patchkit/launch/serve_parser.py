@@ -1,0 +1,329 @@
+"""A launch's arguments read as the installed vLLM's own parser reads them, without importing vLLM.
+
+Two halves, as in vLLM: FlexibleArgumentParser's rewrite of the arguments (`vllm serve`'s `--model`
+moved to the positional place, `--config FILE.yaml` spliced in, underscores as dashes in a name,
+`-O3`, the dotted `--name.key VALUE` objects passed last as JSON), then argparse itself, built from
+the recorded spec of that release's parser (patchkit/launch/specs/: each option's strings, nargs and
+kind, written by `python -m patchkit.maintainer.serve_spec` from vLLM's real parser). argparse then
+applies its own rules: prefix matching and its ambiguity error, the last of a repeated option,
+options that take no value, `--opt=value`, `--`, negative numbers.
+
+For a release with a recorded spec, what its parser refuses (an ambiguous prefix, an unknown
+option, a missing value) is BadInput, as vLLM refuses it. Another release is read with the nearest
+recorded spec, unknown options ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, NoReturn
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.errors import BadInput
+from patchkit.launch.values import load_json, load_yaml_config
+
+SPECS = Path(__file__).with_name("specs")
+_NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--` and the first `.`
+
+
+@dataclass(frozen=True)
+class Reading:
+    options: dict[str, object]  # dest, dashed (`speculative-config`) -> value, for the options given
+    model: str | None
+    notes: tuple[str, ...]  # what vLLM reads otherwise than it was written
+
+
+@dataclass(frozen=True, eq=False)
+class Spec:
+    release: str
+    serve: tuple[dict, ...]
+    api_server: tuple[dict, ...]
+    exact: bool  # recorded for this very release: what it refuses is refused
+
+
+def recorded_releases() -> list[Version]:
+    return sorted(Version(p.stem.removeprefix("serve-")) for p in SPECS.glob("serve-*.json"))
+
+
+def spec_for(version: Version | str | None) -> Spec:
+    """The recorded spec of `version`'s parser; else the nearest older one (the oldest for an older
+    release, the newest for none), read leniently."""
+    releases = recorded_releases()
+    try:
+        wanted = Version(str(version)) if version is not None else None
+    except InvalidVersion:
+        wanted = None
+    if wanted is not None and wanted in releases:
+        return _load_spec(str(wanted), exact=True)
+    older = [r for r in releases if wanted is not None and r <= wanted]
+    chosen = older[-1] if older else (releases[0] if wanted is not None else releases[-1])
+    return _load_spec(str(chosen), exact=False)
+
+
+@cache
+def _load_spec(release: str, *, exact: bool) -> Spec:
+    data = json.loads((SPECS / f"serve-{release}.json").read_text(encoding="utf-8"))
+    return Spec(release, tuple(data["serve"]), tuple(data["api_server"]), exact)
+
+
+def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
+    """The options and model vLLM reads from `arguments` (what follows `vllm serve` or the module)."""
+    release = Version(spec.release)
+    args = _model_to_front(arguments, release) if serve else list(arguments)
+    if "--config" in args:
+        args = _with_config_file(args, serve)
+    if serve and release >= Version("0.17.0"):
+        _positional_model_with_served_name(args)
+    plain, dotted = _dotted_objects(_renamed(args, release))
+    parser = _parser(spec.release, serve)
+    both = _parsed(parser, plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))], spec)
+    given = _given_plainly(parser, plain, spec) if dotted else {}
+    notes = tuple(
+        f"{_option(dest)} is given as JSON and key by key: vLLM keeps only the key-by-key object "
+        f"{_shown(both[dest])} and drops the JSON"
+        for dest in sorted(both)
+        if dest in given and given[dest] != both[dest]
+    )
+    options = {dest.replace("_", "-"): value for dest, value in both.items()}
+    model = options.pop("model-tag", None) if serve else None
+    found = model if model is not None else options.get("model")
+    return Reading(options, None if found is None else str(found), notes)
+
+
+def _given_plainly(parser: argparse.ArgumentParser, plain: list[str], spec: Spec) -> dict[str, object]:
+    """The options as read without the dotted objects: what those replace ({} when the command
+    reads only with them)."""
+    try:
+        return _parsed(parser, plain, spec)
+    except BadInput:
+        return {}
+
+
+def _shown(value: object) -> str:
+    """A value as text for a message: JSON with its characters as they are (the UI escapes what it
+    must, an undecodable byte as \\xff), not \\u escapes."""
+    try:
+        return json.dumps(json.loads(value) if isinstance(value, str) else value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def _option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _model_to_front(arguments: list[str], release: Version) -> list[str]:
+    """`vllm serve`: the first `--model` (or `--model=`, from 0.17.0 with a value) becomes the
+    positional MODEL; 0.11.0 refuses a `--model`."""
+    if release < Version("0.11.1"):
+        if "--model" in arguments:
+            raise BadInput(f"vLLM {release} refuses `--model` with `vllm serve`: give the model as MODEL")
+        return list(arguments)
+    for index, arg in enumerate(arguments):
+        if arg == "--model":
+            if index + 1 == len(arguments):
+                raise BadInput("--model needs a value")
+            return [arguments[index + 1], *arguments[:index], *arguments[index + 2 :]]
+        if arg.startswith("--model=") and (arg != "--model=" or release < Version("0.17.0")):
+            return [arg.removeprefix("--model="), *arguments[:index], *arguments[index + 1 :]]
+    return list(arguments)
+
+
+def _positional_model_with_served_name(args: list[str]) -> None:
+    """0.17.0 refuses `--served-model-name` when MODEL is not the first argument (and no --config)."""
+    if (
+        args
+        and args[0].startswith("-")
+        and not any(re.match(r"^--config(=.+|$)", a) for a in args)
+        and any(re.match(r"^--served[-_]model[-_]name(=.+|$)", a) for a in args)
+    ):
+        raise BadInput("vLLM refuses `--served-model-name` unless MODEL is the first argument of `vllm serve`")
+
+
+def _with_config_file(args: list[str], serve: bool) -> list[str]:
+    """`--config FILE.yaml`: its keys spliced in where vLLM puts them (after `vllm serve`'s
+    positional MODEL, before the rest, which wins)."""
+    if args.count("--config") > 1:
+        raise BadInput("--config is given more than once (vLLM takes one config file)")
+    index = args.index("--config")
+    if index == len(args) - 1:
+        raise BadInput("--config names no file")
+    config = _config_file_args(args[index + 1])
+    rest = args[:index] + args[index + 2 :]
+    if not serve:
+        return config + rest if args[0].startswith("-") else rest[:1] + config + rest[1:]
+    model_in_cli = bool(args) and not args[0].startswith("-")
+    if not model_in_cli and "--model" not in config:
+        raise BadInput("the launch command names no model (positional MODEL, or `model` in the config file)")
+    return rest[:1] + config + rest[1:] if model_in_cli else config + rest
+
+
+def _config_file_args(path: str) -> list[str]:
+    """The options of a YAML config file as vLLM's load_config_file makes them."""
+    if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
+        raise BadInput(f"--config {path}: vLLM reads only a .yaml or .yml config file")
+    data = load_yaml_config(path)
+    args: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, bool):
+            args += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            args += [f"--{key}", *map(str, value)] if value else []
+        elif isinstance(value, dict):
+            args += [f"--{key}", json.dumps(value)]
+        else:
+            args += [f"--{key}", str(value)]
+    return args
+
+
+def _renamed(args: list[str], release: Version) -> list[str]:
+    """Underscores as dashes in a `--name` (up to its first dot); `-O3`, `-O=3` and `-O 3` as the
+    release spells its optimization level (`-O.level`, `-O.mode`, `--optimization-level`); 0.12's
+    `-O.key` as `-cc.key`."""
+    dotted_o = release < Version("0.13.0")  # `-O.key` is not `-O` + a level
+    renamed: list[str] = []
+    for index, arg in enumerate(args):
+        if arg.startswith("--help="):
+            renamed.append("--help")
+        elif arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            renamed.append(_NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + eq + value)
+        elif arg.startswith("-O") and arg != "-O" and not (dotted_o and arg[2] == "."):
+            renamed += _level(release, arg[3:] if arg[2] == "=" else arg[2:])
+        elif arg == "-O" and index + 1 < len(args) and args[index + 1] in {"0", "1", "2", "3"}:
+            renamed += _level(release, None)
+        elif arg.startswith("-O.") and Version("0.12.0") <= release < Version("0.13.0"):
+            renamed.append(arg.replace("-O", "-cc", 1))
+        else:
+            renamed.append(arg)
+    return renamed
+
+
+def _level(release: Version, value: str | None) -> list[str]:
+    """An `-O` level as the release rewrites it (`value` None: it is the next argument)."""
+    if release >= Version("0.12.0"):
+        return ["--optimization-level"] if value is None else ["--optimization-level", value]
+    key = "-O.level" if release < Version("0.11.1") else "-O.mode"
+    return [key] if value is None else [f"{key}={value}"]
+
+
+def _dotted_objects(args: list[str]) -> tuple[list[str], dict[str, dict]]:
+    """`--name.key VALUE` (the next token, whatever it is) and `--name.key=VALUE` taken out and
+    merged into one object per name, as vLLM does (it passes them after every other argument)."""
+    kept: list[str] = []
+    objects: dict[str, dict] = {}
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if not arg.startswith("-") or "." not in arg:
+            kept.append(arg)
+            continue
+        if "=" in arg:
+            arg, value = arg.split("=", 1)
+            if "." not in arg:  # the dot was in the value
+                kept.append(f"{arg}={value}")
+                continue
+        else:
+            if index == len(args):
+                raise BadInput(f"{arg} needs a value")
+            value = args[index]
+            index += 1
+        if arg.endswith("+"):
+            arg, value = arg[:-1], json.dumps(value.split(","))
+        key, *keys = arg.split(".")
+        parsed: Any = load_json(value, arg, strict=False)
+        for part in reversed(keys):
+            parsed = {part: parsed}
+        _merge(objects.setdefault(key, {}), parsed)
+    return kept, objects
+
+
+def _merge(original: dict, update: dict) -> None:
+    """vLLM's merge of key-by-key values: objects key by key, lists appended, anything else replaced."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(original.get(key), dict):
+            _merge(original[key], value)
+        elif isinstance(value, list) and isinstance(original.get(key), list):
+            original[key] += value
+        else:
+            original[key] = value
+
+
+class _Refused(argparse.ArgumentParser):
+    """argparse whose refusals are BadInput (never an exit, never a print)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {message or status}")
+
+
+class _NoValue(argparse.Action):
+    """An option that takes no value (store_true, store_false, store_const, count, help, version, and
+    both forms of BooleanOptionalAction): what it stores, as vLLM's would."""
+
+    def __init__(self, option_strings, dest, *, kind: str, const=None, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, const=const, **kwargs)
+        self.kind = kind
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if self.kind in ("help", "version"):
+            raise BadInput(f"{option_string}: vLLM prints its {self.kind} and serves nothing")
+        if self.kind == "boolean_optional":
+            value: object = not (option_string or "").startswith("--no-")
+        elif self.kind == "count":
+            value = (getattr(namespace, self.dest, 0) or 0) + 1
+        elif self.kind in ("store_true", "store_false"):
+            value = self.kind == "store_true"
+        else:
+            value = True if self.const is None else self.const
+        setattr(namespace, self.dest, value)
+
+
+@cache
+def _parser(release: str, serve: bool) -> argparse.ArgumentParser:
+    spec = _load_spec(release, exact=True)
+    prog = "vllm serve" if serve else "api_server"
+    parser = _Refused(prog=prog, add_help=False, allow_abbrev=True, argument_default=argparse.SUPPRESS)
+    for action in spec.serve if serve else spec.api_server:
+        kind, options, dest = action["kind"], action["options"], action["dest"]
+        if not options:
+            parser.add_argument(dest, nargs=action["nargs"])
+        elif action["nargs"] == 0:
+            parser.add_argument(*options, dest=dest, action=_NoValue, kind=kind, const=action.get("const"))
+        else:
+            stored = kind if kind in ("append", "extend") else "store"
+            convert = _CONVERTERS.get(action.get("type") or "", str)
+            parser.add_argument(*options, dest=dest, action=stored, nargs=action["nargs"], type=convert)
+    return parser
+
+
+def _json_text(text: str) -> str:
+    """A value vLLM's parser reads as JSON: refused unless it is (ValueError: argparse's own refusal);
+    kept as text, read by the option's reader."""
+    try:
+        json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    return text
+
+
+_json_text.__name__ = "JSON"
+_CONVERTERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "json": _json_text}
+
+
+def _parsed(parser: argparse.ArgumentParser, args: list[str], spec: Spec) -> dict[str, object]:
+    if spec.exact:
+        namespace = parser.parse_args(args)
+    else:
+        namespace, _ = parser.parse_known_args(args)
+    return dict(vars(namespace))

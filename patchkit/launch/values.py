@@ -1,0 +1,138 @@
+"""The one reader of what a launch names: its files (the YAML `--config`, a model's config.json, a hub
+cache's refs/main, the tree's files) and its JSON values (`--speculative-config`, `--hf-overrides`,
+a dotted value). Each file is read bounded and without blocking (fsutil.read_regular); each value
+is refused (BadInput) when deeper than MAX_DEPTH, larger than MAX_NODES once YAML aliases are
+expanded, or holding an integer Python will not convert: never a hang, a crash or exit 70.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+from typing import Any
+
+from patchkit.errors import BadInput
+from patchkit.fsutil import NotRegularFile, read_regular
+
+MAX_DEPTH = 64  # far beyond any vLLM config (they nest 3 or 4 deep), far below the interpreter's stack
+MAX_NODES = 100_000  # values in one document, aliases expanded (a YAML alias bomb expands to 10^8)
+CONFIG_FILE_LIMIT = 1 << 20  # a `--config` YAML: options, a few KB
+REF_LIMIT = 4096  # a hub cache's refs/main: a commit hash
+
+
+def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
+    """A regular file a launch names (symlinks followed, as vLLM follows them), at most `limit`
+    bytes: FileNotFoundError when absent; BadInput for a fifo, a device, a directory or a larger file."""
+    try:
+        return read_regular(path, limit, follow_symlinks=True)
+    except FileNotFoundError:
+        raise
+    except NotRegularFile as exc:
+        if exc.errno == errno.ENOTDIR:  # a file on the way: no such file
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
+        raise BadInput(f"{what} {path}: {exc.strerror}") from None
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+
+
+def read_head(path: Path | str, size: int) -> bytes:
+    """The first `size` bytes of a regular file (b"" for anything else: absent, a fifo, a device)."""
+    try:
+        return read_regular(path, size, follow_symlinks=True, head=True)
+    except OSError:
+        return b""
+
+
+def load_json(text: str | bytes, what: str, *, strict: bool = True) -> Any:
+    """JSON within the limits; not JSON: BadInput, or (not `strict`) the text itself, as vLLM keeps
+    a dotted value that is not JSON."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if not strict:
+            return text
+        raise BadInput(f"{what} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{what} is not valid JSON: {exc}") from None
+    except (RecursionError, ValueError) as exc:  # nested past the stack; an integer of > 4300 digits
+        raise BadInput(f"{what} cannot be read: {_why(exc)}") from None
+    return within_limits(value, what)
+
+
+def load_yaml_config(path: str) -> dict:
+    """A `--config` YAML file: a mapping, within the limits (its aliases counted expanded, before
+    anything is built from them)."""
+    import yaml
+
+    where = f"--config {path}"
+    try:
+        raw = read_named_file(path, CONFIG_FILE_LIMIT, "--config")
+    except FileNotFoundError as exc:
+        raise BadInput(f"{where}: cannot read it: {exc.strerror}") from None
+    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: no recursion, 10x faster
+    try:
+        text = raw.decode("utf-8")
+        _check_events(yaml.parse(text, Loader=loader_class), where)
+        data = yaml.load(text, Loader=loader_class)  # a safe loader: CSafeLoader or SafeLoader
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{where}: not valid YAML: {exc}") from None
+    except (RecursionError, ValueError) as exc:
+        raise BadInput(f"{where} cannot be read: {_why(exc)}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{where}: expected a mapping of option names to values (vLLM fails on anything else)")
+    return within_limits(data, where)
+
+
+def within_limits(value: Any, what: str) -> Any:
+    """`value` when no deeper than MAX_DEPTH and of at most MAX_NODES values; else BadInput."""
+    stack = [(value, 1)]
+    count = 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if depth > MAX_DEPTH or count > MAX_NODES:
+            raise BadInput(f"{what} cannot be read: {_too_big(depth > MAX_DEPTH)}")
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return value
+
+
+def _check_events(events, what: str) -> None:
+    """The document's depth and its size with every alias expanded, counted from the parser's
+    events as they come (an anchor's size is known once its node ends): nothing is built."""
+    import yaml
+
+    sizes: dict[str, int] = {}
+    open_nodes: list[list] = [[0, None]]  # [values so far, anchor] of each node not ended yet
+    for event in events:
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            open_nodes.append([1, event.anchor])
+            if len(open_nodes) > MAX_DEPTH + 1:
+                raise BadInput(f"{what} cannot be read: {_too_big(True)}")
+            continue
+        if isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            size, anchor = open_nodes.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            size, anchor = 1, event.anchor
+        elif isinstance(event, yaml.AliasEvent):
+            size, anchor = sizes.get(event.anchor or "", 1), None
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = size
+        open_nodes[-1][0] += size
+        if open_nodes[-1][0] > MAX_NODES:
+            raise BadInput(f"{what} cannot be read: {_too_big(False)}")
+
+
+def _too_big(deep: bool) -> str:
+    return f"nested deeper than {MAX_DEPTH} levels" if deep else f"more than {MAX_NODES} values (YAML aliases expanded)"
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return f"nested deeper than {MAX_DEPTH} levels"
+    return str(exc).split(";")[0]

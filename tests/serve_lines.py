@@ -1,0 +1,107 @@
+"""Command lines for `vllm serve` (hypothesis), and what a reading of one is compared by: shared by the
+fast tier (tests/test_serve_parser_property.py, against argparse built from the recorded spec) and the
+real one (tests/vllm_import/test_serve_parser_real.py, against vLLM 0.16.0's own parser)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import strategies as st
+
+from patchkit.errors import BadInput
+from patchkit.launch.command import parse
+
+MODELS = ["org/m", "org/other", "./local-dir"]
+# options whose values any vLLM type accepts, and flags that take none
+FREE = ["--model", "--tokenizer", "--served-model-name"]
+WHOLE = ["--tensor-parallel-size", "-tp", "--seed", "--max-model-len", "--data-parallel-size", "-dp"]
+JSON = ["--speculative-config", "--hf-overrides"]
+FLAGS = [
+    "--trust-remote-code",
+    "--no-trust-remote-code",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--enforce-eager",
+    "--headless",
+    "--disable-log-stats",
+]
+OBJECTS = [
+    {"method": "eagle3", "model": "org/drafter", "num_speculative_tokens": 3},
+    {"method": "ngram"},
+    {"text_config": {"hidden_size": 64}},
+    {},
+]
+DOTTED = [
+    "--speculative-config.method",
+    "--speculative_config.model",
+    "--speculative-config.num_speculative_tokens",
+    "--hf-overrides.text_config.hidden_size",
+    "--hf_overrides.architectures+",
+]
+
+
+def _spelled(option: str, draw) -> str:
+    """An option as a user might write it: whole, an abbreviation, with underscores."""
+    if not option.startswith("--"):
+        return option
+    how = draw(st.sampled_from(["whole", "whole", "prefix", "underscores"]))
+    if how == "prefix":
+        return option[: draw(st.integers(4, len(option)))]
+    if how == "underscores":
+        return "--" + option[2:].replace("-", "_")
+    return option
+
+
+@st.composite
+def piece(draw) -> list[str]:
+    kind = draw(st.sampled_from(["model", "free", "whole", "json", "flag", "dotted", "dashdash", "stray"]))
+    if kind == "model":
+        return [draw(st.sampled_from(MODELS))]
+    if kind == "flag":
+        return [_spelled(draw(st.sampled_from(FLAGS)), draw)]
+    if kind == "dashdash":
+        return ["--"]
+    if kind == "stray":
+        return [draw(st.sampled_from(["-3", "-0.5", "x.y", "--x", "-q"]))]
+    if kind == "dotted":
+        key = draw(st.sampled_from(DOTTED))
+        value = draw(st.sampled_from(["eagle3", "4", "org/d", "[1, 2]", "a,b", "-1"]))
+        return [f"{key}={value}"] if draw(st.booleans()) else [key, value]
+    option = _spelled(draw(st.sampled_from({"free": FREE, "whole": WHOLE, "json": JSON}[kind])), draw)
+    if kind == "free":
+        value = draw(st.sampled_from([*MODELS, "tok", "-7"]))
+    elif kind == "whole":
+        value = str(draw(st.integers(-2, 8)))
+    else:
+        value = json.dumps(draw(st.sampled_from(OBJECTS)))
+    return [f"{option}={value}"] if draw(st.booleans()) else [option, value]
+
+
+serve_arguments = st.lists(piece(), min_size=1, max_size=7).map(lambda pieces: [a for p in pieces for a in p])
+
+FIELDS = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_code")
+
+
+def patchkit_reading(arguments: list[str], version: str = "0.16.0") -> dict:
+    """What patchkit reads, in the shape the parsers' readings are compared in."""
+    try:
+        command = parse(["vllm", "serve", *arguments], version)
+    except BadInput as exc:
+        return {"refused": True, "error": exc.message}
+    return {
+        "refused": False,
+        "model": command.model,
+        "speculative_config": command.speculative_config,
+        "tensor_parallel_size": command.tensor_parallel_size,
+        "trust_remote_code": command.trust_remote_code,
+    }
+
+
+def comparable(reading: dict) -> dict:
+    """A reading reduced to what must agree: refused or not, and what was read."""
+    if reading["refused"]:
+        return {"refused": True}
+    found = {name: reading.get(name) for name in FIELDS}
+    found["tensor_parallel_size"] = int(found["tensor_parallel_size"] or 1)
+    found["trust_remote_code"] = bool(found["trust_remote_code"])
+    return {"refused": False, **found}

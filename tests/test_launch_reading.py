@@ -1,0 +1,289 @@
+"""A launch command read as the installed vLLM's parser reads it (issue 20, items 3, 4, 7, 8, 13): the
+recorded parser spec, argparse's own rules, the files a launch names read bounded and without blocking,
+bad values refused as bad input (exit 2, never 70), the interpreter of pip's /bin/sh wrapper."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, run_cli
+from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
+
+from patchkit.errors import BadInput
+from patchkit.launch.command import frame, parse, script_interpreter
+from patchkit.launch.serve_parser import recorded_releases
+
+V16 = "0.16.0"
+
+
+def read16(*arguments: str):
+    return parse(["vllm", "serve", *arguments], V16)
+
+
+# --- item 3: the reading agrees with vLLM's parser ------------------------------------------------
+
+
+def test_a_repeated_model_option_is_read_as_vllm_serve_reads_it():
+    # vLLM moves the first --model to the positional place, which `vllm serve` serves
+    assert read16("--model", "org/first", "--model", "org/second").model == "org/first"
+    assert read16("--model=org/first", "--max-model-len", "9", "--model", "org/second").model == "org/first"
+    # a positional model and --model: the --model is moved in front, the positional left over is refused
+    with pytest.raises(BadInput, match="unrecognized arguments: org/positional"):
+        read16("org/positional", "--model", "org/option")
+
+
+def test_an_unambiguous_prefix_is_expanded_as_argparse_expands_it():
+    command = read16("org/m", "--speculative", '{"method": "eagle3", "model": "d"}', "--tensor-parallel", "2")
+    assert command.speculative_config == {"method": "eagle3", "model": "d"}
+    assert command.tensor_parallel_size == 2
+    command = read16("org/m", '--hf-over={"a": 1}')
+    assert command.hf_overrides == {"a": 1}
+
+
+def test_an_ambiguous_prefix_is_refused_as_vllms_parser_refuses_it():
+    assert read16("org/m", "--speculative-", "{}").speculative_config == {}
+    with pytest.raises(BadInput, match="ambiguous option"):
+        read16("org/m", "--max", "5")
+
+
+@pytest.mark.parametrize("flag", ["--enable-prefix-caching", "--no-enable-prefix-caching", "--enforce-eager"])
+def test_a_flag_that_takes_no_value_leaves_the_next_token_as_the_model(flag):
+    command = read16(flag, "org/m")
+    assert command.model == "org/m"
+
+
+def test_an_unknown_option_is_refused_for_a_recorded_release_and_ignored_for_another():
+    with pytest.raises(BadInput, match="unrecognized arguments"):
+        read16("org/m", "--not-a-vllm-option", "1")
+    assert parse(["vllm", "serve", "org/m", "--not-a-vllm-option", "1"], "9.9.9").model == "org/m"
+
+
+def test_negative_numbers_and_the_double_dash_follow_argparse():
+    command = read16("org/m", "--seed", "-3", "--tensor-parallel-size=2")
+    assert command.options["seed"] == -3  # an int, as vLLM types it
+    assert command.tensor_parallel_size == 2
+    with pytest.raises(BadInput):
+        read16("--", "org/m", "extra")  # argparse: one positional MODEL, then an unrecognized one
+
+
+def test_a_value_of_the_wrong_type_is_refused_as_vllms_parser_refuses_it():
+    with pytest.raises(BadInput, match="invalid int value"):
+        read16("org/m", "--seed", "forty-two")
+    with pytest.raises(BadInput, match="invalid JSON value"):
+        read16("org/m", "--default-chat-template-kwargs", "{not json")
+
+
+def test_json_and_key_by_key_both_given_is_a_note():
+    command = read16("org/m", "--speculative-config", '{"method": "ngram"}', "--speculative-config.method", "eagle3")
+    assert command.speculative_config == {"method": "eagle3"}
+    assert command.notes and "drops the JSON" in command.notes[0]
+
+
+def test_the_preflight_reads_the_model_vllm_serves(tmp_path):
+    """CLI: `--model a --model b` checks a (vLLM's), not b (which has no config here: exit 4 names it)."""
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = write_model(tmp_path / "served", DEEPSEEK_V3)
+    argv = ["vllm", "serve", "--model", str(model), "--model", str(tmp_path / "never-read")]
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *argv)
+    assert done.returncode in (0, 1), done.stderr  # main read the last --model: exit 4, no config there
+    assert "never-read" not in done.stderr
+
+
+def test_every_supported_release_has_a_recorded_spec():
+    from patchkit.library import default_root
+
+    supported = {p.name for p in (default_root() / "eagle3").iterdir() if p.is_dir()}
+    assert supported <= {str(v) for v in recorded_releases()}
+
+
+# --- item 4: files a launch names are read bounded, never blocking -------------------------------
+
+
+def _preflight_quickly(tree, library, *argv, env=None, limit=20):
+    started = time.monotonic()
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
+    assert time.monotonic() - started < limit
+    return done
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_config_yaml_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, kind):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    config = tmp_path / "launch.yaml"
+    if kind == "fifo":
+        os.mkfifo(config)
+    else:
+        config.symlink_to("/dev/zero")
+    done = _preflight_quickly(tree, library, "vllm", "serve", "org/m", "--config", str(config))
+    assert_clean_failure(done, 2)
+    assert "not a regular file" in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_hub_cache_ref_that_is_a_fifo_or_dev_zero_is_passed_over(tmp_path, kind):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    repo = tmp_path / "hub" / "models--someorg--somemodel"
+    write_model(repo / "snapshots" / "c0ffee", DEEPSEEK_V3)
+    (repo / "refs").mkdir()
+    if kind == "fifo":
+        os.mkfifo(repo / "refs" / "main")
+    else:
+        (repo / "refs" / "main").symlink_to("/dev/zero")
+    done = _preflight_quickly(
+        tree, library, "vllm", "serve", "someorg/somemodel", env={"HF_HUB_CACHE": str(tmp_path / "hub")}
+    )
+    assert done.returncode in (0, 1), done.stderr  # found through the snapshot, the ref passed over
+
+
+def test_a_model_config_json_that_is_a_fifo_is_refused_at_once(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = tmp_path / "fifo-model"
+    model.mkdir()
+    os.mkfifo(model / "config.json")
+    done = _preflight_quickly(tree, library, "vllm", "serve", str(model))
+    assert_clean_failure(done, 2)
+
+
+# --- item 7: bad values are exit 2, never 70, the same for preflight and run ---------------------
+
+
+def _nested(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--speculative-config", _nested(1200)],
+        ["--hf-overrides", _nested(300)],
+        ["--hf-overrides.a", _nested(1200)],
+        ["--speculative-config", '{"num_speculative_tokens": ' + "7" * 5000 + "}"],
+    ],
+)
+@pytest.mark.parametrize("command", ["preflight", "run"])
+def test_deep_or_huge_json_values_are_bad_input_in_preflight_and_run(tmp_path, arguments, command):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = write_model(tmp_path / "m", DEEPSEEK_V3)
+    extra = ["--no-import"] if command == "preflight" else []
+    done = run_cli(
+        command, "--target", tree, "--patches", library, *extra, "--", "vllm", "serve", str(model), *arguments
+    )
+    assert_clean_failure(done, 2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "model: org/m\nhf-overrides: " + "[" * 5000 + "]" * 5000 + "\n",
+        "model: org/m\nseed: " + "9" * 5000 + "\n",
+        "model: org/m\n" + "".join("  " * i + f"k{i}:\n" for i in range(200)),
+    ],
+)
+def test_a_deep_or_huge_yaml_config_is_bad_input(tmp_path, text):
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    started = time.monotonic()
+    with pytest.raises(BadInput, match=r"cannot be read|not valid YAML"):
+        read16("--config", str(config))
+    assert time.monotonic() - started < 1
+
+
+def test_a_model_config_with_a_huge_integer_is_bad_input(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = tmp_path / "big-int"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": ' + "1" * 5000 + "}")
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--", "vllm", "serve", str(model)
+    )
+    assert_clean_failure(done, 2)
+
+
+# --- item 13: a YAML alias bomb is refused at once; an undecodable byte shows as \xff -------------
+
+
+def test_a_yaml_alias_bomb_is_refused_well_under_a_second(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    config = tmp_path / "bomb.yaml"
+    config.write_text("model: org/m\nhf-overrides:\n" + "\n".join("  " + line for line in lines) + "\n")
+    started = time.monotonic()
+    with pytest.raises(BadInput, match="values"):
+        read16("--config", str(config))
+    assert time.monotonic() - started < 0.5
+
+
+def test_an_undecodable_model_name_is_shown_by_its_byte(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    name = os.fsdecode(b"org/m\xfe")
+    done = subprocess_cli(tree, library, ["vllm", "serve", name])
+    assert_clean_failure(done, 4)
+    assert "\\xfe" in done.stderr and "\\udcfe" not in done.stderr
+
+
+def test_an_undecodable_byte_in_a_note_is_shown_by_its_byte():
+    from patchkit.ui import visible
+
+    drafter = os.fsdecode(b"/models/dr\xfeafter")
+    command = read16("org/m", "--speculative-config", "{}", "--speculative-config.model", drafter)
+    assert "\\xfe" in visible(command.notes[0]) and "udcfe" not in visible(command.notes[0])
+
+
+def subprocess_cli(tree, library, argv):
+    import subprocess
+
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchkit",
+            "preflight",
+            "--target",
+            str(tree),
+            "--patches",
+            str(library),
+            "--no-import",
+            "--",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=300,
+    )
+
+
+# --- item 8: the interpreter of pip's /bin/sh wrapper ---------------------------------------------
+
+
+@pytest.mark.parametrize("venv_name", ["a venv with spaces", "long" * 40])
+def test_the_interpreter_of_pips_sh_wrapper_is_the_one_it_execs(tmp_path, venv_name):
+    bin_dir = tmp_path / venv_name / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"
+    python.symlink_to(sys.executable)
+    quoted = f'"{python}"' if " " in str(python) else str(python)
+    script = bin_dir / "vllm"
+    script.write_text(f"#!/bin/sh\n'''exec' {quoted} \"$0\" \"$@\"\n' '''\nimport sys\n")
+    script.chmod(0o755)
+    assert script_interpreter(script) == str(python)
+    assert frame([str(script), "serve", "org/m"]).interpreter() == str(python)
+
+
+def test_a_script_that_is_a_fifo_has_no_interpreter_and_never_blocks(tmp_path):
+    os.mkfifo(tmp_path / "vllm")
+    assert script_interpreter(tmp_path / "vllm") is None
+
+
+def test_specs_are_recorded_json(tmp_path):
+    for release in recorded_releases():
+        data = json.loads(
+            (Path(__file__).parent.parent / "patchkit" / "launch" / "specs" / f"serve-{release}.json").read_text()
+        )
+        assert data["vllm"] == str(release)
+        assert any("--speculative-config" in a["options"] for a in data["serve"])

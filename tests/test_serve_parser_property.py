@@ -1,0 +1,169 @@
+"""Property (issue 20 item 3), fast tier: on every generated `vllm serve` command line patchkit reads what
+vLLM 0.16.0's parser reads, the parser here rebuilt from the recorded spec with argparse's own action
+classes and FlexibleArgumentParser's rewrite transcribed step by step as vLLM writes it (its
+processed_args, its delete set). The real parser is the oracle in tests/vllm_import/test_serve_parser_real.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from hypothesis import given, settings
+from serve_lines import MODELS, comparable, patchkit_reading, serve_arguments
+
+SPEC = Path(__file__).resolve().parent.parent / "patchkit" / "launch" / "specs" / "serve-0.16.0.json"
+ACTIONS = {
+    "store_true": "store_true",
+    "store_false": "store_false",
+    "boolean_optional": argparse.BooleanOptionalAction,
+    "count": "count",
+    "append": "append",
+    "extend": "extend",
+    "store": "store",
+}
+
+
+class Refused(Exception):
+    pass
+
+
+class Oracle(argparse.ArgumentParser):
+    def error(self, message):
+        raise Refused(message)
+
+
+def oracle_parser() -> argparse.ArgumentParser:
+    parser = Oracle(prog="serve", add_help=False)
+    for action in json.loads(SPEC.read_text())["serve"]:
+        options, kind = action["options"], action["kind"]
+        if not options:
+            parser.add_argument(action["dest"], nargs=action["nargs"])
+        elif kind in ("help", "version"):
+            parser.add_argument(*options, action="store_true", dest="asked_for_" + kind)
+        elif kind == "boolean_optional":
+            parser.add_argument(options[0], dest=action["dest"], action=argparse.BooleanOptionalAction)
+        elif action["nargs"] == 0:
+            parser.add_argument(*options, dest=action["dest"], action=ACTIONS.get(kind, "store_true"))
+        else:
+            convert = {"int": int, "float": float, "json": json.loads}.get(action.get("type") or "", str)
+            parser.add_argument(
+                *options, dest=action["dest"], nargs=action["nargs"], action=ACTIONS.get(kind, "store"), type=convert
+            )
+    return parser
+
+
+PARSER = oracle_parser()
+
+
+def vllm_0_16_parse(args: list[str]) -> argparse.Namespace:
+    """FlexibleArgumentParser.parse_args of vLLM 0.16.0 (for `["serve", ...]`), step by step."""
+    args = ["serve", *args]
+    model_idx = next((i for i, a in enumerate(args) if a == "--model" or a.startswith("--model=")), None)
+    if model_idx is not None:
+        if args[model_idx] == "--model":
+            if model_idx + 1 >= len(args):
+                raise Refused("IndexError")
+            model_tag, rest = args[model_idx + 1], model_idx + 2
+        else:
+            model_tag, rest = args[model_idx].removeprefix("--model="), model_idx + 1
+        args = ["serve", model_tag, *args[1:model_idx], *args[rest:]]
+    pattern = re.compile(r"(?<=--)[^\.]*")
+    processed = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--help="):
+            processed.append("--help")
+        elif arg.startswith("--"):
+            if "=" in arg:
+                key, value = arg.split("=", 1)
+                processed.append(pattern.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + "=" + value)
+            else:
+                processed.append(pattern.sub(lambda m: m.group(0).replace("_", "-"), arg, count=1))
+        elif arg.startswith("-O") and arg != "-O":
+            processed += ["--optimization-level", arg[3:] if arg[2] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"}:
+            processed.append("--optimization-level")
+        else:
+            processed.append(arg)
+    delete: set[int] = set()
+    dict_args: dict = defaultdict(dict)
+    for i, arg in enumerate(processed):
+        if i in delete:
+            continue
+        if arg.startswith("--") and "." not in arg:
+            continue
+        if arg.startswith("-") and "." in arg:
+            if "=" in arg:
+                arg, value_str = arg.split("=", 1)
+                if "." not in arg:
+                    continue
+            else:
+                if i + 1 >= len(processed):
+                    raise Refused("IndexError")
+                value_str = processed[i + 1]
+                delete.add(i + 1)
+            if arg.endswith("+"):
+                arg = arg[:-1]
+                value_str = json.dumps(list(value_str.split(",")))
+            key, *keys = arg.split(".")
+            try:
+                value = json.loads(value_str)
+            except json.JSONDecodeError:
+                value = value_str
+            for part in reversed(keys):
+                value = {part: value}
+            _update(dict_args[key], value)
+            delete.add(i)
+    processed = [a for i, a in enumerate(processed) if i not in delete]
+    for key, value in dict_args.items():
+        processed += [key, json.dumps(value)]
+    namespace = PARSER.parse_args(processed[1:])
+    if getattr(namespace, "asked_for_help", False) or getattr(namespace, "asked_for_version", False):
+        raise Refused("help")
+    if namespace.model_tag is not None:
+        namespace.model = namespace.model_tag
+    return namespace
+
+
+def _update(original: dict, update: dict) -> None:
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(original.get(k), dict):
+            _update(original[k], v)
+        elif isinstance(v, list) and isinstance(original.get(k), list):
+            original[k] += v
+        else:
+            original[k] = v
+
+
+def oracle_reading(arguments: list[str]) -> dict:
+    try:
+        namespace = vllm_0_16_parse(arguments)
+        tp = getattr(namespace, "tensor_parallel_size", None)
+        reading = {
+            "refused": False,
+            "model": getattr(namespace, "model", None),
+            "tensor_parallel_size": int(tp) if tp is not None else 1,
+            "trust_remote_code": bool(getattr(namespace, "trust_remote_code", False)),
+        }
+        spec = getattr(namespace, "speculative_config", None)
+        reading["speculative_config"] = json.loads(spec) if isinstance(spec, str) else spec
+        if isinstance(getattr(namespace, "hf_overrides", None), str):
+            json.loads(namespace.hf_overrides)
+    except (Refused, ValueError):  # argparse refuses, or vLLM's types (int, JSON) would
+        return {"refused": True}
+    return reading
+
+
+def agree(arguments: list[str], ours: dict, theirs: dict) -> None:
+    if ours.get("refused") and "names no model" in ours.get("error", "") and not theirs["refused"]:
+        assert theirs["model"] not in MODELS, (arguments, ours, theirs)  # vLLM's default model, not one named
+        return
+    assert comparable(ours) == comparable(theirs), (arguments, ours, theirs)
+
+
+@settings(max_examples=600, deadline=None)
+@given(serve_arguments)
+def test_patchkit_reads_what_the_recorded_0_16_parser_reads(arguments):
+    agree(arguments, patchkit_reading(arguments), oracle_reading(arguments))

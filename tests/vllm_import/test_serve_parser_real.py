@@ -1,0 +1,67 @@
+"""Opt-in (`make test-vllm`), property (issue 20 item 3): on generated `vllm serve` command lines patchkit
+reads what vLLM 0.16.0's own parser reads (patchkit/_target/serve_reading.py in the vLLM venv: the
+`vllm` CLI's parser, one vLLM import per batch of lines), and refuses what it refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from serve_lines import patchkit_reading, serve_arguments
+from test_serve_parser_property import agree
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+VERSION = os.environ.get("VLLM_VERSION", "0.16.0")
+READER = Path(__file__).resolve().parents[2] / "patchkit" / "_target" / "serve_reading.py"
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
+
+EDGES = [
+    ["--model", "org/m", "--model", "org/other"],
+    ["org/m", "--speculative", '{"method": "eagle3", "model": "org/d"}'],
+    ["--enable-prefix-caching", "org/m"],
+    ["--no-enable-prefix-caching", "org/m"],
+    ["org/m", "--max", "5"],
+    ["org/m", "-tp=2", "--trust_remote_code"],
+    ["-q", "-0.5", "org/m"],
+    ["org/m", "--speculative-config", '{"method": "ngram"}', "--speculative-config.method", "eagle3"],
+    ["--", "org/m"],
+    ["org/m", "--help"],
+]
+
+
+def vllm_readings(lines: list[list[str]], tmp_path: Path) -> list[dict]:
+    answer = tmp_path / "answer.json"
+    request = json.dumps({"lines": [{"arguments": line, "serve": True} for line in lines]})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    subprocess.run([VLLM_PYTHON, str(READER), str(answer)], input=request, text=True, env=env, check=True, timeout=900)
+    data = json.loads(answer.read_text())
+    assert data["status"] == "ok", data
+    return data["readings"]
+
+
+def _check(lines: list[list[str]], tmp_path: Path) -> None:
+    for line, theirs in zip(lines, vllm_readings(lines, tmp_path), strict=True):
+        agree(line, patchkit_reading(line, VERSION), theirs)
+
+
+def test_the_issues_command_lines_are_read_as_vllm_reads_them(tmp_path):
+    _check(EDGES, tmp_path)
+
+
+@settings(
+    max_examples=3,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
+@given(st.lists(serve_arguments, min_size=200, max_size=200))
+def test_generated_command_lines_are_read_as_vllm_reads_them(tmp_path, lines):
+    _check(lines, tmp_path)
