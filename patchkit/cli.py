@@ -16,7 +16,7 @@ gc.set_threshold(*GC_THRESHOLD)
 
 import click  # noqa: E402
 
-from patchkit import __version__  # noqa: E402
+from patchkit import __version__, signals  # noqa: E402
 from patchkit.errors import BROKEN_PIPE, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for  # noqa: E402
 
 EPILOG = """\b
@@ -74,6 +74,7 @@ class PatchkitGroup(click.Group):
         from patchkit.ui import begin_run
 
         _replace_what_streams_cannot_encode()
+        signals.new_run()
         run = begin_run()
         try:
             code = _command_exit_code(super().invoke, ctx, run)
@@ -97,9 +98,9 @@ def _command_exit_code(invoke, ctx, run) -> int:
         return _failed(exc, run)
     except (click.exceptions.Exit, click.ClickException, click.Abort):
         raise
-    except KeyboardInterrupt:
-        _report(run, "interrupted")
-        return INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (signals.Interrupted)
+        _report(run, *signals.interrupted_report())
+        return getattr(exc, "exit_code", INTERRUPTED)
     except BrokenPipeError:
         return _stdout_gone()
     except Exception as exc:  # a bug: one line for the user, the traceback on request
@@ -230,6 +231,7 @@ def run_in_process(args: list[str]) -> tuple[int, str, str]:
 
 def main() -> None:
     _give_closed_streams_a_sink()
+    signals.install()  # SIGTERM and SIGHUP roll back as Ctrl-C does (the console script only: not a host's process)
     try:
         cli(prog_name="patchkit")
     finally:

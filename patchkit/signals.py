@@ -1,0 +1,76 @@
+"""SIGINT, SIGTERM and SIGHUP end a command the same way: an Interrupted raised where it runs (so a
+transaction rolls back), exit 128 + the signal's number. A rollback or a commit point defers them:
+a signal that arrives then is raised once that step is whole (a second Ctrl-C cannot cut it)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A handled signal arrived; `exit_code` is what a shell reports for it (128 + its number)."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+def _raise(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    """Handle the three signals in this process (the main thread only can: a no-op elsewhere)."""
+    if threading.current_thread() is threading.main_thread():
+        for number in HANDLED:
+            signal.signal(number, _raise)
+
+
+@contextmanager
+def deferred():
+    """Run a step that must not stop half-way: a handled signal arriving meanwhile is raised (as
+    Interrupted) when it ends. Outside the main thread no handler can be set: it runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {number: signal.signal(number, lambda signum, _frame: pending.append(signum)) for number in HANDLED}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if pending:
+        handler = previous[signal.Signals(pending[0])]
+        if callable(handler):
+            handler(pending[0], None)  # our handler (or Python's own for SIGINT) raises
+        else:
+            raise Interrupted(pending[0])
+
+
+_run = threading.local()  # per thread: fleet's agent runs commands in-process
+
+
+def new_run() -> None:
+    """A command starts: it has committed nothing yet."""
+    _run.committed = False
+
+
+def note_committed() -> None:
+    """This command's transaction passed its commit point: its change is in place."""
+    _run.committed = True
+
+
+def interrupted_report() -> tuple[str, str | None]:
+    """What an interrupt left, and the hint: truthful about whether this run's change was written."""
+    if getattr(_run, "committed", False):
+        return (
+            "interrupted after the change was written: it is in place; the steps after writing (its checks) did not run",
+            "`patchkit verify` checks it; `patchkit revert` undoes it",
+        )
+    return "interrupted: nothing was written (a transaction under way was rolled back)", None
