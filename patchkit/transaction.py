@@ -262,8 +262,9 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
     except BaseException as exc:
         if committed:  # a signal that waited for the commit point: the change is in place
             raise
-        _rollback_or_keep_journal(root, journal, _in_memory(writes), exc)
-        _forget_objects(root, previous)
+        with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
+            _rollback_or_keep_journal(root, journal, _in_memory(writes), exc)
+            _forget_objects(root, previous)
         if isinstance(exc, OSError):
             where = f" ({exc.filename})" if exc.filename else ""
             raise TargetError(

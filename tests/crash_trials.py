@@ -22,12 +22,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import MODEL_PY, SPEC_PY, make_patch, write_tree  # noqa: E402
+from helpers import MODEL_PY, SPEC_PY, make_patch, write_tree
 
 OLD_PACKAGE = {  # deleted by the patch: three directories go
     "vllm/old/__init__.py": "",
@@ -102,20 +103,20 @@ def warm_imports() -> None:
 
     for module in pkgutil.walk_packages(patchkit.__path__, "patchkit."):
         if not module.name.startswith(("patchkit.fleet", "patchkit._target", "patchkit.__main__")):
-            try:
+            with suppress(Exception):  # an optional dependency (ray...): the trial imports what it needs
                 importlib.import_module(module.name)
-            except Exception:  # an optional dependency (ray...): the trial imports what it needs
-                pass
 
 
-def run_cli(args: list[str], plan: str = "", signals_at: list[tuple[float, int]] | None = None) -> tuple[int, str]:
+def run_cli(
+    args: list[str], plan: str = "", signals_at: list[tuple[float, int]] | None = None, mode: str = "raise"
+) -> tuple[int, str]:
     """patchkit ARGS in a forked child (as the console script runs), with a fault plan and signals
     sent at (delay, signal) from the start; its exit code (-N: killed by signal N) and output."""
     out = tempfile.NamedTemporaryFile(prefix="trial-", delete=False)  # noqa: SIM115
     out.close()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        _child(args, plan, out.name)
+        _child(args, plan, mode, out.name)
     waited = 0.0
     for delay, number in signals_at or []:
         time.sleep(max(0.0, delay - waited))
@@ -131,7 +132,7 @@ def run_cli(args: list[str], plan: str = "", signals_at: list[tuple[float, int]]
     return code, text
 
 
-def _child(args: list[str], plan: str, out: str) -> None:  # pragma: no cover - runs in the fork
+def _child(args: list[str], plan: str, mode: str, out: str) -> None:  # pragma: no cover - runs in the fork
     code = 99
     try:
         fd = os.open(out, os.O_WRONLY | os.O_TRUNC)
@@ -142,7 +143,7 @@ def _child(args: list[str], plan: str, out: str) -> None:  # pragma: no cover - 
         from patchkit import cli, transaction
 
         os.environ["PATCHKIT_FAULT_AFTER"] = plan
-        os.environ.pop("PATCHKIT_FAULT_MODE", None)
+        os.environ["PATCHKIT_FAULT_MODE"] = mode  # the mode of a plan's step that names none
         transaction._faults = transaction._Faults()
         sys.argv = ["patchkit", *args]
         try:
@@ -199,14 +200,16 @@ def trial(scn: Scenario, work: Path, op: str, plan: str, kind: str, tally: Tally
     last = plan.rsplit(":", 1)[-1] if plan else None
     if code != 0 and last in EXPECTED_CODES and code not in EXPECTED_CODES[last] | _first_codes(plan):
         tally.failures.append(f"{where}: exit {code}: {out.strip()[-300:]}")
-    if code == 70 and last != "exit" or "Traceback" in out:
+    if (code == 70 and last != "exit") or "Traceback" in out:
         tally.failures.append(f"{where}: internal error: {out.strip()[-300:]}")
     state = scn.whole(tree)
     journal = (tree / ".patchkit/journal.json").exists()
-    if code in (129, 130, 143):  # the message says truthfully whether the change is in place
+    if code in (4, 129, 130, 143) and "journal is kept" not in out:  # rolled back whole, or in place: and said so
         in_place = "in place" in out
-        if not journal and in_place != (state == goal):
-            tally.failures.append(f"{where}: said in_place={in_place} but the tree is {state}: {out.strip()[-200:]}")
+        if journal or state != (goal if in_place else start):
+            tally.failures.append(
+                f"{where}: exit {code}, said in_place={in_place}, the tree is {state}, journal={journal}: {out.strip()[-200:]}"
+            )
     following = NEXT[turn % len(NEXT)]
     again, said = run_cli([following, *scn.args(tree, following)])
     state = scn.whole(tree)
@@ -236,17 +239,25 @@ def aimed_commit(scn: Scenario, work: Path, op: str, mode: str, tally: Tally, li
     raise AssertionError(f"{op} never got through")
 
 
-def aimed_rollback(scn: Scenario, work: Path, op: str, first: str, second: str, tally: Tally, steps: list[int]) -> int:
-    """A first fault at commit step n (for each n in `steps`), then a fault of `second` at each step
-    of the rollback it starts; how many (n, m) pairs were tried."""
-    tried = 0
+def rollback_lengths(scn: Scenario, work: Path, op: str, tally: Tally, steps: list[int]) -> dict[int, int]:
+    """For a failure (ENOSPC) at each commit step n in `steps`, a SIGKILL at each step m of the
+    rollback it starts; n -> the number of steps that rollback has."""
+    lengths = {}
     for n in steps:
-        for m in range(n + 1, n + 200):
-            code = trial(scn, work, op, f"{n}:{first},{m}:{second}", f"rollback {first}+{second}", tally, m)
-            tried += 1
-            if code in EXPECTED_CODES[first] and code not in EXPECTED_CODES[second] or code == 0:
-                break  # the second fault was past the rollback's end
-    return tried
+        for m in range(n + 1, n + 500):
+            if trial(scn, work, op, f"{n}:raise,{m}:kill", "rollback raise+kill", tally, m) != -signal.SIGKILL:
+                lengths[n] = m - n - 1  # the kill came after the rollback's last step
+                break
+    return lengths
+
+
+def aimed_rollback(
+    scn: Scenario, work: Path, op: str, first: str, second: str, tally: Tally, lengths: dict[int, int]
+) -> None:
+    """A first fault at commit step n, then a second at each step of the rollback it starts."""
+    for n, length in lengths.items():
+        for m in range(n + 1, n + length + 1):
+            trial(scn, work, op, f"{n}:{first},{m}:{second}", f"rollback {first}+{second}", tally, m)
 
 
 def random_trials(scn: Scenario, work: Path, op: str, count: int, rng: random.Random, tally: Tally) -> None:
@@ -276,11 +287,11 @@ def sweep(base: Path, randoms: int, seed: int) -> Tally:
     rng = random.Random(seed)
     for op in ("apply", "revert"):
         steps = {mode: aimed_commit(scn, work, op, mode, tally) for mode in ("kill", "term", "hup", "exit", "raise")}
-        every = list(range(1, steps["kill"] + 1))
-        aimed_rollback(scn, work, op, "raise", "kill", tally, every)
-        aimed_rollback(scn, work, op, "int", "int", tally, every)
-        aimed_rollback(scn, work, op, "term", "kill", tally, rng.sample(every, min(8, len(every))))
-        aimed_rollback(scn, work, op, "raise", "raise", tally, rng.sample(every, min(8, len(every))))
+        lengths = rollback_lengths(scn, work, op, tally, list(range(1, steps["kill"] + 1)))
+        some = dict(rng.sample(sorted(lengths.items()), min(10, len(lengths))))
+        aimed_rollback(scn, work, op, "int", "int", tally, lengths)  # a double Ctrl-C
+        aimed_rollback(scn, work, op, "term", "term", tally, some)
+        aimed_rollback(scn, work, op, "raise", "raise", tally, some)  # the disk fails the rollback too
         random_trials(scn, work, op, randoms, rng, tally)
     return tally
 

@@ -1,0 +1,212 @@
+"""Crash and interruption safety of a commit and its rollback, on a transaction that removes and
+creates directories and installs or removes the launch guard (crash_trials.py's scenario): after a
+SIGKILL, a SIGTERM, a double Ctrl-C or a full disk at any step, the next command restores a whole
+tree and leaves no journal. The bounded subset runs here; `python tests/crash_trials.py` runs the
+whole sweep (hundreds of trials), and the `slow` test below a smaller one of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import tempfile
+from pathlib import Path
+
+import crash_trials as ct
+import pytest
+
+from patchkit import signals
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    with tempfile.TemporaryDirectory(prefix="crash-", dir=ct.fast_scratch()) as base:
+        yield ct.Scenario(Path(base))
+
+
+@pytest.fixture
+def work(scenario):
+    return scenario.base / "work"
+
+
+@pytest.fixture(scope="module")
+def steps(scenario):
+    """op -> how many steps its commit has, found by a SIGKILL at each in turn (each trial checked)."""
+    tally = ct.Tally()
+    found = {op: ct.aimed_commit(scenario, scenario.base / "work", op, "kill", tally) for op in ("apply", "revert")}
+    _clean(tally)
+    return found
+
+
+def _clean(tally: ct.Tally) -> None:
+    assert not tally.failures, tally.report()
+
+
+def test_a_hard_exit_at_every_step_of_a_revert_leaves_a_tree_the_next_command_restores(scenario, work):
+    """A full revert removes the guard's dist-info directory and a created package first: a crash
+    after that used to leave a journal recovery refused ("its directory is gone"), the tree mixed."""
+    for n in range(1, 200):
+        tree = scenario.fresh("patched", work)
+        code, out = ct.run_cli(["revert", *scenario.args(tree)], str(n), mode="exit")
+        if code == 0:
+            break
+        assert code == 70, out
+        _, said = ct.run_cli(["status", *scenario.args(tree), "--format", "json"])
+        assert not (tree / ".patchkit/journal.json").exists(), (n, said)
+        assert scenario.whole(tree) == "patched", (n, said)
+        assert json.loads(said[said.index("{") :])["state"] == "applied", n
+    assert n > 20
+
+
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_sigkill_and_sigterm_at_every_commit_step(scenario, work, steps, op):
+    tally = ct.Tally()
+    assert steps[op] > 20  # the kills ran in the fixture
+    assert ct.aimed_commit(scenario, work, op, "term", tally) == steps[op]
+    _clean(tally)
+
+
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_a_kill_a_second_ctrl_c_or_a_full_disk_at_every_step_of_a_rollback(scenario, work, steps, op):
+    tally = ct.Tally()
+    middle = steps[op] // 2
+    lengths = ct.rollback_lengths(scenario, work, op, tally, [2, middle, steps[op] - 1])
+    assert min(lengths.values()) > 3
+    ct.aimed_rollback(scenario, work, op, "int", "int", tally, lengths)
+    ct.aimed_rollback(scenario, work, op, "raise", "raise", tally, {middle: lengths[middle]})
+    _clean(tally)
+
+
+def test_a_second_ctrl_c_waits_for_the_rollback_then_exits_130(scenario, work, steps):
+    tree = scenario.fresh("stock", work)
+    n = steps["apply"] - 4  # among the replaces: files changed, directories gone
+    code, out = ct.run_cli(["apply", *scenario.args(tree, "apply")], f"{n}:int,{n + 3}:int")
+    assert code == 130 and "nothing was written" in out, out
+    assert scenario.whole(tree) == "stock" and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_sigterm_and_sighup_roll_back_and_exit_128_plus_the_signal(scenario, work, steps):
+    for mode, code_wanted in (("term", 143), ("hup", 129)):
+        tree = scenario.fresh("patched", work)
+        code, out = ct.run_cli(["revert", *scenario.args(tree)], f"{steps['revert'] - 5}:{mode}")
+        assert code == code_wanted and "nothing was written" in out, out
+        assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_an_interrupt_at_the_commit_point_says_the_change_is_in_place(scenario, work):
+    """The signal arrives while the record is written: it waits for the commit point; the message
+    says the change is in place, and it is."""
+    steps = ct.aimed_commit(scenario, work, "apply", "kill", ct.Tally())
+    tree = scenario.fresh("stock", work)
+    code, out = ct.run_cli(
+        ["apply", *scenario.args(tree, "apply")], f"{steps}:int"
+    )  # the last step: the journal's removal
+    assert code == 130 and "it is in place" in out and "error: interrupted" in out, out
+    assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_failed_rollback_is_exit_4_keeps_the_journal_and_recover_finishes_it(scenario, work, steps):
+    tree = scenario.fresh("patched", work)
+    last = steps["revert"]
+    code, out = ct.run_cli(["revert", *scenario.args(tree)], f"{last - 3}:raise,{last - 1}:raise")
+    assert code == 4 and "journal is kept" in out and "patchkit recover" in out, out
+    assert (tree / ".patchkit/journal.json").exists()
+    code, out = ct.run_cli(["recover", *scenario.args(tree)])
+    assert code == 0 and "rolled back" in out, out
+    assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_rollback_writes_no_original_it_can_rename_back(scenario, work, steps, monkeypatch):
+    """The rollback of a revert interrupted after its last replace writes no file's bytes: every
+    original goes back by a rename (state.json too), so a full disk cannot stop it."""
+    from patchkit import transaction
+
+    tree = scenario.fresh("patched", work)
+    code, _ = ct.run_cli(["revert", *scenario.args(tree)], f"{steps['revert'] - 1}:kill")  # past the state write
+    assert code == -signal.SIGKILL and (tree / ".patchkit/journal.json").exists()
+    writes = []
+    monkeypatch.setattr(transaction, "_write_atomic", lambda path, *a, **k: writes.append(path))
+    with transaction.target_lock(tree) as said:
+        assert said and "restored" in said
+    assert writes == [] and scenario.whole(tree) == "patched"
+
+
+def _planted_journal(tree: Path, entry: dict) -> None:
+    journal = {"id": "abc123", "previous_state": None, "files": [entry]}
+    (tree / ".patchkit").mkdir(exist_ok=True)
+    (tree / ".patchkit/journal.json").write_text(json.dumps(journal))
+
+
+def _planted_object(tree: Path, data: bytes) -> str:
+    from patchkit.state import sha256
+
+    digest = sha256(data)
+    (tree / ".patchkit/objects").mkdir(parents=True, exist_ok=True)
+    (tree / ".patchkit/objects" / digest).write_bytes(data)
+    return digest
+
+
+@pytest.mark.parametrize(
+    ("path", "removed", "why"),
+    [
+        ("vllm/gone/mod.py", [], "does not say that its own commit removed it"),
+        ("evilpkg/mod.py", ["evilpkg"], "would make a new package"),
+        ("vllm/a/b/mod.py", ["vllm/a/b"], "does not say"),  # vllm/a is gone too, and not named
+        ("vllm/other/mod.py", ["vllm/elsewhere"], "does not hold it"),
+    ],
+)
+def test_a_planted_journal_still_cannot_make_directories(tmp_path, path, removed, why):
+    from patchkit import transaction
+    from patchkit.errors import BadInput
+
+    tree = ct.write_tree(tmp_path / "site")
+    digest = _planted_object(tree, b"import os\n")
+    _planted_journal(tree, {"path": path, "before": digest, "after": None, "staged": None, "removed_dirs": removed})
+    before = ct.fingerprint(tree)
+    with pytest.raises(BadInput, match=why):
+        transaction.recover(tree)
+    assert ct.fingerprint(tree) == before
+
+
+def test_a_journal_naming_the_directory_its_delete_removed_is_rolled_back(tmp_path):
+    from patchkit import transaction
+
+    tree = ct.write_tree(tmp_path / "site")
+    digest = _planted_object(tree, b"X = 1\n")
+    _planted_journal(
+        tree,
+        {
+            "path": "vllm/gone/sub/mod.py",
+            "before": digest,
+            "after": None,
+            "staged": None,
+            "removed_dirs": ["vllm/gone", "vllm/gone/sub"],
+        },
+    )
+    assert "1 file(s) restored" in transaction.recover(tree)
+    assert (tree / "vllm/gone/sub/mod.py").read_bytes() == b"X = 1\n"
+    assert not (tree / ".patchkit/journal.json").exists()
+
+
+def test_the_interrupt_report_is_per_command():
+    signals.new_run()
+    assert "nothing was written" in signals.interrupted_report()[0]
+    signals.note_committed()
+    assert "in place" in signals.interrupted_report()[0]
+    signals.new_run()
+    assert "nothing was written" in signals.interrupted_report()[0]
+
+
+@pytest.mark.slow
+def test_random_and_aimed_crash_sweep(scenario, work):
+    """A smaller run of crash_trials.py's sweep: random SIGKILL, SIGTERM, SIGHUP, double SIGINT and
+    SIGTERM-then-SIGKILL moments, and every commit step under each mode."""
+    tally = ct.Tally()
+    rng = random.Random(int(os.environ.get("PATCHKIT_CRASH_SEED", "7")))
+    for op in ("apply", "revert"):
+        for mode in ("kill", "term", "hup", "int", "exit", "raise"):
+            ct.aimed_commit(scenario, work, op, mode, tally)
+        ct.random_trials(scenario, work, op, 40, rng, tally)
+    _clean(tally)
+    print(tally.report())
