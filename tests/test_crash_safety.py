@@ -210,3 +210,28 @@ def test_random_and_aimed_crash_sweep(scenario, work):
         ct.random_trials(scenario, work, op, 40, rng, tally)
     _clean(tally)
     print(tally.report())
+
+
+@pytest.fixture
+def small_disk():
+    """A 4 MiB tmpfs (root only): a disk that really fills up."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = Path(tempfile.mkdtemp(prefix="crash-disk-"))
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True).returncode:
+        mount.rmdir()
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+    mount.rmdir()
+
+
+def test_a_full_disk_at_every_amount_of_free_space_is_exit_0_or_4_never_a_mixed_tree(scenario, small_disk):
+    """0 to 80 KB free, every 4 KB, and more: each apply and revert ends whole (exit 0) or rolled
+    back (exit 4), never exit 70, never a journal left; a full disk used to fail the rollback too."""
+    tally = ct.Tally()
+    ct.full_disk_trials(scenario, small_disk, tally, [*range(0, 80 * 1024, 4096), 120_000, 200_000])
+    _clean(tally)
+    assert any("exit 4" in key for key in tally.trials) and any("exit 0" in key for key in tally.trials)
