@@ -27,7 +27,7 @@ Exit codes:
   3  no patch set for this vLLM version
   4  target problem (vLLM not found, not writable, sources unobtainable)
   70 internal error (a bug in patchkit: please report it)
-  130 interrupted; 141 the reader of the output went away (a closed pipe)
+  130 interrupted (143 SIGTERM, 129 SIGHUP); 141 the reader of the output went away (a closed pipe)
 """
 
 COMMANDS = {

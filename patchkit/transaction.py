@@ -5,11 +5,15 @@ Order of operations:
   2. write the journal (the files, their before/after hashes, the previous state.json);
   3. save each original to the object store and stage each new content as a temp file in the
      destination directory (same filesystem, so os.replace is atomic);
-  4. replace/delete the files, then write the new state.json;
+  4. replace/delete the files (a delete that empties a directory removes it), then write the new
+     state.json, the old one kept under a second name;
   5. delete the journal: this is the commit point.
 A journal found later means the transaction did not finish: `recover` rolls it back, restoring
 every file to its recorded original. Originals are saved before any file changes, so this is
-always possible.
+always possible. The rollback needs no new space: objects and the old state.json go back by
+rename, and the directories the journal says the commit removed are made again. It and the
+commit point defer SIGINT/SIGTERM/SIGHUP (patchkit.signals); each of its steps leaves the journal
+true, so one cut short by SIGKILL is finished by the next command.
 
 Durability: each file written is fsynced once (before its rename), and each directory once where
 the order matters: .patchkit/ after the journal is written, objects/ before the first file is
@@ -19,10 +23,11 @@ An original is saved by a hard link when that is as good as a copy: the file is 
 replaced by a rename, so its inode (the bytes the plan read) survives as the object. Only an inode
 that is patchkit's alone is linked: one link (the tree's), owned by the user patchkit runs as, no
 bit beyond rwxr-xr-x, and still the file the plan read (device, inode, size and mtime as when it was
-read); anything else is copied. An object is never written in place, chmod-ed, or linked back into
-the tree (a revert writes a new file from its bytes), so an object that shares its inode with
-another file, planted or not, can change nothing through patchkit; its bytes are checked against
-its digest before every use, as any object's.
+read); anything else is copied. An object is never written in place or linked back into the tree
+(a revert writes a new file from its bytes); a rollback renames one back only when its inode is
+patchkit's alone again (one link), so an object that shares its inode with another file, planted
+or not, can change nothing through patchkit; its bytes are checked against its digest before
+every use, as any object's.
 
 The journal, like everything under .patchkit/, is read back from the tree, so recovery treats it
 as untrusted input: every path by the one path rule, no symlink on the way, staged files only by
