@@ -298,14 +298,17 @@ def fill(directory: Path, leave: int) -> Path:
 def full_disk_trials(scn: Scenario, mount: Path, tally: Tally, frees: list[int]) -> None:
     """apply and revert on a small tmpfs left with each of `frees` bytes: exit 0 or 4 (never 70),
     a whole tree and no journal; then, space freed, the next command finds it whole."""
-    for op in ("apply", "revert"):
-        start, goal = ("stock", "patched") if op == "apply" else ("patched", "stock")
+    for op, start, goal in (
+        ("apply", "stock", "patched"),
+        ("revert", "patched", "stock"),
+        ("apply", "patched", "patched"),
+    ):
         for leave in frees:
             tree = scn.fresh(start, mount / "tree")
             filler = fill(mount, leave)
             code, out = run_cli([op, *scn.args(tree, op)])
             state, journal = scn.whole(tree), (tree / ".patchkit/journal.json").exists()
-            tally.trials[f"{op} full disk, exit {code}"] += 1
+            tally.trials[f"{op} of a {start} tree on a full disk, exit {code}"] += 1
             if code not in (0, 4) or journal or state != (goal if code == 0 else start) or "Traceback" in out:
                 tally.failures.append(
                     f"{op} with {leave} bytes free: exit {code}, tree {state}, journal {journal}: {out.strip()[-300:]}"

@@ -250,3 +250,14 @@ def test_a_full_disk_at_every_amount_of_free_space_is_exit_0_or_4_never_a_mixed_
     ct.full_disk_trials(scenario, small_disk, tally, [*range(0, 80 * 1024, 4096), 120_000, 200_000])
     _clean(tally)
     assert any("exit 4" in key for key in tally.trials) and any("exit 0" in key for key in tally.trials)
+
+
+def test_a_forced_revert_that_cannot_keep_the_edits_on_a_full_disk_is_exit_4(scenario, small_disk):
+    tree = scenario.fresh("patched", small_disk / "tree")
+    spec = tree / "vllm/config/spec.py"
+    spec.write_bytes(spec.read_bytes() + b"# my edit\n")
+    edited = ct.fingerprint(tree)
+    ct.fill(small_disk, 0)
+    code, out = ct.run_cli(["revert", "--force", *scenario.args(tree)])
+    assert code == 4 and "cannot keep copies of your edits" in out, out
+    assert ct.fingerprint(tree) == edited and not (tree / ".patchkit/journal.json").exists()
