@@ -28,7 +28,8 @@ def install() -> None:
     """Handle the three signals in this process (the main thread only can: a no-op elsewhere)."""
     if threading.current_thread() is threading.main_thread():
         for number in HANDLED:
-            signal.signal(number, _raise)
+            if signal.getsignal(number) is not signal.SIG_IGN:  # `nohup`: a SIGHUP stays ignored
+                signal.signal(number, _raise)
 
 
 @contextmanager
@@ -43,14 +44,14 @@ def deferred():
     try:
         yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    if pending:
-        handler = previous[signal.Signals(pending[0])]
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
+    for signum in pending:
+        handler = previous[signal.Signals(signum)]
         if callable(handler):
-            handler(pending[0], None)  # our handler (or Python's own for SIGINT) raises
-        else:
-            raise Interrupted(pending[0])
+            handler(signum, None)  # ours (or Python's own for SIGINT) raises; a host's does its part
+        elif handler is not signal.SIG_IGN:
+            raise Interrupted(signum)
 
 
 _run = threading.local()  # per thread: fleet's agent runs commands in-process

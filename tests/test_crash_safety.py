@@ -261,3 +261,20 @@ def test_a_forced_revert_that_cannot_keep_the_edits_on_a_full_disk_is_exit_4(sce
     code, out = ct.run_cli(["revert", "--force", *scenario.args(tree)])
     assert code == 4 and "cannot keep copies of your edits" in out, out
     assert ct.fingerprint(tree) == edited and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_ignored():
+    signals.install()
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with pytest.raises(signals.Interrupted) as raised, signals.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored before the step: ignored after it too
+            done = True
+        assert done and raised.value.exit_code == 143
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGHUP)
+    finally:
+        for number in signals.HANDLED:
+            signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, previous)
