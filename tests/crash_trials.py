@@ -108,7 +108,11 @@ def warm_imports() -> None:
 
 
 def run_cli(
-    args: list[str], plan: str = "", signals_at: list[tuple[float, int]] | None = None, mode: str = "raise"
+    args: list[str],
+    plan: str = "",
+    signals_at: list[tuple[float, int]] | None = None,
+    mode: str = "raise",
+    from_file: Path | None = None,
 ) -> tuple[int, str]:
     """patchkit ARGS in a forked child (as the console script runs), with a fault plan and signals
     sent at (delay, signal) from the start; its exit code (-N: killed by signal N) and output."""
@@ -117,16 +121,22 @@ def run_cli(
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         _child(args, plan, mode, out.name)
+    ended = None
+    while from_file is not None and signals_at and not from_file.exists():  # the delays count from its creation
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+        if reaped:
+            ended = status
+            break
+        time.sleep(0.0005)
     waited = 0.0
-    for delay, number in signals_at or []:
+    for delay, number in (signals_at or []) if ended is None else []:
         time.sleep(max(0.0, delay - waited))
         waited = delay
         try:
             os.kill(pid, number)
         except ProcessLookupError:
             break
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
+    code = os.waitstatus_to_exitcode(ended if ended is not None else os.waitpid(pid, 0)[1])
     text = Path(out.name).read_text(errors="replace")
     os.unlink(out.name)
     return code, text
@@ -180,21 +190,27 @@ EXPECTED_CODES = {"kill": {-signal.SIGKILL}, "exit": {70}, "raise": {4}, "int": 
 @dataclass
 class Tally:
     trials: Counter = field(default_factory=Counter)
+    outcomes: Counter = field(default_factory=Counter)  # what each trial left: exit code, tree, journal
     failures: list[str] = field(default_factory=list)
 
     def report(self) -> str:
         lines = [f"{sum(self.trials.values())} trials, {len(self.failures)} failed"]
         lines += [f"  {key}: {count}" for key, count in sorted(self.trials.items())]
+        lines += ["left by the trial, before the next command:"]
+        lines += [f"  {key}: {count}" for key, count in sorted(self.outcomes.items())]
         lines += [f"  FAILED {text}" for text in self.failures[:20]]
         return "\n".join(lines)
 
 
-def trial(scn: Scenario, work: Path, op: str, plan: str, kind: str, tally: Tally, turn: int, signals_at=None) -> int:
+def trial(
+    scn: Scenario, work: Path, op: str, plan: str, kind: str, tally: Tally, turn: int, signals_at=None, in_commit=False
+) -> int:
     """One trial: `op` (apply from stock, revert from patched) with `plan`; then the next command.
     Returns the trial's exit code (0: it got through, the plan's faults were past its end)."""
     start, goal = ("stock", "patched") if op == "apply" else ("patched", "stock")
     tree = scn.fresh(start, work)
-    code, out = run_cli([op, *scn.args(tree, op)], plan, signals_at)
+    journal_file = tree / ".patchkit/journal.json" if in_commit else None
+    code, out = run_cli([op, *scn.args(tree, op)], plan, signals_at, from_file=journal_file)
     tally.trials[f"{op} {kind}"] += 1
     where = f"{op} plan={plan!r} signals={signals_at}"
     last = plan.rsplit(":", 1)[-1] if plan else None
@@ -204,6 +220,7 @@ def trial(scn: Scenario, work: Path, op: str, plan: str, kind: str, tally: Tally
         tally.failures.append(f"{where}: internal error: {out.strip()[-300:]}")
     state = scn.whole(tree)
     journal = (tree / ".patchkit/journal.json").exists()
+    tally.outcomes[f"{op} exit {code}: {state or 'mixed'}{', journal' if journal else ''}"] += 1
     if code in (4, 129, 130, 143) and "journal is kept" not in out:  # rolled back whole, or in place: and said so
         in_place = "in place" in out
         if journal or state != (goal if in_place else start):
@@ -261,15 +278,17 @@ def aimed_rollback(
 
 
 def random_trials(scn: Scenario, work: Path, op: str, count: int, rng: random.Random, tally: Tally) -> None:
-    """Signals at random moments of a whole run: one SIGKILL, SIGTERM or SIGHUP; a double SIGINT;
-    a SIGTERM then a SIGKILL a moment later (inside the rollback it started)."""
+    """Signals at random moments of a whole run, or (every other trial) of its transaction, from
+    the moment its journal exists: one SIGKILL, SIGTERM or SIGHUP; a double SIGINT; a SIGTERM
+    then a SIGKILL a moment later (inside the rollback it started)."""
     tree = scn.fresh("stock" if op == "apply" else "patched", work)
     started = time.monotonic()
     code, out = run_cli([op, *scn.args(tree, op)])
     assert code == 0, out
     full = time.monotonic() - started
     for i in range(count):
-        at = rng.uniform(0.0, full)
+        in_commit = bool(i % 2)
+        at = rng.uniform(0.0, 0.03 if in_commit else full)
         kind = rng.choice(["kill", "term", "hup", "int2", "term+kill"])
         if kind == "int2":
             sent = [(at, signal.SIGINT), (at + rng.uniform(0, 0.01), signal.SIGINT)]
@@ -277,7 +296,7 @@ def random_trials(scn: Scenario, work: Path, op: str, count: int, rng: random.Ra
             sent = [(at, signal.SIGTERM), (at + rng.uniform(0, 0.01), signal.SIGKILL)]
         else:
             sent = [(at, SIGNALLED[kind])]
-        trial(scn, work, op, "", f"random {kind}", tally, i, sent)
+        trial(scn, work, op, "", f"random {kind}{' in commit' if in_commit else ''}", tally, i, sent, in_commit)
 
 
 def fill(directory: Path, leave: int) -> Path:
@@ -321,12 +340,15 @@ def full_disk_trials(scn: Scenario, mount: Path, tally: Tally, frees: list[int])
                 )
 
 
-def sweep(base: Path, randoms: int, seed: int) -> Tally:
+def sweep(base: Path, randoms: int, seed: int, *, aimed: bool = True) -> Tally:
     scn = Scenario(base)
     work = base / "work"
     tally = Tally()
     rng = random.Random(seed)
     for op in ("apply", "revert"):
+        if not aimed:
+            random_trials(scn, work, op, randoms, rng, tally)
+            continue
         steps = {mode: aimed_commit(scn, work, op, mode, tally) for mode in ("kill", "term", "hup", "exit", "raise")}
         lengths = rollback_lengths(scn, work, op, tally, list(range(1, steps["kill"] + 1)))
         some = dict(rng.sample(sorted(lengths.items()), min(10, len(lengths))))
@@ -343,11 +365,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--random", type=int, default=100, help="random-moment trials per operation")
     parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--random-only", action="store_true", help="skip the aimed sweep")
     parser.add_argument("--dir", default=fast_scratch(), help="where the trees go (default: a tmpfs when there is one)")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="crash-trials-", dir=options.dir) as base:
         started = time.monotonic()
-        tally = sweep(Path(base), options.random, options.seed)
+        tally = sweep(Path(base), options.random, options.seed, aimed=not options.random_only)
         print(tally.report())
         print(f"{time.monotonic() - started:.0f} s")
     sys.exit(1 if tally.failures else 0)
