@@ -56,22 +56,31 @@ def deferred():
 
 _run = threading.local()  # per thread: fleet's agent runs commands in-process
 
+# What this command last did to the target, for the message after an interrupt.
+COMMITTED, UNDONE, ROLLED_BACK = "committed", "undone", "rolled back"
+
+_REPORTS = {
+    None: ("interrupted before any change was made to the target", None),
+    ROLLED_BACK: ("interrupted: the change under way was rolled back; the target is as it was before", None),
+    UNDONE: ("interrupted after the change was written and undone again: the target is as it was before", None),
+    COMMITTED: (
+        "interrupted after the change was written: it is in place; the steps after writing (its checks) did not run",
+        "`patchkit verify` checks it; `patchkit revert` undoes it",
+    ),
+}
+
 
 def new_run() -> None:
-    """A command starts: it has committed nothing yet."""
-    _run.committed = False
+    """A command starts: it has changed nothing yet."""
+    _run.written = None
 
 
-def note_committed() -> None:
-    """This command's transaction passed its commit point: its change is in place."""
-    _run.committed = True
+def note(what: str) -> None:
+    """This command's transaction passed its commit point (COMMITTED, or UNDONE for a commit that
+    undid its own earlier one), or was rolled back (ROLLED_BACK)."""
+    _run.written = what
 
 
 def interrupted_report() -> tuple[str, str | None]:
-    """What an interrupt left, and the hint: truthful about whether this run's change was written."""
-    if getattr(_run, "committed", False):
-        return (
-            "interrupted after the change was written: it is in place; the steps after writing (its checks) did not run",
-            "`patchkit verify` checks it; `patchkit revert` undoes it",
-        )
-    return "interrupted: nothing was written (a transaction under way was rolled back)", None
+    """What an interrupt left, and the hint: truthful about whether this run's change is in place."""
+    return _REPORTS[getattr(_run, "written", None)]

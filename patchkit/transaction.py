@@ -214,7 +214,7 @@ def commit_changes(
     """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
     the files the befores were read from (plan.View.origins), so that originals can be linked."""
     origins = origins or {}
-    return commit(
+    landed = commit(
         root,
         [
             FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p))
@@ -222,6 +222,9 @@ def commit_changes(
         ],
         new_state,
     )
+    if undo:
+        signals.note(signals.UNDONE)
+    return landed
 
 
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, tuple[Landed, bytes]]:
@@ -263,12 +266,13 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
             journal_path(root).unlink()
             fsync_dir(meta)
             committed = True
-            signals.note_committed()
+            signals.note(signals.COMMITTED)
     except BaseException as exc:
         if committed:  # a signal that waited for the commit point: the change is in place
             raise
         with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
             _rollback_or_keep_journal(root, journal, _in_memory(writes), exc)
+            signals.note(signals.ROLLED_BACK)
             _forget_objects(root, previous)
         if isinstance(exc, OSError):
             where = f" ({exc.filename})" if exc.filename else ""

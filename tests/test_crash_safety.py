@@ -89,7 +89,7 @@ def test_a_second_ctrl_c_waits_for_the_rollback_then_exits_130(scenario, work, s
     tree = scenario.fresh("stock", work)
     n = steps["apply"] - 4  # among the replaces: files changed, directories gone
     code, out = ct.run_cli(["apply", *scenario.args(tree, "apply")], f"{n}:int,{n + 3}:int")
-    assert code == 130 and "nothing was written" in out, out
+    assert code == 130 and "rolled back; the target is as it was before" in out, out
     assert scenario.whole(tree) == "stock" and not (tree / ".patchkit/journal.json").exists()
 
 
@@ -97,7 +97,7 @@ def test_sigterm_and_sighup_roll_back_and_exit_128_plus_the_signal(scenario, wor
     for mode, code_wanted in (("term", 143), ("hup", 129)):
         tree = scenario.fresh("patched", work)
         code, out = ct.run_cli(["revert", *scenario.args(tree)], f"{steps['revert'] - 5}:{mode}")
-        assert code == code_wanted and "nothing was written" in out, out
+        assert code == code_wanted and "rolled back; the target is as it was before" in out, out
         assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
 
 
@@ -206,11 +206,13 @@ def test_a_journal_naming_the_directory_its_delete_removed_is_rolled_back(tmp_pa
 
 def test_the_interrupt_report_is_per_command():
     signals.new_run()
-    assert "nothing was written" in signals.interrupted_report()[0]
-    signals.note_committed()
+    assert "before any change" in signals.interrupted_report()[0]
+    signals.note(signals.COMMITTED)
     assert "in place" in signals.interrupted_report()[0]
+    signals.note(signals.UNDONE)
+    assert "undone again" in signals.interrupted_report()[0]
     signals.new_run()
-    assert "nothing was written" in signals.interrupted_report()[0]
+    assert "before any change" in signals.interrupted_report()[0]
 
 
 @pytest.mark.slow
