@@ -76,13 +76,14 @@ class PatchkitGroup(click.Group):
         _replace_what_streams_cannot_encode()
         signals.new_run()
         run = begin_run()
-        try:
-            code = _command_exit_code(super().invoke, ctx, run)
-        except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
-            run.failed(exc.format_message(), _usage_hint(exc))
-            _finish(ctx, run, exc.exit_code)
-            raise
-        code = _finish(ctx, run, code)
+        with signals.handled():  # SIGTERM and SIGHUP roll back and exit as Ctrl-C does
+            try:
+                code = _command_exit_code(super().invoke, ctx, run)
+            except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
+                run.failed(exc.format_message(), _usage_hint(exc))
+                _finish(ctx, run, exc.exit_code)
+                raise
+            code = _finish_unless_interrupted(ctx, run, code)
         if code != OK:
             ctx.exit(code)
 
@@ -125,6 +126,17 @@ def _finish(ctx, run, code: int) -> int:
     except BrokenPipeError:
         return _stdout_gone()
     return code
+
+
+def _finish_unless_interrupted(ctx, run, code: int) -> int:
+    """_finish; an interrupt while it prints still ends with what the target holds and the signal's code."""
+    try:
+        return _finish(ctx, run, code)
+    except KeyboardInterrupt as exc:
+        from patchkit.ui import UI
+
+        UI().error(*signals.interrupted_report())
+        return getattr(exc, "exit_code", INTERRUPTED)
 
 
 def _chosen_format(ctx) -> str:
@@ -231,7 +243,6 @@ def run_in_process(args: list[str]) -> tuple[int, str, str]:
 
 def main() -> None:
     _give_closed_streams_a_sink()
-    signals.install()  # SIGTERM and SIGHUP roll back as Ctrl-C does (the console script only: not a host's process)
     try:
         cli(prog_name="patchkit")
     finally:

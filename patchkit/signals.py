@@ -24,12 +24,24 @@ def _raise(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
-def install() -> None:
-    """Handle the three signals in this process (the main thread only can: a no-op elsewhere)."""
-    if threading.current_thread() is threading.main_thread():
-        for number in HANDLED:
-            if signal.getsignal(number) is not signal.SIG_IGN:  # `nohup`: a SIGHUP stays ignored
-                signal.signal(number, _raise)
+@contextmanager
+def handled():
+    """While a command runs, the three signals raise Interrupted (a signal that was ignored, as
+    under `nohup`, stays ignored); the handlers before are back after it. Only the main thread can
+    set handlers: elsewhere this changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.getsignal(number) for number in HANDLED}
+    for number, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(number, _raise)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            if handler is not None:
+                signal.signal(number, handler)
 
 
 @contextmanager

@@ -221,6 +221,8 @@ def trial(
     state = scn.whole(tree)
     journal = (tree / ".patchkit/journal.json").exists()
     tally.outcomes[f"{op} exit {code}: {state or 'mixed'}{', journal' if journal else ''}"] += 1
+    if "Aborted!" in out and state != start:  # click's word for a Ctrl-C before the command ran
+        tally.failures.append(f"{where}: exit {code} 'Aborted!' but the tree is {state}")
     if code in (4, 129, 130, 143) and "journal is kept" not in out:  # rolled back whole, or in place: and said so
         in_place = "in place" in out
         if journal or state != (goal if in_place else start):

@@ -266,17 +266,18 @@ def test_a_forced_revert_that_cannot_keep_the_edits_on_a_full_disk_is_exit_4(sce
 
 
 def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_ignored():
-    signals.install()
+    before = {number: signal.getsignal(number) for number in signals.HANDLED}
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        with pytest.raises(signals.Interrupted) as raised, signals.deferred():
-            os.kill(os.getpid(), signal.SIGTERM)
-            os.kill(os.getpid(), signal.SIGHUP)  # ignored before the step: ignored after it too
-            done = True
-        assert done and raised.value.exit_code == 143
-        with signals.deferred():
-            os.kill(os.getpid(), signal.SIGHUP)
+        with signals.handled():
+            with pytest.raises(signals.Interrupted) as raised, signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGHUP)  # ignored before the step: ignored after it too
+                done = True
+            assert done and raised.value.exit_code == 143
+            with signals.deferred():
+                os.kill(os.getpid(), signal.SIGHUP)
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
-        for number in signals.HANDLED:
-            signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
         signal.signal(signal.SIGHUP, previous)
+    assert {number: signal.getsignal(number) for number in signals.HANDLED} == before  # put back
