@@ -100,6 +100,7 @@ def _command_exit_code(invoke, ctx, run) -> int:
     except (click.exceptions.Exit, click.ClickException, click.Abort):
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (signals.Interrupted)
+        signals.ignore_more()
         _report(run, *signals.interrupted_report())
         return getattr(exc, "exit_code", INTERRUPTED)
     except BrokenPipeError:
@@ -133,6 +134,7 @@ def _finish_unless_interrupted(ctx, run, code: int) -> int:
     try:
         return _finish(ctx, run, code)
     except KeyboardInterrupt as exc:
+        signals.ignore_more()
         from patchkit.ui import UI
 
         UI().error(*signals.interrupted_report())

@@ -44,6 +44,15 @@ def handled():
                 signal.signal(number, handler)
 
 
+def ignore_more() -> None:
+    """The command is ending on a signal: another one (a second Ctrl-C) must not cut its report.
+    handled() puts the handlers back."""
+    if threading.current_thread() is threading.main_thread():
+        for number in HANDLED:
+            if signal.getsignal(number) is _raise:
+                signal.signal(number, lambda *_: None)
+
+
 @contextmanager
 def deferred():
     """Run a step that must not stop half-way: a handled signal arriving meanwhile is raised (as
