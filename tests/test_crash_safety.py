@@ -281,3 +281,23 @@ def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_
     finally:
         signal.signal(signal.SIGHUP, previous)
     assert {number: signal.getsignal(number) for number in signals.HANDLED} == before  # put back
+
+
+def test_a_second_signal_while_an_interrupt_is_reported_does_not_cut_the_report(monkeypatch, capsys):
+    from patchkit import cli
+    from patchkit.ui import begin_run
+
+    real = cli._report
+
+    def report(run, message, hint=None):
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, as the first is being reported
+        real(run, message, hint)
+
+    def interrupted(_ctx):
+        raise signals.Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(cli, "_report", report)
+    signals.new_run()
+    with signals.handled():
+        code = cli._command_exit_code(interrupted, None, begin_run())
+    assert code == 143 and "before any change" in capsys.readouterr().err
