@@ -76,14 +76,18 @@ class PatchkitGroup(click.Group):
         _replace_what_streams_cannot_encode()
         signals.new_run()
         run = begin_run()
-        with signals.handled():  # SIGTERM and SIGHUP roll back and exit as Ctrl-C does
-            try:
-                code = _command_exit_code(super().invoke, ctx, run)
-            except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
-                run.failed(exc.format_message(), _usage_hint(exc))
-                _finish(ctx, run, exc.exit_code)
-                raise
-            code = _finish_unless_interrupted(ctx, run, code)
+        code = None
+        try:
+            with signals.handled():  # SIGTERM and SIGHUP roll back and exit as Ctrl-C does
+                try:
+                    code = _command_exit_code(super().invoke, ctx, run)
+                except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
+                    run.failed(exc.format_message(), _usage_hint(exc))
+                    _finish(ctx, run, exc.exit_code)
+                    raise
+                code = _finish_unless_interrupted(ctx, run, code)
+        except KeyboardInterrupt as exc:  # as the handlers are set or put back: the run was shown, if it ran
+            code = getattr(exc, "exit_code", INTERRUPTED) if code is None else code
         if code != OK:
             ctx.exit(code)
 

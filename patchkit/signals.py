@@ -39,9 +39,13 @@ def handled():
     try:
         yield
     finally:
-        for number, handler in previous.items():
-            if handler is not None:
-                signal.signal(number, handler)
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)  # none lands half-way: it waits for the old handler
+        try:
+            for number, handler in previous.items():
+                if handler is not None:
+                    signal.signal(number, handler)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
 
 
 def ignore_more() -> None:
