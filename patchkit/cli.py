@@ -86,8 +86,10 @@ class PatchkitGroup(click.Group):
                     _finish(ctx, run, exc.exit_code)
                     raise
                 code = _finish_unless_interrupted(ctx, run, code)
-        except KeyboardInterrupt as exc:  # as the handlers are set or put back: the run was shown, if it ran
-            code = getattr(exc, "exit_code", INTERRUPTED) if code is None else code
+        except KeyboardInterrupt as exc:  # a signal on the way out: a second as the first was caught, or late
+            if code is None:  # the run was not shown yet
+                _report(run, *signals.interrupted_report())
+                code = _finish(ctx, run, getattr(exc, "exit_code", INTERRUPTED))
         if code != OK:
             ctx.exit(code)
 
