@@ -16,7 +16,7 @@ gc.set_threshold(*GC_THRESHOLD)
 
 import click  # noqa: E402
 
-from patchkit import __version__  # noqa: E402
+from patchkit import __version__, signals  # noqa: E402
 from patchkit.errors import BROKEN_PIPE, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for  # noqa: E402
 
 EPILOG = """\b
@@ -27,7 +27,7 @@ Exit codes:
   3  no patch set for this vLLM version
   4  target problem (vLLM not found, not writable, sources unobtainable)
   70 internal error (a bug in patchkit: please report it)
-  130 interrupted; 141 the reader of the output went away (a closed pipe)
+  130 interrupted (143 SIGTERM, 129 SIGHUP); 141 the reader of the output went away (a closed pipe)
 """
 
 COMMANDS = {
@@ -74,14 +74,22 @@ class PatchkitGroup(click.Group):
         from patchkit.ui import begin_run
 
         _replace_what_streams_cannot_encode()
+        signals.new_run()
         run = begin_run()
+        code = None
         try:
-            code = _command_exit_code(super().invoke, ctx, run)
-        except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
-            run.failed(exc.format_message(), _usage_hint(exc))
-            _finish(ctx, run, exc.exit_code)
-            raise
-        code = _finish(ctx, run, code)
+            with signals.handled():  # SIGTERM and SIGHUP roll back and exit as Ctrl-C does
+                try:
+                    code = _command_exit_code(super().invoke, ctx, run)
+                except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
+                    run.failed(exc.format_message(), _usage_hint(exc))
+                    _finish(ctx, run, exc.exit_code)
+                    raise
+                code = _finish_unless_interrupted(ctx, run, code)
+        except KeyboardInterrupt as exc:  # a signal on the way out: a second as the first was caught, or late
+            if code is None:  # the run was not shown yet
+                _report(run, *signals.interrupted_report())
+                code = _finish(ctx, run, getattr(exc, "exit_code", INTERRUPTED))
         if code != OK:
             ctx.exit(code)
 
@@ -97,9 +105,10 @@ def _command_exit_code(invoke, ctx, run) -> int:
         return _failed(exc, run)
     except (click.exceptions.Exit, click.ClickException, click.Abort):
         raise
-    except KeyboardInterrupt:
-        _report(run, "interrupted")
-        return INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (signals.Interrupted)
+        signals.ignore_more()
+        _report(run, *signals.interrupted_report())
+        return getattr(exc, "exit_code", INTERRUPTED)
     except BrokenPipeError:
         return _stdout_gone()
     except Exception as exc:  # a bug: one line for the user, the traceback on request
@@ -124,6 +133,18 @@ def _finish(ctx, run, code: int) -> int:
     except BrokenPipeError:
         return _stdout_gone()
     return code
+
+
+def _finish_unless_interrupted(ctx, run, code: int) -> int:
+    """_finish; an interrupt while it prints still ends with what the target holds and the signal's code."""
+    try:
+        return _finish(ctx, run, code)
+    except KeyboardInterrupt as exc:
+        signals.ignore_more()
+        from patchkit.ui import UI
+
+        UI().error(*signals.interrupted_report())
+        return getattr(exc, "exit_code", INTERRUPTED)
 
 
 def _chosen_format(ctx) -> str:

@@ -7,7 +7,7 @@ Exit codes (also in the README and `patchkit --help`):
   3  no patch set for this vLLM version
   4  target problem: vLLM not found, not writable, release sources unobtainable
  70  internal error: a bug in patchkit (EX_SOFTWARE of sysexits.h), never a verdict on the tree
-130  interrupted
+130  interrupted: 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP); the message says whether the change was written
 141  the reader of the output went away (a closed pipe: `patchkit list | head -1`), as a shell reports SIGPIPE
 
 A command that ends without an error returns a result whose `outcome` (enums.Outcome) the CLI

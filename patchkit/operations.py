@@ -731,12 +731,15 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
         raise TargetError(f"cannot create {saved}: {exc.strerror}") from exc
     if saved.is_symlink() or not saved.is_dir() or not inside(root, saved):
         raise BadInput(f"{saved} is a symlink or not a directory; refusing to keep your edits there")
-    where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
-    for path in paths:
-        # The contents (a regular file's, never through a symlink swapped in), readable by their
-        # owner only: never a mode (a setuid bit) patchkit would then own.
-        data = read_file(root / path, follow_symlinks=False)
-        if data is None:
-            raise BadInput(f"{path} is no longer a regular file; refusing to save it")
-        atomic_write(where / path, data, mode=0o600)
+    try:
+        where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
+        for path in paths:
+            # The contents (a regular file's, never through a symlink swapped in), readable by their
+            # owner only: never a mode (a setuid bit) patchkit would then own.
+            data = read_file(root / path, follow_symlinks=False)
+            if data is None:
+                raise BadInput(f"{path} is no longer a regular file; refusing to save it")
+            atomic_write(where / path, data, mode=0o600)
+    except OSError as exc:  # a full disk: before any tree file changed
+        raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; nothing was reverted") from exc
     return where

@@ -5,11 +5,15 @@ Order of operations:
   2. write the journal (the files, their before/after hashes, the previous state.json);
   3. save each original to the object store and stage each new content as a temp file in the
      destination directory (same filesystem, so os.replace is atomic);
-  4. replace/delete the files, then write the new state.json;
+  4. replace/delete the files (a delete that empties a directory removes it), then write the new
+     state.json, the old one kept under a second name;
   5. delete the journal: this is the commit point.
 A journal found later means the transaction did not finish: `recover` rolls it back, restoring
 every file to its recorded original. Originals are saved before any file changes, so this is
-always possible.
+always possible. The rollback needs no new space: objects and the old state.json go back by
+rename, and the directories the journal says the commit removed are made again. It and the
+commit point defer SIGINT/SIGTERM/SIGHUP (patchkit.signals); each of its steps leaves the journal
+true, so one cut short by SIGKILL is finished by the next command.
 
 Durability: each file written is fsynced once (before its rename), and each directory once where
 the order matters: .patchkit/ after the journal is written, objects/ before the first file is
@@ -19,10 +23,11 @@ An original is saved by a hard link when that is as good as a copy: the file is 
 replaced by a rename, so its inode (the bytes the plan read) survives as the object. Only an inode
 that is patchkit's alone is linked: one link (the tree's), owned by the user patchkit runs as, no
 bit beyond rwxr-xr-x, and still the file the plan read (device, inode, size and mtime as when it was
-read); anything else is copied. An object is never written in place, chmod-ed, or linked back into
-the tree (a revert writes a new file from its bytes), so an object that shares its inode with
-another file, planted or not, can change nothing through patchkit; its bytes are checked against
-its digest before every use, as any object's.
+read); anything else is copied. An object is never written in place or linked back into the tree
+(a revert writes a new file from its bytes); a rollback renames one back only when its inode is
+patchkit's alone again (one link), so an object that shares its inode with another file, planted
+or not, can change nothing through patchkit; its bytes are checked against its digest before
+every use, as any object's.
 
 The journal, like everything under .patchkit/, is read back from the tree, so recovery treats it
 as untrusted input: every path by the one path rule, no symlink on the way, staged files only by
@@ -36,13 +41,15 @@ import errno
 import json
 import os
 import re
+import signal
 import stat
+from collections import Counter
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit import locks
+from patchkit import locks, signals
 from patchkit.errors import BadInput, LockBusy, TargetError
 from patchkit.fsutil import atomic_write, unsafe_reason
 from patchkit.state import (
@@ -87,22 +94,36 @@ class FileWrite:
 
 
 class _Faults:
-    """Test-only: PATCHKIT_FAULT_AFTER=N makes the Nth filesystem operation fail
-    with ENOSPC (PATCHKIT_FAULT_MODE=raise, the default) or end the process at once (=exit)."""
+    """Test-only: PATCHKIT_FAULT_AFTER=N[:MODE][,M[:MODE]...] acts at the Nth (Mth...) filesystem
+    operation of a commit or a rollback. MODE (default PATCHKIT_FAULT_MODE, else raise): raise
+    (fail it with ENOSPC), exit (end the process at once), kill (SIGKILL), int, term or hup (send
+    that signal to this process)."""
 
     def __init__(self) -> None:
-        self.after = int(os.environ.get("PATCHKIT_FAULT_AFTER", "0") or 0)
-        self.mode = os.environ.get("PATCHKIT_FAULT_MODE", "raise")
+        default = os.environ.get("PATCHKIT_FAULT_MODE", "raise")
+        self.plan: dict[int, str] = {}
+        for item in filter(None, os.environ.get("PATCHKIT_FAULT_AFTER", "").split(",")):
+            number, _, mode = item.partition(":")
+            if int(number):
+                self.plan[int(number)] = mode or default
         self.count = 0
 
     def tick(self) -> None:
-        if not self.after:
+        if not self.plan:
             return
         self.count += 1
-        if self.count == self.after:
-            if self.mode == "exit":
-                os._exit(70)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        mode = self.plan.get(self.count)
+        if mode is None:
+            return
+        if mode == "exit":
+            os._exit(70)
+        if mode in _FAULT_SIGNALS:
+            os.kill(os.getpid(), _FAULT_SIGNALS[mode])
+            return
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+_FAULT_SIGNALS = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM, "hup": signal.SIGHUP}
 
 
 _faults = _Faults()
@@ -193,7 +214,7 @@ def commit_changes(
     """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
     the files the befores were read from (plan.View.origins), so that originals can be linked."""
     origins = origins or {}
-    return commit(
+    landed = commit(
         root,
         [
             FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p))
@@ -201,6 +222,9 @@ def commit_changes(
         ],
         new_state,
     )
+    if undo:
+        signals.note(signals.UNDONE)
+    return landed
 
 
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, tuple[Landed, bytes]]:
@@ -212,10 +236,13 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
 
     previous = read_record(state_path(root))
     txid = secrets.token_hex(8)
-    entries = [_journal_entry(root, w, txid) for w in writes]
+    emptied = _emptied_directories(root, writes)
+    entries = [_journal_entry(root, w, txid, emptied) for w in writes]
     journal = {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
     meta, objects = meta_dir(root), meta_dir(root) / "objects"
+    committed = False
     try:
+        _faults.tick()
         objects.mkdir(parents=True, exist_ok=True)
         _write_atomic(journal_path(root), json.dumps(journal).encode())
         fsync_dir(meta)  # the journal (and objects/) are on disk before anything they describe
@@ -230,20 +257,56 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
         for directory in sorted(changed_dirs):
             fsync_dir(directory)
         landed = _landed(root, written)
-        _write_atomic(state_path(root), new_state.to_bytes())
-        _faults.tick()
-        journal_path(root).unlink()
-        fsync_dir(meta)
-    except OSError as exc:
-        _rollback(root, journal, _in_memory(writes))
-        _forget_objects(root, previous)
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise TargetError(f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back") from exc
-    except BaseException:
-        _rollback(root, journal, _in_memory(writes))
+        with signals.deferred():  # the record and the commit point, whole: a signal waits for them
+            if previous is not None:  # the rollback then puts it back by a rename: no new space
+                _faults.tick()
+                os.link(state_path(root), _previous_state_link(root, txid), follow_symlinks=False)
+            _write_atomic(state_path(root), new_state.to_bytes())
+            _faults.tick()
+            journal_path(root).unlink()
+            fsync_dir(meta)
+            committed = True
+            signals.note(signals.COMMITTED)
+    except BaseException as exc:
+        if committed:  # a signal that waited for the commit point: the change is in place
+            raise
+        with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
+            _rollback_or_keep_journal(root, journal, _in_memory(writes), exc)
+            signals.note(signals.ROLLED_BACK)
+            _forget_objects(root, previous)
+        if isinstance(exc, OSError):
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise TargetError(
+                f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back"
+            ) from exc
         raise
+    with suppress(OSError):
+        _previous_state_link(root, txid).unlink(missing_ok=True)
     _prune_objects(root, new_state)
     return landed
+
+
+def _previous_state_link(root: Path, txid: str) -> Path:
+    """A second name of the state.json a commit replaces, in the temp name recovery removes."""
+    return meta_dir(root) / f".state.json.patchkit-{txid}.tmp"
+
+
+def _rollback_or_keep_journal(root: Path, journal: dict, originals: dict[str, bytes], cause: BaseException) -> None:
+    """Roll back a failed commit; when even that fails (the disk, the machine), keep the journal
+    for the next command and say so (exit 4), never a traceback."""
+    try:
+        _rollback(root, journal, originals)
+    except OSError as exc:
+        raise _unfinished_rollback(root, exc) from cause
+
+
+def _unfinished_rollback(root: Path, exc: OSError) -> TargetError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return TargetError(
+        f"writing the tree failed, and so did rolling it back: {exc.strerror or exc}{where}; "
+        f"the journal is kept in {meta_dir(root)}",
+        hint="free space (or fix the cause) and run `patchkit recover`: it finishes the rollback",
+    )
 
 
 def _landed(root: Path, written: dict[str, tuple[Origin, bytes]]) -> dict[str, tuple[Landed, bytes]]:
@@ -278,7 +341,14 @@ def recover(root: Path) -> str | None:
     check_meta_dir(root)
     raw = read_record(journal_path(root))
     journal = None if raw is None else _checked_journal(root, raw)
-    restored = _rollback(root, journal, _needed_originals(root, journal)) if journal else 0
+    restored = 0
+    if journal:
+        needed = _needed_originals(root, journal)
+        try:
+            with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
+                restored = _rollback(root, journal, needed)
+        except OSError as exc:
+            raise _unfinished_rollback(root, exc) from exc
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
     state = read_state(root)  # rolled back
     managed |= {path for entry in state.entries for path in entry.files} | set(state.guard)
@@ -332,12 +402,30 @@ def _checked_journal(root: Path, raw: bytes) -> dict:
     except BadInput as exc:
         raise refuse(exc.message) from exc
     for entry in journal["files"]:
-        # An original comes back where it was: its directory existed, so a rollback never makes one.
-        if entry["before"] is not None and not (root / entry["path"]).parent.is_dir():
-            raise refuse(f"{entry['path']}: its directory is gone, so it cannot have been patchkit's file")
         if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None:
             entry["before"] = _guard_original(entry["path"], entry["before"])
+        if entry["before"] is not None:
+            why = _unrestorable_directory(root, entry)
+            if why:
+                raise refuse(
+                    f"{entry['path']}: its directory is gone and {why}, so it cannot have been patchkit's file"
+                )
     return journal
+
+
+def _unrestorable_directory(root: Path, entry: dict) -> str | None:
+    """Why an original may not come back (None: it may): it returns into its directory, or into one
+    the journal says this very commit emptied and removed, inside a package that is still there
+    (or the guard's dist-info, whose files get back only patchkit's own bytes). Never a new package."""
+    missing = [str(d.relative_to(root)) for d in _missing_parents((root / entry["path"]).parent, root)]
+    if not missing:
+        return None
+    if any(d not in entry.get("removed_dirs", []) for d in missing):
+        return "the journal does not say that its own commit removed it"
+    top = missing[0]
+    if "/" not in top and not GUARD_PATH.fullmatch(top):
+        return f"restoring it would make a new package {top!r}"
+    return None
 
 
 def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
@@ -362,6 +450,14 @@ def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
     for directory in created:
         if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
             raise BadInput(f"{path}: the created directory {directory!r} does not hold it")
+    removed = entry.get("removed_dirs", [])
+    if not isinstance(removed, list):
+        raise BadInput(f"{path}: 'removed_dirs' is not a list")
+    if removed and (entry.get("before") is None or entry.get("after") is not None):
+        raise BadInput(f"{path}: only a file the commit deletes can empty a directory")
+    for directory in removed:
+        if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
+            raise BadInput(f"{path}: the removed directory {directory!r} does not hold it")
 
 
 def _guard_original(path: str, digest: str) -> str | None:
@@ -521,9 +617,10 @@ def _lstat(root: Path, rel: str) -> os.stat_result | None:
         raise TargetError(f"cannot look at {root / rel}: {exc.strerror}") from None
 
 
-def _journal_entry(root: Path, w: FileWrite, txid: str) -> dict:
+def _journal_entry(root: Path, w: FileWrite, txid: str, emptied: set[str]) -> dict:
     full = root / w.path
     staged = full.parent / f".{full.name}.patchkit-{txid}.tmp"
+    ancestors = w.path.split("/")[:-1]
     return {
         "path": w.path,
         "before": sha256(w.before),
@@ -531,7 +628,37 @@ def _journal_entry(root: Path, w: FileWrite, txid: str) -> dict:
         "staged": str(staged.relative_to(root)) if w.after is not None else None,
         "mode": stat.S_IMODE(full.stat().st_mode) & PERMISSIONS if w.before is not None else None,
         "created_dirs": [str(p.relative_to(root)) for p in _missing_parents(full.parent, root)],
+        "removed_dirs": [d for n in range(1, len(ancestors) + 1) if (d := "/".join(ancestors[:n])) in emptied],
     }
+
+
+def _emptied_directories(root: Path, writes: list[FileWrite]) -> set[str]:
+    """The directories (relative) the deletes among `writes` leave empty, which _install removes:
+    each holds nothing but deleted files and such directories, and receives no file."""
+    deleted = {w.path for w in writes if w.after is None and w.before is not None}
+    receiving = {
+        "/".join(w.path.split("/")[:n]) for w in writes if w.after is not None for n in range(1, w.path.count("/") + 1)
+    }
+    known: dict[str, bool] = {}
+
+    def emptied(directory: str) -> bool:
+        if directory not in known:
+            known[directory] = directory not in receiving and _holds_only(directory)
+        return known[directory]
+
+    def _holds_only(directory: str) -> bool:
+        try:
+            items = list(os.scandir(root / directory))
+        except OSError:
+            return False
+        return all(
+            f"{directory}/{item.name}" in deleted
+            or (item.is_dir(follow_symlinks=False) and emptied(f"{directory}/{item.name}"))
+            for item in items
+        )
+
+    candidates = {"/".join(p.split("/")[:n]) for p in deleted for n in range(1, p.count("/") + 1)}
+    return {d for d in candidates if emptied(d)}
 
 
 def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
@@ -618,35 +745,119 @@ def _install(root: Path, entry: dict) -> Path:
 
 
 def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = None) -> int:
-    """Undo the journal's writes. `originals` (digest -> bytes) were read beforehand by recovery;
-    a failure inside commit reads them from the store."""
+    """Undo the journal's writes, needing no new space: each saved original goes back by a rename
+    (see _put_back). `originals` (digest -> bytes, checked) are the fallback when one cannot be
+    renamed; a failure inside commit holds them in memory, recovery read them beforehand. Each step
+    leaves the journal true, so a rollback cut short (SIGKILL) is finished by the next command."""
     originals = originals or {}
-    restored = 0
-    for entry in reversed(journal.get("files", [])):
-        if entry.get("staged"):  # first: a created directory holding it could not be removed
-            (root / entry["staged"]).unlink(missing_ok=True)
+    files = journal.get("files", [])
+    to_restore = [e for e in files if e["before"] is not None and file_sha(root, e["path"]) != e["before"]]
+    uses = Counter(e["before"] for e in to_restore)
+    keep = _objects_of(journal.get("previous_state"))  # the record it returns to names them
+    restored, changed = 0, set()
+    for entry in reversed(files):
         full = root / entry["path"]
+        if entry.get("staged"):  # first: a created directory holding it could not be removed
+            _faults.tick()
+            (root / entry["staged"]).unlink(missing_ok=True)
         current = file_sha(root, entry["path"])
         if entry["before"] is None:
             if current is not None:
+                _faults.tick()
                 full.unlink()
                 restored += 1
+                changed.add(full.parent)
             for rel in reversed(entry.get("created_dirs", [])):
                 with suppress(OSError):
                     (root / rel).rmdir()
         elif current != entry["before"]:
-            original = (
-                originals[entry["before"]] if entry["before"] in originals else read_object(root, entry["before"])
-            )
-            _write_atomic(full, original, mode=entry.get("mode"))
+            for rel in entry.get("removed_dirs", []):
+                _faults.tick()
+                (root / rel).mkdir(exist_ok=True)
+            uses[entry["before"]] -= 1
+            last_use = not uses[entry["before"]] and entry["before"] not in keep
+            _put_back(root, entry, originals, consume=last_use)
             restored += 1
-    previous = journal.get("previous_state")
-    if previous is None:
-        state_path(root).unlink(missing_ok=True)
-    else:
-        _write_atomic(state_path(root), previous.encode())
+            changed.add(full.parent)
+    _restore_state(root, journal)
+    for directory in sorted(changed):
+        fsync_dir(directory)
+    _faults.tick()
     journal_path(root).unlink(missing_ok=True)
+    fsync_dir(meta_dir(root))
     return restored
+
+
+def _objects_of(state_text: str | None) -> set[str]:
+    if state_text is None:
+        return set()
+    return parse_state(state_text.encode(), state_path(Path())).referenced_objects()
+
+
+def _put_back(root: Path, entry: dict, originals: dict[str, bytes], *, consume: bool) -> None:
+    """The original of entry's file back in place: its object renamed there when this is its last
+    use (no byte written, so a full disk cannot stop it), else a new file of its bytes."""
+    full, digest = root / entry["path"], entry["before"]
+    _faults.tick()
+    if consume and _rename_own_object(object_path(root, digest), full, digest, entry.get("mode")):
+        return
+    original = originals[digest] if digest in originals else read_object(root, digest)
+    _write_atomic(full, original, mode=entry.get("mode"))
+
+
+def _rename_own_object(obj: Path, full: Path, digest: str, mode: int | None) -> bool:
+    """Move the object to `full` when its inode is patchkit's alone (one link, ours, no bit beyond
+    rwxr-xr-x) and holds the digest's bytes, so the tree shares it with no other file; False:
+    it stays, and the caller writes a copy."""
+    try:
+        fd = os.open(obj, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not (
+            stat.S_ISREG(info.st_mode)
+            and info.st_nlink == 1
+            and info.st_uid == os.geteuid()
+            and not stat.S_IMODE(info.st_mode) & ~_LINKABLE_MODE
+        ):
+            return False
+        with open(fd, "rb", closefd=False) as handle:
+            if _sha256_of(handle) != digest:
+                return False
+        if mode is not None:
+            os.fchmod(fd, mode & PERMISSIONS)
+        os.replace(obj, full)
+        placed = os.lstat(full)
+        return (placed.st_dev, placed.st_ino) == (info.st_dev, info.st_ino)  # else swapped meanwhile: write ours
+    finally:
+        os.close(fd)
+
+
+def _sha256_of(handle) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _restore_state(root: Path, journal: dict) -> None:
+    """state.json as it was before the commit, rewritten only when it differs: by renaming back
+    the second name the commit gave it, so this too needs no new space."""
+    previous = journal.get("previous_state")
+    path = state_path(root)
+    kept = _previous_state_link(root, journal["id"])
+    _faults.tick()
+    if previous is None:
+        path.unlink(missing_ok=True)
+    elif read_file(path, follow_symlinks=False) != previous.encode():
+        if read_file(kept, follow_symlinks=False) == previous.encode():
+            os.replace(kept, path)
+        else:
+            _write_atomic(path, previous.encode())
+    kept.unlink(missing_ok=True)
 
 
 def _remove_empty_parents(directory: Path, root: Path) -> Path:

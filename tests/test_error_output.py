@@ -137,7 +137,7 @@ def test_an_internal_error_and_an_interrupt_print_a_document_too(run, tree, libr
         document = one_document(result.stdout)
         assert result.exit_code == code and (document["ok"], document["exit_code"]) == (False, code)
         assert document["target"] == str(tree) and document["vllm_version"] == "0.16.0"
-    assert document["error"] == "interrupted"
+    assert document["error"] == "interrupted before any change was made to the target"
 
 
 def test_documents_say_ok_and_the_exit_code_and_a_failed_one_why(run, tree, library):

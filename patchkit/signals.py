@@ -1,0 +1,111 @@
+"""SIGINT, SIGTERM and SIGHUP end a command the same way: an Interrupted raised where it runs (so a
+transaction rolls back), exit 128 + the signal's number. A rollback or a commit point defers them:
+a signal that arrives then is raised once that step is whole (a second Ctrl-C cannot cut it)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A handled signal arrived; `exit_code` is what a shell reports for it (128 + its number)."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+def _raise(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextmanager
+def handled():
+    """While a command runs, the three signals raise Interrupted (a signal that was ignored, as
+    under `nohup`, stays ignored); the handlers before are back after it. Only the main thread can
+    set handlers: elsewhere this changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.getsignal(number) for number in HANDLED}
+    for number, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(number, _raise)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)  # none lands half-way: it waits for the old handler
+        try:
+            for number, handler in previous.items():
+                if handler is not None:
+                    signal.signal(number, handler)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
+
+
+def ignore_more() -> None:
+    """The command is ending on a signal: another one (a second Ctrl-C) must not cut its report.
+    handled() puts the handlers back."""
+    if threading.current_thread() is threading.main_thread():
+        for number in HANDLED:
+            if signal.getsignal(number) is _raise:
+                signal.signal(number, lambda *_: None)
+
+
+@contextmanager
+def deferred():
+    """Run a step that must not stop half-way: a handled signal arriving meanwhile is raised (as
+    Interrupted) when it ends. Outside the main thread no handler can be set: it runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {number: signal.signal(number, lambda signum, _frame: pending.append(signum)) for number in HANDLED}
+    try:
+        yield
+    finally:
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
+    for signum in pending:
+        handler = previous[signal.Signals(signum)]
+        if callable(handler):
+            handler(signum, None)  # ours (or Python's own for SIGINT) raises; a host's does its part
+        elif handler is not signal.SIG_IGN:
+            raise Interrupted(signum)
+
+
+_run = threading.local()  # per thread: fleet's agent runs commands in-process
+
+# What this command last did to the target, for the message after an interrupt.
+COMMITTED, UNDONE, ROLLED_BACK = "committed", "undone", "rolled back"
+
+_REPORTS = {
+    None: ("interrupted before any change was made to the target", None),
+    ROLLED_BACK: ("interrupted: the change under way was rolled back; the target is as it was before", None),
+    UNDONE: ("interrupted after the change was written and undone again: the target is as it was before", None),
+    COMMITTED: (
+        "interrupted after the change was written: it is in place; the steps after writing (its checks) did not run",
+        "`patchkit verify` checks it; `patchkit revert` undoes it",
+    ),
+}
+
+
+def new_run() -> None:
+    """A command starts: it has changed nothing yet."""
+    _run.written = None
+
+
+def note(what: str) -> None:
+    """This command's transaction passed its commit point (COMMITTED, or UNDONE for a commit that
+    undid its own earlier one), or was rolled back (ROLLED_BACK)."""
+    _run.written = what
+
+
+def interrupted_report() -> tuple[str, str | None]:
+    """What an interrupt left, and the hint: truthful about whether this run's change is in place."""
+    return _REPORTS[getattr(_run, "written", None)]

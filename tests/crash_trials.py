@@ -1,0 +1,387 @@
+"""Crash trials of apply and revert: a SIGKILL, SIGTERM, SIGHUP, a double SIGINT or a full disk at
+each step of a commit and of its rollback (aimed by the transaction's fault plan,
+PATCHKIT_FAULT_AFTER), and at random moments. After each, the next command (status, recover, apply
+or revert, in turn) must leave a whole tree (stock, or patched with its guard) and no journal.
+
+The transaction of the scenario deletes a package with a subpackage (directories removed), adds one
+(directories created), changes two files, and installs (apply) or removes (revert) the launch guard's
+module and dist-info. Each trial is a fork of this process running the CLI as the console script
+does (real signals, real exits; no interpreter start-up per trial).
+
+    python tests/crash_trials.py [--random N] [--seed S]       # the whole aimed sweep + N random
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers import MODEL_PY, SPEC_PY, make_patch, write_tree
+
+OLD_PACKAGE = {  # deleted by the patch: three directories go
+    "vllm/old/__init__.py": "",
+    "vllm/old/impl.py": "IMPL = 1\n",
+    "vllm/old/sub/__init__.py": "",
+    "vllm/old/sub/deep.py": "DEEP = 2\n",
+}
+EDITS = {
+    "vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"deepseek"'),
+    "vllm/models/model.py": MODEL_PY.replace("return x", "return x + 1"),
+    "vllm/brand/new/mod.py": "NEW = True\n",
+    "vllm/brand/__init__.py": "",
+    **dict.fromkeys(OLD_PACKAGE),
+}
+SIGNALLED = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM, "hup": signal.SIGHUP}
+
+
+def fingerprint(root: Path) -> dict[str, bytes | None]:
+    """Every file (its bytes) and directory (None) of the tree, but patchkit's records and bytecode."""
+    seen: dict[str, bytes | None] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(".patchkit") or "__pycache__" in rel:
+            continue
+        seen[rel] = None if path.is_dir() else path.read_bytes()
+    return seen
+
+
+@dataclass
+class Scenario:
+    base: Path
+    stock: Path = field(init=False)
+    patched: Path = field(init=False)
+    patch: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        warm_imports()
+        self.stock = write_tree(
+            self.base / "stock", files={"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY, **OLD_PACKAGE}
+        )
+        scratch = self.base / "scratch"
+        scratch.mkdir()
+        self.patch = self.base / "p.diff"
+        self.patch.write_bytes(make_patch(scratch, self.stock, EDITS))
+        self.patched = self.base / "patched"
+        shutil.copytree(self.stock, self.patched, symlinks=True)
+        code, out = run_cli(["apply", *self.args(self.patched, "apply")])
+        assert code == 0, out
+        assert (self.patched / "patchkit_guard.py").exists(), "the scenario needs the guard installed"
+        self.prints = {"stock": fingerprint(self.stock), "patched": fingerprint(self.patched)}
+
+    def args(self, tree: Path, command: str = "status") -> list[str]:
+        return ["--target", str(tree), "--patch", str(self.patch), *(["--no-import"] if command == "apply" else [])]
+
+    def fresh(self, start: str, where: Path) -> Path:
+        shutil.rmtree(where, ignore_errors=True)
+        shutil.copytree(self.stock if start == "stock" else self.patched, where, symlinks=True)
+        return where
+
+    def whole(self, tree: Path) -> str | None:
+        """ "stock" or "patched" when the tree is exactly one of them, else None."""
+        now = fingerprint(tree)
+        return next((name for name, known in self.prints.items() if known == now), None)
+
+
+def warm_imports() -> None:
+    """Import patchkit's modules here once, so that a forked trial does not import them again."""
+    import importlib
+    import pkgutil
+
+    import patchkit
+
+    for module in pkgutil.walk_packages(patchkit.__path__, "patchkit."):
+        if not module.name.startswith(("patchkit.fleet", "patchkit._target", "patchkit.__main__")):
+            with suppress(Exception):  # an optional dependency (ray...): the trial imports what it needs
+                importlib.import_module(module.name)
+
+
+def run_cli(
+    args: list[str],
+    plan: str = "",
+    signals_at: list[tuple[float, int]] | None = None,
+    mode: str = "raise",
+    from_file: Path | None = None,
+) -> tuple[int, str]:
+    """patchkit ARGS in a forked child (as the console script runs), with a fault plan and signals
+    sent at (delay, signal) from the start; its exit code (-N: killed by signal N) and output."""
+    out = tempfile.NamedTemporaryFile(prefix="trial-", delete=False)  # noqa: SIM115
+    out.close()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        _child(args, plan, mode, out.name)
+    ended = None
+    while from_file is not None and signals_at and not from_file.exists():  # the delays count from its creation
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+        if reaped:
+            ended = status
+            break
+        time.sleep(0.0005)
+    waited = 0.0
+    for delay, number in (signals_at or []) if ended is None else []:
+        time.sleep(max(0.0, delay - waited))
+        waited = delay
+        try:
+            os.kill(pid, number)
+        except ProcessLookupError:
+            break
+    code = os.waitstatus_to_exitcode(ended if ended is not None else os.waitpid(pid, 0)[1])
+    text = Path(out.name).read_text(errors="replace")
+    os.unlink(out.name)
+    return code, text
+
+
+def _child(args: list[str], plan: str, mode: str, out: str) -> None:  # pragma: no cover - runs in the fork
+    code = 99
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        from patchkit import cli, transaction
+
+        os.environ["PATCHKIT_FAULT_AFTER"] = plan
+        os.environ["PATCHKIT_FAULT_MODE"] = mode  # the mode of a plan's step that names none
+        transaction._faults = transaction._Faults()
+        sys.argv = ["patchkit", *args]
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:
+        print(f"trial child: {type(exc).__name__}: {exc}", file=sys.stderr)
+    finally:
+        with _quiet():
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+class _quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+def fast_scratch() -> str | None:
+    """/dev/shm when there is one: the trials measure crash safety, not the disk's fsync."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+NEXT = ("status", "recover", "apply", "revert")
+EXPECTED_CODES = {"kill": {-signal.SIGKILL}, "exit": {70}, "raise": {4}, "int": {130}, "term": {143}, "hup": {129}}
+
+
+@dataclass
+class Tally:
+    trials: Counter = field(default_factory=Counter)
+    outcomes: Counter = field(default_factory=Counter)  # what each trial left: exit code, tree, journal
+    failures: list[str] = field(default_factory=list)
+
+    def report(self) -> str:
+        lines = [f"{sum(self.trials.values())} trials, {len(self.failures)} failed"]
+        lines += [f"  {key}: {count}" for key, count in sorted(self.trials.items())]
+        lines += ["left by the trial, before the next command:"]
+        lines += [f"  {key}: {count}" for key, count in sorted(self.outcomes.items())]
+        lines += [f"  FAILED {text}" for text in self.failures[:20]]
+        return "\n".join(lines)
+
+
+def trial(
+    scn: Scenario, work: Path, op: str, plan: str, kind: str, tally: Tally, turn: int, signals_at=None, in_commit=False
+) -> int:
+    """One trial: `op` (apply from stock, revert from patched) with `plan`; then the next command.
+    Returns the trial's exit code (0: it got through, the plan's faults were past its end)."""
+    start, goal = ("stock", "patched") if op == "apply" else ("patched", "stock")
+    tree = scn.fresh(start, work)
+    journal_file = tree / ".patchkit/journal.json" if in_commit else None
+    code, out = run_cli([op, *scn.args(tree, op)], plan, signals_at, from_file=journal_file)
+    tally.trials[f"{op} {kind}"] += 1
+    where = f"{op} plan={plan!r} signals={signals_at}"
+    last = plan.rsplit(":", 1)[-1] if plan else None
+    if code != 0 and last in EXPECTED_CODES and code not in EXPECTED_CODES[last] | _first_codes(plan):
+        tally.failures.append(f"{where}: exit {code}: {out.strip()[-300:]}")
+    if (code == 70 and last != "exit") or out.count("Traceback") > out.count(_SWALLOWED):
+        tally.failures.append(f"{where}: internal error: {out.strip()[-300:]}")
+    state = scn.whole(tree)
+    journal = (tree / ".patchkit/journal.json").exists()
+    tally.outcomes[f"{op} exit {code}: {state or 'mixed'}{', journal' if journal else ''}"] += 1
+    if "Aborted!" in out and state != start:  # click's word for a Ctrl-C before the command ran
+        tally.failures.append(f"{where}: exit {code} 'Aborted!' but the tree is {state}")
+    if code in (4, 129, 130, 143) and "journal is kept" not in out:  # rolled back whole, or in place: and said so
+        in_place = "in place" in out
+        if journal or state != (goal if in_place else start):
+            tally.failures.append(
+                f"{where}: exit {code}, said in_place={in_place}, the tree is {state}, journal={journal}: {out.strip()[-200:]}"
+            )
+    following = NEXT[turn % len(NEXT)]
+    again, said = run_cli([following, *scn.args(tree, following)])
+    state = scn.whole(tree)
+    if (tree / ".patchkit/journal.json").exists():
+        tally.failures.append(f"{where}: `{following}` left the journal (exit {again}): {said.strip()[-300:]}")
+    expected = {"apply": {"patched"}, "revert": {"stock"}}.get(following, {"stock", "patched"})
+    if state not in expected:
+        tally.failures.append(
+            f"{where}: after `{following}` (exit {again}) the tree is mixed/{state}: {said.strip()[-300:]}"
+        )
+    if following in ("apply", "revert", "recover") and again != 0:
+        tally.failures.append(f"{where}: `{following}` exit {again}: {said.strip()[-300:]}")
+    return code
+
+
+# Python ignores an exception a signal handler raises inside a weakref callback or finalizer (it
+# prints this and goes on): that signal is lost, the run goes on whole, and the checks above hold.
+_SWALLOWED = "Exception ignored in"
+
+
+def _first_codes(plan: str) -> set[int]:
+    """A double fault: the first one's code counts too (its signal raised after the deferred rollback)."""
+    modes = [item.partition(":")[2] for item in plan.split(",")]
+    return set().union(*(EXPECTED_CODES.get(m, set()) for m in modes))
+
+
+def aimed_commit(scn: Scenario, work: Path, op: str, mode: str, tally: Tally, limit: int = 200) -> int:
+    """A fault of `mode` at each step of the commit of `op` in turn; how many steps it has."""
+    for n in range(1, limit):
+        if trial(scn, work, op, f"{n}:{mode}", f"commit {mode}", tally, n) == 0:
+            return n - 1
+    raise AssertionError(f"{op} never got through")
+
+
+def rollback_lengths(scn: Scenario, work: Path, op: str, tally: Tally, steps: list[int]) -> dict[int, int]:
+    """For a failure (ENOSPC) at each commit step n in `steps`, a SIGKILL at each step m of the
+    rollback it starts; n -> the number of steps that rollback has."""
+    lengths = {}
+    for n in steps:
+        for m in range(n + 1, n + 500):
+            if trial(scn, work, op, f"{n}:raise,{m}:kill", "rollback raise+kill", tally, m) != -signal.SIGKILL:
+                lengths[n] = m - n - 1  # the kill came after the rollback's last step
+                break
+    return lengths
+
+
+def aimed_rollback(
+    scn: Scenario, work: Path, op: str, first: str, second: str, tally: Tally, lengths: dict[int, int]
+) -> None:
+    """A first fault at commit step n, then a second at each step of the rollback it starts."""
+    for n, length in lengths.items():
+        for m in range(n + 1, n + length + 1):
+            trial(scn, work, op, f"{n}:{first},{m}:{second}", f"rollback {first}+{second}", tally, m)
+
+
+def random_trials(scn: Scenario, work: Path, op: str, count: int, rng: random.Random, tally: Tally) -> None:
+    """Signals at random moments of a whole run, or (every other trial) of its transaction, from
+    the moment its journal exists: one SIGKILL, SIGTERM or SIGHUP; a double SIGINT; a SIGTERM
+    then a SIGKILL a moment later (inside the rollback it started)."""
+    tree = scn.fresh("stock" if op == "apply" else "patched", work)
+    started = time.monotonic()
+    code, out = run_cli([op, *scn.args(tree, op)])
+    assert code == 0, out
+    full = time.monotonic() - started
+    for i in range(count):
+        in_commit = bool(i % 2)
+        at = rng.uniform(0.0, 0.03 if in_commit else full)
+        kind = rng.choice(["kill", "term", "hup", "int2", "term+kill"])
+        if kind == "int2":
+            sent = [(at, signal.SIGINT), (at + rng.uniform(0, 0.01), signal.SIGINT)]
+        elif kind == "term+kill":
+            sent = [(at, signal.SIGTERM), (at + rng.uniform(0, 0.01), signal.SIGKILL)]
+        else:
+            sent = [(at, SIGNALLED[kind])]
+        trial(scn, work, op, "", f"random {kind}{' in commit' if in_commit else ''}", tally, i, sent, in_commit)
+
+
+def fill(directory: Path, leave: int) -> Path:
+    """Fill the file system of `directory` up, then free `leave` bytes: a disk that is full but that."""
+    filler = directory / "filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError:
+            pass
+    size = filler.stat().st_size
+    os.truncate(filler, max(0, size - leave))
+    return filler
+
+
+def full_disk_trials(scn: Scenario, mount: Path, tally: Tally, frees: list[int]) -> None:
+    """apply and revert on a small tmpfs left with each of `frees` bytes: exit 0 or 4 (never 70),
+    a whole tree and no journal; then, space freed, the next command finds it whole."""
+    for op, start, goal in (
+        ("apply", "stock", "patched"),
+        ("revert", "patched", "stock"),
+        ("apply", "patched", "patched"),
+    ):
+        for leave in frees:
+            tree = scn.fresh(start, mount / "tree")
+            filler = fill(mount, leave)
+            code, out = run_cli([op, *scn.args(tree, op)])
+            state, journal = scn.whole(tree), (tree / ".patchkit/journal.json").exists()
+            tally.trials[f"{op} of a {start} tree on a full disk, exit {code}"] += 1
+            if code not in (0, 4) or journal or state != (goal if code == 0 else start) or "Traceback" in out:
+                tally.failures.append(
+                    f"{op} with {leave} bytes free: exit {code}, tree {state}, journal {journal}: {out.strip()[-300:]}"
+                )
+            filler.unlink()
+            again, said = run_cli(["status", *scn.args(tree)])
+            if scn.whole(tree) != state or (tree / ".patchkit/journal.json").exists():
+                tally.failures.append(
+                    f"{op} with {leave} bytes free, then status (exit {again}): {said.strip()[-300:]}"
+                )
+
+
+def sweep(base: Path, randoms: int, seed: int, *, aimed: bool = True) -> Tally:
+    scn = Scenario(base)
+    work = base / "work"
+    tally = Tally()
+    rng = random.Random(seed)
+    for op in ("apply", "revert"):
+        if not aimed:
+            random_trials(scn, work, op, randoms, rng, tally)
+            continue
+        steps = {mode: aimed_commit(scn, work, op, mode, tally) for mode in ("kill", "term", "hup", "exit", "raise")}
+        lengths = rollback_lengths(scn, work, op, tally, list(range(1, steps["kill"] + 1)))
+        some = dict(rng.sample(sorted(lengths.items()), min(10, len(lengths))))
+        aimed_rollback(
+            scn, work, op, "int", "int", tally, {n: k for n, k in lengths.items() if n % 3 == 0}
+        )  # a double Ctrl-C
+        aimed_rollback(scn, work, op, "term", "term", tally, some)
+        aimed_rollback(scn, work, op, "raise", "raise", tally, some)  # the disk fails the rollback too
+        random_trials(scn, work, op, randoms, rng, tally)
+    return tally
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--random", type=int, default=100, help="random-moment trials per operation")
+    parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--random-only", action="store_true", help="skip the aimed sweep")
+    parser.add_argument("--dir", default=fast_scratch(), help="where the trees go (default: a tmpfs when there is one)")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="crash-trials-", dir=options.dir) as base:
+        started = time.monotonic()
+        tally = sweep(Path(base), options.random, options.seed, aimed=not options.random_only)
+        print(tally.report())
+        print(f"{time.monotonic() - started:.0f} s")
+    sys.exit(1 if tally.failures else 0)
+
+
+if __name__ == "__main__":
+    main()

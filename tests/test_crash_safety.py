@@ -1,0 +1,303 @@
+"""Crash and interruption safety of a commit and its rollback, on a transaction that removes and
+creates directories and installs or removes the launch guard (crash_trials.py's scenario): after a
+SIGKILL, a SIGTERM, a double Ctrl-C or a full disk at any step, the next command restores a whole
+tree and leaves no journal. The bounded subset runs here; `python tests/crash_trials.py` runs the
+whole sweep (hundreds of trials), and the `slow` test below a smaller one of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import tempfile
+from pathlib import Path
+
+import crash_trials as ct
+import pytest
+
+from patchkit import signals
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    with tempfile.TemporaryDirectory(prefix="crash-", dir=ct.fast_scratch()) as base:
+        yield ct.Scenario(Path(base))
+
+
+@pytest.fixture
+def work(scenario):
+    return scenario.base / "work"
+
+
+@pytest.fixture(scope="module")
+def steps(scenario):
+    """op -> how many steps its commit has: the last N at which a SIGKILL still stops it."""
+    found = {}
+    for op in ("apply", "revert"):
+        low, high = 1, 256  # a kill at `low` lands, at `high` comes after the end
+        while high - low > 1:
+            middle = (low + high) // 2
+            tree = scenario.fresh("stock" if op == "apply" else "patched", scenario.base / "work")
+            code, _ = ct.run_cli([op, *scenario.args(tree, op)], f"{middle}:kill")
+            low, high = (middle, high) if code == -signal.SIGKILL else (low, middle)
+        found[op] = low
+    return found
+
+
+def _clean(tally: ct.Tally) -> None:
+    assert not tally.failures, tally.report()
+
+
+def test_a_hard_exit_at_every_step_of_a_revert_leaves_a_tree_the_next_command_restores(scenario, work):
+    """A full revert removes the guard's dist-info directory and a created package first: a crash
+    after that used to leave a journal recovery refused ("its directory is gone"), the tree mixed."""
+    for n in range(1, 200):
+        tree = scenario.fresh("patched", work)
+        code, out = ct.run_cli(["revert", *scenario.args(tree)], str(n), mode="exit")
+        if code == 0:
+            break
+        assert code == 70, out
+        _, said = ct.run_cli(["status", *scenario.args(tree), "--format", "json"])
+        assert not (tree / ".patchkit/journal.json").exists(), (n, said)
+        assert scenario.whole(tree) == "patched", (n, said)
+        assert json.loads(said[said.index("{") :])["state"] == "applied", n
+    assert n > 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_sigkill_and_sigterm_at_every_commit_step(scenario, work, steps, op):
+    tally = ct.Tally()
+    for mode in ("kill", "term"):
+        assert ct.aimed_commit(scenario, work, op, mode, tally) == steps[op] > 20
+    _clean(tally)
+
+
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_a_kill_a_second_ctrl_c_or_a_full_disk_at_every_step_of_a_rollback(scenario, work, steps, op):
+    tally = ct.Tally()
+    middle = steps[op] // 2
+    lengths = ct.rollback_lengths(scenario, work, op, tally, [middle])  # every n: crash_trials.py
+    assert min(lengths.values()) > 3
+    ct.aimed_rollback(scenario, work, op, "int", "int", tally, {middle: lengths[middle]})
+    ct.aimed_rollback(scenario, work, op, "raise", "raise", tally, {middle: lengths[middle]})
+    _clean(tally)
+
+
+def test_a_second_ctrl_c_waits_for_the_rollback_then_exits_130(scenario, work, steps):
+    tree = scenario.fresh("stock", work)
+    n = steps["apply"] - 4  # among the replaces: files changed, directories gone
+    code, out = ct.run_cli(["apply", *scenario.args(tree, "apply")], f"{n}:int,{n + 3}:int")
+    assert code == 130 and "rolled back; the target is as it was before" in out, out
+    assert scenario.whole(tree) == "stock" and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_sigterm_and_sighup_roll_back_and_exit_128_plus_the_signal(scenario, work, steps):
+    for mode, code_wanted in (("term", 143), ("hup", 129)):
+        tree = scenario.fresh("patched", work)
+        code, out = ct.run_cli(["revert", *scenario.args(tree)], f"{steps['revert'] - 5}:{mode}")
+        assert code == code_wanted and "rolled back; the target is as it was before" in out, out
+        assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_an_interrupt_at_the_commit_point_says_the_change_is_in_place(scenario, work):
+    """The signal arrives while the record is written: it waits for the commit point; the message
+    says the change is in place, and it is."""
+    steps = ct.aimed_commit(scenario, work, "apply", "kill", ct.Tally())
+    tree = scenario.fresh("stock", work)
+    code, out = ct.run_cli(
+        ["apply", *scenario.args(tree, "apply")], f"{steps}:int"
+    )  # the last step: the journal's removal
+    assert code == 130 and "it is in place" in out and "error: interrupted" in out, out
+    assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_failed_rollback_is_exit_4_keeps_the_journal_and_recover_finishes_it(scenario, work, steps):
+    tree = scenario.fresh("patched", work)
+    last = steps["revert"]
+    code, out = ct.run_cli(["revert", *scenario.args(tree)], f"{last - 3}:raise,{last - 1}:raise")
+    assert code == 4 and "journal is kept" in out and "patchkit recover" in out, out
+    assert (tree / ".patchkit/journal.json").exists()
+    code, out = ct.run_cli(["recover", *scenario.args(tree)])
+    assert code == 0 and "rolled back" in out, out
+    assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_rollback_writes_no_original_it_can_rename_back(scenario, work, steps, monkeypatch):
+    """The rollback of a revert interrupted after its last replace writes no file's bytes: every
+    original goes back by a rename (state.json too), so a full disk cannot stop it."""
+    from patchkit import transaction
+
+    tree = scenario.fresh("patched", work)
+    code, _ = ct.run_cli(["revert", *scenario.args(tree)], f"{steps['revert'] - 1}:kill")  # past the state write
+    assert code == -signal.SIGKILL and (tree / ".patchkit/journal.json").exists()
+    writes = []
+    real = transaction._write_atomic
+
+    def recorded(path, data, **kwargs):
+        writes.append((path.name, data))
+        real(path, data, **kwargs)
+
+    monkeypatch.setattr(transaction, "_write_atomic", recorded)
+    with transaction.target_lock(tree) as said:
+        assert said and "restored" in said
+    # Only an original the record returned to still names stays an object, and is copied: here
+    # the empty __init__.py, which takes no data block.
+    assert writes == [("__init__.py", b"")] and scenario.whole(tree) == "patched"
+
+
+def _planted_journal(tree: Path, entry: dict) -> None:
+    journal = {"id": "abc123", "previous_state": None, "files": [entry]}
+    (tree / ".patchkit").mkdir(exist_ok=True)
+    (tree / ".patchkit/journal.json").write_text(json.dumps(journal))
+
+
+def _planted_object(tree: Path, data: bytes) -> str:
+    from patchkit.state import sha256
+
+    digest = sha256(data)
+    (tree / ".patchkit/objects").mkdir(parents=True, exist_ok=True)
+    (tree / ".patchkit/objects" / digest).write_bytes(data)
+    return digest
+
+
+@pytest.mark.parametrize(
+    ("path", "removed", "why"),
+    [
+        ("vllm/gone/mod.py", [], "does not say that its own commit removed it"),
+        ("evilpkg/mod.py", ["evilpkg"], "would make a new package"),
+        ("vllm/a/b/mod.py", ["vllm/a/b"], "does not say"),  # vllm/a is gone too, and not named
+        ("vllm/other/mod.py", ["vllm/elsewhere"], "does not hold it"),
+    ],
+)
+def test_a_planted_journal_still_cannot_make_directories(tmp_path, path, removed, why):
+    from patchkit import transaction
+    from patchkit.errors import BadInput
+
+    tree = ct.write_tree(tmp_path / "site")
+    digest = _planted_object(tree, b"import os\n")
+    _planted_journal(tree, {"path": path, "before": digest, "after": None, "staged": None, "removed_dirs": removed})
+    before = ct.fingerprint(tree)
+    with pytest.raises(BadInput, match=why):
+        transaction.recover(tree)
+    assert ct.fingerprint(tree) == before
+
+
+def test_a_journal_naming_the_directory_its_delete_removed_is_rolled_back(tmp_path):
+    from patchkit import transaction
+
+    tree = ct.write_tree(tmp_path / "site")
+    digest = _planted_object(tree, b"X = 1\n")
+    _planted_journal(
+        tree,
+        {
+            "path": "vllm/gone/sub/mod.py",
+            "before": digest,
+            "after": None,
+            "staged": None,
+            "removed_dirs": ["vllm/gone", "vllm/gone/sub"],
+        },
+    )
+    assert "1 file(s) restored" in transaction.recover(tree)
+    assert (tree / "vllm/gone/sub/mod.py").read_bytes() == b"X = 1\n"
+    assert not (tree / ".patchkit/journal.json").exists()
+
+
+def test_the_interrupt_report_is_per_command():
+    signals.new_run()
+    assert "before any change" in signals.interrupted_report()[0]
+    signals.note(signals.COMMITTED)
+    assert "in place" in signals.interrupted_report()[0]
+    signals.note(signals.UNDONE)
+    assert "undone again" in signals.interrupted_report()[0]
+    signals.new_run()
+    assert "before any change" in signals.interrupted_report()[0]
+
+
+@pytest.mark.slow
+def test_random_and_aimed_crash_sweep(scenario, work):
+    """A smaller run of crash_trials.py's sweep: random SIGKILL, SIGTERM, SIGHUP, double SIGINT and
+    SIGTERM-then-SIGKILL moments, and every commit step under each mode."""
+    tally = ct.Tally()
+    rng = random.Random(int(os.environ.get("PATCHKIT_CRASH_SEED", "7")))
+    for op in ("apply", "revert"):
+        for mode in ("kill", "term", "hup", "int", "exit", "raise"):
+            ct.aimed_commit(scenario, work, op, mode, tally)
+        ct.random_trials(scenario, work, op, 40, rng, tally)
+    _clean(tally)
+    print(tally.report())
+
+
+@pytest.fixture
+def small_disk():
+    """A 4 MiB tmpfs (root only): a disk that really fills up."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = Path(tempfile.mkdtemp(prefix="crash-disk-"))
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True).returncode:
+        mount.rmdir()
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+    mount.rmdir()
+
+
+def test_a_full_disk_at_every_amount_of_free_space_is_exit_0_or_4_never_a_mixed_tree(scenario, small_disk):
+    """0 to 80 KB free, every 8 KB, and more: each apply and revert ends whole (exit 0) or rolled
+    back (exit 4), never exit 70, never a journal left; a full disk used to fail the rollback too."""
+    tally = ct.Tally()
+    ct.full_disk_trials(scenario, small_disk, tally, [*range(0, 80 * 1024, 8192), 120_000, 200_000])
+    _clean(tally)
+    assert any("exit 4" in key for key in tally.trials) and any("exit 0" in key for key in tally.trials)
+
+
+def test_a_forced_revert_that_cannot_keep_the_edits_on_a_full_disk_is_exit_4(scenario, small_disk):
+    tree = scenario.fresh("patched", small_disk / "tree")
+    spec = tree / "vllm/config/spec.py"
+    spec.write_bytes(spec.read_bytes() + b"# my edit\n")
+    edited = ct.fingerprint(tree)
+    ct.fill(small_disk, 0)
+    code, out = ct.run_cli(["revert", "--force", *scenario.args(tree)])
+    assert code == 4 and "cannot keep copies of your edits" in out, out
+    assert ct.fingerprint(tree) == edited and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_ignored():
+    before = {number: signal.getsignal(number) for number in signals.HANDLED}
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with signals.handled():
+            with pytest.raises(signals.Interrupted) as raised, signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGHUP)  # ignored before the step: ignored after it too
+                done = True
+            assert done and raised.value.exit_code == 143
+            with signals.deferred():
+                os.kill(os.getpid(), signal.SIGHUP)
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert {number: signal.getsignal(number) for number in signals.HANDLED} == before  # put back
+
+
+def test_a_second_signal_while_an_interrupt_is_reported_does_not_cut_the_report(monkeypatch, capsys):
+    from patchkit import cli
+    from patchkit.ui import begin_run
+
+    real = cli._report
+
+    def report(run, message, hint=None):
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, as the first is being reported
+        real(run, message, hint)
+
+    def interrupted(_ctx):
+        raise signals.Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(cli, "_report", report)
+    signals.new_run()
+    with signals.handled():
+        code = cli._command_exit_code(interrupted, None, begin_run())
+    assert code == 143 and "before any change" in capsys.readouterr().err
