@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from patchkit.checks import CheckContext
 from patchkit.checks.contract import CHECK, Module, evaluate
+from patchkit.checks.parsed import LARGEST_KEPT, parsed
 from patchkit.errors import BadInput
 from patchkit.library import load_set
 from patchkit.requirements import Requirement, parse_requirements
@@ -571,3 +572,11 @@ def test_remembered_verdicts_are_the_evaluated_ones_and_a_forged_one_is_not_beli
     result, forged = verify(run, stock, lib)
     assert result.exit_code == 1 and forged == first
     assert failures(forged)[0].startswith(expected)
+
+
+def test_a_small_source_is_parsed_once_and_a_large_ones_tree_is_not_kept():
+    small = b"x = 1\n"
+    assert parsed(small, "a.py") is parsed(small, "a.py")
+    large = b"x = 1\n" * (LARGEST_KEPT // 6 + 1)
+    assert len(large) > LARGEST_KEPT
+    assert parsed(large, "b.py") is not parsed(large, "b.py")

@@ -8,12 +8,24 @@ import ast
 import warnings
 from functools import lru_cache
 
+# A tree takes 10-30 times its source in memory: only sources up to this size are kept, so the
+# kept trees stay within a few hundred MB in a long-lived process (a fleet agent, a test run).
+LARGEST_KEPT = 1 << 20
 
-@lru_cache(maxsize=64)
+
 def parsed(data: bytes, path: str) -> ast.Module | Exception:
     """The tree of `data`, or the error the parser raised: a NUL byte is a ValueError, code nested
     deeper than the interpreter can parse a RecursionError or MemoryError (Python cannot import it
     either)."""
+    return _kept(data, path) if len(data) <= LARGEST_KEPT else _parse(data, path)
+
+
+@lru_cache(maxsize=16)
+def _kept(data: bytes, path: str) -> ast.Module | Exception:
+    return _parse(data, path)
+
+
+def _parse(data: bytes, path: str) -> ast.Module | Exception:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like: not a verdict
