@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import cli_runner, write_tree
+from helpers import cli_runner, forget_behaviour_stand_ins, write_tree
 from index_server import IndexServer
 
 
@@ -52,3 +53,11 @@ def _the_installed_library_unless_a_test_says_otherwise(monkeypatch):
 def _a_cache_seal_key_of_the_test_session(tmp_path_factory, monkeypatch):
     """patchkit.seal keeps its key in the user's state directory: the tests' key is the session's own."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "state"))
+
+
+@pytest.fixture(autouse=True)
+def _no_behaviour_stand_ins_left():
+    """A behaviour harness serves vllm.* with stand-ins in this process: not to the tests after it."""
+    meta_path, dont_write_bytecode = list(sys.meta_path), sys.dont_write_bytecode
+    yield
+    forget_behaviour_stand_ins(meta_path, dont_write_bytecode)

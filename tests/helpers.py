@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import textwrap
+import types
 from pathlib import Path
 
 from click.testing import CliRunner
 from hypothesis import strategies as st
 
 from patchkit.cli import cli
+from patchkit.fetch import release_tree
+from patchkit.release_files import lay_out
 
 SPEC_PY = textwrap.dedent('''\
     """A stand-in for a config module."""
@@ -265,8 +270,6 @@ print(sorted(plugins))
 def load_plugins_like_vllm(site: Path, **env: str) -> subprocess.CompletedProcess:
     """The general plugins installed in `site` (the launch guard) as vLLM runs them: discovered by
     entry point, in a fresh interpreter that writes bytecode. A refusal is a non-zero exit."""
-    import sys
-
     clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
     return subprocess.run(
         [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
@@ -301,3 +304,37 @@ def pip_install(site: Path, version: str, files: dict[str, str], dist_files: dic
         (site / dist / name).parent.mkdir(parents=True, exist_ok=True)
         (site / dist / name).write_bytes(data)
     (site / dist / "RECORD").write_text(record_rows(site, dist))
+
+
+def lay_out_release(version: str, paths: list[str], dest: Path) -> Path:
+    """The release's dist-info and exactly `paths`, fetched into the cache and laid out at dest. The
+    cache's tree holds whatever earlier fetches asked for (`fetch --all` included), so a test that
+    lays it out whole depends on which ran first."""
+    lay_out(release_tree(version, paths), str(dest), paths)
+    return dest
+
+
+DRAFTS = Path(__file__).resolve().parent.parent / "patches" / "_drafts"
+
+
+def behaviour_harness(set_name: str) -> types.ModuleType:
+    """A draft set's behaviour.py, loaded in this process. The parser files it loads get `vllm.*`
+    from its stand-ins; conftest takes those away after each test."""
+    path = DRAFTS / set_name / "behaviour.py"
+    spec = importlib.util.spec_from_file_location(f"behaviour_of_{set_name.replace('-', '_')}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def forget_behaviour_stand_ins(meta_path: list, dont_write_bytecode: bool) -> None:
+    """Undo what a behaviour harness did to this process: its vllm.* finder and stand-in modules,
+    the `regex` alias of `re`, no bytecode."""
+    sys.meta_path[:] = meta_path
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith(("vllm.", "behaviour_"))]:
+        del sys.modules[name]
+    if sys.modules.get("regex") is re:
+        del sys.modules["regex"]
+    sys.dont_write_bytecode = dont_write_bytecode

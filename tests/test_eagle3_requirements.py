@@ -18,14 +18,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import SUPPORTED_RELEASES, make_patch, snapshot, write_library
+from helpers import SUPPORTED_RELEASES, lay_out_release, make_patch, snapshot, write_library
 from packaging.version import Version
 
 from patchkit.checks import CheckContext
 from patchkit.checks.contract import CHECK
 from patchkit.fetch import release_tree
 from patchkit.library import default_root, load_set
-from patchkit.release_files import files_for, lay_out
+from patchkit.release_files import files_for
 
 pytestmark = pytest.mark.release
 
@@ -61,9 +61,13 @@ def has_whitelist(version: str) -> bool:
 # --- trees -------------------------------------------------------------------------------------
 
 
+def stock_paths(version: str) -> list[str]:
+    return sorted(set(files_for(version)) | set(CONTRACT_FILES))
+
+
 def stock(version: str) -> Path:
     """The cached stock tree (read only)."""
-    return release_tree(version, sorted(set(files_for(version)) | set(CONTRACT_FILES)))
+    return release_tree(version, stock_paths(version))
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +82,7 @@ def patched(tmp_path_factory, request):
     def get(version: str) -> Path:
         if version not in trees:
             target = tmp_path_factory.mktemp(f"patched-{version}") / "site"
-            lay_out(stock(version), str(target))
+            lay_out_release(version, stock_paths(version), target)
             result = CliRunner().invoke(cli, ["apply", "--target", str(target)], catch_exceptions=False)
             assert result.exit_code == 0, result.output[-2000:]
             trees[version] = target
@@ -438,7 +442,7 @@ def test_planted_fault_in_real_patched_file_fails_verify_naming_it(patched, run,
     compile(bad, path, "exec")  # still valid Python: only the contract can tell
 
     target = tmp_path / "site"
-    lay_out(stock(version), str(target))
+    lay_out_release(version, stock_paths(version), target)
     edits = {p: source(patched(version), p) for p in files_for(version)}
     edits[path] = bad
     (tmp_path / "scratch").mkdir()

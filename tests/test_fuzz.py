@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, hunk_header_mutation, make_patch, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, hunk_header_mutation, lay_out_release, make_patch, snapshot, write_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -170,11 +170,10 @@ def test_mutated_real_eagle3_patches_apply_correctly_or_fail_cleanly(run, real_c
 
 @pytest.fixture(scope="module")
 def real_case(tmp_path_factory):
-    from patchkit.fetch import release_tree
-    from patchkit.release_files import files_for, lay_out
+    from patchkit.release_files import files_for
 
     tree = tmp_path_factory.mktemp("fuzz-real") / "site"
-    lay_out(release_tree("0.16.0", files_for("0.16.0")), str(tree))
+    lay_out_release("0.16.0", files_for("0.16.0"), tree)
     series = Path(__file__).resolve().parent.parent / "patches" / "eagle3" / "0.16.0"
     return tree, [p.read_bytes() for p in sorted(series.glob("*.patch"))]
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, lay_out_release, make_patch, snapshot, write_library, write_tree
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -246,12 +246,11 @@ DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
 
 @pytest.mark.release
 def test_real_0_16_0_files_pass_on_stock_and_fail_after_a_one_byte_edit(run, tmp_path):
-    from patchkit.fetch import release_tree
-    from patchkit.release_files import files_for, lay_out
+    from patchkit.release_files import files_for
 
     paths = files_for("0.16.0")
     target = tmp_path / "site"
-    lay_out(release_tree("0.16.0", paths), str(target))
+    lay_out_release("0.16.0", paths, target)
 
     result = run("verify", "--target", target, "--format", "json")
     assert result.exit_code == 0, result.output

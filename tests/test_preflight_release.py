@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import assert_clean_failure, run_cli
+from helpers import assert_clean_failure, lay_out_release, run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, REGISTRY, serve, write_model
 from packaging.version import Version
 
-from patchkit.fetch import release_tree
-from patchkit.release_files import files_for, lay_out
+from patchkit.release_files import files_for
 
 pytestmark = pytest.mark.release
 
@@ -31,7 +30,7 @@ def failed(done) -> dict[str, dict]:
 @pytest.mark.parametrize("release", RELEASES)
 def test_stock_release_names_every_fault_and_passes_after_apply(tmp_path, release):
     site = tmp_path / "site"
-    lay_out(release_tree(release, sorted({*files_for(release), REGISTRY})), str(site))
+    lay_out_release(release, sorted({*files_for(release), REGISTRY}), site)
     drafter = write_model(tmp_path / "drafter", DRAFTER)
     deepseek = serve(write_model(tmp_path / "deepseek", DEEPSEEK_V3), drafter)
     kimi = serve(write_model(tmp_path / "kimi", KIMI_K25), drafter)

@@ -6,25 +6,17 @@ The top-up it judges under is the one the tree's own serving code runs.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import types
 from pathlib import Path
 
 import pytest
+from helpers import DRAFTS, behaviour_harness
 
-DRAFTS = Path(__file__).resolve().parent.parent / "patches" / "_drafts"
 SETS = ("deepseek-tool-calls", "kimi-k2-tool-calls")
 
 
-def harness(set_name: str = SETS[0]):
-    path = DRAFTS / set_name / "behaviour.py"
-    spec = importlib.util.spec_from_file_location(f"behaviour_of_{set_name.replace('-', '_')}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+def harness(set_name: str = SETS[0]) -> types.ModuleType:
+    return behaviour_harness(set_name)
 
 
 def test_every_set_ships_the_same_driver_and_a_scenario_of_its_own():

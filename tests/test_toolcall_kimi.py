@@ -16,16 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import snapshot
+from helpers import DRAFTS, lay_out_release, snapshot
 from packaging.version import Version
 
-from patchkit.fetch import available_versions, release_tree
+from patchkit.fetch import available_versions
 from patchkit.library import read_toml
-from patchkit.release_files import lay_out
 
 pytestmark = pytest.mark.release
 
-DRAFTS = Path(__file__).resolve().parent.parent / "patches" / "_drafts"
+
 KIMI = "kimi-k2-tool-calls"
 KIMI_RELEASES = [
     "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0",
@@ -42,8 +41,7 @@ KIMI_FILES = [
 
 
 def stock_tree(version: str, dest: Path) -> Path:
-    lay_out(release_tree(version, KIMI_FILES), dest)
-    return dest
+    return lay_out_release(version, KIMI_FILES, dest)
 
 
 def parser_file(tree: Path) -> Path:

@@ -18,16 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import snapshot
+from helpers import DRAFTS, behaviour_harness, lay_out_release, snapshot
 from packaging.version import Version
-from test_toolcall_harness import harness
 
 from patchkit.fetch import release_tree
 from patchkit.release_files import files_for, lay_out
 
 pytestmark = pytest.mark.release
 
-DRAFTS = Path(__file__).resolve().parent.parent / "patches" / "_drafts"
 SET = "deepseek-tool-calls"
 BEHAVIOUR = DRAFTS / SET / "behaviour.py"
 # where the chat server's end-of-stream top-up lives, by release: the harness reads it from the tree
@@ -64,7 +62,7 @@ def test_stock_fails_the_behaviour_test_patched_passes_and_reverts(tmp_path, run
     with_v32 = Version("0.13.0") <= Version(version) < Version("0.23.0")  # 0.23.0's server appends instead
     assert len(parsers) == (3 if with_v32 else 2), paths
     target = tmp_path / "site"
-    lay_out(release_tree(version, [*paths, *SERVING]), target)
+    lay_out_release(version, [*paths, *SERVING], target)
     stock = snapshot(target)
     read_from_tree = f"(top-up {top_up_line(version)}: read from {target}"
 
@@ -101,7 +99,7 @@ def test_every_split_is_judged_and_the_patched_parsers_serve_each_top_up(tmp_pat
     paths = files_for("0.16.0", str(DRAFTS), SET)
     lay_out(release_tree("0.16.0", paths), target, paths)  # the parsers only: no serving code
     assert run("apply", "--target", target, "--patches", DRAFTS, "--set", SET).exit_code == 0
-    module = harness(SET)
+    module = behaviour_harness(SET)
     scenario = module.load_scenario(DRAFTS / SET / "scenario.py")
     tokenizer = module.FakeTokenizer(scenario.MARKERS, scenario.STOP)
     for parser in paths:
@@ -127,7 +125,7 @@ def test_every_split_is_judged_and_the_patched_parsers_serve_each_top_up(tmp_pat
 def test_the_trees_serving_code_decides_the_top_up_over_the_version(tmp_path):
     """A tree judged as it runs: 0.16.0's server dumps, whatever --vllm-version says."""
     parser = "vllm/tool_parsers/deepseekv31_tool_parser.py"
-    lay_out(release_tree("0.16.0", [parser, *SERVING]), tmp_path)
+    lay_out_release("0.16.0", [parser, *SERVING], tmp_path)
     result = behaviour(tmp_path / parser, "--vllm-version", "0.33.0", "--quiet")
     assert result.returncode == 1
     assert f"(top-up dumps: read from {tmp_path}/vllm/entrypoints/openai/chat_completion/serving.py)" in result.stdout
@@ -152,9 +150,9 @@ def test_a_call_extract_tool_calls_skips_is_not_streamed_either(tmp_path, run):
     name goes out before its end shows it malformed: no stream can take that back.)"""
     target = tmp_path / "site"
     path = "vllm/tool_parsers/deepseekv3_tool_parser.py"
-    lay_out(release_tree("0.33.0", [path]), target)
+    lay_out_release("0.33.0", [path], target)
     assert run("apply", "--target", target, "--patches", DRAFTS, "--set", SET).exit_code == 0
-    module = harness(SET)
+    module = behaviour_harness(SET)
     scenario = module.load_scenario(DRAFTS / SET / "scenario.py")
     parser_class = module.load_parser_module(target / path).DeepSeekV3ToolParser
     tokenizer = module.FakeTokenizer(scenario.MARKERS, scenario.STOP)

@@ -184,6 +184,8 @@ class _StandInModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name in STAND_INS:
             return STAND_INS[name]
+        if name.startswith("__"):  # a module attribute asked with a default (getattr(m, "__file__", None))
+            raise AttributeError(name)
         raise ImportError(f"behaviour.py has no stand-in for {self.__name__}.{name}")
 
 
