@@ -144,6 +144,10 @@ def run_cli(
 
 def _child(args: list[str], plan: str, mode: str, out: str) -> None:  # pragma: no cover - runs in the fork
     code = 99
+    # As from a terminal: a CI runner's background job or `nohup` may start the tests with these ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
         fd = os.open(out, os.O_WRONLY | os.O_TRUNC)
         os.dup2(fd, 1)
