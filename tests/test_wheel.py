@@ -647,6 +647,23 @@ def test_members_that_install_to_one_file_are_refused(tmp_path, library, members
 
 @pytest.mark.parametrize(
     "member",
+    [
+        "evil.data/purelib/vllm/config/spec.py",  # pip installs any top-level *.data directory as one
+        "VLLM-0.16.0.data/platlib/vllm/config/spec.py",
+        "vllm-0.16.0+x.data/purelib/vllm/models/model.py",
+        "notes.data",  # a file at the top: pip still takes it for a .data directory's member
+    ],
+)
+def test_a_member_of_a_data_directory_not_the_wheels_is_refused(tmp_path, library, member):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, member: b"STOCK = 1\n"})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert member in done.stderr and f"not the wheel's {_DATA}/" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "member",
     [f"{_DATA}/purelib/vllm-0.16.0+patchkit.demo.dist-info/METADATA", f"{_DATA}/platlib/other-1.0.dist-info/RECORD"],
 )
 def test_a_data_member_that_installs_a_dist_info_is_refused(tmp_path, library, member):
@@ -682,6 +699,42 @@ def test_data_members_that_install_elsewhere_are_kept(tmp_path, run, library):
     site = install(patched, tmp_path / "prefix")
     assert (site / "vllm/config/spec.py").read_text() == patched_spec()
     assert (site / "vllm/extra.py").read_bytes() == b"EXTRA = 1\n"
+
+
+_STALE_PYC = b"\xcb\x0d\x0d\x0a\x01\x00\x00\x00" + b"\x00" * 8 + b"stock code"  # unchecked-hash header
+
+
+@pytest.mark.filterwarnings("ignore:Skip installing:RuntimeWarning")  # installer skips __pycache__; pip does not
+def test_compiled_bytecode_of_a_patched_file_is_left_out(tmp_path, run):
+    tree = write_tree(tmp_path / "stock")
+    library = write_library(
+        tmp_path / "lib",
+        {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec(), "vllm/models/model.py": None})]},
+    )
+    dropped = [
+        "vllm/config/__pycache__/spec.cpython-311.pyc",
+        "vllm/config/__pycache__/spec.cpython-312.opt-1.pyc",
+        "vllm/config/spec.pyc",  # legacy: imported once its source is gone
+        "vllm/models/model.pyc",  # of a deleted source
+        "vllm/models/__pycache__/model.cpython-311.pyc",
+        f"{_DATA}/purelib/vllm/config/__pycache__/spec.cpython-313.pyc",  # installs beside it too
+    ]
+    kept = [
+        "vllm/config/__pycache__/other.cpython-311.pyc",
+        "vllm/__pycache__/spec.cpython-311.pyc",  # another directory's module
+        "vllm/config/__pycache__/spec.cpython-311.x.pyc",  # no tag Python writes
+    ]
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, **{m: _STALE_PYC for m in dropped + kept}})
+    assert build(run, stock, tmp_path / "out", "--patches", library).exit_code == 0
+    (patched,) = (tmp_path / "out").iterdir()
+    with zipfile.ZipFile(patched) as zf:
+        names = set(zf.namelist())
+        record = zf.read(f"vllm-0.16.0+patchkit.demo.dist-info/RECORD").decode()
+    renamed = [m.replace(_DATA, "vllm-0.16.0+patchkit.demo.data") for m in dropped]
+    assert not names & set(renamed) and not any(m in record for m in renamed), names
+    assert set(kept) <= names
+    site = install(patched, tmp_path / "prefix")
+    assert (site / "vllm/config/spec.py").read_text() == patched_spec()
 
 
 def test_a_series_file_beyond_what_the_checks_parse_is_refused_with_the_limit(tmp_path, library):

@@ -366,6 +366,12 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
     data_dir = dist_info[: -len(".dist-info")] + ".data"
     paths: dict[str, str] = {}
     for member in members:
+        top = member.name.split("/", 1)[0]
+        if top != data_dir and _is_data_dir(top):
+            raise BadInput(
+                f"{label}: member {member.name!r} lies in {top}/, not the wheel's {data_dir}/: pip installs "
+                "every top-level *.data directory as one, other installers as plain files; refusing the wheel"
+            )
         path = None if member.is_dir else installed_path(member.name, data_dir)
         if path is None:
             continue
@@ -377,6 +383,11 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
                 f"{label}: members {other!r} and {member.name!r} install to the same file {path}; refusing the wheel"
             )
     return paths
+
+
+def _is_data_dir(top: str) -> bool:
+    """pip's rule (is_data_scheme_path in its wheel installer): any top-level name ending in .data."""
+    return top.endswith(".data")
 
 
 def installed_path(name: str, data_dir: str) -> str | None:
@@ -549,9 +560,39 @@ def _nothing_written(error: PatchkitError) -> PatchkitError:
 
 
 def _touched(wheel: StockWheel, resolved: Resolved) -> set[str]:
-    """The members a patch may change, and the dist-info (rewritten): not copied ahead of the checks."""
+    """The members a patch may change, their compiled bytecode, and the dist-info (rewritten): not
+    copied ahead of the checks."""
     paths = {p for patch in resolved.patches for f in patch.files for p in (f.source_path, f.target_path) if p}
-    return paths | {m.name for m in wheel.members if m.name.startswith(f"{wheel.dist_info}/")}
+    dist_info = {m.name for m in wheel.members if m.name.startswith(f"{wheel.dist_info}/")}
+    return paths | _compiled(wheel, paths) | dist_info
+
+
+def _compiled(wheel: StockWheel, sources: set[str]) -> set[str]:
+    """The members that install as compiled bytecode of `sources` (`__pycache__/<stem>.<tag>[.opt-N].pyc`,
+    a legacy `<stem>.pyc`): the new wheel leaves them out, since an unchecked-hash pyc would keep
+    running the stock code; the installer (pip compiles by default) or Python rebuilds them."""
+    wanted = {rawzip.folded(s) for s in sources if s.endswith(".py")}
+    found = set()
+    for member in wheel.members:
+        path = None if member.is_dir else installed_path(member.name, wheel.data_dir)
+        source = _source_of_pyc(path) if path else None
+        if source is not None and rawzip.folded(source) in wanted:
+            found.add(member.name)
+    return found
+
+
+def _source_of_pyc(path: str) -> str | None:
+    """The source a .pyc at `path` is the bytecode of, as Python's import system pairs them."""
+    if not path.endswith(".pyc"):
+        return None
+    directory, _, name = path.rpartition("/")
+    parent, _, cache = directory.rpartition("/")
+    if cache != "__pycache__":
+        return f"{path[: -len('.pyc')]}.py"  # legacy: beside its source
+    stem, *tags = name[: -len(".pyc")].split(".")
+    if not 1 <= len(tags) <= 2 or (len(tags) == 2 and not tags[1].startswith("opt-")):
+        return None
+    return f"{parent}/{stem}.py" if parent else f"{stem}.py"
 
 
 def _never_patched(wheel: StockWheel, stock_record: dict[str, tuple[str, str]]) -> list[rawzip.Entry]:
@@ -561,7 +602,7 @@ def _never_patched(wheel: StockWheel, stock_record: dict[str, tuple[str, str]]) 
     return [
         _raw(wheel, m, m.name, stock_record)
         for m in wheel.members
-        if m.info.file_size > LARGEST_PARSED and not m.name.startswith(special)
+        if m.info.file_size > LARGEST_PARSED and not m.name.startswith(special) and not m.name.endswith(".pyc")
     ]
 
 
@@ -594,11 +635,12 @@ def _entries(
     changes = plan.changes
     when = _member(wheel, f"{old}/METADATA").info.date_time  # new members: the stock time, so a rebuild is identical
     copied = {e.source.name for e in untouched if e.source is not None}
+    left_out = {f"{old}/RECORD", *(f"{old}/{s}" for s in SIGNATURES), *_compiled(wheel, set(changes))}
     body: list[rawzip.Entry] = []
     dist: list[rawzip.Entry] = []
     for member in wheel.members:
         name = member.name
-        if name in copied or name == f"{old}/RECORD" or name in (f"{old}/{s}" for s in SIGNATURES):
+        if name in copied or name in left_out:
             continue
         if name in changes:
             after = changes[name][1]
