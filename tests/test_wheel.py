@@ -445,6 +445,59 @@ def test_a_file_that_is_no_wheel_is_refused(tmp_path, library, content, why):
     assert why in done.stderr
 
 
+def _damaged(path: Path, how: str) -> None:
+    """`path` with one kind of damage zipfile meets only when it reads (or lists) the archive."""
+    data = bytearray(path.read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    directory = struct.unpack_from("<L", data, end + 16)[0]
+    if how == "deflate":  # spec.py's compressed bytes, the CRC left alone
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo("vllm/config/spec.py")
+        start = info.header_offset + 30 + len(info.filename)
+        data[start : start + 4] = b"\xff\xff\xff\xff"
+    elif how == "version":  # the first member's "version needed to extract": 12.7
+        data[directory + 6] = 127
+    elif how == "offset":  # the central directory said to start further on: members at negative offsets
+        struct.pack_into("<L", data, end + 16, directory + 4096)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [("deflate", "cannot read vllm/config/spec.py"), ("version", "not a zip archive"), ("offset", "outside the file")],
+)
+def test_a_damaged_wheel_is_refused_naming_the_damage(tmp_path, library, how, why):
+    stock = write_wheel(tmp_path / "in")
+    _damaged(stock, how)
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert why in done.stderr, done.stderr
+
+
+def test_bytes_damaged_anywhere_are_refused_never_an_internal_error(tmp_path, library):
+    """A bounded fuzz: one to four bytes of a small wheel changed, 150 times (a fixed seed)."""
+    import random
+
+    from patchkit.errors import PatchkitError
+
+    base = write_wheel(tmp_path / "in").read_bytes()
+    directory = struct.unpack_from("<L", base, base.rfind(b"PK\x05\x06") + 16)[0]
+    rnd = random.Random(20)
+    stock = tmp_path / "fuzz" / f"vllm-0.16.0-{TAGS}.whl"
+    stock.parent.mkdir()
+    for round_ in range(150):
+        data = bytearray(base)
+        for _ in range(rnd.choice([1, 2, 4])):
+            at = rnd.randrange(directory, len(data)) if rnd.random() < 0.7 else rnd.randrange(len(data))
+            data[at] = rnd.choice([0, 0xFF, 0x7F, 0x80, rnd.randrange(256), data[at] ^ (1 << rnd.randrange(8))])
+        stock.write_bytes(bytes(data))
+        try:
+            build_patched_wheel(stock, tmp_path / f"out{round_}", Options(library=str(library)), label=None)
+        except PatchkitError as exc:
+            assert exc.exit_code in (1, 2, 3, 4), (round_, exc)
+
+
 def test_a_wheel_that_already_holds_the_series_is_refused(tmp_path, run, library):
     assert build(run, write_wheel(tmp_path / "in"), tmp_path / "once", "--patches", library).exit_code == 0
     (patched,) = (tmp_path / "once").iterdir()

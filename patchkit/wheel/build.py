@@ -22,12 +22,14 @@ import csv
 import fcntl
 import hashlib
 import io
+import lzma
 import os
 import re
 import secrets
 import stat
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -58,6 +60,8 @@ Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
 _SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
+# what zipfile raises on a damaged archive or member (its decompressors' own errors included)
+_DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error, lzma.LZMAError)
 
 
 @dataclass
@@ -121,8 +125,8 @@ class StockWheel:
             raise BadInput(f"{self.label}: {name} is larger than {limit} bytes; refusing the wheel")
         try:
             return self.zf.read(member.info)
-        except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
-            raise BadInput(f"{self.label}: cannot read {name}: {exc}") from None
+        except _DAMAGED as exc:
+            raise BadInput(f"{self.label}: cannot read {name} (a damaged wheel?): {exc}") from None
 
     def sha256_of(self, member: rawzip.Member) -> str:
         digest = hashlib.sha256()
@@ -130,8 +134,8 @@ class StockWheel:
             with self.zf.open(member.info) as stream:
                 while chunk := stream.read(1 << 20):
                     digest.update(chunk)
-        except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
-            raise BadInput(f"{self.label}: cannot read {member.name}: {exc}") from None
+        except _DAMAGED as exc:
+            raise BadInput(f"{self.label}: cannot read {member.name} (a damaged wheel?): {exc}") from None
         return record_digest(digest.digest(), "sha256")
 
 
@@ -347,7 +351,7 @@ def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> It
             raise FetchError(f"the cached wheel {path} changed after it was checked", hint="run the command again")
         try:
             zf = zipfile.ZipFile(io.FileIO(os.dup(fd), "rb"))
-        except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+        except _DAMAGED as exc:
             raise BadInput(f"{path} is not a zip archive: {exc}") from None
         with zf:
             members = rawzip.members(zf, fd, label)

@@ -216,6 +216,8 @@ def _kind_problem(info: zipfile.ZipInfo) -> str | None:
 
 def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
     """Where the member's compressed bytes start: after its local header, which must name it."""
+    if not 0 <= info.header_offset < size:
+        raise BadInput(f"{label}: the central directory puts {info.orig_filename!r} outside the file (damaged?)")
     # One read for the header and the name the central directory gives (a second if the header's is longer).
     header = os.pread(fd, _LOCAL.size + len(info.orig_filename.encode("utf-8")), info.header_offset)
     if len(header) < _LOCAL.size or header[:4] != _LOCAL_SIG:
