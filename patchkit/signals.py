@@ -98,6 +98,12 @@ _REPORTS = {
 def new_run() -> None:
     """A command starts: it has changed nothing yet."""
     _run.written = None
+    _run.report = None
+
+
+def note_report(message: str, hint: str | None = None) -> None:
+    """What an interrupt now leaves, for a command whose output is no target (`wheel`: a file in --out)."""
+    _run.report = (message, hint)
 
 
 def note(what: str) -> None:
@@ -108,4 +114,4 @@ def note(what: str) -> None:
 
 def interrupted_report() -> tuple[str, str | None]:
     """What an interrupt left, and the hint: truthful about whether this run's change is in place."""
-    return _REPORTS[getattr(_run, "written", None)]
+    return getattr(_run, "report", None) or _REPORTS[getattr(_run, "written", None)]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import stat
 import struct
+import time
 import zipfile
 from pathlib import Path
 
@@ -660,7 +662,7 @@ def test_a_patch_text_that_is_not_the_recorded_one_is_refused(installed):
         ([(_info("vllm/evil/"), b"payload")], "is a directory entry that holds data"),
         (
             [(_info("vllm-0.16.0.data/scripts/tool"), b"one"), (_info("vllm-0.16.0+x.data/scripts/tool"), b"two")],
-            "would be written twice",  # the .data directory renamed onto a member already there
+            "lies in vllm-0.16.0+x.data/",  # where the renamed .data directory would go: another .data
         ),
     ],
 )
@@ -782,7 +784,7 @@ def test_compiled_bytecode_of_a_patched_file_is_left_out(tmp_path, run):
     (patched,) = (tmp_path / "out").iterdir()
     with zipfile.ZipFile(patched) as zf:
         names = set(zf.namelist())
-        record = zf.read(f"vllm-0.16.0+patchkit.demo.dist-info/RECORD").decode()
+        record = zf.read("vllm-0.16.0+patchkit.demo.dist-info/RECORD").decode()
     renamed = [m.replace(_DATA, "vllm-0.16.0+patchkit.demo.data") for m in dropped]
     assert not names & set(renamed) and not any(m in record for m in renamed), names
     assert set(kept) <= names
@@ -820,7 +822,10 @@ def _interrupted_run(stock: Path, out: Path, library: Path) -> str:
         "build_patched_wheel(Path(sys.argv[1]), Path(sys.argv[2]), Options(library=sys.argv[3]), label=None, say=say)\n"
     )
     before = set(os.listdir(out))
-    done = subprocess.run([sys.executable, "-c", code, stock, out, library], capture_output=True, text=True)
+    temp = out.parent / "temp"  # the scratch tree a kill leaves: not in the system's
+    temp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(temp)}
+    done = subprocess.run([sys.executable, "-c", code, stock, out, library], capture_output=True, text=True, env=env)
     assert done.returncode == -9, done.stderr
     (left,) = set(os.listdir(out)) - before
     return left
@@ -878,6 +883,162 @@ def test_another_users_temporary_wheel_is_kept(tmp_path, library):
     done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", out, "--patches", library)
     assert_clean_failure(done, 0)
     assert theirs.read_bytes() == b"PK"
+
+
+def _cli_with(code: str, *args: object, env: dict[str, str] | None = None):
+    """The CLI in a subprocess after `code` ran in it (a hook into the build: a signal at one step)."""
+    import subprocess
+    import sys
+
+    main = "import sys; from patchkit.cli import main; sys.argv = ['patchkit', *sys.argv[1:]]; main()"
+    return subprocess.run(
+        [sys.executable, "-c", f"{code}\n{main}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def test_an_interrupt_after_the_wheel_is_in_place_says_so(tmp_path, library):
+    hook = (
+        "import os, signal; from patchkit.wheel import build\n"
+        "commit = build._Output.commit\n"
+        "def late(self, final):\n"
+        "    done = commit(self, final); os.kill(os.getpid(), signal.SIGINT); return done\n"
+        "build._Output.commit = late\n"
+    )
+    out = tmp_path / "out"
+    done = _cli_with(hook, "wheel", write_wheel(tmp_path / "in"), "--out", out, "--patches", library)
+    assert_clean_failure(done, 130)
+    assert f"interrupted after the wheel was written: it is in place, {out / PATCHED_NAME}" in done.stderr
+    assert os.listdir(out) == [PATCHED_NAME]
+
+
+@pytest.mark.parametrize(("signum", "code"), [("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT", 130)])
+def test_a_signal_mid_build_leaves_nothing_and_says_so(tmp_path, library, signum, code):
+    hook = (
+        "import os, signal; from patchkit.wheel import build\n"
+        "check = build._plan_and_check\n"
+        f"def stop(*args): os.kill(os.getpid(), signal.{signum}); return check(*args)\n"
+        "build._plan_and_check = stop\n"
+    )
+    out, temp = tmp_path / "out", tmp_path / "temp"
+    temp.mkdir()
+    stock = write_wheel(tmp_path / "in")
+    done = _cli_with(hook, "wheel", stock, "--out", out, "--patches", library, env={"TMPDIR": str(temp)})
+    assert_clean_failure(done, code)
+    assert "interrupted before the wheel was written" in done.stderr
+    assert os.listdir(out) == [] and os.listdir(temp) == []
+
+
+def test_a_killed_runs_scratch_tree_is_removed_by_the_next_run(tmp_path, library):
+    import fcntl
+    import subprocess
+    import sys
+
+    temp, out = tmp_path / "temp", tmp_path / "out"
+    temp.mkdir()
+    code = (
+        "import os, signal, sys; from pathlib import Path\n"
+        "from patchkit.options import Options; from patchkit.wheel.build import build_patched_wheel\n"
+        "def say(message):\n"
+        "    if message.startswith('writing'): os.kill(os.getpid(), signal.SIGKILL)\n"
+        "build_patched_wheel(Path(sys.argv[1]), Path(sys.argv[2]), Options(library=sys.argv[3]), label=None, say=say)\n"
+    )
+    stock = write_wheel(tmp_path / "in")
+    killed = subprocess.run(
+        [sys.executable, "-c", code, stock, out, library], env={**os.environ, "TMPDIR": str(temp)}, capture_output=True
+    )
+    assert killed.returncode == -9
+    (left,) = os.listdir(temp)
+    assert left.startswith("patchkit-wheel-") and (temp / left / "vllm/config/spec.py").is_file()
+    running = temp / "patchkit-wheel-running0"  # another build's, in use: locked
+    running.mkdir()
+    keep = [running.name, "patchkit-wheel-link_000", "patchkit-wheel-file_000", "patchkit-wheel-x", "mine"]
+    (temp / keep[1]).symlink_to(tmp_path / "in")
+    (temp / keep[2]).write_bytes(b"mine")
+    for name in keep[3:]:
+        (temp / name).mkdir()
+    recent = temp / "patchkit-wheel-recent00"  # unlocked, but modified a minute ago: maybe an older patchkit's, running
+    recent.mkdir()
+    keep.append(recent.name)
+    hour_ago = time.time() - 3600
+    for name in [left, *keep[:-1]]:
+        os.utime(temp / name, (hour_ago, hour_ago), follow_symlinks=False)
+    os.utime(recent, (time.time() - 60,) * 2)
+    fd = os.open(running, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        done = run_cli("wheel", stock, "--out", out, "--patches", library, "-v", env={"TMPDIR": str(temp)})
+    finally:
+        os.close(fd)
+    assert_clean_failure(done, 0)
+    assert sorted(os.listdir(temp)) == sorted(keep)
+    assert f"removed {temp / left}" in done.stderr and (tmp_path / "in" / stock.name).is_file()
+
+
+def test_a_sweep_between_another_runs_create_and_lock_cannot_remove_its_file(tmp_path, library, monkeypatch):
+    """Concurrent builds into one --out: a sweep that lands as a run creates its temporary wheel."""
+    import fcntl
+
+    from patchkit.wheel import build as wheel_build
+
+    out = tmp_path / "out"
+    out.mkdir()
+    real_flock, swept = fcntl.flock, []
+
+    def sweep_first(fd, operation):
+        if not swept and os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")) == str(out):
+            swept.append(wheel_build._remove_leftovers(out))  # another run's sweep, just before the lock
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", sweep_first)
+    result = build_patched_wheel(write_wheel(tmp_path / "in"), out, Options(library=str(library)), label=None)
+    assert swept == [[]] and result.path == out / PATCHED_NAME and os.listdir(out) == [PATCHED_NAME]
+
+
+@pytest.fixture
+def small_tmpfs():
+    """A 64 KiB tmpfs with 16 inodes (root only): a temporary directory that really fills up."""
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = Path(tempfile.mkdtemp(prefix="wheel-tmp-"))
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=16", "tmpfs", mount]).returncode:
+        mount.rmdir()
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount
+    subprocess.run(["umount", mount], check=True)
+    mount.rmdir()
+
+
+@pytest.mark.parametrize("full", ["space", "inodes"])
+def test_a_full_temporary_directory_is_exit_4_naming_it(tmp_path, library, small_tmpfs, full):
+    # Full but for two pages or inodes: Python's own probe of TMPDIR passes (a full one it skips), the scratch tree not.
+    if full == "space":
+        filler = os.open(small_tmpfs / "filler", os.O_WRONLY | os.O_CREAT)
+        with contextlib.suppress(OSError):
+            while os.write(filler, b"x" * 4096):
+                pass
+        os.ftruncate(filler, os.fstat(filler).st_size - 8192)
+        os.close(filler)
+    else:
+        with contextlib.suppress(OSError):
+            for i in range(64):
+                (small_tmpfs / f"f{i}").touch()
+        for name in sorted(os.listdir(small_tmpfs))[:2]:
+            (small_tmpfs / name).unlink()
+    before = set(os.listdir(small_tmpfs))
+    out = tmp_path / "out"
+    done = run_cli(
+        "wheel", write_wheel(tmp_path / "in"), "--out", out, "--patches", library, env={"TMPDIR": str(small_tmpfs)}
+    )
+    assert_nothing_written(done, out, 4)
+    assert f"temporary directory {small_tmpfs}" in done.stderr and "TMPDIR" in done.stderr, done.stderr
+    assert set(os.listdir(small_tmpfs)) == before
 
 
 @pytest.mark.parametrize(

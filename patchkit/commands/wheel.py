@@ -30,8 +30,10 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
     their compressed bytes; the version gains a local label (+patchkit.<set>); RECORD is regenerated;
     the dist-info records what was applied (patchkit.json). Prints the wheel's path.
     """
+    from patchkit import signals
     from patchkit.wheel.build import build_patched_wheel
 
+    signals.note_report("interrupted before the wheel was written: this run left nothing in --out")
     ui = make_ui(fmt, quiet, verbose)
     if adhoc and set_name:
         from patchkit.errors import BadInput

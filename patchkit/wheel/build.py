@@ -26,8 +26,10 @@ import lzma
 import os
 import re
 import secrets
+import shutil
 import stat
 import tempfile
+import time
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from patchkit import __version__, fsutil
+from patchkit import __version__, fsutil, signals
 from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult
 from patchkit.enums import Outcome, SelectionKind
 from patchkit.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
@@ -162,7 +164,7 @@ def build_patched_wheel(
     say(f"reading {stock.name}")
     with (
         open_stock(stock, expect_identity) as wheel,
-        tempfile.TemporaryDirectory(prefix="patchkit-wheel-") as scratch,
+        _scratch_tree(say) as scratch,
         _Output(Path(out_dir), wheel.path.name, say) as output,
         ThreadPoolExecutor(max_workers=2) as pool,  # the copies; this thread places every member
     ):
@@ -170,14 +172,14 @@ def build_patched_wheel(
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
-        resolved = _resolve(wheel, Path(scratch), chosen)
+        resolved = _resolve(wheel, scratch, chosen)
         added = labels.normalized_label(label or labels.default_label(resolved.set_name))
         version = labels.labelled_version(wheel.version, added)
         copied = {e.source.name for e in early if e.source is not None}
         untouched = _untouched(wheel, resolved, str(version), stock_record, copied)
         say("copying the unchanged members; planning and checking the series on the wheel's files")
         copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
-        checked = _plan_and_check(wheel, Path(scratch), resolved, chosen)
+        checked = _plan_and_check(wheel, scratch, resolved, chosen)
         output.wait(copies)
         if checked.error is not None:
             return checked
@@ -206,14 +208,23 @@ class _Output:
     name pattern, this user's, unlocked: removed) from a running one's (locked: kept)."""
 
     def __init__(self, out_dir: Path, stock_name: str, say: Say):
-        self.temporary = out_dir / f".{stock_name}.patchkit-{secrets.token_hex(4)}.tmp"
+        token = secrets.token_hex(4)
+        self.temporary = out_dir / f".{stock_name}.patchkit-{token}.tmp"
         self.committed = False
         _make_out_dir(out_dir)
+        # Locked under a name the sweep of leftovers ignores, then renamed: it never sees it unlocked.
+        pending = out_dir / f".{stock_name}.patchkit-{token}.new"
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            self.fd = os.open(self.temporary, flags, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.fd = os.open(pending, flags, 0o644)
         except OSError as exc:
+            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(pending, self.temporary)
+        except OSError as exc:
+            os.close(self.fd)
+            pending.unlink(missing_ok=True)
             raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
         for name in _remove_leftovers(out_dir):
             say(f"removed {out_dir / name}, left by an interrupted patchkit wheel")
@@ -248,11 +259,16 @@ class _Output:
             raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
 
     def commit(self, final: Path) -> Path:
-        try:
-            os.replace(self.temporary, final)
-        except OSError as exc:
-            raise TargetError(f"cannot write {final}: {exc.strerror}") from None
-        self.committed = True
+        with signals.deferred():  # the rename and what an interrupt says after it, as one step
+            try:
+                os.replace(self.temporary, final)
+            except OSError as exc:
+                raise TargetError(f"cannot write {final}: {exc.strerror}") from None
+            self.committed = True
+            signals.note_report(
+                f"interrupted after the wheel was written: it is in place, {final}",
+                "its report (and JSON's sha256) was not printed; `patchkit wheel` again gives both",
+            )
         return final
 
 
@@ -305,11 +321,15 @@ def _remove_leftovers(out_dir: Path) -> list[str]:
     return [name for name in names if _LEFTOVER.fullmatch(name) and _remove_abandoned(out_dir / name)]
 
 
-def _remove_abandoned(path: Path) -> bool:
-    """Remove `path` if it is a regular file of this user's that no running patchkit holds locked."""
+def _remove_abandoned(path: Path, kind: int = stat.S_IFREG, before: float | None = None) -> bool:
+    """Remove `path` if it is a regular file (or with `kind` S_IFDIR a directory, with what it
+    holds) of this user's that no running patchkit holds locked (and, with `before`, last
+    modified before that time)."""
     try:
         seen = os.lstat(path)
-        if not stat.S_ISREG(seen.st_mode) or seen.st_uid != os.geteuid():
+        if stat.S_IFMT(seen.st_mode) != kind or seen.st_uid != os.geteuid():
+            return False
+        if before is not None and seen.st_mtime >= before:
             return False
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -319,12 +339,72 @@ def _remove_abandoned(path: Path) -> bool:
         opened, now = os.fstat(fd), os.lstat(path)
         if {(opened.st_dev, opened.st_ino), (now.st_dev, now.st_ino)} != {(seen.st_dev, seen.st_ino)}:
             return False  # replaced meanwhile: not the file judged
-        os.unlink(path)
+        if kind == stat.S_IFDIR:
+            shutil.rmtree(path)  # never follows a symlink inside
+        else:
+            os.unlink(path)
         return True
     except OSError:
         return False
     finally:
         os.close(fd)
+
+
+# --------------------------------------------------------------------------- the scratch tree
+
+_SCRATCH_PREFIX = "patchkit-wheel-"
+_SCRATCH = re.compile(r"patchkit-wheel-[a-z0-9_]{8}")  # tempfile's 8 random characters
+# Untouched this long: never a running build's, even one of a patchkit from before scratch trees were locked.
+_SCRATCH_AGE = 600
+
+
+@contextmanager
+def _scratch_tree(say: Say) -> Iterator[Path]:
+    """A directory in the system's temporary directory for the wheel's files the checks read,
+    locked while in use (as the temporary wheel is) so that a later run can remove one a killed
+    run left; removed afterwards."""
+    temp = Path(tempfile.gettempdir())
+    try:
+        pending = Path(tempfile.mkdtemp(prefix=f".{_SCRATCH_PREFIX}new-", dir=temp))
+    except OSError as exc:
+        raise scratch_error(temp, exc) from None
+    try:
+        fd = os.open(pending, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        shutil.rmtree(pending, ignore_errors=True)
+        raise scratch_error(temp, exc) from None
+    path = temp / (_SCRATCH_PREFIX + pending.name[-8:])
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(pending, path)  # locked before the sweep's pattern names it
+    except OSError as exc:
+        os.close(fd)
+        shutil.rmtree(pending, ignore_errors=True)
+        raise scratch_error(temp, exc) from None
+    try:
+        for name in _abandoned_scratch(temp):
+            say(f"removed {temp / name}, left by a killed patchkit wheel")
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def _abandoned_scratch(temp: Path) -> list[str]:
+    try:
+        names = sorted(os.listdir(temp))
+    except OSError:
+        return []
+    old = time.time() - _SCRATCH_AGE
+    return [n for n in names if _SCRATCH.fullmatch(n) and _remove_abandoned(temp / n, stat.S_IFDIR, before=old)]
+
+
+def scratch_error(temp: Path, exc: OSError) -> TargetError:
+    """A write into the scratch tree failed: the system's temporary directory, named with the way out."""
+    return TargetError(
+        f"cannot write the scratch tree in the temporary directory {temp}: {exc.strerror}",
+        hint="free space there, or set TMPDIR to a directory with room (a few MB)",
+    )
 
 
 # --------------------------------------------------------------------------- the stock wheel
@@ -447,7 +527,10 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
     _check_metadata(wheel)
     _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA"], METADATA_LIMIT)
     _lay_out(wheel, scratch, [f"{wheel.dist_info}/RECORD"], RECORD_LIMIT)
-    (scratch / "vllm").mkdir(exist_ok=True)
+    try:
+        (scratch / "vllm").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise scratch_error(scratch.parent, exc) from None
     # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
     resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version)))
     if resolved.selection.kind == SelectionKind.UPSTREAM:
@@ -524,9 +607,12 @@ def _lay_out(wheel: StockWheel, scratch: Path, paths: list[str], limit: int) -> 
         member = wheel.member(path)
         if member is None or member.is_dir:
             continue  # a file the series creates, or one the release lacks
-        target = scratch / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(wheel.read(path, limit))
+        target, data = scratch / path, wheel.read(path, limit)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except OSError as exc:
+            raise scratch_error(scratch.parent, exc) from None
 
 
 def _lay_out_series(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
