@@ -383,6 +383,23 @@ def test_a_stock_file_that_is_not_the_one_record_lists_writes_no_wheel(tmp_path,
     assert "--force" not in done.stderr
 
 
+@pytest.mark.parametrize("row", [None, "", "md5=1B2M2Y8AsgTpgAmY7PhCfg"])
+def test_a_patched_file_its_record_cannot_vouch_for_writes_no_wheel(tmp_path, library, row):
+    """No --force here: a series file RECORD leaves out, or lists without a hash wheels may use, fails integrity."""
+    stock = write_wheel(
+        tmp_path / "in",
+        files={**STOCK_FILES, "vllm/config/spec.py": SPEC_PY.encode() + b"import os  # not stock\n"},
+        record={"vllm/config/spec.py": row},
+    )
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library, "-q", "--format", "json")
+    assert_nothing_written(done, out, 1)
+    document = json.loads(done.stdout)
+    assert document["ok"] is False and document["wheel"] is None
+    (row_,) = [c for c in document["checks"] if c["check"] == "integrity"]
+    assert row_["path"] == "vllm/config/spec.py" and row_["level"] == "error" and not row_["ok"], row_
+
+
 def test_a_member_whose_size_is_not_the_one_record_lists_is_refused(tmp_path, library):
     files = dict(STOCK_FILES)
     stock = write_wheel(tmp_path / "in", files=files)
@@ -653,6 +670,21 @@ def test_a_patch_text_that_is_not_the_recorded_one_is_refused(installed):
     with pytest.raises(BadInput, match="cannot read"):
         provenance.patch_text("0001-change.patch")
     assert stat.S_ISLNK(os.lstat(installed / "patchkit/0001-change.patch").st_mode)
+
+
+@pytest.mark.parametrize(
+    ("member", "why"),
+    [
+        ("vllm-0.16.0.dist-info/patchkit", "would lie under vllm-0.16.0+patchkit.demo.dist-info/patchkit, a file"),
+        ("vllm-0.16.0.dist-info/patchkit.json", "would be written twice"),
+    ],
+)
+def test_a_dist_info_member_where_the_provenance_goes_is_refused(tmp_path, library, member, why):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, member: b"x"})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert why in done.stderr and "refusing the wheel" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,7 @@ def build_patched_wheel(
         untouched = _untouched(wheel, resolved, str(version), stock_record, copied)
         say("copying the unchanged members; planning and checking the series on the wheel's files")
         copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
-        checked = _plan_and_check(wheel, scratch, resolved, chosen)
+        checked = _plan_and_check(wheel, scratch, resolved, chosen, stock_record)
         output.wait(copies)
         if checked.error is not None:
             return checked
@@ -539,7 +539,9 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
     return resolved
 
 
-def _plan_and_check(wheel: StockWheel, scratch: Path, resolved: Resolved, chosen: Options) -> _Checked:
+def _plan_and_check(
+    wheel: StockWheel, scratch: Path, resolved: Resolved, chosen: Options, stock_record: dict[str, tuple[str, str]]
+) -> _Checked:
     """What apply would do to a tree of the wheel's files, and its checks: nothing is written."""
     from patchkit.checks import run_checks
     from patchkit.inspection import check_context
@@ -566,7 +568,7 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, resolved: Resolved, chosen
         raise BadInput(f"{wheel.label} already holds the series: there is nothing to patch")
     assert dry.plan is not None
     planned = _without_probe(run_checks(check_context(resolved, dry.plan, import_probe=False)))
-    result.checks += planned
+    result.checks = _unverified_fail(result.checks, dry.plan, stock_record) + planned
     failed = [r for r in result.checks if r.failed]
     if failed:
         result.outcome = Outcome.CHECK_FAILED
@@ -575,6 +577,24 @@ def _plan_and_check(wheel: StockWheel, scratch: Path, resolved: Resolved, chosen
             + "\n  ".join(r.describe() for r in failed)
         )
     return result
+
+
+def _unverified_fail(
+    checks: list[CheckResult], plan: Plan, stock_record: dict[str, tuple[str, str]]
+) -> list[CheckResult]:
+    """integrity has no --force here: a stock file the series changes that the wheel's own RECORD
+    does not list with a hash wheels may use cannot be shown stock, which fails the build."""
+    from patchkit.checks import ERROR, integrity
+
+    def verifiable(path: str) -> bool:
+        digest, _size = stock_record.get(path, ("", ""))
+        return bool(digest) and record_algorithm(digest) in HASHES
+
+    unverified = {p for p, (before, _after) in plan.changes.items() if before is not None and not verifiable(p)}
+    return [
+        replace(r, level=ERROR) if r.check == integrity.CHECK.name and r.path in unverified and not r.ok else r
+        for r in checks
+    ]
 
 
 def _check_metadata(wheel: StockWheel) -> None:

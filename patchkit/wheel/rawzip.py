@@ -250,6 +250,7 @@ class Writer:
         self.count = 0
         self.directory = bytearray()
         self.names: set[str] = set()
+        self.parents: set[str] = set()  # every directory some member lies in
 
     def add(self, entries: list[Entry]) -> None:
         self.fill(self.place(entries))
@@ -307,6 +308,7 @@ class Writer:
         for entry in entries:
             if entry.name in self.names:
                 raise BadInput(f"{self.label}: {entry.name} would be written twice; refusing the wheel")
+            self._check_kind(entry.name)
             self.names.add(entry.name)
         if self.count + len(entries) >= MEMBER_LIMIT:
             raise BadInput(
@@ -325,6 +327,19 @@ class Writer:
             raise BadInput(
                 f"{self.label}: the central directory lies beyond 4 GiB: that needs zip64, which patchkit does not write"
             )
+
+    def _check_kind(self, name: str) -> None:
+        """BadInput when a new member would lie under a file member, or a file where members lie
+        under it (installers cannot write either: a wheel built from one with a FILE named like a
+        directory patchkit adds)."""
+        parts = name.rstrip("/").split("/")
+        above = ["/".join(parts[:i]) for i in range(1, len(parts))]
+        clash = next((p for p in above if p in self.names), None)
+        if clash is not None:
+            raise BadInput(f"{self.label}: {name} would lie under {clash}, a file; refusing the wheel")
+        if not name.endswith("/") and name in self.parents:
+            raise BadInput(f"{self.label}: {name} would be a file where other members lie under it; refusing the wheel")
+        self.parents.update(above)
 
 
 def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, count: int, label: str) -> None:
