@@ -96,14 +96,42 @@ def test_a_planted_symlink_is_never_followed(server, cache, published, tmp_path)
     assert outside.read_bytes() == published[NATIVE]
 
 
-def test_a_sidecar_of_another_wheel_is_damage(server, cache, published, monkeypatch):
+def test_an_edited_sidecar_is_not_believed_the_index_is(server, cache, published, monkeypatch):
     first = stock_wheel(VERSION)
     sidecar = first.parent / f"{NATIVE}.json"
     record = json.loads(sidecar.read_text())
     record["sha256"] = "0" * 64
     sidecar.write_text(json.dumps(record))
+    warnings: list[str] = []
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == published[NATIVE]
+    assert any("not sealed" in w for w in warnings)
+    assert len(downloads(server)) == 1  # the wheel has the index's sha256: kept, its record sealed again
+    with monkeypatch.context() as offline:
+        no_network(offline)
+        assert stock_wheel(VERSION) == first
+
+
+@pytest.mark.parametrize("seal", [None, "0" * 64])
+def test_a_wheel_swapped_in_with_a_forged_sidecar_is_replaced_by_the_index_one(server, cache, published, seal):
+    """Whoever writes the cache (a CI cache restored from another run) pairs any wheel with its sha256."""
+    first = stock_wheel(VERSION)
+    evil = build_wheel(version=VERSION, blob_size=64)
+    first.write_bytes(evil)
+    sidecar = first.parent / f"{NATIVE}.json"
+    record = {**json.loads(sidecar.read_text()), "sha256": hashlib.sha256(evil).hexdigest(), "seal": seal}
+    sidecar.write_text(json.dumps(record))
+    (first.parent / f"{NATIVE}.seal").unlink(missing_ok=True)
     assert stock_wheel(VERSION).read_bytes() == published[NATIVE]
     assert len(downloads(server)) == 2
+
+
+def test_an_unsealed_sidecar_asks_the_index(server, cache, published, monkeypatch):
+    first = stock_wheel(VERSION)
+    sidecar = first.parent / f"{NATIVE}.json"
+    sidecar.write_text(json.dumps({k: v for k, v in json.loads(sidecar.read_text()).items() if k != "seal"}))
+    no_network(monkeypatch)
+    with pytest.raises(AssertionError, match="network/index used"):
+        stock_wheel(VERSION)
 
 
 def test_a_symlinked_cache_directory_is_removed_not_followed(server, cache, published, tmp_path):

@@ -62,6 +62,7 @@ LOCK_TIMEOUT = 3600.0  # another process may be downloading ~500 MB
 MAX_SIDECAR_BYTES = 64 << 10
 MAX_SEAL_BYTES = 4 << 10
 SEAL_KIND = "stock-wheel"
+SIDECAR_SEAL_KIND = "stock-wheel-sidecar"
 SEAL_AFTER_NS = 2_000_000_000  # a change within one timestamp tick of the last could keep the ctime
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -165,6 +166,9 @@ def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress)
             ranked.append((rank, wheel))
     for _rank, wheel in sorted(ranked):
         checked = _check_cached(root, ver, wheel)
+        if checked is None:
+            warn(f"{root / wheel}.json was not sealed by this user's patchkit: checking the wheel against the index")
+            continue  # _download keeps the wheel if it has the index's sha256
         if not isinstance(checked, str):
             return root / wheel, checked
         warn(f"the cached wheel {root / wheel} is damaged ({checked}): downloading it again")
@@ -173,9 +177,10 @@ def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress)
     return None
 
 
-def _check_cached(root: Path, ver: str, wheel: str) -> Identity | str:
+def _check_cached(root: Path, ver: str, wheel: str) -> Identity | str | None:
     """The identity of a cached wheel that is intact, else why it cannot be used (its record's
-    shape, the file, its sha256)."""
+    shape, the file, its sha256); None for a record this user's patchkit did not seal (whoever
+    writes the cache could pair any wheel with its sha256: only the index's is believed then)."""
     try:
         record = json.loads(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
         expected = {"schema": SCHEMA, "project": PROJECT, "version": ver, "wheel": wheel}
@@ -183,6 +188,9 @@ def _check_cached(root: Path, ver: str, wheel: str) -> Identity | str:
             return f"{wheel}.json is not what patchkit wrote for it"
         if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
             return f"{wheel}.json has no sha256"
+        unsealed = {k: v for k, v in record.items() if k != "seal"}
+        if not seal.sealed(SIDECAR_SEAL_KIND, f"{ver}/{wheel}", seal.canonical(unsealed), record.get("seal")):
+            return None
         return _intact(root, f"{ver}/{wheel}", wheel, record["sha256"])
     except FileNotFoundError as e:
         return f"{Path(e.filename or wheel).name} is missing"
@@ -265,21 +273,33 @@ def _download(
         chosen = find_wheel(ver, settings, session, say, rank=_ranker(priority), wanted=_describe(platform))
         check_wheel_name(chosen["wheel"])
         dest = root / chosen["wheel"]
-        for name in (dest.name, f"{dest.name}.json", f"{dest.name}.seal"):
-            remove_entry(root / name)  # a damaged or planted file (a symlink: the link itself)
-        download_wheel(
-            session, chosen["url"], chosen["sha256"], dest, timeout=settings.timeout, say=say, on_bytes=on_bytes
-        )
+        if not _has_index_sha256(root, ver, dest.name, chosen["sha256"]):
+            for name in (dest.name, f"{dest.name}.json", f"{dest.name}.seal"):
+                remove_entry(root / name)  # a damaged or planted file (a symlink: the link itself)
+            download_wheel(
+                session, chosen["url"], chosen["sha256"], dest, timeout=settings.timeout, say=say, on_bytes=on_bytes
+            )
     finally:
         session.close()
     # What the index gave (or, without one, what was downloaded: damage is still caught on reuse).
     digest = (chosen["sha256"] or "").lower() or file_sha256(dest)
     sidecar = {"schema": SCHEMA, "project": PROJECT, "version": ver, **chosen, "sha256": digest}
+    sidecar["seal"] = seal.seal(SIDECAR_SEAL_KIND, f"{ver}/{dest.name}", seal.canonical(sidecar))
     write_cached(root / f"{chosen['wheel']}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
     try:
         return dest, file_identity(os.stat(dest, follow_symlinks=False))
     except OSError as e:
         raise cache_write_error(dest, e) from None
+
+
+def _has_index_sha256(root: Path, ver: str, wheel: str, sha256: str | None) -> bool:
+    """Whether the cached `wheel` (its record unsealed) is the file the index names: no download then."""
+    if not sha256 or not _SHA256.fullmatch(sha256.lower()):
+        return False
+    try:
+        return not isinstance(_intact(root, f"{ver}/{wheel}", wheel, sha256.lower()), str)
+    except (OSError, Damaged):
+        return False
 
 
 def _ranker(priority: dict[Any, int]) -> Callable[[str, str], int | None]:
