@@ -534,6 +534,14 @@ def test_a_release_without_a_series_makes_no_wheel(tmp_path, library, version, w
     assert why in done.stderr
 
 
+@pytest.mark.parametrize(("version", "why"), [("0.10.2", "0.10.2"), ("0.18.1", "ships this change itself")])
+def test_a_version_without_a_series_is_exit_3_before_the_index_is_asked(tmp_path, library, version, why):
+    env = {"PATCHKIT_CACHE_DIR": str(tmp_path / "cache"), "PIP_INDEX_URL": "http://127.0.0.1:9/simple"}
+    done = run_cli("wheel", version, "--out", tmp_path / "out", "--patches", library, env=env)
+    assert_nothing_written(done, tmp_path / "out", 3)
+    assert why in done.stderr and "index" not in done.stderr, done.stderr
+
+
 def test_a_dist_info_of_another_version_than_the_file_name_is_refused(tmp_path, library):
     path = tmp_path / f"vllm-0.16.1-{TAGS}.whl"
     os.link(write_wheel(tmp_path / "in"), path)

@@ -40,7 +40,7 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
 
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
-    stock, checked = _stock_wheel(source, platform, ui)  # before the activity line: a download shows its own bar
+    stock, checked = _stock_wheel(source, platform, chosen, ui)  # before the activity line: a download shows its bar
     ui.knows({"stock_wheel": str(stock)})
     with ui.activity("building the patched wheel") as say:
         result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say, expect_identity=checked)
@@ -56,9 +56,9 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
     return result
 
 
-def _stock_wheel(source: str, platform: str | None, ui) -> tuple[Path, tuple[int, ...] | None]:
+def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tuple[Path, tuple[int, ...] | None]:
     """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache (with the
-    identity of the cached file that was checked)."""
+    identity of the cached file that was checked), once the library has a series for it."""
     from patchkit.errors import BadInput
 
     path = Path(source)
@@ -70,8 +70,28 @@ def _stock_wheel(source: str, platform: str | None, ui) -> tuple[Path, tuple[int
         raise BadInput(f"no wheel file {source}")
     from patchkit.wheel.stock import checked_stock_wheel
 
+    _require_a_series(source, chosen)
     with ui.transfer(f"vllm {source}") as on_bytes:
         return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
+
+
+def _require_a_series(version: str, chosen: Options) -> None:
+    """Exit 3 before any download when the set has nothing to apply to `version` (what the build
+    would find after fetching ~500 MB). --patch files name no versions: they are judged on the wheel."""
+    from packaging.version import Version
+
+    from patchkit import library
+    from patchkit.errors import NoPatchSet
+    from patchkit.fetch.index import normalize_version
+
+    if chosen.adhoc:
+        return
+    release = Version(normalize_version(version))
+    selection = library.select(library.load_chosen(chosen.library, chosen.set_name), release)
+    if selection.kind == library.UPSTREAM:
+        raise NoPatchSet(f"vLLM {release} ships this change itself: there is nothing to patch")
+    if selection.kind == library.UNSUPPORTED:
+        raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
 
 
 def _document(result) -> dict:
