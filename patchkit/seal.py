@@ -28,6 +28,14 @@ def key_path() -> Path:
     return Path(platformdirs.user_state_dir("patchkit")) / KEY_FILE
 
 
+_unusable: list[str] = []  # why this run's key is a throw-away one, when the key file cannot be used
+
+
+def unusable_key() -> str | None:
+    """Why the key file was not used this run (what it sealed is computed again each time), if so."""
+    return _unusable[0] if _unusable else None
+
+
 @cache
 def _key() -> bytes:
     """This user's key; a key that cannot be kept (no writable state directory) lives for this run
@@ -37,7 +45,8 @@ def _key() -> bytes:
         return _read_key(path)
     except FileNotFoundError:
         pass
-    except OSError:
+    except OSError as exc:
+        _unusable.append(str(exc))
         return secrets.token_bytes(KEY_BYTES)
     try:
         return _create_key(path)
@@ -55,7 +64,8 @@ def _read_key(path: Path) -> bytes:
         os.close(fd)
     private = info.st_mode & 0o077 == 0 and info.st_uid == os.getuid()
     if not (private and len(data) == KEY_BYTES):
-        raise OSError(f"{path} is not a private {KEY_BYTES}-byte key")
+        mode = f"mode {info.st_mode & 0o777:04o}, owner uid {info.st_uid}, {len(data)} bytes"
+        raise OSError(f"{path} is not a private {KEY_BYTES}-byte key of this user's ({mode})")
     return data
 
 

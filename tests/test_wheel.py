@@ -925,6 +925,21 @@ def test_another_users_temporary_wheel_is_kept(tmp_path, library):
     assert theirs.read_bytes() == b"PK"
 
 
+@pytest.mark.parametrize("mode", [0o644, 0o600])
+def test_a_seal_key_others_can_read_is_said_once(tmp_path, library, mode):
+    state = tmp_path / "state"
+    key = state / "patchkit" / "cache-seal.key"
+    key.parent.mkdir(parents=True)
+    key.write_bytes(os.urandom(32))
+    key.chmod(mode)
+    env = {"XDG_STATE_HOME": str(state), "PATCHKIT_CACHE_DIR": str(tmp_path / "cache")}
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patches", library, env=env)
+    assert_clean_failure(done, 0)
+    said = done.stderr.count(f"chmod 600 {key}")
+    assert said == (1 if mode == 0o644 else 0), done.stderr
+    assert mode == 0o600 or "mode 0644" in done.stderr
+
+
 def _cli_with(code: str, *args: object, env: dict[str, str] | None = None):
     """The CLI in a subprocess after `code` ran in it (a hook into the build: a signal at one step)."""
     import subprocess

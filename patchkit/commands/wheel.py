@@ -46,6 +46,7 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
         result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say, expect_identity=checked)
     for note in result.warnings:
         ui.warn(note)
+    _say_if_seals_are_off(ui)
     if ui.json_mode:
         ui.json(_document(result))
     else:
@@ -73,6 +74,17 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tupl
     _require_a_series(source, chosen)
     with ui.transfer(f"vllm {source}") as on_bytes:
         return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
+
+
+def _say_if_seals_are_off(ui) -> None:
+    from patchkit import seal
+
+    problem = seal.unusable_key()
+    if problem:
+        ui.warn(
+            f"{problem}: nothing patchkit cached is trusted, so the cached wheel is hashed and the checks run "
+            f"again on every run; `chmod 600 {seal.key_path()}` if only you could read it, else remove it"
+        )
 
 
 def _require_a_series(version: str, chosen: Options) -> None:
