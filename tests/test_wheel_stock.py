@@ -111,6 +111,21 @@ def test_an_edited_sidecar_is_not_believed_the_index_is(server, cache, published
         assert stock_wheel(VERSION) == first
 
 
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+def test_a_sidecar_that_is_no_file_costs_the_intact_wheel_nothing(server, cache, published, tmp_path, kind):
+    first = stock_wheel(VERSION)
+    sidecar = first.parent / f"{NATIVE}.json"
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(sidecar.read_bytes())
+    sidecar.unlink()
+    {"fifo": os.mkfifo, "symlink": lambda p: p.symlink_to(outside), "directory": os.mkdir}[kind](sidecar)
+    warnings: list[str] = []
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == published[NATIVE]
+    assert any("checking the wheel against the index" in w for w in warnings), warnings
+    assert len(downloads(server)) == 1 and sidecar.is_file() and not sidecar.is_symlink()
+    assert outside.read_bytes() != b""  # a symlink's target is never touched
+
+
 @pytest.mark.parametrize("seal", [None, "0" * 64])
 def test_a_wheel_swapped_in_with_a_forged_sidecar_is_replaced_by_the_index_one(server, cache, published, seal):
     """Whoever writes the cache (a CI cache restored from another run) pairs any wheel with its sha256."""
@@ -198,7 +213,9 @@ def test_patchkit_wheel_shows_a_download_bar_in_a_terminal_only(server, cache, p
 
     env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
     env.pop("NO_COLOR", None)
-    args = ["wheel", VERSION, "--out", str(tmp_path / "out")]
+    diff = tmp_path / "0001-x.patch"  # a --patch file: no set has a series for this version, and a set's is asked first
+    diff.write_text("--- /dev/null\n+++ b/vllm/x.py\n@@ -0,0 +1 @@\n+X = 1\n")
+    args = ["wheel", VERSION, "--out", str(tmp_path / "out"), "--patch", str(diff)]
     if terminal:
         shown = run_in_terminal(args, env)
     else:

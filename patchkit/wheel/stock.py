@@ -166,8 +166,8 @@ def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress)
             ranked.append((rank, wheel))
     for _rank, wheel in sorted(ranked):
         checked = _check_cached(root, ver, wheel)
-        if checked is None:
-            warn(f"{root / wheel}.json was not sealed by this user's patchkit: checking the wheel against the index")
+        if isinstance(checked, Unbelieved):
+            warn(f"{root / wheel}.json {checked}: checking the wheel against the index")
             continue  # _download keeps the wheel if it has the index's sha256
         if not isinstance(checked, str):
             return root / wheel, checked
@@ -177,25 +177,41 @@ def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress)
     return None
 
 
-def _check_cached(root: Path, ver: str, wheel: str) -> Identity | str | None:
-    """The identity of a cached wheel that is intact, else why it cannot be used (its record's
-    shape, the file, its sha256); None for a record this user's patchkit did not seal (whoever
-    writes the cache could pair any wheel with its sha256: only the index's is believed then)."""
+class Unbelieved(str):
+    """Why a wheel's .json is not believed (not patchkit's, not sealed, not a regular file): the
+    index's sha256 then decides whether the wheel, which may well be intact, is kept."""
+
+
+def _check_cached(root: Path, ver: str, wheel: str) -> Identity | str:
+    """The identity of a cached wheel that is intact, else why it cannot be used: its .json
+    (Unbelieved), the file, its sha256."""
     try:
-        record = json.loads(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
-        expected = {"schema": SCHEMA, "project": PROJECT, "version": ver, "wheel": wheel}
-        if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
-            return f"{wheel}.json is not what patchkit wrote for it"
-        if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
-            return f"{wheel}.json has no sha256"
-        unsealed = {k: v for k, v in record.items() if k != "seal"}
-        if not seal.sealed(SIDECAR_SEAL_KIND, f"{ver}/{wheel}", seal.canonical(unsealed), record.get("seal")):
-            return None
-        return _intact(root, f"{ver}/{wheel}", wheel, record["sha256"])
-    except FileNotFoundError as e:
-        return f"{Path(e.filename or wheel).name} is missing"
+        sha256 = _sidecar_sha256(root, ver, wheel)
+    except FileNotFoundError:
+        return Unbelieved("is missing")
     except (Damaged, ValueError, RecursionError) as e:
-        return str(e)
+        return Unbelieved(str(e))
+    if isinstance(sha256, Unbelieved):
+        return sha256
+    try:
+        return _intact(root, f"{ver}/{wheel}", wheel, sha256)
+    except FileNotFoundError:
+        return f"{wheel} is missing"
+
+
+def _sidecar_sha256(root: Path, ver: str, wheel: str) -> str:
+    """The sha256 the wheel's sealed .json records (whoever writes the cache could pair any wheel
+    with its sha256: only a record this user's patchkit sealed is believed), else why not."""
+    record = json.loads(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
+    expected = {"schema": SCHEMA, "project": PROJECT, "version": ver, "wheel": wheel}
+    if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
+        return Unbelieved("is not what patchkit wrote for it")
+    if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
+        return Unbelieved("has no sha256")
+    unsealed = {k: v for k, v in record.items() if k != "seal"}
+    if not seal.sealed(SIDECAR_SEAL_KIND, f"{ver}/{wheel}", seal.canonical(unsealed), record.get("seal")):
+        return Unbelieved("was not sealed by this user's patchkit")
+    return record["sha256"]
 
 
 def _intact(root: Path, sealed_name: str, wheel: str, sha256: str) -> Identity | str:
@@ -273,7 +289,9 @@ def _download(
         chosen = find_wheel(ver, settings, session, say, rank=_ranker(priority), wanted=_describe(platform))
         check_wheel_name(chosen["wheel"])
         dest = root / chosen["wheel"]
-        if not _has_index_sha256(root, ver, dest.name, chosen["sha256"]):
+        if _has_index_sha256(root, ver, dest.name, chosen["sha256"]):
+            remove_entry(root / f"{dest.name}.json")  # whatever is in its place (a fifo, a directory)
+        else:
             for name in (dest.name, f"{dest.name}.json", f"{dest.name}.seal"):
                 remove_entry(root / name)  # a damaged or planted file (a symlink: the link itself)
             download_wheel(
