@@ -1121,6 +1121,27 @@ def test_an_out_that_is_no_directory_says_what_it_is(tmp_path, library, make, wh
     assert "File exists" not in done.stderr
 
 
+def test_messages_say_what_is_in_the_way_and_what_to_do(tmp_path, library):
+    stock = write_wheel(tmp_path / "in")
+    fifo, directory = tmp_path / "vllm-0.16.0-py3-none-any.whl", tmp_path / f"vllm-0.16.0-{TAGS}.whl"
+    os.mkfifo(fifo)
+    directory.mkdir()
+    for path in (fifo, directory):
+        done = run_cli("wheel", path, "--patches", library)
+        assert_clean_failure(done, 2)
+        assert f"{path} is not a regular file" in done.stderr, done.stderr
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    done = run_cli("wheel", stock, "--out", loop, "--patches", library)
+    assert_clean_failure(done, 4)
+    assert "leads back to itself" in done.stderr and "create the directory" not in done.stderr, done.stderr
+    out = tmp_path / "out"
+    (out / PATCHED_NAME).mkdir(parents=True)
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_clean_failure(done, 4)
+    assert "Is a directory" in done.stderr and "hint: " in done.stderr and "remove or rename it" in done.stderr
+
+
 def test_a_file_on_the_way_to_out_is_named(tmp_path, library):
     (tmp_path / "dist").write_bytes(b"x")
     dangling = tmp_path / "gone"
@@ -1172,3 +1193,11 @@ def test_a_patched_file_python_cannot_compile_fails_syntax_and_writes_no_wheel(t
         c for c in json.loads(done.stdout)["checks"] if c["check"] == "syntax" and c["path"] == "vllm/models/deep.py"
     ]
     assert row["ok"] is False and why in row["message"], row
+
+
+def test_a_full_out_is_exit_4_with_a_hint(tmp_path, library, small_tmpfs):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, "vllm/_C.abi3.so": os.urandom(96 << 10)})
+    done = run_cli("wheel", stock, "--out", small_tmpfs, "--patches", library)
+    assert_clean_failure(done, 4)
+    assert "No space left on device" in done.stderr and "hint: free space there" in done.stderr, done.stderr
+    assert os.listdir(small_tmpfs) == []

@@ -63,6 +63,9 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tupl
     from patchkit.errors import BadInput
 
     path = Path(source)
+    named_a_file = source.endswith(".whl") or "/" in source  # else a version, even if a directory has its name
+    if named_a_file and path.exists() and not path.is_file():
+        raise BadInput(f"{source} is not a regular file: give the path of a wheel file, or a version")
     if path.is_file():
         if platform:
             raise BadInput("--platform chooses the wheel of a VERSION; a wheel file has its own")

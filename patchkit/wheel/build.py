@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import fcntl
 import hashlib
 import io
@@ -243,33 +244,44 @@ class _Output:
             for copying in copies:
                 copying.result()
         except OSError as exc:
-            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
+            raise _write_error(self.temporary, exc) from None
 
     def place(self, writer: rawzip.Writer, entries: list[rawzip.Entry]) -> list[tuple[rawzip.Entry, int]]:
         try:
             return writer.place(entries)
         except OSError as exc:
-            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
+            raise _write_error(self.temporary, exc) from None
 
     def write(self, writer: rawzip.Writer, entries: list[rawzip.Entry]) -> None:
         try:
             writer.add(entries)
             writer.finish()
         except OSError as exc:
-            raise TargetError(f"cannot write {self.temporary}: {exc.strerror}") from None
+            raise _write_error(self.temporary, exc) from None
 
     def commit(self, final: Path) -> Path:
         with signals.deferred():  # the rename and what an interrupt says after it, as one step
             try:
                 os.replace(self.temporary, final)
             except OSError as exc:
-                raise TargetError(f"cannot write {final}: {exc.strerror}") from None
+                raise _write_error(final, exc) from None
             self.committed = True
             signals.note_report(
                 f"interrupted after the wheel was written: it is in place, {final}",
                 "its report (and JSON's sha256) was not printed; `patchkit wheel` again gives both",
             )
         return final
+
+
+def _write_error(path: Path, exc: OSError) -> TargetError:
+    """A write into --out that failed, with what to do about it."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free space there, or give --out a directory on another file system"
+    elif exc.errno == errno.EISDIR:
+        hint = f"{path.name} is a directory: remove or rename it, or give another --out"
+    else:
+        hint = None
+    return TargetError(f"cannot write {path}: {exc.strerror}", hint=hint)
 
 
 _LEFTOVER = re.compile(r"\.vllm-[^/]+\.whl\.patchkit-[0-9a-f]{8}\.tmp")
@@ -298,6 +310,8 @@ def _not_a_directory(out_dir: Path, blocking: Path) -> TargetError:
     hint = "give --out a directory, or a path where one can be created"
     where = f"--out {out_dir}" if blocking == out_dir else f"{blocking} (on the way to --out {out_dir})"
     try:
+        if blocking.is_symlink() and _loops(blocking):
+            return TargetError(f"{where} is a symlink that leads back to itself (a loop)", hint=hint)
         if blocking.is_symlink():
             target = os.readlink(blocking)
             state = "which does not exist" if not blocking.exists() else "which is not a directory"
@@ -310,6 +324,14 @@ def _not_a_directory(out_dir: Path, blocking: Path) -> TargetError:
     except OSError:
         pass
     return TargetError(f"cannot create the --out directory {out_dir}: {blocking} is in the way", hint=hint)
+
+
+def _loops(link: Path) -> bool:
+    try:
+        os.stat(link)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def _remove_leftovers(out_dir: Path) -> list[str]:
