@@ -683,8 +683,9 @@ def test_a_patch_text_that_is_not_the_recorded_one_is_refused(installed):
 @pytest.mark.parametrize(
     ("member", "why"),
     [
-        ("vllm-0.16.0.dist-info/patchkit", "would lie under vllm-0.16.0+patchkit.demo.dist-info/patchkit, a file"),
-        ("vllm-0.16.0.dist-info/patchkit.json", "would be written twice"),
+        ("vllm-0.16.0.dist-info/patchkit", "already holds vllm-0.16.0.dist-info/patchkit,"),
+        ("vllm-0.16.0.dist-info/patchkit.json", "already holds vllm-0.16.0.dist-info/patchkit.json,"),
+        ("vllm-0.16.0.dist-info/patchkit/x.patch", "already holds vllm-0.16.0.dist-info/patchkit/x.patch,"),
     ],
 )
 def test_a_dist_info_member_where_the_provenance_goes_is_refused(tmp_path, library, member, why):

@@ -619,6 +619,18 @@ def _unverified_fail(
     ]
 
 
+def _check_no_provenance(wheel: StockWheel) -> None:
+    """The stock dist-info holds nothing where patchkit puts the provenance (patchkit.json, patchkit/)."""
+    mine = (f"{wheel.dist_info}/patchkit.json", f"{wheel.dist_info}/patchkit")
+    found = next((m.name for m in wheel.members if m.name in mine or m.name.startswith(f"{mine[1]}/")), None)
+    if found is not None:
+        raise BadInput(
+            f"{wheel.label}: its dist-info already holds {found}, where patchkit records what it applied "
+            "(a wheel patchkit built?); refusing the wheel",
+            hint="start from the release's stock wheel",
+        )
+
+
 def _check_metadata(wheel: StockWheel) -> None:
     """METADATA names vllm and the file name's version (what version detection then reads)."""
     headers: dict[str, str] = {}
@@ -763,6 +775,7 @@ def _entries(
     from patchkit.provenance import provenance_files
 
     assert result.version is not None and result.label is not None
+    _check_no_provenance(wheel)  # after the plan: a wheel patchkit built is told "already holds the series"
     old, new = wheel.dist_info, f"vllm-{result.version}.dist-info"
     changes = plan.changes
     when = _member(wheel, f"{old}/METADATA").info.date_time  # new members: the stock time, so a rebuild is identical
