@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from patchkit import fetch
+from patchkit.errors import TargetError
 
 SCRIPT = Path(__file__).resolve().parent.parent / "_target" / "serve_spec.py"
 SPECS = Path(__file__).resolve().parent.parent / "launch" / "specs"
@@ -31,7 +32,7 @@ def record(version: str, python: str) -> Path:
         subprocess.run([python, str(SCRIPT), str(out)], input=b"{}", env=env, cwd=scratch, check=True, timeout=TIMEOUT)
         data = json.loads(out.read_text(encoding="utf-8"))
     if str(data["vllm"]).split("+")[0] != version:
-        raise SystemExit(f"{version}: the parser read is vLLM {data['vllm']}'s, not this release's")
+        raise TargetError(f"{version}: the parser read is vLLM {data['vllm']}'s, not this release's")
     data["vllm"] = version
     path = SPECS / f"serve-{version}.json"
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
