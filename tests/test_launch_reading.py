@@ -287,3 +287,52 @@ def test_specs_are_recorded_json(tmp_path):
         )
         assert data["vllm"] == str(release)
         assert any("--speculative-config" in a["options"] for a in data["serve"])
+
+
+# --- review: every value a safe YAML loader or JSON can make is exit 2, never 70 ------------------
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        "{when: 2023-05-06}",
+        "{when: 2023-05-06 07:08:09}",
+        "{2023-05-06: x}",
+        "{blob: !!binary aGVsbG8=}",
+        "{kinds: !!set {p, q}}",
+        "{order: !!omap [{p: 1}]}",
+        "{pairs: !!pairs [{p: 1}, {p: 2}]}",
+        "{n: .nan, i: -.inf, z: ~, b: yes, big: 0x1F, o: 0o17}",
+    ],
+)
+@pytest.mark.parametrize("option", ["speculative-config", "hf-overrides"])
+def test_any_yaml_value_nested_in_a_config_file_object_is_read_or_refused(tmp_path, option, nested):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model: org/m\n{option}: {nested}\n")
+    try:
+        read16("--config", str(config))
+    except BadInput as exc:
+        assert "cannot pass it on as JSON" in str(exc)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--speculative-config", '{"method": "eagle3", "model": "\\ud800"}'],
+        ["--speculative-config.method", "eagle3", "--speculative-config.model", '"\\udbff"'],
+        ["--hf-overrides", '{"\\udfff": 1}'],
+        ["--config", "{yaml}"],
+    ],
+)
+@pytest.mark.parametrize("command", ["preflight", "run"])
+def test_a_lone_surrogate_in_a_launch_value_is_bad_input(tmp_path, arguments, command):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = write_model(tmp_path / "m", DEEPSEEK_V3)
+    config = tmp_path / "s.yaml"
+    config.write_text('hf-overrides: {"a": "x"}\nspeculative-config: {model: "\\ud800"}\n')  # JSON-escaped once dumped
+    arguments = [str(config) if a == "{yaml}" else a for a in arguments]
+    extra = ["--no-import"] if command == "preflight" else []
+    done = run_cli(
+        command, "--target", tree, "--patches", library, *extra, "--", "vllm", "serve", str(model), *arguments
+    )
+    assert_clean_failure(done, 2)

@@ -177,10 +177,19 @@ def _config_file_args(path: str) -> list[str]:
         elif isinstance(value, list):
             args += [f"--{key}", *map(str, value)] if value else []
         elif isinstance(value, dict):
-            args += [f"--{key}", json.dumps(value)]
+            args += [f"--{key}", _as_json(value, f"--config {path}: {key}")]
         else:
             args += [f"--{key}", str(value)]
     return args
+
+
+def _as_json(value: dict, what: str) -> str:
+    """A config file's object as the JSON vLLM makes of it; what json.dumps cannot write (a YAML date,
+    !!binary or !!set) is refused, as vLLM's json.dumps fails on it."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"{what}: vLLM cannot pass it on as JSON: {exc}") from None
 
 
 def _renamed(args: list[str], release: Version) -> list[str]:
