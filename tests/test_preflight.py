@@ -624,3 +624,24 @@ def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup
     supports = findings(done)["supports-eagle3"]
     assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
     assert "vLLM's supports_eagle3() not asked: this vLLM's ModelRegistry has no table of models" in supports["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "checked"),
+    [
+        ("Org_Qwen-EAGLE3-draft", None, True),  # vLLM infers eagle3 from the name
+        ("my-eagle3-head", "draft_model", True),  # and replaces a method other than eagle/eagle3
+        ("EAGLE-3-head", None, False),  # "eagle-" wins: vLLM reads it as EAGLE-1
+        ("eagle3-head", "eagle", False),  # a method given as eagle is kept
+        ("plain-head", None, False),
+    ],
+)
+def test_the_method_vllm_infers_from_the_drafters_name_is_the_one_checked(setup, tmp_path, name, method, checked):
+    # the whole name counts, as in vLLM: the test directory holds no "eagle"
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / name, {**DRAFTER, "target_hidden_size": 5120})
+    spec = {"model": str(drafter), "num_speculative_tokens": 3, **({"method": method} if method else {})}
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec))
+    assert ("drafter-hidden-size" in failed(done)) is checked, done.stdout
+    assert done.returncode == (1 if checked else 0)

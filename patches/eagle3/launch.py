@@ -23,8 +23,7 @@ SUPPORTS_FIX = "the installed model class does not implement SupportsEagle3: run
 
 
 def checks(launch) -> list[Finding]:
-    spec = launch.command.speculative_config or {}
-    if spec.get("method") != "eagle3":
+    if launch.command.speculative_method != "eagle3":
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)

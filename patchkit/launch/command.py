@@ -54,6 +54,24 @@ class LaunchCommand:
         return self._json("speculative-config")
 
     @property
+    def speculative_method(self) -> str | None:
+        """The method vLLM's SpeculativeConfig settles on (config/speculative.py, the same rule in
+        every release 0.11.0-0.33.0): a method other than eagle/eagle3, ngram or suffix, or none, is
+        replaced by what the drafter's name says ("eagle-" in it: eagle; else "eagle3": eagle3)."""
+        spec = self.speculative_config or {}
+        method, drafter = spec.get("method"), spec.get("model")
+        if method in ("eagle", "eagle3", "ngram", "[ngram]", "suffix") or not isinstance(drafter, str):
+            return method if isinstance(method, str) else None
+        if drafter in ("ngram", "[ngram]"):
+            return "ngram" if method is None else str(method)
+        name = drafter.lower()
+        if "eagle-" in name:
+            return "eagle"
+        if "eagle3" in name:
+            return "eagle3"
+        return method if isinstance(method, str) else None
+
+    @property
     def hf_overrides(self) -> dict:
         return self._json("hf-overrides") or {}
 
