@@ -125,7 +125,7 @@ def test_a_config_yaml_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, k
 
 
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
-def test_a_hub_cache_ref_that_is_a_fifo_or_dev_zero_is_passed_over(tmp_path, kind):
+def test_a_hub_cache_ref_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, kind):
     tree, library = write_eagle3_setup(tmp_path, V16)
     repo = tmp_path / "hub" / "models--someorg--somemodel"
     write_model(repo / "snapshots" / "c0ffee", DEEPSEEK_V3)
@@ -137,7 +137,8 @@ def test_a_hub_cache_ref_that_is_a_fifo_or_dev_zero_is_passed_over(tmp_path, kin
     done = _preflight_quickly(
         tree, library, "vllm", "serve", "someorg/somemodel", env={"HF_HUB_CACHE": str(tmp_path / "hub")}
     )
-    assert done.returncode in (0, 1), done.stderr  # found through the snapshot, the ref passed over
+    assert_clean_failure(done, 4)  # no other snapshot stands in for the one refs/main should name
+    assert "cannot judge" in done.stderr and "refs/main" in done.stderr
 
 
 def test_a_model_config_json_that_is_a_fifo_is_refused_at_once(tmp_path):
@@ -336,3 +337,33 @@ def test_a_lone_surrogate_in_a_launch_value_is_bad_input(tmp_path, arguments, co
         command, "--target", tree, "--patches", library, *extra, "--", "vllm", "serve", str(model), *arguments
     )
     assert_clean_failure(done, 2)
+
+
+@pytest.mark.parametrize("build", ["0.16.0+cu129", "0.16.0.post1", "0.16.0rc1", "0.16.0.dev3"])
+def test_a_build_is_read_with_its_releases_parser(build):
+    with pytest.raises(BadInput, match="unrecognized arguments"):
+        parse(["vllm", "serve", "org/m", "--speculative-confg", "{}"], build)  # a typo 0.16.0 refuses
+    assert parse(["vllm", "serve", "org/m"], build).release == "0.16.0"
+
+
+def test_a_release_without_a_recorded_parser_says_whose_read_it_and_cannot_judge_what_that_one_does_not_know(
+    tmp_path,
+):
+    tree, library = write_eagle3_setup(tmp_path, "0.26.0")
+    model = write_model(tmp_path / "m", DEEPSEEK_V3)
+    newest = str(recorded_releases()[-1])
+
+    def command_finding(*arguments):
+        done = run_cli(
+            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+            "--", "vllm", "serve", str(model), *arguments,
+        )  # fmt: skip
+        found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
+        return done.returncode, found[0]
+
+    rc, finding = command_finding("--spec-method", "eagle3", "--spec-model", "org/d", "-tp", "2")
+    assert rc == 1 and not finding["ok"]
+    assert "cannot judge" in finding["message"] and f"read with {newest}'s" in finding["message"]
+    assert "--spec-method, --spec-model" in finding["message"] and "serve_spec" in finding["fix"]
+    rc, finding = command_finding("-tp", "2")
+    assert rc == 0 and finding["ok"] and f"read with {newest}'s" in finding["message"]

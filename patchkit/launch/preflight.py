@@ -51,9 +51,21 @@ def preflight(
     from patchkit.enums import TreeState
     from patchkit.inspection import inspect
 
-    target = resolve_model(str(command.model), command.env, overrides=command.hf_overrides, role="model")
-    drafter_name = (command.speculative_config or {}).get("model")
-    drafter = resolve_model(str(drafter_name), command.env, role="drafter") if drafter_name else None
+    target = resolve_model(
+        str(command.model),
+        command.environ,
+        overrides=command.hf_overrides,
+        role="model",
+        revision=_text(command.options.get("revision")),
+        config_path=_text(command.options.get("hf-config-path")),
+    )
+    spec = command.speculative_config or {}
+    drafter_name = spec.get("model")
+    drafter = (
+        resolve_model(str(drafter_name), command.environ, role="drafter", revision=_text(spec.get("revision")))
+        if drafter_name
+        else None
+    )
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
     result = PreflightResult(command, tree_state=str(status.state))
@@ -86,6 +98,10 @@ def preflight(
     return result
 
 
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def command_findings(context: LaunchContext) -> list[Finding]:
     """What vLLM reads otherwise than the command says: a JSON option it drops, a short option
     (`-sc`) the installed vLLM does not declare (0.16.0 has no `-sc`: its parser refuses the command)."""
@@ -93,12 +109,29 @@ def command_findings(context: LaunchContext) -> list[Finding]:
 
     command = context.command
     found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
+    if not command.exact:
+        found.append(_lenient_reading(command, context.version))
     declared = context.read(ARG_UTILS)
     for option in sorted(command.short_options()):
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     return found
+
+
+def _lenient_reading(command: LaunchCommand, version) -> Finding:
+    """A release without a recorded parser: which release's parser read the command, and, when that
+    parser does not know an argument (a speculative option of the newer release?), cannot judge."""
+    read_with = f"vLLM {version} has no recorded parser spec: the command was read with {command.release}'s"
+    if not command.unread:
+        return Finding(COMMAND, True, read_with)
+    unknown = ", ".join(a for a in command.unread if a.startswith("-")) or " ".join(command.unread)
+    message = f"cannot judge: {read_with}, which does not know {unknown} (vLLM {version} may read them)"
+    fix = (
+        f"write them as vLLM {command.release} spells them (e.g. --speculative-config JSON), or record vLLM "
+        f"{version}'s parser: python -m patchkit.maintainer.serve_spec --python VLLM_PYTHON {version}"
+    )
+    return Finding(COMMAND, False, message, fix)
 
 
 def tree_finding(resolved, status) -> Finding:
