@@ -745,3 +745,38 @@ def test_a_revision_the_cache_holds_no_snapshot_for_cannot_be_judged(setup, tmp_
     done = preflight(tree, library, *serve("lab/ds", models["drafter"]), env={"HF_HUB_CACHE": str(cache)})
     assert_clean_failure(done, 4)
     assert "cannot judge" in done.stderr and "lab/ds" in done.stderr
+
+
+def speculator_config(verifier: Path, **fields) -> dict:
+    return {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_config": {
+            "proposal_methods": [{"speculative_tokens": 3}],
+            "verifier": {"name_or_path": str(verifier)},
+        },
+        "transformer_layer_config": {"model_type": "llama", "hidden_size": 7168, "vocab_size": 129280},
+        "draft_vocab_size": 32000,
+        "eagle_aux_hidden_state_layer_ids": [1, 29, 57],
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(("fields", "fails"), [({}, set()), ({"target_hidden_size": 5120}, {"drafter-hidden-size"})])
+def test_a_speculators_format_model_is_checked_as_its_verifiers_drafter(setup, tmp_path, fields, fails):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    model = write_model(tmp_path / "spec-format", speculator_config(models["deepseek"], **fields))
+    done = preflight(tree, library, "vllm", "serve", str(model))
+    assert failed(done) == fails, done.stdout
+    assert set(findings(done)) >= DRAFTER_CHECKS  # EAGLE-3 checked, against the verifier
+    assert f"serves its verifier {models['deepseek']}" in findings(done)["command"]["message"]
+
+
+def test_a_speculators_config_vllm_refuses_is_exit_2(setup, tmp_path):
+    tree, library, models = setup
+    config = speculator_config(models["deepseek"])
+    del config["speculators_config"]["verifier"]
+    done = preflight(tree, library, "vllm", "serve", str(write_model(tmp_path / "broken", config)))
+    assert_clean_failure(done, 2)
+    assert "speculators config" in done.stderr

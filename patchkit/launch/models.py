@@ -153,6 +153,10 @@ def _load(name: str, path: Path, raw: bytes, overrides: dict | None) -> ModelCon
     return ModelConfig(name, path, _merged(config, overrides or {}))
 
 
+def with_overrides(model: ModelConfig, overrides: dict) -> ModelConfig:
+    return ModelConfig(model.name, model.path, _merged(model.config, overrides)) if overrides else model
+
+
 def _merged(config: dict, overrides: dict) -> dict:
     """--hf-overrides, applied as vLLM applies them: nested objects merged key by key."""
     merged = dict(config)

@@ -51,25 +51,14 @@ def preflight(
     from patchkit.enums import TreeState
     from patchkit.inspection import inspect
 
-    target = resolve_model(
-        str(command.model),
-        command.environ,
-        overrides=command.hf_overrides,
-        role="model",
-        revision=_text(command.options.get("revision")),
-        config_path=_text(command.options.get("hf-config-path")),
-    )
-    spec = command.speculative_config or {}
-    drafter_name = spec.get("model")
-    drafter = (
-        resolve_model(str(drafter_name), command.environ, role="drafter", revision=_text(spec.get("revision")))
-        if drafter_name
-        else None
-    )
+    launched = command  # as written: what vLLM's own parser is asked to read
+    target, drafter, served, command = _models(command)
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
     result = PreflightResult(command, tree_state=str(status.state))
     result.findings.append(tree_finding(resolved, status))
+    if served is not None:
+        result.findings.append(served)
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
     fixable = status.state == TreeState.NOT_APPLIED and status.plan is not None
     planned = status.plan.content if fixable and status.plan is not None else None
@@ -94,8 +83,42 @@ def preflight(
     if not no_import:
         from patchkit.launch.validation import engine_validation
 
-        result.findings.append(engine_validation(resolved.target.python, command, fix=APPLY if fixable else None))
+        result.findings.append(engine_validation(resolved.target.python, launched, fix=APPLY if fixable else None))
     return result
+
+
+def _models(command: LaunchCommand):
+    """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
+    configs vLLM reads, a speculators-format model served as its verifier's drafter."""
+    from patchkit.launch.models import with_overrides
+    from patchkit.launch.speculators import speculator
+
+    revision = _text(command.options.get("revision"))
+    model = resolve_model(
+        str(command.model),
+        command.environ,
+        role="model",
+        revision=revision,
+        config_path=_text(command.options.get("hf-config-path")),
+    )
+    served = speculator(model)
+    if served is not None:
+        options = {**command.options, "speculative-config": served.speculative_config, "tokenizer": served.verifier}
+        command = dataclasses.replace(command, model=served.verifier, options=options)
+        target = resolve_model(served.verifier, command.environ, role="verifier", revision=revision)
+        note = (
+            f"{model.name} is a speculators-format model: vLLM serves its verifier {served.verifier} with it as "
+            f"the {served.speculative_config['method']} drafter (the command's --speculative-config is dropped)"
+        )
+        return with_overrides(target, command.hf_overrides), served.drafter, Finding(COMMAND, True, note), command
+    spec = command.speculative_config or {}
+    drafter_name = spec.get("model")
+    drafter = (
+        resolve_model(str(drafter_name), command.environ, role="drafter", revision=_text(spec.get("revision")))
+        if drafter_name
+        else None
+    )
+    return with_overrides(model, command.hf_overrides), drafter, None, command
 
 
 def _text(value: object) -> str | None:
