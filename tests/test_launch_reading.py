@@ -367,3 +367,21 @@ def test_a_release_without_a_recorded_parser_says_whose_read_it_and_cannot_judge
     assert "--spec-method, --spec-model" in finding["message"] and "serve_spec" in finding["fix"]
     rc, finding = command_finding("-tp", "2")
     assert rc == 0 and finding["ok"] and f"read with {newest}'s" in finding["message"]
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        lambda text: b"\xef\xbb\xbf" + text.encode("utf-8"),
+        lambda text: text.encode("utf-16"),
+        lambda text: text.encode("utf-32-le"),
+    ],
+)
+def test_a_model_config_json_transformers_cannot_read_as_utf8_is_bad_input(tmp_path, encoded):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = tmp_path / "odd-encoding"
+    model.mkdir()
+    (model / "config.json").write_bytes(encoded(json.dumps(DEEPSEEK_V3)))
+    done = _preflight_quickly(tree, library, "vllm", "serve", str(model))
+    assert_clean_failure(done, 2)
+    assert "config.json" in done.stderr

@@ -147,7 +147,11 @@ def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
 
 
 def _load(name: str, path: Path, raw: bytes, overrides: dict | None) -> ModelConfig:
-    config = load_json(raw, str(path))
+    try:
+        text = raw.decode("utf-8")  # as transformers reads it: a BOM or UTF-16 is no JSON to it
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path} is not valid JSON to transformers (not UTF-8: {exc.reason})") from None
+    config = load_json(text, str(path))
     if not isinstance(config, dict):
         raise BadInput(f"{path} is not a JSON object")
     return ModelConfig(name, path, _merged(config, overrides or {}))
