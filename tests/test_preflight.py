@@ -780,3 +780,26 @@ def test_a_speculators_config_vllm_refuses_is_exit_2(setup, tmp_path):
     done = preflight(tree, library, "vllm", "serve", str(write_model(tmp_path / "broken", config)))
     assert_clean_failure(done, 2)
     assert "speculators config" in done.stderr
+
+
+LOCK_PROBE = """
+import fcntl, os, sys
+fd = os.open({lock!r}, os.O_RDWR | os.O_CREAT)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    state = "free"
+except OSError:
+    state = "held"
+with open({mark!r}, "a") as out:
+    out.write(os.path.basename(sys.argv[0]) + " " + state + chr(10))
+"""
+
+
+def test_vllms_own_validation_runs_without_the_trees_lock(setup, tmp_path):
+    tree, library, models = setup
+    env = make_importable(tree)
+    mark = tmp_path / "lock-states"
+    (tree / "vllm" / "__init__.py").write_text(LOCK_PROBE.format(lock=str(tree / ".patchkit" / "lock"), mark=str(mark)))
+    with_import(tree, library, *serve(models["deepseek"], models["drafter"]), env=env)
+    states = mark.read_text().splitlines()
+    assert "engine_config.py free" in states, states  # a concurrent `run` or `apply` need not wait for it

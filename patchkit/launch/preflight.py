@@ -26,6 +26,8 @@ class PreflightResult:
     command: LaunchCommand
     findings: list[Finding] = field(default_factory=list)
     tree_state: str | None = None
+    launched: LaunchCommand | None = None  # as written: what vLLM's own parser is asked to read
+    fixable: bool = False  # the series, applied, would change the tree
 
     @property
     def ok(self) -> bool:
@@ -46,7 +48,7 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
 def preflight(
     resolved, command: LaunchCommand, *, no_import: bool = False, status=None, kept: bool = False
 ) -> PreflightResult:
-    """Every finding. `status`: the tree's, when already known (`run`'s fast path: from its record);
+    """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
     `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
     from patchkit.enums import TreeState
     from patchkit.inspection import inspect
@@ -55,12 +57,13 @@ def preflight(
     target, drafter, served, command = _models(command)
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
-    result = PreflightResult(command, tree_state=str(status.state))
+    result = PreflightResult(command, tree_state=str(status.state), launched=launched)
     result.findings.append(tree_finding(resolved, status))
     if served is not None:
         result.findings.append(served)
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
     fixable = status.state == TreeState.NOT_APPLIED and status.plan is not None
+    result.fixable = fixable
     planned = status.plan.content if fixable and status.plan is not None else None
     context = LaunchContext(
         command,
@@ -80,11 +83,16 @@ def preflight(
         result.findings.extend(cached_set_checks(context))
     else:
         result.findings.extend(set_checks(context))
-    if not no_import:
-        from patchkit.launch.validation import engine_validation
-
-        result.findings.append(engine_validation(resolved.target.python, launched, fix=APPLY if fixable else None))
     return result
+
+
+def vllm_validation(resolved, result: PreflightResult) -> Finding:
+    """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
+    caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
+    from patchkit.launch.validation import engine_validation
+
+    launched = result.launched or result.command
+    return engine_validation(resolved.target.python, launched, fix=APPLY if result.fixable else None)
 
 
 def _models(command: LaunchCommand):
