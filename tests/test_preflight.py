@@ -803,3 +803,22 @@ def test_vllms_own_validation_runs_without_the_trees_lock(setup, tmp_path):
     with_import(tree, library, *serve(models["deepseek"], models["drafter"]), env=env)
     states = mark.read_text().splitlines()
     assert "engine_config.py free" in states, states  # a concurrent `run` or `apply` need not wait for it
+
+
+@pytest.mark.parametrize("value", ["", "None", "null"])
+def test_a_speculative_config_vllm_reads_as_none_is_no_speculative_decoding(setup, value):
+    tree, library, models = setup
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), f"--speculative-config={value}")
+    assert done.returncode in (0, 1), done.stderr
+    assert set(findings(done)) == {"tree-state"}
+
+
+def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_path):
+    tree, library, _ = setup
+    cache = tmp_path / "hub"
+    write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
+    (tmp_path / "work" / "lab" / "ds").mkdir(parents=True)  # ./lab/ds: no config.json in it
+    args = ["preflight", "--target", tree, "--patches", library, "--no-import", "--", "vllm", "serve", "lab/ds"]
+    done = run_cli(*args, env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path / "work")
+    assert_clean_failure(done, 4)
+    assert "has no config.json" in done.stderr

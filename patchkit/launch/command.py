@@ -60,7 +60,10 @@ class LaunchCommand:
 
     @property
     def speculative_config(self) -> dict | None:
-        return self._json("speculative-config")
+        """None when not given, or given as vLLM's optional_type reads no config: "", None or null."""
+        if self.options.get("speculative-config") in ("", "None"):
+            return None
+        return self._json("speculative-config", optional=True)
 
     @property
     def speculative_method(self) -> str | None:
@@ -101,13 +104,15 @@ class LaunchCommand:
         except ValueError:
             raise BadInput(f"--tensor-parallel-size '{value}' is not a whole number") from None
 
-    def _json(self, name: str) -> dict | None:
+    def _json(self, name: str, *, optional: bool = False) -> dict | None:
         from patchkit.launch.values import load_json
 
         value = self.options.get(name)
         if value is None or isinstance(value, dict):
             return value
         parsed = load_json(str(value), f"--{name}")
+        if parsed is None and optional:
+            return None
         if not isinstance(parsed, dict):
             raise BadInput(f"--{name} must be a JSON object, got: {value}")
         return parsed

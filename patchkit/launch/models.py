@@ -86,6 +86,11 @@ def resolve_model(
     raw = _config_bytes(local / CONFIG)
     if raw is not None:
         return _load(name, local / CONFIG, raw, overrides)
+    if local.is_dir():  # transformers reads a directory of that name, not the hub cache
+        raise TargetError(
+            f"{role} '{source}': the directory {local.resolve()} has no config.json (vLLM reads it, not the hub cache)",
+            hint="run from another directory, or give the model's full path",
+        )
     candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role)
     if candidate is not None:
         return _load(name, *candidate, overrides)
