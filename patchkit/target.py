@@ -174,8 +174,8 @@ def run_worker(
 
 
 def _run(command: list[str], stdin: str, timeout: float) -> tuple[int, str]:
-    """(exit status, error output) of a worker process; at the timeout, its whole process group is
-    killed and TimeoutExpired raised."""
+    """(exit status, error output) of a worker process; at the timeout (TimeoutExpired raised) or an
+    interrupt, its whole process group is killed."""
     import subprocess
 
     process = subprocess.Popen(
@@ -188,7 +188,7 @@ def _run(command: list[str], stdin: str, timeout: float) -> tuple[int, str]:
     )
     try:
         _, stderr = process.communicate(stdin.encode("utf-8"), timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException:  # the timeout, or an interrupt (Ctrl-C, SIGTERM): no worker outlives patchkit
         _kill_group(process)
         raise
     return process.returncode, stderr.decode("utf-8", "replace")

@@ -137,7 +137,7 @@ REGISTRY_PY = textwrap.dedent("""\
 
 def stock_files(version: str) -> dict[str, str]:
     return {
-        SPEC: SPEC_STOCK.replace("VARIABLE", WHITELIST[version]),
+        SPEC: SPEC_STOCK.replace("VARIABLE", WHITELIST.get(version, WHITELIST["0.17.0"])),
         EAGLE: EAGLE_STOCK,
         DEEPSEEK: DEEPSEEK_STOCK,
         KIMI: KIMI_STOCK,
@@ -147,7 +147,7 @@ def stock_files(version: str) -> dict[str, str]:
 
 def patched_files(version: str) -> dict[str, str]:
     return {
-        SPEC: SPEC_PATCHED.replace("VARIABLE", WHITELIST[version]),
+        SPEC: SPEC_PATCHED.replace("VARIABLE", WHITELIST.get(version, WHITELIST["0.17.0"])),
         EAGLE: EAGLE_PATCHED,
         DEEPSEEK: DEEPSEEK_PATCHED,
         KIMI: KIMI_PATCHED,

@@ -125,7 +125,7 @@ def test_a_config_yaml_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, k
 
 
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
-def test_a_hub_cache_ref_that_is_a_fifo_or_dev_zero_is_passed_over(tmp_path, kind):
+def test_a_hub_cache_ref_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, kind):
     tree, library = write_eagle3_setup(tmp_path, V16)
     repo = tmp_path / "hub" / "models--someorg--somemodel"
     write_model(repo / "snapshots" / "c0ffee", DEEPSEEK_V3)
@@ -137,7 +137,8 @@ def test_a_hub_cache_ref_that_is_a_fifo_or_dev_zero_is_passed_over(tmp_path, kin
     done = _preflight_quickly(
         tree, library, "vllm", "serve", "someorg/somemodel", env={"HF_HUB_CACHE": str(tmp_path / "hub")}
     )
-    assert done.returncode in (0, 1), done.stderr  # found through the snapshot, the ref passed over
+    assert_clean_failure(done, 4)  # no other snapshot stands in for the one refs/main should name
+    assert "cannot judge" in done.stderr and "refs/main" in done.stderr
 
 
 def test_a_model_config_json_that_is_a_fifo_is_refused_at_once(tmp_path):
@@ -287,3 +288,100 @@ def test_specs_are_recorded_json(tmp_path):
         )
         assert data["vllm"] == str(release)
         assert any("--speculative-config" in a["options"] for a in data["serve"])
+
+
+# --- review: every value a safe YAML loader or JSON can make is exit 2, never 70 ------------------
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        "{when: 2023-05-06}",
+        "{when: 2023-05-06 07:08:09}",
+        "{2023-05-06: x}",
+        "{blob: !!binary aGVsbG8=}",
+        "{kinds: !!set {p, q}}",
+        "{order: !!omap [{p: 1}]}",
+        "{pairs: !!pairs [{p: 1}, {p: 2}]}",
+        "{n: .nan, i: -.inf, z: ~, b: yes, big: 0x1F, o: 0o17}",
+    ],
+)
+@pytest.mark.parametrize("option", ["speculative-config", "hf-overrides"])
+def test_any_yaml_value_nested_in_a_config_file_object_is_read_or_refused(tmp_path, option, nested):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model: org/m\n{option}: {nested}\n")
+    try:
+        read16("--config", str(config))
+    except BadInput as exc:
+        assert "cannot pass it on as JSON" in str(exc)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--speculative-config", '{"method": "eagle3", "model": "\\ud800"}'],
+        ["--speculative-config.method", "eagle3", "--speculative-config.model", '"\\udbff"'],
+        ["--hf-overrides", '{"\\udfff": 1}'],
+        ["--config", "{yaml}"],
+    ],
+)
+@pytest.mark.parametrize("command", ["preflight", "run"])
+def test_a_lone_surrogate_in_a_launch_value_is_bad_input(tmp_path, arguments, command):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = write_model(tmp_path / "m", DEEPSEEK_V3)
+    config = tmp_path / "s.yaml"
+    config.write_text('hf-overrides: {"a": "x"}\nspeculative-config: {model: "\\ud800"}\n')  # JSON-escaped once dumped
+    arguments = [str(config) if a == "{yaml}" else a for a in arguments]
+    extra = ["--no-import"] if command == "preflight" else []
+    done = run_cli(
+        command, "--target", tree, "--patches", library, *extra, "--", "vllm", "serve", str(model), *arguments
+    )
+    assert_clean_failure(done, 2)
+
+
+@pytest.mark.parametrize("build", ["0.16.0+cu129", "0.16.0.post1", "0.16.0rc1", "0.16.0.dev3"])
+def test_a_build_is_read_with_its_releases_parser(build):
+    with pytest.raises(BadInput, match="unrecognized arguments"):
+        parse(["vllm", "serve", "org/m", "--speculative-confg", "{}"], build)  # a typo 0.16.0 refuses
+    assert parse(["vllm", "serve", "org/m"], build).release == "0.16.0"
+
+
+def test_a_release_without_a_recorded_parser_says_whose_read_it_and_cannot_judge_what_that_one_does_not_know(
+    tmp_path,
+):
+    tree, library = write_eagle3_setup(tmp_path, "0.26.0")
+    model = write_model(tmp_path / "m", DEEPSEEK_V3)
+    newest = str(recorded_releases()[-1])
+
+    def command_finding(*arguments):
+        done = run_cli(
+            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+            "--", "vllm", "serve", str(model), *arguments,
+        )  # fmt: skip
+        found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
+        return done.returncode, found[0]
+
+    rc, finding = command_finding("--spec-method", "eagle3", "--spec-model", "org/d", "-tp", "2")
+    assert rc == 1 and not finding["ok"]
+    assert "cannot judge" in finding["message"] and f"read with {newest}'s" in finding["message"]
+    assert "--spec-method, --spec-model" in finding["message"] and "serve_spec" in finding["fix"]
+    rc, finding = command_finding("-tp", "2")
+    assert rc == 0 and finding["ok"] and f"read with {newest}'s" in finding["message"]
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        lambda text: b"\xef\xbb\xbf" + text.encode("utf-8"),
+        lambda text: text.encode("utf-16"),
+        lambda text: text.encode("utf-32-le"),
+    ],
+)
+def test_a_model_config_json_transformers_cannot_read_as_utf8_is_bad_input(tmp_path, encoded):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = tmp_path / "odd-encoding"
+    model.mkdir()
+    (model / "config.json").write_bytes(encoded(json.dumps(DEEPSEEK_V3)))
+    done = _preflight_quickly(tree, library, "vllm", "serve", str(model))
+    assert_clean_failure(done, 2)
+    assert "config.json" in done.stderr

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -125,7 +126,8 @@ def test_a_drafter_check_that_cannot_judge_says_so_and_does_not_pass(
     done = preflight(tree, library, *serve(target, drafter))
     assert_clean_failure(done, 1)
     assert check in failed(done)
-    assert findings(done)[check]["fix"]
+    assert "cannot judge" in findings(done)[check]["message"]
+    assert findings(done)[check]["fix"] and "trained for this target" not in findings(done)[check]["fix"]
 
 
 def test_text_output_names_each_fault_and_its_fix(setup):
@@ -202,6 +204,8 @@ def test_hub_ids_resolve_offline_from_the_hf_cache_refs_main_first(setup, tmp_pa
     (cache / "models--moonlab--kimi-like" / "refs").mkdir()
     (cache / "models--moonlab--kimi-like" / "refs" / "main").write_text("aaaa1111\n")
     write_hub_snapshot(cache, "drafts/eagle3-small", "0123abcd", DRAFTER)
+    (cache / "models--drafts--eagle3-small" / "refs").mkdir()
+    (cache / "models--drafts--eagle3-small" / "refs" / "main").write_text("0123abcd")
     done = preflight(
         tree, library, *serve("moonlab/kimi-like", "drafts/eagle3-small"), env={"HF_HUB_CACHE": str(cache)}
     )
@@ -254,6 +258,7 @@ def test_parse_reads_env_prefix_aliases_and_ignores_unknown_options():
 
 FAKE_ARG_UTILS = """
 import json
+import os
 
 
 class AsyncEngineArgs:
@@ -380,7 +385,8 @@ def test_a_refs_main_that_leaves_the_cache_is_not_followed(setup, tmp_path):
     (cache / "models--deep--seek-like" / "refs").mkdir()
     (cache / "models--deep--seek-like" / "refs" / "main").write_text(f"../../../elsewhere/{outside.name}\n")
     done = preflight(tree, library, *serve("deep/seek-like", models["drafter"]), env={"HF_HUB_CACHE": str(cache)})
-    assert failed(done) == STOCK_FAULTS_DEEPSEEK  # the snapshot inside the cache: deepseek_v3, rejected
+    assert_clean_failure(done, 4)  # neither followed out of the cache nor replaced by another snapshot
+    assert "cannot judge" in done.stderr and "names no snapshot" in done.stderr
 
 
 def test_a_registry_symlinked_out_of_the_tree_is_not_read(setup, tmp_path):
@@ -609,11 +615,12 @@ def test_a_short_option_the_installed_vllm_does_not_declare_is_a_finding(tmp_pat
     arg_utils.parent.mkdir(parents=True)
     arg_utils.write_text('parser.add_argument("--tensor-parallel-size", "-tp")\n')
     command = parse(["vllm", "serve", "org/m", "-tp", "2", "-sc", "{}"], "0.16.1")
-    [found] = command_findings(LaunchContext(command, None, None, tmp_path, None, None))  # type: ignore[arg-type]
-    assert not found.ok and found.message.startswith("the installed vLLM has no option -sc")
-    assert found.fix == "write --speculative-config"
+    found = command_findings(LaunchContext(command, None, None, tmp_path, None, None))  # type: ignore[arg-type]
+    [short] = [f for f in found if f.message.startswith("the installed vLLM has no option -sc")]
+    assert not short.ok and short.fix == "write --speculative-config"
     command = parse(["vllm", "serve", "org/m", "-tp", "2"], "0.16.1")
-    assert command_findings(LaunchContext(command, None, None, tmp_path, None, None)) == []  # type: ignore[arg-type]
+    found = command_findings(LaunchContext(command, None, None, tmp_path, None, None))  # type: ignore[arg-type]
+    assert [f.ok for f in found] == [True] and "read with 0.16.0's" in found[0].message
 
 
 def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup):
@@ -624,3 +631,195 @@ def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup
     supports = findings(done)["supports-eagle3"]
     assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
     assert "vLLM's supports_eagle3() not asked: this vLLM's ModelRegistry has no table of models" in supports["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "checked"),
+    [
+        ("Org_Qwen-EAGLE3-draft", None, True),  # vLLM infers eagle3 from the name
+        ("my-eagle3-head", "draft_model", True),  # and replaces a method other than eagle/eagle3
+        ("EAGLE-3-head", None, False),  # "eagle-" wins: vLLM reads it as EAGLE-1
+        ("eagle3-head", "eagle", False),  # a method given as eagle is kept
+        ("plain-head", None, False),
+    ],
+)
+def test_the_method_vllm_infers_from_the_drafters_name_is_the_one_checked(setup, tmp_path, name, method, checked):
+    # the whole name counts, as in vLLM: the test directory holds no "eagle"
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / name, {**DRAFTER, "target_hidden_size": 5120})
+    spec = {"model": str(drafter), "num_speculative_tokens": 3, **({"method": method} if method else {})}
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec))
+    assert ("drafter-hidden-size" in failed(done)) is checked, done.stdout
+    assert done.returncode == (1 if checked else 0)
+
+
+# --- the model config vLLM reads: revision, --hf-config-path, the launch's cache -----------------
+
+NARROW = {**DEEPSEEK_V3, "hidden_size": 4096}  # the config vLLM reads: the drafter (7168) does not fit it
+COMMIT_A, COMMIT_B = "a" * 40, "b" * 40
+
+
+def write_cached_repo(cache: Path, repo: str, snapshots: dict[str, dict], refs: dict[str, str]) -> Path:
+    org, name = repo.split("/")
+    root = cache / f"models--{org}--{name}"
+    for commit, config in snapshots.items():
+        write_model(root / "snapshots" / commit, config)
+    for ref, commit in refs.items():
+        (root / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
+        (root / "refs" / ref).write_text(commit)
+    return root
+
+
+def checked_hidden_size(tree, library, drafter, *command, env=None) -> int:
+    done = preflight(
+        tree,
+        library,
+        *command,
+        "--speculative-config",
+        json.dumps({"method": "eagle3", "model": str(drafter)}),
+        env=env,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    return 4096 if "drafter-hidden-size" in failed(done) else 7168
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reads"),
+    [
+        ([], 7168),
+        (["--revision", COMMIT_B], 4096),
+        (["--revision", "v2"], 4096),  # a tag: refs/tags-like names are refs/<name>
+        (["--revision", "refs/pr/1"], 4096),
+    ],
+)
+def test_the_revision_vllm_reads_is_the_one_checked(setup, tmp_path, arguments, reads):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    cache = tmp_path / "hub"
+    refs = {"main": COMMIT_A, "v2": COMMIT_B, "refs/pr/1": COMMIT_B}
+    write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3, COMMIT_B: NARROW}, refs)
+    env = {"HF_HUB_CACHE": str(cache)}
+    assert (
+        checked_hidden_size(tree, library, models["drafter"], "vllm", "serve", "lab/ds", *arguments, env=env) == reads
+    )
+
+
+def test_hf_config_path_is_the_config_checked(setup, tmp_path):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    narrow = write_model(tmp_path / "narrow-config", NARROW)
+    command = ["vllm", "serve", str(models["deepseek"]), "--hf-config-path", str(narrow)]
+    assert checked_hidden_size(tree, library, models["drafter"], *command) == 4096
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {"XDG_CACHE_HOME": "{tmp}/xdg"},  # HF_HOME unset: XDG_CACHE_HOME/huggingface/hub
+        {"HUGGINGFACE_HUB_CACHE": "{tmp}/xdg/huggingface/hub"},  # the legacy name
+        {"HOME": "{tmp}/home", "HF_HOME": "~/../xdg/huggingface"},  # ~ is the launch's HOME
+        {"XDG_CACHE_HOME": "{tmp}/elsewhere", "HF_HUB_CACHE": "$CACHE/hub", "CACHE": "{tmp}/xdg/huggingface"},
+    ],
+)
+def test_the_hub_cache_is_found_as_huggingface_hub_finds_it_in_the_launchs_environment(setup, tmp_path, variables):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    write_cached_repo(tmp_path / "xdg" / "huggingface" / "hub", "lab/ds", {COMMIT_B: NARROW}, {"main": COMMIT_B})
+    write_cached_repo(tmp_path / "decoy", "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
+    (tmp_path / "home").mkdir()
+    assignments = [f"{k}={v.format(tmp=tmp_path)}" for k, v in variables.items()]
+    # patchkit's own environment names the decoy: `env -i` leaves the launch none of it
+    env = {"HF_HUB_CACHE": str(tmp_path / "decoy"), "HF_HOME": str(tmp_path / "decoy")}
+    command = ["env", "-i", *assignments, "vllm", "serve", "lab/ds"]
+    assert checked_hidden_size(tree, library, models["drafter"], *command, env=env) == 4096
+
+
+@pytest.mark.parametrize("ref", ["missing-snapshot", "fifo", "no-ref"])
+def test_a_revision_the_cache_holds_no_snapshot_for_cannot_be_judged(setup, tmp_path, ref):
+    tree, library, models = setup
+    cache = tmp_path / "hub"
+    root = write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {} if ref == "no-ref" else {"main": COMMIT_B})
+    if ref == "fifo":
+        (root / "refs" / "main").unlink()
+        os.mkfifo(root / "refs" / "main")
+    done = preflight(tree, library, *serve("lab/ds", models["drafter"]), env={"HF_HUB_CACHE": str(cache)})
+    assert_clean_failure(done, 4)
+    assert "cannot judge" in done.stderr and "lab/ds" in done.stderr
+
+
+def speculator_config(verifier: Path, **fields) -> dict:
+    return {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_config": {
+            "proposal_methods": [{"speculative_tokens": 3}],
+            "verifier": {"name_or_path": str(verifier)},
+        },
+        "transformer_layer_config": {"model_type": "llama", "hidden_size": 7168, "vocab_size": 129280},
+        "draft_vocab_size": 32000,
+        "eagle_aux_hidden_state_layer_ids": [1, 29, 57],
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(("fields", "fails"), [({}, set()), ({"target_hidden_size": 5120}, {"drafter-hidden-size"})])
+def test_a_speculators_format_model_is_checked_as_its_verifiers_drafter(setup, tmp_path, fields, fails):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    model = write_model(tmp_path / "spec-format", speculator_config(models["deepseek"], **fields))
+    done = preflight(tree, library, "vllm", "serve", str(model))
+    assert failed(done) == fails, done.stdout
+    assert set(findings(done)) >= DRAFTER_CHECKS  # EAGLE-3 checked, against the verifier
+    assert f"serves its verifier {models['deepseek']}" in findings(done)["command"]["message"]
+
+
+def test_a_speculators_config_vllm_refuses_is_exit_2(setup, tmp_path):
+    tree, library, models = setup
+    config = speculator_config(models["deepseek"])
+    del config["speculators_config"]["verifier"]
+    done = preflight(tree, library, "vllm", "serve", str(write_model(tmp_path / "broken", config)))
+    assert_clean_failure(done, 2)
+    assert "speculators config" in done.stderr
+
+
+LOCK_PROBE = """
+import fcntl, os, sys
+fd = os.open({lock!r}, os.O_RDWR | os.O_CREAT)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    state = "free"
+except OSError:
+    state = "held"
+with open({mark!r}, "a") as out:
+    out.write(os.path.basename(sys.argv[0]) + " " + state + chr(10))
+"""
+
+
+def test_vllms_own_validation_runs_without_the_trees_lock(setup, tmp_path):
+    tree, library, models = setup
+    env = make_importable(tree)
+    mark = tmp_path / "lock-states"
+    (tree / "vllm" / "__init__.py").write_text(LOCK_PROBE.format(lock=str(tree / ".patchkit" / "lock"), mark=str(mark)))
+    with_import(tree, library, *serve(models["deepseek"], models["drafter"]), env=env)
+    states = mark.read_text().splitlines()
+    assert "engine_config.py free" in states, states  # a concurrent `run` or `apply` need not wait for it
+
+
+@pytest.mark.parametrize("value", ["", "None", "null"])
+def test_a_speculative_config_vllm_reads_as_none_is_no_speculative_decoding(setup, value):
+    tree, library, models = setup
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), f"--speculative-config={value}")
+    assert done.returncode in (0, 1), done.stderr
+    assert set(findings(done)) == {"tree-state"}
+
+
+def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_path):
+    tree, library, _ = setup
+    cache = tmp_path / "hub"
+    write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
+    (tmp_path / "work" / "lab" / "ds").mkdir(parents=True)  # ./lab/ds: no config.json in it
+    args = ["preflight", "--target", tree, "--patches", library, "--no-import", "--", "vllm", "serve", "lab/ds"]
+    done = run_cli(*args, env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path / "work")
+    assert_clean_failure(done, 4)
+    assert "has no config.json" in done.stderr

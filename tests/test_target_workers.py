@@ -238,3 +238,35 @@ def test_a_symlinked_verdicts_directory_is_never_read_or_written_through(monkeyp
     monkeypatch.setattr(syntax, "_JUDGED", {})
     assert syntax.compile_sources({"b.py": b"def f(:\n"}, None)
     assert list(elsewhere.rglob("*")) == []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")  # reaped or a zombie: no longer running
+
+
+def test_an_interrupt_kills_the_workers_whole_process_group(tmp_path):
+    import signal
+    import time
+
+    pidfile = tmp_path / "grandchild"
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            target_mod._run(["sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"], "", timeout=60)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)

@@ -18,13 +18,13 @@ SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
 MODELS_DIR = "vllm/model_executor/models"
 DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
+LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 SUPPORTS_FIX = "the installed model class does not implement SupportsEagle3: run `patchkit status`"
 
 
 def checks(launch) -> list[Finding]:
-    spec = launch.command.speculative_config or {}
-    if spec.get("method") != "eagle3":
+    if launch.command.speculative_method != "eagle3":
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
@@ -144,7 +144,8 @@ def aux_layers(launch) -> Finding:
     if layers is None:
         return Finding("drafter-aux-layers", True, "drafter names no eagle_aux_hidden_state_layer_ids (vLLM's default)")
     if not _whole(count) or not all(_whole(n) for n in layers):
-        return Finding("drafter-aux-layers", False, f"cannot compare layers {layers} with {count}", DRAFTER_FIX)
+        message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
+        return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
     beyond = [n for n in layers if not 0 <= n < count]
     if beyond:
         message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} not below the target's {count} layers"

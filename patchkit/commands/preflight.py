@@ -38,21 +38,26 @@ def run_preflight(ui, opts, launch_command, *, no_import: bool, shortcut: bool =
     parser reads it, then the findings (`shortcut`: `run`'s fast path on an applied tree,
     patchkit/launch/shortcut.py)."""
     from patchkit.launch.command import read
-    from patchkit.launch.preflight import default_options, preflight
+    from patchkit.launch.preflight import default_options, preflight, vllm_validation
     from patchkit.transaction import consistent_read
 
     resolved = resolve_telling(ui, default_options(opts, launch_command))
     launch_command = read(launch_command, resolved.vllm_version)
+    result = None
     if shortcut:
         from patchkit.launch.shortcut import recorded_status
 
         status = recorded_status(resolved)  # no lock: see there why none is needed
         if status is not None:
-            return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
-    with consistent_read(resolved.target.root) as recovered:
-        if recovered:
-            ui.warn(recovered)
-        return preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
+            result = preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
+    if result is None:
+        with consistent_read(resolved.target.root) as recovered:
+            if recovered:
+                ui.warn(recovered)
+            result = preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
+    if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
+        result.findings.append(vllm_validation(resolved, result))
+    return result
 
 
 def show(ui, result, fmt: str) -> None:

@@ -22,6 +22,7 @@ from patchkit.errors import BadInput
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
+_ENV_FLAGS = ("-i", "-", "--ignore-environment", "--")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
 
@@ -31,12 +32,20 @@ class LaunchCommand:
     argv: list[str]  # what `run` executes (the whole command, env prefix included)
     program: str  # `vllm` or the python interpreter as written
     env: dict[str, str] = field(default_factory=dict)  # the `env VAR=VALUE` prefix
+    clean_env: bool = False  # `env -i`: the launch inherits no environment
     options: dict[str, object] = field(default_factory=dict)  # option name (dashed) -> value
     model: str | None = None
     arguments: list[str] = field(default_factory=list)  # what vLLM's parser reads (after `serve` / the module)
     serve: bool = True  # `vllm serve` (else `python -m vllm.entrypoints.openai.api_server`)
     notes: list[str] = field(default_factory=list)  # what vLLM reads otherwise than it was written
     release: str | None = None  # the release whose recorded parser read the arguments (None: not read yet)
+    exact: bool = True  # that parser is the installed release's own (else the nearest recorded one)
+    unread: list[str] = field(default_factory=list)  # arguments that parser does not know (not exact)
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """The environment vLLM runs with: patchkit's own (unless `env -i`) under the `env` prefix."""
+        return dict(self.env) if self.clean_env else {**os.environ, **self.env}
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""
@@ -51,7 +60,28 @@ class LaunchCommand:
 
     @property
     def speculative_config(self) -> dict | None:
-        return self._json("speculative-config")
+        """None when not given, or given as vLLM's optional_type reads no config: "", None or null."""
+        if self.options.get("speculative-config") in ("", "None"):
+            return None
+        return self._json("speculative-config", optional=True)
+
+    @property
+    def speculative_method(self) -> str | None:
+        """The method vLLM's SpeculativeConfig settles on (config/speculative.py, the same rule in
+        every release 0.11.0-0.33.0): a method other than eagle/eagle3, ngram or suffix, or none, is
+        replaced by what the drafter's name says ("eagle-" in it: eagle; else "eagle3": eagle3)."""
+        spec = self.speculative_config or {}
+        method, drafter = spec.get("method"), spec.get("model")
+        if method in ("eagle", "eagle3", "ngram", "[ngram]", "suffix") or not isinstance(drafter, str):
+            return method if isinstance(method, str) else None
+        if drafter in ("ngram", "[ngram]"):
+            return "ngram" if method is None else str(method)
+        name = drafter.lower()
+        if "eagle-" in name:
+            return "eagle"
+        if "eagle3" in name:
+            return "eagle3"
+        return method if isinstance(method, str) else None
 
     @property
     def hf_overrides(self) -> dict:
@@ -74,13 +104,15 @@ class LaunchCommand:
         except ValueError:
             raise BadInput(f"--tensor-parallel-size '{value}' is not a whole number") from None
 
-    def _json(self, name: str) -> dict | None:
+    def _json(self, name: str, *, optional: bool = False) -> dict | None:
         from patchkit.launch.values import load_json
 
         value = self.options.get(name)
         if value is None or isinstance(value, dict):
             return value
         parsed = load_json(str(value), f"--{name}")
+        if parsed is None and optional:
+            return None
         if not isinstance(parsed, dict):
             raise BadInput(f"--{name} must be a JSON object, got: {value}")
         return parsed
@@ -104,7 +136,7 @@ def frame(argv: list[str]) -> LaunchCommand:
     """The program, its `env` prefix and the arguments its parser will read, not read yet."""
     if not argv:
         raise BadInput("no launch command given", hint="patchkit preflight -- vllm serve MODEL [args]")
-    env, rest = _env_prefix(argv)
+    env, clean, rest = _env_prefix(argv)
     if not rest:
         raise BadInput("the launch command names no program after `env`")
     program, args = rest[0], rest[1:]
@@ -119,7 +151,7 @@ def frame(argv: list[str]) -> LaunchCommand:
         arguments, serve = args[2:], False
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
-    return LaunchCommand(list(argv), program, env, arguments=list(arguments), serve=serve)
+    return LaunchCommand(list(argv), program, env, clean, arguments=list(arguments), serve=serve)
 
 
 def read(command: LaunchCommand, version=None) -> LaunchCommand:
@@ -132,7 +164,13 @@ def read(command: LaunchCommand, version=None) -> LaunchCommand:
     if reading.model is None:
         raise BadInput("the launch command names no model (positional MODEL or --model)")
     read = dataclasses.replace(
-        command, options=reading.options, model=reading.model, notes=list(reading.notes), release=spec.release
+        command,
+        options=reading.options,
+        model=reading.model,
+        notes=list(reading.notes),
+        release=spec.release,
+        exact=spec.exact,
+        unread=list(reading.unread),
     )
     _ = read.speculative_config, read.hf_overrides, read.tensor_parallel_size  # each read now: exit 2
     return read
@@ -142,17 +180,21 @@ def _spells(token: str, option: str) -> bool:
     return token == option or token.startswith((f"{option}=", f"{option}."))
 
 
-def _env_prefix(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+def _env_prefix(argv: list[str]) -> tuple[dict[str, str], bool, list[str]]:
+    """`env [-i] [VAR=VALUE ...]`: the variables set, and whether the environment is cleared."""
     if Path(argv[0]).name != "env":
-        return {}, argv
+        return {}, False, argv
     env: dict[str, str] = {}
+    clean = False
     index = 1
-    while index < len(argv) and (_ENV_ASSIGNMENT.match(argv[index]) or argv[index] in ("-i", "--")):
+    while index < len(argv) and (_ENV_ASSIGNMENT.match(argv[index]) or argv[index] in _ENV_FLAGS):
         if "=" in argv[index]:
             key, value = argv[index].split("=", 1)
             env[key] = value
+        else:
+            clean = clean or argv[index] != "--"
         index += 1
-    return env, argv[index:]
+    return env, clean, argv[index:]
 
 
 def script_interpreter(script: Path) -> str | None:

@@ -1,15 +1,19 @@
-"""Finding a model's config.json offline: a local directory, or a hub id in the Hugging Face cache.
+"""Finding a model's config.json offline, as vLLM (transformers, huggingface_hub) finds it: a local
+directory, else a hub id in the Hugging Face cache at the revision the launch asks for.
 
-Nothing is ever downloaded. The cache is HF_HUB_CACHE, else HF_HOME/hub, else
-~/.cache/huggingface/hub (the launch's `env` prefix wins over patchkit's own environment); a hub id
-`org/name` is `models--org--name/snapshots/<revision>/config.json`, the revision refs/main names
-preferred. A model found nowhere is TargetError (exit 4) naming every place looked at; a config.json
-that is not a JSON object is BadInput (exit 2).
+Nothing is ever downloaded. The cache is huggingface_hub's (constants.py): HF_HUB_CACHE, else
+HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else
+~/.cache/huggingface/hub, read from the launch's own environment (its `env` prefix; `env -i`: that
+alone). A hub id `org/name` at revision REV (default main) is `models--org--name/snapshots/C/config.json`
+where C is what refs/REV names (REV itself without such a ref). A model found nowhere, or a revision
+whose snapshot is not cached (vLLM would download it), is TargetError (exit 4) naming what was
+looked at; a config.json that is not a JSON object is BadInput (exit 2).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,27 +46,56 @@ class ModelConfig:
         return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
 
 
-def hub_cache(env: dict[str, str]) -> Path:
-    merged = {**os.environ, **env}
-    if merged.get("HF_HUB_CACHE"):
-        return Path(merged["HF_HUB_CACHE"]).expanduser()
-    if merged.get("HF_HOME"):
-        return Path(merged["HF_HOME"]).expanduser() / "hub"
-    return Path.home() / ".cache" / "huggingface" / "hub"
+def hub_cache(environ: dict[str, str]) -> Path:
+    """huggingface_hub's cache directory for a process with environment `environ`."""
+    home = environ.get("HOME") or str(Path.home())
+    hf_home = environ.get(
+        "HF_HOME", os.path.join(environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache")), "huggingface")
+    )
+    hf_home = _expanded(hf_home, environ)
+    return Path(
+        _expanded(
+            environ.get("HF_HUB_CACHE", environ.get("HUGGINGFACE_HUB_CACHE", os.path.join(hf_home, "hub"))), environ
+        )
+    )
 
 
-def resolve_model(name: str, env: dict[str, str], *, overrides: dict | None = None, role: str = "model") -> ModelConfig:
+def _expanded(path: str, environ: dict[str, str]) -> str:
+    """os.path.expandvars(os.path.expanduser(path)) with `environ` as the environment."""
+    if path.startswith("~") and (path == "~" or path[1] == "/") and environ.get("HOME"):
+        path = environ["HOME"] + path[1:]
+    path = os.path.expanduser(path)
+    return re.sub(r"\$(\w+|\{[^}]*\})", lambda m: environ.get(m.group(1).strip("{}"), m.group(0)), path)
+
+
+def resolve_model(
+    name: str,
+    environ: dict[str, str],
+    *,
+    overrides: dict | None = None,
+    role: str = "model",
+    revision: str | None = None,
+    config_path: str | None = None,
+) -> ModelConfig:
+    """The config.json vLLM reads for model `name` (`config_path`: --hf-config-path, read instead of
+    the model's own; `revision`: --revision, for a hub id)."""
     looked: list[str] = []
-    local = Path(name).expanduser()
+    source = config_path or name
+    local = Path(source).expanduser()
     looked.append(str(local / CONFIG))
     raw = _config_bytes(local / CONFIG)
     if raw is not None:
         return _load(name, local / CONFIG, raw, overrides)
-    candidate = _in_hub_cache(name, hub_cache(env), looked)
+    if local.is_dir():  # transformers reads a directory of that name, not the hub cache
+        raise TargetError(
+            f"{role} '{source}': the directory {local.resolve()} has no config.json (vLLM reads it, not the hub cache)",
+            hint="run from another directory, or give the model's full path",
+        )
+    candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role)
     if candidate is not None:
         return _load(name, *candidate, overrides)
     raise TargetError(
-        f"{role} '{name}': no config.json found (looked at: {'; '.join(looked)})",
+        f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})",
         hint="patchkit never downloads: point at a local directory, or fetch the model into the Hugging Face cache first",
     )
 
@@ -75,42 +108,62 @@ def _config_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _in_hub_cache(name: str, cache: Path, looked: list[str]) -> tuple[Path, bytes] | None:
+def _in_hub_cache(name: str, cache: Path, revision: str, looked: list[str], role: str) -> tuple[Path, bytes] | None:
     parts = name.split("/")
     if len(parts) != 2 or any(unsafe_reason(p) or not p or "/" in p for p in parts):
         return None
     repo = cache / f"models--{parts[0]}--{parts[1]}"
-    snapshots = repo / "snapshots"
-    looked.append(str(snapshots / "*" / CONFIG))
-    ref = _read_ref(repo / "refs" / "main")
-    preferred = _config_bytes(snapshots / ref / CONFIG) if ref else None
-    if ref and preferred is not None:
-        return snapshots / ref / CONFIG, preferred
-    try:
-        revisions = sorted(p for p in snapshots.iterdir() if (p / CONFIG).is_file())
-    except OSError:
+    if not repo.is_dir():
+        looked.append(str(repo / "snapshots" / "*" / CONFIG))
         return None
-    for revision in reversed(revisions):
-        raw = _config_bytes(revision / CONFIG)
-        if raw is not None:
-            return revision / CONFIG, raw
-    return None
+    commit = _snapshot_of(repo, revision, role, name)
+    path = repo / "snapshots" / commit / CONFIG
+    looked.append(str(path))
+    raw = _config_bytes(path)
+    if raw is None:
+        raise TargetError(
+            f"cannot judge: {role} '{name}' at revision {revision}: the cache holds no config.json for it "
+            f"({path} absent; vLLM would download it)",
+            hint=f"fetch that revision (huggingface-cli download {name} --revision {revision}), or point at a local directory",
+        )
+    return path, raw
 
 
-def _read_ref(path: Path) -> str | None:
-    """refs/main's commit: a short regular file (a fifo, a device or a large file names none)."""
+def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
+    """The snapshot directory a revision names, as huggingface_hub finds it: the commit refs/REV holds,
+    else REV itself. A ref that cannot be read (a fifo, a device, not a commit) judges nothing."""
+    if not revision or revision.startswith("/") or any(p in ("", ".", "..") for p in revision.split("/")):
+        raise BadInput(f"revision '{revision}' is no revision name")
+    ref = repo / "refs" / revision
     try:
-        text = read_named_file(path, REF_LIMIT, "hub cache ref").decode("ascii").strip()
-    except (OSError, UnicodeDecodeError, BadInput):
-        return None
-    return text if text and not unsafe_reason(text) and "/" not in text else None
+        text = read_named_file(ref, REF_LIMIT, "hub cache ref").decode("ascii").strip()
+    except FileNotFoundError:
+        return revision
+    except (OSError, UnicodeDecodeError, BadInput) as exc:
+        raise TargetError(
+            f"cannot judge: {role} '{name}': {ref} names no snapshot ({exc})",
+            hint=f"fetch the model again (huggingface-cli download {name}), or point at a local directory",
+        ) from None
+    if not text or unsafe_reason(text) or "/" in text:
+        raise TargetError(
+            f"cannot judge: {role} '{name}': {ref} names no snapshot", hint=f"fetch the model again ({name})"
+        )
+    return text
 
 
 def _load(name: str, path: Path, raw: bytes, overrides: dict | None) -> ModelConfig:
-    config = load_json(raw, str(path))
+    try:
+        text = raw.decode("utf-8")  # as transformers reads it: a BOM or UTF-16 is no JSON to it
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path} is not valid JSON to transformers (not UTF-8: {exc.reason})") from None
+    config = load_json(text, str(path))
     if not isinstance(config, dict):
         raise BadInput(f"{path} is not a JSON object")
     return ModelConfig(name, path, _merged(config, overrides or {}))
+
+
+def with_overrides(model: ModelConfig, overrides: dict) -> ModelConfig:
+    return ModelConfig(model.name, model.path, _merged(model.config, overrides)) if overrides else model
 
 
 def _merged(config: dict, overrides: dict) -> dict:

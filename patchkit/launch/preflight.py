@@ -26,6 +26,8 @@ class PreflightResult:
     command: LaunchCommand
     findings: list[Finding] = field(default_factory=list)
     tree_state: str | None = None
+    launched: LaunchCommand | None = None  # as written: what vLLM's own parser is asked to read
+    fixable: bool = False  # the series, applied, would change the tree
 
     @property
     def ok(self) -> bool:
@@ -46,20 +48,22 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
 def preflight(
     resolved, command: LaunchCommand, *, no_import: bool = False, status=None, kept: bool = False
 ) -> PreflightResult:
-    """Every finding. `status`: the tree's, when already known (`run`'s fast path: from its record);
+    """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
     `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
     from patchkit.enums import TreeState
     from patchkit.inspection import inspect
 
-    target = resolve_model(str(command.model), command.env, overrides=command.hf_overrides, role="model")
-    drafter_name = (command.speculative_config or {}).get("model")
-    drafter = resolve_model(str(drafter_name), command.env, role="drafter") if drafter_name else None
+    launched = command  # as written: what vLLM's own parser is asked to read
+    target, drafter, served, command = _models(command)
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
-    result = PreflightResult(command, tree_state=str(status.state))
+    result = PreflightResult(command, tree_state=str(status.state), launched=launched)
     result.findings.append(tree_finding(resolved, status))
+    if served is not None:
+        result.findings.append(served)
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
     fixable = status.state == TreeState.NOT_APPLIED and status.plan is not None
+    result.fixable = fixable
     planned = status.plan.content if fixable and status.plan is not None else None
     context = LaunchContext(
         command,
@@ -79,11 +83,54 @@ def preflight(
         result.findings.extend(cached_set_checks(context))
     else:
         result.findings.extend(set_checks(context))
-    if not no_import:
-        from patchkit.launch.validation import engine_validation
-
-        result.findings.append(engine_validation(resolved.target.python, command, fix=APPLY if fixable else None))
     return result
+
+
+def vllm_validation(resolved, result: PreflightResult) -> Finding:
+    """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
+    caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
+    from patchkit.launch.validation import engine_validation
+
+    launched = result.launched or result.command
+    return engine_validation(resolved.target.python, launched, fix=APPLY if result.fixable else None)
+
+
+def _models(command: LaunchCommand):
+    """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
+    configs vLLM reads, a speculators-format model served as its verifier's drafter."""
+    from patchkit.launch.models import with_overrides
+    from patchkit.launch.speculators import speculator
+
+    revision = _text(command.options.get("revision"))
+    model = resolve_model(
+        str(command.model),
+        command.environ,
+        role="model",
+        revision=revision,
+        config_path=_text(command.options.get("hf-config-path")),
+    )
+    served = speculator(model)
+    if served is not None:
+        options = {**command.options, "speculative-config": served.speculative_config, "tokenizer": served.verifier}
+        command = dataclasses.replace(command, model=served.verifier, options=options)
+        target = resolve_model(served.verifier, command.environ, role="verifier", revision=revision)
+        note = (
+            f"{model.name} is a speculators-format model: vLLM serves its verifier {served.verifier} with it as "
+            f"the {served.speculative_config['method']} drafter (the command's --speculative-config is dropped)"
+        )
+        return with_overrides(target, command.hf_overrides), served.drafter, Finding(COMMAND, True, note), command
+    spec = command.speculative_config or {}
+    drafter_name = spec.get("model")
+    drafter = (
+        resolve_model(str(drafter_name), command.environ, role="drafter", revision=_text(spec.get("revision")))
+        if drafter_name
+        else None
+    )
+    return with_overrides(model, command.hf_overrides), drafter, None, command
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def command_findings(context: LaunchContext) -> list[Finding]:
@@ -93,12 +140,29 @@ def command_findings(context: LaunchContext) -> list[Finding]:
 
     command = context.command
     found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
+    if not command.exact:
+        found.append(_lenient_reading(command, context.version))
     declared = context.read(ARG_UTILS)
     for option in sorted(command.short_options()):
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     return found
+
+
+def _lenient_reading(command: LaunchCommand, version) -> Finding:
+    """A release without a recorded parser: which release's parser read the command, and, when that
+    parser does not know an argument (a speculative option of the newer release?), cannot judge."""
+    read_with = f"vLLM {version} has no recorded parser spec: the command was read with {command.release}'s"
+    if not command.unread:
+        return Finding(COMMAND, True, read_with)
+    unknown = ", ".join(a for a in command.unread if a.startswith("-")) or " ".join(command.unread)
+    message = f"cannot judge: {read_with}, which does not know {unknown} (vLLM {version} may read them)"
+    fix = (
+        f"write them as vLLM {command.release} spells them (e.g. --speculative-config JSON), or record vLLM "
+        f"{version}'s parser: python -m patchkit.maintainer.serve_spec --python VLLM_PYTHON {version}"
+    )
+    return Finding(COMMAND, False, message, fix)
 
 
 def tree_finding(resolved, status) -> Finding:

@@ -8,9 +8,10 @@ kind, written by `python -m patchkit.maintainer.serve_spec` from vLLM's real par
 applies its own rules: prefix matching and its ambiguity error, the last of a repeated option,
 options that take no value, `--opt=value`, `--`, negative numbers.
 
-For a release with a recorded spec, what its parser refuses (an ambiguous prefix, an unknown
-option, a missing value) is BadInput, as vLLM refuses it. Another release is read with the nearest
-recorded spec, unknown options ignored.
+For a release with a recorded spec (a build judged by its release: 0.16.0+cu129 is 0.16.0), what
+its parser refuses (an ambiguous prefix, an unknown option, a missing value) is BadInput, as vLLM
+refuses it. Another release is read with the nearest recorded spec; what that spec does not know is
+kept in Reading.unread, for the preflight to say it cannot judge the command.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput
 from patchkit.launch.values import load_json, load_yaml_config
+from patchkit.version import release_version
 
 SPECS = Path(__file__).with_name("specs")
 _NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--` and the first `.`
@@ -38,6 +40,7 @@ class Reading:
     options: dict[str, object]  # dest, dashed (`speculative-config`) -> value, for the options given
     model: str | None
     notes: tuple[str, ...]  # what vLLM reads otherwise than it was written
+    unread: tuple[str, ...] = ()  # arguments the (lenient) spec does not know: its release may read them
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,7 +60,7 @@ def spec_for(version: Version | str | None) -> Spec:
     release, the newest for none), read leniently."""
     releases = recorded_releases()
     try:
-        wanted = Version(str(version)) if version is not None else None
+        wanted = release_version(Version(str(version))) if version is not None else None
     except InvalidVersion:
         wanted = None
     if wanted is not None and wanted in releases:
@@ -83,7 +86,7 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
         _positional_model_with_served_name(args)
     plain, dotted = _dotted_objects(_renamed(args, release))
     parser = _parser(spec.release, serve)
-    both = _parsed(parser, plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))], spec)
+    both, unread = _parsed(parser, plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))], spec)
     given = _given_plainly(parser, plain, spec) if dotted else {}
     notes = tuple(
         f"{_option(dest)} is given as JSON and key by key: vLLM keeps only the key-by-key object "
@@ -94,14 +97,14 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     options = {dest.replace("_", "-"): value for dest, value in both.items()}
     model = options.pop("model-tag", None) if serve else None
     found = model if model is not None else options.get("model")
-    return Reading(options, None if found is None else str(found), notes)
+    return Reading(options, None if found is None else str(found), notes, tuple(unread))
 
 
 def _given_plainly(parser: argparse.ArgumentParser, plain: list[str], spec: Spec) -> dict[str, object]:
     """The options as read without the dotted objects: what those replace ({} when the command
     reads only with them)."""
     try:
-        return _parsed(parser, plain, spec)
+        return _parsed(parser, plain, spec)[0]
     except BadInput:
         return {}
 
@@ -177,10 +180,19 @@ def _config_file_args(path: str) -> list[str]:
         elif isinstance(value, list):
             args += [f"--{key}", *map(str, value)] if value else []
         elif isinstance(value, dict):
-            args += [f"--{key}", json.dumps(value)]
+            args += [f"--{key}", _as_json(value, f"--config {path}: {key}")]
         else:
             args += [f"--{key}", str(value)]
     return args
+
+
+def _as_json(value: dict, what: str) -> str:
+    """A config file's object as the JSON vLLM makes of it; what json.dumps cannot write (a YAML date,
+    !!binary or !!set) is refused, as vLLM's json.dumps fails on it."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"{what}: vLLM cannot pass it on as JSON: {exc}") from None
 
 
 def _renamed(args: list[str], release: Version) -> list[str]:
@@ -321,9 +333,9 @@ _json_text.__name__ = "JSON"
 _CONVERTERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "json": _json_text}
 
 
-def _parsed(parser: argparse.ArgumentParser, args: list[str], spec: Spec) -> dict[str, object]:
+def _parsed(parser: argparse.ArgumentParser, args: list[str], spec: Spec) -> tuple[dict[str, object], list[str]]:
+    """The options read, and (a lenient spec) the arguments it does not know."""
     if spec.exact:
-        namespace = parser.parse_args(args)
-    else:
-        namespace, _ = parser.parse_known_args(args)
-    return dict(vars(namespace))
+        return dict(vars(parser.parse_args(args))), []
+    namespace, unread = parser.parse_known_args(args)
+    return dict(vars(namespace)), unread

@@ -85,7 +85,8 @@ def load_yaml_config(path: str) -> dict:
 
 
 def within_limits(value: Any, what: str) -> Any:
-    """`value` when no deeper than MAX_DEPTH and of at most MAX_NODES values; else BadInput."""
+    """`value` when no deeper than MAX_DEPTH, of at most MAX_NODES values, and its text encodable
+    (a JSON `\\ud800` is no file name, no environment value, no output); else BadInput."""
     stack = [(value, 1)]
     count = 0
     while stack:
@@ -93,11 +94,24 @@ def within_limits(value: Any, what: str) -> Any:
         count += 1
         if depth > MAX_DEPTH or count > MAX_NODES:
             raise BadInput(f"{what} cannot be read: {_too_big(depth > MAX_DEPTH)}")
-        if isinstance(item, dict):
+        if isinstance(item, str):
+            _check_encodable(item, what)
+        elif isinstance(item, dict):
+            for key in item:
+                if isinstance(key, str):
+                    _check_encodable(key, what)
             stack += [(v, depth + 1) for v in item.values()]
         elif isinstance(item, list):
             stack += [(v, depth + 1) for v in item]
     return value
+
+
+def _check_encodable(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8", "surrogateescape")  # as os.fsencode encodes a path
+    except UnicodeEncodeError as exc:
+        bad = ascii(text[exc.start : exc.end])
+        raise BadInput(f"{what} holds a lone surrogate {bad}: no file name or text can hold it") from None
 
 
 def _check_events(events, what: str) -> None:
