@@ -150,7 +150,7 @@ def test_a_call_extract_tool_calls_skips_is_not_streamed_either(tmp_path, run):
     name goes out before its end shows it malformed: no stream can take that back.)"""
     target = tmp_path / "site"
     path = "vllm/tool_parsers/deepseekv3_tool_parser.py"
-    lay_out_release("0.33.0", [path], target)
+    lay_out_release("0.33.0", files_for("0.33.0", str(DRAFTS), SET), target)
     assert run("apply", "--target", target, "--patches", DRAFTS, "--set", SET).exit_code == 0
     module = behaviour_harness(SET)
     scenario = module.load_scenario(DRAFTS / SET / "scenario.py")
