@@ -549,12 +549,13 @@ def _revert_locked(
     root = target.root
     state = read_state(root)
     entries = _entries_to_revert(state, only)
-    wheel = None if state.entries else _patched_wheel(root, only)
-    if resolved is None and not entries and wheel is None:
-        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
     installed = resolved.vllm_version if resolved else _installed_version(target)
     stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
     entries = [e for e in entries if e.set_name not in stale]
+    # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
+    wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
+    if resolved is None and not entries and not stale and wheel is None:
+        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
     warnings = [
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
         for name, note in stale.items()

@@ -156,6 +156,14 @@ def patched_wheel_over_applied(tree: Tree) -> None:
     patched_wheel(tree)
 
 
+def patched_wheel_over_another_release(tree: Tree) -> None:
+    """0.17.0 applied without the guard (or by `run --apply`), then the patched 0.16.0 wheel installed
+    over it: the 0.17.0 record is stale, as after a stock install."""
+    pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
+    assert tree.cli("apply", "--no-import", "--no-guard").returncode == 0
+    patched_wheel(tree)
+
+
 def guard_uninstalled_by_pip(tree: Tree) -> None:
     """`pip uninstall patchkit-guard`: every file its RECORD lists, and the module's bytecode."""
     _applied(tree)
@@ -205,6 +213,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     upgraded_to_uncovered,
     patched_wheel,
     patched_wheel_over_applied,
+    patched_wheel_over_another_release,
     guard_uninstalled_by_pip,
     record_names_another_version,
     record_hash_edited,
@@ -276,3 +285,22 @@ def test_an_upgrade_mixed_with_edits_is_told_to_reinstall_not_to_revert(tmp_path
     pip_install(tree.site, "0.18.0", stock_files("0.18.0"))  # the reinstall
     assert tree.cli("apply").returncode == 0
     assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_a_patched_wheel_over_another_releases_record_is_stale_and_revert_keeps_that_release_out(tmp_path):
+    """The record of 0.17.0 under a patched 0.16.0 wheel: status says stale (not "edited"), and
+    neither apply nor revert writes a 0.17.0 original onto the 0.16.0 files."""
+    tree = _tree(tmp_path)
+    patched_wheel_over_another_release(tree)
+    wheel_files = {path: (tree.site / path).read_text() for path in (SPEC, MODEL)}
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 0 and "stale" in status.stdout and "edited" not in status.stdout, status.stdout
+    reverted = tree.cli("revert")
+    assert reverted.returncode == 0, reverted.stdout + reverted.stderr
+    assert {path: (tree.site / path).read_text() for path in (SPEC, MODEL)} == stock_files("0.16.0")
+    assert not tree.state()["entries"]
+    patched_wheel_over_another_release(_tree(tmp_path / "again"))
+    again = tmp_path / "again/site"
+    applied = run_cli("apply", "--no-import", "--target", again, "--patches", tmp_path / "again/lib")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert {path: (again / path).read_text() for path in (SPEC, MODEL)} == wheel_files
