@@ -61,6 +61,11 @@ class TreeStatus:
                 "reinstall the installed vLLM release (pip install --force-reinstall --no-deps vllm==VERSION), "
                 "then run `patchkit apply` (it drops the record, stale once the files are stock)"
             )
+        from patchkit.guard import REPLACE_FIX, UNKNOWN_GUARD
+
+        if any(UNKNOWN_GUARD in problem for problem in self.guard):
+            first = "run `patchkit revert --force` (it keeps a copy of the edits), then " if self.drifted else ""
+            return first + (REPLACE_FIX.removeprefix("run ") if first else REPLACE_FIX)
         if self.drifted:
             return "run `patchkit revert --force` (it keeps a copy of the edits), then `patchkit apply`"
         return "run `patchkit apply` (it records the tree as it is, or drops what no longer applies)"

@@ -136,6 +136,7 @@ class _Applying:
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
     guard_installed: bool = False  # this apply wrote the launch guard
+    guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -248,6 +249,7 @@ class _Applying:
                 state = state.without(name)
             entry = resolved.apply_record(changes, state.entry(resolved.set_name))
             guard_changes, new_state = self.with_guard(state.with_entry(entry))
+            self.keep_replaced_guard()
             written = commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
         with self.timed("checks"):
@@ -304,13 +306,14 @@ class _Applying:
         if settled == state and not guard_changes:
             return False
         if not dry_run:
+            self.keep_replaced_guard()
             commit_changes(root, guard_changes, settled)
         return True
 
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
-        from patchkit.guard import install_changes
+        from patchkit.guard import install_changes, replaced_files
 
         no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
         state = replace(state, no_guard=no_guard)
@@ -318,11 +321,19 @@ class _Applying:
             return {}, state
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
-        changes, recorded, why_not = install_changes(self.resolved.target.root, state.guard, version)
+        root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
+        changes, recorded, why_not = install_changes(root, state.guard, version, replace=asked)
         if why_not:
             self.warn(why_not)
         self.guard_installed = bool(changes)
+        self.guard_replaced = [p for p in replaced_files(root, state.guard) if p in changes] if asked else []
         return changes, state.with_guard(recorded)
+
+    def keep_replaced_guard(self) -> None:
+        """A copy of each guard file --guard replaces that patchkit did not write (as it is)."""
+        if self.guard_replaced:
+            where = keep_copies(self.resolved.target.root, self.guard_replaced)
+            self.warn(f"replaced {', '.join(self.guard_replaced)} with this patchkit's guard; a copy kept in {where}")
 
 
 def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> ApplyResult:

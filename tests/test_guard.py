@@ -390,8 +390,15 @@ def test_apply_leaves_a_recorded_guard_file_changed_since_alone(patched, scratch
     other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"qwen"')}))
     done = run_cli("apply", "--target", site, "--patch", other)
     assert done.returncode == 0, done.stderr
-    assert "patchkit_guard.py was changed after patchkit wrote it: no guard installed, the file kept" in done.stderr
+    assert (
+        "patchkit_guard.py was changed after patchkit wrote it: kept; `patchkit apply --guard` replaces" in done.stderr
+    )
     assert module.read_text() == "def check():\n    pass\n"
+    replaced = run_cli("apply", "--guard", "--target", site, "--patch", other)
+    assert replaced.returncode == 0, replaced.stderr
+    assert module.read_bytes() == GUARD_SOURCE.read_bytes()
+    copies = list((site / ".patchkit/saved").glob("*/patchkit_guard.py"))
+    assert [c.read_text() for c in copies] == ["def check():\n    pass\n"]
 
 
 def test_apply_puts_back_a_guard_pip_uninstalled_unless_told_no_guard(patched):

@@ -199,6 +199,24 @@ def guard_module_commented(tree: Tree) -> None:
         fh.write("# read by someone\n")
 
 
+def guard_module_refusing(tree: Tree) -> None:
+    """The installed module edited (or an older build's) so that it refuses what this patchkit passes."""
+    _applied(tree)
+    module = tree.site / "patchkit_guard.py"
+    text = module.read_text()
+    module.write_text(text.replace("    problems = []\n", "    problems = ['an older guard build finds fault']\n", 1))
+
+
+def guard_of_another_patchkit(tree: Tree) -> None:
+    """A guard another patchkit installed (its own dist-info, not recorded here) that refuses."""
+    assert tree.cli("apply", "--no-import", "--no-guard").returncode == 0
+    (tree.site / "patchkit_guard.py").write_text("def check():\n    raise RuntimeError('another guard refuses')\n")
+    info = tree.site / "patchkit_guard-0.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: patchkit-guard\nVersion: 0.0.1\n")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard = patchkit_guard:check\n")
+
+
 def guard_entry_point_emptied(tree: Tree) -> None:
     _applied(tree)
     (tree.site / INFO / "entry_points.txt").write_text("")
@@ -219,8 +237,23 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     record_hash_edited,
     file_edited,
     guard_module_commented,
+    guard_module_refusing,
+    guard_of_another_patchkit,
     guard_entry_point_emptied,
 ]
+
+
+def _not_this_patchkits_guard(site: Path) -> bool:
+    """An installed guard module that is not this patchkit's: the commands cannot tell what it
+    refuses, so they fail as if it refused (and its fix replaces it)."""
+    from importlib import resources
+
+    module = site / "patchkit_guard.py"
+    own = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
+    declared = any(
+        "patchkit_guard:check" in p.read_text() for p in site.glob("patchkit_guard-*.dist-info/entry_points.txt")
+    )
+    return declared and module.exists() and module.read_bytes() != own
 
 
 def _fixes(status_json: dict) -> list[list[str]]:
@@ -235,7 +268,7 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     tree = _tree(tmp_path)
     build(tree)
     guard = load_plugins_like_vllm(tree.site)
-    refuses = guard.returncode != 0
+    refuses = guard.returncode != 0 or _not_this_patchkits_guard(tree.site)
     status = tree.cli("status", "--format", "json")
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr
     said = {
