@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from patchkit import locks, signals
 from patchkit.errors import BadInput, LockBusy, TargetError
-from patchkit.fsutil import atomic_write, unsafe_reason
+from patchkit.fsutil import atomic_write, load_json_text, unsafe_reason
 from patchkit.state import (
     GUARD_PATH,
     Landed,
@@ -399,7 +399,7 @@ def _checked_journal(root: Path, raw: bytes) -> dict:
         )
 
     try:
-        journal = json.loads(raw)
+        journal = load_json_text(raw)
     except (ValueError, RecursionError) as exc:
         raise refuse(f"not JSON: {exc}") from exc
     if not isinstance(journal, dict) or not isinstance(journal.get("files"), list):
