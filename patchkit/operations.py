@@ -137,6 +137,7 @@ class _Applying:
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
     guard_installed: bool = False  # this apply wrote the launch guard
     guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
+    guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -191,6 +192,7 @@ class _Applying:
         message = "already applied: nothing to do"
         if self.settle_record(dry_run=dry_run):
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
+            noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
         if dry_run:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
@@ -252,6 +254,7 @@ class _Applying:
             self.keep_replaced_guard()
             written = commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
+            _fix_guard_bytecode(resolved.target, self.guard_removed)
         with self.timed("checks"):
             on_disk = run_checks(
                 check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
@@ -277,7 +280,7 @@ class _Applying:
         done = f"applied {len(self.patches)} patch(es)"
         applied = self.result(
             Outcome.APPLIED,
-            f"{done}: {len(changes)} file(s) changed" + ("; launch guard installed" if self.guard_installed else ""),
+            f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
             plan=plan,
             checks=stock + on_disk + bytecode,
             planned_checks=planned,
@@ -308,15 +311,27 @@ class _Applying:
         if not dry_run:
             self.keep_replaced_guard()
             commit_changes(root, guard_changes, settled)
+            _fix_guard_bytecode(self.resolved.target, self.guard_removed)
         return True
+
+    def guard_said(self) -> str:
+        if self.guard_installed:
+            return "; launch guard installed"
+        return "; launch guard removed" if self.guard_removed else ""
 
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
-        from patchkit.guard import install_changes, replaced_files
+        from patchkit.guard import install_changes, removal_changes, replaced_files
 
         no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
         state = replace(state, no_guard=no_guard)
+        if no_guard and state.guard:  # told no guard: the one installed goes (a file changed since stays)
+            changes, kept = removal_changes(self.resolved.target.root, state.guard)
+            for note in kept:
+                self.warn(note)
+            self.guard_removed = dict(changes)
+            return changes, state.with_guard({})
         if not self.guard or no_guard:
             return {}, state
         entry = state.entry(self.resolved.set_name)

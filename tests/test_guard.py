@@ -412,9 +412,36 @@ def test_apply_puts_back_a_guard_pip_uninstalled_unless_told_no_guard(patched):
     assert done.stdout.rstrip().endswith("already applied; launch guard installed"), done.stdout
     assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes() and _load(site).returncode == 0
     assert run_cli("apply", "--target", site, "--patch", diff, "--no-guard").returncode == 0
-    (site / "patchkit_guard.py").unlink()
     done = run_cli("apply", "--target", site, "--patch", diff)
     assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout
+
+
+def test_no_guard_on_a_guarded_tree_removes_the_guard_it_records(patched):
+    """--no-guard skips the guard: one an earlier apply installed goes too (it kept refusing launches)."""
+    site, diff, before = patched
+    (site / "__pycache__").mkdir()
+    (site / "__pycache__" / "patchkit_guard.cpython-312.pyc").write_bytes(b"bytecode")
+    done = run_cli("apply", "--target", site, "--patch", diff, "--no-guard")
+    assert done.returncode == 0 and "launch guard removed" in done.stdout, done.stdout + done.stderr
+    left = {name for name in _outside_meta(site) if name != MODEL}
+    assert left == set(before) - {MODEL}  # the module, its dist-info and bytecode gone; nothing else
+    assert _state(site)["no_guard"] is True and not _state(site).get("guard")
+    assert _load(site).returncode == 0
+
+
+def test_run_apply_installs_the_guard_as_apply_does(tmp_path, scratch):
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model/config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    vllm = tmp_path / "vllm"
+    vllm.write_text("#!/bin/sh\nexit 0\n")
+    vllm.chmod(0o755)
+    done = run_cli("run", "--apply", "--target", site, "--patch", diff, "--", vllm, "serve", tmp_path / "model")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes()
+    assert "launch guard installed" in done.stdout and _load(site).returncode == 0
 
 
 @pytest.mark.parametrize("named", ["patchkit_guard.py", f"{INFO}/entry_points.txt"])
