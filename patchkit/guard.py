@@ -128,6 +128,11 @@ def removal_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, list
     patchkit recorded; and a note for each file kept because it was changed since."""
     changes: Changes = {}
     kept = []
+    directories = {path.rpartition("/")[0] for path in recorded if "/" in path}
+    linked = sorted(d for d in directories if os.path.islink(root / d))
+    if linked:  # never written through; the guard kept whole stays loadable (nothing recorded: it passes)
+        where = " ".join(str(root / p) for p in [*linked, MODULE])
+        return {}, [f"{linked[0]} is a symlink: the launch guard is kept; to remove it: rm -r {where}"]
     for path, digest in recorded.items():
         current = _current(root, path)
         if current is None:

@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -481,3 +482,20 @@ def test_a_dry_run_says_the_guard_would_be_installed_and_writes_nothing(patched)
     done = run_cli("apply", "--target", site, "--patch", diff, "--dry-run")
     assert done.returncode == 0 and "already applied; launch guard would be installed" in done.stdout, done.stdout
     assert fingerprint(site) == before
+
+
+def test_a_symlinked_guard_dist_info_does_not_block_revert(patched, tmp_path):
+    """The guard's dist-info a symlink (a symlinked layout, or planted): revert restores the files and
+    keeps the guard whole (never written through; loadable, it passes with nothing recorded), saying
+    how to remove it. It refused the whole revert (exit 2, no hint)."""
+    site, diff, _ = patched
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(site / INFO, elsewhere)
+    shutil.rmtree(site / INFO)
+    (site / INFO).symlink_to(elsewhere)
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (site / MODEL).read_text() == MODEL_PY
+    assert f"{INFO} is a symlink: the launch guard is kept; to remove it: rm -r {site / INFO}" in done.stderr
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["INSTALLER", "METADATA", "RECORD", "entry_points.txt"]
+    assert _load(site).returncode == 0
