@@ -72,6 +72,7 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
     return out.getvalue().encode()
 
 
+STOPS_EVERY_LAUNCH = "it would stop every launch"
 REPLACE_FIX = (
     "run `patchkit apply --guard` (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
 )
@@ -92,8 +93,9 @@ def install_changes(
         return {}, recorded, f"{why}: no guard installed"
     installed = installed_vllm_version(str(root))
     if vllm_version is not None and installed != vllm_version:
-        why = f"the guard would read vLLM {installed} from its dist-info, but the series is recorded as applied to {vllm_version}"
-        return {}, recorded, f"{why}: no guard installed (it would stop every launch)"
+        read = f"vLLM {installed}" if installed else "no one vLLM version (none, or several vllm-*.dist-info)"
+        why = f"the guard would read {read} from its dist-info, but the series is recorded as applied to {vllm_version}"
+        return {}, recorded, f"{why}: no guard installed ({STOPS_EVERY_LAUNCH})"
     wanted = guard_files()
     foreign, edited = _not_patchkits(root, recorded, wanted)
     if foreign and not replace:

@@ -322,16 +322,12 @@ class _Applying:
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
-        from patchkit.guard import install_changes, removal_changes, replaced_files
+        from patchkit.guard import STOPS_EVERY_LAUNCH, install_changes, replaced_files
 
         no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
         state = replace(state, no_guard=no_guard)
         if no_guard and state.guard:  # told no guard: the one installed goes (a file changed since stays)
-            changes, kept = removal_changes(self.resolved.target.root, state.guard)
-            for note in kept:
-                self.warn(note)
-            self.guard_removed = dict(changes)
-            return changes, state.with_guard({})
+            return self.without_guard(state)
         if not self.guard or no_guard:
             return {}, state
         entry = state.entry(self.resolved.set_name)
@@ -340,9 +336,21 @@ class _Applying:
         changes, recorded, why_not = install_changes(root, state.guard, version, replace=asked)
         if why_not:
             self.warn(why_not)
+        if why_not and STOPS_EVERY_LAUNCH in why_not and state.guard:  # an earlier apply's guard would too
+            return self.without_guard(state)
         self.guard_installed = bool(changes)
         self.guard_replaced = [p for p in replaced_files(root, state.guard) if p in changes] if asked else []
         return changes, state.with_guard(recorded)
+
+    def without_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
+        """The writes that remove the recorded guard (a file changed since stays, said), and the state."""
+        from patchkit.guard import removal_changes
+
+        changes, kept = removal_changes(self.resolved.target.root, state.guard)
+        for note in kept:
+            self.warn(note)
+        self.guard_removed = dict(changes)
+        return changes, state.with_guard({})
 
     def keep_replaced_guard(self) -> None:
         """A copy of each guard file --guard replaces that patchkit did not write (as it is)."""

@@ -499,3 +499,18 @@ def test_a_symlinked_guard_dist_info_does_not_block_revert(patched, tmp_path):
     assert f"{INFO} is a symlink: the launch guard is kept; to remove it: rm -r {site / INFO}" in done.stderr
     assert sorted(p.name for p in elsewhere.iterdir()) == ["INSTALLER", "METADATA", "RECORD", "entry_points.txt"]
     assert _load(site).returncode == 0
+
+
+def test_apply_removes_its_earlier_guard_where_a_guard_would_stop_every_launch(patched):
+    """A second vllm-*.dist-info laid beside the first: the guard can read no one version, so apply
+    (with --vllm-version, as status hints) installs none, and removes the one an earlier apply left,
+    which refused every launch while status named `patchkit apply` again and again."""
+    site, diff, _ = patched
+    (site / "vllm-0.17.0.dist-info").mkdir()
+    (site / "vllm-0.17.0.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.17.0\n")
+    assert _load(site).returncode != 0
+    done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
+    assert done.returncode == 0 and "launch guard removed" in done.stdout, done.stdout + done.stderr
+    assert "no one vLLM version" in done.stderr and not (site / "patchkit_guard.py").exists()
+    assert _load(site).returncode == 0
+    assert run_cli("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0").returncode == 0
