@@ -12,6 +12,22 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+
+def load_json_text(raw: bytes | str):
+    """JSON read back from a file patchkit does not trust, every string in it text: a lone surrogate
+    escape ("\\ud800"), which no file name, UTF-8 output or JSON written back can carry, is a
+    ValueError (UnicodeEncodeError) like any other malformed JSON."""
+    import json
+
+    data = json.loads(raw)
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        raise ValueError(f"a string holds a lone surrogate escape ({bad}), which is no text") from None
+    return data
+
+
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 

@@ -13,6 +13,7 @@ source checkout the target root is no site-packages, and no entry point there wo
 
 from __future__ import annotations
 
+import os
 from contextlib import suppress
 from pathlib import Path
 
@@ -71,11 +72,20 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
     return out.getvalue().encode()
 
 
+STOPS_EVERY_LAUNCH = "it would stop every launch"
+REPLACE_FIX = (
+    "run `patchkit apply --guard` (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
+)
+REPLACE_HINT = "`patchkit apply --guard` replaces it with this patchkit's guard (keeping a copy)"
+
+
 def install_changes(
-    root: Path, recorded: dict[str, str], vllm_version: str | None
+    root: Path, recorded: dict[str, str], vllm_version: str | None, *, replace: bool = False
 ) -> tuple[Changes, dict[str, str], str | None]:
     """The writes that install (or update) the guard; the guard record that results; or, when it
-    cannot be installed (or would stop every launch), no writes, the record unchanged and why not."""
+    cannot be installed (or would stop every launch), no writes, the record unchanged and why not.
+    A guard file patchkit did not write, or that changed since, is replaced only with `replace`
+    (the caller keeps a copy of it: replaced_files)."""
     from patchkit._target.guard import installed_vllm_version
 
     if not is_site_packages(root):
@@ -83,15 +93,15 @@ def install_changes(
         return {}, recorded, f"{why}: no guard installed"
     installed = installed_vllm_version(str(root))
     if vllm_version is not None and installed != vllm_version:
-        why = f"the guard would read vLLM {installed} from its dist-info, but the series is recorded as applied to {vllm_version}"
-        return {}, recorded, f"{why}: no guard installed (it would stop every launch)"
+        read = f"vLLM {installed}" if installed else "no one vLLM version (none, or several vllm-*.dist-info)"
+        why = f"the guard would read {read} from its dist-info, but the series is recorded as applied to {vllm_version}"
+        return {}, recorded, f"{why}: no guard installed ({STOPS_EVERY_LAUNCH})"
     wanted = guard_files()
-    foreign = [p for p in wanted if p not in recorded and (root / p).exists()]
-    if foreign:
-        return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: no guard installed"
-    edited = [p for p in wanted if p in recorded and _edited(root, p, recorded[p], wanted[p])]
-    if edited:
-        return {}, recorded, f"{edited[0]} was changed after patchkit wrote it: no guard installed, the file kept"
+    foreign, edited = _not_patchkits(root, recorded, wanted)
+    if foreign and not replace:
+        return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: kept; {REPLACE_HINT}"
+    if edited and not replace:
+        return {}, recorded, f"{edited[0]} was changed after patchkit wrote it: kept; {REPLACE_HINT}"
     changes, _kept = removal_changes(
         root, {p: sha for p, sha in recorded.items() if p not in wanted}
     )  # an older version's
@@ -102,11 +112,29 @@ def install_changes(
     return changes, {p: str(sha256(data)) for p, data in wanted.items()}, None
 
 
+def replaced_files(root: Path, recorded: dict[str, str]) -> list[str]:
+    """The guard files an install with `replace` overwrites that patchkit did not write as they are."""
+    foreign, edited = _not_patchkits(root, recorded, guard_files())
+    return foreign + edited
+
+
+def _not_patchkits(root: Path, recorded: dict[str, str], wanted: dict[str, bytes]) -> tuple[list[str], list[str]]:
+    """The guard's paths holding a file patchkit did not write, and those changed since it did."""
+    foreign = [p for p in wanted if p not in recorded and os.path.lexists(root / p) and _current(root, p) != wanted[p]]
+    edited = [p for p in wanted if p in recorded and _edited(root, p, recorded[p], wanted[p])]
+    return foreign, edited
+
+
 def removal_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, list[str]]:
     """The writes that remove the recorded guard files still there, each only while it has the bytes
     patchkit recorded; and a note for each file kept because it was changed since."""
     changes: Changes = {}
     kept = []
+    directories = {path.rpartition("/")[0] for path in recorded if "/" in path}
+    linked = sorted(d for d in directories if os.path.islink(root / d))
+    if linked:  # never written through; the guard kept whole stays loadable (nothing recorded: it passes)
+        where = " ".join(str(root / p) for p in [*linked, MODULE])
+        return {}, [f"{linked[0]} is a symlink: the launch guard is kept; to remove it: rm -r {where}"]
     for path, digest in recorded.items():
         current = _current(root, path)
         if current is None:
@@ -124,16 +152,35 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
     return current is not None and current != wanted and sha256(current) != digest
 
 
+UNKNOWN_GUARD = "is not this patchkit's launch guard"
+
+
 def launch_refusal(root: Path) -> list[str]:
     """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
-    passes): the guard's own check, run here as vLLM would run it, so that status, verify,
-    preflight and run fail exactly when a launch would."""
+    passes): this patchkit's guard check, run here as vLLM would run it, so that status, verify,
+    preflight and run fail exactly when a launch would. An installed module that is not this
+    patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told."""
     from patchkit._target.guard import TreeChanged, find_problems
 
+    if not is_installed(root):
+        return []
+    unknown = [] if _own_module(root) else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
     try:
-        return find_problems(str(root)) if is_installed(root) else []
+        return unknown + find_problems(str(root))
     except (TreeChanged, OSError) as exc:  # what check() would raise or fail with: a refusal all the same
-        return [str(exc)]
+        return [*unknown, str(exc)]
+
+
+def _own_module(root: Path) -> bool:
+    from importlib import resources
+
+    from patchkit.fsutil import read_regular
+
+    own = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
+    try:
+        return read_regular(root / MODULE, len(own) + 1) == own
+    except OSError:
+        return False
 
 
 def is_installed(root: Path) -> bool:

@@ -61,6 +61,11 @@ class TreeStatus:
                 "reinstall the installed vLLM release (pip install --force-reinstall --no-deps vllm==VERSION), "
                 "then run `patchkit apply` (it drops the record, stale once the files are stock)"
             )
+        from patchkit.guard import REPLACE_FIX, UNKNOWN_GUARD
+
+        if any(UNKNOWN_GUARD in problem for problem in self.guard):
+            first = "run `patchkit revert --force` (it keeps a copy of the edits), then " if self.drifted else ""
+            return first + (REPLACE_FIX.removeprefix("run ") if first else REPLACE_FIX)
         if self.drifted:
             return "run `patchkit revert --force` (it keeps a copy of the edits), then `patchkit apply`"
         return "run `patchkit apply` (it records the tree as it is, or drops what no longer applies)"
@@ -168,11 +173,27 @@ def stale_note(root, entry: Entry, installed) -> str | None:
     record, _why = installed_record(root, installed, set(replaced))
     if own is None or own.parent.name != f"vllm-{installed}.dist-info" or record is None or not replaced:
         return None
+    patched = _patched_by_the_wheel(root)
     for path in replaced:
         data = read_file(root / path)
-        if data is None or path not in record.hashes or not record.matches(path, data):
+        if data is None or path not in record.hashes:
+            return None
+        if not record.matches(path, data) and sha256(data) != patched.get(path):
             return None
     return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
+
+
+def _patched_by_the_wheel(root) -> dict[str, str]:
+    """path -> sha256 of each file as a patched wheel installed it (its provenance), when the
+    installed vLLM came from one: those bytes are the installed release's own files too."""
+    if not has_provenance(root):
+        return {}
+    from patchkit.installed_wheel import find
+
+    found = find(root)
+    if found is None:
+        return {}
+    return {path: shas.patched_sha256 for path, shas in found.files.items() if shas.patched_sha256}
 
 
 def check_context(

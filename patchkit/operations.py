@@ -136,6 +136,8 @@ class _Applying:
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
     guard_installed: bool = False  # this apply wrote the launch guard
+    guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
+    guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -190,6 +192,7 @@ class _Applying:
         message = "already applied: nothing to do"
         if self.settle_record(dry_run=dry_run):
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
+            noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
         if dry_run:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
@@ -248,8 +251,10 @@ class _Applying:
                 state = state.without(name)
             entry = resolved.apply_record(changes, state.entry(resolved.set_name))
             guard_changes, new_state = self.with_guard(state.with_entry(entry))
+            self.keep_replaced_guard()
             written = commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
+            _fix_guard_bytecode(resolved.target, self.guard_removed)
         with self.timed("checks"):
             on_disk = run_checks(
                 check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
@@ -275,7 +280,7 @@ class _Applying:
         done = f"applied {len(self.patches)} patch(es)"
         applied = self.result(
             Outcome.APPLIED,
-            f"{done}: {len(changes)} file(s) changed" + ("; launch guard installed" if self.guard_installed else ""),
+            f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
             plan=plan,
             checks=stock + on_disk + bytecode,
             planned_checks=planned,
@@ -304,25 +309,54 @@ class _Applying:
         if settled == state and not guard_changes:
             return False
         if not dry_run:
+            self.keep_replaced_guard()
             commit_changes(root, guard_changes, settled)
+            _fix_guard_bytecode(self.resolved.target, self.guard_removed)
         return True
+
+    def guard_said(self) -> str:
+        if self.guard_installed:
+            return "; launch guard installed"
+        return "; launch guard removed" if self.guard_removed else ""
 
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
-        from patchkit.guard import install_changes
+        from patchkit.guard import STOPS_EVERY_LAUNCH, install_changes, replaced_files
 
         no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
         state = replace(state, no_guard=no_guard)
+        if no_guard and state.guard:  # told no guard: the one installed goes (a file changed since stays)
+            return self.without_guard(state)
         if not self.guard or no_guard:
             return {}, state
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
-        changes, recorded, why_not = install_changes(self.resolved.target.root, state.guard, version)
+        root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
+        changes, recorded, why_not = install_changes(root, state.guard, version, replace=asked)
         if why_not:
             self.warn(why_not)
+        if why_not and STOPS_EVERY_LAUNCH in why_not and state.guard:  # an earlier apply's guard would too
+            return self.without_guard(state)
         self.guard_installed = bool(changes)
+        self.guard_replaced = [p for p in replaced_files(root, state.guard) if p in changes] if asked else []
         return changes, state.with_guard(recorded)
+
+    def without_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
+        """The writes that remove the recorded guard (a file changed since stays, said), and the state."""
+        from patchkit.guard import removal_changes
+
+        changes, kept = removal_changes(self.resolved.target.root, state.guard)
+        for note in kept:
+            self.warn(note)
+        self.guard_removed = dict(changes)
+        return changes, state.with_guard({})
+
+    def keep_replaced_guard(self) -> None:
+        """A copy of each guard file --guard replaces that patchkit did not write (as it is)."""
+        if self.guard_replaced:
+            where = keep_copies(self.resolved.target.root, self.guard_replaced)
+            self.warn(f"replaced {', '.join(self.guard_replaced)} with this patchkit's guard; a copy kept in {where}")
 
 
 def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> ApplyResult:
@@ -549,12 +583,13 @@ def _revert_locked(
     root = target.root
     state = read_state(root)
     entries = _entries_to_revert(state, only)
-    wheel = None if state.entries else _patched_wheel(root, only)
-    if resolved is None and not entries and wheel is None:
-        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
     installed = resolved.vllm_version if resolved else _installed_version(target)
     stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
     entries = [e for e in entries if e.set_name not in stale]
+    # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
+    wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
+    if resolved is None and not entries and not stale and wheel is None:
+        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
     warnings = [
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
         for name, note in stale.items()

@@ -118,7 +118,7 @@ def read_provenance(dist_info: Path) -> Provenance:
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}", hint="inspect or remove it") from None
     try:
-        return _validated(json.loads(raw), dist_info)
+        return _validated(fsutil.load_json_text(raw), dist_info)
     except RecursionError:  # JSON nested deeper than the parser goes: not a record patchkit wrote
         raise BadInput(f"{path} is damaged: nested too deeply", hint="inspect or reinstall the patched wheel") from None
     except (ValueError, TypeError, KeyError) as exc:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from patchkit.errors import BadInput
-from patchkit.fsutil import read_regular, unsafe_reason
+from patchkit.fsutil import load_json_text, read_regular, unsafe_reason
 
 FORMAT = 1
 META_DIR = ".patchkit"
@@ -404,7 +404,7 @@ def parse_state(raw: bytes, origin: Path) -> State:
     """state.json, checked field by field before any of it is used: each path by the one path
     rule, each hash a digest. Anything else is refused whole (exit 2), naming the file."""
     try:
-        data = json.loads(raw)
+        data = load_json_text(raw)
     except (ValueError, RecursionError) as exc:
         raise _damaged(origin, f"not JSON: {exc}") from exc
     if not isinstance(data, dict):

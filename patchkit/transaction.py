@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from patchkit import locks, signals
 from patchkit.errors import BadInput, LockBusy, TargetError
-from patchkit.fsutil import atomic_write, unsafe_reason
+from patchkit.fsutil import atomic_write, load_json_text, unsafe_reason
 from patchkit.state import (
     GUARD_PATH,
     Landed,
@@ -341,12 +341,13 @@ def recover(root: Path) -> str | None:
     check_meta_dir(root)
     raw = read_record(journal_path(root))
     journal = None if raw is None else _checked_journal(root, raw)
-    restored = 0
+    restored, kept = 0, list[str]()
     if journal:
         needed = _needed_originals(root, journal)
+        vllms = _listed_by_vllm(root, [e["path"] for e in journal["files"] if e["before"] is None])
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
-                restored = _rollback(root, journal, needed)
+                restored, kept = _rollback(root, journal, needed, not_ours=vllms)
         except OSError as exc:
             raise _unfinished_rollback(root, exc) from exc
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
@@ -355,11 +356,33 @@ def recover(root: Path) -> str | None:
     _remove_leftovers(root, managed)
     if journal is None:
         return None
-    return (
+    said = (
         f"rolled back an interrupted patchkit transaction: {restored} file(s) restored"
         if restored
         else "rolled back an interrupted patchkit transaction: no file had changed yet"
     )
+    if kept:
+        said += (
+            f"; kept {len(kept)} file(s) as they are, whose bytes are not what the transaction wrote"
+            f" (or that the installed vLLM lists as its own): {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}"
+        )
+    return said
+
+
+def _listed_by_vllm(root: Path, paths: list[str]) -> set[str]:
+    """Those of `paths` that an installed vLLM's RECORD lists: its files, which no rollback of
+    patchkit's deletes (patchkit creates only files its patches add)."""
+    if not paths:
+        return set()
+    from patchkit.checks.integrity import installed_record
+
+    listed: set[str] = set()
+    for record_path in sorted(root.glob("vllm-*.dist-info/RECORD")):
+        version = record_path.parent.name[len("vllm-") : -len(".dist-info")]
+        record, _why = installed_record(root, version, set(paths))
+        if record is not None:
+            listed |= {p for p in paths if record.hashes.get(p)}
+    return listed
 
 
 _TXID = re.compile(r"[0-9A-Za-z]{1,64}")
@@ -376,7 +399,7 @@ def _checked_journal(root: Path, raw: bytes) -> dict:
         )
 
     try:
-        journal = json.loads(raw)
+        journal = load_json_text(raw)
     except (ValueError, RecursionError) as exc:
         raise refuse(f"not JSON: {exc}") from exc
     if not isinstance(journal, dict) or not isinstance(journal.get("files"), list):
@@ -744,23 +767,35 @@ def _install(root: Path, entry: dict) -> Path:
     return full.parent
 
 
-def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = None) -> int:
+def _rollback(
+    root: Path,
+    journal: dict,
+    originals: dict[str, bytes] | None = None,
+    not_ours: frozenset[str] | set[str] = frozenset(),
+) -> tuple[int, list[str]]:
     """Undo the journal's writes, needing no new space: each saved original goes back by a rename
     (see _put_back). `originals` (digest -> bytes, checked) are the fallback when one cannot be
     renamed; a failure inside commit holds them in memory, recovery read them beforehand. Each step
-    leaves the journal true, so a rollback cut short (SIGKILL) is finished by the next command."""
+    leaves the journal true, so a rollback cut short (SIGKILL) is finished by the next command.
+    Only a file that is still what the commit wrote (its `after`) is undone: one holding other
+    bytes, or in `not_ours`, is no file of this transaction and is kept. Returns (restored, kept)."""
     originals = originals or {}
     files = journal.get("files", [])
     to_restore = [e for e in files if e["before"] is not None and file_sha(root, e["path"]) != e["before"]]
     uses = Counter(e["before"] for e in to_restore)
     keep = _objects_of(journal.get("previous_state"))  # the record it returns to names them
-    restored, changed = 0, set()
+    restored, changed, kept = 0, set(), []
     for entry in reversed(files):
         full = root / entry["path"]
         if entry.get("staged"):  # first: a created directory holding it could not be removed
             _faults.tick()
             (root / entry["staged"]).unlink(missing_ok=True)
         current = file_sha(root, entry["path"])
+        if current != entry["before"] and (current != entry["after"] or entry["path"] in not_ours):
+            kept.append(entry["path"])
+            if entry["before"] is not None:
+                uses[entry["before"]] -= 1
+            continue
         if entry["before"] is None:
             if current is not None:
                 _faults.tick()
@@ -785,7 +820,7 @@ def _rollback(root: Path, journal: dict, originals: dict[str, bytes] | None = No
     _faults.tick()
     journal_path(root).unlink(missing_ok=True)
     fsync_dir(meta_dir(root))
-    return restored
+    return restored, sorted(kept)
 
 
 def _objects_of(state_text: str | None) -> set[str]:

@@ -204,6 +204,44 @@ def test_a_journal_naming_the_directory_its_delete_removed_is_rolled_back(tmp_pa
     assert not (tree / ".patchkit/journal.json").exists()
 
 
+def test_a_planted_journal_cannot_delete_files_it_did_not_write(tmp_path):
+    """Rollback deletes a file the journal says its commit created only when the file is what that
+    commit wrote (its `after`) and no installed vLLM's RECORD lists it; recover and status keep it."""
+    from patchkit.state import sha256
+
+    tree = ct.write_tree(tmp_path / "site", files={"vllm/engine/core.py": "CORE = 1\n", "vllm/extra.py": "E = 2\n"})
+    listed = b"LISTED = 3\n"
+    (tree / "vllm/listed.py").write_bytes(listed)
+    (tree / "vllm-0.16.0.dist-info/RECORD").write_text("vllm/listed.py,sha256=x,11\n")
+    written = b"NEW = 4\n"
+    (tree / "vllm/new.py").write_bytes(written)
+    files = [
+        {"path": "vllm/engine/core.py", "before": None, "after": "0" * 64, "staged": None, "created_dirs": []},
+        {"path": "vllm/extra.py", "before": None, "after": "1" * 64, "staged": None, "created_dirs": []},
+        {"path": "vllm/listed.py", "before": None, "after": sha256(listed), "staged": None, "created_dirs": []},
+        {"path": "vllm/new.py", "before": None, "after": sha256(written), "staged": None, "created_dirs": []},
+    ]
+    (tree / ".patchkit").mkdir()
+    (tree / ".patchkit/journal.json").write_text(json.dumps({"id": "abc123", "previous_state": None, "files": files}))
+    kept = ct.fingerprint(tree)
+    del kept["vllm/new.py"]
+    _code, out = ct.run_cli(["status", "--target", str(tree)])
+    assert "1 file(s) restored" in out and "kept 3 file(s)" in out and "vllm/engine/core.py" in out, out
+    assert ct.fingerprint(tree) == kept and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_rollback_keeps_a_file_changed_since_the_commit(tmp_path):
+    """An original goes back only over what the commit wrote: a file holding other bytes stays."""
+    from patchkit import transaction
+
+    tree = ct.write_tree(tmp_path / "site", files={"vllm/mod.py": "OTHER = 1\n"})
+    digest = _planted_object(tree, b"ORIGINAL = 1\n")
+    _planted_journal(tree, {"path": "vllm/mod.py", "before": digest, "after": "2" * 64, "staged": None})
+    said = transaction.recover(tree)
+    assert "kept 1 file(s)" in said and "vllm/mod.py" in said, said
+    assert (tree / "vllm/mod.py").read_bytes() == b"OTHER = 1\n"
+
+
 def test_the_interrupt_report_is_per_command():
     signals.new_run()
     assert "before any change" in signals.interrupted_report()[0]

@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -390,8 +391,15 @@ def test_apply_leaves_a_recorded_guard_file_changed_since_alone(patched, scratch
     other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"qwen"')}))
     done = run_cli("apply", "--target", site, "--patch", other)
     assert done.returncode == 0, done.stderr
-    assert "patchkit_guard.py was changed after patchkit wrote it: no guard installed, the file kept" in done.stderr
+    assert (
+        "patchkit_guard.py was changed after patchkit wrote it: kept; `patchkit apply --guard` replaces" in done.stderr
+    )
     assert module.read_text() == "def check():\n    pass\n"
+    replaced = run_cli("apply", "--guard", "--target", site, "--patch", other)
+    assert replaced.returncode == 0, replaced.stderr
+    assert module.read_bytes() == GUARD_SOURCE.read_bytes()
+    copies = list((site / ".patchkit/saved").glob("*/patchkit_guard.py"))
+    assert [c.read_text() for c in copies] == ["def check():\n    pass\n"]
 
 
 def test_apply_puts_back_a_guard_pip_uninstalled_unless_told_no_guard(patched):
@@ -405,9 +413,36 @@ def test_apply_puts_back_a_guard_pip_uninstalled_unless_told_no_guard(patched):
     assert done.stdout.rstrip().endswith("already applied; launch guard installed"), done.stdout
     assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes() and _load(site).returncode == 0
     assert run_cli("apply", "--target", site, "--patch", diff, "--no-guard").returncode == 0
-    (site / "patchkit_guard.py").unlink()
     done = run_cli("apply", "--target", site, "--patch", diff)
     assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout
+
+
+def test_no_guard_on_a_guarded_tree_removes_the_guard_it_records(patched):
+    """--no-guard skips the guard: one an earlier apply installed goes too (it kept refusing launches)."""
+    site, diff, before = patched
+    (site / "__pycache__").mkdir()
+    (site / "__pycache__" / "patchkit_guard.cpython-312.pyc").write_bytes(b"bytecode")
+    done = run_cli("apply", "--target", site, "--patch", diff, "--no-guard")
+    assert done.returncode == 0 and "launch guard removed" in done.stdout, done.stdout + done.stderr
+    left = {name for name in _outside_meta(site) if name != MODEL}
+    assert left == set(before) - {MODEL}  # the module, its dist-info and bytecode gone; nothing else
+    assert _state(site)["no_guard"] is True and not _state(site).get("guard")
+    assert _load(site).returncode == 0
+
+
+def test_run_apply_installs_the_guard_as_apply_does(tmp_path, scratch):
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model/config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    vllm = tmp_path / "vllm"
+    vllm.write_text("#!/bin/sh\nexit 0\n")
+    vllm.chmod(0o755)
+    done = run_cli("run", "--apply", "--target", site, "--patch", diff, "--", vllm, "serve", tmp_path / "model")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes()
+    assert "launch guard installed" in done.stdout and _load(site).returncode == 0
 
 
 @pytest.mark.parametrize("named", ["patchkit_guard.py", f"{INFO}/entry_points.txt"])
@@ -447,3 +482,35 @@ def test_a_dry_run_says_the_guard_would_be_installed_and_writes_nothing(patched)
     done = run_cli("apply", "--target", site, "--patch", diff, "--dry-run")
     assert done.returncode == 0 and "already applied; launch guard would be installed" in done.stdout, done.stdout
     assert fingerprint(site) == before
+
+
+def test_a_symlinked_guard_dist_info_does_not_block_revert(patched, tmp_path):
+    """The guard's dist-info a symlink (a symlinked layout, or planted): revert restores the files and
+    keeps the guard whole (never written through; loadable, it passes with nothing recorded), saying
+    how to remove it. It refused the whole revert (exit 2, no hint)."""
+    site, diff, _ = patched
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(site / INFO, elsewhere)
+    shutil.rmtree(site / INFO)
+    (site / INFO).symlink_to(elsewhere)
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (site / MODEL).read_text() == MODEL_PY
+    assert f"{INFO} is a symlink: the launch guard is kept; to remove it: rm -r {site / INFO}" in done.stderr
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["INSTALLER", "METADATA", "RECORD", "entry_points.txt"]
+    assert _load(site).returncode == 0
+
+
+def test_apply_removes_its_earlier_guard_where_a_guard_would_stop_every_launch(patched):
+    """A second vllm-*.dist-info laid beside the first: the guard can read no one version, so apply
+    (with --vllm-version, as status hints) installs none, and removes the one an earlier apply left,
+    which refused every launch while status named `patchkit apply` again and again."""
+    site, diff, _ = patched
+    (site / "vllm-0.17.0.dist-info").mkdir()
+    (site / "vllm-0.17.0.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.17.0\n")
+    assert _load(site).returncode != 0
+    done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
+    assert done.returncode == 0 and "launch guard removed" in done.stdout, done.stdout + done.stderr
+    assert "no one vLLM version" in done.stderr and not (site / "patchkit_guard.py").exists()
+    assert _load(site).returncode == 0
+    assert run_cli("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0").returncode == 0

@@ -156,6 +156,14 @@ def patched_wheel_over_applied(tree: Tree) -> None:
     patched_wheel(tree)
 
 
+def patched_wheel_over_another_release(tree: Tree) -> None:
+    """0.17.0 applied without the guard (or by `run --apply`), then the patched 0.16.0 wheel installed
+    over it: the 0.17.0 record is stale, as after a stock install."""
+    pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
+    assert tree.cli("apply", "--no-import", "--no-guard").returncode == 0
+    patched_wheel(tree)
+
+
 def guard_uninstalled_by_pip(tree: Tree) -> None:
     """`pip uninstall patchkit-guard`: every file its RECORD lists, and the module's bytecode."""
     _applied(tree)
@@ -191,6 +199,24 @@ def guard_module_commented(tree: Tree) -> None:
         fh.write("# read by someone\n")
 
 
+def guard_module_refusing(tree: Tree) -> None:
+    """The installed module edited (or an older build's) so that it refuses what this patchkit passes."""
+    _applied(tree)
+    module = tree.site / "patchkit_guard.py"
+    text = module.read_text()
+    module.write_text(text.replace("    problems = []\n", "    problems = ['an older guard build finds fault']\n", 1))
+
+
+def guard_of_another_patchkit(tree: Tree) -> None:
+    """A guard another patchkit installed (its own dist-info, not recorded here) that refuses."""
+    assert tree.cli("apply", "--no-import", "--no-guard").returncode == 0
+    (tree.site / "patchkit_guard.py").write_text("def check():\n    raise RuntimeError('another guard refuses')\n")
+    info = tree.site / "patchkit_guard-0.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: patchkit-guard\nVersion: 0.0.1\n")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard = patchkit_guard:check\n")
+
+
 def guard_entry_point_emptied(tree: Tree) -> None:
     _applied(tree)
     (tree.site / INFO / "entry_points.txt").write_text("")
@@ -205,13 +231,29 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     upgraded_to_uncovered,
     patched_wheel,
     patched_wheel_over_applied,
+    patched_wheel_over_another_release,
     guard_uninstalled_by_pip,
     record_names_another_version,
     record_hash_edited,
     file_edited,
     guard_module_commented,
+    guard_module_refusing,
+    guard_of_another_patchkit,
     guard_entry_point_emptied,
 ]
+
+
+def _not_this_patchkits_guard(site: Path) -> bool:
+    """An installed guard module that is not this patchkit's: the commands cannot tell what it
+    refuses, so they fail as if it refused (and its fix replaces it)."""
+    from importlib import resources
+
+    module = site / "patchkit_guard.py"
+    own = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
+    declared = any(
+        "patchkit_guard:check" in p.read_text() for p in site.glob("patchkit_guard-*.dist-info/entry_points.txt")
+    )
+    return declared and module.exists() and module.read_bytes() != own
 
 
 def _fixes(status_json: dict) -> list[list[str]]:
@@ -226,7 +268,7 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     tree = _tree(tmp_path)
     build(tree)
     guard = load_plugins_like_vllm(tree.site)
-    refuses = guard.returncode != 0
+    refuses = guard.returncode != 0 or _not_this_patchkits_guard(tree.site)
     status = tree.cli("status", "--format", "json")
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr
     said = {
@@ -276,3 +318,22 @@ def test_an_upgrade_mixed_with_edits_is_told_to_reinstall_not_to_revert(tmp_path
     pip_install(tree.site, "0.18.0", stock_files("0.18.0"))  # the reinstall
     assert tree.cli("apply").returncode == 0
     assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_a_patched_wheel_over_another_releases_record_is_stale_and_revert_keeps_that_release_out(tmp_path):
+    """The record of 0.17.0 under a patched 0.16.0 wheel: status says stale (not "edited"), and
+    neither apply nor revert writes a 0.17.0 original onto the 0.16.0 files."""
+    tree = _tree(tmp_path)
+    patched_wheel_over_another_release(tree)
+    wheel_files = {path: (tree.site / path).read_text() for path in (SPEC, MODEL)}
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 0 and "stale" in status.stdout and "edited" not in status.stdout, status.stdout
+    reverted = tree.cli("revert")
+    assert reverted.returncode == 0, reverted.stdout + reverted.stderr
+    assert {path: (tree.site / path).read_text() for path in (SPEC, MODEL)} == stock_files("0.16.0")
+    assert not tree.state()["entries"]
+    patched_wheel_over_another_release(_tree(tmp_path / "again"))
+    again = tmp_path / "again/site"
+    applied = run_cli("apply", "--no-import", "--target", again, "--patches", tmp_path / "again/lib")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert {path: (again / path).read_text() for path in (SPEC, MODEL)} == wheel_files

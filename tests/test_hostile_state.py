@@ -141,6 +141,16 @@ def journal_entry_wrong_type(scene: Scene) -> None:
     _journal(scene, [_journal_entry(SPEC, mode="rwx", before=7)])
 
 
+def journal_path_lone_surrogate(scene: Scene) -> None:
+    _journal(scene, [_journal_entry("vllm/config/spec\ud800.py", before=None)])
+
+
+def journal_previous_state_lone_surrogate(scene: Scene) -> None:
+    state = scene.state()
+    state["entries"][0]["set"] = "demo\udfff"
+    _journal(scene, [], previous_state=json.dumps(state))
+
+
 def journal_truncated(scene: Scene) -> None:
     _journal(scene, [_journal_entry(SPEC)])
     text = (scene.meta / "journal.json").read_text()
@@ -160,6 +170,18 @@ def state_path_outside(scene: Scene) -> None:
 def state_absolute_path(scene: Scene) -> None:
     state = scene.state()
     state["entries"][0]["files"] = {str(scene.victim): {"before": None, "after": digest("x")}}
+    scene.write_json("state.json", state)
+
+
+def state_path_lone_surrogate(scene: Scene) -> None:
+    state = scene.state()
+    state["entries"][0]["files"]["vllm/config/spec\ud800.py"] = state["entries"][0]["files"].pop(SPEC)
+    scene.write_json("state.json", state)
+
+
+def state_guard_key_lone_surrogate(scene: Scene) -> None:
+    state = scene.state()
+    state["guard"] = {"patchkit_guard\udc80.py": digest("x")}
     scene.write_json("state.json", state)
 
 
@@ -360,6 +382,10 @@ class Row:
 
 
 ROWS = [
+    Row(journal_path_lone_surrogate),
+    Row(journal_previous_state_lone_surrogate),
+    Row(state_path_lone_surrogate),
+    Row(state_guard_key_lone_surrogate),
     Row(journal_path_outside),
     Row(journal_absolute_staged),
     Row(journal_created_dir_outside),
@@ -431,6 +457,21 @@ def test_hostile_record_changes_nothing_outside_the_tree(tmp_path, row: Row, com
     done = run_cli(*COMMANDS[command], *target)
     assert fingerprint(scene.sentinel) == before, done.stdout + done.stderr
     assert_clean(done, row.exit_code)
+
+
+@pytest.mark.parametrize("plant", [state_path_lone_surrogate, journal_path_lone_surrogate], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("command", ["status", "verify", "apply", "revert", "recover", "preflight", "run"])
+def test_a_lone_surrogate_in_a_record_is_damage_for_every_command(tmp_path, plant, command):
+    """A string no file name can hold ("\\ud800") read from state.json or journal.json is refused
+    as damage (exit 2) naming the file, by the launch commands too; it was exit 70."""
+    scene = _scene(tmp_path, applied=True)
+    plant(scene)
+    launch = ("--", "vllm", "serve", str(tmp_path)) if command in ("preflight", "run") else ()
+    launch = ("--no-import", *launch) if command == "preflight" else launch
+    patch = () if command == "recover" else ("--patch", scene.patch)
+    done = run_cli(command, "--target", scene.tree, *patch, *launch)
+    output = done.stdout + done.stderr
+    assert done.returncode == REFUSED and "lone surrogate" in output and "Traceback" not in output, output
 
 
 # -- a workspace's metadata (refresh reads it) ------------------------------------------------------

@@ -150,11 +150,19 @@ def test_a_journal_mode_that_lets_every_user_write_is_refused(run, applied):
 
 
 def test_an_older_guards_original_is_not_brought_back_but_removed(run, applied):
-    """A crash while an older guard was replaced: recovery removes the guard file rather than refuse
-    the journal (the bytes are not this patchkit's guard: a journal must not choose them)."""
+    """A crash once an older guard was replaced: recovery removes the guard file the commit wrote
+    rather than refuse the journal (the older bytes are not this patchkit's guard: a journal must not
+    choose them). A file that is not what the journal says was written is kept."""
+    import hashlib
+
     tree, patch = applied
     old_guard = plant_object(tree, b"def check():\n    pass  # an older guard\n")
-    plant_journal(tree, {"path": "patchkit_guard.py", "before": old_guard, "after": None, "staged": None})
+    written = hashlib.sha256((tree / "patchkit_guard.py").read_bytes()).hexdigest()
+    plant_journal(tree, {"path": "patchkit_guard.py", "before": old_guard, "after": "0" * 64, "staged": None})
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code in (0, 1) and "kept 1 file(s)" in result.output, result.output
+    assert (tree / "patchkit_guard.py").exists()
+    plant_journal(tree, {"path": "patchkit_guard.py", "before": old_guard, "after": written, "staged": None})
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code in (0, 1), result.output
     assert not (tree / "patchkit_guard.py").exists()

@@ -90,7 +90,9 @@ def _read_json(path):
     if raw is None:
         return None
     try:
-        return json.loads(raw)
+        data = json.loads(raw)
+        json.dumps(data, ensure_ascii=False).encode()  # a lone surrogate escape is no path: malformed
+        return data
     except (ValueError, RecursionError):
         raise TreeChanged(path + " is not JSON") from None
 

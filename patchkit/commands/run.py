@@ -65,7 +65,7 @@ def _apply_when_not_applied(ui, opts, launch_command):
     settles = bool(status.guard) and status.state != TreeState.UNSUPPORTED and not status.drifted
     if status.state != TreeState.NOT_APPLIED and not settles:
         return None
-    result = apply_series(resolved, watch=Shown(ui))
+    result = apply_series(resolved, guard=True, watch=Shown(ui))  # as `patchkit apply`: its guard too
     if result.error is None:
         ui.line(result.message, style="green")
     return result

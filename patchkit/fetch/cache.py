@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from patchkit.errors import BadInput, FetchError
 from patchkit.fetch.index import PROJECT, normalize_version
-from patchkit.fsutil import all_safe, atomic_write, unsafe_reason
+from patchkit.fsutil import all_safe, atomic_write, load_json_text, unsafe_reason
 from patchkit.record import cache_dir, parse_record, record_hash
 
 STATE_FILE = "release.json"
@@ -49,7 +49,7 @@ def load_state(root: Path, ver: str) -> State | None:
     """release.json, checked: None when there is none (or an older schema's); Damaged for anything
     patchkit did not write (a symlink, not a file, too big, not JSON, the wrong shape)."""
     try:
-        data = json.loads(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES))
+        data = load_json_text(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES))
     except FileNotFoundError:
         return None
     except (ValueError, RecursionError) as e:
