@@ -120,7 +120,10 @@ def run_cli(
     out.close()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        _child(args, plan, mode, out.name)
+        try:
+            _child(args, plan, mode, out.name)
+        finally:
+            _leave(99)
     ended = None
     while from_file is not None and signals_at and not from_file.exists():  # the delays count from its creation
         reaped, status = os.waitpid(pid, os.WNOHANG)
@@ -168,10 +171,23 @@ def _child(args: list[str], plan: str, mode: str, out: str) -> None:  # pragma: 
     except BaseException as exc:
         print(f"trial child: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
-        with _quiet():
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        _leave(code)
+
+
+def _leave(code: int) -> None:  # pragma: no cover - runs in the fork
+    """End the trial's child here, whatever signal comes late: one that escaped would run the rest
+    of pytest in the child (and its teardown would delete the parent's scenario)."""
+    while True:
+        try:
+            for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(number, signal.SIG_IGN)
+            break
+        except BaseException:  # a signal as they were being ignored: ignore them again
+            continue
+    with _quiet():
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 class _quiet:
