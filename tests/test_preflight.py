@@ -735,6 +735,23 @@ def test_the_hub_cache_is_found_as_huggingface_hub_finds_it_in_the_launchs_envir
     assert checked_hidden_size(tree, library, models["drafter"], *command, env=env) == 4096
 
 
+@pytest.mark.parametrize(
+    ("model", "variables"),
+    [
+        ("lab/" + "m" * 300, {}),  # a name no file can have
+        ("lab/ds", {"HF_HUB_CACHE": "{tmp}/" + "c" * 300}),
+        ("~nosuchuser-of-patchkit/ds", {}),  # an unknown ~user is no home: the name as it is
+    ],
+)
+def test_a_model_no_file_or_cache_can_hold_is_not_found_not_a_crash(setup, tmp_path, model, variables):
+    tree, library, models = setup
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), **{k: v.format(tmp=tmp_path) for k, v in variables.items()}}
+    for role_model in ([model, models["drafter"]], [str(models["deepseek"]), model]):
+        done = preflight(tree, library, *serve(*role_model), env=env)
+        assert_clean_failure(done, 4)
+        assert "no config.json found" in done.stderr
+
+
 @pytest.mark.parametrize("ref", ["missing-snapshot", "fifo", "no-ref"])
 def test_a_revision_the_cache_holds_no_snapshot_for_cannot_be_judged(setup, tmp_path, ref):
     tree, library, models = setup

@@ -81,12 +81,12 @@ def resolve_model(
     the model's own; `revision`: --revision, for a hub id)."""
     looked: list[str] = []
     source = config_path or name
-    local = Path(source).expanduser()
+    local = Path(os.path.expanduser(source))  # an unknown ~user stays as it is, as transformers reads it
     looked.append(str(local / CONFIG))
     raw = _config_bytes(local / CONFIG)
     if raw is not None:
         return _load(name, local / CONFIG, raw, overrides)
-    if local.is_dir():  # transformers reads a directory of that name, not the hub cache
+    if os.path.isdir(local):  # transformers reads a directory of that name, not the hub cache
         raise TargetError(
             f"{role} '{source}': the directory {local.resolve()} has no config.json (vLLM reads it, not the hub cache)",
             hint="run from another directory, or give the model's full path",
@@ -113,7 +113,7 @@ def _in_hub_cache(name: str, cache: Path, revision: str, looked: list[str], role
     if len(parts) != 2 or any(unsafe_reason(p) or not p or "/" in p for p in parts):
         return None
     repo = cache / f"models--{parts[0]}--{parts[1]}"
-    if not repo.is_dir():
+    if not os.path.isdir(repo):  # False for a name no directory can have (too long), as for none
         looked.append(str(repo / "snapshots" / "*" / CONFIG))
         return None
     commit = _snapshot_of(repo, revision, role, name)

@@ -33,6 +33,8 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
             raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
         raise BadInput(f"{what} {path}: {exc.strerror}") from None
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # a name no file can have: absent, as transformers finds it
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
         raise BadInput(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
 
 
