@@ -13,6 +13,8 @@ from packaging import tags
 
 from patchkit.errors import FetchError
 from patchkit.fetch import net
+from patchkit.fsutil import file_identity
+from patchkit.wheel import stock
 from patchkit.wheel.stock import stock_wheel, tag_priority, wheel_priority
 
 from index_server import build_wheel, isolate_cache, no_network, use_index  # isort: skip
@@ -331,3 +333,26 @@ def test_a_cached_wheel_replaced_after_its_check_is_not_built_from(server, cache
     with pytest.raises(FetchError, match="changed after it was checked"):
         build_patched_wheel(path, tmp_path / "out", Options(), label=None, expect_identity=checked)
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["downloaded", "cached, unsealed"])
+def test_a_wheel_swapped_in_as_its_record_is_written_is_not_the_checked_one(
+    server, cache, published, monkeypatch, cached
+):
+    """The identity a download or the index's sha256 vouched for is the one held, not the path's
+    identity after the record is written."""
+    if cached:
+        path = stock_wheel(VERSION)
+        (path.parent / f"{NATIVE}.json").unlink()  # the index's sha256 decides again
+    real_write = stock.write_cached
+
+    def swap_then_write(where, data):
+        wheel = where.with_name(where.name.removesuffix(".json"))
+        planted = wheel.with_name("planted")
+        planted.write_bytes(build_wheel({"vllm/backdoor.py": b"x = 1\n"}, version=VERSION, blob_size=4096))
+        os.replace(planted, wheel)
+        real_write(where, data)
+
+    monkeypatch.setattr(stock, "write_cached", swap_then_write)
+    path, checked = stock.checked_stock_wheel(VERSION)
+    assert checked != file_identity(os.stat(path))

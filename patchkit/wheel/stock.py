@@ -289,7 +289,8 @@ def _download(
         chosen = find_wheel(ver, settings, session, say, rank=_ranker(priority), wanted=_describe(platform))
         check_wheel_name(chosen["wheel"])
         dest = root / chosen["wheel"]
-        if _has_index_sha256(root, ver, dest.name, chosen["sha256"]):
+        ident = _index_checked(root, ver, dest.name, chosen["sha256"])
+        if ident is not None:
             remove_entry(root / f"{dest.name}.json")  # whatever is in its place (a fifo, a directory)
         else:
             for name in (dest.name, f"{dest.name}.json", f"{dest.name}.seal"):
@@ -301,23 +302,37 @@ def _download(
         session.close()
     # What the index gave (or, without one, what was downloaded: damage is still caught on reuse).
     digest = (chosen["sha256"] or "").lower() or file_sha256(dest)
+    if ident is None:  # the identity of the bytes that hash to it, not of whatever the path holds later
+        ident = _checked_identity(root, ver, dest, digest)
     sidecar = {"schema": SCHEMA, "project": PROJECT, "version": ver, **chosen, "sha256": digest}
     sidecar["seal"] = seal.seal(SIDECAR_SEAL_KIND, f"{ver}/{dest.name}", seal.canonical(sidecar))
     write_cached(root / f"{chosen['wheel']}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
+    return dest, ident
+
+
+def _checked_identity(root: Path, ver: str, dest: Path, digest: str) -> Identity:
     try:
-        return dest, file_identity(os.stat(dest, follow_symlinks=False))
+        checked = _intact(root, f"{ver}/{dest.name}", dest.name, digest)
     except OSError as e:
         raise cache_write_error(dest, e) from None
+    if isinstance(checked, str):
+        raise FetchError(
+            f"the downloaded wheel {dest} changed after it was checked ({checked})",
+            hint="something else writes into patchkit's cache: stop it, then run the command again",
+        )
+    return checked
 
 
-def _has_index_sha256(root: Path, ver: str, wheel: str, sha256: str | None) -> bool:
-    """Whether the cached `wheel` (its record unsealed) is the file the index names: no download then."""
+def _index_checked(root: Path, ver: str, wheel: str, sha256: str | None) -> Identity | None:
+    """The identity of the cached `wheel` (its record unsealed) when it is the file the index names
+    (no download then), else None."""
     if not sha256 or not _SHA256.fullmatch(sha256.lower()):
-        return False
+        return None
     try:
-        return not isinstance(_intact(root, f"{ver}/{wheel}", wheel, sha256.lower()), str)
+        checked = _intact(root, f"{ver}/{wheel}", wheel, sha256.lower())
     except (OSError, Damaged):
-        return False
+        return None
+    return None if isinstance(checked, str) else checked
 
 
 def _ranker(priority: dict[Any, int]) -> Callable[[str, str], int | None]:
