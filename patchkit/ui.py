@@ -268,7 +268,6 @@ class UI:
             self.line(f"stale    {note} (apply discards it; revert drops it)", style="yellow")
         if status.guard:
             self.line(f"guard    the launch guard refuses this tree: {'; '.join(status.guard)}", style="red")
-            self.line(f"         {status.guard_fix}", style="red")
 
     def plan(self, plan, *, dry_run: bool) -> None:
         """Where each change lands. Piped: one tab-separated row per hunk, written as it is made.

@@ -337,3 +337,12 @@ def test_a_patched_wheel_over_another_releases_record_is_stale_and_revert_keeps_
     applied = run_cli("apply", "--no-import", "--target", again, "--patches", tmp_path / "again/lib")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert {path: (again / path).read_text() for path in (SPEC, MODEL)} == wheel_files
+
+
+def test_status_names_the_guards_refusal_and_its_fix_once(tmp_path):
+    tree = _tree(tmp_path)
+    upgraded_to_upstream(tree)
+    status = tree.cli("status")
+    assert status.returncode == 1
+    fix = json.loads(tree.cli("status", "--format", "json").stdout)["guard"]["fix"]
+    assert (status.stdout + status.stderr).count(fix) == 1, status.stdout + status.stderr

@@ -47,7 +47,7 @@ from functools import lru_cache, partial
 from packaging.version import Version
 
 from patchkit.checks import WARNING, CheckContext, CheckResult, remembered
-from patchkit.checks.parsed import parsed
+from patchkit.checks.parsed import LARGEST_KEPT, parsed
 from patchkit.requirements import ACCESSES, Requirement, Target
 
 NAME = "contract"
@@ -131,9 +131,18 @@ def _load(data: bytes | None, path: str) -> Module | str | None:
     return None if data is None else _parsed(data, path)
 
 
-@lru_cache(maxsize=64)
 def _parsed(data: bytes, path: str) -> Module | str:
-    """A content's module (its tree parsed once in this process: checks/parsed.py)."""
+    """A content's module (its tree parsed once in this process: checks/parsed.py); kept for the
+    sources whose trees parsed keeps."""
+    return _kept(data, path) if len(data) <= LARGEST_KEPT else _module(data, path)
+
+
+@lru_cache(maxsize=16)
+def _kept(data: bytes, path: str) -> Module | str:
+    return _module(data, path)
+
+
+def _module(data: bytes, path: str) -> Module | str:
     tree = parsed(data, path)
     return Module(tree) if isinstance(tree, ast.Module) else f"{path} does not parse: {tree}"
 

@@ -70,7 +70,7 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tupl
         if platform:
             raise BadInput("--platform chooses the wheel of a VERSION; a wheel file has its own")
         return path, None
-    if source.endswith(".whl") or "/" in source:
+    if named_a_file:
         raise BadInput(f"no wheel file {source}")
     from patchkit.wheel.stock import checked_stock_wheel
 
