@@ -9,6 +9,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -338,3 +339,11 @@ def forget_behaviour_stand_ins(meta_path: list, dont_write_bytecode: bool) -> No
     if sys.modules.get("regex") is re:
         del sys.modules["regex"]
     sys.dont_write_bytecode = dont_write_bytecode
+
+
+def default_signals() -> None:
+    """A child's signals as a terminal gives them (a subprocess's preexec_fn): a CI runner's
+    background job or nohup starts the tests with SIGINT or SIGHUP ignored, which a child inherits,
+    and patchkit rightly keeps an ignored signal ignored."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)

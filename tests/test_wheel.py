@@ -9,6 +9,8 @@ import json
 import os
 import stat
 import struct
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -18,6 +20,7 @@ from helpers import (
     MODEL_PY,
     SPEC_PY,
     assert_clean_failure,
+    default_signals,
     fingerprint,
     make_patch,
     patched_spec,
@@ -852,8 +855,6 @@ PATCHED_NAME = f"vllm-0.16.0+patchkit.demo-{TAGS}.whl"
 
 def _interrupted_run(stock: Path, out: Path, library: Path) -> str:
     """The temporary wheel a build SIGKILLed half-way leaves (as it starts writing the patched members)."""
-    import subprocess
-    import sys
 
     code = (
         "import os, signal, sys; from pathlib import Path\n"
@@ -943,9 +944,6 @@ def test_a_seal_key_others_can_read_is_said_once(tmp_path, library, mode):
 
 def _cli_with(code: str, *args: object, env: dict[str, str] | None = None):
     """The CLI in a subprocess after `code` ran in it (a hook into the build: a signal at one step)."""
-    import subprocess
-    import sys
-
     main = "import sys; from patchkit.cli import main; sys.argv = ['patchkit', *sys.argv[1:]]; main()"
     return subprocess.run(
         [sys.executable, "-c", f"{code}\n{main}", *map(str, args)],
@@ -953,6 +951,7 @@ def _cli_with(code: str, *args: object, env: dict[str, str] | None = None):
         text=True,
         env={**os.environ, **(env or {})},
         timeout=300,
+        preexec_fn=default_signals,
     )
 
 
@@ -990,8 +989,6 @@ def test_a_signal_mid_build_leaves_nothing_and_says_so(tmp_path, library, signum
 
 def test_a_killed_runs_scratch_tree_is_removed_by_the_next_run(tmp_path, library):
     import fcntl
-    import subprocess
-    import sys
 
     temp, out = tmp_path / "temp", tmp_path / "out"
     temp.mkdir()
@@ -1057,7 +1054,6 @@ def test_a_sweep_between_another_runs_create_and_lock_cannot_remove_its_file(tmp
 @pytest.fixture
 def small_tmpfs():
     """A 64 KiB tmpfs with 16 inodes (root only): a temporary directory that really fills up."""
-    import subprocess
     import tempfile
 
     if os.geteuid() != 0:
