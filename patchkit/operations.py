@@ -306,6 +306,7 @@ class _Applying:
         version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
         settled = settled.with_version(self.resolved.set_name, version)
         guard_changes, settled = self.with_guard(settled)
+        settled = settled.with_wheel(_guarded_wheel(root, settled))
         if settled == state and not guard_changes:
             return False
         if not dry_run:
@@ -385,15 +386,32 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
     return result
 
 
+def _guarded_wheel(root: Path, state: State) -> str | None:
+    """The version of the patched wheel a guard recorded with no set guards: the vLLM installed,
+    when it came from a patched wheel; else none (the guard then goes by the entries)."""
+    from patchkit._target.guard import installed_vllm_version
+    from patchkit.record import has_provenance
+
+    if not state.guard or state.entries or not has_provenance(root):
+        return None
+    return installed_vllm_version(str(root))
+
+
 def _without_stale(root: Path, version) -> tuple[State, dict[str, str], dict, list[str]]:
-    """The state without the records an upgrade of vLLM made stale, and without the guard once no
-    set is left: that state, set name -> why its record is stale, the guard's removal, and a note
-    for each guard file kept (changed since patchkit wrote it)."""
+    """The state without the records an upgrade of vLLM made stale (a guarded patched wheel's too,
+    once another vLLM replaced it), and without the guard once no set is left: that state, set name
+    -> why its record is stale, the guard's removal, and a note for each guard file kept (changed
+    since patchkit wrote it)."""
+    from patchkit._target.guard import installed_vllm_version
     from patchkit.inspection import stale_entries
     from patchkit.state import read_state
 
     state = read_state(root)
     stale = stale_entries(root, state, version)
+    installed = installed_vllm_version(str(root))
+    if state.wheel and state.wheel != installed:
+        stale[f"the patched wheel {state.wheel}"] = f"vLLM {installed} replaced the patched wheel"
+        state = state.with_wheel(None)
     if not stale:
         return state, {}, {}, []
     for name in stale:
@@ -588,7 +606,7 @@ def _revert_locked(
     entries = [e for e in entries if e.set_name not in stale]
     # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
     wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
-    if resolved is None and not entries and not stale and wheel is None:
+    if resolved is None and not entries and not stale and wheel is None and not state.guard:
         raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
     warnings = [
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"

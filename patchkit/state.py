@@ -15,6 +15,8 @@ state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
       "patches": [{"name", "sha256"}], "files": {path: {"before": sha|null, "after": sha|null}}}],
      "guard": {path: sha},   (the launch guard's files, patchkit/guard.py; absent when none)
+     "wheel": version,       (the patched wheel's vLLM version the guard was installed on, no set
+                              recorded: the guard refuses another; absent otherwise)
      "no_guard": true}       (an apply was told --no-guard; absent otherwise)
 """
 
@@ -318,6 +320,7 @@ class State:
     entries: list[Entry]
     guard: dict[str, str] = field(default_factory=dict)  # the launch guard's files: path -> sha256
     no_guard: bool = False  # an apply was told --no-guard: later ones install no guard either
+    wheel: str | None = None  # the patched wheel's version the guard guards (no entry recorded)
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
@@ -326,10 +329,15 @@ class State:
         return replace(self, entries=[e for e in self.entries if e.set_name != set_name])
 
     def with_entry(self, entry: Entry) -> State:
-        return replace(self, entries=[*self.without(entry.set_name).entries, entry])
+        """The state with `entry` recorded: the entries describe the tree from now on, not a wheel."""
+        return replace(self, entries=[*self.without(entry.set_name).entries, entry], wheel=None)
 
     def with_guard(self, guard: dict[str, str]) -> State:
-        return replace(self, guard=guard)
+        """The state with the guard's files; without a guard, no wheel is guarded either."""
+        return replace(self, guard=guard, wheel=self.wheel if guard else None)
+
+    def with_wheel(self, version: str | None) -> State:
+        return replace(self, wheel=version)
 
     def with_version(self, set_name: str, version: str | None) -> State:
         """The state with `set_name`'s entry recorded for `version`, in its place among the others."""
@@ -344,6 +352,8 @@ class State:
             data["guard"] = self.guard
         if self.no_guard:
             data["no_guard"] = True
+        if self.wheel:
+            data["wheel"] = self.wheel
         return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
@@ -417,7 +427,25 @@ def parse_state(raw: bytes, origin: Path) -> State:
     no_guard = data.get("no_guard", False)
     if not isinstance(no_guard, bool):
         raise _damaged(origin, "'no_guard' is not true or false")
-    return State([_checked_entry(e, origin) for e in entries], _checked_guard(data.get("guard", {}), origin), no_guard)
+    guard = _checked_guard(data.get("guard", {}), origin)
+    return State(
+        [_checked_entry(e, origin) for e in entries], guard, no_guard, _checked_wheel(data.get("wheel"), origin)
+    )
+
+
+def _checked_wheel(wheel: object, origin: Path) -> str | None:
+    """The guarded wheel's version: a version, as a dist-info's METADATA gives it."""
+    from packaging.version import InvalidVersion, Version
+
+    if wheel is None:
+        return None
+    if not isinstance(wheel, str) or len(wheel) > 200:
+        raise _damaged(origin, "'wheel' is not a vLLM version")
+    try:
+        Version(wheel)
+    except InvalidVersion:
+        raise _damaged(origin, f"'wheel' is {wheel!r}, not a vLLM version") from None
+    return wheel
 
 
 def _checked_guard(guard: object, origin: Path) -> dict[str, str]:

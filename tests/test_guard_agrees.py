@@ -164,6 +164,42 @@ def patched_wheel_over_another_release(tree: Tree) -> None:
     patched_wheel(tree)
 
 
+def guarded_patched_wheel(tree: Tree) -> None:
+    """The patched wheel installed, then `apply` installs the guard on it (the README's way)."""
+    patched_wheel(tree)
+    _applied(tree)
+
+
+def guarded_patched_wheel_then_stock(tree: Tree) -> None:
+    """pip reinstalls the stock release over the guarded patched wheel: its provenance goes with
+    its dist-info, and the patches with its files."""
+    guarded_patched_wheel(tree)
+    pip_install(tree.site, "0.16.0", stock_files("0.16.0"))
+
+
+def guarded_patched_wheel_then_covered(tree: Tree) -> None:
+    guarded_patched_wheel(tree)
+    pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
+
+
+def guarded_patched_wheel_then_upstream(tree: Tree) -> None:
+    guarded_patched_wheel(tree)
+    pip_install(tree.site, "0.18.0", stock_files("0.18.0"))
+
+
+def guarded_patched_wheel_then_uncovered(tree: Tree) -> None:
+    guarded_patched_wheel(tree)
+    pip_install(tree.site, "0.17.5", stock_files("0.17.5"))
+
+
+GUARDED_WHEEL_REPLACED = [
+    guarded_patched_wheel_then_stock,
+    guarded_patched_wheel_then_covered,
+    guarded_patched_wheel_then_upstream,
+    guarded_patched_wheel_then_uncovered,
+]
+
+
 def guard_uninstalled_by_pip(tree: Tree) -> None:
     """`pip uninstall patchkit-guard`: every file its RECORD lists, and the module's bytecode."""
     _applied(tree)
@@ -232,6 +268,8 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     patched_wheel,
     patched_wheel_over_applied,
     patched_wheel_over_another_release,
+    guarded_patched_wheel,
+    *GUARDED_WHEEL_REPLACED,
     guard_uninstalled_by_pip,
     record_names_another_version,
     record_hash_edited,
@@ -302,6 +340,19 @@ def test_run_apply_settles_a_tree_the_guard_refuses_and_launches(tmp_path, build
     done = run_cli("run", "--apply", "--target", tree.site, "--patches", tree.library, *launch)
     assert done.returncode == 0, done.stdout + done.stderr
     assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+@pytest.mark.parametrize("build", GUARDED_WHEEL_REPLACED, ids=lambda build: build.__name__)
+def test_the_guard_installed_on_a_patched_wheel_refuses_once_pip_replaced_the_wheel(tmp_path, build):
+    """The guard the user installed on a patched wheel is not inert once pip put another vLLM in
+    its place: the patches it guarded are gone, and it says so."""
+    tree = _tree(tmp_path)
+    guarded_patched_wheel(tree)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    build(tree)
+    refused = load_plugins_like_vllm(tree.site)
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    assert f"0.16.0+patchkit.{SET}" in refused.stderr, refused.stderr[-600:]
 
 
 def test_an_upgrade_mixed_with_edits_is_told_to_reinstall_not_to_revert(tmp_path):

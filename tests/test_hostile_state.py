@@ -340,6 +340,18 @@ def no_guard_not_a_flag(scene: Scene) -> None:
     scene.write_json("state.json", state)
 
 
+def guarded_wheel_not_a_version(scene: Scene) -> None:
+    state = scene.state()
+    state["wheel"] = scene.outside()
+    scene.write_json("state.json", state)
+
+
+def guarded_wheel_an_object(scene: Scene) -> None:
+    state = scene.state()
+    state["wheel"] = {"version": "0.16.0+patchkit.adhoc"}
+    scene.write_json("state.json", state)
+
+
 def guard_module_symlinked_out(scene: Scene) -> None:
     """The guard's module swapped for a symlink to the sentinel, recorded with the target's hash."""
     (scene.tree / GUARD_MODULE).unlink(missing_ok=True)
@@ -355,6 +367,15 @@ def pip_upgraded_vllm(scene: Scene) -> None:
 def pip_installed_patched_wheel(scene: Scene) -> None:
     """A wheel `patchkit wheel` built, installed over the applied tree (no provenance: a hand-made label)."""
     pip_install(scene.tree, "0.16.0+patchkit.adhoc", {SPEC: patched_spec()})
+
+
+def pip_replaced_a_guarded_patched_wheel(scene: Scene) -> None:
+    """The guard installed on a patched wheel (no entry, the wheel's version recorded), then pip
+    put the stock release back: the record names a wheel no longer installed."""
+    state = scene.state()
+    state["entries"], state["wheel"] = [], "0.16.0+patchkit.adhoc"
+    scene.write_json("state.json", state)
+    (scene.tree / SPEC).write_text(SPEC_PY)
 
 
 def pip_uninstalled_guard(scene: Scene) -> None:
@@ -420,10 +441,13 @@ ROWS = [
     Row(guard_record_a_list),
     Row(guard_bad_digest),
     Row(no_guard_not_a_flag),
+    Row(guarded_wheel_not_a_version),
+    Row(guarded_wheel_an_object),
     Row(guard_module_symlinked_out, exit_code=None),  # never followed: kept as a changed guard file
     Row(pip_upgraded_vllm, exit_code=None),
     Row(pip_installed_patched_wheel, exit_code=None),
     Row(pip_uninstalled_guard, exit_code=None),
+    Row(pip_replaced_a_guarded_patched_wheel, exit_code=None),
 ]
 
 

@@ -73,7 +73,8 @@ def find_problems(site):
 
 
 def _state_records(site):
-    """(vllm version or None, {path: sha256 or None}) for each set `.patchkit/state.json` records."""
+    """(vllm version or None, {path: sha256 or None}) for each set `.patchkit/state.json` records,
+    and (the patched wheel's version, {}) when the guard was installed on one."""
     path = os.path.join(site, ".patchkit", "state.json")
     data = _read_json(path)
     if data is None:
@@ -81,7 +82,11 @@ def _state_records(site):
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise TreeChanged(path + " is not a patchkit state record")
-    return [_entry_record(entry, path) for entry in entries]
+    wheel = data.get("wheel")
+    if not isinstance(wheel, (str, type(None))):
+        raise TreeChanged(path + " has a wheel of the wrong shape")
+    # the patched wheel this guard was installed on (no apply recorded): its version is what must run
+    return [_entry_record(entry, path) for entry in entries] + ([(wheel, {})] if wheel else [])
 
 
 def _read_json(path):
