@@ -152,6 +152,7 @@ class _Applying:
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
     def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
+        from patchkit.checks import shadow
         from patchkit.inspection import drifted_files, stale_entries
         from patchkit.plan import plan_apply
         from patchkit.state import read_state
@@ -176,6 +177,7 @@ class _Applying:
                 plan=plan,
                 error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
             )
+        shadow.refuse(root, shadow.sources(self.patches))  # else the patch would never be what runs
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
         preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
@@ -503,7 +505,7 @@ def refuse_unchangeable(resolved: Resolved) -> None:
 
 
 def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:
-    from patchkit.checks import bytecode, integrity, run_checks
+    from patchkit.checks import bytecode, integrity, run_checks, shadow
     from patchkit.inspection import check_context
 
     if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
@@ -518,6 +520,7 @@ def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> 
     return (
         integrity.CHECK.run(check_context(resolved, status.plan))
         + results
+        + shadow.scan(resolved.target.root, shadow.sources(resolved.patches))
         + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
     )
 

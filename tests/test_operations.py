@@ -267,3 +267,68 @@ def test_shared_options_are_declared_once_and_read_the_same_everywhere(run):
     for name in ("fetch", "workspace", "port"):
         assert "--patches DIR" in run(name, "--help").output
     assert "-q, --quiet" in run("refresh", "--help").output
+
+
+# --------------------------------------------------------------------------- a module Python imports first
+
+
+def _shadowed_tree(tmp_path: Path, shadowing: str) -> tuple[Path, Path]:
+    from helpers import patched_spec, write_tree
+
+    tree = write_tree(tmp_path / "site")
+    patch = tmp_path / "change.diff"
+    patch.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
+    (tree / shadowing).parent.mkdir(parents=True, exist_ok=True)
+    (tree / shadowing).write_bytes(b"\x7fELF or a package\n")
+    return tree, patch
+
+
+@pytest.mark.parametrize(
+    "shadowing",
+    [
+        "vllm/config/spec/__init__.py",
+        "vllm/config/spec/__init__.pyc",
+        "vllm/config/spec.cpython-312-x86_64-linux-gnu.so",
+        "vllm/config/spec.abi3.so",
+        "vllm/config/spec.pypy310-pp73-x86_64-linux-gnu.so",
+    ],
+)
+def test_apply_refuses_a_tree_where_python_imports_another_file_than_the_patched_source(tmp_path, shadowing):
+    from helpers import fingerprint, run_cli
+
+    tree, patch = _shadowed_tree(tmp_path, shadowing)
+    vllm = tree / "vllm"
+    before = fingerprint(vllm)
+    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert shadowing in done.stderr and "instead of vllm/config/spec.py" in done.stderr, done.stderr
+    assert fingerprint(vllm) == before
+
+
+def test_verify_fails_an_applied_tree_once_a_module_python_imports_first_is_added(tmp_path):
+    from helpers import run_cli
+
+    tree, patch = _shadowed_tree(tmp_path, "vllm/config/notes.txt")
+    assert run_cli("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    assert run_cli("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    (tree / "vllm/config/spec").mkdir()
+    (tree / "vllm/config/spec/__init__.py").write_text("")
+    done = run_cli("verify", "--target", tree, "--patch", patch, "--no-import")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "vllm/config/spec/__init__.py is imported instead" in done.stdout + done.stderr
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    launch = ("--no-import", "--", "vllm", "serve", str(model))
+    done = run_cli("preflight", "--target", tree, "--patch", patch, *launch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "vllm/config/spec/__init__.py is imported instead" in done.stdout + done.stderr
+
+
+def test_a_namespace_directory_or_legacy_bytecode_beside_the_source_is_no_shadow(tmp_path):
+    from helpers import run_cli
+
+    tree, patch = _shadowed_tree(tmp_path, "vllm/config/spec/data.json")
+    (tree / "vllm/config/spec.pyc").write_bytes(b"legacy")
+    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    assert done.returncode == 0, done.stdout + done.stderr

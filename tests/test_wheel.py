@@ -1198,3 +1198,42 @@ def test_a_full_out_is_exit_4_with_a_hint(tmp_path, library, small_tmpfs):
     assert_clean_failure(done, 4)
     assert "No space left on device" in done.stderr and "hint: free space there" in done.stderr, done.stderr
     assert os.listdir(small_tmpfs) == []
+
+
+# --------------------------------------------------------------------------- a module Python imports first
+
+
+@pytest.mark.parametrize(
+    "shadowing",
+    [
+        "vllm/config/spec/__init__.py",  # a package of the same name comes first
+        "vllm/config/spec/__init__.cpython-312-x86_64-linux-gnu.so",
+        "vllm/config/spec.cpython-312-x86_64-linux-gnu.so",  # then an extension module
+        "vllm/config/spec.abi3.so",
+        "vllm/config/spec.so",
+        "vllm/config/spec.cp312-win_amd64.pyd",
+        f"{_DATA}/platlib/vllm/config/spec.abi3.so",  # wherever in the wheel it installs from
+    ],
+)
+def test_a_member_python_imports_instead_of_a_patched_source_is_refused(tmp_path, library, shadowing):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, shadowing: b"\x7fELF or a package\n"})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert shadowing in done.stderr and "instead of the patched vllm/config/spec.py" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "beside",
+    [
+        "vllm/config/spec/notes.txt",  # a directory without __init__: a namespace portion, taken last
+        "vllm/config/spec.pyc",  # legacy bytecode: after the source
+        "vllm/config/spec.py.so",
+        "vllm/config/specs.abi3.so",
+        "vllm/config/spec.backup.so",  # no suffix an interpreter loads
+    ],
+)
+def test_files_python_imports_after_a_patched_source_are_kept(tmp_path, run, library, beside):
+    stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, beside: b"kept\n"})
+    done = build(run, stock, tmp_path / "out", "--patches", library)
+    assert done.exit_code == 0, done.output

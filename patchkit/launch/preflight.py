@@ -190,7 +190,18 @@ def _state_finding(resolved, status) -> Finding:
     stale = _stale_bytecode(resolved, status)
     if stale:
         return Finding(TREE, False, f"stale bytecode: {stale}", "run `patchkit apply --force`")
+    shadowed = _shadowed(resolved)
+    if shadowed:
+        return Finding(TREE, False, shadowed, "if that file is not vLLM's own, remove it")
     return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
+
+
+def _shadowed(resolved) -> str | None:
+    """A patched source Python does not import (a package or extension module of its name first)."""
+    from patchkit.checks import shadow
+
+    found = shadow.scan(resolved.target.root, shadow.sources(resolved.patches))
+    return f"{found[0].path}: {found[0].message}" if found else None
 
 
 def _stale_bytecode(resolved, status) -> str | None:

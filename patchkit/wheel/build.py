@@ -569,6 +569,7 @@ def _plan_and_check(
     from patchkit.inspection import check_context
 
     patches = resolved.patches
+    _refuse_shadowed(wheel, patches)
     _lay_out_series(wheel, scratch, _needed(resolved, patches))
     result = _Checked(
         Outcome.OK,
@@ -599,6 +600,29 @@ def _plan_and_check(
             + "\n  ".join(r.describe() for r in failed)
         )
     return result
+
+
+def _refuse_shadowed(wheel: StockWheel, patches: list[Patch]) -> None:
+    """A member that installs where Python imports it before a patched source (a package of its
+    name, an extension module beside it) leaves the patch dead once installed: refused."""
+    from patchkit.checks import shadow
+
+    children: dict[str, set[str]] = {}
+    for member in wheel.members:
+        path = None if member.is_dir else installed_path(member.name, wheel.data_dir)
+        parent, _, name = (path or "").rpartition("/")
+        while name:  # each directory on the way holds the next one
+            children.setdefault(parent, set()).add(name)
+            parent, _, name = parent.rpartition("/")
+    for path in shadow.sources(patches):
+        found = shadow.shadow(path, lambda directory: children.get(directory, ()))
+        if found is not None:
+            member_name = wheel.installs.get(rawzip.folded(found), found)
+            raise BadInput(
+                f"{wheel.label}: {member_name} installs as {found}, which Python imports instead of the patched "
+                f"{path} ({shadow.ORDER}): the patch would never run; refusing the wheel",
+                hint="this series cannot patch this wheel: build from a wheel whose module is the .py source",
+            )
 
 
 def _unverified_fail(

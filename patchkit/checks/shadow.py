@@ -1,0 +1,93 @@
+"""shadow: no file Python imports first may stand beside a source the series patches.
+
+importlib's FileFinder looks in a module's directory for, in this order: a package (`<stem>/`
+holding `__init__` with a suffix it loads), an extension module (`<stem>` + one of
+EXTENSION_SUFFIXES: `.cpython-312-x86_64-linux-gnu.so`, `.abi3.so`, `.so`, `.cp312-win_amd64.pyd`,
+`.pyd`), the source `<stem>.py`, legacy bytecode `<stem>.pyc` (FileFinder.find_spec,
+_get_supported_file_loaders). A package or an extension module beside a patched `.py` is what
+runs: the patch is dead. A directory without `__init__` is a namespace portion, taken only when
+nothing else is found. Which suffixes an interpreter loads is its own: every form CPython and PyPy
+use is taken as one it may load.
+
+Not in default_checks(): apply refuses such a tree (a target problem, before anything is written),
+verify reports it (scan), and `patchkit wheel` refuses such a wheel (bad input).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from patchkit.checks import CheckResult
+from patchkit.errors import TargetError
+
+if TYPE_CHECKING:
+    from patchkit.patchfile import Patch
+
+NAME = "shadow"
+_EXTENSION = re.compile(r"(?:\.(?:cpython-[A-Za-z0-9_-]+|pypy[A-Za-z0-9_-]+|cp\d+-[A-Za-z0-9_-]+|abi3))?\.(?:so|pyd)")
+_PACKAGE_INIT = re.compile(rf"__init__(?:\.py|\.pyc|{_EXTENSION.pattern})")
+ORDER = "Python imports a package, then an extension module, before a .py"
+
+
+def shadow(path: str, names_in: Callable[[str], Iterable[str]]) -> str | None:
+    """The file Python imports instead of the source `path` (a `.py`), or None. `names_in(dir)`:
+    the names in that directory (relative to the same root; empty when it is none)."""
+    if not path.endswith(".py"):
+        return None
+    parent, _, name = path.rpartition("/")
+    stem = name[: -len(".py")]
+    if stem != "__init__":  # a package's own __init__.py: no package of that name comes first
+        package = _join(parent, stem)
+        inits = sorted(n for n in names_in(package) if _PACKAGE_INIT.fullmatch(n))
+        if inits:
+            return _join(package, inits[0])
+    extensions = sorted(
+        n for n in names_in(parent) if n.startswith(f"{stem}.") and _EXTENSION.fullmatch(n[len(stem) :])
+    )
+    return _join(parent, extensions[0]) if extensions else None
+
+
+def sources(patches: Iterable[Patch]) -> list[str]:
+    """The `.py` files the series leaves in place (changed, created, renamed to): those imported."""
+    return sorted({f.target_path for p in patches for f in p.files if f.target_path and f.target_path.endswith(".py")})
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if directory else name
+
+
+def tree_shadows(root: Path, paths: Iterable[str]) -> dict[str, str]:
+    """path -> the file that shadows it, for each `.py` of `paths` in the tree at `root`."""
+
+    def names_in(directory: str) -> list[str]:
+        try:
+            return os.listdir(root / directory)
+        except OSError:  # none, a file, unreadable: nothing Python could import from either
+            return []
+
+    return {path: found for path in sorted(paths) if (found := shadow(path, names_in))}
+
+
+def scan(root: Path, paths: Iterable[str]) -> list[CheckResult]:
+    """verify: a failure for each patched source a shadowing file keeps from being imported."""
+    return [
+        CheckResult(NAME, path, False, f"{found} is imported instead ({ORDER}): the patch never runs")
+        for path, found in tree_shadows(root, paths).items()
+    ]
+
+
+def refuse(root: Path, paths: Iterable[str]) -> None:
+    """apply: a tree where a patched source would not be the module imported is refused unwritten."""
+    found = tree_shadows(root, paths)
+    if found:
+        path, shadowing = next(iter(found.items()))
+        raise TargetError(
+            f"{root / shadowing} is imported instead of {path} ({ORDER}): the patch would never run; "
+            "nothing was written",
+            hint=f"if {shadowing} is not vLLM's own, remove it and apply again; "
+            "if vLLM ships it, this series cannot patch this install",
+        )
