@@ -1237,3 +1237,58 @@ def test_files_python_imports_after_a_patched_source_are_kept(tmp_path, run, lib
     stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, beside: b"kept\n"})
     done = build(run, stock, tmp_path / "out", "--patches", library)
     assert done.exit_code == 0, done.output
+
+
+# --------------------------------------------------------------------------- too many members
+
+MANY = 66_000  # beyond the 65,535 members patchkit writes (no zip64)
+
+
+@pytest.fixture(scope="module")
+def crowded_wheel(tmp_path_factory) -> Path:
+    """A vLLM wheel of MANY members (zipfile writes its end records in zip64 form past 65,534)."""
+    where = tmp_path_factory.mktemp("crowded")
+    path = write_wheel(where / "in")
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_STORED) as zf:
+        for i in range(MANY):
+            zf.writestr(f"vllm/x/m{i}.py", b"")
+    return path
+
+
+def _end_records_say(path: Path, count: int) -> None:
+    """Both end records (zip64 and classic) rewritten to list `count` members: a lie."""
+    data = bytearray(path.read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    struct.pack_into("<2H", data, end + 8, min(count, 0xFFFF), min(count, 0xFFFF))
+    end64 = data.rfind(b"PK\x06\x06")
+    if end64 >= 0:
+        struct.pack_into("<2Q", data, end64 + 24, count, count)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("lie", [None, 5], ids=["true-count", "end-record-says-5"])
+def test_a_wheel_of_more_members_than_patchkit_writes_is_refused_before_they_are_parsed(
+    tmp_path, library, monkeypatch, crowded_wheel, lie
+):
+    stock = tmp_path / "in" / crowded_wheel.name
+    stock.parent.mkdir()
+    stock.write_bytes(crowded_wheel.read_bytes())
+    if lie is not None:
+        _end_records_say(stock, lie)
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("zipfile parsed the central directory")
+
+    monkeypatch.setattr("patchkit.wheel.build.zipfile.ZipFile", no_parsing)
+    with pytest.raises(BadInput, match="fewer than 65,535 members") as refused:
+        build_patched_wheel(stock, tmp_path / "out", Options(library=str(library)), label=None)
+    assert f"{MANY + 9:,} members" in refused.value.message  # and the wheel's own 9
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_an_end_record_listing_more_members_than_patchkit_writes_is_refused(tmp_path, library):
+    stock = write_wheel(tmp_path / "in")
+    _end_records_say(stock, 70_000)
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert "lists 65,535 members" in done.stderr and "fewer than 65,535" in done.stderr, done.stderr

@@ -451,6 +451,7 @@ def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> It
             raise BadInput(f"{path} is not a regular file")
         if expect_identity is not None and fsutil.file_identity(info) != expect_identity:
             raise FetchError(f"the cached wheel {path} changed after it was checked", hint="run the command again")
+        rawzip.check_member_count(fd, label)
         try:
             zf = zipfile.ZipFile(io.FileIO(os.dup(fd), "rb"))
         except _DAMAGED as exc:

@@ -156,12 +156,54 @@ def deflated(name: str, content: bytes, like: Member | None, date_time: tuple[in
 # --------------------------------------------------------------------------- reading
 
 
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")  # 20 bytes, just before the end record
+_ZIP64_END = struct.Struct("<4sQ2H2L4Q")  # 56 bytes
+_ZIP64_LOCATOR_SIG = b"PK\x06\x07"
+_ZIP64_END_SIG = b"PK\x06\x06"
+# A central directory this large lists far more members than MEMBER_LIMIT (vLLM 0.16.0's: 0.2 MB).
+DIRECTORY_LIMIT = 64 << 20
+
+
+def check_member_count(fd: int, label: str) -> None:
+    """BadInput when the archive lists more members than patchkit writes (MEMBER_LIMIT), told from
+    its end record and its central directory's entry headers, before zipfile parses any entry
+    (200,000 entries cost it seconds). An archive without an end record is left to zipfile."""
+    size = os.fstat(fd).st_size
+    tail = os.pread(fd, min(size, _END.size + 0xFFFF), max(0, size - _END.size - 0xFFFF))
+    at = tail.rfind(_END_SIG)
+    if at < 0 or at + _END.size > len(tail):
+        return
+    _sig, _disk, _start, _here, count, directory, offset, _comment = _END.unpack_from(tail, at)
+    if at >= _ZIP64_LOCATOR.size and tail[at - _ZIP64_LOCATOR.size :].startswith(_ZIP64_LOCATOR_SIG):
+        end64 = _ZIP64_LOCATOR.unpack_from(tail, at - _ZIP64_LOCATOR.size)[2]
+        record = os.pread(fd, _ZIP64_END.size, end64) if end64 < size else b""
+        if len(record) == _ZIP64_END.size and record.startswith(_ZIP64_END_SIG):
+            count, directory, offset = _ZIP64_END.unpack(record)[-3:]
+    if count < MEMBER_LIMIT and directory <= DIRECTORY_LIMIT and offset + directory <= size:
+        count = max(count, os.pread(fd, directory, offset).count(_CENTRAL_SIG))  # an end record may lie
+    if count >= MEMBER_LIMIT:
+        raise _too_many(label, f"its central directory lists {count:,} members")
+    if directory > DIRECTORY_LIMIT:
+        raise _too_many(label, f"its central directory is {directory / 2**20:,.0f} MiB")
+
+
+def _too_many(label: str, what: str) -> BadInput:
+    return BadInput(
+        f"{label}: {what}; patchkit wheel takes wheels of fewer than {MEMBER_LIMIT:,} members (no zip64) "
+        f"and a central directory of at most {DIRECTORY_LIMIT >> 20} MiB (vLLM's: about 2,000 members, "
+        "0.2 MiB); refusing the wheel",
+        hint="start from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
+    )
+
+
 def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
     """Every member of the open archive, checked (see the module docstring); BadInput naming the
     first that is not acceptable. `fd` is the archive's file, `label` how messages name it."""
     size = os.fstat(fd).st_size
     seen: set[str] = set()
     out = []
+    if len(zf.infolist()) >= MEMBER_LIMIT:  # more than its end record said (check_member_count)
+        raise _too_many(label, f"its central directory holds {len(zf.infolist()):,} members")
     for info in zf.infolist():
         name = info.orig_filename
         problem = _name_problem(name, seen) or _kind_problem(info)
