@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -465,6 +466,16 @@ def test_a_file_that_is_no_wheel_is_refused(tmp_path, library, content, why):
     done = run_cli("wheel", path, "--out", tmp_path / "out", "--patches", library)
     assert_nothing_written(done, tmp_path / "out", 2)
     assert why in done.stderr
+    if content is None:  # and what to give instead
+        assert "hint: give the path of a wheel file, or a VERSION" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EISDIR])
+def test_a_write_into_out_that_fails_says_what_to_do(code):
+    from patchkit.wheel.build import _write_error
+
+    error = _write_error(Path("out/.vllm.whl.tmp"), OSError(code, os.strerror(code)))
+    assert error.exit_code == 4 and error.hint and "--out" in error.hint, error.hint
 
 
 def _damaged(path: Path, how: str) -> None:

@@ -71,7 +71,7 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tupl
             raise BadInput("--platform chooses the wheel of a VERSION; a wheel file has its own")
         return path, None
     if named_a_file:
-        raise BadInput(f"no wheel file {source}")
+        raise BadInput(f"no wheel file {source}", hint="give the path of a wheel file, or a VERSION to download")
     from patchkit.wheel.stock import checked_stock_wheel
 
     _require_a_series(source, chosen)

@@ -279,6 +279,8 @@ def _write_error(path: Path, exc: OSError) -> TargetError:
         hint = "free space there, or give --out a directory on another file system"
     elif exc.errno == errno.EISDIR:
         hint = f"{path.name} is a directory: remove or rename it, or give another --out"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "give --out a directory you can write to"
     else:
         hint = None
     return TargetError(f"cannot write {path}: {exc.strerror}", hint=hint)
