@@ -329,7 +329,14 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
 
 @pytest.mark.parametrize(
     "build",
-    [upgraded_to_covered, upgraded_to_upstream, patched_wheel_over_applied, record_names_another_version],
+    [
+        upgraded_to_covered,
+        upgraded_to_upstream,
+        patched_wheel_over_applied,
+        record_names_another_version,
+        guarded_patched_wheel_then_stock,
+        guarded_patched_wheel_then_upstream,
+    ],
     ids=lambda build: build.__name__,
 )
 def test_run_apply_settles_a_tree_the_guard_refuses_and_launches(tmp_path, build):
