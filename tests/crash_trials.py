@@ -462,24 +462,45 @@ def sweep(base: Path, randoms: int, seed: int, *, aimed: bool = True) -> Tally:
     return tally
 
 
-def release_sweep(base: Path, randoms: int, seed: int, *, rollback_every: int = 4) -> Tally:
+def release_sweep(
+    base: Path,
+    randoms: int,
+    seed: int,
+    *,
+    rollback_every: int = 4,
+    second_faults_on: int | None = None,
+    ops: tuple[str, ...] = ("apply", "revert"),
+) -> Tally:
     """The sweep on the real release diff (ReleaseScenario): a SIGKILL, SIGTERM, SIGINT and ENOSPC
-    at every commit step; at every step of the rollbacks that every `rollback_every`-th commit
-    step starts, a SIGKILL, a second SIGINT (the double Ctrl-C), a second SIGTERM and a second
-    ENOSPC; then `randoms` random moments per operation."""
+    at every commit step; a SIGKILL at every step of the rollbacks that every `rollback_every`-th
+    commit step (and the last three: the guard's, the record's) starts; a second SIGINT (the double
+    Ctrl-C), a second SIGTERM and a second ENOSPC at every step of those rollbacks (of
+    `second_faults_on` of them, when given); then `randoms` random moments per operation."""
     scn = ReleaseScenario(base)
     work = base / "work"
     tally = Tally()
     rng = random.Random(seed)
-    for op in ("apply", "revert"):
+    for op in ops:
         steps = {mode: aimed_commit(scn, work, op, mode, tally) for mode in ("kill", "term", "int", "raise")}
-        # every commit step that starts a rollback, the last ones (the guard's, the record's) always
-        chosen = sorted({*range(1, steps["kill"] + 1, rollback_every), *range(steps["kill"] - 2, steps["kill"] + 1)})
+        _progress(tally, f"{op}: every commit step ({steps['kill']}) under kill, term, int, raise")
+        last = steps["kill"]
+        chosen = sorted({*range(1, last + 1, rollback_every), *range(last - 2, last + 1)})
         lengths = rollback_lengths(scn, work, op, tally, chosen)
+        _progress(tally, f"{op}: a kill at every step of the rollbacks of commit steps {lengths}")
+        if second_faults_on is not None:
+            lengths = dict(rng.sample(sorted(lengths.items()), min(second_faults_on, len(lengths))))
         for first, second in (("int", "int"), ("term", "term"), ("raise", "raise")):
             aimed_rollback(scn, work, op, first, second, tally, lengths)
+            _progress(tally, f"{op}: {first}+{second} at every step of the rollbacks of commit steps {sorted(lengths)}")
         random_trials(scn, work, op, randoms, rng, tally)
+        _progress(tally, f"{op}: {randoms} random moments")
     return tally
+
+
+def _progress(tally: Tally, done: str) -> None:
+    print(f"{sum(tally.trials.values())} trials, {len(tally.failures)} failed; done: {done}", flush=True)
+    for failure in tally.failures[-3:]:
+        print(f"  FAILED {failure[:300]}", flush=True)
 
 
 def main() -> None:
@@ -489,12 +510,21 @@ def main() -> None:
     parser.add_argument("--random-only", action="store_true", help="skip the aimed sweep")
     parser.add_argument("--release", action="store_true", help="on the real release diff (fetches 0.15.0, 0.16.0)")
     parser.add_argument("--rollback-every", type=int, default=4, help="--release: rollbacks of every Nth commit step")
+    parser.add_argument("--second-faults-on", type=int, help="--release: second faults in only N of those rollbacks")
+    parser.add_argument("--op", choices=["apply", "revert"], help="--release: this operation only")
     parser.add_argument("--dir", default=fast_scratch(), help="where the trees go (default: a tmpfs when there is one)")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="crash-trials-", dir=options.dir) as base:
         started = time.monotonic()
         if options.release:
-            tally = release_sweep(Path(base), options.random, options.seed, rollback_every=options.rollback_every)
+            tally = release_sweep(
+                Path(base),
+                options.random,
+                options.seed,
+                rollback_every=options.rollback_every,
+                second_faults_on=options.second_faults_on,
+                ops=(options.op,) if options.op else ("apply", "revert"),
+            )
         else:
             tally = sweep(Path(base), options.random, options.seed, aimed=not options.random_only)
         print(tally.report())
