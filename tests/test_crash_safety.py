@@ -449,7 +449,7 @@ def test_a_release_diff_survives_a_kill_a_sigterm_a_double_ctrl_c_and_a_full_dis
 def test_the_whole_release_diff_crash_sweep():
     if not os.environ.get("PATCHKIT_CRASH_SWEEP"):
         pytest.skip(
-            "thousands of trials (~30 min): PATCHKIT_CRASH_SWEEP=1, or `python tests/crash_trials.py --release`"
+            "about 4,500 trials (45 min or more): PATCHKIT_CRASH_SWEEP=1, or `python tests/crash_trials.py --release`"
         )
     with tempfile.TemporaryDirectory(prefix="crash-release-", dir=ct.fast_scratch()) as base:
         tally = ct.release_sweep(Path(base), 150, int(os.environ.get("PATCHKIT_CRASH_SEED", "20")))
