@@ -344,7 +344,8 @@ def recover(root: Path) -> str | None:
     restored, kept = 0, list[str]()
     if journal:
         needed = _needed_originals(root, journal)
-        vllms = _listed_by_vllm(root, [e["path"] for e in journal["files"] if e["before"] is None])
+        created = [e["path"] for e in journal["files"] if e["before"] is None]
+        vllms = _listed_by_vllm(root, created) - _kept_by_the_record(root, journal)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
                 restored, kept = _rollback(root, journal, needed, not_ours=vllms)
@@ -383,6 +384,31 @@ def _listed_by_vllm(root: Path, paths: list[str]) -> set[str]:
         if record is not None:
             listed |= {p for p in paths if record.hashes.get(p)}
     return listed
+
+
+def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
+    """The created files whose bytes the record the rollback returns to keeps, intact, as the saved
+    original of a file its patches delete: what a revert put back, vLLM's own files among them (a
+    release diff deletes some). Removing them again loses no byte: the next revert restores them."""
+    previous = journal.get("previous_state")
+    if previous is None:
+        return set()
+    deleted = {
+        path: change["before"]
+        for entry in parse_state(previous.encode(), journal_path(root)).entries
+        for path, change in entry.files.items()
+        if change.get("before") and change.get("after") is None
+    }
+    kept = set()
+    for entry in journal["files"]:
+        digest = deleted.get(entry["path"])
+        if entry["before"] is None and digest is not None and digest == entry["after"]:
+            try:
+                read_object(root, digest)  # there, a regular file, its bytes the digest's
+            except BadInput:
+                continue
+            kept.add(entry["path"])
+    return kept
 
 
 _TXID = re.compile(r"[0-9A-Za-z]{1,64}")

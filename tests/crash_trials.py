@@ -5,10 +5,13 @@ or revert, in turn) must leave a whole tree (stock, or patched with its guard) a
 
 The transaction of the scenario deletes a package with a subpackage (directories removed), adds one
 (directories created), changes two files, and installs (apply) or removes (revert) the launch guard's
-module and dist-info. Each trial is a fork of this process running the CLI as the console script
-does (real signals, real exits; no interpreter start-up per trial).
+module and dist-info. ReleaseScenario does the same with real files: a cut of vLLM 0.15.0 -> 0.16.0
+that deletes vllm/attention/, adds vllm/kernels/helion/ and changes two modules. Each trial is a fork
+of this process running the CLI as the console script does (real signals, real exits; no
+interpreter start-up per trial).
 
     python tests/crash_trials.py [--random N] [--seed S]       # the whole aimed sweep + N random
+    python tests/crash_trials.py --release [--random N]        # the same kinds on the release diff
 """
 
 from __future__ import annotations
@@ -62,17 +65,15 @@ class Scenario:
     base: Path
     stock: Path = field(init=False)
     patched: Path = field(init=False)
-    patch: Path = field(init=False)
+    patch: Path | None = field(init=False)  # None: the library's set for the tree's release
 
     def __post_init__(self) -> None:
         warm_imports()
-        self.stock = write_tree(
-            self.base / "stock", files={"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY, **OLD_PACKAGE}
-        )
-        scratch = self.base / "scratch"
-        scratch.mkdir()
-        self.patch = self.base / "p.diff"
-        self.patch.write_bytes(make_patch(scratch, self.stock, EDITS))
+        self.stock = self.base / "stock"
+        diff = self.lay_out_stock()
+        self.patch = None if diff is None else self.base / "p.diff"
+        if self.patch is not None and diff is not None:
+            self.patch.write_bytes(diff)
         self.patched = self.base / "patched"
         shutil.copytree(self.stock, self.patched, symlinks=True)
         code, out = run_cli(["apply", *self.args(self.patched, "apply")])
@@ -80,8 +81,16 @@ class Scenario:
         assert (self.patched / "patchkit_guard.py").exists(), "the scenario needs the guard installed"
         self.prints = {"stock": fingerprint(self.stock), "patched": fingerprint(self.patched)}
 
+    def lay_out_stock(self) -> bytes | None:
+        """Write the stock tree at self.stock; the diff the trials apply to it (None: the library's)."""
+        write_tree(self.stock, files={"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY, **OLD_PACKAGE})
+        scratch = self.base / "scratch"
+        scratch.mkdir()
+        return make_patch(scratch, self.stock, EDITS)
+
     def args(self, tree: Path, command: str = "status") -> list[str]:
-        return ["--target", str(tree), "--patch", str(self.patch), *(["--no-import"] if command == "apply" else [])]
+        patch = ["--patch", str(self.patch)] if self.patch is not None else []
+        return ["--target", str(tree), *patch, *(["--no-import"] if command == "apply" else [])]
 
     def fresh(self, start: str, where: Path) -> Path:
         shutil.rmtree(where, ignore_errors=True)
@@ -92,6 +101,60 @@ class Scenario:
         """ "stock" or "patched" when the tree is exactly one of them, else None."""
         now = fingerprint(tree)
         return next((name for name, known in self.prints.items() if known == now), None)
+
+
+# A real release diff, cut to a few files of each kind: vLLM 0.15.0 -> 0.16.0 deletes the package
+# vllm/attention/ (and its subpackage utils/), adds vllm/kernels/helion/, and changes modules.
+RELEASE_FROM, RELEASE_TO = "0.15.0", "0.16.0"
+RELEASE_GONE = [
+    "vllm/attention/__init__.py",
+    "vllm/attention/layer.py",
+    "vllm/attention/utils/__init__.py",
+    "vllm/attention/utils/kv_sharing_utils.py",
+    "vllm/attention/utils/kv_transfer_utils.py",
+]
+RELEASE_NEW = [
+    "vllm/kernels/__init__.py",
+    "vllm/kernels/helion/__init__.py",
+    "vllm/kernels/helion/config_manager.py",
+    "vllm/kernels/helion/register.py",
+    "vllm/kernels/helion/utils.py",
+]
+RELEASE_CHANGED = ["vllm/config/speculative.py", "vllm/model_executor/models/deepseek_v2.py"]
+
+
+@dataclass
+class ReleaseScenario(Scenario):
+    """The trials on real fetched files: the stock tree is vLLM 0.15.0's files (and dist-info) that
+    the diff names, the diff git's own between them and 0.16.0's."""
+
+    def lay_out_stock(self) -> bytes:
+        from helpers import lay_out_release, release_diff
+
+        lay_out_release(RELEASE_FROM, [*RELEASE_GONE, *RELEASE_CHANGED], self.stock)
+        newer = lay_out_release(RELEASE_TO, [*RELEASE_NEW, *RELEASE_CHANGED], self.base / "newer")
+        diff = release_diff(self.stock, newer, self.base / "scratch")
+        shutil.rmtree(self.base / "scratch")
+        self.newer = {f"vllm/{rel}": data for rel, data in fingerprint(newer / "vllm").items()}
+        return diff
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        applied = {rel: data for rel, data in self.prints["patched"].items() if rel.startswith("vllm/")}
+        assert applied == self.newer, "the diff applied must give 0.16.0's files"
+
+
+@dataclass
+class Eagle3Scenario(Scenario):
+    """patchkit's own transaction on a real release: the eagle3 set of the library on the files of
+    vLLM 0.16.0 it patches and checks, with the guard."""
+
+    def lay_out_stock(self) -> None:
+        from helpers import lay_out_release
+
+        from patchkit.release_files import files_for
+
+        lay_out_release(RELEASE_TO, files_for(RELEASE_TO), self.stock)
 
 
 def warm_imports() -> None:
@@ -275,6 +338,17 @@ def _first_codes(plan: str) -> set[int]:
     return set().union(*(EXPECTED_CODES.get(m, set()) for m in modes))
 
 
+def commit_steps(scn: Scenario, work: Path, op: str) -> int:
+    """How many steps the commit of `op` has: the last N at which a SIGKILL still stops it."""
+    low, high = 1, 1024  # a kill at `low` lands, at `high` comes after the end
+    while high - low > 1:
+        middle = (low + high) // 2
+        tree = scn.fresh("stock" if op == "apply" else "patched", work)
+        code, _ = run_cli([op, *scn.args(tree, op)], f"{middle}:kill")
+        low, high = (middle, high) if code == -signal.SIGKILL else (low, middle)
+    return low
+
+
 def aimed_commit(scn: Scenario, work: Path, op: str, mode: str, tally: Tally, limit: int = 200) -> int:
     """A fault of `mode` at each step of the commit of `op` in turn; how many steps it has."""
     for n in range(1, limit):
@@ -388,16 +462,71 @@ def sweep(base: Path, randoms: int, seed: int, *, aimed: bool = True) -> Tally:
     return tally
 
 
+def release_sweep(
+    base: Path,
+    randoms: int,
+    seed: int,
+    *,
+    rollback_every: int = 4,
+    second_faults_on: int | None = None,
+    ops: tuple[str, ...] = ("apply", "revert"),
+) -> Tally:
+    """The sweep on the real release diff (ReleaseScenario): a SIGKILL, SIGTERM, SIGINT and ENOSPC
+    at every commit step; a SIGKILL at every step of the rollbacks that every `rollback_every`-th
+    commit step (and the last three: the guard's, the record's) starts; a second SIGINT (the double
+    Ctrl-C), a second SIGTERM and a second ENOSPC at every step of those rollbacks (of
+    `second_faults_on` of them, when given); then `randoms` random moments per operation."""
+    scn = ReleaseScenario(base)
+    work = base / "work"
+    tally = Tally()
+    rng = random.Random(seed)
+    for op in ops:
+        steps = {mode: aimed_commit(scn, work, op, mode, tally) for mode in ("kill", "term", "int", "raise")}
+        _progress(tally, f"{op}: every commit step ({steps['kill']}) under kill, term, int, raise")
+        last = steps["kill"]
+        chosen = sorted({*range(1, last + 1, rollback_every), *range(last - 2, last + 1)})
+        lengths = rollback_lengths(scn, work, op, tally, chosen)
+        _progress(tally, f"{op}: a kill at every step of the rollbacks of commit steps {lengths}")
+        if second_faults_on is not None:
+            lengths = dict(rng.sample(sorted(lengths.items()), min(second_faults_on, len(lengths))))
+        for first, second in (("int", "int"), ("term", "term"), ("raise", "raise")):
+            aimed_rollback(scn, work, op, first, second, tally, lengths)
+            _progress(tally, f"{op}: {first}+{second} at every step of the rollbacks of commit steps {sorted(lengths)}")
+        random_trials(scn, work, op, randoms, rng, tally)
+        _progress(tally, f"{op}: {randoms} random moments")
+    return tally
+
+
+def _progress(tally: Tally, done: str) -> None:
+    print(f"{sum(tally.trials.values())} trials, {len(tally.failures)} failed; done: {done}", flush=True)
+    for failure in tally.failures[-3:]:
+        print(f"  FAILED {failure[:300]}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--random", type=int, default=100, help="random-moment trials per operation")
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--random-only", action="store_true", help="skip the aimed sweep")
+    parser.add_argument("--release", action="store_true", help="on the real release diff (fetches 0.15.0, 0.16.0)")
+    parser.add_argument("--rollback-every", type=int, default=4, help="--release: rollbacks of every Nth commit step")
+    parser.add_argument("--second-faults-on", type=int, help="--release: second faults in only N of those rollbacks")
+    parser.add_argument("--op", choices=["apply", "revert"], help="--release: this operation only")
     parser.add_argument("--dir", default=fast_scratch(), help="where the trees go (default: a tmpfs when there is one)")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="crash-trials-", dir=options.dir) as base:
         started = time.monotonic()
-        tally = sweep(Path(base), options.random, options.seed, aimed=not options.random_only)
+        if options.release:
+            tally = release_sweep(
+                Path(base),
+                options.random,
+                options.seed,
+                rollback_every=options.rollback_every,
+                second_faults_on=options.second_faults_on,
+                ops=(options.op,) if options.op else ("apply", "revert"),
+            )
+        else:
+            tally = sweep(Path(base), options.random, options.seed, aimed=not options.random_only)
         print(tally.report())
         print(f"{time.monotonic() - started:.0f} s")
     sys.exit(1 if tally.failures else 0)

@@ -11,10 +11,12 @@ import os
 import random
 import signal
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import crash_trials as ct
 import pytest
+from helpers import record_rows
 
 from patchkit import signals
 
@@ -230,6 +232,73 @@ def test_a_planted_journal_cannot_delete_files_it_did_not_write(tmp_path):
     assert ct.fingerprint(tree) == kept and not (tree / ".patchkit/journal.json").exists()
 
 
+@dataclass
+class _ListedScenario(ct.Scenario):
+    """The scenario's tree with a true RECORD for its vLLM: the package the patch deletes is vLLM's
+    own (as in every release diff), so a revert puts back files the installed vLLM lists."""
+
+    def lay_out_stock(self) -> bytes | None:
+        diff = super().lay_out_stock()
+        dist = "vllm-0.16.0.dist-info"
+        (self.stock / dist / "RECORD").write_text(record_rows(self.stock, dist))
+        return diff
+
+
+@pytest.fixture
+def listed_scenario():
+    with tempfile.TemporaryDirectory(prefix="crash-listed-", dir=ct.fast_scratch()) as base:
+        yield _ListedScenario(Path(base))
+
+
+def test_a_crash_in_a_revert_that_puts_back_files_vllm_lists_is_rolled_back_whole(listed_scenario):
+    """The revert recreates vllm/old/ (deleted by the patch, listed by vLLM's RECORD); killed
+    before its commit point, recovery must remove them again (their bytes stay saved for the
+    record it returns to): it kept them, and the tree was left half stock, half patched."""
+    scn = listed_scenario
+    work, tally = scn.base / "work", ct.Tally()
+    last = ct.commit_steps(scn, work, "revert")
+    for turn, n in enumerate(range(last - 6, last + 1)):  # every file in place, the commit point not reached
+        ct.trial(scn, work, "revert", f"{n}:kill", "revert kill", tally, turn)
+    _clean(tally)
+    assert tally.outcomes["revert exit -9: stock, journal"] > 0, tally.report()
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_a_planted_journal_removes_a_file_vllm_lists_only_when_its_bytes_stay_saved(tmp_path, saved):
+    """A created file the installed vLLM lists goes only when the record the rollback returns to
+    keeps its bytes, intact, as the original of a file its patches delete."""
+    from patchkit.state import sha256
+
+    tree = ct.write_tree(tmp_path / "site", files={"vllm/listed.py": "LISTED = 3\n"})
+    (tree / "vllm-0.16.0.dist-info/RECORD").write_text(record_rows(tree, "vllm-0.16.0.dist-info"))
+    digest = _planted_object(tree, b"LISTED = 3\n") if saved else sha256(b"LISTED = 3\n")
+    record = {
+        "format": 1,
+        "entries": [
+            {
+                "set": "demo",
+                "vllm_version": "0.16.0",
+                "release": None,
+                "applied_at": "2026-01-01T00:00:00+00:00",
+                "patches": [{"name": "p.diff", "sha256": "3" * 64}],
+                "files": {"vllm/listed.py": {"before": digest, "after": None}},
+            }
+        ],
+    }
+    (tree / ".patchkit").mkdir(exist_ok=True)
+    journal = {
+        "id": "abc123",
+        "previous_state": json.dumps(record),
+        "files": [{"path": "vllm/listed.py", "before": None, "after": digest, "staged": None, "created_dirs": []}],
+    }
+    (tree / ".patchkit/journal.json").write_text(json.dumps(journal))
+    from patchkit import transaction
+
+    said = transaction.recover(tree)
+    assert (tree / "vllm/listed.py").exists() is not saved, said
+    assert ("kept 1 file(s)" in said) is not saved, said
+
+
 def test_a_rollback_keeps_a_file_changed_since_the_commit(tmp_path):
     """An original goes back only over what the commit wrote: a file holding other bytes stays."""
     from patchkit import transaction
@@ -339,3 +408,111 @@ def test_a_second_signal_while_an_interrupt_is_reported_does_not_cut_the_report(
     with signals.handled():
         code = cli._command_exit_code(interrupted, None, begin_run())
     assert code == 143 and "before any change" in capsys.readouterr().err
+
+
+# The same trials on real release files (crash_trials.ReleaseScenario: vLLM 0.15.0 -> 0.16.0 deletes
+# vllm/attention/ and adds vllm/kernels/helion/) and on the library's eagle3 set over 0.16.0. A
+# handful run here; `python tests/crash_trials.py --release` (or PATCHKIT_CRASH_SWEEP=1 below) runs
+# every commit and rollback step.
+
+
+@pytest.fixture(scope="module")
+def release_scenario():
+    with tempfile.TemporaryDirectory(prefix="crash-release-", dir=ct.fast_scratch()) as base:
+        yield ct.ReleaseScenario(Path(base))
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_a_release_diff_survives_a_kill_a_sigterm_a_double_ctrl_c_and_a_full_disk(release_scenario, op):
+    """Commit steps early (the deleted package's files), in the middle and among the last (the
+    guard's), each followed by the next command: a whole tree, no journal."""
+    scn, work, tally = release_scenario, release_scenario.base / "work", ct.Tally()
+    last = ct.commit_steps(scn, work, op)
+    assert last > 40, last  # every file of the diff, the guard's and the record's steps
+    for turn, (n, plan) in enumerate(
+        [
+            (last // 4, "{n}:kill"),
+            (last // 2, "{n}:term"),
+            (last // 2, "{n}:int,{m}:int"),
+            (last - 2, "{n}:raise,{m}:raise"),
+            (last - 1, "{n}:raise,{m}:kill"),
+        ]
+    ):
+        ct.trial(scn, work, op, plan.format(n=n, m=n + 2), plan, tally, turn)
+    _clean(tally)
+    assert sum(tally.trials.values()) == 5
+
+
+@pytest.mark.release
+@pytest.mark.slow
+def test_the_whole_release_diff_crash_sweep():
+    if not os.environ.get("PATCHKIT_CRASH_SWEEP"):
+        pytest.skip(
+            "about 4,500 trials (45 min or more): PATCHKIT_CRASH_SWEEP=1, or `python tests/crash_trials.py --release`"
+        )
+    with tempfile.TemporaryDirectory(prefix="crash-release-", dir=ct.fast_scratch()) as base:
+        tally = ct.release_sweep(Path(base), 150, int(os.environ.get("PATCHKIT_CRASH_SEED", "20")))
+    print(tally.report())
+    _clean(tally)
+
+
+def _mount_small_ext4(size: str = "32M"):
+    """A loop-mounted ext4 image (no blocks reserved for root), or the reason there is none here."""
+    import shutil as sh
+    import subprocess
+
+    if os.geteuid() != 0:
+        return None, None, "mounting an ext4 image needs root"
+    if not sh.which("mkfs.ext4"):
+        return None, None, "mkfs.ext4 is not installed"
+    image = Path(tempfile.mkdtemp(prefix="crash-ext4-")) / "disk.img"
+    subprocess.run(["truncate", "-s", size, str(image)], check=True)
+    made = subprocess.run(["mkfs.ext4", "-q", "-m", "0", "-b", "4096", str(image)], capture_output=True, text=True)
+    mount = image.parent / "mnt"
+    mount.mkdir()
+    done = made.returncode == 0 and subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True
+    )
+    if not done or done.returncode:
+        sh.rmtree(image.parent)
+        why = made.stderr if made.returncode else done.stderr if done else ""
+        return None, None, f"cannot loop-mount an ext4 image here: {why.strip()[-200:]}"
+    return image, mount, None
+
+
+@pytest.fixture
+def small_ext4():
+    """A real 32 MiB ext4 (4 KiB blocks) file system, loop-mounted: a disk whose delayed allocation, journal and
+    block size are a real one's."""
+    import shutil as sh
+    import subprocess
+
+    image, mount, why = _mount_small_ext4()
+    if why:
+        pytest.skip(why)
+    assert image and mount
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+    sh.rmtree(image.parent)
+
+
+# 0 to 200 KB free: none, one block, a few, and room for some files of the diff but not all
+EXT4_FREE = [0, 4096, 16_384, 65_536, 131_072, 204_800]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("kind", ["release-diff", "eagle3"])
+def test_a_real_full_ext4_disk_is_exit_0_or_4_and_a_whole_tree(kind, small_ext4):
+    """apply and revert of real release files on a full ext4 file system, 0-200 KB free: exit 0 or
+    4 (never 70), the tree byte-identical to stock or to the whole patched tree (the guard
+    included), no journal; space freed, status finds it so."""
+    make = ct.ReleaseScenario if kind == "release-diff" else ct.Eagle3Scenario
+    with tempfile.TemporaryDirectory(prefix="crash-ext4-", dir=ct.fast_scratch()) as base:
+        scn = make(Path(base))
+        tally = ct.Tally()
+        ct.full_disk_trials(scn, small_ext4, tally, EXT4_FREE)
+    print(tally.report())
+    _clean(tally)
+    assert any("exit 4" in key for key in tally.trials), tally.report()  # the disk did run out
+    assert any("exit 0" in key for key in tally.trials), tally.report()
