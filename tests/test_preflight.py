@@ -720,6 +720,11 @@ def test_hf_config_path_is_the_config_checked(setup, tmp_path):
         {"HUGGINGFACE_HUB_CACHE": "{tmp}/xdg/huggingface/hub"},  # the legacy name
         {"HOME": "{tmp}/home", "HF_HOME": "~/../xdg/huggingface"},  # ~ is the launch's HOME
         {"XDG_CACHE_HOME": "{tmp}/elsewhere", "HF_HUB_CACHE": "$CACHE/hub", "CACHE": "{tmp}/xdg/huggingface"},
+        # transformers' own cache_dir default comes first, the first of its three names set
+        {"TRANSFORMERS_CACHE": "{tmp}/xdg/huggingface/hub", "HF_HUB_CACHE": "{tmp}/decoy"},
+        {"PYTORCH_TRANSFORMERS_CACHE": "{tmp}/xdg/huggingface/hub", "HF_HOME": "{tmp}/decoy"},
+        {"PYTORCH_PRETRAINED_BERT_CACHE": "{tmp}/xdg/huggingface/hub", "HUGGINGFACE_HUB_CACHE": "{tmp}/decoy"},
+        {"TRANSFORMERS_CACHE": "{tmp}/xdg/huggingface/hub", "PYTORCH_TRANSFORMERS_CACHE": "{tmp}/decoy"},
     ],
 )
 def test_the_hub_cache_is_found_as_huggingface_hub_finds_it_in_the_launchs_environment(setup, tmp_path, variables):

@@ -1,8 +1,9 @@
 """Finding a model's config.json offline, as vLLM (transformers, huggingface_hub) finds it: a local
 directory, else a hub id in the Hugging Face cache at the revision the launch asks for.
 
-Nothing is ever downloaded. The cache is huggingface_hub's (constants.py): HF_HUB_CACHE, else
-HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else
+Nothing is ever downloaded. The cache is transformers' (utils/hub.py): TRANSFORMERS_CACHE, else
+PYTORCH_TRANSFORMERS_CACHE, else PYTORCH_PRETRAINED_BERT_CACHE, else huggingface_hub's (constants.py):
+HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else
 ~/.cache/huggingface/hub, read from the launch's own environment (its `env` prefix; `env -i`: that
 alone). A hub id `org/name` at revision REV (default main) is `models--org--name/snapshots/C/config.json`
 where C is what refs/REV names (REV itself without such a ref). A model found nowhere, or a revision
@@ -23,6 +24,8 @@ from patchkit.launch.values import REF_LIMIT, load_json, read_named_file
 
 CONFIG = "config.json"
 MAX_CONFIG_BYTES = 16 << 20
+# transformers 4.x's cache_dir default, first set first: never ~- or $-expanded
+TRANSFORMERS_CACHE_VARIABLES = ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE")
 
 
 @dataclass
@@ -47,7 +50,12 @@ class ModelConfig:
 
 
 def hub_cache(environ: dict[str, str]) -> Path:
-    """huggingface_hub's cache directory for a process with environment `environ`."""
+    """The cache transformers reads a hub model's config.json from, for a process with environment
+    `environ`: its own TRANSFORMERS_CACHE (and the two older names, taken as they are) over
+    huggingface_hub's HF_HUB_CACHE (transformers/utils/hub.py, huggingface_hub/constants.py)."""
+    for name in TRANSFORMERS_CACHE_VARIABLES:
+        if name in environ:
+            return Path(environ[name])
     home = environ.get("HOME") or str(Path.home())
     hf_home = environ.get(
         "HF_HOME", os.path.join(environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache")), "huggingface")
