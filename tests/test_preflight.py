@@ -845,3 +845,52 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     done = run_cli(*args, env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path / "work")
     assert_clean_failure(done, 4)
     assert "has no config.json" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "said", "fix"),
+    [
+        ({"method": "eagle3", "num_speculative_tokens": 3}, 'no "model"', '"model"'),
+        ({"method": "eagle3"}, 'no "model"', '"model"'),
+        ({"method": "eagle3", "model": "", "num_speculative_tokens": 3}, 'model ""', '"model"'),
+        ({"method": "Eagle3", "model": "DRAFTER", "num_speculative_tokens": 3}, "'Eagle3'", '"method": "eagle3"'),
+        ({"method": "eagle4", "model": "DRAFTER", "num_speculative_tokens": 3}, "'eagle4'", "one of"),
+        ({"method": "[ngram]", "num_speculative_tokens": 3}, "'[ngram]'", "one of"),
+        ({"model": "PLAIN", "num_speculative_tokens": 3}, "no method", '"method"'),  # its name tells none
+        ({"method": "eagle3", "model": "DRAFTER"}, "n_predict", '"num_speculative_tokens"'),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 0}, "not above 0", "above 0"),
+        ({"method": "eagle3", "model": 5, "num_speculative_tokens": 3}, "not a string", '"model"'),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "bogus": 1}, "no field bogus", "drop"),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "tensor_parallel_size": 2}, "", "draft_"),
+    ],
+)
+def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path, spec, said, fix):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafters = {"DRAFTER": str(models["drafter"]), "PLAIN": str(write_model(tmp_path / "plain-drafter", DRAFTER))}
+    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
+    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
+    done = preflight(tree, library, *command)
+    assert done.returncode == 1, done.stdout + done.stderr
+    refused = findings(done)["speculative-config"]
+    assert not refused["ok"] and said in refused["message"] and fix in refused["fix"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1},
+        {"model": "DRAFTER-eagle3", "num_speculative_tokens": 3},  # the method told by the drafter's name
+        {"method": "deepseek_mtp", "num_speculative_tokens": 1},  # an MTP method: vLLM's model is the target
+        {"method": "ngram", "num_speculative_tokens": 3},
+    ],
+)
+def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup, tmp_path, spec):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafters = {"DRAFTER": str(models["drafter"]), "DRAFTER-eagle3": str(write_model(tmp_path / "x-eagle3", DRAFTER))}
+    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
+    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
+    done = preflight(tree, library, *command)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "speculative-config" not in findings(done)

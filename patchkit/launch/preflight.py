@@ -122,8 +122,8 @@ def _models(command: LaunchCommand):
     spec = command.speculative_config or {}
     drafter_name = spec.get("model")
     drafter = (
-        resolve_model(str(drafter_name), command.environ, role="drafter", revision=_text(spec.get("revision")))
-        if drafter_name
+        resolve_model(drafter_name, command.environ, role="drafter", revision=_text(spec.get("revision")))
+        if isinstance(drafter_name, str) and drafter_name  # another value: the speculative-config finding
         else None
     )
     return with_overrides(model, command.hf_overrides), drafter, None, command
@@ -137,6 +137,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     """What vLLM reads otherwise than the command says: a JSON option it drops, a short option
     (`-sc`) the installed vLLM does not declare (0.16.0 has no `-sc`: its parser refuses the command)."""
     from patchkit.launch.command import ALIASES
+    from patchkit.launch.speculative import speculative_findings
 
     command = context.command
     found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
@@ -147,7 +148,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
-    return found
+    return found + speculative_findings(context)
 
 
 def _lenient_reading(command: LaunchCommand, version) -> Finding:
