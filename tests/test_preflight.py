@@ -323,6 +323,44 @@ def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, 
     assert findings(done)["vllm-validation"]["message"] == "vLLM's create_engine_config() accepts the command"
 
 
+ENVIRONMENT_ARG_UTILS = """
+import json
+import os
+
+
+class AsyncEngineArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model")
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls()
+
+    def create_engine_config(self):
+        raise ValueError("saw " + json.dumps({k: os.environ.get(k) for k in ("LEAKED", "SET_BY_LAUNCH", "HF_HUB_OFFLINE")}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("prefix", "seen"),
+    [
+        (["env", "-i", "SET_BY_LAUNCH=1"], {"LEAKED": None, "SET_BY_LAUNCH": "1", "HF_HUB_OFFLINE": "1"}),
+        (["env", "SET_BY_LAUNCH=1", "HF_HUB_OFFLINE=0"], {"LEAKED": "yes", "SET_BY_LAUNCH": "1", "HF_HUB_OFFLINE": "0"}),
+    ],
+)
+def test_vllms_validation_runs_in_the_launchs_own_environment(setup, tmp_path, prefix, seen):
+    tree, library, models = setup
+    fake = write_fake_vllm(tmp_path / "fake")
+    (fake / "vllm" / "engine" / "arg_utils.py").write_text(ENVIRONMENT_ARG_UTILS)
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    command = [*prefix, f"PYTHONPATH={fake}", "vllm", "serve", str(models["deepseek"])]
+    done = run_cli(*base, *command, env={"LEAKED": "yes"})
+    message = findings(done)["vllm-validation"]["message"]
+    assert f"saw {json.dumps(seen)}" in message, message
+
+
 def test_vllm_validation_is_skipped_with_a_note_when_vllm_does_not_import(setup):
     tree, library, models = setup
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]

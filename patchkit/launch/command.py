@@ -119,7 +119,7 @@ class LaunchCommand:
 
     def interpreter(self) -> str | None:
         """The Python that will run this launch: the `vllm` script's shebang, or the `python` named."""
-        found = shutil.which(self.program, path=self.env.get("PATH", os.environ.get("PATH")))
+        found = shutil.which(self.program, path=self.environ.get("PATH", os.defpath))  # `env -i`: execvp's default
         if found is None:
             return None
         if Path(self.program).name.startswith("python"):
