@@ -932,3 +932,36 @@ def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup
     done = preflight(tree, library, *command)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "speculative-config" not in findings(done)
+
+
+@pytest.mark.parametrize(
+    ("files", "arguments", "judged"),
+    [
+        ({"params.json": "{}", "consolidated.safetensors": ""}, [], False),  # auto: vLLM reads params.json
+        ({"params.json": "{}", "weights/consolidated-00001.safetensors": ""}, [], False),  # found at any depth
+        ({}, ["--config-format", "mistral"], False),
+        ({}, ["--config-format", "my_plugin_format"], False),
+        ({"params.json": "{}", "consolidated.safetensors": ""}, ["--config-format", "hf"], True),
+        ({"params.json": "{}"}, [], True),  # no consolidated weights: vLLM's auto reads config.json
+        ({"consolidated.safetensors": ""}, [], True),
+    ],
+)
+@pytest.mark.parametrize("where", ["local", "hub"])
+def test_a_mistral_format_model_is_not_judged_on_its_config_json(setup, tmp_path, files, arguments, judged, where):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    cache = tmp_path / "hub"
+    if where == "local":
+        directory = model = write_model(tmp_path / "mistral-like", DEEPSEEK_V3)
+    else:
+        model = "lab/mistral-like"
+        directory = write_cached_repo(cache, model, {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A}) / "snapshots" / COMMIT_A
+    for name, text in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text)
+    done = preflight(tree, library, *serve(model, models["drafter"], *arguments), env={"HF_HUB_CACHE": str(cache)})
+    if judged:
+        assert done.returncode == 0, done.stdout + done.stderr
+    else:
+        assert_clean_failure(done, 4)
+        assert "cannot judge" in done.stderr and "config.json only" in done.stderr

@@ -102,18 +102,22 @@ def _models(command: LaunchCommand):
     from patchkit.launch.speculators import speculator
 
     revision = _text(command.options.get("revision"))
+    config_format = _text(command.options.get("config-format")) or "auto"
     model = resolve_model(
         str(command.model),
         command.environ,
         role="model",
         revision=revision,
         config_path=_text(command.options.get("hf-config-path")),
+        config_format=config_format,
     )
     served = speculator(model)
     if served is not None:
         options = {**command.options, "speculative-config": served.speculative_config, "tokenizer": served.verifier}
         command = dataclasses.replace(command, model=served.verifier, options=options)
-        target = resolve_model(served.verifier, command.environ, role="verifier", revision=revision)
+        target = resolve_model(
+            served.verifier, command.environ, role="verifier", revision=revision, config_format=config_format
+        )
         note = (
             f"{model.name} is a speculators-format model: vLLM serves its verifier {served.verifier} with it as "
             f"the {served.speculative_config['method']} drafter (the command's --speculative-config is dropped)"
@@ -122,7 +126,13 @@ def _models(command: LaunchCommand):
     spec = command.speculative_config or {}
     drafter_name = spec.get("model")
     drafter = (
-        resolve_model(drafter_name, command.environ, role="drafter", revision=_text(spec.get("revision")))
+        resolve_model(
+            drafter_name,
+            command.environ,
+            role="drafter",
+            revision=_text(spec.get("revision")),
+            config_format=config_format,  # vLLM reads the drafter in the target's format
+        )
         if isinstance(drafter_name, str) and drafter_name  # another value: the speculative-config finding
         else None
     )
