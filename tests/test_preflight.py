@@ -834,6 +834,37 @@ def test_a_speculators_format_model_is_checked_as_its_verifiers_drafter(setup, t
     assert f"serves its verifier {models['deepseek']}" in findings(done)["command"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("fields", "fails"),
+    [
+        ({"target_hidden_size": 7168}, set()),
+        ({}, set()),  # no target_hidden_size: the layers' hidden_size
+        ({"target_hidden_size": 5120}, {"drafter-hidden-size"}),
+        ({"eagle_aux_hidden_state_layer_ids": [1, 29, 99]}, {"drafter-aux-layers"}),
+        ({"draft_vocab_size": 200000}, {"drafter-vocabulary"}),
+    ],
+)
+def test_a_speculators_format_drafter_is_read_as_vllm_builds_its_config(setup, tmp_path, fields, fails):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "spec-drafter", speculator_config(models["deepseek"], **fields))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert failed(done) == fails, done.stdout
+    assert set(findings(done)) >= DRAFTER_CHECKS
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"speculators_model_type": "eagle"}, {"transformer_layer_config": [1]}, {"transformer_layer_config": None}],
+)
+def test_a_speculators_format_drafter_vllm_refuses_is_exit_2(setup, tmp_path, fields):
+    tree, library, models = setup
+    drafter = write_model(tmp_path / "spec-drafter", speculator_config(models["deepseek"], **fields))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert_clean_failure(done, 2)
+    assert "vLLM refuses it" in done.stderr
+
+
 def test_a_speculators_config_vllm_refuses_is_exit_2(setup, tmp_path):
     tree, library, models = setup
     config = speculator_config(models["deepseek"])

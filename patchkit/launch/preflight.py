@@ -99,7 +99,7 @@ def _models(command: LaunchCommand):
     """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
     configs vLLM reads, a speculators-format model served as its verifier's drafter."""
     from patchkit.launch.models import with_overrides
-    from patchkit.launch.speculators import speculator
+    from patchkit.launch.speculators import drafter_config, speculator
 
     revision = _text(command.options.get("revision"))
     config_format = _text(command.options.get("config-format")) or "auto"
@@ -136,6 +136,7 @@ def _models(command: LaunchCommand):
         if isinstance(drafter_name, str) and drafter_name  # another value: the speculative-config finding
         else None
     )
+    drafter = drafter_config(drafter) if drafter is not None else None
     return with_overrides(model, command.hf_overrides), drafter, None, command
 
 
