@@ -996,3 +996,25 @@ def test_a_mistral_format_model_is_not_judged_on_its_config_json(setup, tmp_path
     else:
         assert_clean_failure(done, 4)
         assert "cannot judge" in done.stderr and "config.json only" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "took"),
+    [
+        (["vllm", "serve", "--served-model-name", "chat", "/models/ds"], "took chat /models/ds as served names"),
+        (["vllm", "serve", "-tp", "2", "--served-model-name", "chat"], "took chat as served names"),
+    ],
+)
+def test_a_model_taken_as_a_served_name_is_said_so(argv, took):
+    with pytest.raises(BadInput) as refused:
+        parse(argv, "0.16.0")
+    assert took in refused.value.message and "default model" in refused.value.message
+    assert "vllm serve MODEL --served-model-name NAME" in (refused.value.hint or "")
+
+
+def test_a_served_model_name_is_never_the_model_checked(setup, tmp_path):
+    tree, library, models = setup
+    command = parse(["vllm", "serve", str(models["deepseek"]), "--served-model-name", "chat", "ds"], "0.16.0")
+    assert command.model == str(models["deepseek"])
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"], "--served-model-name", "chat"))
+    assert not any("chat" in f["message"] for f in findings(done).values())
