@@ -347,7 +347,10 @@ class AsyncEngineArgs:
     ("prefix", "seen"),
     [
         (["env", "-i", "SET_BY_LAUNCH=1"], {"LEAKED": None, "SET_BY_LAUNCH": "1", "HF_HUB_OFFLINE": "1"}),
-        (["env", "SET_BY_LAUNCH=1", "HF_HUB_OFFLINE=0"], {"LEAKED": "yes", "SET_BY_LAUNCH": "1", "HF_HUB_OFFLINE": "0"}),
+        (
+            ["env", "SET_BY_LAUNCH=1", "HF_HUB_OFFLINE=0"],
+            {"LEAKED": "yes", "SET_BY_LAUNCH": "1", "HF_HUB_OFFLINE": "0"},
+        ),
     ],
 )
 def test_vllms_validation_runs_in_the_launchs_own_environment(setup, tmp_path, prefix, seen):
@@ -930,7 +933,11 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
         ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 0}, "not above 0", "above 0"),
         ({"method": "eagle3", "model": 5, "num_speculative_tokens": 3}, "not a string", '"model"'),
         ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "bogus": 1}, "no field bogus", "drop"),
-        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "tensor_parallel_size": 2}, "", "draft_"),
+        (
+            {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "tensor_parallel_size": 2},
+            "",
+            "draft_",
+        ),
     ],
 )
 def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path, spec, said, fix):
@@ -986,7 +993,9 @@ def test_a_mistral_format_model_is_not_judged_on_its_config_json(setup, tmp_path
         directory = model = write_model(tmp_path / "mistral-like", DEEPSEEK_V3)
     else:
         model = "lab/mistral-like"
-        directory = write_cached_repo(cache, model, {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A}) / "snapshots" / COMMIT_A
+        directory = (
+            write_cached_repo(cache, model, {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A}) / "snapshots" / COMMIT_A
+        )
     for name, text in files.items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(text)

@@ -30,7 +30,9 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
     methods = literals.get(METHODS)
     if methods is None:
         return []
-    refusal = _unknown_key(spec, config_fields(source)) or _refusal(spec, methods, literals.get(MTP_TYPES, set()), context)
+    refusal = _unknown_key(spec, config_fields(source)) or _refusal(
+        spec, methods, literals.get(MTP_TYPES, set()), context
+    )
     if refusal is None:
         return []
     return [Finding(CHECK, False, f"vLLM refuses --speculative-config: {refusal[0]}", refusal[1])]
@@ -68,7 +70,10 @@ def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: Launch
         given = "was provided" if tokens is not None else "and no model were provided"
         return f'num_speculative_tokens {given} but no "model" (method {method})', DRAFTER_FIX
     if method is None and model not in ("ngram", "[ngram]") and not _method_detected(model, mtp_types, context):
-        return f"no method, and the drafter {model} names none (by its name or model_type)", 'give "method" (e.g. "eagle3")'
+        return (
+            f"no method, and the drafter {model} names none (by its name or model_type)",
+            'give "method" (e.g. "eagle3")',
+        )
     if tokens is None and context.drafter is not None and context.drafter.get("n_predict") is None:
         return "no num_speculative_tokens, and the drafter's config has no n_predict", 'give "num_speculative_tokens"'
     return None

@@ -47,7 +47,9 @@ def drafter_config(model: ModelConfig) -> ModelConfig:
         return model
     method = raw.get("speculators_model_type")
     if method not in SUPPORTED_TYPES:
-        raise BadInput(f"{model.path}: vLLM refuses it: speculators_model_type {method!r} is not one of {SUPPORTED_TYPES}")
+        raise BadInput(
+            f"{model.path}: vLLM refuses it: speculators_model_type {method!r} is not one of {SUPPORTED_TYPES}"
+        )
     layers = raw.get("transformer_layer_config", {})
     if not isinstance(layers, dict):
         raise BadInput(f"{model.path}: vLLM refuses it: transformer_layer_config is not an object")

@@ -80,12 +80,19 @@ def test_the_speculative_config_finding_fails_what_vllm_refuses_and_only_that(tm
     specs = {n: {k: names.get(v, v) if isinstance(v, str) else v for k, v in s.items()} for n, s in SPECS.items()}
     site = subprocess.run(
         [str(VLLM_PYTHON), "-c", "import vllm, os; print(os.path.dirname(os.path.dirname(vllm.__file__)))"],
-        capture_output=True, text=True, timeout=600, check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     ).stdout.strip()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     asked = subprocess.run(
         [str(VLLM_PYTHON), "-c", ASK_VLLM, paths["target"], json.dumps(specs)],
-        capture_output=True, text=True, timeout=1200, env=env, check=True,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+        check=True,
     )
     vllm_refused = json.loads(asked.stdout.strip().splitlines()[-1])
     for name, spec in specs.items():
