@@ -221,7 +221,7 @@ def test_dotted_speculative_config_and_yaml_config_are_read(setup, tmp_path):
     assert failed(preflight(tree, library, *dotted)) == STOCK_FAULTS_DEEPSEEK
 
     config = tmp_path / "serve.yaml"
-    spec = json.dumps({"method": "eagle3", "model": str(models["drafter"])})
+    spec = json.dumps({"method": "eagle3", "model": str(models["drafter"]), "num_speculative_tokens": 2})
     config.write_text(f"model: {models['kimi']}\ntensor_parallel_size: 2\nspeculative-config: '{spec}'\n")
     command = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--config", str(config)]
     assert failed(preflight(tree, library, *command)) == STOCK_FAULTS_KIMI
@@ -623,7 +623,7 @@ def test_json_and_key_by_key_together_keep_only_the_keys_and_fail_the_preflight(
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), *order)
     assert_clean_failure(done, 1)
-    assert failed(done) == {"command"}
+    assert failed(done) == {"command", "speculative-config"}  # what is left has no drafter: vLLM refuses it
     assert "drops the JSON" in findings(done)["command"]["message"]
 
 
@@ -681,7 +681,7 @@ def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup
         ("my-eagle3-head", "draft_model", True),  # and replaces a method other than eagle/eagle3
         ("EAGLE-3-head", None, False),  # "eagle-" wins: vLLM reads it as EAGLE-1
         ("eagle3-head", "eagle", False),  # a method given as eagle is kept
-        ("plain-head", None, False),
+        ("plain-head", "draft_model", False),
     ],
 )
 def test_the_method_vllm_infers_from_the_drafters_name_is_the_one_checked(setup, tmp_path, name, method, checked):
