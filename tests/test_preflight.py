@@ -930,7 +930,10 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
         ({"method": "[ngram]", "num_speculative_tokens": 3}, "'[ngram]'", "one of"),
         ({"model": "PLAIN", "num_speculative_tokens": 3}, "no method", '"method"'),  # its name tells none
         ({"method": "eagle3", "model": "DRAFTER"}, "n_predict", '"num_speculative_tokens"'),
-        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 0}, "not above 0", "above 0"),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 0}, "no count above 0", "above 0"),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": "-1"}, "no count above 0", "above 0"),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 2.5}, "no count above 0", "above 0"),
+        ({"method": ["eagle3"], "model": "DRAFTER", "num_speculative_tokens": 3}, "['eagle3']", "one of"),
         ({"method": "eagle3", "model": 5, "num_speculative_tokens": 3}, "not a string", '"model"'),
         ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "bogus": 1}, "no field bogus", "drop"),
         (
@@ -959,6 +962,8 @@ def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path,
         {"model": "DRAFTER-eagle3", "num_speculative_tokens": 3},  # the method told by the drafter's name
         {"method": "deepseek_mtp", "num_speculative_tokens": 1},  # an MTP method: vLLM's model is the target
         {"method": "ngram", "num_speculative_tokens": 3},
+        {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": "3"},  # pydantic's lax int
+        {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3.0},
     ],
 )
 def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup, tmp_path, spec):

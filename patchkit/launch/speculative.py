@@ -51,7 +51,7 @@ def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: Launch
     _verify_args, in that order), or None."""
     method, model, tokens = spec.get("method"), spec.get("model"), spec.get("num_speculative_tokens")
     known = ", ".join(sorted(methods))
-    if method is not None and method not in methods:
+    if method is not None and (not isinstance(method, str) or method not in methods):
         near = next((m for m in sorted(methods) if isinstance(method, str) and m.lower() == method.lower()), None)
         fix = f'write "method": "{near}"' if near else f'give "method" one of: {known}'
         return f"method {method!r} is none of its methods ({known})", fix
@@ -59,16 +59,17 @@ def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: Launch
         return "it takes no tensor_parallel_size", 'write "draft_tensor_parallel_size"'
     if model is not None and not isinstance(model, str):
         return f"model {model!r} is not a string", DRAFTER_FIX
-    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens <= 0:
-        return f"num_speculative_tokens {tokens} is not above 0", 'give "num_speculative_tokens" a count above 0'
+    count = _token_count(tokens)
+    if count is not None and (count is False or count <= 0):
+        return f"num_speculative_tokens {tokens!r} is no count above 0", 'give "num_speculative_tokens" a count above 0'
     if model == "":
         return 'model "" names no drafter', DRAFTER_FIX
-    method = "mtp" if method in mtp_types else method
+    method = "mtp" if method in mtp_types else method  # a str here: one of its methods
     if method in NO_DRAFTER_NEEDED:
         return None  # vLLM's own validation judges these: their model is the target's or none
     if model is None:
-        given = "was provided" if tokens is not None else "and no model were provided"
-        return f'num_speculative_tokens {given} but no "model" (method {method})', DRAFTER_FIX
+        given = "num_speculative_tokens given but" if tokens is not None else "no num_speculative_tokens and"
+        return f'{given} no "model" (method {method})', DRAFTER_FIX
     if method is None and model not in ("ngram", "[ngram]") and not _method_detected(model, mtp_types, context):
         return (
             f"no method, and the drafter {model} names none (by its name or model_type)",
@@ -79,6 +80,23 @@ def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: Launch
     return None
 
 
+def _token_count(value: object) -> int | bool | None:
+    """num_speculative_tokens as pydantic's lax int reads it: the count; False when it reads none
+    (a fraction, a list); None when absent or a text not judged here."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else False
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return False
+
+
 def _method_detected(model: str, mtp_types: set[str], context: LaunchContext) -> bool:
     """vLLM's detection without a method: "eagle-" or "eagle3" in the drafter's name, else its
     model_type (taken as detected when the drafter's config is unknown: not judged here)."""
@@ -87,7 +105,7 @@ def _method_detected(model: str, mtp_types: set[str], context: LaunchContext) ->
     if context.drafter is None:
         return True
     model_type = context.drafter.get("model_type")
-    return model_type in DETECTED_TYPES or model_type in mtp_types
+    return isinstance(model_type, str) and (model_type in DETECTED_TYPES or model_type in mtp_types)
 
 
 def literal_tables(source: bytes | None) -> dict[str, set[str]]:
