@@ -135,6 +135,7 @@ def run_worker(
     doing: str = "",
     in_process: bool = True,
     isolated: bool = True,
+    env: dict[str, str] | None = None,
 ) -> Any:
     """The answer of patchkit/_target/<worker>.py to `request` (JSON in, JSON out), computed by `python`.
 
@@ -142,7 +143,8 @@ def run_worker(
     interpreter running patchkit (None means that one); else `python [-I] -B <worker>.py ANSWER` in
     its own session from /, the request on stdin, the answer read from the file ANSWER, and the whole
     process group killed at the timeout. `isolated` (-I) keeps PYTHON* variables and the user's
-    site-packages out; a worker that must see vLLM as it runs is not isolated. WorkerFailed (a
+    site-packages out; a worker that must see vLLM as it runs is not isolated. `env`: the worker
+    process's whole environment (None: patchkit's; a subprocess then, never in-process). WorkerFailed (a
     TargetError) when it cannot run, times out, exits non-zero or answers nothing; `doing` finishes
     its messages ("cannot run PYTHON<doing>: ...").
     """
@@ -152,14 +154,14 @@ def run_worker(
     import tempfile
 
     module = importlib.import_module(f"patchkit._target.{worker}")
-    if in_process and same_interpreter(python):
+    if in_process and env is None and same_interpreter(python):
         return module.work(request)
     assert python is not None and module.__file__ is not None
     flags = ["-I", "-B"] if isolated else ["-B"]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
         answer = Path(scratch) / "answer.json"
         try:
-            status, stderr = _run([python, *flags, module.__file__, str(answer)], json.dumps(request), timeout)
+            status, stderr = _run([python, *flags, module.__file__, str(answer)], json.dumps(request), timeout, env)
         except OSError as exc:
             raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc, python)}", partial={}) from exc
         except subprocess.TimeoutExpired:
@@ -173,7 +175,7 @@ def run_worker(
         return result
 
 
-def _run(command: list[str], stdin: str, timeout: float) -> tuple[int, str]:
+def _run(command: list[str], stdin: str, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
     """(exit status, error output) of a worker process; at the timeout (TimeoutExpired raised) or an
     interrupt, its whole process group is killed."""
     import subprocess
@@ -185,6 +187,7 @@ def _run(command: list[str], stdin: str, timeout: float) -> tuple[int, str]:
         stderr=subprocess.PIPE,
         cwd=os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
         start_new_session=True,  # a timeout kills its children too
+        env=env,
     )
     try:
         _, stderr = process.communicate(stdin.encode("utf-8"), timeout=timeout)

@@ -22,7 +22,21 @@ REGISTRY = "vllm/model_executor/models/registry.py"
 WHITELIST = {"0.16.0": "eagle3_target_supported", "0.17.0": "aux_hidden_states_supported"}
 
 SPEC_STOCK = textwrap.dedent("""\
+    from typing import Literal
+
+    MTPModelTypes = Literal["deepseek_mtp", "mtp"]
+    EagleModelTypes = Literal["eagle", "eagle3", MTPModelTypes]
+    SpeculativeMethod = Literal["ngram", "medusa", "mlp_speculator", "draft_model", "suffix", EagleModelTypes]
+
+
     class SpeculativeConfig:
+        num_speculative_tokens: int = None
+        model: str | None = None
+        method: SpeculativeMethod | None = None
+        draft_tensor_parallel_size: int | None = None
+        tensor_parallel_size: int | None = None
+        revision: str | None = None
+
         def _verify_args(self):
             VARIABLE = [
                 "llama",

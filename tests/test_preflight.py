@@ -221,7 +221,7 @@ def test_dotted_speculative_config_and_yaml_config_are_read(setup, tmp_path):
     assert failed(preflight(tree, library, *dotted)) == STOCK_FAULTS_DEEPSEEK
 
     config = tmp_path / "serve.yaml"
-    spec = json.dumps({"method": "eagle3", "model": str(models["drafter"])})
+    spec = json.dumps({"method": "eagle3", "model": str(models["drafter"]), "num_speculative_tokens": 2})
     config.write_text(f"model: {models['kimi']}\ntensor_parallel_size: 2\nspeculative-config: '{spec}'\n")
     command = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--config", str(config)]
     assert failed(preflight(tree, library, *command)) == STOCK_FAULTS_KIMI
@@ -321,6 +321,47 @@ def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, 
     relative = models["deepseek"].relative_to(tmp_path)
     done = run_cli(*base, "vllm", "serve", relative, env={"PYTHONPATH": str(fake)}, cwd=tmp_path)
     assert findings(done)["vllm-validation"]["message"] == "vLLM's create_engine_config() accepts the command"
+
+
+ENVIRONMENT_ARG_UTILS = """
+import json
+import os
+
+
+class AsyncEngineArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model")
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls()
+
+    def create_engine_config(self):
+        raise ValueError("saw " + json.dumps({k: os.environ.get(k) for k in ("LEAKED", "SET_BY_LAUNCH", "HF_HUB_OFFLINE")}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("prefix", "seen"),
+    [
+        (["env", "-i", "SET_BY_LAUNCH=1"], {"LEAKED": None, "SET_BY_LAUNCH": "1", "HF_HUB_OFFLINE": "1"}),
+        (
+            ["env", "SET_BY_LAUNCH=1", "HF_HUB_OFFLINE=0"],
+            {"LEAKED": "yes", "SET_BY_LAUNCH": "1", "HF_HUB_OFFLINE": "0"},
+        ),
+    ],
+)
+def test_vllms_validation_runs_in_the_launchs_own_environment(setup, tmp_path, prefix, seen):
+    tree, library, models = setup
+    fake = write_fake_vllm(tmp_path / "fake")
+    (fake / "vllm" / "engine" / "arg_utils.py").write_text(ENVIRONMENT_ARG_UTILS)
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    command = [*prefix, f"PYTHONPATH={fake}", "vllm", "serve", str(models["deepseek"])]
+    done = run_cli(*base, *command, env={"LEAKED": "yes"})
+    message = findings(done)["vllm-validation"]["message"]
+    assert f"saw {json.dumps(seen)}" in message, message
 
 
 def test_vllm_validation_is_skipped_with_a_note_when_vllm_does_not_import(setup):
@@ -582,7 +623,7 @@ def test_json_and_key_by_key_together_keep_only_the_keys_and_fail_the_preflight(
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), *order)
     assert_clean_failure(done, 1)
-    assert failed(done) == {"command"}
+    assert failed(done) == {"command", "speculative-config"}  # what is left has no drafter: vLLM refuses it
     assert "drops the JSON" in findings(done)["command"]["message"]
 
 
@@ -640,7 +681,7 @@ def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup
         ("my-eagle3-head", "draft_model", True),  # and replaces a method other than eagle/eagle3
         ("EAGLE-3-head", None, False),  # "eagle-" wins: vLLM reads it as EAGLE-1
         ("eagle3-head", "eagle", False),  # a method given as eagle is kept
-        ("plain-head", None, False),
+        ("plain-head", "draft_model", False),
     ],
 )
 def test_the_method_vllm_infers_from_the_drafters_name_is_the_one_checked(setup, tmp_path, name, method, checked):
@@ -720,6 +761,11 @@ def test_hf_config_path_is_the_config_checked(setup, tmp_path):
         {"HUGGINGFACE_HUB_CACHE": "{tmp}/xdg/huggingface/hub"},  # the legacy name
         {"HOME": "{tmp}/home", "HF_HOME": "~/../xdg/huggingface"},  # ~ is the launch's HOME
         {"XDG_CACHE_HOME": "{tmp}/elsewhere", "HF_HUB_CACHE": "$CACHE/hub", "CACHE": "{tmp}/xdg/huggingface"},
+        # transformers' own cache_dir default comes first, the first of its three names set
+        {"TRANSFORMERS_CACHE": "{tmp}/xdg/huggingface/hub", "HF_HUB_CACHE": "{tmp}/decoy"},
+        {"PYTORCH_TRANSFORMERS_CACHE": "{tmp}/xdg/huggingface/hub", "HF_HOME": "{tmp}/decoy"},
+        {"PYTORCH_PRETRAINED_BERT_CACHE": "{tmp}/xdg/huggingface/hub", "HUGGINGFACE_HUB_CACHE": "{tmp}/decoy"},
+        {"TRANSFORMERS_CACHE": "{tmp}/xdg/huggingface/hub", "PYTORCH_TRANSFORMERS_CACHE": "{tmp}/decoy"},
     ],
 )
 def test_the_hub_cache_is_found_as_huggingface_hub_finds_it_in_the_launchs_environment(setup, tmp_path, variables):
@@ -791,6 +837,37 @@ def test_a_speculators_format_model_is_checked_as_its_verifiers_drafter(setup, t
     assert f"serves its verifier {models['deepseek']}" in findings(done)["command"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("fields", "fails"),
+    [
+        ({"target_hidden_size": 7168}, set()),
+        ({}, set()),  # no target_hidden_size: the layers' hidden_size
+        ({"target_hidden_size": 5120}, {"drafter-hidden-size"}),
+        ({"eagle_aux_hidden_state_layer_ids": [1, 29, 99]}, {"drafter-aux-layers"}),
+        ({"draft_vocab_size": 200000}, {"drafter-vocabulary"}),
+    ],
+)
+def test_a_speculators_format_drafter_is_read_as_vllm_builds_its_config(setup, tmp_path, fields, fails):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "spec-drafter", speculator_config(models["deepseek"], **fields))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert failed(done) == fails, done.stdout
+    assert set(findings(done)) >= DRAFTER_CHECKS
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"speculators_model_type": "eagle"}, {"transformer_layer_config": [1]}, {"transformer_layer_config": None}],
+)
+def test_a_speculators_format_drafter_vllm_refuses_is_exit_2(setup, tmp_path, fields):
+    tree, library, models = setup
+    drafter = write_model(tmp_path / "spec-drafter", speculator_config(models["deepseek"], **fields))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert_clean_failure(done, 2)
+    assert "vLLM refuses it" in done.stderr
+
+
 def test_a_speculators_config_vllm_refuses_is_exit_2(setup, tmp_path):
     tree, library, models = setup
     config = speculator_config(models["deepseek"])
@@ -840,3 +917,118 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     done = run_cli(*args, env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path / "work")
     assert_clean_failure(done, 4)
     assert "has no config.json" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "said", "fix"),
+    [
+        ({"method": "eagle3", "num_speculative_tokens": 3}, 'no "model"', '"model"'),
+        ({"method": "eagle3"}, 'no "model"', '"model"'),
+        ({"method": "eagle3", "model": "", "num_speculative_tokens": 3}, 'model ""', '"model"'),
+        ({"method": "Eagle3", "model": "DRAFTER", "num_speculative_tokens": 3}, "'Eagle3'", '"method": "eagle3"'),
+        ({"method": "eagle4", "model": "DRAFTER", "num_speculative_tokens": 3}, "'eagle4'", "one of"),
+        ({"method": "[ngram]", "num_speculative_tokens": 3}, "'[ngram]'", "one of"),
+        ({"model": "PLAIN", "num_speculative_tokens": 3}, "no method", '"method"'),  # its name tells none
+        ({"method": "eagle3", "model": "DRAFTER"}, "n_predict", '"num_speculative_tokens"'),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 0}, "no count above 0", "above 0"),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": "-1"}, "no count above 0", "above 0"),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 2.5}, "no count above 0", "above 0"),
+        ({"method": ["eagle3"], "model": "DRAFTER", "num_speculative_tokens": 3}, "['eagle3']", "one of"),
+        ({"method": "eagle3", "model": 5, "num_speculative_tokens": 3}, "not a string", '"model"'),
+        ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "bogus": 1}, "no field bogus", "drop"),
+        (
+            {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "tensor_parallel_size": 2},
+            "",
+            "draft_",
+        ),
+    ],
+)
+def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path, spec, said, fix):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafters = {"DRAFTER": str(models["drafter"]), "PLAIN": str(write_model(tmp_path / "plain-drafter", DRAFTER))}
+    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
+    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
+    done = preflight(tree, library, *command)
+    assert done.returncode == 1, done.stdout + done.stderr
+    refused = findings(done)["speculative-config"]
+    assert not refused["ok"] and said in refused["message"] and fix in refused["fix"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1},
+        {"model": "DRAFTER-eagle3", "num_speculative_tokens": 3},  # the method told by the drafter's name
+        {"method": "deepseek_mtp", "num_speculative_tokens": 1},  # an MTP method: vLLM's model is the target
+        {"method": "ngram", "num_speculative_tokens": 3},
+        {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": "3"},  # pydantic's lax int
+        {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3.0},
+    ],
+)
+def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup, tmp_path, spec):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafters = {"DRAFTER": str(models["drafter"]), "DRAFTER-eagle3": str(write_model(tmp_path / "x-eagle3", DRAFTER))}
+    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
+    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
+    done = preflight(tree, library, *command)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "speculative-config" not in findings(done)
+
+
+@pytest.mark.parametrize(
+    ("files", "arguments", "judged"),
+    [
+        ({"params.json": "{}", "consolidated.safetensors": ""}, [], False),  # auto: vLLM reads params.json
+        ({"params.json": "{}", "weights/consolidated-00001.safetensors": ""}, [], False),  # found at any depth
+        ({}, ["--config-format", "mistral"], False),
+        ({}, ["--config-format", "my_plugin_format"], False),
+        ({"params.json": "{}", "consolidated.safetensors": ""}, ["--config-format", "hf"], True),
+        ({"params.json": "{}"}, [], True),  # no consolidated weights: vLLM's auto reads config.json
+        ({"consolidated.safetensors": ""}, [], True),
+    ],
+)
+@pytest.mark.parametrize("where", ["local", "hub"])
+def test_a_mistral_format_model_is_not_judged_on_its_config_json(setup, tmp_path, files, arguments, judged, where):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    cache = tmp_path / "hub"
+    if where == "local":
+        directory = model = write_model(tmp_path / "mistral-like", DEEPSEEK_V3)
+    else:
+        model = "lab/mistral-like"
+        directory = (
+            write_cached_repo(cache, model, {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A}) / "snapshots" / COMMIT_A
+        )
+    for name, text in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text)
+    done = preflight(tree, library, *serve(model, models["drafter"], *arguments), env={"HF_HUB_CACHE": str(cache)})
+    if judged:
+        assert done.returncode == 0, done.stdout + done.stderr
+    else:
+        assert_clean_failure(done, 4)
+        assert "cannot judge" in done.stderr and "config.json only" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "took"),
+    [
+        (["vllm", "serve", "--served-model-name", "chat", "/models/ds"], "took chat /models/ds as served names"),
+        (["vllm", "serve", "-tp", "2", "--served-model-name", "chat"], "took chat as served names"),
+    ],
+)
+def test_a_model_taken_as_a_served_name_is_said_so(argv, took):
+    with pytest.raises(BadInput) as refused:
+        parse(argv, "0.16.0")
+    assert took in refused.value.message and "default model" in refused.value.message
+    assert "vllm serve MODEL --served-model-name NAME" in (refused.value.hint or "")
+
+
+def test_a_served_model_name_is_never_the_model_checked(setup, tmp_path):
+    tree, library, models = setup
+    command = parse(["vllm", "serve", str(models["deepseek"]), "--served-model-name", "chat", "ds"], "0.16.0")
+    assert command.model == str(models["deepseek"])
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"], "--served-model-name", "chat"))
+    assert not any("chat" in f["message"] for f in findings(done).values())

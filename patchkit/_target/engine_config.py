@@ -3,7 +3,7 @@ builds it: FlexibleArgumentParser's dotted keys, --config, unknown options refus
 it, then create_engine_config(). No weights are loaded; nothing is downloaded (HF_HUB_OFFLINE).
 
 request: {"arguments": [what follows `vllm serve` or `-m vllm.entrypoints.openai.api_server`],
-          "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir, "env": {VAR: VALUE}}
+          "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir}
 answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {what vLLM's parser read: READ}}
 """
 
@@ -22,7 +22,7 @@ READ = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_cod
 
 
 def work(request: dict) -> dict:
-    os.environ.update(request.get("env") or {})
+    # run in the launch's own environment (patchkit passes it whole); offline added: nothing downloaded
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:

@@ -1,7 +1,7 @@
 """vLLM's own answer about a model class: a function of vllm.model_executor.models.interfaces (for
 example supports_eagle3) on the class vLLM's ModelRegistry resolves for an architecture.
 
-request: {"architecture": name, "function": name in interfaces, "env": {VAR: VALUE}}
+request: {"architecture": name, "function": name in interfaces}
 answer:  {"status": "ok", "class": "module.Class", "result": bool}
        | {"status": "no-vllm" | "unanswered" | "not-registered" | "error", "error": text}
 """
@@ -18,7 +18,7 @@ INTERFACES = "vllm.model_executor.models.interfaces"
 
 
 def work(request: dict) -> dict:
-    os.environ.update(request.get("env") or {})
+    # run in the launch's own environment (patchkit passes it whole); offline added: nothing downloaded
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         registry = importlib.import_module("vllm.model_executor.models").ModelRegistry

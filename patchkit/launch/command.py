@@ -119,7 +119,7 @@ class LaunchCommand:
 
     def interpreter(self) -> str | None:
         """The Python that will run this launch: the `vllm` script's shebang, or the `python` named."""
-        found = shutil.which(self.program, path=self.env.get("PATH", os.environ.get("PATH")))
+        found = shutil.which(self.program, path=self.environ.get("PATH", os.defpath))  # `env -i`: execvp's default
         if found is None:
             return None
         if Path(self.program).name.startswith("python"):
@@ -162,7 +162,7 @@ def read(command: LaunchCommand, version=None) -> LaunchCommand:
     spec = spec_for(version)
     reading = read_arguments(command.arguments, serve=command.serve, spec=spec)
     if reading.model is None:
-        raise BadInput("the launch command names no model (positional MODEL or --model)")
+        raise _no_model(reading.options.get("served-model-name"))
     read = dataclasses.replace(
         command,
         options=reading.options,
@@ -174,6 +174,19 @@ def read(command: LaunchCommand, version=None) -> LaunchCommand:
     )
     _ = read.speculative_config, read.hf_overrides, read.tensor_parallel_size  # each read now: exit 2
     return read
+
+
+def _no_model(served: object) -> BadInput:
+    """No MODEL read: said with what --served-model-name took (each word up to the next option: the
+    model meant, often), as vLLM then serves its default model under those names."""
+    names = served if isinstance(served, list) else [served] if served is not None else []
+    if not names:
+        return BadInput("the launch command names no model (positional MODEL or --model)")
+    return BadInput(
+        f"the launch command names no model: --served-model-name took {' '.join(map(str, names))} as served "
+        "names (every word up to the next option), and vLLM would serve its default model",
+        hint="give MODEL first: vllm serve MODEL --served-model-name NAME",
+    )
 
 
 def _spells(token: str, option: str) -> bool:

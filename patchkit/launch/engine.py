@@ -94,7 +94,7 @@ class LaunchContext:
         if key not in self._answers:
             from patchkit.launch.validation import model_interface
 
-            self._answers[key] = model_interface(self.python, self.command.env, architecture, function)
+            self._answers[key] = model_interface(self.python, self.command.environ, architecture, function)
         return self._answers[key]
 
     def requirements(self, kind: str) -> list:

@@ -1,8 +1,9 @@
 """Finding a model's config.json offline, as vLLM (transformers, huggingface_hub) finds it: a local
 directory, else a hub id in the Hugging Face cache at the revision the launch asks for.
 
-Nothing is ever downloaded. The cache is huggingface_hub's (constants.py): HF_HUB_CACHE, else
-HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else
+Nothing is ever downloaded. The cache is transformers' (utils/hub.py): TRANSFORMERS_CACHE, else
+PYTORCH_TRANSFORMERS_CACHE, else PYTORCH_PRETRAINED_BERT_CACHE, else huggingface_hub's (constants.py):
+HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else
 ~/.cache/huggingface/hub, read from the launch's own environment (its `env` prefix; `env -i`: that
 alone). A hub id `org/name` at revision REV (default main) is `models--org--name/snapshots/C/config.json`
 where C is what refs/REV names (REV itself without such a ref). A model found nowhere, or a revision
@@ -12,6 +13,7 @@ looked at; a config.json that is not a JSON object is BadInput (exit 2).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from dataclasses import dataclass
@@ -22,7 +24,11 @@ from patchkit.fsutil import unsafe_reason
 from patchkit.launch.values import REF_LIMIT, load_json, read_named_file
 
 CONFIG = "config.json"
+MISTRAL_CONFIG = "params.json"
+WALK_LIMIT = 100_000  # files and directories looked at for a consolidated*.safetensors
 MAX_CONFIG_BYTES = 16 << 20
+# transformers 4.x's cache_dir default, first set first: never ~- or $-expanded
+TRANSFORMERS_CACHE_VARIABLES = ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE")
 
 
 @dataclass
@@ -47,7 +53,12 @@ class ModelConfig:
 
 
 def hub_cache(environ: dict[str, str]) -> Path:
-    """huggingface_hub's cache directory for a process with environment `environ`."""
+    """The cache transformers reads a hub model's config.json from, for a process with environment
+    `environ`: its own TRANSFORMERS_CACHE (and the two older names, taken as they are) over
+    huggingface_hub's HF_HUB_CACHE (transformers/utils/hub.py, huggingface_hub/constants.py)."""
+    for name in TRANSFORMERS_CACHE_VARIABLES:
+        if name in environ:
+            return Path(environ[name])
     home = environ.get("HOME") or str(Path.home())
     hf_home = environ.get(
         "HF_HOME", os.path.join(environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache")), "huggingface")
@@ -76,12 +87,15 @@ def resolve_model(
     role: str = "model",
     revision: str | None = None,
     config_path: str | None = None,
+    config_format: str = "auto",
 ) -> ModelConfig:
     """The config.json vLLM reads for model `name` (`config_path`: --hf-config-path, read instead of
-    the model's own; `revision`: --revision, for a hub id)."""
+    the model's own; `revision`: --revision, for a hub id; `config_format`: --config-format)."""
     looked: list[str] = []
     source = config_path or name
     local = Path(os.path.expanduser(source))  # an unknown ~user stays as it is, as transformers reads it
+    if os.path.isdir(local):
+        _refuse_other_formats(local, config_format, role, source)
     looked.append(str(local / CONFIG))
     raw = _config_bytes(local / CONFIG)
     if raw is not None:
@@ -91,13 +105,47 @@ def resolve_model(
             f"{role} '{source}': the directory {local.resolve()} has no config.json (vLLM reads it, not the hub cache)",
             hint="run from another directory, or give the model's full path",
         )
-    candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role)
+    candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format)
     if candidate is not None:
         return _load(name, *candidate, overrides)
     raise TargetError(
         f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})",
         hint="patchkit never downloads: point at a local directory, or fetch the model into the Hugging Face cache first",
     )
+
+
+def _refuse_other_formats(directory: Path, config_format: str, role: str, name: str) -> None:
+    """vLLM's get_config reads params.json, not config.json, for --config-format mistral, and for
+    `auto` when the model has params.json and a consolidated*.safetensors file (at any depth): then,
+    and for a format of a plugin's, patchkit cannot judge (it reads config.json only)."""
+    if config_format == "hf":
+        return
+    if config_format == "auto" and not (_is_file(directory / MISTRAL_CONFIG) and _has_consolidated(directory)):
+        return
+    reads = "a format of its own" if config_format not in ("auto", "mistral") else f"{directory / MISTRAL_CONFIG}"
+    raise TargetError(
+        f"cannot judge: {role} '{name}': vLLM reads {reads} (config format {config_format}), "
+        "and patchkit reads config.json only",
+        hint="check this launch by hand; patchkit judges Hugging Face format models (config.json)",
+    )
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _has_consolidated(directory: Path) -> bool:
+    """A file named consolidated*.safetensors under `directory` (vLLM's is_mistral_model_repo); a tree
+    too large to walk counts as having one: the verdict is then "cannot judge", never a wrong pass."""
+    seen = 0
+    for _, _, files in os.walk(directory):
+        seen += len(files) + 1
+        if seen > WALK_LIMIT or any(fnmatch.fnmatch(f, "consolidated*.safetensors") for f in files):
+            return True
+    return False
 
 
 def _config_bytes(path: Path) -> bytes | None:
@@ -108,7 +156,9 @@ def _config_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _in_hub_cache(name: str, cache: Path, revision: str, looked: list[str], role: str) -> tuple[Path, bytes] | None:
+def _in_hub_cache(
+    name: str, cache: Path, revision: str, looked: list[str], role: str, config_format: str
+) -> tuple[Path, bytes] | None:
     parts = name.split("/")
     if len(parts) != 2 or any(unsafe_reason(p) or not p or "/" in p for p in parts):
         return None
@@ -117,6 +167,8 @@ def _in_hub_cache(name: str, cache: Path, revision: str, looked: list[str], role
         looked.append(str(repo / "snapshots" / "*" / CONFIG))
         return None
     commit = _snapshot_of(repo, revision, role, name)
+    if os.path.isdir(repo / "snapshots" / commit):
+        _refuse_other_formats(repo / "snapshots" / commit, config_format, role, name)
     path = repo / "snapshots" / commit / CONFIG
     looked.append(str(path))
     raw = _config_bytes(path)

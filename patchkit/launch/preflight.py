@@ -99,21 +99,25 @@ def _models(command: LaunchCommand):
     """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
     configs vLLM reads, a speculators-format model served as its verifier's drafter."""
     from patchkit.launch.models import with_overrides
-    from patchkit.launch.speculators import speculator
+    from patchkit.launch.speculators import drafter_config, speculator
 
     revision = _text(command.options.get("revision"))
+    config_format = _text(command.options.get("config-format")) or "auto"
     model = resolve_model(
         str(command.model),
         command.environ,
         role="model",
         revision=revision,
         config_path=_text(command.options.get("hf-config-path")),
+        config_format=config_format,
     )
     served = speculator(model)
     if served is not None:
         options = {**command.options, "speculative-config": served.speculative_config, "tokenizer": served.verifier}
         command = dataclasses.replace(command, model=served.verifier, options=options)
-        target = resolve_model(served.verifier, command.environ, role="verifier", revision=revision)
+        target = resolve_model(
+            served.verifier, command.environ, role="verifier", revision=revision, config_format=config_format
+        )
         note = (
             f"{model.name} is a speculators-format model: vLLM serves its verifier {served.verifier} with it as "
             f"the {served.speculative_config['method']} drafter (the command's --speculative-config is dropped)"
@@ -122,10 +126,17 @@ def _models(command: LaunchCommand):
     spec = command.speculative_config or {}
     drafter_name = spec.get("model")
     drafter = (
-        resolve_model(str(drafter_name), command.environ, role="drafter", revision=_text(spec.get("revision")))
-        if drafter_name
+        resolve_model(
+            drafter_name,
+            command.environ,
+            role="drafter",
+            revision=_text(spec.get("revision")),
+            config_format=config_format,  # vLLM reads the drafter in the target's format
+        )
+        if isinstance(drafter_name, str) and drafter_name  # another value: the speculative-config finding
         else None
     )
+    drafter = drafter_config(drafter) if drafter is not None else None
     return with_overrides(model, command.hf_overrides), drafter, None, command
 
 
@@ -137,6 +148,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     """What vLLM reads otherwise than the command says: a JSON option it drops, a short option
     (`-sc`) the installed vLLM does not declare (0.16.0 has no `-sc`: its parser refuses the command)."""
     from patchkit.launch.command import ALIASES
+    from patchkit.launch.speculative import speculative_findings
 
     command = context.command
     found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
@@ -147,7 +159,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
-    return found
+    return found + speculative_findings(context)
 
 
 def _lenient_reading(command: LaunchCommand, version) -> Finding:

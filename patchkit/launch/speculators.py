@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from patchkit.errors import BadInput
 from patchkit.launch.models import ModelConfig
 
+SUPPORTED_TYPES = ("eagle3",)  # configs/speculators/algos.py: the algorithms vLLM converts
+
 
 @dataclass(frozen=True)
 class Speculator:
@@ -30,16 +32,33 @@ def speculator(model: ModelConfig) -> Speculator | None:
         method = raw["speculators_model_type"]
     except (KeyError, IndexError, TypeError):
         raise BadInput(f"{model.path}: vLLM refuses it: invalid speculators config structure") from None
-    layers = raw.get("transformer_layer_config")
-    if not isinstance(layers, dict) or not isinstance(verifier, str) or tokens is None:
+    if not isinstance(verifier, str) or tokens is None or not isinstance(raw.get("transformer_layer_config"), dict):
         raise BadInput(f"{model.path}: vLLM refuses it: invalid speculators config (verifier, tokens, layers)")
-    config = dict(layers)
-    if method == "eagle3":  # configs/speculators/algos.py update_eagle3, the fields the checks read
-        config["draft_vocab_size"] = raw.get("draft_vocab_size")
-        if raw.get("target_hidden_size") is not None:
-            config["target_hidden_size"] = raw["target_hidden_size"]
-        config["architectures"] = ["Eagle3LlamaForCausalLM"]
-        if raw.get("eagle_aux_hidden_state_layer_ids"):
-            config["eagle_aux_hidden_state_layer_ids"] = raw["eagle_aux_hidden_state_layer_ids"]
     speculative = {"method": method, "num_speculative_tokens": tokens, "model": model.name}
-    return Speculator(verifier, speculative, ModelConfig(model.name, model.path, config))
+    return Speculator(verifier, speculative, drafter_config(model))
+
+
+def drafter_config(model: ModelConfig) -> ModelConfig:
+    """The config vLLM builds for a drafter from its config.json: for a speculators-format one (no
+    model_type, a speculators_config), SpeculatorsConfig's (configs/speculators/base.py): its
+    transformer_layer_config with the algorithm's fields; any other is read as it is."""
+    raw = model.config
+    if raw.get("model_type") not in (None, "speculators") or raw.get("speculators_config") is None:
+        return model
+    method = raw.get("speculators_model_type")
+    if method not in SUPPORTED_TYPES:
+        raise BadInput(
+            f"{model.path}: vLLM refuses it: speculators_model_type {method!r} is not one of {SUPPORTED_TYPES}"
+        )
+    layers = raw.get("transformer_layer_config", {})
+    if not isinstance(layers, dict):
+        raise BadInput(f"{model.path}: vLLM refuses it: transformer_layer_config is not an object")
+    config = dict(layers)
+    # configs/speculators/algos.py update_eagle3: the fields the checks read
+    config["draft_vocab_size"] = raw.get("draft_vocab_size")
+    if raw.get("target_hidden_size") is not None:
+        config["target_hidden_size"] = raw["target_hidden_size"]
+    config["architectures"] = ["Eagle3LlamaForCausalLM"]
+    if raw.get("eagle_aux_hidden_state_layer_ids"):
+        config["eagle_aux_hidden_state_layer_ids"] = raw["eagle_aux_hidden_state_layer_ids"]
+    return ModelConfig(model.name, model.path, config)

@@ -23,7 +23,6 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
         "serve": command.serve,
         "args": command.engine_args(),
         "cwd": os.getcwd(),
-        "env": command.env,
     }
     try:
         answer = run_worker(
@@ -34,6 +33,7 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
             doing=" (vLLM's engine-config validation)",
             in_process=False,
             isolated=False,
+            env=command.environ,  # the launch's own: `env -i` leaves vLLM only its prefix
         )
     except WorkerFailed as exc:
         return Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")
@@ -72,13 +72,14 @@ def _read_otherwise(command: LaunchCommand, reading: object) -> str | None:
     return "; ".join(differ) or None
 
 
-def model_interface(python: str, env: dict[str, str], architecture: str, function: str) -> VllmVerdict:
+def model_interface(python: str, environ: dict[str, str], architecture: str, function: str) -> VllmVerdict:
     """vLLM's own `function` (e.g. supports_eagle3) on its ModelRegistry's class for `architecture`:
-    patchkit/_target/model_interface.py in the target's interpreter, under the same time limit."""
+    patchkit/_target/model_interface.py in the target's interpreter, with the launch's whole
+    environment `environ`, under the same time limit."""
     from patchkit.target import WorkerFailed, run_worker
 
     asked = f"vLLM's {function}()"
-    request = {"architecture": architecture, "function": function, "env": env}
+    request = {"architecture": architecture, "function": function}
     try:
         answer = run_worker(
             python,
@@ -88,6 +89,7 @@ def model_interface(python: str, env: dict[str, str], architecture: str, functio
             doing=f" ({asked} on {architecture})",
             in_process=False,
             isolated=False,
+            env=environ,
         )
     except WorkerFailed as exc:
         return VllmVerdict(None, f"{asked} not asked: {exc.message}")

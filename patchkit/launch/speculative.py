@@ -1,0 +1,162 @@
+"""The command's --speculative-config held to the installed vLLM's SpeculativeConfig (read statically
+from vllm/config/speculative.py): it refuses, before any model loads, a method its SpeculativeMethod
+Literal does not name (pydantic matches it exactly: "Eagle3" is refused), an empty drafter model, a
+num_speculative_tokens without a drafter for a method that needs one, and no method where the
+drafter says none it knows (its name, or its model_type)."""
+
+from __future__ import annotations
+
+import ast
+
+from patchkit.launch.engine import Finding, LaunchContext
+
+SPEC_FILE = "vllm/config/speculative.py"
+CHECK = "speculative-config"
+METHODS = "SpeculativeMethod"
+MTP_TYPES = "MTPModelTypes"
+NO_DRAFTER_NEEDED = ("mtp", "ngram", "[ngram]", "suffix")  # methods whose model vLLM fills in itself
+DRAFTER_FIX = 'give "model" the drafter\'s path or hub id'
+DETECTED_TYPES = ("medusa", "mlp_speculator", "longcat_flash_mtp")  # a drafter model_type naming its method
+
+
+def speculative_findings(context: LaunchContext) -> list[Finding]:
+    """One failing finding where vLLM's SpeculativeConfig raises; none when it accepts the config or
+    the installed file does not say (a release of another layout: vLLM's own validation judges)."""
+    spec = context.command.speculative_config
+    if spec is None:
+        return []
+    source = context.read(SPEC_FILE)
+    literals = literal_tables(source)
+    methods = literals.get(METHODS)
+    if methods is None:
+        return []
+    refusal = _unknown_key(spec, config_fields(source)) or _refusal(
+        spec, methods, literals.get(MTP_TYPES, set()), context
+    )
+    if refusal is None:
+        return []
+    return [Finding(CHECK, False, f"vLLM refuses --speculative-config: {refusal[0]}", refusal[1])]
+
+
+def _unknown_key(spec: dict, fields: set[str]) -> tuple[str, str] | None:
+    """SpeculativeConfig forbids a key it has no field for (pydantic extra="forbid")."""
+    unknown = sorted(key for key in spec if fields and key not in fields)
+    if not unknown:
+        return None
+    return f"it has no field {', '.join(unknown)}", "drop it, or spell it as vLLM's SpeculativeConfig does"
+
+
+def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: LaunchContext) -> tuple[str, str] | None:
+    """(why, fix) as SpeculativeConfig refuses `spec` (its field types, then __post_init__ and
+    _verify_args, in that order), or None."""
+    method, model, tokens = spec.get("method"), spec.get("model"), spec.get("num_speculative_tokens")
+    known = ", ".join(sorted(methods))
+    if method is not None and (not isinstance(method, str) or method not in methods):
+        near = next((m for m in sorted(methods) if isinstance(method, str) and m.lower() == method.lower()), None)
+        fix = f'write "method": "{near}"' if near else f'give "method" one of: {known}'
+        return f"method {method!r} is none of its methods ({known})", fix
+    if spec.get("tensor_parallel_size") is not None:
+        return "it takes no tensor_parallel_size", 'write "draft_tensor_parallel_size"'
+    if model is not None and not isinstance(model, str):
+        return f"model {model!r} is not a string", DRAFTER_FIX
+    count = _token_count(tokens)
+    if count is not None and (count is False or count <= 0):
+        return f"num_speculative_tokens {tokens!r} is no count above 0", 'give "num_speculative_tokens" a count above 0'
+    if model == "":
+        return 'model "" names no drafter', DRAFTER_FIX
+    method = "mtp" if method in mtp_types else method  # a str here: one of its methods
+    if method in NO_DRAFTER_NEEDED:
+        return None  # vLLM's own validation judges these: their model is the target's or none
+    if model is None:
+        given = "num_speculative_tokens given but" if tokens is not None else "no num_speculative_tokens and"
+        return f'{given} no "model" (method {method})', DRAFTER_FIX
+    if method is None and model not in ("ngram", "[ngram]") and not _method_detected(model, mtp_types, context):
+        return (
+            f"no method, and the drafter {model} names none (by its name or model_type)",
+            'give "method" (e.g. "eagle3")',
+        )
+    if tokens is None and context.drafter is not None and context.drafter.get("n_predict") is None:
+        return "no num_speculative_tokens, and the drafter's config has no n_predict", 'give "num_speculative_tokens"'
+    return None
+
+
+def _token_count(value: object) -> int | bool | None:
+    """num_speculative_tokens as pydantic's lax int reads it: the count; False when it reads none
+    (a fraction, a list); None when absent or a text not judged here."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else False
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return False
+
+
+def _method_detected(model: str, mtp_types: set[str], context: LaunchContext) -> bool:
+    """vLLM's detection without a method: "eagle-" or "eagle3" in the drafter's name, else its
+    model_type (taken as detected when the drafter's config is unknown: not judged here)."""
+    if "eagle-" in model.lower() or "eagle3" in model.lower():
+        return True
+    if context.drafter is None:
+        return True
+    model_type = context.drafter.get("model_type")
+    return isinstance(model_type, str) and (model_type in DETECTED_TYPES or model_type in mtp_types)
+
+
+def literal_tables(source: bytes | None) -> dict[str, set[str]]:
+    """Each module-level `NAME = Literal[...]` of `source`, its strings with the Literals it names
+    resolved (SpeculativeMethod names EagleModelTypes, which names MTPModelTypes)."""
+    if source is None:
+        return {}
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    raw: dict[str, list[ast.expr]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            members = _literal_members(node.value)
+            if members is not None:
+                raw[node.targets[0].id] = members
+    return {name: values for name in raw if (values := _resolved(name, raw, set())) is not None}
+
+
+def config_fields(source: bytes | None) -> set[str]:
+    """The annotated fields of class SpeculativeConfig in `source` (empty when none are found)."""
+    try:
+        tree = ast.parse(source or b"")
+    except (SyntaxError, ValueError):
+        return set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
+            return {f.target.id for f in node.body if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)}
+    return set()
+
+
+def _literal_members(value: ast.expr) -> list[ast.expr] | None:
+    if not (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) and value.value.id == "Literal"):
+        return None
+    inner = value.slice
+    return list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
+
+
+def _resolved(name: str, raw: dict[str, list[ast.expr]], seen: set[str]) -> set[str] | None:
+    """The strings of Literal `name`; None when a member is neither a string nor a Literal of the
+    module (the set is then not known whole)."""
+    if name in seen or name not in raw:
+        return None
+    values: set[str] = set()
+    for member in raw[name]:
+        if isinstance(member, ast.Constant) and isinstance(member.value, str):
+            values.add(member.value)
+            continue
+        inner = _resolved(member.id, raw, seen | {name}) if isinstance(member, ast.Name) else None
+        if inner is None:
+            return None
+        values |= inner
+    return values

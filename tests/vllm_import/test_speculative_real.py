@@ -1,0 +1,109 @@
+"""Opt-in (`make test-vllm`): the speculative-config finding (patchkit/launch/speculative.py, read
+statically from the installed vllm/config/speculative.py) fails exactly the --speculative-config
+objects the real vLLM's EngineArgs.create_engine_config() refuses, on a small Llama target."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from patchkit.launch.command import parse
+from patchkit.launch.engine import LaunchContext
+from patchkit.launch.models import resolve_model
+from patchkit.launch.speculative import speculative_findings
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
+
+TARGET = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 1024,
+    "vocab_size": 1000,
+    "torch_dtype": "bfloat16",
+}
+DRAFTER = {**TARGET, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, "draft_vocab_size": 1000}
+SPECS = {
+    "good": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3},
+    "named": {"model": "NAMED", "num_speculative_tokens": 3},
+    "tokens-as-text": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": "3"},
+    "no-model": {"method": "eagle3", "num_speculative_tokens": 3},
+    "no-model-no-tokens": {"method": "eagle3"},
+    "empty-model": {"method": "eagle3", "model": "", "num_speculative_tokens": 3},
+    "case": {"method": "Eagle3", "model": "DRAFTER", "num_speculative_tokens": 3},
+    "unsupported": {"method": "eagle4", "model": "DRAFTER", "num_speculative_tokens": 3},
+    "bracketed-ngram": {"method": "[ngram]", "num_speculative_tokens": 3},
+    "no-method": {"model": "DRAFTER", "num_speculative_tokens": 3},
+    "null-method": {"method": None, "model": "DRAFTER", "num_speculative_tokens": 3},
+    "no-tokens": {"method": "eagle3", "model": "DRAFTER"},
+    "zero-tokens": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 0},
+    "negative-tokens-as-text": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": "-1"},
+    "fractional-tokens": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 2.5},
+    "whole-float-tokens": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3.0},
+    "method-list": {"method": ["eagle3"], "model": "DRAFTER", "num_speculative_tokens": 3},
+    "draft-tp": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1},
+    "model-not-text": {"method": "eagle3", "model": 5, "num_speculative_tokens": 3},
+    "unknown-key": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "bogus": 1},
+    "tp": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "tensor_parallel_size": 1},
+}
+ASK_VLLM = textwrap.dedent("""\
+    import json, sys
+    from patchkit._target.engine_config import _force_cpu_platform_when_none
+    import vllm
+    _force_cpu_platform_when_none()
+    from vllm.engine.arg_utils import EngineArgs
+    target, specs = sys.argv[1], json.loads(sys.argv[2])
+    refused = {}
+    for name, spec in specs.items():
+        try:
+            EngineArgs(model=target, speculative_config=spec, skip_tokenizer_init=True).create_engine_config()
+            refused[name] = None
+        except Exception as exc:
+            refused[name] = f"{type(exc).__name__}: {exc}"[:300]
+    print(json.dumps(refused))
+    """)
+
+
+def test_the_speculative_config_finding_fails_what_vllm_refuses_and_only_that(tmp_path: Path):
+    paths = {}
+    for name, config in (("target", TARGET), ("drafter", DRAFTER), ("x-eagle3", DRAFTER)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        paths[name] = str(tmp_path / name)
+    names = {"DRAFTER": paths["drafter"], "NAMED": paths["x-eagle3"]}
+    specs = {n: {k: names.get(v, v) if isinstance(v, str) else v for k, v in s.items()} for n, s in SPECS.items()}
+    site = subprocess.run(
+        [str(VLLM_PYTHON), "-c", "import vllm, os; print(os.path.dirname(os.path.dirname(vllm.__file__)))"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout.strip()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    asked = subprocess.run(
+        [str(VLLM_PYTHON), "-c", ASK_VLLM, paths["target"], json.dumps(specs)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+        check=True,
+    )
+    vllm_refused = json.loads(asked.stdout.strip().splitlines()[-1])
+    for name, spec in specs.items():
+        command = parse(["vllm", "serve", paths["target"], "--speculative-config", json.dumps(spec)])
+        model = spec.get("model")
+        drafter = resolve_model(model, {}, role="drafter") if isinstance(model, str) and model else None
+        context = LaunchContext(command, resolve_model(paths["target"], {}), drafter, Path(site), None, None)
+        ours = speculative_findings(context)
+        assert bool(ours) == (vllm_refused[name] is not None), (name, vllm_refused[name], ours)
