@@ -14,8 +14,9 @@ import pytest
 from helpers import assert_clean_failure, run_cli
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 
-from patchkit.errors import BadInput
-from patchkit.launch.command import frame, parse, script_interpreter
+from patchkit.errors import BadInput, TargetError
+from patchkit.launch.command import frame, parse
+from patchkit.launch.interpreter import script_interpreter
 from patchkit.launch.serve_parser import recorded_releases
 
 V16 = "0.16.0"
@@ -278,7 +279,89 @@ def test_the_interpreter_of_pips_sh_wrapper_is_the_one_it_execs(tmp_path, venv_n
 
 def test_a_script_that_is_a_fifo_has_no_interpreter_and_never_blocks(tmp_path):
     os.mkfifo(tmp_path / "vllm")
-    assert script_interpreter(tmp_path / "vllm") is None
+    with pytest.raises(TargetError, match="cannot tell which Python runs"):
+        script_interpreter(tmp_path / "vllm")
+
+
+# --- review 14: a shebang is read as the kernel and env start it; what cannot be told is said --------
+
+
+def _script(directory: Path, first_line: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "vllm"
+    script.write_text(f"{first_line}\nimport sys\n")
+    script.chmod(0o755)
+    return script
+
+
+def _python_in(directory: Path, name: str = "python3") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    python = directory / name
+    python.symlink_to(sys.executable)
+    return python
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "#!/usr/bin/env -S {python} -u",
+        "#!/usr/bin/env -S  -i {python}",
+        "#!/usr/bin/env --split-string={python} -E",
+        "#!/usr/bin/env -S FOO=1 -u BAR {python} -u",
+        "#!  {python}   -u  ",
+    ],
+)
+def test_an_env_split_or_argument_shebang_names_its_python(tmp_path, line):
+    python = _python_in(tmp_path / "venv" / "bin")
+    script = _script(tmp_path / "bin", line.format(python=python))
+    assert script_interpreter(script) == str(python)
+    assert frame([str(script), "serve", "org/m"]).interpreter() == str(python)
+
+
+def test_env_looks_the_program_up_on_the_launchs_path(tmp_path):
+    python = _python_in(tmp_path / "venv" / "bin", "python3.99")
+    script = _script(tmp_path / "bin", "#!/usr/bin/env python3.99")
+    launch = ["env", f"PATH={tmp_path / 'bin'}{os.pathsep}{tmp_path / 'venv' / 'bin'}", "vllm", "serve", "org/m"]
+    assert frame(launch).interpreter() == str(python)
+    assert script_interpreter(script, f"{tmp_path / 'venv' / 'bin'}") == str(python)
+    other = _python_in(tmp_path / "other", "python3.99")
+    assert script_interpreter(script, f"{other.parent}") == str(other)
+    assert script_interpreter(
+        _script(tmp_path / "s", "#!/usr/bin/env -S PATH=/nowhere:" + str(other.parent) + " python3.99"), "/x"
+    ) == str(other)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("#!/bin/bash", "runs /bin/bash, not a Python"),
+        ("#!/bin/sh", "runs /bin/sh, not a Python"),
+        ("#!/usr/bin/env bash", "runs "),
+        ("#!/usr/bin/env python3 -u", "starts no program by that one name"),  # env is asked for "python3 -u"
+        ("#!/usr/bin/env -i python3", "starts no program by that one name"),
+        ("#!/usr/bin/env -S", "names no program"),
+        ("#!/usr/bin/env -S -C /tmp python3", "has the option -C"),
+        ("#!/usr/bin/env -S ${PY} -u", "expands variables"),
+        ("#!/usr/bin/env -S 'python3", "cannot be split"),
+        ("#!/usr/bin/env no-such-python-anywhere", "not on the launch's PATH"),
+        ("#!", "runs nothing"),
+        ("import sys", "with a #! line"),
+    ],
+)
+def test_a_shebang_whose_python_cannot_be_told_is_a_target_error_never_another_interpreter(tmp_path, line, why):
+    script = _script(tmp_path / "bin", line)
+    with pytest.raises(TargetError, match="cannot tell which Python runs") as raised:
+        script_interpreter(script)
+    assert why in raised.value.message and "--python" in (raised.value.hint or "")
+
+
+def test_a_bash_wrapper_or_a_missing_vllm_stops_preflight_with_exit_4_and_a_hint(tmp_path):
+    bash = _script(tmp_path / "bash", f'#!/bin/bash\nexec {sys.executable} -m vllm.entrypoints.cli.main "$@"')
+    for program in (str(bash), str(tmp_path / "nowhere" / "vllm")):
+        done = run_cli("preflight", "--no-import", "--", program, "serve", "org/m")
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert "cannot tell which Python runs" in done.stderr and "--python" in done.stderr
+        assert "Traceback" not in done.stderr and "syntax error" not in done.stderr
 
 
 def test_specs_are_recorded_json(tmp_path):

@@ -224,7 +224,8 @@ def test_dotted_speculative_config_and_yaml_config_are_read(setup, tmp_path):
     spec = json.dumps({"method": "eagle3", "model": str(models["drafter"])})
     config.write_text(f"model: {models['kimi']}\ntensor_parallel_size: 2\nspeculative-config: '{spec}'\n")
     command = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--config", str(config)]
-    assert failed(preflight(tree, library, *command)) == STOCK_FAULTS_KIMI
+    # the PATH's python3 has no vLLM: the launch would not run the tree checked (launch-target)
+    assert failed(preflight(tree, library, *command)) == STOCK_FAULTS_KIMI | {"launch-target"}
 
 
 def test_hf_overrides_apply_to_the_target_config(setup):
@@ -840,3 +841,49 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     done = run_cli(*args, env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path / "work")
     assert_clean_failure(done, 4)
     assert "has no config.json" in done.stderr
+
+
+# --- review 07: --target/--python names a tree the command's own `vllm` does not run -----------------
+
+
+def _venv_with_vllm(root: Path, version: str = "0.16.0") -> tuple[Path, Path]:
+    """(a venv whose site-packages holds a vllm package, its `vllm` script naming the venv's python)."""
+    import venv
+
+    from helpers import write_tree
+
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    write_tree(site, version)
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    return site, script
+
+
+def test_a_target_the_commands_vllm_does_not_run_fails_naming_both(setup, tmp_path):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    site, script = _venv_with_vllm(tmp_path / "stock-venv")
+    command = [str(script), *serve(models["deepseek"], models["drafter"])[1:]]
+
+    done = preflight(tree, library, *command)
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"launch-target"}
+    message = findings(done)["launch-target"]["message"]
+    assert str(tree) in message and str(site) in message and str(tmp_path / "stock-venv" / "bin" / "python") in message
+    assert "--python" in findings(done)["launch-target"]["fix"]
+
+    done = run_cli("run", "--target", tree, "--patches", library, "--", *command)
+    assert_clean_failure(done, 1)
+    assert "not launched" in done.stderr and "launch-target" in done.stdout
+
+
+def test_a_target_the_commands_vllm_does_run_adds_no_finding(setup, tmp_path):
+    _, library, models = setup
+    site, script = _venv_with_vllm(tmp_path / "venv")
+    command = [str(script), *serve(models["deepseek"], models["drafter"])[1:]]
+    python = tmp_path / "venv" / "bin" / "python"
+    for named in (["--target", str(site)], ["--python", str(python)], ["--python", str(python) + "3"]):
+        done = run_cli("preflight", *named, "--patches", library, "--format", "json", "--no-import", "--", *command)
+        assert "launch-target" not in findings(done), done.stdout
