@@ -468,3 +468,32 @@ def test_a_model_config_json_transformers_cannot_read_as_utf8_is_bad_input(tmp_p
     done = _preflight_quickly(tree, library, "vllm", "serve", str(model))
     assert_clean_failure(done, 2)
     assert "config.json" in done.stderr
+
+
+# --- review 16: argparse's option loop is quadratic; a launch's arguments are bounded --------------
+
+
+@pytest.mark.parametrize(
+    "repeated",
+    [["--trust-remote-code"], ["--port", "8000"], ["--port=8000"], ["--trust-rem"], ["-tp", "2"], ["--no-such-opt"]],
+)
+def test_ten_thousand_repeated_options_are_refused_at_once_naming_the_limit(repeated):
+    started = time.monotonic()
+    with pytest.raises(BadInput, match="patchkit reads at most 8,192 arguments and 1,024 options"):
+        parse(["vllm", "serve", "org/m", *repeated * 10_000], "0.16.0")
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_config_files_options_count_toward_the_limit(tmp_path):
+    config = tmp_path / "many.yaml"
+    config.write_text("".join(f"opt-{i}: {i}\n" for i in range(1100)))
+    with pytest.raises(BadInput, match="1,100 of them options"):
+        parse(["vllm", "serve", "org/m", "--config", str(config)], "0.16.0")
+
+
+def test_a_thousand_options_are_still_read_quickly():
+    started = time.monotonic()
+    read = parse(["vllm", "serve", "org/m", *["--port", "8000"] * 1000, "--port", "9"], "0.16.0")
+    assert read.options["port"] == "9" or read.options["port"] == 9
+    assert time.monotonic() - started < 1.0
+

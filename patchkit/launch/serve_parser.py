@@ -32,6 +32,8 @@ from patchkit.launch.values import load_json, load_yaml_config
 from patchkit.version import release_version
 
 SPECS = Path(__file__).with_name("specs")
+MAX_ARGUMENTS = 8192  # what argparse reads of one launch (the command with its --config file's)
+MAX_OPTIONS = 1024  # of those, the ones that look like options ("-..."): argparse is quadratic in them
 _NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--` and the first `.`
 
 
@@ -86,7 +88,8 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
         _positional_model_with_served_name(args)
     plain, dotted = _dotted_objects(_renamed(args, release))
     parser = _parser(spec.release, serve)
-    both, unread = _parsed(parser, plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))], spec)
+    parsed = _bounded(plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))])
+    both, unread = _parsed(parser, parsed, spec)
     given = _given_plainly(parser, plain, spec) if dotted else {}
     notes = tuple(
         f"{_option(dest)} is given as JSON and key by key: vLLM keeps only the key-by-key object "
@@ -98,6 +101,19 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     model = options.pop("model-tag", None) if serve else None
     found = model if model is not None else options.get("model")
     return Reading(options, None if found is None else str(found), notes, tuple(unread))
+
+
+def _bounded(args: list[str]) -> list[str]:
+    """The arguments argparse is given, within patchkit's limits: its loop over the options is
+    quadratic in their number (10,000 took 9 s), and no launch needs a thousand."""
+    options = sum(arg.startswith("-") for arg in args)
+    if len(args) > MAX_ARGUMENTS or options > MAX_OPTIONS:
+        raise BadInput(
+            f"the command has {len(args):,} arguments, {options:,} of them options (with its --config file's): "
+            f"patchkit reads at most {MAX_ARGUMENTS:,} arguments and {MAX_OPTIONS:,} options",
+            hint="give each option once",
+        )
+    return args
 
 
 def _given_plainly(parser: argparse.ArgumentParser, plain: list[str], spec: Spec) -> dict[str, object]:
