@@ -887,3 +887,31 @@ def test_a_target_the_commands_vllm_does_run_adds_no_finding(setup, tmp_path):
     for named in (["--target", str(site)], ["--python", str(python)], ["--python", str(python) + "3"]):
         done = run_cli("preflight", *named, "--patches", library, "--format", "json", "--no-import", "--", *command)
         assert "launch-target" not in findings(done), done.stdout
+
+
+# --- review 05: releases after 0.20.0 are read with their own recorded parser ----------------------
+
+
+def test_the_releases_own_speculative_flags_are_merged_into_the_speculative_config():
+    """0.32.0's --spec-method/--spec-model/--spec-tokens are keys of the speculative config, as its
+    create_speculative_config merges them; one given both ways is refused, as vLLM refuses it."""
+    flags = ["--spec-method", "eagle3", "--spec-model", "org/d", "--spec-tokens", "3"]
+    command = parse(["vllm", "serve", "org/m", *flags], "0.32.0")
+    assert command.exact and command.release == "0.32.0"
+    assert command.speculative_config == {"method": "eagle3", "model": "org/d", "num_speculative_tokens": 3}
+    assert command.speculative_method == "eagle3"
+    partly = parse(["vllm", "serve", "org/m", "--spec-model", "org/d", "-sc", '{"method": "eagle3"}'], "0.32.0")
+    assert partly.speculative_config == {"method": "eagle3", "model": "org/d"}
+    with pytest.raises(BadInput, match="--spec-model and --speculative-config's 'model' exclude each other"):
+        _ = parse(["vllm", "serve", "org/m", "--spec-model", "org/d", "-sc", '{"model": "org/e"}'], "0.32.0")
+
+
+def test_a_bad_drafter_given_by_the_releases_own_flags_is_checked(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path, "0.32.0")
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "target_hidden_size": 4096})
+    flags = ["--spec-method", "eagle3", "--spec-model", str(drafter), "--spec-tokens", "3"]
+    done = preflight(tree, library, "vllm", "serve", str(target), *flags)
+    assert_clean_failure(done, 1)
+    assert "drafter-hidden-size" in failed(done), done.stdout
+    assert "command" not in findings(done)  # read by 0.32.0's own parser: nothing left unread

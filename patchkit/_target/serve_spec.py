@@ -59,13 +59,18 @@ def actions(parser: argparse.ArgumentParser) -> list[dict]:
 def parsers() -> dict:
     _force_cpu_platform_when_none()
     parser_class = _parser_class()
-    cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
+    make_arg_parser = _first(
+        "make_arg_parser",
+        "vllm.entrypoints.openai.cli_args",
+        "vllm.entrypoints.launchers.cli_args",
+        "vllm.entrypoints.common.cli_args",
+    )
     serve = importlib.import_module("vllm.entrypoints.cli.serve")
     top = parser_class()
     subparsers = top.add_subparsers(required=False, dest="subparser")
     [command] = [c for c in serve.cmd_init() if c.name == "serve"]
     serve_parser = command.subparser_init(subparsers)
-    api_server = cli_args.make_arg_parser(parser_class())
+    api_server = make_arg_parser(parser_class())
     vllm = importlib.import_module("vllm")
     return {
         "vllm": str(vllm.__version__),
@@ -76,14 +81,22 @@ def parsers() -> dict:
 
 
 def _parser_class():
-    for module in ("vllm.utils.argparse_utils", "vllm.utils"):
+    return _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
+
+
+def _first(name: str, *modules: str):
+    """`name` from the first of `modules` (newest layout first) that has it: vLLM moves its modules."""
+    failed = []
+    for module in modules:
         try:
-            found = getattr(importlib.import_module(module), "FlexibleArgumentParser", None)
-        except ImportError:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError as exc:
+            failed.append(f"{module}: {exc}")
             continue
         if found is not None:
             return found
-    raise ImportError("this vLLM has no FlexibleArgumentParser")
+        failed.append(f"{module}: no {name}")
+    raise ImportError(f"this vLLM has no {name}: {'; '.join(failed)}")
 
 
 def _force_cpu_platform_when_none() -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 from patchkit.errors import BadInput
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
+# a release's own flags for keys of the speculative config (option dest, dashed -> key)
+SPECULATIVE_FLAGS = (("spec-method", "method"), ("spec-model", "model"), ("spec-tokens", "num_speculative_tokens"))
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
 _ENV_FLAGS = ("-i", "-", "--ignore-environment", "--")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -59,10 +61,21 @@ class LaunchCommand:
 
     @property
     def speculative_config(self) -> dict | None:
-        """None when not given, or given as vLLM's optional_type reads no config: "", None or null."""
-        if self.options.get("speculative-config") in ("", "None"):
-            return None
-        return self._json("speculative-config", optional=True)
+        """The JSON given (None when not, or given as vLLM's optional_type reads no config: "", None or
+        null), with the keys of the releases' own flags (--spec-method, --spec-model, --spec-tokens:
+        0.33.0's create_speculative_config) merged in."""
+        unset = self.options.get("speculative-config") in ("", "None")
+        given = None if unset else self._json("speculative-config", optional=True)
+        flags = {key: self.options[flag] for flag, key in SPECULATIVE_FLAGS if self.options.get(flag) is not None}
+        if not flags:
+            return given
+        merged = dict(given or {})
+        for flag, key in SPECULATIVE_FLAGS:
+            if key in flags and key in merged:
+                raise BadInput(
+                    f"--{flag} and --speculative-config's '{key}' exclude each other: vLLM refuses the launch"
+                )
+        return {**merged, **flags}
 
     @property
     def speculative_method(self) -> str | None:
