@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_clean_failure, run_cli
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
+from packaging.version import Version
 
 from patchkit.errors import BadInput, TargetError
 from patchkit.launch.command import frame, parse
@@ -432,9 +433,9 @@ def test_a_build_is_read_with_its_releases_parser(build):
 def test_a_release_without_a_recorded_parser_says_whose_read_it_and_cannot_judge_what_that_one_does_not_know(
     tmp_path,
 ):
-    tree, library = write_eagle3_setup(tmp_path, "0.26.0")
-    model = write_model(tmp_path / "m", DEEPSEEK_V3)
     newest = str(recorded_releases()[-1])
+    tree, library = write_eagle3_setup(tmp_path, f"0.{Version(newest).minor + 1}.0")  # a release still to come
+    model = write_model(tmp_path / "m", DEEPSEEK_V3)
 
     def command_finding(*arguments):
         done = run_cli(
@@ -444,10 +445,10 @@ def test_a_release_without_a_recorded_parser_says_whose_read_it_and_cannot_judge
         found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
         return done.returncode, found[0]
 
-    rc, finding = command_finding("--spec-method", "eagle3", "--spec-model", "org/d", "-tp", "2")
+    rc, finding = command_finding("--spec-future", "eagle3", "--spec-later", "org/d", "-tp", "2")
     assert rc == 1 and not finding["ok"]
     assert "cannot judge" in finding["message"] and f"read with {newest}'s" in finding["message"]
-    assert "--spec-method, --spec-model" in finding["message"] and "serve_spec" in finding["fix"]
+    assert "--spec-future, --spec-later" in finding["message"] and "serve_spec" in finding["fix"]
     rc, finding = command_finding("-tp", "2")
     assert rc == 0 and finding["ok"] and f"read with {newest}'s" in finding["message"]
 
@@ -497,3 +498,20 @@ def test_a_thousand_options_are_still_read_quickly():
     assert read.options["port"] == "9" or read.options["port"] == 9
     assert time.monotonic() - started < 1.0
 
+
+# --- releases after 0.20.0: their recorded parsers and their rewrite ----------------------------
+
+
+def test_a_config_files_false_is_the_no_option_from_0_28_0(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("enable-prefix-caching: false\nno-such-key: false\n")
+    newer = parse(["vllm", "serve", "org/m", "--config", str(config)], "0.28.0")
+    assert newer.exact and newer.options["enable-prefix-caching"] is False
+    older = parse(["vllm", "serve", "org/m", "--config", str(config)], "0.27.1")
+    assert older.exact and "enable-prefix-caching" not in older.options
+
+
+def test_every_release_of_the_librarys_range_up_to_0_33_0_has_its_own_spec():
+    recorded = {str(r) for r in recorded_releases()}
+    wanted = {f"0.{minor}.0" for minor in range(11, 34) if minor != 19} | {"0.19.1", "0.25.1", "0.27.1", "0.22.1"}
+    assert wanted <= recorded, sorted(wanted - recorded)

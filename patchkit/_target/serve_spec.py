@@ -28,7 +28,7 @@ KINDS = {
 }
 
 
-def describe(action: argparse.Action) -> dict:
+def describe(action: argparse.Action, parser: argparse.ArgumentParser) -> dict:
     kind = next((name for cls, name in KINDS.items() if isinstance(action, cls)), "store")
     nargs = (
         0
@@ -41,8 +41,17 @@ def describe(action: argparse.Action) -> dict:
         const = json.loads(json.dumps(action.const))
     except (TypeError, ValueError):
         const = None
-    described = {"options": list(action.option_strings), "dest": action.dest, "nargs": nargs, "kind": kind}
-    return {**described, "const": const, "type": _type(action.type)}
+    described = {"options": _option_strings(action, parser), "dest": action.dest, "nargs": nargs, "kind": kind}
+    described = {**described, "const": const, "type": _type(action.type)}
+    negative = getattr(action, "negative_option_strings", None)  # 0.33.0's --enable-x/--disable-x pairs
+    return {**described, "negative": sorted(negative)} if kind == "boolean_optional" and negative else described
+
+
+def _option_strings(action: argparse.Action, parser: argparse.ArgumentParser) -> list[str]:
+    """The strings the parser reads as this action: its own, then those it keeps out of the help
+    (0.33.0's --no-enable-x), which take part in prefix matching all the same."""
+    hidden = [s for s, a in parser._option_string_actions.items() if a is action and s not in action.option_strings]
+    return [*action.option_strings, *hidden]
 
 
 def _type(converter) -> str | None:
@@ -53,7 +62,7 @@ def _type(converter) -> str | None:
 
 
 def actions(parser: argparse.ArgumentParser) -> list[dict]:
-    return [describe(a) for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
+    return [describe(a, parser) for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
 
 
 def parsers() -> dict:
