@@ -515,3 +515,17 @@ def test_every_release_of_the_librarys_range_up_to_0_33_0_has_its_own_spec():
     recorded = {str(r) for r in recorded_releases()}
     wanted = {f"0.{minor}.0" for minor in range(11, 34) if minor != 19} | {"0.19.1", "0.25.1", "0.27.1", "0.22.1"}
     assert wanted <= recorded, sorted(wanted - recorded)
+
+
+@pytest.mark.parametrize(
+    ("flag", "stored"),
+    [
+        ("--enable-auto-tool-choice", True),
+        ("--disable-auto-tool-choice", False),
+        ("--no-enable-auto-tool-choice", False),  # kept out of 0.33.0's help, read all the same
+        ("--no-enable-auto-tool", False),  # a prefix of it
+    ],
+)
+def test_an_enable_disable_pair_stores_what_0_33_0_stores(flag, stored):
+    command = parse(["vllm", "serve", "org/m", flag], "0.33.0")
+    assert command.exact and command.options["enable-auto-tool-choice"] is stored
