@@ -209,9 +209,13 @@ def _deep(draw) -> str:
 def launch_token(draw, work: Path) -> list[str]:
     from serve_lines import piece
 
-    kind = draw(st.sampled_from(["piece", "piece", "text", "bytes", "deep", "digits", "config", "file", "model"]))
+    kind = draw(
+        st.sampled_from(["piece", "piece", "text", "bytes", "deep", "digits", "config", "file", "model", "repeated"])
+    )
     if kind == "piece":
         return draw(piece())
+    if kind == "repeated":  # argparse's option loop is quadratic: 10,000 options took 9 s
+        return draw(piece()) * draw(st.sampled_from([500, 1100, 5000, 20_000]))
     if kind == "text":
         return [draw(st.text(max_size=12))]
     if kind == "bytes":

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 from helpers import assert_clean_failure, run_cli
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
+from packaging.version import Version
 
-from patchkit.errors import BadInput
-from patchkit.launch.command import frame, parse, script_interpreter
+from patchkit.errors import BadInput, TargetError
+from patchkit.launch.command import frame, parse
+from patchkit.launch.interpreter import script_interpreter
 from patchkit.launch.serve_parser import recorded_releases
 
 V16 = "0.16.0"
@@ -278,7 +280,89 @@ def test_the_interpreter_of_pips_sh_wrapper_is_the_one_it_execs(tmp_path, venv_n
 
 def test_a_script_that_is_a_fifo_has_no_interpreter_and_never_blocks(tmp_path):
     os.mkfifo(tmp_path / "vllm")
-    assert script_interpreter(tmp_path / "vllm") is None
+    with pytest.raises(TargetError, match="cannot tell which Python runs"):
+        script_interpreter(tmp_path / "vllm")
+
+
+# --- review 14: a shebang is read as the kernel and env start it; what cannot be told is said --------
+
+
+def _script(directory: Path, first_line: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "vllm"
+    script.write_text(f"{first_line}\nimport sys\n")
+    script.chmod(0o755)
+    return script
+
+
+def _python_in(directory: Path, name: str = "python3") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    python = directory / name
+    python.symlink_to(sys.executable)
+    return python
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "#!/usr/bin/env -S {python} -u",
+        "#!/usr/bin/env -S  -i {python}",
+        "#!/usr/bin/env --split-string={python} -E",
+        "#!/usr/bin/env -S FOO=1 -u BAR {python} -u",
+        "#!  {python}   -u  ",
+    ],
+)
+def test_an_env_split_or_argument_shebang_names_its_python(tmp_path, line):
+    python = _python_in(tmp_path / "venv" / "bin")
+    script = _script(tmp_path / "bin", line.format(python=python))
+    assert script_interpreter(script) == str(python)
+    assert frame([str(script), "serve", "org/m"]).interpreter() == str(python)
+
+
+def test_env_looks_the_program_up_on_the_launchs_path(tmp_path):
+    python = _python_in(tmp_path / "venv" / "bin", "python3.99")
+    script = _script(tmp_path / "bin", "#!/usr/bin/env python3.99")
+    launch = ["env", f"PATH={tmp_path / 'bin'}{os.pathsep}{tmp_path / 'venv' / 'bin'}", "vllm", "serve", "org/m"]
+    assert frame(launch).interpreter() == str(python)
+    assert script_interpreter(script, f"{tmp_path / 'venv' / 'bin'}") == str(python)
+    other = _python_in(tmp_path / "other", "python3.99")
+    assert script_interpreter(script, f"{other.parent}") == str(other)
+    assert script_interpreter(
+        _script(tmp_path / "s", "#!/usr/bin/env -S PATH=/nowhere:" + str(other.parent) + " python3.99"), "/x"
+    ) == str(other)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("#!/bin/bash", "runs /bin/bash, not a Python"),
+        ("#!/bin/sh", "runs /bin/sh, not a Python"),
+        ("#!/usr/bin/env bash", "runs "),
+        ("#!/usr/bin/env python3 -u", "starts no program by that one name"),  # env is asked for "python3 -u"
+        ("#!/usr/bin/env -i python3", "starts no program by that one name"),
+        ("#!/usr/bin/env -S", "names no program"),
+        ("#!/usr/bin/env -S -C /tmp python3", "has the option -C"),
+        ("#!/usr/bin/env -S ${PY} -u", "expands variables"),
+        ("#!/usr/bin/env -S 'python3", "cannot be split"),
+        ("#!/usr/bin/env no-such-python-anywhere", "not on the launch's PATH"),
+        ("#!", "runs nothing"),
+        ("import sys", "with a #! line"),
+    ],
+)
+def test_a_shebang_whose_python_cannot_be_told_is_a_target_error_never_another_interpreter(tmp_path, line, why):
+    script = _script(tmp_path / "bin", line)
+    with pytest.raises(TargetError, match="cannot tell which Python runs") as raised:
+        script_interpreter(script)
+    assert why in raised.value.message and "--python" in (raised.value.hint or "")
+
+
+def test_a_bash_wrapper_or_a_missing_vllm_stops_preflight_with_exit_4_and_a_hint(tmp_path):
+    bash = _script(tmp_path / "bash", f'#!/bin/bash\nexec {sys.executable} -m vllm.entrypoints.cli.main "$@"')
+    for program in (str(bash), str(tmp_path / "nowhere" / "vllm")):
+        done = run_cli("preflight", "--no-import", "--", program, "serve", "org/m")
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert "cannot tell which Python runs" in done.stderr and "--python" in done.stderr
+        assert "Traceback" not in done.stderr and "syntax error" not in done.stderr
 
 
 def test_specs_are_recorded_json(tmp_path):
@@ -349,9 +433,9 @@ def test_a_build_is_read_with_its_releases_parser(build):
 def test_a_release_without_a_recorded_parser_says_whose_read_it_and_cannot_judge_what_that_one_does_not_know(
     tmp_path,
 ):
-    tree, library = write_eagle3_setup(tmp_path, "0.26.0")
-    model = write_model(tmp_path / "m", DEEPSEEK_V3)
     newest = str(recorded_releases()[-1])
+    tree, library = write_eagle3_setup(tmp_path, f"0.{Version(newest).minor + 1}.0")  # a release still to come
+    model = write_model(tmp_path / "m", DEEPSEEK_V3)
 
     def command_finding(*arguments):
         done = run_cli(
@@ -361,10 +445,10 @@ def test_a_release_without_a_recorded_parser_says_whose_read_it_and_cannot_judge
         found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
         return done.returncode, found[0]
 
-    rc, finding = command_finding("--spec-method", "eagle3", "--spec-model", "org/d", "-tp", "2")
+    rc, finding = command_finding("--spec-future", "eagle3", "--spec-later", "org/d", "-tp", "2")
     assert rc == 1 and not finding["ok"]
     assert "cannot judge" in finding["message"] and f"read with {newest}'s" in finding["message"]
-    assert "--spec-method, --spec-model" in finding["message"] and "serve_spec" in finding["fix"]
+    assert "--spec-future, --spec-later" in finding["message"] and "serve_spec" in finding["fix"]
     rc, finding = command_finding("-tp", "2")
     assert rc == 0 and finding["ok"] and f"read with {newest}'s" in finding["message"]
 
@@ -385,3 +469,63 @@ def test_a_model_config_json_transformers_cannot_read_as_utf8_is_bad_input(tmp_p
     done = _preflight_quickly(tree, library, "vllm", "serve", str(model))
     assert_clean_failure(done, 2)
     assert "config.json" in done.stderr
+
+
+# --- review 16: argparse's option loop is quadratic; a launch's arguments are bounded --------------
+
+
+@pytest.mark.parametrize(
+    "repeated",
+    [["--trust-remote-code"], ["--port", "8000"], ["--port=8000"], ["--trust-rem"], ["-tp", "2"], ["--no-such-opt"]],
+)
+def test_ten_thousand_repeated_options_are_refused_at_once_naming_the_limit(repeated):
+    started = time.monotonic()
+    with pytest.raises(BadInput, match="patchkit reads at most 8,192 arguments and 1,024 options"):
+        parse(["vllm", "serve", "org/m", *repeated * 10_000], "0.16.0")
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_config_files_options_count_toward_the_limit(tmp_path):
+    config = tmp_path / "many.yaml"
+    config.write_text("".join(f"opt-{i}: {i}\n" for i in range(1100)))
+    with pytest.raises(BadInput, match="1,100 of them options"):
+        parse(["vllm", "serve", "org/m", "--config", str(config)], "0.16.0")
+
+
+def test_a_thousand_options_are_still_read_quickly():
+    started = time.monotonic()
+    read = parse(["vllm", "serve", "org/m", *["--port", "8000"] * 1000, "--port", "9"], "0.16.0")
+    assert read.options["port"] == "9" or read.options["port"] == 9
+    assert time.monotonic() - started < 1.0
+
+
+# --- releases after 0.20.0: their recorded parsers and their rewrite ----------------------------
+
+
+def test_a_config_files_false_is_the_no_option_from_0_28_0(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("enable-prefix-caching: false\nno-such-key: false\n")
+    newer = parse(["vllm", "serve", "org/m", "--config", str(config)], "0.28.0")
+    assert newer.exact and newer.options["enable-prefix-caching"] is False
+    older = parse(["vllm", "serve", "org/m", "--config", str(config)], "0.27.1")
+    assert older.exact and "enable-prefix-caching" not in older.options
+
+
+def test_every_release_of_the_librarys_range_up_to_0_33_0_has_its_own_spec():
+    recorded = {str(r) for r in recorded_releases()}
+    wanted = {f"0.{minor}.0" for minor in range(11, 34) if minor != 19} | {"0.19.1", "0.20.1", "0.20.2", "0.22.1"}
+    assert wanted <= recorded, sorted(wanted - recorded)
+
+
+@pytest.mark.parametrize(
+    ("flag", "stored"),
+    [
+        ("--enable-auto-tool-choice", True),
+        ("--disable-auto-tool-choice", False),
+        ("--no-enable-auto-tool-choice", False),  # kept out of 0.33.0's help, read all the same
+        ("--no-enable-auto-tool", False),  # a prefix of it
+    ],
+)
+def test_an_enable_disable_pair_stores_what_0_33_0_stores(flag, stored):
+    command = parse(["vllm", "serve", "org/m", flag], "0.33.0")
+    assert command.exact and command.options["enable-auto-tool-choice"] is stored

@@ -224,7 +224,8 @@ def test_dotted_speculative_config_and_yaml_config_are_read(setup, tmp_path):
     spec = json.dumps({"method": "eagle3", "model": str(models["drafter"]), "num_speculative_tokens": 2})
     config.write_text(f"model: {models['kimi']}\ntensor_parallel_size: 2\nspeculative-config: '{spec}'\n")
     command = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--config", str(config)]
-    assert failed(preflight(tree, library, *command)) == STOCK_FAULTS_KIMI
+    # the PATH's python3 has no vLLM: the launch would not run the tree checked (launch-target)
+    assert failed(preflight(tree, library, *command)) == STOCK_FAULTS_KIMI | {"launch-target"}
 
 
 def test_hf_overrides_apply_to_the_target_config(setup):
@@ -1032,3 +1033,77 @@ def test_a_served_model_name_is_never_the_model_checked(setup, tmp_path):
     assert command.model == str(models["deepseek"])
     done = preflight(tree, library, *serve(models["deepseek"], models["drafter"], "--served-model-name", "chat"))
     assert not any("chat" in f["message"] for f in findings(done).values())
+
+
+# --- review 07: --target/--python names a tree the command's own `vllm` does not run -----------------
+
+
+def _venv_with_vllm(root: Path, version: str = "0.16.0") -> tuple[Path, Path]:
+    """(a venv whose site-packages holds a vllm package, its `vllm` script naming the venv's python)."""
+    import venv
+
+    from helpers import write_tree
+
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    write_tree(site, version)
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    return site, script
+
+
+def test_a_target_the_commands_vllm_does_not_run_fails_naming_both(setup, tmp_path):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    site, script = _venv_with_vllm(tmp_path / "stock-venv")
+    command = [str(script), *serve(models["deepseek"], models["drafter"])[1:]]
+
+    done = preflight(tree, library, *command)
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"launch-target"}
+    message = findings(done)["launch-target"]["message"]
+    assert str(tree) in message and str(site) in message and str(tmp_path / "stock-venv" / "bin" / "python") in message
+    assert "--python" in findings(done)["launch-target"]["fix"]
+
+    done = run_cli("run", "--target", tree, "--patches", library, "--", *command)
+    assert_clean_failure(done, 1)
+    assert "not launched" in done.stderr and "launch-target" in done.stdout
+
+
+def test_a_target_the_commands_vllm_does_run_adds_no_finding(setup, tmp_path):
+    _, library, models = setup
+    site, script = _venv_with_vllm(tmp_path / "venv")
+    command = [str(script), *serve(models["deepseek"], models["drafter"])[1:]]
+    python = tmp_path / "venv" / "bin" / "python"
+    for named in (["--target", str(site)], ["--python", str(python)], ["--python", str(python) + "3"]):
+        done = run_cli("preflight", *named, "--patches", library, "--format", "json", "--no-import", "--", *command)
+        assert "launch-target" not in findings(done), done.stdout
+
+
+# --- review 05: releases after 0.20.0 are read with their own recorded parser ----------------------
+
+
+def test_the_releases_own_speculative_flags_are_merged_into_the_speculative_config():
+    """0.32.0's --spec-method/--spec-model/--spec-tokens are keys of the speculative config, as its
+    create_speculative_config merges them; one given both ways is refused, as vLLM refuses it."""
+    flags = ["--spec-method", "eagle3", "--spec-model", "org/d", "--spec-tokens", "3"]
+    command = parse(["vllm", "serve", "org/m", *flags], "0.32.0")
+    assert command.exact and command.release == "0.32.0"
+    assert command.speculative_config == {"method": "eagle3", "model": "org/d", "num_speculative_tokens": 3}
+    assert command.speculative_method == "eagle3"
+    partly = parse(["vllm", "serve", "org/m", "--spec-model", "org/d", "-sc", '{"method": "eagle3"}'], "0.32.0")
+    assert partly.speculative_config == {"method": "eagle3", "model": "org/d"}
+    with pytest.raises(BadInput, match="--spec-model and --speculative-config's 'model' exclude each other"):
+        _ = parse(["vllm", "serve", "org/m", "--spec-model", "org/d", "-sc", '{"model": "org/e"}'], "0.32.0")
+
+
+def test_a_bad_drafter_given_by_the_releases_own_flags_is_checked(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path, "0.32.0")
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "target_hidden_size": 4096})
+    flags = ["--spec-method", "eagle3", "--spec-model", str(drafter), "--spec-tokens", "3"]
+    done = preflight(tree, library, "vllm", "serve", str(target), *flags)
+    assert_clean_failure(done, 1)
+    assert "drafter-hidden-size" in failed(done), done.stdout
+    assert "command" not in findings(done)  # read by 0.32.0's own parser: nothing left unread

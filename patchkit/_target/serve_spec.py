@@ -28,7 +28,7 @@ KINDS = {
 }
 
 
-def describe(action: argparse.Action) -> dict:
+def describe(action: argparse.Action, parser: argparse.ArgumentParser) -> dict:
     kind = next((name for cls, name in KINDS.items() if isinstance(action, cls)), "store")
     nargs = (
         0
@@ -41,8 +41,17 @@ def describe(action: argparse.Action) -> dict:
         const = json.loads(json.dumps(action.const))
     except (TypeError, ValueError):
         const = None
-    described = {"options": list(action.option_strings), "dest": action.dest, "nargs": nargs, "kind": kind}
-    return {**described, "const": const, "type": _type(action.type)}
+    described = {"options": _option_strings(action, parser), "dest": action.dest, "nargs": nargs, "kind": kind}
+    described = {**described, "const": const, "type": _type(action.type)}
+    negative = getattr(action, "negative_option_strings", None)  # 0.33.0's --enable-x/--disable-x pairs
+    return {**described, "negative": sorted(negative)} if kind == "boolean_optional" and negative else described
+
+
+def _option_strings(action: argparse.Action, parser: argparse.ArgumentParser) -> list[str]:
+    """The strings the parser reads as this action: its own, then those it keeps out of the help
+    (0.33.0's --no-enable-x), which take part in prefix matching all the same."""
+    hidden = [s for s, a in parser._option_string_actions.items() if a is action and s not in action.option_strings]
+    return [*action.option_strings, *hidden]
 
 
 def _type(converter) -> str | None:
@@ -53,19 +62,24 @@ def _type(converter) -> str | None:
 
 
 def actions(parser: argparse.ArgumentParser) -> list[dict]:
-    return [describe(a) for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
+    return [describe(a, parser) for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
 
 
 def parsers() -> dict:
     _force_cpu_platform_when_none()
     parser_class = _parser_class()
-    cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
+    make_arg_parser = _first(
+        "make_arg_parser",
+        "vllm.entrypoints.openai.cli_args",
+        "vllm.entrypoints.launchers.cli_args",
+        "vllm.entrypoints.common.cli_args",
+    )
     serve = importlib.import_module("vllm.entrypoints.cli.serve")
     top = parser_class()
     subparsers = top.add_subparsers(required=False, dest="subparser")
     [command] = [c for c in serve.cmd_init() if c.name == "serve"]
     serve_parser = command.subparser_init(subparsers)
-    api_server = cli_args.make_arg_parser(parser_class())
+    api_server = make_arg_parser(parser_class())
     vllm = importlib.import_module("vllm")
     return {
         "vllm": str(vllm.__version__),
@@ -76,14 +90,22 @@ def parsers() -> dict:
 
 
 def _parser_class():
-    for module in ("vllm.utils.argparse_utils", "vllm.utils"):
+    return _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
+
+
+def _first(name: str, *modules: str):
+    """`name` from the first of `modules` (newest layout first) that has it: vLLM moves its modules."""
+    failed = []
+    for module in modules:
         try:
-            found = getattr(importlib.import_module(module), "FlexibleArgumentParser", None)
-        except ImportError:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError as exc:
+            failed.append(f"{module}: {exc}")
             continue
         if found is not None:
             return found
-    raise ImportError("this vLLM has no FlexibleArgumentParser")
+        failed.append(f"{module}: no {name}")
+    raise ImportError(f"this vLLM has no {name}: {'; '.join(failed)}")
 
 
 def _force_cpu_platform_when_none() -> None:

@@ -38,7 +38,7 @@ def run_preflight(ui, opts, launch_command, *, no_import: bool, shortcut: bool =
     parser reads it, then the findings (`shortcut`: `run`'s fast path on an applied tree,
     patchkit/launch/shortcut.py)."""
     from patchkit.launch.command import read
-    from patchkit.launch.preflight import default_options, preflight, vllm_validation
+    from patchkit.launch.preflight import default_options, launch_target_finding, preflight, vllm_validation
     from patchkit.transaction import consistent_read
 
     resolved = resolve_telling(ui, default_options(opts, launch_command))
@@ -55,6 +55,9 @@ def run_preflight(ui, opts, launch_command, *, no_import: bool, shortcut: bool =
             if recovered:
                 ui.warn(recovered)
             result = preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
+    if opts.target_dir or opts.python:  # named by the user: is it the tree the command runs?
+        named = launch_target_finding(resolved, launch_command)
+        result.findings += [named] if named is not None else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
         result.findings.append(vllm_validation(resolved, result))
     return result

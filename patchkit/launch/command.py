@@ -21,10 +21,11 @@ from pathlib import Path
 from patchkit.errors import BadInput
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
+# a release's own flags for keys of the speculative config (option dest, dashed -> key)
+SPECULATIVE_FLAGS = (("spec-method", "method"), ("spec-model", "model"), ("spec-tokens", "num_speculative_tokens"))
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
 _ENV_FLAGS = ("-i", "-", "--ignore-environment", "--")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
 
 
 @dataclass
@@ -60,10 +61,21 @@ class LaunchCommand:
 
     @property
     def speculative_config(self) -> dict | None:
-        """None when not given, or given as vLLM's optional_type reads no config: "", None or null."""
-        if self.options.get("speculative-config") in ("", "None"):
-            return None
-        return self._json("speculative-config", optional=True)
+        """The JSON given (None when not, or given as vLLM's optional_type reads no config: "", None or
+        null), with the keys of the releases' own flags (--spec-method, --spec-model, --spec-tokens:
+        0.33.0's create_speculative_config) merged in."""
+        unset = self.options.get("speculative-config") in ("", "None")
+        given = None if unset else self._json("speculative-config", optional=True)
+        flags = {key: self.options[flag] for flag, key in SPECULATIVE_FLAGS if self.options.get(flag) is not None}
+        if not flags:
+            return given
+        merged = dict(given or {})
+        for flag, key in SPECULATIVE_FLAGS:
+            if key in flags and key in merged:
+                raise BadInput(
+                    f"--{flag} and --speculative-config's '{key}' exclude each other: vLLM refuses the launch"
+                )
+        return {**merged, **flags}
 
     @property
     def speculative_method(self) -> str | None:
@@ -117,14 +129,18 @@ class LaunchCommand:
             raise BadInput(f"--{name} must be a JSON object, got: {value}")
         return parsed
 
-    def interpreter(self) -> str | None:
-        """The Python that will run this launch: the `vllm` script's shebang, or the `python` named."""
-        found = shutil.which(self.program, path=self.environ.get("PATH", os.defpath))  # `env -i`: execvp's default
+    def interpreter(self) -> str:
+        """The Python that will run this launch: the `vllm` script's (patchkit/launch/interpreter.py),
+        or the `python` named; TargetError when that cannot be told."""
+        from patchkit.launch.interpreter import cannot_tell, script_interpreter
+
+        path = self.environ.get("PATH", os.defpath)  # `env -i`: execvp's default
+        found = shutil.which(self.program, path=path)
         if found is None:
-            return None
+            raise cannot_tell(self.program, "it is not on the launch's PATH")
         if Path(self.program).name.startswith("python"):
             return found
-        return script_interpreter(Path(found))
+        return script_interpreter(Path(found), path)
 
 
 def parse(argv: list[str], version=None) -> LaunchCommand:
@@ -208,27 +224,3 @@ def _env_prefix(argv: list[str]) -> tuple[dict[str, str], bool, list[str]]:
             clean = clean or argv[index] != "--"
         index += 1
     return env, clean, argv[index:]
-
-
-def script_interpreter(script: Path) -> str | None:
-    """The interpreter a console script runs: its shebang's, or, for the `/bin/sh` wrapper pip writes
-    when that path cannot be a shebang (a space in it, or too long), the one its `exec` line names."""
-    import shlex
-
-    from patchkit.launch.values import read_head
-
-    lines = read_head(script, SCRIPT_HEAD).split(b"\n")
-    if not lines[0].startswith(b"#!"):
-        return None
-    words = lines[0][2:].decode(errors="surrogateescape").split()
-    if not words:
-        return None
-    if Path(words[0]).name == "env" and len(words) > 1:
-        return shutil.which(words[1])
-    if Path(words[0]).name == "sh" and len(lines) > 1 and lines[1].startswith(b"'''exec' "):
-        try:
-            wrapped = shlex.split(lines[1].decode(errors="surrogateescape"))
-        except ValueError:
-            return None
-        return wrapped[1] if len(wrapped) > 1 and wrapped[0] == "exec" else None
-    return words[0]

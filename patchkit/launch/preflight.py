@@ -8,7 +8,10 @@ outcome (a failed finding: 1).
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from patchkit.enums import Outcome
 from patchkit.launch.command import LaunchCommand
@@ -17,6 +20,7 @@ from patchkit.launch.models import resolve_model
 from patchkit.options import Options
 
 TREE = "tree-state"
+LAUNCH_TARGET = "launch-target"
 COMMAND = "command"
 ARG_UTILS = "vllm/engine/arg_utils.py"
 
@@ -43,6 +47,52 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
     if opts.target_dir or opts.python:
         return opts
     return dataclasses.replace(opts, python=command.interpreter())
+
+
+def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
+    """With --target/--python: whether the command's own `vllm` (or `python`) runs that tree. None
+    when it does, or when the program is not found at all (its exec fails by itself)."""
+    from patchkit.errors import TargetError
+    from patchkit.target import from_interpreter
+
+    try:
+        python = command.interpreter()
+    except TargetError as exc:
+        if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
+            return None
+        return Finding(LAUNCH_TARGET, True, f"{exc.message}: not compared with {resolved.target.found_by}")
+    if _same_venv(python, resolved.target.python):
+        return None
+    try:
+        runs = from_interpreter(python).root
+    except TargetError as exc:
+        return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", exc.hint)
+    if _same_directory(runs, resolved.target.root):
+        return None
+    message = (
+        f"{resolved.target.found_by} names vLLM in {resolved.target.root}, but the command's {command.program} "
+        f"runs {python}, whose vLLM is in {runs}: the launch runs that tree, not the one checked"
+    )
+    fix = f"check the tree the command runs (--python {python}), or launch the checked tree's own vllm"
+    return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def _same_venv(python: str, other: str | None) -> bool:
+    """Two paths of one interpreter in one directory (a venv's python and python3): the same
+    site-packages. Not os.path.samefile alone: every venv's python links to the same base."""
+    if other is None:
+        return False
+    try:
+        return _same_directory(Path(python).parent, Path(other).parent) and os.path.samefile(python, other)
+    except OSError:
+        return False
+
+
+def _same_directory(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
 
 
 def preflight(

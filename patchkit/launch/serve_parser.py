@@ -32,6 +32,8 @@ from patchkit.launch.values import load_json, load_yaml_config
 from patchkit.version import release_version
 
 SPECS = Path(__file__).with_name("specs")
+MAX_ARGUMENTS = 8192  # what argparse reads of one launch (the command with its --config file's)
+MAX_OPTIONS = 1024  # of those, the ones that look like options ("-..."): argparse is quadratic in them
 _NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--` and the first `.`
 
 
@@ -81,12 +83,13 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     release = Version(spec.release)
     args = _model_to_front(arguments, release) if serve else list(arguments)
     if "--config" in args:
-        args = _with_config_file(args, serve)
+        args = _with_config_file(args, serve, _negations(spec.release, serve))
     if serve and release >= Version("0.17.0"):
         _positional_model_with_served_name(args)
     plain, dotted = _dotted_objects(_renamed(args, release))
     parser = _parser(spec.release, serve)
-    both, unread = _parsed(parser, plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))], spec)
+    parsed = _bounded(plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))])
+    both, unread = _parsed(parser, parsed, spec)
     given = _given_plainly(parser, plain, spec) if dotted else {}
     notes = tuple(
         f"{_option(dest)} is given as JSON and key by key: vLLM keeps only the key-by-key object "
@@ -98,6 +101,19 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     model = options.pop("model-tag", None) if serve else None
     found = model if model is not None else options.get("model")
     return Reading(options, None if found is None else str(found), notes, tuple(unread))
+
+
+def _bounded(args: list[str]) -> list[str]:
+    """The arguments argparse is given, within patchkit's limits: its loop over the options is
+    quadratic in their number (10,000 took 9 s), and no launch needs a thousand."""
+    options = sum(arg.startswith("-") for arg in args)
+    if len(args) > MAX_ARGUMENTS or options > MAX_OPTIONS:
+        raise BadInput(
+            f"the command has {len(args):,} arguments, {options:,} of them options (with its --config file's): "
+            f"patchkit reads at most {MAX_ARGUMENTS:,} arguments and {MAX_OPTIONS:,} options",
+            hint="give each option once",
+        )
+    return args
 
 
 def _given_plainly(parser: argparse.ArgumentParser, plain: list[str], spec: Spec) -> dict[str, object]:
@@ -150,7 +166,14 @@ def _positional_model_with_served_name(args: list[str]) -> None:
         raise BadInput("vLLM refuses `--served-model-name` unless MODEL is the first argument of `vllm serve`")
 
 
-def _with_config_file(args: list[str], serve: bool) -> list[str]:
+def _negations(release: str, serve: bool) -> frozenset[str]:
+    """The `--no-KEY` strings a config file's `KEY: false` becomes (from 0.28.0; before, nothing)."""
+    if Version(release) < Version("0.28.0"):
+        return frozenset()
+    return frozenset(s for s in _parser(release, serve)._option_string_actions if s.startswith("--no-"))
+
+
+def _with_config_file(args: list[str], serve: bool, negations: frozenset[str]) -> list[str]:
     """`--config FILE.yaml`: its keys spliced in where vLLM puts them (after `vllm serve`'s
     positional MODEL, before the rest, which wins)."""
     if args.count("--config") > 1:
@@ -158,7 +181,7 @@ def _with_config_file(args: list[str], serve: bool) -> list[str]:
     index = args.index("--config")
     if index == len(args) - 1:
         raise BadInput("--config names no file")
-    config = _config_file_args(args[index + 1])
+    config = _config_file_args(args[index + 1], negations)
     rest = args[:index] + args[index + 2 :]
     if not serve:
         return config + rest if args[0].startswith("-") else rest[:1] + config + rest[1:]
@@ -168,7 +191,7 @@ def _with_config_file(args: list[str], serve: bool) -> list[str]:
     return rest[:1] + config + rest[1:] if model_in_cli else config + rest
 
 
-def _config_file_args(path: str) -> list[str]:
+def _config_file_args(path: str, negations: frozenset[str]) -> list[str]:
     """The options of a YAML config file as vLLM's load_config_file makes them."""
     if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
         raise BadInput(f"--config {path}: vLLM reads only a .yaml or .yml config file")
@@ -176,7 +199,7 @@ def _config_file_args(path: str) -> list[str]:
     args: list[str] = []
     for key, value in data.items():
         if isinstance(value, bool):
-            args += [f"--{key}"] if value else []
+            args += [f"--{key}"] if value else [f"--no-{key}"] if f"--no-{key}" in negations else []
         elif isinstance(value, list):
             args += [f"--{key}", *map(str, value)] if value else []
         elif isinstance(value, dict):
@@ -283,15 +306,18 @@ class _NoValue(argparse.Action):
     """An option that takes no value (store_true, store_false, store_const, count, help, version, and
     both forms of BooleanOptionalAction): what it stores, as vLLM's would."""
 
-    def __init__(self, option_strings, dest, *, kind: str, const=None, **kwargs):
+    def __init__(self, option_strings, dest, *, kind: str, const=None, negative=None, **kwargs):
         super().__init__(option_strings, dest, nargs=0, const=const, **kwargs)
         self.kind = kind
+        self.negative = negative  # the strings that store False (0.33.0's --disable-x too); None: `--no-`
 
     def __call__(self, parser, namespace, values, option_string=None):
         if self.kind in ("help", "version"):
             raise BadInput(f"{option_string}: vLLM prints its {self.kind} and serves nothing")
-        if self.kind == "boolean_optional":
-            value: object = not (option_string or "").startswith("--no-")
+        if self.kind == "boolean_optional" and self.negative is not None:
+            value: object = option_string not in self.negative
+        elif self.kind == "boolean_optional":
+            value = not (option_string or "").startswith("--no-")
         elif self.kind == "count":
             value = (getattr(namespace, self.dest, 0) or 0) + 1
         elif self.kind in ("store_true", "store_false"):
@@ -311,7 +337,8 @@ def _parser(release: str, serve: bool) -> argparse.ArgumentParser:
         if not options:
             parser.add_argument(dest, nargs=action["nargs"])
         elif action["nargs"] == 0:
-            parser.add_argument(*options, dest=dest, action=_NoValue, kind=kind, const=action.get("const"))
+            no_value = {"kind": kind, "const": action.get("const"), "negative": action.get("negative")}
+            parser.add_argument(*options, dest=dest, action=_NoValue, **no_value)
         else:
             stored = kind if kind in ("append", "extend") else "store"
             convert = _CONVERTERS.get(action.get("type") or "", str)

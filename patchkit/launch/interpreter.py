@@ -1,0 +1,113 @@
+"""Which Python a launch's `vllm` script runs, read as the kernel and `env` would start it, never
+guessed: what cannot be told is a TargetError naming why (exit 4), not another interpreter.
+
+The kernel takes a `#!` line's interpreter up to the first blank and passes the rest as ONE argument
+(so `#!/usr/bin/env python3 -u` asks env for a program named "python3 -u"); `env -S` splits that
+argument, and env then reads its own options and VAR=VALUE words before the program's name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+from patchkit.errors import TargetError
+
+SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
+_SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_ENV_CLEARS = ("-i", "-", "--ignore-environment")
+_ENV_UNSETS = ("-u", "--unset")
+HINT = "give --python /path/to/venv/bin/python (the interpreter that runs vLLM for this launch)"
+
+
+def cannot_tell(script: object, why: str) -> TargetError:
+    return TargetError(f"patchkit cannot tell which Python runs {script}: {why}", hint=HINT)
+
+
+def script_interpreter(script: Path, path: str | None = None) -> str:
+    """The Python `script` runs: its shebang's interpreter (`env`'s program looked up on `path`), or,
+    for the `/bin/sh` wrapper pip writes when the venv's path cannot be a shebang, the one its `exec`
+    line names. TargetError when that is not a Python or cannot be known."""
+    from patchkit.launch.values import read_head
+
+    lines = read_head(script, SCRIPT_HEAD).split(b"\n")
+    if not lines[0].startswith(b"#!"):
+        raise cannot_tell(script, "it is not a script with a #! line (or not a regular file)")
+    shebang = lines[0][2:].decode(errors="surrogateescape")
+    match = _SHEBANG.match(shebang)
+    interpreter, argument = (match["interpreter"], match["argument"]) if match else ("", "")
+    if Path(interpreter).name == "env":
+        program = _env_program(script, argument, path)
+    elif Path(interpreter).name == "sh" and len(lines) > 1 and lines[1].startswith(b"'''exec' "):
+        program = _pip_wrapper_program(script, lines[1])
+    else:
+        program = interpreter
+    if not Path(program).name.startswith(("python", "pypy")):
+        raise cannot_tell(script, f"its first line `#!{shebang.strip()}` runs {program or 'nothing'}, not a Python")
+    return program
+
+
+def _env_program(script: Path, argument: str, path: str | None) -> str:
+    """The program `env ARGUMENT` starts: ARGUMENT is one word unless it is `-S ...`."""
+    split = re.match(r"^(?:-S|--split-string(?:=|\s))(?P<rest>.*)$", argument, re.S)
+    if split is None:
+        if not argument or argument.startswith("-") or any(c.isspace() for c in argument):
+            raise cannot_tell(script, f"`env {argument}` starts no program by that one name")
+        return _on_path(script, argument, path)
+    if "$" in split["rest"] or "\\" in split["rest"]:
+        raise cannot_tell(script, "its `env -S` line expands variables or escapes")
+    try:
+        words = shlex.split(split["rest"])
+    except ValueError as exc:
+        raise cannot_tell(script, f"its `env -S` line cannot be split: {exc}") from None
+    return _after_env_options(script, words, path)
+
+
+def _after_env_options(script: Path, words: list[str], path: str | None) -> str:
+    """env's own options and VAR=VALUE words skipped: the program (its PATH as env leaves it)."""
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in _ENV_CLEARS:
+            path = os.defpath  # no PATH left: execvp's default
+        elif word in _ENV_UNSETS:
+            index += 1
+        elif word.startswith(("-u", "--unset=")):
+            pass
+        elif word == "--":
+            index += 1
+            break
+        elif _ASSIGNMENT.match(word):
+            if word.startswith("PATH="):
+                path = word.removeprefix("PATH=")
+        elif word.startswith("-"):
+            raise cannot_tell(script, f"its `env -S` line has the option {word}")
+        else:
+            break
+        index += 1
+    if index >= len(words):
+        raise cannot_tell(script, "its `env -S` line names no program")
+    return _on_path(script, words[index], path)
+
+
+def _on_path(script: Path, program: str, path: str | None) -> str:
+    if "/" in program:
+        return program
+    found = shutil.which(program, path=path)
+    if found is None:
+        raise cannot_tell(script, f"its `env` runs {program}, which is not on the launch's PATH")
+    return found
+
+
+def _pip_wrapper_program(script: Path, line: bytes) -> str:
+    try:
+        wrapped = shlex.split(line.decode(errors="surrogateescape"))
+    except ValueError:
+        raise cannot_tell(script, "its /bin/sh wrapper's exec line cannot be read") from None
+    if len(wrapped) < 2 or wrapped[0] != "exec":
+        raise cannot_tell(script, "its /bin/sh wrapper's exec line names no program")
+    return wrapped[1]
