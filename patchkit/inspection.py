@@ -295,7 +295,7 @@ def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool
 
 
 def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:
-    from patchkit.checks import run_checks
+    from patchkit.checks.registry import run_checks
 
     paths = upstream_check_paths(resolved.selection.patch_set)
     return run_checks(upstream_context(resolved, paths, import_probe=import_probe)) if paths else []

@@ -223,7 +223,7 @@ class _Applying:
 
     def write(self, plan: Plan, stock: list[CheckResult]) -> ApplyResult:
         """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
-        from patchkit.checks import run_checks
+        from patchkit.checks.registry import run_checks
         from patchkit.inspection import check_context
         from patchkit.state import read_state
         from patchkit.transaction import commit_changes
@@ -485,7 +485,8 @@ def refuse_unchangeable(resolved: Resolved) -> None:
 
 
 def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:
-    from patchkit.checks import bytecode, integrity, run_checks
+    from patchkit.checks import bytecode, integrity
+    from patchkit.checks.registry import run_checks
     from patchkit.inspection import check_context
 
     if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files

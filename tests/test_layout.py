@@ -20,26 +20,65 @@ LAYERS = [
 ]
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
-    """Every patchkit module this file imports, at any depth (lazy imports inside functions count)."""
+def imports(path: Path, package: Path = PACKAGE) -> set[str]:
+    """Every patchkit module this file imports, at any depth (lazy imports inside functions count).
+    `from package import module` names the module alone; `from package import name`, the package."""
     found = set()
     for node in ast.walk(ast.parse(path.read_bytes())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("patchkit")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("patchkit"):
-            found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names}
+            folder = package.parent.joinpath(*node.module.split("."))
+            found |= {
+                f"{node.module}.{a.name}"
+                if (folder / f"{a.name}.py").is_file() or (folder / a.name / "__init__.py").is_file()
+                else node.module
+                for a in node.names
+            }
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: {m for m in imports(path) if m in files and m != name} for name, path in files.items()}
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    files = {module_name(p, package): p for p in package.rglob("*.py")}
+    return {name: {m for m in imports(path, package) if m in files and m != name} for name, path in files.items()}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = stack[stack.index(node) :]
+                    del stack[stack.index(node) :]
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                work.append((child, iter(sorted(edges.get(child, ())))))
+            elif child in stack:
+                low[node] = min(low[node], index[child])
+    return found
 
 
 def top(module: str) -> str:
@@ -76,6 +115,22 @@ def test_there_is_no_import_cycle_between_top_level_modules():
         return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in edges.get(start, ()))
 
     assert sorted(m for m in edges if reaches(m, m, {m})) == []
+
+
+def test_no_module_takes_part_in_an_import_circle():
+    """Any depth, any module: a package's __init__ and its own modules count as two."""
+    assert circles({name: deps - {"patchkit"} for name, deps in graph().items()}) == []
+
+
+def test_a_planted_circle_is_found_even_through_imports_inside_functions(tmp_path):
+    package = tmp_path / "patchkit"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from patchkit.sub.b import B\n")
+    (package / "sub" / "a.py").write_text("def f():\n    from patchkit.sub import B\n    return B\n")
+    (package / "sub" / "b.py").write_text("from patchkit.sub.a import f\nB = 1\n")
+    (package / "lone.py").write_text("import patchkit.sub.a\n")
+    assert circles(graph(package)) == [["patchkit.sub", "patchkit.sub.a", "patchkit.sub.b"]]
 
 
 def test_the_workers_never_import_patchkit():

@@ -21,32 +21,15 @@ from packaging.version import Version
 from patchkit.errors import BadInput
 from patchkit.fsutil import inside, unsafe_reason
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.findings import Finding, VllmVerdict
 from patchkit.launch.models import ModelConfig
+from patchkit.launch.validation import model_interface
 
 APPLY = "run `patchkit apply`"
 REGISTRY = "vllm/model_executor/models/registry.py"
 TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
 Reader = Callable[[str], "bytes | None"]
 Judgement = Callable[[Reader], "tuple[bool, str]"]
-
-
-@dataclass
-class Finding:
-    check: str
-    ok: bool
-    message: str
-    fix: str | None = None
-
-    def to_json(self) -> dict:
-        return {"check": self.check, "ok": self.ok, "message": self.message, "fix": self.fix}
-
-
-@dataclass
-class VllmVerdict:
-    """What vLLM itself answered, imported in the target's interpreter; None: not asked or no answer."""
-
-    result: bool | None
-    message: str
 
 
 @dataclass
@@ -92,8 +75,6 @@ class LaunchContext:
             return VllmVerdict(None, f"vLLM's {function}() not asked: {self.not_asked}")
         key = (architecture, function)
         if key not in self._answers:
-            from patchkit.launch.validation import model_interface
-
             self._answers[key] = model_interface(self.python, self.command.env, architecture, function)
         return self._answers[key]
 

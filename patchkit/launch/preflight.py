@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from patchkit.enums import Outcome
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.engine import APPLY, Finding, LaunchContext, set_checks
+from patchkit.launch.engine import APPLY, LaunchContext, set_checks
+from patchkit.launch.findings import Finding
 from patchkit.launch.models import resolve_model
 from patchkit.options import Options
 

@@ -26,7 +26,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from patchkit.launch.engine import Finding, LaunchContext, set_checks
+from patchkit.launch.engine import LaunchContext, set_checks
+from patchkit.launch.findings import Finding
 
 KIND = "launch-findings"
 ENTRY_LIMIT = 1 << 20  # a few findings: far below this

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.engine import Finding, VllmVerdict
+from patchkit.launch.findings import Finding, VllmVerdict
 
 CHECK = "vllm-validation"
 TIMEOUT = 180.0

@@ -565,7 +565,7 @@ def _plan_and_check(
     wheel: StockWheel, scratch: Path, resolved: Resolved, chosen: Options, stock_record: dict[str, tuple[str, str]]
 ) -> _Checked:
     """What apply would do to a tree of the wheel's files, and its checks: nothing is written."""
-    from patchkit.checks import run_checks
+    from patchkit.checks.registry import run_checks
     from patchkit.inspection import check_context
 
     patches = resolved.patches
