@@ -26,7 +26,9 @@ import json
 import os
 import re
 import stat
+import threading
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -73,7 +75,6 @@ class _Hashing:
     two share is hashed once."""
 
     def __init__(self, pieces: list[bytes | memoryview], resume: _Hashing | None = None):
-        import threading
 
         self._digest: str | None = None
         self.snapshots: list[tuple[int, Any]] = []
@@ -376,7 +377,6 @@ def record_apply(
 ) -> Entry:
     """The entry an apply records: each file's original hash (kept from an earlier apply of the
     same set) and the hash written now."""
-    from datetime import datetime, timezone
 
     files = dict(previous.files) if previous else {}
     hash_side_by_side([content for pair in changes.values() for content in pair])

@@ -9,6 +9,7 @@ answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {wha
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import io
@@ -94,8 +95,6 @@ def _parser_class():
             continue
         if found is not None:
             return found
-    import argparse
-
     return argparse.ArgumentParser
 
 

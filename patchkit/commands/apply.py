@@ -4,6 +4,7 @@ import click
 
 from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
+from patchkit.enums import Outcome
 
 
 @click.command()
@@ -45,7 +46,6 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force, guard_choice):
 
 def _finish(ui, result) -> None:
     """The last word (the steps were shown as they happened): the JSON document, or one line."""
-    from patchkit.enums import Outcome
     from patchkit.ui import plan_json
 
     if ui.json_mode:

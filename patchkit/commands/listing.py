@@ -4,6 +4,8 @@ import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, target_options
+from patchkit.enums import LibraryPatchState, Outcome
+from patchkit.errors import BadInput, Finished
 
 
 @click.command()
@@ -11,8 +13,6 @@ from patchkit.commands.options import format_option, target_options
 @format_option
 def command(opts, quiet, verbose, fmt):
     """The library: its sets, the releases each covers, each patch's description."""
-    from patchkit.enums import LibraryPatchState, Outcome
-    from patchkit.errors import Finished
     from patchkit.library import load_library, locate
 
     ui = make_ui(fmt, quiet, verbose)
@@ -64,8 +64,6 @@ def _describe(patch_set) -> dict:
 
 def _patch_entry(path, digest, roots) -> dict:
     """A patch as `list` shows it; a damaged one is reported, not fatal."""
-    from patchkit.enums import LibraryPatchState
-    from patchkit.errors import BadInput
     from patchkit.patchfile import read_patch
 
     try:

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, library_options, output_options
+from patchkit.errors import Conflict
 
 
 @click.command()
@@ -25,9 +28,7 @@ def command(from_version, to_version, out, workspace, library, set_name, fmt, qu
     `patchkit refresh`. Already upstream in V2: nothing is written. Same stock files: V2's entry
     points at V1's directory.
     """
-    from dataclasses import asdict
 
-    from patchkit.errors import Conflict
     from patchkit.maintainer.port import port_set
 
     ui = make_ui(fmt, quiet, verbose)

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import dry_run_option, format_option, output_options
+from patchkit.enums import Outcome
+from patchkit.errors import Finished
 
 
 @click.command()
@@ -25,10 +29,7 @@ def command(directory, new_patch, dry_run, fmt, quiet, verbose):
     (Last-Update becomes today where the diff changed); the series file records the new sha256.
     Other releases sharing the series directory are checked against their own stock files.
     """
-    from dataclasses import asdict
 
-    from patchkit.enums import Outcome
-    from patchkit.errors import Finished
     from patchkit.maintainer.refresh import refresh_workspace
 
     ui = make_ui(fmt, quiet, verbose)

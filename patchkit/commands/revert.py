@@ -4,6 +4,7 @@ import click
 
 from patchkit.commands import Shown, make_ui
 from patchkit.commands.options import dry_run_option, force_option, format_option, target_options
+from patchkit.enums import Outcome
 
 
 @click.command()
@@ -41,7 +42,6 @@ def _finish(ui, result) -> None:
 
 
 def _written_json(result) -> dict:
-    from patchkit.enums import Outcome
 
     if result.outcome == Outcome.REVERTED:
         return {"saved": str(result.saved) if result.saved else None, "checks": [r.to_json() for r in result.checks]}

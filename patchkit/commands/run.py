@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
-from patchkit.commands import make_ui
+from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import target_options
 from patchkit.commands.preflight import LAUNCH_SETTINGS, launch_argument
+from patchkit.enums import TreeState
+from patchkit.errors import TargetError
 
 
 @click.command(context_settings=LAUNCH_SETTINGS)
@@ -53,8 +58,6 @@ def _checked(ui, opts, launch_command, *, apply_first: bool, preflight: bool):
 
 
 def _apply_when_not_applied(ui, opts, launch_command):
-    from patchkit.commands import Shown, resolve_telling
-    from patchkit.enums import TreeState
     from patchkit.inspection import inspect
     from patchkit.launch.preflight import default_options
     from patchkit.operations import apply_series
@@ -72,10 +75,6 @@ def _apply_when_not_applied(ui, opts, launch_command):
 
 
 def _exec(argv: list[str]) -> None:
-    import os
-    import sys
-
-    from patchkit.errors import TargetError
 
     sys.stdout.flush()
     sys.stderr.flush()

@@ -4,6 +4,7 @@ import click
 
 from patchkit.commands import make_ui, resolve_telling
 from patchkit.commands.options import format_option, target_options
+from patchkit.enums import TreeState
 
 
 @click.command()
@@ -16,7 +17,6 @@ def command(opts, quiet, verbose, fmt):
     set's static checks run on the stock files (vLLM is not imported; `verify` also import-probes);
     a failure there is an upstream regression (exit 1).
     """
-    from patchkit.enums import TreeState
     from patchkit.inspection import inspect
     from patchkit.library import locate
     from patchkit.operations import refuse_unchangeable

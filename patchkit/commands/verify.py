@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
 import click
 
 from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import format_option, no_import_option, target_options
+from patchkit.enums import ReleaseOutcome, TreeState
+from patchkit.errors import BadInput, Finished
 
 VERIFY_FORMATS = ("text", "json", "junit")
 
@@ -40,9 +45,6 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
     A release's result is cached under a key over all its inputs (stock files, the set, patchkit's
     code, the Python and checking libraries).
     """
-    from dataclasses import replace
-
-    from patchkit.errors import BadInput
 
     named = tuple(opts.vllm_version or ())
     on_target = bool(opts.target_dir or opts.python)
@@ -69,7 +71,6 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
 
 def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cache):
     from patchkit import fetch, release_check
-    from patchkit.errors import Finished
     from patchkit.ui import releases_junit, write_junit
     from patchkit.version import parse
 
@@ -93,9 +94,6 @@ def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cac
 
 
 def _report_releases(ui, results):
-    from collections import Counter
-
-    from patchkit.enums import ReleaseOutcome
 
     ui.releases(results)
     for r in results:
@@ -148,7 +146,6 @@ def _target_junit(resolved, verified) -> None:
 
 
 def _target_json(ui, resolved, verified) -> None:
-    from patchkit.enums import TreeState
     from patchkit.ui import plan_json, status_json
 
     status = verified.status
@@ -166,7 +163,6 @@ def _target_json(ui, resolved, verified) -> None:
 
 
 def _target_text(ui, resolved, verified) -> None:
-    from patchkit.enums import TreeState
 
     status, results = verified.status, verified.checks
     ui.status(resolved, status)

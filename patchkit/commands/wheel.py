@@ -6,6 +6,7 @@ import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, library_options, output_options, patch
+from patchkit.errors import BadInput, NoPatchSet
 from patchkit.options import Options
 
 
@@ -60,7 +61,6 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
 def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tuple[Path, tuple[int, ...] | None]:
     """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache (with the
     identity of the cached file that was checked), once the library has a series for it."""
-    from patchkit.errors import BadInput
 
     path = Path(source)
     named_a_file = source.endswith(".whl") or "/" in source  # else a version, even if a directory has its name
@@ -96,7 +96,6 @@ def _require_a_series(version: str, chosen: Options) -> None:
     from packaging.version import Version
 
     from patchkit import library
-    from patchkit.errors import NoPatchSet
     from patchkit.fetch.index import normalize_version
 
     if chosen.adhoc:

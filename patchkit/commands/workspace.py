@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import click
 
 from patchkit.commands import make_ui
@@ -21,7 +23,6 @@ def command(version, directory, all_python, library, set_name, fmt, quiet, verbo
     commit 2  the series applied by patchkit's engine
     Edit the files (commit or not), then `patchkit refresh DIR` writes the diffs back.
     """
-    from dataclasses import asdict
 
     from patchkit.maintainer.workspace import create_workspace
 

@@ -28,6 +28,7 @@ CONNECT_SECONDS = 60.0  # ray.init's time to join the cluster
 
 def import_ray():
     try:
+        # lazy: optional: the `ray` extra
         import ray
     except ImportError:
         raise BadInput(
@@ -149,6 +150,7 @@ class RayRunner:
     WRITES = ("apply", "revert")
 
     def __init__(self, ray, stop: threading.Event, patchkit: PatchkitRun) -> None:
+        # lazy: optional: the `ray` extra
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray = ray

@@ -209,6 +209,7 @@ class Agent:
 
     def step(self, run: str, hold: float, ticket: str, step: str, request: dict[str, Any]) -> dict[str, Any]:
         """`step` for `run` (node.run_step's summary); `ticket` names this call for give_up."""
+        # lazy: pip's configuration loads only for a fetch
         from patchkit.pipconfig import forget_settings
 
         with self.guard:

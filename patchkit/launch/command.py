@@ -14,11 +14,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.errors import BadInput
+from patchkit.launch.serve_parser import read as read_arguments
+from patchkit.launch.serve_parser import spec_for
+from patchkit.launch.values import load_json, read_head
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
@@ -105,7 +109,6 @@ class LaunchCommand:
             raise BadInput(f"--tensor-parallel-size '{value}' is not a whole number") from None
 
     def _json(self, name: str, *, optional: bool = False) -> dict | None:
-        from patchkit.launch.values import load_json
 
         value = self.options.get(name)
         if value is None or isinstance(value, dict):
@@ -156,8 +159,6 @@ def frame(argv: list[str]) -> LaunchCommand:
 
 def read(command: LaunchCommand, version=None) -> LaunchCommand:
     """`command` with its options and model as the parser of vLLM `version` reads them."""
-    from patchkit.launch.serve_parser import read as read_arguments
-    from patchkit.launch.serve_parser import spec_for
 
     spec = spec_for(version)
     reading = read_arguments(command.arguments, serve=command.serve, spec=spec)
@@ -200,9 +201,6 @@ def _env_prefix(argv: list[str]) -> tuple[dict[str, str], bool, list[str]]:
 def script_interpreter(script: Path) -> str | None:
     """The interpreter a console script runs: its shebang's, or, for the `/bin/sh` wrapper pip writes
     when that path cannot be a shebang (a space in it, or too long), the one its `exec` line names."""
-    import shlex
-
-    from patchkit.launch.values import read_head
 
     lines = read_head(script, SCRIPT_HEAD).split(b"\n")
     if not lines[0].startswith(b"#!"):

@@ -19,11 +19,12 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit.errors import BadInput
-from patchkit.fsutil import inside, unsafe_reason
+from patchkit.fsutil import inside, read_regular, unsafe_reason
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.validation import model_interface
+from patchkit.state import sha256
 
 APPLY = "run `patchkit apply`"
 REGISTRY = "vllm/model_executor/models/registry.py"
@@ -50,7 +51,6 @@ class LaunchContext:
     def read(self, path: str) -> bytes | None:
         """A file of the installed tree; None when absent, unsafe, a symlink leading out of it, or
         not a regular file of at most TREE_FILE_LIMIT bytes (read bounded, never blocking)."""
-        from patchkit.state import sha256
 
         data = None if unsafe_reason(path) or not inside(self.root, self.root / path) else _tree_file(self.root / path)
         if self.reads is not None:
@@ -85,6 +85,7 @@ class LaunchContext:
 
     def evaluate(self, requirement, read: Reader) -> tuple[bool, str]:
         """One contract requirement (patchkit.checks.contract) on the file `read` gives."""
+        # lazy: the checks load only when checks run
         from patchkit.checks.contract import _load, evaluate
 
         result = evaluate(requirement, _load(read(requirement.file), requirement.file), self.version)
@@ -92,6 +93,7 @@ class LaunchContext:
 
     @staticmethod
     def requirement(**fields):
+        # lazy: a contract's parser loads only where a set declares one
         from patchkit.requirements import parse_requirements
 
         return parse_requirements([fields], "launch check")[0]
@@ -106,7 +108,6 @@ class LaunchContext:
 
 
 def _tree_file(path: Path) -> bytes | None:
-    from patchkit.fsutil import read_regular
 
     try:
         return read_regular(path, TREE_FILE_LIMIT, follow_symlinks=True)

@@ -10,12 +10,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from patchkit.enums import Outcome
-from patchkit.launch.command import LaunchCommand
+from patchkit.enums import Outcome, TreeState
+from patchkit.inspection import inspect
+from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import APPLY, LaunchContext, set_checks
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import resolve_model
+from patchkit.launch.models import resolve_model, with_overrides
+from patchkit.launch.speculators import speculator
+from patchkit.launch.validation import engine_validation
 from patchkit.options import Options
+from patchkit.patchfile import touched_paths
 
 TREE = "tree-state"
 COMMAND = "command"
@@ -51,8 +55,6 @@ def preflight(
 ) -> PreflightResult:
     """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
     `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
-    from patchkit.enums import TreeState
-    from patchkit.inspection import inspect
 
     launched = command  # as written: what vLLM's own parser is asked to read
     target, drafter, served, command = _models(command)
@@ -79,6 +81,7 @@ def preflight(
     )
     result.findings.extend(command_findings(context))
     if kept:
+        # lazy: the launch cache loads only when a launch is checked
         from patchkit.launch.shortcut import cached_set_checks
 
         result.findings.extend(cached_set_checks(context))
@@ -90,7 +93,6 @@ def preflight(
 def vllm_validation(resolved, result: PreflightResult) -> Finding:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
-    from patchkit.launch.validation import engine_validation
 
     launched = result.launched or result.command
     return engine_validation(resolved.target.python, launched, fix=APPLY if result.fixable else None)
@@ -99,8 +101,6 @@ def vllm_validation(resolved, result: PreflightResult) -> Finding:
 def _models(command: LaunchCommand):
     """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
     configs vLLM reads, a speculators-format model served as its verifier's drafter."""
-    from patchkit.launch.models import with_overrides
-    from patchkit.launch.speculators import speculator
 
     revision = _text(command.options.get("revision"))
     model = resolve_model(
@@ -137,7 +137,6 @@ def _text(value: object) -> str | None:
 def command_findings(context: LaunchContext) -> list[Finding]:
     """What vLLM reads otherwise than the command says: a JSON option it drops, a short option
     (`-sc`) the installed vLLM does not declare (0.16.0 has no `-sc`: its parser refuses the command)."""
-    from patchkit.launch.command import ALIASES
 
     command = context.command
     found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
@@ -174,7 +173,6 @@ def tree_finding(resolved, status) -> Finding:
 
 
 def _state_finding(resolved, status) -> Finding:
-    from patchkit.enums import TreeState
 
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
@@ -195,8 +193,8 @@ def _state_finding(resolved, status) -> Finding:
 
 
 def _stale_bytecode(resolved, status) -> str | None:
+    # lazy: the checks load only when checks run
     from patchkit.checks.bytecode import failures, scan
-    from patchkit.patchfile import touched_paths
 
     # an applied tree's state taken from its record has no plan: the series' files are the plan's
     paths = status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches)
