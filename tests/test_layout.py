@@ -218,3 +218,45 @@ def test_an_unexplained_import_inside_a_function_is_found(tmp_path):
     (package / "commands" / "go.py").write_text("def go():\n    import json\n")
     (package / "work.py").write_text("import os\n\ndef f():\n    import json\n    from rich.text import Text\n")
     assert unexplained(lazy_imports(package)) == [("work.py", 4, "json")]
+
+
+# The workers run by path under `python -I` in the target's interpreter, so they cannot import a
+# shared module: these helpers are copied, and every copy must be the same text.
+WORKER_COPIES = {
+    "write_answer": None,  # None: in every worker that defines it
+    "_unshadow": None,
+    "_error_text": None,
+    "_plain": None,
+    "_parser_class": {"serve_reading.py", "serve_spec.py"},  # engine_config's falls back to argparse
+    "_force_cpu_platform_when_none": {"serve_reading.py", "serve_spec.py"},
+}
+
+
+def worker_copies(folder: Path) -> dict[str, dict[str, str]]:
+    """name -> worker file -> the function's source, for each name in WORKER_COPIES."""
+    found: dict[str, dict[str, str]] = {}
+    for path in sorted(folder.glob("*.py")):
+        source = path.read_text()
+        for node in ast.parse(source).body:
+            workers = WORKER_COPIES.get(node.name, ()) if isinstance(node, ast.FunctionDef) else ()
+            if workers is None or path.name in workers:
+                found.setdefault(node.name, {})[path.name] = ast.get_source_segment(source, node) or ""
+    return found
+
+
+def differing_copies(folder: Path) -> dict[str, list[str]]:
+    return {name: sorted(files) for name, files in worker_copies(folder).items() if len(set(files.values())) > 1}
+
+
+def test_the_workers_copies_of_their_helpers_are_the_same_text():
+    copies = worker_copies(PACKAGE / "_target")
+    assert {name: len(files) >= 2 for name, files in copies.items()} == dict.fromkeys(WORKER_COPIES, True)
+    assert differing_copies(PACKAGE / "_target") == {}
+
+
+def test_a_copy_that_drifted_is_found(tmp_path):
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text((PACKAGE / "_target" / "locate.py").read_text())
+    path = tmp_path / "b.py"
+    path.write_text(path.read_text().replace("del sys.path[0]", "sys.path.pop(0)"))
+    assert differing_copies(tmp_path) == {"_unshadow": ["a.py", "b.py"]}

@@ -51,10 +51,10 @@ def _read(serve, cli_args, parser_class, line: dict) -> dict:
     return {"refused": False, **{name: _plain(getattr(args, name, None)) for name in FIELDS}}
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     try:
         return json.loads(json.dumps(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return repr(value)
 
 
@@ -90,6 +90,7 @@ def write_answer(path: str, answer: object) -> None:
 
 
 def _unshadow() -> None:
+    """Run by path, this directory is sys.path[0]: drop it, so that its modules shadow nothing of vLLM's."""
     here = os.path.dirname(os.path.realpath(__file__))
     if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
         del sys.path[0]
