@@ -15,7 +15,16 @@ from patchkit.commands.options import all_python_option, format_option, library_
 @library_options
 @format_option
 @output_options
-def command(version, directory, all_python, library, set_name, fmt, quiet, verbose):
+def command(
+    version: str,
+    directory: str | None,
+    all_python: bool,
+    library: str | None,
+    set_name: str | None,
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+) -> None:
     """Make DIR (default ./vllm-VERSION-workspace) a git repository to work on VERSION's series.
 
     \b
