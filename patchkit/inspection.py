@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.plan import plan_apply
 from patchkit.record import find_record, has_provenance
 from patchkit.state import Entry, Landed, State, read_file, read_state, sha256
 
@@ -96,6 +95,9 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
     # lazy: only a guarded tree, or installing a guard, needs it
     from patchkit.guard import launch_refusal
+
+    # lazy: `run`'s fast path reads the record and never plans
+    from patchkit.plan import plan_apply
 
     kind = resolved.selection.kind
     root = resolved.target.root

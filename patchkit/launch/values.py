@@ -12,8 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from patchkit.errors import BadInput
 from patchkit.fsutil import NotRegularFile, read_regular
 
@@ -67,6 +65,8 @@ def load_json(text: str | bytes, what: str, *, strict: bool = True) -> Any:
 def load_yaml_config(path: str) -> dict:
     """A `--config` YAML file: a mapping, within the limits (its aliases counted expanded, before
     anything is built from them)."""
+    # lazy: PyYAML loads only for a launch that names a --config file
+    import yaml
 
     where = f"--config {path}"
     try:
@@ -120,6 +120,8 @@ def _check_encodable(text: str, what: str) -> None:
 def _check_events(events, what: str) -> None:
     """The document's depth and its size with every alias expanded, counted from the parser's
     events as they come (an anchor's size is known once its node ends): nothing is built."""
+    # lazy: PyYAML loads only for a launch that names a --config file
+    import yaml
 
     sizes: dict[str, int] = {}
     open_nodes: list[list] = [[0, None]]  # [values so far, anchor] of each node not ended yet
