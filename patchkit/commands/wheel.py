@@ -4,6 +4,7 @@ from pathlib import Path
 
 import click
 
+from patchkit import signals
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, library_options, output_options, patch
 from patchkit.errors import BadInput, NoPatchSet
@@ -31,14 +32,11 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
     their compressed bytes; the version gains a local label (+patchkit.<set>); RECORD is regenerated;
     the dist-info records what was applied (patchkit.json). Prints the wheel's path.
     """
-    from patchkit import signals
     from patchkit.wheel.build import build_patched_wheel
 
     signals.note_report("interrupted before the wheel was written: this run left nothing in --out")
     ui = make_ui(fmt, quiet, verbose)
     if adhoc and set_name:
-        from patchkit.errors import BadInput
-
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
     stock, checked = _stock_wheel(source, platform, chosen, ui)  # before the activity line: a download shows its bar
