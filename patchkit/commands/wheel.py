@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -9,6 +10,10 @@ from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, library_options, output_options, patch
 from patchkit.errors import BadInput, NoPatchSet
 from patchkit.options import Options
+
+if TYPE_CHECKING:
+    from patchkit.ui import UI
+    from patchkit.wheel.build import WheelResult
 
 
 @click.command()
@@ -24,7 +29,18 @@ from patchkit.options import Options
 @patch
 @format_option
 @output_options
-def command(source, out_dir, local_label, platform, library, set_name, adhoc, fmt, quiet, verbose):
+def command(
+    source: str,
+    out_dir: str,
+    local_label: str | None,
+    platform: str | None,
+    library: str | None,
+    set_name: str | None,
+    adhoc: tuple[str, ...],
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+) -> WheelResult:
     """Build the patched wheel of a stock vLLM wheel (a file, or vllm==VERSION from the index).
 
     The same plan and checks as apply run first (integrity against the wheel's own RECORD, syntax,
@@ -56,7 +72,7 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
     return result
 
 
-def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tuple[Path, tuple[int, ...] | None]:
+def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> tuple[Path, tuple[int, ...] | None]:
     """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache (with the
     identity of the cached file that was checked), once the library has a series for it."""
 
@@ -77,7 +93,7 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tupl
         return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
 
 
-def _say_if_seals_are_off(ui) -> None:
+def _say_if_seals_are_off(ui: UI) -> None:
     from patchkit import seal
 
     problem = seal.unusable_key()
@@ -106,7 +122,7 @@ def _require_a_series(version: str, chosen: Options) -> None:
         raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
 
 
-def _document(result) -> dict:
+def _document(result: WheelResult) -> dict:
     return {
         "result": result.outcome,
         "wheel": str(result.path) if result.path else None,
