@@ -164,8 +164,8 @@ def fetch_row(work: Path) -> str:
 
 def static_checks_row(stock: Path, runs: int) -> str:
     """syntax, names, contract (and integrity) on the planned 0.16.0 result, in-process."""
-    from patchkit.checks import run_checks
     from patchkit.checks.integrity import CHECK as INTEGRITY
+    from patchkit.checks.registry import run_checks
     from patchkit.inspection import check_context
     from patchkit.options import Options
     from patchkit.resolve import resolve

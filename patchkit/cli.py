@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import codecs
 import gc
+import importlib
+import io
 import os
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 
 # A run allocates its objects and keeps nearly all of them to the end (its imports, a large diff's
 # hunks, a tree's files): collecting every 700 new objects walked them again and again, ~40 ms of
@@ -58,7 +61,6 @@ class PatchkitGroup(click.Group):
     def get_command(self, ctx, name):
         if name not in COMMANDS:
             return None
-        import importlib
 
         return importlib.import_module(COMMANDS[name]).command
 
@@ -71,6 +73,7 @@ class PatchkitGroup(click.Group):
         """The one exit path: a command returns a result (its outcome, maybe an error to report)
         or raises a PatchkitError; either way its exit code is decided here, and the run's
         machine-readable document (ui.Run) is printed here, whatever the outcome."""
+        # lazy: `--help` and a quiet run never load the UI
         from patchkit.ui import begin_run
 
         _replace_what_streams_cannot_encode()
@@ -124,6 +127,7 @@ def _command_exit_code(invoke, ctx, run) -> int:
 
 def _finish(ctx, run, code: int) -> int:
     """The run's document, in the format the command line chose."""
+    # lazy: `--help` and a quiet run never load the UI
     from patchkit.ui import finish_run
 
     name = ctx.meta.get(INVOKED, (None,))[0]
@@ -141,6 +145,7 @@ def _finish_unless_interrupted(ctx, run, code: int) -> int:
         return _finish(ctx, run, code)
     except KeyboardInterrupt as exc:
         signals.ignore_more()
+        # lazy: `--help` and a quiet run never load the UI
         from patchkit.ui import UI
 
         UI().error(*signals.interrupted_report())
@@ -218,6 +223,7 @@ def _failed(error: PatchkitError, run) -> int:
 
 def _report(run, message: str, hint: str | None = None) -> None:
     """The error on stderr, and for the run's document."""
+    # lazy: `--help` and a quiet run never load the UI
     from patchkit.ui import UI
 
     UI().error(message, hint)
@@ -233,8 +239,6 @@ def cli():
 def run_in_process(args: list[str]) -> tuple[int, str, str]:
     """`patchkit ARGS` in this process, as the console script runs it: (exit code, stdout, stderr).
     What fleet's node agent runs each step with."""
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with redirect_stdout(stdout), redirect_stderr(stderr):

@@ -6,6 +6,7 @@ Kept import-light (stdlib only): the engine, the fetcher and the caches all use 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import stat
@@ -17,7 +18,6 @@ def load_json_text(raw: bytes | str):
     """JSON read back from a file patchkit does not trust, every string in it text: a lone surrogate
     escape ("\\ud800"), which no file name, UTF-8 output or JSON written back can carry, is a
     ValueError (UnicodeEncodeError) like any other malformed JSON."""
-    import json
 
     data = json.loads(raw)
     try:

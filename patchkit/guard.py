@@ -13,11 +13,17 @@ source checkout the target root is no site-packages, and no entry point there wo
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
+import io
 import os
 from contextlib import suppress
+from importlib import resources
 from pathlib import Path
 
 from patchkit import __version__
+from patchkit.fsutil import read_regular
 from patchkit.state import read_file, sha256
 
 DISTRIBUTION = "patchkit-guard"
@@ -39,7 +45,6 @@ def is_site_packages(root: Path) -> bool:
 
 def guard_files() -> dict[str, bytes]:
     """Every file of the guard distribution, path (relative to site-packages) -> bytes."""
-    from importlib import resources  # here: status asks launch_refusal on every run, which needs none of this
 
     module = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
     info = dist_info()
@@ -58,10 +63,6 @@ def guard_files() -> dict[str, bytes]:
 
 def _record(files: dict[str, bytes], own: str) -> bytes:
     """RECORD as pip writes it: path, sha256=<urlsafe base64, unpadded>, size; its own line bare."""
-    import base64
-    import csv
-    import hashlib
-    import io
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -86,6 +87,7 @@ def install_changes(
     cannot be installed (or would stop every launch), no writes, the record unchanged and why not.
     A guard file patchkit did not write, or that changed since, is replaced only with `replace`
     (the caller keeps a copy of it: replaced_files)."""
+    # lazy: only a guarded tree needs it
     from patchkit._target.guard import installed_vllm_version
 
     if not is_site_packages(root):
@@ -160,6 +162,7 @@ def launch_refusal(root: Path) -> list[str]:
     passes): this patchkit's guard check, run here as vLLM would run it, so that status, verify,
     preflight and run fail exactly when a launch would. An installed module that is not this
     patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told."""
+    # lazy: only a guarded tree needs it
     from patchkit._target.guard import TreeChanged, find_problems
 
     if not is_installed(root):
@@ -172,9 +175,6 @@ def launch_refusal(root: Path) -> list[str]:
 
 
 def _own_module(root: Path) -> bool:
-    from importlib import resources
-
-    from patchkit.fsutil import read_regular
 
     own = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
     try:
@@ -193,7 +193,6 @@ def is_installed(root: Path) -> bool:
 
 def _small_file(path: Path) -> bytes:
     """A small regular file's bytes, read bounded and without blocking; empty for anything else."""
-    from patchkit.fsutil import read_regular
 
     try:
         return read_regular(path, 64 * 1024)

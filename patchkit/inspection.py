@@ -7,8 +7,10 @@ import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.record import has_provenance
+from patchkit.record import find_record, has_provenance
 from patchkit.state import Entry, Landed, State, read_file, read_state, sha256
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +63,7 @@ class TreeStatus:
                 "reinstall the installed vLLM release (pip install --force-reinstall --no-deps vllm==VERSION), "
                 "then run `patchkit apply` (it drops the record, stale once the files are stock)"
             )
+        # lazy: only a guarded tree, or installing a guard, needs it
         from patchkit.guard import REPLACE_FIX, UNKNOWN_GUARD
 
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
@@ -90,7 +93,11 @@ _UPGRADED = " is installed, but the patches were applied to "  # the guard's wor
 
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
+    # lazy: only a guarded tree, or installing a guard, needs it
     from patchkit.guard import launch_refusal
+
+    # lazy: `run`'s fast path reads the record and never plans
+    from patchkit.plan import plan_apply
 
     kind = resolved.selection.kind
     root = resolved.target.root
@@ -101,7 +108,6 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
     if kind == SelectionKind.UNSUPPORTED:
         return TreeStatus(TreeState.UNSUPPORTED, guard=launch_refusal(root))
     assert kind == SelectionKind.PATCH
-    from patchkit.plan import plan_apply
 
     plan = plan_apply(resolved.target.root, resolved.patches)
     reports = [
@@ -141,6 +147,7 @@ def drifted_files(resolved: Resolved) -> list[str]:
     if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
         if not has_provenance(root):
             return []
+        # lazy: only a vLLM installed from a patched wheel needs it
         from patchkit.installed_wheel import drifted
 
         return drifted(root, lambda path: read_file(path, follow_symlinks=False))
@@ -163,8 +170,8 @@ def stale_note(root, entry: Entry, installed) -> str | None:
     """Why an entry's record is stale, or None: it names another vLLM version than the installed
     one, and every file it saved an original of is now the installed release's stock file (its
     RECORD says so): pip replaced vLLM under patchkit, and the record describes files gone."""
+    # lazy: the checks load only when checks run
     from patchkit.checks.integrity import installed_record
-    from patchkit.record import find_record
 
     if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
         return None
@@ -188,6 +195,7 @@ def _patched_by_the_wheel(root) -> dict[str, str]:
     installed vLLM came from one: those bytes are the installed release's own files too."""
     if not has_provenance(root):
         return {}
+    # lazy: only a vLLM installed from a patched wheel needs it
     from patchkit.installed_wheel import find
 
     found = find(root)
@@ -207,6 +215,7 @@ def check_context(
     """What the checks see: the planned contents (or the files as on disk), and the stock ones.
     `written`: what this plan's commit wrote (transaction.commit), read back as the very bytes
     written while each file is still the one written."""
+    # lazy: the checks load only when checks run
     from patchkit.checks import CheckContext
 
     root = resolved.target.root
@@ -261,7 +270,6 @@ def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:
 
 def newest_release(patch_set: PatchSetDef):
     """The series for the highest version the set's [[releases]] specifiers name."""
-    from packaging.version import InvalidVersion, Version
 
     def highest(release) -> Version:
         named = []
@@ -277,6 +285,7 @@ def newest_release(patch_set: PatchSetDef):
 
 def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool = True) -> CheckContext:
     """The stock files as they are: what was patched before is checked as vLLM now ships it."""
+    # lazy: the checks load only when checks run
     from patchkit.checks import CheckContext
 
     root = resolved.target.root
@@ -295,7 +304,8 @@ def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool
 
 
 def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:
-    from patchkit.checks import run_checks
+    # lazy: the checks load only when checks run
+    from patchkit.checks.registry import run_checks
 
     paths = upstream_check_paths(resolved.selection.patch_set)
     return run_checks(upstream_context(resolved, paths, import_probe=import_probe)) if paths else []

@@ -20,18 +20,23 @@ reverse-applied, checked the same way). `revert` leaves the dist-info as install
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit import fsutil
 from patchkit.errors import BadInput, Drift, PatchkitError
+from patchkit.library import PATCH, Selection, load_chosen, select
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, parse_patch
+from patchkit.plan import View, plan_revert
 from patchkit.provenance import FileRecord, read_provenance
 from patchkit.provenance import Provenance as Record
-from patchkit.record import PROVENANCE
+from patchkit.record import PROVENANCE, record_digest
 from patchkit.state import checked_path, sha256
 
 MAX_PATCH_BYTES = 64 << 20
@@ -72,7 +77,6 @@ class Provenance:
     @cached_property
     def adhoc_name(self) -> str:
         """The set name an ad-hoc wheel's series goes by (as `--patch` would record it)."""
-        import hashlib
 
         digest = hashlib.sha256("\n".join(d for _n, d in self.patch_hashes).encode()).hexdigest()
         return f"adhoc-{digest[:12]}"
@@ -93,7 +97,6 @@ def find(root: Path) -> Provenance | None:
     stock install, a source checkout, several vllm dist-infos: version detection says so).
     read_provenance checks it whole; here, beyond that, every file it names must pass the
     recorded-path rule (revert writes them) and its release must be a version."""
-    from packaging.version import InvalidVersion, Version
 
     dist_infos = [p.name for p in root.glob("vllm-*.dist-info")]
     if len(dist_infos) != 1:
@@ -153,9 +156,6 @@ def selection(found: Provenance, version, library: str | Path | None):
     library's series for this release is the same patches (names and sha256), that selection (its
     release directory shown); otherwise the shipped patch texts, with the library's set (if it has
     one of that name) for the contract and the probe."""
-    from packaging.version import Version
-
-    from patchkit.library import PATCH, Selection, load_chosen, select
 
     if Version(found.vllm_version).public != Version(str(version)).public:
         raise _refuse(found.origin, f"describes vLLM {found.vllm_version}, but the dist-info is vLLM {version}")
@@ -181,7 +181,6 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     """A RECORD's {path: 'sha256=...'} with each file the wheel patched given its stock hash: the
     reference the integrity check holds a stock file to. Only where RECORD lists the patched hash
     (a RECORD that disagrees with the provenance stays as it is, and fails)."""
-    from patchkit.record import record_digest
 
     found = find(root)
     if found is None:
@@ -264,6 +263,7 @@ def _originals(found: Provenance, paths: list[str], notes: list[str]) -> dict[st
 
 def _fetched(found: Provenance, paths: list[str], notes: list[str]) -> dict[str, bytes]:
     """The stock files of the release (fetch cache, else the index): {} when they cannot be had."""
+    # lazy: the fetcher loads only when a release's files are needed
     from patchkit.fetch import release_tree
 
     try:
@@ -281,7 +281,6 @@ def _fetched(found: Provenance, paths: list[str], notes: list[str]) -> dict[str,
 
 
 def _reversed(found: Provenance, path: str, digest: str | None) -> bytes:
-    from patchkit.plan import View, plan_revert
 
     view = View(found.root)
     plan = plan_revert(found.root, found.patches(), view=view)

@@ -11,11 +11,15 @@ identical share one directory.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from packaging.version import Version
 
 from patchkit import fsutil
 from patchkit.enums import SelectionKind
@@ -23,6 +27,11 @@ from patchkit.errors import BadInput, NoPatchSet
 from patchkit.fsutil import atomic_write, unsafe_reason
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, read_patch
 from patchkit.version import in_range, release_version, specifier
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -74,7 +83,6 @@ def locate(option: str | Path | None) -> Location:
 def default_root() -> Path:
     """The library installed with patchkit: patchkit/_library inside a wheel, read through
     importlib.resources; patches/ beside the package in a checkout or an editable install."""
-    from importlib.resources import files
 
     packaged = files("patchkit") / "_library"
     if isinstance(packaged, Path) and packaged.is_dir():
@@ -140,7 +148,6 @@ def _check_entry(series: Path, name: str) -> None:
 
 def write_series(directory: Path, names: list[str]) -> None:
     """Rewrite a series file, recording each patch file's sha256 beside its name."""
-    import hashlib
 
     lines = [f"{name} {SHA_PREFIX}{hashlib.sha256((directory / name).read_bytes()).hexdigest()}" for name in names]
     comments = []
@@ -242,6 +249,7 @@ def load_set(directory: Path) -> PatchSetDef:
 
 def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requirement, ...]:
     """set.toml's `contract`: inline [[contract]] tables, or a TOML file of [[requirement]] tables."""
+    # lazy: a contract's parser loads only where a set declares one
     from patchkit.requirements import parse_requirements
 
     if declared is None:
@@ -263,11 +271,6 @@ def _probe_script(name: str | None, directory: Path, origin: Path, what: str = "
 
 
 def read_toml(path: Path, what: str) -> dict:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -303,7 +306,6 @@ def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:
 def select(patch_set: PatchSetDef, version: Version) -> Selection:
     """Map a version onto the set: a release's series, upstream, or unsupported. Every range is
     matched by the release the version belongs to (version.release_version)."""
-    from packaging.version import Version
 
     note = _judged_as(version)
     version = Version(version.public)
@@ -363,7 +365,6 @@ def adhoc_selection(paths: list[str], version: Version | None) -> Selection:
 def adhoc_set_name(patches: list[Patch]) -> str:
     """The set an ad-hoc apply is recorded as: the same diffs always name the same set, other
     diffs another, so undoing one ad-hoc apply never undoes another."""
-    import hashlib
 
     digest = hashlib.sha256("\n".join(p.sha256 for p in patches).encode()).hexdigest()
     return f"adhoc-{digest[:12]}"

@@ -57,6 +57,7 @@ def acquire(
 
     `on_wait` is called once when the lock is not free within QUIET_WAIT seconds (to say why
     nothing happens), before the wait of `timeout`."""
+    # lazy: a lock's library loads only when a lock is taken
     from filelock import FileLock, Timeout
 
     lock = FileLock(str(path))
@@ -91,6 +92,7 @@ def held(
 
 
 def _try(lock: BaseFileLock, seconds: float) -> bool:
+    # lazy: a lock's library loads only when a lock is taken
     from filelock import Timeout
 
     try:

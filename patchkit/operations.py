@@ -14,22 +14,29 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from patchkit.checks import CheckResult
+from patchkit._target.guard import installed_vllm_version
+from patchkit.checks import CheckResult, shadow
 from patchkit.enums import Outcome, SelectionKind, TreeState
-from patchkit.errors import CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
-from patchkit.inspection import TreeStatus
+from patchkit.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, TargetError
+from patchkit.fsutil import atomic_write, inside
+from patchkit.inspection import TreeStatus, check_context, drifted_files, inspect, stale_entries, stale_note
 from patchkit.options import Options
 from patchkit.patchfile import Patch
-from patchkit.plan import PatchStep, Plan
-from patchkit.resolve import Resolved
-from patchkit.state import Entry, State
+from patchkit.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
+from patchkit.record import has_provenance
+from patchkit.resolve import Resolved, require_patches, resolve, resolve_target
+from patchkit.state import Entry, State, meta_dir, read_file, read_state, state_path
 from patchkit.target import Target
+from patchkit.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
+from patchkit.version import detect
 
 # Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
 Timer = Callable[[str], AbstractContextManager[object]]
@@ -104,8 +111,6 @@ def apply_series(
     the launch guard (patchkit/guard.py) is installed in the same transaction, where it is missing,
     unless an earlier apply was told not to. `guard_choice`: the user's word (--guard, --no-guard),
     recorded for the applies after this one."""
-    from patchkit.resolve import require_patches
-    from patchkit.transaction import read_only_view, target_lock
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
@@ -152,12 +157,6 @@ class _Applying:
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
     def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
-        from patchkit.checks import shadow
-        from patchkit.inspection import drifted_files, stale_entries
-        from patchkit.plan import plan_apply
-        from patchkit.state import read_state
-        from patchkit.transaction import preflight
-
         root = self.resolved.target.root
         self.stale = stale_entries(root, read_state(root), self.resolved.vllm_version)
         for note in self.stale.values():
@@ -206,8 +205,8 @@ class _Applying:
     def stock_integrity(self, plan: Plan, *, force: bool) -> ApplyResult:
         """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
         Passing, the result is the dry run's."""
+        # lazy: the checks load only when checks run
         from patchkit.checks import integrity
-        from patchkit.inspection import check_context
 
         results = integrity.CHECK.run(check_context(self.resolved, plan))
         failed = [r for r in results if r.failed]
@@ -225,10 +224,8 @@ class _Applying:
 
     def write(self, plan: Plan, stock: list[CheckResult]) -> ApplyResult:
         """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
-        from patchkit.checks import run_checks
-        from patchkit.inspection import check_context
-        from patchkit.state import read_state
-        from patchkit.transaction import commit_changes
+        # lazy: the checks load only when checks run
+        from patchkit.checks.registry import run_checks
 
         resolved, root = self.resolved, self.resolved.target.root
         with self.timed("checks"):
@@ -297,8 +294,6 @@ class _Applying:
         the same files: a patched wheel, a rebuild), and install the guard where it is missing.
         Otherwise the guard refuses a tree every command calls applied. Whether anything was (or,
         with `dry_run`, would be) written."""
-        from patchkit.state import read_state
-        from patchkit.transaction import commit_changes
 
         root = self.resolved.target.root
         state = read_state(root)
@@ -325,6 +320,7 @@ class _Applying:
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
+        # lazy: only a guarded tree, or installing a guard, needs it
         from patchkit.guard import STOPS_EVERY_LAUNCH, install_changes, replaced_files
 
         no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
@@ -347,6 +343,7 @@ class _Applying:
 
     def without_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The writes that remove the recorded guard (a file changed since stays, said), and the state."""
+        # lazy: only a guarded tree, or installing a guard, needs it
         from patchkit.guard import removal_changes
 
         changes, kept = removal_changes(self.resolved.target.root, state.guard)
@@ -366,7 +363,6 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
     """A release that ships the change: nothing to patch, but the records an upgrade of vLLM made
     stale are dropped (and the guard with them once no set is left), which the guard would refuse.
     A tree with none is neither locked nor written to."""
-    from patchkit.transaction import commit_changes, target_lock
 
     root, version = resolved.target.root, resolved.vllm_version
     result = ApplyResult(Outcome.UPSTREAM, f"vLLM {version} ships this change itself: nothing to patch")
@@ -391,9 +387,6 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
 def _guarded_wheel(root: Path, state: State) -> str | None:
     """The version of the patched wheel a guard recorded with no set guards: the vLLM installed,
     when it came from a patched wheel; else none (the guard then goes by the entries)."""
-    from patchkit._target.guard import installed_vllm_version
-    from patchkit.record import has_provenance
-
     if not state.guard or state.entries or not has_provenance(root):
         return None
     return installed_vllm_version(str(root))
@@ -404,10 +397,6 @@ def _without_stale(root: Path, version) -> tuple[State, dict[str, str], dict, li
     once another vLLM replaced it), and without the guard once no set is left: that state, set name
     -> why its record is stale, the guard's removal, and a note for each guard file kept (changed
     since patchkit wrote it)."""
-    from patchkit._target.guard import installed_vllm_version
-    from patchkit.inspection import stale_entries
-    from patchkit.state import read_state
-
     state = read_state(root)
     stale = stale_entries(root, state, version)
     installed = installed_vllm_version(str(root))
@@ -423,6 +412,7 @@ def _without_stale(root: Path, version) -> tuple[State, dict[str, str], dict, li
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
+    # lazy: the checks load only when checks run
     from patchkit.checks import bytecode
 
     stale = [r for r in result.checks or [] if r.check == bytecode.NAME and r.failed]
@@ -439,6 +429,7 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
 def fix_bytecode(target: Target, paths) -> list[CheckResult]:
     """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
     code of the changed files (unchecked-hash pycs)."""
+    # lazy: the checks load only when checks run
     from patchkit.checks import bytecode
 
     return bytecode.fix(target.root, paths, target.python)
@@ -473,8 +464,6 @@ class VerifyResult:
 
 def verify_tree(resolved: Resolved, *, import_probe: bool = True, watch: Watcher | None = None) -> VerifyResult:
     """The checks on the target's files, nothing written (under the lock: no writer is half-way)."""
-    from patchkit.inspection import inspect
-    from patchkit.transaction import consistent_read
 
     warnings = []
     with consistent_read(resolved.target.root) as recovered:
@@ -491,8 +480,6 @@ def refuse_unchangeable(resolved: Resolved) -> None:
     and revert refuse to write it (exit 2), so status and verify refuse it too rather than report a
     state patchkit could not change (or pass a phase 1 whose phase 2 would refuse). After the plan,
     as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's."""
-    from patchkit.errors import BadInput
-    from patchkit.transaction import preflight
 
     if resolved.selection.kind != SelectionKind.PATCH:
         return
@@ -505,8 +492,9 @@ def refuse_unchangeable(resolved: Resolved) -> None:
 
 
 def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:
-    from patchkit.checks import bytecode, integrity, run_checks, shadow
-    from patchkit.inspection import check_context
+    # lazy: the checks load only when checks run
+    from patchkit.checks import bytecode, integrity
+    from patchkit.checks.registry import run_checks
 
     if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
         return list(status.checks)
@@ -531,7 +519,6 @@ def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> 
 def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
     """The target, and its series where the library still covers its version: a recorded apply
     can be undone without it."""
-    from patchkit.resolve import require_patches, resolve, resolve_target
 
     target = resolve_target(opts)
     try:
@@ -547,7 +534,6 @@ def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
 
 
 def _records(root: Path, set_name: str | None) -> bool:
-    from patchkit.state import read_state
 
     state = read_state(root)
     return state.entry(set_name) is not None if set_name else bool(state.entries)
@@ -565,8 +551,6 @@ def revert_series(
     """Restore the stock files: the originals the record saved (checked by sha256), and the series
     patches it does not cover reverse-applied. Every set the tree records, or `only` that one (a
     later set that changed the same files again is refused: undo it first)."""
-    from patchkit.resolve import require_patches
-    from patchkit.transaction import target_lock
 
     watch = watch or Unwatched()
     patches = require_patches(resolved) if resolved else []
@@ -595,11 +579,8 @@ def _revert_locked(
     force: bool,
     dry_run: bool,
 ) -> RevertResult:
-    from patchkit.inspection import stale_note
+    # lazy: only a vLLM installed from a patched wheel needs it
     from patchkit.installed_wheel import restore_stock
-    from patchkit.plan import Restored, View, plan_revert, restore_recorded
-    from patchkit.state import read_state
-    from patchkit.transaction import commit_changes, preflight
 
     root = target.root
     state = read_state(root)
@@ -676,10 +657,8 @@ def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
     """A record that says patchkit created a file (no original) which the installed vLLM's RECORD
     lists as its own is no record patchkit wrote: reverting it would delete a file of vLLM. (A vLLM
     installed from a patched wheel lists the files its patches add: not judged here.)"""
+    # lazy: the checks load only when checks run
     from patchkit.checks.integrity import installed_record
-    from patchkit.errors import BadInput
-    from patchkit.record import has_provenance
-    from patchkit.state import state_path
 
     created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
     if not created or installed is None or has_provenance(root):
@@ -698,6 +677,7 @@ def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
 def _patched_wheel(root: Path, only: str | None):
     """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
     revert is of its set (or of everything)."""
+    # lazy: only a vLLM installed from a patched wheel needs it
     from patchkit.installed_wheel import find
 
     found = find(root)
@@ -707,6 +687,7 @@ def _patched_wheel(root: Path, only: str | None):
 def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
     """Once no set is recorded, the guard goes too: the writes that remove it (a guard file changed
     since patchkit wrote it is kept, and said), and the state without it."""
+    # lazy: only a guarded tree, or installing a guard, needs it
     from patchkit.guard import removal_changes
 
     if state.entries or not state.guard:
@@ -718,6 +699,7 @@ def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | No
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:
     """The guard's .pyc goes with its source (and the __pycache__/ that held only it). Only a .pyc
     that could not be removed is reported: the guard is no file of the series."""
+    # lazy: only a guarded tree, or installing a guard, needs it
     from patchkit.guard import remove_empty_cache
 
     if not removed:
@@ -747,7 +729,6 @@ def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
 
 def _installed_version(target: Target):
     """The installed vLLM version when it can be told (only to recognise a stale record)."""
-    from patchkit.version import detect
 
     try:
         return detect(target).version
@@ -756,6 +737,7 @@ def _installed_version(target: Target):
 
 
 def _refuse_stale_revert(result: RevertResult) -> RevertResult:
+    # lazy: the checks load only when checks run
     from patchkit.checks import bytecode
 
     stale = [r for r in result.checks if r.failed]
@@ -773,12 +755,6 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
     """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/: a
     directory of its own per run, created exclusively (mkdtemp), so no run overwrites the copies
     of another; a symlinked saved/ is refused, never followed."""
-    import tempfile
-    from datetime import datetime
-
-    from patchkit.errors import BadInput, TargetError
-    from patchkit.fsutil import atomic_write, inside
-    from patchkit.state import meta_dir, read_file
 
     saved = meta_dir(root) / "saved"
     try:

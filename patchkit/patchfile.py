@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
 from patchkit import fsutil
 from patchkit.errors import BadInput
 from patchkit.fsutil import unsafe_reason
@@ -180,8 +183,6 @@ def read_patch(path: Path, roots: tuple[str, ...] = DEFAULT_ROOTS, *, follow_sym
 
 
 def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS, path: Path | None = None) -> Patch:
-    from unidiff import PatchSet
-    from unidiff.errors import UnidiffParseError
 
     if b"\0" in raw or b"GIT binary patch" in raw:
         raise BadInput(f"{name}: binary data or a binary patch; only text diffs are supported")
@@ -216,6 +217,7 @@ def _dep3_header(raw: bytes) -> dict[str, str]:
     # The header is prose for people: undecodable bytes become U+FFFD rather than surrogates,
     # which the email parser would hand back as Header objects that cannot be printed.
     head = (raw[: match.start()] if match else raw).decode(ENCODING, "replace")
+    # lazy: only a patch with a mail header needs it
     from email.parser import HeaderParser
 
     message = HeaderParser().parsestr(head.rstrip("\n") + "\n\n")

@@ -153,6 +153,7 @@ def _pip_items_in_process() -> dict[str, str] | None:
     (no pip, a pip that moved the class) falls back to the subprocess.
     """
     try:
+        # lazy: pip's configuration loads only for a fetch
         from pip._internal.configuration import Configuration
 
         conf = Configuration(isolated=os.environ.get("PIP_ISOLATED", "").strip().lower() in _TRUE)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from patchkit import fsutil
 from patchkit.errors import BadInput
-from patchkit.patchfile import Patch
+from patchkit.patchfile import Patch, parse_patch
 from patchkit.record import PROVENANCE
 
 SCHEMA_VERSION = 1
@@ -91,7 +91,6 @@ class Provenance:
 
     def read_patches(self) -> list[Patch]:
         """The series, in order, parsed as any patch is."""
-        from patchkit.patchfile import parse_patch
 
         return [parse_patch(self.patch_text(p.name), p.name) for p in self.patches]
 

@@ -15,9 +15,13 @@ import os
 import re
 import stat
 import sys
+import time
 from collections.abc import Collection
 from pathlib import Path
 
+import platformdirs
+
+from patchkit import fsutil
 from patchkit.errors import FetchError
 
 # The hashes a wheel's RECORD may use: "sha256 or better" (the binary distribution format spec;
@@ -30,7 +34,6 @@ def cache_dir() -> Path:
     env = os.environ.get("PATCHKIT_CACHE_DIR", "").strip()
     if env:
         return Path(env).expanduser()
-    import platformdirs
 
     return Path(platformdirs.user_cache_dir("patchkit"))
 
@@ -96,7 +99,6 @@ def read_record_file(tree: Path, path: Path) -> bytes:
     """A RECORD's bytes (find_record's answer): a regular file of at most RECORD_LIMIT bytes, in a
     real dist-info directory of `tree`; fsutil.NotRegularFile for a symlink, a fifo, a device, a
     symlinked dist-info or a file too large (the tree is untrusted input: never hang, never follow)."""
-    from patchkit import fsutil
 
     if not fsutil.plain_directory(tree, path.parent):
         raise fsutil.NotRegularFile(errno.ELOOP, f"{path.parent.name} is not a plain directory (a symlink?)", str(path))
@@ -122,7 +124,6 @@ def prune(directory: Path, *, unused_days: float = UNUSED_DAYS, every_hours: flo
     directory at most once per `every_hours` (a marker file says when). Returns how many went.
     Only regular files named as patchkit names its entries go; a symlink is never followed (not
     `directory` itself, not one below it, not the marker)."""
-    import time
 
     marker = directory / ".pruned"
     now = time.time()
@@ -173,7 +174,6 @@ def usable_cache_dir(directory: Path) -> bool:
     """Whether patchkit may write into and prune `directory`, a directory of its cache: a real
     directory inside the cache (no symlink between the cache root and it). If not, the cache is not
     used for this run, with a note on stderr (once); it is never written or pruned through."""
-    from patchkit import fsutil
 
     if fsutil.plain_directory(cache_dir(), directory):
         return True

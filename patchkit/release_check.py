@@ -32,14 +32,17 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
+from importlib import metadata
 from pathlib import Path
 
 from packaging.version import Version
 
+import patchkit
 from patchkit import fetch, fsutil, seal
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, integrity
 from patchkit.enums import CheckStatus, Outcome, ReleaseOutcome, SelectionKind, StepState, TreeState
@@ -53,6 +56,7 @@ from patchkit.record import find_record, parse_record, prune, read_record_file, 
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, resolve
 from patchkit.state import META_DIR, read_file
+from patchkit.version import in_range
 
 PATCHED = ReleaseOutcome.PATCHED
 UPSTREAM = ReleaseOutcome.UPSTREAM
@@ -156,7 +160,6 @@ def release_range(patch_set: PatchSetDef, available: list[Version]) -> list[Vers
 
 
 def _in_set(patch_set: PatchSetDef, version: Version) -> bool:
-    from patchkit.version import in_range
 
     if patch_set.supported is not None:
         return in_range(patch_set.supported, version)
@@ -404,9 +407,6 @@ def _read_entry(directory: Path, path: Path) -> bytes:
 
 def _fingerprint(patch_set: PatchSetDef) -> str:
     """What every result depends on besides the release: patchkit's code, the set, the judges."""
-    from importlib import metadata
-
-    import patchkit
 
     digest = hashlib.sha256(sys.version.encode())
     for name in ("pyflakes", "unidiff", "packaging"):
@@ -591,7 +591,6 @@ def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
 
 def _passed(results: list[CheckResult]) -> str:
     """ "20 check(s) passed, 1 skipped": passing results; a passing warning is a check that did not run."""
-    from collections import Counter
 
     counts = Counter(r.status for r in results)
     others = "".join(

@@ -9,6 +9,7 @@ from pathlib import Path
 from patchkit.errors import BadInput, FetchError, NoPatchSet, TargetError
 from patchkit.fetch.cache import Damaged, mismatch, read_regular
 from patchkit.fsutil import atomic_write
+from patchkit.inspection import upstream_check_paths
 from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select
 from patchkit.record import parse_record
 from patchkit.version import parse
@@ -27,7 +28,6 @@ def files_for(version: str, library: str | None = None, set_name: str | None = N
 
 
 def needed_files(patch_set: PatchSetDef, selection: Selection) -> list[str]:
-    from patchkit.inspection import upstream_check_paths
 
     if selection.kind == PATCH:
         paths = {f.source_path or f.path for p in selection.patches for f in p.files}

@@ -14,7 +14,7 @@ from patchkit.library import Selection
 from patchkit.options import Options
 from patchkit.patchfile import Patch
 from patchkit.record import has_provenance
-from patchkit.state import Entry
+from patchkit.state import Entry, record_apply
 from patchkit.target import Target
 from patchkit.version import DetectedVersion
 
@@ -44,7 +44,6 @@ class Resolved:
 
     def apply_record(self, changes: dict[str, tuple[bytes | None, bytes | None]], previous: Entry | None) -> Entry:
         """The state entry an apply of this series with these changes writes."""
-        from patchkit.state import record_apply
 
         release = self.selection.release
         return record_apply(
@@ -70,6 +69,7 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
     detected = version_mod.detect(tgt, opts.vllm_version)
     wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
     if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
+        # lazy: only a vLLM installed from a patched wheel needs it
         from patchkit.installed_wheel import selection as wheel_selection
 
         selection, said = wheel_selection(wheel, detected.version, opts.library)
@@ -88,6 +88,7 @@ def _installed_wheel(root):
     only for a tree that has a provenance file."""
     if not has_provenance(root):
         return None
+    # lazy: only a vLLM installed from a patched wheel needs it
     from patchkit.installed_wheel import find
 
     return find(root)
@@ -103,6 +104,7 @@ def require_patches(resolved: Resolved) -> list[Patch]:
 def unsupported(root, message: str, hint: str | None = None) -> NoPatchSet:
     """No series for this vLLM (exit 3), saying so when the launch guard an earlier apply installed
     refuses the tree, and what clears it."""
+    # lazy: only a guarded tree, or installing a guard, needs it
     from patchkit.guard import launch_refusal
 
     refusal = launch_refusal(root)

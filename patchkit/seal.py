@@ -18,12 +18,13 @@ import secrets
 from functools import cache
 from pathlib import Path
 
+import platformdirs
+
 KEY_BYTES = 32
 KEY_FILE = "cache-seal.key"
 
 
 def key_path() -> Path:
-    import platformdirs
 
     return Path(platformdirs.user_state_dir("patchkit")) / KEY_FILE
 

@@ -28,9 +28,13 @@ import json
 import os
 import re
 import stat
+import threading
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput
 from patchkit.fsutil import load_json_text, read_regular, unsafe_reason
@@ -75,7 +79,6 @@ class _Hashing:
     two share is hashed once."""
 
     def __init__(self, pieces: list[bytes | memoryview], resume: _Hashing | None = None):
-        import threading
 
         self._digest: str | None = None
         self.snapshots: list[tuple[int, Any]] = []
@@ -386,7 +389,6 @@ def record_apply(
 ) -> Entry:
     """The entry an apply records: each file's original hash (kept from an earlier apply of the
     same set) and the hash written now."""
-    from datetime import datetime, timezone
 
     files = dict(previous.files) if previous else {}
     hash_side_by_side([content for pair in changes.values() for content in pair])
@@ -435,8 +437,6 @@ def parse_state(raw: bytes, origin: Path) -> State:
 
 def _checked_wheel(wheel: object, origin: Path) -> str | None:
     """The guarded wheel's version: a version, as a dist-info's METADATA gives it."""
-    from packaging.version import InvalidVersion, Version
-
     if wheel is None:
         return None
     if not isinstance(wheel, str) or len(wheel) > 200:

@@ -3,8 +3,13 @@ and running patchkit's workers (patchkit/_target/) in that Python: run_worker.""
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,7 +97,6 @@ def interpreter_path(python: str) -> str:
     base interpreter, and only the venv's path runs with the venv's site-packages."""
     if os.sep in python or (os.altsep and os.altsep in python):
         return os.path.abspath(python)
-    import shutil
 
     return shutil.which(python) or python
 
@@ -148,10 +152,8 @@ def run_worker(
     TargetError) when it cannot run, times out, exits non-zero or answers nothing; `doing` finishes
     its messages ("cannot run PYTHON<doing>: ...").
     """
-    import importlib
-    import json
+    # lazy: only a worker's run needs it (start-up of a dry run)
     import subprocess
-    import tempfile
 
     module = importlib.import_module(f"patchkit._target.{worker}")
     if in_process and env is None and same_interpreter(python):
@@ -178,6 +180,7 @@ def run_worker(
 def _run(command: list[str], stdin: str, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
     """(exit status, error output) of a worker process; at the timeout (TimeoutExpired raised) or an
     interrupt, its whole process group is killed."""
+    # lazy: only a worker's run needs it (start-up of a dry run)
     import subprocess
 
     process = subprocess.Popen(
@@ -208,7 +211,6 @@ def _why_not_run(exc: OSError, python: str) -> str:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    import signal
 
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -218,7 +220,6 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def _read_answer(path: Path) -> dict | None:
-    import json
 
     try:
         answer = json.loads(path.read_text(encoding="utf-8"))

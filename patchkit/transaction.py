@@ -38,7 +38,10 @@ checked before the first file is touched. A journal that fails is refused whole 
 from __future__ import annotations
 
 import errno
+import fcntl
+import hashlib
 import json
+import mmap
 import os
 import re
 import signal
@@ -232,6 +235,7 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
     written: path -> the file's identity as fstat saw it once written and fsynced (a rename keeps
     it) and the content, so that a reader can tell the file there is still the one written."""
     preflight(root, [w.path for w in writes])
+    # lazy: only a new file's name needs it (start-up of a dry run)
     import secrets
 
     previous = read_record(state_path(root))
@@ -375,6 +379,7 @@ def _listed_by_vllm(root: Path, paths: list[str]) -> set[str]:
     patchkit's deletes (patchkit creates only files its patches add)."""
     if not paths:
         return set()
+    # lazy: the checks load only when checks run
     from patchkit.checks.integrity import installed_record
 
     listed: set[str] = set()
@@ -514,6 +519,7 @@ def _guard_original(path: str, digest: str) -> str | None:
     patchkit's own bytes for that very path, else nothing (the file is removed). The guard runs in
     every vLLM process, so a journal must not choose what it becomes; a removed guard only stops
     guarding, and `patchkit status` says so."""
+    # lazy: only a guarded tree, or installing a guard, needs it
     from patchkit.guard import guard_files
 
     own = guard_files().get(path)
@@ -733,6 +739,7 @@ def _save_original(full: Path, before: bytes, origin: Origin | None, obj: Path) 
 def _link_original(source: Path, obj: Path, origin: Origin) -> bool:
     """Save the original at `source` as the object `obj` by a hard link, if its inode is patchkit's
     alone and still holds what the plan read (see the module docstring); False: copy it instead."""
+    # lazy: only a new file's name needs it (start-up of a dry run)
     import secrets
 
     temporary = obj.with_name(f".{obj.name}.patchkit-{secrets.token_hex(4)}.tmp")
@@ -896,7 +903,6 @@ def _rename_own_object(obj: Path, full: Path, digest: str, mode: int | None) -> 
 
 
 def _sha256_of(handle) -> str:
-    import hashlib
 
     digest = hashlib.sha256()
     while chunk := handle.read(1 << 20):
@@ -965,9 +971,6 @@ _DIRECT_FROM, _DIRECT_CHUNK, _DIRECT_BLOCK = 16 << 20, 8 << 20, 4096
 def _write_direct(fd: int, view: memoryview) -> int:
     """Write the leading whole 4 KiB blocks of `view` to `fd` past the page cache; how many bytes
     were written (0 when the file system refuses O_DIRECT). The caller writes the rest buffered."""
-    import fcntl
-    import mmap
-
     whole = len(view) - len(view) % _DIRECT_BLOCK
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try:

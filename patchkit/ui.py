@@ -99,6 +99,7 @@ def _write_json(data: dict[str, Any]) -> None:
 
 def _console(*, stderr: bool):
     """Created on first use: a quiet run that prints nothing never imports rich."""
+    # lazy: rich loads only for output drawn on a terminal
     from rich.console import Console
 
     class _Console(Console):
@@ -199,6 +200,7 @@ class UI:
     ) -> None:
         if self.quiet or self.json_mode:
             return
+        # lazy: rich loads only for output drawn on a terminal
         from rich import box
         from rich.table import Table
         from rich.text import Text
@@ -223,6 +225,7 @@ class UI:
 
     def diff(self, text: str) -> None:
         if self.terminal:
+            # lazy: rich loads only for output drawn on a terminal
             from rich.syntax import Syntax
 
             self.out.print(Syntax(visible(text), "diff", theme="ansi_dark", background_color="default"))
@@ -290,6 +293,7 @@ class UI:
         """One rich Text of padded cells (a rich Table measures every cell and takes seconds for
         thousands of rows). The file column narrows to fit the terminal, a longer path pushing
         the rest of its row along."""
+        # lazy: rich loads only for output drawn on a terminal
         from rich.text import Text
 
         rows = [row for _, _, section_rows in sections for row in section_rows]
@@ -334,6 +338,7 @@ class UI:
         if self.quiet or self.fmt != "text" or not (self.terminal and self.err.is_terminal):
             yield lambda label: None
             return
+        # lazy: rich loads only for output drawn on a terminal
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         with Progress(
@@ -354,6 +359,7 @@ class UI:
         if self.quiet or not self.err.is_terminal:
             yield None
             return
+        # lazy: rich loads only for output drawn on a terminal
         from rich.progress import (
             BarColumn,
             DownloadColumn,
@@ -405,6 +411,7 @@ class JUnitCase:
 
 def junit(suite: str, cases: list[JUnitCase]) -> str:
     """JUnit XML: one <testsuite>, a <testcase> per case, <failure>/<skipped> where they apply."""
+    # lazy: only a JUnit report needs it
     import xml.etree.ElementTree as ET
 
     failures = sum(1 for c in cases if c.failure)

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, overload
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput, TargetError
@@ -60,7 +61,6 @@ def specifier(text: str | None, origin: object) -> SpecifierSet | None:
     """A version range as the library writes it (None stays None); a bad one is BadInput."""
     if text is None:
         return None
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     try:
         return SpecifierSet(text)

@@ -215,17 +215,16 @@ def test_the_target_interpreter_rebuilds_its_own_pycs_and_others_are_removed(run
 
 
 def test_after_a_rollback_the_bytecode_matches_the_restored_sources(run, monkeypatch, flag_tree, library):
-    from patchkit import checks
-    from patchkit.checks import CheckResult
+    from patchkit.checks import CheckResult, registry
 
     pyc = compile_unchecked(flag_tree)
-    real_run_checks = checks.run_checks
+    real_run_checks = registry.run_checks
 
     def failing_on_disk(ctx, *args, **kwargs):  # the checks on the written files fail: apply rolls back
         results = real_run_checks(ctx, *args, **kwargs)
         return [*results, CheckResult("probe", FLAG, False, "planted failure")] if ctx.on_disk else results
 
-    monkeypatch.setattr(checks, "run_checks", failing_on_disk)
+    monkeypatch.setattr(registry, "run_checks", failing_on_disk)
     result = run("apply", "--target", flag_tree, "--patches", library)
     assert result.exit_code == 1 and "rolled back" in result.output and "planted failure" in result.output
     assert (flag_tree / FLAG).read_text() == STOCK

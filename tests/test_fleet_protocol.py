@@ -18,6 +18,7 @@ from helpers import assert_clean_failure
 
 import patchkit
 from patchkit.errors import CHECK_FAILED, INTERRUPTED, TARGET_PROBLEM
+from patchkit.fleet.cluster import RayRunner, ray_failure
 from patchkit.fleet.node import command_line, target_arguments
 from patchkit.fleet.protocol import Batch, Node, NodeReport, fleet_apply, run_each
 
@@ -289,3 +290,36 @@ def test_a_time_that_is_not_a_number_is_a_usage_error(option):
     done = run_without_ray("fleet", "status", option, "nan", "--address", "10.1.2.3:6379")
     assert_clean_failure(done, 2)
     assert "'nan' is not a number of seconds" in done.stderr
+
+
+class TaskError(Exception):
+    """Stands in for ray.exceptions.RayTaskError: the task ran on the node and raised."""
+
+
+@pytest.mark.parametrize(
+    ("error", "meaning"),
+    [
+        (RuntimeError("The actor died because of an error raised in its creation task, ..."), "patchkit-failed"),
+        (TaskError("ModuleNotFoundError: No module named 'patchkit'"), "patchkit-failed"),
+        (RuntimeError("The actor was killed by `ray.kill` ..."), "agent-ended"),
+        (TaskError("... killed by `ray.kill` ..."), "agent-ended"),
+        (RuntimeError("The node with node id abc has been marked dead"), "node-lost"),
+        (OSError(""), "node-lost"),
+    ],
+)
+def test_a_ray_error_is_read_in_one_place(error, meaning):
+    assert ray_failure(error, TaskError) == meaning
+
+
+def test_an_agent_ended_while_claimed_is_asked_again_and_while_answering_is_lost():
+    class FakeRay:
+        class exceptions:
+            RayTaskError = TaskError
+
+    cluster = object.__new__(RayRunner)
+    cluster.ray = FakeRay
+    node = Node("n1", "10.0.0.1")
+    ended = RuntimeError("The actor was killed by `ray.kill`")
+    assert cluster._failure(ended, node, claiming=True).state == "ending"
+    assert cluster._failure(ended, node).state == "lost"
+    assert cluster._failure(TaskError("boom"), node).state == "error"

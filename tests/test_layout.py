@@ -20,26 +20,65 @@ LAYERS = [
 ]
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
-    """Every patchkit module this file imports, at any depth (lazy imports inside functions count)."""
+def imports(path: Path, package: Path = PACKAGE) -> set[str]:
+    """Every patchkit module this file imports, at any depth (lazy imports inside functions count).
+    `from package import module` names the module alone; `from package import name`, the package."""
     found = set()
     for node in ast.walk(ast.parse(path.read_bytes())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("patchkit")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("patchkit"):
-            found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names}
+            folder = package.parent.joinpath(*node.module.split("."))
+            found |= {
+                f"{node.module}.{a.name}"
+                if (folder / f"{a.name}.py").is_file() or (folder / a.name / "__init__.py").is_file()
+                else node.module
+                for a in node.names
+            }
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: {m for m in imports(path) if m in files and m != name} for name, path in files.items()}
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    files = {module_name(p, package): p for p in package.rglob("*.py")}
+    return {name: {m for m in imports(path, package) if m in files and m != name} for name, path in files.items()}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = stack[stack.index(node) :]
+                    del stack[stack.index(node) :]
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                work.append((child, iter(sorted(edges.get(child, ())))))
+            elif child in stack:
+                low[node] = min(low[node], index[child])
+    return found
 
 
 def top(module: str) -> str:
@@ -78,6 +117,143 @@ def test_there_is_no_import_cycle_between_top_level_modules():
     assert sorted(m for m in edges if reaches(m, m, {m})) == []
 
 
+def test_no_module_takes_part_in_an_import_circle():
+    """Any depth, any module: a package's __init__ and its own modules count as two."""
+    assert circles({name: deps - {"patchkit"} for name, deps in graph().items()}) == []
+
+
+def test_a_planted_circle_is_found_even_through_imports_inside_functions(tmp_path):
+    package = tmp_path / "patchkit"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from patchkit.sub.b import B\n")
+    (package / "sub" / "a.py").write_text("def f():\n    from patchkit.sub import B\n    return B\n")
+    (package / "sub" / "b.py").write_text("from patchkit.sub.a import f\nB = 1\n")
+    (package / "lone.py").write_text("import patchkit.sub.a\n")
+    assert circles(graph(package)) == [["patchkit.sub", "patchkit.sub.a", "patchkit.sub.b"]]
+
+
 def test_the_workers_never_import_patchkit():
     """They run in the target's interpreter, where patchkit is not installed."""
     assert all(not deps for name, deps in graph().items() if top(name) == "_target")
+
+
+# An import inside a function hides an edge from a reader of the file's top: it is kept only where
+# it keeps a module out of `--help`, a quiet dry run or a launch's fast path, or the module is
+# optional. What may be imported so, with why (a line `# lazy: ...` says it where it stands).
+LAZY_IMPORTS = {
+    "ray": "optional: the `ray` extra",
+    "rich": "rich loads only for output drawn on a terminal",
+    "xml": "only a JUnit report needs it",
+    "patchkit.ui": "`--help` and a quiet run never load the UI",
+    "requests": "the network stack loads only for a fetch",
+    "urllib3": "the network stack loads only for a fetch",
+    "remotezip": "the network stack loads only for a fetch",
+    "pypi_simple": "the network stack loads only for a fetch",
+    "pip": "pip's configuration loads only for a fetch",
+    "patchkit.pipconfig": "pip's configuration loads only for a fetch",
+    "patchkit.fetch": "the fetcher loads only when a release's files are needed",
+    "git": "GitPython loads only for a repository's work",
+    "pyflakes": "pyflakes loads only when the names check runs",
+    "patchkit.installed_wheel": "only a vLLM installed from a patched wheel needs it",
+    "patchkit.provenance": "only a wheel's provenance needs it",
+    "patchkit.guard": "only a guarded tree, or installing a guard, needs it",
+    "patchkit._target.guard": "only a guarded tree needs it",
+    "patchkit.checks": "the checks load only when checks run",
+    "patchkit.requirements": "a contract's parser loads only where a set declares one",
+    "patchkit.launch.shortcut": "the launch cache loads only when a launch is checked",
+    "filelock": "a lock's library loads only when a lock is taken",
+    "secrets": "only a new file's name needs it (start-up of a dry run)",
+    "subprocess": "only a worker's run needs it (start-up of a dry run)",
+    "email": "only a patch with a mail header needs it",
+    "shutil": "only a damaged cache's removal needs it",
+    "logging": "the guard runs in every vLLM process: only a refusal logs",
+    "yaml": "PyYAML loads only for a launch that names a --config file",
+    "patchkit.plan": "`run`'s fast path reads the record and never plans",
+}
+# `--help` loads every command module (click lists them): a command's work is imported when it runs.
+LAZY_FOLDERS = {"commands"}
+# The count may only fall: hoist an import, then lower this.
+MOST_LAZY_IMPORTS = 143
+
+
+def lazy_imports(package: Path = PACKAGE) -> list[tuple[str, int, str]]:
+    """(file, line, module) of each import inside a function body."""
+    found = set()
+    for path in sorted(package.rglob("*.py")):
+        for function in ast.walk(ast.parse(path.read_bytes())):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    found |= {(str(path.relative_to(package)), node.lineno, a.name) for a in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    found.add((str(path.relative_to(package)), node.lineno, node.module or ""))
+    return sorted(found)
+
+
+def unexplained(found: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
+    def allowed(file: str, module: str) -> bool:
+        return file.split("/")[0] in LAZY_FOLDERS or any(
+            module == m or module.startswith(m + ".") for m in LAZY_IMPORTS
+        )
+
+    return [row for row in found if not allowed(row[0], row[2])]
+
+
+def test_every_import_inside_a_function_has_its_reason():
+    found = lazy_imports()
+    assert unexplained(found) == []
+    used = {m for _, _, module in found for m in LAZY_IMPORTS if module == m or module.startswith(m + ".")}
+    assert set(LAZY_IMPORTS) - used == set()  # a reason for an import that is gone goes too
+    assert len({(file, line) for file, line, _ in found}) <= MOST_LAZY_IMPORTS
+
+
+def test_an_unexplained_import_inside_a_function_is_found(tmp_path):
+    package = tmp_path / "patchkit"
+    (package / "commands").mkdir(parents=True)
+    (package / "commands" / "go.py").write_text("def go():\n    import json\n")
+    (package / "work.py").write_text("import os\n\ndef f():\n    import json\n    from rich.text import Text\n")
+    assert unexplained(lazy_imports(package)) == [("work.py", 4, "json")]
+
+
+# The workers run by path under `python -I` in the target's interpreter, so they cannot import a
+# shared module: these helpers are copied, and every copy must be the same text.
+WORKER_COPIES = {
+    "write_answer": None,  # None: in every worker that defines it
+    "_unshadow": None,
+    "_error_text": None,
+    "_plain": None,
+    "_parser_class": {"serve_reading.py", "serve_spec.py"},  # engine_config's falls back to argparse
+    "_force_cpu_platform_when_none": {"serve_reading.py", "serve_spec.py"},
+}
+
+
+def worker_copies(folder: Path) -> dict[str, dict[str, str]]:
+    """name -> worker file -> the function's source, for each name in WORKER_COPIES."""
+    found: dict[str, dict[str, str]] = {}
+    for path in sorted(folder.glob("*.py")):
+        source = path.read_text()
+        for node in ast.parse(source).body:
+            workers = WORKER_COPIES.get(node.name, ()) if isinstance(node, ast.FunctionDef) else ()
+            if workers is None or path.name in workers:
+                found.setdefault(node.name, {})[path.name] = ast.get_source_segment(source, node) or ""
+    return found
+
+
+def differing_copies(folder: Path) -> dict[str, list[str]]:
+    return {name: sorted(files) for name, files in worker_copies(folder).items() if len(set(files.values())) > 1}
+
+
+def test_the_workers_copies_of_their_helpers_are_the_same_text():
+    copies = worker_copies(PACKAGE / "_target")
+    assert {name: len(files) >= 2 for name, files in copies.items()} == dict.fromkeys(WORKER_COPIES, True)
+    assert differing_copies(PACKAGE / "_target") == {}
+
+
+def test_a_copy_that_drifted_is_found(tmp_path):
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text((PACKAGE / "_target" / "locate.py").read_text())
+    path = tmp_path / "b.py"
+    path.write_text(path.read_text().replace("del sys.path[0]", "sys.path.pop(0)"))
+    assert differing_copies(tmp_path) == {"_unshadow": ["a.py", "b.py"]}

@@ -9,6 +9,7 @@ answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {wha
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import io
@@ -94,8 +95,6 @@ def _parser_class():
             continue
         if found is not None:
             return found
-    import argparse
-
     return argparse.ArgumentParser
 
 
@@ -120,6 +119,7 @@ def write_answer(path: str, answer: object) -> None:
 
 
 def _unshadow() -> None:
+    """Run by path, this directory is sys.path[0]: drop it, so that its modules shadow nothing of vLLM's."""
     here = os.path.dirname(os.path.realpath(__file__))
     if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
         del sys.path[0]

@@ -46,6 +46,7 @@ def check():
         + ". Run `patchkit status` (PATCHKIT_GUARD=warn only logs this, =off skips it)"
     )
     if mode == "warn":
+        # lazy: the guard runs in every vLLM process: only a refusal logs
         import logging
 
         logging.getLogger("patchkit_guard").warning(message)

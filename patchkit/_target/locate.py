@@ -36,7 +36,7 @@ def write_answer(path: str, answer: object) -> None:
 
 
 def _unshadow() -> None:
-    """Run by path, this directory is sys.path[0]: drop it, so that its modules shadow nothing."""
+    """Run by path, this directory is sys.path[0]: drop it, so that its modules shadow nothing of vLLM's."""
     here = os.path.dirname(os.path.realpath(__file__))
     if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
         del sys.path[0]

@@ -51,22 +51,30 @@ def _read(serve, cli_args, parser_class, line: dict) -> dict:
     return {"refused": False, **{name: _plain(getattr(args, name, None)) for name in FIELDS}}
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     try:
         return json.loads(json.dumps(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return repr(value)
 
 
 def _parser_class():
-    for module in ("vllm.utils.argparse_utils", "vllm.utils"):
+    return _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
+
+
+def _first(name: str, *modules: str):
+    """`name` from the first of `modules` (newest layout first) that has it: vLLM moves its modules."""
+    failed = []
+    for module in modules:
         try:
-            found = getattr(importlib.import_module(module), "FlexibleArgumentParser", None)
-        except ImportError:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError as exc:
+            failed.append(f"{module}: {exc}")
             continue
         if found is not None:
             return found
-    raise ImportError("this vLLM has no FlexibleArgumentParser")
+        failed.append(f"{module}: no {name}")
+    raise ImportError(f"this vLLM has no {name}: {'; '.join(failed)}")
 
 
 def _force_cpu_platform_when_none() -> None:
@@ -90,6 +98,7 @@ def write_answer(path: str, answer: object) -> None:
 
 
 def _unshadow() -> None:
+    """Run by path, this directory is sys.path[0]: drop it, so that its modules shadow nothing of vLLM's."""
     here = os.path.dirname(os.path.realpath(__file__))
     if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
         del sys.path[0]

@@ -2,7 +2,7 @@
 
 Each check gets the paths the patch set touches and a way to read their (planned) content, and
 returns results; a failing result with level "error" fails `verify` and stops `apply` before
-anything is written. A check is a module in this package, listed in default_checks().
+anything is written. A check is a module in this package, listed in registry.default_checks().
 """
 
 from __future__ import annotations
@@ -81,20 +81,3 @@ class Check(Protocol):
     name: str
 
     def run(self, ctx: CheckContext) -> list[CheckResult]: ...
-
-
-def default_checks() -> list[Check]:
-    """The checks `apply` and `verify` run on contents, in order; each module defines CHECK.
-
-    integrity (before writing) and bytecode (after writing) are steps of apply, revert and
-    verify themselves: they look at the disk, not at contents."""
-    from patchkit.checks import contract, names, probe, syntax
-
-    return [syntax.CHECK, names.CHECK, contract.CHECK, probe.CHECK]
-
-
-def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[CheckResult]:
-    results: list[CheckResult] = []
-    for check in checks if checks is not None else default_checks():
-        results.extend(check.run(ctx))
-    return results

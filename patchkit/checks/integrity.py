@@ -194,6 +194,7 @@ def _with_stock_hashes(root: Path, record: Record) -> Record:
     the stock ones are in its provenance (patchkit.json), which is then the reference for them."""
     if not has_provenance(root):
         return record
+    # lazy: only a vLLM installed from a patched wheel needs it
     from patchkit.installed_wheel import stock_hashes
 
     hashes = stock_hashes(root, record.hashes)
@@ -207,6 +208,7 @@ def published_record(version, only: Collection[str] | None = None) -> Record | N
     and only while the cache holds it as fetched (the cache is untrusted input: fetch re-checks it)."""
     if version is None:
         return None
+    # lazy: the fetcher loads only when a release's files are needed
     from patchkit.fetch import cached_record
 
     try:
@@ -221,6 +223,7 @@ def _stock_release(root: Path) -> str | None:
     one to hold the stock files to), or None."""
     if not has_provenance(root):
         return None
+    # lazy: only a vLLM installed from a patched wheel needs it
     from patchkit.installed_wheel import find
 
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from patchkit import fsutil, seal
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, too_large_to_parse
+from patchkit.record import cache_dir, prune, touch, usable_cache_dir
 
 UNDEFINED = frozenset({"UndefinedName", "UndefinedExport", "UndefinedLocal"})
 # Messages whose last argument is the line of an earlier definition: it moves with the patch.
@@ -143,9 +144,8 @@ _MISSING = object()
 def _cache_dir() -> Path | None:
     """Per schema, pyflakes version, Python version (its ast, its builtins) and extra builtins; None
     when the cache may not be used (a symlink on the way: never written or pruned through)."""
+    # lazy: pyflakes loads only when the names check runs
     import pyflakes
-
-    from patchkit.record import cache_dir, prune, usable_cache_dir
 
     key = f"{_CACHE_SCHEMA}-{pyflakes.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}"
     extra = os.environ.get("PYFLAKES_BUILTINS")
@@ -164,7 +164,6 @@ MAX_ENTRY_BYTES = 1 << 22
 def _load(cache: Path | None, digest: str):
     """An entry's findings; _MISSING when there is none, or one this user's patchkit did not seal
     (the cache is shared: an edited "no findings" must not hide an undefined name)."""
-    from patchkit.record import touch
 
     if cache is None:
         return _MISSING
@@ -198,6 +197,7 @@ def _store(cache: Path | None, digest: str, found: tuple[Finding, ...] | None) -
 
 
 def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:
+    # lazy: pyflakes loads only when the names check runs
     from pyflakes.checker import Checker
 
     try:

@@ -14,11 +14,13 @@ costs time. Entries unused for a while are pruned, as the other caches' are.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from functools import cache
 from pathlib import Path
 
 from patchkit import fsutil, seal
+from patchkit.record import cache_dir, prune, touch, usable_cache_dir
 
 MISSING = object()
 MAX_ENTRY_BYTES = 1 << 20
@@ -31,7 +33,6 @@ def key_of(inputs: object) -> str:
 
 def recall(check: str, key: str) -> object:
     """The verdict remembered for `key`, or MISSING."""
-    from patchkit.record import touch
 
     path = _entry(check, key)
     if path is None:
@@ -63,7 +64,6 @@ def remember(check: str, key: str, verdict: object) -> None:
 def _entry(check: str, key: str) -> Path | None:
     """Where the entry goes: None when the cache may not be used (a symlink on the way from its
     root: never read, written or pruned through)."""
-    from patchkit.record import cache_dir
 
     root = cache_dir()
     path = root / "verdicts" / check / key[:2] / f"{key}.json"
@@ -75,7 +75,6 @@ def _entry(check: str, key: str) -> Path | None:
 @cache
 def _prepared(directory: Path) -> bool:
     """Whether a check's directory may be used (a note on stderr, once, if not); pruned first."""
-    from patchkit.record import prune, usable_cache_dir
 
     if not usable_cache_dir(directory):
         return False
@@ -86,7 +85,6 @@ def _prepared(directory: Path) -> bool:
 @cache
 def code_of(*modules: str) -> str:
     """The sha256 of these modules' source files: a verdict of other code is another key."""
-    import importlib
 
     digest = hashlib.sha256()
     for name in modules:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0):
+if TYPE_CHECKING:
+    from patchkit.checks import CheckResult
+    from patchkit.options import Options
+    from patchkit.plan import Plan
+    from patchkit.resolve import Resolved
+    from patchkit.ui import UI
+
+
+def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0) -> UI:
     from patchkit.ui import UI
 
     return UI(fmt=fmt, quiet=quiet, verbose=verbose)
 
 
-def resolve_telling(ui, opts):
+def resolve_telling(ui: UI, opts: Options) -> Resolved:
     """resolve(opts), telling the UI what is found on the way (the target, then its version and
     series): a run that fails afterwards still reports them in its JSON document."""
     from patchkit.resolve import resolve, resolve_target
@@ -25,15 +34,15 @@ def resolve_telling(ui, opts):
 class Shown:
     """An operation's steps shown through the UI as they happen (operations.Watcher)."""
 
-    def __init__(self, ui, *, dry_run: bool = False):
+    def __init__(self, ui: UI, *, dry_run: bool = False) -> None:
         self.ui = ui
         self.dry_run = dry_run
 
     def warning(self, text: str) -> None:
         self.ui.warn(text)
 
-    def planned(self, plan) -> None:
+    def planned(self, plan: Plan) -> None:
         self.ui.plan(plan, dry_run=self.dry_run)
 
-    def checked(self, results) -> None:
+    def checked(self, results: list[CheckResult]) -> None:
         self.ui.checks(results)

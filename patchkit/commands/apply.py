@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
+from patchkit.enums import Outcome
+
+if TYPE_CHECKING:
+    from patchkit.operations import ApplyResult
+    from patchkit.options import Options
+    from patchkit.ui import UI
 
 
 @click.command()
@@ -19,7 +27,16 @@ from patchkit.commands.options import dry_run_option, force_option, format_optio
     help="Install the launch guard (a vLLM plugin refusing a tree that changed since apply), or not. "
     "Remembered: a later apply without either does as the last one was told (default: install).",
 )
-def command(opts, quiet, verbose, fmt, dry_run, no_import, force, guard_choice):
+def command(
+    opts: Options,
+    quiet: bool,
+    verbose: int,
+    fmt: str,
+    dry_run: bool,
+    no_import: bool,
+    force: bool,
+    guard_choice: bool | None,
+) -> ApplyResult:
     """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
     from patchkit.operations import apply_series
     from patchkit.resolve import require_patches
@@ -43,9 +60,8 @@ def command(opts, quiet, verbose, fmt, dry_run, no_import, force, guard_choice):
     return result
 
 
-def _finish(ui, result) -> None:
+def _finish(ui: UI, result: ApplyResult) -> None:
     """The last word (the steps were shown as they happened): the JSON document, or one line."""
-    from patchkit.enums import Outcome
     from patchkit.ui import plan_json
 
     if ui.json_mode:

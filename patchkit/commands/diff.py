@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import target_options
 
+if TYPE_CHECKING:
+    from patchkit.options import Options
+
 
 @click.command()
 @target_options
-def command(opts, quiet, verbose):
+def command(opts: Options, quiet: bool, verbose: int) -> None:
     """Print the patch series for the target's vLLM version (highlighted in a terminal)."""
     from patchkit.patchfile import decode
     from patchkit.resolve import require_patches, resolve

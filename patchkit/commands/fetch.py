@@ -13,7 +13,16 @@ from patchkit.commands.options import all_python_option, force_option, library_o
 @force_option("Overwrite files in --dest DIR that hold other contents.")
 @library_options
 @output_options
-def command(version, dest, all_python, force, library, set_name, quiet, verbose):
+def command(
+    version: str,
+    dest: str | None,
+    all_python: bool,
+    force: bool,
+    library: str | None,
+    set_name: str | None,
+    quiet: bool,
+    verbose: int,
+) -> None:
     """Fetch the stock sources of vllm==VERSION from the package index pip is configured with.
 
     Only the needed files are read out of the remote wheel (HTTP range requests), each checked

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from collections import Counter
+
 import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, no_import_option, target_options
+from patchkit.errors import BadInput
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 
 ACTIONS = ("status", "apply", "verify", "revert")
@@ -79,7 +82,6 @@ def command(opts, quiet, verbose, fmt, action, address, timeout, keep_alive, no_
 
 
 def _refuse_flags_for(action: str, **apply_only: bool) -> None:
-    from patchkit.errors import BadInput
 
     given = [name for name, on in apply_only.items() if on]
     if given and action != "apply":
@@ -121,7 +123,6 @@ def _show(ui, result) -> None:
 
 
 def _summary(result) -> str:
-    from collections import Counter
 
     counts = Counter(r.state for r in result.reports)
     states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))

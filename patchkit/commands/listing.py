@@ -1,18 +1,26 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, target_options
+from patchkit.enums import LibraryPatchState, Outcome
+from patchkit.errors import BadInput, Finished
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from patchkit.library import PatchSetDef
+    from patchkit.options import Options
 
 
 @click.command()
 @target_options
 @format_option
-def command(opts, quiet, verbose, fmt):
+def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> Finished:
     """The library: its sets, the releases each covers, each patch's description."""
-    from patchkit.enums import LibraryPatchState, Outcome
-    from patchkit.errors import Finished
     from patchkit.library import load_library, locate
 
     ui = make_ui(fmt, quiet, verbose)
@@ -41,7 +49,7 @@ def command(opts, quiet, verbose, fmt):
     return finished
 
 
-def _describe(patch_set) -> dict:
+def _describe(patch_set: PatchSetDef) -> dict:
     releases = []
     for release in patch_set.releases:
         releases.append(
@@ -62,10 +70,8 @@ def _describe(patch_set) -> dict:
     }
 
 
-def _patch_entry(path, digest, roots) -> dict:
+def _patch_entry(path: Path, digest: str | None, roots: tuple[str, ...]) -> dict:
     """A patch as `list` shows it; a damaged one is reported, not fatal."""
-    from patchkit.enums import LibraryPatchState
-    from patchkit.errors import BadInput
     from patchkit.patchfile import read_patch
 
     try:

@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, library_options, output_options
+from patchkit.errors import Conflict
+
+if TYPE_CHECKING:
+    from patchkit.maintainer.reports import FileMerge, PortReport
+    from patchkit.ui import UI
 
 
 @click.command()
@@ -16,7 +24,17 @@ from patchkit.commands.options import format_option, library_options, output_opt
 @library_options
 @format_option
 @output_options
-def command(from_version, to_version, out, workspace, library, set_name, fmt, quiet, verbose):
+def command(
+    from_version: str,
+    to_version: str,
+    out: str | None,
+    workspace: str | None,
+    library: str | None,
+    set_name: str | None,
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+) -> None:
     """Carry the set from release V1 to V2 by a three-way merge per file (`git merge-file`).
 
     Base: V1 stock; ours: V1 patched; theirs: V2 stock. Clean: V2's series (same patches, same
@@ -25,9 +43,7 @@ def command(from_version, to_version, out, workspace, library, set_name, fmt, qu
     `patchkit refresh`. Already upstream in V2: nothing is written. Same stock files: V2's entry
     points at V1's directory.
     """
-    from dataclasses import asdict
 
-    from patchkit.errors import Conflict
     from patchkit.maintainer.port import port_set
 
     ui = make_ui(fmt, quiet, verbose)
@@ -47,7 +63,7 @@ def command(from_version, to_version, out, workspace, library, set_name, fmt, qu
         )
 
 
-def _show(ui, report) -> None:
+def _show(ui: UI, report: PortReport) -> None:
     ui.line(f"port       vllm {report.from_version} -> {report.to_version}: {report.outcome}")
     if report.merges:
         ui.table(
@@ -71,7 +87,7 @@ def _show(ui, report) -> None:
         ui.note(note)
 
 
-def _merge_state(merge, version) -> str:
+def _merge_state(merge: FileMerge, version: str) -> str:
     if merge.conflicts < 0:
         return f"missing in {version}"
     if merge.conflicts:

@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import make_ui, resolve_telling
 from patchkit.commands.options import format_option, no_import_option, target_options
+
+if TYPE_CHECKING:
+    from patchkit.launch.command import LaunchCommand
+    from patchkit.launch.preflight import PreflightResult
+    from patchkit.options import Options
+    from patchkit.ui import UI
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
@@ -14,7 +22,9 @@ launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, req
 @format_option(formats=("text", "json", "junit"))
 @no_import_option("Ask vLLM nothing in the target's interpreter (its engine-config validation, supports_eagle3()).")
 @launch_argument
-def command(opts, quiet, verbose, fmt, no_import, launch):
+def command(
+    opts: Options, quiet: bool, verbose: int, fmt: str, no_import: bool, launch: tuple[str, ...]
+) -> PreflightResult:
     """Check a vLLM launch command before anything loads: every fault in one run.
 
     COMMAND is `vllm serve MODEL [args]` or `python -m vllm.entrypoints.openai.api_server --model
@@ -33,7 +43,9 @@ def command(opts, quiet, verbose, fmt, no_import, launch):
     return result
 
 
-def run_preflight(ui, opts, launch_command, *, no_import: bool, shortcut: bool = False):
+def run_preflight(
+    ui: UI, opts: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool = False
+) -> PreflightResult:
     """Target resolution (default: the command's own interpreter), the command read as that vLLM's
     parser reads it, then the findings (`shortcut`: `run`'s fast path on an applied tree,
     patchkit/launch/shortcut.py)."""
@@ -63,7 +75,7 @@ def run_preflight(ui, opts, launch_command, *, no_import: bool, shortcut: bool =
     return result
 
 
-def show(ui, result, fmt: str) -> None:
+def show(ui: UI, result: PreflightResult, fmt: str) -> None:
     if fmt == "json":
         ui.json({"launch": result.command.argv, "tree_state": result.tree_state, "findings": findings_json(result)})
     elif fmt == "junit":
@@ -80,11 +92,11 @@ def show(ui, result, fmt: str) -> None:
             ui.error(f"{failed} of {len(result.findings)} launch checks failed")
 
 
-def findings_json(result) -> list[dict]:
+def findings_json(result: PreflightResult) -> list[dict]:
     return [f.to_json() for f in result.findings]
 
 
-def findings_junit(result) -> str:
+def findings_junit(result: PreflightResult) -> str:
     from patchkit.ui import JUnitCase, junit
 
     cases = [

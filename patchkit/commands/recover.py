@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import target_options
 
+if TYPE_CHECKING:
+    from patchkit.options import Options
+
 
 @click.command()
 @target_options
-def command(opts, quiet, verbose):
+def command(opts: Options, quiet: bool, verbose: int) -> None:
     """Roll back a transaction that a crash left unfinished (other commands do this first too)."""
     from patchkit.resolve import resolve_target
     from patchkit.transaction import target_lock

@@ -1,9 +1,18 @@
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import make_ui
 from patchkit.commands.options import dry_run_option, format_option, output_options
+from patchkit.enums import Outcome
+from patchkit.errors import Finished
+
+if TYPE_CHECKING:
+    from patchkit.maintainer.reports import RefreshReport
+    from patchkit.ui import UI
 
 
 @click.command()
@@ -17,7 +26,9 @@ from patchkit.commands.options import dry_run_option, format_option, output_opti
 @dry_run_option("Show what would be written; write nothing.")
 @format_option
 @output_options
-def command(directory, new_patch, dry_run, fmt, quiet, verbose):
+def command(
+    directory: str | None, new_patch: str | None, dry_run: bool, fmt: str, quiet: bool, verbose: int
+) -> Finished:
     """Write a workspace's changes back into the library as its release's diffs.
 
     DIR (default: the current directory or the workspace above it) is diffed against its stock
@@ -25,10 +36,7 @@ def command(directory, new_patch, dry_run, fmt, quiet, verbose):
     (Last-Update becomes today where the diff changed); the series file records the new sha256.
     Other releases sharing the series directory are checked against their own stock files.
     """
-    from dataclasses import asdict
 
-    from patchkit.enums import Outcome
-    from patchkit.errors import Finished
     from patchkit.maintainer.refresh import refresh_workspace
 
     ui = make_ui(fmt, quiet, verbose)
@@ -41,7 +49,7 @@ def command(directory, new_patch, dry_run, fmt, quiet, verbose):
     return Finished(Outcome.CONFLICT if broken else Outcome.OK)
 
 
-def _show(ui, report) -> None:
+def _show(ui: UI, report: RefreshReport) -> None:
     changed = report.changed or report.registered
     verb = ("would write" if report.dry_run else "wrote") if changed else "unchanged"
     ui.line(f"workspace  {report.directory}  (vllm {report.version})")

@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import Shown, make_ui
 from patchkit.commands.options import dry_run_option, force_option, format_option, target_options
+from patchkit.enums import Outcome
+
+if TYPE_CHECKING:
+    from patchkit.operations import RevertResult
+    from patchkit.options import Options
+    from patchkit.ui import UI
 
 
 @click.command()
@@ -11,7 +19,7 @@ from patchkit.commands.options import dry_run_option, force_option, format_optio
 @format_option
 @force_option("Revert files edited after apply (a copy of each is kept).")
 @dry_run_option("Say what would be restored; write nothing.")
-def command(opts, quiet, verbose, fmt, force, dry_run):
+def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry_run: bool) -> RevertResult:
     """Restore the stock files byte-for-byte.
 
     Uses the originals recorded at apply (checked by sha256); without a record, reverse-applies
@@ -32,7 +40,7 @@ def command(opts, quiet, verbose, fmt, force, dry_run):
     return result
 
 
-def _finish(ui, result) -> None:
+def _finish(ui: UI, result: RevertResult) -> None:
     """The last word (the steps were shown as they happened): the JSON document, or one line."""
     if ui.json_mode:
         ui.json({"result": result.outcome, "files": result.files, **_written_json(result)})
@@ -40,8 +48,7 @@ def _finish(ui, result) -> None:
         ui.line(result.message, style="green")
 
 
-def _written_json(result) -> dict:
-    from patchkit.enums import Outcome
+def _written_json(result: RevertResult) -> dict:
 
     if result.outcome == Outcome.REVERTED:
         return {"saved": str(result.saved) if result.saved else None, "checks": [r.to_json() for r in result.checks]}

@@ -1,10 +1,23 @@
 from __future__ import annotations
 
+import os
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
 import click
 
-from patchkit.commands import make_ui
+from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import target_options
 from patchkit.commands.preflight import LAUNCH_SETTINGS, launch_argument
+from patchkit.enums import TreeState
+from patchkit.errors import TargetError
+
+if TYPE_CHECKING:
+    from patchkit.launch.command import LaunchCommand
+    from patchkit.launch.preflight import PreflightResult
+    from patchkit.operations import ApplyResult
+    from patchkit.options import Options
+    from patchkit.ui import UI
 
 
 @click.command(context_settings=LAUNCH_SETTINGS)
@@ -17,7 +30,9 @@ from patchkit.commands.preflight import LAUNCH_SETTINGS, launch_argument
 )
 @click.option("--no-preflight", is_flag=True, help="Run COMMAND without checking it first.")
 @launch_argument
-def command(opts, quiet, verbose, apply_first, no_preflight, launch):
+def command(
+    opts: Options, quiet: bool, verbose: int, apply_first: bool, no_preflight: bool, launch: tuple[str, ...]
+) -> ApplyResult | PreflightResult | None:
     """Preflight a vLLM launch (static checks), then become it (exec: same PID, signals, exit status).
 
     When a check fails, COMMAND does not run and the exit code is 1. For a systemd ExecStart= or a
@@ -34,7 +49,9 @@ def command(opts, quiet, verbose, apply_first, no_preflight, launch):
     _exec(launch_command.argv)
 
 
-def _checked(ui, opts, launch_command, *, apply_first: bool, preflight: bool):
+def _checked(
+    ui: UI, opts: Options, launch_command: LaunchCommand, *, apply_first: bool, preflight: bool
+) -> ApplyResult | PreflightResult | None:
     """None when COMMAND may run; else the result that stops it (its outcome is the exit code)."""
     from patchkit.commands.preflight import run_preflight, show
 
@@ -52,9 +69,7 @@ def _checked(ui, opts, launch_command, *, apply_first: bool, preflight: bool):
     return result
 
 
-def _apply_when_not_applied(ui, opts, launch_command):
-    from patchkit.commands import Shown, resolve_telling
-    from patchkit.enums import TreeState
+def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | None:
     from patchkit.inspection import inspect
     from patchkit.launch.preflight import default_options
     from patchkit.operations import apply_series
@@ -71,11 +86,7 @@ def _apply_when_not_applied(ui, opts, launch_command):
     return result
 
 
-def _exec(argv: list[str]) -> None:
-    import os
-    import sys
-
-    from patchkit.errors import TargetError
+def _exec(argv: list[str]) -> NoReturn:
 
     sys.stdout.flush()
     sys.stderr.flush()

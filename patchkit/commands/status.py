@@ -1,22 +1,28 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import make_ui, resolve_telling
 from patchkit.commands.options import format_option, target_options
+from patchkit.enums import TreeState
+
+if TYPE_CHECKING:
+    from patchkit.inspection import TreeStatus
+    from patchkit.options import Options
 
 
 @click.command()
 @target_options
 @format_option
-def command(opts, quiet, verbose, fmt):
+def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> TreeStatus:
     """Where vLLM is, its version, the patch set chosen and each patch's state.
 
     Overall state: applied, not-applied, partial, upstream or unsupported. On an upstream release the
     set's static checks run on the stock files (vLLM is not imported; `verify` also import-probes);
     a failure there is an upstream regression (exit 1).
     """
-    from patchkit.enums import TreeState
     from patchkit.inspection import inspect
     from patchkit.library import locate
     from patchkit.operations import refuse_unchangeable

@@ -1,9 +1,22 @@
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 import click
 
 from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import format_option, no_import_option, target_options
+from patchkit.enums import ReleaseOutcome, TreeState
+from patchkit.errors import BadInput, Finished
+
+if TYPE_CHECKING:
+    from patchkit.operations import VerifyResult
+    from patchkit.options import Options
+    from patchkit.release_check import ReleaseResult
+    from patchkit.resolve import Resolved
+    from patchkit.ui import UI
 
 VERIFY_FORMATS = ("text", "json", "junit")
 
@@ -26,7 +39,16 @@ VERIFY_FORMATS = ("text", "json", "junit")
     is_flag=True,
     help="Releases: run every release again, even when a result for the same inputs is cached.",
 )
-def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache):
+def command(
+    opts: Options,
+    quiet: bool,
+    verbose: int,
+    fmt: str,
+    every: bool,
+    latest: bool,
+    no_import: bool,
+    no_result_cache: bool,
+) -> Finished | VerifyResult:
     """Run the checks on the patched files: as they are, or as `apply` would leave them.
 
     Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise. On an
@@ -40,9 +62,6 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
     A release's result is cached under a key over all its inputs (stock files, the set, patchkit's
     code, the Python and checking libraries).
     """
-    from dataclasses import replace
-
-    from patchkit.errors import BadInput
 
     named = tuple(opts.vllm_version or ())
     on_target = bool(opts.target_dir or opts.python)
@@ -67,9 +86,18 @@ def command(opts, quiet, verbose, fmt, every, latest, no_import, no_result_cache
     )
 
 
-def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cache):
+def _verify_releases(
+    opts: Options,
+    named: tuple[str, ...],
+    every: bool,
+    latest: bool,
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+    *,
+    use_cache: bool,
+) -> Finished:
     from patchkit import fetch, release_check
-    from patchkit.errors import Finished
     from patchkit.ui import releases_junit, write_junit
     from patchkit.version import parse
 
@@ -92,10 +120,7 @@ def _verify_releases(opts, named, every, latest, fmt, quiet, verbose, *, use_cac
     return Finished(release_check.overall_outcome(results))
 
 
-def _report_releases(ui, results):
-    from collections import Counter
-
-    from patchkit.enums import ReleaseOutcome
+def _report_releases(ui: UI, results: list[ReleaseResult]) -> None:
 
     ui.releases(results)
     for r in results:
@@ -116,7 +141,7 @@ def _report_releases(ui, results):
         ui.line(f"verify: ok ({summary})", style="green")
 
 
-def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
+def _verify_target(opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True) -> VerifyResult:
     from patchkit.operations import verify_tree
     from patchkit.resolve import require_patches
 
@@ -133,7 +158,7 @@ def _verify_target(opts, fmt, quiet, verbose, *, import_probe=True):
     return verified
 
 
-def _target_junit(resolved, verified) -> None:
+def _target_junit(resolved: Resolved, verified: VerifyResult) -> None:
     from patchkit.checks import CheckResult
     from patchkit.ui import checks_junit, write_junit
 
@@ -147,8 +172,7 @@ def _target_junit(resolved, verified) -> None:
     write_junit(checks_junit(conflicts + drifted + verified.checks, f"patchkit.{resolved.set_name}"))
 
 
-def _target_json(ui, resolved, verified) -> None:
-    from patchkit.enums import TreeState
+def _target_json(ui: UI, resolved: Resolved, verified: VerifyResult) -> None:
     from patchkit.ui import plan_json, status_json
 
     status = verified.status
@@ -165,8 +189,7 @@ def _target_json(ui, resolved, verified) -> None:
     )
 
 
-def _target_text(ui, resolved, verified) -> None:
-    from patchkit.enums import TreeState
+def _target_text(ui: UI, resolved: Resolved, verified: VerifyResult) -> None:
 
     status, results = verified.status, verified.checks
     ui.status(resolved, status)

@@ -1,12 +1,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from patchkit import signals
 from patchkit.commands import make_ui
 from patchkit.commands.options import format_option, library_options, output_options, patch
+from patchkit.errors import BadInput, NoPatchSet
 from patchkit.options import Options
+
+if TYPE_CHECKING:
+    from patchkit.ui import UI
+    from patchkit.wheel.build import WheelResult
 
 
 @click.command()
@@ -22,7 +29,18 @@ from patchkit.options import Options
 @patch
 @format_option
 @output_options
-def command(source, out_dir, local_label, platform, library, set_name, adhoc, fmt, quiet, verbose):
+def command(
+    source: str,
+    out_dir: str,
+    local_label: str | None,
+    platform: str | None,
+    library: str | None,
+    set_name: str | None,
+    adhoc: tuple[str, ...],
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+) -> WheelResult:
     """Build the patched wheel of a stock vLLM wheel (a file, or vllm==VERSION from the index).
 
     The same plan and checks as apply run first (integrity against the wheel's own RECORD, syntax,
@@ -30,14 +48,11 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
     their compressed bytes; the version gains a local label (+patchkit.<set>); RECORD is regenerated;
     the dist-info records what was applied (patchkit.json). Prints the wheel's path.
     """
-    from patchkit import signals
     from patchkit.wheel.build import build_patched_wheel
 
     signals.note_report("interrupted before the wheel was written: this run left nothing in --out")
     ui = make_ui(fmt, quiet, verbose)
     if adhoc and set_name:
-        from patchkit.errors import BadInput
-
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
     stock, checked = _stock_wheel(source, platform, chosen, ui)  # before the activity line: a download shows its bar
@@ -57,10 +72,9 @@ def command(source, out_dir, local_label, platform, library, set_name, adhoc, fm
     return result
 
 
-def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tuple[Path, tuple[int, ...] | None]:
+def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> tuple[Path, tuple[int, ...] | None]:
     """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache (with the
     identity of the cached file that was checked), once the library has a series for it."""
-    from patchkit.errors import BadInput
 
     path = Path(source)
     named_a_file = source.endswith(".whl") or "/" in source  # else a version, even if a directory has its name
@@ -79,7 +93,7 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui) -> tupl
         return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
 
 
-def _say_if_seals_are_off(ui) -> None:
+def _say_if_seals_are_off(ui: UI) -> None:
     from patchkit import seal
 
     problem = seal.unusable_key()
@@ -96,7 +110,6 @@ def _require_a_series(version: str, chosen: Options) -> None:
     from packaging.version import Version
 
     from patchkit import library
-    from patchkit.errors import NoPatchSet
     from patchkit.fetch.index import normalize_version
 
     if chosen.adhoc:
@@ -109,7 +122,7 @@ def _require_a_series(version: str, chosen: Options) -> None:
         raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
 
 
-def _document(result) -> dict:
+def _document(result: WheelResult) -> dict:
     return {
         "result": result.outcome,
         "wheel": str(result.path) if result.path else None,

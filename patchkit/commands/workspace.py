@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import click
 
 from patchkit.commands import make_ui
@@ -13,7 +15,16 @@ from patchkit.commands.options import all_python_option, format_option, library_
 @library_options
 @format_option
 @output_options
-def command(version, directory, all_python, library, set_name, fmt, quiet, verbose):
+def command(
+    version: str,
+    directory: str | None,
+    all_python: bool,
+    library: str | None,
+    set_name: str | None,
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+) -> None:
     """Make DIR (default ./vllm-VERSION-workspace) a git repository to work on VERSION's series.
 
     \b
@@ -21,7 +32,6 @@ def command(version, directory, all_python, library, set_name, fmt, quiet, verbo
     commit 2  the series applied by patchkit's engine
     Edit the files (commit or not), then `patchkit refresh DIR` writes the diffs back.
     """
-    from dataclasses import asdict
 
     from patchkit.maintainer.workspace import create_workspace
 

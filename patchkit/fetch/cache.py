@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from patchkit.errors import BadInput, FetchError
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fsutil import all_safe, atomic_write, load_json_text, unsafe_reason
+from patchkit.locks import held
 from patchkit.record import cache_dir, parse_record, record_hash
 
 STATE_FILE = "release.json"
@@ -386,7 +387,6 @@ def safe_dest(tree: Path, name: str, real_tree: Path | None = None) -> Path:
 def entry_lock(lock_file: Path, timeout: float, waiting: str, say: Callable[[str], None]):
     """The lock of one cache entry (a release's files, a stock wheel): one process fills it at a
     time; `waiting` is said while another process holds it."""
-    from patchkit.locks import held
 
     return held(
         lock_file,

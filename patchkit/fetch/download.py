@@ -28,6 +28,7 @@ def download_wheel(
     on_bytes: Transferred | None = None,
 ) -> Path:
     """Download `url` to `dest` (through `dest`.part, so a half download is never taken for a wheel)."""
+    # lazy: the network stack loads only for a fetch
     import requests
 
     part = dest.with_name(dest.name + ".part")

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.errors import BadInput, FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.net import Progress, is_http, redact
@@ -29,7 +31,6 @@ _reused_pages_lock = threading.Lock()
 
 def normalize_version(version: str) -> str:
     """The release number in PEP 440's normal form (the cache key); BadInput for anything else."""
-    from packaging.version import InvalidVersion, Version
 
     try:
         return str(Version(str(version).strip()))
@@ -39,7 +40,6 @@ def normalize_version(version: str) -> str:
 
 def available_versions() -> list[Version]:
     """Every final vLLM release on the configured indexes, oldest first (no pre-releases)."""
-    from packaging.version import InvalidVersion, Version
 
     settings = net.pip_settings()
     session = net.make_session(settings, None)
@@ -92,6 +92,7 @@ def project_pages(settings: PipSettings, session: Any, say: Progress | None) -> 
 
 
 def _fetch_project_pages(settings: PipSettings, session: Any, say: Progress | None) -> tuple[Pages, list[str]]:
+    # lazy: the network stack loads only for a fetch
     from pypi_simple import NoSuchProjectError, PyPISimple
 
     pages: Pages = []

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from patchkit import __version__
+
 if TYPE_CHECKING:  # pragma: no cover
     import requests
 
@@ -31,6 +33,7 @@ class FetchStats:
 
 def pip_settings() -> PipSettings:
     """pip's merged index configuration (importing pip costs ~0.5 s: only on a cache miss)."""
+    # lazy: pip's configuration loads only for a fetch
     from patchkit.pipconfig import pip_settings as ask_pip
 
     return ask_pip()
@@ -47,10 +50,9 @@ def is_http(url: str) -> bool:
 
 def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Session:
     """A session with pip's cert, client cert and proxy, a few retries, and `stats` counting its responses."""
+    # lazy: the network stack loads only for a fetch
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
-
-    from patchkit import __version__
 
     session = _session_class(settings.cert)()
     session.headers["User-Agent"] = f"patchkit/{__version__} (+requests)"
@@ -77,6 +79,7 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
 
 
 def _session_class(pip_cert: str | None) -> type[requests.Session]:
+    # lazy: the network stack loads only for a fetch
     import requests
 
     class _Session(requests.Session):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import zipfile
 from collections.abc import Iterable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -41,8 +42,6 @@ _REMOTE_ERRORS: tuple[type[BaseException], ...] = ()
 def _remote_errors() -> tuple[type[BaseException], ...]:
     global _REMOTE_ERRORS
     if not _REMOTE_ERRORS:
-        import zipfile
-
         from remotezip import RemoteZipError  # type: ignore[import-untyped]
 
         _REMOTE_ERRORS = (RemoteZipError, zipfile.BadZipFile, OSError, EOFError, ValueError, struct.error, KeyError)
@@ -57,6 +56,7 @@ class RemoteWheel:
     """A wheel read with range requests: RemoteZip for the central directory, coalesced ranges for members."""
 
     def __init__(self, url: str, session: Any, timeout: float):
+        # lazy: the network stack loads only for a fetch
         from remotezip import RemoteFetcher
 
         options: dict[str, Any] = {"headers": {"Accept-Encoding": "identity"}, "timeout": timeout}
@@ -122,6 +122,7 @@ class RemoteWheel:
 def _open_remote_zip(url: str, session: Any, options: dict[str, Any]) -> Any:
     """RemoteZip over `url`; some servers do not support suffix ranges ("bytes=-N"), so on failure
     it is tried again with HEAD and an explicit range."""
+    # lazy: the network stack loads only for a fetch
     from remotezip import RemoteZip
 
     last: BaseException | None = None

@@ -8,6 +8,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
 from patchkit.errors import FetchError
 from patchkit.fetch.index import PROJECT, Pages, no_project_error, project_pages
 from patchkit.fetch.net import Progress, redact
@@ -55,7 +58,6 @@ def find_wheel(
 
 def vllm_wheel_tags(filename: str, version: str) -> frozenset | None:
     """The tags of `filename` when it is a vLLM wheel of exactly `version` (else None)."""
-    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
     try:
         name, ver, _build, tags = parse_wheel_filename(filename)
@@ -84,7 +86,6 @@ def check_wheel_name(name: str) -> None:
 
 
 def _no_wheel_error(ver: str, pages: Pages, wanted: str = "") -> FetchError:
-    from packaging.version import InvalidVersion, Version
 
     want = Version(ver)
     on_index = set()

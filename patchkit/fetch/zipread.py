@@ -4,6 +4,7 @@ whole wheel on disk (after a fallback download). Every member's CRC and size are
 from __future__ import annotations
 
 import struct
+import zipfile
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,7 +36,6 @@ class LocalWheel:
     """A whole wheel in the cache, read with zipfile."""
 
     def __init__(self, path: Path):
-        import zipfile
 
         self.path = path
         try:
@@ -49,7 +49,6 @@ class LocalWheel:
         return self.zf.infolist()
 
     def read(self, infos: Iterable[zipfile.ZipInfo], say: Progress) -> Blobs:
-        import zipfile
 
         out = {}
         for info in infos:
@@ -89,7 +88,6 @@ def member_from_run(data: bytes, run_start: int, info: zipfile.ZipInfo) -> bytes
 
 
 def inflate(info: zipfile.ZipInfo, comp: bytes) -> bytes:
-    import zipfile
 
     if info.flag_bits & 0x1:
         raise FetchError(f"member {info.filename} of the wheel is encrypted", hint="the wheel looks malformed")

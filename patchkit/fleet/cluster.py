@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from patchkit.enums import NodeState, RayFailure
 from patchkit.errors import BadInput
 from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
-from patchkit.fleet.protocol import LOST, TIMED_OUT, Batch, ClusterError, Node, NodeReport
+from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
 
 INSTALL = "pip install 'patchkit[ray]'"
 NAMESPACE = "patchkit"  # the Ray namespace of the nodes' agents
@@ -28,6 +29,7 @@ CONNECT_SECONDS = 60.0  # ray.init's time to join the cluster
 
 def import_ray():
     try:
+        # lazy: optional: the `ray` extra
         import ray
     except ImportError:
         raise BadInput(
@@ -149,6 +151,7 @@ class RayRunner:
     WRITES = ("apply", "revert")
 
     def __init__(self, ray, stop: threading.Event, patchkit: PatchkitRun) -> None:
+        # lazy: optional: the `ray` extra
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray = ray
@@ -168,7 +171,9 @@ class RayRunner:
 
     def run(self, step: str, nodes: list[Node], request: dict[str, Any]) -> Batch:
         if self.stop.is_set() and step != "revert":  # a rollback still runs
-            return Batch([NodeReport(node, "not-run", False, "interrupted before this step") for node in nodes], True)
+            return Batch(
+                [NodeReport(node, NodeState.NOT_RUN, False, "interrupted before this step") for node in nodes], True
+            )
         # The step's time limit, and a little for scheduling (an agent starting on a busy node).
         deadline = time.monotonic() + float(request["timeout"]) + 10
         answers = self._hold_agents([n for n in nodes if n not in self.agents], request, deadline)
@@ -182,7 +187,7 @@ class RayRunner:
             self._collect(pending, answers, deadline)
         for node in pending.values():
             answers[node] = self._unanswered(node, step, request)
-            self._give_up(node, tickets[node], timed_out=answers[node].state == TIMED_OUT)
+            self._give_up(node, tickets[node], timed_out=answers[node].state == NodeState.TIMED_OUT)
         return Batch([answers[node] for node in nodes], self.stop.is_set())
 
     def release(self, keep_alive: float) -> None:
@@ -218,14 +223,18 @@ class RayRunner:
             for node in claims.values():
                 self.agents.pop(node, None)
                 failed[node] = self._unanswered(node, "start", request, what="its patchkit agent")
-            retry = [n for n, report in answers.items() if report.state == ENDING]
-            failed.update({n: report for n, report in answers.items() if report.state != ENDING and not report.ok})
+            retry = [n for n, report in answers.items() if report.state == NodeState.ENDING]
+            failed.update(
+                {n: report for n, report in answers.items() if report.state != NodeState.ENDING and not report.ok}
+            )
             nodes = retry
             if not nodes:
                 break
             time.sleep(0.2 * (attempt + 1))  # an agent ending leaves its name to the next one
         for node in nodes:
-            failed[node] = NodeReport(node, "error", False, "its patchkit agent kept ending as it was asked to start")
+            failed[node] = NodeReport(
+                node, NodeState.ERROR, False, "its patchkit agent kept ending as it was asked to start"
+            )
         return failed
 
     def _claim(self, node: Node, request: dict[str, Any], *, own: bool = False):
@@ -252,10 +261,12 @@ class RayRunner:
                 held = self.ray.get(ref)
             except self.ray.exceptions.RayError as exc:  # ended as asked (idle): the name is soon free
                 self.agents.pop(node, None)
-                answers[node] = NodeReport(node, ENDING, False) if _agent_ended(exc) else self._failure(exc, node)
+                answers[node] = self._failure(exc, node, claiming=True)
                 continue
             if not isinstance(held, dict):
-                answers[node] = NodeReport(node, "error", False, "its patchkit agent answered a claim with no object")
+                answers[node] = NodeReport(
+                    node, NodeState.ERROR, False, "its patchkit agent answered a claim with no object"
+                )
             elif held.get("held") is True:
                 self.held.append(self.agents[node])
                 answers[node] = NodeReport(node, "held", True)
@@ -263,7 +274,7 @@ class RayRunner:
                 self.agents[node].retire.remote()
                 claims[self._claim(node, request, own=True)] = node
             else:
-                answers[node] = NodeReport(node, ENDING, False)
+                answers[node] = NodeReport(node, NodeState.ENDING, False)
 
     @staticmethod
     def _hold_seconds(request: dict[str, Any]) -> float:
@@ -274,7 +285,10 @@ class RayRunner:
         if self.stop.is_set() and step not in self.WRITES:
             return NodeReport(node, "interrupted", False, "interrupted before its answer came")
         return NodeReport(
-            node, TIMED_OUT, False, f"no answer{' from ' + what if what else ''} within {request['timeout']:g} s"
+            node,
+            NodeState.TIMED_OUT,
+            False,
+            f"no answer{' from ' + what if what else ''} within {request['timeout']:g} s",
         )
 
     def _collect(self, pending: dict, answers: dict[Node, NodeReport], deadline: float) -> None:
@@ -291,26 +305,31 @@ class RayRunner:
             self.agents.pop(node, None)
             return self._failure(exc, node)
 
-    def _failure(self, exc: BaseException, node: Node) -> NodeReport:
-        exceptions = self.ray.exceptions
-        if isinstance(exc, exceptions.RayTaskError) or _creation_failed(exc):  # patchkit missing there?
+    def _failure(self, exc: BaseException, node: Node, *, claiming: bool = False) -> NodeReport:
+        failure = ray_failure(exc, self.ray.exceptions.RayTaskError)
+        if failure == RayFailure.AGENT_ENDED and claiming:  # ended as asked (idle): the name is soon free
+            return NodeReport(node, NodeState.ENDING, False)
+        if failure == RayFailure.PATCHKIT_FAILED:  # patchkit missing there?
             detail = f"patchkit failed on the node: {_gist(getattr(exc, 'cause', None) or exc)} (is patchkit installed in the Ray worker's environment?)"
-            return NodeReport(node, "error", False, detail)
-        return NodeReport(node, LOST, False, _gist(exc))  # the node died, its agent crashed, it cannot be scheduled
+            return NodeReport(node, NodeState.ERROR, False, detail)
+        return NodeReport(
+            node, NodeState.LOST, False, _gist(exc)
+        )  # the node died, its agent crashed, it cannot be scheduled
 
 
-ENDING = "ending"  # an agent that ended (idle) or is ending as claimed: asked again
 AGENT_ATTEMPTS = 5
 GIVE_UP_SECONDS = 5.0  # an agent answers a give-up at once (on its control threads)
 
 
-def _agent_ended(exc: BaseException) -> bool:
-    """The agent was ended on purpose (its idle end): start a new one."""
-    return "ray.kill" in str(exc)
-
-
-def _creation_failed(exc: BaseException) -> bool:
-    return "creation task" in str(exc)
+def ray_failure(exc: BaseException, task_error: type[BaseException]) -> RayFailure:
+    """What a Ray error means for a node's step. Ray says two of them only in its text: an actor
+    ended by ray.kill (the agent's idle end), and an actor whose creation task failed."""
+    text = str(exc)
+    if "ray.kill" in text:
+        return RayFailure.AGENT_ENDED
+    if isinstance(exc, task_error) or "creation task" in text:
+        return RayFailure.PATCHKIT_FAILED
+    return RayFailure.NODE_LOST
 
 
 def _gist(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from patchkit.enums import NodeState, Outcome
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 
 # The patchkit command line each step runs on a node. `prepare` is phase 1 of `fleet apply`: the
@@ -37,7 +38,6 @@ STEPS: dict[str, list[str]] = {
     "apply": ["apply"],
     "revert": ["revert"],
 }
-ERROR = "error"
 
 
 def target_arguments(request: dict[str, Any]) -> tuple[list[str], str]:
@@ -93,10 +93,10 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
     the result for apply and revert), whether it passed, and why not."""
     if document is None:
         last = stderr.strip().splitlines()[-1:] or [f"exit code {code}"]
-        return {"state": ERROR, "ok": False, "detail": f"no JSON from patchkit: {last[0]}", "exit_code": code}
-    state = document.get("result") or document.get("state") or (ERROR if code else "ok")
+        return {"state": NodeState.ERROR, "ok": False, "detail": f"no JSON from patchkit: {last[0]}", "exit_code": code}
+    state = document.get("result") or document.get("state") or (NodeState.ERROR if code else Outcome.OK)
     if step == "prepare" and code == 0:
-        state = "ready"
+        state = NodeState.READY
     return {
         "state": str(state),
         "ok": code == 0,
@@ -132,12 +132,20 @@ def _unwritable(document: dict[str, Any]) -> dict[str, Any] | None:
     run does not ask)."""
     places = _places_written(document)
     if places is None:
-        return {"state": ERROR, "ok": False, "detail": "the node's patchkit did not say which files it would write"}
+        return {
+            "state": NodeState.ERROR,
+            "ok": False,
+            "detail": "the node's patchkit did not say which files it would write",
+        }
     root, files = places[0], places[1:]
     wheres = [root, *(where for place in files for where in (_existing_directory(place, root), place))]
     for where in dict.fromkeys(wheres):
         if where.exists() and not os.access(where, os.W_OK):
-            return {"state": "unwritable", "ok": False, "detail": f"{where} is not writable by the Ray worker's user"}
+            return {
+                "state": NodeState.UNWRITABLE,
+                "ok": False,
+                "detail": f"{where} is not writable by the Ray worker's user",
+            }
     return None
 
 
@@ -209,6 +217,7 @@ class Agent:
 
     def step(self, run: str, hold: float, ticket: str, step: str, request: dict[str, Any]) -> dict[str, Any]:
         """`step` for `run` (node.run_step's summary); `ticket` names this call for give_up."""
+        # lazy: pip's configuration loads only for a fetch
         from patchkit.pipconfig import forget_settings
 
         with self.guard:
@@ -218,7 +227,7 @@ class Agent:
                 with self.guard:
                     if ticket in self.given_up:  # its driver has reported it timed out: it must not write now
                         return {
-                            "state": "not-run",
+                            "state": NodeState.NOT_RUN,
                             "ok": False,
                             "detail": "its driver stopped waiting before it started",
                         }
@@ -226,7 +235,7 @@ class Agent:
                     # would be cut midway (an apply half written), its driver told the node was lost.
                     if self.ending:
                         return {
-                            "state": "not-run",
+                            "state": NodeState.NOT_RUN,
                             "ok": False,
                             "detail": "its node's patchkit agent was ending before it started (a step before it hung)",
                         }

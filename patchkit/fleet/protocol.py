@@ -14,13 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from patchkit.enums import Outcome
+from patchkit.enums import NodeState, Outcome
 from patchkit.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
 
-LOST = "lost"
-TIMED_OUT = "timed-out"
-UNREACHABLE = (LOST, TIMED_OUT)  # the driver has no answer from the node: a cluster problem
-MIXED = "mixed"
+UNREACHABLE = (NodeState.LOST, NodeState.TIMED_OUT)  # the driver has no answer from the node: a cluster problem
 
 
 class ClusterError(TargetError):
@@ -65,7 +62,7 @@ class NodeReport:
         odd = _wrongly_typed(summary)
         if odd:  # another patchkit's answer, or a damaged one: never let it decide anything
             detail = f"the node's patchkit answered with {odd} of the wrong type (another patchkit version?)"
-            return cls(node, state="error", ok=False, detail=detail)
+            return cls(node, state=NodeState.ERROR, ok=False, detail=detail)
         return cls(
             node,
             state=str(summary.get("state")),
@@ -132,7 +129,7 @@ class FleetResult:
     def state(self) -> str:
         """The nodes' common state, or "mixed"."""
         states = {r.state for r in self.reports}
-        return states.pop() if len(states) == 1 else MIXED
+        return states.pop() if len(states) == 1 else NodeState.MIXED
 
     @property
     def versions(self) -> list[str]:
@@ -264,9 +261,9 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
     for answer in answers:
         report = by_node[answer.node]
         if answer.ok and answer.state == "reverted":
-            report.state, report.detail = "rolled-back", "applied, then reverted: another node failed"
+            report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
         else:
-            report.state = "rollback-failed"
+            report.state = NodeState.ROLLBACK_FAILED
             report.detail = (
                 f"applied, and the revert failed ({answer.detail or answer.state}): on {report.node.node_ip} "
                 f"run `{_command('revert', report)}`"
@@ -274,7 +271,7 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
             stuck.append(report)
     for report in to_undo:
         if report.node not in answered:  # no set name known: a plain revert would undo every set there
-            report.state = "rollback-failed"
+            report.state = NodeState.ROLLBACK_FAILED
             report.detail = f"applied, its set unknown, so not reverted: on {report.node.node_ip} run `{_command('status', report)}`"
             stuck.append(report)
     return stuck

@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.errors import BadInput
+from patchkit.launch.interpreter import cannot_tell, script_interpreter
+from patchkit.launch.serve_parser import read as read_arguments
+from patchkit.launch.serve_parser import spec_for
+from patchkit.launch.values import load_json
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 # a release's own flags for keys of the speculative config (option dest, dashed -> key)
@@ -117,7 +121,6 @@ class LaunchCommand:
             raise BadInput(f"--tensor-parallel-size '{value}' is not a whole number") from None
 
     def _json(self, name: str, *, optional: bool = False) -> dict | None:
-        from patchkit.launch.values import load_json
 
         value = self.options.get(name)
         if value is None or isinstance(value, dict):
@@ -132,8 +135,6 @@ class LaunchCommand:
     def interpreter(self) -> str:
         """The Python that will run this launch: the `vllm` script's (patchkit/launch/interpreter.py),
         or the `python` named; TargetError when that cannot be told."""
-        from patchkit.launch.interpreter import cannot_tell, script_interpreter
-
         path = self.environ.get("PATH", os.defpath)  # `env -i`: execvp's default
         found = shutil.which(self.program, path=path)
         if found is None:
@@ -172,8 +173,6 @@ def frame(argv: list[str]) -> LaunchCommand:
 
 def read(command: LaunchCommand, version=None) -> LaunchCommand:
     """`command` with its options and model as the parser of vLLM `version` reads them."""
-    from patchkit.launch.serve_parser import read as read_arguments
-    from patchkit.launch.serve_parser import spec_for
 
     spec = spec_for(version)
     reading = read_arguments(command.arguments, serve=command.serve, spec=spec)

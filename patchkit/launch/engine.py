@@ -19,34 +19,18 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit.errors import BadInput
-from patchkit.fsutil import inside, unsafe_reason
+from patchkit.fsutil import inside, read_regular, unsafe_reason
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.findings import Finding, VllmVerdict
 from patchkit.launch.models import ModelConfig
+from patchkit.launch.validation import model_interface
+from patchkit.state import sha256
 
 APPLY = "run `patchkit apply`"
 REGISTRY = "vllm/model_executor/models/registry.py"
 TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
 Reader = Callable[[str], "bytes | None"]
 Judgement = Callable[[Reader], "tuple[bool, str]"]
-
-
-@dataclass
-class Finding:
-    check: str
-    ok: bool
-    message: str
-    fix: str | None = None
-
-    def to_json(self) -> dict:
-        return {"check": self.check, "ok": self.ok, "message": self.message, "fix": self.fix}
-
-
-@dataclass
-class VllmVerdict:
-    """What vLLM itself answered, imported in the target's interpreter; None: not asked or no answer."""
-
-    result: bool | None
-    message: str
 
 
 @dataclass
@@ -67,7 +51,6 @@ class LaunchContext:
     def read(self, path: str) -> bytes | None:
         """A file of the installed tree; None when absent, unsafe, a symlink leading out of it, or
         not a regular file of at most TREE_FILE_LIMIT bytes (read bounded, never blocking)."""
-        from patchkit.state import sha256
 
         data = None if unsafe_reason(path) or not inside(self.root, self.root / path) else _tree_file(self.root / path)
         if self.reads is not None:
@@ -92,8 +75,6 @@ class LaunchContext:
             return VllmVerdict(None, f"vLLM's {function}() not asked: {self.not_asked}")
         key = (architecture, function)
         if key not in self._answers:
-            from patchkit.launch.validation import model_interface
-
             self._answers[key] = model_interface(self.python, self.command.environ, architecture, function)
         return self._answers[key]
 
@@ -104,6 +85,7 @@ class LaunchContext:
 
     def evaluate(self, requirement, read: Reader) -> tuple[bool, str]:
         """One contract requirement (patchkit.checks.contract) on the file `read` gives."""
+        # lazy: the checks load only when checks run
         from patchkit.checks.contract import _load, evaluate
 
         result = evaluate(requirement, _load(read(requirement.file), requirement.file), self.version)
@@ -111,6 +93,7 @@ class LaunchContext:
 
     @staticmethod
     def requirement(**fields):
+        # lazy: a contract's parser loads only where a set declares one
         from patchkit.requirements import parse_requirements
 
         return parse_requirements([fields], "launch check")[0]
@@ -125,7 +108,6 @@ class LaunchContext:
 
 
 def _tree_file(path: Path) -> bytes | None:
-    from patchkit.fsutil import read_regular
 
     try:
         return read_regular(path, TREE_FILE_LIMIT, follow_symlinks=True)

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from patchkit.errors import TargetError
+from patchkit.launch.values import read_head
 
 SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
 _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
@@ -32,8 +33,6 @@ def script_interpreter(script: Path, path: str | None = None) -> str:
     """The Python `script` runs: its shebang's interpreter (`env`'s program looked up on `path`), or,
     for the `/bin/sh` wrapper pip writes when the venv's path cannot be a shebang, the one its `exec`
     line names. TargetError when that is not a Python or cannot be known."""
-    from patchkit.launch.values import read_head
-
     lines = read_head(script, SCRIPT_HEAD).split(b"\n")
     if not lines[0].startswith(b"#!"):
         raise cannot_tell(script, "it is not a script with a #! line (or not a regular file)")

@@ -13,11 +13,20 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.enums import Outcome
-from patchkit.launch.command import LaunchCommand
-from patchkit.launch.engine import APPLY, Finding, LaunchContext, set_checks
-from patchkit.launch.models import resolve_model
+from patchkit.checks import shadow
+from patchkit.enums import Outcome, TreeState
+from patchkit.errors import TargetError
+from patchkit.inspection import inspect
+from patchkit.launch.command import ALIASES, LaunchCommand
+from patchkit.launch.engine import APPLY, LaunchContext, set_checks
+from patchkit.launch.findings import Finding
+from patchkit.launch.models import resolve_model, with_overrides
+from patchkit.launch.speculative import speculative_findings
+from patchkit.launch.speculators import drafter_config, speculator
+from patchkit.launch.validation import engine_validation
 from patchkit.options import Options
+from patchkit.patchfile import touched_paths
+from patchkit.target import from_interpreter
 
 TREE = "tree-state"
 LAUNCH_TARGET = "launch-target"
@@ -52,9 +61,6 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
 def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
     """With --target/--python: whether the command's own `vllm` (or `python`) runs that tree. None
     when it does, or when the program is not found at all (its exec fails by itself)."""
-    from patchkit.errors import TargetError
-    from patchkit.target import from_interpreter
-
     try:
         python = command.interpreter()
     except TargetError as exc:
@@ -100,8 +106,6 @@ def preflight(
 ) -> PreflightResult:
     """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
     `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
-    from patchkit.enums import TreeState
-    from patchkit.inspection import inspect
 
     launched = command  # as written: what vLLM's own parser is asked to read
     target, drafter, served, command = _models(command)
@@ -128,6 +132,7 @@ def preflight(
     )
     result.findings.extend(command_findings(context))
     if kept:
+        # lazy: the launch cache loads only when a launch is checked
         from patchkit.launch.shortcut import cached_set_checks
 
         result.findings.extend(cached_set_checks(context))
@@ -139,7 +144,6 @@ def preflight(
 def vllm_validation(resolved, result: PreflightResult) -> Finding:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
-    from patchkit.launch.validation import engine_validation
 
     launched = result.launched or result.command
     return engine_validation(resolved.target.python, launched, fix=APPLY if result.fixable else None)
@@ -148,9 +152,6 @@ def vllm_validation(resolved, result: PreflightResult) -> Finding:
 def _models(command: LaunchCommand):
     """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
     configs vLLM reads, a speculators-format model served as its verifier's drafter."""
-    from patchkit.launch.models import with_overrides
-    from patchkit.launch.speculators import drafter_config, speculator
-
     revision = _text(command.options.get("revision"))
     config_format = _text(command.options.get("config-format")) or "auto"
     model = resolve_model(
@@ -197,9 +198,6 @@ def _text(value: object) -> str | None:
 def command_findings(context: LaunchContext) -> list[Finding]:
     """What vLLM reads otherwise than the command says: a JSON option it drops, a short option
     (`-sc`) the installed vLLM does not declare (0.16.0 has no `-sc`: its parser refuses the command)."""
-    from patchkit.launch.command import ALIASES
-    from patchkit.launch.speculative import speculative_findings
-
     command = context.command
     found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
     if not command.exact:
@@ -235,7 +233,6 @@ def tree_finding(resolved, status) -> Finding:
 
 
 def _state_finding(resolved, status) -> Finding:
-    from patchkit.enums import TreeState
 
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
@@ -260,15 +257,13 @@ def _state_finding(resolved, status) -> Finding:
 
 def _shadowed(resolved) -> str | None:
     """A patched source Python does not import (a package or extension module of its name first)."""
-    from patchkit.checks import shadow
-
     found = shadow.scan(resolved.target.root, shadow.sources(resolved.patches))
     return f"{found[0].path}: {found[0].message}" if found else None
 
 
 def _stale_bytecode(resolved, status) -> str | None:
+    # lazy: the checks load only when checks run
     from patchkit.checks.bytecode import failures, scan
-    from patchkit.patchfile import touched_paths
 
     # an applied tree's state taken from its record has no plan: the series' files are the plan's
     paths = status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches)

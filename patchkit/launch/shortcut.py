@@ -22,11 +22,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
+from contextlib import suppress
 from dataclasses import asdict
 from pathlib import Path
 
-from patchkit.launch.engine import Finding, LaunchContext, set_checks
+import packaging
+
+from patchkit import fsutil, seal
+from patchkit.enums import SelectionKind, TreeState
+from patchkit.errors import PatchkitError
+from patchkit.fsutil import inside, read_regular
+from patchkit.inspection import TreeStatus
+from patchkit.launch.engine import LaunchContext, set_checks
+from patchkit.launch.findings import Finding
+from patchkit.patchfile import touched_paths
+from patchkit.record import cache_dir, prune, touch, usable_cache_dir
+from patchkit.state import parse_state, read_file, sha256, state_path
+from patchkit.transaction import settled_record
 
 KIND = "launch-findings"
 ENTRY_LIMIT = 1 << 20  # a few findings: far below this
@@ -35,10 +49,8 @@ FILE_LIMIT = 16 << 20  # a file of the set or of patchkit's code hashed into the
 
 def recorded_status(resolved):
     """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
-    from patchkit.enums import SelectionKind, TreeState
-    from patchkit.errors import PatchkitError
+    # lazy: only a guarded tree, or installing a guard, needs it
     from patchkit.guard import launch_refusal
-    from patchkit.inspection import TreeStatus
 
     if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
         return None
@@ -52,7 +64,6 @@ def recorded_status(resolved):
 
 def _settled_record(root: Path) -> bytes | None:
     """state.json's bytes when no transaction is under way (no journal); else None."""
-    from patchkit.transaction import settled_record
 
     record = settled_record(root)
     return record if isinstance(record, bytes) else None
@@ -60,9 +71,6 @@ def _settled_record(root: Path) -> bytes | None:
 
 def _as_recorded(resolved, raw: bytes) -> bool:
     """Whether the record is one apply of this series on this version, every file as it wrote it."""
-    from patchkit.fsutil import inside
-    from patchkit.patchfile import touched_paths
-    from patchkit.state import parse_state, read_file, sha256, state_path
 
     root = resolved.target.root
     state = parse_state(raw, state_path(root))
@@ -84,7 +92,6 @@ def _as_recorded(resolved, raw: bytes) -> bool:
 def cached_set_checks(context: LaunchContext) -> list[Finding]:
     """set_checks(context), from the cache when an entry there answers for it; else run and kept.
     Only for an installed tree read as it is (no planned files to judge)."""
-    from patchkit.record import cache_dir, usable_cache_dir
 
     key = _key(context) if context.read_planned is None else None
     directory = cache_dir() / KIND
@@ -103,7 +110,6 @@ def cached_set_checks(context: LaunchContext) -> list[Finding]:
 def _key(context: LaunchContext) -> str | None:
     """The key over everything the findings depend on but the tree's files; None (nothing is kept)
     when the launch is not plain JSON or a file of the set is not a regular file."""
-    import packaging
 
     set_dir = getattr(context.patch_set, "directory", None)
     try:
@@ -140,9 +146,6 @@ def _files_digest(root: Path, suffix: str) -> str:
     """The sha256 over the names and contents of the files under `root` ending in `suffix`
     (__pycache__ aside): os.walk, not pathlib, which costs more than the hashing here. OSError
     for anything but a regular file there."""
-    import os
-
-    from patchkit.fsutil import read_regular
 
     paths = []
     for directory, dirs, files in os.walk(root):
@@ -156,9 +159,6 @@ def _files_digest(root: Path, suffix: str) -> str:
 
 def _recall(directory: Path, path: Path, key: str, context: LaunchContext) -> list[Finding] | None:
     """The entry's findings when it is sealed by this user and every file it read is unchanged."""
-    from patchkit import fsutil, seal
-    from patchkit.record import touch
-    from patchkit.state import sha256
 
     try:
         if not fsutil.inside(directory, path.parent):
@@ -197,10 +197,6 @@ def _finding(data: dict) -> Finding:
 
 
 def _keep(directory: Path, path: Path, key: str, findings: list[Finding], reads: dict) -> None:
-    from contextlib import suppress
-
-    from patchkit import fsutil, seal
-    from patchkit.record import prune
 
     data = {"findings": [f.to_json() for f in findings], "reads": reads}
     entry = {"seal": seal.seal(KIND, key, seal.canonical(data)), "entry": data}

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ast
 
-from patchkit.launch.engine import Finding, LaunchContext
+from patchkit.launch.engine import LaunchContext
+from patchkit.launch.findings import Finding
 
 SPEC_FILE = "vllm/config/speculative.py"
 CHECK = "speculative-config"

@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.engine import Finding, VllmVerdict
+from patchkit.launch.findings import Finding, VllmVerdict
+from patchkit.target import WorkerFailed, run_worker
 
 CHECK = "vllm-validation"
 TIMEOUT = 180.0
 
 
 def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | None = None) -> Finding:
-    from patchkit.target import WorkerFailed, run_worker
 
     if python is None:
         return Finding(CHECK, True, "skipped: no interpreter known for this target (give --python)")
@@ -76,8 +76,6 @@ def model_interface(python: str, environ: dict[str, str], architecture: str, fun
     """vLLM's own `function` (e.g. supports_eagle3) on its ModelRegistry's class for `architecture`:
     patchkit/_target/model_interface.py in the target's interpreter, with the launch's whole
     environment `environ`, under the same time limit."""
-    from patchkit.target import WorkerFailed, run_worker
-
     asked = f"vLLM's {function}()"
     request = {"architecture": architecture, "function": function}
     try:

@@ -65,6 +65,7 @@ def load_json(text: str | bytes, what: str, *, strict: bool = True) -> Any:
 def load_yaml_config(path: str) -> dict:
     """A `--config` YAML file: a mapping, within the limits (its aliases counted expanded, before
     anything is built from them)."""
+    # lazy: PyYAML loads only for a launch that names a --config file
     import yaml
 
     where = f"--config {path}"
@@ -119,6 +120,7 @@ def _check_encodable(text: str, what: str) -> None:
 def _check_events(events, what: str) -> None:
     """The document's depth and its size with every alias expanded, counted from the parser's
     events as they come (an anchor's size is known once its node ends): nothing is built."""
+    # lazy: PyYAML loads only for a launch that names a --config file
     import yaml
 
     sizes: dict[str, int] = {}

@@ -38,6 +38,7 @@ Changes = dict[str, tuple[bytes | None, bytes | None]]  # path -> (before, after
 
 
 def git_in(cwd: Path) -> git.Git:
+    # lazy: GitPython loads only for a repository's work
     import git
 
     return git.Git(str(cwd))
@@ -97,6 +98,7 @@ def _library_form(section: str) -> tuple[str, str]:
 
 def init_repo(directory: Path) -> git.Repo:
     """A new repository in `directory` that keeps bytes as they are and ignores patchkit's own files."""
+    # lazy: GitPython loads only for a repository's work
     import git
 
     repo = git.Repo.init(str(directory))

@@ -15,6 +15,7 @@ from packaging.version import Version
 from patchkit import fsutil, seal
 from patchkit.errors import BadInput
 from patchkit.fsutil import atomic_write, unsafe_reason
+from patchkit.library import load_set
 from patchkit.maintainer.patchtext import split_header
 from patchkit.patchfile import Patch, decode
 
@@ -109,7 +110,6 @@ class WorkspaceMeta:
     def _validate_places(self, path: Path, *, sealed: bool) -> None:
         """The set is the one named, and refresh writes only into its series directory: inside the
         set's directory (symlinks resolved), or where patchkit itself put it (port --out: sealed)."""
-        from patchkit.library import load_set
 
         set_dir, series_dir = Path(self.set_dir), Path(self.series_dir)
         if not (set_dir.is_absolute() and series_dir.is_absolute()):

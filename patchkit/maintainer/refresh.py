@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -82,6 +83,7 @@ def refresh_workspace(
 
 
 def _open_repo(root: Path):
+    # lazy: GitPython loads only for a repository's work
     import git
 
     try:
@@ -95,6 +97,7 @@ def _open_repo(root: Path):
 
 def _stock_commit(repo, meta: WorkspaceMeta):
     """The commit of the release's stock files; gone (history rewritten, objects pruned): exit 2."""
+    # lazy: GitPython loads only for a repository's work
     import git
 
     try:
@@ -293,14 +296,11 @@ def _library_drift(records: list[PatchRecord], series_dir: Path) -> list[str]:
     notes = []
     for record in records:
         current = read_file(series_dir / record.name)
-        if record.sha256 and current is not None:
-            import hashlib
-
-            if hashlib.sha256(current).hexdigest() != record.sha256:
-                notes.append(
-                    f"{record.name} changed in the library since the workspace was made; "
-                    "the workspace's version replaces it"
-                )
+        if record.sha256 and current is not None and hashlib.sha256(current).hexdigest() != record.sha256:
+            notes.append(
+                f"{record.name} changed in the library since the workspace was made; "
+                "the workspace's version replaces it"
+            )
     return notes
 
 
@@ -343,7 +343,6 @@ def _check_release(version: str, patches: list[Patch], progress: Progress | None
 
 def _remember(meta: WorkspaceMeta, texts: dict[str, str], outcomes: list[PatchOutcome], root: Path) -> None:
     """What the library now holds becomes the workspace's baseline (a second refresh changes nothing)."""
-    import hashlib
 
     kept = []
     for outcome in outcomes:

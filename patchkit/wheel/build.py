@@ -45,11 +45,14 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from patchkit import __version__, fsutil, signals
-from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult
+from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult, shadow
 from patchkit.enums import Outcome, SelectionKind
 from patchkit.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
+from patchkit.inspection import check_context
+from patchkit.operations import apply_series
 from patchkit.options import Options
 from patchkit.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
+from patchkit.resolve import require_patches, resolve
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
 
@@ -547,7 +550,6 @@ class _Checked(WheelResult):
 
 def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
     """The version, set and series, as for a tree of the wheel's files (its dist-info in `scratch`)."""
-    from patchkit.resolve import require_patches, resolve
 
     _check_metadata(wheel)
     _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA"], METADATA_LIMIT)
@@ -568,8 +570,8 @@ def _plan_and_check(
     wheel: StockWheel, scratch: Path, resolved: Resolved, chosen: Options, stock_record: dict[str, tuple[str, str]]
 ) -> _Checked:
     """What apply would do to a tree of the wheel's files, and its checks: nothing is written."""
-    from patchkit.checks import run_checks
-    from patchkit.inspection import check_context
+    # lazy: the checks load only when checks run
+    from patchkit.checks.registry import run_checks
 
     patches = resolved.patches
     _refuse_shadowed(wheel, patches)
@@ -582,7 +584,6 @@ def _plan_and_check(
         warnings=list(resolved.notes),
         resolved=resolved,
     )
-    from patchkit.operations import apply_series
 
     dry = apply_series(resolved, dry_run=True, import_probe=False)
     result.warnings += dry.warnings
@@ -608,8 +609,6 @@ def _plan_and_check(
 def _refuse_shadowed(wheel: StockWheel, patches: list[Patch]) -> None:
     """A member that installs where Python imports it before a patched source (a package of its
     name, an extension module beside it) leaves the patch dead once installed: refused."""
-    from patchkit.checks import shadow
-
     children: dict[str, set[str]] = {}
     for member in wheel.members:
         path = None if member.is_dir else installed_path(member.name, wheel.data_dir)
@@ -633,6 +632,7 @@ def _unverified_fail(
 ) -> list[CheckResult]:
     """integrity has no --force here: a stock file the series changes that the wheel's own RECORD
     does not list with a hash wheels may use cannot be shown stock, which fails the build."""
+    # lazy: the checks load only when checks run
     from patchkit.checks import ERROR, integrity
 
     def verifiable(path: str) -> bool:
@@ -713,6 +713,7 @@ def _lay_out_series(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
 
 def _without_probe(results: list[CheckResult]) -> list[CheckResult]:
     """The import probe needs an installed vLLM: one row saying so, instead of the target's reasons."""
+    # lazy: the checks load only when checks run
     from patchkit.checks import probe
 
     kept = [r for r in results if r.check != probe.CHECK.name]
@@ -799,6 +800,7 @@ def _entries(
 ) -> list[rawzip.Entry]:
     """The rest of the new wheel after `untouched`: the members patches touch (patched ones
     deflated, created ones added), the renamed dist-info with the provenance, RECORD last."""
+    # lazy: only a wheel's provenance needs it
     from patchkit.provenance import provenance_files
 
     assert result.version is not None and result.label is not None
@@ -926,6 +928,7 @@ def _relabelled(metadata: bytes, version: str, label: str) -> bytes:
 
 
 def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenance:
+    # lazy: only a wheel's provenance needs it
     from patchkit.provenance import FileRecord, PatchRecord, Provenance
 
     assert result.label is not None

@@ -35,6 +35,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from packaging import tags
+
 from patchkit import seal
 from patchkit.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
@@ -114,7 +116,6 @@ def checked_stock_wheel(
 def tag_priority(platform: str | None) -> dict[Any, int]:
     """Each tag this machine installs (or `platform` with this interpreter), to its rank in pip's
     order: lower is preferred."""
-    from packaging import tags
 
     if platform is None:
         ordered = list(tags.sys_tags())
