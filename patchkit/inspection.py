@@ -161,21 +161,28 @@ def stale_entries(root, state: State, installed) -> dict[str, str]:
 
 def stale_note(root, entry: Entry, installed) -> str | None:
     """Why an entry's record is stale, or None: it names another vLLM version than the installed
-    one, and every file it saved an original of is now the installed release's stock file (its
-    RECORD says so): pip replaced vLLM under patchkit, and the record describes files gone."""
+    one, whose own dist-info is there, and pip's install of that release accounts for every file it
+    saved an original of: stock by the installed RECORD (or the patched wheel's), or gone and
+    unlisted there (a file that release does not ship). The record describes files pip replaced.
+    Files it only created say nothing either way (pip never lists them): a record of only those is
+    stale on the version alone."""
     from patchkit.checks.integrity import installed_record
     from patchkit.record import find_record
 
     if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
         return None
-    replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
     own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
+    if own is None or own.parent.name != f"vllm-{installed}.dist-info":
+        return None
+    replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
     record, _why = installed_record(root, installed, set(replaced))
-    if own is None or own.parent.name != f"vllm-{installed}.dist-info" or record is None or not replaced:
+    if record is None:
         return None
     patched = _patched_by_the_wheel(root)
     for path in replaced:
         data = read_file(root / path)
+        if data is None and path not in record.hashes:
+            continue  # the installed release does not ship it: pip removed the old one
         if data is None or path not in record.hashes:
             return None
         if not record.matches(path, data) and sha256(data) != patched.get(path):

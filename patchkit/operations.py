@@ -596,6 +596,7 @@ def _revert_locked(
     ]
     for entry in entries:
         _refuse_created_stock_files(root, entry, installed)
+        _refuse_another_releases_originals(root, entry, installed)
     view = View(root)
     restored = Restored()
     for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
@@ -672,6 +673,25 @@ def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
             "file: reverting that record would delete it; nothing was written",
             hint=f"inspect or remove {origin} (patchkit records no original only for a file its patches add)",
         )
+
+
+def _refuse_another_releases_originals(root: Path, entry: Entry, installed) -> None:
+    """A record of another vLLM release than the installed one, with a file neither as patchkit
+    left it nor its original: pip (or an edit since) replaced it, and the originals patchkit saved
+    are that other release's files. Restoring them, even with --force, would mix two releases."""
+    from patchkit.state import read_file, sha256
+
+    if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
+        return
+    for path, shas in sorted(entry.files.items()):
+        current = sha256(read_file(root / path))
+        if current not in (shas["before"], shas["after"]):
+            raise Drift(
+                f"{path} is not the file patchkit patched: the record is of vLLM {entry.vllm_version}, vLLM "
+                f"{installed} is installed, and the originals it saved would mix the two; nothing was written",
+                hint=f"reinstall vLLM (pip install --force-reinstall --no-deps vllm=={installed}), then "
+                "`patchkit apply` (it drops the record once its files are stock)",
+            )
 
 
 def _patched_wheel(root: Path, only: str | None):

@@ -133,6 +133,43 @@ def upgraded_to_uncovered(tree: Tree) -> None:
     pip_install(tree.site, "0.17.5", stock_files("0.17.5"))
 
 
+def upgraded_to_a_release_without_a_patched_file(tree: Tree) -> None:
+    """pip installs a release that no longer ships a file the record replaced: pip removed it."""
+    _applied(tree)
+    pip_install(tree.site, "0.18.0", {MODEL: stock_files("0.18.0")[MODEL]})
+
+
+def downgraded_to_a_release_without_a_patched_file(tree: Tree) -> None:
+    """pip installs an older release the record's set covers, which lacks a file the record replaced."""
+    _applied(tree)
+    pip_install(tree.site, "0.15.0", {MODEL: stock_files("0.15.0")[MODEL]})
+
+
+ADDON = "vllm/my_addon.py"
+
+
+def _added_a_file(tree: Tree) -> None:
+    """An ad-hoc --patch that only creates a file, on an applied tree: a record of no original."""
+    _applied(tree)
+    addon = tree.site.parent / "addon.patch"
+    addon.write_text(f"--- /dev/null\n+++ b/{ADDON}\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    done = run_cli("apply", "--no-import", "--target", tree.site, "--patch", addon)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def added_a_file_then_upgraded(tree: Tree) -> None:
+    _added_a_file(tree)
+    pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
+
+
+def added_a_file_then_upgraded_keeping_it(tree: Tree) -> None:
+    """pip never lists a file patchkit created: it stays through the upgrade."""
+    _added_a_file(tree)
+    pip_install(tree.site, "0.17.0", {**stock_files("0.17.0"), ADDON: "ADDON = 1\n"})
+    record = tree.site / "vllm-0.17.0.dist-info/RECORD"
+    record.write_text("".join(line for line in record.read_text().splitlines(True) if not line.startswith(ADDON)))
+
+
 def patched_wheel(tree: Tree) -> None:
     """What `pip install` of the wheel `patchkit wheel` built leaves: the patched files, the version
     labelled, the provenance and the patches in the dist-info."""
@@ -229,6 +266,10 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     upgraded_to_covered,
     upgraded_to_upstream,
     upgraded_to_uncovered,
+    upgraded_to_a_release_without_a_patched_file,
+    downgraded_to_a_release_without_a_patched_file,
+    added_a_file_then_upgraded,
+    added_a_file_then_upgraded_keeping_it,
     patched_wheel,
     patched_wheel_over_applied,
     patched_wheel_over_another_release,
@@ -337,6 +378,51 @@ def test_a_patched_wheel_over_another_releases_record_is_stale_and_revert_keeps_
     applied = run_cli("apply", "--no-import", "--target", again, "--patches", tmp_path / "again/lib")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert {path: (again / path).read_text() for path in (SPEC, MODEL)} == wheel_files
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        upgraded_to_a_release_without_a_patched_file,
+        downgraded_to_a_release_without_a_patched_file,
+        added_a_file_then_upgraded,
+        added_a_file_then_upgraded_keeping_it,
+    ],
+    ids=lambda build: build.__name__,
+)
+def test_a_record_pip_replaced_the_release_of_is_stale_and_apply_or_revert_drops_it(tmp_path, build):
+    """A record whose files pip's install of another release accounts for (stock, or gone and not
+    shipped; a file patchkit only created says nothing) is stale: apply and revert drop it, write
+    none of the other release's originals, and the guard then lets vLLM launch."""
+    for command in ("apply", "revert"):
+        tree = _tree(tmp_path / command)
+        build(tree)
+        before = {p.relative_to(tree.site).as_posix(): p.read_bytes() for p in (tree.site / "vllm").rglob("*.py")}
+        status = tree.cli("status", "--format", "json")
+        assert "stale" in status.stdout or status.returncode == 3, status.stdout  # 3: a release no set covers
+        done = tree.cli(command, *(["--no-import"] if command == "apply" else []))
+        if done.returncode == 3 and command == "apply":  # a release no set covers: status names revert
+            continue
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert not any(e["vllm_version"] == "0.16.0" for e in tree.state()["entries"])
+        if SPEC not in before:
+            assert not (tree.site / SPEC).exists()  # the 0.16.0 original is not put back
+        assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_revert_force_never_writes_another_releases_originals(tmp_path):
+    """pip installed 0.17.0 under the 0.16.0 record and a file was then edited: not stale, and
+    `revert --force` refuses to put 0.16.0's original over 0.17.0 (it names the reinstall)."""
+    tree = _tree(tmp_path)
+    upgraded_to_covered(tree)
+    with open(tree.site / SPEC, "a") as fh:
+        fh.write("# tuned\n")
+    before = {path: (tree.site / path).read_text() for path in (SPEC, MODEL)}
+    for force in ([], ["--force"]):
+        done = tree.cli("revert", *force)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "vllm==0.17.0" in done.stdout + done.stderr
+        assert {path: (tree.site / path).read_text() for path in (SPEC, MODEL)} == before
 
 
 def test_status_names_the_guards_refusal_and_its_fix_once(tmp_path):
