@@ -107,7 +107,7 @@ def install_changes(
     )  # an older version's
     for path, data in wanted.items():
         current = _current(root, path)
-        if current != data:
+        if current != data and read_file(root / path) != data:  # a symlink to the very bytes loads the same
             changes[path] = (current, data)
     return changes, {p: str(sha256(data)) for p, data in wanted.items()}, None
 
@@ -159,11 +159,13 @@ def launch_refusal(root: Path) -> list[str]:
     """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
     passes): this patchkit's guard check, run here as vLLM would run it, so that status, verify,
     preflight and run fail exactly when a launch would. An installed module that is not this
-    patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told."""
+    patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told;
+    so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it)."""
     from patchkit._target.guard import TreeChanged, find_problems
 
-    if not is_installed(root):
-        return []
+    declared, unreadable = _declared(root)
+    if unreadable or not (declared and (root / MODULE).is_file()):
+        return unreadable
     unknown = [] if _own_module(root) else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
     try:
         return unknown + find_problems(str(root))
@@ -177,28 +179,61 @@ def _own_module(root: Path) -> bool:
     from patchkit.fsutil import read_regular
 
     own = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
-    try:
-        return read_regular(root / MODULE, len(own) + 1) == own
+    try:  # through a symlink, as Python's import reads it
+        return read_regular(root / MODULE, len(own) + 1, follow_symlinks=True) == own
     except OSError:
         return False
 
 
 def is_installed(root: Path) -> bool:
-    """Whether vLLM would load a guard here: its module, and a dist-info declaring its entry point."""
-    declared = f"{ENTRY_POINT_NAME} = patchkit_guard:check".encode()
-    return (root / MODULE).is_file() and any(
-        declared in _small_file(info / "entry_points.txt") for info in root.glob("patchkit_guard-*.dist-info")
-    )
+    """Whether vLLM would load a guard here: its module, and a distribution declaring its entry point."""
+    return (root / MODULE).is_file() and _declared(root)[0]
 
 
-def _small_file(path: Path) -> bytes:
-    """A small regular file's bytes, read bounded and without blocking; empty for anything else."""
-    from patchkit.fsutil import read_regular
+ENTRY_POINTS_BYTES = 1 << 20  # a guard's entry_points.txt is two lines
 
+
+def _declared(root: Path) -> tuple[bool, list[str]]:
+    """Whether a distribution in `root` declares an entry point of the guard's module in vLLM's
+    plugin group, found by importlib.metadata's own rules (any *.dist-info or *.egg-info, whatever
+    its case, symlinks followed, its entry_points.txt parsed by importlib); and the guard's
+    entry_points.txt files it could not read (a fifo, a device, a huge file), each a problem."""
+    from patchkit.fsutil import NotRegularFile, read_regular
+
+    declared, unreadable = False, []
     try:
-        return read_regular(path, 64 * 1024)
+        names = os.listdir(root)
     except OSError:
-        return b""
+        return False, []
+    for name in sorted(n for n in names if n.lower().endswith((".dist-info", ".egg-info"))):
+        path = root / name / "entry_points.txt"
+        try:
+            text = read_regular(path, ENTRY_POINTS_BYTES, follow_symlinks=True).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except NotRegularFile as exc:
+            if name.lower().replace("-", "_").startswith("patchkit_guard"):
+                unreadable.append(f"{path} is {exc.strerror}: vLLM's plugin loader reads it at every launch")
+            continue
+        except OSError:
+            continue
+        found = _entry_points(text).select(group=ENTRY_POINT_GROUP)
+        declared = declared or any(ep.module == MODULE.removesuffix(".py") for ep in found)
+    return declared, unreadable
+
+
+def _entry_points(text: str):
+    """An entry_points.txt's entry points, parsed by importlib.metadata itself."""
+    import importlib.metadata
+
+    class Text(importlib.metadata.Distribution):
+        def read_text(self, filename):
+            return text if filename == "entry_points.txt" else None
+
+        def locate_file(self, path):
+            return Path(str(path))
+
+    return Text().entry_points
 
 
 def remove_empty_cache(root: Path) -> None:

@@ -259,6 +259,35 @@ def guard_entry_point_emptied(tree: Tree) -> None:
     (tree.site / INFO / "entry_points.txt").write_text("")
 
 
+def guard_dist_info_upper_case_then_upgraded(tree: Tree) -> None:
+    """importlib.metadata finds a `.DIST-INFO` as well: vLLM loads the guard, which refuses the upgrade."""
+    upgraded_to_covered(tree)
+    (tree.site / INFO).rename(tree.site / INFO.replace(".dist-info", ".DIST-INFO"))
+
+
+def guard_entry_point_respelled_then_upgraded(tree: Tree) -> None:
+    upgraded_to_covered(tree)
+    (tree.site / INFO / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard=patchkit_guard:check\n")
+
+
+def guard_declared_by_an_egg_info_then_upgraded(tree: Tree) -> None:
+    upgraded_to_covered(tree)
+    egg = tree.site / "patchkit_guard.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text((tree.site / INFO / "METADATA").read_text())
+    (egg / "entry_points.txt").write_text((tree.site / INFO / "entry_points.txt").read_text())
+    shutil.rmtree(tree.site / INFO)
+
+
+def guard_module_symlinked_to_a_copy(tree: Tree) -> None:
+    """The guard module a symlink to a true copy of it: Python imports the copy, which passes."""
+    _applied(tree)
+    copy = tree.site.parent / "guard-copy.py"
+    copy.write_bytes((tree.site / "patchkit_guard.py").read_bytes())
+    (tree.site / "patchkit_guard.py").unlink()
+    (tree.site / "patchkit_guard.py").symlink_to(copy)
+
+
 CATALOGUE: list[Callable[[Tree], None]] = [
     stock,
     applied,
@@ -281,6 +310,10 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_module_refusing,
     guard_of_another_patchkit,
     guard_entry_point_emptied,
+    guard_dist_info_upper_case_then_upgraded,
+    guard_entry_point_respelled_then_upgraded,
+    guard_declared_by_an_egg_info_then_upgraded,
+    guard_module_symlinked_to_a_copy,
 ]
 
 
@@ -423,6 +456,20 @@ def test_revert_force_never_writes_another_releases_originals(tmp_path):
         assert done.returncode == 1, done.stdout + done.stderr
         assert "vllm==0.17.0" in done.stdout + done.stderr
         assert {path: (tree.site / path).read_text() for path in (SPEC, MODEL)} == before
+
+
+def test_a_fifo_as_the_guards_entry_points_fails_status_naming_it(tmp_path):
+    """vLLM's plugin loader reads every entry_points.txt: a fifo there hangs each launch. status
+    neither hangs nor passes: it fails, naming the file."""
+    import os
+
+    tree = _tree(tmp_path)
+    _applied(tree)
+    entry_points = tree.site / INFO / "entry_points.txt"
+    entry_points.unlink()
+    os.mkfifo(entry_points)
+    status = tree.cli("status")
+    assert status.returncode == 1 and "entry_points.txt" in status.stdout + status.stderr, status.stdout + status.stderr
 
 
 def test_status_names_the_guards_refusal_and_its_fix_once(tmp_path):
