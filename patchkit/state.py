@@ -37,7 +37,9 @@ FORMAT = 1
 META_DIR = ".patchkit"
 # state.json and journal.json: a few hundred bytes a file; far above any real record, far below harm.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-MAX_TREE_FILE_BYTES = 64 * 1024 * 1024  # a source file or a saved original; the guard reads no more (its MAX_FILE_BYTES)
+MAX_TREE_FILE_BYTES = (
+    64 * 1024 * 1024
+)  # a source file or a saved original; the guard reads no more (its MAX_FILE_BYTES)
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 # What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
 _META_FILES = ("state.json", "journal.json")

@@ -568,9 +568,11 @@ def _huge_at(scene: Scene, relative: str) -> Path:
 
 
 def _guard_file(scene: Scene, name: str) -> str:
-    return name if name == GUARD_MODULE else next(scene.tree.glob(f"patchkit_guard-*.dist-info/{name}")).relative_to(
-        scene.tree
-    ).as_posix()
+    return (
+        name
+        if name == GUARD_MODULE
+        else next(scene.tree.glob(f"patchkit_guard-*.dist-info/{name}")).relative_to(scene.tree).as_posix()
+    )
 
 
 @pytest.mark.parametrize(
