@@ -166,11 +166,38 @@ def launch_refusal(root: Path) -> list[str]:
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return unreadable
-    unknown = [] if _own_module(root) else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
+    known = _own_module(root) or older_guard(root) is not None
+    unknown = [] if known else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
     try:
         return unknown + find_problems(str(root))
     except (TreeChanged, OSError) as exc:  # what check() would raise or fail with: a refusal all the same
         return [*unknown, str(exc)]
+
+
+def older_guard(root: Path) -> str | None:
+    """The version of another patchkit whose guard is installed as it recorded it (every guard file
+    it recorded in state.json has its recorded bytes), or None. Its check is patchkit's one check of
+    the same record, so this patchkit's verdict stands for it; `apply` updates it."""
+    from patchkit.errors import PatchkitError
+    from patchkit.state import read_state
+
+    try:
+        recorded = read_state(root).guard
+    except PatchkitError:  # a damaged record: status says so on its own
+        return None
+    infos = {p.partition("/")[0] for p in recorded if "/" in p}
+    if MODULE not in recorded or len(infos) != 1 or infos == {dist_info()}:
+        return None
+    if any(_current(root, path) is None or sha256(_current(root, path)) != digest for path, digest in recorded.items()):
+        return None
+    return infos.pop().removeprefix("patchkit_guard-").removesuffix(".dist-info")
+
+
+def older_guard_notes(root: Path) -> list[str]:
+    older = older_guard(root) if is_installed(root) and not _own_module(root) else None
+    if older is None:
+        return []
+    return [f"the launch guard is patchkit {older}'s (this is {__version__}): `patchkit apply` updates it"]
 
 
 def _own_module(root: Path) -> bool:

@@ -47,6 +47,7 @@ class TreeStatus:
     checks: list[CheckResult] = field(default_factory=list)  # upstream: the checks run on the stock files
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
     guard: list[str] = field(default_factory=list)  # why the installed launch guard would refuse a launch
+    guard_notes: list[str] = field(default_factory=list)  # e.g. an older patchkit's guard: apply updates it
 
     @property
     def guard_fix(self) -> str:
@@ -90,16 +91,22 @@ _UPGRADED = " is installed, but the patches were applied to "  # the guard's wor
 
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
-    from patchkit.guard import launch_refusal
+    from patchkit.guard import launch_refusal, older_guard_notes
 
     kind = resolved.selection.kind
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
         checks = run_upstream_checks(resolved, import_probe=import_probe) if check_upstream else []
         stale = stale_entries(root, read_state(root), resolved.vllm_version)
-        return TreeStatus(TreeState.UPSTREAM, checks=checks, stale=list(stale.values()), guard=launch_refusal(root))
+        return TreeStatus(
+            TreeState.UPSTREAM,
+            checks=checks,
+            stale=list(stale.values()),
+            guard=launch_refusal(root),
+            guard_notes=older_guard_notes(root),
+        )
     if kind == SelectionKind.UNSUPPORTED:
-        return TreeStatus(TreeState.UNSUPPORTED, guard=launch_refusal(root))
+        return TreeStatus(TreeState.UNSUPPORTED, guard=launch_refusal(root), guard_notes=older_guard_notes(root))
     assert kind == SelectionKind.PATCH
     from patchkit.plan import plan_apply
 
@@ -122,6 +129,7 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         plan,
         stale=list(stale.values()),
         guard=launch_refusal(root),
+        guard_notes=older_guard_notes(root),
     )
 
 

@@ -472,6 +472,31 @@ def test_a_fifo_as_the_guards_entry_points_fails_status_naming_it(tmp_path):
     assert status.returncode == 1 and "entry_points.txt" in status.stdout + status.stderr, status.stdout + status.stderr
 
 
+def test_an_older_patchkits_recorded_guard_is_a_note_that_apply_updates(tmp_path):
+    """The guard an older patchkit installed and recorded (its own module bytes and dist-info): this
+    patchkit's check of the same record stands for it, so status passes, with a note naming apply,
+    which updates it. (A module not as recorded stays a failure: the catalogue's edited guards.)"""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    module = tree.site / "patchkit_guard.py"
+    module.write_bytes(module.read_bytes().replace(b"MAX_FILE_BYTES = 64", b"MAX_FILE_BYTES = 32"))
+    older = "patchkit_guard-0.0.9.dist-info"
+    (tree.site / INFO).rename(tree.site / older)
+    metadata = tree.site / older / "METADATA"
+    metadata.write_text(metadata.read_text().replace(f"Version: {__version__}", "Version: 0.0.9"))
+    state = tree.state()
+    files = [module, *(tree.site / older).iterdir()]
+    state["guard"] = {p.relative_to(tree.site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    tree.write_state(state)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "patchkit apply" in " ".join(json.loads(status.stdout)["guard_notes"])
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert not json.loads(tree.cli("status", "--format", "json").stdout)["guard_notes"]
+    assert (tree.site / INFO).is_dir() and not (tree.site / older).exists()
+
+
 def test_status_names_the_guards_refusal_and_its_fix_once(tmp_path):
     tree = _tree(tmp_path)
     upgraded_to_upstream(tree)
