@@ -112,6 +112,12 @@ def install_changes(
     return changes, {p: str(sha256(data)) for p, data in wanted.items()}, None
 
 
+def own_unrecorded(root: Path) -> dict[str, str]:
+    """This patchkit's guard files found in `root` with its very bytes (no record of them needed):
+    path -> sha256, as a guard record."""
+    return {path: str(sha256(data)) for path, data in guard_files().items() if _current(root, path) == data}
+
+
 def replaced_files(root: Path, recorded: dict[str, str]) -> list[str]:
     """The guard files an install with `replace` overwrites that patchkit did not write as they are."""
     foreign, edited = _not_patchkits(root, recorded, guard_files())

@@ -322,10 +322,14 @@ class _Applying:
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
-        from patchkit.guard import STOPS_EVERY_LAUNCH, install_changes, replaced_files
+        from patchkit.guard import STOPS_EVERY_LAUNCH, install_changes, own_unrecorded, replaced_files
 
         no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
         state = replace(state, no_guard=no_guard)
+        if (
+            no_guard and not state.guard
+        ):  # a record removed by hand: this patchkit's own guard is still known by its bytes
+            state = state.with_guard(own_unrecorded(self.resolved.target.root))
         if no_guard and state.guard:  # told no guard: the one installed goes (a file changed since stays)
             return self.without_guard(state)
         if not self.guard or no_guard:

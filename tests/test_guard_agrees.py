@@ -497,6 +497,18 @@ def test_an_older_patchkits_recorded_guard_is_a_note_that_apply_updates(tmp_path
     assert (tree.site / INFO).is_dir() and not (tree.site / older).exists()
 
 
+def test_no_guard_removes_this_patchkits_guard_after_the_record_was_removed(tmp_path):
+    """state.json removed by hand (the damaged-record hint): `apply --no-guard` still knows this
+    patchkit's guard by its bytes and removes it, as --no-guard promises."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    (tree.site / ".patchkit/state.json").unlink()
+    done = tree.cli("apply", "--no-import", "--no-guard")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tree.site / "patchkit_guard.py").exists() and not (tree.site / INFO).exists()
+    assert tree.state()["no_guard"] is True
+
+
 def test_status_names_the_guards_refusal_and_its_fix_once(tmp_path):
     tree = _tree(tmp_path)
     upgraded_to_upstream(tree)
