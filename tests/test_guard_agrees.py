@@ -458,20 +458,6 @@ def test_revert_force_never_writes_another_releases_originals(tmp_path):
         assert {path: (tree.site / path).read_text() for path in (SPEC, MODEL)} == before
 
 
-def test_a_fifo_as_the_guards_entry_points_fails_status_naming_it(tmp_path):
-    """vLLM's plugin loader reads every entry_points.txt: a fifo there hangs each launch. status
-    neither hangs nor passes: it fails, naming the file."""
-    import os
-
-    tree = _tree(tmp_path)
-    _applied(tree)
-    entry_points = tree.site / INFO / "entry_points.txt"
-    entry_points.unlink()
-    os.mkfifo(entry_points)
-    status = tree.cli("status")
-    assert status.returncode == 1 and "entry_points.txt" in status.stdout + status.stderr, status.stdout + status.stderr
-
-
 def test_an_older_patchkits_recorded_guard_is_a_note_that_apply_updates(tmp_path):
     """The guard an older patchkit installed and recorded (its own module bytes and dist-info): this
     patchkit's check of the same record stands for it, so status passes, with a note naming apply,
