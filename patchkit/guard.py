@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import importlib.metadata
 import io
 import os
 from contextlib import suppress
@@ -23,8 +24,9 @@ from importlib import resources
 from pathlib import Path
 
 from patchkit import __version__
-from patchkit.fsutil import read_regular
-from patchkit.state import read_file, sha256
+from patchkit.errors import PatchkitError
+from patchkit.fsutil import NotRegularFile, read_regular
+from patchkit.state import read_file, read_state, sha256
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -109,9 +111,15 @@ def install_changes(
     )  # an older version's
     for path, data in wanted.items():
         current = _current(root, path)
-        if current != data:
+        if current != data and read_file(root / path) != data:  # a symlink to the very bytes loads the same
             changes[path] = (current, data)
     return changes, {p: str(sha256(data)) for p, data in wanted.items()}, None
+
+
+def own_unrecorded(root: Path) -> dict[str, str]:
+    """This patchkit's guard files found in `root` with its very bytes (no record of them needed):
+    path -> sha256, as a guard record."""
+    return {path: str(sha256(data)) for path, data in guard_files().items() if _current(root, path) == data}
 
 
 def replaced_files(root: Path, recorded: dict[str, str]) -> list[str]:
@@ -161,43 +169,100 @@ def launch_refusal(root: Path) -> list[str]:
     """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
     passes): this patchkit's guard check, run here as vLLM would run it, so that status, verify,
     preflight and run fail exactly when a launch would. An installed module that is not this
-    patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told."""
+    patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told;
+    so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it)."""
     # lazy: only a guarded tree needs it
     from patchkit._target.guard import TreeChanged, find_problems
 
-    if not is_installed(root):
-        return []
-    unknown = [] if _own_module(root) else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
+    declared, unreadable = _declared(root)
+    if unreadable or not (declared and (root / MODULE).is_file()):
+        return unreadable
+    known = _own_module(root) or older_guard(root) is not None
+    unknown = [] if known else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
     try:
         return unknown + find_problems(str(root))
     except (TreeChanged, OSError) as exc:  # what check() would raise or fail with: a refusal all the same
         return [*unknown, str(exc)]
 
 
+def older_guard(root: Path) -> str | None:
+    """The version of another patchkit whose guard is installed as it recorded it (every guard file
+    it recorded in state.json has its recorded bytes), or None. Its check is patchkit's one check of
+    the same record, so this patchkit's verdict stands for it; `apply` updates it."""
+    try:
+        recorded = read_state(root).guard
+    except PatchkitError:  # a damaged record: status says so on its own
+        return None
+    infos = {p.partition("/")[0] for p in recorded if "/" in p}
+    if MODULE not in recorded or len(infos) != 1 or infos == {dist_info()}:
+        return None
+    if any(_current(root, path) is None or sha256(_current(root, path)) != digest for path, digest in recorded.items()):
+        return None
+    return infos.pop().removeprefix("patchkit_guard-").removesuffix(".dist-info")
+
+
+def older_guard_notes(root: Path) -> list[str]:
+    older = older_guard(root) if is_installed(root) and not _own_module(root) else None
+    if older is None:
+        return []
+    return [f"the launch guard is patchkit {older}'s (this is {__version__}): `patchkit apply` updates it"]
+
+
 def _own_module(root: Path) -> bool:
 
     own = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
-    try:
-        return read_regular(root / MODULE, len(own) + 1) == own
+    try:  # through a symlink, as Python's import reads it
+        return read_regular(root / MODULE, len(own) + 1, follow_symlinks=True) == own
     except OSError:
         return False
 
 
 def is_installed(root: Path) -> bool:
-    """Whether vLLM would load a guard here: its module, and a dist-info declaring its entry point."""
-    declared = f"{ENTRY_POINT_NAME} = patchkit_guard:check".encode()
-    return (root / MODULE).is_file() and any(
-        declared in _small_file(info / "entry_points.txt") for info in root.glob("patchkit_guard-*.dist-info")
-    )
+    """Whether vLLM would load a guard here: its module, and a distribution declaring its entry point."""
+    return (root / MODULE).is_file() and _declared(root)[0]
 
 
-def _small_file(path: Path) -> bytes:
-    """A small regular file's bytes, read bounded and without blocking; empty for anything else."""
+ENTRY_POINTS_BYTES = 1 << 20  # a guard's entry_points.txt is two lines
 
+
+def _declared(root: Path) -> tuple[bool, list[str]]:
+    """Whether a distribution in `root` declares an entry point of the guard's module in vLLM's
+    plugin group, found by importlib.metadata's own rules (any *.dist-info or *.egg-info, whatever
+    its case, symlinks followed, its entry_points.txt parsed by importlib); and the guard's
+    entry_points.txt files it could not read (a fifo, a device, a huge file), each a problem."""
+    declared, unreadable = False, []
     try:
-        return read_regular(path, 64 * 1024)
+        names = os.listdir(root)
     except OSError:
-        return b""
+        return False, []
+    for name in sorted(n for n in names if n.lower().endswith((".dist-info", ".egg-info"))):
+        path = root / name / "entry_points.txt"
+        try:
+            text = read_regular(path, ENTRY_POINTS_BYTES, follow_symlinks=True).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except NotRegularFile as exc:
+            if name.lower().replace("-", "_").startswith("patchkit_guard"):
+                unreadable.append(f"{path} is {exc.strerror}: vLLM's plugin loader reads it at every launch")
+            continue
+        except OSError:
+            continue
+        found = _entry_points(text).select(group=ENTRY_POINT_GROUP)
+        declared = declared or any(ep.module == MODULE.removesuffix(".py") for ep in found)
+    return declared, unreadable
+
+
+def _entry_points(text: str) -> importlib.metadata.EntryPoints:
+    """An entry_points.txt's entry points, parsed by importlib.metadata itself."""
+
+    class Text(importlib.metadata.Distribution):
+        def read_text(self, filename: str) -> str | None:
+            return text if filename == "entry_points.txt" else None
+
+        def locate_file(self, path: str | os.PathLike[str]) -> Path:
+            return Path(str(path))
+
+    return Text().entry_points
 
 
 def remove_empty_cache(root: Path) -> None:

@@ -49,6 +49,7 @@ class TreeStatus:
     checks: list[CheckResult] = field(default_factory=list)  # upstream: the checks run on the stock files
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
     guard: list[str] = field(default_factory=list)  # why the installed launch guard would refuse a launch
+    guard_notes: list[str] = field(default_factory=list)  # e.g. an older patchkit's guard: apply updates it
 
     @property
     def guard_fix(self) -> str:
@@ -94,7 +95,7 @@ _UPGRADED = " is installed, but the patches were applied to "  # the guard's wor
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
     # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.guard import launch_refusal
+    from patchkit.guard import launch_refusal, older_guard_notes
 
     # lazy: `run`'s fast path reads the record and never plans
     from patchkit.plan import plan_apply
@@ -104,9 +105,15 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
     if kind == SelectionKind.UPSTREAM:
         checks = run_upstream_checks(resolved, import_probe=import_probe) if check_upstream else []
         stale = stale_entries(root, read_state(root), resolved.vllm_version)
-        return TreeStatus(TreeState.UPSTREAM, checks=checks, stale=list(stale.values()), guard=launch_refusal(root))
+        return TreeStatus(
+            TreeState.UPSTREAM,
+            checks=checks,
+            stale=list(stale.values()),
+            guard=launch_refusal(root),
+            guard_notes=older_guard_notes(root),
+        )
     if kind == SelectionKind.UNSUPPORTED:
-        return TreeStatus(TreeState.UNSUPPORTED, guard=launch_refusal(root))
+        return TreeStatus(TreeState.UNSUPPORTED, guard=launch_refusal(root), guard_notes=older_guard_notes(root))
     assert kind == SelectionKind.PATCH
 
     plan = plan_apply(resolved.target.root, resolved.patches)
@@ -128,6 +135,7 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         plan,
         stale=list(stale.values()),
         guard=launch_refusal(root),
+        guard_notes=older_guard_notes(root),
     )
 
 
@@ -168,21 +176,28 @@ def stale_entries(root, state: State, installed) -> dict[str, str]:
 
 def stale_note(root, entry: Entry, installed) -> str | None:
     """Why an entry's record is stale, or None: it names another vLLM version than the installed
-    one, and every file it saved an original of is now the installed release's stock file (its
-    RECORD says so): pip replaced vLLM under patchkit, and the record describes files gone."""
+    one, whose own dist-info is there, and pip's install of that release accounts for every file it
+    saved an original of: stock by the installed RECORD (or the patched wheel's), or gone and
+    unlisted there (a file that release does not ship). The record describes files pip replaced.
+    Files it only created say nothing either way (pip never lists them): a record of only those is
+    stale on the version alone."""
     # lazy: the checks load only when checks run
     from patchkit.checks.integrity import installed_record
 
     if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
         return None
-    replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
     own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
+    if own is None or own.parent.name != f"vllm-{installed}.dist-info":
+        return None
+    replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
     record, _why = installed_record(root, installed, set(replaced))
-    if own is None or own.parent.name != f"vllm-{installed}.dist-info" or record is None or not replaced:
+    if record is None:
         return None
     patched = _patched_by_the_wheel(root)
     for path in replaced:
         data = read_file(root / path)
+        if data is None and path not in record.hashes:
+            continue  # the installed release does not ship it: pip removed the old one
         if data is None or path not in record.hashes:
             return None
         if not record.matches(path, data) and sha256(data) != patched.get(path):

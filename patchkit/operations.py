@@ -33,7 +33,7 @@ from patchkit.patchfile import Patch
 from patchkit.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.record import has_provenance
 from patchkit.resolve import Resolved, require_patches, resolve, resolve_target
-from patchkit.state import Entry, State, meta_dir, read_file, read_state, state_path
+from patchkit.state import Entry, State, meta_dir, read_file, read_state, sha256, state_path
 from patchkit.target import Target
 from patchkit.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
 from patchkit.version import detect
@@ -321,10 +321,14 @@ class _Applying:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
         # lazy: only a guarded tree, or installing a guard, needs it
-        from patchkit.guard import STOPS_EVERY_LAUNCH, install_changes, replaced_files
+        from patchkit.guard import STOPS_EVERY_LAUNCH, install_changes, own_unrecorded, replaced_files
 
         no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
         state = replace(state, no_guard=no_guard)
+        if (
+            no_guard and not state.guard
+        ):  # a record removed by hand: this patchkit's own guard is still known by its bytes
+            state = state.with_guard(own_unrecorded(self.resolved.target.root))
         if no_guard and state.guard:  # told no guard: the one installed goes (a file changed since stays)
             return self.without_guard(state)
         if not self.guard or no_guard:
@@ -598,6 +602,7 @@ def _revert_locked(
     ]
     for entry in entries:
         _refuse_created_stock_files(root, entry, installed)
+        _refuse_another_releases_originals(root, entry, installed)
     view = View(root)
     restored = Restored()
     for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
@@ -672,6 +677,23 @@ def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
             "file: reverting that record would delete it; nothing was written",
             hint=f"inspect or remove {origin} (patchkit records no original only for a file its patches add)",
         )
+
+
+def _refuse_another_releases_originals(root: Path, entry: Entry, installed) -> None:
+    """A record of another vLLM release than the installed one, with a file neither as patchkit
+    left it nor its original: pip (or an edit since) replaced it, and the originals patchkit saved
+    are that other release's files. Restoring them, even with --force, would mix two releases."""
+    if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
+        return
+    for path, shas in sorted(entry.files.items()):
+        current = sha256(read_file(root / path))
+        if current not in (shas["before"], shas["after"]):
+            raise Drift(
+                f"{path} is not the file patchkit patched: the record is of vLLM {entry.vllm_version}, vLLM "
+                f"{installed} is installed, and the originals it saved would mix the two; nothing was written",
+                hint=f"reinstall vLLM (pip install --force-reinstall --no-deps vllm=={installed}), then "
+                "`patchkit apply` (it drops the record once its files are stock)",
+            )
 
 
 def _patched_wheel(root: Path, only: str | None):

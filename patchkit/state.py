@@ -43,6 +43,9 @@ FORMAT = 1
 META_DIR = ".patchkit"
 # state.json and journal.json: a few hundred bytes a file; far above any real record, far below harm.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
+MAX_TREE_FILE_BYTES = (
+    64 * 1024 * 1024
+)  # a source file or a saved original; the guard reads no more (its MAX_FILE_BYTES)
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 # What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
 _META_FILES = ("state.json", "journal.json")
@@ -564,13 +567,26 @@ def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> t
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
+        _refuse_too_large(path, info.st_size)
         data = os.read(fd, info.st_size)
         while more := os.read(fd, 1 << 20):  # the file grew since fstat
             data += more
+            _refuse_too_large(path, len(data))
         unchanged = len(data) == info.st_size and Origin.of(os.fstat(fd)) == Origin.of(info)
         return data, Origin.of(info) if unchanged else None
     finally:
         os.close(fd)
+
+
+def _refuse_too_large(path: Path | str, size: int) -> None:
+    """No file patchkit reads in a tree (a source file, a saved original, a dist-info file) comes near
+    MAX_TREE_FILE_BYTES: a larger one is not what it looks for, and is never read into memory."""
+    if size > MAX_TREE_FILE_BYTES:
+        raise BadInput(
+            f"{path} is larger than {MAX_TREE_FILE_BYTES >> 20} MiB: not a file patchkit wrote or patches; "
+            "nothing was written",
+            hint=f"inspect or remove {path} (a reinstall of vLLM puts its own files back)",
+        )
 
 
 _NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
@@ -579,12 +595,9 @@ _NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
 def file_sha(root: Path, path: str) -> str | None:
     checked_path(path, state_path(root))  # never hash a file outside the tree
     full = root / path
-    try:
-        return sha256(full.read_bytes())
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
+    if full.is_dir():
         return "<directory>"
+    return sha256(read_file(full))  # bounded, and a fifo is never opened for reading
 
 
 def fsync_dir(directory: Path) -> None:

@@ -626,7 +626,10 @@ def preflight(root: Path, paths: list[str], *, writable: bool = True) -> None:
         parent = _checked_directories(root, rel, directories)
         info = _lstat(root, rel)
         if info is not None and stat.S_ISLNK(info.st_mode):
-            raise BadInput(f"{rel} is a symlink; refusing to write through it")
+            raise BadInput(
+                f"{rel} is a symlink; refusing to write through it",
+                hint=f"replace the symlink {root / rel} with a copy of the file it points to (or remove it), then run again",
+            )
         if info is not None and not stat.S_ISREG(info.st_mode):
             raise BadInput(f"{rel} is not a regular file (device, fifo or directory)")
         if not writable:

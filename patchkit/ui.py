@@ -269,6 +269,8 @@ class UI:
             self.line(f"drifted  {path} was edited after patchkit patched it", style="red")
         for note in status.stale:
             self.line(f"stale    {note} (apply discards it; revert drops it)", style="yellow")
+        for note in status.guard_notes:
+            self.line(f"note     {note}", style="yellow")
         if status.guard:
             self.line(f"guard    the launch guard refuses this tree: {'; '.join(status.guard)}", style="red")
 
@@ -665,6 +667,7 @@ def status_json(resolved, status, where=None) -> dict:
         ],
         "drifted": status.drifted,
         "stale": status.stale,
+        "guard_notes": status.guard_notes,
         "guard": {"refuses": status.guard, "fix": status.guard_fix} if status.guard else None,
         **(
             {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}

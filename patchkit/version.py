@@ -12,7 +12,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput, TargetError
-from patchkit.fsutil import inside
+from patchkit.fsutil import NotRegularFile, inside, read_regular
 from patchkit.target import PACKAGE, Target
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -148,13 +148,18 @@ def _read_metadata(target: Target, path, where: str) -> str:
     return text
 
 
+VERSION_FILE_BYTES = 1 << 20  # vllm/_version.py: a few lines
+
+
 def _from_version_file(target: Target) -> DetectedVersion | None:
     path = target.package_dir / "_version.py"
     if not path.is_file():
         return None
     try:
-        tree = ast.parse(path.read_bytes())
-    except SyntaxError:
+        tree = ast.parse(read_regular(path, VERSION_FILE_BYTES, follow_symlinks=True))
+    except NotRegularFile as exc:
+        raise BadInput(f"{path} {exc.strerror}", hint="reinstall vLLM, or pass --vllm-version") from exc
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte in it
         return None
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):

@@ -133,6 +133,43 @@ def upgraded_to_uncovered(tree: Tree) -> None:
     pip_install(tree.site, "0.17.5", stock_files("0.17.5"))
 
 
+def upgraded_to_a_release_without_a_patched_file(tree: Tree) -> None:
+    """pip installs a release that no longer ships a file the record replaced: pip removed it."""
+    _applied(tree)
+    pip_install(tree.site, "0.18.0", {MODEL: stock_files("0.18.0")[MODEL]})
+
+
+def downgraded_to_a_release_without_a_patched_file(tree: Tree) -> None:
+    """pip installs an older release the record's set covers, which lacks a file the record replaced."""
+    _applied(tree)
+    pip_install(tree.site, "0.15.0", {MODEL: stock_files("0.15.0")[MODEL]})
+
+
+ADDON = "vllm/my_addon.py"
+
+
+def _added_a_file(tree: Tree) -> None:
+    """An ad-hoc --patch that only creates a file, on an applied tree: a record of no original."""
+    _applied(tree)
+    addon = tree.site.parent / "addon.patch"
+    addon.write_text(f"--- /dev/null\n+++ b/{ADDON}\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    done = run_cli("apply", "--no-import", "--target", tree.site, "--patch", addon)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def added_a_file_then_upgraded(tree: Tree) -> None:
+    _added_a_file(tree)
+    pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
+
+
+def added_a_file_then_upgraded_keeping_it(tree: Tree) -> None:
+    """pip never lists a file patchkit created: it stays through the upgrade."""
+    _added_a_file(tree)
+    pip_install(tree.site, "0.17.0", {**stock_files("0.17.0"), ADDON: "ADDON = 1\n"})
+    record = tree.site / "vllm-0.17.0.dist-info/RECORD"
+    record.write_text("".join(line for line in record.read_text().splitlines(True) if not line.startswith(ADDON)))
+
+
 def patched_wheel(tree: Tree) -> None:
     """What `pip install` of the wheel `patchkit wheel` built leaves: the patched files, the version
     labelled, the provenance and the patches in the dist-info."""
@@ -258,6 +295,35 @@ def guard_entry_point_emptied(tree: Tree) -> None:
     (tree.site / INFO / "entry_points.txt").write_text("")
 
 
+def guard_dist_info_upper_case_then_upgraded(tree: Tree) -> None:
+    """importlib.metadata finds a `.DIST-INFO` as well: vLLM loads the guard, which refuses the upgrade."""
+    upgraded_to_covered(tree)
+    (tree.site / INFO).rename(tree.site / INFO.replace(".dist-info", ".DIST-INFO"))
+
+
+def guard_entry_point_respelled_then_upgraded(tree: Tree) -> None:
+    upgraded_to_covered(tree)
+    (tree.site / INFO / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard=patchkit_guard:check\n")
+
+
+def guard_declared_by_an_egg_info_then_upgraded(tree: Tree) -> None:
+    upgraded_to_covered(tree)
+    egg = tree.site / "patchkit_guard.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text((tree.site / INFO / "METADATA").read_text())
+    (egg / "entry_points.txt").write_text((tree.site / INFO / "entry_points.txt").read_text())
+    shutil.rmtree(tree.site / INFO)
+
+
+def guard_module_symlinked_to_a_copy(tree: Tree) -> None:
+    """The guard module a symlink to a true copy of it: Python imports the copy, which passes."""
+    _applied(tree)
+    copy = tree.site.parent / "guard-copy.py"
+    copy.write_bytes((tree.site / "patchkit_guard.py").read_bytes())
+    (tree.site / "patchkit_guard.py").unlink()
+    (tree.site / "patchkit_guard.py").symlink_to(copy)
+
+
 CATALOGUE: list[Callable[[Tree], None]] = [
     stock,
     applied,
@@ -265,6 +331,10 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     upgraded_to_covered,
     upgraded_to_upstream,
     upgraded_to_uncovered,
+    upgraded_to_a_release_without_a_patched_file,
+    downgraded_to_a_release_without_a_patched_file,
+    added_a_file_then_upgraded,
+    added_a_file_then_upgraded_keeping_it,
     patched_wheel,
     patched_wheel_over_applied,
     patched_wheel_over_another_release,
@@ -278,6 +348,10 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_module_refusing,
     guard_of_another_patchkit,
     guard_entry_point_emptied,
+    guard_dist_info_upper_case_then_upgraded,
+    guard_entry_point_respelled_then_upgraded,
+    guard_declared_by_an_egg_info_then_upgraded,
+    guard_module_symlinked_to_a_copy,
 ]
 
 
@@ -395,6 +469,88 @@ def test_a_patched_wheel_over_another_releases_record_is_stale_and_revert_keeps_
     applied = run_cli("apply", "--no-import", "--target", again, "--patches", tmp_path / "again/lib")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert {path: (again / path).read_text() for path in (SPEC, MODEL)} == wheel_files
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        upgraded_to_a_release_without_a_patched_file,
+        downgraded_to_a_release_without_a_patched_file,
+        added_a_file_then_upgraded,
+        added_a_file_then_upgraded_keeping_it,
+    ],
+    ids=lambda build: build.__name__,
+)
+def test_a_record_pip_replaced_the_release_of_is_stale_and_apply_or_revert_drops_it(tmp_path, build):
+    """A record whose files pip's install of another release accounts for (stock, or gone and not
+    shipped; a file patchkit only created says nothing) is stale: apply and revert drop it, write
+    none of the other release's originals, and the guard then lets vLLM launch."""
+    for command in ("apply", "revert"):
+        tree = _tree(tmp_path / command)
+        build(tree)
+        before = {p.relative_to(tree.site).as_posix(): p.read_bytes() for p in (tree.site / "vllm").rglob("*.py")}
+        status = tree.cli("status", "--format", "json")
+        assert "stale" in status.stdout or status.returncode == 3, status.stdout  # 3: a release no set covers
+        done = tree.cli(command, *(["--no-import"] if command == "apply" else []))
+        if done.returncode == 3 and command == "apply":  # a release no set covers: status names revert
+            continue
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert not any(e["vllm_version"] == "0.16.0" for e in tree.state()["entries"])
+        if SPEC not in before:
+            assert not (tree.site / SPEC).exists()  # the 0.16.0 original is not put back
+        assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_revert_force_never_writes_another_releases_originals(tmp_path):
+    """pip installed 0.17.0 under the 0.16.0 record and a file was then edited: not stale, and
+    `revert --force` refuses to put 0.16.0's original over 0.17.0 (it names the reinstall)."""
+    tree = _tree(tmp_path)
+    upgraded_to_covered(tree)
+    with open(tree.site / SPEC, "a") as fh:
+        fh.write("# tuned\n")
+    before = {path: (tree.site / path).read_text() for path in (SPEC, MODEL)}
+    for force in ([], ["--force"]):
+        done = tree.cli("revert", *force)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "vllm==0.17.0" in done.stdout + done.stderr
+        assert {path: (tree.site / path).read_text() for path in (SPEC, MODEL)} == before
+
+
+def test_an_older_patchkits_recorded_guard_is_a_note_that_apply_updates(tmp_path):
+    """The guard an older patchkit installed and recorded (its own module bytes and dist-info): this
+    patchkit's check of the same record stands for it, so status passes, with a note naming apply,
+    which updates it. (A module not as recorded stays a failure: the catalogue's edited guards.)"""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    module = tree.site / "patchkit_guard.py"
+    module.write_bytes(module.read_bytes().replace(b"MAX_FILE_BYTES = 64", b"MAX_FILE_BYTES = 32"))
+    older = "patchkit_guard-0.0.9.dist-info"
+    (tree.site / INFO).rename(tree.site / older)
+    metadata = tree.site / older / "METADATA"
+    metadata.write_text(metadata.read_text().replace(f"Version: {__version__}", "Version: 0.0.9"))
+    state = tree.state()
+    files = [module, *(tree.site / older).iterdir()]
+    state["guard"] = {p.relative_to(tree.site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    tree.write_state(state)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "patchkit apply" in " ".join(json.loads(status.stdout)["guard_notes"])
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert not json.loads(tree.cli("status", "--format", "json").stdout)["guard_notes"]
+    assert (tree.site / INFO).is_dir() and not (tree.site / older).exists()
+
+
+def test_no_guard_removes_this_patchkits_guard_after_the_record_was_removed(tmp_path):
+    """state.json removed by hand (the damaged-record hint): `apply --no-guard` still knows this
+    patchkit's guard by its bytes and removes it, as --no-guard promises."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    (tree.site / ".patchkit/state.json").unlink()
+    done = tree.cli("apply", "--no-import", "--no-guard")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tree.site / "patchkit_guard.py").exists() and not (tree.site / INFO).exists()
+    assert tree.state()["no_guard"] is True
 
 
 def test_status_names_the_guards_refusal_and_its_fix_once(tmp_path):

@@ -576,3 +576,48 @@ def test_hostile_workspace_metadata_changes_nothing_outside(tmp_path, workspace,
     done = run_cli("refresh", workspace)
     assert fingerprint(sentinel) == before, done.stdout + done.stderr
     assert_clean(done, None)
+
+
+# -- a huge (sparse) file wherever patchkit reads one ------------------------------------------------
+
+HUGE = 40 << 30  # sparse: no disk used; read whole it is a MemoryError (exit 70)
+
+
+def _huge_at(scene: Scene, relative: str) -> Path:
+    path = scene.tree / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as fh:
+        fh.truncate(HUGE)
+    return path
+
+
+def _guard_file(scene: Scene, name: str) -> str:
+    return (
+        name
+        if name == GUARD_MODULE
+        else next(scene.tree.glob(f"patchkit_guard-*.dist-info/{name}")).relative_to(scene.tree).as_posix()
+    )
+
+
+@pytest.mark.parametrize(
+    "where",
+    [SPEC, "object", GUARD_MODULE, "RECORD", "entry_points.txt", "vllm/_version.py"],
+)
+@pytest.mark.parametrize("command", ["status", "verify", "apply", "revert", "revert --force", "recover"])
+def test_a_huge_file_anywhere_patchkit_reads_is_refused_not_read(tmp_path, where, command):
+    """A patched file, a saved original, a guard file or vLLM's _version.py of 40 GB (sparse) is
+    never read whole: each command exits cleanly (a tree file or patchkit's own: 2, naming it)."""
+    scene = _scene(tmp_path, applied=True)
+    pip_install(scene.tree, "0.16.0", {SPEC: patched_spec()})  # a dist-info with a RECORD: the guard goes in
+    assert run_cli("apply", "--target", scene.tree, "--patch", scene.patch).returncode == 0
+    assert (scene.tree / GUARD_MODULE).exists()
+    if where == "object":
+        where = f".patchkit/objects/{digest(SPEC_PY)}"
+    elif where in ("RECORD", "entry_points.txt"):
+        where = _guard_file(scene, where)
+    _huge_at(scene, where)
+    target = ("--target", scene.tree) + (() if command == "recover" else ("--patch", scene.patch))
+    done = run_cli(*COMMANDS[command], *target)
+    assert_clean(done, None)
+    if done.returncode == REFUSED:
+        assert where in done.stdout + done.stderr
