@@ -31,7 +31,7 @@ from patchkit.inspection import TreeStatus, check_context, drifted_files, inspec
 from patchkit.options import Options
 from patchkit.patchfile import Patch
 from patchkit.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
-from patchkit.record import has_provenance
+from patchkit.record import has_provenance, listed_by_other_distributions
 from patchkit.resolve import Resolved, require_patches, resolve, resolve_target
 from patchkit.state import Entry, State, meta_dir, read_file, read_state, sha256, state_path
 from patchkit.target import Target
@@ -659,21 +659,21 @@ def _revert_locked(
 
 
 def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
-    """A record that says patchkit created a file (no original) which the installed vLLM's RECORD
-    lists as its own is no record patchkit wrote: reverting it would delete a file of vLLM. (A vLLM
-    installed from a patched wheel lists the files its patches add: not judged here.)"""
+    """A record that says patchkit created a file (no original) which an installed distribution's
+    RECORD lists as its own (vLLM's, torch's) is no record patchkit wrote: reverting it would delete
+    that file. (A vLLM installed from a patched wheel lists the files its patches add: not judged.)"""
     # lazy: the checks load only when checks run
     from patchkit.checks.integrity import installed_record
 
     created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
-    if not created or installed is None or has_provenance(root):
-        return
-    record, _why = installed_record(root, installed, set(created))
-    stock = [path for path in created if record is not None and record.hashes.get(path)]
+    stock = sorted(listed_by_other_distributions(root, created))
+    if created and installed is not None and not has_provenance(root):
+        record, _why = installed_record(root, installed, set(created))
+        stock += [path for path in created if record is not None and record.hashes.get(path)]
     if stock:
         origin = state_path(root)
         raise BadInput(
-            f"{origin} says patchkit created {stock[0]}, but the installed vLLM's RECORD lists it as its own "
+            f"{origin} says patchkit created {stock[0]}, but an installed distribution's RECORD lists it as its own "
             "file: reverting that record would delete it; nothing was written",
             hint=f"inspect or remove {origin} (patchkit records no original only for a file its patches add)",
         )

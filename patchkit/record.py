@@ -105,6 +105,24 @@ def read_record_file(tree: Path, path: Path) -> bytes:
     return fsutil.read_regular(path, RECORD_LIMIT)
 
 
+def listed_by_other_distributions(tree: Path, paths: Collection[str]) -> set[str]:
+    """Those of `paths` outside vllm/ that another installed distribution's RECORD lists (torch's,
+    a user's package's): files of theirs, never patchkit's to delete. A RECORD that cannot be read
+    plainly lists nothing (the tree is untrusted input: bounded, no symlink followed)."""
+    wanted = {p for p in paths if p.split("/", 1)[0] != "vllm"}
+    listed: set[str] = set()
+    if not wanted:
+        return listed
+    for record in sorted(tree.glob("*.dist-info/RECORD")):
+        if record.parent.name.startswith(("vllm-", "patchkit_guard-")):
+            continue
+        try:
+            listed |= wanted & parse_record(read_record_file(tree, record), only=wanted).keys()
+        except (OSError, FetchError):
+            continue
+    return listed
+
+
 UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed
 
 

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 from patchkit import locks, signals
 from patchkit.errors import BadInput, LockBusy, TargetError
 from patchkit.fsutil import atomic_write, load_json_text, unsafe_reason
+from patchkit.record import listed_by_other_distributions
 from patchkit.state import (
     GUARD_PATH,
     Landed,
@@ -349,10 +350,11 @@ def recover(root: Path) -> str | None:
     if journal:
         needed = _needed_originals(root, journal)
         created = [e["path"] for e in journal["files"] if e["before"] is None]
-        vllms = _listed_by_vllm(root, created) - _kept_by_the_record(root, journal)
+        listed = _listed_by_vllm(root, created) | listed_by_other_distributions(root, created)
+        theirs = listed - _kept_by_the_record(root, journal)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
-                restored, kept = _rollback(root, journal, needed, not_ours=vllms)
+                restored, kept = _rollback(root, journal, needed, not_ours=theirs)
         except OSError as exc:
             raise _unfinished_rollback(root, exc) from exc
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
@@ -369,7 +371,7 @@ def recover(root: Path) -> str | None:
     if kept:
         said += (
             f"; kept {len(kept)} file(s) as they are, whose bytes are not what the transaction wrote"
-            f" (or that the installed vLLM lists as its own): {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}"
+            f" (or that an installed distribution lists as its own): {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}"
         )
     return said
 

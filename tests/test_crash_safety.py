@@ -516,3 +516,28 @@ def test_a_real_full_ext4_disk_is_exit_0_or_4_and_a_whole_tree(kind, small_ext4)
     _clean(tally)
     assert any("exit 4" in key for key in tally.trials), tally.report()  # the disk did run out
     assert any("exit 0" in key for key in tally.trials), tally.report()
+
+
+def test_a_planted_journal_cannot_delete_another_packages_files(tmp_path):
+    """A file another distribution's RECORD lists (torch's) is never one patchkit created: a
+    planted journal naming it with its true bytes leaves it, and a file no RECORD lists still goes."""
+    from patchkit.state import sha256
+
+    tree = ct.write_tree(tmp_path / "site", files={"vllm/engine/core.py": "CORE = 1\n"})
+    theirs, ours = b"print('torch')\n", b"OURS = 1\n"
+    (tree / "torch").mkdir()
+    (tree / "torch/__init__.py").write_bytes(theirs)
+    (tree / "torch-2.9.0.dist-info").mkdir()
+    (tree / "torch-2.9.0.dist-info/RECORD").write_text("torch/__init__.py,sha256=x,15\n")
+    (tree / "mypkg").mkdir()
+    (tree / "mypkg/new.py").write_bytes(ours)
+    files = [
+        {"path": path, "before": None, "after": sha256(data), "staged": None, "created_dirs": []}
+        for path, data in (("torch/__init__.py", theirs), ("mypkg/new.py", ours))
+    ]
+    (tree / ".patchkit").mkdir()
+    (tree / ".patchkit/journal.json").write_text(json.dumps({"id": "abc123", "previous_state": None, "files": files}))
+    _code, out = ct.run_cli(["status", "--target", str(tree)])
+    assert "kept 1 file(s)" in out and "torch/__init__.py" in out, out
+    assert (tree / "torch/__init__.py").read_bytes() == theirs and not (tree / "mypkg/new.py").exists()
+    assert not (tree / ".patchkit/journal.json").exists()

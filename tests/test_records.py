@@ -449,3 +449,29 @@ def test_a_record_saying_patchkit_created_a_file_of_vllm_is_refused_and_the_file
     state_file.write_text(json.dumps(state))
     assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
     assert not (site / "vllm/models/extra.py").exists() and victim.read_text() == SPEC_PY
+
+
+def test_a_record_saying_patchkit_created_another_packages_file_is_refused_and_the_file_kept(tmp_path, scratch):
+    """The same for a file another distribution's RECORD lists (torch's): revert never deletes it."""
+    import hashlib
+
+    from helpers import pip_install, run_cli
+
+    site = tmp_path / "site"
+    pip_install(site, "0.16.0", {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY})
+    (site / "torch").mkdir()
+    victim = site / "torch/__init__.py"
+    victim.write_text("TORCH = 1\n")
+    (site / "torch-2.9.0.dist-info").mkdir()
+    (site / "torch-2.9.0.dist-info/RECORD").write_text("torch/__init__.py,sha256=x,10\n")
+    diff = tmp_path / "add.diff"
+    diff.write_bytes(make_patch(scratch, site, {"vllm/models/extra.py": "EXTRA = 1\n"}))
+    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    state_file = site / ".patchkit/state.json"
+    state = json.loads(state_file.read_text())
+    forged = {"before": None, "after": hashlib.sha256(victim.read_bytes()).hexdigest()}
+    state["entries"][0]["files"]["torch/__init__.py"] = forged
+    state_file.write_text(json.dumps(state))
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 2 and "torch/__init__.py" in done.stderr, done.stdout + done.stderr
+    assert victim.read_text() == "TORCH = 1\n" and (site / "vllm/models/extra.py").exists()
