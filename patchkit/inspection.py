@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.errors import PatchkitError
 from patchkit.record import find_record, has_provenance
 from patchkit.state import Entry, Landed, State, read_file, read_state, sha256
 
@@ -50,12 +52,16 @@ class TreeStatus:
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
     guard: list[str] = field(default_factory=list)  # why the installed launch guard would refuse a launch
     guard_notes: list[str] = field(default_factory=list)  # e.g. an older patchkit's guard: apply updates it
+    # the fix when what the guard refuses is another set's record (an ad-hoc patch's): applying this set cannot
+    others_fix: str | None = None
 
     @property
     def guard_fix(self) -> str:
         """The command that brings the tree to one the guard lets launch."""
         if self.state == TreeState.UNSUPPORTED:
             return "run `patchkit revert` (this vLLM has no series: the old record goes, and the guard with it)"
+        if self.others_fix and not self.drifted:
+            return self.others_fix
         upgraded = [problem for problem in self.guard if _UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
             # vLLM was upgraded under the record, and its files are not all the new release's: no
@@ -94,9 +100,6 @@ _UPGRADED = " is installed, but the patches were applied to "  # the guard's wor
 
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
-    # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.guard import launch_refusal, older_guard_notes
-
     # lazy: `run`'s fast path reads the record and never plans
     from patchkit.plan import plan_apply
 
@@ -109,11 +112,10 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
             TreeState.UPSTREAM,
             checks=checks,
             stale=list(stale.values()),
-            guard=launch_refusal(root),
-            guard_notes=older_guard_notes(root),
+            **_guard_fields(root, resolved.set_name),
         )
     if kind == SelectionKind.UNSUPPORTED:
-        return TreeStatus(TreeState.UNSUPPORTED, guard=launch_refusal(root), guard_notes=older_guard_notes(root))
+        return TreeStatus(TreeState.UNSUPPORTED, **_guard_fields(root, resolved.set_name))
     assert kind == SelectionKind.PATCH
 
     plan = plan_apply(resolved.target.root, resolved.patches)
@@ -134,9 +136,42 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         drifted_files(resolved),
         plan,
         stale=list(stale.values()),
-        guard=launch_refusal(root),
-        guard_notes=older_guard_notes(root),
+        **_guard_fields(root, resolved.set_name),
     )
+
+
+def _guard_fields(root: Path, set_name: str) -> dict:
+    """What the installed guard refuses, its notes, and the fix when another set's record is what it refuses."""
+    # lazy: only a guarded tree, or installing a guard, needs it
+    from patchkit.guard import launch_refusal, older_guard_notes
+
+    refused = launch_refusal(root)
+    return {
+        "guard": refused,
+        "guard_notes": older_guard_notes(root),
+        "others_fix": _others_fix(root, set_name, refused),
+    }
+
+
+def _others_fix(root: Path, set_name: str, refused: list[str]) -> str | None:
+    """The commands that settle the other records whose files the guard names (none: none does)."""
+    if not refused:
+        return None
+    try:
+        entries = [e for e in read_state(root).entries if e.set_name != set_name]
+    except PatchkitError:  # a damaged record: the guard and status say so on their own
+        return None
+    named = [e for e in entries if any(problem.startswith(f"{path} ") for path in e.files for problem in refused)]
+    if not named:
+        return None
+    fixes = []
+    for entry in named:
+        if entry.set_name.startswith("adhoc-"):
+            chosen = " ".join(f"--patch {p['name']}" for p in entry.patches)
+        else:
+            chosen = f"--set {entry.set_name}"
+        fixes.append(f"`patchkit revert {chosen} --force` (it keeps a copy of edits), then `patchkit apply {chosen}`")
+    return "the guard refuses files another set's record holds: run " + "; and ".join(fixes)
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:

@@ -639,10 +639,13 @@ def _revert_locked(
     guard_changes, new_state, kept = _without_guard(root, new_state)
     warnings += kept
     if not changes:
-        if stale or guard_changes:
+        if stale or guard_changes or entries:  # a record of files already stock goes too: it describes none
             commit_changes(root, guard_changes, new_state)
             _fix_guard_bytecode(target, guard_changes)
-        return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", files, warnings=warnings)
+        dropped = " (its record dropped)" if entries else ""
+        return RevertResult(
+            Outcome.NOT_APPLIED, f"nothing to revert: the tree is stock{dropped}", files, warnings=warnings
+        )
     saved = keep_copies(root, restored.edited) if restored.edited else None
     commit_changes(root, {**changes, **guard_changes}, new_state, origins=view.origins)
     bytecode = fix_bytecode(target, changes) + _fix_guard_bytecode(target, guard_changes)

@@ -515,3 +515,29 @@ def test_apply_removes_its_earlier_guard_where_a_guard_would_stop_every_launch(p
     assert "no one vLLM version" in done.stderr and not (site / "patchkit_guard.py").exists()
     assert _load(site).returncode == 0
     assert run_cli("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0").returncode == 0
+
+
+@pytest.mark.parametrize("change", ["edit", "remove"])
+def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch, tmp_path, change):
+    """The guard refuses a file a second (ad-hoc) set recorded: status, checked for the first set,
+    names the second's revert and apply, and following that lets the launch pass; `apply` of the
+    first set alone would say "nothing to do" for ever."""
+    site, diff, _ = patched
+    addon = tmp_path / "addon.diff"
+    addon.write_bytes(make_patch(scratch, site, {"vllm/addon.py": "ADDON = 1\n"}))
+    assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
+    if change == "edit":
+        (site / "vllm/addon.py").write_text("ADDON = 2\n")
+    else:
+        (site / "vllm/addon.py").unlink()
+    assert _load(site).returncode != 0
+    done = run_cli("status", "--target", site, "--patch", diff)
+    assert done.returncode == 1, done.stdout + done.stderr
+    hint = " ".join(done.stderr.split())
+    assert (
+        f"`patchkit revert --patch {addon.name} --force`" in hint and f"`patchkit apply --patch {addon.name}`" in hint
+    )
+    assert run_cli("revert", "--target", site, "--patch", addon, "--force").returncode == 0
+    assert _load(site).returncode == 0, _load(site).stderr
+    assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
+    assert _load(site).returncode == 0 and run_cli("status", "--target", site, "--patch", diff).returncode == 0
