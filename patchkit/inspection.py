@@ -60,7 +60,7 @@ class TreeStatus:
         """The command that brings the tree to one the guard lets launch."""
         if self.state == TreeState.UNSUPPORTED:
             return "run `patchkit revert` (this vLLM has no series: the old record goes, and the guard with it)"
-        if self.others_fix and not self.drifted:
+        if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
         upgraded = [problem for problem in self.guard if _UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
