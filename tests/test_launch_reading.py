@@ -165,6 +165,9 @@ def _nested(depth: int) -> str:
         ["--speculative-config", _nested(1200)],
         ["--hf-overrides", _nested(300)],
         ["--hf-overrides.a", _nested(1200)],
+        ["--hf-overrides." + "k." * 1500 + "x", "1"],
+        ["--speculative-config." + "k." * 2000 + "x", "1"],
+        ["--hf-overrides." + "k." * 40 + "x", _nested(40)],
         ["--speculative-config", '{"num_speculative_tokens": ' + "7" * 5000 + "}"],
     ],
 )
