@@ -1107,3 +1107,48 @@ def test_a_bad_drafter_given_by_the_releases_own_flags_is_checked(tmp_path):
     assert_clean_failure(done, 1)
     assert "drafter-hidden-size" in failed(done), done.stdout
     assert "command" not in findings(done)  # read by 0.32.0's own parser: nothing left unread
+
+
+# --- review-launch3 01: the tree checked is the one the launch imports, in its environment and cwd --
+
+
+def _venv_running(tree: Path, root: Path) -> Path:
+    """A venv whose python imports vllm from `tree` (a .pth), with a `vllm` script naming it."""
+    import venv
+
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    (site / "checked.pth").write_text(f"{tree}\n")
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    return root / "bin" / "python"
+
+
+def test_the_launchs_pythonpath_or_working_directory_that_imports_another_vllm_fails_launch_target(setup, tmp_path):
+    from helpers import write_tree
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    python = _venv_running(tree, tmp_path / "venv")
+    other = write_tree(tmp_path / "other")
+    launch = serve(models["deepseek"], models["drafter"])[2:]
+    script = str(python.parent / "vllm")
+    module = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", *launch]
+    assert "launch-target" not in findings(preflight(tree, library, script, "serve", *launch))
+    for named in ([], ["--target", str(tree)]):
+        for command, cwd in (
+            (["env", f"PYTHONPATH={other}", script, "serve", *launch], None),
+            (["env", "-i", f"PYTHONPATH={other}", script, "serve", *launch], None),
+            (module, other),
+        ):
+            args = ["preflight", *named, "--patches", library, "--format", "json", "--no-import", "--", *command]
+            done = run_cli(*args, cwd=cwd)
+            assert_clean_failure(done, 1)
+            assert failed(done) == {"launch-target"}, (command, done.stdout)
+            assert str(other) in findings(done)["launch-target"]["message"]
+    done = run_cli("preflight", "--patches", library, "--format", "json", "--no-import", "--", *module, cwd=tmp_path)
+    assert "launch-target" not in findings(done), done.stdout  # a working directory without a vllm
+    done = run_cli("run", "--patches", library, "--", "env", f"PYTHONPATH={other}", script, "serve", *launch)
+    assert_clean_failure(done, 1)
+    assert "not launched" in done.stderr and "launch-target" in done.stdout

@@ -38,6 +38,7 @@ class LaunchCommand:
     program: str  # `vllm` or the python interpreter as written
     env: dict[str, str] = field(default_factory=dict)  # the `env VAR=VALUE` prefix
     clean_env: bool = False  # `env -i`: the launch inherits no environment
+    cwd: str | None = None  # `env -C DIR`: the directory the launch runs in (None: patchkit's own)
     options: dict[str, object] = field(default_factory=dict)  # option name (dashed) -> value
     model: str | None = None
     arguments: list[str] = field(default_factory=list)  # what vLLM's parser reads (after `serve` / the module)
@@ -51,6 +52,17 @@ class LaunchCommand:
     def environ(self) -> dict[str, str]:
         """The environment vLLM runs with: patchkit's own (unless `env -i`) under the `env` prefix."""
         return dict(self.env) if self.clean_env else {**os.environ, **self.env}
+
+    def first_path(self) -> str | None:
+        """What the launch's Python puts first on sys.path: `python -m`'s working directory, a
+        script's own directory; None with PYTHONSAFEPATH set (or no such script)."""
+        if self.environ.get("PYTHONSAFEPATH"):
+            return None
+        cwd = os.path.abspath(os.path.join(os.getcwd(), self.cwd or os.curdir))
+        if Path(self.program).name.startswith("python"):
+            return cwd
+        found = shutil.which(self.program, path=self.environ.get("PATH", os.defpath))
+        return os.path.dirname(os.path.realpath(os.path.join(cwd, found))) if found else None
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""

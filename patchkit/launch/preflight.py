@@ -59,28 +59,42 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
 
 
 def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
-    """With --target/--python: whether the command's own `vllm` (or `python`) runs that tree. None
-    when it does, or when the program is not found at all (its exec fails by itself)."""
+    """Whether the command's own `vllm` (or `python`), in the launch's environment and working
+    directory, imports the tree checked. None when it does, or when the program is not found at all
+    (its exec fails by itself)."""
     try:
         python = command.interpreter()
     except TargetError as exc:
         if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
             return None
         return Finding(LAUNCH_TARGET, True, f"{exc.message}: not compared with {resolved.target.found_by}")
-    if _same_venv(python, resolved.target.python):
-        return None
+    first_path = command.first_path()
+    own_setting = bool(command.env or command.clean_env or command.cwd) or _may_hold_vllm(first_path)
+    if _same_venv(python, resolved.target.python) and not own_setting:
+        return None  # found by this very interpreter, in patchkit's environment: the launch's
     try:
-        runs = from_interpreter(python).root
+        runs = from_interpreter(python, env=command.environ, first_path=first_path).root
     except TargetError as exc:
         return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", exc.hint)
     if _same_directory(runs, resolved.target.root):
         return None
+    how = " (in the launch's environment and working directory)" if own_setting else ""
     message = (
         f"{resolved.target.found_by} names vLLM in {resolved.target.root}, but the command's {command.program} "
-        f"runs {python}, whose vLLM is in {runs}: the launch runs that tree, not the one checked"
+        f"runs {python}, which imports vLLM from {runs}{how}: the launch runs that tree, not the one checked"
     )
-    fix = f"check the tree the command runs (--python {python}), or launch the checked tree's own vllm"
+    fix = f"check the tree the command runs (--target {runs}), or launch the checked tree's own vllm"
+    if own_setting:
+        fix += " (without the PYTHONPATH or working directory that put that tree first)"
     return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def _may_hold_vllm(directory: str | None) -> bool:
+    """Whether a directory first on the launch's sys.path has anything Python could import as vllm."""
+    try:
+        return directory is not None and any(entry.name.split(".")[0] == "vllm" for entry in os.scandir(directory))
+    except OSError:
+        return False
 
 
 def _same_venv(python: str, other: str | None) -> bool:
