@@ -1152,3 +1152,62 @@ def test_the_launchs_pythonpath_or_working_directory_that_imports_another_vllm_f
     done = run_cli("run", "--patches", library, "--", "env", f"PYTHONPATH={other}", script, "serve", *launch)
     assert_clean_failure(done, 1)
     assert "not launched" in done.stderr and "launch-target" in done.stdout
+
+
+# --- review-launch3 02/05: the configs vLLM reads, in vLLM's order -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "reads"),
+    [
+        ('{"lab/ds": "{narrow}"}', 4096),
+        ("# a comment line\nlab/ds   {narrow}\r\nother x\n", 4096),
+        ("[]\nlab/ds {narrow}\n", 4096),  # not JSON: read as lines
+        ('{"other/model": "{narrow}"}', 7168),
+        ("", 7168),
+    ],
+)
+def test_vllm_model_redirect_path_is_followed_as_vllm_follows_it(setup, tmp_path, table, reads):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    cache = tmp_path / "hub"
+    write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
+    narrow = write_model(tmp_path / "narrow", NARROW)
+    redirect = tmp_path / "redirect"
+    redirect.write_text(table.replace("{narrow}", str(narrow)))
+    env = {"HF_HUB_CACHE": str(cache), "VLLM_MODEL_REDIRECT_PATH": str(redirect)}
+    assert checked_hidden_size(tree, library, models["drafter"], "vllm", "serve", "lab/ds", env=env) == reads
+    # the drafter is redirected too
+    env["VLLM_MODEL_REDIRECT_PATH"] = str(tmp_path / "drafter-redirect")
+    Path(env["VLLM_MODEL_REDIRECT_PATH"]).write_text(f"lab/d {models['drafter']}\n")
+    assert checked_hidden_size(tree, library, "lab/d", "vllm", "serve", str(models["deepseek"]), env=env) == 7168
+
+
+@pytest.mark.parametrize(("table", "code"), [(b'"a string"', 2), (b'{"{model}": 5}', 2), (b"{model} \xff\n", 4)])
+def test_a_redirect_file_vllm_fails_on_is_never_read_as_no_redirect(setup, tmp_path, table, code):
+    tree, library, models = setup
+    redirect = tmp_path / "redirect"
+    redirect.write_bytes(table.replace(b"{model}", bytes(models["deepseek"])))
+    env = {"VLLM_MODEL_REDIRECT_PATH": str(redirect)}
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]), env=env)
+    assert_clean_failure(done, code)
+    assert "VLLM_MODEL_REDIRECT_PATH" in done.stderr
+
+
+def test_vllm_use_modelscope_cannot_be_judged(setup):
+    tree, library, models = setup
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]), env={"VLLM_USE_MODELSCOPE": "True"})
+    assert_clean_failure(done, 4)
+    assert "cannot judge" in done.stderr and "VLLM_USE_MODELSCOPE" in done.stderr
+
+
+def test_a_speculators_model_with_hf_config_path_is_still_served_as_its_verifiers_drafter(setup, tmp_path):
+    """vLLM's speculators check reads MODEL's own config.json; --hf-config-path is the verifier's config."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    model = write_model(tmp_path / "spec-format", speculator_config(models["deepseek"]))
+    narrow = write_model(tmp_path / "narrow", NARROW)
+    done = preflight(tree, library, "vllm", "serve", str(model), "--hf-config-path", str(narrow))
+    assert set(findings(done)) >= DRAFTER_CHECKS, done.stdout
+    assert failed(done) == {"drafter-hidden-size"}, done.stdout
+    assert "speculators-format" in findings(done)["command"]["message"]
