@@ -84,7 +84,7 @@ def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, ver
     [
         ({"architectures": ["MixtralForCausalLM"]}, "drafter-architecture"),
         ({"target_hidden_size": 5120}, "drafter-hidden-size"),
-        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}}, "drafter-aux-layers"),
+        ({"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}, "drafter-aux-layers"),
         ({"draft_vocab_size": 200000}, "drafter-vocabulary"),
     ],
 )
@@ -110,7 +110,7 @@ def _changed(config: dict, change: dict) -> dict:
         ({"target_hidden_size": "7168"}, {"hidden_size": "7168"}, "drafter-hidden-size"),
         ({"vocab_size": None, "draft_vocab_size": None}, {"vocab_size": None}, "drafter-vocabulary"),
         (
-            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [True]}},
+            {"eagle_aux_hidden_state_layer_ids": [True]},
             {"num_hidden_layers": True},
             "drafter-aux-layers",
         ),
@@ -1211,3 +1211,22 @@ def test_a_speculators_model_with_hf_config_path_is_still_served_as_its_verifier
     assert set(findings(done)) >= DRAFTER_CHECKS, done.stdout
     assert failed(done) == {"drafter-hidden-size"}, done.stdout
     assert "speculators-format" in findings(done)["command"]["message"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"eagle_aux_hidden_state_layer_ids": None, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
+        {"eagle_aux_hidden_state_layer_ids": [], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
+        {"eagle_aux_hidden_state_layer_ids": 29},
+    ],
+)
+def test_aux_layers_vllm_never_reads_fail_naming_the_default_it_uses(setup, tmp_path, change):
+    """vLLM 0.16.0's model runner reads only a non-empty top-level list; else the target's default."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "nested-drafter", _changed(DRAFTER, change))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-aux-layers"}, done.stdout
+    assert "(2, 30, 58)" in findings(done)["drafter-aux-layers"]["message"]
