@@ -1230,3 +1230,16 @@ def test_aux_layers_vllm_never_reads_fail_naming_the_default_it_uses(setup, tmp_
     assert_clean_failure(done, 1)
     assert failed(done) == {"drafter-aux-layers"}, done.stdout
     assert "(2, 30, 58)" in findings(done)["drafter-aux-layers"]["message"]
+
+
+def test_a_pythonpath_set_in_patchkits_own_environment_and_unset_by_the_launch_fails_launch_target(setup, tmp_path):
+    from helpers import write_tree
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    python = _venv_running(tmp_path / "other", tmp_path / "venv")
+    write_tree(tmp_path / "other")
+    launch = serve(models["deepseek"], models["drafter"])[2:]
+    command = ["env", "-u", "PYTHONPATH", str(python.parent / "vllm"), "serve", *launch]
+    done = preflight(tree, library, *command, env={"PYTHONPATH": str(tree)})
+    assert failed(done) == {"launch-target"}, done.stdout

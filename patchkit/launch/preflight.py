@@ -70,7 +70,7 @@ def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
             return None
         return Finding(LAUNCH_TARGET, True, f"{exc.message}: not compared with {resolved.target.found_by}")
     first_path = command.first_path()
-    own_setting = bool(command.env or command.clean_env or command.cwd) or _may_hold_vllm(first_path)
+    own_setting = _own_import_setting(command) or _may_hold_vllm(first_path)
     if _same_venv(python, resolved.target.python) and not own_setting:
         return None  # found by this very interpreter, in patchkit's environment: the launch's
     try:
@@ -92,6 +92,13 @@ def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
     else:
         fix = f"check the tree the command runs (--python {python}), or launch the checked tree's own vllm"
     return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def _own_import_setting(command: LaunchCommand) -> bool:
+    """Whether the launch's environment differs from patchkit's where Python's import path is made:
+    PYTHON* variables and HOME (the user's site-packages), cleared or unset ones, another directory."""
+    changed = [*command.env, *command.unset]
+    return command.clean_env or bool(command.cwd) or any(k.startswith("PYTHON") or k == "HOME" for k in changed)
 
 
 def _may_hold_vllm(directory: str | None) -> bool:
