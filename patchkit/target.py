@@ -54,9 +54,11 @@ def from_directory(directory: str | os.PathLike) -> Target:
     return Target(root=root, found_by=f"--target {directory}")
 
 
-def from_interpreter(python: str | None) -> Target:
-    """Ask an interpreter where vllm is, without importing it. None: the one running patchkit."""
-    info = _probe(python)
+def from_interpreter(python: str | None, *, env: dict[str, str] | None = None, first_path: str | None = None) -> Target:
+    """Ask an interpreter where vllm is, without importing it. None: the one running patchkit. `env`:
+    the environment it runs with (None: patchkit's); `first_path`: what it puts first on sys.path
+    (`python -m`'s working directory, a script's own directory)."""
+    info = _probe(python, env, first_path)
     package_dir = info.get("package_dir")
     if not isinstance(package_dir, (str, type(None))) or not isinstance(info.get("version"), (str, type(None))):
         raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
@@ -75,13 +77,14 @@ def from_interpreter(python: str | None) -> Target:
     )
 
 
-def _probe(python: str | None) -> dict:
+def _probe(python: str | None, env: dict[str, str] | None = None, first_path: str | None = None) -> dict:
     """What `python` (None: the one running patchkit) says about its vllm: _target/locate.py."""
     # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
     # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
     # site-packages are part of where that Python finds vllm.
     try:
-        info = run_worker(python, "locate", {"package": PACKAGE}, timeout=60, in_process=python is None, isolated=False)
+        request = {"package": PACKAGE, "first_path": first_path}
+        info = run_worker(python, "locate", request, timeout=60, in_process=python is None, isolated=False, env=env)
     except WorkerFailed as failed:
         if failed.status == 0:  # ran, exited 0, answered nothing: /bin/true, a shell script...
             raise TargetError(f"{python} is not a Python interpreter (it ran, but gave no answer)") from failed

@@ -208,7 +208,7 @@ DRAFTER = {
     "num_hidden_layers": 1,
     "vocab_size": 129280,
     "draft_vocab_size": 32000,
-    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
+    "eagle_aux_hidden_state_layer_ids": [1, 29, 57],
 }
 
 

@@ -220,6 +220,9 @@ def launch_token(draw, work: Path) -> list[str]:
         return [draw(st.text(max_size=12))]
     if kind == "bytes":
         return [os.fsdecode(draw(st.binary(min_size=1, max_size=12)).replace(b"\0", b"_"))]
+    if kind == "deep" and draw(st.booleans()):  # the depth in a dotted key's own keys
+        name = draw(st.sampled_from(["--speculative-config", "--hf-overrides"]))
+        return [name + ".k" * draw(st.sampled_from([10, 70, 900, 3000])), draw(st.sampled_from(["1", _deep(draw)]))]
     if kind == "deep":
         return [
             draw(st.sampled_from(["--speculative-config", "--hf-overrides", "--hf-overrides.a", "--sc"])),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -165,6 +166,9 @@ def _nested(depth: int) -> str:
         ["--speculative-config", _nested(1200)],
         ["--hf-overrides", _nested(300)],
         ["--hf-overrides.a", _nested(1200)],
+        ["--hf-overrides." + "k." * 1500 + "x", "1"],
+        ["--speculative-config." + "k." * 2000 + "x", "1"],
+        ["--hf-overrides." + "k." * 40 + "x", _nested(40)],
         ["--speculative-config", '{"num_speculative_tokens": ' + "7" * 5000 + "}"],
     ],
 )
@@ -529,3 +533,56 @@ def test_every_release_of_the_librarys_range_up_to_0_33_0_has_its_own_spec():
 def test_an_enable_disable_pair_stores_what_0_33_0_stores(flag, stored):
     command = parse(["vllm", "serve", "org/m", flag], "0.33.0")
     assert command.exact and command.options["enable-auto-tool-choice"] is stored
+
+
+# --- review-launch3 06: the env prefix read as GNU env reads it --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefix", "env", "clean", "unset"),
+    [
+        (["env", "-u", "HOME"], {}, False, ["HOME"]),
+        (["env", "--unset=HOME", "--uns", "XDG_CACHE_HOME", "A=1"], {"A": "1"}, False, ["HOME", "XDG_CACHE_HOME"]),
+        (["env", "-iuX", "B=2"], {"B": "2"}, True, ["X"]),
+        (["env", "-v", "--ignore-environment", "--", "C=3"], {"C": "3"}, True, []),
+        (["env", "-"], {}, True, []),
+    ],
+)
+def test_env_options_are_read_as_gnu_env_reads_them(prefix, env, clean, unset, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    command = frame([*prefix, "vllm", "serve", "org/m"])
+    assert (command.env, command.clean_env, command.unset, command.program) == (env, clean, unset, "vllm")
+    assert ("HOME" in command.environ) == (not clean and "HOME" not in unset)
+
+
+def test_env_chdir_to_patchkits_own_directory_is_read_and_another_is_refused_saying_why(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert frame(["env", f"--chdir={tmp_path}", "vllm", "serve", "org/m"]).cwd == str(tmp_path)
+    with pytest.raises(BadInput, match="patchkit reads its relative paths from its own working directory") as refused:
+        frame(["env", "-C", "/", "vllm", "serve", "org/m"])
+    assert "cd /" in (refused.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["env", "A=1", "-i", "vllm", "serve", "org/m"], "env runs '-i' as the command"),
+        (["env", "-S", "vllm serve org/m"], "patchkit does not read env's -S option"),
+        (["env", "--ign", "vllm", "serve", "org/m"], "env refuses the option --ign"),
+        (["env", "-u"], "env's -u needs a value"),
+    ],
+)
+def test_an_env_prefix_patchkit_does_not_read_is_refused_with_a_true_message(argv, says):
+    with pytest.raises(BadInput, match=re.escape(says)):
+        frame(argv)
+
+
+def test_env_unset_takes_the_variable_out_of_what_the_launch_reads(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = write_model(tmp_path / "m", DEEPSEEK_V3)
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "env", "-u", "VLLM_USE_MODELSCOPE", "vllm", "serve", str(model),
+        env={"VLLM_USE_MODELSCOPE": "true"},
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout + done.stderr

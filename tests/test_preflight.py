@@ -84,7 +84,7 @@ def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, ver
     [
         ({"architectures": ["MixtralForCausalLM"]}, "drafter-architecture"),
         ({"target_hidden_size": 5120}, "drafter-hidden-size"),
-        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}}, "drafter-aux-layers"),
+        ({"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}, "drafter-aux-layers"),
         ({"draft_vocab_size": 200000}, "drafter-vocabulary"),
     ],
 )
@@ -110,7 +110,7 @@ def _changed(config: dict, change: dict) -> dict:
         ({"target_hidden_size": "7168"}, {"hidden_size": "7168"}, "drafter-hidden-size"),
         ({"vocab_size": None, "draft_vocab_size": None}, {"vocab_size": None}, "drafter-vocabulary"),
         (
-            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [True]}},
+            {"eagle_aux_hidden_state_layer_ids": [True]},
             {"num_hidden_layers": True},
             "drafter-aux-layers",
         ),
@@ -1107,3 +1107,139 @@ def test_a_bad_drafter_given_by_the_releases_own_flags_is_checked(tmp_path):
     assert_clean_failure(done, 1)
     assert "drafter-hidden-size" in failed(done), done.stdout
     assert "command" not in findings(done)  # read by 0.32.0's own parser: nothing left unread
+
+
+# --- review-launch3 01: the tree checked is the one the launch imports, in its environment and cwd --
+
+
+def _venv_running(tree: Path, root: Path) -> Path:
+    """A venv whose python imports vllm from `tree` (a .pth), with a `vllm` script naming it."""
+    import venv
+
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    (site / "checked.pth").write_text(f"{tree}\n")
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    return root / "bin" / "python"
+
+
+def test_the_launchs_pythonpath_or_working_directory_that_imports_another_vllm_fails_launch_target(setup, tmp_path):
+    from helpers import write_tree
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    python = _venv_running(tree, tmp_path / "venv")
+    other = write_tree(tmp_path / "other")
+    launch = serve(models["deepseek"], models["drafter"])[2:]
+    script = str(python.parent / "vllm")
+    module = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", *launch]
+    assert "launch-target" not in findings(preflight(tree, library, script, "serve", *launch))
+    for named in ([], ["--target", str(tree)]):
+        for command, cwd in (
+            (["env", f"PYTHONPATH={other}", script, "serve", *launch], None),
+            (["env", "-i", f"PYTHONPATH={other}", script, "serve", *launch], None),
+            (module, other),
+        ):
+            args = ["preflight", *named, "--patches", library, "--format", "json", "--no-import", "--", *command]
+            done = run_cli(*args, cwd=cwd)
+            assert_clean_failure(done, 1)
+            assert failed(done) == {"launch-target"}, (command, done.stdout)
+            assert str(other) in findings(done)["launch-target"]["message"]
+    done = run_cli("preflight", "--patches", library, "--format", "json", "--no-import", "--", *module, cwd=tmp_path)
+    assert "launch-target" not in findings(done), done.stdout  # a working directory without a vllm
+    done = run_cli("run", "--patches", library, "--", "env", f"PYTHONPATH={other}", script, "serve", *launch)
+    assert_clean_failure(done, 1)
+    assert "not launched" in done.stderr and "launch-target" in done.stdout
+
+
+# --- review-launch3 02/05: the configs vLLM reads, in vLLM's order -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "reads"),
+    [
+        ('{"lab/ds": "{narrow}"}', 4096),
+        ("# a comment line\nlab/ds   {narrow}\r\nother x\n", 4096),
+        ("[]\nlab/ds {narrow}\n", 4096),  # not JSON: read as lines
+        ('{"other/model": "{narrow}"}', 7168),
+        ("", 7168),
+    ],
+)
+def test_vllm_model_redirect_path_is_followed_as_vllm_follows_it(setup, tmp_path, table, reads):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    cache = tmp_path / "hub"
+    write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
+    narrow = write_model(tmp_path / "narrow", NARROW)
+    redirect = tmp_path / "redirect"
+    redirect.write_text(table.replace("{narrow}", str(narrow)))
+    env = {"HF_HUB_CACHE": str(cache), "VLLM_MODEL_REDIRECT_PATH": str(redirect)}
+    assert checked_hidden_size(tree, library, models["drafter"], "vllm", "serve", "lab/ds", env=env) == reads
+    # the drafter is redirected too
+    env["VLLM_MODEL_REDIRECT_PATH"] = str(tmp_path / "drafter-redirect")
+    Path(env["VLLM_MODEL_REDIRECT_PATH"]).write_text(f"lab/d {models['drafter']}\n")
+    assert checked_hidden_size(tree, library, "lab/d", "vllm", "serve", str(models["deepseek"]), env=env) == 7168
+
+
+@pytest.mark.parametrize(("table", "code"), [(b'"a string"', 2), (b'{"{model}": 5}', 2), (b"{model} \xff\n", 4)])
+def test_a_redirect_file_vllm_fails_on_is_never_read_as_no_redirect(setup, tmp_path, table, code):
+    tree, library, models = setup
+    redirect = tmp_path / "redirect"
+    redirect.write_bytes(table.replace(b"{model}", bytes(models["deepseek"])))
+    env = {"VLLM_MODEL_REDIRECT_PATH": str(redirect)}
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]), env=env)
+    assert_clean_failure(done, code)
+    assert "VLLM_MODEL_REDIRECT_PATH" in done.stderr
+
+
+def test_vllm_use_modelscope_cannot_be_judged(setup):
+    tree, library, models = setup
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]), env={"VLLM_USE_MODELSCOPE": "True"})
+    assert_clean_failure(done, 4)
+    assert "cannot judge" in done.stderr and "VLLM_USE_MODELSCOPE" in done.stderr
+
+
+def test_a_speculators_model_with_hf_config_path_is_still_served_as_its_verifiers_drafter(setup, tmp_path):
+    """vLLM's speculators check reads MODEL's own config.json; --hf-config-path is the verifier's config."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    model = write_model(tmp_path / "spec-format", speculator_config(models["deepseek"]))
+    narrow = write_model(tmp_path / "narrow", NARROW)
+    done = preflight(tree, library, "vllm", "serve", str(model), "--hf-config-path", str(narrow))
+    assert set(findings(done)) >= DRAFTER_CHECKS, done.stdout
+    assert failed(done) == {"drafter-hidden-size"}, done.stdout
+    assert "speculators-format" in findings(done)["command"]["message"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"eagle_aux_hidden_state_layer_ids": None, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
+        {"eagle_aux_hidden_state_layer_ids": [], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
+        {"eagle_aux_hidden_state_layer_ids": 29},
+    ],
+)
+def test_aux_layers_vllm_never_reads_fail_naming_the_default_it_uses(setup, tmp_path, change):
+    """vLLM 0.16.0's model runner reads only a non-empty top-level list; else the target's default."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "nested-drafter", _changed(DRAFTER, change))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-aux-layers"}, done.stdout
+    assert "(2, 30, 58)" in findings(done)["drafter-aux-layers"]["message"]
+
+
+def test_a_pythonpath_set_in_patchkits_own_environment_and_unset_by_the_launch_fails_launch_target(setup, tmp_path):
+    from helpers import write_tree
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    python = _venv_running(tmp_path / "other", tmp_path / "venv")
+    write_tree(tmp_path / "other")
+    launch = serve(models["deepseek"], models["drafter"])[2:]
+    command = ["env", "-u", "PYTHONPATH", str(python.parent / "vllm"), "serve", *launch]
+    done = preflight(tree, library, *command, env={"PYTHONPATH": str(tree)})
+    assert failed(done) == {"launch-target"}, done.stdout

@@ -166,3 +166,14 @@ def test_a_damaged_record_is_refused_by_run_as_by_every_command(launch, tmp_path
     _, done = patchkit_run(tree, library, command, env)
     assert_clean_failure(done, 2)
     assert "state.json" in done.stderr and not marker.exists()
+
+
+def test_kept_findings_are_not_reused_for_a_launch_environment_that_imports_or_plugs_in_otherwise(launch, tmp_path):
+    """PYTHONPATH or VLLM_PLUGINS changed in the environment the launch inherits: its own entry."""
+    tree, library, command, env, _ = launch
+    env, kept = own_cache(env, tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for changed in ({}, {}, {"PYTHONPATH": str(tmp_path / "elsewhere")}, {"VLLM_PLUGINS": "other"}):
+        _, done = patchkit_run(tree, library, command, {**env, **changed})
+        assert done.returncode == 7, done.stderr
+    assert len(list(kept.glob("*.json"))) == 3

@@ -18,6 +18,7 @@ SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
 MODELS_DIR = "vllm/model_executor/models"
 DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
+AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
 LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 SUPPORTS_FIX = "the installed model class does not implement SupportsEagle3: run `patchkit status`"
@@ -139,10 +140,13 @@ def hidden_size(launch) -> Finding:
 
 
 def aux_layers(launch) -> Finding:
-    layers = _aux_layer_ids(launch.drafter.config)
+    """The layers vLLM's model runner takes: the drafter config's top-level
+    eagle_aux_hidden_state_layer_ids when a non-empty list, else the target's default (2, n//2, n-3)."""
+    config = launch.drafter.config
+    layers = config.get("eagle_aux_hidden_state_layer_ids")
     count = launch.target.text_config.get("num_hidden_layers")
-    if layers is None:
-        return Finding("drafter-aux-layers", True, "drafter names no eagle_aux_hidden_state_layer_ids (vLLM's default)")
+    if not (layers and isinstance(layers, list)):
+        return _default_aux_layers(config, count)
     if not _whole(count) or not all(_whole(n) for n in layers):
         message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
         return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
@@ -153,12 +157,28 @@ def aux_layers(launch) -> Finding:
     return Finding("drafter-aux-layers", True, f"aux layers {layers} are below the target's {count} layers")
 
 
-def _aux_layer_ids(config: dict) -> list | None:
+def _default_aux_layers(config: dict, count: object) -> Finding:
+    """No layers vLLM reads: it takes the target's default, which a drafter naming layers elsewhere
+    (eagle_config, an empty list, a number) was not trained on."""
+    default = f"(2, {count // 2}, {count - 3})" if isinstance(count, int) and _whole(count) else "(2, n//2, n-3 of the target's layers)"
+    ignored = _ignored_aux_layers(config)
+    if ignored is None:
+        message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"
+        return Finding("drafter-aux-layers", True, message)
+    message = (
+        f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
+        f"it uses the target's default layers {default}"
+    )
+    return Finding("drafter-aux-layers", False, message, AUX_FIX)
+
+
+def _ignored_aux_layers(config: dict) -> tuple[str, object] | None:
+    """(where, value) of layer ids the drafter's config gives where vLLM does not take them."""
+    if config.get("eagle_aux_hidden_state_layer_ids") is not None:
+        return "eagle_aux_hidden_state_layer_ids", config["eagle_aux_hidden_state_layer_ids"]
     nested = config.get("eagle_config")
-    for source in (config, nested if isinstance(nested, dict) else {}):
-        value = source.get("eagle_aux_hidden_state_layer_ids")
-        if value is not None:
-            return value if isinstance(value, list) else [value]
+    if isinstance(nested, dict) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
+        return "eagle_config.eagle_aux_hidden_state_layer_ids", nested["eagle_aux_hidden_state_layer_ids"]
     return None
 
 

@@ -67,9 +67,8 @@ def run_preflight(
             if recovered:
                 ui.warn(recovered)
             result = preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
-    if opts.target_dir or opts.python:  # named by the user: is it the tree the command runs?
-        named = launch_target_finding(resolved, launch_command)
-        result.findings += [named] if named is not None else []
+    named = launch_target_finding(resolved, launch_command)  # is the tree checked the one the launch imports?
+    result.findings += [named] if named is not None else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
         result.findings.append(vllm_validation(resolved, result))
     return result

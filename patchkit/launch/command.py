@@ -28,8 +28,22 @@ API_SERVER = "vllm.entrypoints.openai.api_server"
 # a release's own flags for keys of the speculative config (option dest, dashed -> key)
 SPECULATIVE_FLAGS = (("spec-method", "method"), ("spec-model", "model"), ("spec-tokens", "num_speculative_tokens"))
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
-_ENV_FLAGS = ("-i", "-", "--ignore-environment", "--")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# GNU env's long options (getopt_long: an unambiguous prefix is the option); None: not read by patchkit
+_ENV_LONG = {
+    "--ignore-environment": "-i",
+    "--unset": "-u",
+    "--chdir": "-C",
+    "--debug": "-v",
+    "--null": None,
+    "--split-string": None,
+    "--default-signal": None,
+    "--ignore-signal": None,
+    "--block-signal": None,
+    "--list-signal-handling": None,
+    "--help": None,
+    "--version": None,
+}
 
 
 @dataclass
@@ -38,6 +52,8 @@ class LaunchCommand:
     program: str  # `vllm` or the python interpreter as written
     env: dict[str, str] = field(default_factory=dict)  # the `env VAR=VALUE` prefix
     clean_env: bool = False  # `env -i`: the launch inherits no environment
+    unset: list[str] = field(default_factory=list)  # `env -u NAME`: taken out of what it inherits
+    cwd: str | None = None  # `env -C DIR`: the directory the launch runs in (None: patchkit's own)
     options: dict[str, object] = field(default_factory=dict)  # option name (dashed) -> value
     model: str | None = None
     arguments: list[str] = field(default_factory=list)  # what vLLM's parser reads (after `serve` / the module)
@@ -50,7 +66,19 @@ class LaunchCommand:
     @property
     def environ(self) -> dict[str, str]:
         """The environment vLLM runs with: patchkit's own (unless `env -i`) under the `env` prefix."""
-        return dict(self.env) if self.clean_env else {**os.environ, **self.env}
+        inherited = {} if self.clean_env else {k: v for k, v in os.environ.items() if k not in self.unset}
+        return {**inherited, **self.env}
+
+    def first_path(self) -> str | None:
+        """What the launch's Python puts first on sys.path: `python -m`'s working directory, a
+        script's own directory; None with PYTHONSAFEPATH set (or no such script)."""
+        if self.environ.get("PYTHONSAFEPATH"):
+            return None
+        cwd = os.path.abspath(os.path.join(os.getcwd(), self.cwd or os.curdir))
+        if Path(self.program).name.startswith("python"):
+            return cwd
+        found = shutil.which(self.program, path=self.environ.get("PATH", os.defpath))
+        return os.path.dirname(os.path.realpath(os.path.join(cwd, found))) if found else None
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""
@@ -153,10 +181,16 @@ def frame(argv: list[str]) -> LaunchCommand:
     """The program, its `env` prefix and the arguments its parser will read, not read yet."""
     if not argv:
         raise BadInput("no launch command given", hint="patchkit preflight -- vllm serve MODEL [args]")
-    env, clean, rest = _env_prefix(argv)
+    prefix = _EnvPrefix()
+    rest = prefix.read(argv) if Path(argv[0]).name == "env" else argv
     if not rest:
         raise BadInput("the launch command names no program after `env`")
     program, args = rest[0], rest[1:]
+    if rest is not argv and program.startswith("-"):
+        raise BadInput(
+            f"env runs '{program}' as the command (it reads options only before NAME=VALUE): the launch never runs",
+            hint="give env's options first: env -i NAME=VALUE vllm serve MODEL",
+        )
     name = Path(program).name
     if name == "vllm":
         if not args or args[0] != "serve":
@@ -168,7 +202,16 @@ def frame(argv: list[str]) -> LaunchCommand:
         arguments, serve = args[2:], False
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
-    return LaunchCommand(list(argv), program, env, clean, arguments=list(arguments), serve=serve)
+    return LaunchCommand(
+        list(argv),
+        program,
+        prefix.env,
+        prefix.clean,
+        prefix.unset,
+        prefix.cwd,
+        arguments=list(arguments),
+        serve=serve,
+    )
 
 
 def read(command: LaunchCommand, version=None) -> LaunchCommand:
@@ -208,18 +251,95 @@ def _spells(token: str, option: str) -> bool:
     return token == option or token.startswith((f"{option}=", f"{option}."))
 
 
-def _env_prefix(argv: list[str]) -> tuple[dict[str, str], bool, list[str]]:
-    """`env [-i] [VAR=VALUE ...]`: the variables set, and whether the environment is cleared."""
-    if Path(argv[0]).name != "env":
-        return {}, False, argv
-    env: dict[str, str] = {}
-    clean = False
-    index = 1
-    while index < len(argv) and (_ENV_ASSIGNMENT.match(argv[index]) or argv[index] in _ENV_FLAGS):
-        if "=" in argv[index]:
+@dataclass
+class _EnvPrefix:
+    """`env [OPTION]... [NAME=VALUE]... COMMAND`, read as GNU env reads it: options (-i, -, -u NAME,
+    -C DIR, -v, clustered or long) up to the first other argument, then the assignments."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    clean: bool = False
+    unset: list[str] = field(default_factory=list)
+    cwd: str | None = None
+
+    def read(self, argv: list[str]) -> list[str]:
+        """The command after the prefix."""
+        index = 1
+        while index < len(argv) and argv[index].startswith("-") and argv[index] != "-":
+            if argv[index] == "--":
+                index += 1
+                break
+            index = self._option(argv, index)
+        if index < len(argv) and argv[index] == "-":  # a lone `-` after the options: -i
+            self.clean = True
+            index += 1
+        while index < len(argv) and _ENV_ASSIGNMENT.match(argv[index]):
             key, value = argv[index].split("=", 1)
-            env[key] = value
-        else:
-            clean = clean or argv[index] != "--"
-        index += 1
-    return env, clean, argv[index:]
+            self.env[key] = value
+            index += 1
+        return argv[index:]
+
+    def _option(self, argv: list[str], index: int) -> int:
+        """The options of argv[index] applied; the index of the next argument."""
+        arg = argv[index]
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            matches = [long for long in _ENV_LONG if long.startswith(name)]
+            if len(matches) != 1 or _ENV_LONG[matches[0]] is None:
+                raise _env_refused(matches[0] if len(matches) == 1 else name, known=len(matches) == 1)
+            short = _ENV_LONG[matches[0]] or ""
+            if short in ("-u", "-C") and not eq:
+                return self._with_value(short, argv, index + 1)
+            self._apply(short, value)
+            return index + 1
+        for position, letter in enumerate(arg[1:], start=1):
+            if letter in "uC":
+                rest = arg[position + 1 :]
+                if rest:
+                    self._apply(f"-{letter}", rest)
+                    return index + 1
+                return self._with_value(f"-{letter}", argv, index + 1)
+            if letter not in "iv":
+                raise _env_refused(f"-{letter}", known=letter in "0S")
+            self._apply(f"-{letter}", "")
+        return index + 1
+
+    def _with_value(self, option: str, argv: list[str], index: int) -> int:
+        if index == len(argv):
+            raise BadInput(f"env's {option} needs a value: env refuses the command")
+        self._apply(option, argv[index])
+        return index + 1
+
+    def _apply(self, option: str, value: str) -> None:
+        if option == "-i":
+            self.clean = True
+        elif option == "-u":
+            self.unset.append(value)
+            self.env.pop(value, None)
+        elif option == "-C":
+            self.cwd = _same_directory_only(value)
+
+
+def _same_directory_only(directory: str) -> str:
+    """`env -C DIR`: read only when DIR is patchkit's own working directory, from which the launch's
+    relative paths (its model, --config, the program) are read."""
+    try:
+        if os.path.samefile(directory, os.curdir):
+            return os.getcwd()
+    except OSError:
+        pass
+    raise BadInput(
+        f"env -C {directory}: the launch runs in {directory}, and patchkit reads its relative paths from "
+        "its own working directory",
+        hint=f"run patchkit from there: cd {directory} && patchkit preflight -- COMMAND",
+    )
+
+
+def _env_refused(option: str, *, known: bool) -> BadInput:
+    if not known:
+        return BadInput(
+            f"env refuses the option {option} (GNU env: invalid or ambiguous option): the launch never runs"
+        )
+    return BadInput(
+        f"patchkit does not read env's {option} option",
+        hint="write the launch without it: env [-i] [-u NAME] [NAME=VALUE ...] COMMAND",
+    )

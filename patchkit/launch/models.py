@@ -14,6 +14,7 @@ looked at; a config.json that is not a JSON object is BadInput (exit 2).
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -227,3 +228,48 @@ def _merged(config: dict, overrides: dict) -> dict:
         else:
             merged[key] = value
     return merged
+
+
+REDIRECT_LIMIT = 1 << 20  # VLLM_MODEL_REDIRECT_PATH: a table of model names
+
+
+def redirected(name: str, environ: dict[str, str], cwd: str | None = None) -> str:
+    """`name` as vLLM's maybe_model_redirect (transformers_utils/utils.py) rewrites it: looked up in
+    the file VLLM_MODEL_REDIRECT_PATH names, read as a JSON object, else as lines of `NAME TARGET`."""
+    setting = environ.get("VLLM_MODEL_REDIRECT_PATH")
+    if not setting:
+        return name
+    path = os.path.join(cwd or os.getcwd(), setting)
+    if not os.path.exists(path):  # vLLM too goes on without it
+        return name
+    try:
+        raw = read_named_file(path, REDIRECT_LIMIT, "VLLM_MODEL_REDIRECT_PATH")
+        text = raw.decode("utf-8")  # vLLM's open(): the locale's encoding
+    except (FileNotFoundError, UnicodeDecodeError) as exc:
+        raise TargetError(f"cannot judge: VLLM_MODEL_REDIRECT_PATH {setting} cannot be read: {exc}") from None
+    table = _json_table(text) or _line_table(text)
+    if not isinstance(table, dict):
+        raise BadInput(f"VLLM_MODEL_REDIRECT_PATH {setting} holds JSON that is not an object: vLLM fails on it")
+    target = table.get(name)
+    if not target:
+        return name
+    if not isinstance(target, str):
+        raise BadInput(f"VLLM_MODEL_REDIRECT_PATH {setting} redirects {name} to {target!r}, not a model name")
+    return target
+
+
+def _json_table(text: str) -> object:
+    try:
+        return json.loads(text)
+    except Exception:  # vLLM's own `except Exception`: anything not JSON is read as lines
+        return {}
+
+
+def _line_table(text: str) -> dict[str, str]:
+    """`NAME TARGET` lines (universal newlines, as vLLM's readlines), any other line skipped."""
+    table = {}
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        parts = line.strip().split()
+        if len(parts) == 2:
+            table[parts[0]] = parts[1]
+    return table

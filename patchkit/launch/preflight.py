@@ -8,6 +8,7 @@ outcome (a failed finding: 1).
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from patchkit.inspection import inspect
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import APPLY, LaunchContext, set_checks
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import resolve_model, with_overrides
+from patchkit.launch.models import redirected, resolve_model, with_overrides
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import engine_validation
@@ -59,28 +60,58 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
 
 
 def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
-    """With --target/--python: whether the command's own `vllm` (or `python`) runs that tree. None
-    when it does, or when the program is not found at all (its exec fails by itself)."""
+    """Whether the command's own `vllm` (or `python`), in the launch's environment and working
+    directory, imports the tree checked. None when it does, or when the program is not found at all
+    (its exec fails by itself)."""
     try:
         python = command.interpreter()
     except TargetError as exc:
         if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
             return None
         return Finding(LAUNCH_TARGET, True, f"{exc.message}: not compared with {resolved.target.found_by}")
-    if _same_venv(python, resolved.target.python):
-        return None
+    first_path = command.first_path()
+    own_setting = _own_import_setting(command) or _may_hold_vllm(first_path)
+    if _same_venv(python, resolved.target.python) and not own_setting:
+        return None  # found by this very interpreter, in patchkit's environment: the launch's
     try:
-        runs = from_interpreter(python).root
+        runs = from_interpreter(python, env=command.environ, first_path=first_path).root
     except TargetError as exc:
         return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", exc.hint)
     if _same_directory(runs, resolved.target.root):
         return None
+    how = " (in the launch's environment and working directory)" if own_setting else ""
     message = (
         f"{resolved.target.found_by} names vLLM in {resolved.target.root}, but the command's {command.program} "
-        f"runs {python}, whose vLLM is in {runs}: the launch runs that tree, not the one checked"
+        f"runs {python}, which imports vLLM from {runs}{how}: the launch runs that tree, not the one checked"
     )
-    fix = f"check the tree the command runs (--python {python}), or launch the checked tree's own vllm"
+    if own_setting:
+        fix = (
+            f"check the tree the launch imports (--target {runs}), or launch without the environment or "
+            "working directory that puts it first"
+        )
+    else:
+        fix = f"check the tree the command runs (--python {python}), or launch the checked tree's own vllm"
     return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def _own_import_setting(command: LaunchCommand) -> bool:
+    """Whether the launch's environment differs from patchkit's where Python's import path is made:
+    PYTHON* variables and HOME (the user's site-packages), cleared or unset ones, another directory."""
+    changed = [*command.env, *command.unset]
+    return command.clean_env or bool(command.cwd) or any(k.startswith("PYTHON") or k == "HOME" for k in changed)
+
+
+def _may_hold_vllm(directory: str | None) -> bool:
+    """Whether a directory first on the launch's sys.path holds what Python could import as vllm."""
+    modules = tuple(importlib.machinery.all_suffixes())
+    try:
+        return directory is not None and any(
+            (entry.name == "vllm" and entry.is_dir())
+            or (entry.name.startswith("vllm.") and entry.name.endswith(modules))
+            for entry in os.scandir(directory)
+        )
+    except OSError:
+        return False
 
 
 def _same_venv(python: str, other: str | None) -> bool:
@@ -154,41 +185,66 @@ def _models(command: LaunchCommand):
     configs vLLM reads, a speculators-format model served as its verifier's drafter."""
     revision = _text(command.options.get("revision"))
     config_format = _text(command.options.get("config-format")) or "auto"
-    model = resolve_model(
-        str(command.model),
-        command.environ,
-        role="model",
-        revision=revision,
-        config_path=_text(command.options.get("hf-config-path")),
-        config_format=config_format,
-    )
-    served = speculator(model)
+    environ = command.environ
+    _refuse_modelscope(environ)
+    config_path = _text(command.options.get("hf-config-path"))
+    # vLLM's order: the speculators check reads MODEL's own config.json, as named; then each
+    # ModelConfig redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
+    own = resolve_model(str(command.model), environ, role="model", revision=revision, config_format=config_format)
+    served = speculator(own)
+    served_name = served.verifier if served is not None else str(command.model)
+    name = redirected(served_name, environ, command.cwd)
+    if config_path or name != own.name:
+        source = redirected(config_path, environ, command.cwd) if config_path else None
+        role = "verifier" if served is not None else "model"
+        target = resolve_model(
+            name, environ, role=role, revision=revision, config_path=source, config_format=config_format
+        )
+    else:
+        target = own
     if served is not None:
         options = {**command.options, "speculative-config": served.speculative_config, "tokenizer": served.verifier}
         command = dataclasses.replace(command, model=served.verifier, options=options)
-        target = resolve_model(
-            served.verifier, command.environ, role="verifier", revision=revision, config_format=config_format
-        )
+        own_drafter = served.drafter
+        if redirected(own.name, environ, command.cwd) != own.name:  # the drafter's ModelConfig redirects it too
+            own_drafter = drafter_config(_drafter(own.name, command, None, config_format))
         note = (
-            f"{model.name} is a speculators-format model: vLLM serves its verifier {served.verifier} with it as "
+            f"{own.name} is a speculators-format model: vLLM serves its verifier {served.verifier} with it as "
             f"the {served.speculative_config['method']} drafter (the command's --speculative-config is dropped)"
         )
-        return with_overrides(target, command.hf_overrides), served.drafter, Finding(COMMAND, True, note), command
+        return with_overrides(target, command.hf_overrides), own_drafter, Finding(COMMAND, True, note), command
     spec = command.speculative_config or {}
     drafter_name = spec.get("model")
     drafter = (
-        resolve_model(
-            drafter_name,
-            command.environ,
-            role="drafter",
-            revision=_text(spec.get("revision")),
-            config_format=config_format,  # vLLM reads the drafter in the target's format
-        )
+        _drafter(drafter_name, command, _text(spec.get("revision")), config_format)
         if isinstance(drafter_name, str) and drafter_name  # another value: the speculative-config finding
         else None
     )
     drafter = drafter_config(drafter) if drafter is not None else None
-    return with_overrides(model, command.hf_overrides), drafter, None, command
+    return with_overrides(target, command.hf_overrides), drafter, None, command
+
+
+def _drafter(name: str, command: LaunchCommand, revision: str | None, config_format: str):
+    """The drafter's config (in the target's format, as vLLM reads it), its name redirected as vLLM's
+    draft ModelConfig redirects it."""
+    environ = command.environ
+    return resolve_model(
+        redirected(name, environ, command.cwd),
+        environ,
+        role="drafter",
+        revision=revision,
+        config_format=config_format,
+    )
+
+
+def _refuse_modelscope(environ: dict[str, str]) -> None:
+    """VLLM_USE_MODELSCOPE=true: vLLM reads models from ModelScope and its cache, which patchkit does not read."""
+    if environ.get("VLLM_USE_MODELSCOPE", "False").lower() == "true":
+        raise TargetError(
+            "cannot judge: VLLM_USE_MODELSCOPE is true, and vLLM then reads the models from ModelScope's hub "
+            "and cache, which patchkit does not read",
+            hint="check the launch without VLLM_USE_MODELSCOPE, with the models' local directories",
+        )
 
 
 def _text(value: object) -> str | None:

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput
-from patchkit.launch.values import load_json, load_yaml_config
+from patchkit.launch.values import load_json, load_yaml_config, within_limits
 from patchkit.version import release_version
 
 SPECS = Path(__file__).with_name("specs")
@@ -277,7 +277,8 @@ def _dotted_objects(args: list[str]) -> tuple[list[str], dict[str, dict]]:
         parsed: Any = load_json(value, arg, strict=False)
         for part in reversed(keys):
             parsed = {part: parsed}
-        _merge(objects.setdefault(key, {}), parsed)
+        # its keys nest the value too: bounded before anything recursive (the merge, json.dumps) sees it
+        _merge(objects.setdefault(key, {}), within_limits(parsed, arg[:80]))
     return kept, objects
 
 

@@ -125,6 +125,7 @@ def _key(context: LaunchContext) -> str | None:
         "root": str(context.root),
         "version": str(context.version),
         "command": asdict(context.command),
+        "environment": _launch_setting(context.command),
         "models": [_model(context.target), _model(context.drafter)],
         "asks_vllm": context.python,  # findings with vLLM's own answers are not those without
     }
@@ -132,6 +133,16 @@ def _key(context: LaunchContext) -> str | None:
         return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=_refuse).encode()).hexdigest()
     except (TypeError, ValueError):
         return None
+
+
+# the launch's variables that change what it imports or reads (a plugin, a path, a model cache)
+_SETTING_PREFIXES = ("PYTHON", "VLLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "XDG_")
+
+
+def _launch_setting(command) -> dict:
+    """What of the launch's environment and working directory its findings can depend on."""
+    variables = {k: v for k, v in command.environ.items() if k.startswith(_SETTING_PREFIXES) or k == "HOME"}
+    return {"variables": variables, "first_path": command.first_path()}
 
 
 def _refuse(value: object) -> object:
