@@ -1303,3 +1303,39 @@ def test_an_end_record_listing_more_members_than_patchkit_writes_is_refused(tmp_
     done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
     assert_nothing_written(done, tmp_path / "out", 2)
     assert "lists 65,535 members" in done.stderr and "fewer than 65,535" in done.stderr, done.stderr
+
+
+def _sweep_with(tmp_path, library, temp, directories):
+    hour_ago = time.time() - 3600
+    for directory in directories:
+        os.utime(directory, (hour_ago, hour_ago))
+    stock = write_wheel(tmp_path / "in")
+    return run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, "-v", env={"TMPDIR": str(temp)})
+
+
+def test_the_scratch_sweep_keeps_a_users_directory_of_a_scratch_trees_name(tmp_path, library):
+    """A user's directory named like a scratch tree (an --out, say), old and unlocked, is never removed."""
+    temp = tmp_path / "temp"
+    users = temp / "patchkit-wheel-release1"
+    (users / "sub").mkdir(parents=True)
+    (users / "NOTES.txt").write_text("my notes")
+    done = _sweep_with(tmp_path, library, temp, [users])
+    assert_clean_failure(done, 0)
+    assert os.listdir(temp) == [users.name] and (users / "NOTES.txt").read_text() == "my notes"
+    assert "removed" not in done.stderr
+
+
+def test_the_scratch_sweep_keeps_a_directory_with_a_forged_marker(tmp_path, library):
+    from patchkit.wheel import build as wheel_build
+
+    temp = tmp_path / "temp"
+    link_marked, wrong_text = temp / "patchkit-wheel-linkmark", temp / "patchkit-wheel-wrongtxt"
+    link_marked.mkdir(parents=True)
+    wrong_text.mkdir()
+    real_marker = tmp_path / "marker"  # the marker a symlink to a true one's text: not patchkit's
+    real_marker.write_bytes(wheel_build._SCRATCH_MARKER_TEXT)
+    (link_marked / wheel_build._SCRATCH_MARKER).symlink_to(real_marker)
+    (wrong_text / wheel_build._SCRATCH_MARKER).write_text("mine")
+    done = _sweep_with(tmp_path, library, temp, [link_marked, wrong_text])
+    assert_clean_failure(done, 0)
+    assert sorted(os.listdir(temp)) == [link_marked.name, wrong_text.name]

@@ -367,6 +367,8 @@ def _remove_abandoned(path: Path, kind: int = stat.S_IFREG, before: float | None
         if {(opened.st_dev, opened.st_ino), (now.st_dev, now.st_ino)} != {(seen.st_dev, seen.st_ino)}:
             return False  # replaced meanwhile: not the file judged
         if kind == stat.S_IFDIR:
+            if not _marked_as_scratch(fd):
+                return False  # a directory of that name patchkit did not make (a user's --out, say)
             shutil.rmtree(path)  # never follows a symlink inside
         else:
             os.unlink(path)
@@ -380,6 +382,9 @@ def _remove_abandoned(path: Path, kind: int = stat.S_IFREG, before: float | None
 # --------------------------------------------------------------------------- the scratch tree
 
 _SCRATCH_PREFIX = "patchkit-wheel-"
+# Written into every scratch tree as it is made: the sweep removes only a directory holding it.
+_SCRATCH_MARKER = ".patchkit-scratch"
+_SCRATCH_MARKER_TEXT = b"patchkit wheel scratch tree: removed when no patchkit holds it locked\n"
 _SCRATCH = re.compile(r"patchkit-wheel-[a-z0-9_]{8}")  # tempfile's 8 random characters
 # Untouched this long: never a running build's, even one of a patchkit from before scratch trees were locked.
 _SCRATCH_AGE = 600
@@ -394,6 +399,11 @@ def _scratch_tree(say: Say) -> Iterator[Path]:
     try:
         pending = Path(tempfile.mkdtemp(prefix=f".{_SCRATCH_PREFIX}new-", dir=temp))
     except OSError as exc:
+        raise scratch_error(temp, exc) from None
+    try:
+        _write_marker(pending)
+    except OSError as exc:
+        shutil.rmtree(pending, ignore_errors=True)
         raise scratch_error(temp, exc) from None
     try:
         fd = os.open(pending, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -414,6 +424,33 @@ def _scratch_tree(say: Say) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def _write_marker(scratch: Path) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(scratch / _SCRATCH_MARKER, flags, 0o600)
+    try:
+        os.write(fd, _SCRATCH_MARKER_TEXT)
+    finally:
+        os.close(fd)
+
+
+def _marked_as_scratch(dir_fd: int) -> bool:
+    """Whether the directory open as `dir_fd` holds patchkit's scratch marker: a regular file of this
+    user's (never a symlink) with the marker's text."""
+    try:
+        fd = os.open(_SCRATCH_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        seen = os.fstat(fd)
+        if not stat.S_ISREG(seen.st_mode) or seen.st_uid != os.geteuid():
+            return False
+        return os.read(fd, len(_SCRATCH_MARKER_TEXT) + 1) == _SCRATCH_MARKER_TEXT
+    except OSError:
+        return False
+    finally:
         os.close(fd)
 
 
