@@ -20,7 +20,15 @@ gc.set_threshold(*GC_THRESHOLD)
 import click  # noqa: E402
 
 from patchkit import __version__, signals  # noqa: E402
-from patchkit.errors import BROKEN_PIPE, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for  # noqa: E402
+from patchkit.errors import (  # noqa: E402
+    BROKEN_PIPE,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    OK,
+    OutputUnwritable,
+    PatchkitError,
+    exit_code_for,
+)
 
 EPILOG = """\b
 Exit codes:
@@ -77,6 +85,7 @@ class PatchkitGroup(click.Group):
         from patchkit.ui import begin_run
 
         _replace_what_streams_cannot_encode()
+        _guard_output_streams()
         signals.new_run()
         run = begin_run()
         code = None
@@ -104,6 +113,9 @@ def _command_exit_code(invoke, ctx, run) -> int:
     """Runs the command; its result or error, mapped to an exit code (click's own errors pass)."""
     try:
         return _exit_code(invoke(ctx), run)
+    except OutputUnwritable as exc:  # before PatchkitError: reporting it must not write where it failed
+        run.failed(exc.message, exc.hint)
+        return _output_unwritable(exc, run)
     except PatchkitError as exc:
         return _failed(exc, run)
     except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -134,9 +146,27 @@ def _finish(ctx, run, code: int) -> int:
     fmt = "json" if run.document is not None else _chosen_format(ctx)
     try:
         finish_run(run, fmt=fmt, command=name, exit_code=code)
+        sys.stdout.flush()  # here, not at exit where a failure could only be a Python warning
     except BrokenPipeError:
         return _stdout_gone()
+    except OutputUnwritable as exc:
+        return _output_unwritable(exc, run)
     return code
+
+
+def _output_unwritable(error: OutputUnwritable, run) -> int:
+    """Our own output failed (its stream now points at devnull): said on stderr if stderr works,
+    with what the run had put in place."""
+    from patchkit.ui import UI
+
+    try:
+        UI().error(error.message, error.hint)
+        if run.written:
+            UI().note(run.written)
+        sys.stderr.flush()
+    except (OutputUnwritable, OSError):  # stderr failed too: the exit code alone says it
+        pass
+    return error.exit_code
 
 
 def _finish_unless_interrupted(ctx, run, code: int) -> int:
@@ -175,6 +205,55 @@ def _stdout_gone() -> int:
     devnull so that the flush at exit does not fail again."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return BROKEN_PIPE
+
+
+class _GuardedStream:
+    """stdout or stderr, whose write failure (ENOSPC, EIO; not EPIPE: a reader gone, handled apart)
+    is an OutputUnwritable (exit 4), never an internal error; the stream then writes to devnull so
+    that nothing at exit fails again."""
+
+    def __init__(self, stream, name: str):
+        self._stream, self._name = stream, name
+
+    def __getattr__(self, attribute):
+        return getattr(self._stream, attribute)
+
+    def write(self, text):
+        if isinstance(text, str) and not text:
+            return 0  # click probes with an empty write, and would swallow the failure
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines):
+        return self._guarded(self._stream.writelines, lines)
+
+    def flush(self):
+        return self._guarded(self._stream.flush)
+
+    def _guarded(self, operation, *args):
+        try:
+            return operation(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            _point_at_devnull(self._stream)
+            raise OutputUnwritable(
+                f"cannot write to {self._name}: {exc.strerror or exc}",
+                hint=f"give {self._name} somewhere it can be written (a disk with room, a live terminal)",
+            ) from None
+
+
+def _point_at_devnull(stream) -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
+
+
+def _guard_output_streams() -> None:
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _GuardedStream):
+            setattr(sys, name, _GuardedStream(stream, name))
 
 
 def _give_closed_streams_a_sink() -> None:

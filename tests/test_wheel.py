@@ -1339,3 +1339,23 @@ def test_the_scratch_sweep_keeps_a_directory_with_a_forged_marker(tmp_path, libr
     done = _sweep_with(tmp_path, library, temp, [link_marked, wrong_text])
     assert_clean_failure(done, 0)
     assert sorted(os.listdir(temp)) == [link_marked.name, wrong_text.name]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_report_that_cannot_be_written_says_the_wheel_is_in_place(tmp_path, library, fmt):
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "PATCHKIT_DEBUG"}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "patchkit", "wheel", write_wheel(tmp_path / "in"), "--out", out]
+            + ["--patches", library, "--format", fmt],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    assert done.returncode == 4, done.stderr
+    assert "cannot write to stdout" in done.stderr and "Traceback" not in done.stderr
+    assert f"the wheel was written: it is in place, {out / PATCHED_NAME}" in done.stderr
+    assert os.listdir(out) == [PATCHED_NAME]
