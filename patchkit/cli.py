@@ -8,7 +8,7 @@ import importlib
 import io
 import os
 import sys
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout, suppress
 
 # A run allocates its objects and keeps nearly all of them to the end (its imports, a large diff's
 # hunks, a tree's files): collecting every 700 new objects walked them again and again, ~40 ms of
@@ -243,10 +243,8 @@ class _GuardedStream:
 
 
 def _point_at_devnull(stream) -> None:
-    try:
+    with suppress(OSError, ValueError, io.UnsupportedOperation):
         os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation):
-        pass
 
 
 def _guard_output_streams() -> None:

@@ -1347,8 +1347,19 @@ def test_a_report_that_cannot_be_written_says_the_wheel_is_in_place(tmp_path, li
     env = {k: v for k, v in os.environ.items() if k != "PATCHKIT_DEBUG"}
     with open("/dev/full", "w") as full:
         done = subprocess.run(
-            [sys.executable, "-m", "patchkit", "wheel", write_wheel(tmp_path / "in"), "--out", out]
-            + ["--patches", library, "--format", fmt],
+            [
+                sys.executable,
+                "-m",
+                "patchkit",
+                "wheel",
+                write_wheel(tmp_path / "in"),
+                "--out",
+                out,
+                "--patches",
+                library,
+                "--format",
+                fmt,
+            ],
             stdout=full,
             stderr=subprocess.PIPE,
             text=True,
