@@ -438,7 +438,9 @@ def _info(name: str, mode: int = 0o100644) -> zipfile.ZipInfo:
         (_info("vllm/./x.py"), "is not a normalized relative path"),
         (_info("vllm/config/spec.py"), "appears twice"),
         (_info("vllm/Config/spec.py"), "appears twice"),  # one file where names fold case
-        (_info("vllm/config/spec.py/x.py"), "lies under a member that is a file"),
+        (_info("vllm/config/spec.py/x.py"), "would lie under vllm/config/spec.py, a file"),
+        (_info("vllm/" + "d/" * 600 + "x.py"), "is longer than 1,024 bytes"),
+        (_info("vllm/" + "d/" * 70 + "x.py"), "is deeper than 64 directories"),
         (_info("vllm/link.py", 0o120777), "is a symlink"),
         (_info("vllm/fifo", 0o010644), "is a special file"),
     ],
@@ -1370,3 +1372,22 @@ def test_a_report_that_cannot_be_written_says_the_wheel_is_in_place(tmp_path, li
     assert "cannot write to stdout" in done.stderr and "Traceback" not in done.stderr
     assert f"the wheel was written: it is in place, {out / PATCHED_NAME}" in done.stderr
     assert os.listdir(out) == [PATCHED_NAME]
+
+
+def test_a_file_over_members_listed_before_it_is_refused():
+    tree = rawzip._NameTree()
+    assert tree.add("vllm/a/b/c.py") is None and tree.add("vllm/a/") is None
+    assert tree.add("vllm/a") == "would be a file where other members lie under it"
+    assert tree.add("vllm/a/b/c.py/d") == "would lie under vllm/a/b/c.py, a file"
+
+
+def test_the_deepest_name_allowed_costs_no_prefix_per_part(tmp_path, library):
+    """The name bounds keep a hostile wheel's names small, and the checks walk each name once:
+    thousands of members at the bounds build in seconds."""
+    deep = "vllm/" + "/".join(f"d{i:03d}" for i in range(60)) + "/"
+    extra = [(_info(f"{deep}f{i}.py"), b"") for i in range(3000)]
+    stock = write_wheel(tmp_path / "in", extra=extra)
+    started = time.monotonic()
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_clean_failure(done, 0)
+    assert time.monotonic() - started < 60
