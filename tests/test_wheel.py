@@ -1391,3 +1391,20 @@ def test_the_deepest_name_allowed_costs_no_prefix_per_part(tmp_path, library):
     done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
     assert_clean_failure(done, 0)
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-0.16.0.data/data/lib/python3.11/vllm/config/spec.py",  # <prefix>/lib/python3.11: ahead of site-packages
+        "vllm-0.16.0.data/data/lib/python3.12/lib-dynload/vllm.abi3.so",
+        "vllm-0.16.0.data/scripts/vllm.py",  # bin/ is sys.path[0] when the vllm script runs
+        "vllm-0.16.0.data/headers/vllm/__init__.py",
+    ],
+)
+def test_a_data_member_installing_vllm_outside_site_packages_is_refused(tmp_path, library, name):
+    stock = write_wheel(tmp_path / "in", extra=[(_info(name), b"print('stock copy')\n")])
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert f"member {name!r} installs a vllm module outside site-packages" in done.stderr

@@ -523,6 +523,7 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
             )
         path = None if member.is_dir else installed_path(member.name, data_dir)
         if path is None:
+            _refuse_vllm_outside_site_packages(member.name, data_dir, label)
             continue
         if member.name != path and path.split("/", 1)[0].lower().endswith(".dist-info"):
             raise BadInput(f"{label}: member {member.name!r} installs into a .dist-info directory; refusing the wheel")
@@ -532,6 +533,20 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
                 f"{label}: members {other!r} and {member.name!r} install to the same file {path}; refusing the wheel"
             )
     return paths
+
+
+def _refuse_vllm_outside_site_packages(name: str, data_dir: str, label: str) -> None:
+    """BadInput for a .data member (data, scripts, headers) that installs a `vllm` package or module
+    outside site-packages: <prefix>/lib/pythonX.Y is on sys.path ahead of site-packages on prefix
+    installs (conda, pyenv, python images), and bin/ is sys.path[0] when the `vllm` script runs, so
+    a stock copy there would be the vllm imported, not the patched one."""
+    if not name.startswith(f"{data_dir}/"):
+        return
+    if any(part.split(".", 1)[0] == "vllm" for part in name[len(data_dir) + 1 :].split("/")[1:]):
+        raise BadInput(
+            f"{label}: member {name!r} installs a vllm module outside site-packages, where Python can "
+            "import it ahead of the patched one; refusing the wheel"
+        )
 
 
 def _is_data_dir(top: str) -> bool:
