@@ -1399,7 +1399,7 @@ def test_the_deepest_name_allowed_costs_no_prefix_per_part(tmp_path, library):
         "vllm-0.16.0.data/data/lib/python3.11/vllm/config/spec.py",  # <prefix>/lib/python3.11: ahead of site-packages
         "vllm-0.16.0.data/data/lib/python3.12/lib-dynload/vllm.abi3.so",
         "vllm-0.16.0.data/scripts/vllm.py",  # bin/ is sys.path[0] when the vllm script runs
-        "vllm-0.16.0.data/headers/vllm/__init__.py",
+        "vllm-0.16.0.data/data/lib64/python3.13t/vllm.py",
     ],
 )
 def test_a_data_member_installing_vllm_outside_site_packages_is_refused(tmp_path, library, name):

@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # imported where used: the big members are being copied by th
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
+_PYTHON_LIB_DIR = re.compile(r"python[0-9.]*t?|Lib", re.IGNORECASE)  # lib/python3.12, lib/python3.13t, Windows' Lib
 _SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
 _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error, lzma.LZMAError)
@@ -536,13 +537,17 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
 
 
 def _refuse_vllm_outside_site_packages(name: str, data_dir: str, label: str) -> None:
-    """BadInput for a .data member (data, scripts, headers) that installs a `vllm` package or module
-    outside site-packages: <prefix>/lib/pythonX.Y is on sys.path ahead of site-packages on prefix
-    installs (conda, pyenv, python images), and bin/ is sys.path[0] when the `vllm` script runs, so
-    a stock copy there would be the vllm imported, not the patched one."""
-    if not name.startswith(f"{data_dir}/"):
-        return
-    if any(part.split(".", 1)[0] == "vllm" for part in name[len(data_dir) + 1 :].split("/")[1:]):
+    """BadInput for a .data member that installs a `vllm` package or module where Python imports it
+    ahead of site-packages: under <prefix>/lib/pythonX.Y (on sys.path before site-packages on prefix
+    installs: conda, pyenv, python images) or in bin/ (sys.path[0] when the `vllm` script runs)."""
+    scheme, _, path = name[len(data_dir) + 1 :].partition("/") if name.startswith(f"{data_dir}/") else ("", "", "")
+    parts = path.split("/")
+    if scheme == "data":
+        python_dir = next((i for i, part in enumerate(parts) if _PYTHON_LIB_DIR.fullmatch(part)), None)
+        importable = [] if python_dir is None else parts[python_dir + 1 :]
+    else:
+        importable = parts[:1] if scheme == "scripts" else []
+    if any(part.split(".", 1)[0] == "vllm" for part in importable):
         raise BadInput(
             f"{label}: member {name!r} installs a vllm module outside site-packages, where Python can "
             "import it ahead of the patched one; refusing the wheel"
