@@ -1226,6 +1226,9 @@ def test_a_full_out_is_exit_4_with_a_hint(tmp_path, library, small_tmpfs):
         "vllm/config/spec.so",
         "vllm/config/spec.cp312-win_amd64.pyd",
         f"{_DATA}/platlib/vllm/config/spec.abi3.so",  # wherever in the wheel it installs from
+        "vllm/config.py",  # vllm/config/ has no __init__: a module of its name wins over it
+        "vllm/config.abi3.so",
+        f"{_DATA}/purelib/vllm/config.py",
     ],
 )
 def test_a_member_python_imports_instead_of_a_patched_source_is_refused(tmp_path, library, shadowing):
