@@ -1411,3 +1411,44 @@ def test_a_data_member_installing_vllm_outside_site_packages_is_refused(tmp_path
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     assert_nothing_written(done, out, 2)
     assert f"member {name!r} installs a vllm module outside site-packages" in done.stderr
+
+
+def _with_overlapping_members(wheel: Path, count: int) -> None:
+    """Append `count` stored members each of whose data is the next one's header and data (the
+    non-recursive zip bomb): every one named by its local header, inside the file, its CRC true."""
+    import zlib
+
+    data = wheel.read_bytes()
+    end = data.rfind(b"PK\x05\x06")
+    entries, directory_size, directory_offset = struct.unpack_from("<H2L", data, end + 10)
+    body, directory = data[:directory_offset], data[directory_offset : directory_offset + directory_size]
+    tail, chain = b"x = 1\n" * 100, []
+    for i in reversed(range(count)):
+        name = f"vllm/overlap{i}.py".encode()
+        crc = zlib.crc32(tail)
+        header = struct.pack(
+            "<4s2B4HL2L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0x5021, crc, len(tail), len(tail), len(name), 0
+        )
+        chain.append((name, crc, len(tail)))
+        tail = header + name + tail
+    offset = len(body)
+    for name, crc, size in reversed(chain):
+        directory += struct.pack(
+            "<4s4B4HL2L5H2L", b"PK\x01\x02", 20, 3, 20, 0, 0, 0, 0, 0x5021, crc, size, size, len(name), 0, 0, 0, 0,
+            0o100644 << 16, offset,
+        ) + name  # fmt: skip
+        offset += 30 + len(name)
+    total = entries + count
+    record = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, total, total, len(directory), len(body) + len(tail), 0)
+    wheel.write_bytes(body + tail + directory + record)
+
+
+def test_members_whose_data_overlap_are_refused(tmp_path, library):
+    stock = write_wheel(tmp_path / "in")
+    _with_overlapping_members(stock, 3)
+    with zipfile.ZipFile(stock) as zf:  # a readable archive, as far as this Python's zipfile checks
+        assert zf.read("vllm/overlap0.py").endswith(b"x = 1\n")
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "the data of 'vllm/overlap0.py' overlaps member 'vllm/overlap1.py'" in done.stderr

@@ -16,6 +16,7 @@ offsets. zip64 is not written: an archive whose offsets, sizes or member count n
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import stat
 import struct
@@ -214,12 +215,24 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
             raise BadInput(f"{label}: member {name!r} {problem}; refusing the wheel")
         seen.add(folded(name))
         out.append(Member(info, _data_offset(info, fd, size, label)))
+    _refuse_overlaps(out, label)
     tree = _NameTree()
     for member in out:
         clash = None if member.is_dir else tree.add(member.name)
         if clash:
             raise BadInput(f"{label}: member {member.name!r} {clash}; refusing the wheel")
     return out
+
+
+def _refuse_overlaps(members: list[Member], label: str) -> None:
+    """BadInput when one member's header or data lies inside another's (a zip bomb that makes a
+    small file list the same bytes many times over): in a true archive they follow each other."""
+    ordered = sorted(members, key=lambda m: m.info.header_offset)
+    for before, after in itertools.pairwise(ordered):
+        if before.data_offset + before.info.compress_size > after.info.header_offset:
+            raise BadInput(
+                f"{label}: the data of {before.name!r} overlaps member {after.name!r} (a zip bomb?); refusing the wheel"
+            )
 
 
 def folded(name: str) -> str:
