@@ -319,6 +319,16 @@ def test_an_adhoc_patch_makes_a_wheel_of_its_own(tmp_path, run):
     assert provenance.read_patches()[0].files[0].path == "vllm/models/model.py"
 
 
+@pytest.mark.parametrize("name", ["fix\\1.patch", "..patch\\x"])
+def test_a_patch_name_the_installed_record_would_refuse_is_refused_at_build(tmp_path, name):
+    tree = write_tree(tmp_path / "stock")
+    diff = tmp_path / name
+    diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patch", diff)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert f"patch file name {name!r} contains a backslash" in done.stderr and "rename the patch file" in done.stderr
+
+
 def test_two_patches_of_one_file_name_are_refused(tmp_path):
     tree = write_tree(tmp_path / "stock")
     edits = [{"vllm/models/model.py": MODEL_PY + "\nA = 1\n"}, {"vllm/config/spec.py": patched_spec()}]

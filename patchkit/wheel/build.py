@@ -631,6 +631,7 @@ def _plan_and_check(
     from patchkit.checks.registry import run_checks
 
     patches = resolved.patches
+    _refuse_unrecordable_names(patches)
     _refuse_shadowed(wheel, patches)
     _lay_out_series(wheel, scratch, _needed(resolved, patches))
     result = _Checked(
@@ -661,6 +662,20 @@ def _plan_and_check(
             + "\n  ".join(r.describe() for r in failed)
         )
     return result
+
+
+def _refuse_unrecordable_names(patches: list[Patch]) -> None:
+    """A patch name the installed wheel's record would be refused for (read_provenance's rule): refused now."""
+    # lazy: only a wheel's provenance needs it
+    from patchkit.provenance import patch_name_problem
+
+    for patch in patches:
+        problem = patch_name_problem(patch.name)
+        if problem:
+            raise BadInput(
+                f"patch file name {patch.name!r} {problem}: the patched wheel records each patch under its name",
+                hint="rename the patch file",
+            )
 
 
 def _refuse_shadowed(wheel: StockWheel, patches: list[Patch]) -> None:
