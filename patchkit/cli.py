@@ -161,7 +161,7 @@ def _output_unwritable(error: OutputUnwritable, run) -> int:
 
     try:
         UI().error(error.message, error.hint)
-        if run.written:
+        if run is not None and run.written:
             UI().note(run.written)
         sys.stderr.flush()
     except (OutputUnwritable, OSError):  # stderr failed too: the exit code alone says it
@@ -332,8 +332,11 @@ def run_in_process(args: list[str]) -> tuple[int, str, str]:
 
 def main() -> None:
     _give_closed_streams_a_sink()
+    _guard_output_streams()  # here too: click writes --help and usage errors before any command runs
     try:
         cli(prog_name="patchkit")
+    except OutputUnwritable as exc:
+        sys.exit(_output_unwritable(exc, None))
     finally:
         # What a command built (a large diff's hunks, a tree's files) is garbage at exit: keep
         # the interpreter's last collection from walking it. Finalizers and atexit still run.

@@ -239,3 +239,9 @@ def test_a_stdout_that_cannot_be_written_is_an_environment_problem(tree, library
 
 def test_neither_stdout_nor_stderr_writable_is_still_exit_4(tree, library):
     assert _to_full_disk("list", "--patches", library, stderr_full=True).returncode == 4
+
+
+def test_help_and_usage_errors_click_writes_itself_are_exit_4_too(library):
+    done = _to_full_disk("--help")
+    assert done.returncode == 4 and "cannot write to stdout" in done.stderr and "Traceback" not in done.stderr
+    assert _to_full_disk("list", "--bogus", stderr_full=True).returncode == 4
