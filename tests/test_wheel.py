@@ -300,6 +300,16 @@ def test_a_label_that_is_not_a_local_version_label_is_refused(tmp_path, label, l
     assert not (tmp_path / "out").exists()
 
 
+def test_a_label_too_long_for_a_file_name_is_refused_before_the_build(tmp_path, library):
+    stock = write_wheel(tmp_path / "in")
+    label = "a" * 129
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, "--local-label", label)
+    assert_clean_failure(done, 2)
+    assert "is longer than 128 characters" in done.stderr
+    assert not (tmp_path / "out").exists()
+    assert labelled_version(Version("0.16.0+cu129"), "b" * 128).local == f"cu129.{'b' * 128}"  # the bound itself builds
+
+
 def test_an_adhoc_patch_makes_a_wheel_of_its_own(tmp_path, run):
     tree = write_tree(tmp_path / "stock")
     diff = tmp_path / "model.diff"
