@@ -114,7 +114,6 @@ def _command_exit_code(invoke, ctx, run) -> int:
     try:
         return _exit_code(invoke(ctx), run)
     except OutputUnwritable as exc:  # before PatchkitError: reporting it must not write where it failed
-        run.failed(exc.message, exc.hint)
         return _output_unwritable(exc, run)
     except PatchkitError as exc:
         return _failed(exc, run)
@@ -157,12 +156,8 @@ def _finish(ctx, run, code: int) -> int:
 def _output_unwritable(error: OutputUnwritable, run) -> int:
     """Our own output failed (its stream now points at devnull): said on stderr if stderr works,
     with what the run had put in place."""
-    from patchkit.ui import UI
-
     try:
-        UI().error(error.message, error.hint)
-        if run is not None and run.written:
-            UI().note(run.written)
+        _report(run, error.message, error.hint, note=run.written if run is not None else None)
         sys.stderr.flush()
     except (OutputUnwritable, OSError):  # stderr failed too: the exit code alone says it
         pass
@@ -298,13 +293,17 @@ def _failed(error: PatchkitError, run) -> int:
     return error.exit_code
 
 
-def _report(run, message: str, hint: str | None = None) -> None:
-    """The error on stderr, and for the run's document."""
+def _report(run, message: str, hint: str | None = None, *, note: str | None = None) -> None:
+    """The error on stderr (and a note after it), and for the run's document (if a run began)."""
     # lazy: `--help` and a quiet run never load the UI
     from patchkit.ui import UI
 
-    UI().error(message, hint)
-    run.failed(message, hint)
+    ui = UI()
+    if run is not None:
+        run.failed(message, hint)
+    ui.error(message, hint)
+    if note:
+        ui.note(note)
 
 
 @click.group(cls=PatchkitGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

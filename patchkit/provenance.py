@@ -152,11 +152,6 @@ def _text(data: dict, key: str) -> str:
     return value
 
 
-def patch_name_problem(name: str) -> str | None:
-    """Why `name` cannot be a patch's name in a patched wheel's record (kept as a file beside it), or None."""
-    return "contains a '/'" if "/" in name else fsutil.unsafe_reason(name)
-
-
 def _patches(value: object) -> tuple[PatchRecord, ...]:
     if not isinstance(value, list) or not value:
         raise ValueError("patches is not a non-empty list")
@@ -165,7 +160,7 @@ def _patches(value: object) -> tuple[PatchRecord, ...]:
         if not isinstance(item, dict) or set(item) != {"name", "sha256"}:
             raise ValueError("a patch entry is not {name, sha256}")
         name, digest = item["name"], item["sha256"]
-        if not isinstance(name, str) or patch_name_problem(name):
+        if not isinstance(name, str) or fsutil.plain_name_problem(name):
             raise ValueError(f"patch name {name!r} is not a plain file name")
         out.append(PatchRecord(name, _digest(digest, name)))
     if len({p.name for p in out}) != len(out):

@@ -666,11 +666,8 @@ def _plan_and_check(
 
 def _refuse_unrecordable_names(patches: list[Patch]) -> None:
     """A patch name the installed wheel's record would be refused for (read_provenance's rule): refused now."""
-    # lazy: only a wheel's provenance needs it
-    from patchkit.provenance import patch_name_problem
-
     for patch in patches:
-        problem = patch_name_problem(patch.name)
+        problem = fsutil.plain_name_problem(patch.name)
         if problem:
             raise BadInput(
                 f"patch file name {patch.name!r} {problem}: the patched wheel records each patch under its name",
