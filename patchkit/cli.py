@@ -8,7 +8,7 @@ import importlib
 import io
 import os
 import sys
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout, suppress
 
 # A run allocates its objects and keeps nearly all of them to the end (its imports, a large diff's
 # hunks, a tree's files): collecting every 700 new objects walked them again and again, ~40 ms of
@@ -20,7 +20,15 @@ gc.set_threshold(*GC_THRESHOLD)
 import click  # noqa: E402
 
 from patchkit import __version__, signals  # noqa: E402
-from patchkit.errors import BROKEN_PIPE, INTERNAL_ERROR, INTERRUPTED, OK, PatchkitError, exit_code_for  # noqa: E402
+from patchkit.errors import (  # noqa: E402
+    BROKEN_PIPE,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    OK,
+    OutputUnwritable,
+    PatchkitError,
+    exit_code_for,
+)
 
 EPILOG = """\b
 Exit codes:
@@ -77,6 +85,7 @@ class PatchkitGroup(click.Group):
         from patchkit.ui import begin_run
 
         _replace_what_streams_cannot_encode()
+        _guard_output_streams()
         signals.new_run()
         run = begin_run()
         code = None
@@ -104,6 +113,8 @@ def _command_exit_code(invoke, ctx, run) -> int:
     """Runs the command; its result or error, mapped to an exit code (click's own errors pass)."""
     try:
         return _exit_code(invoke(ctx), run)
+    except OutputUnwritable as exc:  # before PatchkitError: reporting it must not write where it failed
+        return _output_unwritable(exc, run)
     except PatchkitError as exc:
         return _failed(exc, run)
     except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -134,9 +145,23 @@ def _finish(ctx, run, code: int) -> int:
     fmt = "json" if run.document is not None else _chosen_format(ctx)
     try:
         finish_run(run, fmt=fmt, command=name, exit_code=code)
+        sys.stdout.flush()  # here, not at exit where a failure could only be a Python warning
     except BrokenPipeError:
         return _stdout_gone()
+    except OutputUnwritable as exc:
+        return _output_unwritable(exc, run)
     return code
+
+
+def _output_unwritable(error: OutputUnwritable, run) -> int:
+    """Our own output failed (its stream now points at devnull): said on stderr if stderr works,
+    with what the run had put in place."""
+    try:
+        _report(run, error.message, error.hint, note=run.written if run is not None else None)
+        sys.stderr.flush()
+    except (OutputUnwritable, OSError):  # stderr failed too: the exit code alone says it
+        pass
+    return error.exit_code
 
 
 def _finish_unless_interrupted(ctx, run, code: int) -> int:
@@ -175,6 +200,53 @@ def _stdout_gone() -> int:
     devnull so that the flush at exit does not fail again."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return BROKEN_PIPE
+
+
+class _GuardedStream:
+    """stdout or stderr, whose write failure (ENOSPC, EIO; not EPIPE: a reader gone, handled apart)
+    is an OutputUnwritable (exit 4), never an internal error; the stream then writes to devnull so
+    that nothing at exit fails again."""
+
+    def __init__(self, stream, name: str):
+        self._stream, self._name = stream, name
+
+    def __getattr__(self, attribute):
+        return getattr(self._stream, attribute)
+
+    def write(self, text):
+        if isinstance(text, str) and not text:
+            return 0  # click probes with an empty write, and would swallow the failure
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines):
+        return self._guarded(self._stream.writelines, lines)
+
+    def flush(self):
+        return self._guarded(self._stream.flush)
+
+    def _guarded(self, operation, *args):
+        try:
+            return operation(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            _point_at_devnull(self._stream)
+            raise OutputUnwritable(
+                f"cannot write to {self._name}: {exc.strerror or exc}",
+                hint=f"give {self._name} somewhere it can be written (a disk with room, a live terminal)",
+            ) from None
+
+
+def _point_at_devnull(stream) -> None:
+    with suppress(OSError, ValueError, io.UnsupportedOperation):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def _guard_output_streams() -> None:
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _GuardedStream):
+            setattr(sys, name, _GuardedStream(stream, name))
 
 
 def _give_closed_streams_a_sink() -> None:
@@ -221,13 +293,17 @@ def _failed(error: PatchkitError, run) -> int:
     return error.exit_code
 
 
-def _report(run, message: str, hint: str | None = None) -> None:
-    """The error on stderr, and for the run's document."""
+def _report(run, message: str, hint: str | None = None, *, note: str | None = None) -> None:
+    """The error on stderr (and a note after it), and for the run's document (if a run began)."""
     # lazy: `--help` and a quiet run never load the UI
     from patchkit.ui import UI
 
-    UI().error(message, hint)
-    run.failed(message, hint)
+    ui = UI()
+    if run is not None:
+        run.failed(message, hint)
+    ui.error(message, hint)
+    if note:
+        ui.note(note)
 
 
 @click.group(cls=PatchkitGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -255,8 +331,11 @@ def run_in_process(args: list[str]) -> tuple[int, str, str]:
 
 def main() -> None:
     _give_closed_streams_a_sink()
+    _guard_output_streams()  # here too: click writes --help and usage errors before any command runs
     try:
         cli(prog_name="patchkit")
+    except OutputUnwritable as exc:
+        sys.exit(_output_unwritable(exc, None))
     finally:
         # What a command built (a large diff's hunks, a tree's files) is garbage at exit: keep
         # the interpreter's last collection from walking it. Finalizers and atexit still run.

@@ -86,6 +86,10 @@ class TargetError(PatchkitError):
     exit_code = TARGET_PROBLEM
 
 
+class OutputUnwritable(TargetError):
+    """patchkit's own stdout or stderr cannot be written (a full disk under a redirected log, EIO)."""
+
+
 class ToolFailed(TargetError):
     """A program patchkit runs (git) failed for a reason of its own: the machine's problem, not the tree's."""
 

@@ -53,6 +53,11 @@ def unsafe_reason(path: str) -> str | None:
     return None
 
 
+def plain_name_problem(name: str) -> str | None:
+    """Why `name` is no plain file name (one safe path component), or None."""
+    return "contains a '/'" if "/" in name else unsafe_reason(name)
+
+
 def _plainly_safe(path: str) -> bool:
     """A conservative shortcut: true only for paths unsafe_reason's rule accepts (a "/." anywhere, a
     leading "." or a drive-like second character send a path the long way)."""

@@ -160,7 +160,7 @@ def _patches(value: object) -> tuple[PatchRecord, ...]:
         if not isinstance(item, dict) or set(item) != {"name", "sha256"}:
             raise ValueError("a patch entry is not {name, sha256}")
         name, digest = item["name"], item["sha256"]
-        if not isinstance(name, str) or "/" in name or fsutil.unsafe_reason(name):
+        if not isinstance(name, str) or fsutil.plain_name_problem(name):
             raise ValueError(f"patch name {name!r} is not a plain file name")
         out.append(PatchRecord(name, _digest(digest, name)))
     if len({p.name for p in out}) != len(out):

@@ -208,3 +208,40 @@ def test_verify_junit_on_a_target_it_cannot_find_is_a_junit_document_too(run, tm
     assert result.exit_code == 4
     [error] = ET.fromstring(result.stdout).findall("testsuite/testcase/error")
     assert "no vllm/ package" in error.get("message", "")
+
+
+# --------------------------------------------------------------------------- output that cannot be written
+
+
+def _to_full_disk(*args: object, stderr_full: bool = False) -> subprocess.CompletedProcess:
+    """`patchkit ARGS > /dev/full` (every write fails with ENOSPC, as a log on a full disk)."""
+    env = {k: v for k, v in os.environ.items() if k != "PATCHKIT_DEBUG"}
+    with open("/dev/full", "w") as full:
+        return subprocess.run(
+            [sys.executable, "-m", "patchkit", *map(str, args)],
+            stdout=full,
+            stderr=full if stderr_full else subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("command", ["list", "status"])
+def test_a_stdout_that_cannot_be_written_is_an_environment_problem(tree, library, command, fmt):
+    args = [command, "--patches", library, "--format", fmt] + (["--target", tree] if command == "status" else [])
+    done = _to_full_disk(*args)
+    assert done.returncode == 4, done.stderr
+    assert "cannot write to stdout: No space left on device" in done.stderr
+    assert "Traceback" not in done.stderr and "patchkit bug" not in done.stderr
+
+
+def test_neither_stdout_nor_stderr_writable_is_still_exit_4(tree, library):
+    assert _to_full_disk("list", "--patches", library, stderr_full=True).returncode == 4
+
+
+def test_help_and_usage_errors_click_writes_itself_are_exit_4_too(library):
+    done = _to_full_disk("--help")
+    assert done.returncode == 4 and "cannot write to stdout" in done.stderr and "Traceback" not in done.stderr
+    assert _to_full_disk("list", "--bogus", stderr_full=True).returncode == 4

@@ -699,3 +699,20 @@ def test_a_full_disk_while_downloading_the_wheel_says_so(server, cache, monkeypa
     with pytest.raises(FetchError, match="no space left"):
         fetch.release_tree(VERSION, ["vllm/__init__.py"])
     assert not (cache / "releases" / VERSION).exists()
+
+
+def test_no_wheel_for_the_platform_asked_names_the_platforms_the_index_has():
+    """A release with wheels has an sdist too: the hint is the other platforms', not "only an sdist"."""
+    from types import SimpleNamespace
+
+    from patchkit.fetch.wheel_choice import _no_wheel_error
+
+    files = ["vllm-0.16.0.tar.gz", "vllm-0.16.0-cp38-abi3-manylinux_2_31_x86_64.whl"]
+    page = SimpleNamespace(packages=[SimpleNamespace(version="0.16.0", filename=name) for name in files])
+    error = _no_wheel_error("0.16.0", [("https://pypi.org/simple", page)], "for win_amd64")
+    assert (
+        error.hint
+        == "the index has wheels of this version for other platforms (manylinux_2_31_x86_64): pass --platform TAG"
+    )
+    sdist_only = SimpleNamespace(packages=page.packages[:1])
+    assert "only an sdist" in _no_wheel_error("0.16.0", [("https://pypi.org/simple", sdist_only)], "").hint

@@ -220,3 +220,18 @@ def test_files_a_damaged_release_json_vouched_for_are_never_served(index, librar
     assert_clean_failure(done, 0)
     assert not (tmp_path / "dest" / init).exists() or (tmp_path / "dest" / init).read_bytes() == FILES[init]
     assert (tmp_path / "dest" / SPEC).read_bytes() == FILES[SPEC]
+
+
+def test_a_directory_at_the_part_downloads_name_is_replaced(tmp_path, monkeypatch):
+    isolate_cache(tmp_path, monkeypatch)
+    server = IndexServer()
+    try:
+        server.publish(WHEEL, build_wheel(), prefix="norange")
+        use_index(monkeypatch, server.index("norange"))
+        (entry(tmp_path) / f"{WHEEL}.part" / "x").mkdir(parents=True)  # a crashed tool's, a restored CI cache's
+        tree = fetch.release_tree(VERSION, [SPEC])
+    finally:
+        server.stop()
+    assert (tree / SPEC).read_bytes() == FILES[SPEC]
+    assert (entry(tmp_path) / WHEEL).read_bytes() == server.files[WHEEL]
+    assert not (entry(tmp_path) / f"{WHEEL}.part").exists()

@@ -291,6 +291,8 @@ def _shadowed_tree(tmp_path: Path, shadowing: str) -> tuple[Path, Path]:
         "vllm/config/spec.cpython-312-x86_64-linux-gnu.so",
         "vllm/config/spec.abi3.so",
         "vllm/config/spec.pypy310-pp73-x86_64-linux-gnu.so",
+        "vllm/config.py",  # vllm/config/ has no __init__: a module of its name wins over it
+        "vllm/config.cpython-312-x86_64-linux-gnu.so",
     ],
 )
 def test_apply_refuses_a_tree_where_python_imports_another_file_than_the_patched_source(tmp_path, shadowing):
@@ -323,6 +325,18 @@ def test_verify_fails_an_applied_tree_once_a_module_python_imports_first_is_adde
     done = run_cli("preflight", "--target", tree, "--patch", patch, *launch)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "vllm/config/spec/__init__.py is imported instead" in done.stdout + done.stderr
+
+
+def test_a_module_named_like_a_package_with_its_init_is_no_shadow():
+    from patchkit.checks import shadow
+
+    listing = {"vllm": ["__init__.py", "config", "config.py"], "vllm/config": ["__init__.py", "spec.py"]}
+    assert shadow.shadow("vllm/config/spec.py", lambda d: listing.get(d, [])) is None
+    listing["vllm/config"] = ["spec.py"]
+    assert shadow.shadow("vllm/config/spec.py", lambda d: listing.get(d, [])) == "vllm/config.py"
+    listing[""] = ["vllm.py", "vllm"]  # top-down: the first package on the way that loses
+    listing["vllm"].remove("__init__.py")
+    assert shadow.shadow("vllm/config/spec.py", lambda d: listing.get(d, [])) == "vllm.py"
 
 
 def test_a_namespace_directory_or_legacy_bytecode_beside_the_source_is_no_shadow(tmp_path):

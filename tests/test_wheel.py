@@ -300,6 +300,16 @@ def test_a_label_that_is_not_a_local_version_label_is_refused(tmp_path, label, l
     assert not (tmp_path / "out").exists()
 
 
+def test_a_label_too_long_for_a_file_name_is_refused_before_the_build(tmp_path, library):
+    stock = write_wheel(tmp_path / "in")
+    label = "a" * 129
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, "--local-label", label)
+    assert_clean_failure(done, 2)
+    assert "is longer than 128 characters" in done.stderr
+    assert not (tmp_path / "out").exists()
+    assert labelled_version(Version("0.16.0+cu129"), "b" * 128).local == f"cu129.{'b' * 128}"  # the bound itself builds
+
+
 def test_an_adhoc_patch_makes_a_wheel_of_its_own(tmp_path, run):
     tree = write_tree(tmp_path / "stock")
     diff = tmp_path / "model.diff"
@@ -317,6 +327,16 @@ def test_an_adhoc_patch_makes_a_wheel_of_its_own(tmp_path, run):
     assert provenance.set_name is None
     assert [(p.name, p.sha256) for p in provenance.patches] == [("model.diff", digest)]
     assert provenance.read_patches()[0].files[0].path == "vllm/models/model.py"
+
+
+@pytest.mark.parametrize("name", ["fix\\1.patch", "..patch\\x"])
+def test_a_patch_name_the_installed_record_would_refuse_is_refused_at_build(tmp_path, name):
+    tree = write_tree(tmp_path / "stock")
+    diff = tmp_path / name
+    diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
+    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patch", diff)
+    assert_nothing_written(done, tmp_path / "out", 2)
+    assert f"patch file name {name!r} contains a backslash" in done.stderr and "rename the patch file" in done.stderr
 
 
 def test_two_patches_of_one_file_name_are_refused(tmp_path):
@@ -438,7 +458,9 @@ def _info(name: str, mode: int = 0o100644) -> zipfile.ZipInfo:
         (_info("vllm/./x.py"), "is not a normalized relative path"),
         (_info("vllm/config/spec.py"), "appears twice"),
         (_info("vllm/Config/spec.py"), "appears twice"),  # one file where names fold case
-        (_info("vllm/config/spec.py/x.py"), "lies under a member that is a file"),
+        (_info("vllm/config/spec.py/x.py"), "would lie under vllm/config/spec.py, a file"),
+        (_info("vllm/" + "d/" * 600 + "x.py"), "is longer than 1,024 bytes"),
+        (_info("vllm/" + "d/" * 70 + "x.py"), "is deeper than 64 directories"),
         (_info("vllm/link.py", 0o120777), "is a symlink"),
         (_info("vllm/fifo", 0o010644), "is a special file"),
     ],
@@ -1224,6 +1246,9 @@ def test_a_full_out_is_exit_4_with_a_hint(tmp_path, library, small_tmpfs):
         "vllm/config/spec.so",
         "vllm/config/spec.cp312-win_amd64.pyd",
         f"{_DATA}/platlib/vllm/config/spec.abi3.so",  # wherever in the wheel it installs from
+        "vllm/config.py",  # vllm/config/ has no __init__: a module of its name wins over it
+        "vllm/config.abi3.so",
+        f"{_DATA}/purelib/vllm/config.py",
     ],
 )
 def test_a_member_python_imports_instead_of_a_patched_source_is_refused(tmp_path, library, shadowing):
@@ -1303,3 +1328,147 @@ def test_an_end_record_listing_more_members_than_patchkit_writes_is_refused(tmp_
     done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
     assert_nothing_written(done, tmp_path / "out", 2)
     assert "lists 65,535 members" in done.stderr and "fewer than 65,535" in done.stderr, done.stderr
+
+
+def _sweep_with(tmp_path, library, temp, directories):
+    hour_ago = time.time() - 3600
+    for directory in directories:
+        os.utime(directory, (hour_ago, hour_ago))
+    stock = write_wheel(tmp_path / "in")
+    return run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, "-v", env={"TMPDIR": str(temp)})
+
+
+def test_the_scratch_sweep_keeps_a_users_directory_of_a_scratch_trees_name(tmp_path, library):
+    """A user's directory named like a scratch tree (an --out, say), old and unlocked, is never removed."""
+    temp = tmp_path / "temp"
+    users = temp / "patchkit-wheel-release1"
+    (users / "sub").mkdir(parents=True)
+    (users / "NOTES.txt").write_text("my notes")
+    done = _sweep_with(tmp_path, library, temp, [users])
+    assert_clean_failure(done, 0)
+    assert os.listdir(temp) == [users.name] and (users / "NOTES.txt").read_text() == "my notes"
+    assert "removed" not in done.stderr
+
+
+def test_the_scratch_sweep_keeps_a_directory_with_a_forged_marker(tmp_path, library):
+    from patchkit.wheel import build as wheel_build
+
+    temp = tmp_path / "temp"
+    link_marked, wrong_text = temp / "patchkit-wheel-linkmark", temp / "patchkit-wheel-wrongtxt"
+    link_marked.mkdir(parents=True)
+    wrong_text.mkdir()
+    real_marker = tmp_path / "marker"  # the marker a symlink to a true one's text: not patchkit's
+    real_marker.write_bytes(wheel_build._SCRATCH_MARKER_TEXT)
+    (link_marked / wheel_build._SCRATCH_MARKER).symlink_to(real_marker)
+    (wrong_text / wheel_build._SCRATCH_MARKER).write_text("mine")
+    done = _sweep_with(tmp_path, library, temp, [link_marked, wrong_text])
+    assert_clean_failure(done, 0)
+    assert sorted(os.listdir(temp)) == [link_marked.name, wrong_text.name]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_report_that_cannot_be_written_says_the_wheel_is_in_place(tmp_path, library, fmt):
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "PATCHKIT_DEBUG"}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "patchkit",
+                "wheel",
+                write_wheel(tmp_path / "in"),
+                "--out",
+                out,
+                "--patches",
+                library,
+                "--format",
+                fmt,
+            ],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    assert done.returncode == 4, done.stderr
+    assert "cannot write to stdout" in done.stderr and "Traceback" not in done.stderr
+    assert f"the wheel was written: it is in place, {out / PATCHED_NAME}" in done.stderr
+    assert os.listdir(out) == [PATCHED_NAME]
+
+
+def test_a_file_over_members_listed_before_it_is_refused():
+    tree = rawzip._NameTree()
+    assert tree.add("vllm/a/b/c.py") is None and tree.add("vllm/a/") is None
+    assert tree.add("vllm/a") == "would be a file where other members lie under it"
+    assert tree.add("vllm/a/b/c.py/d") == "would lie under vllm/a/b/c.py, a file"
+
+
+def test_the_deepest_name_allowed_costs_no_prefix_per_part(tmp_path, library):
+    """The name bounds keep a hostile wheel's names small, and the checks walk each name once:
+    thousands of members at the bounds build in seconds."""
+    deep = "vllm/" + "/".join(f"d{i:03d}" for i in range(60)) + "/"
+    extra = [(_info(f"{deep}f{i}.py"), b"") for i in range(3000)]
+    stock = write_wheel(tmp_path / "in", extra=extra)
+    started = time.monotonic()
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_clean_failure(done, 0)
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-0.16.0.data/data/lib/python3.11/vllm/config/spec.py",  # <prefix>/lib/python3.11: ahead of site-packages
+        "vllm-0.16.0.data/data/lib/python3.12/lib-dynload/vllm.abi3.so",
+        "vllm-0.16.0.data/scripts/vllm.py",  # bin/ is sys.path[0] when the vllm script runs
+        "vllm-0.16.0.data/data/lib64/python3.13t/vllm.py",
+    ],
+)
+def test_a_data_member_installing_vllm_outside_site_packages_is_refused(tmp_path, library, name):
+    stock = write_wheel(tmp_path / "in", extra=[(_info(name), b"print('stock copy')\n")])
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert f"member {name!r} installs a vllm module outside site-packages" in done.stderr
+
+
+def _with_overlapping_members(wheel: Path, count: int) -> None:
+    """Append `count` stored members each of whose data is the next one's header and data (the
+    non-recursive zip bomb): every one named by its local header, inside the file, its CRC true."""
+    import zlib
+
+    data = wheel.read_bytes()
+    end = data.rfind(b"PK\x05\x06")
+    entries, directory_size, directory_offset = struct.unpack_from("<H2L", data, end + 10)
+    body, directory = data[:directory_offset], data[directory_offset : directory_offset + directory_size]
+    tail, chain = b"x = 1\n" * 100, []
+    for i in reversed(range(count)):
+        name = f"vllm/overlap{i}.py".encode()
+        crc = zlib.crc32(tail)
+        header = struct.pack(
+            "<4s2B4HL2L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0x5021, crc, len(tail), len(tail), len(name), 0
+        )
+        chain.append((name, crc, len(tail)))
+        tail = header + name + tail
+    offset = len(body)
+    for name, crc, size in reversed(chain):
+        directory += struct.pack(
+            "<4s4B4HL2L5H2L", b"PK\x01\x02", 20, 3, 20, 0, 0, 0, 0, 0x5021, crc, size, size, len(name), 0, 0, 0, 0,
+            0o100644 << 16, offset,
+        ) + name  # fmt: skip
+        offset += 30 + len(name)
+    total = entries + count
+    record = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, total, total, len(directory), len(body) + len(tail), 0)
+    wheel.write_bytes(body + tail + directory + record)
+
+
+def test_members_whose_data_overlap_are_refused(tmp_path, library):
+    stock = write_wheel(tmp_path / "in")
+    _with_overlapping_members(stock, 3)
+    with zipfile.ZipFile(stock) as zf:  # a readable archive, as far as this Python's zipfile checks
+        assert zf.read("vllm/overlap0.py").endswith(b"x = 1\n")
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_nothing_written(done, out, 2)
+    assert "the data of 'vllm/overlap0.py' overlaps member 'vllm/overlap1.py'" in done.stderr

@@ -6,7 +6,8 @@ EXTENSION_SUFFIXES: `.cpython-312-x86_64-linux-gnu.so`, `.abi3.so`, `.so`, `.cp3
 `.pyd`), the source `<stem>.py`, legacy bytecode `<stem>.pyc` (FileFinder.find_spec,
 _get_supported_file_loaders). A package or an extension module beside a patched `.py` is what
 runs: the patch is dead. A directory without `__init__` is a namespace portion, taken only when
-nothing else is found. Which suffixes an interpreter loads is its own: every form CPython and PyPy
+nothing else is found: a module or extension named like a package on the way without `__init__`
+shadows every source below it. Which suffixes an interpreter loads is its own: every form CPython and PyPy
 use is taken as one it may load.
 
 Not in default_checks(): apply refuses such a tree (a target problem, before anything is written),
@@ -39,6 +40,9 @@ def shadow(path: str, names_in: Callable[[str], Iterable[str]]) -> str | None:
     if not path.endswith(".py"):
         return None
     parent, _, name = path.rpartition("/")
+    found = _ancestor_shadow(parent, names_in)
+    if found:
+        return found
     stem = name[: -len(".py")]
     if stem != "__init__":  # a package's own __init__.py: no package of that name comes first
         package = _join(parent, stem)
@@ -49,6 +53,26 @@ def shadow(path: str, names_in: Callable[[str], Iterable[str]]) -> str | None:
         n for n in names_in(parent) if n.startswith(f"{stem}.") and _EXTENSION.fullmatch(n[len(stem) :])
     )
     return _join(parent, extensions[0]) if extensions else None
+
+
+def _ancestor_shadow(directory: str, names_in: Callable[[str], Iterable[str]]) -> str | None:
+    """The module imported instead of a package on the way to a source (top-down, as imports run):
+    a directory without `__init__` is only a namespace portion, and a module or extension module
+    of its name beside it wins over it."""
+    parts = directory.split("/") if directory else []
+    for depth in range(1, len(parts) + 1):
+        package = "/".join(parts[:depth])
+        if any(_PACKAGE_INIT.fullmatch(n) for n in names_in(package)):
+            continue
+        parent, _, stem = package.rpartition("/")
+        modules = sorted(
+            n
+            for n in names_in(parent)
+            if n.startswith(f"{stem}.") and (n[len(stem) :] in (".py", ".pyc") or _EXTENSION.fullmatch(n[len(stem) :]))
+        )
+        if modules:
+            return _join(parent, modules[0])
+    return None
 
 
 def sources(patches: Iterable[Patch]) -> list[str]:

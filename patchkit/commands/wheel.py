@@ -59,6 +59,8 @@ def command(
     ui.knows({"stock_wheel": str(stock)})
     with ui.activity("building the patched wheel") as say:
         result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say, expect_identity=checked)
+    if result.path is not None:
+        ui.wrote(f"the wheel was written: it is in place, {result.path}")
     for note in result.warnings:
         ui.warn(note)
     _say_if_seals_are_off(ui)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from patchkit.errors import FetchError
-from patchkit.fetch.cache import NO_SPACE, cache_write_error
+from patchkit.fetch.cache import NO_SPACE, cache_write_error, remove_entry
 from patchkit.fetch.net import Progress, redact
 
 Transferred = Callable[[int, int], None]  # (bytes so far, total or 0): a progress bar's feed
@@ -84,8 +84,10 @@ def _copy(
 
 def _fresh(part: Path) -> BinaryIO:
     """`part` opened for writing as a new file: whatever was there (a killed run's part, a planted
-    symlink: the link itself) goes first, and nothing is written through a symlink."""
-    _discard(part)
+    symlink: the link itself, a directory: with what it holds, the name being the cache's own)
+    goes first, and nothing is written through a symlink."""
+    with suppress(FileNotFoundError):
+        remove_entry(part)
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     return os.fdopen(fd, "wb")
 

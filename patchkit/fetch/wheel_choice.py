@@ -103,9 +103,17 @@ def _no_wheel_error(ver: str, pages: Pages, wanted: str = "") -> FetchError:
     )
     if close:
         hint = f"the index has {', '.join(close)}: try that version"
+    elif (want, True) in on_index:  # before the sdist: a release with wheels has an sdist too
+        platforms = sorted(
+            {
+                t.platform
+                for _index, page in pages
+                for pkg in page.packages
+                for t in vllm_wheel_tags(pkg.filename, ver) or ()
+            }
+        )
+        hint = f"the index has wheels of this version for other platforms ({', '.join(platforms)}): pass --platform TAG"
     elif (want, False) in on_index:
         hint = "the index has only an sdist of this version; patchkit reads wheels"
-    elif wanted and (want, True) in on_index:
-        hint = "the index has wheels of this version for other platforms: pass --platform TAG"
     where = ", ".join(redact(index) for index, _page in pages)
     return FetchError(f"no {PROJECT} {ver} wheel{' ' + wanted if wanted else ''} on {where}", hint=hint)

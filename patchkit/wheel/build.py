@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # imported where used: the big members are being copied by th
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
+_PYTHON_LIB_DIR = re.compile(r"python[0-9.]*t?|Lib", re.IGNORECASE)  # lib/python3.12, lib/python3.13t, Windows' Lib
 _SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
 _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error, lzma.LZMAError)
@@ -367,6 +368,8 @@ def _remove_abandoned(path: Path, kind: int = stat.S_IFREG, before: float | None
         if {(opened.st_dev, opened.st_ino), (now.st_dev, now.st_ino)} != {(seen.st_dev, seen.st_ino)}:
             return False  # replaced meanwhile: not the file judged
         if kind == stat.S_IFDIR:
+            if not _marked_as_scratch(fd):
+                return False  # a directory of that name patchkit did not make (a user's --out, say)
             shutil.rmtree(path)  # never follows a symlink inside
         else:
             os.unlink(path)
@@ -380,6 +383,9 @@ def _remove_abandoned(path: Path, kind: int = stat.S_IFREG, before: float | None
 # --------------------------------------------------------------------------- the scratch tree
 
 _SCRATCH_PREFIX = "patchkit-wheel-"
+# Written into every scratch tree as it is made: the sweep removes only a directory holding it.
+_SCRATCH_MARKER = ".patchkit-scratch"
+_SCRATCH_MARKER_TEXT = b"patchkit wheel scratch tree: removed when no patchkit holds it locked\n"
 _SCRATCH = re.compile(r"patchkit-wheel-[a-z0-9_]{8}")  # tempfile's 8 random characters
 # Untouched this long: never a running build's, even one of a patchkit from before scratch trees were locked.
 _SCRATCH_AGE = 600
@@ -394,6 +400,11 @@ def _scratch_tree(say: Say) -> Iterator[Path]:
     try:
         pending = Path(tempfile.mkdtemp(prefix=f".{_SCRATCH_PREFIX}new-", dir=temp))
     except OSError as exc:
+        raise scratch_error(temp, exc) from None
+    try:
+        _write_marker(pending)
+    except OSError as exc:
+        shutil.rmtree(pending, ignore_errors=True)
         raise scratch_error(temp, exc) from None
     try:
         fd = os.open(pending, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -414,6 +425,33 @@ def _scratch_tree(say: Say) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def _write_marker(scratch: Path) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(scratch / _SCRATCH_MARKER, flags, 0o600)
+    try:
+        os.write(fd, _SCRATCH_MARKER_TEXT)
+    finally:
+        os.close(fd)
+
+
+def _marked_as_scratch(dir_fd: int) -> bool:
+    """Whether the directory open as `dir_fd` holds patchkit's scratch marker: a regular file of this
+    user's (never a symlink) with the marker's text."""
+    try:
+        fd = os.open(_SCRATCH_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        seen = os.fstat(fd)
+        if not stat.S_ISREG(seen.st_mode) or seen.st_uid != os.geteuid():
+            return False
+        return os.read(fd, len(_SCRATCH_MARKER_TEXT) + 1) == _SCRATCH_MARKER_TEXT
+    except OSError:
+        return False
+    finally:
         os.close(fd)
 
 
@@ -486,6 +524,7 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
             )
         path = None if member.is_dir else installed_path(member.name, data_dir)
         if path is None:
+            _refuse_vllm_outside_site_packages(member.name, data_dir, label)
             continue
         if member.name != path and path.split("/", 1)[0].lower().endswith(".dist-info"):
             raise BadInput(f"{label}: member {member.name!r} installs into a .dist-info directory; refusing the wheel")
@@ -495,6 +534,24 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
                 f"{label}: members {other!r} and {member.name!r} install to the same file {path}; refusing the wheel"
             )
     return paths
+
+
+def _refuse_vllm_outside_site_packages(name: str, data_dir: str, label: str) -> None:
+    """BadInput for a .data member that installs a `vllm` package or module where Python imports it
+    ahead of site-packages: under <prefix>/lib/pythonX.Y (on sys.path before site-packages on prefix
+    installs: conda, pyenv, python images) or in bin/ (sys.path[0] when the `vllm` script runs)."""
+    scheme, _, path = name[len(data_dir) + 1 :].partition("/") if name.startswith(f"{data_dir}/") else ("", "", "")
+    parts = path.split("/")
+    if scheme == "data":
+        python_dir = next((i for i, part in enumerate(parts) if _PYTHON_LIB_DIR.fullmatch(part)), None)
+        importable = [] if python_dir is None else parts[python_dir + 1 :]
+    else:
+        importable = parts[:1] if scheme == "scripts" else []
+    if any(part.split(".", 1)[0] == "vllm" for part in importable):
+        raise BadInput(
+            f"{label}: member {name!r} installs a vllm module outside site-packages, where Python can "
+            "import it ahead of the patched one; refusing the wheel"
+        )
 
 
 def _is_data_dir(top: str) -> bool:
@@ -574,6 +631,7 @@ def _plan_and_check(
     from patchkit.checks.registry import run_checks
 
     patches = resolved.patches
+    _refuse_unrecordable_names(patches)
     _refuse_shadowed(wheel, patches)
     _lay_out_series(wheel, scratch, _needed(resolved, patches))
     result = _Checked(
@@ -604,6 +662,17 @@ def _plan_and_check(
             + "\n  ".join(r.describe() for r in failed)
         )
     return result
+
+
+def _refuse_unrecordable_names(patches: list[Patch]) -> None:
+    """A patch name the installed wheel's record would be refused for (read_provenance's rule): refused now."""
+    for patch in patches:
+        problem = fsutil.plain_name_problem(patch.name)
+        if problem:
+            raise BadInput(
+                f"patch file name {patch.name!r} {problem}: the patched wheel records each patch under its name",
+                hint="rename the patch file",
+            )
 
 
 def _refuse_shadowed(wheel: StockWheel, patches: list[Patch]) -> None:

@@ -13,6 +13,8 @@ from packaging.version import InvalidVersion, Version
 from patchkit.errors import BadInput
 
 PREFIX = "patchkit"
+# The label is in the wheel's file name and its dist-info directory's: both must stay under 255 bytes.
+LABEL_LIMIT = 128
 
 
 def default_label(set_name: str) -> str:
@@ -30,6 +32,11 @@ def normalized_label(label: str) -> str:
         raise BadInput(
             f"local label {label!r} is not a PEP 440 local version label",
             hint="letters and digits, separated by '.', '-' or '_' (e.g. patchkit.eagle3)",
+        )
+    if len(local) > LABEL_LIMIT:
+        raise BadInput(
+            f"local label {label[:40]!r}... is longer than {LABEL_LIMIT} characters",
+            hint="the label is part of the wheel's file name: use a shorter one",
         )
     return local
 

@@ -16,6 +16,7 @@ offsets. zip64 is not written: an archive whose offsets, sizes or member count n
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import stat
 import struct
@@ -30,6 +31,9 @@ from patchkit.record import record_hash
 
 ZIP32_LIMIT = 0xFFFFFFFF  # an offset or size must stay below it without zip64
 MEMBER_LIMIT = 0xFFFF
+# A member name's bounds (vLLM 0.16.0's longest: 145 bytes, 8 parts): a longer one installs nowhere useful.
+NAME_BYTES_LIMIT = 1024
+NAME_PARTS_LIMIT = 64
 
 _LOCAL = struct.Struct("<4s2B4HL2L2H")  # 30 bytes
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # 46 bytes
@@ -211,10 +215,24 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
             raise BadInput(f"{label}: member {name!r} {problem}; refusing the wheel")
         seen.add(folded(name))
         out.append(Member(info, _data_offset(info, fd, size, label)))
-    clash = _file_under_file({m.name for m in out if not m.is_dir})
-    if clash:
-        raise BadInput(f"{label}: member {clash!r} lies under a member that is a file; refusing the wheel")
+    _refuse_overlaps(out, label)
+    tree = _NameTree()
+    for member in out:
+        clash = None if member.is_dir else tree.add(member.name)
+        if clash:
+            raise BadInput(f"{label}: member {member.name!r} {clash}; refusing the wheel")
     return out
+
+
+def _refuse_overlaps(members: list[Member], label: str) -> None:
+    """BadInput when one member's header or data lies inside another's (a zip bomb that makes a
+    small file list the same bytes many times over): in a true archive they follow each other."""
+    ordered = sorted(members, key=lambda m: m.info.header_offset)
+    for before, after in itertools.pairwise(ordered):
+        if before.data_offset + before.info.compress_size > after.info.header_offset:
+            raise BadInput(
+                f"{label}: the data of {before.name!r} overlaps member {after.name!r} (a zip bomb?); refusing the wheel"
+            )
 
 
 def folded(name: str) -> str:
@@ -223,15 +241,37 @@ def folded(name: str) -> str:
     return unicodedata.normalize("NFC", name.rstrip("/")).casefold()
 
 
-def _file_under_file(files: set[str]) -> str | None:
-    for name in sorted(files):
-        parts = name.split("/")
-        if any("/".join(parts[:i]) in files for i in range(1, len(parts))):
-            return name
-    return None
+_FILE = None  # the key that marks a _NameTree node as a file
+
+
+class _NameTree:
+    """Names as a tree of their parts, so that a name under a file, or a file over other names, is
+    found in time linear in the name's length (never by building each of its prefixes)."""
+
+    def __init__(self) -> None:
+        self.root: dict = {}
+
+    def add(self, name: str) -> str | None:
+        """Record `name` (a directory entry if it ends in '/'); why it clashes, or None."""
+        parts = name.rstrip("/").split("/")
+        node = self.root
+        for depth, part in enumerate(parts[:-1], start=1):
+            node = node.setdefault(part, {})
+            if _FILE in node:
+                return f"would lie under {'/'.join(parts[:depth])}, a file"
+        node = node.setdefault(parts[-1], {})
+        if not name.endswith("/"):
+            if any(key is not _FILE for key in node):
+                return "would be a file where other members lie under it"
+            node[_FILE] = True
+        return None
 
 
 def _name_problem(name: str, seen: set[str]) -> str | None:
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_BYTES_LIMIT:
+        return f"is longer than {NAME_BYTES_LIMIT:,} bytes"
+    if name.count("/") >= NAME_PARTS_LIMIT:
+        return f"is deeper than {NAME_PARTS_LIMIT} directories"
     path = name[:-1] if name.endswith("/") else name
     reason = unsafe_reason(path)
     if reason:
@@ -292,7 +332,7 @@ class Writer:
         self.count = 0
         self.directory = bytearray()
         self.names: set[str] = set()
-        self.parents: set[str] = set()  # every directory some member lies in
+        self.tree = _NameTree()  # every member written, as a tree: what lies under what
 
     def add(self, entries: list[Entry]) -> None:
         self.fill(self.place(entries))
@@ -374,14 +414,9 @@ class Writer:
         """BadInput when a new member would lie under a file member, or a file where members lie
         under it (installers cannot write either: a wheel built from one with a FILE named like a
         directory patchkit adds)."""
-        parts = name.rstrip("/").split("/")
-        above = ["/".join(parts[:i]) for i in range(1, len(parts))]
-        clash = next((p for p in above if p in self.names), None)
-        if clash is not None:
-            raise BadInput(f"{self.label}: {name} would lie under {clash}, a file; refusing the wheel")
-        if not name.endswith("/") and name in self.parents:
-            raise BadInput(f"{self.label}: {name} would be a file where other members lie under it; refusing the wheel")
-        self.parents.update(above)
+        clash = self.tree.add(name)
+        if clash:
+            raise BadInput(f"{self.label}: {name} {clash}; refusing the wheel")
 
 
 def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, count: int, label: str) -> None:
