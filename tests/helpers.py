@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -15,12 +16,16 @@ import sys
 import tempfile
 import textwrap
 import types
+import zipfile
 from pathlib import Path
 
 from click.testing import CliRunner
 from hypothesis import strategies as st
+from packaging.version import Version
 
+from patchkit import fetch
 from patchkit.cli import cli
+from patchkit.errors import FetchError
 from patchkit.fetch import release_tree
 from patchkit.release_files import lay_out
 
@@ -347,3 +352,98 @@ def default_signals() -> None:
     and patchkit rightly keeps an ignored signal ignored."""
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_DFL)
+
+
+# Small vLLM wheels (test_wheel and the Dockerfile's test build them).
+TAGS = "cp38-abi3-manylinux_2_31_x86_64"
+STOCK_FILES = {
+    "vllm/__init__.py": b'__version__ = "0.16.0"\n',
+    "vllm/config/spec.py": SPEC_PY.encode(),
+    "vllm/models/model.py": MODEL_PY.encode(),
+    "vllm/_C.abi3.so": bytes(range(256)) * 64,  # stored, as binaries often are
+    "vllm/entrypoints/cli.py": b"def main():\n    print('vllm')\n",
+}
+
+
+def record_hash(data: bytes) -> str:
+    """A RECORD row's hash, computed here rather than by patchkit.record (the tests' own oracle)."""
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def write_wheel(
+    where: Path,
+    version: str = "0.16.0",
+    files: dict[str, bytes] | None = None,
+    *,
+    record: dict[str, str | None] | None = None,
+    extra: list[tuple[zipfile.ZipInfo, bytes]] = (),  # type: ignore[assignment]
+    streamed: bool = False,
+) -> Path:
+    """A vLLM wheel: `files`, a dist-info (METADATA, WHEEL, entry_points.txt) and a true RECORD
+    (`record` overrides rows: path -> hash, None leaves the row out), plus `extra` members as given
+    (not in RECORD)."""
+    files = dict(STOCK_FILES if files is None else files)
+    dist = f"vllm-{version}.dist-info"
+    files[f"{dist}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nSummary: test\n\nA long description.\nVersion: 9\n"
+    ).encode()
+    files[f"{dist}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {TAGS}\n".encode()
+    files[f"{dist}/entry_points.txt"] = b"[console_scripts]\nvllm = vllm.entrypoints.cli:main\n"
+    hashes = {p: (record or {}).get(p, record_hash(d)) for p, d in files.items()}
+    rows = [f"{p},{hashes[p]},{len(d)}" for p, d in files.items() if hashes[p] is not None]
+    files[f"{dist}/RECORD"] = ("\n".join([*rows, f"{dist}/RECORD,,"]) + "\n").encode()
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"vllm-{version}-{TAGS}.whl"
+    with path.open("wb") as sink, zipfile.ZipFile(_Stream(sink) if streamed else sink, "w") as zf:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
+            info.external_attr = 0o100644 << 16
+            info.compress_type = zipfile.ZIP_STORED if name.endswith(".so") else zipfile.ZIP_DEFLATED
+            with zf.open(info, "w", force_zip64=streamed) as member:  # zip64 extras in the local headers
+                member.write(data)
+        for info, data in extra:
+            zf.writestr(info, data)
+    return path
+
+
+class _Stream:
+    """A file zipfile cannot seek in: it writes each member with a data descriptor after its data."""
+
+    def __init__(self, sink):
+        self.write, self.flush = sink.write, sink.flush
+
+
+class Releases:
+    """Fake stock releases (each with its RECORD), served as patchkit.fetch.release_tree serves them."""
+
+    def __init__(self, root: Path, monkeypatch):
+        self.root = root
+        self.trees: dict[str, Path] = {}
+        monkeypatch.setattr(fetch, "release_tree", self.release_tree)
+        monkeypatch.setattr(fetch, "available_versions", lambda: sorted(Version(v) for v in self.trees))
+
+    def add(self, version: str, files: dict[str, str]) -> Path:
+        tree = write_tree(self.root / version, version, files)
+        rows = [
+            f"{p.relative_to(tree).as_posix()},{record_hash(p.read_bytes())},{p.stat().st_size}"
+            for p in sorted(tree.rglob("*"))
+            if p.is_file()
+        ]
+        (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")
+        self.trees[version] = tree
+        return tree
+
+    def release_tree(self, version, paths=(), *, all_python=False, progress=None):
+        if version not in self.trees:
+            raise FetchError(f"no vLLM {version} on the (fake) index")
+        return self.trees[version]
+
+
+def verify(library: Path, version: str, fmt: str = "json"):
+    """`patchkit verify` of `library` on one release (served by Releases), in process."""
+    return cli_runner()("verify", "--patches", library, "--vllm-version", version, "--format", fmt)
+
+
+def release_of(result) -> dict:
+    """The one release's entry of a JSON verify result."""
+    return json.loads(result.stdout)["releases"][0]

@@ -17,20 +17,20 @@ import pytest
 from helpers import (
     MODEL_PY,
     SPEC_PY,
+    Releases,
     assert_clean_failure,
     cli_runner,
     fingerprint,
     make_patch,
     patched_spec,
+    release_of,
     run_cli,
+    verify,
     write_library,
     write_tree,
 )
-from packaging.version import Version
 
-from patchkit import fetch
 from patchkit.checks import names
-from patchkit.errors import FetchError
 from patchkit.maintainer.meta import META
 from patchkit.record import record_hash
 
@@ -56,32 +56,6 @@ def sentinel(tmp_path) -> Path:
     return root
 
 
-class Releases:
-    """Fake stock releases (each with its RECORD), served as patchkit.fetch.release_tree serves them."""
-
-    def __init__(self, root: Path, monkeypatch):
-        self.root = root
-        self.trees: dict[str, Path] = {}
-        monkeypatch.setattr(fetch, "release_tree", self.release_tree)
-        monkeypatch.setattr(fetch, "available_versions", lambda: sorted(Version(v) for v in self.trees))
-
-    def add(self, version: str, files: dict[str, str]) -> Path:
-        tree = write_tree(self.root / version, version, files)
-        rows = [
-            f"{p.relative_to(tree).as_posix()},{record_hash(p.read_bytes())},{p.stat().st_size}"
-            for p in sorted(tree.rglob("*"))
-            if p.is_file()
-        ]
-        (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")
-        self.trees[version] = tree
-        return tree
-
-    def release_tree(self, version, paths=(), *, all_python=False, progress=None):
-        if version not in self.trees:
-            raise FetchError(f"no vLLM {version} on the (fake) index")
-        return self.trees[version]
-
-
 @pytest.fixture
 def releases(tmp_path, monkeypatch) -> Releases:
     return Releases(tmp_path / "index", monkeypatch)
@@ -96,14 +70,6 @@ def library(tmp_path, releases) -> Path:
     with (root / "demo" / "set.toml").open("a") as manifest:
         manifest.write('\n[[releases]]\nversions = "==0.16.1"\ndir = "0.16.0"\n')
     return root
-
-
-def verify(library: Path, version: str, fmt: str = "json"):
-    return cli_runner()("verify", "--patches", library, "--vllm-version", version, "--format", fmt)
-
-
-def release_of(result) -> dict:
-    return json.loads(result.stdout)["releases"][0]
 
 
 def result_entries(cache: Path) -> list[Path]:

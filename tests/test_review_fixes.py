@@ -14,16 +14,18 @@ import pytest
 from helpers import (
     MODEL_PY,
     SPEC_PY,
+    Releases,
     assert_clean_failure,
     fingerprint,
     make_patch,
     patched_spec,
+    release_of,
     run_cli,
     snapshot,
+    verify,
     write_library,
     write_tree,
 )
-from test_hostile_caches import Releases, release_of, verify
 
 from patchkit import record
 from patchkit.checks import names

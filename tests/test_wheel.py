@@ -20,14 +20,18 @@ import pytest
 from helpers import (
     MODEL_PY,
     SPEC_PY,
+    STOCK_FILES,
+    TAGS,
     assert_clean_failure,
     default_signals,
     fingerprint,
     make_patch,
     patched_spec,
+    record_hash,
     run_cli,
     write_library,
     write_tree,
+    write_wheel,
 )
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -38,62 +42,6 @@ from patchkit.provenance import read_provenance
 from patchkit.wheel import rawzip
 from patchkit.wheel.build import build_patched_wheel
 from patchkit.wheel.label import labelled_version
-
-TAGS = "cp38-abi3-manylinux_2_31_x86_64"
-STOCK_FILES = {
-    "vllm/__init__.py": b'__version__ = "0.16.0"\n',
-    "vllm/config/spec.py": SPEC_PY.encode(),
-    "vllm/models/model.py": MODEL_PY.encode(),
-    "vllm/_C.abi3.so": bytes(range(256)) * 64,  # stored, as binaries often are
-    "vllm/entrypoints/cli.py": b"def main():\n    print('vllm')\n",
-}
-
-
-def record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def write_wheel(
-    where: Path,
-    version: str = "0.16.0",
-    files: dict[str, bytes] | None = None,
-    *,
-    record: dict[str, str | None] | None = None,
-    extra: list[tuple[zipfile.ZipInfo, bytes]] = (),  # type: ignore[assignment]
-    streamed: bool = False,
-) -> Path:
-    """A vLLM wheel: `files`, a dist-info (METADATA, WHEEL, entry_points.txt) and a true RECORD
-    (`record` overrides rows: path -> hash, None leaves the row out), plus `extra` members as given
-    (not in RECORD)."""
-    files = dict(STOCK_FILES if files is None else files)
-    dist = f"vllm-{version}.dist-info"
-    files[f"{dist}/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nSummary: test\n\nA long description.\nVersion: 9\n"
-    ).encode()
-    files[f"{dist}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {TAGS}\n".encode()
-    files[f"{dist}/entry_points.txt"] = b"[console_scripts]\nvllm = vllm.entrypoints.cli:main\n"
-    hashes = {p: (record or {}).get(p, record_hash(d)) for p, d in files.items()}
-    rows = [f"{p},{hashes[p]},{len(d)}" for p, d in files.items() if hashes[p] is not None]
-    files[f"{dist}/RECORD"] = ("\n".join([*rows, f"{dist}/RECORD,,"]) + "\n").encode()
-    where.mkdir(parents=True, exist_ok=True)
-    path = where / f"vllm-{version}-{TAGS}.whl"
-    with path.open("wb") as sink, zipfile.ZipFile(_Stream(sink) if streamed else sink, "w") as zf:
-        for name, data in files.items():
-            info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
-            info.external_attr = 0o100644 << 16
-            info.compress_type = zipfile.ZIP_STORED if name.endswith(".so") else zipfile.ZIP_DEFLATED
-            with zf.open(info, "w", force_zip64=streamed) as member:  # zip64 extras in the local headers
-                member.write(data)
-        for info, data in extra:
-            zf.writestr(info, data)
-    return path
-
-
-class _Stream:
-    """A file zipfile cannot seek in: it writes each member with a data descriptor after its data."""
-
-    def __init__(self, sink):
-        self.write, self.flush = sink.write, sink.flush
 
 
 @pytest.fixture

@@ -15,9 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from helpers import MODEL_PY, make_patch, patched_spec, run_cli, snapshot, write_library, write_tree  # isort: skip
+from helpers import (  # isort: skip
+    MODEL_PY,
+    STOCK_FILES,
+    make_patch,
+    patched_spec,
+    run_cli,
+    snapshot,
+    write_library,
+    write_tree,
+    write_wheel,
+)
 from index_server import IndexServer, isolate_cache  # isort: skip
-from test_wheel import STOCK_FILES, write_wheel  # isort: skip
 
 DOCKERFILE = Path(__file__).parent.parent / "examples" / "Dockerfile"
 VERSION = "0.14.1"

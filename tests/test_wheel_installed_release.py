@@ -21,7 +21,7 @@ from patchkit.fetch import release_tree
 from patchkit.provenance import read_provenance
 
 from helpers import run_cli  # isort: skip
-from test_eagle3_requirements import (  # isort: skip
+from eagle3_judges import (  # isort: skip
     DEEPSEEK,
     EAGLE,
     KIMI_CLASS,
