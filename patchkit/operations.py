@@ -176,7 +176,7 @@ class _Applying:
                 plan=plan,
                 error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
             )
-        shadow.refuse(root, shadow.sources(self.patches))  # else the patch would never be what runs
+        shadow.refuse(root, self.patches)  # else the patch would never be what runs
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
         preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
@@ -512,7 +512,7 @@ def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> 
     return (
         integrity.CHECK.run(check_context(resolved, status.plan))
         + results
-        + shadow.scan(resolved.target.root, shadow.sources(resolved.patches))
+        + shadow.scan(resolved.target.root, resolved.patches)
         + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
     )
 

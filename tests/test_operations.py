@@ -346,3 +346,39 @@ def test_a_namespace_directory_or_legacy_bytecode_beside_the_source_is_no_shadow
     (tree / "vllm/config/spec.pyc").write_bytes(b"legacy")
     done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_series_that_turns_a_module_into_a_package_of_its_name_is_no_shadow(tmp_path):
+    """A release diff deletes vllm/config/spec.py and creates vllm/config/spec/__init__.py: judged
+    on the tree the series leaves, neither shadows the other, and apply, verify and revert pass."""
+    import subprocess
+
+    from helpers import fingerprint, run_cli, write_tree
+
+    tree = write_tree(tmp_path / "site")
+    stock = fingerprint(tree / "vllm")
+    old = (tree / "vllm/config/spec.py").read_text()
+    a, b = tmp_path / "a", tmp_path / "b"
+    (a / "vllm/config").mkdir(parents=True)
+    (b / "vllm/config/spec").mkdir(parents=True)
+    (a / "vllm/config/spec.py").write_text(old)
+    (b / "vllm/config/spec/__init__.py").write_text(old + "MOVED = 1\n")
+    text = (
+        subprocess.run(
+            ["git", "diff", "--no-index", "--no-prefix", "--src-prefix=a/", "--dst-prefix=b/", "a", "b"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        .stdout.replace("a/a/", "a/")
+        .replace("b/b/", "b/")
+    )
+    patch = tmp_path / "move.diff"
+    patch.write_text(text)
+    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / "vllm/config/spec/__init__.py").exists() and not (tree / "vllm/config/spec.py").exists()
+    assert run_cli("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    assert run_cli("revert", "--target", tree, "--patch", patch).returncode == 0
+    assert fingerprint(tree / "vllm") == stock

@@ -84,29 +84,45 @@ def _join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
 
 
-def tree_shadows(root: Path, paths: Iterable[str]) -> dict[str, str]:
-    """path -> the file that shadows it, for each `.py` of `paths` in the tree at `root`."""
+def planned(names_in: Callable[[str], Iterable[str]], patches: Iterable[Patch]) -> Callable[[str], set[str]]:
+    """`names_in` as the series leaves the tree: without the files it deletes or renames away, with
+    those it creates (a release diff may turn a module into a package of the same name)."""
+    removed = {f.source_path for p in patches for f in p.files if f.source_path and f.source_path != f.target_path}
+    added = {f.target_path for p in patches for f in p.files if f.target_path}
 
-    def names_in(directory: str) -> list[str]:
+    def names(directory: str) -> set[str]:
+        prefix = f"{directory}/" if directory else ""
+        gone = {r[len(prefix) :] for r in removed if r.startswith(prefix) and "/" not in r[len(prefix) :]}
+        new = {a[len(prefix) :].split("/", 1)[0] for a in added if a.startswith(prefix)}
+        return (set(names_in(directory)) - gone) | new
+
+    return names
+
+
+def tree_shadows(root: Path, patches: list[Patch]) -> dict[str, str]:
+    """path -> the file that shadows it, for each `.py` the series leaves in the tree at `root`."""
+
+    def on_disk(directory: str) -> list[str]:
         try:
             return os.listdir(root / directory)
         except OSError:  # none, a file, unreadable: nothing Python could import from either
             return []
 
-    return {path: found for path in sorted(paths) if (found := shadow(path, names_in))}
+    names_in = planned(on_disk, patches)
+    return {path: found for path in sources(patches) if (found := shadow(path, names_in))}
 
 
-def scan(root: Path, paths: Iterable[str]) -> list[CheckResult]:
+def scan(root: Path, patches: list[Patch]) -> list[CheckResult]:
     """verify: a failure for each patched source a shadowing file keeps from being imported."""
     return [
         CheckResult(NAME, path, False, f"{found} is imported instead ({ORDER}): the patch never runs")
-        for path, found in tree_shadows(root, paths).items()
+        for path, found in tree_shadows(root, patches).items()
     ]
 
 
-def refuse(root: Path, paths: Iterable[str]) -> None:
+def refuse(root: Path, patches: list[Patch]) -> None:
     """apply: a tree where a patched source would not be the module imported is refused unwritten."""
-    found = tree_shadows(root, paths)
+    found = tree_shadows(root, patches)
     if found:
         path, shadowing = next(iter(found.items()))
         raise TargetError(

@@ -313,7 +313,7 @@ def _state_finding(resolved, status) -> Finding:
 
 def _shadowed(resolved) -> str | None:
     """A patched source Python does not import (a package or extension module of its name first)."""
-    found = shadow.scan(resolved.target.root, shadow.sources(resolved.patches))
+    found = shadow.scan(resolved.target.root, resolved.patches)
     return f"{found[0].path}: {found[0].message}" if found else None
 
 

@@ -685,8 +685,9 @@ def _refuse_shadowed(wheel: StockWheel, patches: list[Patch]) -> None:
         while name:  # each directory on the way holds the next one
             children.setdefault(parent, set()).add(name)
             parent, _, name = parent.rpartition("/")
+    names_in = shadow.planned(lambda directory: children.get(directory, ()), patches)
     for path in shadow.sources(patches):
-        found = shadow.shadow(path, lambda directory: children.get(directory, ()))
+        found = shadow.shadow(path, names_in)
         if found is not None:
             member_name = wheel.installs.get(rawzip.folded(found), found)
             raise BadInput(
