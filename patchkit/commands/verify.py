@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -8,15 +7,11 @@ import click
 
 from patchkit.commands import Shown, make_ui, resolve_telling
 from patchkit.commands.options import format_option, no_import_option, target_options
-from patchkit.enums import ReleaseOutcome, TreeState
 from patchkit.errors import BadInput, Finished
 
 if TYPE_CHECKING:
     from patchkit.operations import VerifyResult
     from patchkit.options import Options
-    from patchkit.release_check import ReleaseResult
-    from patchkit.resolve import Resolved
-    from patchkit.ui import UI
 
 VERIFY_FORMATS = ("text", "json", "junit")
 
@@ -98,7 +93,7 @@ def _verify_releases(
     use_cache: bool,
 ) -> Finished:
     from patchkit import fetch, release_check
-    from patchkit.ui import releases_junit, write_junit
+    from patchkit.ui import releases_junit, reports, write_junit
     from patchkit.version import parse
 
     # JUnit and JSON are the whole of stdout; quiet keeps text lines out of it.
@@ -116,91 +111,23 @@ def _verify_releases(
     elif fmt == "junit":
         write_junit(releases_junit(results, f"patchkit.{patch_set.name}"))
     else:
-        _report_releases(ui, results)
+        reports.verdict_of_releases(ui, results)
     return Finished(release_check.overall_outcome(results))
-
-
-def _report_releases(ui: UI, results: list[ReleaseResult]) -> None:
-
-    ui.releases(results)
-    for r in results:
-        if r.failed:
-            for c in r.checks:
-                if c.failed:
-                    ui.line(f"  {r.version}: {c.describe()}", style="red")
-        elif r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested:
-            ui.error(f"vLLM {r.version} was asked for but is not covered: {r.detail}")
-    summary = ", ".join(f"{n} {label}" for label, n in Counter(r.label for r in results).items())
-    failed = [str(r.version) for r in results if r.failed]
-    refused = [str(r.version) for r in results if r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested]
-    if failed:
-        ui.line(f"verify: FAILED on {', '.join(failed)} ({summary})", style="bold red")
-    elif refused:
-        ui.line(f"verify: not covered: {', '.join(refused)} ({summary})", style="magenta")
-    else:
-        ui.line(f"verify: ok ({summary})", style="green")
 
 
 def _verify_target(opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True) -> VerifyResult:
     from patchkit.operations import verify_tree
     from patchkit.resolve import require_patches
+    from patchkit.ui import reports
 
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
     resolved = resolve_telling(ui, opts)
     require_patches(resolved)
     verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
     if fmt == "junit":
-        _target_junit(resolved, verified)
+        reports.verified_target_junit(resolved, verified)
     elif ui.json_mode:
-        _target_json(ui, resolved, verified)
+        reports.verified_target_json(ui, resolved, verified)
     else:
-        _target_text(ui, resolved, verified)
+        reports.verified_target_text(ui, resolved, verified)
     return verified
-
-
-def _target_junit(resolved: Resolved, verified: VerifyResult) -> None:
-    from patchkit.checks import CheckResult
-    from patchkit.ui import checks_junit, write_junit
-
-    conflicts = [
-        CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
-    ]
-    drifted = [
-        CheckResult("drift", path, False, f"{path} was edited after patchkit patched it")
-        for path in verified.status.drifted
-    ]
-    write_junit(checks_junit(conflicts + drifted + verified.checks, f"patchkit.{resolved.set_name}"))
-
-
-def _target_json(ui: UI, resolved: Resolved, verified: VerifyResult) -> None:
-    from patchkit.ui import plan_json, status_json
-
-    status = verified.status
-    ui.json(
-        {
-            **status_json(resolved, status),
-            "ok": verified.ok,
-            "checked": "as-is"
-            if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) or status.drifted
-            else "as-planned",
-            "plan": plan_json(status.plan) if status.plan else [],
-            "checks": [r.to_json() for r in verified.checks],
-        }
-    )
-
-
-def _target_text(ui: UI, resolved: Resolved, verified: VerifyResult) -> None:
-
-    status, results = verified.status, verified.checks
-    ui.status(resolved, status)
-    if status.state == TreeState.UPSTREAM:
-        ui.line("upstream: this vLLM release ships the change; the set's checks ran on its stock files")
-        if status.upstream_regression:
-            ui.line("upstream regression: the stock files fail the set's checks", style="bold red")
-    elif status.drifted:
-        ui.line("drifted: the checks ran on the files as they are", style="red")
-    elif results and status.state != TreeState.APPLIED:
-        ui.line("checked as the tree would be after apply (nothing written)")
-    if results:
-        ui.checks(results)
-    ui.line("verify: ok" if verified.ok else "verify: FAILED", style="green" if verified.ok else "bold red")
