@@ -12,6 +12,9 @@ import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
+
+from patchkit.errors import BadInput
 
 
 def load_json_text(raw: bytes | str):
@@ -199,3 +202,90 @@ def file_identity(info: os.stat_result) -> Identity:
     """Which file this is and which version of it: any write, rename over it, chmod or utime
     changes the ctime, which no one can set back."""
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def read_file(path: Path | str, *, follow_symlinks: bool = True) -> bytes | None:
+    """A regular file's bytes; None when there is none (a fifo or device is never read: it could block;
+    without `follow_symlinks`, a symlink is none either)."""
+    read = read_file_and_origin(path, follow_symlinks=follow_symlinks)
+    return None if read is None else read[0]
+
+
+class Origin(NamedTuple):
+    """The file a content was read from, as fstat saw it: while these four are unchanged, that inode
+    still holds the content (the transaction then links it as the saved original, see transaction)."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> Origin:
+        return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+class Landed(NamedTuple):
+    """A file as a commit left it: its Origin and its ctime once in place. Only the kernel sets a
+    ctime, and any write moves it: a rewrite of the same size that puts the mtime back still shows."""
+
+    origin: Origin
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> Landed:
+        return cls(Origin.of(info), info.st_ctime_ns)
+
+
+def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> tuple[bytes, Origin | None] | None:
+    """read_file, with the file it came from (None when it changed while being read)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)  # O_NONBLOCK: opening a fifo must not wait
+    except OSError as exc:
+        if exc.errno in _NO_FILE:
+            return None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        _refuse_too_large(path, info.st_size)
+        data = os.read(fd, info.st_size)
+        while more := os.read(fd, 1 << 20):  # the file grew since fstat
+            data += more
+            _refuse_too_large(path, len(data))
+        unchanged = len(data) == info.st_size and Origin.of(os.fstat(fd)) == Origin.of(info)
+        return data, Origin.of(info) if unchanged else None
+    finally:
+        os.close(fd)
+
+
+_NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
+
+
+def fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+MAX_TREE_FILE_BYTES = (
+    64 * 1024 * 1024
+)  # a source file or a saved original; the guard reads no more (its MAX_FILE_BYTES)
+
+
+def _refuse_too_large(path: Path | str, size: int) -> None:
+    """No file patchkit reads in a tree (a source file, a saved original, a dist-info file) comes near
+    MAX_TREE_FILE_BYTES: a larger one is not what it looks for, and is never read into memory."""
+    if size > MAX_TREE_FILE_BYTES:
+        raise BadInput(
+            f"{path} is larger than {MAX_TREE_FILE_BYTES >> 20} MiB: not a file patchkit wrote or patches; "
+            "nothing was written",
+            hint=f"inspect or remove {path} (a reinstall of vLLM puts its own files back)",
+        )

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from patchkit import __version__
 from patchkit.errors import PatchkitError
-from patchkit.fsutil import NotRegularFile, read_regular
-from patchkit.state import read_file, read_state, sha256
+from patchkit.fsutil import NotRegularFile, read_file, read_regular
+from patchkit.hashing import sha256
+from patchkit.state import read_state
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"

@@ -12,8 +12,10 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.errors import PatchkitError
+from patchkit.fsutil import Landed, read_file
+from patchkit.hashing import sha256
 from patchkit.record import find_record, has_provenance
-from patchkit.state import Entry, Landed, State, read_file, read_state, sha256
+from patchkit.state import Entry, State, read_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping

@@ -31,13 +31,14 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit import fsutil
 from patchkit.errors import BadInput, Drift, PatchkitError
+from patchkit.hashing import sha256
 from patchkit.library import PATCH, Selection, load_chosen, select
 from patchkit.patchfile import DEFAULT_ROOTS, Patch, parse_patch
 from patchkit.plan import View, plan_revert
 from patchkit.provenance import FileRecord, read_provenance
 from patchkit.provenance import Provenance as Record
 from patchkit.record import PROVENANCE, record_digest
-from patchkit.state import checked_path, sha256
+from patchkit.state import checked_path
 
 MAX_PATCH_BYTES = 64 << 20
 

@@ -26,14 +26,15 @@ from patchkit._target.guard import installed_vllm_version
 from patchkit.checks import CheckResult, shadow
 from patchkit.enums import Outcome, SelectionKind, TreeState
 from patchkit.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, TargetError
-from patchkit.fsutil import atomic_write, inside
+from patchkit.fsutil import atomic_write, inside, read_file
+from patchkit.hashing import sha256
 from patchkit.inspection import TreeStatus, check_context, drifted_files, inspect, stale_entries, stale_note
 from patchkit.options import Options
 from patchkit.patchfile import Patch
 from patchkit.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.record import has_provenance, listed_by_other_distributions
 from patchkit.resolve import Resolved, require_patches, resolve, resolve_target
-from patchkit.state import Entry, State, meta_dir, read_file, read_state, sha256, state_path
+from patchkit.state import Entry, State, meta_dir, read_state, state_path
 from patchkit.target import Target
 from patchkit.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
 from patchkit.version import detect

@@ -17,8 +17,10 @@ from typing import NamedTuple
 
 from patchkit.enums import StepState
 from patchkit.errors import BadInput, Drift
+from patchkit.fsutil import Origin, read_file_and_origin
+from patchkit.hashing import hash_soon, joined, sha256
 from patchkit.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touched_paths
-from patchkit.state import Entry, Origin, hash_soon, joined, read_file_and_origin, read_object, sha256
+from patchkit.state import Entry, read_object
 
 
 class Placement(NamedTuple):

@@ -47,6 +47,7 @@ from patchkit import fetch, fsutil, seal
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, integrity
 from patchkit.enums import CheckStatus, Outcome, ReleaseOutcome, SelectionKind, StepState, TreeState
 from patchkit.errors import NoPatchSet, PatchkitError, exit_code_for
+from patchkit.fsutil import read_file
 from patchkit.inspection import TreeStatus, inspect
 from patchkit.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.operations import ApplyResult, apply_series, revert_series
@@ -55,7 +56,7 @@ from patchkit.plan import Plan, plan_revert
 from patchkit.record import find_record, parse_record, prune, read_record_file, touch, usable_cache_dir
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, resolve
-from patchkit.state import META_DIR, read_file
+from patchkit.state import META_DIR
 from patchkit.version import in_range
 
 PATCHED = ReleaseOutcome.PATCHED

@@ -22,156 +22,27 @@ state.json:
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
-import os
 import re
 import stat
-import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import BadInput
-from patchkit.fsutil import load_json_text, read_regular, unsafe_reason
+from patchkit.fsutil import load_json_text, read_file, read_regular, unsafe_reason
+from patchkit.hashing import hash_side_by_side, sha256
 
 FORMAT = 1
 META_DIR = ".patchkit"
 # state.json and journal.json: a few hundred bytes a file; far above any real record, far below harm.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-MAX_TREE_FILE_BYTES = (
-    64 * 1024 * 1024
-)  # a source file or a saved original; the guard reads no more (its MAX_FILE_BYTES)
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 # What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
 _META_FILES = ("state.json", "journal.json")
 _META_DIRS = ("objects", "saved")
-
-
-def sha256(data: bytes | None) -> str | None:
-    """The hex sha256 of a content. A large content is hashed once per run: the digest is kept with
-    the very bytes object it was computed from (held, so its id names no other object while kept),
-    since one apply asks for the digest of the same original and new content in the plan's record,
-    the journal, the object store and the integrity check. A content being hashed on a thread
-    (hash_soon, joined) is waited for."""
-    if data is None:
-        return None
-    if len(data) < _REMEMBERED_FROM or type(data) is not bytes:  # only an immutable content keeps its digest
-        return hashlib.sha256(data).hexdigest()
-    known = _digests.get(id(data))
-    if known is not None and known[0] is data:
-        digest = known[1] if isinstance(known[1], str) else known[1].result()
-        if digest is not None:
-            return digest
-    digest = hashlib.sha256(data).hexdigest()
-    _remember(data, digest)
-    return digest
-
-
-class _Hashing:
-    """The sha256 of a content's pieces, computed on a daemon thread: hashlib lets go of the GIL
-    for large buffers, so it runs beside the main thread's work (and never delays the exit).
-
-    It hashes a step at a time and keeps the hash's state after each step (`snapshots`: bytes
-    hashed so far, a copy of the hasher then), so that a new content which starts with a prefix of
-    this one (a patched file, up to its first hunk) resumes from there (`resume`): the prefix the
-    two share is hashed once."""
-
-    def __init__(self, pieces: list[bytes | memoryview], resume: _Hashing | None = None):
-
-        self._digest: str | None = None
-        self.snapshots: list[tuple[int, Any]] = []
-        self._thread: threading.Thread | None = threading.Thread(target=self._run, args=(pieces, resume), daemon=True)
-        try:
-            self._thread.start()
-        except RuntimeError:  # no thread to be had (a pids limit, no memory for a stack): sha256() hashes itself
-            self._thread = None
-
-    def _run(self, pieces: list[bytes | memoryview], resume: _Hashing | None) -> None:
-        try:
-            self._hash(pieces, resume)
-        except Exception:  # the digest stays None: sha256() hashes again, and says what fails
-            self._digest = None
-
-    def _hash(self, pieces: list[bytes | memoryview], resume: _Hashing | None) -> None:
-        # `resume` hashed the first `skip` bytes of the first piece already (it is a prefix of its content)
-        skip, hasher = resume.state_within(len(pieces[0])) if resume is not None else (0, hashlib.sha256())
-        hashed = skip
-        for piece in pieces:
-            view = memoryview(piece)[skip:]
-            skip = 0
-            for start in range(0, len(view), _HASH_STEP):
-                step = view[start : start + _HASH_STEP]
-                hasher.update(step)
-                hashed += len(step)
-                self.snapshots.append((hashed, hasher.copy()))
-        self._digest = hasher.hexdigest()
-
-    def state_within(self, size: int) -> tuple[int, Any]:
-        """(n, a new hasher that has hashed the first n bytes) for the largest n <= size hashed so far."""
-        done = [(n, hasher) for n, hasher in list(self.snapshots) if n <= size]
-        if not done:
-            return 0, hashlib.sha256()
-        n, hasher = done[-1]
-        return n, hasher.copy()
-
-    def result(self) -> str | None:
-        """The digest (None: the thread failed, or never started, so the caller hashes)."""
-        if self._thread is None:
-            return None
-        self._thread.join()
-        return self._digest
-
-
-def _remember(data: bytes, digest: str | _Hashing) -> None:
-    _digests[id(data)] = (data, digest)
-    while len(_digests) > _REMEMBERED:  # the oldest first (dicts keep insertion order)
-        del _digests[next(iter(_digests))]
-
-
-def hash_soon(content: bytes | None) -> None:
-    """Start hashing a large content on a thread now, if it is not hashed or being hashed already:
-    sha256() then takes the digest (waiting for it if need be). A large file's original is hashed
-    this way from when it is read, beside the placing of hunks and the making of the new content."""
-    if type(content) is not bytes or len(content) < _REMEMBERED_FROM:
-        return
-    known = _digests.get(id(content))
-    if known is None or known[0] is not content:
-        _remember(content, _Hashing([content]))
-
-
-def hash_side_by_side(contents: list[bytes | None]) -> None:
-    """sha256 the large contents among these on threads at once (hashlib lets go of the GIL), so a
-    large file's original and new content cost one pass of wall time, not two; sha256() then
-    answers from what it remembers."""
-    for content in contents:
-        hash_soon(content)
-
-
-def joined(pieces: list[bytes | memoryview], prefix_of: bytes | None = None) -> bytes:
-    """b"".join(pieces). A large result's sha256 is computed from the pieces on a thread meanwhile
-    (the join holds the GIL, hashlib does not), and sha256() of the result takes it. `prefix_of`: a
-    content the first piece is the start of (the original of a patched file); where that content is
-    being hashed, the new one's hash resumes from its state (the shared prefix is hashed once)."""
-    if sum(map(len, pieces)) < _REMEMBERED_FROM:
-        return b"".join(pieces)
-    known = _digests.get(id(prefix_of)) if prefix_of is not None else None
-    resume = known[1] if known is not None and known[0] is prefix_of and isinstance(known[1], _Hashing) else None
-    hashing = _Hashing(pieces, resume)
-    content = b"".join(pieces)
-    _remember(content, hashing)
-    return content
-
-
-# Contents from 1 MiB on (hashing one takes milliseconds); a few of them, which an apply or a revert
-# holds anyway (the original and the new content of its large files).
-_REMEMBERED_FROM, _REMEMBERED = 1 << 20, 4
-_HASH_STEP = 8 << 20
-_digests: dict[int, tuple[bytes, str | _Hashing]] = {}
 
 
 def meta_dir(root: Path) -> Path:
@@ -213,7 +84,7 @@ def _require_kind(path: Path, is_kind, kind: str) -> None:
         )
 
 
-def read_record(path: Path) -> bytes | None:
+def read_meta_file(path: Path) -> bytes | None:
     """state.json or journal.json, untrusted: never through a symlink, a regular file, size-limited.
     None when there is none."""
     try:
@@ -411,7 +282,7 @@ def record_apply(
 def read_state(root: Path) -> State:
     check_meta_dir(root)
     path = state_path(root)
-    raw = read_record(path)
+    raw = read_meta_file(path)
     return State([]) if raw is None else parse_state(raw, path)
 
 
@@ -521,91 +392,9 @@ def read_object(root: Path, digest: str) -> bytes:
     return data
 
 
-def read_file(path: Path | str, *, follow_symlinks: bool = True) -> bytes | None:
-    """A regular file's bytes; None when there is none (a fifo or device is never read: it could block;
-    without `follow_symlinks`, a symlink is none either)."""
-    read = read_file_and_origin(path, follow_symlinks=follow_symlinks)
-    return None if read is None else read[0]
-
-
-class Origin(NamedTuple):
-    """The file a content was read from, as fstat saw it: while these four are unchanged, that inode
-    still holds the content (the transaction then links it as the saved original, see transaction)."""
-
-    device: int
-    inode: int
-    size: int
-    mtime_ns: int
-
-    @classmethod
-    def of(cls, info: os.stat_result) -> Origin:
-        return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-class Landed(NamedTuple):
-    """A file as a commit left it: its Origin and its ctime once in place. Only the kernel sets a
-    ctime, and any write moves it: a rewrite of the same size that puts the mtime back still shows."""
-
-    origin: Origin
-    ctime_ns: int
-
-    @classmethod
-    def of(cls, info: os.stat_result) -> Landed:
-        return cls(Origin.of(info), info.st_ctime_ns)
-
-
-def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> tuple[bytes, Origin | None] | None:
-    """read_file, with the file it came from (None when it changed while being read)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
-    try:
-        fd = os.open(path, flags)  # O_NONBLOCK: opening a fifo must not wait
-    except OSError as exc:
-        if exc.errno in _NO_FILE:
-            return None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        _refuse_too_large(path, info.st_size)
-        data = os.read(fd, info.st_size)
-        while more := os.read(fd, 1 << 20):  # the file grew since fstat
-            data += more
-            _refuse_too_large(path, len(data))
-        unchanged = len(data) == info.st_size and Origin.of(os.fstat(fd)) == Origin.of(info)
-        return data, Origin.of(info) if unchanged else None
-    finally:
-        os.close(fd)
-
-
-def _refuse_too_large(path: Path | str, size: int) -> None:
-    """No file patchkit reads in a tree (a source file, a saved original, a dist-info file) comes near
-    MAX_TREE_FILE_BYTES: a larger one is not what it looks for, and is never read into memory."""
-    if size > MAX_TREE_FILE_BYTES:
-        raise BadInput(
-            f"{path} is larger than {MAX_TREE_FILE_BYTES >> 20} MiB: not a file patchkit wrote or patches; "
-            "nothing was written",
-            hint=f"inspect or remove {path} (a reinstall of vLLM puts its own files back)",
-        )
-
-
-_NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
-
-
 def file_sha(root: Path, path: str) -> str | None:
     checked_path(path, state_path(root))  # never hash a file outside the tree
     full = root / path
     if full.is_dir():
         return "<directory>"
     return sha256(read_file(full))  # bounded, and a fifo is never opened for reading
-
-
-def fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import mmap
 import os
@@ -54,26 +53,22 @@ from typing import TYPE_CHECKING
 
 from patchkit import locks, signals
 from patchkit.errors import BadInput, LockBusy, TargetError
-from patchkit.fsutil import atomic_write, load_json_text, unsafe_reason
+from patchkit.fsutil import Landed, Origin, atomic_write, fsync_dir, load_json_text, read_file, unsafe_reason
+from patchkit.hashing import sha256, stream_sha256
 from patchkit.record import listed_by_other_distributions
 from patchkit.state import (
     GUARD_PATH,
-    Landed,
-    Origin,
     State,
     check_meta_dir,
     checked_digest,
     checked_path,
     file_sha,
-    fsync_dir,
     meta_dir,
     object_path,
     parse_state,
-    read_file,
+    read_meta_file,
     read_object,
-    read_record,
     read_state,
-    sha256,
     state_path,
 )
 
@@ -157,7 +152,7 @@ def settled_record(root: Path) -> object:
     check_meta_dir(root)
     if os.path.lexists(journal_path(root)):
         return _UNSETTLED
-    return read_record(state_path(root))
+    return read_meta_file(state_path(root))
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -239,7 +234,7 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
     # lazy: only a new file's name needs it (start-up of a dry run)
     import secrets
 
-    previous = read_record(state_path(root))
+    previous = read_meta_file(state_path(root))
     txid = secrets.token_hex(8)
     emptied = _emptied_directories(root, writes)
     entries = [_journal_entry(root, w, txid, emptied) for w in writes]
@@ -344,7 +339,7 @@ def recover(root: Path) -> str | None:
     target's lock held. A journal or state that fails validation is refused before anything is
     touched."""
     check_meta_dir(root)
-    raw = read_record(journal_path(root))
+    raw = read_meta_file(journal_path(root))
     journal = None if raw is None else _checked_journal(root, raw)
     restored, kept = 0, list[str]()
     if journal:
@@ -896,7 +891,7 @@ def _rename_own_object(obj: Path, full: Path, digest: str, mode: int | None) -> 
         ):
             return False
         with open(fd, "rb", closefd=False) as handle:
-            if _sha256_of(handle) != digest:
+            if stream_sha256(handle) != digest:
                 return False
         if mode is not None:
             os.fchmod(fd, mode & PERMISSIONS)
@@ -905,14 +900,6 @@ def _rename_own_object(obj: Path, full: Path, digest: str, mode: int | None) -> 
         return (placed.st_dev, placed.st_ino) == (info.st_dev, info.st_ino)  # else swapped meanwhile: write ours
     finally:
         os.close(fd)
-
-
-def _sha256_of(handle) -> str:
-
-    digest = hashlib.sha256()
-    while chunk := handle.read(1 << 20):
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _restore_state(root: Path, journal: dict) -> None:

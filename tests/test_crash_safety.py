@@ -156,7 +156,7 @@ def _planted_journal(tree: Path, entry: dict) -> None:
 
 
 def _planted_object(tree: Path, data: bytes) -> str:
-    from patchkit.state import sha256
+    from patchkit.hashing import sha256
 
     digest = sha256(data)
     (tree / ".patchkit/objects").mkdir(parents=True, exist_ok=True)
@@ -209,7 +209,7 @@ def test_a_journal_naming_the_directory_its_delete_removed_is_rolled_back(tmp_pa
 def test_a_planted_journal_cannot_delete_files_it_did_not_write(tmp_path):
     """Rollback deletes a file the journal says its commit created only when the file is what that
     commit wrote (its `after`) and no installed vLLM's RECORD lists it; recover and status keep it."""
-    from patchkit.state import sha256
+    from patchkit.hashing import sha256
 
     tree = ct.write_tree(tmp_path / "site", files={"vllm/engine/core.py": "CORE = 1\n", "vllm/extra.py": "E = 2\n"})
     listed = b"LISTED = 3\n"
@@ -267,7 +267,7 @@ def test_a_crash_in_a_revert_that_puts_back_files_vllm_lists_is_rolled_back_whol
 def test_a_planted_journal_removes_a_file_vllm_lists_only_when_its_bytes_stay_saved(tmp_path, saved):
     """A created file the installed vLLM lists goes only when the record the rollback returns to
     keeps its bytes, intact, as the original of a file its patches delete."""
-    from patchkit.state import sha256
+    from patchkit.hashing import sha256
 
     tree = ct.write_tree(tmp_path / "site", files={"vllm/listed.py": "LISTED = 3\n"})
     (tree / "vllm-0.16.0.dist-info/RECORD").write_text(record_rows(tree, "vllm-0.16.0.dist-info"))
@@ -521,7 +521,7 @@ def test_a_real_full_ext4_disk_is_exit_0_or_4_and_a_whole_tree(kind, small_ext4)
 def test_a_planted_journal_cannot_delete_another_packages_files(tmp_path):
     """A file another distribution's RECORD lists (torch's) is never one patchkit created: a
     planted journal naming it with its true bytes leaves it, and a file no RECORD lists still goes."""
-    from patchkit.state import sha256
+    from patchkit.hashing import sha256
 
     tree = ct.write_tree(tmp_path / "site", files={"vllm/engine/core.py": "CORE = 1\n"})
     theirs, ours = b"print('torch')\n", b"OURS = 1\n"

@@ -145,7 +145,7 @@ def test_a_large_content_is_hashed_on_a_thread_while_the_caller_goes_on(monkeypa
     import threading
     from types import SimpleNamespace
 
-    from patchkit import state
+    from patchkit import hashing
 
     release = threading.Event()
 
@@ -155,13 +155,13 @@ def test_a_large_content_is_hashed_on_a_thread_while_the_caller_goes_on(monkeypa
 
     original = os.urandom(3 << 20)
     pieces = [memoryview(original)[: 1 << 20], b"inserted line\n", memoryview(original)[1 << 20 :]]
-    monkeypatch.setattr(state, "hashlib", SimpleNamespace(sha256=held))
-    state.hash_soon(original)
-    new = state.joined(pieces)
+    monkeypatch.setattr(hashing, "hashlib", SimpleNamespace(sha256=held))
+    hashing.hash_soon(original)
+    new = hashing.joined(pieces)
     assert new == original[: 1 << 20] + b"inserted line\n" + original[1 << 20 :]  # made while both wait
     release.set()
-    assert state.sha256(original) == hashlib.sha256(original).hexdigest()
-    assert state.sha256(new) == hashlib.sha256(new).hexdigest()
+    assert hashing.sha256(original) == hashlib.sha256(original).hexdigest()
+    assert hashing.sha256(new) == hashlib.sha256(new).hexdigest()
 
 
 # ----------------------------------------------------------------- a large file written past the page cache
@@ -197,7 +197,7 @@ def _recording_writes(monkeypatch, misbehave=None):
 
 @pytest.mark.parametrize("size", [16 << 20, (16 << 20) + 4097, (25 << 20) + 1])
 def test_a_large_file_is_written_past_the_page_cache_and_whole(tmp_path, monkeypatch, size):
-    from patchkit.state import Origin
+    from patchkit.fsutil import Origin
     from patchkit.transaction import _write_file
 
     if not _direct_io_works(tmp_path):
@@ -240,7 +240,7 @@ def test_a_new_content_hashes_the_prefix_it_shares_with_its_original_once(monkey
     state within the prefix the two share (up to the first hunk), and gives the same digest."""
     import hashlib
 
-    from patchkit import state
+    from patchkit import hashing
 
     updated = [0]
 
@@ -258,14 +258,14 @@ def test_a_new_content_hashes_the_prefix_it_shares_with_its_original_once(monkey
         def hexdigest(self):
             return self.hasher.hexdigest()
 
-    monkeypatch.setattr(state, "hashlib", SimpleNamespace(sha256=Counting))
+    monkeypatch.setattr(hashing, "hashlib", SimpleNamespace(sha256=Counting))
     original = os.urandom(30 << 20)
-    state.hash_soon(original)
-    assert state.sha256(original) == hashlib.sha256(original).hexdigest()
+    hashing.hash_soon(original)
+    assert hashing.sha256(original) == hashlib.sha256(original).hexdigest()
     updated[0] = 0
     head, tail = memoryview(original)[: 20 << 20], memoryview(original)[(20 << 20) + 5 :]
-    new = state.joined([head, b"a new line\n", tail], prefix_of=original)
-    assert state.sha256(new) == hashlib.sha256(new).hexdigest()
+    new = hashing.joined([head, b"a new line\n", tail], prefix_of=original)
+    assert hashing.sha256(new) == hashlib.sha256(new).hexdigest()
     assert updated[0] == len(new) - (16 << 20)  # the first 16 MiB (two steps) not hashed again
 
 
@@ -274,15 +274,15 @@ def test_without_a_thread_to_hash_on_a_large_apply_hashes_in_line(tmp_path, monk
     import hashlib
     import threading
 
-    from patchkit import state
+    from patchkit import hashing
 
     def refused(self):
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", refused)
-    monkeypatch.setattr(state, "_digests", {})
+    monkeypatch.setattr(hashing, "_digests", {})
     original = os.urandom(2 << 20)
-    state.hash_soon(original)
-    new = state.joined([memoryview(original)[:100], b"x", memoryview(original)[100:]])
-    assert state.sha256(original) == hashlib.sha256(original).hexdigest()
-    assert state.sha256(new) == hashlib.sha256(original[:100] + b"x" + original[100:]).hexdigest()
+    hashing.hash_soon(original)
+    new = hashing.joined([memoryview(original)[:100], b"x", memoryview(original)[100:]])
+    assert hashing.sha256(original) == hashlib.sha256(original).hexdigest()
+    assert hashing.sha256(new) == hashlib.sha256(original[:100] + b"x" + original[100:]).hexdigest()

@@ -19,9 +19,10 @@ from types import SimpleNamespace
 import pytest
 from helpers import MODEL_PY, fingerprint, make_patch, run_cli, write_tree
 
-from patchkit import state as state_module
+from patchkit import hashing
+from patchkit.hashing import sha256
 from patchkit.plan import View
-from patchkit.state import Entry, State, sha256
+from patchkit.state import Entry, State
 from patchkit.transaction import commit_changes
 
 MODEL = "vllm/models/model.py"
@@ -179,7 +180,7 @@ def test_apply_and_revert_hash_each_large_content_once(run, tmp_path, monkeypatc
             return digest
 
     # patchkit.state's digests: the record's, the journal's, the store's (the checks hash for their caches)
-    monkeypatch.setattr(state_module, "hashlib", SimpleNamespace(sha256=Counting))
+    monkeypatch.setattr(hashing, "hashlib", SimpleNamespace(sha256=Counting))
     for command in ("apply", "revert"):
         hashed.clear()
         assert run(command, "--target", tree, "--patch", patch).exit_code == 0
@@ -214,11 +215,11 @@ def test_a_large_original_and_its_new_content_are_hashed_side_by_side(monkeypatc
         return real(data)
 
     before, after = os.urandom(3 << 20), os.urandom(2 << 20)
-    monkeypatch.setattr(state_module, "hashlib", SimpleNamespace(sha256=meeting))
-    state_module.hash_side_by_side([before, None, after, b"small"])
+    monkeypatch.setattr(hashing, "hashlib", SimpleNamespace(sha256=meeting))
+    hashing.hash_side_by_side([before, None, after, b"small"])
 
     def forbidden(data=b""):
         raise AssertionError("hashed again")
 
-    monkeypatch.setattr(state_module, "hashlib", SimpleNamespace(sha256=forbidden))
+    monkeypatch.setattr(hashing, "hashlib", SimpleNamespace(sha256=forbidden))
     assert (sha256(before), sha256(after)) == (real(before).hexdigest(), real(after).hexdigest())

@@ -28,6 +28,8 @@ from pathlib import Path
 from patchkit import fsutil
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.errors import BadInput, CheckFailed, FetchError, PatchkitError
+from patchkit.fsutil import read_file
+from patchkit.hashing import sha256
 from patchkit.record import (
     HASHES,
     PROVENANCE,
@@ -40,7 +42,7 @@ from patchkit.record import (
     record_digest,
     record_hash,
 )
-from patchkit.state import read_file, read_state, sha256
+from patchkit.state import read_state
 
 NAME = "integrity"
 LIKELY_CAUSES = (

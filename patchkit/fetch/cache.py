@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from patchkit.errors import BadInput, FetchError
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fsutil import all_safe, atomic_write, load_json_text, unsafe_reason
+from patchkit.hashing import stream_sha256
 from patchkit.locks import held
 from patchkit.record import cache_dir, parse_record, record_hash
 
@@ -188,16 +189,6 @@ def file_sha256(path: Path) -> str:
         raise Damaged(f"{path} is not a regular file ({e.strerror})") from None
     with _regular(fd, str(path)) as fh:
         return stream_sha256(fh)
-
-
-def stream_sha256(fh: BinaryIO) -> str:
-    """The sha256 of what is left to read in an open binary file."""
-    if hasattr(hashlib, "file_digest"):
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-    digest = hashlib.sha256()
-    for chunk in iter(lambda: fh.read(1 << 20), b""):
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def python_members(names: Iterable[str]) -> list[str]:

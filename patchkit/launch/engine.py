@@ -20,11 +20,11 @@ from packaging.version import Version
 
 from patchkit.errors import BadInput
 from patchkit.fsutil import inside, read_regular, unsafe_reason
+from patchkit.hashing import sha256
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.validation import model_interface
-from patchkit.state import sha256
 
 APPLY = "run `patchkit apply`"
 REGISTRY = "vllm/model_executor/models/registry.py"

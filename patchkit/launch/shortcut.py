@@ -33,13 +33,14 @@ import packaging
 from patchkit import fsutil, seal
 from patchkit.enums import SelectionKind, TreeState
 from patchkit.errors import PatchkitError
-from patchkit.fsutil import inside, read_regular
+from patchkit.fsutil import inside, read_file, read_regular
+from patchkit.hashing import sha256
 from patchkit.inspection import TreeStatus
 from patchkit.launch.engine import LaunchContext, set_checks
 from patchkit.launch.findings import Finding
 from patchkit.patchfile import touched_paths
 from patchkit.record import cache_dir, prune, touch, usable_cache_dir
-from patchkit.state import parse_state, read_file, sha256, state_path
+from patchkit.state import parse_state, state_path
 from patchkit.transaction import settled_record
 
 KIND = "launch-findings"

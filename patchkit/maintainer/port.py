@@ -9,6 +9,7 @@ from packaging.version import Version
 
 from patchkit.enums import StepState
 from patchkit.errors import BadInput, Conflict, NoPatchSet
+from patchkit.fsutil import read_file
 from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
 from patchkit.maintainer.gitrepo import commit_all, git_diff, init_repo
 from patchkit.maintainer.merge import merge_file
@@ -26,7 +27,6 @@ from patchkit.maintainer.stock import Contents, Progress, metadata_file, release
 from patchkit.maintainer.workdir import fresh_dir, require_empty, write_file
 from patchkit.patchfile import decode, encode, parse_patch
 from patchkit.plan import plan_apply
-from patchkit.state import read_file
 from patchkit.version import parse
 
 

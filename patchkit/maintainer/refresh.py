@@ -14,7 +14,7 @@ from packaging.version import Version
 from patchkit import fetch
 from patchkit.enums import StepState
 from patchkit.errors import BadInput, Conflict, PatchkitError
-from patchkit.fsutil import unsafe_reason
+from patchkit.fsutil import read_file, unsafe_reason
 from patchkit.library import load_set
 from patchkit.maintainer.gitrepo import git_diff
 from patchkit.maintainer.merge import conflict_lines
@@ -32,7 +32,6 @@ from patchkit.maintainer.stock import Contents, Progress, stock_paths
 from patchkit.maintainer.workspace import find_workspace
 from patchkit.patchfile import Patch, encode, parse_patch
 from patchkit.plan import View, plan_apply
-from patchkit.state import read_file
 
 
 def refresh_workspace(

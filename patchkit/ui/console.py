@@ -87,6 +87,10 @@ class UI:
         """The run's document: held for the CLI to complete and print (see Run)."""
         run.hold(data)
 
+    def wrote(self, what: str) -> None:
+        """What the command has put in place (a wheel): said on stderr if its report cannot be written."""
+        run.wrote(what)
+
     def knows(self, facts: dict[str, Any]) -> None:
         """What the command has found so far (the target, its version...): a run that then fails
         reports it in its JSON document."""

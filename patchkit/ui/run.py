@@ -26,6 +26,7 @@ class Run:
     known: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     hint: str | None = None
+    written: str | None = None  # what the run put in place, said if its report then cannot be written
 
     def failed(self, message: str, hint: str | None = None) -> None:
         self.error, self.hint = message, hint
@@ -75,6 +76,12 @@ def hold(data: dict[str, Any]) -> None:
         write_json(data)
     else:
         _run.document = data
+
+
+def wrote(what: str) -> None:
+    """What the command has put in place (a wheel): said on stderr if its report cannot be written."""
+    if _run is not None:
+        _run.written = what
 
 
 def knows(facts: dict[str, Any]) -> None:

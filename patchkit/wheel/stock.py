@@ -48,7 +48,6 @@ from patchkit.fetch.cache import (
     file_sha256,
     read_regular,
     remove_entry,
-    stream_sha256,
     write_cached,
 )
 from patchkit.fetch.download import Transferred, download_wheel
@@ -56,6 +55,7 @@ from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 from patchkit.fsutil import Identity, file_identity
+from patchkit.hashing import stream_sha256
 from patchkit.record import cache_dir
 
 SCHEMA = 1
