@@ -6,20 +6,13 @@ Kept apart from `fetch` so that the checks can read a RECORD without loading the
 from __future__ import annotations
 
 import base64
-import contextlib
 import csv
 import errno
 import hashlib
 import io
 import os
-import re
-import stat
-import sys
-import time
 from collections.abc import Collection
 from pathlib import Path
-
-import platformdirs
 
 from patchkit import fsutil
 from patchkit.errors import FetchError
@@ -27,15 +20,6 @@ from patchkit.errors import FetchError
 # The hashes a wheel's RECORD may use: "sha256 or better" (the binary distribution format spec;
 # md5 and sha1 are not permitted). An entry with any other algorithm is not evidence of anything.
 HASHES = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"})
-
-
-def cache_dir() -> Path:
-    """$PATCHKIT_CACHE_DIR if set, else the platform's user cache dir for patchkit."""
-    env = os.environ.get("PATCHKIT_CACHE_DIR", "").strip()
-    if env:
-        return Path(env).expanduser()
-
-    return Path(platformdirs.user_cache_dir("patchkit"))
 
 
 def parse_record(data: bytes, only: Collection[str] | None = None) -> dict[str, tuple[str, str]]:
@@ -121,86 +105,3 @@ def listed_by_other_distributions(tree: Path, paths: Collection[str]) -> set[str
         except (OSError, FetchError):
             continue
     return listed
-
-
-UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed
-
-
-# The names patchkit gives cache entries: a hex digest with ".json", and atomic_write's
-# temporary files for one. prune() deletes nothing else (a cache directory is untrusted input).
-_ENTRY_NAME = re.compile(r"(\.)?[0-9a-f]{64}\.json(\.patchkit-[0-9a-f]{8}\.tmp)?")
-
-
-def touch(path: Path) -> None:
-    """Mark a cache entry as used (pruning goes by modification time); a symlink itself at most."""
-    with contextlib.suppress(OSError, NotImplementedError):
-        os.utime(path, follow_symlinks=False)
-
-
-def prune(directory: Path, *, unused_days: float = UNUSED_DAYS, every_hours: float = 24) -> int:
-    """Remove the entries under a cache directory that nothing used for `unused_days`; walks the
-    directory at most once per `every_hours` (a marker file says when). Returns how many went.
-    Only regular files named as patchkit names its entries go; a symlink is never followed (not
-    `directory` itself, not one below it, not the marker)."""
-
-    marker = directory / ".pruned"
-    now = time.time()
-    try:
-        if not stat.S_ISDIR(os.lstat(directory).st_mode):
-            return 0
-        info = os.lstat(marker)
-        if stat.S_ISREG(info.st_mode) and now - info.st_mtime < every_hours * 3600:
-            return 0
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return 0
-    removed = 0
-    for dirpath, _dirs, files in os.walk(directory):  # followlinks=False: symlinked dirs not entered
-        for name in files:
-            path = os.path.join(dirpath, name)
-            if name == marker.name or not _ENTRY_NAME.fullmatch(name):
-                continue
-            try:
-                info = os.lstat(path)
-                if stat.S_ISREG(info.st_mode) and now - info.st_mtime > unused_days * 86400:
-                    os.unlink(path)
-                    removed += 1
-            except OSError:
-                pass
-    _mark(directory, marker)
-    return removed
-
-
-def _mark(directory: Path, marker: Path) -> None:
-    """Create or touch the prune marker, never through a symlink."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if marker.is_symlink():
-            marker.unlink()  # the link itself, never what it points at
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-        os.close(fd)
-        os.utime(marker, follow_symlinks=False)
-    except OSError:
-        pass
-
-
-_NOTED: set[str] = set()
-
-
-def usable_cache_dir(directory: Path) -> bool:
-    """Whether patchkit may write into and prune `directory`, a directory of its cache: a real
-    directory inside the cache (no symlink between the cache root and it). If not, the cache is not
-    used for this run, with a note on stderr (once); it is never written or pruned through."""
-
-    if fsutil.plain_directory(cache_dir(), directory):
-        return True
-    if str(directory) not in _NOTED:
-        _NOTED.add(str(directory))
-        with contextlib.suppress(OSError, ValueError):
-            print(
-                f"note: {directory} is not a plain directory inside patchkit's cache (a symlink?): "
-                "the cache is not used for this run",
-                file=sys.stderr,
-            )
-    return False

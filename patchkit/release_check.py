@@ -53,10 +53,11 @@ from patchkit.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.operations import ApplyResult, apply_series, revert_series
 from patchkit.options import Options
 from patchkit.plan import Plan, plan_revert
-from patchkit.record import find_record, parse_record, prune, read_record_file, touch, usable_cache_dir
+from patchkit.record import find_record, parse_record, read_record_file
 from patchkit.release_files import lay_out, needed_files
 from patchkit.resolve import Resolved, resolve
 from patchkit.state import META_DIR
+from patchkit.usercache import prune, touch, usable_cache_dir
 from patchkit.version import in_range
 
 PATCHED = ReleaseOutcome.PATCHED

@@ -6,7 +6,7 @@ import os
 import time
 
 from patchkit.checks.names import findings_of
-from patchkit.record import UNUSED_DAYS, prune
+from patchkit.usercache import UNUSED_DAYS, prune
 
 
 def aged(path, days):

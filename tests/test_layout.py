@@ -11,7 +11,19 @@ PACKAGE = Path(patchkit.__file__).parent
 
 # Lower layers never import higher ones (the README's table, bottom up).
 LAYERS = [
-    {"errors", "enums", "fsutil", "locks", "options", "pipconfig", "seal", "signals", "_target"},
+    {
+        "errors",
+        "enums",
+        "fsutil",
+        "hashing",
+        "locks",
+        "usercache",
+        "options",
+        "pipconfig",
+        "seal",
+        "signals",
+        "_target",
+    },
     {"target", "version", "record", "state", "patchfile", "requirements", "library", "provenance"},
     {"plan", "transaction", "guard", "inspection", "checks", "fetch", "release_files", "resolve", "installed_wheel"},
     {"operations", "maintainer", "launch", "wheel"},

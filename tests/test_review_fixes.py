@@ -27,7 +27,7 @@ from helpers import (
     write_tree,
 )
 
-from patchkit import record
+from patchkit import record, usercache
 from patchkit.checks import names
 from patchkit.record import record_hash
 
@@ -45,7 +45,7 @@ def age(path: Path) -> None:
 def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(names, "_SEEN", {})
-    monkeypatch.setattr(record, "_NOTED", set(), raising=False)
+    monkeypatch.setattr(usercache, "_NOTED", set(), raising=False)
     return tmp_path / "cache"
 
 
@@ -113,7 +113,7 @@ def test_prune_removes_only_its_own_old_entries_and_never_follows_a_symlink(tmp_
     (directory / ".pruned").symlink_to(outside / "report.txt")
     before = fingerprint(outside)
 
-    assert record.prune(directory) == 2
+    assert usercache.prune(directory) == 2
     assert not own.exists() and not tmp.exists()
     assert all(path.exists() for path in foreign)
     assert fingerprint(outside) == before
@@ -123,7 +123,7 @@ def test_prune_of_a_symlinked_directory_does_nothing(tmp_path, outside):
     link = tmp_path / "pyflakes"
     link.symlink_to(outside, target_is_directory=True)
     before = fingerprint(outside)
-    assert record.prune(link) == 0
+    assert usercache.prune(link) == 0
     assert fingerprint(outside) == before
 
 

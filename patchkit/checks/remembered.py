@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 
 from patchkit import fsutil, seal
-from patchkit.record import cache_dir, prune, touch, usable_cache_dir
+from patchkit.usercache import cache_dir, prune, touch, usable_cache_dir
 
 MISSING = object()
 MAX_ENTRY_BYTES = 1 << 20

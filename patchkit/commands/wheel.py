@@ -70,7 +70,7 @@ def command(
         if result.checks and not quiet:
             ui.checks(result.checks)
         if result.path is not None:
-            click.echo(str(result.path))  # the path, also with -q: what a script reads
+            ui.result(str(result.path))
     return result
 
 

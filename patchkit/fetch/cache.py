@@ -23,7 +23,8 @@ from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fsutil import all_safe, atomic_write, load_json_text, unsafe_reason
 from patchkit.hashing import stream_sha256
 from patchkit.locks import held
-from patchkit.record import cache_dir, parse_record, record_hash
+from patchkit.record import parse_record, record_hash
+from patchkit.usercache import cache_dir
 
 STATE_FILE = "release.json"
 STATE_SCHEMA = 2  # 2: release.json binds the cached RECORD by its sha256 (record_sha256)

@@ -8,9 +8,9 @@ serve ranges, and the tree and release.json are updated.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
-import sys
 import time
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, suppress
@@ -44,6 +44,9 @@ from patchkit.fetch.net import FetchStats, Progress
 from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
 from patchkit.fetch.zipread import LocalWheel, WheelSource
+
+# What this module has to say reaches stderr through patchkit.ui (which owns every output).
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.pipconfig import PipSettings
@@ -197,7 +200,7 @@ def _forget_if_empty(root: Path) -> None:
 
 
 def _to_stderr(message: str) -> None:
-    sys.stderr.write(f"patchkit: warning: {message}\n")
+    _log.warning("patchkit: warning: %s", message)
 
 
 def _release_lock(root: Path, ver: str, say: Progress) -> AbstractContextManager[None]:

@@ -39,9 +39,9 @@ from patchkit.inspection import TreeStatus
 from patchkit.launch.engine import LaunchContext, set_checks
 from patchkit.launch.findings import Finding
 from patchkit.patchfile import touched_paths
-from patchkit.record import cache_dir, prune, touch, usable_cache_dir
 from patchkit.state import parse_state, state_path
 from patchkit.transaction import settled_record
+from patchkit.usercache import cache_dir, prune, touch, usable_cache_dir
 
 KIND = "launch-findings"
 ENTRY_LIMIT = 1 << 20  # a few findings: far below this

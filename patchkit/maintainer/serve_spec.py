@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from patchkit import fetch
 from patchkit.errors import TargetError
+
+# What this module has to say reaches stderr through patchkit.ui (which owns every output).
+_log = logging.getLogger(__name__)
 
 SCRIPT = Path(__file__).resolve().parent.parent / "_target" / "serve_spec.py"
 SPECS = Path(__file__).resolve().parent.parent / "launch" / "specs"
@@ -44,8 +47,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--python", required=True, help="an interpreter with vLLM (and torch) installed")
     parser.add_argument("versions", nargs="+")
     args = parser.parse_args(argv)
+    logging.basicConfig(format="%(message)s")  # each recorded spec's path, a line on stderr
     for version in args.versions:
-        print(record(fetch.normalize_version(version), os.path.abspath(args.python)), file=sys.stderr)
+        _log.warning("%s", record(fetch.normalize_version(version), os.path.abspath(args.python)))
 
 
 if __name__ == "__main__":

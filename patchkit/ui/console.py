@@ -67,6 +67,10 @@ class UI:
         else:
             self.out.print(text, style=style)
 
+    def result(self, text: str) -> None:
+        """The one line a script reads (a built wheel's path): written as it is, also with -q."""
+        write_plainly(lambda stdout: stdout.write(text + "\n"))
+
     def detail(self, text: str) -> None:
         if self.verbose and not self.json_mode:
             self.err.print(visible(text), style="dim")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from patchkit.ui.junit import error_junit
+from patchkit.ui.notes import show_notes
 
 # Every JSON document patchkit prints carries it at the top level; it grows when a key changes meaning or goes.
 SCHEMA_VERSION = 1
@@ -37,6 +38,7 @@ _run: Run | None = None  # the CLI run in progress; None outside the CLI (a docu
 
 def begin_run() -> Run:
     global _run
+    show_notes()
     _run = Run()
     return _run
 

@@ -56,7 +56,7 @@ from patchkit.fetch.net import Progress
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 from patchkit.fsutil import Identity, file_identity
 from patchkit.hashing import stream_sha256
-from patchkit.record import cache_dir
+from patchkit.usercache import cache_dir
 
 SCHEMA = 1
 LOCK_FILE = ".lock"
