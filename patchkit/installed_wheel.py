@@ -41,6 +41,8 @@ from patchkit.record import PROVENANCE, record_digest
 from patchkit.state import checked_path
 
 MAX_PATCH_BYTES = 64 << 20
+# patchkit.fetch.release_tree: (version, paths, *, warn) -> the directory the release's files are in.
+FetchRelease = Callable[..., Path]
 
 
 @dataclass(frozen=True)
@@ -217,12 +219,13 @@ class StockRestore:
     notes: list[str]
 
 
-def restore_stock(view, found: Provenance, *, force: bool) -> StockRestore:
+def restore_stock(view, found: Provenance, *, force: bool, fetch_release: FetchRelease) -> StockRestore:
     """Put the stock files into `view` (a plan.View) for every file the wheel patched. The originals
     are the release's own files (fetch cache, else the index; checked against the release's RECORD
     by the fetcher), each held to the provenance's stock sha256; when they cannot be fetched, the
     shipped patches are reverse-applied and held to the same sha256. A file that is neither the
-    patched nor the stock one is drift (with `force`: restored, and listed to be kept aside)."""
+    patched nor the stock one is drift (with `force`: restored, and listed to be kept aside).
+    `fetch_release` is patchkit.fetch.release_tree, handed down (the fetcher stands above this module)."""
     done = StockRestore([], [])
     todo = []
     for path, shas in sorted(found.files.items()):
@@ -240,19 +243,21 @@ def restore_stock(view, found: Provenance, *, force: bool) -> StockRestore:
             if content is not None:
                 done.edited.append(path)
         todo.append(path)
-    originals = _originals(found, todo, done.notes) if todo else {}
+    originals = _originals(found, todo, done.notes, fetch_release) if todo else {}
     for path in todo:
         view.write(path, originals[path])
     return done
 
 
-def _originals(found: Provenance, paths: list[str], notes: list[str]) -> dict[str, bytes | None]:
+def _originals(
+    found: Provenance, paths: list[str], notes: list[str], fetch_release: FetchRelease
+) -> dict[str, bytes | None]:
     wanted = {p: found.files[p].stock_sha256 for p in paths}
     out: dict[str, bytes | None] = {p: None for p, digest in wanted.items() if digest is None}
     needed = [p for p in paths if p not in out]
     if not needed:
         return out
-    fetched = _fetched(found, needed, notes)
+    fetched = _fetched(found, needed, notes, fetch_release)
     for path in needed:
         data = fetched.get(path)
         if data is None or sha256(data) != wanted[path]:
@@ -262,13 +267,10 @@ def _originals(found: Provenance, paths: list[str], notes: list[str]) -> dict[st
     return out
 
 
-def _fetched(found: Provenance, paths: list[str], notes: list[str]) -> dict[str, bytes]:
+def _fetched(found: Provenance, paths: list[str], notes: list[str], fetch_release: FetchRelease) -> dict[str, bytes]:
     """The stock files of the release (fetch cache, else the index): {} when they cannot be had."""
-    # lazy: the fetcher loads only when a release's files are needed
-    from patchkit.fetch import release_tree
-
     try:
-        tree = release_tree(found.vllm_version, paths, warn=notes.append)
+        tree = fetch_release(found.vllm_version, paths, warn=notes.append)
     except PatchkitError as exc:
         notes.append(f"the stock files of vLLM {found.vllm_version} could not be fetched ({exc.message})")
         return {}

@@ -584,7 +584,8 @@ def _revert_locked(
     force: bool,
     dry_run: bool,
 ) -> RevertResult:
-    # lazy: only a vLLM installed from a patched wheel needs it
+    # lazy: only a vLLM installed from a patched wheel needs them (the fetcher loads on a first use)
+    from patchkit.fetch import release_tree
     from patchkit.installed_wheel import restore_stock
 
     root = target.root
@@ -609,7 +610,7 @@ def _revert_locked(
     for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
         restore_recorded(view, entry, force=force, patches=patches, restored=restored)
     if wheel is not None:  # installed from a patched wheel: the stock files it was built from
-        from_wheel = restore_stock(view, wheel, force=force)
+        from_wheel = restore_stock(view, wheel, force=force, fetch_release=release_tree)
         restored.edited += from_wheel.edited
         restored.notes += from_wheel.notes
     warnings += restored.notes
