@@ -64,7 +64,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from patchkit.fetch import release_tree  # noqa: E402
-from patchkit.release_files import files_for, lay_out  # noqa: E402
+from patchkit.releases.files import files_for, lay_out  # noqa: E402
 
 # What users run: the console script pip installed beside this interpreter (else `python -m`).
 _SCRIPT = Path(sys.executable).with_name("patchkit")
@@ -143,7 +143,7 @@ def row(name: str, ours: float, reference: float, ref_name: str, goal: str) -> s
 def fetch_row(work: Path) -> str:
     """A default fetch into an empty cache, in a subprocess so that nothing is cached in memory."""
     code = (
-        "import json, patchkit.fetch as f; from patchkit.release_files import files_for; "
+        "import json, patchkit.fetch as f; from patchkit.releases.files import files_for; "
         "f.release_tree('0.16.0', files_for('0.16.0')); s = f.last_fetch_stats; "
         "print(json.dumps([s.bytes, s.requests, s.seconds]))"
     )
@@ -164,14 +164,14 @@ def fetch_row(work: Path) -> str:
 
 def static_checks_row(stock: Path, runs: int) -> str:
     """syntax, names, contract (and integrity) on the planned 0.16.0 result, in-process."""
+    from patchkit.base.options import Options
     from patchkit.checks.integrity import CHECK as INTEGRITY
     from patchkit.checks.registry import run_checks
-    from patchkit.inspection import check_context
-    from patchkit.options import Options
-    from patchkit.resolve import resolve
+    from patchkit.engine.inspection import check_context
+    from patchkit.engine.resolve import resolve
 
     resolved = resolve(Options(target_dir=str(stock)))
-    from patchkit.plan import plan_apply
+    from patchkit.series.plan import plan_apply
 
     plan = plan_apply(resolved.target.root, resolved.patches)
     ctx = check_context(resolved, plan, import_probe=False)

@@ -1,3 +1,3 @@
-from patchkit.cli import main
+from patchkit.cli.main import main
 
 main()

@@ -51,7 +51,7 @@ def _the_installed_library_unless_a_test_says_otherwise(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _a_cache_seal_key_of_the_test_session(tmp_path_factory, monkeypatch):
-    """patchkit.seal keeps its key in the user's state directory: the tests' key is the session's own."""
+    """patchkit.base.seal keeps its key in the user's state directory: the tests' key is the session's own."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "state"))
 
 

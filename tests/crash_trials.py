@@ -152,7 +152,7 @@ class Eagle3Scenario(Scenario):
     def lay_out_stock(self) -> None:
         from helpers import lay_out_release
 
-        from patchkit.release_files import files_for
+        from patchkit.releases.files import files_for
 
         lay_out_release(RELEASE_TO, files_for(RELEASE_TO), self.stock)
 
@@ -220,7 +220,8 @@ def _child(args: list[str], plan: str, mode: str, out: str) -> None:  # pragma: 
         os.dup2(fd, 2)
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-        from patchkit import cli, transaction
+        from patchkit.cli import main as cli
+        from patchkit.engine import transaction
 
         os.environ["PATCHKIT_FAULT_AFTER"] = plan
         os.environ["PATCHKIT_FAULT_MODE"] = mode  # the mode of a plan's step that names none

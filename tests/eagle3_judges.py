@@ -15,8 +15,8 @@ from packaging.version import Version
 from patchkit.checks import CheckContext
 from patchkit.checks.contract import CHECK
 from patchkit.fetch import release_tree
-from patchkit.library import default_root, load_set
-from patchkit.release_files import files_for
+from patchkit.releases.files import files_for
+from patchkit.series.library import default_root, load_set
 
 # Upstream ships the support from 0.18.0; 0.20.0 moved the proposer to llm_base_proposer.py, 0.21.0 is
 # the last release with the whitelist.

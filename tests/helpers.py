@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit.cli import cli
-from patchkit.errors import FetchError
+from patchkit.base.errors import FetchError
+from patchkit.cli.main import cli
 from patchkit.fetch import release_tree
-from patchkit.release_files import lay_out
+from patchkit.releases.files import lay_out
 
 SPEC_PY = textwrap.dedent('''\
     """A stand-in for a config module."""
@@ -366,7 +366,7 @@ STOCK_FILES = {
 
 
 def record_hash(data: bytes) -> str:
-    """A RECORD row's hash, computed here rather than by patchkit.record (the tests' own oracle)."""
+    """A RECORD row's hash, computed here rather than by patchkit.distinfo.record (the tests' own oracle)."""
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 

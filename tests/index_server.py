@@ -14,10 +14,10 @@ import threading
 import zipfile
 from pathlib import Path
 
+from patchkit.distinfo.record import record_hash
 from patchkit.fetch import net
 from patchkit.fetch.cache import STATE_FILE
 from patchkit.fetch.ranges import MERGE_GAP
-from patchkit.record import record_hash
 
 VERSION = "0.1.0"
 WHEEL = f"vllm-{VERSION}-py3-none-manylinux_2_17_x86_64.whl"

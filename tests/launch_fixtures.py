@@ -12,7 +12,7 @@ from pathlib import Path
 
 from helpers import make_patch, write_tree
 
-from patchkit.library import default_root
+from patchkit.series.library import default_root
 
 SPEC = "vllm/config/speculative.py"
 EAGLE = "vllm/v1/spec_decode/eagle.py"

@@ -8,7 +8,7 @@ import json
 
 from hypothesis import strategies as st
 
-from patchkit.errors import BadInput
+from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
 
 MODELS = ["org/m", "org/other", "./local-dir"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+from patchkit.base.usercache import UNUSED_DAYS, prune
 from patchkit.checks.names import findings_of
-from patchkit.usercache import UNUSED_DAYS, prune
 
 
 def aged(path, days):

@@ -10,12 +10,12 @@ import pytest
 from helpers import make_patch, snapshot, write_library, write_tree
 from packaging.version import Version
 
+from patchkit.base.errors import BadInput
 from patchkit.checks import CheckContext
 from patchkit.checks.contract import CHECK, Module, evaluate
 from patchkit.checks.parsed import LARGEST_KEPT, parsed
-from patchkit.errors import BadInput
-from patchkit.library import load_set
-from patchkit.requirements import Requirement, parse_requirements
+from patchkit.series.library import load_set
+from patchkit.series.requirements import Requirement, parse_requirements
 
 SPEC = "vllm/config/targets.py"
 PROPOSER = "vllm/spec/proposer.py"

@@ -18,7 +18,7 @@ import crash_trials as ct
 import pytest
 from helpers import record_rows
 
-from patchkit import signals
+from patchkit.base import signals
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_a_failed_rollback_is_exit_4_keeps_the_journal_and_recover_finishes_it(s
 def test_a_rollback_writes_no_original_it_can_rename_back(scenario, work, steps, monkeypatch):
     """The rollback of a revert interrupted after its last replace writes no file's bytes: every
     original goes back by a rename (state.json too), so a full disk cannot stop it."""
-    from patchkit import transaction
+    from patchkit.engine import transaction
 
     tree = scenario.fresh("patched", work)
     code, _ = ct.run_cli(["revert", *scenario.args(tree)], f"{steps['revert'] - 1}:kill")  # past the state write
@@ -156,7 +156,7 @@ def _planted_journal(tree: Path, entry: dict) -> None:
 
 
 def _planted_object(tree: Path, data: bytes) -> str:
-    from patchkit.hashing import sha256
+    from patchkit.base.hashing import sha256
 
     digest = sha256(data)
     (tree / ".patchkit/objects").mkdir(parents=True, exist_ok=True)
@@ -174,8 +174,8 @@ def _planted_object(tree: Path, data: bytes) -> str:
     ],
 )
 def test_a_planted_journal_still_cannot_make_directories(tmp_path, path, removed, why):
-    from patchkit import transaction
-    from patchkit.errors import BadInput
+    from patchkit.base.errors import BadInput
+    from patchkit.engine import transaction
 
     tree = ct.write_tree(tmp_path / "site")
     digest = _planted_object(tree, b"import os\n")
@@ -187,7 +187,7 @@ def test_a_planted_journal_still_cannot_make_directories(tmp_path, path, removed
 
 
 def test_a_journal_naming_the_directory_its_delete_removed_is_rolled_back(tmp_path):
-    from patchkit import transaction
+    from patchkit.engine import transaction
 
     tree = ct.write_tree(tmp_path / "site")
     digest = _planted_object(tree, b"X = 1\n")
@@ -209,7 +209,7 @@ def test_a_journal_naming_the_directory_its_delete_removed_is_rolled_back(tmp_pa
 def test_a_planted_journal_cannot_delete_files_it_did_not_write(tmp_path):
     """Rollback deletes a file the journal says its commit created only when the file is what that
     commit wrote (its `after`) and no installed vLLM's RECORD lists it; recover and status keep it."""
-    from patchkit.hashing import sha256
+    from patchkit.base.hashing import sha256
 
     tree = ct.write_tree(tmp_path / "site", files={"vllm/engine/core.py": "CORE = 1\n", "vllm/extra.py": "E = 2\n"})
     listed = b"LISTED = 3\n"
@@ -267,7 +267,7 @@ def test_a_crash_in_a_revert_that_puts_back_files_vllm_lists_is_rolled_back_whol
 def test_a_planted_journal_removes_a_file_vllm_lists_only_when_its_bytes_stay_saved(tmp_path, saved):
     """A created file the installed vLLM lists goes only when the record the rollback returns to
     keeps its bytes, intact, as the original of a file its patches delete."""
-    from patchkit.hashing import sha256
+    from patchkit.base.hashing import sha256
 
     tree = ct.write_tree(tmp_path / "site", files={"vllm/listed.py": "LISTED = 3\n"})
     (tree / "vllm-0.16.0.dist-info/RECORD").write_text(record_rows(tree, "vllm-0.16.0.dist-info"))
@@ -292,7 +292,7 @@ def test_a_planted_journal_removes_a_file_vllm_lists_only_when_its_bytes_stay_sa
         "files": [{"path": "vllm/listed.py", "before": None, "after": digest, "staged": None, "created_dirs": []}],
     }
     (tree / ".patchkit/journal.json").write_text(json.dumps(journal))
-    from patchkit import transaction
+    from patchkit.engine import transaction
 
     said = transaction.recover(tree)
     assert (tree / "vllm/listed.py").exists() is not saved, said
@@ -301,7 +301,7 @@ def test_a_planted_journal_removes_a_file_vllm_lists_only_when_its_bytes_stay_sa
 
 def test_a_rollback_keeps_a_file_changed_since_the_commit(tmp_path):
     """An original goes back only over what the commit wrote: a file holding other bytes stays."""
-    from patchkit import transaction
+    from patchkit.engine import transaction
 
     tree = ct.write_tree(tmp_path / "site", files={"vllm/mod.py": "OTHER = 1\n"})
     digest = _planted_object(tree, b"ORIGINAL = 1\n")
@@ -391,8 +391,8 @@ def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_
 
 
 def test_a_second_signal_while_an_interrupt_is_reported_does_not_cut_the_report(monkeypatch, capsys):
-    from patchkit import cli
-    from patchkit.ui import begin_run
+    from patchkit.cli import main as cli
+    from patchkit.cli.ui import begin_run
 
     real = cli._report
 
@@ -521,7 +521,7 @@ def test_a_real_full_ext4_disk_is_exit_0_or_4_and_a_whole_tree(kind, small_ext4)
 def test_a_planted_journal_cannot_delete_another_packages_files(tmp_path):
     """A file another distribution's RECORD lists (torch's) is never one patchkit created: a
     planted journal naming it with its true bytes leaves it, and a file no RECORD lists still goes."""
-    from patchkit.hashing import sha256
+    from patchkit.base.hashing import sha256
 
     tree = ct.write_tree(tmp_path / "site", files={"vllm/engine/core.py": "CORE = 1\n"})
     theirs, ours = b"print('torch')\n", b"OURS = 1\n"

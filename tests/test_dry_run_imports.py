@@ -12,8 +12,8 @@ from helpers import make_patch, patched_spec, write_tree
 # Loaded only for what a stock tree's dry run never does: a vLLM installed from a patched wheel
 # (its provenance), a fetch (the network, the zip reader), a table in a terminal.
 NOT_FOR_A_STOCK_TREE = (
-    "patchkit.installed_wheel",
-    "patchkit.provenance",
+    "patchkit.distinfo.installed_wheel",
+    "patchkit.distinfo.provenance",
     "patchkit.fetch.release",
     "patchkit.fetch.ranges",
     "patchkit.fetch.zipread",
@@ -22,7 +22,7 @@ NOT_FOR_A_STOCK_TREE = (
 
 DRY_RUN = """
 import json, sys
-from patchkit.cli import main
+from patchkit.cli.main import main
 sys.argv = ["patchkit", "apply", "--dry-run", "-q", "--target", sys.argv[1], "--patch", sys.argv[2]]
 try:
     main()
@@ -42,7 +42,7 @@ def test_a_dry_run_on_a_stock_tree_loads_no_wheel_provenance_and_no_fetcher(tmp_
     diff = tmp_path / "change.diff"
     diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
     loaded = loaded_by_a_dry_run(tree, diff)
-    assert "patchkit.plan" in loaded and "patchkit.checks.integrity" in loaded  # it did the work
+    assert "patchkit.series.plan" in loaded and "patchkit.checks.integrity" in loaded  # it did the work
     assert [m for m in loaded if m.startswith(NOT_FOR_A_STOCK_TREE)] == []
 
 
@@ -51,7 +51,7 @@ def test_a_tree_with_a_provenance_file_loads_the_installed_wheel_reader(tmp_path
     diff = tmp_path / "change.diff"
     diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
     (tree / "vllm-0.17.1.dist-info" / "patchkit.json").write_text("{}")  # read, and refused as damaged
-    assert "patchkit.installed_wheel" in loaded_by_a_dry_run(tree, diff, exit_code=2)
+    assert "patchkit.distinfo.installed_wheel" in loaded_by_a_dry_run(tree, diff, exit_code=2)
 
 
 def test_the_fetch_package_still_gives_its_modules_as_attributes():

@@ -10,12 +10,12 @@ import sys
 import pytest
 from helpers import SPEC_PY, make_patch, snapshot, write_library
 
-import patchkit.operations
-from patchkit.enums import Outcome
-from patchkit.errors import LockBusy
-from patchkit.operations import apply_series
-from patchkit.options import Options
-from patchkit.resolve import resolve
+import patchkit.engine.operations
+from patchkit.base.enums import Outcome
+from patchkit.base.errors import LockBusy
+from patchkit.base.options import Options
+from patchkit.engine.operations import apply_series
+from patchkit.engine.resolve import resolve
 
 SPEC = "vllm/config/spec.py"
 PATCHED_SPEC = SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "mistral_large",\n')
@@ -36,7 +36,7 @@ def test_a_dry_run_on_a_stock_tree_creates_nothing_there(tree, resolved):
 
 def test_a_dry_run_does_not_wait_for_a_lock_held_before_any_transaction(tree, resolved):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom patchkit.transaction import target_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom patchkit.engine.transaction import target_lock\n"
          "with target_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(60)\n", str(tree)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -55,7 +55,7 @@ def test_a_dry_run_does_not_wait_for_a_lock_held_before_any_transaction(tree, re
 
 
 def test_a_transaction_committed_during_the_dry_run_is_refused_not_reported(tree, resolved, monkeypatch):
-    real_plan = patchkit.operations.plan_apply
+    real_plan = patchkit.engine.operations.plan_apply
 
     def plan_then_another_patchkit_commits(root, patches):
         plan = real_plan(root, patches)
@@ -64,7 +64,7 @@ def test_a_transaction_committed_during_the_dry_run_is_refused_not_reported(tree
         (meta / "state.json").write_text('{"entries": []}')  # what a commit writes last
         return plan
 
-    monkeypatch.setattr(patchkit.operations, "plan_apply", plan_then_another_patchkit_commits)
+    monkeypatch.setattr(patchkit.engine.operations, "plan_apply", plan_then_another_patchkit_commits)
     with pytest.raises(LockBusy, match=r"changed .* while this dry run read it"):
         apply_series(resolved, dry_run=True)
 
@@ -87,7 +87,7 @@ def test_a_dry_run_that_finds_an_unfinished_transaction_takes_the_lock_and_rolls
 def test_a_record_swapped_back_to_the_same_bytes_during_the_dry_run_is_still_seen(tree, resolved, monkeypatch):
     assert apply_series(resolved).outcome == Outcome.APPLIED
     state = tree / ".patchkit" / "state.json"
-    real_plan = patchkit.operations.plan_apply
+    real_plan = patchkit.engine.operations.plan_apply
 
     def plan_while_two_commits_land(root, patches):
         plan = real_plan(root, patches)
@@ -96,6 +96,6 @@ def test_a_record_swapped_back_to_the_same_bytes_during_the_dry_run_is_still_see
         state.write_bytes(same)
         return plan
 
-    monkeypatch.setattr(patchkit.operations, "plan_apply", plan_while_two_commits_land)
+    monkeypatch.setattr(patchkit.engine.operations, "plan_apply", plan_while_two_commits_land)
     with pytest.raises(LockBusy):
         apply_series(resolved, dry_run=True)

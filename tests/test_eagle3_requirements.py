@@ -48,7 +48,7 @@ from eagle3_judges import (
 from helpers import SUPPORTED_RELEASES, lay_out_release, make_patch, snapshot, write_library
 from packaging.version import Version
 
-from patchkit.release_files import files_for
+from patchkit.releases.files import files_for
 
 pytestmark = pytest.mark.release
 
@@ -58,7 +58,7 @@ def patched(tmp_path_factory, request):
     """version -> a writable copy of the stock tree with the library's series applied by `patchkit apply`."""
     from click.testing import CliRunner
 
-    from patchkit.cli import cli
+    from patchkit.cli.main import cli
 
     trees: dict[str, Path] = {}
 

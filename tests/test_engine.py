@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from helpers import SPEC_PY, make_patch, patched_spec, write_tree
 
-from patchkit.enums import StepState
-from patchkit.errors import BadInput
-from patchkit.patchfile import parse_patch
-from patchkit.plan import plan_apply, plan_revert
+from patchkit.base.enums import StepState
+from patchkit.base.errors import BadInput
+from patchkit.series.patchfile import parse_patch
+from patchkit.series.plan import plan_apply, plan_revert
 
 SPEC = "vllm/config/spec.py"
 
@@ -197,7 +197,7 @@ class _CountingBytes(bytes):
 def test_a_block_whose_head_starts_every_line_is_searched_in_linear_time(present):
     """Every line is the block's first 64 bytes but the block is nowhere (or once, at the end):
     comparing the whole block at each of them was lines x block bytes (a hostile diff's hang)."""
-    from patchkit import plan
+    from patchkit.series import plan
 
     line = b"x" * 63 + b"\n"
     block = line * 300 + b"y\n"

@@ -125,7 +125,7 @@ def test_text_output_stays_free_of_json_when_a_run_fails(run, tmp_path, library)
 
 
 def test_an_internal_error_and_an_interrupt_print_a_document_too(run, tree, library, monkeypatch):
-    from patchkit import inspection
+    from patchkit.engine import inspection
 
     for raised, code in ((LookupError("a bug"), 70), (KeyboardInterrupt(), 130)):
 

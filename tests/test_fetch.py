@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from patchkit import fetch
-from patchkit.errors import BadInput, FetchError
+from patchkit.base.errors import BadInput, FetchError
+from patchkit.distinfo.record import parse_record, record_hash
 from patchkit.fetch import net
 from patchkit.fetch.cache import STATE_FILE, safe_dest
+from patchkit.fetch.pipconfig import parse_config_list, settings_from_items
 from patchkit.fetch.ranges import TAIL_BYTES, coalesce
 from patchkit.fetch.zipread import member_from_run
-from patchkit.pipconfig import parse_config_list, settings_from_items
-from patchkit.record import parse_record, record_hash
 
 from index_server import (  # isort: skip
     BLOB,
@@ -264,7 +264,7 @@ def test_prefers_manylinux_x86_64_and_skips_bad_indexes(server, cache, monkeypat
 
 @pytest.mark.parametrize("via", ["in-process", "subprocess"])
 def test_pip_settings_read_through_pip(cache, monkeypatch, tmp_path, via):
-    from patchkit import pipconfig
+    from patchkit.fetch import pipconfig
 
     if via == "subprocess":
         monkeypatch.setattr(pipconfig, "_pip_items_in_process", lambda: None)
@@ -407,7 +407,7 @@ def test_pip_config_parsing():
 
 
 def test_session_honours_pip_cert_and_ca_bundle(monkeypatch):
-    from patchkit.pipconfig import PipSettings
+    from patchkit.fetch.pipconfig import PipSettings
 
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/env/bundle.pem")
     with_cert = net.make_session(PipSettings(cert="/pip/ca.pem"), None)

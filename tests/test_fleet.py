@@ -271,7 +271,7 @@ def test_sigterm_as_the_driver_disconnects_is_absorbed_and_the_document_printed(
             time.sleep(3)
             return real(*args, **kwargs)
         ray.shutdown = shutdown
-        from patchkit.cli import main
+        from patchkit.cli.main import main
         sys.argv = ["patchkit", *sys.argv[1:]]
         main()
         """)
@@ -461,7 +461,7 @@ def test_an_agent_running_replaced_code_is_retired_not_killed_under_a_running_st
     lib = fleet.library("plain", {SPEC: patched_spec()})
     assert fleet.run("status", "--patches", lib)[0].returncode == 0  # the named agents, started
     before = agent_pids(fleet)
-    source = Path(patchkit.__file__).parent / "enums.py"
+    source = Path(patchkit.__file__).parent / "base" / "enums.py"
     stamp = source.stat()
     slow_node.delay(8)
     first = fleet_status_started(fleet, "--patches", lib)

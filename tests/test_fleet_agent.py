@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import SPEC_PY, make_patch, patched_spec, run_cli, write_tree
 
-from patchkit.cli import run_in_process
+from patchkit.cli.main import run_in_process
 from patchkit.fleet import node
 
 

@@ -17,7 +17,7 @@ import pytest
 from helpers import assert_clean_failure
 
 import patchkit
-from patchkit.errors import CHECK_FAILED, INTERRUPTED, TARGET_PROBLEM
+from patchkit.base.errors import CHECK_FAILED, INTERRUPTED, TARGET_PROBLEM
 from patchkit.fleet.cluster import RayRunner, ray_failure
 from patchkit.fleet.node import command_line, target_arguments
 from patchkit.fleet.protocol import Batch, Node, NodeReport, fleet_apply, run_each
@@ -28,7 +28,7 @@ NODES = [Node(f"{i:056x}", f"10.0.{i // 256}.{i % 256}") for i in range(100)]
 
 def run_without_ray(*args: str) -> subprocess.CompletedProcess:
     """patchkit with `import ray` failing as it does where Ray is not installed."""
-    code = "import sys; sys.modules['ray'] = None; from patchkit.cli import main; sys.argv[0] = 'patchkit'; main()"
+    code = "import sys; sys.modules['ray'] = None; from patchkit.cli.main import main; sys.argv[0] = 'patchkit'; main()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -42,9 +42,9 @@ def test_without_ray_fleet_says_how_to_install_it():
 
 def test_nothing_but_fleet_loads_ray():
     code = (
-        "import sys, patchkit.cli, patchkit.commands.fleet, patchkit.fleet.protocol, patchkit.fleet.node\n"
+        "import sys, patchkit.cli.main, patchkit.cli.commands.fleet, patchkit.fleet.protocol, patchkit.fleet.node\n"
         "from click.testing import CliRunner\n"
-        "assert CliRunner().invoke(patchkit.cli.cli, ['fleet', '--help']).exit_code == 0\n"
+        "assert CliRunner().invoke(patchkit.cli.main.cli, ['fleet', '--help']).exit_code == 0\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -269,7 +269,7 @@ def test_an_address_that_accepts_connections_but_is_no_ray_cluster_is_exit_4_in_
     port = listener.getsockname()[1]
     code = (
         "import sys, patchkit.fleet.cluster as cluster; cluster.CONNECT_SECONDS = 3\n"
-        "from patchkit.cli import main; sys.argv[0] = 'patchkit'; main()"
+        "from patchkit.cli.main import main; sys.argv[0] = 'patchkit'; main()"
     )
     try:
         started = time.monotonic()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from patchkit import fsutil
+from patchkit.base import fsutil
 
 
 def spelled_out(path: str) -> bool:

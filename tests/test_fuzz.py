@@ -170,7 +170,7 @@ def test_mutated_real_eagle3_patches_apply_correctly_or_fail_cleanly(run, real_c
 
 @pytest.fixture(scope="module")
 def real_case(tmp_path_factory):
-    from patchkit.release_files import files_for
+    from patchkit.releases.files import files_for
 
     tree = tmp_path_factory.mktemp("fuzz-real") / "site"
     lay_out_release("0.16.0", files_for("0.16.0"), tree)
@@ -260,7 +260,7 @@ def test_any_launch_command_is_read_or_refused_cleanly_in_bounded_time_and_memor
     import resource
     import time
 
-    from patchkit.cli import run_in_process
+    from patchkit.cli.main import run_in_process
 
     work, tree, library = launch_case
     program = data.draw(st.sampled_from([["vllm", "serve"], ["python3", "-m", "vllm.entrypoints.openai.api_server"]]))

@@ -24,7 +24,8 @@ from helpers import (
     write_tree,
 )
 
-from patchkit import __version__, transaction
+from patchkit import __version__
+from patchkit.engine import transaction
 
 MODEL = "vllm/models/model.py"
 INFO = f"patchkit_guard-{__version__}.dist-info"

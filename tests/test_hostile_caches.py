@@ -31,8 +31,8 @@ from helpers import (
 )
 
 from patchkit.checks import names
+from patchkit.distinfo.record import record_hash
 from patchkit.maintainer.meta import META
-from patchkit.record import record_hash
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -372,7 +372,7 @@ def test_unsealed_record_of_a_port_out_workspace_is_refused_but_sealed_one_refre
 
 
 def test_the_seal_key_is_private_and_outside_the_cache(library, releases, cache):
-    from patchkit import seal
+    from patchkit.base import seal
 
     verify(library, "0.16.0")
     key = seal.key_path()
@@ -579,7 +579,7 @@ def test_ci_mode_never_blames_the_library_for_a_damaged_cached_release_file(
 
 
 def test_refresh_replaces_a_symlinked_series_file_instead_of_writing_through_it(tmp_path):
-    from patchkit.library import write_series
+    from patchkit.series.library import write_series
 
     outside = tmp_path / "outside.txt"
     outside.write_text("keep me\n")

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from helpers import assert_clean_failure, fingerprint, make_patch, run_cli, write_library, write_tree
 
 from patchkit import fetch
-from patchkit.cli import cli
+from patchkit.cli.main import cli
 
 from index_server import FILES, VERSION, WHEEL, IndexServer, build_wheel, isolate_cache, use_index  # isort: skip
 

@@ -12,9 +12,9 @@ from helpers import MODEL_PY, SPEC_PY, lay_out_release, make_patch, snapshot, wr
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from patchkit.base.errors import FetchError
 from patchkit.checks import ERROR, WARNING
-from patchkit.errors import FetchError
-from patchkit.record import parse_record, record_hash
+from patchkit.distinfo.record import parse_record, record_hash
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -246,7 +246,7 @@ DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
 
 @pytest.mark.release
 def test_real_0_16_0_files_pass_on_stock_and_fail_after_a_one_byte_edit(run, tmp_path):
-    from patchkit.release_files import files_for
+    from patchkit.releases.files import files_for
 
     paths = files_for("0.16.0")
     target = tmp_path / "site"

@@ -64,10 +64,10 @@ def test_peak_memory_of_a_one_line_patch_is_a_small_multiple_of_the_file(tmp_pat
 def _apply_with_a_writer_between(tmp_path, change_written_file):
     """apply_series on a small tree, with `change_written_file(path)` run between the commit and
     the after-write checks (where another process could write)."""
-    from patchkit import operations
-    from patchkit.operations import apply_series
-    from patchkit.options import Options
-    from patchkit.resolve import resolve
+    from patchkit.base.options import Options
+    from patchkit.engine import operations
+    from patchkit.engine.operations import apply_series
+    from patchkit.engine.resolve import resolve
 
     source = "def width(table):\n    return len(table)\n"
     tree = write_tree(tmp_path / "site", files={"vllm/layout.py": source})
@@ -117,7 +117,7 @@ def test_the_checks_after_writing_see_a_file_changed_since_it_was_written(tmp_pa
     """The after-write checks take the bytes patchkit wrote only while the file there is still the
     one it wrote (device, inode, size, mtime, ctime); a file replaced or rewritten since is read
     again, even one whose size and mtime were put back."""
-    from patchkit.enums import Outcome
+    from patchkit.base.enums import Outcome
 
     tree, source, result = _apply_with_a_writer_between(tmp_path, change)
     assert result.outcome == Outcome.CHECK_FAILED and result.written, result.error
@@ -127,7 +127,7 @@ def test_the_checks_after_writing_see_a_file_changed_since_it_was_written(tmp_pa
 
 
 def test_the_checks_after_writing_pass_on_the_file_as_written(tmp_path):
-    from patchkit.enums import Outcome
+    from patchkit.base.enums import Outcome
 
     tree, _source, result = _apply_with_a_writer_between(tmp_path, lambda path: None)
     assert result.outcome == Outcome.APPLIED, result.error
@@ -145,7 +145,7 @@ def test_a_large_content_is_hashed_on_a_thread_while_the_caller_goes_on(monkeypa
     import threading
     from types import SimpleNamespace
 
-    from patchkit import hashing
+    from patchkit.base import hashing
 
     release = threading.Event()
 
@@ -197,8 +197,8 @@ def _recording_writes(monkeypatch, misbehave=None):
 
 @pytest.mark.parametrize("size", [16 << 20, (16 << 20) + 4097, (25 << 20) + 1])
 def test_a_large_file_is_written_past_the_page_cache_and_whole(tmp_path, monkeypatch, size):
-    from patchkit.fsutil import Origin
-    from patchkit.transaction import _write_file
+    from patchkit.base.fsutil import Origin
+    from patchkit.engine.transaction import _write_file
 
     if not _direct_io_works(tmp_path):
         pytest.skip("this file system takes no O_DIRECT")
@@ -224,7 +224,7 @@ def _half(fd, data, real):
 
 @pytest.mark.parametrize("misbehave", [_refuse, _half])
 def test_a_large_file_a_direct_write_fails_is_written_through_the_page_cache(tmp_path, monkeypatch, misbehave):
-    from patchkit.transaction import _write_file
+    from patchkit.engine.transaction import _write_file
 
     if not _direct_io_works(tmp_path):
         pytest.skip("this file system takes no O_DIRECT")
@@ -240,7 +240,7 @@ def test_a_new_content_hashes_the_prefix_it_shares_with_its_original_once(monkey
     state within the prefix the two share (up to the first hunk), and gives the same digest."""
     import hashlib
 
-    from patchkit import hashing
+    from patchkit.base import hashing
 
     updated = [0]
 
@@ -274,7 +274,7 @@ def test_without_a_thread_to_hash_on_a_large_apply_hashes_in_line(tmp_path, monk
     import hashlib
     import threading
 
-    from patchkit import hashing
+    from patchkit.base import hashing
 
     def refused(self):
         raise RuntimeError("can't start new thread")

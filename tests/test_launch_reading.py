@@ -16,7 +16,7 @@ from helpers import assert_clean_failure, run_cli
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from packaging.version import Version
 
-from patchkit.errors import BadInput, TargetError
+from patchkit.base.errors import BadInput, TargetError
 from patchkit.launch.command import frame, parse
 from patchkit.launch.interpreter import script_interpreter
 from patchkit.launch.serve_parser import recorded_releases
@@ -98,7 +98,7 @@ def test_the_preflight_reads_the_model_vllm_serves(tmp_path):
 
 
 def test_every_supported_release_has_a_recorded_spec():
-    from patchkit.library import default_root
+    from patchkit.series.library import default_root
 
     supported = {p.name for p in (default_root() / "eagle3").iterdir() if p.is_dir()}
     assert supported <= {str(v) for v in recorded_releases()}
@@ -234,7 +234,7 @@ def test_an_undecodable_model_name_is_shown_by_its_byte(tmp_path):
 
 
 def test_an_undecodable_byte_in_a_note_is_shown_by_its_byte():
-    from patchkit.ui import visible
+    from patchkit.cli.ui import visible
 
     drafter = os.fsdecode(b"/models/dr\xfeafter")
     command = read16("org/m", "--speculative-config", "{}", "--speculative-config.model", drafter)

@@ -13,7 +13,7 @@ import pytest
 from helpers import make_patch, write_library
 
 import patchkit
-from patchkit import library
+from patchkit.series import library
 
 CHECKOUT_LIBRARY = Path(patchkit.__file__).resolve().parent.parent / "patches"
 SPEC = "vllm/config/spec.py"

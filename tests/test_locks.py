@@ -8,9 +8,10 @@ import pytest
 from filelock import FileLock, Timeout
 from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_tree
 
-from patchkit import locks, transaction
+from patchkit.base import locks
+from patchkit.base.errors import BadInput, FetchError, LockBusy, TargetError
 from patchkit.checks.probe import probe_timeout
-from patchkit.errors import BadInput, FetchError, LockBusy, TargetError
+from patchkit.engine import transaction
 from patchkit.fetch import release as fetch_release
 from patchkit.fetch import release_tree
 

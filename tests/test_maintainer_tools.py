@@ -13,16 +13,16 @@ import git
 import pytest
 from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 
-from patchkit.enums import StepState
-from patchkit.errors import FetchError
-from patchkit.library import PATCH, load_set, select
+from patchkit.base.enums import StepState
+from patchkit.base.errors import FetchError
 from patchkit.maintainer.gitrepo import git_diff
 from patchkit.maintainer.merge import conflict_lines, merge_file
 from patchkit.maintainer.meta import META
 from patchkit.maintainer.patchtext import split_header
-from patchkit.patchfile import parse_patch
-from patchkit.plan import plan_apply
-from patchkit.version import parse
+from patchkit.series.library import PATCH, load_set, select
+from patchkit.series.patchfile import parse_patch
+from patchkit.series.plan import plan_apply
+from patchkit.tree.version import parse
 
 TODAY = datetime.date.today().isoformat()
 OLD_DATE = "2020-01-01"
@@ -561,7 +561,7 @@ def upstream_then_ours(text: str) -> str:
 @pytest.mark.parametrize("version", ["0.17.0", "0.17.1"])
 def test_porting_the_real_0_16_0_set_gives_the_library_series(run, tmp_path, version, capsys):
     from patchkit.fetch import release_tree
-    from patchkit.library import default_root
+    from patchkit.series.library import default_root
 
     out, ws = tmp_path / "out", tmp_path / "ws"
     result = run("port", "--from", "0.16.0", "--to", version, "--out", out, "--workspace", ws, "--format", "json")

@@ -11,12 +11,12 @@ import pytest
 from helpers import SPEC_PY, make_patch, snapshot, write_library
 
 import patchkit
-from patchkit import inspection
-from patchkit.enums import Outcome, PatchState, StepState, TreeState
-from patchkit.errors import CHECK_FAILED, INTERNAL_ERROR, CheckFailed, Conflict
-from patchkit.operations import apply_series, resolve_for_revert, revert_series, verify_tree
-from patchkit.options import Options
-from patchkit.resolve import resolve
+from patchkit.base.enums import Outcome, PatchState, StepState, TreeState
+from patchkit.base.errors import CHECK_FAILED, INTERNAL_ERROR, CheckFailed, Conflict
+from patchkit.base.options import Options
+from patchkit.engine import inspection
+from patchkit.engine.operations import apply_series, resolve_for_revert, revert_series, verify_tree
+from patchkit.engine.resolve import resolve
 
 SPEC = "vllm/config/spec.py"
 PATCHED_SPEC = SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
@@ -125,7 +125,7 @@ def test_an_internal_error_has_its_own_exit_code(run, tree, library, monkeypatch
 def test_an_invariant_patchkit_catches_broken_is_an_internal_error_too(run, tree, library, monkeypatch):
     """What patchkit detects as its own bug (maintainer.series' check that a refreshed series reproduces
     the workspace) is exit 70, never 1, "a check failed"."""
-    from patchkit.errors import InternalError, PatchkitError, ToolFailed
+    from patchkit.base.errors import InternalError, PatchkitError, ToolFailed
 
     def broken(*args, **kwargs):
         raise InternalError("the refreshed series does not reproduce the workspace")
@@ -163,7 +163,7 @@ def exits(tree: ast.AST) -> list[int]:
 def test_no_command_exits_by_itself():
     """Exit codes are decided in cli.py alone."""
     for path in PACKAGE.rglob("*.py"):
-        if path != PACKAGE / "cli.py":
+        if path != PACKAGE / "cli" / "main.py":
             assert exits(ast.parse(path.read_bytes())) == [], path
 
 
@@ -242,19 +242,18 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_only_the_commands_and_the_cli_import_the_presentation_layer():
-    presentation = ("commands", "ui")
-    engine = [p for p in PACKAGE.rglob("*.py") if not set(presentation) & set(p.parts) and p.name != "cli.py"]
+    engine = [p for p in PACKAGE.rglob("*.py") if "cli" not in p.parts]
     assert engine
-    assert [p.name for p in engine if "patchkit.ui" in _imports(p)] == []
+    assert [p.name for p in engine if "patchkit.cli.ui" in _imports(p)] == []
 
 
 SHARED = ["--patches", "--set", "--quiet", "--verbose"]
 
 
 def test_shared_options_are_declared_once_and_read_the_same_everywhere(run):
-    from patchkit.cli import COMMANDS, cli
+    from patchkit.cli.main import COMMANDS, cli
 
-    declared_in = [p.name for p in (PACKAGE / "commands").glob("*.py") if '"--patches"' in p.read_text()]
+    declared_in = [p.name for p in (PACKAGE / "cli" / "commands").glob("*.py") if '"--patches"' in p.read_text()]
     assert declared_in == ["options.py"]
     helps: dict[str, set[str]] = {}
     for name in COMMANDS:

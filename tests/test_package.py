@@ -125,7 +125,7 @@ def test_the_wheel_carries_the_library_byte_for_byte(dist):
         names = wheel.namelist()
     assert packaged == expected
     assert [n for n in names if not n.startswith(("patchkit/", "patchkit-"))] == []  # no tests/, patches/, ...
-    assert "patchkit/cli.py" in names and "patchkit/commands/listing.py" in names
+    assert "patchkit/cli/main.py" in names and "patchkit/cli/commands/listing.py" in names
     assert "patchkit/py.typed" in names  # PEP 561: type checkers read patchkit's annotations
     workers = {f"patchkit/_target/{p.name}" for p in (CHECKOUT / "patchkit" / "_target").glob("*.py")}
     assert "patchkit/_target/import_probe.py" in workers and workers <= set(names)  # run by path in the target
@@ -161,7 +161,7 @@ def test_the_sdist_keeps_the_repository_layout(dist):
             if name.startswith("patches/")
         }
     assert library == library_files()
-    assert {"pyproject.toml", "hatch_build.py", "README.md", "patchkit/cli.py"} <= set(files)
+    assert {"pyproject.toml", "hatch_build.py", "README.md", "patchkit/cli/main.py"} <= set(files)
 
 
 @pytest.mark.parametrize("kind", [*RELEASED, "editable"])

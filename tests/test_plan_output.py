@@ -14,9 +14,9 @@ import pytest
 from helpers import make_patch, write_library, write_tree
 from rich.console import Console
 
-from patchkit.patchfile import parse_patch
-from patchkit.plan import plan_apply
-from patchkit.ui import UI, file_rows, hunk_rows, offsets_note, plan_hunk_rows, plan_sections, write_plan_rows
+from patchkit.cli.ui import UI, file_rows, hunk_rows, offsets_note, plan_hunk_rows, plan_sections, write_plan_rows
+from patchkit.series.patchfile import parse_patch
+from patchkit.series.plan import plan_apply
 
 LONG = "vllm/layers/long.py"
 SHORT = "vllm/layers/short.py"
@@ -302,7 +302,7 @@ def test_closed_standard_streams_are_no_internal_error(site, library):
 REPORT_RICH = (
     "import atexit, sys; "
     "atexit.register(lambda: sys.stderr.write('rich imported' if 'rich' in sys.modules else 'no rich')); "
-    "from patchkit.cli import main; main()"
+    "from patchkit.cli.main import main; main()"
 )
 
 

@@ -12,7 +12,7 @@ import pytest
 from helpers import assert_clean_failure, run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
 
-from patchkit.errors import BadInput
+from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
 
 STOCK_FAULTS_KIMI = {"tree-state", "whitelist", "supports-eagle3", "image-token"}

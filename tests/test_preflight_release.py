@@ -13,7 +13,7 @@ from helpers import assert_clean_failure, lay_out_release, run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, REGISTRY, serve, write_model
 from packaging.version import Version
 
-from patchkit.release_files import files_for
+from patchkit.releases.files import files_for
 
 pytestmark = pytest.mark.release
 

@@ -19,7 +19,7 @@ import pytest
 from helpers import assert_clean_failure, make_patch, run_cli, snapshot, write_library, write_tree
 
 from patchkit.checks.probe import module_name
-from patchkit.library import default_root
+from patchkit.series.library import default_root
 
 INTERFACES = textwrap.dedent("""\
     class SupportsEagle3:

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from patchkit.errors import BadInput
-from patchkit.patchfile import decode, encode, parse_patch
+from patchkit.base.errors import BadInput
+from patchkit.series.patchfile import decode, encode, parse_patch
 
 # What patchkit refuses on top of unidiff (its own rules, tested elsewhere).
 STRICTER = (

@@ -12,8 +12,8 @@ from xml.etree import ElementTree
 import pytest
 from helpers import MODEL_PY, SPEC_PY, fingerprint, make_patch, patched_spec, snapshot, write_library, write_tree
 
-from patchkit.record import record_hash
-from patchkit.state import read_state
+from patchkit.distinfo.record import record_hash
+from patchkit.store.state import read_state
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -248,7 +248,7 @@ def test_forced_reverts_in_the_same_second_keep_every_edit(run, tree, diffs):
 
 
 def test_keep_copies_makes_a_new_directory_every_time(tree):
-    from patchkit.operations import keep_copies
+    from patchkit.engine.operations import keep_copies
 
     (tree / ".patchkit").mkdir()  # the lock's directory: made before any revert
     (tree / SPEC).write_text("one\n")
@@ -402,7 +402,7 @@ def test_verify_and_fleets_phase_one_refuse_a_tree_status_refuses(run, tree, dif
     out of the tree): verify passed it, on a stock tree and on an applied one, while status, apply
     and revert refuse it; and `fleet apply`'s phase 1 (verify --no-import) said `ready` to a node
     whose phase 2 would refuse."""
-    from patchkit.cli import run_in_process
+    from patchkit.cli.main import run_in_process
     from patchkit.fleet import node
 
     for applied in (False, True):

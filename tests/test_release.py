@@ -12,7 +12,7 @@ import pytest
 from helpers import CONSECUTIVE, SUPPORTED_RELEASES, release_diff, snapshot
 
 from patchkit.fetch import release_tree
-from patchkit.release_files import files_for, lay_out
+from patchkit.releases.files import files_for, lay_out
 
 pytestmark = pytest.mark.release
 

@@ -27,9 +27,10 @@ from helpers import (
     write_tree,
 )
 
-from patchkit import record, usercache
+from patchkit.base import usercache
 from patchkit.checks import names
-from patchkit.record import record_hash
+from patchkit.distinfo import record
+from patchkit.distinfo.record import record_hash
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"

@@ -19,11 +19,11 @@ from types import SimpleNamespace
 import pytest
 from helpers import MODEL_PY, fingerprint, make_patch, run_cli, write_tree
 
-from patchkit import hashing
-from patchkit.hashing import sha256
-from patchkit.plan import View
-from patchkit.state import Entry, State
-from patchkit.transaction import commit_changes
+from patchkit.base import hashing
+from patchkit.base.hashing import sha256
+from patchkit.engine.transaction import commit_changes
+from patchkit.series.plan import View
+from patchkit.store.state import Entry, State
 
 MODEL = "vllm/models/model.py"
 PATCHED_MODEL = MODEL_PY.replace("return x", "return x * 2")
@@ -179,7 +179,7 @@ def test_apply_and_revert_hash_each_large_content_once(run, tmp_path, monkeypatc
                 hashed[digest] += 1
             return digest
 
-    # patchkit.state's digests: the record's, the journal's, the store's (the checks hash for their caches)
+    # patchkit.store.state's digests: the record's, the journal's, the store's (the checks hash for their caches)
     monkeypatch.setattr(hashing, "hashlib", SimpleNamespace(sha256=Counting))
     for command in ("apply", "revert"):
         hashed.clear()

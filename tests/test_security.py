@@ -163,7 +163,7 @@ def test_apply_over_drift_is_refused(run, tmp_path):
 
 
 def test_injected_enospc_rolls_back_and_says_so(run, tmp_path, monkeypatch):
-    from patchkit import transaction
+    from patchkit.engine import transaction
 
     tree = write_tree(tmp_path / "site")
     (tmp_path / "scratch").mkdir()

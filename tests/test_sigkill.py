@@ -16,7 +16,7 @@ import pytest
 from helpers import release_diff, snapshot
 
 from patchkit.fetch import release_tree
-from patchkit.release_files import lay_out
+from patchkit.releases.files import lay_out
 
 pytestmark = [pytest.mark.release, pytest.mark.slow]
 

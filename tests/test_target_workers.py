@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import patchkit._target
-from patchkit import target as target_mod
+from patchkit.base.errors import TargetError
 from patchkit.checks import remembered
-from patchkit.errors import TargetError
-from patchkit.target import WorkerFailed, run_worker
+from patchkit.tree import target as target_mod
+from patchkit.tree.target import WorkerFailed, run_worker
 
 WORKERS_DIR = Path(patchkit._target.__file__).parent
 WORKERS = sorted(p for p in WORKERS_DIR.glob("*.py") if p.name != "__init__.py")

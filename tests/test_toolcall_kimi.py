@@ -20,7 +20,7 @@ from helpers import DRAFTS, lay_out_release, snapshot
 from packaging.version import Version
 
 from patchkit.fetch import available_versions
-from patchkit.library import read_toml
+from patchkit.series.library import read_toml
 
 pytestmark = pytest.mark.release
 

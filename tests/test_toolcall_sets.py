@@ -22,7 +22,7 @@ from helpers import DRAFTS, behaviour_harness, lay_out_release, snapshot
 from packaging.version import Version
 
 from patchkit.fetch import release_tree
-from patchkit.release_files import files_for, lay_out
+from patchkit.releases.files import files_for, lay_out
 
 pytestmark = pytest.mark.release
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
 
-from patchkit import transaction
+from patchkit.engine import transaction
 
 SPEC = "vllm/config/spec.py"
 

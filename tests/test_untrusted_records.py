@@ -205,7 +205,7 @@ def test_journal_of_the_wrong_shape_is_a_clean_exit_2(run, applied, data):
 
 @pytest.mark.parametrize("name", ["state.json", "journal.json"])
 def test_a_huge_record_is_refused_without_being_parsed(run, applied, name):
-    from patchkit.state import MAX_RECORD_BYTES
+    from patchkit.store.state import MAX_RECORD_BYTES
 
     tree, _ = applied
     (tree / ".patchkit" / name).write_bytes(b"[" + b"0," * (MAX_RECORD_BYTES // 2) + b"0]")

@@ -14,9 +14,10 @@ import pytest
 from helpers import SPEC_PY, make_patch, write_library, write_tree
 from packaging.version import Version
 
-from patchkit import fetch, release_check
-from patchkit.errors import FetchError
-from patchkit.record import record_hash
+from patchkit import fetch
+from patchkit.base.errors import FetchError
+from patchkit.distinfo.record import record_hash
+from patchkit.releases import check as release_check
 
 PATCHED_SPEC = SPEC_PY.replace('"qwen",\n', '"qwen",\n        "deepseek",\n')
 BROKEN_SPEC = PATCHED_SPEC.replace("def accepts(model_type: str) -> bool:", "def accepts(model_type: str) -> bool")

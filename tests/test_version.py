@@ -14,10 +14,10 @@ import pytest
 from helpers import _git, assert_clean_failure, run_cli, write_library, write_tree
 from packaging.version import Version
 
-from patchkit import target as target_mod
-from patchkit.errors import BadInput, NoPatchSet, TargetError
-from patchkit.library import PATCH, UNSUPPORTED, UPSTREAM, choose_set, load_library, select
-from patchkit.version import detect
+from patchkit.base.errors import BadInput, NoPatchSet, TargetError
+from patchkit.series.library import PATCH, UNSUPPORTED, UPSTREAM, choose_set, load_library, select
+from patchkit.tree import target as target_mod
+from patchkit.tree.version import detect
 
 
 def test_metadata_version(tmp_path):
@@ -273,7 +273,7 @@ def test_a_python_that_is_not_an_interpreter_is_a_clean_target_error(tmp_path, p
 
 
 def test_metadata_headers_are_read_as_core_metadata_is_written():
-    from patchkit.version import _headers
+    from patchkit.tree.version import _headers
 
     text = "Metadata-Version: 2.1\nName: vllm\nSummary: a long\n  folded summary: Version: 9.9\nVersion:  0.16.0 \n\nVersion: 1.0\n"
     assert _headers(text) == {

@@ -14,9 +14,9 @@ from packaging.version import Version
 
 from patchkit.checks import CheckContext
 from patchkit.checks.probe import probe_request
-from patchkit.library import PATCH, UPSTREAM, choose_set, default_root, load_library, select
-from patchkit.requirements import parse_requirements
-from patchkit.version import release_version
+from patchkit.series.library import PATCH, UPSTREAM, choose_set, default_root, load_library, select
+from patchkit.series.requirements import parse_requirements
+from patchkit.tree.version import release_version
 
 BUILDS_OF_0_15_0 = ["0.15.0rc1", "0.15.0.dev3", "0.15.0+cu129", "0.15.0rc1.dev2+g1234.cu121"]
 PATCH_BYTES = b"--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -1 +1 @@\n-a\n+b\n"

@@ -36,9 +36,9 @@ from helpers import (
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.errors import BadInput, TargetError
-from patchkit.options import Options
-from patchkit.provenance import read_provenance
+from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.options import Options
+from patchkit.distinfo.provenance import read_provenance
 from patchkit.wheel import rawzip
 from patchkit.wheel.build import build_patched_wheel
 from patchkit.wheel.label import labelled_version
@@ -482,7 +482,7 @@ def test_bytes_damaged_anywhere_are_refused_never_an_internal_error(tmp_path, li
     """A bounded fuzz: one to four bytes of a small wheel changed, 150 times (a fixed seed)."""
     import random
 
-    from patchkit.errors import PatchkitError
+    from patchkit.base.errors import PatchkitError
 
     base = write_wheel(tmp_path / "in").read_bytes()
     directory = struct.unpack_from("<L", base, base.rfind(b"PK\x05\x06") + 16)[0]
@@ -839,7 +839,7 @@ def _interrupted_run(stock: Path, out: Path, library: Path) -> str:
 
     code = (
         "import os, signal, sys; from pathlib import Path\n"
-        "from patchkit.options import Options; from patchkit.wheel.build import build_patched_wheel\n"
+        "from patchkit.base.options import Options; from patchkit.wheel.build import build_patched_wheel\n"
         "def say(message):\n"
         "    if message.startswith('writing'): os.kill(os.getpid(), signal.SIGKILL)\n"
         "build_patched_wheel(Path(sys.argv[1]), Path(sys.argv[2]), Options(library=sys.argv[3]), label=None, say=say)\n"
@@ -925,7 +925,7 @@ def test_a_seal_key_others_can_read_is_said_once(tmp_path, library, mode):
 
 def _cli_with(code: str, *args: object, env: dict[str, str] | None = None):
     """The CLI in a subprocess after `code` ran in it (a hook into the build: a signal at one step)."""
-    main = "import sys; from patchkit.cli import main; sys.argv = ['patchkit', *sys.argv[1:]]; main()"
+    main = "import sys; from patchkit.cli.main import main; sys.argv = ['patchkit', *sys.argv[1:]]; main()"
     return subprocess.run(
         [sys.executable, "-c", f"{code}\n{main}", *map(str, args)],
         capture_output=True,
@@ -975,7 +975,7 @@ def test_a_killed_runs_scratch_tree_is_removed_by_the_next_run(tmp_path, library
     temp.mkdir()
     code = (
         "import os, signal, sys; from pathlib import Path\n"
-        "from patchkit.options import Options; from patchkit.wheel.build import build_patched_wheel\n"
+        "from patchkit.base.options import Options; from patchkit.wheel.build import build_patched_wheel\n"
         "def say(message):\n"
         "    if message.startswith('writing'): os.kill(os.getpid(), signal.SIGKILL)\n"
         "build_patched_wheel(Path(sys.argv[1]), Path(sys.argv[2]), Options(library=sys.argv[3]), label=None, say=say)\n"

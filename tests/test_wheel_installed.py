@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from patchkit._target import guard
-from patchkit.record import parse_record
+from patchkit.distinfo.record import parse_record
 
 from helpers import (  # isort: skip
     MODEL_PY,

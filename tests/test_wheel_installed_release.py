@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from patchkit.distinfo.provenance import read_provenance
 from patchkit.fetch import release_tree
-from patchkit.provenance import read_provenance
 
 from helpers import run_cli  # isort: skip
 from eagle3_judges import (  # isort: skip
@@ -99,7 +99,7 @@ def test_the_wheel_installed_over_an_applied_tree_is_reported_and_apply_settles_
 
     from helpers import load_plugins_like_vllm
 
-    from patchkit.release_files import files_for, lay_out
+    from patchkit.releases.files import files_for, lay_out
 
     paths = files_for(VERSION)
     site = tmp_path / "site"

@@ -11,9 +11,9 @@ import os
 import pytest
 from packaging import tags
 
-from patchkit.errors import FetchError
+from patchkit.base.errors import FetchError
+from patchkit.base.fsutil import file_identity
 from patchkit.fetch import net
-from patchkit.fsutil import file_identity
 from patchkit.wheel import stock
 from patchkit.wheel.stock import stock_wheel, tag_priority, wheel_priority
 
@@ -296,7 +296,7 @@ def test_a_sealed_wheel_that_changed_is_hashed_and_caught(server, cache, publish
 
 @pytest.mark.parametrize("forge", ["another key", "another identity", "not json"])
 def test_a_seal_patchkit_did_not_make_is_only_a_hash(server, cache, published, hashes, forge):
-    from patchkit import seal
+    from patchkit.base import seal
 
     first = stock_wheel(VERSION)
     stock_wheel(VERSION)
@@ -321,8 +321,8 @@ def test_a_seal_patchkit_did_not_make_is_only_a_hash(server, cache, published, h
 
 
 def test_a_cached_wheel_replaced_after_its_check_is_not_built_from(server, cache, published, tmp_path):
-    from patchkit.errors import FetchError
-    from patchkit.options import Options
+    from patchkit.base.errors import FetchError
+    from patchkit.base.options import Options
     from patchkit.wheel.build import build_patched_wheel
     from patchkit.wheel.stock import checked_stock_wheel
 

@@ -26,7 +26,7 @@ from xml.etree import ElementTree
 import pytest
 import yaml
 
-from patchkit.usercache import cache_dir
+from patchkit.base.usercache import cache_dir
 
 pytestmark = pytest.mark.release
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from patchkit.launch.engine import Finding
-from patchkit.requirements import Target
+from patchkit.series.requirements import Target
 
 SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
@@ -160,7 +160,11 @@ def aux_layers(launch) -> Finding:
 def _default_aux_layers(config: dict, count: object) -> Finding:
     """No layers vLLM reads: it takes the target's default, which a drafter naming layers elsewhere
     (eagle_config, an empty list, a number) was not trained on."""
-    default = f"(2, {count // 2}, {count - 3})" if isinstance(count, int) and _whole(count) else "(2, n//2, n-3 of the target's layers)"
+    default = (
+        f"(2, {count // 2}, {count - 3})"
+        if isinstance(count, int) and _whole(count)
+        else "(2, n//2, n-3 of the target's layers)"
+    )
     ignored = _ignored_aux_layers(config)
     if ignored is None:
         message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"

@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from patchkit.enums import CheckStatus
+from patchkit.base.enums import CheckStatus
 
 if TYPE_CHECKING:
     from packaging.version import Version
 
-    from patchkit.library import PatchSetDef
+    from patchkit.series.library import PatchSetDef
 
 ERROR = "error"
 WARNING = "warning"

@@ -27,10 +27,10 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+from patchkit.base.errors import TargetError
+from patchkit.base.fsutil import inside
 from patchkit.checks import ERROR, WARNING, CheckResult
-from patchkit.errors import TargetError
-from patchkit.fsutil import inside
-from patchkit.target import run_worker
+from patchkit.tree.target import run_worker
 
 NAME = "bytecode"
 

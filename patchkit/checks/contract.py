@@ -48,7 +48,7 @@ from packaging.version import Version
 
 from patchkit.checks import WARNING, CheckContext, CheckResult, remembered
 from patchkit.checks.parsed import LARGEST_KEPT, parsed
-from patchkit.requirements import ACCESSES, Requirement, Target
+from patchkit.series.requirements import ACCESSES, Requirement, Target
 
 NAME = "contract"
 _BARE_VERB = {"load": "read", "store": "assign", "any": "reference"}
@@ -93,7 +93,7 @@ def _file_verdicts(reqs: list[Requirement], data: bytes | None, version: Version
     they depend on (checks/remembered.py), else evaluated on its parsed tree."""
     if data is None:
         return [evaluate(req, None, version) for req in reqs]
-    code = remembered.code_of("patchkit.checks.contract", "patchkit.requirements")
+    code = remembered.code_of("patchkit.checks.contract", "patchkit.series.requirements")
     key = remembered.key_of(
         [code, str(version), reqs[0].file, hashlib.sha256(data).hexdigest(), [repr(r) for r in reqs]]
     )

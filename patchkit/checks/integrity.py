@@ -25,12 +25,12 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patchkit import fsutil
+from patchkit.base import fsutil
+from patchkit.base.errors import BadInput, CheckFailed, FetchError, PatchkitError
+from patchkit.base.fsutil import read_file
+from patchkit.base.hashing import sha256
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
-from patchkit.errors import BadInput, CheckFailed, FetchError, PatchkitError
-from patchkit.fsutil import read_file
-from patchkit.hashing import sha256
-from patchkit.record import (
+from patchkit.distinfo.record import (
     HASHES,
     PROVENANCE,
     allowed_hashes,
@@ -42,7 +42,7 @@ from patchkit.record import (
     record_digest,
     record_hash,
 )
-from patchkit.state import read_state
+from patchkit.store.state import read_state
 
 NAME = "integrity"
 LIKELY_CAUSES = (
@@ -197,7 +197,7 @@ def _with_stock_hashes(root: Path, record: Record) -> Record:
     if not has_provenance(root):
         return record
     # lazy: only a vLLM installed from a patched wheel needs it
-    from patchkit.installed_wheel import stock_hashes
+    from patchkit.distinfo.installed_wheel import stock_hashes
 
     hashes = stock_hashes(root, record.hashes)
     if hashes == record.hashes:
@@ -226,7 +226,7 @@ def _stock_release(root: Path) -> str | None:
     if not has_provenance(root):
         return None
     # lazy: only a vLLM installed from a patched wheel needs it
-    from patchkit.installed_wheel import find
+    from patchkit.distinfo.installed_wheel import find
 
     try:
         found = find(root)

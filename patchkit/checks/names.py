@@ -20,9 +20,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import fsutil, seal
+from patchkit.base import fsutil, seal
+from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, too_large_to_parse
-from patchkit.usercache import cache_dir, prune, touch, usable_cache_dir
 
 UNDEFINED = frozenset({"UndefinedName", "UndefinedExport", "UndefinedLocal"})
 # Messages whose last argument is the line of an earlier definition: it moves with the patch.

@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.base.locks import seconds_from_env
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
-from patchkit.locks import seconds_from_env
-from patchkit.target import WorkerFailed, run_worker
-from patchkit.version import release_version
+from patchkit.tree.target import WorkerFailed, run_worker
+from patchkit.tree.version import release_version
 
 TIMEOUT_ENV = "PATCHKIT_PROBE_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0

@@ -5,7 +5,7 @@ and `patchkit wheel` or `apply` on the same release checks the same contents aga
 
     <cache>/verdicts/<check>/<key[:2]>/<key>.json   {"seal": ..., "verdict": ...}
 
-The key is the sha256 of every input; the entry is sealed with this user's key (patchkit.seal): an
+The key is the sha256 of every input; the entry is sealed with this user's key (patchkit.base.seal): an
 entry this user's patchkit did not write (edited, restored from another machine) is not believed,
 and the check runs. Read never through a symlink, bounded; a cache that cannot be written only
 costs time. Entries unused for a while are pruned, as the other caches' are.
@@ -19,8 +19,8 @@ import json
 from functools import cache
 from pathlib import Path
 
-from patchkit import fsutil, seal
-from patchkit.usercache import cache_dir, prune, touch, usable_cache_dir
+from patchkit.base import fsutil, seal
+from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 
 MISSING = object()
 MAX_ENTRY_BYTES = 1 << 20

@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit.base.errors import TargetError
 from patchkit.checks import CheckResult
-from patchkit.errors import TargetError
 
 if TYPE_CHECKING:
-    from patchkit.patchfile import Patch
+    from patchkit.series.patchfile import Patch
 
 NAME = "shadow"
 _EXTENSION = re.compile(r"(?:\.(?:cpython-[A-Za-z0-9_-]+|pypy[A-Za-z0-9_-]+|cp\d+-[A-Za-z0-9_-]+|abi3))?\.(?:so|pyd)")

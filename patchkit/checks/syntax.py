@@ -11,7 +11,7 @@ import sys
 from patchkit._target.compile_sources import describe
 from patchkit.checks import CheckContext, CheckResult, remembered, too_large_to_parse
 from patchkit.checks.parsed import parsed
-from patchkit.target import run_worker, same_interpreter
+from patchkit.tree.target import run_worker, same_interpreter
 
 
 class SyntaxCheck:

@@ -40,18 +40,18 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.base.usercache import cache_dir
     from patchkit.fetch.cache import cached_record
     from patchkit.fetch.index import available_versions, normalize_version, reuse_index_pages
     from patchkit.fetch.net import FetchStats
     from patchkit.fetch.release import release_tree
-    from patchkit.usercache import cache_dir
 
 # Each name is loaded from its module when first used: the integrity check only reads the cache
 # (fetch.cache), and a fetch's modules (the network, the zip reader) are not loaded for it.
 _WHERE = {
     "FetchStats": "patchkit.fetch.net",
     "available_versions": "patchkit.fetch.index",
-    "cache_dir": "patchkit.usercache",
+    "cache_dir": "patchkit.base.usercache",
     "cached_record": "patchkit.fetch.cache",
     "last_fetch_stats": "patchkit.fetch.release",
     "normalize_version": "patchkit.fetch.index",

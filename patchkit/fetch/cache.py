@@ -18,13 +18,13 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from patchkit.errors import BadInput, FetchError
+from patchkit.base.errors import BadInput, FetchError
+from patchkit.base.fsutil import all_safe, atomic_write, load_json_text, unsafe_reason
+from patchkit.base.hashing import stream_sha256
+from patchkit.base.locks import held
+from patchkit.base.usercache import cache_dir
+from patchkit.distinfo.record import parse_record, record_hash
 from patchkit.fetch.index import PROJECT, normalize_version
-from patchkit.fsutil import all_safe, atomic_write, load_json_text, unsafe_reason
-from patchkit.hashing import stream_sha256
-from patchkit.locks import held
-from patchkit.record import parse_record, record_hash
-from patchkit.usercache import cache_dir
 
 STATE_FILE = "release.json"
 STATE_SCHEMA = 2  # 2: release.json binds the cached RECORD by its sha256 (record_sha256)

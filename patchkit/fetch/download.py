@@ -10,7 +10,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from patchkit.errors import FetchError
+from patchkit.base.errors import FetchError
 from patchkit.fetch.cache import NO_SPACE, cache_write_error, remove_entry
 from patchkit.fetch.net import Progress, redact
 

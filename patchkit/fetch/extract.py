@@ -8,7 +8,8 @@ import re
 from contextlib import suppress
 from pathlib import Path
 
-from patchkit.errors import FetchError
+from patchkit.base.errors import FetchError
+from patchkit.distinfo.record import parse_record
 from patchkit.fetch.cache import (
     Damaged,
     State,
@@ -23,7 +24,6 @@ from patchkit.fetch.cache import (
 from patchkit.fetch.index import PROJECT
 from patchkit.fetch.net import Progress
 from patchkit.fetch.zipread import WheelSource
-from patchkit.record import parse_record
 
 
 def extract(

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.errors import BadInput, FetchError
+from patchkit.base.errors import BadInput, FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.net import Progress, is_http, redact
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.version import Version
 
-    from patchkit.pipconfig import PipSettings
+    from patchkit.fetch.pipconfig import PipSettings
 
 PROJECT = "vllm"
 

@@ -15,7 +15,7 @@ from patchkit import __version__
 if TYPE_CHECKING:  # pragma: no cover
     import requests
 
-    from patchkit.pipconfig import PipSettings
+    from patchkit.fetch.pipconfig import PipSettings
 
 Progress = Callable[[str], None]
 
@@ -34,7 +34,7 @@ class FetchStats:
 def pip_settings() -> PipSettings:
     """pip's merged index configuration (importing pip costs ~0.5 s: only on a cache miss)."""
     # lazy: pip's configuration loads only for a fetch
-    from patchkit.pipconfig import pip_settings as ask_pip
+    from patchkit.fetch.pipconfig import pip_settings as ask_pip
 
     return ask_pip()
 

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit.errors import FetchError
+from patchkit.base.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
     STATE_FILE,
@@ -45,11 +45,11 @@ from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
 from patchkit.fetch.zipread import LocalWheel, WheelSource
 
-# What this module has to say reaches stderr through patchkit.ui (which owns every output).
+# What this module has to say reaches stderr through patchkit.cli.ui (which owns every output).
 _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from patchkit.pipconfig import PipSettings
+    from patchkit.fetch.pipconfig import PipSettings
 
 LOCK_FILE = ".lock"
 LOCK_TIMEOUT = 1800.0  # a cold fetch of every .py of a release takes minutes on a slow line

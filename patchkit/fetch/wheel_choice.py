@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from patchkit.errors import FetchError
+from patchkit.base.errors import FetchError
 from patchkit.fetch.index import PROJECT, Pages, no_project_error, project_pages
 from patchkit.fetch.net import Progress, redact
 
 if TYPE_CHECKING:  # pragma: no cover
-    from patchkit.pipconfig import PipSettings
+    from patchkit.fetch.pipconfig import PipSettings
 
 
 Rank = Callable[[str, str], "int | None"]  # (file name, version) -> sort key, lower is better; None: not a candidate

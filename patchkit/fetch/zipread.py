@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from patchkit.errors import FetchError
+from patchkit.base.errors import FetchError
 from patchkit.fetch.net import Progress
 
 if TYPE_CHECKING:  # pragma: no cover

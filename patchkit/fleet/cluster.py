@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from patchkit.enums import NodeState, RayFailure
-from patchkit.errors import BadInput
+from patchkit.base.enums import NodeState, RayFailure
+from patchkit.base.errors import BadInput
 from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
 from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from patchkit.enums import NodeState, Outcome
-from patchkit.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
+from patchkit.base.enums import NodeState, Outcome
+from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
 
 UNREACHABLE = (NodeState.LOST, NodeState.TIMED_OUT)  # the driver has no answer from the node: a cluster problem
 

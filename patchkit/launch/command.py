@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.errors import BadInput
+from patchkit.base.errors import BadInput
 from patchkit.launch.interpreter import cannot_tell, script_interpreter
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for

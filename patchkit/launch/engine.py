@@ -18,9 +18,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.errors import BadInput
-from patchkit.fsutil import inside, read_regular, unsafe_reason
-from patchkit.hashing import sha256
+from patchkit.base.errors import BadInput
+from patchkit.base.fsutil import inside, read_regular, unsafe_reason
+from patchkit.base.hashing import sha256
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict
 from patchkit.launch.models import ModelConfig
@@ -94,7 +94,7 @@ class LaunchContext:
     @staticmethod
     def requirement(**fields):
         # lazy: a contract's parser loads only where a set declares one
-        from patchkit.requirements import parse_requirements
+        from patchkit.series.requirements import parse_requirements
 
         return parse_requirements([fields], "launch check")[0]
 

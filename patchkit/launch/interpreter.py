@@ -14,7 +14,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from patchkit.errors import TargetError
+from patchkit.base.errors import TargetError
 from patchkit.launch.values import read_head
 
 SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote

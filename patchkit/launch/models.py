@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.errors import BadInput, TargetError
-from patchkit.fsutil import unsafe_reason
+from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.fsutil import unsafe_reason
 from patchkit.launch.values import REF_LIMIT, load_json, read_named_file
 
 CONFIG = "config.json"

@@ -14,10 +14,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit.base.enums import Outcome, TreeState
+from patchkit.base.errors import TargetError
+from patchkit.base.options import Options
 from patchkit.checks import shadow
-from patchkit.enums import Outcome, TreeState
-from patchkit.errors import TargetError
-from patchkit.inspection import inspect
+from patchkit.engine.inspection import inspect
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import APPLY, LaunchContext, set_checks
 from patchkit.launch.findings import Finding
@@ -25,9 +26,8 @@ from patchkit.launch.models import redirected, resolve_model, with_overrides
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import engine_validation
-from patchkit.options import Options
-from patchkit.patchfile import touched_paths
-from patchkit.target import from_interpreter
+from patchkit.series.patchfile import touched_paths
+from patchkit.tree.target import from_interpreter
 
 TREE = "tree-state"
 LAUNCH_TARGET = "launch-target"

@@ -27,9 +27,9 @@ from typing import Any, NoReturn
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.errors import BadInput
+from patchkit.base.errors import BadInput
 from patchkit.launch.values import load_json, load_yaml_config, within_limits
-from patchkit.version import release_version
+from patchkit.tree.version import release_version
 
 SPECS = Path(__file__).with_name("specs")
 MAX_ARGUMENTS = 8192  # what argparse reads of one launch (the command with its --config file's)

@@ -1,7 +1,7 @@
 """`patchkit run`'s fast path on an applied tree: what it would find, without re-deriving it.
 
 - **The tree's state from its record.** When `.patchkit/state.json` (parsed as the untrusted input
-  it is: patchkit.state) records one apply, of this very series (the same patch names and sha256s),
+  it is: patchkit.store.state) records one apply, of this very series (the same patch names and sha256s),
   for the installed vLLM version, over exactly the files the series touches, and each of those
   files still has the sha256 patchkit wrote (and the installed launch guard lets the launch go),
   the tree is the series applied with no drift: the series is not planned again. Anything else (no record, another set, a file changed, a symlink
@@ -15,7 +15,7 @@
   version, the set's files, patchkit's code and the tree files the script reads. An entry is kept
   under a key over all but the last, with the sha256 of each tree file read; it answers only when
   each of those files still has that hash, and only when sealed with this user's key
-  (patchkit.seal): the cache is untrusted input, a shortcut for findings this user's patchkit made.
+  (patchkit.base.seal): the cache is untrusted input, a shortcut for findings this user's patchkit made.
 """
 
 from __future__ import annotations
@@ -30,18 +30,18 @@ from pathlib import Path
 
 import packaging
 
-from patchkit import fsutil, seal
-from patchkit.enums import SelectionKind, TreeState
-from patchkit.errors import PatchkitError
-from patchkit.fsutil import inside, read_file, read_regular
-from patchkit.hashing import sha256
-from patchkit.inspection import TreeStatus
+from patchkit.base import fsutil, seal
+from patchkit.base.enums import SelectionKind, TreeState
+from patchkit.base.errors import PatchkitError
+from patchkit.base.fsutil import inside, read_file, read_regular
+from patchkit.base.hashing import sha256
+from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
+from patchkit.engine.inspection import TreeStatus
+from patchkit.engine.transaction import settled_record
 from patchkit.launch.engine import LaunchContext, set_checks
 from patchkit.launch.findings import Finding
-from patchkit.patchfile import touched_paths
-from patchkit.state import parse_state, state_path
-from patchkit.transaction import settled_record
-from patchkit.usercache import cache_dir, prune, touch, usable_cache_dir
+from patchkit.series.patchfile import touched_paths
+from patchkit.store.state import parse_state, state_path
 
 KIND = "launch-findings"
 ENTRY_LIMIT = 1 << 20  # a few findings: far below this
@@ -51,7 +51,7 @@ FILE_LIMIT = 16 << 20  # a file of the set or of patchkit's code hashed into the
 def recorded_status(resolved):
     """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
     # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.guard import launch_refusal
+    from patchkit.engine.guard import launch_refusal
 
     if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
         return None

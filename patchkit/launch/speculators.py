@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patchkit.errors import BadInput
+from patchkit.base.errors import BadInput
 from patchkit.launch.models import ModelConfig
 
 SUPPORTED_TYPES = ("eagle3",)  # configs/speculators/algos.py: the algorithms vLLM converts

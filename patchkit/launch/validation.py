@@ -8,7 +8,7 @@ import os
 
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict
-from patchkit.target import WorkerFailed, run_worker
+from patchkit.tree.target import WorkerFailed, run_worker
 
 CHECK = "vllm-validation"
 TIMEOUT = 180.0

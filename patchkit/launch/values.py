@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from patchkit.errors import BadInput
-from patchkit.fsutil import NotRegularFile, read_regular
+from patchkit.base.errors import BadInput
+from patchkit.base.fsutil import NotRegularFile, read_regular
 
 MAX_DEPTH = 64  # far beyond any vLLM config (they nest 3 or 4 deep), far below the interpreter's stack
 MAX_NODES = 100_000  # values in one document, aliases expanded (a YAML alias bomb expands to 10^8)

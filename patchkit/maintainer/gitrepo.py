@@ -13,9 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit.errors import BadInput, ToolFailed
+from patchkit.base.errors import BadInput, ToolFailed
 from patchkit.maintainer.meta import META
-from patchkit.patchfile import decode
+from patchkit.series.patchfile import decode
 
 if TYPE_CHECKING:  # pragma: no cover
     import git

@@ -6,7 +6,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from patchkit.errors import ToolFailed
+from patchkit.base.errors import ToolFailed
 from patchkit.maintainer.gitrepo import git_in, run_git
 
 _MARKER = re.compile(rb"^(?:<{7}|>{7})(?: |$)", re.MULTILINE)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit import fsutil, seal
-from patchkit.errors import BadInput
-from patchkit.fsutil import atomic_write, unsafe_reason
-from patchkit.library import load_set
+from patchkit.base import fsutil, seal
+from patchkit.base.errors import BadInput
+from patchkit.base.fsutil import atomic_write, unsafe_reason
 from patchkit.maintainer.patchtext import split_header
-from patchkit.patchfile import Patch, decode
+from patchkit.series.library import load_set
+from patchkit.series.patchfile import Patch, decode
 
 META = ".patchkit-workspace.json"
 SCHEMA = 1

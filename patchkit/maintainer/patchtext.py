@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime
 import re
 
-from patchkit.errors import BadInput
-from patchkit.patchfile import encode, parse_patch
+from patchkit.base.errors import BadInput
+from patchkit.series.patchfile import encode, parse_patch
 
 _DIFF_START = re.compile(r"^(?:diff |--- |Index: |---$)", re.MULTILINE)
 _LAST_UPDATE = re.compile(r"^Last-Update:.*$", re.MULTILINE)

@@ -7,10 +7,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.enums import StepState
-from patchkit.errors import BadInput, Conflict, NoPatchSet
-from patchkit.fsutil import read_file
-from patchkit.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
+from patchkit.base.enums import StepState
+from patchkit.base.errors import BadInput, Conflict, NoPatchSet
+from patchkit.base.fsutil import read_file
 from patchkit.maintainer.gitrepo import commit_all, git_diff, init_repo
 from patchkit.maintainer.merge import merge_file
 from patchkit.maintainer.meta import STOCK_TAG, WorkspaceMeta, record_of, registered_entry
@@ -25,9 +24,10 @@ from patchkit.maintainer.series import (
 )
 from patchkit.maintainer.stock import Contents, Progress, metadata_file, release_contents, stock_paths
 from patchkit.maintainer.workdir import fresh_dir, require_empty, write_file
-from patchkit.patchfile import decode, encode, parse_patch
-from patchkit.plan import plan_apply
-from patchkit.version import parse
+from patchkit.series.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series
+from patchkit.series.patchfile import decode, encode, parse_patch
+from patchkit.series.plan import plan_apply
+from patchkit.tree.version import parse
 
 
 def port_set(

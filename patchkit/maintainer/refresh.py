@@ -12,10 +12,9 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit.enums import StepState
-from patchkit.errors import BadInput, Conflict, PatchkitError
-from patchkit.fsutil import read_file, unsafe_reason
-from patchkit.library import load_set
+from patchkit.base.enums import StepState
+from patchkit.base.errors import BadInput, Conflict, PatchkitError
+from patchkit.base.fsutil import read_file, unsafe_reason
 from patchkit.maintainer.gitrepo import git_diff
 from patchkit.maintainer.merge import conflict_lines
 from patchkit.maintainer.meta import STOCK_TAG, PatchRecord, WorkspaceMeta
@@ -30,8 +29,9 @@ from patchkit.maintainer.series import (
 )
 from patchkit.maintainer.stock import Contents, Progress, stock_paths
 from patchkit.maintainer.workspace import find_workspace
-from patchkit.patchfile import Patch, encode, parse_patch
-from patchkit.plan import View, plan_apply
+from patchkit.series.library import load_set
+from patchkit.series.patchfile import Patch, encode, parse_patch
+from patchkit.series.plan import View, plan_apply
 
 
 def refresh_workspace(

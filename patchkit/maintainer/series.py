@@ -10,14 +10,14 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.enums import StepState
-from patchkit.errors import InternalError, NoPatchSet
-from patchkit.fsutil import atomic_write
-from patchkit.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
+from patchkit.base.enums import StepState
+from patchkit.base.errors import InternalError, NoPatchSet
+from patchkit.base.fsutil import atomic_write
 from patchkit.maintainer.reports import PatchOutcome
 from patchkit.maintainer.stock import Contents
-from patchkit.patchfile import Patch, encode
-from patchkit.plan import PatchStep, View, plan_apply
+from patchkit.series.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
+from patchkit.series.patchfile import Patch, encode
+from patchkit.series.plan import PatchStep, View, plan_apply
 
 
 def series_for(patch_set: PatchSetDef, version: Version) -> Selection:

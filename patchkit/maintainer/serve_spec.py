@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 from patchkit import fetch
-from patchkit.errors import TargetError
+from patchkit.base.errors import TargetError
 
-# What this module has to say reaches stderr through patchkit.ui (which owns every output).
+# What this module has to say reaches stderr through patchkit.cli.ui (which owns every output).
 _log = logging.getLogger(__name__)
 
 SCRIPT = Path(__file__).resolve().parent.parent / "_target" / "serve_spec.py"

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from patchkit import fetch
-from patchkit.fsutil import read_file
-from patchkit.patchfile import Patch
+from patchkit.base.fsutil import read_file
+from patchkit.series.patchfile import Patch
 
 Progress = Callable[[str], None]
 Contents = dict[str, bytes | None]  # path -> bytes (None: the file does not exist)

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from patchkit.errors import BadInput
+from patchkit.base.errors import BadInput
 
 
 def write_file(root: Path, path: str, data: bytes | None) -> None:

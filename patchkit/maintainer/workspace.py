@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from patchkit import fetch
-from patchkit.errors import BadInput, Conflict
-from patchkit.library import load_chosen
+from patchkit.base.errors import BadInput, Conflict
 from patchkit.maintainer.gitrepo import commit_all, init_repo
 from patchkit.maintainer.meta import META, STOCK_TAG, WorkspaceMeta, record_of
 from patchkit.maintainer.reports import WorkspaceReport
 from patchkit.maintainer.series import series_directory, series_for, shared_releases, why_not_applied
 from patchkit.maintainer.stock import Progress, stock_paths
 from patchkit.maintainer.workdir import fresh_dir, write_file
-from patchkit.plan import plan_apply
-from patchkit.release_files import lay_out
-from patchkit.version import parse
+from patchkit.releases.files import lay_out
+from patchkit.series.library import load_chosen
+from patchkit.series.plan import plan_apply
+from patchkit.tree.version import parse
 
 
 def create_workspace(

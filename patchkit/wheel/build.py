@@ -44,23 +44,24 @@ from typing import TYPE_CHECKING
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from patchkit import __version__, fsutil, signals
+from patchkit import __version__
+from patchkit.base import fsutil, signals
+from patchkit.base.enums import Outcome, SelectionKind
+from patchkit.base.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
+from patchkit.base.options import Options
 from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult, shadow
-from patchkit.enums import Outcome, SelectionKind
-from patchkit.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
-from patchkit.inspection import check_context
-from patchkit.operations import apply_series
-from patchkit.options import Options
-from patchkit.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
-from patchkit.resolve import require_patches, resolve
+from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
+from patchkit.engine.inspection import check_context
+from patchkit.engine.operations import apply_series
+from patchkit.engine.resolve import require_patches, resolve
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
 
 if TYPE_CHECKING:  # imported where used: the big members are being copied by then
-    from patchkit.patchfile import Patch
-    from patchkit.plan import Plan
-    from patchkit.provenance import Provenance
-    from patchkit.resolve import Resolved
+    from patchkit.distinfo.provenance import Provenance
+    from patchkit.engine.resolve import Resolved
+    from patchkit.series.patchfile import Patch
+    from patchkit.series.plan import Plan
 
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
@@ -871,7 +872,7 @@ def _entries(
     """The rest of the new wheel after `untouched`: the members patches touch (patched ones
     deflated, created ones added), the renamed dist-info with the provenance, RECORD last."""
     # lazy: only a wheel's provenance needs it
-    from patchkit.provenance import provenance_files
+    from patchkit.distinfo.provenance import provenance_files
 
     assert result.version is not None and result.label is not None
     _check_no_provenance(wheel)  # after the plan: a wheel patchkit built is told "already holds the series"
@@ -999,7 +1000,7 @@ def _relabelled(metadata: bytes, version: str, label: str) -> bytes:
 
 def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenance:
     # lazy: only a wheel's provenance needs it
-    from patchkit.provenance import FileRecord, PatchRecord, Provenance
+    from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance
 
     assert result.label is not None
     names = [p.name for p in result.patches]

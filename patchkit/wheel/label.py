@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.errors import BadInput
+from patchkit.base.errors import BadInput
 
 PREFIX = "patchkit"
 # The label is in the wheel's file name and its dist-info directory's: both must stay under 255 bytes.

@@ -25,9 +25,9 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 
-from patchkit.errors import BadInput
-from patchkit.fsutil import unsafe_reason
-from patchkit.record import record_hash
+from patchkit.base.errors import BadInput
+from patchkit.base.fsutil import unsafe_reason
+from patchkit.distinfo.record import record_hash
 
 ZIP32_LIMIT = 0xFFFFFFFF  # an offset or size must stay below it without zip64
 MEMBER_LIMIT = 0xFFFF

@@ -15,7 +15,7 @@ The cache is untrusted input: on every reuse the .json is checked for its shape 
 opened without following a symlink, must still hash to the sha256 it records; anything else is
 removed (never a symlink's target) and downloaded again. Hashing 500 MB on every use is most of a
 `patchkit wheel VERSION`, so a wheel that hashed true gets a .seal: its identity (device, inode,
-size, mtime and ctime in ns), sealed with this user's key (patchkit.seal) together with the sha256.
+size, mtime and ctime in ns), sealed with this user's key (patchkit.base.seal) together with the sha256.
 While the open file still has that identity it is the file that was hashed: any write, a rename
 over it, a chmod or utime changes its ctime, which no one can set back. A seal is only written for
 a file whose ctime is older than a timestamp tick can hide (SEAL_AFTER_NS), and a forged, stale or
@@ -37,8 +37,11 @@ from typing import Any
 
 from packaging import tags
 
-from patchkit import seal
-from patchkit.errors import FetchError
+from patchkit.base import seal
+from patchkit.base.errors import FetchError
+from patchkit.base.fsutil import Identity, file_identity
+from patchkit.base.hashing import stream_sha256
+from patchkit.base.usercache import cache_dir
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
     Damaged,
@@ -54,9 +57,6 @@ from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
-from patchkit.fsutil import Identity, file_identity
-from patchkit.hashing import stream_sha256
-from patchkit.usercache import cache_dir
 
 SCHEMA = 1
 LOCK_FILE = ".lock"

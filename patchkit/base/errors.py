@@ -1,0 +1,116 @@
+"""The one exception hierarchy. Each class carries the exit code the CLI maps it to.
+
+Exit codes (also in the README and `patchkit --help`):
+  0  ok
+  1  a check failed: conflict, verification failure, drift, partial state
+  2  usage or bad input: malformed diff, bad option, unreadable manifest
+  3  no patch set for this vLLM version
+  4  target problem: vLLM not found, not writable, release sources unobtainable
+ 70  internal error: a bug in patchkit (EX_SOFTWARE of sysexits.h), never a verdict on the tree
+130  interrupted: 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP); the message says whether the change was written
+141  the reader of the output went away (a closed pipe: `patchkit list | head -1`), as a shell reports SIGPIPE
+
+A command that ends without an error returns a result whose `outcome` (enums.Outcome) the CLI
+maps to the exit code with exit_code_for; an error carries its own code. Nothing else exits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from patchkit.base.enums import Outcome
+
+OK = 0
+CHECK_FAILED = 1
+BAD_INPUT = 2
+NO_PATCH_SET = 3
+TARGET_PROBLEM = 4
+INTERNAL_ERROR = 70
+INTERRUPTED = 130
+BROKEN_PIPE = 141
+
+_OUTCOME_EXIT_CODES = {
+    Outcome.CONFLICT: CHECK_FAILED,
+    Outcome.CHECK_FAILED: CHECK_FAILED,
+    Outcome.BYTECODE_FAILED: CHECK_FAILED,
+    Outcome.UNSUPPORTED: NO_PATCH_SET,
+}
+
+
+def exit_code_for(outcome: Outcome) -> int:
+    """The exit code of a command that ended with this outcome (every other outcome is 0)."""
+    return _OUTCOME_EXIT_CODES.get(outcome, OK)
+
+
+class PatchkitError(Exception):
+    """Base of every error patchkit reports to a user (never with a traceback). Raise a subclass: each
+    says what kind of failure it is, and so its exit code."""
+
+    exit_code = CHECK_FAILED
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class CheckFailed(PatchkitError):
+    """A check did not pass: verification, drift, partial state."""
+
+    exit_code = CHECK_FAILED
+
+
+class Conflict(CheckFailed):
+    """A hunk's context is not where the patch expects it."""
+
+
+class Drift(CheckFailed):
+    """A patched file was edited after patchkit wrote it."""
+
+
+class BadInput(PatchkitError):
+    """A malformed diff, manifest or option value."""
+
+    exit_code = BAD_INPUT
+
+
+class NoPatchSet(PatchkitError):
+    """The library has no patch set for this vLLM version."""
+
+    exit_code = NO_PATCH_SET
+
+
+class TargetError(PatchkitError):
+    """vLLM was not found where asked, or the tree cannot be written."""
+
+    exit_code = TARGET_PROBLEM
+
+
+class OutputUnwritable(TargetError):
+    """patchkit's own stdout or stderr cannot be written (a full disk under a redirected log, EIO)."""
+
+
+class ToolFailed(TargetError):
+    """A program patchkit runs (git) failed for a reason of its own: the machine's problem, not the tree's."""
+
+
+class InternalError(PatchkitError):
+    """patchkit caught itself being wrong (an invariant that does not hold): a bug, never a verdict."""
+
+    exit_code = INTERNAL_ERROR
+
+
+class LockBusy(TargetError):
+    """Another patchkit held the target's lock for longer than the timeout."""
+
+
+class FetchError(TargetError):
+    """Release sources could not be obtained from the package index."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a command without a richer result hands the CLI: its outcome, and the error to report."""
+
+    outcome: Outcome = Outcome.OK
+    error: PatchkitError | None = None

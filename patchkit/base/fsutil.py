@@ -1,0 +1,291 @@
+"""Filesystem rules every module shares: the one path-safety rule and the one atomic write.
+
+Kept import-light (stdlib only): the engine, the fetcher and the caches all use it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from patchkit.base.errors import BadInput
+
+
+def load_json_text(raw: bytes | str):
+    """JSON read back from a file patchkit does not trust, every string in it text: a lone surrogate
+    escape ("\\ud800"), which no file name, UTF-8 output or JSON written back can carry, is a
+    ValueError (UnicodeEncodeError) like any other malformed JSON."""
+
+    data = json.loads(raw)
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        raise ValueError(f"a string holds a lone surrogate escape ({bad}), which is no text") from None
+    return data
+
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def unsafe_reason(path: str) -> str | None:
+    """Why a relative POSIX path (a diff's file, a zip member, a recorded path) may not be used
+    under a tree, or None when it is safe: no absolute path, no backslash, no NUL, no '..', no
+    empty or '.' component. Resolving symlinks is the caller's job (the path is only text here)."""
+    if _plainly_safe(path):  # the common case, in a few C-level string tests (a wheel has thousands)
+        return None
+    if not path:
+        return "is empty"
+    if "\\" in path:
+        return "contains a backslash"
+    if "\x00" in path:
+        return "contains a NUL byte"
+    if path.startswith("/") or _DRIVE.match(path):
+        return "is absolute"
+    parts = path.split("/")
+    if ".." in parts:
+        return "contains '..'"
+    if any(p in ("", ".") for p in parts):
+        return "is not a normalized relative path"
+    return None
+
+
+def plain_name_problem(name: str) -> str | None:
+    """Why `name` is no plain file name (one safe path component), or None."""
+    return "contains a '/'" if "/" in name else unsafe_reason(name)
+
+
+def _plainly_safe(path: str) -> bool:
+    """A conservative shortcut: true only for paths unsafe_reason's rule accepts (a "/." anywhere, a
+    leading "." or a drive-like second character send a path the long way)."""
+    return bool(
+        path
+        and not path.startswith(("/", "."))
+        and path[1:2] != ":"
+        and not path.endswith("/")
+        and "//" not in path
+        and "/." not in path
+        and "\\" not in path
+        and "\x00" not in path
+    )
+
+
+def all_safe(paths: list[str]) -> bool:
+    """Whether unsafe_reason accepts every one of these paths (a cached wheel's thousands of members).
+
+    Its rule, tested on the paths joined by newlines, each test one C-level search: a newline stands
+    for where a path begins and ends, so a path that contains one only adds such places; the
+    shortcut may then send a list the long way, never pass one the rule refuses."""
+    joined = "\n".join(paths)
+    plainly = bool(
+        joined
+        and not joined.startswith(("/", "\n"))
+        and not joined.endswith(("/", "\n"))
+        and not any(part in joined for part in ("\n/", "/\n", "\n\n", "//", "\\", "\x00"))
+        and (":" not in joined or not _DRIVES.search(joined))
+        and not _DOT_PARTS.search(joined)
+    )
+    return plainly or all(unsafe_reason(path) is None for path in paths)
+
+
+# a path's first two characters naming a drive, and a '.' or '..' component, in newline-joined paths
+# (each begins with a literal, which the search skips to)
+_DRIVES = re.compile(r":(?<![^\n][^\n]:)(?<=[A-Za-z]:)")
+_DOT_PARTS = re.compile(r"\.(?<![^/\n]\.)\.?(?![^/\n])")
+
+
+def inside(tree: Path, path: Path) -> bool:
+    """Whether `path`, symlinks resolved, lies inside `tree` (symlinks resolved too)."""
+    try:
+        path.resolve().relative_to(tree.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def atomic_write(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    durable: bool = False,
+    before_replace: Callable[[], None] | None = None,
+) -> None:
+    """Write `data` to `path` through a temporary file in the same directory and os.replace, so a
+    reader sees the old bytes or the new ones, never a part. `durable` fsyncs the data before the
+    rename (the transaction's files); `before_replace` runs between the write and the rename (the
+    fault-injection tests). The temporary file never outlives a failure."""
+    import secrets  # here: a command that writes nothing need not load it
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.patchkit-{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode & 0o777)  # never setuid, setgid or sticky
+        if before_replace is not None:
+            before_replace()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class NotRegularFile(OSError):
+    """A file patchkit was to read is not a plain regular file it may read: a symlink, a fifo, a
+    device, a directory, or larger than the limit the caller set. The message names the path."""
+
+
+def read_regular(path: Path | str, limit: int, *, follow_symlinks: bool = False, head: bool = False) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes (`head`: its first `limit` bytes,
+    whatever its size), opened without blocking (a fifo or device is refused, never read) and, unless
+    `follow_symlinks`, without following a symlink in its last component. FileNotFoundError when
+    there is none; NotRegularFile (its strerror says why, its filename names the path) for anything
+    else in the way."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        why = "a symlink" if exc.errno == errno.ELOOP and not follow_symlinks else exc.strerror
+        raise NotRegularFile(exc.errno, f"not a regular file ({why})", str(path)) from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file (a fifo, a device or a directory)", str(path))
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        if head:
+            return data[:limit]
+        raise NotRegularFile(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data
+
+
+def plain_directory(root: Path, directory: Path) -> bool:
+    """Whether `directory` (under `root`, which may itself be reached through a symlink) is, as far
+    as it exists, a chain of real directories: no component below `root` down to it is a symlink or
+    anything but a directory, and it lies inside `root` (fsutil.inside). A part not yet there is
+    fine (creating it makes a real one)."""
+    try:
+        rel = directory.relative_to(root)
+    except ValueError:
+        return False
+    current = root
+    for part in rel.parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not stat.S_ISDIR(mode):
+            return False
+    return inside(root, directory)
+
+
+Identity = tuple[int, ...]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
+
+
+def file_identity(info: os.stat_result) -> Identity:
+    """Which file this is and which version of it: any write, rename over it, chmod or utime
+    changes the ctime, which no one can set back."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def read_file(path: Path | str, *, follow_symlinks: bool = True) -> bytes | None:
+    """A regular file's bytes; None when there is none (a fifo or device is never read: it could block;
+    without `follow_symlinks`, a symlink is none either)."""
+    read = read_file_and_origin(path, follow_symlinks=follow_symlinks)
+    return None if read is None else read[0]
+
+
+class Origin(NamedTuple):
+    """The file a content was read from, as fstat saw it: while these four are unchanged, that inode
+    still holds the content (the transaction then links it as the saved original, see transaction)."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> Origin:
+        return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+class Landed(NamedTuple):
+    """A file as a commit left it: its Origin and its ctime once in place. Only the kernel sets a
+    ctime, and any write moves it: a rewrite of the same size that puts the mtime back still shows."""
+
+    origin: Origin
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> Landed:
+        return cls(Origin.of(info), info.st_ctime_ns)
+
+
+def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> tuple[bytes, Origin | None] | None:
+    """read_file, with the file it came from (None when it changed while being read)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)  # O_NONBLOCK: opening a fifo must not wait
+    except OSError as exc:
+        if exc.errno in _NO_FILE:
+            return None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        _refuse_too_large(path, info.st_size)
+        data = os.read(fd, info.st_size)
+        while more := os.read(fd, 1 << 20):  # the file grew since fstat
+            data += more
+            _refuse_too_large(path, len(data))
+        unchanged = len(data) == info.st_size and Origin.of(os.fstat(fd)) == Origin.of(info)
+        return data, Origin.of(info) if unchanged else None
+    finally:
+        os.close(fd)
+
+
+_NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
+
+
+def fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+MAX_TREE_FILE_BYTES = (
+    64 * 1024 * 1024
+)  # a source file or a saved original; the guard reads no more (its MAX_FILE_BYTES)
+
+
+def _refuse_too_large(path: Path | str, size: int) -> None:
+    """No file patchkit reads in a tree (a source file, a saved original, a dist-info file) comes near
+    MAX_TREE_FILE_BYTES: a larger one is not what it looks for, and is never read into memory."""
+    if size > MAX_TREE_FILE_BYTES:
+        raise BadInput(
+            f"{path} is larger than {MAX_TREE_FILE_BYTES >> 20} MiB: not a file patchkit wrote or patches; "
+            "nothing was written",
+            hint=f"inspect or remove {path} (a reinstall of vLLM puts its own files back)",
+        )

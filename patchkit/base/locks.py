@@ -1,0 +1,102 @@
+"""The one file lock patchkit takes (a target's, a cached release's): filelock's FileLock, which
+dies with its process, so a killed patchkit never blocks the next one.
+
+The caller says what a failure means in its own terms: `busy` makes the error for a lock still
+held after the timeout, `unusable` the one for a lock file that cannot be made or locked.
+filelock is imported only when a lock is taken.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from patchkit.base.errors import BadInput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from filelock import BaseFileLock
+
+# With an `on_wait` notice, how long to try quietly first: most locks are free or soon freed.
+QUIET_WAIT = 0.2
+# The longest wait a PATCHKIT_*_TIMEOUT may ask for: the OS's timers overflow long before inf.
+MAX_SECONDS = 86400.0
+
+
+def seconds_from_env(name: str, default: float, *, zero_ok: bool = False) -> float:
+    """A wait in seconds from the environment variable `name` (unset or empty: `default`).
+
+    Anything but a finite number from 0 (only with `zero_ok`: do not wait) to MAX_SECONDS is BadInput
+    naming the variable: "abc", a negative number, inf and nan included."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    low_ok = value >= 0 if zero_ok else value > 0
+    if not (low_ok and value <= MAX_SECONDS):
+        least = "0" if zero_ok else "more than 0"
+        raise BadInput(f"{name}={text!r} is not a number of seconds from {least} to {MAX_SECONDS:g}")
+    return value
+
+
+def acquire(
+    path: Path,
+    timeout: float,
+    *,
+    busy: Callable[[float], Exception],
+    unusable: Callable[[OSError], Exception],
+    on_wait: Callable[[], None] | None = None,
+) -> BaseFileLock:
+    """Take the lock file `path`, waiting up to `timeout` seconds; the caller releases it.
+
+    `on_wait` is called once when the lock is not free within QUIET_WAIT seconds (to say why
+    nothing happens), before the wait of `timeout`."""
+    # lazy: a lock's library loads only when a lock is taken
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path))
+    try:
+        if on_wait is None:
+            lock.acquire(timeout=timeout)
+        elif not _try(lock, QUIET_WAIT):
+            on_wait()
+            lock.acquire(timeout=timeout)
+    except Timeout as exc:
+        raise busy(timeout) from exc
+    except OSError as exc:
+        raise unusable(exc) from exc
+    return lock
+
+
+@contextmanager
+def held(
+    path: Path,
+    timeout: float,
+    *,
+    busy: Callable[[float], Exception],
+    unusable: Callable[[OSError], Exception],
+    on_wait: Callable[[], None] | None = None,
+) -> Iterator[None]:
+    """acquire() for the duration of a `with` block."""
+    lock = acquire(path, timeout, busy=busy, unusable=unusable, on_wait=on_wait)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _try(lock: BaseFileLock, seconds: float) -> bool:
+    # lazy: a lock's library loads only when a lock is taken
+    from filelock import Timeout
+
+    try:
+        lock.acquire(timeout=seconds)
+    except Timeout:
+        return False
+    return True

@@ -1,0 +1,109 @@
+"""patchkit's cache in the user's cache directory: where it is, which of its directories may be
+used, and the pruning of entries nothing used for a while."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+import platformdirs
+
+from patchkit.base import fsutil
+
+# What this module has to say reaches stderr through patchkit.cli.ui (which owns every output).
+_log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    """$PATCHKIT_CACHE_DIR if set, else the platform's user cache dir for patchkit."""
+    env = os.environ.get("PATCHKIT_CACHE_DIR", "").strip()
+    if env:
+        return Path(env).expanduser()
+
+    return Path(platformdirs.user_cache_dir("patchkit"))
+
+
+UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed
+
+
+# The names patchkit gives cache entries: a hex digest with ".json", and atomic_write's
+# temporary files for one. prune() deletes nothing else (a cache directory is untrusted input).
+_ENTRY_NAME = re.compile(r"(\.)?[0-9a-f]{64}\.json(\.patchkit-[0-9a-f]{8}\.tmp)?")
+
+
+def touch(path: Path) -> None:
+    """Mark a cache entry as used (pruning goes by modification time); a symlink itself at most."""
+    with contextlib.suppress(OSError, NotImplementedError):
+        os.utime(path, follow_symlinks=False)
+
+
+def prune(directory: Path, *, unused_days: float = UNUSED_DAYS, every_hours: float = 24) -> int:
+    """Remove the entries under a cache directory that nothing used for `unused_days`; walks the
+    directory at most once per `every_hours` (a marker file says when). Returns how many went.
+    Only regular files named as patchkit names its entries go; a symlink is never followed (not
+    `directory` itself, not one below it, not the marker)."""
+
+    marker = directory / ".pruned"
+    now = time.time()
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return 0
+        info = os.lstat(marker)
+        if stat.S_ISREG(info.st_mode) and now - info.st_mtime < every_hours * 3600:
+            return 0
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return 0
+    removed = 0
+    for dirpath, _dirs, files in os.walk(directory):  # followlinks=False: symlinked dirs not entered
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if name == marker.name or not _ENTRY_NAME.fullmatch(name):
+                continue
+            try:
+                info = os.lstat(path)
+                if stat.S_ISREG(info.st_mode) and now - info.st_mtime > unused_days * 86400:
+                    os.unlink(path)
+                    removed += 1
+            except OSError:
+                pass
+    _mark(directory, marker)
+    return removed
+
+
+def _mark(directory: Path, marker: Path) -> None:
+    """Create or touch the prune marker, never through a symlink."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if marker.is_symlink():
+            marker.unlink()  # the link itself, never what it points at
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        os.close(fd)
+        os.utime(marker, follow_symlinks=False)
+    except OSError:
+        pass
+
+
+_NOTED: set[str] = set()
+
+
+def usable_cache_dir(directory: Path) -> bool:
+    """Whether patchkit may write into and prune `directory`, a directory of its cache: a real
+    directory inside the cache (no symlink between the cache root and it). If not, the cache is not
+    used for this run, with a note on stderr (once); it is never written or pruned through."""
+
+    if fsutil.plain_directory(cache_dir(), directory):
+        return True
+    if str(directory) not in _NOTED:
+        _NOTED.add(str(directory))
+        _log.warning(
+            "note: %s is not a plain directory inside patchkit's cache (a symlink?): the cache is not used for this run",
+            directory,
+        )
+    return False

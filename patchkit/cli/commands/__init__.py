@@ -1,0 +1,48 @@
+"""One module per command; the options they share are declared once in commands.options."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from patchkit.base.options import Options
+    from patchkit.checks import CheckResult
+    from patchkit.cli.ui import UI
+    from patchkit.engine.resolve import Resolved
+    from patchkit.series.plan import Plan
+
+
+def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0) -> UI:
+    from patchkit.cli.ui import UI
+
+    return UI(fmt=fmt, quiet=quiet, verbose=verbose)
+
+
+def resolve_telling(ui: UI, opts: Options) -> Resolved:
+    """resolve(opts), telling the UI what is found on the way (the target, then its version and
+    series): a run that fails afterwards still reports them in its JSON document."""
+    from patchkit.cli.ui import resolved_json, target_json
+    from patchkit.engine.resolve import resolve, resolve_target
+
+    target = resolve_target(opts)
+    ui.knows(target_json(target))
+    resolved = resolve(opts, target=target)
+    ui.knows(resolved_json(resolved))
+    return resolved
+
+
+class Shown:
+    """An operation's steps shown through the UI as they happen (operations.Watcher)."""
+
+    def __init__(self, ui: UI, *, dry_run: bool = False) -> None:
+        self.ui = ui
+        self.dry_run = dry_run
+
+    def warning(self, text: str) -> None:
+        self.ui.warn(text)
+
+    def planned(self, plan: Plan) -> None:
+        self.ui.plan(plan, dry_run=self.dry_run)
+
+    def checked(self, results: list[CheckResult]) -> None:
+        self.ui.checks(results)

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import click
+
+from patchkit.cli.commands import make_ui
+from patchkit.cli.commands.options import all_python_option, force_option, library_options, output_options
+
+
+@click.command()
+@click.argument("version")
+@click.option("--dest", metavar="DIR", help="Also lay the files out under DIR (usable as --target DIR).")
+@all_python_option("Fetch every vllm/**/*.py, not only the patched files.")
+@force_option("Overwrite files in --dest DIR that hold other contents.")
+@library_options
+@output_options
+def command(
+    version: str,
+    dest: str | None,
+    all_python: bool,
+    force: bool,
+    library: str | None,
+    set_name: str | None,
+    quiet: bool,
+    verbose: int,
+) -> None:
+    """Fetch the stock sources of vllm==VERSION from the package index pip is configured with.
+
+    Only the needed files are read out of the remote wheel (HTTP range requests), each checked
+    against the wheel's RECORD, and cached; a second fetch does no network I/O. With --dest, a file
+    there that holds other contents is refused unless --force; a symlink there is always refused.
+    """
+    from patchkit.fetch import normalize_version, release_tree
+    from patchkit.releases.files import files_for, lay_out
+
+    ui = make_ui("text", quiet, verbose)
+    version = normalize_version(version)
+    paths = files_for(version, library, set_name)
+    with ui.activity(f"fetching vllm {version}") as say:
+        tree = release_tree(version, paths, all_python=all_python, progress=say, warn=ui.warn)
+    ui.line(f"vllm {version}: {tree}")
+    if dest:
+        copied = lay_out(tree, dest, force=force)
+        ui.line(f"laid out {len(copied)} file(s) under {dest} (use --target {dest})")

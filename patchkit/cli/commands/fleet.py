@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import click
+
+from patchkit.base.errors import BadInput
+from patchkit.cli.commands import make_ui
+from patchkit.cli.commands.options import format_option, no_import_option, target_options
+from patchkit.fleet import DEFAULT_TIME_LIMIT
+
+ACTIONS = ("status", "apply", "verify", "revert")
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds in the range: never nan (FloatRange compares it with nothing, so lets it by)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if seconds != seconds:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
+KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next one
+
+
+@click.command()
+@click.argument("action", type=click.Choice(ACTIONS))
+@click.option("--address", metavar="ADDR", help="The Ray cluster (default: $RAY_ADDRESS, else auto).")
+@click.option(
+    "--timeout",
+    metavar="SECONDS",
+    type=Seconds(min=0, min_open=True, max=86400),
+    default=DEFAULT_TIME_LIMIT,
+    show_default=True,
+    help="Seconds each node's step may take.",
+)
+@click.option(
+    "--keep-alive",
+    metavar="SECONDS",
+    type=Seconds(min=0, max=86400),
+    default=KEEP_ALIVE,
+    show_default=True,
+    help="Seconds each node's patchkit agent stays for the next fleet command (0: it ends with this one).",
+)
+@target_options
+@format_option
+@no_import_option("apply, verify: do not import the patched modules on the nodes (probe check).")
+@click.option("--no-guard", is_flag=True, help="apply: do not install the launch guard on the nodes.")
+@click.option("--require-same-version", is_flag=True, help="apply: refuse a cluster whose nodes run different vLLMs.")
+def command(opts, quiet, verbose, fmt, action, address, timeout, keep_alive, no_import, no_guard, require_same_version):
+    """status, apply, verify or revert on every alive node of a Ray cluster.
+
+    Each node's target is its own PATCHKIT_TARGET or PATCHKIT_PYTHON, else --target/--python (paths
+    on the nodes), else the Ray worker's interpreter there. apply is all or nothing: phase 1 plans
+    and checks on every node (no writes), phase 2 writes; a failure reverts the nodes written.
+    The steps run in a patchkit agent on each node (a Ray actor), kept --keep-alive seconds for
+    the next command. Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit).
+    """
+    from patchkit.cli.main import run_in_process
+    from patchkit.fleet.cluster import connected
+    from patchkit.fleet.protocol import fleet_apply, run_each
+
+    _refuse_flags_for(action, no_guard=no_guard, require_same_version=require_same_version)
+    ui = make_ui(fmt, quiet, verbose)
+    request = _request(opts, timeout)
+    with connected(address, keep_alive=keep_alive, patchkit=run_in_process) as runner:
+        nodes = runner.alive_nodes()
+        if action == "apply":
+            apply_flags = [flag for flag, on in (("--no-import", no_import), ("--no-guard", no_guard)) if on]
+            result = fleet_apply(
+                runner, nodes, request, apply_flags=apply_flags, require_same_version=require_same_version
+            )
+        else:
+            flags = ["--no-import"] if no_import and action == "verify" else []
+            result = run_each(runner, action, nodes, {**request, "extra": flags})
+        _show(ui, result)  # while connected: a signal now is absorbed, not an exit without the document
+    return result
+
+
+def _refuse_flags_for(action: str, **apply_only: bool) -> None:
+
+    given = [name for name, on in apply_only.items() if on]
+    if given and action != "apply":
+        flag = "--" + given[0].replace("_", "-")
+        raise BadInput(f"{flag} is an option of `patchkit fleet apply`, not of fleet {action}")
+
+
+def _request(opts, timeout: float) -> dict:
+    """What every node is asked (node.command_line turns it into patchkit options; paths are the nodes')."""
+    return {
+        "target": opts.target_dir,
+        "python": opts.python,
+        "vllm_version": opts.vllm_version,
+        "library": opts.library,
+        "adhoc": list(opts.adhoc),
+        "set_name": opts.set_name,
+        "timeout": timeout,
+    }
+
+
+def _show(ui, result) -> None:
+    if ui.json_mode:
+        ui.json(
+            {
+                "action": result.action,
+                "state": result.state,
+                "phase": result.phase,
+                "versions": result.versions,
+                "nodes": [r.to_json() for r in result.reports],
+            }
+        )
+        return
+    rows = [
+        [r.node.node_id[:12], r.node.node_ip, r.target or "", r.vllm_version or "", r.state, r.detail]
+        for r in result.reports
+    ]
+    ui.table(["node", "ip", "target", "vLLM", "state", "detail"], rows, title=f"fleet {result.action}", state_column=4)
+    ui.line(_summary(result), style="green" if result.error is None else "red")
+
+
+def _summary(result) -> str:
+
+    counts = Counter(r.state for r in result.reports)
+    states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    versions = f"; vLLM {', '.join(result.versions)}" if result.versions else ""
+    return f"fleet {result.action}: {len(result.reports)} node(s): {states}{versions}"

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from patchkit.base.enums import LibraryPatchState, Outcome
+from patchkit.base.errors import BadInput, Finished
+from patchkit.cli.commands import make_ui
+from patchkit.cli.commands.options import format_option, target_options
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from patchkit.base.options import Options
+    from patchkit.series.library import PatchSetDef
+
+
+@click.command()
+@target_options
+@format_option
+def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> Finished:
+    """The library: its sets, the releases each covers, each patch's description."""
+    from patchkit.series.library import load_library, locate
+
+    ui = make_ui(fmt, quiet, verbose)
+    where = locate(opts.library)
+    ui.knows({"library": where.to_json()})
+    sets = load_library(where.path)
+    data = [_describe(s) for s in sets.values()]
+    damaged = any(p["state"] == LibraryPatchState.DAMAGED for s in data for r in s["releases"] for p in r["patches"])
+    finished = Finished(Outcome.CHECK_FAILED if damaged else Outcome.OK)
+    if ui.json_mode:
+        ui.json({"library": where.to_json(), "sets": data})
+        return finished
+    ui.library(where)
+    for s in data:
+        ui.line(f"set      {s['name']}: {s['description']}", style="bold")
+        ui.line(f"         supported {s['supported'] or 'any'}; upstream {s['upstream'] or 'never'}")
+        ui.table(
+            ["releases", "series", "patch", "state", "description"],
+            (
+                [r["versions"], r["dir"], p["name"], p["state"], p["problem"] or p["description"]]
+                for r in s["releases"]
+                for p in r["patches"]
+            ),
+            state_column=3,
+        )
+    return finished
+
+
+def _describe(patch_set: PatchSetDef) -> dict:
+    releases = []
+    for release in patch_set.releases:
+        releases.append(
+            {
+                "versions": str(release.versions),
+                "dir": release.directory.name,
+                "patches": [
+                    _patch_entry(release.directory / name, digest, patch_set.roots) for name, digest in release.series()
+                ],
+            }
+        )
+    return {
+        "name": patch_set.name,
+        "description": patch_set.description,
+        "supported": str(patch_set.supported) if patch_set.supported else None,
+        "upstream": str(patch_set.upstream) if patch_set.upstream else None,
+        "releases": releases,
+    }
+
+
+def _patch_entry(path: Path, digest: str | None, roots: tuple[str, ...]) -> dict:
+    """A patch as `list` shows it; a damaged one is reported, not fatal."""
+    from patchkit.series.patchfile import read_patch
+
+    try:
+        patch = read_patch(path, roots)
+    except BadInput as exc:
+        return {
+            "name": path.name,
+            "description": "",
+            "sha256": None,
+            "files": [],
+            "state": LibraryPatchState.DAMAGED,
+            "problem": exc.message,
+        }
+    if digest and patch.sha256 != digest:
+        return {
+            "name": patch.name,
+            "description": patch.description,
+            "sha256": patch.sha256,
+            "files": [f.path for f in patch.files],
+            "state": LibraryPatchState.DAMAGED,
+            "problem": "sha256 differs from the one recorded in the series (corrupted or edited)",
+        }
+    return {
+        "name": patch.name,
+        "description": patch.description,
+        "sha256": patch.sha256,
+        "files": [f.path for f in patch.files],
+        "state": LibraryPatchState.OK if digest else LibraryPatchState.UNRECORDED,
+        "problem": None,
+    }

@@ -1,0 +1,112 @@
+"""Every option more than one command takes, declared once; the commands compose them.
+
+Kept import-light: `patchkit COMMAND --help` loads this (click only)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from patchkit.base.options import Options
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FORMATS = ("text", "json")
+VERSION_HELP = "Override the detected vLLM version."
+
+target = click.option(
+    "--target",
+    "target_dir",
+    metavar="DIR",
+    help="Directory containing the vllm/ package (site-packages, unpacked wheel, checkout).",
+)
+python = click.option(
+    "--python",
+    "python",
+    metavar="PATH",
+    help="Interpreter whose environment has vLLM (found without importing it; apply/verify import-test the patches).",
+)
+patches = click.option(
+    "--patches",
+    "library",
+    metavar="DIR",
+    help="A patch library root (default: $PATCHKIT_LIBRARY, else the installed library).",
+)
+patch = click.option(
+    "--patch",
+    "adhoc",
+    metavar="FILE",
+    multiple=True,
+    help="Ad-hoc unified diff instead of the library's series (repeatable).",
+)
+set_name = click.option("--set", "set_name", metavar="NAME", help="Patch set in the library (default: the only one).")
+quiet = click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
+verbose = click.option("-v", "--verbose", count=True, help="More detail.")
+
+
+def vllm_version(*, multiple: bool = False, help: str = VERSION_HELP) -> Callable[[F], F]:
+    return click.option("--vllm-version", metavar="VERSION", multiple=multiple, help=help)
+
+
+def compose(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """One decorator for several options, listed in `--help` in the order given."""
+
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+library_options = compose(patches, set_name)  # the maintainer tools and fetch: which library and set
+output_options = compose(quiet, verbose)
+
+
+def target_options(func=None, *, version_help: str = VERSION_HELP, versions_repeatable: bool = False):
+    """--target/--python/--vllm-version/--patches/--patch/--set and -q/-v, on every target command;
+    the command gets them as `opts` (an Options), `quiet` and `verbose`.
+
+    versions_repeatable: --vllm-version may be given several times (verify: several releases)."""
+    if func is None:
+        return functools.partial(target_options, version_help=version_help, versions_repeatable=versions_repeatable)
+    declared = compose(
+        target,
+        python,
+        vllm_version(multiple=versions_repeatable, help=version_help),
+        patches,
+        patch,
+        set_name,
+        output_options,
+    )
+
+    @functools.wraps(func)
+    def wrapper(target_dir, python, vllm_version, library, adhoc, set_name, quiet, verbose, **kwargs):
+        opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
+        return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
+
+    return declared(wrapper)
+
+
+def format_option(func=None, *, formats: tuple[str, ...] = FORMATS, help: str = "Output format."):
+    option = click.option("--format", "fmt", type=click.Choice(formats), default="text", show_default=True, help=help)
+    return option(func) if func else option
+
+
+def dry_run_option(help: str) -> Callable[[F], F]:
+    return click.option("--dry-run", is_flag=True, help=help)
+
+
+def force_option(help: str) -> Callable[[F], F]:
+    return click.option("--force", is_flag=True, help=help)
+
+
+def all_python_option(help: str = "Every vllm/**/*.py, not only the files the series touches.") -> Callable[[F], F]:
+    return click.option("--all", "all_python", is_flag=True, help=help)
+
+
+def no_import_option(help: str = "Do not import the patched modules (probe check).") -> Callable[[F], F]:
+    return click.option("--no-import", is_flag=True, help=help)

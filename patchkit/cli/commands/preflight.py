@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from patchkit.cli.commands import make_ui, resolve_telling
+from patchkit.cli.commands.options import format_option, no_import_option, target_options
+
+if TYPE_CHECKING:
+    from patchkit.base.options import Options
+    from patchkit.cli.ui import UI
+    from patchkit.launch.command import LaunchCommand
+    from patchkit.launch.preflight import PreflightResult
+
+LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
+
+
+@click.command(context_settings=LAUNCH_SETTINGS)
+@target_options
+@format_option(formats=("text", "json", "junit"))
+@no_import_option("Ask vLLM nothing in the target's interpreter (its engine-config validation, supports_eagle3()).")
+@launch_argument
+def command(
+    opts: Options, quiet: bool, verbose: int, fmt: str, no_import: bool, launch: tuple[str, ...]
+) -> PreflightResult:
+    """Check a vLLM launch command before anything loads: every fault in one run.
+
+    COMMAND is `vllm serve MODEL [args]` or `python -m vllm.entrypoints.openai.api_server --model
+    MODEL [args]`, either behind `env VAR=...`. The models' config.json files (local directories or
+    the Hugging Face cache, never downloaded) are held against the installed vLLM: the tree's state
+    and the checks the patch set declares (asking vLLM itself where they can), then vLLM's own
+    create_engine_config(), each in the target's interpreter (--no-import skips both). Exit 0: the launch passes; 1: a finding failed; 2: the
+    command cannot be read; 4: a model or the target is missing.
+    """
+    from patchkit.launch.command import frame
+
+    ui = make_ui("json" if fmt == "json" else "text", quiet, verbose)
+    launch_command = frame(list(launch))
+    result = run_preflight(ui, opts, launch_command, no_import=no_import)
+    show(ui, result, fmt)
+    return result
+
+
+def run_preflight(
+    ui: UI, opts: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool = False
+) -> PreflightResult:
+    """Target resolution (default: the command's own interpreter), the command read as that vLLM's
+    parser reads it, then the findings (`shortcut`: `run`'s fast path on an applied tree,
+    patchkit/launch/shortcut.py)."""
+    from patchkit.engine.transaction import consistent_read
+    from patchkit.launch.command import read
+    from patchkit.launch.preflight import default_options, launch_target_finding, preflight, vllm_validation
+
+    resolved = resolve_telling(ui, default_options(opts, launch_command))
+    launch_command = read(launch_command, resolved.vllm_version)
+    result = None
+    if shortcut:
+        from patchkit.launch.shortcut import recorded_status
+
+        status = recorded_status(resolved)  # no lock: see there why none is needed
+        if status is not None:
+            result = preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
+    if result is None:
+        with consistent_read(resolved.target.root) as recovered:
+            if recovered:
+                ui.warn(recovered)
+            result = preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
+    named = launch_target_finding(resolved, launch_command)  # is the tree checked the one the launch imports?
+    result.findings += [named] if named is not None else []
+    if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
+        result.findings.append(vllm_validation(resolved, result))
+    return result
+
+
+def show(ui: UI, result: PreflightResult, fmt: str) -> None:
+    if fmt == "json":
+        ui.json({"launch": result.command.argv, "tree_state": result.tree_state, "findings": findings_json(result)})
+    elif fmt == "junit":
+        from patchkit.cli.ui import write_junit
+
+        write_junit(findings_junit(result))
+    else:
+        rows = [[f.check, "pass" if f.ok else "fail", f.message, f.fix or ""] for f in result.findings]
+        ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
+        if result.ok:
+            ui.line("the launch passes every check", style="green")
+        else:
+            failed = sum(not f.ok for f in result.findings)
+            ui.error(f"{failed} of {len(result.findings)} launch checks failed")
+
+
+def findings_json(result: PreflightResult) -> list[dict]:
+    return [f.to_json() for f in result.findings]
+
+
+def findings_junit(result: PreflightResult) -> str:
+    from patchkit.cli.ui import JUnitCase, junit
+
+    cases = [
+        JUnitCase(
+            name=f.check,
+            failure=None if f.ok else f.message,
+            details=f.message + (f"\nfix: {f.fix}" if f.fix else ""),
+            output="" if not f.ok else f.message,
+        )
+        for f in result.findings
+    ]
+    return junit("patchkit.preflight", cases)

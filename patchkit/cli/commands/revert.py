@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from patchkit.base.enums import Outcome
+from patchkit.cli.commands import Shown, make_ui
+from patchkit.cli.commands.options import dry_run_option, force_option, format_option, target_options
+
+if TYPE_CHECKING:
+    from patchkit.base.options import Options
+    from patchkit.cli.ui import UI
+    from patchkit.engine.operations import RevertResult
+
+
+@click.command()
+@target_options
+@format_option
+@force_option("Revert files edited after apply (a copy of each is kept).")
+@dry_run_option("Say what would be restored; write nothing.")
+def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry_run: bool) -> RevertResult:
+    """Restore the stock files byte-for-byte.
+
+    Uses the originals recorded at apply (checked by sha256); without a record, reverse-applies
+    the series. Without --set/--patch, undoes every set the tree records; with them, that set only.
+    """
+    from patchkit.cli.ui import resolved_json, target_json
+    from patchkit.engine.operations import resolve_for_revert, revert_series
+
+    ui = make_ui(fmt, quiet, verbose)
+    target, resolved = resolve_for_revert(opts)
+    ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))
+    if resolved is not None and not ui.json_mode:
+        ui.header(resolved)
+    chosen = opts.set_name or opts.adhoc  # one set; without either, every set the tree records
+    only = resolved.set_name if resolved is not None and chosen else opts.set_name
+    result = revert_series(target, resolved, only, force=force, dry_run=dry_run, watch=Shown(ui))
+    _finish(ui, result)
+    return result
+
+
+def _finish(ui: UI, result: RevertResult) -> None:
+    """The last word (the steps were shown as they happened): the JSON document, or one line."""
+    if ui.json_mode:
+        ui.json({"result": result.outcome, "files": result.files, **_written_json(result)})
+    elif result.error is None:
+        ui.line(result.message, style="green")
+
+
+def _written_json(result: RevertResult) -> dict:
+
+    if result.outcome == Outcome.REVERTED:
+        return {"saved": str(result.saved) if result.saved else None, "checks": [r.to_json() for r in result.checks]}
+    if result.outcome == Outcome.BYTECODE_FAILED:
+        return {"checks": [r.to_json() for r in result.checks]}
+    return {}

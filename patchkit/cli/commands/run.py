@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+import click
+
+from patchkit.base.enums import TreeState
+from patchkit.base.errors import TargetError
+from patchkit.cli.commands import Shown, make_ui, resolve_telling
+from patchkit.cli.commands.options import target_options
+from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument
+
+if TYPE_CHECKING:
+    from patchkit.base.options import Options
+    from patchkit.cli.ui import UI
+    from patchkit.engine.operations import ApplyResult
+    from patchkit.launch.command import LaunchCommand
+    from patchkit.launch.preflight import PreflightResult
+
+
+@click.command(context_settings=LAUNCH_SETTINGS)
+@target_options
+@click.option(
+    "--apply",
+    "apply_first",
+    is_flag=True,
+    help="Apply the series first when the tree is not-applied, or when the launch guard refuses a tree apply settles.",
+)
+@click.option("--no-preflight", is_flag=True, help="Run COMMAND without checking it first.")
+@launch_argument
+def command(
+    opts: Options, quiet: bool, verbose: int, apply_first: bool, no_preflight: bool, launch: tuple[str, ...]
+) -> ApplyResult | PreflightResult | None:
+    """Preflight a vLLM launch (static checks), then become it (exec: same PID, signals, exit status).
+
+    When a check fails, COMMAND does not run and the exit code is 1. For a systemd ExecStart= or a
+    container entrypoint: `patchkit run --apply -- vllm serve MODEL ...`.
+    """
+    from patchkit.launch.command import frame
+
+    launch_command = frame(list(launch))
+    if apply_first or not no_preflight:
+        ui = make_ui("text", quiet, verbose)
+        result = _checked(ui, opts, launch_command, apply_first=apply_first, preflight=not no_preflight)
+        if result is not None:
+            return result
+    _exec(launch_command.argv)
+
+
+def _checked(
+    ui: UI, opts: Options, launch_command: LaunchCommand, *, apply_first: bool, preflight: bool
+) -> ApplyResult | PreflightResult | None:
+    """None when COMMAND may run; else the result that stops it (its outcome is the exit code)."""
+    from patchkit.cli.commands.preflight import run_preflight, show
+
+    if apply_first:
+        applied = _apply_when_not_applied(ui, opts, launch_command)
+        if applied is not None and applied.error is not None:
+            return applied
+    if not preflight:
+        return None
+    result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
+    if result.ok:
+        return None
+    show(ui, result, "text")
+    ui.error("not launched: the preflight failed", "`patchkit preflight -- COMMAND` shows the same findings")
+    return result
+
+
+def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | None:
+    from patchkit.engine.inspection import inspect
+    from patchkit.engine.operations import apply_series
+    from patchkit.launch.preflight import default_options
+
+    resolved = resolve_telling(ui, default_options(opts, launch_command))
+    status = inspect(resolved, import_probe=False)
+    # a tree the guard refuses where apply is the fix (status names it): the record brought up to the tree
+    settles = bool(status.guard) and status.state != TreeState.UNSUPPORTED and not status.drifted
+    if status.state != TreeState.NOT_APPLIED and not settles:
+        return None
+    result = apply_series(resolved, guard=True, watch=Shown(ui))  # as `patchkit apply`: its guard too
+    if result.error is None:
+        ui.line(result.message, style="green")
+    return result
+
+
+def _exec(argv: list[str]) -> NoReturn:
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        raise TargetError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None

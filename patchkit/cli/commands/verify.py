@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import click
+
+from patchkit.base.errors import BadInput, Finished
+from patchkit.cli.commands import Shown, make_ui, resolve_telling
+from patchkit.cli.commands.options import format_option, no_import_option, target_options
+
+if TYPE_CHECKING:
+    from patchkit.base.options import Options
+    from patchkit.engine.operations import VerifyResult
+
+VERIFY_FORMATS = ("text", "json", "junit")
+
+
+@click.command()
+@target_options(
+    versions_repeatable=True,
+    version_help="Without --target/--python: a vLLM release to verify from its stock files "
+    "(repeatable). With them: override the detected version.",
+)
+@format_option(formats=VERIFY_FORMATS, help="Output format (junit: a testcase per release, or per check on a target).")
+@click.option(
+    "--all", "every", is_flag=True, help="Verify every vLLM release on the index from the set's supported minimum on."
+)
+@click.option("--latest", is_flag=True, help="Verify the newest vLLM release on the index.")
+@no_import_option()
+@click.option(
+    "--no-result-cache",
+    "no_result_cache",
+    is_flag=True,
+    help="Releases: run every release again, even when a result for the same inputs is cached.",
+)
+def command(
+    opts: Options,
+    quiet: bool,
+    verbose: int,
+    fmt: str,
+    every: bool,
+    latest: bool,
+    no_import: bool,
+    no_result_cache: bool,
+) -> Finished | VerifyResult:
+    """Run the checks on the patched files: as they are, or as `apply` would leave them.
+
+    Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise. On an
+    upstream release, the set's checks run on the stock files; a failure is an upstream regression (1).
+
+    With --vllm-version V (no --target/--python), --all or --latest: verify real releases instead,
+    each from its stock files fetched from the package index, in a scratch directory: dry-run, checks,
+    apply, checks on disk, revert, byte-identical to stock. Outcome per release: patched, upstream,
+    conflict, check-failed, unsupported. Exit 1 if any conflict, failed check, upstream regression or
+    non-identical revert; else 3 if a release asked for by name (or --latest) is unsupported; else 0.
+    A release's result is cached under a key over all its inputs (stock files, the set, patchkit's
+    code, the Python and checking libraries).
+    """
+
+    named = tuple(opts.vllm_version or ())
+    on_target = bool(opts.target_dir or opts.python)
+    if every or latest or (named and not on_target):
+        if on_target:
+            raise BadInput(
+                "--all and --latest verify releases fetched from the index, not a target",
+                hint="drop --target/--python, or verify the target without them",
+            )
+        if opts.adhoc:
+            raise BadInput("--patch cannot be verified against releases; the library's series are")
+        return _verify_releases(
+            replace(opts, vllm_version=None), named, every, latest, fmt, quiet, verbose, use_cache=not no_result_cache
+        )
+    if len(named) > 1:
+        raise BadInput(
+            "several --vllm-version values verify releases, not a target",
+            hint="drop --target/--python, or give one --vllm-version",
+        )
+    return _verify_target(
+        replace(opts, vllm_version=named[0] if named else None), fmt, quiet, verbose, import_probe=not no_import
+    )
+
+
+def _verify_releases(
+    opts: Options,
+    named: tuple[str, ...],
+    every: bool,
+    latest: bool,
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+    *,
+    use_cache: bool,
+) -> Finished:
+    from patchkit import fetch
+    from patchkit.cli.ui import releases_junit, reports, write_junit
+    from patchkit.releases import check as release_check
+    from patchkit.tree.version import parse
+
+    # JUnit and JSON are the whole of stdout; quiet keeps text lines out of it.
+    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
+    patch_set = release_check.load_patch_set(opts)
+    ui.knows({"set": patch_set.name})
+    with fetch.reuse_index_pages():
+        versions, requested = release_check.releases_to_verify(
+            patch_set, [parse(v, "--vllm-version") for v in named], every=every, latest=latest
+        )
+        with ui.progress(len(versions), f"verifying {len(versions)} release(s)") as advance:
+            results = release_check.verify_releases(versions, requested, opts, advance, use_cache=use_cache)
+    if fmt == "json":
+        ui.json({"set": patch_set.name, "releases": [r.to_json(patch_set.name) for r in results]})
+    elif fmt == "junit":
+        write_junit(releases_junit(results, f"patchkit.{patch_set.name}"))
+    else:
+        reports.verdict_of_releases(ui, results)
+    return Finished(release_check.overall_outcome(results))
+
+
+def _verify_target(opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True) -> VerifyResult:
+    from patchkit.cli.ui import reports
+    from patchkit.engine.operations import verify_tree
+    from patchkit.engine.resolve import require_patches
+
+    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
+    resolved = resolve_telling(ui, opts)
+    require_patches(resolved)
+    verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
+    if fmt == "junit":
+        reports.verified_target_junit(resolved, verified)
+    elif ui.json_mode:
+        reports.verified_target_json(ui, resolved, verified)
+    else:
+        reports.verified_target_text(ui, resolved, verified)
+    return verified

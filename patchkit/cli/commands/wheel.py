@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from patchkit.base import signals
+from patchkit.base.errors import BadInput, NoPatchSet
+from patchkit.base.options import Options
+from patchkit.cli.commands import make_ui
+from patchkit.cli.commands.options import format_option, library_options, output_options, patch
+
+if TYPE_CHECKING:
+    from patchkit.cli.ui import UI
+    from patchkit.wheel.build import WheelResult
+
+
+@click.command()
+@click.argument("source", metavar="VERSION|WHEEL_FILE")
+@click.option("--out", "out_dir", metavar="DIR", default=".", show_default=True, help="Where the patched wheel goes.")
+@click.option(
+    "--local-label",
+    metavar="LABEL",
+    help="The local version label added (default patchkit.<set>; after an existing one, joined by '.').",
+)
+@click.option("--platform", metavar="TAG", help="With VERSION: the stock wheel's platform tag (default: as pip would).")
+@library_options
+@patch
+@format_option
+@output_options
+def command(
+    source: str,
+    out_dir: str,
+    local_label: str | None,
+    platform: str | None,
+    library: str | None,
+    set_name: str | None,
+    adhoc: tuple[str, ...],
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+) -> WheelResult:
+    """Build the patched wheel of a stock vLLM wheel (a file, or vllm==VERSION from the index).
+
+    The same plan and checks as apply run first (integrity against the wheel's own RECORD, syntax,
+    names, contract): a conflict or a failed check writes no wheel. Unchanged members are copied as
+    their compressed bytes; the version gains a local label (+patchkit.<set>); RECORD is regenerated;
+    the dist-info records what was applied (patchkit.json). Prints the wheel's path.
+    """
+    from patchkit.wheel.build import build_patched_wheel
+
+    signals.note_report("interrupted before the wheel was written: this run left nothing in --out")
+    ui = make_ui(fmt, quiet, verbose)
+    if adhoc and set_name:
+        raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
+    chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
+    stock, checked = _stock_wheel(source, platform, chosen, ui)  # before the activity line: a download shows its bar
+    ui.knows({"stock_wheel": str(stock)})
+    with ui.activity("building the patched wheel") as say:
+        result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say, expect_identity=checked)
+    if result.path is not None:
+        ui.wrote(f"the wheel was written: it is in place, {result.path}")
+    for note in result.warnings:
+        ui.warn(note)
+    _say_if_seals_are_off(ui)
+    if ui.json_mode:
+        ui.json(_document(result))
+    else:
+        if result.checks and not quiet:
+            ui.checks(result.checks)
+        if result.path is not None:
+            ui.result(str(result.path))
+    return result
+
+
+def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> tuple[Path, tuple[int, ...] | None]:
+    """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache (with the
+    identity of the cached file that was checked), once the library has a series for it."""
+
+    path = Path(source)
+    named_a_file = source.endswith(".whl") or "/" in source  # else a version, even if a directory has its name
+    if named_a_file and path.exists() and not path.is_file():
+        raise BadInput(f"{source} is not a regular file: give the path of a wheel file, or a version")
+    if path.is_file():
+        if platform:
+            raise BadInput("--platform chooses the wheel of a VERSION; a wheel file has its own")
+        return path, None
+    if named_a_file:
+        raise BadInput(f"no wheel file {source}", hint="give the path of a wheel file, or a VERSION to download")
+    from patchkit.wheel.stock import checked_stock_wheel
+
+    _require_a_series(source, chosen)
+    with ui.transfer(f"vllm {source}") as on_bytes:
+        return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
+
+
+def _say_if_seals_are_off(ui: UI) -> None:
+    from patchkit.base import seal
+
+    problem = seal.unusable_key()
+    if problem:
+        ui.warn(
+            f"{problem}: nothing patchkit cached is trusted, so the cached wheel is hashed and the checks run "
+            f"again on every run; `chmod 600 {seal.key_path()}` if only you could read it, else remove it"
+        )
+
+
+def _require_a_series(version: str, chosen: Options) -> None:
+    """Exit 3 before any download when the set has nothing to apply to `version` (what the build
+    would find after fetching ~500 MB). --patch files name no versions: they are judged on the wheel."""
+    from packaging.version import Version
+
+    from patchkit.fetch.index import normalize_version
+    from patchkit.series import library
+
+    if chosen.adhoc:
+        return
+    release = Version(normalize_version(version))
+    selection = library.select(library.load_chosen(chosen.library, chosen.set_name), release)
+    if selection.kind == library.UPSTREAM:
+        raise NoPatchSet(f"vLLM {release} ships this change itself: there is nothing to patch")
+    if selection.kind == library.UNSUPPORTED:
+        raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
+
+
+def _document(result: WheelResult) -> dict:
+    return {
+        "result": result.outcome,
+        "wheel": str(result.path) if result.path else None,
+        "sha256": result.sha256(),
+        "version": result.version,
+        "label": result.label,
+        "set": result.set_name,
+        "patches": [{"name": p.name, "sha256": p.sha256} for p in result.patches],
+        "checks": [r.to_json() for r in result.checks],
+    }

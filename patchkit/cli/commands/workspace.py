@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import click
+
+from patchkit.cli.commands import make_ui
+from patchkit.cli.commands.options import all_python_option, format_option, library_options, output_options
+
+
+@click.command()
+@click.argument("version")
+@click.argument("directory", required=False, metavar="[DIR]")
+@all_python_option()
+@library_options
+@format_option
+@output_options
+def command(
+    version: str,
+    directory: str | None,
+    all_python: bool,
+    library: str | None,
+    set_name: str | None,
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+) -> None:
+    """Make DIR (default ./vllm-VERSION-workspace) a git repository to work on VERSION's series.
+
+    \b
+    commit 1  "stock vllm VERSION": the release's stock files (tag `stock`)
+    commit 2  the series applied by patchkit's engine
+    Edit the files (commit or not), then `patchkit refresh DIR` writes the diffs back.
+    """
+
+    from patchkit.maintainer.workspace import create_workspace
+
+    ui = make_ui(fmt, quiet, verbose)
+    ui.knows({"version": version})
+    report = create_workspace(
+        version, directory, library=library, set_name=set_name, all_python=all_python, progress=ui.detail
+    )
+    if ui.json_mode:
+        ui.json(asdict(report))
+        return
+    ui.line(f"workspace  {report.directory}")
+    ui.line(f"set        {report.set_name}  vllm {report.version}  series {report.series_dir}")
+    if report.shared_with:
+        ui.note(
+            f"vllm {', '.join(report.shared_with)} share(s) this series: refresh checks that it still applies there"
+        )
+    ui.line(f"commits    {report.stock_commit[:12]} stock vllm {report.version} ({report.files} file(s), tag stock)")
+    ui.line(
+        f"           {report.patched_commit[:12]} {len(report.patches)} patch(es) applied: " + ", ".join(report.patches)
+    )
+    ui.line(f"next       edit the files, then: patchkit refresh {report.directory}")

@@ -1,0 +1,347 @@
+"""The click layer: the command group, exit-code mapping, nothing else."""
+
+from __future__ import annotations
+
+import codecs
+import gc
+import importlib
+import io
+import os
+import sys
+from contextlib import redirect_stderr, redirect_stdout, suppress
+
+# A run allocates its objects and keeps nearly all of them to the end (its imports, a large diff's
+# hunks, a tree's files): collecting every 700 new objects walked them again and again, ~40 ms of
+# a large dry run. Collected every 200,000 instead (as mypy sets it), a run seldom collects at all.
+# Set before click is imported: importing it and the commands is a fifth of those collections.
+GC_THRESHOLD = (200_000, 30, 30)
+gc.set_threshold(*GC_THRESHOLD)
+
+import click  # noqa: E402
+
+from patchkit import __version__  # noqa: E402
+from patchkit.base import signals  # noqa: E402
+from patchkit.base.errors import (  # noqa: E402
+    BROKEN_PIPE,
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    OK,
+    OutputUnwritable,
+    PatchkitError,
+    exit_code_for,
+)
+
+EPILOG = """\b
+Exit codes:
+  0  ok
+  1  a check failed (conflict, verification failure, drift, partial state)
+  2  usage or bad input (malformed diff, bad option, unreadable manifest)
+  3  no patch set for this vLLM version
+  4  target problem (vLLM not found, not writable, sources unobtainable)
+  70 internal error (a bug in patchkit: please report it)
+  130 interrupted (143 SIGTERM, 129 SIGHUP); 141 the reader of the output went away (a closed pipe)
+"""
+
+COMMANDS = {
+    "status": "patchkit.cli.commands.status",
+    "apply": "patchkit.cli.commands.apply",
+    "verify": "patchkit.cli.commands.verify",
+    "revert": "patchkit.cli.commands.revert",
+    "list": "patchkit.cli.commands.listing",
+    "diff": "patchkit.cli.commands.diff",
+    "recover": "patchkit.cli.commands.recover",
+    "fetch": "patchkit.cli.commands.fetch",
+    "workspace": "patchkit.cli.commands.workspace",
+    "refresh": "patchkit.cli.commands.refresh",
+    "port": "patchkit.cli.commands.port",
+    "preflight": "patchkit.cli.commands.preflight",
+    "run": "patchkit.cli.commands.run",
+    "wheel": "patchkit.cli.commands.wheel",
+    "fleet": "patchkit.cli.commands.fleet",
+}
+
+
+class PatchkitGroup(click.Group):
+    """Loads each command's module only when needed, and turns errors into exit codes."""
+
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+
+        return importlib.import_module(COMMANDS[name]).command
+
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta[INVOKED] = (name, command, list(rest))  # a copy: parsing consumes the list
+        return name, command, rest
+
+    def invoke(self, ctx):
+        """The one exit path: a command returns a result (its outcome, maybe an error to report)
+        or raises a PatchkitError; either way its exit code is decided here, and the run's
+        machine-readable document (ui.Run) is printed here, whatever the outcome."""
+        # lazy: `--help` and a quiet run never load the UI
+        from patchkit.cli.ui import begin_run
+
+        _replace_what_streams_cannot_encode()
+        _guard_output_streams()
+        signals.new_run()
+        run = begin_run()
+        code = None
+        try:
+            with signals.handled():  # SIGTERM and SIGHUP roll back and exit as Ctrl-C does
+                try:
+                    code = _command_exit_code(super().invoke, ctx, run)
+                except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
+                    run.failed(exc.format_message(), _usage_hint(exc))
+                    _finish(ctx, run, exc.exit_code)
+                    raise
+                code = _finish_unless_interrupted(ctx, run, code)
+        except KeyboardInterrupt as exc:  # a signal on the way out: a second as the first was caught, or late
+            if code is None:  # the run was not shown yet
+                _report(run, *signals.interrupted_report())
+                code = _finish(ctx, run, getattr(exc, "exit_code", INTERRUPTED))
+        if code != OK:
+            ctx.exit(code)
+
+
+INVOKED = "patchkit.invoked"  # ctx.meta: the command's name, the command and its arguments
+
+
+def _command_exit_code(invoke, ctx, run) -> int:
+    """Runs the command; its result or error, mapped to an exit code (click's own errors pass)."""
+    try:
+        return _exit_code(invoke(ctx), run)
+    except OutputUnwritable as exc:  # before PatchkitError: reporting it must not write where it failed
+        return _output_unwritable(exc, run)
+    except PatchkitError as exc:
+        return _failed(exc, run)
+    except (click.exceptions.Exit, click.ClickException, click.Abort):
+        raise
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (signals.Interrupted)
+        signals.ignore_more()
+        _report(run, *signals.interrupted_report())
+        return getattr(exc, "exit_code", INTERRUPTED)
+    except BrokenPipeError:
+        return _stdout_gone()
+    except Exception as exc:  # a bug: one line for the user, the traceback on request
+        if os.environ.get("PATCHKIT_DEBUG"):
+            raise
+        _report(
+            run,
+            f"internal error: {type(exc).__name__}: {exc}",
+            "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it",
+        )
+        return INTERNAL_ERROR
+
+
+def _finish(ctx, run, code: int) -> int:
+    """The run's document, in the format the command line chose."""
+    # lazy: `--help` and a quiet run never load the UI
+    from patchkit.cli.ui import finish_run
+
+    name = ctx.meta.get(INVOKED, (None,))[0]
+    fmt = "json" if run.document is not None else _chosen_format(ctx)
+    try:
+        finish_run(run, fmt=fmt, command=name, exit_code=code)
+        sys.stdout.flush()  # here, not at exit where a failure could only be a Python warning
+    except BrokenPipeError:
+        return _stdout_gone()
+    except OutputUnwritable as exc:
+        return _output_unwritable(exc, run)
+    return code
+
+
+def _output_unwritable(error: OutputUnwritable, run) -> int:
+    """Our own output failed (its stream now points at devnull): said on stderr if stderr works,
+    with what the run had put in place."""
+    try:
+        _report(run, error.message, error.hint, note=run.written if run is not None else None)
+        sys.stderr.flush()
+    except (OutputUnwritable, OSError):  # stderr failed too: the exit code alone says it
+        pass
+    return error.exit_code
+
+
+def _finish_unless_interrupted(ctx, run, code: int) -> int:
+    """_finish; an interrupt while it prints still ends with what the target holds and the signal's code."""
+    try:
+        return _finish(ctx, run, code)
+    except KeyboardInterrupt as exc:
+        signals.ignore_more()
+        # lazy: `--help` and a quiet run never load the UI
+        from patchkit.cli.ui import UI
+
+        UI().error(*signals.interrupted_report())
+        return getattr(exc, "exit_code", INTERRUPTED)
+
+
+def _chosen_format(ctx) -> str:
+    """The command's --format as click reads the command line, resiliently (for a usage error:
+    up to the option click could not read); "text" when none or no command."""
+    name, command, args = ctx.meta.get(INVOKED, (None, None, []))
+    if command is None or not any(p.name == "fmt" for p in command.params):
+        return "text"
+    try:
+        with command.make_context(name, list(args), parent=ctx, resilient_parsing=True) as seen:
+            return seen.params.get("fmt") or "text"
+    except click.ClickException:
+        return "text"
+
+
+def _usage_hint(exc: click.ClickException) -> str | None:
+    context = getattr(exc, "ctx", None)
+    return f"`{context.command_path} --help` lists its options" if context is not None else None
+
+
+def _stdout_gone() -> int:
+    """A reader that stopped early (`| head`): end quietly, as rich does, with stdout pointed at
+    devnull so that the flush at exit does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return BROKEN_PIPE
+
+
+class _GuardedStream:
+    """stdout or stderr, whose write failure (ENOSPC, EIO; not EPIPE: a reader gone, handled apart)
+    is an OutputUnwritable (exit 4), never an internal error; the stream then writes to devnull so
+    that nothing at exit fails again."""
+
+    def __init__(self, stream, name: str):
+        self._stream, self._name = stream, name
+
+    def __getattr__(self, attribute):
+        return getattr(self._stream, attribute)
+
+    def write(self, text):
+        if isinstance(text, str) and not text:
+            return 0  # click probes with an empty write, and would swallow the failure
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines):
+        return self._guarded(self._stream.writelines, lines)
+
+    def flush(self):
+        return self._guarded(self._stream.flush)
+
+    def _guarded(self, operation, *args):
+        try:
+            return operation(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            _point_at_devnull(self._stream)
+            raise OutputUnwritable(
+                f"cannot write to {self._name}: {exc.strerror or exc}",
+                hint=f"give {self._name} somewhere it can be written (a disk with room, a live terminal)",
+            ) from None
+
+
+def _point_at_devnull(stream) -> None:
+    with suppress(OSError, ValueError, io.UnsupportedOperation):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def _guard_output_streams() -> None:
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _GuardedStream):
+            setattr(sys, name, _GuardedStream(stream, name))
+
+
+def _give_closed_streams_a_sink() -> None:
+    """Started with stdout or stderr closed (`patchkit status >&-`), Python has None there: write
+    to devnull instead, so that what a command prints cannot turn into an internal error."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
+
+
+ESCAPE_UNENCODABLE = "patchkit-escape"
+
+
+def _replace_what_streams_cannot_encode() -> None:
+    """A path the output encoding cannot hold (PYTHONIOENCODING=ascii, a non-UTF-8 locale, a
+    non-UTF-8 file name) is printed escaped (`\\xe9`), as Python's own stderr does, never a crash.
+    A stream that writes file-name bytes as they are (surrogateescape) keeps doing so."""
+    codecs.register_error(ESCAPE_UNENCODABLE, _surrogateescape_else_backslash)
+    for stream in (sys.stdout, sys.stderr):
+        errors = getattr(stream, "errors", None)
+        if errors in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace" if errors == "strict" else ESCAPE_UNENCODABLE)
+
+
+def _surrogateescape_else_backslash(error: UnicodeError) -> tuple[str | bytes, int]:
+    """A file name's undecodable bytes (surrogateescape) go out as those bytes; anything else the
+    stream cannot encode (`é` on ASCII, a lone surrogate read from a JSON file) as an escape."""
+    try:
+        return codecs.lookup_error("surrogateescape")(error)
+    except UnicodeError:
+        return codecs.backslashreplace_errors(error)
+
+
+def _exit_code(result, run) -> int:
+    """A command's result: None (nothing to say: ok), or anything with an `outcome` and maybe an `error`."""
+    if result is None:
+        return OK
+    error = getattr(result, "error", None)
+    return _failed(error, run) if error is not None else exit_code_for(result.outcome)
+
+
+def _failed(error: PatchkitError, run) -> int:
+    _report(run, error.message, error.hint)
+    return error.exit_code
+
+
+def _report(run, message: str, hint: str | None = None, *, note: str | None = None) -> None:
+    """The error on stderr (and a note after it), and for the run's document (if a run began)."""
+    # lazy: `--help` and a quiet run never load the UI
+    from patchkit.cli.ui import UI
+
+    ui = UI()
+    if run is not None:
+        run.failed(message, hint)
+    ui.error(message, hint)
+    if note:
+        ui.note(note)
+
+
+@click.group(cls=PatchkitGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="patchkit")
+def cli():
+    """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""
+
+
+def run_in_process(args: list[str]) -> tuple[int, str, str]:
+    """`patchkit ARGS` in this process, as the console script runs it: (exit code, stdout, stderr).
+    What fleet's node agent runs each step with."""
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with redirect_stdout(stdout), redirect_stderr(stderr):
+        try:
+            # standalone_mode=False: click returns the code a command exits with, raises its own errors
+            code = cli.main(args=args, prog_name="patchkit", standalone_mode=False)
+        except click.ClickException as exc:  # a usage error
+            exc.show()
+            code = exc.exit_code
+        except click.Abort:
+            code = 1
+    return (code if isinstance(code, int) else OK), stdout.getvalue(), stderr.getvalue()
+
+
+def main() -> None:
+    _give_closed_streams_a_sink()
+    _guard_output_streams()  # here too: click writes --help and usage errors before any command runs
+    try:
+        cli(prog_name="patchkit")
+    except OutputUnwritable as exc:
+        sys.exit(_output_unwritable(exc, None))
+    finally:
+        # What a command built (a large diff's hunks, a tree's files) is garbage at exit: keep
+        # the interpreter's last collection from walking it. Finalizers and atexit still run.
+        gc.freeze()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,223 @@
+"""The console: lines, notes, warnings, errors and tables on stdout and stderr, and progress."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from patchkit.cli.ui import reports, run
+from patchkit.cli.ui.plan import show_plan
+from patchkit.cli.ui.text import STATE_STYLES, plain_stdout, visible, write_plainly
+
+
+def _console(*, stderr: bool):
+    """Created on first use: a quiet run that prints nothing never imports rich."""
+    # lazy: rich loads only for output drawn on a terminal
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError  # the CLI's to handle, as for every other write (its own exit code)
+
+    stream = sys.stderr if stderr else sys.stdout
+    return _Console(
+        stderr=stderr, markup=False, highlight=False, soft_wrap=False, width=None if stream.isatty() else 10_000
+    )
+
+
+@dataclass
+class UI:
+    fmt: str = "text"
+    quiet: bool = False
+    verbose: int = 0
+
+    @cached_property
+    def out(self):
+        return _console(stderr=False)
+
+    @cached_property
+    def err(self):
+        return _console(stderr=True)
+
+    @property
+    def json_mode(self) -> bool:
+        return self.fmt == "json"
+
+    @cached_property
+    def plain(self) -> bool:
+        """stdout is a pipe or a file, told without importing rich: plain lines need none of it."""
+        return plain_stdout()
+
+    @property
+    def terminal(self) -> bool:
+        return not self.plain and self.out.is_terminal
+
+    # -- primitives ---------------------------------------------------------------------------
+    def line(self, text: str = "", style: str | None = None) -> None:
+        if self.quiet or self.json_mode:
+            return
+        text = visible(text)
+        if self.plain:
+            write_plainly(lambda stdout: stdout.write(text + "\n"))
+        else:
+            self.out.print(text, style=style)
+
+    def result(self, text: str) -> None:
+        """The one line a script reads (a built wheel's path): written as it is, also with -q."""
+        write_plainly(lambda stdout: stdout.write(text + "\n"))
+
+    def detail(self, text: str) -> None:
+        if self.verbose and not self.json_mode:
+            self.err.print(visible(text), style="dim")
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            self.err.print(f"note: {visible(text)}", style="cyan")
+
+    def warn(self, text: str) -> None:
+        self.err.print(f"warning: {visible(text)}", style="yellow")
+
+    def error(self, message: str, hint: str | None = None) -> None:
+        self.err.print(f"error: {visible(message)}", style="bold red")
+        if hint:
+            self.err.print(f"hint: {visible(hint)}", style="red")
+
+    def json(self, data: dict[str, Any]) -> None:
+        """The run's document: held for the CLI to complete and print (see Run)."""
+        run.hold(data)
+
+    def wrote(self, what: str) -> None:
+        """What the command has put in place (a wheel): said on stderr if its report cannot be written."""
+        run.wrote(what)
+
+    def knows(self, facts: dict[str, Any]) -> None:
+        """What the command has found so far (the target, its version...): a run that then fails
+        reports it in its JSON document."""
+        run.knows(facts)
+
+    def table(
+        self, columns: list[str], rows: Iterable[list[str]], title: str | None = None, state_column: int | None = None
+    ) -> None:
+        if self.quiet or self.json_mode:
+            return
+        # lazy: rich loads only for output drawn on a terminal
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(
+            title=title if self.terminal else None,
+            box=box.SIMPLE_HEAD if self.terminal else None,
+            show_header=True,
+            pad_edge=False,
+            title_justify="left",
+        )
+        for name in columns:
+            table.add_column(name, overflow="fold")
+        for row in rows:
+            cells = [Text(visible(str(c), field=True)) for c in row]
+            if state_column is not None:
+                cells[state_column].stylize(STATE_STYLES.get(str(row[state_column]), ""))
+            table.add_row(*cells)
+        if title and not self.terminal:
+            self.out.print(title)
+        self.out.print(table)
+
+    def diff(self, text: str) -> None:
+        if self.terminal:
+            # lazy: rich loads only for output drawn on a terminal
+            from rich.syntax import Syntax
+
+            self.out.print(Syntax(visible(text), "diff", theme="ansi_dark", background_color="default"))
+        else:
+            sys.stdout.write(text)
+
+    # -- reports ------------------------------------------------------------------------------
+    def header(self, resolved) -> None:
+        reports.show_header(self, resolved)
+
+    def library(self, where) -> None:
+        """Which library root, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
+        reports.show_library(self, where)
+
+    def status(self, resolved, status, where=None) -> None:
+        reports.show_status(self, resolved, status, where)
+
+    def plan(self, plan, *, dry_run: bool) -> None:
+        show_plan(self, plan, dry_run=dry_run)
+
+    def checks(self, results) -> None:
+        reports.show_checks(self, results)
+
+    def releases(self, results) -> None:
+        """`verify` against releases: one row per vLLM release."""
+        reports.show_releases(self, results)
+
+    @contextmanager
+    def progress(self, total: int, description: str):
+        """Yields advance(label): a progress bar on stderr when both streams are a terminal, else a no-op."""
+        if self.quiet or self.fmt != "text" or not (self.terminal and self.err.is_terminal):
+            yield lambda label: None
+            return
+        # lazy: rich loads only for output drawn on a terminal
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda label: bar.update(task, advance=1, description=visible(label, field=True))
+
+    @contextmanager
+    def transfer(self, description: str):
+        """Yields on_bytes(done, total): a download's progress bar on stderr when it is a terminal
+        (not with -q), else None (the caller's lines say how far it got)."""
+        if self.quiet or not self.err.is_terminal:
+            yield None
+            return
+        # lazy: rich loads only for output drawn on a terminal
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=self.err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(visible(description, field=True), total=None)
+            yield lambda done, total: bar.update(task, completed=done, total=total or None)
+
+    @contextmanager
+    def activity(self, title: str):
+        """Yields say(message): a live status line on stderr in a terminal (a whole-wheel download
+        shows its percentage there), plain lines with -v otherwise."""
+        if self.quiet or not self.err.is_terminal:
+            yield self.detail
+            return
+        with self.err.status(title) as status:
+
+            def say(message: str) -> None:
+                status.update(visible(message, field=True))
+                self.detail(message)
+
+            yield say

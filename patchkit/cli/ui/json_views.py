@@ -1,0 +1,61 @@
+"""What the plan, the target and its status look like in a JSON document."""
+
+from __future__ import annotations
+
+from patchkit.base.enums import TreeState
+
+
+def plan_json(plan) -> list[dict]:
+    return [
+        {
+            "patch": step.patch.name,
+            "state": step.state,
+            "problem": step.mismatch.describe() if step.mismatch else None,
+            "files": [
+                {
+                    "path": f.patch.path,
+                    "kind": f.patch.kind,
+                    "hunks": [{"line": p.line, "offset": p.offset} for p in f.placements],
+                }
+                for f in step.files
+            ],
+        }
+        for step in plan.steps
+    ]
+
+
+def target_json(target) -> dict:
+    return {"target": str(target.root), "found_by": target.found_by}
+
+
+def resolved_json(resolved) -> dict:
+    """The target, its version and the series chosen, as status reports them (and error documents)."""
+    return {
+        **target_json(resolved.target),
+        "vllm_version": str(resolved.vllm_version) if resolved.version else None,
+        "version_source": resolved.version.source if resolved.version else None,
+        "set": resolved.selection.set_name,
+        "series": resolved.selection.release.directory.name if resolved.selection.release else None,
+    }
+
+
+def status_json(resolved, status, where=None) -> dict:
+    return {
+        "state": status.state,
+        "library": where.to_json() if where else None,
+        **resolved_json(resolved),
+        "notes": resolved.notes,
+        "patches": [
+            {"name": p.name, "state": p.state, "files": p.files, "description": p.description, "problem": p.problem}
+            for p in status.patches
+        ],
+        "drifted": status.drifted,
+        "stale": status.stale,
+        "guard_notes": status.guard_notes,
+        "guard": {"refuses": status.guard, "fix": status.guard_fix} if status.guard else None,
+        **(
+            {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
+            if status.state == TreeState.UPSTREAM
+            else {}
+        ),
+    }

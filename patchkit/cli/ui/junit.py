@@ -1,0 +1,106 @@
+"""JUnit XML reports: a testcase per release, or per check on a target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from patchkit.base.enums import CheckStatus, ReleaseOutcome
+from patchkit.cli.ui.text import visible
+
+
+@dataclass(frozen=True)
+class JUnitCase:
+    name: str
+    seconds: float = 0.0
+    failure: str | None = None  # the one-line reason; None: passed
+    details: str = ""
+    skipped: str | None = None
+    output: str = ""
+    kind: str = "failure"  # the <failure type=...> (or <error type=...>)
+    error: str | None = None  # the run could not judge this case: an <error>, not a <failure>
+
+
+def junit(suite: str, cases: list[JUnitCase]) -> str:
+    """JUnit XML: one <testsuite>, a <testcase> per case, <failure>/<skipped> where they apply."""
+    # lazy: only a JUnit report needs it
+    import xml.etree.ElementTree as ET
+
+    failures = sum(1 for c in cases if c.failure)
+    errors = sum(1 for c in cases if c.error and not c.failure)
+    skipped = sum(1 for c in cases if c.skipped and not (c.failure or c.error))
+    total = f"{sum(c.seconds for c in cases):.3f}"
+    root = ET.Element(
+        "testsuites",
+        name="patchkit verify",
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors=str(errors),
+        skipped=str(skipped),
+        time=total,
+    )
+    suite_el = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors=str(errors),
+        skipped=str(skipped),
+        time=total,
+    )
+    for c in cases:  # XML cannot hold a control character, even escaped
+        case = ET.SubElement(suite_el, "testcase", classname=suite, name=visible(c.name), time=f"{c.seconds:.3f}")
+        if c.failure:
+            failure = ET.SubElement(case, "failure", type=c.kind, message=visible(c.failure))
+            failure.text = visible(c.details or c.failure)
+        elif c.error:
+            error = ET.SubElement(case, "error", type=c.kind, message=visible(c.error))
+            error.text = visible(c.details or c.error)
+        elif c.skipped:
+            ET.SubElement(case, "skipped", message=visible(c.skipped))
+        if c.output:
+            ET.SubElement(case, "system-out").text = visible(c.output)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def error_junit(suite: str, message: str, hint: str | None, exit_code: int) -> str:
+    """A run that ended before it could judge anything (the index unreachable, a bad option...):
+    one testcase in error, so that a report file is never empty."""
+    details = message + (f"\nhint: {hint}" if hint else "")
+    return junit(suite, [JUnitCase(name="patchkit verify", error=message, details=details, kind=f"exit-{exit_code}")])
+
+
+def releases_junit(results, suite: str) -> str:
+    """A <testcase> per release, <failure> with the reason, <skipped> when unsupported."""
+    cases = []
+    for r in results:
+        details = "\n".join([r.detail] + [c.describe() for c in r.checks if c.failed])
+        cases.append(
+            JUnitCase(
+                name=f"vllm {r.version}",
+                seconds=r.timings.get("total", 0.0),
+                failure=f"{r.label}: {r.detail}" if r.failed else None,
+                details=details,
+                kind=r.label,
+                skipped=r.detail if r.outcome == ReleaseOutcome.UNSUPPORTED else None,
+                output=f"{r.label}: {r.detail}",
+            )
+        )
+    return junit(suite, cases)
+
+
+def checks_junit(results, suite: str) -> str:
+    """A <testcase> per check result: failed checks fail, warnings and checks not run are skipped."""
+    cases = []
+    for r in results:
+        cases.append(
+            JUnitCase(
+                name=f"{r.check}: {r.path}" if r.path else r.check,
+                failure=r.message if r.status == CheckStatus.FAIL else None,
+                kind=r.check,
+                skipped=r.message if r.status in (CheckStatus.WARNING, CheckStatus.SKIPPED) else None,
+                output=r.message,
+            )
+        )
+    return junit(suite, cases)

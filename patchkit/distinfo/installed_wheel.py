@@ -1,0 +1,297 @@
+"""A vLLM installed from a wheel `patchkit wheel` built (pip, uv, `installer`): no `.patchkit/` in the
+tree, but the dist-info says what was applied.
+
+    vllm-<version>+<label>.dist-info/patchkit.json      schema_version, patchkit, vllm_version (the stock
+                                                        release), label, set, patches [{name, sha256}],
+                                                        files {path: {stock_sha256, patched_sha256}}
+    vllm-<version>+<label>.dist-info/patchkit/<name>    each patch's text
+
+It is read back from the tree, so it is untrusted input like `.patchkit/state.json`:
+`patchkit.distinfo.provenance.read_provenance` reads it (regular files only, never through a symlink,
+size-limited, checked field by field, each text against its sha256), and its paths must also pass
+the recorded-path rule, since revert writes them. Anything else is BadInput naming the file.
+
+What it gives: the series (status, verify, apply, revert judge the tree by it), the stock sha256 of
+each patched file (the integrity check's reference, since the wheel's RECORD holds the patched
+ones), drift (a file that is neither), and revert's originals (the release's stock files from the
+fetch cache or the index, each checked against its stock sha256; offline, the patches
+reverse-applied, checked the same way). `revert` leaves the dist-info as installed: see README.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.base import fsutil
+from patchkit.base.errors import BadInput, Drift, PatchkitError
+from patchkit.base.hashing import sha256
+from patchkit.distinfo.provenance import FileRecord, read_provenance
+from patchkit.distinfo.provenance import Provenance as Record
+from patchkit.distinfo.record import PROVENANCE, record_digest
+from patchkit.series.library import PATCH, Selection, load_chosen, select
+from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch
+from patchkit.series.plan import View, plan_revert
+from patchkit.store.state import checked_path
+
+MAX_PATCH_BYTES = 64 << 20
+# patchkit.fetch.release_tree: (version, paths, *, warn) -> the directory the release's files are in.
+FetchRelease = Callable[..., Path]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """A patched wheel's provenance as read back from the tree it was installed in."""
+
+    root: Path
+    dist_info: str  # the directory's name
+    record: Record
+
+    @property
+    def origin(self) -> str:
+        return f"{self.dist_info}/{PROVENANCE}"
+
+    @property
+    def vllm_version(self) -> str:
+        return self.record.vllm_version
+
+    @property
+    def set_name(self) -> str | None:
+        return self.record.set_name
+
+    @property
+    def files(self) -> dict[str, FileRecord]:
+        return self.record.files
+
+    @property
+    def patch_hashes(self) -> tuple[tuple[str, str], ...]:
+        return tuple((p.name, p.sha256) for p in self.record.patches)
+
+    def patches(self, roots: tuple[str, ...] = DEFAULT_ROOTS) -> list[Patch]:
+        """The patch texts shipped in the dist-info, each checked against its sha256."""
+        return [parse_patch(self.record.patch_text(p.name), p.name, roots=roots) for p in self.record.patches]
+
+    @cached_property
+    def adhoc_name(self) -> str:
+        """The set name an ad-hoc wheel's series goes by (as `--patch` would record it)."""
+
+        digest = hashlib.sha256("\n".join(d for _n, d in self.patch_hashes).encode()).hexdigest()
+        return f"adhoc-{digest[:12]}"
+
+    @property
+    def name(self) -> str:
+        return self.set_name or self.adhoc_name
+
+    def describe(self) -> str:
+        return f"installed from a wheel patchkit {self.record.patchkit} built (+{self.record.label}): {self.origin}"
+
+
+# --------------------------------------------------------------------------- reading it
+
+
+def find(root: Path) -> Provenance | None:
+    """The provenance of the vLLM installed in `root`, or None when its dist-info has none (a
+    stock install, a source checkout, several vllm dist-infos: version detection says so).
+    read_provenance checks it whole; here, beyond that, every file it names must pass the
+    recorded-path rule (revert writes them) and its release must be a version."""
+
+    dist_infos = [p.name for p in root.glob("vllm-*.dist-info")]
+    if len(dist_infos) != 1:
+        return None
+    dist_info = dist_infos[0]
+    if not os.path.lexists(root / dist_info / PROVENANCE):
+        return None  # a stock install (its dist-info judged elsewhere, a symlinked one included)
+    try:
+        record = read_provenance(root / dist_info)
+    except FileNotFoundError:
+        return None
+    origin = root / dist_info / PROVENANCE
+    for path in record.files:
+        checked_path(path, origin, guard=False)
+    found = Provenance(root, dist_info, record)
+    wrong = _unlike_the_series(record.files, found.patches())
+    if wrong:
+        raise _refuse(f"{dist_info}/{PROVENANCE}", f"lists {wrong} otherwise than its own patches touch it")
+    try:
+        Version(record.vllm_version)
+    except InvalidVersion:
+        raise _refuse(
+            f"{dist_info}/{PROVENANCE}", f"has a vllm_version {record.vllm_version!r} that is not a version"
+        ) from None
+    return found
+
+
+def _unlike_the_series(files: dict[str, FileRecord], patches: list[Patch]) -> str | None:
+    """The first file the record lists that the series does not touch, or with a stock or patched
+    hash where the series creates or deletes it (revert deletes a file whose stock hash is null)."""
+    shape: dict[str, tuple[bool, bool]] = {}  # path -> (in the stock tree, in the patched tree)
+    for patch in patches:
+        for f in patch.files:
+            if f.source_path is not None:
+                shape[f.source_path] = (shape.get(f.source_path, (True, True))[0], f.kind == "modify")
+            if f.target_path is not None and f.target_path != f.source_path:
+                shape[f.target_path] = (shape.get(f.target_path, (False, False))[0], True)
+    for path, hashes in sorted(files.items()):
+        if shape.get(path) != (hashes.stock_sha256 is not None, hashes.patched_sha256 is not None):
+            return path
+    return None
+
+
+def _refuse(where: str, what: str) -> BadInput:
+    return BadInput(
+        f"{where} {what}",
+        hint="this vLLM was installed from a wheel patchkit built; reinstall it, or remove that file "
+        "to treat the tree as a plain install",
+    )
+
+
+# --------------------------------------------------------------------------- what it tells
+
+
+def selection(found: Provenance, version, library: str | Path | None):
+    """The series the wheel was built with, as a library Selection, and a note saying so. When the
+    library's series for this release is the same patches (names and sha256), that selection (its
+    release directory shown); otherwise the shipped patch texts, with the library's set (if it has
+    one of that name) for the contract and the probe."""
+
+    if Version(found.vllm_version).public != Version(str(version)).public:
+        raise _refuse(found.origin, f"describes vLLM {found.vllm_version}, but the dist-info is vLLM {version}")
+    patch_set = chosen = None
+    if found.set_name:
+        try:
+            patch_set = load_chosen(library, found.set_name)
+            chosen = select(patch_set, version)
+        except PatchkitError:  # no such set, or no series of it for this release: the shipped one
+            chosen = None
+    patches = found.patches(patch_set.roots if patch_set else DEFAULT_ROOTS)  # each checked, used or not
+    if (
+        chosen is not None
+        and chosen.kind == PATCH
+        and tuple((p.name, p.sha256) for p in chosen.patches) == found.patch_hashes
+    ):
+        return chosen, f"{found.describe()}; its series is the library's"
+    chosen = Selection(found.name, PATCH, Version(Version(str(version)).public), patches, patch_set=patch_set)
+    return chosen, f"{found.describe()}; its series is read from there"
+
+
+def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
+    """A RECORD's {path: 'sha256=...'} with each file the wheel patched given its stock hash: the
+    reference the integrity check holds a stock file to. Only where RECORD lists the patched hash
+    (a RECORD that disagrees with the provenance stays as it is, and fails)."""
+
+    found = find(root)
+    if found is None:
+        return record
+    out = dict(record)
+    for path, shas in found.files.items():
+        listed = out.get(path)
+        if shas.patched_sha256 is None or shas.stock_sha256 is None or listed is None:
+            continue
+        if listed == record_digest(bytes.fromhex(shas.patched_sha256), "sha256"):
+            out[path] = record_digest(bytes.fromhex(shas.stock_sha256), "sha256")
+    return out
+
+
+def drifted(root: Path, read: Callable[[Path], bytes | None]) -> list[str]:
+    """The files the wheel patched whose content is neither the patched nor the stock one."""
+    found = find(root)
+    if found is None:
+        return []
+    return sorted(
+        p for p, shas in found.files.items() if sha256(read(root / p)) not in (shas.stock_sha256, shas.patched_sha256)
+    )
+
+
+# --------------------------------------------------------------------------- revert
+
+
+@dataclass
+class StockRestore:
+    """What restore_stock did beyond putting the stock files back."""
+
+    edited: list[str]
+    notes: list[str]
+
+
+def restore_stock(view, found: Provenance, *, force: bool, fetch_release: FetchRelease) -> StockRestore:
+    """Put the stock files into `view` (a plan.View) for every file the wheel patched. The originals
+    are the release's own files (fetch cache, else the index; checked against the release's RECORD
+    by the fetcher), each held to the provenance's stock sha256; when they cannot be fetched, the
+    shipped patches are reverse-applied and held to the same sha256. A file that is neither the
+    patched nor the stock one is drift (with `force`: restored, and listed to be kept aside).
+    `fetch_release` is patchkit.fetch.release_tree, handed down (the fetcher stands above this module)."""
+    done = StockRestore([], [])
+    todo = []
+    for path, shas in sorted(found.files.items()):
+        content = view.read(path)
+        current = sha256(content)
+        if current == shas.stock_sha256:
+            continue
+        if current != shas.patched_sha256:
+            if not force:
+                what = "deleted" if content is None else "edited"
+                raise Drift(
+                    f"{path} was {what} after the patched wheel installed it; keeping your version",
+                    hint="revert --force restores the stock file and keeps a copy of your edit",
+                )
+            if content is not None:
+                done.edited.append(path)
+        todo.append(path)
+    originals = _originals(found, todo, done.notes, fetch_release) if todo else {}
+    for path in todo:
+        view.write(path, originals[path])
+    return done
+
+
+def _originals(
+    found: Provenance, paths: list[str], notes: list[str], fetch_release: FetchRelease
+) -> dict[str, bytes | None]:
+    wanted = {p: found.files[p].stock_sha256 for p in paths}
+    out: dict[str, bytes | None] = {p: None for p, digest in wanted.items() if digest is None}
+    needed = [p for p in paths if p not in out]
+    if not needed:
+        return out
+    fetched = _fetched(found, needed, notes, fetch_release)
+    for path in needed:
+        data = fetched.get(path)
+        if data is None or sha256(data) != wanted[path]:
+            data = _reversed(found, path, wanted[path])
+            notes.append(f"{path}: restored by reverse-applying the wheel's patches (sha256 checked)")
+        out[path] = data
+    return out
+
+
+def _fetched(found: Provenance, paths: list[str], notes: list[str], fetch_release: FetchRelease) -> dict[str, bytes]:
+    """The stock files of the release (fetch cache, else the index): {} when they cannot be had."""
+    try:
+        tree = fetch_release(found.vllm_version, paths, warn=notes.append)
+    except PatchkitError as exc:
+        notes.append(f"the stock files of vLLM {found.vllm_version} could not be fetched ({exc.message})")
+        return {}
+    out = {}
+    for path in paths:
+        try:
+            out[path] = fsutil.read_regular(tree / path, MAX_PATCH_BYTES)
+        except OSError:
+            continue
+    return out
+
+
+def _reversed(found: Provenance, path: str, digest: str | None) -> bytes:
+
+    view = View(found.root)
+    plan = plan_revert(found.root, found.patches(), view=view)
+    data = None if plan.conflicts else view.read(path)
+    if data is None or sha256(data) != digest:
+        raise BadInput(
+            f"no stock original of {path}: the release's file is not the one {found.origin} records, "
+            "and reverse-applying its patches does not give it back",
+            hint="reinstall vLLM (pip install --force-reinstall --no-deps vllm==VERSION) to get stock files",
+        )
+    return data

@@ -1,0 +1,107 @@
+"""A wheel's RECORD (path, hash, size per file) and where patchkit caches fetched releases.
+
+Kept apart from `fetch` so that the checks can read a RECORD without loading the fetcher.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import errno
+import hashlib
+import io
+import os
+from collections.abc import Collection
+from pathlib import Path
+
+from patchkit.base import fsutil
+from patchkit.base.errors import FetchError
+
+# The hashes a wheel's RECORD may use: "sha256 or better" (the binary distribution format spec;
+# md5 and sha1 are not permitted). An entry with any other algorithm is not evidence of anything.
+HASHES = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"})
+
+
+def parse_record(data: bytes, only: Collection[str] | None = None) -> dict[str, tuple[str, str]]:
+    """RECORD rows as ``{path: (hash, size)}``; with `only`, just the rows of those paths (a check
+    of a few files need not build vLLM's ~5,000 rows: csv reads them all in C, the rest is Python)."""
+    out = {}
+    try:
+        text = data.decode("utf-8")
+        for row in csv.reader(io.StringIO(text)):
+            if row and (only is None or row[0] in only):
+                row = [*row, "", ""]
+                out[row[0]] = (row[1], row[2])
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise FetchError(f"cannot parse the wheel's RECORD: {e}", hint="the wheel looks malformed") from None
+    return out
+
+
+def record_hash(data: bytes, algo: str = "sha256") -> str:
+    """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD; ValueError for an
+    algorithm wheels do not allow (not in HASHES)."""
+    if algo not in HASHES:
+        raise ValueError(f"{algo!r} is not a hash a wheel's RECORD may use ({allowed_hashes()})")
+    return record_digest(hashlib.new(algo, data).digest(), algo)
+
+
+def record_algorithm(entry: str) -> str:
+    """The algorithm a RECORD hash entry names ("sha256=..." -> "sha256")."""
+    return entry.partition("=")[0]
+
+
+def allowed_hashes() -> str:
+    return "sha256 or stronger: " + ", ".join(sorted(HASHES))
+
+
+def record_digest(digest: bytes, algo: str) -> str:
+    """A digest as RECORD writes it."""
+    return f"{algo}=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+# In a dist-info: the provenance of a wheel patchkit built (patchkit.distinfo.provenance writes and reads it).
+PROVENANCE = "patchkit.json"
+
+
+def has_provenance(tree: Path) -> bool:
+    """Whether a vllm-*.dist-info in the tree holds a provenance file (a symlink counts): the cheap
+    test made before patchkit.distinfo.installed_wheel is loaded, for most trees are stock installs."""
+    return any(os.path.lexists(d / PROVENANCE) for d in tree.glob("vllm-*.dist-info"))
+
+
+def find_record(tree: Path, version=None) -> Path | None:
+    """The vllm-*.dist-info/RECORD of a tree; of several, the one of `version` if it is there."""
+    candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))
+    exact = [c for c in candidates if version is not None and c.parent.name == f"vllm-{version}.dist-info"]
+    return next(iter(exact or candidates), None)
+
+
+RECORD_LIMIT = 64 << 20  # vLLM's RECORD is ~300 kB
+
+
+def read_record_file(tree: Path, path: Path) -> bytes:
+    """A RECORD's bytes (find_record's answer): a regular file of at most RECORD_LIMIT bytes, in a
+    real dist-info directory of `tree`; fsutil.NotRegularFile for a symlink, a fifo, a device, a
+    symlinked dist-info or a file too large (the tree is untrusted input: never hang, never follow)."""
+
+    if not fsutil.plain_directory(tree, path.parent):
+        raise fsutil.NotRegularFile(errno.ELOOP, f"{path.parent.name} is not a plain directory (a symlink?)", str(path))
+    return fsutil.read_regular(path, RECORD_LIMIT)
+
+
+def listed_by_other_distributions(tree: Path, paths: Collection[str]) -> set[str]:
+    """Those of `paths` outside vllm/ that another installed distribution's RECORD lists (torch's,
+    a user's package's): files of theirs, never patchkit's to delete. A RECORD that cannot be read
+    plainly lists nothing (the tree is untrusted input: bounded, no symlink followed)."""
+    wanted = {p for p in paths if p.split("/", 1)[0] != "vllm"}
+    listed: set[str] = set()
+    if not wanted:
+        return listed
+    for record in sorted(tree.glob("*.dist-info/RECORD")):
+        if record.parent.name.startswith(("vllm-", "patchkit_guard-")):
+            continue
+        try:
+            listed |= wanted & parse_record(read_record_file(tree, record), only=wanted).keys()
+        except (OSError, FetchError):
+            continue
+    return listed

@@ -1,0 +1,277 @@
+"""The guard `apply` installs inside vLLM: a tiny distribution `patchkit-guard` beside vllm/.
+
+    <site-packages>/patchkit_guard.py                     patchkit/_target/guard.py, byte for byte
+    <site-packages>/patchkit_guard-<v>.dist-info/METADATA
+                                                 INSTALLER          "patchkit"
+                                                 entry_points.txt   [vllm.general_plugins] patchkit_guard
+                                                 RECORD             true sha256 and sizes, so pip uninstalls it
+
+The files are written in the apply's transaction and recorded in state.json ("guard"), so revert
+removes them in its own. Only an installed vLLM gets one (a vllm-*.dist-info beside vllm/): in a
+source checkout the target root is no site-packages, and no entry point there would be seen.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib.metadata
+import io
+import os
+from contextlib import suppress
+from importlib import resources
+from pathlib import Path
+
+from patchkit import __version__
+from patchkit.base.errors import PatchkitError
+from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
+from patchkit.base.hashing import sha256
+from patchkit.store.state import read_state
+
+DISTRIBUTION = "patchkit-guard"
+MODULE = "patchkit_guard.py"
+ENTRY_POINT_NAME = "patchkit_guard"  # what a VLLM_PLUGINS allow-list must name
+ENTRY_POINT_GROUP = "vllm.general_plugins"
+
+Changes = dict[str, tuple[bytes | None, bytes | None]]
+
+
+def dist_info() -> str:
+    return f"patchkit_guard-{__version__}.dist-info"
+
+
+def is_site_packages(root: Path) -> bool:
+    """Whether the target root is where an installed vLLM lives (its dist-info beside vllm/)."""
+    return any(p.is_dir() for p in root.glob("vllm-*.dist-info"))
+
+
+def guard_files() -> dict[str, bytes]:
+    """Every file of the guard distribution, path (relative to site-packages) -> bytes."""
+
+    module = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
+    info = dist_info()
+    files = {
+        MODULE: module,
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {__version__}\n"
+            "Summary: patchkit's launch guard: refuses a vLLM tree that changed since `patchkit apply`\n"
+        ).encode(),
+        f"{info}/INSTALLER": b"patchkit\n",
+        f"{info}/entry_points.txt": f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n".encode(),
+    }
+    files[f"{info}/RECORD"] = _record(files, f"{info}/RECORD")
+    return files
+
+
+def _record(files: dict[str, bytes], own: str) -> bytes:
+    """RECORD as pip writes it: path, sha256=<urlsafe base64, unpadded>, size; its own line bare."""
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([path, f"sha256={digest}", len(data)])
+    writer.writerow([own, "", ""])
+    return out.getvalue().encode()
+
+
+STOPS_EVERY_LAUNCH = "it would stop every launch"
+REPLACE_FIX = (
+    "run `patchkit apply --guard` (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
+)
+REPLACE_HINT = "`patchkit apply --guard` replaces it with this patchkit's guard (keeping a copy)"
+
+
+def install_changes(
+    root: Path, recorded: dict[str, str], vllm_version: str | None, *, replace: bool = False
+) -> tuple[Changes, dict[str, str], str | None]:
+    """The writes that install (or update) the guard; the guard record that results; or, when it
+    cannot be installed (or would stop every launch), no writes, the record unchanged and why not.
+    A guard file patchkit did not write, or that changed since, is replaced only with `replace`
+    (the caller keeps a copy of it: replaced_files)."""
+    # lazy: only a guarded tree needs it
+    from patchkit._target.guard import installed_vllm_version
+
+    if not is_site_packages(root):
+        why = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
+        return {}, recorded, f"{why}: no guard installed"
+    installed = installed_vllm_version(str(root))
+    if vllm_version is not None and installed != vllm_version:
+        read = f"vLLM {installed}" if installed else "no one vLLM version (none, or several vllm-*.dist-info)"
+        why = f"the guard would read {read} from its dist-info, but the series is recorded as applied to {vllm_version}"
+        return {}, recorded, f"{why}: no guard installed ({STOPS_EVERY_LAUNCH})"
+    wanted = guard_files()
+    foreign, edited = _not_patchkits(root, recorded, wanted)
+    if foreign and not replace:
+        return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: kept; {REPLACE_HINT}"
+    if edited and not replace:
+        return {}, recorded, f"{edited[0]} was changed after patchkit wrote it: kept; {REPLACE_HINT}"
+    changes, _kept = removal_changes(
+        root, {p: sha for p, sha in recorded.items() if p not in wanted}
+    )  # an older version's
+    for path, data in wanted.items():
+        current = _current(root, path)
+        if current != data and read_file(root / path) != data:  # a symlink to the very bytes loads the same
+            changes[path] = (current, data)
+    return changes, {p: str(sha256(data)) for p, data in wanted.items()}, None
+
+
+def own_unrecorded(root: Path) -> dict[str, str]:
+    """This patchkit's guard files found in `root` with its very bytes (no record of them needed):
+    path -> sha256, as a guard record."""
+    return {path: str(sha256(data)) for path, data in guard_files().items() if _current(root, path) == data}
+
+
+def replaced_files(root: Path, recorded: dict[str, str]) -> list[str]:
+    """The guard files an install with `replace` overwrites that patchkit did not write as they are."""
+    foreign, edited = _not_patchkits(root, recorded, guard_files())
+    return foreign + edited
+
+
+def _not_patchkits(root: Path, recorded: dict[str, str], wanted: dict[str, bytes]) -> tuple[list[str], list[str]]:
+    """The guard's paths holding a file patchkit did not write, and those changed since it did."""
+    foreign = [p for p in wanted if p not in recorded and os.path.lexists(root / p) and _current(root, p) != wanted[p]]
+    edited = [p for p in wanted if p in recorded and _edited(root, p, recorded[p], wanted[p])]
+    return foreign, edited
+
+
+def removal_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, list[str]]:
+    """The writes that remove the recorded guard files still there, each only while it has the bytes
+    patchkit recorded; and a note for each file kept because it was changed since."""
+    changes: Changes = {}
+    kept = []
+    directories = {path.rpartition("/")[0] for path in recorded if "/" in path}
+    linked = sorted(d for d in directories if os.path.islink(root / d))
+    if linked:  # never written through; the guard kept whole stays loadable (nothing recorded: it passes)
+        where = " ".join(str(root / p) for p in [*linked, MODULE])
+        return {}, [f"{linked[0]} is a symlink: the launch guard is kept; to remove it: rm -r {where}"]
+    for path, digest in recorded.items():
+        current = _current(root, path)
+        if current is None:
+            continue
+        if sha256(current) == digest:
+            changes[path] = (current, None)
+        else:
+            kept.append(f"{path} was changed after patchkit wrote it: kept")
+    return changes, kept
+
+
+def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
+    """A recorded guard file that is neither as patchkit recorded it, nor gone, nor already what it will be."""
+    current = _current(root, path)
+    return current is not None and current != wanted and sha256(current) != digest
+
+
+UNKNOWN_GUARD = "is not this patchkit's launch guard"
+
+
+def launch_refusal(root: Path) -> list[str]:
+    """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
+    passes): this patchkit's guard check, run here as vLLM would run it, so that status, verify,
+    preflight and run fail exactly when a launch would. An installed module that is not this
+    patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told;
+    so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it)."""
+    # lazy: only a guarded tree needs it
+    from patchkit._target.guard import TreeChanged, find_problems
+
+    declared, unreadable = _declared(root)
+    if unreadable or not (declared and (root / MODULE).is_file()):
+        return unreadable
+    known = _own_module(root) or older_guard(root) is not None
+    unknown = [] if known else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
+    try:
+        return unknown + find_problems(str(root))
+    except (TreeChanged, OSError) as exc:  # what check() would raise or fail with: a refusal all the same
+        return [*unknown, str(exc)]
+
+
+def older_guard(root: Path) -> str | None:
+    """The version of another patchkit whose guard is installed as it recorded it (every guard file
+    it recorded in state.json has its recorded bytes), or None. Its check is patchkit's one check of
+    the same record, so this patchkit's verdict stands for it; `apply` updates it."""
+    try:
+        recorded = read_state(root).guard
+    except PatchkitError:  # a damaged record: status says so on its own
+        return None
+    infos = {p.partition("/")[0] for p in recorded if "/" in p}
+    if MODULE not in recorded or len(infos) != 1 or infos == {dist_info()}:
+        return None
+    if any(_current(root, path) is None or sha256(_current(root, path)) != digest for path, digest in recorded.items()):
+        return None
+    return infos.pop().removeprefix("patchkit_guard-").removesuffix(".dist-info")
+
+
+def older_guard_notes(root: Path) -> list[str]:
+    older = older_guard(root) if is_installed(root) and not _own_module(root) else None
+    if older is None:
+        return []
+    return [f"the launch guard is patchkit {older}'s (this is {__version__}): `patchkit apply` updates it"]
+
+
+def _own_module(root: Path) -> bool:
+
+    own = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
+    try:  # through a symlink, as Python's import reads it
+        return read_regular(root / MODULE, len(own) + 1, follow_symlinks=True) == own
+    except OSError:
+        return False
+
+
+def is_installed(root: Path) -> bool:
+    """Whether vLLM would load a guard here: its module, and a distribution declaring its entry point."""
+    return (root / MODULE).is_file() and _declared(root)[0]
+
+
+ENTRY_POINTS_BYTES = 1 << 20  # a guard's entry_points.txt is two lines
+
+
+def _declared(root: Path) -> tuple[bool, list[str]]:
+    """Whether a distribution in `root` declares an entry point of the guard's module in vLLM's
+    plugin group, found by importlib.metadata's own rules (any *.dist-info or *.egg-info, whatever
+    its case, symlinks followed, its entry_points.txt parsed by importlib); and the guard's
+    entry_points.txt files it could not read (a fifo, a device, a huge file), each a problem."""
+    declared, unreadable = False, []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return False, []
+    for name in sorted(n for n in names if n.lower().endswith((".dist-info", ".egg-info"))):
+        path = root / name / "entry_points.txt"
+        try:
+            text = read_regular(path, ENTRY_POINTS_BYTES, follow_symlinks=True).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except NotRegularFile as exc:
+            if name.lower().replace("-", "_").startswith("patchkit_guard"):
+                unreadable.append(f"{path} is {exc.strerror}: vLLM's plugin loader reads it at every launch")
+            continue
+        except OSError:
+            continue
+        found = _entry_points(text).select(group=ENTRY_POINT_GROUP)
+        declared = declared or any(ep.module == MODULE.removesuffix(".py") for ep in found)
+    return declared, unreadable
+
+
+def _entry_points(text: str) -> importlib.metadata.EntryPoints:
+    """An entry_points.txt's entry points, parsed by importlib.metadata itself."""
+
+    class Text(importlib.metadata.Distribution):
+        def read_text(self, filename: str) -> str | None:
+            return text if filename == "entry_points.txt" else None
+
+        def locate_file(self, path: str | os.PathLike[str]) -> Path:
+            return Path(str(path))
+
+    return Text().entry_points
+
+
+def remove_empty_cache(root: Path) -> None:
+    """The __pycache__/ Python made beside the guard module when it ran, once its .pyc is removed
+    and nothing else is in it (a site-packages without any other top-level module)."""
+    with suppress(OSError):
+        (root / "__pycache__").rmdir()
+
+
+def _current(root: Path, path: str) -> bytes | None:
+    return read_file(root / path, follow_symlinks=False)

@@ -1,0 +1,363 @@
+"""The state of a target for a patch series: per patch, per recorded file, and overall."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.base.errors import PatchkitError
+from patchkit.base.fsutil import Landed, read_file
+from patchkit.base.hashing import sha256
+from patchkit.distinfo.record import find_record, has_provenance
+from patchkit.store.state import Entry, State, read_state
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
+    from patchkit.checks import CheckContext, CheckResult
+    from patchkit.engine.resolve import Resolved
+    from patchkit.series.library import PatchSetDef
+    from patchkit.series.plan import Plan
+
+# The plan and the checks are imported where they run: `run`'s fast path (patchkit/launch/shortcut.py)
+# makes a TreeStatus without either.
+
+_PATCH_STATE = {
+    StepState.ALREADY_APPLIED: PatchState.APPLIED,
+    StepState.WILL_CHANGE: PatchState.NOT_APPLIED,
+    StepState.CONFLICT: PatchState.CONFLICT,
+}
+
+
+@dataclass
+class PatchReport:
+    name: str
+    description: str
+    state: PatchState
+    files: list[str]
+    problem: str | None = None
+
+
+@dataclass
+class TreeStatus:
+    state: TreeState
+    patches: list[PatchReport] = field(default_factory=list)
+    drifted: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    checks: list[CheckResult] = field(default_factory=list)  # upstream: the checks run on the stock files
+    stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
+    guard: list[str] = field(default_factory=list)  # why the installed launch guard would refuse a launch
+    guard_notes: list[str] = field(default_factory=list)  # e.g. an older patchkit's guard: apply updates it
+    # the fix when what the guard refuses is another set's record (an ad-hoc patch's): applying this set cannot
+    others_fix: str | None = None
+
+    @property
+    def guard_fix(self) -> str:
+        """The command that brings the tree to one the guard lets launch."""
+        if self.state == TreeState.UNSUPPORTED:
+            return "run `patchkit revert` (this vLLM has no series: the old record goes, and the guard with it)"
+        if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
+            return self.others_fix
+        upgraded = [problem for problem in self.guard if _UPGRADED in problem]
+        if upgraded and len(upgraded) < len(self.guard) and not self.stale:
+            # vLLM was upgraded under the record, and its files are not all the new release's: no
+            # original patchkit saved belongs on it, and apply cannot tell the record is stale
+            return (
+                "reinstall the installed vLLM release (pip install --force-reinstall --no-deps vllm==VERSION), "
+                "then run `patchkit apply` (it drops the record, stale once the files are stock)"
+            )
+        # lazy: only a guarded tree, or installing a guard, needs it
+        from patchkit.engine.guard import REPLACE_FIX, UNKNOWN_GUARD
+
+        if any(UNKNOWN_GUARD in problem for problem in self.guard):
+            first = "run `patchkit revert --force` (it keeps a copy of the edits), then " if self.drifted else ""
+            return first + (REPLACE_FIX.removeprefix("run ") if first else REPLACE_FIX)
+        if self.drifted:
+            return "run `patchkit revert --force` (it keeps a copy of the edits), then `patchkit apply`"
+        return "run `patchkit apply` (it records the tree as it is, or drops what no longer applies)"
+
+    @property
+    def upstream_regression(self) -> bool:
+        """An upstream release whose own files fail the set's checks: vLLM dropped or broke the change."""
+        return self.state == TreeState.UPSTREAM and any(r.failed for r in self.checks)
+
+    @property
+    def outcome(self) -> Outcome:
+        """`status`'s verdict: unsupported (exit 3); partial, drifted or an upstream regression fail."""
+        if self.state == TreeState.UNSUPPORTED:
+            return Outcome.UNSUPPORTED
+        if self.state == TreeState.PARTIAL or self.drifted or self.upstream_regression or self.guard:
+            return Outcome.CHECK_FAILED
+        return Outcome.OK
+
+
+_UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
+
+
+def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
+    """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
+    # lazy: `run`'s fast path reads the record and never plans
+    from patchkit.series.plan import plan_apply
+
+    kind = resolved.selection.kind
+    root = resolved.target.root
+    if kind == SelectionKind.UPSTREAM:
+        checks = run_upstream_checks(resolved, import_probe=import_probe) if check_upstream else []
+        stale = stale_entries(root, read_state(root), resolved.vllm_version)
+        return TreeStatus(
+            TreeState.UPSTREAM,
+            checks=checks,
+            stale=list(stale.values()),
+            **_guard_fields(root, resolved.set_name),
+        )
+    if kind == SelectionKind.UNSUPPORTED:
+        return TreeStatus(TreeState.UNSUPPORTED, **_guard_fields(root, resolved.set_name))
+    assert kind == SelectionKind.PATCH
+
+    plan = plan_apply(resolved.target.root, resolved.patches)
+    reports = [
+        PatchReport(
+            step.patch.name,
+            step.patch.description,
+            _PATCH_STATE[step.state],
+            [f.path for f in step.patch.files],
+            step.mismatch.describe() if step.mismatch else None,
+        )
+        for step in plan.steps
+    ]
+    stale = stale_entries(root, read_state(root), resolved.vllm_version)
+    return TreeStatus(
+        _overall(reports),
+        reports,
+        drifted_files(resolved),
+        plan,
+        stale=list(stale.values()),
+        **_guard_fields(root, resolved.set_name),
+    )
+
+
+def _guard_fields(root: Path, set_name: str) -> dict:
+    """What the installed guard refuses, its notes, and the fix when another set's record is what it refuses."""
+    # lazy: only a guarded tree, or installing a guard, needs it
+    from patchkit.engine.guard import launch_refusal, older_guard_notes
+
+    refused = launch_refusal(root)
+    return {
+        "guard": refused,
+        "guard_notes": older_guard_notes(root),
+        "others_fix": _others_fix(root, set_name, refused),
+    }
+
+
+def _others_fix(root: Path, set_name: str, refused: list[str]) -> str | None:
+    """The commands that settle the other records whose files the guard names (none: none does)."""
+    if not refused:
+        return None
+    try:
+        entries = [e for e in read_state(root).entries if e.set_name != set_name]
+    except PatchkitError:  # a damaged record: the guard and status say so on their own
+        return None
+    named = [e for e in entries if any(problem.startswith(f"{path} ") for path in e.files for problem in refused)]
+    if not named:
+        return None
+    fixes = []
+    for entry in named:
+        if entry.set_name.startswith("adhoc-"):
+            chosen = " ".join(f"--patch {p['name']}" for p in entry.patches)
+        else:
+            chosen = f"--set {entry.set_name}"
+        fixes.append(f"`patchkit revert {chosen} --force` (it keeps a copy of edits), then `patchkit apply {chosen}`")
+    return "the guard refuses files another set's record holds: run " + "; and ".join(fixes)
+
+
+def _overall(reports: list[PatchReport]) -> TreeState:
+    states = {r.state for r in reports}
+    if states == {PatchState.APPLIED}:
+        return TreeState.APPLIED
+    return TreeState.NOT_APPLIED if states == {PatchState.NOT_APPLIED} else TreeState.PARTIAL
+
+
+def drifted_files(resolved: Resolved) -> list[str]:
+    """Recorded files whose content is neither what patchkit wrote nor the original (a record
+    left stale by an upgrade of vLLM is no evidence: see stale_entries)."""
+    root = resolved.target.root
+    state = read_state(root)
+    entry = state.entry(resolved.set_name)
+    if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
+        if not has_provenance(root):
+            return []
+        # lazy: only a vLLM installed from a patched wheel needs it
+        from patchkit.distinfo.installed_wheel import drifted
+
+        return drifted(root, lambda path: read_file(path, follow_symlinks=False))
+    if entry is None or stale_note(root, entry, resolved.vllm_version):
+        return []
+    return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
+
+
+def stale_entries(root, state: State, installed) -> dict[str, str]:
+    """set name -> why its record is stale, for each entry vLLM's upgrade made stale."""
+    found = {}
+    for entry in state.entries:
+        note = stale_note(root, entry, installed)
+        if note:
+            found[entry.set_name] = note
+    return found
+
+
+def stale_note(root, entry: Entry, installed) -> str | None:
+    """Why an entry's record is stale, or None: it names another vLLM version than the installed
+    one, whose own dist-info is there, and pip's install of that release accounts for every file it
+    saved an original of: stock by the installed RECORD (or the patched wheel's), or gone and
+    unlisted there (a file that release does not ship). The record describes files pip replaced.
+    Files it only created say nothing either way (pip never lists them): a record of only those is
+    stale on the version alone."""
+    # lazy: the checks load only when checks run
+    from patchkit.checks.integrity import installed_record
+
+    if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
+        return None
+    own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
+    if own is None or own.parent.name != f"vllm-{installed}.dist-info":
+        return None
+    replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
+    record, _why = installed_record(root, installed, set(replaced))
+    if record is None:
+        return None
+    patched = _patched_by_the_wheel(root)
+    for path in replaced:
+        data = read_file(root / path)
+        if data is None and path not in record.hashes:
+            continue  # the installed release does not ship it: pip removed the old one
+        if data is None or path not in record.hashes:
+            return None
+        if not record.matches(path, data) and sha256(data) != patched.get(path):
+            return None
+    return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
+
+
+def _patched_by_the_wheel(root) -> dict[str, str]:
+    """path -> sha256 of each file as a patched wheel installed it (its provenance), when the
+    installed vLLM came from one: those bytes are the installed release's own files too."""
+    if not has_provenance(root):
+        return {}
+    # lazy: only a vLLM installed from a patched wheel needs it
+    from patchkit.distinfo.installed_wheel import find
+
+    found = find(root)
+    if found is None:
+        return {}
+    return {path: shas.patched_sha256 for path, shas in found.files.items() if shas.patched_sha256}
+
+
+def check_context(
+    resolved: Resolved,
+    plan: Plan,
+    *,
+    on_disk: bool = False,
+    import_probe: bool = True,
+    written: Mapping[str, tuple[Landed, bytes]] | None = None,
+) -> CheckContext:
+    """What the checks see: the planned contents (or the files as on disk), and the stock ones.
+    `written`: what this plan's commit wrote (transaction.commit), read back as the very bytes
+    written while each file is still the one written."""
+    # lazy: the checks load only when checks run
+    from patchkit.checks import CheckContext
+
+    root = resolved.target.root
+    disk = _disk_reader(root, written)
+    return CheckContext(
+        paths=plan.touched_paths,
+        read=disk if on_disk else plan.content,
+        python=resolved.target.python,
+        read_stock=plan.stock_content,
+        read_current=disk if on_disk else plan.disk_content,  # on disk: one read shared by every check
+        root=root,
+        patch_set=resolved.selection.patch_set,
+        version=resolved.vllm_version,
+        on_disk=on_disk,
+        import_probe=import_probe,
+    )
+
+
+def _disk_reader(root, written: Mapping[str, tuple[Landed, bytes]] | None = None):
+    """Reads each file once for all the checks of one context. A file just written (`written`,
+    path -> how the commit left it and the bytes) is not read again while lstat shows that very
+    file there, unchanged since (device, inode, size, mtime, and the ctime no one but the kernel
+    sets): its content is the bytes written, the same object, so a 200 MB file costs no second
+    read and copy."""
+    read = {}
+
+    def reader(path: str) -> bytes | None:
+        if path not in read:
+            landed, content = written.get(path, (None, None)) if written else (None, None)
+            read[path] = content if landed and _still(root / path, landed) else read_file(root / path)
+        return read[path]
+
+    return reader
+
+
+def _still(path, landed: Landed) -> bool:
+    """Whether the file at `path` (not followed if a symlink) is still as `landed` describes it."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and Landed.of(info) == landed
+
+
+def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:
+    """The files an upstream release is checked on: those of the set's newest series."""
+    release = newest_release(patch_set) if patch_set else None
+    if patch_set is None or release is None:
+        return []
+    return sorted({f.source_path or f.path for p in release.read_patches(patch_set.roots) for f in p.files})
+
+
+def newest_release(patch_set: PatchSetDef):
+    """The series for the highest version the set's [[releases]] specifiers name."""
+
+    def highest(release) -> Version:
+        named = []
+        for spec in release.versions:
+            try:
+                named.append(Version(spec.version.removesuffix(".*")))
+            except InvalidVersion:
+                continue
+        return max(named, default=Version("0"))
+
+    return max(patch_set.releases, key=highest, default=None)
+
+
+def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool = True) -> CheckContext:
+    """The stock files as they are: what was patched before is checked as vLLM now ships it."""
+    # lazy: the checks load only when checks run
+    from patchkit.checks import CheckContext
+
+    root = resolved.target.root
+    disk = _disk_reader(root)
+    return CheckContext(
+        paths=paths,
+        read=disk,
+        python=resolved.target.python,
+        read_stock=disk,
+        root=root,
+        patch_set=resolved.selection.patch_set,
+        version=resolved.vllm_version,
+        on_disk=True,
+        import_probe=import_probe,
+    )
+
+
+def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:
+    # lazy: the checks load only when checks run
+    from patchkit.checks.registry import run_checks
+
+    paths = upstream_check_paths(resolved.selection.patch_set)
+    return run_checks(upstream_context(resolved, paths, import_probe=import_probe)) if paths else []

@@ -1,0 +1,804 @@
+"""apply, revert and verify on a target, as operations that return what happened and print nothing.
+
+apply:  plan in memory -> stock integrity (--force overrides) -> checks on the planned contents
+        -> one transaction with the record -> stale bytecode fixed -> checks on disk (rolled back
+        if they fail) -> stale bytecode that could not be fixed refused.
+revert: the originals the record saved (an edited file refused, or with --force kept aside), the
+        rest of the series reverse-applied -> one transaction -> stale bytecode fixed.
+
+A command shows each step as it happens (a Watcher) and renders the result; `verify`'s release
+pipeline (release_check) runs the same operations on a scratch tree. A result carries its outcome, and the error to report when the
+operation did not do what was asked; refusals that come before any plan (drift, a busy lock, an
+unsupported version) are raised.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from patchkit._target.guard import installed_vllm_version
+from patchkit.base.enums import Outcome, SelectionKind, TreeState
+from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, TargetError
+from patchkit.base.fsutil import atomic_write, inside, read_file
+from patchkit.base.hashing import sha256
+from patchkit.base.options import Options
+from patchkit.checks import CheckResult, shadow
+from patchkit.distinfo.record import has_provenance, listed_by_other_distributions
+from patchkit.engine.inspection import TreeStatus, check_context, drifted_files, inspect, stale_entries, stale_note
+from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_target
+from patchkit.engine.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
+from patchkit.series.patchfile import Patch
+from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
+from patchkit.store.state import Entry, State, meta_dir, read_state, state_path
+from patchkit.tree.target import Target
+from patchkit.tree.version import detect
+
+# Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
+Timer = Callable[[str], AbstractContextManager[object]]
+
+
+def _untimed(phase: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+class Watcher(Protocol):
+    """Told of each step as it happens, so a command can show it at once (the result holds it too)."""
+
+    def warning(self, text: str) -> None: ...
+
+    def planned(self, plan: Plan) -> None: ...
+
+    def checked(self, results: list[CheckResult]) -> None: ...
+
+
+class Unwatched:
+    def warning(self, text: str) -> None:
+        pass
+
+    def planned(self, plan: Plan) -> None:
+        pass
+
+    def checked(self, results: list[CheckResult]) -> None:
+        pass
+
+
+@dataclass
+class ApplyResult:
+    outcome: Outcome
+    message: str = ""  # the last line of a text report (an error says it instead)
+    plan: Plan | None = None
+    checks: list[CheckResult] | None = None  # the results reported with the outcome (None: no checks ran)
+    tables: list[list[CheckResult]] = field(default_factory=list)  # the check tables shown (Watcher.checked), in order
+    planned_checks: list[CheckResult] = field(default_factory=list)  # on the planned contents
+    on_disk_checks: list[CheckResult] = field(default_factory=list)  # on the files as written
+    written: bool = False  # the transaction was committed (and maybe rolled back since)
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+
+@dataclass
+class RevertResult:
+    outcome: Outcome
+    message: str = ""
+    files: list[str] = field(default_factory=list)  # restored, or that would be
+    checks: list[CheckResult] = field(default_factory=list)  # bytecode, after writing
+    saved: Path | None = None  # where copies of edited files were kept (--force)
+    saved_files: list[str] = field(default_factory=list)  # the edited files copied there
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def apply_series(
+    resolved: Resolved,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    import_probe: bool = True,
+    guard: bool = False,
+    guard_choice: bool | None = None,
+    watch: Watcher | None = None,
+    timed: Timer = _untimed,
+) -> ApplyResult:
+    """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
+    the launch guard (patchkit/engine/guard.py) is installed in the same transaction, where it is missing,
+    unless an earlier apply was told not to. `guard_choice`: the user's word (--guard, --no-guard),
+    recorded for the applies after this one."""
+
+    patches = require_patches(resolved)
+    if resolved.selection.kind == SelectionKind.UPSTREAM:
+        return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
+    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice)
+    if dry_run:
+        with read_only_view(resolved.target.root) as settled:
+            if settled:
+                return applying.run(dry_run=True, force=force)
+    with target_lock(resolved.target.root) as recovered:
+        if recovered:
+            applying.warn(recovered)
+        return applying.run(dry_run=dry_run, force=force)
+
+
+@dataclass
+class _Applying:
+    """One apply: what it has shown so far goes into each result it ends with."""
+
+    resolved: Resolved
+    patches: list[Patch]
+    watch: Watcher
+    timed: Timer
+    import_probe: bool
+    guard: bool
+    guard_choice: bool | None
+    tables: list[list[CheckResult]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
+    guard_installed: bool = False  # this apply wrote the launch guard
+    guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
+    guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+        self.watch.warning(text)
+
+    def show(self, results: list[CheckResult]) -> list[CheckResult]:
+        self.tables.append(results)
+        self.watch.checked(results)
+        return results
+
+    def result(self, outcome: Outcome, message: str = "", **details) -> ApplyResult:
+        return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
+
+    def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
+        root = self.resolved.target.root
+        self.stale = stale_entries(root, read_state(root), self.resolved.vllm_version)
+        for note in self.stale.values():
+            self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
+        drifted = drifted_files(self.resolved)
+        if drifted:
+            raise Drift(
+                f"files edited after patchkit patched them: {', '.join(drifted)}",
+                hint="revert (with --force to keep a copy of the edits) before applying again",
+            )
+        with self.timed("dry_run"):
+            plan = plan_apply(self.resolved.target.root, self.patches)
+        self.watch.planned(plan)
+        if plan.conflicts:
+            return self.result(
+                Outcome.CONFLICT,
+                plan=plan,
+                error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
+            )
+        shadow.refuse(root, self.patches)  # else the patch would never be what runs
+        if not plan.changed_paths:
+            return self.already_applied(plan, dry_run=dry_run)
+        preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
+        stock = self.stock_integrity(plan, force=force)
+        if stock.outcome != Outcome.DRY_RUN or dry_run:
+            return stock
+        assert stock.checks is not None
+        return self.write(plan, stock.checks)
+
+    def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
+        """No file of the series to write; but the record is brought up to the tree (see
+        settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
+        stale files are touched)."""
+        message = "already applied: nothing to do"
+        if self.settle_record(dry_run=dry_run):
+            noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
+            noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
+            message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
+        if dry_run:
+            return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
+        bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
+        return _refuse_stale_bytecode(
+            self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
+        )
+
+    def stock_integrity(self, plan: Plan, *, force: bool) -> ApplyResult:
+        """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
+        Passing, the result is the dry run's."""
+        # lazy: the checks load only when checks run
+        from patchkit.checks import integrity
+
+        results = integrity.CHECK.run(check_context(self.resolved, plan))
+        failed = [r for r in results if r.failed]
+        if failed and not force:
+            self.show(results)
+            refusal = integrity.refusal(failed, self.resolved.vllm_version)
+            return self.result(Outcome.CHECK_FAILED, plan=plan, checks=results, error=refusal)
+        return self.result(
+            Outcome.DRY_RUN,
+            f"dry run: {len(plan.changed_paths)} file(s) would change; nothing written "
+            "(`patchkit verify` also runs the checks)",
+            plan=plan,
+            checks=integrity.forced(results),
+        )
+
+    def write(self, plan: Plan, stock: list[CheckResult]) -> ApplyResult:
+        """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
+        # lazy: the checks load only when checks run
+        from patchkit.checks.registry import run_checks
+
+        resolved, root = self.resolved, self.resolved.target.root
+        with self.timed("checks"):
+            planned = run_checks(check_context(resolved, plan, import_probe=self.import_probe))
+        results = self.show(stock + planned)
+        failed = [r for r in results if r.failed]
+        if failed:
+            return self.result(
+                Outcome.CHECK_FAILED,
+                plan=plan,
+                checks=results,
+                planned_checks=planned,
+                error=CheckFailed(
+                    "verification of the patched files failed; nothing was written:\n  "
+                    + "\n  ".join(r.describe() for r in failed)
+                ),
+            )
+        changes = plan.changes
+        with self.timed("apply"):
+            state = read_state(root)
+            for name in self.stale:  # describes files an upgrade of vLLM replaced
+                state = state.without(name)
+            entry = resolved.apply_record(changes, state.entry(resolved.set_name))
+            guard_changes, new_state = self.with_guard(state.with_entry(entry))
+            self.keep_replaced_guard()
+            written = commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
+            bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
+            _fix_guard_bytecode(resolved.target, self.guard_removed)
+        with self.timed("checks"):
+            on_disk = run_checks(
+                check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
+            )
+        if any(r.failed for r in on_disk):
+            commit_changes(root, {**changes, **guard_changes}, state, undo=True)
+            self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
+            return self.result(
+                Outcome.CHECK_FAILED,
+                plan=plan,
+                checks=stock + on_disk + bytecode,
+                planned_checks=planned,
+                on_disk_checks=on_disk,
+                written=True,
+                error=CheckFailed(
+                    "verification after writing failed; the tree was rolled back:\n  "
+                    + "\n  ".join(r.describe() for r in on_disk if r.failed)
+                ),
+            )
+        written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
+        if written_only:
+            self.show(written_only)
+        done = f"applied {len(self.patches)} patch(es)"
+        applied = self.result(
+            Outcome.APPLIED,
+            f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
+            plan=plan,
+            checks=stock + on_disk + bytecode,
+            planned_checks=planned,
+            on_disk_checks=on_disk,
+            written=True,
+        )
+        return _refuse_stale_bytecode(applied, done)
+
+    def settle_record(self, *, dry_run: bool = False) -> bool:
+        """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made
+        stale, record this set's apply for the installed version (pip replaced the dist-info under
+        the same files: a patched wheel, a rebuild), and install the guard where it is missing.
+        Otherwise the guard refuses a tree every command calls applied. Whether anything was (or,
+        with `dry_run`, would be) written."""
+
+        root = self.resolved.target.root
+        state = read_state(root)
+        settled = state
+        for name in self.stale:
+            settled = settled.without(name)
+        version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
+        settled = settled.with_version(self.resolved.set_name, version)
+        guard_changes, settled = self.with_guard(settled)
+        settled = settled.with_wheel(_guarded_wheel(root, settled))
+        if settled == state and not guard_changes:
+            return False
+        if not dry_run:
+            self.keep_replaced_guard()
+            commit_changes(root, guard_changes, settled)
+            _fix_guard_bytecode(self.resolved.target, self.guard_removed)
+        return True
+
+    def guard_said(self) -> str:
+        if self.guard_installed:
+            return "; launch guard installed"
+        return "; launch guard removed" if self.guard_removed else ""
+
+    def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
+        """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
+        the state that records them."""
+        # lazy: only a guarded tree, or installing a guard, needs it
+        from patchkit.engine.guard import STOPS_EVERY_LAUNCH, install_changes, own_unrecorded, replaced_files
+
+        no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
+        state = replace(state, no_guard=no_guard)
+        if (
+            no_guard and not state.guard
+        ):  # a record removed by hand: this patchkit's own guard is still known by its bytes
+            state = state.with_guard(own_unrecorded(self.resolved.target.root))
+        if no_guard and state.guard:  # told no guard: the one installed goes (a file changed since stays)
+            return self.without_guard(state)
+        if not self.guard or no_guard:
+            return {}, state
+        entry = state.entry(self.resolved.set_name)
+        version = entry.vllm_version if entry else None
+        root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
+        changes, recorded, why_not = install_changes(root, state.guard, version, replace=asked)
+        if why_not:
+            self.warn(why_not)
+        if why_not and STOPS_EVERY_LAUNCH in why_not and state.guard:  # an earlier apply's guard would too
+            return self.without_guard(state)
+        self.guard_installed = bool(changes)
+        self.guard_replaced = [p for p in replaced_files(root, state.guard) if p in changes] if asked else []
+        return changes, state.with_guard(recorded)
+
+    def without_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
+        """The writes that remove the recorded guard (a file changed since stays, said), and the state."""
+        # lazy: only a guarded tree, or installing a guard, needs it
+        from patchkit.engine.guard import removal_changes
+
+        changes, kept = removal_changes(self.resolved.target.root, state.guard)
+        for note in kept:
+            self.warn(note)
+        self.guard_removed = dict(changes)
+        return changes, state.with_guard({})
+
+    def keep_replaced_guard(self) -> None:
+        """A copy of each guard file --guard replaces that patchkit did not write (as it is)."""
+        if self.guard_replaced:
+            where = keep_copies(self.resolved.target.root, self.guard_replaced)
+            self.warn(f"replaced {', '.join(self.guard_replaced)} with this patchkit's guard; a copy kept in {where}")
+
+
+def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> ApplyResult:
+    """A release that ships the change: nothing to patch, but the records an upgrade of vLLM made
+    stale are dropped (and the guard with them once no set is left), which the guard would refuse.
+    A tree with none is neither locked nor written to."""
+
+    root, version = resolved.target.root, resolved.vllm_version
+    result = ApplyResult(Outcome.UPSTREAM, f"vLLM {version} ships this change itself: nothing to patch")
+    settled, dropped, guard_changes, kept = _without_stale(root, version)
+    if dropped and not dry_run:
+        with target_lock(root) as recovered:
+            if recovered:
+                result.warnings.append(recovered)
+            settled, dropped, guard_changes, kept = _without_stale(root, version)  # again, under the lock
+            if dropped:
+                commit_changes(root, guard_changes, settled)
+                _fix_guard_bytecode(resolved.target, guard_changes)
+    verb = "would drop" if dry_run else "dropped"
+    result.warnings += [f"{note}: {verb} the record of {name}" for name, note in dropped.items()] + kept
+    if dropped and guard_changes:
+        result.message += f"; launch guard {'would be ' if dry_run else ''}removed"
+    for note in result.warnings:
+        watch.warning(note)
+    return result
+
+
+def _guarded_wheel(root: Path, state: State) -> str | None:
+    """The version of the patched wheel a guard recorded with no set guards: the vLLM installed,
+    when it came from a patched wheel; else none (the guard then goes by the entries)."""
+    if not state.guard or state.entries or not has_provenance(root):
+        return None
+    return installed_vllm_version(str(root))
+
+
+def _without_stale(root: Path, version) -> tuple[State, dict[str, str], dict, list[str]]:
+    """The state without the records an upgrade of vLLM made stale (a guarded patched wheel's too,
+    once another vLLM replaced it), and without the guard once no set is left: that state, set name
+    -> why its record is stale, the guard's removal, and a note for each guard file kept (changed
+    since patchkit wrote it)."""
+    state = read_state(root)
+    stale = stale_entries(root, state, version)
+    installed = installed_vllm_version(str(root))
+    if state.wheel and state.wheel != installed:
+        stale[f"the patched wheel {state.wheel}"] = f"vLLM {installed} replaced the patched wheel"
+        state = state.with_wheel(None)
+    if not stale:
+        return state, {}, {}, []
+    for name in stale:
+        state = state.without(name)
+    guard_changes, state, kept = _without_guard(root, state)
+    return state, stale, guard_changes, kept
+
+
+def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
+    # lazy: the checks load only when checks run
+    from patchkit.checks import bytecode
+
+    stale = [r for r in result.checks or [] if r.check == bytecode.NAME and r.failed]
+    if stale:
+        result.outcome = Outcome.BYTECODE_FAILED
+        result.error = CheckFailed(
+            f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + bytecode.failures(stale),
+            hint="remove those .pyc files (Python then compiles the sources); "
+            "`patchkit verify` reports any stale bytecode left",
+        )
+    return result
+
+
+def fix_bytecode(target: Target, paths) -> list[CheckResult]:
+    """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
+    code of the changed files (unchecked-hash pycs)."""
+    # lazy: the checks load only when checks run
+    from patchkit.checks import bytecode
+
+    return bytecode.fix(target.root, paths, target.python)
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@dataclass
+class VerifyResult:
+    """`verify` on a target: its status, and the checks on its files as they are (applied,
+    upstream) or as apply would leave them."""
+
+    status: TreeStatus
+    checks: list[CheckResult]
+    warnings: list[str] = field(default_factory=list)
+    error: PatchkitError | None = None
+
+    @property
+    def conflicts(self) -> list[PatchStep]:
+        return self.status.plan.conflicts if self.status.plan else []
+
+    @property
+    def ok(self) -> bool:
+        status = self.status
+        return not any(r.failed for r in self.checks) and not self.conflicts and not status.drifted and not status.guard
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.OK if self.ok else Outcome.CHECK_FAILED
+
+
+def verify_tree(resolved: Resolved, *, import_probe: bool = True, watch: Watcher | None = None) -> VerifyResult:
+    """The checks on the target's files, nothing written (under the lock: no writer is half-way)."""
+
+    warnings = []
+    with consistent_read(resolved.target.root) as recovered:
+        if recovered:
+            warnings.append(recovered)
+            (watch or Unwatched()).warning(recovered)
+        status = inspect(resolved, check_upstream=True, import_probe=import_probe)
+        refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
+        return VerifyResult(status, _tree_checks(resolved, status, import_probe), warnings)
+
+
+def refuse_unchangeable(resolved: Resolved) -> None:
+    """A series file behind a symlinked directory, or a symlink or special file in its place: apply
+    and revert refuse to write it (exit 2), so status and verify refuse it too rather than report a
+    state patchkit could not change (or pass a phase 1 whose phase 2 would refuse). After the plan,
+    as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's."""
+
+    if resolved.selection.kind != SelectionKind.PATCH:
+        return
+    paths = sorted({file.path for patch in resolved.patches for file in patch.files})
+    try:
+        preflight(resolved.target.root, paths, writable=False)
+    except BadInput as exc:
+        hint = "apply and revert refuse this tree too: patchkit goes only through real directories to regular files"
+        raise BadInput(exc.message, hint=exc.hint or hint) from None
+
+
+def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:
+    # lazy: the checks load only when checks run
+    from patchkit.checks import bytecode, integrity
+    from patchkit.checks.registry import run_checks
+
+    if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
+        return list(status.checks)
+    results = []
+    # Applied: the files are on disk, so the probe can import them. Drifted: the hand edits are
+    # what runs, so the checks name what they broke, conflict or not.
+    on_disk = status.state == TreeState.APPLIED or bool(status.drifted)
+    if on_disk or not status.plan.conflicts:
+        results = run_checks(check_context(resolved, status.plan, on_disk=on_disk, import_probe=import_probe))
+    # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
+    return (
+        integrity.CHECK.run(check_context(resolved, status.plan))
+        + results
+        + shadow.scan(resolved.target.root, resolved.patches)
+        + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
+    )
+
+
+# --------------------------------------------------------------------------- revert
+
+
+def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
+    """The target, and its series where the library still covers its version: a recorded apply
+    can be undone without it."""
+
+    target = resolve_target(opts)
+    try:
+        resolved = resolve(opts, target=target)
+        require_patches(resolved)
+    except NoPatchSet:
+        return target, None
+    except PatchkitError:
+        if opts.adhoc or not _records(target.root, opts.set_name):
+            raise
+        return target, None  # what the tree records is undone whatever the library holds
+    return target, resolved
+
+
+def _records(root: Path, set_name: str | None) -> bool:
+
+    state = read_state(root)
+    return state.entry(set_name) is not None if set_name else bool(state.entries)
+
+
+def revert_series(
+    target: Target,
+    resolved: Resolved | None,
+    only: str | None = None,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    watch: Watcher | None = None,
+) -> RevertResult:
+    """Restore the stock files: the originals the record saved (checked by sha256), and the series
+    patches it does not cover reverse-applied. Every set the tree records, or `only` that one (a
+    later set that changed the same files again is refused: undo it first)."""
+
+    watch = watch or Unwatched()
+    patches = require_patches(resolved) if resolved else []
+    with target_lock(target.root) as recovered:
+        if recovered:
+            watch.warning(recovered)
+        result = _revert_locked(target, resolved, only, patches, force=force, dry_run=dry_run)
+        for note in result.warnings:
+            watch.warning(note)
+        if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
+            watch.checked(result.checks)
+    if result.saved:
+        result.warnings.append(f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}")
+        watch.warning(result.warnings[-1])
+    if recovered:
+        result.warnings.insert(0, recovered)
+    return result
+
+
+def _revert_locked(
+    target: Target,
+    resolved: Resolved | None,
+    only: str | None,
+    patches: list[Patch],
+    *,
+    force: bool,
+    dry_run: bool,
+) -> RevertResult:
+    # lazy: only a vLLM installed from a patched wheel needs them (the fetcher loads on a first use)
+    from patchkit.distinfo.installed_wheel import restore_stock
+    from patchkit.fetch import release_tree
+
+    root = target.root
+    state = read_state(root)
+    entries = _entries_to_revert(state, only)
+    installed = resolved.vllm_version if resolved else _installed_version(target)
+    stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
+    entries = [e for e in entries if e.set_name not in stale]
+    # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
+    wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
+    if resolved is None and not entries and not stale and wheel is None and not state.guard:
+        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+    warnings = [
+        f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
+        for name, note in stale.items()
+    ]
+    for entry in entries:
+        _refuse_created_stock_files(root, entry, installed)
+        _refuse_another_releases_originals(root, entry, installed)
+    view = View(root)
+    restored = Restored()
+    for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
+        restore_recorded(view, entry, force=force, patches=patches, restored=restored)
+    if wheel is not None:  # installed from a patched wheel: the stock files it was built from
+        from_wheel = restore_stock(view, wheel, force=force, fetch_release=release_tree)
+        restored.edited += from_wheel.edited
+        restored.notes += from_wheel.notes
+    warnings += restored.notes
+    recorded = {(p["name"], p["sha256"]) for e in entries for p in e.patches}
+    if wheel is not None:
+        recorded |= set(wheel.patch_hashes)
+    # Patches the record covers are undone from the saved originals above; reverse-applying
+    # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
+    # `revert` alone undoes what the tree records, whatever the library holds; its series only
+    # when the tree records nothing.
+    series = patches if only is not None or not (entries or stale) else []
+    unrecorded = [p for p in series if (p.name, p.sha256) not in recorded]
+    plan = plan_revert(root, unrecorded, view=view)
+    if plan.conflicts:
+        return RevertResult(
+            Outcome.CONFLICT,
+            warnings=warnings,
+            error=Conflict("cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
+        )
+    changes = plan.changes
+    files = sorted(changes)
+    preflight(root, files, writable=not dry_run)
+    if dry_run:
+        return RevertResult(Outcome.DRY_RUN, f"would restore {len(changes)} file(s)", files, warnings=warnings)
+    new_state = state
+    for name in [*stale, *(e.set_name for e in entries)]:
+        new_state = new_state.without(name)
+    guard_changes, new_state, kept = _without_guard(root, new_state)
+    warnings += kept
+    if not changes:
+        if stale or guard_changes or entries:  # a record of files already stock goes too: it describes none
+            commit_changes(root, guard_changes, new_state)
+            _fix_guard_bytecode(target, guard_changes)
+        dropped = " (its record dropped)" if entries else ""
+        return RevertResult(
+            Outcome.NOT_APPLIED, f"nothing to revert: the tree is stock{dropped}", files, warnings=warnings
+        )
+    saved = keep_copies(root, restored.edited) if restored.edited else None
+    commit_changes(root, {**changes, **guard_changes}, new_state, origins=view.origins)
+    bytecode = fix_bytecode(target, changes) + _fix_guard_bytecode(target, guard_changes)
+    result = RevertResult(
+        Outcome.REVERTED,
+        f"reverted: {len(changes)} file(s) restored to stock",
+        files,
+        checks=bytecode,
+        saved=saved,
+        saved_files=restored.edited,
+        warnings=warnings,
+    )
+    return _refuse_stale_revert(result)
+
+
+def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
+    """A record that says patchkit created a file (no original) which an installed distribution's
+    RECORD lists as its own (vLLM's, torch's) is no record patchkit wrote: reverting it would delete
+    that file. (A vLLM installed from a patched wheel lists the files its patches add: not judged.)"""
+    # lazy: the checks load only when checks run
+    from patchkit.checks.integrity import installed_record
+
+    created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
+    stock = sorted(listed_by_other_distributions(root, created))
+    if created and installed is not None and not has_provenance(root):
+        record, _why = installed_record(root, installed, set(created))
+        stock += [path for path in created if record is not None and record.hashes.get(path)]
+    if stock:
+        origin = state_path(root)
+        raise BadInput(
+            f"{origin} says patchkit created {stock[0]}, but an installed distribution's RECORD lists it as its own "
+            "file: reverting that record would delete it; nothing was written",
+            hint=f"inspect or remove {origin} (patchkit records no original only for a file its patches add)",
+        )
+
+
+def _refuse_another_releases_originals(root: Path, entry: Entry, installed) -> None:
+    """A record of another vLLM release than the installed one, with a file neither as patchkit
+    left it nor its original: pip (or an edit since) replaced it, and the originals patchkit saved
+    are that other release's files. Restoring them, even with --force, would mix two releases."""
+    if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
+        return
+    for path, shas in sorted(entry.files.items()):
+        current = sha256(read_file(root / path))
+        if current not in (shas["before"], shas["after"]):
+            raise Drift(
+                f"{path} is not the file patchkit patched: the record is of vLLM {entry.vllm_version}, vLLM "
+                f"{installed} is installed, and the originals it saved would mix the two; nothing was written",
+                hint=f"reinstall vLLM (pip install --force-reinstall --no-deps vllm=={installed}), then "
+                "`patchkit apply` (it drops the record once its files are stock)",
+            )
+
+
+def _patched_wheel(root: Path, only: str | None):
+    """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
+    revert is of its set (or of everything)."""
+    # lazy: only a vLLM installed from a patched wheel needs it
+    from patchkit.distinfo.installed_wheel import find
+
+    found = find(root)
+    return found if found is not None and only in (None, found.name) else None
+
+
+def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
+    """Once no set is recorded, the guard goes too: the writes that remove it (a guard file changed
+    since patchkit wrote it is kept, and said), and the state without it."""
+    # lazy: only a guarded tree, or installing a guard, needs it
+    from patchkit.engine.guard import removal_changes
+
+    if state.entries or not state.guard:
+        return {}, state, []
+    changes, kept = removal_changes(root, state.guard)
+    return changes, state.with_guard({}), kept
+
+
+def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:
+    """The guard's .pyc goes with its source (and the __pycache__/ that held only it). Only a .pyc
+    that could not be removed is reported: the guard is no file of the series."""
+    # lazy: only a guarded tree, or installing a guard, needs it
+    from patchkit.engine.guard import remove_empty_cache
+
+    if not removed:
+        return []
+    results = fix_bytecode(target, removed)
+    remove_empty_cache(target.root)
+    return [r for r in results if r.failed]
+
+
+def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
+    """The recorded sets a revert undoes, in the order they were applied: all, or `only` that one."""
+    if only is None:
+        return list(state.entries)
+    entry = state.entry(only)
+    if entry is None:
+        return []
+    later = state.overlapping(entry)
+    if later:
+        path, name = sorted(later.items())[0]
+        raise Conflict(
+            f"{path} was changed again by set {name}, applied after {only}: reverting {only} alone would "
+            f"undo {name} there too; nothing was written",
+            hint=f"revert {name} first, or revert every set at once (`patchkit revert` without --set/--patch)",
+        )
+    return [entry]
+
+
+def _installed_version(target: Target):
+    """The installed vLLM version when it can be told (only to recognise a stale record)."""
+
+    try:
+        return detect(target).version
+    except PatchkitError:
+        return None
+
+
+def _refuse_stale_revert(result: RevertResult) -> RevertResult:
+    # lazy: the checks load only when checks run
+    from patchkit.checks import bytecode
+
+    stale = [r for r in result.checks if r.failed]
+    if stale:
+        result.outcome = Outcome.BYTECODE_FAILED
+        result.error = CheckFailed(
+            f"reverted {len(result.files)} file(s), but compiled bytecode of the patched code could not "
+            "be fixed:\n  " + bytecode.failures(stale),
+            hint="remove those .pyc files (Python then compiles the sources)",
+        )
+    return result
+
+
+def keep_copies(root: Path, paths: list[str]) -> Path:
+    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/: a
+    directory of its own per run, created exclusively (mkdtemp), so no run overwrites the copies
+    of another; a symlinked saved/ is refused, never followed."""
+
+    saved = meta_dir(root) / "saved"
+    try:
+        saved.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise TargetError(f"cannot create {saved}: {exc.strerror}") from exc
+    if saved.is_symlink() or not saved.is_dir() or not inside(root, saved):
+        raise BadInput(f"{saved} is a symlink or not a directory; refusing to keep your edits there")
+    try:
+        where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
+        for path in paths:
+            # The contents (a regular file's, never through a symlink swapped in), readable by their
+            # owner only: never a mode (a setuid bit) patchkit would then own.
+            data = read_file(root / path, follow_symlinks=False)
+            if data is None:
+                raise BadInput(f"{path} is no longer a regular file; refusing to save it")
+            atomic_write(where / path, data, mode=0o600)
+    except OSError as exc:  # a full disk: before any tree file changed
+        raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; nothing was reverted") from exc
+    return where

@@ -1,0 +1,122 @@
+"""From command-line options to a target, its version and the patch series that applies to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from patchkit.base.enums import SelectionKind
+from patchkit.base.errors import NoPatchSet, TargetError
+from patchkit.base.options import Options
+from patchkit.distinfo.record import has_provenance
+from patchkit.series import library
+from patchkit.series.library import Selection
+from patchkit.series.patchfile import Patch
+from patchkit.store.state import Entry, record_apply
+from patchkit.tree import target as target_mod
+from patchkit.tree import version as version_mod
+from patchkit.tree.target import Target
+from patchkit.tree.version import DetectedVersion
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+
+@dataclass
+class Resolved:
+    target: Target
+    version: DetectedVersion | None
+    selection: Selection
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def patches(self) -> list[Patch]:
+        return self.selection.patches
+
+    @property
+    def set_name(self) -> str:
+        return self.selection.set_name
+
+    @property
+    def vllm_version(self) -> Version | None:
+        """The detected (or given) release, a packaging Version; None when unknown."""
+        return self.version.version if self.version else None
+
+    def apply_record(self, changes: dict[str, tuple[bytes | None, bytes | None]], previous: Entry | None) -> Entry:
+        """The state entry an apply of this series with these changes writes."""
+
+        release = self.selection.release
+        return record_apply(
+            previous,
+            set_name=self.set_name,
+            vllm_version=str(self.vllm_version) if self.version else None,
+            release=release.directory.name if release else None,
+            patches=self.patches,
+            changes=changes,
+        )
+
+
+def resolve_target(opts: Options) -> Target:
+    return target_mod.resolve(opts.target_dir, opts.python)
+
+
+def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
+    tgt = target or resolve_target(opts)
+    if opts.adhoc:
+        detected = _detect_quietly(tgt, opts.vllm_version)
+        selection = library.adhoc_selection(list(opts.adhoc), detected.version if detected else None)
+        return Resolved(tgt, detected, selection)
+    detected = version_mod.detect(tgt, opts.vllm_version)
+    wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
+    if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
+        # lazy: only a vLLM installed from a patched wheel needs it
+        from patchkit.distinfo.installed_wheel import selection as wheel_selection
+
+        selection, said = wheel_selection(wheel, detected.version, opts.library)
+        return Resolved(tgt, detected, selection, [said])
+    patch_set = library.load_chosen(opts.library, opts.set_name)
+    try:
+        selection = library.select(patch_set, detected.version)
+    except NoPatchSet as exc:
+        raise unsupported(tgt.root, exc.message, exc.hint) from None
+    notes = [selection.note] if selection.note else []
+    return Resolved(tgt, detected, selection, notes)
+
+
+def _installed_wheel(root):
+    """The provenance of a vLLM installed from a wheel patchkit built, or None; its module is loaded
+    only for a tree that has a provenance file."""
+    if not has_provenance(root):
+        return None
+    # lazy: only a vLLM installed from a patched wheel needs it
+    from patchkit.distinfo.installed_wheel import find
+
+    return find(root)
+
+
+def require_patches(resolved: Resolved) -> list[Patch]:
+    """The series to apply; an unsupported version is exit 3 for commands that must patch."""
+    if resolved.selection.kind == SelectionKind.UNSUPPORTED:
+        raise unsupported(resolved.target.root, resolved.selection.note or "unsupported vLLM version")
+    return resolved.patches if resolved.selection.kind == SelectionKind.PATCH else []
+
+
+def unsupported(root, message: str, hint: str | None = None) -> NoPatchSet:
+    """No series for this vLLM (exit 3), saying so when the launch guard an earlier apply installed
+    refuses the tree, and what clears it."""
+    # lazy: only a guarded tree, or installing a guard, needs it
+    from patchkit.engine.guard import launch_refusal
+
+    refusal = launch_refusal(root)
+    if refusal:
+        cleared = "run `patchkit revert` (it drops the old record, and the guard with it)"
+        hint = f"{hint + '; ' if hint else ''}the launch guard refuses this tree ({'; '.join(refusal)}): {cleared}"
+    return NoPatchSet(message, hint=hint)
+
+
+def _detect_quietly(tgt: Target, override: str | None) -> DetectedVersion | None:
+    """Ad-hoc patches do not need a version; report it when it can be found."""
+    try:
+        return version_mod.detect(tgt, override)
+    except TargetError:
+        return None

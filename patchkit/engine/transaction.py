@@ -1,0 +1,1004 @@
+"""Write a plan to the tree all-or-nothing: journal, stage, replace, record; roll back on failure.
+
+Order of operations:
+  1. preflight: every path inside the root, no symlinks on the way, every directory writable;
+  2. write the journal (the files, their before/after hashes, the previous state.json);
+  3. save each original to the object store and stage each new content as a temp file in the
+     destination directory (same filesystem, so os.replace is atomic);
+  4. replace/delete the files (a delete that empties a directory removes it), then write the new
+     state.json, the old one kept under a second name;
+  5. delete the journal: this is the commit point.
+A journal found later means the transaction did not finish: `recover` rolls it back, restoring
+every file to its recorded original. Originals are saved before any file changes, so this is
+always possible. The rollback needs no new space: objects and the old state.json go back by
+rename, and the directories the journal says the commit removed are made again. It and the
+commit point defer SIGINT/SIGTERM/SIGHUP (patchkit.base.signals); each of its steps leaves the journal
+true, so one cut short by SIGKILL is finished by the next command.
+
+Durability: each file written is fsynced once (before its rename), and each directory once where
+the order matters: .patchkit/ after the journal is written, objects/ before the first file is
+replaced, each replaced file's directory after the replaces, .patchkit/ again at the commit.
+
+An original is saved by a hard link when that is as good as a copy: the file is about to be
+replaced by a rename, so its inode (the bytes the plan read) survives as the object. Only an inode
+that is patchkit's alone is linked: one link (the tree's), owned by the user patchkit runs as, no
+bit beyond rwxr-xr-x, and still the file the plan read (device, inode, size and mtime as when it was
+read); anything else is copied. An object is never written in place or linked back into the tree
+(a revert writes a new file from its bytes); a rollback renames one back only when its inode is
+patchkit's alone again (one link), so an object that shares its inode with another file, planted
+or not, can change nothing through patchkit; its bytes are checked against its digest before
+every use, as any object's.
+
+The journal, like everything under .patchkit/, is read back from the tree, so recovery treats it
+as untrusted input: every path by the one path rule, no symlink on the way, staged files only by
+their own temp name beside their file, objects by digest, and every original needed read and
+checked before the first file is touched. A journal that fails is refused whole (exit 2).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import mmap
+import os
+import re
+import signal
+import stat
+from collections import Counter
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from patchkit.base import locks, signals
+from patchkit.base.errors import BadInput, LockBusy, TargetError
+from patchkit.base.fsutil import Landed, Origin, atomic_write, fsync_dir, load_json_text, read_file, unsafe_reason
+from patchkit.base.hashing import sha256, stream_sha256
+from patchkit.distinfo.record import listed_by_other_distributions
+from patchkit.store.state import (
+    GUARD_PATH,
+    State,
+    check_meta_dir,
+    checked_digest,
+    checked_path,
+    file_sha,
+    meta_dir,
+    object_path,
+    parse_state,
+    read_meta_file,
+    read_object,
+    read_state,
+    state_path,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
+    from filelock import BaseFileLock
+
+LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
+# The mode bits a written file may have. Never setuid, setgid or sticky: patchkit often runs as root on
+# a tree another account may own, and a root-owned setuid copy of a file would be a privilege it gave.
+PERMISSIONS = 0o775  # nor writable by every local user
+_WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
+
+
+@dataclass(frozen=True)
+class FileWrite:
+    path: str  # relative to the root, POSIX
+    before: bytes | None
+    after: bytes | None
+    origin: Origin | None = None  # the file `before` was read from, when known
+
+
+class _Faults:
+    """Test-only: PATCHKIT_FAULT_AFTER=N[:MODE][,M[:MODE]...] acts at the Nth (Mth...) filesystem
+    operation of a commit or a rollback. MODE (default PATCHKIT_FAULT_MODE, else raise): raise
+    (fail it with ENOSPC), exit (end the process at once), kill (SIGKILL), int, term or hup (send
+    that signal to this process)."""
+
+    def __init__(self) -> None:
+        default = os.environ.get("PATCHKIT_FAULT_MODE", "raise")
+        self.plan: dict[int, str] = {}
+        for item in filter(None, os.environ.get("PATCHKIT_FAULT_AFTER", "").split(",")):
+            number, _, mode = item.partition(":")
+            if int(number):
+                self.plan[int(number)] = mode or default
+        self.count = 0
+
+    def tick(self) -> None:
+        if not self.plan:
+            return
+        self.count += 1
+        mode = self.plan.get(self.count)
+        if mode is None:
+            return
+        if mode == "exit":
+            os._exit(70)
+        if mode in _FAULT_SIGNALS:
+            os.kill(os.getpid(), _FAULT_SIGNALS[mode])
+            return
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+_FAULT_SIGNALS = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM, "hup": signal.SIGHUP}
+
+
+_faults = _Faults()
+
+
+@contextmanager
+def target_lock(root: Path, timeout: float | None = None):
+    """One writer per target. flock dies with its process, so a killed patchkit never blocks.
+
+    Yields the recovery message, if an interrupted transaction had to be rolled back first.
+    """
+    lock = _acquire(root, timeout)
+    try:
+        yield recover(root)
+    finally:
+        lock.release()
+
+
+_UNSETTLED = object()
+
+
+def settled_record(root: Path) -> object:
+    """state.json's bytes (None: no record) when no transaction is under way, else _UNSETTLED (a
+    journal: a transaction is running, or a crash left one to roll back). A reader that takes no
+    lock holds what it read to be consistent when this is the same before and after: a transaction
+    writes its journal first and a new state.json last."""
+    check_meta_dir(root)
+    if os.path.lexists(journal_path(root)):
+        return _UNSETTLED
+    return read_meta_file(state_path(root))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file is there: every commit writes a new state.json (a new inode, by rename)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_mtime_ns
+
+
+@contextmanager
+def read_only_view(root: Path):
+    """A reader's consistent view of the tree without the lock (a dry run writes nothing, not even
+    the lock file, and no start-up of filelock): yields True when the tree is settled (then raises
+    LockBusy if a transaction changed it meanwhile), False when the caller must take the lock
+    (an unfinished transaction, which the lock's recovery rolls back first)."""
+    before = settled_record(root), _identity(state_path(root))
+    if before[0] is _UNSETTLED:
+        yield False
+        return
+    yield True
+    if (settled_record(root), _identity(state_path(root))) != before:  # bytes and inode: A, B, then A again
+        raise LockBusy(f"another patchkit changed {root} while this dry run read it", hint="run it again")
+
+
+def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
+    if timeout is None:  # read here, not at import: a bad value is the command's error, before any write
+        timeout = locks.seconds_from_env(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT, zero_ok=True)
+    check_meta_dir(root)  # a symlinked .patchkit/ or lock would take the lock file elsewhere
+    meta = meta_dir(root)
+    try:
+        meta.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
+    return locks.acquire(
+        meta / "lock",
+        timeout,
+        busy=lambda waited: LockBusy(
+            f"another patchkit is working on {root} (waited {waited:.0f} s)", hint="try again when it has finished"
+        ),
+        unusable=lambda exc: TargetError(f"cannot create the lock in {meta}: {exc.strerror}", hint=_WRITABLE_HINT),
+    )
+
+
+def journal_path(root: Path) -> Path:
+    return meta_dir(root) / "journal.json"
+
+
+def commit_changes(
+    root: Path,
+    changes: dict[str, tuple[bytes | None, bytes | None]],
+    new_state: State,
+    *,
+    undo: bool = False,
+    origins: Mapping[str, Origin] | None = None,
+) -> dict[str, tuple[Landed, bytes]]:
+    """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
+    the files the befores were read from (plan.View.origins), so that originals can be linked."""
+    origins = origins or {}
+    landed = commit(
+        root,
+        [
+            FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p))
+            for p, (before, after) in sorted(changes.items())
+        ],
+        new_state,
+    )
+    if undo:
+        signals.note(signals.UNDONE)
+    return landed
+
+
+def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, tuple[Landed, bytes]]:
+    """Write `writes` and `new_state` all or nothing (see the module docstring). Returns what was
+    written: path -> the file's identity as fstat saw it once written and fsynced (a rename keeps
+    it) and the content, so that a reader can tell the file there is still the one written."""
+    preflight(root, [w.path for w in writes])
+    # lazy: only a new file's name needs it (start-up of a dry run)
+    import secrets
+
+    previous = read_meta_file(state_path(root))
+    txid = secrets.token_hex(8)
+    emptied = _emptied_directories(root, writes)
+    entries = [_journal_entry(root, w, txid, emptied) for w in writes]
+    journal = {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
+    meta, objects = meta_dir(root), meta_dir(root) / "objects"
+    committed = False
+    try:
+        _faults.tick()
+        objects.mkdir(parents=True, exist_ok=True)
+        _write_atomic(journal_path(root), json.dumps(journal).encode())
+        fsync_dir(meta)  # the journal (and objects/) are on disk before anything they describe
+        written = {
+            w.path: (origin, w.after)
+            for w, entry in zip(writes, entries, strict=True)
+            if (origin := _stage(root, w, entry)) and w.after is not None
+        }
+        fsync_dir(objects)  # every original is on disk before the first file is replaced
+        changed_dirs = {_install(root, entry) for entry in entries}
+        changed_dirs |= {(root / rel).parent for entry in entries for rel in entry["created_dirs"]}
+        for directory in sorted(changed_dirs):
+            fsync_dir(directory)
+        landed = _landed(root, written)
+        with signals.deferred():  # the record and the commit point, whole: a signal waits for them
+            if previous is not None:  # the rollback then puts it back by a rename: no new space
+                _faults.tick()
+                os.link(state_path(root), _previous_state_link(root, txid), follow_symlinks=False)
+            _write_atomic(state_path(root), new_state.to_bytes())
+            _faults.tick()
+            journal_path(root).unlink()
+            fsync_dir(meta)
+            committed = True
+            signals.note(signals.COMMITTED)
+    except BaseException as exc:
+        if committed:  # a signal that waited for the commit point: the change is in place
+            raise
+        with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
+            _rollback_or_keep_journal(root, journal, _in_memory(writes), exc)
+            signals.note(signals.ROLLED_BACK)
+            _forget_objects(root, previous)
+        if isinstance(exc, OSError):
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise TargetError(
+                f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back"
+            ) from exc
+        raise
+    with suppress(OSError):
+        _previous_state_link(root, txid).unlink(missing_ok=True)
+    _prune_objects(root, new_state)
+    return landed
+
+
+def _previous_state_link(root: Path, txid: str) -> Path:
+    """A second name of the state.json a commit replaces, in the temp name recovery removes."""
+    return meta_dir(root) / f".state.json.patchkit-{txid}.tmp"
+
+
+def _rollback_or_keep_journal(root: Path, journal: dict, originals: dict[str, bytes], cause: BaseException) -> None:
+    """Roll back a failed commit; when even that fails (the disk, the machine), keep the journal
+    for the next command and say so (exit 4), never a traceback."""
+    try:
+        _rollback(root, journal, originals)
+    except OSError as exc:
+        raise _unfinished_rollback(root, exc) from cause
+
+
+def _unfinished_rollback(root: Path, exc: OSError) -> TargetError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return TargetError(
+        f"writing the tree failed, and so did rolling it back: {exc.strerror or exc}{where}; "
+        f"the journal is kept in {meta_dir(root)}",
+        hint="free space (or fix the cause) and run `patchkit recover`: it finishes the rollback",
+    )
+
+
+def _landed(root: Path, written: dict[str, tuple[Origin, bytes]]) -> dict[str, tuple[Landed, bytes]]:
+    """Each file written, as it is in place (lstat: its identity and ctime), with its bytes; a file
+    no longer the one written (changed since its fsync) is left out: a reader reads it again."""
+    landed = {}
+    for path, (origin, data) in written.items():
+        info = os.lstat(root / path)
+        if stat.S_ISREG(info.st_mode) and Origin.of(info) == origin:
+            landed[path] = (Landed.of(info), data)
+    return landed
+
+
+def _forget_objects(root: Path, previous: bytes | None) -> None:
+    """After a failed commit's rollback: the originals it saved that the state before does not
+    name are removed (a hard-linked one would stay a second link to a tree file until the next
+    commit pruned it). Best effort: the rollback has restored the tree already."""
+    with suppress(OSError, BadInput):
+        _prune_objects(root, parse_state(previous, state_path(root)) if previous else State([]))
+
+
+def _in_memory(writes: list[FileWrite]) -> dict[str, bytes]:
+    """The originals a failing commit still holds (digest -> bytes): its rollback reads no object."""
+    return {str(sha256(w.before)): w.before for w in writes if w.before is not None}
+
+
+def recover(root: Path) -> str | None:
+    """Roll back a transaction a crash left unfinished, and remove the temporary files a killed
+    patchkit left beside the files it manages. Returns what was done, if anything. Called with the
+    target's lock held. A journal or state that fails validation is refused before anything is
+    touched."""
+    check_meta_dir(root)
+    raw = read_meta_file(journal_path(root))
+    journal = None if raw is None else _checked_journal(root, raw)
+    restored, kept = 0, list[str]()
+    if journal:
+        needed = _needed_originals(root, journal)
+        created = [e["path"] for e in journal["files"] if e["before"] is None]
+        listed = _listed_by_vllm(root, created) | listed_by_other_distributions(root, created)
+        theirs = listed - _kept_by_the_record(root, journal)
+        try:
+            with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
+                restored, kept = _rollback(root, journal, needed, not_ours=theirs)
+        except OSError as exc:
+            raise _unfinished_rollback(root, exc) from exc
+    managed = {entry["path"] for entry in journal["files"]} if journal else set()
+    state = read_state(root)  # rolled back
+    managed |= {path for entry in state.entries for path in entry.files} | set(state.guard)
+    _remove_leftovers(root, managed)
+    if journal is None:
+        return None
+    said = (
+        f"rolled back an interrupted patchkit transaction: {restored} file(s) restored"
+        if restored
+        else "rolled back an interrupted patchkit transaction: no file had changed yet"
+    )
+    if kept:
+        said += (
+            f"; kept {len(kept)} file(s) as they are, whose bytes are not what the transaction wrote"
+            f" (or that an installed distribution lists as its own): {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}"
+        )
+    return said
+
+
+def _listed_by_vllm(root: Path, paths: list[str]) -> set[str]:
+    """Those of `paths` that an installed vLLM's RECORD lists: its files, which no rollback of
+    patchkit's deletes (patchkit creates only files its patches add)."""
+    if not paths:
+        return set()
+    # lazy: the checks load only when checks run
+    from patchkit.checks.integrity import installed_record
+
+    listed: set[str] = set()
+    for record_path in sorted(root.glob("vllm-*.dist-info/RECORD")):
+        version = record_path.parent.name[len("vllm-") : -len(".dist-info")]
+        record, _why = installed_record(root, version, set(paths))
+        if record is not None:
+            listed |= {p for p in paths if record.hashes.get(p)}
+    return listed
+
+
+def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
+    """The created files whose bytes the record the rollback returns to keeps, intact, as the saved
+    original of a file its patches delete: what a revert put back, vLLM's own files among them (a
+    release diff deletes some). Removing them again loses no byte: the next revert restores them."""
+    previous = journal.get("previous_state")
+    if previous is None:
+        return set()
+    deleted = {
+        path: change["before"]
+        for entry in parse_state(previous.encode(), journal_path(root)).entries
+        for path, change in entry.files.items()
+        if change.get("before") and change.get("after") is None
+    }
+    kept = set()
+    for entry in journal["files"]:
+        digest = deleted.get(entry["path"])
+        if entry["before"] is None and digest is not None and digest == entry["after"]:
+            try:
+                read_object(root, digest)  # there, a regular file, its bytes the digest's
+            except BadInput:
+                continue
+            kept.add(entry["path"])
+    return kept
+
+
+_TXID = re.compile(r"[0-9A-Za-z]{1,64}")
+
+
+def _checked_journal(root: Path, raw: bytes) -> dict:
+    """The journal, every field checked before recovery acts on any (see the module docstring)."""
+    path = journal_path(root)
+
+    def refuse(what: str) -> BadInput:
+        return BadInput(
+            f"{path} is damaged or was not written by patchkit ({what}); nothing was touched",
+            hint=f"inspect or remove {path} (restore the files it names by hand, or reinstall vLLM)",
+        )
+
+    try:
+        journal = load_json_text(raw)
+    except (ValueError, RecursionError) as exc:
+        raise refuse(f"not JSON: {exc}") from exc
+    if not isinstance(journal, dict) or not isinstance(journal.get("files"), list):
+        raise refuse("not an object with a list of 'files'")
+    txid = journal.get("id")
+    if not isinstance(txid, str) or not _TXID.fullmatch(txid):
+        raise refuse(f"the transaction id {txid!r} is not alphanumeric")
+    previous = journal.get("previous_state")
+    if previous is not None:
+        if not isinstance(previous, str):
+            raise refuse("'previous_state' is not text")
+        try:
+            parse_state(previous.encode(), path)
+        except BadInput as exc:
+            raise refuse(f"its previous state: {exc.message}") from exc
+    for entry in journal["files"]:
+        try:
+            _check_journal_entry(entry, txid, path)
+        except BadInput as exc:
+            raise refuse(exc.message) from exc
+    try:
+        preflight(root, [entry["path"] for entry in journal["files"]])
+    except BadInput as exc:
+        raise refuse(exc.message) from exc
+    for entry in journal["files"]:
+        if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None:
+            entry["before"] = _guard_original(entry["path"], entry["before"])
+        if entry["before"] is not None:
+            why = _unrestorable_directory(root, entry)
+            if why:
+                raise refuse(
+                    f"{entry['path']}: its directory is gone and {why}, so it cannot have been patchkit's file"
+                )
+    return journal
+
+
+def _unrestorable_directory(root: Path, entry: dict) -> str | None:
+    """Why an original may not come back (None: it may): it returns into its directory, or into one
+    the journal says this very commit emptied and removed, inside a package that is still there
+    (or the guard's dist-info, whose files get back only patchkit's own bytes). Never a new package."""
+    missing = [str(d.relative_to(root)) for d in _missing_parents((root / entry["path"]).parent, root)]
+    if not missing:
+        return None
+    if any(d not in entry.get("removed_dirs", []) for d in missing):
+        return "the journal does not say that its own commit removed it"
+    top = missing[0]
+    if "/" not in top and not GUARD_PATH.fullmatch(top):
+        return f"restoring it would make a new package {top!r}"
+    return None
+
+
+def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
+    if not isinstance(entry, dict):
+        raise BadInput("an entry is not an object")
+    path = checked_path(entry.get("path"), origin)
+    checked_digest(entry.get("before"), origin)
+    checked_digest(entry.get("after"), origin)
+    if entry.get("before") is not None and entry.get("created_dirs"):
+        raise BadInput(f"{path}: an original that existed needed no directory created for it")
+    staged = entry.get("staged")
+    if staged is not None and staged != _staged_name(path, txid):
+        raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
+    mode = entry.get("mode")
+    if mode is not None and (type(mode) is not int or mode < 0 or mode & ~PERMISSIONS):
+        raise BadInput(
+            f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky and world-write are never kept)"
+        )
+    created = entry.get("created_dirs", [])
+    if not isinstance(created, list):
+        raise BadInput(f"{path}: 'created_dirs' is not a list")
+    for directory in created:
+        if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
+            raise BadInput(f"{path}: the created directory {directory!r} does not hold it")
+    removed = entry.get("removed_dirs", [])
+    if not isinstance(removed, list):
+        raise BadInput(f"{path}: 'removed_dirs' is not a list")
+    if removed and (entry.get("before") is None or entry.get("after") is not None):
+        raise BadInput(f"{path}: only a file the commit deletes can empty a directory")
+    for directory in removed:
+        if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
+            raise BadInput(f"{path}: the removed directory {directory!r} does not hold it")
+
+
+def _guard_original(path: str, digest: str) -> str | None:
+    """What a rollback brings back at a path of the launch guard: its original only when it is this
+    patchkit's own bytes for that very path, else nothing (the file is removed). The guard runs in
+    every vLLM process, so a journal must not choose what it becomes; a removed guard only stops
+    guarding, and `patchkit status` says so."""
+    # lazy: only a guarded tree, or installing a guard, needs it
+    from patchkit.engine.guard import guard_files
+
+    own = guard_files().get(path)
+    return digest if own is not None and sha256(own) == digest else None
+
+
+def _staged_name(path: str, txid: str) -> str:
+    parent, _, name = path.rpartition("/")
+    return f"{parent}/.{name}.patchkit-{txid}.tmp" if parent else f".{name}.patchkit-{txid}.tmp"
+
+
+def _needed_originals(root: Path, journal: dict) -> dict[str, bytes]:
+    """Every original the rollback will write back, read and checked by sha256 before it starts."""
+    return {
+        entry["before"]: read_object(root, entry["before"])
+        for entry in journal["files"]
+        if entry["before"] is not None and file_sha(root, entry["path"]) != entry["before"]
+    }
+
+
+def _remove_leftovers(root: Path, managed: set[str]) -> None:
+    """Remove patchkit's own temporary files (atomic_write's `.<name>.patchkit-<hex>.tmp`) that a
+    killed process left beside a file it manages: the recorded files, the state, the journal and
+    the objects. Only those names; a directory on the way that is a symlink is not entered."""
+    meta = meta_dir(root)
+    _remove_temp_files(meta, {"state.json", "journal.json"})
+    _remove_temp_files(meta / "objects", None)
+    by_parent: dict[str, set[str]] = {}
+    for path in managed:
+        parent, _, name = path.rpartition("/")
+        by_parent.setdefault(parent, set()).add(name)
+    for parent, names in by_parent.items():
+        if not _symlink_on_the_way(root, parent):
+            _remove_temp_files(root / parent if parent else root, names)
+
+
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.patchkit-[0-9A-Za-z]+\.tmp")
+
+
+def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
+    """Temp files of `names` in `directory` (None: of any digest-named object)."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for item in entries:
+        match = _TEMP_NAME.fullmatch(item.name)
+        if not match or item.is_dir(follow_symlinks=False):
+            continue
+        owner = match["name"]
+        if names is None:
+            try:
+                checked_digest(owner, directory, optional=False)
+            except BadInput:
+                continue
+        elif owner not in names:
+            continue
+        with suppress(OSError):
+            os.unlink(item.path)  # a symlink is removed itself, never followed
+
+
+def _symlink_on_the_way(root: Path, rel: str) -> bool:
+    current = root
+    for part in rel.split("/") if rel else []:
+        current = current / part
+        if current.is_symlink() or not current.is_dir():
+            return True
+    return False
+
+
+@contextmanager
+def consistent_read(root: Path):
+    """Hold the lock while reading several files, so no writer is half-way through them.
+
+    Yields the recovery message, if an interrupted transaction had to be rolled back first. A
+    reader that may not create the lock (a read-only tree) reads without it, unless a journal
+    says a transaction is unfinished: that needs a writer to recover.
+    """
+    try:
+        lock = _acquire(root, None)
+    except LockBusy:
+        raise
+    except TargetError:
+        if os.path.lexists(journal_path(root)):
+            raise
+        lock = None
+    try:
+        yield recover(root) if lock else None
+    finally:
+        if lock:
+            lock.release()
+
+
+def preflight(root: Path, paths: list[str], *, writable: bool = True) -> None:
+    """Refuse before writing anything: escapes, symlinks, special files, unwritable places (a dry
+    run passes writable=False: it refuses what the real run refuses, save a read-only tree). Each
+    directory on the way is looked at once (a release diff touches a thousand files in a few)."""
+    directories: dict[str, bool] = {"": True}  # relative directory -> whether it exists (checked)
+    writable_dirs: dict[str, bool] = {}
+    for rel in paths:
+        reason = unsafe_reason(rel)
+        if reason:
+            raise BadInput(f"{rel}: the path {reason}; refusing to write")
+        parent = _checked_directories(root, rel, directories)
+        info = _lstat(root, rel)
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            raise BadInput(
+                f"{rel} is a symlink; refusing to write through it",
+                hint=f"replace the symlink {root / rel} with a copy of the file it points to (or remove it), then run again",
+            )
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise BadInput(f"{rel} is not a regular file (device, fifo or directory)")
+        if not writable:
+            continue
+        if not writable_dirs.setdefault(parent, os.access(root / parent, os.W_OK)):
+            raise TargetError(
+                f"{root / parent} is not writable (needed for {rel})",
+                hint="run as the user that owns the vLLM install",
+            )
+        if info is not None and not os.access(root / rel, os.W_OK):
+            raise TargetError(f"{rel} is not writable", hint="run as the user that owns the vLLM install")
+
+
+def _checked_directories(root: Path, rel: str, known: dict[str, bool]) -> str:
+    """Every directory on the way to `rel` is a real directory (or missing), never a symlink; the
+    deepest one that exists, relative to the root."""
+    parts = rel.split("/")[:-1]
+    deepest = ""
+    for depth in range(1, len(parts) + 1):
+        directory = "/".join(parts[:depth])
+        if directory not in known:
+            info = _lstat(root, directory)
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                raise BadInput(f"{rel}: the path goes through a symlink ({root / directory}); refusing to write")
+            if info is not None and not stat.S_ISDIR(info.st_mode):
+                raise TargetError(f"{rel}: {root / directory} is not a directory")
+            known[directory] = info is not None
+        if not known[directory]:
+            break
+        deepest = directory
+    return deepest
+
+
+def _lstat(root: Path, rel: str) -> os.stat_result | None:
+    """lstat of root/rel, or None when nothing is there; a path no file can have is bad input."""
+    try:
+        return os.lstat(os.path.join(root, rel))  # a str: a Path per file is most of this loop
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR):
+            raise BadInput(f"{rel}: no file can have this path ({exc.strerror})") from None
+        raise TargetError(f"cannot look at {root / rel}: {exc.strerror}") from None
+
+
+def _journal_entry(root: Path, w: FileWrite, txid: str, emptied: set[str]) -> dict:
+    full = root / w.path
+    staged = full.parent / f".{full.name}.patchkit-{txid}.tmp"
+    ancestors = w.path.split("/")[:-1]
+    return {
+        "path": w.path,
+        "before": sha256(w.before),
+        "after": sha256(w.after),
+        "staged": str(staged.relative_to(root)) if w.after is not None else None,
+        "mode": stat.S_IMODE(full.stat().st_mode) & PERMISSIONS if w.before is not None else None,
+        "created_dirs": [str(p.relative_to(root)) for p in _missing_parents(full.parent, root)],
+        "removed_dirs": [d for n in range(1, len(ancestors) + 1) if (d := "/".join(ancestors[:n])) in emptied],
+    }
+
+
+def _emptied_directories(root: Path, writes: list[FileWrite]) -> set[str]:
+    """The directories (relative) the deletes among `writes` leave empty, which _install removes:
+    each holds nothing but deleted files and such directories, and receives no file."""
+    deleted = {w.path for w in writes if w.after is None and w.before is not None}
+    receiving = {
+        "/".join(w.path.split("/")[:n]) for w in writes if w.after is not None for n in range(1, w.path.count("/") + 1)
+    }
+    known: dict[str, bool] = {}
+
+    def emptied(directory: str) -> bool:
+        if directory not in known:
+            known[directory] = directory not in receiving and _holds_only(directory)
+        return known[directory]
+
+    def _holds_only(directory: str) -> bool:
+        try:
+            items = list(os.scandir(root / directory))
+        except OSError:
+            return False
+        return all(
+            f"{directory}/{item.name}" in deleted
+            or (item.is_dir(follow_symlinks=False) and emptied(f"{directory}/{item.name}"))
+            for item in items
+        )
+
+    candidates = {"/".join(p.split("/")[:n]) for p in deleted for n in range(1, p.count("/") + 1)}
+    return {d for d in candidates if emptied(d)}
+
+
+def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
+    """Save the original and stage the new content beside its file (the file written, if any). No
+    target file changes."""
+    if w.before is not None:
+        _save_original(root / w.path, w.before, w.origin, object_path(root, entry["before"]))
+    for rel in entry["created_dirs"]:
+        _faults.tick()
+        (root / rel).mkdir(exist_ok=True)
+    if w.after is None:
+        return None
+    _faults.tick()
+    return _write_file(root / entry["staged"], w.after, entry["mode"])
+
+
+def _save_original(full: Path, before: bytes, origin: Origin | None, obj: Path) -> None:
+    linked = origin is not None and _link_original(full, obj, origin)
+    if not linked and read_file(obj, follow_symlinks=False) != before:  # missing, or planted: write ours
+        _write_atomic(obj, before)
+
+
+def _link_original(source: Path, obj: Path, origin: Origin) -> bool:
+    """Save the original at `source` as the object `obj` by a hard link, if its inode is patchkit's
+    alone and still holds what the plan read (see the module docstring); False: copy it instead."""
+    # lazy: only a new file's name needs it (start-up of a dry run)
+    import secrets
+
+    temporary = obj.with_name(f".{obj.name}.patchkit-{secrets.token_hex(4)}.tmp")
+    _faults.tick()
+    try:
+        os.link(source, temporary, follow_symlinks=False)
+    except OSError:  # another file system, links refused, a file that is gone: a copy does
+        return False
+    try:
+        linked = _synced_if_own(temporary, origin)
+        if linked:
+            _faults.tick()
+            os.replace(temporary, obj)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return linked
+
+
+def _synced_if_own(path: Path, origin: Origin) -> bool:
+    """Whether the inode at `path` may be the object (fsynced, then: its bytes are on disk before
+    its file is replaced). Not a regular file we can open without following a symlink: no."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not _own_unchanged(os.fstat(fd), origin):
+            return False
+        os.fsync(fd)
+        return True
+    finally:
+        os.close(fd)
+
+
+# Bits an inode may have to be linked as an object: not setuid, setgid or sticky, and writable by
+# its owner only (a group that could write the inode could change the saved original in place).
+_LINKABLE_MODE = 0o755
+
+
+def _own_unchanged(info: os.stat_result, origin: Origin) -> bool:
+    return (
+        stat.S_ISREG(info.st_mode)
+        and Origin.of(info) == origin
+        and info.st_nlink == 2  # the tree's name and the new one
+        and info.st_uid == os.geteuid()
+        and not stat.S_IMODE(info.st_mode) & ~_LINKABLE_MODE
+    )
+
+
+def _install(root: Path, entry: dict) -> Path:
+    """Replace (or delete) the file; the directory whose entries changed."""
+    full = root / entry["path"]
+    _faults.tick()
+    if entry["after"] is None:
+        full.unlink()
+        return _remove_empty_parents(full.parent, root)
+    os.replace(root / entry["staged"], full)
+    return full.parent
+
+
+def _rollback(
+    root: Path,
+    journal: dict,
+    originals: dict[str, bytes] | None = None,
+    not_ours: frozenset[str] | set[str] = frozenset(),
+) -> tuple[int, list[str]]:
+    """Undo the journal's writes, needing no new space: each saved original goes back by a rename
+    (see _put_back). `originals` (digest -> bytes, checked) are the fallback when one cannot be
+    renamed; a failure inside commit holds them in memory, recovery read them beforehand. Each step
+    leaves the journal true, so a rollback cut short (SIGKILL) is finished by the next command.
+    Only a file that is still what the commit wrote (its `after`) is undone: one holding other
+    bytes, or in `not_ours`, is no file of this transaction and is kept. Returns (restored, kept)."""
+    originals = originals or {}
+    files = journal.get("files", [])
+    to_restore = [e for e in files if e["before"] is not None and file_sha(root, e["path"]) != e["before"]]
+    uses = Counter(e["before"] for e in to_restore)
+    keep = _objects_of(journal.get("previous_state"))  # the record it returns to names them
+    restored, changed, kept = 0, set(), []
+    for entry in reversed(files):
+        full = root / entry["path"]
+        if entry.get("staged"):  # first: a created directory holding it could not be removed
+            _faults.tick()
+            (root / entry["staged"]).unlink(missing_ok=True)
+        current = file_sha(root, entry["path"])
+        if current != entry["before"] and (current != entry["after"] or entry["path"] in not_ours):
+            kept.append(entry["path"])
+            if entry["before"] is not None:
+                uses[entry["before"]] -= 1
+            continue
+        if entry["before"] is None:
+            if current is not None:
+                _faults.tick()
+                full.unlink()
+                restored += 1
+                changed.add(full.parent)
+            for rel in reversed(entry.get("created_dirs", [])):
+                with suppress(OSError):
+                    (root / rel).rmdir()
+        elif current != entry["before"]:
+            for rel in entry.get("removed_dirs", []):
+                _faults.tick()
+                (root / rel).mkdir(exist_ok=True)
+            uses[entry["before"]] -= 1
+            last_use = not uses[entry["before"]] and entry["before"] not in keep
+            _put_back(root, entry, originals, consume=last_use)
+            restored += 1
+            changed.add(full.parent)
+    _restore_state(root, journal)
+    for directory in sorted(changed):
+        fsync_dir(directory)
+    _faults.tick()
+    journal_path(root).unlink(missing_ok=True)
+    fsync_dir(meta_dir(root))
+    return restored, sorted(kept)
+
+
+def _objects_of(state_text: str | None) -> set[str]:
+    if state_text is None:
+        return set()
+    return parse_state(state_text.encode(), state_path(Path())).referenced_objects()
+
+
+def _put_back(root: Path, entry: dict, originals: dict[str, bytes], *, consume: bool) -> None:
+    """The original of entry's file back in place: its object renamed there when this is its last
+    use (no byte written, so a full disk cannot stop it), else a new file of its bytes."""
+    full, digest = root / entry["path"], entry["before"]
+    _faults.tick()
+    if consume and _rename_own_object(object_path(root, digest), full, digest, entry.get("mode")):
+        return
+    original = originals[digest] if digest in originals else read_object(root, digest)
+    _write_atomic(full, original, mode=entry.get("mode"))
+
+
+def _rename_own_object(obj: Path, full: Path, digest: str, mode: int | None) -> bool:
+    """Move the object to `full` when its inode is patchkit's alone (one link, ours, no bit beyond
+    rwxr-xr-x) and holds the digest's bytes, so the tree shares it with no other file; False:
+    it stays, and the caller writes a copy."""
+    try:
+        fd = os.open(obj, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not (
+            stat.S_ISREG(info.st_mode)
+            and info.st_nlink == 1
+            and info.st_uid == os.geteuid()
+            and not stat.S_IMODE(info.st_mode) & ~_LINKABLE_MODE
+        ):
+            return False
+        with open(fd, "rb", closefd=False) as handle:
+            if stream_sha256(handle) != digest:
+                return False
+        if mode is not None:
+            os.fchmod(fd, mode & PERMISSIONS)
+        os.replace(obj, full)
+        placed = os.lstat(full)
+        return (placed.st_dev, placed.st_ino) == (info.st_dev, info.st_ino)  # else swapped meanwhile: write ours
+    finally:
+        os.close(fd)
+
+
+def _restore_state(root: Path, journal: dict) -> None:
+    """state.json as it was before the commit, rewritten only when it differs: by renaming back
+    the second name the commit gave it, so this too needs no new space."""
+    previous = journal.get("previous_state")
+    path = state_path(root)
+    kept = _previous_state_link(root, journal["id"])
+    _faults.tick()
+    if previous is None:
+        path.unlink(missing_ok=True)
+    elif read_file(path, follow_symlinks=False) != previous.encode():
+        if read_file(kept, follow_symlinks=False) == previous.encode():
+            os.replace(kept, path)
+        else:
+            _write_atomic(path, previous.encode())
+    kept.unlink(missing_ok=True)
+
+
+def _remove_empty_parents(directory: Path, root: Path) -> Path:
+    """A delete that empties a directory removes it too, so revert leaves no trace of an add (the
+    guard's dist-info directory included, which lies directly under the root). Returns the
+    directory that is left, whose entries changed."""
+    while directory != root:
+        try:
+            directory.rmdir()
+        except OSError:
+            return directory
+        directory = directory.parent
+    return directory
+
+
+def _missing_parents(directory: Path, root: Path) -> list[Path]:
+    missing = []
+    while not directory.exists() and directory != root:
+        missing.append(directory)
+        directory = directory.parent
+    return list(reversed(missing))
+
+
+def _write_file(path: Path, data: bytes, mode: int | None) -> Origin:
+    with open(path, "wb", buffering=0) as fh:
+        view = memoryview(data)
+        done = _write_direct(fh.fileno(), view) if len(data) >= _DIRECT_FROM else 0
+        while done < len(view):  # the rest (all of a small file) through the page cache
+            done += os.write(fh.fileno(), view[done:])
+        os.fsync(fh.fileno())
+        if mode is not None:
+            os.fchmod(fh.fileno(), mode & PERMISSIONS)
+        return Origin.of(os.fstat(fh.fileno()))
+
+
+# A content from 16 MiB on is written past the page cache (O_DIRECT), from a page-aligned buffer of
+# 8 MiB: a buffered write needs a new page of memory for every 4 KiB of the file, and first touching
+# that much memory is what a 210 MB write spends its time on (0.1-1.1 s on this project's VM, as
+# the host maps the pages in), where the device's own write takes 0.2-0.4 s and its fsync is then
+# nearly free. The file system may refuse it (tmpfs before Linux 6.6, some FUSE): the page cache then.
+_DIRECT_FROM, _DIRECT_CHUNK, _DIRECT_BLOCK = 16 << 20, 8 << 20, 4096
+
+
+def _write_direct(fd: int, view: memoryview) -> int:
+    """Write the leading whole 4 KiB blocks of `view` to `fd` past the page cache; how many bytes
+    were written (0 when the file system refuses O_DIRECT). The caller writes the rest buffered."""
+    whole = len(view) - len(view) % _DIRECT_BLOCK
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+    except (AttributeError, OSError):  # no O_DIRECT on this system, or not on this file system
+        return 0
+    done = 0
+    try:
+        with mmap.mmap(-1, _DIRECT_CHUNK) as bounce, memoryview(bounce) as aligned:  # mmap: page-aligned
+            while done < whole:
+                size = min(_DIRECT_CHUNK, whole - done)
+                aligned[:size] = view[done : done + size]
+                with aligned[:size] as chunk:
+                    written = os.write(fd, chunk)
+                done += written
+                if written < size:  # a short write leaves an unaligned offset: the rest buffered
+                    break
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: this file or device takes no direct write after all
+            raise
+    finally:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+    return done
+
+
+def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+    _faults.tick()
+    atomic_write(
+        path, data, mode=None if mode is None else mode & PERMISSIONS, durable=True, before_replace=_faults.tick
+    )
+
+
+def _prune_objects(root: Path, state: State) -> None:
+    keep = state.referenced_objects()
+    store = meta_dir(root) / "objects"
+    if store.is_dir() and not store.is_symlink():
+        for obj in store.iterdir():
+            if obj.name not in keep and not obj.is_dir():
+                obj.unlink(missing_ok=True)

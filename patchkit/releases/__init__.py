@@ -1,0 +1,1 @@
+"""Real vLLM releases: which files patchkit needs of one, and `verify` against releases."""

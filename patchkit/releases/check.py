@@ -1,0 +1,637 @@
+"""`patchkit verify` against real vLLM releases, for CI.
+
+Each release's stock files are fetched (patchkit.fetch.release_tree: cached, range requests) and
+laid out in a scratch directory. There the operations the commands run do the work unchanged
+(patchkit.engine.operations): apply --dry-run, apply (the checks on the planned contents, one transaction
+with the record, the checks on disk), status, revert from the record; then the tree must be
+byte-identical to stock. An upstream release's stock files go through the checks as they are: a
+failure there is an upstream regression. Outcome per release: patched, upstream, conflict, check-failed, unsupported.
+
+Releases sharing a series directory should have identical stock files (that is why they share
+it). The first is fetched and done; each other one is compared through the sha256 its wheel's
+RECORD gives for those files (RECORD comes with the wheel's central directory, so no file is
+read) and, when they match, takes the first one's result.
+
+A result is kept in the fetch cache (<cache>/verify-results/), under a key that covers every input
+it depends on: the release, its stock files, the set's directory (series, patches, contract,
+probe), patchkit's own code, the Python and the libraries that judge (pyflakes, unidiff,
+packaging). The pipeline is deterministic in those, so an unchanged key gives the same result;
+`--no-result-cache` runs everything again. The cache is shared (CI restores it from other runs), so
+an entry is only a shortcut: sealed with this user's key (patchkit.base.seal), or run again.
+
+Before anything else, the stock files go through the integrity check against the release's RECORD,
+as `verify --target` does: files that are not the release's are reported as such, never as a
+conflict blamed on the library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
+from importlib import metadata
+from pathlib import Path
+
+from packaging.version import Version
+
+import patchkit
+from patchkit import fetch
+from patchkit.base import fsutil, seal
+from patchkit.base.enums import CheckStatus, Outcome, ReleaseOutcome, SelectionKind, StepState, TreeState
+from patchkit.base.errors import NoPatchSet, PatchkitError, exit_code_for
+from patchkit.base.fsutil import read_file
+from patchkit.base.options import Options
+from patchkit.base.usercache import prune, touch, usable_cache_dir
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, integrity
+from patchkit.distinfo.record import find_record, parse_record, read_record_file
+from patchkit.engine.inspection import TreeStatus, inspect
+from patchkit.engine.operations import ApplyResult, apply_series, revert_series
+from patchkit.engine.resolve import Resolved, resolve
+from patchkit.releases.files import lay_out, needed_files
+from patchkit.series.library import PatchSetDef, Selection, load_chosen, select
+from patchkit.series.plan import Plan, plan_revert
+from patchkit.store.state import META_DIR
+from patchkit.tree.version import in_range
+
+PATCHED = ReleaseOutcome.PATCHED
+UPSTREAM = ReleaseOutcome.UPSTREAM
+CONFLICT = ReleaseOutcome.CONFLICT
+CHECK_FAILED_OUTCOME = ReleaseOutcome.CHECK_FAILED
+UNSUPPORTED = ReleaseOutcome.UNSUPPORTED
+
+# Fetches are network-bound (a range request or two per release): run them side by side.
+FETCH_WORKERS = 8
+
+Advance = Callable[[str], None]
+
+
+@dataclass
+class ReleaseResult:
+    version: Version
+    outcome: ReleaseOutcome
+    detail: str
+    requested: bool = False  # named by --vllm-version/--latest, not only by --all's range
+    series: str | None = None  # the series directory, "upstream", or None
+    checks: list[CheckResult] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    reverted_identical: bool | None = None  # None: nothing was written
+    upstream_regression: bool = False
+    same_as: Version | None = None  # the release whose (identical) stock files were done instead
+    cached: bool = False  # taken from the result cache: same inputs, same result
+
+    @property
+    def failed(self) -> bool:
+        return (
+            self.outcome in (CONFLICT, CHECK_FAILED_OUTCOME)
+            or self.upstream_regression
+            or self.reverted_identical is False
+        )
+
+    @property
+    def label(self) -> str:
+        return "upstream-regression" if self.upstream_regression else self.outcome
+
+    def to_json(self, set_name: str) -> dict:
+        return {
+            "vllm_version": str(self.version),
+            "outcome": self.outcome,
+            "ok": not self.failed,
+            "detail": self.detail,
+            "requested": self.requested,
+            "set": set_name,
+            "series": self.series,
+            "same_as": str(self.same_as) if self.same_as else None,
+            "reverted_identical": self.reverted_identical,
+            "upstream_regression": self.upstream_regression,
+            "cached": self.cached,
+            "checks": [r.to_json() for r in self.checks],
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+def overall_outcome(results: list[ReleaseResult]) -> Outcome:
+    """Failed if any release failed; else unsupported if a release asked for by name is; else ok."""
+    if any(r.failed for r in results):
+        return Outcome.CHECK_FAILED
+    if any(r.outcome == UNSUPPORTED and r.requested for r in results):
+        return Outcome.UNSUPPORTED
+    return Outcome.OK
+
+
+def exit_code(results: list[ReleaseResult]) -> int:
+    """1 if any release failed; else 3 if a release asked for by name is unsupported; else 0."""
+    return exit_code_for(overall_outcome(results))
+
+
+# --------------------------------------------------------------------------- which releases
+
+
+def load_patch_set(opts: Options) -> PatchSetDef:
+    return load_chosen(opts.library, opts.set_name)
+
+
+def releases_to_verify(
+    patch_set: PatchSetDef, named: list[Version], *, every: bool, latest: bool
+) -> tuple[list[Version], set[Version]]:
+    """(the versions to verify, oldest first; those asked for explicitly)."""
+    requested = set(named)
+    chosen = set(named)
+    if every or latest:
+        available = fetch.available_versions()
+        if latest and available:
+            requested.add(available[-1])
+            chosen.add(available[-1])
+        if every:
+            chosen.update(release_range(patch_set, available))
+    if not chosen:
+        raise NoPatchSet(f"no vLLM release on the index is in the range of the set {patch_set.name!r}")
+    return sorted(chosen), requested
+
+
+def release_range(patch_set: PatchSetDef, available: list[Version]) -> list[Version]:
+    """Every available release from the set's supported minimum on."""
+    start = next((v for v in available if _in_set(patch_set, v)), None)
+    return [v for v in available if start is not None and v >= start]
+
+
+def _in_set(patch_set: PatchSetDef, version: Version) -> bool:
+
+    if patch_set.supported is not None:
+        return in_range(patch_set.supported, version)
+    upstream = patch_set.upstream is not None and in_range(patch_set.upstream, version)
+    return upstream or any(r.covers(version) for r in patch_set.releases)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True, eq=False)  # identity: one job per release
+class _Job:
+    version: Version
+    selection: Selection
+    paths: tuple[str, ...]
+
+    @property
+    def series(self) -> str:
+        release = self.selection.release
+        return release.directory.name if release else UPSTREAM
+
+
+def verify_releases(
+    versions: list[Version],
+    requested: set[Version],
+    opts: Options,
+    advance: Advance = lambda label: None,
+    *,
+    use_cache: bool = True,
+) -> list[ReleaseResult]:
+    """Verify each release (see the module docstring); results oldest first."""
+    patch_set = load_patch_set(opts)
+    store = ResultStore(patch_set) if use_cache else None
+    results: dict[Version, ReleaseResult] = {}
+    jobs = []
+    for version in versions:
+        job_or_result = _job(patch_set, version, opts)
+        if isinstance(job_or_result, ReleaseResult):
+            results[version] = job_or_result
+            advance(f"{version} {job_or_result.outcome}")
+        else:
+            jobs.append(job_or_result)
+    leads, mates = _split_series(jobs)
+    with tempfile.TemporaryDirectory(prefix="patchkit-verify-") as scratch:
+        for result in _run_jobs(leads, mates, Path(scratch), opts, advance, store):
+            results[result.version] = result
+    for version, result in results.items():
+        result.requested = version in requested
+    return [results[v] for v in sorted(results)]
+
+
+def _job(patch_set: PatchSetDef, version: Version, opts: Options) -> _Job | ReleaseResult:
+    try:
+        selection = select(patch_set, version)
+    except NoPatchSet as exc:  # inside the supported range, but no series covers it
+        return ReleaseResult(version, UNSUPPORTED, exc.message)
+    if selection.kind == SelectionKind.UNSUPPORTED:
+        return ReleaseResult(version, UNSUPPORTED, selection.note or "unsupported")
+    return _Job(version, selection, tuple(needed_files(patch_set, selection)))
+
+
+def _split_series(jobs: list[_Job]) -> tuple[list[_Job], dict[_Job, _Job]]:
+    """The first release of each series directory (and every upstream one), and mate -> its first.
+
+    Mates must also be judged alike: the same contract requirements apply to them (some are
+    declared for a range of versions)."""
+    leads: list[_Job] = []
+    first: dict[tuple, _Job] = {}
+    mates: dict[_Job, _Job] = {}
+    for job in jobs:
+        contract = getattr(job.selection.patch_set, "contract", ())
+        key = (job.series, tuple(i for i, req in enumerate(contract) if req.applies_to(job.version)))
+        if job.selection.kind == SelectionKind.PATCH and key in first:
+            mates[job] = first[key]
+        else:
+            first.setdefault(key, job)
+            leads.append(job)
+    return leads, mates
+
+
+def _run_jobs(
+    leads: list[_Job],
+    mates: dict[_Job, _Job],
+    scratch: Path,
+    opts: Options,
+    advance: Advance,
+    store: ResultStore | None,
+):
+    """Fetch side by side; verify each release as soon as its files are there."""
+    done: dict[_Job, ReleaseResult] = {}
+    trees: dict[_Job, Path] = {}
+    fetch_seconds: dict[_Job, float] = {}
+    pool = ThreadPoolExecutor(max_workers=FETCH_WORKERS)
+    try:
+        pending = {pool.submit(_fetch, job, job.paths): job for job in leads}
+        pending.update({pool.submit(_fetch, job, ()): job for job in mates})  # RECORD only
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                job = pending.pop(future)
+                tree, seconds = future.result()
+                trees[job], fetch_seconds[job] = tree, seconds
+                if job in mates:
+                    continue
+                done[job] = _verify_or_recall(job, tree, seconds, scratch, opts, store)
+                advance(f"{job.version} {done[job].label}")
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    for mate, lead in mates.items():
+        if _same_stock_files(trees[mate], trees[lead], mate.paths):
+            done[mate] = _reused(mate, done[lead], fetch_seconds[mate])
+        else:  # the library says they share files, the wheels disagree: do this one too
+            tree, seconds = _fetch(mate, mate.paths)
+            done[mate] = _verify_or_recall(mate, tree, seconds, scratch, opts, store)
+        advance(f"{mate.version} {done[mate].label}")
+    return list(done.values())
+
+
+def _fetch(job: _Job, paths) -> tuple[Path, float]:
+    start = time.perf_counter()
+    tree = fetch.release_tree(str(job.version), paths)
+    return tree, time.perf_counter() - start
+
+
+def _same_stock_files(mate_tree: Path, lead_tree: Path, paths) -> bool:
+    """Compare through the wheels' RECORD hashes (verified by the fetcher for every file it reads)."""
+    mine, theirs = _record(mate_tree), _record(lead_tree)
+    if mine is None or theirs is None:
+        return False
+    return all(mine.get(p, ("",))[0] == theirs.get(p, ("",))[0] for p in paths)
+
+
+def _record(tree: Path) -> dict | None:
+    found = find_record(tree)
+    if found is None:
+        return None
+    try:
+        return parse_record(read_record_file(tree, found))
+    except OSError:  # not a regular file, or too large: no evidence
+        return None
+
+
+def _reused(mate: _Job, lead: ReleaseResult, fetched: float) -> ReleaseResult:
+    return replace(
+        lead,
+        version=mate.version,
+        same_as=lead.version,
+        detail=f"{lead.detail} (stock files identical to {lead.version}'s by RECORD sha256; its result)",
+        timings={"fetch": fetched, "total": fetched},
+    )
+
+
+# --------------------------------------------------------------------------- result cache
+
+
+class ResultStore:
+    """Results by a key over all their inputs (see the module docstring), each sealed with this
+    user's key (patchkit.base.seal): an entry is a shortcut for a result this user's patchkit made, never
+    evidence. One that does not verify (edited, made elsewhere, for another release) is run again."""
+
+    KIND = "verify-result"
+
+    def __init__(self, patch_set: PatchSetDef):
+        self.directory = fetch.cache_dir() / "verify-results"
+        self.fingerprint = _fingerprint(patch_set)
+        self.usable = usable_cache_dir(self.directory)  # never written or pruned through a symlink
+        if self.usable:
+            prune(self.directory)  # results of earlier code or sets are never asked for again
+
+    def key(self, job: _Job, stock: Path) -> str:
+        digest = hashlib.sha256(f"{self.fingerprint}\0{job.version}".encode())
+        for path in job.paths:
+            full = stock / path
+            content = hashlib.sha256(full.read_bytes()).hexdigest() if full.is_file() else "absent"
+            digest.update(f"\0{path}\0{content}".encode())
+        return digest.hexdigest()
+
+    def recall(self, key: str, job: _Job) -> tuple[ReleaseResult | None, str | None]:
+        """(the cached result, None) or (None, why an entry there was not believed); (None, None): none."""
+        path = self.directory / f"{key}.json"
+        if not self.usable:
+            return None, None
+        try:
+            raw = _read_entry(self.directory, path)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror or exc})"
+        try:
+            result = self._believe(key, job, json.loads(raw))
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            return None, str(exc) or type(exc).__name__
+        touch(path)
+        return result, None
+
+    def _believe(self, key: str, job: _Job, entry: dict) -> ReleaseResult:
+        data = entry["result"]
+        if not seal.sealed(self.KIND, key, seal.canonical(data), entry.get("seal")):
+            raise ValueError("not sealed by this user's patchkit (edited, or made on another machine)")
+        if data["vllm_version"] != str(job.version) or data["series"] != job.series:
+            raise ValueError(f"made for {data['vllm_version']} ({data['series']}), not {job.version} ({job.series})")
+        checks = [CheckResult(**c) for c in data["checks"]]
+        if not all(isinstance(c.ok, bool) and c.level in (ERROR, WARNING) for c in checks):
+            raise ValueError("a check result is malformed")
+        outcome = ReleaseOutcome(data["outcome"])  # ValueError for an outcome patchkit does not know
+        if outcome == UNSUPPORTED:
+            raise ValueError("a fetched release is never unsupported")
+        return ReleaseResult(
+            job.version,
+            outcome,
+            str(data["detail"]),
+            series=job.series,
+            checks=checks,
+            reverted_identical=_optional_bool(data["reverted_identical"]),
+            upstream_regression=bool(data["upstream_regression"]),
+            cached=True,
+        )
+
+    def keep(self, key: str, result: ReleaseResult, set_name: str) -> None:
+        data = result.to_json(set_name)
+        entry = {"seal": seal.seal(self.KIND, key, seal.canonical(data)), "result": data}
+        path = self.directory / f"{key}.json"
+        if not self.usable:
+            return
+        with suppress(OSError):  # a cache that cannot be written only costs time
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if fsutil.inside(self.directory, path.parent):
+                fsutil.atomic_write(path, json.dumps(entry).encode())
+
+
+def _optional_bool(value: object) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"reverted_identical is {value!r}")
+    return value
+
+
+def _read_entry(directory: Path, path: Path) -> bytes:
+    """A cache entry's bytes: a regular file inside the cache (a symlink is never followed)."""
+    if not fsutil.inside(directory, path.parent):
+        raise OSError(f"{path.name} is not in the cache")
+    return fsutil.read_regular(path, 1 << 22)  # never a symlink, never a fifo
+
+
+def _fingerprint(patch_set: PatchSetDef) -> str:
+    """What every result depends on besides the release: patchkit's code, the set, the judges."""
+
+    digest = hashlib.sha256(sys.version.encode())
+    for name in ("pyflakes", "unidiff", "packaging"):
+        digest.update(f"\0{name}={metadata.version(name)}".encode())
+    for root in (Path(patchkit.__file__).resolve().parent, patch_set.directory):
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                digest.update(f"\0{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _verify_or_recall(
+    job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options, store: ResultStore | None
+) -> ReleaseResult:
+    if store is None:
+        return _verify_release(job, stock, fetched, scratch, opts)
+    key = store.key(job, stock)
+    recalled, distrusted = store.recall(key, job)
+    if recalled is not None:
+        recalled.timings = {"fetch": fetched, "total": fetched}
+        return recalled
+    result = _verify_release(job, stock, fetched, scratch, opts)
+    if distrusted:
+        result.detail += f" (a cached result for these inputs was not believed, {distrusted}: run again)"
+    store.keep(key, result, job.selection.set_name)
+    return result
+
+
+# --------------------------------------------------------------------------- one release
+
+
+class _Clock:
+    def __init__(self, fetched: float):
+        self.timings = {"fetch": fetched}
+        self._start = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[phase] = self.timings.get(phase, 0.0) + time.perf_counter() - start
+
+    def total(self) -> dict[str, float]:
+        return {**self.timings, "total": self.timings["fetch"] + time.perf_counter() - self._start}
+
+
+def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options) -> ReleaseResult:
+    clock = _Clock(fetched)
+    site = scratch / str(job.version)
+    (site / "vllm").mkdir(parents=True)
+    copied = lay_out(stock, site, job.paths)
+    try:
+        resolved = resolve(replace(opts, target_dir=str(site), python=None, vllm_version=None, adhoc=()))
+        with clock("checks"):
+            stock_checks = _stock_integrity(site, job)
+        if any(r.failed for r in stock_checks):
+            result = _damaged_stock(job.version, stock_checks)
+        elif job.selection.kind == SelectionKind.UPSTREAM:
+            result = _verify_upstream(resolved, clock)
+        else:
+            result = _verify_patched(resolved, clock)
+        result.checks = stock_checks + [r for r in result.checks if r.check != integrity.NAME]
+        differences = _differences(stock, site, copied)
+        if differences and result.outcome in (PATCHED, UPSTREAM):
+            result.outcome = CHECK_FAILED_OUTCOME
+            result.detail = f"the tree differs from stock afterwards: {', '.join(differences)}"
+        if result.reverted_identical is not None or differences:
+            result.reverted_identical = not differences
+        result.series = job.series
+        result.timings = clock.total()
+        return result
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+
+
+def _stock_integrity(site: Path, job: _Job) -> list[CheckResult]:
+    """integrity, as `verify --target` runs it: each stock file against the release's RECORD."""
+    context = CheckContext(
+        paths=list(job.paths), read=lambda path: read_file(site / path), python=None, root=site, version=job.version
+    )
+    return integrity.CHECK.run(context)
+
+
+def _damaged_stock(version: Version, results: list[CheckResult]) -> ReleaseResult:
+    """Files that are not the release's own: nothing said about them would be about the library."""
+    return ReleaseResult(
+        version,
+        CHECK_FAILED_OUTCOME,
+        "the stock files are not the release's (RECORD sha256 differs; a damaged fetch cache?): " + _failures(results),
+        checks=results,
+    )
+
+
+def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
+    """apply --dry-run, apply, status, revert: what a user would run, on the release's stock files."""
+    version = _release(resolved)
+    with clock("dry_run"):
+        plan = apply_series(resolved, dry_run=True).plan
+    assert plan is not None  # a library series is always planned
+    refused = _refused_by_plan(version, plan)
+    if refused:
+        return refused
+    applied = apply_series(resolved, timed=clock)
+    results = applied.planned_checks
+    if not applied.written:
+        failed = any(r.failed for r in results)
+        detail = "checks failed on the planned files: " + _failures(results) if failed else None
+        return ReleaseResult(version, CHECK_FAILED_OUTCOME, detail or _message(applied.error), checks=results)
+    with clock("checks"):
+        status = inspect(resolved)
+        reverse_problems = _reverse_apply_problems(resolved, plan.changes)
+    with clock("revert"):
+        _revert(resolved)
+    problems = _problems_after_apply(applied, status) + reverse_problems
+    checks = results + [r for r in applied.on_disk_checks if r.failed]
+    if problems:
+        return ReleaseResult(version, CHECK_FAILED_OUTCOME, "; ".join(problems), checks=checks, reverted_identical=True)
+    return ReleaseResult(
+        version,
+        PATCHED,
+        f"{len(resolved.patches)} patch(es), {len(plan.changes)} file(s), {_passed(results)}; reverted byte-identical",
+        checks=checks,
+        reverted_identical=True,
+    )
+
+
+def _refused_by_plan(version: Version, plan: Plan) -> ReleaseResult | None:
+    """A conflict, or a patch the stock release already contains."""
+    if plan.conflicts:
+        return ReleaseResult(version, CONFLICT, plan.describe_conflicts())
+    present = [s.patch.name for s in plan.steps if s.state == StepState.ALREADY_APPLIED]
+    if present:
+        return ReleaseResult(
+            version, CHECK_FAILED_OUTCOME, f"the stock release already contains {', '.join(present)}: is it upstream?"
+        )
+    return None
+
+
+def _problems_after_apply(applied: ApplyResult, status: TreeStatus) -> list[str]:
+    problems = []
+    if applied.outcome == Outcome.APPLIED and status.state != TreeState.APPLIED:
+        problems.append(f"after apply the status is {status.state}, not applied")
+    if any(r.failed for r in applied.on_disk_checks):  # apply rolled the tree back
+        problems.append("checks failed on the written files: " + _failures(applied.on_disk_checks))
+    elif applied.error is not None:
+        problems.append(applied.error.message)
+    return problems
+
+
+def _release(resolved: Resolved) -> Version:
+    """The release a scratch tree holds (its dist-info names it)."""
+    assert resolved.vllm_version is not None
+    return resolved.vllm_version
+
+
+def _message(error: PatchkitError | None) -> str:
+    return error.message if error is not None else "nothing was written"
+
+
+def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
+    version = _release(resolved)
+    with clock("checks"):
+        status = inspect(resolved, check_upstream=True)
+    if status.upstream_regression:
+        return ReleaseResult(
+            version,
+            UPSTREAM,
+            "upstream regression: the stock files fail the set's checks: " + _failures(status.checks),
+            checks=status.checks,
+            upstream_regression=True,
+        )
+    files = len({r.path for r in status.checks if r.path})
+    return ReleaseResult(
+        version,
+        UPSTREAM,
+        f"vLLM ships the change; on its {files} stock file(s) {_passed(status.checks)}",
+        checks=status.checks,
+    )
+
+
+def _passed(results: list[CheckResult]) -> str:
+    """ "20 check(s) passed, 1 skipped": passing results; a passing warning is a check that did not run."""
+
+    counts = Counter(r.status for r in results)
+    others = "".join(
+        f", {counts[status]} {status}" for status in (CheckStatus.SKIPPED, CheckStatus.WARNING) if counts[status]
+    )
+    return f"{counts[CheckStatus.PASS]} check(s) passed{others}"
+
+
+def _failures(results: list[CheckResult]) -> str:
+    return "; ".join(r.describe() for r in results if r.failed)
+
+
+def _revert(resolved: Resolved) -> None:
+    """What `revert` does: restore each recorded file's saved original (what a failed on-disk
+    check already rolled back leaves nothing to do)."""
+    reverted = revert_series(resolved.target, resolved)
+    if reverted.error is not None:
+        raise reverted.error
+
+
+def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:
+    """`revert` without a record reverse-applies the series: that must give stock back as well."""
+    plan = plan_revert(resolved.target.root, resolved.patches)
+    if plan.conflicts:
+        return ["the series does not reverse-apply: " + plan.describe_conflicts()]
+    wrong = sorted(p for p, (before, _after) in changes.items() if plan.content(p) != before)
+    return [f"reverse-applying the series does not restore {', '.join(wrong)}"] if wrong else []
+
+
+# --------------------------------------------------------------------------- trees
+
+
+def _differences(stock: Path, site: Path, copied: list[str]) -> list[str]:
+    """Files that are not byte-identical to stock, appeared or vanished (patchkit's own record aside)."""
+    present = sorted(
+        p.relative_to(site).as_posix()
+        for p in site.rglob("*")
+        if p.is_file() and p.relative_to(site).parts[0] != META_DIR
+    )
+    differ = [p for p in copied if p in present and (site / p).read_bytes() != (stock / p).read_bytes()]
+    return sorted(set(present) ^ set(copied)) + differ

@@ -1,0 +1,146 @@
+"""Which files of a release patchkit needs, and laying a fetched tree out for --target."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from patchkit.base.errors import BadInput, FetchError, NoPatchSet, TargetError
+from patchkit.base.fsutil import atomic_write
+from patchkit.distinfo.record import parse_record
+from patchkit.engine.inspection import upstream_check_paths
+from patchkit.fetch.cache import Damaged, mismatch, read_regular
+from patchkit.series.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select
+from patchkit.tree.version import parse
+
+
+def files_for(version: str, library: str | None = None, set_name: str | None = None) -> list[str]:
+    """The files patchkit reads of a release: those its series touches, or for an upstream release
+    those the set's checks read; none for an unsupported one. A library or set that cannot be
+    loaded is the caller's error (BadInput), as it is for every other command."""
+    patch_set = load_chosen(library, set_name)
+    try:
+        selection = select(patch_set, parse(version, "VERSION"))
+    except NoPatchSet:
+        return []
+    return needed_files(patch_set, selection)
+
+
+def needed_files(patch_set: PatchSetDef, selection: Selection) -> list[str]:
+
+    if selection.kind == PATCH:
+        paths = {f.source_path or f.path for p in selection.patches for f in p.files}
+    elif selection.kind == UPSTREAM:
+        paths = set(upstream_check_paths(patch_set))
+    else:
+        return []
+    contract = {req.file for req in patch_set.contract if req.applies_to(selection.version)}
+    return sorted(paths | contract)
+
+
+def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *, force: bool = False) -> list[str]:
+    """Copy a cached release tree (or its dist-info and `paths`) to dest, returning what was copied.
+
+    Each file is read without following a symlink and checked against the tree's RECORD (the cache
+    is untrusted input; release_tree re-checked that RECORD). Nothing is written through a symlink
+    in dest or over a directory or special file there (BadInput naming it), nor over a file that
+    holds other contents unless `force` (BadInput listing them). The cache itself is never handed
+    out for writing."""
+    files = _verified_files(tree, paths)
+    root = Path(dest).resolve()
+    differing = _differing_in_dest(root, dest, files)
+    if differing and not force:
+        raise BadInput(
+            f"{dest} holds {len(differing)} file(s) with other contents: {', '.join(differing[:10])}"
+            + (f" and {len(differing) - 10} more" if len(differing) > 10 else ""),
+            hint="they may be your edits: choose another directory, or pass --force to overwrite them",
+        )
+    for rel, data in files.items():
+        try:
+            if rel in differing or not (root / rel).exists():
+                atomic_write(root / rel, data, mode=0o644)
+        except OSError as e:
+            raise TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}") from None
+    return sorted(files)
+
+
+def _verified_files(tree: Path, paths: Iterable[str] | None) -> dict[str, bytes]:
+    """What lay_out copies, each file a regular file read without following a symlink and, when
+    the tree has its RECORD (a fetched release always has: release_tree sees to it), checked
+    against it."""
+    dist_info = _dist_info(tree)
+    record_name = f"{dist_info}/RECORD"
+    try:
+        record_bytes: bytes | None = read_regular(tree, record_name)
+    except FileNotFoundError:
+        record_bytes = None
+    except Damaged as e:
+        raise _damaged(tree, e) from None
+    record = parse_record(record_bytes) if record_bytes is not None else None
+    wanted = _tree_members(tree, record) if paths is None else [f"{dist_info}/METADATA", *paths]
+    files = {} if record_bytes is None else {record_name: record_bytes}
+    for rel in wanted:
+        if rel == record_name:
+            continue
+        try:
+            data = read_regular(tree, rel)
+            problem = mismatch(rel, data, record) if record is not None else None
+        except FileNotFoundError:
+            continue  # the release lacks it
+        except Damaged as e:
+            problem = str(e)
+        if problem:
+            raise _damaged(tree, problem)
+        files[rel] = data
+    return files
+
+
+def _damaged(tree: Path, problem: object) -> FetchError:
+    return FetchError(
+        f"the cached release in {tree} is damaged: {problem}", hint="run the command again to fetch it anew"
+    )
+
+
+def _dist_info(tree: Path) -> str:
+    """The dist-info directory of a cached release tree (a real directory, not a symlink)."""
+    try:
+        found = sorted(e.name for e in os.scandir(tree) if _is_dist_info(e))
+    except OSError as e:
+        raise FetchError(f"cannot read the cached release in {tree}: {e.strerror}") from None
+    if not found:
+        raise FetchError(f"the cached release in {tree} has no vllm-*.dist-info", hint="fetch it again")
+    return found[0]
+
+
+def _is_dist_info(entry: os.DirEntry) -> bool:
+    return entry.name.startswith("vllm-") and entry.name.endswith(".dist-info") and entry.is_dir(follow_symlinks=False)
+
+
+def _tree_members(tree: Path, record: dict[str, tuple[str, str]] | None) -> list[str]:
+    """The files of the tree (those RECORD lists, if there is one), never through a symlinked directory."""
+    out = []
+    for directory, _dirs, names in os.walk(tree):
+        for name in names:
+            rel = Path(directory, name).relative_to(tree).as_posix()
+            if record is None or rel in record:
+                out.append(rel)
+    return out
+
+
+def _differing_in_dest(root: Path, dest: str | Path, files: dict[str, bytes]) -> list[str]:
+    """The files of dest that hold other contents; BadInput for a symlink, directory or special file
+    where a file (or on the way to one) is about to be written."""
+    differing = []
+    for rel, data in files.items():
+        try:
+            if read_regular(root, rel) != data:
+                differing.append(rel)
+        except FileNotFoundError:
+            continue
+        except Damaged as e:
+            raise BadInput(
+                f"refusing to lay files out under {dest}: {e}",
+                hint="patchkit never writes through a symlink or over a directory or special file; move it away",
+            ) from None
+    return sorted(differing)

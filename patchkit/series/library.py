@@ -1,0 +1,370 @@
+"""The patch library: named sets, each with versioned patch series per vLLM release.
+
+    <root>/<set>/set.toml             name, description, supported, upstream, [[releases]]
+    <root>/<set>/<dir>/series         patch file names in apply order, each with its sha256
+                                      ("0001-x.patch sha256:<hex>"; '#' starts a comment)
+    <root>/<set>/<dir>/NNNN-name.patch  DEP-3 header, then a git-style unified diff
+
+A release entry maps a `packaging` specifier to a directory, so releases whose files are
+identical share one directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from patchkit.base import fsutil
+from patchkit.base.enums import SelectionKind
+from patchkit.base.errors import BadInput, NoPatchSet
+from patchkit.base.fsutil import atomic_write, unsafe_reason
+from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch
+from patchkit.tree.version import in_range, release_version, specifier
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from patchkit.series.requirements import Requirement  # imported where a set's contract is read: --patch reads none
+
+MANIFEST = "set.toml"
+SERIES = "series"
+SHA_PREFIX = "sha256:"
+
+PATCH = SelectionKind.PATCH
+UPSTREAM = SelectionKind.UPSTREAM
+UNSUPPORTED = SelectionKind.UNSUPPORTED
+
+
+LIBRARY_ENV = "PATCHKIT_LIBRARY"
+FROM_OPTION = "--patches"
+INSTALLED = "installed"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Which library root a command uses, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
+
+    path: Path
+    source: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": str(self.path), "source": self.source}
+
+
+def locate(option: str | Path | None) -> Location:
+    """The library root, in this order: --patches DIR, then $PATCHKIT_LIBRARY, then the installed one."""
+    if option:
+        return Location(Path(option).resolve(), FROM_OPTION)
+    from_env = os.environ.get(LIBRARY_ENV)
+    if from_env:
+        path = Path(from_env).resolve()
+        if not path.is_dir():
+            raise BadInput(
+                f"{LIBRARY_ENV}={from_env} is not a directory",
+                hint=f"point {LIBRARY_ENV} at a library root, or unset it to use the installed library",
+            )
+        return Location(path, LIBRARY_ENV)
+    return Location(default_root(), INSTALLED)
+
+
+def default_root() -> Path:
+    """The library installed with patchkit: patchkit/_library inside a wheel, read through
+    importlib.resources; patches/ beside the package in a checkout or an editable install."""
+
+    packaged = files("patchkit") / "_library"
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged.resolve()
+    return Path(__file__).resolve().parents[2] / "patches"
+
+
+@dataclass(frozen=True)
+class Release:
+    versions: SpecifierSet
+    directory: Path
+
+    def covers(self, version: Version) -> bool:
+        """Whether this series is for `version` (judged as its release: version.release_version)."""
+        return in_range(self.versions, version)
+
+    def series(self) -> list[tuple[str, str | None]]:
+        """(patch file name, recorded sha256 or None) in apply order."""
+        path = self.directory / SERIES
+        try:
+            text = fsutil.read_regular(path, SERIES_LIMIT).decode("utf-8")
+        except OSError as exc:
+            raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"cannot read {path}: {exc}") from exc
+        entries = []
+        for line in text.splitlines():
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            _check_entry(path, fields[0])
+            digest = next((f[len(SHA_PREFIX) :] for f in fields[1:] if f.startswith(SHA_PREFIX)), None)
+            entries.append((fields[0], digest))
+        return entries
+
+    def read_patches(self, roots: tuple[str, ...]) -> list[Patch]:
+        """The series' patches, each checked against the sha256 the library records for it."""
+        patches = []
+        for name, digest in self.series():
+            patch = read_patch(self.directory / name, roots)
+            if digest and patch.sha256 != digest:
+                raise BadInput(
+                    f"{self.directory / name} does not match the sha256 recorded in its series "
+                    "(corrupted, truncated or edited)",
+                    hint="restore it, or run `patchkit refresh` if the edit is intended",
+                )
+            patches.append(patch)
+        return patches
+
+
+SERIES_LIMIT = 1 << 20
+
+
+def _check_entry(series: Path, name: str) -> None:
+    """A series names patch files beside it: a plain file name, never a path (no '/', no '..')."""
+    reason = unsafe_reason(name) or ("names another directory" if "/" in name else None)
+    if reason:
+        raise BadInput(
+            f"{series}: the entry {name!r} {reason}: a series lists patch file names in its own directory",
+            hint="repair the series file (patchkit refresh rewrites it)",
+        )
+
+
+def write_series(directory: Path, names: list[str]) -> None:
+    """Rewrite a series file, recording each patch file's sha256 beside its name."""
+
+    lines = [f"{name} {SHA_PREFIX}{hashlib.sha256((directory / name).read_bytes()).hexdigest()}" for name in names]
+    comments = []
+    series = directory / SERIES
+    if series.is_file() and not series.is_symlink():
+        comments = [line for line in series.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
+    # A new file in place of the old (never written through a symlink planted there).
+    atomic_write(series, ("\n".join(comments + lines) + "\n").encode())
+
+
+@dataclass(frozen=True)
+class PatchSetDef:
+    name: str
+    description: str
+    directory: Path
+    supported: SpecifierSet | None
+    upstream: SpecifierSet | None
+    releases: tuple[Release, ...]
+    roots: tuple[str, ...] = DEFAULT_ROOTS
+    probe: Path | None = None  # a script run in the target's interpreter after import (checks/probe.py)
+    contract: tuple[Requirement, ...] = ()  # what must hold in the patched code (checks/contract.py)
+    launch: Path | None = None  # the set's launch checks, run by `patchkit preflight` (patchkit/launch)
+
+
+@dataclass
+class Selection:
+    """What the library says about one vLLM version."""
+
+    set_name: str
+    kind: SelectionKind
+    version: Version | None
+    patches: list[Patch] = field(default_factory=list)
+    release: Release | None = None
+    note: str | None = None
+    patch_set: PatchSetDef | None = None  # None for ad-hoc --patch diffs
+
+
+# set.toml's fields: the TOML types each may have, and whether it must be there
+_MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "name": ((str,), True),
+    "releases": ((list,), True),
+    "description": ((str,), False),
+    "supported": ((str,), False),
+    "upstream": ((str,), False),
+    "roots": ((list,), False),
+    "probe": ((str,), False),
+    "contract": ((str, list), False),
+    "launch": ((str,), False),
+}
+_TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
+
+
+def _manifest_problems(data: dict) -> list[str]:
+    """What is missing from a set.toml, or of the wrong type (empty: nothing)."""
+    missing = [key for key, (_, required) in _MANIFEST_FIELDS.items() if required and not data.get(key)]
+    problems = [f"no {' and no '.join(missing)}"] if missing else []
+    for key, (types, _) in _MANIFEST_FIELDS.items():
+        if key in data and not isinstance(data[key], types):
+            problems.append(f"`{key}` must be {' or '.join(_TOML_TYPES[t] for t in types)}")
+    releases = data.get("releases")
+    for index, release in enumerate(releases if isinstance(releases, list) else [], 1):
+        if not (isinstance(release, dict) and all(isinstance(release.get(k), str) for k in ("versions", "dir"))):
+            problems.append(f"[[releases]] entry {index} needs `versions` and `dir`, both strings")
+        elif unsafe_reason(release["dir"]):
+            problems.append(f"[[releases]] entry {index}: `dir` {release['dir']!r} {unsafe_reason(release['dir'])}")
+    if isinstance(data.get("roots"), list) and not all(isinstance(r, str) and r for r in data["roots"]):
+        problems.append("`roots` must be an array of package names")
+    return problems
+
+
+def load_set(directory: Path) -> PatchSetDef:
+    manifest = directory / MANIFEST
+    data = read_toml(manifest, "manifest")
+    problems = _manifest_problems(data)
+    if problems:
+        raise BadInput(
+            f"manifest {manifest}: {'; '.join(problems)}",
+            hint="a set.toml names the set (name = ...) and maps versions to series ([[releases]] versions, dir)",
+        )
+    try:
+        releases = tuple(
+            Release(specifier(r["versions"], manifest), directory / r["dir"]) for r in data.get("releases", [])
+        )
+        return PatchSetDef(
+            name=data.get("name", directory.name),
+            description=data.get("description", ""),
+            directory=directory,
+            supported=specifier(data.get("supported"), manifest),
+            upstream=specifier(data.get("upstream"), manifest),
+            releases=releases,
+            roots=tuple(data.get("roots", DEFAULT_ROOTS)),
+            probe=_probe_script(data.get("probe"), directory, manifest),
+            contract=_contract(data.get("contract"), directory, manifest),
+            launch=_probe_script(data.get("launch"), directory, manifest, "launch checks"),
+        )
+    except (KeyError, TypeError) as exc:
+        raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
+
+
+def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requirement, ...]:
+    """set.toml's `contract`: inline [[contract]] tables, or a TOML file of [[requirement]] tables."""
+    # lazy: a contract's parser loads only where a set declares one
+    from patchkit.series.requirements import parse_requirements
+
+    if declared is None:
+        return ()
+    if not isinstance(declared, str):
+        return parse_requirements(declared, str(manifest))
+    path = directory / declared
+    data = read_toml(path, f"contract (named in {manifest})")
+    return parse_requirements(data.get("requirement", []), str(path))
+
+
+def _probe_script(name: str | None, directory: Path, origin: Path, what: str = "probe script") -> Path | None:
+    if name is None:
+        return None
+    path = directory / name
+    if not path.is_file():
+        raise BadInput(f"manifest {origin}: {what} {path} does not exist")
+    return path
+
+
+def read_toml(path: Path, what: str) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"cannot read the {what} {path}: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"unreadable {what} {path}: {exc}") from exc
+
+
+def load_library(root: Path) -> dict[str, PatchSetDef]:
+    if not root.is_dir():
+        raise BadInput(f"patch library {root} is not a directory")
+    sets = [load_set(d) for d in sorted(root.iterdir()) if (d / MANIFEST).is_file()]
+    if not sets:
+        raise BadInput(f"patch library {root} holds no patch set (no */{MANIFEST})")
+    return {s.name: s for s in sets}
+
+
+def load_chosen(library: str | Path | None, set_name: str | None) -> PatchSetDef:
+    """The named set (or the only one) of the library `locate` chooses."""
+    return choose_set(load_library(locate(library).path), set_name)
+
+
+def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:
+    if name:
+        if name not in sets:
+            raise BadInput(f"no patch set {name!r} in the library; it has: {', '.join(sets)}")
+        return sets[name]
+    if len(sets) == 1:
+        return next(iter(sets.values()))
+    raise BadInput(f"the library holds several sets ({', '.join(sets)}); choose one with --set")
+
+
+def select(patch_set: PatchSetDef, version: Version) -> Selection:
+    """Map a version onto the set: a release's series, upstream, or unsupported. Every range is
+    matched by the release the version belongs to (version.release_version)."""
+
+    note = _judged_as(version)
+    version = Version(version.public)
+    if patch_set.upstream is not None and in_range(patch_set.upstream, version):
+        return Selection(patch_set.name, UPSTREAM, version, note=note, patch_set=patch_set)
+    for release in patch_set.releases:
+        if release.covers(version):
+            patches = release.read_patches(patch_set.roots)
+            if not patches:
+                raise BadInput(f"{release.directory / SERIES} lists no patch")
+            return Selection(patch_set.name, PATCH, version, patches, release, note, patch_set)
+    if patch_set.supported is not None and not in_range(patch_set.supported, version):
+        return Selection(
+            patch_set.name,
+            UNSUPPORTED,
+            version,
+            patch_set=patch_set,
+            note=f"vLLM {version} is outside the range the set {patch_set.name!r} supports "
+            f"({supported_range(patch_set)})",
+        )
+    covered = ", ".join(str(r.versions) for r in patch_set.releases) or "none"
+    dev = (
+        f" (judged as release {release_version(version)}: pass --vllm-version with the release it derives from)"
+        if release_version(version) != version
+        else ""
+    )
+    raise NoPatchSet(
+        f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}", hint=f"releases covered: {covered}"
+    )
+
+
+def _judged_as(version: Version) -> str | None:
+    """The note for a version that is not a plain release: what it is matched as."""
+    release = release_version(version)
+    if version.local and version.public == str(release):
+        return f"local version label +{version.local} ignored: treated as {release}"
+    if version.local:
+        return f"local version label +{version.local} ignored; {version.public} is a build of release {release}"
+    if version != release:
+        return f"{version} is a build of release {release}: matched as {release}"
+    return None
+
+
+def supported_range(patch_set: PatchSetDef) -> str:
+    parts = [str(patch_set.supported)] if patch_set.supported else []
+    if patch_set.upstream:
+        parts.append(f"upstream from {patch_set.upstream}")
+    return "; ".join(parts) or "any"
+
+
+def adhoc_selection(paths: list[str], version: Version | None) -> Selection:
+    """--patch FILE ...: the given diffs stand in for the library's series."""
+    patches = [read_patch(Path(p), follow_symlinks=True) for p in paths]  # any file the user names
+    return Selection(adhoc_set_name(patches), PATCH, version, patches)
+
+
+def adhoc_set_name(patches: list[Patch]) -> str:
+    """The set an ad-hoc apply is recorded as: the same diffs always name the same set, other
+    diffs another, so undoing one ad-hoc apply never undoes another."""
+
+    digest = hashlib.sha256("\n".join(p.sha256 for p in patches).encode()).hexdigest()
+    return f"adhoc-{digest[:12]}"

@@ -1,0 +1,454 @@
+"""The engine: compute every new file content in memory; nothing is written here.
+
+A plan applies (or reverses) a series of patches to a view of the tree. Each patch ends in one
+state (enums.StepState): `apply` (will change the tree), `applied` (its change is already present:
+it reverse-applies cleanly), or `conflict`. Context must match exactly; a hunk may land at an offset, which is kept
+so it can be reported. There is no fuzz.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import NamedTuple
+
+from patchkit.base.enums import StepState
+from patchkit.base.errors import BadInput, Drift
+from patchkit.base.fsutil import Origin, read_file_and_origin
+from patchkit.base.hashing import hash_soon, joined, sha256
+from patchkit.series.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touched_paths
+from patchkit.store.state import Entry, read_object
+
+
+class Placement(NamedTuple):
+    hunk: Hunk
+    line: int  # 1-based line of the hunk's first source line where it lands
+    position: int  # the byte where that line starts
+
+    @property
+    def offset(self) -> int:
+        expected = self.hunk.source_start if self.hunk.source_count else self.hunk.source_start + 1
+        return self.line - expected
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why a file part of a patch does not apply: which hunk, what it expected, what is there."""
+
+    path: str
+    hunk_index: int  # 1-based
+    line: int
+    expected: str
+    found: str | None
+    reason: str
+
+    def describe(self) -> str:
+        if self.found is None:
+            return f"{self.path}: {self.reason}"
+        text = (
+            f"{self.path}: hunk #{self.hunk_index} does not apply: expected at line {self.line} "
+            f"{self.expected.rstrip(chr(10))!r}, found {self.found.rstrip(chr(10))!r}"
+        )
+        return text if self.reason == "context does not match" else f"{text} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class FileStep:
+    patch: FilePatch
+    before: bytes | None
+    placements: tuple[Placement, ...]
+
+    @cached_property
+    def after(self) -> bytes | None:
+        """The new content, made when first asked for (a dry run only places the hunks)."""
+        return None if self.patch.kind == "delete" else splice(self.before or b"", self.placements)
+
+
+@dataclass
+class PatchStep:
+    patch: Patch
+    state: StepState
+    files: list[FileStep] = field(default_factory=list)
+    mismatch: Mismatch | None = None
+
+
+class View:
+    """The tree as the plan sees it: disk contents, overlaid with what earlier steps computed."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._prefix = os.path.join(root, "")
+        self.original: dict[str, bytes | None] = {}
+        self.current: dict[str, bytes | FileStep | None] = {}  # a FileStep: content not made yet
+        self.origins: dict[str, Origin] = {}  # the file each original was read from
+
+    @classmethod
+    def holding(cls, root: Path, contents: dict[str, bytes | None]) -> View:
+        """A view that starts from these contents (paths it lacks are read under root)."""
+        view = cls(root)
+        view.original = dict(contents)
+        view.current = dict(contents)
+        return view
+
+    def original_content(self, path: str) -> bytes | None:
+        if path not in self.current:
+            data, origin = _read_target(self._prefix + path, path)
+            if origin is not None:
+                self.origins[path] = origin
+            hash_soon(data)  # a large original: its digest is wanted by the integrity check and the record
+            self.original[path] = data
+            self.current[path] = data
+        return self.original[path]
+
+    def read(self, path: str) -> bytes | None:
+        self.original_content(path)
+        content = self.current[path]
+        if isinstance(content, FileStep):
+            content = self.current[path] = content.after
+        return content
+
+    def write(self, path: str, content: bytes | FileStep | None) -> None:
+        """A file's new content, or the step that makes it (made when the content is read)."""
+        self.original_content(path)
+        self.current[path] = content
+
+    def changes(self) -> dict[str, tuple[bytes | None, bytes | None]]:
+        """path -> (before, after) for every file whose content the plan changes."""
+        return {p: (self.original[p], self.read(p)) for p in self.changed_paths()}
+
+    def changed_paths(self) -> list[str]:
+        """The paths of `changes`, without making contents that are not made yet where it can."""
+        return [p for p in list(self.current) if self._changed(p)]
+
+    def _changed(self, path: str) -> bool:
+        pending = self.current[path]
+        if isinstance(pending, FileStep) and pending.before is self.original[path]:
+            return True  # the first step on a file from disk: each of its hunks changes something
+        return self.read(path) != self.original[path]
+
+
+@dataclass
+class Plan:
+    root: Path
+    steps: list[PatchStep]
+    view: View
+    _stock: Plan | None = field(default=None, repr=False)
+
+    @property
+    def conflicts(self) -> list[PatchStep]:
+        return [s for s in self.steps if s.state == StepState.CONFLICT]
+
+    def describe_conflicts(self, separator: str = "; ") -> str:
+        """Why each conflicting patch does not apply."""
+        return separator.join(s.mismatch.describe() for s in self.conflicts if s.mismatch)
+
+    @property
+    def changes(self) -> dict[str, tuple[bytes | None, bytes | None]]:
+        return self.view.changes()
+
+    @property
+    def changed_paths(self) -> list[str]:
+        return self.view.changed_paths()
+
+    def content(self, path: str) -> bytes | None:
+        """The planned content of a path (the disk's where the plan does not touch it)."""
+        return self.view.read(path)
+
+    def disk_content(self, path: str) -> bytes | None:
+        """The content on disk when the plan was made (read once, shared by the checks)."""
+        return self.view.original_content(path)
+
+    def stock_content(self, path: str) -> bytes | None:
+        """The content before this plan's series: the disk's, with patches found applied undone."""
+        present = [s.patch for s in self.steps if s.state == StepState.ALREADY_APPLIED]
+        if not present:
+            return self.disk_content(path)
+        if self._stock is None:
+            # a fresh view of the disk as this plan first read it
+            self._stock = plan_revert(self.root, present, view=View.holding(self.root, self.view.original))
+        return self._stock.content(path)
+
+    @property
+    def touched_paths(self) -> list[str]:
+        return touched_paths([s.patch for s in self.steps])
+
+
+def plan_apply(root: Path, patches: list[Patch], view: View | None = None) -> Plan:
+    return _plan(root, patches, view)
+
+
+# A path the file system cannot hold or reach: the diff (or the tree) is bad input, not a bug.
+_UNREACHABLE = {
+    errno.ENAMETOOLONG: "is too long for the file system (a name over 255 bytes or a path over PATH_MAX)",
+    errno.ELOOP: "runs through a symlink loop",
+    errno.ENOTDIR: "runs through something that is not a directory",
+}
+
+
+def _read_target(full: str, path: str) -> tuple[bytes | None, Origin | None]:
+    """A target file's bytes (None when there is none) and the file they came from; BadInput for a
+    path that cannot be a file."""
+    try:
+        read = read_file_and_origin(full)
+    except OSError as exc:
+        if exc.errno in _UNREACHABLE:
+            raise BadInput(f"{path}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
+        raise
+    if read is None:
+        _refuse_special(full, path)
+        return None, None
+    return read
+
+
+def _refuse_special(full: str, path: str) -> None:
+    """A directory, fifo or device where the tree should hold a file (or nothing) is refused,
+    never mistaken for a missing file; so is a path no file can have."""
+    try:
+        os.lstat(full)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno in _UNREACHABLE:
+            raise BadInput(f"{path}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
+        raise
+    raise BadInput(f"{path} is not a regular file (a directory, fifo, device or dangling symlink); refusing it")
+
+
+@dataclass
+class Restored:
+    """What restore_recorded did beyond putting originals back."""
+
+    edited: list[str] = field(default_factory=list)  # changed since the apply: kept aside by --force
+    notes: list[str] = field(default_factory=list)  # originals rebuilt by reverse-applying
+
+
+def restore_recorded(
+    view: View,
+    entry: Entry,
+    *,
+    force: bool = False,
+    patches: list[Patch] | None = None,
+    restored: Restored | None = None,
+) -> Restored:
+    """Put back into `view` the originals an apply recorded (checked by sha256). A file edited
+    since that apply is refused (Drift), or with `force` restored too; those are listed. A saved
+    original that is missing or corrupt is rebuilt by reverse-applying the entry's `patches` (those
+    of them it recorded) and kept only when its sha256 is the recorded one."""
+    restored = restored or Restored()
+    recorded = {(p["name"], p["sha256"]) for p in entry.patches}
+    own = [p for p in patches or [] if (p.name, p.sha256) in recorded]
+    for path, shas in sorted(entry.files.items()):
+        content = view.read(path)
+        current = sha256(content)
+        if current == shas["before"]:
+            continue
+        if current != shas["after"]:
+            if not force:
+                what = "deleted" if content is None else "edited"
+                raise Drift(
+                    f"{path} was {what} after patchkit patched it; keeping your version",
+                    hint="revert --force restores the original and keeps a copy of your edit",
+                )
+            if content is not None:  # a deleted file has nothing to keep
+                restored.edited.append(path)
+        view.write(path, _original(view, path, shas["before"], own, restored.notes))
+    return restored
+
+
+def _original(view: View, path: str, digest: str | None, patches: list[Patch], notes: list[str]) -> bytes | None:
+    if digest is None:
+        return None
+    try:
+        return read_object(view.root, digest)
+    except BadInput as damaged:
+        rebuilt = _reverse_file(view.read(path), path, patches)
+        if rebuilt is None or sha256(rebuilt) != digest:
+            raise BadInput(
+                f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
+                f"of {path} back",
+                hint="reinstall vLLM (pip install --force-reinstall --no-deps vllm==VERSION) to get stock files",
+            ) from damaged
+        notes.append(f"{damaged.message}: {path} was restored by reverse-applying the series (sha256 checked)")
+        return rebuilt
+
+
+def _reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> bytes | None:
+    """`content` with every change the patches make to `path` undone, last patch first; None
+    when one does not reverse (or the patches rename, add or delete it)."""
+    parts = [f for p in patches for f in p.files if path in (f.path, f.source_path)]
+    if content is None or not parts or any(f.kind != "modify" for f in parts):
+        return None
+    for part in reversed(parts):
+        placements = place_hunks(path, content, part.reversed().hunks)
+        if isinstance(placements, Mismatch):
+            return None
+        content = splice(content, placements)
+    return content
+
+
+def plan_revert(root: Path, patches: list[Patch], view: View | None = None) -> Plan:
+    """Reverse-apply the series, last patch first. A patch not present counts as `applied` (done)."""
+    return _plan(root, [p.reversed() for p in reversed(patches)], view)
+
+
+def _plan(root: Path, patches: list[Patch], view: View | None) -> Plan:
+    view = view or View(root)
+    steps = [_step(view, patch) for patch in patches]
+    return Plan(root, steps, view)
+
+
+def _step(view: View, patch: Patch) -> PatchStep:
+    forward = _try_patch(view, patch)
+    if isinstance(forward, list) and _displacement(forward):
+        # A change found in place beats the same change again a few lines off: a hunk that
+        # only adds lines at the top still finds its context, one line lower, once applied.
+        backward = _try_patch(view, patch.reversed())
+        if isinstance(backward, list) and _displacement(backward) < _displacement(forward):
+            return PatchStep(patch, StepState.ALREADY_APPLIED, [])
+    if isinstance(forward, list):
+        for file_step in forward:
+            if file_step.patch.kind == "rename":
+                view.write(file_step.patch.source_path, None)  # type: ignore[arg-type]
+            view.write(file_step.patch.path, file_step)
+        return PatchStep(patch, StepState.WILL_CHANGE, forward)
+    backward = _try_patch(view, patch.reversed())
+    if isinstance(backward, list):
+        return PatchStep(patch, StepState.ALREADY_APPLIED, [])
+    return PatchStep(patch, StepState.CONFLICT, [], mismatch=forward)
+
+
+def _displacement(steps: list[FileStep]) -> int:
+    return sum(abs(p.offset) for step in steps for p in step.placements)
+
+
+def _try_patch(view: View, patch: Patch) -> list[FileStep] | Mismatch:
+    steps = []
+    for file_patch in patch.files:
+        result = _apply_file(view, file_patch)
+        if isinstance(result, Mismatch):
+            return result
+        steps.append(result)
+    return steps
+
+
+def _apply_file(view: View, fp: FilePatch) -> FileStep | Mismatch:
+    if fp.kind == "add":
+        if view.read(fp.path) is not None:
+            return Mismatch(fp.path, 1, 0, "", None, "is a new file in the patch but already exists")
+        before = None
+    else:
+        before = view.read(fp.source_path)  # type: ignore[arg-type]
+        if before is None:
+            return Mismatch(fp.source_path, 1, 0, "", None, "does not exist")  # type: ignore[arg-type]
+        if fp.kind == "rename" and view.read(fp.path) is not None:
+            return Mismatch(fp.path, 1, 0, "", None, "is a rename target but already exists")
+    placements = place_hunks(fp.path, before or b"", fp.hunks)
+    if isinstance(placements, Mismatch):
+        return placements
+    if fp.kind == "delete" and splice(before or b"", placements):
+        return Mismatch(
+            fp.path, len(fp.hunks), 0, "", None, "is deleted by the patch but has content the patch does not remove"
+        )
+    return FileStep(fp, before, placements)
+
+
+def place_hunks(path: str, data: bytes, hunks: tuple[Hunk, ...]) -> tuple[Placement, ...] | Mismatch:
+    """Place each hunk at its line, or the nearest exact match after the previous hunk.
+
+    The file stays one block of bytes: a hunk's lines are searched for as one block that starts
+    a line, and line numbers are counted newlines. Only a conflict splits the file into lines.
+    """
+    placements: list[Placement] = []
+    position = line = 0  # where the previous hunk ended: byte position, 0-based line
+    offset = 0
+    for index, hunk in enumerate(hunks, 1):
+        anchor = hunk.source_start - 1 if hunk.source_count else hunk.source_start
+        expected = anchor + offset
+        if hunk.source_count:
+            found = _find(data, hunk.source, expected, position, line)
+        else:
+            found = _locate(data, max(expected, line), position, line)
+        if found is None:
+            return _mismatch(path, index, byte_lines(data), hunk, max(expected, line))
+        at_line, at = found
+        position, line = at + len(hunk.source), at_line + hunk.source_count
+        offset = at_line - anchor
+        placements.append(Placement(hunk, at_line + 1, at))
+    return tuple(placements)
+
+
+def splice(data: bytes, placements: tuple[Placement, ...]) -> bytes:
+    """`data` with each placed hunk's source lines replaced by its target lines."""
+    whole = memoryview(data)  # its slices are views: the file is copied once, into the result
+    out: list[bytes | memoryview] = []
+    position = 0
+    for placement in placements:
+        out += (whole[position : placement.position], placement.hunk.target)
+        position = placement.position + len(placement.hunk.source)
+    out.append(whole[position:])
+    return joined(out, prefix_of=data)  # out[0] is the start of data
+
+
+def _locate(data: bytes, wanted: int, position: int, line: int) -> tuple[int, int]:
+    """(line, position) of the wanted line, counting on from a known one; past the last line, the end."""
+    while line < wanted and position < len(data):
+        position = data.find(b"\n", position) + 1 or len(data)
+        line += 1
+    return line, position
+
+
+def _find(data: bytes, block: bytes, expected: int, position: int, line: int) -> tuple[int, int] | None:
+    """The (line, position) nearest the expected line where `block` starts a line, not before the
+    given (line, position); of two equally near, the earlier."""
+    ends_file = not block.endswith(b"\n")  # a last line without its newline matches only at the end
+    below: tuple[int, int] | None = None
+    counted_to = position
+    # bytes.find prepares a long needle anew on each call (its cost grows with the block): the
+    # block's first bytes are searched for, and the whole block compared where they are. A head
+    # found again and again without its block (lines that repeat) would make that compare
+    # quadratic: after a few misses the whole block is searched for, in linear time.
+    needle, misses = block[:_HEAD], 0
+    position = data.find(needle, position)
+    while position != -1:
+        starts_line = position == 0 or data[position - 1] == 10
+        if starts_line and data.startswith(block, position) and (not ends_file or position + len(block) == len(data)):
+            line += data.count(b"\n", counted_to, position)
+            counted_to = position
+            if line >= expected:
+                if below is not None and expected - below[0] <= line - expected:
+                    return below
+                return line, position
+            below = line, position
+        elif starts_line and len(needle) < len(block):
+            misses += 1
+            if misses > _HEAD_MISSES:
+                needle = block
+        position = data.find(needle, position + 1)
+    return below
+
+
+_HEAD = 64  # bytes of a block searched for; a shorter needle is searched for without preparing it
+_HEAD_MISSES = 8  # head found without its block this often: the whole block is searched for instead
+
+
+def _mismatch(path: str, index: int, lines: list[bytes], hunk: Hunk, at: int) -> Mismatch:
+    wanted = hunk.source_lines
+    for i, want in enumerate(wanted):
+        have = lines[at + i] if at + i < len(lines) else None
+        if have != want:
+            found = "<end of file>" if have is None else decode(have)
+            same_text = have is not None and have.rstrip(b"\r\n") == want.rstrip(b"\r\n")
+            return Mismatch(
+                path,
+                index,
+                at + i + 1,
+                decode(want),
+                found,
+                "line endings differ (CRLF vs LF)" if same_text else "context does not match",
+            )
+    return Mismatch(
+        path, index, at + 1, decode(wanted[0]) if wanted else "", None, f"hunk #{index} does not fit in the file"
+    )

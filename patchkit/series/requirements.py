@@ -1,0 +1,127 @@
+"""A patch set's contract as declared: the requirements of set.toml (or of the TOML file it names),
+validated when the library loads. What each kind means and how it is judged: checks/contract.py.
+
+Below the library, so that loading a set needs nothing from the checks (which use the library).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from patchkit.base.errors import BadInput
+from patchkit.base.fsutil import unsafe_reason
+from patchkit.tree.version import in_range, specifier
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+ACCESSES = {"load": "reads", "store": "assigns", "any": "references"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a guarded read is judged against: the class of the target and what its object holds."""
+
+    cls: str
+    has: tuple[str, ...] = ()
+    lacks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Requirement:
+    file: str
+    kind: str
+    fields: dict = field(hash=False)
+    versions: SpecifierSet | None = None
+    reason: str = ""
+
+    def applies_to(self, version: Version | None) -> bool:
+        """Whether the requirement holds for `version` (judged as its release: version.release_version);
+        for an unknown version (None), only a requirement for every version does."""
+        if self.versions is None:
+            return True
+        return version is not None and in_range(self.versions, version)
+
+    def __getitem__(self, key: str):
+        return self.fields.get(key)
+
+
+STR, STRS, TABLE = "a string", "a list of strings", "a table"
+
+# kind -> (required fields, optional fields), each field -> its type
+SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "base": ({"class": STR, "base": STR}, {}),
+    "imported": ({"names": STRS}, {}),
+    "methods": ({"class": STR, "methods": STRS}, {}),
+    "attribute": ({"attribute": STR, "access": STR}, {"on": STR, "function": STR}),
+    "model-types": ({"function": STR, "variable": STR, "model_types": STRS}, {}),
+    "guarded-read": ({"attribute": STR, "target": TABLE}, {"on": STR, "function": STR}),
+}
+COMMON = {"file": STR, "kind": STR, "versions": STR, "reason": STR}
+
+
+def parse_requirements(entries: object, origin: str) -> tuple[Requirement, ...]:
+    """Validate declared entries (a list of tables); a malformed one is BadInput (exit 2)."""
+    if not isinstance(entries, list):
+        raise BadInput(f"{origin}: the contract must be a list of tables ([[requirement]])")
+    return tuple(_parse_entry(entry, f"{origin}: requirement #{i}") for i, entry in enumerate(entries, 1))
+
+
+def _parse_entry(entry: object, where: str) -> Requirement:
+    if not isinstance(entry, dict):
+        raise BadInput(f"{where} is not a table")
+    kind = entry.get("kind")
+    if kind not in SCHEMA:
+        raise BadInput(f"{where}: kind {kind!r} is not one of {', '.join(SCHEMA)}")
+    required, optional = SCHEMA[kind]
+    missing = [name for name in ["file", *required] if name not in entry]
+    if missing:
+        raise BadInput(f"{where} ({kind}): missing field(s) {', '.join(missing)}")
+    known = {**COMMON, **required, **optional}
+    unknown = sorted(set(entry) - set(known))
+    if unknown:
+        raise BadInput(f"{where} ({kind}): unknown field(s) {', '.join(unknown)}; it takes {', '.join(sorted(known))}")
+    for name, value in entry.items():
+        _check_type(value, known[name], f"{where} ({kind}): field {name!r}")
+    unsafe = unsafe_reason(entry["file"])
+    if unsafe:
+        raise BadInput(
+            f"{where} ({kind}): file {entry['file']!r} must be a path inside the tree (vllm/...): it {unsafe}"
+        )
+    fields = {k: v for k, v in entry.items() if k not in COMMON}
+    if kind == "attribute" and fields["access"] not in ACCESSES:
+        raise BadInput(f"{where} (attribute): access {fields['access']!r} is not one of {', '.join(ACCESSES)}")
+    if kind == "guarded-read":
+        fields["target"] = _parse_target(fields["target"], f"{where} (guarded-read): target")
+    return Requirement(
+        file=entry["file"],
+        kind=kind,
+        fields=fields,
+        versions=specifier(entry.get("versions"), where),
+        reason=entry.get("reason", ""),
+    )
+
+
+def _check_type(value: object, expected: str, where: str) -> None:
+    ok = {
+        STR: isinstance(value, str) and value != "",
+        STRS: isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value),
+        TABLE: isinstance(value, dict),
+    }[expected]
+    if not ok:
+        raise BadInput(
+            f"{where} must be {'a non-empty list of strings' if expected == STRS else expected}, not {value!r}"
+        )
+
+
+def _parse_target(table: dict, where: str) -> Target:
+    unknown = sorted(set(table) - {"class", "has", "lacks"})
+    if unknown or "class" not in table:
+        raise BadInput(f"{where} takes class (required), has, lacks; got {', '.join(sorted(table)) or 'nothing'}")
+    _check_type(table["class"], STR, f"{where}.class")
+    for name in ("has", "lacks"):
+        if name in table:
+            _check_type(table[name], STRS, f"{where}.{name}")
+    return Target(table["class"], tuple(table.get("has", ())), tuple(table.get("lacks", ())))

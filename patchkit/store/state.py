@@ -1,0 +1,400 @@
+"""What patchkit did to a target, recorded inside the target tree.
+
+    <root>/.patchkit/state.json        one small JSON: cheap for a launch guard to read
+    <root>/.patchkit/objects/<sha256>  the original bytes of every file patchkit changed
+    <root>/.patchkit/journal.json      exists only while a transaction is unfinished
+    <root>/.patchkit/saved/            user edits kept aside by `revert --force`
+    <root>/.patchkit/lock              the target's lock
+
+Everything here is read back from the tree, so it is untrusted input, exactly like a diff:
+`.patchkit/` and what it holds may not be symlinks or of the wrong kind (check_meta_dir), the
+state is parsed strictly (every path by fsutil.unsafe_reason, every hash a sha256 hex digest, a
+size limit), objects are named by digest only and read without following a symlink.
+
+state.json:
+    {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
+      "patches": [{"name", "sha256"}], "files": {path: {"before": sha|null, "after": sha|null}}}],
+     "guard": {path: sha},   (the launch guard's files, patchkit/engine/guard.py; absent when none)
+     "wheel": version,       (the patched wheel's vLLM version the guard was installed on, no set
+                              recorded: the guard refuses another; absent otherwise)
+     "no_guard": true}       (an apply was told --no-guard; absent otherwise)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.base.errors import BadInput
+from patchkit.base.fsutil import load_json_text, read_file, read_regular, unsafe_reason
+from patchkit.base.hashing import hash_side_by_side, sha256
+
+FORMAT = 1
+META_DIR = ".patchkit"
+# state.json and journal.json: a few hundred bytes a file; far above any real record, far below harm.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+# What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
+_META_FILES = ("state.json", "journal.json")
+_META_DIRS = ("objects", "saved")
+
+
+def meta_dir(root: Path) -> Path:
+    return root / META_DIR
+
+
+def check_meta_dir(root: Path) -> None:
+    """Refuse a .patchkit/ that would send patchkit's reads or writes elsewhere: a symlink, or a
+    state file, lock or store of the wrong kind (a symlink, a directory, a fifo). Runs before
+    anything in it is read or written; a missing one is fine (it is made when needed)."""
+    meta = meta_dir(root)
+    _require_kind(meta, stat.S_ISDIR, "a directory")
+    if not meta.is_dir():
+        return
+    for name in _META_FILES:
+        _require_kind(meta / name, stat.S_ISREG, "a regular file")
+    for name in _META_DIRS:
+        _require_kind(meta / name, stat.S_ISDIR, "a directory")
+    _require_kind(meta / "lock", _lock_kind, "a regular file")
+
+
+def _lock_kind(mode: int) -> bool:
+    """A directory as the lock is left to the lock (it cannot be made: exit 4, as any unusable lock)."""
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def _require_kind(path: Path, is_kind, kind: str) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BadInput(f"cannot inspect {path}: {exc.strerror}") from exc
+    if not is_kind(mode):
+        what = "a symlink (patchkit never follows one out of the tree)" if stat.S_ISLNK(mode) else "not " + kind
+        raise BadInput(
+            f"{path} is {what}",
+            hint=f"inspect or remove {path} (patchkit wrote none like it)",
+        )
+
+
+def read_meta_file(path: Path) -> bytes | None:
+    """state.json or journal.json, untrusted: never through a symlink, a regular file, size-limited.
+    None when there is none."""
+    try:
+        return read_regular(path, MAX_RECORD_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # NotRegularFile (a symlink, a fifo, too large), or unreadable
+        raise _damaged(path, exc.strerror or str(exc)) from exc
+
+
+def _damaged(path: Path, what: str) -> BadInput:
+    return BadInput(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
+
+
+def checked_path(path: object, origin: Path, *, directory: bool = False, guard: bool = True) -> str:
+    """A recorded path, checked by the one path rule (the same as a diff's) and, like a diff's, kept to
+    the patched packages: a file inside a package directory (`vllm/...`), never a file beside them in
+    site-packages (a `.pth`, `sitecustomize.py`), a dist-info, patchkit's own `.patchkit/` or bytecode.
+    The launch guard's files are the exception, where they may be recorded (`guard`): a transaction's,
+    the guard's own record; never a series' (no patch changes the guard)."""
+    if not isinstance(path, str):
+        raise _damaged(origin, f"a path is {type(path).__name__}, not text")
+    reason = unsafe_reason(path) or _outside_packages(path, directory=directory, guard=guard)
+    if reason:
+        raise _damaged(origin, f"the recorded path {path!r} {reason}")
+    return path
+
+
+# The one exception: the files of the launch guard `apply` installs beside vllm/ (patchkit.engine.guard).
+GUARD_PATH = re.compile(
+    r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info(?:/(?:METADATA|RECORD|INSTALLER|entry_points\.txt))?"
+)
+# The guard's files themselves (its dist-info directory aside): all that state.json's "guard" may name.
+GUARD_FILE = re.compile(
+    r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info/(?:METADATA|RECORD|INSTALLER|entry_points\.txt)"
+)
+
+
+# Packages Python itself imports at start-up (site's hooks; setuptools' .pth shim): never patched.
+STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize", "_distutils_hack"})
+
+
+def _outside_packages(path: str, *, directory: bool, guard: bool) -> str | None:
+    if guard and GUARD_PATH.fullmatch(path) and (directory or "/" in path or path.endswith(".py")):
+        return None
+    parts = path.split("/")
+    if parts[0] in STARTUP_HOOKS:
+        return "is code Python runs at every start, which patchkit never records"
+    if not parts[0].isidentifier():
+        return "is not inside a package directory (vllm/...)"
+    if len(parts) < 2 and not directory:
+        return "is not inside a package directory (vllm/...)"
+    if "__pycache__" in parts:
+        return "is compiled bytecode, which patchkit never records"
+    return None
+
+
+def checked_digest(value: object, origin: Path, *, optional: bool = True) -> str | None:
+    """A recorded sha256: 64 lowercase hex digits (the only names in objects/), or None."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise _damaged(origin, f"{value!r} is not a sha256 hex digest")
+    return value
+
+
+def state_path(root: Path) -> Path:
+    return meta_dir(root) / "state.json"
+
+
+def object_path(root: Path, digest: str) -> Path:
+    if not _DIGEST.fullmatch(digest):
+        raise BadInput(f"{digest!r} is not a sha256 hex digest; objects are named by digest only")
+    return meta_dir(root) / "objects" / digest
+
+
+@dataclass
+class Entry:
+    set_name: str
+    vllm_version: str | None
+    release: str | None
+    applied_at: str
+    patches: list[dict]
+    files: dict[str, dict]  # path -> {"before": sha|None, "after": sha|None}
+
+    def to_json(self) -> dict:
+        return {
+            "set": self.set_name,
+            "vllm_version": self.vllm_version,
+            "release": self.release,
+            "applied_at": self.applied_at,
+            "patches": self.patches,
+            "files": self.files,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Entry:
+        return cls(
+            data["set"],
+            data.get("vllm_version"),
+            data.get("release"),
+            data.get("applied_at", ""),
+            data.get("patches", []),
+            data["files"],
+        )
+
+
+@dataclass
+class State:
+    entries: list[Entry]
+    guard: dict[str, str] = field(default_factory=dict)  # the launch guard's files: path -> sha256
+    no_guard: bool = False  # an apply was told --no-guard: later ones install no guard either
+    wheel: str | None = None  # the patched wheel's version the guard guards (no entry recorded)
+
+    def entry(self, set_name: str) -> Entry | None:
+        return next((e for e in self.entries if e.set_name == set_name), None)
+
+    def without(self, set_name: str) -> State:
+        return replace(self, entries=[e for e in self.entries if e.set_name != set_name])
+
+    def with_entry(self, entry: Entry) -> State:
+        """The state with `entry` recorded: the entries describe the tree from now on, not a wheel."""
+        return replace(self, entries=[*self.without(entry.set_name).entries, entry], wheel=None)
+
+    def with_guard(self, guard: dict[str, str]) -> State:
+        """The state with the guard's files; without a guard, no wheel is guarded either."""
+        return replace(self, guard=guard, wheel=self.wheel if guard else None)
+
+    def with_wheel(self, version: str | None) -> State:
+        return replace(self, wheel=version)
+
+    def with_version(self, set_name: str, version: str | None) -> State:
+        """The state with `set_name`'s entry recorded for `version`, in its place among the others."""
+        return replace(
+            self,
+            entries=[replace(e, vllm_version=version) if e.set_name == set_name else e for e in self.entries],
+        )
+
+    def to_bytes(self) -> bytes:
+        data: dict = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
+        if self.guard:
+            data["guard"] = self.guard
+        if self.no_guard:
+            data["no_guard"] = True
+        if self.wheel:
+            data["wheel"] = self.wheel
+        return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+    def later(self, entry: Entry) -> list[Entry]:
+        """The entries applied after `entry` (entries are kept in the order they were applied)."""
+        return self.entries[self.entries.index(entry) + 1 :]
+
+    def overlapping(self, entry: Entry) -> dict[str, str]:
+        """path -> the name of a set applied after `entry` that changed the same file again: its
+        record's "before" is this entry's "after", so this entry alone cannot be undone."""
+        return {path: e.set_name for e in self.later(entry) for path in e.files if path in entry.files}
+
+    def accepted(self, entry: Entry, path: str) -> set[str | None]:
+        """The contents (sha256) a file `entry` recorded may have without being edited by hand:
+        its original, what this entry wrote, and what any set applied after it wrote there."""
+        shas = entry.files[path]
+        return {shas["before"], shas["after"]} | {e.files[path]["after"] for e in self.later(entry) if path in e.files}
+
+    def referenced_objects(self) -> set[str]:
+        return {f["before"] for e in self.entries for f in e.files.values() if f.get("before")}
+
+
+def record_apply(
+    previous: Entry | None,
+    *,
+    set_name: str,
+    vllm_version: str | None,
+    release: str | None,
+    patches,
+    changes: dict[str, tuple[bytes | None, bytes | None]],
+) -> Entry:
+    """The entry an apply records: each file's original hash (kept from an earlier apply of the
+    same set) and the hash written now."""
+
+    files = dict(previous.files) if previous else {}
+    hash_side_by_side([content for pair in changes.values() for content in pair])
+    for path, (before, after) in changes.items():
+        earlier = files.get(path)
+        files[path] = {"before": earlier["before"] if earlier else sha256(before), "after": sha256(after)}
+    return Entry(
+        set_name=set_name,
+        vllm_version=vllm_version,
+        release=release,
+        applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        patches=[{"name": p.name, "sha256": p.sha256} for p in patches],
+        files=files,
+    )
+
+
+def read_state(root: Path) -> State:
+    check_meta_dir(root)
+    path = state_path(root)
+    raw = read_meta_file(path)
+    return State([]) if raw is None else parse_state(raw, path)
+
+
+def parse_state(raw: bytes, origin: Path) -> State:
+    """state.json, checked field by field before any of it is used: each path by the one path
+    rule, each hash a digest. Anything else is refused whole (exit 2), naming the file."""
+    try:
+        data = load_json_text(raw)
+    except (ValueError, RecursionError) as exc:
+        raise _damaged(origin, f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _damaged(origin, f"a {type(data).__name__}, not an object")
+    if data.get("format") != FORMAT:
+        raise _damaged(origin, f"unknown state format {data.get('format')!r}")
+    entries = data.get("entries", [])
+    if not isinstance(entries, list):
+        raise _damaged(origin, "'entries' is not a list")
+    no_guard = data.get("no_guard", False)
+    if not isinstance(no_guard, bool):
+        raise _damaged(origin, "'no_guard' is not true or false")
+    guard = _checked_guard(data.get("guard", {}), origin)
+    return State(
+        [_checked_entry(e, origin) for e in entries], guard, no_guard, _checked_wheel(data.get("wheel"), origin)
+    )
+
+
+def _checked_wheel(wheel: object, origin: Path) -> str | None:
+    """The guarded wheel's version: a version, as a dist-info's METADATA gives it."""
+    if wheel is None:
+        return None
+    if not isinstance(wheel, str) or len(wheel) > 200:
+        raise _damaged(origin, "'wheel' is not a vLLM version")
+    try:
+        Version(wheel)
+    except InvalidVersion:
+        raise _damaged(origin, f"'wheel' is {wheel!r}, not a vLLM version") from None
+    return wheel
+
+
+def _checked_guard(guard: object, origin: Path) -> dict[str, str]:
+    if not isinstance(guard, dict):
+        raise _damaged(origin, "'guard' is not an object")
+    return {
+        _checked_guard_path(path, origin): str(checked_digest(sha, origin, optional=False))
+        for path, sha in guard.items()
+    }
+
+
+def _checked_guard_path(path: object, origin: Path) -> str:
+    """A path the guard record names: one of the guard's own files, never any other file (removing
+    the guard deletes what its record names)."""
+    if not isinstance(path, str) or not GUARD_FILE.fullmatch(path):
+        raise _damaged(
+            origin,
+            f"its guard record names {path!r}, which is no file of patchkit's launch guard "
+            "(patchkit_guard.py, patchkit_guard-<version>.dist-info/...)",
+        )
+    return checked_path(path, origin)
+
+
+def _checked_entry(data: object, origin: Path) -> Entry:
+    if not isinstance(data, dict):
+        raise _damaged(origin, "an entry is not an object")
+    _require(data, "set", str, origin)
+    for key in ("vllm_version", "release"):
+        _require(data, key, (str, type(None)), origin, default=None)
+    _require(data, "applied_at", str, origin, default="")
+    patches = _require(data, "patches", list, origin, default=[])
+    for patch in patches:
+        if not (isinstance(patch, dict) and isinstance(patch.get("name"), str)):
+            raise _damaged(origin, "a recorded patch has no name")
+        checked_digest(patch.get("sha256"), origin, optional=False)
+    files = _require(data, "files", dict, origin)
+    for path, shas in files.items():
+        checked_path(path, origin, guard=False)
+        if not isinstance(shas, dict) or not {"before", "after"} <= shas.keys():
+            raise _damaged(origin, f"{path}: 'before' and 'after' hashes are required")
+        checked_digest(shas["before"], origin)
+        checked_digest(shas["after"], origin)
+    return Entry.from_json(data)
+
+
+_REQUIRED = object()
+
+
+def _require(data: dict, key: str, kind, origin: Path, default: object = _REQUIRED):
+    """data[key], of type `kind`; a missing key is `default` if one is given, else refused."""
+    if key not in data and default is not _REQUIRED:
+        return default
+    value = data.get(key)
+    if not isinstance(value, kind):
+        raise _damaged(origin, f"'{key}' is missing or of the wrong type")
+    return value
+
+
+def read_object(root: Path, digest: str) -> bytes:
+    """A saved original, checked against its name."""
+    path = object_path(root, digest)
+    try:
+        data = read_file(path, follow_symlinks=False)
+    except OSError as exc:
+        raise BadInput(f"the saved original {path} is missing: {exc.strerror}") from exc
+    if data is None:
+        raise BadInput(f"the saved original {path} is missing (or not a regular file)")
+    if sha256(data) != digest:
+        raise BadInput(f"the saved original {path} is corrupt (sha256 mismatch)")
+    return data
+
+
+def file_sha(root: Path, path: str) -> str | None:
+    checked_path(path, state_path(root))  # never hash a file outside the tree
+    full = root / path
+    if full.is_dir():
+        return "<directory>"
+    return sha256(read_file(full))  # bounded, and a fifo is never opened for reading

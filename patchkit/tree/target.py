@@ -1,0 +1,241 @@
+"""Where vLLM lives: a directory that contains the `vllm/` package, and the Python that runs it;
+and running patchkit's workers (patchkit/_target/) in that Python: run_worker."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from patchkit.base.errors import TargetError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
+
+# subprocess, tempfile, shutil and json are imported where a worker runs: a command given
+# --target alone (a dry run of a large diff, `run` on an applied tree) starts no worker.
+
+PACKAGE = "vllm"
+
+
+@dataclass(frozen=True)
+class Target:
+    root: Path  # the directory that contains vllm/
+    found_by: str  # how the user pointed at it, for status output
+    python: str | None = None  # the interpreter that will run this vLLM, when known
+    installed_version: str | None = None  # what that interpreter's metadata says
+
+    @property
+    def package_dir(self) -> Path:
+        return self.root / PACKAGE
+
+
+def from_directory(directory: str | os.PathLike) -> Target:
+    root = Path(directory).resolve()
+    if not root.exists():
+        raise TargetError(f"target directory {directory} does not exist")
+    if not root.is_dir():
+        raise TargetError(f"target {directory} is not a directory")
+    if root.name == PACKAGE and (root / "__init__.py").is_file() and not (root / PACKAGE).is_dir():
+        root = root.parent  # the user pointed at the package itself
+    if not (root / PACKAGE).is_dir():
+        raise TargetError(
+            f"no {PACKAGE}/ package in {root}",
+            hint="--target takes the directory that contains vllm/ (site-packages, "
+            "an unpacked wheel or a source checkout)",
+        )
+    return Target(root=root, found_by=f"--target {directory}")
+
+
+def from_interpreter(python: str | None, *, env: dict[str, str] | None = None, first_path: str | None = None) -> Target:
+    """Ask an interpreter where vllm is, without importing it. None: the one running patchkit. `env`:
+    the environment it runs with (None: patchkit's); `first_path`: what it puts first on sys.path
+    (`python -m`'s working directory, a script's own directory)."""
+    info = _probe(python, env, first_path)
+    package_dir = info.get("package_dir")
+    if not isinstance(package_dir, (str, type(None))) or not isinstance(info.get("version"), (str, type(None))):
+        raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
+    if not package_dir:
+        where = python or sys.executable
+        raise TargetError(
+            f"vLLM is not installed for {where}",
+            hint="point patchkit at it with --python /path/to/venv/bin/python or --target /path/to/site-packages",
+        )
+    found_by = f"--python {python}" if python else f"the current interpreter ({sys.executable})"
+    return Target(
+        root=Path(package_dir).resolve().parent,
+        found_by=found_by,
+        python=info["python"],
+        installed_version=info.get("version"),
+    )
+
+
+def _probe(python: str | None, env: dict[str, str] | None = None, first_path: str | None = None) -> dict:
+    """What `python` (None: the one running patchkit) says about its vllm: _target/locate.py."""
+    # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
+    # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
+    # site-packages are part of where that Python finds vllm.
+    try:
+        request = {"package": PACKAGE, "first_path": first_path}
+        info = run_worker(python, "locate", request, timeout=60, in_process=python is None, isolated=False, env=env)
+    except WorkerFailed as failed:
+        if failed.status == 0:  # ran, exited 0, answered nothing: /bin/true, a shell script...
+            raise TargetError(f"{python} is not a Python interpreter (it ran, but gave no answer)") from failed
+        raise
+    if not isinstance(info.get("python"), str):
+        raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
+    return info
+
+
+def interpreter_path(python: str) -> str:
+    """--python as the workers run it, from /: a path with a slash made absolute against the working
+    directory, a bare name looked up on PATH. Symlinks are kept: a venv's python is a symlink to its
+    base interpreter, and only the venv's path runs with the venv's site-packages."""
+    if os.sep in python or (os.altsep and os.altsep in python):
+        return os.path.abspath(python)
+
+    return shutil.which(python) or python
+
+
+def resolve(target_dir: str | None, python: str | None) -> Target:
+    python = interpreter_path(python) if python is not None else None
+    if target_dir and python:
+        # The interpreter still judges syntax; the directory says where the files are.
+        interpreter = _probe(python)["python"]
+        return Target(root=from_directory(target_dir).root, found_by=f"--target {target_dir}", python=interpreter)
+    if target_dir:
+        return from_directory(target_dir)
+    return from_interpreter(python)
+
+
+# -- running code in the target interpreter ---------------------------------------------------------
+
+
+class WorkerFailed(TargetError):
+    """A worker gave no full answer. `partial`: the answer it had written by then ({} if none);
+    `timed_out`: it was killed at the timeout; `status`: its exit status when it exited, and
+    `stderr`: the end of its error output."""
+
+    def __init__(
+        self, message: str, *, partial: dict, timed_out: bool = False, status: int | None = None, stderr: str = ""
+    ):
+        super().__init__(message)
+        self.partial = partial
+        self.timed_out = timed_out
+        self.status = status
+        self.stderr = stderr
+
+
+def run_worker(
+    python: str | None,
+    worker: str,
+    request: object,
+    *,
+    timeout: float,
+    doing: str = "",
+    in_process: bool = True,
+    isolated: bool = True,
+    env: dict[str, str] | None = None,
+) -> Any:
+    """The answer of patchkit/_target/<worker>.py to `request` (JSON in, JSON out), computed by `python`.
+
+    In-process (the module's work(request)) when `in_process` allows it and `python` is the
+    interpreter running patchkit (None means that one); else `python [-I] -B <worker>.py ANSWER` in
+    its own session from /, the request on stdin, the answer read from the file ANSWER, and the whole
+    process group killed at the timeout. `isolated` (-I) keeps PYTHON* variables and the user's
+    site-packages out; a worker that must see vLLM as it runs is not isolated. `env`: the worker
+    process's whole environment (None: patchkit's; a subprocess then, never in-process). WorkerFailed (a
+    TargetError) when it cannot run, times out, exits non-zero or answers nothing; `doing` finishes
+    its messages ("cannot run PYTHON<doing>: ...").
+    """
+    # lazy: only a worker's run needs it (start-up of a dry run)
+    import subprocess
+
+    module = importlib.import_module(f"patchkit._target.{worker}")
+    if in_process and env is None and same_interpreter(python):
+        return module.work(request)
+    assert python is not None and module.__file__ is not None
+    flags = ["-I", "-B"] if isolated else ["-B"]
+    with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
+        answer = Path(scratch) / "answer.json"
+        try:
+            status, stderr = _run([python, *flags, module.__file__, str(answer)], json.dumps(request), timeout, env)
+        except OSError as exc:
+            raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc, python)}", partial={}) from exc
+        except subprocess.TimeoutExpired:
+            message = f"{python} did not finish within {timeout:g} s{doing}"
+            raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
+        result = _read_answer(answer)
+        if status != 0 or result is None:
+            tail = stderr.strip()[-300:] or "no error output"
+            message = f"{python} failed{doing} (exit status {status}): {tail}"
+            raise WorkerFailed(message, partial=result or {}, status=status, stderr=tail)
+        return result
+
+
+def _run(command: list[str], stdin: str, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """(exit status, error output) of a worker process; at the timeout (TimeoutExpired raised) or an
+    interrupt, its whole process group is killed."""
+    # lazy: only a worker's run needs it (start-up of a dry run)
+    import subprocess
+
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
+        start_new_session=True,  # a timeout kills its children too
+        env=env,
+    )
+    try:
+        _, stderr = process.communicate(stdin.encode("utf-8"), timeout=timeout)
+    except BaseException:  # the timeout, or an interrupt (Ctrl-C, SIGTERM): no worker outlives patchkit
+        _kill_group(process)
+        raise
+    return process.returncode, stderr.decode("utf-8", "replace")
+
+
+def _why_not_run(exc: OSError, python: str) -> str:
+    if os.path.isdir(python):
+        return "a directory, not an interpreter"
+    if isinstance(exc, FileNotFoundError):
+        return "interpreter not found"
+    if isinstance(exc, PermissionError):
+        return "interpreter not executable"
+    return str(exc)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        process.kill()
+    process.communicate()
+
+
+def _read_answer(path: Path) -> dict | None:
+
+    try:
+        answer = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def same_interpreter(python: str | None) -> bool:
+    """Whether `python` is the interpreter running patchkit (so work can stay in-process)."""
+    if python is None:
+        return True
+    try:
+        return os.path.samefile(python, sys.executable)
+    except OSError:
+        return False

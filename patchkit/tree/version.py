@@ -1,0 +1,197 @@
+"""Which vLLM release a target is (dist-info METADATA, then vllm/_version.py, then git describe), and
+the one rule by which a version is matched against the library's ranges (release_version)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, overload
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.fsutil import NotRegularFile, inside, read_regular
+from patchkit.tree.target import PACKAGE, Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.specifiers import SpecifierSet  # imported where a range is read: a --patch run reads none
+
+# METADATA's headers come first; a file larger than this is read only this far (vLLM's is ~20 kB).
+METADATA_HEAD = 1 << 20
+
+
+@dataclass(frozen=True)
+class DetectedVersion:
+    version: Version
+    source: str  # where it came from, for status output
+
+
+def parse(text: str, origin: str) -> Version:
+    try:
+        return Version(text.strip())
+    except InvalidVersion as exc:
+        raise BadInput(f"{origin}: {text!r} is not a valid version") from exc
+
+
+def release_version(version: Version) -> Version:
+    """The release a build belongs to, which is what every range (a set's releases, upstream and
+    supported, a contract requirement's `versions`, a probe's "since") is matched against.
+
+    Only the release number counts: 0.15.0rc1, 0.15.0.dev3, 0.15.0.post1 and 0.15.0+cu129 are all
+    judged as 0.15.0 (a pre-release or dev build of X carries X's files, give or take the fixes
+    still to come; a local label is a rebuild). So a range names releases: "==0.15.0rc1" matches
+    nothing, "==0.15.0" matches every build of 0.15.0. git describe's builds after a tag are dev
+    releases of the next patch version (0.15.1.dev5 after v0.15.0), so they are judged as 0.15.1.
+    """
+    return Version(version.base_version)
+
+
+def in_range(versions: SpecifierSet, version: Version) -> bool:
+    """Whether `versions` holds the release `version` belongs to (release_version)."""
+    return versions.contains(release_version(version), prereleases=True)
+
+
+@overload
+def specifier(text: str, origin: object) -> SpecifierSet: ...
+@overload
+def specifier(text: None, origin: object) -> None: ...
+def specifier(text: str | None, origin: object) -> SpecifierSet | None:
+    """A version range as the library writes it (None stays None); a bad one is BadInput."""
+    if text is None:
+        return None
+
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise BadInput(f"{origin}: bad version specifier {text!r}") from exc
+
+
+def detect(target: Target, override: str | None = None) -> DetectedVersion:
+    if override:
+        return DetectedVersion(parse(override, "--vllm-version"), "--vllm-version")
+    for finder in (_from_metadata, _from_version_file, _from_git):
+        found = finder(target)
+        if found:
+            return found
+    if target.installed_version:
+        return DetectedVersion(parse(target.installed_version, "importlib.metadata"), "importlib.metadata")
+    raise TargetError(
+        f"cannot tell which vLLM version is in {target.root}",
+        hint="no vllm-*.dist-info/METADATA, vllm/_version.py or git tag found; pass --vllm-version",
+    )
+
+
+def _from_metadata(target: Target) -> DetectedVersion | None:
+    candidates = sorted(target.root.glob(f"{PACKAGE}-*.dist-info/METADATA"))
+    if not candidates:
+        return None
+    if len(candidates) > 1:
+        names = ", ".join(c.parent.name for c in candidates)
+        raise TargetError(
+            f"several vLLM distributions in {target.root}: {names}",
+            hint="remove the stale dist-info directories or pass --vllm-version",
+        )
+    where = candidates[0].relative_to(target.root).as_posix()
+    meta = _headers(_read_metadata(target, candidates[0], where))
+    if meta.get("name", "").lower() != PACKAGE or not meta.get("version"):
+        return None
+    return DetectedVersion(parse(meta["version"], where), where)
+
+
+def _headers(text: str) -> dict[str, str]:
+    """The first value of each header of core metadata (RFC 822 style, up to the first blank line),
+    by lower-case name. Two headers are read: email.parser would cost a start-up ~10x this."""
+    found: dict[str, str] = {}
+    last = None
+    for line in text.split("\n"):  # lines as email reads them: not at \x0c, \x85 or \u2028
+        line = line.rstrip("\r")
+        if not line:
+            break
+        if line[0] in " \t":  # folded: part of the header before (a folded Version does not parse)
+            if last is not None and found[last] is not None:
+                found[last] += " " + line.strip()
+            continue
+        name, colon, value = line.partition(":")
+        last = None
+        if colon and name.strip().lower() not in found:
+            last = name.strip().lower()
+            found[last] = value.strip()
+    return found
+
+
+def _read_metadata(target: Target, path, where: str) -> str:
+    """METADATA's text, read as untrusted input: a regular file inside the tree, UTF-8 (core metadata's
+    encoding), no NUL byte; anything else is BadInput naming it."""
+
+    def refuse(why: str) -> BadInput:
+        return BadInput(f"{where} {why}", hint="repair or remove that dist-info, or pass --vllm-version")
+
+    if not inside(target.root, path):
+        raise refuse("leads outside the target (a symlink)")
+    if not path.is_file():
+        raise refuse("is not a regular file")
+    try:
+        with path.open("rb") as f:
+            head = f.read(METADATA_HEAD)
+    except OSError as exc:
+        raise refuse(f"cannot be read: {exc.strerror or exc}") from exc
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if len(head) < METADATA_HEAD or exc.start < len(head) - 4:  # not merely a character cut at the end
+            raise refuse("is not UTF-8 text") from exc
+        text = head[: exc.start].decode("utf-8")
+    if "\x00" in text:
+        raise refuse("is binary, not metadata text")
+    return text
+
+
+VERSION_FILE_BYTES = 1 << 20  # vllm/_version.py: a few lines
+
+
+def _from_version_file(target: Target) -> DetectedVersion | None:
+    path = target.package_dir / "_version.py"
+    if not path.is_file():
+        return None
+    try:
+        tree = ast.parse(read_regular(path, VERSION_FILE_BYTES, follow_symlinks=True))
+    except NotRegularFile as exc:
+        raise BadInput(f"{path} {exc.strerror}", hint="reinstall vLLM, or pass --vllm-version") from exc
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte in it
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
+            names = [
+                t.id
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(t, ast.Name)
+            ]
+            if {"__version__", "version"} & set(names) and isinstance(node.value.value, str):
+                return DetectedVersion(parse(node.value.value, "vllm/_version.py"), "vllm/_version.py")
+    return None
+
+
+_DESCRIBE = re.compile(r"^v?(?P<tag>\d[^-]*)(?:-(?P<distance>\d+)-g(?P<sha>[0-9a-f]+))?$")
+
+
+def _from_git(target: Target) -> DetectedVersion | None:
+    if not (target.root / ".git").exists():
+        return None
+    import git  # GitPython: heavy, so only for source checkouts
+
+    try:
+        described = git.Repo(target.root).git.describe("--tags", "--match", "v[0-9]*")
+    except (git.GitCommandError, git.InvalidGitRepositoryError):
+        return None
+    match = _DESCRIBE.match(described.strip())
+    if not match:
+        return None
+    tag = parse(match["tag"], "git describe")
+    if not match["distance"]:
+        return DetectedVersion(tag, f"git describe ({described})")
+    # setuptools-scm's rule, which vLLM's own builds follow: commits after a tag are a dev
+    # release of the next patch version.
+    following = Version(f"{tag.major}.{tag.minor}.{tag.micro + 1}.dev{match['distance']}+g{match['sha']}")
+    return DetectedVersion(following, f"git describe ({described})")
