@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from patchkit.launch.engine import Finding
+from patchkit.launch.findings import Finding
 from patchkit.series.requirements import Target
 
 SUPPORTS = "SupportsEagle3"
