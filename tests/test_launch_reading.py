@@ -515,10 +515,34 @@ def test_a_config_files_false_is_the_no_option_from_0_28_0(tmp_path):
     assert older.exact and "enable-prefix-caching" not in older.options
 
 
-def test_every_release_of_the_librarys_range_up_to_0_33_0_has_its_own_spec():
+# every vLLM release from 0.11.0 to 0.33.0, patch releases included
+RELEASES_TO_0_33_0 = [
+    *("0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0"),
+    *("0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0"),
+    *("0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0"),
+    *("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"),
+]
+
+
+def test_every_release_up_to_0_33_0_has_its_own_spec():
     recorded = {str(r) for r in recorded_releases()}
-    wanted = {f"0.{minor}.0" for minor in range(11, 34) if minor != 19} | {"0.19.1", "0.20.1", "0.20.2", "0.22.1"}
-    assert wanted <= recorded, sorted(wanted - recorded)
+    assert set(RELEASES_TO_0_33_0) <= recorded, sorted(set(RELEASES_TO_0_33_0) - recorded)
+
+
+@pytest.mark.parametrize("release", ["0.11.2", "0.14.1", "0.17.1", "0.18.1", "0.19.0"])
+def test_a_patch_release_is_read_with_its_own_parser_and_refuses_what_it_refuses(release):
+    assert parse(["vllm", "serve", "org/m", "-tp", "2"], release).exact
+    with pytest.raises(BadInput, match="unrecognized arguments: --no-such-option"):
+        parse(["vllm", "serve", "org/m", "--no-such-option"], release)
+
+
+def test_0_19_0_reads_its_own_options_that_0_18_lacks():
+    speculative = {"method": "eagle3", "model": "org/d", "num_speculative_tokens": 3}
+    argv = ["vllm", "serve", "org/m", "-sc", json.dumps(speculative), "--reasoning-config", "{}"]
+    command = parse(argv, "0.19.0")
+    assert command.exact and not command.unread and command.speculative_config == speculative
+    with pytest.raises(BadInput, match="unrecognized arguments: --swap-space"):  # gone since 0.18.0
+        parse(["vllm", "serve", "org/m", "--swap-space", "4"], "0.18.1")
 
 
 @pytest.mark.parametrize(
