@@ -222,7 +222,7 @@ def run_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None =
 
 
 def assert_clean_failure(done, code: int) -> None:
-    """A refusal as the README promises it: the exit code asked for, one message, no traceback, never
+    """A refusal as the docs promise it: the exit code asked for, one message, no traceback, never
     the internal-error code."""
     output = done.stdout + done.stderr
     assert "Traceback" not in output, output

@@ -487,7 +487,7 @@ def test_no_cluster_to_connect_to_is_exit_4():
 
 
 def test_the_agents_class_name_is_the_one_ray_list_actors_filters_on():
-    """README: `ray list actors --filter "class_name=RayAgent"` shows the agents. Ray's filter
+    """docs/fleets.md: `ray list actors --filter "class_name=RayAgent"` shows the agents. Ray's filter
     matches the whole name, and it named the class by its __qualname__, agent_class.<locals>.RayAgent."""
     import ray
 

@@ -1,6 +1,6 @@
 """`patchkit fleet` without a cluster: Ray stays optional, and the two-phase apply's protocol on a
 hundred simulated nodes (fake node runners, each a thread that answers as a node's patchkit would),
-the failure cases the README's "at a hundred nodes" describes."""
+the failure cases docs/fleets.md's "at a hundred nodes" describes."""
 
 from __future__ import annotations
 

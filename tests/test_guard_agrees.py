@@ -202,7 +202,7 @@ def patched_wheel_over_another_release(tree: Tree) -> None:
 
 
 def guarded_patched_wheel(tree: Tree) -> None:
-    """The patched wheel installed, then `apply` installs the guard on it (the README's way)."""
+    """The patched wheel installed, then `apply` installs the guard on it (docs/wheels.md's way)."""
     patched_wheel(tree)
     _applied(tree)
 

@@ -1,15 +1,16 @@
-"""The module layout the README's architecture section describes, held against the code's imports."""
+"""The module layout docs/architecture.md describes, held against the code's imports."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import patchkit
 
 PACKAGE = Path(patchkit.__file__).parent
 
-# Lower layers never import higher ones (the README's table, bottom up).
+# Lower layers never import higher ones (docs/architecture.md's table, bottom up).
 LAYERS = [
     {"base", "_target"},
     {"store", "tree"},
@@ -259,3 +260,13 @@ def test_a_copy_that_drifted_is_found(tmp_path):
     path = tmp_path / "b.py"
     path.write_text(path.read_text().replace("del sys.path[0]", "sys.path.pop(0)"))
     assert differing_copies(tmp_path) == {"_unshadow": ["a.py", "b.py"]}
+
+
+def test_the_architecture_page_has_a_row_per_folder_at_its_layer():
+    """docs/architecture.md's table names every folder of patchkit/ once, at the layer LAYERS gives it."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| `([\w]+)/`", page, re.M)
+    folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert sorted(folder for _, folder in rows) == sorted(folders)
+    layer_of = {name: i + 1 for i, names in enumerate(LAYERS) for name in names}
+    assert {folder: int(layer) for layer, folder in rows} == {folder: layer_of[folder] for folder in folders}

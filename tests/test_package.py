@@ -161,7 +161,14 @@ def test_the_sdist_keeps_the_repository_layout(dist):
             if name.startswith("patches/")
         }
     assert library == library_files()
-    assert {"pyproject.toml", "hatch_build.py", "README.md", "patchkit/cli/main.py"} <= set(files)
+    assert {
+        "pyproject.toml",
+        "hatch_build.py",
+        "README.md",
+        "docs/using.md",
+        "CONTRIBUTING.md",
+        "patchkit/cli/main.py",
+    } <= set(files)
 
 
 @pytest.mark.parametrize("kind", [*RELEASED, "editable"])

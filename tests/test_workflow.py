@@ -78,9 +78,9 @@ def test_the_workflow_is_scheduled_and_manual_and_uploads_the_junit_report():
     assert upload["if"] == "always()" and upload["with"]["path"] == "verify.xml"
 
 
-def test_the_readme_quotes_the_workflow():
-    readme = (CHECKOUT / "README.md").read_text(encoding="utf-8")
-    assert f"```yaml\n{WORKFLOW.read_text(encoding='utf-8')}```" in readme
+def test_the_ci_page_quotes_the_workflow():
+    page = (CHECKOUT / "docs" / "ci.md").read_text(encoding="utf-8")
+    assert f"```yaml\n{WORKFLOW.read_text(encoding='utf-8')}```" in page
 
 
 def test_zizmor_finds_nothing_in_the_workflow():

@@ -15,7 +15,7 @@ What it gives: the series (status, verify, apply, revert judge the tree by it), 
 each patched file (the integrity check's reference, since the wheel's RECORD holds the patched
 ones), drift (a file that is neither), and revert's originals (the release's stock files from the
 fetch cache or the index, each checked against its stock sha256; offline, the patches
-reverse-applied, checked the same way). `revert` leaves the dist-info as installed: see README.
+reverse-applied, checked the same way). `revert` leaves the dist-info as installed: see docs/wheels.md.
 """
 
 from __future__ import annotations

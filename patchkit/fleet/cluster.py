@@ -136,7 +136,7 @@ def agent_class(ray):
             ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     # Ray names an actor's class by its __qualname__ (agent_class.<locals>.RayAgent), and `ray list
-    # actors --filter class_name=RayAgent` matches the whole name: the one README shows.
+    # actors --filter class_name=RayAgent` matches the whole name: the one docs/fleets.md shows.
     RayAgent.__qualname__ = "RayAgent"
     return ray.remote(concurrency_groups={"control": CONTROL_THREADS})(RayAgent)
 
