@@ -36,8 +36,12 @@ def test_without_ray_fleet_says_how_to_install_it():
     done = run_without_ray("fleet", "apply", "--format", "json", "--address", "10.1.2.3:6379")
     assert_clean_failure(done, 2)
     document = json.loads(done.stdout)
-    assert "needs Ray" in document["error"] and "pip install 'patchkit[ray]'" in document["hint"]
-    assert "pip install 'patchkit[ray]'" in done.stderr
+    assert (
+        "needs Ray" in document["error"]
+        and "`pip install ray`" in document["hint"]
+        and "patchkit[ray]" not in document["hint"]
+    )
+    assert "pipx inject patchkit ray" in done.stderr
 
 
 def test_nothing_but_fleet_loads_ray():

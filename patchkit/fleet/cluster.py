@@ -21,7 +21,8 @@ from patchkit.base.errors import BadInput
 from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
 from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
 
-INSTALL = "pip install 'patchkit[ray]'"
+# not `pip install 'patchkit[ray]'`: the `patchkit` on PyPI is another project
+INSTALL = "install Ray beside patchkit: `pip install ray` (pipx: `pipx inject patchkit ray`)"
 NAMESPACE = "patchkit"  # the Ray namespace of the nodes' agents
 POLL = 0.2  # seconds between looks at the tasks: a SIGTERM is acted on this soon
 CONNECT_SECONDS = 60.0  # ray.init's time to join the cluster
