@@ -22,7 +22,7 @@ from pathlib import Path
 
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import unsafe_reason
-from patchkit.launch.values import REF_LIMIT, load_json, read_named_file
+from patchkit.launch.values import REF_LIMIT, file_name, load_json, read_named_file
 
 CONFIG = "config.json"
 MISTRAL_CONFIG = "params.json"
@@ -93,7 +93,10 @@ def resolve_model(
     """The config.json vLLM reads for model `name` (`config_path`: --hf-config-path, read instead of
     the model's own; `revision`: --revision, for a hub id; `config_format`: --config-format)."""
     looked: list[str] = []
-    source = config_path or name
+    file_name(name, role)
+    if revision is not None:
+        file_name(revision, f"{role} '{name}': revision")
+    source = file_name(config_path, "--hf-config-path") if config_path else name
     local = Path(os.path.expanduser(source))  # an unknown ~user stays as it is, as transformers reads it
     if os.path.isdir(local):
         _refuse_other_formats(local, config_format, role, source)
@@ -255,7 +258,7 @@ def redirected(name: str, environ: dict[str, str], cwd: str | None = None) -> st
         return name
     if not isinstance(target, str):
         raise BadInput(f"VLLM_MODEL_REDIRECT_PATH {setting} redirects {name} to {target!r}, not a model name")
-    return target
+    return file_name(target, f"VLLM_MODEL_REDIRECT_PATH {setting} redirects {name} to")
 
 
 def _json_table(text: str) -> object:
