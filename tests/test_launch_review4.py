@@ -10,7 +10,7 @@ import pytest
 from helpers import assert_clean_failure, run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_eagle3_setup, write_model
 
-from patchkit.base.errors import BadInput
+from patchkit.base.errors import BadInput, TargetError
 from patchkit.launch.command import parse
 from patchkit.launch.preflight import _models
 
@@ -67,3 +67,146 @@ def test_a_nul_in_a_name_is_exit_2_for_preflight_and_run(tmp_path, models):
         done = run_cli(*verb, "--target", tree, "--patches", library, "--", *argv)
         assert_clean_failure(done, 2)
         assert "no file name can hold it" in done.stderr
+
+
+# --- 2: offline (HF_HUB_OFFLINE), EngineArgs takes the cached snapshot before any redirect ----------
+
+COMMIT = "c" * 40
+
+
+def cache_model(cache: Path, repo: str, config: dict, commit: str = COMMIT) -> Path:
+    root = cache / f"models--{repo.replace('/', '--')}"
+    write_model(root / "snapshots" / commit, config)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / "main").write_text(commit)
+    return root / "snapshots" / commit
+
+
+def read_models(*argv: str, variables: dict[str, str]):
+    """(target, drafter) as patchkit reads them for `argv` run with exactly `variables`."""
+    target, drafter, _, _ = _models(parse(["env", "-i", *(f"{k}={v}" for k, v in variables.items()), *argv]))
+    return target, drafter
+
+
+@pytest.mark.parametrize(
+    ("switches", "is_offline"),
+    [
+        ({"HF_HUB_OFFLINE": "1"}, True),
+        ({"HF_HUB_OFFLINE": "yes"}, True),
+        ({"HF_HUB_OFFLINE": "On"}, True),
+        ({"TRANSFORMERS_OFFLINE": "TRUE"}, True),
+        ({"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "1"}, True),  # an empty value: the other name
+        ({"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"}, False),  # the first name set wins
+        ({"HF_HUB_OFFLINE": "2"}, False),
+        ({}, False),
+    ],
+)
+def test_offline_the_target_is_its_cached_snapshot_and_never_redirected(tmp_path, switches, is_offline):
+    hub = tmp_path / "hub"
+    snapshot = cache_model(hub, "lab/served", NARROW)
+    wide = write_model(tmp_path / "wide", DEEPSEEK_V3)
+    table = tmp_path / "redirect.json"
+    table.write_text(json.dumps({"lab/served": str(wide)}))
+    variables = {"HF_HUB_CACHE": str(hub), "VLLM_MODEL_REDIRECT_PATH": str(table), **switches}
+    target, _ = read_models("vllm", "serve", "lab/served", variables=variables)
+    assert target.get("hidden_size") == (4096 if is_offline else 7168)
+    assert (target.path.parent == snapshot) is is_offline
+
+
+def test_offline_a_table_naming_the_snapshot_path_redirects_it(tmp_path):
+    hub = tmp_path / "hub"
+    snapshot = cache_model(hub, "lab/served", NARROW)
+    table = tmp_path / "redirect.txt"
+    table.write_text(f"{snapshot} {write_model(tmp_path / 'wide', DEEPSEEK_V3)}\n")
+    variables = {"HF_HUB_CACHE": str(hub), "VLLM_MODEL_REDIRECT_PATH": str(table), "HF_HUB_OFFLINE": "1"}
+    target, _ = read_models("vllm", "serve", "lab/served", variables=variables)
+    assert target.get("hidden_size") == 7168
+
+
+def test_offline_the_drafter_is_still_redirected(tmp_path, models):
+    table = tmp_path / "redirect.txt"
+    table.write_text(f"lab/drafter {models['drafter']}\n")
+    variables = {"HF_HUB_CACHE": str(tmp_path / "empty"), "VLLM_MODEL_REDIRECT_PATH": str(table), "HF_HUB_OFFLINE": "1"}
+    _, drafter = read_models(
+        "vllm", "serve", str(models["target"]), "--speculative-config", spec("lab/drafter"), variables=variables
+    )
+    assert drafter is not None and drafter.path == models["drafter"] / "config.json"
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "transformers-cache-only",  # TRANSFORMERS_CACHE is transformers' own: get_model_path never reads it
+        "not-cached",
+        "redirected-only",  # the redirect would find it, but comes after the snapshot look-up
+        "revision-not-cached",
+        "tokenizer-not-cached",
+    ],
+)
+def test_offline_a_model_with_no_cached_snapshot_is_refused_as_vllm_refuses_it(tmp_path, models, where):
+    hub, other = tmp_path / "hub", tmp_path / "transformers"
+    if where != "not-cached":
+        cache_model(other if where == "transformers-cache-only" else hub, "lab/served", DEEPSEEK_V3)
+    table = tmp_path / "redirect.txt"
+    table.write_text(f"lab/absent {models['target']}\n")
+    variables = {
+        "HF_HUB_CACHE": str(hub),
+        "TRANSFORMERS_CACHE": str(other),
+        "VLLM_MODEL_REDIRECT_PATH": str(table),
+        "HF_HUB_OFFLINE": "1",
+    }
+    argv = {
+        "redirected-only": ["vllm", "serve", "lab/absent"],
+        "revision-not-cached": ["vllm", "serve", "lab/served", "--revision", "v2"],
+        "tokenizer-not-cached": ["vllm", "serve", "lab/served", "--tokenizer", "lab/absent"],
+    }.get(where, ["vllm", "serve", "lab/served"])
+    with pytest.raises(TargetError, match="HF_HUB_OFFLINE"):
+        read_models(*argv, variables=variables)
+    variables["HF_HUB_OFFLINE"] = "0"  # online, vLLM reads these (redirected, or from transformers' cache)
+    if where == "transformers-cache-only":
+        assert read_models(*argv, variables=variables)[0].get("hidden_size") == 7168
+
+
+BUILD_ARG_UTILS = """
+import huggingface_hub.constants as constants
+
+
+class AsyncEngineArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model")
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls()
+
+    def __init__(self):  # vLLM's __post_init__ swaps a hub id for its snapshot when this is True
+        self.built_offline = constants.HF_HUB_OFFLINE
+
+    def create_engine_config(self):
+        raise ValueError(f"built offline {self.built_offline}, configured offline {constants.HF_HUB_OFFLINE}")
+"""
+
+
+@pytest.mark.parametrize(
+    ("prefix", "built"), [([], False), (["HF_HUB_OFFLINE=1"], True), (["TRANSFORMERS_OFFLINE=on"], True)]
+)
+def test_vllms_validation_builds_the_engine_args_online_or_offline_as_the_launch_does(tmp_path, models, prefix, built):
+    """The worker never downloads (offline once the engine arguments are built), but builds them in
+    the launch's own mode: offline, vLLM's EngineArgs swaps a hub id for its snapshot, never redirected."""
+    import sys
+
+    tree, library = write_eagle3_setup(tmp_path)
+    fake = tmp_path / "fake"
+    for package in ("vllm", "vllm/engine", "huggingface_hub"):
+        (fake / package).mkdir(parents=True)
+        (fake / package / "__init__.py").write_text("")
+    (fake / "vllm" / "engine" / "arg_utils.py").write_text(BUILD_ARG_UTILS)
+    offline = "os.environ.get('HF_HUB_OFFLINE') or os.environ.get('TRANSFORMERS_OFFLINE') or ''"
+    (fake / "huggingface_hub" / "constants.py").write_text(f"import os\nHF_HUB_OFFLINE = ({offline}).upper() in ('1', 'ON')\n")
+    command = ["env", "-i", f"PYTHONPATH={fake}", *prefix, "vllm", "serve", str(models["target"])]
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
+    done = run_cli(*base, "--", *command)
+    [check] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation"]
+    assert f"built offline {built}, configured offline True" in check["message"], check

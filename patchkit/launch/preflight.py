@@ -22,7 +22,7 @@ from patchkit.engine.inspection import inspect
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import APPLY, LaunchContext, set_checks
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import redirected, resolve_model, with_overrides
+from patchkit.launch.models import offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import engine_validation
@@ -188,11 +188,13 @@ def _models(command: LaunchCommand):
     environ = command.environ
     _refuse_modelscope(environ)
     config_path = _text(command.options.get("hf-config-path"))
-    # vLLM's order: the speculators check reads MODEL's own config.json, as named; then each
-    # ModelConfig redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
-    own = resolve_model(str(command.model), environ, role="model", revision=revision, config_format=config_format)
+    # vLLM's order: offline, EngineArgs takes MODEL (and the tokenizer) as a path or a cached snapshot
+    # first; the speculators check reads that model's own config.json; then each ModelConfig
+    # redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
+    model = _engine_model(command, revision)
+    own = resolve_model(model, environ, role="model", revision=revision, config_format=config_format)
     served = speculator(own)
-    served_name = served.verifier if served is not None else str(command.model)
+    served_name = served.verifier if served is not None else model
     name = redirected(served_name, environ, command.cwd)
     if config_path or name != own.name:
         source = redirected(config_path, environ, command.cwd) if config_path else None
@@ -222,6 +224,19 @@ def _models(command: LaunchCommand):
     )
     drafter = drafter_config(drafter) if drafter is not None else None
     return with_overrides(target, command.hf_overrides), drafter, None, command
+
+
+def _engine_model(command: LaunchCommand, revision: str | None) -> str:
+    """The model EngineArgs hands on: offline (HF_HUB_OFFLINE), a path or the hub id's cached
+    snapshot, found before any redirect; the tokenizer is taken the same way, and vLLM refuses
+    the launch when either is neither."""
+    model = str(command.model)
+    if not offline(command.environ):
+        return model
+    if command.tokenizer is not None:
+        tokenizer_revision = _text(command.options.get("tokenizer-revision"))
+        offline_model_path(command.tokenizer, tokenizer_revision, command.environ, "tokenizer")
+    return offline_model_path(model, revision, command.environ)
 
 
 def _drafter(name: str, command: LaunchCommand, revision: str | None, config_format: str):
