@@ -210,3 +210,39 @@ def test_vllms_validation_builds_the_engine_args_online_or_offline_as_the_launch
     done = run_cli(*base, "--", *command)
     [check] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation"]
     assert f"built offline {built}, configured offline True" in check["message"], check
+
+
+# --- 3: a model path read as vLLM reads it: no ~ expansion, a file there refused ----------------------
+
+
+def test_a_tilde_in_a_model_path_is_never_expanded(tmp_path, monkeypatch, models):
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))  # patchkit's own home too: nothing would find it but expansion
+    write_model(home / "models" / "m", DEEPSEEK_V3)
+    write_model(home / "drafters" / "d", DRAFTER)
+    (tmp_path / "tilde.yaml").write_text(f"model: ~/models/m\nspeculative-config:\n  model: {models['drafter']}\n")
+    variables = {"HOME": str(home), "HF_HUB_CACHE": str(tmp_path / "hub")}
+    for argv in (
+        ["vllm", "serve", "--config", str(tmp_path / "tilde.yaml")],
+        ["vllm", "serve", str(models["target"]), "--speculative-config", spec("~/drafters/d")],
+        ["vllm", "serve", str(models["target"]), "--hf-config-path", "~/models/m"],
+    ):
+        with pytest.raises(TargetError, match="no config.json found") as refused:
+            read_models(*argv, variables=variables)
+        assert "never expands ~" in (refused.value.hint or "")
+
+
+@pytest.mark.parametrize(("content", "says"), [(b"not a model\n", "is a file"), (b"GGUF\x03\x00", "GGUF")])
+def test_a_file_at_the_model_path_is_not_read_as_a_hub_id(tmp_path, monkeypatch, models, content, says):
+    hub = tmp_path / "hub"
+    cache_model(hub, "lab/served", DEEPSEEK_V3)
+    cache_model(hub, "lab/drafter", DRAFTER)
+    (tmp_path / "lab").mkdir()
+    monkeypatch.chdir(tmp_path)
+    variables = {"HF_HUB_CACHE": str(hub)}
+    for name in ("lab/served", "lab/drafter"):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(TargetError, match=says):
+            read_models("vllm", "serve", "lab/served", "--speculative-config", spec("lab/drafter"), variables=variables)
+        (tmp_path / name).unlink()
+    assert read_models("vllm", "serve", "lab/served", variables=variables)[0].get("hidden_size") == 7168

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import unsafe_reason
-from patchkit.launch.values import REF_LIMIT, file_name, load_json, read_named_file
+from patchkit.launch.values import REF_LIMIT, file_name, load_json, read_head, read_named_file
 
 CONFIG = "config.json"
 MISTRAL_CONFIG = "params.json"
@@ -102,7 +102,8 @@ def resolve_model(
     if revision is not None:
         file_name(revision, f"{role} '{name}': revision")
     source = file_name(config_path, "--hf-config-path") if config_path else name
-    local = Path(os.path.expanduser(source))  # an unknown ~user stays as it is, as transformers reads it
+    local = Path(source)  # never ~-expanded: neither vLLM nor transformers expands it
+    _refuse_a_file(local, role, source)
     if os.path.isdir(local):
         _refuse_other_formats(local, config_format, role, source)
     looked.append(str(local / CONFIG))
@@ -117,9 +118,26 @@ def resolve_model(
     candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format)
     if candidate is not None:
         return _load(name, *candidate, overrides)
+    hint = "patchkit never downloads: point at a local directory, or fetch the model into the Hugging Face cache first"
+    if source.startswith("~"):
+        hint = f"write the full path: vLLM never expands ~ (only a shell does, in a word of its own); {hint}"
+    raise TargetError(f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})", hint=hint)
+
+
+def _refuse_a_file(path: Path, role: str, name: str) -> None:
+    """vLLM takes any existing path as the model's own (repo_utils.file_or_path_exists): a file there
+    that is not a GGUF model it refuses; a GGUF file it reads, and patchkit cannot judge it."""
+    if not os.path.exists(path) or os.path.isdir(path):
+        return
+    if path.suffix == ".gguf" or read_head(path, 4) == b"GGUF":
+        raise TargetError(
+            f"cannot judge: {role} '{name}' is a GGUF file, and patchkit reads config.json only",
+            hint="check this launch by hand; patchkit judges Hugging Face format models (config.json)",
+        )
     raise TargetError(
-        f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})",
-        hint="patchkit never downloads: point at a local directory, or fetch the model into the Hugging Face cache first",
+        f"{role} '{name}': {path.resolve()} is a file, not a model directory, and vLLM takes an existing "
+        "path as the model's own: it refuses the launch",
+        hint="give the model's directory, or run from a directory where that name is no file",
     )
 
 

@@ -1,6 +1,7 @@
 """Opt-in (`make test-vllm`): offline (HF_HUB_OFFLINE), patchkit takes a launch's model as vLLM's
 EngineArgs does: the switch as huggingface_hub reads it, and the model as repo_utils.get_model_path
-makes it (an existing path, else the snapshot huggingface_hub finds in its cache, else a refusal)."""
+makes it (an existing path, else the snapshot huggingface_hub finds in its cache, else a refusal);
+and a model path as vLLM reads it (no ~ expansion, a file refused)."""
 
 from __future__ import annotations
 
@@ -99,3 +100,49 @@ def test_the_offline_model_is_the_path_vllms_get_model_path_gives(tmp_path: Path
     finally:
         os.chdir(cwd)
     assert ours == theirs
+
+
+def test_vllm_reads_no_config_where_patchkit_refuses_a_model_path(tmp_path: Path):
+    """A `~` path (never expanded) and a file at the model's path: vLLM's get_config fails on both,
+    as patchkit refuses both; the directory itself it reads."""
+    from launch_fixtures import DEEPSEEK_V3, write_model
+
+    from patchkit.launch.models import resolve_model
+
+    home = tmp_path / "home"
+    write_model(home / "models" / "m", DEEPSEEK_V3)
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "file").write_text("not a model\n")
+    names = ["~/models/m", "lab/file", str(home / "models" / "m")]
+    environ = {"HOME": str(home), "PATH": "/usr/bin:/bin", "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    code = (
+        "import json, sys\n"
+        "from vllm.transformers_utils.config import get_config\n"
+        "out = []\n"
+        "for model in json.loads(sys.argv[1]):\n"
+        "    try: out.append(get_config(model, trust_remote_code=False).hidden_size)\n"
+        "    except Exception: out.append(None)\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run(
+        [str(VLLM_PYTHON), "-c", code, json.dumps(names)],
+        env=environ,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = []
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for name in names:
+            try:
+                ours.append(resolve_model(name, environ).get("hidden_size"))
+            except TargetError:
+                ours.append(None)
+    finally:
+        os.chdir(cwd)
+    assert ours == theirs == [None, None, 7168]
