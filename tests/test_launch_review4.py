@@ -246,3 +246,37 @@ def test_a_file_at_the_model_path_is_not_read_as_a_hub_id(tmp_path, monkeypatch,
             read_models("vllm", "serve", "lab/served", "--speculative-config", spec("lab/drafter"), variables=variables)
         (tmp_path / name).unlink()
     assert read_models("vllm", "serve", "lab/served", variables=variables)[0].get("hidden_size") == 7168
+
+
+# --- 5: the method vLLM infers from the drafter's name, after VLLM_MODEL_REDIRECT_PATH -------------
+
+
+@pytest.mark.parametrize(
+    ("written", "redirected_to", "method"),
+    [
+        ("lab/eagle3-ds", "plain-drafter", None),  # the name written says eagle3; vLLM sees the redirect's
+        ("lab/plain", "EAGLE3-ds", "eagle3"),
+        ("lab/plain", "EAGLE-ds", "eagle"),
+        ("lab/eagle-x", "other", None),
+    ],
+)
+def test_the_method_is_told_from_the_redirected_drafter_name(tmp_path, written, redirected_to, method):
+    drafter = write_model(tmp_path / redirected_to, {**DRAFTER, "model_type": "llama"})
+    table = tmp_path / "redirect.txt"
+    table.write_text(f"{written} {drafter}\n")
+    for offline_switch in ("0", "1"):  # the drafter is redirected offline too
+        argv = ["env", f"VLLM_MODEL_REDIRECT_PATH={table}", f"HF_HUB_OFFLINE={offline_switch}", "vllm", "serve", "m"]
+        command = parse([*argv, "--speculative-config", json.dumps({"model": written, "num_speculative_tokens": 3})])
+        assert command.speculative_method == method
+
+
+def test_a_drafter_whose_redirected_name_names_no_method_fails_the_speculative_config(tmp_path, models):
+    tree, library = write_eagle3_setup(tmp_path)
+    table = tmp_path / "redirect.txt"
+    table.write_text(f"lab/eagle3-ds {models['drafter']}\n")
+    sc = json.dumps({"model": "lab/eagle3-ds", "num_speculative_tokens": 3})
+    argv = ["env", f"VLLM_MODEL_REDIRECT_PATH={table}", "vllm", "serve", str(models["target"]), "--speculative-config", sc]
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv)
+    assert_clean_failure(done, 1)
+    refused = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
+    assert refused and not refused[0]["ok"] and "names none" in refused[0]["message"], done.stdout

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.interpreter import cannot_tell, script_interpreter
+from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
 from patchkit.launch.values import load_json
@@ -120,12 +121,17 @@ class LaunchCommand:
             return method if isinstance(method, str) else None
         if drafter in ("ngram", "[ngram]"):
             return "ngram" if method is None else str(method)
-        name = drafter.lower()
+        name = self.draft_model_name(drafter).lower()
         if "eagle-" in name:
             return "eagle"
         if "eagle3" in name:
             return "eagle3"
         return method if isinstance(method, str) else None
+
+    def draft_model_name(self, drafter: str) -> str:
+        """The drafter's name as vLLM's draft ModelConfig holds it, the one its method is told from:
+        redirected (VLLM_MODEL_REDIRECT_PATH), offline too."""
+        return redirected(drafter, self.environ, self.cwd)
 
     @property
     def hf_overrides(self) -> dict:
