@@ -4,6 +4,7 @@ test here failed on the code before its fix; the real-vLLM comparisons are in te
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,15 @@ def _nul_launches(tmp_path: Path, models: dict[str, Path]) -> list[list[str]]:
         ["vllm", "serve", target, "--config", str(tmp_path / "revision.yaml")],
         ["env", f"{redirect}{tmp_path / 'nul.json'}", "vllm", "serve", target],
         ["env", f"{redirect}{tmp_path / 'surrogate.json'}", "vllm", "serve", target],
-        ["env", f"{redirect}{tmp_path / 'drafter-surrogate.json'}", "vllm", "serve", target, "--speculative-config", spec(drafter)],
+        [
+            "env",
+            f"{redirect}{tmp_path / 'drafter-surrogate.json'}",
+            "vllm",
+            "serve",
+            target,
+            "--speculative-config",
+            spec(drafter),
+        ],
     ]
 
 
@@ -195,7 +204,6 @@ class AsyncEngineArgs:
 def test_vllms_validation_builds_the_engine_args_online_or_offline_as_the_launch_does(tmp_path, models, prefix, built):
     """The worker never downloads (offline once the engine arguments are built), but builds them in
     the launch's own mode: offline, vLLM's EngineArgs swaps a hub id for its snapshot, never redirected."""
-    import sys
 
     tree, library = write_eagle3_setup(tmp_path)
     fake = tmp_path / "fake"
@@ -204,7 +212,9 @@ def test_vllms_validation_builds_the_engine_args_online_or_offline_as_the_launch
         (fake / package / "__init__.py").write_text("")
     (fake / "vllm" / "engine" / "arg_utils.py").write_text(BUILD_ARG_UTILS)
     offline = "os.environ.get('HF_HUB_OFFLINE') or os.environ.get('TRANSFORMERS_OFFLINE') or ''"
-    (fake / "huggingface_hub" / "constants.py").write_text(f"import os\nHF_HUB_OFFLINE = ({offline}).upper() in ('1', 'ON')\n")
+    (fake / "huggingface_hub" / "constants.py").write_text(
+        f"import os\nHF_HUB_OFFLINE = ({offline}).upper() in ('1', 'ON')\n"
+    )
     command = ["env", "-i", f"PYTHONPATH={fake}", *prefix, "vllm", "serve", str(models["target"])]
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
     done = run_cli(*base, "--", *command)
@@ -227,7 +237,7 @@ def test_a_tilde_in_a_model_path_is_never_expanded(tmp_path, monkeypatch, models
         ["vllm", "serve", str(models["target"]), "--speculative-config", spec("~/drafters/d")],
         ["vllm", "serve", str(models["target"]), "--hf-config-path", "~/models/m"],
     ):
-        with pytest.raises(TargetError, match="no config.json found") as refused:
+        with pytest.raises(TargetError, match=r"no config\.json found") as refused:
             read_models(*argv, variables=variables)
         assert "never expands ~" in (refused.value.hint or "")
 
@@ -275,8 +285,94 @@ def test_a_drafter_whose_redirected_name_names_no_method_fails_the_speculative_c
     table = tmp_path / "redirect.txt"
     table.write_text(f"lab/eagle3-ds {models['drafter']}\n")
     sc = json.dumps({"model": "lab/eagle3-ds", "num_speculative_tokens": 3})
-    argv = ["env", f"VLLM_MODEL_REDIRECT_PATH={table}", "vllm", "serve", str(models["target"]), "--speculative-config", sc]
+    argv = [
+        "env",
+        f"VLLM_MODEL_REDIRECT_PATH={table}",
+        "vllm",
+        "serve",
+        str(models["target"]),
+        "--speculative-config",
+        sc,
+    ]
     done = run_cli("preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv)
     assert_clean_failure(done, 1)
     refused = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
     assert refused and not refused[0]["ok"] and "names none" in refused[0]["message"], done.stdout
+
+
+# --- 4: the interpreter options on a `vllm` script's #! line, honoured where the launch's tree is found
+
+
+def _venv_importing(tree: Path, root: Path) -> Path:
+    """A venv whose python imports vllm from `tree` (a .pth)."""
+    import venv
+
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    (site / "stock.pth").write_text(f"{tree}\n")
+    return root / "bin" / "python"
+
+
+def _script(python: Path, shebang: str) -> Path:
+    script = python.parent / "vllm"
+    script.write_text(f"#!{shebang.format(python=python, bin=python.parent)}\nimport sys\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize(
+    ("shebang", "imports"),
+    [
+        ("{python}", "checked"),  # PYTHONPATH, inherited, comes first
+        ("{python} -E", "other"),
+        ("{python} -sE", "other"),
+        ("{python} -I", "other"),
+        ("/usr/bin/env -S PATH={bin} python -I", "other"),
+    ],
+)
+def test_the_tree_a_script_imports_is_found_with_its_interpreter_options(tmp_path, models, shebang, imports):
+    from helpers import write_tree
+
+    tree, library = write_eagle3_setup(tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    other = write_tree(tmp_path / "other")
+    script = _script(_venv_importing(other, tmp_path / "venv"), shebang)
+    argv = [str(script), "serve", str(models["target"])]
+    base = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
+    done = run_cli(*base, *argv, env={"PYTHONPATH": str(tree)})
+    checks = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    if imports == "checked":
+        assert "launch-target" not in checks, done.stdout
+    else:
+        assert_clean_failure(done, 1)
+        assert not checks["launch-target"]["ok"] and str(other) in checks["launch-target"]["message"], done.stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "variables", "first"),
+    [
+        ("", {}, "bin"),
+        (" -P", {}, None),
+        (" -I", {}, None),
+        (" -sP", {}, None),
+        ("", {"PYTHONSAFEPATH": "1"}, None),
+        (" -E", {"PYTHONSAFEPATH": "1"}, "bin"),  # -E: PYTHONSAFEPATH is ignored
+    ],
+)
+def test_the_first_path_of_a_script_follows_its_interpreter_options(tmp_path, options, variables, first):
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.symlink_to(Path(sys.executable))
+    script = _script(python, "{python}" + options)
+    command = parse(["env", "-i", *(f"{k}={v}" for k, v in variables.items()), str(script), "serve", "m"])
+    assert command.first_path() == (str(python.parent) if first else None)
+
+
+@pytest.mark.parametrize("options", [" -W error", " -s -E", " -c pass", " -m vllm"])
+def test_interpreter_options_patchkit_cannot_pass_on_cannot_be_told(tmp_path, options):
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.symlink_to(Path(sys.executable))
+    command = parse([str(_script(python, "{python}" + options)), "serve", "m"])
+    with pytest.raises(TargetError, match="cannot tell"):
+        command.interpreter()

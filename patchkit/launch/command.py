@@ -18,8 +18,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.base.errors import BadInput
-from patchkit.launch.interpreter import cannot_tell, script_interpreter
+from patchkit.base.errors import BadInput, TargetError
+from patchkit.launch.interpreter import cannot_tell, script_python
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
@@ -72,8 +72,11 @@ class LaunchCommand:
 
     def first_path(self) -> str | None:
         """What the launch's Python puts first on sys.path: `python -m`'s working directory, a
-        script's own directory; None with PYTHONSAFEPATH set (or no such script)."""
-        if self.environ.get("PYTHONSAFEPATH"):
+        script's own directory; None in safe-path mode (-P, -I, or PYTHONSAFEPATH where -E or -I
+        does not make it ignore it), or no such script."""
+        options = "".join(self.python_options())
+        ignores_environment = "E" in options or "I" in options
+        if "P" in options or "I" in options or (self.environ.get("PYTHONSAFEPATH") and not ignores_environment):
             return None
         cwd = os.path.abspath(os.path.join(os.getcwd(), self.cwd or os.curdir))
         if Path(self.program).name.startswith("python"):
@@ -167,15 +170,27 @@ class LaunchCommand:
         return parsed
 
     def interpreter(self) -> str:
-        """The Python that will run this launch: the `vllm` script's (patchkit/launch/interpreter.py),
-        or the `python` named; TargetError when that cannot be told."""
+        """The Python that will run this launch (launch_python)."""
+        return self.launch_python()[0]
+
+    def python_options(self) -> list[str]:
+        """The options the launch's Python runs with (its `vllm` script's #! line); [] when that
+        cannot be told (interpreter() says why)."""
+        try:
+            return self.launch_python()[1]
+        except TargetError:
+            return []
+
+    def launch_python(self) -> tuple[str, list[str]]:
+        """(the Python that will run this launch, its interpreter options): the `vllm` script's
+        (patchkit/launch/interpreter.py), or the `python` named; TargetError when that cannot be told."""
         path = self.environ.get("PATH", os.defpath)  # `env -i`: execvp's default
         found = shutil.which(self.program, path=path)
         if found is None:
             raise cannot_tell(self.program, "it is not on the launch's PATH")
         if Path(self.program).name.startswith("python"):
-            return found
-        return script_interpreter(Path(found), path)
+            return found, []
+        return script_python(Path(found), path)
 
 
 def parse(argv: list[str], version=None) -> LaunchCommand:

@@ -64,25 +64,26 @@ def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
     directory, imports the tree checked. None when it does, or when the program is not found at all
     (its exec fails by itself)."""
     try:
-        python = command.interpreter()
+        python, options = command.launch_python()
     except TargetError as exc:
         if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
             return None
         return Finding(LAUNCH_TARGET, True, f"{exc.message}: not compared with {resolved.target.found_by}")
     first_path = command.first_path()
-    own_setting = _own_import_setting(command) or _may_hold_vllm(first_path)
+    own_setting = _own_import_setting(command) or bool(options) or _may_hold_vllm(first_path)
     if _same_venv(python, resolved.target.python) and not own_setting:
         return None  # found by this very interpreter, in patchkit's environment: the launch's
     try:
-        runs = from_interpreter(python, env=command.environ, first_path=first_path).root
+        runs = from_interpreter(python, env=command.environ, first_path=first_path, options=options).root
     except TargetError as exc:
         return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", exc.hint)
     if _same_directory(runs, resolved.target.root):
         return None
     how = " (in the launch's environment and working directory)" if own_setting else ""
+    runs_as = f"{python} {' '.join(options)}" if options else python
     message = (
         f"{resolved.target.found_by} names vLLM in {resolved.target.root}, but the command's {command.program} "
-        f"runs {python}, which imports vLLM from {runs}{how}: the launch runs that tree, not the one checked"
+        f"runs {runs_as}, which imports vLLM from {runs}{how}: the launch runs that tree, not the one checked"
     )
     if own_setting:
         fix = (

@@ -39,7 +39,7 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
             raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
         raise BadInput(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
     except ValueError:  # a NUL, a lone surrogate: os.open refuses the name itself
-        raise BadInput(f"{what} {ascii(str(path))}: {NO_FILE_NAME}") from None
+        raise BadInput(f"{what} {str(path)!a}: {NO_FILE_NAME}") from None
 
 
 def file_name(text: str, what: str) -> str:
@@ -48,9 +48,9 @@ def file_name(text: str, what: str) -> str:
     try:
         os.fsencode(text)
     except UnicodeEncodeError:
-        raise BadInput(f"{what} {ascii(text)}: {NO_FILE_NAME}") from None
+        raise BadInput(f"{what} {text!a}: {NO_FILE_NAME}") from None
     if "\0" in text:
-        raise BadInput(f"{what} {ascii(text)}: {NO_FILE_NAME}")
+        raise BadInput(f"{what} {text!a}: {NO_FILE_NAME}")
     return text
 
 
