@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli
+from helpers import assert_clean_failure, run_cli, write_tree
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_eagle3_setup, write_model
 
 from patchkit.base.errors import BadInput, TargetError
@@ -331,7 +331,6 @@ def _script(python: Path, shebang: str) -> Path:
     ],
 )
 def test_the_tree_a_script_imports_is_found_with_its_interpreter_options(tmp_path, models, shebang, imports):
-    from helpers import write_tree
 
     tree, library = write_eagle3_setup(tmp_path)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
@@ -376,3 +375,24 @@ def test_interpreter_options_patchkit_cannot_pass_on_cannot_be_told(tmp_path, op
     command = parse([str(_script(python, "{python}" + options)), "serve", "m"])
     with pytest.raises(TargetError, match="cannot tell"):
         command.interpreter()
+
+
+# --- 6: a relative python in the command is the launch's, from its working directory ----------------
+
+
+def test_a_relative_python_in_the_command_is_found_from_the_launchs_directory(tmp_path, models):
+    tree, library = write_eagle3_setup(tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    _venv_importing(tree, tmp_path / "project" / ".venv")
+    module = [".venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["target"])]
+    base = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
+    done = run_cli(*base, *module, cwd=tmp_path / "project")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "launch-target" not in {f["check"] for f in json.loads(done.stdout)["findings"]}
+    other = write_tree(tmp_path / "project" / "other")
+    (tmp_path / "project" / ".venv").rename(tmp_path / "project" / "elsewhere")
+    _venv_importing(other, tmp_path / "project" / ".venv")
+    done = run_cli(*base, *module, cwd=tmp_path / "project")
+    assert_clean_failure(done, 1)
+    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "launch-target"]
+    assert str(other) in found["message"] and "not found" not in found["message"], found

@@ -183,14 +183,16 @@ class LaunchCommand:
 
     def launch_python(self) -> tuple[str, list[str]]:
         """(the Python that will run this launch, its interpreter options): the `vllm` script's
-        (patchkit/launch/interpreter.py), or the `python` named; TargetError when that cannot be told."""
+        (patchkit/launch/interpreter.py), or the `python` named; a relative path made absolute against
+        the launch's working directory, as execvp finds it there. TargetError when that cannot be told."""
         path = self.environ.get("PATH", os.defpath)  # `env -i`: execvp's default
         found = shutil.which(self.program, path=path)
         if found is None:
             raise cannot_tell(self.program, "it is not on the launch's PATH")
-        if Path(self.program).name.startswith("python"):
-            return found, []
-        return script_python(Path(found), path)
+        python, options = (
+            (found, []) if Path(self.program).name.startswith("python") else script_python(Path(found), path)
+        )
+        return os.path.abspath(os.path.join(self.cwd or os.getcwd(), python)), options
 
 
 def parse(argv: list[str], version=None) -> LaunchCommand:
