@@ -396,3 +396,32 @@ def test_a_relative_python_in_the_command_is_found_from_the_launchs_directory(tm
     assert_clean_failure(done, 1)
     [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "launch-target"]
     assert str(other) in found["message"] and "not found" not in found["message"], found
+
+
+# --- 7: an option vLLM reads with optional_type: "" and "None" are no value --------------------------
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["--revision", "None"],
+        ["--hf-config-path", "None"],
+        ["--revision", ""],
+        ["--config", "{tmp}/empty.yaml"],  # `revision:` and `hf-config-path:` with no value
+    ],
+)
+def test_none_or_nothing_for_an_optional_option_is_the_default(tmp_path, given):
+    hub = tmp_path / "hub"
+    cache_model(hub, "lab/served", NARROW)
+    (tmp_path / "empty.yaml").write_text("revision:\nhf-config-path:\n")
+    argv = ["vllm", "serve", "lab/served", *(g.format(tmp=tmp_path) for g in given)]
+    target, _ = read_models(*argv, variables={"HF_HUB_CACHE": str(hub)})
+    assert target.get("hidden_size") == 4096
+
+
+def test_none_is_no_tokenizer_revision_offline(tmp_path):
+    hub = tmp_path / "hub"
+    cache_model(hub, "lab/served", NARROW)
+    argv = ["vllm", "serve", "lab/served", "--tokenizer", "lab/served", "--tokenizer-revision", "None"]
+    target, _ = read_models(*argv, variables={"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"})
+    assert target.get("hidden_size") == 4096

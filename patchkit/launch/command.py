@@ -140,6 +140,13 @@ class LaunchCommand:
     def hf_overrides(self) -> dict:
         return self._json("hf-overrides") or {}
 
+    def optional_text(self, name: str) -> str | None:
+        """The text of option `name` as vLLM reads an option of type `str | None` (its optional_type:
+        --revision, --hf-config-path, --tokenizer-revision): None when not given, "" or "None" (what
+        an empty value in a --config YAML becomes)."""
+        value = self.options.get(name)
+        return None if value is None or str(value) in ("", "None") else str(value)
+
     @property
     def tokenizer(self) -> str | None:
         value = self.options.get("tokenizer")

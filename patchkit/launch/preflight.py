@@ -184,11 +184,11 @@ def vllm_validation(resolved, result: PreflightResult) -> Finding:
 def _models(command: LaunchCommand):
     """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
     configs vLLM reads, a speculators-format model served as its verifier's drafter."""
-    revision = _text(command.options.get("revision"))
+    revision = command.optional_text("revision")
     config_format = _text(command.options.get("config-format")) or "auto"
     environ = command.environ
     _refuse_modelscope(environ)
-    config_path = _text(command.options.get("hf-config-path"))
+    config_path = command.optional_text("hf-config-path")
     # vLLM's order: offline, EngineArgs takes MODEL (and the tokenizer) as a path or a cached snapshot
     # first; the speculators check reads that model's own config.json; then each ModelConfig
     # redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
@@ -235,7 +235,7 @@ def _engine_model(command: LaunchCommand, revision: str | None) -> str:
     if not offline(command.environ):
         return model
     if command.tokenizer is not None:
-        tokenizer_revision = _text(command.options.get("tokenizer-revision"))
+        tokenizer_revision = command.optional_text("tokenizer-revision")
         offline_model_path(command.tokenizer, tokenizer_revision, command.environ, "tokenizer")
     return offline_model_path(model, revision, command.environ)
 
