@@ -425,3 +425,18 @@ def test_none_is_no_tokenizer_revision_offline(tmp_path):
     argv = ["vllm", "serve", "lab/served", "--tokenizer", "lab/served", "--tokenizer-revision", "None"]
     target, _ = read_models(*argv, variables={"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"})
     assert target.get("hidden_size") == 4096
+
+
+# --- 8: env -C with a relative directory: the hint, followed, is accepted ----------------------------
+
+
+def test_the_env_chdir_hint_followed_is_accepted(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInput) as refused:
+        parse(["env", "-C", "sub", "vllm", "serve", "m"])
+    hint = refused.value.hint or ""
+    directory, command = hint.split("cd ", 1)[1].split(" && patchkit preflight -- ")
+    monkeypatch.chdir(directory)
+    command = command.replace("...", "vllm serve m").split()
+    assert parse(command).cwd == str(tmp_path / "sub")

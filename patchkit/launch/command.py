@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,10 +358,11 @@ def _same_directory_only(directory: str) -> str:
             return os.getcwd()
     except OSError:
         pass
+    where = shlex.quote(os.path.abspath(directory))  # a relative DIR, followed from DIR, would name DIR/DIR
     raise BadInput(
         f"env -C {directory}: the launch runs in {directory}, and patchkit reads its relative paths from "
         "its own working directory",
-        hint=f"run patchkit from there: cd {directory} && patchkit preflight -- COMMAND",
+        hint=f"run patchkit from there, with -C made absolute: cd {where} && patchkit preflight -- env -C {where} ...",
     )
 
 
