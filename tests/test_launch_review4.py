@@ -440,3 +440,16 @@ def test_the_env_chdir_hint_followed_is_accepted(tmp_path, monkeypatch):
     monkeypatch.chdir(directory)
     command = command.replace("...", "vllm serve m").split()
     assert parse(command).cwd == str(tmp_path / "sub")
+
+
+@pytest.mark.parametrize(("flags", "imports"), [([], "checked"), (["-E"], "other"), (["-s", "-I"], "other")])
+def test_python_m_with_interpreter_options_is_read_and_they_are_honoured(tmp_path, models, flags, imports):
+    tree, library = write_eagle3_setup(tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    python = _venv_importing(write_tree(tmp_path / "other"), tmp_path / "venv")
+    module = [str(python), *flags, "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["target"])]
+    base = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
+    done = run_cli(*base, *module, env={"PYTHONPATH": str(tree)})
+    checks = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert ("launch-target" in checks) is (imports == "other"), done.stdout
+    assert done.returncode == (1 if imports == "other" else 0), done.stdout + done.stderr

@@ -12,6 +12,7 @@ release's own parser does (patchkit/launch/serve_parser.py). What cannot be read
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
 import shlex
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.base.errors import BadInput, TargetError
-from patchkit.launch.interpreter import cannot_tell, script_python
+from patchkit.launch.interpreter import PYTHON_FLAGS, cannot_tell, script_python
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
@@ -64,6 +65,7 @@ class LaunchCommand:
     release: str | None = None  # the release whose recorded parser read the arguments (None: not read yet)
     exact: bool = True  # that parser is the installed release's own (else the nearest recorded one)
     unread: list[str] = field(default_factory=list)  # arguments that parser does not know (not exact)
+    python_flags: list[str] = field(default_factory=list)  # `python -E -m ...`: the interpreter's options
 
     @property
     def environ(self) -> dict[str, str]:
@@ -198,7 +200,9 @@ class LaunchCommand:
         if found is None:
             raise cannot_tell(self.program, "it is not on the launch's PATH")
         python, options = (
-            (found, []) if Path(self.program).name.startswith("python") else script_python(Path(found), path)
+            (found, list(self.python_flags))
+            if Path(self.program).name.startswith("python")
+            else script_python(Path(found), path)
         )
         return os.path.abspath(os.path.join(self.cwd or os.getcwd(), python)), options
 
@@ -222,12 +226,14 @@ def frame(argv: list[str]) -> LaunchCommand:
             f"env runs '{program}' as the command (it reads options only before NAME=VALUE): the launch never runs",
             hint="give env's options first: env -i NAME=VALUE vllm serve MODEL",
         )
-    name = Path(program).name
+    name, flags = Path(program).name, []
     if name == "vllm":
         if not args or args[0] != "serve":
             raise BadInput(f"not a vLLM launch: `vllm {args[0] if args else ''}` (expected `vllm serve MODEL`)")
         arguments, serve = args[1:], True
     elif name.startswith("python"):
+        flags = list(itertools.takewhile(PYTHON_FLAGS.match, args))  # -E, -sP ...: kept for the launch's Python
+        args = args[len(flags) :]
         if len(args) < 2 or args[0] != "-m" or args[1] != API_SERVER:
             raise BadInput(f"not a vLLM launch: expected `{name} -m {API_SERVER} --model MODEL`")
         arguments, serve = args[2:], False
@@ -242,6 +248,7 @@ def frame(argv: list[str]) -> LaunchCommand:
         prefix.cwd,
         arguments=list(arguments),
         serve=serve,
+        python_flags=flags,
     )
 
 

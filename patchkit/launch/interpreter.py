@@ -20,7 +20,7 @@ from patchkit.launch.values import read_head
 SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
 _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_FLAGS = re.compile(r"^-[bBdEIOPqRsSuv]+$")  # Python's options that take no value
+PYTHON_FLAGS = re.compile(r"^-[bBdEIOPqRsSuv]+$")  # Python's options that take no value
 PIP_WRAPPER = b"'''exec' "  # the second line of pip's /bin/sh wrapper
 _ENV_CLEARS = ("-i", "-", "--ignore-environment")
 _ENV_UNSETS = ("-u", "--unset")
@@ -63,7 +63,7 @@ def python_options(script: Path, words: list[str]) -> list[str]:
     cluster of flags that take no value (`-E`, `-sE`, `-I`): passed on as they are to the interpreter
     patchkit asks where vllm is; anything else (a value, `-m`, a blank inside) cannot be told."""
     for word in words:
-        if not _FLAGS.match(word):
+        if not PYTHON_FLAGS.match(word):
             raise cannot_tell(script, f"its Python runs with the option {word!r}, which patchkit does not pass on")
     return words
 
