@@ -24,6 +24,7 @@ READ = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_cod
 
 def work(request: dict) -> dict:
     # run in the launch's own environment (patchkit passes it whole); offline added: nothing downloaded
+    launch_offline = _offline(os.environ)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -38,7 +39,9 @@ def work(request: dict) -> dict:
         with contextlib.redirect_stderr(refused):
             args = _parsed(AsyncEngineArgs, request)
         reading = {name: _plain(getattr(args, name)) for name in READ if hasattr(args, name)}
-        AsyncEngineArgs.from_cli_args(args).create_engine_config()
+        with _model_names_as_launched(launch_offline):
+            engine_args = AsyncEngineArgs.from_cli_args(args)
+        engine_args.create_engine_config()
     except Exception as exc:
         return {"status": "invalid", "error": _error_text(exc), "reading": reading}
     except BaseException as exc:  # argparse exits on an argument it refuses: vLLM would refuse it too
@@ -48,6 +51,31 @@ def work(request: dict) -> dict:
         reason = said[-1] if said else f"status {exc}"
         return {"status": "invalid", "error": f"vLLM's argument parser refused the command: {reason}"}
     return {"status": "ok", "reading": reading}
+
+
+def _offline(environ: Any) -> bool:
+    """huggingface_hub's HF_HUB_OFFLINE as the launch's own environment sets it."""
+    value = environ.get("HF_HUB_OFFLINE") or environ.get("TRANSFORMERS_OFFLINE")
+    return value is not None and value.upper() in ("1", "ON", "YES", "TRUE")
+
+
+@contextlib.contextmanager
+def _model_names_as_launched(launch_offline: bool) -> Any:
+    """EngineArgs built as the launch builds it: online, it keeps a hub id (offline it would take
+    the cached snapshot's path, and VLLM_MODEL_REDIRECT_PATH would never apply); nothing is
+    fetched while it is built, and the forced offline mode is back for the rest."""
+    try:
+        constants: Any = importlib.import_module("huggingface_hub.constants")
+    except ImportError:
+        constants = None
+    kept = getattr(constants, "HF_HUB_OFFLINE", None)
+    if constants is not None and not launch_offline:
+        constants.HF_HUB_OFFLINE = False
+    try:
+        yield
+    finally:
+        if constants is not None and kept is not None:
+            constants.HF_HUB_OFFLINE = kept
 
 
 def _plain(value: Any) -> Any:

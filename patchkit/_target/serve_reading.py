@@ -18,7 +18,17 @@ import os
 import sys
 from typing import Any
 
-FIELDS = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_code", "hf_overrides", "tokenizer")
+FIELDS = (
+    "model",
+    "speculative_config",
+    "tensor_parallel_size",
+    "trust_remote_code",
+    "hf_overrides",
+    "tokenizer",
+    "revision",
+    "hf_config_path",
+    "tokenizer_revision",
+)
 
 
 def readings(lines: list[dict]) -> dict:

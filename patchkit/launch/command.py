@@ -12,14 +12,17 @@ release's own parser does (patchkit/launch/serve_parser.py). What cannot be read
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.base.errors import BadInput
-from patchkit.launch.interpreter import cannot_tell, script_interpreter
+from patchkit.base.errors import BadInput, TargetError
+from patchkit.launch.interpreter import PYTHON_FLAGS, cannot_tell, script_python
+from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
 from patchkit.launch.values import load_json
@@ -62,6 +65,7 @@ class LaunchCommand:
     release: str | None = None  # the release whose recorded parser read the arguments (None: not read yet)
     exact: bool = True  # that parser is the installed release's own (else the nearest recorded one)
     unread: list[str] = field(default_factory=list)  # arguments that parser does not know (not exact)
+    python_flags: list[str] = field(default_factory=list)  # `python -E -m ...`: the interpreter's options
 
     @property
     def environ(self) -> dict[str, str]:
@@ -71,8 +75,11 @@ class LaunchCommand:
 
     def first_path(self) -> str | None:
         """What the launch's Python puts first on sys.path: `python -m`'s working directory, a
-        script's own directory; None with PYTHONSAFEPATH set (or no such script)."""
-        if self.environ.get("PYTHONSAFEPATH"):
+        script's own directory; None in safe-path mode (-P, -I, or PYTHONSAFEPATH where -E or -I
+        does not make it ignore it), or no such script."""
+        options = "".join(self.python_options())
+        ignores_environment = "E" in options or "I" in options
+        if "P" in options or "I" in options or (self.environ.get("PYTHONSAFEPATH") and not ignores_environment):
             return None
         cwd = os.path.abspath(os.path.join(os.getcwd(), self.cwd or os.curdir))
         if Path(self.program).name.startswith("python"):
@@ -120,16 +127,28 @@ class LaunchCommand:
             return method if isinstance(method, str) else None
         if drafter in ("ngram", "[ngram]"):
             return "ngram" if method is None else str(method)
-        name = drafter.lower()
+        name = self.draft_model_name(drafter).lower()
         if "eagle-" in name:
             return "eagle"
         if "eagle3" in name:
             return "eagle3"
         return method if isinstance(method, str) else None
 
+    def draft_model_name(self, drafter: str) -> str:
+        """The drafter's name as vLLM's draft ModelConfig holds it, the one its method is told from:
+        redirected (VLLM_MODEL_REDIRECT_PATH), offline too."""
+        return redirected(drafter, self.environ, self.cwd)
+
     @property
     def hf_overrides(self) -> dict:
         return self._json("hf-overrides") or {}
+
+    def optional_text(self, name: str) -> str | None:
+        """The text of option `name` as vLLM reads an option of type `str | None` (its optional_type:
+        --revision, --hf-config-path, --tokenizer-revision): None when not given, "" or "None" (what
+        an empty value in a --config YAML becomes)."""
+        value = self.options.get(name)
+        return None if value is None or str(value) in ("", "None") else str(value)
 
     @property
     def tokenizer(self) -> str | None:
@@ -161,15 +180,31 @@ class LaunchCommand:
         return parsed
 
     def interpreter(self) -> str:
-        """The Python that will run this launch: the `vllm` script's (patchkit/launch/interpreter.py),
-        or the `python` named; TargetError when that cannot be told."""
+        """The Python that will run this launch (launch_python)."""
+        return self.launch_python()[0]
+
+    def python_options(self) -> list[str]:
+        """The options the launch's Python runs with (its `vllm` script's #! line); [] when that
+        cannot be told (interpreter() says why)."""
+        try:
+            return self.launch_python()[1]
+        except TargetError:
+            return []
+
+    def launch_python(self) -> tuple[str, list[str]]:
+        """(the Python that will run this launch, its interpreter options): the `vllm` script's
+        (patchkit/launch/interpreter.py), or the `python` named; a relative path made absolute against
+        the launch's working directory, as execvp finds it there. TargetError when that cannot be told."""
         path = self.environ.get("PATH", os.defpath)  # `env -i`: execvp's default
         found = shutil.which(self.program, path=path)
         if found is None:
             raise cannot_tell(self.program, "it is not on the launch's PATH")
-        if Path(self.program).name.startswith("python"):
-            return found
-        return script_interpreter(Path(found), path)
+        python, options = (
+            (found, list(self.python_flags))
+            if Path(self.program).name.startswith("python")
+            else script_python(Path(found), path)
+        )
+        return os.path.abspath(os.path.join(self.cwd or os.getcwd(), python)), options
 
 
 def parse(argv: list[str], version=None) -> LaunchCommand:
@@ -191,12 +226,14 @@ def frame(argv: list[str]) -> LaunchCommand:
             f"env runs '{program}' as the command (it reads options only before NAME=VALUE): the launch never runs",
             hint="give env's options first: env -i NAME=VALUE vllm serve MODEL",
         )
-    name = Path(program).name
+    name, flags = Path(program).name, []
     if name == "vllm":
         if not args or args[0] != "serve":
             raise BadInput(f"not a vLLM launch: `vllm {args[0] if args else ''}` (expected `vllm serve MODEL`)")
         arguments, serve = args[1:], True
     elif name.startswith("python"):
+        flags = list(itertools.takewhile(PYTHON_FLAGS.match, args))  # -E, -sP ...: kept for the launch's Python
+        args = args[len(flags) :]
         if len(args) < 2 or args[0] != "-m" or args[1] != API_SERVER:
             raise BadInput(f"not a vLLM launch: expected `{name} -m {API_SERVER} --model MODEL`")
         arguments, serve = args[2:], False
@@ -211,6 +248,7 @@ def frame(argv: list[str]) -> LaunchCommand:
         prefix.cwd,
         arguments=list(arguments),
         serve=serve,
+        python_flags=flags,
     )
 
 
@@ -327,10 +365,11 @@ def _same_directory_only(directory: str) -> str:
             return os.getcwd()
     except OSError:
         pass
+    where = shlex.quote(os.path.abspath(directory))  # a relative DIR, followed from DIR, would name DIR/DIR
     raise BadInput(
         f"env -C {directory}: the launch runs in {directory}, and patchkit reads its relative paths from "
         "its own working directory",
-        hint=f"run patchkit from there: cd {directory} && patchkit preflight -- COMMAND",
+        hint=f"run patchkit from there, with -C made absolute: cd {where} && patchkit preflight -- env -C {where} ...",
     )
 
 

@@ -20,6 +20,8 @@ from patchkit.launch.values import read_head
 SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
 _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+PYTHON_FLAGS = re.compile(r"^-[bBdEIOPqRsSuv]+$")  # Python's options that take no value
+PIP_WRAPPER = b"'''exec' "  # the second line of pip's /bin/sh wrapper
 _ENV_CLEARS = ("-i", "-", "--ignore-environment")
 _ENV_UNSETS = ("-u", "--unset")
 HINT = "give --python /path/to/venv/bin/python (the interpreter that runs vLLM for this launch)"
@@ -30,9 +32,15 @@ def cannot_tell(script: object, why: str) -> TargetError:
 
 
 def script_interpreter(script: Path, path: str | None = None) -> str:
-    """The Python `script` runs: its shebang's interpreter (`env`'s program looked up on `path`), or,
-    for the `/bin/sh` wrapper pip writes when the venv's path cannot be a shebang, the one its `exec`
-    line names. TargetError when that is not a Python or cannot be known."""
+    """The Python `script` runs (script_python)."""
+    return script_python(script, path)[0]
+
+
+def script_python(script: Path, path: str | None = None) -> tuple[str, list[str]]:
+    """(the Python `script` runs, the interpreter options it runs it with): its shebang's interpreter
+    (`env`'s program looked up on `path`) and what follows it, or, for the `/bin/sh` wrapper pip
+    writes when the venv's path cannot be a shebang, what its `exec` line names. TargetError when
+    that is not a Python, or its options are not ones patchkit can pass on (python_options)."""
     lines = read_head(script, SCRIPT_HEAD).split(b"\n")
     if not lines[0].startswith(b"#!"):
         raise cannot_tell(script, "it is not a script with a #! line (or not a regular file)")
@@ -40,23 +48,33 @@ def script_interpreter(script: Path, path: str | None = None) -> str:
     match = _SHEBANG.match(shebang)
     interpreter, argument = (match["interpreter"], match["argument"]) if match else ("", "")
     if Path(interpreter).name == "env":
-        program = _env_program(script, argument, path)
-    elif Path(interpreter).name == "sh" and len(lines) > 1 and lines[1].startswith(b"'''exec' "):
-        program = _pip_wrapper_program(script, lines[1])
+        program, options = _env_program(script, argument, path)
+    elif Path(interpreter).name == "sh" and len(lines) > 1 and lines[1].startswith(PIP_WRAPPER):
+        program, options = _pip_wrapper_program(script, lines[1])
     else:
-        program = interpreter
+        program, options = interpreter, [argument] if argument else []
     if not Path(program).name.startswith(("python", "pypy")):
         raise cannot_tell(script, f"its first line `#!{shebang.strip()}` runs {program or 'nothing'}, not a Python")
-    return program
+    return program, python_options(script, options)
 
 
-def _env_program(script: Path, argument: str, path: str | None) -> str:
-    """The program `env ARGUMENT` starts: ARGUMENT is one word unless it is `-S ...`."""
+def python_options(script: Path, words: list[str]) -> list[str]:
+    """`words`, the options a script's Python runs with before the script itself, when each is a
+    cluster of flags that take no value (`-E`, `-sE`, `-I`): passed on as they are to the interpreter
+    patchkit asks where vllm is; anything else (a value, `-m`, a blank inside) cannot be told."""
+    for word in words:
+        if not PYTHON_FLAGS.match(word):
+            raise cannot_tell(script, f"its Python runs with the option {word!r}, which patchkit does not pass on")
+    return words
+
+
+def _env_program(script: Path, argument: str, path: str | None) -> tuple[str, list[str]]:
+    """The program `env ARGUMENT` starts, and its options: ARGUMENT is one word unless it is `-S ...`."""
     split = re.match(r"^(?:-S|--split-string(?:=|\s))(?P<rest>.*)$", argument, re.S)
     if split is None:
         if not argument or argument.startswith("-") or any(c.isspace() for c in argument):
             raise cannot_tell(script, f"`env {argument}` starts no program by that one name")
-        return _on_path(script, argument, path)
+        return _on_path(script, argument, path), []
     if "$" in split["rest"] or "\\" in split["rest"]:
         raise cannot_tell(script, "its `env -S` line expands variables or escapes")
     try:
@@ -66,8 +84,9 @@ def _env_program(script: Path, argument: str, path: str | None) -> str:
     return _after_env_options(script, words, path)
 
 
-def _after_env_options(script: Path, words: list[str], path: str | None) -> str:
-    """env's own options and VAR=VALUE words skipped: the program (its PATH as env leaves it)."""
+def _after_env_options(script: Path, words: list[str], path: str | None) -> tuple[str, list[str]]:
+    """env's own options and VAR=VALUE words skipped: the program (its PATH as env leaves it) and the
+    words after it."""
     index = 0
     while index < len(words):
         word = words[index]
@@ -90,7 +109,7 @@ def _after_env_options(script: Path, words: list[str], path: str | None) -> str:
         index += 1
     if index >= len(words):
         raise cannot_tell(script, "its `env -S` line names no program")
-    return _on_path(script, words[index], path)
+    return _on_path(script, words[index], path), words[index + 1 :]
 
 
 def _on_path(script: Path, program: str, path: str | None) -> str:
@@ -102,11 +121,12 @@ def _on_path(script: Path, program: str, path: str | None) -> str:
     return found
 
 
-def _pip_wrapper_program(script: Path, line: bytes) -> str:
+def _pip_wrapper_program(script: Path, line: bytes) -> tuple[str, list[str]]:
     try:
         wrapped = shlex.split(line.decode(errors="surrogateescape"))
     except ValueError:
         raise cannot_tell(script, "its /bin/sh wrapper's exec line cannot be read") from None
     if len(wrapped) < 2 or wrapped[0] != "exec":
         raise cannot_tell(script, "its /bin/sh wrapper's exec line names no program")
-    return wrapped[1]
+    ends = wrapped.index("$0") if "$0" in wrapped else len(wrapped)  # its options: the words before the script
+    return wrapped[1], wrapped[2:ends]

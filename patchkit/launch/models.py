@@ -22,7 +22,7 @@ from pathlib import Path
 
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import unsafe_reason
-from patchkit.launch.values import REF_LIMIT, load_json, read_named_file
+from patchkit.launch.values import REF_LIMIT, file_name, load_json, read_head, read_named_file
 
 CONFIG = "config.json"
 MISTRAL_CONFIG = "params.json"
@@ -60,6 +60,11 @@ def hub_cache(environ: dict[str, str]) -> Path:
     for name in TRANSFORMERS_CACHE_VARIABLES:
         if name in environ:
             return Path(environ[name])
+    return hf_hub_cache(environ)
+
+
+def hf_hub_cache(environ: dict[str, str]) -> Path:
+    """huggingface_hub's own cache (constants.HF_HUB_CACHE) for a process with environment `environ`."""
     home = environ.get("HOME") or str(Path.home())
     hf_home = environ.get(
         "HF_HOME", os.path.join(environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache")), "huggingface")
@@ -93,8 +98,12 @@ def resolve_model(
     """The config.json vLLM reads for model `name` (`config_path`: --hf-config-path, read instead of
     the model's own; `revision`: --revision, for a hub id; `config_format`: --config-format)."""
     looked: list[str] = []
-    source = config_path or name
-    local = Path(os.path.expanduser(source))  # an unknown ~user stays as it is, as transformers reads it
+    file_name(name, role)
+    if revision is not None:
+        file_name(revision, f"{role} '{name}': revision")
+    source = file_name(config_path, "--hf-config-path") if config_path else name
+    local = Path(source)  # never ~-expanded: neither vLLM nor transformers expands it
+    _refuse_a_file(local, role, source)
     if os.path.isdir(local):
         _refuse_other_formats(local, config_format, role, source)
     looked.append(str(local / CONFIG))
@@ -109,9 +118,26 @@ def resolve_model(
     candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format)
     if candidate is not None:
         return _load(name, *candidate, overrides)
+    hint = "patchkit never downloads: point at a local directory, or fetch the model into the Hugging Face cache first"
+    if source.startswith("~"):
+        hint = f"write the full path: vLLM never expands ~ (only a shell does, in a word of its own); {hint}"
+    raise TargetError(f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})", hint=hint)
+
+
+def _refuse_a_file(path: Path, role: str, name: str) -> None:
+    """vLLM takes any existing path as the model's own (repo_utils.file_or_path_exists): a file there
+    that is not a GGUF model it refuses; a GGUF file it reads, and patchkit cannot judge it."""
+    if not os.path.exists(path) or os.path.isdir(path):
+        return
+    if path.suffix == ".gguf" or read_head(path, 4) == b"GGUF":
+        raise TargetError(
+            f"cannot judge: {role} '{name}' is a GGUF file, and patchkit reads config.json only",
+            hint="check this launch by hand; patchkit judges Hugging Face format models (config.json)",
+        )
     raise TargetError(
-        f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})",
-        hint="patchkit never downloads: point at a local directory, or fetch the model into the Hugging Face cache first",
+        f"{role} '{name}': {path.resolve()} is a file, not a model directory, and vLLM takes an existing "
+        "path as the model's own: it refuses the launch",
+        hint="give the model's directory, or run from a directory where that name is no file",
     )
 
 
@@ -231,6 +257,68 @@ def _merged(config: dict, overrides: dict) -> dict:
 
 
 REDIRECT_LIMIT = 1 << 20  # VLLM_MODEL_REDIRECT_PATH: a table of model names
+_TRUE = ("1", "ON", "YES", "TRUE")  # huggingface_hub's ENV_VARS_TRUE_VALUES, read upper-cased
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_REPO_ID = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b$")
+
+
+def offline(environ: dict[str, str]) -> bool:
+    """huggingface_hub.constants.HF_HUB_OFFLINE for a process with environment `environ`."""
+    value = environ.get("HF_HUB_OFFLINE") or environ.get("TRANSFORMERS_OFFLINE")
+    return value is not None and value.upper() in _TRUE
+
+
+def offline_model_path(name: str, revision: str | None, environ: dict[str, str], role: str = "model") -> str:
+    """What vLLM's EngineArgs makes of its model (or tokenizer) when offline, before anything else
+    reads it (repo_utils.get_model_path): an existing path as it is, else the snapshot directory
+    huggingface_hub's snapshot_download(local_files_only=True) finds in HF_HUB_CACHE (never
+    transformers' TRANSFORMERS_CACHE). TargetError where vLLM raises (no such snapshot, no repo id)."""
+    file_name(name, role)
+    if os.path.exists(name):
+        return name
+    revision = revision or "main"
+    file_name(revision, f"{role} '{name}': revision")
+    cache = hf_hub_cache(environ)
+    why = _offline_refusal(name)
+    if why is None:
+        storage = cache / ("models--" + name.replace("/", "--"))
+        snapshot = _offline_snapshot(storage, revision, role, name)
+        if snapshot is not None:
+            return str(snapshot)
+        why = f"{cache} holds no snapshot of it for revision {revision}"
+    raise TargetError(
+        f"{role} '{name}': HF_HUB_OFFLINE is set, so vLLM takes it as a path or a snapshot in "
+        f"huggingface_hub's cache, and it is neither ({why}): vLLM refuses the launch",
+        hint=f"fetch it into that cache (huggingface-cli download {name}), or give the model's local directory",
+    )
+
+
+def _offline_refusal(name: str) -> str | None:
+    """Why huggingface_hub's validate_repo_id refuses `name`; None when it takes it."""
+    if name.count("/") > 1 or not _REPO_ID.match(name):
+        return "no local path by that name, and no hub repo id"
+    if "--" in name or ".." in name or name.endswith(".git"):
+        return "no local path by that name, and a repo id huggingface_hub refuses"
+    return None
+
+
+def _offline_snapshot(storage: Path, revision: str, role: str, name: str) -> Path | None:
+    """snapshot_download's offline look-up: a commit hash names its snapshot; another revision, the
+    commit its refs/ file holds (read as it is); the snapshot when it exists, else None."""
+    commit = revision if _COMMIT.match(revision) else None
+    ref = storage / "refs" / revision
+    if commit is None and os.path.exists(ref):
+        try:
+            commit = read_named_file(ref, REF_LIMIT, "hub cache ref").decode("utf-8")
+        except (OSError, UnicodeDecodeError, BadInput) as exc:
+            raise TargetError(
+                f"cannot judge: {role} '{name}': {ref} names no snapshot ({exc})",
+                hint=f"fetch the model again (huggingface-cli download {name}), or point at a local directory",
+            ) from None
+    if commit is None or "\0" in commit:
+        return None
+    snapshot = storage / "snapshots" / commit
+    return snapshot if os.path.exists(snapshot) else None
 
 
 def redirected(name: str, environ: dict[str, str], cwd: str | None = None) -> str:
@@ -255,7 +343,7 @@ def redirected(name: str, environ: dict[str, str], cwd: str | None = None) -> st
         return name
     if not isinstance(target, str):
         raise BadInput(f"VLLM_MODEL_REDIRECT_PATH {setting} redirects {name} to {target!r}, not a model name")
-    return target
+    return file_name(target, f"VLLM_MODEL_REDIRECT_PATH {setting} redirects {name} to")
 
 
 def _json_table(text: str) -> object:

@@ -22,7 +22,7 @@ from patchkit.engine.inspection import inspect
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import APPLY, LaunchContext, set_checks
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import redirected, resolve_model, with_overrides
+from patchkit.launch.models import offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import engine_validation
@@ -64,25 +64,26 @@ def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
     directory, imports the tree checked. None when it does, or when the program is not found at all
     (its exec fails by itself)."""
     try:
-        python = command.interpreter()
+        python, options = command.launch_python()
     except TargetError as exc:
         if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
             return None
         return Finding(LAUNCH_TARGET, True, f"{exc.message}: not compared with {resolved.target.found_by}")
     first_path = command.first_path()
-    own_setting = _own_import_setting(command) or _may_hold_vllm(first_path)
+    own_setting = _own_import_setting(command) or bool(options) or _may_hold_vllm(first_path)
     if _same_venv(python, resolved.target.python) and not own_setting:
         return None  # found by this very interpreter, in patchkit's environment: the launch's
     try:
-        runs = from_interpreter(python, env=command.environ, first_path=first_path).root
+        runs = from_interpreter(python, env=command.environ, first_path=first_path, options=options).root
     except TargetError as exc:
         return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", exc.hint)
     if _same_directory(runs, resolved.target.root):
         return None
     how = " (in the launch's environment and working directory)" if own_setting else ""
+    runs_as = f"{python} {' '.join(options)}" if options else python
     message = (
         f"{resolved.target.found_by} names vLLM in {resolved.target.root}, but the command's {command.program} "
-        f"runs {python}, which imports vLLM from {runs}{how}: the launch runs that tree, not the one checked"
+        f"runs {runs_as}, which imports vLLM from {runs}{how}: the launch runs that tree, not the one checked"
     )
     if own_setting:
         fix = (
@@ -183,16 +184,18 @@ def vllm_validation(resolved, result: PreflightResult) -> Finding:
 def _models(command: LaunchCommand):
     """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
     configs vLLM reads, a speculators-format model served as its verifier's drafter."""
-    revision = _text(command.options.get("revision"))
+    revision = command.optional_text("revision")
     config_format = _text(command.options.get("config-format")) or "auto"
     environ = command.environ
     _refuse_modelscope(environ)
-    config_path = _text(command.options.get("hf-config-path"))
-    # vLLM's order: the speculators check reads MODEL's own config.json, as named; then each
-    # ModelConfig redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
-    own = resolve_model(str(command.model), environ, role="model", revision=revision, config_format=config_format)
+    config_path = command.optional_text("hf-config-path")
+    # vLLM's order: offline, EngineArgs takes MODEL (and the tokenizer) as a path or a cached snapshot
+    # first; the speculators check reads that model's own config.json; then each ModelConfig
+    # redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
+    model = _engine_model(command, revision)
+    own = resolve_model(model, environ, role="model", revision=revision, config_format=config_format)
     served = speculator(own)
-    served_name = served.verifier if served is not None else str(command.model)
+    served_name = served.verifier if served is not None else model
     name = redirected(served_name, environ, command.cwd)
     if config_path or name != own.name:
         source = redirected(config_path, environ, command.cwd) if config_path else None
@@ -222,6 +225,19 @@ def _models(command: LaunchCommand):
     )
     drafter = drafter_config(drafter) if drafter is not None else None
     return with_overrides(target, command.hf_overrides), drafter, None, command
+
+
+def _engine_model(command: LaunchCommand, revision: str | None) -> str:
+    """The model EngineArgs hands on: offline (HF_HUB_OFFLINE), a path or the hub id's cached
+    snapshot, found before any redirect; the tokenizer is taken the same way, and vLLM refuses
+    the launch when either is neither."""
+    model = str(command.model)
+    if not offline(command.environ):
+        return model
+    if command.tokenizer is not None:
+        tokenizer_revision = command.optional_text("tokenizer-revision")
+        offline_model_path(command.tokenizer, tokenizer_revision, command.environ, "tokenizer")
+    return offline_model_path(model, revision, command.environ)
 
 
 def _drafter(name: str, command: LaunchCommand, revision: str | None, config_format: str):

@@ -99,9 +99,10 @@ def _token_count(value: object) -> int | bool | None:
 
 
 def _method_detected(model: str, mtp_types: set[str], context: LaunchContext) -> bool:
-    """vLLM's detection without a method: "eagle-" or "eagle3" in the drafter's name, else its
-    model_type (taken as detected when the drafter's config is unknown: not judged here)."""
-    if "eagle-" in model.lower() or "eagle3" in model.lower():
+    """vLLM's detection without a method: "eagle-" or "eagle3" in the drafter's name (redirected),
+    else its model_type (taken as detected when the drafter's config is unknown: not judged here)."""
+    name = context.command.draft_model_name(model).lower()
+    if "eagle-" in name or "eagle3" in name:
         return True
     if context.drafter is None:
         return True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ MAX_DEPTH = 64  # far beyond any vLLM config (they nest 3 or 4 deep), far below 
 MAX_NODES = 100_000  # values in one document, aliases expanded (a YAML alias bomb expands to 10^8)
 CONFIG_FILE_LIMIT = 1 << 20  # a `--config` YAML: options, a few KB
 REF_LIMIT = 4096  # a hub cache's refs/main: a commit hash
+NO_FILE_NAME = "no file name can hold it (a NUL or a lone surrogate)"
 
 
 def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
@@ -36,13 +38,27 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
         if exc.errno == errno.ENAMETOOLONG:  # a name no file can have: absent, as transformers finds it
             raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
         raise BadInput(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL, a lone surrogate: os.open refuses the name itself
+        raise BadInput(f"{what} {str(path)!a}: {NO_FILE_NAME}") from None
+
+
+def file_name(text: str, what: str) -> str:
+    """`text`, a name the launch turns into a path, when a file name can hold it: no NUL, and
+    encodable as os.fsencode encodes it; else BadInput (vLLM never finds such a file either)."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise BadInput(f"{what} {text!a}: {NO_FILE_NAME}") from None
+    if "\0" in text:
+        raise BadInput(f"{what} {text!a}: {NO_FILE_NAME}")
+    return text
 
 
 def read_head(path: Path | str, size: int) -> bytes:
     """The first `size` bytes of a regular file (b"" for anything else: absent, a fifo, a device)."""
     try:
         return read_regular(path, size, follow_symlinks=True, head=True)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name no file can have (a NUL)
         return b""
 
 

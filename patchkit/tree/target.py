@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,11 +55,18 @@ def from_directory(directory: str | os.PathLike) -> Target:
     return Target(root=root, found_by=f"--target {directory}")
 
 
-def from_interpreter(python: str | None, *, env: dict[str, str] | None = None, first_path: str | None = None) -> Target:
+def from_interpreter(
+    python: str | None,
+    *,
+    env: dict[str, str] | None = None,
+    first_path: str | None = None,
+    options: list[str] | None = None,
+) -> Target:
     """Ask an interpreter where vllm is, without importing it. None: the one running patchkit. `env`:
     the environment it runs with (None: patchkit's); `first_path`: what it puts first on sys.path
-    (`python -m`'s working directory, a script's own directory)."""
-    info = _probe(python, env, first_path)
+    (`python -m`'s working directory, a script's own directory); `options`: the interpreter options
+    it runs with (a script's #! line: -E, -s, -I ...)."""
+    info = _probe(python, env, first_path, options or [])
     package_dir = info.get("package_dir")
     if not isinstance(package_dir, (str, type(None))) or not isinstance(info.get("version"), (str, type(None))):
         raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
@@ -77,14 +85,25 @@ def from_interpreter(python: str | None, *, env: dict[str, str] | None = None, f
     )
 
 
-def _probe(python: str | None, env: dict[str, str] | None = None, first_path: str | None = None) -> dict:
+def _probe(
+    python: str | None, env: dict[str, str] | None = None, first_path: str | None = None, options: Sequence[str] = ()
+) -> dict:
     """What `python` (None: the one running patchkit) says about its vllm: _target/locate.py."""
     # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
     # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
     # site-packages are part of where that Python finds vllm.
     try:
         request = {"package": PACKAGE, "first_path": first_path}
-        info = run_worker(python, "locate", request, timeout=60, in_process=python is None, isolated=False, env=env)
+        info = run_worker(
+            python,
+            "locate",
+            request,
+            timeout=60,
+            in_process=python is None and not options,
+            isolated=False,
+            env=env,
+            options=options,
+        )
     except WorkerFailed as failed:
         if failed.status == 0:  # ran, exited 0, answered nothing: /bin/true, a shell script...
             raise TargetError(f"{python} is not a Python interpreter (it ran, but gave no answer)") from failed
@@ -143,6 +162,7 @@ def run_worker(
     in_process: bool = True,
     isolated: bool = True,
     env: dict[str, str] | None = None,
+    options: Sequence[str] = (),
 ) -> Any:
     """The answer of patchkit/_target/<worker>.py to `request` (JSON in, JSON out), computed by `python`.
 
@@ -153,16 +173,16 @@ def run_worker(
     site-packages out; a worker that must see vLLM as it runs is not isolated. `env`: the worker
     process's whole environment (None: patchkit's; a subprocess then, never in-process). WorkerFailed (a
     TargetError) when it cannot run, times out, exits non-zero or answers nothing; `doing` finishes
-    its messages ("cannot run PYTHON<doing>: ...").
+    its messages ("cannot run PYTHON<doing>: ..."). `options`: interpreter options it runs with too.
     """
     # lazy: only a worker's run needs it (start-up of a dry run)
     import subprocess
 
     module = importlib.import_module(f"patchkit._target.{worker}")
-    if in_process and env is None and same_interpreter(python):
+    if in_process and env is None and not options and same_interpreter(python):
         return module.work(request)
     assert python is not None and module.__file__ is not None
-    flags = ["-I", "-B"] if isolated else ["-B"]
+    flags = ["-I", "-B", *options] if isolated else ["-B", *options]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
         answer = Path(scratch) / "answer.json"
         try:

@@ -65,3 +65,22 @@ def test_the_issues_command_lines_are_read_as_vllm_reads_them(tmp_path):
 @given(st.lists(serve_arguments, min_size=200, max_size=200))
 def test_generated_command_lines_are_read_as_vllm_reads_them(tmp_path, lines):
     _check(lines, tmp_path)
+
+
+OPTIONAL = ("revision", "hf-config-path", "tokenizer-revision")  # vLLM's optional_type: "" and "None" are None
+
+
+def test_an_optional_options_none_or_nothing_is_read_as_vllm_reads_it(tmp_path):
+    from patchkit.launch.command import parse
+
+    (tmp_path / "empty.yaml").write_text("revision:\nhf-config-path:\ntokenizer-revision:\n")
+    (tmp_path / "given.yaml").write_text("revision: v2\nhf-config-path: None\n")
+    lines = [
+        ["org/m", *[word for option in OPTIONAL for word in (f"--{option}", value)]]
+        for value in ("None", "", "none", "v1")
+    ]
+    lines += [["org/m", "--config", str(tmp_path / name)] for name in ("empty.yaml", "given.yaml")]
+    for line, theirs in zip(lines, vllm_readings(lines, tmp_path), strict=True):
+        command = parse(["vllm", "serve", *line], VERSION)
+        ours = {option.replace("-", "_"): command.optional_text(option) for option in OPTIONAL}
+        assert ours == {name: theirs[name] for name in ours}, line
