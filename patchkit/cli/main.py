@@ -10,6 +10,7 @@ import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
+from types import ModuleType
 
 # A run allocates its objects and keeps nearly all of them to the end (its imports, a large diff's
 # hunks, a tree's files): collecting every 700 new objects walked them again and again, ~40 ms of
@@ -162,13 +163,10 @@ class PatchkitGroup(click.Group):
         """The one exit path: a command returns a result (its outcome, maybe an error to report)
         or raises a PatchkitError; either way its exit code is decided here, and the run's
         machine-readable document (ui.Run) is printed here, whatever the outcome."""
-        # lazy: `--help` and a quiet run never load the UI
-        from patchkit.cli.ui import begin_run
-
         _replace_what_streams_cannot_encode()
         _guard_output_streams()
         signals.new_run()
-        run = begin_run()
+        run = _ui().begin_run()
         code = None
         try:
             with signals.handled():  # SIGTERM and SIGHUP roll back and exit as Ctrl-C does
@@ -185,6 +183,14 @@ class PatchkitGroup(click.Group):
                 code = _finish(ctx, run, getattr(exc, "exit_code", INTERRUPTED))
         if code != OK:
             ctx.exit(code)
+
+
+def _ui() -> ModuleType:
+    """The UI package, loaded once a command runs."""
+    # lazy: `--help` never loads the UI
+    import patchkit.cli.ui
+
+    return patchkit.cli.ui
 
 
 INVOKED = "patchkit.invoked"  # ctx.meta: the command's name, the command and its arguments
@@ -219,13 +225,10 @@ def _command_exit_code(invoke, ctx, run) -> int:
 
 def _finish(ctx, run, code: int) -> int:
     """The run's document, in the format the command line chose."""
-    # lazy: `--help` and a quiet run never load the UI
-    from patchkit.cli.ui import finish_run
-
     name = ctx.meta.get(INVOKED, (None,))[0]
     fmt = "json" if run.document is not None else _chosen_format(ctx)
     try:
-        finish_run(run, fmt=fmt, command=name, exit_code=code)
+        _ui().finish_run(run, fmt=fmt, command=name, exit_code=code)
         sys.stdout.flush()  # here, not at exit where a failure could only be a Python warning
     except BrokenPipeError:
         return _stdout_gone()
@@ -251,10 +254,7 @@ def _finish_unless_interrupted(ctx, run, code: int) -> int:
         return _finish(ctx, run, code)
     except KeyboardInterrupt as exc:
         signals.ignore_more()
-        # lazy: `--help` and a quiet run never load the UI
-        from patchkit.cli.ui import UI
-
-        UI().error(*signals.interrupted_report())
+        _ui().UI().error(*signals.interrupted_report())
         return getattr(exc, "exit_code", INTERRUPTED)
 
 
@@ -376,10 +376,7 @@ def _failed(error: PatchkitError, run) -> int:
 
 def _report(run, message: str, hint: str | None = None, *, note: str | None = None) -> None:
     """The error on stderr (and a note after it), and for the run's document (if a run began)."""
-    # lazy: `--help` and a quiet run never load the UI
-    from patchkit.cli.ui import UI
-
-    ui = UI()
+    ui = _ui().UI()
     if run is not None:
         run.failed(message, hint)
     ui.error(message, hint)

@@ -8,12 +8,13 @@ from patchkit.base.enums import LibraryPatchState, Outcome
 from patchkit.base.errors import BadInput, Finished
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, target_options
+from patchkit.series.library import PatchSetDef, load_library, locate
+from patchkit.series.patchfile import read_patch
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from patchkit.base.options import Options
-    from patchkit.series.library import PatchSetDef
 
 
 @click.command()
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 @format_option
 def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> Finished:
     """The library: its sets, the releases each covers, each patch's description."""
-    from patchkit.series.library import load_library, locate
-
     ui = make_ui(fmt, quiet, verbose)
     where = locate(opts.library)
     ui.knows({"library": where.to_json()})
@@ -72,8 +71,6 @@ def _describe(patch_set: PatchSetDef) -> dict:
 
 def _patch_entry(path: Path, digest: str | None, roots: tuple[str, ...]) -> dict:
     """A patch as `list` shows it; a damaged one is reported, not fatal."""
-    from patchkit.series.patchfile import read_patch
-
     try:
         patch = read_patch(path, roots)
     except BadInput as exc:

@@ -6,6 +6,8 @@ import click
 
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
+from patchkit.engine.resolve import resolve_target
+from patchkit.engine.transaction import target_lock
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -15,9 +17,6 @@ if TYPE_CHECKING:
 @target_options
 def command(opts: Options, quiet: bool, verbose: int) -> None:
     """Roll back a transaction that a crash left unfinished (other commands do this first too)."""
-    from patchkit.engine.resolve import resolve_target
-    from patchkit.engine.transaction import target_lock
-
     ui = make_ui("text", quiet, verbose)
     root = resolve_target(opts).root
     with target_lock(root) as message:
