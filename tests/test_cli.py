@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -398,3 +399,41 @@ def test_help_imports_no_command_module_and_a_command_imports_its_own():
     assert loaded("--help") == []
     assert loaded("aply") == []
     assert loaded("recover", "--help") == ["patchkit.cli.commands.options", "patchkit.cli.commands.recover"]
+
+
+# Options a command would ignore are not offered there: each is a usage error (exit 2), not a silent no-op.
+IGNORED = [
+    ("list", "--target", "DIR"),
+    ("list", "--python", "PY"),
+    ("list", "--vllm-version", "0.16.0"),
+    ("list", "--patch", "FILE"),
+    ("list", "--set", "NAME"),
+    ("list", "-v", None),
+    ("diff", "--patch", "FILE"),
+    ("diff", "-v", None),
+    ("recover", "--vllm-version", "0.16.0"),
+    ("recover", "--patches", "DIR"),
+    ("recover", "--patch", "FILE"),
+    ("recover", "--set", "NAME"),
+    ("recover", "-v", None),
+    ("revert", "-v", None),
+    ("fleet", "-v", None),
+]
+
+
+@pytest.mark.parametrize("command, option, value", IGNORED)
+def test_an_option_a_command_ignores_is_not_offered(run, tree, command, option, value):
+    argv = [*(["status"] if command == "fleet" else []), option, *([value] if value else [])]
+    result = run(command, *argv, *([] if command in ("list", "fleet") else ["--target", tree]))
+    assert result.exit_code == 2, result.output
+    assert f"No such option '{option}'" in result.output
+    assert option not in re.split(r"[\s,]+", run(command, "--help").output)
+
+
+def test_the_options_a_command_reads_are_still_offered(run, library, tree):
+    assert json.loads(run("list", "--patches", library, "--format", "json", "-q").stdout)["sets"]
+    diff = run("diff", "--target", tree, "--patches", library, "--set", "demo", "--vllm-version", "0.16.0", "-q")
+    assert diff.exit_code == 0 and '+    "deepseek",' in diff.output
+    assert run("recover", "--target", tree, "-q").exit_code == 0
+    for command in ("status", "apply", "verify", "preflight", "run", "fetch", "wheel"):
+        assert "-v, --verbose" in run(command, "--help").output, command

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@target_options
+@target_options(without={"adhoc", "verbose"})  # the library's series; nothing more to say
 def command(opts: Options, quiet: bool, verbose: int) -> None:
     """Print the patch series for the target's vLLM version (highlighted in a terminal)."""
     ui = make_ui("text", quiet, verbose)

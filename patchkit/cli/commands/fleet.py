@@ -49,7 +49,7 @@ KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next
     show_default=True,
     help="Seconds each node's patchkit agent stays for the next fleet command (0: it ends with this one).",
 )
-@target_options
+@target_options(without={"verbose"})  # the nodes' steps report in the table
 @format_option
 @no_import_option("apply, verify: do not import the patched modules on the nodes (probe check).")
 @click.option("--no-guard", is_flag=True, help="apply: do not install the launch guard on the nodes.")

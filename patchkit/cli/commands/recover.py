@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@target_options
+@target_options(without={"vllm_version", "library", "adhoc", "set_name", "verbose"})  # the tree alone
 def command(opts: Options, quiet: bool, verbose: int) -> None:
     """Roll back a transaction that a crash left unfinished (other commands do this first too)."""
     ui = make_ui("text", quiet, verbose)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@target_options
+@target_options(without={"verbose"})
 @format_option
 @force_option("Revert files edited after apply (a copy of each is kept).")
 @dry_run_option("Say what would be restored; write nothing.")
