@@ -89,7 +89,9 @@ class Scenario:
         return make_patch(scratch, self.stock, EDITS)
 
     def args(self, tree: Path, command: str = "status") -> list[str]:
-        patch = ["--patch", str(self.patch)] if self.patch is not None else []
+        patch = (
+            ["--patch", str(self.patch)] if self.patch is not None and command != "recover" else []
+        )  # recover: the tree alone
         return ["--target", str(tree), *patch, *(["--no-import"] if command == "apply" else [])]
 
     def fresh(self, start: str, where: Path) -> Path:

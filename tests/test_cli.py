@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -312,3 +314,126 @@ def test_revert_uses_the_record_when_the_library_no_longer_covers_the_version(ru
     result = run("revert", *args(tree, library))
     assert result.exit_code == 0, result.output
     assert snapshot(tree) == stock
+
+
+# --------------------------------------------------------------------------- the command line a person reads
+
+
+def test_a_misspelled_command_gets_a_suggestion(run):
+    result = run("aply", "--target", "/nowhere")
+    assert result.exit_code == 2
+    assert "No such command 'aply'. Did you mean 'apply'?" in result.output
+    assert "Did you mean 'preflight'?" in run("prefligth").output
+    assert "Did you mean" not in run("zzzz").output  # nothing near: no guess
+
+
+def _help(columns: int) -> str:
+    env = {**os.environ, "COLUMNS": str(columns)}
+    done = subprocess.run([sys.executable, "-m", "patchkit", "--help"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _listing(text: str) -> dict[str, dict[str, str]]:
+    """section -> command -> its description, the wrapped lines joined."""
+    sections: dict[str, dict[str, str]] = {}
+    section = command = None
+    for line in text.splitlines():
+        if line.endswith(":") and not line.startswith(" "):
+            section, command = line[:-1], None
+            sections[section] = {}
+        elif section and line.startswith("  ") and not line.startswith("    ") and line.strip():
+            command, _, description = line.strip().partition(" ")
+            sections[section][command] = description.strip()
+        elif section and command and line.startswith("    ") and line.strip():
+            sections[section][command] += " " + line.strip()
+        elif not line.strip():
+            command = None
+    return sections
+
+
+@pytest.mark.parametrize("columns", [80, 60, 120])
+def test_help_groups_the_commands_with_whole_descriptions_wrapped_to_the_terminal(columns):
+    from patchkit.cli.main import COMMANDS
+
+    sections = ("Use", "Launch", "Build and fleets", "Maintain")
+
+    text = _help(columns)
+    assert "..." not in text.split("\n", 1)[1]  # the usage line's `[ARGS]...` aside
+    assert [line for line in text.splitlines() if len(line) > min(columns, 80)] == []
+    listing = _listing(text)
+    assert list(listing) == ["Options", *sections, "Exit codes"]
+    assert set(listing["Use"]) == {"status", "apply", "verify", "revert", "list", "diff", "recover", "fetch"}
+    assert set(listing["Launch"]) == {"preflight", "run"}
+    assert set(listing["Build and fleets"]) == {"wheel", "fleet"}
+    assert set(listing["Maintain"]) == {"workspace", "refresh", "port"}
+    shown = {name: text for section in sections for name, text in listing[section].items()}
+    assert shown == {name: listed.help for name, listed in COMMANDS.items()}
+
+
+def test_each_command_is_listed_with_the_first_paragraph_of_its_own_help():
+    from patchkit.cli.main import COMMANDS, cli
+
+    for name, listed in COMMANDS.items():
+        command = cli.get_command(None, name)
+        assert " ".join(command.help.split("\n\n")[0].split()) == listed.help, name
+
+
+LOADED_BY_HELP = """
+import json, sys
+from patchkit.cli.main import main
+sys.argv = ["patchkit", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("patchkit.cli.commands."))), file=sys.stderr)
+"""
+
+
+def test_help_imports_no_command_module_and_a_command_imports_its_own():
+    def loaded(*argv: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", LOADED_BY_HELP, *argv], capture_output=True, text=True)
+        return json.loads(done.stderr.strip().splitlines()[-1])
+
+    assert loaded("--help") == []
+    assert loaded("aply") == []
+    assert loaded("recover", "--help") == ["patchkit.cli.commands.options", "patchkit.cli.commands.recover"]
+
+
+# Options a command would ignore are not offered there: each is a usage error (exit 2), not a silent no-op.
+IGNORED = [
+    ("list", "--target", "DIR"),
+    ("list", "--python", "PY"),
+    ("list", "--vllm-version", "0.16.0"),
+    ("list", "--patch", "FILE"),
+    ("list", "--set", "NAME"),
+    ("list", "-v", None),
+    ("diff", "--patch", "FILE"),
+    ("diff", "-v", None),
+    ("recover", "--vllm-version", "0.16.0"),
+    ("recover", "--patches", "DIR"),
+    ("recover", "--patch", "FILE"),
+    ("recover", "--set", "NAME"),
+    ("recover", "-v", None),
+    ("revert", "-v", None),
+    ("fleet", "-v", None),
+]
+
+
+@pytest.mark.parametrize("command, option, value", IGNORED)
+def test_an_option_a_command_ignores_is_not_offered(run, tree, command, option, value):
+    argv = [*(["status"] if command == "fleet" else []), option, *([value] if value else [])]
+    result = run(command, *argv, *([] if command in ("list", "fleet") else ["--target", tree]))
+    assert result.exit_code == 2, result.output
+    assert f"No such option '{option}'" in result.output
+    assert option not in re.split(r"[\s,]+", run(command, "--help").output)
+
+
+def test_the_options_a_command_reads_are_still_offered(run, library, tree):
+    assert json.loads(run("list", "--patches", library, "--format", "json", "-q").stdout)["sets"]
+    diff = run("diff", "--target", tree, "--patches", library, "--set", "demo", "--vllm-version", "0.16.0", "-q")
+    assert diff.exit_code == 0 and '+    "deepseek",' in diff.output
+    assert run("recover", "--target", tree, "-q").exit_code == 0
+    for command in ("status", "apply", "verify", "preflight", "run", "fetch", "wheel"):
+        assert "-v, --verbose" in run(command, "--help").output, command

@@ -121,7 +121,7 @@ def test_a_failed_rollback_is_exit_4_keeps_the_journal_and_recover_finishes_it(s
     code, out = ct.run_cli(["revert", *scenario.args(tree)], f"{last - 3}:raise,{last - 1}:raise")
     assert code == 4 and "journal is kept" in out and "patchkit recover" in out, out
     assert (tree / ".patchkit/journal.json").exists()
-    code, out = ct.run_cli(["recover", *scenario.args(tree)])
+    code, out = ct.run_cli(["recover", *scenario.args(tree, "recover")])
     assert code == 0 and "rolled back" in out, out
     assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
 

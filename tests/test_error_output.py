@@ -44,7 +44,7 @@ def test_status_apply_revert_print_paths_an_ascii_stdout_cannot_hold(tmp_path, l
     tree = odd_tree(tmp_path, name)
     stock = snapshot(tree)
     outputs = []
-    for argv in (["status"], ["apply"], ["status"], ["revert", "-v"]):
+    for argv in (["status"], ["apply"], ["status"], ["revert"]):
         done = run_cli(*argv, "--target", tree, "--patches", library, env=ASCII_OUTPUT)
         assert_clean_failure(done, 0)
         outputs.append(done.stdout)

@@ -121,10 +121,8 @@ def atomic_write(
     reader sees the old bytes or the new ones, never a part. `durable` fsyncs the data before the
     rename (the transaction's files); `before_replace` runs between the write and the rename (the
     fault-injection tests). The temporary file never outlives a failure."""
-    import secrets  # here: a command that writes nothing need not load it
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.patchkit-{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.patchkit-{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "wb") as fh:

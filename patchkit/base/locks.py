@@ -92,11 +92,8 @@ def held(
 
 
 def _try(lock: BaseFileLock, seconds: float) -> bool:
-    # lazy: a lock's library loads only when a lock is taken
-    from filelock import Timeout
-
     try:
         lock.acquire(timeout=seconds)
-    except Timeout:
+    except TimeoutError:  # filelock's Timeout is one (filelock >= 3.12)
         return False
     return True

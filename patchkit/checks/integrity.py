@@ -25,11 +25,13 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from patchkit import fetch  # its modules load on first use: the cache's reader only, here
 from patchkit.base import fsutil
 from patchkit.base.errors import BadInput, CheckFailed, FetchError, PatchkitError
 from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
+from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import (
     HASHES,
     PROVENANCE,
@@ -196,10 +198,7 @@ def _with_stock_hashes(root: Path, record: Record) -> Record:
     the stock ones are in its provenance (patchkit.json), which is then the reference for them."""
     if not has_provenance(root):
         return record
-    # lazy: only a vLLM installed from a patched wheel needs it
-    from patchkit.distinfo.installed_wheel import stock_hashes
-
-    hashes = stock_hashes(root, record.hashes)
+    hashes = installed_wheel_reader().stock_hashes(root, record.hashes)
     if hashes == record.hashes:
         return record
     return replace(record, label=f"{record.label} (stock hashes from {PROVENANCE})", hashes=hashes)
@@ -210,11 +209,8 @@ def published_record(version, only: Collection[str] | None = None) -> Record | N
     and only while the cache holds it as fetched (the cache is untrusted input: fetch re-checks it)."""
     if version is None:
         return None
-    # lazy: the fetcher loads only when a release's files are needed
-    from patchkit.fetch import cached_record
-
     try:
-        data = cached_record(str(version))
+        data = fetch.cached_record(str(version))
     except PatchkitError:  # a version the cache cannot name, a damaged entry: no evidence
         return None
     return _parse(data, f"the published wheel's RECORD (fetch cache, vllm {version})", only) if data else None
@@ -225,11 +221,8 @@ def _stock_release(root: Path) -> str | None:
     one to hold the stock files to), or None."""
     if not has_provenance(root):
         return None
-    # lazy: only a vLLM installed from a patched wheel needs it
-    from patchkit.distinfo.installed_wheel import find
-
     try:
-        found = find(root)
+        found = installed_wheel_reader().find(root)
     except BadInput:
         return None
     return found.vllm_version if found else None

@@ -20,6 +20,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyflakes
+from pyflakes.checker import Checker
+
 from patchkit.base import fsutil, seal
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, too_large_to_parse
@@ -144,9 +147,6 @@ _MISSING = object()
 def _cache_dir() -> Path | None:
     """Per schema, pyflakes version, Python version (its ast, its builtins) and extra builtins; None
     when the cache may not be used (a symlink on the way: never written or pruned through)."""
-    # lazy: pyflakes loads only when the names check runs
-    import pyflakes
-
     key = f"{_CACHE_SCHEMA}-{pyflakes.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}"
     extra = os.environ.get("PYFLAKES_BUILTINS")
     if extra:
@@ -197,9 +197,6 @@ def _store(cache: Path | None, digest: str, found: tuple[Finding, ...] | None) -
 
 
 def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:
-    # lazy: pyflakes loads only when the names check runs
-    from pyflakes.checker import Checker
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like: not ours to report

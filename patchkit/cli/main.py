@@ -9,6 +9,8 @@ import io
 import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout, suppress
+from dataclasses import dataclass
+from types import ModuleType
 
 # A run allocates its objects and keeps nearly all of them to the end (its imports, a large diff's
 # hunks, a tree's files): collecting every 700 new objects walked them again and again, ~40 ms of
@@ -31,50 +33,129 @@ from patchkit.base.errors import (  # noqa: E402
     exit_code_for,
 )
 
-EPILOG = """\b
-Exit codes:
-  0  ok
-  1  a check failed (conflict, verification failure, drift, partial state)
-  2  usage or bad input (malformed diff, bad option, unreadable manifest)
-  3  no patch set for this vLLM version
-  4  target problem (vLLM not found, not writable, sources unobtainable)
-  70 internal error (a bug in patchkit: please report it)
-  130 interrupted (143 SIGTERM, 129 SIGHUP); 141 the reader of the output went away (a closed pipe)
-"""
+EXIT_CODES = (
+    ("0", "ok"),
+    ("1", "a check failed (conflict, verification failure, drift, partial state)"),
+    ("2", "usage or bad input (malformed diff, bad option, unreadable manifest)"),
+    ("3", "no patch set for this vLLM version"),
+    ("4", "target problem (vLLM not found, not writable, sources unobtainable)"),
+    ("70", "internal error (a bug in patchkit: please report it)"),
+    ("130", "interrupted (143 SIGTERM, 129 SIGHUP)"),
+    ("141", "the reader of the output went away (a closed pipe)"),
+)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A command as `patchkit --help` lists it, known without importing its module: the module
+    is imported when the command runs or its own --help is asked."""
+
+    module: str
+    section: str
+    help: str  # the first paragraph of the command's docstring, whole (a test holds them equal)
+
+
+USE, LAUNCH, BUILD, MAINTAIN = "Use", "Launch", "Build and fleets", "Maintain"
+SECTIONS = (USE, LAUNCH, BUILD, MAINTAIN)
+_COMMANDS = "patchkit.cli.commands."
 
 COMMANDS = {
-    "status": "patchkit.cli.commands.status",
-    "apply": "patchkit.cli.commands.apply",
-    "verify": "patchkit.cli.commands.verify",
-    "revert": "patchkit.cli.commands.revert",
-    "list": "patchkit.cli.commands.listing",
-    "diff": "patchkit.cli.commands.diff",
-    "recover": "patchkit.cli.commands.recover",
-    "fetch": "patchkit.cli.commands.fetch",
-    "workspace": "patchkit.cli.commands.workspace",
-    "refresh": "patchkit.cli.commands.refresh",
-    "port": "patchkit.cli.commands.port",
-    "preflight": "patchkit.cli.commands.preflight",
-    "run": "patchkit.cli.commands.run",
-    "wheel": "patchkit.cli.commands.wheel",
-    "fleet": "patchkit.cli.commands.fleet",
+    "status": Listed(
+        _COMMANDS + "status", USE, "Where vLLM is, its version, the patch set chosen and each patch's state."
+    ),
+    "apply": Listed(
+        _COMMANDS + "apply",
+        USE,
+        "Apply the patch series for the target's vLLM: all files or none, verified, recorded.",
+    ),
+    "verify": Listed(
+        _COMMANDS + "verify",
+        USE,
+        "Run the checks on the patched files: as they are, or as `apply` would leave them.",
+    ),
+    "revert": Listed(_COMMANDS + "revert", USE, "Restore the stock files byte-for-byte."),
+    "list": Listed(
+        _COMMANDS + "listing", USE, "The library: its sets, the releases each covers, each patch's description."
+    ),
+    "diff": Listed(
+        _COMMANDS + "diff", USE, "Print the patch series for the target's vLLM version (highlighted in a terminal)."
+    ),
+    "recover": Listed(
+        _COMMANDS + "recover",
+        USE,
+        "Roll back a transaction that a crash left unfinished (other commands do this first too).",
+    ),
+    "fetch": Listed(
+        _COMMANDS + "fetch",
+        USE,
+        "Fetch the stock sources of vllm==VERSION from the package index pip is configured with.",
+    ),
+    "preflight": Listed(
+        _COMMANDS + "preflight",
+        LAUNCH,
+        "Check a vLLM launch command before anything loads: every fault in one run.",
+    ),
+    "run": Listed(
+        _COMMANDS + "run",
+        LAUNCH,
+        "Preflight a vLLM launch (static checks), then become it (exec: same PID, signals, exit status).",
+    ),
+    "wheel": Listed(
+        _COMMANDS + "wheel",
+        BUILD,
+        "Build the patched wheel of a stock vLLM wheel (a file, or vllm==VERSION from the index).",
+    ),
+    "fleet": Listed(
+        _COMMANDS + "fleet", BUILD, "status, apply, verify or revert on every alive node of a Ray cluster."
+    ),
+    "workspace": Listed(
+        _COMMANDS + "workspace",
+        MAINTAIN,
+        "Make DIR (default ./vllm-VERSION-workspace) a git repository to work on VERSION's series.",
+    ),
+    "refresh": Listed(
+        _COMMANDS + "refresh", MAINTAIN, "Write a workspace's changes back into the library as its release's diffs."
+    ),
+    "port": Listed(
+        _COMMANDS + "port",
+        MAINTAIN,
+        "Carry the set from release V1 to V2 by a three-way merge per file (`git merge-file`).",
+    ),
 }
 
 
 class PatchkitGroup(click.Group):
-    """Loads each command's module only when needed, and turns errors into exit codes."""
+    """Lists the commands from COMMANDS, loading a command's module only when it runs or shows
+    its own help (click's lazy group), and turns errors into exit codes."""
 
-    def list_commands(self, ctx):
+    def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx, name):
-        if name not in COMMANDS:
+    def get_command(self, ctx: click.Context | None, name: str) -> click.Command | None:
+        listed = COMMANDS.get(name)
+        if listed is None:
             return None
+        command: click.Command = importlib.import_module(listed.module).command
+        return command
 
-        return importlib.import_module(COMMANDS[name]).command
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """By section, each command's whole line (wrapped to the terminal, never cut), in one column."""
+        width = max(map(len, COMMANDS))
+        for section in SECTIONS:
+            with formatter.section(section):
+                formatter.write_dl(
+                    [(name.ljust(width), c.help) for name, c in COMMANDS.items() if c.section == section]
+                )
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Exit codes"):
+            formatter.write_dl(EXIT_CODES)
 
     def resolve_command(self, ctx, args):
-        name, command, rest = super().resolve_command(ctx, args)
+        try:
+            name, command, rest = super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:  # click offers the group's loaded commands: none here
+            raise click.exceptions.NoSuchCommand(exc.command_name, possibilities=COMMANDS, ctx=ctx) from None
         ctx.meta[INVOKED] = (name, command, list(rest))  # a copy: parsing consumes the list
         return name, command, rest
 
@@ -82,13 +163,10 @@ class PatchkitGroup(click.Group):
         """The one exit path: a command returns a result (its outcome, maybe an error to report)
         or raises a PatchkitError; either way its exit code is decided here, and the run's
         machine-readable document (ui.Run) is printed here, whatever the outcome."""
-        # lazy: `--help` and a quiet run never load the UI
-        from patchkit.cli.ui import begin_run
-
         _replace_what_streams_cannot_encode()
         _guard_output_streams()
         signals.new_run()
-        run = begin_run()
+        run = _ui().begin_run()
         code = None
         try:
             with signals.handled():  # SIGTERM and SIGHUP roll back and exit as Ctrl-C does
@@ -105,6 +183,14 @@ class PatchkitGroup(click.Group):
                 code = _finish(ctx, run, getattr(exc, "exit_code", INTERRUPTED))
         if code != OK:
             ctx.exit(code)
+
+
+def _ui() -> ModuleType:
+    """The UI package, loaded once a command runs."""
+    # lazy: `--help` never loads the UI
+    import patchkit.cli.ui
+
+    return patchkit.cli.ui
 
 
 INVOKED = "patchkit.invoked"  # ctx.meta: the command's name, the command and its arguments
@@ -139,13 +225,10 @@ def _command_exit_code(invoke, ctx, run) -> int:
 
 def _finish(ctx, run, code: int) -> int:
     """The run's document, in the format the command line chose."""
-    # lazy: `--help` and a quiet run never load the UI
-    from patchkit.cli.ui import finish_run
-
     name = ctx.meta.get(INVOKED, (None,))[0]
     fmt = "json" if run.document is not None else _chosen_format(ctx)
     try:
-        finish_run(run, fmt=fmt, command=name, exit_code=code)
+        _ui().finish_run(run, fmt=fmt, command=name, exit_code=code)
         sys.stdout.flush()  # here, not at exit where a failure could only be a Python warning
     except BrokenPipeError:
         return _stdout_gone()
@@ -171,10 +254,7 @@ def _finish_unless_interrupted(ctx, run, code: int) -> int:
         return _finish(ctx, run, code)
     except KeyboardInterrupt as exc:
         signals.ignore_more()
-        # lazy: `--help` and a quiet run never load the UI
-        from patchkit.cli.ui import UI
-
-        UI().error(*signals.interrupted_report())
+        _ui().UI().error(*signals.interrupted_report())
         return getattr(exc, "exit_code", INTERRUPTED)
 
 
@@ -296,10 +376,7 @@ def _failed(error: PatchkitError, run) -> int:
 
 def _report(run, message: str, hint: str | None = None, *, note: str | None = None) -> None:
     """The error on stderr (and a note after it), and for the run's document (if a run began)."""
-    # lazy: `--help` and a quiet run never load the UI
-    from patchkit.cli.ui import UI
-
-    ui = UI()
+    ui = _ui().UI()
     if run is not None:
         run.failed(message, hint)
     ui.error(message, hint)
@@ -307,7 +384,7 @@ def _report(run, message: str, hint: str | None = None, *, note: str | None = No
         ui.note(note)
 
 
-@click.group(cls=PatchkitGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=PatchkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchkit")
 def cli():
     """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""

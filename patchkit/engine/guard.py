@@ -16,18 +16,22 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import importlib.metadata
 import io
 import os
 from contextlib import suppress
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit import __version__
+from patchkit._target.guard import TreeChanged, find_problems, installed_vllm_version
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.store.state import read_state
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -90,9 +94,6 @@ def install_changes(
     cannot be installed (or would stop every launch), no writes, the record unchanged and why not.
     A guard file patchkit did not write, or that changed since, is replaced only with `replace`
     (the caller keeps a copy of it: replaced_files)."""
-    # lazy: only a guarded tree needs it
-    from patchkit._target.guard import installed_vllm_version
-
     if not is_site_packages(root):
         why = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
         return {}, recorded, f"{why}: no guard installed"
@@ -172,9 +173,6 @@ def launch_refusal(root: Path) -> list[str]:
     preflight and run fail exactly when a launch would. An installed module that is not this
     patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told;
     so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it)."""
-    # lazy: only a guarded tree needs it
-    from patchkit._target.guard import TreeChanged, find_problems
-
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return unreadable
@@ -255,6 +253,8 @@ def _declared(root: Path) -> tuple[bool, list[str]]:
 
 def _entry_points(text: str) -> importlib.metadata.EntryPoints:
     """An entry_points.txt's entry points, parsed by importlib.metadata itself."""
+    # lazy: importlib.metadata (and the email package under it) loads only to read a tree's plugins
+    import importlib.metadata
 
     class Text(importlib.metadata.Distribution):
         def read_text(self, filename: str) -> str | None:

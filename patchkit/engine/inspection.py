@@ -14,7 +14,11 @@ from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, T
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
+from patchkit.checks import CheckContext
+from patchkit.checks.integrity import installed_record
+from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
+from patchkit.engine.guard import REPLACE_FIX, UNKNOWN_GUARD, launch_refusal, older_guard_notes
 from patchkit.store.state import Entry, State, read_state
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,9 +76,6 @@ class TreeStatus:
                 "reinstall the installed vLLM release (pip install --force-reinstall --no-deps vllm==VERSION), "
                 "then run `patchkit apply` (it drops the record, stale once the files are stock)"
             )
-        # lazy: only a guarded tree, or installing a guard, needs it
-        from patchkit.engine.guard import REPLACE_FIX, UNKNOWN_GUARD
-
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
             first = "run `patchkit revert --force` (it keeps a copy of the edits), then " if self.drifted else ""
             return first + (REPLACE_FIX.removeprefix("run ") if first else REPLACE_FIX)
@@ -144,9 +145,6 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
 
 def _guard_fields(root: Path, set_name: str) -> dict:
     """What the installed guard refuses, its notes, and the fix when another set's record is what it refuses."""
-    # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.engine.guard import launch_refusal, older_guard_notes
-
     refused = launch_refusal(root)
     return {
         "guard": refused,
@@ -192,10 +190,7 @@ def drifted_files(resolved: Resolved) -> list[str]:
     if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
         if not has_provenance(root):
             return []
-        # lazy: only a vLLM installed from a patched wheel needs it
-        from patchkit.distinfo.installed_wheel import drifted
-
-        return drifted(root, lambda path: read_file(path, follow_symlinks=False))
+        return installed_wheel_reader().drifted(root, lambda path: read_file(path, follow_symlinks=False))
     if entry is None or stale_note(root, entry, resolved.vllm_version):
         return []
     return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
@@ -218,9 +213,6 @@ def stale_note(root, entry: Entry, installed) -> str | None:
     unlisted there (a file that release does not ship). The record describes files pip replaced.
     Files it only created say nothing either way (pip never lists them): a record of only those is
     stale on the version alone."""
-    # lazy: the checks load only when checks run
-    from patchkit.checks.integrity import installed_record
-
     if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
         return None
     own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
@@ -247,10 +239,7 @@ def _patched_by_the_wheel(root) -> dict[str, str]:
     installed vLLM came from one: those bytes are the installed release's own files too."""
     if not has_provenance(root):
         return {}
-    # lazy: only a vLLM installed from a patched wheel needs it
-    from patchkit.distinfo.installed_wheel import find
-
-    found = find(root)
+    found = installed_wheel_reader().find(root)
     if found is None:
         return {}
     return {path: shas.patched_sha256 for path, shas in found.files.items() if shas.patched_sha256}
@@ -267,9 +256,6 @@ def check_context(
     """What the checks see: the planned contents (or the files as on disk), and the stock ones.
     `written`: what this plan's commit wrote (transaction.commit), read back as the very bytes
     written while each file is still the one written."""
-    # lazy: the checks load only when checks run
-    from patchkit.checks import CheckContext
-
     root = resolved.target.root
     disk = _disk_reader(root, written)
     return CheckContext(
@@ -337,9 +323,6 @@ def newest_release(patch_set: PatchSetDef):
 
 def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool = True) -> CheckContext:
     """The stock files as they are: what was patched before is checked as vLLM now ships it."""
-    # lazy: the checks load only when checks run
-    from patchkit.checks import CheckContext
-
     root = resolved.target.root
     disk = _disk_reader(root)
     return CheckContext(
@@ -355,9 +338,14 @@ def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool
     )
 
 
-def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:
+def run_checks(ctx: CheckContext) -> list[CheckResult]:
+    """Every registered check on `ctx`: the registry (each check module, pyflakes) loads on the first call."""
     # lazy: the checks load only when checks run
-    from patchkit.checks.registry import run_checks
+    from patchkit.checks import registry
 
+    return registry.run_checks(ctx)
+
+
+def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:
     paths = upstream_check_paths(resolved.selection.patch_set)
     return run_checks(upstream_context(resolved, paths, import_probe=import_probe)) if paths else []

@@ -22,15 +22,35 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from patchkit import fetch
 from patchkit._target.guard import installed_vllm_version
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.fsutil import atomic_write, inside, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
-from patchkit.checks import CheckResult, shadow
+from patchkit.checks import CheckResult, integrity, shadow
+from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
+from patchkit.checks.integrity import installed_record
+from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, listed_by_other_distributions
-from patchkit.engine.inspection import TreeStatus, check_context, drifted_files, inspect, stale_entries, stale_note
+from patchkit.engine.guard import (
+    STOPS_EVERY_LAUNCH,
+    install_changes,
+    own_unrecorded,
+    removal_changes,
+    remove_empty_cache,
+    replaced_files,
+)
+from patchkit.engine.inspection import (
+    TreeStatus,
+    check_context,
+    drifted_files,
+    inspect,
+    run_checks,
+    stale_entries,
+    stale_note,
+)
 from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_target
 from patchkit.engine.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
 from patchkit.series.patchfile import Patch
@@ -206,9 +226,6 @@ class _Applying:
     def stock_integrity(self, plan: Plan, *, force: bool) -> ApplyResult:
         """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
         Passing, the result is the dry run's."""
-        # lazy: the checks load only when checks run
-        from patchkit.checks import integrity
-
         results = integrity.CHECK.run(check_context(self.resolved, plan))
         failed = [r for r in results if r.failed]
         if failed and not force:
@@ -225,9 +242,6 @@ class _Applying:
 
     def write(self, plan: Plan, stock: list[CheckResult]) -> ApplyResult:
         """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
-        # lazy: the checks load only when checks run
-        from patchkit.checks.registry import run_checks
-
         resolved, root = self.resolved, self.resolved.target.root
         with self.timed("checks"):
             planned = run_checks(check_context(resolved, plan, import_probe=self.import_probe))
@@ -321,9 +335,6 @@ class _Applying:
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The guard's writes (none without --guard, or where it cannot go: said in a warning), and
         the state that records them."""
-        # lazy: only a guarded tree, or installing a guard, needs it
-        from patchkit.engine.guard import STOPS_EVERY_LAUNCH, install_changes, own_unrecorded, replaced_files
-
         no_guard = state.no_guard if self.guard_choice is None else not self.guard_choice
         state = replace(state, no_guard=no_guard)
         if (
@@ -348,9 +359,6 @@ class _Applying:
 
     def without_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The writes that remove the recorded guard (a file changed since stays, said), and the state."""
-        # lazy: only a guarded tree, or installing a guard, needs it
-        from patchkit.engine.guard import removal_changes
-
         changes, kept = removal_changes(self.resolved.target.root, state.guard)
         for note in kept:
             self.warn(note)
@@ -417,14 +425,11 @@ def _without_stale(root: Path, version) -> tuple[State, dict[str, str], dict, li
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
-    # lazy: the checks load only when checks run
-    from patchkit.checks import bytecode
-
-    stale = [r for r in result.checks or [] if r.check == bytecode.NAME and r.failed]
+    stale = [r for r in result.checks or [] if r.check == pyc.NAME and r.failed]
     if stale:
         result.outcome = Outcome.BYTECODE_FAILED
         result.error = CheckFailed(
-            f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + bytecode.failures(stale),
+            f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + pyc.failures(stale),
             hint="remove those .pyc files (Python then compiles the sources); "
             "`patchkit verify` reports any stale bytecode left",
         )
@@ -434,10 +439,7 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
 def fix_bytecode(target: Target, paths) -> list[CheckResult]:
     """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
     code of the changed files (unchecked-hash pycs)."""
-    # lazy: the checks load only when checks run
-    from patchkit.checks import bytecode
-
-    return bytecode.fix(target.root, paths, target.python)
+    return pyc.fix(target.root, paths, target.python)
 
 
 # --------------------------------------------------------------------------- verify
@@ -497,10 +499,6 @@ def refuse_unchangeable(resolved: Resolved) -> None:
 
 
 def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:
-    # lazy: the checks load only when checks run
-    from patchkit.checks import bytecode, integrity
-    from patchkit.checks.registry import run_checks
-
     if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
         return list(status.checks)
     results = []
@@ -514,7 +512,7 @@ def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> 
         integrity.CHECK.run(check_context(resolved, status.plan))
         + results
         + shadow.scan(resolved.target.root, resolved.patches)
-        + bytecode.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
+        + pyc.scan(resolved.target.root, status.plan.touched_paths, resolved.target.python)
     )
 
 
@@ -584,10 +582,6 @@ def _revert_locked(
     force: bool,
     dry_run: bool,
 ) -> RevertResult:
-    # lazy: only a vLLM installed from a patched wheel needs them (the fetcher loads on a first use)
-    from patchkit.distinfo.installed_wheel import restore_stock
-    from patchkit.fetch import release_tree
-
     root = target.root
     state = read_state(root)
     entries = _entries_to_revert(state, only)
@@ -610,7 +604,7 @@ def _revert_locked(
     for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
         restore_recorded(view, entry, force=force, patches=patches, restored=restored)
     if wheel is not None:  # installed from a patched wheel: the stock files it was built from
-        from_wheel = restore_stock(view, wheel, force=force, fetch_release=release_tree)
+        from_wheel = installed_wheel_reader().restore_stock(view, wheel, force=force, fetch_release=fetch.release_tree)
         restored.edited += from_wheel.edited
         restored.notes += from_wheel.notes
     warnings += restored.notes
@@ -667,9 +661,6 @@ def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
     """A record that says patchkit created a file (no original) which an installed distribution's
     RECORD lists as its own (vLLM's, torch's) is no record patchkit wrote: reverting it would delete
     that file. (A vLLM installed from a patched wheel lists the files its patches add: not judged.)"""
-    # lazy: the checks load only when checks run
-    from patchkit.checks.integrity import installed_record
-
     created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
     stock = sorted(listed_by_other_distributions(root, created))
     if created and installed is not None and not has_provenance(root):
@@ -704,19 +695,13 @@ def _refuse_another_releases_originals(root: Path, entry: Entry, installed) -> N
 def _patched_wheel(root: Path, only: str | None):
     """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
     revert is of its set (or of everything)."""
-    # lazy: only a vLLM installed from a patched wheel needs it
-    from patchkit.distinfo.installed_wheel import find
-
-    found = find(root)
+    found = installed_wheel_reader().find(root)
     return found if found is not None and only in (None, found.name) else None
 
 
 def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
     """Once no set is recorded, the guard goes too: the writes that remove it (a guard file changed
     since patchkit wrote it is kept, and said), and the state without it."""
-    # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.engine.guard import removal_changes
-
     if state.entries or not state.guard:
         return {}, state, []
     changes, kept = removal_changes(root, state.guard)
@@ -726,9 +711,6 @@ def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | No
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:
     """The guard's .pyc goes with its source (and the __pycache__/ that held only it). Only a .pyc
     that could not be removed is reported: the guard is no file of the series."""
-    # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.engine.guard import remove_empty_cache
-
     if not removed:
         return []
     results = fix_bytecode(target, removed)
@@ -764,15 +746,12 @@ def _installed_version(target: Target):
 
 
 def _refuse_stale_revert(result: RevertResult) -> RevertResult:
-    # lazy: the checks load only when checks run
-    from patchkit.checks import bytecode
-
     stale = [r for r in result.checks if r.failed]
     if stale:
         result.outcome = Outcome.BYTECODE_FAILED
         result.error = CheckFailed(
             f"reverted {len(result.files)} file(s), but compiled bytecode of the patched code could not "
-            "be fixed:\n  " + bytecode.failures(stale),
+            "be fixed:\n  " + pyc.failures(stale),
             hint="remove those .pyc files (Python then compiles the sources)",
         )
     return result

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 from patchkit.base.enums import SelectionKind
 from patchkit.base.errors import NoPatchSet, TargetError
 from patchkit.base.options import Options
+from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
+from patchkit.engine.guard import launch_refusal
 from patchkit.series import library
 from patchkit.series.library import Selection
 from patchkit.series.patchfile import Patch
@@ -69,10 +71,7 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
     detected = version_mod.detect(tgt, opts.vllm_version)
     wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
     if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
-        # lazy: only a vLLM installed from a patched wheel needs it
-        from patchkit.distinfo.installed_wheel import selection as wheel_selection
-
-        selection, said = wheel_selection(wheel, detected.version, opts.library)
+        selection, said = installed_wheel_reader().selection(wheel, detected.version, opts.library)
         return Resolved(tgt, detected, selection, [said])
     patch_set = library.load_chosen(opts.library, opts.set_name)
     try:
@@ -88,10 +87,7 @@ def _installed_wheel(root):
     only for a tree that has a provenance file."""
     if not has_provenance(root):
         return None
-    # lazy: only a vLLM installed from a patched wheel needs it
-    from patchkit.distinfo.installed_wheel import find
-
-    return find(root)
+    return installed_wheel_reader().find(root)
 
 
 def require_patches(resolved: Resolved) -> list[Patch]:
@@ -104,9 +100,6 @@ def require_patches(resolved: Resolved) -> list[Patch]:
 def unsupported(root, message: str, hint: str | None = None) -> NoPatchSet:
     """No series for this vLLM (exit 3), saying so when the launch guard an earlier apply installed
     refuses the tree, and what clears it."""
-    # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.engine.guard import launch_refusal
-
     refusal = launch_refusal(root)
     if refusal:
         cleared = "run `patchkit revert` (it drops the old record, and the guard with it)"

@@ -55,7 +55,9 @@ from patchkit.base import locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import Landed, Origin, atomic_write, fsync_dir, load_json_text, read_file, unsafe_reason
 from patchkit.base.hashing import sha256, stream_sha256
+from patchkit.checks.integrity import installed_record
 from patchkit.distinfo.record import listed_by_other_distributions
+from patchkit.engine.guard import guard_files
 from patchkit.store.state import (
     GUARD_PATH,
     State,
@@ -231,11 +233,8 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
     written: path -> the file's identity as fstat saw it once written and fsynced (a rename keeps
     it) and the content, so that a reader can tell the file there is still the one written."""
     preflight(root, [w.path for w in writes])
-    # lazy: only a new file's name needs it (start-up of a dry run)
-    import secrets
-
     previous = read_meta_file(state_path(root))
-    txid = secrets.token_hex(8)
+    txid = os.urandom(8).hex()
     emptied = _emptied_directories(root, writes)
     entries = [_journal_entry(root, w, txid, emptied) for w in writes]
     journal = {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
@@ -376,9 +375,6 @@ def _listed_by_vllm(root: Path, paths: list[str]) -> set[str]:
     patchkit's deletes (patchkit creates only files its patches add)."""
     if not paths:
         return set()
-    # lazy: the checks load only when checks run
-    from patchkit.checks.integrity import installed_record
-
     listed: set[str] = set()
     for record_path in sorted(root.glob("vllm-*.dist-info/RECORD")):
         version = record_path.parent.name[len("vllm-") : -len(".dist-info")]
@@ -516,9 +512,6 @@ def _guard_original(path: str, digest: str) -> str | None:
     patchkit's own bytes for that very path, else nothing (the file is removed). The guard runs in
     every vLLM process, so a journal must not choose what it becomes; a removed guard only stops
     guarding, and `patchkit status` says so."""
-    # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.engine.guard import guard_files
-
     own = guard_files().get(path)
     return digest if own is not None and sha256(own) == digest else None
 
@@ -739,10 +732,7 @@ def _save_original(full: Path, before: bytes, origin: Origin | None, obj: Path) 
 def _link_original(source: Path, obj: Path, origin: Origin) -> bool:
     """Save the original at `source` as the object `obj` by a hard link, if its inode is patchkit's
     alone and still holds what the plan read (see the module docstring); False: copy it instead."""
-    # lazy: only a new file's name needs it (start-up of a dry run)
-    import secrets
-
-    temporary = obj.with_name(f".{obj.name}.patchkit-{secrets.token_hex(4)}.tmp")
+    temporary = obj.with_name(f".{obj.name}.patchkit-{os.urandom(4).hex()}.tmp")
     _faults.tick()
     try:
         os.link(source, temporary, follow_symlinks=False)

@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import stat
 from collections.abc import Callable, Iterable
 from contextlib import suppress
@@ -334,8 +335,6 @@ def clear_non_directories(paths: list[Path], warn) -> bool:
 def remove_entry(path: Path) -> None:
     """Remove `path` without following a symlink: a real directory with everything in it."""
     if path.is_dir() and not path.is_symlink():
-        import shutil  # here: a read of the cache (a dry run's published RECORD) removes nothing
-
         shutil.rmtree(path)  # rmtree never follows symlinks inside
     else:
         with suppress(FileNotFoundError):

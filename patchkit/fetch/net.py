@@ -51,10 +51,10 @@ def is_http(url: str) -> bool:
 def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Session:
     """A session with pip's cert, client cert and proxy, a few retries, and `stats` counting its responses."""
     # lazy: the network stack loads only for a fetch
-    from requests.adapters import HTTPAdapter
+    import requests.adapters
     from urllib3.util.retry import Retry
 
-    session = _session_class(settings.cert)()
+    session = _session_class(requests.Session, settings.cert)()
     session.headers["User-Agent"] = f"patchkit/{__version__} (+requests)"
     if settings.client_cert:
         session.cert = settings.client_cert
@@ -70,7 +70,7 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
         allowed_methods=frozenset({"GET", "HEAD"}),
         raise_on_status=False,
     )
-    adapter = HTTPAdapter(max_retries=retry)
+    adapter = requests.adapters.HTTPAdapter(max_retries=retry)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
     if stats is not None:
@@ -78,11 +78,8 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
     return session
 
 
-def _session_class(pip_cert: str | None) -> type[requests.Session]:
-    # lazy: the network stack loads only for a fetch
-    import requests
-
-    class _Session(requests.Session):
+def _session_class(base: type[requests.Session], pip_cert: str | None) -> type[requests.Session]:
+    class _Session(base):  # type: ignore[misc,valid-type]
         # requests lets REQUESTS_CA_BUNDLE override session.verify; pip's --cert must win.
         def merge_environment_settings(self, url, proxies, stream, verify, cert):
             if verify is None and pip_cert:

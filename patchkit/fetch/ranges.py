@@ -39,12 +39,26 @@ class RangeUnavailable(Exception):
 _REMOTE_ERRORS: tuple[type[BaseException], ...] = ()
 
 
+def _remotezip() -> Any:
+    """remotezip, loaded at the first range request: a fetch the cache answers never needs it."""
+    # lazy: the network stack loads only for a fetch
+    import remotezip  # type: ignore[import-untyped]
+
+    return remotezip
+
+
 def _remote_errors() -> tuple[type[BaseException], ...]:
     global _REMOTE_ERRORS
     if not _REMOTE_ERRORS:
-        from remotezip import RemoteZipError  # type: ignore[import-untyped]
-
-        _REMOTE_ERRORS = (RemoteZipError, zipfile.BadZipFile, OSError, EOFError, ValueError, struct.error, KeyError)
+        _REMOTE_ERRORS = (
+            _remotezip().RemoteZipError,
+            zipfile.BadZipFile,
+            OSError,
+            EOFError,
+            ValueError,
+            struct.error,
+            KeyError,
+        )
     return _REMOTE_ERRORS
 
 
@@ -56,13 +70,10 @@ class RemoteWheel:
     """A wheel read with range requests: RemoteZip for the central directory, coalesced ranges for members."""
 
     def __init__(self, url: str, session: Any, timeout: float):
-        # lazy: the network stack loads only for a fetch
-        from remotezip import RemoteFetcher
-
         options: dict[str, Any] = {"headers": {"Accept-Encoding": "identity"}, "timeout": timeout}
         self.zf = _open_remote_zip(url, session, options)
         self.size: int = self.zf.size()
-        self.fetcher = RemoteFetcher(url, session, **options)
+        self.fetcher = _remotezip().RemoteFetcher(url, session, **options)
         self.start_dir: int = self.zf.start_dir
         offsets = sorted({i.header_offset for i in self.zf.infolist()})
         offsets.append(self.start_dir)
@@ -122,13 +133,10 @@ class RemoteWheel:
 def _open_remote_zip(url: str, session: Any, options: dict[str, Any]) -> Any:
     """RemoteZip over `url`; some servers do not support suffix ranges ("bytes=-N"), so on failure
     it is tried again with HEAD and an explicit range."""
-    # lazy: the network stack loads only for a fetch
-    from remotezip import RemoteZip
-
     last: BaseException | None = None
     for suffix in (True, False):
         try:
-            return RemoteZip(
+            return _remotezip().RemoteZip(
                 url, initial_buffer_size=TAIL_BYTES, session=session, support_suffix_range=suffix, **options
             )
         except _remote_errors() as e:

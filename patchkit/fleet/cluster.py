@@ -30,8 +30,8 @@ CONNECT_SECONDS = 60.0  # ray.init's time to join the cluster
 
 def import_ray():
     try:
-        # lazy: optional: the `ray` extra
-        import ray
+        # lazy: optional: the `ray` extra (the package and the node affinity the runner asks for)
+        import ray.util.scheduling_strategies
     except ImportError:
         raise BadInput(
             "patchkit fleet needs Ray, which is not installed here",
@@ -152,13 +152,10 @@ class RayRunner:
     WRITES = ("apply", "revert")
 
     def __init__(self, ray, stop: threading.Event, patchkit: PatchkitRun) -> None:
-        # lazy: optional: the `ray` extra
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         self.ray = ray
         self.stop = stop
         self.patchkit = patchkit
-        self.affinity = NodeAffinitySchedulingStrategy
+        self.affinity = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
         self.agent_class = agent_class(ray)
         self.run_id = uuid.uuid4().hex
         self.agents: dict[Node, Any] = {}  # the agent each node's steps go to

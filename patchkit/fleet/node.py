@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base.enums import NodeState, Outcome
+from patchkit.fetch.pipconfig import forget_settings
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 
 # The patchkit command line each step runs on a node. `prepare` is phase 1 of `fleet apply`: the
@@ -217,9 +218,6 @@ class Agent:
 
     def step(self, run: str, hold: float, ticket: str, step: str, request: dict[str, Any]) -> dict[str, Any]:
         """`step` for `run` (node.run_step's summary); `ticket` names this call for give_up."""
-        # lazy: pip's configuration loads only for a fetch
-        from patchkit.fetch.pipconfig import forget_settings
-
         with self.guard:
             self.waiting.add(ticket)
         try:

@@ -25,6 +25,7 @@ from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.validation import model_interface
+from patchkit.series.requirements import parse_requirements
 
 APPLY = "run `patchkit apply`"
 REGISTRY = "vllm/model_executor/models/registry.py"
@@ -93,9 +94,6 @@ class LaunchContext:
 
     @staticmethod
     def requirement(**fields):
-        # lazy: a contract's parser loads only where a set declares one
-        from patchkit.series.requirements import parse_requirements
-
         return parse_requirements([fields], "launch check")[0]
 
     def registry(self, read: Reader | None = None) -> dict[str, dict[str, tuple[str, str]]]:

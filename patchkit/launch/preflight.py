@@ -18,11 +18,13 @@ from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import TargetError
 from patchkit.base.options import Options
 from patchkit.checks import shadow
+from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.inspection import inspect
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import APPLY, LaunchContext, set_checks
 from patchkit.launch.findings import Finding
 from patchkit.launch.models import offline, offline_model_path, redirected, resolve_model, with_overrides
+from patchkit.launch.shortcut import cached_set_checks
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import engine_validation
@@ -164,9 +166,6 @@ def preflight(
     )
     result.findings.extend(command_findings(context))
     if kept:
-        # lazy: the launch cache loads only when a launch is checked
-        from patchkit.launch.shortcut import cached_set_checks
-
         result.findings.extend(cached_set_checks(context))
     else:
         result.findings.extend(set_checks(context))
@@ -334,9 +333,6 @@ def _shadowed(resolved) -> str | None:
 
 
 def _stale_bytecode(resolved, status) -> str | None:
-    # lazy: the checks load only when checks run
-    from patchkit.checks.bytecode import failures, scan
-
     # an applied tree's state taken from its record has no plan: the series' files are the plan's
     paths = status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches)
     results = scan(resolved.target.root, paths, resolved.target.python)

@@ -36,6 +36,7 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import inside, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
+from patchkit.engine.guard import launch_refusal
 from patchkit.engine.inspection import TreeStatus
 from patchkit.engine.transaction import settled_record
 from patchkit.launch.engine import LaunchContext, set_checks
@@ -50,9 +51,6 @@ FILE_LIMIT = 16 << 20  # a file of the set or of patchkit's code hashed into the
 
 def recorded_status(resolved):
     """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
-    # lazy: only a guarded tree, or installing a guard, needs it
-    from patchkit.engine.guard import launch_refusal
-
     if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
         return None
     try:

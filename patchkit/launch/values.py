@@ -11,6 +11,7 @@ import errno
 import json
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from patchkit.base.errors import BadInput
@@ -92,7 +93,7 @@ def load_yaml_config(path: str) -> dict:
     loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: no recursion, 10x faster
     try:
         text = raw.decode("utf-8")
-        _check_events(yaml.parse(text, Loader=loader_class), where)
+        _check_events(yaml, yaml.parse(text, Loader=loader_class), where)
         data = yaml.load(text, Loader=loader_class)  # a safe loader: CSafeLoader or SafeLoader
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise BadInput(f"{where}: not valid YAML: {exc}") from None
@@ -133,12 +134,10 @@ def _check_encodable(text: str, what: str) -> None:
         raise BadInput(f"{what} holds a lone surrogate {bad}: no file name or text can hold it") from None
 
 
-def _check_events(events, what: str) -> None:
+def _check_events(yaml: ModuleType, events, what: str) -> None:
     """The document's depth and its size with every alias expanded, counted from the parser's
-    events as they come (an anchor's size is known once its node ends): nothing is built."""
-    # lazy: PyYAML loads only for a launch that names a --config file
-    import yaml
-
+    events (of `yaml`, PyYAML loaded by the caller) as they come (an anchor's size is known once its
+    node ends): nothing is built."""
     sizes: dict[str, int] = {}
     open_nodes: list[list] = [[0, None]]  # [values so far, anchor] of each node not ended yet
     for event in events:

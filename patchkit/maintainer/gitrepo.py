@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import git
+
 from patchkit.base.errors import BadInput, ToolFailed
 from patchkit.maintainer.meta import META
 from patchkit.series.patchfile import decode
@@ -38,9 +40,6 @@ Changes = dict[str, tuple[bytes | None, bytes | None]]  # path -> (before, after
 
 
 def git_in(cwd: Path) -> git.Git:
-    # lazy: GitPython loads only for a repository's work
-    import git
-
     return git.Git(str(cwd))
 
 
@@ -98,9 +97,6 @@ def _library_form(section: str) -> tuple[str, str]:
 
 def init_repo(directory: Path) -> git.Repo:
     """A new repository in `directory` that keeps bytes as they are and ignores patchkit's own files."""
-    # lazy: GitPython loads only for a repository's work
-    import git
-
     repo = git.Repo.init(str(directory))
     with repo.config_writer() as config:
         config.set_value("core", "autocrlf", "false")

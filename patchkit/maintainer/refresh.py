@@ -9,6 +9,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+import git
 from packaging.version import Version
 
 from patchkit import fetch
@@ -82,9 +83,6 @@ def refresh_workspace(
 
 
 def _open_repo(root: Path):
-    # lazy: GitPython loads only for a repository's work
-    import git
-
     try:
         return git.Repo(str(root))
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
@@ -96,9 +94,6 @@ def _open_repo(root: Path):
 
 def _stock_commit(repo, meta: WorkspaceMeta):
     """The commit of the release's stock files; gone (history rewritten, objects pruned): exit 2."""
-    # lazy: GitPython loads only for a repository's work
-    import git
-
     try:
         return repo.commit(meta.stock_commit)
     except (ValueError, git.BadName, git.BadObject, git.GitCommandError) as exc:

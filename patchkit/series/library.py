@@ -26,6 +26,7 @@ from patchkit.base.enums import SelectionKind
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.fsutil import atomic_write, unsafe_reason
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch
+from patchkit.series.requirements import parse_requirements
 from patchkit.tree.version import in_range, release_version, specifier
 
 if sys.version_info >= (3, 11):
@@ -249,9 +250,6 @@ def load_set(directory: Path) -> PatchSetDef:
 
 def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requirement, ...]:
     """set.toml's `contract`: inline [[contract]] tables, or a TOML file of [[requirement]] tables."""
-    # lazy: a contract's parser loads only where a set declares one
-    from patchkit.series.requirements import parse_requirements
-
     if declared is None:
         return ()
     if not isinstance(declared, str):

@@ -20,8 +20,8 @@ from patchkit.base.errors import TargetError
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
 
-# subprocess, tempfile, shutil and json are imported where a worker runs: a command given
-# --target alone (a dry run of a large diff, `run` on an applied tree) starts no worker.
+# subprocess is imported where a worker runs: a command given --target alone (a dry run of a
+# large diff, `run` on an applied tree) starts no worker.
 
 PACKAGE = "vllm"
 
@@ -175,9 +175,6 @@ def run_worker(
     TargetError) when it cannot run, times out, exits non-zero or answers nothing; `doing` finishes
     its messages ("cannot run PYTHON<doing>: ..."). `options`: interpreter options it runs with too.
     """
-    # lazy: only a worker's run needs it (start-up of a dry run)
-    import subprocess
-
     module = importlib.import_module(f"patchkit._target.{worker}")
     if in_process and env is None and not options and same_interpreter(python):
         return module.work(request)
@@ -189,7 +186,7 @@ def run_worker(
             status, stderr = _run([python, *flags, module.__file__, str(answer)], json.dumps(request), timeout, env)
         except OSError as exc:
             raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc, python)}", partial={}) from exc
-        except subprocess.TimeoutExpired:
+        except _TimedOut:
             message = f"{python} did not finish within {timeout:g} s{doing}"
             raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
         result = _read_answer(answer)
@@ -200,8 +197,12 @@ def run_worker(
         return result
 
 
+class _TimedOut(Exception):
+    """A worker past its time limit (its process group killed)."""
+
+
 def _run(command: list[str], stdin: str, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """(exit status, error output) of a worker process; at the timeout (TimeoutExpired raised) or an
+    """(exit status, error output) of a worker process; at the timeout (_TimedOut raised) or an
     interrupt, its whole process group is killed."""
     # lazy: only a worker's run needs it (start-up of a dry run)
     import subprocess
@@ -217,7 +218,10 @@ def _run(command: list[str], stdin: str, timeout: float, env: dict[str, str] | N
     )
     try:
         _, stderr = process.communicate(stdin.encode("utf-8"), timeout=timeout)
-    except BaseException:  # the timeout, or an interrupt (Ctrl-C, SIGTERM): no worker outlives patchkit
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        raise _TimedOut from None
+    except BaseException:  # an interrupt (Ctrl-C, SIGTERM): no worker outlives patchkit
         _kill_group(process)
         raise
     return process.returncode, stderr.decode("utf-8", "replace")

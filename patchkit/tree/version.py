@@ -179,7 +179,8 @@ _DESCRIBE = re.compile(r"^v?(?P<tag>\d[^-]*)(?:-(?P<distance>\d+)-g(?P<sha>[0-9a
 def _from_git(target: Target) -> DetectedVersion | None:
     if not (target.root / ".git").exists():
         return None
-    import git  # GitPython: heavy, so only for source checkouts
+    # lazy: GitPython loads only for a source checkout
+    import git
 
     try:
         described = git.Repo(target.root).git.describe("--tags", "--match", "v[0-9]*")

@@ -49,7 +49,9 @@ from patchkit.base import fsutil, signals
 from patchkit.base.enums import Outcome, SelectionKind
 from patchkit.base.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.options import Options
-from patchkit.checks import LARGEST_PARSED, WARNING, CheckResult, shadow
+from patchkit.checks import ERROR, LARGEST_PARSED, WARNING, CheckResult, integrity, probe, shadow
+from patchkit.checks.registry import run_checks
+from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance, provenance_files
 from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
 from patchkit.engine.inspection import check_context
 from patchkit.engine.operations import apply_series
@@ -628,9 +630,6 @@ def _plan_and_check(
     wheel: StockWheel, scratch: Path, resolved: Resolved, chosen: Options, stock_record: dict[str, tuple[str, str]]
 ) -> _Checked:
     """What apply would do to a tree of the wheel's files, and its checks: nothing is written."""
-    # lazy: the checks load only when checks run
-    from patchkit.checks.registry import run_checks
-
     patches = resolved.patches
     _refuse_unrecordable_names(patches)
     _refuse_shadowed(wheel, patches)
@@ -703,8 +702,6 @@ def _unverified_fail(
 ) -> list[CheckResult]:
     """integrity has no --force here: a stock file the series changes that the wheel's own RECORD
     does not list with a hash wheels may use cannot be shown stock, which fails the build."""
-    # lazy: the checks load only when checks run
-    from patchkit.checks import ERROR, integrity
 
     def verifiable(path: str) -> bool:
         digest, _size = stock_record.get(path, ("", ""))
@@ -784,9 +781,6 @@ def _lay_out_series(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
 
 def _without_probe(results: list[CheckResult]) -> list[CheckResult]:
     """The import probe needs an installed vLLM: one row saying so, instead of the target's reasons."""
-    # lazy: the checks load only when checks run
-    from patchkit.checks import probe
-
     kept = [r for r in results if r.check != probe.CHECK.name]
     message = "not run: a wheel is not an environment (install it, then `patchkit verify --python ...`)"
     return [*kept, CheckResult(probe.CHECK.name, None, True, message, WARNING)]
@@ -871,9 +865,6 @@ def _entries(
 ) -> list[rawzip.Entry]:
     """The rest of the new wheel after `untouched`: the members patches touch (patched ones
     deflated, created ones added), the renamed dist-info with the provenance, RECORD last."""
-    # lazy: only a wheel's provenance needs it
-    from patchkit.distinfo.provenance import provenance_files
-
     assert result.version is not None and result.label is not None
     _check_no_provenance(wheel)  # after the plan: a wheel patchkit built is told "already holds the series"
     old, new = wheel.dist_info, f"vllm-{result.version}.dist-info"
@@ -999,9 +990,6 @@ def _relabelled(metadata: bytes, version: str, label: str) -> bytes:
 
 
 def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenance:
-    # lazy: only a wheel's provenance needs it
-    from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance
-
     assert result.label is not None
     names = [p.name for p in result.patches]
     if len(set(names)) != len(names):

@@ -4,26 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from patchkit.cli.ui import UI, resolved_json, target_json
+from patchkit.engine.resolve import resolve, resolve_target
+
 if TYPE_CHECKING:
     from patchkit.base.options import Options
     from patchkit.checks import CheckResult
-    from patchkit.cli.ui import UI
     from patchkit.engine.resolve import Resolved
     from patchkit.series.plan import Plan
 
 
 def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0) -> UI:
-    from patchkit.cli.ui import UI
-
     return UI(fmt=fmt, quiet=quiet, verbose=verbose)
 
 
 def resolve_telling(ui: UI, opts: Options) -> Resolved:
     """resolve(opts), telling the UI what is found on the way (the target, then its version and
     series): a run that fails afterwards still reports them in its JSON document."""
-    from patchkit.cli.ui import resolved_json, target_json
-    from patchkit.engine.resolve import resolve, resolve_target
-
     target = resolve_target(opts)
     ui.knows(target_json(target))
     resolved = resolve(opts, target=target)

@@ -7,11 +7,12 @@ import click
 from patchkit.base.enums import Outcome
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
+from patchkit.cli.ui import UI, plan_json
+from patchkit.engine.operations import ApplyResult, apply_series
+from patchkit.engine.resolve import require_patches
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
-    from patchkit.cli.ui import UI
-    from patchkit.engine.operations import ApplyResult
 
 
 @click.command()
@@ -38,9 +39,6 @@ def command(
     guard_choice: bool | None,
 ) -> ApplyResult:
     """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
-    from patchkit.engine.operations import apply_series
-    from patchkit.engine.resolve import require_patches
-
     ui = make_ui(fmt, quiet, verbose)
     resolved = resolve_telling(ui, opts)
     require_patches(resolved)
@@ -62,8 +60,6 @@ def command(
 
 def _finish(ui: UI, result: ApplyResult) -> None:
     """The last word (the steps were shown as they happened): the JSON document, or one line."""
-    from patchkit.cli.ui import plan_json
-
     if ui.json_mode:
         plan = {"plan": plan_json(result.plan)} if result.plan is not None else {}
         checks = {"checks": [r.to_json() for r in result.checks]} if result.checks is not None else {}

@@ -6,18 +6,17 @@ import click
 
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
+from patchkit.engine.resolve import require_patches, resolve
+from patchkit.series.patchfile import decode
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
 
 
 @click.command()
-@target_options
+@target_options(without={"adhoc", "verbose"})  # the library's series; nothing more to say
 def command(opts: Options, quiet: bool, verbose: int) -> None:
     """Print the patch series for the target's vLLM version (highlighted in a terminal)."""
-    from patchkit.engine.resolve import require_patches, resolve
-    from patchkit.series.patchfile import decode
-
     ui = make_ui("text", quiet, verbose)
     resolved = resolve(opts)
     patches = require_patches(resolved)

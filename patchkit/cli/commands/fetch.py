@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import click
 
+from patchkit import fetch
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import all_python_option, force_option, library_options, output_options
+from patchkit.releases.files import files_for, lay_out
 
 
 @click.command()
@@ -29,14 +31,11 @@ def command(
     against the wheel's RECORD, and cached; a second fetch does no network I/O. With --dest, a file
     there that holds other contents is refused unless --force; a symlink there is always refused.
     """
-    from patchkit.fetch import normalize_version, release_tree
-    from patchkit.releases.files import files_for, lay_out
-
     ui = make_ui("text", quiet, verbose)
-    version = normalize_version(version)
+    version = fetch.normalize_version(version)
     paths = files_for(version, library, set_name)
     with ui.activity(f"fetching vllm {version}") as say:
-        tree = release_tree(version, paths, all_python=all_python, progress=say, warn=ui.warn)
+        tree = fetch.release_tree(version, paths, all_python=all_python, progress=say, warn=ui.warn)
     ui.line(f"vllm {version}: {tree}")
     if dest:
         copied = lay_out(tree, dest, force=force)

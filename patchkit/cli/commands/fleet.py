@@ -7,7 +7,10 @@ import click
 from patchkit.base.errors import BadInput
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
+from patchkit.cli.main import run_in_process
 from patchkit.fleet import DEFAULT_TIME_LIMIT
+from patchkit.fleet.cluster import connected
+from patchkit.fleet.protocol import fleet_apply, run_each
 
 ACTIONS = ("status", "apply", "verify", "revert")
 
@@ -46,7 +49,7 @@ KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next
     show_default=True,
     help="Seconds each node's patchkit agent stays for the next fleet command (0: it ends with this one).",
 )
-@target_options
+@target_options(without={"verbose"})  # the nodes' steps report in the table
 @format_option
 @no_import_option("apply, verify: do not import the patched modules on the nodes (probe check).")
 @click.option("--no-guard", is_flag=True, help="apply: do not install the launch guard on the nodes.")
@@ -60,10 +63,6 @@ def command(opts, quiet, verbose, fmt, action, address, timeout, keep_alive, no_
     The steps run in a patchkit agent on each node (a Ray actor), kept --keep-alive seconds for
     the next command. Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit).
     """
-    from patchkit.cli.main import run_in_process
-    from patchkit.fleet.cluster import connected
-    from patchkit.fleet.protocol import fleet_apply, run_each
-
     _refuse_flags_for(action, no_guard=no_guard, require_same_version=require_same_version)
     ui = make_ui(fmt, quiet, verbose)
     request = _request(opts, timeout)
@@ -82,7 +81,6 @@ def command(opts, quiet, verbose, fmt, action, address, timeout, keep_alive, no_
 
 
 def _refuse_flags_for(action: str, **apply_only: bool) -> None:
-
     given = [name for name, on in apply_only.items() if on]
     if given and action != "apply":
         flag = "--" + given[0].replace("_", "-")
@@ -123,7 +121,6 @@ def _show(ui, result) -> None:
 
 
 def _summary(result) -> str:
-
     counts = Counter(r.state for r in result.reports)
     states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     versions = f"; vLLM {', '.join(result.versions)}" if result.versions else ""

@@ -7,24 +7,23 @@ import click
 from patchkit.base.enums import LibraryPatchState, Outcome
 from patchkit.base.errors import BadInput, Finished
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import format_option, target_options
+from patchkit.cli.commands.options import format_option, patches
+from patchkit.cli.commands.options import quiet as quiet_option
+from patchkit.series.library import PatchSetDef, load_library, locate
+from patchkit.series.patchfile import read_patch
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from patchkit.base.options import Options
-    from patchkit.series.library import PatchSetDef
-
 
 @click.command()
-@target_options
+@patches
 @format_option
-def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> Finished:
+@quiet_option
+def command(library: str | None, fmt: str, quiet: bool) -> Finished:
     """The library: its sets, the releases each covers, each patch's description."""
-    from patchkit.series.library import load_library, locate
-
-    ui = make_ui(fmt, quiet, verbose)
-    where = locate(opts.library)
+    ui = make_ui(fmt, quiet)
+    where = locate(library)
     ui.knows({"library": where.to_json()})
     sets = load_library(where.path)
     data = [_describe(s) for s in sets.values()]
@@ -72,8 +71,6 @@ def _describe(patch_set: PatchSetDef) -> dict:
 
 def _patch_entry(path: Path, digest: str | None, roots: tuple[str, ...]) -> dict:
     """A patch as `list` shows it; a damaged one is reported, not fatal."""
-    from patchkit.series.patchfile import read_patch
-
     try:
         patch = read_patch(path, roots)
     except BadInput as exc:

@@ -5,7 +5,7 @@ Kept import-light: `patchkit COMMAND --help` loads this (click only)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 import click
@@ -66,29 +66,53 @@ library_options = compose(patches, set_name)  # the maintainer tools and fetch: 
 output_options = compose(quiet, verbose)
 
 
-def target_options(func=None, *, version_help: str = VERSION_HELP, versions_repeatable: bool = False):
+def target_options(
+    func=None,
+    *,
+    version_help: str = VERSION_HELP,
+    versions_repeatable: bool = False,
+    without: Collection[str] = (),
+):
     """--target/--python/--vllm-version/--patches/--patch/--set and -q/-v, on every target command;
     the command gets them as `opts` (an Options), `quiet` and `verbose`.
 
-    versions_repeatable: --vllm-version may be given several times (verify: several releases)."""
+    versions_repeatable: --vllm-version may be given several times (verify: several releases).
+    without: the options the command would ignore, by parameter name (target_dir, python,
+    vllm_version, library, adhoc, set_name, quiet, verbose): not offered (the command sees None,
+    or False or 0)."""
     if func is None:
-        return functools.partial(target_options, version_help=version_help, versions_repeatable=versions_repeatable)
-    declared = compose(
-        target,
-        python,
-        vllm_version(multiple=versions_repeatable, help=version_help),
-        patches,
-        patch,
-        set_name,
-        output_options,
-    )
+        return functools.partial(
+            target_options, version_help=version_help, versions_repeatable=versions_repeatable, without=without
+        )
+    offered = {
+        "target_dir": target,
+        "python": python,
+        "vllm_version": vllm_version(multiple=versions_repeatable, help=version_help),
+        "library": patches,
+        "adhoc": patch,
+        "set_name": set_name,
+        "quiet": quiet,
+        "verbose": verbose,
+    }
+    assert set(without) <= set(offered), set(without) - set(offered)
 
     @functools.wraps(func)
-    def wrapper(target_dir, python, vllm_version, library, adhoc, set_name, quiet, verbose, **kwargs):
+    def wrapper(
+        *,
+        target_dir=None,
+        python=None,
+        vllm_version=None,
+        library=None,
+        adhoc=(),
+        set_name=None,
+        quiet=False,
+        verbose=0,
+        **kwargs,
+    ):
         opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
         return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
 
-    return declared(wrapper)
+    return compose(*(option for name, option in offered.items() if name not in without))(wrapper)
 
 
 def format_option(func=None, *, formats: tuple[str, ...] = FORMATS, help: str = "Output format."):

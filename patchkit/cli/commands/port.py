@@ -8,9 +8,10 @@ import click
 from patchkit.base.errors import Conflict
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, library_options, output_options
+from patchkit.cli.ui import UI
+from patchkit.maintainer.port import port_set
 
 if TYPE_CHECKING:
-    from patchkit.cli.ui import UI
     from patchkit.maintainer.reports import FileMerge, PortReport
 
 
@@ -43,9 +44,6 @@ def command(
     `patchkit refresh`. Already upstream in V2: nothing is written. Same stock files: V2's entry
     points at V1's directory.
     """
-
-    from patchkit.maintainer.port import port_set
-
     ui = make_ui(fmt, quiet, verbose)
     ui.knows({"from_version": from_version, "to_version": to_version})
     report = port_set(

@@ -6,12 +6,20 @@ import click
 
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
+from patchkit.cli.ui import UI, JUnitCase, junit, write_junit
+from patchkit.engine.transaction import consistent_read
+from patchkit.launch.command import LaunchCommand, frame, read
+from patchkit.launch.preflight import (
+    PreflightResult,
+    default_options,
+    launch_target_finding,
+    preflight,
+    vllm_validation,
+)
+from patchkit.launch.shortcut import recorded_status
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
-    from patchkit.cli.ui import UI
-    from patchkit.launch.command import LaunchCommand
-    from patchkit.launch.preflight import PreflightResult
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
@@ -34,8 +42,6 @@ def command(
     create_engine_config(), each in the target's interpreter (--no-import skips both). Exit 0: the launch passes; 1: a finding failed; 2: the
     command cannot be read; 4: a model or the target is missing.
     """
-    from patchkit.launch.command import frame
-
     ui = make_ui("json" if fmt == "json" else "text", quiet, verbose)
     launch_command = frame(list(launch))
     result = run_preflight(ui, opts, launch_command, no_import=no_import)
@@ -49,16 +55,10 @@ def run_preflight(
     """Target resolution (default: the command's own interpreter), the command read as that vLLM's
     parser reads it, then the findings (`shortcut`: `run`'s fast path on an applied tree,
     patchkit/launch/shortcut.py)."""
-    from patchkit.engine.transaction import consistent_read
-    from patchkit.launch.command import read
-    from patchkit.launch.preflight import default_options, launch_target_finding, preflight, vllm_validation
-
     resolved = resolve_telling(ui, default_options(opts, launch_command))
     launch_command = read(launch_command, resolved.vllm_version)
     result = None
     if shortcut:
-        from patchkit.launch.shortcut import recorded_status
-
         status = recorded_status(resolved)  # no lock: see there why none is needed
         if status is not None:
             result = preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
@@ -78,8 +78,6 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
     if fmt == "json":
         ui.json({"launch": result.command.argv, "tree_state": result.tree_state, "findings": findings_json(result)})
     elif fmt == "junit":
-        from patchkit.cli.ui import write_junit
-
         write_junit(findings_junit(result))
     else:
         rows = [[f.check, "pass" if f.ok else "fail", f.message, f.fix or ""] for f in result.findings]
@@ -96,8 +94,6 @@ def findings_json(result: PreflightResult) -> list[dict]:
 
 
 def findings_junit(result: PreflightResult) -> str:
-    from patchkit.cli.ui import JUnitCase, junit
-
     cases = [
         JUnitCase(
             name=f.check,

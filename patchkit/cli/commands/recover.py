@@ -6,18 +6,17 @@ import click
 
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
+from patchkit.engine.resolve import resolve_target
+from patchkit.engine.transaction import target_lock
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
 
 
 @click.command()
-@target_options
+@target_options(without={"vllm_version", "library", "adhoc", "set_name", "verbose"})  # the tree alone
 def command(opts: Options, quiet: bool, verbose: int) -> None:
     """Roll back a transaction that a crash left unfinished (other commands do this first too)."""
-    from patchkit.engine.resolve import resolve_target
-    from patchkit.engine.transaction import target_lock
-
     ui = make_ui("text", quiet, verbose)
     root = resolve_target(opts).root
     with target_lock(root) as message:

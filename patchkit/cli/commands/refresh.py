@@ -9,9 +9,10 @@ from patchkit.base.enums import Outcome
 from patchkit.base.errors import Finished
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, format_option, output_options
+from patchkit.cli.ui import UI
+from patchkit.maintainer.refresh import refresh_workspace
 
 if TYPE_CHECKING:
-    from patchkit.cli.ui import UI
     from patchkit.maintainer.reports import RefreshReport
 
 
@@ -36,9 +37,6 @@ def command(
     (Last-Update becomes today where the diff changed); the series file records the new sha256.
     Other releases sharing the series directory are checked against their own stock files.
     """
-
-    from patchkit.maintainer.refresh import refresh_workspace
-
     ui = make_ui(fmt, quiet, verbose)
     report = refresh_workspace(directory, new_patch=new_patch, dry_run=dry_run, progress=ui.detail)
     broken = [c for c in report.shared if c.state == "conflict"]

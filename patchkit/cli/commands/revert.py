@@ -7,15 +7,15 @@ import click
 from patchkit.base.enums import Outcome
 from patchkit.cli.commands import Shown, make_ui
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, target_options
+from patchkit.cli.ui import UI, resolved_json, target_json
+from patchkit.engine.operations import RevertResult, resolve_for_revert, revert_series
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
-    from patchkit.cli.ui import UI
-    from patchkit.engine.operations import RevertResult
 
 
 @click.command()
-@target_options
+@target_options(without={"verbose"})
 @format_option
 @force_option("Revert files edited after apply (a copy of each is kept).")
 @dry_run_option("Say what would be restored; write nothing.")
@@ -25,9 +25,6 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
     Uses the originals recorded at apply (checked by sha256); without a record, reverse-applies
     the series. Without --set/--patch, undoes every set the tree records; with them, that set only.
     """
-    from patchkit.cli.ui import resolved_json, target_json
-    from patchkit.engine.operations import resolve_for_revert, revert_series
-
     ui = make_ui(fmt, quiet, verbose)
     target, resolved = resolve_for_revert(opts)
     ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))

@@ -10,14 +10,15 @@ from patchkit.base.enums import TreeState
 from patchkit.base.errors import TargetError
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import target_options
-from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument
+from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument, run_preflight, show
+from patchkit.cli.ui import UI
+from patchkit.engine import inspection
+from patchkit.launch.command import LaunchCommand, frame
+from patchkit.launch.preflight import PreflightResult, default_options
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
-    from patchkit.cli.ui import UI
     from patchkit.engine.operations import ApplyResult
-    from patchkit.launch.command import LaunchCommand
-    from patchkit.launch.preflight import PreflightResult
 
 
 @click.command(context_settings=LAUNCH_SETTINGS)
@@ -38,8 +39,6 @@ def command(
     When a check fails, COMMAND does not run and the exit code is 1. For a systemd ExecStart= or a
     container entrypoint: `patchkit run --apply -- vllm serve MODEL ...`.
     """
-    from patchkit.launch.command import frame
-
     launch_command = frame(list(launch))
     if apply_first or not no_preflight:
         ui = make_ui("text", quiet, verbose)
@@ -53,8 +52,6 @@ def _checked(
     ui: UI, opts: Options, launch_command: LaunchCommand, *, apply_first: bool, preflight: bool
 ) -> ApplyResult | PreflightResult | None:
     """None when COMMAND may run; else the result that stops it (its outcome is the exit code)."""
-    from patchkit.cli.commands.preflight import run_preflight, show
-
     if apply_first:
         applied = _apply_when_not_applied(ui, opts, launch_command)
         if applied is not None and applied.error is not None:
@@ -70,12 +67,11 @@ def _checked(
 
 
 def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | None:
-    from patchkit.engine.inspection import inspect
+    # lazy: `run`'s fast path never applies: the engine's apply loads for --apply
     from patchkit.engine.operations import apply_series
-    from patchkit.launch.preflight import default_options
 
     resolved = resolve_telling(ui, default_options(opts, launch_command))
-    status = inspect(resolved, import_probe=False)
+    status = inspection.inspect(resolved, import_probe=False)
     # a tree the guard refuses where apply is the fix (status names it): the record brought up to the tree
     settles = bool(status.guard) and status.state != TreeState.UNSUPPORTED and not status.drifted
     if status.state != TreeState.NOT_APPLIED and not settles:
@@ -87,7 +83,6 @@ def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand
 
 
 def _exec(argv: list[str]) -> NoReturn:
-
     sys.stdout.flush()
     sys.stderr.flush()
     try:

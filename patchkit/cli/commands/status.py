@@ -7,35 +7,33 @@ import click
 from patchkit.base.enums import TreeState
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
+from patchkit.cli.ui import status_json
+from patchkit.engine import inspection
+from patchkit.engine.operations import refuse_unchangeable
+from patchkit.engine.transaction import consistent_read
+from patchkit.series.library import locate
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
-    from patchkit.engine.inspection import TreeStatus
 
 
 @click.command()
 @target_options
 @format_option
-def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> TreeStatus:
+def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.TreeStatus:
     """Where vLLM is, its version, the patch set chosen and each patch's state.
 
     Overall state: applied, not-applied, partial, upstream or unsupported. On an upstream release the
     set's static checks run on the stock files (vLLM is not imported; `verify` also import-probes);
     a failure there is an upstream regression (exit 1).
     """
-    from patchkit.cli.ui import status_json
-    from patchkit.engine.inspection import inspect
-    from patchkit.engine.operations import refuse_unchangeable
-    from patchkit.engine.transaction import consistent_read
-    from patchkit.series.library import locate
-
     ui = make_ui(fmt, quiet, verbose)
     resolved = resolve_telling(ui, opts)
     where = None if opts.adhoc else locate(opts.library)  # --patch FILE: no library
     with consistent_read(resolved.target.root) as recovered:
         if recovered:
             ui.warn(recovered)
-        status = inspect(resolved, check_upstream=True, import_probe=False)
+        status = inspection.inspect(resolved, check_upstream=True, import_probe=False)
         refuse_unchangeable(resolved)
     if ui.json_mode:
         ui.json(status_json(resolved, status, where))

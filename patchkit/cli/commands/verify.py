@@ -5,13 +5,18 @@ from typing import TYPE_CHECKING
 
 import click
 
+from patchkit import fetch
 from patchkit.base.errors import BadInput, Finished
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
+from patchkit.cli.ui import releases_junit, reports, write_junit
+from patchkit.engine.operations import VerifyResult, verify_tree
+from patchkit.engine.resolve import require_patches
+from patchkit.releases import check as release_check
+from patchkit.tree.version import parse
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
-    from patchkit.engine.operations import VerifyResult
 
 VERIFY_FORMATS = ("text", "json", "junit")
 
@@ -92,11 +97,6 @@ def _verify_releases(
     *,
     use_cache: bool,
 ) -> Finished:
-    from patchkit import fetch
-    from patchkit.cli.ui import releases_junit, reports, write_junit
-    from patchkit.releases import check as release_check
-    from patchkit.tree.version import parse
-
     # JUnit and JSON are the whole of stdout; quiet keeps text lines out of it.
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
     patch_set = release_check.load_patch_set(opts)
@@ -117,10 +117,6 @@ def _verify_releases(
 
 
 def _verify_target(opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True) -> VerifyResult:
-    from patchkit.cli.ui import reports
-    from patchkit.engine.operations import verify_tree
-    from patchkit.engine.resolve import require_patches
-
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
     resolved = resolve_telling(ui, opts)
     require_patches(resolved)

@@ -1,19 +1,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
+from packaging.version import Version
 
-from patchkit.base import signals
+from patchkit.base import seal, signals
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, library_options, output_options, patch
-
-if TYPE_CHECKING:
-    from patchkit.cli.ui import UI
-    from patchkit.wheel.build import WheelResult
+from patchkit.cli.ui import UI
+from patchkit.fetch.index import normalize_version
+from patchkit.series.library import UNSUPPORTED, UPSTREAM, load_chosen, select
+from patchkit.wheel.build import WheelResult, build_patched_wheel
 
 
 @click.command()
@@ -48,8 +48,6 @@ def command(
     their compressed bytes; the version gains a local label (+patchkit.<set>); RECORD is regenerated;
     the dist-info records what was applied (patchkit.json). Prints the wheel's path.
     """
-    from patchkit.wheel.build import build_patched_wheel
-
     signals.note_report("interrupted before the wheel was written: this run left nothing in --out")
     ui = make_ui(fmt, quiet, verbose)
     if adhoc and set_name:
@@ -77,7 +75,6 @@ def command(
 def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> tuple[Path, tuple[int, ...] | None]:
     """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache (with the
     identity of the cached file that was checked), once the library has a series for it."""
-
     path = Path(source)
     named_a_file = source.endswith(".whl") or "/" in source  # else a version, even if a directory has its name
     if named_a_file and path.exists() and not path.is_file():
@@ -88,6 +85,7 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> 
         return path, None
     if named_a_file:
         raise BadInput(f"no wheel file {source}", hint="give the path of a wheel file, or a VERSION to download")
+    # lazy: the network stack loads only to download a VERSION's wheel, never for a wheel file
     from patchkit.wheel.stock import checked_stock_wheel
 
     _require_a_series(source, chosen)
@@ -96,8 +94,6 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> 
 
 
 def _say_if_seals_are_off(ui: UI) -> None:
-    from patchkit.base import seal
-
     problem = seal.unusable_key()
     if problem:
         ui.warn(
@@ -109,18 +105,13 @@ def _say_if_seals_are_off(ui: UI) -> None:
 def _require_a_series(version: str, chosen: Options) -> None:
     """Exit 3 before any download when the set has nothing to apply to `version` (what the build
     would find after fetching ~500 MB). --patch files name no versions: they are judged on the wheel."""
-    from packaging.version import Version
-
-    from patchkit.fetch.index import normalize_version
-    from patchkit.series import library
-
     if chosen.adhoc:
         return
     release = Version(normalize_version(version))
-    selection = library.select(library.load_chosen(chosen.library, chosen.set_name), release)
-    if selection.kind == library.UPSTREAM:
+    selection = select(load_chosen(chosen.library, chosen.set_name), release)
+    if selection.kind == UPSTREAM:
         raise NoPatchSet(f"vLLM {release} ships this change itself: there is nothing to patch")
-    if selection.kind == library.UNSUPPORTED:
+    if selection.kind == UNSUPPORTED:
         raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
 
 

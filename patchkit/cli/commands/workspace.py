@@ -6,6 +6,7 @@ import click
 
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import all_python_option, format_option, library_options, output_options
+from patchkit.maintainer.workspace import create_workspace
 
 
 @click.command()
@@ -32,9 +33,6 @@ def command(
     commit 2  the series applied by patchkit's engine
     Edit the files (commit or not), then `patchkit refresh DIR` writes the diffs back.
     """
-
-    from patchkit.maintainer.workspace import create_workspace
-
     ui = make_ui(fmt, quiet, verbose)
     ui.knows({"version": version})
     report = create_workspace(

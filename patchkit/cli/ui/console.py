@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
+from types import ModuleType
 from typing import Any
 
 from patchkit.cli.ui import reports, run
 from patchkit.cli.ui.plan import show_plan
-from patchkit.cli.ui.text import STATE_STYLES, plain_stdout, visible, write_plainly
+from patchkit.cli.ui.text import STATE_STYLES, plain_stdout, rich, visible, write_plainly
 
 
 def _console(*, stderr: bool):
     """Created on first use: a quiet run that prints nothing never imports rich."""
-    # lazy: rich loads only for output drawn on a terminal
-    from rich.console import Console
 
-    class _Console(Console):
+    class _Console(rich().console.Console):  # type: ignore[misc]
         def on_broken_pipe(self) -> None:
             self.quiet = True
             raise BrokenPipeError  # the CLI's to handle, as for every other write (its own exit code)
@@ -27,6 +26,20 @@ def _console(*, stderr: bool):
     stream = sys.stderr if stderr else sys.stdout
     return _Console(
         stderr=stderr, markup=False, highlight=False, soft_wrap=False, width=None if stream.isatty() else 10_000
+    )
+
+
+def _progress_bar(console: Any, more_columns: Callable[[ModuleType], tuple[Any, ...]]) -> Any:
+    """A transient rich Progress on `console`: the description, the bar, then `more_columns(rich.progress)`."""
+    # lazy: rich's progress bars load only for a bar drawn on a terminal
+    from rich import progress
+
+    return progress.Progress(
+        progress.TextColumn("{task.description}"),
+        progress.BarColumn(),
+        *more_columns(progress),
+        console=console,
+        transient=True,
     )
 
 
@@ -105,14 +118,10 @@ class UI:
     ) -> None:
         if self.quiet or self.json_mode:
             return
-        # lazy: rich loads only for output drawn on a terminal
-        from rich import box
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(
+        drawn = rich()
+        table = drawn.table.Table(
             title=title if self.terminal else None,
-            box=box.SIMPLE_HEAD if self.terminal else None,
+            box=drawn.box.SIMPLE_HEAD if self.terminal else None,
             show_header=True,
             pad_edge=False,
             title_justify="left",
@@ -120,7 +129,7 @@ class UI:
         for name in columns:
             table.add_column(name, overflow="fold")
         for row in rows:
-            cells = [Text(visible(str(c), field=True)) for c in row]
+            cells = [drawn.text.Text(visible(str(c), field=True)) for c in row]
             if state_column is not None:
                 cells[state_column].stylize(STATE_STYLES.get(str(row[state_column]), ""))
             table.add_row(*cells)
@@ -164,16 +173,8 @@ class UI:
         if self.quiet or self.fmt != "text" or not (self.terminal and self.err.is_terminal):
             yield lambda label: None
             return
-        # lazy: rich loads only for output drawn on a terminal
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=self.err,
-            transient=True,
+        with _progress_bar(
+            self.err, lambda columns: (columns.MofNCompleteColumn(), columns.TimeElapsedColumn())
         ) as bar:
             task = bar.add_task(description, total=total)
             yield lambda label: bar.update(task, advance=1, description=visible(label, field=True))
@@ -185,24 +186,9 @@ class UI:
         if self.quiet or not self.err.is_terminal:
             yield None
             return
-        # lazy: rich loads only for output drawn on a terminal
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=self.err,
-            transient=True,
+        with _progress_bar(
+            self.err,
+            lambda columns: (columns.DownloadColumn(), columns.TransferSpeedColumn(), columns.TimeRemainingColumn()),
         ) as bar:
             task = bar.add_task(visible(description, field=True), total=None)
             yield lambda done, total: bar.update(task, completed=done, total=total or None)

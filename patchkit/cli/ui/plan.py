@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TextIO
 
-from patchkit.cli.ui.text import STATE_STYLES, visible, write_plainly
+from patchkit.cli.ui.text import STATE_STYLES, rich, visible, write_plainly
 
 PLAN_HUNK_COLUMNS = ("patch", "file", "hunk", "state", "note")  # piped
 PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")  # terminal
@@ -66,15 +66,12 @@ def _plan_table(
     """One rich Text of padded cells (a rich Table measures every cell and takes seconds for
     thousands of rows). The file column narrows to fit the terminal, a longer path pushing
     the rest of its row along."""
-    # lazy: rich loads only for output drawn on a terminal
-    from rich.text import Text
-
     rows = [row for _, _, section_rows in sections for row in section_rows]
     widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
     too_wide = INDENT + sum(widths) + COLUMN_GAP * (len(widths) - 1) - ui.out.width
     if too_wide > 0:
         widths[0] = max(len(columns[0]), widths[0] - too_wide, MIN_FILE_WIDTH)
-    text = Text()
+    text = rich().text.Text()
     text.append(title + "\n", style="italic")
     _append_row(text, columns, widths, right, style="bold")
     text.append(" " * INDENT + "\u2500" * (sum(widths) + COLUMN_GAP * (len(widths) - 1)) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from patchkit.base.enums import ReleaseOutcome, TreeState
+from patchkit.checks import CheckResult
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
 from patchkit.cli.ui.run import write_junit
@@ -98,8 +99,6 @@ def verdict_of_releases(ui, results) -> None:
 
 def verified_target_junit(resolved, verified) -> None:
     """`verify` on a target as JUnit: a testcase per conflict, drifted file and check."""
-    from patchkit.checks import CheckResult  # the check registry is not loaded by every command's output
-
     conflicts = [
         CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
     ]

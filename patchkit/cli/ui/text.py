@@ -6,7 +6,18 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import TextIO
+
+
+def rich() -> SimpleNamespace:
+    """The parts of rich the console draws with (box, console, table, text), loaded at the first
+    output drawn on a terminal: a quiet or piped run never loads rich."""
+    # lazy: rich loads only for output drawn on a terminal
+    from rich import box, console, table, text
+
+    return SimpleNamespace(box=box, console=console, table=table, text=text)
+
 
 STATE_STYLES = {
     "applied": "green",
