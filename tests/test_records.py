@@ -248,7 +248,7 @@ def test_forced_reverts_in_the_same_second_keep_every_edit(run, tree, diffs):
 
 
 def test_keep_copies_makes_a_new_directory_every_time(tree):
-    from patchkit.engine.operations import keep_copies
+    from patchkit.store.saved import keep_copies
 
     (tree / ".patchkit").mkdir()  # the lock's directory: made before any revert
     (tree / SPEC).write_text("one\n")

@@ -14,18 +14,16 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
 from patchkit._target.guard import installed_vllm_version
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
-from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, TargetError
-from patchkit.base.fsutil import atomic_write, inside, read_file
+from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
+from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckResult, shadow
@@ -35,7 +33,8 @@ from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_
 from patchkit.engine.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
 from patchkit.series.patchfile import Patch
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
-from patchkit.store.state import Entry, State, meta_dir, read_state, state_path
+from patchkit.store.saved import keep_copies
+from patchkit.store.state import Entry, State, read_state, state_path
 from patchkit.tree.target import Target
 from patchkit.tree.version import detect
 
@@ -776,29 +775,3 @@ def _refuse_stale_revert(result: RevertResult) -> RevertResult:
             hint="remove those .pyc files (Python then compiles the sources)",
         )
     return result
-
-
-def keep_copies(root: Path, paths: list[str]) -> Path:
-    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/: a
-    directory of its own per run, created exclusively (mkdtemp), so no run overwrites the copies
-    of another; a symlinked saved/ is refused, never followed."""
-
-    saved = meta_dir(root) / "saved"
-    try:
-        saved.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise TargetError(f"cannot create {saved}: {exc.strerror}") from exc
-    if saved.is_symlink() or not saved.is_dir() or not inside(root, saved):
-        raise BadInput(f"{saved} is a symlink or not a directory; refusing to keep your edits there")
-    try:
-        where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
-        for path in paths:
-            # The contents (a regular file's, never through a symlink swapped in), readable by their
-            # owner only: never a mode (a setuid bit) patchkit would then own.
-            data = read_file(root / path, follow_symlinks=False)
-            if data is None:
-                raise BadInput(f"{path} is no longer a regular file; refusing to save it")
-            atomic_write(where / path, data, mode=0o600)
-    except OSError as exc:  # a full disk: before any tree file changed
-        raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; nothing was reverted") from exc
-    return where

@@ -20,7 +20,8 @@ from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
 from patchkit.series.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touched_paths
-from patchkit.store.state import Entry, read_object
+from patchkit.store.objects import read_object
+from patchkit.store.state import Entry
 
 
 class Placement(NamedTuple):
