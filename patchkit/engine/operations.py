@@ -27,7 +27,7 @@ from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckResult, shadow
-from patchkit.distinfo.record import has_provenance, listed_by_other_distributions
+from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.inspection import TreeStatus, check_context, drifted_files, inspect, stale_entries, stale_note
 from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_target
 from patchkit.engine.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
@@ -158,10 +158,11 @@ class _Applying:
 
     def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
         root = self.resolved.target.root
-        self.stale = stale_entries(root, read_state(root), self.resolved.vllm_version)
+        state = read_state(root)
+        self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for note in self.stale.values():
             self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
-        drifted = drifted_files(self.resolved)
+        drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
                 f"files edited after patchkit patched them: {', '.join(drifted)}",
@@ -666,14 +667,12 @@ def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
     """A record that says patchkit created a file (no original) which an installed distribution's
     RECORD lists as its own (vLLM's, torch's) is no record patchkit wrote: reverting it would delete
     that file. (A vLLM installed from a patched wheel lists the files its patches add: not judged.)"""
-    # lazy: the checks load only when checks run
-    from patchkit.checks.integrity import installed_record
-
     created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
-    stock = sorted(listed_by_other_distributions(root, created))
+    listed = listings(root, created)
+    stock = sorted(listed.by_others())
     if created and installed is not None and not has_provenance(root):
-        record, _why = installed_record(root, installed, set(created))
-        stock += [path for path in created if record is not None and record.hashes.get(path)]
+        vllms = listed.by_vllm(installed)
+        stock += [path for path in created if path in vllms]
     if stock:
         origin = state_path(root)
         raise BadInput(

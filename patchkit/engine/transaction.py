@@ -43,7 +43,7 @@ from patchkit.base import locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import Landed, Origin, fsync_dir, read_file, unsafe_reason
 from patchkit.base.hashing import sha256
-from patchkit.distinfo.record import listed_by_other_distributions
+from patchkit.distinfo.record import listings
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
 from patchkit.store.objects import objects_dir, prune_objects, read_object, save_original, take_object
@@ -312,8 +312,8 @@ def recover(root: Path) -> str | None:
     if journal:
         needed = _needed_originals(root, journal)
         created = [e["path"] for e in journal["files"] if e["before"] is None]
-        listed = _listed_by_vllm(root, created) | listed_by_other_distributions(root, created)
-        theirs = listed - _kept_by_the_record(root, journal)
+        listed = listings(root, created)  # vLLM's files, or another distribution's: never deleted
+        theirs = (listed.by_vllm() | listed.by_others()) - _kept_by_the_record(root, journal)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
                 restored, kept = _rollback(root, journal, needed, not_ours=theirs)
@@ -336,23 +336,6 @@ def recover(root: Path) -> str | None:
             f" (or that an installed distribution lists as its own): {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}"
         )
     return said
-
-
-def _listed_by_vllm(root: Path, paths: list[str]) -> set[str]:
-    """Those of `paths` that an installed vLLM's RECORD lists: its files, which no rollback of
-    patchkit's deletes (patchkit creates only files its patches add)."""
-    if not paths:
-        return set()
-    # lazy: the checks load only when checks run
-    from patchkit.checks.integrity import installed_record
-
-    listed: set[str] = set()
-    for record_path in sorted(root.glob("vllm-*.dist-info/RECORD")):
-        version = record_path.parent.name[len("vllm-") : -len(".dist-info")]
-        record, _why = installed_record(root, version, set(paths))
-        if record is not None:
-            listed |= {p for p in paths if record.hashes.get(p)}
-    return listed
 
 
 def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
