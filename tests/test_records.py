@@ -488,5 +488,7 @@ def test_status_reads_the_record_once_though_the_guard_names_another_sets_file(r
     reads = []
     monkeypatch.setattr(inspection, "read_state", lambda root: reads.append(root) or read_state(root))
     result = run("status", "--target", tree, "--patch", diffs["model"])
-    assert result.exit_code == 1 and "--force` (it keeps a copy of edits), then `patchkit apply --patch" in result.output
+    assert (
+        result.exit_code == 1 and "--force` (it keeps a copy of edits), then `patchkit apply --patch" in result.output
+    )
     assert reads == [tree]
