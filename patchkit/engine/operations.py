@@ -18,7 +18,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from packaging.version import Version
 
 from patchkit._target.guard import installed_vllm_version
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
@@ -37,6 +39,9 @@ from patchkit.store.saved import keep_copies
 from patchkit.store.state import Entry, State, read_state, state_path
 from patchkit.tree.target import Target
 from patchkit.tree.version import detect
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.distinfo.installed_wheel import Provenance
 
 # Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
 Timer = Callable[[str], AbstractContextManager[object]]
@@ -584,76 +589,46 @@ def _revert_locked(
     force: bool,
     dry_run: bool,
 ) -> RevertResult:
-    # lazy: only a vLLM installed from a patched wheel needs them (the fetcher loads on a first use)
-    from patchkit.distinfo.installed_wheel import restore_stock
-    from patchkit.fetch import release_tree
-
     root = target.root
     state = read_state(root)
-    entries = _entries_to_revert(state, only)
-    installed = resolved.vllm_version if resolved else _installed_version(target)
-    stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
-    entries = [e for e in entries if e.set_name not in stale]
-    # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
-    wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
-    if resolved is None and not entries and not stale and wheel is None and not state.guard:
-        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+    undo = _undo_of(target, resolved, state, only)
     warnings = [
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
-        for name, note in stale.items()
+        for name, note in undo.stale.items()
     ]
-    for entry in entries:
-        _refuse_created_stock_files(root, entry, installed)
-        _refuse_another_releases_originals(root, entry, installed)
+    for entry in undo.entries:
+        _refuse_created_stock_files(root, entry, undo.installed)
+        _refuse_another_releases_originals(root, entry, undo.installed)
     view = View(root)
-    restored = Restored()
-    for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
-        restore_recorded(view, entry, force=force, patches=patches, restored=restored)
-    if wheel is not None:  # installed from a patched wheel: the stock files it was built from
-        from_wheel = restore_stock(view, wheel, force=force, fetch_release=release_tree)
-        restored.edited += from_wheel.edited
-        restored.notes += from_wheel.notes
+    restored = _restore_from_record(view, undo, patches, force=force)
     warnings += restored.notes
-    recorded = {(p["name"], p["sha256"]) for e in entries for p in e.patches}
-    if wheel is not None:
-        recorded |= set(wheel.patch_hashes)
-    # Patches the record covers are undone from the saved originals above; reverse-applying
-    # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
-    # `revert` alone undoes what the tree records, whatever the library holds; its series only
-    # when the tree records nothing.
-    series = patches if only is not None or not (entries or stale) else []
-    unrecorded = [p for p in series if (p.name, p.sha256) not in recorded]
-    plan = plan_revert(root, unrecorded, view=view)
+    plan = plan_revert(root, _unrecorded(undo, patches, only), view=view)
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
             warnings=warnings,
             error=Conflict("cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
         )
-    changes = plan.changes
-    files = sorted(changes)
+    files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
     if dry_run:
-        return RevertResult(Outcome.DRY_RUN, f"would restore {len(changes)} file(s)", files, warnings=warnings)
-    new_state = state
-    for name in [*stale, *(e.set_name for e in entries)]:
-        new_state = new_state.without(name)
-    guard_changes, new_state, kept = _without_guard(root, new_state)
+        return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=warnings)
+    guard_changes, new_state, kept = _without_guard(root, undo.dropped_from(state))
     warnings += kept
-    if not changes:
-        if stale or guard_changes or entries:  # a record of files already stock goes too: it describes none
+    if not plan.changes:
+        if undo.stale or guard_changes or undo.entries:  # a record of files already stock goes too: it describes none
             commit_changes(root, guard_changes, new_state)
             _fix_guard_bytecode(target, guard_changes)
-        dropped = " (its record dropped)" if entries else ""
+        dropped = " (its record dropped)" if undo.entries else ""
         return RevertResult(
             Outcome.NOT_APPLIED, f"nothing to revert: the tree is stock{dropped}", files, warnings=warnings
         )
     saved = keep_copies(root, restored.edited) if restored.edited else None
-    commit_changes(root, {**changes, **guard_changes}, new_state, origins=view.origins)
-    bytecode = fix_bytecode(target, changes) + _fix_guard_bytecode(target, guard_changes)
+    commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins)
+    bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(changes)} file(s) restored to stock",
+        f"reverted: {len(files)} file(s) restored to stock",
         files,
         checks=bytecode,
         saved=saved,
@@ -663,7 +638,66 @@ def _revert_locked(
     return _refuse_stale_revert(result)
 
 
-def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
+@dataclass
+class _Undo:
+    """What a revert undoes: the recorded sets it restores, those an upgrade of vLLM left stale
+    (their records dropped, no file written), and a patched wheel's own patches."""
+
+    entries: list[Entry]
+    stale: dict[str, str]  # set name -> why its record is stale
+    wheel: Provenance | None  # installed from a patched wheel, no apply recorded
+    installed: Version | None  # the installed vLLM, when it can be told
+
+    def dropped_from(self, state: State) -> State:
+        for name in [*self.stale, *(e.set_name for e in self.entries)]:
+            state = state.without(name)
+        return state
+
+
+def _undo_of(target: Target, resolved: Resolved | None, state: State, only: str | None) -> _Undo:
+    """What the record says to undo (refused when there is nothing at all)."""
+    root = target.root
+    entries = _entries_to_revert(state, only)
+    installed = resolved.vllm_version if resolved else _installed_version(target)
+    stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
+    entries = [e for e in entries if e.set_name not in stale]
+    # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
+    wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
+    if resolved is None and not entries and not stale and wheel is None and not state.guard:
+        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+    return _Undo(entries, stale, wheel, installed)
+
+
+def _restore_from_record(view: View, undo: _Undo, patches: list[Patch], *, force: bool) -> Restored:
+    """The originals the record saved back in `view` (the last applied first: its "before" is what
+    the earlier one wrote), or a patched wheel's stock files."""
+    # lazy: only a vLLM installed from a patched wheel needs them (the fetcher loads on a first use)
+    from patchkit.distinfo.installed_wheel import restore_stock
+    from patchkit.fetch import release_tree
+
+    restored = Restored()
+    for entry in reversed(undo.entries):
+        restore_recorded(view, entry, force=force, patches=patches, restored=restored)
+    if undo.wheel is not None:
+        from_wheel = restore_stock(view, undo.wheel, force=force, fetch_release=release_tree)
+        restored.edited += from_wheel.edited
+        restored.notes += from_wheel.notes
+    return restored
+
+
+def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> list[Patch]:
+    """The series' patches to reverse-apply: those the record does not cover (applied by hand).
+    Reverse-applying a recorded one again could re-insert an insertion-only hunk. `revert` alone
+    undoes what the tree records, whatever the library holds; its series only when the tree
+    records nothing."""
+    recorded = {(p["name"], p["sha256"]) for e in undo.entries for p in e.patches}
+    if undo.wheel is not None:
+        recorded |= set(undo.wheel.patch_hashes)
+    series = patches if only is not None or not (undo.entries or undo.stale) else []
+    return [p for p in series if (p.name, p.sha256) not in recorded]
+
+
+def _refuse_created_stock_files(root: Path, entry: Entry, installed: Version | None) -> None:
     """A record that says patchkit created a file (no original) which an installed distribution's
     RECORD lists as its own (vLLM's, torch's) is no record patchkit wrote: reverting it would delete
     that file. (A vLLM installed from a patched wheel lists the files its patches add: not judged.)"""
@@ -682,7 +716,7 @@ def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
         )
 
 
-def _refuse_another_releases_originals(root: Path, entry: Entry, installed) -> None:
+def _refuse_another_releases_originals(root: Path, entry: Entry, installed: Version | None) -> None:
     """A record of another vLLM release than the installed one, with a file neither as patchkit
     left it nor its original: pip (or an edit since) replaced it, and the originals patchkit saved
     are that other release's files. Restoring them, even with --force, would mix two releases."""
@@ -699,7 +733,7 @@ def _refuse_another_releases_originals(root: Path, entry: Entry, installed) -> N
             )
 
 
-def _patched_wheel(root: Path, only: str | None):
+def _patched_wheel(root: Path, only: str | None) -> Provenance | None:
     """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
     revert is of its set (or of everything)."""
     # lazy: only a vLLM installed from a patched wheel needs it
@@ -752,7 +786,7 @@ def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
     return [entry]
 
 
-def _installed_version(target: Target):
+def _installed_version(target: Target) -> Version | None:
     """The installed vLLM version when it can be told (only to recognise a stale record)."""
 
     try:

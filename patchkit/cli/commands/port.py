@@ -44,13 +44,12 @@ def command(
     points at V1's directory.
     """
 
-    from patchkit.maintainer.port import port_set
+    from patchkit.maintainer.port import PortRequest, port_set
 
     ui = make_ui(fmt, quiet, verbose)
     ui.knows({"from_version": from_version, "to_version": to_version})
-    report = port_set(
-        from_version, to_version, library=library, set_name=set_name, out=out, workspace=workspace, progress=ui.detail
-    )
+    request = PortRequest(from_version, to_version, library, set_name, out, workspace, progress=ui.detail)
+    report = port_set(request)
     if ui.json_mode:
         ui.json(asdict(report))
     else:
