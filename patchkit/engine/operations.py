@@ -25,7 +25,7 @@ from packaging.version import Version
 from patchkit._target.guard import installed_vllm_version
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
-from patchkit.base.fsutil import read_file
+from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckResult, shadow
@@ -42,6 +42,7 @@ from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.distinfo.installed_wheel import Provenance
+    from patchkit.engine.guard import Changes
 
 # Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
 Timer = Callable[[str], AbstractContextManager[object]]
@@ -251,13 +252,7 @@ class _Applying:
             )
         changes = plan.changes
         with self.timed("apply"):
-            state = read_state(root)
-            for name in self.stale:  # describes files an upgrade of vLLM replaced
-                state = state.without(name)
-            entry = resolved.apply_record(changes, state.entry(resolved.set_name))
-            guard_changes, new_state = self.with_guard(state.with_entry(entry))
-            self.keep_replaced_guard()
-            written = commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
+            all_changes, state, written = self.commit(plan)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
             _fix_guard_bytecode(resolved.target, self.guard_removed)
         with self.timed("checks"):
@@ -265,7 +260,7 @@ class _Applying:
                 check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
             )
         if any(r.failed for r in on_disk):
-            commit_changes(root, {**changes, **guard_changes}, state, undo=True)
+            commit_changes(root, all_changes, state, undo=True)
             self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
             return self.result(
                 Outcome.CHECK_FAILED,
@@ -293,6 +288,19 @@ class _Applying:
             written=True,
         )
         return _refuse_stale_bytecode(applied, done)
+
+    def commit(self, plan: Plan) -> tuple[Changes, State, dict[str, tuple[Landed, bytes]]]:
+        """Write the plan's changes, the guard's and the record in one transaction: what was
+        written, the state to return to, and what landed (for the checks on disk)."""
+        resolved, root = self.resolved, self.resolved.target.root
+        state = read_state(root)
+        for name in self.stale:  # describes files an upgrade of vLLM replaced
+            state = state.without(name)
+        entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name))
+        guard_changes, new_state = self.with_guard(state.with_entry(entry))
+        self.keep_replaced_guard()
+        changes = {**plan.changes, **guard_changes}
+        return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins)
 
     def settle_record(self, *, dry_run: bool = False) -> bool:
         """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made

@@ -696,11 +696,9 @@ def _write_file(path: Path, data: bytes, mode: int | None) -> Origin:
         return Origin.of(os.fstat(fh.fileno()))
 
 
-# A content from 16 MiB on is written past the page cache (O_DIRECT), from a page-aligned buffer of
-# 8 MiB: a buffered write needs a new page of memory for every 4 KiB of the file, and first touching
-# that much memory is what a 210 MB write spends its time on (0.1-1.1 s on this project's VM, as
-# the host maps the pages in), where the device's own write takes 0.2-0.4 s and its fsync is then
-# nearly free. The file system may refuse it (tmpfs before Linux 6.6, some FUSE): the page cache then.
+# From 16 MiB a content goes past the page cache (O_DIRECT, from an 8 MiB page-aligned buffer): a
+# buffered write first touches a new page per 4 KiB, most of a large write's time on a VM. A file
+# system that refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE) gets the page cache.
 _DIRECT_FROM, _DIRECT_CHUNK, _DIRECT_BLOCK = 16 << 20, 8 << 20, 4096
 
 
