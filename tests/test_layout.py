@@ -176,7 +176,7 @@ LAZY_IMPORTS = {
 # `--help` loads every command module (click lists them): a command's work is imported when it runs.
 LAZY_FOLDERS = {"cli/commands"}
 # The count may only fall: hoist an import, then lower this.
-MOST_LAZY_IMPORTS = 143
+MOST_LAZY_IMPORTS = 141
 
 
 def lazy_imports(package: Path = PACKAGE) -> list[tuple[str, int, str]]:

@@ -245,10 +245,7 @@ class _Applying:
                 plan=plan,
                 checks=results,
                 planned_checks=planned,
-                error=CheckFailed(
-                    "verification of the patched files failed; nothing was written:\n  "
-                    + "\n  ".join(r.describe() for r in failed)
-                ),
+                error=_check_failure("verification of the patched files failed; nothing was written", failed),
             )
         changes = plan.changes
         with self.timed("apply"):
@@ -269,9 +266,8 @@ class _Applying:
                 planned_checks=planned,
                 on_disk_checks=on_disk,
                 written=True,
-                error=CheckFailed(
-                    "verification after writing failed; the tree was rolled back:\n  "
-                    + "\n  ".join(r.describe() for r in on_disk if r.failed)
+                error=_check_failure(
+                    "verification after writing failed; the tree was rolled back", [r for r in on_disk if r.failed]
                 ),
             )
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
@@ -375,6 +371,10 @@ class _Applying:
         if self.guard_replaced:
             where = keep_copies(self.resolved.target.root, self.guard_replaced)
             self.warn(f"replaced {', '.join(self.guard_replaced)} with this patchkit's guard; a copy kept in {where}")
+
+
+def _check_failure(what: str, failed: list[CheckResult]) -> CheckFailed:
+    return CheckFailed(what + ":\n  " + "\n  ".join(r.describe() for r in failed))
 
 
 def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> ApplyResult:
@@ -628,9 +628,7 @@ def _revert_locked(
             commit_changes(root, guard_changes, new_state)
             _fix_guard_bytecode(target, guard_changes)
         dropped = " (its record dropped)" if undo.entries else ""
-        return RevertResult(
-            Outcome.NOT_APPLIED, f"nothing to revert: the tree is stock{dropped}", files, warnings=warnings
-        )
+        return RevertResult(Outcome.NOT_APPLIED, f"nothing to revert: the tree is stock{dropped}", warnings=warnings)
     saved = keep_copies(root, restored.edited) if restored.edited else None
     commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins)
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
