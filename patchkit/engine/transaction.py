@@ -10,11 +10,13 @@ Order of operations:
   5. delete the journal: this is the commit point.
 A journal found later means the transaction did not finish: `recover` rolls it back, restoring
 every file to its recorded original. Originals are saved before any file changes, so this is
-always possible. The journal, the objects and the record are the store's (patchkit/store/): this
-module decides what to write and when, the store how its files are kept. The rollback needs no new space: objects and the old state.json go back by
+always possible. The rollback needs no new space: objects and the old state.json go back by
 rename, and the directories the journal says the commit removed are made again. It and the
 commit point defer SIGINT/SIGTERM/SIGHUP (patchkit.base.signals); each of its steps leaves the journal
 true, so one cut short by SIGKILL is finished by the next command.
+
+The journal, the objects and the record are the store's (patchkit/store/): this module decides
+what is written and when, the store how its files are kept.
 
 Durability: each file written is fsynced once (before its rename), and each directory once where
 the order matters: .patchkit/ after the journal is written, objects/ before the first file is
