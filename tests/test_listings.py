@@ -47,3 +47,16 @@ def test_an_unreadable_record_lists_nothing_and_still_counts_as_the_first(tmp_pa
 def test_no_paths_reads_no_record(tmp_path):
     _dist(tmp_path, "torch-2.0.dist-info", [f"torch/a.py,{SHA},1"])
     assert listings(tmp_path, []).rows == {}
+
+
+def test_only_a_record_that_can_answer_is_read(tmp_path):
+    """Files a patch adds under vllm/ ask vLLM alone: the other distributions' RECORDs (hundreds in
+    a real environment) and the guard's are not read."""
+    _dist(tmp_path, "vllm-0.17.0.dist-info", [f"vllm/new.py,{SHA},1"])
+    _dist(tmp_path, "torch-2.0.dist-info", [f"torch/a.py,{SHA},1"])
+    _dist(tmp_path, "patchkit_guard-1.dist-info", [f"patchkit_guard.py,{SHA},1"])
+    assert set(listings(tmp_path, ["vllm/new.py"]).rows) == {"vllm-0.17.0.dist-info"}
+    assert set(listings(tmp_path, ["vllm/new.py", "torch/a.py"]).rows) == {
+        "vllm-0.17.0.dist-info",
+        "torch-2.0.dist-info",
+    }

@@ -124,14 +124,19 @@ def _trusted(entry: str) -> bool:
 
 
 def listings(tree: Path, paths: Collection[str]) -> Listings:
-    """Which of `paths` each installed distribution's RECORD lists (see Listings)."""
+    """Which of `paths` each installed distribution's RECORD lists (see Listings). Only a RECORD
+    that can answer is read: vLLM's, another's when a path lies outside vllm/, never the guard's."""
     wanted = set(paths)
+    outside = any(p.split("/", 1)[0] != "vllm" for p in wanted)
     rows: dict[str, dict[str, str] | None] = {}
     for record in sorted(tree.glob("*.dist-info/RECORD")) if wanted else []:
+        name = record.parent.name
+        if name.startswith("patchkit_guard-") or not (outside or name.startswith("vllm-")):
+            continue
         try:
             parsed = parse_record(read_record_file(tree, record), only=wanted)
         except (OSError, FetchError):
-            rows[record.parent.name] = None
+            rows[name] = None
             continue
-        rows[record.parent.name] = {path: entry for path, (entry, _size) in parsed.items()}
+        rows[name] = {path: entry for path, (entry, _size) in parsed.items()}
     return Listings(rows)
