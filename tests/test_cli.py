@@ -271,7 +271,7 @@ def test_verify_junit_on_a_target_has_one_testcase_per_check(run, tmp_path, tree
 def test_recover_command_rolls_back_an_interrupted_transaction(run, tree, library):
     import hashlib
 
-    from patchkit.engine.transaction import journal_path
+    from patchkit.store.journal import journal_path
     from patchkit.store.state import meta_dir
 
     stock = snapshot(tree)

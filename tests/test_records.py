@@ -248,7 +248,7 @@ def test_forced_reverts_in_the_same_second_keep_every_edit(run, tree, diffs):
 
 
 def test_keep_copies_makes_a_new_directory_every_time(tree):
-    from patchkit.engine.operations import keep_copies
+    from patchkit.store.saved import keep_copies
 
     (tree / ".patchkit").mkdir()  # the lock's directory: made before any revert
     (tree / SPEC).write_text("one\n")
@@ -475,3 +475,20 @@ def test_a_record_saying_patchkit_created_another_packages_file_is_refused_and_t
     done = run_cli("revert", "--target", site, "--patch", diff)
     assert done.returncode == 2 and "torch/__init__.py" in done.stderr, done.stdout + done.stderr
     assert victim.read_text() == "TORCH = 1\n" and (site / "vllm/models/extra.py").exists()
+
+
+def test_status_reads_the_record_once_though_the_guard_names_another_sets_file(run, tree, diffs, monkeypatch):
+    """The stale records, the drifted files and the fix for another set's record the guard refuses
+    are all answered from one reading of state.json."""
+    from patchkit.engine import inspection
+
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
+    (tree / SPEC).write_text(patched_spec() + "# edited\n")  # the guard refuses the spec set's file
+    reads = []
+    monkeypatch.setattr(inspection, "read_state", lambda root: reads.append(root) or read_state(root))
+    result = run("status", "--target", tree, "--patch", diffs["model"])
+    assert (
+        result.exit_code == 1 and "--force` (it keeps a copy of edits), then `patchkit apply --patch" in result.output
+    )
+    assert reads == [tree]

@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit.base import fsutil
@@ -89,19 +90,53 @@ def read_record_file(tree: Path, path: Path) -> bytes:
     return fsutil.read_regular(path, RECORD_LIMIT)
 
 
-def listed_by_other_distributions(tree: Path, paths: Collection[str]) -> set[str]:
-    """Those of `paths` outside vllm/ that another installed distribution's RECORD lists (torch's,
-    a user's package's): files of theirs, never patchkit's to delete. A RECORD that cannot be read
-    plainly lists nothing (the tree is untrusted input: bounded, no symlink followed)."""
-    wanted = {p for p in paths if p.split("/", 1)[0] != "vllm"}
-    listed: set[str] = set()
-    if not wanted:
-        return listed
-    for record in sorted(tree.glob("*.dist-info/RECORD")):
-        if record.parent.name.startswith(("vllm-", "patchkit_guard-")):
+@dataclass(frozen=True)
+class Listings:
+    """Which of some paths each installed distribution's RECORD lists, from one walk of the tree's
+    *.dist-info/RECORD files. A RECORD that cannot be read plainly lists nothing (the tree is
+    untrusted input: bounded, no symlink followed)."""
+
+    rows: dict[str, dict[str, str] | None]  # dist-info directory -> {path: its hash entry}; None: unreadable
+
+    def by_others(self) -> set[str]:
+        """Those outside vllm/ that another distribution than vLLM or the guard lists (torch's, a
+        user's package's): files of theirs, never patchkit's to delete."""
+        return {
+            path
+            for name, rows in self.rows.items()
+            if rows and not name.startswith(("vllm-", "patchkit_guard-"))
+            for path in rows
+            if path.split("/", 1)[0] != "vllm"
+        }
+
+    def by_vllm(self, version: object = None) -> set[str]:
+        """Those a vLLM's RECORD lists with a hash wheels allow: `version`'s RECORD as find_record
+        chooses it, or (None) every installed vLLM's."""
+        names = sorted(name for name in self.rows if name.startswith("vllm-"))
+        if version is not None:
+            exact = f"vllm-{version}.dist-info"
+            names = [exact] if exact in names else names[:1]
+        return {path for name in names for path, entry in (self.rows[name] or {}).items() if _trusted(entry)}
+
+
+def _trusted(entry: str) -> bool:
+    return "=" in entry and record_algorithm(entry) in HASHES
+
+
+def listings(tree: Path, paths: Collection[str]) -> Listings:
+    """Which of `paths` each installed distribution's RECORD lists (see Listings). Only a RECORD
+    that can answer is read: vLLM's, another's when a path lies outside vllm/, never the guard's."""
+    wanted = set(paths)
+    outside = any(p.split("/", 1)[0] != "vllm" for p in wanted)
+    rows: dict[str, dict[str, str] | None] = {}
+    for record in sorted(tree.glob("*.dist-info/RECORD")) if wanted else []:
+        name = record.parent.name
+        if name.startswith("patchkit_guard-") or not (outside or name.startswith("vllm-")):
             continue
         try:
-            listed |= wanted & parse_record(read_record_file(tree, record), only=wanted).keys()
+            parsed = parse_record(read_record_file(tree, record), only=wanted)
         except (OSError, FetchError):
+            rows[name] = None
             continue
-    return listed
+        rows[name] = {path: entry for path, (entry, _size) in parsed.items()}
+    return Listings(rows)

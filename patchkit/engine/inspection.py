@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.checks import CheckContext
@@ -110,15 +109,15 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
         checks = run_upstream_checks(resolved, import_probe=import_probe) if check_upstream else []
-        stale = stale_entries(root, read_state(root), resolved.vllm_version)
+        state = read_state(root)
         return TreeStatus(
             TreeState.UPSTREAM,
             checks=checks,
-            stale=list(stale.values()),
-            **_guard_fields(root, resolved.set_name),
+            stale=list(stale_entries(root, state, resolved.vllm_version).values()),
+            **_guard_fields(root, resolved.set_name, state),
         )
-    if kind == SelectionKind.UNSUPPORTED:
-        return TreeStatus(TreeState.UNSUPPORTED, **_guard_fields(root, resolved.set_name))
+    if kind == SelectionKind.UNSUPPORTED:  # its guard_fix is revert's, whoever else's record the guard names
+        return TreeStatus(TreeState.UNSUPPORTED, **_guard_fields(root, resolved.set_name, None))
     assert kind == SelectionKind.PATCH
 
     plan = plan_apply(resolved.target.root, resolved.patches)
@@ -132,35 +131,34 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         )
         for step in plan.steps
     ]
-    stale = stale_entries(root, read_state(root), resolved.vllm_version)
+    state = read_state(root)
+    stale = stale_entries(root, state, resolved.vllm_version)
     return TreeStatus(
         _overall(reports),
         reports,
-        drifted_files(resolved),
+        drifted_files(resolved, state),
         plan,
         stale=list(stale.values()),
-        **_guard_fields(root, resolved.set_name),
+        **_guard_fields(root, resolved.set_name, state),
     )
 
 
-def _guard_fields(root: Path, set_name: str) -> dict:
-    """What the installed guard refuses, its notes, and the fix when another set's record is what it refuses."""
+def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
+    """What the installed guard refuses, its notes, and the fix when another set's record (in
+    `state`, None: not asked) is what it refuses."""
     refused = launch_refusal(root)
     return {
         "guard": refused,
         "guard_notes": older_guard_notes(root),
-        "others_fix": _others_fix(root, set_name, refused),
+        "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
     }
 
 
-def _others_fix(root: Path, set_name: str, refused: list[str]) -> str | None:
+def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
     """The commands that settle the other records whose files the guard names (none: none does)."""
     if not refused:
         return None
-    try:
-        entries = [e for e in read_state(root).entries if e.set_name != set_name]
-    except PatchkitError:  # a damaged record: the guard and status say so on their own
-        return None
+    entries = [e for e in state.entries if e.set_name != set_name]
     named = [e for e in entries if any(problem.startswith(f"{path} ") for path in e.files for problem in refused)]
     if not named:
         return None
@@ -181,11 +179,10 @@ def _overall(reports: list[PatchReport]) -> TreeState:
     return TreeState.NOT_APPLIED if states == {PatchState.NOT_APPLIED} else TreeState.PARTIAL
 
 
-def drifted_files(resolved: Resolved) -> list[str]:
-    """Recorded files whose content is neither what patchkit wrote nor the original (a record
-    left stale by an upgrade of vLLM is no evidence: see stale_entries)."""
+def drifted_files(resolved: Resolved, state: State) -> list[str]:
+    """Recorded files (of `state`, the tree's record) whose content is neither what patchkit wrote
+    nor the original (a record left stale by an upgrade of vLLM is no evidence: see stale_entries)."""
     root = resolved.target.root
-    state = read_state(root)
     entry = state.entry(resolved.set_name)
     if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
         if not has_provenance(root):

@@ -14,26 +14,25 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from packaging.version import Version
 
 from patchkit import fetch
 from patchkit._target.guard import installed_vllm_version
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
-from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, TargetError
-from patchkit.base.fsutil import atomic_write, inside, read_file
+from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
+from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
-from patchkit.checks.integrity import installed_record
 from patchkit.distinfo import installed_wheel_reader
-from patchkit.distinfo.record import has_provenance, listed_by_other_distributions
+from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import (
     STOPS_EVERY_LAUNCH,
     install_changes,
@@ -55,9 +54,14 @@ from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_
 from patchkit.engine.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
 from patchkit.series.patchfile import Patch
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
-from patchkit.store.state import Entry, State, meta_dir, read_state, state_path
+from patchkit.store.saved import keep_copies
+from patchkit.store.state import Entry, State, read_state, state_path
 from patchkit.tree.target import Target
 from patchkit.tree.version import detect
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.distinfo.installed_wheel import Provenance
+    from patchkit.engine.guard import Changes
 
 # Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
 Timer = Callable[[str], AbstractContextManager[object]]
@@ -179,10 +183,11 @@ class _Applying:
 
     def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
         root = self.resolved.target.root
-        self.stale = stale_entries(root, read_state(root), self.resolved.vllm_version)
+        state = read_state(root)
+        self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for note in self.stale.values():
             self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
-        drifted = drifted_files(self.resolved)
+        drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
                 f"files edited after patchkit patched them: {', '.join(drifted)}",
@@ -253,20 +258,11 @@ class _Applying:
                 plan=plan,
                 checks=results,
                 planned_checks=planned,
-                error=CheckFailed(
-                    "verification of the patched files failed; nothing was written:\n  "
-                    + "\n  ".join(r.describe() for r in failed)
-                ),
+                error=_check_failure("verification of the patched files failed; nothing was written", failed),
             )
         changes = plan.changes
         with self.timed("apply"):
-            state = read_state(root)
-            for name in self.stale:  # describes files an upgrade of vLLM replaced
-                state = state.without(name)
-            entry = resolved.apply_record(changes, state.entry(resolved.set_name))
-            guard_changes, new_state = self.with_guard(state.with_entry(entry))
-            self.keep_replaced_guard()
-            written = commit_changes(root, {**changes, **guard_changes}, new_state, origins=plan.view.origins)
+            all_changes, state, written = self.commit(plan)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
             _fix_guard_bytecode(resolved.target, self.guard_removed)
         with self.timed("checks"):
@@ -274,7 +270,7 @@ class _Applying:
                 check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
             )
         if any(r.failed for r in on_disk):
-            commit_changes(root, {**changes, **guard_changes}, state, undo=True)
+            commit_changes(root, all_changes, state, undo=True)
             self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
             return self.result(
                 Outcome.CHECK_FAILED,
@@ -283,9 +279,8 @@ class _Applying:
                 planned_checks=planned,
                 on_disk_checks=on_disk,
                 written=True,
-                error=CheckFailed(
-                    "verification after writing failed; the tree was rolled back:\n  "
-                    + "\n  ".join(r.describe() for r in on_disk if r.failed)
+                error=_check_failure(
+                    "verification after writing failed; the tree was rolled back", [r for r in on_disk if r.failed]
                 ),
             )
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
@@ -302,6 +297,19 @@ class _Applying:
             written=True,
         )
         return _refuse_stale_bytecode(applied, done)
+
+    def commit(self, plan: Plan) -> tuple[Changes, State, dict[str, tuple[Landed, bytes]]]:
+        """Write the plan's changes, the guard's and the record in one transaction: what was
+        written, the state to return to, and what landed (for the checks on disk)."""
+        resolved, root = self.resolved, self.resolved.target.root
+        state = read_state(root)
+        for name in self.stale:  # describes files an upgrade of vLLM replaced
+            state = state.without(name)
+        entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name))
+        guard_changes, new_state = self.with_guard(state.with_entry(entry))
+        self.keep_replaced_guard()
+        changes = {**plan.changes, **guard_changes}
+        return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins)
 
     def settle_record(self, *, dry_run: bool = False) -> bool:
         """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made
@@ -370,6 +378,10 @@ class _Applying:
         if self.guard_replaced:
             where = keep_copies(self.resolved.target.root, self.guard_replaced)
             self.warn(f"replaced {', '.join(self.guard_replaced)} with this patchkit's guard; a copy kept in {where}")
+
+
+def _check_failure(what: str, failed: list[CheckResult]) -> CheckFailed:
+    return CheckFailed(what + ":\n  " + "\n  ".join(r.describe() for r in failed))
 
 
 def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> ApplyResult:
@@ -584,70 +596,42 @@ def _revert_locked(
 ) -> RevertResult:
     root = target.root
     state = read_state(root)
-    entries = _entries_to_revert(state, only)
-    installed = resolved.vllm_version if resolved else _installed_version(target)
-    stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
-    entries = [e for e in entries if e.set_name not in stale]
-    # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
-    wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
-    if resolved is None and not entries and not stale and wheel is None and not state.guard:
-        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+    undo = _undo_of(target, resolved, state, only)
     warnings = [
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
-        for name, note in stale.items()
+        for name, note in undo.stale.items()
     ]
-    for entry in entries:
-        _refuse_created_stock_files(root, entry, installed)
-        _refuse_another_releases_originals(root, entry, installed)
+    for entry in undo.entries:
+        _refuse_created_stock_files(root, entry, undo.installed)
+        _refuse_another_releases_originals(root, entry, undo.installed)
     view = View(root)
-    restored = Restored()
-    for entry in reversed(entries):  # the last applied first: its "before" is what the earlier one wrote
-        restore_recorded(view, entry, force=force, patches=patches, restored=restored)
-    if wheel is not None:  # installed from a patched wheel: the stock files it was built from
-        from_wheel = installed_wheel_reader().restore_stock(view, wheel, force=force, fetch_release=fetch.release_tree)
-        restored.edited += from_wheel.edited
-        restored.notes += from_wheel.notes
+    restored = _restore_from_record(view, undo, patches, force=force)
     warnings += restored.notes
-    recorded = {(p["name"], p["sha256"]) for e in entries for p in e.patches}
-    if wheel is not None:
-        recorded |= set(wheel.patch_hashes)
-    # Patches the record covers are undone from the saved originals above; reverse-applying
-    # them again could re-insert an insertion-only hunk. The rest (applied by hand) reverse.
-    # `revert` alone undoes what the tree records, whatever the library holds; its series only
-    # when the tree records nothing.
-    series = patches if only is not None or not (entries or stale) else []
-    unrecorded = [p for p in series if (p.name, p.sha256) not in recorded]
-    plan = plan_revert(root, unrecorded, view=view)
+    plan = plan_revert(root, _unrecorded(undo, patches, only), view=view)
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
             warnings=warnings,
             error=Conflict("cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
         )
-    changes = plan.changes
-    files = sorted(changes)
+    files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
     if dry_run:
-        return RevertResult(Outcome.DRY_RUN, f"would restore {len(changes)} file(s)", files, warnings=warnings)
-    new_state = state
-    for name in [*stale, *(e.set_name for e in entries)]:
-        new_state = new_state.without(name)
-    guard_changes, new_state, kept = _without_guard(root, new_state)
+        return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=warnings)
+    guard_changes, new_state, kept = _without_guard(root, undo.dropped_from(state))
     warnings += kept
-    if not changes:
-        if stale or guard_changes or entries:  # a record of files already stock goes too: it describes none
+    if not plan.changes:
+        if undo.stale or guard_changes or undo.entries:  # a record of files already stock goes too: it describes none
             commit_changes(root, guard_changes, new_state)
             _fix_guard_bytecode(target, guard_changes)
-        dropped = " (its record dropped)" if entries else ""
-        return RevertResult(
-            Outcome.NOT_APPLIED, f"nothing to revert: the tree is stock{dropped}", files, warnings=warnings
-        )
+        dropped = " (its record dropped)" if undo.entries else ""
+        return RevertResult(Outcome.NOT_APPLIED, f"nothing to revert: the tree is stock{dropped}", warnings=warnings)
     saved = keep_copies(root, restored.edited) if restored.edited else None
-    commit_changes(root, {**changes, **guard_changes}, new_state, origins=view.origins)
-    bytecode = fix_bytecode(target, changes) + _fix_guard_bytecode(target, guard_changes)
+    commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins)
+    bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(changes)} file(s) restored to stock",
+        f"reverted: {len(files)} file(s) restored to stock",
         files,
         checks=bytecode,
         saved=saved,
@@ -657,15 +641,73 @@ def _revert_locked(
     return _refuse_stale_revert(result)
 
 
-def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
+@dataclass
+class _Undo:
+    """What a revert undoes: the recorded sets it restores, those an upgrade of vLLM left stale
+    (their records dropped, no file written), and a patched wheel's own patches."""
+
+    entries: list[Entry]
+    stale: dict[str, str]  # set name -> why its record is stale
+    wheel: Provenance | None  # installed from a patched wheel, no apply recorded
+    installed: Version | None  # the installed vLLM, when it can be told
+
+    def dropped_from(self, state: State) -> State:
+        for name in [*self.stale, *(e.set_name for e in self.entries)]:
+            state = state.without(name)
+        return state
+
+
+def _undo_of(target: Target, resolved: Resolved | None, state: State, only: str | None) -> _Undo:
+    """What the record says to undo (refused when there is nothing at all)."""
+    root = target.root
+    entries = _entries_to_revert(state, only)
+    installed = resolved.vllm_version if resolved else _installed_version(target)
+    stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
+    entries = [e for e in entries if e.set_name not in stale]
+    # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
+    wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
+    if resolved is None and not entries and not stale and wheel is None and not state.guard:
+        raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
+    return _Undo(entries, stale, wheel, installed)
+
+
+def _restore_from_record(view: View, undo: _Undo, patches: list[Patch], *, force: bool) -> Restored:
+    """The originals the record saved back in `view` (the last applied first: its "before" is what
+    the earlier one wrote), or a patched wheel's stock files."""
+    restored = Restored()
+    for entry in reversed(undo.entries):
+        restore_recorded(view, entry, force=force, patches=patches, restored=restored)
+    if undo.wheel is not None:
+        from_wheel = installed_wheel_reader().restore_stock(
+            view, undo.wheel, force=force, fetch_release=fetch.release_tree
+        )
+        restored.edited += from_wheel.edited
+        restored.notes += from_wheel.notes
+    return restored
+
+
+def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> list[Patch]:
+    """The series' patches to reverse-apply: those the record does not cover (applied by hand).
+    Reverse-applying a recorded one again could re-insert an insertion-only hunk. `revert` alone
+    undoes what the tree records, whatever the library holds; its series only when the tree
+    records nothing."""
+    recorded = {(p["name"], p["sha256"]) for e in undo.entries for p in e.patches}
+    if undo.wheel is not None:
+        recorded |= set(undo.wheel.patch_hashes)
+    series = patches if only is not None or not (undo.entries or undo.stale) else []
+    return [p for p in series if (p.name, p.sha256) not in recorded]
+
+
+def _refuse_created_stock_files(root: Path, entry: Entry, installed: Version | None) -> None:
     """A record that says patchkit created a file (no original) which an installed distribution's
     RECORD lists as its own (vLLM's, torch's) is no record patchkit wrote: reverting it would delete
     that file. (A vLLM installed from a patched wheel lists the files its patches add: not judged.)"""
     created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
-    stock = sorted(listed_by_other_distributions(root, created))
+    listed = listings(root, created)
+    stock = sorted(listed.by_others())
     if created and installed is not None and not has_provenance(root):
-        record, _why = installed_record(root, installed, set(created))
-        stock += [path for path in created if record is not None and record.hashes.get(path)]
+        vllms = listed.by_vllm(installed)
+        stock += [path for path in created if path in vllms]
     if stock:
         origin = state_path(root)
         raise BadInput(
@@ -675,7 +717,7 @@ def _refuse_created_stock_files(root: Path, entry: Entry, installed) -> None:
         )
 
 
-def _refuse_another_releases_originals(root: Path, entry: Entry, installed) -> None:
+def _refuse_another_releases_originals(root: Path, entry: Entry, installed: Version | None) -> None:
     """A record of another vLLM release than the installed one, with a file neither as patchkit
     left it nor its original: pip (or an edit since) replaced it, and the originals patchkit saved
     are that other release's files. Restoring them, even with --force, would mix two releases."""
@@ -692,7 +734,7 @@ def _refuse_another_releases_originals(root: Path, entry: Entry, installed) -> N
             )
 
 
-def _patched_wheel(root: Path, only: str | None):
+def _patched_wheel(root: Path, only: str | None) -> Provenance | None:
     """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
     revert is of its set (or of everything)."""
     found = installed_wheel_reader().find(root)
@@ -736,7 +778,7 @@ def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
     return [entry]
 
 
-def _installed_version(target: Target):
+def _installed_version(target: Target) -> Version | None:
     """The installed vLLM version when it can be told (only to recognise a stale record)."""
 
     try:
@@ -755,29 +797,3 @@ def _refuse_stale_revert(result: RevertResult) -> RevertResult:
             hint="remove those .pyc files (Python then compiles the sources)",
         )
     return result
-
-
-def keep_copies(root: Path, paths: list[str]) -> Path:
-    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/: a
-    directory of its own per run, created exclusively (mkdtemp), so no run overwrites the copies
-    of another; a symlinked saved/ is refused, never followed."""
-
-    saved = meta_dir(root) / "saved"
-    try:
-        saved.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise TargetError(f"cannot create {saved}: {exc.strerror}") from exc
-    if saved.is_symlink() or not saved.is_dir() or not inside(root, saved):
-        raise BadInput(f"{saved} is a symlink or not a directory; refusing to keep your edits there")
-    try:
-        where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
-        for path in paths:
-            # The contents (a regular file's, never through a symlink swapped in), readable by their
-            # owner only: never a mode (a setuid bit) patchkit would then own.
-            data = read_file(root / path, follow_symlinks=False)
-            if data is None:
-                raise BadInput(f"{path} is no longer a regular file; refusing to save it")
-            atomic_write(where / path, data, mode=0o600)
-    except OSError as exc:  # a full disk: before any tree file changed
-        raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; nothing was reverted") from exc
-    return where

@@ -15,61 +15,50 @@ rename, and the directories the journal says the commit removed are made again. 
 commit point defer SIGINT/SIGTERM/SIGHUP (patchkit.base.signals); each of its steps leaves the journal
 true, so one cut short by SIGKILL is finished by the next command.
 
+The journal, the objects and the record are the store's (patchkit/store/): this module decides
+what is written and when, the store how its files are kept.
+
 Durability: each file written is fsynced once (before its rename), and each directory once where
 the order matters: .patchkit/ after the journal is written, objects/ before the first file is
 replaced, each replaced file's directory after the replaces, .patchkit/ again at the commit.
 
-An original is saved by a hard link when that is as good as a copy: the file is about to be
-replaced by a rename, so its inode (the bytes the plan read) survives as the object. Only an inode
-that is patchkit's alone is linked: one link (the tree's), owned by the user patchkit runs as, no
-bit beyond rwxr-xr-x, and still the file the plan read (device, inode, size and mtime as when it was
-read); anything else is copied. An object is never written in place or linked back into the tree
-(a revert writes a new file from its bytes); a rollback renames one back only when its inode is
-patchkit's alone again (one link), so an object that shares its inode with another file, planted
-or not, can change nothing through patchkit; its bytes are checked against its digest before
-every use, as any object's.
-
-The journal, like everything under .patchkit/, is read back from the tree, so recovery treats it
-as untrusted input: every path by the one path rule, no symlink on the way, staged files only by
-their own temp name beside their file, objects by digest, and every original needed read and
-checked before the first file is touched. A journal that fails is refused whole (exit 2).
+The journal is read back from the tree, so recovery treats it as untrusted input (store.journal
+checks its fields): beyond that, no symlink on the way, and every original needed read and checked
+before the first file is touched. A journal that fails is refused whole (exit 2).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import mmap
 import os
-import re
 import signal
 import stat
 from collections import Counter
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base import locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
-from patchkit.base.fsutil import Landed, Origin, atomic_write, fsync_dir, load_json_text, read_file, unsafe_reason
-from patchkit.base.hashing import sha256, stream_sha256
-from patchkit.checks.integrity import installed_record
-from patchkit.distinfo.record import listed_by_other_distributions
+from patchkit.base.fsutil import Landed, Origin, fsync_dir, read_file, unsafe_reason
+from patchkit.base.hashing import sha256
+from patchkit.distinfo.record import listings
 from patchkit.engine.guard import guard_files
+from patchkit.store import journal as store_journal
+from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
+from patchkit.store.objects import objects_dir, prune_objects, read_object, save_original, take_object
 from patchkit.store.state import (
     GUARD_PATH,
+    PERMISSIONS,
     State,
     check_meta_dir,
-    checked_digest,
     checked_path,
-    file_sha,
+    durable_write,
     meta_dir,
-    object_path,
-    parse_state,
     read_meta_file,
-    read_object,
     read_state,
     state_path,
 )
@@ -80,9 +69,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from filelock import BaseFileLock
 
 LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
-# The mode bits a written file may have. Never setuid, setgid or sticky: patchkit often runs as root on
-# a tree another account may own, and a root-owned setuid copy of a file would be a privilege it gave.
-PERMISSIONS = 0o775  # nor writable by every local user
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
 
 
@@ -130,6 +116,11 @@ _FAULT_SIGNALS = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.S
 _faults = _Faults()
 
 
+def _tick() -> None:
+    """A fault point: the store's steps count too (tests replace _faults)."""
+    _faults.tick()
+
+
 @contextmanager
 def target_lock(root: Path, timeout: float | None = None):
     """One writer per target. flock dies with its process, so a killed patchkit never blocks.
@@ -141,20 +132,6 @@ def target_lock(root: Path, timeout: float | None = None):
         yield recover(root)
     finally:
         lock.release()
-
-
-_UNSETTLED = object()
-
-
-def settled_record(root: Path) -> object:
-    """state.json's bytes (None: no record) when no transaction is under way, else _UNSETTLED (a
-    journal: a transaction is running, or a crash left one to roll back). A reader that takes no
-    lock holds what it read to be consistent when this is the same before and after: a transaction
-    writes its journal first and a new state.json last."""
-    check_meta_dir(root)
-    if os.path.lexists(journal_path(root)):
-        return _UNSETTLED
-    return read_meta_file(state_path(root))
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -173,7 +150,7 @@ def read_only_view(root: Path):
     LockBusy if a transaction changed it meanwhile), False when the caller must take the lock
     (an unfinished transaction, which the lock's recovery rolls back first)."""
     before = settled_record(root), _identity(state_path(root))
-    if before[0] is _UNSETTLED:
+    if before[0] is UNSETTLED:
         yield False
         return
     yield True
@@ -198,10 +175,6 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
         ),
         unusable=lambda exc: TargetError(f"cannot create the lock in {meta}: {exc.strerror}", hint=_WRITABLE_HINT),
     )
-
-
-def journal_path(root: Path) -> Path:
-    return meta_dir(root) / "journal.json"
 
 
 def commit_changes(
@@ -234,60 +207,59 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
     it) and the content, so that a reader can tell the file there is still the one written."""
     preflight(root, [w.path for w in writes])
     previous = read_meta_file(state_path(root))
-    txid = os.urandom(8).hex()
-    emptied = _emptied_directories(root, writes)
-    entries = [_journal_entry(root, w, txid, emptied) for w in writes]
-    journal = {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
-    meta, objects = meta_dir(root), meta_dir(root) / "objects"
+    journal = _journal(root, writes, previous)
     committed = False
     try:
-        _faults.tick()
-        objects.mkdir(parents=True, exist_ok=True)
-        _write_atomic(journal_path(root), json.dumps(journal).encode())
-        fsync_dir(meta)  # the journal (and objects/) are on disk before anything they describe
-        written = {
-            w.path: (origin, w.after)
-            for w, entry in zip(writes, entries, strict=True)
-            if (origin := _stage(root, w, entry)) and w.after is not None
-        }
-        fsync_dir(objects)  # every original is on disk before the first file is replaced
-        changed_dirs = {_install(root, entry) for entry in entries}
-        changed_dirs |= {(root / rel).parent for entry in entries for rel in entry["created_dirs"]}
-        for directory in sorted(changed_dirs):
-            fsync_dir(directory)
-        landed = _landed(root, written)
+        store_journal.begin(root, journal, tick=_tick)
+        landed = _write_files(root, writes, journal["files"])
         with signals.deferred():  # the record and the commit point, whole: a signal waits for them
-            if previous is not None:  # the rollback then puts it back by a rename: no new space
-                _faults.tick()
-                os.link(state_path(root), _previous_state_link(root, txid), follow_symlinks=False)
-            _write_atomic(state_path(root), new_state.to_bytes())
-            _faults.tick()
-            journal_path(root).unlink()
-            fsync_dir(meta)
+            # the previous record keeps a second name: the rollback then puts it back by a rename
+            store_journal.commit_point(root, journal["id"], new_state, previous=previous is not None, tick=_tick)
             committed = True
             signals.note(signals.COMMITTED)
     except BaseException as exc:
         if committed:  # a signal that waited for the commit point: the change is in place
             raise
-        with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
-            _rollback_or_keep_journal(root, journal, _in_memory(writes), exc)
-            signals.note(signals.ROLLED_BACK)
-            _forget_objects(root, previous)
+        _roll_back_failed_commit(root, journal, writes, exc)
         if isinstance(exc, OSError):
             where = f" ({exc.filename})" if exc.filename else ""
             raise TargetError(
                 f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back"
             ) from exc
         raise
-    with suppress(OSError):
-        _previous_state_link(root, txid).unlink(missing_ok=True)
-    _prune_objects(root, new_state)
+    store_journal.drop_previous_state(root, journal["id"])
+    prune_objects(root, new_state)
     return landed
 
 
-def _previous_state_link(root: Path, txid: str) -> Path:
-    """A second name of the state.json a commit replaces, in the temp name recovery removes."""
-    return meta_dir(root) / f".state.json.patchkit-{txid}.tmp"
+def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> dict:
+    """The journal of a commit: each write's entry, and the record it starts from."""
+    txid = store_journal.new_id()
+    emptied = _emptied_directories(root, writes)
+    entries = [_journal_entry(root, w, txid, emptied) for w in writes]
+    return {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
+
+
+def _write_files(root: Path, writes: list[FileWrite], entries: list[dict]) -> dict[str, tuple[Landed, bytes]]:
+    """Save every original and stage every new content, then replace the files (see _landed)."""
+    written = {
+        w.path: (origin, w.after)
+        for w, entry in zip(writes, entries, strict=True)
+        if (origin := _stage(root, w, entry)) and w.after is not None
+    }
+    fsync_dir(objects_dir(root))  # every original is on disk before the first file is replaced
+    changed_dirs = {_install(root, entry) for entry in entries}
+    changed_dirs |= {(root / rel).parent for entry in entries for rel in entry["created_dirs"]}
+    for directory in sorted(changed_dirs):
+        fsync_dir(directory)
+    return _landed(root, written)
+
+
+def _roll_back_failed_commit(root: Path, journal: dict, writes: list[FileWrite], cause: BaseException) -> None:
+    with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
+        _rollback_or_keep_journal(root, journal, _in_memory(writes), cause)
+        signals.note(signals.ROLLED_BACK)
+        _forget_objects(root, journal)
 
 
 def _rollback_or_keep_journal(root: Path, journal: dict, originals: dict[str, bytes], cause: BaseException) -> None:
@@ -319,12 +291,12 @@ def _landed(root: Path, written: dict[str, tuple[Origin, bytes]]) -> dict[str, t
     return landed
 
 
-def _forget_objects(root: Path, previous: bytes | None) -> None:
+def _forget_objects(root: Path, journal: dict) -> None:
     """After a failed commit's rollback: the originals it saved that the state before does not
     name are removed (a hard-linked one would stay a second link to a tree file until the next
     commit pruned it). Best effort: the rollback has restored the tree already."""
     with suppress(OSError, BadInput):
-        _prune_objects(root, parse_state(previous, state_path(root)) if previous else State([]))
+        prune_objects(root, store_journal.previous_state(root, journal))
 
 
 def _in_memory(writes: list[FileWrite]) -> dict[str, bytes]:
@@ -338,14 +310,13 @@ def recover(root: Path) -> str | None:
     target's lock held. A journal or state that fails validation is refused before anything is
     touched."""
     check_meta_dir(root)
-    raw = read_meta_file(journal_path(root))
-    journal = None if raw is None else _checked_journal(root, raw)
+    journal = _checked_journal(root)
     restored, kept = 0, list[str]()
     if journal:
         needed = _needed_originals(root, journal)
         created = [e["path"] for e in journal["files"] if e["before"] is None]
-        listed = _listed_by_vllm(root, created) | listed_by_other_distributions(root, created)
-        theirs = listed - _kept_by_the_record(root, journal)
+        listed = listings(root, created)  # vLLM's files, or another distribution's: never deleted
+        theirs = (listed.by_vllm() | listed.by_others()) - _kept_by_the_record(root, journal)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
                 restored, kept = _rollback(root, journal, needed, not_ours=theirs)
@@ -354,7 +325,7 @@ def recover(root: Path) -> str | None:
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
     state = read_state(root)  # rolled back
     managed |= {path for entry in state.entries for path in entry.files} | set(state.guard)
-    _remove_leftovers(root, managed)
+    store_journal.remove_leftovers(root, managed)
     if journal is None:
         return None
     said = (
@@ -370,30 +341,13 @@ def recover(root: Path) -> str | None:
     return said
 
 
-def _listed_by_vllm(root: Path, paths: list[str]) -> set[str]:
-    """Those of `paths` that an installed vLLM's RECORD lists: its files, which no rollback of
-    patchkit's deletes (patchkit creates only files its patches add)."""
-    if not paths:
-        return set()
-    listed: set[str] = set()
-    for record_path in sorted(root.glob("vllm-*.dist-info/RECORD")):
-        version = record_path.parent.name[len("vllm-") : -len(".dist-info")]
-        record, _why = installed_record(root, version, set(paths))
-        if record is not None:
-            listed |= {p for p in paths if record.hashes.get(p)}
-    return listed
-
-
 def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
     """The created files whose bytes the record the rollback returns to keeps, intact, as the saved
     original of a file its patches delete: what a revert put back, vLLM's own files among them (a
     release diff deletes some). Removing them again loses no byte: the next revert restores them."""
-    previous = journal.get("previous_state")
-    if previous is None:
-        return set()
     deleted = {
         path: change["before"]
-        for entry in parse_state(previous.encode(), journal_path(root)).entries
+        for entry in store_journal.previous_state(root, journal).entries
         for path, change in entry.files.items()
         if change.get("before") and change.get("after") is None
     }
@@ -409,54 +363,25 @@ def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
     return kept
 
 
-_TXID = re.compile(r"[0-9A-Za-z]{1,64}")
-
-
-def _checked_journal(root: Path, raw: bytes) -> dict:
-    """The journal, every field checked before recovery acts on any (see the module docstring)."""
-    path = journal_path(root)
-
-    def refuse(what: str) -> BadInput:
-        return BadInput(
-            f"{path} is damaged or was not written by patchkit ({what}); nothing was touched",
-            hint=f"inspect or remove {path} (restore the files it names by hand, or reinstall vLLM)",
-        )
-
-    try:
-        journal = load_json_text(raw)
-    except (ValueError, RecursionError) as exc:
-        raise refuse(f"not JSON: {exc}") from exc
-    if not isinstance(journal, dict) or not isinstance(journal.get("files"), list):
-        raise refuse("not an object with a list of 'files'")
-    txid = journal.get("id")
-    if not isinstance(txid, str) or not _TXID.fullmatch(txid):
-        raise refuse(f"the transaction id {txid!r} is not alphanumeric")
-    previous = journal.get("previous_state")
-    if previous is not None:
-        if not isinstance(previous, str):
-            raise refuse("'previous_state' is not text")
-        try:
-            parse_state(previous.encode(), path)
-        except BadInput as exc:
-            raise refuse(f"its previous state: {exc.message}") from exc
-    for entry in journal["files"]:
-        try:
-            _check_journal_entry(entry, txid, path)
-        except BadInput as exc:
-            raise refuse(exc.message) from exc
+def _checked_journal(root: Path) -> dict | None:
+    """The journal (store.journal checks its fields), held to the tree before recovery acts on it:
+    its paths pass preflight, the guard's files get back only this patchkit's bytes, and no
+    original returns into a directory its commit did not remove."""
+    journal = store_journal.read_journal(root)
+    if journal is None:
+        return None
     try:
         preflight(root, [entry["path"] for entry in journal["files"]])
     except BadInput as exc:
-        raise refuse(exc.message) from exc
+        raise journal_refusal(root, exc.message) from exc
     for entry in journal["files"]:
         if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None:
             entry["before"] = _guard_original(entry["path"], entry["before"])
-        if entry["before"] is not None:
-            why = _unrestorable_directory(root, entry)
-            if why:
-                raise refuse(
-                    f"{entry['path']}: its directory is gone and {why}, so it cannot have been patchkit's file"
-                )
+        why = _unrestorable_directory(root, entry) if entry["before"] is not None else None
+        if why:
+            raise journal_refusal(
+                root, f"{entry['path']}: its directory is gone and {why}, so it cannot have been patchkit's file"
+            )
     return journal
 
 
@@ -475,38 +400,6 @@ def _unrestorable_directory(root: Path, entry: dict) -> str | None:
     return None
 
 
-def _check_journal_entry(entry: object, txid: str, origin: Path) -> None:
-    if not isinstance(entry, dict):
-        raise BadInput("an entry is not an object")
-    path = checked_path(entry.get("path"), origin)
-    checked_digest(entry.get("before"), origin)
-    checked_digest(entry.get("after"), origin)
-    if entry.get("before") is not None and entry.get("created_dirs"):
-        raise BadInput(f"{path}: an original that existed needed no directory created for it")
-    staged = entry.get("staged")
-    if staged is not None and staged != _staged_name(path, txid):
-        raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
-    mode = entry.get("mode")
-    if mode is not None and (type(mode) is not int or mode < 0 or mode & ~PERMISSIONS):
-        raise BadInput(
-            f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky and world-write are never kept)"
-        )
-    created = entry.get("created_dirs", [])
-    if not isinstance(created, list):
-        raise BadInput(f"{path}: 'created_dirs' is not a list")
-    for directory in created:
-        if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
-            raise BadInput(f"{path}: the created directory {directory!r} does not hold it")
-    removed = entry.get("removed_dirs", [])
-    if not isinstance(removed, list):
-        raise BadInput(f"{path}: 'removed_dirs' is not a list")
-    if removed and (entry.get("before") is None or entry.get("after") is not None):
-        raise BadInput(f"{path}: only a file the commit deletes can empty a directory")
-    for directory in removed:
-        if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
-            raise BadInput(f"{path}: the removed directory {directory!r} does not hold it")
-
-
 def _guard_original(path: str, digest: str) -> str | None:
     """What a rollback brings back at a path of the launch guard: its original only when it is this
     patchkit's own bytes for that very path, else nothing (the file is removed). The guard runs in
@@ -516,11 +409,6 @@ def _guard_original(path: str, digest: str) -> str | None:
     return digest if own is not None and sha256(own) == digest else None
 
 
-def _staged_name(path: str, txid: str) -> str:
-    parent, _, name = path.rpartition("/")
-    return f"{parent}/.{name}.patchkit-{txid}.tmp" if parent else f".{name}.patchkit-{txid}.tmp"
-
-
 def _needed_originals(root: Path, journal: dict) -> dict[str, bytes]:
     """Every original the rollback will write back, read and checked by sha256 before it starts."""
     return {
@@ -528,56 +416,6 @@ def _needed_originals(root: Path, journal: dict) -> dict[str, bytes]:
         for entry in journal["files"]
         if entry["before"] is not None and file_sha(root, entry["path"]) != entry["before"]
     }
-
-
-def _remove_leftovers(root: Path, managed: set[str]) -> None:
-    """Remove patchkit's own temporary files (atomic_write's `.<name>.patchkit-<hex>.tmp`) that a
-    killed process left beside a file it manages: the recorded files, the state, the journal and
-    the objects. Only those names; a directory on the way that is a symlink is not entered."""
-    meta = meta_dir(root)
-    _remove_temp_files(meta, {"state.json", "journal.json"})
-    _remove_temp_files(meta / "objects", None)
-    by_parent: dict[str, set[str]] = {}
-    for path in managed:
-        parent, _, name = path.rpartition("/")
-        by_parent.setdefault(parent, set()).add(name)
-    for parent, names in by_parent.items():
-        if not _symlink_on_the_way(root, parent):
-            _remove_temp_files(root / parent if parent else root, names)
-
-
-_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.patchkit-[0-9A-Za-z]+\.tmp")
-
-
-def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
-    """Temp files of `names` in `directory` (None: of any digest-named object)."""
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return
-    for item in entries:
-        match = _TEMP_NAME.fullmatch(item.name)
-        if not match or item.is_dir(follow_symlinks=False):
-            continue
-        owner = match["name"]
-        if names is None:
-            try:
-                checked_digest(owner, directory, optional=False)
-            except BadInput:
-                continue
-        elif owner not in names:
-            continue
-        with suppress(OSError):
-            os.unlink(item.path)  # a symlink is removed itself, never followed
-
-
-def _symlink_on_the_way(root: Path, rel: str) -> bool:
-    current = root
-    for part in rel.split("/") if rel else []:
-        current = current / part
-        if current.is_symlink() or not current.is_dir():
-            return True
-    return False
 
 
 @contextmanager
@@ -667,13 +505,12 @@ def _lstat(root: Path, rel: str) -> os.stat_result | None:
 
 def _journal_entry(root: Path, w: FileWrite, txid: str, emptied: set[str]) -> dict:
     full = root / w.path
-    staged = full.parent / f".{full.name}.patchkit-{txid}.tmp"
     ancestors = w.path.split("/")[:-1]
     return {
         "path": w.path,
         "before": sha256(w.before),
         "after": sha256(w.after),
-        "staged": str(staged.relative_to(root)) if w.after is not None else None,
+        "staged": staged_name(w.path, txid) if w.after is not None else None,
         "mode": stat.S_IMODE(full.stat().st_mode) & PERMISSIONS if w.before is not None else None,
         "created_dirs": [str(p.relative_to(root)) for p in _missing_parents(full.parent, root)],
         "removed_dirs": [d for n in range(1, len(ancestors) + 1) if (d := "/".join(ancestors[:n])) in emptied],
@@ -713,7 +550,7 @@ def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
     """Save the original and stage the new content beside its file (the file written, if any). No
     target file changes."""
     if w.before is not None:
-        _save_original(root / w.path, w.before, w.origin, object_path(root, entry["before"]))
+        save_original(root, entry["before"], w.before, root / w.path, w.origin, tick=_tick)
     for rel in entry["created_dirs"]:
         _faults.tick()
         (root / rel).mkdir(exist_ok=True)
@@ -721,62 +558,6 @@ def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
         return None
     _faults.tick()
     return _write_file(root / entry["staged"], w.after, entry["mode"])
-
-
-def _save_original(full: Path, before: bytes, origin: Origin | None, obj: Path) -> None:
-    linked = origin is not None and _link_original(full, obj, origin)
-    if not linked and read_file(obj, follow_symlinks=False) != before:  # missing, or planted: write ours
-        _write_atomic(obj, before)
-
-
-def _link_original(source: Path, obj: Path, origin: Origin) -> bool:
-    """Save the original at `source` as the object `obj` by a hard link, if its inode is patchkit's
-    alone and still holds what the plan read (see the module docstring); False: copy it instead."""
-    temporary = obj.with_name(f".{obj.name}.patchkit-{os.urandom(4).hex()}.tmp")
-    _faults.tick()
-    try:
-        os.link(source, temporary, follow_symlinks=False)
-    except OSError:  # another file system, links refused, a file that is gone: a copy does
-        return False
-    try:
-        linked = _synced_if_own(temporary, origin)
-        if linked:
-            _faults.tick()
-            os.replace(temporary, obj)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return linked
-
-
-def _synced_if_own(path: Path, origin: Origin) -> bool:
-    """Whether the inode at `path` may be the object (fsynced, then: its bytes are on disk before
-    its file is replaced). Not a regular file we can open without following a symlink: no."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        if not _own_unchanged(os.fstat(fd), origin):
-            return False
-        os.fsync(fd)
-        return True
-    finally:
-        os.close(fd)
-
-
-# Bits an inode may have to be linked as an object: not setuid, setgid or sticky, and writable by
-# its owner only (a group that could write the inode could change the saved original in place).
-_LINKABLE_MODE = 0o755
-
-
-def _own_unchanged(info: os.stat_result, origin: Origin) -> bool:
-    return (
-        stat.S_ISREG(info.st_mode)
-        and Origin.of(info) == origin
-        and info.st_nlink == 2  # the tree's name and the new one
-        and info.st_uid == os.geteuid()
-        and not stat.S_IMODE(info.st_mode) & ~_LINKABLE_MODE
-    )
 
 
 def _install(root: Path, entry: dict) -> Path:
@@ -802,54 +583,73 @@ def _rollback(
     leaves the journal true, so a rollback cut short (SIGKILL) is finished by the next command.
     Only a file that is still what the commit wrote (its `after`) is undone: one holding other
     bytes, or in `not_ours`, is no file of this transaction and is kept. Returns (restored, kept)."""
-    originals = originals or {}
-    files = journal.get("files", [])
-    to_restore = [e for e in files if e["before"] is not None and file_sha(root, e["path"]) != e["before"]]
-    uses = Counter(e["before"] for e in to_restore)
-    keep = _objects_of(journal.get("previous_state"))  # the record it returns to names them
-    restored, changed, kept = 0, set(), []
-    for entry in reversed(files):
-        full = root / entry["path"]
+    undoing = _Undoing.of(root, journal, originals or {}, not_ours)
+    for entry in reversed(journal.get("files", [])):
+        undoing.undo(entry)
+    store_journal.restore_state(root, journal, tick=_tick)
+    for directory in sorted(undoing.changed):
+        fsync_dir(directory)
+    store_journal.end(root, tick=_tick)
+    return undoing.restored, sorted(undoing.kept)
+
+
+@dataclass
+class _Undoing:
+    """One rollback, file by file: what it restored and kept so far, and how often each original is still needed."""
+
+    root: Path
+    originals: dict[str, bytes]
+    not_ours: frozenset[str] | set[str]
+    uses: Counter[str]  # digest -> the files still to get it back
+    keep: set[str]  # the objects the record it returns to names
+    restored: int = 0
+    changed: set[Path] = field(default_factory=set)  # directories whose entries changed
+    kept: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls, root: Path, journal: dict, originals: dict[str, bytes], not_ours: frozenset[str] | set[str]
+    ) -> _Undoing:
+        files = journal.get("files", [])
+        to_restore = [e for e in files if e["before"] is not None and file_sha(root, e["path"]) != e["before"]]
+        keep = store_journal.previous_state(root, journal).referenced_objects()
+        return cls(root, originals, not_ours, Counter(e["before"] for e in to_restore), keep)
+
+    def undo(self, entry: dict) -> None:
         if entry.get("staged"):  # first: a created directory holding it could not be removed
             _faults.tick()
-            (root / entry["staged"]).unlink(missing_ok=True)
-        current = file_sha(root, entry["path"])
-        if current != entry["before"] and (current != entry["after"] or entry["path"] in not_ours):
-            kept.append(entry["path"])
+            (self.root / entry["staged"]).unlink(missing_ok=True)
+        current = file_sha(self.root, entry["path"])
+        if current != entry["before"] and (current != entry["after"] or entry["path"] in self.not_ours):
+            self.kept.append(entry["path"])
             if entry["before"] is not None:
-                uses[entry["before"]] -= 1
-            continue
-        if entry["before"] is None:
-            if current is not None:
-                _faults.tick()
-                full.unlink()
-                restored += 1
-                changed.add(full.parent)
-            for rel in reversed(entry.get("created_dirs", [])):
-                with suppress(OSError):
-                    (root / rel).rmdir()
+                self.uses[entry["before"]] -= 1
+        elif entry["before"] is None:
+            self.remove_created(entry, present=current is not None)
         elif current != entry["before"]:
-            for rel in entry.get("removed_dirs", []):
-                _faults.tick()
-                (root / rel).mkdir(exist_ok=True)
-            uses[entry["before"]] -= 1
-            last_use = not uses[entry["before"]] and entry["before"] not in keep
-            _put_back(root, entry, originals, consume=last_use)
-            restored += 1
-            changed.add(full.parent)
-    _restore_state(root, journal)
-    for directory in sorted(changed):
-        fsync_dir(directory)
-    _faults.tick()
-    journal_path(root).unlink(missing_ok=True)
-    fsync_dir(meta_dir(root))
-    return restored, sorted(kept)
+            self.put_original_back(entry)
 
+    def remove_created(self, entry: dict, *, present: bool) -> None:
+        full = self.root / entry["path"]
+        if present:
+            _faults.tick()
+            full.unlink()
+            self.restored += 1
+            self.changed.add(full.parent)
+        for rel in reversed(entry.get("created_dirs", [])):
+            with suppress(OSError):
+                (self.root / rel).rmdir()
 
-def _objects_of(state_text: str | None) -> set[str]:
-    if state_text is None:
-        return set()
-    return parse_state(state_text.encode(), state_path(Path())).referenced_objects()
+    def put_original_back(self, entry: dict) -> None:
+        for rel in entry.get("removed_dirs", []):
+            _faults.tick()
+            (self.root / rel).mkdir(exist_ok=True)
+        digest = entry["before"]
+        self.uses[digest] -= 1
+        last_use = not self.uses[digest] and digest not in self.keep
+        _put_back(self.root, entry, self.originals, consume=last_use)
+        self.restored += 1
+        self.changed.add((self.root / entry["path"]).parent)
 
 
 def _put_back(root: Path, entry: dict, originals: dict[str, bytes], *, consume: bool) -> None:
@@ -857,56 +657,10 @@ def _put_back(root: Path, entry: dict, originals: dict[str, bytes], *, consume: 
     use (no byte written, so a full disk cannot stop it), else a new file of its bytes."""
     full, digest = root / entry["path"], entry["before"]
     _faults.tick()
-    if consume and _rename_own_object(object_path(root, digest), full, digest, entry.get("mode")):
+    if consume and take_object(root, digest, full, entry.get("mode")):
         return
     original = originals[digest] if digest in originals else read_object(root, digest)
     _write_atomic(full, original, mode=entry.get("mode"))
-
-
-def _rename_own_object(obj: Path, full: Path, digest: str, mode: int | None) -> bool:
-    """Move the object to `full` when its inode is patchkit's alone (one link, ours, no bit beyond
-    rwxr-xr-x) and holds the digest's bytes, so the tree shares it with no other file; False:
-    it stays, and the caller writes a copy."""
-    try:
-        fd = os.open(obj, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        info = os.fstat(fd)
-        if not (
-            stat.S_ISREG(info.st_mode)
-            and info.st_nlink == 1
-            and info.st_uid == os.geteuid()
-            and not stat.S_IMODE(info.st_mode) & ~_LINKABLE_MODE
-        ):
-            return False
-        with open(fd, "rb", closefd=False) as handle:
-            if stream_sha256(handle) != digest:
-                return False
-        if mode is not None:
-            os.fchmod(fd, mode & PERMISSIONS)
-        os.replace(obj, full)
-        placed = os.lstat(full)
-        return (placed.st_dev, placed.st_ino) == (info.st_dev, info.st_ino)  # else swapped meanwhile: write ours
-    finally:
-        os.close(fd)
-
-
-def _restore_state(root: Path, journal: dict) -> None:
-    """state.json as it was before the commit, rewritten only when it differs: by renaming back
-    the second name the commit gave it, so this too needs no new space."""
-    previous = journal.get("previous_state")
-    path = state_path(root)
-    kept = _previous_state_link(root, journal["id"])
-    _faults.tick()
-    if previous is None:
-        path.unlink(missing_ok=True)
-    elif read_file(path, follow_symlinks=False) != previous.encode():
-        if read_file(kept, follow_symlinks=False) == previous.encode():
-            os.replace(kept, path)
-        else:
-            _write_atomic(path, previous.encode())
-    kept.unlink(missing_ok=True)
 
 
 def _remove_empty_parents(directory: Path, root: Path) -> Path:
@@ -942,11 +696,9 @@ def _write_file(path: Path, data: bytes, mode: int | None) -> Origin:
         return Origin.of(os.fstat(fh.fileno()))
 
 
-# A content from 16 MiB on is written past the page cache (O_DIRECT), from a page-aligned buffer of
-# 8 MiB: a buffered write needs a new page of memory for every 4 KiB of the file, and first touching
-# that much memory is what a 210 MB write spends its time on (0.1-1.1 s on this project's VM, as
-# the host maps the pages in), where the device's own write takes 0.2-0.4 s and its fsync is then
-# nearly free. The file system may refuse it (tmpfs before Linux 6.6, some FUSE): the page cache then.
+# From 16 MiB a content goes past the page cache (O_DIRECT, from an 8 MiB page-aligned buffer): a
+# buffered write first touches a new page per 4 KiB, most of a large write's time on a VM. A file
+# system that refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE) gets the page cache.
 _DIRECT_FROM, _DIRECT_CHUNK, _DIRECT_BLOCK = 16 << 20, 8 << 20, 4096
 
 
@@ -979,16 +731,12 @@ def _write_direct(fd: int, view: memoryview) -> int:
 
 
 def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-    _faults.tick()
-    atomic_write(
-        path, data, mode=None if mode is None else mode & PERMISSIONS, durable=True, before_replace=_faults.tick
-    )
+    durable_write(path, data, mode=mode, tick=_tick)
 
 
-def _prune_objects(root: Path, state: State) -> None:
-    keep = state.referenced_objects()
-    store = meta_dir(root) / "objects"
-    if store.is_dir() and not store.is_symlink():
-        for obj in store.iterdir():
-            if obj.name not in keep and not obj.is_dir():
-                obj.unlink(missing_ok=True)
+def file_sha(root: Path, path: str) -> str | None:
+    checked_path(path, state_path(root))  # never hash a file outside the tree
+    full = root / path
+    if full.is_dir():
+        return "<directory>"
+    return sha256(read_file(full))  # bounded, and a fifo is never opened for reading

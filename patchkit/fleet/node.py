@@ -26,12 +26,12 @@ from patchkit.base.enums import NodeState, Outcome
 from patchkit.fetch.pipconfig import forget_settings
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 
-# The patchkit command line each step runs on a node. `prepare` is phase 1 of `fleet apply`: the
-# plan and the checks on the contents apply would write (verify on an unpatched tree), no writes.
 # patchkit's command line run in this process: its arguments -> (exit code, stdout, stderr).
 # The driver's command layer hands it over (cli.run_in_process): fleet sits below the CLI.
 PatchkitRun = Callable[[list[str]], tuple[int, str, str]]
 
+# The patchkit command line each step runs on a node. `prepare` is phase 1 of `fleet apply`: the
+# plan and the checks on the contents apply would write (verify on an unpatched tree), no writes.
 STEPS: dict[str, list[str]] = {
     "status": ["status"],
     "verify": ["verify"],

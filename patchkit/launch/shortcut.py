@@ -38,10 +38,10 @@ from patchkit.base.hashing import sha256
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 from patchkit.engine.guard import launch_refusal
 from patchkit.engine.inspection import TreeStatus
-from patchkit.engine.transaction import settled_record
 from patchkit.launch.engine import LaunchContext, set_checks
 from patchkit.launch.findings import Finding
 from patchkit.series.patchfile import touched_paths
+from patchkit.store.journal import settled_record
 from patchkit.store.state import parse_state, state_path
 
 KIND = "launch-findings"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
@@ -30,29 +31,41 @@ from patchkit.series.plan import plan_apply
 from patchkit.tree.version import parse
 
 
-def port_set(
-    from_version: str,
-    to_version: str,
-    *,
-    library: str | None = None,
-    set_name: str | None = None,
-    out: str | None = None,
-    workspace: str | None = None,
-    today: str | None = None,
-    progress: Progress | None = None,
-) -> PortReport:
-    patch_set = load_chosen(library, set_name)
-    v1, v2 = parse(from_version, "--from"), parse(to_version, "--to")
+@dataclass(frozen=True)
+class PortRequest:
+    """What `patchkit port` is asked: a set of the library, the releases it goes from and to, and
+    where the result goes."""
+
+    from_version: str
+    to_version: str
+    library: str | None = None
+    set_name: str | None = None
+    out: str | None = None  # a directory for V2's series instead of the library
+    workspace: str | None = None  # where a merge that conflicts is left
+    today: str | None = None  # the date a rewritten DEP-3 header gets (today's when None)
+    progress: Progress | None = None
+
+
+def port_set(request: PortRequest) -> PortReport:
+    patch_set = load_chosen(request.library, request.set_name)
+    v1, v2 = parse(request.from_version, "--from"), parse(request.to_version, "--to")
     if v1 == v2:
         raise BadInput(f"--from and --to are the same release ({v1})")
     selection = series_for(patch_set, v1)
     report = PortReport(str(v1), str(v2), "ported", None)
-    declared = _declared(patch_set, v2, out)
+    declared = _declared(patch_set, v2, request.out)
     if declared == UPSTREAM:
         report.outcome = "upstream"
         report.notes.append(f"set.toml declares the set upstream in vLLM {v2} ({patch_set.upstream})")
         return report
-    dest = Path(out).resolve() if out else patch_set.directory / str(v2)
+    dest = _destination(patch_set, v2, request.out)
+    report.destination = str(dest)
+    return _Port(request, patch_set, selection, report, dest).run()
+
+
+def _destination(patch_set: PatchSetDef, version: Version, out: str | None) -> Path:
+    """Where V2's series goes: --out, or a new directory of the library; never over files."""
+    dest = Path(out).resolve() if out else patch_set.directory / str(version)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BadInput(
             f"{dest} already exists and is not empty",
@@ -60,41 +73,155 @@ def port_set(
             if out
             else f"the library already has a directory {dest.name}; remove it or use --out",
         )
-    report.destination = str(dest)
-    paths = stock_paths(selection.patches)
-    tree1, stock1 = release_contents(str(v1), paths, progress)
-    tree2, stock2 = release_contents(str(v2), paths, progress)
-    if stock1 == stock2:
-        return _port_identical(report, patch_set, selection, dest, out)
-    if all(s.state == StepState.ALREADY_APPLIED for s in plan_apply(tree2, selection.patches).steps):
-        return _port_upstream(report, "the series is found applied on its stock files")
-    stages = _v1_stages(tree1, selection)
-    current, results = _merge_stages(stages, stock2, report, str(v1), str(v2))
-    missing = [m for m in report.merges if m.conflicts < 0]
-    if missing:
-        raise Conflict(
-            f"files the series changes are missing in vLLM {v2}: {', '.join(sorted({m.path for m in missing}))}",
-            hint="they were moved or removed upstream: port those patches by hand",
+    return dest
+
+
+@dataclass
+class _Merged:
+    """V1's series merged onto V2: V2's tree and stock files, the files as merged, the diffs' texts."""
+
+    tree2: Path
+    stock2: Contents
+    current: Contents
+    texts: dict[str, str]
+
+
+@dataclass
+class _Port:
+    """One port, phase by phase: V2's stock files, the merge, then the series written (or a workspace)."""
+
+    request: PortRequest
+    patch_set: PatchSetDef
+    selection: Selection
+    report: PortReport
+    dest: Path
+
+    def run(self) -> PortReport:
+        report, selection = self.report, self.selection
+        paths = stock_paths(selection.patches)
+        tree1, stock1 = release_contents(report.from_version, paths, self.request.progress)
+        tree2, stock2 = release_contents(report.to_version, paths, self.request.progress)
+        if stock1 == stock2:
+            return self.identical()
+        if all(s.state == StepState.ALREADY_APPLIED for s in plan_apply(tree2, selection.patches).steps):
+            return _port_upstream(report, "the series is found applied on its stock files")
+        stages = _v1_stages(tree1, selection)
+        current, results = _merge_stages(stages, stock2, report, report.from_version, report.to_version)
+        self.refuse_missing()
+        if all(current[p] == stock2.get(p) for p in current) and not report.conflicts:
+            return _port_upstream(report, "merging the series changes none of its files")
+        today = self.request.today or today_iso()
+        texts, outcomes = _ported_texts(selection, results, today, self.patch_set.roots)
+        report.patches = outcomes
+        merged = _Merged(tree2, stock2, current, texts)
+        return self.leave_workspace(merged) if report.conflicts else self.write(merged, outcomes)
+
+    def refuse_missing(self) -> None:
+        missing = [m for m in self.report.merges if m.conflicts < 0]
+        if missing:
+            raise Conflict(
+                f"files the series changes are missing in vLLM {self.report.to_version}: "
+                f"{', '.join(sorted({m.path for m in missing}))}",
+                hint="they were moved or removed upstream: port those patches by hand",
+            )
+
+    def write(self, merged: _Merged, outcomes: list[PatchOutcome]) -> PortReport:
+        """A clean merge: V2's series, checked to reproduce the merge, into the library (or --out)."""
+        texts, roots, out = merged.texts, self.patch_set.roots, self.request.out
+        ported = [parse_patch(encode(texts[o.name]), o.name, roots=roots) for o in outcomes if o.state != "removed"]
+        check_reproduces(ported, merged.stock2, merged.current)
+        source = series_directory(self.selection)
+        if out is None and all(read_file(source / o.name) == encode(texts.get(o.name, "")) for o in outcomes):
+            self.report.notes.append(f"the ported diffs are byte-identical to {source.name}'s")
+            return self.identical()
+        write_series_files(self.dest, texts, outcomes)
+        if out is None:
+            version = self.report.to_version
+            self.report.registered = append_release(self.patch_set.directory, f"=={version}", version)
+        return self.report
+
+    def identical(self) -> PortReport:
+        """V2 needs exactly V1's diffs: point V2 at V1's directory (or copy them into --out)."""
+        report, selection, patch_set, dest = self.report, self.selection, self.patch_set, self.dest
+        source = series_directory(selection)
+        report.outcome = "identical"
+        names = [p.name for p in selection.patches]
+        if self.request.out:
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                shutil.copyfile(source / name, dest / name)
+            write_series(dest, names)
+            report.patches = [PatchOutcome(p.name, "new", [f.path for f in p.files]) for p in selection.patches]
+            report.notes.append(
+                f"vLLM {report.to_version} needs the same series as {report.from_version}: copied into {dest}"
+            )
+            return report
+        relative = source.relative_to(patch_set.directory).as_posix()
+        report.destination = str(source)
+        report.registered = append_release(
+            patch_set.directory, f"=={report.to_version}", relative, comment=f"same series as {report.from_version}"
         )
-    if all(current[p] == stock2.get(p) for p in current) and not report.conflicts:
-        return _port_upstream(report, "merging the series changes none of its files")
-    texts, outcomes = _ported_texts(selection, results, today or today_iso(), patch_set.roots)
-    report.patches = outcomes
-    if report.conflicts:
-        return _port_workspace(report, patch_set, selection, tree2, stock2, current, texts, workspace, out)
-    ported = [
-        parse_patch(encode(texts[o.name]), o.name, roots=patch_set.roots) for o in outcomes if o.state != "removed"
-    ]
-    check_reproduces(ported, stock2, current)
-    if out is None and all(
-        read_file(series_directory(selection) / o.name) == encode(texts.get(o.name, "")) for o in outcomes
-    ):
-        report.notes.append(f"the ported diffs are byte-identical to {series_directory(selection).name}'s")
-        return _port_identical(report, patch_set, selection, dest, out)
-    write_series_files(dest, texts, outcomes)
-    if out is None:
-        report.registered = append_release(patch_set.directory, f"=={v2}", str(v2))
-    return report
+        report.notes.append(
+            f"vLLM {report.to_version} needs the same series as {report.from_version}: "
+            f"its entry points at {relative}/ (nothing copied)"
+        )
+        return report
+
+    def leave_workspace(self, merged: _Merged) -> PortReport:
+        """Leave a workspace of V2 with the merge (and its conflict markers) committed on top of stock."""
+        report = self.report
+        report.outcome = "conflicts"
+        conflicted = sorted({m.path for m in report.conflicts})
+        target = Path(self.request.workspace or f"vllm-{report.to_version}-workspace")
+        try:
+            require_empty(target)
+        except BadInput as exc:
+            raise BadInput(
+                f"the merge conflicts ({', '.join(conflicted)}) and the workspace for them cannot be made: {exc.message}",
+                hint="pass --workspace DIR (a new or empty directory)",
+            ) from exc
+        with fresh_dir(target) as dest:
+            self.fill_workspace(dest, merged, conflicted)
+        report.workspace = str(dest)
+        return report
+
+    def fill_workspace(self, dest: Path, merged: _Merged, conflicted: list[str]) -> None:
+        report, patch_set = self.report, self.patch_set
+        for path, data in merged.stock2.items():
+            write_file(dest, path, data)
+        metadata = metadata_file(merged.tree2)
+        if metadata:
+            write_file(dest, metadata.relative_to(merged.tree2).as_posix(), metadata.read_bytes())
+        repo = init_repo(dest)
+        stock = commit_all(repo, f"stock vllm {report.to_version}")
+        repo.create_tag(STOCK_TAG, ref=stock)
+        for path, data in merged.current.items():
+            write_file(dest, path, data)
+        commit_all(
+            repo,
+            f"{patch_set.name} series ported from vllm {report.from_version}: conflicts to resolve\n\n"
+            + "".join(f"{p}\n" for p in conflicted),
+        )
+        records = [
+            record_of(
+                patch,
+                parts=split_header(merged.texts[patch.name])[1] if patch.name in merged.texts else "",
+                library_copy=False,
+            )
+            for patch in self.selection.patches
+        ]
+        register = None if self.request.out else registered_entry(report.to_version)
+        WorkspaceMeta(
+            patch_set.name,
+            str(patch_set.directory.resolve()),
+            report.to_version,
+            list(patch_set.roots),
+            str(report.destination),
+            stock,
+            records,
+            register=register,
+            ported_from=report.from_version,
+        ).save(dest)
 
 
 def _declared(patch_set: PatchSetDef, version: Version, out: str | None) -> str | None:
@@ -115,35 +242,6 @@ def _port_upstream(report: PortReport, why: str) -> PortReport:
     report.outcome = "upstream"
     report.destination = None
     report.notes.append(f"vLLM {report.to_version} already contains the change ({why}): nothing written")
-    return report
-
-
-def _port_identical(
-    report: PortReport, patch_set: PatchSetDef, selection: Selection, dest: Path, out: str | None
-) -> PortReport:
-    """V2 needs exactly V1's diffs: point V2 at V1's directory (or copy them into --out)."""
-    source = series_directory(selection)
-    report.outcome = "identical"
-    names = [p.name for p in selection.patches]
-    if out:
-        dest.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            shutil.copyfile(source / name, dest / name)
-        write_series(dest, names)
-        report.patches = [PatchOutcome(p.name, "new", [f.path for f in p.files]) for p in selection.patches]
-        report.notes.append(
-            f"vLLM {report.to_version} needs the same series as {report.from_version}: copied into {dest}"
-        )
-        return report
-    relative = source.relative_to(patch_set.directory).as_posix()
-    report.destination = str(source)
-    report.registered = append_release(
-        patch_set.directory, f"=={report.to_version}", relative, comment=f"same series as {report.from_version}"
-    )
-    report.notes.append(
-        f"vLLM {report.to_version} needs the same series as {report.from_version}: "
-        f"its entry points at {relative}/ (nothing copied)"
-    )
     return report
 
 
@@ -195,76 +293,3 @@ def _ported_texts(
         texts[patch.name] = join_header(*keep_or_touch(header, v1_body, body, today, patch_roots))
         outcomes.append(PatchOutcome(patch.name, "new", order))
     return texts, outcomes
-
-
-def _port_workspace(
-    report: PortReport,
-    patch_set: PatchSetDef,
-    selection: Selection,
-    tree2: Path,
-    stock2: Contents,
-    current: Contents,
-    texts: dict[str, str],
-    workspace: str | None,
-    out: str | None,
-) -> PortReport:
-    """Leave a workspace of V2 with the merge (and its conflict markers) committed on top of stock."""
-    report.outcome = "conflicts"
-    conflicted = sorted({m.path for m in report.conflicts})
-    target = Path(workspace or f"vllm-{report.to_version}-workspace")
-    try:
-        require_empty(target)
-    except BadInput as exc:
-        raise BadInput(
-            f"the merge conflicts ({', '.join(conflicted)}) and the workspace for them cannot be made: {exc.message}",
-            hint="pass --workspace DIR (a new or empty directory)",
-        ) from exc
-    with fresh_dir(target) as dest:
-        _fill_port_workspace(dest, report, patch_set, selection, tree2, stock2, current, texts, out, conflicted)
-    report.workspace = str(dest)
-    return report
-
-
-def _fill_port_workspace(
-    dest: Path,
-    report: PortReport,
-    patch_set: PatchSetDef,
-    selection: Selection,
-    tree2: Path,
-    stock2: Contents,
-    current: Contents,
-    texts: dict[str, str],
-    out: str | None,
-    conflicted: list[str],
-) -> None:
-    for path, data in stock2.items():
-        write_file(dest, path, data)
-    metadata = metadata_file(tree2)
-    if metadata:
-        write_file(dest, metadata.relative_to(tree2).as_posix(), metadata.read_bytes())
-    repo = init_repo(dest)
-    stock = commit_all(repo, f"stock vllm {report.to_version}")
-    repo.create_tag(STOCK_TAG, ref=stock)
-    for path, data in current.items():
-        write_file(dest, path, data)
-    commit_all(
-        repo,
-        f"{patch_set.name} series ported from vllm {report.from_version}: conflicts to resolve\n\n"
-        + "".join(f"{p}\n" for p in conflicted),
-    )
-    records = [
-        record_of(patch, parts=split_header(texts[patch.name])[1] if patch.name in texts else "", library_copy=False)
-        for patch in selection.patches
-    ]
-    register = None if out else registered_entry(report.to_version)
-    WorkspaceMeta(
-        patch_set.name,
-        str(patch_set.directory.resolve()),
-        report.to_version,
-        list(patch_set.roots),
-        str(report.destination),
-        stock,
-        records,
-        register=register,
-        ported_from=report.from_version,
-    ).save(dest)

@@ -20,7 +20,8 @@ from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
 from patchkit.series.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touched_paths
-from patchkit.store.state import Entry, read_object
+from patchkit.store.objects import read_object
+from patchkit.store.state import Entry
 
 
 class Placement(NamedTuple):
@@ -406,10 +407,8 @@ def _find(data: bytes, block: bytes, expected: int, position: int, line: int) ->
     ends_file = not block.endswith(b"\n")  # a last line without its newline matches only at the end
     below: tuple[int, int] | None = None
     counted_to = position
-    # bytes.find prepares a long needle anew on each call (its cost grows with the block): the
-    # block's first bytes are searched for, and the whole block compared where they are. A head
-    # found again and again without its block (lines that repeat) would make that compare
-    # quadratic: after a few misses the whole block is searched for, in linear time.
+    # bytes.find prepares a long needle anew per call: find the block's head, compare the block
+    # there; after a few heads without it (repeated lines, a quadratic compare) find the whole block.
     needle, misses = block[:_HEAD], 0
     position = data.find(needle, position)
     while position != -1:

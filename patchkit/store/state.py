@@ -1,10 +1,10 @@
-"""What patchkit did to a target, recorded inside the target tree.
+"""What patchkit did to a target, recorded inside the target tree, and the checks every file of the store passes.
 
-    <root>/.patchkit/state.json        one small JSON: cheap for a launch guard to read
-    <root>/.patchkit/objects/<sha256>  the original bytes of every file patchkit changed
-    <root>/.patchkit/journal.json      exists only while a transaction is unfinished
-    <root>/.patchkit/saved/            user edits kept aside by `revert --force`
-    <root>/.patchkit/lock              the target's lock
+    <root>/.patchkit/state.json        one small JSON: cheap for a launch guard to read (here)
+    <root>/.patchkit/objects/<sha256>  the original bytes of every file patchkit changed (objects.py)
+    <root>/.patchkit/journal.json      exists only while a transaction is unfinished (journal.py)
+    <root>/.patchkit/saved/            user edits kept aside by `revert --force` (saved.py)
+    <root>/.patchkit/lock              the target's lock (engine/transaction.py)
 
 Everything here is read back from the tree, so it is untrusted input, exactly like a diff:
 `.patchkit/` and what it holds may not be symlinks or of the wrong kind (check_meta_dir), the
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,17 +33,29 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import BadInput
-from patchkit.base.fsutil import load_json_text, read_file, read_regular, unsafe_reason
+from patchkit.base.fsutil import atomic_write, load_json_text, read_regular, unsafe_reason
 from patchkit.base.hashing import hash_side_by_side, sha256
 
 FORMAT = 1
 META_DIR = ".patchkit"
 # state.json and journal.json: a few hundred bytes a file; far above any real record, far below harm.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-_DIGEST = re.compile(r"[0-9a-f]{64}")
+DIGEST = re.compile(r"[0-9a-f]{64}")
 # What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
 _META_FILES = ("state.json", "journal.json")
 _META_DIRS = ("objects", "saved")
+# The mode bits a written file may have. Never setuid, setgid or sticky: patchkit often runs as root on
+# a tree another account may own, and a root-owned setuid copy of a file would be a privilege it gave.
+PERMISSIONS = 0o775  # nor writable by every local user
+
+# A fault point of a transaction: called before each filesystem operation (engine/transaction._Faults).
+Tick = Callable[[], None]
+
+
+def durable_write(path: Path, data: bytes, *, tick: Tick, mode: int | None = None) -> None:
+    """Write a file of the store (or of the tree) atomically and fsynced, a fault point before it and before its rename."""
+    tick()
+    atomic_write(path, data, mode=None if mode is None else mode & PERMISSIONS, durable=True, before_replace=tick)
 
 
 def meta_dir(root: Path) -> Path:
@@ -146,19 +159,13 @@ def checked_digest(value: object, origin: Path, *, optional: bool = True) -> str
     """A recorded sha256: 64 lowercase hex digits (the only names in objects/), or None."""
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+    if not isinstance(value, str) or not DIGEST.fullmatch(value):
         raise _damaged(origin, f"{value!r} is not a sha256 hex digest")
     return value
 
 
 def state_path(root: Path) -> Path:
     return meta_dir(root) / "state.json"
-
-
-def object_path(root: Path, digest: str) -> Path:
-    if not _DIGEST.fullmatch(digest):
-        raise BadInput(f"{digest!r} is not a sha256 hex digest; objects are named by digest only")
-    return meta_dir(root) / "objects" / digest
 
 
 @dataclass
@@ -279,6 +286,10 @@ def record_apply(
     )
 
 
+def write_state(root: Path, state: State, *, tick: Tick) -> None:
+    durable_write(state_path(root), state.to_bytes(), tick=tick)
+
+
 def read_state(root: Path) -> State:
     check_meta_dir(root)
     path = state_path(root)
@@ -376,25 +387,3 @@ def _require(data: dict, key: str, kind, origin: Path, default: object = _REQUIR
     if not isinstance(value, kind):
         raise _damaged(origin, f"'{key}' is missing or of the wrong type")
     return value
-
-
-def read_object(root: Path, digest: str) -> bytes:
-    """A saved original, checked against its name."""
-    path = object_path(root, digest)
-    try:
-        data = read_file(path, follow_symlinks=False)
-    except OSError as exc:
-        raise BadInput(f"the saved original {path} is missing: {exc.strerror}") from exc
-    if data is None:
-        raise BadInput(f"the saved original {path} is missing (or not a regular file)")
-    if sha256(data) != digest:
-        raise BadInput(f"the saved original {path} is corrupt (sha256 mismatch)")
-    return data
-
-
-def file_sha(root: Path, path: str) -> str | None:
-    checked_path(path, state_path(root))  # never hash a file outside the tree
-    full = root / path
-    if full.is_dir():
-        return "<directory>"
-    return sha256(read_file(full))  # bounded, and a fifo is never opened for reading

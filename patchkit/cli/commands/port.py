@@ -9,7 +9,7 @@ from patchkit.base.errors import Conflict
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, library_options, output_options
 from patchkit.cli.ui import UI
-from patchkit.maintainer.port import port_set
+from patchkit.maintainer.port import PortRequest, port_set
 
 if TYPE_CHECKING:
     from patchkit.maintainer.reports import FileMerge, PortReport
@@ -46,9 +46,8 @@ def command(
     """
     ui = make_ui(fmt, quiet, verbose)
     ui.knows({"from_version": from_version, "to_version": to_version})
-    report = port_set(
-        from_version, to_version, library=library, set_name=set_name, out=out, workspace=workspace, progress=ui.detail
-    )
+    request = PortRequest(from_version, to_version, library, set_name, out, workspace, progress=ui.detail)
+    report = port_set(request)
     if ui.json_mode:
         ui.json(asdict(report))
     else:

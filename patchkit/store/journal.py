@@ -1,0 +1,268 @@
+"""The journal, <root>/.patchkit/journal.json: what an unfinished transaction changes, so that it can be rolled back.
+
+It exists only while a transaction is under way: written before any file changes, removed at the
+commit point. It names each file (its before/after sha256, its staged temp name, its mode, the
+directories its commit creates or removes) and holds the previous state.json, which the commit
+also keeps under a second name so that a rollback renames it back and needs no new space.
+
+Like everything under .patchkit/ it is read back from the tree, so it is untrusted input: every
+path by the one path rule, staged files only by their own temp name beside their file, hashes as
+digests, modes as permission bits; a journal that fails is refused whole (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from contextlib import suppress
+from pathlib import Path
+
+from patchkit.base.errors import BadInput
+from patchkit.base.fsutil import fsync_dir, load_json_text, read_file
+from patchkit.store.objects import objects_dir
+from patchkit.store.state import (
+    PERMISSIONS,
+    State,
+    Tick,
+    check_meta_dir,
+    checked_digest,
+    checked_path,
+    durable_write,
+    meta_dir,
+    parse_state,
+    read_meta_file,
+    state_path,
+    write_state,
+)
+
+UNSETTLED = object()
+_TXID = re.compile(r"[0-9A-Za-z]{1,64}")
+
+
+def journal_path(root: Path) -> Path:
+    return meta_dir(root) / "journal.json"
+
+
+def settled_record(root: Path) -> object:
+    """state.json's bytes (None: no record) when no transaction is under way, else UNSETTLED (a
+    journal: a transaction is running, or a crash left one to roll back). A reader that takes no
+    lock holds what it read to be consistent when this is the same before and after: a transaction
+    writes its journal first and a new state.json last."""
+    check_meta_dir(root)
+    if os.path.lexists(journal_path(root)):
+        return UNSETTLED
+    return read_meta_file(state_path(root))
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def new_id() -> str:
+    """A transaction's id: in its staged files' names and in the previous state's second name."""
+    return os.urandom(8).hex()
+
+
+def staged_name(path: str, txid: str) -> str:
+    """The temp name beside `path` its new content is staged under until the commit replaces it."""
+    parent, _, name = path.rpartition("/")
+    return f"{parent}/.{name}.patchkit-{txid}.tmp" if parent else f".{name}.patchkit-{txid}.tmp"
+
+
+def begin(root: Path, journal: dict, *, tick: Tick) -> None:
+    """Write the journal (and make objects/): both on disk before anything they describe."""
+    tick()
+    objects_dir(root).mkdir(parents=True, exist_ok=True)
+    durable_write(journal_path(root), json.dumps(journal).encode(), tick=tick)
+    fsync_dir(meta_dir(root))
+
+
+def commit_point(root: Path, txid: str, state: State, *, previous: bool, tick: Tick) -> None:
+    """The new state.json, then the journal removed: the transaction is done. The `previous`
+    state.json keeps a second name until drop_previous_state, so a rollback renames it back."""
+    if previous:
+        tick()
+        os.link(state_path(root), _previous_state_link(root, txid), follow_symlinks=False)
+    write_state(root, state, tick=tick)
+    tick()
+    journal_path(root).unlink()
+    fsync_dir(meta_dir(root))
+
+
+def drop_previous_state(root: Path, txid: str) -> None:
+    with suppress(OSError):
+        _previous_state_link(root, txid).unlink(missing_ok=True)
+
+
+def _previous_state_link(root: Path, txid: str) -> Path:
+    """A second name of the state.json a commit replaces, in the temp name recovery removes."""
+    return meta_dir(root) / f".state.json.patchkit-{txid}.tmp"
+
+
+# --------------------------------------------------------------------------- rolling back
+
+
+def restore_state(root: Path, journal: dict, *, tick: Tick) -> None:
+    """state.json as it was before the commit, rewritten only when it differs: by renaming back
+    the second name the commit gave it, so this too needs no new space."""
+    previous = journal.get("previous_state")
+    path = state_path(root)
+    kept = _previous_state_link(root, journal["id"])
+    tick()
+    if previous is None:
+        path.unlink(missing_ok=True)
+    elif read_file(path, follow_symlinks=False) != previous.encode():
+        if read_file(kept, follow_symlinks=False) == previous.encode():
+            os.replace(kept, path)
+        else:
+            durable_write(path, previous.encode(), tick=tick)
+    kept.unlink(missing_ok=True)
+
+
+def end(root: Path, *, tick: Tick) -> None:
+    """The journal removed once its rollback is done."""
+    tick()
+    journal_path(root).unlink(missing_ok=True)
+    fsync_dir(meta_dir(root))
+
+
+def previous_state(root: Path, journal: dict) -> State:
+    """The record the journal's transaction started from (checked by read_journal)."""
+    previous = journal.get("previous_state")
+    return State([]) if previous is None else parse_state(previous.encode(), journal_path(root))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def journal_refusal(root: Path, what: str) -> BadInput:
+    path = journal_path(root)
+    return BadInput(
+        f"{path} is damaged or was not written by patchkit ({what}); nothing was touched",
+        hint=f"inspect or remove {path} (restore the files it names by hand, or reinstall vLLM)",
+    )
+
+
+def read_journal(root: Path) -> dict | None:
+    """The journal (None: no transaction is unfinished), every field checked before recovery acts
+    on any; a damaged one is refused (journal_refusal)."""
+    raw = read_meta_file(journal_path(root))
+    if raw is None:
+        return None
+    try:
+        journal = load_json_text(raw)
+    except (ValueError, RecursionError) as exc:
+        raise journal_refusal(root, f"not JSON: {exc}") from exc
+    if not isinstance(journal, dict) or not isinstance(journal.get("files"), list):
+        raise journal_refusal(root, "not an object with a list of 'files'")
+    txid = journal.get("id")
+    if not isinstance(txid, str) or not _TXID.fullmatch(txid):
+        raise journal_refusal(root, f"the transaction id {txid!r} is not alphanumeric")
+    try:
+        _check_previous_state(journal.get("previous_state"), journal_path(root))
+    except BadInput as exc:
+        raise journal_refusal(root, f"its previous state: {exc.message}") from exc
+    for entry in journal["files"]:
+        try:
+            _check_entry(entry, txid, journal_path(root))
+        except BadInput as exc:
+            raise journal_refusal(root, exc.message) from exc
+    return journal
+
+
+def _check_previous_state(previous: object, origin: Path) -> None:
+    if previous is None:
+        return
+    if not isinstance(previous, str):
+        raise BadInput("'previous_state' is not text")
+    parse_state(previous.encode(), origin)
+
+
+def _check_entry(entry: object, txid: str, origin: Path) -> None:
+    if not isinstance(entry, dict):
+        raise BadInput("an entry is not an object")
+    path = checked_path(entry.get("path"), origin)
+    checked_digest(entry.get("before"), origin)
+    checked_digest(entry.get("after"), origin)
+    if entry.get("before") is not None and entry.get("created_dirs"):
+        raise BadInput(f"{path}: an original that existed needed no directory created for it")
+    staged = entry.get("staged")
+    if staged is not None and staged != staged_name(path, txid):
+        raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
+    mode = entry.get("mode")
+    if mode is not None and (type(mode) is not int or mode < 0 or mode & ~PERMISSIONS):
+        raise BadInput(
+            f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky and world-write are never kept)"
+        )
+    _check_directories(_listed(entry, "created_dirs", path), "created", path, origin)
+    removed = _listed(entry, "removed_dirs", path)
+    if removed and (entry.get("before") is None or entry.get("after") is not None):
+        raise BadInput(f"{path}: only a file the commit deletes can empty a directory")
+    _check_directories(removed, "removed", path, origin)
+
+
+def _listed(entry: dict, key: str, path: str) -> list:
+    directories = entry.get(key, [])
+    if not isinstance(directories, list):
+        raise BadInput(f"{path}: '{key}' is not a list")
+    return directories
+
+
+def _check_directories(directories: list, what: str, path: str, origin: Path) -> None:
+    """The directories an entry says its commit created (or removed) hold its file."""
+    for directory in directories:
+        if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
+            raise BadInput(f"{path}: the {what} directory {directory!r} does not hold it")
+
+
+# --------------------------------------------------------------------------- what a crash leaves
+
+
+def remove_leftovers(root: Path, managed: set[str]) -> None:
+    """Remove patchkit's own temporary files (atomic_write's `.<name>.patchkit-<hex>.tmp`) that a
+    killed process left beside a file it manages: the recorded files, the state, the journal and
+    the objects. Only those names; a directory on the way that is a symlink is not entered."""
+    meta = meta_dir(root)
+    _remove_temp_files(meta, {"state.json", "journal.json"})
+    _remove_temp_files(meta / "objects", None)
+    by_parent: dict[str, set[str]] = {}
+    for path in managed:
+        parent, _, name = path.rpartition("/")
+        by_parent.setdefault(parent, set()).add(name)
+    for parent, names in by_parent.items():
+        if not _symlink_on_the_way(root, parent):
+            _remove_temp_files(root / parent if parent else root, names)
+
+
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.patchkit-[0-9A-Za-z]+\.tmp")
+
+
+def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
+    """Temp files of `names` in `directory` (None: of any digest-named object)."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for item in entries:
+        match = _TEMP_NAME.fullmatch(item.name)
+        if not match or item.is_dir(follow_symlinks=False):
+            continue
+        owner = match["name"]
+        if names is None:
+            try:
+                checked_digest(owner, directory, optional=False)
+            except BadInput:
+                continue
+        elif owner not in names:
+            continue
+        with suppress(OSError):
+            os.unlink(item.path)  # a symlink is removed itself, never followed
+
+
+def _symlink_on_the_way(root: Path, rel: str) -> bool:
+    current = root
+    for part in rel.split("/") if rel else []:
+        current = current / part
+        if current.is_symlink() or not current.is_dir():
+            return True
+    return False
