@@ -78,12 +78,12 @@ def test_another_runs_hold_keeps_it_after_one_release_with_no_keep_alive():
 
 def test_a_busy_agent_does_not_end_though_nothing_holds_it(blocking):
     started, finish = blocking.started, blocking.finish
-    agent = Watched(hold=60)
-    agent.release("creator", keep_alive=0)
+    agent = Watched(hold=60)  # its creator holds it until the step runs: no race with its end
     worker = threading.Thread(target=agent.step, args=("run-1", 0, "ticket-1", "status", {}))
     agent.claim("run-1", 0)
     worker.start()
-    assert started.wait(30)  # generous: a loaded 2-core machine starts threads late; a pass is at once
+    assert started.wait(30)
+    agent.release("creator", keep_alive=0)  # now nothing holds it: only the running step
     assert not agent.ended.wait(0.3)
     finish.set()
     worker.join(30)
