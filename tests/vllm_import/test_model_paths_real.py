@@ -78,16 +78,7 @@ def test_the_offline_model_is_the_path_vllms_get_model_path_gives(tmp_path: Path
         "    except Exception as exc: out.append(None)\n"
         "print(json.dumps(out))\n"
     )
-    done = subprocess.run(
-        [str(VLLM_PYTHON), "-c", code, json.dumps(NAMES)],
-        env=environ,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    theirs = _vllm_answers(code, NAMES, environ, tmp_path)
     ours = []
     cwd = os.getcwd()
     os.chdir(tmp_path)
@@ -124,16 +115,7 @@ def test_vllm_reads_no_config_where_patchkit_refuses_a_model_path(tmp_path: Path
         "    except Exception: out.append(None)\n"
         "print(json.dumps(out))\n"
     )
-    done = subprocess.run(
-        [str(VLLM_PYTHON), "-c", code, json.dumps(names)],
-        env=environ,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    theirs = _vllm_answers(code, names, environ, tmp_path)
     ours = []
     cwd = os.getcwd()
     os.chdir(tmp_path)
@@ -146,3 +128,17 @@ def test_vllm_reads_no_config_where_patchkit_refuses_a_model_path(tmp_path: Path
     finally:
         os.chdir(cwd)
     assert ours == theirs == [None, None, 7168]
+
+
+def _vllm_answers(code: str, items: list, environ: dict[str, str], cwd: Path) -> list:
+    """What `code` prints last (a JSON list) when run by the real vLLM's interpreter on `items`."""
+    done = subprocess.run(
+        [str(VLLM_PYTHON), "-c", code, json.dumps(items)],
+        env=environ,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
