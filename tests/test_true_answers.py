@@ -28,6 +28,13 @@ def fetched(tmp_path) -> Path:
     return site
 
 
+def break_import(path: Path) -> None:
+    """`import copy` -> `import copy,` (line 14 of 0.16.0's kimi_k25.py): a syntax error."""
+    text = path.read_text()
+    assert "\nimport copy\n" in text
+    path.write_text(text.replace("\nimport copy\n", "\nimport copy,\n", 1))
+
+
 def adhoc_patch(site: Path, tmp_path: Path) -> Path:
     """An ad-hoc --patch that adds the trailing comma to kimi_k25.py's `import copy`."""
     stock = (site / KIMI).read_text().splitlines(keepends=True)
@@ -81,3 +88,46 @@ def test_verify_against_a_release_checks_the_planned_contents_once(monkeypatch):
     [result] = release_check.verify_releases([Version("0.16.0")], set(), Options(), use_cache=False)
     assert result.outcome == "patched", result.detail
     assert runs == [False, True]
+
+
+# 2. -q is never silent on a failure.
+
+
+def test_verify_quiet_names_the_failure_on_stderr(fetched):
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    break_import(fetched / KIMI)
+    done = run_cli("verify", "-q", "--target", fetched)
+    assert_clean_failure(done, 1)
+    assert done.stdout == ""
+    assert f"syntax: {KIMI}: line 14: invalid syntax" in done.stderr
+    assert "verify: FAILED" in done.stderr
+
+
+def test_quiet_commands_that_pass_print_nothing(fetched):
+    for command in (["status"], ["verify"], ["apply", "--dry-run"]):
+        done = run_cli(*command, "-q", "--target", fetched)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), command
+
+
+# 3. status names a drifted file that does not compile.
+
+
+def test_status_names_a_drifted_file_that_does_not_compile_with_its_line(fetched):
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    break_import(fetched / KIMI)
+    done = run_cli("status", "--target", fetched)
+    assert_clean_failure(done, 1)
+    assert f"does not compile: {KIMI}: line 14: invalid syntax" in done.stdout
+    document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
+    assert document["drifted"] == [KIMI]
+    assert document["does_not_compile"] == {KIMI: "line 14: invalid syntax"}
+    quiet = run_cli("status", "-q", "--target", fetched)
+    assert f"{KIMI}: does not compile: line 14: invalid syntax" in quiet.stderr
+
+
+def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    with (fetched / KIMI).open("a") as f:
+        f.write("\n# a local note\n")
+    document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
+    assert document["drifted"] == [KIMI] and document["does_not_compile"] == {}
