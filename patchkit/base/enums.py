@@ -106,6 +106,8 @@ class NodeState(StrEnum):
     LOST = "lost"  # the node died, its agent crashed, or it cannot be scheduled
     TIMED_OUT = "timed-out"
     ENDING = "ending"  # its agent ended (idle) or is ending: asked again
+    HELD = "held"  # its agent is held for this run (a claim's answer, never shown)
+    INTERRUPTED = "interrupted"  # a signal came before its answer
     ROLLED_BACK = "rolled-back"
     ROLLBACK_FAILED = "rollback-failed"
     MIXED = "mixed"  # the nodes' states differ

@@ -11,7 +11,7 @@ from packaging.version import Version
 from patchkit.base.enums import StepState
 from patchkit.base.errors import BadInput, Conflict, NoPatchSet
 from patchkit.base.fsutil import read_file
-from patchkit.maintainer.gitrepo import commit_all, git_diff, init_repo
+from patchkit.maintainer.gitrepo import Changes, commit_all, git_diff, init_repo
 from patchkit.maintainer.merge import merge_file
 from patchkit.maintainer.meta import STOCK_TAG, WorkspaceMeta, record_of, registered_entry
 from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
@@ -29,6 +29,8 @@ from patchkit.series.library import PATCH, UPSTREAM, PatchSetDef, Selection, loa
 from patchkit.series.patchfile import decode, encode, parse_patch
 from patchkit.series.plan import plan_apply
 from patchkit.tree.version import parse
+
+Stage = tuple[str, str, bytes | None, bytes | None]  # (patch, path, before, after) of one file step
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,7 @@ def _port_upstream(report: PortReport, why: str) -> PortReport:
     return report
 
 
-def _v1_stages(tree1: Path, selection: Selection) -> list[tuple[str, str, bytes | None, bytes | None]]:
+def _v1_stages(tree1: Path, selection: Selection) -> list[Stage]:
     """(patch, path, before, after) for every file step of the series on V1's stock files."""
     plan = plan_apply(tree1, selection.patches)
     stages = []
@@ -260,10 +262,12 @@ def _v1_stages(tree1: Path, selection: Selection) -> list[tuple[str, str, bytes 
     return stages
 
 
-def _merge_stages(stages, stock2: Contents, report: PortReport, v1: str, v2: str):
+def _merge_stages(
+    stages: list[Stage], stock2: Contents, report: PortReport, v1: str, v2: str
+) -> tuple[Contents, dict[str, Changes]]:
     """Merge each patch's change of each file onto V2, patch after patch."""
     current: Contents = dict(stock2)
-    results: dict[str, dict] = {}
+    results: dict[str, Changes] = {}
     for name, path, base, ours in stages:
         theirs = current.get(path)
         if theirs is None and base is not None:
@@ -278,7 +282,7 @@ def _merge_stages(stages, stock2: Contents, report: PortReport, v1: str, v2: str
 
 
 def _ported_texts(
-    selection: Selection, results: dict[str, dict], today: str, roots: tuple[str, ...]
+    selection: Selection, results: dict[str, Changes], today: str, roots: tuple[str, ...]
 ) -> tuple[dict[str, str], list[PatchOutcome]]:
     texts, outcomes = {}, []
     patch_roots = list(roots)

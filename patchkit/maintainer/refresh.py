@@ -82,7 +82,7 @@ def refresh_workspace(
     return report
 
 
-def _open_repo(root: Path):
+def _open_repo(root: Path) -> git.Repo:
     try:
         return git.Repo(str(root))
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
@@ -92,7 +92,7 @@ def _open_repo(root: Path):
         ) from exc
 
 
-def _stock_commit(repo, meta: WorkspaceMeta):
+def _stock_commit(repo: git.Repo, meta: WorkspaceMeta) -> git.Commit:
     """The commit of the release's stock files; gone (history rewritten, objects pruned): exit 2."""
     try:
         return repo.commit(meta.stock_commit)
@@ -138,7 +138,7 @@ def _not_a_plain_file(root: Path, path: str) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _uncarried_changes(repo, meta: WorkspaceMeta) -> list[str]:
+def _uncarried_changes(repo: git.Repo, meta: WorkspaceMeta) -> list[str]:
     """Changes since the stock commit a library patch cannot hold: outside the set's roots (the
     dist-info among them)."""
     listed = repo.git.diff(meta.stock_commit, "--name-only", "--no-renames", "--no-ext-diff", "-z")
@@ -146,7 +146,7 @@ def _uncarried_changes(repo, meta: WorkspaceMeta) -> list[str]:
     return sorted(p for p in changed if p.split("/", 1)[0] not in meta.roots)
 
 
-def _changed_paths(repo, meta: WorkspaceMeta) -> set[str]:
+def _changed_paths(repo: git.Repo, meta: WorkspaceMeta) -> set[str]:
     """Paths under the set's roots that differ from the stock commit, tracked or not (ignored excluded)."""
     listed = repo.git.diff(meta.stock_commit, "--name-only", "--no-renames", "--no-ext-diff", "-z", "--", *meta.roots)
     changed = {p for p in listed.split("\0") if p}
@@ -154,7 +154,7 @@ def _changed_paths(repo, meta: WorkspaceMeta) -> set[str]:
     return changed
 
 
-def _blob(commit, path: str) -> bytes | None:
+def _blob(commit: git.Commit, path: str) -> bytes | None:
     try:
         blob = commit.tree[path]
     except KeyError:

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -250,7 +250,7 @@ def _run_jobs(
     opts: Options,
     advance: Advance,
     store: ResultStore | None,
-):
+) -> list[ReleaseResult]:
     """Fetch side by side; verify each release as soon as its files are there."""
     done: dict[_Job, ReleaseResult] = {}
     trees: dict[_Job, Path] = {}
@@ -283,13 +283,13 @@ def _run_jobs(
     return list(done.values())
 
 
-def _fetch(job: _Job, paths) -> tuple[Path, float]:
+def _fetch(job: _Job, paths: Iterable[str]) -> tuple[Path, float]:
     start = time.perf_counter()
     tree = fetch.release_tree(str(job.version), paths)
     return tree, time.perf_counter() - start
 
 
-def _same_stock_files(mate_tree: Path, lead_tree: Path, paths) -> bool:
+def _same_stock_files(mate_tree: Path, lead_tree: Path, paths: Iterable[str]) -> bool:
     """Compare through the wheels' RECORD hashes (verified by the fetcher for every file it reads)."""
     mine, theirs = _record(mate_tree), _record(lead_tree)
     if mine is None or theirs is None:
@@ -447,7 +447,7 @@ class _Clock:
         self._start = time.perf_counter()
 
     @contextmanager
-    def __call__(self, phase: str):
+    def __call__(self, phase: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield
@@ -614,7 +614,7 @@ def _revert(resolved: Resolved) -> None:
         raise reverted.error
 
 
-def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:
+def _reverse_apply_problems(resolved: Resolved, changes: dict[str, tuple[bytes | None, bytes | None]]) -> list[str]:
     """`revert` without a record reverse-applies the series: that must give stock back as well."""
     plan = plan_revert(resolved.target.root, resolved.patches)
     if plan.conflicts:
