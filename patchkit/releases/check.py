@@ -508,13 +508,13 @@ def _damaged_stock(version: Version, results: list[CheckResult]) -> ReleaseResul
 def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     """apply --dry-run, apply, status, revert: what a user would run, on the release's stock files."""
     version = _release(resolved)
-    with clock("dry_run"):
-        plan = apply_series(resolved, dry_run=True).plan
+    dry = apply_series(resolved, dry_run=True, timed=clock)  # its plan timed as dry_run, its checks as checks
+    plan = dry.plan
     assert plan is not None  # a library series is always planned
     refused = _refused_by_plan(version, plan)
     if refused:
         return refused
-    applied = apply_series(resolved, timed=clock)
+    applied = apply_series(resolved, timed=clock, checked=dry)  # the dry run's checks, not run twice
     results = applied.planned_checks
     if not applied.written:
         failed = any(r.failed for r in results)

@@ -50,10 +50,8 @@ from patchkit.base.enums import Outcome, SelectionKind
 from patchkit.base.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.checks import ERROR, LARGEST_PARSED, WARNING, CheckResult, integrity, probe, shadow
-from patchkit.checks.registry import run_checks
 from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance, provenance_files
 from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
-from patchkit.engine.inspection import check_context
 from patchkit.engine.operations import apply_series
 from patchkit.engine.resolve import require_patches, resolve
 from patchkit.wheel import label as labels
@@ -660,17 +658,17 @@ def _plan_and_check(
         resolved=resolved,
     )
 
-    dry = apply_series(resolved, dry_run=True, import_probe=False)
+    dry = apply_series(resolved, dry_run=True, import_probe=False)  # apply's checks on the planned contents
     result.warnings += dry.warnings
     result.plan, result.checks = dry.plan, list(dry.checks or [])
-    if dry.error is not None:
+    if dry.error is not None and not dry.planned_checks:  # refused before the checks (a conflict, integrity)
         result.outcome, result.error = dry.outcome, _nothing_written(dry.error)
         return result
-    if dry.outcome != Outcome.DRY_RUN:  # already applied: the wheel holds the series
+    if dry.outcome == Outcome.ALREADY_APPLIED:  # the wheel holds the series
         raise BadInput(f"{wheel.label} already holds the series: there is nothing to patch")
     assert dry.plan is not None
-    planned = _without_probe(run_checks(check_context(resolved, dry.plan, import_probe=False)))
-    result.checks = _unverified_fail(result.checks, dry.plan, stock_record) + planned
+    stock = [r for r in result.checks if r.check == integrity.CHECK.name]
+    result.checks = _unverified_fail(stock, dry.plan, stock_record) + _without_probe(dry.planned_checks)
     failed = [r for r in result.checks if r.failed]
     if failed:
         result.outcome = Outcome.CHECK_FAILED
