@@ -366,8 +366,11 @@ class ResultStore:
             raise ValueError("not sealed by this user's patchkit (edited, or made on another machine)")
         if data["vllm_version"] != str(job.version) or data["series"] != job.series:
             raise ValueError(f"made for {data['vllm_version']} ({data['series']}), not {job.version} ({job.series})")
-        checks = [CheckResult(**c) for c in data["checks"]]
-        if not all(isinstance(c.ok, bool) and c.level in (ERROR, WARNING) for c in checks):
+        rows = data["checks"]
+        if not all(not isinstance(c, dict) or c.get("level", ERROR) in (ERROR, WARNING) for c in rows):
+            raise ValueError("a check result is malformed")
+        checks = [CheckResult(**c) for c in rows]
+        if not all(isinstance(c.ok, bool) for c in checks):
             raise ValueError("a check result is malformed")
         outcome = ReleaseOutcome(data["outcome"])  # ValueError for an outcome patchkit does not know
         if outcome == UNSUPPORTED:
@@ -508,13 +511,13 @@ def _damaged_stock(version: Version, results: list[CheckResult]) -> ReleaseResul
 def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     """apply --dry-run, apply, status, revert: what a user would run, on the release's stock files."""
     version = _release(resolved)
-    with clock("dry_run"):
-        plan = apply_series(resolved, dry_run=True).plan
+    dry = apply_series(resolved, dry_run=True, timed=clock)  # its plan timed as dry_run, its checks as checks
+    plan = dry.plan
     assert plan is not None  # a library series is always planned
     refused = _refused_by_plan(version, plan)
     if refused:
         return refused
-    applied = apply_series(resolved, timed=clock)
+    applied = apply_series(resolved, timed=clock, checked=dry)  # the dry run's checks, not run twice
     results = applied.planned_checks
     if not applied.written:
         failed = any(r.failed for r in results)

@@ -61,7 +61,7 @@ def fold(failures: list[Failure]) -> list[Failure]:
     leads: dict[str, Failure] = {}
     for failure in failures:
         path = _path_of(failure)
-        if path and not failure.warning and _rank(failure) < _rank(leads.get(path)):
+        if path and not failure.warning and _leads_before(failure, leads.get(path)):
             leads[path] = failure
     drifted = {_path_of(f) for f in failures if f.what == DRIFTED}
     kept: list[Failure] = []
@@ -84,15 +84,32 @@ _BLIND_TO_BROKEN = {"names", "contract", "probe", "bytecode"}
 _EDITED = {DRIFTED, "integrity"}
 
 
+def _same(failure: Failure, lead: Failure) -> bool:
+    """The same finding said twice (a drifted file's syntax error, by status and by the check)."""
+    return (failure.what, failure.where, failure.message) == (lead.what, lead.where, lead.message)
+
+
 def _follows(failure: Failure, lead: Failure, drifted: bool) -> bool:
-    """`failure`, on the same file as `lead`, is only a consequence of it."""
-    return (lead.what == SYNTAX and failure.what in _BLIND_TO_BROKEN) or (drifted and failure.what in _EDITED)
+    """`failure`, on the same file as `lead`, is only a consequence of it (or it again)."""
+    return (
+        _same(failure, lead)
+        or (lead.what == SYNTAX and failure.what in _BLIND_TO_BROKEN)
+        or (drifted and failure.what in _EDITED)
+    )
 
 
 def _names_only(guard: Failure, paths: dict[str, Failure]) -> bool:
     """The guard refuses the tree only for these files."""
     problems = guard.message.removeprefix(GUARD_REFUSES).split("; ")
     return all(any(path in problem for path in paths) for problem in problems)
+
+
+def _leads_before(failure: Failure, lead: Failure | None) -> bool:
+    """A syntax error leads a file's line, else its drift; of the same finding said twice, the
+    one with the source line and caret."""
+    if lead is not None and _same(failure, lead):
+        return bool(failure.excerpt) and not lead.excerpt
+    return _rank(failure) < _rank(lead)
 
 
 def _rank(failure: Failure | None) -> int:
@@ -107,13 +124,13 @@ def _path_of(failure: Failure) -> str:
 
 def _with_followers(lead: Failure, followers: list[Failure]) -> Failure:
     """`lead` with one `also` line naming what followed from it; a drifted file's fix is its fix."""
-    if not followers:
-        return lead
-    names = [f.what for f in followers]
+    names = [f.what for f in followers if not _same(f, lead)]
     counted = Counter(name for name in names if name not in (DRIFTED, GUARD))
     said = [f"{name} \u00d7{n}" if n > 1 else name for name, n in counted.items()]
     if DRIFTED in names:
         said.insert(0, "drifted (edited after patchkit patched it)")
+    if not said and GUARD not in names:
+        return lead
     also = ", ".join(said)
     if GUARD in names:
         also += ("; " if also else "") + "the launch guard refuses this tree"

@@ -7,7 +7,7 @@ from collections import Counter
 
 from patchkit.base.enums import ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult
-from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, count_line, fold
+from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
 from patchkit.cli.ui.run import write_junit
@@ -66,7 +66,12 @@ def status_failures(resolved, status) -> list[Failure]:
     target = target_words(resolved.target)
     drift_fix = f"patchkit revert --force {target} (keeps a copy of the edits), then patchkit apply {target}"
     failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
+    for path, error in status.does_not_compile.items():  # the drifted file's syntax error leads its line
+        where, message = located(CheckResult("syntax", path, False, error))
+        failures.append(Failure("syntax", message, where, fix=drift_fix))
     failures += [Failure(p.state, p.problem, p.name) for p in status.patches if p.problem]
+    if status.state == TreeState.PARTIAL:
+        failures.append(Failure("partial", "some patches of the series are applied, others not"))
     failures += [
         Failure(
             "stale", note, fix=f"patchkit apply {target} discards it; patchkit revert {target} drops it", warning=True
@@ -112,24 +117,32 @@ def show_releases(ui, results) -> None:
 
 
 def verdict_of_releases(ui, results) -> None:
-    """`verify` against releases as text: the table, each failed check, and the verdict line."""
+    """`verify` against releases as text: the table, what failed on each release (its failed
+    checks, else the reason), then the verdict line (failures and verdict on stderr with -q)."""
     show_releases(ui, results)
+    failures = []
     for r in results:
         if r.failed:
-            for c in r.checks:
-                if c.failed:
-                    ui.line(f"  {r.version}: {c.describe()}", style="red")
+            failed = [c for c in r.checks if c.failed]
+            failures += [_release_failure(r, c) for c in failed]
+            failures += [] if failed else [Failure(str(r.version), r.detail)]
         elif r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested:
-            ui.error(f"vLLM {r.version} was asked for but is not covered: {r.detail}")
+            failures.append(Failure(str(r.version), f"asked for but not covered: {r.detail}"))
+    ui.failures(failures)
     summary = ", ".join(f"{n} {label}" for label, n in Counter(r.label for r in results).items())
     failed = [str(r.version) for r in results if r.failed]
     refused = [str(r.version) for r in results if r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested]
     if failed:
-        ui.line(f"verify: FAILED on {', '.join(failed)} ({summary})", style="bold red")
+        ui.verdict(f"verify: FAILED on {', '.join(failed)} ({summary})", ok=False)
     elif refused:
-        ui.line(f"verify: not covered: {', '.join(refused)} ({summary})", style="magenta")
+        ui.verdict(f"verify: not covered: {', '.join(refused)} ({summary})", ok=False)
     else:
-        ui.line(f"verify: ok ({summary})", style="green")
+        ui.verdict(f"verify: ok ({summary})", ok=True)
+
+
+def _release_failure(release, result: CheckResult) -> Failure:
+    where, message = located(result)
+    return Failure(f"{release.version} {result.check}", message, where, result.excerpt)
 
 
 def verified_target_junit(resolved, verified) -> None:
