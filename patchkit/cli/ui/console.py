@@ -249,10 +249,16 @@ class UI:
         """`verify` against releases: one row per vLLM release."""
         reports.show_releases(self, results)
 
+    @property
+    def live(self) -> bool:
+        """Progress is drawn only for a person: stdout and stderr both a terminal, text output,
+        not -q (a pipe, a log file or a JSON reader gets none of it)."""
+        return not self.quiet and self.fmt == "text" and self.terminal and self.err.is_terminal
+
     @contextmanager
     def progress(self, total: int, description: str):
         """Yields advance(label): a progress bar on stderr when both streams are a terminal, else a no-op."""
-        if self.quiet or self.fmt != "text" or not (self.terminal and self.err.is_terminal):
+        if not self.live:
             yield lambda label: None
             return
         with _progress_bar(
@@ -263,9 +269,9 @@ class UI:
 
     @contextmanager
     def transfer(self, description: str):
-        """Yields on_bytes(done, total): a download's progress bar on stderr when it is a terminal
-        (not with -q), else None (the caller's lines say how far it got)."""
-        if self.quiet or not self.err.is_terminal:
+        """Yields on_bytes(done, total): a download's progress bar on stderr when progress is
+        drawn (`live`), else None (the caller's lines say how far it got)."""
+        if not self.live:
             yield None
             return
         with _progress_bar(
@@ -277,9 +283,9 @@ class UI:
 
     @contextmanager
     def activity(self, title: str):
-        """Yields say(message): a live status line on stderr in a terminal (a whole-wheel download
-        shows its percentage there), plain lines with -v otherwise."""
-        if self.quiet or not self.err.is_terminal:
+        """Yields say(message): a live status line on stderr when progress is drawn (`live`; a
+        whole-wheel download shows its percentage there), plain lines with -v otherwise."""
+        if not self.live:
             yield self.detail
             return
         with self.err.status(title) as status:
