@@ -115,7 +115,7 @@ def _parsed(AsyncEngineArgs: Any, request: dict) -> Any:
     return args
 
 
-def _parser_class():
+def _parser_class() -> type[argparse.ArgumentParser]:
     for module in ("vllm.utils.argparse_utils", "vllm.utils"):
         try:
             found = getattr(importlib.import_module(module), "FlexibleArgumentParser", None)

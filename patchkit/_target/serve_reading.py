@@ -10,6 +10,7 @@ Run in vLLM's interpreter: python serve_reading.py ANSWER.json < request.json  (
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import io
@@ -42,7 +43,7 @@ def readings(lines: list[dict]) -> dict:
     return {"status": "ok", "readings": [_read(serve, cli_args, parser_class, line) for line in lines]}
 
 
-def _read(serve, cli_args, parser_class, line: dict) -> dict:
+def _read(serve: Any, cli_args: Any, parser_class: type[argparse.ArgumentParser], line: dict) -> dict:
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
@@ -68,11 +69,11 @@ def _plain(value: Any) -> Any:
         return repr(value)
 
 
-def _parser_class():
+def _parser_class() -> type[argparse.ArgumentParser]:
     return _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
 
 
-def _first(name: str, *modules: str):
+def _first(name: str, *modules: str) -> Any:
     """`name` from the first of `modules` (newest layout first) that has it: vLLM moves its modules."""
     failed = []
     for module in modules:

@@ -54,9 +54,9 @@ def _option_strings(action: argparse.Action, parser: argparse.ArgumentParser) ->
     return [*action.option_strings, *hidden]
 
 
-def _type(converter) -> str | None:
+def _type(converter: object) -> str | None:
     """The value's type when it is one a reader can apply as vLLM does: int, float, JSON (else None)."""
-    if converter in (int, float):
+    if converter is int or converter is float:
         return converter.__name__
     return "json" if converter is json.loads else None
 
@@ -89,11 +89,11 @@ def parsers() -> dict:
     }
 
 
-def _parser_class():
+def _parser_class() -> type[argparse.ArgumentParser]:
     return _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
 
 
-def _first(name: str, *modules: str):
+def _first(name: str, *modules: str) -> Any:
     """`name` from the first of `modules` (newest layout first) that has it: vLLM moves its modules."""
     failed = []
     for module in modules:

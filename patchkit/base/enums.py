@@ -70,6 +70,13 @@ class ReleaseOutcome(StrEnum):
     UNSUPPORTED = "unsupported"
 
 
+class CheckLevel(StrEnum):
+    """How much a check result that is not ok weighs: an error fails verify and stops apply."""
+
+    ERROR = "error"
+    WARNING = "warning"
+
+
 class CheckStatus(StrEnum):
     """A check result as tables and JUnit show it."""
 
@@ -106,6 +113,8 @@ class NodeState(StrEnum):
     LOST = "lost"  # the node died, its agent crashed, or it cannot be scheduled
     TIMED_OUT = "timed-out"
     ENDING = "ending"  # its agent ended (idle) or is ending: asked again
+    HELD = "held"  # its agent is held for this run (a claim's answer, never shown)
+    INTERRUPTED = "interrupted"  # a signal came before its answer
     ROLLED_BACK = "rolled-back"
     ROLLBACK_FAILED = "rollback-failed"
     MIXED = "mixed"  # the nodes' states differ
@@ -117,3 +126,29 @@ class RayFailure(StrEnum):
     AGENT_ENDED = "agent-ended"  # the agent was ended on purpose: start a new one
     PATCHKIT_FAILED = "patchkit-failed"  # the task ran and failed, or the agent could not be created
     NODE_LOST = "node-lost"
+
+
+class PatchChange(StrEnum):
+    """What `refresh` or `port` did to one patch file of a series."""
+
+    UNCHANGED = "unchanged"
+    UPDATED = "updated"
+    NEW = "new"
+    REMOVED = "removed"
+
+
+class SharedState(StrEnum):
+    """A release that shares the refreshed series, as `refresh` checked it."""
+
+    APPLIES = "applies"
+    CONFLICT = "conflict"
+    NOT_VERIFIED = "not-verified"
+
+
+class PortOutcome(StrEnum):
+    """How `port` ended."""
+
+    PORTED = "ported"
+    CONFLICTS = "conflicts"
+    UPSTREAM = "upstream"  # the new release has the change itself: nothing written
+    IDENTICAL = "identical"  # the series applies to the new release as it is

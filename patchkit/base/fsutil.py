@@ -12,12 +12,12 @@ import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from patchkit.base.errors import BadInput
 
 
-def load_json_text(raw: bytes | str):
+def load_json_text(raw: bytes | str) -> Any:
     """JSON read back from a file patchkit does not trust, every string in it text: a lone surrogate
     escape ("\\ud800"), which no file name, UTF-8 output or JSON written back can carry, is a
     ValueError (UnicodeEncodeError) like any other malformed JSON."""

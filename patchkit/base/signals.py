@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -25,7 +26,7 @@ def _raise(signum: int, _frame: object) -> None:
 
 
 @contextmanager
-def handled():
+def handled() -> Iterator[None]:
     """While a command runs, the three signals raise Interrupted (a signal that was ignored, as
     under `nohup`, stays ignored); the handlers before are back after it. Only the main thread can
     set handlers: elsewhere this changes nothing."""
@@ -58,7 +59,7 @@ def ignore_more() -> None:
 
 
 @contextmanager
-def deferred():
+def deferred() -> Iterator[None]:
     """Run a step that must not stop half-way: a handled signal arriving meanwhile is raised (as
     Interrupted) when it ends. Outside the main thread no handler can be set: it runs as it is."""
     if threading.current_thread() is not threading.main_thread():

@@ -12,15 +12,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from patchkit.base.enums import CheckStatus
+from patchkit.base.enums import CheckLevel, CheckStatus
 
 if TYPE_CHECKING:
     from packaging.version import Version
 
     from patchkit.series.library import PatchSetDef
 
-ERROR = "error"
-WARNING = "warning"
+ERROR = CheckLevel.ERROR
+WARNING = CheckLevel.WARNING
 
 Reader = Callable[[str], "bytes | None"]
 
@@ -35,7 +35,11 @@ class CheckResult:
     path: str | None
     ok: bool
     message: str
-    level: str = ERROR
+    level: CheckLevel = ERROR
+
+    def __post_init__(self) -> None:
+        # a level read back from JSON (a cached result) is a str: the enum's, or ValueError
+        object.__setattr__(self, "level", CheckLevel(self.level))
 
     @property
     def failed(self) -> bool:

@@ -25,6 +25,7 @@ cannot tell what it holds.
 from __future__ import annotations
 
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from patchkit.base.errors import TargetError
@@ -35,12 +36,12 @@ from patchkit.tree.target import run_worker
 NAME = "bytecode"
 
 
-def fix(root: Path, paths, python: str | None) -> list[CheckResult]:
+def fix(root: Path, paths: Iterable[str], python: str | None) -> list[CheckResult]:
     """After a write: rebuild or remove compiled bytecode that would shadow the new sources."""
     return _report(root, paths, python, fix=True)
 
 
-def scan(root: Path, paths, python: str | None) -> list[CheckResult]:
+def scan(root: Path, paths: Iterable[str], python: str | None) -> list[CheckResult]:
     """verify: stale bytecode, reported and left alone."""
     return _report(root, paths, python, fix=False)
 
@@ -49,7 +50,7 @@ def failures(results: list[CheckResult]) -> str:
     return "\n  ".join(f"{r.path}: {r.message}" for r in results if r.failed)
 
 
-def _report(root: Path, paths, python: str | None, *, fix: bool) -> list[CheckResult]:
+def _report(root: Path, paths: Iterable[str], python: str | None, *, fix: bool) -> list[CheckResult]:
     found = [item for path in sorted(paths) if path.endswith(".py") for item in compiled_files(root, path)]
     if not found:
         return [CheckResult(NAME, None, True, "no compiled bytecode for the changed files")]
@@ -108,7 +109,7 @@ def _refused(path: str, name: str, why: str) -> dict:
     return {"path": path, "name": name, "refused": why}
 
 
-def _job(path, source, pyc, tag, optimize, *, legacy) -> dict:
+def _job(path: str, source: Path, pyc: Path, tag: str | None, optimize: int, *, legacy: bool) -> dict:
     return {
         "path": path,
         "source": str(source),

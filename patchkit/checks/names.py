@@ -11,6 +11,7 @@ a module-level __getattr__ (PEP 562), and a name pyflakes read out of a string i
 from __future__ import annotations
 
 import ast
+import enum
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pyflakes
 from pyflakes.checker import Checker
+from pyflakes.messages import Message
 
 from patchkit.base import fsutil, seal
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
@@ -67,7 +69,7 @@ class NamesCheck:
             for r in ([skipped[p]] if p in skipped else self._compare(p, found[p], before.get(p) or ()))
         ]
 
-    def _compare(self, path: str, found, before) -> list[CheckResult]:
+    def _compare(self, path: str, found: tuple[Finding, ...] | None, before: tuple[Finding, ...]) -> list[CheckResult]:
         if found is None:
             # The syntax check (run by the target's interpreter) judges files this Python cannot parse.
             return [
@@ -141,7 +143,13 @@ def findings_of(sources: dict[str, bytes]) -> dict[str, tuple[Finding, ...] | No
     return {key: _SEEN[digest] for key, digest in digests.items()}
 
 
-_MISSING = object()
+class _Missing(enum.Enum):
+    """No usable cache entry (a sentinel distinct from None, which caches "cannot parse")."""
+
+    MISSING = enum.auto()
+
+
+_MISSING = _Missing.MISSING
 
 
 def _cache_dir() -> Path | None:
@@ -161,7 +169,7 @@ def _cache_dir() -> Path | None:
 MAX_ENTRY_BYTES = 1 << 22
 
 
-def _load(cache: Path | None, digest: str):
+def _load(cache: Path | None, digest: str) -> tuple[Finding, ...] | _Missing | None:
     """An entry's findings; _MISSING when there is none, or one this user's patchkit did not seal
     (the cache is shared: an edited "no findings" must not hide an undefined name)."""
 
@@ -210,7 +218,7 @@ def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:
     return tuple(_finding(m, _doubt(m, lazy, names)) for m in checker.messages)
 
 
-def _doubt(message, lazy_module: bool, name_positions: set[tuple[int, int]]) -> str | None:
+def _doubt(message: Message, lazy_module: bool, name_positions: set[tuple[int, int]]) -> str | None:
     kind = type(message).__name__
     if kind == "UndefinedExport" and lazy_module:
         return "unless the module's __getattr__ provides it"
@@ -228,7 +236,7 @@ def _has_module_getattr(tree: ast.Module) -> bool:
     )
 
 
-def _finding(message, doubt: str | None) -> Finding:
+def _finding(message: Message, doubt: str | None) -> Finding:
     kind = type(message).__name__
     args = tuple(message.message_args)
     if kind in _LINE_ARGUMENT and args and isinstance(args[-1], int):

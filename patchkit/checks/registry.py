@@ -19,3 +19,8 @@ def run_checks(ctx: CheckContext, checks: list[Check] | None = None) -> list[Che
     for check in checks if checks is not None else default_checks():
         results.extend(check.run(ctx))
     return results
+
+
+def named(names: tuple[str, ...]) -> list[Check]:
+    """The registered checks of these names, in their order."""
+    return [check for check in default_checks() if check.name in names]

@@ -154,7 +154,7 @@ def _refuse(where: str, what: str) -> BadInput:
 # --------------------------------------------------------------------------- what it tells
 
 
-def selection(found: Provenance, version, library: str | Path | None):
+def selection(found: Provenance, version: Version, library: str | Path | None) -> tuple[Selection, str]:
     """The series the wheel was built with, as a library Selection, and a note saying so. When the
     library's series for this release is the same patches (names and sha256), that selection (its
     release directory shown); otherwise the shipped patch texts, with the library's set (if it has
@@ -219,8 +219,8 @@ class StockRestore:
     notes: list[str]
 
 
-def restore_stock(view, found: Provenance, *, force: bool, fetch_release: FetchRelease) -> StockRestore:
-    """Put the stock files into `view` (a plan.View) for every file the wheel patched. The originals
+def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: FetchRelease) -> StockRestore:
+    """Put the stock files into `view` for every file the wheel patched. The originals
     are the release's own files (fetch cache, else the index; checked against the release's RECORD
     by the fetcher), each held to the provenance's stock sha256; when they cannot be fetched, the
     shipped patches are reverse-applied and held to the same sha256. A file that is neither the

@@ -14,9 +14,13 @@ import os
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit.base import fsutil
 from patchkit.base.errors import FetchError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.version import Version
 
 # The hashes a wheel's RECORD may use: "sha256 or better" (the binary distribution format spec;
 # md5 and sha1 are not permitted). An entry with any other algorithm is not evidence of anything.
@@ -70,7 +74,7 @@ def has_provenance(tree: Path) -> bool:
     return any(os.path.lexists(d / PROVENANCE) for d in tree.glob("vllm-*.dist-info"))
 
 
-def find_record(tree: Path, version=None) -> Path | None:
+def find_record(tree: Path, version: Version | str | None = None) -> Path | None:
     """The vllm-*.dist-info/RECORD of a tree; of several, the one of `version` if it is there."""
     candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))
     exact = [c for c in candidates if version is not None and c.parent.name == f"vllm-{version}.dist-info"]

@@ -52,6 +52,7 @@ class TreeStatus:
     state: TreeState
     patches: list[PatchReport] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)
+    does_not_compile: dict[str, str] = field(default_factory=dict)  # drifted path -> its compiler error
     plan: Plan | None = None
     checks: list[CheckResult] = field(default_factory=list)  # upstream: the checks run on the stock files
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
@@ -133,10 +134,12 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
     ]
     state = read_state(root)
     stale = stale_entries(root, state, resolved.vllm_version)
+    drifted = drifted_files(resolved, state)
     return TreeStatus(
         _overall(reports),
         reports,
-        drifted_files(resolved, state),
+        drifted,
+        not_compiling(resolved, drifted),
         plan,
         stale=list(stale.values()),
         **_guard_fields(root, resolved.set_name, state),
@@ -195,6 +198,16 @@ def drifted_files(resolved: Resolved, state: State) -> list[str]:
     if entry is None or stale_note(root, entry, resolved.vllm_version):
         return []
     return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
+
+
+def not_compiling(resolved: Resolved, drifted: list[str]) -> dict[str, str]:
+    """path -> the compiler's error ("line 14: invalid syntax") for each drifted Python file that
+    does not compile as it is on disk: the edit that drifted it is then what breaks the launch."""
+    sources = [path for path in drifted if path.endswith(".py")]
+    if not sources:
+        return {}
+    results = run_checks(upstream_context(resolved, sources, import_probe=False), only=("syntax",))
+    return {r.path: r.message for r in results if r.failed and r.path}
 
 
 def stale_entries(root, state: State, installed) -> dict[str, str]:
@@ -339,12 +352,13 @@ def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool
     )
 
 
-def run_checks(ctx: CheckContext) -> list[CheckResult]:
-    """Every registered check on `ctx`: the registry (each check module, pyflakes) loads on the first call."""
+def run_checks(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[CheckResult]:
+    """Every registered check on `ctx` (or those named `only`): the registry (each check module,
+    pyflakes) loads on the first call."""
     # lazy: the checks load only when checks run
     from patchkit.checks import registry
 
-    return registry.run_checks(ctx)
+    return registry.run_checks(ctx, registry.named(only) if only else None)
 
 
 def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:

@@ -29,7 +29,7 @@ from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatch
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
-from patchkit.checks import CheckResult, integrity, shadow
+from patchkit.checks import WARNING, CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, listings
@@ -132,16 +132,19 @@ def apply_series(
     guard_choice: bool | None = None,
     watch: Watcher | None = None,
     timed: Timer = _untimed,
+    checked: ApplyResult | None = None,
 ) -> ApplyResult:
     """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
     the launch guard (patchkit/engine/guard.py) is installed in the same transaction, where it is missing,
     unless an earlier apply was told not to. `guard_choice`: the user's word (--guard, --no-guard),
-    recorded for the applies after this one."""
+    recorded for the applies after this one. The dry run runs the same checks on the planned
+    contents and ends as apply would. `checked`: a dry run just made of this tree, whose checks
+    are reused when this plan writes the very same contents (verify --all: checked once per release)."""
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
-    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice)
+    applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice, checked)
     if dry_run:
         with read_only_view(resolved.target.root) as settled:
             if settled:
@@ -163,6 +166,7 @@ class _Applying:
     import_probe: bool
     guard: bool
     guard_choice: bool | None
+    checked: ApplyResult | None = None  # an earlier dry run of the same tree (its planned checks)
     tables: list[list[CheckResult]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
@@ -209,10 +213,38 @@ class _Applying:
             return self.already_applied(plan, dry_run=dry_run)
         preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
         stock = self.stock_integrity(plan, force=force)
-        if stock.outcome != Outcome.DRY_RUN or dry_run:
+        if stock.outcome != Outcome.DRY_RUN:
             return stock
+        return self.check_then_write(plan, stock, dry_run=dry_run)
+
+    def check_then_write(self, plan: Plan, stock: ApplyResult, *, dry_run: bool) -> ApplyResult:
+        """The checks on the planned contents, which end a dry run as they would end apply."""
         assert stock.checks is not None
-        return self.write(plan, stock.checks)
+        planned = self.planned_checks(plan)
+        results = stock.checks + planned
+        failed = [r for r in results if r.failed]
+        if failed or not dry_run:  # a dry run that passes says so in its last line
+            self.show(results)
+        if failed:
+            nothing = "apply would write nothing" if dry_run else "nothing was written"
+            return self.result(
+                Outcome.CHECK_FAILED,
+                plan=plan,
+                checks=results,
+                planned_checks=planned,
+                error=_check_failure(f"verification of the patched files failed; {nothing}", failed),
+            )
+        if dry_run:
+            return replace(stock, checks=results, planned_checks=planned, message=_dry_run_message(plan, planned))
+        return self.write(plan, stock.checks, planned)
+
+    def planned_checks(self, plan: Plan) -> list[CheckResult]:
+        """The checks on the planned contents; those of `checked` when it planned the same writes."""
+        earlier = self.checked
+        if earlier is not None and earlier.plan is not None and _same_writes(earlier.plan, plan):
+            return earlier.planned_checks
+        with self.timed("checks"):
+            return run_checks(check_context(self.resolved, plan, import_probe=self.import_probe))
 
     def refuse_writing_under_later_sets(self, state: State, paths: list[str]) -> None:
         """A set applied again keeps its place in the record, so it may not write a file a set
@@ -259,29 +291,12 @@ class _Applying:
             self.show(results)
             refusal = integrity.refusal(failed, self.resolved.vllm_version)
             return self.result(Outcome.CHECK_FAILED, plan=plan, checks=results, error=refusal)
-        return self.result(
-            Outcome.DRY_RUN,
-            f"dry run: {len(plan.changed_paths)} file(s) would change; nothing written "
-            "(`patchkit verify` also runs the checks)",
-            plan=plan,
-            checks=integrity.forced(results),
-        )
+        return self.result(Outcome.DRY_RUN, plan=plan, checks=integrity.forced(results))
 
-    def write(self, plan: Plan, stock: list[CheckResult]) -> ApplyResult:
-        """Check the planned contents, write them with the record, check what landed (undo if that fails)."""
+    def write(self, plan: Plan, stock: list[CheckResult], planned: list[CheckResult]) -> ApplyResult:
+        """Write the checked plan with the record, check what landed (undo if that fails)."""
         resolved, root = self.resolved, self.resolved.target.root
-        with self.timed("checks"):
-            planned = run_checks(check_context(resolved, plan, import_probe=self.import_probe))
-        results = self.show(stock + planned)
-        failed = [r for r in results if r.failed]
-        if failed:
-            return self.result(
-                Outcome.CHECK_FAILED,
-                plan=plan,
-                checks=results,
-                planned_checks=planned,
-                error=_check_failure("verification of the patched files failed; nothing was written", failed),
-            )
+        results = stock + planned
         changes = plan.changes
         with self.timed("apply"):
             all_changes, state, written = self.commit(plan)
@@ -400,6 +415,15 @@ class _Applying:
         if self.guard_replaced:
             where = keep_copies(self.resolved.target.root, self.guard_replaced)
             self.warn(f"replaced {', '.join(self.guard_replaced)} with this patchkit's guard; a copy kept in {where}")
+
+
+def _same_writes(earlier: Plan, plan: Plan) -> bool:
+    return earlier.touched_paths == plan.touched_paths and earlier.changes == plan.changes
+
+
+def _dry_run_message(plan: Plan, planned: list[CheckResult]) -> str:
+    ran = sum(r.ok and r.level != WARNING for r in planned)
+    return f"dry run: {len(plan.changed_paths)} file(s) would change, {ran} check(s) passed; nothing written"
 
 
 def _check_failure(what: str, failed: list[CheckResult]) -> CheckFailed:

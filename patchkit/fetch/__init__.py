@@ -74,7 +74,7 @@ __all__ = [
 _SUBMODULES = {"release", "cache", "index", "wheel_choice", "net", "ranges", "zipread", "download", "extract"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _SUBMODULES:  # `patchkit.fetch.release` as an attribute, as when the package imported them all
         return import_module(f"{__name__}.{name}")
     if name not in _WHERE:

@@ -15,7 +15,7 @@ import os
 import shutil
 import stat
 from collections.abc import Callable, Iterable
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -313,7 +313,7 @@ def clear_in_the_way(tree: Path, name: str) -> None:
         return
 
 
-def clear_non_directories(paths: list[Path], warn) -> bool:
+def clear_non_directories(paths: list[Path], warn: Callable[[str], None]) -> bool:
     """`paths`, outermost first, are directories patchkit made in the cache: the first that is a
     symlink (to anywhere) or anything else is removed, the link itself, so that nothing is read or
     written outside the cache. A missing one ends the walk (nothing below it exists). True: the
@@ -375,7 +375,9 @@ def safe_dest(tree: Path, name: str, real_tree: Path | None = None) -> Path:
     return dest
 
 
-def entry_lock(lock_file: Path, timeout: float, waiting: str, say: Callable[[str], None]):
+def entry_lock(
+    lock_file: Path, timeout: float, waiting: str, say: Callable[[str], None]
+) -> AbstractContextManager[None]:
     """The lock of one cache entry (a release's files, a stock wheel): one process fills it at a
     time; `waiting` is said while another process holds it."""
 

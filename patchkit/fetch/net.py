@@ -14,6 +14,7 @@ from patchkit import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     import requests
+    from requests.sessions import _Cert, _Settings, _TextMapping, _Verify
 
     from patchkit.fetch.pipconfig import PipSettings
 
@@ -81,7 +82,14 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
 def _session_class(base: type[requests.Session], pip_cert: str | None) -> type[requests.Session]:
     class _Session(base):  # type: ignore[misc,valid-type]
         # requests lets REQUESTS_CA_BUNDLE override session.verify; pip's --cert must win.
-        def merge_environment_settings(self, url, proxies, stream, verify, cert):
+        def merge_environment_settings(
+            self,
+            url: str | bytes | None,
+            proxies: _TextMapping | None,
+            stream: bool | None,
+            verify: _Verify | None,
+            cert: _Cert | None,
+        ) -> _Settings:
             if verify is None and pip_cert:
                 verify = pip_cert
             return super().merge_environment_settings(url, proxies, stream, verify, cert)

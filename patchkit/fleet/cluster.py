@@ -14,12 +14,16 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from patchkit.base.enums import NodeState, RayFailure
 from patchkit.base.errors import BadInput
 from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
 from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ray import ObjectRef
 
 # not `pip install 'patchkit[ray]'`: the `patchkit` on PyPI is another project
 INSTALL = "install Ray beside patchkit: `pip install ray` (pipx: `pipx inject patchkit ray`)"
@@ -28,7 +32,7 @@ POLL = 0.2  # seconds between looks at the tasks: a SIGTERM is acted on this soo
 CONNECT_SECONDS = 60.0  # ray.init's time to join the cluster
 
 
-def import_ray():
+def import_ray() -> ModuleType:
     try:
         # lazy: optional: the `ray` extra (the package and the node affinity the runner asks for)
         import ray.util.scheduling_strategies
@@ -74,7 +78,7 @@ def connected(address: str | None, *, keep_alive: float, patchkit: PatchkitRun) 
                 signal.signal(number, handler)
 
 
-def _init_within(ray, address: str, seconds: float) -> None:
+def _init_within(ray: ModuleType, address: str, seconds: float) -> None:
     """ray.init, given `seconds`: a port that accepts connections but is no Ray cluster (the
     dashboard's 8265, say) makes it retry for ever. It runs on a daemon thread, so a run that gives
     up on it can still exit."""
@@ -111,9 +115,10 @@ def _answers(address: str, seconds: float = 10) -> None:
         pass
 
 
-def agent_class(ray):
+def agent_class(ray: ModuleType) -> Any:
     """node.Agent as a Ray actor class: its claims, releases and give-ups on threads of their own
-    (a concurrency group), so that no number of waiting steps can hold them up."""
+    (a concurrency group), so that no number of waiting steps can hold them up. Any: Ray makes the
+    actor's `.remote` methods at run time."""
 
     class RayAgent(Agent):
         @ray.method(concurrency_group="control")
@@ -151,7 +156,7 @@ class RayRunner:
 
     WRITES = ("apply", "revert")
 
-    def __init__(self, ray, stop: threading.Event, patchkit: PatchkitRun) -> None:
+    def __init__(self, ray: ModuleType, stop: threading.Event, patchkit: PatchkitRun) -> None:
         self.ray = ray
         self.stop = stop
         self.patchkit = patchkit
@@ -235,7 +240,7 @@ class RayRunner:
             )
         return failed
 
-    def _claim(self, node: Node, request: dict[str, Any], *, own: bool = False):
+    def _claim(self, node: Node, request: dict[str, Any], *, own: bool = False) -> ObjectRef[Any]:
         """Claim `node`'s named agent (made if none runs), or with `own` one for this run only
         (it ends with this driver)."""
         hold = self._hold_seconds(request)
@@ -250,7 +255,13 @@ class RayRunner:
         self.agents[node] = agent
         return agent.claim.remote(self.run_id, hold)
 
-    def _collect_claims(self, claims: dict, answers: dict[Node, NodeReport], deadline: float, request) -> None:
+    def _collect_claims(
+        self,
+        claims: dict[ObjectRef[Any], Node],
+        answers: dict[Node, NodeReport],
+        deadline: float,
+        request: dict[str, Any],
+    ) -> None:
         timeout = max(0.0, min(POLL, deadline - time.monotonic()))
         ready, _ = self.ray.wait(list(claims), num_returns=len(claims), timeout=timeout)
         for ref in ready:
@@ -267,7 +278,7 @@ class RayRunner:
                 )
             elif held.get("held") is True:
                 self.held.append(self.agents[node])
-                answers[node] = NodeReport(node, "held", True)
+                answers[node] = NodeReport(node, NodeState.HELD, True)
             elif held.get("current") is False:  # replaced code, or retired: retire it, take one of our own
                 self.agents[node].retire.remote()
                 claims[self._claim(node, request, own=True)] = node
@@ -281,7 +292,7 @@ class RayRunner:
 
     def _unanswered(self, node: Node, step: str, request: dict[str, Any], what: str = "") -> NodeReport:
         if self.stop.is_set() and step not in self.WRITES:
-            return NodeReport(node, "interrupted", False, "interrupted before its answer came")
+            return NodeReport(node, NodeState.INTERRUPTED, False, "interrupted before its answer came")
         return NodeReport(
             node,
             NodeState.TIMED_OUT,
@@ -289,14 +300,14 @@ class RayRunner:
             f"no answer{' from ' + what if what else ''} within {request['timeout']:g} s",
         )
 
-    def _collect(self, pending: dict, answers: dict[Node, NodeReport], deadline: float) -> None:
+    def _collect(self, pending: dict[ObjectRef[Any], Node], answers: dict[Node, NodeReport], deadline: float) -> None:
         timeout = max(0.0, min(POLL, deadline - time.monotonic()))
         ready, _ = self.ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
         for ref in ready:
             node = pending.pop(ref)
             answers[node] = self._answer(ref, node)
 
-    def _answer(self, ref, node: Node) -> NodeReport:
+    def _answer(self, ref: ObjectRef[Any], node: Node) -> NodeReport:
         try:
             return NodeReport.from_node(node, self.ray.get(ref))
         except self.ray.exceptions.RayError as exc:

@@ -175,7 +175,7 @@ def fleet_apply(
     written = runner.run("apply", nodes, {**request, "extra": list(apply_flags)})
     _carry_over(prepared.reports, written.reports)
     for report in written.reports:
-        report.written = report.state == "applied"
+        report.written = report.state == Outcome.APPLIED
     problem = _phase_two_problem(written)
     if problem is None:
         return FleetResult("apply", written.reports, phase="apply")
@@ -260,7 +260,7 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
     answered = {answer.node for answer in answers}
     for answer in answers:
         report = by_node[answer.node]
-        if answer.ok and answer.state == "reverted":
+        if answer.ok and answer.state == Outcome.REVERTED:
             report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
         else:
             report.state = NodeState.ROLLBACK_FAILED

@@ -19,6 +19,7 @@ import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.launch.interpreter import PYTHON_FLAGS, cannot_tell, script_python
@@ -26,6 +27,9 @@ from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
 from patchkit.launch.values import load_json
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.version import Version
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 # a release's own flags for keys of the speculative config (option dest, dashed -> key)
@@ -207,7 +211,7 @@ class LaunchCommand:
         return os.path.abspath(os.path.join(self.cwd or os.getcwd(), python)), options
 
 
-def parse(argv: list[str], version=None) -> LaunchCommand:
+def parse(argv: list[str], version: Version | str | None = None) -> LaunchCommand:
     """The launch read whole, as the parser of vLLM `version` reads it (None: the newest recorded)."""
     return read(frame(argv), version)
 
@@ -252,7 +256,7 @@ def frame(argv: list[str]) -> LaunchCommand:
     )
 
 
-def read(command: LaunchCommand, version=None) -> LaunchCommand:
+def read(command: LaunchCommand, version: Version | str | None = None) -> LaunchCommand:
     """`command` with its options and model as the parser of vLLM `version` reads them."""
 
     spec = spec_for(version)

@@ -15,6 +15,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from packaging.version import Version
 
@@ -25,7 +26,7 @@ from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.validation import model_interface
-from patchkit.series.requirements import parse_requirements
+from patchkit.series.requirements import Requirement, parse_requirements
 
 APPLY = "run `patchkit apply`"
 REGISTRY = "vllm/model_executor/models/registry.py"
@@ -84,7 +85,7 @@ class LaunchContext:
         contract = getattr(self.patch_set, "contract", ())
         return [r for r in contract if r.kind == kind and (self.version is None or r.applies_to(self.version))]
 
-    def evaluate(self, requirement, read: Reader) -> tuple[bool, str]:
+    def evaluate(self, requirement: Requirement, read: Reader) -> tuple[bool, str]:
         """One contract requirement (patchkit.checks.contract) on the file `read` gives."""
         # lazy: the checks load only when checks run
         from patchkit.checks.contract import _load, evaluate
@@ -93,7 +94,7 @@ class LaunchContext:
         return result.ok, result.message
 
     @staticmethod
-    def requirement(**fields):
+    def requirement(**fields: object) -> Requirement:
         return parse_requirements([fields], "launch check")[0]
 
     def registry(self, read: Reader | None = None) -> dict[str, dict[str, tuple[str, str]]]:
@@ -153,7 +154,7 @@ def set_checks(context: LaunchContext) -> list[Finding]:
     return found
 
 
-def _load_script(path: Path):
+def _load_script(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"patchkit_launch_{abs(hash(path))}", path)
     if spec is None or spec.loader is None:
         raise BadInput(f"launch checks {path}: cannot be loaded")

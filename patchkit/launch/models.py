@@ -19,6 +19,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import unsafe_reason
@@ -38,7 +39,7 @@ class ModelConfig:
     path: Path  # its config.json
     config: dict
 
-    def get(self, key: str, default=None):
+    def get(self, key: str, default: Any = None) -> Any:  # config.json's values: JSON, checked where used
         return self.config.get(key, default)
 
     @property

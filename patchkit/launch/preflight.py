@@ -14,16 +14,19 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import TargetError
 from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
-from patchkit.engine.inspection import inspect
+from patchkit.engine.inspection import TreeStatus, inspect
+from patchkit.engine.resolve import Resolved
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import APPLY, LaunchContext, set_checks
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import offline, offline_model_path, redirected, resolve_model, with_overrides
+from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.shortcut import cached_set_checks
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
@@ -61,7 +64,7 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
     return dataclasses.replace(opts, python=command.interpreter())
 
 
-def launch_target_finding(resolved, command: LaunchCommand) -> Finding | None:
+def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding | None:
     """Whether the command's own `vllm` (or `python`), in the launch's environment and working
     directory, imports the tree checked. None when it does, or when the program is not found at all
     (its exec fails by itself)."""
@@ -136,7 +139,12 @@ def _same_directory(one: Path, other: Path) -> bool:
 
 
 def preflight(
-    resolved, command: LaunchCommand, *, no_import: bool = False, status=None, kept: bool = False
+    resolved: Resolved,
+    command: LaunchCommand,
+    *,
+    no_import: bool = False,
+    status: TreeStatus | None = None,
+    kept: bool = False,
 ) -> PreflightResult:
     """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
     `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
@@ -172,7 +180,7 @@ def preflight(
     return result
 
 
-def vllm_validation(resolved, result: PreflightResult) -> Finding:
+def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
 
@@ -180,7 +188,7 @@ def vllm_validation(resolved, result: PreflightResult) -> Finding:
     return engine_validation(resolved.target.python, launched, fix=APPLY if result.fixable else None)
 
 
-def _models(command: LaunchCommand):
+def _models(command: LaunchCommand) -> tuple[ModelConfig, ModelConfig | None, Finding | None, LaunchCommand]:
     """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
     configs vLLM reads, a speculators-format model served as its verifier's drafter."""
     revision = command.optional_text("revision")
@@ -239,7 +247,7 @@ def _engine_model(command: LaunchCommand, revision: str | None) -> str:
     return offline_model_path(model, revision, command.environ)
 
 
-def _drafter(name: str, command: LaunchCommand, revision: str | None, config_format: str):
+def _drafter(name: str, command: LaunchCommand, revision: str | None, config_format: str) -> ModelConfig:
     """The drafter's config (in the target's format, as vLLM reads it), its name redirected as vLLM's
     draft ModelConfig redirects it."""
     environ = command.environ
@@ -281,7 +289,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     return found + speculative_findings(context)
 
 
-def _lenient_reading(command: LaunchCommand, version) -> Finding:
+def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
     """A release without a recorded parser: which release's parser read the command, and, when that
     parser does not know an argument (a speculative option of the newer release?), cannot judge."""
     read_with = f"vLLM {version} has no recorded parser spec: the command was read with {command.release}'s"
@@ -296,14 +304,14 @@ def _lenient_reading(command: LaunchCommand, version) -> Finding:
     return Finding(COMMAND, False, message, fix)
 
 
-def tree_finding(resolved, status) -> Finding:
+def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     finding = _state_finding(resolved, status)
     if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
         return Finding(TREE, False, f"the launch guard refuses this tree: {'; '.join(status.guard)}", status.guard_fix)
     return finding
 
 
-def _state_finding(resolved, status) -> Finding:
+def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
 
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
@@ -326,13 +334,13 @@ def _state_finding(resolved, status) -> Finding:
     return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
 
 
-def _shadowed(resolved) -> str | None:
+def _shadowed(resolved: Resolved) -> str | None:
     """A patched source Python does not import (a package or extension module of its name first)."""
     found = shadow.scan(resolved.target.root, resolved.patches)
     return f"{found[0].path}: {found[0].message}" if found else None
 
 
-def _stale_bytecode(resolved, status) -> str | None:
+def _stale_bytecode(resolved: Resolved, status: TreeStatus) -> str | None:
     # an applied tree's state taken from its record has no plan: the series' files are the plan's
     paths = status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches)
     results = scan(resolved.target.root, paths, resolved.target.python)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -307,12 +307,27 @@ class _NoValue(argparse.Action):
     """An option that takes no value (store_true, store_false, store_const, count, help, version, and
     both forms of BooleanOptionalAction): what it stores, as vLLM's would."""
 
-    def __init__(self, option_strings, dest, *, kind: str, const=None, negative=None, **kwargs):
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        *,
+        kind: str,
+        const: object = None,
+        negative: Collection[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(option_strings, dest, nargs=0, const=const, **kwargs)
         self.kind = kind
         self.negative = negative  # the strings that store False (0.33.0's --disable-x too); None: `--no-`
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
         if self.kind in ("help", "version"):
             raise BadInput(f"{option_string}: vLLM prints its {self.kind} and serves nothing")
         if self.kind == "boolean_optional" and self.negative is not None:

@@ -38,8 +38,11 @@ from patchkit.base.hashing import sha256
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 from patchkit.engine.guard import launch_refusal
 from patchkit.engine.inspection import TreeStatus
+from patchkit.engine.resolve import Resolved
+from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext, set_checks
 from patchkit.launch.findings import Finding
+from patchkit.launch.models import ModelConfig
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.journal import settled_record
 from patchkit.store.state import parse_state, state_path
@@ -49,7 +52,7 @@ ENTRY_LIMIT = 1 << 20  # a few findings: far below this
 FILE_LIMIT = 16 << 20  # a file of the set or of patchkit's code hashed into the key
 
 
-def recorded_status(resolved):
+def recorded_status(resolved: Resolved) -> TreeStatus | None:
     """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
     if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
         return None
@@ -68,7 +71,7 @@ def _settled_record(root: Path) -> bytes | None:
     return record if isinstance(record, bytes) else None
 
 
-def _as_recorded(resolved, raw: bytes) -> bool:
+def _as_recorded(resolved: Resolved, raw: bytes) -> bool:
     """Whether the record is one apply of this series on this version, every file as it wrote it."""
 
     root = resolved.target.root
@@ -138,7 +141,7 @@ def _key(context: LaunchContext) -> str | None:
 _SETTING_PREFIXES = ("PYTHON", "VLLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "XDG_")
 
 
-def _launch_setting(command) -> dict:
+def _launch_setting(command: LaunchCommand) -> dict[str, object]:
     """What of the launch's environment and working directory its findings can depend on."""
     variables = {k: v for k, v in command.environ.items() if k.startswith(_SETTING_PREFIXES) or k == "HOME"}
     return {"variables": variables, "first_path": command.first_path()}
@@ -148,7 +151,7 @@ def _refuse(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def _model(model) -> dict | None:
+def _model(model: ModelConfig | None) -> dict[str, object] | None:
     return None if model is None else {"name": model.name, "path": str(model.path), "config": model.config}
 
 

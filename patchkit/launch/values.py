@@ -10,12 +10,16 @@ from __future__ import annotations
 import errno
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import NotRegularFile, read_regular
+
+if TYPE_CHECKING:  # pragma: no cover
+    from yaml.events import Event
 
 MAX_DEPTH = 64  # far beyond any vLLM config (they nest 3 or 4 deep), far below the interpreter's stack
 MAX_NODES = 100_000  # values in one document, aliases expanded (a YAML alias bomb expands to 10^8)
@@ -134,7 +138,7 @@ def _check_encodable(text: str, what: str) -> None:
         raise BadInput(f"{what} holds a lone surrogate {bad}: no file name or text can hold it") from None
 
 
-def _check_events(yaml: ModuleType, events, what: str) -> None:
+def _check_events(yaml: ModuleType, events: Iterable[Event], what: str) -> None:
     """The document's depth and its size with every alias expanded, counted from the parser's
     events (of `yaml`, PyYAML loaded by the caller) as they come (an anchor's size is known once its
     node ends): nothing is built."""

@@ -9,6 +9,7 @@ import re
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from packaging.version import Version
 
@@ -18,6 +19,8 @@ from patchkit.base.fsutil import atomic_write, unsafe_reason
 from patchkit.maintainer.patchtext import split_header
 from patchkit.series.library import load_set
 from patchkit.series.patchfile import Patch, decode
+
+T = TypeVar("T")
 
 META = ".patchkit-workspace.json"
 SCHEMA = 1
@@ -137,7 +140,7 @@ def _read_regular(path: Path) -> bytes:
         return handle.read(1 << 24)
 
 
-def _typed(data: dict, name: str, kind: type):
+def _typed(data: dict[str, Any], name: str, kind: type[T]) -> T:
     if not isinstance(data[name], kind):
         raise TypeError(f"{name} is not a {kind.__name__}")
     return data[name]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.base.enums import StepState
+from patchkit.base.enums import PatchChange, PortOutcome, StepState
 from patchkit.base.errors import BadInput, Conflict, NoPatchSet
 from patchkit.base.fsutil import read_file
-from patchkit.maintainer.gitrepo import commit_all, git_diff, init_repo
+from patchkit.maintainer.gitrepo import Changes, commit_all, git_diff, init_repo
 from patchkit.maintainer.merge import merge_file
 from patchkit.maintainer.meta import STOCK_TAG, WorkspaceMeta, record_of, registered_entry
 from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
@@ -29,6 +29,8 @@ from patchkit.series.library import PATCH, UPSTREAM, PatchSetDef, Selection, loa
 from patchkit.series.patchfile import decode, encode, parse_patch
 from patchkit.series.plan import plan_apply
 from patchkit.tree.version import parse
+
+Stage = tuple[str, str, bytes | None, bytes | None]  # (patch, path, before, after) of one file step
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,10 @@ def port_set(request: PortRequest) -> PortReport:
     if v1 == v2:
         raise BadInput(f"--from and --to are the same release ({v1})")
     selection = series_for(patch_set, v1)
-    report = PortReport(str(v1), str(v2), "ported", None)
+    report = PortReport(str(v1), str(v2), PortOutcome.PORTED, None)
     declared = _declared(patch_set, v2, request.out)
     if declared == UPSTREAM:
-        report.outcome = "upstream"
+        report.outcome = PortOutcome.UPSTREAM
         report.notes.append(f"set.toml declares the set upstream in vLLM {v2} ({patch_set.upstream})")
         return report
     dest = _destination(patch_set, v2, request.out)
@@ -128,7 +130,9 @@ class _Port:
     def write(self, merged: _Merged, outcomes: list[PatchOutcome]) -> PortReport:
         """A clean merge: V2's series, checked to reproduce the merge, into the library (or --out)."""
         texts, roots, out = merged.texts, self.patch_set.roots, self.request.out
-        ported = [parse_patch(encode(texts[o.name]), o.name, roots=roots) for o in outcomes if o.state != "removed"]
+        ported = [
+            parse_patch(encode(texts[o.name]), o.name, roots=roots) for o in outcomes if o.state != PatchChange.REMOVED
+        ]
         check_reproduces(ported, merged.stock2, merged.current)
         source = series_directory(self.selection)
         if out is None and all(read_file(source / o.name) == encode(texts.get(o.name, "")) for o in outcomes):
@@ -144,14 +148,16 @@ class _Port:
         """V2 needs exactly V1's diffs: point V2 at V1's directory (or copy them into --out)."""
         report, selection, patch_set, dest = self.report, self.selection, self.patch_set, self.dest
         source = series_directory(selection)
-        report.outcome = "identical"
+        report.outcome = PortOutcome.IDENTICAL
         names = [p.name for p in selection.patches]
         if self.request.out:
             dest.mkdir(parents=True, exist_ok=True)
             for name in names:
                 shutil.copyfile(source / name, dest / name)
             write_series(dest, names)
-            report.patches = [PatchOutcome(p.name, "new", [f.path for f in p.files]) for p in selection.patches]
+            report.patches = [
+                PatchOutcome(p.name, PatchChange.NEW, [f.path for f in p.files]) for p in selection.patches
+            ]
             report.notes.append(
                 f"vLLM {report.to_version} needs the same series as {report.from_version}: copied into {dest}"
             )
@@ -170,7 +176,7 @@ class _Port:
     def leave_workspace(self, merged: _Merged) -> PortReport:
         """Leave a workspace of V2 with the merge (and its conflict markers) committed on top of stock."""
         report = self.report
-        report.outcome = "conflicts"
+        report.outcome = PortOutcome.CONFLICTS
         conflicted = sorted({m.path for m in report.conflicts})
         target = Path(self.request.workspace or f"vllm-{report.to_version}-workspace")
         try:
@@ -239,13 +245,13 @@ def _declared(patch_set: PatchSetDef, version: Version, out: str | None) -> str 
 
 
 def _port_upstream(report: PortReport, why: str) -> PortReport:
-    report.outcome = "upstream"
+    report.outcome = PortOutcome.UPSTREAM
     report.destination = None
     report.notes.append(f"vLLM {report.to_version} already contains the change ({why}): nothing written")
     return report
 
 
-def _v1_stages(tree1: Path, selection: Selection) -> list[tuple[str, str, bytes | None, bytes | None]]:
+def _v1_stages(tree1: Path, selection: Selection) -> list[Stage]:
     """(patch, path, before, after) for every file step of the series on V1's stock files."""
     plan = plan_apply(tree1, selection.patches)
     stages = []
@@ -260,10 +266,12 @@ def _v1_stages(tree1: Path, selection: Selection) -> list[tuple[str, str, bytes 
     return stages
 
 
-def _merge_stages(stages, stock2: Contents, report: PortReport, v1: str, v2: str):
+def _merge_stages(
+    stages: list[Stage], stock2: Contents, report: PortReport, v1: str, v2: str
+) -> tuple[Contents, dict[str, Changes]]:
     """Merge each patch's change of each file onto V2, patch after patch."""
     current: Contents = dict(stock2)
-    results: dict[str, dict] = {}
+    results: dict[str, Changes] = {}
     for name, path, base, ours in stages:
         theirs = current.get(path)
         if theirs is None and base is not None:
@@ -278,7 +286,7 @@ def _merge_stages(stages, stock2: Contents, report: PortReport, v1: str, v2: str
 
 
 def _ported_texts(
-    selection: Selection, results: dict[str, dict], today: str, roots: tuple[str, ...]
+    selection: Selection, results: dict[str, Changes], today: str, roots: tuple[str, ...]
 ) -> tuple[dict[str, str], list[PatchOutcome]]:
     texts, outcomes = {}, []
     patch_roots = list(roots)
@@ -288,8 +296,8 @@ def _ported_texts(
         order = [f.path for f in patch.files if f.path in diffs]
         body = "".join(diffs[p] for p in order)
         if not body:
-            outcomes.append(PatchOutcome(patch.name, "removed", []))
+            outcomes.append(PatchOutcome(patch.name, PatchChange.REMOVED, []))
             continue
         texts[patch.name] = join_header(*keep_or_touch(header, v1_body, body, today, patch_roots))
-        outcomes.append(PatchOutcome(patch.name, "new", order))
+        outcomes.append(PatchOutcome(patch.name, PatchChange.NEW, order))
     return texts, outcomes

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -250,7 +250,7 @@ def _run_jobs(
     opts: Options,
     advance: Advance,
     store: ResultStore | None,
-):
+) -> list[ReleaseResult]:
     """Fetch side by side; verify each release as soon as its files are there."""
     done: dict[_Job, ReleaseResult] = {}
     trees: dict[_Job, Path] = {}
@@ -283,13 +283,13 @@ def _run_jobs(
     return list(done.values())
 
 
-def _fetch(job: _Job, paths) -> tuple[Path, float]:
+def _fetch(job: _Job, paths: Iterable[str]) -> tuple[Path, float]:
     start = time.perf_counter()
     tree = fetch.release_tree(str(job.version), paths)
     return tree, time.perf_counter() - start
 
 
-def _same_stock_files(mate_tree: Path, lead_tree: Path, paths) -> bool:
+def _same_stock_files(mate_tree: Path, lead_tree: Path, paths: Iterable[str]) -> bool:
     """Compare through the wheels' RECORD hashes (verified by the fetcher for every file it reads)."""
     mine, theirs = _record(mate_tree), _record(lead_tree)
     if mine is None or theirs is None:
@@ -366,8 +366,11 @@ class ResultStore:
             raise ValueError("not sealed by this user's patchkit (edited, or made on another machine)")
         if data["vllm_version"] != str(job.version) or data["series"] != job.series:
             raise ValueError(f"made for {data['vllm_version']} ({data['series']}), not {job.version} ({job.series})")
-        checks = [CheckResult(**c) for c in data["checks"]]
-        if not all(isinstance(c.ok, bool) and c.level in (ERROR, WARNING) for c in checks):
+        rows = data["checks"]
+        if not all(not isinstance(c, dict) or c.get("level", ERROR) in (ERROR, WARNING) for c in rows):
+            raise ValueError("a check result is malformed")
+        checks = [CheckResult(**c) for c in rows]
+        if not all(isinstance(c.ok, bool) for c in checks):
             raise ValueError("a check result is malformed")
         outcome = ReleaseOutcome(data["outcome"])  # ValueError for an outcome patchkit does not know
         if outcome == UNSUPPORTED:
@@ -447,7 +450,7 @@ class _Clock:
         self._start = time.perf_counter()
 
     @contextmanager
-    def __call__(self, phase: str):
+    def __call__(self, phase: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield
@@ -508,13 +511,13 @@ def _damaged_stock(version: Version, results: list[CheckResult]) -> ReleaseResul
 def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     """apply --dry-run, apply, status, revert: what a user would run, on the release's stock files."""
     version = _release(resolved)
-    with clock("dry_run"):
-        plan = apply_series(resolved, dry_run=True).plan
+    dry = apply_series(resolved, dry_run=True, timed=clock)  # its plan timed as dry_run, its checks as checks
+    plan = dry.plan
     assert plan is not None  # a library series is always planned
     refused = _refused_by_plan(version, plan)
     if refused:
         return refused
-    applied = apply_series(resolved, timed=clock)
+    applied = apply_series(resolved, timed=clock, checked=dry)  # the dry run's checks, not run twice
     results = applied.planned_checks
     if not applied.written:
         failed = any(r.failed for r in results)
@@ -614,7 +617,7 @@ def _revert(resolved: Resolved) -> None:
         raise reverted.error
 
 
-def _reverse_apply_problems(resolved: Resolved, changes) -> list[str]:
+def _reverse_apply_problems(resolved: Resolved, changes: dict[str, tuple[bytes | None, bytes | None]]) -> list[str]:
     """`revert` without a record reverse-applies the series: that must give stock back as well."""
     plan = plan_revert(resolved.target.root, resolved.patches)
     if plan.conflicts:

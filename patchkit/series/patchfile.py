@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 
-from unidiff import PatchSet
+from unidiff import PatchedFile, PatchSet
 from unidiff.errors import UnidiffParseError
 
 from patchkit.base import fsutil
@@ -229,7 +229,7 @@ def _dep3_header(raw: bytes) -> dict[str, str]:
 _DIFF_START = re.compile(rb"^(?:diff |--- |Index: |---$)", re.MULTILINE)
 
 
-def _file_patch(name: str, pf, roots: tuple[str, ...], hunks: list[Hunk]) -> FilePatch:
+def _file_patch(name: str, pf: PatchedFile, roots: tuple[str, ...], hunks: list[Hunk]) -> FilePatch:
     if getattr(pf, "is_binary_file", False):
         raise BadInput(f"{name}: binary patch for {pf.path}; only text diffs are supported")
     # Only /dev/null marks a new or deleted file: unidiff's is_added_file also guesses "added"
@@ -365,7 +365,7 @@ def _first(a: int, b: int) -> int:
     return max(a, b) if a == -1 or b == -1 else min(a, b)
 
 
-def _read_hunk(name: str, text: bytes, header_end: int, header, stop: int) -> tuple[Hunk, int]:
+def _read_hunk(name: str, text: bytes, header_end: int, header: re.Match[bytes], stop: int) -> tuple[Hunk, int]:
     """The hunk whose header line ends (in a newline) at `header_end`, and where the diff goes on.
 
     The fast path: in git's output a body runs to the next hunk or file (the newline at `stop`),
@@ -383,7 +383,9 @@ def _read_hunk(name: str, text: bytes, header_end: int, header, stop: int) -> tu
     return Hunk(int(header[1]), int(header[3]), source, target, source_count, target_count), end
 
 
-def _plain_hunk(text: bytes, start: int, end: int, header, source_count: int, target_count: int) -> Hunk | None:
+def _plain_hunk(
+    text: bytes, start: int, end: int, header: re.Match[bytes], source_count: int, target_count: int
+) -> Hunk | None:
     """The hunk when its body (the lines after `start` up to the newline before `end`) is all
     source lines and added ones, as many as the counts say (no "\\" marker, nothing else); else None.
 
@@ -409,7 +411,9 @@ def _block(side: re.Pattern, text: bytes, start: int, end: int) -> bytes:
     return b"\n".join(side.findall(text, start, end)) + b"\n"
 
 
-def _body(name: str, raw: bytes, position: int, header, source_left: int, target_left: int) -> tuple[list[bytes], int]:
+def _body(
+    name: str, raw: bytes, position: int, header: re.Match[bytes], source_left: int, target_left: int
+) -> tuple[list[bytes], int]:
     """The slow path, a line at a time: the body's lines (without line ends) and where it ends."""
     body: list[bytes] = []
 

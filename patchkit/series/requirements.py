@@ -7,7 +7,7 @@ Below the library, so that loading a set needs nothing from the checks (which us
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import unsafe_reason
@@ -44,7 +44,7 @@ class Requirement:
             return True
         return version is not None and in_range(self.versions, version)
 
-    def __getitem__(self, key: str):
+    def __getitem__(self, key: str) -> Any:  # a str or a list of str, as SCHEMA gives the kind's field
         return self.fields.get(key)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -121,7 +122,7 @@ def _headers(text: str) -> dict[str, str]:
     return found
 
 
-def _read_metadata(target: Target, path, where: str) -> str:
+def _read_metadata(target: Target, path: Path, where: str) -> str:
     """METADATA's text, read as untrusted input: a regular file inside the tree, UTF-8 (core metadata's
     encoding), no NUL byte; anything else is BadInput naming it."""
 

@@ -86,6 +86,9 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
             ui.line("the launch passes every check", style="green")
         else:
             failed = sum(not f.ok for f in result.findings)
+            ui.failures(
+                f"{f.check}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "") for f in result.findings if not f.ok
+            )
             ui.error(f"{failed} of {len(result.findings)} launch checks failed")
 
 

@@ -7,7 +7,7 @@ import click
 from patchkit.base.enums import TreeState
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
-from patchkit.cli.ui import status_json
+from patchkit.cli.ui import reports, status_json
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
 from patchkit.engine.transaction import consistent_read
@@ -39,6 +39,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
         ui.json(status_json(resolved, status, where))
     else:
         ui.status(resolved, status, where)
+        ui.failures(reports.status_failures(status))
         if status.upstream_regression:
             ui.checks(status.checks)
             ui.error("upstream regression: this release's stock files fail the set's checks")

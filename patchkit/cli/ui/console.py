@@ -100,6 +100,13 @@ class UI:
         if hint:
             self.err.print(f"hint: {visible(hint)}", style="red")
 
+    def failures(self, findings: Iterable[str]) -> None:
+        """A failed run's findings on stderr under -q, whose report (on stdout) is not printed:
+        -q means only errors and warnings, never silence on a failure."""
+        if self.quiet and not self.json_mode:
+            for text in findings:
+                self.err.print(f"error: {visible(text)}", style="red")
+
     def json(self, data: dict[str, Any]) -> None:
         """The run's document: held for the CLI to complete and print (see Run)."""
         run.hold(data)

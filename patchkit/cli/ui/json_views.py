@@ -50,6 +50,7 @@ def status_json(resolved, status, where=None) -> dict:
             for p in status.patches
         ],
         "drifted": status.drifted,
+        "does_not_compile": status.does_not_compile,
         "stale": status.stale,
         "guard_notes": status.guard_notes,
         "guard": {"refuses": status.guard, "fix": status.guard_fix} if status.guard else None,

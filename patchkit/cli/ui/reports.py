@@ -48,12 +48,25 @@ def show_status(ui, resolved, status, where=None) -> None:
             ui.line(f"  {p.name}: {p.problem}", style="red")
     for path in status.drifted:
         ui.line(f"drifted  {path} was edited after patchkit patched it", style="red")
+        if path in status.does_not_compile:
+            ui.line(f"         and does not compile: {path}: {status.does_not_compile[path]}", style="red")
     for note in status.stale:
         ui.line(f"stale    {note} (apply discards it; revert drops it)", style="yellow")
     for note in status.guard_notes:
         ui.line(f"note     {note}", style="yellow")
     if status.guard:
         ui.line(f"guard    the launch guard refuses this tree: {'; '.join(status.guard)}", style="red")
+
+
+def status_failures(status) -> list[str]:
+    """What makes a status fail, one line each (said on stderr under -q)."""
+    found = [f"{p.name}: {p.problem}" for p in status.patches if p.problem]
+    if status.state == TreeState.PARTIAL:
+        found.append("state partial: some patches of the series are applied, others not")
+    for path in status.drifted:
+        compiled = status.does_not_compile.get(path)
+        found.append(f"drifted: {path}: " + (f"does not compile: {compiled}" if compiled else "edited since apply"))
+    return found
 
 
 def show_checks(ui, results) -> None:
@@ -84,6 +97,8 @@ def verdict_of_releases(ui, results) -> None:
             for c in r.checks:
                 if c.failed:
                     ui.line(f"  {r.version}: {c.describe()}", style="red")
+            ui.failures(f"{r.version}: {c.describe()}" for c in r.checks if c.failed)
+            ui.failures([f"{r.version}: {r.detail}"] if not any(c.failed for c in r.checks) else [])
         elif r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested:
             ui.error(f"vLLM {r.version} was asked for but is not covered: {r.detail}")
     summary = ", ".join(f"{n} {label}" for label, n in Counter(r.label for r in results).items())
@@ -91,6 +106,7 @@ def verdict_of_releases(ui, results) -> None:
     refused = [str(r.version) for r in results if r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested]
     if failed:
         ui.line(f"verify: FAILED on {', '.join(failed)} ({summary})", style="bold red")
+        ui.failures([f"verify: FAILED on {', '.join(failed)} ({summary})"])
     elif refused:
         ui.line(f"verify: not covered: {', '.join(refused)} ({summary})", style="magenta")
     else:
@@ -138,3 +154,13 @@ def verified_target_text(ui, resolved, verified) -> None:
     if results:
         show_checks(ui, results)
     ui.line("verify: ok" if verified.ok else "verify: FAILED", style="green" if verified.ok else "bold red")
+    if not verified.ok:
+        ui.failures([*verify_failures(verified), "verify: FAILED"])
+
+
+def verify_failures(verified) -> list[str]:
+    """Each finding that fails `verify` on a target, one line each: a conflict, a drifted file, a
+    failed check, the guard's refusal."""
+    status = verified.status
+    guard = [f"guard: the launch guard refuses this tree: {'; '.join(status.guard)}"] if status.guard else []
+    return status_failures(status) + [r.describe() for r in verified.checks if r.failed] + guard

@@ -1,0 +1,133 @@
+"""Issue 22, "Answers that must be true": each everyday answer, as a new user meets it on a tree
+from `patchkit fetch 0.16.0 --dest DIR`, says what is so (release tier: the real 0.16.0 files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, fingerprint, run_cli
+from packaging.version import Version
+
+from patchkit.base.options import Options
+from patchkit.checks import registry
+from patchkit.releases import check as release_check
+
+pytestmark = pytest.mark.release
+
+KIMI = "vllm/model_executor/models/kimi_k25.py"
+
+
+@pytest.fixture
+def fetched(tmp_path) -> Path:
+    """A tree as `patchkit fetch 0.16.0 --dest DIR` lays it out: the set's files and the dist-info."""
+    site = tmp_path / "vllm-0.16.0"
+    done = run_cli("fetch", "0.16.0", "--dest", site)
+    assert done.returncode == 0, done.stderr
+    return site
+
+
+def break_import(path: Path) -> None:
+    """`import copy` -> `import copy,` (line 14 of 0.16.0's kimi_k25.py): a syntax error."""
+    text = path.read_text()
+    assert "\nimport copy\n" in text
+    path.write_text(text.replace("\nimport copy\n", "\nimport copy,\n", 1))
+
+
+def adhoc_patch(site: Path, tmp_path: Path) -> Path:
+    """An ad-hoc --patch that adds the trailing comma to kimi_k25.py's `import copy`."""
+    stock = (site / KIMI).read_text().splitlines(keepends=True)
+    line = stock.index("import copy\n")
+    before, after = (" " + c for c in stock[line - 3 : line]), (" " + c for c in stock[line + 1 : line + 4])
+    header = f"--- a/{KIMI}\n+++ b/{KIMI}\n@@ -{line - 2},7 +{line - 2},7 @@\n"
+    body = "".join([*before, "-import copy\n", "+import copy,\n", *after])
+    diff = tmp_path / "comma.patch"
+    diff.write_text(header + body)
+    return diff
+
+
+# 1. A dry run says what apply would do.
+
+
+def test_a_dry_run_fails_a_patch_that_breaks_the_syntax_as_apply_does_and_writes_nothing(fetched, tmp_path):
+    diff = adhoc_patch(fetched, tmp_path)
+    before = fingerprint(fetched)
+    dry = run_cli("apply", "--dry-run", "--target", fetched, "--patch", diff)
+    assert_clean_failure(dry, 1)
+    assert f"syntax: {KIMI}: line 14: invalid syntax" in dry.stderr
+    assert "apply would write nothing" in dry.stderr
+    assert fingerprint(fetched) == before  # not even .patchkit/
+    applied = run_cli("apply", "--target", fetched, "--patch", diff)
+    assert_clean_failure(applied, 1)
+    assert f"syntax: {KIMI}: line 14: invalid syntax" in applied.stderr
+
+
+def test_a_dry_run_of_the_library_series_runs_the_checks_and_says_they_passed(fetched):
+    done = run_cli("apply", "--dry-run", "--target", fetched, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["result"] == "dry-run"
+    ran = {c["check"] for c in document["checks"]}
+    assert {"integrity", "syntax", "names", "contract"} <= ran
+    text = run_cli("apply", "--dry-run", "--target", fetched)
+    assert text.stdout.splitlines()[-1].startswith("dry run: 4 file(s) would change, 20 check(s) passed")
+
+
+def test_verify_against_a_release_checks_the_planned_contents_once(monkeypatch):
+    """The dry run and apply of `verify --vllm-version`/`--all` share one run of the checks on
+    the planned contents; the checks on disk run after writing."""
+    runs = []
+    real = registry.run_checks
+
+    def counted(ctx, checks=None):
+        runs.append(ctx.on_disk)
+        return real(ctx, checks)
+
+    monkeypatch.setattr(registry, "run_checks", counted)
+    [result] = release_check.verify_releases([Version("0.16.0")], set(), Options(), use_cache=False)
+    assert result.outcome == "patched", result.detail
+    assert runs == [False, True]
+
+
+# 2. -q is never silent on a failure.
+
+
+def test_verify_quiet_names_the_failure_on_stderr(fetched):
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    break_import(fetched / KIMI)
+    done = run_cli("verify", "-q", "--target", fetched)
+    assert_clean_failure(done, 1)
+    assert done.stdout == ""
+    assert f"syntax: {KIMI}: line 14: invalid syntax" in done.stderr
+    assert "verify: FAILED" in done.stderr
+
+
+def test_quiet_commands_that_pass_print_nothing(fetched):
+    for command in (["status"], ["verify"], ["apply", "--dry-run"]):
+        done = run_cli(*command, "-q", "--target", fetched)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), command
+
+
+# 3. status names a drifted file that does not compile.
+
+
+def test_status_names_a_drifted_file_that_does_not_compile_with_its_line(fetched):
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    break_import(fetched / KIMI)
+    done = run_cli("status", "--target", fetched)
+    assert_clean_failure(done, 1)
+    assert f"does not compile: {KIMI}: line 14: invalid syntax" in done.stdout
+    document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
+    assert document["drifted"] == [KIMI]
+    assert document["does_not_compile"] == {KIMI: "line 14: invalid syntax"}
+    quiet = run_cli("status", "-q", "--target", fetched)
+    assert f"{KIMI}: does not compile: line 14: invalid syntax" in quiet.stderr
+
+
+def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    with (fetched / KIMI).open("a") as f:
+        f.write("\n# a local note\n")
+    document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
+    assert document["drifted"] == [KIMI] and document["does_not_compile"] == {}
