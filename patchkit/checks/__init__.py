@@ -8,7 +8,7 @@ anything is written. A check is a module in this package, listed in registry.def
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,6 +36,8 @@ class CheckResult:
     ok: bool
     message: str
     level: CheckLevel = ERROR
+    # the source line a syntax error is on, a caret under where it is: shown to a person, not in JSON
+    excerpt: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         # a level read back from JSON (a cached result) is a str: the enum's, or ValueError
@@ -53,7 +55,9 @@ class CheckResult:
         return CheckStatus.FAIL if self.failed else CheckStatus.WARNING
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        del data["excerpt"]  # the JSON document keeps its keys; the text report shows the excerpt
+        return data
 
     def describe(self) -> str:
         return f"{self.check}: {self.path or '-'}: {self.message}"

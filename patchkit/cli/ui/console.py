@@ -11,8 +11,9 @@ from types import ModuleType
 from typing import Any
 
 from patchkit.cli.ui import reports, run
+from patchkit.cli.ui.findings import Failure
 from patchkit.cli.ui.plan import show_plan
-from patchkit.cli.ui.text import STATE_STYLES, plain_stdout, rich, visible, write_plainly
+from patchkit.cli.ui.text import STATE_STYLES, fitted, plain_stdout, rich, visible, write_plainly
 
 
 def _console(*, stderr: bool):
@@ -100,13 +101,6 @@ class UI:
         if hint:
             self.err.print(f"hint: {visible(hint)}", style="red")
 
-    def failures(self, findings: Iterable[str]) -> None:
-        """A failed run's findings on stderr under -q, whose report (on stdout) is not printed:
-        -q means only errors and warnings, never silence on a failure."""
-        if self.quiet and not self.json_mode:
-            for text in findings:
-                self.err.print(f"error: {visible(text)}", style="red")
-
     def json(self, data: dict[str, Any]) -> None:
         """The run's document: held for the CLI to complete and print (see Run)."""
         run.hold(data)
@@ -143,6 +137,44 @@ class UI:
         if title and not self.terminal:
             self.out.print(title)
         self.out.print(table)
+
+    def failures(self, failures: list[Failure]) -> None:
+        """Each failure: its heading (where: what: message), the source line and caret, what
+        follows from it, and its fix. On stderr with -q: a failure is never silent."""
+        if self.json_mode or not failures:
+            return
+        for failure in failures:
+            style = "yellow" if failure.warning else "red"
+            self._said(fitted(failure.heading(), self.width, indent=2), style=style, stderr=self.quiet)
+            for line in failure.excerpt.splitlines():
+                self._said([" " * 4 + visible(line, field=True)], stderr=self.quiet)
+            for also in failure.also:
+                self._said(fitted(f"also: {also}", self.width, first=2, indent=8), stderr=self.quiet)
+            if failure.fix:
+                self._said(fitted(f"fix: {failure.fix}", self.width, first=2, indent=7), stderr=self.quiet)
+
+    def verdict(self, text: str, *, ok: bool) -> None:
+        """The last line: the command's one-line verdict (on stderr with -q when it failed)."""
+        if self.json_mode:
+            return
+        if ok:
+            self.line(text, style="green")
+        else:
+            self._said(fitted(text, self.width, indent=2), style="bold red", stderr=self.quiet)
+
+    @property
+    def width(self) -> int | None:
+        """The terminal's width to fit lines to; None when piped (lines are never wrapped there)."""
+        return self.out.width if self.terminal else None
+
+    def _said(self, lines: list[str], style: str | None = None, *, stderr: bool = False) -> None:
+        """Lines already fitted: written as they are (never wrapped again)."""
+        if stderr:
+            for text in lines:
+                self.err.print(visible(text), style=style, soft_wrap=True)
+            return
+        for text in lines:
+            self.line(text, style=style)
 
     def diff(self, text: str) -> None:
         if self.terminal:

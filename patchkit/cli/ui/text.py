@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TextIO
@@ -73,3 +74,30 @@ def write_plainly(write: Callable[[TextIO], object]) -> None:
     BrokenPipeError ends the run quietly with exit 141)."""
     write(sys.stdout)
     sys.stdout.flush()
+
+
+def shortened(word: str, width: int) -> str:
+    """`word` in at most `width` columns: its start and its end (where a path names its file)
+    around an ellipsis."""
+    if len(word) <= width:
+        return word
+    tail = (width - 1) * 2 // 3
+    return word[: width - 1 - tail] + "\u2026" + word[len(word) - tail :]
+
+
+def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2) -> list[str]:
+    """`text` as lines of at most `width` columns, wrapped at spaces (the first line indented by
+    `first`, the others by `indent`); a word longer than a line is shortened with an ellipsis.
+    Without a width (piped): one line, never wrapped."""
+    if width is None:
+        return [" " * first + text]
+    room = max(width - max(first, indent), 10)
+    words = " ".join(shortened(word, room) for word in text.split(" "))
+    return textwrap.wrap(
+        words,
+        width,
+        initial_indent=" " * first,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [""]
