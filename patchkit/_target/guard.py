@@ -65,7 +65,7 @@ def check() -> None:
 def imported_site() -> str | None:
     """The site directory of the vllm this process imported (what it runs), symlinks resolved: not
     the one beside this file, which PYTHONPATH, a user site or a second venv may shadow. Before
-    vllm is imported, the one the import system finds; None: no vllm at all."""
+    vllm is imported, the one an import would load; None: no vllm at all."""
     module = sys.modules.get("vllm")
     if module is not None:
         origin = getattr(module, "__file__", None)
