@@ -26,6 +26,15 @@ class StepState(StrEnum):
     CONFLICT = "conflict"
 
 
+class FileKind(StrEnum):
+    """What a patch does to one file."""
+
+    ADD = "add"
+    DELETE = "delete"
+    RENAME = "rename"
+    MODIFY = "modify"
+
+
 class PatchState(StrEnum):
     """A patch as `status` reports it."""
 
@@ -118,6 +127,14 @@ class NodeState(StrEnum):
     ROLLED_BACK = "rolled-back"
     ROLLBACK_FAILED = "rollback-failed"
     MIXED = "mixed"  # the nodes' states differ
+
+
+class FleetPhase(StrEnum):
+    """Where a fleet apply ended."""
+
+    PREPARE = "prepare"  # phase 1 refused: nothing written
+    APPLY = "apply"  # phase 2 ran on every node
+    ROLLED_BACK = "rolled-back"  # phase 2 failed somewhere: the nodes written were reverted
 
 
 class RayFailure(StrEnum):

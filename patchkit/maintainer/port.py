@@ -8,7 +8,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.base.enums import PatchChange, PortOutcome, StepState
+from patchkit.base.enums import FileKind, PatchChange, PortOutcome, StepState
 from patchkit.base.errors import BadInput, Conflict, NoPatchSet
 from patchkit.base.fsutil import read_file
 from patchkit.maintainer.gitrepo import Changes, commit_all, git_diff, init_repo
@@ -260,7 +260,7 @@ def _v1_stages(tree1: Path, selection: Selection) -> list[Stage]:
             problem = step.mismatch.describe() if step.mismatch else f"already present in stock {selection.version}"
             raise BadInput(f"{step.patch.name} does not apply to stock vLLM {selection.version}: {problem}")
         for file_step in step.files:
-            if file_step.patch.kind == "rename":
+            if file_step.patch.kind == FileKind.RENAME:
                 raise BadInput(f"{step.patch.name}: renames ({file_step.patch.source_path}) cannot be ported")
             stages.append((step.patch.name, file_step.patch.path, file_step.before, file_step.after))
     return stages
