@@ -80,9 +80,12 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
     elif fmt == "junit":
         write_junit(findings_junit(result))
     else:
-        rows = [[f.check, "pass" if f.ok else "fail", f.message, f.fix or ""] for f in result.findings]
+        rows = [[f.check, f.result, f.message, f.fix or ""] for f in result.findings]
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
-        if result.ok:
+        unjudged = sum(not f.judged for f in result.findings)
+        if result.ok and unjudged:
+            ui.line(f"the launch passes every check that could judge it; {unjudged} could not (see why above)")
+        elif result.ok:
             ui.line("the launch passes every check", style="green")
         else:
             failed = sum(not f.ok for f in result.findings)
@@ -101,6 +104,7 @@ def findings_junit(result: PreflightResult) -> str:
         JUnitCase(
             name=f.check,
             failure=None if f.ok else f.message,
+            skipped=None if f.judged else f.message,
             details=f.message + (f"\nfix: {f.fix}" if f.fix else ""),
             output="" if not f.ok else f.message,
         )
