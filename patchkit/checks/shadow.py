@@ -8,7 +8,8 @@ _get_supported_file_loaders). A package or an extension module beside a patched 
 runs: the patch is dead. A directory without `__init__` is a namespace portion, taken only when
 nothing else is found: a module or extension named like a package on the way without `__init__`
 shadows every source below it. Which suffixes an interpreter loads is its own: every form CPython and PyPy
-use is taken as one it may load.
+use is taken as one it may load. FileFinder takes each of these only when it is a regular file
+(`_path_isfile`, which follows symlinks): a directory, a fifo or a link to a directory of that name is none.
 
 Not in default_checks(): apply refuses such a tree (a target problem, before anything is written),
 verify reports it (scan), and `patchkit wheel` refuses such a wheel (bad input).
@@ -36,7 +37,7 @@ ORDER = "Python imports a package, then an extension module, before a .py"
 
 def shadow(path: str, names_in: Callable[[str], Iterable[str]]) -> str | None:
     """The file Python imports instead of the source `path` (a `.py`), or None. `names_in(dir)`:
-    the names in that directory (relative to the same root; empty when it is none)."""
+    the names of the regular files in that directory (relative to the same root; empty when it is none)."""
     if not path.endswith(".py"):
         return None
     parent, _, name = path.rpartition("/")
@@ -104,12 +105,21 @@ def tree_shadows(root: Path, patches: list[Patch]) -> dict[str, str]:
 
     def on_disk(directory: str) -> list[str]:
         try:
-            return os.listdir(root / directory)
+            with os.scandir(root / directory) as entries:
+                return [entry.name for entry in entries if _regular_file(entry)]
         except OSError:  # none, a file, unreadable: nothing Python could import from either
             return []
 
     names_in = planned(on_disk, patches)
     return {path: found for path in sources(patches) if (found := shadow(path, names_in))}
+
+
+def _regular_file(entry: os.DirEntry[str]) -> bool:
+    """What FileFinder's _path_isfile accepts: a regular file, through symlinks (a dangling one: no)."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def scan(root: Path, patches: list[Patch]) -> list[CheckResult]:

@@ -67,6 +67,7 @@ Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
 _PYTHON_LIB_DIR = re.compile(r"python[0-9.]*t?|Lib", re.IGNORECASE)  # lib/python3.12, lib/python3.13t, Windows' Lib
+_SCRIPT_DIRS = ("bin", "Scripts")  # data's <prefix>/bin is the scripts directory (Windows: Scripts)
 _SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
 _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error, lzma.LZMAError)
@@ -143,7 +144,7 @@ class StockWheel:
                 while chunk := stream.read(1 << 20):
                     digest.update(chunk)
         except _DAMAGED as exc:
-            raise BadInput(f"{self.label}: cannot read {member.name} (a damaged wheel?): {exc}") from None
+            raise BadInput(f"{self.label}: cannot read {rawzip.shown(member.name)} (a damaged wheel?): {exc}") from None
         return record_digest(digest.digest(), "sha256")
 
 
@@ -520,39 +521,55 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
         top = member.name.split("/", 1)[0]
         if top != data_dir and _is_data_dir(top):
             raise BadInput(
-                f"{label}: member {member.name!r} lies in {top}/, not the wheel's {data_dir}/: pip installs "
+                f"{label}: member {rawzip.shown(member.name)} lies in {top}/, not the wheel's {data_dir}/: pip installs "
                 "every top-level *.data directory as one, other installers as plain files; refusing the wheel"
             )
         path = None if member.is_dir else installed_path(member.name, data_dir)
         if path is None:
-            _refuse_vllm_outside_site_packages(member.name, data_dir, label)
             continue
         if member.name != path and path.split("/", 1)[0].lower().endswith(".dist-info"):
-            raise BadInput(f"{label}: member {member.name!r} installs into a .dist-info directory; refusing the wheel")
+            raise BadInput(
+                f"{label}: member {rawzip.shown(member.name)} installs into a .dist-info directory; refusing the wheel"
+            )
         other = paths.setdefault(rawzip.folded(path), member.name)
         if other != member.name:
             raise BadInput(
-                f"{label}: members {other!r} and {member.name!r} install to the same file {path}; refusing the wheel"
+                f"{label}: members {rawzip.shown(other)} and {rawzip.shown(member.name)} install to the same file {rawzip.shown(path)}; refusing the wheel"
             )
+    for member in members:  # after the clashes, which say more when a member is both
+        if not member.is_dir:
+            _refuse_vllm_from_data(member.name, data_dir, label)
     return paths
 
 
-def _refuse_vllm_outside_site_packages(name: str, data_dir: str, label: str) -> None:
-    """BadInput for a .data member that installs a `vllm` package or module where Python imports it
-    ahead of site-packages: under <prefix>/lib/pythonX.Y (on sys.path before site-packages on prefix
-    installs: conda, pyenv, python images) or in bin/ (sys.path[0] when the `vllm` script runs)."""
-    scheme, _, path = name[len(data_dir) + 1 :].partition("/") if name.startswith(f"{data_dir}/") else ("", "", "")
-    parts = path.split("/")
-    if scheme == "data":
-        python_dir = next((i for i, part in enumerate(parts) if _PYTHON_LIB_DIR.fullmatch(part)), None)
-        importable = [] if python_dir is None else parts[python_dir + 1 :]
-    else:
-        importable = parts[:1] if scheme == "scripts" else []
-    if any(part.split(".", 1)[0] == "vllm" for part in importable):
+def _refuse_vllm_from_data(name: str, data_dir: str, label: str) -> None:
+    """BadInput for a .data member that installs a `vllm` module or package where Python may import
+    it instead of the patched vllm/ of the wheel's root: purelib and platlib (site-packages, or
+    another directory on sys.path under a distribution's scheme), a python directory of data's
+    prefix (lib/pythonX.Y, its site- or dist-packages: on sys.path on system and prefix installs),
+    scripts and data's bin/ (sys.path[0] when the `vllm` script runs)."""
+    if not name.startswith(f"{data_dir}/"):
+        return
+    scheme, _, path = name[len(data_dir) + 1 :].partition("/")
+    if any(part.split(".", 1)[0].lower() == "vllm" for part in _importable_parts(scheme, path)):
         raise BadInput(
-            f"{label}: member {name!r} installs a vllm module outside site-packages, where Python can "
-            "import it ahead of the patched one; refusing the wheel"
+            f"{label}: member {rawzip.shown(name)} installs a vllm module from the wheel's .data, where "
+            "Python can import it instead of the patched vllm/ package; refusing the wheel",
+            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
         )
+
+
+def _importable_parts(scheme: str, path: str) -> list[str]:
+    """The parts of a .data member's path that may name a top-level module once installed."""
+    parts = path.split("/")
+    if scheme in ("purelib", "platlib", "scripts"):
+        return parts[:1]
+    if scheme != "data":  # headers: include/, never on sys.path
+        return []
+    if parts[0] in _SCRIPT_DIRS:
+        return parts[1:2]
+    python_dir = next((i for i, part in enumerate(parts) if _PYTHON_LIB_DIR.fullmatch(part)), None)
+    return [] if python_dir is None else parts[python_dir + 1 :]
 
 
 def _is_data_dir(top: str) -> bool:
@@ -689,7 +706,7 @@ def _refuse_shadowed(wheel: StockWheel, patches: list[Patch]) -> None:
         if found is not None:
             member_name = wheel.installs.get(rawzip.folded(found), found)
             raise BadInput(
-                f"{wheel.label}: {member_name} installs as {found}, which Python imports instead of the patched "
+                f"{wheel.label}: {rawzip.shown(member_name)} installs as {rawzip.shown(found)}, which Python imports instead of the patched "
                 f"{path} ({shadow.ORDER}): the patch would never run; refusing the wheel",
                 hint="this series cannot patch this wheel: build from a wheel whose module is the .py source",
             )
@@ -905,7 +922,7 @@ def _creatable(wheel: StockWheel, path: str) -> str:
     other = wheel.installs.get(rawzip.folded(path))
     if other is not None:
         raise BadInput(
-            f"{wheel.label}: the series creates {path}, and member {other!r} installs there; refusing the wheel"
+            f"{wheel.label}: the series creates {path}, and member {rawzip.shown(other)} installs there; refusing the wheel"
         )
     return path
 
@@ -940,7 +957,7 @@ def _stock_digest(wheel: StockWheel, member: rawzip.Member, stock_record: dict[s
     digest, size = stock_record.get(member.name, ("", ""))
     if size and size != str(member.info.file_size):
         raise BadInput(
-            f"{wheel.label} is not true to its RECORD: {member.name} is {member.info.file_size} bytes, "
+            f"{wheel.label} is not true to its RECORD: {rawzip.shown(member.name)} is {member.info.file_size} bytes, "
             f"RECORD says {size}"
         )
     if digest and size and record_algorithm(digest) in HASHES:

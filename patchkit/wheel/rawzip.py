@@ -52,6 +52,17 @@ _CHUNK = 1 << 20
 _SMALL = 1 << 20  # a member's data up to this is written with its header, batched
 _BATCH = 8 << 20
 NEW_FILE_MODE = 0o100644 << 16  # a regular file, rw-r--r--, in a member's external attributes
+SHOWN_LIMIT = 100  # a member name in a message: at most this many characters, its middle cut with …
+
+
+def shown(name: str) -> str:
+    """A member name as a message shows it: quoted (repr, so control characters are escaped), a long
+    one with its middle replaced by … (a name may be 1,024 bytes; its start and file name tell it)."""
+    quoted = repr(name)
+    if len(quoted) <= SHOWN_LIMIT:
+        return quoted
+    keep = SHOWN_LIMIT - 1
+    return quoted[: keep // 2] + "…" + quoted[-(keep - keep // 2) :]
 
 
 @dataclass(frozen=True)
@@ -212,7 +223,7 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
         name = info.orig_filename
         problem = _name_problem(name, seen) or _kind_problem(info)
         if problem:
-            raise BadInput(f"{label}: member {name!r} {problem}; refusing the wheel")
+            raise BadInput(f"{label}: member {shown(name)} {problem}; refusing the wheel")
         seen.add(folded(name))
         out.append(Member(info, _data_offset(info, fd, size, label)))
     _refuse_overlaps(out, label)
@@ -220,7 +231,7 @@ def members(zf: zipfile.ZipFile, fd: int, label: str) -> list[Member]:
     for member in out:
         clash = None if member.is_dir else tree.add(member.name)
         if clash:
-            raise BadInput(f"{label}: member {member.name!r} {clash}; refusing the wheel")
+            raise BadInput(f"{label}: member {shown(member.name)} {clash}; refusing the wheel")
     return out
 
 
@@ -231,7 +242,7 @@ def _refuse_overlaps(members: list[Member], label: str) -> None:
     for before, after in itertools.pairwise(ordered):
         if before.data_offset + before.info.compress_size > after.info.header_offset:
             raise BadInput(
-                f"{label}: the data of {before.name!r} overlaps member {after.name!r} (a zip bomb?); refusing the wheel"
+                f"{label}: the data of {shown(before.name)} overlaps member {shown(after.name)} (a zip bomb?); refusing the wheel"
             )
 
 
@@ -299,21 +310,21 @@ def _kind_problem(info: zipfile.ZipInfo) -> str | None:
 def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
     """Where the member's compressed bytes start: after its local header, which must name it."""
     if not 0 <= info.header_offset < size:
-        raise BadInput(f"{label}: the central directory puts {info.orig_filename!r} outside the file (damaged?)")
+        raise BadInput(f"{label}: the central directory puts {shown(info.orig_filename)} outside the file (damaged?)")
     # One read for the header and the name the central directory gives (a second if the header's is longer).
     header = os.pread(fd, _LOCAL.size + len(info.orig_filename.encode("utf-8")), info.header_offset)
     if len(header) < _LOCAL.size or header[:4] != _LOCAL_SIG:
-        raise BadInput(f"{label}: no local header where the central directory puts {info.orig_filename!r}")
+        raise BadInput(f"{label}: no local header where the central directory puts {shown(info.orig_filename)}")
     name_length, extra_length = struct.unpack_from("<2H", header, 26)
     name = header[_LOCAL.size : _LOCAL.size + name_length]
     if len(name) < name_length:
         name = os.pread(fd, name_length, info.header_offset + _LOCAL.size)
     encoding = "utf-8" if info.flag_bits & _UTF8_NAME else "cp437"
     if name.decode(encoding, "replace") != info.orig_filename:
-        raise BadInput(f"{label}: the local header of {info.orig_filename!r} names another file")
+        raise BadInput(f"{label}: the local header of {shown(info.orig_filename)} names another file")
     start = info.header_offset + _LOCAL.size + name_length + extra_length
     if start + info.compress_size > size:
-        raise BadInput(f"{label}: the data of {info.orig_filename!r} runs past the end of the file (truncated?)")
+        raise BadInput(f"{label}: the data of {shown(info.orig_filename)} runs past the end of the file (truncated?)")
     return start
 
 
@@ -389,7 +400,7 @@ class Writer:
         .data directory meeting a member already there)."""
         for entry in entries:
             if entry.name in self.names:
-                raise BadInput(f"{self.label}: {entry.name} would be written twice; refusing the wheel")
+                raise BadInput(f"{self.label}: {shown(entry.name)} would be written twice; refusing the wheel")
             self._check_kind(entry.name)
             self.names.add(entry.name)
         if self.count + len(entries) >= MEMBER_LIMIT:
@@ -400,7 +411,7 @@ class Writer:
         for entry in entries:
             if max(offset, entry.compress_size, entry.file_size) >= ZIP32_LIMIT:
                 raise BadInput(
-                    f"{self.label}: {entry.name} lies or reaches beyond 4 GiB: that needs zip64, "
+                    f"{self.label}: {shown(entry.name)} lies or reaches beyond 4 GiB: that needs zip64, "
                     "which patchkit does not write"
                 )
             offset += _LOCAL.size + len(entry.encoded_name) + entry.compress_size
@@ -416,7 +427,7 @@ class Writer:
         directory patchkit adds)."""
         clash = self.tree.add(name)
         if clash:
-            raise BadInput(f"{self.label}: {name} {clash}; refusing the wheel")
+            raise BadInput(f"{self.label}: {shown(name)} {clash}; refusing the wheel")
 
 
 def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, count: int, label: str) -> None:

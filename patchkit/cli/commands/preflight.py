@@ -6,9 +6,10 @@ import click
 
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
-from patchkit.cli.ui import UI, JUnitCase, junit, write_junit
+from patchkit.cli.ui import UI, Failure, JUnitCase, junit, write_junit
 from patchkit.engine.transaction import consistent_read
 from patchkit.launch.command import LaunchCommand, frame, read
+from patchkit.launch.findings import PASS
 from patchkit.launch.preflight import (
     PreflightResult,
     default_options,
@@ -80,19 +81,28 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
     elif fmt == "junit":
         write_junit(findings_junit(result))
     else:
+        show_findings(ui, result)
+
+
+def show_findings(ui: UI, result: PreflightResult) -> None:
+    """Failures first (what the launch would hit, and its fix), then one verdict line; every
+    finding in a table with -v."""
+    if ui.verbose:
         rows = [[f.check, f.result, f.message, f.fix or ""] for f in result.findings]
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
-        unjudged = sum(not f.judged for f in result.findings)
-        if result.ok and unjudged:
-            ui.line(f"the launch passes every check that could judge it; {unjudged} could not (see why above)")
-        elif result.ok:
-            ui.line("the launch passes every check", style="green")
-        else:
-            failed = sum(not f.ok for f in result.findings)
-            ui.failures(
-                f"{f.check}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "") for f in result.findings if not f.ok
-            )
-            ui.error(f"{failed} of {len(result.findings)} launch checks failed")
+    # a check that could not judge is said with what gives it: never counted as a pass
+    ui.failures(
+        [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
+    )
+    total, failed = len(result.findings), sum(not f.ok for f in result.findings)
+    unjudged = sum(not f.judged for f in result.findings)
+    cannot = f", {unjudged} cannot judge" if unjudged else ""
+    more = "" if ui.verbose else " (-v shows each)"
+    if result.ok:
+        ui.verdict(f"preflight: ok: {total - unjudged} checks passed{cannot}{more}", ok=True)
+    else:
+        passed = total - failed - unjudged
+        ui.verdict(f"preflight: FAILED: {failed} of {total} checks failed, {passed} passed{cannot}{more}", ok=False)
 
 
 def findings_json(result: PreflightResult) -> list[dict]:
