@@ -39,6 +39,7 @@ STATE_STYLES = {
     "unrecorded": "yellow",
     "upstream-regression": "bold red",
     "skipped": "dim",
+    "cannot judge": "yellow",
 }
 
 
@@ -101,3 +102,46 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2) -> 
         break_long_words=False,
         break_on_hyphens=False,
     ) or [""]
+
+
+def plain_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> str:
+    """A table for a pipe: the title, then the header and each row in columns two spaces apart,
+    nothing after a row's last cell (no padding, no box)."""
+    widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
+    lines = [title] if title else []
+    for row in [columns, *rows]:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+GAP = 2  # spaces between two columns
+LABEL_WIDTH = 9  # "version  ": the labels of a report's lines
+NAME_ROOM = 16  # the fewest columns a name or a path is shortened to
+TEXT_ROOM = 20  # the fewest columns text is wrapped to
+
+
+def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[list[int], list[list[list[str]]]]:
+    """Each row (the header first) as the lines of its cells, the columns fitted into `width`: the
+    widest column narrowed first, text (a column with a space in it) wrapped at spaces, names
+    (paths, patch names) shortened with an ellipsis, each no further than it stays readable (then
+    the line is wider). Returns the columns' widths and the rows."""
+    widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
+    is_text = [any(" " in row[i] for row in rows) for i in range(len(columns))]
+    least = [
+        min(w, max(len(name), TEXT_ROOM if text else NAME_ROOM))
+        for w, name, text in zip(widths, columns, is_text, strict=True)
+    ]
+    excess = sum(widths) + GAP * (len(widths) - 1) - width
+    while excess > 0:
+        narrowable = [(widths[i], i) for i in range(len(widths)) if widths[i] > least[i]]
+        if not narrowable:
+            break
+        widths[max(narrowable)[1]] -= 1
+        excess -= 1
+    return widths, [
+        [
+            fitted(cell, w, indent=0) if text else [shortened(cell, w)]
+            for cell, w, text in zip(row, widths, is_text, strict=True)
+        ]
+        for row in [columns, *rows]
+    ]
