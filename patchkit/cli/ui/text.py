@@ -39,6 +39,7 @@ STATE_STYLES = {
     "unrecorded": "yellow",
     "upstream-regression": "bold red",
     "skipped": "dim",
+    "cannot judge": "yellow",
 }
 
 
