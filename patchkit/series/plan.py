@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
+from patchkit.base import hints
 from patchkit.base.enums import StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
@@ -270,7 +271,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
                 f"of {path} back",
-                hint="reinstall vLLM (pip install --force-reinstall --no-deps vllm==VERSION) to get stock files",
+                hint=f"reinstall vLLM ({hints.pip_reinstall(None)}) to get stock files",
             ) from damaged
         notes.append(f"{damaged.message}: {path} was restored by reverse-applying the series (sha256 checked)")
         return rebuilt
