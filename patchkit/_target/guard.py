@@ -18,7 +18,9 @@ wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
 import hashlib
 import json
 import os
+import shlex
 import stat
+import sys
 
 ENV = "PATCHKIT_GUARD"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
@@ -38,13 +40,7 @@ def check():
     problems = find_problems(_SITE)
     if not problems:
         return
-    message = (
-        "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
-        + _SITE
-        + ": "
-        + "; ".join(problems)
-        + ". Run `patchkit status` (PATCHKIT_GUARD=warn only logs this, =off skips it)"
-    )
+    message = refusal(_SITE, problems)
     if mode == "warn":
         # lazy: the guard runs in every vLLM process: only a refusal logs
         import logging
@@ -52,6 +48,22 @@ def check():
         logging.getLogger("patchkit_guard").warning(message)
         return
     raise TreeChanged(message)
+
+
+def refusal(site, problems):
+    """The guard's message: the tree, what changed, and the command that names the fix, run with
+    this very interpreter (the one vLLM runs: `--python` finds the tree it imports)."""
+    python = sys.executable
+    selection = "--python " + shlex.quote(python) if python else "--target " + shlex.quote(site)
+    return (
+        "patchkit guard: the vLLM tree in "
+        + site
+        + " is not the one `patchkit apply` left there: "
+        + "; ".join(problems)
+        + ". Run `patchkit status "
+        + selection
+        + "`: it names the command that fixes it (PATCHKIT_GUARD=warn only logs this, =off skips it)"
+    )
 
 
 def find_problems(site):
