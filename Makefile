@@ -6,6 +6,11 @@ PATCHKIT := $(VENV)/bin/patchkit
 DEMO_VERSION ?= 0.16.0
 DEMO_DIR ?= .cache/demo/vllm-$(DEMO_VERSION)
 PYTEST_ARGS ?=
+# pytest-xdist: WORKERS processes (the tests wait on subprocesses, Ray and the network as much as they
+# compute, so more than the cores); --dist loadgroup keeps the tests that share a module's set-up on one
+# (tests/conftest.py). WORKERS=0 runs them in this process.
+WORKERS ?= 4
+XDIST := -n $(WORKERS) --dist loadgroup
 
 .PHONY: demo test test-fast test-release bench clean lint
 
@@ -31,13 +36,13 @@ demo: $(VENV)/.installed
 
 # Everything, including the tests that read real releases from the package index (marker `release`).
 test: $(VENV)/.installed
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not release and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not release and not slow" $(PYTEST_ARGS)
 
 test-release: $(VENV)/.installed
-	$(PY) -m pytest -q -m release $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m release $(PYTEST_ARGS)
 
 # ruff (lint and format) and mypy, configured in pyproject.toml; zizmor on the GitHub workflows.
 lint: $(VENV)/.installed

@@ -10,6 +10,25 @@ from helpers import cli_runner, forget_behaviour_stand_ins, write_tree
 from index_server import IndexServer
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which names each test's group in its node id
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` (make test), a module's tests run on one worker when they share more than
+    the test: a module-scoped fixture (a Ray cluster, a built wheel, fetched releases: made once), or the
+    release cache they fill in turn. Every other test goes wherever a worker is free."""
+    for item in items:
+        if _shares_its_module(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _shares_its_module(item: pytest.Item) -> bool:
+    if item.get_closest_marker("release") or item.get_closest_marker("ray"):
+        return True
+    module = item.nodeid.split("::")[0]
+    fixtures = getattr(item, "_fixtureinfo", None)
+    definitions = fixtures.name2fixturedefs.values() if fixtures is not None else []
+    return any(d.scope != "function" and d.baseid == module for defs in definitions for d in defs)
+
+
 @pytest.fixture
 def tree(tmp_path) -> Path:
     return write_tree(tmp_path / "site")

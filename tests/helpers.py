@@ -19,6 +19,7 @@ import types
 import zipfile
 from pathlib import Path
 
+from cli_server import run_patchkit
 from click.testing import CliRunner
 from hypothesis import strategies as st
 from packaging.version import Version
@@ -205,20 +206,12 @@ def fingerprint(root: Path) -> dict[str, tuple]:
 
 
 def run_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None):
-    """The installed CLI in a subprocess (`python -m patchkit`), as a user runs it: no click runner
-    catching what a real run would print. Returns the CompletedProcess (text)."""
-    import sys
-
+    """The installed CLI in a process of its own (`python -m patchkit`), as a user runs it: no click runner
+    catching what a real run would print. Forked from cli_server's warm interpreter (a real process, its
+    exit the interpreter's). Returns the CompletedProcess (text)."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PATCHKIT_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "patchkit", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=cwd,
-        timeout=300,
-    )
+    return run_patchkit([str(a) for a in args], env=full_env, cwd=cwd, timeout=300)
 
 
 def assert_clean_failure(done, code: int) -> None:

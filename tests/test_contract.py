@@ -574,6 +574,25 @@ def test_remembered_verdicts_are_the_evaluated_ones_and_a_forged_one_is_not_beli
     assert failures(forged)[0].startswith(expected)
 
 
+def test_a_remembered_verdict_whose_level_is_no_check_level_is_evaluated_again(run, tmp_path, stock, monkeypatch):
+    """A sealed entry whose failing rows carry a level patchkit does not know (neither error nor
+    warning) is not believed: read as it was, the failure would not count and verify would pass."""
+    from patchkit.base import seal
+    from patchkit.checks import remembered
+
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    path, (old, new), expected = FAULTS["missing method"]
+    lib = library_with(tmp_path, stock, dict(PATCHED, **{path: edit(PATCHED[path], (old, new))}))
+    _, first = verify(run, stock, lib)
+    for entry in sorted((tmp_path / "cache" / "verdicts" / "contract").rglob("*.json")):
+        verdict = [dict(row, level="bogus") for row in json.loads(entry.read_text())["verdict"]]
+        mark = seal.seal(remembered._SEAL_KIND, f"contract/{entry.stem}", seal.canonical(verdict))
+        entry.write_text(json.dumps({"seal": mark, "verdict": verdict}))
+    result, again = verify(run, stock, lib)
+    assert result.exit_code == 1 and again == first
+    assert failures(again)[0].startswith(expected)
+
+
 def test_a_small_source_is_parsed_once_and_a_large_ones_tree_is_not_kept():
     small = b"x = 1\n"
     assert parsed(small, "a.py") is parsed(small, "a.py")

@@ -99,7 +99,7 @@ def test_verify_quiet_names_the_failure_on_stderr(fetched):
     done = run_cli("verify", "-q", "--target", fetched)
     assert_clean_failure(done, 1)
     assert done.stdout == ""
-    assert f"syntax: {KIMI}: line 14: invalid syntax" in done.stderr
+    assert f"{KIMI}:14: syntax: invalid syntax" in done.stderr
     assert "verify: FAILED" in done.stderr
 
 
@@ -117,12 +117,13 @@ def test_status_names_a_drifted_file_that_does_not_compile_with_its_line(fetched
     break_import(fetched / KIMI)
     done = run_cli("status", "--target", fetched)
     assert_clean_failure(done, 1)
-    assert f"does not compile: {KIMI}: line 14: invalid syntax" in done.stdout
+    # the syntax error leads the file's line; the drift (and the guard's refusal) follow from it
+    assert f"{KIMI}:14: syntax: invalid syntax\n  also: drifted (edited after patchkit patched it)" in done.stdout
     document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
     assert document["drifted"] == [KIMI]
     assert document["does_not_compile"] == {KIMI: "line 14: invalid syntax"}
     quiet = run_cli("status", "-q", "--target", fetched)
-    assert f"{KIMI}: does not compile: line 14: invalid syntax" in quiet.stderr
+    assert f"{KIMI}:14: syntax: invalid syntax" in quiet.stderr
 
 
 def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):

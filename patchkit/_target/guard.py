@@ -15,12 +15,15 @@ Records come from `_RECORD_READERS`: the provenance of a vLLM installed from a w
 wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
 import shlex
 import stat
 import sys
+from typing import Any
 
 ENV = "PATCHKIT_GUARD"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
@@ -32,7 +35,7 @@ class TreeChanged(RuntimeError):
     """The vLLM tree is not the one patchkit patched."""
 
 
-def check():
+def check() -> None:
     """The vllm.general_plugins entry point."""
     mode = os.environ.get(ENV, "").strip().lower()
     if mode == "off":
@@ -50,7 +53,7 @@ def check():
     raise TreeChanged(message)
 
 
-def refusal(site, problems):
+def refusal(site: str, problems: list[str]) -> str:
     """The guard's message: the tree, what changed, and the command that names the fix, run with
     this very interpreter (the one vLLM runs: `--python` finds the tree it imports)."""
     python = sys.executable
@@ -66,7 +69,7 @@ def refusal(site, problems):
     )
 
 
-def find_problems(site):
+def find_problems(site: str) -> list[str]:
     """What differs from the records in `site`, in words (empty: healthy, or nothing recorded)."""
     problems = []
     expected = {}
@@ -85,7 +88,7 @@ def find_problems(site):
     return sorted(set(problems), key=problems.index)
 
 
-def _state_records(site):
+def _state_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
     """(vllm version or None, {path: sha256 or None}) for each set `.patchkit/state.json` records,
     and (the patched wheel's version, {}) when the guard was installed on one."""
     path = os.path.join(site, ".patchkit", "state.json")
@@ -102,7 +105,7 @@ def _state_records(site):
     return [_entry_record(entry, path) for entry in entries] + ([(wheel, {})] if wheel else [])
 
 
-def _read_json(path):
+def _read_json(path: str) -> Any:
     """A record file's JSON value; None when there is none."""
     raw = _read_regular(path, MAX_RECORD_BYTES)
     if raw is None:
@@ -115,7 +118,7 @@ def _read_json(path):
         raise TreeChanged(path + " is not JSON") from None
 
 
-def _entry_record(entry, origin):
+def _entry_record(entry: object, origin: str) -> tuple[str | None, dict[str, str | None]]:
     files = entry.get("files") if isinstance(entry, dict) else None
     version = entry.get("vllm_version") if isinstance(entry, dict) else None
     if not isinstance(files, dict) or not isinstance(version, (str, type(None))):
@@ -129,7 +132,7 @@ def _entry_record(entry, origin):
     return version, expected
 
 
-def _wheel_records(site):
+def _wheel_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
     """(None, {path: patched sha256}) when vLLM was installed from a wheel `patchkit wheel` built:
     its dist-info's patchkit.json. It describes the installed vLLM itself (pip replaces it with the
     dist-info), so no version is compared. A tree whose files are all back to stock (`patchkit
@@ -154,7 +157,7 @@ def _wheel_records(site):
     return [] if not _file_problems(site, stock) else [(None, patched)]
 
 
-def _digest_or_none(value):
+def _digest_or_none(value: object) -> bool:
     return value is None or (isinstance(value, str) and len(value) == 64)
 
 
@@ -162,7 +165,7 @@ def _digest_or_none(value):
 _RECORD_READERS = (_wheel_records, _state_records)
 
 
-def _version_problems(site, recorded):
+def _version_problems(site: str, recorded: str | None) -> list[str]:
     if recorded is None:
         return []
     installed = installed_vllm_version(site)
@@ -171,7 +174,7 @@ def _version_problems(site, recorded):
     return ["vLLM " + str(installed) + " is installed, but the patches were applied to vLLM " + recorded]
 
 
-def installed_vllm_version(site):
+def installed_vllm_version(site: str) -> str | None:
     """The Version header of vllm-*.dist-info/METADATA beside vllm/ (None: none, or several)."""
     found = [name for name in os.listdir(site) if name.startswith("vllm-") and name.endswith(".dist-info")]
     if len(found) != 1:
@@ -185,7 +188,7 @@ def installed_vllm_version(site):
     return None
 
 
-def _file_problems(site, files):
+def _file_problems(site: str, files: dict[str, str | None]) -> list[str]:
     problems = []
     for rel, expected in sorted(files.items()):
         full = _inside(site, rel)
@@ -199,7 +202,7 @@ def _file_problems(site, files):
     return problems
 
 
-def _how_changed(expected, actual):
+def _how_changed(expected: str | None, actual: str | None) -> str:
     if actual is None:
         return "is missing"
     if expected is None:
@@ -207,7 +210,7 @@ def _how_changed(expected, actual):
     return "was changed after patchkit patched it"
 
 
-def _inside(site, rel):
+def _inside(site: str, rel: object) -> str | None:
     """site/rel when rel is a relative path that stays inside site, symlinks resolved; else None."""
     if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel or os.path.isabs(rel):
         return None
@@ -218,7 +221,7 @@ def _inside(site, rel):
     return full if full.startswith(root + os.sep) else None
 
 
-def _read_regular(path, limit):
+def _read_regular(path: str, limit: int | None) -> bytes | None:
     """A regular file's bytes (up to `limit`; more is an error), never through a symlink; None if absent."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))

@@ -26,6 +26,15 @@ class StepState(StrEnum):
     CONFLICT = "conflict"
 
 
+class FileKind(StrEnum):
+    """What a patch does to one file."""
+
+    ADD = "add"
+    DELETE = "delete"
+    RENAME = "rename"
+    MODIFY = "modify"
+
+
 class PatchState(StrEnum):
     """A patch as `status` reports it."""
 
@@ -68,6 +77,13 @@ class ReleaseOutcome(StrEnum):
     CONFLICT = "conflict"
     CHECK_FAILED = "check-failed"
     UNSUPPORTED = "unsupported"
+
+
+class CheckLevel(StrEnum):
+    """How much a check result that is not ok weighs: an error fails verify and stops apply."""
+
+    ERROR = "error"
+    WARNING = "warning"
 
 
 class CheckStatus(StrEnum):
@@ -113,9 +129,43 @@ class NodeState(StrEnum):
     MIXED = "mixed"  # the nodes' states differ
 
 
+class FleetPhase(StrEnum):
+    """Where a fleet apply ended."""
+
+    PREPARE = "prepare"  # phase 1 refused: nothing written
+    APPLY = "apply"  # phase 2 ran on every node
+    ROLLED_BACK = "rolled-back"  # phase 2 failed somewhere: the nodes written were reverted
+
+
 class RayFailure(StrEnum):
     """What a Ray error means for a node's step (fleet.cluster.ray_failure)."""
 
     AGENT_ENDED = "agent-ended"  # the agent was ended on purpose: start a new one
     PATCHKIT_FAILED = "patchkit-failed"  # the task ran and failed, or the agent could not be created
     NODE_LOST = "node-lost"
+
+
+class PatchChange(StrEnum):
+    """What `refresh` or `port` did to one patch file of a series."""
+
+    UNCHANGED = "unchanged"
+    UPDATED = "updated"
+    NEW = "new"
+    REMOVED = "removed"
+
+
+class SharedState(StrEnum):
+    """A release that shares the refreshed series, as `refresh` checked it."""
+
+    APPLIES = "applies"
+    CONFLICT = "conflict"
+    NOT_VERIFIED = "not-verified"
+
+
+class PortOutcome(StrEnum):
+    """How `port` ended."""
+
+    PORTED = "ported"
+    CONFLICTS = "conflicts"
+    UPSTREAM = "upstream"  # the new release has the change itself: nothing written
+    IDENTICAL = "identical"  # the series applies to the new release as it is

@@ -8,19 +8,19 @@ anything is written. A check is a module in this package, listed in registry.def
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from patchkit.base.enums import CheckStatus
+from patchkit.base.enums import CheckLevel, CheckStatus
 
 if TYPE_CHECKING:
     from packaging.version import Version
 
     from patchkit.series.library import PatchSetDef
 
-ERROR = "error"
-WARNING = "warning"
+ERROR = CheckLevel.ERROR
+WARNING = CheckLevel.WARNING
 
 Reader = Callable[[str], "bytes | None"]
 
@@ -35,7 +35,13 @@ class CheckResult:
     path: str | None
     ok: bool
     message: str
-    level: str = ERROR
+    level: CheckLevel = ERROR
+    # the source line a syntax error is on, a caret under where it is: shown to a person, not in JSON
+    excerpt: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        # a level read back from JSON (a cached result) is a str: the enum's, or ValueError
+        object.__setattr__(self, "level", CheckLevel(self.level))
 
     @property
     def failed(self) -> bool:
@@ -49,7 +55,9 @@ class CheckResult:
         return CheckStatus.FAIL if self.failed else CheckStatus.WARNING
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        del data["excerpt"]  # the JSON document keeps its keys; the text report shows the excerpt
+        return data
 
     def describe(self) -> str:
         return f"{self.check}: {self.path or '-'}: {self.message}"

@@ -101,7 +101,7 @@ def _file_verdicts(reqs: list[Requirement], data: bytes | None, version: Version
     if isinstance(known, list) and len(known) == len(reqs):
         try:
             return [CheckResult(**row) for row in known]
-        except TypeError:
+        except (TypeError, ValueError):  # ValueError: a level that is no CheckLevel
             pass
     module = _load(data, reqs[0].file)
     found = [evaluate(req, module, version) for req in reqs]

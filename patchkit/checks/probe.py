@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.base.enums import CheckLevel
 from patchkit.base.locks import seconds_from_env
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.tree.target import WorkerFailed, run_worker
@@ -117,7 +118,7 @@ def probe_request(ctx: CheckContext, modules: dict[str, str], script: Path | Non
     }
 
 
-def _level(outcome: dict) -> str:
+def _level(outcome: dict) -> CheckLevel:
     return ERROR if outcome.get("patch_fault") else WARNING
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import re
 import stat
 import sys
 
@@ -22,7 +23,14 @@ class SyntaxCheck:
         skipped = {p: result for p, data in sources.items() if (result := too_large_to_parse(self.name, p, data))}
         errors = compile_sources({p: d for p, d in sources.items() if p not in skipped}, ctx.python)
         return [
-            skipped.get(path) or CheckResult(self.name, path, path not in errors, errors.get(path, "compiles"))
+            skipped.get(path)
+            or CheckResult(
+                self.name,
+                path,
+                path not in errors,
+                errors.get(path, "compiles"),
+                excerpt=excerpt(sources[path], errors[path]) if path in errors else "",
+            )
             for path in sorted(sources)
         ]
 
@@ -56,6 +64,25 @@ def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, 
             _JUDGED[keys[path]] = errors.get(path)
             remembered.remember(CHECK.name, kept[path], errors.get(path))
     return {path: error for path in sources if (error := _JUDGED[keys[path]]) is not None}
+
+
+_ERROR_LINE = re.compile(r"line (\d+): ")
+
+
+def excerpt(data: bytes, error: str) -> str:
+    """The line `error` names ("line 14: ..."), and a caret under where this interpreter's parser
+    stops on it (none when it stops elsewhere: the target's Python may read the file differently)."""
+    found = _ERROR_LINE.match(error)
+    lines = data.decode("utf-8", "replace").splitlines()
+    if found is None or not 0 < int(found.group(1)) <= len(lines):
+        return ""
+    number = int(found.group(1))
+    source = lines[number - 1].rstrip()
+    tree = parsed(data, "")
+    column = getattr(tree, "offset", None) if getattr(tree, "lineno", None) == number else None
+    if not column or column > len(source) + 1:
+        return source
+    return source + "\n" + " " * (column - 1) + "^"
 
 
 def _lasting(interpreter: tuple) -> list:

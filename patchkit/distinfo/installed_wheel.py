@@ -30,6 +30,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import fsutil, hints
+from patchkit.base.enums import FileKind
 from patchkit.base.errors import BadInput, Drift, PatchkitError
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.provenance import FileRecord, read_provenance
@@ -134,7 +135,7 @@ def _unlike_the_series(files: dict[str, FileRecord], patches: list[Patch]) -> st
     for patch in patches:
         for f in patch.files:
             if f.source_path is not None:
-                shape[f.source_path] = (shape.get(f.source_path, (True, True))[0], f.kind == "modify")
+                shape[f.source_path] = (shape.get(f.source_path, (True, True))[0], f.kind == FileKind.MODIFY)
             if f.target_path is not None and f.target_path != f.source_path:
                 shape[f.target_path] = (shape.get(f.target_path, (False, False))[0], True)
     for path, hashes in sorted(files.items()):

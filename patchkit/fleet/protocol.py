@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from patchkit.base import hints
-from patchkit.base.enums import NodeState, Outcome
+from patchkit.base.enums import FleetPhase, NodeState, Outcome
 from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
 
@@ -122,7 +122,7 @@ class FleetResult:
     action: str
     reports: list[NodeReport]
     error: PatchkitError | None = None
-    phase: str | None = None  # fleet apply: "prepare", "apply", "rolled-back"
+    phase: FleetPhase | None = None  # fleet apply only
     notes: list[str] = field(default_factory=list)
 
     outcome: Outcome = Outcome.OK  # the exit code is the error's (cli)
@@ -173,16 +173,16 @@ def fleet_apply(
         for report in prepared.reports:
             if report.ok:
                 report.detail = "nothing written: phase 1 refused on another node"
-        return FleetResult("apply", prepared.reports, error=refusal, phase="prepare")
+        return FleetResult("apply", prepared.reports, error=refusal, phase=FleetPhase.PREPARE)
     written = runner.run("apply", nodes, {**request, "extra": list(apply_flags)})
     _carry_over(prepared.reports, written.reports)
     for report in written.reports:
         report.written = report.state == Outcome.APPLIED
     problem = _phase_two_problem(written)
     if problem is None:
-        return FleetResult("apply", written.reports, phase="apply")
+        return FleetResult("apply", written.reports, phase=FleetPhase.APPLY)
     reverted = _roll_back(runner, written.reports, request)
-    return FleetResult("apply", written.reports, error=_rolled_back(problem, reverted), phase="rolled-back")
+    return FleetResult("apply", written.reports, error=_rolled_back(problem, reverted), phase=FleetPhase.ROLLED_BACK)
 
 
 def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitError | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.base.enums import StepState
+from patchkit.base.enums import FileKind, PatchChange, PortOutcome, StepState
 from patchkit.base.errors import BadInput, Conflict, NoPatchSet
 from patchkit.base.fsutil import read_file
 from patchkit.maintainer.gitrepo import Changes, commit_all, git_diff, init_repo
@@ -54,10 +54,10 @@ def port_set(request: PortRequest) -> PortReport:
     if v1 == v2:
         raise BadInput(f"--from and --to are the same release ({v1})")
     selection = series_for(patch_set, v1)
-    report = PortReport(str(v1), str(v2), "ported", None)
+    report = PortReport(str(v1), str(v2), PortOutcome.PORTED, None)
     declared = _declared(patch_set, v2, request.out)
     if declared == UPSTREAM:
-        report.outcome = "upstream"
+        report.outcome = PortOutcome.UPSTREAM
         report.notes.append(f"set.toml declares the set upstream in vLLM {v2} ({patch_set.upstream})")
         return report
     dest = _destination(patch_set, v2, request.out)
@@ -130,7 +130,9 @@ class _Port:
     def write(self, merged: _Merged, outcomes: list[PatchOutcome]) -> PortReport:
         """A clean merge: V2's series, checked to reproduce the merge, into the library (or --out)."""
         texts, roots, out = merged.texts, self.patch_set.roots, self.request.out
-        ported = [parse_patch(encode(texts[o.name]), o.name, roots=roots) for o in outcomes if o.state != "removed"]
+        ported = [
+            parse_patch(encode(texts[o.name]), o.name, roots=roots) for o in outcomes if o.state != PatchChange.REMOVED
+        ]
         check_reproduces(ported, merged.stock2, merged.current)
         source = series_directory(self.selection)
         if out is None and all(read_file(source / o.name) == encode(texts.get(o.name, "")) for o in outcomes):
@@ -146,14 +148,16 @@ class _Port:
         """V2 needs exactly V1's diffs: point V2 at V1's directory (or copy them into --out)."""
         report, selection, patch_set, dest = self.report, self.selection, self.patch_set, self.dest
         source = series_directory(selection)
-        report.outcome = "identical"
+        report.outcome = PortOutcome.IDENTICAL
         names = [p.name for p in selection.patches]
         if self.request.out:
             dest.mkdir(parents=True, exist_ok=True)
             for name in names:
                 shutil.copyfile(source / name, dest / name)
             write_series(dest, names)
-            report.patches = [PatchOutcome(p.name, "new", [f.path for f in p.files]) for p in selection.patches]
+            report.patches = [
+                PatchOutcome(p.name, PatchChange.NEW, [f.path for f in p.files]) for p in selection.patches
+            ]
             report.notes.append(
                 f"vLLM {report.to_version} needs the same series as {report.from_version}: copied into {dest}"
             )
@@ -172,7 +176,7 @@ class _Port:
     def leave_workspace(self, merged: _Merged) -> PortReport:
         """Leave a workspace of V2 with the merge (and its conflict markers) committed on top of stock."""
         report = self.report
-        report.outcome = "conflicts"
+        report.outcome = PortOutcome.CONFLICTS
         conflicted = sorted({m.path for m in report.conflicts})
         target = Path(self.request.workspace or f"vllm-{report.to_version}-workspace")
         try:
@@ -241,7 +245,7 @@ def _declared(patch_set: PatchSetDef, version: Version, out: str | None) -> str 
 
 
 def _port_upstream(report: PortReport, why: str) -> PortReport:
-    report.outcome = "upstream"
+    report.outcome = PortOutcome.UPSTREAM
     report.destination = None
     report.notes.append(f"vLLM {report.to_version} already contains the change ({why}): nothing written")
     return report
@@ -256,7 +260,7 @@ def _v1_stages(tree1: Path, selection: Selection) -> list[Stage]:
             problem = step.mismatch.describe() if step.mismatch else f"already present in stock {selection.version}"
             raise BadInput(f"{step.patch.name} does not apply to stock vLLM {selection.version}: {problem}")
         for file_step in step.files:
-            if file_step.patch.kind == "rename":
+            if file_step.patch.kind == FileKind.RENAME:
                 raise BadInput(f"{step.patch.name}: renames ({file_step.patch.source_path}) cannot be ported")
             stages.append((step.patch.name, file_step.patch.path, file_step.before, file_step.after))
     return stages
@@ -292,8 +296,8 @@ def _ported_texts(
         order = [f.path for f in patch.files if f.path in diffs]
         body = "".join(diffs[p] for p in order)
         if not body:
-            outcomes.append(PatchOutcome(patch.name, "removed", []))
+            outcomes.append(PatchOutcome(patch.name, PatchChange.REMOVED, []))
             continue
         texts[patch.name] = join_header(*keep_or_touch(header, v1_body, body, today, patch_roots))
-        outcomes.append(PatchOutcome(patch.name, "new", order))
+        outcomes.append(PatchOutcome(patch.name, PatchChange.NEW, order))
     return texts, outcomes

@@ -13,7 +13,7 @@ import git
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit.base.enums import StepState
+from patchkit.base.enums import PatchChange, SharedState, StepState
 from patchkit.base.errors import BadInput, Conflict, PatchkitError
 from patchkit.base.fsutil import read_file, unsafe_reason
 from patchkit.maintainer.gitrepo import git_diff
@@ -64,7 +64,9 @@ def refresh_workspace(
     series_dir = Path(meta.series_dir)
     texts, outcomes = _new_texts(records, assigned, series_dir, today or today_iso(), meta.roots)
     patches = [
-        parse_patch(encode(texts[o.name]), o.name, roots=tuple(meta.roots)) for o in outcomes if o.state != "removed"
+        parse_patch(encode(texts[o.name]), o.name, roots=tuple(meta.roots))
+        for o in outcomes
+        if o.state != PatchChange.REMOVED
     ]
     check_reproduces(patches, stock, work)
     notes += _library_drift(records, series_dir)
@@ -276,12 +278,15 @@ def _new_texts(
         order = [p for p in record.files if p in diffs] + sorted(p for p in diffs if p not in record.files)
         body = "".join(diffs[p] for p in order)
         if not body:
-            outcomes.append(PatchOutcome(record.name, "removed", []))
+            outcomes.append(PatchOutcome(record.name, PatchChange.REMOVED, []))
             continue
         header, body = keep_or_touch(record.header, record.body, body, today, roots)
         texts[record.name] = join_header(header, body)
         existing = read_file(series_dir / record.name)
-        state = "new" if existing is None else "unchanged" if existing == encode(texts[record.name]) else "updated"
+        if existing is None:
+            state = PatchChange.NEW
+        else:
+            state = PatchChange.UNCHANGED if existing == encode(texts[record.name]) else PatchChange.UPDATED
         outcomes.append(PatchOutcome(record.name, state, order))
     return texts, outcomes
 
@@ -303,7 +308,7 @@ def _check_shared(meta: WorkspaceMeta, patches: list[Patch], progress: Progress 
     try:
         patch_set = load_set(Path(meta.set_dir))
     except PatchkitError as exc:
-        return [SharedCheck("?", "not-verified", f"cannot read the set: {exc.message}")]
+        return [SharedCheck("?", SharedState.NOT_VERIFIED, f"cannot read the set: {exc.message}")]
     target = Path(meta.series_dir).resolve()
     checks = []
     for release in patch_set.releases:
@@ -311,7 +316,7 @@ def _check_shared(meta: WorkspaceMeta, patches: list[Patch], progress: Progress 
             continue
         version = pinned_version(release.versions)
         if version is None:
-            checks.append(SharedCheck(str(release.versions), "not-verified", "not a single release"))
+            checks.append(SharedCheck(str(release.versions), SharedState.NOT_VERIFIED, "not a single release"))
         elif version != Version(meta.version):
             checks.append(_check_release(str(version), patches, progress))
     return checks
@@ -325,14 +330,16 @@ def _check_release(version: str, patches: list[Patch], progress: Progress | None
     try:
         tree = fetch.release_tree(version, stock_paths(patches), progress=progress)
     except PatchkitError as exc:
-        return SharedCheck(version, "not-verified", exc.message)
+        return SharedCheck(version, SharedState.NOT_VERIFIED, exc.message)
     plan = plan_apply(tree, patches)
     for step in plan.steps:
         if step.state == StepState.ALREADY_APPLIED:
-            return SharedCheck(version, "conflict", f"{step.patch.name} is already present in stock {version}")
+            return SharedCheck(
+                version, SharedState.CONFLICT, f"{step.patch.name} is already present in stock {version}"
+            )
         if step.state != StepState.WILL_CHANGE:
-            return SharedCheck(version, "conflict", f"{step.patch.name}: {why_not_applied(step)}")
-    return SharedCheck(version, "applies")
+            return SharedCheck(version, SharedState.CONFLICT, f"{step.patch.name}: {why_not_applied(step)}")
+    return SharedCheck(version, SharedState.APPLIES)
 
 
 def _remember(meta: WorkspaceMeta, texts: dict[str, str], outcomes: list[PatchOutcome], root: Path) -> None:
@@ -340,7 +347,7 @@ def _remember(meta: WorkspaceMeta, texts: dict[str, str], outcomes: list[PatchOu
 
     kept = []
     for outcome in outcomes:
-        if outcome.state == "removed":
+        if outcome.state == PatchChange.REMOVED:
             continue
         header, body = split_header(texts[outcome.name])
         kept.append(

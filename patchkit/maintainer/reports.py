@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from patchkit.base.enums import PatchChange, PortOutcome, SharedState
+
 
 @dataclass
 class PatchOutcome:
     name: str
-    state: str  # unchanged, updated, new, removed
+    state: PatchChange
     files: list[str]
 
 
 @dataclass
 class SharedCheck:
     version: str
-    state: str  # applies, conflict, not-verified
+    state: SharedState
     detail: str = ""
 
 
@@ -45,7 +47,7 @@ class RefreshReport:
 
     @property
     def changed(self) -> bool:
-        return any(p.state != "unchanged" for p in self.patches)
+        return any(p.state != PatchChange.UNCHANGED for p in self.patches)
 
 
 @dataclass
@@ -60,7 +62,7 @@ class FileMerge:
 class PortReport:
     from_version: str
     to_version: str
-    outcome: str  # ported, conflicts, upstream, identical
+    outcome: PortOutcome
     destination: str | None
     merges: list[FileMerge] = field(default_factory=list)
     patches: list[PatchOutcome] = field(default_factory=list)

@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.base.enums import StepState
+from patchkit.base.enums import PatchChange, StepState
 from patchkit.base.errors import InternalError, NoPatchSet
 from patchkit.base.fsutil import atomic_write
 from patchkit.maintainer.reports import PatchOutcome
@@ -57,12 +57,12 @@ def write_series_files(series_dir: Path, texts: dict[str, str], outcomes: list[P
     series_dir.mkdir(parents=True, exist_ok=True)
     for outcome in outcomes:
         path = series_dir / outcome.name
-        if outcome.state == "removed":
+        if outcome.state == PatchChange.REMOVED:
             if path.exists():
                 path.unlink()
-        elif outcome.state != "unchanged":
+        elif outcome.state != PatchChange.UNCHANGED:
             atomic_write(path, encode(texts[outcome.name]))  # replaces a symlink, never writes through it
-    write_series(series_dir, [o.name for o in outcomes if o.state != "removed"])
+    write_series(series_dir, [o.name for o in outcomes if o.state != PatchChange.REMOVED])
 
 
 def append_release(set_dir: Path, versions: str, dir: str, comment: str | None = None) -> str:

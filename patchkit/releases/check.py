@@ -366,8 +366,11 @@ class ResultStore:
             raise ValueError("not sealed by this user's patchkit (edited, or made on another machine)")
         if data["vllm_version"] != str(job.version) or data["series"] != job.series:
             raise ValueError(f"made for {data['vllm_version']} ({data['series']}), not {job.version} ({job.series})")
-        checks = [CheckResult(**c) for c in data["checks"]]
-        if not all(isinstance(c.ok, bool) and c.level in (ERROR, WARNING) for c in checks):
+        rows = data["checks"]
+        if not all(not isinstance(c, dict) or c.get("level", ERROR) in (ERROR, WARNING) for c in rows):
+            raise ValueError("a check result is malformed")
+        checks = [CheckResult(**c) for c in rows]
+        if not all(isinstance(c.ok, bool) for c in checks):
             raise ValueError("a check result is malformed")
         outcome = ReleaseOutcome(data["outcome"])  # ValueError for an outcome patchkit does not know
         if outcome == UNSUPPORTED:

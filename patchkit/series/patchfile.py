@@ -19,6 +19,7 @@ from unidiff import PatchedFile, PatchSet
 from unidiff.errors import UnidiffParseError
 
 from patchkit.base import fsutil
+from patchkit.base.enums import FileKind
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import unsafe_reason
 
@@ -123,14 +124,14 @@ class FilePatch:
         return self.target_path or self.source_path  # type: ignore[return-value]
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> FileKind:
         if self.source_path is None:
-            return "add"
+            return FileKind.ADD
         if self.target_path is None:
-            return "delete"
+            return FileKind.DELETE
         if self.source_path != self.target_path:
-            return "rename"
-        return "modify"
+            return FileKind.RENAME
+        return FileKind.MODIFY
 
     def reversed(self) -> FilePatch:
         return FilePatch(self.target_path, self.source_path, tuple(h.reversed() for h in self.hunks))

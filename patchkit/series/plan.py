@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from patchkit.base import hints
-from patchkit.base.enums import StepState
+from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
@@ -66,7 +66,7 @@ class FileStep:
     @cached_property
     def after(self) -> bytes | None:
         """The new content, made when first asked for (a dry run only places the hunks)."""
-        return None if self.patch.kind == "delete" else splice(self.before or b"", self.placements)
+        return None if self.patch.kind == FileKind.DELETE else splice(self.before or b"", self.placements)
 
 
 @dataclass
@@ -281,7 +281,7 @@ def _reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> byt
     """`content` with every change the patches make to `path` undone, last patch first; None
     when one does not reverse (or the patches rename, add or delete it)."""
     parts = [f for p in patches for f in p.files if path in (f.path, f.source_path)]
-    if content is None or not parts or any(f.kind != "modify" for f in parts):
+    if content is None or not parts or any(f.kind != FileKind.MODIFY for f in parts):
         return None
     for part in reversed(parts):
         placements = place_hunks(path, content, part.reversed().hunks)
@@ -312,7 +312,7 @@ def _step(view: View, patch: Patch) -> PatchStep:
             return PatchStep(patch, StepState.ALREADY_APPLIED, [])
     if isinstance(forward, list):
         for file_step in forward:
-            if file_step.patch.kind == "rename":
+            if file_step.patch.kind == FileKind.RENAME:
                 view.write(file_step.patch.source_path, None)  # type: ignore[arg-type]
             view.write(file_step.patch.path, file_step)
         return PatchStep(patch, StepState.WILL_CHANGE, forward)
@@ -337,7 +337,7 @@ def _try_patch(view: View, patch: Patch) -> list[FileStep] | Mismatch:
 
 
 def _apply_file(view: View, fp: FilePatch) -> FileStep | Mismatch:
-    if fp.kind == "add":
+    if fp.kind == FileKind.ADD:
         if view.read(fp.path) is not None:
             return Mismatch(fp.path, 1, 0, "", None, "is a new file in the patch but already exists")
         before = None
@@ -345,12 +345,12 @@ def _apply_file(view: View, fp: FilePatch) -> FileStep | Mismatch:
         before = view.read(fp.source_path)  # type: ignore[arg-type]
         if before is None:
             return Mismatch(fp.source_path, 1, 0, "", None, "does not exist")  # type: ignore[arg-type]
-        if fp.kind == "rename" and view.read(fp.path) is not None:
+        if fp.kind == FileKind.RENAME and view.read(fp.path) is not None:
             return Mismatch(fp.path, 1, 0, "", None, "is a rename target but already exists")
     placements = place_hunks(fp.path, before or b"", fp.hunks)
     if isinstance(placements, Mismatch):
         return placements
-    if fp.kind == "delete" and splice(before or b"", placements):
+    if fp.kind == FileKind.DELETE and splice(before or b"", placements):
         return Mismatch(
             fp.path, len(fp.hunks), 0, "", None, "is deleted by the patch but has content the patch does not remove"
         )

@@ -7,7 +7,7 @@ import click
 from patchkit.base import hints
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
-from patchkit.cli.ui import UI, JUnitCase, junit, write_junit
+from patchkit.cli.ui import UI, Failure, JUnitCase, junit, write_junit
 from patchkit.engine.transaction import consistent_read
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.preflight import (
@@ -89,16 +89,22 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
     elif fmt == "junit":
         write_junit(findings_junit(result))
     else:
+        show_findings(ui, result)
+
+
+def show_findings(ui: UI, result: PreflightResult) -> None:
+    """Failures first (what the launch would hit, and its fix), then one verdict line; every
+    finding in a table with -v."""
+    if ui.verbose:
         rows = [[f.check, "pass" if f.ok else "fail", f.message, f.fix or ""] for f in result.findings]
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
-        if result.ok:
-            ui.line("the launch passes every check", style="green")
-        else:
-            failed = sum(not f.ok for f in result.findings)
-            ui.failures(
-                f"{f.check}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "") for f in result.findings if not f.ok
-            )
-            ui.error(f"{failed} of {len(result.findings)} launch checks failed")
+    ui.failures([Failure(f.check, f.message, fix=f.fix or "") for f in result.findings if not f.ok])
+    total, failed = len(result.findings), sum(not f.ok for f in result.findings)
+    more = "" if ui.verbose else " (-v shows each)"
+    if result.ok:
+        ui.verdict(f"preflight: ok: {total} checks passed{more}", ok=True)
+    else:
+        ui.verdict(f"preflight: FAILED: {failed} of {total} checks failed, {total - failed} passed{more}", ok=False)
 
 
 def findings_json(result: PreflightResult) -> list[dict]:

@@ -7,7 +7,8 @@ import click
 from patchkit.base.enums import TreeState
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
-from patchkit.cli.ui import reports, status_json
+from patchkit.cli.ui import status_json
+from patchkit.cli.ui.reports import status_verdict
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
 from patchkit.engine.transaction import consistent_read
@@ -39,14 +40,14 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
         ui.json(status_json(resolved, status, where))
     else:
         ui.status(resolved, status, where)
-        ui.failures(reports.status_failures(status))
         if status.upstream_regression:
             ui.checks(status.checks)
             ui.error("upstream regression: this release's stock files fail the set's checks")
         elif status.checks:
             ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on the stock files", style="green")
-    if status.guard and not ui.json_mode:
-        ui.error("the launch guard vLLM loads refuses this tree", status.guard_fix)
     if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
         ui.error(resolved.selection.note or "unsupported vLLM version")
+    elif not ui.json_mode:
+        verdict, good = status_verdict(status)
+        ui.verdict(verdict, ok=good)
     return status

@@ -4,6 +4,7 @@ when NO_COLOR is set, which rich honours; JSON on stdout where asked, one docume
 when the CLI knows the run's exit code (see run.Run).
 
     text        what may reach a terminal, the styles of states, plain writes to stdout
+    findings    failures first (file:line, a caret, the fix), then one verdict line
     console     UI: lines, notes, errors, tables and progress on stdout and stderr
     plan        the plan table
     reports     a target's status, checks and releases
@@ -13,6 +14,7 @@ when the CLI knows the run's exit code (see run.Run).
 """
 
 from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.findings import Failure
 from patchkit.cli.ui.json_views import plan_json, resolved_json, status_json, target_json
 from patchkit.cli.ui.junit import JUnitCase, checks_junit, error_junit, junit, releases_junit
 from patchkit.cli.ui.plan import file_rows, hunk_rows, offsets_note, plan_hunk_rows, plan_sections, write_plan_rows
@@ -23,6 +25,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STATE_STYLES",
     "UI",
+    "Failure",
     "JUnitCase",
     "Run",
     "begin_run",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -11,8 +12,20 @@ from types import ModuleType
 from typing import Any
 
 from patchkit.cli.ui import reports, run
+from patchkit.cli.ui.findings import Failure
 from patchkit.cli.ui.plan import show_plan
-from patchkit.cli.ui.text import STATE_STYLES, plain_stdout, rich, visible, write_plainly
+from patchkit.cli.ui.text import (
+    GAP,
+    LABEL_WIDTH,
+    STATE_STYLES,
+    fit_table,
+    fitted,
+    plain_stdout,
+    plain_table,
+    rich,
+    visible,
+    write_plainly,
+)
 
 
 def _console(*, stderr: bool):
@@ -41,6 +54,15 @@ def _progress_bar(console: Any, more_columns: Callable[[ModuleType], tuple[Any, 
         console=console,
         transient=True,
     )
+
+
+_LABEL = re.compile(r"[a-zA-Z]\S* +(?=\S)")  # "version  0.16.0": the label and its padding
+
+
+def _hanging(text: str) -> int:
+    """Where a wrapped line continues: under the value of a labelled line, else two columns in."""
+    label = _LABEL.match(text)
+    return label.end() if label and label.end() == LABEL_WIDTH else 2
 
 
 @dataclass
@@ -77,8 +99,12 @@ class UI:
         text = visible(text)
         if self.plain:
             write_plainly(lambda stdout: stdout.write(text + "\n"))
-        else:
-            self.out.print(text, style=style)
+        elif not self.terminal:  # forced to a console that is not a terminal: as it is
+            self.out.print(text, style=style, soft_wrap=True)
+        else:  # wrapped at spaces, a labelled line's continuation under its value
+            for part in text.split("\n"):
+                for fitted_line in fitted(part, self.out.width, indent=_hanging(part)):
+                    self.out.print(fitted_line, style=style, soft_wrap=True)
 
     def result(self, text: str) -> None:
         """The one line a script reads (a built wheel's path): written as it is, also with -q."""
@@ -100,13 +126,6 @@ class UI:
         if hint:
             self.err.print(f"hint: {visible(hint)}", style="red")
 
-    def failures(self, findings: Iterable[str]) -> None:
-        """A failed run's findings on stderr under -q, whose report (on stdout) is not printed:
-        -q means only errors and warnings, never silence on a failure."""
-        if self.quiet and not self.json_mode:
-            for text in findings:
-                self.err.print(f"error: {visible(text)}", style="red")
-
     def json(self, data: dict[str, Any]) -> None:
         """The run's document: held for the CLI to complete and print (see Run)."""
         run.hold(data)
@@ -123,26 +142,82 @@ class UI:
     def table(
         self, columns: list[str], rows: Iterable[list[str]], title: str | None = None, state_column: int | None = None
     ) -> None:
+        """A table: drawn by rich in a terminal, fitted to its width (a name shortened with …,
+        text wrapped at spaces, never cut mid-word); piped, aligned plain columns with no padding
+        after the last."""
         if self.quiet or self.json_mode:
             return
-        drawn = rich()
-        table = drawn.table.Table(
-            title=title if self.terminal else None,
-            box=drawn.box.SIMPLE_HEAD if self.terminal else None,
-            show_header=True,
-            pad_edge=False,
-            title_justify="left",
-        )
-        for name in columns:
-            table.add_column(name, overflow="fold")
-        for row in rows:
-            cells = [drawn.text.Text(visible(str(c), field=True)) for c in row]
-            if state_column is not None:
-                cells[state_column].stylize(STATE_STYLES.get(str(row[state_column]), ""))
-            table.add_row(*cells)
-        if title and not self.terminal:
-            self.out.print(title)
-        self.out.print(table)
+        cells = [[visible(str(c), field=True) for c in row] for row in rows]
+        if not self.terminal:
+            write_plainly(lambda stdout: stdout.write(plain_table(columns, cells, title)))
+            return
+        self._fitted_table(columns, cells, title, state_column)
+
+    def _fitted_table(
+        self, columns: list[str], cells: list[list[str]], title: str | None, state_column: int | None
+    ) -> None:
+        """The table in the terminal's width (text.fit_table), the header bold and underlined, a
+        state coloured; no line padded past its last cell."""
+        widths, rows = fit_table(columns, cells, self.out.width)
+        text = rich().text.Text()
+        if title:
+            text.append(title + "\n", style="italic")
+        for number, row in enumerate(rows):
+            for depth in range(max(map(len, row))):
+                parts = [lines[depth] if depth < len(lines) else "" for lines in row]
+                last = max((i for i, part in enumerate(parts) if part), default=0)
+                for i, part in enumerate(parts[: last + 1]):
+                    style = (
+                        "bold"
+                        if number == 0
+                        else STATE_STYLES.get(cells[number - 1][i], "")
+                        if i == state_column
+                        else ""
+                    )
+                    text.append(part if i == last else part.ljust(widths[i] + GAP), style=style)
+                text.append("\n")
+            if number == 0:
+                text.append("\u2500" * (sum(widths) + GAP * (len(widths) - 1)) + "\n")
+        text.rstrip()
+        self.out.print(text, soft_wrap=True)
+
+    def failures(self, failures: list[Failure]) -> None:
+        """Each failure: its heading (where: what: message), the source line and caret, what
+        follows from it, and its fix. On stderr with -q: a failure is never silent."""
+        if self.json_mode or not failures:
+            return
+        for failure in failures:
+            style = "yellow" if failure.warning else "red"
+            self._said(fitted(failure.heading(), self.width, indent=2), style=style, stderr=self.quiet)
+            for line in failure.excerpt.splitlines():
+                self._said([" " * 4 + visible(line, field=True)], stderr=self.quiet)
+            for also in failure.also:
+                self._said(fitted(f"also: {also}", self.width, first=2, indent=8), stderr=self.quiet)
+            if failure.fix:
+                self._said(fitted(f"fix: {failure.fix}", self.width, first=2, indent=7), stderr=self.quiet)
+
+    def verdict(self, text: str, *, ok: bool) -> None:
+        """The last line: the command's one-line verdict (on stderr with -q when it failed)."""
+        if self.json_mode:
+            return
+        if ok:
+            self.line(text, style="green")
+        else:
+            self._said(fitted(text, self.width, indent=2), style="bold red", stderr=self.quiet)
+
+    @property
+    def width(self) -> int | None:
+        """The terminal's width to fit lines to; None when piped (lines are never wrapped there)."""
+        return self.out.width if self.terminal else None
+
+    def _said(self, lines: list[str], style: str | None = None, *, stderr: bool = False) -> None:
+        """Lines already fitted: written as they are (never wrapped again)."""
+        if stderr:
+            for text in lines:
+                self.err.print(visible(text), style=style, soft_wrap=True)
+            return
+        for text in lines:
+            self.line(text, style=style)
 
     def diff(self, text: str) -> None:
         if self.terminal:
@@ -174,10 +249,16 @@ class UI:
         """`verify` against releases: one row per vLLM release."""
         reports.show_releases(self, results)
 
+    @property
+    def live(self) -> bool:
+        """Progress is drawn only for a person: stdout and stderr both a terminal, text output,
+        not -q (a pipe, a log file or a JSON reader gets none of it)."""
+        return not self.quiet and self.fmt == "text" and self.terminal and self.err.is_terminal
+
     @contextmanager
     def progress(self, total: int, description: str):
         """Yields advance(label): a progress bar on stderr when both streams are a terminal, else a no-op."""
-        if self.quiet or self.fmt != "text" or not (self.terminal and self.err.is_terminal):
+        if not self.live:
             yield lambda label: None
             return
         with _progress_bar(
@@ -188,9 +269,9 @@ class UI:
 
     @contextmanager
     def transfer(self, description: str):
-        """Yields on_bytes(done, total): a download's progress bar on stderr when it is a terminal
-        (not with -q), else None (the caller's lines say how far it got)."""
-        if self.quiet or not self.err.is_terminal:
+        """Yields on_bytes(done, total): a download's progress bar on stderr when progress is
+        drawn (`live`), else None (the caller's lines say how far it got)."""
+        if not self.live:
             yield None
             return
         with _progress_bar(
@@ -202,9 +283,9 @@ class UI:
 
     @contextmanager
     def activity(self, title: str):
-        """Yields say(message): a live status line on stderr in a terminal (a whole-wheel download
-        shows its percentage there), plain lines with -v otherwise."""
-        if self.quiet or not self.err.is_terminal:
+        """Yields say(message): a live status line on stderr when progress is drawn (`live`; a
+        whole-wheel download shows its percentage there), plain lines with -v otherwise."""
+        if not self.live:
             yield self.detail
             return
         with self.err.status(title) as status:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TextIO
 
-from patchkit.cli.ui.text import STATE_STYLES, rich, visible, write_plainly
+from patchkit.cli.ui.text import STATE_STYLES, rich, shortened, visible, write_plainly
 
 PLAN_HUNK_COLUMNS = ("patch", "file", "hunk", "state", "note")  # piped
 PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")  # terminal
@@ -64,8 +64,8 @@ def _plan_table(
     ui, title: str, columns: tuple[str, ...], sections: list[PlanSection], right: tuple[int, ...] = ()
 ) -> None:
     """One rich Text of padded cells (a rich Table measures every cell and takes seconds for
-    thousands of rows). The file column narrows to fit the terminal, a longer path pushing
-    the rest of its row along."""
+    thousands of rows). The file column narrows to fit the terminal, a longer path shortened
+    with an ellipsis (its file name kept)."""
     rows = [row for _, _, section_rows in sections for row in section_rows]
     widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
     too_wide = INDENT + sum(widths) + COLUMN_GAP * (len(widths) - 1) - ui.out.width
@@ -80,7 +80,7 @@ def _plan_table(
         text.append(" " * COLUMN_GAP)
         text.append(state + "\n", style=STATE_STYLES.get(state, ""))
         for row in section_rows:
-            _append_row(text, row, widths, right)
+            _append_row(text, (shortened(row[0], widths[0]), *row[1:]), widths, right)
     text.rstrip()
     ui.out.print(text, soft_wrap=True)
 

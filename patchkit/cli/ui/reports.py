@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 
 from patchkit.base.enums import ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult
+from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
 from patchkit.cli.ui.run import write_junit
-from patchkit.cli.ui.text import STATE_STYLES
+from patchkit.cli.ui.text import STATE_STYLES, shortened
 
 
 def show_header(ui, resolved) -> None:
@@ -31,47 +33,72 @@ def show_library(ui, where) -> None:
     ui.line(f"library  {where.path}  ({where.source})")
 
 
-def show_status(ui, resolved, status, where=None) -> None:
+def show_status(
+    ui, resolved, status, where=None, *, failures: list[Failure] | None = None, each: bool = True, context: str = ""
+) -> None:
+    """The header, what is wrong first (drifted files, conflicts, stale records, the guard's
+    refusal: `failures`, else the status's own), then a line per patch (`each`; a table with
+    their files and descriptions with -v)."""
     show_header(ui, resolved)
     if where:
         show_library(ui, where)
     ui.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
-    if status.patches:
+    if context:
+        ui.line(context)
+    ui.failures(fold(status_failures(resolved, status)) if failures is None else failures)
+    for note in status.guard_notes:
+        ui.line(f"note     {note}", style="yellow")
+    if status.patches and ui.verbose:
         ui.table(
             ["patch", "state", "files", "description"],
             ([p.name, p.state, ", ".join(p.files), p.description] for p in status.patches),
             title="patches",
             state_column=1,
         )
-    for p in status.patches:
-        if p.problem:
-            ui.line(f"  {p.name}: {p.problem}", style="red")
-    for path in status.drifted:
-        ui.line(f"drifted  {path} was edited after patchkit patched it", style="red")
-        if path in status.does_not_compile:
-            ui.line(f"         and does not compile: {path}: {status.does_not_compile[path]}", style="red")
-    for note in status.stale:
-        ui.line(f"stale    {note} (apply discards it; revert drops it)", style="yellow")
-    for note in status.guard_notes:
-        ui.line(f"note     {note}", style="yellow")
-    if status.guard:
-        ui.line(f"guard    the launch guard refuses this tree: {'; '.join(status.guard)}", style="red")
+    elif status.patches and each:
+        widest = max(len(p.state) for p in status.patches)
+        for p in status.patches:
+            ui.line(shortened(f"  {p.state:<{widest}}  {p.name}", ui.width or 10_000), style=STATE_STYLES.get(p.state))
 
 
-def status_failures(status) -> list[str]:
-    """What makes a status fail, one line each (said on stderr under -q)."""
-    found = [f"{p.name}: {p.problem}" for p in status.patches if p.problem]
+def status_failures(resolved, status) -> list[Failure]:
+    """What `status` finds wrong, each with the command that fixes it."""
+    target = target_words(resolved.target)
+    drift_fix = f"patchkit revert --force {target} (keeps a copy of the edits), then patchkit apply {target}"
+    failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
+    for path, error in status.does_not_compile.items():  # the drifted file's syntax error leads its line
+        where, message = located(CheckResult("syntax", path, False, error))
+        failures.append(Failure("syntax", message, where, fix=drift_fix))
+    failures += [Failure(p.state, p.problem, p.name) for p in status.patches if p.problem]
     if status.state == TreeState.PARTIAL:
-        found.append("state partial: some patches of the series are applied, others not")
-    for path in status.drifted:
-        compiled = status.does_not_compile.get(path)
-        found.append(f"drifted: {path}: " + (f"does not compile: {compiled}" if compiled else "edited since apply"))
-    return found
+        failures.append(Failure("partial", "some patches of the series are applied, others not"))
+    failures += [
+        Failure(
+            "stale", note, fix=f"patchkit apply {target} discards it; patchkit revert {target} drops it", warning=True
+        )
+        for note in status.stale
+    ]
+    if status.guard:
+        failures.append(Failure("guard", GUARD_REFUSES + "; ".join(status.guard), fix=status.guard_fix))
+    return failures
+
+
+def target_words(target) -> str:
+    """The options that name the target again, as the user gave them (quoted for a shell)."""
+    flag, _, value = target.found_by.partition(" ")
+    if flag in ("--target", "--python") and value:
+        return f"{flag} {shlex.quote(value)}"
+    return ""
 
 
 def show_checks(ui, results) -> None:
-    rows = [[r.check, r.path or "", r.status, r.message] for r in results]
-    ui.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
+    """Failures first, then one count line; every row in a table with -v."""
+    if ui.verbose:
+        rows = [[r.check, r.path or "", r.status, r.message] for r in results]
+        ui.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
+        return
+    ui.failures(fold(check_failures(results)))
+    ui.line(f"checks   {count_line(results, verbose=False)}", style=None if any(r.failed for r in results) else "green")
 
 
 def show_releases(ui, results) -> None:
@@ -90,27 +117,32 @@ def show_releases(ui, results) -> None:
 
 
 def verdict_of_releases(ui, results) -> None:
-    """`verify` against releases as text: the table, each failed check, and the verdict line."""
+    """`verify` against releases as text: the table, what failed on each release (its failed
+    checks, else the reason), then the verdict line (failures and verdict on stderr with -q)."""
     show_releases(ui, results)
+    failures = []
     for r in results:
         if r.failed:
-            for c in r.checks:
-                if c.failed:
-                    ui.line(f"  {r.version}: {c.describe()}", style="red")
-            ui.failures(f"{r.version}: {c.describe()}" for c in r.checks if c.failed)
-            ui.failures([f"{r.version}: {r.detail}"] if not any(c.failed for c in r.checks) else [])
+            failed = [c for c in r.checks if c.failed]
+            failures += [_release_failure(r, c) for c in failed]
+            failures += [] if failed else [Failure(str(r.version), r.detail)]
         elif r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested:
-            ui.error(f"vLLM {r.version} was asked for but is not covered: {r.detail}")
+            failures.append(Failure(str(r.version), f"asked for but not covered: {r.detail}"))
+    ui.failures(failures)
     summary = ", ".join(f"{n} {label}" for label, n in Counter(r.label for r in results).items())
     failed = [str(r.version) for r in results if r.failed]
     refused = [str(r.version) for r in results if r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested]
     if failed:
-        ui.line(f"verify: FAILED on {', '.join(failed)} ({summary})", style="bold red")
-        ui.failures([f"verify: FAILED on {', '.join(failed)} ({summary})"])
+        ui.verdict(f"verify: FAILED on {', '.join(failed)} ({summary})", ok=False)
     elif refused:
-        ui.line(f"verify: not covered: {', '.join(refused)} ({summary})", style="magenta")
+        ui.verdict(f"verify: not covered: {', '.join(refused)} ({summary})", ok=False)
     else:
-        ui.line(f"verify: ok ({summary})", style="green")
+        ui.verdict(f"verify: ok ({summary})", ok=True)
+
+
+def _release_failure(release, result: CheckResult) -> Failure:
+    where, message = located(result)
+    return Failure(f"{release.version} {result.check}", message, where, result.excerpt)
 
 
 def verified_target_junit(resolved, verified) -> None:
@@ -141,26 +173,63 @@ def verified_target_json(ui, resolved, verified) -> None:
 
 
 def verified_target_text(ui, resolved, verified) -> None:
+    """The header, the failures (the command that fixes each), then the verdict with the count of
+    the checks that passed (every row with -v)."""
     status, results = verified.status, verified.checks
-    show_status(ui, resolved, status)
-    if status.state == TreeState.UPSTREAM:
-        ui.line("upstream: this vLLM release ships the change; the set's checks ran on its stock files")
-        if status.upstream_regression:
-            ui.line("upstream regression: the stock files fail the set's checks", style="bold red")
-    elif status.drifted:
-        ui.line("drifted: the checks ran on the files as they are", style="red")
-    elif results and status.state != TreeState.APPLIED:
-        ui.line("checked as the tree would be after apply (nothing written)")
-    if results:
-        show_checks(ui, results)
-    ui.line("verify: ok" if verified.ok else "verify: FAILED", style="green" if verified.ok else "bold red")
-    if not verified.ok:
-        ui.failures([*verify_failures(verified), "verify: FAILED"])
+    found = status_failures(resolved, status) + check_failures(results, _check_fix(resolved, status))
+    show_status(
+        ui, resolved, status, failures=[] if ui.verbose else fold(found), each=False, context=_checked_as(verified)
+    )
+    if ui.verbose:  # every row, then what failed with its fix
+        if results:
+            show_checks(ui, results)
+        ui.failures(fold(found))
+    counted = count_line(results, verbose=bool(ui.verbose)) if results else "no checks ran"
+    if verified.ok:
+        ui.verdict(f"verify: ok: {counted}", ok=True)
+    elif status.upstream_regression:
+        ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
+    else:
+        ui.verdict(f"verify: FAILED: {counted}", ok=False)
 
 
-def verify_failures(verified) -> list[str]:
-    """Each finding that fails `verify` on a target, one line each: a conflict, a drifted file, a
-    failed check, the guard's refusal."""
+def _checked_as(verified) -> str:
     status = verified.status
-    guard = [f"guard: the launch guard refuses this tree: {'; '.join(status.guard)}"] if status.guard else []
-    return status_failures(status) + [r.describe() for r in verified.checks if r.failed] + guard
+    if status.state == TreeState.UPSTREAM:
+        return "upstream: this vLLM release ships the change; the set's checks ran on its stock files"
+    if status.drifted:
+        return "drifted: the checks ran on the files as they are"
+    if verified.checks and status.state != TreeState.APPLIED:
+        return "checked as the tree would be after apply (nothing written)"
+    return ""
+
+
+def status_verdict(status) -> tuple[str, bool]:
+    """`status`'s last line, and whether it is good news."""
+    applied = sum(p.state == "applied" for p in status.patches)
+    said = f"{status.state}: {applied} of {len(status.patches)} patches applied" if status.patches else status.state
+    problems = [
+        f"{len(status.drifted)} file{'s' if len(status.drifted) > 1 else ''} drifted" if status.drifted else "",
+        f"{sum(bool(p.problem) for p in status.patches)} patch(es) do not apply"
+        if any(p.problem for p in status.patches)
+        else "",
+        "the launch guard refuses the tree" if status.guard else "",
+        "upstream regression" if status.upstream_regression else "",
+    ]
+    problems = [p for p in problems if p]
+    if problems:
+        return f"status: FAILED: {said}; {'; '.join(problems)}", False
+    return f"status: {said}", status.state not in (TreeState.PARTIAL, TreeState.UNSUPPORTED)
+
+
+def _check_fix(resolved, status) -> str:
+    """What fixes a failed check: the tree's own edits revert; an applied series that fails is
+    reverted; a series that would fail is not applied (apply refuses it)."""
+    target = target_words(resolved.target)
+    if status.drifted:
+        return f"patchkit revert --force {target} (keeps a copy of the edits), then patchkit apply {target}"
+    if status.state == TreeState.APPLIED:
+        return f"patchkit revert {target} (the stock files back); report the series"
+    if status.state == TreeState.UPSTREAM:
+        return "report the upstream regression; the set's checks name what vLLM changed"
+    return "nothing is written: apply refuses this tree; report the series (or fix the file it names)"

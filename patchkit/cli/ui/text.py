@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TextIO
@@ -73,3 +74,78 @@ def write_plainly(write: Callable[[TextIO], object]) -> None:
     BrokenPipeError ends the run quietly with exit 141)."""
     write(sys.stdout)
     sys.stdout.flush()
+
+
+def shortened(word: str, width: int) -> str:
+    """`word` in at most `width` columns: its start and its end (where a path names its file)
+    around an ellipsis."""
+    if len(word) <= width:
+        return word
+    tail = (width - 1) * 2 // 3
+    return word[: width - 1 - tail] + "\u2026" + word[len(word) - tail :]
+
+
+def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2) -> list[str]:
+    """`text` as lines of at most `width` columns, wrapped at spaces (the first line indented by
+    `first`, the others by `indent`); a word longer than a line is shortened with an ellipsis.
+    Without a width (piped): one line, never wrapped."""
+    if width is None:
+        return [" " * first + text]
+    room = max(width - max(first, indent), 10)
+    words = " ".join(shortened(word, room) for word in text.split(" "))
+    return textwrap.wrap(
+        words,
+        width,
+        initial_indent=" " * first,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [""]
+
+
+def plain_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> str:
+    """A table for a pipe: the title, then the header and each row in columns two spaces apart,
+    nothing after a row's last cell (no padding, no box)."""
+    widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
+    lines = [title] if title else []
+    for row in [columns, *rows]:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+GAP = 2  # spaces between two columns
+LABEL_WIDTH = 9  # "version  ": the labels of a report's lines
+NAME_ROOM = 16  # the fewest columns a name or a path is shortened to
+TEXT_ROOM = 20  # the fewest columns text is wrapped to
+
+
+def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[list[int], list[list[list[str]]]]:
+    """Each row (the header first) as the lines of its cells, the columns fitted into `width`: text
+    (a column with a space in it) wrapped at spaces first, then names (paths, patch names)
+    shortened with an ellipsis, each no further than it stays readable (then the line is wider).
+    Returns the columns' widths and the rows."""
+    widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
+    is_text = [any(" " in row[i] for row in rows) for i in range(len(columns))]
+    least = [
+        min(w, max(len(name), TEXT_ROOM if text else NAME_ROOM))
+        for w, name, text in zip(widths, columns, is_text, strict=True)
+    ]
+    excess = sum(widths) + GAP * (len(widths) - 1) - width
+    for shrinking in (True, False):  # text first, then names
+        while excess > 0:
+            room = [
+                (widths[i] - least[i], i)
+                for i in range(len(widths))
+                if is_text[i] == shrinking and widths[i] > least[i]
+            ]
+            if not room:
+                break
+            widths[max(room)[1]] -= 1
+            excess -= 1
+    return widths, [
+        [
+            fitted(cell, w, indent=0) if text else [shortened(cell, w)]
+            for cell, w, text in zip(row, widths, is_text, strict=True)
+        ]
+        for row in [columns, *rows]
+    ]

@@ -1,0 +1,336 @@
+"""A fork server for `python -m patchkit` in the tests: one interpreter that has imported patchkit forks a
+child per command, so a test pays a fork instead of an interpreter start-up and patchkit's imports.
+
+The child is a real process run as `python -m patchkit` runs: its own pid, its stdin, stdout and stderr the
+test's pipes, the test's environment and working directory, `sys.argv` and `sys.path[0]` as `-m` sets them,
+and the interpreter's own exit (SystemExit, an uncaught exception's traceback, atexit, the flush of stdout,
+death by a signal). What differs from a fresh interpreter is only what the interpreter reads once at start-up:
+a command whose environment changes those variables (`PYTHON*`, the locale) runs in a real subprocess
+(`start_up_environment`). The server is started from a clean environment of the test session, never from a
+test's, so no test's monkeypatching reaches it.
+
+    python tests/cli_server.py SOCKET     # serve on SOCKET (the tests start it: helpers.run_cli)
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import gc
+import importlib
+import io
+import json
+import locale
+import os
+import pkgutil
+import runpy
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from contextlib import suppress
+from pathlib import Path
+from typing import NoReturn
+
+import patchkit
+
+FDS = 3  # stdin, stdout, stderr
+_LENGTH = struct.Struct("!I")
+_STATUS = struct.Struct("!qq")  # (pid, 0) when it starts; (0, wait status) when it ends
+_LOCALE = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE")
+
+
+def start_up_environment(env: dict[str, str]) -> dict[str, str]:
+    """The variables an interpreter reads once at start-up (its I/O encoding, flags, paths)."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in _LOCALE}
+
+
+# --- the client (the tests' side) -----------------------------------------------------------------
+
+_SESSION_ENV = dict(os.environ)  # as the session started, before any test's monkeypatch
+_server: _Server | None = None
+
+
+class _Server:
+    """The server process of this test session (one per xdist worker), started on first use."""
+
+    def __init__(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="pk-cli-"))  # short: a unix socket's path is at most 107 bytes
+        self.socket = str(self.home / "s")
+        with (self.home / "server.log").open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, __file__, self.socket],
+                env=_SESSION_ENV,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.socket):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the CLI fork server did not start: {(self.home / 'server.log').read_text()}")
+            time.sleep(0.01)
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def run_patchkit(args: list[str], env: dict[str, str], cwd: Path | str | None, timeout: float):
+    """`python -m patchkit ARGS` with `env` in `cwd`, its output captured as text: a fork of the server, or
+    a real subprocess where the interpreter's start-up would differ. A subprocess.CompletedProcess."""
+    argv = [sys.executable, "-m", "patchkit", *args]
+    if start_up_environment(env) != start_up_environment(_SESSION_ENV):
+        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    global _server
+    if _server is None:
+        _server = _Server()
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.connect(_server.socket)
+        body = json.dumps({"args": args, "env": env, "cwd": os.path.abspath(cwd or os.getcwd())}).encode()
+        connection.sendmsg(
+            [_LENGTH.pack(len(body)), body],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, out_write, err_write]))],
+        )
+        os.close(out_write)
+        os.close(err_write)
+        pid, _ = _STATUS.unpack(_read_exactly(connection, _STATUS.size))
+        try:
+            out, err = _read_both(out_read, err_read, time.monotonic() + timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(pid, signal.SIGKILL)
+            raise subprocess.TimeoutExpired(argv, timeout) from None
+        _, status = _STATUS.unpack(_read_exactly(connection, _STATUS.size))
+    return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), _text(out), _text(err))
+
+
+def _read_exactly(connection: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            raise RuntimeError("the CLI fork server went away")
+        data += chunk
+    return data
+
+
+def _read_both(out_read: int, err_read: int, deadline: float) -> tuple[bytes, bytes]:
+    """Both pipes to their end (as Popen.communicate reads them), closed after."""
+    chunks: dict[int, list[bytes]] = {out_read: [], err_read: []}
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired("patchkit", 0)
+            for key, _ in selector.select(left):
+                data = os.read(key.fd, 65536)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    selector.unregister(key.fd)
+    for fd in chunks:
+        os.close(fd)
+    return b"".join(chunks[out_read]), b"".join(chunks[err_read])
+
+
+def _text(data: bytes) -> str:
+    """As subprocess's text mode decodes: the locale's encoding, universal newlines."""
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+def serve(path: str) -> None:
+    """Accept commands on the unix socket `path` until the test session that started us is gone."""
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    os.rename(path + ".new", path)  # the client connects once the path exists: listening by then
+    listener.settimeout(1.0)
+    while os.getppid() == parent:
+        _reap()  # waited for, so that their CPU time counts in the session's (time -v, rusage)
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            continue
+        if os.fork() == 0:
+            listener.close()
+            _supervise(connection)  # returns only in the command's process
+            return
+        connection.close()
+
+
+def _reap() -> None:
+    with suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _supervise(connection: socket.socket) -> None:
+    """In a fork of the server: read the command, fork the process that runs it, tell the client its pid
+    and its wait status. Returns in that process, set up to run the command; exits in the supervisor."""
+    request, fds = _receive(connection)
+    pid = os.fork()
+    if pid == 0:
+        connection.close()
+        _become_the_command(request, fds)
+        return
+    for fd in fds:
+        os.close(fd)
+    connection.sendall(_STATUS.pack(pid, 0))
+    _, status = os.waitpid(pid, 0)
+    connection.sendall(_STATUS.pack(0, status))
+    os._exit(0)
+
+
+def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
+    header, ancillary, _, _ = connection.recvmsg(_LENGTH.size, socket.CMSG_SPACE(FDS * array.array("i").itemsize))
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    (length,) = _LENGTH.unpack(header)
+    body = b""
+    while len(body) < length:
+        body += connection.recv(length - len(body))
+    return json.loads(body), list(fds)
+
+
+def _become_the_command(request: dict, fds: list[int]) -> None:
+    """This process as `python -m patchkit ARGS` would start: fds 0-2, environment, cwd, argv."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    _fresh_standard_streams()
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.path[0] = os.getcwd()  # -m puts the working directory first
+    sys.argv = ["-m", *request["args"]]  # runpy makes argv[0] patchkit/__main__.py, as -m does
+
+
+def _fresh_standard_streams() -> None:
+    """sys.stdin, stdout and stderr made anew on fds 0-2, as the interpreter's start-up makes them (their
+    buffering and seekability are the new files'); encoding and errors as the server's, which started with
+    the command's start-up environment."""
+    unbuffered = sys.stdout.write_through  # -u or PYTHONUNBUFFERED
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        old = getattr(sys, name)
+        binary = open(fd, "rb" if fd == 0 else "wb", buffering=0 if unbuffered and fd else -1, closefd=False)  # noqa: SIM115
+        raw = getattr(binary, "raw", binary)
+        raw.name = f"<{name}>"
+        stream = io.TextIOWrapper(
+            binary,
+            encoding=old.encoding,
+            errors=old.errors,
+            newline="\n",
+            line_buffering=not unbuffered and (fd == 2 or raw.isatty()),
+            write_through=unbuffered,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def run_and_exit() -> NoReturn:
+    """Run patchkit as `python -m patchkit` runs it, and end as the interpreter ends: SystemExit's code
+    (a message printed: 1), an uncaught exception's traceback (1), KeyboardInterrupt by SIGINT, then
+    threads joined, atexit, stdout flushed (a failed flush: 120). Only the modules' teardown is skipped:
+    after a fork it would copy every page of the server's heap (half the child's CPU) to free it."""
+    code = 0
+    interrupted = False
+    try:
+        runpy.run_module("patchkit", run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+    except BaseException as error:
+        interrupted = isinstance(error, KeyboardInterrupt)
+        sys.excepthook(type(error), error, error.__traceback__)
+        code = 1
+    threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's wait for non-daemon threads
+    atexit._run_exitfuncs()
+    code = _flush_as_at_exit(code)
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _flush_as_at_exit(code: int) -> int:
+    """stdout, then stderr, flushed as Py_Finalize flushes them: stdout failing is exit 120."""
+    try:
+        sys.stdout.flush()
+    except Exception as error:
+        with suppress(Exception):
+            print(f"Exception ignored in: {sys.stdout!r}", file=sys.stderr)
+            traceback.print_exception(error, file=sys.stderr)
+        code = 120
+    with suppress(Exception):
+        sys.stderr.flush()
+    return code
+
+
+# What patchkit imports inside functions (the `# lazy:` imports) and rich's modules that its output loads.
+THIRD_PARTY = (
+    "email.parser",
+    "filelock",
+    "git",
+    "importlib.metadata",
+    "logging",
+    "pip._internal.configuration",
+    "pypi_simple",
+    "requests",
+    "requests.adapters",
+    "rich.box",
+    "rich.console",
+    "rich.pretty",
+    "rich.progress",
+    "rich.syntax",
+    "rich.table",
+    "rich.text",
+    "xml.etree.ElementTree",
+    "yaml",
+)
+
+
+def warm_imports() -> None:
+    """Import what a command imports, once, in the server (not the optional Ray, nor what runs as __main__)."""
+    for module in pkgutil.walk_packages(patchkit.__path__, "patchkit."):
+        if not module.name.startswith(("patchkit.fleet", "patchkit._target", "patchkit.__main__")):
+            with suppress(ImportError):  # an optional dependency: the command imports what it needs
+                importlib.import_module(module.name)
+    for name in THIRD_PARTY:
+        with suppress(ImportError):
+            importlib.import_module(name)
+    gc.freeze()  # the children's collections leave these objects alone: fewer pages copied after the fork
+
+
+if __name__ == "__main__":
+    sys.path[0] = os.getcwd()  # not tests/: what -m puts first
+    warm_imports()
+    serve(sys.argv[1])
+    if sys.argv[0] == "-m":  # the command's process
+        run_and_exit()

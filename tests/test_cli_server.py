@@ -1,0 +1,56 @@
+"""cli_server's forked `python -m patchkit` answers as a fresh interpreter does: the same exit code, stdout
+and stderr, for the same arguments, environment and working directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from cli_server import run_patchkit
+from helpers import write_tree
+
+
+def fresh(args: list[str], env: dict[str, str], cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
+
+
+def answer(done: subprocess.CompletedProcess) -> tuple[int, str, str]:
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["--version"],
+        ["nosuchcommand"],  # usage: 2
+        ["status", "--target", "missing"],  # relative to the working directory: 4
+        ["status", "--target", "site"],
+        ["apply", "--dry-run", "--no-import", "--target", "site"],
+        ["status", "--target", "site", "--format", "json"],
+    ],
+)
+def test_a_forked_command_answers_as_a_fresh_interpreter(tmp_path, args):
+    write_tree(tmp_path / "site")
+    env = {**os.environ, "COLUMNS": "61"}
+    assert answer(run_patchkit(args, env, tmp_path, 300)) == answer(fresh(args, env, tmp_path))
+
+
+def test_the_command_sees_its_own_environment_not_the_servers(tmp_path):
+    """PATCHKIT_LIBRARY set for one command only: the fork reads that library (here, none there)."""
+    env = {**os.environ, "PATCHKIT_LIBRARY": str(tmp_path / "nowhere")}
+    forked = run_patchkit(["list"], env, tmp_path, 300)
+    assert answer(forked) == answer(fresh(["list"], env, tmp_path))
+    assert forked.returncode != 0
+    assert run_patchkit(["list"], dict(os.environ), tmp_path, 300).returncode == 0
+
+
+def test_a_start_up_variable_runs_a_fresh_interpreter(tmp_path):
+    """PYTHONIOENCODING is read once at start-up: a command that sets it is not forked but started."""
+    env = {**os.environ, "PYTHONIOENCODING": "ascii:strict"}
+    done = run_patchkit(["status", "--target", "no-\u00e9"], env, tmp_path, 300)
+    assert answer(done) == answer(fresh(["status", "--target", "no-\u00e9"], env, tmp_path))

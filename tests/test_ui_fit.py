@@ -1,0 +1,117 @@
+"""Output that fits (issue 22): at 80 columns nothing is cut mid-word (a long name is shortened
+with an ellipsis, text wrapped at spaces); piped output has no padding after a line's last word."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, make_patch, run_cli, write_library, write_tree
+
+from patchkit.cli.ui.text import fit_table, fitted, plain_table
+
+LONG = "vllm/model_executor/models/a_module_whose_name_is_longer_than_any_column_allows.py"
+DESCRIPTION = "Description: " + " ".join(["a description long enough to need wrapping at eighty columns"] * 2)
+CONTROL = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]|\r")  # styles, the cursor; \r\n read as \n
+
+
+def in_a_terminal(*args: object, width: int = 80) -> tuple[int, str]:
+    """`python -m patchkit ARGS` with stdout and stderr a pseudo-terminal `width` columns wide: its
+    exit code and what it drew, control sequences taken out."""
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", *map(str, args)],
+        stdin=subprocess.DEVNULL,
+        stdout=child,
+        stderr=child,
+        env=env,
+    )
+    os.close(child)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(main)
+    return process.wait(timeout=300), CONTROL.sub("", drawn.decode())
+
+
+@pytest.fixture
+def long_tree(tmp_path: Path) -> tuple[Path, Path]:
+    tree = write_tree(tmp_path / "site", files={LONG: "VALUE = 1\n"})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    patch = make_patch(scratch, tree, {LONG: "VALUE = 2\n"}, header=DESCRIPTION + "\n")
+    return tree, write_library(tmp_path / "lib", {"0.16.0": [patch]})
+
+
+def words(text: str) -> set[str]:
+    return set(text.split())
+
+
+def assert_fits_without_cut_words(shown: str, whole: str, width: int = 80) -> None:
+    """Every line within `width`; every word shown is a whole word of `whole` (the same answer
+    piped, never wrapped) or one shortened with an ellipsis."""
+    for line in shown.splitlines():
+        assert len(line) <= width, line
+        assert line == line.rstrip(), repr(line)
+    cut = [word for word in words(shown) - words(whole) if "\u2026" not in word and set(word) != {"\u2500"}]
+    assert not cut, cut
+
+
+@pytest.mark.parametrize("argv", [["status", "-v"], ["verify", "-v"]])
+def test_at_80_columns_no_word_is_cut(long_tree, argv):
+    tree, library = long_tree
+    code, shown = in_a_terminal(*argv, "--target", tree, "--patches", library)
+    piped = run_cli(*argv, "--target", tree, "--patches", library)
+    assert code == 0 and piped.returncode == 0, shown
+    assert "\u2500" in shown  # drawn for a terminal, not the piped text
+    assert_fits_without_cut_words(shown, piped.stdout)
+    assert LONG in piped.stdout and "\u2026" in shown  # the name shortened where it cannot fit
+
+
+@pytest.mark.parametrize("argv", [["status", "-v"], ["verify", "-v"], ["list"]])
+def test_piped_lines_end_at_their_last_word(long_tree, argv):
+    tree, library = long_tree
+    target = [] if argv == ["list"] else ["--target", tree]
+    done = run_cli(*argv, *target, "--patches", library)
+    assert_clean_failure(done, 0)
+    assert LONG in done.stdout or argv == ["list"]
+    padded = [line for line in done.stdout.splitlines() if line != line.rstrip()]
+    assert not padded, padded
+
+
+def test_a_table_fitted_to_80_columns_shortens_names_and_wraps_text():
+    rows = [["0001-speculative-accept-deepseek-kimi-eagle3-targets.patch", "applied", LONG, DESCRIPTION]]
+    widths, fitted_rows = fit_table(["patch", "state", "file", "description"], rows, 80)
+    assert sum(widths) + 2 * 3 <= 80
+    name, state, path, text = fitted_rows[1]
+    assert name[0].startswith("0001-") and name[0].endswith(".patch") and "\u2026" in name[0]
+    assert path[0].endswith(".py") and len(path) == 1 and state == ["applied"]
+    assert " ".join(text).split() == DESCRIPTION.split()  # every word kept, wrapped at spaces
+
+
+def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
+    lines = fitted("fix: " + "revert the tree and apply again " * 4, 40, first=2, indent=7)
+    assert all(len(line) <= 40 for line in lines) and lines[0].startswith("  fix: ")
+    assert all(line.startswith(" " * 7) for line in lines[1:])
+    assert fitted("never wrapped when piped " * 10, None) == ["never wrapped when piped " * 10]
+
+
+def test_a_plain_table_pads_no_line_past_its_last_cell():
+    table = plain_table(["a", "b"], [["x", ""], ["longer", "y"]], "title")
+    assert table == "title\na       b\nx\nlonger  y\n"
