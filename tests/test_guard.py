@@ -533,7 +533,7 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     assert _load(site).returncode != 0
     done = run_cli("status", "--target", site, "--patch", diff)
     assert done.returncode == 1, done.stdout + done.stderr
-    hint = " ".join(done.stderr.split())
+    hint = " ".join((done.stdout + done.stderr).split())
     on_site = f"--target {site} --patch {addon.name}"  # the user's tree, the other set's patch (hints.py)
     assert f"`patchkit revert {on_site} --force`" in hint and f"`patchkit apply {on_site}`" in hint
     assert run_cli("revert", "--target", site, "--patch", addon, "--force").returncode == 0
