@@ -371,12 +371,13 @@ def test_vllms_validation_runs_in_the_launchs_own_environment(setup, tmp_path, p
     assert f"saw {json.dumps(seen)}" in message, message
 
 
-def test_vllm_validation_is_skipped_with_a_note_when_vllm_does_not_import(setup):
+def test_vllm_validation_cannot_judge_when_vllm_does_not_import(setup):
     tree, library, models = setup
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     done = run_cli(*base, "vllm", "serve", str(models["deepseek"]))
     check = findings(done)["vllm-validation"]
-    assert check["ok"] and check["message"].startswith("skipped: vLLM does not import")
+    assert check["ok"] and check["result"] == "cannot judge"  # not a failure, and no pass
+    assert check["message"].startswith("cannot judge: not run: vLLM does not import")
 
 
 def test_drift_after_apply_fails_the_tree_state(setup):

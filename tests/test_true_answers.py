@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, fingerprint, run_cli
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, serve, write_model
 from packaging.version import Version
 
 from patchkit.base.options import Options
@@ -132,3 +133,63 @@ def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):
         f.write("\n# a local note\n")
     document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
     assert document["drifted"] == [KIMI] and document["does_not_compile"] == {}
+
+
+# 4. A check that lacks what it needs cannot judge: never a pass, never a failure.
+
+
+def drafted_launch(tmp_path: Path, model: dict) -> list[str]:
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    return serve(write_model(tmp_path / "model", model), drafter)
+
+
+def findings(done) -> dict[str, dict]:
+    return {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+
+
+def test_preflight_on_a_fetched_tree_cannot_judge_what_needs_the_registry_and_says_what_gives_it(fetched, tmp_path):
+    assert not (fetched / REGISTRY).exists()  # `fetch --dest` lays out the set's files only
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    launch = drafted_launch(tmp_path, DEEPSEEK_V3)
+    done = run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = findings(done)
+    for check in ("supports-eagle3", "drafter-architecture", "vllm-validation"):
+        assert found[check]["result"] == "cannot judge", found[check]
+    assert "no vllm/model_executor/models/registry.py" in found["supports-eagle3"]["message"]
+    assert "fetch 0.16.0 --all --dest" in found["drafter-architecture"]["fix"]
+    assert "--python" in found["vllm-validation"]["fix"]
+    assert {found[c]["result"] for c in ("tree-state", "whitelist", "drafter-hidden-size")} == {"pass"}
+    text = run_cli("preflight", "--target", fetched, "--", *launch)
+    rows = {line.split()[0]: line for line in text.stdout.splitlines() if line.split()}
+    assert " pass " not in rows["vllm-validation"] and "cannot judge" in rows["vllm-validation"]
+
+
+def test_preflight_on_a_whole_release_still_judges_the_registry(tmp_path):
+    site = tmp_path / "all"
+    assert run_cli("fetch", "0.16.0", "--all", "--dest", site).returncode == 0
+    assert run_cli("apply", "--target", site).returncode == 0
+    done = run_cli("preflight", "--target", site, "--format", "json", "--", *drafted_launch(tmp_path, DEEPSEEK_V3))
+    assert done.returncode == 0, done.stdout
+    assert {findings(done)[c]["result"] for c in ("supports-eagle3", "drafter-architecture")} == {"pass"}
+
+
+# 5. preflight reports every finding in one run; the exit code is the worst of them.
+
+
+def test_a_missing_model_is_one_finding_beside_the_unpatched_tree(fetched, tmp_path):
+    launch = serve(tmp_path / "nowhere", write_model(tmp_path / "drafter", DRAFTER))
+    done = run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch)
+    assert_clean_failure(done, 4)
+    found = findings(done)
+    assert found["tree-state"]["ok"] is False and "not applied" in found["tree-state"]["message"]
+    assert found["models"]["ok"] is False and "no config.json found" in found["models"]["message"]
+
+
+def test_a_missing_drafter_leaves_the_target_checks_to_run(fetched, tmp_path):
+    launch = serve(write_model(tmp_path / "model", DEEPSEEK_V3), tmp_path / "no-drafter")
+    done = run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch)
+    assert_clean_failure(done, 4)
+    found = findings(done)
+    assert "drafter" in found["models"]["message"]
+    assert found["whitelist"]["result"] == "fail" and found["whitelist"]["fix"] == "run `patchkit apply`"

@@ -9,7 +9,8 @@ What only GitHub provides is substituted, step by step:
 - actions/cache: .patchkit-cache in the workspace is a link to this machine's patchkit cache (a restored
   cache), so the release files are not fetched again;
 - inputs.versions: `--vllm-version 0.16.0` (one release, to keep the test to a minute; the schedule uses --all);
-- actions/upload-artifact: the test reads the file the step would upload and parses it as JUnit.
+- actions/upload-artifact: the test reads the file the step would upload and parses it as JUnit;
+- $GITHUB_STEP_SUMMARY: a file the test reads back (the compatibility matrix in Markdown).
 Each `run:` is run as GitHub's default shell on Linux runs it: bash --noprofile --norc -eo pipefail.
 """
 
@@ -76,6 +77,8 @@ def test_the_workflow_is_scheduled_and_manual_and_uploads_the_junit_report():
     assert any(r.startswith("patchkit verify ") and r.endswith("--format junit > verify.xml") for r in runs)
     (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert upload["if"] == "always()" and upload["with"]["path"] == "verify.xml"
+    (summary,) = [s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
+    assert summary["if"] == "always()" and "--format markdown" in summary["run"]
 
 
 def test_the_ci_page_quotes_the_workflow():
@@ -100,6 +103,7 @@ def test_the_run_steps_install_patchkit_and_write_a_junit_report(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_LIBRARY", "PATCHKIT_CACHE_DIR", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
     env.update({name: substitute(str(value), values) for name, value in job.get("env", {}).items()})
+    env["GITHUB_STEP_SUMMARY"] = str(tmp_path / "step-summary.md")  # the job summary GitHub shows
     restored = cache_dir()
     restored.mkdir(parents=True, exist_ok=True)
     Path(env["PATCHKIT_CACHE_DIR"]).symlink_to(restored, target_is_directory=True)
@@ -119,7 +123,7 @@ def test_the_run_steps_install_patchkit_and_write_a_junit_report(tmp_path):
         )
         assert done.returncode == 0, f"{step['run']}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
         ran += 1
-    assert ran == 2
+    assert ran == 3
 
     installed = subprocess.run(
         [venv / "bin" / "python", "-c", "import patchkit; print(patchkit.__file__)"],
@@ -132,3 +136,5 @@ def test_the_run_steps_install_patchkit_and_write_a_junit_report(tmp_path):
     report = ElementTree.parse(workspace / "verify.xml").getroot()
     (case,) = report.iter("testcase")
     assert case.get("name") == f"vllm {VERSION}" and case.find("failure") is None
+    summary = (tmp_path / "step-summary.md").read_text()  # the compatibility matrix, issue 22
+    assert summary == f"| vLLM | eagle3 |\n| --- | --- |\n| {VERSION} | applied |\n"

@@ -18,6 +18,7 @@ from patchkit.series.requirements import Target
 SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
 MODELS_DIR = "vllm/model_executor/models"
+REGISTRY = f"{MODELS_DIR}/registry.py"  # where vLLM registers architectures (read statically)
 DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
 AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
 LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
@@ -68,7 +69,7 @@ def supports_eagle3(launch) -> Finding:
         requirement = launch.requirement(file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS)
         return launch.evaluate(requirement, read)
 
-    static = launch.judge("supports-eagle3", judgement)
+    static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement)
     return _held_to_vllm(static, launch.model_interface(arch, "supports_eagle3"))
 
 
@@ -119,6 +120,9 @@ def _guarded_for(launch, requirement, arch: str):
 
 
 def drafter_architecture(launch) -> Finding:
+    lacking = launch.lacks("drafter-architecture", REGISTRY)
+    if lacking is not None:
+        return lacking
     arch = launch.drafter.architecture
     table = launch.registry().get(SPECULATIVE_TABLE, {})
     names = [arch, f"Eagle3{arch}"] if arch else []

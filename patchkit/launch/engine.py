@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.findings import Finding, VllmVerdict
+from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.validation import model_interface
 from patchkit.series.requirements import Requirement, parse_requirements
@@ -73,6 +74,15 @@ class LaunchContext:
         if self.read_planned is not None and judgement(self.read_planned)[0]:
             return Finding(check, False, message, apply_fix())
         return Finding(check, False, message, fix)
+
+    def lacks(self, check: str, path: str) -> Finding | None:
+        """The finding of a check that reads `path` when the tree lacks it (a tree from `patchkit
+        fetch --dest` holds only the set's files): it cannot judge, and says what gives the file."""
+        if os.path.lexists(self.root / path) or self.read(path) is not None:  # there, if unreadable: judged
+            return None
+        version = self.version or "VERSION"
+        gives = f"lay out the whole release (`patchkit fetch {version} --all --dest DIR`), or give --python PATH"
+        return cannot_judge(check, f"the tree has no {path} (a tree of only the patched files?)", gives)
 
     def model_interface(self, architecture: str, function: str) -> VllmVerdict:
         """vLLM's own `function` (of vllm.model_executor.models.interfaces, e.g. supports_eagle3) on the

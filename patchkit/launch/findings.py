@@ -5,16 +5,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PASS, FAIL, CANNOT_JUDGE = "pass", "fail", "cannot judge"
+
 
 @dataclass
 class Finding:
     check: str
-    ok: bool
+    ok: bool  # False fails the launch
     message: str
-    fix: str | None = None
+    fix: str | None = None  # what to do; for a check that could not judge, what gives it what it lacks
+    judged: bool = True  # False: the check lacked what it needs; not a failure (ok), and never a pass
+
+    @property
+    def result(self) -> str:
+        if not self.judged:
+            return CANNOT_JUDGE
+        return PASS if self.ok else FAIL
 
     def to_json(self) -> dict:
-        return {"check": self.check, "ok": self.ok, "message": self.message, "fix": self.fix}
+        return {"check": self.check, "ok": self.ok, "result": self.result, "message": self.message, "fix": self.fix}
+
+
+def cannot_judge(check: str, reason: str, gives: str | None) -> Finding:
+    """A check that lacks what it needs (`reason`), and what gives it that (`gives`)."""
+    return Finding(check, True, f"cannot judge: {reason}", gives, judged=False)
 
 
 @dataclass

@@ -26,16 +26,18 @@ from patchkit.engine.inspection import TreeStatus, inspect
 from patchkit.engine.resolve import Resolved
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, apply_fix, set_checks
-from patchkit.launch.findings import Finding
+from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.shortcut import cached_set_checks
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
+from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
 from patchkit.series.patchfile import touched_paths
 from patchkit.tree.target import from_interpreter
 
 TREE = "tree-state"
+MODELS = "models"
 LAUNCH_TARGET = "launch-target"
 COMMAND = "command"
 ARG_UTILS = "vllm/engine/arg_utils.py"
@@ -48,10 +50,16 @@ class PreflightResult:
     tree_state: str | None = None
     launched: LaunchCommand | None = None  # as written: what vLLM's own parser is asked to read
     fixable: bool = False  # the series, applied, would change the tree
+    missing: list[TargetError] = field(default_factory=list)  # a model or drafter found nowhere (exit 4)
 
     @property
     def ok(self) -> bool:
         return all(f.ok for f in self.findings)
+
+    @property
+    def error(self) -> TargetError | None:
+        """A model found nowhere: the worst finding, whose exit code (4) is the run's."""
+        return self.missing[0] if self.missing else None
 
     @property
     def outcome(self) -> Outcome:
@@ -74,7 +82,7 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     except TargetError as exc:
         if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
             return None
-        return Finding(LAUNCH_TARGET, True, f"{exc.message}: not compared with {resolved.target.found_by}")
+        return cannot_judge(LAUNCH_TARGET, f"{exc.message}: not compared with {resolved.target.found_by}", exc.hint)
     first_path = command.first_path()
     own_setting = _own_import_setting(command) or bool(options) or _may_hold_vllm(first_path)
     if _same_venv(python, resolved.target.python) and not own_setting:
@@ -151,11 +159,18 @@ def preflight(
     `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
 
     launched = command  # as written: what vLLM's own parser is asked to read
-    target, drafter, served, command = _models(command)
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
     result = PreflightResult(command, tree_state=str(status.state), launched=launched)
     result.findings.append(tree_finding(resolved, status))
+    try:
+        target, drafter, served, command = _models(command, result.missing)
+    except TargetError as exc:  # the model found nowhere: nothing else to hold against it
+        result.missing.append(exc)
+        result.findings.append(Finding(MODELS, False, exc.message, exc.hint))
+        return result
+    result.command = command
+    result.findings += [Finding(MODELS, False, exc.message, exc.hint) for exc in result.missing]
     if served is not None:
         result.findings.append(served)
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
@@ -185,13 +200,19 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
 
+    if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
+        return cannot_judge(VALIDATION, "not run: a model's config.json is not found", "the models' local directories")
     launched = result.launched or result.command
     return engine_validation(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
 
 
-def _models(command: LaunchCommand) -> tuple[ModelConfig, ModelConfig | None, Finding | None, LaunchCommand]:
+def _models(
+    command: LaunchCommand, missing: list[TargetError] | None = None
+) -> tuple[ModelConfig, ModelConfig | None, Finding | None, LaunchCommand]:
     """(target, drafter, a note when the model is a speculator, the command as vLLM serves it): the
-    configs vLLM reads, a speculators-format model served as its verifier's drafter."""
+    configs vLLM reads, a speculators-format model served as its verifier's drafter. A drafter found
+    nowhere is added to `missing` (the target's checks still run; without it, raised as the target
+    found nowhere is)."""
     revision = command.optional_text("revision")
     config_format = _text(command.options.get("config-format")) or "auto"
     environ = command.environ
@@ -216,9 +237,10 @@ def _models(command: LaunchCommand) -> tuple[ModelConfig, ModelConfig | None, Fi
     if served is not None:
         options = {**command.options, "speculative-config": served.speculative_config, "tokenizer": served.verifier}
         command = dataclasses.replace(command, model=served.verifier, options=options)
-        own_drafter = served.drafter
+        own_drafter: ModelConfig | None = served.drafter
         if redirected(own.name, environ, command.cwd) != own.name:  # the drafter's ModelConfig redirects it too
-            own_drafter = drafter_config(_drafter(own.name, command, None, config_format))
+            found = _found(missing, own.name, command, None, config_format)
+            own_drafter = drafter_config(found) if found is not None else None
         note = (
             f"{own.name} is a speculators-format model: vLLM serves its verifier {served.verifier} with it as "
             f"the {served.speculative_config['method']} drafter (the command's --speculative-config is dropped)"
@@ -227,12 +249,25 @@ def _models(command: LaunchCommand) -> tuple[ModelConfig, ModelConfig | None, Fi
     spec = command.speculative_config or {}
     drafter_name = spec.get("model")
     drafter = (
-        _drafter(drafter_name, command, _text(spec.get("revision")), config_format)
+        _found(missing, drafter_name, command, _text(spec.get("revision")), config_format)
         if isinstance(drafter_name, str) and drafter_name  # another value: the speculative-config finding
         else None
     )
     drafter = drafter_config(drafter) if drafter is not None else None
     return with_overrides(target, command.hf_overrides), drafter, None, command
+
+
+def _found(
+    missing: list[TargetError] | None, name: str, command: LaunchCommand, revision: str | None, config_format: str
+) -> ModelConfig | None:
+    """The drafter's config, or None with the TargetError (found nowhere) added to `missing`."""
+    try:
+        return _drafter(name, command, revision, config_format)
+    except TargetError as exc:
+        if missing is None:
+            raise
+        missing.append(exc)
+        return None
 
 
 def _engine_model(command: LaunchCommand, revision: str | None) -> str:

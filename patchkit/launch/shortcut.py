@@ -41,7 +41,7 @@ from patchkit.engine.inspection import TreeStatus
 from patchkit.engine.resolve import Resolved
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext, set_checks
-from patchkit.launch.findings import Finding
+from patchkit.launch.findings import CANNOT_JUDGE, Finding
 from patchkit.launch.models import ModelConfig
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.journal import settled_record
@@ -198,12 +198,13 @@ def _recall(directory: Path, path: Path, key: str, context: LaunchContext) -> li
 
 
 def _finding(data: dict) -> Finding:
-    finding = Finding(data["check"], data["ok"], data["message"], data["fix"])
+    finding = Finding(data["check"], data["ok"], data["message"], data["fix"], data["result"] != CANNOT_JUDGE)
     if not (
         isinstance(finding.check, str)
         and isinstance(finding.ok, bool)
         and isinstance(finding.message, str)
         and isinstance(finding.fix, (str, type(None)))
+        and finding.result == data["result"]  # a result that contradicts ok is no finding patchkit kept
     ):
         raise ValueError("a kept finding is malformed")
     return finding

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.findings import Finding, VllmVerdict
+from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.tree.target import WorkerFailed, run_worker
 
 CHECK = "vllm-validation"
@@ -17,7 +17,7 @@ TIMEOUT = 180.0
 def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | None = None) -> Finding:
 
     if python is None:
-        return Finding(CHECK, True, "skipped: no interpreter known for this target (give --python)")
+        return cannot_judge(CHECK, "not run: no interpreter known for this target", "give --python PATH")
     request = {
         "arguments": command.arguments,
         "serve": command.serve,
@@ -45,7 +45,11 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
     if status == "ok":
         return Finding(CHECK, True, "vLLM's create_engine_config() accepts the command")
     if status == "no-vllm":
-        return Finding(CHECK, True, f"skipped: vLLM does not import in {python}: {error}")
+        return cannot_judge(
+            CHECK,
+            f"not run: vLLM does not import in {python}: {error}",
+            "--python PATH of an environment where it does",
+        )
     return Finding(CHECK, False, f"vLLM refuses the command: {error}", fix)
 
 

@@ -38,5 +38,6 @@ def command(
         tree = fetch.release_tree(version, paths, all_python=all_python, progress=say, warn=ui.warn)
     ui.line(f"vllm {version}: {tree}")
     if dest:
-        copied = lay_out(tree, dest, force=force)
+        # what this fetch asked for, not whatever earlier fetches left in the cache's tree
+        copied = lay_out(tree, dest, None if all_python else paths, force=force)
         ui.line(f"laid out {len(copied)} file(s) under {dest} (use --target {dest})")

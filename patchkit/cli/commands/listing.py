@@ -4,11 +4,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from patchkit.base import hints
 from patchkit.base.enums import LibraryPatchState, Outcome
 from patchkit.base.errors import BadInput, Finished
+from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, patches
 from patchkit.cli.commands.options import quiet as quiet_option
+from patchkit.cli.ui.matrix import from_library
 from patchkit.series.library import PatchSetDef, load_library, locate
 from patchkit.series.patchfile import read_patch
 
@@ -36,16 +39,34 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
     for s in data:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
         ui.line(f"         supported {s['supported'] or 'any'}; upstream {s['upstream'] or 'never'}")
-        ui.table(
-            ["releases", "series", "patch", "state", "description"],
-            (
-                [r["versions"], r["dir"], p["name"], p["state"], p["problem"] or p["description"]]
-                for r in s["releases"]
-                for p in r["patches"]
-            ),
-            state_column=3,
-        )
+        ui.table(["patch", "state", "description"], _patches_once(s), state_column=1)
+    matrix = from_library(data)
+    ui.table(
+        matrix.columns(),
+        matrix.rows(),
+        title=f"releases by set: the library's series ({_verify_all(library)} checks them)",
+        state_column=1 if len(matrix.sets) == 1 else None,
+    )
     return finished
+
+
+def _verify_all(library: str | None) -> str:
+    """`patchkit verify --all` on the library listed (--patches when one was given)."""
+    return hints.command("verify", "--all", chosen=Options(library=library))
+
+
+def _patches_once(described: dict) -> list[list[str]]:
+    """Each patch name of a set once (its releases' copies share it), its worst state: a damaged
+    copy is shown with what is wrong with it."""
+    rows: dict[str, list[str]] = {}
+    for release in described["releases"]:
+        for p in release["patches"]:
+            row = [p["name"], p["state"], p["problem"] or p["description"]]
+            if p["name"] not in rows or p["state"] != LibraryPatchState.OK:
+                rows[p["name"]] = (
+                    row if p["state"] == LibraryPatchState.OK else [*row[:2], f"{release['dir']}: {row[2]}"]
+                )
+    return [rows[name] for name in sorted(rows)]
 
 
 def _describe(patch_set: PatchSetDef) -> dict:

@@ -10,6 +10,7 @@ from patchkit.cli.commands.options import format_option, no_import_option, targe
 from patchkit.cli.ui import UI, Failure, JUnitCase, junit, write_junit
 from patchkit.engine.transaction import consistent_read
 from patchkit.launch.command import LaunchCommand, frame, read
+from patchkit.launch.findings import PASS
 from patchkit.launch.preflight import (
     PreflightResult,
     default_options,
@@ -96,15 +97,21 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
     """Failures first (what the launch would hit, and its fix), then one verdict line; every
     finding in a table with -v."""
     if ui.verbose:
-        rows = [[f.check, "pass" if f.ok else "fail", f.message, f.fix or ""] for f in result.findings]
+        rows = [[f.check, f.result, f.message, f.fix or ""] for f in result.findings]
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
-    ui.failures([Failure(f.check, f.message, fix=f.fix or "") for f in result.findings if not f.ok])
+    # a check that could not judge is said with what gives it: never counted as a pass
+    ui.failures(
+        [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
+    )
     total, failed = len(result.findings), sum(not f.ok for f in result.findings)
+    unjudged = sum(not f.judged for f in result.findings)
+    cannot = f", {unjudged} cannot judge" if unjudged else ""
     more = "" if ui.verbose else " (-v shows each)"
     if result.ok:
-        ui.verdict(f"preflight: ok: {total} checks passed{more}", ok=True)
+        ui.verdict(f"preflight: ok: {total - unjudged} checks passed{cannot}{more}", ok=True)
     else:
-        ui.verdict(f"preflight: FAILED: {failed} of {total} checks failed, {total - failed} passed{more}", ok=False)
+        passed = total - failed - unjudged
+        ui.verdict(f"preflight: FAILED: {failed} of {total} checks failed, {passed} passed{cannot}{more}", ok=False)
 
 
 def findings_json(result: PreflightResult) -> list[dict]:
@@ -116,6 +123,7 @@ def findings_junit(result: PreflightResult) -> str:
         JUnitCase(
             name=f.check,
             failure=None if f.ok else f.message,
+            skipped=None if f.judged else f.message,
             details=f.message + (f"\nfix: {f.fix}" if f.fix else ""),
             output="" if not f.ok else f.message,
         )

@@ -10,6 +10,7 @@ from patchkit.base.errors import BadInput, Finished
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
 from patchkit.cli.ui import releases_junit, reports, write_junit
+from patchkit.cli.ui.matrix import from_releases, write_markdown
 from patchkit.engine.operations import VerifyResult, verify_tree
 from patchkit.engine.resolve import require_patches
 from patchkit.releases import check as release_check
@@ -18,7 +19,7 @@ from patchkit.tree.version import parse
 if TYPE_CHECKING:
     from patchkit.base.options import Options
 
-VERIFY_FORMATS = ("text", "json", "junit")
+VERIFY_FORMATS = ("text", "json", "junit", "markdown")
 
 
 @click.command()
@@ -27,7 +28,11 @@ VERIFY_FORMATS = ("text", "json", "junit")
     version_help="Without --target/--python: a vLLM release to verify from its stock files "
     "(repeatable). With them: override the detected version.",
 )
-@format_option(formats=VERIFY_FORMATS, help="Output format (junit: a testcase per release, or per check on a target).")
+@format_option(
+    formats=VERIFY_FORMATS,
+    help="Output format (junit: a testcase per release, or per check on a target; markdown: releases "
+    "only, the compatibility matrix: a row per release, its cell applied, upstream, conflict or failed).",
+)
 @click.option(
     "--all", "every", is_flag=True, help="Verify every vLLM release on the index from the set's supported minimum on."
 )
@@ -76,6 +81,11 @@ def command(
         return _verify_releases(
             replace(opts, vllm_version=None), named, every, latest, fmt, quiet, verbose, use_cache=not no_result_cache
         )
+    if fmt == "markdown":
+        raise BadInput(
+            "--format markdown is the compatibility matrix of releases, not a target's report",
+            hint="add --all, --latest or --vllm-version V without --target/--python; or use text, json or junit",
+        )
     if len(named) > 1:
         raise BadInput(
             "several --vllm-version values verify releases, not a target",
@@ -97,8 +107,8 @@ def _verify_releases(
     *,
     use_cache: bool,
 ) -> Finished:
-    # JUnit and JSON are the whole of stdout; quiet keeps text lines out of it.
-    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
+    # JUnit, JSON and Markdown are the whole of stdout; quiet keeps text lines out of it.
+    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt in ("junit", "markdown"), verbose)
     patch_set = release_check.load_patch_set(opts)
     ui.knows({"set": patch_set.name})
     with fetch.reuse_index_pages():
@@ -111,6 +121,8 @@ def _verify_releases(
         ui.json({"set": patch_set.name, "releases": [r.to_json(patch_set.name) for r in results]})
     elif fmt == "junit":
         write_junit(releases_junit(results, f"patchkit.{patch_set.name}"))
+    elif fmt == "markdown":
+        write_markdown(from_releases(patch_set.name, results))
     else:
         reports.verdict_of_releases(ui, results)
     return Finished(release_check.overall_outcome(results))

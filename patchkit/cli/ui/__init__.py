@@ -5,6 +5,7 @@ when the CLI knows the run's exit code (see run.Run).
 
     text        what may reach a terminal, the styles of states, plain writes to stdout
     findings    failures first (file:line, a caret, the fix), then one verdict line
+    matrix      releases by set (verify --format markdown, list)
     console     UI: lines, notes, errors, tables and progress on stdout and stderr
     plan        the plan table
     reports     a target's status, checks and releases

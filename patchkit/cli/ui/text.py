@@ -39,6 +39,7 @@ STATE_STYLES = {
     "unrecorded": "yellow",
     "upstream-regression": "bold red",
     "skipped": "dim",
+    "cannot judge": "yellow",
 }
 
 
@@ -120,10 +121,10 @@ TEXT_ROOM = 20  # the fewest columns text is wrapped to
 
 
 def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[list[int], list[list[list[str]]]]:
-    """Each row (the header first) as the lines of its cells, the columns fitted into `width`: text
-    (a column with a space in it) wrapped at spaces first, then names (paths, patch names)
-    shortened with an ellipsis, each no further than it stays readable (then the line is wider).
-    Returns the columns' widths and the rows."""
+    """Each row (the header first) as the lines of its cells, the columns fitted into `width`: the
+    widest column narrowed first, text (a column with a space in it) wrapped at spaces, names
+    (paths, patch names) shortened with an ellipsis, each no further than it stays readable (then
+    the line is wider). Returns the columns' widths and the rows."""
     widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
     is_text = [any(" " in row[i] for row in rows) for i in range(len(columns))]
     least = [
@@ -131,17 +132,12 @@ def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[li
         for w, name, text in zip(widths, columns, is_text, strict=True)
     ]
     excess = sum(widths) + GAP * (len(widths) - 1) - width
-    for shrinking in (True, False):  # text first, then names
-        while excess > 0:
-            room = [
-                (widths[i] - least[i], i)
-                for i in range(len(widths))
-                if is_text[i] == shrinking and widths[i] > least[i]
-            ]
-            if not room:
-                break
-            widths[max(room)[1]] -= 1
-            excess -= 1
+    while excess > 0:
+        narrowable = [(widths[i], i) for i in range(len(widths)) if widths[i] > least[i]]
+        if not narrowable:
+            break
+        widths[max(narrowable)[1]] -= 1
+        excess -= 1
     return widths, [
         [
             fitted(cell, w, indent=0) if text else [shortened(cell, w)]

@@ -1,0 +1,95 @@
+"""The compatibility matrix: releases by set, each cell applied / upstream / conflict / failed.
+`verify --all --format markdown` prints it from real releases (CI writes it to the job summary);
+`list` shows it from what the library declares, nothing fetched."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import Version
+
+from patchkit.base.enums import LibraryPatchState, ReleaseOutcome
+from patchkit.cli.ui.text import write_plainly
+
+APPLIED, UPSTREAM, CONFLICT, FAILED = "applied", "upstream", "conflict", "failed"
+UNSUPPORTED, NOT_COVERED = "unsupported", "-"  # in the set's range without a series; outside its range
+_OUTCOME_CELLS = {
+    ReleaseOutcome.PATCHED: APPLIED,
+    ReleaseOutcome.UPSTREAM: UPSTREAM,
+    ReleaseOutcome.CONFLICT: CONFLICT,
+    ReleaseOutcome.CHECK_FAILED: FAILED,
+    ReleaseOutcome.UNSUPPORTED: UNSUPPORTED,
+}
+
+
+@dataclass
+class Matrix:
+    """Rows (releases, or the library's version ranges) by columns (sets)."""
+
+    sets: list[str]
+    cells: dict[str, dict[str, str]] = field(default_factory=dict)  # row -> set -> cell
+
+    def put(self, row: str, set_name: str, cell: str) -> None:
+        self.cells.setdefault(row, {})[set_name] = cell
+
+    def rows(self) -> list[list[str]]:
+        ordered = sorted(self.cells, key=_order)
+        return [[row, *(self.cells[row].get(s, NOT_COVERED) for s in self.sets)] for row in ordered]
+
+    def columns(self) -> list[str]:
+        return ["vLLM", *self.sets]
+
+
+def _order(row: str) -> tuple[Version, str]:
+    """A release, or a range by the lowest version it names (`>=0.18.0` after 0.17.1)."""
+    named = [Version(v) for v in re.findall(r"\d+(?:\.\d+)*", row)]
+    return min(named, default=Version("0")), row
+
+
+def _readable(versions: str) -> str:
+    """A release's specifier as a row: a pinned release its version, a range its lower bound first."""
+    parts = sorted(versions.split(","), key=lambda part: not part.startswith(">"))
+    return ",".join(parts).removeprefix("==")
+
+
+def release_cell(result: Any) -> str:
+    """A verified release's cell: failed too for an upstream regression or a revert not byte-identical."""
+    if result.failed and result.outcome != ReleaseOutcome.CONFLICT:
+        return FAILED
+    return _OUTCOME_CELLS[result.outcome]
+
+
+def from_releases(set_name: str, results: list[Any]) -> Matrix:
+    """From `verify`'s results for one set: a row per release."""
+    matrix = Matrix([set_name])
+    for r in results:
+        matrix.put(str(r.version), set_name, release_cell(r))
+    return matrix
+
+
+def from_library(described: list[dict[str, Any]]) -> Matrix:
+    """From `list`'s description of each set: a row per release specifier (a pinned release shows
+    its version), applied where a series holds it (failed where a patch of it is damaged), and
+    the set's upstream range."""
+    matrix = Matrix([s["name"] for s in described])
+    for s in described:
+        for release in s["releases"]:
+            damaged = any(p["state"] == LibraryPatchState.DAMAGED for p in release["patches"])
+            matrix.put(_readable(release["versions"]), s["name"], FAILED if damaged else APPLIED)
+        if s["upstream"]:
+            matrix.put(s["upstream"], s["name"], UPSTREAM)
+    return matrix
+
+
+def markdown(matrix: Matrix) -> str:
+    """One GitHub-flavoured Markdown table."""
+    lines = ["| " + " | ".join(matrix.columns()) + " |", "|" + " --- |" * len(matrix.columns())]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in matrix.rows()]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(matrix: Matrix) -> None:
+    """The matrix as the whole of stdout (`verify --format markdown`), written also with -q."""
+    write_plainly(lambda stdout: stdout.write(markdown(matrix)))

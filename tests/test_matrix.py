@@ -1,0 +1,95 @@
+"""The compatibility matrix (issue 22): `verify --all --format markdown` prints one Markdown table,
+releases by set, each cell applied / upstream / conflict / failed; `list` shows the same matrix for
+the library, from its series, nothing fetched."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import (
+    SPEC_PY,
+    Releases,
+    assert_clean_failure,
+    cli_runner,
+    make_patch,
+    patched_spec,
+    run_cli,
+    write_library,
+    write_tree,
+)
+from packaging.version import Version
+
+from patchkit.base.enums import ReleaseOutcome
+from patchkit.cli.ui.matrix import from_releases, markdown
+from patchkit.releases.check import ReleaseResult
+
+SPEC = "vllm/config/spec.py"
+OTHER_SPEC = SPEC_PY.replace('"llama",', '"mistral",')  # context the patch does not find
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def library(tmp_path, scratch):
+    """A set covering 0.16.x with one series (upstream from 0.18.0)."""
+    tree = write_tree(tmp_path / "base")
+    patch = make_patch(scratch, tree, {SPEC: patched_spec()})
+    return write_library(tmp_path / "lib", {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0,<0.17"})
+
+
+def test_verify_all_as_markdown_is_one_table_of_releases_by_set(tmp_path, monkeypatch, library):
+    releases = Releases(tmp_path / "index", monkeypatch)
+    for version, spec in [("0.16.0", SPEC_PY), ("0.16.1", OTHER_SPEC), ("0.18.0", patched_spec())]:
+        releases.add(version, {SPEC: spec})
+    result = cli_runner()("verify", "--all", "--patches", library, "--format", "markdown")
+    assert result.exit_code == 1  # 0.16.1 conflicts
+    assert result.stdout == (
+        "| vLLM | demo |\n| --- | --- |\n| 0.16.0 | applied |\n| 0.16.1 | conflict |\n| 0.18.0 | upstream |\n"
+    )
+
+
+def release(outcome: str, **details) -> ReleaseResult:
+    return ReleaseResult(Version("0.16.0"), ReleaseOutcome(outcome), "detail", **details)
+
+
+@pytest.mark.parametrize(
+    ("result", "cell"),
+    [
+        (release("patched"), "applied"),
+        (release("upstream"), "upstream"),
+        (release("conflict"), "conflict"),
+        (release("check-failed"), "failed"),
+        (release("upstream", upstream_regression=True), "failed"),
+        (release("patched", reverted_identical=False), "failed"),
+        (release("unsupported"), "unsupported"),
+    ],
+)
+def test_each_cell_says_what_verify_found(result, cell):
+    assert markdown(from_releases("eagle3", [result])) == f"| vLLM | eagle3 |\n| --- | --- |\n| 0.16.0 | {cell} |\n"
+
+
+def test_markdown_is_for_releases_not_a_target(tree, library):
+    done = run_cli("verify", "--target", tree, "--patches", library, "--format", "markdown")
+    assert_clean_failure(done, 2)
+    assert "compatibility matrix of releases" in done.stderr and done.stdout == ""
+
+
+def test_list_shows_the_matrix_from_the_library_without_fetching(library, monkeypatch, tmp_path):
+    second = library / "demo" / "0.17.0"
+    second.mkdir()
+    (second / "0001-change.patch").write_bytes(b"not a patch\n")  # damaged: its release fails
+    (second / "series").write_text("0001-change.patch\n")
+    with (library / "demo" / "set.toml").open("a") as f:
+        f.write('\n[[releases]]\nversions = "==0.17.0"\ndir = "0.17.0"\n')
+    done = run_cli("list", "--patches", library, env={"PIP_INDEX_URL": "http://127.0.0.1:9/unreachable/"})
+    assert done.returncode == 1, done.stderr  # a damaged patch
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("releases by set"))
+    assert [line.split() for line in lines[start + 1 :]] == [
+        ["vLLM", "demo"],
+        [">=0.16.0,<0.17", "applied"],
+        ["0.17.0", "failed"],
+        [">=0.18.0", "upstream"],
+    ]
