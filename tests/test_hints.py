@@ -220,8 +220,8 @@ def test_the_guards_refusal_names_the_tree_and_the_command_with_vllms_interprete
     refused = subprocess.run([python, "-c", LOAD_LIKE_VLLM, site], capture_output=True, text=True, env=env, timeout=60)
     assert refused.returncode != 0
     message = " ".join(refused.stderr.split())
-    assert f"the vLLM tree in {site} is not the one" in message, message
-    (words,) = _hinted(message.split("patchkit apply` left there")[1])
+    assert f"is not the one `patchkit apply` left in {site}: " in message, message
+    (words,) = _hinted(message.split(f"left in {site}")[1])
     assert words == ["patchkit", "status", "--python", str(python)], message
     done = run_cli(*words[1:], "--patches", library)
     assert done.returncode == 1, done.stdout + done.stderr

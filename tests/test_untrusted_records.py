@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,6 @@ def test_a_journal_whose_staged_file_is_elsewhere_is_refused(run, applied, outsi
 def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_restored(run, applied):
     tree, _ = applied
     # Two files "changed": the one rolled back first (the last) has its original, the other not. Neither may be restored.
-    (tree / MODEL).write_text("# changed\n")
     _plant_journal(
         tree,
         [
@@ -85,6 +85,9 @@ def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_rest
             {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": None},
         ],
     )
+    time.sleep(0.05)  # both written after the journal, as its commit would: evidence that it wrote them
+    (tree / MODEL).write_text("# changed\n")
+    (tree / SPEC).write_text(patched_spec())
     before = fingerprint(tree)
     result = run("recover", "--target", tree)
     assert result.exit_code == 2 and "missing" in result.output
@@ -97,6 +100,8 @@ def test_a_valid_journal_still_rolls_back_with_its_staged_file(run, applied):
     staged.write_text("half written\n")
     entry = {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": staged.relative_to(tree)}
     _plant_journal(tree, [{**entry, "staged": entry["staged"].as_posix(), "mode": 0o644}], txid="ab12")
+    time.sleep(0.05)
+    (tree / SPEC).write_text(patched_spec())  # changed after the journal: the commit's write
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code == 0 and "1 file(s) restored" in result.output, result.output
     assert (tree / SPEC).read_text() == SPEC_PY and not staged.exists()

@@ -209,6 +209,7 @@ class _Applying:
                 error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
             )
         shadow.refuse(root, self.patches)  # else the patch would never be what runs
+        self.refuse_writing_under_later_sets(state, plan.changed_paths)
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
         preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
@@ -245,6 +246,26 @@ class _Applying:
             return earlier.planned_checks
         with self.timed("checks"):
             return run_checks(check_context(self.resolved, plan, import_probe=self.import_probe))
+
+    def refuse_writing_under_later_sets(self, state: State, paths: list[str]) -> None:
+        """A set applied again keeps its place in the record, so it may not write a file a set
+        applied after it recorded: that set's original is what this one wrote before, and a revert
+        would put the wrong bytes back. Refused, with the order that works."""
+        for name in self.stale:
+            state = state.without(name)
+        under = state.recorded_later(self.resolved.set_name, paths)
+        if not under:
+            return
+        path, name = sorted(under.items())[0]
+        later = state.entry(name)
+        assert later is not None
+        this = self.resolved.set_name
+        raise Conflict(
+            f"{path} was changed by set {name}, applied after {this}: applying {this} again would "
+            f"write under {name}'s record; nothing was written",
+            hint=f"{hints.command('revert', chosen=selection_of(later))}, then apply {this} again "
+            f"({hints.command('apply')}), then {hints.command('apply', chosen=selection_of(later))}",
+        )
 
     def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
         """No file of the series to write; but the record is brought up to the tree (see
