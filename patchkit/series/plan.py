@@ -267,13 +267,11 @@ def _require_creator(entry: Entry, path: str, own: list[Patch]) -> None:
     names creates it: the record alone is no evidence (it is read back from the tree)."""
     if any(f.target_path == path and f.source_path != path for p in own for f in p.files):
         return
-    names = [p["name"] for p in entry.patches] or ["FILE"]
+    names = tuple(p["name"] for p in entry.patches) or ("FILE",)
     raise BadInput(
         f"the record of {entry.set_name} says patchkit created {path}, but no patch at hand that it names "
         "creates it: kept, nothing was written",
-        hint="name the patch that created it: "
-        + " ".join(["`patchkit revert", *(f"--patch {name}" for name in names)])
-        + "`",
+        hint=f"name the patch that created it: {hints.command('revert', chosen=hints.for_set(None, names))}",
     )
 
 
