@@ -6,13 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, fingerprint, make_patch, patched_spec, snapshot, write_tree
+from helpers import SPEC_PY, fingerprint, make_patch, patched_spec, run_patchkit, snapshot, write_tree
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -251,18 +249,17 @@ def test_no_temp_file_survives_a_kill_at_any_step_once_a_command_has_run(tmp_pat
     tree = write_tree(tmp_path / "site")
     patch = tmp_path / "change.diff"
     patch.write_bytes(make_patch(tmp_path, tree, {SPEC: patched_spec(), MODEL: "# replaced\n"}))
-    base = [sys.executable, "-m", "patchkit"]
+    target = ["--target", str(tree), "--patch", str(patch)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
     killed_with_leftovers = 0
-    for n in range(1, 40):
-        died = subprocess.run(
-            [*base, "apply", "--target", tree, "--patch", patch],
-            capture_output=True,
-            env={**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"},
+    for n in range(1, 40):  # each command a process of its own (forked by cli_server), which the fault ends
+        died = run_patchkit(
+            ["apply", *target], {**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"}, None, 300
         )
         if died.returncode == 0:
             break
         killed_with_leftovers += bool(list(tree.rglob("*.patchkit-*.tmp")))
-        subprocess.run([*base, "status", "--target", tree, "--patch", patch], capture_output=True, env=env, check=True)
+        status = run_patchkit(["status", *target], env, None, 300)
+        assert status.returncode == 0, status.stderr
         assert not list(tree.rglob("*.patchkit-*.tmp")), n
     assert killed_with_leftovers  # the kills did leave some: the test saw recovery remove them
