@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patchkit import fetch  # its modules load on first use: the cache's reader only, here
-from patchkit.base import fsutil
+from patchkit.base import fsutil, hints
 from patchkit.base.errors import BadInput, CheckFailed, FetchError, PatchkitError
 from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
@@ -170,8 +170,7 @@ def refusal(failed: list[CheckResult], version) -> CheckFailed:
         + "; nothing was written:\n  "
         + "\n  ".join(f"{r.path}: {r.message}" for r in failed),
         hint=f"likely causes: {LIKELY_CAUSES}. Reinstall vLLM to get the stock files "
-        "(pip install --force-reinstall --no-deps vllm==VERSION), or pass --force to "
-        "patch these files anyway",
+        f"({hints.pip_reinstall(version)}), or pass --force to patch these files anyway",
     )
 
 
