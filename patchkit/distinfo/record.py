@@ -84,6 +84,17 @@ def find_record(tree: Path, version: Version | str | None = None) -> Path | None
 RECORD_LIMIT = 64 << 20  # vLLM's RECORD is ~300 kB
 
 
+def stock_files_command(tree: Path, version: Version | str | None) -> str:
+    """The command that puts a tree's stock files back: for a tree `patchkit fetch --dest` laid out
+    (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
+    laying it out again; for an installed vLLM, reinstalling it."""
+    record = find_record(tree, version)
+    shown = version or "VERSION"
+    if record is not None and not any((record.parent / name).exists() for name in ("INSTALLER", "WHEEL")):
+        return f"patchkit fetch {shown} --dest {tree} --force"
+    return f"pip install --force-reinstall --no-deps vllm=={shown}"
+
+
 def read_record_file(tree: Path, path: Path) -> bytes:
     """A RECORD's bytes (find_record's answer): a regular file of at most RECORD_LIMIT bytes, in a
     real dist-info directory of `tree`; fsutil.NotRegularFile for a symlink, a fifo, a device, a
