@@ -1,3 +1,3 @@
-from patchkit.cli.main import main
+from patchkit.cli.start import main
 
 main()

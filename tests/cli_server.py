@@ -4,10 +4,11 @@ child per command, so a test pays a fork instead of an interpreter start-up and 
 The child is a real process run as `python -m patchkit` runs: its own pid, its stdin, stdout and stderr the
 test's pipes, the test's environment and working directory, `sys.argv` and `sys.path[0]` as `-m` sets them,
 and the interpreter's own exit (SystemExit, an uncaught exception's traceback, atexit, the flush of stdout,
-death by a signal). What differs from a fresh interpreter is only what the interpreter reads once at start-up:
-a command whose environment changes those variables (`PYTHON*`, the locale) runs in a real subprocess
-(`start_up_environment`). The server is started from a clean environment of the test session, never from a
-test's, so no test's monkeypatching reaches it.
+death by a signal). What differs from a fresh interpreter is what is read once, before
+the command runs: a command whose environment differs from the server's in a variable the interpreter's
+start-up reads (`PYTHON*`, the locale) or the server's imports read (`warm_imports` records them) runs in a
+real subprocess. Only the modules' teardown at exit is skipped (`run_and_exit`). The server starts with the
+session's environment, never a test's, so no test's monkeypatching reaches it.
 
     python tests/cli_server.py SOCKET     # serve on SOCKET (the tests start it: helpers.run_cli)
 """
@@ -35,11 +36,10 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator, MutableMapping
 from contextlib import suppress
 from pathlib import Path
 from typing import NoReturn
-
-import patchkit
 
 FDS = 3  # stdin, stdout, stderr
 _LENGTH = struct.Struct("!I")
@@ -77,7 +77,15 @@ class _Server:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the CLI fork server did not start: {(self.home / 'server.log').read_text()}")
             time.sleep(0.01)
+        self.imports_read = set(json.loads(Path(self.socket + ".read").read_text()))
         atexit.register(self.stop)
+
+    def read_once(self, env: dict[str, str]) -> dict[str, str] | None:
+        """What in `env` the command would read before it runs: at the interpreter's start-up, or at the
+        import of a module the server imported (under the server's environment). None: all of it."""
+        if ALL in self.imports_read:
+            return None
+        return {**start_up_environment(env), **{k: env[k] for k in self.imports_read if k in env}}
 
     def stop(self) -> None:
         self.process.kill()
@@ -89,11 +97,11 @@ def run_patchkit(args: list[str], env: dict[str, str], cwd: Path | str | None, t
     """`python -m patchkit ARGS` with `env` in `cwd`, its output captured as text: a fork of the server, or
     a real subprocess where the interpreter's start-up would differ. A subprocess.CompletedProcess."""
     argv = [sys.executable, "-m", "patchkit", *args]
-    if start_up_environment(env) != start_up_environment(_SESSION_ENV):
-        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     global _server
     if _server is None:
         _server = _Server()
+    if _server.read_once(env) != _server.read_once(_SESSION_ENV):
+        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
@@ -222,6 +230,8 @@ def _become_the_command(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     sys.path[0] = os.getcwd()  # -m puts the working directory first
     sys.argv = ["-m", *request["args"]]  # runpy makes argv[0] patchkit/__main__.py, as -m does
+    transaction = sys.modules["patchkit.engine.transaction"]  # imported in warm_imports, where reads are seen
+    transaction._faults = transaction._Faults()  # READ_AGAIN
 
 
 def _fresh_standard_streams() -> None:
@@ -297,10 +307,8 @@ def _flush_as_at_exit(code: int) -> int:
 THIRD_PARTY = (
     "email.parser",
     "filelock",
-    "git",
     "importlib.metadata",
     "logging",
-    "pip._internal.configuration",
     "pypi_simple",
     "requests",
     "requests.adapters",
@@ -316,11 +324,64 @@ THIRD_PARTY = (
 )
 
 
-def warm_imports() -> None:
-    """Import what a command imports, once, in the server (not the optional Ray, nor what runs as __main__)."""
-    for module in pkgutil.walk_packages(patchkit.__path__, "patchkit."):
+# Not imported in the server, nor what imports them (patchkit.maintainer): GitPython runs `git version` at its
+# import, pip's modules compute their directories from the environment, Ray is optional.
+NOT_WARMED = ("git", "pip", "ray")
+ALL = "*"  # the whole environment was read (iterated, copied)
+# Read at import by patchkit.engine.transaction (its test-only fault plan), and read again in each command's
+# process (_become_the_command), as crash_trials' forked trials do.
+READ_AGAIN = ("PATCHKIT_FAULT_AFTER", "PATCHKIT_FAULT_MODE")
+
+
+class _EnvironmentReads(MutableMapping[str, str]):
+    """os.environ while the server imports: which variables the imports read. Kept by a module that bound
+    os.environ itself, so it passes everything on."""
+
+    def __init__(self, real: MutableMapping[str, str]) -> None:
+        self.real = real
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return self.real[key]
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.real[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.real[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.read.add(ALL)
+        return iter(self.real)
+
+    def __len__(self) -> int:
+        return len(self.real)
+
+    def copy(self) -> dict[str, str]:
+        self.read.add(ALL)
+        return dict(self.real)
+
+
+def warm_imports() -> set[str]:
+    """Import what a command imports, once, in the server (not the optional Ray, nor what runs as __main__).
+    The environment variables those imports read: a command whose own differ is not forked."""
+    reads = _EnvironmentReads(os.environ)
+    os.environ = reads  # type: ignore[assignment]  # noqa: B003  # os.getenv reads it too
+    sys.modules.update(dict.fromkeys(NOT_WARMED))  # None: their import fails, and so the importer's
+    try:
+        _import_all()
+    finally:
+        os.environ = reads.real  # type: ignore[assignment]  # noqa: B003
+        for name in NOT_WARMED:
+            del sys.modules[name]
+    return reads.read - set(READ_AGAIN)
+
+
+def _import_all() -> None:
+    for module in pkgutil.walk_packages(importlib.import_module("patchkit").__path__, "patchkit."):
         if not module.name.startswith(("patchkit.fleet", "patchkit._target", "patchkit.__main__")):
-            with suppress(ImportError):  # an optional dependency: the command imports what it needs
+            with suppress(ImportError):  # NOT_WARMED: the command imports what it needs
                 importlib.import_module(module.name)
     for name in THIRD_PARTY:
         with suppress(ImportError):
@@ -330,7 +391,8 @@ def warm_imports() -> None:
 
 if __name__ == "__main__":
     sys.path[0] = os.getcwd()  # not tests/: what -m puts first
-    warm_imports()
+    read = warm_imports()
+    Path(sys.argv[1] + ".read").write_text(json.dumps(sorted(read)))
     serve(sys.argv[1])
     if sys.argv[0] == "-m":  # the command's process
         run_and_exit()

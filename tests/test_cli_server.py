@@ -54,3 +54,15 @@ def test_a_start_up_variable_runs_a_fresh_interpreter(tmp_path):
     env = {**os.environ, "PYTHONIOENCODING": "ascii:strict"}
     done = run_patchkit(["status", "--target", "no-\u00e9"], env, tmp_path, 300)
     assert answer(done) == answer(fresh(["status", "--target", "no-\u00e9"], env, tmp_path))
+
+
+def test_a_variable_the_servers_imports_read_runs_a_fresh_interpreter(tmp_path, monkeypatch):
+    """HOME is read while the server imports patchkit (sysconfig's user base): a command with another HOME is
+    started, not forked, and one with the session's HOME is forked."""
+    started = []
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: started.append(argv) or real_run(argv, **kw))
+    run_patchkit(["--version"], {**os.environ}, tmp_path, 300)
+    assert started == []
+    run_patchkit(["--version"], {**os.environ, "HOME": str(tmp_path)}, tmp_path, 300)
+    assert started == [[sys.executable, "-m", "patchkit", "--version"]]

@@ -542,3 +542,53 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     assert _load(site).returncode == 0, _load(site).stderr
     assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
     assert _load(site).returncode == 0 and run_cli("status", "--target", site, "--patch", diff).returncode == 0
+
+
+# --------------------------------------------------------------------------- the vllm the process imported
+
+# vLLM's start-up as far as the guard sees it: its own package imported (from wherever sys.path finds
+# it first), then vllm.plugins.load_general_plugins() calling each general plugin.
+LOAD_WITH_ANOTHER_VLLM_FIRST = """
+import sys
+guard_site, vllm_site = sys.argv[1], sys.argv[2]
+sys.path[:0] = [vllm_site, guard_site]  # PYTHONPATH, a user site or a second venv before the guard's
+import vllm
+from importlib.metadata import entry_points
+for ep in entry_points(group="vllm.general_plugins"):
+    ep.load()()
+print("launched", vllm.__file__)
+"""
+
+
+def _launch(guard_site: Path, vllm_site: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONPATH")}
+    return subprocess.run(
+        [sys.executable, "-c", LOAD_WITH_ANOTHER_VLLM_FIRST, str(guard_site), str(vllm_site)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_the_guard_is_silent_on_an_imported_vllm_with_no_record_though_its_own_tree_changed(patched, tmp_path):
+    site, _, _ = patched
+    (site / MODEL).write_text("# edited after apply\n")
+    assert _load(site).returncode != 0  # the guard's own tree alone: refused
+    other = write_tree(tmp_path / "other-venv")  # a stock vLLM, never patched: nothing to judge
+    done = _launch(site, other)
+    assert done.returncode == 0, done.stderr
+    assert str(other / "vllm") in done.stdout
+
+
+def test_the_guard_judges_the_imported_vllm_by_its_own_record(patched, tmp_path, scratch):
+    site, _, _ = patched
+    other = write_tree(tmp_path / "other-venv")
+    diff = tmp_path / "other.diff"
+    diff.write_bytes(make_patch(scratch, other, {MODEL: MODEL_PY.replace("return x", "return x - 1")}))
+    assert run_cli("apply", "--target", other, "--patch", diff, "--no-guard").returncode == 0
+    assert _launch(site, other).returncode == 0  # both healthy
+    (other / MODEL).write_text("# edited after apply\n")
+    done = _launch(site, other)
+    assert done.returncode != 0 and "launched" not in done.stdout
+    assert f"left in {other}: {MODEL} was changed after patchkit patched it" in done.stderr, done.stderr

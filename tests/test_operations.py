@@ -162,9 +162,9 @@ def exits(tree: ast.AST) -> list[int]:
 
 
 def test_no_command_exits_by_itself():
-    """Exit codes are decided in cli.py alone."""
+    """Exit codes are decided in cli/main.py alone, and in cli/start.py for a Ctrl-C while it loads."""
     for path in PACKAGE.rglob("*.py"):
-        if path != PACKAGE / "cli" / "main.py":
+        if path not in (PACKAGE / "cli" / "main.py", PACKAGE / "cli" / "start.py"):
             assert exits(ast.parse(path.read_bytes())) == [], path
 
 

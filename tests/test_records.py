@@ -12,6 +12,7 @@ from xml.etree import ElementTree
 import pytest
 from helpers import MODEL_PY, SPEC_PY, fingerprint, make_patch, patched_spec, snapshot, write_library, write_tree
 
+from patchkit._target.guard import find_problems
 from patchkit.distinfo.record import record_hash
 from patchkit.store.state import read_state
 
@@ -492,3 +493,61 @@ def test_status_reads_the_record_once_though_the_guard_names_another_sets_file(r
         result.exit_code == 1 and "--force` (it keeps a copy of edits), then `patchkit apply --patch" in result.output
     )
     assert reads == [tree]
+
+
+# --- issue 20, H2: a re-applied set keeps its place among the stacked sets ---------------------------
+
+TAIL = patched_spec().replace("return any(", "return bool(model_type) and any(")  # SPEC's last line
+HEAD = patched_spec().replace("import os\n", "import os\nimport sys\n")  # SPEC's first import
+
+
+@pytest.fixture
+def stacked(run, tree, scratch) -> dict[str, Path]:
+    """demo (SPEC's list) applied from a library, then an ad-hoc set on the same file (its last line):
+    the libraries demo could come from next, and the ad-hoc diff."""
+    patched = write_tree(scratch / "patched", files={SPEC: patched_spec(), MODEL: MODEL_PY})
+    spec = make_patch(scratch, tree, {SPEC: patched_spec()})
+    later = scratch / "tail.diff"
+    later.write_bytes(make_patch(scratch, patched, {SPEC: TAIL}))
+    found = {
+        "v1": write_library(scratch / "v1", {"0.16.0": [spec]}),
+        "model": write_library(scratch / "v2", {"0.16.0": [spec, make_patch(scratch, tree, {MODEL: eagle_model()})]}),
+        "head": write_library(scratch / "v3", {"0.16.0": [spec, make_patch(scratch, patched, {SPEC: HEAD})]}),
+        "later": later,
+    }
+    assert run("apply", "--target", tree, "--patches", found["v1"]).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", later).exit_code == 0
+    return found
+
+
+def test_a_set_reapplied_after_it_changed_keeps_its_place_and_revert_restores_stock(run, tree, stacked):
+    stock = {**snapshot(tree), SPEC: SPEC_PY.encode()}
+    # the library's set gains a patch of a file the later set never touched: demo is applied again
+    result = run("apply", "--target", tree, "--patches", stacked["model"])
+    assert result.exit_code == 0, result.output
+
+    names = [e.set_name for e in read_state(tree).entries]
+    assert names[0] == "demo" and names[1].startswith("adhoc-")  # demo is still under the ad-hoc set
+    assert find_problems(str(tree)) == []  # the guard reads the record as the tree is
+    result = run("revert", "--target", tree)
+    assert result.exit_code == 0, result.output
+    assert snapshot(tree) == stock and not read_state(tree).entries
+
+
+def test_a_reapply_that_would_write_under_a_later_sets_record_is_refused_naming_the_order(run, tree, stacked):
+    [_, later] = read_state(tree).entries
+    before, record = snapshot(tree), read_state(tree)
+    for dry_run in (["--dry-run"], []):
+        result = run("apply", "--target", tree, "--patches", stacked["head"], *dry_run)
+        assert result.exit_code == 1, result.output
+        assert SPEC in result.output and later.set_name in result.output
+        assert "patchkit revert --patch tail.diff" in result.output and "Traceback" not in result.output
+        assert snapshot(tree) == before and read_state(tree) == record
+
+    # the order the refusal names works: the later set off, demo again, the later set back on
+    assert run("revert", "--target", tree, "--patch", stacked["later"]).exit_code == 0
+    assert run("apply", "--target", tree, "--patches", stacked["head"]).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", stacked["later"]).exit_code == 0
+    assert (tree / SPEC).read_text() == TAIL.replace("import os\n", "import os\nimport sys\n")
+    assert run("revert", "--target", tree).exit_code == 0
+    assert (tree / SPEC).read_text() == SPEC_PY

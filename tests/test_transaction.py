@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, run_patchkit, snapshot, write_tree
 
 from patchkit.engine import transaction
 
@@ -81,23 +79,18 @@ def test_injected_failure_at_every_operation_of_revert_keeps_it_patched(monkeypa
 def test_hard_exit_at_every_operation_then_next_command_recovers(tmp_path, big_change):
     tree, patch = big_change
     stock = snapshot(tree)
-    base = [sys.executable, "-m", "patchkit"]
     target = ["--target", str(tree), "--patch", str(patch)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
     after = None
-    for n in range(1, 40):
-        died = subprocess.run(
-            [*base, "apply", *target],
-            capture_output=True,
-            text=True,
-            env={**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"},
-        )
+    for n in range(1, 40):  # each command a process of its own (forked by cli_server), which the fault ends
+        fault = {**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"}
+        died = run_patchkit(["apply", *target], fault, None, 300)
         if died.returncode == 0:  # n is past the last operation: the apply completed
             after = snapshot(tree)
             break
         assert died.returncode == 70, died.stderr
         pending = (tree / ".patchkit/journal.json").exists()
-        status = subprocess.run([*base, "status", *target, "--format", "json"], capture_output=True, text=True, env=env)
+        status = run_patchkit(["status", *target, "--format", "json"], env, None, 300)
         assert json.loads(status.stdout)["state"] == "not-applied", n
         assert ("rolled back an interrupted patchkit transaction" in status.stderr) == pending
         assert snapshot(tree) == stock, n
@@ -105,6 +98,7 @@ def test_hard_exit_at_every_operation_then_next_command_recovers(tmp_path, big_c
         assert not state.exists() or json.loads(state.read_text())["entries"] == []
         assert not (tree / ".patchkit/journal.json").exists()
     assert after is not None and after != stock
+    assert n > 8  # the apply died at each of its operations first
 
 
 def test_preflight_refuses_unwritable_file_before_writing(monkeypatch, run, big_change):

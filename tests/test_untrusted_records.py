@@ -6,12 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, fingerprint, make_patch, patched_spec, snapshot, write_tree
+from helpers import SPEC_PY, fingerprint, make_patch, patched_spec, run_patchkit, snapshot, write_tree
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -77,7 +76,6 @@ def test_a_journal_whose_staged_file_is_elsewhere_is_refused(run, applied, outsi
 def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_restored(run, applied):
     tree, _ = applied
     # Two files "changed": the one rolled back first (the last) has its original, the other not. Neither may be restored.
-    (tree / MODEL).write_text("# changed\n")
     _plant_journal(
         tree,
         [
@@ -85,6 +83,9 @@ def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_rest
             {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": None},
         ],
     )
+    time.sleep(0.05)  # both written after the journal, as its commit would: evidence that it wrote them
+    (tree / MODEL).write_text("# changed\n")
+    (tree / SPEC).write_text(patched_spec())
     before = fingerprint(tree)
     result = run("recover", "--target", tree)
     assert result.exit_code == 2 and "missing" in result.output
@@ -97,6 +98,8 @@ def test_a_valid_journal_still_rolls_back_with_its_staged_file(run, applied):
     staged.write_text("half written\n")
     entry = {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": staged.relative_to(tree)}
     _plant_journal(tree, [{**entry, "staged": entry["staged"].as_posix(), "mode": 0o644}], txid="ab12")
+    time.sleep(0.05)
+    (tree / SPEC).write_text(patched_spec())  # changed after the journal: the commit's write
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code == 0 and "1 file(s) restored" in result.output, result.output
     assert (tree / SPEC).read_text() == SPEC_PY and not staged.exists()
@@ -246,18 +249,17 @@ def test_no_temp_file_survives_a_kill_at_any_step_once_a_command_has_run(tmp_pat
     tree = write_tree(tmp_path / "site")
     patch = tmp_path / "change.diff"
     patch.write_bytes(make_patch(tmp_path, tree, {SPEC: patched_spec(), MODEL: "# replaced\n"}))
-    base = [sys.executable, "-m", "patchkit"]
+    target = ["--target", str(tree), "--patch", str(patch)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
     killed_with_leftovers = 0
-    for n in range(1, 40):
-        died = subprocess.run(
-            [*base, "apply", "--target", tree, "--patch", patch],
-            capture_output=True,
-            env={**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"},
+    for n in range(1, 40):  # each command a process of its own (forked by cli_server), which the fault ends
+        died = run_patchkit(
+            ["apply", *target], {**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"}, None, 300
         )
         if died.returncode == 0:
             break
         killed_with_leftovers += bool(list(tree.rglob("*.patchkit-*.tmp")))
-        subprocess.run([*base, "status", "--target", tree, "--patch", patch], capture_output=True, env=env, check=True)
+        status = run_patchkit(["status", *target], env, None, 300)
+        assert status.returncode == 0, status.stderr
         assert not list(tree.rglob("*.patchkit-*.tmp")), n
     assert killed_with_leftovers  # the kills did leave some: the test saw recovery remove them

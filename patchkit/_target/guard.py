@@ -6,8 +6,11 @@
 model loads; an exception there stops the launch.
 
 Standard library only, Python 3.9+, silent and cheap on a healthy tree: it reads the record
-patchkit keeps beside vllm/ (`.patchkit/state.json`, or a patched wheel's provenance), compares the installed vLLM version with the
-recorded one and hashes each recorded file. The record is untrusted input: size-limited, checked
+patchkit keeps beside vllm/ (`.patchkit/state.json`, or a patched wheel's provenance), compares
+the installed vLLM version with the recorded one and hashes each recorded file. It judges the
+vllm the process imported, wherever that lives, by the record beside it: never by the record
+beside this file (PYTHONPATH, a user site or a second venv can put another vLLM first); a vllm
+with no record of its own is not judged. The record is untrusted input: size-limited, checked
 for shape, every path kept inside the site-packages directory.
 
 PATCHKIT_GUARD=warn logs the finding instead of raising; PATCHKIT_GUARD=off skips the check.
@@ -18,15 +21,16 @@ wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import stat
+import sys
 from typing import Any
 
 ENV = "PATCHKIT_GUARD"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a patched source file: far below; a larger one is not what patchkit wrote
-_SITE = os.path.dirname(os.path.abspath(__file__))
 
 
 class TreeChanged(RuntimeError):
@@ -38,12 +42,13 @@ def check() -> None:
     mode = os.environ.get(ENV, "").strip().lower()
     if mode == "off":
         return
-    problems = find_problems(_SITE)
-    if not problems:
+    site = imported_site()
+    problems = find_problems(site) if site is not None else []
+    if site is None or not problems:
         return
     message = (
         "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
-        + _SITE
+        + site
         + ": "
         + "; ".join(problems)
         + ". Run `patchkit status` (PATCHKIT_GUARD=warn only logs this, =off skips it)"
@@ -55,6 +60,24 @@ def check() -> None:
         logging.getLogger("patchkit_guard").warning(message)
         return
     raise TreeChanged(message)
+
+
+def imported_site() -> str | None:
+    """The site directory of the vllm this process imported (what it runs), symlinks resolved: not
+    the one beside this file, which PYTHONPATH, a user site or a second venv may shadow. Before
+    vllm is imported, the one an import would load; None: no vllm at all."""
+    module = sys.modules.get("vllm")
+    if module is not None:
+        origin = getattr(module, "__file__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec("vllm")
+        except (ImportError, ValueError):
+            return None
+        origin = spec.origin if spec is not None else None
+    if not isinstance(origin, str) or not origin:
+        return None
+    return os.path.dirname(os.path.dirname(os.path.realpath(origin)))
 
 
 def find_problems(site: str) -> list[str]:

@@ -157,6 +157,13 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     }
 
 
+def set_option(entry: Entry) -> str:
+    """The option that chooses a recorded set on the command line: an ad-hoc set by its patches."""
+    if entry.set_name.startswith("adhoc-"):
+        return " ".join(f"--patch {p['name']}" for p in entry.patches)
+    return f"--set {entry.set_name}"
+
+
 def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
     """The commands that settle the other records whose files the guard names (none: none does)."""
     if not refused:
@@ -167,10 +174,7 @@ def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
         return None
     fixes = []
     for entry in named:
-        if entry.set_name.startswith("adhoc-"):
-            chosen = " ".join(f"--patch {p['name']}" for p in entry.patches)
-        else:
-            chosen = f"--set {entry.set_name}"
+        chosen = set_option(entry)
         fixes.append(f"`patchkit revert {chosen} --force` (it keeps a copy of edits), then `patchkit apply {chosen}`")
     return "the guard refuses files another set's record holds: run " + "; and ".join(fixes)
 

@@ -47,6 +47,7 @@ from patchkit.engine.inspection import (
     drifted_files,
     inspect,
     run_checks,
+    set_option,
     stale_entries,
     stale_note,
 )
@@ -207,6 +208,7 @@ class _Applying:
                 error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
             )
         shadow.refuse(root, self.patches)  # else the patch would never be what runs
+        self.refuse_writing_under_later_sets(state, plan.changed_paths)
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
         preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
@@ -243,6 +245,26 @@ class _Applying:
             return earlier.planned_checks
         with self.timed("checks"):
             return run_checks(check_context(self.resolved, plan, import_probe=self.import_probe))
+
+    def refuse_writing_under_later_sets(self, state: State, paths: list[str]) -> None:
+        """A set applied again keeps its place in the record, so it may not write a file a set
+        applied after it recorded: that set's original is what this one wrote before, and a revert
+        would put the wrong bytes back. Refused, with the order that works."""
+        for name in self.stale:
+            state = state.without(name)
+        under = state.recorded_later(self.resolved.set_name, paths)
+        if not under:
+            return
+        path, name = sorted(under.items())[0]
+        later = state.entry(name)
+        assert later is not None
+        this = self.resolved.set_name
+        raise Conflict(
+            f"{path} was changed by set {name}, applied after {this}: applying {this} again would "
+            f"write under {name}'s record; nothing was written",
+            hint=f"`patchkit revert {set_option(later)}`, then apply {this} again, then "
+            f"`patchkit apply {set_option(later)}`",
+        )
 
     def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
         """No file of the series to write; but the record is brought up to the tree (see

@@ -313,13 +313,14 @@ def recover(root: Path) -> str | None:
     journal = _checked_journal(root)
     restored, kept = 0, list[str]()
     if journal:
-        needed = _needed_originals(root, journal)
+        written = _written_by_it(root, journal)
+        needed = _needed_originals(root, journal, written)
         created = [e["path"] for e in journal["files"] if e["before"] is None]
         listed = listings(root, created)  # vLLM's files, or another distribution's: never deleted
         theirs = (listed.by_vllm() | listed.by_others()) - _kept_by_the_record(root, journal)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
-                restored, kept = _rollback(root, journal, needed, not_ours=theirs)
+                restored, kept = _rollback(root, journal, needed, not_ours=theirs, written=written)
         except OSError as exc:
             raise _unfinished_rollback(root, exc) from exc
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
@@ -333,12 +334,51 @@ def recover(root: Path) -> str | None:
         if restored
         else "rolled back an interrupted patchkit transaction: no file had changed yet"
     )
-    if kept:
-        said += (
-            f"; kept {len(kept)} file(s) as they are, whose bytes are not what the transaction wrote"
-            f" (or that an installed distribution lists as its own): {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}"
-        )
+    listed_kept = [path for path in kept if path in theirs]
+    changed = [path for path in kept if path not in theirs]
+    if changed:
+        said += f"; kept, changed after the crash: {_some(changed)}"
+    if listed_kept:
+        said += f"; kept, an installed distribution's own file: {_some(listed_kept)}"
     return said
+
+
+def _some(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+
+
+def _written_by_it(root: Path, journal: dict) -> set[str]:
+    """The files the interrupted transaction wrote, as far as the tree shows it: each one changed
+    since its journal was written (ctime), and each one it reached before the first file still
+    staged, once every original was saved (the replaces run in the journal's order, after all
+    the staging). A rollback undoes only these: any other file holding the journal's bytes was
+    not written by it, and is kept."""
+    files = journal["files"]
+    since = os.lstat(journal_path(root)).st_ctime_ns
+    staged = [i for i, e in enumerate(files) if e.get("staged") and os.path.lexists(root / e["staged"])]
+    reached = staged[0] if staged else len(files)
+    if not all(_original_saved(root, entry) for entry in files):  # the crash came while staging
+        reached = 0
+    written = {entry["path"] for entry in files[:reached]}
+    return written | {e["path"] for e in files[reached:] if e["after"] is not None and _changed_since(root, e, since)}
+
+
+def _original_saved(root: Path, entry: dict) -> bool:
+    """The entry's original is in the store (not read), or back in place already (a rollback cut short)."""
+    digest = entry["before"]
+    if digest is None:
+        return True
+    with suppress(OSError):
+        if stat.S_ISREG(os.lstat(objects_dir(root) / digest).st_mode):
+            return True
+    return file_sha(root, entry["path"]) == digest
+
+
+def _changed_since(root: Path, entry: dict, since: int) -> bool:
+    try:
+        return os.lstat(root / entry["path"]).st_ctime_ns >= since
+    except OSError:
+        return False
 
 
 def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
@@ -409,12 +449,15 @@ def _guard_original(path: str, digest: str) -> str | None:
     return digest if own is not None and sha256(own) == digest else None
 
 
-def _needed_originals(root: Path, journal: dict) -> dict[str, bytes]:
-    """Every original the rollback will write back, read and checked by sha256 before it starts."""
+def _needed_originals(root: Path, journal: dict, written: set[str]) -> dict[str, bytes]:
+    """Every original the rollback will put back, read and checked by sha256 before it starts; no
+    other (a file it keeps needs none, so a lost original of one stops nothing)."""
     return {
         entry["before"]: read_object(root, entry["before"])
         for entry in journal["files"]
-        if entry["before"] is not None and file_sha(root, entry["path"]) != entry["before"]
+        if entry["before"] is not None
+        and entry["path"] in written
+        and file_sha(root, entry["path"]) == entry["after"] != entry["before"]
     }
 
 
@@ -576,14 +619,16 @@ def _rollback(
     journal: dict,
     originals: dict[str, bytes] | None = None,
     not_ours: frozenset[str] | set[str] = frozenset(),
+    written: set[str] | None = None,
 ) -> tuple[int, list[str]]:
     """Undo the journal's writes, needing no new space: each saved original goes back by a rename
     (see _put_back). `originals` (digest -> bytes, checked) are the fallback when one cannot be
     renamed; a failure inside commit holds them in memory, recovery read them beforehand. Each step
     leaves the journal true, so a rollback cut short (SIGKILL) is finished by the next command.
     Only a file that is still what the commit wrote (its `after`) is undone: one holding other
-    bytes, or in `not_ours`, is no file of this transaction and is kept. Returns (restored, kept)."""
-    undoing = _Undoing.of(root, journal, originals or {}, not_ours)
+    bytes, or in `not_ours`, or (recovery) not among the files it is known to have `written`, is
+    no file of this transaction and is kept. Returns (restored, kept)."""
+    undoing = _Undoing.of(root, journal, originals or {}, not_ours, written)
     for entry in reversed(journal.get("files", [])):
         undoing.undo(entry)
     store_journal.restore_state(root, journal, tick=_tick)
@@ -602,25 +647,38 @@ class _Undoing:
     not_ours: frozenset[str] | set[str]
     uses: Counter[str]  # digest -> the files still to get it back
     keep: set[str]  # the objects the record it returns to names
+    written: set[str] | None  # recovery: the files the transaction is known to have written (None: any)
     restored: int = 0
     changed: set[Path] = field(default_factory=set)  # directories whose entries changed
     kept: list[str] = field(default_factory=list)
 
     @classmethod
     def of(
-        cls, root: Path, journal: dict, originals: dict[str, bytes], not_ours: frozenset[str] | set[str]
+        cls,
+        root: Path,
+        journal: dict,
+        originals: dict[str, bytes],
+        not_ours: frozenset[str] | set[str],
+        written: set[str] | None,
     ) -> _Undoing:
         files = journal.get("files", [])
         to_restore = [e for e in files if e["before"] is not None and file_sha(root, e["path"]) != e["before"]]
         keep = store_journal.previous_state(root, journal).referenced_objects()
-        return cls(root, originals, not_ours, Counter(e["before"] for e in to_restore), keep)
+        return cls(root, originals, not_ours, Counter(e["before"] for e in to_restore), keep, written)
+
+    def ours(self, entry: dict, current: str | None) -> bool:
+        """Whether the file is what this transaction wrote there."""
+        path = entry["path"]
+        return (
+            current == entry["after"] and path not in self.not_ours and (self.written is None or path in self.written)
+        )
 
     def undo(self, entry: dict) -> None:
         if entry.get("staged"):  # first: a created directory holding it could not be removed
             _faults.tick()
             (self.root / entry["staged"]).unlink(missing_ok=True)
         current = file_sha(self.root, entry["path"])
-        if current != entry["before"] and (current != entry["after"] or entry["path"] in self.not_ours):
+        if current != entry["before"] and not self.ours(entry, current):
             self.kept.append(entry["path"])
             if entry["before"] is not None:
                 self.uses[entry["before"]] -= 1

@@ -255,8 +255,25 @@ def restore_recorded(
                 )
             if content is not None:  # a deleted file has nothing to keep
                 restored.edited.append(path)
+        if shas["before"] is None and content is not None:
+            _require_creator(entry, path, own)
         view.write(path, _original(view, path, shas["before"], own, restored.notes))
     return restored
+
+
+def _require_creator(entry: Entry, path: str, own: list[Patch]) -> None:
+    """A file the record says patchkit created is deleted only when a patch at hand that the record
+    names creates it: the record alone is no evidence (it is read back from the tree)."""
+    if any(f.target_path == path and f.source_path != path for p in own for f in p.files):
+        return
+    names = [p["name"] for p in entry.patches] or ["FILE"]
+    raise BadInput(
+        f"the record of {entry.set_name} says patchkit created {path}, but no patch at hand that it names "
+        "creates it: kept, nothing was written",
+        hint="name the patch that created it: "
+        + " ".join(["`patchkit revert", *(f"--patch {name}" for name in names)])
+        + "`",
+    )
 
 
 def _original(view: View, path: str, digest: str | None, patches: list[Patch], notes: list[str]) -> bytes | None:

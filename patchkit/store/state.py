@@ -213,8 +213,25 @@ class State:
         return replace(self, entries=[e for e in self.entries if e.set_name != set_name])
 
     def with_entry(self, entry: Entry) -> State:
-        """The state with `entry` recorded: the entries describe the tree from now on, not a wheel."""
-        return replace(self, entries=[*self.without(entry.set_name).entries, entry], wheel=None)
+        """The state with `entry` recorded: the entries describe the tree from now on, not a wheel.
+        A set applied again keeps its place: a later set's "before" is what this one wrote, so
+        revert must still undo that one first."""
+        if self.entry(entry.set_name) is None:
+            return replace(self, entries=[*self.entries, entry], wheel=None)
+        entries = [entry if e.set_name == entry.set_name else e for e in self.entries]
+        return replace(self, entries=entries, wheel=None)
+
+    def recorded_later(self, set_name: str, paths: list[str]) -> dict[str, str]:
+        """path -> the first set applied after `set_name` whose record holds that file: a re-apply
+        of `set_name` that writes it would change a file under that set's record."""
+        entry = self.entry(set_name)
+        later = self.later(entry) if entry is not None else []
+        found: dict[str, str] = {}
+        for e in later:
+            for path in paths:
+                if path in e.files:
+                    found.setdefault(path, e.set_name)
+        return found
 
     def with_guard(self, guard: dict[str, str]) -> State:
         """The state with the guard's files; without a guard, no wheel is guarded either."""

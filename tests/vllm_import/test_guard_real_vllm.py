@@ -12,12 +12,15 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import MODEL_PY, make_patch, write_tree
 from test_real_vllm import VLLM_PYTHON, patchkit, site_packages
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
@@ -122,3 +125,73 @@ def test_the_guard_stops_a_changed_tree_and_revert_removes_it(tmp_path):
         reverted = patchkit("revert")
     assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
     assert top_level(site) == before
+
+
+# vLLM imported from its venv, then a second site directory put on the path after it, holding a
+# launch guard (a user site, PYTHONPATH's or a second venv's): vLLM's own loader runs that guard.
+LOAD_WITH_A_GUARD_ELSEWHERE = """
+import sys
+import vllm.plugins
+sys.path.append(sys.argv[1])
+vllm.plugins.load_general_plugins()
+print("loaded", vllm.__file__)
+"""
+
+
+def guarded_elsewhere(tmp_path: Path) -> Path:
+    """A small vLLM-shaped site, patched by an ad-hoc diff with the guard installed (healthy)."""
+    other = write_tree(tmp_path / "other-site")
+    diff = tmp_path / "other.diff"
+    diff.write_bytes(make_patch(tmp_path, other, {"vllm/models/model.py": MODEL_PY.replace("x", "y")}))
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--target", str(other), "--patch", str(diff), "--no-import"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and (other / "patchkit_guard.py").is_file(), done.stdout + done.stderr
+    return other
+
+
+def load_with_guard_in(other: Path) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "VLLM_PLUGINS", "PYTHONPATH")}
+    return subprocess.run(
+        [VLLM_PYTHON, "-c", LOAD_WITH_A_GUARD_ELSEWHERE, str(other)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=clean,
+        cwd=os.path.abspath(os.sep),
+    )
+
+
+def test_a_guard_in_another_site_does_not_judge_its_own_tree_for_the_vllm_vllm_imported(tmp_path):
+    site = site_packages()
+    record = site / ".patchkit/state.json"
+    if list(site.glob("patchkit_guard-*.dist-info")) or (record.exists() and json.loads(record.read_text())["entries"]):
+        pytest.skip("the venv's vLLM has a patchkit record of its own (another test is using it)")
+    other = guarded_elsewhere(tmp_path)
+    (other / "vllm/models/model.py").write_text("# changed after apply\n")  # its own tree: refused
+    done = load_with_guard_in(other)
+    assert done.returncode == 0 and "TreeChanged" not in done.stderr, done.stderr[-3000:]
+    assert f"loaded {site / 'vllm' / '__init__.py'}" in done.stdout
+
+
+def test_a_guard_in_another_site_judges_the_vllm_vllm_imported_by_its_record(tmp_path):
+    site = site_packages()
+    other = guarded_elsewhere(tmp_path)  # healthy
+    applied = patchkit("apply", "--no-import", "--no-guard")  # the venv's vLLM patched, recorded, no guard of its own
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    edited = site / EDITED
+    original = edited.read_bytes()
+    try:
+        assert not list(site.glob("patchkit_guard-*.dist-info"))
+        assert load_with_guard_in(other).returncode == 0
+        edited.write_bytes(original + b"# changed after apply\n")
+        stopped = load_with_guard_in(other)
+        assert stopped.returncode != 0 and "TreeChanged" in stopped.stderr
+        assert f"left in {site}: {EDITED} was changed" in stopped.stderr, stopped.stderr[-3000:]
+    finally:
+        edited.write_bytes(original)
+        reverted = patchkit("revert")
+    assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]

@@ -1,0 +1,181 @@
+"""Recovery after a crash rolls a file back only with evidence that the interrupted transaction
+wrote it (issue 20, M1-M3): its bytes are the journal's "after" bytes and it changed after the
+journal was written, or the commit reached it (it comes before the first file still staged, every
+original saved). Anything else stays as it is and is named; only the originals put back are read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+
+from patchkit.base.hashing import sha256
+from patchkit.engine import transaction
+from patchkit.store.journal import staged_name
+from patchkit.store.state import read_state
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+NEW = "vllm/brand/new/mod.py"
+
+
+@pytest.fixture
+def change(tmp_path, scratch) -> tuple[Path, Path]:
+    """A patch that deletes vllm/__init__.py, adds a module in a new package and changes two files:
+    in the journal's order, the delete and the add come before SPEC and MODEL."""
+    tree = write_tree(tmp_path / "site")
+    edits = {
+        SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'),
+        MODEL: MODEL_PY.replace("return x", "return x + 1"),
+        NEW: "NEW = True\n",
+        "vllm/__init__.py": None,
+    }
+    (tmp_path / "p.diff").write_bytes(make_patch(scratch, tree, edits))
+    return tree, tmp_path / "p.diff"
+
+
+def _patchkit(*args: object, fault: str = "") -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
+    if fault:
+        env |= {"PATCHKIT_FAULT_AFTER": fault, "PATCHKIT_FAULT_MODE": "exit"}
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *map(str, args)], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def _crash_just_before_replacing(tree: Path, patch: Path, path: str) -> None:
+    """Crash the apply at its last step before `path` is replaced (its original saved by a link)."""
+    stock = (tree / path).read_bytes()
+    keep = tree.parent / "stock-copy"
+    subprocess.run(["cp", "-a", str(tree), str(keep)], check=True)
+    last = None
+    for n in range(1, 60):
+        subprocess.run(["rm", "-rf", str(tree)], check=True)
+        subprocess.run(["cp", "-a", str(keep), str(tree)], check=True)
+        done = _patchkit("apply", "--target", tree, "--patch", patch, "--no-import", fault=str(n))
+        if done.returncode == 0 or (tree / path).read_bytes() != stock:
+            break
+        last = n
+    assert last is not None
+    subprocess.run(["rm", "-rf", str(tree)], check=True)
+    subprocess.run(["cp", "-a", str(keep), str(tree)], check=True)
+    died = _patchkit("apply", "--target", tree, "--patch", patch, "--no-import", fault=str(last))
+    assert died.returncode == 70 and (tree / ".patchkit/journal.json").exists(), died.stderr
+
+
+def test_a_file_edited_in_place_after_a_crash_is_kept_and_the_rest_rolled_back(change):
+    """The apply crashed with SPEC's original saved by a hard link and SPEC not yet replaced; the user
+    then edits SPEC in place, which changes the saved original too. Recovery read every original,
+    found that one damaged and refused (every command exit 2, the tree half patched)."""
+    tree, patch = change
+    stock = snapshot(tree) | {"vllm/__init__.py": b""}
+    _crash_just_before_replacing(tree, patch, SPEC)
+    assert not (tree / "vllm/__init__.py").exists() and (tree / NEW).exists()  # the commit got that far
+    edited = SPEC_PY.encode() + b"# my note\n"
+    with open(tree / SPEC, "r+b") as fh:  # in place: the same inode
+        fh.seek(0, os.SEEK_END)
+        fh.write(b"# my note\n")
+
+    done = _patchkit("status", "--target", tree, "--patch", patch)
+    assert done.returncode == 0, done.stderr
+    assert f"kept, changed after the crash: {SPEC}" in done.stderr
+    assert snapshot(tree) == stock | {SPEC: edited}  # __init__.py back, the new package gone, the edit kept
+    assert not (tree / "vllm/brand").exists() and not (tree / ".patchkit/journal.json").exists()
+
+
+def _journal(tree: Path, files: list[dict]) -> None:
+    (tree / ".patchkit").mkdir(exist_ok=True)
+    (tree / ".patchkit/journal.json").write_text(json.dumps({"id": "abc123", "previous_state": None, "files": files}))
+
+
+def test_a_file_holding_the_journals_bytes_that_the_commit_never_reached_is_kept(tmp_path):
+    """The journal's first file is still staged, so the commit replaced nothing; a file further on
+    that already held the bytes the journal would write (from before the journal) is no file the
+    transaction wrote: it stays (it was deleted as the transaction's own)."""
+    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, "vllm/extra.py": "E = 2\n"})
+    time.sleep(0.05)  # the journal is written after the file, in a later clock tick
+    staged = staged_name(SPEC, "abc123")
+    (tree / staged).write_text("X = 1\n")
+    (tree / ".patchkit/objects").mkdir(parents=True)
+    (tree / ".patchkit/objects" / sha256(SPEC_PY.encode())).write_text(SPEC_PY)
+    _journal(
+        tree,
+        [
+            {"path": SPEC, "before": sha256(SPEC_PY.encode()), "after": sha256(b"X = 1\n"), "staged": staged},
+            {
+                "path": "vllm/extra.py",
+                "before": None,
+                "after": sha256(b"E = 2\n"),
+                "staged": staged_name("vllm/extra.py", "abc123"),
+                "created_dirs": [],
+            },
+        ],
+    )
+    said = transaction.recover(tree)
+    assert "kept, changed after the crash: vllm/extra.py" in said, said
+    assert (tree / "vllm/extra.py").read_text() == "E = 2\n" and (tree / SPEC).read_text() == SPEC_PY
+    assert not (tree / staged).exists() and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_file_the_commit_wrote_after_its_journal_is_rolled_back_though_nothing_else_shows_it(tmp_path):
+    """The ctime half of the evidence: a file changed after the journal, holding its bytes, goes back."""
+    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY})
+    (tree / ".patchkit/objects").mkdir(parents=True)
+    (tree / ".patchkit/objects" / sha256(SPEC_PY.encode())).write_text(SPEC_PY)
+    staged = staged_name(MODEL, "abc123")
+    (tree / "vllm/models").mkdir()
+    (tree / staged).write_text("M = 1\n")
+    _journal(
+        tree,
+        [
+            {"path": MODEL, "before": None, "after": sha256(b"M = 1\n"), "staged": staged, "created_dirs": []},
+            {"path": SPEC, "before": sha256(SPEC_PY.encode()), "after": sha256(b"X = 1\n"), "staged": None},
+        ],
+    )
+    time.sleep(0.05)
+    (tree / SPEC).write_text("X = 1\n")
+    said = transaction.recover(tree)
+    assert "1 file(s) restored" in said and "kept" not in said, said
+    assert (tree / SPEC).read_text() == SPEC_PY
+
+
+# --- M3, the record's half: revert deletes a created file only for a patch at hand that creates it ---
+
+
+@pytest.fixture
+def created(run, tree, scratch) -> Path:
+    """An ad-hoc patch that adds a module, applied."""
+    patch = scratch / "adds.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/brand_new.py": "NEW = 1\n"}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    return patch
+
+
+def test_revert_without_the_patch_that_created_a_file_keeps_it_and_names_the_command(run, tree, created):
+    result = run("revert", "--target", tree)  # the library's series: it creates no such file
+    assert result.exit_code == 2, result.output
+    assert "vllm/brand_new.py" in result.output and "patchkit revert --patch adds.diff" in result.output
+    assert (tree / "vllm/brand_new.py").read_text() == "NEW = 1\n" and read_state(tree).entries
+
+    result = run("revert", "--target", tree, "--patch", created)  # as it says
+    assert result.exit_code == 0, result.output
+    assert not (tree / "vllm/brand_new.py").exists() and not read_state(tree).entries
+
+
+def test_a_record_naming_a_users_file_as_created_never_deletes_it(run, tree, created):
+    """A record planted (or left by an older set) that names a file of the user's, with its hash."""
+    mine = tree / "vllm/my_plugin.py"
+    mine.write_text("MINE = 1\n")
+    path = tree / ".patchkit/state.json"
+    record = json.loads(path.read_text())
+    record["entries"][0]["files"]["vllm/my_plugin.py"] = {"before": None, "after": sha256(b"MINE = 1\n")}
+    path.write_text(json.dumps(record))
+    result = run("revert", "--target", tree, "--patch", created)
+    assert result.exit_code == 2, result.output
+    assert "vllm/my_plugin.py" in result.output and mine.read_text() == "MINE = 1\n"

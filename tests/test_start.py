@@ -1,0 +1,50 @@
+"""A Ctrl-C while patchkit starts (its modules loading) exits 130 with no traceback (issue 20, L1)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from patchkit.base.errors import INTERRUPTED
+from patchkit.cli import start
+
+# Started in the subprocess (site imports sitecustomize from PYTHONPATH): a real SIGINT to the process
+# itself the moment the module named in PATCHKIT_TEST_SIGINT_AT starts to load.
+SITECUSTOMIZE = textwrap.dedent("""\
+    import os, signal, sys
+
+    class _InterruptWhenLoading:
+        def find_spec(self, name, path=None, target=None):
+            if name == os.environ["PATCHKIT_TEST_SIGINT_AT"]:
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+
+    sys.meta_path.insert(0, _InterruptWhenLoading())
+    """)
+
+
+@pytest.mark.parametrize("module", ["patchkit.cli.main", "click", "patchkit.cli.commands.status"])
+def test_a_sigint_while_patchkit_loads_exits_130_quietly(tmp_path, module):
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PATCHKIT_TEST_SIGINT_AT": module}
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "status", "--target", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == INTERRUPTED, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+
+
+def test_the_console_script_is_the_guarded_entry_point():
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert '\n[project.scripts]\npatchkit = "patchkit.cli.start:main"\n' in pyproject
+    assert start.INTERRUPTED == INTERRUPTED
