@@ -180,6 +180,8 @@ def test_a_guard_in_another_site_does_not_judge_its_own_tree_for_the_vllm_vllm_i
 def test_a_guard_in_another_site_judges_the_vllm_vllm_imported_by_its_record(tmp_path):
     site = site_packages()
     other = guarded_elsewhere(tmp_path)  # healthy
+    record = site / ".patchkit/state.json"
+    before = record.read_bytes() if record.exists() else None  # put back after: --no-guard is remembered
     applied = patchkit("apply", "--no-import", "--no-guard")  # the venv's vLLM patched, recorded, no guard of its own
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
     edited = site / EDITED
@@ -194,4 +196,8 @@ def test_a_guard_in_another_site_judges_the_vllm_vllm_imported_by_its_record(tmp
     finally:
         edited.write_bytes(original)
         reverted = patchkit("revert")
+        if before is None:
+            record.unlink(missing_ok=True)
+        else:
+            record.write_bytes(before)
     assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
