@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.base import fsutil
+from patchkit.base import fsutil, hints
 from patchkit.base.errors import FetchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,10 +89,9 @@ def stock_files_command(tree: Path, version: Version | str | None) -> str:
     (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
     laying it out again; for an installed vLLM, reinstalling it."""
     record = find_record(tree, version)
-    shown = version or "VERSION"
     if record is not None and not any((record.parent / name).exists() for name in ("INSTALLER", "WHEEL")):
-        return f"patchkit fetch {shown} --dest {tree} --force"
-    return f"pip install --force-reinstall --no-deps vllm=={shown}"
+        return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
+    return hints.pip_reinstall(version)
 
 
 def read_record_file(tree: Path, path: Path) -> bytes:
