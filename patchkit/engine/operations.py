@@ -290,7 +290,7 @@ class _Applying:
         failed = [r for r in results if r.failed]
         if failed and not force:
             self.show(results)
-            refusal = integrity.refusal(failed, self.resolved.vllm_version)
+            refusal = integrity.refusal(failed, self.resolved.vllm_version, self.resolved.target.root)
             return self.result(Outcome.CHECK_FAILED, plan=plan, checks=results, error=refusal)
         return self.result(Outcome.DRY_RUN, plan=plan, checks=integrity.forced(results))
 
