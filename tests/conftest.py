@@ -9,24 +9,53 @@ import pytest
 from helpers import cli_runner, forget_behaviour_stand_ins, write_tree
 from index_server import IndexServer
 
+# The modules that take longest (pytest --durations on this 2-core machine): started first, so that
+# the workers end together rather than one of them running the longest module last.
+LONGEST_FIRST = (
+    "tests/test_sigkill.py",  # ~400 s of wall time at load 5
+    "tests/test_crash_safety.py",  # ~330 s, most of it the random and aimed sweep
+    "tests/test_fleet.py",  # ~200 s: the Ray cluster and its nodes
+    "tests/test_fuzz.py",
+    "tests/test_package.py",
+    "tests/test_workflow.py",
+    "tests/test_docs.py",
+    "tests/test_wheel_installed_release.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # xdist: keep the order below, not biggest group first
+        config.option.loadscopereorder = False
+
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which names each test's group in its node id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` (make test), a module's tests run on one worker when they share more than
-    the test: a module-scoped fixture (a Ray cluster, a built wheel, fetched releases: made once), or the
-    release cache they fill in turn. Every other test goes wherever a worker is free."""
+    """Under `--dist loadgroup` (make test), tests run on one worker when they share a module-scoped
+    fixture (a Ray cluster, a built wheel, a crash scenario: made once per worker that needs it), and a
+    release-tier module's tests, which fill the release cache in turn, run on one. Every other test goes
+    wherever a worker is free; LONGEST_FIRST first."""
     for item in items:
-        if _shares_its_module(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        group = _shared_set_up(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    rank = {module: place for place, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: else as collected
 
 
-def _shares_its_module(item: pytest.Item) -> bool:
-    if item.get_closest_marker("release") or item.get_closest_marker("ray"):
-        return True
+def _shared_set_up(item: pytest.Item) -> str | None:
+    """The group of the tests `item` shares its set-up with: its module's fixtures wider than a test it
+    uses (tests/test_x.py[scenario,steps]), else its module for the release and Ray tiers; None: alone."""
     module = item.nodeid.split("::")[0]
     fixtures = getattr(item, "_fixtureinfo", None)
-    definitions = fixtures.name2fixturedefs.values() if fixtures is not None else []
-    return any(d.scope != "function" and d.baseid == module for defs in definitions for d in defs)
+    definitions = fixtures.name2fixturedefs.items() if fixtures is not None else []
+    shared = sorted(
+        name for name, defs in definitions if any(d.scope != "function" and d.baseid == module for d in defs)
+    )
+    if shared:
+        return f"{module}[{','.join(shared)}]"
+    if item.get_closest_marker("release") or item.get_closest_marker("ray"):
+        return module
+    return None
 
 
 @pytest.fixture

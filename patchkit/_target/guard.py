@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shlex
 import stat
 import sys
 from typing import Any
@@ -46,13 +47,7 @@ def check() -> None:
     problems = find_problems(site) if site is not None else []
     if site is None or not problems:
         return
-    message = (
-        "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
-        + site
-        + ": "
-        + "; ".join(problems)
-        + ". Run `patchkit status` (PATCHKIT_GUARD=warn only logs this, =off skips it)"
-    )
+    message = refusal(site, problems)
     if mode == "warn":
         # lazy: the guard runs in every vLLM process: only a refusal logs
         import logging
@@ -60,6 +55,22 @@ def check() -> None:
         logging.getLogger("patchkit_guard").warning(message)
         return
     raise TreeChanged(message)
+
+
+def refusal(site: str, problems: list[str]) -> str:
+    """The guard's message: the tree, what changed, and the command that names the fix, run with
+    this very interpreter (the one vLLM runs: `--python` finds the tree it imports)."""
+    python = sys.executable
+    selection = "--python " + shlex.quote(python) if python else "--target " + shlex.quote(site)
+    return (
+        "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
+        + site
+        + ": "
+        + "; ".join(problems)
+        + ". Run `patchkit status "
+        + selection
+        + "`: it names the command that fixes it (PATCHKIT_GUARD=warn only logs this, =off skips it)"
+    )
 
 
 def imported_site() -> str | None:

@@ -43,6 +43,7 @@ from patchkit.distinfo.record import (
     record_algorithm,
     record_digest,
     record_hash,
+    stock_files_command,
 )
 from patchkit.store.state import read_state
 
@@ -162,16 +163,15 @@ def forced(results: list[CheckResult]) -> list[CheckResult]:
     ]
 
 
-def refusal(failed: list[CheckResult], version) -> CheckFailed:
+def refusal(failed: list[CheckResult], version, root: Path) -> CheckFailed:
     release = f"vLLM {version}" if version else "the installed vLLM"
     return CheckFailed(
         "not the stock files of "
         + release
         + "; nothing was written:\n  "
         + "\n  ".join(f"{r.path}: {r.message}" for r in failed),
-        hint=f"likely causes: {LIKELY_CAUSES}. Reinstall vLLM to get the stock files "
-        "(pip install --force-reinstall --no-deps vllm==VERSION), or pass --force to "
-        "patch these files anyway",
+        hint=f"likely causes: {LIKELY_CAUSES}. Put the stock files back "
+        f"({stock_files_command(root, version)}), or pass --force to patch these files anyway",
     )
 
 

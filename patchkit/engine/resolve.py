@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from patchkit.base import hints
 from patchkit.base.enums import SelectionKind
 from patchkit.base.errors import NoPatchSet, TargetError
 from patchkit.base.options import Options
@@ -102,7 +103,7 @@ def unsupported(root, message: str, hint: str | None = None) -> NoPatchSet:
     refuses the tree, and what clears it."""
     refusal = launch_refusal(root)
     if refusal:
-        cleared = "run `patchkit revert` (it drops the old record, and the guard with it)"
+        cleared = f"run {hints.command('revert')} (it drops the old record, and the guard with it)"
         hint = f"{hint + '; ' if hint else ''}the launch guard refuses this tree ({'; '.join(refusal)}): {cleared}"
     return NoPatchSet(message, hint=hint)
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.base import locks, signals
+from patchkit.base import hints, locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import Landed, Origin, fsync_dir, read_file, unsafe_reason
 from patchkit.base.hashing import sha256
@@ -276,7 +276,7 @@ def _unfinished_rollback(root: Path, exc: OSError) -> TargetError:
     return TargetError(
         f"writing the tree failed, and so did rolling it back: {exc.strerror or exc}{where}; "
         f"the journal is kept in {meta_dir(root)}",
-        hint="free space (or fix the cause) and run `patchkit recover`: it finishes the rollback",
+        hint=f"free space (or fix the cause) and run {hints.command('recover')}: it finishes the rollback",
     )
 
 

@@ -45,7 +45,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from patchkit import __version__
-from patchkit.base import fsutil, signals
+from patchkit.base import fsutil, hints, signals
 from patchkit.base.enums import Outcome, SelectionKind
 from patchkit.base.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.options import Options
@@ -797,7 +797,8 @@ def _lay_out_series(wheel: StockWheel, scratch: Path, paths: list[str]) -> None:
 def _without_probe(results: list[CheckResult]) -> list[CheckResult]:
     """The import probe needs an installed vLLM: one row saying so, instead of the target's reasons."""
     kept = [r for r in results if r.check != probe.CHECK.name]
-    message = "not run: a wheel is not an environment (install it, then `patchkit verify --python ...`)"
+    verify = hints.command("verify", "--python", "PYTHON")  # the library and set the wheel was built with
+    message = f"not run: a wheel is not an environment (install it, then {verify})"
     return [*kept, CheckResult(probe.CHECK.name, None, True, message, WARNING)]
 
 

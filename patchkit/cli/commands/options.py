@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
+from patchkit.base import hints
 from patchkit.base.options import Options
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -110,7 +111,8 @@ def target_options(
         **kwargs,
     ):
         opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
-        return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
+        with hints.selected(opts):  # every hint names commands with the user's selection
+            return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
 
     return compose(*(option for name, option in offered.items() if name not in without))(wrapper)
 

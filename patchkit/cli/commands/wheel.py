@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 from packaging.version import Version
 
-from patchkit.base import seal, signals
+from patchkit.base import hints, seal, signals
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
@@ -53,6 +53,13 @@ def command(
     if adhoc and set_name:
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
+    with hints.selected(chosen):  # a hint to verify the installed wheel names the same library and set
+        return _build(source, out_dir, local_label, platform, chosen, ui, quiet=quiet)
+
+
+def _build(
+    source: str, out_dir: str, local_label: str | None, platform: str | None, chosen: Options, ui: UI, *, quiet: bool
+) -> WheelResult:
     stock, checked = _stock_wheel(source, platform, chosen, ui)  # before the activity line: a download shows its bar
     ui.knows({"stock_wheel": str(stock)})
     with ui.activity("building the patched wheel") as say:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
 from collections import Counter
 
+from patchkit.base import hints
 from patchkit.base.enums import ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult
 from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, count_line, fold, located
@@ -63,8 +63,7 @@ def show_status(
 
 def status_failures(resolved, status) -> list[Failure]:
     """What `status` finds wrong, each with the command that fixes it."""
-    target = target_words(resolved.target)
-    drift_fix = f"patchkit revert --force {target} (keeps a copy of the edits), then patchkit apply {target}"
+    drift_fix = f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
     failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
     for path, error in status.does_not_compile.items():  # the drifted file's syntax error leads its line
         where, message = located(CheckResult("syntax", path, False, error))
@@ -74,21 +73,13 @@ def status_failures(resolved, status) -> list[Failure]:
         failures.append(Failure("partial", "some patches of the series are applied, others not"))
     failures += [
         Failure(
-            "stale", note, fix=f"patchkit apply {target} discards it; patchkit revert {target} drops it", warning=True
+            "stale", note, fix=f"{hints.command('apply')} discards it; {hints.command('revert')} drops it", warning=True
         )
         for note in status.stale
     ]
     if status.guard:
         failures.append(Failure("guard", GUARD_REFUSES + "; ".join(status.guard), fix=status.guard_fix))
     return failures
-
-
-def target_words(target) -> str:
-    """The options that name the target again, as the user gave them (quoted for a shell)."""
-    flag, _, value = target.found_by.partition(" ")
-    if flag in ("--target", "--python") and value:
-        return f"{flag} {shlex.quote(value)}"
-    return ""
 
 
 def show_checks(ui, results) -> None:
@@ -225,11 +216,10 @@ def status_verdict(status) -> tuple[str, bool]:
 def _check_fix(resolved, status) -> str:
     """What fixes a failed check: the tree's own edits revert; an applied series that fails is
     reverted; a series that would fail is not applied (apply refuses it)."""
-    target = target_words(resolved.target)
     if status.drifted:
-        return f"patchkit revert --force {target} (keeps a copy of the edits), then patchkit apply {target}"
+        return f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
     if status.state == TreeState.APPLIED:
-        return f"patchkit revert {target} (the stock files back); report the series"
+        return f"{hints.command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
         return "report the upstream regression; the set's checks name what vLLM changed"
     return "nothing is written: apply refuses this tree; report the series (or fix the file it names)"
