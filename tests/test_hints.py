@@ -19,7 +19,7 @@ from patchkit.base.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 # a command that takes a tree, named where a user would read it as one to run
-HAND_SPELLED = re.compile(r"patchkit (?:status|apply|revert|verify|recover|diff|preflight|run)(?=[\s`]|$)")
+HAND_SPELLED = re.compile(r"patchkit (?:status|apply|revert|verify|recover|diff|preflight|run|fetch|list)(?=[\s`]|$)")
 ALLOWED = {
     # stdlib-only, copied into the target's site-packages and run by vLLM: it cannot import patchkit,
     # and spells its one command (with the tree's own interpreter) itself
@@ -104,7 +104,8 @@ def test_a_command_carries_the_selection_as_that_command_takes_it():
     ]  # fmt: skip
     assert hints.command("recover", chosen=chosen) == "`patchkit recover --target '/x y' --python /venv/bin/python`"
     assert "--patch " not in hints.command("diff", chosen=chosen)  # diff takes the library's series only
-    assert hints.command("fetch 0.16.0", chosen=chosen) == "`patchkit fetch 0.16.0`"
+    assert hints.command("fetch 0.16.0", chosen=chosen) == "`patchkit fetch 0.16.0 --patches /lib`"  # no tree
+    assert hints.command("wheel 0.16.0", chosen=chosen) == "`patchkit wheel 0.16.0`"  # a verb not listed: bare
     assert hints.command("preflight", "--", "COMMAND", chosen=Options(python="/p")).endswith("--python /p -- COMMAND`")
 
 

@@ -35,6 +35,8 @@ _TAKES: dict[str, tuple[str, ...]] = {
     "run": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
     "diff": (*_TREE, "vllm_version", "library", "set_name"),
     "recover": _TREE,
+    "fetch": ("library", "set_name"),  # which files a set needs
+    "list": ("library",),
 }
 _FLAGS = {
     "target_dir": "--target",
