@@ -228,3 +228,18 @@ def test_the_guards_refusal_names_the_tree_and_the_command_with_vllms_interprete
     assert done.returncode == 1, done.stdout + done.stderr
     named = _hinted(done.stdout + done.stderr)
     assert [w[1:4] for w in named][:2] == [["revert", "--python", str(python)], ["apply", "--python", str(python)]]
+
+
+def test_the_interrupt_report_after_the_commit_point_names_the_users_tree():
+    """The report is read after the command ended (its selection gone): the hint is spelled when the
+    commit point passes, with the selection of that moment."""
+    from patchkit.base import signals
+
+    signals.new_run()
+    with hints.selected(Options(target_dir="/t", set_name="s")):
+        signals.note(signals.COMMITTED)
+    message, hint = signals.interrupted_report()
+    assert "it is in place" in message
+    assert hint == "`patchkit verify --target /t --set s` checks it; `patchkit revert --target /t --set s` undoes it"
+    signals.new_run()
+    assert signals.interrupted_report()[1] is None
