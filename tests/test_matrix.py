@@ -50,6 +50,17 @@ def test_verify_all_as_markdown_is_one_table_of_releases_by_set(tmp_path, monkey
     )
 
 
+def test_releases_named_one_by_one_make_the_same_table(tmp_path, monkeypatch, library):
+    """Several --vllm-version (a tuple in the selection hints carry): the table, not an internal error."""
+    releases = Releases(tmp_path / "index", monkeypatch)
+    for version, spec in [("0.16.0", SPEC_PY), ("0.18.0", patched_spec())]:
+        releases.add(version, {SPEC: spec})
+    named = ["--vllm-version", "0.16.0", "--vllm-version", "0.18.0"]
+    result = cli_runner()("verify", *named, "--patches", library, "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "| vLLM | demo |\n| --- | --- |\n| 0.16.0 | applied |\n| 0.18.0 | upstream |\n"
+
+
 def release(outcome: str, **details) -> ReleaseResult:
     return ReleaseResult(Version("0.16.0"), ReleaseOutcome(outcome), "detail", **details)
 

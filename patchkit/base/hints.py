@@ -71,6 +71,8 @@ def command(verb: str, *args: str, chosen: Options | None = None) -> str:
     takes = _TAKES.get(verb.split()[0], ())
     for field, flag in _FLAGS.items():
         value = getattr(selection, field)
+        if isinstance(value, tuple):  # verify's repeated --vllm-version names releases: one is the version
+            value = value[0] if len(value) == 1 else None
         if field in takes and value:
             words += [flag, value]
     if "adhoc" in takes:

@@ -242,8 +242,8 @@ class UI:
     def plan(self, plan, *, dry_run: bool) -> None:
         show_plan(self, plan, dry_run=dry_run)
 
-    def checks(self, results) -> None:
-        reports.show_checks(self, results)
+    def checks(self, results, label: str = "checks") -> None:
+        reports.show_checks(self, results, label)
 
     def releases(self, results) -> None:
         """`verify` against releases: one row per vLLM release."""
