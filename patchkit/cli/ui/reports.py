@@ -103,11 +103,17 @@ def show_releases(ui, results) -> None:
             r.label,
             r.series or "",
             f"{r.timings.get('total', 0.0):.2f} s" + (" (cached)" if r.cached else ""),
-            r.detail,
+            _release_detail(r),
         ]
         for r in results
     ]
     ui.table(["vLLM", "outcome", "series", "time", "detail"], rows, title="releases", state_column=1)
+
+
+def _release_detail(release) -> str:
+    """A release's row: its detail; a release whose checks failed counts them (each is said below)."""
+    failed = sum(c.failed for c in release.checks)
+    return f"{failed} check(s) failed (below)" if release.failed and failed else release.detail
 
 
 def verdict_of_releases(ui, results) -> None:
