@@ -243,3 +243,12 @@ def test_the_interrupt_report_after_the_commit_point_names_the_users_tree():
     assert hint == "`patchkit verify --target /t --set s` checks it; `patchkit revert --target /t --set s` undoes it"
     signals.new_run()
     assert signals.interrupted_report()[1] is None
+
+
+def test_the_pip_hint_of_a_verify_given_several_releases_names_none_of_them():
+    """verify's --vllm-version repeats (a tuple): the pip hint names one release, or VERSION."""
+    several = Options(vllm_version=("0.16.0", "0.17.0"))  # type: ignore[arg-type]
+    with hints.selected(several):
+        assert "vllm==VERSION`" in hints.pip_reinstall(None)
+    with hints.selected(Options(vllm_version=("0.16.0",))):  # type: ignore[arg-type]
+        assert "vllm==0.16.0`" in hints.pip_reinstall(None)
