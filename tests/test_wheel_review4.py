@@ -245,3 +245,28 @@ def test_an_out_that_cannot_be_written_gets_a_short_hint(tmp_path, library, out)
     assert_clean_failure(done, 4)
     assert out in done.stderr and "hint: " in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) <= 3, done.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "evil.pth",  # the root: site-packages
+        "vllm-0.16.0.data/purelib/Shadow.PTH",
+        "vllm-0.16.0.data/data/lib/python3.12/site-packages/first.pth",
+    ],
+)
+def test_a_member_that_installs_a_pth_file_into_site_packages_is_refused(tmp_path, library, name):
+    """A .pth file runs at every start of Python (`import sys; sys.path.insert(0, ...)`): it could
+    put another vllm ahead of the patched one. The class of the .data finding: refused, named."""
+    line = b"import sys; sys.path.insert(0, '/elsewhere')\n"
+    stock = write_wheel(tmp_path / "in", extra=[(_info(name), line)])
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    _nothing_written(done, out, 2)
+    assert f"member {name!r} installs a .pth file into site-packages" in done.stderr, done.stderr
+
+
+def test_a_pth_file_outside_site_packages_is_kept(tmp_path, library):
+    stock = write_wheel(tmp_path / "in", extra=[(_info("vllm-0.16.0.data/data/share/vllm/notes.pth"), b"x\n")])
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert done.returncode == 0, done.stdout + done.stderr

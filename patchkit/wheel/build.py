@@ -560,7 +560,20 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
     for member in members:  # after the clashes, which say more when a member is both
         if not member.is_dir:
             _refuse_vllm_from_data(member.name, data_dir, label)
+    _refuse_path_files(paths, label)
     return paths
+
+
+def _refuse_path_files(paths: dict[str, str], label: str) -> None:
+    """BadInput for a member that installs a .pth file into site-packages: site runs its `import`
+    lines at every start of Python and adds its directories to sys.path, which can import another
+    vllm than the patched one (vLLM's wheels ship none)."""
+    for folded, name in paths.items():
+        if "/" not in folded and folded.endswith(".pth"):
+            raise BadInput(
+                f"{label}: member {rawzip.shown(name)} installs a .pth file into site-packages, which Python "
+                "runs at every start and which can import another vllm than the patched one; refusing the wheel"
+            )
 
 
 def _refuse_vllm_from_data(name: str, data_dir: str, label: str) -> None:
