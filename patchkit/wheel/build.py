@@ -630,11 +630,10 @@ def nothing_to_patch(selection: Selection) -> NoPatchSet:
     """A version in the range the set declares upstream: said as the set declares it, not as a fact
     about that release (0.99.0 may be no release at all, and no check ran on it)."""
     declared = selection.patch_set.upstream if selection.patch_set else None
-    covered = ", ".join(str(r.versions) for r in selection.patch_set.releases) if selection.patch_set else "none"
     return NoPatchSet(
         f"the set {selection.set_name!r} has nothing to patch in vLLM {selection.version}: it declares that "
         f"vLLM {declared} ships its change itself",
-        hint=f"build from a release the set has a series for ({covered})",
+        hint=f"build from a release the set has a series for ({hints.command('list')} names them)",
     )
 
 
