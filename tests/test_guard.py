@@ -392,9 +392,8 @@ def test_apply_leaves_a_recorded_guard_file_changed_since_alone(patched, scratch
     other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"qwen"')}))
     done = run_cli("apply", "--target", site, "--patch", other)
     assert done.returncode == 0, done.stderr
-    assert (
-        "patchkit_guard.py was changed after patchkit wrote it: kept; `patchkit apply --guard` replaces" in done.stderr
-    )
+    again = f"`patchkit apply --target {site} --patch {other} --guard`"  # the user's tree and patch (hints.py)
+    assert f"patchkit_guard.py was changed after patchkit wrote it: kept; {again} replaces" in done.stderr
     assert module.read_text() == "def check():\n    pass\n"
     replaced = run_cli("apply", "--guard", "--target", site, "--patch", other)
     assert replaced.returncode == 0, replaced.stderr
@@ -534,10 +533,9 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     assert _load(site).returncode != 0
     done = run_cli("status", "--target", site, "--patch", diff)
     assert done.returncode == 1, done.stdout + done.stderr
-    hint = " ".join(done.stderr.split())
-    assert (
-        f"`patchkit revert --patch {addon.name} --force`" in hint and f"`patchkit apply --patch {addon.name}`" in hint
-    )
+    hint = " ".join((done.stdout + done.stderr).split())
+    on_site = f"--target {site} --patch {addon.name}"  # the user's tree, the other set's patch (hints.py)
+    assert f"`patchkit revert {on_site} --force`" in hint and f"`patchkit apply {on_site}`" in hint
     assert run_cli("revert", "--target", site, "--patch", addon, "--force").returncode == 0
     assert _load(site).returncode == 0, _load(site).stderr
     assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
@@ -592,3 +590,14 @@ def test_the_guard_judges_the_imported_vllm_by_its_own_record(patched, tmp_path,
     done = _launch(site, other)
     assert done.returncode != 0 and "launched" not in done.stdout
     assert f"left in {other}: {MODEL} was changed after patchkit patched it" in done.stderr, done.stderr
+
+
+def test_the_guard_judges_an_imported_vllm_without_an_init_file(patched):
+    """A tree cut to a few files (as `fetch` lays one out) has no vllm/__init__.py: vllm is then a
+    namespace package, with no __file__, and its directory still names the tree to judge."""
+    site, _, _ = patched
+    (site / "vllm/__init__.py").unlink()
+    assert _load(site).returncode == 0
+    (site / MODEL).write_text("# edited after apply\n")
+    done = _load(site)
+    assert done.returncode != 0 and f"{MODEL} was changed after patchkit patched it" in done.stderr

@@ -54,6 +54,12 @@ def findings(done) -> dict[str, dict]:
     return {f["check"]: f for f in document["findings"]}
 
 
+def apply_fix(tree: Path, library: Path, python: str | None = None) -> str:
+    """The fix a finding apply settles gives: apply on the tree and library checked (hints.py)."""
+    interpreter = f" --python {python}" if python else ""
+    return f"run `patchkit apply --target {tree}{interpreter} --patches {library}`"
+
+
 def failed(done) -> set[str]:
     return {name for name, f in findings(done).items() if not f["ok"]}
 
@@ -68,7 +74,7 @@ def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, ver
     done = preflight(tree, library, *serve(target, drafter))
     assert_clean_failure(done, 1)
     assert failed(done) == faults
-    assert all(findings(done)[name]["fix"] == "run `patchkit apply`" for name in faults)
+    assert all(findings(done)[name]["fix"] == apply_fix(tree, library) for name in faults)
     assert json.loads(done.stdout)["ok"] is False
     assert set(findings(done)) >= DRAFTER_CHECKS
 
@@ -136,7 +142,7 @@ def test_text_output_names_each_fault_and_its_fix(setup):
     assert_clean_failure(done, 1)
     for name in STOCK_FAULTS_KIMI:
         assert name in done.stdout
-    assert "run `patchkit apply`" in done.stdout
+    assert apply_fix(tree, library) in " ".join(done.stdout.split())
 
 
 def test_junit_has_a_testcase_per_finding(setup):
@@ -522,7 +528,7 @@ def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup)
     done = with_import(tree, library, *serve(models["kimi"], models["drafter"]), env=env)
     assert_clean_failure(done, 1)
     supports = findings(done)["supports-eagle3"]
-    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    assert not supports["ok"] and supports["fix"] == apply_fix(tree, library, sys.executable)
     kimi = "vllm.model_executor.models.kimi_k25.KimiK25ForConditionalGeneration"
     assert f"vLLM's supports_eagle3() is False for {kimi}" in supports["message"]
 
@@ -579,7 +585,7 @@ def test_supports_eagle3_keeps_the_static_verdict_with_a_note_when_vllm_does_not
     done = with_import(tree, library, *serve(models["deepseek"], models["drafter"]))  # no vllm on sys.path
     assert_clean_failure(done, 1)
     supports = findings(done)["supports-eagle3"]
-    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    assert not supports["ok"] and supports["fix"] == apply_fix(tree, library, sys.executable)
     assert "does not have base SupportsEagle3" in supports["message"]
     assert "vLLM's supports_eagle3() not asked: vLLM does not import in" in supports["message"]
 
@@ -672,7 +678,7 @@ def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup
     (tree / "vllm" / "model_executor" / "models" / "__init__.py").write_text("ModelRegistry = object()\n")
     done = with_import(tree, library, *serve(models["deepseek"], models["drafter"]), env=env)
     supports = findings(done)["supports-eagle3"]
-    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    assert not supports["ok"] and supports["fix"] == apply_fix(tree, library, sys.executable)
     assert "vLLM's supports_eagle3() not asked: this vLLM's ModelRegistry has no table of models" in supports["message"]
 
 

@@ -40,7 +40,7 @@ def test_stock_release_names_every_fault_and_passes_after_apply(tmp_path, releas
     done = run_cli(*preflight, *deepseek)
     assert_clean_failure(done, 1)
     assert set(failed(done)) == STOCK_FAULTS
-    assert {f["fix"] for f in failed(done).values()} == {"run `patchkit apply`"}
+    assert {f["fix"] for f in failed(done).values()} == {f"run `patchkit apply --target {site}`"}
     done = run_cli(*preflight, *kimi)
     assert_clean_failure(done, 1)
     assert set(failed(done)) == (STOCK_FAULTS | {"image-token"} if kimi_registered else STOCK_FAULTS)

@@ -156,7 +156,7 @@ def test_an_upgraded_vllm_makes_the_record_stale_and_apply_starts_afresh(run, tr
     status = json_of(result)
     assert status["state"] == "not-applied" and status["drifted"] == []
     assert status["stale"] == ["recorded 0.16.0, installed 0.17.0: the old record is stale"]
-    assert "`patchkit apply`" in status["guard"]["fix"]
+    assert f"`patchkit apply --target {tree} --patches {two_releases}`" in status["guard"]["fix"]
     assert "recorded 0.16.0, installed 0.17.0" in run("status", *args).output
 
     result = run("apply", *args)  # no --force needed
@@ -490,7 +490,8 @@ def test_status_reads_the_record_once_though_the_guard_names_another_sets_file(r
     monkeypatch.setattr(inspection, "read_state", lambda root: reads.append(root) or read_state(root))
     result = run("status", "--target", tree, "--patch", diffs["model"])
     assert (
-        result.exit_code == 1 and "--force` (it keeps a copy of edits), then `patchkit apply --patch" in result.output
+        result.exit_code == 1
+        and f"--force` (it keeps a copy of edits), then `patchkit apply --target {tree} --patch" in result.output
     )
     assert reads == [tree]
 
@@ -541,7 +542,9 @@ def test_a_reapply_that_would_write_under_a_later_sets_record_is_refused_naming_
         result = run("apply", "--target", tree, "--patches", stacked["head"], *dry_run)
         assert result.exit_code == 1, result.output
         assert SPEC in result.output and later.set_name in result.output
-        assert "patchkit revert --patch tail.diff" in result.output and "Traceback" not in result.output
+        assert (
+            f"`patchkit revert --target {tree} --patch tail.diff`" in result.output and "Traceback" not in result.output
+        )
         assert snapshot(tree) == before and read_state(tree) == record
 
     # the order the refusal names works: the later set off, demo again, the later set back on

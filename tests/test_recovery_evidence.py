@@ -160,7 +160,9 @@ def created(run, tree, scratch) -> Path:
 def test_revert_without_the_patch_that_created_a_file_keeps_it_and_names_the_command(run, tree, created):
     result = run("revert", "--target", tree)  # the library's series: it creates no such file
     assert result.exit_code == 2, result.output
-    assert "vllm/brand_new.py" in result.output and "patchkit revert --patch adds.diff" in result.output
+    assert (
+        "vllm/brand_new.py" in result.output and f"patchkit revert --target {tree} --patch adds.diff" in result.output
+    )
     assert (tree / "vllm/brand_new.py").read_text() == "NEW = 1\n" and read_state(tree).entries
 
     result = run("revert", "--target", tree, "--patch", created)  # as it says

@@ -105,7 +105,7 @@ def test_an_applied_tree_upgraded_in_place_to_an_upstream_release_is_reported_an
     result = run("status", "--target", target, "--format", "json")
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)
-    assert report["state"] == "upstream" and "`patchkit apply`" in report["guard"]["fix"]
+    assert report["state"] == "upstream" and f"`patchkit apply --target {target}`" in report["guard"]["fix"]
     assert run("verify", "--target", target, "--no-import").exit_code == 1
 
     result = run("apply", "--target", target)

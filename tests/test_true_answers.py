@@ -192,4 +192,55 @@ def test_a_missing_drafter_leaves_the_target_checks_to_run(fetched, tmp_path):
     assert_clean_failure(done, 4)
     found = findings(done)
     assert "drafter" in found["models"]["message"]
-    assert found["whitelist"]["result"] == "fail" and found["whitelist"]["fix"] == "run `patchkit apply`"
+    fix = f"run `patchkit apply --target {fetched}`"  # on the tree checked (hints.py)
+    assert found["whitelist"]["result"] == "fail" and found["whitelist"]["fix"] == fix
+
+
+# 6. fetch of a release no set covers says so.
+
+
+def test_fetch_of_a_release_no_set_covers_exits_3_saying_what_the_set_covers(tmp_path):
+    done = run_cli("fetch", "0.9.2", "--dest", tmp_path / "old")
+    assert_clean_failure(done, 3)
+    assert "outside the range the set 'eagle3' supports (>=0.11.0" in done.stderr
+    assert "--all" in done.stderr
+    assert not (tmp_path / "old").exists()
+
+
+def test_fetch_all_still_lays_out_a_release_no_set_covers(tmp_path):
+    done = run_cli("fetch", "0.9.2", "--all", "--dest", tmp_path / "old")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "old/vllm/__init__.py").is_file()
+    status = run_cli("status", "--target", tmp_path / "old", "--format", "json")
+    assert_clean_failure(status, 3)
+    assert json.loads(status.stdout)["state"] == "unsupported"
+
+
+# 7. Hints fit how the tree came.
+
+
+def test_a_fetched_tree_is_told_to_fetch_its_stock_files_again(fetched):
+    with (fetched / KIMI).open("a") as f:
+        f.write("# an edit\n")
+    done = run_cli("apply", "--target", fetched)
+    assert_clean_failure(done, 1)
+    assert f"patchkit fetch 0.16.0 --dest {fetched} --force" in done.stderr
+    assert "pip install" not in done.stderr
+    assert run_cli("fetch", "0.16.0", "--dest", fetched, "--force").returncode == 0  # the hint, followed
+    assert run_cli("apply", "--target", fetched).returncode == 0
+
+
+def test_an_installed_tree_is_still_told_to_reinstall(fetched):
+    (fetched / "vllm-0.16.0.dist-info/INSTALLER").write_text("pip\n")
+    with (fetched / KIMI).open("a") as f:
+        f.write("# an edit\n")
+    done = run_cli("apply", "--target", fetched)
+    assert_clean_failure(done, 1)
+    assert "pip install --force-reinstall --no-deps vllm==0.16.0" in done.stderr
+
+
+def test_target_may_name_the_vllm_directory_of_a_fetched_tree(fetched):
+    assert not (fetched / "vllm/__init__.py").exists()
+    done = run_cli("status", "--target", fetched / "vllm", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["target"] == str(fetched)

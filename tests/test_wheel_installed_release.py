@@ -113,7 +113,9 @@ def test_the_wheel_installed_over_an_applied_tree_is_reported_and_apply_settles_
     assert refused.returncode != 0 and f"{LABELLED} is installed" in refused.stderr
 
     done = run_cli("status", "--target", site, "--format", "json")
-    assert done.returncode == 1 and "`patchkit apply`" in json.loads(done.stdout)["guard"]["fix"], done.stdout
+    assert done.returncode == 1 and f"`patchkit apply --target {site}`" in json.loads(done.stdout)["guard"]["fix"], (
+        done.stdout
+    )
     assert run_cli("verify", "--target", site, "--no-import").returncode == 1
     done = run_cli("apply", "--target", site, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from patchkit.base import hints
 from patchkit.launch.findings import Finding
 from patchkit.series.requirements import Target
 
@@ -22,7 +23,6 @@ DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
 AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
 LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
-SUPPORTS_FIX = "the installed model class does not implement SupportsEagle3: run `patchkit status`"
 
 
 def checks(launch) -> list[Finding]:
@@ -78,7 +78,11 @@ def _held_to_vllm(static: Finding, verdict) -> Finding:
     if verdict.result is None:
         return dataclasses.replace(static, message=f"{static.message}; {verdict.message}")
     message = f"statically: {static.message}; {verdict.message}"
-    fix = None if verdict.result else static.fix or SUPPORTS_FIX
+    fix = (
+        None
+        if verdict.result
+        else static.fix or f"the installed model class does not implement {SUPPORTS}: run {hints.command('status')}"
+    )
     return Finding(static.check, verdict.result, message, fix)
 
 

@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shlex
 import stat
 import sys
 from typing import Any
@@ -46,13 +47,7 @@ def check() -> None:
     problems = find_problems(site) if site is not None else []
     if site is None or not problems:
         return
-    message = (
-        "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
-        + site
-        + ": "
-        + "; ".join(problems)
-        + ". Run `patchkit status` (PATCHKIT_GUARD=warn only logs this, =off skips it)"
-    )
+    message = refusal(site, problems)
     if mode == "warn":
         # lazy: the guard runs in every vLLM process: only a refusal logs
         import logging
@@ -62,22 +57,40 @@ def check() -> None:
     raise TreeChanged(message)
 
 
+def refusal(site: str, problems: list[str]) -> str:
+    """The guard's message: the tree, what changed, and the command that names the fix, run with
+    this very interpreter (the one vLLM runs: `--python` finds the tree it imports)."""
+    python = sys.executable
+    selection = "--python " + shlex.quote(python) if python else "--target " + shlex.quote(site)
+    return (
+        "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
+        + site
+        + ": "
+        + "; ".join(problems)
+        + ". Run `patchkit status "
+        + selection
+        + "`: it names the command that fixes it (PATCHKIT_GUARD=warn only logs this, =off skips it)"
+    )
+
+
 def imported_site() -> str | None:
     """The site directory of the vllm this process imported (what it runs), symlinks resolved: not
     the one beside this file, which PYTHONPATH, a user site or a second venv may shadow. Before
     vllm is imported, the one an import would load; None: no vllm at all."""
     module = sys.modules.get("vllm")
     if module is not None:
-        origin = getattr(module, "__file__", None)
+        locations = getattr(module, "__path__", None)
     else:
         try:
             spec = importlib.util.find_spec("vllm")
         except (ImportError, ValueError):
             return None
-        origin = spec.origin if spec is not None else None
-    if not isinstance(origin, str) or not origin:
+        locations = spec.submodule_search_locations if spec is not None else None
+    # the package's directory (a namespace package, as a tree cut to a few files, has no __file__)
+    found = [entry for entry in list(locations or []) if isinstance(entry, str) and entry]
+    if not found:
         return None
-    return os.path.dirname(os.path.dirname(os.path.realpath(origin)))
+    return os.path.dirname(os.path.realpath(found[0]))
 
 
 def find_problems(site: str) -> list[str]:

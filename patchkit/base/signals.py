@@ -9,6 +9,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from patchkit.base import hints
+
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -91,7 +93,7 @@ _REPORTS = {
     UNDONE: ("interrupted after the change was written and undone again: the target is as it was before", None),
     COMMITTED: (
         "interrupted after the change was written: it is in place; the steps after writing (its checks) did not run",
-        "`patchkit verify` checks it; `patchkit revert` undoes it",
+        None,  # the commands of the user's selection: see note()
     ),
 }
 
@@ -100,6 +102,7 @@ def new_run() -> None:
     """A command starts: it has changed nothing yet."""
     _run.written = None
     _run.report = None
+    _run.hint = None
 
 
 def note_report(message: str, hint: str | None = None) -> None:
@@ -109,10 +112,17 @@ def note_report(message: str, hint: str | None = None) -> None:
 
 def note(what: str) -> None:
     """This command's transaction passed its commit point (COMMITTED, or UNDONE for a commit that
-    undid its own earlier one), or was rolled back (ROLLED_BACK)."""
+    undid its own earlier one), or was rolled back (ROLLED_BACK). The hint is spelled now, while the
+    command's selection is known (the report is read after the command has ended)."""
     _run.written = what
+    committed = f"{hints.command('verify')} checks it; {hints.command('revert')} undoes it"
+    _run.hint = committed if what == COMMITTED else None
 
 
 def interrupted_report() -> tuple[str, str | None]:
     """What an interrupt left, and the hint: truthful about whether this run's change is in place."""
-    return getattr(_run, "report", None) or _REPORTS[getattr(_run, "written", None)]
+    report = getattr(_run, "report", None)
+    if report:
+        return report
+    message, hint = _REPORTS[getattr(_run, "written", None)]
+    return message, hint or getattr(_run, "hint", None)

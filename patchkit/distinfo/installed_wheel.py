@@ -29,7 +29,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base import fsutil
+from patchkit.base import fsutil, hints
 from patchkit.base.enums import FileKind
 from patchkit.base.errors import BadInput, Drift, PatchkitError
 from patchkit.base.hashing import sha256
@@ -239,7 +239,7 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
                 what = "deleted" if content is None else "edited"
                 raise Drift(
                     f"{path} was {what} after the patched wheel installed it; keeping your version",
-                    hint="revert --force restores the stock file and keeps a copy of your edit",
+                    hint=f"{hints.command('revert', '--force')} restores the stock file and keeps a copy of your edit",
                 )
             if content is not None:
                 done.edited.append(path)
@@ -293,6 +293,6 @@ def _reversed(found: Provenance, path: str, digest: str | None) -> bytes:
         raise BadInput(
             f"no stock original of {path}: the release's file is not the one {found.origin} records, "
             "and reverse-applying its patches does not give it back",
-            hint="reinstall vLLM (pip install --force-reinstall --no-deps vllm==VERSION) to get stock files",
+            hint=f"reinstall vLLM ({hints.pip_reinstall(found.vllm_version)}) to get stock files",
         )
     return data

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.base import fsutil
+from patchkit.base import fsutil, hints
 from patchkit.base.errors import FetchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,6 +82,16 @@ def find_record(tree: Path, version: Version | str | None = None) -> Path | None
 
 
 RECORD_LIMIT = 64 << 20  # vLLM's RECORD is ~300 kB
+
+
+def stock_files_command(tree: Path, version: Version | str | None) -> str:
+    """The command that puts a tree's stock files back: for a tree `patchkit fetch --dest` laid out
+    (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
+    laying it out again; for an installed vLLM, reinstalling it."""
+    record = find_record(tree, version)
+    if record is not None and not any((record.parent / name).exists() for name in ("INSTALLER", "WHEEL")):
+        return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
+    return hints.pip_reinstall(version)
 
 
 def read_record_file(tree: Path, path: Path) -> bytes:

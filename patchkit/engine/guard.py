@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from patchkit import __version__
 from patchkit._target.guard import TreeChanged, find_problems, installed_vllm_version
+from patchkit.base import hints
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
 from patchkit.base.hashing import sha256
@@ -81,10 +82,15 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 
 
 STOPS_EVERY_LAUNCH = "it would stop every launch"
-REPLACE_FIX = (
-    "run `patchkit apply --guard` (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
-)
-REPLACE_HINT = "`patchkit apply --guard` replaces it with this patchkit's guard (keeping a copy)"
+
+
+def replace_fix() -> str:
+    """The fix for a guard patchkit did not write, or that changed since."""
+    return f"run {hints.command('apply', '--guard')} (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
+
+
+def replace_hint() -> str:
+    return f"{hints.command('apply', '--guard')} replaces it with this patchkit's guard (keeping a copy)"
 
 
 def install_changes(
@@ -105,9 +111,9 @@ def install_changes(
     wanted = guard_files()
     foreign, edited = _not_patchkits(root, recorded, wanted)
     if foreign and not replace:
-        return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: kept; {REPLACE_HINT}"
+        return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: kept; {replace_hint()}"
     if edited and not replace:
-        return {}, recorded, f"{edited[0]} was changed after patchkit wrote it: kept; {REPLACE_HINT}"
+        return {}, recorded, f"{edited[0]} was changed after patchkit wrote it: kept; {replace_hint()}"
     changes, _kept = removal_changes(
         root, {p: sha for p, sha in recorded.items() if p not in wanted}
     )  # an older version's
@@ -204,7 +210,7 @@ def older_guard_notes(root: Path) -> list[str]:
     older = older_guard(root) if is_installed(root) and not _own_module(root) else None
     if older is None:
         return []
-    return [f"the launch guard is patchkit {older}'s (this is {__version__}): `patchkit apply` updates it"]
+    return [f"the launch guard is patchkit {older}'s (this is {__version__}): {hints.command('apply')} updates it"]
 
 
 def _own_module(root: Path) -> bool:

@@ -10,22 +10,24 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
+from patchkit.base import hints
 from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
+from patchkit.base.options import Options
 from patchkit.checks import CheckContext
 from patchkit.checks.integrity import installed_record
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
-from patchkit.engine.guard import REPLACE_FIX, UNKNOWN_GUARD, launch_refusal, older_guard_notes
+from patchkit.engine.guard import UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
 from patchkit.store.state import Entry, State, read_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
-    from patchkit.checks import CheckContext, CheckResult
+    from patchkit.checks import CheckContext, CheckResult, Reader
     from patchkit.engine.resolve import Resolved
-    from patchkit.series.library import PatchSetDef
+    from patchkit.series.library import PatchSetDef, Release
     from patchkit.series.plan import Plan
 
 # The plan and the checks are imported where they run: `run`'s fast path (patchkit/launch/shortcut.py)
@@ -65,7 +67,9 @@ class TreeStatus:
     def guard_fix(self) -> str:
         """The command that brings the tree to one the guard lets launch."""
         if self.state == TreeState.UNSUPPORTED:
-            return "run `patchkit revert` (this vLLM has no series: the old record goes, and the guard with it)"
+            return (
+                f"run {hints.command('revert')} (this vLLM has no series: the old record goes, and the guard with it)"
+            )
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
         upgraded = [problem for problem in self.guard if _UPGRADED in problem]
@@ -73,15 +77,16 @@ class TreeStatus:
             # vLLM was upgraded under the record, and its files are not all the new release's: no
             # original patchkit saved belongs on it, and apply cannot tell the record is stale
             return (
-                "reinstall the installed vLLM release (pip install --force-reinstall --no-deps vllm==VERSION), "
-                "then run `patchkit apply` (it drops the record, stale once the files are stock)"
+                f"reinstall the installed vLLM release ({hints.pip_reinstall(None)}), "
+                f"then run {hints.command('apply')} (it drops the record, stale once the files are stock)"
             )
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
-            first = "run `patchkit revert --force` (it keeps a copy of the edits), then " if self.drifted else ""
-            return first + (REPLACE_FIX.removeprefix("run ") if first else REPLACE_FIX)
+            revert = hints.command("revert", "--force")
+            first = f"run {revert} (it keeps a copy of the edits), then " if self.drifted else ""
+            return first + (replace_fix().removeprefix("run ") if first else replace_fix())
         if self.drifted:
-            return "run `patchkit revert --force` (it keeps a copy of the edits), then `patchkit apply`"
-        return "run `patchkit apply` (it records the tree as it is, or drops what no longer applies)"
+            return f"run {hints.command('revert', '--force')} (it keeps a copy of the edits), then {hints.command('apply')}"
+        return f"run {hints.command('apply')} (it records the tree as it is, or drops what no longer applies)"
 
     @property
     def upstream_regression(self) -> bool:
@@ -157,13 +162,6 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     }
 
 
-def set_option(entry: Entry) -> str:
-    """The option that chooses a recorded set on the command line: an ad-hoc set by its patches."""
-    if entry.set_name.startswith("adhoc-"):
-        return " ".join(f"--patch {p['name']}" for p in entry.patches)
-    return f"--set {entry.set_name}"
-
-
 def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
     """The commands that settle the other records whose files the guard names (none: none does)."""
     if not refused:
@@ -174,9 +172,17 @@ def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
         return None
     fixes = []
     for entry in named:
-        chosen = set_option(entry)
-        fixes.append(f"`patchkit revert {chosen} --force` (it keeps a copy of edits), then `patchkit apply {chosen}`")
+        chosen = selection_of(entry)
+        revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
+        fixes.append(f"{revert} (it keeps a copy of edits), then {apply}")
     return "the guard refuses files another set's record holds: run " + "; and ".join(fixes)
+
+
+def selection_of(entry: Entry) -> Options:
+    """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
+    if entry.set_name.startswith("adhoc-"):
+        return hints.for_set(None, tuple(p["name"] for p in entry.patches))
+    return hints.for_set(entry.set_name)
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:
@@ -210,7 +216,7 @@ def not_compiling(resolved: Resolved, drifted: list[str]) -> dict[str, str]:
     return {r.path: r.message for r in results if r.failed and r.path}
 
 
-def stale_entries(root, state: State, installed) -> dict[str, str]:
+def stale_entries(root: Path, state: State, installed: Version | str | None) -> dict[str, str]:
     """set name -> why its record is stale, for each entry vLLM's upgrade made stale."""
     found = {}
     for entry in state.entries:
@@ -220,7 +226,7 @@ def stale_entries(root, state: State, installed) -> dict[str, str]:
     return found
 
 
-def stale_note(root, entry: Entry, installed) -> str | None:
+def stale_note(root: Path, entry: Entry, installed: Version | str | None) -> str | None:
     """Why an entry's record is stale, or None: it names another vLLM version than the installed
     one, whose own dist-info is there, and pip's install of that release accounts for every file it
     saved an original of: stock by the installed RECORD (or the patched wheel's), or gone and
@@ -248,7 +254,7 @@ def stale_note(root, entry: Entry, installed) -> str | None:
     return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
 
 
-def _patched_by_the_wheel(root) -> dict[str, str]:
+def _patched_by_the_wheel(root: Path) -> dict[str, str]:
     """path -> sha256 of each file as a patched wheel installed it (its provenance), when the
     installed vLLM came from one: those bytes are the installed release's own files too."""
     if not has_provenance(root):
@@ -286,7 +292,7 @@ def check_context(
     )
 
 
-def _disk_reader(root, written: Mapping[str, tuple[Landed, bytes]] | None = None):
+def _disk_reader(root: Path, written: Mapping[str, tuple[Landed, bytes]] | None = None) -> Reader:
     """Reads each file once for all the checks of one context. A file just written (`written`,
     path -> how the commit left it and the bytes) is not read again while lstat shows that very
     file there, unchanged since (device, inode, size, mtime, and the ctime no one but the kernel
@@ -303,7 +309,7 @@ def _disk_reader(root, written: Mapping[str, tuple[Landed, bytes]] | None = None
     return reader
 
 
-def _still(path, landed: Landed) -> bool:
+def _still(path: Path, landed: Landed) -> bool:
     """Whether the file at `path` (not followed if a symlink) is still as `landed` describes it."""
     try:
         info = os.lstat(path)
@@ -320,10 +326,10 @@ def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:
     return sorted({f.source_path or f.path for p in release.read_patches(patch_set.roots) for f in p.files})
 
 
-def newest_release(patch_set: PatchSetDef):
+def newest_release(patch_set: PatchSetDef) -> Release | None:
     """The series for the highest version the set's [[releases]] specifiers name."""
 
-    def highest(release) -> Version:
+    def highest(release: Release) -> Version:
         named = []
         for spec in release.versions:
             try:

@@ -24,6 +24,7 @@ from packaging.version import Version
 
 from patchkit import fetch
 from patchkit._target.guard import installed_vllm_version
+from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
 from patchkit.base.fsutil import Landed, read_file
@@ -47,7 +48,7 @@ from patchkit.engine.inspection import (
     drifted_files,
     inspect,
     run_checks,
-    set_option,
+    selection_of,
     stale_entries,
     stale_note,
 )
@@ -262,8 +263,8 @@ class _Applying:
         raise Conflict(
             f"{path} was changed by set {name}, applied after {this}: applying {this} again would "
             f"write under {name}'s record; nothing was written",
-            hint=f"`patchkit revert {set_option(later)}`, then apply {this} again, then "
-            f"`patchkit apply {set_option(later)}`",
+            hint=f"{hints.command('revert', chosen=selection_of(later))}, then apply {this} again "
+            f"({hints.command('apply')}), then {hints.command('apply', chosen=selection_of(later))}",
         )
 
     def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
@@ -289,7 +290,7 @@ class _Applying:
         failed = [r for r in results if r.failed]
         if failed and not force:
             self.show(results)
-            refusal = integrity.refusal(failed, self.resolved.vllm_version)
+            refusal = integrity.refusal(failed, self.resolved.vllm_version, self.resolved.target.root)
             return self.result(Outcome.CHECK_FAILED, plan=plan, checks=results, error=refusal)
         return self.result(Outcome.DRY_RUN, plan=plan, checks=integrity.forced(results))
 
@@ -436,7 +437,11 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
     A tree with none is neither locked nor written to."""
 
     root, version = resolved.target.root, resolved.vllm_version
-    result = ApplyResult(Outcome.UPSTREAM, f"vLLM {version} ships this change itself: nothing to patch")
+    patch_set = resolved.selection.patch_set
+    declared = f"vLLM {patch_set.upstream}" if patch_set is not None and patch_set.upstream else "it"
+    # as the set declares it: apply runs no check that would show this release holds the change
+    said = f"nothing to patch in vLLM {version}: the set {resolved.set_name} declares that {declared} ships its change"
+    result = ApplyResult(Outcome.UPSTREAM, said)
     settled, dropped, guard_changes, kept = _without_stale(root, version)
     if dropped and not dry_run:
         with target_lock(root) as recovered:
@@ -489,7 +494,7 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
         result.error = CheckFailed(
             f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + pyc.failures(stale),
             hint="remove those .pyc files (Python then compiles the sources); "
-            "`patchkit verify` reports any stale bytecode left",
+            f"{hints.command('verify')} reports any stale bytecode left",
         )
     return result
 
@@ -775,8 +780,8 @@ def _refuse_another_releases_originals(root: Path, entry: Entry, installed: Vers
             raise Drift(
                 f"{path} is not the file patchkit patched: the record is of vLLM {entry.vllm_version}, vLLM "
                 f"{installed} is installed, and the originals it saved would mix the two; nothing was written",
-                hint=f"reinstall vLLM (pip install --force-reinstall --no-deps vllm=={installed}), then "
-                "`patchkit apply` (it drops the record once its files are stock)",
+                hint=f"reinstall vLLM ({hints.pip_reinstall(installed)}), then "
+                f"{hints.command('apply')} (it drops the record once its files are stock)",
             )
 
 
@@ -816,10 +821,13 @@ def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
     later = state.overlapping(entry)
     if later:
         path, name = sorted(later.items())[0]
+        later_entry = state.entry(name)
+        first = hints.command("revert", chosen=selection_of(later_entry) if later_entry else hints.for_set(name))
+        every = hints.command("revert", chosen=hints.for_set(None))
         raise Conflict(
             f"{path} was changed again by set {name}, applied after {only}: reverting {only} alone would "
             f"undo {name} there too; nothing was written",
-            hint=f"revert {name} first, or revert every set at once (`patchkit revert` without --set/--patch)",
+            hint=f"revert {name} first ({first}), or revert every set at once ({every})",
         )
     return [entry]
 

@@ -36,12 +36,13 @@ import os
 import signal
 import stat
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.base import locks, signals
+from patchkit.base import hints, locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import Landed, Origin, fsync_dir, read_file, unsafe_reason
 from patchkit.base.hashing import sha256
@@ -122,7 +123,7 @@ def _tick() -> None:
 
 
 @contextmanager
-def target_lock(root: Path, timeout: float | None = None):
+def target_lock(root: Path, timeout: float | None = None) -> Iterator[str | None]:
     """One writer per target. flock dies with its process, so a killed patchkit never blocks.
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first.
@@ -144,7 +145,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 @contextmanager
-def read_only_view(root: Path):
+def read_only_view(root: Path) -> Iterator[bool]:
     """A reader's consistent view of the tree without the lock (a dry run writes nothing, not even
     the lock file, and no start-up of filelock): yields True when the tree is settled (then raises
     LockBusy if a transaction changed it meanwhile), False when the caller must take the lock
@@ -276,7 +277,7 @@ def _unfinished_rollback(root: Path, exc: OSError) -> TargetError:
     return TargetError(
         f"writing the tree failed, and so did rolling it back: {exc.strerror or exc}{where}; "
         f"the journal is kept in {meta_dir(root)}",
-        hint="free space (or fix the cause) and run `patchkit recover`: it finishes the rollback",
+        hint=f"free space (or fix the cause) and run {hints.command('recover')}: it finishes the rollback",
     )
 
 
@@ -462,7 +463,7 @@ def _needed_originals(root: Path, journal: dict, written: set[str]) -> dict[str,
 
 
 @contextmanager
-def consistent_read(root: Path):
+def consistent_read(root: Path) -> Iterator[str | None]:
     """Hold the lock while reading several files, so no writer is half-way through them.
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first. A

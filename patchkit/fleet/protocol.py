@@ -14,8 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from patchkit.base import hints
 from patchkit.base.enums import FleetPhase, NodeState, Outcome
 from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
+from patchkit.base.options import Options
 
 UNREACHABLE = (NodeState.LOST, NodeState.TIMED_OUT)  # the driver has no answer from the node: a cluster problem
 
@@ -234,7 +236,7 @@ def _phase_two_problem(written: Batch) -> PatchkitError | None:
     for report in lost:  # interrupted or not: whoever runs this must know what to check there
         report.detail = (
             f"{report.detail}; its apply may or may not have landed: on {report.node.node_ip} run "
-            f"`{_command('status', report)}`, then `{_command('revert', report)}`"
+            f"{_command('status', report)}, then {_command('revert', report)}"
         )
     if written.interrupted:
         return Interrupted("fleet apply interrupted in phase 2")
@@ -266,13 +268,15 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
             report.state = NodeState.ROLLBACK_FAILED
             report.detail = (
                 f"applied, and the revert failed ({answer.detail or answer.state}): on {report.node.node_ip} "
-                f"run `{_command('revert', report)}`"
+                f"run {_command('revert', report)}"
             )
             stuck.append(report)
     for report in to_undo:
         if report.node not in answered:  # no set name known: a plain revert would undo every set there
             report.state = NodeState.ROLLBACK_FAILED
-            report.detail = f"applied, its set unknown, so not reverted: on {report.node.node_ip} run `{_command('status', report)}`"
+            report.detail = (
+                f"applied, its set unknown, so not reverted: on {report.node.node_ip} run {_command('status', report)}"
+            )
             stuck.append(report)
     return stuck
 
@@ -298,9 +302,9 @@ def _rolled_back(problem: PatchkitError, stuck: list[NodeReport]) -> PatchkitErr
 
 
 def _command(action: str, report: NodeReport) -> str:
-    where = f" --target {report.target}" if report.target else ""
-    which = f" --set {report.set_name}" if report.set_name else ""
-    return f"patchkit {action}{where}{which}"
+    """What to run on that node: its tree and the set this run applied there."""
+    chosen = Options(target_dir=str(report.target) if report.target else None, set_name=report.set_name)
+    return hints.command(action, chosen=chosen)
 
 
 def _names(reports: list[NodeReport]) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.launch.interpreter import PYTHON_FLAGS, cannot_tell, script_python
 from patchkit.launch.models import redirected
@@ -219,7 +220,10 @@ def parse(argv: list[str], version: Version | str | None = None) -> LaunchComman
 def frame(argv: list[str]) -> LaunchCommand:
     """The program, its `env` prefix and the arguments its parser will read, not read yet."""
     if not argv:
-        raise BadInput("no launch command given", hint="patchkit preflight -- vllm serve MODEL [args]")
+        raise BadInput(
+            "no launch command given",
+            hint=f"give it after --: {hints.command('preflight', '--', 'vllm', 'serve', 'MODEL')}",
+        )
     prefix = _EnvPrefix()
     rest = prefix.read(argv) if Path(argv[0]).name == "env" else argv
     if not rest:
@@ -369,11 +373,13 @@ def _same_directory_only(directory: str) -> str:
             return os.getcwd()
     except OSError:
         pass
-    where = shlex.quote(os.path.abspath(directory))  # a relative DIR, followed from DIR, would name DIR/DIR
+    where = os.path.abspath(directory)  # a relative DIR, followed from DIR, would name DIR/DIR
+    # from there, the user's relative --target, --patches... would name other paths: made absolute too
+    again = hints.command("preflight", "--", "env", "-C", where, "...", chosen=hints.from_anywhere()).strip("`")
     raise BadInput(
         f"env -C {directory}: the launch runs in {directory}, and patchkit reads its relative paths from "
         "its own working directory",
-        hint=f"run patchkit from there, with -C made absolute: cd {where} && patchkit preflight -- env -C {where} ...",
+        hint=f"run patchkit from there, with -C made absolute: cd {shlex.quote(where)} && {again}",
     )
 
 

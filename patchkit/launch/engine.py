@@ -4,8 +4,8 @@ A set names a script in set.toml (`launch = "launch.py"`) defining `checks(launc
 Findings; `launch` is a LaunchContext: the command, the target's and the drafter's configs, and the
 installed tree read statically (vLLM is never imported here: `model_interface` asks vLLM itself in
 the target's interpreter, through a worker). A static judgement runs on the installed files and,
-when it fails, on the files as the series would leave them: when it passes there, the fix is "run
-`patchkit apply`".
+when it fails, on the files as the series would leave them: when it passes there, the fix is to
+run apply (apply_fix).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from types import ModuleType
 
 from packaging.version import Version
 
+from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
@@ -29,11 +30,15 @@ from patchkit.launch.models import ModelConfig
 from patchkit.launch.validation import model_interface
 from patchkit.series.requirements import Requirement, parse_requirements
 
-APPLY = "run `patchkit apply`"
 REGISTRY = "vllm/model_executor/models/registry.py"
 TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
 Reader = Callable[[str], "bytes | None"]
 Judgement = Callable[[Reader], "tuple[bool, str]"]
+
+
+def apply_fix() -> str:
+    """The fix a finding the series would settle gives: apply, on the tree and set checked."""
+    return f"run {hints.command('apply')}"
 
 
 @dataclass
@@ -67,7 +72,7 @@ class LaunchContext:
         if ok:
             return Finding(check, True, message)
         if self.read_planned is not None and judgement(self.read_planned)[0]:
-            return Finding(check, False, message, APPLY)
+            return Finding(check, False, message, apply_fix())
         return Finding(check, False, message, fix)
 
     def lacks(self, check: str, path: str) -> Finding | None:
@@ -76,7 +81,8 @@ class LaunchContext:
         if os.path.lexists(self.root / path) or self.read(path) is not None:  # there, if unreadable: judged
             return None
         version = self.version or "VERSION"
-        gives = f"lay out the whole release (`patchkit fetch {version} --all --dest DIR`), or give --python PATH"
+        whole = hints.command("fetch", str(version), "--all", "--dest", str(self.root))
+        gives = f"lay out the whole release ({whole}), or give --python PATH"
         return cannot_judge(check, f"the tree has no {path} (a tree of only the patched files?)", gives)
 
     def model_interface(self, architecture: str, function: str) -> VllmVerdict:

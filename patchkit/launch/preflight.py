@@ -16,6 +16,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import TargetError
 from patchkit.base.options import Options
@@ -24,7 +25,7 @@ from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.inspection import TreeStatus, inspect
 from patchkit.engine.resolve import Resolved
 from patchkit.launch.command import ALIASES, LaunchCommand
-from patchkit.launch.engine import APPLY, LaunchContext, set_checks
+from patchkit.launch.engine import LaunchContext, apply_fix, set_checks
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.shortcut import cached_set_checks
@@ -202,7 +203,7 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(VALIDATION, "not run: a model's config.json is not found", "the models' local directories")
     launched = result.launched or result.command
-    return engine_validation(resolved.target.python, launched, fix=APPLY if result.fixable else None)
+    return engine_validation(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
 
 
 def _models(
@@ -354,15 +355,17 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
-        return Finding(TREE, False, f"the {resolved.set_name} series is not applied to vLLM {version}", APPLY)
+        return Finding(TREE, False, f"the {resolved.set_name} series is not applied to vLLM {version}", apply_fix())
     if status.state == TreeState.PARTIAL:
-        return Finding(TREE, False, "the series is partly applied", "run `patchkit status`, then `patchkit apply`")
+        return Finding(
+            TREE, False, "the series is partly applied", f"run {hints.command('status')}, then {hints.command('apply')}"
+        )
     if status.drifted:
         files = ", ".join(status.drifted)
-        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", "run `patchkit status`")
+        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", f"run {hints.command('status')}")
     stale = _stale_bytecode(resolved, status)
     if stale:
-        return Finding(TREE, False, f"stale bytecode: {stale}", "run `patchkit apply --force`")
+        return Finding(TREE, False, f"stale bytecode: {stale}", f"run {hints.command('apply', '--force')}")
     shadowed = _shadowed(resolved)
     if shadowed:
         return Finding(TREE, False, shadowed, "if that file is not vLLM's own, remove it")

@@ -11,7 +11,7 @@ from patchkit.base.fsutil import atomic_write
 from patchkit.distinfo.record import parse_record
 from patchkit.engine.inspection import upstream_check_paths
 from patchkit.fetch.cache import Damaged, mismatch, read_regular
-from patchkit.series.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select
+from patchkit.series.library import PATCH, UNSUPPORTED, UPSTREAM, PatchSetDef, Selection, load_chosen, select
 from patchkit.tree.version import parse
 
 
@@ -25,6 +25,19 @@ def files_for(version: str, library: str | None = None, set_name: str | None = N
     except NoPatchSet:
         return []
     return needed_files(patch_set, selection)
+
+
+def not_covered(version: str, library: str | None = None, set_name: str | None = None) -> NoPatchSet | None:
+    """The refusal for a release the set has no series for and does not call upstream (what the
+    set covers is in it), or None when the set covers the release."""
+    patch_set = load_chosen(library, set_name)
+    try:
+        selection = select(patch_set, parse(version, "VERSION"))
+    except NoPatchSet as exc:
+        return exc
+    if selection.kind != UNSUPPORTED:
+        return None
+    return NoPatchSet(selection.note or f"the set {patch_set.name!r} does not cover vLLM {version}")
 
 
 def needed_files(patch_set: PatchSetDef, selection: Selection) -> list[str]:

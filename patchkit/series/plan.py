@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
+from patchkit.base import hints
 from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
@@ -251,7 +252,7 @@ def restore_recorded(
                 what = "deleted" if content is None else "edited"
                 raise Drift(
                     f"{path} was {what} after patchkit patched it; keeping your version",
-                    hint="revert --force restores the original and keeps a copy of your edit",
+                    hint=f"{hints.command('revert', '--force')} restores the original and keeps a copy of your edit",
                 )
             if content is not None:  # a deleted file has nothing to keep
                 restored.edited.append(path)
@@ -266,13 +267,11 @@ def _require_creator(entry: Entry, path: str, own: list[Patch]) -> None:
     names creates it: the record alone is no evidence (it is read back from the tree)."""
     if any(f.target_path == path and f.source_path != path for p in own for f in p.files):
         return
-    names = [p["name"] for p in entry.patches] or ["FILE"]
+    names = tuple(p["name"] for p in entry.patches) or ("FILE",)
     raise BadInput(
         f"the record of {entry.set_name} says patchkit created {path}, but no patch at hand that it names "
         "creates it: kept, nothing was written",
-        hint="name the patch that created it: "
-        + " ".join(["`patchkit revert", *(f"--patch {name}" for name in names)])
-        + "`",
+        hint=f"name the patch that created it: {hints.command('revert', chosen=hints.for_set(None, names))}",
     )
 
 
@@ -287,7 +286,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
                 f"of {path} back",
-                hint="reinstall vLLM (pip install --force-reinstall --no-deps vllm==VERSION) to get stock files",
+                hint=f"reinstall vLLM ({hints.pip_reinstall(None)}) to get stock files",
             ) from damaged
         notes.append(f"{damaged.message}: {path} was restored by reverse-applying the series (sha256 checked)")
         return rebuilt

@@ -44,7 +44,7 @@ def from_directory(directory: str | os.PathLike) -> Target:
         raise TargetError(f"target directory {directory} does not exist")
     if not root.is_dir():
         raise TargetError(f"target {directory} is not a directory")
-    if root.name == PACKAGE and (root / "__init__.py").is_file() and not (root / PACKAGE).is_dir():
+    if root.name == PACKAGE and _is_the_package(root):
         root = root.parent  # the user pointed at the package itself
     if not (root / PACKAGE).is_dir():
         raise TargetError(
@@ -53,6 +53,14 @@ def from_directory(directory: str | os.PathLike) -> Target:
             "an unpacked wheel or a source checkout)",
         )
     return Target(root=root, found_by=f"--target {directory}")
+
+
+def _is_the_package(directory: Path) -> bool:
+    """vllm/ itself: its __init__.py, or beside it vLLM's dist-info (a tree `patchkit fetch` laid out
+    holds only the files it needs, no __init__.py); not a directory holding a vllm/ of its own."""
+    if (directory / PACKAGE).is_dir():
+        return False
+    return (directory / "__init__.py").is_file() or any(directory.parent.glob(f"{PACKAGE}-*.dist-info"))
 
 
 def from_interpreter(

@@ -3,9 +3,12 @@ from __future__ import annotations
 import click
 
 from patchkit import fetch
+from patchkit.base import hints
+from patchkit.base.errors import NoPatchSet
+from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import all_python_option, force_option, library_options, output_options
-from patchkit.releases.files import files_for, lay_out
+from patchkit.releases.files import files_for, lay_out, not_covered
 
 
 @click.command()
@@ -33,6 +36,14 @@ def command(
     """
     ui = make_ui("text", quiet, verbose)
     version = fetch.normalize_version(version)
+    uncovered = None if all_python else not_covered(version, library, set_name)
+    if uncovered is not None:  # nothing of it to fetch: no file of it is patched or checked
+        more = f"; {uncovered.hint}" if uncovered.hint else ""
+        raise NoPatchSet(
+            f"nothing to fetch: {uncovered.message}{more}",
+            hint=f"{hints.command('list', chosen=Options(library=library))} shows what each set covers; "
+            f"{hints.command('fetch', version, '--all', chosen=Options(library=library))} fetches it anyway",
+        )
     paths = files_for(version, library, set_name)
     with ui.activity(f"fetching vllm {version}") as say:
         tree = fetch.release_tree(version, paths, all_python=all_python, progress=say, warn=ui.warn)

@@ -4,8 +4,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from patchkit.base import hints
 from patchkit.base.enums import LibraryPatchState, Outcome
 from patchkit.base.errors import BadInput, Finished
+from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, patches
 from patchkit.cli.commands.options import quiet as quiet_option
@@ -42,10 +44,15 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
     ui.table(
         matrix.columns(),
         matrix.rows(),
-        title="releases by set: the library's series (`patchkit verify --all` checks them)",
+        title=f"releases by set: the library's series ({_verify_all(library)} checks them)",
         state_column=1 if len(matrix.sets) == 1 else None,
     )
     return finished
+
+
+def _verify_all(library: str | None) -> str:
+    """`patchkit verify --all` on the library listed (--patches when one was given)."""
+    return hints.command("verify", "--all", chosen=Options(library=library))
 
 
 def _patches_once(described: dict) -> list[list[str]]:

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from patchkit.base import hints
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
 from patchkit.cli.ui import UI, Failure, JUnitCase, junit, write_junit
@@ -56,7 +57,15 @@ def run_preflight(
     """Target resolution (default: the command's own interpreter), the command read as that vLLM's
     parser reads it, then the findings (`shortcut`: `run`'s fast path on an applied tree,
     patchkit/launch/shortcut.py)."""
-    resolved = resolve_telling(ui, default_options(opts, launch_command))
+    chosen = default_options(opts, launch_command)
+    with hints.selected(chosen):  # its hints name the tree checked: the launch's own, by default
+        return _preflight(ui, chosen, launch_command, no_import=no_import, shortcut=shortcut)
+
+
+def _preflight(
+    ui: UI, chosen: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool
+) -> PreflightResult:
+    resolved = resolve_telling(ui, chosen)
     launch_command = read(launch_command, resolved.vllm_version)
     result = None
     if shortcut:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from patchkit.base import hints
 from patchkit.base.enums import TreeState
 from patchkit.base.errors import TargetError
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
@@ -62,15 +63,22 @@ def _checked(
     if result.ok:
         return None
     show(ui, result, "text")
-    ui.error("not launched: the preflight failed", "`patchkit preflight -- COMMAND` shows the same findings")
+    again = hints.command("preflight", "--", "COMMAND", chosen=default_options(opts, launch_command))
+    ui.error("not launched: the preflight failed", f"{again} shows the same findings")
     return result
 
 
 def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | None:
+    chosen = default_options(opts, launch_command)
+    with hints.selected(chosen):  # the tree the launch imports: its hints name it
+        return _apply_to(ui, chosen)
+
+
+def _apply_to(ui: UI, chosen: Options) -> ApplyResult | None:
     # lazy: `run`'s fast path never applies: the engine's apply loads for --apply
     from patchkit.engine.operations import apply_series
 
-    resolved = resolve_telling(ui, default_options(opts, launch_command))
+    resolved = resolve_telling(ui, chosen)
     status = inspection.inspect(resolved, import_probe=False)
     # a tree the guard refuses where apply is the fix (status names it): the record brought up to the tree
     settles = bool(status.guard) and status.state != TreeState.UNSUPPORTED and not status.drifted

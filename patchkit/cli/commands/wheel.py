@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 from packaging.version import Version
 
-from patchkit.base import seal, signals
+from patchkit.base import hints, seal, signals
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
@@ -13,7 +13,7 @@ from patchkit.cli.commands.options import format_option, library_options, output
 from patchkit.cli.ui import UI
 from patchkit.fetch.index import normalize_version
 from patchkit.series.library import UNSUPPORTED, UPSTREAM, load_chosen, select
-from patchkit.wheel.build import WheelResult, build_patched_wheel
+from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
 
 
 @click.command()
@@ -53,6 +53,13 @@ def command(
     if adhoc and set_name:
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
+    with hints.selected(chosen):  # a hint to verify the installed wheel names the same library and set
+        return _build(source, out_dir, local_label, platform, chosen, ui, quiet=quiet)
+
+
+def _build(
+    source: str, out_dir: str, local_label: str | None, platform: str | None, chosen: Options, ui: UI, *, quiet: bool
+) -> WheelResult:
     stock, checked = _stock_wheel(source, platform, chosen, ui)  # before the activity line: a download shows its bar
     ui.knows({"stock_wheel": str(stock)})
     with ui.activity("building the patched wheel") as say:
@@ -110,7 +117,7 @@ def _require_a_series(version: str, chosen: Options) -> None:
     release = Version(normalize_version(version))
     selection = select(load_chosen(chosen.library, chosen.set_name), release)
     if selection.kind == UPSTREAM:
-        raise NoPatchSet(f"vLLM {release} ships this change itself: there is nothing to patch")
+        raise nothing_to_patch(selection)
     if selection.kind == UNSUPPORTED:
         raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
 

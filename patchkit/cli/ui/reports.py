@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
 from collections import Counter
 
+from patchkit.base import hints
 from patchkit.base.enums import ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult
 from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, count_line, fold, located
@@ -63,8 +63,7 @@ def show_status(
 
 def status_failures(resolved, status) -> list[Failure]:
     """What `status` finds wrong, each with the command that fixes it."""
-    target = target_words(resolved.target)
-    drift_fix = f"patchkit revert --force {target} (keeps a copy of the edits), then patchkit apply {target}"
+    drift_fix = f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
     failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
     for path, error in status.does_not_compile.items():  # the drifted file's syntax error leads its line
         where, message = located(CheckResult("syntax", path, False, error))
@@ -74,7 +73,7 @@ def status_failures(resolved, status) -> list[Failure]:
         failures.append(Failure("partial", "some patches of the series are applied, others not"))
     failures += [
         Failure(
-            "stale", note, fix=f"patchkit apply {target} discards it; patchkit revert {target} drops it", warning=True
+            "stale", note, fix=f"{hints.command('apply')} discards it; {hints.command('revert')} drops it", warning=True
         )
         for note in status.stale
     ]
@@ -83,22 +82,17 @@ def status_failures(resolved, status) -> list[Failure]:
     return failures
 
 
-def target_words(target) -> str:
-    """The options that name the target again, as the user gave them (quoted for a shell)."""
-    flag, _, value = target.found_by.partition(" ")
-    if flag in ("--target", "--python") and value:
-        return f"{flag} {shlex.quote(value)}"
-    return ""
-
-
-def show_checks(ui, results) -> None:
+def show_checks(ui, results, label: str = "checks") -> None:
     """Failures first, then one count line; every row in a table with -v."""
     if ui.verbose:
         rows = [[r.check, r.path or "", r.status, r.message] for r in results]
         ui.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
         return
-    ui.failures(fold(check_failures(results)))
-    ui.line(f"checks   {count_line(results, verbose=False)}", style=None if any(r.failed for r in results) else "green")
+    planned = label == "checks"  # apply's checks on the planned files; "written": on the files written
+    ui.failures(fold(check_failures(results, as_planned_fix() if planned else "", {"integrity": ""})))
+    ui.line(
+        f"{label:<8} {count_line(results, verbose=False)}", style=None if any(r.failed for r in results) else "green"
+    )
 
 
 def show_releases(ui, results) -> None:
@@ -109,11 +103,17 @@ def show_releases(ui, results) -> None:
             r.label,
             r.series or "",
             f"{r.timings.get('total', 0.0):.2f} s" + (" (cached)" if r.cached else ""),
-            r.detail,
+            _release_detail(r),
         ]
         for r in results
     ]
     ui.table(["vLLM", "outcome", "series", "time", "detail"], rows, title="releases", state_column=1)
+
+
+def _release_detail(release) -> str:
+    """A release's row: its detail; a release whose checks failed counts them (each is said below)."""
+    failed = sum(c.failed for c in release.checks)
+    return f"{failed} check(s) failed (below)" if release.failed and failed else release.detail
 
 
 def verdict_of_releases(ui, results) -> None:
@@ -176,7 +176,9 @@ def verified_target_text(ui, resolved, verified) -> None:
     """The header, the failures (the command that fixes each), then the verdict with the count of
     the checks that passed (every row with -v)."""
     status, results = verified.status, verified.checks
-    found = status_failures(resolved, status) + check_failures(results, _check_fix(resolved, status))
+    found = status_failures(resolved, status) + check_failures(
+        results, _check_fix(resolved, status), _fixes_as_planned(status)
+    )
     show_status(
         ui, resolved, status, failures=[] if ui.verbose else fold(found), each=False, context=_checked_as(verified)
     )
@@ -225,11 +227,28 @@ def status_verdict(status) -> tuple[str, bool]:
 def _check_fix(resolved, status) -> str:
     """What fixes a failed check: the tree's own edits revert; an applied series that fails is
     reverted; a series that would fail is not applied (apply refuses it)."""
-    target = target_words(resolved.target)
     if status.drifted:
-        return f"patchkit revert --force {target} (keeps a copy of the edits), then patchkit apply {target}"
+        return f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
     if status.state == TreeState.APPLIED:
-        return f"patchkit revert {target} (the stock files back); report the series"
+        return f"{hints.command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
         return "report the upstream regression; the set's checks name what vLLM changed"
-    return "nothing is written: apply refuses this tree; report the series (or fix the file it names)"
+    return as_planned_fix()
+
+
+def as_planned_fix() -> str:
+    """A check that fails on the files as apply would write them: the change is at fault."""
+    adhoc = hints.current().adhoc
+    if adhoc:  # `diff` shows the library's series, not these
+        return f"nothing is written (apply refuses this): fix the patch ({', '.join(adhoc)})"
+    return (
+        f"nothing is written (apply refuses this); {hints.command('diff')} shows the change that breaks it: "
+        "report the library's series"
+    )
+
+
+def _fixes_as_planned(status) -> dict[str, str]:
+    """On a tree not patched yet, a file that is not the release's stock file is the tree's to fix."""
+    if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
+        return {}
+    return {"integrity": f"put the release's stock file back, or {hints.command('apply', '--force')} patches it"}

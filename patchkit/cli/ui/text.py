@@ -86,22 +86,31 @@ def shortened(word: str, width: int) -> str:
     return word[: width - 1 - tail] + "\u2026" + word[len(word) - tail :]
 
 
-def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2) -> list[str]:
+def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, shorten: bool = False) -> list[str]:
     """`text` as lines of at most `width` columns, wrapped at spaces (the first line indented by
-    `first`, the others by `indent`); a word longer than a line is shortened with an ellipsis.
-    Without a width (piped): one line, never wrapped."""
+    `first`, the others by `indent`). A word longer than a line is shortened with an ellipsis
+    (`shorten`), else kept whole on a line of its own; a `command` in backquotes is never cut or
+    shortened (it is pasted from there). Without a width (piped): one line, never wrapped."""
     if width is None:
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
-    words = " ".join(shortened(word, room) for word in text.split(" "))
-    return textwrap.wrap(
+    # a `command` is one word, never shortened: it is pasted from there (wrapped, as several lines)
+    words = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
+    if shorten:
+        words = " ".join(word if "`" in word else shortened(word, room) for word in words.split(" "))
+    lines = textwrap.wrap(
         words,
         width,
         initial_indent=" " * first,
         subsequent_indent=" " * indent,
         break_long_words=False,
         break_on_hyphens=False,
-    ) or [""]
+    )
+    return [line.replace(_KEPT_SPACE, " ") for line in lines] or [""]
+
+
+_COMMAND = re.compile(r"`[^`]*`")
+_KEPT_SPACE = "\ue000"  # not whitespace to textwrap (a no-break space is)
 
 
 def plain_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> str:
@@ -120,27 +129,39 @@ NAME_ROOM = 16  # the fewest columns a name or a path is shortened to
 TEXT_ROOM = 20  # the fewest columns text is wrapped to
 
 
+def _narrow(widths: list[int], floors: list[int], excess: int) -> int:
+    """Narrow the widest column above its floor, a column at a time, until `excess` is gone or
+    every column is at its floor: what is left over."""
+    while excess > 0:
+        narrowable = [(widths[i], i) for i in range(len(widths)) if widths[i] > floors[i]]
+        if not narrowable:
+            break
+        widths[max(narrowable)[1]] -= 1
+        excess -= 1
+    return excess
+
+
 def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[list[int], list[list[list[str]]]]:
-    """Each row (the header first) as the lines of its cells, the columns fitted into `width`: the
-    widest column narrowed first, text (a column with a space in it) wrapped at spaces, names
-    (paths, patch names) shortened with an ellipsis, each no further than it stays readable (then
-    the line is wider). Returns the columns' widths and the rows."""
+    """Each row (the header first) as the lines of its cells, the columns fitted into `width`: text
+    (a column with a space in it) is wrapped at spaces first, down to a third of the width; then
+    the widest column is narrowed, names (paths, patch names) shortened with an ellipsis, each no
+    further than it stays readable (then the line is wider). Returns the columns' widths and the
+    rows."""
     widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
     is_text = [any(" " in row[i] for row in rows) for i in range(len(columns))]
     least = [
         min(w, max(len(name), TEXT_ROOM if text else NAME_ROOM))
         for w, name, text in zip(widths, columns, is_text, strict=True)
     ]
+    wrapped_first = [
+        max(floor, width // 3) if text else w for w, floor, text in zip(widths, least, is_text, strict=True)
+    ]
     excess = sum(widths) + GAP * (len(widths) - 1) - width
-    while excess > 0:
-        narrowable = [(widths[i], i) for i in range(len(widths)) if widths[i] > least[i]]
-        if not narrowable:
-            break
-        widths[max(narrowable)[1]] -= 1
-        excess -= 1
+    for floors in (wrapped_first, least):
+        excess = _narrow(widths, floors, excess)
     return widths, [
         [
-            fitted(cell, w, indent=0) if text else [shortened(cell, w)]
+            fitted(cell, w, indent=0, shorten=True) if text else [shortened(cell, w)]
             for cell, w, text in zip(row, widths, is_text, strict=True)
         ]
         for row in [columns, *rows]

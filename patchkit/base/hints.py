@@ -1,0 +1,119 @@
+"""Every hint that names a patchkit command is spelled here, and carries the user's selection.
+
+A hint is followed as written: `patchkit apply` where the user had given `--target /x --set S`
+would act on another tree or another set, and that command's own hint would send them back. So a
+command named in a hint gets what the user chose: the tree (--target and/or --python; for
+preflight and run, the launch's interpreter when neither was given), --vllm-version, the library
+(--patches) and the set (--set) or the ad-hoc patches (--patch), each only where that command
+takes it. The command line sets the selection once per command (`selected`, in the CLI's option
+wrapper), so a hint built in any layer below knows it; a hint about another selection (another
+set's record, a fleet node's tree) passes its own (`chosen`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import replace
+
+from patchkit.base.options import Options
+
+_SELECTION: ContextVar[Options | None] = ContextVar("patchkit_selection", default=None)
+
+# What each command takes of the selection (cli/commands: target_options(without=...)); a verb not
+# listed takes none of it (fetch, list, wheel...).
+_TREE = ("target_dir", "python")
+_TAKES: dict[str, tuple[str, ...]] = {
+    "status": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
+    "apply": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
+    "verify": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
+    "revert": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
+    "preflight": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
+    "run": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
+    "diff": (*_TREE, "vllm_version", "library", "set_name"),
+    "recover": _TREE,
+    "fetch": ("library", "set_name"),  # which files a set needs
+    "list": ("library",),
+}
+_FLAGS = {
+    "target_dir": "--target",
+    "python": "--python",
+    "vllm_version": "--vllm-version",
+    "library": "--patches",
+    "set_name": "--set",
+}
+
+
+@contextmanager
+def selected(opts: Options) -> Iterator[None]:
+    """The user's selection for every hint built inside (one command's run)."""
+    token = _SELECTION.set(opts)
+    try:
+        yield
+    finally:
+        _SELECTION.reset(token)
+
+
+def current() -> Options:
+    """The selection the running command was given (empty outside one)."""
+    return _SELECTION.get() or Options()
+
+
+def command(verb: str, *args: str, chosen: Options | None = None) -> str:
+    """`patchkit VERB [selection] ARGS` in backquotes, with the selection (`chosen`, else the
+    user's) as that command takes it, before ARGS (which may hold `--`); every word shell-quoted,
+    so it can be pasted."""
+    selection = current() if chosen is None else chosen
+    words = ["patchkit", *verb.split()]
+    takes = _TAKES.get(verb.split()[0], ())
+    for field, flag in _FLAGS.items():
+        value = getattr(selection, field)
+        if isinstance(value, tuple):  # verify's repeated --vllm-version names releases: one is the version
+            value = value[0] if len(value) == 1 else None
+        if field in takes and value:
+            words += [flag, value]
+    if "adhoc" in takes:
+        for patch in selection.adhoc:
+            words += ["--patch", patch]
+    return "`" + shlex.join([*words, *args]) + "`"
+
+
+def from_anywhere(chosen: Options | None = None) -> Options:
+    """The selection (default: the user's) with its paths made absolute: for a hint that changes
+    directory first (`cd DIR && patchkit ...`). A bare --python (a name looked up on PATH) stays."""
+    selection = current() if chosen is None else chosen
+
+    def absolute(path: str | None) -> str | None:
+        return os.path.abspath(path) if path else path
+
+    python = selection.python
+    return replace(
+        selection,
+        target_dir=absolute(selection.target_dir),
+        python=absolute(python) if python and os.sep in python else python,
+        library=absolute(selection.library),
+        adhoc=tuple(os.path.abspath(p) for p in selection.adhoc),
+    )
+
+
+def for_set(set_name: str | None, adhoc: tuple[str, ...] = ()) -> Options:
+    """The user's selection of tree and library with another set (or ad-hoc patches) chosen."""
+    library = None if adhoc else current().library  # ad-hoc patches take no library
+    return replace(current(), library=library, set_name=None if adhoc else set_name, adhoc=adhoc)
+
+
+def pip_reinstall(version: object | None) -> str:
+    """The pip command that puts back a release's stock files (None: VERSION, not known here), run
+    by the tree's interpreter when the user named it (--python), else `python -m pip` with a word
+    on which one."""
+    python = current().python
+    given = current().vllm_version
+    if isinstance(given, tuple):  # verify's repeated --vllm-version: one release, or none said here
+        given = given[0] if len(given) == 1 else None
+    release = version or given or "VERSION"
+    words = [python or "python", "-m", "pip", "install", "--force-reinstall", "--no-deps", f"vllm=={release}"]
+    text = "`" + shlex.join(words) + "`"
+    return text if python else f"{text} (with the Python of that environment)"
