@@ -592,3 +592,14 @@ def test_the_guard_judges_the_imported_vllm_by_its_own_record(patched, tmp_path,
     done = _launch(site, other)
     assert done.returncode != 0 and "launched" not in done.stdout
     assert f"left in {other}: {MODEL} was changed after patchkit patched it" in done.stderr, done.stderr
+
+
+def test_the_guard_judges_an_imported_vllm_without_an_init_file(patched):
+    """A tree cut to a few files (as `fetch` lays one out) has no vllm/__init__.py: vllm is then a
+    namespace package, with no __file__, and its directory still names the tree to judge."""
+    site, _, _ = patched
+    (site / "vllm/__init__.py").unlink()
+    assert _load(site).returncode == 0
+    (site / MODEL).write_text("# edited after apply\n")
+    done = _load(site)
+    assert done.returncode != 0 and f"{MODEL} was changed after patchkit patched it" in done.stderr

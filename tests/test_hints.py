@@ -19,7 +19,7 @@ from patchkit.base.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 # a command that takes a tree, named where a user would read it as one to run
-HAND_SPELLED = re.compile(r"patchkit (?:status|apply|revert|verify|recover|diff|preflight|run)(?=[\s`]|$)")
+HAND_SPELLED = re.compile(r"patchkit (?:status|apply|revert|verify|recover|diff|preflight|run|fetch|list)(?=[\s`]|$)")
 ALLOWED = {
     # stdlib-only, copied into the target's site-packages and run by vLLM: it cannot import patchkit,
     # and spells its one command (with the tree's own interpreter) itself
@@ -104,7 +104,8 @@ def test_a_command_carries_the_selection_as_that_command_takes_it():
     ]  # fmt: skip
     assert hints.command("recover", chosen=chosen) == "`patchkit recover --target '/x y' --python /venv/bin/python`"
     assert "--patch " not in hints.command("diff", chosen=chosen)  # diff takes the library's series only
-    assert hints.command("fetch 0.16.0", chosen=chosen) == "`patchkit fetch 0.16.0`"
+    assert hints.command("fetch 0.16.0", chosen=chosen) == "`patchkit fetch 0.16.0 --patches /lib`"  # no tree
+    assert hints.command("wheel 0.16.0", chosen=chosen) == "`patchkit wheel 0.16.0`"  # a verb not listed: bare
     assert hints.command("preflight", "--", "COMMAND", chosen=Options(python="/p")).endswith("--python /p -- COMMAND`")
 
 
@@ -227,3 +228,27 @@ def test_the_guards_refusal_names_the_tree_and_the_command_with_vllms_interprete
     assert done.returncode == 1, done.stdout + done.stderr
     named = _hinted(done.stdout + done.stderr)
     assert [w[1:4] for w in named][:2] == [["revert", "--python", str(python)], ["apply", "--python", str(python)]]
+
+
+def test_the_interrupt_report_after_the_commit_point_names_the_users_tree():
+    """The report is read after the command ended (its selection gone): the hint is spelled when the
+    commit point passes, with the selection of that moment."""
+    from patchkit.base import signals
+
+    signals.new_run()
+    with hints.selected(Options(target_dir="/t", set_name="s")):
+        signals.note(signals.COMMITTED)
+    message, hint = signals.interrupted_report()
+    assert "it is in place" in message
+    assert hint == "`patchkit verify --target /t --set s` checks it; `patchkit revert --target /t --set s` undoes it"
+    signals.new_run()
+    assert signals.interrupted_report()[1] is None
+
+
+def test_the_pip_hint_of_a_verify_given_several_releases_names_none_of_them():
+    """verify's --vllm-version repeats (a tuple): the pip hint names one release, or VERSION."""
+    several = Options(vllm_version=("0.16.0", "0.17.0"))  # type: ignore[arg-type]
+    with hints.selected(several):
+        assert "vllm==VERSION`" in hints.pip_reinstall(None)
+    with hints.selected(Options(vllm_version=("0.16.0",))):  # type: ignore[arg-type]
+        assert "vllm==0.16.0`" in hints.pip_reinstall(None)

@@ -50,6 +50,17 @@ def test_verify_all_as_markdown_is_one_table_of_releases_by_set(tmp_path, monkey
     )
 
 
+def test_releases_named_one_by_one_make_the_same_table(tmp_path, monkeypatch, library):
+    """Several --vllm-version (a tuple in the selection hints carry): the table, not an internal error."""
+    releases = Releases(tmp_path / "index", monkeypatch)
+    for version, spec in [("0.16.0", SPEC_PY), ("0.18.0", patched_spec())]:
+        releases.add(version, {SPEC: spec})
+    named = ["--vllm-version", "0.16.0", "--vllm-version", "0.18.0"]
+    result = cli_runner()("verify", *named, "--patches", library, "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "| vLLM | demo |\n| --- | --- |\n| 0.16.0 | applied |\n| 0.18.0 | upstream |\n"
+
+
 def release(outcome: str, **details) -> ReleaseResult:
     return ReleaseResult(Version("0.16.0"), ReleaseOutcome(outcome), "detail", **details)
 
@@ -93,3 +104,20 @@ def test_list_shows_the_matrix_from_the_library_without_fetching(library, monkey
         ["0.17.0", "failed"],
         [">=0.18.0", "upstream"],
     ]
+
+
+def test_a_failed_release_is_counted_in_its_row_and_said_once_below(tmp_path, monkeypatch, scratch):
+    """verify against releases as text: the row counts the failed checks, each said once below it
+    with its file and line, then the verdict."""
+    stock = write_tree(tmp_path / "base")
+    broken = patched_spec().replace("def accepts(model_type: str) -> bool:", "def accepts(model_type: str) -> bool")
+    library = write_library(tmp_path / "bad", {"0.16.0": [make_patch(scratch, stock, {SPEC: broken})]})
+    Releases(tmp_path / "index", monkeypatch).add("0.16.0", {SPEC: SPEC_PY})
+    result = cli_runner()("verify", "--vllm-version", "0.16.0", "--patches", library)
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    row = next(line for line in lines if line.startswith("0.16.0"))
+    assert row.split()[1] == "check-failed" and row.endswith("1 check(s) failed (below)"), lines
+    said = [line for line in lines if "expected ':'" in line or "invalid syntax" in line]
+    assert len(said) == 1 and said[0].startswith(f"{SPEC}:11: 0.16.0 syntax: "), lines
+    assert lines[-1].startswith("verify: FAILED on 0.16.0")

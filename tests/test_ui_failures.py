@@ -63,7 +63,8 @@ def test_a_syntax_error_comes_first_with_its_line_its_caret_and_its_fix(applied,
     # the drift, the integrity check, the names check and the guard all follow from the edit: one line
     assert also.startswith("  also: drifted") and "integrity" in also and "names" in also, lines
     assert "the launch guard refuses this tree" in also
-    assert lines[first + 4].startswith("  fix: patchkit revert --force --target "), lines
+    fix = lines[first + 4]
+    assert fix.startswith(f"  fix: `patchkit revert --target {applied} ") and "--force`" in fix, lines
     assert sum(line.startswith("  fix: ") for line in lines) == 1, lines  # one fix, not one per finding
     assert re.fullmatch(r"verify: FAILED: 1 of \d+ checks failed, \d+ passed.*", lines[-1]), lines
 
@@ -83,7 +84,8 @@ def test_status_names_the_drifted_file_with_its_fix_then_its_verdict(applied, li
     lines = done.stdout.splitlines()
     drifted = lines.index(f"{SPEC}: drifted: edited after patchkit patched it")
     assert lines[drifted + 1] == "  also: the launch guard refuses this tree"  # it refuses because of the edit
-    assert lines[drifted + 2].startswith("  fix: patchkit revert --force --target ")
+    fix = lines[drifted + 2]
+    assert fix.startswith(f"  fix: `patchkit revert --target {applied} ") and "--force`" in fix, lines
     assert (
         lines[-1]
         == "status: FAILED: applied: 1 of 1 patches applied; 1 file drifted; the launch guard refuses the tree"
@@ -108,8 +110,20 @@ def test_apply_refusing_a_patch_that_breaks_the_syntax_shows_where(tree, tmp_pat
     first = lines.index(f"{SPEC}:7: syntax: invalid syntax")
     assert lines[first + 1] == "    " + BROKEN_LINE.rstrip() and lines[first + 2].strip() == "^"
     assert lines[first + 3] == "  also: names"  # pyflakes cannot read it either: folded, not a row of its own
-    assert lines[first + 4].startswith(f"{SPEC}: integrity warning: not verifiable"), lines  # its own cause
-    assert re.fullmatch(r"checks   1 of \d+ checks failed, \d+ passed.*", lines[first + 5]), lines
+    assert lines[first + 4] == (
+        f"  fix: nothing is written (apply refuses this); `patchkit diff --target {tree} --patches {library}` "
+        "shows the change that breaks it: report the library's series"
+    )
+    assert lines[first + 5].startswith(f"{SPEC}: integrity warning: not verifiable"), lines  # its own cause
+    assert re.fullmatch(r"checks   1 of \d+ checks failed, \d+ passed.*", lines[first + 6]), lines
+
+
+def test_an_adhoc_patch_that_breaks_the_syntax_is_the_patch_to_fix(tree, tmp_path, scratch):
+    diff = tmp_path / "mine.patch"
+    diff.write_bytes(make_patch(scratch, tree, {SPEC: patched_spec().replace('    "deepseek",\n', BROKEN_LINE)}))
+    done = run_cli("apply", "--dry-run", "--target", tree, "--patch", diff)
+    assert_clean_failure(done, 1)
+    assert f"  fix: nothing is written (apply refuses this): fix the patch ({diff})" in done.stdout.splitlines()
 
 
 def test_preflight_shows_its_failures_then_its_verdict(tmp_path):

@@ -14,10 +14,12 @@ import termios
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, run_cli, write_library, write_tree
+from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, write_library, write_tree
 
 from patchkit.cli.ui.text import fit_table, fitted, plain_table
 
+SPEC = "vllm/config/spec.py"
+SPEC_EDITED = patched_spec()
 LONG = "vllm/model_executor/models/a_module_whose_name_is_longer_than_any_column_allows.py"
 DESCRIPTION = "Description: " + " ".join(["a description long enough to need wrapping at eighty columns"] * 2)
 CONTROL = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]|\r")  # styles, the cursor; \r\n read as \n
@@ -110,8 +112,23 @@ def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
     assert all(len(line) <= 40 for line in lines) and lines[0].startswith("  fix: ")
     assert all(line.startswith(" " * 7) for line in lines[1:])
     assert fitted("never wrapped when piped " * 10, None) == ["never wrapped when piped " * 10]
+    path = "/a/path/" + "d" * 80 + "/to/copy"
+    assert fitted(f"use --target {path} next", 40) == ["use --target", f"  {path}", "  next"]
+    assert fitted(f"use --target {path} next", 40, shorten=True)[1].startswith("  /a/path/dd")
+    command = f"`patchkit apply --target {path}`"  # pasted from there: one line, whole
+    assert fitted(f"fix: run {command} now", 40, shorten=True) == ["fix: run", f"  {command}", "  now"]
 
 
 def test_a_plain_table_pads_no_line_past_its_last_cell():
     table = plain_table(["a", "b"], [["x", ""], ["longer", "y"]], "title")
     assert table == "title\na       b\nx\nlonger  y\n"
+
+
+def test_a_fix_is_never_shortened_it_is_copied(tmp_path, scratch):
+    tree = write_tree(tmp_path / ("a-directory-name-long-enough-to-fill-a-line-" * 2) / "site")
+    library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: SPEC_EDITED})]})
+    assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
+    (tree / SPEC).write_text((tree / SPEC).read_text() + "# an edit\n")
+    code, shown = in_a_terminal("status", "--target", tree, "--patches", library)
+    assert code == 1, shown
+    assert f"--target {tree} " in shown.replace("\n       ", " ")  # the fix's command, whole

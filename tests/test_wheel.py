@@ -509,7 +509,9 @@ def test_a_wheel_that_already_holds_the_series_is_refused(tmp_path, run, library
     assert "already holds the series" in done.stderr
 
 
-@pytest.mark.parametrize(("version", "why"), [("0.10.2", "0.10.2"), ("0.18.1", "ships this change itself")])
+@pytest.mark.parametrize(
+    ("version", "why"), [("0.10.2", "0.10.2"), ("0.18.1", "declares that vLLM >=0.18.0 ships its change itself")]
+)
 def test_a_release_without_a_series_makes_no_wheel(tmp_path, library, version, why):
     done = run_cli(
         "wheel", write_wheel(tmp_path / "in", version=version), "--out", tmp_path / "out", "--patches", library
@@ -518,7 +520,9 @@ def test_a_release_without_a_series_makes_no_wheel(tmp_path, library, version, w
     assert why in done.stderr
 
 
-@pytest.mark.parametrize(("version", "why"), [("0.10.2", "0.10.2"), ("0.18.1", "ships this change itself")])
+@pytest.mark.parametrize(
+    ("version", "why"), [("0.10.2", "0.10.2"), ("0.18.1", "declares that vLLM >=0.18.0 ships its change itself")]
+)
 def test_a_version_without_a_series_is_exit_3_before_the_index_is_asked(tmp_path, library, version, why):
     env = {"PATCHKIT_CACHE_DIR": str(tmp_path / "cache"), "PIP_INDEX_URL": "http://127.0.0.1:9/simple"}
     done = run_cli("wheel", version, "--out", tmp_path / "out", "--patches", library, env=env)

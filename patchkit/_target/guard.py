@@ -79,16 +79,18 @@ def imported_site() -> str | None:
     vllm is imported, the one an import would load; None: no vllm at all."""
     module = sys.modules.get("vllm")
     if module is not None:
-        origin = getattr(module, "__file__", None)
+        locations = getattr(module, "__path__", None)
     else:
         try:
             spec = importlib.util.find_spec("vllm")
         except (ImportError, ValueError):
             return None
-        origin = spec.origin if spec is not None else None
-    if not isinstance(origin, str) or not origin:
+        locations = spec.submodule_search_locations if spec is not None else None
+    # the package's directory (a namespace package, as a tree cut to a few files, has no __file__)
+    found = [entry for entry in list(locations or []) if isinstance(entry, str) and entry]
+    if not found:
         return None
-    return os.path.dirname(os.path.dirname(os.path.realpath(origin)))
+    return os.path.dirname(os.path.realpath(found[0]))
 
 
 def find_problems(site: str) -> list[str]:

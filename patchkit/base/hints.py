@@ -35,6 +35,8 @@ _TAKES: dict[str, tuple[str, ...]] = {
     "run": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
     "diff": (*_TREE, "vllm_version", "library", "set_name"),
     "recover": _TREE,
+    "fetch": ("library", "set_name"),  # which files a set needs
+    "list": ("library",),
 }
 _FLAGS = {
     "target_dir": "--target",
@@ -69,6 +71,8 @@ def command(verb: str, *args: str, chosen: Options | None = None) -> str:
     takes = _TAKES.get(verb.split()[0], ())
     for field, flag in _FLAGS.items():
         value = getattr(selection, field)
+        if isinstance(value, tuple):  # verify's repeated --vllm-version names releases: one is the version
+            value = value[0] if len(value) == 1 else None
         if field in takes and value:
             words += [flag, value]
     if "adhoc" in takes:
@@ -106,7 +110,10 @@ def pip_reinstall(version: object | None) -> str:
     by the tree's interpreter when the user named it (--python), else `python -m pip` with a word
     on which one."""
     python = current().python
-    release = version or current().vllm_version or "VERSION"
+    given = current().vllm_version
+    if isinstance(given, tuple):  # verify's repeated --vllm-version: one release, or none said here
+        given = given[0] if len(given) == 1 else None
+    release = version or given or "VERSION"
     words = [python or "python", "-m", "pip", "install", "--force-reinstall", "--no-deps", f"vllm=={release}"]
     text = "`" + shlex.join(words) + "`"
     return text if python else f"{text} (with the Python of that environment)"

@@ -261,8 +261,8 @@ def _recorded_writes(root: Path) -> dict[str, list[tuple[str | None, str]]]:
     writes: dict[str, list[tuple[str | None, str]]] = {}
     for entry in entries:
         for path, shas in entry.files.items():
-            if shas.get("after"):
-                writes.setdefault(path, []).append((shas.get("before"), shas["after"]))
+            if after := shas.get("after"):
+                writes.setdefault(path, []).append((shas.get("before"), after))
     return writes
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit.base import hints
 from patchkit.base.errors import TargetError
 from patchkit.checks import CheckResult
 
@@ -138,6 +139,6 @@ def refuse(root: Path, patches: list[Patch]) -> None:
         raise TargetError(
             f"{root / shadowing} is imported instead of {path} ({ORDER}): the patch would never run; "
             "nothing was written",
-            hint=f"if {shadowing} is not vLLM's own, remove it and apply again; "
+            hint=f"if {shadowing} is not vLLM's own, remove it and run {hints.command('apply')} again; "
             "if vLLM ships it, this series cannot patch this install",
         )

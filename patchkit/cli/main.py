@@ -8,9 +8,11 @@ import importlib
 import io
 import os
 import sys
+from collections.abc import Callable, Iterable
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 
 # A run keeps nearly all its objects to the end, so collecting every 700 allocations walks them
 # again and again (~40 ms of a large dry run); every 200,000 (as mypy sets it) it seldom collects.
@@ -31,6 +33,20 @@ from patchkit.base.errors import (  # noqa: E402
     PatchkitError,
     exit_code_for,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.base.enums import Outcome
+    from patchkit.cli.ui.run import Run
+
+T = TypeVar("T")
+
+
+class CommandResult(Protocol):
+    """What a command returns (ApplyResult, PreflightResult...): its outcome, maybe an `error`."""
+
+    @property
+    def outcome(self) -> Outcome: ...
+
 
 EXIT_CODES = (
     ("0", "ok"),
@@ -150,7 +166,9 @@ class PatchkitGroup(click.Group):
         with formatter.section("Exit codes"):
             formatter.write_dl(EXIT_CODES)
 
-    def resolve_command(self, ctx, args):
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         try:
             name, command, rest = super().resolve_command(ctx, args)
         except click.exceptions.NoSuchCommand as exc:  # click offers the group's loaded commands: none here
@@ -158,7 +176,7 @@ class PatchkitGroup(click.Group):
         ctx.meta[INVOKED] = (name, command, list(rest))  # a copy: parsing consumes the list
         return name, command, rest
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> None:
         """The one exit path: a command returns a result (its outcome, maybe an error to report)
         or raises a PatchkitError; either way its exit code is decided here, and the run's
         machine-readable document (ui.Run) is printed here, whatever the outcome."""
@@ -195,7 +213,7 @@ def _ui() -> ModuleType:
 INVOKED = "patchkit.invoked"  # ctx.meta: the command's name, the command and its arguments
 
 
-def _command_exit_code(invoke, ctx, run) -> int:
+def _command_exit_code(invoke: Callable[[click.Context], Any], ctx: click.Context, run: Run) -> int:
     """Runs the command; its result or error, mapped to an exit code (click's own errors pass)."""
     try:
         return _exit_code(invoke(ctx), run)
@@ -222,7 +240,7 @@ def _command_exit_code(invoke, ctx, run) -> int:
         return INTERNAL_ERROR
 
 
-def _finish(ctx, run, code: int) -> int:
+def _finish(ctx: click.Context, run: Run, code: int) -> int:
     """The run's document, in the format the command line chose."""
     name = ctx.meta.get(INVOKED, (None,))[0]
     fmt = "json" if run.document is not None else _chosen_format(ctx)
@@ -236,7 +254,7 @@ def _finish(ctx, run, code: int) -> int:
     return code
 
 
-def _output_unwritable(error: OutputUnwritable, run) -> int:
+def _output_unwritable(error: OutputUnwritable, run: Run | None) -> int:
     """Our own output failed (its stream now points at devnull): said on stderr if stderr works,
     with what the run had put in place."""
     try:
@@ -247,7 +265,7 @@ def _output_unwritable(error: OutputUnwritable, run) -> int:
     return error.exit_code
 
 
-def _finish_unless_interrupted(ctx, run, code: int) -> int:
+def _finish_unless_interrupted(ctx: click.Context, run: Run, code: int) -> int:
     """_finish; an interrupt while it prints still ends with what the target holds and the signal's code."""
     try:
         return _finish(ctx, run, code)
@@ -257,7 +275,7 @@ def _finish_unless_interrupted(ctx, run, code: int) -> int:
         return getattr(exc, "exit_code", INTERRUPTED)
 
 
-def _chosen_format(ctx) -> str:
+def _chosen_format(ctx: click.Context) -> str:
     """The command's --format as click reads the command line, resiliently (for a usage error:
     up to the option click could not read); "text" when none or no command."""
     name, command, args = ctx.meta.get(INVOKED, (None, None, []))
@@ -287,24 +305,24 @@ class _GuardedStream:
     is an OutputUnwritable (exit 4), never an internal error; the stream then writes to devnull so
     that nothing at exit fails again."""
 
-    def __init__(self, stream, name: str):
+    def __init__(self, stream: TextIO, name: str) -> None:
         self._stream, self._name = stream, name
 
-    def __getattr__(self, attribute):
+    def __getattr__(self, attribute: str) -> Any:
         return getattr(self._stream, attribute)
 
-    def write(self, text):
+    def write(self, text: str) -> int:
         if isinstance(text, str) and not text:
             return 0  # click probes with an empty write, and would swallow the failure
         return self._guarded(self._stream.write, text)
 
-    def writelines(self, lines):
+    def writelines(self, lines: Iterable[str]) -> None:
         return self._guarded(self._stream.writelines, lines)
 
-    def flush(self):
+    def flush(self) -> None:
         return self._guarded(self._stream.flush)
 
-    def _guarded(self, operation, *args):
+    def _guarded(self, operation: Callable[..., T], *args: object) -> T:
         try:
             return operation(*args)
         except BrokenPipeError:
@@ -317,7 +335,7 @@ class _GuardedStream:
             ) from None
 
 
-def _point_at_devnull(stream) -> None:
+def _point_at_devnull(stream: TextIO) -> None:
     with suppress(OSError, ValueError, io.UnsupportedOperation):
         os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
@@ -360,7 +378,7 @@ def _surrogateescape_else_backslash(error: UnicodeError) -> tuple[str | bytes, i
         return codecs.backslashreplace_errors(error)
 
 
-def _exit_code(result, run) -> int:
+def _exit_code(result: CommandResult | None, run: Run) -> int:
     """A command's result: None (nothing to say: ok), or anything with an `outcome` and maybe an `error`."""
     if result is None:
         return OK
@@ -368,12 +386,12 @@ def _exit_code(result, run) -> int:
     return _failed(error, run) if error is not None else exit_code_for(result.outcome)
 
 
-def _failed(error: PatchkitError, run) -> int:
+def _failed(error: PatchkitError, run: Run | None) -> int:
     _report(run, error.message, error.hint)
     return error.exit_code
 
 
-def _report(run, message: str, hint: str | None = None, *, note: str | None = None) -> None:
+def _report(run: Run | None, message: str, hint: str | None = None, *, note: str | None = None) -> None:
     """The error on stderr (and a note after it), and for the run's document (if a run began)."""
     ui = _ui().UI()
     if run is not None:
@@ -385,7 +403,7 @@ def _report(run, message: str, hint: str | None = None, *, note: str | None = No
 
 @click.group(cls=PatchkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchkit")
-def cli():
+def cli() -> None:
     """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""
 
 

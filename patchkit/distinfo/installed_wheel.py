@@ -239,7 +239,7 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
                 what = "deleted" if content is None else "edited"
                 raise Drift(
                     f"{path} was {what} after the patched wheel installed it; keeping your version",
-                    hint="revert --force restores the stock file and keeps a copy of your edit",
+                    hint=f"{hints.command('revert', '--force')} restores the stock file and keeps a copy of your edit",
                 )
             if content is not None:
                 done.edited.append(path)

@@ -25,9 +25,9 @@ from patchkit.store.state import Entry, State, read_state
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
-    from patchkit.checks import CheckContext, CheckResult
+    from patchkit.checks import CheckContext, CheckResult, Reader
     from patchkit.engine.resolve import Resolved
-    from patchkit.series.library import PatchSetDef
+    from patchkit.series.library import PatchSetDef, Release
     from patchkit.series.plan import Plan
 
 # The plan and the checks are imported where they run: `run`'s fast path (patchkit/launch/shortcut.py)
@@ -216,7 +216,7 @@ def not_compiling(resolved: Resolved, drifted: list[str]) -> dict[str, str]:
     return {r.path: r.message for r in results if r.failed and r.path}
 
 
-def stale_entries(root, state: State, installed) -> dict[str, str]:
+def stale_entries(root: Path, state: State, installed: Version | str | None) -> dict[str, str]:
     """set name -> why its record is stale, for each entry vLLM's upgrade made stale."""
     found = {}
     for entry in state.entries:
@@ -226,7 +226,7 @@ def stale_entries(root, state: State, installed) -> dict[str, str]:
     return found
 
 
-def stale_note(root, entry: Entry, installed) -> str | None:
+def stale_note(root: Path, entry: Entry, installed: Version | str | None) -> str | None:
     """Why an entry's record is stale, or None: it names another vLLM version than the installed
     one, whose own dist-info is there, and pip's install of that release accounts for every file it
     saved an original of: stock by the installed RECORD (or the patched wheel's), or gone and
@@ -254,7 +254,7 @@ def stale_note(root, entry: Entry, installed) -> str | None:
     return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
 
 
-def _patched_by_the_wheel(root) -> dict[str, str]:
+def _patched_by_the_wheel(root: Path) -> dict[str, str]:
     """path -> sha256 of each file as a patched wheel installed it (its provenance), when the
     installed vLLM came from one: those bytes are the installed release's own files too."""
     if not has_provenance(root):
@@ -292,7 +292,7 @@ def check_context(
     )
 
 
-def _disk_reader(root, written: Mapping[str, tuple[Landed, bytes]] | None = None):
+def _disk_reader(root: Path, written: Mapping[str, tuple[Landed, bytes]] | None = None) -> Reader:
     """Reads each file once for all the checks of one context. A file just written (`written`,
     path -> how the commit left it and the bytes) is not read again while lstat shows that very
     file there, unchanged since (device, inode, size, mtime, and the ctime no one but the kernel
@@ -309,7 +309,7 @@ def _disk_reader(root, written: Mapping[str, tuple[Landed, bytes]] | None = None
     return reader
 
 
-def _still(path, landed: Landed) -> bool:
+def _still(path: Path, landed: Landed) -> bool:
     """Whether the file at `path` (not followed if a symlink) is still as `landed` describes it."""
     try:
         info = os.lstat(path)
@@ -326,10 +326,10 @@ def upstream_check_paths(patch_set: PatchSetDef | None) -> list[str]:
     return sorted({f.source_path or f.path for p in release.read_patches(patch_set.roots) for f in p.files})
 
 
-def newest_release(patch_set: PatchSetDef):
+def newest_release(patch_set: PatchSetDef) -> Release | None:
     """The series for the highest version the set's [[releases]] specifiers name."""
 
-    def highest(release) -> Version:
+    def highest(release: Release) -> Version:
         named = []
         for spec in release.versions:
             try:

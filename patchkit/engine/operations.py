@@ -445,7 +445,11 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
     A tree with none is neither locked nor written to."""
 
     root, version = resolved.target.root, resolved.vllm_version
-    result = ApplyResult(Outcome.UPSTREAM, f"vLLM {version} ships this change itself: nothing to patch")
+    patch_set = resolved.selection.patch_set
+    declared = f"vLLM {patch_set.upstream}" if patch_set is not None and patch_set.upstream else "it"
+    # as the set declares it: apply runs no check that would show this release holds the change
+    said = f"nothing to patch in vLLM {version}: the set {resolved.set_name} declares that {declared} ships its change"
+    result = ApplyResult(Outcome.UPSTREAM, said)
     settled, dropped, guard_changes, kept = _without_stale(root, version)
     if dropped and not dry_run:
         with target_lock(root) as recovered:

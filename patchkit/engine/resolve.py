@@ -22,7 +22,11 @@ from patchkit.tree.target import Target
 from patchkit.tree.version import DetectedVersion
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from packaging.version import Version
+
+    from patchkit.distinfo.installed_wheel import Provenance
 
 
 @dataclass
@@ -83,7 +87,7 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
     return Resolved(tgt, detected, selection, notes)
 
 
-def _installed_wheel(root):
+def _installed_wheel(root: Path) -> Provenance | None:
     """The provenance of a vLLM installed from a wheel patchkit built, or None; its module is loaded
     only for a tree that has a provenance file."""
     if not has_provenance(root):
@@ -98,7 +102,7 @@ def require_patches(resolved: Resolved) -> list[Patch]:
     return resolved.patches if resolved.selection.kind == SelectionKind.PATCH else []
 
 
-def unsupported(root, message: str, hint: str | None = None) -> NoPatchSet:
+def unsupported(root: Path, message: str, hint: str | None = None) -> NoPatchSet:
     """No series for this vLLM (exit 3), saying so when the launch guard an earlier apply installed
     refuses the tree, and what clears it."""
     refusal = launch_refusal(root)

@@ -36,6 +36,7 @@ import os
 import signal
 import stat
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,7 +123,7 @@ def _tick() -> None:
 
 
 @contextmanager
-def target_lock(root: Path, timeout: float | None = None):
+def target_lock(root: Path, timeout: float | None = None) -> Iterator[str | None]:
     """One writer per target. flock dies with its process, so a killed patchkit never blocks.
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first.
@@ -144,7 +145,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 @contextmanager
-def read_only_view(root: Path, reader: str = "dry run"):
+def read_only_view(root: Path, reader: str = "dry run") -> Iterator[bool]:
     """A reader's consistent view of the tree without the lock (a dry run writes nothing, not even
     the lock file, and no start-up of filelock): yields True when the tree is settled (then raises
     LockBusy if a transaction changed it meanwhile), False when the caller must take the lock
@@ -477,7 +478,7 @@ def _needed_originals(root: Path, journal: dict, written: set[str]) -> dict[str,
 
 
 @contextmanager
-def consistent_read(root: Path):
+def consistent_read(root: Path) -> Iterator[str | None]:
     """Hold the lock while reading several files, so no writer is half-way through them.
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first. A

@@ -29,13 +29,23 @@ _reused_pages: dict[tuple[str, ...], tuple[Pages, list[str]]] | None = None  # s
 _reused_pages_lock = threading.Lock()
 
 
+_RELEASE_NUMBERS = 3  # vLLM's releases: major.minor.patch
+
+
 def normalize_version(version: str) -> str:
-    """The release number in PEP 440's normal form (the cache key); BadInput for anything else."""
+    """The release number in PEP 440's normal form (the cache key), with three numbers at least as
+    vLLM's releases have (0.16 is 0.16.0, as pip finds it: the same version); BadInput for anything else."""
 
     try:
-        return str(Version(str(version).strip()))
+        parsed = Version(str(version).strip())
     except InvalidVersion:
         raise BadInput(f"not a valid vLLM version: {version!r}", hint="use a release number such as 0.16.0") from None
+    if len(parsed.release) >= _RELEASE_NUMBERS:
+        return str(parsed)
+    padded = ".".join(map(str, (*parsed.release, *[0] * (_RELEASE_NUMBERS - len(parsed.release)))))
+    epoch = f"{parsed.epoch}!" if parsed.epoch else ""
+    suffix = str(parsed)[len(parsed.base_version) :]  # pre, post, dev and local parts, as normalized
+    return str(Version(epoch + padded + suffix))
 
 
 def available_versions() -> list[Version]:

@@ -81,7 +81,8 @@ class LaunchContext:
         if os.path.lexists(self.root / path) or self.read(path) is not None:  # there, if unreadable: judged
             return None
         version = self.version or "VERSION"
-        gives = f"lay out the whole release (`patchkit fetch {version} --all --dest DIR`), or give --python PATH"
+        whole = hints.command("fetch", str(version), "--all", "--dest", str(self.root))
+        gives = f"lay out the whole release ({whole}), or give --python PATH"
         return cannot_judge(check, f"the tree has no {path} (a tree of only the patched files?)", gives)
 
     def model_interface(self, architecture: str, function: str) -> VllmVerdict:

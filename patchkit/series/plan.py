@@ -252,7 +252,7 @@ def restore_recorded(
                 what = "deleted" if content is None else "edited"
                 raise Drift(
                     f"{path} was {what} after patchkit patched it; keeping your version",
-                    hint="revert --force restores the original and keeps a copy of your edit",
+                    hint=f"{hints.command('revert', '--force')} restores the original and keeps a copy of your edit",
                 )
             if content is not None:  # a deleted file has nothing to keep
                 restored.edited.append(path)

@@ -26,10 +26,11 @@ import contextlib
 import json
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Protocol, TypedDict
 
 from packaging.version import InvalidVersion, Version
 
@@ -103,7 +104,7 @@ def _lock_kind(mode: int) -> bool:
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
-def _require_kind(path: Path, is_kind, kind: str) -> None:
+def _require_kind(path: Path, is_kind: Callable[[int], bool], kind: str) -> None:
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
@@ -189,16 +190,28 @@ def state_path(root: Path) -> Path:
     return meta_dir(root) / "state.json"
 
 
+class RecordedPatch(TypedDict):
+    name: str
+    sha256: str
+
+
+class RecordedFile(TypedDict):
+    """A file's sha256 before and after an apply (None: the file did not exist)."""
+
+    before: str | None
+    after: str | None
+
+
 @dataclass
 class Entry:
     set_name: str
     vllm_version: str | None
     release: str | None
     applied_at: str
-    patches: list[dict]
-    files: dict[str, dict]  # path -> {"before": sha|None, "after": sha|None}
+    patches: list[RecordedPatch]
+    files: dict[str, RecordedFile]  # path -> its hashes
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "set": self.set_name,
             "vllm_version": self.vllm_version,
@@ -209,7 +222,7 @@ class Entry:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> Entry:
+    def from_json(cls, data: dict[str, Any]) -> Entry:  # checked by _entry first
         return cls(
             data["set"],
             data.get("vllm_version"),
@@ -294,7 +307,17 @@ class State:
         return {shas["before"], shas["after"]} | {e.files[path]["after"] for e in self.later(entry) if path in e.files}
 
     def referenced_objects(self) -> set[str]:
-        return {f["before"] for e in self.entries for f in e.files.values() if f.get("before")}
+        return {before for e in self.entries for f in e.files.values() if (before := f.get("before"))}
+
+
+class NamedPatch(Protocol):
+    """What a record keeps of a patch (series.patchfile.Patch, a layer above the store)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
 
 
 def record_apply(
@@ -303,7 +326,7 @@ def record_apply(
     set_name: str,
     vllm_version: str | None,
     release: str | None,
-    patches,
+    patches: Iterable[NamedPatch],
     changes: dict[str, tuple[bytes | None, bytes | None]],
 ) -> Entry:
     """The entry an apply records: each file's original hash (kept from an earlier apply of the
@@ -417,7 +440,9 @@ def _checked_entry(data: object, origin: Path) -> Entry:
 _REQUIRED = object()
 
 
-def _require(data: dict, key: str, kind, origin: Path, default: object = _REQUIRED):
+def _require(
+    data: dict[str, Any], key: str, kind: type | tuple[type, ...], origin: Path, default: object = _REQUIRED
+) -> Any:  # JSON, checked here to be of `kind`
     """data[key], of type `kind`; a missing key is `default` if one is given, else refused."""
     if key not in data and default is not _REQUIRED:
         return default

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import fcntl
@@ -60,6 +61,7 @@ from patchkit.wheel import rawzip
 if TYPE_CHECKING:  # imported where used: the big members are being copied by then
     from patchkit.distinfo.provenance import Provenance
     from patchkit.engine.resolve import Resolved
+    from patchkit.series.library import Selection
     from patchkit.series.patchfile import Patch
     from patchkit.series.plan import Plan
 
@@ -69,6 +71,7 @@ SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaning
 _PYTHON_LIB_DIR = re.compile(r"python[0-9.]*t?|Lib", re.IGNORECASE)  # lib/python3.12, lib/python3.13t, Windows' Lib
 _SCRIPT_DIRS = ("bin", "Scripts")  # data's <prefix>/bin is the scripts directory (Windows: Scripts)
 _SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
+OUT_HINT = "give --out a directory you can write to (it is created if missing), such as ./dist"
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
 _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error, lzma.LZMAError)
 
@@ -225,14 +228,14 @@ class _Output:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             self.fd = os.open(pending, flags, 0o644)
         except OSError as exc:
-            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
+            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(pending, self.temporary)
         except OSError as exc:
             os.close(self.fd)
             pending.unlink(missing_ok=True)
-            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}") from None
+            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
         for name in _remove_leftovers(out_dir):
             say(f"removed {out_dir / name}, left by an interrupted patchkit wheel")
 
@@ -302,7 +305,7 @@ def _make_out_dir(out_dir: Path) -> None:
     except (FileExistsError, NotADirectoryError):
         raise _not_a_directory(out_dir, _in_the_way(out_dir)) from None
     except OSError as exc:
-        raise TargetError(f"cannot create the --out directory {out_dir}: {exc.strerror}") from None
+        raise TargetError(f"cannot create the --out directory {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
 
 
 def _in_the_way(out_dir: Path) -> Path:
@@ -372,7 +375,7 @@ def _remove_abandoned(path: Path, kind: int = stat.S_IFREG, before: float | None
         if kind == stat.S_IFDIR:
             if not _marked_as_scratch(fd):
                 return False  # a directory of that name patchkit did not make (a user's --out, say)
-            shutil.rmtree(path)  # never follows a symlink inside
+            _remove_scratch(path)
         else:
             os.unlink(path)
         return True
@@ -426,8 +429,26 @@ def _scratch_tree(say: Say) -> Iterator[Path]:
             say(f"removed {temp / name}, left by a killed patchkit wheel")
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):  # what is left keeps its marker: a later sweep removes it
+            _remove_scratch(path)
         os.close(fd)
+
+
+def _remove_scratch(path: Path) -> None:
+    """A scratch tree removed with its marker last, signals held: a removal cut short (SIGKILL, a
+    crash) leaves a directory that still holds the marker, which the next sweep removes."""
+    with signals.deferred():
+        with os.scandir(path) as listing:
+            entries = list(listing)
+        for entry in entries:
+            if entry.name == _SCRATCH_MARKER:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)  # never follows a symlink inside
+            else:
+                os.unlink(entry.path)
+        os.unlink(path / _SCRATCH_MARKER)
+        os.rmdir(path)
 
 
 def _write_marker(scratch: Path) -> None:
@@ -539,7 +560,20 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
     for member in members:  # after the clashes, which say more when a member is both
         if not member.is_dir:
             _refuse_vllm_from_data(member.name, data_dir, label)
+    _refuse_path_files(paths, label)
     return paths
+
+
+def _refuse_path_files(paths: dict[str, str], label: str) -> None:
+    """BadInput for a member that installs a .pth file into site-packages: site runs its `import`
+    lines at every start of Python and adds its directories to sys.path, which can import another
+    vllm than the patched one (vLLM's wheels ship none)."""
+    for folded, name in paths.items():
+        if "/" not in folded and folded.endswith(".pth"):
+            raise BadInput(
+                f"{label}: member {rawzip.shown(name)} installs a .pth file into site-packages, which Python "
+                "runs at every start and which can import another vllm than the patched one; refusing the wheel"
+            )
 
 
 def _refuse_vllm_from_data(name: str, data_dir: str, label: str) -> None:
@@ -592,6 +626,17 @@ def installed_path(name: str, data_dir: str) -> str | None:
     return None
 
 
+def nothing_to_patch(selection: Selection) -> NoPatchSet:
+    """A version in the range the set declares upstream: said as the set declares it, not as a fact
+    about that release (0.99.0 may be no release at all, and no check ran on it)."""
+    declared = selection.patch_set.upstream if selection.patch_set else None
+    return NoPatchSet(
+        f"the set {selection.set_name!r} has nothing to patch in vLLM {selection.version}: it declares that "
+        f"vLLM {declared} ships its change itself",
+        hint=f"build from a release the set has a series for ({hints.command('list')} names them)",
+    )
+
+
 def _dist_info(members: list[rawzip.Member], version: Version, label: str) -> str:
     """The one top-level *.dist-info directory, which must be vllm's of the file name's version."""
     found = sorted({m.name.split("/", 1)[0] for m in members if m.name.split("/", 1)[0].endswith(".dist-info")})
@@ -636,7 +681,7 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
     # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
     resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version)))
     if resolved.selection.kind == SelectionKind.UPSTREAM:
-        raise NoPatchSet(f"vLLM {resolved.vllm_version} ships this change itself: there is nothing to patch")
+        raise nothing_to_patch(resolved.selection)
     require_patches(resolved)
     return resolved
 
@@ -967,7 +1012,16 @@ def _stock_digest(wheel: StockWheel, member: rawzip.Member, stock_record: dict[s
 
 
 def _stock_record(wheel: StockWheel) -> dict[str, tuple[str, str]]:
+    """The stock RECORD, parsed once for the whole build. One row per file member at most (a
+    member's name holds no newline): a RECORD of more rows is refused before csv reads it (a few
+    MiB of short rows would cost seconds and gigabytes)."""
     raw = wheel.read(f"{wheel.dist_info}/RECORD", RECORD_LIMIT)
+    rows = raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
+    if rows > len(wheel.members) + 1:  # a blank line at the end: no row
+        raise BadInput(
+            f"{wheel.label}: its RECORD lists {rows:,} rows, but the wheel has {len(wheel.members):,} members; "
+            "refusing the wheel"
+        )
     try:
         return parse_record(raw)
     except PatchkitError as exc:

@@ -31,7 +31,7 @@ import re
 import stat
 import time
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +261,7 @@ def _write_seal(root: Path, sealed_name: str, wheel: str, sha256: str, ident: Id
         write_cached(root / f"{wheel}.seal", (json.dumps(entry) + "\n").encode())
 
 
-def _lock(root: Path, ver: str, say: Progress):
+def _lock(root: Path, ver: str, say: Progress) -> AbstractContextManager[None]:
     lock_file = root / LOCK_FILE
     try:
         if lock_file.is_symlink() or (lock_file.exists() and not lock_file.is_file()):

@@ -34,6 +34,7 @@ class Shown:
     def __init__(self, ui: UI, *, dry_run: bool = False) -> None:
         self.ui = ui
         self.dry_run = dry_run
+        self.tables = 0  # the check tables shown so far
 
     def warning(self, text: str) -> None:
         self.ui.warn(text)
@@ -42,4 +43,6 @@ class Shown:
         self.ui.plan(plan, dry_run=self.dry_run)
 
     def checked(self, results: list[CheckResult]) -> None:
-        self.ui.checks(results)
+        """The checks on the planned files, then (apply) those on the files written."""
+        self.ui.checks(results, label="checks" if not self.tables else "written")
+        self.tables += 1

@@ -3,7 +3,9 @@ from __future__ import annotations
 import click
 
 from patchkit import fetch
+from patchkit.base import hints
 from patchkit.base.errors import NoPatchSet
+from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import all_python_option, force_option, library_options, output_options
 from patchkit.releases.files import files_for, lay_out, not_covered
@@ -39,7 +41,8 @@ def command(
         more = f"; {uncovered.hint}" if uncovered.hint else ""
         raise NoPatchSet(
             f"nothing to fetch: {uncovered.message}{more}",
-            hint=f"`patchkit list` shows what each set covers; `patchkit fetch {version} --all` fetches it anyway",
+            hint=f"{hints.command('list', chosen=Options(library=library))} shows what each set covers; "
+            f"{hints.command('fetch', version, '--all', chosen=Options(library=library))} fetches it anyway",
         )
     paths = files_for(version, library, set_name)
     with ui.activity(f"fetching vllm {version}") as say:

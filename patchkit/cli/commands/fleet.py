@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,7 +11,11 @@ from patchkit.cli.commands.options import format_option, no_import_option, targe
 from patchkit.cli.main import run_in_process
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 from patchkit.fleet.cluster import connected
-from patchkit.fleet.protocol import fleet_apply, run_each
+from patchkit.fleet.protocol import FleetResult, fleet_apply, run_each
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.base.options import Options
+    from patchkit.cli.ui import UI
 
 ACTIONS = ("status", "apply", "verify", "revert")
 
@@ -20,7 +25,7 @@ class Seconds(click.FloatRange):
 
     name = "seconds"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         seconds = super().convert(value, param, ctx)
         if seconds != seconds:
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
@@ -54,7 +59,19 @@ KEEP_ALIVE = 300.0  # seconds a node's agent stays after a command, for the next
 @no_import_option("apply, verify: do not import the patched modules on the nodes (probe check).")
 @click.option("--no-guard", is_flag=True, help="apply: do not install the launch guard on the nodes.")
 @click.option("--require-same-version", is_flag=True, help="apply: refuse a cluster whose nodes run different vLLMs.")
-def command(opts, quiet, verbose, fmt, action, address, timeout, keep_alive, no_import, no_guard, require_same_version):
+def command(
+    opts: Options,
+    quiet: bool,
+    verbose: int,
+    fmt: str,
+    action: str,
+    address: str | None,
+    timeout: float,
+    keep_alive: float,
+    no_import: bool,
+    no_guard: bool,
+    require_same_version: bool,
+) -> FleetResult:
     """status, apply, verify or revert on every alive node of a Ray cluster.
 
     Each node's target is its own PATCHKIT_TARGET or PATCHKIT_PYTHON, else --target/--python (paths
@@ -87,7 +104,7 @@ def _refuse_flags_for(action: str, **apply_only: bool) -> None:
         raise BadInput(f"{flag} is an option of `patchkit fleet apply`, not of fleet {action}")
 
 
-def _request(opts, timeout: float) -> dict:
+def _request(opts: Options, timeout: float) -> dict[str, Any]:
     """What every node is asked (node.command_line turns it into patchkit options; paths are the nodes')."""
     return {
         "target": opts.target_dir,
@@ -100,7 +117,7 @@ def _request(opts, timeout: float) -> dict:
     }
 
 
-def _show(ui, result) -> None:
+def _show(ui: UI, result: FleetResult) -> None:
     if ui.json_mode:
         ui.json(
             {
@@ -120,7 +137,7 @@ def _show(ui, result) -> None:
     ui.line(_summary(result), style="green" if result.error is None else "red")
 
 
-def _summary(result) -> str:
+def _summary(result: FleetResult) -> str:
     counts = Counter(r.state for r in result.reports)
     states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     versions = f"; vLLM {', '.join(result.versions)}" if result.versions else ""

@@ -5,8 +5,8 @@ Kept import-light: `patchkit COMMAND --help` loads this (click only)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeVar, overload
 
 import click
 
@@ -14,6 +14,7 @@ from patchkit.base import hints
 from patchkit.base.options import Options
 
 F = TypeVar("F", bound=Callable[..., Any])
+Command = Callable[..., Any]  # a command function: target_options changes its parameters
 
 FORMATS = ("text", "json")
 VERSION_HELP = "Override the detected vLLM version."
@@ -67,13 +68,25 @@ library_options = compose(patches, set_name)  # the maintainer tools and fetch: 
 output_options = compose(quiet, verbose)
 
 
+@overload
 def target_options(
-    func=None,
+    func: Command, *, version_help: str = ..., versions_repeatable: bool = ..., without: Collection[str] = ...
+) -> Command: ...
+
+
+@overload
+def target_options(
+    func: None = None, *, version_help: str = ..., versions_repeatable: bool = ..., without: Collection[str] = ...
+) -> Callable[[Command], Command]: ...
+
+
+def target_options(
+    func: Command | None = None,
     *,
     version_help: str = VERSION_HELP,
     versions_repeatable: bool = False,
     without: Collection[str] = (),
-):
+) -> Command | Callable[[Command], Command]:
     """--target/--python/--vllm-version/--patches/--patch/--set and -q/-v, on every target command;
     the command gets them as `opts` (an Options), `quiet` and `verbose`.
 
@@ -100,16 +113,16 @@ def target_options(
     @functools.wraps(func)
     def wrapper(
         *,
-        target_dir=None,
-        python=None,
-        vllm_version=None,
-        library=None,
-        adhoc=(),
-        set_name=None,
-        quiet=False,
-        verbose=0,
-        **kwargs,
-    ):
+        target_dir: str | None = None,
+        python: str | None = None,
+        vllm_version: Any = None,  # a str, or with versions_repeatable a tuple of them
+        library: str | None = None,
+        adhoc: Iterable[str] = (),
+        set_name: str | None = None,
+        quiet: bool = False,
+        verbose: int = 0,
+        **kwargs: Any,
+    ) -> Any:
         opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
         with hints.selected(opts):  # every hint names commands with the user's selection
             return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
@@ -117,7 +130,17 @@ def target_options(
     return compose(*(option for name, option in offered.items() if name not in without))(wrapper)
 
 
-def format_option(func=None, *, formats: tuple[str, ...] = FORMATS, help: str = "Output format."):
+@overload
+def format_option(func: F, *, formats: tuple[str, ...] = ..., help: str = ...) -> F: ...
+
+
+@overload
+def format_option(func: None = None, *, formats: tuple[str, ...] = ..., help: str = ...) -> Callable[[F], F]: ...
+
+
+def format_option(
+    func: F | None = None, *, formats: tuple[str, ...] = FORMATS, help: str = "Output format."
+) -> F | Callable[[F], F]:
     option = click.option("--format", "fmt", type=click.Choice(formats), default="text", show_default=True, help=help)
     return option(func) if func else option
 

@@ -13,7 +13,7 @@ from patchkit.cli.commands.options import format_option, library_options, output
 from patchkit.cli.ui import UI
 from patchkit.fetch.index import normalize_version
 from patchkit.series.library import UNSUPPORTED, UPSTREAM, load_chosen, select
-from patchkit.wheel.build import WheelResult, build_patched_wheel
+from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
 
 
 @click.command()
@@ -117,7 +117,7 @@ def _require_a_series(version: str, chosen: Options) -> None:
     release = Version(normalize_version(version))
     selection = select(load_chosen(chosen.library, chosen.set_name), release)
     if selection.kind == UPSTREAM:
-        raise NoPatchSet(f"vLLM {release} ships this change itself: there is nothing to patch")
+        raise nothing_to_patch(selection)
     if selection.kind == UNSUPPORTED:
         raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
 

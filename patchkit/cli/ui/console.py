@@ -103,7 +103,7 @@ class UI:
             self.out.print(text, style=style, soft_wrap=True)
         else:  # wrapped at spaces, a labelled line's continuation under its value
             for part in text.split("\n"):
-                for fitted_line in fitted(part, self.out.width, indent=_hanging(part)):
+                for fitted_line in fitted(part, self.out.width, indent=_hanging(part), shorten=True):
                     self.out.print(fitted_line, style=style, soft_wrap=True)
 
     def result(self, text: str) -> None:
@@ -188,13 +188,15 @@ class UI:
             return
         for failure in failures:
             style = "yellow" if failure.warning else "red"
-            self._said(fitted(failure.heading(), self.width, indent=2), style=style, stderr=self.quiet)
+            self._said(fitted(failure.heading(), self.width, indent=2, shorten=True), style=style, stderr=self.quiet)
             for line in failure.excerpt.splitlines():
                 self._said([" " * 4 + visible(line, field=True)], stderr=self.quiet)
             for also in failure.also:
-                self._said(fitted(f"also: {also}", self.width, first=2, indent=8), stderr=self.quiet)
+                self._said(fitted(f"also: {also}", self.width, first=2, indent=8, shorten=True), stderr=self.quiet)
             if failure.fix:
-                self._said(fitted(f"fix: {failure.fix}", self.width, first=2, indent=7), stderr=self.quiet)
+                self._said(
+                    fitted(f"fix: {failure.fix}", self.width, first=2, indent=7, shorten=True), stderr=self.quiet
+                )
 
     def verdict(self, text: str, *, ok: bool) -> None:
         """The last line: the command's one-line verdict (on stderr with -q when it failed)."""
@@ -203,7 +205,7 @@ class UI:
         if ok:
             self.line(text, style="green")
         else:
-            self._said(fitted(text, self.width, indent=2), style="bold red", stderr=self.quiet)
+            self._said(fitted(text, self.width, indent=2, shorten=True), style="bold red", stderr=self.quiet)
 
     @property
     def width(self) -> int | None:
@@ -215,9 +217,13 @@ class UI:
         if stderr:
             for text in lines:
                 self.err.print(visible(text), style=style, soft_wrap=True)
+        elif self.quiet or self.json_mode:
             return
-        for text in lines:
-            self.line(text, style=style)
+        elif self.plain:
+            write_plainly(lambda stdout: stdout.write("".join(visible(text) + "\n" for text in lines)))
+        else:
+            for text in lines:
+                self.out.print(visible(text), style=style, soft_wrap=True)
 
     def diff(self, text: str) -> None:
         if self.terminal:
@@ -242,8 +248,8 @@ class UI:
     def plan(self, plan, *, dry_run: bool) -> None:
         show_plan(self, plan, dry_run=dry_run)
 
-    def checks(self, results) -> None:
-        reports.show_checks(self, results)
+    def checks(self, results, label: str = "checks") -> None:
+        reports.show_checks(self, results, label)
 
     def releases(self, results) -> None:
         """`verify` against releases: one row per vLLM release."""

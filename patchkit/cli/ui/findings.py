@@ -40,13 +40,15 @@ def located(result: CheckResult) -> tuple[str, str]:
     return path, result.message
 
 
-def check_failures(results: list[CheckResult], fix: str = "") -> list[Failure]:
-    """The failing results and the warnings, as failures (fold() then orders and folds them)."""
+def check_failures(results: list[CheckResult], fix: str = "", fixes: dict[str, str] | None = None) -> list[Failure]:
+    """The failing results and the warnings, as failures (fold() then orders and folds them); a
+    failure's fix is its check's in `fixes`, else `fix`."""
     failures = []
     for r in results:
         if r.status in (CheckStatus.FAIL, CheckStatus.WARNING):
             where, message = located(r)
-            failures.append(Failure(r.check, message, where, r.excerpt, fix if r.failed else "", not r.failed))
+            fixed = (fixes or {}).get(r.check, fix) if r.failed else ""
+            failures.append(Failure(r.check, message, where, r.excerpt, fixed, not r.failed))
     return failures
 
 

@@ -82,14 +82,17 @@ def status_failures(resolved, status) -> list[Failure]:
     return failures
 
 
-def show_checks(ui, results) -> None:
+def show_checks(ui, results, label: str = "checks") -> None:
     """Failures first, then one count line; every row in a table with -v."""
     if ui.verbose:
         rows = [[r.check, r.path or "", r.status, r.message] for r in results]
         ui.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
         return
-    ui.failures(fold(check_failures(results)))
-    ui.line(f"checks   {count_line(results, verbose=False)}", style=None if any(r.failed for r in results) else "green")
+    planned = label == "checks"  # apply's checks on the planned files; "written": on the files written
+    ui.failures(fold(check_failures(results, as_planned_fix() if planned else "", {"integrity": ""})))
+    ui.line(
+        f"{label:<8} {count_line(results, verbose=False)}", style=None if any(r.failed for r in results) else "green"
+    )
 
 
 def show_releases(ui, results) -> None:
@@ -100,11 +103,17 @@ def show_releases(ui, results) -> None:
             r.label,
             r.series or "",
             f"{r.timings.get('total', 0.0):.2f} s" + (" (cached)" if r.cached else ""),
-            r.detail,
+            _release_detail(r),
         ]
         for r in results
     ]
     ui.table(["vLLM", "outcome", "series", "time", "detail"], rows, title="releases", state_column=1)
+
+
+def _release_detail(release) -> str:
+    """A release's row: its detail; a release whose checks failed counts them (each is said below)."""
+    failed = sum(c.failed for c in release.checks)
+    return f"{failed} check(s) failed (below)" if release.failed and failed else release.detail
 
 
 def verdict_of_releases(ui, results) -> None:
@@ -167,7 +176,9 @@ def verified_target_text(ui, resolved, verified) -> None:
     """The header, the failures (the command that fixes each), then the verdict with the count of
     the checks that passed (every row with -v)."""
     status, results = verified.status, verified.checks
-    found = status_failures(resolved, status) + check_failures(results, _check_fix(resolved, status))
+    found = status_failures(resolved, status) + check_failures(
+        results, _check_fix(resolved, status), _fixes_as_planned(status)
+    )
     show_status(
         ui, resolved, status, failures=[] if ui.verbose else fold(found), each=False, context=_checked_as(verified)
     )
@@ -222,4 +233,22 @@ def _check_fix(resolved, status) -> str:
         return f"{hints.command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
         return "report the upstream regression; the set's checks name what vLLM changed"
-    return "nothing is written: apply refuses this tree; report the series (or fix the file it names)"
+    return as_planned_fix()
+
+
+def as_planned_fix() -> str:
+    """A check that fails on the files as apply would write them: the change is at fault."""
+    adhoc = hints.current().adhoc
+    if adhoc:  # `diff` shows the library's series, not these
+        return f"nothing is written (apply refuses this): fix the patch ({', '.join(adhoc)})"
+    return (
+        f"nothing is written (apply refuses this); {hints.command('diff')} shows the change that breaks it: "
+        "report the library's series"
+    )
+
+
+def _fixes_as_planned(status) -> dict[str, str]:
+    """On a tree not patched yet, a file that is not the release's stock file is the tree's to fix."""
+    if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
+        return {}
+    return {"integrity": f"put the release's stock file back, or {hints.command('apply', '--force')} patches it"}

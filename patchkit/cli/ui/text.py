@@ -86,22 +86,31 @@ def shortened(word: str, width: int) -> str:
     return word[: width - 1 - tail] + "\u2026" + word[len(word) - tail :]
 
 
-def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2) -> list[str]:
+def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, shorten: bool = False) -> list[str]:
     """`text` as lines of at most `width` columns, wrapped at spaces (the first line indented by
-    `first`, the others by `indent`); a word longer than a line is shortened with an ellipsis.
-    Without a width (piped): one line, never wrapped."""
+    `first`, the others by `indent`). A word longer than a line is shortened with an ellipsis
+    (`shorten`), else kept whole on a line of its own; a `command` in backquotes is never cut or
+    shortened (it is pasted from there). Without a width (piped): one line, never wrapped."""
     if width is None:
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
-    words = " ".join(shortened(word, room) for word in text.split(" "))
-    return textwrap.wrap(
+    # a `command` is one word, never shortened: it is pasted from there (wrapped, as several lines)
+    words = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
+    if shorten:
+        words = " ".join(word if "`" in word else shortened(word, room) for word in words.split(" "))
+    lines = textwrap.wrap(
         words,
         width,
         initial_indent=" " * first,
         subsequent_indent=" " * indent,
         break_long_words=False,
         break_on_hyphens=False,
-    ) or [""]
+    )
+    return [line.replace(_KEPT_SPACE, " ") for line in lines] or [""]
+
+
+_COMMAND = re.compile(r"`[^`]*`")
+_KEPT_SPACE = "\ue000"  # not whitespace to textwrap (a no-break space is)
 
 
 def plain_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> str:
@@ -152,7 +161,7 @@ def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[li
         excess = _narrow(widths, floors, excess)
     return widths, [
         [
-            fitted(cell, w, indent=0) if text else [shortened(cell, w)]
+            fitted(cell, w, indent=0, shorten=True) if text else [shortened(cell, w)]
             for cell, w, text in zip(row, widths, is_text, strict=True)
         ]
         for row in [columns, *rows]
