@@ -24,9 +24,11 @@ import functools
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit import fetch  # its modules load on first use: the cache's reader only, here
 from patchkit.base import fsutil
+from patchkit.base.enums import CheckLevel
 from patchkit.base.errors import BadInput, CheckFailed, FetchError, PatchkitError
 from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
@@ -46,6 +48,11 @@ from patchkit.distinfo.record import (
     stock_files_command,
 )
 from patchkit.store.state import read_state
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.version import Version
+
+Write = tuple[str | None, str]  # the sha256 before and after of a write patchkit recorded
 
 NAME = "integrity"
 LIKELY_CAUSES = (
@@ -91,17 +98,25 @@ class IntegrityCheck:
         recorded = _recorded_writes(ctx.root)
         results = []
         for path in ctx.paths:
-            results.extend(self._check(ctx, path, installed, why_not, published, recorded))
+            results.extend(self._check(ctx, ctx.root, path, installed, why_not, published, recorded))
         return results
 
-    def _check(self, ctx, path, installed, why_not, published, recorded) -> list[CheckResult]:
-        current = ctx.read_current(path) if ctx.read_current else read_file(ctx.root / path)
+    def _check(
+        self,
+        ctx: CheckContext,
+        root: Path,
+        path: str,
+        installed: Record | None,
+        why_not: str,
+        published: Record | None,
+        recorded: dict[str, list[Write]],
+    ) -> list[CheckResult]:
+        current = ctx.read_current(path) if ctx.read_current else read_file(root / path)
         stock = ctx.read_stock(path) if ctx.read_stock else current
-        in_installed = installed is not None and path in installed.hashes
-        in_published = published is not None and path in published.hashes
-        if in_installed:
+        # (each test of a Record names it, so that the type checker sees it is not None there)
+        if installed is not None and path in installed.hashes:
             results = [self._verdict(path, current, stock, installed, recorded.get(path, []))]
-            if in_published and installed.hashes[path] != published.hashes[path]:
+            if published is not None and path in published.hashes and installed.hashes[path] != published.hashes[path]:
                 results.append(
                     self._result(
                         path,
@@ -116,7 +131,7 @@ class IntegrityCheck:
         if stock is None:
             return [self._result(path, True, "new file: added by the series")]
         reason = installed.why_unlisted(path) if installed else why_not
-        if not in_published:
+        if published is None or path not in published.hashes:
             return [self._result(path, False, f"not verifiable: {reason}", WARNING)]
         # Without the target's own RECORD, the published wheel is evidence, not proof: a source
         # checkout may legitimately differ from it.
@@ -125,7 +140,9 @@ class IntegrityCheck:
             return [verdict]
         return [replace(verdict, level=WARNING, message=f"{reason}; {verdict.message}")]
 
-    def _verdict(self, path, current, stock, reference: Record, writes) -> CheckResult:
+    def _verdict(
+        self, path: str, current: bytes | None, stock: bytes | None, reference: Record, writes: list[Write]
+    ) -> CheckResult:
         if stock is None:
             return self._result(path, False, f"missing, but {reference.label} lists it")
         if reference.matches(path, stock):
@@ -149,7 +166,7 @@ class IntegrityCheck:
             f"this series would make of it: {LIKELY_CAUSES}",
         )
 
-    def _result(self, path, ok, message, level=ERROR) -> CheckResult:
+    def _result(self, path: str, ok: bool, message: str, level: CheckLevel = ERROR) -> CheckResult:
         return CheckResult(self.name, path, ok, message, level)
 
 
@@ -163,7 +180,7 @@ def forced(results: list[CheckResult]) -> list[CheckResult]:
     ]
 
 
-def refusal(failed: list[CheckResult], version, root: Path) -> CheckFailed:
+def refusal(failed: list[CheckResult], version: Version | None, root: Path) -> CheckFailed:
     release = f"vLLM {version}" if version else "the installed vLLM"
     return CheckFailed(
         "not the stock files of "
@@ -176,7 +193,9 @@ def refusal(failed: list[CheckResult], version, root: Path) -> CheckFailed:
 
 
 # -- references ---------------------------------------------------------------------------------
-def installed_record(root: Path, version, only: Collection[str] | None = None) -> tuple[Record | None, str]:
+def installed_record(
+    root: Path, version: Version | str | None, only: Collection[str] | None = None
+) -> tuple[Record | None, str]:
     """The target's own RECORD (with `only`, its entries for those paths), or None and why there is none."""
     path = find_record(root, version)
     if path is None:
@@ -204,7 +223,7 @@ def _with_stock_hashes(root: Path, record: Record) -> Record:
     return replace(record, label=f"{record.label} (stock hashes from {PROVENANCE})", hashes=hashes)
 
 
-def published_record(version, only: Collection[str] | None = None) -> Record | None:
+def published_record(version: Version | str | None, only: Collection[str] | None = None) -> Record | None:
     """The published wheel's RECORD when `patchkit fetch` already cached this release (no network),
     and only while the cache holds it as fetched (the cache is untrusted input: fetch re-checks it)."""
     if version is None:
@@ -252,13 +271,13 @@ def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], d
     )
 
 
-def _recorded_writes(root: Path) -> dict[str, list[tuple[str | None, str]]]:
+def _recorded_writes(root: Path) -> dict[str, list[Write]]:
     """path -> (before, after) sha256 of what patchkit recorded writing there."""
     try:
         entries = read_state(root).entries
     except BadInput:
         return {}
-    writes: dict[str, list[tuple[str | None, str]]] = {}
+    writes: dict[str, list[Write]] = {}
     for entry in entries:
         for path, shas in entry.files.items():
             if after := shas.get("after"):

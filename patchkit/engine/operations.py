@@ -14,11 +14,11 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from packaging.version import Version
 
@@ -192,7 +192,7 @@ class _Applying:
         self.watch.checked(results)
         return results
 
-    def result(self, outcome: Outcome, message: str = "", **details) -> ApplyResult:
+    def result(self, outcome: Outcome, message: str = "", **details: Any) -> ApplyResult:
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
     def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
@@ -476,7 +476,7 @@ def _guarded_wheel(root: Path, state: State) -> str | None:
     return installed_vllm_version(str(root))
 
 
-def _without_stale(root: Path, version) -> tuple[State, dict[str, str], dict, list[str]]:
+def _without_stale(root: Path, version: Version | None) -> tuple[State, dict[str, str], Changes, list[str]]:
     """The state without the records an upgrade of vLLM made stale (a guarded patched wheel's too,
     once another vLLM replaced it), and without the guard once no set is left: that state, set name
     -> why its record is stale, the guard's removal, and a note for each guard file kept (changed
@@ -507,7 +507,7 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
     return result
 
 
-def fix_bytecode(target: Target, paths) -> list[CheckResult]:
+def fix_bytecode(target: Target, paths: Iterable[str]) -> list[CheckResult]:
     """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
     code of the changed files (unchecked-hash pycs)."""
     return pyc.fix(target.root, paths, target.python)

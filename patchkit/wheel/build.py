@@ -242,7 +242,7 @@ class _Output:
     def __enter__(self) -> _Output:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         os.close(self.fd)
         if not self.committed:
             self.temporary.unlink(missing_ok=True)
@@ -981,7 +981,12 @@ def _data_renamed(wheel: StockWheel, name: str, version: str) -> str:
 
 
 def _dist_info_entry(
-    wheel: StockWheel, member: rawzip.Member, new: str, stock_record, when, version: str
+    wheel: StockWheel,
+    member: rawzip.Member,
+    new: str,
+    stock_record: dict[str, tuple[str, str]],
+    when: tuple[int, int, int, int, int, int],
+    version: str,
 ) -> rawzip.Entry:
     """A dist-info member under the new dist-info's name: METADATA with the new Version, the rest raw."""
     name = new + member.name[len(wheel.dist_info) :]
