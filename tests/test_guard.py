@@ -53,7 +53,9 @@ def _load(site: Path, **env: str) -> subprocess.CompletedProcess:
 
 
 def _state(site: Path) -> dict:
-    return json.loads((site / ".patchkit/state.json").read_text())
+    """The record; none (a revert that leaves nothing recorded removes .patchkit/) is an empty one."""
+    path = site / ".patchkit/state.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _write_state(site: Path, data: object) -> None:

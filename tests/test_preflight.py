@@ -887,6 +887,7 @@ def test_a_speculators_config_vllm_refuses_is_exit_2(setup, tmp_path):
 
 LOCK_PROBE = """
 import fcntl, os, sys
+os.makedirs(os.path.dirname({lock!r}), exist_ok=True)  # a stock tree's preflight makes no .patchkit/
 fd = os.open({lock!r}, os.O_RDWR | os.O_CREAT)
 try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

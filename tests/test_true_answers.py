@@ -4,6 +4,8 @@ from `patchkit fetch 0.16.0 --dest DIR`, says what is so (release tier: the real
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,10 @@ from helpers import assert_clean_failure, fingerprint, run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, serve, write_model
 from packaging.version import Version
 
+from patchkit.base.errors import LockBusy
 from patchkit.base.options import Options
 from patchkit.checks import registry
+from patchkit.engine.transaction import target_lock
 from patchkit.releases import check as release_check
 
 pytestmark = pytest.mark.release
@@ -244,3 +248,60 @@ def test_target_may_name_the_vllm_directory_of_a_fetched_tree(fetched):
     done = run_cli("status", "--target", fetched / "vllm", "--format", "json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["target"] == str(fetched)
+
+
+# 8. Read-only commands write nothing into the tree; a revert that leaves nothing recorded leaves no .patchkit/.
+
+READING = (["status"], ["verify"], ["diff"], ["apply", "--dry-run"], ["revert", "--dry-run"], ["revert"], ["recover"])
+
+
+def test_reading_commands_and_a_revert_of_a_stock_tree_create_nothing_in_it(fetched):
+    before = fingerprint(fetched)
+    for command in READING:
+        done = run_cli(*command, "--target", fetched)
+        assert done.returncode == 0, (command, done.stderr)
+        assert fingerprint(fetched) == before, command  # no .patchkit/, no lock
+
+
+def test_a_revert_that_leaves_nothing_recorded_removes_patchkit_dir(fetched):
+    before = fingerprint(fetched)
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert (fetched / ".patchkit/lock").exists()
+    assert run_cli("revert", "--target", fetched).returncode == 0
+    assert fingerprint(fetched) == before
+
+
+def test_copies_of_the_users_edits_stay_and_are_named(fetched):
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    with (fetched / KIMI).open("a") as f:
+        f.write("# my edit\n")
+    done = run_cli("revert", "--force", "--target", fetched)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in (fetched / ".patchkit").iterdir()] == ["saved"]
+    [copy] = (fetched / ".patchkit/saved").iterdir()
+    assert str(copy) in done.stderr and (copy / KIMI).read_text().endswith("# my edit\n")
+
+
+def test_a_lock_waiter_locks_the_file_there_once_the_holder_removed_its_own(fetched):
+    """A revert that leaves nothing recorded removes .patchkit/lock while it holds it: a patchkit
+    that waited for that lock must then lock the file at the path, or two would hold "the" lock."""
+    holding, done = threading.Event(), threading.Event()
+
+    def waiter() -> None:
+        with target_lock(fetched, timeout=30):
+            holding.set()
+            done.wait(30)
+
+    with target_lock(fetched, timeout=5):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.5)  # the waiter is blocked on the holder's lock file
+        (fetched / ".patchkit/lock").unlink()
+        (fetched / ".patchkit").rmdir()
+    assert holding.wait(30)
+    try:
+        with pytest.raises(LockBusy), target_lock(fetched, timeout=0.3):
+            pass
+    finally:
+        done.set()
+        thread.join(30)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, write_library
+from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, write_library, write_tree
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
 SPEC = "vllm/config/spec.py"
@@ -136,3 +136,17 @@ def test_preflight_shows_its_failures_then_its_verdict(tmp_path):
     assert lines[1].startswith("  fix: "), lines
     assert re.fullmatch(r"preflight: FAILED: (\d+) of (\d+) checks failed, \d+ passed \(-v shows each\)", lines[-1])
     assert not any(" pass " in line for line in lines)
+
+
+def test_status_of_an_upstream_regression_says_it_once_with_its_own_fix(tmp_path, library):
+    broken = write_tree(tmp_path / "up", "0.19.0", {SPEC: patched_spec().replace('    "deepseek",\n', BROKEN_LINE)})
+    done = run_cli("status", "--target", broken, "--patches", library)
+    assert_clean_failure(done, 1)
+    lines = done.stdout.splitlines()
+    first = lines.index(f"{SPEC}:7: syntax: invalid syntax")
+    assert lines[first + 3] == "  also: names"
+    assert (
+        lines[first + 4] == "  fix: nothing to apply: vLLM changed what the set checks; report the upstream regression"
+    )
+    assert lines[-1].startswith("status: FAILED: upstream") and lines[-1].endswith("upstream regression")
+    assert "apply refuses" not in done.stdout and "error:" not in done.stderr  # not a dry run's fix; said once

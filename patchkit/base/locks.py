@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,26 +53,53 @@ def acquire(
     busy: Callable[[float], Exception],
     unusable: Callable[[OSError], Exception],
     on_wait: Callable[[], None] | None = None,
+    prepare: Callable[[], None] | None = None,
 ) -> BaseFileLock:
     """Take the lock file `path`, waiting up to `timeout` seconds; the caller releases it.
 
     `on_wait` is called once when the lock is not free within QUIET_WAIT seconds (to say why
-    nothing happens), before the wait of `timeout`."""
+    nothing happens), before the wait of `timeout`. A lock file its holder removed while this one
+    waited (a revert that leaves nothing recorded removes .patchkit/) is no lock: `prepare` (which
+    makes its directory) runs again and the file there now is locked."""
     # lazy: a lock's library loads only when a lock is taken
     from filelock import FileLock, Timeout
 
-    lock = FileLock(str(path))
+    deadline = time.monotonic() + timeout
+    while True:
+        if prepare is not None:
+            prepare()
+        lock = FileLock(str(path))
+        try:
+            if on_wait is None:
+                lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+            elif not _try(lock, QUIET_WAIT):
+                on_wait()
+                on_wait = None
+                lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        except Timeout as exc:
+            raise busy(timeout) from exc
+        except FileNotFoundError as exc:  # its directory went while this one waited: made again
+            if prepare is None or time.monotonic() >= deadline:
+                raise unusable(exc) from exc
+            continue
+        except OSError as exc:
+            raise unusable(exc) from exc
+        if _still_the_file(lock, path):
+            return lock
+        lock.release()
+
+
+def _still_the_file(lock: BaseFileLock, path: Path) -> bool:
+    """Whether the file `lock` holds is still the one at `path` (not removed or replaced since)."""
+    context = getattr(lock, "_context", None)  # filelock keeps the descriptor there (3.12 to 4.x)
+    fd = getattr(context, "lock_file_fd", None)
+    if not isinstance(fd, int):
+        return True  # nothing to compare: as before this check
     try:
-        if on_wait is None:
-            lock.acquire(timeout=timeout)
-        elif not _try(lock, QUIET_WAIT):
-            on_wait()
-            lock.acquire(timeout=timeout)
-    except Timeout as exc:
-        raise busy(timeout) from exc
-    except OSError as exc:
-        raise unusable(exc) from exc
-    return lock
+        held, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
 
 @contextmanager

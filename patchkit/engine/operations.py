@@ -53,11 +53,19 @@ from patchkit.engine.inspection import (
     stale_note,
 )
 from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_target
-from patchkit.engine.transaction import commit_changes, consistent_read, preflight, read_only_view, target_lock
+from patchkit.engine.transaction import (
+    commit_changes,
+    consistent_read,
+    lock_timeout,
+    never_locked,
+    preflight,
+    read_only_view,
+    target_lock,
+)
 from patchkit.series.patchfile import Patch
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.saved import keep_copies
-from patchkit.store.state import Entry, State, read_state, state_path
+from patchkit.store.state import Entry, State, read_state, remove_empty_store, state_path
 from patchkit.tree.target import Target
 from patchkit.tree.version import detect
 
@@ -620,10 +628,17 @@ def revert_series(
 
     watch = watch or Unwatched()
     patches = require_patches(resolved) if resolved else []
+    unlocked = _revert_unlocked(target, resolved, only, patches, force=force, dry_run=dry_run)
+    if unlocked is not None:
+        for note in unlocked.warnings:
+            watch.warning(note)
+        return unlocked
     with target_lock(target.root) as recovered:
         if recovered:
             watch.warning(recovered)
         result = _revert_locked(target, resolved, only, patches, force=force, dry_run=dry_run)
+        if not dry_run and result.error is None:
+            result.warnings += _without_empty_record(target.root, result)
         for note in result.warnings:
             watch.warning(note)
         if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
@@ -634,6 +649,37 @@ def revert_series(
     if recovered:
         result.warnings.insert(0, recovered)
     return result
+
+
+def _revert_unlocked(
+    target: Target,
+    resolved: Resolved | None,
+    only: str | None,
+    patches: list[Patch],
+    *,
+    force: bool,
+    dry_run: bool,
+) -> RevertResult | None:
+    """A dry run, or a revert of a tree no patchkit ever locked that finds nothing to write, said
+    without taking the lock: nothing is created in the tree (None: the lock is needed)."""
+    if not (dry_run or never_locked(target.root)):
+        return None
+    lock_timeout()  # a bad value is the command's error, lock or not
+    with read_only_view(target.root, "revert") as settled:
+        would = _revert_locked(target, resolved, only, patches, force=force, dry_run=True) if settled else None
+    if would is None or dry_run:
+        return would
+    if would.outcome == Outcome.DRY_RUN and not would.files:
+        return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", warnings=would.warnings)
+    return None
+
+
+def _without_empty_record(root: Path, result: RevertResult) -> list[str]:
+    """Once nothing is recorded, .patchkit/ goes too; the copies of the user's edits stay, said."""
+    kept = remove_empty_store(root)
+    if kept is None or result.saved is not None:  # this revert's copies are named on their own
+        return []
+    return [f"nothing is recorded any more; copies of your edits from an earlier revert stay in {kept}"]
 
 
 def _revert_locked(

@@ -145,7 +145,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 @contextmanager
-def read_only_view(root: Path) -> Iterator[bool]:
+def read_only_view(root: Path, reader: str = "dry run") -> Iterator[bool]:
     """A reader's consistent view of the tree without the lock (a dry run writes nothing, not even
     the lock file, and no start-up of filelock): yields True when the tree is settled (then raises
     LockBusy if a transaction changed it meanwhile), False when the caller must take the lock
@@ -156,21 +156,36 @@ def read_only_view(root: Path) -> Iterator[bool]:
         return
     yield True
     if (settled_record(root), _identity(state_path(root))) != before:  # bytes and inode: A, B, then A again
-        raise LockBusy(f"another patchkit changed {root} while this dry run read it", hint="run it again")
+        raise LockBusy(f"another patchkit changed {root} while this {reader} read it", hint="run it again")
+
+
+def never_locked(root: Path) -> bool:
+    """No patchkit ever took this tree's lock (no .patchkit/lock): a reader creates none there."""
+    return not os.path.lexists(meta_dir(root) / "lock")
+
+
+def lock_timeout() -> float:
+    """PATCHKIT_LOCK_TIMEOUT, read when a command runs, not at import: a bad value is the command's
+    error (BadInput), before any write, whether it takes the lock or finds it needs none."""
+    return locks.seconds_from_env(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT, zero_ok=True)
 
 
 def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
-    if timeout is None:  # read here, not at import: a bad value is the command's error, before any write
-        timeout = locks.seconds_from_env(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT, zero_ok=True)
-    check_meta_dir(root)  # a symlinked .patchkit/ or lock would take the lock file elsewhere
+    if timeout is None:
+        timeout = lock_timeout()
     meta = meta_dir(root)
-    try:
-        meta.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
+
+    def prepare() -> None:  # again after a revert removed .patchkit/ while this one waited
+        check_meta_dir(root)  # a symlinked .patchkit/ or lock would take the lock file elsewhere
+        try:
+            meta.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
+
     return locks.acquire(
         meta / "lock",
         timeout,
+        prepare=prepare,
         busy=lambda waited: LockBusy(
             f"another patchkit is working on {root} (waited {waited:.0f} s)", hint="try again when it has finished"
         ),
@@ -468,8 +483,16 @@ def consistent_read(root: Path) -> Iterator[str | None]:
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first. A
     reader that may not create the lock (a read-only tree) reads without it, unless a journal
-    says a transaction is unfinished: that needs a writer to recover.
+    says a transaction is unfinished: that needs a writer to recover. On a tree no patchkit ever
+    locked, a reader creates no lock (nor .patchkit/): it reads as a dry run does (read_only_view).
     """
+    lock_timeout()  # a bad value is the command's error, lock or not
+    if never_locked(root):
+        with read_only_view(root, "command") as settled:
+            if settled:
+                yield None
+        if settled:
+            return
     try:
         lock = _acquire(root, None)
     except LockBusy:

@@ -22,6 +22,7 @@ state.json:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import stat
@@ -61,6 +62,26 @@ def durable_write(path: Path, data: bytes, *, tick: Tick, mode: int | None = Non
 
 def meta_dir(root: Path) -> Path:
     return root / META_DIR
+
+
+def remove_empty_store(root: Path) -> Path | None:
+    """Once the record holds nothing (no set, no guard, no choice remembered), .patchkit/ goes:
+    state.json, the emptied objects/, the lock (the caller holds it: a waiter checks the file it
+    locked is still there), then the directory. What patchkit did not make there stays, and the
+    copies of the user's edits (saved/): that directory is returned when it stays."""
+    meta = meta_dir(root)
+    if not meta.is_dir() or read_state(root) != State(entries=[]):
+        return None
+    for remove in (
+        (meta / "state.json").unlink,
+        (meta / "objects").rmdir,
+        (meta / "lock").unlink,
+        meta.rmdir,
+    ):
+        with contextlib.suppress(OSError):  # what cannot go stays (no state.json is an empty record too)
+            remove()
+    saved = meta / "saved"
+    return saved if saved.is_dir() else None
 
 
 def check_meta_dir(root: Path) -> None:

@@ -7,7 +7,7 @@ import click
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
 from patchkit.engine.resolve import resolve_target
-from patchkit.engine.transaction import target_lock
+from patchkit.engine.transaction import never_locked, read_only_view, target_lock
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -19,6 +19,11 @@ def command(opts: Options, quiet: bool, verbose: int) -> None:
     """Roll back a transaction that a crash left unfinished (other commands do this first too)."""
     ui = make_ui("text", quiet, verbose)
     root = resolve_target(opts).root
-    with target_lock(root) as message:
-        pass
+    message, settled = None, False
+    if never_locked(root):  # no patchkit ever worked here: no transaction to roll back, no lock to make
+        with read_only_view(root, "recover") as settled:
+            pass
+    if not settled:
+        with target_lock(root) as message:
+            pass
     ui.line(message or "nothing to recover: no unfinished transaction")

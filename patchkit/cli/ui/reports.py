@@ -104,8 +104,10 @@ def show_checks(ui: Screen, results: list[CheckResult], label: str = "checks") -
         rows = [[r.check, r.path or "", r.status, r.message] for r in results]
         ui.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
         return
-    planned = label == "checks"  # apply's checks on the planned files; "written": on the files written
-    ui.failures(fold(check_failures(results, as_planned_fix() if planned else "", {"integrity": ""})))
+    # apply's checks on the planned files ("checks"), on the files written ("written"); an upstream
+    # release's own files ("stock")
+    fix = {"checks": as_planned_fix(), "stock": UPSTREAM_FIX}.get(label, "")
+    ui.failures(fold(check_failures(results, fix, {"integrity": ""})))
     ui.line(
         f"{label:<8} {count_line(results, verbose=False)}", style=None if any(r.failed for r in results) else "green"
     )
@@ -248,8 +250,11 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
     if status.state == TreeState.APPLIED:
         return f"{hints.command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
-        return "report the upstream regression; the set's checks name what vLLM changed"
+        return UPSTREAM_FIX
     return as_planned_fix()
+
+
+UPSTREAM_FIX = "nothing to apply: vLLM changed what the set checks; report the upstream regression"
 
 
 def as_planned_fix() -> str:
