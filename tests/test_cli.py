@@ -280,7 +280,6 @@ def test_recover_command_rolls_back_an_interrupted_transaction(run, tree, librar
     digest = hashlib.sha256(original).hexdigest()
     (meta_dir(tree) / "objects").mkdir(parents=True, exist_ok=True)
     (meta_dir(tree) / "objects" / digest).write_bytes(original)
-    (tree / SPEC).write_text(patched_spec())
     journal_path(tree).write_text(
         json.dumps(
             {
@@ -299,6 +298,7 @@ def test_recover_command_rolls_back_an_interrupted_transaction(run, tree, librar
             }
         )
     )
+    (tree / SPEC).write_text(patched_spec())  # after its journal, as the commit writes it
     result = run("recover", "--target", tree)
     assert result.exit_code == 0 and "rolled back" in result.output and "1 file(s) restored" in result.output
     assert snapshot(tree) == stock and not journal_path(tree).exists()

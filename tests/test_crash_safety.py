@@ -216,7 +216,6 @@ def test_a_planted_journal_cannot_delete_files_it_did_not_write(tmp_path):
     (tree / "vllm/listed.py").write_bytes(listed)
     (tree / "vllm-0.16.0.dist-info/RECORD").write_text("vllm/listed.py,sha256=x,11\n")
     written = b"NEW = 4\n"
-    (tree / "vllm/new.py").write_bytes(written)
     files = [
         {"path": "vllm/engine/core.py", "before": None, "after": "0" * 64, "staged": None, "created_dirs": []},
         {"path": "vllm/extra.py", "before": None, "after": "1" * 64, "staged": None, "created_dirs": []},
@@ -226,10 +225,10 @@ def test_a_planted_journal_cannot_delete_files_it_did_not_write(tmp_path):
     (tree / ".patchkit").mkdir()
     (tree / ".patchkit/journal.json").write_text(json.dumps({"id": "abc123", "previous_state": None, "files": files}))
     kept = ct.fingerprint(tree)
-    del kept["vllm/new.py"]
+    (tree / "vllm/new.py").write_bytes(written)  # after the journal, as its commit would
     _code, out = ct.run_cli(["status", "--target", str(tree)])
-    assert "1 file(s) restored" in out, out
-    assert "kept, changed after the crash: vllm/engine/core.py, vllm/extra.py" in out, out
+    assert "1 file(s) it had created removed" in out, out
+    assert "kept, not written by it or changed since: vllm/engine/core.py, vllm/extra.py" in out, out
     assert "kept, an installed distribution's own file: vllm/listed.py" in out, out
     assert ct.fingerprint(tree) == kept and not (tree / ".patchkit/journal.json").exists()
 
@@ -294,6 +293,7 @@ def test_a_planted_journal_removes_a_file_vllm_lists_only_when_its_bytes_stay_sa
         "files": [{"path": "vllm/listed.py", "before": None, "after": digest, "staged": None, "created_dirs": []}],
     }
     (tree / ".patchkit/journal.json").write_text(json.dumps(journal))
+    (tree / "vllm/listed.py").write_bytes(b"LISTED = 3\n")  # after the journal, as its commit would
     from patchkit.engine import transaction
 
     said = transaction.recover(tree)
@@ -309,7 +309,7 @@ def test_a_rollback_keeps_a_file_changed_since_the_commit(tmp_path):
     digest = _planted_object(tree, b"ORIGINAL = 1\n")
     _planted_journal(tree, {"path": "vllm/mod.py", "before": digest, "after": "2" * 64, "staged": None})
     said = transaction.recover(tree)
-    assert "kept, changed after the crash: vllm/mod.py" in said, said
+    assert "kept, not written by it or changed since: vllm/mod.py" in said, said
     assert (tree / "vllm/mod.py").read_bytes() == b"OTHER = 1\n"
 
 
@@ -539,6 +539,8 @@ def test_a_planted_journal_cannot_delete_another_packages_files(tmp_path):
     ]
     (tree / ".patchkit").mkdir()
     (tree / ".patchkit/journal.json").write_text(json.dumps({"id": "abc123", "previous_state": None, "files": files}))
+    for path, data in (("torch/__init__.py", theirs), ("mypkg/new.py", ours)):
+        (tree / path).write_bytes(data)  # after the journal: only the RECORD keeps torch's
     _code, out = ct.run_cli(["status", "--target", str(tree)])
     assert "kept, an installed distribution's own file: torch/__init__.py" in out, out
     assert (tree / "torch/__init__.py").read_bytes() == theirs and not (tree / "mypkg/new.py").exists()

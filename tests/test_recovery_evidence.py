@@ -84,7 +84,7 @@ def test_a_file_edited_in_place_after_a_crash_is_kept_and_the_rest_rolled_back(c
 
     done = _patchkit("status", "--target", tree, "--patch", patch)
     assert done.returncode == 0, done.stderr
-    assert f"kept, changed after the crash: {SPEC}" in done.stderr
+    assert f"kept, not written by it or changed since: {SPEC}" in done.stderr
     assert snapshot(tree) == stock | {SPEC: edited}  # __init__.py back, the new package gone, the edit kept
     assert not (tree / "vllm/brand").exists() and not (tree / ".patchkit/journal.json").exists()
 
@@ -118,7 +118,7 @@ def test_a_file_holding_the_journals_bytes_that_the_commit_never_reached_is_kept
         ],
     )
     said = transaction.recover(tree)
-    assert "kept, changed after the crash: vllm/extra.py" in said, said
+    assert "kept, not written by it or changed since: vllm/extra.py" in said, said
     assert (tree / "vllm/extra.py").read_text() == "E = 2\n" and (tree / SPEC).read_text() == SPEC_PY
     assert not (tree / staged).exists() and not (tree / ".patchkit/journal.json").exists()
 
@@ -181,3 +181,59 @@ def test_a_record_naming_a_users_file_as_created_never_deletes_it(run, tree, cre
     result = run("revert", "--target", tree, "--patch", created)
     assert result.exit_code == 2, result.output
     assert "vllm/my_plugin.py" in result.output and mine.read_text() == "MINE = 1\n"
+
+
+def _forged_journal(tree: Path, files: list[dict], previous: str | None = None) -> None:
+    """A journal written after the files it names, every one "reached" (no staged file left)."""
+    (tree / ".patchkit").mkdir(exist_ok=True)
+    journal = {"id": "f00d", "previous_state": previous, "files": files}
+    (tree / ".patchkit" / "journal.json").write_text(json.dumps(journal))
+
+
+def test_a_forged_journal_reaching_every_file_deletes_and_overwrites_nothing(tmp_path):
+    """Review 5 H1: no staged file left made every entry "reached", so a journal alone could make
+    the next command delete user files (listed as created) or overwrite one (with a planted
+    original). Files older than the journal are kept and named."""
+    tree = write_tree(tmp_path / "site")
+    mine, other = b"MINE = 1\n", b"VALUE = 42\n"
+    (tree / "vllm/userdir").mkdir()
+    (tree / "vllm/userdir/mine.py").write_bytes(mine)
+    (tree / "otherpkg").mkdir()
+    (tree / "otherpkg/mod.py").write_bytes(other)
+    (tree / ".patchkit/objects").mkdir(parents=True)
+    planted = b"import os  # not the user's\n"
+    (tree / ".patchkit/objects" / sha256(planted)).write_bytes(planted)
+    before = snapshot(tree)
+    time.sleep(0.02)
+    created = [
+        {"path": path, "before": None, "after": sha256(data), "staged": None, "created_dirs": [path.rpartition("/")[0]]}
+        for path, data in (("vllm/userdir/mine.py", mine), ("otherpkg/mod.py", other))
+    ]
+    overwritten = {"path": SPEC, "before": sha256(planted), "after": sha256(SPEC_PY.encode()), "staged": None}
+    _forged_journal(tree, [*created, overwritten])
+    said = transaction.recover(tree)
+    assert said is not None and "restored" not in said and "removed" not in said, said
+    assert f"kept, not written by it or changed since: otherpkg/mod.py, {SPEC}, vllm/userdir/mine.py" in said, said
+    assert snapshot(tree) == before and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_forged_journal_with_no_previous_record_keeps_an_older_state_json(tree, created):
+    """Review 5 L4: "previous_state": null removed the state.json of an applied tree."""
+    record = (tree / ".patchkit/state.json").read_bytes()
+    time.sleep(0.02)
+    _forged_journal(tree, [])
+    transaction.recover(tree)
+    assert (tree / ".patchkit/state.json").read_bytes() == record
+
+
+def test_a_deleted_file_the_commit_reached_still_gets_its_original_back(tmp_path):
+    """A delete leaves nothing to carry a ctime: reached by the commit, its original returns."""
+    tree = write_tree(tmp_path / "site")
+    original = (tree / "vllm/__init__.py").read_bytes()
+    (tree / ".patchkit/objects").mkdir(parents=True)
+    (tree / ".patchkit/objects" / sha256(original)).write_bytes(original)
+    _forged_journal(tree, [{"path": "vllm/__init__.py", "before": sha256(original), "after": None, "staged": None}])
+    (tree / "vllm/__init__.py").unlink()
+    said = transaction.recover(tree)
+    assert "1 file(s) restored" in (said or ""), said
+    assert (tree / "vllm/__init__.py").read_bytes() == original

@@ -100,6 +100,8 @@ def test_a_valid_journal_still_rolls_back_with_its_staged_file(run, applied):
     _plant_journal(tree, [{**entry, "staged": entry["staged"].as_posix(), "mode": 0o644}], txid="ab12")
     time.sleep(0.05)
     (tree / SPEC).write_text(patched_spec())  # changed after the journal: the commit's write
+    state = tree / ".patchkit" / "state.json"
+    state.write_bytes(state.read_bytes())  # the record its journal (no previous one) says it wrote
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code == 0 and "1 file(s) restored" in result.output, result.output
     assert (tree / SPEC).read_text() == SPEC_PY and not staged.exists()

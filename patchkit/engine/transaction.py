@@ -327,7 +327,7 @@ def recover(root: Path) -> str | None:
     touched."""
     check_meta_dir(root)
     journal = _checked_journal(root)
-    restored, kept = 0, list[str]()
+    undone, kept = _Count(), list[str]()
     if journal:
         written = _written_by_it(root, journal)
         needed = _needed_originals(root, journal, written)
@@ -336,7 +336,7 @@ def recover(root: Path) -> str | None:
         theirs = (listed.by_vllm() | listed.by_others()) - _kept_by_the_record(root, journal)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
-                restored, kept = _rollback(root, journal, needed, not_ours=theirs, written=written)
+                undone, kept = _rollback(root, journal, needed, not_ours=theirs, written=written)
         except OSError as exc:
             raise _unfinished_rollback(root, exc) from exc
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
@@ -345,18 +345,27 @@ def recover(root: Path) -> str | None:
     store_journal.remove_leftovers(root, managed)
     if journal is None:
         return None
-    said = (
-        f"rolled back an interrupted patchkit transaction: {restored} file(s) restored"
-        if restored
-        else "rolled back an interrupted patchkit transaction: no file had changed yet"
-    )
+    said = f"rolled back an interrupted patchkit transaction: {undone.said()}"
     listed_kept = [path for path in kept if path in theirs]
     changed = [path for path in kept if path not in theirs]
     if changed:
-        said += f"; kept, changed after the crash: {_some(changed)}"
+        said += f"; kept, not written by it or changed since: {_some(changed)}"
     if listed_kept:
         said += f"; kept, an installed distribution's own file: {_some(listed_kept)}"
     return said
+
+
+@dataclass
+class _Count:
+    """What a rollback undid: originals put back, and files it had created removed."""
+
+    restored: int = 0
+    removed: int = 0
+
+    def said(self) -> str:
+        parts = [f"{self.restored} file(s) restored"] if self.restored else []
+        parts += [f"{self.removed} file(s) it had created removed"] if self.removed else []
+        return ", ".join(parts) or "no file had changed yet"
 
 
 def _some(paths: list[str]) -> str:
@@ -364,19 +373,20 @@ def _some(paths: list[str]) -> str:
 
 
 def _written_by_it(root: Path, journal: dict) -> set[str]:
-    """The files the interrupted transaction wrote, as far as the tree shows it: each one changed
-    since its journal was written (ctime), and each one it reached before the first file still
-    staged, once every original was saved (the replaces run in the journal's order, after all
-    the staging). A rollback undoes only these: any other file holding the journal's bytes was
-    not written by it, and is kept."""
+    """The files the interrupted transaction wrote, as far as the tree shows it: each file in place
+    changed since its journal was written (ctime; a commit stages every file after its journal, so
+    each one it put in place has it), and each deletion it reached before the first file still
+    staged, once every original was saved (the replaces run in the journal's order, after all the
+    staging). A rollback undoes only these: a file the journal alone names, its ctime older than
+    the journal's, was not written by it and is kept, so a planted journal destroys nothing."""
     files = journal["files"]
     since = os.lstat(journal_path(root)).st_ctime_ns
     staged = [i for i, e in enumerate(files) if e.get("staged") and os.path.lexists(root / e["staged"])]
     reached = staged[0] if staged else len(files)
     if not all(_original_saved(root, entry) for entry in files):  # the crash came while staging
         reached = 0
-    written = {entry["path"] for entry in files[:reached]}
-    return written | {e["path"] for e in files[reached:] if e["after"] is not None and _changed_since(root, e, since)}
+    deleted = {entry["path"] for entry in files[:reached] if entry["after"] is None}
+    return deleted | {e["path"] for e in files if e["after"] is not None and _changed_since(root, e, since)}
 
 
 def _original_saved(root: Path, entry: dict) -> bool:
@@ -644,14 +654,14 @@ def _rollback(
     originals: dict[str, bytes] | None = None,
     not_ours: frozenset[str] | set[str] = frozenset(),
     written: set[str] | None = None,
-) -> tuple[int, list[str]]:
+) -> tuple[_Count, list[str]]:
     """Undo the journal's writes, needing no new space: each saved original goes back by a rename
     (see _put_back). `originals` (digest -> bytes, checked) are the fallback when one cannot be
     renamed; a failure inside commit holds them in memory, recovery read them beforehand. Each step
     leaves the journal true, so a rollback cut short (SIGKILL) is finished by the next command.
     Only a file that is still what the commit wrote (its `after`) is undone: one holding other
     bytes, or in `not_ours`, or (recovery) not among the files it is known to have `written`, is
-    no file of this transaction and is kept. Returns (restored, kept)."""
+    no file of this transaction and is kept. Returns (what it undid, what it kept)."""
     undoing = _Undoing.of(root, journal, originals or {}, not_ours, written)
     for entry in reversed(journal.get("files", [])):
         undoing.undo(entry)
@@ -659,7 +669,7 @@ def _rollback(
     for directory in sorted(undoing.changed):
         fsync_dir(directory)
     store_journal.end(root, tick=_tick)
-    return undoing.restored, sorted(undoing.kept)
+    return undoing.count, sorted(undoing.kept)
 
 
 @dataclass
@@ -672,7 +682,7 @@ class _Undoing:
     uses: Counter[str]  # digest -> the files still to get it back
     keep: set[str]  # the objects the record it returns to names
     written: set[str] | None  # recovery: the files the transaction is known to have written (None: any)
-    restored: int = 0
+    count: _Count = field(default_factory=_Count)
     changed: set[Path] = field(default_factory=set)  # directories whose entries changed
     kept: list[str] = field(default_factory=list)
 
@@ -716,7 +726,7 @@ class _Undoing:
         if present:
             _faults.tick()
             full.unlink()
-            self.restored += 1
+            self.count.removed += 1
             self.changed.add(full.parent)
         for rel in reversed(entry.get("created_dirs", [])):
             with suppress(OSError):
@@ -730,7 +740,7 @@ class _Undoing:
         self.uses[digest] -= 1
         last_use = not self.uses[digest] and digest not in self.keep
         _put_back(self.root, entry, self.originals, consume=last_use)
-        self.restored += 1
+        self.count.restored += 1
         self.changed.add((self.root / entry["path"]).parent)
 
 

@@ -110,13 +110,27 @@ def restore_state(root: Path, journal: dict, *, tick: Tick) -> None:
     kept = _previous_state_link(root, journal["id"])
     tick()
     if previous is None:
-        path.unlink(missing_ok=True)
+        if _written_since_journal(path, root):  # else a record the journal alone names: kept
+            path.unlink()
     elif read_file(path, follow_symlinks=False) != previous.encode():
         if read_file(kept, follow_symlinks=False) == previous.encode():
             os.replace(kept, path)
         else:
             durable_write(path, previous.encode(), tick=tick)
     kept.unlink(missing_ok=True)
+
+
+def _written_since_journal(path: Path, root: Path) -> bool:
+    """Whether the file is there and changed after the journal was written (ctime), as every file
+    a commit writes is: a commit that started with no record writes state.json at its end."""
+    try:
+        written = os.lstat(path).st_ctime_ns
+    except FileNotFoundError:
+        return False
+    try:
+        return written >= os.lstat(journal_path(root)).st_ctime_ns
+    except FileNotFoundError:  # a commit cut short just after removing its journal: its own record
+        return True
 
 
 def end(root: Path, *, tick: Tick) -> None:
