@@ -202,6 +202,7 @@ def preflight(
         read_planned=planned,
         python=None if no_import else resolved.target.python,
         not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
+        patched=status.state in (TreeState.APPLIED, TreeState.PARTIAL),
     )
     result.findings.extend(command_findings(context))
     if kept:
