@@ -97,7 +97,7 @@ class LaunchContext:
             return VllmVerdict(None, f"vLLM's {function}() not asked: {self.not_asked}")
         key = (architecture, function)
         if key not in self._answers:
-            self._answers[key] = model_interface(self.python, self.command.environ, architecture, function)
+            self._answers[key] = model_interface(self.python, self.command, architecture, function)
         return self._answers[key]
 
     def requirements(self, kind: str) -> list:
