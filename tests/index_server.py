@@ -103,6 +103,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         srv = self.server
         rng = self.headers.get("Range")
         srv.log.append((self.command, self.path, rng))
+        srv.authorizations.append(self.headers.get("Authorization"))
         path = self.path.split("?")[0]
         m = re.fullmatch(r"/(\w+)/simple/([^/]+)/", path)
         if m:
@@ -145,6 +146,7 @@ class IndexServer(http.server.ThreadingHTTPServer):
         self.files: dict[str, bytes] = {}
         self.pages: dict[tuple[str, str], str] = {}
         self.log: list[tuple[str, str, str | None]] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header, in log's order
         self.range_bytes = 0
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -48,6 +48,7 @@ from eagle3_judges import (
 from helpers import SUPPORTED_RELEASES, lay_out_release, make_patch, snapshot, write_library
 from packaging.version import Version
 
+from patchkit.fetch import release_tree
 from patchkit.releases.files import files_for
 
 pytestmark = pytest.mark.release
@@ -301,3 +302,37 @@ def test_planted_fault_in_real_patched_file_fails_verify_naming_it(patched, run,
     result = run("apply", "--target", target, "--patches", lib)
     assert result.exit_code == 1 and expected[0].split(" (")[0] in result.output
     assert snapshot(target) == before
+
+
+# --- 0.34.0: the model runner v1's proposer is gone ----------------------------------------------
+
+PROPOSER_034 = "vllm/v1/spec_decode/llm_base_proposer.py"
+RUNNER_V2_SPECULATORS = [
+    "vllm/v1/worker/gpu/spec_decode/speculator.py",
+    "vllm/v1/worker/gpu/spec_decode/eagle/speculator.py",
+]
+
+
+def reads_of(text: str, attribute: str) -> list[int]:
+    """The lines where `attribute` is read off any object."""
+    return [
+        n.lineno
+        for n in ast.walk(ast.parse(text))
+        if isinstance(n, ast.Attribute) and n.attr == attribute and isinstance(n.ctx, ast.Load)
+    ]
+
+
+def test_from_0_34_0_no_proposer_reads_the_targets_image_token_index():
+    """0.34.0 deleted vllm/v1/spec_decode/ (llm_base_proposer.py with it); the contract's proposer
+    requirements end there, and the speculators that replace it read no image_token_index, so
+    Kimi-K2.5 (which lacks it) needs nothing there."""
+    tree = release_tree("0.34.0", [*stock_paths("0.34.0"), *RUNNER_V2_SPECULATORS, PROPOSER_034])
+    assert not (tree / PROPOSER_034).exists()
+    results = contract(tree, "0.34.0")
+    assert all(r.ok for r in results), [r.message for r in results if not r.ok]
+    assert PROPOSER_034 not in {r.path for r in results}
+    assert len(results) == expected_requirements("0.34.0") - 2
+    for path in RUNNER_V2_SPECULATORS:
+        assert reads_of(source(tree, path), "image_token_index") == [], path
+    # the reading that finds nothing here finds 0.33.0's proposer reading it
+    assert reads_of(source(stock("0.33.0"), PROPOSER_034), "image_token_index")

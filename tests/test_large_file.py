@@ -24,7 +24,17 @@ print(json.dumps({"code": done.returncode, "output": done.stdout + done.stderr, 
 
 
 def apply_peak(target, patch) -> tuple[int, str, int]:
-    command = [sys.executable, "-m", "patchkit", "apply", "--target", str(target), "--patch", str(patch)]
+    command = [
+        sys.executable,
+        "-m",
+        "patchkit",
+        "apply",
+        "-v",
+        "--target",
+        str(target),
+        "--patch",
+        str(patch),
+    ]  # -v: each check, the skipped ones too
     done = subprocess.run([sys.executable, "-c", PEAK_RSS, *command], capture_output=True, text=True, check=True)
     answer = json.loads(done.stdout)
     return answer["code"], answer["output"], answer["peak"]

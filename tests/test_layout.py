@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import patchkit
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 PACKAGE = Path(patchkit.__file__).parent
 
@@ -260,3 +266,10 @@ def test_the_architecture_page_has_a_row_per_folder_at_its_layer():
     assert sorted(folder for _, folder in rows) == sorted(folders)
     layer_of = {name: i + 1 for i, names in enumerate(LAYERS) for name in names}
     assert {folder: int(layer) for layer, folder in rows} == {folder: layer_of[folder] for folder in folders}
+
+
+def test_no_module_is_exempt_from_strict_typing():
+    """mypy's disallow_untyped_defs holds for all of patchkit/: pyproject.toml exempts no module."""
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert config["disallow_untyped_defs"] is True and config["files"] == ["patchkit"]
+    assert [o["module"] for o in config.get("overrides", []) if o.get("disallow_untyped_defs") is False] == []

@@ -71,7 +71,7 @@ def test_control_characters_from_a_library_are_shown_escaped_and_kept_exact_in_j
     library = write_library(tmp_path / "lib", {"0.16.0": [patch]})
     manifest = library / "demo/set.toml"
     manifest.write_text(manifest.read_text().replace('"test set"', '"set \\u001b[5mblinking\\rcover"'))
-    for args in (["list"], ["status", "--target", tree]):
+    for args in (["list"], ["status", "-v", "--target", tree]):
         done = run_cli(*args, "--patches", library)
         shown = done.stdout + done.stderr
         assert done.returncode == 0, shown

@@ -120,7 +120,7 @@ def test_probe_passes_when_patched(fake_vllm, tmp_path, run):
     for name in ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"):
         assert f"{name}: supports_eagle3() is True" in messages
 
-    verified = run("verify", "--python", python, "--patches", lib)
+    verified = run("verify", "-v", "--python", python, "--patches", lib)
     assert verified.exit_code == 0, verified.output
     assert "KimiK25ForConditionalGeneration: supports_eagle3() is True" in verified.output
     assert not list(site.rglob("__pycache__")), "the probe must not leave bytecode in the target"

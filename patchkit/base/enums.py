@@ -86,6 +86,17 @@ class CheckLevel(StrEnum):
     WARNING = "warning"
 
 
+class MatrixCell(StrEnum):
+    """A cell of the compatibility matrix: a release (or a library range) for one set."""
+
+    APPLIED = "applied"
+    UPSTREAM = "upstream"
+    CONFLICT = "conflict"
+    FAILED = "failed"
+    UNSUPPORTED = "unsupported"  # in the set's range without a series
+    NOT_COVERED = "-"  # outside the set's range
+
+
 class CheckStatus(StrEnum):
     """A check result as tables and JUnit show it."""
 

@@ -26,6 +26,7 @@ from patchkit.base.locks import held
 from patchkit.base.usercache import cache_dir
 from patchkit.distinfo.record import parse_record, record_hash
 from patchkit.fetch.index import PROJECT, normalize_version
+from patchkit.fetch.net import without_userinfo
 
 STATE_FILE = "release.json"
 STATE_SCHEMA = 2  # 2: release.json binds the cached RECORD by its sha256 (record_sha256)
@@ -115,6 +116,7 @@ def save_state(root: Path, state: State) -> None:
     state = dict(state)
     state["present"] = sorted(set(state.get("present", ())))
     state["absent"] = sorted(set(state.get("absent", ())))
+    state["url"] = without_userinfo(state["url"])  # a later fetch takes the credentials from pip's settings
     write_cached(root / STATE_FILE, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
 
 

@@ -6,7 +6,8 @@ requests and urllib3 are imported only when a session is made (a cache miss).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,31 @@ def pip_settings() -> PipSettings:
 def redact(url: str) -> str:
     """Drop user:password@ from a URL for messages."""
     return re.sub(r"(?<=://)[^/@]*@", "***@", url)
+
+
+def without_userinfo(url: str) -> str:
+    """`url` without its user:password@: what the cache keeps (CI saves and shares the cache)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def with_index_credentials(url: str, indexes: Iterable[str]) -> str:
+    """A URL read back from the cache with the user:password@ of a configured index on the same
+    scheme, host and port, as pip sends an index's credentials to the files it links there."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc:
+        return url
+    for index in indexes:
+        found = urllib.parse.urlsplit(index)
+        same_place = (found.scheme.lower(), found.netloc.rpartition("@")[2].lower()) == (
+            parts.scheme.lower(),
+            parts.netloc.lower(),
+        )
+        if same_place and "@" in found.netloc:
+            return urllib.parse.urlunsplit(parts._replace(netloc=found.netloc))
+    return url
 
 
 def is_http(url: str) -> bool:

@@ -283,7 +283,7 @@ class _Fetcher:
             return LocalWheel(local)
         self.say(f"reading {state['wheel']} from {state.get('index') or 'the index'} with range requests")
         try:
-            return RemoteWheel(state["url"], self.session, self.settings.timeout)
+            return RemoteWheel(self._url(state), self.session, self.settings.timeout)
         except RangeUnavailable as e:
             self.say(f"the server does not serve byte ranges ({e}); downloading the whole wheel")
             return LocalWheel(self._download(state))
@@ -311,5 +311,9 @@ class _Fetcher:
         self.stats.full_download = True
         dest = self._local_wheel_path(state)
         return download_wheel(
-            self.session, state["url"], state.get("sha256"), dest, timeout=self.settings.timeout, say=self.say
+            self.session, self._url(state), state.get("sha256"), dest, timeout=self.settings.timeout, say=self.say
         )
+
+    def _url(self, state: State) -> str:
+        """The wheel's URL with the credentials of its index (the cache keeps it without them)."""
+        return net.with_index_credentials(state["url"], self.settings.index_urls)

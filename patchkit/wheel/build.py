@@ -69,6 +69,11 @@ Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
 _PYTHON_LIB_DIR = re.compile(r"python[0-9.]*t?|Lib", re.IGNORECASE)  # lib/python3.12, lib/python3.13t, Windows' Lib
+# <prefix>/lib/python312.zip (Windows: <prefix>/python312.zip) is on sys.path ahead of site-packages
+_PYTHON_ZIP = re.compile(r"python[0-9]+t?\.zip", re.IGNORECASE)
+_WINDOWS_PATH_DIRS = ("DLLs",)  # <prefix>\DLLs, on sys.path on Windows (as <prefix> itself)
+# site imports them from sys.path at every start of Python, as it runs .pth files
+_STARTUP_MODULES = ("sitecustomize", "usercustomize")
 _SCRIPT_DIRS = ("bin", "Scripts")  # data's <prefix>/bin is the scripts directory (Windows: Scripts)
 _SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
 OUT_HINT = "give --out a directory you can write to (it is created if missing), such as ./dist"
@@ -228,14 +233,14 @@ class _Output:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             self.fd = os.open(pending, flags, 0o644)
         except OSError as exc:
-            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
+            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)) from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(pending, self.temporary)
         except OSError as exc:
             os.close(self.fd)
             pending.unlink(missing_ok=True)
-            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
+            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)) from None
         for name in _remove_leftovers(out_dir):
             say(f"removed {out_dir / name}, left by an interrupted patchkit wheel")
 
@@ -298,6 +303,20 @@ def _write_error(path: Path, exc: OSError) -> TargetError:
 _LEFTOVER = re.compile(r"\.vllm-[^/]+\.whl\.patchkit-[0-9a-f]{8}\.tmp")
 
 
+def _out_hint(out_dir: Path) -> str:
+    """OUT_HINT, unless --out was the working directory or below it: . may be what cannot be
+    written then (a read-only root file system), and ./dist would fail the same way. The
+    temporary directory is one Python found writable."""
+    try:
+        here = Path.cwd()
+        inside = out_dir.absolute() == here or here in out_dir.absolute().parents
+    except OSError:  # the working directory is gone
+        inside = True
+    if not inside:
+        return OUT_HINT
+    return OUT_HINT.replace("./dist", str(Path(tempfile.gettempdir()) / "dist"))
+
+
 def _make_out_dir(out_dir: Path) -> None:
     """--out, created if missing; what is in the way (a dangling symlink, a file) named as it is."""
     try:
@@ -305,7 +324,9 @@ def _make_out_dir(out_dir: Path) -> None:
     except (FileExistsError, NotADirectoryError):
         raise _not_a_directory(out_dir, _in_the_way(out_dir)) from None
     except OSError as exc:
-        raise TargetError(f"cannot create the --out directory {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
+        raise TargetError(
+            f"cannot create the --out directory {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)
+        ) from None
 
 
 def _in_the_way(out_dir: Path) -> Path:
@@ -560,6 +581,7 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
     for member in members:  # after the clashes, which say more when a member is both
         if not member.is_dir:
             _refuse_vllm_from_data(member.name, data_dir, label)
+            _refuse_startup_module(member.name, data_dir, label)
     _refuse_path_files(paths, label)
     return paths
 
@@ -576,6 +598,42 @@ def _refuse_path_files(paths: dict[str, str], label: str) -> None:
             )
 
 
+def _refuse_startup_module(name: str, data_dir: str, label: str) -> None:
+    """BadInput for a member that installs sitecustomize or usercustomize where Python may import
+    it: site runs it at every start, as a .pth file, and it can put another vllm first."""
+    if name.startswith(f"{data_dir}/"):
+        scheme, _, path = name[len(data_dir) + 1 :].partition("/")
+        parts = _importable_parts(scheme, path)
+    else:
+        parts = name.split("/")[:1]  # the root installs into site-packages
+    if any(_module_name(part) in _STARTUP_MODULES for part in parts):
+        raise BadInput(
+            f"{label}: member {rawzip.shown(name)} installs a module Python runs at every start "
+            "(sitecustomize or usercustomize), which can import another vllm than the patched one; "
+            "refusing the wheel",
+            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
+        )
+
+
+def _refuse_path_zip(name: str, data_dir: str, label: str) -> None:
+    """BadInput for a .data/data member that installs <prefix>/lib/pythonXY.zip: that path is on
+    sys.path ahead of site-packages in a prefix install (pyenv, conda, python images), and any
+    vllm/ inside it is imported instead of the patched one."""
+    if not name.startswith(f"{data_dir}/data/"):
+        return
+    if _PYTHON_ZIP.fullmatch(name.rsplit("/", 1)[-1]):
+        raise BadInput(
+            f"{label}: member {rawzip.shown(name)} installs a zip archive that Python puts on sys.path "
+            "ahead of site-packages, where it can import another vllm than the patched one; refusing the wheel",
+            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
+        )
+
+
+def _module_name(part: str) -> str:
+    """The module a path part names, folded (vllm.py, vllm.cpython-312-x86_64-linux-gnu.so, vllm/)."""
+    return part.split(".", 1)[0].lower()
+
+
 def _refuse_vllm_from_data(name: str, data_dir: str, label: str) -> None:
     """BadInput for a .data member that installs a `vllm` module or package where Python may import
     it instead of the patched vllm/ of the wheel's root: purelib and platlib (site-packages, or
@@ -584,8 +642,9 @@ def _refuse_vllm_from_data(name: str, data_dir: str, label: str) -> None:
     scripts and data's bin/ (sys.path[0] when the `vllm` script runs)."""
     if not name.startswith(f"{data_dir}/"):
         return
+    _refuse_path_zip(name, data_dir, label)
     scheme, _, path = name[len(data_dir) + 1 :].partition("/")
-    if any(part.split(".", 1)[0].lower() == "vllm" for part in _importable_parts(scheme, path)):
+    if any(_module_name(part) == "vllm" for part in _importable_parts(scheme, path)):
         raise BadInput(
             f"{label}: member {rawzip.shown(name)} installs a vllm module from the wheel's .data, where "
             "Python can import it instead of the patched vllm/ package; refusing the wheel",
@@ -600,10 +659,14 @@ def _importable_parts(scheme: str, path: str) -> list[str]:
         return parts[:1]
     if scheme != "data":  # headers: include/, never on sys.path
         return []
-    if parts[0] in _SCRIPT_DIRS:
+    if parts[0] in _SCRIPT_DIRS or parts[0] in _WINDOWS_PATH_DIRS:
         return parts[1:2]
-    python_dir = next((i for i, part in enumerate(parts) if _PYTHON_LIB_DIR.fullmatch(part)), None)
-    return [] if python_dir is None else parts[python_dir + 1 :]
+    # a directory named like the zip is imported from as any directory on sys.path
+    python_dir = next(
+        (i for i, part in enumerate(parts) if _PYTHON_LIB_DIR.fullmatch(part) or _PYTHON_ZIP.fullmatch(part)), None
+    )
+    # Windows puts <prefix> itself on sys.path: data's top level is importable there
+    return parts[:1] if python_dir is None else parts[:1] + parts[python_dir + 1 :]
 
 
 def _is_data_dir(top: str) -> bool:

@@ -55,7 +55,7 @@ from patchkit.fetch.cache import (
 )
 from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
-from patchkit.fetch.net import Progress
+from patchkit.fetch.net import Progress, without_userinfo
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 
 SCHEMA = 1
@@ -305,7 +305,14 @@ def _download(
     digest = (chosen["sha256"] or "").lower() or file_sha256(dest)
     if ident is None:  # the identity of the bytes that hash to it, not of whatever the path holds later
         ident = _checked_identity(root, ver, dest, digest)
-    sidecar = {"schema": SCHEMA, "project": PROJECT, "version": ver, **chosen, "sha256": digest}
+    sidecar = {
+        "schema": SCHEMA,
+        "project": PROJECT,
+        "version": ver,
+        **chosen,
+        "sha256": digest,
+        "url": without_userinfo(chosen["url"]),
+    }
     sidecar["seal"] = seal.seal(SIDECAR_SEAL_KIND, f"{ver}/{dest.name}", seal.canonical(sidecar))
     write_cached(root / f"{chosen['wheel']}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
     return dest, ident

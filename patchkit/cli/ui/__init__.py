@@ -7,6 +7,7 @@ when the CLI knows the run's exit code (see run.Run).
     findings    failures first (file:line, a caret, the fix), then one verdict line
     matrix      releases by set (verify --format markdown, list)
     console     UI: lines, notes, errors, tables and progress on stdout and stderr
+    screen      what plan and reports need of the console (a Protocol: the console imports them)
     plan        the plan table
     reports     a target's status, checks and releases
     json_views  the plan, the target and its status as JSON

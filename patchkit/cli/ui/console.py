@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchkit.cli.ui import reports, run
 from patchkit.cli.ui.findings import Failure
@@ -27,8 +27,18 @@ from patchkit.cli.ui.text import (
     write_plainly,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
 
-def _console(*, stderr: bool):
+    from patchkit.checks import CheckResult
+    from patchkit.engine.inspection import TreeStatus
+    from patchkit.engine.resolve import Resolved
+    from patchkit.releases.check import ReleaseResult
+    from patchkit.series.library import Location
+    from patchkit.series.plan import Plan
+
+
+def _console(*, stderr: bool) -> Console:
     """Created on first use: a quiet run that prints nothing never imports rich."""
 
     class _Console(rich().console.Console):  # type: ignore[misc]
@@ -72,11 +82,11 @@ class UI:
     verbose: int = 0
 
     @cached_property
-    def out(self):
+    def out(self) -> Console:
         return _console(stderr=False)
 
     @cached_property
-    def err(self):
+    def err(self) -> Console:
         return _console(stderr=True)
 
     @property
@@ -235,23 +245,23 @@ class UI:
             sys.stdout.write(text)
 
     # -- reports ------------------------------------------------------------------------------
-    def header(self, resolved) -> None:
+    def header(self, resolved: Resolved) -> None:
         reports.show_header(self, resolved)
 
-    def library(self, where) -> None:
+    def library(self, where: Location) -> None:
         """Which library root, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
         reports.show_library(self, where)
 
-    def status(self, resolved, status, where=None) -> None:
+    def status(self, resolved: Resolved, status: TreeStatus, where: Location | None = None) -> None:
         reports.show_status(self, resolved, status, where)
 
-    def plan(self, plan, *, dry_run: bool) -> None:
+    def plan(self, plan: Plan, *, dry_run: bool) -> None:
         show_plan(self, plan, dry_run=dry_run)
 
-    def checks(self, results, label: str = "checks") -> None:
+    def checks(self, results: list[CheckResult], label: str = "checks") -> None:
         reports.show_checks(self, results, label)
 
-    def releases(self, results) -> None:
+    def releases(self, results: list[ReleaseResult]) -> None:
         """`verify` against releases: one row per vLLM release."""
         reports.show_releases(self, results)
 
@@ -262,7 +272,7 @@ class UI:
         return not self.quiet and self.fmt == "text" and self.terminal and self.err.is_terminal
 
     @contextmanager
-    def progress(self, total: int, description: str):
+    def progress(self, total: int, description: str) -> Iterator[Callable[[str], None]]:
         """Yields advance(label): a progress bar on stderr when both streams are a terminal, else a no-op."""
         if not self.live:
             yield lambda label: None
@@ -274,7 +284,7 @@ class UI:
             yield lambda label: bar.update(task, advance=1, description=visible(label, field=True))
 
     @contextmanager
-    def transfer(self, description: str):
+    def transfer(self, description: str) -> Iterator[Callable[[int, int | None], None] | None]:
         """Yields on_bytes(done, total): a download's progress bar on stderr when progress is
         drawn (`live`), else None (the caller's lines say how far it got)."""
         if not self.live:
@@ -288,7 +298,7 @@ class UI:
             yield lambda done, total: bar.update(task, completed=done, total=total or None)
 
     @contextmanager
-    def activity(self, title: str):
+    def activity(self, title: str) -> Iterator[Callable[[str], None]]:
         """Yields say(message): a live status line on stderr when progress is drawn (`live`; a
         whole-wheel download shows its percentage there), plain lines with -v otherwise."""
         if not self.live:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from patchkit.base.enums import TreeState
 
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.engine.inspection import TreeStatus
+    from patchkit.engine.resolve import Resolved
+    from patchkit.series.library import Location
+    from patchkit.series.plan import Plan
+    from patchkit.tree.target import Target
 
-def plan_json(plan) -> list[dict]:
+
+def plan_json(plan: Plan) -> list[dict]:
     return [
         {
             "patch": step.patch.name,
@@ -24,11 +33,11 @@ def plan_json(plan) -> list[dict]:
     ]
 
 
-def target_json(target) -> dict:
+def target_json(target: Target) -> dict:
     return {"target": str(target.root), "found_by": target.found_by}
 
 
-def resolved_json(resolved) -> dict:
+def resolved_json(resolved: Resolved) -> dict:
     """The target, its version and the series chosen, as status reports them (and error documents)."""
     return {
         **target_json(resolved.target),
@@ -39,7 +48,7 @@ def resolved_json(resolved) -> dict:
     }
 
 
-def status_json(resolved, status, where=None) -> dict:
+def status_json(resolved: Resolved, status: TreeStatus, where: Location | None = None) -> dict:
     return {
         "state": status.state,
         "library": where.to_json() if where else None,

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from patchkit.base.enums import CheckStatus, ReleaseOutcome
 from patchkit.cli.ui.text import visible
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.checks import CheckResult
+    from patchkit.releases.check import ReleaseResult
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ def error_junit(suite: str, message: str, hint: str | None, exit_code: int) -> s
     return junit(suite, [JUnitCase(name="patchkit verify", error=message, details=details, kind=f"exit-{exit_code}")])
 
 
-def releases_junit(results, suite: str) -> str:
+def releases_junit(results: list[ReleaseResult], suite: str) -> str:
     """A <testcase> per release, <failure> with the reason, <skipped> when unsupported."""
     cases = []
     for r in results:
@@ -90,7 +95,7 @@ def releases_junit(results, suite: str) -> str:
     return junit(suite, cases)
 
 
-def checks_junit(results, suite: str) -> str:
+def checks_junit(results: list[CheckResult], suite: str) -> str:
     """A <testcase> per check result: failed checks fail, warnings and checks not run are skipped."""
     cases = []
     for r in results:

@@ -6,21 +6,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from patchkit.base.enums import LibraryPatchState, ReleaseOutcome
+from patchkit.base.enums import LibraryPatchState, MatrixCell, ReleaseOutcome
 from patchkit.cli.ui.text import write_plainly
 
-APPLIED, UPSTREAM, CONFLICT, FAILED = "applied", "upstream", "conflict", "failed"
-UNSUPPORTED, NOT_COVERED = "unsupported", "-"  # in the set's range without a series; outside its range
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.releases.check import ReleaseResult
+
 _OUTCOME_CELLS = {
-    ReleaseOutcome.PATCHED: APPLIED,
-    ReleaseOutcome.UPSTREAM: UPSTREAM,
-    ReleaseOutcome.CONFLICT: CONFLICT,
-    ReleaseOutcome.CHECK_FAILED: FAILED,
-    ReleaseOutcome.UNSUPPORTED: UNSUPPORTED,
+    ReleaseOutcome.PATCHED: MatrixCell.APPLIED,
+    ReleaseOutcome.UPSTREAM: MatrixCell.UPSTREAM,
+    ReleaseOutcome.CONFLICT: MatrixCell.CONFLICT,
+    ReleaseOutcome.CHECK_FAILED: MatrixCell.FAILED,
+    ReleaseOutcome.UNSUPPORTED: MatrixCell.UNSUPPORTED,
 }
 
 
@@ -29,14 +30,14 @@ class Matrix:
     """Rows (releases, or the library's version ranges) by columns (sets)."""
 
     sets: list[str]
-    cells: dict[str, dict[str, str]] = field(default_factory=dict)  # row -> set -> cell
+    cells: dict[str, dict[str, MatrixCell]] = field(default_factory=dict)  # row -> set -> cell
 
-    def put(self, row: str, set_name: str, cell: str) -> None:
+    def put(self, row: str, set_name: str, cell: MatrixCell) -> None:
         self.cells.setdefault(row, {})[set_name] = cell
 
     def rows(self) -> list[list[str]]:
         ordered = sorted(self.cells, key=_order)
-        return [[row, *(self.cells[row].get(s, NOT_COVERED) for s in self.sets)] for row in ordered]
+        return [[row, *(self.cells[row].get(s, MatrixCell.NOT_COVERED) for s in self.sets)] for row in ordered]
 
     def columns(self) -> list[str]:
         return ["vLLM", *self.sets]
@@ -54,14 +55,14 @@ def _readable(versions: str) -> str:
     return ",".join(parts).removeprefix("==")
 
 
-def release_cell(result: Any) -> str:
+def release_cell(result: ReleaseResult) -> MatrixCell:
     """A verified release's cell: failed too for an upstream regression or a revert not byte-identical."""
     if result.failed and result.outcome != ReleaseOutcome.CONFLICT:
-        return FAILED
+        return MatrixCell.FAILED
     return _OUTCOME_CELLS[result.outcome]
 
 
-def from_releases(set_name: str, results: list[Any]) -> Matrix:
+def from_releases(set_name: str, results: list[ReleaseResult]) -> Matrix:
     """From `verify`'s results for one set: a row per release."""
     matrix = Matrix([set_name])
     for r in results:
@@ -77,9 +78,9 @@ def from_library(described: list[dict[str, Any]]) -> Matrix:
     for s in described:
         for release in s["releases"]:
             damaged = any(p["state"] == LibraryPatchState.DAMAGED for p in release["patches"])
-            matrix.put(_readable(release["versions"]), s["name"], FAILED if damaged else APPLIED)
+            matrix.put(_readable(release["versions"]), s["name"], MatrixCell.FAILED if damaged else MatrixCell.APPLIED)
         if s["upstream"]:
-            matrix.put(s["upstream"], s["name"], UPSTREAM)
+            matrix.put(s["upstream"], s["name"], MatrixCell.UPSTREAM)
     return matrix
 
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TextIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, TextIO
 
+from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import STATE_STYLES, rich, shortened, visible, write_plainly
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.text import Text
+
+    from patchkit.series.plan import FileStep, Placement, Plan
 
 PLAN_HUNK_COLUMNS = ("patch", "file", "hunk", "state", "note")  # piped
 PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")  # terminal
@@ -17,7 +23,7 @@ COLUMN_GAP = 2
 MIN_FILE_WIDTH = 30
 
 
-def plan_hunk_rows(plan) -> Iterator[tuple[str, ...]]:
+def plan_hunk_rows(plan: Plan) -> Iterator[tuple[str, ...]]:
     """One row per hunk: where it lands and its offset; a file without hunks (a pure rename) is
     one row with its note, a patch with no file steps (already applied, or a conflict) one row
     with its state."""
@@ -25,7 +31,7 @@ def plan_hunk_rows(plan) -> Iterator[tuple[str, ...]]:
         yield from rows
 
 
-def hunk_rows_per_file(plan) -> Iterator[list[tuple[str, ...]]]:
+def hunk_rows_per_file(plan: Plan) -> Iterator[list[tuple[str, ...]]]:
     """The rows of `plan_hunk_rows`, a file (or a patch with no file steps) at a time."""
     for step in plan.steps:
         name = visible(step.patch.name, field=True)
@@ -36,7 +42,7 @@ def hunk_rows_per_file(plan) -> Iterator[list[tuple[str, ...]]]:
             yield [(name, path, hunk, step.state, note) for _, hunk, note in hunk_rows(file_step)]
 
 
-def write_plan_rows(stream: TextIO, plan, title: str) -> None:
+def write_plan_rows(stream: TextIO, plan: Plan, title: str) -> None:
     """The plan as plain text for a pipe: the title, a header, then one tab-separated row per
     hunk (all five fields, the note possibly empty), written a file at a time as it is made."""
     stream.write(f"{title}\n" + "\t".join(PLAN_HUNK_COLUMNS) + "\n")
@@ -44,7 +50,7 @@ def write_plan_rows(stream: TextIO, plan, title: str) -> None:
         stream.write("".join("\t".join(row) + "\n" for row in rows))
 
 
-def show_plan(ui, plan, *, dry_run: bool) -> None:
+def show_plan(ui: Screen, plan: Plan, *, dry_run: bool) -> None:
     """Where each change lands. Piped: one tab-separated row per hunk, written as it is made.
     In a terminal: each patch a heading with its state, under it one row per file with its
     hunk count (one row per hunk with -v)."""
@@ -61,7 +67,7 @@ def show_plan(ui, plan, *, dry_run: bool) -> None:
 
 
 def _plan_table(
-    ui, title: str, columns: tuple[str, ...], sections: list[PlanSection], right: tuple[int, ...] = ()
+    ui: Screen, title: str, columns: tuple[str, ...], sections: list[PlanSection], right: tuple[int, ...] = ()
 ) -> None:
     """One rich Text of padded cells (a rich Table measures every cell and takes seconds for
     thousands of rows). The file column narrows to fit the terminal, a longer path shortened
@@ -85,7 +91,7 @@ def _plan_table(
     ui.out.print(text, soft_wrap=True)
 
 
-def plan_sections(plan, rows_of) -> list[PlanSection]:
+def plan_sections(plan: Plan, rows_of: Callable[[FileStep], list[tuple[str, ...]]]) -> list[PlanSection]:
     """Per patch: its name, its state and `rows_of` each of its file steps."""
     return [
         (visible(step.patch.name, field=True), step.state, [row for f in step.files for row in rows_of(f)])
@@ -93,7 +99,7 @@ def plan_sections(plan, rows_of) -> list[PlanSection]:
     ]
 
 
-def file_rows(file_step) -> list[tuple[str, ...]]:
+def file_rows(file_step: FileStep) -> list[tuple[str, ...]]:
     """A file's one row: its hunk count, the lines where its first and last hunk land, its kind
     and offsets summarised."""
     lines = [p.line for p in file_step.placements]
@@ -101,7 +107,7 @@ def file_rows(file_step) -> list[tuple[str, ...]]:
     return [(visible(file_step.patch.path, field=True), str(len(lines)), span, file_note(file_step))]
 
 
-def hunk_rows(file_step) -> list[tuple[str, ...]]:
+def hunk_rows(file_step: FileStep) -> list[tuple[str, ...]]:
     """A row per hunk of a file (its path on the first): where it lands, its offset. A file
     without hunks (a pure rename) is one row with its note."""
     path = visible(file_step.patch.path, field=True)
@@ -113,20 +119,24 @@ def hunk_rows(file_step) -> list[tuple[str, ...]]:
     ]
 
 
-def file_note(file_step) -> str:
+def file_note(file_step: FileStep) -> str:
     """A file's kind when it is not a modification, and the offsets its hunks land at."""
     fp = file_step.patch
-    kind = f"renamed from {visible(fp.source_path, field=True)}" if fp.kind == "rename" else KIND_NOTES.get(fp.kind, "")
+    kind = (
+        f"renamed from {visible(fp.source_path or '', field=True)}"
+        if fp.kind == "rename"
+        else KIND_NOTES.get(fp.kind, "")
+    )
     return "; ".join(note for note in (kind, offsets_note(file_step.placements)) if note)
 
 
-def offset_note(placement) -> str:
+def offset_note(placement: Placement) -> str:
     """For a hunk that lands off its expected line: "offset +3"."""
     offset = placement.offset
     return f"offset {offset:+d}" if offset else ""
 
 
-def offsets_note(placements) -> str:
+def offsets_note(placements: Sequence[Placement]) -> str:
     """The offsets of a file's hunks: "offset +3" for one hunk, "2 of 5 at an offset (+3, -1)"
     for more (three offsets at most)."""
     offsets = [p.offset for p in placements if p.offset]
@@ -140,7 +150,7 @@ def offsets_note(placements) -> str:
 
 
 def _append_row(
-    text, cells: tuple[str, ...], widths: list[int], right: tuple[int, ...], style: str | None = None
+    text: Text, cells: tuple[str, ...], widths: list[int], right: tuple[int, ...], style: str | None = None
 ) -> None:
     """Indented, padded cells two spaces apart, nothing after the last non-empty one."""
     last = max((i for i, cell in enumerate(cells) if cell), default=0)

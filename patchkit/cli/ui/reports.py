@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.enums import ReleaseOutcome, TreeState
@@ -11,10 +12,18 @@ from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, cou
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
 from patchkit.cli.ui.run import write_junit
+from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import STATE_STYLES, shortened
 
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.engine.inspection import TreeStatus
+    from patchkit.engine.operations import VerifyResult
+    from patchkit.engine.resolve import Resolved
+    from patchkit.releases.check import ReleaseResult
+    from patchkit.series.library import Location
 
-def show_header(ui, resolved) -> None:
+
+def show_header(ui: Screen, resolved: Resolved) -> None:
     sel = resolved.selection
     version = resolved.version
     ui.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
@@ -28,13 +37,20 @@ def show_header(ui, resolved) -> None:
         ui.note(note)
 
 
-def show_library(ui, where) -> None:
+def show_library(ui: Screen, where: Location) -> None:
     """Which library root, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
     ui.line(f"library  {where.path}  ({where.source})")
 
 
 def show_status(
-    ui, resolved, status, where=None, *, failures: list[Failure] | None = None, each: bool = True, context: str = ""
+    ui: Screen,
+    resolved: Resolved,
+    status: TreeStatus,
+    where: Location | None = None,
+    *,
+    failures: list[Failure] | None = None,
+    each: bool = True,
+    context: str = "",
 ) -> None:
     """The header, what is wrong first (drifted files, conflicts, stale records, the guard's
     refusal: `failures`, else the status's own), then a line per patch (`each`; a table with
@@ -61,7 +77,7 @@ def show_status(
             ui.line(shortened(f"  {p.state:<{widest}}  {p.name}", ui.width or 10_000), style=STATE_STYLES.get(p.state))
 
 
-def status_failures(resolved, status) -> list[Failure]:
+def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     """What `status` finds wrong, each with the command that fixes it."""
     drift_fix = f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
     failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
@@ -82,7 +98,7 @@ def status_failures(resolved, status) -> list[Failure]:
     return failures
 
 
-def show_checks(ui, results, label: str = "checks") -> None:
+def show_checks(ui: Screen, results: list[CheckResult], label: str = "checks") -> None:
     """Failures first, then one count line; every row in a table with -v."""
     if ui.verbose:
         rows = [[r.check, r.path or "", r.status, r.message] for r in results]
@@ -97,7 +113,7 @@ def show_checks(ui, results, label: str = "checks") -> None:
     )
 
 
-def show_releases(ui, results) -> None:
+def show_releases(ui: Screen, results: list[ReleaseResult]) -> None:
     """`verify` against releases: one row per vLLM release."""
     rows = [
         [
@@ -112,13 +128,13 @@ def show_releases(ui, results) -> None:
     ui.table(["vLLM", "outcome", "series", "time", "detail"], rows, title="releases", state_column=1)
 
 
-def _release_detail(release) -> str:
+def _release_detail(release: ReleaseResult) -> str:
     """A release's row: its detail; a release whose checks failed counts them (each is said below)."""
     failed = sum(c.failed for c in release.checks)
     return f"{failed} check(s) failed (below)" if release.failed and failed else release.detail
 
 
-def verdict_of_releases(ui, results) -> None:
+def verdict_of_releases(ui: Screen, results: list[ReleaseResult]) -> None:
     """`verify` against releases as text: the table, what failed on each release (its failed
     checks, else the reason), then the verdict line (failures and verdict on stderr with -q)."""
     show_releases(ui, results)
@@ -132,22 +148,22 @@ def verdict_of_releases(ui, results) -> None:
             failures.append(Failure(str(r.version), f"asked for but not covered: {r.detail}"))
     ui.failures(failures)
     summary = ", ".join(f"{n} {label}" for label, n in Counter(r.label for r in results).items())
-    failed = [str(r.version) for r in results if r.failed]
+    failed_versions = [str(r.version) for r in results if r.failed]
     refused = [str(r.version) for r in results if r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested]
-    if failed:
-        ui.verdict(f"verify: FAILED on {', '.join(failed)} ({summary})", ok=False)
+    if failed_versions:
+        ui.verdict(f"verify: FAILED on {', '.join(failed_versions)} ({summary})", ok=False)
     elif refused:
         ui.verdict(f"verify: not covered: {', '.join(refused)} ({summary})", ok=False)
     else:
         ui.verdict(f"verify: ok ({summary})", ok=True)
 
 
-def _release_failure(release, result: CheckResult) -> Failure:
+def _release_failure(release: ReleaseResult, result: CheckResult) -> Failure:
     where, message = located(result)
     return Failure(f"{release.version} {result.check}", message, where, result.excerpt)
 
 
-def verified_target_junit(resolved, verified) -> None:
+def verified_target_junit(resolved: Resolved, verified: VerifyResult) -> None:
     """`verify` on a target as JUnit: a testcase per conflict, drifted file and check."""
     conflicts = [
         CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
@@ -159,7 +175,7 @@ def verified_target_junit(resolved, verified) -> None:
     write_junit(checks_junit(conflicts + drifted + verified.checks, f"patchkit.{resolved.set_name}"))
 
 
-def verified_target_json(ui, resolved, verified) -> None:
+def verified_target_json(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:
     status = verified.status
     ui.json(
         {
@@ -174,7 +190,7 @@ def verified_target_json(ui, resolved, verified) -> None:
     )
 
 
-def verified_target_text(ui, resolved, verified) -> None:
+def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:
     """The header, the failures (the command that fixes each), then the verdict with the count of
     the checks that passed (every row with -v)."""
     status, results = verified.status, verified.checks
@@ -197,7 +213,7 @@ def verified_target_text(ui, resolved, verified) -> None:
         ui.verdict(f"verify: FAILED: {counted}", ok=False)
 
 
-def _checked_as(verified) -> str:
+def _checked_as(verified: VerifyResult) -> str:
     status = verified.status
     if status.state == TreeState.UPSTREAM:
         return "upstream: this vLLM release ships the change; the set's checks ran on its stock files"
@@ -208,7 +224,7 @@ def _checked_as(verified) -> str:
     return ""
 
 
-def status_verdict(status) -> tuple[str, bool]:
+def status_verdict(status: TreeStatus) -> tuple[str, bool]:
     """`status`'s last line, and whether it is good news."""
     applied = sum(p.state == "applied" for p in status.patches)
     said = f"{status.state}: {applied} of {len(status.patches)} patches applied" if status.patches else status.state
@@ -226,7 +242,7 @@ def status_verdict(status) -> tuple[str, bool]:
     return f"status: {said}", status.state not in (TreeState.PARTIAL, TreeState.UNSUPPORTED)
 
 
-def _check_fix(resolved, status) -> str:
+def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
     """What fixes a failed check: the tree's own edits revert; an applied series that fails is
     reverted; a series that would fail is not applied (apply refuses it)."""
     if status.drifted:
@@ -252,7 +268,7 @@ def as_planned_fix() -> str:
     )
 
 
-def _fixes_as_planned(status) -> dict[str, str]:
+def _fixes_as_planned(status: TreeStatus) -> dict[str, str]:
     """On a tree not patched yet, a file that is not the release's stock file is the tree's to fix."""
     if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
         return {}

@@ -1,0 +1,135 @@
+"""`patchkit wheel`, review 5: members that install onto sys.path entries of a prefix install, and
+the modules Python runs at every start."""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, write_library, write_tree, write_wheel
+
+
+@pytest.fixture
+def library(tmp_path) -> Path:
+    """A library whose 0.16.0 series adds "deepseek" to spec.py's list."""
+    tree = write_tree(tmp_path / "stock")
+    return write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+
+
+def _info(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
+    info.external_attr = 0o100644 << 16
+    return info
+
+
+def _zip_with_vllm() -> bytes:
+    """A zip archive holding a vllm package, as Python imports from a zip on sys.path."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("vllm/__init__.py", "STOCK = True\n")
+    return buffer.getvalue()
+
+
+def _build(tmp_path: Path, library: Path, name: str, data: bytes):
+    stock = write_wheel(tmp_path / "in", extra=[(_info(name), data)])
+    out = tmp_path / "out"
+    return run_cli("wheel", stock, "--out", out, "--patches", library), out
+
+
+def _refused(done, out: Path) -> None:
+    assert_clean_failure(done, 2)
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-0.16.0.data/data/lib/python312.zip",  # sys.path[1] of pyenv, conda, the python:3.12 images
+        "vllm-0.16.0.data/data/lib/python313t.zip",
+        "vllm-0.16.0.data/data/lib64/PYTHON311.ZIP",
+        "vllm-0.16.0.data/data/python312.zip",  # Windows: <prefix>\python312.zip
+    ],
+)
+def test_a_data_member_that_installs_the_python_zip_on_sys_path_is_refused(tmp_path, library, name):
+    done, out = _build(tmp_path, library, name, _zip_with_vllm())
+    _refused(done, out)
+    assert f"member {name!r} installs a zip archive that Python puts on sys.path" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-0.16.0.data/data/lib/python312.zip/vllm/__init__.py",  # a directory of that name is on sys.path too
+        "vllm-0.16.0.data/data/vllm.py",  # Windows: <prefix> itself is on sys.path
+        "vllm-0.16.0.data/data/DLLs/vllm.pyd",  # Windows: <prefix>\DLLs
+    ],
+)
+def test_a_data_member_that_installs_vllm_into_another_sys_path_entry_is_refused(tmp_path, library, name):
+    done, out = _build(tmp_path, library, name, b"STOCK = True\n")
+    _refused(done, out)
+    assert f"member {name!r} installs a vllm module" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-0.16.0.data/data/share/vllm/python312.zip.txt",
+        "vllm-0.16.0.data/data/share/vllm/models.zip",  # a zip that no sys.path entry names
+    ],
+)
+def test_a_data_zip_that_is_no_sys_path_entry_is_kept(tmp_path, library, name):
+    done, out = _build(tmp_path, library, name, _zip_with_vllm())
+    assert done.returncode == 0, done.stdout + done.stderr
+    (patched,) = out.iterdir()
+    assert name.replace("vllm-0.16.0.data", "vllm-0.16.0+patchkit.demo.data") in zipfile.ZipFile(patched).namelist()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sitecustomize.py",  # the root: site-packages
+        "usercustomize.py",
+        "sitecustomize/__init__.py",
+        "sitecustomize.cpython-312-x86_64-linux-gnu.so",
+        "vllm-0.16.0.data/purelib/sitecustomize.py",
+        "vllm-0.16.0.data/platlib/usercustomize.py",
+        "vllm-0.16.0.data/data/lib/python3.12/sitecustomize.py",  # the stdlib directory of a prefix install
+        "vllm-0.16.0.data/data/lib/python3.12/site-packages/usercustomize.py",
+    ],
+)
+def test_a_member_that_installs_a_module_python_runs_at_start_is_refused(tmp_path, library, name):
+    """site imports sitecustomize and usercustomize at every start of Python, as it runs .pth
+    files: either can put another vllm ahead of the patched one."""
+    done, out = _build(tmp_path, library, name, b"import sys; sys.path.insert(0, '/elsewhere')\n")
+    _refused(done, out)
+    assert f"member {name!r} installs a module Python runs at every start" in done.stderr, done.stderr
+
+
+def test_a_module_of_that_name_inside_a_package_is_kept(tmp_path, library):
+    """Only a top-level sitecustomize is imported by site: vllm_extras/sitecustomize.py is not."""
+    done, out = _build(tmp_path, library, "vllm_extras/sitecustomize.py", b"x = 1\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (patched,) = out.iterdir()
+    assert "vllm_extras/sitecustomize.py" in zipfile.ZipFile(patched).namelist()
+
+
+@pytest.mark.parametrize("out", [None, "dist"])
+def test_the_out_hint_in_a_working_directory_that_cannot_be_written_works_as_printed(tmp_path, library, out):
+    """In a read-only working directory (/proc here, as a container's read-only root), ./dist fails
+    as . did: the hint names a directory that can be written, and the build works there."""
+    stock = write_wheel(tmp_path / "in")
+    env = {"TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    given = [] if out is None else ["--out", out]
+    done = run_cli("wheel", stock, "--patches", library, *given, env=env, cwd=Path("/proc"))
+    assert_clean_failure(done, 4)
+    hinted = re.search(r"such as (\S+)", " ".join(done.stderr.split()))
+    assert hinted is not None and "./dist" not in done.stderr, done.stderr
+    again = run_cli("wheel", stock, "--patches", library, "--out", hinted.group(1), env=env, cwd=Path("/proc"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(list((tmp_path / "tmp" / "dist").glob("*.whl"))) == 1
