@@ -129,3 +129,19 @@ def test_vllms_own_answers_come_from_the_tree_the_launch_imports(tmp_path, monke
     assert "the launch's tree" in validated.message, validated
     asked = model_interface(python, command, "DeepseekV3ForCausalLM", "supports_eagle3")
     assert asked.result is None and "the launch's tree" in asked.message, asked
+
+
+# --- L2: the tree found by the command's own interpreter is not said to be found by a --python --------
+
+
+def test_the_launch_target_finding_names_no_python_option_when_none_was_given(launch):
+    argv = ["env", f"PYTHONPATH={launch['stock']}", str(launch["script"]), "serve", str(launch["model"])]
+    patches = ["--patches", launch["library"]]
+    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv)
+    assert_clean_failure(done, 1)
+    message = _launch_target(done)["message"]
+    python = launch["script"].parent / "python"
+    assert message.startswith(f"the command's interpreter {python} names vLLM in {launch['applied']}"), message
+    assert "--python" not in message, message
+    given = run_cli("preflight", *patches, "--python", python, "--format", "json", "--no-import", "--", *argv)
+    assert _launch_target(given)["message"].startswith(f"--python {python} names vLLM in"), given.stdout
