@@ -2,11 +2,12 @@
 
     python bench/bench.py [--runs N] [--quick] [--only ROW ...]
 
-1. `patchkit apply --dry-run` on the real 0.32.0 -> 0.33.0 diff of every vllm/**/*.py (both trees
-   fetched with patchkit's own fetcher), each pair run alternately (2N+1 runs each) so that both
-   see the same machine: with -q vs `git apply --check` (goal: <= 3x git; its CPU time too, which a
-   loaded machine sways less), and with its default output written to a file vs
-   `git apply --check -v` (its per-file lines; goal: <= 4x git).
+1. `patchkit apply --dry-run -q` on the real 0.32.0 -> 0.33.0 diff of every vllm/**/*.py (both
+   trees fetched with patchkit's own fetcher): the plan and apply's checks on the planned contents,
+   vs the standard tools doing that work in turn, `git apply --check`, then `python -m compileall
+   -q -f` and `pyflakes` on the .py files the diff changes; each pair run alternately (2N+1 runs
+   each), the wall time and the CPU time (goal: <= 1.5x their sum). Also (`eagle3-dry-run`) the
+   eagle3 set's dry run on a stock 0.16.0 tree (goal: <= 0.5 s); each row names the load average.
 2. `patchkit --help` start-up vs a bare `python -c pass` (goal: <= 0.25 s).
 3. `patchkit apply` of an ad-hoc diff (the eagle3 series as --patch files) on a stock 0.16.0 tree
    vs `git apply` of the same diffs (goal: <= 1 s).
@@ -43,7 +44,7 @@
    each vs `cp` of the file, the three run in turn (goal: <= 3x cp); the load average before and
    after, and every run's time, go to stderr.
 
---only picks rows by name: dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
+--only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13).
 """
 
@@ -210,8 +211,10 @@ def verify_all_rows(work: Path) -> list[str]:
 
 
 def dry_run_rows(work: Path, runs: int) -> list[str]:
-    """The dry run of the real release diff: quiet vs `git apply --check`, and with its default
-    output written to a file vs `git apply --check -v`."""
+    """The dry run of the real release diff, which places every hunk and runs apply's checks on the
+    planned contents (syntax, names, ...), vs the standard tools doing that work in turn: `git apply
+    --check`, then `python -m compileall -q -f` (-f: compiled again each run, as the dry run does)
+    and `pyflakes` on the Python files the diff changes, as 0.33.0 has them."""
     old = release_tree("0.32.0", all_python=True)
     new = release_tree("0.33.0", all_python=True)
     diff = release_diff(old, new, work)
@@ -221,16 +224,59 @@ def dry_run_rows(work: Path, runs: int) -> list[str]:
     site = work / "site-0.32.0"
     lay_out(old, str(site))
     what = f"0.32.0→0.33.0 ({diff.stat().st_size / 1e6:.1f} MB, {files} files, {hunks} hunks)"
-    dry_run = [*PATCHKIT, "apply", "--dry-run", "--target", str(site), "--patch", str(diff)]
-    quiet, check = [*dry_run, "-q"], ["git", "apply", "--check", str(diff)]
-    ours, git = timed_pair(quiet, check, runs * 2 + 1, cwd=site)
-    rows = [row(f"apply --dry-run -q, {what}", ours, git, "git apply --check", "≤ 3x")]
-    ours, git = cpu_pair(quiet, check, runs * 2 + 1, cwd=site)
-    rows.append(row("the same, CPU time (user + system)", ours, git, "git apply --check", "≤ 3x"))
-    output = work / "dry-run.out"
-    ours, git = timed_pair(dry_run, ["git", "apply", "--check", "-v", str(diff)], runs * 2 + 1, site, output)
-    rows.append(row(f"apply --dry-run, default output to a file, {what}", ours, git, "git apply --check -v", "≤ 4x"))
+    changed = changed_python(work / "a", work / "b")
+    listed = work / "changed.txt"
+    listed.write_text("".join(f"{path}\n" for path in changed))
+    tools = (
+        f"git apply --check {diff} && "
+        f"xargs -a {listed} {sys.executable} -m compileall -q -f >/dev/null; "
+        f"xargs -a {listed} {sys.executable} -m pyflakes >/dev/null; true"
+    )
+    reference = ["sh", "-c", tools]
+    named = f"git apply --check + compileall + pyflakes ({len(changed)} .py)"
+    quiet = [*PATCHKIT, "apply", "--dry-run", "--target", str(site), "--patch", str(diff), "-q"]
+    load = os.getloadavg()[0]
+    ours, tools_took = timed_pair(quiet, reference, runs * 2 + 1, cwd=site)
+    rows = [row(f"apply --dry-run -q (plan + checks), {what}; load {load:.1f}", ours, tools_took, named, "≤ 1.5x")]
+    ours, tools_took = cpu_pair(quiet, reference, runs * 2 + 1, cwd=site)
+    rows.append(row("the same, CPU time (user + system)", ours, tools_took, named, "≤ 1.5x"))
+    # The checks' verdicts are remembered across runs (checks/remembered.py, the pyflakes cache):
+    # above, every run after the first takes them from the cache. Cold: an empty cache each run.
+    cold = work / "cold-verdicts"
+    fresh = f"rm -rf {cold} && PATCHKIT_CACHE_DIR={cold} exec {' '.join(quiet)}"
+    ours, tools_took = timed_pair(["sh", "-c", fresh], reference, runs * 2 + 1, cwd=site)
+    rows.append(row("the same, an empty cache each run (no verdict remembered)", ours, tools_took, named, "≤ 1.5x"))
+    ours, tools_took = cpu_pair(["sh", "-c", fresh], reference, runs * 2 + 1, cwd=site)
+    rows.append(row("the same, empty cache, CPU time", ours, tools_took, named, "≤ 1.5x"))
     return rows
+
+
+def changed_python(before: Path, after: Path) -> list[str]:
+    """The .py files of `after` that are new or differ from `before`'s (what a diff's checks read)."""
+    changed = []
+    for path in sorted(after.rglob("*.py")):
+        rel = path.relative_to(after)
+        old = before / rel
+        if not old.is_file() or old.read_bytes() != path.read_bytes():
+            changed.append(str(path))
+    return changed
+
+
+def eagle3_dry_run_row(work: Path, runs: int) -> str:
+    """The eagle3 set's dry run (plan and checks) on a stock 0.16.0 tree, vs `python -c pass`."""
+    site = stock_0_16(work)
+    load = os.getloadavg()[0]
+    cold = work / "cold-verdicts-eagle3"
+    dry_run = f"rm -rf {cold} && PATCHKIT_CACHE_DIR={cold} exec {' '.join(PATCHKIT)} apply --dry-run -q --target {site}"
+    ours = timed(["sh", "-c", dry_run], runs * 2 + 1)  # an empty cache: no verdict remembered
+    bare = timed([sys.executable, "-c", "pass"], runs * 2 + 1)
+    return row(
+        f"apply --dry-run -q, eagle3 on stock 0.16.0 (plan + checks, empty cache); load {load:.1f}",
+        ours,
+        bare,
+        "python -c pass",
+        "≤ 0.5 s",
+    )
 
 
 def help_row(runs: int) -> str:
@@ -597,6 +643,7 @@ def real_wheel_rows(work: Path, runs: int) -> list[str]:
 
 ROWS = (
     "dry-run",
+    "eagle3-dry-run",
     "help",
     "apply",
     "fetch",
@@ -630,6 +677,8 @@ def main() -> None:
     try:
         if "dry-run" in chosen:
             rows.extend(dry_run_rows(work, runs))
+        if "eagle3-dry-run" in chosen:
+            rows.append(eagle3_dry_run_row(work, runs))
         if "help" in chosen:
             rows.append(help_row(runs))
         if "apply" in chosen:

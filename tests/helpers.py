@@ -4,16 +4,20 @@ runner. Fixtures live in conftest.py; tests import these from here."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import importlib.util
 import json
 import os
+import pty
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import textwrap
 import types
 import zipfile
@@ -440,3 +444,32 @@ def verify(library: Path, version: str, fmt: str = "json"):
 def release_of(result) -> dict:
     """The one release's entry of a JSON verify result."""
     return json.loads(result.stdout)["releases"][0]
+
+
+def on_a_terminal(
+    args: list[object], *, width: int | None = None, stdout_terminal: bool = True, drop_env: tuple[str, ...] = ()
+) -> tuple[int, bytes]:
+    """`python -m patchkit ARGS` with stderr a pseudo-terminal (`width` columns wide when given) and
+    stdout the same terminal or nothing: its exit code and the bytes it drew."""
+    main, child = pty.openpty()
+    if width is not None:
+        fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", *map(str, args)],
+        stdin=subprocess.DEVNULL,
+        stdout=child if stdout_terminal else subprocess.DEVNULL,
+        stderr=child,
+        env={k: v for k, v in os.environ.items() if k not in drop_env},
+    )
+    os.close(child)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(main)
+    return process.wait(timeout=300), drawn

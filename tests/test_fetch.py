@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from patchkit import fetch
 from patchkit.base.errors import BadInput, FetchError
+from patchkit.cli.ui.notes import show_notes
 from patchkit.distinfo.record import parse_record, record_hash
 from patchkit.fetch import net
 from patchkit.fetch.cache import STATE_FILE, safe_dest
@@ -612,6 +613,9 @@ def test_a_damaged_kept_wheel_is_downloaded_again(server, cache, monkeypatch):
 
 
 def test_the_default_warning_goes_to_stderr(server, cache, monkeypatch, capsys):
+    # the CLI routes the "patchkit" logger to stderr once per process; a test run in a fresh worker
+    # has had no command yet, so it routes them itself, as every command does
+    show_notes()
     server.publish(WHEEL, build_wheel())
     use_index(monkeypatch, server.index())
     tree = fetch.release_tree(VERSION, ["vllm/__init__.py"])

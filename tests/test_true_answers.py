@@ -4,6 +4,7 @@ from `patchkit fetch 0.16.0 --dest DIR`, says what is so (release tier: the real
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -167,6 +168,23 @@ def test_preflight_on_a_fetched_tree_cannot_judge_what_needs_the_registry_and_sa
     text = run_cli("preflight", "--target", fetched, "--", *launch)
     rows = {line.split()[0]: line for line in text.stdout.splitlines() if line.split()}
     assert " pass " not in rows["vllm-validation"] and "cannot judge" in rows["vllm-validation"]
+
+
+def test_on_an_applied_tree_the_whole_release_hint_works_as_printed(fetched, tmp_path):
+    """`fetch --all --dest` refuses to overwrite the applied tree's patched files (they may be edits),
+    and --force would put stock files in their place: the hint goes through revert and apply."""
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    launch = drafted_launch(tmp_path, DEEPSEEK_V3)
+    done = run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch)
+    fix = findings(done)["supports-eagle3"]["fix"]
+    commands = [c for c in fix.split("`")[1::2] if c.startswith("patchkit ")]
+    assert [c.split()[1] for c in commands] == ["revert", "fetch", "apply"], fix
+    for command in commands:
+        step = run_cli(*shlex.split(command)[1:])
+        assert step.returncode == 0, command + "\n" + step.stdout + step.stderr
+    assert run_cli("status", "--target", fetched).returncode == 0  # applied, the guard's files in place
+    again = findings(run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch))
+    assert again["supports-eagle3"]["result"] != "cannot judge", again["supports-eagle3"]
 
 
 def test_preflight_on_a_whole_release_still_judges_the_registry(tmp_path):

@@ -3,18 +3,11 @@ with an ellipsis, text wrapped at spaces); piped output has no padding after a l
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import struct
-import subprocess
-import sys
-import termios
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, write_library, write_tree
+from helpers import assert_clean_failure, make_patch, on_a_terminal, patched_spec, run_cli, write_library, write_tree
 
 from patchkit.cli.ui.text import fit_table, fitted, plain_table
 
@@ -26,30 +19,10 @@ CONTROL = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]|\r")  # styles, the cursor; \r\n r
 
 
 def in_a_terminal(*args: object, width: int = 80) -> tuple[int, str]:
-    """`python -m patchkit ARGS` with stdout and stderr a pseudo-terminal `width` columns wide: its
-    exit code and what it drew, control sequences taken out."""
-    main, child = pty.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "patchkit", *map(str, args)],
-        stdin=subprocess.DEVNULL,
-        stdout=child,
-        stderr=child,
-        env=env,
-    )
-    os.close(child)
-    drawn = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        drawn += chunk
-    os.close(main)
-    return process.wait(timeout=300), CONTROL.sub("", drawn.decode())
+    """`python -m patchkit ARGS` on a terminal `width` columns wide: its exit code and what it drew,
+    control sequences taken out."""
+    code, drawn = on_a_terminal(list(args), width=width, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
+    return code, CONTROL.sub("", drawn.decode())
 
 
 @pytest.fixture

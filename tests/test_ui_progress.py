@@ -3,14 +3,10 @@ output is text; never when stdout is piped or the output is JSON (a reader of ei
 
 from __future__ import annotations
 
-import os
-import pty
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, patched_spec, write_library, write_tree, write_wheel
+from helpers import make_patch, on_a_terminal, patched_spec, write_library, write_tree, write_wheel
 
 HIDE_CURSOR = b"\x1b[?25l"  # what rich writes first when it draws a live line (a bar, a spinner)
 
@@ -25,30 +21,9 @@ def wheel_and_library(tmp_path) -> tuple[Path, Path]:
 
 
 def stderr_drawn(args: list[object], *, stdout_terminal: bool) -> tuple[int, bytes]:
-    """Run `python -m patchkit ARGS` with stderr a pseudo-terminal (and stdout too, or a pipe):
-    its exit code and the bytes drawn on the terminal."""
-    main, child = pty.openpty()
-    stdout = child if stdout_terminal else subprocess.DEVNULL
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "patchkit", *map(str, args)],
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=child,
-        env=env,
-    )
-    os.close(child)
-    drawn = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        drawn += chunk
-    os.close(main)
-    return process.wait(timeout=300), drawn
+    """`python -m patchkit ARGS` with stderr a terminal (and stdout too, or nothing): its exit code
+    and the bytes drawn on the terminal."""
+    return on_a_terminal(args, stdout_terminal=stdout_terminal, drop_env=("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR"))
 
 
 def test_a_wheel_build_shows_its_progress_in_a_terminal(wheel_and_library, tmp_path):

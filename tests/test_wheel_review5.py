@@ -4,6 +4,7 @@ the modules Python runs at every start."""
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from pathlib import Path
 
@@ -115,3 +116,20 @@ def test_a_module_of_that_name_inside_a_package_is_kept(tmp_path, library):
     assert done.returncode == 0, done.stdout + done.stderr
     (patched,) = out.iterdir()
     assert "vllm_extras/sitecustomize.py" in zipfile.ZipFile(patched).namelist()
+
+
+@pytest.mark.parametrize("out", [None, "dist"])
+def test_the_out_hint_in_a_working_directory_that_cannot_be_written_works_as_printed(tmp_path, library, out):
+    """In a read-only working directory (/proc here, as a container's read-only root), ./dist fails
+    as . did: the hint names a directory that can be written, and the build works there."""
+    stock = write_wheel(tmp_path / "in")
+    env = {"TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    given = [] if out is None else ["--out", out]
+    done = run_cli("wheel", stock, "--patches", library, *given, env=env, cwd=Path("/proc"))
+    assert_clean_failure(done, 4)
+    hinted = re.search(r"such as (\S+)", " ".join(done.stderr.split()))
+    assert hinted is not None and "./dist" not in done.stderr, done.stderr
+    again = run_cli("wheel", stock, "--patches", library, "--out", hinted.group(1), env=env, cwd=Path("/proc"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(list((tmp_path / "tmp" / "dist").glob("*.whl"))) == 1

@@ -155,4 +155,7 @@ def _unshadow() -> None:
 
 if __name__ == "__main__":
     _unshadow()
-    write_answer(sys.argv[1], work(json.load(sys.stdin)))
+    asked = json.load(sys.stdin)
+    if isinstance(asked.get("first_path"), str):  # the launch's own sys.path[0], as Python puts it there
+        sys.path.insert(0, asked["first_path"])
+    write_answer(sys.argv[1], work(asked))

@@ -78,6 +78,10 @@ class LaunchCommand:
         inherited = {} if self.clean_env else {k: v for k, v in os.environ.items() if k not in self.unset}
         return {**inherited, **self.env}
 
+    def working_directory(self) -> str:
+        """The directory the launch runs in (absolute)."""
+        return os.path.abspath(os.path.join(os.getcwd(), self.cwd or os.curdir))
+
     def first_path(self) -> str | None:
         """What the launch's Python puts first on sys.path: `python -m`'s working directory, a
         script's own directory; None in safe-path mode (-P, -I, or PYTHONSAFEPATH where -E or -I
@@ -86,7 +90,7 @@ class LaunchCommand:
         ignores_environment = "E" in options or "I" in options
         if "P" in options or "I" in options or (self.environ.get("PYTHONSAFEPATH") and not ignores_environment):
             return None
-        cwd = os.path.abspath(os.path.join(os.getcwd(), self.cwd or os.curdir))
+        cwd = self.working_directory()
         if Path(self.program).name.startswith("python"):
             return cwd
         found = shutil.which(self.program, path=self.environ.get("PATH", os.defpath))

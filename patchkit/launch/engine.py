@@ -52,6 +52,7 @@ class LaunchContext:
     read_planned: Reader | None = None  # the files as the series leaves them (None: nothing to apply)
     python: str | None = None  # the target's interpreter, asked for vLLM's own answers (None: not asked)
     not_asked: str = "--no-import"  # why vLLM is not asked, when python is None
+    patched: bool = False  # the tree holds patchkit's changes, which `fetch --dest` will not overwrite
     reads: dict[str, str | None] | None = None  # when a dict: path -> sha256 of each file read (None: absent)
     _registries: dict = field(default_factory=dict)
     _answers: dict = field(default_factory=dict)
@@ -83,6 +84,9 @@ class LaunchContext:
         version = self.version or "VERSION"
         whole = hints.command("fetch", str(version), "--all", "--dest", str(self.root))
         gives = f"lay out the whole release ({whole}), or give --python PATH"
+        if self.patched:  # fetch refuses to overwrite the patched files: they go back to stock first
+            revert, apply = hints.command("revert"), hints.command("apply")
+            gives = f"give --python PATH, or lay out the whole release: {revert}, {whole}, then {apply}"
         return cannot_judge(check, f"the tree has no {path} (a tree of only the patched files?)", gives)
 
     def model_interface(self, architecture: str, function: str) -> VllmVerdict:
@@ -93,7 +97,7 @@ class LaunchContext:
             return VllmVerdict(None, f"vLLM's {function}() not asked: {self.not_asked}")
         key = (architecture, function)
         if key not in self._answers:
-            self._answers[key] = model_interface(self.python, self.command.environ, architecture, function)
+            self._answers[key] = model_interface(self.python, self.command, architecture, function)
         return self._answers[key]
 
     def requirements(self, kind: str) -> list:

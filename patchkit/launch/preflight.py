@@ -84,11 +84,19 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
             return None
         return cannot_judge(LAUNCH_TARGET, f"{exc.message}: not compared with {resolved.target.found_by}", exc.hint)
     first_path = command.first_path()
-    own_setting = _own_import_setting(command) or bool(options) or _may_hold_vllm(first_path)
+    own_setting = (
+        _own_import_setting(command)
+        or bool(options)
+        or _may_hold_vllm(first_path)
+        or _relative_import_path(command.environ)
+    )
     if _same_venv(python, resolved.target.python) and not own_setting:
         return None  # found by this very interpreter, in patchkit's environment: the launch's
     try:
-        runs = from_interpreter(python, env=command.environ, first_path=first_path, options=options).root
+        found = from_interpreter(
+            python, env=command.environ, first_path=first_path, options=options, cwd=command.working_directory()
+        )
+        runs = found.root
     except TargetError as exc:
         return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", exc.hint)
     if _same_directory(runs, resolved.target.root):
@@ -114,6 +122,13 @@ def _own_import_setting(command: LaunchCommand) -> bool:
     PYTHON* variables and HOME (the user's site-packages), cleared or unset ones, another directory."""
     changed = [*command.env, *command.unset]
     return command.clean_env or bool(command.cwd) or any(k.startswith("PYTHON") or k == "HOME" for k in changed)
+
+
+def _relative_import_path(environ: dict[str, str]) -> bool:
+    """Whether PYTHONPATH has an entry Python resolves against the launch's working directory (a
+    relative or an empty one: `PYTHONPATH=.`, `/x:`): the tree imported then depends on where it runs."""
+    given = environ.get("PYTHONPATH")
+    return given is not None and any(not os.path.isabs(entry) for entry in given.split(os.pathsep))
 
 
 def _may_hold_vllm(directory: str | None) -> bool:
@@ -187,6 +202,7 @@ def preflight(
         read_planned=planned,
         python=None if no_import else resolved.target.python,
         not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
+        patched=status.state in (TreeState.APPLIED, TreeState.PARTIAL),
     )
     result.findings.extend(command_findings(context))
     if kept:

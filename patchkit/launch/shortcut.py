@@ -144,7 +144,8 @@ _SETTING_PREFIXES = ("PYTHON", "VLLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", 
 def _launch_setting(command: LaunchCommand) -> dict[str, object]:
     """What of the launch's environment and working directory its findings can depend on."""
     variables = {k: v for k, v in command.environ.items() if k.startswith(_SETTING_PREFIXES) or k == "HOME"}
-    return {"variables": variables, "first_path": command.first_path()}
+    # the directory too: relative and empty PYTHONPATH entries (and relative paths) resolve against it
+    return {"variables": variables, "first_path": command.first_path(), "cwd": command.working_directory()}
 
 
 def _refuse(value: object) -> object:

@@ -4,8 +4,6 @@ class (patchkit/_target/model_interface.py)."""
 
 from __future__ import annotations
 
-import os
-
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.tree.target import WorkerFailed, run_worker
@@ -22,7 +20,8 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
         "arguments": command.arguments,
         "serve": command.serve,
         "args": command.engine_args(),
-        "cwd": os.getcwd(),
+        "cwd": command.working_directory(),
+        "first_path": command.first_path(),
     }
     try:
         answer = run_worker(
@@ -34,6 +33,7 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
             in_process=False,
             isolated=False,
             env=command.environ,  # the launch's own: `env -i` leaves vLLM only its prefix
+            cwd=command.working_directory(),  # where relative PYTHONPATH entries point, as for the launch
         )
     except WorkerFailed as exc:
         return Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")
@@ -76,12 +76,12 @@ def _read_otherwise(command: LaunchCommand, reading: object) -> str | None:
     return "; ".join(differ) or None
 
 
-def model_interface(python: str, environ: dict[str, str], architecture: str, function: str) -> VllmVerdict:
+def model_interface(python: str, command: LaunchCommand, architecture: str, function: str) -> VllmVerdict:
     """vLLM's own `function` (e.g. supports_eagle3) on its ModelRegistry's class for `architecture`:
     patchkit/_target/model_interface.py in the target's interpreter, with the launch's whole
-    environment `environ`, under the same time limit."""
+    environment, working directory and first sys.path entry, under the same time limit."""
     asked = f"vLLM's {function}()"
-    request = {"architecture": architecture, "function": function}
+    request = {"architecture": architecture, "function": function, "first_path": command.first_path()}
     try:
         answer = run_worker(
             python,
@@ -91,7 +91,8 @@ def model_interface(python: str, environ: dict[str, str], architecture: str, fun
             doing=f" ({asked} on {architecture})",
             in_process=False,
             isolated=False,
-            env=environ,
+            env=command.environ,
+            cwd=command.working_directory(),
         )
     except WorkerFailed as exc:
         return VllmVerdict(None, f"{asked} not asked: {exc.message}")

@@ -69,12 +69,15 @@ def from_interpreter(
     env: dict[str, str] | None = None,
     first_path: str | None = None,
     options: list[str] | None = None,
+    cwd: str | None = None,
 ) -> Target:
     """Ask an interpreter where vllm is, without importing it. None: the one running patchkit. `env`:
     the environment it runs with (None: patchkit's); `first_path`: what it puts first on sys.path
     (`python -m`'s working directory, a script's own directory); `options`: the interpreter options
-    it runs with (a script's #! line: -E, -s, -I ...)."""
-    info = _probe(python, env, first_path, options or [])
+    it runs with (a script's #! line: -E, -s, -I ...); `cwd`: the directory it runs in (None: /).
+    A launch's interpreter is asked in the launch's directory: relative and empty PYTHONPATH
+    entries resolve against it, as they do for the launch."""
+    info = _probe(python, env, first_path, options or [], cwd)
     package_dir = info.get("package_dir")
     if not isinstance(package_dir, (str, type(None))) or not isinstance(info.get("version"), (str, type(None))):
         raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
@@ -94,7 +97,11 @@ def from_interpreter(
 
 
 def _probe(
-    python: str | None, env: dict[str, str] | None = None, first_path: str | None = None, options: Sequence[str] = ()
+    python: str | None,
+    env: dict[str, str] | None = None,
+    first_path: str | None = None,
+    options: Sequence[str] = (),
+    cwd: str | None = None,
 ) -> dict:
     """What `python` (None: the one running patchkit) says about its vllm: _target/locate.py."""
     # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
@@ -107,10 +114,11 @@ def _probe(
             "locate",
             request,
             timeout=60,
-            in_process=python is None and not options,
+            in_process=python is None and not options and cwd is None,
             isolated=False,
             env=env,
             options=options,
+            cwd=cwd,
         )
     except WorkerFailed as failed:
         if failed.status == 0:  # ran, exited 0, answered nothing: /bin/true, a shell script...
@@ -171,6 +179,7 @@ def run_worker(
     isolated: bool = True,
     env: dict[str, str] | None = None,
     options: Sequence[str] = (),
+    cwd: str | None = None,
 ) -> Any:
     """The answer of patchkit/_target/<worker>.py to `request` (JSON in, JSON out), computed by `python`.
 
@@ -182,16 +191,19 @@ def run_worker(
     process's whole environment (None: patchkit's; a subprocess then, never in-process). WorkerFailed (a
     TargetError) when it cannot run, times out, exits non-zero or answers nothing; `doing` finishes
     its messages ("cannot run PYTHON<doing>: ..."). `options`: interpreter options it runs with too.
+    `cwd`: the directory it runs in (None: /, and in-process allowed); a launch's, for questions
+    about what the launch imports.
     """
     module = importlib.import_module(f"patchkit._target.{worker}")
-    if in_process and env is None and not options and same_interpreter(python):
+    if in_process and env is None and not options and cwd is None and same_interpreter(python):
         return module.work(request)
     assert python is not None and module.__file__ is not None
     flags = ["-I", "-B", *options] if isolated else ["-B", *options]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
         answer = Path(scratch) / "answer.json"
         try:
-            status, stderr = _run([python, *flags, module.__file__, str(answer)], json.dumps(request), timeout, env)
+            command = [python, *flags, module.__file__, str(answer)]
+            status, stderr = _run(command, json.dumps(request), timeout, env, cwd)
         except OSError as exc:
             raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc, python)}", partial={}) from exc
         except _TimedOut:
@@ -209,7 +221,9 @@ class _TimedOut(Exception):
     """A worker past its time limit (its process group killed)."""
 
 
-def _run(command: list[str], stdin: str, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
+def _run(
+    command: list[str], stdin: str, timeout: float, env: dict[str, str] | None = None, cwd: str | None = None
+) -> tuple[int, str]:
     """(exit status, error output) of a worker process; at the timeout (_TimedOut raised) or an
     interrupt, its whole process group is killed."""
     # lazy: only a worker's run needs it (start-up of a dry run)
@@ -220,7 +234,7 @@ def _run(command: list[str], stdin: str, timeout: float, env: dict[str, str] | N
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        cwd=os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
+        cwd=cwd or os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
         start_new_session=True,  # a timeout kills its children too
         env=env,
     )

@@ -233,14 +233,14 @@ class _Output:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             self.fd = os.open(pending, flags, 0o644)
         except OSError as exc:
-            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
+            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)) from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(pending, self.temporary)
         except OSError as exc:
             os.close(self.fd)
             pending.unlink(missing_ok=True)
-            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
+            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)) from None
         for name in _remove_leftovers(out_dir):
             say(f"removed {out_dir / name}, left by an interrupted patchkit wheel")
 
@@ -303,6 +303,20 @@ def _write_error(path: Path, exc: OSError) -> TargetError:
 _LEFTOVER = re.compile(r"\.vllm-[^/]+\.whl\.patchkit-[0-9a-f]{8}\.tmp")
 
 
+def _out_hint(out_dir: Path) -> str:
+    """OUT_HINT, unless --out was the working directory or below it: . may be what cannot be
+    written then (a read-only root file system), and ./dist would fail the same way. The
+    temporary directory is one Python found writable."""
+    try:
+        here = Path.cwd()
+        inside = out_dir.absolute() == here or here in out_dir.absolute().parents
+    except OSError:  # the working directory is gone
+        inside = True
+    if not inside:
+        return OUT_HINT
+    return OUT_HINT.replace("./dist", str(Path(tempfile.gettempdir()) / "dist"))
+
+
 def _make_out_dir(out_dir: Path) -> None:
     """--out, created if missing; what is in the way (a dangling symlink, a file) named as it is."""
     try:
@@ -310,7 +324,9 @@ def _make_out_dir(out_dir: Path) -> None:
     except (FileExistsError, NotADirectoryError):
         raise _not_a_directory(out_dir, _in_the_way(out_dir)) from None
     except OSError as exc:
-        raise TargetError(f"cannot create the --out directory {out_dir}: {exc.strerror}", hint=OUT_HINT) from None
+        raise TargetError(
+            f"cannot create the --out directory {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)
+        ) from None
 
 
 def _in_the_way(out_dir: Path) -> Path:

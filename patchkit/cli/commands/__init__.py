@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from patchkit.cli.ui import UI, resolved_json, target_json
@@ -18,10 +19,12 @@ def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0) -> UI:
     return UI(fmt=fmt, quiet=quiet, verbose=verbose)
 
 
-def resolve_telling(ui: UI, opts: Options) -> Resolved:
+def resolve_telling(ui: UI, opts: Options, *, found_by: str | None = None) -> Resolved:
     """resolve(opts), telling the UI what is found on the way (the target, then its version and
-    series): a run that fails afterwards still reports them in its JSON document."""
+    series): a run that fails afterwards still reports them in its JSON document. `found_by`: how
+    the target was chosen, when not by the user's own --target or --python."""
     target = resolve_target(opts)
+    target = dataclasses.replace(target, found_by=found_by) if found_by else target
     ui.knows(target_json(target))
     resolved = resolve(opts, target=target)
     ui.knows(resolved_json(resolved))

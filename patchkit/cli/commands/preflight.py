@@ -58,14 +58,16 @@ def run_preflight(
     parser reads it, then the findings (`shortcut`: `run`'s fast path on an applied tree,
     patchkit/launch/shortcut.py)."""
     chosen = default_options(opts, launch_command)
+    # no --python was given when the tree is the command's own: its findings must not name one
+    found_by = f"the command's interpreter {chosen.python}" if chosen is not opts else None
     with hints.selected(chosen):  # its hints name the tree checked: the launch's own, by default
-        return _preflight(ui, chosen, launch_command, no_import=no_import, shortcut=shortcut)
+        return _preflight(ui, chosen, launch_command, no_import=no_import, shortcut=shortcut, found_by=found_by)
 
 
 def _preflight(
-    ui: UI, chosen: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool
+    ui: UI, chosen: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool, found_by: str | None
 ) -> PreflightResult:
-    resolved = resolve_telling(ui, chosen)
+    resolved = resolve_telling(ui, chosen, found_by=found_by)
     launch_command = read(launch_command, resolved.vllm_version)
     result = None
     if shortcut:

@@ -1,0 +1,147 @@
+"""Review 5 of the launch (preflight / run): the tree a launch imports is found as the launch finds it.
+Each test here failed on the code before its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import venv
+from pathlib import Path
+
+import pytest
+from helpers import assert_clean_failure, run_cli
+from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
+
+from patchkit.launch.command import parse
+from patchkit.launch.validation import engine_validation, model_interface
+
+
+def _venv_importing(tree: Path, root: Path) -> Path:
+    """A venv whose python imports vllm from `tree` (a .pth), with a `vllm` script run by it."""
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    (site / "applied.pth").write_text(f"{tree}\n")
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> dict[str, Path]:
+    """An applied tree that the venv's `vllm` imports, and a stock tree in the launch's directory
+    (`project/site`) that a relative or empty PYTHONPATH entry puts before it."""
+    applied, library = write_eagle3_setup(tmp_path)
+    assert run_cli("apply", "--target", applied, "--patches", library, "--no-import").returncode == 0
+    project = tmp_path / "project"
+    stock, _ = write_eagle3_setup(project)
+    return {
+        "applied": applied,
+        "library": library,
+        "project": project,
+        "stock": stock,
+        "script": _venv_importing(applied, tmp_path / "venv"),
+        "model": write_model(tmp_path / "models" / "target", DEEPSEEK_V3),
+    }
+
+
+# PYTHONPATH as the launch is given it, and the directory it runs in (under project/)
+SPELLINGS = [
+    ("site", "."),  # relative
+    ("./site", "."),
+    (".", "site"),  # the working directory itself
+    (f"{os.sep}nowhere{os.pathsep}", "site"),  # a trailing colon: an empty entry, the working directory
+    (f"{os.pathsep}{os.sep}nowhere", "site"),  # a leading empty entry
+    (f"{os.sep}nowhere{os.pathsep}{os.pathsep}{os.sep}elsewhere", "site"),  # an empty entry inside
+]
+
+
+def _launch_target(done) -> dict:
+    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "launch-target"]
+    return found
+
+
+@pytest.mark.parametrize(("pythonpath", "where"), SPELLINGS)
+@pytest.mark.parametrize("given", ["in the launch", "to patchkit"])
+def test_a_pythonpath_entry_resolved_in_the_launchs_directory_is_the_tree_judged(launch, pythonpath, where, given):
+    cwd = launch["project"] / where
+    serve = [str(launch["script"]), "serve", str(launch["model"])]
+    argv, env = (["env", f"PYTHONPATH={pythonpath}", *serve], None)
+    if given == "to patchkit":
+        argv, env = serve, {"PYTHONPATH": pythonpath}
+    patches = ["--patches", launch["library"]]
+    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv, env=env, cwd=cwd)
+    assert_clean_failure(done, 1)
+    found = _launch_target(done)
+    assert not found["ok"] and f"imports vLLM from {launch['stock']}" in found["message"], found
+    done = run_cli("run", *patches, "--", *argv, env=env, cwd=cwd)
+    assert_clean_failure(done, 1)
+    assert "not launched" in done.stderr and str(launch["stock"]) in done.stdout, done.stdout + done.stderr
+
+
+def test_an_absolute_pythonpath_to_the_applied_tree_still_passes(launch):
+    """The control: the same launch importing the applied tree is not refused."""
+    argv = ["env", f"PYTHONPATH={launch['applied']}", str(launch["script"]), "serve", str(launch["model"])]
+    patches = ["--patches", launch["library"]]
+    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv, cwd=launch["project"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "launch-target" not in {f["check"] for f in json.loads(done.stdout)["findings"]}
+
+
+def test_python_m_with_a_relative_pythonpath_judges_the_tree_it_imports(launch):
+    python = launch["script"].parent / "python"
+    module = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(launch["model"])]
+    argv = ["env", "PYTHONPATH=project/site", *module]
+    patches = ["--patches", launch["library"]]
+    cwd = launch["project"].parent
+    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv, cwd=cwd)
+    assert_clean_failure(done, 1)
+    assert str(launch["stock"]) in _launch_target(done)["message"], done.stdout
+
+
+# --- vLLM's own answers (vllm-validation, supports_eagle3()) come from the tree the launch imports ---
+
+
+def _marked_tree(root: Path, mark: str) -> Path:
+    """A vllm whose import fails saying `mark`: which tree vLLM's own questions imported."""
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text(f"raise ImportError({mark!r})\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["env", "PYTHONPATH=stock", "{script}", "serve", "m"],
+        ["env", f"PYTHONPATH={os.sep}nowhere{os.pathsep}", "{script}", "serve", "m"],
+        ["{python}", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"],  # the cwd first on sys.path
+    ],
+)
+def test_vllms_own_answers_come_from_the_tree_the_launch_imports(tmp_path, monkeypatch, argv):
+    script = _venv_importing(_marked_tree(tmp_path / "applied", "the applied tree"), tmp_path / "venv")
+    project = tmp_path / "project"
+    _marked_tree(project, "the launch's tree")
+    _marked_tree(project / "stock", "the launch's tree")
+    monkeypatch.chdir(project)
+    python = str(script.parent / "python")
+    command = parse([a.format(script=script, python=python) for a in argv])
+    validated = engine_validation(python, command)
+    assert "the launch's tree" in validated.message, validated
+    asked = model_interface(python, command, "DeepseekV3ForCausalLM", "supports_eagle3")
+    assert asked.result is None and "the launch's tree" in asked.message, asked
+
+
+# --- L2: the tree found by the command's own interpreter is not said to be found by a --python --------
+
+
+def test_the_launch_target_finding_names_no_python_option_when_none_was_given(launch):
+    argv = ["env", f"PYTHONPATH={launch['stock']}", str(launch["script"]), "serve", str(launch["model"])]
+    patches = ["--patches", launch["library"]]
+    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv)
+    assert_clean_failure(done, 1)
+    message = _launch_target(done)["message"]
+    python = launch["script"].parent / "python"
+    assert message.startswith(f"the command's interpreter {python} names vLLM in {launch['applied']}"), message
+    assert "--python" not in message, message
+    given = run_cli("preflight", *patches, "--python", python, "--format", "json", "--no-import", "--", *argv)
+    assert _launch_target(given)["message"].startswith(f"--python {python} names vLLM in"), given.stdout
