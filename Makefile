@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 # The main job on a real stock release read from the package index:
 # fetch -> status -> apply --dry-run -> apply -> verify -> revert, then prove revert is byte-identical.
 demo: $(VENV)/.installed
-	rm -rf $(DEMO_DIR)
+	rm -rf $(DEMO_DIR) $(DEMO_DIR).stock
 	$(PATCHKIT) fetch $(DEMO_VERSION) --dest $(DEMO_DIR)
 	$(PATCHKIT) status --target $(DEMO_DIR)
 	$(PATCHKIT) apply --dry-run --target $(DEMO_DIR)
@@ -31,7 +31,8 @@ demo: $(VENV)/.installed
 	$(PATCHKIT) status --target $(DEMO_DIR)
 	$(PATCHKIT) verify --target $(DEMO_DIR)
 	$(PATCHKIT) revert --target $(DEMO_DIR)
-	diff -r --exclude=.patchkit "$$($(PY) -c 'from patchkit.fetch import release_tree; print(release_tree("$(DEMO_VERSION)"))')" $(DEMO_DIR)
+	$(PATCHKIT) fetch $(DEMO_VERSION) --dest $(DEMO_DIR).stock
+	diff -r --exclude=.patchkit $(DEMO_DIR).stock $(DEMO_DIR)
 	@echo "demo: vllm $(DEMO_VERSION) patched, verified and reverted byte-for-byte"
 
 # Everything, including the tests that read real releases from the package index (marker `release`).
