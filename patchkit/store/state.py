@@ -347,8 +347,11 @@ def record_apply(
     )
 
 
+RECORD_MODE = 0o644  # the guard reads the record as whichever user runs vLLM, whatever the writer's umask
+
+
 def write_state(root: Path, state: State, *, tick: Tick) -> None:
-    durable_write(state_path(root), state.to_bytes(), tick=tick)
+    durable_write(state_path(root), state.to_bytes(), tick=tick, mode=RECORD_MODE)
 
 
 def read_state(root: Path) -> State:
