@@ -24,3 +24,30 @@ def test_a_write_under_umask_077_leaves_the_record_readable_by_others(run, tmp_p
         os.umask(old)
     assert result.exit_code == 0, result.output
     assert stat.S_IMODE(os.stat(tree / ".patchkit" / "state.json").st_mode) == 0o644
+
+
+def readable_by_others(path) -> bool:
+    mode = stat.S_IMODE(os.lstat(path).st_mode)
+    return bool(mode & 0o004) and (not path.is_dir() or bool(mode & 0o001))
+
+
+def test_an_apply_under_umask_077_adds_only_files_and_directories_others_can_read(run, tmp_path, scratch):
+    """The guard's module and dist-info, a created package and .patchkit/ itself are read by the user
+    vLLM runs as (review 5 M2: under umask 077 they were 0600/0700, so that user's vLLM never loaded
+    the guard while status said ok)."""
+    tree = write_tree(tmp_path / "site")
+    before = {p for p in tree.rglob("*")}
+    patch = scratch / "adds.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/newpkg/sub/mod.py": "VALUE = 1\n"}))
+    old = os.umask(0o077)
+    try:
+        result = run("apply", "--target", tree, "--patch", patch)
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    added = {p for p in tree.rglob("*") if p not in before and "objects" not in p.parts and p.name != "lock"}
+    names = {p.relative_to(tree).as_posix() for p in added}
+    assert {"vllm/newpkg/sub/mod.py", "patchkit_guard.py", ".patchkit/state.json"} <= names, names
+    assert any(n.startswith("patchkit_guard-") and n.endswith(".dist-info") for n in names), names
+    unreadable = sorted(p.relative_to(tree).as_posix() for p in added if not readable_by_others(p))
+    assert unreadable == []

@@ -72,6 +72,10 @@ if TYPE_CHECKING:  # pragma: no cover
 LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
 
+# A file or directory patchkit adds to a tree (the guard's among them) is read by whichever user runs
+# vLLM: its mode is set, not left to the umask of the patchkit run (review 5 M2).
+NEW_FILE_MODE, NEW_DIR_MODE = 0o644, 0o755
+
 
 @dataclass(frozen=True)
 class FileWrite:
@@ -178,7 +182,7 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
     def prepare() -> None:  # again after a revert removed .patchkit/ while this one waited
         check_meta_dir(root)  # a symlinked .patchkit/ or lock would take the lock file elsewhere
         try:
-            meta.mkdir(exist_ok=True)
+            make_readable_dir(meta)
         except OSError as exc:
             raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
 
@@ -630,7 +634,7 @@ def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
         save_original(root, entry["before"], w.before, root / w.path, w.origin, tick=_tick)
     for rel in entry["created_dirs"]:
         _faults.tick()
-        (root / rel).mkdir(exist_ok=True)
+        make_readable_dir(root / rel)
     if w.after is None:
         return None
     _faults.tick()
@@ -735,7 +739,7 @@ class _Undoing:
     def put_original_back(self, entry: dict) -> None:
         for rel in entry.get("removed_dirs", []):
             _faults.tick()
-            (self.root / rel).mkdir(exist_ok=True)
+            make_readable_dir(self.root / rel)
         digest = entry["before"]
         self.uses[digest] -= 1
         last_use = not self.uses[digest] and digest not in self.keep
@@ -783,9 +787,20 @@ def _write_file(path: Path, data: bytes, mode: int | None) -> Origin:
         while done < len(view):  # the rest (all of a small file) through the page cache
             done += os.write(fh.fileno(), view[done:])
         os.fsync(fh.fileno())
-        if mode is not None:
-            os.fchmod(fh.fileno(), mode & PERMISSIONS)
+        os.fchmod(fh.fileno(), (NEW_FILE_MODE if mode is None else mode) & PERMISSIONS)
         return Origin.of(os.fstat(fh.fileno()))
+
+
+def make_readable_dir(path: Path) -> None:
+    """A directory patchkit creates in a tree is readable by the user vLLM runs as, whatever
+    patchkit's umask (an existing one is left as it is)."""
+    try:
+        path.mkdir()
+    except FileExistsError:
+        if path.is_dir():
+            return
+        raise
+    os.chmod(path, NEW_DIR_MODE)
 
 
 # From 16 MiB a content goes past the page cache (O_DIRECT, from an 8 MiB page-aligned buffer): a
