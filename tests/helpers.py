@@ -473,3 +473,18 @@ def on_a_terminal(
         drawn += chunk
     os.close(main)
     return process.wait(timeout=300), drawn
+
+
+def file_member(name: str) -> zipfile.ZipInfo:
+    """A zip member header for a plain 0644 file (a wheel's extra members)."""
+    info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
+    info.external_attr = 0o100644 << 16
+    return info
+
+
+def spec_library(tmp_path: Path) -> Path:
+    """A library whose 0.16.0 series adds "deepseek" to spec.py's list."""
+    tree = write_tree(tmp_path / "stock")
+    return write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )

@@ -6,22 +6,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, write_library, write_tree, write_wheel
+from helpers import (
+    assert_clean_failure,
+    file_member,
+    run_cli,
+    spec_library,
+    write_wheel,
+)
 
 
 @pytest.fixture
 def library(tmp_path) -> Path:
-    """A library whose 0.16.0 series adds "deepseek" to spec.py's list."""
-    tree = write_tree(tmp_path / "stock")
-    return write_library(
-        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
-    )
-
-
-def _info(name: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
-    info.external_attr = 0o100644 << 16
-    return info
+    return spec_library(tmp_path)
 
 
 def _nothing_written(done, out: Path, code: int) -> None:
@@ -49,7 +45,7 @@ def _nothing_written(done, out: Path, code: int) -> None:
     ],
 )
 def test_a_data_member_that_installs_a_vllm_module_onto_sys_path_is_refused(tmp_path, library, name):
-    stock = write_wheel(tmp_path / "in", extra=[(_info(name), b"print('stock copy')\n")])
+    stock = write_wheel(tmp_path / "in", extra=[(file_member(name), b"print('stock copy')\n")])
     out = tmp_path / "out"
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     _nothing_written(done, out, 2)
@@ -66,7 +62,7 @@ def test_a_data_member_that_installs_a_vllm_module_onto_sys_path_is_refused(tmp_
     ],
 )
 def test_a_data_member_that_installs_no_vllm_module_is_kept(tmp_path, library, name):
-    stock = write_wheel(tmp_path / "in", extra=[(_info(name), b"data\n")])
+    stock = write_wheel(tmp_path / "in", extra=[(file_member(name), b"data\n")])
     out = tmp_path / "out"
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -77,7 +73,7 @@ def test_a_data_member_that_installs_no_vllm_module_is_kept(tmp_path, library, n
 def test_a_long_member_name_is_shortened_in_the_message(tmp_path, library):
     """A member name may be 1,024 bytes: the message shows its start and its end, cut with …"""
     name = "vllm-0.16.0.data/purelib/vllm/" + "/".join(["d" * 60] * 12) + "/spec.py"
-    stock = write_wheel(tmp_path / "in", extra=[(_info(name), b"x = 1\n")])
+    stock = write_wheel(tmp_path / "in", extra=[(file_member(name), b"x = 1\n")])
     out = tmp_path / "out"
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     _nothing_written(done, out, 2)
@@ -259,7 +255,7 @@ def test_a_member_that_installs_a_pth_file_into_site_packages_is_refused(tmp_pat
     """A .pth file runs at every start of Python (`import sys; sys.path.insert(0, ...)`): it could
     put another vllm ahead of the patched one. The class of the .data finding: refused, named."""
     line = b"import sys; sys.path.insert(0, '/elsewhere')\n"
-    stock = write_wheel(tmp_path / "in", extra=[(_info(name), line)])
+    stock = write_wheel(tmp_path / "in", extra=[(file_member(name), line)])
     out = tmp_path / "out"
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     _nothing_written(done, out, 2)
@@ -267,6 +263,6 @@ def test_a_member_that_installs_a_pth_file_into_site_packages_is_refused(tmp_pat
 
 
 def test_a_pth_file_outside_site_packages_is_kept(tmp_path, library):
-    stock = write_wheel(tmp_path / "in", extra=[(_info("vllm-0.16.0.data/data/share/vllm/notes.pth"), b"x\n")])
+    stock = write_wheel(tmp_path / "in", extra=[(file_member("vllm-0.16.0.data/data/share/vllm/notes.pth"), b"x\n")])
     done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -9,22 +9,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, write_library, write_tree, write_wheel
+from helpers import (
+    assert_clean_failure,
+    file_member,
+    run_cli,
+    spec_library,
+    write_wheel,
+)
 
 
 @pytest.fixture
 def library(tmp_path) -> Path:
-    """A library whose 0.16.0 series adds "deepseek" to spec.py's list."""
-    tree = write_tree(tmp_path / "stock")
-    return write_library(
-        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
-    )
-
-
-def _info(name: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))
-    info.external_attr = 0o100644 << 16
-    return info
+    return spec_library(tmp_path)
 
 
 def _zip_with_vllm() -> bytes:
@@ -36,7 +32,7 @@ def _zip_with_vllm() -> bytes:
 
 
 def _build(tmp_path: Path, library: Path, name: str, data: bytes):
-    stock = write_wheel(tmp_path / "in", extra=[(_info(name), data)])
+    stock = write_wheel(tmp_path / "in", extra=[(file_member(name), data)])
     out = tmp_path / "out"
     return run_cli("wheel", stock, "--out", out, "--patches", library), out
 
