@@ -26,14 +26,10 @@ _SELECTION: ContextVar[Options | None] = ContextVar("patchkit_selection", defaul
 # What each command takes of the selection (cli/commands: target_options(without=...)); a verb not
 # listed takes none of it (fetch, list, wheel...).
 _TREE = ("target_dir", "python")
+_SET = (*_TREE, "vllm_version", "library", "set_name")
 _TAKES: dict[str, tuple[str, ...]] = {
-    "status": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
-    "apply": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
-    "verify": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
-    "revert": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
-    "preflight": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
-    "run": (*_TREE, "vllm_version", "library", "set_name", "adhoc"),
-    "diff": (*_TREE, "vllm_version", "library", "set_name"),
+    **{verb: (*_SET, "adhoc") for verb in ("status", "apply", "verify", "revert", "preflight", "run")},
+    "diff": _SET,
     "recover": _TREE,
     "fetch": ("library", "set_name"),  # which files a set needs
     "list": ("library",),
@@ -45,6 +41,14 @@ _FLAGS = {
     "library": "--patches",
     "set_name": "--set",
 }
+
+
+def _one(value: object) -> str | None:
+    """An option's single value: verify's repeated --vllm-version (a tuple) names one release only
+    when it holds one."""
+    if isinstance(value, tuple):
+        return value[0] if len(value) == 1 else None
+    return value if isinstance(value, str) else None
 
 
 @contextmanager
@@ -70,9 +74,7 @@ def command(verb: str, *args: str, chosen: Options | None = None) -> str:
     words = ["patchkit", *verb.split()]
     takes = _TAKES.get(verb.split()[0], ())
     for field, flag in _FLAGS.items():
-        value = getattr(selection, field)
-        if isinstance(value, tuple):  # verify's repeated --vllm-version names releases: one is the version
-            value = value[0] if len(value) == 1 else None
+        value = _one(getattr(selection, field))
         if field in takes and value:
             words += [flag, value]
     if "adhoc" in takes:
@@ -110,10 +112,7 @@ def pip_reinstall(version: object | None) -> str:
     by the tree's interpreter when the user named it (--python), else `python -m pip` with a word
     on which one."""
     python = current().python
-    given = current().vllm_version
-    if isinstance(given, tuple):  # verify's repeated --vllm-version: one release, or none said here
-        given = given[0] if len(given) == 1 else None
-    release = version or given or "VERSION"
+    release = version or _one(current().vllm_version) or "VERSION"
     words = [python or "python", "-m", "pip", "install", "--force-reinstall", "--no-deps", f"vllm=={release}"]
     text = "`" + shlex.join(words) + "`"
     return text if python else f"{text} (with the Python of that environment)"
