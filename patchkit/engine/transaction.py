@@ -54,6 +54,8 @@ from patchkit.store.objects import objects_dir, prune_objects, read_object, save
 from patchkit.store.state import (
     GUARD_PATH,
     PERMISSIONS,
+    READABLE_DIR_MODE,
+    READABLE_FILE_MODE,
     State,
     check_meta_dir,
     checked_path,
@@ -71,10 +73,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
-
-# A file or directory patchkit adds to a tree (the guard's among them) is read by whichever user runs
-# vLLM: its mode is set, not left to the umask of the patchkit run (review 5 M2).
-NEW_FILE_MODE, NEW_DIR_MODE = 0o644, 0o755
 
 
 @dataclass(frozen=True)
@@ -787,7 +785,7 @@ def _write_file(path: Path, data: bytes, mode: int | None) -> Origin:
         while done < len(view):  # the rest (all of a small file) through the page cache
             done += os.write(fh.fileno(), view[done:])
         os.fsync(fh.fileno())
-        os.fchmod(fh.fileno(), (NEW_FILE_MODE if mode is None else mode) & PERMISSIONS)
+        os.fchmod(fh.fileno(), (READABLE_FILE_MODE if mode is None else mode) & PERMISSIONS)
         return Origin.of(os.fstat(fh.fileno()))
 
 
@@ -800,7 +798,7 @@ def make_readable_dir(path: Path) -> None:
         if path.is_dir():
             return
         raise
-    os.chmod(path, NEW_DIR_MODE)
+    os.chmod(path, READABLE_DIR_MODE)
 
 
 # From 16 MiB a content goes past the page cache (O_DIRECT, from an 8 MiB page-aligned buffer): a

@@ -347,11 +347,13 @@ def record_apply(
     )
 
 
-RECORD_MODE = 0o644  # the guard reads the record as whichever user runs vLLM, whatever the writer's umask
+# What patchkit writes into a tree (the record, the guard, the files it adds) is read by whichever user
+# runs vLLM: its mode is set, whatever the umask of the patchkit run.
+READABLE_FILE_MODE, READABLE_DIR_MODE = 0o644, 0o755
 
 
 def write_state(root: Path, state: State, *, tick: Tick) -> None:
-    durable_write(state_path(root), state.to_bytes(), tick=tick, mode=RECORD_MODE)
+    durable_write(state_path(root), state.to_bytes(), tick=tick, mode=READABLE_FILE_MODE)
 
 
 def read_state(root: Path) -> State:
