@@ -27,9 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 HASHES = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"})
 
 
-def parse_record(
-    data: bytes, only: Collection[str] | None = None, *, once: bool = False
-) -> dict[str, tuple[str, str]]:
+def parse_record(data: bytes, only: Collection[str] | None = None, *, once: bool = False) -> dict[str, tuple[str, str]]:
     """RECORD rows as ``{path: (hash, size)}``; with `only`, just the rows of those paths (a check
     of a few files need not build vLLM's ~5,000 rows: csv reads them all in C, the rest is Python).
     `once`: a path listed twice is malformed (a wheel's RECORD: which row would an installer
