@@ -113,6 +113,18 @@ def test_an_edited_sidecar_is_not_believed_the_index_is(server, cache, published
         assert stock_wheel(VERSION) == first
 
 
+@pytest.mark.parametrize("damage", ["truncated", "unsealed"])
+def test_a_sidecar_not_believed_is_warned_about_once(server, cache, published, damage):
+    # review 5 L1: the cache is read before the lock and again under it, and each reading warned
+    sidecar = stock_wheel(VERSION).parent / f"{NATIVE}.json"
+    record = json.loads(sidecar.read_text())
+    record.pop("seal")
+    sidecar.write_text(sidecar.read_text()[:40] if damage == "truncated" else json.dumps(record))
+    warnings: list[str] = []
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == published[NATIVE]
+    assert len(warnings) == 1 and "checking the wheel against the index" in warnings[0], warnings
+
+
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
 def test_a_sidecar_that_is_no_file_costs_the_intact_wheel_nothing(server, cache, published, tmp_path, kind):
     first = stock_wheel(VERSION)

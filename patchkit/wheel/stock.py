@@ -95,7 +95,7 @@ def checked_stock_wheel(
     next holds the file it opened to it (a file replaced in between is not the one checked)."""
     ver = normalize_version(version)
     say = say or (lambda _message: None)
-    warn = warn or say
+    warn = _once(warn or say)  # the cache is read twice (before the lock and under it): one warning each
     priority = tag_priority(platform)
     root = wheels_root(ver, warn)
     cached = _best_cached(root, ver, priority, warn)
@@ -108,6 +108,18 @@ def checked_stock_wheel(
     with _lock(root, ver, say):
         cached = _best_cached(root, ver, priority, warn)  # another process may have fetched it meanwhile
         return cached if cached is not None else _download(root, ver, priority, platform, say, on_bytes)
+
+
+def _once(warn: Progress) -> Progress:
+    """`warn`, saying each message once."""
+    said: set[str] = set()
+
+    def once(message: str) -> None:
+        if message not in said:
+            said.add(message)
+            warn(message)
+
+    return once
 
 
 # --------------------------------------------------------------------------- which wheel
