@@ -275,7 +275,7 @@ def _recorded_writes(root: Path, state: State | None) -> dict[str, list[Write]]:
     """path -> (before, after) sha256 of what patchkit recorded writing there (in `state`, the
     record the command read; None: read here)."""
     try:
-        entries = (state or read_state(root)).entries
+        entries = (state if state is not None else read_state(root)).entries
     except BadInput:
         return {}
     writes: dict[str, list[Write]] = {}

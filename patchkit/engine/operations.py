@@ -37,10 +37,12 @@ from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import (
     STOPS_EVERY_LAUNCH,
     install_changes,
+    make_readable,
     own_unrecorded,
     removal_changes,
     remove_empty_cache,
     replaced_files,
+    unreadable_by_others,
 )
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -184,6 +186,7 @@ class _Applying:
     guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
     guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
     state: State = field(default_factory=lambda: State([]))  # the tree's record, read once (see run)
+    made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -202,6 +205,7 @@ class _Applying:
         which holds for the whole apply: every phase works on it."""
         root = self.resolved.target.root
         self.state = state
+        self.open_to_others(dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for note in self.stale.values():
             self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
@@ -229,6 +233,17 @@ class _Applying:
         if stock.outcome != Outcome.DRY_RUN:
             return stock
         return self.check_then_write(plan, stock, dry_run=dry_run)
+
+    def open_to_others(self, *, dry_run: bool) -> None:
+        """Make readable what an older patchkit wrote under a strict umask (0600) and the guard
+        reads at every launch: another user's vLLM is refused (or runs unguarded) otherwise."""
+        root = self.resolved.target.root
+        state = self.state
+        closed = [rel for rel, _mode in unreadable_by_others(root, state)] if dry_run else make_readable(root, state)
+        if closed:
+            self.made_readable = closed
+            verb = "would make" if dry_run else "made"
+            self.warn(f"{verb} {', '.join(closed)} readable by other users (the launch guard reads them)")
 
     def check_then_write(self, plan: Plan, stock: ApplyResult, *, dry_run: bool) -> ApplyResult:
         """The checks on the planned contents, which end a dry run as they would end apply."""
@@ -284,6 +299,10 @@ class _Applying:
         settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
         stale files are touched)."""
         message = "already applied: nothing to do"
+        if self.made_readable:
+            message = (
+                f"already applied; {len(self.made_readable)} file(s) {'would be ' if dry_run else ''}made readable"
+            )
         if self.settle_record(dry_run=dry_run):
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
