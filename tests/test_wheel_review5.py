@@ -129,3 +129,21 @@ def test_the_out_hint_in_a_working_directory_that_cannot_be_written_works_as_pri
     again = run_cli("wheel", stock, "--patches", library, "--out", hinted.group(1), env=env, cwd=Path("/proc"))
     assert again.returncode == 0, again.stdout + again.stderr
     assert len(list((tmp_path / "tmp" / "dist").glob("*.whl"))) == 1
+
+
+@pytest.mark.parametrize("path", ["vllm/config/spec.py", "vllm/models/model.py"])  # patched, unchanged
+@pytest.mark.parametrize("bogus_first", [False, True])
+def test_a_record_that_lists_a_file_twice_is_refused_as_malformed(tmp_path, library, path, bogus_first):
+    # review 5 L2: the last row won: stock then bogus blamed the stock file (exit 1), bogus then stock built
+    stock = write_wheel(tmp_path / "in")
+    with zipfile.ZipFile(stock) as zf:
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+    bogus = f"{path},sha256=dHdvIHJvd3Mgb2YgdGhlIHNhbWUgZmlsZQ,17\n".encode()
+    with zipfile.ZipFile(stock, "w", zipfile.ZIP_DEFLATED) as zf:
+        for info, data in members:
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = bogus + data if bogus_first else data + bogus
+            zf.writestr(info, data)
+    done, out = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library), tmp_path / "out"
+    _refused(done, out)
+    assert f"the RECORD lists {path} twice" in done.stderr, done.stderr

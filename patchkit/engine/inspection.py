@@ -19,7 +19,7 @@ from patchkit.checks import CheckContext
 from patchkit.checks.integrity import installed_record
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
-from patchkit.engine.guard import UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
+from patchkit.engine.guard import OTHERS_CANNOT_READ, UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
 from patchkit.store.state import Entry, State, read_state
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,6 +86,8 @@ class TreeStatus:
             return first + (replace_fix().removeprefix("run ") if first else replace_fix())
         if self.drifted:
             return f"run {hints.command('revert', '--force')} (it keeps a copy of the edits), then {hints.command('apply')}"
+        if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
+            return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
         return f"run {hints.command('apply')} (it records the tree as it is, or drops what no longer applies)"
 
     @property

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit._target.guard import installed_vllm_version
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
@@ -37,10 +36,13 @@ from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import (
     STOPS_EVERY_LAUNCH,
     install_changes,
+    installed_vllm_version,
+    make_readable,
     own_unrecorded,
     removal_changes,
     remove_empty_cache,
     replaced_files,
+    unreadable_by_others,
 )
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -182,6 +184,7 @@ class _Applying:
     guard_installed: bool = False  # this apply wrote the launch guard
     guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
     guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
+    made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -198,6 +201,7 @@ class _Applying:
     def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
         root = self.resolved.target.root
         state = read_state(root)
+        self.open_to_others(dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for note in self.stale.values():
             self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
@@ -225,6 +229,16 @@ class _Applying:
         if stock.outcome != Outcome.DRY_RUN:
             return stock
         return self.check_then_write(plan, stock, dry_run=dry_run)
+
+    def open_to_others(self, *, dry_run: bool) -> None:
+        """Make readable what an older patchkit wrote under a strict umask (0600) and the guard
+        reads at every launch: another user's vLLM is refused (or runs unguarded) otherwise."""
+        root = self.resolved.target.root
+        closed = [rel for rel, _mode in unreadable_by_others(root)] if dry_run else make_readable(root)
+        if closed:
+            self.made_readable = closed
+            verb = "would make" if dry_run else "made"
+            self.warn(f"{verb} {', '.join(closed)} readable by other users (the launch guard reads them)")
 
     def check_then_write(self, plan: Plan, stock: ApplyResult, *, dry_run: bool) -> ApplyResult:
         """The checks on the planned contents, which end a dry run as they would end apply."""
@@ -280,6 +294,10 @@ class _Applying:
         settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
         stale files are touched)."""
         message = "already applied: nothing to do"
+        if self.made_readable:
+            message = (
+                f"already applied; {len(self.made_readable)} file(s) {'would be ' if dry_run else ''}made readable"
+            )
         if self.settle_record(dry_run=dry_run):
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
@@ -473,7 +491,7 @@ def _guarded_wheel(root: Path, state: State) -> str | None:
     when it came from a patched wheel; else none (the guard then goes by the entries)."""
     if not state.guard or state.entries or not has_provenance(root):
         return None
-    return installed_vllm_version(str(root))
+    return installed_vllm_version(root)
 
 
 def _without_stale(root: Path, version: Version | None) -> tuple[State, dict[str, str], Changes, list[str]]:
@@ -483,7 +501,7 @@ def _without_stale(root: Path, version: Version | None) -> tuple[State, dict[str
     since patchkit wrote it)."""
     state = read_state(root)
     stale = stale_entries(root, state, version)
-    installed = installed_vllm_version(str(root))
+    installed = installed_vllm_version(root)
     if state.wheel and state.wheel != installed:
         stale[f"the patched wheel {state.wheel}"] = f"vLLM {installed} replaced the patched wheel"
         state = state.with_wheel(None)

@@ -181,8 +181,8 @@ def preflight(
     try:
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
-        result.missing.append(exc)
-        result.findings.append(Finding(MODELS, False, exc.message, exc.hint))
+        result.missing.insert(0, exc)  # after the drafter _models still looked for: every model missing is named
+        result.findings += [Finding(MODELS, False, missing.message, missing.hint) for missing in result.missing]
         return result
     result.command = command
     result.findings += [Finding(MODELS, False, exc.message, exc.hint) for exc in result.missing]
@@ -237,8 +237,13 @@ def _models(
     # vLLM's order: offline, EngineArgs takes MODEL (and the tokenizer) as a path or a cached snapshot
     # first; the speculators check reads that model's own config.json; then each ModelConfig
     # redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
-    model = _engine_model(command, revision)
-    own = resolve_model(model, environ, role="model", revision=revision, config_format=config_format)
+    try:
+        model = _engine_model(command, revision)
+        own = resolve_model(model, environ, role="model", revision=revision, config_format=config_format)
+    except TargetError:
+        if missing is not None:  # a drafter found nowhere too is said in the same run
+            _spec_drafter(command, missing, config_format)
+        raise
     served = speculator(own)
     served_name = served.verifier if served is not None else model
     name = redirected(served_name, environ, command.cwd)
@@ -262,15 +267,19 @@ def _models(
             f"the {served.speculative_config['method']} drafter (the command's --speculative-config is dropped)"
         )
         return with_overrides(target, command.hf_overrides), own_drafter, Finding(COMMAND, True, note), command
-    spec = command.speculative_config or {}
-    drafter_name = spec.get("model")
-    drafter = (
-        _found(missing, drafter_name, command, _text(spec.get("revision")), config_format)
-        if isinstance(drafter_name, str) and drafter_name  # another value: the speculative-config finding
-        else None
-    )
+    drafter = _spec_drafter(command, missing, config_format)
     drafter = drafter_config(drafter) if drafter is not None else None
     return with_overrides(target, command.hf_overrides), drafter, None, command
+
+
+def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, config_format: str) -> ModelConfig | None:
+    """The config of --speculative-config's drafter model, None when it names none or (added to
+    `missing`) it is found nowhere."""
+    spec = command.speculative_config or {}
+    drafter_name = spec.get("model")
+    if not isinstance(drafter_name, str) or not drafter_name:  # another value: the speculative-config finding
+        return None
+    return _found(missing, drafter_name, command, _text(spec.get("revision")), config_format)
 
 
 def _found(
