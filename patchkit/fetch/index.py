@@ -142,8 +142,7 @@ def no_project_error(settings: PipSettings, errors: list[str]) -> FetchError:
         answers = [e for e in errors if "skipped (not http/https)" not in e]
         asked = f"no package index had {PROJECT} ({'; '.join(answers)}); pip is also" if answers else "pip is"
         return IndexNotRead(
-            f"{asked} configured with {'; '.join(unread)}, which patchkit does not read (it asks http(s) "
-            "indexes only)",
+            f"{asked} configured with {'; '.join(unread)}, which patchkit does not read (it asks http(s) indexes only)",
             hint="name an http(s) index in PIP_INDEX_URL for this command"
             + (", with PIP_NO_INDEX= (empty)" if settings.no_index else ""),
         )
