@@ -6,8 +6,10 @@
    trees fetched with patchkit's own fetcher): the plan and apply's checks on the planned contents,
    vs the standard tools doing that work in turn, `git apply --check`, then `python -m compileall
    -q -f` and `pyflakes` on the .py files the diff changes; each pair run alternately (2N+1 runs
-   each), the wall time and the CPU time (goal: <= 1.5x their sum). Also (`eagle3-dry-run`) the
-   eagle3 set's dry run on a stock 0.16.0 tree (goal: <= 0.5 s); each row names the load average.
+   each), the wall time and the CPU time of the same runs (goal: <= 1.5x their sum); warm (the
+   checks' verdicts remembered from an earlier run) and cold (an empty PATCHKIT_CACHE_DIR each run,
+   emptied untimed). Also (`eagle3-dry-run`) the eagle3 set's dry run on a stock 0.16.0 tree, cold
+   (goal: <= 0.5 s); each row names the load average.
 2. `patchkit --help` start-up vs a bare `python -c pass` (goal: <= 0.25 s).
 3. `patchkit apply` of an ad-hoc diff (the eagle3 series as --patch files) on a stock 0.16.0 tree
    vs `git apply` of the same diffs (goal: <= 1 s).
@@ -59,6 +61,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -97,38 +100,46 @@ def run_once(cmd: list[str], cwd: Path | None = None, output: Path | None = None
     return took
 
 
-def timed(cmd: list[str], runs: int, cwd: Path | None = None, between=None) -> float:
-    """Median wall time of `runs` runs; `between` restores state after each run."""
+def timed(cmd: list[str], runs: int, cwd: Path | None = None, between=None, before=None) -> float:
+    """Median wall time of `runs` runs; `before` prepares each run and `between` restores state
+    after it, both untimed."""
     times = []
     for _ in range(runs):
+        if before:
+            before()
         times.append(run_once(cmd, cwd))
         if between:
             between()
     return statistics.median(times)
 
 
-def timed_pair(
-    ours: list[str], reference: list[str], runs: int, cwd: Path | None = None, output: Path | None = None
-) -> tuple[float, float]:
-    """Medians of `runs` runs of each command, alternating, so that both see the same machine:
-    on a shared machine the speed drifts by tens of percent within a minute."""
-    pairs = [(run_once(reference, cwd, output), run_once(ours, cwd, output)) for _ in range(runs)]
-    return statistics.median(o for _, o in pairs), statistics.median(r for r, _ in pairs)
+def measured_pair(
+    ours: list[str], reference: list[str], runs: int, cwd: Path | None = None, before=None
+) -> tuple[float, float, float, float]:
+    """Medians of the wall and the CPU time (user + system) of each command over `runs` runs, the
+    two run alternately, so that both see the same machine: on a shared machine the speed drifts by
+    tens of percent within a minute, and on a loaded one the wall time is partly waiting for a core
+    (the CPU time much less so). `before` runs untimed before each run of ours (an empty cache).
+    Returns ours' wall, the reference's wall, ours' CPU, the reference's CPU."""
+    pairs = []
+    for _ in range(runs):
+        reference_took = cpu_and_wall(reference, cwd)
+        if before:
+            before()
+        pairs.append((cpu_and_wall(ours, cwd), reference_took))
+    return (
+        statistics.median(o[1] for o, _ in pairs),
+        statistics.median(r[1] for _, r in pairs),
+        statistics.median(o[0] for o, _ in pairs),
+        statistics.median(r[0] for _, r in pairs),
+    )
 
 
-def cpu_pair(ours: list[str], reference: list[str], runs: int, cwd: Path | None = None) -> tuple[float, float]:
-    """Medians of the CPU time (user + system) of each command, run alternately: on a loaded
-    machine the wall time is partly waiting for a core, the CPU time much less so."""
-    import resource
-
-    def cpu(cmd: list[str]) -> float:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        run_once(cmd, cwd)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-
-    pairs = [(cpu(reference), cpu(ours)) for _ in range(runs)]
-    return statistics.median(o for _, o in pairs), statistics.median(r for r, _ in pairs)
+def cpu_and_wall(cmd: list[str], cwd: Path | None) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = run_once(cmd, cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
 
 
 def release_diff(old: Path, new: Path, work: Path) -> Path:
@@ -243,18 +254,23 @@ def dry_run_rows(work: Path, runs: int) -> list[str]:
     named = f"git apply --check + compileall + pyflakes ({len(changed)} .py)"
     quiet = [*PATCHKIT, "apply", "--dry-run", "--target", str(site), "--patch", str(diff), "-q"]
     load = os.getloadavg()[0]
-    ours, tools_took = timed_pair(quiet, reference, runs * 2 + 1, cwd=site)
-    rows = [row(f"apply --dry-run -q (plan + checks), {what}; load {load:.1f}", ours, tools_took, named, "≤ 1.5x")]
-    ours, tools_took = cpu_pair(quiet, reference, runs * 2 + 1, cwd=site)
-    rows.append(row("the same, CPU time (user + system)", ours, tools_took, named, "≤ 1.5x"))
-    # The checks' verdicts are remembered across runs (checks/remembered.py, the pyflakes cache):
-    # above, every run after the first takes them from the cache. Cold: an empty cache each run.
+    wall, tools_wall, cpu, tools_cpu = measured_pair(quiet, reference, runs * 2 + 1, cwd=site)
+    rows = [
+        row(f"apply --dry-run -q (plan + checks), warm, {what}; load {load:.1f}", wall, tools_wall, named, "≤ 1.5x"),
+        row("the same, warm, CPU time (user + system)", cpu, tools_cpu, named, "≤ 1.5x"),
+    ]
+    # Warm, the checks' verdicts are remembered across runs (checks/remembered.py, the pyflakes
+    # cache): every run after the first takes them from the cache. Cold: none remembered, as the
+    # reference remembers none: each run of ours gets a new, empty PATCHKIT_CACHE_DIR, emptied
+    # before the run, untimed (both sides: files in the page cache, their code's bytecode compiled).
     cold = work / "cold-verdicts"
-    fresh = f"rm -rf {cold} && PATCHKIT_CACHE_DIR={cold} exec {' '.join(quiet)}"
-    ours, tools_took = timed_pair(["sh", "-c", fresh], reference, runs * 2 + 1, cwd=site)
-    rows.append(row("the same, an empty cache each run (no verdict remembered)", ours, tools_took, named, "≤ 1.5x"))
-    ours, tools_took = cpu_pair(["sh", "-c", fresh], reference, runs * 2 + 1, cwd=site)
-    rows.append(row("the same, empty cache, CPU time", ours, tools_took, named, "≤ 1.5x"))
+    fresh = ["env", f"PATCHKIT_CACHE_DIR={cold}", *quiet]
+    load = os.getloadavg()[0]
+    wall, tools_wall, cpu, tools_cpu = measured_pair(
+        fresh, reference, runs * 2 + 1, cwd=site, before=lambda: shutil.rmtree(cold, ignore_errors=True)
+    )
+    rows.append(row(f"the same, cold (an empty cache each run); load {load:.1f}", wall, tools_wall, named, "≤ 1.5x"))
+    rows.append(row("the same, cold, CPU time (user + system)", cpu, tools_cpu, named, "≤ 1.5x"))
     return rows
 
 
@@ -274,8 +290,9 @@ def eagle3_dry_run_row(work: Path, runs: int) -> str:
     site = stock_0_16(work)
     load = os.getloadavg()[0]
     cold = work / "cold-verdicts-eagle3"
-    dry_run = f"rm -rf {cold} && PATCHKIT_CACHE_DIR={cold} exec {' '.join(PATCHKIT)} apply --dry-run -q --target {site}"
-    ours = timed(["sh", "-c", dry_run], runs * 2 + 1)  # an empty cache: no verdict remembered
+    dry_run = ["env", f"PATCHKIT_CACHE_DIR={cold}", *PATCHKIT, "apply", "--dry-run", "-q", "--target", str(site)]
+    # an empty cache each run (no verdict remembered), emptied untimed
+    ours = timed(dry_run, runs * 2 + 1, before=lambda: shutil.rmtree(cold, ignore_errors=True))
     bare = timed([sys.executable, "-c", "pass"], runs * 2 + 1)
     return row(
         f"apply --dry-run -q, eagle3 on stock 0.16.0 (plan + checks, empty cache); load {load:.1f}",
@@ -493,7 +510,6 @@ def run_row(work: Path, runs: int) -> str:
 
 def _timed_env(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[float, float]:
     """Wall time and CPU time (user + system, the command and what it ran) of one run."""
-    import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -686,7 +702,6 @@ def wheel_row(work: Path, runs: int, megabytes: int) -> str:
 
 
 def real_wheel_rows(work: Path, runs: int) -> list[str]:
-    import resource
 
     from patchkit.wheel.stock import stock_wheel
 

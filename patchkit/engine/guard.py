@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import __version__
-from patchkit._target.guard import TreeChanged, find_problems, installed_vllm_version
+from patchkit._target import guard as target_guard
+from patchkit._target.guard import TreeChanged, find_problems
 from patchkit.base import hints
-from patchkit.base.errors import PatchkitError
+from patchkit.base.errors import PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.store.state import META_DIR, State, read_state, state_path
@@ -85,6 +86,18 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 STOPS_EVERY_LAUNCH = "it would stop every launch"
 
 
+def installed_vllm_version(root: Path) -> str | None:
+    """The vLLM version the guard reads (vllm-*.dist-info/METADATA; None: none, or several), or a
+    TargetError naming the file when it cannot be read: a tree problem, never patchkit's bug."""
+    try:
+        return target_guard.installed_vllm_version(str(root))
+    except (TreeChanged, OSError) as exc:
+        raise TargetError(
+            f"the launch guard cannot read vLLM's version: {exc}",
+            hint=f"put vLLM's own files back ({hints.pip_reinstall(None)}), then {hints.command('status')}",
+        ) from None
+
+
 def replace_fix() -> str:
     """The fix for a guard patchkit did not write, or that changed since."""
     return f"run {hints.command('apply', '--guard')} (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
@@ -104,7 +117,7 @@ def install_changes(
     if not is_site_packages(root):
         why = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
         return {}, recorded, f"{why}: no guard installed"
-    installed = installed_vllm_version(str(root))
+    installed = installed_vllm_version(root)
     if vllm_version is not None and installed != vllm_version:
         read = f"vLLM {installed}" if installed else "no one vLLM version (none, or several vllm-*.dist-info)"
         why = f"the guard would read {read} from its dist-info, but the series is recorded as applied to {vllm_version}"
@@ -189,7 +202,7 @@ def launch_refusal(root: Path) -> list[str]:
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
         return unknown + hidden + find_problems(str(root))
-    except (TreeChanged, OSError) as exc:  # what check() would raise or fail with: a refusal all the same
+    except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return [*unknown, *hidden, str(exc)]
 
 

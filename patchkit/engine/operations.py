@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit._target.guard import installed_vllm_version
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
@@ -37,6 +36,7 @@ from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import (
     STOPS_EVERY_LAUNCH,
     install_changes,
+    installed_vllm_version,
     make_readable,
     own_unrecorded,
     removal_changes,
@@ -495,7 +495,7 @@ def _guarded_wheel(root: Path, state: State) -> str | None:
     when it came from a patched wheel; else none (the guard then goes by the entries)."""
     if not state.guard or state.entries or not has_provenance(root):
         return None
-    return installed_vllm_version(str(root))
+    return installed_vllm_version(root)
 
 
 def _without_stale(
@@ -506,7 +506,7 @@ def _without_stale(
     -> why its record is stale, the guard's removal, and a note for each guard file kept (changed
     since patchkit wrote it)."""
     stale = stale_entries(root, state, version)
-    installed = installed_vllm_version(str(root))
+    installed = installed_vllm_version(root)
     if state.wheel and state.wheel != installed:
         stale[f"the patched wheel {state.wheel}"] = f"vLLM {installed} replaced the patched wheel"
         state = state.with_wheel(None)
