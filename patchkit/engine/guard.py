@@ -53,6 +53,9 @@ def is_site_packages(root: Path) -> bool:
     return any(p.is_dir() for p in root.glob("vllm-*.dist-info"))
 
 
+OWN_ENTRY_POINTS = f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n"
+
+
 def guard_files() -> dict[str, bytes]:
     """Every file of the guard distribution, path (relative to site-packages) -> bytes."""
 
@@ -65,7 +68,7 @@ def guard_files() -> dict[str, bytes]:
             "Summary: patchkit's launch guard: refuses a vLLM tree that changed since `patchkit apply`\n"
         ).encode(),
         f"{info}/INSTALLER": b"patchkit\n",
-        f"{info}/entry_points.txt": f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n".encode(),
+        f"{info}/entry_points.txt": OWN_ENTRY_POINTS.encode(),
     }
     files[f"{info}/RECORD"] = _record(files, f"{info}/RECORD")
     return files
@@ -335,9 +338,20 @@ def _declared(root: Path) -> tuple[bool, list[str]]:
             continue
         except OSError:
             continue
-        found = _entry_points(text).select(group=ENTRY_POINT_GROUP)
-        declared = declared or any(ep.module == MODULE.removesuffix(".py") for ep in found)
+        declared = declared or _declares_guard(text)
     return declared, unreadable
+
+
+def _declares_guard(text: str) -> bool:
+    """Whether an entry_points.txt declares the guard's module in vLLM's plugin group, as importlib
+    reads it. The text patchkit writes, and one that never names the module, need no parser: that
+    keeps importlib.metadata (and email) out of `run`'s fast path and status."""
+    module = MODULE.removesuffix(".py")
+    if text == OWN_ENTRY_POINTS:
+        return True
+    if module not in text:
+        return False
+    return any(ep.module == module for ep in _entry_points(text).select(group=ENTRY_POINT_GROUP))
 
 
 def _entry_points(text: str) -> importlib.metadata.EntryPoints:
