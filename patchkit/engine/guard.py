@@ -190,18 +190,19 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
 UNKNOWN_GUARD = "is not this patchkit's launch guard"
 
 
-def launch_refusal(root: Path) -> list[str]:
+def launch_refusal(root: Path, state: State | None = None) -> list[str]:
     """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
     passes): this patchkit's guard check, run here as vLLM would run it, so that status, verify,
     preflight and run fail exactly when a launch would. An installed module that is not this
     patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told;
-    so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it)."""
+    so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it).
+    `state`: the record as the caller parsed it (None: parsed here, where needed)."""
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return unreadable
-    known = _own_module(root) or older_guard(root) is not None
+    known = _own_module(root) or older_guard(root, state) is not None
     unknown = [] if known else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
-    closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root))
+    closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
         return unknown + hidden + find_problems(str(root))
@@ -276,12 +277,12 @@ def _open_to_others(path: Path, *, directory: bool, mode: int | None = None) -> 
     return mode & bits == bits
 
 
-def older_guard(root: Path) -> str | None:
+def older_guard(root: Path, state: State | None = None) -> str | None:
     """The version of another patchkit whose guard is installed as it recorded it (every guard file
     it recorded in state.json has its recorded bytes), or None. Its check is patchkit's one check of
     the same record, so this patchkit's verdict stands for it; `apply` updates it."""
     try:
-        recorded = read_state(root).guard
+        recorded = (state if state is not None else read_state(root)).guard
     except PatchkitError:  # a damaged record: status says so on its own
         return None
     infos = {p.partition("/")[0] for p in recorded if "/" in p}
@@ -292,8 +293,8 @@ def older_guard(root: Path) -> str | None:
     return infos.pop().removeprefix("patchkit_guard-").removesuffix(".dist-info")
 
 
-def older_guard_notes(root: Path) -> list[str]:
-    older = older_guard(root) if is_installed(root) and not _own_module(root) else None
+def older_guard_notes(root: Path, state: State | None = None) -> list[str]:
+    older = older_guard(root, state) if is_installed(root) and not _own_module(root) else None
     if older is None:
         return []
     return [f"the launch guard is patchkit {older}'s (this is {__version__}): {hints.command('apply')} updates it"]
