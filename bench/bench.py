@@ -45,14 +45,20 @@
    `patchkit wheel 0.16.0` (by VERSION, the cached wheel) and `patchkit wheel FILE` (that file),
    each vs `cp` of the file, the three run in turn (goal: <= 3x cp); the load average before and
    after, and every run's time, go to stderr.
+14. Start-up (`--only startup`, not in the default set): `--help`, the eagle3 quiet dry run on stock
+   0.16.0 (warm cache) and `run`'s fast path, of the code at --before (a commit before issue 21's
+   restructuring) and of this checkout in turn (2N+1 runs each), as after / before ratios (goal:
+   not slower).
 
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
-large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13).
+large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
+startup (14).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import resource
@@ -60,6 +66,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -501,15 +508,89 @@ def run_row(work: Path, runs: int) -> str:
     return row(name, ours - alone, alone, "the launch alone", "≤ 0.3 s")
 
 
-def _timed_env(cmd: list[str], env: dict) -> tuple[float, float]:
+def _timed_env(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[float, float]:
     """Wall time and CPU time (user + system, the command and what it ran) of one run."""
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(cmd, capture_output=True, env=env, check=True)
+    subprocess.run(cmd, capture_output=True, env=env, check=True, cwd=cwd)
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+# Start-up (issue 21): the code at a commit before the restructuring and this checkout, each run
+# as `python -m patchkit` from its own source tree (PYTHONPATH, a neutral working directory) with
+# its own cache, in turn, so that both see the same machine. The CPU time is the steadier figure.
+def startup_rows(work: Path, runs: int, before_rev: str) -> list[str]:
+    """`--help`, the quiet eagle3 dry run (warm) and `run`'s fast path: before / after ratios."""
+    before = work / "before-src"
+    before.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", before_rev], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(before, filter="data")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(before / "patchkit")], check=True)
+    named = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", before_rev], capture_output=True, text=True)
+    site, command = launch_setup(work / "launch")
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "vllm").chmod(0o755)
+    sides = {}
+    for name, source in (("before", before), ("after", REPO)):
+        tree = work / f"site-{name}"
+        shutil.copytree(site, tree)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(source),
+            "PATCHKIT_CACHE_DIR": str(work / f"cache-{name}"),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        }
+        pk = [sys.executable, "-m", "patchkit"]
+        stock = work / f"stock-{name}"
+        shutil.copytree(site, stock)
+        commands = {
+            "--help": [*pk, "--help"],
+            "apply --dry-run -q (eagle3, stock 0.16.0, warm cache)": [
+                *pk,
+                "apply",
+                "--dry-run",
+                "-q",
+                "--target",
+                str(stock),
+            ],
+            "run's fast path (applied 0.16.0, time to exec)": [*pk, "run", "--target", str(tree), "--", *command],
+        }
+        _checked(commands["apply --dry-run -q (eagle3, stock 0.16.0, warm cache)"], env, work)  # warms the cache
+        _checked([*pk, "apply", "-q", "--no-import", "--target", str(tree)], env, work)
+        _checked(commands["run's fast path (applied 0.16.0, time to exec)"], env, work)  # keeps the findings
+        where = _checked([sys.executable, "-c", "import patchkit; print(patchkit.__file__)"], env, work)
+        if not where.startswith(str(source)):
+            raise SystemExit(f"the {name} code is not the one imported: {where}")
+        sides[name] = (commands, env)
+    load = os.getloadavg()[0]
+    rows = []
+    for label in sides["before"][0]:
+        times: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+        for _ in range(runs * 2 + 1):
+            for name, (commands, env) in sides.items():
+                times[name].append(_timed_env(commands[label], env, cwd=work))
+        (b_wall, b_cpu), (a_wall, a_cpu) = (
+            (statistics.median(t for t, _ in times[n]), statistics.median(c for _, c in times[n])) for n in sides
+        )
+        rows.append(
+            f"| start-up, {label}: this checkout vs {named.stdout.strip()} (load {load:.1f}) "
+            f"| {a_wall:.3f} s (CPU {a_cpu:.3f} s) | before {b_wall:.3f} s (CPU {b_cpu:.3f} s) "
+            f"| {a_wall / b_wall:.2f}x (CPU {a_cpu / b_cpu:.2f}x) | ≤ 1x (not slower) |"
+        )
+    return rows
+
+
+def _checked(cmd: list[str], env: dict, cwd: Path) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-500:]}")
+    return done.stdout.strip()
 
 
 def fleet_rows(work: Path, runs: int) -> list[str]:
@@ -671,6 +752,7 @@ ROWS = (
     "wheel",
     "fleet",
     "real-wheel",
+    "startup",
 )
 
 
@@ -678,8 +760,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="skip the verify --all measurement")
-    parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="measure only these rows")
+    parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS[:-1], help="measure only these rows")
     parser.add_argument("--large-mb", type=int, default=214, help="the large-file row's module size (MB)")
+    parser.add_argument(
+        "--before", default="f10f406", help="startup: the commit to compare with (before issue 21's restructuring)"
+    )
     parser.add_argument("--wheel-mb", type=int, default=464, help="the wheel row's stored member size (MB)")
     args = parser.parse_args()
     runs = args.runs
@@ -718,6 +803,8 @@ def main() -> None:
             rows.extend(fleet_rows(work, runs))
         if "real-wheel" in chosen:
             rows.extend(real_wheel_rows(work, runs))
+        if "startup" in chosen:
+            rows.extend(startup_rows(work / "startup", runs, args.before))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(

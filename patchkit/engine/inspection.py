@@ -274,10 +274,12 @@ def check_context(
     on_disk: bool = False,
     import_probe: bool = True,
     written: Mapping[str, tuple[Landed, bytes]] | None = None,
+    state: State | None = None,
 ) -> CheckContext:
     """What the checks see: the planned contents (or the files as on disk), and the stock ones.
     `written`: what this plan's commit wrote (transaction.commit), read back as the very bytes
-    written while each file is still the one written."""
+    written while each file is still the one written. `state`: the tree's record as the command
+    read it (None: a check that needs it reads it)."""
     root = resolved.target.root
     disk = _disk_reader(root, written)
     return CheckContext(
@@ -291,6 +293,7 @@ def check_context(
         version=resolved.vllm_version,
         on_disk=on_disk,
         import_probe=import_probe,
+        state=state,
     )
 
 
