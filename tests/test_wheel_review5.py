@@ -189,3 +189,16 @@ def test_a_pip_source_patchkit_does_not_read_is_said_with_the_pip_download_way_t
     done = run_cli("wheel", *build, "--out", out, env=env)
     assert done.returncode == 0, done.stderr
     assert list(out.glob("vllm-0.16.0+patchkit*.whl"))
+
+
+@pytest.mark.parametrize("command", ["status", "verify", "apply"])
+def test_a_vllm_imported_from_a_zip_archive_is_named_as_such(tmp_path, library, command):
+    # review 5 L3: "cannot inspect .../python312.zip/.patchkit: Not a directory", no word of the archive
+    archive = tmp_path / "prefix" / "python399.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(_zip_with_vllm())
+    done = run_cli(command, "--python", sys.executable, "--patches", library, env={"PYTHONPATH": str(archive)})
+    assert_clean_failure(done, 4)
+    said = " ".join(done.stderr.split())
+    assert f"is inside the archive {archive}" in said and f"move {archive} off sys.path" in said, done.stderr
+    assert ".patchkit" not in said
