@@ -603,3 +603,94 @@ def test_the_guard_judges_an_imported_vllm_without_an_init_file(patched):
     (site / MODEL).write_text("# edited after apply\n")
     done = _load(site)
     assert done.returncode != 0 and f"{MODEL} was changed after patchkit patched it" in done.stderr
+
+
+def _metadata_a_fifo(info: Path) -> None:
+    (info / "METADATA").unlink()
+    os.mkfifo(info / "METADATA")
+
+
+def _metadata_a_directory(info: Path) -> None:
+    (info / "METADATA").unlink()
+    (info / "METADATA").mkdir()
+
+
+def _metadata_huge(info: Path) -> None:
+    with open(info / "METADATA", "a") as fh:
+        fh.write("X-Padding: " + "x" * (2 << 20) + "\n")
+
+
+UNJUDGEABLE_METADATA = [_metadata_a_fifo, _metadata_a_directory, _metadata_huge]
+
+
+@pytest.mark.parametrize("spoil", UNJUDGEABLE_METADATA, ids=lambda spoil: spoil.__name__)
+def test_a_guard_that_cannot_judge_refuses_with_its_message_and_warn_only_logs(patched, spoil):
+    """Every way the guard can fail goes through its refusal: the command that names the fix, and
+    PATCHKIT_GUARD=warn honoured (review 5 guard M1: a bare TreeChanged, raised even under warn)."""
+    site, _, _ = patched
+    spoil(site / "vllm-0.16.0.dist-info")
+    refused = _load(site)
+    assert refused.returncode != 0 and "patchkit status" in refused.stderr, refused.stderr[-800:]
+    warned = _load(site, PATCHKIT_GUARD="warn")
+    assert warned.returncode == 0, warned.stderr[-800:]
+    assert "METADATA" in warned.stderr and "patchkit status" in warned.stderr and "Traceback" not in warned.stderr
+
+
+@pytest.mark.parametrize("spoil", UNJUDGEABLE_METADATA, ids=lambda spoil: spoil.__name__)
+def test_apply_on_a_metadata_the_guard_cannot_read_is_a_tree_problem_not_a_bug(patched, spoil):
+    site, diff, _ = patched
+    spoil(site / "vllm-0.16.0.dist-info")
+    for command in ("apply", "status"):
+        done = run_cli(command, "--target", site, "--patch", diff)
+        assert done.returncode in (1, 2, 4), (command, done.stdout + done.stderr)
+        assert "internal error" not in done.stderr and "METADATA" in done.stdout + done.stderr, done.stderr
+
+
+def test_a_metadata_symlinked_to_its_copy_is_read_as_vllm_reads_it(patched):
+    """importlib.metadata (vLLM's reading of its version, and patchkit's) follows the symlink: the
+    guard does too, and passes where status passes and apply works."""
+    site, diff, _ = patched
+    info = site / "vllm-0.16.0.dist-info"
+    (info / "METADATA").rename(info / "METADATA.real")
+    (info / "METADATA").symlink_to("METADATA.real")
+    assert _load(site).returncode == 0, _load(site).stderr[-800:]
+    for command in ("status", "apply"):
+        done = run_cli(command, "--target", site, "--patch", diff)
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+
+
+DECLARED = """
+import json, sys
+from pathlib import Path
+from patchkit.engine import guard
+print(json.dumps([guard.is_installed(Path(sys.argv[1])), "importlib.metadata" in sys.modules]))
+"""
+
+
+def test_the_guard_patchkit_wrote_is_found_without_importlib_metadata(patched):
+    """Its entry_points.txt as patchkit wrote it, and another distribution's that never names the
+    guard's module (vLLM's console script), are judged without importlib.metadata (and email): the
+    start-up of `run`'s fast path and of status."""
+    site = patched[0]
+    vllm_info = next(site.glob("vllm-*.dist-info"))
+    (vllm_info / "entry_points.txt").write_text("[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
+    done = subprocess.run([sys.executable, "-c", DECLARED, str(site)], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("text", "declared"),
+    [
+        ("[vllm.general_plugins]\npatchkit_guard = patchkit_guard:check\n", True),
+        ("[vllm.general_plugins]\n  patchkit_guard=patchkit_guard:check  \n", True),  # not patchkit's text: parsed
+        ("[vllm.general_plugins]\nother = patchkit_guard:check\n", True),
+        ("[console_scripts]\npatchkit_guard = patchkit_guard:check\n", False),  # another group
+        ("[vllm.general_plugins]\npatchkit_guard = patchkit_guard_x:check\n", False),  # another module
+        ("[vllm.general_plugins]\nvllm_foo = foo:register\n", False),
+    ],
+)
+def test_the_guard_is_declared_as_importlib_reads_the_entry_points(patched, text, declared):
+    site = patched[0]
+    (site / INFO / "entry_points.txt").write_text(text)
+    done = subprocess.run([sys.executable, "-c", DECLARED, str(site)], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout)[0] is declared
