@@ -31,7 +31,7 @@ from patchkit.base import hints
 from patchkit.base.errors import PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
 from patchkit.base.hashing import sha256
-from patchkit.store.state import META_DIR, read_state, state_path
+from patchkit.store.state import META_DIR, State, read_state, state_path
 
 if TYPE_CHECKING:
     import importlib.metadata
@@ -211,16 +211,17 @@ OTHERS_CANNOT_READ = "other users (a vLLM they launch) cannot read"
 _FILE_BITS, _DIR_BITS = stat.S_IROTH, stat.S_IROTH | stat.S_IXOTH
 
 
-def unreadable_by_others(root: Path) -> list[tuple[str, int]]:
+def unreadable_by_others(root: Path, state: State | None = None) -> list[tuple[str, int]]:
     """(path relative to root, mode) of each file or directory patchkit wrote that the guard, or
     vLLM's loading of it, reads at a launch by another user and that user cannot read: the record,
     the guard's files, the files the record names (an older patchkit wrote them under the umask,
     0600 under 077). Such a launch is refused, or runs unguarded. None when vllm/ itself is closed
-    to other users (they cannot launch it at all)."""
+    to other users (they cannot launch it at all). `state`: the record as the caller read it (None:
+    read here)."""
     if not _open_to_others(root / "vllm", directory=True):
         return []
     try:
-        state = read_state(root)
+        state = state if state is not None else read_state(root)
     except PatchkitError:  # a damaged record: status says so on its own
         return []
     recorded = [p for entry in state.entries for p, shas in entry.files.items() if shas["after"] is not None]
@@ -236,11 +237,11 @@ def unreadable_by_others(root: Path) -> list[tuple[str, int]]:
     return sorted(found.items())
 
 
-def make_readable(root: Path) -> list[str]:
+def make_readable(root: Path, state: State | None = None) -> list[str]:
     """Give other users read access (and search access to directories) to what unreadable_by_others
     finds, adding those bits only: the paths changed."""
     changed = []
-    for rel, mode in unreadable_by_others(root):
+    for rel, mode in unreadable_by_others(root, state):
         bits = _DIR_BITS | stat.S_IRGRP | stat.S_IXGRP if stat.S_ISDIR(mode) else _FILE_BITS | stat.S_IRGRP
         os.chmod(root / rel, stat.S_IMODE(mode) | bits, follow_symlinks=False)
         changed.append(rel)

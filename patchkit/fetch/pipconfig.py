@@ -42,6 +42,7 @@ class PipSettings:
     index_url: str = DEFAULT_INDEX_URL
     extra_index_urls: tuple[str, ...] = ()
     no_index: bool = False
+    find_links: tuple[str, ...] = ()  # directories or pages of files pip also takes packages from
     cert: str | None = None  # CA bundle (pip's --cert); None: requests' default
     client_cert: str | None = None
     proxy: str | None = None
@@ -102,6 +103,7 @@ def settings_from_items(
         index_url=(index_url or "").strip() or DEFAULT_INDEX_URL,
         extra_index_urls=tuple((extra or "").split()),
         no_index=(no_index or "").strip().lower() in _TRUE,
+        find_links=tuple((get("find-links") or "").split()),
         cert=(get("cert") or "").strip() or None,
         client_cert=(get("client-cert") or "").strip() or None,
         proxy=(get("proxy") or "").strip() or None,
