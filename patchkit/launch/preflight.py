@@ -217,7 +217,9 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
 
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
-        return cannot_judge(VALIDATION, "not run: a model's config.json is not found", "the models' local directories")
+        return cannot_judge(
+            VALIDATION, "not run: a model, drafter or tokenizer is found nowhere", "the models' local directories"
+        )
     launched = result.launched or result.command
     return engine_validation(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
 
@@ -238,7 +240,7 @@ def _models(
     # first; the speculators check reads that model's own config.json; then each ModelConfig
     # redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
     try:
-        model = _engine_model(command, revision)
+        model = _engine_model(command, revision, missing)
         own = resolve_model(model, environ, role="model", revision=revision, config_format=config_format)
     except TargetError:
         if missing is not None:  # a drafter found nowhere too is said in the same run
@@ -295,16 +297,22 @@ def _found(
         return None
 
 
-def _engine_model(command: LaunchCommand, revision: str | None) -> str:
+def _engine_model(command: LaunchCommand, revision: str | None, missing: list[TargetError] | None = None) -> str:
     """The model EngineArgs hands on: offline (HF_HUB_OFFLINE), a path or the hub id's cached
     snapshot, found before any redirect; the tokenizer is taken the same way, and vLLM refuses
-    the launch when either is neither."""
+    the launch when either is neither (a tokenizer found nowhere is added to `missing`, and the
+    model still looked for)."""
     model = str(command.model)
     if not offline(command.environ):
         return model
     if command.tokenizer is not None:
         tokenizer_revision = command.optional_text("tokenizer-revision")
-        offline_model_path(command.tokenizer, tokenizer_revision, command.environ, "tokenizer")
+        try:
+            offline_model_path(command.tokenizer, tokenizer_revision, command.environ, "tokenizer")
+        except TargetError as exc:
+            if missing is None:
+                raise
+            missing.append(exc)
     return offline_model_path(model, revision, command.environ)
 
 
