@@ -157,10 +157,10 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
 def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses."""
-    refused = launch_refusal(root)
+    refused = launch_refusal(root, state)
     return {
         "guard": refused,
-        "guard_notes": older_guard_notes(root),
+        "guard_notes": older_guard_notes(root, state),
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
     }
 
