@@ -316,7 +316,8 @@ def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     done = run_cli(*base, *plain, env={"PYTHONPATH": str(fake)})
     assert findings(done)["vllm-validation"]["ok"]
 
-    done = run_cli(*base, *plain, "--max-model-len", "lots", env={"PYTHONPATH": str(fake)})
+    # the fake's parser types it int: it refuses what the static reading (0.16.0's human_readable_int) takes
+    done = run_cli(*base, *plain, "--max-model-len", "32k", env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
     assert "argument parser refused" in findings(done)["vllm-validation"]["message"]
 
