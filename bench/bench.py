@@ -6,8 +6,10 @@
    trees fetched with patchkit's own fetcher): the plan and apply's checks on the planned contents,
    vs the standard tools doing that work in turn, `git apply --check`, then `python -m compileall
    -q -f` and `pyflakes` on the .py files the diff changes; each pair run alternately (2N+1 runs
-   each), the wall time and the CPU time (goal: <= 1.5x their sum). Also (`eagle3-dry-run`) the
-   eagle3 set's dry run on a stock 0.16.0 tree (goal: <= 0.5 s); each row names the load average.
+   each), the wall time and the CPU time of the same runs (goal: <= 1.5x their sum); warm (the
+   checks' verdicts remembered from an earlier run) and cold (an empty PATCHKIT_CACHE_DIR each run,
+   emptied untimed). Also (`eagle3-dry-run`) the eagle3 set's dry run on a stock 0.16.0 tree, cold
+   (goal: <= 0.5 s); each row names the load average.
 2. `patchkit --help` start-up vs a bare `python -c pass` (goal: <= 0.25 s).
 3. `patchkit apply` of an ad-hoc diff (the eagle3 series as --patch files) on a stock 0.16.0 tree
    vs `git apply` of the same diffs (goal: <= 1 s).
@@ -43,20 +45,28 @@
    `patchkit wheel 0.16.0` (by VERSION, the cached wheel) and `patchkit wheel FILE` (that file),
    each vs `cp` of the file, the three run in turn (goal: <= 3x cp); the load average before and
    after, and every run's time, go to stderr.
+14. Start-up (`--only startup`, not in the default set): `--help`, the eagle3 quiet dry run on stock
+   0.16.0 (warm cache) and `run`'s fast path, of the code at --before (a commit before issue 21's
+   restructuring) and of this checkout in turn (2N+1 runs each), as after / before ratios (goal:
+   not slower).
 
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
-large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13).
+large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
+startup (14).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -90,38 +100,46 @@ def run_once(cmd: list[str], cwd: Path | None = None, output: Path | None = None
     return took
 
 
-def timed(cmd: list[str], runs: int, cwd: Path | None = None, between=None) -> float:
-    """Median wall time of `runs` runs; `between` restores state after each run."""
+def timed(cmd: list[str], runs: int, cwd: Path | None = None, between=None, before=None) -> float:
+    """Median wall time of `runs` runs; `before` prepares each run and `between` restores state
+    after it, both untimed."""
     times = []
     for _ in range(runs):
+        if before:
+            before()
         times.append(run_once(cmd, cwd))
         if between:
             between()
     return statistics.median(times)
 
 
-def timed_pair(
-    ours: list[str], reference: list[str], runs: int, cwd: Path | None = None, output: Path | None = None
-) -> tuple[float, float]:
-    """Medians of `runs` runs of each command, alternating, so that both see the same machine:
-    on a shared machine the speed drifts by tens of percent within a minute."""
-    pairs = [(run_once(reference, cwd, output), run_once(ours, cwd, output)) for _ in range(runs)]
-    return statistics.median(o for _, o in pairs), statistics.median(r for r, _ in pairs)
+def measured_pair(
+    ours: list[str], reference: list[str], runs: int, cwd: Path | None = None, before=None
+) -> tuple[float, float, float, float]:
+    """Medians of the wall and the CPU time (user + system) of each command over `runs` runs, the
+    two run alternately, so that both see the same machine: on a shared machine the speed drifts by
+    tens of percent within a minute, and on a loaded one the wall time is partly waiting for a core
+    (the CPU time much less so). `before` runs untimed before each run of ours (an empty cache).
+    Returns ours' wall, the reference's wall, ours' CPU, the reference's CPU."""
+    pairs = []
+    for _ in range(runs):
+        reference_took = cpu_and_wall(reference, cwd)
+        if before:
+            before()
+        pairs.append((cpu_and_wall(ours, cwd), reference_took))
+    return (
+        statistics.median(o[1] for o, _ in pairs),
+        statistics.median(r[1] for _, r in pairs),
+        statistics.median(o[0] for o, _ in pairs),
+        statistics.median(r[0] for _, r in pairs),
+    )
 
 
-def cpu_pair(ours: list[str], reference: list[str], runs: int, cwd: Path | None = None) -> tuple[float, float]:
-    """Medians of the CPU time (user + system) of each command, run alternately: on a loaded
-    machine the wall time is partly waiting for a core, the CPU time much less so."""
-    import resource
-
-    def cpu(cmd: list[str]) -> float:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        run_once(cmd, cwd)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-
-    pairs = [(cpu(reference), cpu(ours)) for _ in range(runs)]
-    return statistics.median(o for _, o in pairs), statistics.median(r for r, _ in pairs)
+def cpu_and_wall(cmd: list[str], cwd: Path | None) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = run_once(cmd, cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
 
 
 def release_diff(old: Path, new: Path, work: Path) -> Path:
@@ -236,18 +254,23 @@ def dry_run_rows(work: Path, runs: int) -> list[str]:
     named = f"git apply --check + compileall + pyflakes ({len(changed)} .py)"
     quiet = [*PATCHKIT, "apply", "--dry-run", "--target", str(site), "--patch", str(diff), "-q"]
     load = os.getloadavg()[0]
-    ours, tools_took = timed_pair(quiet, reference, runs * 2 + 1, cwd=site)
-    rows = [row(f"apply --dry-run -q (plan + checks), {what}; load {load:.1f}", ours, tools_took, named, "≤ 1.5x")]
-    ours, tools_took = cpu_pair(quiet, reference, runs * 2 + 1, cwd=site)
-    rows.append(row("the same, CPU time (user + system)", ours, tools_took, named, "≤ 1.5x"))
-    # The checks' verdicts are remembered across runs (checks/remembered.py, the pyflakes cache):
-    # above, every run after the first takes them from the cache. Cold: an empty cache each run.
+    wall, tools_wall, cpu, tools_cpu = measured_pair(quiet, reference, runs * 2 + 1, cwd=site)
+    rows = [
+        row(f"apply --dry-run -q (plan + checks), warm, {what}; load {load:.1f}", wall, tools_wall, named, "≤ 1.5x"),
+        row("the same, warm, CPU time (user + system)", cpu, tools_cpu, named, "≤ 1.5x"),
+    ]
+    # Warm, the checks' verdicts are remembered across runs (checks/remembered.py, the pyflakes
+    # cache): every run after the first takes them from the cache. Cold: none remembered, as the
+    # reference remembers none: each run of ours gets a new, empty PATCHKIT_CACHE_DIR, emptied
+    # before the run, untimed (both sides: files in the page cache, their code's bytecode compiled).
     cold = work / "cold-verdicts"
-    fresh = f"rm -rf {cold} && PATCHKIT_CACHE_DIR={cold} exec {' '.join(quiet)}"
-    ours, tools_took = timed_pair(["sh", "-c", fresh], reference, runs * 2 + 1, cwd=site)
-    rows.append(row("the same, an empty cache each run (no verdict remembered)", ours, tools_took, named, "≤ 1.5x"))
-    ours, tools_took = cpu_pair(["sh", "-c", fresh], reference, runs * 2 + 1, cwd=site)
-    rows.append(row("the same, empty cache, CPU time", ours, tools_took, named, "≤ 1.5x"))
+    fresh = ["env", f"PATCHKIT_CACHE_DIR={cold}", *quiet]
+    load = os.getloadavg()[0]
+    wall, tools_wall, cpu, tools_cpu = measured_pair(
+        fresh, reference, runs * 2 + 1, cwd=site, before=lambda: shutil.rmtree(cold, ignore_errors=True)
+    )
+    rows.append(row(f"the same, cold (an empty cache each run); load {load:.1f}", wall, tools_wall, named, "≤ 1.5x"))
+    rows.append(row("the same, cold, CPU time (user + system)", cpu, tools_cpu, named, "≤ 1.5x"))
     return rows
 
 
@@ -267,8 +290,9 @@ def eagle3_dry_run_row(work: Path, runs: int) -> str:
     site = stock_0_16(work)
     load = os.getloadavg()[0]
     cold = work / "cold-verdicts-eagle3"
-    dry_run = f"rm -rf {cold} && PATCHKIT_CACHE_DIR={cold} exec {' '.join(PATCHKIT)} apply --dry-run -q --target {site}"
-    ours = timed(["sh", "-c", dry_run], runs * 2 + 1)  # an empty cache: no verdict remembered
+    dry_run = ["env", f"PATCHKIT_CACHE_DIR={cold}", *PATCHKIT, "apply", "--dry-run", "-q", "--target", str(site)]
+    # an empty cache each run (no verdict remembered), emptied untimed
+    ours = timed(dry_run, runs * 2 + 1, before=lambda: shutil.rmtree(cold, ignore_errors=True))
     bare = timed([sys.executable, "-c", "pass"], runs * 2 + 1)
     return row(
         f"apply --dry-run -q, eagle3 on stock 0.16.0 (plan + checks, empty cache); load {load:.1f}",
@@ -484,16 +508,89 @@ def run_row(work: Path, runs: int) -> str:
     return row(name, ours - alone, alone, "the launch alone", "≤ 0.3 s")
 
 
-def _timed_env(cmd: list[str], env: dict) -> tuple[float, float]:
+def _timed_env(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[float, float]:
     """Wall time and CPU time (user + system, the command and what it ran) of one run."""
-    import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(cmd, capture_output=True, env=env, check=True)
+    subprocess.run(cmd, capture_output=True, env=env, check=True, cwd=cwd)
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+# Start-up (issue 21): the code at a commit before the restructuring and this checkout, each run
+# as `python -m patchkit` from its own source tree (PYTHONPATH, a neutral working directory) with
+# its own cache, in turn, so that both see the same machine. The CPU time is the steadier figure.
+def startup_rows(work: Path, runs: int, before_rev: str) -> list[str]:
+    """`--help`, the quiet eagle3 dry run (warm) and `run`'s fast path: before / after ratios."""
+    before = work / "before-src"
+    before.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", before_rev], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(before, filter="data")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(before / "patchkit")], check=True)
+    named = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", before_rev], capture_output=True, text=True)
+    site, command = launch_setup(work / "launch")
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "vllm").chmod(0o755)
+    sides = {}
+    for name, source in (("before", before), ("after", REPO)):
+        tree = work / f"site-{name}"
+        shutil.copytree(site, tree)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(source),
+            "PATCHKIT_CACHE_DIR": str(work / f"cache-{name}"),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        }
+        pk = [sys.executable, "-m", "patchkit"]
+        stock = work / f"stock-{name}"
+        shutil.copytree(site, stock)
+        commands = {
+            "--help": [*pk, "--help"],
+            "apply --dry-run -q (eagle3, stock 0.16.0, warm cache)": [
+                *pk,
+                "apply",
+                "--dry-run",
+                "-q",
+                "--target",
+                str(stock),
+            ],
+            "run's fast path (applied 0.16.0, time to exec)": [*pk, "run", "--target", str(tree), "--", *command],
+        }
+        _checked(commands["apply --dry-run -q (eagle3, stock 0.16.0, warm cache)"], env, work)  # warms the cache
+        _checked([*pk, "apply", "-q", "--no-import", "--target", str(tree)], env, work)
+        _checked(commands["run's fast path (applied 0.16.0, time to exec)"], env, work)  # keeps the findings
+        where = _checked([sys.executable, "-c", "import patchkit; print(patchkit.__file__)"], env, work)
+        if not where.startswith(str(source)):
+            raise SystemExit(f"the {name} code is not the one imported: {where}")
+        sides[name] = (commands, env)
+    load = os.getloadavg()[0]
+    rows = []
+    for label in sides["before"][0]:
+        times: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+        for _ in range(runs * 2 + 1):
+            for name, (commands, env) in sides.items():
+                times[name].append(_timed_env(commands[label], env, cwd=work))
+        (b_wall, b_cpu), (a_wall, a_cpu) = (
+            (statistics.median(t for t, _ in times[n]), statistics.median(c for _, c in times[n])) for n in sides
+        )
+        rows.append(
+            f"| start-up, {label}: this checkout vs {named.stdout.strip()} (load {load:.1f}) "
+            f"| {a_wall:.3f} s (CPU {a_cpu:.3f} s) | before {b_wall:.3f} s (CPU {b_cpu:.3f} s) "
+            f"| {a_wall / b_wall:.2f}x (CPU {a_cpu / b_cpu:.2f}x) | ≤ 1x (not slower) |"
+        )
+    return rows
+
+
+def _checked(cmd: list[str], env: dict, cwd: Path) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-500:]}")
+    return done.stdout.strip()
 
 
 def fleet_rows(work: Path, runs: int) -> list[str]:
@@ -605,7 +702,6 @@ def wheel_row(work: Path, runs: int, megabytes: int) -> str:
 
 
 def real_wheel_rows(work: Path, runs: int) -> list[str]:
-    import resource
 
     from patchkit.wheel.stock import stock_wheel
 
@@ -656,6 +752,7 @@ ROWS = (
     "wheel",
     "fleet",
     "real-wheel",
+    "startup",
 )
 
 
@@ -663,8 +760,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="skip the verify --all measurement")
-    parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="measure only these rows")
+    parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS[:-1], help="measure only these rows")
     parser.add_argument("--large-mb", type=int, default=214, help="the large-file row's module size (MB)")
+    parser.add_argument(
+        "--before", default="f10f406", help="startup: the commit to compare with (before issue 21's restructuring)"
+    )
     parser.add_argument("--wheel-mb", type=int, default=464, help="the wheel row's stored member size (MB)")
     args = parser.parse_args()
     runs = args.runs
@@ -703,6 +803,8 @@ def main() -> None:
             rows.extend(fleet_rows(work, runs))
         if "real-wheel" in chosen:
             rows.extend(real_wheel_rows(work, runs))
+        if "startup" in chosen:
+            rows.extend(startup_rows(work / "startup", runs, args.before))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(

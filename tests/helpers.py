@@ -13,6 +13,7 @@ import pty
 import re
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -279,6 +280,28 @@ def load_plugins_like_vllm(site: Path, **env: str) -> subprocess.CompletedProces
         capture_output=True,
         text=True,
         env={**clean, **env},
+        timeout=60,
+    )
+
+
+NOBODY = 65534
+
+
+def load_plugins_as_another_user(site: Path) -> subprocess.CompletedProcess | None:
+    """load_plugins_like_vllm run as another user (nobody), as a container built as root runs vLLM
+    as a user: None where this process cannot change user. The directories above `site` are made
+    searchable (o+x, nothing more) so that only the tree's own modes decide what that user reads."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return None
+    for parent in site.parents:
+        parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    who = [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    return subprocess.run(
+        ["setpriv", *who, sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
+        capture_output=True,
+        text=True,
+        env={**clean, "HOME": "/nonexistent"},
         timeout=60,
     )
 

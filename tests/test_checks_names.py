@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import uuid
 
 from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library
 
-from patchkit.checks import ERROR, WARNING, CheckContext
+from patchkit.checks import ERROR, WARNING, CheckContext, names, remembered, syntax
 from patchkit.checks.names import CHECK, findings, introduced
+from patchkit.checks.parsed import parsed
+from patchkit.checks.registry import run_checks
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -139,3 +143,25 @@ def test_findings_are_cached_per_content_on_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(names, "_SEEN", {})
     monkeypatch.setattr(names, "_pyflakes", real_pyflakes)
     assert findings(source) == computed
+
+
+def test_the_checks_parse_a_content_once(monkeypatch):
+    """syntax compiles the text; names runs pyflakes on the tree the contract then reads
+    (checks/parsed.py): one parse of a content for the three, not one per check."""
+    source = f"import os\n\n\ndef f():  # {uuid.uuid4()}\n    return os.sep\n".encode()
+    parses = []
+    parse = ast.parse
+
+    def counting(text, *args, **kwargs):
+        parses.extend([text] if text == source else [])
+        return parse(text, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counting)
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    monkeypatch.setattr(names, "_SEEN", {})
+    monkeypatch.setattr(remembered, "_entry", lambda check, key: None)  # nothing remembered across runs
+    monkeypatch.setattr(names, "_cache_dir", lambda: None)
+    results = run_checks(context({MODEL: source}, {MODEL: source}), [syntax.CHECK, names.CHECK])
+    assert [r.ok for r in results] == [True, True], results
+    assert isinstance(parsed(source, MODEL), ast.Module)  # what the contract reads
+    assert len(parses) == 1

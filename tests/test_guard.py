@@ -603,3 +603,57 @@ def test_the_guard_judges_an_imported_vllm_without_an_init_file(patched):
     (site / MODEL).write_text("# edited after apply\n")
     done = _load(site)
     assert done.returncode != 0 and f"{MODEL} was changed after patchkit patched it" in done.stderr
+
+
+def _metadata_a_fifo(info: Path) -> None:
+    (info / "METADATA").unlink()
+    os.mkfifo(info / "METADATA")
+
+
+def _metadata_a_directory(info: Path) -> None:
+    (info / "METADATA").unlink()
+    (info / "METADATA").mkdir()
+
+
+def _metadata_huge(info: Path) -> None:
+    with open(info / "METADATA", "a") as fh:
+        fh.write("X-Padding: " + "x" * (2 << 20) + "\n")
+
+
+UNJUDGEABLE_METADATA = [_metadata_a_fifo, _metadata_a_directory, _metadata_huge]
+
+
+@pytest.mark.parametrize("spoil", UNJUDGEABLE_METADATA, ids=lambda spoil: spoil.__name__)
+def test_a_guard_that_cannot_judge_refuses_with_its_message_and_warn_only_logs(patched, spoil):
+    """Every way the guard can fail goes through its refusal: the command that names the fix, and
+    PATCHKIT_GUARD=warn honoured (review 5 guard M1: a bare TreeChanged, raised even under warn)."""
+    site, _, _ = patched
+    spoil(site / "vllm-0.16.0.dist-info")
+    refused = _load(site)
+    assert refused.returncode != 0 and "patchkit status" in refused.stderr, refused.stderr[-800:]
+    warned = _load(site, PATCHKIT_GUARD="warn")
+    assert warned.returncode == 0, warned.stderr[-800:]
+    assert "METADATA" in warned.stderr and "patchkit status" in warned.stderr and "Traceback" not in warned.stderr
+
+
+@pytest.mark.parametrize("spoil", UNJUDGEABLE_METADATA, ids=lambda spoil: spoil.__name__)
+def test_apply_on_a_metadata_the_guard_cannot_read_is_a_tree_problem_not_a_bug(patched, spoil):
+    site, diff, _ = patched
+    spoil(site / "vllm-0.16.0.dist-info")
+    for command in ("apply", "status"):
+        done = run_cli(command, "--target", site, "--patch", diff)
+        assert done.returncode in (1, 2, 4), (command, done.stdout + done.stderr)
+        assert "internal error" not in done.stderr and "METADATA" in done.stdout + done.stderr, done.stderr
+
+
+def test_a_metadata_symlinked_to_its_copy_is_read_as_vllm_reads_it(patched):
+    """importlib.metadata (vLLM's reading of its version, and patchkit's) follows the symlink: the
+    guard does too, and passes where status passes and apply works."""
+    site, diff, _ = patched
+    info = site / "vllm-0.16.0.dist-info"
+    (info / "METADATA").rename(info / "METADATA.real")
+    (info / "METADATA").symlink_to("METADATA.real")
+    assert _load(site).returncode == 0, _load(site).stderr[-800:]
+    for command in ("status", "apply"):
+        done = run_cli(command, "--target", site, "--patch", diff)
+        assert done.returncode == 0, (command, done.stdout + done.stderr)

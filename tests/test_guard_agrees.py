@@ -24,6 +24,7 @@ import pytest
 from helpers import (
     MODEL_PY,
     SPEC_PY,
+    load_plugins_as_another_user,
     load_plugins_like_vllm,
     make_patch,
     pip_install,
@@ -324,6 +325,35 @@ def guard_module_symlinked_to_a_copy(tree: Tree) -> None:
     (tree.site / "patchkit_guard.py").symlink_to(copy)
 
 
+def record_closed_by_an_older_patchkit(tree: Tree) -> None:
+    """An older patchkit rewrote the record under umask 077: 0600, in a 0700 .patchkit/."""
+    _applied(tree)
+    (tree.site / ".patchkit/state.json").chmod(0o600)
+    (tree.site / ".patchkit").chmod(0o700)
+
+
+def guard_closed_by_an_older_patchkit(tree: Tree) -> None:
+    """An older patchkit installed the guard under umask 077: vLLM run by another user never loads it."""
+    _applied(tree)
+    (tree.site / "patchkit_guard.py").chmod(0o600)
+    for path in (tree.site / INFO).iterdir():
+        path.chmod(0o600)
+    (tree.site / INFO).chmod(0o700)
+
+
+def created_file_closed_by_an_older_patchkit(tree: Tree) -> None:
+    """A file an ad-hoc patch created, written 0600 by an older patchkit under umask 077."""
+    _added_a_file(tree)
+    (tree.site / ADDON).chmod(0o600)
+
+
+CLOSED_TO_OTHERS = [
+    record_closed_by_an_older_patchkit,
+    guard_closed_by_an_older_patchkit,
+    created_file_closed_by_an_older_patchkit,
+]
+
+
 CATALOGUE: list[Callable[[Tree], None]] = [
     stock,
     applied,
@@ -352,6 +382,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_entry_point_respelled_then_upgraded,
     guard_declared_by_an_egg_info_then_upgraded,
     guard_module_symlinked_to_a_copy,
+    *CLOSED_TO_OTHERS,
 ]
 
 
@@ -368,6 +399,15 @@ def _not_this_patchkits_guard(site: Path) -> bool:
     return declared and module.exists() and module.read_bytes() != own
 
 
+def _fails_another_user(site: Path, guard) -> bool:
+    """The guard refuses a launch by another user, or does not load for them where it loads for the
+    owner (a launch unguarded while status says guarded)."""
+    other = load_plugins_as_another_user(site)
+    if other is None:
+        return False
+    return other.returncode != 0 or ("patchkit_guard" in guard.stdout and "patchkit_guard" not in other.stdout)
+
+
 def _fixes(status_json: dict) -> list[list[str]]:
     """The commands `status` names as the fix (`patchkit X`, in order); else apply."""
     guard = status_json.get("guard") or {}
@@ -380,7 +420,7 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     tree = _tree(tmp_path)
     build(tree)
     guard = load_plugins_like_vllm(tree.site)
-    refuses = guard.returncode != 0 or _not_this_patchkits_guard(tree.site)
+    refuses = guard.returncode != 0 or _not_this_patchkits_guard(tree.site) or _fails_another_user(tree.site, guard)
     status = tree.cli("status", "--format", "json")
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr
     said = {
@@ -397,6 +437,7 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
         assert done.returncode in (0, 3), (fix, done.stdout + done.stderr)
     after = load_plugins_like_vllm(tree.site)
     assert after.returncode == 0, after.stderr[-600:]
+    assert not _fails_another_user(tree.site, after), "another user's launch is still refused or unguarded"
     status = tree.cli("status")
     assert status.returncode in (0, 3), status.stdout + status.stderr  # 3: an uncovered vLLM, guard gone
 
@@ -562,3 +603,21 @@ def test_status_names_the_guards_refusal_and_its_fix_once(tmp_path):
     assert status.returncode == 1
     fix = json.loads(tree.cli("status", "--format", "json").stdout)["guard"]["fix"]
     assert (status.stdout + status.stderr).count(fix) == 1, status.stdout + status.stderr
+
+
+def test_a_record_an_older_patchkit_left_0600_fails_status_and_apply_opens_it(tmp_path):
+    """status names apply for the record other users cannot read; apply makes it readable and says
+    so, never "nothing to do"."""
+    tree = _tree(tmp_path)
+    record_closed_by_an_older_patchkit(tree)
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 1, status.stdout
+    said = json.loads(status.stdout)["guard"]
+    assert any(".patchkit/state.json (0600)" in problem for problem in said["refuses"]), said
+    assert "patchkit apply" in said["fix"] and "readable" in said["fix"], said
+    done = tree.cli("apply")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing to do" not in done.stdout and "readable" in done.stdout + done.stderr, done.stdout
+    assert (tree.site / ".patchkit/state.json").stat().st_mode & 0o777 == 0o644
+    assert (tree.site / ".patchkit").stat().st_mode & 0o777 == 0o755
+    assert tree.cli("status").returncode == 0

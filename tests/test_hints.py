@@ -246,9 +246,13 @@ def test_the_interrupt_report_after_the_commit_point_names_the_users_tree():
 
 
 def test_the_pip_hint_of_a_verify_given_several_releases_names_none_of_them():
-    """verify's --vllm-version repeats (a tuple): the pip hint names one release, or VERSION."""
-    several = Options(vllm_version=("0.16.0", "0.17.0"))  # type: ignore[arg-type]
+    """verify's --vllm-version repeats (Options.vllm_versions): the pip hint and the command hint
+    name one release, or none (VERSION)."""
+    several = Options.given(None, None, ("0.16.0", "0.17.0"), None, (), None)
     with hints.selected(several):
         assert "vllm==VERSION`" in hints.pip_reinstall(None)
-    with hints.selected(Options(vllm_version=("0.16.0",))):  # type: ignore[arg-type]
+        assert "--vllm-version" not in hints.command("verify")
+    one = Options.given(None, None, ("0.16.0",), None, (), None)
+    with hints.selected(one):
         assert "vllm==0.16.0`" in hints.pip_reinstall(None)
+        assert hints.command("verify") == "`patchkit verify --vllm-version 0.16.0`"

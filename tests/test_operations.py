@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from patchkit.base.options import Options
 from patchkit.engine import inspection
 from patchkit.engine.operations import apply_series, resolve_for_revert, revert_series, verify_tree
 from patchkit.engine.resolve import resolve
+from patchkit.store import state
 
 SPEC = "vllm/config/spec.py"
 PATCHED_SPEC = SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
@@ -383,3 +385,40 @@ def test_a_series_that_turns_a_module_into_a_package_of_its_name_is_no_shadow(tm
     assert run_cli("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
     assert run_cli("revert", "--target", tree, "--patch", patch).returncode == 0
     assert fingerprint(tree / "vllm") == stock
+
+
+def _count_record_reads(monkeypatch) -> list[Path]:
+    """Every read of .patchkit/state.json from here on (read_state reads it through read_meta_file),
+    but the lock-free view's: it compares the bytes before and after (settled_record), no reading
+    of the record."""
+
+    reads: list[Path] = []
+    unread = state.read_meta_file
+
+    def read_meta_file(path: Path) -> bytes | None:
+        if path.name == "state.json" and sys._getframe(1).f_code.co_name != "settled_record":
+            reads.append(path)
+        return unread(path)
+
+    monkeypatch.setattr(state, "read_meta_file", read_meta_file)
+    return reads
+
+
+@pytest.mark.parametrize("guard", [False, True])
+def test_apply_and_revert_each_read_the_record_once(tree, library, monkeypatch, guard):
+    """One read of state.json per operation, passed down: not one per phase (plan, stock integrity,
+    commit, the record's settling), which could each see another record."""
+    resolved = resolve(options(tree, library))
+    reads = _count_record_reads(monkeypatch)
+    assert apply_series(resolved, dry_run=True, guard=guard).outcome == Outcome.DRY_RUN
+    assert len(reads) == 1
+    del reads[:]
+    assert apply_series(resolved, guard=guard).outcome == Outcome.APPLIED
+    assert len(reads) == 1
+    del reads[:]
+    assert apply_series(resolved, guard=guard).outcome == Outcome.ALREADY_APPLIED
+    assert len(reads) == 1
+    target, still_resolved = resolve_for_revert(options(tree, library))
+    del reads[:]
+    assert revert_series(target, still_resolved).outcome == Outcome.REVERTED
+    assert len(reads) == 1

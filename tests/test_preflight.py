@@ -1252,3 +1252,32 @@ def test_a_pythonpath_set_in_patchkits_own_environment_and_unset_by_the_launch_f
     command = ["env", "-u", "PYTHONPATH", str(python.parent / "vllm"), "serve", *launch]
     done = preflight(tree, library, *command, env={"PYTHONPATH": str(tree)})
     assert failed(done) == {"launch-target"}, done.stdout
+
+
+def test_a_missing_model_and_a_missing_drafter_are_both_named_each_with_its_hint(setup, tmp_path):
+    # review 5 M2: only the model was named; the drafter showed up once the model was found
+    tree, library, _ = setup
+    command = ("env", f"HF_HOME={tmp_path / 'empty-hf-home'}", *serve("lab/not-here-target", tmp_path / "gone-drafter"))
+    done = preflight(tree, library, *command)
+    assert_clean_failure(done, 4)
+    models = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "models"]
+    assert ["gone-drafter" in f["message"] for f in models] == [False, True]
+    assert "lab/not-here-target" in models[0]["message"] and all(f["fix"] for f in models)
+    text = preflight(tree, library, *command, fmt="text")
+    assert_clean_failure(text, 4)
+    assert "lab/not-here-target" in text.stdout + text.stderr and "gone-drafter" in text.stdout + text.stderr
+
+
+def test_offline_a_missing_tokenizer_model_and_drafter_are_each_named(setup, tmp_path):
+    # the class of review 5 M2: offline, a tokenizer found nowhere hid the model and the drafter
+    tree, library, models = setup
+    offline = ("env", "HF_HUB_OFFLINE=1", f"HF_HOME={tmp_path / 'empty-hf-home'}")
+    missing = (*offline, *serve("lab/gone-model", tmp_path / "gone-drafter", "--tokenizer", "lab/gone-tok"))
+    done = preflight(tree, library, *missing)
+    assert_clean_failure(done, 4)
+    said = [f["message"] for f in json.loads(done.stdout)["findings"] if f["check"] == "models"]
+    assert [any(name in m for m in said) for name in ("lab/gone-model", "lab/gone-tok", "gone-drafter")] == [True] * 3
+    found = preflight(tree, library, *offline, *serve(models["kimi"], models["drafter"], "--tokenizer", "lab/gone-tok"))
+    assert_clean_failure(found, 4)
+    assert "lab/gone-tok" in " ".join(f["message"] for f in json.loads(found.stdout)["findings"] if not f["ok"])
+    assert set(findings(found)) >= DRAFTER_CHECKS  # the models found are still checked

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import make_patch, patched_spec, run_cli, write_tree
 
+from patchkit.checks import shadow
+from patchkit.series.patchfile import parse_patch
+
 SOURCE = "vllm/config/spec.py"
 
 
@@ -93,3 +96,42 @@ def test_a_directory_named_init_beside_a_real_package_init_is_not_what_counts(tm
     done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 4, done.stdout + done.stderr
     assert "vllm/config/spec/__init__.py is imported instead" in done.stderr
+
+
+def _series(tmp_path: Path, tree: Path, edits: dict[str, str | None]) -> list:
+    return [parse_patch(make_patch(tmp_path, tree, edits), "series.diff")]
+
+
+def test_the_planned_tree_lists_what_a_series_deletes_renames_away_and_creates(tmp_path):
+    """A release diff may turn a module into a package: the planned listing of each directory drops
+    the deleted module and holds the new package and every directory on the way to a new file."""
+    tree = write_tree(tmp_path / "site")
+    patches = _series(
+        tmp_path,
+        tree,
+        {SOURCE: None, "vllm/config/spec/__init__.py": "x = 1\n", "vllm/new/deep/mod.py": "y = 2\n"},
+    )
+    names_in = shadow.planned(lambda d: sorted(os.listdir(tree / d)) if (tree / d).is_dir() else [], patches)
+    assert names_in("vllm/config") == {"spec"}
+    assert names_in("vllm") == {"__init__.py", "config", "models", "new"}
+    assert names_in("vllm/new") == {"deep"} and names_in("vllm/new/deep") == {"mod.py"}
+    assert shadow.tree_shadows(tree, patches) == {}
+
+
+def test_the_planned_tree_lists_each_directory_once(tmp_path):
+    """A release diff's 1,271 sources ask for their few hundred directories thousands of times
+    (every source, every package on its way): the listing behind them runs once per directory."""
+    tree = write_tree(
+        tmp_path / "site", files={f"vllm/pkg{i}/mod{j}.py": "x = 1\n" for i in range(3) for j in range(4)}
+    )
+    patches = _series(tmp_path, tree, {f"vllm/pkg{i}/mod{j}.py": "x = 2\n" for i in range(3) for j in range(4)})
+    asked: list[str] = []
+
+    def listing(directory: str) -> list[str]:
+        asked.append(directory)
+        return sorted(os.listdir(tree / directory)) if (tree / directory).is_dir() else []
+
+    names_in = shadow.planned(listing, patches)
+    found = {path: hit for path in shadow.sources(patches) if (hit := shadow.shadow(path, names_in))}
+    assert found == {}
+    assert sorted(asked) == sorted(set(asked)), asked

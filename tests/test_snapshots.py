@@ -35,6 +35,7 @@ PREFLIGHT = ["preflight", "--no-import", "--", "vllm", "serve", "models/dsv3", "
 COMMANDS = {
     "status-stock": ["status", "--target", "stock"],
     "status-applied": ["status", "--target", "applied"],
+    "status-broken": ["status", "--target", "broken"],
     "apply-dry-run-stock": ["apply", "--dry-run", "--target", "stock"],
     "apply-stock": ["apply", "--target", "stock"],
     "verify-stock": ["verify", "--target", "stock"],

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -192,13 +193,13 @@ def test_an_interpreter_replaced_by_a_fifo_after_its_stat_does_not_hang_the_memo
     "source",
     [b"x = 1\n", b"def f(:\n", b"def f():\n    pass\nreturn 1\n", b"x = 1\0\n", b"nonlocal x\n", b"\xff = 1\n"],
 )
-def test_this_interpreters_verdict_from_the_shared_tree_is_the_workers(source):
-    """In-process, syntax compiles the tree contract also reads; a worker compiles the text: one verdict."""
-    from patchkit._target import compile_sources
+def test_this_interpreters_verdict_is_the_workers(source):
+    """In-process, syntax compiles the bytes; a worker in its own process compiles the text: one verdict."""
     from patchkit.checks import syntax
 
     text = source.decode("utf-8", "surrogateescape")
-    assert syntax._compile_here({"m.py": source}) == compile_sources.work({"sources": {"m.py": text}})
+    by_worker = run_worker(sys.executable, "compile_sources", {"sources": {"m.py": text}}, timeout=60, in_process=False)
+    assert syntax._judge({"m.py": source}, None) == by_worker
 
 
 def test_verdicts_are_remembered_across_runs_and_only_this_users(monkeypatch, tmp_path):
@@ -270,3 +271,22 @@ def test_an_interrupt_kills_the_workers_whole_process_group(tmp_path):
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(pid)
+
+
+WARNS = {"literal.py": b"x = 1\nassert x is 1\n", "escape.py": b"pattern = '\\d'\n"}  # SyntaxWarnings
+
+
+def test_a_warning_is_no_syntax_verdict_whatever_the_filters_of_patchkit_or_the_worker(monkeypatch):
+    """'"is" with a literal' (a compiler warning) and an invalid escape: the module imports under the
+    default filters, so it compiles. Under `-W error` (patchkit's own filters, or the worker's
+    PYTHONWARNINGS) the verdict was "line 2: "is" with a literal", a failure for a file that runs."""
+    from patchkit.checks import syntax
+
+    monkeypatch.setattr(syntax, "_JUDGED", {})
+    monkeypatch.setattr(remembered, "_entry", lambda check, key: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert syntax.compile_sources(WARNS, None) == {}
+    monkeypatch.setenv("PYTHONWARNINGS", "error")
+    request = {"sources": {path: data.decode() for path, data in WARNS.items()}}
+    assert run_worker(sys.executable, "compile_sources", request, timeout=60, in_process=False) == {}

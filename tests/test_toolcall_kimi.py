@@ -111,9 +111,11 @@ def test_kimi_set_fixes_streaming_on_the_real_release(tmp_path, run, version):
     assert snapshot(target) == stock
 
 
-def test_kimi_upstream_release_passes_the_behaviour_test_as_shipped(tmp_path, run):
-    """From 0.23.0 the server appends the unstreamed rest instead of rewriting the final delta."""
-    target = stock_tree("0.23.0", tmp_path / "site")
+@pytest.mark.parametrize("version", ["0.23.0", "0.24.0"])
+def test_kimi_upstream_release_passes_the_behaviour_test_as_shipped(tmp_path, run, version):
+    """From 0.23.0 the server appends the unstreamed rest instead of rewriting the final delta. (From
+    0.25.0 the parser is an adapter on vLLM's parser engine, which the stand-ins cannot load: PROOF.md.)"""
+    target = stock_tree(version, tmp_path / "site")
     result = behaviour(parser_file(target), "--random", "100")
     assert result.returncode == 0, result.stdout + result.stderr
     assert all_streams_match(result.stdout) and "(top-up append: read from " in result.stdout

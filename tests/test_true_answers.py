@@ -123,13 +123,17 @@ def test_status_names_a_drifted_file_that_does_not_compile_with_its_line(fetched
     break_import(fetched / KIMI)
     done = run_cli("status", "--target", fetched)
     assert_clean_failure(done, 1)
-    # the syntax error leads the file's line; the drift (and the guard's refusal) follow from it
-    assert f"{KIMI}:14: syntax: invalid syntax\n  also: drifted (edited after patchkit patched it)" in done.stdout
+    # the syntax error leads the file's line, with the source line and a caret as verify shows them;
+    # the drift (and the guard's refusal) follow from it
+    shown = f"{KIMI}:14: syntax: invalid syntax\n    import copy,\n                ^\n  also: drifted (edited after"
+    assert shown in done.stdout, done.stdout
+    verified = run_cli("verify", "--target", fetched, "--no-import")
+    assert f"{KIMI}:14: syntax: invalid syntax\n    import copy,\n                ^\n" in verified.stdout
     document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
     assert document["drifted"] == [KIMI]
     assert document["does_not_compile"] == {KIMI: "line 14: invalid syntax"}
     quiet = run_cli("status", "-q", "--target", fetched)
-    assert f"{KIMI}:14: syntax: invalid syntax" in quiet.stderr
+    assert f"{KIMI}:14: syntax: invalid syntax\n    import copy,\n                ^\n" in quiet.stderr
 
 
 def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):

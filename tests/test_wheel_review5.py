@@ -3,8 +3,13 @@ the modules Python runs at every start."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import os
 import re
+import shlex
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -129,3 +134,71 @@ def test_the_out_hint_in_a_working_directory_that_cannot_be_written_works_as_pri
     again = run_cli("wheel", stock, "--patches", library, "--out", hinted.group(1), env=env, cwd=Path("/proc"))
     assert again.returncode == 0, again.stdout + again.stderr
     assert len(list((tmp_path / "tmp" / "dist").glob("*.whl"))) == 1
+
+
+@pytest.mark.parametrize("path", ["vllm/config/spec.py", "vllm/models/model.py"])  # patched, unchanged
+@pytest.mark.parametrize("bogus_first", [False, True])
+def test_a_record_that_lists_a_file_twice_is_refused_as_malformed(tmp_path, library, path, bogus_first):
+    # review 5 L2: the last row won: stock then bogus blamed the stock file (exit 1), bogus then stock built
+    stock = write_wheel(tmp_path / "in")
+    with zipfile.ZipFile(stock) as zf:
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+    bogus = f"{path},sha256=dHdvIHJvd3Mgb2YgdGhlIHNhbWUgZmlsZQ,17\n".encode()
+    with zipfile.ZipFile(stock, "w", zipfile.ZIP_DEFLATED) as zf:
+        for info, data in members:
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = bogus + data if bogus_first else data + bogus
+            zf.writestr(info, data)
+    done, out = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library), tmp_path / "out"
+    _refused(done, out)
+    assert f"the RECORD lists {path} twice" in done.stderr, done.stderr
+
+
+def _local_sources(tmp_path: Path) -> tuple[Path, Path]:
+    """A stock wheel in a directory (find-links) and a file:// simple index listing it."""
+    wheel = write_wheel(tmp_path / "wheels")
+    page = tmp_path / "index" / "simple" / "vllm"
+    page.mkdir(parents=True)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    page.joinpath("index.html").write_text(f'<a href="{wheel.as_uri()}#sha256={digest}">{wheel.name}</a>\n')
+    return wheel.parent, page.parent
+
+
+@pytest.mark.parametrize("source", ["file-index", "find-links"])
+def test_a_pip_source_patchkit_does_not_read_is_said_with_the_pip_download_way_that_works(tmp_path, library, source):
+    # review 5 M5: exit 4 "skipped (not http/https)" or "unset PIP_NO_INDEX", hints that cannot work there
+    wheels, index = _local_sources(tmp_path)
+    env = {"PATCHKIT_CACHE_DIR": str(tmp_path / "cache"), "PIP_CONFIG_FILE": os.devnull, "PIP_EXTRA_INDEX_URL": ""}
+    if source == "file-index":
+        env |= {"PIP_INDEX_URL": index.as_uri() + "/", "PIP_FIND_LINKS": "", "PIP_NO_INDEX": ""}
+    else:
+        env |= {"PIP_INDEX_URL": "", "PIP_FIND_LINKS": str(wheels), "PIP_NO_INDEX": "1"}
+    out = tmp_path / "out"
+    done = run_cli("wheel", "0.16.0", "--out", out, "--patches", library, env=env)
+    assert_clean_failure(done, 4)
+    assert "which patchkit does not read" in done.stderr, done.stderr
+    pip_way = re.search(r"run `(pip download [^`]+)`, then `(patchkit wheel [^`]+)`", " ".join(done.stderr.split()))
+    assert pip_way, done.stderr
+    # the hint, followed as printed (DIR a directory of ours), gives the patched wheel
+    got = tmp_path / "got"
+    pip = shlex.split(pip_way.group(1).replace("DIR", str(got)))
+    fetched = subprocess.run([sys.executable, "-m", *pip], env={**os.environ, **env}, capture_output=True, text=True)
+    assert fetched.returncode == 0, fetched.stderr
+    (downloaded,) = got.glob("*.whl")
+    build = shlex.split(pip_way.group(2).replace("DIR/FILE.whl", str(downloaded)))[2:]
+    done = run_cli("wheel", *build, "--out", out, env=env)
+    assert done.returncode == 0, done.stderr
+    assert list(out.glob("vllm-0.16.0+patchkit*.whl"))
+
+
+@pytest.mark.parametrize("command", ["status", "verify", "apply"])
+def test_a_vllm_imported_from_a_zip_archive_is_named_as_such(tmp_path, library, command):
+    # review 5 L3: "cannot inspect .../python312.zip/.patchkit: Not a directory", no word of the archive
+    archive = tmp_path / "prefix" / "python399.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(_zip_with_vllm())
+    done = run_cli(command, "--python", sys.executable, "--patches", library, env={"PYTHONPATH": str(archive)})
+    assert_clean_failure(done, 4)
+    said = " ".join(done.stderr.split())
+    assert f"is inside the archive {archive}" in said and f"move {archive} off sys.path" in said, done.stderr
+    assert ".patchkit" not in said

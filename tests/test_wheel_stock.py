@@ -13,11 +13,11 @@ from packaging import tags
 
 from patchkit.base.errors import FetchError
 from patchkit.base.fsutil import file_identity
-from patchkit.fetch import net
+from patchkit.fetch import net, pipconfig
 from patchkit.wheel import stock
 from patchkit.wheel.stock import stock_wheel, tag_priority, wheel_priority
 
-from index_server import build_wheel, isolate_cache, no_network, use_index  # isort: skip
+from index_server import IndexServer, build_wheel, isolate_cache, no_network, use_index  # isort: skip
 
 VERSION = "0.2.0"
 # A wheel for the tag pip prefers most here, a pure-Python one, one for a platform this is not.
@@ -111,6 +111,18 @@ def test_an_edited_sidecar_is_not_believed_the_index_is(server, cache, published
     with monkeypatch.context() as offline:
         no_network(offline)
         assert stock_wheel(VERSION) == first
+
+
+@pytest.mark.parametrize("damage", ["truncated", "unsealed"])
+def test_a_sidecar_not_believed_is_warned_about_once(server, cache, published, damage):
+    # review 5 L1: the cache is read before the lock and again under it, and each reading warned
+    sidecar = stock_wheel(VERSION).parent / f"{NATIVE}.json"
+    record = json.loads(sidecar.read_text())
+    record.pop("seal")
+    sidecar.write_text(sidecar.read_text()[:40] if damage == "truncated" else json.dumps(record))
+    warnings: list[str] = []
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == published[NATIVE]
+    assert len(warnings) == 1 and "checking the wheel against the index" in warnings[0], warnings
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
@@ -356,3 +368,60 @@ def test_a_wheel_swapped_in_as_its_record_is_written_is_not_the_checked_one(
     monkeypatch.setattr(stock, "write_cached", swap_then_write)
     path, checked = stock.checked_stock_wheel(VERSION)
     assert checked != file_identity(os.stat(path))
+
+
+@pytest.fixture
+def other_index():
+    index = IndexServer()
+    yield index
+    index.stop()
+
+
+def _two_indexes(server, other_index) -> tuple[bytes, bytes]:
+    """The same wheel name on two indexes, with other bytes on each (a mirror, a vendor build)."""
+    first, second = build_wheel(version=VERSION, blob_size=3000), build_wheel(version=VERSION, blob_size=5000)
+    server.publish(NATIVE, first)
+    other_index.publish(NATIVE, second)
+    return first, second
+
+
+def test_a_wheel_cached_from_another_index_is_not_taken_for_the_configured_ones(
+    server, other_index, cache, monkeypatch
+):
+    # review 5 M3: after PIP_INDEX_URL changed, the first index's wheel was used, and nothing said
+    first, second = _two_indexes(server, other_index)
+    use_index(monkeypatch, server.index())
+    assert stock_wheel(VERSION).read_bytes() == first
+    use_index(monkeypatch, other_index.index())
+    warnings: list[str] = []
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == second
+    assert any(server.index() in w and other_index.index() in w for w in warnings), warnings
+    with monkeypatch.context() as offline:
+        no_network(offline)
+        assert stock_wheel(VERSION).read_bytes() == second  # its index recorded: no need to ask pip
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # no index to take it from: the cached one, said
+    warnings.clear()
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == second
+    assert any("no index patchkit reads" in w and other_index.index() in w for w in warnings), warnings
+
+
+def test_an_index_changed_in_pip_conf_is_seen_and_a_change_beside_it_costs_one_question(
+    server, other_index, cache, monkeypatch, tmp_path
+):
+    first, second = _two_indexes(server, other_index)
+    conf = tmp_path / "pip.conf"
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    conf.write_text(f"[global]\nindex-url = {server.index()}\n")
+    assert stock_wheel(VERSION).read_bytes() == first
+    conf.write_text(f"[global]\nindex-url = {server.index()}\ntimeout = 61\n")
+    pipconfig.forget_settings()  # a new command asks pip again
+    said: list[str] = []
+    assert stock_wheel(VERSION, say=said.append).read_bytes() == first
+    assert any("an index pip is configured with" in line for line in said), said
+    assert len([p for _c, p, _r in server.log if "/files/" in p]) == 1  # the same index: kept
+    with monkeypatch.context() as offline:
+        no_network(offline)
+        assert stock_wheel(VERSION).read_bytes() == first  # recorded again: pip is not asked
+    conf.write_text(f"[global]\nindex-url = {other_index.index()}\n")
+    pipconfig.forget_settings()
+    assert stock_wheel(VERSION).read_bytes() == second

@@ -44,8 +44,13 @@ def check() -> None:
     if mode == "off":
         return
     site = imported_site()
-    problems = find_problems(site) if site is not None else []
-    if site is None or not problems:
+    if site is None:
+        return
+    try:
+        problems = find_problems(site)
+    except Exception as exc:  # whatever stops the judging is a refusal too, said as one (warn honoured)
+        problems = ["the guard cannot judge it (" + type(exc).__name__ + ": " + str(exc) + ")"]
+    if not problems:
         return
     message = refusal(site, problems)
     if mode == "warn":
@@ -203,7 +208,8 @@ def installed_vllm_version(site: str) -> str | None:
     found = [name for name in os.listdir(site) if name.startswith("vllm-") and name.endswith(".dist-info")]
     if len(found) != 1:
         return None
-    raw = _read_regular(os.path.join(site, found[0], "METADATA"), 1 << 20) or b""
+    # through a symlink, as importlib.metadata (vLLM's own reading, and patchkit's) reads it
+    raw = _read_regular(os.path.join(site, found[0], "METADATA"), 1 << 20, follow=True) or b""
     for line in raw.decode("utf-8", "replace").splitlines():
         if not line.strip():
             break  # the headers end at the first blank line
@@ -245,10 +251,12 @@ def _inside(site: str, rel: object) -> str | None:
     return full if full.startswith(root + os.sep) else None
 
 
-def _read_regular(path: str, limit: int | None) -> bytes | None:
-    """A regular file's bytes (up to `limit`; more is an error), never through a symlink; None if absent."""
+def _read_regular(path: str, limit: int | None, *, follow: bool = False) -> bytes | None:
+    """A regular file's bytes (up to `limit`; more is an error), not through a symlink unless
+    `follow`; None if absent."""
+    nofollow = 0 if follow else getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -108,6 +108,11 @@ class FetchError(TargetError):
     """Release sources could not be obtained from the package index."""
 
 
+class IndexNotRead(FetchError):
+    """pip takes vLLM from where patchkit does not read (a file:// index, find-links): the caller's
+    hint says what works instead."""
+
+
 @dataclass(frozen=True)
 class Finished:
     """What a command without a richer result hands the CLI: its outcome, and the error to report."""

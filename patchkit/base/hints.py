@@ -43,14 +43,6 @@ _FLAGS = {
 }
 
 
-def _one(value: object) -> str | None:
-    """An option's single value: verify's repeated --vllm-version (a tuple) names one release only
-    when it holds one."""
-    if isinstance(value, tuple):
-        return value[0] if len(value) == 1 else None
-    return value if isinstance(value, str) else None
-
-
 @contextmanager
 def selected(opts: Options) -> Iterator[None]:
     """The user's selection for every hint built inside (one command's run)."""
@@ -74,7 +66,7 @@ def command(verb: str, *args: str, chosen: Options | None = None) -> str:
     words = ["patchkit", *verb.split()]
     takes = _TAKES.get(verb.split()[0], ())
     for field, flag in _FLAGS.items():
-        value = _one(getattr(selection, field))
+        value = getattr(selection, field)
         if field in takes and value:
             words += [flag, value]
     if "adhoc" in takes:
@@ -112,7 +104,7 @@ def pip_reinstall(version: object | None) -> str:
     by the tree's interpreter when the user named it (--python), else `python -m pip` with a word
     on which one."""
     python = current().python
-    release = version or _one(current().vllm_version) or "VERSION"
+    release = version or current().vllm_version or "VERSION"
     words = [python or "python", "-m", "pip", "install", "--force-reinstall", "--no-deps", f"vllm=={release}"]
     text = "`" + shlex.join(words) + "`"
     return text if python else f"{text} (with the Python of that environment)"

@@ -9,7 +9,22 @@ from dataclasses import dataclass
 class Options:
     target_dir: str | None = None
     python: str | None = None
-    vllm_version: str | None = None
+    vllm_version: str | None = None  # with several --vllm-version (verify), None: no one release
     library: str | None = None
     adhoc: tuple[str, ...] = ()
     set_name: str | None = None
+    vllm_versions: tuple[str, ...] = ()  # verify's repeated --vllm-version, as given
+
+    @classmethod
+    def given(
+        cls,
+        target_dir: str | None,
+        python: str | None,
+        versions: tuple[str, ...],
+        library: str | None,
+        adhoc: tuple[str, ...],
+        set_name: str | None,
+    ) -> Options:
+        """The options of a command whose --vllm-version repeats: one release named is also `vllm_version`."""
+        one = versions[0] if len(versions) == 1 else None
+        return cls(target_dir, python, one, library, adhoc, set_name, vllm_versions=versions)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from patchkit.series.library import PatchSetDef
+    from patchkit.store.state import State
 
 ERROR = CheckLevel.ERROR
 WARNING = CheckLevel.WARNING
@@ -83,6 +84,7 @@ class CheckContext:
     version: Version | None = None  # the vLLM version checked
     on_disk: bool = False  # True: `read` gives the files as written (an import can see them)
     import_probe: bool = True  # False: --no-import, the probe check does not import vLLM
+    state: State | None = None  # the tree's record as the command read it (None: read where needed)
 
 
 class Check(Protocol):

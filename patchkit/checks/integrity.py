@@ -47,7 +47,7 @@ from patchkit.distinfo.record import (
     record_hash,
     stock_files_command,
 )
-from patchkit.store.state import read_state
+from patchkit.store.state import State, read_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.version import Version
@@ -95,7 +95,7 @@ class IntegrityCheck:
         wanted = set(ctx.paths)  # only these rows of each RECORD are parsed
         installed, why_not = installed_record(ctx.root, ctx.version, wanted)
         published = published_record(_stock_release(ctx.root) or ctx.version, wanted)
-        recorded = _recorded_writes(ctx.root)
+        recorded = _recorded_writes(ctx.root, ctx.state)
         results = []
         for path in ctx.paths:
             results.extend(self._check(ctx, ctx.root, path, installed, why_not, published, recorded))
@@ -271,10 +271,11 @@ def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], d
     )
 
 
-def _recorded_writes(root: Path) -> dict[str, list[Write]]:
-    """path -> (before, after) sha256 of what patchkit recorded writing there."""
+def _recorded_writes(root: Path, state: State | None) -> dict[str, list[Write]]:
+    """path -> (before, after) sha256 of what patchkit recorded writing there (in `state`, the
+    record the command read; None: read here)."""
     try:
-        entries = read_state(root).entries
+        entries = (state if state is not None else read_state(root)).entries
     except BadInput:
         return {}
     writes: dict[str, list[Write]] = {}

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import sys
-import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from pyflakes.messages import Message
 from patchkit.base import fsutil, seal
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, too_large_to_parse
+from patchkit.checks.parsed import parsed
 
 UNDEFINED = frozenset({"UndefinedName", "UndefinedExport", "UndefinedLocal"})
 # Messages whose last argument is the line of an earlier definition: it moves with the patch.
@@ -128,7 +128,7 @@ def findings_of(sources: dict[str, bytes]) -> dict[str, tuple[Finding, ...] | No
     if len(_SEEN) > 8192:
         _SEEN.clear()
     digests = {key: hashlib.sha256(data).hexdigest() for key, data in sources.items()}
-    todo = {digest: sources[key] for key, digest in digests.items() if digest not in _SEEN}
+    todo = {digest: (key, sources[key]) for key, digest in digests.items() if digest not in _SEEN}
     if not todo:
         return {key: _SEEN[digest] for key, digest in digests.items()}
     cache = _cache_dir()
@@ -137,8 +137,8 @@ def findings_of(sources: dict[str, bytes]) -> dict[str, tuple[Finding, ...] | No
         if cached is not _MISSING:
             _SEEN[digest] = cached
             del todo[digest]
-    for digest, data in todo.items():
-        found = _SEEN[digest] = _pyflakes(data)
+    for digest, (key, data) in todo.items():
+        found = _SEEN[digest] = _pyflakes(data, key)
         _store(cache, digest, found)
     return {key: _SEEN[digest] for key, digest in digests.items()}
 
@@ -204,21 +204,34 @@ def _store(cache: Path | None, digest: str, found: tuple[Finding, ...] | None) -
         pass  # a read-only cache only costs time
 
 
-def _pyflakes(source: bytes) -> tuple[Finding, ...] | None:
+def _pyflakes(source: bytes, path: str) -> tuple[Finding, ...] | None:
+    tree = parsed(source, path)  # kept for the contract, which reads the same contents next
+    if not isinstance(tree, ast.Module):  # the syntax check says why
+        return None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences and the like: not ours to report
-            tree = ast.parse(source)
         checker = Checker(tree, filename="<patched>")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # the syntax check says why
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     checker.messages.sort(key=lambda m: (m.lineno, m.col))
     lazy = _has_module_getattr(tree)
-    names = {(node.lineno, node.col_offset) for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    names = _NamePositions(tree)
     return tuple(_finding(m, _doubt(m, lazy, names)) for m in checker.messages)
 
 
-def _doubt(message: Message, lazy_module: bool, name_positions: set[tuple[int, int]]) -> str | None:
+class _NamePositions:
+    """Where the tree's names are, walked for only when a finding asks (rare: an undefined name)."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self._tree = tree
+        self._found: set[tuple[int, int]] | None = None
+
+    def __contains__(self, position: object) -> bool:
+        if self._found is None:
+            self._found = {(n.lineno, n.col_offset) for n in ast.walk(self._tree) if isinstance(n, ast.Name)}
+        return position in self._found
+
+
+def _doubt(message: Message, lazy_module: bool, name_positions: _NamePositions) -> str | None:
     kind = type(message).__name__
     if kind == "UndefinedExport" and lazy_module:
         return "unless the module's __getattr__ provides it"

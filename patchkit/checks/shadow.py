@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,15 +89,24 @@ def _join(directory: str, name: str) -> str:
 
 def planned(names_in: Callable[[str], Iterable[str]], patches: Iterable[Patch]) -> Callable[[str], set[str]]:
     """`names_in` as the series leaves the tree: without the files it deletes or renames away, with
-    those it creates (a release diff may turn a module into a package of the same name)."""
-    removed = {f.source_path for p in patches for f in p.files if f.source_path and f.source_path != f.target_path}
-    added = {f.target_path for p in patches for f in p.files if f.target_path}
+    those it creates (a release diff may turn a module into a package of the same name). Each
+    directory is listed once: a release diff's sources ask for their few hundred thousands of times."""
+    gone: dict[str, set[str]] = defaultdict(set)
+    new: dict[str, set[str]] = defaultdict(set)
+    for f in (f for p in patches for f in p.files):
+        if f.source_path and f.source_path != f.target_path:
+            parent, _, name = f.source_path.rpartition("/")
+            gone[parent].add(name)
+        if f.target_path:
+            parts = f.target_path.split("/")
+            for depth in range(len(parts)):
+                new["/".join(parts[:depth])].add(parts[depth])
+    listed: dict[str, set[str]] = {}
 
     def names(directory: str) -> set[str]:
-        prefix = f"{directory}/" if directory else ""
-        gone = {r[len(prefix) :] for r in removed if r.startswith(prefix) and "/" not in r[len(prefix) :]}
-        new = {a[len(prefix) :].split("/", 1)[0] for a in added if a.startswith(prefix)}
-        return (set(names_in(directory)) - gone) | new
+        if directory not in listed:
+            listed[directory] = (set(names_in(directory)) - gone.get(directory, set())) | new.get(directory, set())
+        return listed[directory]
 
     return names
 

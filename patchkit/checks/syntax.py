@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 import re
 import stat
 import sys
 
-from patchkit._target.compile_sources import describe
+from patchkit._target.compile_sources import verdicts
 from patchkit.checks import CheckContext, CheckResult, remembered, too_large_to_parse
 from patchkit.checks.parsed import parsed
 from patchkit.tree.target import run_worker, same_interpreter
@@ -94,25 +93,9 @@ def _lasting(interpreter: tuple) -> list:
 
 def _judge(sources: dict[str, bytes], python: str | None) -> dict[str, str]:
     if same_interpreter(python):
-        return _compile_here(sources)
+        return verdicts(sources)  # the text compiled as the worker does: no tree of objects built
     texts = {p: d.decode("utf-8", "surrogateescape") for p, d in sources.items()}
     return run_worker(python, "compile_sources", {"sources": texts}, timeout=120, doing=" to compile the patched files")
-
-
-def _compile_here(sources: dict[str, bytes]) -> dict[str, str]:
-    """compile_sources' verdicts by this interpreter, each tree parsed once for every check that
-    reads it (compiling the tree finds what compiling the text finds past the parser)."""
-    errors = {}
-    for path, data in sources.items():
-        tree = parsed(data, path)
-        if not isinstance(tree, ast.Module):
-            errors[path] = describe(tree)
-            continue
-        try:
-            compile(tree, path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            errors[path] = describe(exc)
-    return errors
 
 
 _JUDGED: dict[tuple[tuple, str], str | None] = {}  # (interpreter, sha256) -> its error, None: compiles

@@ -27,14 +27,19 @@ if TYPE_CHECKING:  # pragma: no cover
 HASHES = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"})
 
 
-def parse_record(data: bytes, only: Collection[str] | None = None) -> dict[str, tuple[str, str]]:
+def parse_record(data: bytes, only: Collection[str] | None = None, *, once: bool = False) -> dict[str, tuple[str, str]]:
     """RECORD rows as ``{path: (hash, size)}``; with `only`, just the rows of those paths (a check
-    of a few files need not build vLLM's ~5,000 rows: csv reads them all in C, the rest is Python)."""
+    of a few files need not build vLLM's ~5,000 rows: csv reads them all in C, the rest is Python).
+    `once`: a path listed twice is malformed (a wheel's RECORD: which row would an installer
+    believe?); an installed RECORD may list one twice (pip adds a row for a .pyc it compiled), and
+    the last row is taken."""
     out = {}
     try:
         text = data.decode("utf-8")
         for row in csv.reader(io.StringIO(text)):
             if row and (only is None or row[0] in only):
+                if once and row[0] in out:
+                    raise FetchError(f"the RECORD lists {row[0]} twice", hint="the wheel looks malformed")
                 row = [*row, "", ""]
                 out[row[0]] = (row[1], row[2])
     except (UnicodeDecodeError, csv.Error) as e:

@@ -18,18 +18,20 @@ import csv
 import hashlib
 import io
 import os
+import stat
 from contextlib import suppress
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import __version__
-from patchkit._target.guard import TreeChanged, find_problems, installed_vllm_version
+from patchkit._target import guard as target_guard
+from patchkit._target.guard import TreeChanged, find_problems
 from patchkit.base import hints
-from patchkit.base.errors import PatchkitError
+from patchkit.base.errors import PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
 from patchkit.base.hashing import sha256
-from patchkit.store.state import read_state
+from patchkit.store.state import META_DIR, State, read_state, state_path
 
 if TYPE_CHECKING:
     import importlib.metadata
@@ -84,6 +86,18 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 STOPS_EVERY_LAUNCH = "it would stop every launch"
 
 
+def installed_vllm_version(root: Path) -> str | None:
+    """The vLLM version the guard reads (vllm-*.dist-info/METADATA; None: none, or several), or a
+    TargetError naming the file when it cannot be read: a tree problem, never patchkit's bug."""
+    try:
+        return target_guard.installed_vllm_version(str(root))
+    except (TreeChanged, OSError) as exc:
+        raise TargetError(
+            f"the launch guard cannot read vLLM's version: {exc}",
+            hint=f"put vLLM's own files back ({hints.pip_reinstall(None)}), then {hints.command('status')}",
+        ) from None
+
+
 def replace_fix() -> str:
     """The fix for a guard patchkit did not write, or that changed since."""
     return f"run {hints.command('apply', '--guard')} (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
@@ -103,7 +117,7 @@ def install_changes(
     if not is_site_packages(root):
         why = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
         return {}, recorded, f"{why}: no guard installed"
-    installed = installed_vllm_version(str(root))
+    installed = installed_vllm_version(root)
     if vllm_version is not None and installed != vllm_version:
         read = f"vLLM {installed}" if installed else "no one vLLM version (none, or several vllm-*.dist-info)"
         why = f"the guard would read {read} from its dist-info, but the series is recorded as applied to {vllm_version}"
@@ -184,10 +198,79 @@ def launch_refusal(root: Path) -> list[str]:
         return unreadable
     known = _own_module(root) or older_guard(root) is not None
     unknown = [] if known else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
+    closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root))
+    hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        return unknown + find_problems(str(root))
-    except (TreeChanged, OSError) as exc:  # what check() would raise or fail with: a refusal all the same
-        return [*unknown, str(exc)]
+        return unknown + hidden + find_problems(str(root))
+    except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
+        return [*unknown, *hidden, str(exc)]
+
+
+OTHERS_CANNOT_READ = "other users (a vLLM they launch) cannot read"
+# what another user needs of each file the guard reads, and of each directory on the way to one
+_FILE_BITS, _DIR_BITS = stat.S_IROTH, stat.S_IROTH | stat.S_IXOTH
+
+
+def unreadable_by_others(root: Path, state: State | None = None) -> list[tuple[str, int]]:
+    """(path relative to root, mode) of each file or directory patchkit wrote that the guard, or
+    vLLM's loading of it, reads at a launch by another user and that user cannot read: the record,
+    the guard's files, the files the record names (an older patchkit wrote them under the umask,
+    0600 under 077). Such a launch is refused, or runs unguarded. None when vllm/ itself is closed
+    to other users (they cannot launch it at all). `state`: the record as the caller read it (None:
+    read here)."""
+    if not _open_to_others(root / "vllm", directory=True):
+        return []
+    try:
+        state = state if state is not None else read_state(root)
+    except PatchkitError:  # a damaged record: status says so on its own
+        return []
+    recorded = [p for entry in state.entries for p, shas in entry.files.items() if shas["after"] is not None]
+    paths = [META_DIR, state_path(root).relative_to(root).as_posix(), MODULE, *state.guard, *recorded]
+    found: dict[str, int] = {}
+    for rel in paths:
+        parts = rel.split("/")
+        for depth in range(1, len(parts) + 1):
+            sub = "/".join(parts[:depth])
+            mode = _closed_mode(root, sub, directory=depth < len(parts))
+            if mode is not None:
+                found.setdefault(sub, mode)
+    return sorted(found.items())
+
+
+def make_readable(root: Path, state: State | None = None) -> list[str]:
+    """Give other users read access (and search access to directories) to what unreadable_by_others
+    finds, adding those bits only: the paths changed."""
+    changed = []
+    for rel, mode in unreadable_by_others(root, state):
+        bits = _DIR_BITS | stat.S_IRGRP | stat.S_IXGRP if stat.S_ISDIR(mode) else _FILE_BITS | stat.S_IRGRP
+        os.chmod(root / rel, stat.S_IMODE(mode) | bits, follow_symlinks=False)
+        changed.append(rel)
+    return changed
+
+
+def _closed_mode(root: Path, rel: str, *, directory: bool) -> int | None:
+    """The mode of root/rel when it is a regular file (or directory) other users cannot read; None
+    otherwise (absent, a symlink, under one: never changed through it, or open to them)."""
+    if ".." in rel.split("/") or os.path.realpath(root / rel) != os.path.join(os.path.realpath(root), rel):
+        return None
+    try:
+        info = os.lstat(root / rel)
+    except OSError:
+        return None
+    kind_ok = stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
+    if not kind_ok or _open_to_others(root / rel, directory=stat.S_ISDIR(info.st_mode), mode=info.st_mode):
+        return None
+    return info.st_mode
+
+
+def _open_to_others(path: Path, *, directory: bool, mode: int | None = None) -> bool:
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return False
+    bits = _DIR_BITS if directory else _FILE_BITS
+    return mode & bits == bits
 
 
 def older_guard(root: Path) -> str | None:

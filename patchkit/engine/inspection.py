@@ -19,7 +19,7 @@ from patchkit.checks import CheckContext
 from patchkit.checks.integrity import installed_record
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
-from patchkit.engine.guard import UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
+from patchkit.engine.guard import OTHERS_CANNOT_READ, UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
 from patchkit.store.state import Entry, State, read_state
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,7 +54,8 @@ class TreeStatus:
     state: TreeState
     patches: list[PatchReport] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)
-    does_not_compile: dict[str, str] = field(default_factory=dict)  # drifted path -> its compiler error
+    # the syntax check's failures of drifted files: the error's line and message, the source line and its caret
+    does_not_compile: list[CheckResult] = field(default_factory=list)
     plan: Plan | None = None
     checks: list[CheckResult] = field(default_factory=list)  # upstream: the checks run on the stock files
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
@@ -86,6 +87,8 @@ class TreeStatus:
             return first + (replace_fix().removeprefix("run ") if first else replace_fix())
         if self.drifted:
             return f"run {hints.command('revert', '--force')} (it keeps a copy of the edits), then {hints.command('apply')}"
+        if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
+            return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
         return f"run {hints.command('apply')} (it records the tree as it is, or drops what no longer applies)"
 
     @property
@@ -206,14 +209,14 @@ def drifted_files(resolved: Resolved, state: State) -> list[str]:
     return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
 
 
-def not_compiling(resolved: Resolved, drifted: list[str]) -> dict[str, str]:
-    """path -> the compiler's error ("line 14: invalid syntax") for each drifted Python file that
-    does not compile as it is on disk: the edit that drifted it is then what breaks the launch."""
+def not_compiling(resolved: Resolved, drifted: list[str]) -> list[CheckResult]:
+    """The syntax check's failure ("line 14: invalid syntax", the line and a caret) for each drifted
+    Python file that does not compile as it is on disk: the edit that drifted it then breaks the launch."""
     sources = [path for path in drifted if path.endswith(".py")]
     if not sources:
-        return {}
+        return []
     results = run_checks(upstream_context(resolved, sources, import_probe=False), only=("syntax",))
-    return {r.path: r.message for r in results if r.failed and r.path}
+    return [r for r in results if r.failed and r.path]
 
 
 def stale_entries(root: Path, state: State, installed: Version | str | None) -> dict[str, str]:
@@ -272,10 +275,12 @@ def check_context(
     on_disk: bool = False,
     import_probe: bool = True,
     written: Mapping[str, tuple[Landed, bytes]] | None = None,
+    state: State | None = None,
 ) -> CheckContext:
     """What the checks see: the planned contents (or the files as on disk), and the stock ones.
     `written`: what this plan's commit wrote (transaction.commit), read back as the very bytes
-    written while each file is still the one written."""
+    written while each file is still the one written. `state`: the tree's record as the command
+    read it (None: a check that needs it reads it)."""
     root = resolved.target.root
     disk = _disk_reader(root, written)
     return CheckContext(
@@ -289,6 +294,7 @@ def check_context(
         version=resolved.vllm_version,
         on_disk=on_disk,
         import_probe=import_probe,
+        state=state,
     )
 
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit._target.guard import installed_vllm_version
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
@@ -37,10 +36,13 @@ from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import (
     STOPS_EVERY_LAUNCH,
     install_changes,
+    installed_vllm_version,
+    make_readable,
     own_unrecorded,
     removal_changes,
     remove_empty_cache,
     replaced_files,
+    unreadable_by_others,
 )
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -57,10 +59,10 @@ from patchkit.engine.transaction import (
     commit_changes,
     consistent_read,
     lock_timeout,
+    locked_record,
     never_locked,
     preflight,
     read_only_view,
-    target_lock,
 )
 from patchkit.series.patchfile import Patch
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
@@ -126,6 +128,7 @@ class RevertResult:
     saved_files: list[str] = field(default_factory=list)  # the edited files copied there
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
+    record: State | None = None  # the tree's record as the revert left it (None: not written)
 
 
 # --------------------------------------------------------------------------- apply
@@ -157,11 +160,11 @@ def apply_series(
     if dry_run:
         with read_only_view(resolved.target.root) as settled:
             if settled:
-                return applying.run(dry_run=True, force=force)
-    with target_lock(resolved.target.root) as recovered:
+                return applying.run(read_state(resolved.target.root), dry_run=True, force=force)
+    with locked_record(resolved.target.root) as (recovered, state):
         if recovered:
             applying.warn(recovered)
-        return applying.run(dry_run=dry_run, force=force)
+        return applying.run(state, dry_run=dry_run, force=force)
 
 
 @dataclass
@@ -182,6 +185,8 @@ class _Applying:
     guard_installed: bool = False  # this apply wrote the launch guard
     guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
     guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
+    state: State = field(default_factory=lambda: State([]))  # the tree's record, read once (see run)
+    made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -195,9 +200,12 @@ class _Applying:
     def result(self, outcome: Outcome, message: str = "", **details: Any) -> ApplyResult:
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
-    def run(self, *, dry_run: bool, force: bool) -> ApplyResult:
+    def run(self, state: State, *, dry_run: bool, force: bool) -> ApplyResult:
+        """`state`: the tree's record, read once under the lock (or in the dry run's settled view),
+        which holds for the whole apply: every phase works on it."""
         root = self.resolved.target.root
-        state = read_state(root)
+        self.state = state
+        self.open_to_others(dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for note in self.stale.values():
             self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
@@ -225,6 +233,17 @@ class _Applying:
         if stock.outcome != Outcome.DRY_RUN:
             return stock
         return self.check_then_write(plan, stock, dry_run=dry_run)
+
+    def open_to_others(self, *, dry_run: bool) -> None:
+        """Make readable what an older patchkit wrote under a strict umask (0600) and the guard
+        reads at every launch: another user's vLLM is refused (or runs unguarded) otherwise."""
+        root = self.resolved.target.root
+        state = self.state
+        closed = [rel for rel, _mode in unreadable_by_others(root, state)] if dry_run else make_readable(root, state)
+        if closed:
+            self.made_readable = closed
+            verb = "would make" if dry_run else "made"
+            self.warn(f"{verb} {', '.join(closed)} readable by other users (the launch guard reads them)")
 
     def check_then_write(self, plan: Plan, stock: ApplyResult, *, dry_run: bool) -> ApplyResult:
         """The checks on the planned contents, which end a dry run as they would end apply."""
@@ -280,6 +299,10 @@ class _Applying:
         settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
         stale files are touched)."""
         message = "already applied: nothing to do"
+        if self.made_readable:
+            message = (
+                f"already applied; {len(self.made_readable)} file(s) {'would be ' if dry_run else ''}made readable"
+            )
         if self.settle_record(dry_run=dry_run):
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
@@ -294,7 +317,7 @@ class _Applying:
     def stock_integrity(self, plan: Plan, *, force: bool) -> ApplyResult:
         """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
         Passing, the result is the dry run's."""
-        results = integrity.CHECK.run(check_context(self.resolved, plan))
+        results = integrity.CHECK.run(check_context(self.resolved, plan, state=self.state))
         failed = [r for r in results if r.failed]
         if failed and not force:
             self.show(results)
@@ -348,7 +371,7 @@ class _Applying:
         """Write the plan's changes, the guard's and the record in one transaction: what was
         written, the state to return to, and what landed (for the checks on disk)."""
         resolved, root = self.resolved, self.resolved.target.root
-        state = read_state(root)
+        state = self.state
         for name in self.stale:  # describes files an upgrade of vLLM replaced
             state = state.without(name)
         entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name))
@@ -365,8 +388,7 @@ class _Applying:
         with `dry_run`, would be) written."""
 
         root = self.resolved.target.root
-        state = read_state(root)
-        settled = state
+        state = settled = self.state
         for name in self.stale:
             settled = settled.without(name)
         version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
@@ -450,12 +472,12 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
     # as the set declares it: apply runs no check that would show this release holds the change
     said = f"nothing to patch in vLLM {version}: the set {resolved.set_name} declares that {declared} ships its change"
     result = ApplyResult(Outcome.UPSTREAM, said)
-    settled, dropped, guard_changes, kept = _without_stale(root, version)
+    settled, dropped, guard_changes, kept = _without_stale(root, read_state(root), version)
     if dropped and not dry_run:
-        with target_lock(root) as recovered:
+        with locked_record(root) as (recovered, state):
             if recovered:
                 result.warnings.append(recovered)
-            settled, dropped, guard_changes, kept = _without_stale(root, version)  # again, under the lock
+            settled, dropped, guard_changes, kept = _without_stale(root, state, version)  # again, under the lock
             if dropped:
                 commit_changes(root, guard_changes, settled)
                 _fix_guard_bytecode(resolved.target, guard_changes)
@@ -473,17 +495,18 @@ def _guarded_wheel(root: Path, state: State) -> str | None:
     when it came from a patched wheel; else none (the guard then goes by the entries)."""
     if not state.guard or state.entries or not has_provenance(root):
         return None
-    return installed_vllm_version(str(root))
+    return installed_vllm_version(root)
 
 
-def _without_stale(root: Path, version: Version | None) -> tuple[State, dict[str, str], Changes, list[str]]:
-    """The state without the records an upgrade of vLLM made stale (a guarded patched wheel's too,
+def _without_stale(
+    root: Path, state: State, version: Version | None
+) -> tuple[State, dict[str, str], Changes, list[str]]:
+    """`state` without the records an upgrade of vLLM made stale (a guarded patched wheel's too,
     once another vLLM replaced it), and without the guard once no set is left: that state, set name
     -> why its record is stale, the guard's removal, and a note for each guard file kept (changed
     since patchkit wrote it)."""
-    state = read_state(root)
     stale = stale_entries(root, state, version)
-    installed = installed_vllm_version(str(root))
+    installed = installed_vllm_version(root)
     if state.wheel and state.wheel != installed:
         stale[f"the patched wheel {state.wheel}"] = f"vLLM {installed} replaced the patched wheel"
         state = state.with_wheel(None)
@@ -633,10 +656,10 @@ def revert_series(
         for note in unlocked.warnings:
             watch.warning(note)
         return unlocked
-    with target_lock(target.root) as recovered:
+    with locked_record(target.root) as (recovered, state):
         if recovered:
             watch.warning(recovered)
-        result = _revert_locked(target, resolved, only, patches, force=force, dry_run=dry_run)
+        result = _revert_locked(target, resolved, only, patches, state, force=force, dry_run=dry_run)
         if not dry_run and result.error is None:
             result.warnings += _without_empty_record(target.root, result)
         for note in result.warnings:
@@ -666,7 +689,10 @@ def _revert_unlocked(
         return None
     lock_timeout()  # a bad value is the command's error, lock or not
     with read_only_view(target.root, "revert") as settled:
-        would = _revert_locked(target, resolved, only, patches, force=force, dry_run=True) if settled else None
+        state = read_state(target.root) if settled else None
+        would = (
+            None if state is None else _revert_locked(target, resolved, only, patches, state, force=force, dry_run=True)
+        )
     if would is None or dry_run:
         return would
     if would.outcome == Outcome.DRY_RUN and not would.files:
@@ -676,7 +702,9 @@ def _revert_unlocked(
 
 def _without_empty_record(root: Path, result: RevertResult) -> list[str]:
     """Once nothing is recorded, .patchkit/ goes too; the copies of the user's edits stay, said."""
-    kept = remove_empty_store(root)
+    if result.record is None:  # nothing written: the record is what it was
+        return []
+    kept = remove_empty_store(root, result.record)
     if kept is None or result.saved is not None:  # this revert's copies are named on their own
         return []
     return [f"nothing is recorded any more; copies of your edits from an earlier revert stay in {kept}"]
@@ -687,12 +715,13 @@ def _revert_locked(
     resolved: Resolved | None,
     only: str | None,
     patches: list[Patch],
+    state: State,
     *,
     force: bool,
     dry_run: bool,
 ) -> RevertResult:
+    """The revert of the record `state` (read once, under the lock or in a settled view)."""
     root = target.root
-    state = read_state(root)
     undo = _undo_of(target, resolved, state, only)
     warnings = [
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
@@ -718,11 +747,14 @@ def _revert_locked(
     guard_changes, new_state, kept = _without_guard(root, undo.dropped_from(state))
     warnings += kept
     if not plan.changes:
+        left = state
         if undo.stale or guard_changes or undo.entries:  # a record of files already stock goes too: it describes none
             commit_changes(root, guard_changes, new_state)
             _fix_guard_bytecode(target, guard_changes)
+            left = new_state
         dropped = " (its record dropped)" if undo.entries else ""
-        return RevertResult(Outcome.NOT_APPLIED, f"nothing to revert: the tree is stock{dropped}", warnings=warnings)
+        said = f"nothing to revert: the tree is stock{dropped}"
+        return RevertResult(Outcome.NOT_APPLIED, said, warnings=warnings, record=left)
     saved = keep_copies(root, restored.edited) if restored.edited else None
     commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins)
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
@@ -734,6 +766,7 @@ def _revert_locked(
         saved=saved,
         saved_files=restored.edited,
         warnings=warnings,
+        record=new_state,
     )
     return _refuse_stale_revert(result)
 

@@ -130,9 +130,17 @@ def target_lock(root: Path, timeout: float | None = None) -> Iterator[str | None
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first.
     """
+    with locked_record(root, timeout) as (recovered, _state):
+        yield recovered
+
+
+@contextmanager
+def locked_record(root: Path, timeout: float | None = None) -> Iterator[tuple[str | None, State]]:
+    """target_lock that also yields the tree's record as the recovery left it: read once, under
+    the lock, for the operation that takes the lock to work on."""
     lock = _acquire(root, timeout)
     try:
-        yield recover(root)
+        yield _recover(root)
     finally:
         lock.release()
 
@@ -327,6 +335,11 @@ def recover(root: Path) -> str | None:
     patchkit left beside the files it manages. Returns what was done, if anything. Called with the
     target's lock held. A journal or state that fails validation is refused before anything is
     touched."""
+    return _recover(root)[0]
+
+
+def _recover(root: Path) -> tuple[str | None, State]:
+    """recover's message, and the record as it leaves it (read once)."""
     check_meta_dir(root)
     journal = _checked_journal(root)
     undone, kept = _Count(), list[str]()
@@ -346,7 +359,7 @@ def recover(root: Path) -> str | None:
     managed |= {path for entry in state.entries for path in entry.files} | set(state.guard)
     store_journal.remove_leftovers(root, managed)
     if journal is None:
-        return None
+        return None, state
     said = f"rolled back an interrupted patchkit transaction: {undone.said()}"
     listed_kept = [path for path in kept if path in theirs]
     changed = [path for path in kept if path not in theirs]
@@ -354,7 +367,7 @@ def recover(root: Path) -> str | None:
         said += f"; kept, not written by it or changed since: {_some(changed)}"
     if listed_kept:
         said += f"; kept, an installed distribution's own file: {_some(listed_kept)}"
-    return said
+    return said, state
 
 
 @dataclass

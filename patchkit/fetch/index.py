@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base.errors import BadInput, FetchError
+from patchkit.base.errors import BadInput, FetchError, IndexNotRead
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.net import Progress, is_http, redact
 
@@ -126,7 +126,26 @@ def _fetch_project_pages(settings: PipSettings, session: Any, say: Progress | No
     return pages, errors
 
 
+def unread_sources(settings: PipSettings) -> list[str]:
+    """Where pip would look for vLLM and patchkit does not: indexes that are no http(s) URL (file://,
+    a path), and find-links."""
+    local = [redact(url) for url in settings.index_urls if not is_http(url)]
+    unread = [f"the {'indexes' if len(local) > 1 else 'index'} {', '.join(local)}"] if local else []
+    if settings.find_links:
+        unread.append(f"find-links {', '.join(redact(link) for link in settings.find_links)}")
+    return unread
+
+
 def no_project_error(settings: PipSettings, errors: list[str]) -> FetchError:
+    unread = unread_sources(settings)
+    if unread:
+        answers = [e for e in errors if "skipped (not http/https)" not in e]
+        asked = f"no package index had {PROJECT} ({'; '.join(answers)}); pip is also" if answers else "pip is"
+        return IndexNotRead(
+            f"{asked} configured with {'; '.join(unread)}, which patchkit does not read (it asks http(s) indexes only)",
+            hint="name an http(s) index in PIP_INDEX_URL for this command"
+            + (", with PIP_NO_INDEX= (empty)" if settings.no_index else ""),
+        )
     if settings.no_index:
         return FetchError(
             "pip is configured with no-index, so there is no package index to fetch vLLM from",

@@ -17,11 +17,15 @@ This costs ~0.5 s (importing pip), so callers only use it on a cache miss.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from patchkit.base.fsutil import read_regular
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 DEFAULT_TIMEOUT = 30.0
@@ -38,11 +42,13 @@ class PipSettings:
     index_url: str = DEFAULT_INDEX_URL
     extra_index_urls: tuple[str, ...] = ()
     no_index: bool = False
+    find_links: tuple[str, ...] = ()  # directories or pages of files pip also takes packages from
     cert: str | None = None  # CA bundle (pip's --cert); None: requests' default
     client_cert: str | None = None
     proxy: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     source: str = "defaults"  # where the settings came from, for messages
+    config_files: tuple[str, ...] | None = None  # every file pip reads them from, there or not (None: unknown)
 
     @property
     def index_urls(self) -> list[str]:
@@ -72,7 +78,9 @@ def parse_config_list(text: str) -> dict[str, str]:
     return out
 
 
-def settings_from_items(items: dict[str, str], *, source: str = "pip config") -> PipSettings:
+def settings_from_items(
+    items: dict[str, str], *, source: str = "pip config", config_files: Sequence[str] | None = None
+) -> PipSettings:
     """Resolve merged ``section.key`` items the way pip would for ``pip install``."""
 
     def get(*names: str) -> str | None:
@@ -95,11 +103,13 @@ def settings_from_items(items: dict[str, str], *, source: str = "pip config") ->
         index_url=(index_url or "").strip() or DEFAULT_INDEX_URL,
         extra_index_urls=tuple((extra or "").split()),
         no_index=(no_index or "").strip().lower() in _TRUE,
+        find_links=tuple((get("find-links") or "").split()),
         cert=(get("cert") or "").strip() or None,
         client_cert=(get("client-cert") or "").strip() or None,
         proxy=(get("proxy") or "").strip() or None,
         timeout=timeout if timeout > 0 else DEFAULT_TIMEOUT,
         source=source,
+        config_files=None if config_files is None else tuple(config_files),
     )
 
 
@@ -122,14 +132,37 @@ def _pip_commands() -> list[list[str]]:
 
 
 _CACHE: dict[tuple, PipSettings] = {}
+_WATCHED = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA")  # where pip looks for its files
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _watched_environ() -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_") or k in _WATCHED))
 
 
 def _cache_key() -> tuple:
-    watched = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA")
-    return (
-        sys.executable,
-        tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_") or k in watched)),
-    )
+    return (sys.executable, _watched_environ())
+
+
+def config_identity(files: Sequence[str]) -> dict[str, object]:
+    """What pip's settings are made of, to tell that they did not change without asking pip (~0.5 s):
+    the PIP_* variables and those that say where its files are, the prefix, and the sha256 of each of
+    `files` (PipSettings.config_files: which files pip reads depends on the rest)."""
+    return {
+        "environ": [list(item) for item in _watched_environ()],
+        "prefix": sys.prefix,
+        "files": {path: _file_digest(path) for path in files},
+    }
+
+
+def _file_digest(path: str) -> str | None:
+    """The sha256 of a configuration file, None when there is none, else why it could not be read."""
+    try:
+        return hashlib.sha256(read_regular(path, MAX_CONFIG_BYTES, follow_symlinks=True)).hexdigest()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
 
 
 def forget_settings() -> None:
@@ -146,7 +179,7 @@ def pip_settings() -> PipSettings:
     return _CACHE[key]
 
 
-def _pip_items_in_process() -> dict[str, str] | None:
+def _pip_items_in_process() -> tuple[dict[str, str], list[str]] | None:
     """pip's merged configuration via its (internal, long-stable) Configuration class.
 
     ~0.5 s instead of ~1.2 s for a ``pip config list`` subprocess; any failure
@@ -158,21 +191,22 @@ def _pip_items_in_process() -> dict[str, str] | None:
 
         conf = Configuration(isolated=os.environ.get("PIP_ISOLATED", "").strip().lower() in _TRUE)
         conf.load()
+        files = [str(path) for _kind, paths in conf.iter_config_files() for path in paths]
         items: dict[str, str] = {}
         for key, value in conf.items():
             if isinstance(value, dict):  # pip >= 25: one {key: value} per file, in load order
                 items.update({str(k): str(v) for k, v in value.items()})
             else:
                 items[str(key)] = str(value)
-        return items
+        return items, files
     except Exception:
         return None
 
 
 def _query_pip() -> PipSettings:
-    items = _pip_items_in_process()
-    if items is not None:
-        return settings_from_items(items, source="pip configuration")
+    asked = _pip_items_in_process()
+    if asked is not None:
+        return settings_from_items(asked[0], source="pip configuration", config_files=asked[1])
     env = dict(os.environ)
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env.setdefault("PYTHONIOENCODING", "utf-8")

@@ -181,8 +181,8 @@ def preflight(
     try:
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
-        result.missing.append(exc)
-        result.findings.append(Finding(MODELS, False, exc.message, exc.hint))
+        result.missing.insert(0, exc)  # after the drafter _models still looked for: every model missing is named
+        result.findings += [Finding(MODELS, False, missing.message, missing.hint) for missing in result.missing]
         return result
     result.command = command
     result.findings += [Finding(MODELS, False, exc.message, exc.hint) for exc in result.missing]
@@ -217,7 +217,9 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
 
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
-        return cannot_judge(VALIDATION, "not run: a model's config.json is not found", "the models' local directories")
+        return cannot_judge(
+            VALIDATION, "not run: a model, drafter or tokenizer is found nowhere", "the models' local directories"
+        )
     launched = result.launched or result.command
     return engine_validation(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
 
@@ -237,8 +239,13 @@ def _models(
     # vLLM's order: offline, EngineArgs takes MODEL (and the tokenizer) as a path or a cached snapshot
     # first; the speculators check reads that model's own config.json; then each ModelConfig
     # redirects its model and --hf-config-path (VLLM_MODEL_REDIRECT_PATH)
-    model = _engine_model(command, revision)
-    own = resolve_model(model, environ, role="model", revision=revision, config_format=config_format)
+    try:
+        model = _engine_model(command, revision, missing)
+        own = resolve_model(model, environ, role="model", revision=revision, config_format=config_format)
+    except TargetError:
+        if missing is not None:  # a drafter found nowhere too is said in the same run
+            _spec_drafter(command, missing, config_format)
+        raise
     served = speculator(own)
     served_name = served.verifier if served is not None else model
     name = redirected(served_name, environ, command.cwd)
@@ -262,15 +269,19 @@ def _models(
             f"the {served.speculative_config['method']} drafter (the command's --speculative-config is dropped)"
         )
         return with_overrides(target, command.hf_overrides), own_drafter, Finding(COMMAND, True, note), command
-    spec = command.speculative_config or {}
-    drafter_name = spec.get("model")
-    drafter = (
-        _found(missing, drafter_name, command, _text(spec.get("revision")), config_format)
-        if isinstance(drafter_name, str) and drafter_name  # another value: the speculative-config finding
-        else None
-    )
+    drafter = _spec_drafter(command, missing, config_format)
     drafter = drafter_config(drafter) if drafter is not None else None
     return with_overrides(target, command.hf_overrides), drafter, None, command
+
+
+def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, config_format: str) -> ModelConfig | None:
+    """The config of --speculative-config's drafter model, None when it names none or (added to
+    `missing`) it is found nowhere."""
+    spec = command.speculative_config or {}
+    drafter_name = spec.get("model")
+    if not isinstance(drafter_name, str) or not drafter_name:  # another value: the speculative-config finding
+        return None
+    return _found(missing, drafter_name, command, _text(spec.get("revision")), config_format)
 
 
 def _found(
@@ -286,16 +297,22 @@ def _found(
         return None
 
 
-def _engine_model(command: LaunchCommand, revision: str | None) -> str:
+def _engine_model(command: LaunchCommand, revision: str | None, missing: list[TargetError] | None = None) -> str:
     """The model EngineArgs hands on: offline (HF_HUB_OFFLINE), a path or the hub id's cached
     snapshot, found before any redirect; the tokenizer is taken the same way, and vLLM refuses
-    the launch when either is neither."""
+    the launch when either is neither (a tokenizer found nowhere is added to `missing`, and the
+    model still looked for)."""
     model = str(command.model)
     if not offline(command.environ):
         return model
     if command.tokenizer is not None:
         tokenizer_revision = command.optional_text("tokenizer-revision")
-        offline_model_path(command.tokenizer, tokenizer_revision, command.environ, "tokenizer")
+        try:
+            offline_model_path(command.tokenizer, tokenizer_revision, command.environ, "tokenizer")
+        except TargetError as exc:
+            if missing is None:
+                raise
+            missing.append(exc)
     return offline_model_path(model, revision, command.environ)
 
 

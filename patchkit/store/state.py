@@ -64,13 +64,14 @@ def meta_dir(root: Path) -> Path:
     return root / META_DIR
 
 
-def remove_empty_store(root: Path) -> Path | None:
+def remove_empty_store(root: Path, record: State) -> Path | None:
     """Once the record holds nothing (no set, no guard, no choice remembered), .patchkit/ goes:
     state.json, the emptied objects/, the lock (the caller holds it: a waiter checks the file it
     locked is still there), then the directory. What patchkit did not make there stays, and the
-    copies of the user's edits (saved/): that directory is returned when it stays."""
+    copies of the user's edits (saved/): that directory is returned when it stays. `record`: the
+    record the caller just committed (or found), under the lock."""
     meta = meta_dir(root)
-    if not meta.is_dir() or read_state(root) != State(entries=[]):
+    if not meta.is_dir() or record != State(entries=[]):
         return None
     for remove in (
         (meta / "state.json").unlink,

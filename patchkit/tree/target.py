@@ -87,12 +87,28 @@ def from_interpreter(
             f"vLLM is not installed for {where}",
             hint="point patchkit at it with --python /path/to/venv/bin/python or --target /path/to/site-packages",
         )
+    _refuse_an_archive(Path(package_dir), python or sys.executable)
     found_by = f"--python {python}" if python else f"the current interpreter ({sys.executable})"
     return Target(
         root=Path(package_dir).resolve().parent,
         found_by=found_by,
         python=info["python"],
         installed_version=info.get("version"),
+    )
+
+
+def _refuse_an_archive(package_dir: Path, python: str) -> None:
+    """A vllm imported from inside a file (a zip or an egg on sys.path: zipimport) has no files
+    patchkit could read or write: the archive is named, not a path inside it."""
+    if package_dir.is_dir():
+        return
+    archive = next((p for p in package_dir.parents if p.is_file()), None)
+    if archive is None:
+        return  # not there at all: what reads the tree says so
+    raise TargetError(
+        f"the vllm {python} imports is inside the archive {archive} (on its sys.path), "
+        "which patchkit cannot inspect or patch",
+        hint=f"move {archive} off sys.path (PYTHONPATH, or the install that put it there), then run the command again",
     )
 
 

@@ -1091,7 +1091,7 @@ def _stock_record(wheel: StockWheel) -> dict[str, tuple[str, str]]:
             "refusing the wheel"
         )
     try:
-        return parse_record(raw)
+        return parse_record(raw, once=True)
     except PatchkitError as exc:
         raise BadInput(f"{wheel.label}: {exc.message}") from None
 

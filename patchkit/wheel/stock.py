@@ -55,7 +55,8 @@ from patchkit.fetch.cache import (
 )
 from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
-from patchkit.fetch.net import Progress, without_userinfo
+from patchkit.fetch.net import Progress, is_http, redact, without_userinfo
+from patchkit.fetch.pipconfig import PipSettings, config_identity
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 
 SCHEMA = 1
@@ -65,6 +66,7 @@ MAX_SIDECAR_BYTES = 64 << 10
 MAX_SEAL_BYTES = 4 << 10
 SEAL_KIND = "stock-wheel"
 SIDECAR_SEAL_KIND = "stock-wheel-sidecar"
+PIP_CONFIG_KIND = "pip-config"  # pip's settings when the wheel was chosen (sealed: no credential in clear)
 SEAL_AFTER_NS = 2_000_000_000  # a change within one timestamp tick of the last could keep the ctime
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -95,10 +97,10 @@ def checked_stock_wheel(
     next holds the file it opened to it (a file replaced in between is not the one checked)."""
     ver = normalize_version(version)
     say = say or (lambda _message: None)
-    warn = warn or say
+    warn = _once(warn or say)  # the cache is read twice (before the lock and under it): one warning each
     priority = tag_priority(platform)
     root = wheels_root(ver, warn)
-    cached = _best_cached(root, ver, priority, warn)
+    cached = _best_cached(root, ver, priority, say, warn)
     if cached is not None:
         return cached
     try:
@@ -106,8 +108,20 @@ def checked_stock_wheel(
     except OSError as e:
         raise cache_write_error(root, e) from None
     with _lock(root, ver, say):
-        cached = _best_cached(root, ver, priority, warn)  # another process may have fetched it meanwhile
+        cached = _best_cached(root, ver, priority, say, warn)  # another process may have fetched it meanwhile
         return cached if cached is not None else _download(root, ver, priority, platform, say, on_bytes)
+
+
+def _once(warn: Progress) -> Progress:
+    """`warn`, saying each message once."""
+    said: set[str] = set()
+
+    def once(message: str) -> None:
+        if message not in said:
+            said.add(message)
+            warn(message)
+
+    return once
 
 
 # --------------------------------------------------------------------------- which wheel
@@ -152,7 +166,9 @@ def wheels_root(ver: str, warn: Progress) -> Path:
     return root
 
 
-def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress) -> tuple[Path, Identity] | None:
+def _best_cached(
+    root: Path, ver: str, priority: dict[Any, int], say: Progress, warn: Progress
+) -> tuple[Path, Identity] | None:
     """The cached wheel that fits best and is intact (its recorded sha256), with its identity, or
     None. Entries that are damaged are removed, with a warning."""
     try:
@@ -170,8 +186,11 @@ def _best_cached(root: Path, ver: str, priority: dict[Any, int], warn: Progress)
         if isinstance(checked, Unbelieved):
             warn(f"{root / wheel}.json {checked}: checking the wheel against the index")
             continue  # _download keeps the wheel if it has the index's sha256
-        if not isinstance(checked, str):
-            return root / wheel, checked
+        if isinstance(checked, tuple):
+            ident, record = checked
+            if _from_a_configured_index(root, ver, wheel, record, say, warn):
+                return root / wheel, ident
+            continue  # _download keeps the wheel if the index pip names now has the same file
         warn(f"the cached wheel {root / wheel} is damaged ({checked}): downloading it again")
         for name in (wheel, f"{wheel}.json", f"{wheel}.seal"):
             remove_entry(root / name)
@@ -183,26 +202,28 @@ class Unbelieved(str):
     index's sha256 then decides whether the wheel, which may well be intact, is kept."""
 
 
-def _check_cached(root: Path, ver: str, wheel: str) -> Identity | str:
-    """The identity of a cached wheel that is intact, else why it cannot be used: its .json
-    (Unbelieved), the file, its sha256."""
+def _check_cached(root: Path, ver: str, wheel: str) -> tuple[Identity, dict[str, Any]] | str:
+    """The identity of a cached wheel that is intact and its .json, else why it cannot be used: its
+    .json (Unbelieved), the file, its sha256."""
     try:
-        sha256 = _sidecar_sha256(root, ver, wheel)
+        record = _sidecar(root, ver, wheel)
     except FileNotFoundError:
         return Unbelieved("is missing")
     except (Damaged, ValueError, RecursionError) as e:
         return Unbelieved(str(e))
-    if isinstance(sha256, Unbelieved):
-        return sha256
+    if isinstance(record, Unbelieved):
+        return record
     try:
-        return _intact(root, f"{ver}/{wheel}", wheel, sha256)
+        checked = _intact(root, f"{ver}/{wheel}", wheel, record["sha256"])
     except FileNotFoundError:
         return f"{wheel} is missing"
+    return checked if isinstance(checked, str) else (checked, record)
 
 
-def _sidecar_sha256(root: Path, ver: str, wheel: str) -> str:
-    """The sha256 the wheel's sealed .json records (whoever writes the cache could pair any wheel
-    with its sha256: only a record this user's patchkit sealed is believed), else why not."""
+def _sidecar(root: Path, ver: str, wheel: str) -> dict[str, Any] | Unbelieved:
+    """The wheel's sealed .json, with the sha256 the download was checked against (whoever writes the
+    cache could pair any wheel with its sha256: only a record this user's patchkit sealed is
+    believed), else why not."""
     record = json.loads(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
     expected = {"schema": SCHEMA, "project": PROJECT, "version": ver, "wheel": wheel}
     if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
@@ -212,7 +233,53 @@ def _sidecar_sha256(root: Path, ver: str, wheel: str) -> str:
     unsealed = {k: v for k, v in record.items() if k != "seal"}
     if not seal.sealed(SIDECAR_SEAL_KIND, f"{ver}/{wheel}", seal.canonical(unsealed), record.get("seal")):
         return Unbelieved("was not sealed by this user's patchkit")
-    return record["sha256"]
+    return record
+
+
+def _from_a_configured_index(
+    root: Path, ver: str, wheel: str, record: dict[str, Any], say: Progress, warn: Progress
+) -> bool:
+    """Whether the cached wheel came from an index pip is configured with now: pip's settings are
+    what they were when it was chosen (no need to ask pip), or its index is among those pip names
+    (recorded for next time). An index switched since is said, and the wheel not used; none that
+    patchkit can ask (no-index, file://) is said, and the wheel used."""
+    came_from = str(record.get("index"))
+    if _same_pip_config(record.get("pip_config")):
+        say(f"the cached wheel {wheel} came from {came_from}")
+        return True
+    settings = net.pip_settings()
+    configured = [redact(url) for url in settings.index_urls]
+    if came_from in configured:
+        say(f"the cached wheel {wheel} came from {came_from}, an index pip is configured with")
+        with suppress(FetchError):  # a cache that cannot be written: pip is asked again next time
+            _write_sidecar(root, ver, wheel, {**record, "pip_config": _pip_config(settings)})
+        return True
+    if not any(is_http(url) for url in settings.index_urls):
+        warn(f"pip is configured with no index patchkit reads: using the wheel cached from {came_from}")
+        return True
+    warn(
+        f"the cached wheel {wheel} came from {came_from}; pip is configured with "
+        f"{', '.join(configured) or 'no index'} now: taking the wheel from there"
+    )
+    return False
+
+
+def _same_pip_config(recorded: object) -> bool:
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("files"), list):
+        return False
+    files = recorded["files"]
+    if not all(isinstance(path, str) for path in files):
+        return False
+    return seal.sealed(PIP_CONFIG_KIND, "", seal.canonical(config_identity(files)), recorded.get("seal"))
+
+
+def _pip_config(settings: PipSettings) -> dict[str, Any] | None:
+    """pip's settings, sealed as config_identity tells them (None: pip's files are not known, so
+    every reuse asks pip)."""
+    if settings.config_files is None:
+        return None
+    files = list(settings.config_files)
+    return {"files": files, "seal": seal.seal(PIP_CONFIG_KIND, "", seal.canonical(config_identity(files)))}
 
 
 def _intact(root: Path, sealed_name: str, wheel: str, sha256: str) -> Identity | str:
@@ -312,10 +379,16 @@ def _download(
         **chosen,
         "sha256": digest,
         "url": without_userinfo(chosen["url"]),
+        "pip_config": _pip_config(settings),
     }
-    sidecar["seal"] = seal.seal(SIDECAR_SEAL_KIND, f"{ver}/{dest.name}", seal.canonical(sidecar))
-    write_cached(root / f"{chosen['wheel']}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
+    _write_sidecar(root, ver, dest.name, sidecar)
     return dest, ident
+
+
+def _write_sidecar(root: Path, ver: str, wheel: str, record: dict[str, Any]) -> None:
+    sidecar = {k: v for k, v in record.items() if k != "seal"}
+    sidecar["seal"] = seal.seal(SIDECAR_SEAL_KIND, f"{ver}/{wheel}", seal.canonical(sidecar))
+    write_cached(root / f"{wheel}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
 
 
 def _checked_identity(root: Path, ver: str, dest: Path, digest: str) -> Identity:

@@ -115,7 +115,7 @@ def target_options(
         *,
         target_dir: str | None = None,
         python: str | None = None,
-        vllm_version: Any = None,  # a str, or with versions_repeatable a tuple of them
+        vllm_version: str | tuple[str, ...] | None = None,  # with versions_repeatable, a tuple
         library: str | None = None,
         adhoc: Iterable[str] = (),
         set_name: str | None = None,
@@ -123,7 +123,10 @@ def target_options(
         verbose: int = 0,
         **kwargs: Any,
     ) -> Any:
-        opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
+        if isinstance(vllm_version, tuple):
+            opts = Options.given(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
+        else:
+            opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
         with hints.selected(opts):  # every hint names commands with the user's selection
             return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
 

@@ -68,7 +68,7 @@ def command(
     code, the Python and checking libraries).
     """
 
-    named = tuple(opts.vllm_version or ())
+    named = opts.vllm_versions
     on_target = bool(opts.target_dir or opts.python)
     if every or latest or (named and not on_target):
         if on_target:
@@ -79,7 +79,14 @@ def command(
         if opts.adhoc:
             raise BadInput("--patch cannot be verified against releases; the library's series are")
         return _verify_releases(
-            replace(opts, vllm_version=None), named, every, latest, fmt, quiet, verbose, use_cache=not no_result_cache
+            replace(opts, vllm_version=None, vllm_versions=()),
+            named,
+            every,
+            latest,
+            fmt,
+            quiet,
+            verbose,
+            use_cache=not no_result_cache,
         )
     if fmt == "markdown":
         raise BadInput(
@@ -91,9 +98,7 @@ def command(
             "several --vllm-version values verify releases, not a target",
             hint="drop --target/--python, or give one --vllm-version",
         )
-    return _verify_target(
-        replace(opts, vllm_version=named[0] if named else None), fmt, quiet, verbose, import_probe=not no_import
-    )
+    return _verify_target(opts, fmt, quiet, verbose, import_probe=not no_import)
 
 
 def _verify_releases(

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
 from packaging.version import Version
 
 from patchkit.base import hints, seal, signals
-from patchkit.base.errors import BadInput, NoPatchSet
+from patchkit.base.errors import BadInput, IndexNotRead, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, library_options, output_options, patch
@@ -96,8 +97,24 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> 
     from patchkit.wheel.stock import checked_stock_wheel
 
     _require_a_series(source, chosen)
-    with ui.transfer(f"vllm {source}") as on_bytes:
-        return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
+    try:
+        with ui.transfer(f"vllm {source}") as on_bytes:
+            return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
+    except IndexNotRead as exc:
+        raise IndexNotRead(exc.message, hint=_download_it_with_pip(source, platform, chosen)) from None
+
+
+def _download_it_with_pip(version: str, platform: str | None, chosen: Options) -> str:
+    """What works where pip's source is one patchkit does not read: pip downloads the wheel, and
+    `patchkit wheel FILE` builds from it (with the same selection)."""
+    pip = ["pip", "download", f"vllm=={normalize_version(version)}", "--no-deps", "-d", "DIR"]
+    if platform:
+        pip += ["--platform", platform, "--only-binary=:all:"]
+    selection = ["--patches", chosen.library] if chosen.library else []
+    selection += ["--set", chosen.set_name] if chosen.set_name else []
+    for diff in chosen.adhoc:
+        selection += ["--patch", diff]
+    return f"run `{shlex.join(pip)}`, then {hints.command('wheel', 'DIR/FILE.whl', *selection)}"
 
 
 def _say_if_seals_are_off(ui: UI) -> None:

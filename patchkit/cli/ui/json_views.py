@@ -59,7 +59,7 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
             for p in status.patches
         ],
         "drifted": status.drifted,
-        "does_not_compile": status.does_not_compile,
+        "does_not_compile": {r.path: r.message for r in status.does_not_compile},
         "stale": status.stale,
         "guard_notes": status.guard_notes,
         "guard": {"refuses": status.guard, "fix": status.guard_fix} if status.guard else None,

@@ -81,9 +81,9 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     """What `status` finds wrong, each with the command that fixes it."""
     drift_fix = f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
     failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
-    for path, error in status.does_not_compile.items():  # the drifted file's syntax error leads its line
-        where, message = located(CheckResult("syntax", path, False, error))
-        failures.append(Failure("syntax", message, where, fix=drift_fix))
+    for result in status.does_not_compile:  # the drifted file's syntax error leads its line
+        where, message = located(result)
+        failures.append(Failure("syntax", message, where, result.excerpt, fix=drift_fix))
     failures += [Failure(p.state, p.problem, p.name) for p in status.patches if p.problem]
     if status.state == TreeState.PARTIAL:
         failures.append(Failure("partial", "some patches of the series are applied, others not"))
