@@ -193,3 +193,70 @@ def test_preflight_without_vllm_refuses_a_value_vllms_parser_refuses(launch):
     done = run_cli("preflight", "--patches", launch["library"], "--no-import", "--", *argv)
     assert_clean_failure(done, 2)
     assert "--mamba-ssm-cache-dtype: invalid choice: 'fp4'" in done.stderr, done.stderr
+
+
+# review 5 L1: a hub cache ref is read as huggingface_hub reads it (nothing stripped), online and offline
+@pytest.mark.parametrize("ref", ["5eed5\n", "5eed5\r\n", " 5eed5", "5eed5\t"])
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_hub_ref_with_a_space_or_line_break_names_no_snapshot(tmp_path, ref, offline):
+    tree, library = write_eagle3_setup(tmp_path)
+    repo = tmp_path / "hub" / "models--anorg--amodel"
+    write_model(repo / "snapshots" / "5eed5", DEEPSEEK_V3)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_bytes(ref.encode())
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), **({"HF_HUB_OFFLINE": "1"} if offline else {})}
+    argv = ["vllm", "serve", "anorg/amodel"]
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
+    assert_clean_failure(done, 4)  # huggingface_hub finds no snapshot: vLLM would download it (offline: refuse)
+    assert ("holds no snapshot" if offline else "huggingface_hub reads it as it is") in done.stderr, done.stderr
+    (repo / "refs" / "main").write_bytes(ref.strip().encode())  # the same commit alone: found
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
+    assert done.returncode in (0, 1) and "cannot judge" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+# review 5 L5: `python -m vllm.entrypoints.cli.main serve ...` is what the `vllm` script runs: read as `vllm serve`
+CLI_LINES = [
+    ["some/model", "-tp", "4", "--trust-remote-code"],
+    ["--enable-prefix-caching", "some/model", "--speculative", '{"method": "ngram"}'],
+    ["--model", "some/model", "--model", "other/model", "--hf-overrides.text_config.hidden_size", "32"],
+]
+
+
+@pytest.mark.parametrize("line", CLI_LINES)
+@pytest.mark.parametrize("python", [["python3"], ["/opt/venv/bin/python", "-E"]])
+def test_the_cli_module_with_serve_is_read_as_vllm_serve(line, python):
+    module = parse([*python, "-m", "vllm.entrypoints.cli.main", "serve", *line], "0.16.0")
+    script = parse(["vllm", "serve", *line], "0.16.0")
+    assert module.serve and (module.model, module.options) == (script.model, script.options)
+    assert module.speculative_config == script.speculative_config
+
+
+def test_the_cli_module_without_serve_is_no_launch():
+    with pytest.raises(BadInput, match="expected serve"):
+        parse(["python", "-m", "vllm.entrypoints.cli.main", "bench", "latency"], "0.16.0")
+
+
+def test_preflight_judges_a_launch_by_the_cli_module(launch):
+    python = launch["script"].parent / "python"
+    argv = [str(python), "-m", "vllm.entrypoints.cli.main", "serve", str(launch["model"]), "--max-model-len", "2k"]
+    done = run_cli("preflight", "--patches", launch["library"], "--format", "json", "--no-import", "--", *argv)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["target"] == str(launch["applied"]), done.stdout
+
+
+# review 5 L3: the api_server reads its model only from --model: a positional is not offered as the fix
+@pytest.mark.parametrize(
+    "words", [["./some-model"], ["--dtype", "half", "org/some"], ["org/some", "--served-model-name", "n"]]
+)
+def test_the_api_server_with_only_a_positional_model_names_the_fix_that_works(words):
+    with pytest.raises(BadInput) as refused:
+        parse(["python", "-m", "vllm.entrypoints.openai.api_server", *words], "0.16.0")
+    said = refused.value.message + " " + (refused.value.hint or "")
+    assert "positional MODEL" not in said and "vllm serve MODEL" not in said, said
+    assert "--model" in refused.value.hint, refused.value.hint
+
+
+def test_the_api_server_with_no_model_names_model_only():
+    with pytest.raises(BadInput) as refused:
+        parse(["python", "-m", "vllm.entrypoints.openai.api_server", "--dtype", "half"], "0.16.0")
+    assert "positional" not in refused.value.message and "--model" in refused.value.hint

@@ -208,7 +208,9 @@ def test_hub_ids_resolve_offline_from_the_hf_cache_refs_main_first(setup, tmp_pa
     )
     write_hub_snapshot(cache, "moonlab/kimi-like", "ffff9999", KIMI_K25)
     (cache / "models--moonlab--kimi-like" / "refs").mkdir()
-    (cache / "models--moonlab--kimi-like" / "refs" / "main").write_text("aaaa1111\n")
+    (cache / "models--moonlab--kimi-like" / "refs" / "main").write_text(
+        "aaaa1111"
+    )  # as huggingface_hub writes it: no newline
     write_hub_snapshot(cache, "drafts/eagle3-small", "0123abcd", DRAFTER)
     (cache / "models--drafts--eagle3-small" / "refs").mkdir()
     (cache / "models--drafts--eagle3-small" / "refs" / "main").write_text("0123abcd")
