@@ -519,71 +519,86 @@ def _timed_env(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[floa
     return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-# Start-up (issue 21): the code at a commit before the restructuring and this checkout, each run
-# as `python -m patchkit` from its own source tree (PYTHONPATH, a neutral working directory) with
-# its own cache, in turn, so that both see the same machine. The CPU time is the steadier figure.
-def startup_rows(work: Path, runs: int, before_rev: str) -> list[str]:
-    """`--help`, the quiet eagle3 dry run (warm) and `run`'s fast path: before / after ratios."""
-    before = work / "before-src"
-    before.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", before_rev], capture_output=True, check=True)
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(before, filter="data")
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(before / "patchkit")], check=True)
-    named = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", before_rev], capture_output=True, text=True)
+# Start-up (issue 21): the code at commits before (or during) the restructuring and this checkout,
+# each run as `python -m patchkit` from its own source tree (PYTHONPATH, a neutral working
+# directory) with its own cache, in turn, so that all see the same machine. CPU time is steadier.
+HELP, DRY_RUN, FAST_PATH = (
+    "--help",
+    "apply --dry-run -q (eagle3, stock 0.16.0, warm cache)",
+    "run's fast path (time to exec)",
+)
+
+
+def startup_rows(work: Path, runs: int, revisions: list[str]) -> list[str]:
+    """`--help`, the quiet eagle3 dry run (warm) and `run`'s fast path: this checkout / each revision."""
     site, command = launch_setup(work / "launch")
     bin_dir = work / "bin"
     bin_dir.mkdir()
     (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "vllm").chmod(0o755)
-    sides = {}
-    for name, source in (("before", before), ("after", REPO)):
-        tree = work / f"site-{name}"
-        shutil.copytree(site, tree)
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(source),
-            "PATCHKIT_CACHE_DIR": str(work / f"cache-{name}"),
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        }
-        pk = [sys.executable, "-m", "patchkit"]
-        stock = work / f"stock-{name}"
-        shutil.copytree(site, stock)
-        commands = {
-            "--help": [*pk, "--help"],
-            "apply --dry-run -q (eagle3, stock 0.16.0, warm cache)": [
-                *pk,
-                "apply",
-                "--dry-run",
-                "-q",
-                "--target",
-                str(stock),
-            ],
-            "run's fast path (applied 0.16.0, time to exec)": [*pk, "run", "--target", str(tree), "--", *command],
-        }
-        _checked(commands["apply --dry-run -q (eagle3, stock 0.16.0, warm cache)"], env, work)  # warms the cache
-        _checked([*pk, "apply", "-q", "--no-import", "--target", str(tree)], env, work)
-        _checked(commands["run's fast path (applied 0.16.0, time to exec)"], env, work)  # keeps the findings
-        where = _checked([sys.executable, "-c", "import patchkit; print(patchkit.__file__)"], env, work)
-        if not where.startswith(str(source)):
-            raise SystemExit(f"the {name} code is not the one imported: {where}")
-        sides[name] = (commands, env)
+    sources = {_short(rev): _source_of(rev, work / f"src-{rev}") for rev in revisions}
+    sides = {name: _startup_side(work, name, source, site, command, bin_dir) for name, source in sources.items()}
+    sides["this checkout"] = _startup_side(work, "this", REPO, site, command, bin_dir)
     load = os.getloadavg()[0]
     rows = []
-    for label in sides["before"][0]:
-        times: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+    for label in (HELP, DRY_RUN, FAST_PATH):
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
         for _ in range(runs * 2 + 1):
             for name, (commands, env) in sides.items():
                 times[name].append(_timed_env(commands[label], env, cwd=work))
-        (b_wall, b_cpu), (a_wall, a_cpu) = (
-            (statistics.median(t for t, _ in times[n]), statistics.median(c for _, c in times[n])) for n in sides
-        )
-        rows.append(
-            f"| start-up, {label}: this checkout vs {named.stdout.strip()} (load {load:.1f}) "
-            f"| {a_wall:.3f} s (CPU {a_cpu:.3f} s) | before {b_wall:.3f} s (CPU {b_cpu:.3f} s) "
-            f"| {a_wall / b_wall:.2f}x (CPU {a_cpu / b_cpu:.2f}x) | ≤ 1x (not slower) |"
-        )
+        wall = {n: statistics.median(t for t, _ in times[n]) for n in sides}
+        cpu = {n: statistics.median(c for _, c in times[n]) for n in sides}
+        ours = "this checkout"
+        for name in sources:
+            rows.append(
+                f"| start-up, {label}: this checkout vs {name} (load {load:.1f}, {runs * 2 + 1} runs each, in turn) "
+                f"| {wall[ours]:.3f} s (CPU {cpu[ours]:.3f} s) | {name}: {wall[name]:.3f} s (CPU {cpu[name]:.3f} s) "
+                f"| {wall[ours] / wall[name]:.2f}x (CPU {cpu[ours] / cpu[name]:.2f}x) | ≤ 1x (not slower) |"
+            )
     return rows
+
+
+def _short(rev: str) -> str:
+    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True)
+    return done.stdout.strip() or rev
+
+
+def _source_of(rev: str, dest: Path) -> Path:
+    """The repository at `rev` (patchkit/ and its library), compiled as an install would be."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest / "patchkit")], check=True)
+    return dest
+
+
+def _startup_side(
+    work: Path, name: str, source: Path, site: Path, command: list[str], bin_dir: Path
+) -> tuple[dict[str, list[str]], dict]:
+    """One code's three commands and environment, its cache warmed and its tree applied."""
+    tree, stock = work / f"site-{name}", work / f"stock-{name}"
+    shutil.copytree(site, tree)
+    shutil.copytree(site, stock)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(source),
+        "PATCHKIT_CACHE_DIR": str(work / f"cache-{name}"),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    pk = [sys.executable, "-m", "patchkit"]
+    commands = {
+        HELP: [*pk, "--help"],
+        DRY_RUN: [*pk, "apply", "--dry-run", "-q", "--target", str(stock)],
+        FAST_PATH: [*pk, "run", "--target", str(tree), "--", *command],
+    }
+    _checked(commands[DRY_RUN], env, work)  # warms the cache
+    _checked([*pk, "apply", "-q", "--no-import", "--target", str(tree)], env, work)
+    _checked(commands[FAST_PATH], env, work)  # keeps the set's findings: the runs timed take the fast path
+    where = _checked([sys.executable, "-c", "import patchkit; print(patchkit.__file__)"], env, work)
+    if not where.startswith(str(source)):
+        raise SystemExit(f"the {name} code is not the one imported: {where}")
+    return commands, env
 
 
 def _checked(cmd: list[str], env: dict, cwd: Path) -> str:
@@ -763,7 +778,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS[:-1], help="measure only these rows")
     parser.add_argument("--large-mb", type=int, default=214, help="the large-file row's module size (MB)")
     parser.add_argument(
-        "--before", default="f10f406", help="startup: the commit to compare with (before issue 21's restructuring)"
+        "--before",
+        nargs="+",
+        default=["f10f406"],
+        help="startup: the commits to compare with (default: main before issue 21's restructuring)",
     )
     parser.add_argument("--wheel-mb", type=int, default=464, help="the wheel row's stored member size (MB)")
     args = parser.parse_args()

@@ -536,7 +536,7 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     done = run_cli("status", "--target", site, "--patch", diff)
     assert done.returncode == 1, done.stdout + done.stderr
     hint = " ".join((done.stdout + done.stderr).split())
-    on_site = f"--target {site} --patch {addon.name}"  # the user's tree, the other set's patch (hints.py)
+    on_site = f"--target {site} --patch {addon}"  # the user's tree, the other set's patch where it was applied from
     assert f"`patchkit revert {on_site} --force`" in hint and f"`patchkit apply {on_site}`" in hint
     assert run_cli("revert", "--target", site, "--patch", addon, "--force").returncode == 0
     assert _load(site).returncode == 0, _load(site).stderr
@@ -657,3 +657,40 @@ def test_a_metadata_symlinked_to_its_copy_is_read_as_vllm_reads_it(patched):
     for command in ("status", "apply"):
         done = run_cli(command, "--target", site, "--patch", diff)
         assert done.returncode == 0, (command, done.stdout + done.stderr)
+
+
+DECLARED = """
+import json, sys
+from pathlib import Path
+from patchkit.engine import guard
+print(json.dumps([guard.is_installed(Path(sys.argv[1])), "importlib.metadata" in sys.modules]))
+"""
+
+
+def test_the_guard_patchkit_wrote_is_found_without_importlib_metadata(patched):
+    """Its entry_points.txt as patchkit wrote it, and another distribution's that never names the
+    guard's module (vLLM's console script), are judged without importlib.metadata (and email): the
+    start-up of `run`'s fast path and of status."""
+    site = patched[0]
+    vllm_info = next(site.glob("vllm-*.dist-info"))
+    (vllm_info / "entry_points.txt").write_text("[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
+    done = subprocess.run([sys.executable, "-c", DECLARED, str(site)], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("text", "declared"),
+    [
+        ("[vllm.general_plugins]\npatchkit_guard = patchkit_guard:check\n", True),
+        ("[vllm.general_plugins]\n  patchkit_guard=patchkit_guard:check  \n", True),  # not patchkit's text: parsed
+        ("[vllm.general_plugins]\nother = patchkit_guard:check\n", True),
+        ("[console_scripts]\npatchkit_guard = patchkit_guard:check\n", False),  # another group
+        ("[vllm.general_plugins]\npatchkit_guard = patchkit_guard_x:check\n", False),  # another module
+        ("[vllm.general_plugins]\nvllm_foo = foo:register\n", False),
+    ],
+)
+def test_the_guard_is_declared_as_importlib_reads_the_entry_points(patched, text, declared):
+    site = patched[0]
+    (site / INFO / "entry_points.txt").write_text(text)
+    done = subprocess.run([sys.executable, "-c", DECLARED, str(site)], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout)[0] is declared

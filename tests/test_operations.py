@@ -422,3 +422,14 @@ def test_apply_and_revert_each_read_the_record_once(tree, library, monkeypatch, 
     del reads[:]
     assert revert_series(target, still_resolved).outcome == Outcome.REVERTED
     assert len(reads) == 1
+
+
+def test_status_of_a_guarded_tree_reads_the_record_once(tree, library, monkeypatch):
+    """inspect reads state.json once and hands that State to the guard's questions (what it
+    refuses, whether other users can read its files, an older patchkit's guard). The guard's own
+    check reads the record by itself, as it does inside vLLM (patchkit/_target/guard.py)."""
+    resolved = resolve(options(tree, library))
+    assert apply_series(resolved, guard=True).outcome == Outcome.APPLIED
+    reads = _count_record_reads(monkeypatch)
+    assert inspection.inspect(resolved).state == TreeState.APPLIED
+    assert len(reads) == 1

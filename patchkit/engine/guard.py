@@ -53,6 +53,9 @@ def is_site_packages(root: Path) -> bool:
     return any(p.is_dir() for p in root.glob("vllm-*.dist-info"))
 
 
+OWN_ENTRY_POINTS = f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n"
+
+
 def guard_files() -> dict[str, bytes]:
     """Every file of the guard distribution, path (relative to site-packages) -> bytes."""
 
@@ -65,7 +68,7 @@ def guard_files() -> dict[str, bytes]:
             "Summary: patchkit's launch guard: refuses a vLLM tree that changed since `patchkit apply`\n"
         ).encode(),
         f"{info}/INSTALLER": b"patchkit\n",
-        f"{info}/entry_points.txt": f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n".encode(),
+        f"{info}/entry_points.txt": OWN_ENTRY_POINTS.encode(),
     }
     files[f"{info}/RECORD"] = _record(files, f"{info}/RECORD")
     return files
@@ -187,18 +190,19 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
 UNKNOWN_GUARD = "is not this patchkit's launch guard"
 
 
-def launch_refusal(root: Path) -> list[str]:
+def launch_refusal(root: Path, state: State | None = None) -> list[str]:
     """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
     passes): this patchkit's guard check, run here as vLLM would run it, so that status, verify,
     preflight and run fail exactly when a launch would. An installed module that is not this
     patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told;
-    so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it)."""
+    so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it).
+    `state`: the record as the caller parsed it (None: parsed here, where needed)."""
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return unreadable
-    known = _own_module(root) or older_guard(root) is not None
+    known = _own_module(root) or older_guard(root, state) is not None
     unknown = [] if known else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
-    closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root))
+    closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
         return unknown + hidden + find_problems(str(root))
@@ -273,12 +277,12 @@ def _open_to_others(path: Path, *, directory: bool, mode: int | None = None) -> 
     return mode & bits == bits
 
 
-def older_guard(root: Path) -> str | None:
+def older_guard(root: Path, state: State | None = None) -> str | None:
     """The version of another patchkit whose guard is installed as it recorded it (every guard file
     it recorded in state.json has its recorded bytes), or None. Its check is patchkit's one check of
     the same record, so this patchkit's verdict stands for it; `apply` updates it."""
     try:
-        recorded = read_state(root).guard
+        recorded = (state if state is not None else read_state(root)).guard
     except PatchkitError:  # a damaged record: status says so on its own
         return None
     infos = {p.partition("/")[0] for p in recorded if "/" in p}
@@ -289,8 +293,8 @@ def older_guard(root: Path) -> str | None:
     return infos.pop().removeprefix("patchkit_guard-").removesuffix(".dist-info")
 
 
-def older_guard_notes(root: Path) -> list[str]:
-    older = older_guard(root) if is_installed(root) and not _own_module(root) else None
+def older_guard_notes(root: Path, state: State | None = None) -> list[str]:
+    older = older_guard(root, state) if is_installed(root) and not _own_module(root) else None
     if older is None:
         return []
     return [f"the launch guard is patchkit {older}'s (this is {__version__}): {hints.command('apply')} updates it"]
@@ -335,9 +339,20 @@ def _declared(root: Path) -> tuple[bool, list[str]]:
             continue
         except OSError:
             continue
-        found = _entry_points(text).select(group=ENTRY_POINT_GROUP)
-        declared = declared or any(ep.module == MODULE.removesuffix(".py") for ep in found)
+        declared = declared or _declares_guard(text)
     return declared, unreadable
+
+
+def _declares_guard(text: str) -> bool:
+    """Whether an entry_points.txt declares the guard's module in vLLM's plugin group, as importlib
+    reads it. The text patchkit writes, and one that never names the module, need no parser: that
+    keeps importlib.metadata (and email) out of `run`'s fast path and status."""
+    module = MODULE.removesuffix(".py")
+    if text == OWN_ENTRY_POINTS:
+        return True
+    if module not in text:
+        return False
+    return any(ep.module == module for ep in _entry_points(text).select(group=ENTRY_POINT_GROUP))
 
 
 def _entry_points(text: str) -> importlib.metadata.EntryPoints:

@@ -20,7 +20,7 @@ from patchkit.checks.integrity import installed_record
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
 from patchkit.engine.guard import OTHERS_CANNOT_READ, UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
-from patchkit.store.state import Entry, State, read_state
+from patchkit.store.state import Entry, State, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
@@ -157,10 +157,10 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
 def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses."""
-    refused = launch_refusal(root)
+    refused = launch_refusal(root, state)
     return {
         "guard": refused,
-        "guard_notes": older_guard_notes(root),
+        "guard_notes": older_guard_notes(root, state),
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
     }
 
@@ -184,7 +184,7 @@ def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
 def selection_of(entry: Entry) -> Options:
     """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
     if entry.set_name.startswith("adhoc-"):
-        return hints.for_set(None, tuple(p["name"] for p in entry.patches))
+        return hints.for_set(None, recorded_patch_files(entry))
     return hints.for_set(entry.set_name)
 
 

@@ -45,7 +45,7 @@ from patchkit.launch.findings import CANNOT_JUDGE, Finding
 from patchkit.launch.models import ModelConfig
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.journal import settled_record
-from patchkit.store.state import parse_state, state_path
+from patchkit.store.state import State, parse_state, state_path
 
 KIND = "launch-findings"
 ENTRY_LIMIT = 1 << 20  # a few findings: far below this
@@ -58,7 +58,10 @@ def recorded_status(resolved: Resolved) -> TreeStatus | None:
         return None
     try:
         before = _settled_record(resolved.target.root)
-        applied = before is not None and _as_recorded(resolved, before) and not launch_refusal(resolved.target.root)
+        state = None if before is None else parse_state(before, state_path(resolved.target.root))
+        applied = (
+            state is not None and _as_recorded(resolved, state) and not launch_refusal(resolved.target.root, state)
+        )
         return TreeStatus(TreeState.APPLIED) if applied and _settled_record(resolved.target.root) == before else None
     except (PatchkitError, OSError):  # damaged, of the wrong kind, unreadable: the full inspection says so
         return None
@@ -71,11 +74,9 @@ def _settled_record(root: Path) -> bytes | None:
     return record if isinstance(record, bytes) else None
 
 
-def _as_recorded(resolved: Resolved, raw: bytes) -> bool:
+def _as_recorded(resolved: Resolved, state: State) -> bool:
     """Whether the record is one apply of this series on this version, every file as it wrote it."""
-
     root = resolved.target.root
-    state = parse_state(raw, state_path(root))
     if len(state.entries) != 1:
         return False
     entry = state.entries[0]
