@@ -583,9 +583,11 @@ def _startup_side(
     env = {
         **os.environ,
         "PYTHONPATH": str(source),
-        "PATCHKIT_CACHE_DIR": str(work / f"cache-{name}"),
+        # its own user cache, found as a user's is (PATCHKIT_CACHE_DIR would spare platformdirs' import)
+        "XDG_CACHE_HOME": str(work / f"cache-{name}"),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
     }
+    env.pop("PATCHKIT_CACHE_DIR", None)
     pk = [sys.executable, "-m", "patchkit"]
     commands = {
         HELP: [*pk, "--help"],
