@@ -536,7 +536,7 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     done = run_cli("status", "--target", site, "--patch", diff)
     assert done.returncode == 1, done.stdout + done.stderr
     hint = " ".join((done.stdout + done.stderr).split())
-    on_site = f"--target {site} --patch {addon.name}"  # the user's tree, the other set's patch (hints.py)
+    on_site = f"--target {site} --patch {addon}"  # the user's tree, the other set's patch where it was applied from
     assert f"`patchkit revert {on_site} --force`" in hint and f"`patchkit apply {on_site}`" in hint
     assert run_cli("revert", "--target", site, "--patch", addon, "--force").returncode == 0
     assert _load(site).returncode == 0, _load(site).stderr

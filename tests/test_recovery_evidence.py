@@ -161,7 +161,7 @@ def test_revert_without_the_patch_that_created_a_file_keeps_it_and_names_the_com
     result = run("revert", "--target", tree)  # the library's series: it creates no such file
     assert result.exit_code == 2, result.output
     assert (
-        "vllm/brand_new.py" in result.output and f"patchkit revert --target {tree} --patch adds.diff" in result.output
+        "vllm/brand_new.py" in result.output and f"patchkit revert --target {tree} --patch {created}" in result.output
     )
     assert (tree / "vllm/brand_new.py").read_text() == "NEW = 1\n" and read_state(tree).entries
 

@@ -20,7 +20,7 @@ from patchkit.checks.integrity import installed_record
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
 from patchkit.engine.guard import OTHERS_CANNOT_READ, UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
-from patchkit.store.state import Entry, State, read_state
+from patchkit.store.state import Entry, State, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
@@ -184,7 +184,7 @@ def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
 def selection_of(entry: Entry) -> Options:
     """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
     if entry.set_name.startswith("adhoc-"):
-        return hints.for_set(None, tuple(p["name"] for p in entry.patches))
+        return hints.for_set(None, recorded_patch_files(entry))
     return hints.for_set(entry.set_name)
 
 

@@ -805,8 +805,10 @@ def _restore_from_record(view: View, undo: _Undo, patches: list[Patch], *, force
     """The originals the record saved back in `view` (the last applied first: its "before" is what
     the earlier one wrote), or a patched wheel's stock files."""
     restored = Restored()
-    for entry in reversed(undo.entries):
-        restore_recorded(view, entry, force=force, patches=patches, restored=restored)
+    for index, entry in reversed(list(enumerate(undo.entries))):
+        later = undo.entries[index + 1 :]  # reverted one by one, last first, before this one alone
+        first = tuple(hints.command("revert", chosen=selection_of(e)) for e in reversed(later))
+        restore_recorded(view, entry, force=force, patches=patches, restored=restored, first=first)
     if undo.wheel is not None:
         from_wheel = installed_wheel_reader().restore_stock(
             view, undo.wheel, force=force, fetch_release=fetch.release_tree
@@ -900,13 +902,13 @@ def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
     later = state.overlapping(entry)
     if later:
         path, name = sorted(later.items())[0]
-        later_entry = state.entry(name)
-        first = hints.command("revert", chosen=selection_of(later_entry) if later_entry else hints.for_set(name))
-        every = hints.command("revert", chosen=hints.for_set(None))
+        # every set applied after it, last first, then this one: each step is a revert of the last set
+        order = [hints.command("revert", chosen=selection_of(e)) for e in reversed(state.later(entry))]
+        order.append(hints.command("revert", chosen=selection_of(entry)))
         raise Conflict(
             f"{path} was changed again by set {name}, applied after {only}: reverting {only} alone would "
             f"undo {name} there too; nothing was written",
-            hint=f"revert {name} first ({first}), or revert every set at once ({every})",
+            hint=f"revert the sets applied after {only} first: {', then '.join(order)}",
         )
     return [entry]
 

@@ -20,9 +20,16 @@ from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
-from patchkit.series.patchfile import FilePatch, Hunk, Patch, byte_lines, decode, touched_paths
+from patchkit.series.patchfile import (
+    FilePatch,
+    Hunk,
+    Patch,
+    byte_lines,
+    decode,
+    touched_paths,
+)
 from patchkit.store.objects import read_object
-from patchkit.store.state import Entry
+from patchkit.store.state import Entry, recorded_patch_files
 
 
 class Placement(NamedTuple):
@@ -234,11 +241,14 @@ def restore_recorded(
     force: bool = False,
     patches: list[Patch] | None = None,
     restored: Restored | None = None,
+    first: tuple[str, ...] = (),
 ) -> Restored:
     """Put back into `view` the originals an apply recorded (checked by sha256). A file edited
     since that apply is refused (Drift), or with `force` restored too; those are listed. A saved
     original that is missing or corrupt is rebuilt by reverse-applying the entry's `patches` (those
-    of them it recorded) and kept only when its sha256 is the recorded one."""
+    of them it recorded) and kept only when its sha256 is the recorded one. `first`: the
+    commands that must run before this entry can be reverted alone (sets applied after it), for
+    the hint when it cannot be reverted here."""
     restored = restored or Restored()
     recorded = {(p["name"], p["sha256"]) for p in entry.patches}
     own = [p for p in patches or [] if (p.name, p.sha256) in recorded]
@@ -257,21 +267,23 @@ def restore_recorded(
             if content is not None:  # a deleted file has nothing to keep
                 restored.edited.append(path)
         if shas["before"] is None and content is not None:
-            _require_creator(entry, path, own)
+            _require_creator(entry, path, own, first)
         view.write(path, _original(view, path, shas["before"], own, restored.notes))
     return restored
 
 
-def _require_creator(entry: Entry, path: str, own: list[Patch]) -> None:
+def _require_creator(entry: Entry, path: str, own: list[Patch], first: tuple[str, ...]) -> None:
     """A file the record says patchkit created is deleted only when a patch at hand that the record
     names creates it: the record alone is no evidence (it is read back from the tree)."""
     if any(f.target_path == path and f.source_path != path for p in own for f in p.files):
         return
-    names = tuple(p["name"] for p in entry.patches) or ("FILE",)
+    names = recorded_patch_files(entry) or ("FILE",)
+    this = hints.command("revert", chosen=hints.for_set(None, names))
+    order = f"revert the sets applied after it first: {', then '.join([*first, this])}" if first else this
     raise BadInput(
         f"the record of {entry.set_name} says patchkit created {path}, but no patch at hand that it names "
         "creates it: kept, nothing was written",
-        hint=f"name the patch that created it: {hints.command('revert', chosen=hints.for_set(None, names))}",
+        hint=f"name the patch that created it: {order}",
     )
 
 

@@ -13,7 +13,8 @@ size limit), objects are named by digest only and read without following a symli
 
 state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
-      "patches": [{"name", "sha256"}], "files": {path: {"before": sha|null, "after": sha|null}}}],
+      "patches": [{"name", "sha256", "path"}],   ("path": an ad-hoc patch's, where it was applied from)
+      "files": {path: {"before": sha|null, "after": sha|null}}}],
      "guard": {path: sha},   (the launch guard's files, patchkit/engine/guard.py; absent when none)
      "wheel": version,       (the patched wheel's vLLM version the guard was installed on, no set
                               recorded: the guard refuses another; absent otherwise)
@@ -191,9 +192,16 @@ def state_path(root: Path) -> Path:
     return meta_dir(root) / "state.json"
 
 
-class RecordedPatch(TypedDict):
+class _NamedRecordedPatch(TypedDict):
     name: str
     sha256: str
+
+
+class RecordedPatch(_NamedRecordedPatch, total=False):
+    path: str  # an ad-hoc patch: the absolute path it was applied from (for the hints that name it)
+
+
+MAX_PATCH_PATH = 4096
 
 
 class RecordedFile(TypedDict):
@@ -343,9 +351,40 @@ def record_apply(
         vllm_version=vllm_version,
         release=release,
         applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        patches=[{"name": p.name, "sha256": p.sha256} for p in patches],
+        patches=[_recorded_patch(p, adhoc=set_name.startswith("adhoc-")) for p in patches],
         files=files,
     )
+
+
+def _recorded_patch(patch: NamedPatch, *, adhoc: bool) -> RecordedPatch:
+    """A patch as the record keeps it; an ad-hoc one with where it was read from, so that a hint
+    can name a path that works from any directory (its library names a series' patches)."""
+    recorded: RecordedPatch = {"name": patch.name, "sha256": patch.sha256}
+    path = getattr(patch, "path", None)
+    if adhoc and path is not None and len(str(path)) <= MAX_PATCH_PATH:
+        recorded["path"] = str(Path(path).absolute())
+    return recorded
+
+
+def recorded_patch_files(entry: Entry) -> tuple[str, ...]:
+    """The --patch arguments that name an ad-hoc entry's patches in a hint: the path each was
+    applied from while that file is still that very patch (its sha256), so the hint works from any
+    directory; else its name."""
+    return tuple(_location(p) for p in entry.patches)
+
+
+_PATCH_LIMIT = 64 << 20  # series.patchfile.PATCH_LIMIT: a larger file is no patch patchkit applied
+
+
+def _location(patch: RecordedPatch) -> str:
+    where = patch.get("path")
+    if where is None:
+        return patch["name"]
+    try:
+        raw = read_regular(Path(where), _PATCH_LIMIT, follow_symlinks=True)
+    except OSError:
+        return patch["name"]
+    return where if sha256(raw) == patch["sha256"] else patch["name"]
 
 
 # What patchkit writes into a tree (the record, the guard, the files it adds) is read by whichever user
@@ -433,6 +472,11 @@ def _checked_entry(data: object, origin: Path) -> Entry:
         if not (isinstance(patch, dict) and isinstance(patch.get("name"), str)):
             raise _damaged(origin, "a recorded patch has no name")
         checked_digest(patch.get("sha256"), origin, optional=False)
+        where = patch.get("path", "/")
+        if not (isinstance(where, str) and where.startswith("/") and len(where) <= MAX_PATCH_PATH):
+            raise _damaged(origin, "a recorded patch's path is not an absolute path")
+        if not where.isprintable():
+            raise _damaged(origin, "a recorded patch's path holds a control character")
     files = _require(data, "files", dict, origin)
     for path, shas in files.items():
         checked_path(path, origin, guard=False)

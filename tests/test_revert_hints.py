@@ -1,0 +1,84 @@
+"""Every hint a refused `revert` prints works when copied as printed, from any directory, and
+following them never loops (review 5 guard M3 and L3): stacked sets, an ad-hoc one that creates
+a file under a library set (or another ad-hoc set) that changes the same file again."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from helpers import MODEL_PY, SPEC_PY, fingerprint, make_patch, run_cli, write_library, write_tree
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+CREATED = "vllm/extras/added.py"
+
+
+def _setup(tmp_path: Path, scratch: Path, top: str) -> tuple[Path, list[str], Path]:
+    """A tree with an ad-hoc set (a changed SPEC, a created module) and on top of it `top`: the
+    library's set or another ad-hoc patch, changing SPEC again. The tree, the selection the user
+    gives, and a directory unrelated to both (where the hints are run)."""
+    tree = write_tree(tmp_path / "site")
+    stock = fingerprint(tree)
+    first_spec = SPEC_PY.replace('"qwen"', '"deepseek"')
+    patches = tmp_path / "my patches"
+    patches.mkdir()
+    adhoc = patches / "first.diff"
+    adhoc.write_bytes(make_patch(scratch, tree, {SPEC: first_spec, CREATED: "ADDED = 1\n"}))
+    assert run_cli("apply", "--target", tree, "--patch", adhoc).returncode == 0
+    second = {SPEC: first_spec + "# second\n", MODEL: MODEL_PY.replace("return x", "return x * 3")}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if top == "library":
+        library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, second)]})
+        selection = ["--patches", str(library)]
+    else:
+        other = patches / "second.diff"
+        other.write_bytes(make_patch(scratch, tree, second))
+        selection = ["--patch", str(other)]
+    applied = run_cli("apply", "--target", tree, *selection)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert fingerprint(tree) != stock
+    return tree, selection if top == "library" else [], elsewhere
+
+
+def _commands(said: str) -> list[list[str]]:
+    """The patchkit commands a message names, in order (`patchkit ...` in backticks)."""
+    return [shlex.split(c)[1:] for c in re.findall(r"`(patchkit [^`]*)`", said)]
+
+
+@pytest.mark.parametrize("top", ["library", "adhoc"])
+@pytest.mark.parametrize("start", ["all", "first"])
+def test_following_reverts_hints_as_printed_reverts_every_set_without_a_loop(tmp_path, scratch, top, start):
+    tree, selection, elsewhere = _setup(tmp_path, scratch, top)
+    first = ["--patch", str(tmp_path / "my patches" / "first.diff")]
+    todo = [["revert", "--target", str(tree), *selection, *(first if start == "first" else [])]]
+    ran: list[list[str]] = []
+    seen: list[tuple[list[str], object]] = []  # a command run again on the same tree: a loop
+    while todo:
+        command = todo.pop(0)
+        assert (command, fingerprint(tree)) not in seen, f"the hints loop: {command} again after {ran}"
+        seen.append((command, fingerprint(tree)))
+        ran.append(command)
+        done = run_cli(*command, cwd=elsewhere)
+        if done.returncode != 0:
+            named = _commands(done.stdout + done.stderr)
+            assert named, done.stdout + done.stderr
+            todo = named  # what it says to do, in the order it says
+    assert not (tree / CREATED).exists() and not (tree / ".patchkit").exists(), ran
+    assert (tree / SPEC).read_text() == SPEC_PY and (tree / MODEL).read_text() == MODEL_PY, ran
+    assert len(ran) <= 4, ran
+
+
+def test_the_patch_hint_names_the_file_applied_wherever_it_is_run(tmp_path, scratch):
+    """L3: the record's basename named no file from another directory; the path applied from does,
+    while that file is still the patch the record names."""
+    tree, _selection, elsewhere = _setup(tmp_path, scratch, "adhoc")
+    done = run_cli("revert", "--target", tree, cwd=elsewhere)
+    assert done.returncode != 0
+    assert shlex.quote(str(tmp_path / "my patches" / "first.diff")) in done.stdout + done.stderr, done.stderr
+    (tmp_path / "my patches" / "first.diff").write_text("--- moved on\n")
+    done = run_cli("revert", "--target", tree, cwd=elsewhere)
+    assert "--patch first.diff`" in done.stderr and str(tmp_path / "my patches" / "first.diff") not in done.stderr
