@@ -46,9 +46,9 @@
    each vs `cp` of the file, the three run in turn (goal: <= 3x cp); the load average before and
    after, and every run's time, go to stderr.
 14. Start-up (`--only startup`, not in the default set): `--help`, the eagle3 quiet dry run on stock
-   0.16.0 (warm cache) and `run`'s fast path, of the code at --before (a commit before issue 21's
-   restructuring) and of this checkout in turn (2N+1 runs each), as after / before ratios (goal:
-   not slower).
+   0.16.0 (warm cache) and `run`'s fast path, of the code at each --before commit (default f10f406,
+   main before issue 21's restructuring) and of this checkout in turn (2N+1 runs each), as this /
+   that ratios of wall and CPU time (goal: not slower).
 
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
@@ -583,9 +583,11 @@ def _startup_side(
     env = {
         **os.environ,
         "PYTHONPATH": str(source),
-        "PATCHKIT_CACHE_DIR": str(work / f"cache-{name}"),
+        # its own user cache, found as a user's is (PATCHKIT_CACHE_DIR would spare platformdirs' import)
+        "XDG_CACHE_HOME": str(work / f"cache-{name}"),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
     }
+    env.pop("PATCHKIT_CACHE_DIR", None)
     pk = [sys.executable, "-m", "patchkit"]
     commands = {
         HELP: [*pk, "--help"],

@@ -31,12 +31,42 @@ OBJECTS = [
     {"text_config": {"hidden_size": 64}},
     {},
 ]
+# options whose values vLLM's types and choices judge (0.16.0), and values of every kind for them: the
+# values of a config object's own fields are left out (pydantic judges them; patchkit's static
+# reading does not, docs/launch.md)
+VALUED = [
+    "--dtype",
+    "--kv-cache-dtype",
+    "--uvicorn-log-level",
+    "--block-size",
+    "--collect-detailed-traces",
+    "--max-model-len",
+    "--max-num-batched-tokens",
+    "--kv-cache-memory-bytes",
+    "--gpu-memory-utilization",
+    "--kv-offloading-size",
+    "--max-log-len",
+    "--compilation-config",
+    "--kv-transfer-config",
+    "--allowed-origins",
+    "--override-generation-config",
+    "--model-loader-extra-config",
+    "--lora-modules",
+    "--revision",
+]
+VALUES = [
+    *["auto", "bfloat16", "half", "fp8", "foo", "info", "loud", "model,worker", "None", "", "Auto"],
+    *["16", "17", "-1", "0", "1.5", "0.9", "1e3", "32k", "32K", "1.5k", "1.5K", "2M", " 8 ", "abc", "0x10"],
+    *["{}", '{"cudagraph_copy_inputs": true}', '{"bad_key": 1}', '{"kv_role": "kv_both"}', "3", "[1]", "{bad", "null"],
+    *['["*"]', '{"temperature": 0.5}', " {} ", "a=b", "a=b=c", '{"name": "a", "path": "p"}', '{"name": "a"}'],
+]
 DOTTED = [
     "--speculative-config.method",
     "--speculative_config.model",
     "--speculative-config.num_speculative_tokens",
     "--hf-overrides.text_config.hidden_size",
     "--hf_overrides.architectures+",
+    "-cc.bad_key",
 ]
 
 
@@ -54,9 +84,12 @@ def _spelled(option: str, draw) -> str:
 
 @st.composite
 def piece(draw) -> list[str]:
-    kind = draw(st.sampled_from(["model", "free", "whole", "json", "flag", "dotted", "dashdash", "stray"]))
+    kind = draw(st.sampled_from(["model", "free", "whole", "json", "flag", "dotted", "dashdash", "stray", "valued"]))
     if kind == "model":
         return [draw(st.sampled_from(MODELS))]
+    if kind == "valued":
+        option, value = _spelled(draw(st.sampled_from(VALUED)), draw), draw(st.sampled_from(VALUES))
+        return [f"{option}={value}"] if draw(st.booleans()) else [option, value]
     if kind == "flag":
         return [_spelled(draw(st.sampled_from(FLAGS)), draw)]
     if kind == "dashdash":
@@ -65,7 +98,7 @@ def piece(draw) -> list[str]:
         return [draw(st.sampled_from(["-3", "-0.5", "x.y", "--x", "-q"]))]
     if kind == "dotted":
         key = draw(st.sampled_from(DOTTED))
-        value = draw(st.sampled_from(["eagle3", "4", "org/d", "[1, 2]", "a,b", "-1"]))
+        value = draw(st.sampled_from(["eagle3", "4", "org/d", "[1, 2]", "a,b", "-1", "true"]))
         return [f"{key}={value}"] if draw(st.booleans()) else [key, value]
     option = _spelled(draw(st.sampled_from({"free": FREE, "whole": WHOLE, "json": JSON}[kind])), draw)
     if kind == "free":

@@ -301,6 +301,24 @@ def test_no_index_has_vllm(server, cache, monkeypatch):
     assert ei.value.hint
 
 
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"PIP_INDEX_URL": "file:///srv/mirror/simple/"}, "the index file:///srv/mirror/simple/"),
+        ({"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/srv/wheels"}, "find-links /srv/wheels"),
+    ],
+)
+def test_a_pip_source_patchkit_does_not_read_is_named_as_such(cache, monkeypatch, environ, named):
+    # review 5 wheel M5: "skipped (not http/https)" or "unset PIP_NO_INDEX", where no index can be unset
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(FetchError, match=f"pip is configured with {named}, which patchkit does not read") as ei:
+        fetch.release_tree(VERSION)
+    assert "http(s) index in PIP_INDEX_URL" in str(ei.value.hint)
+    assert ("PIP_NO_INDEX= (empty)" in str(ei.value.hint)) == ("PIP_NO_INDEX" in environ)
+
+
 def test_unknown_version(server, cache, monkeypatch):
     server.publish(WHEEL, build_wheel())
     use_index(monkeypatch, server.index())

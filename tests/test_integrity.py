@@ -160,6 +160,33 @@ def test_a_record_hash_wheels_do_not_allow_is_not_trusted(run, tree, library, al
     assert rows_by_path[SPEC] == (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD")
 
 
+@pytest.mark.parametrize("bogus_first", [False, True])
+def test_a_file_an_installed_record_lists_twice_with_two_hashes_is_not_verifiable(run, tree, library, bogus_first):
+    # the class of review 5 wheel L2: the last row won, so one order passed and the other blamed the file
+    record = write_record(tree)
+    bogus = f"{MODEL},{record_hash(b'another file')},12\n"
+    text = record.read_text()
+    record.write_text(bogus + text if bogus_first else text + bogus)
+    result, data = apply(run, tree, library)
+    assert result.exit_code == 0, result.output
+    rows = integrity_rows(data["checks"])
+    assert rows[MODEL] == (
+        False,
+        WARNING,
+        "not verifiable: vllm-0.16.0.dist-info/RECORD lists it twice, with different hashes: neither is evidence",
+    )
+    assert rows[SPEC] == (True, ERROR, "stock: matches vllm-0.16.0.dist-info/RECORD")
+
+
+def test_a_row_without_a_hash_after_one_with_it_is_the_pip_pyc_row_not_a_conflict():
+    record = b"p/m.pyc,sha256=AAAA,3\np/m.pyc,,\nq.pyc,,\nq.pyc,sha256=BBBB,4\nr.py,sha256=C,1\nr.py,sha256=C,1\n"
+    assert parse_record(record) == {
+        "p/m.pyc": ("sha256=AAAA", "3"),
+        "q.pyc": ("sha256=BBBB", "4"),
+        "r.py": ("sha256=C", "1"),
+    }
+
+
 @pytest.mark.parametrize("algo", ["md5", "sha1", "sha224", "not-a-hash"])
 def test_record_hash_refuses_algorithms_wheels_do_not_allow(algo):
     with pytest.raises(ValueError, match="sha256 or stronger"):

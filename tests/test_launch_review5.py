@@ -12,6 +12,7 @@ import pytest
 from helpers import assert_clean_failure, run_cli
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 
+from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
 from patchkit.launch.validation import engine_validation, model_interface
 
@@ -145,3 +146,117 @@ def test_the_launch_target_finding_names_no_python_option_when_none_was_given(la
     assert "--python" not in message, message
     given = run_cli("preflight", *patches, "--python", python, "--format", "json", "--no-import", "--", *argv)
     assert _launch_target(given)["message"].startswith(f"--python {python} names vLLM in"), given.stdout
+
+
+# review 5 M1: values vLLM 0.16.0's own parser refuses (each held against it in tests/vllm_import/
+# test_serve_parser_real.py): a choice it does not offer, a type its function refuses, a config
+# object that is not one or names a key its dataclass lacks, a --lora-modules item it cannot build
+REFUSED_VALUES = [
+    (["--mamba-cache-dtype", "float64"], "--mamba-cache-dtype: invalid choice: 'float64' (choose from 'auto'"),
+    (["--scheduling-policy=lifo"], "--scheduling-policy: invalid choice"),
+    (["--block-size", "24"], "--block-size: invalid choice: 24"),
+    (["--max-num-batched-tokens", "2.5K"], "--max-num-batched-tokens: no decimals with K: did you mean 2.5k?"),
+    (["--max-model-len", "lots"], "--max-model-len: 'lots' is not a whole number (like 4096, 32k"),
+    (["--kv-cache-memory-bytes", "8 GiB"], "--kv-cache-memory-bytes: '8 GiB' is not a whole number"),
+    (["--gpu-memory-utilization", "90%"], "--gpu-memory-utilization: '90%' is not a number"),
+    (["--max-num-seqs", "1.0"], "--max-num-seqs: '1.0' is not a whole number"),
+    (["--eplb-config", "[]"], "--eplb-config: '[]' is not a JSON object"),
+    (["--kernel-config.nope", "1"], "--kernel-config: unknown key 'nope'; the keys are: enable_flashinfer_autotune"),
+    (["--default-chat-template-kwargs", "{x"], "--default-chat-template-kwargs: '{x' is not valid JSON"),
+    (["--lora-modules", '{"path": "/l"}'], "Invalid fields for --lora-modules"),
+    (["--lora-modules", "[x"], "Invalid JSON format for --lora-modules"),
+]
+
+
+@pytest.mark.parametrize(("words", "said"), REFUSED_VALUES)
+def test_a_value_vllms_parser_refuses_is_refused_naming_the_option(words, said):
+    with pytest.raises(BadInput) as refused:
+        parse(["vllm", "serve", "org/m", *words], "0.16.0")
+    assert said in refused.value.message, refused.value.message
+
+
+ACCEPTED_VALUES = [
+    ["--max-num-batched-tokens", "2.5k", "--max-model-len", "AUTO", "--kv-cache-memory-bytes", "None"],
+    ["--block-size", "64", "--mamba-cache-dtype", "float16", "--gpu-memory-utilization", "0.85"],
+    ["--eplb-config", '{"window_size": 10}', "--kernel-config.enable_flashinfer_autotune", "true"],
+    ["--lora-modules", "a=/l", '{"name": "b", "path": "/m", "base_model_name": "org/m"}', "--served-model-name", "s"],
+]
+
+
+@pytest.mark.parametrize("words", ACCEPTED_VALUES)
+def test_a_value_vllms_parser_takes_is_read(words):
+    assert parse(["vllm", "serve", "org/m", *words], "0.16.0").model == "org/m"
+
+
+def test_preflight_without_vllm_refuses_a_value_vllms_parser_refuses(launch):
+    argv = [str(launch["script"]), "serve", str(launch["model"]), "--mamba-ssm-cache-dtype", "fp4"]
+    done = run_cli("preflight", "--patches", launch["library"], "--no-import", "--", *argv)
+    assert_clean_failure(done, 2)
+    assert "--mamba-ssm-cache-dtype: invalid choice: 'fp4'" in done.stderr, done.stderr
+
+
+# review 5 L1: a hub cache ref is read as huggingface_hub reads it (nothing stripped), online and offline
+@pytest.mark.parametrize("ref", ["5eed5\n", "5eed5\r\n", " 5eed5", "5eed5\t"])
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_hub_ref_with_a_space_or_line_break_names_no_snapshot(tmp_path, ref, offline):
+    tree, library = write_eagle3_setup(tmp_path)
+    repo = tmp_path / "hub" / "models--anorg--amodel"
+    write_model(repo / "snapshots" / "5eed5", DEEPSEEK_V3)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_bytes(ref.encode())
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), **({"HF_HUB_OFFLINE": "1"} if offline else {})}
+    argv = ["vllm", "serve", "anorg/amodel"]
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
+    assert_clean_failure(done, 4)  # huggingface_hub finds no snapshot: vLLM would download it (offline: refuse)
+    assert ("holds no snapshot" if offline else "huggingface_hub reads it as it is") in done.stderr, done.stderr
+    (repo / "refs" / "main").write_bytes(ref.strip().encode())  # the same commit alone: found
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
+    assert done.returncode in (0, 1) and "cannot judge" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+# review 5 L5: `python -m vllm.entrypoints.cli.main serve ...` is what the `vllm` script runs: read as `vllm serve`
+CLI_LINES = [
+    ["some/model", "-tp", "4", "--trust-remote-code"],
+    ["--enable-prefix-caching", "some/model", "--speculative", '{"method": "ngram"}'],
+    ["--model", "some/model", "--model", "other/model", "--hf-overrides.text_config.hidden_size", "32"],
+]
+
+
+@pytest.mark.parametrize("line", CLI_LINES)
+@pytest.mark.parametrize("python", [["python3"], ["/opt/venv/bin/python", "-E"]])
+def test_the_cli_module_with_serve_is_read_as_vllm_serve(line, python):
+    module = parse([*python, "-m", "vllm.entrypoints.cli.main", "serve", *line], "0.16.0")
+    script = parse(["vllm", "serve", *line], "0.16.0")
+    assert module.serve and (module.model, module.options) == (script.model, script.options)
+    assert module.speculative_config == script.speculative_config
+
+
+def test_the_cli_module_without_serve_is_no_launch():
+    with pytest.raises(BadInput, match="expected serve"):
+        parse(["python", "-m", "vllm.entrypoints.cli.main", "bench", "latency"], "0.16.0")
+
+
+def test_preflight_judges_a_launch_by_the_cli_module(launch):
+    python = launch["script"].parent / "python"
+    argv = [str(python), "-m", "vllm.entrypoints.cli.main", "serve", str(launch["model"]), "--max-model-len", "2k"]
+    done = run_cli("preflight", "--patches", launch["library"], "--format", "json", "--no-import", "--", *argv)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["target"] == str(launch["applied"]), done.stdout
+
+
+# review 5 L3: the api_server reads its model only from --model: a positional is not offered as the fix
+@pytest.mark.parametrize(
+    "words", [["./some-model"], ["--dtype", "half", "org/some"], ["org/some", "--served-model-name", "n"]]
+)
+def test_the_api_server_with_only_a_positional_model_names_the_fix_that_works(words):
+    with pytest.raises(BadInput) as refused:
+        parse(["python", "-m", "vllm.entrypoints.openai.api_server", *words], "0.16.0")
+    said = refused.value.message + " " + (refused.value.hint or "")
+    assert "positional MODEL" not in said and "vllm serve MODEL" not in said, said
+    assert "--model" in refused.value.hint, refused.value.hint
+
+
+def test_the_api_server_with_no_model_names_model_only():
+    with pytest.raises(BadInput) as refused:
+        parse(["python", "-m", "vllm.entrypoints.openai.api_server", "--dtype", "half"], "0.16.0")
+    assert "positional" not in refused.value.message and "--model" in refused.value.hint

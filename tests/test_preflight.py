@@ -208,7 +208,9 @@ def test_hub_ids_resolve_offline_from_the_hf_cache_refs_main_first(setup, tmp_pa
     )
     write_hub_snapshot(cache, "moonlab/kimi-like", "ffff9999", KIMI_K25)
     (cache / "models--moonlab--kimi-like" / "refs").mkdir()
-    (cache / "models--moonlab--kimi-like" / "refs" / "main").write_text("aaaa1111\n")
+    (cache / "models--moonlab--kimi-like" / "refs" / "main").write_text(
+        "aaaa1111"
+    )  # as huggingface_hub writes it: no newline
     write_hub_snapshot(cache, "drafts/eagle3-small", "0123abcd", DRAFTER)
     (cache / "models--drafts--eagle3-small" / "refs").mkdir()
     (cache / "models--drafts--eagle3-small" / "refs" / "main").write_text("0123abcd")
@@ -316,7 +318,8 @@ def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     done = run_cli(*base, *plain, env={"PYTHONPATH": str(fake)})
     assert findings(done)["vllm-validation"]["ok"]
 
-    done = run_cli(*base, *plain, "--max-model-len", "lots", env={"PYTHONPATH": str(fake)})
+    # the fake's parser types it int: it refuses what the static reading (0.16.0's human_readable_int) takes
+    done = run_cli(*base, *plain, "--max-model-len", "32k", env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
     assert "argument parser refused" in findings(done)["vllm-validation"]["message"]
 

@@ -35,6 +35,110 @@ class Oracle(argparse.ArgumentParser):
         raise Refused(message)
 
 
+# vLLM 0.16.0's type functions (vllm/engine/arg_utils.py), transcribed as written there
+def parse_type(return_type):
+    def _parse_type(val):
+        try:
+            return return_type(val)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"Value {val} cannot be converted to {return_type}.") from e
+
+    return _parse_type
+
+
+def optional_type(return_type):
+    def _optional_type(val):
+        if val == "" or val == "None":
+            return None
+        return parse_type(return_type)(val)
+
+    return _optional_type
+
+
+def union_dict_and_str(val):
+    if not re.match(r"(?s)^\s*{.*}\s*$", val):
+        return str(val)
+    return optional_type(json.loads)(val)
+
+
+def human_readable_int(value):
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if match:
+        decimal_multiplier = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+        binary_multiplier = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+        number, suffix = match.groups()
+        if suffix in decimal_multiplier:
+            return int(float(number) * decimal_multiplier[suffix])
+        elif suffix in binary_multiplier:
+            try:
+                return int(number) * binary_multiplier[suffix]
+            except ValueError as e:
+                raise argparse.ArgumentTypeError("Decimals are not allowed") from e
+    return int(value)
+
+
+def human_readable_int_or_auto(value):
+    value = value.strip()
+    if value == "-1" or value.lower() == "auto":
+        return -1
+    return human_readable_int(value)
+
+
+def parse_dataclass(fields):
+    """pydantic's TypeAdapter(cls).validate_json as far as the spec tells: an object of the fields."""
+
+    def parse(val):
+        value = json.loads(val)
+        if not isinstance(value, dict) or (fields is not None and not set(value) <= set(fields)):
+            raise argparse.ArgumentTypeError("ValidationError")
+        return value
+
+    return parse
+
+
+class LoRAParserAction(argparse.Action):
+    """vllm/entrypoints/openai/cli_args.py's, LoRAModulePath(**lora_dict) held to the spec's fields."""
+
+    fields: tuple = ()
+    required: tuple = ()
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for item in values or []:
+            if item in [None, ""]:
+                continue
+            if "=" in item and "," not in item:
+                _name, _path = item.split("=")
+            else:
+                try:
+                    lora_dict = json.loads(item)
+                    if not isinstance(lora_dict, dict):
+                        raise TypeError("argument after ** must be a mapping")
+                    if not set(lora_dict) <= set(self.fields) or not set(self.required) <= set(lora_dict):
+                        raise TypeError("unexpected or missing argument")
+                except json.JSONDecodeError:
+                    parser.error(f"Invalid JSON format for --lora-modules: {item}")
+                except TypeError as e:
+                    parser.error(f"Invalid fields for --lora-modules: {item} - {e!s}")
+        setattr(namespace, self.dest, values)
+
+
+def vllm_type(action: dict):
+    kind = action.get("value_type")
+    plain = {
+        "int": int,
+        "float": float,
+        "json": json.loads,
+        "human_readable_int": human_readable_int,
+        "human_readable_int_or_auto": human_readable_int_or_auto,
+        "dict_or_str": union_dict_and_str,
+        "dataclass": parse_dataclass(action.get("fields")),
+    }.get(kind, str)
+    if kind == "json" and not action.get("optional"):
+        return plain  # json.loads itself
+    return optional_type(plain) if action.get("optional") else plain
+
+
 def oracle_parser() -> argparse.ArgumentParser:
     parser = Oracle(prog="serve", add_help=False)
     for action in json.loads(SPEC.read_text())["serve"]:
@@ -47,10 +151,21 @@ def oracle_parser() -> argparse.ArgumentParser:
             parser.add_argument(options[0], dest=action["dest"], action=argparse.BooleanOptionalAction)
         elif action["nargs"] == 0:
             parser.add_argument(*options, dest=action["dest"], action=ACTIONS.get(kind, "store_true"))
-        else:
-            convert = {"int": int, "float": float, "json": json.loads}.get(action.get("type") or "", str)
+        elif action.get("action") == "lora_modules":
+            lora = type(
+                "Lora", (LoRAParserAction,), {"fields": action["lora_fields"], "required": action["lora_required"]}
+            )
             parser.add_argument(
-                *options, dest=action["dest"], nargs=action["nargs"], action=ACTIONS.get(kind, "store"), type=convert
+                *options, dest=action["dest"], nargs=action["nargs"], action=lora, type=vllm_type(action)
+            )
+        else:
+            parser.add_argument(
+                *options,
+                dest=action["dest"],
+                nargs=action["nargs"],
+                action=ACTIONS.get(kind, "store"),
+                type=vllm_type(action),
+                choices=action.get("choices"),
             )
     return parser
 
@@ -163,7 +278,7 @@ def agree(arguments: list[str], ours: dict, theirs: dict) -> None:
     assert comparable(ours) == comparable(theirs), (arguments, ours, theirs)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(serve_arguments)
 def test_patchkit_reads_what_the_recorded_0_16_parser_reads(arguments):
     agree(arguments, patchkit_reading(arguments), oracle_reading(arguments))

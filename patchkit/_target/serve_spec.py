@@ -8,6 +8,7 @@ Run in vLLM's interpreter: python serve_spec.py ANSWER.json < {}  (stdlib and vL
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -42,7 +43,7 @@ def describe(action: argparse.Action, parser: argparse.ArgumentParser) -> dict:
     except (TypeError, ValueError):
         const = None
     described = {"options": _option_strings(action, parser), "dest": action.dest, "nargs": nargs, "kind": kind}
-    described = {**described, "const": const, "type": _type(action.type)}
+    described = {**described, "const": const, "type": _type(action.type), **_value_rules(action)}
     negative = getattr(action, "negative_option_strings", None)  # 0.33.0's --enable-x/--disable-x pairs
     return {**described, "negative": sorted(negative)} if kind == "boolean_optional" and negative else described
 
@@ -55,10 +56,79 @@ def _option_strings(action: argparse.Action, parser: argparse.ArgumentParser) ->
 
 
 def _type(converter: object) -> str | None:
-    """The value's type when it is one a reader can apply as vLLM does: int, float, JSON (else None)."""
+    """The value's type when it is one a reader can apply as vLLM does: int, float, JSON (else None).
+    Kept as older readers know it: an optional type (`optional`) and the others are in _value_rules."""
     if converter is int or converter is float:
         return converter.__name__
     return "json" if converter is json.loads else None
+
+
+# vLLM's type functions (vllm/engine/arg_utils.py) by name, as the reader transcribes them
+NAMED_TYPES = {
+    "human_readable_int": "human_readable_int",
+    "human_readable_int_or_auto": "human_readable_int_or_auto",
+    "union_dict_and_str": "dict_or_str",
+    "parse_dataclass": "dataclass",
+}
+
+
+def _value_rules(action: argparse.Action) -> dict:
+    """What the parser holds a value to: its type (`value_type`: int, float, str, json,
+    human_readable_int, human_readable_int_or_auto, dict_or_str, dataclass; None: not known, not
+    held), whether "" and "None" are None (vLLM's optional_type), the choices, a config dataclass's
+    fields (it forbids others), and api_server's --lora-modules action with its LoRAModulePath fields."""
+    converter, optional = _unwrapped(action.type)
+    rules: dict = {"value_type": _kind(converter), "optional": optional}
+    if action.choices is not None:
+        rules["choices"] = json.loads(json.dumps(list(action.choices)))
+    if rules["value_type"] == "dataclass":
+        rules["fields"] = _dataclass_fields(converter)
+    if type(action).__name__ == "LoRAParserAction":
+        rules["action"] = "lora_modules"
+        rules["lora_fields"], rules["lora_required"] = _lora_fields(action)
+    return rules
+
+
+def _unwrapped(converter: object) -> tuple[object, bool]:
+    """The type function inside vLLM's optional_type and parse_type closures, and whether an
+    optional_type wrapped it."""
+    optional = False
+    for _ in range(4):
+        name = getattr(converter, "__qualname__", "")
+        cells = getattr(converter, "__closure__", None) or ()
+        if not name.startswith(("optional_type.", "parse_type.")) or not cells:
+            break
+        optional = optional or name.startswith("optional_type.")
+        converter = cells[0].cell_contents
+    return converter, optional
+
+
+def _kind(converter: object) -> str | None:
+    if converter is None or converter is str:
+        return "str"
+    if converter is int or converter is float:
+        return converter.__name__
+    if converter is json.loads:
+        return "json"
+    return NAMED_TYPES.get(getattr(converter, "__name__", ""))
+
+
+def _dataclass_fields(converter: Any) -> list[str] | None:
+    """The keys a config dataclass accepts (None: it accepts others too, or they cannot be told)."""
+    cls = (getattr(converter, "__defaults__", None) or (None,))[0]
+    config = getattr(cls, "__pydantic_config__", None) or {}
+    if cls is None or not dataclasses.is_dataclass(cls) or config.get("extra") != "forbid":
+        return None
+    return sorted(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+def _lora_fields(action: argparse.Action) -> tuple[list[str], list[str]]:
+    """LoRAModulePath's fields, and those without a default (the action builds it with `**item`)."""
+    cls = sys.modules[type(action).__module__].LoRAModulePath
+    fields = dataclasses.fields(cls)
+    missing = dataclasses.MISSING
+    required = [f.name for f in fields if f.default is missing and f.default_factory is missing]
+    return [f.name for f in fields], required
 
 
 def actions(parser: argparse.ArgumentParser) -> list[dict]:

@@ -37,6 +37,7 @@ from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import (
     HASHES,
     PROVENANCE,
+    TWICE,
     allowed_hashes,
     find_record,
     has_provenance,
@@ -78,6 +79,8 @@ class Record:
 
     def why_unlisted(self, path: str) -> str:
         """Why this RECORD cannot vouch for a path it has no trusted entry for."""
+        if self.untrusted.get(path) == TWICE:
+            return f"{self.label} lists it twice, with different hashes: neither is evidence"
         if path in self.untrusted:
             return (
                 f"{self.label} gives it a {self.untrusted[path]} hash, which a wheel's RECORD may not use "
@@ -264,7 +267,7 @@ def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], d
         rows = parse_record(data, only)
     except FetchError:
         return None
-    entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest}
+    entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest or digest == TWICE}
     return (
         {name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
         {name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},

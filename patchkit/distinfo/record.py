@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # The hashes a wheel's RECORD may use: "sha256 or better" (the binary distribution format spec;
 # md5 and sha1 are not permitted). An entry with any other algorithm is not evidence of anything.
+# The hash entry parse_record gives a path an installed RECORD lists with two different hashes.
+TWICE = "twice"
 HASHES = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s"})
 
 
@@ -31,9 +33,11 @@ def parse_record(data: bytes, only: Collection[str] | None = None, *, once: bool
     """RECORD rows as ``{path: (hash, size)}``; with `only`, just the rows of those paths (a check
     of a few files need not build vLLM's ~5,000 rows: csv reads them all in C, the rest is Python).
     `once`: a path listed twice is malformed (a wheel's RECORD: which row would an installer
-    believe?); an installed RECORD may list one twice (pip adds a row for a .pyc it compiled), and
-    the last row is taken."""
-    out = {}
+    believe?). An installed RECORD may list one twice (pip adds a row without a hash for a .pyc the
+    wheel had): a row without a hash never replaces one with a hash, and two different hashes are
+    no evidence of either (its entry is then TWICE)."""
+    out: dict[str, tuple[str, str]] = {}
+    conflicting: set[str] = set()
     try:
         text = data.decode("utf-8")
         for row in csv.reader(io.StringIO(text)):
@@ -41,7 +45,14 @@ def parse_record(data: bytes, only: Collection[str] | None = None, *, once: bool
                 if once and row[0] in out:
                     raise FetchError(f"the RECORD lists {row[0]} twice", hint="the wheel looks malformed")
                 row = [*row, "", ""]
+                earlier = out.get(row[0], ("", ""))[0]
+                if earlier and row[1] != earlier:
+                    if row[1]:
+                        conflicting.add(row[0])
+                    continue
                 out[row[0]] = (row[1], row[2])
+        for path in conflicting:
+            out[path] = (TWICE, "")
     except (UnicodeDecodeError, csv.Error) as e:
         raise FetchError(f"cannot parse the wheel's RECORD: {e}", hint="the wheel looks malformed") from None
     return out

@@ -32,6 +32,7 @@ The modules, one job each:
     zipread       members out of a wheel's bytes, and a whole wheel on disk
     download      the whole wheel, when the server does not serve ranges
     extract       members checked against RECORD, then written to the tree
+    sdist         a release's whole sdist (vLLM's own tests), checked against the index's sha256
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.fetch.index import available_versions, normalize_version, reuse_index_pages
     from patchkit.fetch.net import FetchStats
     from patchkit.fetch.release import release_tree
+    from patchkit.fetch.sdist import release_sdist
 
 # Each name is loaded from its module when first used: the integrity check only reads the cache
 # (fetch.cache), and a fetch's modules (the network, the zip reader) are not loaded for it.
@@ -55,6 +57,7 @@ _WHERE = {
     "cached_record": "patchkit.fetch.cache",
     "last_fetch_stats": "patchkit.fetch.release",
     "normalize_version": "patchkit.fetch.index",
+    "release_sdist": "patchkit.fetch.sdist",
     "release_tree": "patchkit.fetch.release",
     "reuse_index_pages": "patchkit.fetch.index",
 }
@@ -66,12 +69,13 @@ __all__ = [
     "cached_record",
     "last_fetch_stats",
     "normalize_version",
+    "release_sdist",
     "release_tree",
     "reuse_index_pages",
 ]
 
 
-_SUBMODULES = {"release", "cache", "index", "wheel_choice", "net", "ranges", "zipread", "download", "extract"}
+_SUBMODULES = {"release", "cache", "index", "wheel_choice", "net", "ranges", "zipread", "download", "extract", "sdist"}
 
 
 def __getattr__(name: str) -> object:

@@ -3,6 +3,7 @@
 Accepted forms, each optionally behind `env [VAR=VALUE ...]`:
 
     vllm serve MODEL [args]
+    python -m vllm.entrypoints.cli.main serve MODEL [args]   (what the `vllm` script runs)
     python -m vllm.entrypoints.openai.api_server --model MODEL [args]
 
 `frame` reads the program and its `env` prefix; `read` then reads the arguments as the installed
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from packaging.version import Version
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
+CLI = "vllm.entrypoints.cli.main"  # the `vllm` script's module: `python -m CLI serve` is `vllm serve`
 # a release's own flags for keys of the speculative config (option dest, dashed -> key)
 SPECULATIVE_FLAGS = (("spec-method", "method"), ("spec-model", "model"), ("spec-tokens", "num_speculative_tokens"))
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
@@ -246,9 +248,7 @@ def frame(argv: list[str]) -> LaunchCommand:
     elif name.startswith("python"):
         flags = list(itertools.takewhile(PYTHON_FLAGS.match, args))  # -E, -sP ...: kept for the launch's Python
         args = args[len(flags) :]
-        if len(args) < 2 or args[0] != "-m" or args[1] != API_SERVER:
-            raise BadInput(f"not a vLLM launch: expected `{name} -m {API_SERVER} --model MODEL`")
-        arguments, serve = args[2:], False
+        arguments, serve = _module_arguments(name, args)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
     return LaunchCommand(
@@ -264,13 +264,27 @@ def frame(argv: list[str]) -> LaunchCommand:
     )
 
 
+def _module_arguments(python: str, args: list[str]) -> tuple[list[str], bool]:
+    """`-m MODULE ...` after a python's own flags: the arguments vLLM's parser reads, and whether it
+    is `vllm serve`'s (the CLI module's `serve`) or the api_server's."""
+    if len(args) >= 3 and args[:2] == ["-m", CLI] and args[2] == "serve":
+        return args[3:], True
+    if len(args) >= 2 and args[:2] == ["-m", CLI]:
+        raise BadInput(f"not a vLLM launch: `{python} -m {CLI} {args[2] if len(args) > 2 else ''}` (expected serve)")
+    if len(args) < 2 or args[0] != "-m" or args[1] != API_SERVER:
+        raise BadInput(
+            f"not a vLLM launch: expected `{python} -m {API_SERVER} --model MODEL` or `{python} -m {CLI} serve MODEL`"
+        )
+    return args[2:], False
+
+
 def read(command: LaunchCommand, version: Version | str | None = None) -> LaunchCommand:
     """`command` with its options and model as the parser of vLLM `version` reads them."""
 
     spec = spec_for(version)
     reading = read_arguments(command.arguments, serve=command.serve, spec=spec)
     if reading.model is None:
-        raise _no_model(reading.options.get("served-model-name"))
+        raise _no_model(reading.options.get("served-model-name"), command.serve, reading.options.get("model-tag"))
     read = dataclasses.replace(
         command,
         options=reading.options,
@@ -284,16 +298,27 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
     return read
 
 
-def _no_model(served: object) -> BadInput:
+def _no_model(served: object, serve: bool, positional: object) -> BadInput:
     """No MODEL read: said with what --served-model-name took (each word up to the next option: the
-    model meant, often), as vLLM then serves its default model under those names."""
-    names = served if isinstance(served, list) else [served] if served is not None else []
+    model meant, often), as vLLM then serves its default model under those names. The api_server
+    takes its model only as --model: a positional one it ignores."""
+    names = [n for n in (served if isinstance(served, list) else [served]) if n is not None]
+    fix = "give MODEL first: vllm serve MODEL" if serve else f"give it as --model: python -m {API_SERVER} --model MODEL"
+    if positional is not None and not serve:
+        return BadInput(
+            f"the launch command names no model: the api_server ignores the positional '{positional}' "
+            "(it reads the model only from --model) and would serve its default model",
+            hint=f"give it as --model: python -m {API_SERVER} --model {positional}",
+        )
     if not names:
-        return BadInput("the launch command names no model (positional MODEL or --model)")
+        return BadInput(
+            "the launch command names no model (" + ("positional MODEL or --model)" if serve else "--model MODEL)"),
+            hint=fix,
+        )
     return BadInput(
         f"the launch command names no model: --served-model-name took {' '.join(map(str, names))} as served "
         "names (every word up to the next option), and vLLM would serve its default model",
-        hint="give MODEL first: vllm serve MODEL --served-model-name NAME",
+        hint=f"{fix} --served-model-name NAME",
     )
 
 

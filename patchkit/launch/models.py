@@ -216,19 +216,35 @@ def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
         raise BadInput(f"revision '{revision}' is no revision name")
     ref = repo / "refs" / revision
     try:
-        text = read_named_file(ref, REF_LIMIT, "hub cache ref").decode("ascii").strip()
+        text = _ref_commit(ref, role, name)
     except FileNotFoundError:
         return revision
+    if not text or unsafe_reason(text) or "/" in text:
+        raise TargetError(
+            f"cannot judge: {role} '{name}': {ref} names no snapshot", hint=f"fetch the model again ({name})"
+        )
+    if text != text.strip() and not os.path.isdir(repo / "snapshots" / text):
+        raise TargetError(
+            f"cannot judge: {role} '{name}': {ref} holds {text!r}: huggingface_hub reads it as it is, "
+            "space or line break included, finds no snapshot by that name, and vLLM would download the model",
+            hint=f"write the commit alone into {ref} (no newline), or fetch the model again ({name})",
+        )
+    return text
+
+
+def _ref_commit(ref: Path, role: str, name: str) -> str:
+    """The commit a hub cache ref holds, read as huggingface_hub reads it (`open(ref).read()`: text,
+    line ends as \n, nothing stripped), bounded; FileNotFoundError when there is none."""
+    try:
+        raw = read_named_file(ref, REF_LIMIT, "hub cache ref").decode("utf-8")
+    except FileNotFoundError:
+        raise
     except (OSError, UnicodeDecodeError, BadInput) as exc:
         raise TargetError(
             f"cannot judge: {role} '{name}': {ref} names no snapshot ({exc})",
             hint=f"fetch the model again (huggingface-cli download {name}), or point at a local directory",
         ) from None
-    if not text or unsafe_reason(text) or "/" in text:
-        raise TargetError(
-            f"cannot judge: {role} '{name}': {ref} names no snapshot", hint=f"fetch the model again ({name})"
-        )
-    return text
+    return raw.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _load(name: str, path: Path, raw: bytes, overrides: dict | None) -> ModelConfig:
@@ -310,12 +326,9 @@ def _offline_snapshot(storage: Path, revision: str, role: str, name: str) -> Pat
     ref = storage / "refs" / revision
     if commit is None and os.path.exists(ref):
         try:
-            commit = read_named_file(ref, REF_LIMIT, "hub cache ref").decode("utf-8")
-        except (OSError, UnicodeDecodeError, BadInput) as exc:
-            raise TargetError(
-                f"cannot judge: {role} '{name}': {ref} names no snapshot ({exc})",
-                hint=f"fetch the model again (huggingface-cli download {name}), or point at a local directory",
-            ) from None
+            commit = _ref_commit(ref, role, name)
+        except FileNotFoundError:
+            commit = None
     if commit is None or "\0" in commit:
         return None
     snapshot = storage / "snapshots" / commit

@@ -6,7 +6,8 @@ moved to the positional place, `--config FILE.yaml` spliced in, underscores as d
 the recorded spec of that release's parser (patchkit/launch/specs/: each option's strings, nargs and
 kind, written by `python -m patchkit.maintainer.serve_spec` from vLLM's real parser). argparse then
 applies its own rules: prefix matching and its ambiguity error, the last of a repeated option,
-options that take no value, `--opt=value`, `--`, negative numbers.
+options that take no value, `--opt=value`, `--`, negative numbers, and (a spec that records them)
+each value's type and choices as vLLM's (patchkit/launch/argtypes.py).
 
 For a release with a recorded spec (a build judged by its release: 0.16.0+cu129 is 0.16.0), what
 its parser refuses (an ambiguous prefix, an unknown option, a missing value) is BadInput, as vLLM
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any, NoReturn
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import BadInput
+from patchkit.launch import argtypes
 from patchkit.launch.values import load_json, load_yaml_config, within_limits
 from patchkit.tree.version import release_version
 
@@ -87,7 +89,7 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     if serve and release >= Version("0.17.0"):
         _positional_model_with_served_name(args)
     plain, dotted = _dotted_objects(_renamed(args, release))
-    parser = _parser(spec.release, serve)
+    parser = _parser(spec.release, serve, values=spec.exact)
     parsed = _bounded(plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))])
     both, unread = _parsed(parser, parsed, spec)
     given = _given_plainly(parser, plain, spec) if dotted else {}
@@ -344,7 +346,10 @@ class _NoValue(argparse.Action):
 
 
 @cache
-def _parser(release: str, serve: bool) -> argparse.ArgumentParser:
+def _parser(release: str, serve: bool, *, values: bool = True) -> argparse.ArgumentParser:
+    """argparse as the release's parser: its options, and (`values`) what it holds their values to,
+    its types and choices (patchkit/launch/argtypes.py). A lenient reading (another release) holds
+    only int, float and JSON: the release read may take values its older spec does not."""
     spec = _load_spec(release, exact=True)
     prog = "vllm serve" if serve else "api_server"
     parser = _Refused(prog=prog, add_help=False, allow_abbrev=True, argument_default=argparse.SUPPRESS)
@@ -355,25 +360,20 @@ def _parser(release: str, serve: bool) -> argparse.ArgumentParser:
         elif action["nargs"] == 0:
             no_value = {"kind": kind, "const": action.get("const"), "negative": action.get("negative")}
             parser.add_argument(*options, dest=dest, action=_NoValue, **no_value)
+        elif values and action.get("action") == "lora_modules":
+            rules = {"fields": action["lora_fields"], "needed": action["lora_required"]}
+            convert = argtypes.converter(action)
+            parser.add_argument(
+                *options, dest=dest, action=argtypes.LoraModules, nargs=action["nargs"], type=convert, **rules
+            )
         else:
             stored = kind if kind in ("append", "extend") else "store"
-            convert = _CONVERTERS.get(action.get("type") or "", str)
-            parser.add_argument(*options, dest=dest, action=stored, nargs=action["nargs"], type=convert)
+            choices = action.get("choices") if values else None
+            convert = argtypes.converter(action, all_kinds=values)
+            parser.add_argument(
+                *options, dest=dest, action=stored, nargs=action["nargs"], type=convert, choices=choices
+            )
     return parser
-
-
-def _json_text(text: str) -> str:
-    """A value vLLM's parser reads as JSON: refused unless it is (ValueError: argparse's own refusal);
-    kept as text, read by the option's reader."""
-    try:
-        json.loads(text)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    return text
-
-
-_json_text.__name__ = "JSON"
-_CONVERTERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "json": _json_text}
 
 
 def _parsed(parser: argparse.ArgumentParser, args: list[str], spec: Spec) -> tuple[dict[str, object], list[str]]:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from serve_lines import patchkit_reading, serve_arguments
+from test_launch_review5 import ACCEPTED_VALUES, REFUSED_VALUES
 from test_serve_parser_property import agree
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
@@ -35,6 +36,15 @@ EDGES = [
     ["org/m", "--speculative-config", '{"method": "ngram"}', "--speculative-config.method", "eagle3"],
     ["--", "org/m"],
     ["org/m", "--help"],
+    # values: review 5 M1's lines, and tests/test_launch_review5.py's
+    *[["org/m", option, value] for option, value in [("--dtype", "foo"), ("--max-model-len", "abc")]],
+    *[["org/m", option, value] for option, value in [("--max-model-len", "1.5"), ("--kv-cache-dtype", "bad")]],
+    ["org/m", "--uvicorn-log-level", "loud", "--chat-template-content-format", "bad"],
+    *[["org/m", option, "3"] for option in ("--compilation-config", "--kv-transfer-config")],
+    ["org/m", "--compilation-config.bad_key", "1"],
+    ["org/m", "--lora-modules", "{bad"],
+    *[["org/m", *words] for words, _ in REFUSED_VALUES],
+    *[["org/m", *words] for words in ACCEPTED_VALUES],
 ]
 
 

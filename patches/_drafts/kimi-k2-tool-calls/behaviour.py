@@ -1,14 +1,16 @@
 """Behaviour test of a vLLM streaming tool-call parser file: streamed calls must equal non-streamed ones.
 
-Usage: python behaviour.py PARSER_FILE [--vllm-version V] [--top-up NAME ...] [--random N] [--quiet]
+Usage: python behaviour.py PARSER_FILE [--installed] [--vllm-version V] [--top-up NAME ...] [--random N] [--quiet]
 
 The driver is the same file in every set; the set's scenario.py beside it names the parser classes,
 their markers and the model outputs. The parser file is loaded without vLLM (which needs torch):
-every `vllm.*` import is served by the small stand-ins below. A fake tokenizer makes each marker one
-token; each output is streamed at SPLITS tokens per delta and all at once (and --random N seeded
-random splits), with the end-of-stream top-up of the chat server of the tree the file is in (read
-from its serving file; without one, that of --vllm-version; without either, every top-up), and
-compared with extract_tool_calls. Every split is judged.
+every `vllm.*` import is served by the small stand-ins below; with --installed it is instead
+imported as the module it is in this interpreter's vLLM, with vLLM's real classes (run by the
+Python of an environment where vLLM imports). A fake tokenizer makes each marker one token; each
+output is streamed at SPLITS tokens per delta and all at once (and --random N seeded random
+splits), with the end-of-stream top-up of the chat server of the tree the file is in (read from its
+serving file; without one, that of --vllm-version; without either, every top-up), and compared
+with extract_tool_calls. Every split is judged.
 Exit 0: every streamed result matches; 1: some differ (each named with what was lost);
 2: the file cannot be loaded or defines none of the scenario's parsers. Standard library only.
 """
@@ -223,6 +225,19 @@ def load_parser_module(path: Path) -> types.ModuleType:
     if importlib.util.find_spec("regex") is None:
         sys.modules["regex"] = re  # the parsers' patterns are plain `re` patterns
     return load_module(path, f"behaviour_parser_{path.stem}")
+
+
+def load_installed_module(path: Path) -> types.ModuleType:
+    """The parser file imported as the module it is in this interpreter's vLLM: vLLM's real classes."""
+    resolved = path.resolve()
+    root = next((parent for parent in resolved.parents if parent.name == "vllm"), None)
+    if root is None:
+        raise ImportError(f"{path} is not in a vllm package")
+    name = ".".join(resolved.relative_to(root.parent).with_suffix("").parts)
+    module = importlib.import_module(name)
+    if Path(module.__file__ or "").resolve() != resolved:
+        raise ImportError(f"this interpreter imports {name} from {module.__file__}, not from {path}")
+    return module
 
 
 def load_scenario(path: Path = Path(__file__).with_name("scenario.py")) -> types.ModuleType:
@@ -516,6 +531,7 @@ def chosen_top_ups(parser_file: Path, options: argparse.Namespace) -> tuple[list
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("parser_file", type=Path)
+    args.add_argument("--installed", action="store_true", help="import the file from this interpreter's vLLM")
     args.add_argument("--top-up", action="append", choices=list(TOP_UPS), help="judge under this top-up only")
     args.add_argument("--vllm-version", help="the top-up of that release, when the tree has no serving file")
     args.add_argument("--random", type=int, default=0, metavar="N", help="also N seeded random splits per output")
@@ -525,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     say = (lambda _line: None) if options.quiet else print
     try:
         scenario = load_scenario()
-        module = load_parser_module(options.parser_file)
+        load = load_installed_module if options.installed else load_parser_module
+        module = load(options.parser_file)
         top_ups, source = chosen_top_ups(options.parser_file, options)
     except Exception as e:  # a file that does not load is the report, not a traceback
         print(f"error: cannot load {options.parser_file}: {type(e).__name__}: {e}")

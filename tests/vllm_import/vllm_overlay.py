@@ -1,0 +1,63 @@
+"""A venv laid over the real vLLM venv of `make test-vllm`, for the tests that patch: the real venv is
+never written to (other runs and other people use it).
+
+The overlay is a new venv of the same interpreter whose site-packages holds a copy of the vllm
+package and its dist-info (the compiled extensions, 1.3 GB of 0.16.0's 1.35, are symlinks: patchkit
+writes only the Python sources, by replacing them) and reaches every other package of the real
+venv through a .pth; pytest (and pluggy, iniconfig), copied from the venv running these tests,
+come after them: the real venv has no pytest.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import subprocess
+from pathlib import Path
+
+PYTEST_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig")  # packaging and pygments: the vLLM venv's own
+
+
+def site_packages(python: str | Path) -> Path:
+    done = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(done.stdout.strip())
+
+
+def _copy_or_link(source: str, dest: str) -> None:
+    """Sources are copied; a compiled extension is linked (read only; patchkit never writes one)."""
+    if source.endswith(".so"):
+        Path(dest).symlink_to(source)
+    else:
+        shutil.copy2(source, dest)
+
+
+def copy_pytest(into: Path) -> None:
+    """pytest's files as installed for this interpreter (the same Python version as the vLLM venv's)."""
+    for name in PYTEST_DISTRIBUTIONS:
+        distribution = importlib.metadata.distribution(name)
+        for file in distribution.files or []:
+            source = Path(str(distribution.locate_file(file)))
+            if source.is_file() and "__pycache__" not in file.parts:
+                (into / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, into / file)
+
+
+def overlay_venv(base_python: str, dest: Path) -> Path:
+    """The python of a new overlay at `dest` over the venv of `base_python`."""
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(dest)], check=True)
+    python = dest / "bin" / "python"
+    base_site, site = site_packages(base_python), site_packages(python)
+    for entry in base_site.iterdir():
+        if entry.name == "vllm" or (entry.name.startswith("vllm-") and entry.name.endswith(".dist-info")):
+            shutil.copytree(entry, site / entry.name, symlinks=True, copy_function=_copy_or_link)
+    pytest_dir = dest / "pytest-lib"
+    copy_pytest(pytest_dir)
+    # addsitedir, not a bare path line: the real venv's own .pth files are read too
+    (site / "_vllm_venv.pth").write_text(f"import site; site.addsitedir({str(base_site)!r})\n")
+    (site / "_zz_pytest.pth").write_text(f"{pytest_dir}\n")
+    return python
