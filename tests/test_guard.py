@@ -694,3 +694,65 @@ def test_the_guard_is_declared_as_importlib_reads_the_entry_points(patched, text
     (site / INFO / "entry_points.txt").write_text(text)
     done = subprocess.run([sys.executable, "-c", DECLARED, str(site)], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout)[0] is declared
+
+
+@pytest.mark.parametrize("name", ["METADATA", "INSTALLER", "entry_points.txt", "RECORD"])
+@pytest.mark.parametrize("command", ["revert", "apply"])
+def test_a_guard_record_naming_a_users_file_in_a_guard_dist_info_keeps_it(patched, name, command):
+    """Review 5 guard L1: a record naming a file inside a guard's own dist-info (another version's),
+    with that file's true hash, deleted it: the hash proves only that the record's writer read it.
+    Removal also needs the bytes to be what patchkit writes there."""
+    site, diff, _ = patched
+    info = site / "patchkit_guard-0.0.1.dist-info"
+    info.mkdir()
+    victim = info / name
+    victim.write_text("user data: not a guard's\n")
+    state = _state(site)
+    state["guard"] = {f"{info.name}/{name}": hashlib.sha256(victim.read_bytes()).hexdigest()}
+    _write_state(site, state)
+    done = run_cli(command, "--target", site, *(["--patch", diff, "--guard"] if command == "apply" else []))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert victim.read_text() == "user data: not a guard's\n"
+    if command == "revert":  # (apply replacing an older guard keeps what is not one without a word)
+        assert f"{info.name}/{name} is not a file of patchkit's launch guard" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        {"patchkit_guard-...dist-info/METADATA": "0" * 64},
+        {"patchkit_guard-0.0.1.dist-info/METADATA": "0" * 64, f"{INFO}/METADATA": "1" * 64},
+    ],
+    ids=["no version", "two distributions"],
+)
+def test_a_guard_record_naming_no_guard_patchkit_writes_is_refused(patched, guard):
+    site, _diff, _ = patched
+    state = _state(site)
+    state["guard"] = guard
+    _write_state(site, state)
+    done = run_cli("revert", "--target", site)
+    assert_clean_failure(done, 2)
+    assert "guard" in done.stderr
+
+
+def test_revert_still_removes_an_older_patchkits_guard_it_recorded(patched):
+    """The other side: a true guard of another version, as that patchkit recorded it, goes."""
+    site, _, _ = patched
+    state = _state(site)
+    older = {}
+    for path in list(state["guard"]):
+        data = (site / path).read_bytes()
+        if "/" in path:
+            new = site / path.replace(__version__, "0.0.1")
+            new.parent.mkdir(exist_ok=True)
+            data = data.replace(__version__.encode(), b"0.0.1")
+            new.write_bytes(data)
+            (site / path).unlink()
+            path = path.replace(__version__, "0.0.1")
+        older[path] = hashlib.sha256(data).hexdigest()
+    (site / INFO).rmdir()
+    state["guard"] = older
+    _write_state(site, state)
+    done = run_cli("revert", "--target", site)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (site / "patchkit_guard-0.0.1.dist-info").exists() and not (site / "patchkit_guard.py").exists()

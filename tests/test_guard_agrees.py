@@ -571,6 +571,8 @@ def test_an_older_patchkits_recorded_guard_is_a_note_that_apply_updates(tmp_path
     (tree.site / INFO).rename(tree.site / older)
     metadata = tree.site / older / "METADATA"
     metadata.write_text(metadata.read_text().replace(f"Version: {__version__}", "Version: 0.0.9"))
+    record = tree.site / older / "RECORD"  # as that patchkit wrote it: its own dist-info's rows
+    record.write_text(record.read_text().replace(INFO, older))
     state = tree.state()
     files = [module, *(tree.site / older).iterdir()]
     state["guard"] = {p.relative_to(tree.site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}

@@ -54,3 +54,35 @@ def test_stock_release_names_every_fault_and_passes_after_apply(tmp_path, releas
     else:
         assert set(failed(done)) == {"supports-eagle3"}
         assert "does not register the target architecture KimiK25" in failed(done)["supports-eagle3"]["message"]
+
+
+# review 5 L4: a speculative-config field SpeculativeConfig bounds (its Field(ge=...)) or checks
+# against the target (draft_tensor_parallel_size: 1 or the target's -tp), read from 0.16.0's own file
+SPECULATIVE_FIELDS = [
+    ({"disable_by_batch_size": 1}, "1", "disable_by_batch_size 1 is no whole number at least 2"),
+    ({"disable_by_batch_size": "0"}, "1", "disable_by_batch_size '0' is no whole number at least 2"),
+    ({"max_model_len": 0}, "1", "max_model_len 0 is no whole number at least 1"),
+    ({"prompt_lookup_min": [3]}, "1", "prompt_lookup_min [3] is no whole number at least 1"),
+    ({"draft_tensor_parallel_size": 2}, "1", "draft_tensor_parallel_size 2 is neither 1 nor the target's"),
+    ({"draft_tensor_parallel_size": 4}, "8", "draft_tensor_parallel_size 4 is neither 1 nor the target's"),
+    ({"disable_by_batch_size": 2}, "1", None),
+    ({"draft_tensor_parallel_size": 8}, "8", None),
+    ({"draft_tensor_parallel_size": 1}, "8", None),
+]
+
+
+@pytest.mark.parametrize(("fields", "tp", "said"), SPECULATIVE_FIELDS)
+def test_a_speculative_field_vllm_bounds_is_held_statically(tmp_path, fields, tp, said):
+    site = tmp_path / "site"
+    lay_out_release("0.16.0", sorted({*files_for("0.16.0"), REGISTRY}), site)
+    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    spec = {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, **fields}
+    model = write_model(tmp_path / "deepseek", DEEPSEEK_V3)
+    command = ["vllm", "serve", str(model), "--trust-remote-code", "-tp", tp, "--speculative-config", json.dumps(spec)]
+    done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *command)
+    if said is None:
+        assert "speculative-config" not in failed(done), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert said in failed(done)["speculative-config"]["message"], done.stdout

@@ -67,7 +67,7 @@ def guard_files() -> dict[str, bytes]:
             f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {__version__}\n"
             "Summary: patchkit's launch guard: refuses a vLLM tree that changed since `patchkit apply`\n"
         ).encode(),
-        f"{info}/INSTALLER": b"patchkit\n",
+        f"{info}/INSTALLER": INSTALLER,
         f"{info}/entry_points.txt": OWN_ENTRY_POINTS.encode(),
     }
     files[f"{info}/RECORD"] = _record(files, f"{info}/RECORD")
@@ -174,11 +174,38 @@ def removal_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, list
         current = _current(root, path)
         if current is None:
             continue
-        if sha256(current) == digest:
-            changes[path] = (current, None)
-        else:
+        if sha256(current) != digest:
             kept.append(f"{path} was changed after patchkit wrote it: kept")
+        elif not is_guard_file(path, current):
+            kept.append(f"{path} is not a file of patchkit's launch guard (its record says so): kept")
+        else:
+            changes[path] = (current, None)
     return changes, kept
+
+
+def is_guard_file(path: str, data: bytes) -> bool:
+    """Whether `data` is what a patchkit writes at `path` of a guard distribution (the version in
+    its dist-info's name): a record naming a file there with its hash is no proof on its own (the
+    record is read back from the tree). The module's bytes vary by patchkit: its name is the guard's."""
+    info, _, name = path.rpartition("/")
+    version = info.removeprefix("patchkit_guard-").removesuffix(".dist-info")
+    if not info:
+        return path == MODULE
+    if name == "METADATA":
+        return data.startswith(f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {version}\n".encode())
+    if name == "INSTALLER":
+        return data == INSTALLER
+    if name == "entry_points.txt":
+        return data == OWN_ENTRY_POINTS.encode()
+    if name == "RECORD":
+        rows = data.decode("utf-8", "replace").splitlines()
+        named = {row.partition(",")[0] for row in rows}
+        return bool(rows) and named <= {MODULE, *(f"{info}/{n}" for n in _DIST_INFO_FILES)}
+    return False
+
+
+INSTALLER = b"patchkit\n"
+_DIST_INFO_FILES = ("METADATA", "INSTALLER", "entry_points.txt", "RECORD")
 
 
 def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:

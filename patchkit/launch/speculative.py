@@ -1,8 +1,9 @@
 """The command's --speculative-config held to the installed vLLM's SpeculativeConfig (read statically
 from vllm/config/speculative.py): it refuses, before any model loads, a method its SpeculativeMethod
 Literal does not name (pydantic matches it exactly: "Eagle3" is refused), an empty drafter model, a
-num_speculative_tokens without a drafter for a method that needs one, and no method where the
-drafter says none it knows (its name, or its model_type)."""
+num_speculative_tokens without a drafter for a method that needs one, no method where the drafter
+says none it knows (its name, or its model_type), a whole-number field outside its declared bounds
+(disable_by_batch_size under 2), and a draft_tensor_parallel_size other than 1 or the target's."""
 
 from __future__ import annotations
 
@@ -31,8 +32,11 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
     methods = literals.get(METHODS)
     if methods is None:
         return []
-    refusal = _unknown_key(spec, config_fields(source)) or _refusal(
-        spec, methods, literals.get(MTP_TYPES, set()), context
+    refusal = (
+        _unknown_key(spec, config_fields(source))
+        or _refusal(spec, methods, literals.get(MTP_TYPES, set()), context)
+        or _out_of_bounds(spec, field_bounds(source))
+        or _draft_tensor_parallel_size(spec, source, context)
     )
     if refusal is None:
         return []
@@ -79,6 +83,41 @@ def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: Launch
     if tokens is None and context.drafter is not None and context.drafter.get("n_predict") is None:
         return "no num_speculative_tokens, and the drafter's config has no n_predict", 'give "num_speculative_tokens"'
     return None
+
+
+def _out_of_bounds(spec: dict, bounds: dict[str, dict[str, int]]) -> tuple[str, str] | None:
+    """A whole-number field outside the bounds its `Field(ge=, gt=, le=, lt=)` declares (pydantic
+    refuses it: disable_by_batch_size 1 under ge=2), or no whole number at all."""
+    for key, bound in sorted(bounds.items()):
+        value = _token_count(spec.get(key))
+        if value is None or key == "num_speculative_tokens":  # absent, or judged by _refusal
+            continue
+        if value is False or not all(_holds(value, rule, limit) for rule, limit in bound.items()):
+            rules = " and ".join(f"{_WORDS[rule]} {limit}" for rule, limit in bound.items())
+            return f"{key} {spec[key]!r} is no whole number {rules}", f'give "{key}" a whole number {rules}'
+    return None
+
+
+_WORDS = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
+
+
+def _holds(value: int, rule: str, limit: int) -> bool:
+    return {"ge": value >= limit, "gt": value > limit, "le": value <= limit, "lt": value < limit}[rule]
+
+
+def _draft_tensor_parallel_size(spec: dict, source: bytes | None, context: LaunchContext) -> tuple[str, str] | None:
+    """A drafter's draft_tensor_parallel_size is 1 or the target's -tp (vLLM's
+    _verify_and_get_draft_tp, for every method with a drafter model: not ngram or suffix)."""
+    value = _token_count(spec.get("draft_tensor_parallel_size"))
+    if not isinstance(value, int) or isinstance(value, bool) or b"_verify_and_get_draft_tp" not in (source or b""):
+        return None
+    target = context.command.tensor_parallel_size
+    if spec.get("method") in ("ngram", "[ngram]", "suffix") or value in (1, target):
+        return None
+    return (
+        f"draft_tensor_parallel_size {value} is neither 1 nor the target's tensor parallel size ({target})",
+        f'give "draft_tensor_parallel_size" 1 or {target}, or drop it',
+    )
 
 
 def _token_count(value: object) -> int | bool | None:
@@ -138,6 +177,30 @@ def config_fields(source: bytes | None) -> set[str]:
         if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
             return {f.target.id for f in node.body if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)}
     return set()
+
+
+def field_bounds(source: bytes | None) -> dict[str, dict[str, int]]:
+    """The whole-number bounds each field of class SpeculativeConfig declares in `source`
+    (`x: int | None = Field(default=None, ge=2)`: {"x": {"ge": 2}})."""
+    try:
+        tree = ast.parse(source or b"")
+    except (SyntaxError, ValueError):
+        return {}
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SpeculativeConfig"]
+    bounds: dict[str, dict[str, int]] = {}
+    for node in classes[0].body if classes else []:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        call = node.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Field":
+            found = {
+                k.arg: k.value.value
+                for k in call.keywords
+                if k.arg in _WORDS and isinstance(k.value, ast.Constant) and type(k.value.value) is int
+            }
+            if found:
+                bounds[node.target.id] = found
+    return bounds
 
 
 def _literal_members(value: ast.expr) -> list[ast.expr] | None:

@@ -442,10 +442,14 @@ def _checked_wheel(wheel: object, origin: Path) -> str | None:
 def _checked_guard(guard: object, origin: Path) -> dict[str, str]:
     if not isinstance(guard, dict):
         raise _damaged(origin, "'guard' is not an object")
-    return {
+    checked = {
         _checked_guard_path(path, origin): str(checked_digest(sha, origin, optional=False))
         for path, sha in guard.items()
     }
+    infos = {path.partition("/")[0] for path in checked if "/" in path}
+    if len(infos) > 1:  # one patchkit writes one guard distribution
+        raise _damaged(origin, f"its guard record names {len(infos)} guard distributions; patchkit writes one")
+    return checked
 
 
 def _checked_guard_path(path: object, origin: Path) -> str:
@@ -457,6 +461,11 @@ def _checked_guard_path(path: object, origin: Path) -> str:
             f"its guard record names {path!r}, which is no file of patchkit's launch guard "
             "(patchkit_guard.py, patchkit_guard-<version>.dist-info/...)",
         )
+    version = path.partition("/")[0].removeprefix("patchkit_guard-").removesuffix(".dist-info") if "/" in path else "0"
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise _damaged(origin, f"its guard record names {path!r}, whose version {version!r} is no version") from None
     return checked_path(path, origin)
 
 

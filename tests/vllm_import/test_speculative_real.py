@@ -56,6 +56,17 @@ SPECS = {
     "model-not-text": {"method": "eagle3", "model": 5, "num_speculative_tokens": 3},
     "unknown-key": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "bogus": 1},
     "tp": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "tensor_parallel_size": 1},
+    # review 5 L4: the target's tp is 1 here
+    "draft-tp-2": {
+        "method": "eagle3",
+        "model": "DRAFTER",
+        "num_speculative_tokens": 3,
+        "draft_tensor_parallel_size": 2,
+    },
+    "disable-at-1": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "disable_by_batch_size": 1},
+    "disable-at-2": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "disable_by_batch_size": 2},
+    "draft-len-0": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "max_model_len": 0},
+    "lookup-0": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 0},
 }
 ASK_VLLM = textwrap.dedent("""\
     import json, sys
