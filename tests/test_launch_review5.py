@@ -260,3 +260,29 @@ def test_the_api_server_with_no_model_names_model_only():
     with pytest.raises(BadInput) as refused:
         parse(["python", "-m", "vllm.entrypoints.openai.api_server", "--dtype", "half"], "0.16.0")
     assert "positional" not in refused.value.message and "--model" in refused.value.hint
+
+
+# the type functions as each release writes them: human_readable_int's t/T from 0.13.0; from 0.20.0 a
+# config object's bare human-readable numbers are written out before pydantic reads its JSON
+@pytest.mark.parametrize(
+    ("release", "words", "read"),
+    [
+        ("0.12.0", ["--max-num-batched-tokens", "2t"], None),
+        ("0.13.0", ["--max-num-batched-tokens", "2t"], {"max-num-batched-tokens": 2 * 10**12}),
+        ("0.12.0", ["--max-num-batched-tokens", "2g"], {"max-num-batched-tokens": 2 * 10**9}),
+        ("0.19.0", ["--kv-transfer-config", '{"kv_buffer_size": 2M}'], None),
+        (
+            "0.20.0",
+            ["--kv-transfer-config", '{"kv_buffer_size": 2M}'],
+            {"kv-transfer-config": '{"kv_buffer_size": 2097152}'},
+        ),
+        ("0.20.0", ["--kv-transfer-config", '{"kv_role": "2M"}'], {"kv-transfer-config": '{"kv_role": "2M"}'}),
+        ("0.20.0", ["--kv-transfer-config", '{"kv_buffer_size": 2.5M}'], None),
+    ],
+)
+def test_a_value_is_held_to_its_releases_own_type_function(release, words, read):
+    if read is None:
+        with pytest.raises(BadInput, match=words[0]):
+            parse(["vllm", "serve", "org/m", *words], release)
+        return
+    assert parse(["vllm", "serve", "org/m", *words], release).options == read

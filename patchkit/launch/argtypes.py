@@ -16,22 +16,32 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from packaging.version import Version
+
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _AN_OBJECT = re.compile(r"(?s)^\s*{.*}\s*$")  # union_dict_and_str's test for JSON
+_QUOTED = re.compile(r'("(?:[^"\\]|\\.)*")')
+_BARE_NUMBER = re.compile(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b")
+_TERA = Version("0.13.0")  # human_readable_int's t and T
+_EXPANDS_JSON = Version("0.20.0")
 
 
-def converter(action: dict, *, all_kinds: bool = True) -> Callable[[str], Any]:
-    """The type function of a recorded action: its kind, wrapped as optional_type wraps it (not
-    `all_kinds`: only the int, float and JSON of its `type`, as a spec before value_type has it)."""
+def converter(action: dict, release: Version, *, all_kinds: bool = True) -> Callable[[str], Any]:
+    """The type function of a recorded action in vLLM `release`: its kind, wrapped as optional_type
+    wraps it (not `all_kinds`: only the int, float and JSON of its `type`, as a spec before
+    value_type has it)."""
     if not all_kinds:
         return _KINDS.get(action.get("type") or "str", _text)
     kind = action.get("value_type") or action.get("type") or "str"
     convert = _KINDS.get(kind, _text)
     if kind == "dataclass":
-        fields = action.get("fields")
-        convert = lambda text: _config_object(text, fields)  # noqa: E731
+        fields, expand = action.get("fields"), release >= _EXPANDS_JSON
+        convert = lambda text: _config_object(_expanded(text) if expand else text, fields)  # noqa: E731
+    elif kind.startswith("human_readable_int") and release < _TERA:
+        auto = kind.endswith("_or_auto")
+        convert = lambda text: _human_readable_int(text, auto=auto, suffixes="kKmMgG")  # noqa: E731
     if not action.get("optional"):
         return convert
     return lambda text: None if text in ("", "None") else convert(text)
@@ -84,14 +94,24 @@ def _config_object(text: str, fields: Sequence[str] | None) -> str:
     return text
 
 
-def _human_readable_int(text: str, *, auto: bool = False) -> int:
+def _expanded(text: str) -> str:
+    """From 0.20.0 a config object's JSON has its bare human-readable numbers (`80m`, outside any
+    string) written out before pydantic reads it (_expand_json_human_readable_numbers)."""
+    parts = _QUOTED.split(text)
+    for index in range(0, len(parts), 2):  # even: outside strings
+        parts[index] = _BARE_NUMBER.sub(lambda m: str(_human_readable_int(m.group())), parts[index])
+    return "".join(parts)
+
+
+def _human_readable_int(text: str, *, auto: bool = False, suffixes: str = "kKmMgGtT") -> int:
     """vLLM's human_readable_int: 1k = 1,000, 1K = 1,024, 25.6k; a decimal with K/M/G/T refused
-    (`auto`: human_readable_int_or_auto, where -1 and auto mean "as the model says")."""
+    (`auto`: human_readable_int_or_auto, where -1 and auto mean "as the model says"; `suffixes`:
+    those the release knows, no t/T before 0.13.0)."""
     value = text.strip()
     if auto and (value == "-1" or value.lower() == "auto"):
         return -1
     match = _HUMAN.fullmatch(value)
-    if match:
+    if match and match.group(2) in suffixes:
         number, suffix = match.groups()
         if suffix in _DECIMAL:
             return int(float(number) * _DECIMAL[suffix])

@@ -362,14 +362,14 @@ def _parser(release: str, serve: bool, *, values: bool = True) -> argparse.Argum
             parser.add_argument(*options, dest=dest, action=_NoValue, **no_value)
         elif values and action.get("action") == "lora_modules":
             rules = {"fields": action["lora_fields"], "needed": action["lora_required"]}
-            convert = argtypes.converter(action)
+            convert = argtypes.converter(action, Version(release))
             parser.add_argument(
                 *options, dest=dest, action=argtypes.LoraModules, nargs=action["nargs"], type=convert, **rules
             )
         else:
             stored = kind if kind in ("append", "extend") else "store"
             choices = action.get("choices") if values else None
-            convert = argtypes.converter(action, all_kinds=values)
+            convert = argtypes.converter(action, Version(release), all_kinds=values)
             parser.add_argument(
                 *options, dest=dest, action=stored, nargs=action["nargs"], type=convert, choices=choices
             )

@@ -20,7 +20,7 @@ PYTEST_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig")  # packaging and pygmen
 
 def site_packages(python: str | Path) -> Path:
     done = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        [str(python), "-B", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         check=True,
@@ -49,7 +49,7 @@ def copy_pytest(into: Path) -> None:
 
 def overlay_venv(base_python: str, dest: Path) -> Path:
     """The python of a new overlay at `dest` over the venv of `base_python`."""
-    subprocess.run([base_python, "-m", "venv", "--without-pip", str(dest)], check=True)
+    subprocess.run([base_python, "-B", "-m", "venv", "--without-pip", str(dest)], check=True)
     python = dest / "bin" / "python"
     base_site, site = site_packages(base_python), site_packages(python)
     for entry in base_site.iterdir():
