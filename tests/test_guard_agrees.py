@@ -347,6 +347,42 @@ def created_file_closed_by_an_older_patchkit(tree: Tree) -> None:
     (tree.site / ADDON).chmod(0o600)
 
 
+def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
+    """A recorded file replaced by an in-tree symlink to the very bytes patchkit wrote."""
+    _applied(tree)
+    spec = tree.site / SPEC
+    copy = spec.with_name("spec_copy.py")
+    spec.rename(copy)
+    spec.symlink_to(copy.name)
+
+
+def vllm_a_symlink_to_an_edited_copy(tree: Tree) -> None:
+    """vllm/ a symlink to a copy elsewhere, where a recorded file was then edited."""
+    _applied(tree)
+    elsewhere = tree.site.parent / "elsewhere"
+    elsewhere.mkdir()
+    (tree.site / "vllm").rename(elsewhere / "vllm")
+    (tree.site / "vllm").symlink_to(elsewhere / "vllm")
+    with open(elsewhere / SPEC, "a") as fh:
+        fh.write("# tuned\n")
+
+
+def vllm_dist_info_a_symlink_out_of_the_tree(tree: Tree) -> None:
+    _applied(tree)
+    elsewhere = tree.site.parent / "elsewhere"
+    elsewhere.mkdir()
+    info = tree.site / "vllm-0.16.0.dist-info"
+    info.rename(elsewhere / info.name)
+    info.symlink_to(elsewhere / info.name)
+
+
+SYMLINKED = [
+    recorded_file_a_symlink_to_its_copy,
+    vllm_a_symlink_to_an_edited_copy,
+    vllm_dist_info_a_symlink_out_of_the_tree,
+]
+
+
 CLOSED_TO_OTHERS = [
     record_closed_by_an_older_patchkit,
     guard_closed_by_an_older_patchkit,
@@ -383,6 +419,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_declared_by_an_egg_info_then_upgraded,
     guard_module_symlinked_to_a_copy,
     *CLOSED_TO_OTHERS,
+    *SYMLINKED,
 ]
 
 
@@ -422,6 +459,9 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     guard = load_plugins_like_vllm(tree.site)
     refuses = guard.returncode != 0 or _not_this_patchkits_guard(tree.site) or _fails_another_user(tree.site, guard)
     status = tree.cli("status", "--format", "json")
+    if build in SYMLINKED:  # a tree no command writes to (exit 2, its hint a hand repair): the guard refuses
+        assert status.returncode == 2 and refuses, (status.stdout, guard.stderr[-600:])
+        return
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr
     said = {
         "status": status.returncode,

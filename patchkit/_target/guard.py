@@ -43,15 +43,17 @@ def check() -> None:
     mode = os.environ.get(ENV, "").strip().lower()
     if mode == "off":
         return
-    site = imported_site()
-    if site is None:
-        return
-    try:
-        problems = find_problems(site)
-    except Exception as exc:  # whatever stops the judging is a refusal too, said as one (warn honoured)
-        problems = ["the guard cannot judge it (" + type(exc).__name__ + ": " + str(exc) + ")"]
-    if not problems:
-        return
+    for site in imported_sites():
+        try:
+            problems = find_problems(site)
+        except Exception as exc:  # whatever stops the judging is a refusal too, said as one (warn honoured)
+            problems = ["the guard cannot judge it (" + type(exc).__name__ + ": " + str(exc) + ")"]
+        if problems:
+            _refuse(site, problems, mode)
+            return
+
+
+def _refuse(site: str, problems: list[str], mode: str) -> None:
     message = refusal(site, problems)
     if mode == "warn":
         # lazy: the guard runs in every vLLM process: only a refusal logs
@@ -76,6 +78,32 @@ def refusal(site: str, problems: list[str]) -> str:
         + selection
         + "`: it names the command that fixes it (PATCHKIT_GUARD=warn only logs this, =off skips it)"
     )
+
+
+def imported_sites() -> list[str]:
+    """The site directory of the vllm this process imported (see imported_site); and when its
+    vllm/ is a symlink, the directory that symlink is in too: a record there (patchkit's apply
+    through it) is judged as well, and its files, reached through a symlink, are a change."""
+    site = imported_site()
+    if site is None:
+        return []
+    linked = _linked_package_parent()
+    return [site] + ([linked] if linked is not None and linked != site else [])
+
+
+def _linked_package_parent() -> str | None:
+    module = sys.modules.get("vllm")
+    locations = list(getattr(module, "__path__", None) or []) if module is not None else []
+    if module is None:
+        try:
+            spec = importlib.util.find_spec("vllm")
+        except (ImportError, ValueError):
+            return None
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    found = [entry for entry in locations if isinstance(entry, str) and entry]
+    if not found or not os.path.islink(found[0].rstrip(os.sep)):
+        return None
+    return os.path.dirname(os.path.abspath(found[0].rstrip(os.sep)))
 
 
 def imported_site() -> str | None:
@@ -209,7 +237,10 @@ def installed_vllm_version(site: str) -> str | None:
     if len(found) != 1:
         return None
     # through a symlink, as importlib.metadata (vLLM's own reading, and patchkit's) reads it
-    raw = _read_regular(os.path.join(site, found[0], "METADATA"), 1 << 20, follow=True) or b""
+    metadata = os.path.join(site, found[0], "METADATA")
+    if os.path.exists(metadata) and not _resolves_inside(site, metadata):
+        raise TreeChanged(metadata + " leads outside " + site + " (a symlink)")
+    raw = _read_regular(metadata, 1 << 20, follow=True) or b""
     for line in raw.decode("utf-8", "replace").splitlines():
         if not line.strip():
             break  # the headers end at the first blank line
@@ -224,6 +255,9 @@ def _file_problems(site: str, files: dict[str, str | None]) -> list[str]:
         full = _inside(site, rel)
         if full is None:
             problems.append(repr(rel) + " is recorded with a path outside " + site)
+            continue
+        if os.path.lexists(os.path.join(os.path.realpath(site), rel)) and _through_symlink(site, rel):
+            problems.append(rel + " is a symlink, or under one: not the file patchkit wrote")
             continue
         data = _read_regular(full, MAX_FILE_BYTES)
         actual = None if data is None else hashlib.sha256(data).hexdigest()
@@ -249,6 +283,17 @@ def _inside(site: str, rel: object) -> str | None:
     root = os.path.realpath(site)
     full = os.path.realpath(os.path.join(root, rel))
     return full if full.startswith(root + os.sep) else None
+
+
+def _resolves_inside(site: str, path: str) -> bool:
+    root = os.path.realpath(site)
+    return os.path.realpath(path).startswith(root + os.sep)
+
+
+def _through_symlink(site: str, rel: str) -> bool:
+    """Whether site/rel is, or is reached through, a symlink: not the file patchkit wrote there."""
+    root = os.path.realpath(site)
+    return os.path.realpath(os.path.join(root, rel)) != os.path.normpath(os.path.join(root, rel))
 
 
 def _read_regular(path: str, limit: int | None, *, follow: bool = False) -> bytes | None:
