@@ -543,7 +543,8 @@ def test_a_reapply_that_would_write_under_a_later_sets_record_is_refused_naming_
         assert result.exit_code == 1, result.output
         assert SPEC in result.output and later.set_name in result.output
         assert (
-            f"`patchkit revert --target {tree} --patch tail.diff`" in result.output and "Traceback" not in result.output
+            f"`patchkit revert --target {tree} --patch {stacked['later']}`" in result.output
+            and "Traceback" not in result.output
         )
         assert snapshot(tree) == before and read_state(tree) == record
 
