@@ -62,7 +62,9 @@ def resolve_sets(opts: Options, target: Target) -> list[Chosen]:
             chosen.append(Chosen(patch_set.name, None, exc.message))
     if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):
         said = "; ".join(why_not(c) for c in chosen)
-        raise NoPatchSet(f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range")
+        raise NoPatchSet(
+            f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range"
+        )
     return chosen
 
 
