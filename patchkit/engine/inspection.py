@@ -122,7 +122,7 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         return TreeStatus(
             TreeState.UPSTREAM,
             checks=checks,
-            stale=list(stale_entries(root, state, resolved.vllm_version).values()),
+            stale=_named(stale_entries(root, state, resolved.vllm_version)),
             **_guard_fields(root, resolved.set_name, state),
         )
     if kind == SelectionKind.UNSUPPORTED:  # its guard_fix is revert's, whoever else's record the guard names
@@ -149,9 +149,14 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         drifted,
         not_compiling(resolved, drifted),
         plan,
-        stale=list(stale.values()),
+        stale=_named(stale),
         **_guard_fields(root, resolved.set_name, state),
     )
+
+
+def _named(stale: dict[str, str]) -> list[str]:
+    """Each stale record's note with its set: two sets applied to one release say the same note."""
+    return [f"the record of {name}: {note}" for name, note in stale.items()]
 
 
 def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:

@@ -110,11 +110,7 @@ def _download_it_with_pip(version: str, platform: str | None, chosen: Options) -
     pip = ["pip", "download", f"vllm=={normalize_version(version)}", "--no-deps", "-d", "DIR"]
     if platform:
         pip += ["--platform", platform, "--only-binary=:all:"]
-    selection = ["--patches", chosen.library] if chosen.library else []
-    selection += ["--set", chosen.set_name] if chosen.set_name else []
-    for diff in chosen.adhoc:
-        selection += ["--patch", diff]
-    return f"run `{shlex.join(pip)}`, then {hints.command('wheel', 'DIR/FILE.whl', *selection)}"
+    return f"run `{shlex.join(pip)}`, then {hints.command('wheel', 'DIR/FILE.whl', chosen=chosen)}"
 
 
 def _say_if_seals_are_off(ui: UI) -> None:
