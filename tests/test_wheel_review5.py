@@ -59,7 +59,7 @@ def _refused(done, out: Path) -> None:
 def test_a_data_member_that_installs_the_python_zip_on_sys_path_is_refused(tmp_path, library, name):
     done, out = _build(tmp_path, library, name, _zip_with_vllm())
     _refused(done, out)
-    assert f"member {name!r} installs a zip archive that Python puts on sys.path" in done.stderr, done.stderr
+    assert f"member {name!r} lies outside vllm/" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -73,21 +73,7 @@ def test_a_data_member_that_installs_the_python_zip_on_sys_path_is_refused(tmp_p
 def test_a_data_member_that_installs_vllm_into_another_sys_path_entry_is_refused(tmp_path, library, name):
     done, out = _build(tmp_path, library, name, b"STOCK = True\n")
     _refused(done, out)
-    assert f"member {name!r} installs a vllm module" in done.stderr, done.stderr
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "vllm-0.16.0.data/data/share/vllm/python312.zip.txt",
-        "vllm-0.16.0.data/data/share/vllm/models.zip",  # a zip that no sys.path entry names
-    ],
-)
-def test_a_data_zip_that_is_no_sys_path_entry_is_kept(tmp_path, library, name):
-    done, out = _build(tmp_path, library, name, _zip_with_vllm())
-    assert done.returncode == 0, done.stdout + done.stderr
-    (patched,) = out.iterdir()
-    assert name.replace("vllm-0.16.0.data", "vllm-0.16.0+patchkit.demo.data") in zipfile.ZipFile(patched).namelist()
+    assert f"member {name!r} lies outside vllm/" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -108,15 +94,7 @@ def test_a_member_that_installs_a_module_python_runs_at_start_is_refused(tmp_pat
     files: either can put another vllm ahead of the patched one."""
     done, out = _build(tmp_path, library, name, b"import sys; sys.path.insert(0, '/elsewhere')\n")
     _refused(done, out)
-    assert f"member {name!r} installs a module Python runs at every start" in done.stderr, done.stderr
-
-
-def test_a_module_of_that_name_inside_a_package_is_kept(tmp_path, library):
-    """Only a top-level sitecustomize is imported by site: vllm_extras/sitecustomize.py is not."""
-    done, out = _build(tmp_path, library, "vllm_extras/sitecustomize.py", b"x = 1\n")
-    assert done.returncode == 0, done.stdout + done.stderr
-    (patched,) = out.iterdir()
-    assert "vllm_extras/sitecustomize.py" in zipfile.ZipFile(patched).namelist()
+    assert f"member {name!r} lies outside vllm/" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("out", [None, "dist"])
