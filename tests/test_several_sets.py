@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library, write_tree
 
 from patchkit.store.state import read_state
 
@@ -125,3 +125,96 @@ def test_library_toml_naming_an_unknown_set_is_refused(run, tree, library):
     (library / "library.toml").write_text('order = ["model", "ghost"]\n')
     result = run("list", "--patches", library)
     assert result.exit_code == 2 and "ghost" in result.output
+
+
+# --- step 2: status, verify and revert of several sets --------------------------------------------------
+
+
+def test_status_shows_each_set_and_one_overall_state(run, tree, library):
+    result = run("status", "--target", tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    document = json_of(result)
+    assert document["state"] == "not-applied"
+    assert [(s["set"], s["state"]) for s in document["sets"]] == [
+        ("model", "not-applied"),
+        ("spec", "not-applied"),
+        ("old", "upstream"),
+    ]
+
+    assert run("apply", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
+    text = run("status", "--target", tree, "--patches", library)
+    assert text.exit_code == 0, text.output  # one set applied, one not: each as it should be
+    assert "status: partial: 1 of 3 set(s) applied (spec)" in text.output
+    assert "set      model" in text.output and "set      old" in text.output
+
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    assert json_of(run("status", "--target", tree, "--patches", library, "--format", "json"))["state"] == "applied"
+
+
+def test_status_exit_code_is_the_worst_sets(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    (tree / MODEL).write_text(EAGLE_MODEL + "# edited\n")  # drift in one set's file
+    result = run("status", "--target", tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 1, result.output
+    assert [s["drifted"] for s in json_of(result)["sets"]] == [[MODEL], [], []]
+
+
+def test_verify_judges_every_covering_set(run, tree, library):
+    result = run("verify", "--target", tree, "--patches", library, "--format", "json", "--no-import")
+    assert result.exit_code == 0, result.output
+    document = json_of(result)
+    assert [(s["set"], s["checked"]) for s in document["sets"]] == [
+        ("model", "as-planned"),
+        ("spec", "as-planned"),
+        ("old", "as-is"),
+    ]
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0  # else it fails all
+    (tree / SPEC).write_text(patched_spec() + "def broken(:\n")
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    assert "verify: FAILED: spec (3 set(s) judged)" in failed.output
+
+
+def test_revert_without_set_reverts_all_and_with_set_that_one(run, tree, library):
+    stock = snapshot(tree)
+    nothing = run("revert", "--target", tree, "--patches", library)
+    assert nothing.exit_code == 0 and "nothing to revert" in nothing.output, nothing.output
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+
+    one = run("revert", "--target", tree, "--patches", library, "--set", "model")
+    assert one.exit_code == 0, one.output
+    assert (tree / MODEL).read_text() == MODEL_PY and (tree / SPEC).read_text() == patched_spec()
+    assert [e.set_name for e in read_state(tree).entries] == ["spec"]
+
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    every = run("revert", "--target", tree, "--patches", library, "--format", "json")
+    assert every.exit_code == 0, every.output
+    assert sorted(json_of(every)["files"]) == sorted([SPEC, MODEL])
+    assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
+
+
+@pytest.fixture
+def stacked_library(tree, scratch, library) -> Path:
+    """`spec` and `more`, which changes the line `spec` adds: library.toml says spec first."""
+    patched = write_tree(scratch / "patched", files={SPEC: patched_spec(), MODEL: MODEL_PY})
+    more = patched_spec().replace('"deepseek"', '"deepseek", "kimi_k2"')
+    write_library(library, {"0.16.0": [make_patch(scratch, patched, {SPEC: more})]}, name="more")
+    (library / "library.toml").write_text('order = ["model", "spec", "more"]\n')
+    return library
+
+
+def test_revert_of_a_set_a_later_set_changed_again_is_refused_naming_the_order(run, tree, stacked_library):
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", stacked_library).exit_code == 0
+    assert [e.set_name for e in read_state(tree).entries] == ["model", "spec", "more"]
+    before = snapshot(tree)
+    refused = run("revert", "--target", tree, "--patches", stacked_library, "--set", "spec")
+    assert refused.exit_code == 1, refused.output
+    assert SPEC in refused.output and "more" in refused.output and "--set more" in refused.output
+    assert snapshot(tree) == before
+
+    assert run("revert", "--target", tree, "--patches", stacked_library, "--set", "more").exit_code == 0
+    assert run("revert", "--target", tree, "--patches", stacked_library, "--set", "spec").exit_code == 0
+    assert [e.set_name for e in read_state(tree).entries] == ["model"]
+    assert run("revert", "--target", tree, "--patches", stacked_library).exit_code == 0
+    assert snapshot(tree) == stock

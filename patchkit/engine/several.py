@@ -1,5 +1,6 @@
 """Several sets on one tree: `apply` without --set applies every set of the library that covers the
-target's version (or the sets --set names), in the library's order, each as its own apply.
+target's version (or the sets --set names), in the library's order, each as its own apply; `status`
+and `verify` judge each covering set, and the worst is the run's.
 
 Each set is its own transaction and its own entry in the record (what `revert --set` undoes). A
 failure stops the run at that set: it wrote nothing (its transaction is all or nothing), the sets
@@ -13,10 +14,20 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
-from patchkit.base.enums import Outcome, SelectionKind
+from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import Conflict, NoPatchSet, PatchkitError
-from patchkit.engine.operations import ApplyResult, Watcher, apply_series
+from patchkit.engine import inspection
+from patchkit.engine.inspection import TreeStatus
+from patchkit.engine.operations import (
+    ApplyResult,
+    VerifyResult,
+    Watcher,
+    apply_series,
+    refuse_unchangeable,
+    verify_tree,
+)
 from patchkit.engine.resolve import Resolved, resolve
+from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
 
 if TYPE_CHECKING:
@@ -28,14 +39,6 @@ if TYPE_CHECKING:
 # How a set that was not applied is shown (ApplyResult's outcomes say the rest).
 NOT_COVERED = "not-covered"  # the library has no series for this version in the set's range
 NOT_TRIED = "not-tried"  # an earlier set failed
-
-
-def several(opts: Options) -> bool:
-    """Whether the command works on several sets: no --patch, not one --set, and a library of
-    more than one set (a library of one set works as it always has)."""
-    if opts.adhoc or opts.set_name is not None:
-        return False
-    return len(opts.set_names) > 1 or len(library.load_library(library.locate(opts.library).path)) > 1
 
 
 @dataclass
@@ -167,3 +170,85 @@ def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: 
     if after:
         error.hint = "; ".join([*after, *([error.hint] if error.hint else [])])
     return SetsApplied(done, result.outcome, error=error)
+
+
+# --------------------------------------------------------------------------- status and verify
+
+# A set's state, worst last: the overall state is the worst of the covering sets' (upstream ones
+# have nothing to apply: they count only when every set is upstream).
+_STATE_ORDER = (TreeState.UPSTREAM, TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.PARTIAL)
+
+
+def judged(chosen: list[Chosen]) -> list[Chosen]:
+    """The sets status and verify judge: those with a series or an upstream release (the others are notes)."""
+    return [c for c in chosen if c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM)]
+
+
+@dataclass
+class SetsStatus:
+    """`status` of several sets: each covering set's status, in the library's order."""
+
+    chosen: list[Chosen]
+    statuses: list[TreeStatus]
+
+    @property
+    def state(self) -> TreeState:
+        """applied when every covering set is; not-applied when none is; partial otherwise (or when
+        one set is partial); upstream when every set is."""
+        states = {s.state for s in self.statuses}
+        if states <= {TreeState.UPSTREAM}:
+            return TreeState.UPSTREAM
+        states.discard(TreeState.UPSTREAM)
+        if len(states) > 1:
+            return TreeState.PARTIAL
+        return max(states, key=_STATE_ORDER.index)
+
+    @property
+    def outcome(self) -> Outcome:
+        """The worst set's: a partial set, a drifted file, an upstream regression or the guard's
+        refusal fail (exit 1). Sets applied and not applied side by side are each as they should be."""
+        outcomes = [s.outcome for s in self.statuses]
+        return Outcome.CHECK_FAILED if Outcome.CHECK_FAILED in outcomes else Outcome.OK
+
+    def applied(self) -> list[str]:
+        return [c.name for c, s in zip(self.chosen, self.statuses, strict=True) if s.state == TreeState.APPLIED]
+
+
+def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
+    """Each covering set's status, read under one lock (no writer half-way); and the recovery message."""
+    covering = judged(chosen)
+    assert covering and covering[0].resolved is not None
+    root = covering[0].resolved.target.root
+    statuses = []
+    with consistent_read(root) as recovered:
+        for each in covering:
+            assert each.resolved is not None
+            statuses.append(inspection.inspect(each.resolved, check_upstream=True, import_probe=False))
+            refuse_unchangeable(each.resolved)
+    return SetsStatus(covering, statuses), recovered
+
+
+@dataclass
+class SetsVerified:
+    """`verify` of several sets on a target: each covering set's result; the worst is the run's."""
+
+    chosen: list[Chosen]
+    results: list[VerifyResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.OK if self.ok else Outcome.CHECK_FAILED
+
+
+def verify_sets(chosen: list[Chosen], *, import_probe: bool = True, watch: Watcher | None = None) -> SetsVerified:
+    """verify_tree for each covering set, in the library's order."""
+    covering = judged(chosen)
+    results = []
+    for each in covering:
+        assert each.resolved is not None
+        results.append(verify_tree(each.resolved, import_probe=import_probe, watch=watch))
+    return SetsVerified(covering, results)

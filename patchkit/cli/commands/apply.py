@@ -9,7 +9,7 @@ from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
 from patchkit.cli.ui import UI, plan_json, resolved_json, target_json
 from patchkit.engine.operations import ApplyResult, apply_series
-from patchkit.engine.resolve import require_patches, resolve_target
+from patchkit.engine.resolve import require_patches, resolve_target, several
 from patchkit.engine.several import (
     NOT_TRIED,
     Chosen,
@@ -17,7 +17,6 @@ from patchkit.engine.several import (
     SetsApplied,
     apply_sets,
     resolve_sets,
-    several,
     why_not,
 )
 
