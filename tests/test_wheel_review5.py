@@ -7,7 +7,6 @@ import hashlib
 import io
 import os
 import re
-import shlex
 import subprocess
 import sys
 import zipfile
@@ -152,20 +151,22 @@ def test_a_pip_source_patchkit_does_not_read_is_said_with_the_pip_download_way_t
     else:
         env |= {"PIP_INDEX_URL": "", "PIP_FIND_LINKS": str(wheels), "PIP_NO_INDEX": "1"}
     out = tmp_path / "out"
-    done = run_cli("wheel", "0.16.0", "--out", out, "--patches", library, env=env)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run_cli("wheel", "0.16.0", "--out", out, "--patches", library, env=env, cwd=work)
     assert_clean_failure(done, 4)
     assert "which patchkit does not read" in done.stderr, done.stderr
-    pip_way = re.search(r"run `(pip download [^`]+)`, then `(patchkit wheel [^`]+)`", " ".join(done.stderr.split()))
+    pip_way = re.search(
+        r"run `([^`]+ -m pip download [^`]+)`, then `(patchkit wheel [^`]+)`", " ".join(done.stderr.split())
+    )
     assert pip_way, done.stderr
-    # the hint, followed as printed (DIR a directory of ours), gives the patched wheel
-    got = tmp_path / "got"
-    pip = shlex.split(pip_way.group(1).replace("DIR", str(got)))
-    fetched = subprocess.run([sys.executable, "-m", *pip], env={**os.environ, **env}, capture_output=True, text=True)
-    assert fetched.returncode == 0, fetched.stderr
-    (downloaded,) = got.glob("*.whl")
-    build = shlex.split(pip_way.group(2).replace("DIR/FILE.whl", str(downloaded)))[2:]
-    done = run_cli("wheel", *build, "--out", out, env=env)
-    assert done.returncode == 0, done.stderr
+    # the hint, followed as printed by a shell (python3 and patchkit: this venv's), gives the patched wheel
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    for command in pip_way.groups():
+        followed = subprocess.run(
+            ["sh", "-c", command], cwd=work, env={**os.environ, **env, "PATH": path}, capture_output=True, text=True
+        )
+        assert followed.returncode == 0, (command, followed.stdout + followed.stderr)
     assert list(out.glob("vllm-0.16.0+patchkit*.whl"))
 
 

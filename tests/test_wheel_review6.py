@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +52,39 @@ def test_a_wheel_of_vllm_and_its_dist_info_only_is_built(tmp_path, library):
     stock = write_wheel(tmp_path / "in", extra=[(file_member("vllm/extras/notes.txt"), b"x\n")])
     done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _followed_in_a_shell(hint_line: str, cwd: Path, env: dict[str, str]) -> None:
+    """Each backquoted command of a hint, run by sh as printed, in `cwd` (python3 and patchkit:
+    this venv's)."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    for command in re.findall(r"`([^`]+)`", hint_line):
+        done = subprocess.run(
+            ["sh", "-c", command], cwd=cwd, env={**os.environ, **env, "PATH": path}, capture_output=True, text=True
+        )
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+
+
+@pytest.mark.parametrize("shape", [["--out", "dist", "--local-label", "site.7"], ["--format", "json"]])
+def test_the_pip_download_hint_carries_the_options_that_shape_the_wheel(tmp_path, library, shape):
+    # review 6 M3: `pip download … -d DIR`, then `patchkit wheel DIR/FILE.whl`: --out and --local-label
+    # dropped (another version string in another place), and a placeholder file name (L1)
+    wheels = write_wheel(tmp_path / "wheels").parent
+    env = {
+        "PATCHKIT_CACHE_DIR": str(tmp_path / "cache"),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": str(wheels),
+        "PIP_NO_INDEX": "1",
+    }
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run_cli("wheel", "0.16.0", *shape, "--patches", library, env=env, cwd=work)
+    assert_clean_failure(done, 4)
+    hint = " ".join(done.stderr.split()).partition("hint: ")[2]
+    assert "pip download" in hint, done.stderr
+    _followed_in_a_shell(hint, work, env)
+    where = work / "dist" if "--out" in shape else work
+    label = "site.7" if "--local-label" in shape else "patchkit.demo"
+    assert [p.name for p in where.glob(f"vllm-0.16.0+{label}-*.whl")], sorted(p.name for p in work.rglob("*"))
