@@ -234,5 +234,7 @@ def test_sets_changing_the_same_file_without_a_declared_order_are_refused_naming
     assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
 
     # sets on different files need no order; one --set is a single apply, as ever
-    assert run("apply", "--target", tree, "--patches", stacked_library, "--set", "model", "--set", "spec").exit_code == 0
+    assert (
+        run("apply", "--target", tree, "--patches", stacked_library, "--set", "model", "--set", "spec").exit_code == 0
+    )
     assert run("apply", "--target", tree, "--patches", stacked_library, "--set", "more").exit_code == 0
