@@ -87,6 +87,14 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
     return Resolved(tgt, detected, selection, notes)
 
 
+def several(opts: Options) -> bool:
+    """Whether the command works on several sets: no --patch, not one --set, and a library of
+    more than one set (a library of one set works as it always has)."""
+    if opts.adhoc or opts.set_name is not None:
+        return False
+    return len(opts.set_names) > 1 or len(library.load_library(library.locate(opts.library).path)) > 1
+
+
 def _installed_wheel(root: Path) -> Provenance | None:
     """The provenance of a vLLM installed from a wheel patchkit built, or None; its module is loaded
     only for a tree that has a provenance file."""

@@ -9,10 +9,11 @@ from patchkit import fetch
 from patchkit.base.errors import BadInput, Finished
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
-from patchkit.cli.ui import releases_junit, reports, write_junit
+from patchkit.cli.ui import UI, releases_junit, reports, target_json, write_junit
 from patchkit.cli.ui.matrix import from_releases, write_markdown
 from patchkit.engine.operations import VerifyResult, verify_tree
-from patchkit.engine.resolve import require_patches
+from patchkit.engine.resolve import require_patches, resolve_target, several
+from patchkit.engine.several import SetsVerified, resolve_sets, verify_sets, why_not
 from patchkit.releases import check as release_check
 from patchkit.tree.version import parse
 
@@ -53,7 +54,7 @@ def command(
     latest: bool,
     no_import: bool,
     no_result_cache: bool,
-) -> Finished | VerifyResult:
+) -> Finished | VerifyResult | SetsVerified:
     """Run the checks on the patched files: as they are, or as `apply` would leave them.
 
     Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise. On an
@@ -133,8 +134,12 @@ def _verify_releases(
     return Finished(release_check.overall_outcome(results))
 
 
-def _verify_target(opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True) -> VerifyResult:
+def _verify_target(
+    opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True
+) -> VerifyResult | SetsVerified:
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
+    if several(opts):
+        return _verify_sets(ui, opts, fmt, import_probe=import_probe)
     resolved = resolve_telling(ui, opts)
     require_patches(resolved)
     verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
@@ -144,4 +149,29 @@ def _verify_target(opts: Options, fmt: str, quiet: bool, verbose: int, *, import
         reports.verified_target_json(ui, resolved, verified)
     else:
         reports.verified_target_text(ui, resolved, verified)
+    return verified
+
+
+def _verify_sets(ui: UI, opts: Options, fmt: str, *, import_probe: bool) -> SetsVerified:
+    """verify of every covering set on a target: each reported as `verify --set` reports it, then
+    one verdict (ok only when every set is)."""
+    target = resolve_target(opts)
+    ui.knows(target_json(target))
+    chosen = resolve_sets(opts, target)
+    verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui))
+    pairs = [(c.resolved, r) for c, r in zip(verified.chosen, verified.results, strict=True) if c.resolved is not None]
+    if fmt == "junit":
+        for resolved, result in pairs:
+            reports.verified_target_junit(resolved, result)
+    elif ui.json_mode:
+        ui.json({"ok": verified.ok, "sets": [reports.verified_target_document(r, v) for r, v in pairs]})
+    else:
+        for resolved, result in pairs:
+            reports.verified_target_text(ui, resolved, result)
+        for each in chosen:
+            if each not in verified.chosen:
+                ui.note(why_not(each))
+        failed = [c.name for c, r in zip(verified.chosen, verified.results, strict=True) if not r.ok]
+        said = f"{len(verified.results)} set(s) judged"
+        ui.verdict(f"verify: FAILED: {', '.join(failed)} ({said})" if failed else f"verify: ok ({said})", ok=not failed)
     return verified
