@@ -218,3 +218,23 @@ def test_revert_of_a_set_a_later_set_changed_again_is_refused_naming_the_order(r
     assert [e.set_name for e in read_state(tree).entries] == ["model"]
     assert run("revert", "--target", tree, "--patches", stacked_library).exit_code == 0
     assert snapshot(tree) == stock
+
+
+# --- step 4: two sets that change the same file need a declared order ----------------------------------
+
+
+def test_sets_changing_the_same_file_without_a_declared_order_are_refused_naming_both(run, tree, stacked_library):
+    (stacked_library / "library.toml").write_text('order = ["model", "spec"]\n')  # `more` not named
+    stock = snapshot(tree)
+    for command in (["apply", "--target", tree], ["apply", "--target", tree, "--dry-run"], ["list"]):
+        result = run(*command, "--patches", stacked_library)
+        assert result.exit_code == 2, result.output
+        assert f"the sets spec and more both change {SPEC}" in result.output
+        assert 'order = ["spec", "more"]' in result.output
+    assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
+
+    # sets on different files need no order; one --set is a single apply, as ever
+    assert (
+        run("apply", "--target", tree, "--patches", stacked_library, "--set", "model", "--set", "spec").exit_code == 0
+    )
+    assert run("apply", "--target", tree, "--patches", stacked_library, "--set", "more").exit_code == 0

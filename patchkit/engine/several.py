@@ -71,6 +71,17 @@ def resolve_sets(opts: Options, target: Target) -> list[Chosen]:
     return chosen
 
 
+def require_order(opts: Options, chosen: list[Chosen]) -> None:
+    """The covering sets that change the same file are in the library's declared order (else refused)."""
+    root = library.locate(opts.library).path
+    files = {
+        c.name: {f.path for p in c.resolved.patches for f in p.files}
+        for c in chosen
+        if c.resolved is not None and c.kind == SelectionKind.PATCH
+    }
+    library.refuse_unordered(root, library.load_library(root), files)
+
+
 def why_not(chosen: Chosen) -> str:
     if chosen.resolved is not None and chosen.resolved.selection.note:
         return chosen.resolved.selection.note

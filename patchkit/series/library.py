@@ -323,6 +323,25 @@ def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:
     raise BadInput(f"the library holds several sets ({', '.join(sets)}); choose one with --set")
 
 
+def refuse_unordered(root: Path, sets: dict[str, PatchSetDef], files: dict[str, set[str]]) -> None:
+    """Two sets that change the same file (`files`: set name -> the paths its series change) must
+    both be named in library.toml's `order`: which one applies first decides what the other's
+    patches meet. Refused otherwise, naming both sets and the file."""
+    declared = declared_order(root, sets)
+    seen: list[str] = []
+    for name in files:
+        for earlier in seen:
+            common = sorted(files[name] & files[earlier])
+            if common and not (name in declared and earlier in declared):
+                raise BadInput(
+                    f"the sets {earlier} and {name} both change {common[0]}, and the library does not "
+                    "declare which applies first",
+                    hint=f"name both, in the order they apply, in {root / LIBRARY_MANIFEST}: "
+                    f'order = ["{earlier}", "{name}"]',
+                )
+        seen.append(name)
+
+
 def choose_sets(sets: dict[str, PatchSetDef], names: tuple[str, ...]) -> list[PatchSetDef]:
     """The named sets (every set without names), in the library's order."""
     unknown = [name for name in names if name not in sets]

@@ -16,6 +16,7 @@ from patchkit.engine.several import (
     SetApplied,
     SetsApplied,
     apply_sets,
+    require_order,
     resolve_sets,
     why_not,
 )
@@ -79,6 +80,7 @@ def _apply_sets(
     target = resolve_target(opts)
     ui.knows(target_json(target))
     chosen = resolve_sets(opts, target)
+    require_order(opts, chosen)
     if not ui.json_mode:
         for each in chosen:
             if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
