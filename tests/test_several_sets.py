@@ -268,7 +268,7 @@ def index_of_two(tmp_path, monkeypatch):
 
 
 def test_verify_all_covers_every_set(run, index_of_two):
-    index, library = index_of_two
+    _index, library = index_of_two
     result = run("verify", "--patches", library, "--all", "--format", "json")
     assert result.exit_code == 0, result.output
     outcomes = {
