@@ -384,6 +384,47 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
     )
 
 
+def between_releases(version: Version) -> bool:
+    """A nightly or a source checkout's build (0.33.1.dev12+gabc1234): its files are a release's
+    plus what came after, so which series fits is for a dry run to say (see newest_first)."""
+    return version.dev is not None
+
+
+def newest_first(patch_set: PatchSetDef, version: Version) -> list[tuple[Release, Version]]:
+    """The set's series that may fit a build between releases, newest first: each with the newest
+    release at or below the build's base version it covers (the base itself when it covers it)."""
+    base = release_version(version)
+    found = [(release, newest) for release in patch_set.releases if (newest := _newest_at_or_below(release, base))]
+    return sorted(found, key=lambda pair: pair[1], reverse=True)
+
+
+def _newest_at_or_below(release: Release, base: Version) -> Version | None:
+    """The newest version `release` covers that is at most `base` (None: it covers none); a bound
+    `<X` stands for the last release before X, ranked just below X."""
+    if release.covers(base):
+        return base
+    uppers = []
+    for clause in release.versions:
+        bound = Version(clause.version.rstrip(".*"))
+        if clause.operator in ("==", "<=", "==="):
+            uppers.append(bound)
+        elif clause.operator == "<":
+            uppers.append(Version(f"{bound.public}.dev0") if bound.dev is None else bound)  # just below X
+    newest = min(uppers, default=None)
+    if newest is None or newest > base:
+        return None
+    lowest = [Version(c.version) for c in release.versions if c.operator in (">=", ">")]
+    return newest if all(low <= newest for low in lowest) else None
+
+
+def series_for(patch_set: PatchSetDef, release: Release, version: Version, note: str) -> Selection:
+    """The selection of one release's series for `version` (a build between releases), with `note`."""
+    patches = release.read_patches(patch_set.roots)
+    if not patches:
+        raise BadInput(f"{release.directory / SERIES} lists no patch")
+    return Selection(patch_set.name, PATCH, version, patches, release, note, patch_set)
+
+
 def _judged_as(version: Version) -> str | None:
     """The note for a version that is not a plain release: what it is matched as."""
     release = release_version(version)
