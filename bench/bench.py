@@ -47,8 +47,10 @@
    after, and every run's time, go to stderr.
 14. Start-up (`--only startup`, not in the default set): `--help`, the eagle3 quiet dry run on stock
    0.16.0 (warm cache) and `run`'s fast path, of the code at each --before commit (default f10f406,
-   main before issue 21's restructuring) and of this checkout in turn (2N+1 runs each), as this /
-   that ratios of wall and CPU time (goal: not slower).
+   main before issue 21's restructuring) and of this checkout in turn (2N+1 runs each, every code
+   compiled), as this / that ratios of wall and CPU time with the CPU time's quartiles (goal: not
+   slower); for the dry run and the fast path, each split in one process into the CPU time of its
+   imports and of the work after them.
 
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
@@ -538,6 +540,8 @@ def startup_rows(work: Path, runs: int, revisions: list[str]) -> list[str]:
     (bin_dir / "vllm").chmod(0o755)
     sources = {_short(rev): _source_of(rev, work / f"src-{rev}") for rev in revisions}
     sides = {name: _startup_side(work, name, source, site, command, bin_dir) for name, source in sources.items()}
+    # compiled as the others are: with PYTHONDONTWRITEBYTECODE set, a checkout never compiled runs ~2x slower
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "patchkit")], check=True)
     sides["this checkout"] = _startup_side(work, "this", REPO, site, command, bin_dir)
     load = os.getloadavg()[0]
     rows = []
@@ -552,10 +556,69 @@ def startup_rows(work: Path, runs: int, revisions: list[str]) -> list[str]:
         for name in sources:
             rows.append(
                 f"| start-up, {label}: this checkout vs {name} (load {load:.1f}, {runs * 2 + 1} runs each, in turn) "
-                f"| {wall[ours]:.3f} s (CPU {cpu[ours]:.3f} s) | {name}: {wall[name]:.3f} s (CPU {cpu[name]:.3f} s) "
+                f"| {wall[ours]:.3f} s (CPU {cpu[ours]:.3f} s, {_spread(times[ours])}) "
+                f"| {name}: {wall[name]:.3f} s (CPU {cpu[name]:.3f} s, {_spread(times[name])}) "
                 f"| {wall[ours] / wall[name]:.2f}x (CPU {cpu[ours] / cpu[name]:.2f}x) | ≤ 1x (not slower) |"
             )
+        if label != HELP:
+            rows.extend(_split_rows(label, sides, runs, work))
     return rows
+
+
+def _spread(times: list[tuple[float, float]]) -> str:
+    cpu = sorted(c for _, c in times)
+    return f"quartiles {cpu[len(cpu) // 4]:.3f}-{cpu[3 * len(cpu) // 4]:.3f} s"
+
+
+# The run in one process, its modules imported first: the CPU time of the imports (the modules it
+# loads, each code its own) and of the work after them, which is where new work (issue 22's checks
+# in the dry run) shows, apart from the cost of more modules.
+_SPLIT = r"""
+import importlib, os, runpy, sys, time
+os.execvp = os.execv = lambda *a: sys.exit(0)  # run's exec: the fast path ends here
+modules, sys.argv = sys.argv[1].split(), ["patchkit", *sys.argv[2:]]
+start = time.process_time()
+for name in modules:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+imported = time.process_time()
+try:
+    runpy.run_module("patchkit", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+sys.stderr.write(f"SPLIT {imported - start} {time.process_time() - imported} {' '.join(sorted(sys.modules))}\n")
+"""
+
+
+def _split_rows(label: str, sides: dict, runs: int, work: Path) -> list[str]:
+    def split(commands: dict, env: dict, modules: list[str]) -> tuple[float, float, list[str]]:
+        cmd = commands[label]
+        done = subprocess.run(
+            [cmd[0], "-c", _SPLIT, " ".join(modules), *cmd[3:]], capture_output=True, text=True, env=env, cwd=work
+        )
+        said = [line for line in done.stderr.splitlines() if line.startswith("SPLIT ")]
+        if not said:
+            raise SystemExit(f"{label}: {done.stderr[-500:]}")
+        said = said[-1].split()
+        return float(said[1]), float(said[2]), [m for m in said[3:] if m != "__main__"]
+
+    loaded = {name: split(commands, env, [])[2] for name, (commands, env) in sides.items()}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    for _ in range(runs * 2 + 1):
+        for name, (commands, env) in sides.items():
+            times[name].append(split(commands, env, loaded[name])[:2])
+    parts = [
+        f"{name}: {len(loaded[name])} modules, imports CPU {statistics.median(i for i, _ in t):.3f} s, "
+        f"the work after them {statistics.median(w for _, w in t):.3f} s"
+        for name, t in times.items()
+    ]
+    return [
+        f"| start-up, {label}, split in one process ({runs * 2 + 1} runs each, in turn) | "
+        + "; ".join(parts)
+        + " | | | |"
+    ]
 
 
 def _short(rev: str) -> str:

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from patchkit import fetch
-from patchkit.base.errors import BadInput, FetchError
+from patchkit.base.errors import BadInput, FetchError, IndexNotRead
 from patchkit.cli.ui.notes import show_notes
 from patchkit.distinfo.record import parse_record, record_hash
 from patchkit.fetch import net
@@ -317,6 +317,24 @@ def test_a_pip_source_patchkit_does_not_read_is_named_as_such(cache, monkeypatch
         fetch.release_tree(VERSION)
     assert "http(s) index in PIP_INDEX_URL" in str(ei.value.hint)
     assert ("PIP_NO_INDEX= (empty)" in str(ei.value.hint)) == ("PIP_NO_INDEX" in environ)
+
+
+@pytest.mark.parametrize(
+    "unread",
+    [{"PIP_FIND_LINKS": "/srv/wheels"}, {"PIP_EXTRA_INDEX_URL": "file:///srv/mirror/simple/"}],
+)
+def test_an_http_index_that_fails_beside_an_unread_source_gets_the_index_hint(cache, monkeypatch, unread):
+    # review 6 M2: "name an http(s) index in PIP_INDEX_URL", which is what was set (and is down)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:1/simple/")
+    for name, value in unread.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(FetchError, match=r"no package index had vllm \(http://127\.0\.0\.1:1/simple/: ") as ei:
+        fetch.release_tree(VERSION)
+    assert not isinstance(ei.value, IndexNotRead)  # `wheel VERSION` gives no pip-download hint: pip fails alike
+    assert "which patchkit does not read" in ei.value.message
+    assert "PIP_INDEX_URL" not in str(ei.value.hint) and "check that index and the network" in str(ei.value.hint)
 
 
 def test_unknown_version(server, cache, monkeypatch):

@@ -105,7 +105,9 @@ def test_a_command_carries_the_selection_as_that_command_takes_it():
     assert hints.command("recover", chosen=chosen) == "`patchkit recover --target '/x y' --python /venv/bin/python`"
     assert "--patch " not in hints.command("diff", chosen=chosen)  # diff takes the library's series only
     assert hints.command("fetch 0.16.0", chosen=chosen) == "`patchkit fetch 0.16.0 --patches /lib`"  # no tree
-    assert hints.command("wheel 0.16.0", chosen=chosen) == "`patchkit wheel 0.16.0`"  # a verb not listed: bare
+    wheel = "`patchkit wheel 0.16.0 --patches /lib --patch a.diff --patch 'b c.diff'`"  # no tree: it builds a file
+    assert hints.command("wheel 0.16.0", chosen=chosen) == wheel
+    assert hints.command("workspace", chosen=chosen) == "`patchkit workspace`"  # a verb not listed: bare
     assert hints.command("preflight", "--", "COMMAND", chosen=Options(python="/p")).endswith("--python /p -- COMMAND`")
 
 

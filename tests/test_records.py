@@ -155,7 +155,7 @@ def test_an_upgraded_vllm_makes_the_record_stale_and_apply_starts_afresh(run, tr
     assert result.exit_code == 1, result.output  # the guard apply installed refuses the launch
     status = json_of(result)
     assert status["state"] == "not-applied" and status["drifted"] == []
-    assert status["stale"] == ["recorded 0.16.0, installed 0.17.0: the old record is stale"]
+    assert status["stale"] == ["the record of demo: recorded 0.16.0, installed 0.17.0: the old record is stale"]
     assert f"`patchkit apply --target {tree} --patches {two_releases}`" in status["guard"]["fix"]
     assert "recorded 0.16.0, installed 0.17.0" in run("status", *args).output
 
@@ -543,7 +543,8 @@ def test_a_reapply_that_would_write_under_a_later_sets_record_is_refused_naming_
         assert result.exit_code == 1, result.output
         assert SPEC in result.output and later.set_name in result.output
         assert (
-            f"`patchkit revert --target {tree} --patch tail.diff`" in result.output and "Traceback" not in result.output
+            f"`patchkit revert --target {tree} --patch {stacked['later']}`" in result.output
+            and "Traceback" not in result.output
         )
         assert snapshot(tree) == before and read_state(tree) == record
 
@@ -554,3 +555,16 @@ def test_a_reapply_that_would_write_under_a_later_sets_record_is_refused_naming_
     assert (tree / SPEC).read_text() == TAIL.replace("import os\n", "import os\nimport sys\n")
     assert run("revert", "--target", tree).exit_code == 0
     assert (tree / SPEC).read_text() == SPEC_PY
+
+
+def test_two_stale_records_are_each_said_once_with_their_set(run, tree, two_releases, diffs):
+    """Review 5 guard L5: two sets applied to 0.16.0, vLLM upgraded: status printed one note (and
+    its fix) twice, identical; each now names its set."""
+    args = ("--target", tree, "--patches", two_releases)
+    assert run("apply", *args).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    upgrade(tree, "0.17.0", {SPEC: NEW_SPEC, MODEL: NEW_MODEL})
+    output = run("status", *args).output
+    lines = [line for line in output.splitlines() if "the old record is stale" in line]
+    assert len(lines) == 2 and len(set(lines)) == 2, output
+    assert any("the record of demo:" in line for line in lines) and any("adhoc-" in line for line in lines)

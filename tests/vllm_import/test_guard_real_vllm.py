@@ -4,7 +4,8 @@ apply installs it; on the healthy tree `vllm --version`, `--help` and `bench --h
 without it; vLLM itself loads it (EngineArgs.__post_init__ calls
 vllm.plugins.load_general_plugins(), which calls every vllm.general_plugins entry point); a file
 changed after apply stops `EngineArgs(...)` with the guard's message; revert leaves site-packages
-as it was, guard included.
+as it was, guard included. Each test patches an overlay of the real venv (vllm_overlay.py), whose
+`vllm` script is the real one run by the overlay's interpreter: the real venv is never written to.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 from helpers import MODEL_PY, make_patch, write_tree
-from test_real_vllm import VLLM_PYTHON, patchkit, site_packages
+from test_real_vllm import VLLM_PYTHON, patchkit
+from vllm_overlay import overlay_venv, site_packages
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
@@ -29,11 +30,17 @@ EDITED = "vllm/config/speculative.py"  # a file every supported release's series
 ENGINE_ARGS = "from vllm.engine.arg_utils import EngineArgs; EngineArgs(model={model!r})"
 
 
-def engine_args(model: Path, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+@pytest.fixture
+def python(tmp_path: Path) -> Path:
+    """The interpreter of an overlay of the real venv: patchkit and the edits write there only."""
+    return overlay_venv(str(VLLM_PYTHON), tmp_path / "venv")
+
+
+def engine_args(python: Path, model: Path, **env: str) -> tuple[subprocess.CompletedProcess, float]:
     clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "VLLM_PLUGINS")}
     started = time.monotonic()
     done = subprocess.run(
-        [VLLM_PYTHON, "-c", ENGINE_ARGS.format(model=str(model))],
+        [str(python), "-c", ENGINE_ARGS.format(model=str(model))],
         capture_output=True,
         text=True,
         timeout=600,
@@ -43,9 +50,9 @@ def engine_args(model: Path, **env: str) -> tuple[subprocess.CompletedProcess, f
     return done, time.monotonic() - started
 
 
-def vllm_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+def vllm_cli(python: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     """The venv's own `vllm` script, as a user runs it."""
-    script = Path(VLLM_PYTHON).with_name("vllm")
+    script = python.with_name("vllm")
     clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "VLLM_PLUGINS")}
     return subprocess.run(
         [str(script), *args],
@@ -57,17 +64,17 @@ def vllm_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def assert_unchanged_by_the_guard(command: list[str]) -> None:
+def assert_unchanged_by_the_guard(python: Path, command: list[str]) -> None:
     """It works; or, where vLLM itself fails it (0.16.0's `--version` and `--help` need a device: on a
     machine without a GPU they stop on "Failed to infer device type"), it fails the same way with no
     plugin loaded (VLLM_PLUGINS empty)."""
-    guarded = vllm_cli(*command)
+    guarded = vllm_cli(python, *command)
     assert "TreeChanged" not in guarded.stderr and "patchkit guard" not in guarded.stderr, (
         command,
         guarded.stderr[-2000:],
     )
     if guarded.returncode != 0:
-        unguarded = vllm_cli(*command, VLLM_PLUGINS="")
+        unguarded = vllm_cli(python, *command, VLLM_PLUGINS="")
         assert guarded.returncode == unguarded.returncode, (command, guarded.stderr[-2000:])
         assert guarded.stderr.splitlines()[-1:] == unguarded.stderr.splitlines()[-1:], command
 
@@ -92,12 +99,12 @@ def record_is_true(info: Path, site: Path) -> bool:
     return True
 
 
-def test_the_guard_stops_a_changed_tree_and_revert_removes_it(tmp_path):
-    site = site_packages()
+def test_the_guard_stops_a_changed_tree_and_revert_removes_it(tmp_path, python):
+    site = site_packages(python)
     before = top_level(site)
     model = tmp_path / "model"
     model.mkdir()
-    applied = patchkit("apply", "--no-import")
+    applied = patchkit(python, "apply", "--no-import")
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
     edited = site / EDITED
     original = edited.read_bytes()
@@ -105,24 +112,24 @@ def test_the_guard_stops_a_changed_tree_and_revert_removes_it(tmp_path):
         [info] = site.glob("patchkit_guard-*.dist-info")
         assert (site / "patchkit_guard.py").is_file() and record_is_true(info, site)
 
-        healthy, _ = engine_args(model)
+        healthy, _ = engine_args(python, model)
         assert "patchkit guard" not in healthy.stdout + healthy.stderr
         for command in (["--version"], ["--help"], ["bench", "--help"]):
-            assert_unchanged_by_the_guard(command)
+            assert_unchanged_by_the_guard(python, command)
 
         edited.write_bytes(original + b"# changed after apply\n")
-        stopped, took = engine_args(model)
+        stopped, took = engine_args(python, model)
         assert stopped.returncode != 0
         assert "TreeChanged" in stopped.stderr and EDITED in stopped.stderr and "patchkit status" in stopped.stderr
         assert took < 120, f"the guard stopped the launch after {took:.0f} s"
 
-        warned, _ = engine_args(model, PATCHKIT_GUARD="warn")
+        warned, _ = engine_args(python, model, PATCHKIT_GUARD="warn")
         assert "TreeChanged" not in warned.stderr and EDITED in warned.stdout + warned.stderr
-        allowed_others_only, _ = engine_args(model, VLLM_PLUGINS="some_other_plugin")
+        allowed_others_only, _ = engine_args(python, model, VLLM_PLUGINS="some_other_plugin")
         assert "TreeChanged" not in allowed_others_only.stderr  # an allow-list without patchkit_guard skips it
     finally:
         edited.write_bytes(original)
-        reverted = patchkit("revert")
+        reverted = patchkit(python, "revert")
     assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
     assert top_level(site) == before
 
@@ -153,10 +160,10 @@ def guarded_elsewhere(tmp_path: Path) -> Path:
     return other
 
 
-def load_with_guard_in(other: Path) -> subprocess.CompletedProcess:
+def load_with_guard_in(python: Path, other: Path) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "VLLM_PLUGINS", "PYTHONPATH")}
     return subprocess.run(
-        [VLLM_PYTHON, "-c", LOAD_WITH_A_GUARD_ELSEWHERE, str(other)],
+        [str(python), "-c", LOAD_WITH_A_GUARD_ELSEWHERE, str(other)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -165,39 +172,33 @@ def load_with_guard_in(other: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_guard_in_another_site_does_not_judge_its_own_tree_for_the_vllm_vllm_imported(tmp_path):
-    site = site_packages()
-    record = site / ".patchkit/state.json"
-    if list(site.glob("patchkit_guard-*.dist-info")) or (record.exists() and json.loads(record.read_text())["entries"]):
-        pytest.skip("the venv's vLLM has a patchkit record of its own (another test is using it)")
+def test_a_guard_in_another_site_does_not_judge_its_own_tree_for_the_vllm_vllm_imported(tmp_path, python):
+    site = site_packages(python)
+    assert not list(site.glob("patchkit_guard-*.dist-info")) and not (site / ".patchkit").exists()  # a new overlay
     other = guarded_elsewhere(tmp_path)
     (other / "vllm/models/model.py").write_text("# changed after apply\n")  # its own tree: refused
-    done = load_with_guard_in(other)
+    done = load_with_guard_in(python, other)
     assert done.returncode == 0 and "TreeChanged" not in done.stderr, done.stderr[-3000:]
     assert f"loaded {site / 'vllm' / '__init__.py'}" in done.stdout
 
 
-def test_a_guard_in_another_site_judges_the_vllm_vllm_imported_by_its_record(tmp_path):
-    site = site_packages()
+def test_a_guard_in_another_site_judges_the_vllm_vllm_imported_by_its_record(tmp_path, python):
+    site = site_packages(python)
     other = guarded_elsewhere(tmp_path)  # healthy
-    record = site / ".patchkit/state.json"
-    before = record.read_bytes() if record.exists() else None  # put back after: --no-guard is remembered
-    applied = patchkit("apply", "--no-import", "--no-guard")  # the venv's vLLM patched, recorded, no guard of its own
+    applied = patchkit(
+        python, "apply", "--no-import", "--no-guard"
+    )  # the venv's vLLM patched, recorded, no guard of its own
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
     edited = site / EDITED
     original = edited.read_bytes()
     try:
         assert not list(site.glob("patchkit_guard-*.dist-info"))
-        assert load_with_guard_in(other).returncode == 0
+        assert load_with_guard_in(python, other).returncode == 0
         edited.write_bytes(original + b"# changed after apply\n")
-        stopped = load_with_guard_in(other)
+        stopped = load_with_guard_in(python, other)
         assert stopped.returncode != 0 and "TreeChanged" in stopped.stderr
         assert f"left in {site}: {EDITED} was changed" in stopped.stderr, stopped.stderr[-3000:]
     finally:
         edited.write_bytes(original)
-        reverted = patchkit("revert")
-        if before is None:
-            record.unlink(missing_ok=True)
-        else:
-            record.write_bytes(before)
+        reverted = patchkit(python, "revert")
     assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]

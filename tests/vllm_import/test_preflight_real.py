@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from vllm_overlay import overlay_venv
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -65,7 +68,20 @@ def finding(done, check: str) -> dict:
     return next(f for f in json.loads(done.stdout)["findings"] if f["check"] == check)
 
 
-def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Path):
+def pasted(fix: str) -> list[str]:
+    """The arguments of the patchkit command a "run `patchkit ...`" hint names, as a shell reads it."""
+    command = re.fullmatch(r"run `patchkit ([^`]+)`", fix)
+    assert command, fix
+    return shlex.split(command.group(1))
+
+
+@pytest.fixture
+def python(tmp_path: Path) -> Path:
+    """The interpreter of an overlay of the real venv: apply and revert write there only."""
+    return overlay_venv(VLLM_PYTHON, tmp_path / "venv")
+
+
+def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Path, python: Path):
     for name, config in (("target", TARGET), ("drafter", DRAFTER)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
@@ -73,17 +89,22 @@ def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Pa
     spec = json.dumps({"method": "eagle3", "model": str(tmp_path / "drafter"), "num_speculative_tokens": 2})
     # key by key on stock: vLLM's own parser must build the object (its engine parser alone ignores it)
     dotted = [*serve, "--speculative-config.method", "eagle3", "--speculative_config.model", str(tmp_path / "drafter")]
-    preflight = ["preflight", "--python", VLLM_PYTHON, "--format", "json", "--"]
+    preflight = ["preflight", "--python", python, "--format", "json", "--"]
 
-    assert patchkit("status", "--python", VLLM_PYTHON, "--format", "json").returncode == 0
+    assert patchkit("status", "--python", python, "--format", "json").returncode == 0
     done = patchkit(*preflight, *dotted, "--speculative-config.num_speculative_tokens", "2")
     assert done.returncode == 1, done.stderr
     assert "Eagle3 is only supported for" in finding(done, "vllm-validation")["message"]
     supports = finding(done, "supports-eagle3")
-    assert not supports["ok"] and supports["fix"] == "run `patchkit apply`"
+    # the hint names the venv the user chose: a bare `patchkit apply` would patch the vLLM of
+    # whatever python is first on PATH, or none
+    assert (
+        not supports["ok"] and supports["fix"] == f"run `{shlex.join(['patchkit', 'apply', '--python', str(python)])}`"
+    )
     assert f"vLLM's supports_eagle3() is False for {DEEPSEEK_V3_CLASS}" in supports["message"]
 
-    assert patchkit("apply", "--python", VLLM_PYTHON).returncode == 0
+    applied = patchkit(*pasted(supports["fix"]))
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
     try:
         done = patchkit(*preflight, *serve, "--speculative-config", spec)
         assert finding(done, "vllm-validation")["ok"], finding(done, "vllm-validation")["message"]
@@ -92,4 +113,4 @@ def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Pa
         )
         assert done.returncode == 0, done.stdout
     finally:
-        assert patchkit("revert", "--python", VLLM_PYTHON).returncode == 0
+        assert patchkit("revert", "--python", python).returncode == 0

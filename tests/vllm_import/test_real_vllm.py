@@ -1,9 +1,12 @@
 """Opt-in (`make test-vllm`): patchkit on the real vLLM wheel installed in its own venv.
 
-apply --python -> verify (with the import probe) -> revert, as a user runs them. Each step is
-judged from outside patchkit: vLLM's own supports_eagle3() in a fresh subprocess of the venv's
+apply --python -> verify (with the import probe) -> revert, as a user runs them, on an overlay of
+that venv (vllm_overlay.py: its own copy of the vllm package, the rest of the real venv through a
+.pth), so the real venv is never written to, not even by a run stopped half-way. Each step is
+judged from outside patchkit: vLLM's own supports_eagle3() in a fresh subprocess of the overlay's
 Python (false on stock, true patched, false again after revert), and after revert every installed
-file hashes as the wheel's RECORD says. Not collected by `make test` (pyproject norecursedirs).
+file hashes as the wheel's RECORD says, in the overlay and in the real venv. Not collected by
+`make test` (pyproject norecursedirs).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
+from vllm_overlay import overlay_venv, site_packages
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 VLLM_VERSION = Version(os.environ.get("VLLM_VERSION", "0.16.0"))
@@ -45,10 +49,16 @@ print(json.dumps(answer))
 """
 
 
-def supports_eagle3() -> dict[str, bool]:
+@pytest.fixture
+def python(tmp_path: Path) -> Path:
+    """The interpreter of an overlay of the real venv: patchkit writes there only."""
+    return overlay_venv(str(VLLM_PYTHON), tmp_path / "venv")
+
+
+def supports_eagle3(python: Path) -> dict[str, bool]:
     """vLLM's own verdict, in a fresh interpreter of the venv (no bytecode written)."""
     done = subprocess.run(
-        [VLLM_PYTHON, "-B", "-c", SUPPORTS, json.dumps(CLASSES)],
+        [str(python), "-B", "-c", SUPPORTS, json.dumps(CLASSES)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -59,20 +69,10 @@ def supports_eagle3() -> dict[str, bool]:
     return json.loads(lines[lines.index("PATCHKIT-TEST-ANSWER") + 1])
 
 
-def patchkit(*args: str) -> subprocess.CompletedProcess:
+def patchkit(python: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "patchkit", *args, "--python", VLLM_PYTHON], capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "patchkit", *args, "--python", str(python)], capture_output=True, text=True, timeout=900
     )
-
-
-def site_packages() -> Path:
-    done = subprocess.run(
-        [VLLM_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(done.stdout.strip())
 
 
 def record_mismatches(site: Path) -> list[str]:
@@ -103,24 +103,26 @@ def probe_rows(output: str) -> list[dict]:
     return [c for c in json.loads(output)["checks"] if c["check"] == "probe"]
 
 
-def test_apply_verify_revert_on_the_real_wheel(capsys):
-    site = site_packages()
+def test_apply_verify_revert_on_the_real_wheel(capsys, python: Path):
+    real, site = site_packages(str(VLLM_PYTHON)), site_packages(python)
     timings = {}
-    assert record_mismatches(site) == [], "the venv's vLLM is not stock: reinstall it (rm -r the venv)"
-    assert supports_eagle3() == {name: False for name in CLASSES}
+    assert record_mismatches(real) == [], "the venv's vLLM is not stock: reinstall it (rm -r the venv)"
+    assert record_mismatches(site) == []  # the overlay's copy too
+    assert supports_eagle3(python) == {name: False for name in CLASSES}
 
     started = time.monotonic()
-    applied = patchkit("apply", "--format", "json")
+    applied = patchkit(python, "apply", "--format", "json")
     timings["apply"] = time.monotonic() - started
     try:
         assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
         rows = probe_rows(applied.stdout)
         assert rows and all(r["ok"] for r in rows), rows
         assert {f"{name}: supports_eagle3() is True" for name in CLASSES} <= {r["message"] for r in rows}
-        assert supports_eagle3() == {name: True for name in CLASSES}
+        assert supports_eagle3(python) == {name: True for name in CLASSES}
+        assert record_mismatches(real) == []  # patched in the overlay only
 
         started = time.monotonic()
-        verified = patchkit("verify", "--format", "json")
+        verified = patchkit(python, "verify", "--format", "json")
         timings["verify"] = time.monotonic() - started
         assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
         report = json.loads(verified.stdout)
@@ -130,18 +132,19 @@ def test_apply_verify_revert_on_the_real_wheel(capsys):
         timings["import vllm (probe)"] = next(r["message"] for r in rows if r["message"].startswith("import vllm"))
 
         started = time.monotonic()
-        quick = patchkit("verify", "--no-import", "--format", "json")
+        quick = patchkit(python, "verify", "--no-import", "--format", "json")
         timings["verify --no-import"] = time.monotonic() - started
         assert quick.returncode == 0 and [r["message"] for r in probe_rows(quick.stdout)] == ["not run (--no-import)"]
     finally:
         started = time.monotonic()
-        reverted = patchkit("revert")
+        reverted = patchkit(python, "revert")
         timings["revert"] = time.monotonic() - started
     assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
-    assert supports_eagle3() == {name: False for name in CLASSES}
+    assert supports_eagle3(python) == {name: False for name in CLASSES}
     assert record_mismatches(site) == []
+    assert record_mismatches(real) == []
 
     with capsys.disabled():
-        print(f"\nvLLM {VLLM_VERSION} at {site}:")
+        print(f"\nvLLM {VLLM_VERSION} at {site} (an overlay of {real}):")
         for step, value in timings.items():
             print(f"  {step}: {value if isinstance(value, str) else f'{value:.1f} s'}")

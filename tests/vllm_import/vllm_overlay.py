@@ -5,7 +5,8 @@ The overlay is a new venv of the same interpreter whose site-packages holds a co
 package and its dist-info (the compiled extensions, 1.3 GB of 0.16.0's 1.35, are symlinks: patchkit
 writes only the Python sources, by replacing them) and reaches every other package of the real
 venv through a .pth; pytest (and pluggy, iniconfig), copied from the venv running these tests,
-come after them: the real venv has no pytest.
+come after them: the real venv has no pytest. Its `vllm` script is the real venv's, run by the
+overlay's interpreter.
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ def copy_pytest(into: Path) -> None:
                 shutil.copy2(source, into / file)
 
 
+def copy_vllm_script(base_python: str, python: Path) -> None:
+    """The real venv's `vllm` console script with the overlay's interpreter on its #! line."""
+    script = Path(base_python).with_name("vllm")
+    if script.is_file():
+        _, _, body = script.read_text().partition("\n")
+        python.with_name("vllm").write_text(f"#!{python}\n{body}")
+        python.with_name("vllm").chmod(0o755)
+
+
 def overlay_venv(base_python: str, dest: Path) -> Path:
     """The python of a new overlay at `dest` over the venv of `base_python`."""
     subprocess.run([base_python, "-B", "-m", "venv", "--without-pip", str(dest)], check=True)
@@ -55,6 +65,7 @@ def overlay_venv(base_python: str, dest: Path) -> Path:
     for entry in base_site.iterdir():
         if entry.name == "vllm" or (entry.name.startswith("vllm-") and entry.name.endswith(".dist-info")):
             shutil.copytree(entry, site / entry.name, symlinks=True, copy_function=_copy_or_link)
+    copy_vllm_script(base_python, python)
     pytest_dir = dest / "pytest-lib"
     copy_pytest(pytest_dir)
     # addsitedir, not a bare path line: the real venv's own .pth files are read too
