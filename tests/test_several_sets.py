@@ -238,3 +238,72 @@ def test_sets_changing_the_same_file_without_a_declared_order_are_refused_naming
         run("apply", "--target", tree, "--patches", stacked_library, "--set", "model", "--set", "spec").exit_code == 0
     )
     assert run("apply", "--target", tree, "--patches", stacked_library, "--set", "more").exit_code == 0
+
+
+# --- step 5: verify of releases covers every set ----------------------------------------------------------
+
+
+@pytest.fixture
+def index_of_two(tmp_path, monkeypatch):
+    from test_verify_releases import FakeIndex  # its fake index: release trees served as the fetcher does
+
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    index = FakeIndex(tmp_path / "index", monkeypatch)
+    stock = index.add("0.16.0")
+    index.add("0.17.0")
+    root = tmp_path / "twolib"
+    write_library(
+        root, {"0.16.0": [make_patch(tmp_path, stock, {SPEC: patched_spec()})]}, name="first", upstream=">=0.17.0"
+    )
+    kimi = SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "kimi_k2",\n')
+    write_library(
+        root,
+        {"0.16.0": [make_patch(tmp_path, stock, {SPEC: kimi})]},
+        name="second",
+        versions={"0.16.0": ">=0.16.0"},
+        upstream=None,
+    )
+    (root / "library.toml").write_text('order = ["first", "second"]\n')
+    return index, root
+
+
+def test_verify_all_covers_every_set(run, index_of_two):
+    _index, library = index_of_two
+    result = run("verify", "--patches", library, "--all", "--format", "json")
+    assert result.exit_code == 0, result.output
+    outcomes = {
+        s["set"]: {r["vllm_version"]: r["outcome"] for r in s["releases"]} for s in json.loads(result.stdout)["sets"]
+    }
+    assert outcomes == {
+        "first": {"0.16.0": "patched", "0.17.0": "upstream"},
+        "second": {"0.16.0": "patched", "0.17.0": "patched"},
+    }
+
+    markdown = run("verify", "--patches", library, "--all", "--format", "markdown")
+    assert markdown.exit_code == 0 and "first" in markdown.output and "second" in markdown.output
+    junit = run("verify", "--patches", library, "--all", "--format", "junit")
+    assert 'name="first: vllm 0.16.0"' in junit.output and 'name="second: vllm 0.17.0"' in junit.output
+    text = run("verify", "--patches", library, "--latest")
+    assert text.exit_code == 0 and "set      first" in text.output and "set      second" in text.output
+
+    one = run("verify", "--patches", library, "--all", "--set", "second", "--format", "json")
+    assert one.exit_code == 0 and json.loads(one.stdout)["set"] == "second"  # one set, as before
+
+
+def test_verify_all_fails_when_one_sets_release_fails(run, index_of_two):
+    index, library = index_of_two
+    index.add("0.17.0", SPEC_PY.replace('"qwen"', '"mistral"'))  # the second set's context is gone
+    result = run("verify", "--patches", library, "--all", "--format", "json")
+    assert result.exit_code == 1, result.output
+    second = next(s for s in json.loads(result.stdout)["sets"] if s["set"] == "second")
+    assert {r["vllm_version"]: r["outcome"] for r in second["releases"]}["0.17.0"] == "conflict"
+
+
+def test_fetch_without_set_reads_the_files_of_every_set(library):
+    from patchkit.releases.files import files_for, not_covered
+
+    assert files_for("0.16.0", str(library)) == [SPEC, MODEL]  # sorted: both sets' series (old: upstream)
+    assert files_for("0.16.0", str(library), "spec") == [SPEC]
+    assert not_covered("0.16.0", str(library)) is None
+    refused = not_covered("0.10.0", str(library))
+    assert refused is not None and "'model'" in refused.message and "'spec'" in refused.message
