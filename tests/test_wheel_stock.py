@@ -405,6 +405,20 @@ def test_a_wheel_cached_from_another_index_is_not_taken_for_the_configured_ones(
     assert any("no index patchkit reads" in w and other_index.index() in w for w in warnings), warnings
 
 
+def test_one_index_named_with_and_without_credentials_is_one_index(server, cache, monkeypatch):
+    # review 6 L2: "came from http://***@HOST/simple/; pip is configured with http://HOST/simple/"
+    first = build_wheel(version=VERSION, blob_size=3000)
+    server.publish(NATIVE, first)
+    use_index(monkeypatch, server.index().replace("http://", "http://alice:tok@", 1))
+    assert stock_wheel(VERSION).read_bytes() == first
+    use_index(monkeypatch, server.index())
+    warnings: list[str] = []
+    said: list[str] = []
+    assert stock_wheel(VERSION, say=said.append, warn=warnings.append).read_bytes() == first
+    assert warnings == []
+    assert any("an index pip is configured with" in line for line in said), said
+
+
 def test_an_index_changed_in_pip_conf_is_seen_and_a_change_beside_it_costs_one_question(
     server, other_index, cache, monkeypatch, tmp_path
 ):
