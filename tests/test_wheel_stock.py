@@ -136,6 +136,7 @@ def test_a_sidecar_that_is_no_file_costs_the_intact_wheel_nothing(server, cache,
     warnings: list[str] = []
     assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == published[NATIVE]
     assert any("checking the wheel against the index" in w for w in warnings), warnings
+    assert all(w.count(f"{NATIVE}.json") == 1 for w in warnings), warnings  # review 6 L7: named twice
     assert len(downloads(server)) == 1 and sidecar.is_file() and not sidecar.is_symlink()
     assert outside.read_bytes() != b""  # a symlink's target is never touched
 

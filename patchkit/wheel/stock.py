@@ -211,8 +211,8 @@ def _check_cached(root: Path, ver: str, wheel: str) -> tuple[Identity, dict[str,
         record = _sidecar(root, ver, wheel)
     except FileNotFoundError:
         return Unbelieved("is missing")
-    except (Damaged, ValueError, RecursionError) as e:
-        return Unbelieved(str(e))
+    except (Damaged, ValueError, RecursionError) as e:  # Damaged names the file: the warning does already
+        return Unbelieved(str(e).removeprefix(f"{wheel}.json "))
     if isinstance(record, Unbelieved):
         return record
     try:
