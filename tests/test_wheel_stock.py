@@ -307,6 +307,20 @@ def test_a_sealed_wheel_that_changed_is_hashed_and_caught(server, cache, publish
     assert len(downloads(server)) == 2
 
 
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_seal_that_is_no_file_is_replaced_by_one(server, cache, published, hashes, kind):
+    # review 6 L3: a directory at .seal stayed, and every run hashed the whole wheel again
+    first = stock_wheel(VERSION)
+    sealed = first.with_name(f"{NATIVE}.seal")
+    sealed.unlink(missing_ok=True)
+    {"directory": os.mkdir, "fifo": os.mkfifo}[kind](sealed)
+    stock_wheel(VERSION)  # hashed, and sealed
+    assert sealed.is_file() and not sealed.is_symlink()
+    hashes.clear()
+    assert stock_wheel(VERSION) == first
+    assert hashes == []
+
+
 @pytest.mark.parametrize("forge", ["another key", "another identity", "not json"])
 def test_a_seal_patchkit_did_not_make_is_only_a_hash(server, cache, published, hashes, forge):
     from patchkit.base import seal
