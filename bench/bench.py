@@ -47,10 +47,12 @@
    after, and every run's time, go to stderr.
 14. Start-up (`--only startup`, not in the default set): `--help`, the eagle3 quiet dry run on stock
    0.16.0 (warm cache) and `run`'s fast path, of the code at each --before commit (default f10f406,
-   main before issue 21's restructuring) and of this checkout in turn (2N+1 runs each), as this /
-   that ratios of wall and CPU time (goal: not slower).
+   main before issue 21's restructuring) and of this checkout in turn (2N+1 runs each, every code
+   compiled), as this / that ratios of wall and CPU time with the CPU time's quartiles (goal: not
+   slower); for the dry run and the fast path, each split in one process into the CPU time of its
+   imports and of the work after them.
 
---only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
+--only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), sets-apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
 startup (14).
 """
@@ -74,8 +76,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from packaging.version import Version  # noqa: E402
+
 from patchkit.fetch import release_tree  # noqa: E402
 from patchkit.releases.files import files_for, lay_out  # noqa: E402
+from patchkit.series.library import load_set, select  # noqa: E402
 
 # What users run: the console script pip installed beside this interpreter (else `python -m`).
 _SCRIPT = Path(sys.executable).with_name("patchkit")
@@ -333,6 +338,53 @@ def apply_row(work: Path, runs: int) -> str:
     return row("apply, eagle3 series as --patch on stock 0.16.0", ours, git, "git apply", "≤ 1 s")
 
 
+TOOL_CALL_SETS = ("deepseek-tool-calls", "kimi-k2-tool-calls")  # still under patches/_drafts (issue 23)
+
+
+def library_of_every_set(work: Path) -> Path:
+    """The library with eagle3 and the drafted tool-call sets side by side, eagle3 first."""
+    root = work / "every-set"
+    if not root.exists():
+        shutil.copytree(REPO / "patches/eagle3", root / "eagle3")
+        for name in TOOL_CALL_SETS:
+            shutil.copytree(REPO / "patches/_drafts" / name, root / name)
+        (root / "library.toml").write_text(f"order = {json.dumps(['eagle3', *TOOL_CALL_SETS])}\n")
+    return root
+
+
+def sets_apply_row(work: Path, runs: int) -> str:
+    """apply without --set: every set covering stock 0.16.0 (eagle3 and both tool-call sets)."""
+    library = library_of_every_set(work)
+    names = ["eagle3", *TOOL_CALL_SETS]
+    paths = sorted({p for name in names for p in files_for("0.16.0", str(library), name)})
+    pristine = work / "pristine-every-set"
+    if not pristine.exists():
+        lay_out(release_tree("0.16.0", paths), str(pristine), paths)
+    stock = work / "site-every-set"
+    shutil.copytree(pristine, stock)
+    series = [p for name in names for p in _series_files(library / name, "0.16.0")]
+
+    def restore():
+        shutil.rmtree(stock)
+        shutil.copytree(pristine, stock)
+
+    ours = timed([*PATCHKIT, "apply", "-q", "--target", str(stock), "--patches", str(library)], runs, between=restore)
+    git = timed(["git", "apply", *map(str, series)], runs, cwd=stock, between=restore)
+    return row(
+        f"apply, every covering set on stock 0.16.0 ({len(names)} sets, {len(series)} patches)",
+        ours,
+        git,
+        "git apply",
+        "≤ 0.6 s",
+    )
+
+
+def _series_files(set_dir: Path, version: str) -> list[Path]:
+    """The patch files of the set's series for `version`, in order (as the library reads them)."""
+    selection = select(load_set(set_dir), Version(version))
+    return [p.path for p in selection.patches if p.path is not None]
+
+
 # The guard as vLLM calls it, timed from inside the interpreter: import and check, nothing else. A
 # vLLM process has imported hashlib and json long before its plugins load (torch alone does), so
 # they are imported first: cold, they cost this machine 20-30 ms, which no vLLM process pays again.
@@ -538,6 +590,8 @@ def startup_rows(work: Path, runs: int, revisions: list[str]) -> list[str]:
     (bin_dir / "vllm").chmod(0o755)
     sources = {_short(rev): _source_of(rev, work / f"src-{rev}") for rev in revisions}
     sides = {name: _startup_side(work, name, source, site, command, bin_dir) for name, source in sources.items()}
+    # compiled as the others are: with PYTHONDONTWRITEBYTECODE set, a checkout never compiled runs ~2x slower
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "patchkit")], check=True)
     sides["this checkout"] = _startup_side(work, "this", REPO, site, command, bin_dir)
     load = os.getloadavg()[0]
     rows = []
@@ -552,10 +606,69 @@ def startup_rows(work: Path, runs: int, revisions: list[str]) -> list[str]:
         for name in sources:
             rows.append(
                 f"| start-up, {label}: this checkout vs {name} (load {load:.1f}, {runs * 2 + 1} runs each, in turn) "
-                f"| {wall[ours]:.3f} s (CPU {cpu[ours]:.3f} s) | {name}: {wall[name]:.3f} s (CPU {cpu[name]:.3f} s) "
+                f"| {wall[ours]:.3f} s (CPU {cpu[ours]:.3f} s, {_spread(times[ours])}) "
+                f"| {name}: {wall[name]:.3f} s (CPU {cpu[name]:.3f} s, {_spread(times[name])}) "
                 f"| {wall[ours] / wall[name]:.2f}x (CPU {cpu[ours] / cpu[name]:.2f}x) | ≤ 1x (not slower) |"
             )
+        if label != HELP:
+            rows.extend(_split_rows(label, sides, runs, work))
     return rows
+
+
+def _spread(times: list[tuple[float, float]]) -> str:
+    cpu = sorted(c for _, c in times)
+    return f"quartiles {cpu[len(cpu) // 4]:.3f}-{cpu[3 * len(cpu) // 4]:.3f} s"
+
+
+# The run in one process, its modules imported first: the CPU time of the imports (the modules it
+# loads, each code its own) and of the work after them, which is where new work (issue 22's checks
+# in the dry run) shows, apart from the cost of more modules.
+_SPLIT = r"""
+import importlib, os, runpy, sys, time
+os.execvp = os.execv = lambda *a: sys.exit(0)  # run's exec: the fast path ends here
+modules, sys.argv = sys.argv[1].split(), ["patchkit", *sys.argv[2:]]
+start = time.process_time()
+for name in modules:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+imported = time.process_time()
+try:
+    runpy.run_module("patchkit", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+sys.stderr.write(f"SPLIT {imported - start} {time.process_time() - imported} {' '.join(sorted(sys.modules))}\n")
+"""
+
+
+def _split_rows(label: str, sides: dict, runs: int, work: Path) -> list[str]:
+    def split(commands: dict, env: dict, modules: list[str]) -> tuple[float, float, list[str]]:
+        cmd = commands[label]
+        done = subprocess.run(
+            [cmd[0], "-c", _SPLIT, " ".join(modules), *cmd[3:]], capture_output=True, text=True, env=env, cwd=work
+        )
+        said = [line for line in done.stderr.splitlines() if line.startswith("SPLIT ")]
+        if not said:
+            raise SystemExit(f"{label}: {done.stderr[-500:]}")
+        said = said[-1].split()
+        return float(said[1]), float(said[2]), [m for m in said[3:] if m != "__main__"]
+
+    loaded = {name: split(commands, env, [])[2] for name, (commands, env) in sides.items()}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    for _ in range(runs * 2 + 1):
+        for name, (commands, env) in sides.items():
+            times[name].append(split(commands, env, loaded[name])[:2])
+    parts = [
+        f"{name}: {len(loaded[name])} modules, imports CPU {statistics.median(i for i, _ in t):.3f} s, "
+        f"the work after them {statistics.median(w for _, w in t):.3f} s"
+        for name, t in times.items()
+    ]
+    return [
+        f"| start-up, {label}, split in one process ({runs * 2 + 1} runs each, in turn) | "
+        + "; ".join(parts)
+        + " | | | |"
+    ]
 
 
 def _short(rev: str) -> str:
@@ -759,6 +872,7 @@ ROWS = (
     "eagle3-dry-run",
     "help",
     "apply",
+    "sets-apply",
     "fetch",
     "checks",
     "verify",
@@ -803,6 +917,8 @@ def main() -> None:
             rows.append(help_row(runs))
         if "apply" in chosen:
             rows.append(apply_row(work, runs))
+        if "sets-apply" in chosen:
+            rows.append(sets_apply_row(work, runs))
         if "fetch" in chosen:
             rows.append(fetch_row(work))
         if "checks" in chosen:

@@ -406,11 +406,12 @@ def random_trials(scn: Scenario, work: Path, op: str, count: int, rng: random.Ra
 def fill(directory: Path, leave: int) -> Path:
     """Fill the file system of `directory` up, then free `leave` bytes: a disk that is full but that."""
     filler = directory / "filler"
-    with open(filler, "wb") as handle:
+    # unbuffered: a buffered writer keeps the bytes a full disk refused and fails again at close
+    # (whether any are left depends on how many bytes the tree took: a few more bytes of guard)
+    with open(filler, "wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * 65536)
-                handle.flush()
         except OSError:
             pass
     size = filler.stat().st_size

@@ -4,6 +4,7 @@ start-up time, and a large dry run's budget is a few times `git apply --check`).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -27,12 +28,13 @@ sys.argv = ["patchkit", "apply", "--dry-run", "-q", "--target", sys.argv[1], "--
 try:
     main()
 finally:
-    print(json.dumps(sorted(m for m in sys.modules if m.startswith(("patchkit", "rich")))), file=sys.stderr)
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith(("patchkit", "rich", "pyflakes")))), file=sys.stderr)
 """
 
 
-def loaded_by_a_dry_run(tree, diff, exit_code: int = 0) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", DRY_RUN, str(tree), str(diff)], capture_output=True, text=True)
+def loaded_by_a_dry_run(tree, diff, exit_code: int = 0, env: dict | None = None) -> list[str]:
+    code = [sys.executable, "-c", DRY_RUN, str(tree), str(diff)]
+    done = subprocess.run(code, capture_output=True, text=True, env=env)
     assert done.returncode == exit_code, done.stderr
     return json.loads(done.stderr.strip().splitlines()[-1])
 
@@ -62,3 +64,16 @@ def test_the_fetch_package_still_gives_its_modules_as_attributes():
     )
     done = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == names  # each loaded on first use, as when the package imported them all
+
+
+def test_a_warm_dry_run_recalls_the_names_check_without_loading_pyflakes_checker(tmp_path):
+    """Issue 21: pyflakes' checker (2.2 ms of start-up) loads only when a file's findings are not
+    remembered: the first dry run runs it, the same dry run again recalls its findings."""
+    tree = write_tree(tmp_path / "site", "0.17.1")
+    diff = tmp_path / "change.diff"
+    diff.write_bytes(make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()}))
+    env = {**os.environ, "PATCHKIT_CACHE_DIR": str(tmp_path / "cache")}
+    cold = loaded_by_a_dry_run(tree, diff, env=env)
+    assert "patchkit.checks.names" in cold and "pyflakes.checker" in cold
+    warm = loaded_by_a_dry_run(tree, diff, env=env)
+    assert "patchkit.checks.names" in warm and "pyflakes.checker" not in warm

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from patchkit import fetch
-from patchkit.base.errors import BadInput, FetchError
+from patchkit.base.errors import BadInput, FetchError, IndexNotRead
 from patchkit.cli.ui.notes import show_notes
 from patchkit.distinfo.record import parse_record, record_hash
 from patchkit.fetch import net
@@ -31,6 +31,7 @@ from patchkit.fetch.zipread import member_from_run
 from index_server import (  # isort: skip
     BLOB,
     FILES,
+    IndexServer,
     OTHER_WHEEL,
     VERSION,
     WHEEL,
@@ -317,6 +318,57 @@ def test_a_pip_source_patchkit_does_not_read_is_named_as_such(cache, monkeypatch
         fetch.release_tree(VERSION)
     assert "http(s) index in PIP_INDEX_URL" in str(ei.value.hint)
     assert ("PIP_NO_INDEX= (empty)" in str(ei.value.hint)) == ("PIP_NO_INDEX" in environ)
+
+
+@pytest.mark.parametrize(
+    "unread",
+    [{"PIP_FIND_LINKS": "/srv/wheels"}, {"PIP_EXTRA_INDEX_URL": "file:///srv/mirror/simple/"}],
+)
+def test_an_http_index_that_fails_beside_an_unread_source_gets_the_index_hint(cache, monkeypatch, unread):
+    # review 6 M2: "name an http(s) index in PIP_INDEX_URL", which is what was set (and is down)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:1/simple/")
+    for name, value in unread.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(FetchError, match=r"no package index had vllm \(http://127\.0\.0\.1:1/simple/: ") as ei:
+        fetch.release_tree(VERSION)
+    assert not isinstance(ei.value, IndexNotRead)  # `wheel VERSION` gives no pip-download hint: pip fails alike
+    assert "which patchkit does not read" in ei.value.message
+    assert "PIP_INDEX_URL" not in str(ei.value.hint) and "check that index and the network" in str(ei.value.hint)
+
+
+def test_a_release_cached_from_another_index_is_fetched_again_from_the_configured_one(server, cache, monkeypatch):
+    from helpers import run_cli
+
+    # review 6 M1: fetch --dest laid out a vendor index's files after pip was pointed elsewhere, unsaid
+    spec = "vllm/config/speculative.py"
+    other = IndexServer()
+    try:
+        server.publish(WHEEL, build_wheel({**FILES, spec: b"VENDOR = True\n"}))
+        other.publish(WHEEL, build_wheel())
+        use_index(monkeypatch, server.index())
+        assert (fetch.release_tree(VERSION, [spec], recheck_index=True) / spec).read_bytes() == b"VENDOR = True\n"
+        use_index(monkeypatch, other.index())
+        with monkeypatch.context() as offline:  # the hot path (integrity's reference) asks no index
+            no_network(offline)
+            assert (fetch.release_tree(VERSION, [spec]) / spec).read_bytes() == b"VENDOR = True\n"
+        dest = cache / "laid-out"
+        done = run_cli("fetch", VERSION, "--all", "--dest", dest)  # the command a user runs
+        assert done.returncode == 0, done.stderr
+        assert (dest / spec).read_bytes() == FILES[spec]
+        assert server.index() in done.stderr and other.index() in done.stderr, done.stderr
+        said: list[str] = []
+        with monkeypatch.context() as offline:  # settings unchanged since: no question to pip
+            no_network(offline)
+            fetch.release_tree(VERSION, [spec], progress=said.append, recheck_index=True)
+        assert f"the cached vLLM {VERSION} came from {other.index()}" in said, said
+        monkeypatch.setenv("PIP_NO_INDEX", "1")  # no index to take it from: the cached one, said
+        warnings: list[str] = []
+        assert (fetch.release_tree(VERSION, [spec], warn=warnings.append, recheck_index=True) / spec).exists()
+        assert any("no index patchkit reads" in w and other.index() in w for w in warnings), warnings
+    finally:
+        other.stop()
 
 
 def test_unknown_version(server, cache, monkeypatch):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,3 +55,44 @@ def test_the_batch_shortcut_refuses_one_bad_path_among_many():
     for bad in ("", "vllm/../x.py", "/etc/passwd", "C:x.py", "vllm//x.py", "vllm/./x.py", "vllm/x/", "a\\b", "a\x00"):
         assert not fsutil.all_safe([*members[:1500], bad, *members[1500:]]), bad
     assert fsutil.all_safe([*members, "vllm/x.py\n/etc"])  # a newline inside a path is no '..' or root
+
+
+# --------------------------------------------------------------------------- read_regular
+
+
+def test_read_regular_reads_to_the_limit_and_refuses_past_it(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    assert fsutil.read_regular(path, 100) == b"x" * 100
+    assert fsutil.read_regular(path, 16 << 20) == b"x" * 100
+    assert fsutil.read_regular(path, 99, head=True) == b"x" * 99
+    with pytest.raises(fsutil.NotRegularFile) as refused:
+        fsutil.read_regular(path, 99)
+    assert refused.value.errno == errno.EFBIG
+    (tmp_path / "empty").write_bytes(b"")
+    assert fsutil.read_regular(tmp_path / "empty", 10) == b""
+
+
+def test_read_regular_refuses_a_symlink_a_fifo_and_a_directory(tmp_path):
+    (tmp_path / "f").write_bytes(b"data")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    os.mkfifo(tmp_path / "fifo")
+    for name in ("link", "fifo", ""):
+        with pytest.raises(fsutil.NotRegularFile):
+            fsutil.read_regular(tmp_path / name, 10)
+    assert fsutil.read_regular(tmp_path / "link", 10, follow_symlinks=True) == b"data"
+
+
+def test_read_regular_reads_past_the_size_fstat_saw(tmp_path, monkeypatch):
+    """A file that grew since fstat (or a /proc file, size 0) is read to its end, up to the limit:
+    the first read is sized to fstat's size, the rest in chunks."""
+    path = tmp_path / "grown"
+    path.write_bytes(bytes(range(256)) * (12 << 10))  # 3 MiB
+    real_fstat = os.fstat
+    monkeypatch.setattr(fsutil.os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 10, *real_fstat(fd)[7:])))
+    assert fsutil.read_regular(path, 4 << 20) == path.read_bytes()
+    assert fsutil.read_regular(path, 2 << 20, head=True) == path.read_bytes()[: 2 << 20]
+    with pytest.raises(fsutil.NotRegularFile):
+        fsutil.read_regular(path, 2 << 20)
+    monkeypatch.undo()
+    assert b"Name:" in fsutil.read_regular("/proc/self/status", 1 << 20)  # st_size 0

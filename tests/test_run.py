@@ -90,6 +90,36 @@ def own_cache(env: dict, tmp_path: Path) -> tuple[dict, Path]:
     return {**env, "PATCHKIT_CACHE_DIR": str(cache)}, cache / "launch-findings"
 
 
+# `run` with its exec replaced: the modules it loaded (start-up: each one is time before the launch).
+LOADED_BY_RUN = """
+import atexit, json, os, sys
+from patchkit.cli.main import main
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
+os.execvp = lambda *_: sys.exit(0)
+sys.argv = ["patchkit", "run", *sys.argv[1:]]
+main()
+"""
+
+
+def loaded_by_run(tree: Path, library: Path, command: list[str], env: dict, exit_code: int = 0) -> list[str]:
+    args = ["--target", str(tree), "--patches", str(library), "--", *command]
+    done = subprocess.run([sys.executable, "-c", LOADED_BY_RUN, *args], capture_output=True, text=True, env=env)
+    assert done.returncode == exit_code, done.stderr
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def test_the_fast_path_loads_no_lock_nor_the_transactions_recovery(launch):
+    """Issue 21: `run`'s fast path reads the record without the lock; the transaction module (its
+    lock, recovery, fcntl and mmap) loads only when the record does not answer."""
+    tree, library, command, env, _ = launch
+    locking = ("patchkit.engine.transaction", "patchkit.base.locks", "fcntl", "mmap")
+    stock = loaded_by_run(tree, library, command, env, exit_code=1)  # no record: the preflight under the lock
+    assert sorted(m for m in stock if m in locking) == sorted(locking)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    fast = loaded_by_run(tree, library, command, env)
+    assert "patchkit.launch.shortcut" in fast and [m for m in fast if m in locking] == []
+
+
 def test_a_warm_run_still_refuses_a_tree_changed_since_it_last_launched(launch, tmp_path):
     """The findings kept by one run answer the next only while every file they read is unchanged,
     and the record stands in for the series only while every file it records is as written."""

@@ -191,6 +191,22 @@ def test_on_an_applied_tree_the_whole_release_hint_works_as_printed(fetched, tmp
     assert again["supports-eagle3"]["result"] != "cannot judge", again["supports-eagle3"]
 
 
+def test_on_an_unapplied_tree_the_fixes_work_in_the_order_printed(fetched, tmp_path):
+    """Review 6 M4: `apply` first, then `fetch --all` refused the patched files ("pass --force", which
+    put stock files over them). fetch --all now keeps what the tree's record says patchkit patched."""
+    launch = drafted_launch(tmp_path, DEEPSEEK_V3)
+    done = run_cli("preflight", "--target", fetched, "--", *launch)
+    said = " ".join(done.stdout.split() + done.stderr.split())
+    commands = list(dict.fromkeys(c for c in said.split("`")[1::2] if c.startswith("patchkit ")))
+    assert [c.split()[1] for c in commands] == ["apply", "fetch"], said  # the trap's order
+    for command in commands:
+        step = run_cli(*shlex.split(command)[1:])
+        assert step.returncode == 0, command + "\n" + step.stdout + step.stderr
+    assert run_cli("status", "--target", fetched).returncode == 0  # applied: the patched files kept
+    again = findings(run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch))
+    assert again["supports-eagle3"]["result"] != "cannot judge", again["supports-eagle3"]
+
+
 def test_preflight_on_a_whole_release_still_judges_the_registry(tmp_path):
     site = tmp_path / "all"
     assert run_cli("fetch", "0.16.0", "--all", "--dest", site).returncode == 0

@@ -49,25 +49,7 @@ def test_a_data_member_that_installs_a_vllm_module_onto_sys_path_is_refused(tmp_
     out = tmp_path / "out"
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     _nothing_written(done, out, 2)
-    assert f"member {name!r} installs a vllm module" in done.stderr, done.stderr
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "vllm-0.16.0.data/data/share/doc/vllm/README",  # data that is no module
-        "vllm-0.16.0.data/scripts/vllm-helper",  # a script of another name
-        "vllm-0.16.0.data/purelib/vllm_extras/x.py",  # another package
-        "vllm-0.16.0.data/headers/vllm.h",
-    ],
-)
-def test_a_data_member_that_installs_no_vllm_module_is_kept(tmp_path, library, name):
-    stock = write_wheel(tmp_path / "in", extra=[(file_member(name), b"data\n")])
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (patched,) = out.iterdir()
-    assert name.replace("vllm-0.16.0.data", "vllm-0.16.0+patchkit.demo.data") in zipfile.ZipFile(patched).namelist()
+    assert f"member {name!r} lies outside vllm/" in done.stderr, done.stderr
 
 
 def test_a_long_member_name_is_shortened_in_the_message(tmp_path, library):
@@ -259,10 +241,4 @@ def test_a_member_that_installs_a_pth_file_into_site_packages_is_refused(tmp_pat
     out = tmp_path / "out"
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     _nothing_written(done, out, 2)
-    assert f"member {name!r} installs a .pth file into site-packages" in done.stderr, done.stderr
-
-
-def test_a_pth_file_outside_site_packages_is_kept(tmp_path, library):
-    stock = write_wheel(tmp_path / "in", extra=[(file_member("vllm-0.16.0.data/data/share/vllm/notes.pth"), b"x\n")])
-    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"member {name!r} lies outside vllm/" in done.stderr, done.stderr

@@ -7,7 +7,6 @@ import hashlib
 import io
 import os
 import re
-import shlex
 import subprocess
 import sys
 import zipfile
@@ -59,7 +58,7 @@ def _refused(done, out: Path) -> None:
 def test_a_data_member_that_installs_the_python_zip_on_sys_path_is_refused(tmp_path, library, name):
     done, out = _build(tmp_path, library, name, _zip_with_vllm())
     _refused(done, out)
-    assert f"member {name!r} installs a zip archive that Python puts on sys.path" in done.stderr, done.stderr
+    assert f"member {name!r} lies outside vllm/" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -73,21 +72,7 @@ def test_a_data_member_that_installs_the_python_zip_on_sys_path_is_refused(tmp_p
 def test_a_data_member_that_installs_vllm_into_another_sys_path_entry_is_refused(tmp_path, library, name):
     done, out = _build(tmp_path, library, name, b"STOCK = True\n")
     _refused(done, out)
-    assert f"member {name!r} installs a vllm module" in done.stderr, done.stderr
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "vllm-0.16.0.data/data/share/vllm/python312.zip.txt",
-        "vllm-0.16.0.data/data/share/vllm/models.zip",  # a zip that no sys.path entry names
-    ],
-)
-def test_a_data_zip_that_is_no_sys_path_entry_is_kept(tmp_path, library, name):
-    done, out = _build(tmp_path, library, name, _zip_with_vllm())
-    assert done.returncode == 0, done.stdout + done.stderr
-    (patched,) = out.iterdir()
-    assert name.replace("vllm-0.16.0.data", "vllm-0.16.0+patchkit.demo.data") in zipfile.ZipFile(patched).namelist()
+    assert f"member {name!r} lies outside vllm/" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -108,15 +93,7 @@ def test_a_member_that_installs_a_module_python_runs_at_start_is_refused(tmp_pat
     files: either can put another vllm ahead of the patched one."""
     done, out = _build(tmp_path, library, name, b"import sys; sys.path.insert(0, '/elsewhere')\n")
     _refused(done, out)
-    assert f"member {name!r} installs a module Python runs at every start" in done.stderr, done.stderr
-
-
-def test_a_module_of_that_name_inside_a_package_is_kept(tmp_path, library):
-    """Only a top-level sitecustomize is imported by site: vllm_extras/sitecustomize.py is not."""
-    done, out = _build(tmp_path, library, "vllm_extras/sitecustomize.py", b"x = 1\n")
-    assert done.returncode == 0, done.stdout + done.stderr
-    (patched,) = out.iterdir()
-    assert "vllm_extras/sitecustomize.py" in zipfile.ZipFile(patched).namelist()
+    assert f"member {name!r} lies outside vllm/" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("out", [None, "dist"])
@@ -174,20 +151,22 @@ def test_a_pip_source_patchkit_does_not_read_is_said_with_the_pip_download_way_t
     else:
         env |= {"PIP_INDEX_URL": "", "PIP_FIND_LINKS": str(wheels), "PIP_NO_INDEX": "1"}
     out = tmp_path / "out"
-    done = run_cli("wheel", "0.16.0", "--out", out, "--patches", library, env=env)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run_cli("wheel", "0.16.0", "--out", out, "--patches", library, env=env, cwd=work)
     assert_clean_failure(done, 4)
     assert "which patchkit does not read" in done.stderr, done.stderr
-    pip_way = re.search(r"run `(pip download [^`]+)`, then `(patchkit wheel [^`]+)`", " ".join(done.stderr.split()))
+    pip_way = re.search(
+        r"run `([^`]+ -m pip download [^`]+)`, then `(patchkit wheel [^`]+)`", " ".join(done.stderr.split())
+    )
     assert pip_way, done.stderr
-    # the hint, followed as printed (DIR a directory of ours), gives the patched wheel
-    got = tmp_path / "got"
-    pip = shlex.split(pip_way.group(1).replace("DIR", str(got)))
-    fetched = subprocess.run([sys.executable, "-m", *pip], env={**os.environ, **env}, capture_output=True, text=True)
-    assert fetched.returncode == 0, fetched.stderr
-    (downloaded,) = got.glob("*.whl")
-    build = shlex.split(pip_way.group(2).replace("DIR/FILE.whl", str(downloaded)))[2:]
-    done = run_cli("wheel", *build, "--out", out, env=env)
-    assert done.returncode == 0, done.stderr
+    # the hint, followed as printed by a shell (python3 and patchkit: this venv's), gives the patched wheel
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    for command in pip_way.groups():
+        followed = subprocess.run(
+            ["sh", "-c", command], cwd=work, env={**os.environ, **env, "PATH": path}, capture_output=True, text=True
+        )
+        assert followed.returncode == 0, (command, followed.stdout + followed.stderr)
     assert list(out.glob("vllm-0.16.0+patchkit*.whl"))
 
 

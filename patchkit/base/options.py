@@ -14,6 +14,7 @@ class Options:
     adhoc: tuple[str, ...] = ()
     set_name: str | None = None
     vllm_versions: tuple[str, ...] = ()  # verify's repeated --vllm-version, as given
+    set_names: tuple[str, ...] = ()  # apply's repeated --set, as given (one: also `set_name`)
 
     @classmethod
     def given(
@@ -24,7 +25,8 @@ class Options:
         library: str | None,
         adhoc: tuple[str, ...],
         set_name: str | None,
+        set_names: tuple[str, ...] = (),
     ) -> Options:
         """The options of a command whose --vllm-version repeats: one release named is also `vllm_version`."""
         one = versions[0] if len(versions) == 1 else None
-        return cls(target_dir, python, one, library, adhoc, set_name, vllm_versions=versions)
+        return cls(target_dir, python, one, library, adhoc, set_name, vllm_versions=versions, set_names=set_names)

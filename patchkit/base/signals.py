@@ -46,9 +46,36 @@ def handled() -> Iterator[None]:
         try:
             for number, handler in previous.items():
                 if handler is not None:
-                    signal.signal(number, handler)
+                    late = _held and handler is not signal.SIG_IGN
+                    signal.signal(number, _note_late if late else handler)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
+
+
+_held = False  # the process ends with this command (the console script): see hold_until_exit
+_late: list[int] = []
+
+
+def hold_until_exit() -> None:
+    """The process ends when its command does: a signal after the command's own handling (its
+    result shown) is noted for late_signal, never fatal. Python's default handlers would raise
+    where nothing reports it, or, once the interpreter finalizes, kill it with no word."""
+    global _held
+    _held = True
+
+
+def _note_late(signum: int, _frame: object) -> None:
+    _late.append(signum)
+
+
+def late_signal() -> int | None:
+    """Signals are ignored from here to the exit (the interpreter's finalization resets a Python
+    handler, never an ignored one); the first that arrived after the command, if any."""
+    if threading.current_thread() is threading.main_thread():
+        for number in HANDLED:
+            if signal.getsignal(number) is _note_late:
+                signal.signal(number, signal.SIG_IGN)
+    return _late[0] if _late else None
 
 
 def ignore_more() -> None:

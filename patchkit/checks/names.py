@@ -19,15 +19,17 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyflakes
-from pyflakes.checker import Checker
-from pyflakes.messages import Message
 
 from patchkit.base import fsutil, seal
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, too_large_to_parse
 from patchkit.checks.parsed import parsed
+
+if TYPE_CHECKING:
+    from pyflakes.messages import Message
 
 UNDEFINED = frozenset({"UndefinedName", "UndefinedExport", "UndefinedLocal"})
 # Messages whose last argument is the line of an earlier definition: it moves with the patch.
@@ -208,6 +210,9 @@ def _pyflakes(source: bytes, path: str) -> tuple[Finding, ...] | None:
     tree = parsed(source, path)  # kept for the contract, which reads the same contents next
     if not isinstance(tree, ast.Module):  # the syntax check says why
         return None
+    # lazy: a warm dry run recalls every file's findings: pyflakes' checker loads on a miss (2.2 ms)
+    from pyflakes.checker import Checker
+
     try:
         checker = Checker(tree, filename="<patched>")
     except (SyntaxError, ValueError, RecursionError, MemoryError):

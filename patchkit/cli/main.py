@@ -427,14 +427,35 @@ def run_in_process(args: list[str]) -> tuple[int, str, str]:
 def main() -> None:
     _give_closed_streams_a_sink()
     _guard_output_streams()  # here too: click writes --help and usage errors before any command runs
+    signals.hold_until_exit()
     try:
         cli(prog_name="patchkit")
     except OutputUnwritable as exc:
         sys.exit(_output_unwritable(exc, None))
+    except SystemExit as exc:
+        sys.exit(_after_late_signal(exc.code))
     finally:
         # What a command built (a large diff's hunks, a tree's files) is garbage at exit: keep
         # the interpreter's last collection from walking it. Finalizers and atexit still run.
         gc.freeze()
+
+
+def _after_late_signal(code: str | int | None) -> str | int | None:
+    """A signal after the command had shown its result (a Ctrl-C in its last moments): said as any
+    interrupt is, truthfully (the change is in place), with the signal's exit code. One that
+    interrupted the command itself was reported already."""
+    late = signals.late_signal()
+    if late is None or code in _INTERRUPTED_CODES:
+        return code
+    try:
+        _ui().UI().error(*signals.interrupted_report())
+        sys.stderr.flush()
+    except (OutputUnwritable, OSError):  # stderr gone: the exit code alone says it
+        pass
+    return 128 + late
+
+
+_INTERRUPTED_CODES = frozenset(128 + number for number in signals.HANDLED)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,6 +20,7 @@ from patchkit.checks.integrity import installed_record
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
 from patchkit.engine.guard import OTHERS_CANNOT_READ, UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
+from patchkit.series import dry_run
 from patchkit.store.state import Entry, State, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -111,9 +112,6 @@ _UPGRADED = " is installed, but the patches were applied to "  # the guard's wor
 
 def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
-    # lazy: `run`'s fast path reads the record and never plans
-    from patchkit.series.plan import plan_apply
-
     kind = resolved.selection.kind
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
@@ -129,7 +127,7 @@ def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: b
         return TreeStatus(TreeState.UNSUPPORTED, **_guard_fields(root, resolved.set_name, None))
     assert kind == SelectionKind.PATCH
 
-    plan = plan_apply(resolved.target.root, resolved.patches)
+    plan = dry_run(resolved.target.root, resolved.patches)
     reports = [
         PatchReport(
             step.patch.name,

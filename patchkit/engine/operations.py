@@ -54,7 +54,7 @@ from patchkit.engine.inspection import (
     stale_entries,
     stale_note,
 )
-from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_target
+from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_target, several
 from patchkit.engine.transaction import (
     commit_changes,
     consistent_read,
@@ -618,6 +618,8 @@ def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
     can be undone without it."""
 
     target = resolve_target(opts)
+    if several(opts):  # what the tree records is undone, set by set
+        return target, None
     try:
         resolved = resolve(opts, target=target)
         require_patches(resolved)
@@ -628,6 +630,12 @@ def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
             raise
         return target, None  # what the tree records is undone whatever the library holds
     return target, resolved
+
+
+def nothing_to_undo(root: Path) -> bool:
+    """No set recorded, no guard, no patched wheel: a revert of every set has nothing to do."""
+    state = read_state(root)
+    return not state.entries and not state.guard and _patched_wheel(root, None) is None
 
 
 def _records(root: Path, set_name: str | None) -> bool:

@@ -12,8 +12,8 @@ from patchkit.base.options import Options
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import launch_refusal
-from patchkit.series import library
-from patchkit.series.library import Selection
+from patchkit.series import dry_run, library
+from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch
 from patchkit.store.state import Entry, record_apply
 from patchkit.tree import target as target_mod
@@ -79,12 +79,54 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
         selection, said = installed_wheel_reader().selection(wheel, detected.version, opts.library)
         return Resolved(tgt, detected, selection, [said])
     patch_set = library.load_chosen(opts.library, opts.set_name)
+    selection = _selection(tgt, patch_set, detected)
+    notes = [selection.note] if selection.note else []
+    return Resolved(tgt, detected, selection, notes)
+
+
+def _selection(tgt: Target, patch_set: PatchSetDef, detected: DetectedVersion) -> Selection:
+    """What the set holds for the version; for a build between releases (not named by
+    --vllm-version, which overrides), the series a dry run finds to fit."""
+    between = library.between_releases(detected.version) and detected.source != "--vllm-version"
     try:
         selection = library.select(patch_set, detected.version)
     except NoPatchSet as exc:
-        raise unsupported(tgt.root, exc.message, exc.hint) from None
-    notes = [selection.note] if selection.note else []
-    return Resolved(tgt, detected, selection, notes)
+        if not between:
+            raise unsupported(tgt.root, exc.message, exc.hint) from None
+        return _cleanly_applying(tgt, patch_set, detected.version)
+    if between and selection.kind == SelectionKind.PATCH:
+        return _cleanly_applying(tgt, patch_set, detected.version)
+    return selection
+
+
+def _cleanly_applying(tgt: Target, patch_set: PatchSetDef, version: Version) -> Selection:
+    """A build between releases (a nightly, a vLLM git checkout): the series of the newest release
+    at or below its base version whose dry run on the tree applies cleanly (or is applied)."""
+    tried = []
+    for release, _newest in library.newest_first(patch_set, version):
+        patches = release.read_patches(patch_set.roots)
+        series = f"{release.versions} [{release.directory.name}]"
+        if patches and not dry_run(tgt.root, patches).conflicts:
+            said = (
+                f"vLLM {version} is a build between releases: the series {series} is the newest "
+                "that applies cleanly (--vllm-version overrides)"
+            )
+            return library.series_for(patch_set, release, version, said)
+        tried.append(series)
+    raise unsupported(
+        tgt.root,
+        f"no series of the set {patch_set.name!r} applies cleanly to vLLM {version} (a build between "
+        f"releases; tried: {', '.join(tried) or 'none at or below its base version'})",
+        "pass --vllm-version with the release it derives from",
+    )
+
+
+def several(opts: Options) -> bool:
+    """Whether the command works on several sets: no --patch, not one --set, and a library of
+    more than one set (a library of one set works as it always has)."""
+    if opts.adhoc or opts.set_name is not None:
+        return False
+    return len(opts.set_names) > 1 or len(library.load_library(library.locate(opts.library).path)) > 1
 
 
 def _installed_wheel(root: Path) -> Provenance | None:

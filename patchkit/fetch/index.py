@@ -138,13 +138,18 @@ def unread_sources(settings: PipSettings) -> list[str]:
 
 def no_project_error(settings: PipSettings, errors: list[str]) -> FetchError:
     unread = unread_sources(settings)
-    if unread:
-        answers = [e for e in errors if "skipped (not http/https)" not in e]
-        asked = f"no package index had {PROJECT} ({'; '.join(answers)}); pip is also" if answers else "pip is"
+    answers = [e for e in errors if "skipped (not http/https)" not in e]
+    if unread and not answers:  # only sources patchkit does not read: naming an http(s) index helps
         return IndexNotRead(
-            f"{asked} configured with {'; '.join(unread)}, which patchkit does not read (it asks http(s) indexes only)",
+            f"pip is configured with {'; '.join(unread)}, which patchkit does not read (it asks http(s) indexes only)",
             hint="name an http(s) index in PIP_INDEX_URL for this command"
             + (", with PIP_NO_INDEX= (empty)" if settings.no_index else ""),
+        )
+    if unread:  # an http(s) index was asked and failed: that index is what to look at, not the others
+        return FetchError(
+            f"no package index had {PROJECT} ({'; '.join(answers)}); pip is also configured with "
+            f"{'; '.join(unread)}, which patchkit does not read",
+            hint=f"check that index and the network (pip's settings: {settings.source})",
         )
     if settings.no_index:
         return FetchError(

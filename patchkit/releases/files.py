@@ -6,31 +6,63 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from patchkit.base.errors import BadInput, FetchError, NoPatchSet, TargetError
+from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.fsutil import atomic_write
+from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import parse_record
 from patchkit.engine.inspection import upstream_check_paths
 from patchkit.fetch.cache import Damaged, mismatch, read_regular
-from patchkit.series.library import PATCH, UNSUPPORTED, UPSTREAM, PatchSetDef, Selection, load_chosen, select
+from patchkit.series.library import (
+    PATCH,
+    UNSUPPORTED,
+    UPSTREAM,
+    PatchSetDef,
+    Selection,
+    load_chosen,
+    load_library,
+    locate,
+    select,
+)
+from patchkit.store.state import read_state
 from patchkit.tree.version import parse
 
 
 def files_for(version: str, library: str | None = None, set_name: str | None = None) -> list[str]:
     """The files patchkit reads of a release: those its series touches, or for an upstream release
-    those the set's checks read; none for an unsupported one. A library or set that cannot be
-    loaded is the caller's error (BadInput), as it is for every other command."""
-    patch_set = load_chosen(library, set_name)
-    try:
-        selection = select(patch_set, parse(version, "VERSION"))
-    except NoPatchSet:
-        return []
-    return needed_files(patch_set, selection)
+    those the set's checks read; none for an unsupported one. Without a set, those of every set of
+    the library. A library or set that cannot be loaded is the caller's error (BadInput), as it is
+    for every other command."""
+    found: set[str] = set()
+    for patch_set in _sets(library, set_name):
+        try:
+            selection = select(patch_set, parse(version, "VERSION"))
+        except NoPatchSet:
+            continue
+        found.update(needed_files(patch_set, selection))
+    return sorted(found)
 
 
 def not_covered(version: str, library: str | None = None, set_name: str | None = None) -> NoPatchSet | None:
-    """The refusal for a release the set has no series for and does not call upstream (what the
-    set covers is in it), or None when the set covers the release."""
-    patch_set = load_chosen(library, set_name)
+    """The refusal for a release the set (without one: every set of the library) has no series for
+    and does not call upstream (what the set covers is in it), or None when a set covers the release."""
+    refusals = [_refusal(patch_set, version) for patch_set in _sets(library, set_name)]
+    if any(refusal is None for refusal in refusals):
+        return None
+    first = refusals[0]
+    assert first is not None
+    if len(refusals) == 1:
+        return first
+    return NoPatchSet("; ".join(r.message for r in refusals if r is not None), hint=first.hint)
+
+
+def _sets(library: str | None, set_name: str | None) -> list[PatchSetDef]:
+    """The named set, or every set of the library (one: the only one)."""
+    if set_name:
+        return [load_chosen(library, set_name)]
+    return list(load_library(locate(library).path).values())
+
+
+def _refusal(patch_set: PatchSetDef, version: str) -> NoPatchSet | None:
     try:
         selection = select(patch_set, parse(version, "VERSION"))
     except NoPatchSet as exc:
@@ -58,11 +90,14 @@ def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *,
     Each file is read without following a symlink and checked against the tree's RECORD (the cache
     is untrusted input; release_tree re-checked that RECORD). Nothing is written through a symlink
     in dest or over a directory or special file there (BadInput naming it), nor over a file that
-    holds other contents unless `force` (BadInput listing them). The cache itself is never handed
-    out for writing."""
+    holds other contents unless `force` (BadInput listing them). A file the tree's record says
+    patchkit patched from this very stock file is left as it is: `fetch --all` after `apply` adds
+    the rest of the release and keeps the patch. The cache itself is never handed out for writing."""
     files = _verified_files(tree, paths)
     root = Path(dest).resolve()
     differing = _differing_in_dest(root, dest, files)
+    patched = _patched_by_patchkit(root, {rel: files[rel] for rel in differing})
+    differing = [rel for rel in differing if rel not in patched]
     if differing and not force:
         raise BadInput(
             f"{dest} holds {len(differing)} file(s) with other contents: {', '.join(differing[:10])}"
@@ -71,11 +106,32 @@ def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *,
         )
     for rel, data in files.items():
         try:
-            if rel in differing or not (root / rel).exists():
+            if rel in differing or (rel not in patched and not (root / rel).exists()):
                 atomic_write(root / rel, data, mode=0o644)
         except OSError as e:
             raise TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}") from None
     return sorted(files)
+
+
+def _patched_by_patchkit(root: Path, stock: dict[str, bytes]) -> set[str]:
+    """Those of `stock`'s paths whose file in root is what the tree's record says patchkit wrote
+    over exactly that stock file (the first recorded "before" is its hash, the last "after" the
+    file's). A record that cannot be read vouches for nothing."""
+    try:
+        entries = read_state(root).entries
+    except PatchkitError:
+        return set()
+    patched = set()
+    for rel, data in stock.items():
+        chain = [entry.files[rel] for entry in entries if rel in entry.files]
+        if not chain or chain[0]["before"] != sha256(data):
+            continue
+        try:
+            if chain[-1]["after"] == sha256(read_regular(root, rel)):
+                patched.add(rel)
+        except (FileNotFoundError, Damaged):
+            continue
+    return patched
 
 
 def _verified_files(tree: Path, paths: Iterable[str] | None) -> dict[str, bytes]:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from patchkit.series.requirements import Requirement  # imported where a set's contract is read: --patch reads none
 
 MANIFEST = "set.toml"
+LIBRARY_MANIFEST = "library.toml"  # at the root: the order the sets apply in
 SERIES = "series"
 SHA_PREFIX = "sha256:"
 
@@ -278,12 +279,33 @@ def read_toml(path: Path, what: str) -> dict:
 
 
 def load_library(root: Path) -> dict[str, PatchSetDef]:
+    """The library's sets in the order they apply: those its library.toml names, in that order,
+    then the rest by directory name."""
     if not root.is_dir():
         raise BadInput(f"patch library {root} is not a directory")
-    sets = [load_set(d) for d in sorted(root.iterdir()) if (d / MANIFEST).is_file()]
+    sets = {s.name: s for s in (load_set(d) for d in sorted(root.iterdir()) if (d / MANIFEST).is_file())}
     if not sets:
         raise BadInput(f"patch library {root} holds no patch set (no */{MANIFEST})")
-    return {s.name: s for s in sets}
+    declared = declared_order(root, sets)
+    return {name: sets[name] for name in [*declared, *(n for n in sets if n not in declared)]}
+
+
+def declared_order(root: Path, sets: dict[str, PatchSetDef]) -> list[str]:
+    """library.toml's `order`: the set names in the order they apply (none: [])."""
+    path = root / LIBRARY_MANIFEST
+    if not path.is_file():
+        return []
+    order = read_toml(path, "library manifest").get("order", [])
+    problem = None
+    if not isinstance(order, list) or not all(isinstance(name, str) for name in order):
+        problem = "`order` must be an array of set names"
+    elif len(set(order)) != len(order):
+        problem = "`order` names a set twice"
+    elif unknown := [name for name in order if name not in sets]:
+        problem = f"`order` names {', '.join(unknown)}, which the library does not hold (it has: {', '.join(sets)})"
+    if problem:
+        raise BadInput(f"library manifest {path}: {problem}", hint="order = [set names, in the order they apply]")
+    return list(order)
 
 
 def load_chosen(library: str | Path | None, set_name: str | None) -> PatchSetDef:
@@ -299,6 +321,33 @@ def choose_set(sets: dict[str, PatchSetDef], name: str | None) -> PatchSetDef:
     if len(sets) == 1:
         return next(iter(sets.values()))
     raise BadInput(f"the library holds several sets ({', '.join(sets)}); choose one with --set")
+
+
+def refuse_unordered(root: Path, sets: dict[str, PatchSetDef], files: dict[str, set[str]]) -> None:
+    """Two sets that change the same file (`files`: set name -> the paths its series change) must
+    both be named in library.toml's `order`: which one applies first decides what the other's
+    patches meet. Refused otherwise, naming both sets and the file."""
+    declared = declared_order(root, sets)
+    seen: list[str] = []
+    for name in files:
+        for earlier in seen:
+            common = sorted(files[name] & files[earlier])
+            if common and not (name in declared and earlier in declared):
+                raise BadInput(
+                    f"the sets {earlier} and {name} both change {common[0]}, and the library does not "
+                    "declare which applies first",
+                    hint=f"name both, in the order they apply, in {root / LIBRARY_MANIFEST}: "
+                    f'order = ["{earlier}", "{name}"]',
+                )
+        seen.append(name)
+
+
+def choose_sets(sets: dict[str, PatchSetDef], names: tuple[str, ...]) -> list[PatchSetDef]:
+    """The named sets (every set without names), in the library's order."""
+    unknown = [name for name in names if name not in sets]
+    if unknown:
+        raise BadInput(f"no patch set {unknown[0]!r} in the library; it has: {', '.join(sets)}")
+    return [s for name, s in sets.items() if not names or name in names]
 
 
 def select(patch_set: PatchSetDef, version: Version) -> Selection:
@@ -333,6 +382,47 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
     raise NoPatchSet(
         f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}", hint=f"releases covered: {covered}"
     )
+
+
+def between_releases(version: Version) -> bool:
+    """A nightly or a source checkout's build (0.33.1.dev12+gabc1234): its files are a release's
+    plus what came after, so which series fits is for a dry run to say (see newest_first)."""
+    return version.dev is not None
+
+
+def newest_first(patch_set: PatchSetDef, version: Version) -> list[tuple[Release, Version]]:
+    """The set's series that may fit a build between releases, newest first: each with the newest
+    release at or below the build's base version it covers (the base itself when it covers it)."""
+    base = release_version(version)
+    found = [(release, newest) for release in patch_set.releases if (newest := _newest_at_or_below(release, base))]
+    return sorted(found, key=lambda pair: pair[1], reverse=True)
+
+
+def _newest_at_or_below(release: Release, base: Version) -> Version | None:
+    """The newest version `release` covers that is at most `base` (None: it covers none); a bound
+    `<X` stands for the last release before X, ranked just below X."""
+    if release.covers(base):
+        return base
+    uppers = []
+    for clause in release.versions:
+        bound = Version(clause.version.rstrip(".*"))
+        if clause.operator in ("==", "<=", "==="):
+            uppers.append(bound)
+        elif clause.operator == "<":
+            uppers.append(Version(f"{bound.public}.dev0") if bound.dev is None else bound)  # just below X
+    newest = min(uppers, default=None)
+    if newest is None or newest > base:
+        return None
+    lowest = [Version(c.version) for c in release.versions if c.operator in (">=", ">")]
+    return newest if all(low <= newest for low in lowest) else None
+
+
+def series_for(patch_set: PatchSetDef, release: Release, version: Version, note: str) -> Selection:
+    """The selection of one release's series for `version` (a build between releases), with `note`."""
+    patches = release.read_patches(patch_set.roots)
+    if not patches:
+        raise BadInput(f"{release.directory / SERIES} lists no patch")
+    return Selection(patch_set.name, PATCH, version, patches, release, note, patch_set)
 
 
 def _judged_as(version: Version) -> str | None:

@@ -68,14 +68,6 @@ if TYPE_CHECKING:  # imported where used: the big members are being copied by th
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
-_PYTHON_LIB_DIR = re.compile(r"python[0-9.]*t?|Lib", re.IGNORECASE)  # lib/python3.12, lib/python3.13t, Windows' Lib
-# <prefix>/lib/python312.zip (Windows: <prefix>/python312.zip) is on sys.path ahead of site-packages
-_PYTHON_ZIP = re.compile(r"python[0-9]+t?\.zip", re.IGNORECASE)
-_WINDOWS_PATH_DIRS = ("DLLs",)  # <prefix>\DLLs, on sys.path on Windows (as <prefix> itself)
-# site imports them from sys.path at every start of Python, as it runs .pth files
-_STARTUP_MODULES = ("sitecustomize", "usercustomize")
-_SCRIPT_DIRS = ("bin", "Scripts")  # data's <prefix>/bin is the scripts directory (Windows: Scripts)
-_SITE_PACKAGES = re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$")
 OUT_HINT = "give --out a directory you can write to (it is created if missing), such as ./dist"
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
 _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error, lzma.LZMAError)
@@ -128,11 +120,6 @@ class StockWheel:
 
     def member(self, name: str) -> rawzip.Member | None:
         return self.by_name.get(name)
-
-    @property
-    def data_dir(self) -> str:
-        """The wheel's .data directory (scripts, headers...), named as its dist-info is."""
-        return self.dist_info[: -len(".dist-info")] + ".data"
 
     def read(self, name: str, limit: int) -> bytes:
         member = self.member(name)
@@ -191,7 +178,7 @@ def build_patched_wheel(
         added = labels.normalized_label(label or labels.default_label(resolved.set_name))
         version = labels.labelled_version(wheel.version, added)
         copied = {e.source.name for e in early if e.source is not None}
-        untouched = _untouched(wheel, resolved, str(version), stock_record, copied)
+        untouched = _untouched(wheel, resolved, stock_record, copied)
         say("copying the unchanged members; planning and checking the series on the wheel's files")
         copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
         checked = _plan_and_check(wheel, scratch, resolved, chosen, stock_record)
@@ -554,139 +541,25 @@ def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> It
 
 def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[str, str]:
     """Each file's path in site-packages (folded as a case-insensitive system sees it) to the member
-    that installs there. BadInput when two members would: an installer writes both, and the one it
-    writes last (a stock copy under .data, say) is the file that stays; and when a .data member
-    would install into a dist-info directory (a second one, or the one the label names)."""
-    data_dir = dist_info[: -len(".dist-info")] + ".data"
-    paths: dict[str, str] = {}
+    that installs there (rawzip.members refused two of one folded name). BadInput for a member
+    outside vllm/ and the dist-info."""
     for member in members:
-        top = member.name.split("/", 1)[0]
-        if top != data_dir and _is_data_dir(top):
-            raise BadInput(
-                f"{label}: member {rawzip.shown(member.name)} lies in {top}/, not the wheel's {data_dir}/: pip installs "
-                "every top-level *.data directory as one, other installers as plain files; refusing the wheel"
-            )
-        path = None if member.is_dir else installed_path(member.name, data_dir)
-        if path is None:
-            continue
-        if member.name != path and path.split("/", 1)[0].lower().endswith(".dist-info"):
-            raise BadInput(
-                f"{label}: member {rawzip.shown(member.name)} installs into a .dist-info directory; refusing the wheel"
-            )
-        other = paths.setdefault(rawzip.folded(path), member.name)
-        if other != member.name:
-            raise BadInput(
-                f"{label}: members {rawzip.shown(other)} and {rawzip.shown(member.name)} install to the same file {rawzip.shown(path)}; refusing the wheel"
-            )
-    for member in members:  # after the clashes, which say more when a member is both
-        if not member.is_dir:
-            _refuse_vllm_from_data(member.name, data_dir, label)
-            _refuse_startup_module(member.name, data_dir, label)
-    _refuse_path_files(paths, label)
-    return paths
+        _refuse_outside(member.name, dist_info, label)
+    return {rawzip.folded(m.name): m.name for m in members if not m.is_dir}
 
 
-def _refuse_path_files(paths: dict[str, str], label: str) -> None:
-    """BadInput for a member that installs a .pth file into site-packages: site runs its `import`
-    lines at every start of Python and adds its directories to sys.path, which can import another
-    vllm than the patched one (vLLM's wheels ship none)."""
-    for folded, name in paths.items():
-        if "/" not in folded and folded.endswith(".pth"):
-            raise BadInput(
-                f"{label}: member {rawzip.shown(name)} installs a .pth file into site-packages, which Python "
-                "runs at every start and which can import another vllm than the patched one; refusing the wheel"
-            )
-
-
-def _refuse_startup_module(name: str, data_dir: str, label: str) -> None:
-    """BadInput for a member that installs sitecustomize or usercustomize where Python may import
-    it: site runs it at every start, as a .pth file, and it can put another vllm first."""
-    if name.startswith(f"{data_dir}/"):
-        scheme, _, path = name[len(data_dir) + 1 :].partition("/")
-        parts = _importable_parts(scheme, path)
-    else:
-        parts = name.split("/")[:1]  # the root installs into site-packages
-    if any(_module_name(part) in _STARTUP_MODULES for part in parts):
-        raise BadInput(
-            f"{label}: member {rawzip.shown(name)} installs a module Python runs at every start "
-            "(sitecustomize or usercustomize), which can import another vllm than the patched one; "
-            "refusing the wheel",
-            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
-        )
-
-
-def _refuse_path_zip(name: str, data_dir: str, label: str) -> None:
-    """BadInput for a .data/data member that installs <prefix>/lib/pythonXY.zip: that path is on
-    sys.path ahead of site-packages in a prefix install (pyenv, conda, python images), and any
-    vllm/ inside it is imported instead of the patched one."""
-    if not name.startswith(f"{data_dir}/data/"):
+def _refuse_outside(name: str, dist_info: str, label: str) -> None:
+    """BadInput for a member outside vllm/ and the dist-info. vLLM's wheels hold nothing else (no
+    .data, no other top level: 0.9.2 to 0.34.0 checked); anything else installs where it can run
+    first (.pth, sitecustomize, a stdlib module, bin/python, a dependency) and put another vllm first."""
+    top, slash, _rest = name.partition("/")
+    if slash and top in ("vllm", dist_info):
         return
-    if _PYTHON_ZIP.fullmatch(name.rsplit("/", 1)[-1]):
-        raise BadInput(
-            f"{label}: member {rawzip.shown(name)} installs a zip archive that Python puts on sys.path "
-            "ahead of site-packages, where it can import another vllm than the patched one; refusing the wheel",
-            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
-        )
-
-
-def _module_name(part: str) -> str:
-    """The module a path part names, folded (vllm.py, vllm.cpython-312-x86_64-linux-gnu.so, vllm/)."""
-    return part.split(".", 1)[0].lower()
-
-
-def _refuse_vllm_from_data(name: str, data_dir: str, label: str) -> None:
-    """BadInput for a .data member that installs a `vllm` module or package where Python may import
-    it instead of the patched vllm/ of the wheel's root: purelib and platlib (site-packages, or
-    another directory on sys.path under a distribution's scheme), a python directory of data's
-    prefix (lib/pythonX.Y, its site- or dist-packages: on sys.path on system and prefix installs),
-    scripts and data's bin/ (sys.path[0] when the `vllm` script runs)."""
-    if not name.startswith(f"{data_dir}/"):
-        return
-    _refuse_path_zip(name, data_dir, label)
-    scheme, _, path = name[len(data_dir) + 1 :].partition("/")
-    if any(_module_name(part) == "vllm" for part in _importable_parts(scheme, path)):
-        raise BadInput(
-            f"{label}: member {rawzip.shown(name)} installs a vllm module from the wheel's .data, where "
-            "Python can import it instead of the patched vllm/ package; refusing the wheel",
-            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
-        )
-
-
-def _importable_parts(scheme: str, path: str) -> list[str]:
-    """The parts of a .data member's path that may name a top-level module once installed."""
-    parts = path.split("/")
-    if scheme in ("purelib", "platlib", "scripts"):
-        return parts[:1]
-    if scheme != "data":  # headers: include/, never on sys.path
-        return []
-    if parts[0] in _SCRIPT_DIRS or parts[0] in _WINDOWS_PATH_DIRS:
-        return parts[1:2]
-    # a directory named like the zip is imported from as any directory on sys.path
-    python_dir = next(
-        (i for i, part in enumerate(parts) if _PYTHON_LIB_DIR.fullmatch(part) or _PYTHON_ZIP.fullmatch(part)), None
+    raise BadInput(
+        f"{label}: member {rawzip.shown(name)} lies outside vllm/ and {dist_info}/, where vLLM's wheels "
+        "hold nothing; refusing the wheel",
+        hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
     )
-    # Windows puts <prefix> itself on sys.path: data's top level is importable there
-    return parts[:1] if python_dir is None else parts[:1] + parts[python_dir + 1 :]
-
-
-def _is_data_dir(top: str) -> bool:
-    """pip's rule (is_data_scheme_path in its wheel installer): any top-level name ending in .data."""
-    return top.endswith(".data")
-
-
-def installed_path(name: str, data_dir: str) -> str | None:
-    """Where a member lands relative to site-packages: the root's and .data/purelib's and
-    .data/platlib's (one directory in a venv), .data/data's below a site-packages directory of the
-    prefix; None for what goes elsewhere (scripts, headers, other data)."""
-    if not name.startswith(f"{data_dir}/"):
-        return name
-    scheme, _, path = name[len(data_dir) + 1 :].partition("/")
-    if scheme in ("purelib", "platlib"):
-        return path
-    if scheme == "data":
-        found = _SITE_PACKAGES.search(path)
-        return found.group(1) if found else None
-    return None
 
 
 def nothing_to_patch(selection: Selection) -> NoPatchSet:
@@ -803,7 +676,7 @@ def _refuse_shadowed(wheel: StockWheel, patches: list[Patch]) -> None:
     name, an extension module beside it) leaves the patch dead once installed: refused."""
     children: dict[str, set[str]] = {}
     for member in wheel.members:
-        path = None if member.is_dir else installed_path(member.name, wheel.data_dir)
+        path = None if member.is_dir else member.name
         parent, _, name = (path or "").rpartition("/")
         while name:  # each directory on the way holds the next one
             children.setdefault(parent, set()).add(name)
@@ -935,7 +808,7 @@ def _compiled(wheel: StockWheel, sources: set[str]) -> set[str]:
     wanted = {rawzip.folded(s) for s in sources if s.endswith(".py")}
     found = set()
     for member in wheel.members:
-        path = None if member.is_dir else installed_path(member.name, wheel.data_dir)
+        path = None if member.is_dir else member.name
         source = _source_of_pyc(path) if path else None
         if source is not None and rawzip.folded(source) in wanted:
             found.add(member.name)
@@ -958,8 +831,8 @@ def _source_of_pyc(path: str) -> str | None:
 
 def _never_patched(wheel: StockWheel, stock_record: dict[str, tuple[str, str]]) -> list[rawzip.Entry]:
     """The members no series can touch, known before the series is: those beyond LARGEST_PARSED
-    (a series that names one is refused), outside the dist-info and .data (renamed with the label)."""
-    special = (f"{wheel.dist_info}/", f"{wheel.data_dir}/")
+    (a series that names one is refused), outside the dist-info (renamed with the label)."""
+    special = f"{wheel.dist_info}/"
     return [
         _raw(wheel, m, m.name, stock_record)
         for m in wheel.members
@@ -968,16 +841,12 @@ def _never_patched(wheel: StockWheel, stock_record: dict[str, tuple[str, str]]) 
 
 
 def _untouched(
-    wheel: StockWheel, resolved: Resolved, version: str, stock_record: dict[str, tuple[str, str]], copied: set[str]
+    wheel: StockWheel, resolved: Resolved, stock_record: dict[str, tuple[str, str]], copied: set[str]
 ) -> list[rawzip.Entry]:
     """Every other member no patch touches (not `copied` already), outside the dist-info, in the
     stock order: copied raw."""
     skipped = _touched(wheel, resolved) | copied
-    return [
-        _raw(wheel, m, _data_renamed(wheel, m.name, version), stock_record)
-        for m in wheel.members
-        if m.name not in skipped
-    ]
+    return [_raw(wheel, m, m.name, stock_record) for m in wheel.members if m.name not in skipped]
 
 
 def _entries(
@@ -1027,20 +896,13 @@ def _entries(
 
 
 def _creatable(wheel: StockWheel, path: str) -> str:
-    """A file the series creates, unless a member (under .data) installs there already."""
+    """A file the series creates, unless a member (in another case) installs there already."""
     other = wheel.installs.get(rawzip.folded(path))
     if other is not None:
         raise BadInput(
             f"{wheel.label}: the series creates {path}, and member {rawzip.shown(other)} installs there; refusing the wheel"
         )
     return path
-
-
-def _data_renamed(wheel: StockWheel, name: str, version: str) -> str:
-    """A member of the .data directory under the new version's name (installers find it by name)."""
-    if name.startswith(f"{wheel.data_dir}/"):
-        return f"vllm-{version}.data" + name[len(wheel.data_dir) :]
-    return name
 
 
 def _dist_info_entry(

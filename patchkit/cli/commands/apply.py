@@ -4,19 +4,29 @@ from typing import TYPE_CHECKING
 
 import click
 
-from patchkit.base.enums import Outcome
+from patchkit.base.enums import Outcome, SelectionKind
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
-from patchkit.cli.ui import UI, plan_json
+from patchkit.cli.ui import UI, plan_json, resolved_json, target_json
 from patchkit.engine.operations import ApplyResult, apply_series
-from patchkit.engine.resolve import require_patches
+from patchkit.engine.resolve import require_patches, resolve_target, several
+from patchkit.engine.several import (
+    NOT_TRIED,
+    Chosen,
+    SetApplied,
+    SetsApplied,
+    apply_sets,
+    require_order,
+    resolve_sets,
+    why_not,
+)
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
 
 
 @click.command()
-@target_options
+@target_options(sets_repeatable=True)
 @format_option
 @dry_run_option("Show per file and hunk where each change lands; write nothing.")
 @no_import_option("Do not import the patched modules after writing (probe check).")
@@ -37,9 +47,14 @@ def command(
     no_import: bool,
     force: bool,
     guard_choice: bool | None,
-) -> ApplyResult:
-    """Apply the patch series for the target's vLLM: all files or none, verified, recorded."""
+) -> ApplyResult | SetsApplied:
+    """Apply the patch series for the target's vLLM: all files or none, verified, recorded.
+
+    Without --set, every set of the library that covers the version, in the library's order (each
+    its own transaction and record: a failure keeps the sets before it, tries none after it)."""
     ui = make_ui(fmt, quiet, verbose)
+    if several(opts):
+        return _apply_sets(ui, opts, dry_run=dry_run, force=force, no_import=no_import, guard_choice=guard_choice)
     resolved = resolve_telling(ui, opts)
     require_patches(resolved)
     if not ui.json_mode:
@@ -56,6 +71,67 @@ def command(
     )
     _finish(ui, result)
     return result
+
+
+def _apply_sets(
+    ui: UI, opts: Options, *, dry_run: bool, force: bool, no_import: bool, guard_choice: bool | None
+) -> SetsApplied:
+    """apply of every covering set (or those --set names): each shown as a single apply is, under its header."""
+    target = resolve_target(opts)
+    ui.knows(target_json(target))
+    chosen = resolve_sets(opts, target)
+    require_order(opts, chosen)
+    if not ui.json_mode:
+        for each in chosen:
+            if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
+                ui.note(why_not(each))
+
+    def watch_for(each: Chosen) -> Shown:
+        assert each.resolved is not None
+        if not ui.json_mode:
+            ui.header(each.resolved)
+        return Shown(ui, dry_run=dry_run)
+
+    result = apply_sets(
+        chosen,
+        watch_for=watch_for,
+        dry_run=dry_run,
+        force=force,
+        import_probe=not no_import,
+        guard=guard_choice is not False,
+        guard_choice=guard_choice,
+    )
+    _finish_sets(ui, result)
+    return result
+
+
+def _finish_sets(ui: UI, result: SetsApplied) -> None:
+    """A line per set, then the overall one; or the JSON document, a part per set."""
+    if ui.json_mode:
+        ui.json({"result": result.outcome, "sets": [_set_json(each) for each in result.sets]})
+        return
+    for each in result.sets:
+        if each.result is not None and each.result.error is None:
+            ui.line(each.result.message)
+    if result.error is None:
+        ui.line(result.message, style="green")
+
+
+def _set_json(each: SetApplied) -> dict:
+    found = resolved_json(each.chosen.resolved) if each.chosen.resolved is not None else {"set": each.chosen.name}
+    part: dict = {**found, "result": each.state}
+    if each.result is not None:
+        part |= _result_json(each.result)
+    elif each.chosen.resolved is None or each.skipped != NOT_TRIED:
+        part["note"] = why_not(each.chosen)
+    return part
+
+
+def _result_json(result: ApplyResult) -> dict:
+    plan = {"plan": plan_json(result.plan)} if result.plan is not None else {}
+    checks = {"checks": [r.to_json() for r in result.checks]} if result.checks is not None else {}
+    error = {"error": result.error.message} if result.error is not None else {}
+    return {**plan, **checks, **error}
 
 
 def _finish(ui: UI, result: ApplyResult) -> None:

@@ -12,7 +12,7 @@ from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, patches
 from patchkit.cli.commands.options import quiet as quiet_option
 from patchkit.cli.ui.matrix import from_library
-from patchkit.series.library import PatchSetDef, load_library, locate
+from patchkit.series.library import PatchSetDef, load_library, locate, refuse_unordered
 from patchkit.series.patchfile import read_patch
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
     ui.knows({"library": where.to_json()})
     sets = load_library(where.path)
     data = [_describe(s) for s in sets.values()]
+    refuse_unordered(where.path, sets, {s["name"]: _files_changed(s) for s in data})
     damaged = any(p["state"] == LibraryPatchState.DAMAGED for s in data for r in s["releases"] for p in r["patches"])
     finished = Finished(Outcome.CHECK_FAILED if damaged else Outcome.OK)
     if ui.json_mode:
@@ -48,6 +49,11 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
         state_column=1 if len(matrix.sets) == 1 else None,
     )
     return finished
+
+
+def _files_changed(described: dict) -> set[str]:
+    """Every path a set's series change, in any release."""
+    return {path for r in described["releases"] for p in r["patches"] for path in p["files"]}
 
 
 def _verify_all(library: str | None) -> str:

@@ -44,7 +44,9 @@ patch = click.option(
     multiple=True,
     help="Ad-hoc unified diff instead of the library's series (repeatable).",
 )
-set_name = click.option("--set", "set_name", metavar="NAME", help="Patch set in the library (default: the only one).")
+SET_HELP = "Patch set in the library (default: every set that covers the vLLM version)."
+set_name = click.option("--set", "set_name", metavar="NAME", help=SET_HELP)
+set_names = click.option("--set", "set_name", metavar="NAME", multiple=True, help=SET_HELP)  # apply: repeatable
 quiet = click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
 verbose = click.option("-v", "--verbose", count=True, help="More detail.")
 
@@ -70,13 +72,23 @@ output_options = compose(quiet, verbose)
 
 @overload
 def target_options(
-    func: Command, *, version_help: str = ..., versions_repeatable: bool = ..., without: Collection[str] = ...
+    func: Command,
+    *,
+    version_help: str = ...,
+    versions_repeatable: bool = ...,
+    sets_repeatable: bool = ...,
+    without: Collection[str] = ...,
 ) -> Command: ...
 
 
 @overload
 def target_options(
-    func: None = None, *, version_help: str = ..., versions_repeatable: bool = ..., without: Collection[str] = ...
+    func: None = None,
+    *,
+    version_help: str = ...,
+    versions_repeatable: bool = ...,
+    sets_repeatable: bool = ...,
+    without: Collection[str] = ...,
 ) -> Callable[[Command], Command]: ...
 
 
@@ -85,18 +97,24 @@ def target_options(
     *,
     version_help: str = VERSION_HELP,
     versions_repeatable: bool = False,
+    sets_repeatable: bool = False,
     without: Collection[str] = (),
 ) -> Command | Callable[[Command], Command]:
     """--target/--python/--vllm-version/--patches/--patch/--set and -q/-v, on every target command;
     the command gets them as `opts` (an Options), `quiet` and `verbose`.
 
     versions_repeatable: --vllm-version may be given several times (verify: several releases).
+    sets_repeatable: --set may be given several times (apply: several sets; one is also `set_name`).
     without: the options the command would ignore, by parameter name (target_dir, python,
     vllm_version, library, adhoc, set_name, quiet, verbose): not offered (the command sees None,
     or False or 0)."""
     if func is None:
         return functools.partial(
-            target_options, version_help=version_help, versions_repeatable=versions_repeatable, without=without
+            target_options,
+            version_help=version_help,
+            versions_repeatable=versions_repeatable,
+            sets_repeatable=sets_repeatable,
+            without=without,
         )
     offered = {
         "target_dir": target,
@@ -104,7 +122,7 @@ def target_options(
         "vllm_version": vllm_version(multiple=versions_repeatable, help=version_help),
         "library": patches,
         "adhoc": patch,
-        "set_name": set_name,
+        "set_name": set_names if sets_repeatable else set_name,
         "quiet": quiet,
         "verbose": verbose,
     }
@@ -118,15 +136,17 @@ def target_options(
         vllm_version: str | tuple[str, ...] | None = None,  # with versions_repeatable, a tuple
         library: str | None = None,
         adhoc: Iterable[str] = (),
-        set_name: str | None = None,
+        set_name: str | tuple[str, ...] | None = None,  # with sets_repeatable, a tuple
         quiet: bool = False,
         verbose: int = 0,
         **kwargs: Any,
     ) -> Any:
+        names = tuple(dict.fromkeys(set_name)) if isinstance(set_name, tuple) else ()  # each once, as given
+        one = (names[0] if len(names) == 1 else None) if isinstance(set_name, tuple) else set_name
         if isinstance(vllm_version, tuple):
-            opts = Options.given(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
+            opts = Options.given(target_dir, python, vllm_version, library, tuple(adhoc), one, names)
         else:
-            opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), set_name)
+            opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), one, set_names=names)
         with hints.selected(opts):  # every hint names commands with the user's selection
             return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
 

@@ -8,7 +8,6 @@ from patchkit.base import hints
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
 from patchkit.cli.ui import UI, Failure, JUnitCase, junit, write_junit
-from patchkit.engine.transaction import consistent_read
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS
 from patchkit.launch.preflight import (
@@ -75,6 +74,9 @@ def _preflight(
         if status is not None:
             result = preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
     if result is None:
+        # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
+        from patchkit.engine.transaction import consistent_read
+
         with consistent_read(resolved.target.root) as recovered:
             if recovered:
                 ui.warn(recovered)

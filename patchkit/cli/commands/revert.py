@@ -8,7 +8,8 @@ from patchkit.base.enums import Outcome
 from patchkit.cli.commands import Shown, make_ui
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, target_options
 from patchkit.cli.ui import UI, resolved_json, target_json
-from patchkit.engine.operations import RevertResult, resolve_for_revert, revert_series
+from patchkit.engine.operations import RevertResult, nothing_to_undo, resolve_for_revert, revert_series
+from patchkit.engine.resolve import several
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -30,6 +31,10 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
     ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))
     if resolved is not None and not ui.json_mode:
         ui.header(resolved)
+    if resolved is None and several(opts) and nothing_to_undo(target.root):
+        result = RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree records no apply of any set")
+        _finish(ui, result)
+        return result
     chosen = opts.set_name or opts.adhoc  # one set; without either, every set the tree records
     only = resolved.set_name if resolved is not None and chosen else opts.set_name
     result = revert_series(target, resolved, only, force=force, dry_run=dry_run, watch=Shown(ui))

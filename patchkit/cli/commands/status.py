@@ -4,13 +4,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from patchkit.base.enums import TreeState
+from patchkit.base.enums import Outcome, TreeState
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
-from patchkit.cli.ui import status_json
+from patchkit.cli.ui import UI, status_json, target_json
 from patchkit.cli.ui.reports import status_verdict
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
+from patchkit.engine.resolve import resolve_target, several
+from patchkit.engine.several import NOT_COVERED, SetsStatus, resolve_sets, status_sets, why_not
 from patchkit.engine.transaction import consistent_read
 from patchkit.series.library import locate
 
@@ -21,14 +23,17 @@ if TYPE_CHECKING:
 @click.command()
 @target_options
 @format_option
-def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.TreeStatus:
+def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.TreeStatus | SetsStatus:
     """Where vLLM is, its version, the patch set chosen and each patch's state.
 
     Overall state: applied, not-applied, partial, upstream or unsupported. On an upstream release the
     set's static checks run on the stock files (vLLM is not imported; `verify` also import-probes);
-    a failure there is an upstream regression (exit 1).
+    a failure there is an upstream regression (exit 1). A library of several sets: each set that
+    covers the version, then one overall state (applied when every set is; exit code from the worst).
     """
     ui = make_ui(fmt, quiet, verbose)
+    if several(opts):
+        return _status_of_sets(ui, opts)
     resolved = resolve_telling(ui, opts)
     where = None if opts.adhoc else locate(opts.library)  # --patch FILE: no library
     with consistent_read(resolved.target.root) as recovered:
@@ -50,3 +55,34 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
         verdict, good = status_verdict(status)
         ui.verdict(verdict, ok=good)
     return status
+
+
+def _status_of_sets(ui: UI, opts: Options) -> SetsStatus:
+    """Each covering set's status as `status --set` shows it, then the overall state."""
+    target = resolve_target(opts)
+    ui.knows(target_json(target))
+    chosen = resolve_sets(opts, target)
+    where = locate(opts.library)
+    found, recovered = status_sets(chosen)
+    if recovered:
+        ui.warn(recovered)
+    if ui.json_mode:
+        sets = [status_json(c.resolved, s) for c, s in zip(found.chosen, found.statuses, strict=True) if c.resolved]
+        others = [
+            {"set": c.name, "state": c.kind or NOT_COVERED, "note": why_not(c)} for c in chosen if c not in found.chosen
+        ]
+        ui.json({"state": found.state, "library": where.to_json(), "sets": sets, "other_sets": others})
+        return found
+    for index, (each, status) in enumerate(zip(found.chosen, found.statuses, strict=True)):
+        assert each.resolved is not None
+        ui.status(each.resolved, status, where if index == 0 else None)
+        ui.verdict(status_verdict(status)[0], ok=status.outcome == Outcome.OK)
+    for each in chosen:
+        if each not in found.chosen:
+            ui.note(why_not(each))
+    applied, judged = found.applied(), len(found.chosen)
+    said = f"status: {found.state}: {len(applied)} of {judged} set(s) applied" + (
+        f" ({', '.join(applied)})" if applied else ""
+    )
+    ui.verdict(said if found.outcome == Outcome.OK else f"{said}; FAILED", ok=found.outcome == Outcome.OK)
+    return found

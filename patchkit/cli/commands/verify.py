@@ -6,14 +6,17 @@ from typing import TYPE_CHECKING
 import click
 
 from patchkit import fetch
-from patchkit.base.errors import BadInput, Finished
+from patchkit.base.enums import Outcome
+from patchkit.base.errors import BadInput, Finished, NoPatchSet
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
-from patchkit.cli.ui import releases_junit, reports, write_junit
-from patchkit.cli.ui.matrix import from_releases, write_markdown
+from patchkit.cli.ui import UI, releases_junit, reports, sets_releases_junit, target_json, write_junit
+from patchkit.cli.ui.matrix import Matrix, from_releases, release_cell, write_markdown
 from patchkit.engine.operations import VerifyResult, verify_tree
-from patchkit.engine.resolve import require_patches
+from patchkit.engine.resolve import require_patches, resolve_target, several
+from patchkit.engine.several import SetsVerified, resolve_sets, verify_sets, why_not
 from patchkit.releases import check as release_check
+from patchkit.series.library import load_library, locate
 from patchkit.tree.version import parse
 
 if TYPE_CHECKING:
@@ -53,7 +56,7 @@ def command(
     latest: bool,
     no_import: bool,
     no_result_cache: bool,
-) -> Finished | VerifyResult:
+) -> Finished | VerifyResult | SetsVerified:
     """Run the checks on the patched files: as they are, or as `apply` would leave them.
 
     Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise. On an
@@ -78,7 +81,8 @@ def command(
             )
         if opts.adhoc:
             raise BadInput("--patch cannot be verified against releases; the library's series are")
-        return _verify_releases(
+        verify_releases = _verify_releases_of_sets if several(opts) else _verify_releases
+        return verify_releases(
             replace(opts, vllm_version=None, vllm_versions=()),
             named,
             every,
@@ -133,8 +137,71 @@ def _verify_releases(
     return Finished(release_check.overall_outcome(results))
 
 
-def _verify_target(opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True) -> VerifyResult:
+def _verify_releases_of_sets(
+    opts: Options,
+    named: tuple[str, ...],
+    every: bool,
+    latest: bool,
+    fmt: str,
+    quiet: bool,
+    verbose: int,
+    *,
+    use_cache: bool,
+) -> Finished:
+    """verify of releases for every set of the library, one after the other: a report per set
+    (text, JSON), one document for all (JUnit: "SET: vllm X"; markdown: a column per set)."""
+    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt in ("junit", "markdown"), verbose)
+    names = list(load_library(locate(opts.library).path))
+    by_set: dict[str, list[release_check.ReleaseResult]] = {}
+    versions_named = [parse(v, "--vllm-version") for v in named]
+    with fetch.reuse_index_pages():
+        for name in names:
+            chosen = replace(opts, set_name=name)
+            patch_set = release_check.load_patch_set(chosen)
+            try:
+                versions, requested = release_check.releases_to_verify(
+                    patch_set, versions_named, every=every, latest=latest
+                )
+            except NoPatchSet as exc:  # a set no release on the index is in: said, not an error
+                ui.note(exc.message)
+                continue
+            with ui.progress(len(versions), f"{name}: verifying {len(versions)} release(s)") as advance:
+                by_set[name] = release_check.verify_releases(versions, requested, chosen, advance, use_cache=use_cache)
+    if fmt == "json":
+        ui.json({"sets": [{"set": n, "releases": [r.to_json(n) for r in rs]} for n, rs in by_set.items()]})
+    elif fmt == "junit":
+        write_junit(sets_releases_junit(by_set, "patchkit"))
+    elif fmt == "markdown":
+        write_markdown(_matrix_of_sets(by_set))
+    else:
+        for name, results in by_set.items():
+            ui.line(f"set      {name}", style="bold")
+            reports.verdict_of_releases(ui, results)
+    return Finished(_worst(list(by_set.values())))
+
+
+def _matrix_of_sets(by_set: dict[str, list[release_check.ReleaseResult]]) -> Matrix:
+    matrix = Matrix(list(by_set))
+    for name, results in by_set.items():
+        for r in results:
+            matrix.put(str(r.version), name, release_cell(r))
+    return matrix
+
+
+def _worst(per_set: list[list[release_check.ReleaseResult]]) -> Outcome:
+    """Failed if any set's release failed; unsupported only when every set's run says so."""
+    outcomes = [release_check.overall_outcome(results) for results in per_set]
+    if Outcome.CHECK_FAILED in outcomes:
+        return Outcome.CHECK_FAILED
+    return Outcome.UNSUPPORTED if outcomes and set(outcomes) == {Outcome.UNSUPPORTED} else Outcome.OK
+
+
+def _verify_target(
+    opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True
+) -> VerifyResult | SetsVerified:
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
+    if several(opts):
+        return _verify_sets(ui, opts, fmt, import_probe=import_probe)
     resolved = resolve_telling(ui, opts)
     require_patches(resolved)
     verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
@@ -144,4 +211,29 @@ def _verify_target(opts: Options, fmt: str, quiet: bool, verbose: int, *, import
         reports.verified_target_json(ui, resolved, verified)
     else:
         reports.verified_target_text(ui, resolved, verified)
+    return verified
+
+
+def _verify_sets(ui: UI, opts: Options, fmt: str, *, import_probe: bool) -> SetsVerified:
+    """verify of every covering set on a target: each reported as `verify --set` reports it, then
+    one verdict (ok only when every set is)."""
+    target = resolve_target(opts)
+    ui.knows(target_json(target))
+    chosen = resolve_sets(opts, target)
+    verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui))
+    pairs = [(c.resolved, r) for c, r in zip(verified.chosen, verified.results, strict=True) if c.resolved is not None]
+    if fmt == "junit":
+        for resolved, result in pairs:
+            reports.verified_target_junit(resolved, result)
+    elif ui.json_mode:
+        ui.json({"ok": verified.ok, "sets": [reports.verified_target_document(r, v) for r, v in pairs]})
+    else:
+        for resolved, result in pairs:
+            reports.verified_target_text(ui, resolved, result)
+        for each in chosen:
+            if each not in verified.chosen:
+                ui.note(why_not(each))
+        failed = [c.name for c, r in zip(verified.chosen, verified.results, strict=True) if not r.ok]
+        said = f"{len(verified.results)} set(s) judged"
+        ui.verdict(f"verify: FAILED: {', '.join(failed)} ({said})" if failed else f"verify: ok ({said})", ok=not failed)
     return verified

@@ -16,6 +16,8 @@ from patchkit.fetch.index import normalize_version
 from patchkit.series.library import UNSUPPORTED, UPSTREAM, load_chosen, select
 from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
 
+_DOWNLOAD_DIR = "vllm-stock"  # where the pip-download hint has pip put the stock wheel
+
 
 @click.command()
 @click.argument("source", metavar="VERSION|WHEEL_FILE")
@@ -55,13 +57,32 @@ def command(
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
     with hints.selected(chosen):  # a hint to verify the installed wheel names the same library and set
-        return _build(source, out_dir, local_label, platform, chosen, ui, quiet=quiet)
+        shape = _shaping_options(out_dir, local_label, fmt)
+        return _build(source, out_dir, local_label, platform, chosen, ui, quiet=quiet, shape=shape)
+
+
+def _shaping_options(out_dir: str, local_label: str | None, fmt: str) -> list[str]:
+    """The options that shape the artifact and its report, as given: a hint to build it another
+    way carries them, so the wheel it gives is the one asked for (its name, its version, where)."""
+    words = [] if out_dir == "." else ["--out", out_dir]
+    words += ["--local-label", local_label] if local_label is not None else []
+    return words + (["--format", fmt] if fmt != "text" else [])
 
 
 def _build(
-    source: str, out_dir: str, local_label: str | None, platform: str | None, chosen: Options, ui: UI, *, quiet: bool
+    source: str,
+    out_dir: str,
+    local_label: str | None,
+    platform: str | None,
+    chosen: Options,
+    ui: UI,
+    *,
+    quiet: bool,
+    shape: list[str],
 ) -> WheelResult:
-    stock, checked = _stock_wheel(source, platform, chosen, ui)  # before the activity line: a download shows its bar
+    stock, checked = _stock_wheel(
+        source, platform, chosen, ui, shape
+    )  # before the activity line: a download shows its bar
     ui.knows({"stock_wheel": str(stock)})
     with ui.activity("building the patched wheel") as say:
         result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say, expect_identity=checked)
@@ -80,7 +101,9 @@ def _build(
     return result
 
 
-def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> tuple[Path, tuple[int, ...] | None]:
+def _stock_wheel(
+    source: str, platform: str | None, chosen: Options, ui: UI, shape: list[str]
+) -> tuple[Path, tuple[int, ...] | None]:
     """SOURCE: a wheel file, or a version whose stock wheel is downloaded into the cache (with the
     identity of the cached file that was checked), once the library has a series for it."""
     path = Path(source)
@@ -101,16 +124,22 @@ def _stock_wheel(source: str, platform: str | None, chosen: Options, ui: UI) -> 
         with ui.transfer(f"vllm {source}") as on_bytes:
             return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
     except IndexNotRead as exc:
-        raise IndexNotRead(exc.message, hint=_download_it_with_pip(source, platform, chosen)) from None
+        raise IndexNotRead(exc.message, hint=_download_it_with_pip(source, platform, chosen, shape)) from None
 
 
-def _download_it_with_pip(version: str, platform: str | None, chosen: Options) -> str:
+def _download_it_with_pip(version: str, platform: str | None, chosen: Options, shape: list[str]) -> str:
     """What works where pip's source is one patchkit does not read: pip downloads the wheel, and
-    `patchkit wheel FILE` builds from it (with the same selection)."""
-    pip = ["pip", "download", f"vllm=={normalize_version(version)}", "--no-deps", "-d", "DIR"]
+    `patchkit wheel FILE` builds from it (the same selection and shaping options). Both commands
+    run as printed: a real directory, a glob left unquoted, `python3 -m pip` (a pipx install puts no
+    pip on PATH)."""
+    release = normalize_version(version)
+    pip = ["python3", "-m", "pip", "download", f"vllm=={release}", "--no-deps", "-d", _DOWNLOAD_DIR]
     if platform:
         pip += ["--platform", platform, "--only-binary=:all:"]
-    return f"run `{shlex.join(pip)}`, then {hints.command('wheel', 'DIR/FILE.whl', chosen=chosen)}"
+    build = hints.command("wheel", chosen=chosen)[:-1]  # the selection; the file and options after it
+    wheel_glob = f"{shlex.quote(_DOWNLOAD_DIR)}/vllm-{release}-*.whl"
+    rest = f" {shlex.join(shape)}" if shape else ""
+    return f"run `{shlex.join(pip)}`, then {build} {wheel_glob}{rest}`"
 
 
 def _say_if_seals_are_off(ui: UI) -> None:

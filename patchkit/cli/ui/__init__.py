@@ -18,7 +18,7 @@ when the CLI knows the run's exit code (see run.Run).
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.findings import Failure
 from patchkit.cli.ui.json_views import plan_json, resolved_json, status_json, target_json
-from patchkit.cli.ui.junit import JUnitCase, checks_junit, error_junit, junit, releases_junit
+from patchkit.cli.ui.junit import JUnitCase, checks_junit, error_junit, junit, releases_junit, sets_releases_junit
 from patchkit.cli.ui.plan import file_rows, hunk_rows, offsets_note, plan_hunk_rows, plan_sections, write_plan_rows
 from patchkit.cli.ui.run import SCHEMA_VERSION, Run, begin_run, finish_run, write_junit
 from patchkit.cli.ui.text import STATE_STYLES, visible
@@ -43,6 +43,7 @@ __all__ = [
     "plan_sections",
     "releases_junit",
     "resolved_json",
+    "sets_releases_junit",
     "status_json",
     "target_json",
     "visible",

@@ -78,21 +78,25 @@ def error_junit(suite: str, message: str, hint: str | None, exit_code: int) -> s
 
 def releases_junit(results: list[ReleaseResult], suite: str) -> str:
     """A <testcase> per release, <failure> with the reason, <skipped> when unsupported."""
-    cases = []
-    for r in results:
-        details = "\n".join([r.detail] + [c.describe() for c in r.checks if c.failed])
-        cases.append(
-            JUnitCase(
-                name=f"vllm {r.version}",
-                seconds=r.timings.get("total", 0.0),
-                failure=f"{r.label}: {r.detail}" if r.failed else None,
-                details=details,
-                kind=r.label,
-                skipped=r.detail if r.outcome == ReleaseOutcome.UNSUPPORTED else None,
-                output=f"{r.label}: {r.detail}",
-            )
-        )
-    return junit(suite, cases)
+    return junit(suite, [_release_case(r) for r in results])
+
+
+def sets_releases_junit(by_set: dict[str, list[ReleaseResult]], suite: str) -> str:
+    """verify of several sets' releases: a <testcase> per set and release ("SET: vllm X")."""
+    return junit(suite, [_release_case(r, f"{name}: ") for name, results in by_set.items() for r in results])
+
+
+def _release_case(r: ReleaseResult, prefix: str = "") -> JUnitCase:
+    details = "\n".join([r.detail] + [c.describe() for c in r.checks if c.failed])
+    return JUnitCase(
+        name=f"{prefix}vllm {r.version}",
+        seconds=r.timings.get("total", 0.0),
+        failure=f"{r.label}: {r.detail}" if r.failed else None,
+        details=details,
+        kind=r.label,
+        skipped=r.detail if r.outcome == ReleaseOutcome.UNSUPPORTED else None,
+        output=f"{r.label}: {r.detail}",
+    )
 
 
 def checks_junit(results: list[CheckResult], suite: str) -> str:

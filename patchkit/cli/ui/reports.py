@@ -176,18 +176,21 @@ def verified_target_junit(resolved: Resolved, verified: VerifyResult) -> None:
 
 
 def verified_target_json(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:
+    ui.json(verified_target_document(resolved, verified))
+
+
+def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict:
+    """`verify` of one set on a target, as JSON (several sets: one of these per set)."""
     status = verified.status
-    ui.json(
-        {
-            **status_json(resolved, status),
-            "ok": verified.ok,
-            "checked": "as-is"
-            if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) or status.drifted
-            else "as-planned",
-            "plan": plan_json(status.plan) if status.plan else [],
-            "checks": [r.to_json() for r in verified.checks],
-        }
-    )
+    return {
+        **status_json(resolved, status),
+        "ok": verified.ok,
+        "checked": "as-is"
+        if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) or status.drifted
+        else "as-planned",
+        "plan": plan_json(status.plan) if status.plan else [],
+        "checks": [r.to_json() for r in verified.checks],
+    }
 
 
 def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:

@@ -1,0 +1,265 @@
+"""Several sets on one tree: `apply` without --set applies every set of the library that covers the
+target's version (or the sets --set names), in the library's order, each as its own apply; `status`
+and `verify` judge each covering set, and the worst is the run's.
+
+Each set is its own transaction and its own entry in the record (what `revert --set` undoes). A
+failure stops the run at that set: it wrote nothing (its transaction is all or nothing), the sets
+before it stay applied and recorded, the sets after it are not tried; the result says which.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from patchkit.base import hints
+from patchkit.base.enums import Outcome, SelectionKind, TreeState
+from patchkit.base.errors import Conflict, NoPatchSet, PatchkitError
+from patchkit.engine import inspection
+from patchkit.engine.inspection import TreeStatus
+from patchkit.engine.operations import (
+    ApplyResult,
+    VerifyResult,
+    Watcher,
+    apply_series,
+    refuse_unchangeable,
+    verify_tree,
+)
+from patchkit.engine.resolve import Resolved, resolve
+from patchkit.engine.transaction import consistent_read
+from patchkit.series import library
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from patchkit.base.options import Options
+    from patchkit.tree.target import Target
+
+# How a set that was not applied is shown (ApplyResult's outcomes say the rest).
+NOT_COVERED = "not-covered"  # the library has no series for this version in the set's range
+NOT_TRIED = "not-tried"  # an earlier set failed
+
+
+@dataclass
+class Chosen:
+    """One set of the library for the target: its series (None: the library has none for this version)."""
+
+    name: str
+    resolved: Resolved | None
+    note: str = ""  # why there is no series
+
+    @property
+    def kind(self) -> SelectionKind | None:
+        return self.resolved.selection.kind if self.resolved else None
+
+
+def resolve_sets(opts: Options, target: Target) -> list[Chosen]:
+    """Every set of the library (or those --set names), in the library's order, resolved for the target."""
+    sets = library.choose_sets(library.load_library(library.locate(opts.library).path), opts.set_names)
+    chosen = []
+    for patch_set in sets:
+        try:
+            chosen.append(Chosen(patch_set.name, resolve(replace(opts, set_name=patch_set.name), target=target)))
+        except NoPatchSet as exc:  # a gap in the set's range: said, not an error of the run
+            chosen.append(Chosen(patch_set.name, None, exc.message))
+    if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):
+        said = "; ".join(why_not(c) for c in chosen)
+        raise NoPatchSet(
+            f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range"
+        )
+    return chosen
+
+
+def require_order(opts: Options, chosen: list[Chosen]) -> None:
+    """The covering sets that change the same file are in the library's declared order (else refused)."""
+    root = library.locate(opts.library).path
+    files = {
+        c.name: {f.path for p in c.resolved.patches for f in p.files}
+        for c in chosen
+        if c.resolved is not None and c.kind == SelectionKind.PATCH
+    }
+    library.refuse_unordered(root, library.load_library(root), files)
+
+
+def why_not(chosen: Chosen) -> str:
+    if chosen.resolved is not None and chosen.resolved.selection.note:
+        return chosen.resolved.selection.note
+    return chosen.note or f"{chosen.name}: no series"
+
+
+@dataclass
+class SetApplied:
+    """What the run did with one set: its result, or why it was not applied."""
+
+    chosen: Chosen
+    result: ApplyResult | None = None
+    skipped: str = ""  # NOT_COVERED, SelectionKind.UNSUPPORTED or NOT_TRIED
+
+    @property
+    def state(self) -> str:
+        return str(self.result.outcome) if self.result is not None else self.skipped
+
+
+@dataclass
+class SetsApplied:
+    """`apply` of several sets: one entry per set, in the order tried; the first error ends the run."""
+
+    sets: list[SetApplied]
+    outcome: Outcome
+    message: str = ""
+    error: PatchkitError | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def apply_sets(
+    chosen: list[Chosen],
+    *,
+    watch_for: Callable[[Chosen], Watcher],
+    dry_run: bool = False,
+    force: bool = False,
+    import_probe: bool = True,
+    guard: bool = False,
+    guard_choice: bool | None = None,
+) -> SetsApplied:
+    """Apply each covering set in turn (upstream ones settle their records as `apply` does); the
+    first that fails ends the run (see the module's docstring). `watch_for`: the Watcher of a set,
+    called as the set is tried (a command shows its header there)."""
+    done: list[SetApplied] = []
+    for index, each in enumerate(chosen):
+        if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
+            done.append(SetApplied(each, skipped=NOT_COVERED if each.resolved is None else SelectionKind.UNSUPPORTED))
+            continue
+        try:
+            result = apply_series(
+                each.resolved,
+                dry_run=dry_run,
+                force=force,
+                import_probe=import_probe,
+                guard=guard,
+                guard_choice=guard_choice,
+                watch=watch_for(each),
+            )
+        except PatchkitError as exc:
+            result = ApplyResult(Outcome.CONFLICT if isinstance(exc, Conflict) else Outcome.CHECK_FAILED, error=exc)
+        done.append(SetApplied(each, result))
+        if result.error is not None:
+            done += [SetApplied(c, skipped=NOT_TRIED) for c in chosen[index + 1 :]]
+            return _failed(done, each.name, result, dry_run=dry_run)
+    return SetsApplied(done, _overall(done), _summary(done, dry_run=dry_run))
+
+
+def _overall(done: list[SetApplied]) -> Outcome:
+    """APPLIED when any set was written; else DRY_RUN, ALREADY_APPLIED or UPSTREAM, as every set ended."""
+    outcomes = [d.result.outcome for d in done if d.result is not None]
+    for outcome in (Outcome.APPLIED, Outcome.DRY_RUN, Outcome.ALREADY_APPLIED):
+        if outcome in outcomes:
+            return outcome
+    return Outcome.UPSTREAM
+
+
+def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
+    applied = [d.chosen.name for d in done if d.result is not None and d.result.outcome != Outcome.UPSTREAM]
+    verb = "would apply" if dry_run else "applied"
+    said = f"{len(applied)} set(s) {verb}" + (f" ({', '.join(applied)})" if applied else "")
+    others = [f"{d.chosen.name} {d.state}" for d in done if d.chosen.name not in applied]
+    return said + (f"; {', '.join(others)}" if others else "")
+
+
+def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: bool) -> SetsApplied:
+    """The run ended at set `name`: its error, saying what stays applied and what was not tried."""
+    assert result.error is not None
+    kept = [d.chosen.name for d in done if d.result is not None and d.result.outcome == Outcome.APPLIED]
+    untried = [d.chosen.name for d in done if d.skipped == NOT_TRIED]
+    error = copy.copy(result.error)
+    error.message = f"set {name}: {error.message}"
+    after = []
+    if kept and not dry_run:
+        after.append(f"{', '.join(kept)} stay(s) applied ({hints.command('revert')} undoes every set)")
+    if untried:
+        after.append(f"not tried: {', '.join(untried)}")
+    if after:
+        error.hint = "; ".join([*after, *([error.hint] if error.hint else [])])
+    return SetsApplied(done, result.outcome, error=error)
+
+
+# --------------------------------------------------------------------------- status and verify
+
+# A set's state, worst last: the overall state is the worst of the covering sets' (upstream ones
+# have nothing to apply: they count only when every set is upstream).
+_STATE_ORDER = (TreeState.UPSTREAM, TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.PARTIAL)
+
+
+def judged(chosen: list[Chosen]) -> list[Chosen]:
+    """The sets status and verify judge: those with a series or an upstream release (the others are notes)."""
+    return [c for c in chosen if c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM)]
+
+
+@dataclass
+class SetsStatus:
+    """`status` of several sets: each covering set's status, in the library's order."""
+
+    chosen: list[Chosen]
+    statuses: list[TreeStatus]
+
+    @property
+    def state(self) -> TreeState:
+        """applied when every covering set is; not-applied when none is; partial otherwise (or when
+        one set is partial); upstream when every set is."""
+        states = {s.state for s in self.statuses}
+        if states <= {TreeState.UPSTREAM}:
+            return TreeState.UPSTREAM
+        states.discard(TreeState.UPSTREAM)
+        if len(states) > 1:
+            return TreeState.PARTIAL
+        return max(states, key=_STATE_ORDER.index)
+
+    @property
+    def outcome(self) -> Outcome:
+        """The worst set's: a partial set, a drifted file, an upstream regression or the guard's
+        refusal fail (exit 1). Sets applied and not applied side by side are each as they should be."""
+        outcomes = [s.outcome for s in self.statuses]
+        return Outcome.CHECK_FAILED if Outcome.CHECK_FAILED in outcomes else Outcome.OK
+
+    def applied(self) -> list[str]:
+        return [c.name for c, s in zip(self.chosen, self.statuses, strict=True) if s.state == TreeState.APPLIED]
+
+
+def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
+    """Each covering set's status, read under one lock (no writer half-way); and the recovery message."""
+    covering = judged(chosen)
+    assert covering and covering[0].resolved is not None
+    root = covering[0].resolved.target.root
+    statuses = []
+    with consistent_read(root) as recovered:
+        for each in covering:
+            assert each.resolved is not None
+            statuses.append(inspection.inspect(each.resolved, check_upstream=True, import_probe=False))
+            refuse_unchangeable(each.resolved)
+    return SetsStatus(covering, statuses), recovered
+
+
+@dataclass
+class SetsVerified:
+    """`verify` of several sets on a target: each covering set's result; the worst is the run's."""
+
+    chosen: list[Chosen]
+    results: list[VerifyResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.OK if self.ok else Outcome.CHECK_FAILED
+
+
+def verify_sets(chosen: list[Chosen], *, import_probe: bool = True, watch: Watcher | None = None) -> SetsVerified:
+    """verify_tree for each covering set, in the library's order."""
+    covering = judged(chosen)
+    results = []
+    for each in covering:
+        assert each.resolved is not None
+        results.append(verify_tree(each.resolved, import_probe=import_probe, watch=watch))
+    return SetsVerified(covering, results)

@@ -1,0 +1,57 @@
+"""A signal in a command's last moments, after its own handling of signals has ended (review 5
+guard L6: a double Ctrl-C in the last 0.1 s of `revert` killed patchkit by SIGINT with nothing on
+stderr, the revert done): the process exits 128 + the signal's number with the usual one-line
+message, truthful that the change is in place."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import MODEL_PY, make_patch, run_cli, write_tree
+
+MODEL = "vllm/models/model.py"
+
+# patchkit's console script, with two signals sent as the command's handling of them ends
+LATE = """
+import os, signal, sys
+from contextlib import contextmanager
+from patchkit.base import signals
+from patchkit.cli import main as cli
+
+real = signals.handled
+LATE = int(sys.argv[1])
+
+@contextmanager
+def handled():
+    with real():
+        yield
+    os.kill(os.getpid(), LATE)
+    os.kill(os.getpid(), LATE)
+
+signals.handled = handled
+sys.argv = ["patchkit", *sys.argv[2:]]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_revert_ended_its_handling_exits_with_the_message(tmp_path, scratch, signum):
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-c", LATE, str(int(signum)), "revert", "--target", str(site), "--patch", str(diff)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
+    assert "reverted" in done.stdout, done.stdout
+    assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
+    assert done.stderr.count("interrupted") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert (site / MODEL).read_text() == MODEL_PY and not Path(site / ".patchkit/journal.json").exists()

@@ -1,0 +1,309 @@
+"""Several sets in one library (issue 23): `apply` without --set applies every set that covers the
+tree's version, in the library's order, each recorded as its own entry; --set (repeatable) narrows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library, write_tree
+
+from patchkit.store.state import read_state
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+EAGLE_MODEL = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # eagle\n")
+
+
+def json_of(result) -> dict:
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def library(tree, scratch) -> Path:
+    """Three sets: `spec` and `model` patch 0.16.0 (one file each), `old` is upstream from 0.16.0;
+    library.toml lists `model` first."""
+    root = scratch / "lib"
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]}, name="spec")
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="model")
+    write_library(root, {"0.15.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="old", upstream=">=0.16.0")
+    (root / "library.toml").write_text('order = ["model", "spec"]\n')
+    return root
+
+
+def test_apply_without_set_applies_every_covering_set_in_the_declared_order(run, tree, library):
+    stock = snapshot(tree)
+    result = run("apply", "--target", tree, "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert (tree / SPEC).read_text() == patched_spec() and (tree / MODEL).read_text() == EAGLE_MODEL
+    assert [e.set_name for e in read_state(tree).entries] == ["model", "spec"]  # declared first, then by name
+    assert "2 set(s) applied (model, spec); old upstream" in result.output
+    assert "nothing to patch in vLLM 0.16.0: the set old declares" in result.output  # reported, not an error
+
+    again = run("apply", "--target", tree, "--patches", library)
+    assert again.exit_code == 0 and "already applied" in again.output
+
+    assert run("revert", "--target", tree).exit_code == 0
+    assert snapshot(tree) == stock and not read_state(tree).entries
+
+
+def test_set_is_repeatable_and_narrows(run, tree, library):
+    result = run("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "old")
+    assert result.exit_code == 0, result.output
+    assert [e.set_name for e in read_state(tree).entries] == ["spec"]
+    assert (tree / MODEL).read_text() == MODEL_PY
+
+    one = run("apply", "--target", tree, "--patches", library, "--set", "model", "--format", "json")
+    assert one.exit_code == 0 and json_of(one)["set"] == "model"  # one --set: the single-set apply, as before
+    assert [e.set_name for e in read_state(tree).entries] == ["spec", "model"]
+
+    unknown = run("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "nope")
+    assert unknown.exit_code == 2 and "no patch set 'nope'" in unknown.output
+
+
+def test_the_dry_run_shows_every_set_and_writes_nothing(run, tree, library):
+    stock = snapshot(tree)
+    result = run("apply", "--target", tree, "--patches", library, "--dry-run", "--format", "json")
+    assert result.exit_code == 0, result.output
+    document = json_of(result)
+    assert document["result"] == "dry-run"
+    assert [(s["set"], s["result"]) for s in document["sets"]] == [
+        ("model", "dry-run"),
+        ("spec", "dry-run"),
+        ("old", "upstream"),
+    ]
+    assert [s["plan"][0]["files"][0]["path"] for s in document["sets"][:2]] == [MODEL, SPEC]
+    assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
+
+    text = run("apply", "--target", tree, "--patches", library, "--dry-run")
+    assert "set      model" in text.output and "set      spec" in text.output and "set      old" in text.output
+    assert "2 set(s) would apply (model, spec); old upstream" in text.output
+
+
+def test_a_failing_second_set_keeps_the_first_and_tries_none_after(run, tree, library, scratch):
+    # `spec`'s series no longer applies (its context is gone from the stock file)
+    (tree / SPEC).write_text(SPEC_PY.replace('    "qwen",\n', '    "mistral",\n'))
+    result = run("apply", "--target", tree, "--patches", library, "--no-guard")
+    assert result.exit_code == 1, result.output
+    assert "set spec:" in result.output and "model stay(s) applied" in result.output
+    assert [e.set_name for e in read_state(tree).entries] == ["model"]
+    assert (tree / MODEL).read_text() == EAGLE_MODEL
+
+
+def test_unsupported_and_uncovered_sets_are_reported_not_errors(run, tree, library, scratch):
+    write_library(library, {"0.17.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="gap", upstream=None)
+    write_library(library, {"0.17.0": [b""]}, name="future", supported=">=0.17.0", upstream=None)
+    result = run("apply", "--target", tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    states = {s["set"]: s["result"] for s in json_of(result)["sets"]}
+    assert states == {
+        "model": "applied",
+        "spec": "applied",
+        "future": "unsupported",
+        "gap": "not-covered",
+        "old": "upstream",
+    }
+
+
+def test_a_library_covering_nothing_is_exit_3_naming_every_set(run, tree, library):
+    result = run(
+        "apply", "--target", tree, "--patches", library, "--set", "old", "--set", "spec", "--vllm-version", "0.10.0"
+    )
+    assert result.exit_code == 3, result.output
+    assert "no set of the library covers this vLLM" in result.output and "'old'" in result.output
+
+
+def test_a_single_set_library_applies_as_before(run, tree, scratch):
+    library = write_library(scratch / "one", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]})
+    result = run("apply", "--target", tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json_of(result)["set"] == "demo" and "sets" not in json_of(result)
+
+
+def test_library_toml_naming_an_unknown_set_is_refused(run, tree, library):
+    (library / "library.toml").write_text('order = ["model", "ghost"]\n')
+    result = run("list", "--patches", library)
+    assert result.exit_code == 2 and "ghost" in result.output
+
+
+# --- step 2: status, verify and revert of several sets --------------------------------------------------
+
+
+def test_status_shows_each_set_and_one_overall_state(run, tree, library):
+    result = run("status", "--target", tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    document = json_of(result)
+    assert document["state"] == "not-applied"
+    assert [(s["set"], s["state"]) for s in document["sets"]] == [
+        ("model", "not-applied"),
+        ("spec", "not-applied"),
+        ("old", "upstream"),
+    ]
+
+    assert run("apply", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
+    text = run("status", "--target", tree, "--patches", library)
+    assert text.exit_code == 0, text.output  # one set applied, one not: each as it should be
+    assert "status: partial: 1 of 3 set(s) applied (spec)" in text.output
+    assert "set      model" in text.output and "set      old" in text.output
+
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    assert json_of(run("status", "--target", tree, "--patches", library, "--format", "json"))["state"] == "applied"
+
+
+def test_status_exit_code_is_the_worst_sets(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    (tree / MODEL).write_text(EAGLE_MODEL + "# edited\n")  # drift in one set's file
+    result = run("status", "--target", tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 1, result.output
+    assert [s["drifted"] for s in json_of(result)["sets"]] == [[MODEL], [], []]
+
+
+def test_verify_judges_every_covering_set(run, tree, library):
+    result = run("verify", "--target", tree, "--patches", library, "--format", "json", "--no-import")
+    assert result.exit_code == 0, result.output
+    document = json_of(result)
+    assert [(s["set"], s["checked"]) for s in document["sets"]] == [
+        ("model", "as-planned"),
+        ("spec", "as-planned"),
+        ("old", "as-is"),
+    ]
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0  # else it fails all
+    (tree / SPEC).write_text(patched_spec() + "def broken(:\n")
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    assert "verify: FAILED: spec (3 set(s) judged)" in failed.output
+
+
+def test_revert_without_set_reverts_all_and_with_set_that_one(run, tree, library):
+    stock = snapshot(tree)
+    nothing = run("revert", "--target", tree, "--patches", library)
+    assert nothing.exit_code == 0 and "nothing to revert" in nothing.output, nothing.output
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+
+    one = run("revert", "--target", tree, "--patches", library, "--set", "model")
+    assert one.exit_code == 0, one.output
+    assert (tree / MODEL).read_text() == MODEL_PY and (tree / SPEC).read_text() == patched_spec()
+    assert [e.set_name for e in read_state(tree).entries] == ["spec"]
+
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    every = run("revert", "--target", tree, "--patches", library, "--format", "json")
+    assert every.exit_code == 0, every.output
+    assert sorted(json_of(every)["files"]) == sorted([SPEC, MODEL])
+    assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
+
+
+@pytest.fixture
+def stacked_library(tree, scratch, library) -> Path:
+    """`spec` and `more`, which changes the line `spec` adds: library.toml says spec first."""
+    patched = write_tree(scratch / "patched", files={SPEC: patched_spec(), MODEL: MODEL_PY})
+    more = patched_spec().replace('"deepseek"', '"deepseek", "kimi_k2"')
+    write_library(library, {"0.16.0": [make_patch(scratch, patched, {SPEC: more})]}, name="more")
+    (library / "library.toml").write_text('order = ["model", "spec", "more"]\n')
+    return library
+
+
+def test_revert_of_a_set_a_later_set_changed_again_is_refused_naming_the_order(run, tree, stacked_library):
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", stacked_library).exit_code == 0
+    assert [e.set_name for e in read_state(tree).entries] == ["model", "spec", "more"]
+    before = snapshot(tree)
+    refused = run("revert", "--target", tree, "--patches", stacked_library, "--set", "spec")
+    assert refused.exit_code == 1, refused.output
+    assert SPEC in refused.output and "more" in refused.output and "--set more" in refused.output
+    assert snapshot(tree) == before
+
+    assert run("revert", "--target", tree, "--patches", stacked_library, "--set", "more").exit_code == 0
+    assert run("revert", "--target", tree, "--patches", stacked_library, "--set", "spec").exit_code == 0
+    assert [e.set_name for e in read_state(tree).entries] == ["model"]
+    assert run("revert", "--target", tree, "--patches", stacked_library).exit_code == 0
+    assert snapshot(tree) == stock
+
+
+# --- step 4: two sets that change the same file need a declared order ----------------------------------
+
+
+def test_sets_changing_the_same_file_without_a_declared_order_are_refused_naming_both(run, tree, stacked_library):
+    (stacked_library / "library.toml").write_text('order = ["model", "spec"]\n')  # `more` not named
+    stock = snapshot(tree)
+    for command in (["apply", "--target", tree], ["apply", "--target", tree, "--dry-run"], ["list"]):
+        result = run(*command, "--patches", stacked_library)
+        assert result.exit_code == 2, result.output
+        assert f"the sets spec and more both change {SPEC}" in result.output
+        assert 'order = ["spec", "more"]' in result.output
+    assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
+
+    # sets on different files need no order; one --set is a single apply, as ever
+    assert (
+        run("apply", "--target", tree, "--patches", stacked_library, "--set", "model", "--set", "spec").exit_code == 0
+    )
+    assert run("apply", "--target", tree, "--patches", stacked_library, "--set", "more").exit_code == 0
+
+
+# --- step 5: verify of releases covers every set ----------------------------------------------------------
+
+
+@pytest.fixture
+def index_of_two(tmp_path, monkeypatch):
+    from test_verify_releases import FakeIndex  # its fake index: release trees served as the fetcher does
+
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    index = FakeIndex(tmp_path / "index", monkeypatch)
+    stock = index.add("0.16.0")
+    index.add("0.17.0")
+    root = tmp_path / "twolib"
+    write_library(
+        root, {"0.16.0": [make_patch(tmp_path, stock, {SPEC: patched_spec()})]}, name="first", upstream=">=0.17.0"
+    )
+    kimi = SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "kimi_k2",\n')
+    write_library(
+        root,
+        {"0.16.0": [make_patch(tmp_path, stock, {SPEC: kimi})]},
+        name="second",
+        versions={"0.16.0": ">=0.16.0"},
+        upstream=None,
+    )
+    (root / "library.toml").write_text('order = ["first", "second"]\n')
+    return index, root
+
+
+def test_verify_all_covers_every_set(run, index_of_two):
+    _index, library = index_of_two
+    result = run("verify", "--patches", library, "--all", "--format", "json")
+    assert result.exit_code == 0, result.output
+    outcomes = {
+        s["set"]: {r["vllm_version"]: r["outcome"] for r in s["releases"]} for s in json.loads(result.stdout)["sets"]
+    }
+    assert outcomes == {
+        "first": {"0.16.0": "patched", "0.17.0": "upstream"},
+        "second": {"0.16.0": "patched", "0.17.0": "patched"},
+    }
+
+    markdown = run("verify", "--patches", library, "--all", "--format", "markdown")
+    assert markdown.exit_code == 0 and "first" in markdown.output and "second" in markdown.output
+    junit = run("verify", "--patches", library, "--all", "--format", "junit")
+    assert 'name="first: vllm 0.16.0"' in junit.output and 'name="second: vllm 0.17.0"' in junit.output
+    text = run("verify", "--patches", library, "--latest")
+    assert text.exit_code == 0 and "set      first" in text.output and "set      second" in text.output
+
+    one = run("verify", "--patches", library, "--all", "--set", "second", "--format", "json")
+    assert one.exit_code == 0 and json.loads(one.stdout)["set"] == "second"  # one set, as before
+
+
+def test_verify_all_fails_when_one_sets_release_fails(run, index_of_two):
+    index, library = index_of_two
+    index.add("0.17.0", SPEC_PY.replace('"qwen"', '"mistral"'))  # the second set's context is gone
+    result = run("verify", "--patches", library, "--all", "--format", "json")
+    assert result.exit_code == 1, result.output
+    second = next(s for s in json.loads(result.stdout)["sets"] if s["set"] == "second")
+    assert {r["vllm_version"]: r["outcome"] for r in second["releases"]}["0.17.0"] == "conflict"
+
+
+def test_fetch_without_set_reads_the_files_of_every_set(library):
+    from patchkit.releases.files import files_for, not_covered
+
+    assert files_for("0.16.0", str(library)) == [SPEC, MODEL]  # sorted: both sets' series (old: upstream)
+    assert files_for("0.16.0", str(library), "spec") == [SPEC]
+    assert not_covered("0.16.0", str(library)) is None
+    refused = not_covered("0.10.0", str(library))
+    assert refused is not None and "'model'" in refused.message and "'spec'" in refused.message
