@@ -211,8 +211,8 @@ def _check_cached(root: Path, ver: str, wheel: str) -> tuple[Identity, dict[str,
         record = _sidecar(root, ver, wheel)
     except FileNotFoundError:
         return Unbelieved("is missing")
-    except (Damaged, ValueError, RecursionError) as e:
-        return Unbelieved(str(e))
+    except (Damaged, ValueError, RecursionError) as e:  # Damaged names the file: the warning does already
+        return Unbelieved(str(e).removeprefix(f"{wheel}.json "))
     if isinstance(record, Unbelieved):
         return record
     try:
@@ -296,8 +296,11 @@ def _sealed_identity(root: Path, sealed_name: str, wheel: str, sha256: str) -> I
 
 def _write_seal(root: Path, sealed_name: str, wheel: str, sha256: str, ident: Identity) -> None:
     entry = {"identity": list(ident), "seal": seal.seal(SEAL_KIND, sealed_name, _seal_payload(sha256, ident))}
-    with suppress(FetchError):  # a cache that cannot be written: the wheel is hashed again next time
-        write_cached(root / f"{wheel}.seal", (json.dumps(entry) + "\n").encode())
+    path = root / f"{wheel}.seal"
+    with suppress(FetchError, OSError):  # a cache that cannot be written: the wheel is hashed again next time
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            remove_entry(path)  # a directory in its place would stay, and every run hash the wheel
+        write_cached(path, (json.dumps(entry) + "\n").encode())
 
 
 def _lock(root: Path, ver: str, say: Progress) -> AbstractContextManager[None]:
