@@ -715,7 +715,8 @@ def _without_empty_record(root: Path, result: RevertResult) -> list[str]:
     kept = remove_empty_store(root, result.record)
     if kept is None or result.saved is not None:  # this revert's copies are named on their own
         return []
-    return [f"nothing is recorded any more; copies of your edits from an earlier revert stay in {kept}"]
+    # a reminder, not a fault: the copies are the user's, so say how they go once not wanted
+    return [f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
 
 
 def _revert_locked(
