@@ -52,7 +52,7 @@
    slower); for the dry run and the fast path, each split in one process into the CPU time of its
    imports and of the work after them.
 
---only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), fetch (4), checks (5), verify (6),
+--only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), sets-apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
 startup (14).
 """
@@ -76,8 +76,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from packaging.version import Version  # noqa: E402
+
 from patchkit.fetch import release_tree  # noqa: E402
 from patchkit.releases.files import files_for, lay_out  # noqa: E402
+from patchkit.series.library import load_set, select  # noqa: E402
 
 # What users run: the console script pip installed beside this interpreter (else `python -m`).
 _SCRIPT = Path(sys.executable).with_name("patchkit")
@@ -333,6 +336,53 @@ def apply_row(work: Path, runs: int) -> str:
     ours = timed([*PATCHKIT, "apply", "-q", "--target", str(stock), *patch_args], runs, between=restore)
     git = timed(["git", "apply", *map(str, series)], runs, cwd=stock, between=restore)
     return row("apply, eagle3 series as --patch on stock 0.16.0", ours, git, "git apply", "≤ 1 s")
+
+
+TOOL_CALL_SETS = ("deepseek-tool-calls", "kimi-k2-tool-calls")  # still under patches/_drafts (issue 23)
+
+
+def library_of_every_set(work: Path) -> Path:
+    """The library with eagle3 and the drafted tool-call sets side by side, eagle3 first."""
+    root = work / "every-set"
+    if not root.exists():
+        shutil.copytree(REPO / "patches/eagle3", root / "eagle3")
+        for name in TOOL_CALL_SETS:
+            shutil.copytree(REPO / "patches/_drafts" / name, root / name)
+        (root / "library.toml").write_text(f"order = {json.dumps(['eagle3', *TOOL_CALL_SETS])}\n")
+    return root
+
+
+def sets_apply_row(work: Path, runs: int) -> str:
+    """apply without --set: every set covering stock 0.16.0 (eagle3 and both tool-call sets)."""
+    library = library_of_every_set(work)
+    names = ["eagle3", *TOOL_CALL_SETS]
+    paths = sorted({p for name in names for p in files_for("0.16.0", str(library), name)})
+    pristine = work / "pristine-every-set"
+    if not pristine.exists():
+        lay_out(release_tree("0.16.0", paths), str(pristine), paths)
+    stock = work / "site-every-set"
+    shutil.copytree(pristine, stock)
+    series = [p for name in names for p in _series_files(library / name, "0.16.0")]
+
+    def restore():
+        shutil.rmtree(stock)
+        shutil.copytree(pristine, stock)
+
+    ours = timed([*PATCHKIT, "apply", "-q", "--target", str(stock), "--patches", str(library)], runs, between=restore)
+    git = timed(["git", "apply", *map(str, series)], runs, cwd=stock, between=restore)
+    return row(
+        f"apply, every covering set on stock 0.16.0 ({len(names)} sets, {len(series)} patches)",
+        ours,
+        git,
+        "git apply",
+        "≤ 0.6 s",
+    )
+
+
+def _series_files(set_dir: Path, version: str) -> list[Path]:
+    """The patch files of the set's series for `version`, in order (as the library reads them)."""
+    selection = select(load_set(set_dir), Version(version))
+    return [p.path for p in selection.patches if p.path is not None]
 
 
 # The guard as vLLM calls it, timed from inside the interpreter: import and check, nothing else. A
@@ -822,6 +872,7 @@ ROWS = (
     "eagle3-dry-run",
     "help",
     "apply",
+    "sets-apply",
     "fetch",
     "checks",
     "verify",
@@ -866,6 +917,8 @@ def main() -> None:
             rows.append(help_row(runs))
         if "apply" in chosen:
             rows.append(apply_row(work, runs))
+        if "sets-apply" in chosen:
+            rows.append(sets_apply_row(work, runs))
         if "fetch" in chosen:
             rows.append(fetch_row(work))
         if "checks" in chosen:

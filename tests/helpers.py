@@ -453,7 +453,7 @@ class Releases:
         self.trees[version] = tree
         return tree
 
-    def release_tree(self, version, paths=(), *, all_python=False, progress=None):
+    def release_tree(self, version, paths=(), *, all_python=False, progress=None, recheck_index=False):
         if version not in self.trees:
             raise FetchError(f"no vLLM {version} on the (fake) index")
         return self.trees[version]

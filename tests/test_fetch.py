@@ -31,6 +31,7 @@ from patchkit.fetch.zipread import member_from_run
 from index_server import (  # isort: skip
     BLOB,
     FILES,
+    IndexServer,
     OTHER_WHEEL,
     VERSION,
     WHEEL,
@@ -335,6 +336,39 @@ def test_an_http_index_that_fails_beside_an_unread_source_gets_the_index_hint(ca
     assert not isinstance(ei.value, IndexNotRead)  # `wheel VERSION` gives no pip-download hint: pip fails alike
     assert "which patchkit does not read" in ei.value.message
     assert "PIP_INDEX_URL" not in str(ei.value.hint) and "check that index and the network" in str(ei.value.hint)
+
+
+def test_a_release_cached_from_another_index_is_fetched_again_from_the_configured_one(server, cache, monkeypatch):
+    from helpers import run_cli
+
+    # review 6 M1: fetch --dest laid out a vendor index's files after pip was pointed elsewhere, unsaid
+    spec = "vllm/config/speculative.py"
+    other = IndexServer()
+    try:
+        server.publish(WHEEL, build_wheel({**FILES, spec: b"VENDOR = True\n"}))
+        other.publish(WHEEL, build_wheel())
+        use_index(monkeypatch, server.index())
+        assert (fetch.release_tree(VERSION, [spec], recheck_index=True) / spec).read_bytes() == b"VENDOR = True\n"
+        use_index(monkeypatch, other.index())
+        with monkeypatch.context() as offline:  # the hot path (integrity's reference) asks no index
+            no_network(offline)
+            assert (fetch.release_tree(VERSION, [spec]) / spec).read_bytes() == b"VENDOR = True\n"
+        dest = cache / "laid-out"
+        done = run_cli("fetch", VERSION, "--all", "--dest", dest)  # the command a user runs
+        assert done.returncode == 0, done.stderr
+        assert (dest / spec).read_bytes() == FILES[spec]
+        assert server.index() in done.stderr and other.index() in done.stderr, done.stderr
+        said: list[str] = []
+        with monkeypatch.context() as offline:  # settings unchanged since: no question to pip
+            no_network(offline)
+            fetch.release_tree(VERSION, [spec], progress=said.append, recheck_index=True)
+        assert f"the cached vLLM {VERSION} came from {other.index()}" in said, said
+        monkeypatch.setenv("PIP_NO_INDEX", "1")  # no index to take it from: the cached one, said
+        warnings: list[str] = []
+        assert (fetch.release_tree(VERSION, [spec], warn=warnings.append, recheck_index=True) / spec).exists()
+        assert any("no index patchkit reads" in w and other.index() in w for w in warnings), warnings
+    finally:
+        other.stop()
 
 
 def test_unknown_version(server, cache, monkeypatch):

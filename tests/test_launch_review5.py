@@ -188,6 +188,40 @@ def test_a_value_vllms_parser_takes_is_read(words):
     assert parse(["vllm", "serve", "org/m", *words], "0.16.0").model == "org/m"
 
 
+# The specs 0.24.0 to 0.33.0, re-recorded in a vLLM 0.33.0 venv, hold values as those releases' parsers
+# do (before, only int, float and JSON: these were read)
+NEWER_RELEASES = ["0.24.0", "0.27.1", "0.30.0", "0.33.0"]
+REFUSED_BY_NEWER = [
+    (["--dtype", "foo"], "--dtype: invalid choice: 'foo'"),
+    (["--max-model-len", "lots"], "--max-model-len: 'lots' is not a whole number"),
+    (["--compilation-config", "3"], "--compilation-config/-cc: '3' is not a JSON object"),
+    (["--compilation-config.bad_key", "1"], "--compilation-config/-cc: unknown key 'bad_key'"),
+    (["--lora-modules", '{"path": "/l"}'], "Invalid fields for --lora-modules"),
+]
+
+
+@pytest.mark.parametrize("release", NEWER_RELEASES)
+@pytest.mark.parametrize(("words", "said"), REFUSED_BY_NEWER)
+def test_a_newer_release_refuses_a_value_its_parser_refuses(release, words, said):
+    with pytest.raises(BadInput) as refused:
+        parse(["vllm", "serve", "org/m", *words], release)
+    assert said in refused.value.message, refused.value.message
+
+
+# LoRAParserAction splits `name=path` at every '=' before 0.30.0 (a second one fails it), at the first after
+@pytest.mark.parametrize(
+    ("release", "taken"), [("0.24.0", False), ("0.29.0", False), ("0.30.0", True), ("0.33.0", True)]
+)
+def test_a_lora_path_with_an_equals_sign_is_read_as_the_release_reads_it(release, taken):
+    line = ["vllm", "serve", "org/m", "--lora-modules", "a=/l=1", "--max-model-len", "32k"]
+    if taken:
+        assert parse(line, release).model == "org/m"
+        return
+    with pytest.raises(BadInput) as refused:
+        parse(line, release)
+    assert "--lora-modules 'a=/l=1': give name=path" in refused.value.message, refused.value.message
+
+
 def test_preflight_without_vllm_refuses_a_value_vllms_parser_refuses(launch):
     argv = [str(launch["script"]), "serve", str(launch["model"]), "--mamba-ssm-cache-dtype", "fp4"]
     done = run_cli("preflight", "--patches", launch["library"], "--no-import", "--", *argv)

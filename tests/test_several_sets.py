@@ -297,3 +297,13 @@ def test_verify_all_fails_when_one_sets_release_fails(run, index_of_two):
     assert result.exit_code == 1, result.output
     second = next(s for s in json.loads(result.stdout)["sets"] if s["set"] == "second")
     assert {r["vllm_version"]: r["outcome"] for r in second["releases"]}["0.17.0"] == "conflict"
+
+
+def test_fetch_without_set_reads_the_files_of_every_set(library):
+    from patchkit.releases.files import files_for, not_covered
+
+    assert files_for("0.16.0", str(library)) == [SPEC, MODEL]  # sorted: both sets' series (old: upstream)
+    assert files_for("0.16.0", str(library), "spec") == [SPEC]
+    assert not_covered("0.16.0", str(library)) is None
+    refused = not_covered("0.10.0", str(library))
+    assert refused is not None and "'model'" in refused.message and "'spec'" in refused.message

@@ -46,7 +46,7 @@ class FakeIndex:
         self.trees[version] = tree
         return tree
 
-    def release_tree(self, version, paths=(), *, all_python=False, progress=None):
+    def release_tree(self, version, paths=(), *, all_python=False, progress=None, recheck_index=False):
         self.fetched.append((version, tuple(paths)))
         if version not in self.trees:
             raise FetchError(f"no wheel for vllm=={version} on the index")

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, file_member, run_cli, spec_library, write_wheel
+from helpers import SPEC_PY, assert_clean_failure, file_member, run_cli, spec_library, write_wheel
+
+from patchkit.distinfo.record import record_hash
 
 
 @pytest.fixture
@@ -88,3 +90,15 @@ def test_the_pip_download_hint_carries_the_options_that_shape_the_wheel(tmp_path
     where = work / "dist" if "--out" in shape else work
     label = "site.7" if "--local-label" in shape else "patchkit.demo"
     assert [p.name for p in where.glob(f"vllm-0.16.0+{label}-*.whl")], sorted(p.name for p in work.rglob("*"))
+
+
+def test_a_record_hash_with_base64_padding_is_said_to_be_out_of_the_wheel_format(tmp_path, library):
+    # review 6 L4: "a local edit, a different build of vLLM ..." for a true hash written with '=' padding
+    padded = record_hash(SPEC_PY.encode()) + "="
+    stock = write_wheel(tmp_path / "in", record={"vllm/config/spec.py": padded})
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_clean_failure(done, 1)
+    said = " ".join(done.stderr.split())
+    assert "base64 padding" in said and "a local edit" not in said.partition("hint:")[0], done.stderr
+    assert not out.exists() or list(out.iterdir()) == []

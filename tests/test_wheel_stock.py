@@ -136,6 +136,7 @@ def test_a_sidecar_that_is_no_file_costs_the_intact_wheel_nothing(server, cache,
     warnings: list[str] = []
     assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == published[NATIVE]
     assert any("checking the wheel against the index" in w for w in warnings), warnings
+    assert all(w.count(f"{NATIVE}.json") == 1 for w in warnings), warnings  # review 6 L7: named twice
     assert len(downloads(server)) == 1 and sidecar.is_file() and not sidecar.is_symlink()
     assert outside.read_bytes() != b""  # a symlink's target is never touched
 
@@ -306,6 +307,20 @@ def test_a_sealed_wheel_that_changed_is_hashed_and_caught(server, cache, publish
     assert len(downloads(server)) == 2
 
 
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_seal_that_is_no_file_is_replaced_by_one(server, cache, published, hashes, kind):
+    # review 6 L3: a directory at .seal stayed, and every run hashed the whole wheel again
+    first = stock_wheel(VERSION)
+    sealed = first.with_name(f"{NATIVE}.seal")
+    sealed.unlink(missing_ok=True)
+    {"directory": os.mkdir, "fifo": os.mkfifo}[kind](sealed)
+    stock_wheel(VERSION)  # hashed, and sealed
+    assert sealed.is_file() and not sealed.is_symlink()
+    hashes.clear()
+    assert stock_wheel(VERSION) == first
+    assert hashes == []
+
+
 @pytest.mark.parametrize("forge", ["another key", "another identity", "not json"])
 def test_a_seal_patchkit_did_not_make_is_only_a_hash(server, cache, published, hashes, forge):
     from patchkit.base import seal
@@ -403,6 +418,20 @@ def test_a_wheel_cached_from_another_index_is_not_taken_for_the_configured_ones(
     warnings.clear()
     assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == second
     assert any("no index patchkit reads" in w and other_index.index() in w for w in warnings), warnings
+
+
+def test_one_index_named_with_and_without_credentials_is_one_index(server, cache, monkeypatch):
+    # review 6 L2: "came from http://***@HOST/simple/; pip is configured with http://HOST/simple/"
+    first = build_wheel(version=VERSION, blob_size=3000)
+    server.publish(NATIVE, first)
+    use_index(monkeypatch, server.index().replace("http://", "http://alice:tok@", 1))
+    assert stock_wheel(VERSION).read_bytes() == first
+    use_index(monkeypatch, server.index())
+    warnings: list[str] = []
+    said: list[str] = []
+    assert stock_wheel(VERSION, say=said.append, warn=warnings.append).read_bytes() == first
+    assert warnings == []
+    assert any("an index pip is configured with" in line for line in said), said
 
 
 def test_an_index_changed_in_pip_conf_is_seen_and_a_change_beside_it_costs_one_question(

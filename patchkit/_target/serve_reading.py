@@ -36,14 +36,20 @@ def readings(lines: list[dict]) -> dict:
     try:
         _force_cpu_platform_when_none()
         serve = importlib.import_module("vllm.entrypoints.cli.serve")
-        cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
+        make_arg_parser = _make_arg_parser()
         parser_class = _parser_class()
     except Exception as exc:
         return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
-    return {"status": "ok", "readings": [_read(serve, cli_args, parser_class, line) for line in lines]}
+    return {"status": "ok", "readings": [_read(serve, make_arg_parser, parser_class, line) for line in lines]}
 
 
-def _read(serve: Any, cli_args: Any, parser_class: type[argparse.ArgumentParser], line: dict) -> dict:
+def _make_arg_parser() -> Any:
+    """The api_server's parser builder, wherever the release keeps it (0.30.0 moved it out of openai/)."""
+    modules = ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args")
+    return _first("make_arg_parser", *modules, "vllm.entrypoints.common.cli_args")
+
+
+def _read(serve: Any, make_arg_parser: Any, parser_class: type[argparse.ArgumentParser], line: dict) -> dict:
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
@@ -56,7 +62,7 @@ def _read(serve: Any, cli_args: Any, parser_class: type[argparse.ArgumentParser]
                 if getattr(args, "model_tag", None) is not None:
                     args.model = args.model_tag
             else:
-                args = cli_args.make_arg_parser(parser_class()).parse_args(line["arguments"])
+                args = make_arg_parser(parser_class()).parse_args(line["arguments"])
     except (Exception, SystemExit) as exc:
         return {"refused": True, "error": f"{type(exc).__name__}: {exc} {said.getvalue()[-300:]}"}
     return {"refused": False, **{name: _plain(getattr(args, name, None)) for name in FIELDS}}

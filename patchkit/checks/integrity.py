@@ -162,6 +162,13 @@ class IntegrityCheck:
                     "as patchkit wrote it, but over a file that was not stock (applied with --force)",
                     WARNING,
                 )
+        if _padded_match(reference.hashes[path], stock):
+            return self._result(
+                path,
+                False,
+                f"{reference.label} writes its hash with base64 padding ('='), which a wheel's RECORD may not: "
+                "the file matches it without the padding, but that RECORD is not in the wheel format",
+            )
         return self._result(
             path,
             False,
@@ -174,6 +181,11 @@ class IntegrityCheck:
 
 
 CHECK = IntegrityCheck()
+
+
+def _padded_match(entry: str, data: bytes) -> bool:
+    """A RECORD hash written with base64's '=' padding (wheels drop it) that is `data`'s."""
+    return entry.endswith("=") and record_hash(data, record_algorithm(entry)) == entry.rstrip("=")
 
 
 def forced(results: list[CheckResult]) -> list[CheckResult]:

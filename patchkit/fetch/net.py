@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from patchkit import __version__
@@ -33,12 +34,24 @@ class FetchStats:
     seconds: float = 0.0
 
 
+def _pipconfig() -> ModuleType:
+    """patchkit.fetch.pipconfig, loaded when pip's settings are first needed."""
+    # lazy: pip's configuration loads only for a fetch
+    import patchkit.fetch.pipconfig as pipconfig
+
+    return pipconfig
+
+
 def pip_settings() -> PipSettings:
     """pip's merged index configuration (importing pip costs ~0.5 s: only on a cache miss)."""
-    # lazy: pip's configuration loads only for a fetch
-    from patchkit.fetch.pipconfig import pip_settings as ask_pip
+    settings: PipSettings = _pipconfig().pip_settings()
+    return settings
 
-    return ask_pip()
+
+def config_identity(files: Sequence[str]) -> dict[str, object]:
+    """pipconfig.config_identity: pip's settings as their sources tell them, without asking pip."""
+    identity: dict[str, object] = _pipconfig().config_identity(files)
+    return identity
 
 
 def redact(url: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.base.errors import FetchError
-from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
+from patchkit.fetch import net, origin  # net: called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
     STATE_FILE,
     Damaged,
@@ -65,6 +65,7 @@ def release_tree(
     all_python: bool = False,
     progress: Progress | None = None,
     warn: Progress | None = None,
+    recheck_index: bool = False,
 ) -> Path:
     """Return a site-packages-like directory holding stock files of vLLM ``version``.
 
@@ -74,7 +75,9 @@ def release_tree(
     wheel lacks is not an error: it is recorded as absent and simply not in the tree.
 
     Every call checks the cached files it answers with against the wheel's RECORD; a damaged
-    entry is fetched again, and ``warn`` (stderr by default) says so.
+    entry is fetched again, and ``warn`` (stderr by default) says so. With ``recheck_index`` (a
+    command whose answer is the release itself: fetch, verify against a release), a release cached
+    from an index pip no longer names is fetched again from the one it names (origin.py).
     """
     global last_fetch_stats
     ver = normalize_version(version)
@@ -88,7 +91,7 @@ def release_tree(
     root = release_root(ver)
     tree = root / "tree"
     _clear_odd_directories(root, warn or _to_stderr)
-    if _cache_answers(root, ver, wanted, all_python):
+    if _cache_answers(root, ver, wanted, all_python) and not (recheck_index and _settings_changed(root, ver, say)):
         return tree  # fast path: no lock, no network
 
     try:
@@ -100,6 +103,9 @@ def release_tree(
         with _release_lock(root, ver, say):
             try:
                 state = _checked_state(root, ver, wanted, all_python, warn or _to_stderr)
+                if recheck_index and state is not None and not _from_a_configured_index(root, ver, state, say, warn):
+                    _forget_release(root, state)
+                    state = None
                 if state is None or missing(state, tree, wanted, all_python):
                     _Fetcher(ver, root, stats, say, warn or _to_stderr).run(state, wanted, all_python)
             except BaseException:
@@ -115,6 +121,38 @@ def release_tree(
             hint=f"is another process writing {root}? remove it and try again",
         )
     return tree
+
+
+def _settings_changed(root: Path, ver: str, say: Progress) -> bool:
+    """Whether pip's settings may differ from those the cached release was fetched with (then the
+    lock is taken and pip asked); unchanged, where it came from is said (-v)."""
+    state = _state_or_none(root, ver)
+    if state is None or not origin.unchanged_since(state.get("pip_config")):
+        return True
+    say(f"the cached vLLM {ver} came from {state.get('index')}")
+    return False
+
+
+def _from_a_configured_index(root: Path, ver: str, state: State, say: Progress, warn: Progress | None) -> bool:
+    def remember(settings: PipSettings) -> None:
+        state["pip_config"] = origin.sealed_settings(settings)
+        with suppress(FetchError):  # a cache that cannot be written: pip is asked again next time
+            save_state(root, state)
+
+    cached = f"the cached vLLM {ver}"
+    came_from = str(state.get("index"))
+    return origin.from_a_configured_index(
+        cached, "the release", came_from, state.get("pip_config"), say, warn or _to_stderr, remember
+    )
+
+
+def _forget_release(root: Path, state: State) -> None:
+    """The cached release goes (files, record, a kept wheel): another index's build is not this one's."""
+    with suppress(FetchError):  # a name that is no wheel's was never written there
+        check_wheel_name(state["wheel"])
+        remove_entry(root / state["wheel"])
+    remove_entry(root / STATE_FILE)
+    remove_entry(root / "tree")
 
 
 def _clear_odd_directories(root: Path, warn: Progress) -> None:
@@ -242,6 +280,7 @@ class _Fetcher:
         if state is None:
             state = new_state(self.ver)
             state.update(find_wheel(self.ver, self.settings, self.session, self.say))
+            state["pip_config"] = origin.sealed_settings(self.settings)
             state["members"] = None
             state["dist_info"] = None
         if self._decided_offline(state, wanted, all_python):

@@ -26,6 +26,7 @@ _QUOTED = re.compile(r'("(?:[^"\\]|\\.)*")')
 _BARE_NUMBER = re.compile(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b")
 _TERA = Version("0.13.0")  # human_readable_int's t and T
 _EXPANDS_JSON = Version("0.20.0")
+_LORA_PATH_KEEPS_EQUALS = Version("0.30.0")  # LoRAParserAction's item.split("=", 1)
 
 
 def converter(action: dict, release: Version, *, all_kinds: bool = True) -> Callable[[str], Any]:
@@ -137,13 +138,22 @@ _KINDS: dict[str, Callable[[str], Any]] = {
 
 
 class LoraModules(argparse.Action):
-    """api_server's LoRAParserAction: each item `name=path`, or JSON of LoRAModulePath's fields."""
+    """api_server's LoRAParserAction in vLLM `release`: each item `name=path` (before 0.30.0 a second
+    `=` fails it; from 0.30.0 the path keeps it), or JSON of LoRAModulePath's fields."""
 
     def __init__(
-        self, option_strings: Sequence[str], dest: str, *, fields: Sequence[str], needed: Sequence[str], **kwargs: Any
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        *,
+        fields: Sequence[str],
+        needed: Sequence[str],
+        release: Version,
+        **kwargs: Any,
     ) -> None:
         super().__init__(option_strings, dest, **kwargs)
         self.fields, self.needed = list(fields), list(needed)
+        self.one_equals = release < _LORA_PATH_KEEPS_EQUALS
 
     def __call__(
         self,
@@ -156,7 +166,7 @@ class LoraModules(argparse.Action):
             if item in (None, ""):
                 continue
             if "=" in item and "," not in item:
-                if item.count("=") != 1:
+                if self.one_equals and item.count("=") != 1:
                     parser.error(f"--lora-modules {item[:40]!r}: give name=path (vLLM fails on a second '=')")
                 continue
             self._module(parser, str(item))

@@ -361,7 +361,7 @@ def _parser(release: str, serve: bool, *, values: bool = True) -> argparse.Argum
             no_value = {"kind": kind, "const": action.get("const"), "negative": action.get("negative")}
             parser.add_argument(*options, dest=dest, action=_NoValue, **no_value)
         elif values and action.get("action") == "lora_modules":
-            rules = {"fields": action["lora_fields"], "needed": action["lora_required"]}
+            rules = {"fields": action["lora_fields"], "needed": action["lora_required"], "release": Version(release)}
             convert = argtypes.converter(action, Version(release))
             parser.add_argument(
                 *options, dest=dest, action=argtypes.LoraModules, nargs=action["nargs"], type=convert, **rules

@@ -285,7 +285,7 @@ def _run_jobs(
 
 def _fetch(job: _Job, paths: Iterable[str]) -> tuple[Path, float]:
     start = time.perf_counter()
-    tree = fetch.release_tree(str(job.version), paths)
+    tree = fetch.release_tree(str(job.version), paths, recheck_index=True)
     return tree, time.perf_counter() - start
 
 

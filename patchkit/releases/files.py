@@ -12,27 +12,57 @@ from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import parse_record
 from patchkit.engine.inspection import upstream_check_paths
 from patchkit.fetch.cache import Damaged, mismatch, read_regular
-from patchkit.series.library import PATCH, UNSUPPORTED, UPSTREAM, PatchSetDef, Selection, load_chosen, select
+from patchkit.series.library import (
+    PATCH,
+    UNSUPPORTED,
+    UPSTREAM,
+    PatchSetDef,
+    Selection,
+    load_chosen,
+    load_library,
+    locate,
+    select,
+)
 from patchkit.store.state import read_state
 from patchkit.tree.version import parse
 
 
 def files_for(version: str, library: str | None = None, set_name: str | None = None) -> list[str]:
     """The files patchkit reads of a release: those its series touches, or for an upstream release
-    those the set's checks read; none for an unsupported one. A library or set that cannot be
-    loaded is the caller's error (BadInput), as it is for every other command."""
-    patch_set = load_chosen(library, set_name)
-    try:
-        selection = select(patch_set, parse(version, "VERSION"))
-    except NoPatchSet:
-        return []
-    return needed_files(patch_set, selection)
+    those the set's checks read; none for an unsupported one. Without a set, those of every set of
+    the library. A library or set that cannot be loaded is the caller's error (BadInput), as it is
+    for every other command."""
+    found: set[str] = set()
+    for patch_set in _sets(library, set_name):
+        try:
+            selection = select(patch_set, parse(version, "VERSION"))
+        except NoPatchSet:
+            continue
+        found.update(needed_files(patch_set, selection))
+    return sorted(found)
 
 
 def not_covered(version: str, library: str | None = None, set_name: str | None = None) -> NoPatchSet | None:
-    """The refusal for a release the set has no series for and does not call upstream (what the
-    set covers is in it), or None when the set covers the release."""
-    patch_set = load_chosen(library, set_name)
+    """The refusal for a release the set (without one: every set of the library) has no series for
+    and does not call upstream (what the set covers is in it), or None when a set covers the release."""
+    refusals = [_refusal(patch_set, version) for patch_set in _sets(library, set_name)]
+    if any(refusal is None for refusal in refusals):
+        return None
+    first = refusals[0]
+    assert first is not None
+    if len(refusals) == 1:
+        return first
+    return NoPatchSet("; ".join(r.message for r in refusals if r is not None), hint=first.hint)
+
+
+def _sets(library: str | None, set_name: str | None) -> list[PatchSetDef]:
+    """The named set, or every set of the library (one: the only one)."""
+    if set_name:
+        return [load_chosen(library, set_name)]
+    return list(load_library(locate(library).path).values())
+
+
+def _refusal(patch_set: PatchSetDef, version: str) -> NoPatchSet | None:
     try:
         selection = select(patch_set, parse(version, "VERSION"))
     except NoPatchSet as exc:

@@ -42,7 +42,10 @@ from patchkit.base.errors import FetchError
 from patchkit.base.fsutil import Identity, file_identity
 from patchkit.base.hashing import stream_sha256
 from patchkit.base.usercache import cache_dir
-from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
+from patchkit.fetch import (
+    net,  # called as net.*, so that a test can stub the network in one place
+    origin,
+)
 from patchkit.fetch.cache import (
     Damaged,
     cache_write_error,
@@ -55,8 +58,8 @@ from patchkit.fetch.cache import (
 )
 from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
-from patchkit.fetch.net import Progress, is_http, redact, without_userinfo
-from patchkit.fetch.pipconfig import PipSettings, config_identity
+from patchkit.fetch.net import Progress, without_userinfo
+from patchkit.fetch.pipconfig import PipSettings
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 
 SCHEMA = 1
@@ -66,7 +69,6 @@ MAX_SIDECAR_BYTES = 64 << 10
 MAX_SEAL_BYTES = 4 << 10
 SEAL_KIND = "stock-wheel"
 SIDECAR_SEAL_KIND = "stock-wheel-sidecar"
-PIP_CONFIG_KIND = "pip-config"  # pip's settings when the wheel was chosen (sealed: no credential in clear)
 SEAL_AFTER_NS = 2_000_000_000  # a change within one timestamp tick of the last could keep the ctime
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -209,8 +211,8 @@ def _check_cached(root: Path, ver: str, wheel: str) -> tuple[Identity, dict[str,
         record = _sidecar(root, ver, wheel)
     except FileNotFoundError:
         return Unbelieved("is missing")
-    except (Damaged, ValueError, RecursionError) as e:
-        return Unbelieved(str(e))
+    except (Damaged, ValueError, RecursionError) as e:  # Damaged names the file: the warning does already
+        return Unbelieved(str(e).removeprefix(f"{wheel}.json "))
     if isinstance(record, Unbelieved):
         return record
     try:
@@ -239,47 +241,17 @@ def _sidecar(root: Path, ver: str, wheel: str) -> dict[str, Any] | Unbelieved:
 def _from_a_configured_index(
     root: Path, ver: str, wheel: str, record: dict[str, Any], say: Progress, warn: Progress
 ) -> bool:
-    """Whether the cached wheel came from an index pip is configured with now: pip's settings are
-    what they were when it was chosen (no need to ask pip), or its index is among those pip names
-    (recorded for next time). An index switched since is said, and the wheel not used; none that
-    patchkit can ask (no-index, file://) is said, and the wheel used."""
-    came_from = str(record.get("index"))
-    if _same_pip_config(record.get("pip_config")):
-        say(f"the cached wheel {wheel} came from {came_from}")
-        return True
-    settings = net.pip_settings()
-    configured = [redact(url) for url in settings.index_urls]
-    if came_from in configured:
-        say(f"the cached wheel {wheel} came from {came_from}, an index pip is configured with")
+    """Whether the cached wheel came from an index pip is configured with now (origin.py); its
+    record learns pip's settings when pip names its index."""
+
+    def remember(settings: PipSettings) -> None:
         with suppress(FetchError):  # a cache that cannot be written: pip is asked again next time
-            _write_sidecar(root, ver, wheel, {**record, "pip_config": _pip_config(settings)})
-        return True
-    if not any(is_http(url) for url in settings.index_urls):
-        warn(f"pip is configured with no index patchkit reads: using the wheel cached from {came_from}")
-        return True
-    warn(
-        f"the cached wheel {wheel} came from {came_from}; pip is configured with "
-        f"{', '.join(configured) or 'no index'} now: taking the wheel from there"
+            _write_sidecar(root, ver, wheel, {**record, "pip_config": origin.sealed_settings(settings)})
+
+    cached = f"the cached wheel {wheel}"
+    return origin.from_a_configured_index(
+        cached, "the wheel", str(record.get("index")), record.get("pip_config"), say, warn, remember
     )
-    return False
-
-
-def _same_pip_config(recorded: object) -> bool:
-    if not isinstance(recorded, dict) or not isinstance(recorded.get("files"), list):
-        return False
-    files = recorded["files"]
-    if not all(isinstance(path, str) for path in files):
-        return False
-    return seal.sealed(PIP_CONFIG_KIND, "", seal.canonical(config_identity(files)), recorded.get("seal"))
-
-
-def _pip_config(settings: PipSettings) -> dict[str, Any] | None:
-    """pip's settings, sealed as config_identity tells them (None: pip's files are not known, so
-    every reuse asks pip)."""
-    if settings.config_files is None:
-        return None
-    files = list(settings.config_files)
-    return {"files": files, "seal": seal.seal(PIP_CONFIG_KIND, "", seal.canonical(config_identity(files)))}
 
 
 def _intact(root: Path, sealed_name: str, wheel: str, sha256: str) -> Identity | str:
@@ -324,8 +296,11 @@ def _sealed_identity(root: Path, sealed_name: str, wheel: str, sha256: str) -> I
 
 def _write_seal(root: Path, sealed_name: str, wheel: str, sha256: str, ident: Identity) -> None:
     entry = {"identity": list(ident), "seal": seal.seal(SEAL_KIND, sealed_name, _seal_payload(sha256, ident))}
-    with suppress(FetchError):  # a cache that cannot be written: the wheel is hashed again next time
-        write_cached(root / f"{wheel}.seal", (json.dumps(entry) + "\n").encode())
+    path = root / f"{wheel}.seal"
+    with suppress(FetchError, OSError):  # a cache that cannot be written: the wheel is hashed again next time
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            remove_entry(path)  # a directory in its place would stay, and every run hash the wheel
+        write_cached(path, (json.dumps(entry) + "\n").encode())
 
 
 def _lock(root: Path, ver: str, say: Progress) -> AbstractContextManager[None]:
@@ -379,7 +354,7 @@ def _download(
         **chosen,
         "sha256": digest,
         "url": without_userinfo(chosen["url"]),
-        "pip_config": _pip_config(settings),
+        "pip_config": origin.sealed_settings(settings),
     }
     _write_sidecar(root, ver, dest.name, sidecar)
     return dest, ident

@@ -1,5 +1,5 @@
 """Opt-in (`make test-vllm`), property (issue 20 item 3): on generated `vllm serve` command lines patchkit
-reads what vLLM 0.16.0's own parser reads (patchkit/_target/serve_reading.py in the vLLM venv: the
+reads what vLLM 0.16.0's (or VLLM_VERSION's) own parser reads (patchkit/_target/serve_reading.py in the vLLM venv: the
 `vllm` CLI's parser, one vLLM import per batch of lines), and refuses what it refuses."""
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ EDGES = [
     *[["org/m", option, "3"] for option in ("--compilation-config", "--kv-transfer-config")],
     ["org/m", "--compilation-config.bad_key", "1"],
     ["org/m", "--lora-modules", "{bad"],
+    ["org/m", "--lora-modules", "a=/l=1"],  # a second '=': refused before 0.30.0, part of the path after
     *[["org/m", *words] for words, _ in REFUSED_VALUES],
     *[["org/m", *words] for words in ACCEPTED_VALUES],
 ]

@@ -46,7 +46,7 @@ def command(
         )
     paths = files_for(version, library, set_name)
     with ui.activity(f"fetching vllm {version}") as say:
-        tree = fetch.release_tree(version, paths, all_python=all_python, progress=say, warn=ui.warn)
+        tree = fetch.release_tree(version, paths, all_python=all_python, progress=say, warn=ui.warn, recheck_index=True)
     ui.line(f"vllm {version}: {tree}")
     if dest:
         # what this fetch asked for, not whatever earlier fetches left in the cache's tree
