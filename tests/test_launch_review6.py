@@ -15,6 +15,9 @@ from helpers import run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 from test_preflight import apply_fix, findings, make_importable
 
+from patchkit.base.errors import BadInput
+from patchkit.launch.command import parse
+
 # The registry's register_model(architecture, "module:Class"), as an out-of-tree plugin calls it.
 FAKE_REGISTER = """
 
@@ -146,3 +149,33 @@ def test_a_plugin_that_raises_stops_the_launch_and_is_named(eagle3, tmp_path):
     assert "stops at the vllm.general_plugins entry point 'broken_plug', which raises" in supports["message"]
     assert "no licence server at 10.0.0.9" in supports["message"]
     assert "'broken_plug'" in supports["fix"]
+
+
+# --- M1: a human-readable integer too large for vLLM's float reading is refused, exit 2, never 70 ----
+
+HUGE = "8" * 330
+
+
+@pytest.mark.parametrize(
+    ("words", "release"),
+    [
+        (["--max-num-batched-tokens", f"{HUGE}m"], "0.16.0"),
+        (["--kv-cache-memory-bytes", f"{HUGE}.25g"], "0.16.0"),
+        (["--max-model-len", f"{HUGE}t"], "0.16.0"),
+        (["--kv-transfer-config", f'{{"kv_connector": "x", "kv_buffer_size": {HUGE}k}}'], "0.20.0"),
+    ],
+)
+def test_a_human_readable_integer_too_large_for_a_float_is_refused(words, release):
+    with pytest.raises(BadInput) as refused:
+        parse(["vllm", "serve", "org/m", *words], release)
+    assert refused.value.exit_code == 2 and "is too large a number" in refused.value.message, refused.value.message
+
+
+def test_a_too_large_human_readable_integer_in_a_config_file_or_run_exits_2(eagle3, tmp_path):
+    tree, library, command = eagle3
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"max-num-batched-tokens: {HUGE}k\n")
+    for argv in ([*command, "--config", str(config)], [*command, "--max-model-len", f"{HUGE}g"]):
+        done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "too large a number" in done.stderr and "internal error" not in done.stderr
