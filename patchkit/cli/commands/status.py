@@ -11,8 +11,8 @@ from patchkit.cli.ui import UI, status_json, target_json
 from patchkit.cli.ui.reports import status_verdict
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
-from patchkit.engine.resolve import resolve_target, several
-from patchkit.engine.several import NOT_COVERED, SetsStatus, resolve_sets, status_sets, why_not
+from patchkit.engine.resolve import NOT_COVERED, resolve_sets, resolve_target, several, why_not
+from patchkit.engine.several import SetsStatus, status_sets
 from patchkit.engine.transaction import consistent_read
 from patchkit.series.library import locate
 
