@@ -9,7 +9,7 @@ from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
 from patchkit.cli.ui import UI, plan_json, resolved_json, target_json
 from patchkit.engine.operations import ApplyResult, apply_series
-from patchkit.engine.resolve import require_patches, resolve_target, several
+from patchkit.engine.resolve import library_sets, require_patches, resolve_target, several
 from patchkit.engine.several import (
     NOT_TRIED,
     Chosen,
@@ -53,9 +53,10 @@ def command(
     Without --set, every set of the library that covers the version, in the library's order (each
     its own transaction and record: a failure keeps the sets before it, tries none after it)."""
     ui = make_ui(fmt, quiet, verbose)
-    if several(opts):
+    sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
+    if several(opts, sets):
         return _apply_sets(ui, opts, dry_run=dry_run, force=force, no_import=no_import, guard_choice=guard_choice)
-    resolved = resolve_telling(ui, opts)
+    resolved = resolve_telling(ui, opts, sets=sets)
     require_patches(resolved)
     if not ui.json_mode:
         ui.header(resolved)
