@@ -158,6 +158,9 @@ def test_status_exit_code_is_the_worst_sets(run, tree, library):
     result = run("status", "--target", tree, "--patches", library, "--format", "json")
     assert result.exit_code == 1, result.output
     assert [s["drifted"] for s in json_of(result)["sets"]] == [[MODEL], [], []]
+    text = run("status", "--target", tree, "--patches", library)
+    assert text.exit_code == 1, text.output
+    assert "status: FAILED: applied: 2 of 3 set(s) applied (model, spec)" in text.output  # FAILED leads (review 6 L2)
 
 
 def test_verify_judges_every_covering_set(run, tree, library):

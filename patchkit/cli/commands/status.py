@@ -81,8 +81,7 @@ def _status_of_sets(ui: UI, opts: Options) -> SetsStatus:
         if each not in found.chosen:
             ui.note(why_not(each))
     applied, judged = found.applied(), len(found.chosen)
-    said = f"status: {found.state}: {len(applied)} of {judged} set(s) applied" + (
-        f" ({', '.join(applied)})" if applied else ""
-    )
-    ui.verdict(said if found.outcome == Outcome.OK else f"{said}; FAILED", ok=found.outcome == Outcome.OK)
+    said = f"{found.state}: {len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
+    ok = found.outcome == Outcome.OK
+    ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
     return found
