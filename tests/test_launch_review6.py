@@ -185,7 +185,7 @@ def test_a_too_large_human_readable_integer_in_a_config_file_or_run_exits_2(eagl
 
 
 def test_the_architecture_judged_is_the_first_the_registry_holds(eagle3, tmp_path):
-    tree, library, command = eagle3
+    tree, library, _ = eagle3
     env = make_importable(tree)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     target = write_model(tmp_path / "listed", {**DEEPSEEK_V3, "architectures": ["AcmeUnknownLM", ARCH]})
@@ -205,7 +205,7 @@ def test_the_architecture_judged_is_the_first_the_registry_holds(eagle3, tmp_pat
 
 
 def test_a_registered_architecture_whose_class_does_not_import_is_passed_over_as_vllm_does(eagle3, tmp_path):
-    tree, library, command = eagle3
+    tree, library, _ = eagle3
     env = make_importable(tree)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     models_dir = tree / "vllm" / "model_executor" / "models"
