@@ -510,6 +510,26 @@ class _ModelRegistry:
 ModelRegistry = _ModelRegistry(registry._TEXT_GENERATION_MODELS, registry._MULTIMODAL_MODELS)
 """
 
+# Just enough of vllm.plugins for the test tree: entry points of the group, picked by VLLM_PLUGINS.
+FAKE_PLUGINS = """
+import os
+from importlib.metadata import entry_points
+
+DEFAULT_PLUGINS_GROUP = "vllm.general_plugins"
+plugins_loaded = False
+
+
+def load_plugins_by_group(group):
+    allowed = os.environ.get("VLLM_PLUGINS")
+    names = None if allowed is None else allowed.split(",")
+    return {p.name: p.load() for p in entry_points(group=group) if names is None or p.name in names}
+
+
+def load_general_plugins():
+    for func in load_plugins_by_group(DEFAULT_PLUGINS_GROUP).values():
+        func()
+"""
+
 
 def make_importable(tree: Path) -> dict[str, str]:
     """The test tree as a vllm the worker imports (through PYTHONPATH): the environment to run with."""
@@ -517,6 +537,8 @@ def make_importable(tree: Path) -> dict[str, str]:
     (tree / "vllm" / "model_executor" / "__init__.py").write_text("")
     (models / "__init__.py").write_text(FAKE_MODELS_INIT)
     (models / "interfaces.py").write_text(FAKE_INTERFACES)
+    (tree / "vllm" / "plugins").mkdir(exist_ok=True)
+    (tree / "vllm" / "plugins" / "__init__.py").write_text(FAKE_PLUGINS)
     return {"PYTHONPATH": str(tree)}
 
 

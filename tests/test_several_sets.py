@@ -307,3 +307,13 @@ def test_fetch_without_set_reads_the_files_of_every_set(library):
     assert not_covered("0.16.0", str(library)) is None
     refused = not_covered("0.10.0", str(library))
     assert refused is not None and "'model'" in refused.message and "'spec'" in refused.message
+
+
+def test_diff_shows_every_covering_sets_series_in_apply_order(run, tree, library):
+    result = run("diff", "--target", tree, "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert result.output.index(f"+++ b/{MODEL}") < result.output.index(f"+++ b/{SPEC}")  # model, then spec
+    one = run("diff", "--target", tree, "--patches", library, "--set", "spec")
+    assert one.exit_code == 0 and f"+++ b/{MODEL}" not in one.output and f"+++ b/{SPEC}" in one.output
+    upstream = run("diff", "--target", tree, "--patches", library, "--vllm-version", "0.18.0")
+    assert upstream.exit_code == 0 and "every set is upstream; there is no diff" in upstream.output, upstream.output

@@ -4,6 +4,7 @@ from `patchkit fetch 0.16.0 --dest DIR`, says what is so (release tier: the real
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import threading
 import time
@@ -77,7 +78,19 @@ def test_a_dry_run_of_the_library_series_runs_the_checks_and_says_they_passed(fe
     ran = {c["check"] for c in document["checks"]}
     assert {"integrity", "syntax", "names", "contract"} <= ran
     text = run_cli("apply", "--dry-run", "--target", fetched)
-    assert text.stdout.splitlines()[-1].startswith("dry run: 4 file(s) would change, 20 check(s) passed")
+    assert text.stdout.splitlines()[-1].startswith("dry run: 4 file(s) would change, 24 check(s) passed")
+
+
+def test_a_dry_run_counts_the_checks_apply_counts_and_shows_them_with_v(fetched):
+    # review 6 L6: the dry run said 20 (its integrity rows left out), apply 24; -v showed no row
+    verbose = run_cli("apply", "--dry-run", "-v", "--target", fetched)
+    assert verbose.returncode == 0, verbose.stderr
+    rows = [line.split() for line in verbose.stdout.splitlines()]
+    assert {row[0] for row in rows if len(row) > 2 and row[2] == "pass"} >= {"integrity", "syntax", "names", "contract"}
+    dry = re.search(r"(\d+) check\(s\) passed", verbose.stdout.splitlines()[-1])
+    applied = run_cli("apply", "--target", fetched)
+    counted = re.search(r"^checks +(\d+) checks passed", applied.stdout, re.MULTILINE)
+    assert dry and counted and dry.group(1) == counted.group(1), verbose.stdout + applied.stdout
 
 
 def test_verify_against_a_release_checks_the_planned_contents_once(monkeypatch):

@@ -81,7 +81,9 @@ def _held_to_vllm(static: Finding, verdict) -> Finding:
     fix = (
         None
         if verdict.result
-        else static.fix or f"the installed model class does not implement {SUPPORTS}: run {hints.command('status')}"
+        else verdict.fix
+        or static.fix
+        or f"the installed model class does not implement {SUPPORTS}: run {hints.command('status')}"
     )
     return Finding(static.check, verdict.result, message, fix)
 

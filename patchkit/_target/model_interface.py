@@ -1,8 +1,11 @@
 """vLLM's own answer about a model class: a function of vllm.model_executor.models.interfaces (for
-example supports_eagle3) on the class vLLM's ModelRegistry resolves for an architecture.
+example supports_eagle3) on the class vLLM's ModelRegistry resolves for an architecture, after vLLM's
+general plugins ran as they run before vLLM builds a model (EngineArgs.__post_init__): a plugin may
+register another class for the architecture.
 
 request: {"architecture": name, "function": name in interfaces}
-answer:  {"status": "ok", "class": "module.Class", "result": bool}
+answer:  {"status": "ok", "class": "module.Class", "result": bool, "plugin": bool (a plugin registered it)}
+       | {"status": "plugin-failed", "plugin": entry point name or None, "error": text}
        | {"status": "no-vllm" | "unanswered" | "not-registered" | "error", "error": text}
 """
 
@@ -13,8 +16,19 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 
 INTERFACES = "vllm.model_executor.models.interfaces"
+PLUGINS = "vllm.plugins"
+GENERAL_PLUGINS = "vllm.general_plugins"  # vllm.plugins.DEFAULT_PLUGINS_GROUP
+
+
+class PluginFailed(Exception):
+    """A general plugin raised: vLLM's launch stops there (its loader calls each plugin unguarded)."""
+
+    def __init__(self, name: str | None, error: str) -> None:
+        super().__init__(error)
+        self.name, self.error = name, error
 
 
 def work(request: dict) -> dict:
@@ -23,12 +37,18 @@ def work(request: dict) -> dict:
     try:
         registry = importlib.import_module("vllm.model_executor.models").ModelRegistry
         function = getattr(importlib.import_module(INTERFACES), request["function"])
+        plugins = importlib.import_module(PLUGINS)
     except Exception as exc:  # vLLM does not import here: the question is skipped, not failed
         return {"status": "no-vllm", "error": _error_text(exc)}
     models = getattr(registry, "models", None)
     if not isinstance(models, dict):  # a registry of another shape: not asked, rather than a wrong "no"
         return {"status": "unanswered", "error": "this vLLM's ModelRegistry has no table of models"}
     architecture = request["architecture"]
+    in_tree = models.get(architecture)
+    try:
+        load_general_plugins(plugins)
+    except PluginFailed as failed:
+        return {"status": "plugin-failed", "plugin": failed.name, "error": failed.error}
     registered = models.get(architecture)
     if registered is None:
         return {"status": "not-registered", "error": f"vLLM's ModelRegistry has no {architecture}"}
@@ -37,7 +57,26 @@ def work(request: dict) -> dict:
         result = bool(function(model_class))
     except Exception as exc:  # the class does not import: the launch would fail on it too
         return {"status": "error", "error": _error_text(exc)}
-    return {"status": "ok", "class": f"{model_class.__module__}.{model_class.__qualname__}", "result": result}
+    name = f"{model_class.__module__}.{model_class.__qualname__}"
+    return {"status": "ok", "class": name, "result": result, "plugin": registered is not in_tree}
+
+
+def load_general_plugins(plugins: Any) -> None:  # vllm.plugins
+    """Run vLLM's general plugins as its load_general_plugins() does (its own loader picks them: the
+    launch's VLLM_PLUGINS, a plugin that does not import skipped), naming a plugin that raises."""
+    by_group = getattr(plugins, "load_plugins_by_group", None)
+    if by_group is None:  # a vllm.plugins without it: its own loader, which names no plugin
+        try:
+            plugins.load_general_plugins()
+        except Exception as exc:
+            raise PluginFailed(None, _error_text(exc)) from exc
+        return
+    plugins.plugins_loaded = True  # as load_general_plugins() marks it: nothing runs twice
+    for name, func in by_group(group=getattr(plugins, "DEFAULT_PLUGINS_GROUP", GENERAL_PLUGINS)).items():
+        try:
+            func()
+        except Exception as exc:
+            raise PluginFailed(str(name), _error_text(exc)) from exc
 
 
 def _error_text(exc: BaseException) -> str:

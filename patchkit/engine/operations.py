@@ -251,8 +251,7 @@ class _Applying:
         planned = self.planned_checks(plan)
         results = stock.checks + planned
         failed = [r for r in results if r.failed]
-        if failed or not dry_run:  # a dry run that passes says so in its last line
-            self.show(results)
+        self.show(results)  # a dry run that passes shows them with -v only (cli Shown): its last line counts them
         if failed:
             nothing = "apply would write nothing" if dry_run else "nothing was written"
             return self.result(
@@ -263,7 +262,7 @@ class _Applying:
                 error=_check_failure(f"verification of the patched files failed; {nothing}", failed),
             )
         if dry_run:
-            return replace(stock, checks=results, planned_checks=planned, message=_dry_run_message(plan, planned))
+            return replace(stock, checks=results, planned_checks=planned, message=_dry_run_message(plan, results))
         return self.write(plan, stock.checks, planned)
 
     def planned_checks(self, plan: Plan) -> list[CheckResult]:
@@ -452,8 +451,9 @@ def _same_writes(earlier: Plan, plan: Plan) -> bool:
     return earlier.touched_paths == plan.touched_paths and earlier.changes == plan.changes
 
 
-def _dry_run_message(plan: Plan, planned: list[CheckResult]) -> str:
-    ran = sum(r.ok and r.level != WARNING for r in planned)
+def _dry_run_message(plan: Plan, results: list[CheckResult]) -> str:
+    """Counted as apply counts them (cli count_line): the stock files' checks and the planned ones."""
+    ran = sum(r.ok and r.level != WARNING for r in results)
     return f"dry run: {len(plan.changed_paths)} file(s) would change, {ran} check(s) passed; nothing written"
 
 

@@ -115,7 +115,7 @@ def _human_readable_int(text: str, *, auto: bool = False, suffixes: str = "kKmMg
     if match and match.group(2) in suffixes:
         number, suffix = match.groups()
         if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
+            return _decimal_multiple(text, float(number) * _DECIMAL[suffix])
         if "." in number:
             raise argparse.ArgumentTypeError(f"no decimals with {suffix}: did you mean {number}{suffix.lower()}?")
         return int(number) * _BINARY[suffix]
@@ -124,6 +124,15 @@ def _human_readable_int(text: str, *, auto: bool = False, suffixes: str = "kKmMg
     except ValueError:
         like = "4096, 32k = 32,000 or 32K = 32,768" + (", or auto" if auto else "")
         raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number (like {like})") from None
+
+
+def _decimal_multiple(text: str, value: float) -> int:
+    """vLLM's int(float(number) * multiplier): too large a number makes the float infinite, and vLLM
+    stops with an OverflowError traceback; here that is the value refused."""
+    try:
+        return int(value)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is too large a number (vLLM cannot read it)") from None
 
 
 _KINDS: dict[str, Callable[[str], Any]] = {

@@ -37,3 +37,4 @@ class VllmVerdict:
 
     result: bool | None
     message: str
+    fix: str | None = None  # when vLLM's answer itself says what to do (a general plugin's doing)

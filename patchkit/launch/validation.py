@@ -98,9 +98,12 @@ def model_interface(python: str, command: LaunchCommand, architecture: str, func
         return VllmVerdict(None, f"{asked} not asked: {exc.message}")
     status, error = answer.get("status"), str(answer.get("error", ""))
     if status == "ok":
-        return VllmVerdict(
-            bool(answer.get("result")), f"{asked} is {bool(answer.get('result'))} for {answer.get('class')}"
-        )
+        return _answered(asked, architecture, answer)
+    if status == "plugin-failed":
+        plugin = answer.get("plugin")
+        named = f"the vllm.general_plugins entry point {plugin!r}" if isinstance(plugin, str) else "a general plugin"
+        fix = f"fix or uninstall {named}, or leave it out with VLLM_PLUGINS"
+        return VllmVerdict(False, f"vLLM's launch stops at {named}, which raises: {error}", fix)
     if status == "no-vllm":
         return VllmVerdict(None, f"{asked} not asked: vLLM does not import in {python}: {error}")
     if status == "unanswered":
@@ -108,3 +111,12 @@ def model_interface(python: str, command: LaunchCommand, architecture: str, func
     if status == "not-registered":
         return VllmVerdict(False, f"{asked}: {error}")
     return VllmVerdict(False, f"vLLM cannot load its class for {architecture}: {error}")
+
+
+def _answered(asked: str, architecture: str, answer: dict) -> VllmVerdict:
+    result, name = bool(answer.get("result")), answer.get("class")
+    if answer.get("plugin") is not True:
+        return VllmVerdict(result, f"{asked} is {result} for {name}")
+    message = f"{asked} is {result} for {name}, which a vllm.general_plugins entry point registers for {architecture}"
+    fix = None if result else f"uninstall the plugin that registers {name}, or leave it out with VLLM_PLUGINS"
+    return VllmVerdict(result, message, fix)

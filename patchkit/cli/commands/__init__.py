@@ -46,6 +46,9 @@ class Shown:
         self.ui.plan(plan, dry_run=self.dry_run)
 
     def checked(self, results: list[CheckResult]) -> None:
-        """The checks on the planned files, then (apply) those on the files written."""
+        """The checks on the planned files, then (apply) those on the files written. A dry run that
+        passes counts them in its last line: its table is for -v."""
+        if self.dry_run and not self.ui.verbose and not any(r.failed for r in results):
+            return
         self.ui.checks(results, label="checks" if not self.tables else "written")
         self.tables += 1

@@ -1,0 +1,181 @@
+"""Review 6 of the launch (`preflight`, `run`): each finding's regression test, on inputs of its own.
+
+H1: vLLM runs its general plugins (vllm.general_plugins entry points) before it builds a model, and a
+plugin may register another class for the target's architecture: vLLM's own supports_eagle3() is
+asked of the class the launch builds, the plugin's."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
+from test_preflight import apply_fix, findings, make_importable
+
+from patchkit.base.errors import BadInput
+from patchkit.launch.command import parse
+
+# The registry's register_model(architecture, "module:Class"), as an out-of-tree plugin calls it.
+FAKE_REGISTER = """
+
+class _ByName:
+    def __init__(self, where):
+        self.where = where
+
+    def load_model_cls(self):
+        module, name = self.where.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+def _register_model(architecture, where):
+    ModelRegistry.models[architecture] = _ByName(where)
+
+
+ModelRegistry.register_model = _register_model
+"""
+ARCH = "DeepseekV3ForCausalLM"
+
+
+def importable_with_plugins(tree: Path) -> dict[str, str]:
+    env = make_importable(tree)
+    models = tree / "vllm" / "model_executor" / "models"
+    (models / "__init__.py").write_text((models / "__init__.py").read_text() + FAKE_REGISTER)
+    return env
+
+
+def write_plugin(where: Path, name: str, body: str) -> Path:
+    """A package with a vllm.general_plugins entry point `name` -> `<name>_mod:register`."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / f"{name}_mod.py").write_text(textwrap.dedent(body))
+    info = where / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{name} = {name}_mod:register\n")
+    return where
+
+
+PLAIN_CLASS = """
+    class NoEagle3Deepseek:
+        pass
+
+
+    def register():
+        from vllm.model_executor.models import ModelRegistry
+
+        ModelRegistry.register_model("DeepseekV3ForCausalLM", "{name}_mod:NoEagle3Deepseek")
+"""
+EAGLE3_CLASS = """
+    from vllm.model_executor.models.interfaces import SupportsEagle3
+
+
+    class Eagle3Deepseek(SupportsEagle3):
+        pass
+
+
+    def register():
+        from vllm.model_executor.models import ModelRegistry
+
+        ModelRegistry.register_model("DeepseekV3ForCausalLM", "{name}_mod:Eagle3Deepseek")
+"""
+
+
+@pytest.fixture
+def eagle3(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    target = write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "models" / "drafter", DRAFTER)
+    return tree, library, serve(target, drafter)
+
+
+def preflight_importing(tree: Path, library: Path, command: list[str], env: dict[str, str]):
+    args = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
+    return run_cli(*args, "--", *command, env=env)
+
+
+def test_a_plugin_that_registers_a_class_without_eagle3_fails_the_applied_tree(eagle3, tmp_path):
+    tree, library, command = eagle3
+    env = importable_with_plugins(tree)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    plug = write_plugin(tmp_path / "plug", "acme", PLAIN_CLASS.format(name="acme"))
+
+    alone = findings(preflight_importing(tree, library, command, env))["supports-eagle3"]
+    assert alone["ok"] and "is True for vllm.model_executor.models.deepseek_v2." in alone["message"], alone
+
+    env = {"PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"}
+    done = preflight_importing(tree, library, command, env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"], supports
+    assert (
+        "is False for acme_mod.NoEagle3Deepseek, which a vllm.general_plugins entry point registers"
+        in (supports["message"])
+    )
+    assert "VLLM_PLUGINS" in supports["fix"]
+
+    left_out = preflight_importing(tree, library, command, {**env, "VLLM_PLUGINS": "someone_else"})
+    assert findings(left_out)["supports-eagle3"]["ok"], left_out.stdout
+
+
+def test_a_plugin_that_registers_a_class_with_eagle3_passes_the_stock_tree(eagle3, tmp_path):
+    tree, library, command = eagle3
+    env = importable_with_plugins(tree)
+    stock = findings(preflight_importing(tree, library, command, env))["supports-eagle3"]
+    assert not stock["ok"] and stock["fix"] == apply_fix(tree, library, sys.executable), stock
+
+    plug = write_plugin(tmp_path / "plug", "zeta", EAGLE3_CLASS.format(name="zeta"))
+    env = {"PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"}
+    supports = findings(preflight_importing(tree, library, command, env))["supports-eagle3"]
+    assert supports["ok"], supports
+    assert (
+        "is True for zeta_mod.Eagle3Deepseek, which a vllm.general_plugins entry point registers"
+        in (supports["message"])
+    )
+
+
+def test_a_plugin_that_raises_stops_the_launch_and_is_named(eagle3, tmp_path):
+    tree, library, command = eagle3
+    env = importable_with_plugins(tree)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    body = "def register():\n    raise RuntimeError('no licence server at 10.0.0.9')\n"
+    plug = write_plugin(tmp_path / "plug", "broken_plug", body)
+    env = {"PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"}
+    done = preflight_importing(tree, library, command, env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    supports = findings(done)["supports-eagle3"]
+    assert not supports["ok"], supports
+    assert "stops at the vllm.general_plugins entry point 'broken_plug', which raises" in supports["message"]
+    assert "no licence server at 10.0.0.9" in supports["message"]
+    assert "'broken_plug'" in supports["fix"]
+
+
+# --- M1: a human-readable integer too large for vLLM's float reading is refused, exit 2, never 70 ----
+
+HUGE = "8" * 330
+
+
+@pytest.mark.parametrize(
+    ("words", "release"),
+    [
+        (["--max-num-batched-tokens", f"{HUGE}m"], "0.16.0"),
+        (["--kv-cache-memory-bytes", f"{HUGE}.25g"], "0.16.0"),
+        (["--max-model-len", f"{HUGE}t"], "0.16.0"),
+        (["--kv-transfer-config", f'{{"kv_connector": "x", "kv_buffer_size": {HUGE}k}}'], "0.20.0"),
+    ],
+)
+def test_a_human_readable_integer_too_large_for_a_float_is_refused(words, release):
+    with pytest.raises(BadInput) as refused:
+        parse(["vllm", "serve", "org/m", *words], release)
+    assert refused.value.exit_code == 2 and "is too large a number" in refused.value.message, refused.value.message
+
+
+def test_a_too_large_human_readable_integer_in_a_config_file_or_run_exits_2(eagle3, tmp_path):
+    tree, library, command = eagle3
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"max-num-batched-tokens: {HUGE}k\n")
+    for argv in ([*command, "--config", str(config)], [*command, "--max-model-len", f"{HUGE}g"]):
+        done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "too large a number" in done.stderr and "internal error" not in done.stderr
