@@ -568,3 +568,18 @@ def test_two_stale_records_are_each_said_once_with_their_set(run, tree, two_rele
     lines = [line for line in output.splitlines() if "the old record is stale" in line]
     assert len(lines) == 2 and len(set(lines)) == 2, output
     assert any("the record of demo:" in line for line in lines) and any("adhoc-" in line for line in lines)
+
+
+def test_a_later_revert_names_the_kept_copies_and_how_to_delete_them(run, tree, diffs):
+    """Saved copies from an earlier `revert --force` outlive the record: a later apply + revert says
+    they stay and how they go, never that nothing was recorded (the revert just undid a record)."""
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    (tree / SPEC).write_text(patched_spec() + "# my edit\n")
+    assert run("revert", "--force", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    result = run("revert", "--target", tree, "--patch", diffs["spec"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "nothing is recorded" not in said
+    assert f"rm -r {tree / '.patchkit' / 'saved'}`" in said  # whole, copyable
+    assert [p.name for p in (tree / ".patchkit").iterdir()] == ["saved"]
