@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -103,17 +102,3 @@ def test_a_record_hash_with_base64_padding_is_said_to_be_out_of_the_wheel_format
     said = " ".join(done.stderr.split())
     assert "base64 padding" in said and "a local edit" not in said.partition("hint:")[0], done.stderr
     assert not out.exists() or list(out.iterdir()) == []
-
-
-@pytest.mark.parametrize("entry", ["vllm.zip", "./vllm.zip"])
-def test_a_relative_pythonpath_entry_is_resolved_where_the_user_runs(tmp_path, library, entry):
-    # review 6 L8: the locate question ran from / and said "vLLM is not installed"
-    archive = tmp_path / "work" / "vllm.zip"
-    archive.parent.mkdir()
-    with zipfile.ZipFile(archive, "w") as zf:
-        zf.writestr("vllm/__init__.py", "STOCK = True\n")
-    done = run_cli(
-        "status", "--python", sys.executable, "--patches", library, env={"PYTHONPATH": entry}, cwd=archive.parent
-    )
-    assert_clean_failure(done, 4)
-    assert f"is inside the archive {archive}" in " ".join(done.stderr.split()), done.stderr
