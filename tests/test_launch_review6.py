@@ -179,3 +179,44 @@ def test_a_too_large_human_readable_integer_in_a_config_file_or_run_exits_2(eagl
         done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv)
         assert done.returncode == 2, done.stdout + done.stderr
         assert "too large a number" in done.stderr and "internal error" not in done.stderr
+
+
+# --- M2: of config.json's architectures, the one judged is the one vLLM builds: the first registered --
+
+
+def test_the_architecture_judged_is_the_first_the_registry_holds(eagle3, tmp_path):
+    tree, library, _ = eagle3
+    env = make_importable(tree)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    target = write_model(tmp_path / "listed", {**DEEPSEEK_V3, "architectures": ["AcmeUnknownLM", ARCH]})
+    drafter = write_model(tmp_path / "drafter2", DRAFTER)
+    argv = serve(target, drafter)
+
+    static = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv
+    )
+    supports = findings(static)["supports-eagle3"]
+    assert static.returncode == 0 and supports["ok"], supports
+    assert f"{ARCH} has base SupportsEagle3" in supports["message"]
+
+    supports = findings(preflight_importing(tree, library, argv, env))["supports-eagle3"]
+    assert supports["ok"], supports
+    assert f"is True for vllm.model_executor.models.deepseek_v2.{ARCH}" in supports["message"]
+
+
+def test_a_registered_architecture_whose_class_does_not_import_is_passed_over_as_vllm_does(eagle3, tmp_path):
+    tree, library, _ = eagle3
+    env = make_importable(tree)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    models_dir = tree / "vllm" / "model_executor" / "models"
+    (models_dir / "gone.py").write_text("import a_module_nobody_installed\n")
+    registry = tree / "vllm" / "model_executor" / "models" / "registry.py"
+    registry.write_text(
+        registry.read_text().replace(
+            '    "LlamaForCausalLM"', '    "GoneForCausalLM": ("gone", "Gone"),\n    "LlamaForCausalLM"'
+        )
+    )
+    target = write_model(tmp_path / "listed", {**DEEPSEEK_V3, "architectures": ["GoneForCausalLM", ARCH]})
+    supports = findings(preflight_importing(tree, library, serve(target, tmp_path / "models" / "drafter"), env))
+    assert supports["supports-eagle3"]["ok"], supports["supports-eagle3"]
+    assert f"is True for vllm.model_executor.models.deepseek_v2.{ARCH}" in supports["supports-eagle3"]["message"]
