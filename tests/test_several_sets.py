@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library, write_tree
 
+from patchkit.series import library as library_mod
 from patchkit.store.state import read_state
 
 SPEC = "vllm/config/spec.py"
@@ -120,6 +121,18 @@ def test_a_single_set_library_applies_as_before(run, tree, scratch):
     result = run("apply", "--target", tree, "--patches", library, "--format", "json")
     assert result.exit_code == 0, result.output
     assert json_of(result)["set"] == "demo" and "sets" not in json_of(result)
+
+
+def test_a_single_set_librarys_dry_run_loads_the_library_once(run, tree, scratch, monkeypatch):
+    """Issue 21: whether the library holds several sets and which set applies come from one load
+    (a second one cost the quiet dry run ~1.4 ms of start-up)."""
+    loads = []
+    load_library = library_mod.load_library
+    monkeypatch.setattr(library_mod, "load_library", lambda root: loads.append(root) or load_library(root))
+    library = write_library(scratch / "one", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]})
+    result = run("apply", "--dry-run", "-q", "--target", tree, "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert loads == [library]
 
 
 def test_library_toml_naming_an_unknown_set_is_refused(run, tree, library):
