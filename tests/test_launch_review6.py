@@ -282,3 +282,26 @@ def test_a_whole_number_field_given_a_string_pydantic_reads_passes(tmp_path, spe
 def test_the_draft_tensor_parallel_fix_names_1_once_when_the_target_runs_on_one_gpu(tmp_path):
     found = _speculative(tmp_path, {"num_speculative_tokens": 4, "draft_tensor_parallel_size": 3})
     assert found is not None and found["fix"] == 'give "draft_tensor_parallel_size" 1, or drop it', found
+
+
+# --- L4: a `python` launch with -W, -X or an attached -m is read as the launch it is ----------------
+
+
+@pytest.mark.parametrize(
+    ("line", "serve", "flags"),
+    [
+        ("python3 -W error::UserWarning -m vllm.entrypoints.cli.main serve lab/m", True, []),
+        ("python -Xfaulthandler -m vllm.entrypoints.openai.api_server --model lab/m", False, []),
+        ("python -sWdefault -mvllm.entrypoints.cli.main serve lab/m", True, ["-s"]),
+        ("python -B -X dev -Pm vllm.entrypoints.cli.main serve lab/m", True, ["-B", "-P"]),
+    ],
+)
+def test_python_options_with_a_value_are_read_as_python_reads_them(line, serve, flags):
+    command = parse(line.split(), "0.16.0")
+    assert (command.model, command.serve, command.python_flags) == ("lab/m", serve, flags)
+
+
+def test_a_python_launch_with_the_module_value_missing_is_still_no_launch():
+    with pytest.raises(BadInput) as refused:
+        parse(["python", "-X", "dev", "-m"], "0.16.0")
+    assert "not a vLLM launch" in refused.value.message
