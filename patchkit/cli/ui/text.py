@@ -86,18 +86,24 @@ def shortened(word: str, width: int) -> str:
     return word[: width - 1 - tail] + "\u2026" + word[len(word) - tail :]
 
 
-def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, shorten: bool = False) -> list[str]:
+def fitted(
+    text: str, width: int | None, *, first: int = 0, indent: int = 2, shorten: bool = False, paths: bool = False
+) -> list[str]:
     """`text` as lines of at most `width` columns, wrapped at spaces (the first line indented by
     `first`, the others by `indent`). A word longer than a line is shortened with an ellipsis
-    (`shorten`), else kept whole on a line of its own; a `command` in backquotes is never cut or
-    shortened (it is pasted from there). Without a width (piped): one line, never wrapped."""
+    (`shorten`; a path only with `paths`: a table's cell), else kept whole on a line of its own; a
+    `command` in backquotes is never cut or shortened, nor a path in a sentence (they are copied
+    from there). Without a width (piped): one line, never wrapped."""
     if width is None:
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
     # a `command` is one word, never shortened: it is pasted from there (wrapped, as several lines)
     words = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
     if shorten:
-        words = " ".join(word if "`" in word else shortened(word, room) for word in words.split(" "))
+        kept = ("`", "/") if not paths else ("`",)
+        words = " ".join(
+            word if any(mark in word for mark in kept) else shortened(word, room) for word in words.split(" ")
+        )
     lines = textwrap.wrap(
         words,
         width,
@@ -161,7 +167,7 @@ def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[li
         excess = _narrow(widths, floors, excess)
     return widths, [
         [
-            fitted(cell, w, indent=0, shorten=True) if text else [shortened(cell, w)]
+            fitted(cell, w, indent=0, shorten=True, paths=True) if text else [shortened(cell, w)]
             for cell, w, text in zip(row, widths, is_text, strict=True)
         ]
         for row in [columns, *rows]
