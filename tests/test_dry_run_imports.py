@@ -28,7 +28,7 @@ sys.argv = ["patchkit", "apply", "--dry-run", "-q", "--target", sys.argv[1], "--
 try:
     main()
 finally:
-    print(json.dumps(sorted(m for m in sys.modules if m.startswith(("patchkit", "rich", "pyflakes")))), file=sys.stderr)
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith(("patchkit", "rich", "pyflakes", "logging")))), file=sys.stderr)
 """
 
 
@@ -77,3 +77,4 @@ def test_a_warm_dry_run_recalls_the_names_check_without_loading_pyflakes_checker
     assert "patchkit.checks.names" in cold and "pyflakes.checker" in cold
     warm = loaded_by_a_dry_run(tree, diff, env=env)
     assert "patchkit.checks.names" in warm and "pyflakes.checker" not in warm
+    assert "logging" not in warm  # the notes below the CLI go through base.notes (issue 21)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import stat
 
-from helpers import SPEC_PY, make_patch, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 
 
 def test_a_write_under_umask_077_leaves_the_record_readable_by_others(run, tmp_path, scratch):
@@ -51,3 +51,39 @@ def test_an_apply_under_umask_077_adds_only_files_and_directories_others_can_rea
     assert any(n.startswith("patchkit_guard-") and n.endswith(".dist-info") for n in names), names
     unreadable = sorted(p.relative_to(tree).as_posix() for p in added if not readable_by_others(p))
     assert unreadable == []
+
+
+def _closed(path) -> None:
+    os.chmod(path, 0o600)  # as an editor or `cp` under umask 077 leaves it
+
+
+def test_an_apply_that_patches_a_0600_file_leaves_it_readable_and_status_ok(run, tmp_path, scratch):
+    """Review 6 M2: the patched file kept the 0600 of the file it replaced, so the apply exited 0
+    and its own status failed (the guard refused every other user) until a second apply."""
+    tree = write_tree(tmp_path / "site")
+    patch = scratch / "spec.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"kimi"')}))
+    _closed(tree / "vllm/config/spec.py")
+    done = run("apply", "--target", tree, "--patch", patch)
+    assert done.exit_code == 0, done.output
+    assert readable_by_others(tree / "vllm/config/spec.py")
+    assert done.output.count("readable by other users") == 1, done.output
+    status = run("status", "--target", tree, "--patch", patch)
+    assert status.exit_code == 0, status.output
+
+
+def test_a_several_set_apply_opens_every_sets_0600_file(run, tmp_path, scratch):
+    """Each set of a several-set apply opens its own files: the last set's too (review 6 M2)."""
+    tree = write_tree(tmp_path / "site")
+    library = scratch / "lib"
+    spec, model = "vllm/config/spec.py", "vllm/models/model.py"
+    write_library(library, {"0.16.0": [make_patch(scratch, tree, {spec: SPEC_PY + "# one\n"})]}, name="one")
+    write_library(library, {"0.16.0": [make_patch(scratch, tree, {model: MODEL_PY + "# two\n"})]}, name="two")
+    (library / "library.toml").write_text('order = ["one", "two"]\n')
+    _closed(tree / spec)
+    _closed(tree / model)
+    done = run("apply", "--target", tree, "--patches", library, "--no-import")
+    assert done.exit_code == 0, done.output
+    assert readable_by_others(tree / spec) and readable_by_others(tree / model), done.output
+    status = run("status", "--target", tree, "--patches", library)
+    assert status.exit_code == 0, status.output

@@ -4,6 +4,7 @@ tree's version, in the library's order, each recorded as its own entry; --set (r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,9 @@ def test_status_exit_code_is_the_worst_sets(run, tree, library):
     result = run("status", "--target", tree, "--patches", library, "--format", "json")
     assert result.exit_code == 1, result.output
     assert [s["drifted"] for s in json_of(result)["sets"]] == [[MODEL], [], []]
+    text = run("status", "--target", tree, "--patches", library)
+    assert text.exit_code == 1, text.output
+    assert "status: FAILED: applied: 2 of 3 set(s) applied (model, spec)" in text.output  # FAILED leads (review 6 L2)
 
 
 def test_verify_judges_every_covering_set(run, tree, library):
@@ -317,3 +321,57 @@ def test_diff_shows_every_covering_sets_series_in_apply_order(run, tree, library
     assert one.exit_code == 0 and f"+++ b/{MODEL}" not in one.output and f"+++ b/{SPEC}" in one.output
     upstream = run("diff", "--target", tree, "--patches", library, "--vllm-version", "0.18.0")
     assert upstream.exit_code == 0 and "every set is upstream; there is no diff" in upstream.output, upstream.output
+
+
+# --- step 5: preflight and run's preflight judge every covering set ------------------------------------
+
+
+@pytest.fixture
+def eagle3_and_another(tmp_path):
+    """The launch tests' eagle3 setup (stock 0.16.0 tree, its library) plus a set `tools` that
+    patches a tool parser the tree also holds; library.toml puts eagle3 first."""
+    from launch_fixtures import write_eagle3_setup
+
+    tree, lib = write_eagle3_setup(tmp_path)
+    parser = "vllm/tool_parsers/demo_tool_parser.py"
+    (tree / parser).parent.mkdir(parents=True, exist_ok=True)
+    (tree / parser).write_text("def parse(text):\n    return text\n")
+    patch = make_patch(tmp_path, tree, {parser: "def parse(text):\n    return text.strip()\n"})
+    write_library(lib, {"0.16.0": [patch]}, name="tools", upstream=None)
+    (lib / "library.toml").write_text('order = ["eagle3", "tools"]\n')
+    return tree, lib
+
+
+def test_preflight_holds_the_launch_against_every_covering_set(eagle3_and_another, tmp_path):
+    from helpers import run_cli
+    from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_model
+
+    tree, lib = eagle3_and_another
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    launch = ["--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *serve(target, drafter)]
+
+    stock = run_cli("preflight", *launch)
+    assert stock.returncode == 1, stock.stdout + stock.stderr
+    trees = [f["message"] for f in json.loads(stock.stdout)["findings"] if f["check"] == "tree-state"]
+    assert trees == [
+        "the eagle3 series is not applied to vLLM 0.16.0",
+        "the tools series is not applied to vLLM 0.16.0",
+    ]
+
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    refused = run_cli("run", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
+    assert refused.returncode == 1 and "not launched: the preflight failed" in refused.stderr, refused.stderr
+    half = run_cli("preflight", *launch)
+    assert half.returncode == 1 and json.loads(half.stdout)["tree_state"] == "partial"
+    failed = [f["message"] for f in json.loads(half.stdout)["findings"] if not f["ok"]]
+    assert failed == ["the tools series is not applied to vLLM 0.16.0"]  # eagle3's launch checks pass now
+
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    done = run_cli("preflight", *launch)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["tree_state"] == "applied"
+    # run: the same preflight, then exec of the launch (no `vllm` here: exit 4 naming it, so it got that far)
+    ran = run_cli("run", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
+    assert ran.returncode == 4 and "cannot run vllm" in ran.stderr, ran.stdout + ran.stderr

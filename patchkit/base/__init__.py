@@ -1,1 +1,1 @@
-"""What every layer stands on: errors, closed names, filesystem rules, hashing, locks, seals, signals, shared options and the user cache."""
+"""What every layer stands on: errors, closed names, filesystem rules, hashing, locks, seals, signals, shared options, the user cache and the notes below the CLI (base.notes: said, the ui prints them)."""

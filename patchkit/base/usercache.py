@@ -4,7 +4,6 @@ used, and the pruning of entries nothing used for a while."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import stat
@@ -13,10 +12,7 @@ from pathlib import Path
 
 import platformdirs
 
-from patchkit.base import fsutil
-
-# What this module has to say reaches stderr through patchkit.cli.ui (which owns every output).
-_log = logging.getLogger(__name__)
+from patchkit.base import fsutil, notes
 
 
 def cache_dir() -> Path:
@@ -102,8 +98,8 @@ def usable_cache_dir(directory: Path) -> bool:
         return True
     if str(directory) not in _NOTED:
         _NOTED.add(str(directory))
-        _log.warning(
-            "note: %s is not a plain directory inside patchkit's cache (a symlink?): the cache is not used for this run",
-            directory,
+        notes.say(
+            f"note: {directory} is not a plain directory inside patchkit's cache (a symlink?): "
+            "the cache is not used for this run"
         )
     return False

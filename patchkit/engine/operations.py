@@ -205,7 +205,7 @@ class _Applying:
         which holds for the whole apply: every phase works on it."""
         root = self.resolved.target.root
         self.state = state
-        self.open_to_others(dry_run=dry_run)
+        self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for note in self.stale.values():
             self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
@@ -234,14 +234,14 @@ class _Applying:
             return stock
         return self.check_then_write(plan, stock, dry_run=dry_run)
 
-    def open_to_others(self, *, dry_run: bool) -> None:
-        """Make readable what an older patchkit wrote under a strict umask (0600) and the guard
-        reads at every launch: another user's vLLM is refused (or runs unguarded) otherwise."""
+    def open_to_others(self, state: State, *, dry_run: bool) -> None:
+        """Make readable what an older patchkit wrote under a strict umask (0600), or what this
+        apply patched in place of a file that was 0600, and the guard reads at every launch: another
+        user's vLLM is refused (or runs unguarded) otherwise. `state`: the record that names them."""
         root = self.resolved.target.root
-        state = self.state
         closed = [rel for rel, _mode in unreadable_by_others(root, state)] if dry_run else make_readable(root, state)
         if closed:
-            self.made_readable = closed
+            self.made_readable += closed
             verb = "would make" if dry_run else "made"
             self.warn(f"{verb} {', '.join(closed)} readable by other users (the launch guard reads them)")
 
@@ -330,7 +330,7 @@ class _Applying:
         results = stock + planned
         changes = plan.changes
         with self.timed("apply"):
-            all_changes, state, written = self.commit(plan)
+            all_changes, state, written, new_state = self.commit(plan)
             bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
             _fix_guard_bytecode(resolved.target, self.guard_removed)
         with self.timed("checks"):
@@ -351,6 +351,7 @@ class _Applying:
                     "verification after writing failed; the tree was rolled back", [r for r in on_disk if r.failed]
                 ),
             )
+        self.open_to_others(new_state, dry_run=False)  # a patched file kept the 0600 of the file it replaced
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
         if written_only:
             self.show(written_only)
@@ -366,9 +367,9 @@ class _Applying:
         )
         return _refuse_stale_bytecode(applied, done)
 
-    def commit(self, plan: Plan) -> tuple[Changes, State, dict[str, tuple[Landed, bytes]]]:
+    def commit(self, plan: Plan) -> tuple[Changes, State, dict[str, tuple[Landed, bytes]], State]:
         """Write the plan's changes, the guard's and the record in one transaction: what was
-        written, the state to return to, and what landed (for the checks on disk)."""
+        written, the state to return to, what landed (for the checks on disk), the state written."""
         resolved, root = self.resolved, self.resolved.target.root
         state = self.state
         for name in self.stale:  # describes files an upgrade of vLLM replaced
@@ -377,7 +378,7 @@ class _Applying:
         guard_changes, new_state = self.with_guard(state.with_entry(entry))
         self.keep_replaced_guard()
         changes = {**plan.changes, **guard_changes}
-        return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins)
+        return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins), new_state
 
     def settle_record(self, *, dry_run: bool = False) -> bool:
         """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
@@ -127,6 +127,51 @@ def several(opts: Options) -> bool:
     if opts.adhoc or opts.set_name is not None:
         return False
     return len(opts.set_names) > 1 or len(library.load_library(library.locate(opts.library).path)) > 1
+
+
+# A set of the library the version is in no range of (its release has no series): said, not an error.
+NOT_COVERED = "not-covered"
+
+
+@dataclass
+class Chosen:
+    """One set of the library for the target: its series (None: the library has none for this version)."""
+
+    name: str
+    resolved: Resolved | None
+    note: str = ""  # why there is no series
+
+    @property
+    def kind(self) -> SelectionKind | None:
+        return self.resolved.selection.kind if self.resolved else None
+
+
+def resolve_sets(opts: Options, target: Target) -> list[Chosen]:
+    """Every set of the library (or those --set names), in the library's order, resolved for the target."""
+    sets = library.choose_sets(library.load_library(library.locate(opts.library).path), opts.set_names)
+    chosen = []
+    for patch_set in sets:
+        try:
+            chosen.append(Chosen(patch_set.name, resolve(replace(opts, set_name=patch_set.name), target=target)))
+        except NoPatchSet as exc:  # a gap in the set's range: said, not an error of the run
+            chosen.append(Chosen(patch_set.name, None, exc.message))
+    if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):
+        said = "; ".join(why_not(c) for c in chosen)
+        raise NoPatchSet(
+            f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range"
+        )
+    return chosen
+
+
+def why_not(chosen: Chosen) -> str:
+    if chosen.resolved is not None and chosen.resolved.selection.note:
+        return chosen.resolved.selection.note
+    return chosen.note or f"{chosen.name}: no series"
+
+
+def judged(chosen: list[Chosen]) -> list[Chosen]:
+    """The sets status and verify judge: those with a series or an upstream release (the others are notes)."""
+    return [c for c in chosen if c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM)]
 
 
 def _installed_wheel(root: Path) -> Provenance | None:

@@ -10,12 +10,12 @@ before it stay applied and recorded, the sets after it are not tried; the result
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
-from patchkit.base.errors import Conflict, NoPatchSet, PatchkitError
+from patchkit.base.errors import Conflict, PatchkitError
 from patchkit.engine import inspection
 from patchkit.engine.inspection import TreeStatus
 from patchkit.engine.operations import (
@@ -26,7 +26,7 @@ from patchkit.engine.operations import (
     refuse_unchangeable,
     verify_tree,
 )
-from patchkit.engine.resolve import Resolved, resolve
+from patchkit.engine.resolve import NOT_COVERED, Chosen, judged
 from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
 
@@ -34,41 +34,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from patchkit.base.options import Options
-    from patchkit.tree.target import Target
 
 # How a set that was not applied is shown (ApplyResult's outcomes say the rest).
-NOT_COVERED = "not-covered"  # the library has no series for this version in the set's range
 NOT_TRIED = "not-tried"  # an earlier set failed
-
-
-@dataclass
-class Chosen:
-    """One set of the library for the target: its series (None: the library has none for this version)."""
-
-    name: str
-    resolved: Resolved | None
-    note: str = ""  # why there is no series
-
-    @property
-    def kind(self) -> SelectionKind | None:
-        return self.resolved.selection.kind if self.resolved else None
-
-
-def resolve_sets(opts: Options, target: Target) -> list[Chosen]:
-    """Every set of the library (or those --set names), in the library's order, resolved for the target."""
-    sets = library.choose_sets(library.load_library(library.locate(opts.library).path), opts.set_names)
-    chosen = []
-    for patch_set in sets:
-        try:
-            chosen.append(Chosen(patch_set.name, resolve(replace(opts, set_name=patch_set.name), target=target)))
-        except NoPatchSet as exc:  # a gap in the set's range: said, not an error of the run
-            chosen.append(Chosen(patch_set.name, None, exc.message))
-    if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):
-        said = "; ".join(why_not(c) for c in chosen)
-        raise NoPatchSet(
-            f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range"
-        )
-    return chosen
 
 
 def require_order(opts: Options, chosen: list[Chosen]) -> None:
@@ -80,12 +48,6 @@ def require_order(opts: Options, chosen: list[Chosen]) -> None:
         if c.resolved is not None and c.kind == SelectionKind.PATCH
     }
     library.refuse_unordered(root, library.load_library(root), files)
-
-
-def why_not(chosen: Chosen) -> str:
-    if chosen.resolved is not None and chosen.resolved.selection.note:
-        return chosen.resolved.selection.note
-    return chosen.note or f"{chosen.name}: no series"
 
 
 @dataclass
@@ -188,11 +150,6 @@ def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: 
 # A set's state, worst last: the overall state is the worst of the covering sets' (upstream ones
 # have nothing to apply: they count only when every set is upstream).
 _STATE_ORDER = (TreeState.UPSTREAM, TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.PARTIAL)
-
-
-def judged(chosen: list[Chosen]) -> list[Chosen]:
-    """The sets status and verify judge: those with a series or an upstream release (the others are notes)."""
-    return [c for c in chosen if c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM)]
 
 
 @dataclass

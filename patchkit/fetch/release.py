@@ -8,7 +8,6 @@ serve ranges, and the tree and release.json are updated.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import time
@@ -17,6 +16,7 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from patchkit.base import notes
 from patchkit.base.errors import FetchError
 from patchkit.fetch import net, origin  # net: called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
@@ -44,9 +44,6 @@ from patchkit.fetch.net import FetchStats, Progress
 from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
 from patchkit.fetch.zipread import LocalWheel, WheelSource
-
-# What this module has to say reaches stderr through patchkit.cli.ui (which owns every output).
-_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.fetch.pipconfig import PipSettings
@@ -238,7 +235,7 @@ def _forget_if_empty(root: Path) -> None:
 
 
 def _to_stderr(message: str) -> None:
-    _log.warning("patchkit: warning: %s", message)
+    notes.say(f"patchkit: warning: {message}")
 
 
 def _release_lock(root: Path, ver: str, say: Progress) -> AbstractContextManager[None]:

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from patchkit import fetch
+from patchkit.base import notes
 from patchkit.base.errors import TargetError
 
 # What this module has to say reaches stderr through patchkit.cli.ui (which owns every output).
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("versions", nargs="+")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(message)s")  # each recorded spec's path, a line on stderr
+    notes.listen(_log.warning)  # and the fetcher's notes with them
     for version in args.versions:
         _log.warning("%s", record(fetch.normalize_version(version), os.path.abspath(args.python)))
 

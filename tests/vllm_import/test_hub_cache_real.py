@@ -34,6 +34,6 @@ def test_patchkits_hub_cache_is_the_one_transformers_reads_config_json_from(tmp_
     environ = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", **variables}
     asked = "import transformers.utils.hub as hub; print(hub.TRANSFORMERS_CACHE)"
     done = subprocess.run(
-        [str(VLLM_PYTHON), "-c", asked], env=environ, capture_output=True, text=True, timeout=300, check=True
+        [str(VLLM_PYTHON), "-B", "-c", asked], env=environ, capture_output=True, text=True, timeout=300, check=True
     )
     assert hub_cache(environ) == Path(done.stdout.rstrip("\n"))

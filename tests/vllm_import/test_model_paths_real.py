@@ -48,7 +48,13 @@ NAMES = [
 
 def in_vllm(code: str, environ: dict[str, str], cwd: Path) -> str:
     done = subprocess.run(
-        [str(VLLM_PYTHON), "-c", code], env=environ, cwd=cwd, capture_output=True, text=True, timeout=600, check=True
+        [str(VLLM_PYTHON), "-B", "-c", code],
+        env=environ,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     )
     return done.stdout.strip().splitlines()[-1]
 
@@ -133,7 +139,7 @@ def test_vllm_reads_no_config_where_patchkit_refuses_a_model_path(tmp_path: Path
 def _vllm_answers(code: str, items: list, environ: dict[str, str], cwd: Path) -> list:
     """What `code` prints last (a JSON list) when run by the real vLLM's interpreter on `items`."""
     done = subprocess.run(
-        [str(VLLM_PYTHON), "-c", code, json.dumps(items)],
+        [str(VLLM_PYTHON), "-B", "-c", code, json.dumps(items)],
         env=environ,
         cwd=cwd,
         capture_output=True,

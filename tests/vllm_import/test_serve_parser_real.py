@@ -53,7 +53,9 @@ def vllm_readings(lines: list[list[str]], tmp_path: Path) -> list[dict]:
     answer = tmp_path / "answer.json"
     request = json.dumps({"lines": [{"arguments": line, "serve": True} for line in lines]})
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    subprocess.run([VLLM_PYTHON, str(READER), str(answer)], input=request, text=True, env=env, check=True, timeout=900)
+    subprocess.run(
+        [VLLM_PYTHON, "-B", str(READER), str(answer)], input=request, text=True, env=env, check=True, timeout=900
+    )
     data = json.loads(answer.read_text())
     assert data["status"] == "ok", data
     return data["readings"]

@@ -95,7 +95,7 @@ def test_the_speculative_config_finding_fails_what_vllm_refuses_and_only_that(tm
     names = {"DRAFTER": paths["drafter"], "NAMED": paths["x-eagle3"]}
     specs = {n: {k: names.get(v, v) if isinstance(v, str) else v for k, v in s.items()} for n, s in SPECS.items()}
     site = subprocess.run(
-        [str(VLLM_PYTHON), "-c", "import vllm, os; print(os.path.dirname(os.path.dirname(vllm.__file__)))"],
+        [str(VLLM_PYTHON), "-B", "-c", "import vllm, os; print(os.path.dirname(os.path.dirname(vllm.__file__)))"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -103,7 +103,7 @@ def test_the_speculative_config_finding_fails_what_vllm_refuses_and_only_that(tm
     ).stdout.strip()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     asked = subprocess.run(
-        [str(VLLM_PYTHON), "-c", ASK_VLLM, paths["target"], json.dumps(specs)],
+        [str(VLLM_PYTHON), "-B", "-c", ASK_VLLM, paths["target"], json.dumps(specs)],
         capture_output=True,
         text=True,
         timeout=1200,

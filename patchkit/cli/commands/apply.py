@@ -9,17 +9,8 @@ from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
 from patchkit.cli.ui import UI, plan_json, resolved_json, target_json
 from patchkit.engine.operations import ApplyResult, apply_series
-from patchkit.engine.resolve import require_patches, resolve_target, several
-from patchkit.engine.several import (
-    NOT_TRIED,
-    Chosen,
-    SetApplied,
-    SetsApplied,
-    apply_sets,
-    require_order,
-    resolve_sets,
-    why_not,
-)
+from patchkit.engine.resolve import Chosen, require_patches, resolve_sets, resolve_target, several, why_not
+from patchkit.engine.several import NOT_TRIED, SetApplied, SetsApplied, apply_sets, require_order
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options

@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
 
 from patchkit.base import hints
+from patchkit.base.enums import TreeState
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
-from patchkit.cli.ui import UI, Failure, JUnitCase, junit, write_junit
+from patchkit.cli.ui import UI, Failure, JUnitCase, junit, target_json, write_junit
+from patchkit.engine.resolve import judged, resolve_sets, resolve_target, several
 from patchkit.launch.command import LaunchCommand, frame, read
-from patchkit.launch.findings import PASS
+from patchkit.launch.findings import PASS, Finding
 from patchkit.launch.preflight import (
     PreflightResult,
     default_options,
@@ -21,6 +24,7 @@ from patchkit.launch.shortcut import recorded_status
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
+    from patchkit.engine.resolve import Resolved
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
@@ -66,26 +70,75 @@ def run_preflight(
 def _preflight(
     ui: UI, chosen: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool, found_by: str | None
 ) -> PreflightResult:
+    if several(chosen):
+        return _preflight_of_sets(ui, chosen, launch_command, no_import=no_import, shortcut=shortcut, found_by=found_by)
     resolved = resolve_telling(ui, chosen, found_by=found_by)
     launch_command = read(launch_command, resolved.vllm_version)
-    result = None
+    result = _set_findings(ui, resolved, launch_command, no_import=no_import, shortcut=shortcut)
+    return _launch_findings(resolved, launch_command, result, no_import=no_import)
+
+
+def _preflight_of_sets(
+    ui: UI, chosen: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool, found_by: str | None
+) -> PreflightResult:
+    """Each covering set's findings (its tree state, its launch checks), merged; then the launch's own once."""
+    target = resolve_target(chosen)
+    target = replace(target, found_by=found_by) if found_by else target
+    ui.knows(target_json(target))
+    covering = [c.resolved for c in judged(resolve_sets(chosen, target)) if c.resolved is not None]
+    launch_command = read(launch_command, covering[0].vllm_version)
+    results = [_set_findings(ui, r, launch_command, no_import=no_import, shortcut=shortcut) for r in covering]
+    return _launch_findings(covering[0], launch_command, merged(results), no_import=no_import)
+
+
+def _set_findings(
+    ui: UI, resolved: Resolved, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool
+) -> PreflightResult:
+    """preflight() of one set: from its recorded status on `run`'s fast path, else under the lock."""
     if shortcut:
         status = recorded_status(resolved)  # no lock: see there why none is needed
         if status is not None:
-            result = preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
-    if result is None:
-        # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
-        from patchkit.engine.transaction import consistent_read
+            return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
+    # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
+    from patchkit.engine.transaction import consistent_read
 
-        with consistent_read(resolved.target.root) as recovered:
-            if recovered:
-                ui.warn(recovered)
-            result = preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
+    with consistent_read(resolved.target.root) as recovered:
+        if recovered:
+            ui.warn(recovered)
+        return preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
+
+
+def _launch_findings(
+    resolved: Resolved, launch_command: LaunchCommand, result: PreflightResult, *, no_import: bool
+) -> PreflightResult:
+    """What holds for the launch whatever the sets: the tree it imports, vLLM's own validation."""
     named = launch_target_finding(resolved, launch_command)  # is the tree checked the one the launch imports?
     result.findings += [named] if named is not None else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
         result.findings.append(vllm_validation(resolved, result))
     return result
+
+
+def merged(results: list[PreflightResult]) -> PreflightResult:
+    """Several sets' preflights as one: per check, the failures of every set (each once), else one
+    pass; the tree's state `partial` when the sets' differ; fixable when any set's apply would fix."""
+    first = results[0]
+    by_check: dict[str, list[Finding]] = {}
+    for finding in (f for r in results for f in r.findings):
+        kept = by_check.setdefault(finding.check, [])
+        if finding.ok and kept:  # one pass says it; a failure is said by every set it concerns
+            continue
+        if not finding.ok:
+            kept[:] = [f for f in kept if not f.ok]
+        if all((f.ok, f.message) != (finding.ok, finding.message) for f in kept):
+            kept.append(finding)
+    states = {r.tree_state for r in results}
+    return replace(
+        first,
+        findings=[f for found in by_check.values() for f in found],
+        tree_state=states.pop() if len(states) == 1 else str(TreeState.PARTIAL),
+        fixable=any(r.fixable for r in results),
+    )
 
 
 def show(ui: UI, result: PreflightResult, fmt: str) -> None:

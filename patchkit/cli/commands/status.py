@@ -11,8 +11,8 @@ from patchkit.cli.ui import UI, status_json, target_json
 from patchkit.cli.ui.reports import status_verdict
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
-from patchkit.engine.resolve import resolve_target, several
-from patchkit.engine.several import NOT_COVERED, SetsStatus, resolve_sets, status_sets, why_not
+from patchkit.engine.resolve import NOT_COVERED, resolve_sets, resolve_target, several, why_not
+from patchkit.engine.several import SetsStatus, status_sets
 from patchkit.engine.transaction import consistent_read
 from patchkit.series.library import locate
 
@@ -81,8 +81,7 @@ def _status_of_sets(ui: UI, opts: Options) -> SetsStatus:
         if each not in found.chosen:
             ui.note(why_not(each))
     applied, judged = found.applied(), len(found.chosen)
-    said = f"status: {found.state}: {len(applied)} of {judged} set(s) applied" + (
-        f" ({', '.join(applied)})" if applied else ""
-    )
-    ui.verdict(said if found.outcome == Outcome.OK else f"{said}; FAILED", ok=found.outcome == Outcome.OK)
+    said = f"{found.state}: {len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
+    ok = found.outcome == Outcome.OK
+    ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
     return found

@@ -13,8 +13,8 @@ from patchkit.cli.commands.options import format_option, no_import_option, targe
 from patchkit.cli.ui import UI, releases_junit, reports, sets_releases_junit, target_json, write_junit
 from patchkit.cli.ui.matrix import Matrix, from_releases, release_cell, write_markdown
 from patchkit.engine.operations import VerifyResult, verify_tree
-from patchkit.engine.resolve import require_patches, resolve_target, several
-from patchkit.engine.several import SetsVerified, resolve_sets, verify_sets, why_not
+from patchkit.engine.resolve import require_patches, resolve_sets, resolve_target, several, why_not
+from patchkit.engine.several import SetsVerified, verify_sets
 from patchkit.releases import check as release_check
 from patchkit.series.library import load_library, locate
 from patchkit.tree.version import parse
