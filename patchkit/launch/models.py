@@ -128,7 +128,7 @@ def resolve_model(
 def _config_hint(source: str, hub_id: bool) -> str:
     """What gives preflight the model: its config.json alone (all it reads), never the weights."""
     if hub_id:  # a hub id: one file into the cache
-        return f"preflight reads only config.json: `hf download {source} config.json` (no weights), or a directory with it"
+        return f"preflight reads only config.json: `hf download {source} config.json` (no weights), or a folder with it"
     return "preflight reads only config.json: give a directory holding the model's (patchkit never downloads)"
 
 
