@@ -441,7 +441,7 @@ def test_the_options_a_command_reads_are_still_offered(run, library, tree):
 
 @pytest.mark.parametrize("flag", ["-q", "-v"])
 def test_quiet_and_verbose_before_the_command_mean_what_they_mean_after_it(run, tree, library, flag):
-    """"Every command takes -q": `patchkit -q status` is `patchkit status -q`, not a usage error."""
+    """ "Every command takes -q": `patchkit -q status` is `patchkit status -q`, not a usage error."""
     before = run(flag, "status", "--target", tree, "--patches", library)
     after = run("status", "--target", tree, "--patches", library, flag)
     assert before.exit_code == after.exit_code == 0, before.output
