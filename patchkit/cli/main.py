@@ -410,7 +410,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""
     # `patchkit -q status` is `patchkit status -q`: the command's own defaults (a command that
     # takes no -v ignores it; what is given after the command still counts)
-    given = {"quiet": True} if quiet else {}
+    given: dict[str, bool | int] = {"quiet": True} if quiet else {}
     given |= {"verbose": verbose} if verbose else {}
     if given:
         ctx.default_map = {name: dict(given) for name in COMMANDS}
