@@ -515,18 +515,28 @@ def test_a_config_files_false_is_the_no_option_from_0_28_0(tmp_path):
     assert older.exact and "enable-prefix-caching" not in older.options
 
 
-# every vLLM release from 0.11.0 to 0.33.0, patch releases included
-RELEASES_TO_0_33_0 = [
+# every vLLM release from 0.11.0 to 0.34.0, patch releases included
+RELEASES_TO_0_34_0 = [
     *("0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0"),
     *("0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0"),
     *("0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0"),
-    *("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"),
+    *("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"),
 ]
 
 
-def test_every_release_up_to_0_33_0_has_its_own_spec():
+def test_every_release_up_to_0_34_0_has_its_own_spec():
     recorded = {str(r) for r in recorded_releases()}
-    assert set(RELEASES_TO_0_33_0) <= recorded, sorted(set(RELEASES_TO_0_33_0) - recorded)
+    assert set(RELEASES_TO_0_34_0) <= recorded, sorted(set(RELEASES_TO_0_34_0) - recorded)
+
+
+def test_0_34_0_reads_its_own_options_and_values_that_0_33_0_lacks():
+    """0.34.0 added --shuffle-safetensors-files, the all2all backend `mori`, and made
+    --gpu-memory-utilization optional (None: vLLM's default), as its own parser reads them."""
+    words = ["--shuffle-safetensors-files", "--all2all-backend", "mori", "--gpu-memory-utilization", "None"]
+    command = parse(["vllm", "serve", "org/m", *words], "0.34.0")
+    assert command.exact and not command.unread and command.options["shuffle-safetensors-files"] is True
+    with pytest.raises(BadInput, match="--gpu-memory-utilization/--device-memory-utilization: 'lots' is not a number"):
+        parse(["vllm", "serve", "org/m", "--gpu-memory-utilization", "lots"], "0.34.0")
 
 
 @pytest.mark.parametrize("release", ["0.11.2", "0.14.1", "0.17.1", "0.18.1", "0.19.0"])

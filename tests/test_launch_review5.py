@@ -128,7 +128,7 @@ def test_vllms_own_answers_come_from_the_tree_the_launch_imports(tmp_path, monke
     command = parse([a.format(script=script, python=python) for a in argv])
     validated = engine_validation(python, command)
     assert "the launch's tree" in validated.message, validated
-    asked = model_interface(python, command, "DeepseekV3ForCausalLM", "supports_eagle3")
+    asked = model_interface(python, command, ["DeepseekV3ForCausalLM"], "supports_eagle3")
     assert asked.result is None and "the launch's tree" in asked.message, asked
 
 

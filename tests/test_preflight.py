@@ -307,6 +307,20 @@ def write_fake_vllm(root: Path) -> Path:
     return root
 
 
+def test_vllm_validation_not_run_for_a_missing_model_says_why_and_what_to_do(setup, tmp_path):
+    # review 6 L5: "cannot judge: not run: … found nowhere", fix "the models' local directories": no sentence
+    tree, library, models = setup
+    fake = write_fake_vllm(tmp_path / "fake")
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    done = run_cli(
+        *base, *serve("lab/gone-model", models["drafter"]), env={"PYTHONPATH": str(fake), "HF_HUB_OFFLINE": "1"}
+    )
+    assert_clean_failure(done, 4)
+    check = findings(done)["vllm-validation"]
+    assert "is not on this machine" in check["message"], check
+    assert check["fix"].startswith("put it where the models finding looked"), check
+
+
 def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     tree, library, models = setup
     fake = write_fake_vllm(tmp_path / "fake")

@@ -105,15 +105,27 @@ def test_a_record_hash_with_base64_padding_is_said_to_be_out_of_the_wheel_format
     assert not out.exists() or list(out.iterdir()) == []
 
 
-@pytest.mark.parametrize("entry", ["vllm.zip", "./vllm.zip"])
-def test_a_relative_pythonpath_entry_is_resolved_where_the_user_runs(tmp_path, library, entry):
-    # review 6 L8: the locate question ran from / and said "vLLM is not installed"
-    archive = tmp_path / "work" / "vllm.zip"
-    archive.parent.mkdir()
-    with zipfile.ZipFile(archive, "w") as zf:
-        zf.writestr("vllm/__init__.py", "STOCK = True\n")
-    done = run_cli(
-        "status", "--python", sys.executable, "--patches", library, env={"PYTHONPATH": entry}, cwd=archive.parent
-    )
-    assert_clean_failure(done, 4)
-    assert f"is inside the archive {archive}" in " ".join(done.stderr.split()), done.stderr
+def _with_entry_points(wheel: Path, text: bytes) -> Path:
+    """The wheel with its dist-info's entry_points.txt replaced by `text`."""
+    name = "vllm-0.16.0.dist-info/entry_points.txt"
+    out = wheel.parent / "ep" / wheel.name
+    out.parent.mkdir()
+    with zipfile.ZipFile(wheel) as old, zipfile.ZipFile(out, "w") as new:
+        for info in old.infolist():
+            new.writestr(info, text if info.filename == name else old.read(info))
+    return out
+
+
+@pytest.mark.parametrize("script", ["python3", "python", "pip", "gui_scripts"])
+def test_a_script_other_than_vllm_in_entry_points_is_refused(tmp_path, library, script):
+    # the H1 class through the dist-info: pip writes a console script `python3` over bin/python3
+    section = "gui_scripts" if script == "gui_scripts" else "console_scripts"
+    name = "vllm-gui" if script == "gui_scripts" else script
+    text = f"[console_scripts]\nvllm = vllm.entrypoints.cli:main\n[{section}]\n{name} = vllm.config:main\n"
+    text = text.replace("[console_scripts]\n[console_scripts]", "[console_scripts]")
+    stock = _with_entry_points(write_wheel(tmp_path / "in"), text.encode())
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_clean_failure(done, 2)
+    assert f"names the script {name!r}" in " ".join(done.stderr.split()), done.stderr
+    assert not out.exists() or list(out.iterdir()) == []

@@ -57,7 +57,7 @@ def whitelist(launch) -> Finding:
 
 
 def supports_eagle3(launch) -> Finding:
-    arch = launch.target.architecture
+    arch = target_architecture(launch)
     if arch is None:
         return Finding("supports-eagle3", False, f"{launch.target.path} names no architecture")
 
@@ -70,7 +70,16 @@ def supports_eagle3(launch) -> Finding:
         return launch.evaluate(requirement, read)
 
     static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement)
-    return _held_to_vllm(static, launch.model_interface(arch, "supports_eagle3"))
+    return _held_to_vllm(static, launch.model_interface(launch.target.architectures, "supports_eagle3"))
+
+
+def target_architecture(launch) -> str | None:
+    """The target's architecture vLLM builds: of config.json's, in order, the first the installed
+    registry holds (ModelRegistry.resolve_model_cls); none registered, the first (for the message)."""
+    archs = launch.target.architectures
+    tables = launch.registry()
+    registered = [arch for arch in archs if _model_class(tables, arch) is not None]
+    return (registered or archs or [None])[0]
 
 
 def _held_to_vllm(static: Finding, verdict) -> Finding:
@@ -95,7 +104,7 @@ def image_token(launch) -> list[Finding]:
         return []
     if "image_token_index" in config or "image_token_id" in config:
         return [Finding("image-token", True, "the target config has an image token index")]
-    arch = launch.target.architecture or "?"
+    arch = target_architecture(launch) or "?"
     entries = launch.requirements("guarded-read")
     if not entries:
         return []

@@ -3,8 +3,9 @@ example supports_eagle3) on the class vLLM's ModelRegistry resolves for an archi
 general plugins ran as they run before vLLM builds a model (EngineArgs.__post_init__): a plugin may
 register another class for the architecture.
 
-request: {"architecture": name, "function": name in interfaces}
-answer:  {"status": "ok", "class": "module.Class", "result": bool, "plugin": bool (a plugin registered it)}
+request: {"architectures": [name, ...] (config.json's), "function": name in interfaces}
+answer:  {"status": "ok", "architecture": the one vLLM builds (the first registered whose class loads),
+          "class": "module.Class", "result": bool, "plugin": bool (a plugin registered it)}
        | {"status": "plugin-failed", "plugin": entry point name or None, "error": text}
        | {"status": "no-vllm" | "unanswered" | "not-registered" | "error", "error": text}
 """
@@ -43,22 +44,30 @@ def work(request: dict) -> dict:
     models = getattr(registry, "models", None)
     if not isinstance(models, dict):  # a registry of another shape: not asked, rather than a wrong "no"
         return {"status": "unanswered", "error": "this vLLM's ModelRegistry has no table of models"}
-    architecture = request["architecture"]
-    in_tree = models.get(architecture)
+    architectures = request["architectures"]  # config.json's, in order: vLLM builds the first it can load
+    in_tree = {name: models.get(name) for name in architectures}
     try:
         load_general_plugins(plugins)
     except PluginFailed as failed:
         return {"status": "plugin-failed", "plugin": failed.name, "error": failed.error}
-    registered = models.get(architecture)
-    if registered is None:
-        return {"status": "not-registered", "error": f"vLLM's ModelRegistry has no {architecture}"}
-    try:
-        model_class = registered.load_model_cls()
-        result = bool(function(model_class))
-    except Exception as exc:  # the class does not import: the launch would fail on it too
-        return {"status": "error", "error": _error_text(exc)}
-    name = f"{model_class.__module__}.{model_class.__qualname__}"
-    return {"status": "ok", "class": name, "result": result, "plugin": registered is not in_tree}
+    registered = [name for name in architectures if models.get(name) is not None]
+    if not registered:
+        return {"status": "not-registered", "error": f"vLLM's ModelRegistry has no {' or '.join(architectures)}"}
+    failures = []
+    for architecture in registered:  # as resolve_model_cls: one whose class does not import is passed over
+        try:
+            model_class = models[architecture].load_model_cls()
+        except Exception as exc:  # the launch fails on it too, when no later one loads
+            failures.append(_error_text(exc))
+            continue
+        try:
+            result = bool(function(model_class))
+        except Exception as exc:
+            return {"status": "error", "error": _error_text(exc)}
+        name = f"{model_class.__module__}.{model_class.__qualname__}"
+        plugin = models[architecture] is not in_tree[architecture]
+        return {"status": "ok", "architecture": architecture, "class": name, "result": result, "plugin": plugin}
+    return {"status": "error", "error": "; ".join(failures)}
 
 
 def load_general_plugins(plugins: Any) -> None:  # vllm.plugins

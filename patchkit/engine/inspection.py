@@ -12,6 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
@@ -28,6 +29,7 @@ from patchkit.engine.guard import (
     replace_fix,
 )
 from patchkit.series import dry_run
+from patchkit.series.library import load_library, locate
 from patchkit.store.state import Entry, State, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,7 +199,16 @@ def selection_of(entry: Entry) -> Options:
     """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
     if entry.set_name.startswith("adhoc-"):
         return hints.for_set(None, recorded_patch_files(entry))
-    return hints.for_set(entry.set_name)
+    return hints.for_set(entry.set_name, library=None if _at_hand(entry.set_name) else entry.library)
+
+
+def _at_hand(set_name: str) -> bool:
+    """Whether the user's library (--patches, else the one patchkit finds) holds the set: a hint
+    naming another set's record names the library it was applied from otherwise (review 6 M1)."""
+    try:
+        return set_name in load_library(locate(hints.current().library).path)
+    except PatchkitError:
+        return False
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:

@@ -52,7 +52,7 @@ class Resolved:
     def apply_record(self, changes: dict[str, tuple[bytes | None, bytes | None]], previous: Entry | None) -> Entry:
         """The state entry an apply of this series with these changes writes."""
 
-        release = self.selection.release
+        release, patch_set = self.selection.release, self.selection.patch_set
         return record_apply(
             previous,
             set_name=self.set_name,
@@ -60,6 +60,7 @@ class Resolved:
             release=release.directory.name if release else None,
             patches=self.patches,
             changes=changes,
+            library=patch_set.directory.parent if patch_set else None,
         )
 
 
@@ -67,7 +68,8 @@ def resolve_target(opts: Options) -> Target:
     return target_mod.resolve(opts.target_dir, opts.python)
 
 
-def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
+def resolve(opts: Options, *, target: Target | None = None, sets: dict[str, PatchSetDef] | None = None) -> Resolved:
+    """`sets`: the library's sets when the caller has loaded them already (library_sets)."""
     tgt = target or resolve_target(opts)
     if opts.adhoc:
         detected = _detect_quietly(tgt, opts.vllm_version)
@@ -78,7 +80,9 @@ def resolve(opts: Options, *, target: Target | None = None) -> Resolved:
     if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
         selection, said = installed_wheel_reader().selection(wheel, detected.version, opts.library)
         return Resolved(tgt, detected, selection, [said])
-    patch_set = library.load_chosen(opts.library, opts.set_name)
+    if sets is None:
+        sets = library.load_library(library.locate(opts.library).path)
+    patch_set = library.choose_set(sets, opts.set_name)
     selection = _selection(tgt, patch_set, detected)
     notes = [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)
@@ -121,12 +125,20 @@ def _cleanly_applying(tgt: Target, patch_set: PatchSetDef, version: Version) -> 
     )
 
 
-def several(opts: Options) -> bool:
+def library_sets(opts: Options) -> dict[str, PatchSetDef] | None:
+    """The library's sets, loaded once for a command that may work on several of them (no --patch,
+    not one --set) and passed on to resolve; None when it works on one set or ad-hoc patches."""
+    if opts.adhoc or opts.set_name is not None:
+        return None
+    return library.load_library(library.locate(opts.library).path)
+
+
+def several(opts: Options, sets: dict[str, PatchSetDef] | None = None) -> bool:
     """Whether the command works on several sets: no --patch, not one --set, and a library of
-    more than one set (a library of one set works as it always has)."""
+    more than one set (a library of one set works as it always has). `sets`: library_sets(opts)."""
     if opts.adhoc or opts.set_name is not None:
         return False
-    return len(opts.set_names) > 1 or len(library.load_library(library.locate(opts.library).path)) > 1
+    return len(opts.set_names) > 1 or len(sets if sets is not None else library_sets(opts) or {}) > 1
 
 
 # A set of the library the version is in no range of (its release has no series): said, not an error.

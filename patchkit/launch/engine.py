@@ -89,15 +89,17 @@ class LaunchContext:
             gives = f"give --python PATH, or lay out the whole release: {revert}, {whole}, then {apply}"
         return cannot_judge(check, f"the tree has no {path} (a tree of only the patched files?)", gives)
 
-    def model_interface(self, architecture: str, function: str) -> VllmVerdict:
+    def model_interface(self, architecture: str | list[str], function: str) -> VllmVerdict:
         """vLLM's own `function` (of vllm.model_executor.models.interfaces, e.g. supports_eagle3) on the
-        class its ModelRegistry resolves for `architecture`, in the target's interpreter (once per
-        question). The verdict is None when vLLM was not asked or could not answer (the message says why)."""
+        class its ModelRegistry resolves for `architecture` (a list: config.json's, of which vLLM builds
+        the first it can load), in the target's interpreter (once per question). The verdict is None
+        when vLLM was not asked or could not answer (the message says why)."""
         if self.python is None:
             return VllmVerdict(None, f"vLLM's {function}() not asked: {self.not_asked}")
-        key = (architecture, function)
+        architectures = [architecture] if isinstance(architecture, str) else list(architecture)
+        key = (tuple(architectures), function)
         if key not in self._answers:
-            self._answers[key] = model_interface(self.python, self.command, architecture, function)
+            self._answers[key] = model_interface(self.python, self.command, architectures, function)
         return self._answers[key]
 
     def requirements(self, kind: str) -> list:

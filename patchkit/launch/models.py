@@ -53,6 +53,13 @@ class ModelConfig:
         archs = self.config.get("architectures")
         return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
 
+    @property
+    def architectures(self) -> list[str]:
+        """config.json's architectures, in order (vLLM builds the first its registry can load); the
+        names only, when the list holds anything else."""
+        archs = self.config.get("architectures")
+        return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
 
 def hub_cache(environ: dict[str, str]) -> Path:
     """The cache transformers reads a hub model's config.json from, for a process with environment

@@ -218,7 +218,9 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
 
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
-            VALIDATION, "not run: a model, drafter or tokenizer is found nowhere", "the models' local directories"
+            VALIDATION,
+            "not run: a model, drafter or tokenizer above is not on this machine",
+            "put it where the models finding looked, then run preflight again",
         )
     launched = result.launched or result.command
     return engine_validation(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)

@@ -76,12 +76,14 @@ def _read_otherwise(command: LaunchCommand, reading: object) -> str | None:
     return "; ".join(differ) or None
 
 
-def model_interface(python: str, command: LaunchCommand, architecture: str, function: str) -> VllmVerdict:
+def model_interface(python: str, command: LaunchCommand, architectures: list[str], function: str) -> VllmVerdict:
     """vLLM's own `function` (e.g. supports_eagle3) on its ModelRegistry's class for `architecture`:
-    patchkit/_target/model_interface.py in the target's interpreter, with the launch's whole
+    patchkit/_target/model_interface.py in the target's interpreter (`architectures`: config.json's, in
+    order: vLLM builds the first it can load), with the launch's whole
     environment, working directory and first sys.path entry, under the same time limit."""
     asked = f"vLLM's {function}()"
-    request = {"architecture": architecture, "function": function, "first_path": command.first_path()}
+    architecture = " or ".join(architectures)
+    request = {"architectures": architectures, "function": function, "first_path": command.first_path()}
     try:
         answer = run_worker(
             python,
@@ -98,7 +100,7 @@ def model_interface(python: str, command: LaunchCommand, architecture: str, func
         return VllmVerdict(None, f"{asked} not asked: {exc.message}")
     status, error = answer.get("status"), str(answer.get("error", ""))
     if status == "ok":
-        return _answered(asked, architecture, answer)
+        return _answered(asked, answer)
     if status == "plugin-failed":
         plugin = answer.get("plugin")
         named = f"the vllm.general_plugins entry point {plugin!r}" if isinstance(plugin, str) else "a general plugin"
@@ -113,8 +115,8 @@ def model_interface(python: str, command: LaunchCommand, architecture: str, func
     return VllmVerdict(False, f"vLLM cannot load its class for {architecture}: {error}")
 
 
-def _answered(asked: str, architecture: str, answer: dict) -> VllmVerdict:
-    result, name = bool(answer.get("result")), answer.get("class")
+def _answered(asked: str, answer: dict) -> VllmVerdict:
+    result, name, architecture = bool(answer.get("result")), answer.get("class"), answer.get("architecture")
     if answer.get("plugin") is not True:
         return VllmVerdict(result, f"{asked} is {result} for {name}")
     message = f"{asked} is {result} for {name}, which a vllm.general_plugins entry point registers for {architecture}"

@@ -123,8 +123,6 @@ def _probe(
     # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
     # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
     # site-packages are part of where that Python finds vllm.
-    if cwd is None and python is not None:  # patchkit's own interpreter, asked in-process, resolved them
-        env = _pythonpath_made_absolute(env)
     try:
         request = {"package": PACKAGE, "first_path": first_path}
         info = run_worker(
@@ -145,18 +143,6 @@ def _probe(
     if not isinstance(info.get("python"), str):
         raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
     return info
-
-
-def _pythonpath_made_absolute(env: dict[str, str] | None) -> dict[str, str] | None:
-    """`env` (None: patchkit's) with PYTHONPATH's relative entries made absolute against our working
-    directory: the probe runs from /, and `PYTHONPATH=v.zip python` in this directory imports from
-    ./v.zip. None when there is nothing to change."""
-    environ = os.environ if env is None else env
-    entries = environ.get("PYTHONPATH", "").split(os.pathsep)
-    if all(not entry or os.path.isabs(entry) for entry in entries):
-        return env
-    absolute = [os.path.abspath(entry) if entry else entry for entry in entries]
-    return {**environ, "PYTHONPATH": os.pathsep.join(absolute)}
 
 
 def interpreter_path(python: str) -> str:

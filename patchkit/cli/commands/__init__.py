@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from patchkit.base.options import Options
     from patchkit.checks import CheckResult
     from patchkit.engine.resolve import Resolved
+    from patchkit.series.library import PatchSetDef
     from patchkit.series.plan import Plan
 
 
@@ -19,14 +20,17 @@ def make_ui(fmt: str = "text", quiet: bool = False, verbose: int = 0) -> UI:
     return UI(fmt=fmt, quiet=quiet, verbose=verbose)
 
 
-def resolve_telling(ui: UI, opts: Options, *, found_by: str | None = None) -> Resolved:
+def resolve_telling(
+    ui: UI, opts: Options, *, found_by: str | None = None, sets: dict[str, PatchSetDef] | None = None
+) -> Resolved:
     """resolve(opts), telling the UI what is found on the way (the target, then its version and
     series): a run that fails afterwards still reports them in its JSON document. `found_by`: how
-    the target was chosen, when not by the user's own --target or --python."""
+    the target was chosen, when not by the user's own --target or --python; `sets`: the library's
+    sets, when the command has loaded them already."""
     target = resolve_target(opts)
     target = dataclasses.replace(target, found_by=found_by) if found_by else target
     ui.knows(target_json(target))
-    resolved = resolve(opts, target=target)
+    resolved = resolve(opts, target=target, sets=sets)
     ui.knows(resolved_json(resolved))
     return resolved
 

@@ -9,7 +9,15 @@ from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
 from patchkit.cli.ui import UI, plan_json, resolved_json, target_json
 from patchkit.engine.operations import ApplyResult, apply_series
-from patchkit.engine.resolve import Chosen, require_patches, resolve_sets, resolve_target, several, why_not
+from patchkit.engine.resolve import (
+    Chosen,
+    library_sets,
+    require_patches,
+    resolve_sets,
+    resolve_target,
+    several,
+    why_not,
+)
 from patchkit.engine.several import NOT_TRIED, SetApplied, SetsApplied, apply_sets, require_order
 
 if TYPE_CHECKING:
@@ -44,9 +52,10 @@ def command(
     Without --set, every set of the library that covers the version, in the library's order (each
     its own transaction and record: a failure keeps the sets before it, tries none after it)."""
     ui = make_ui(fmt, quiet, verbose)
-    if several(opts):
+    sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
+    if several(opts, sets):
         return _apply_sets(ui, opts, dry_run=dry_run, force=force, no_import=no_import, guard_choice=guard_choice)
-    resolved = resolve_telling(ui, opts)
+    resolved = resolve_telling(ui, opts, sets=sets)
     require_patches(resolved)
     if not ui.json_mode:
         ui.header(resolved)
