@@ -438,7 +438,7 @@ def main() -> None:
     _guard_output_streams()  # here too: click writes --help and usage errors before any command runs
     signals.hold_until_exit()
     try:
-        cli(prog_name="patchkit")
+        sys.exit(_run_cli())
     except OutputUnwritable as exc:
         sys.exit(_output_unwritable(exc, None))
     except SystemExit as exc:
@@ -447,6 +447,24 @@ def main() -> None:
         # What a command built (a large diff's hunks, a tree's files) is garbage at exit: keep
         # the interpreter's last collection from walking it. Finalizers and atexit still run.
         gc.freeze()
+
+
+def _run_cli() -> int:
+    """click's standalone run, but for a Ctrl-C before the command took over the signals (click's
+    parsing, the UI loading): patchkit's one line and 130, not click's "Aborted!" and exit 1."""
+    try:
+        code = cli.main(prog_name="patchkit", standalone_mode=False)
+    except click.ClickException as exc:  # a usage error
+        exc.show()
+        return exc.exit_code
+    except click.Abort as exc:
+        if not isinstance(exc.__context__, KeyboardInterrupt):  # an end of input where click read one
+            _report(None, "aborted")
+            return 1
+        signals.ignore_more()
+        _report(None, *signals.interrupted_report())
+        return INTERRUPTED
+    return code if isinstance(code, int) else OK
 
 
 def _after_late_signal(code: str | int | None) -> str | int | None:
