@@ -403,8 +403,17 @@ def _report(run: Run | None, message: str, hint: str | None = None, *, note: str
 
 @click.group(cls=PatchkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchkit")
-def cli() -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings (as COMMAND -q).")
+@click.option("-v", "--verbose", count=True, help="More detail (as COMMAND -v).")
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""
+    # `patchkit -q status` is `patchkit status -q`: the command's own defaults (a command that
+    # takes no -v ignores it; what is given after the command still counts)
+    given: dict[str, bool | int] = {"quiet": True} if quiet else {}
+    given |= {"verbose": verbose} if verbose else {}
+    if given:
+        ctx.default_map = {name: dict(given) for name in COMMANDS}
 
 
 def run_in_process(args: list[str]) -> tuple[int, str, str]:
