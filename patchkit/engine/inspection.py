@@ -20,7 +20,14 @@ from patchkit.checks import CheckContext
 from patchkit.checks.integrity import installed_record
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
-from patchkit.engine.guard import OTHERS_CANNOT_READ, UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
+from patchkit.engine.guard import (
+    OTHERS_CANNOT_READ,
+    UNKNOWN_GUARD,
+    is_installed,
+    launch_refusal,
+    older_guard_notes,
+    replace_fix,
+)
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
 from patchkit.store.state import Entry, State, read_state, recorded_patch_files
@@ -64,6 +71,7 @@ class TreeStatus:
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
     guard: list[str] = field(default_factory=list)  # why the installed launch guard would refuse a launch
     guard_notes: list[str] = field(default_factory=list)  # e.g. an older patchkit's guard: apply updates it
+    guard_installed: bool = False  # vLLM would load a launch guard from this tree
     # the fix when what the guard refuses is another set's record (an ad-hoc patch's): applying this set cannot
     others_fix: str | None = None
 
@@ -166,6 +174,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     return {
         "guard": refused,
         "guard_notes": older_guard_notes(root, state),
+        "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
     }
 
