@@ -305,3 +305,35 @@ def test_a_python_launch_with_the_module_value_missing_is_still_no_launch():
     with pytest.raises(BadInput) as refused:
         parse(["python", "-X", "dev", "-m"], "0.16.0")
     assert "not a vLLM launch" in refused.value.message
+
+
+# --- L1: validate_parsed_serve_args' option pairs, refused as vLLM refuses them before any load ------
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["--enable-auto-tool-choice"], "--enable-auto-tool-choice requires --tool-call-parser"),
+        (["--enable-auto-tool-choice", "--tool-call-parser", ""], "--enable-auto-tool-choice requires"),
+        (["--enable-log-outputs", "--no-enable-log-requests"], "--enable-log-outputs requires --enable-log-requests"),
+    ],
+)
+def test_an_option_that_needs_another_is_refused_as_vllm_refuses_it(words, said):
+    for argv in (
+        ["vllm", "serve", "lab/m", *words],
+        ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "lab/m", *words],
+    ):
+        with pytest.raises(BadInput) as refused:
+            parse(argv, "0.16.0")
+        assert said in refused.value.message, refused.value.message
+
+
+def test_an_option_with_the_one_it_needs_is_read():
+    words = [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--enable-log-outputs",
+        "--enable-log-requests",
+    ]
+    assert parse(["vllm", "serve", "lab/m", *words], "0.16.0").model == "lab/m"
