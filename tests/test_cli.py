@@ -437,3 +437,13 @@ def test_the_options_a_command_reads_are_still_offered(run, library, tree):
     assert run("recover", "--target", tree, "-q").exit_code == 0
     for command in ("status", "apply", "verify", "preflight", "run", "fetch", "wheel"):
         assert "-v, --verbose" in run(command, "--help").output, command
+
+
+@pytest.mark.parametrize("flag", ["-q", "-v"])
+def test_quiet_and_verbose_before_the_command_mean_what_they_mean_after_it(run, tree, library, flag):
+    """ "Every command takes -q": `patchkit -q status` is `patchkit status -q`, not a usage error."""
+    before = run(flag, "status", "--target", tree, "--patches", library)
+    after = run("status", "--target", tree, "--patches", library, flag)
+    assert before.exit_code == after.exit_code == 0, before.output
+    assert before.output == after.output
+    assert before.output != run("status", "--target", tree, "--patches", library).output

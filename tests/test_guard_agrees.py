@@ -376,10 +376,33 @@ def vllm_dist_info_a_symlink_out_of_the_tree(tree: Tree) -> None:
     info.symlink_to(elsewhere / info.name)
 
 
+def objects_a_symlink_out_of_the_tree(tree: Tree) -> None:
+    """Review 6 L4: status refused (exit 2) while the guard passed."""
+    _applied(tree)
+    elsewhere = tree.site.parent / "objects-elsewhere"
+    (tree.site / ".patchkit/objects").rename(elsewhere)
+    (tree.site / ".patchkit/objects").symlink_to(elsewhere)
+
+
+def journal_a_directory(tree: Tree) -> None:
+    _applied(tree)
+    (tree.site / ".patchkit/journal.json").mkdir()
+
+
+def saved_a_symlink_out_of_the_tree(tree: Tree) -> None:
+    _applied(tree)
+    elsewhere = tree.site.parent / "saved-elsewhere"
+    elsewhere.mkdir()
+    (tree.site / ".patchkit/saved").symlink_to(elsewhere)
+
+
 SYMLINKED = [
     recorded_file_a_symlink_to_its_copy,
     vllm_a_symlink_to_an_edited_copy,
     vllm_dist_info_a_symlink_out_of_the_tree,
+    objects_a_symlink_out_of_the_tree,
+    journal_a_directory,
+    saved_a_symlink_out_of_the_tree,
 ]
 
 

@@ -6,6 +6,7 @@ asked of the class the launch builds, the plugin's."""
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -220,3 +221,119 @@ def test_a_registered_architecture_whose_class_does_not_import_is_passed_over_as
     supports = findings(preflight_importing(tree, library, serve(target, tmp_path / "models" / "drafter"), env))
     assert supports["supports-eagle3"]["ok"], supports["supports-eagle3"]
     assert f"is True for vllm.model_executor.models.deepseek_v2.{ARCH}" in supports["supports-eagle3"]["message"]
+
+
+# --- L2, L3: the speculative config's whole-number fields as pydantic's lax mode reads a string --------
+
+
+MORE_FIELDS = """\
+    max_model_len: int | None = Field(default=None, ge=1)
+    disable_by_batch_size: int | None = Field(default=None, ge=2)
+
+    def _verify_and_get_draft_tp(self):
+        return self.draft_tensor_parallel_size
+
+"""
+
+
+def _speculative(tmp_path: Path, spec: dict):
+    """The speculative-config finding on a stock tree whose speculative.py declares bounds (or None)."""
+    tree, library = write_eagle3_setup(tmp_path)
+    source = tree / "vllm" / "config" / "speculative.py"
+    text = source.read_text().replace(
+        "    revision: str | None = None\n", "    revision: str | None = None\n" + MORE_FIELDS
+    )
+    source.write_text(text)
+    target = write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "models" / "drafter", DRAFTER)
+    spec = {"method": "eagle3", "model": str(drafter), **spec}
+    argv = ["vllm", "serve", str(target), "--speculative-config", json.dumps(spec)]
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv)
+    return findings(done).get("speculative-config")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"num_speculative_tokens": "0b11"},
+        {"num_speculative_tokens": "4.5"},
+        {"num_speculative_tokens": "2e1"},
+        {"num_speculative_tokens": 4, "max_model_len": "2m"},
+        {"num_speculative_tokens": 4, "disable_by_batch_size": "1__0"},
+    ],
+)
+def test_a_whole_number_field_given_a_string_pydantic_cannot_read_is_refused(tmp_path, spec):
+    found = _speculative(tmp_path, spec)
+    assert found is not None and not found["ok"], found
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"num_speculative_tokens": "\t4.00 "},
+        {"num_speculative_tokens": "+4", "max_model_len": "2_048"},
+    ],
+)
+def test_a_whole_number_field_given_a_string_pydantic_reads_passes(tmp_path, spec):
+    found = _speculative(tmp_path, spec)
+    assert found is None or found["ok"], found
+
+
+def test_the_draft_tensor_parallel_fix_names_1_once_when_the_target_runs_on_one_gpu(tmp_path):
+    found = _speculative(tmp_path, {"num_speculative_tokens": 4, "draft_tensor_parallel_size": 3})
+    assert found is not None and found["fix"] == 'give "draft_tensor_parallel_size" 1, or drop it', found
+
+
+# --- L4: a `python` launch with -W, -X or an attached -m is read as the launch it is ----------------
+
+
+@pytest.mark.parametrize(
+    ("line", "serve", "flags"),
+    [
+        ("python3 -W error::UserWarning -m vllm.entrypoints.cli.main serve lab/m", True, []),
+        ("python -Xfaulthandler -m vllm.entrypoints.openai.api_server --model lab/m", False, []),
+        ("python -sWdefault -mvllm.entrypoints.cli.main serve lab/m", True, ["-s"]),
+        ("python -B -X dev -Pm vllm.entrypoints.cli.main serve lab/m", True, ["-B", "-P"]),
+    ],
+)
+def test_python_options_with_a_value_are_read_as_python_reads_them(line, serve, flags):
+    command = parse(line.split(), "0.16.0")
+    assert (command.model, command.serve, command.python_flags) == ("lab/m", serve, flags)
+
+
+def test_a_python_launch_with_the_module_value_missing_is_still_no_launch():
+    with pytest.raises(BadInput) as refused:
+        parse(["python", "-X", "dev", "-m"], "0.16.0")
+    assert "not a vLLM launch" in refused.value.message
+
+
+# --- L1: validate_parsed_serve_args' option pairs, refused as vLLM refuses them before any load ------
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["--enable-auto-tool-choice"], "--enable-auto-tool-choice requires --tool-call-parser"),
+        (["--enable-auto-tool-choice", "--tool-call-parser", ""], "--enable-auto-tool-choice requires"),
+        (["--enable-log-outputs", "--no-enable-log-requests"], "--enable-log-outputs requires --enable-log-requests"),
+    ],
+)
+def test_an_option_that_needs_another_is_refused_as_vllm_refuses_it(words, said):
+    for argv in (
+        ["vllm", "serve", "lab/m", *words],
+        ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "lab/m", *words],
+    ):
+        with pytest.raises(BadInput) as refused:
+            parse(argv, "0.16.0")
+        assert said in refused.value.message, refused.value.message
+
+
+def test_an_option_with_the_one_it_needs_is_read():
+    words = [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--enable-log-outputs",
+        "--enable-log-requests",
+    ]
+    assert parse(["vllm", "serve", "lab/m", *words], "0.16.0").model == "lab/m"

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli
+from helpers import assert_clean_failure, on_a_terminal, run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
 
 from patchkit.base.errors import BadInput
@@ -182,7 +183,7 @@ def test_a_missing_model_is_exit_4_naming_where_it_looked(setup, tmp_path):
     done = preflight(tree, library, "env", f"HF_HOME={cache}", *serve("acme/absent-model", models["drafter"]))
     assert_clean_failure(done, 4)
     assert "acme/absent-model" in done.stderr
-    assert str(cache / "hub" / "models--acme--absent-model" / "snapshots") in done.stderr
+    assert f"the Hugging Face cache {cache / 'hub'}/" in done.stderr  # HF_HOME honoured, the path whole
 
 
 def test_a_missing_drafter_is_exit_4(setup, tmp_path):
@@ -268,6 +269,7 @@ def test_parse_reads_env_prefix_aliases_and_ignores_unknown_options():
 FAKE_ARG_UTILS = """
 import json
 import os
+import re
 
 
 class AsyncEngineArgs:
@@ -350,6 +352,7 @@ def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, 
 ENVIRONMENT_ARG_UTILS = """
 import json
 import os
+import re
 
 
 class AsyncEngineArgs:
@@ -527,6 +530,7 @@ ModelRegistry = _ModelRegistry(registry._TEXT_GENERATION_MODELS, registry._MULTI
 # Just enough of vllm.plugins for the test tree: entry points of the group, picked by VLLM_PLUGINS.
 FAKE_PLUGINS = """
 import os
+import re
 from importlib.metadata import entry_points
 
 DEFAULT_PLUGINS_GROUP = "vllm.general_plugins"
@@ -1319,3 +1323,20 @@ def test_offline_a_missing_tokenizer_model_and_drafter_are_each_named(setup, tmp
     assert_clean_failure(found, 4)
     assert "lab/gone-tok" in " ".join(f["message"] for f in json.loads(found.stdout)["findings"] if not f["ok"])
     assert set(findings(found)) >= DRAFTER_CHECKS  # the models found are still checked
+
+
+def test_a_missing_hub_model_says_how_to_fetch_its_config_alone_and_every_path_copies_whole(
+    setup, tmp_path, monkeypatch
+):
+    """At 80 columns the cache path is whole (never elided, never folded mid-word, on the finding
+    and on the closing error), and the fix is a command: only config.json is read, not the weights."""
+    tree, library, models = setup
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    argv = ["preflight", "--target", tree, "--patches", library, "--", *serve("lab/gone-model", models["drafter"])]
+    code, drawn = on_a_terminal(argv, width=80, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", drawn.decode())
+    assert code == 4, shown
+    naming = [line for line in shown.splitlines() if f"{cache}/" in line]
+    assert len(naming) == 2 and all(len(line) <= 80 for line in naming), shown  # the finding, the error
+    assert shown.count("`hf download lab/gone-model config.json`") == 2, shown

@@ -82,3 +82,30 @@ def test_the_patch_hint_names_the_file_applied_wherever_it_is_run(tmp_path, scra
     (tmp_path / "my patches" / "first.diff").write_text("--- moved on\n")
     done = run_cli("revert", "--target", tree, cwd=elsewhere)
     assert "--patch first.diff`" in done.stderr and str(tmp_path / "my patches" / "first.diff") not in done.stderr
+
+
+def test_a_fix_for_a_set_the_library_at_hand_lacks_names_the_library_it_came_from(tmp_path, scratch):
+    """Review 6 M1: two sets applied from one library, a user's edit to the second's file; status
+    with another library at hand (as the guard's `patchkit status` has the installed one) named
+    `apply --set two`, which that library cannot do (exit 2). The record keeps the library path."""
+    tree = write_tree(tmp_path / "site")
+    library = tmp_path / "lib"
+    write_library(library, {"0.16.0": [make_patch(scratch, tree, {SPEC: SPEC_PY + "# one\n"})]}, name="one")
+    write_library(library, {"0.16.0": [make_patch(scratch, tree, {MODEL: MODEL_PY + "# two\n"})]}, name="two")
+    (library / "library.toml").write_text('order = ["one", "two"]\n')
+    at_hand = write_library(tmp_path / "other", {"0.16.0": [make_patch(scratch, tree, {SPEC: SPEC_PY + "# one\n"})]})
+    applied = run_cli("apply", "--target", tree, "--patches", library, "--no-import")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    (tree / MODEL).write_text(MODEL_PY + "# two\n# the user's edit\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    status = run_cli("status", "--target", tree, "--patches", at_hand, cwd=elsewhere)
+    assert status.returncode == 1, status.stdout + status.stderr
+    fixes = [c for c in _commands(status.stdout + status.stderr) if "two" in c]
+    assert fixes, status.stdout + status.stderr
+    for command in fixes:  # the revert (keeping the edit), then the apply: each works as printed
+        assert str(library) in command, command
+        done = run_cli(*command, cwd=elsewhere)
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+    assert (tree / MODEL).read_text() == MODEL_PY + "# two\n"
+    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0

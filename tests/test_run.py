@@ -218,3 +218,21 @@ def test_kept_findings_are_not_reused_for_a_launch_environment_that_imports_or_p
         _, done = patchkit_run(tree, library, command, {**env, **changed})
         assert done.returncode == 7, done.stderr
     assert len(list(kept.glob("*.json"))) == 3
+
+
+def test_a_launch_program_not_on_path_says_how_to_name_it(launch, tmp_path):
+    """`vllm` not on PATH: exit 4 with what to do, not a bare "No such file or directory"."""
+    tree, library, command, env, marker = launch
+    bare = {**env, "PATH": str(tmp_path / "empty")}
+    _, done = patchkit_run(tree, library, command, bare, "--no-preflight")
+    assert_clean_failure(done, 4)
+    said = " ".join(done.stderr.split())
+    assert "cannot run vllm: it is not on PATH" in said and "activate vLLM's venv" in said
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)
+    (venv_bin / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    _, done = patchkit_run(tree, library, command, bare, "--no-preflight", "--python", str(venv_bin / "python"))
+    assert_clean_failure(done, 4)
+    assert f"`-- {venv_bin / 'vllm'} ...`" in " ".join(done.stderr.split()), done.stderr
+    assert not marker.exists()

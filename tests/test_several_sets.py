@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, pip_install, snapshot, write_library, write_tree
 
 from patchkit.series import library as library_mod
 from patchkit.store.state import read_state
@@ -388,3 +388,24 @@ def test_preflight_holds_the_launch_against_every_covering_set(eagle3_and_anothe
     # run: the same preflight, then exec of the launch (no `vllm` here: exit 4 naming it, so it got that far)
     ran = run_cli("run", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
     assert ran.returncode == 4 and "cannot run vllm" in ran.stderr, ran.stdout + ran.stderr
+
+
+def test_stale_records_after_an_upgrade_are_each_said_once_with_their_set(run, tree, scratch):
+    """Review 6 L1: two sets applied, then vLLM upgraded under them: status said every record's
+    stale note in each set's section, and apply said "the old record is stale: discarded" once per
+    record without naming its set."""
+    library = scratch / "lib"
+    for name, path, content in (("spec", SPEC, patched_spec()), ("model", MODEL, EAGLE_MODEL)):
+        patch = make_patch(scratch, tree, {path: content})
+        write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})  # the same stock files, a new release
+    status = run("status", "--target", tree, "--patches", library)
+    notes = [line for line in status.output.splitlines() if "the old record is stale" in line]
+    assert len(notes) == 2, status.output
+    applied = run("apply", "--target", tree, "--patches", library, "--no-import")
+    assert applied.exit_code == 0, applied.output
+    discarded = [line for line in applied.output.splitlines() if "discarded" in line]
+    assert len(discarded) == 2, applied.output
+    assert any("the record of spec:" in line for line in discarded), applied.output
+    assert any("the record of model:" in line for line in discarded), applied.output

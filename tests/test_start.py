@@ -29,7 +29,10 @@ SITECUSTOMIZE = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.parametrize("module", ["patchkit.cli.main", "click", "patchkit.cli.commands.status"])
+@pytest.mark.parametrize(
+    "module",
+    ["patchkit.cli.main", "click", "patchkit.cli.commands.status", "patchkit.cli.ui", "patchkit.engine.inspection"],
+)
 def test_a_sigint_while_patchkit_loads_exits_130_quietly(tmp_path, module):
     (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "PATCHKIT_TEST_SIGINT_AT": module}
@@ -42,6 +45,7 @@ def test_a_sigint_while_patchkit_loads_exits_130_quietly(tmp_path, module):
     )
     assert done.returncode == INTERRUPTED, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+    assert "Aborted!" not in done.stderr, done.stderr  # click's word and exit 1 (review 6 L7)
 
 
 def test_the_console_script_is_the_guarded_entry_point():

@@ -356,3 +356,15 @@ def test_a_lock_waiter_locks_the_file_there_once_the_holder_removed_its_own(fetc
     finally:
         done.set()
         thread.join(30)
+
+
+def test_status_json_says_the_guard_apply_installed(fetched):
+    """Right after apply's "launch guard installed", status's JSON says the guard is installed (and
+    refuses nothing); after revert, that none is."""
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert (fetched / "patchkit_guard.py").is_file()
+    said = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)["guard"]
+    assert said == {"installed": True, "refuses": [], "fix": None}
+    assert run_cli("revert", "--target", fetched).returncode == 0
+    said = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)["guard"]
+    assert said == {"installed": False, "refuses": [], "fix": None}

@@ -105,3 +105,13 @@ def test_a_fix_is_never_shortened_it_is_copied(tmp_path, scratch):
     code, shown = in_a_terminal("status", "--target", tree, "--patches", library)
     assert code == 1, shown
     assert f"--target {tree} " in shown.replace("\n       ", " ")  # the fix's command, whole
+
+
+def test_a_path_in_a_sentence_is_never_shortened_it_is_copied():
+    """A path a finding names is copied from there: whole on a line of its own, not elided (a
+    path wider than the terminal itself is the only one still shortened)."""
+    path = "/root/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V3/snapshots/0123abcd"
+    lines = fitted(f"fix: put config.json in {path}", 80, first=2, indent=7, shorten=True)
+    assert path in [line.strip() for line in lines] and all(len(line) <= 80 for line in lines), lines
+    cell = fit_table(["file", "detail"], [[path, f"reads {path}"]], 40)[1][1]
+    assert "\u2026" in cell[0][0] and any("\u2026" in line for line in cell[1])  # a table's cells are still fitted

@@ -170,6 +170,9 @@ _BAD_STATES = {
     "set missing": {"format": 1, "entries": [{"files": {SPEC: _GOOD_FILE}}]},
     "patches a string": {"format": 1, "entries": [{"set": "a", "patches": "p", "files": {}}]},
     "format a string": {"format": "1", "entries": []},
+    "library relative": {"format": 1, "entries": [{"set": "a", "library": "lib", "files": {}}]},
+    "library a number": {"format": 1, "entries": [{"set": "a", "library": 3, "files": {}}]},
+    "library with a newline": {"format": 1, "entries": [{"set": "a", "library": "/lib\nfix: rm", "files": {}}]},
 }
 
 

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -101,4 +102,30 @@ def test_a_record_hash_with_base64_padding_is_said_to_be_out_of_the_wheel_format
     assert_clean_failure(done, 1)
     said = " ".join(done.stderr.split())
     assert "base64 padding" in said and "a local edit" not in said.partition("hint:")[0], done.stderr
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def _with_entry_points(wheel: Path, text: bytes) -> Path:
+    """The wheel with its dist-info's entry_points.txt replaced by `text`."""
+    name = "vllm-0.16.0.dist-info/entry_points.txt"
+    out = wheel.parent / "ep" / wheel.name
+    out.parent.mkdir()
+    with zipfile.ZipFile(wheel) as old, zipfile.ZipFile(out, "w") as new:
+        for info in old.infolist():
+            new.writestr(info, text if info.filename == name else old.read(info))
+    return out
+
+
+@pytest.mark.parametrize("script", ["python3", "python", "pip", "gui_scripts"])
+def test_a_script_other_than_vllm_in_entry_points_is_refused(tmp_path, library, script):
+    # the H1 class through the dist-info: pip writes a console script `python3` over bin/python3
+    section = "gui_scripts" if script == "gui_scripts" else "console_scripts"
+    name = "vllm-gui" if script == "gui_scripts" else script
+    text = f"[console_scripts]\nvllm = vllm.entrypoints.cli:main\n[{section}]\n{name} = vllm.config:main\n"
+    text = text.replace("[console_scripts]\n[console_scripts]", "[console_scripts]")
+    stock = _with_entry_points(write_wheel(tmp_path / "in"), text.encode())
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_clean_failure(done, 2)
+    assert f"names the script {name!r}" in " ".join(done.stderr.split()), done.stderr
     assert not out.exists() or list(out.iterdir()) == []

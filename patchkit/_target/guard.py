@@ -152,6 +152,7 @@ def _state_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
     data = _read_json(path)
     if data is None:
         return []
+    _refuse_odd_store(site)
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise TreeChanged(path + " is not a patchkit state record")
@@ -160,6 +161,24 @@ def _state_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
         raise TreeChanged(path + " has a wheel of the wrong shape")
     # the patched wheel this guard was installed on (no apply recorded): its version is what must run
     return [_entry_record(entry, path) for entry in entries] + ([(wheel, {})] if wheel else [])
+
+
+# what patchkit keeps in .patchkit/ beside state.json, and the kind each is: any other kind (a
+# symlink, a directory for a file) is a hand repair every command refuses (exit 2), so the guard does
+_STORE_KINDS = {"journal.json": stat.S_ISREG, "objects": stat.S_ISDIR, "saved": stat.S_ISDIR}
+
+
+def _refuse_odd_store(site: str) -> None:
+    for name, kind in _STORE_KINDS.items():
+        path = os.path.join(site, ".patchkit", name)
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError:
+            mode = 0
+        if not kind(mode):
+            raise TreeChanged(path + " is not what patchkit keeps there (a symlink, or another kind of file)")
 
 
 def _read_json(path: str) -> Any:

@@ -94,9 +94,10 @@ def from_anywhere(chosen: Options | None = None) -> Options:
     )
 
 
-def for_set(set_name: str | None, adhoc: tuple[str, ...] = ()) -> Options:
-    """The user's selection of tree and library with another set (or ad-hoc patches) chosen."""
-    library = None if adhoc else current().library  # ad-hoc patches take no library
+def for_set(set_name: str | None, adhoc: tuple[str, ...] = (), library: str | None = None) -> Options:
+    """The user's selection of tree and library with another set (or ad-hoc patches) chosen;
+    `library`: the one that holds the set, where the user's does not."""
+    library = None if adhoc else library or current().library  # ad-hoc patches take no library
     return replace(current(), library=library, set_name=None if adhoc else set_name, adhoc=adhoc)
 
 

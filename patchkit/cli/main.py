@@ -403,8 +403,17 @@ def _report(run: Run | None, message: str, hint: str | None = None, *, note: str
 
 @click.group(cls=PatchkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchkit")
-def cli() -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings (as COMMAND -q).")
+@click.option("-v", "--verbose", count=True, help="More detail (as COMMAND -v).")
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     """Versioned source patches for vLLM: detect, dry-run, apply atomically, verify, revert."""
+    # `patchkit -q status` is `patchkit status -q`: the command's own defaults (a command that
+    # takes no -v ignores it; what is given after the command still counts)
+    given: dict[str, bool | int] = {"quiet": True} if quiet else {}
+    given |= {"verbose": verbose} if verbose else {}
+    if given:
+        ctx.default_map = {name: dict(given) for name in COMMANDS}
 
 
 def run_in_process(args: list[str]) -> tuple[int, str, str]:
@@ -429,7 +438,7 @@ def main() -> None:
     _guard_output_streams()  # here too: click writes --help and usage errors before any command runs
     signals.hold_until_exit()
     try:
-        cli(prog_name="patchkit")
+        sys.exit(_run_cli())
     except OutputUnwritable as exc:
         sys.exit(_output_unwritable(exc, None))
     except SystemExit as exc:
@@ -438,6 +447,24 @@ def main() -> None:
         # What a command built (a large diff's hunks, a tree's files) is garbage at exit: keep
         # the interpreter's last collection from walking it. Finalizers and atexit still run.
         gc.freeze()
+
+
+def _run_cli() -> int:
+    """click's standalone run, but for a Ctrl-C before the command took over the signals (click's
+    parsing, the UI loading): patchkit's one line and 130, not click's "Aborted!" and exit 1."""
+    try:
+        code = cli.main(prog_name="patchkit", standalone_mode=False)
+    except click.ClickException as exc:  # a usage error
+        exc.show()
+        return exc.exit_code
+    except click.Abort as exc:
+        if not isinstance(exc.__context__, KeyboardInterrupt):  # an end of input where click read one
+            _report(None, "aborted")
+            return 1
+        signals.ignore_more()
+        _report(None, *signals.interrupted_report())
+        return INTERRUPTED
+    return code if isinstance(code, int) else OK
 
 
 def _after_late_signal(code: str | int | None) -> str | int | None:

@@ -12,14 +12,23 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckContext
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
-from patchkit.engine.guard import OTHERS_CANNOT_READ, UNKNOWN_GUARD, launch_refusal, older_guard_notes, replace_fix
+from patchkit.engine.guard import (
+    OTHERS_CANNOT_READ,
+    UNKNOWN_GUARD,
+    is_installed,
+    launch_refusal,
+    older_guard_notes,
+    replace_fix,
+)
 from patchkit.series import dry_run
+from patchkit.series.library import load_library, locate
 from patchkit.store.state import Entry, State, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +70,7 @@ class TreeStatus:
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
     guard: list[str] = field(default_factory=list)  # why the installed launch guard would refuse a launch
     guard_notes: list[str] = field(default_factory=list)  # e.g. an older patchkit's guard: apply updates it
+    guard_installed: bool = False  # vLLM would load a launch guard from this tree
     # the fix when what the guard refuses is another set's record (an ad-hoc patch's): applying this set cannot
     others_fix: str | None = None
 
@@ -163,6 +173,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     return {
         "guard": refused,
         "guard_notes": older_guard_notes(root, state),
+        "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
     }
 
@@ -187,7 +198,16 @@ def selection_of(entry: Entry) -> Options:
     """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
     if entry.set_name.startswith("adhoc-"):
         return hints.for_set(None, recorded_patch_files(entry))
-    return hints.for_set(entry.set_name)
+    return hints.for_set(entry.set_name, library=None if _at_hand(entry.set_name) else entry.library)
+
+
+def _at_hand(set_name: str) -> bool:
+    """Whether the user's library (--patches, else the one patchkit finds) holds the set: a hint
+    naming another set's record names the library it was applied from otherwise (review 6 M1)."""
+    try:
+        return set_name in load_library(locate(hints.current().library).path)
+    except PatchkitError:
+        return False
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:

@@ -207,8 +207,8 @@ class _Applying:
         self.state = state
         self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
-        for note in self.stale.values():
-            self.warn(f"{note}: {'apply would discard it' if dry_run else 'discarded'}")
+        for name, note in self.stale.items():  # each named: several sets' records say the same note
+            self.warn(f"the record of {name}: {note}: {'apply would discard it' if dry_run else 'discarded'}")
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(

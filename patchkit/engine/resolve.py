@@ -52,7 +52,7 @@ class Resolved:
     def apply_record(self, changes: dict[str, tuple[bytes | None, bytes | None]], previous: Entry | None) -> Entry:
         """The state entry an apply of this series with these changes writes."""
 
-        release = self.selection.release
+        release, patch_set = self.selection.release, self.selection.patch_set
         return record_apply(
             previous,
             set_name=self.set_name,
@@ -60,6 +60,7 @@ class Resolved:
             release=release.directory.name if release else None,
             patches=self.patches,
             changes=changes,
+            library=patch_set.directory.parent if patch_set else None,
         )
 
 

@@ -13,7 +13,6 @@ release's own parser does (patchkit/launch/serve_parser.py). What cannot be read
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import re
 import shlex
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
-from patchkit.launch.interpreter import PYTHON_FLAGS, cannot_tell, script_python
+from patchkit.launch.interpreter import cannot_tell, script_python
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
@@ -38,6 +37,8 @@ CLI = "vllm.entrypoints.cli.main"  # the `vllm` script's module: `python -m CLI 
 # a release's own flags for keys of the speculative config (option dest, dashed -> key)
 SPECULATIVE_FLAGS = (("spec-method", "method"), ("spec-model", "model"), ("spec-tokens", "num_speculative_tokens"))
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
+# a cluster of Python's own options: flags without a value, then perhaps -W, -X or -m with its value
+_PYTHON_CLUSTER = re.compile(r"-(?P<flags>[bBdEIOPqRsSuv]*)(?:(?P<valued>[WXm])(?P<value>.*))?", re.S)
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # GNU env's long options (getopt_long: an unambiguous prefix is the option); None: not read by patchkit
 _ENV_LONG = {
@@ -240,14 +241,14 @@ def frame(argv: list[str]) -> LaunchCommand:
             f"env runs '{program}' as the command (it reads options only before NAME=VALUE): the launch never runs",
             hint="give env's options first: env -i NAME=VALUE vllm serve MODEL",
         )
-    name, flags = Path(program).name, []
+    name = Path(program).name
+    flags: list[str] = []
     if name == "vllm":
         if not args or args[0] != "serve":
             raise BadInput(f"not a vLLM launch: `vllm {args[0] if args else ''}` (expected `vllm serve MODEL`)")
         arguments, serve = args[1:], True
     elif name.startswith("python"):
-        flags = list(itertools.takewhile(PYTHON_FLAGS.match, args))  # -E, -sP ...: kept for the launch's Python
-        args = args[len(flags) :]
+        flags, args = _python_options(args)
         arguments, serve = _module_arguments(name, args)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
@@ -262,6 +263,34 @@ def frame(argv: list[str]) -> LaunchCommand:
         serve=serve,
         python_flags=flags,
     )
+
+
+def _python_options(args: list[str]) -> tuple[list[str], list[str]]:
+    """A `python` launch's own options, read as Python reads them (a cluster of flags, which may end
+    in -W, -X or -m with its value attached or next): (its flags that take no value, kept for the
+    launch's Python: -E, -sP ...; the rest from `-m MODULE` on). -W and -X change no import path and
+    are not kept; anything else ends the reading (_module_arguments says what it expected)."""
+    flags: list[str] = []
+    index = 0
+    while index < len(args):
+        cluster = _PYTHON_CLUSTER.fullmatch(args[index])
+        if cluster is None or not (cluster["flags"] or cluster["valued"]):
+            break
+        if cluster["flags"]:
+            flags.append(f"-{cluster['flags']}")
+        if cluster["valued"] is None:
+            index += 1
+            continue
+        value, index = (cluster["value"], index + 1) if cluster["value"] else (_at(args, index + 1), index + 2)
+        if value is None:
+            return flags, args[index - 1 :]
+        if cluster["valued"] == "m":
+            return flags, ["-m", value, *args[index:]]
+    return flags, args[index:]
+
+
+def _at(args: list[str], index: int) -> str | None:
+    return args[index] if index < len(args) else None
 
 
 def _module_arguments(python: str, args: list[str]) -> tuple[list[str], bool]:
@@ -285,6 +314,7 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
     reading = read_arguments(command.arguments, serve=command.serve, spec=spec)
     if reading.model is None:
         raise _no_model(reading.options.get("served-model-name"), command.serve, reading.options.get("model-tag"))
+    _validate_parsed(reading.options)
     read = dataclasses.replace(
         command,
         options=reading.options,
@@ -296,6 +326,20 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
     )
     _ = read.speculative_config, read.hf_overrides, read.tensor_parallel_size  # each read now: exit 2
     return read
+
+
+# validate_parsed_serve_args (vllm/entrypoints/openai/cli_args.py, the same from 0.11 on): an option
+# that needs another, refused right after parsing, before any load
+_NEEDS = (("enable-auto-tool-choice", "tool-call-parser"), ("enable-log-outputs", "enable-log-requests"))
+
+
+def _validate_parsed(options: dict[str, object]) -> None:
+    for given, needed in _NEEDS:
+        if options.get(given) and not options.get(needed):
+            raise BadInput(
+                f"vLLM refuses the command right after parsing it: --{given} requires --{needed}",
+                hint=f"give --{needed}, or drop --{given}",
+            )
 
 
 def _no_model(served: object, serve: bool, positional: object) -> BadInput:

@@ -126,10 +126,17 @@ def resolve_model(
     candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format)
     if candidate is not None:
         return _load(name, *candidate, overrides)
-    hint = "patchkit never downloads: point at a local directory, or fetch the model into the Hugging Face cache first"
+    hint = _config_hint(source, len(looked) > 1)
     if source.startswith("~"):
         hint = f"write the full path: vLLM never expands ~ (only a shell does, in a word of its own); {hint}"
     raise TargetError(f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})", hint=hint)
+
+
+def _config_hint(source: str, hub_id: bool) -> str:
+    """What gives preflight the model: its config.json alone (all it reads), never the weights."""
+    if hub_id:  # a hub id: one file into the cache
+        return f"preflight reads only config.json: `hf download {source} config.json` (no weights), or a folder with it"
+    return "preflight reads only config.json: give a directory holding the model's (patchkit never downloads)"
 
 
 def _refuse_a_file(path: Path, role: str, name: str) -> None:
@@ -199,7 +206,7 @@ def _in_hub_cache(
         return None
     repo = cache / f"models--{parts[0]}--{parts[1]}"
     if not os.path.isdir(repo):  # False for a name no directory can have (too long), as for none
-        looked.append(str(repo / "snapshots" / "*" / CONFIG))
+        looked.append(f"the Hugging Face cache {cache}/")  # no glob under it: a path short enough to copy whole
         return None
     commit = _snapshot_of(repo, revision, role, name)
     if os.path.isdir(repo / "snapshots" / commit):

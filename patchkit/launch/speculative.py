@@ -8,6 +8,7 @@ says none it knows (its name, or its model_type), a whole-number field outside i
 from __future__ import annotations
 
 import ast
+import re
 
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
@@ -114,25 +115,32 @@ def _draft_tensor_parallel_size(spec: dict, source: bytes | None, context: Launc
     target = context.command.tensor_parallel_size
     if spec.get("method") in ("ngram", "[ngram]", "suffix") or value in (1, target):
         return None
+    allowed = "1" if target == 1 else f"1 or {target}"
     return (
         f"draft_tensor_parallel_size {value} is neither 1 nor the target's tensor parallel size ({target})",
-        f'give "draft_tensor_parallel_size" 1 or {target}, or drop it',
+        f'give "draft_tensor_parallel_size" {allowed}, or drop it',
     )
+
+
+_LAX_INT = re.compile(r"[+-]?[0-9](?:_?[0-9])*(?:\.0+)?")  # a string pydantic reads as an int
 
 
 def _token_count(value: object) -> int | bool | None:
     """num_speculative_tokens as pydantic's lax int reads it: the count; False when it reads none
-    (a fraction, a list); None when absent or a text not judged here."""
+    (a fraction, a list, a text pydantic cannot read as one); None when absent."""
     if value is None or isinstance(value, bool):
         return None if value is None else int(value)
     if isinstance(value, int):
         return value
     if isinstance(value, float):
         return int(value) if value.is_integer() else False
-    if isinstance(value, str):
+    if isinstance(value, str):  # pydantic's lax reading: "7", " +7 ", "1_000", "7.00"; not "0x7", "7k", "7.5"
+        text = value.strip()
+        if not _LAX_INT.fullmatch(text):
+            return False
         try:
-            return int(value)
-        except ValueError:
+            return int(text.split(".")[0])
+        except ValueError:  # more digits than Python converts: not judged here
             return None
     return False
 

@@ -14,6 +14,7 @@ size limit), objects are named by digest only and read without following a symli
 state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
       "patches": [{"name", "sha256", "path"}],   ("path": an ad-hoc patch's, where it was applied from)
+      "library": path,        (a library set's: the library it was applied from; absent in older records)
       "files": {path: {"before": sha|null, "after": sha|null}}}],
      "guard": {path: sha},   (the launch guard's files, patchkit/engine/guard.py; absent when none)
      "wheel": version,       (the patched wheel's vLLM version the guard was installed on, no set
@@ -219,9 +220,10 @@ class Entry:
     applied_at: str
     patches: list[RecordedPatch]
     files: dict[str, RecordedFile]  # path -> its hashes
+    library: str | None = None  # a library set: the absolute path of the library it was applied from
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "set": self.set_name,
             "vllm_version": self.vllm_version,
             "release": self.release,
@@ -229,6 +231,7 @@ class Entry:
             "patches": self.patches,
             "files": self.files,
         }
+        return data if self.library is None else {**data, "library": self.library}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Entry:  # checked by _entry first
@@ -239,6 +242,7 @@ class Entry:
             data.get("applied_at", ""),
             data.get("patches", []),
             data["files"],
+            data.get("library"),
         )
 
 
@@ -337,9 +341,11 @@ def record_apply(
     release: str | None,
     patches: Iterable[NamedPatch],
     changes: dict[str, tuple[bytes | None, bytes | None]],
+    library: Path | None = None,
 ) -> Entry:
     """The entry an apply records: each file's original hash (kept from an earlier apply of the
-    same set) and the hash written now."""
+    same set) and the hash written now. `library`: the library the set was read from (for hints
+    given where another library is at hand)."""
 
     files = dict(previous.files) if previous else {}
     hash_side_by_side([content for pair in changes.values() for content in pair])
@@ -353,7 +359,13 @@ def record_apply(
         applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         patches=[_recorded_patch(p, adhoc=set_name.startswith("adhoc-")) for p in patches],
         files=files,
+        library=_recorded_library(library),
     )
+
+
+def _recorded_library(library: Path | None) -> str | None:
+    where = None if library is None else str(library.absolute())
+    return where if where is not None and len(where) <= MAX_PATCH_PATH and where.isprintable() else None
 
 
 def _recorded_patch(patch: NamedPatch, *, adhoc: bool) -> RecordedPatch:
@@ -486,6 +498,7 @@ def _checked_entry(data: object, origin: Path) -> Entry:
             raise _damaged(origin, "a recorded patch's path is not an absolute path")
         if not where.isprintable():
             raise _damaged(origin, "a recorded patch's path holds a control character")
+    _checked_library(data.get("library", "/"), origin)
     files = _require(data, "files", dict, origin)
     for path, shas in files.items():
         checked_path(path, origin, guard=False)
@@ -494,6 +507,13 @@ def _checked_entry(data: object, origin: Path) -> Entry:
         checked_digest(shas["before"], origin)
         checked_digest(shas["after"], origin)
     return Entry.from_json(data)
+
+
+def _checked_library(where: object, origin: Path) -> None:
+    if not (isinstance(where, str) and where.startswith("/") and len(where) <= MAX_PATCH_PATH):
+        raise _damaged(origin, "a recorded library is not an absolute path")
+    if not where.isprintable():
+        raise _damaged(origin, "a recorded library's path holds a control character")
 
 
 _REQUIRED = object()

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import csv
 import errno
@@ -534,7 +535,11 @@ def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> It
             members = rawzip.members(zf, fd, label)
             dist_info = _dist_info(members, version, label)
             installs = _installs(members, dist_info, label)
-            yield StockWheel(path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info, installs)
+            wheel = StockWheel(
+                path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info, installs
+            )
+            _refuse_other_scripts(wheel)
+            yield wheel
     finally:
         os.close(fd)
 
@@ -546,6 +551,31 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
     for member in members:
         _refuse_outside(member.name, dist_info, label)
     return {rawzip.folded(m.name): m.name for m in members if not m.is_dir}
+
+
+def _refuse_other_scripts(wheel: StockWheel) -> None:
+    """BadInput for a script the installer would write beside `vllm` (entry_points.txt's
+    console_scripts and gui_scripts): pip writes `python3 = …` over the environment's bin/python3.
+    vLLM's wheels name one script, `vllm` (0.11.0, 0.16.0, 0.34.0 checked)."""
+    name = f"{wheel.dist_info}/entry_points.txt"
+    if wheel.member(name) is None:
+        return
+    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
+    try:
+        parser.read_string(wheel.read(name, METADATA_LIMIT).decode("utf-8"))
+    except (configparser.Error, UnicodeDecodeError) as exc:
+        raise BadInput(f"{wheel.label}: {name} is not an entry points file ({exc}); refusing the wheel") from None
+    for section in ("console_scripts", "gui_scripts"):
+        others = (
+            [script for script in parser.options(section) if script != "vllm"] if parser.has_section(section) else []
+        )
+        if others:
+            raise BadInput(
+                f"{wheel.label}: {name} names the script {others[0]!r}, which the installer writes beside vllm "
+                "(over a file of that name, bin/python3 say); vLLM's wheels name only vllm; refusing the wheel",
+                hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
+            )
 
 
 def _refuse_outside(name: str, dist_info: str, label: str) -> None:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import errno
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import click
@@ -46,7 +48,7 @@ def command(
         result = _checked(ui, opts, launch_command, apply_first=apply_first, preflight=not no_preflight)
         if result is not None:
             return result
-    _exec(launch_command.argv)
+    _exec(launch_command.argv, opts.python)
 
 
 def _checked(
@@ -90,10 +92,22 @@ def _apply_to(ui: UI, chosen: Options) -> ApplyResult | None:
     return result
 
 
-def _exec(argv: list[str]) -> NoReturn:
+def _exec(argv: list[str], python: str | None) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
-        raise TargetError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+        missing = exc.errno == errno.ENOENT and os.sep not in argv[0]
+        raise TargetError(
+            f"cannot run {argv[0]}: " + ("it is not on PATH" if missing else f"{exc.strerror or exc}"),
+            hint=_not_on_path_hint(argv[0], python) if missing else None,
+        ) from None
+
+
+def _not_on_path_hint(name: str, python: str | None) -> str:
+    """Where the launch's program is: --python's own script when it has one, else the venv's."""
+    script = Path(python).absolute().parent / name if python else None
+    if script is not None and script.is_file():
+        return f"give --python's script by its path, `-- {script} ...`, or activate that venv"
+    return f"activate vLLM's venv, or give the script's path: `-- VENV/bin/{name} ...`"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
@@ -75,7 +76,8 @@ def _status_of_sets(ui: UI, opts: Options) -> SetsStatus:
         return found
     for index, (each, status) in enumerate(zip(found.chosen, found.statuses, strict=True)):
         assert each.resolved is not None
-        ui.status(each.resolved, status, where if index == 0 else None)
+        shown = status if index == 0 else replace(status, stale=[])  # the record's stale notes, said once
+        ui.status(each.resolved, shown, where if index == 0 else None)
         ui.verdict(status_verdict(status)[0], ok=status.outcome == Outcome.OK)
     for each in chosen:
         if each not in found.chosen:

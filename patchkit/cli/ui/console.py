@@ -132,9 +132,13 @@ class UI:
         self.err.print(f"warning: {visible(text)}", style="yellow")
 
     def error(self, message: str, hint: str | None = None) -> None:
-        self.err.print(f"error: {visible(message)}", style="bold red")
-        if hint:
-            self.err.print(f"hint: {visible(hint)}", style="red")
+        """Wrapped at spaces in a terminal, a path or `command` whole on its line (never folded
+        mid-word, never shortened: it is copied from there)."""
+        width = self.err.width if self.err.is_terminal else None
+        for said, style in ((f"error: {message}", "bold red"), (f"hint: {hint}" if hint else "", "red")):
+            for part in visible(said).split("\n") if said else []:
+                for line in fitted(part, width, indent=len(part) - len(part.lstrip()) + 2):
+                    self.err.print(line, style=style, soft_wrap=True)
 
     def json(self, data: dict[str, Any]) -> None:
         """The run's document: held for the CLI to complete and print (see Run)."""

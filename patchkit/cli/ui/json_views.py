@@ -62,7 +62,11 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
         "does_not_compile": {r.path: r.message for r in status.does_not_compile},
         "stale": status.stale,
         "guard_notes": status.guard_notes,
-        "guard": {"refuses": status.guard, "fix": status.guard_fix} if status.guard else None,
+        "guard": {
+            "installed": status.guard_installed,
+            "refuses": status.guard,
+            "fix": status.guard_fix if status.guard else None,
+        },
         **(
             {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
             if status.state == TreeState.UPSTREAM

@@ -86,18 +86,24 @@ def shortened(word: str, width: int) -> str:
     return word[: width - 1 - tail] + "\u2026" + word[len(word) - tail :]
 
 
-def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, shorten: bool = False) -> list[str]:
+def fitted(
+    text: str, width: int | None, *, first: int = 0, indent: int = 2, shorten: bool = False, paths: bool = False
+) -> list[str]:
     """`text` as lines of at most `width` columns, wrapped at spaces (the first line indented by
     `first`, the others by `indent`). A word longer than a line is shortened with an ellipsis
     (`shorten`), else kept whole on a line of its own; a `command` in backquotes is never cut or
-    shortened (it is pasted from there). Without a width (piped): one line, never wrapped."""
+    shortened, nor a path in a sentence that a line can hold (they are copied from there; `paths`: a
+    table's cell, shortened as any word). Without a width (piped): one line, never wrapped."""
     if width is None:
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
     # a `command` is one word, never shortened: it is pasted from there (wrapped, as several lines)
     words = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
     if shorten:
-        words = " ".join(word if "`" in word else shortened(word, room) for word in words.split(" "))
+        words = " ".join(_fitting(word, width, room, paths=paths) for word in words.split(" "))
+    # a word kept whole that a hanging indent would push past the width starts further left
+    longest = max(map(len, words.split(" ")))
+    indent = min(indent, width - longest) if longest <= width else indent
     lines = textwrap.wrap(
         words,
         width,
@@ -107,6 +113,14 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
         break_on_hyphens=False,
     )
     return [line.replace(_KEPT_SPACE, " ") for line in lines] or [""]
+
+
+def _fitting(word: str, width: int, room: int, *, paths: bool) -> str:
+    """A word as `fitted` shows it: a `command` whole; a path in a sentence whole unless even a
+    line of its own cannot hold it (`paths`: a table's cell, shortened as any word); else within `room`."""
+    if "`" in word or ("/" in word and not paths and len(word) <= width):
+        return word
+    return shortened(word, room)
 
 
 _COMMAND = re.compile(r"`[^`]*`")
@@ -161,7 +175,7 @@ def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[li
         excess = _narrow(widths, floors, excess)
     return widths, [
         [
-            fitted(cell, w, indent=0, shorten=True) if text else [shortened(cell, w)]
+            fitted(cell, w, indent=0, shorten=True, paths=True) if text else [shortened(cell, w)]
             for cell, w, text in zip(row, widths, is_text, strict=True)
         ]
         for row in [columns, *rows]
