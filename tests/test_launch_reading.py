@@ -565,7 +565,7 @@ def test_0_19_0_reads_its_own_options_that_0_18_lacks():
     ],
 )
 def test_an_enable_disable_pair_stores_what_0_33_0_stores(flag, stored):
-    command = parse(["vllm", "serve", "org/m", flag], "0.33.0")
+    command = parse(["vllm", "serve", "org/m", flag, "--tool-call-parser", "hermes"], "0.33.0")  # needed by the flag
     assert command.exact and command.options["enable-auto-tool-choice"] is stored
 
 

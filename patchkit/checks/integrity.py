@@ -20,29 +20,22 @@ reports it alongside the other checks.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import fetch  # its modules load on first use: the cache's reader only, here
-from patchkit.base import fsutil
 from patchkit.base.enums import CheckLevel
-from patchkit.base.errors import BadInput, CheckFailed, FetchError, PatchkitError
+from patchkit.base.errors import BadInput, CheckFailed, PatchkitError
 from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
-from patchkit.distinfo import installed_wheel_reader
+from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import (
-    HASHES,
-    PROVENANCE,
-    TWICE,
-    allowed_hashes,
-    find_record,
+    Record,
     has_provenance,
-    parse_record,
-    read_record_file,
+    parsed_record,
     record_algorithm,
     record_digest,
     record_hash,
@@ -60,33 +53,6 @@ LIKELY_CAUSES = (
     "a local edit, a different build of vLLM (a custom or vendor wheel), "
     "or a development build that shares the release's version string"
 )
-
-
-@dataclass(frozen=True)
-class Record:
-    """One RECORD file: path -> 'algo=urlsafe-b64-digest', for the entries whose algorithm wheels
-    allow (record.HASHES); the others are kept apart, not trusted."""
-
-    label: str  # how results name it
-    hashes: dict[str, str]
-    untrusted: dict[str, str] = field(default_factory=dict)  # path -> the algorithm wheels do not allow
-
-    def matches(self, path: str, data: bytes) -> bool:
-        entry, algorithm = self.hashes[path], record_algorithm(self.hashes[path])
-        if algorithm == "sha256":  # the digest the plan's record already took of these bytes (state.sha256)
-            return record_digest(bytes.fromhex(str(sha256(data))), algorithm) == entry
-        return record_hash(data, algorithm) == entry
-
-    def why_unlisted(self, path: str) -> str:
-        """Why this RECORD cannot vouch for a path it has no trusted entry for."""
-        if self.untrusted.get(path) == TWICE:
-            return f"{self.label} lists it twice, with different hashes: neither is evidence"
-        if path in self.untrusted:
-            return (
-                f"{self.label} gives it a {self.untrusted[path]} hash, which a wheel's RECORD may not use "
-                f"({allowed_hashes()}): not trusted"
-            )
-        return f"not listed in {self.label}"
 
 
 class IntegrityCheck:
@@ -208,36 +174,6 @@ def refusal(failed: list[CheckResult], version: Version | None, root: Path) -> C
 
 
 # -- references ---------------------------------------------------------------------------------
-def installed_record(
-    root: Path, version: Version | str | None, only: Collection[str] | None = None
-) -> tuple[Record | None, str]:
-    """The target's own RECORD (with `only`, its entries for those paths), or None and why there is none."""
-    path = find_record(root, version)
-    if path is None:
-        return None, "no vllm-*.dist-info/RECORD in the tree (a source checkout?)"
-    label = path.relative_to(root).as_posix()
-    try:
-        record = _parse(read_record_file(root, path), label, only)
-    except fsutil.NotRegularFile as exc:
-        return None, f"{label} is not readable as a RECORD: {exc.strerror or exc}"
-    except OSError:
-        record = None
-    if record is None:
-        return None, f"{label} is unreadable"
-    return _with_stock_hashes(root, record), ""
-
-
-def _with_stock_hashes(root: Path, record: Record) -> Record:
-    """Installed from a wheel patchkit built: its RECORD lists the patched files' own hashes, and
-    the stock ones are in its provenance (patchkit.json), which is then the reference for them."""
-    if not has_provenance(root):
-        return record
-    hashes = installed_wheel_reader().stock_hashes(root, record.hashes)
-    if hashes == record.hashes:
-        return record
-    return replace(record, label=f"{record.label} (stock hashes from {PROVENANCE})", hashes=hashes)
-
-
 def published_record(version: Version | str | None, only: Collection[str] | None = None) -> Record | None:
     """The published wheel's RECORD when `patchkit fetch` already cached this release (no network),
     and only while the cache holds it as fetched (the cache is untrusted input: fetch re-checks it)."""
@@ -247,7 +183,7 @@ def published_record(version: Version | str | None, only: Collection[str] | None
         data = fetch.cached_record(str(version))
     except PatchkitError:  # a version the cache cannot name, a damaged entry: no evidence
         return None
-    return _parse(data, f"the published wheel's RECORD (fetch cache, vllm {version})", only) if data else None
+    return parsed_record(data, f"the published wheel's RECORD (fetch cache, vllm {version})", only) if data else None
 
 
 def _stock_release(root: Path) -> str | None:
@@ -260,30 +196,6 @@ def _stock_release(root: Path) -> str | None:
     except BadInput:
         return None
     return found.vllm_version if found else None
-
-
-def _parse(data: bytes, label: str, only: Collection[str] | None = None) -> Record | None:
-    hashes = _hashes(data, None if only is None else frozenset(only))
-    if hashes is None:
-        return None
-    trusted, untrusted = hashes
-    return Record(label, hashes=dict(trusted), untrusted=dict(untrusted))
-
-
-@functools.lru_cache(maxsize=4)
-def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], dict[str, str]] | None:
-    """A RECORD's entries: (path -> hash entry, for the algorithms wheels allow; path -> any other
-    algorithm), or None for a RECORD csv cannot read. Kept for the run: the target's RECORD and the
-    fetch cache's are often the same bytes (a tree laid out from the cache), read once."""
-    try:
-        rows = parse_record(data, only)
-    except FetchError:
-        return None
-    entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest or digest == TWICE}
-    return (
-        {name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
-        {name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
-    )
 
 
 def _recorded_writes(root: Path, state: State | None) -> dict[str, list[Write]]:

@@ -8,16 +8,18 @@ from __future__ import annotations
 import base64
 import csv
 import errno
+import functools
 import hashlib
 import io
 import os
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base import fsutil, hints
 from patchkit.base.errors import FetchError
+from patchkit.base.hashing import sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.version import Version
@@ -170,3 +172,54 @@ def listings(tree: Path, paths: Collection[str]) -> Listings:
             continue
         rows[name] = {path: entry for path, (entry, _size) in parsed.items()}
     return Listings(rows)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One RECORD file: path -> 'algo=urlsafe-b64-digest', for the entries whose algorithm wheels
+    allow (record.HASHES); the others are kept apart, not trusted."""
+
+    label: str  # how results name it
+    hashes: dict[str, str]
+    untrusted: dict[str, str] = field(default_factory=dict)  # path -> the algorithm wheels do not allow
+
+    def matches(self, path: str, data: bytes) -> bool:
+        entry, algorithm = self.hashes[path], record_algorithm(self.hashes[path])
+        if algorithm == "sha256":  # the digest the plan's record already took of these bytes (state.sha256)
+            return record_digest(bytes.fromhex(str(sha256(data))), algorithm) == entry
+        return record_hash(data, algorithm) == entry
+
+    def why_unlisted(self, path: str) -> str:
+        """Why this RECORD cannot vouch for a path it has no trusted entry for."""
+        if self.untrusted.get(path) == TWICE:
+            return f"{self.label} lists it twice, with different hashes: neither is evidence"
+        if path in self.untrusted:
+            return (
+                f"{self.label} gives it a {self.untrusted[path]} hash, which a wheel's RECORD may not use "
+                f"({allowed_hashes()}): not trusted"
+            )
+        return f"not listed in {self.label}"
+
+
+def parsed_record(data: bytes, label: str, only: Collection[str] | None = None) -> Record | None:
+    hashes = _hashes(data, None if only is None else frozenset(only))
+    if hashes is None:
+        return None
+    trusted, untrusted = hashes
+    return Record(label, hashes=dict(trusted), untrusted=dict(untrusted))
+
+
+@functools.lru_cache(maxsize=4)
+def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], dict[str, str]] | None:
+    """A RECORD's entries: (path -> hash entry, for the algorithms wheels allow; path -> any other
+    algorithm), or None for a RECORD csv cannot read. Kept for the run: the target's RECORD and the
+    fetch cache's are often the same bytes (a tree laid out from the cache), read once."""
+    try:
+        rows = parse_record(data, only)
+    except FetchError:
+        return None
+    entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest or digest == TWICE}
+    return (
+        {name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
+        {name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
+    )

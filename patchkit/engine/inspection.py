@@ -17,8 +17,7 @@ from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckContext
-from patchkit.checks.integrity import installed_record
-from patchkit.distinfo import installed_wheel_reader
+from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance
 from patchkit.engine.guard import (
     OTHERS_CANNOT_READ,

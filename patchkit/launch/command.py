@@ -314,6 +314,7 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
     reading = read_arguments(command.arguments, serve=command.serve, spec=spec)
     if reading.model is None:
         raise _no_model(reading.options.get("served-model-name"), command.serve, reading.options.get("model-tag"))
+    _validate_parsed(reading.options)
     read = dataclasses.replace(
         command,
         options=reading.options,
@@ -325,6 +326,20 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
     )
     _ = read.speculative_config, read.hf_overrides, read.tensor_parallel_size  # each read now: exit 2
     return read
+
+
+# validate_parsed_serve_args (vllm/entrypoints/openai/cli_args.py, the same from 0.11 on): an option
+# that needs another, refused right after parsing, before any load
+_NEEDS = (("enable-auto-tool-choice", "tool-call-parser"), ("enable-log-outputs", "enable-log-requests"))
+
+
+def _validate_parsed(options: dict[str, object]) -> None:
+    for given, needed in _NEEDS:
+        if options.get(given) and not options.get(needed):
+            raise BadInput(
+                f"vLLM refuses the command right after parsing it: --{given} requires --{needed}",
+                hint=f"give --{needed}, or drop --{given}",
+            )
 
 
 def _no_model(served: object, serve: bool, positional: object) -> BadInput:
