@@ -5,8 +5,9 @@ A fenced `sh`/`console` block is preceded by `<!-- runnable -->` or by `<!-- not
 The runnable blocks of a page run in order, each with `bash -e`, in one directory of their own
 that holds what the page says its examples assume: stock vLLM 0.16.0's files (`vllm-0.16.0`, laid
 out by the README's own first command), `vllm-venv` (a Python environment with that vLLM in its
-site-packages), the models a launch names (`./eagle3-drafter`, and `moonshotai/Kimi-K2.5` in a
-Hugging Face cache) and a `vllm` on the PATH that stands in for the launch `run` becomes."""
+site-packages), the models a launch names (`./eagle3-drafter`; `moonshotai/Kimi-K2.5` and
+`deepseek-ai/DeepSeek-V3` in a Hugging Face cache) and a `vllm` on the PATH that stands in for
+the launch `run` becomes."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from launch_fixtures import DRAFTER, KIMI_K25, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, write_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(
@@ -153,6 +154,7 @@ def prepared(tmp_path_factory) -> Path:
     stand_in.chmod(0o755)
     write_model(base / "eagle3-drafter", DRAFTER)
     hub_model(base / "hf", "moonshotai/Kimi-K2.5", KIMI_K25)
+    hub_model(base / "hf", "deepseek-ai/DeepSeek-V3", DEEPSEEK_V3)
     fetch = next(b for b in blocks(ROOT / "README.md") if b.marker == RUNNABLE).text.splitlines()[0]
     assert fetch.startswith("patchkit fetch 0.16.0 --all --dest vllm-0.16.0")
     run_blocks([Block(ROOT / "README.md", 0, "sh", RUNNABLE, fetch + "\n")], base)
