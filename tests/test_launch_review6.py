@@ -337,3 +337,24 @@ def test_an_option_with_the_one_it_needs_is_read():
         "--enable-log-requests",
     ]
     assert parse(["vllm", "serve", "lab/m", *words], "0.16.0").model == "lab/m"
+
+
+# --- H1, where vLLM is not asked: the general plugins that may change the class are named ------------
+
+
+def test_without_vllm_asked_the_general_plugins_installed_are_named(eagle3, tmp_path):
+    tree, library, command = eagle3
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    args = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
+    alone = findings(run_cli(*args, *command))["supports-eagle3"]
+    assert alone["ok"] and "general plugins" not in alone["message"], alone  # patchkit's guard is no such plugin
+
+    write_plugin(tree, "site_plug", "def register():\n    pass\n")
+    plug = write_plugin(tmp_path / "elsewhere", "path_plug", "def register():\n    pass\n")
+    done = run_cli(*args, "env", f"PYTHONPATH={plug}", *command)
+    supports = findings(done)["supports-eagle3"]
+    assert supports["ok"], supports
+    assert (
+        f"not judged: the class the general plugins path_plug, site_plug may register for {ARCH}"
+        in (supports["message"])
+    )

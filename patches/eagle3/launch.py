@@ -70,7 +70,12 @@ def supports_eagle3(launch) -> Finding:
         return launch.evaluate(requirement, read)
 
     static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement)
-    return _held_to_vllm(static, launch.model_interface(launch.target.architectures, "supports_eagle3"))
+    verdict = launch.model_interface(launch.target.architectures, "supports_eagle3")
+    plugins = launch.general_plugins() if verdict.result is None else []
+    if plugins:  # they run before vLLM builds the model, and may register another class for it
+        note = f"; not judged: the class the general plugins {', '.join(plugins)} may register for {arch}"
+        verdict = dataclasses.replace(verdict, message=verdict.message + note)
+    return _held_to_vllm(static, verdict)
 
 
 def target_architecture(launch) -> str | None:

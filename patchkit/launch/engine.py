@@ -11,7 +11,9 @@ run apply (apply_fix).
 from __future__ import annotations
 
 import ast
+import configparser
 import importlib.util
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
+from patchkit.engine.guard import ENTRY_POINT_GROUP, ENTRY_POINT_NAME
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.models import ModelConfig
@@ -32,6 +35,8 @@ from patchkit.series.requirements import Requirement, parse_requirements
 
 REGISTRY = "vllm/model_executor/models/registry.py"
 TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
+ENTRY_POINTS_LIMIT = 1 << 20  # a distribution's entry_points.txt
+LISTING_LIMIT = 20000  # entries of one directory looked at for distributions
 Reader = Callable[[str], "bytes | None"]
 Judgement = Callable[[Reader], "tuple[bool, str]"]
 
@@ -102,6 +107,16 @@ class LaunchContext:
             self._answers[key] = model_interface(self.python, self.command, architectures, function)
         return self._answers[key]
 
+    def general_plugins(self) -> list[str]:
+        """The vllm.general_plugins entry points installed beside the tree and on the launch's
+        PYTHONPATH (patchkit's guard left out): vLLM runs them before it builds a model, and only
+        vLLM itself, asked, tells what they register."""
+        cwd = self.command.working_directory()
+        given = self.command.environ.get("PYTHONPATH", "")
+        places = [str(self.root), *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]
+        found = {name for place in dict.fromkeys(places) for name in _plugins_in(place)}
+        return sorted(found - {ENTRY_POINT_NAME})
+
     def requirements(self, kind: str) -> list:
         """The set's contract entries of one kind that apply to the installed release."""
         contract = getattr(self.patch_set, "contract", ())
@@ -126,6 +141,28 @@ class LaunchContext:
         if read not in self._registries:
             self._registries[read] = _registry_tables(read(REGISTRY))
         return self._registries[read]
+
+
+def _plugins_in(directory: str) -> list[str]:
+    """The vllm.general_plugins entry point names of the distributions in `directory` (read bounded)."""
+    names: list[str] = []
+    try:
+        with os.scandir(directory) as entries:
+            listed = itertools.islice(entries, LISTING_LIMIT)
+            infos = [e.path for e in listed if e.name.endswith((".dist-info", ".egg-info"))]
+    except OSError:
+        return names
+    for info in infos:
+        try:
+            text = read_regular(os.path.join(info, "entry_points.txt"), ENTRY_POINTS_LIMIT).decode()
+            parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
+            parser.optionxform = str  # type: ignore[assignment,method-assign]  # names as written
+            parser.read_string(text)
+        except (OSError, UnicodeDecodeError, configparser.Error):
+            continue  # importlib.metadata passes over it too, or vLLM cannot load it
+        if parser.has_section(ENTRY_POINT_GROUP):
+            names += list(parser[ENTRY_POINT_GROUP])
+    return names
 
 
 def _tree_file(path: Path) -> bytes | None:
