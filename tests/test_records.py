@@ -583,3 +583,20 @@ def test_a_later_revert_names_the_kept_copies_and_how_to_delete_them(run, tree, 
     assert "nothing is recorded" not in said
     assert f"rm -r {tree / '.patchkit' / 'saved'}`" in said  # whole, copyable
     assert [p.name for p in (tree / ".patchkit").iterdir()] == ["saved"]
+
+
+def test_revert_clears_what_a_killed_command_left_on_a_stock_tree(run, tree, diffs):
+    """Review 6 L3: a SIGKILL early in an apply left an empty .patchkit/, or late in a full revert
+    .patchkit/objects/ with its objects and no state.json; revert (exit 0) left them there."""
+    (tree / ".patchkit").mkdir()
+    done = run("revert", "--target", tree, "--patch", diffs["spec"])
+    assert done.exit_code == 0, done.output
+    assert not (tree / ".patchkit").exists()
+
+    assert run("apply", "--target", tree, "--patch", diffs["spec"], "--no-guard").exit_code == 0
+    assert any((tree / ".patchkit" / "objects").iterdir())
+    (tree / SPEC).write_text(SPEC_PY)  # the revert had put the stock bytes back, then died
+    (tree / ".patchkit" / "state.json").unlink()
+    done = run("revert", "--target", tree, "--patch", diffs["spec"])
+    assert done.exit_code == 0, done.output
+    assert not (tree / ".patchkit").exists()

@@ -15,7 +15,7 @@ unsupported version) are raised.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -66,8 +66,9 @@ from patchkit.engine.transaction import (
 )
 from patchkit.series.patchfile import Patch
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
+from patchkit.store.objects import prune_objects
 from patchkit.store.saved import keep_copies
-from patchkit.store.state import Entry, State, read_state, remove_empty_store, state_path
+from patchkit.store.state import Entry, State, meta_dir, read_state, remove_empty_store, state_path
 from patchkit.tree.target import Target
 from patchkit.tree.version import detect
 
@@ -670,7 +671,7 @@ def revert_series(
             watch.warning(recovered)
         result = _revert_locked(target, resolved, only, patches, state, force=force, dry_run=dry_run)
         if not dry_run and result.error is None:
-            result.warnings += _without_empty_record(target.root, result)
+            result.warnings += _without_empty_record(target.root, result, state)
         for note in result.warnings:
             watch.warning(note)
         if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
@@ -705,15 +706,21 @@ def _revert_unlocked(
     if would is None or dry_run:
         return would
     if would.outcome == Outcome.DRY_RUN and not would.files:
+        with suppress(OSError):  # an empty .patchkit/ a killed apply made: only an empty one goes
+            meta_dir(target.root).rmdir()
         return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", warnings=would.warnings)
     return None
 
 
-def _without_empty_record(root: Path, result: RevertResult) -> list[str]:
-    """Once nothing is recorded, .patchkit/ goes too; the copies of the user's edits stay, said."""
-    if result.record is None:  # nothing written: the record is what it was
+def _without_empty_record(root: Path, result: RevertResult, found: State) -> list[str]:
+    """Once nothing is recorded, .patchkit/ goes too; the copies of the user's edits stay, said.
+    `found`: the record read under the lock; when it was empty already and nothing was written,
+    what is left is a killed command's (objects no record names, the lock): it goes too."""
+    record = found if result.record is None else result.record  # nothing written: the record is what it was
+    if record != State(entries=[]):
         return []
-    kept = remove_empty_store(root, result.record)
+    prune_objects(root, record)  # no record names them, and a journal was recovered first
+    kept = remove_empty_store(root, record)
     if kept is None or result.saved is not None:  # this revert's copies are named on their own
         return []
     # a reminder, not a fault: the copies are the user's, so say how they go once not wanted
