@@ -121,3 +121,15 @@ def test_a_failed_release_is_counted_in_its_row_and_said_once_below(tmp_path, mo
     said = [line for line in lines if "expected ':'" in line or "invalid syntax" in line]
     assert len(said) == 1 and said[0].startswith(f"{SPEC}:11: 0.16.0 syntax: "), lines
     assert lines[-1].startswith("verify: FAILED on 0.16.0")
+
+
+def test_list_says_a_cell_is_what_the_library_holds_not_that_anything_is_applied(library):
+    """A new user read `applied` beside every release as "is applied here": the legend says what
+    each cell word means, before the matrix."""
+    done = run_cli("list", "--patches", library)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("releases by set"))
+    legend = " ".join(" ".join(lines[:start]).split())
+    assert "applied = the set's series patches that release (nothing here is applied)" in legend, legend
+    assert "upstream = vLLM has the change" in legend and "failed = a damaged patch" in legend

@@ -42,10 +42,15 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
         ui.line(f"         supported {s['supported'] or 'any'}; upstream {s['upstream'] or 'never'}")
         ui.table(["patch", "state", "description"], _patches_once(s), state_column=1)
     matrix = from_library(data)
+    # a cell says what the library holds for a release, never that a tree here is patched
+    ui.line(
+        "a cell: applied = the set's series patches that release (nothing here is applied); "
+        f"upstream = vLLM has the change; failed = a damaged patch. {_verify_all(library)} checks each"
+    )
     ui.table(
         matrix.columns(),
         matrix.rows(),
-        title=f"releases by set: the library's series ({_verify_all(library)} checks them)",
+        title="releases by set, as the library declares them",
         state_column=1 if len(matrix.sets) == 1 else None,
     )
     return finished
