@@ -98,9 +98,10 @@ def test_the_preflight_reads_the_model_vllm_serves(tmp_path):
 
 
 def test_every_supported_release_has_a_recorded_spec():
-    from patchkit.series.library import default_root
+    from patchkit.series.library import default_root, load_set
 
-    supported = {p.name for p in (default_root() / "eagle3").iterdir() if p.is_dir()}
+    # The set's own releases, not its directory listing (a __pycache__ there is no release).
+    supported = {r.directory.name for r in load_set(default_root() / "eagle3").releases}
     assert supported <= {str(v) for v in recorded_releases()}
 
 
