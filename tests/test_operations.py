@@ -296,6 +296,9 @@ def _shadowed_tree(tmp_path: Path, shadowing: str) -> tuple[Path, Path]:
         "vllm/config/spec.pypy310-pp73-x86_64-linux-gnu.so",
         "vllm/config.py",  # vllm/config/ has no __init__: a module of its name wins over it
         "vllm/config.cpython-312-x86_64-linux-gnu.so",
+        "vllm/config/__init__.abi3.so",  # an extension __init__ on the way is the package, before __init__.py
+        "vllm/__init__.cpython-311-x86_64-linux-gnu.so",
+        "vllm/config/__init__.so",
     ],
 )
 def test_apply_refuses_a_tree_where_python_imports_another_file_than_the_patched_source(tmp_path, shadowing):

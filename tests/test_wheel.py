@@ -1133,6 +1133,9 @@ def test_a_full_out_is_exit_4_with_a_hint(tmp_path, library, small_tmpfs):
         "vllm/config/spec.cp312-win_amd64.pyd",
         "vllm/config.py",  # vllm/config/ has no __init__: a module of its name wins over it
         "vllm/config.abi3.so",
+        "vllm/config/__init__.abi3.so",  # an extension __init__ on the way is the package, before __init__.py
+        "vllm/__init__.cpython-311-x86_64-linux-gnu.so",
+        "vllm/config/__init__.so",
     ],
 )
 def test_a_member_python_imports_instead_of_a_patched_source_is_refused(tmp_path, library, shadowing):

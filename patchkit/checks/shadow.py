@@ -7,7 +7,8 @@ EXTENSION_SUFFIXES: `.cpython-312-x86_64-linux-gnu.so`, `.abi3.so`, `.so`, `.cp3
 _get_supported_file_loaders). A package or an extension module beside a patched `.py` is what
 runs: the patch is dead. A directory without `__init__` is a namespace portion, taken only when
 nothing else is found: a module or extension named like a package on the way without `__init__`
-shadows every source below it. Which suffixes an interpreter loads is its own: every form CPython and PyPy
+shadows every source below it, and an extension `__init__` of a package on the way (`vllm/__init__.abi3.so`)
+is that package even beside its `__init__.py`. Which suffixes an interpreter loads is its own: every form CPython and PyPy
 use is taken as one it may load. FileFinder takes each of these only when it is a regular file
 (`_path_isfile`, which follows symlinks): a directory, a fifo or a link to a directory of that name is none.
 
@@ -60,12 +61,16 @@ def shadow(path: str, names_in: Callable[[str], Iterable[str]]) -> str | None:
 
 def _ancestor_shadow(directory: str, names_in: Callable[[str], Iterable[str]]) -> str | None:
     """The module imported instead of a package on the way to a source (top-down, as imports run):
-    a directory without `__init__` is only a namespace portion, and a module or extension module
-    of its name beside it wins over it."""
+    an extension `__init__` wins over the package's `__init__.py`; a directory without `__init__` is
+    only a namespace portion, and a module or extension module of its name beside it wins over it."""
     parts = directory.split("/") if directory else []
     for depth in range(1, len(parts) + 1):
         package = "/".join(parts[:depth])
-        if any(_PACKAGE_INIT.fullmatch(n) for n in names_in(package)):
+        inits = sorted(n for n in names_in(package) if _PACKAGE_INIT.fullmatch(n))
+        extension_inits = [n for n in inits if _EXTENSION.fullmatch(n[len("__init__") :])]
+        if extension_inits:  # FileFinder tries `__init__` + extension suffixes before `__init__.py`
+            return _join(package, extension_inits[0])
+        if inits:
             continue
         parent, _, stem = package.rpartition("/")
         modules = sorted(
