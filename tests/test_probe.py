@@ -151,6 +151,25 @@ def test_patched_module_that_raises_is_an_error(fake_vllm, tmp_path, run):
     assert (site / MODELS / "deepseek_v2.py").read_text() == DEEPSEEK
 
 
+def test_a_patched_module_imported_from_another_file_is_an_error_naming_both(fake_vllm, tmp_path, run):
+    """A package whose `__path__` puts a stock copy first: the module imported is not the tree's file."""
+    python, site = fake_vllm
+    lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
+    assert run("apply", "--python", python, "--patches", lib).exit_code == 0
+    elsewhere = tmp_path / "stock-models"
+    elsewhere.mkdir()
+    (elsewhere / "deepseek_v2.py").write_text(
+        DEEPSEEK.replace("from .interfaces", "from vllm.model_executor.models.interfaces")
+    )
+    (site / MODELS / "__init__.py").write_text(f"__path__.insert(0, {str(elsewhere)!r})\n")
+    verified = run("verify", "--python", python, "--patches", lib, "--format", "json")
+    assert verified.exit_code != 0, verified.output
+    failed = [r for r in probe_rows(verified) if not r["ok"]]
+    assert [(r["path"], r["level"]) for r in failed] == [(f"{MODELS}/deepseek_v2.py", "error")], failed
+    imported, tree_file = (elsewhere / "deepseek_v2.py").resolve(), (site / MODELS / "deepseek_v2.py").resolve()
+    assert f"is imported from {imported}, not from {tree_file}" in failed[0]["message"]
+
+
 def test_missing_dependency_in_a_patched_module_is_a_warning(fake_vllm, tmp_path, run):
     python, site = fake_vllm
     needs = "import flash_attn_nowhere\n" + DEEPSEEK_PATCHED

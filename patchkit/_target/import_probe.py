@@ -46,7 +46,7 @@ class Probe:
         self.save(vllm=outcome)
         if outcome["ok"]:
             for name in self.request["modules"]:
-                import_it = functools.partial(importlib.import_module, name)
+                import_it = functools.partial(self.import_patched, name)
                 outcome, _ = self.attempt("importing " + name, import_it, module=name)
                 self.report["modules"][name] = outcome
             script = self.request["probe"]
@@ -79,7 +79,11 @@ class Probe:
         if frames:
             shown = os.path.relpath(norm(frames[-1].filename), os.path.dirname(self.package_dir))
             where = f" (at {shown}:{frames[-1].lineno})"
-        raised_by_patch = own_code or (bool(frames) and norm(frames[-1].filename) in self.patched)
+        raised_by_patch = (
+            own_code
+            or isinstance(exc, ImportedElsewhere)
+            or (bool(frames) and norm(frames[-1].filename) in self.patched)
+        )
         message = (f"{type(exc).__name__}: {exc}")[:400] + where
         return {
             "ok": False,
@@ -97,12 +101,28 @@ class Probe:
         if norm(location) != self.package_dir:
             raise ImportError(f"this interpreter imports vllm from {location}, not from the target")
 
+    def import_patched(self, name: str) -> None:
+        """Import a patched module and check it is the tree's file: a module imported from elsewhere
+        (a `__path__` or `sys.modules` entry set up before it) passing would say the patch runs."""
+        module = importlib.import_module(name)
+        stem = os.path.join(self.request["root"], *name.split("."))
+        expected = [norm(stem + ".py"), norm(os.path.join(stem, "__init__.py"))]
+        found = getattr(module, "__file__", None)
+        imported = norm(found) if found else "(no file)"
+        if imported not in expected:
+            tree_file = next((p for p in expected if p in self.patched), expected[0])
+            raise ImportedElsewhere(f"{name} is imported from {imported}, not from {tree_file}")
+
     def run_script(self) -> list:
         namespace = runpy.run_path(self.request["probe"], run_name="__patchkit_probe__")
         return [
             [str(subject), bool(ok), str(message)]
             for subject, ok, message in namespace["probe"](self.request["version"])
         ]
+
+
+class ImportedElsewhere(Exception):
+    """A patched module Python imports from another file than the tree's: the patch never runs."""
 
 
 def environmental(exc: BaseException) -> bool:
