@@ -103,10 +103,37 @@ def _git(cwd: Path, *args: str) -> bytes:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True).stdout
 
 
+# make_patch's diffs in this process, by the files they were made from: git writes the same diff for the
+# same files and edits, and a test makes the same few diffs over and over (five git runs each)
+_DIFFS: dict[str, bytes] = {}
+
+
 def make_patch(
     tmp: Path, tree: Path, edits: dict[str, str | bytes | None], header: str = "Description: test\n"
 ) -> bytes:
     """The diff git writes for `edits` (None deletes) on a copy of `tree`; `tree` is untouched."""
+    wanted = {rel: content.encode() if isinstance(content, str) else content for rel, content in edits.items()}
+    try:
+        key = _files_git_sees(tree / "vllm") + repr(sorted(wanted.items(), key=lambda item: item[0]))
+    except OSError:  # a file the copy below cannot read either: let it say so
+        return header.encode() + b"---\n" + _git_diff(tmp, tree, wanted)
+    if key not in _DIFFS:
+        _DIFFS[key] = _git_diff(tmp, tree, wanted)
+    return header.encode() + b"---\n" + _DIFFS[key]
+
+
+def _files_git_sees(root: Path) -> str:
+    """Each file under `root` as shutil.copytree copies it (symlinks followed): path, mode, sha256."""
+    files = []
+    for folder, _, names in os.walk(root, followlinks=True):
+        for name in names:
+            path = Path(folder, name)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            files.append((path.relative_to(root).as_posix(), path.stat().st_mode, digest))
+    return repr(sorted(files))
+
+
+def _git_diff(tmp: Path, tree: Path, edits: dict[str, bytes | None]) -> bytes:
     work = Path(tempfile.mkdtemp(dir=tmp))
     shutil.copytree(tree / "vllm", work / "vllm")
     _git(work, "init", "-q")
@@ -118,11 +145,11 @@ def make_patch(
             path.unlink()
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content.encode() if isinstance(content, str) else content)
+            path.write_bytes(content)
     _git(work, "add", "-A")
     diff = _git(work, "diff", "--cached", "--no-renames", "--no-color")
     shutil.rmtree(work)
-    return header.encode() + b"---\n" + diff
+    return diff
 
 
 def write_library(
