@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli, snapshot
+from helpers import assert_clean_failure, make_patch, run_cli, snapshot, write_library
 from launch_fixtures import DRAFTER, KIMI, KIMI_K25, REGISTRY, serve, write_eagle3_setup, write_model
+
+from patchkit.store.state import read_state
 
 
 @pytest.fixture
@@ -236,3 +238,64 @@ def test_a_launch_program_not_on_path_says_how_to_name_it(launch, tmp_path):
     assert_clean_failure(done, 4)
     assert f"`-- {venv_bin / 'vllm'} ...`" in " ".join(done.stderr.split()), done.stderr
     assert not marker.exists()
+
+
+# --- `run --apply` with several sets (issue 23) -----------------------------------------------------
+
+TOOLS = "vllm/tool_parsers/demo_tool_parser.py"
+
+
+@pytest.fixture
+def two_sets(launch, tmp_path):
+    """The launch's library with a second set, `tools` (one file of its own), after eagle3 in library.toml."""
+    tree, library, command, env, marker = launch
+    parser = tree / TOOLS
+    parser.parent.mkdir(parents=True)
+    parser.write_text("def parse(text):\n    return text\n")
+    write_library(
+        library,
+        {"0.16.0": [make_patch(tmp_path, tree, {TOOLS: "def parse(text):\n    return text.strip()\n"})]},
+        name="tools",
+    )
+    (library / "library.toml").write_text('order = ["eagle3", "tools"]\n')
+    return tree, library, command, env, marker
+
+
+def test_apply_applies_every_covering_set_each_recorded_then_launches(two_sets):
+    tree, library, command, env, marker = two_sets
+    stock = snapshot(tree)
+    pid, done = patchkit_run(tree, library, command, env, "--apply")
+    assert done.returncode == 7, done.stdout + done.stderr
+    assert f"pid {pid}\n" in done.stdout and marker.exists()
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
+    assert "2 set(s) applied (eagle3, tools)" in done.stdout
+    assert (tree / TOOLS).read_text().endswith("text.strip()\n")
+    status = run_cli("status", "--target", tree, "--patches", library, "--format", "json")
+    assert status.returncode == 0 and json.loads(status.stdout)["state"] == "applied"
+
+    marker.unlink()  # applied: nothing more to apply, the launch goes on
+    _, again = patchkit_run(tree, library, command, env, "--apply")
+    assert again.returncode == 7 and marker.exists() and "applied (" not in again.stdout
+    assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
+    assert snapshot(tree) == stock
+
+
+def test_apply_applies_only_the_sets_not_applied(two_sets):
+    tree, library, command, env, _ = two_sets
+    assert run_cli("apply", "--target", tree, "--patches", library, "--set", "eagle3", "--no-import").returncode == 0
+    _, done = patchkit_run(tree, library, command, env, "--apply")
+    assert done.returncode == 7, done.stdout + done.stderr
+    assert "1 set(s) applied (tools)" in done.stdout
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
+
+
+def test_a_repeated_set_narrows_the_sets_run_applies(two_sets):
+    tree, library, command, env, _ = two_sets
+    _, done = patchkit_run(tree, library, command, env, "--apply", "--set", "tools", "--set", "eagle3")
+    assert done.returncode == 7, done.stdout + done.stderr
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
+
+    assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
+    _, one = patchkit_run(tree, library, command, env, "--apply", "--set", "tools")
+    assert [e.set_name for e in read_state(tree).entries] == ["tools"]  # eagle3 left as it is
+    assert one.returncode == 7, one.stdout + one.stderr  # the preflight judges the tools set alone

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import DRAFTS, lay_out_release, snapshot
+from helpers import DRAFTS, lay_out_release, run_cli, snapshot
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, serve, write_model
 
 from patchkit._target.guard import find_problems
 from patchkit.releases.files import files_for
@@ -84,4 +85,29 @@ def test_a_tree_patched_with_eagle3_by_an_older_patchkit_gets_the_new_sets_witho
 
     reverted = run("revert", "--target", tree, "--patches", library)
     assert reverted.exit_code == 0, reverted.output[-3000:]
+    assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
+
+
+def test_run_apply_applies_every_covering_set_then_launches(tmp_path):
+    """`run --apply` on real stock 0.16.0 files with the three sets: each applied as `apply` does (its
+    own record entry), the launch's preflight passes on them, the command is exec'd; revert restores stock."""
+    library = library_of_three(tmp_path / "lib")
+    paths = sorted({REGISTRY, *(p for name in SETS for p in files_for(VERSION, str(library), name))})
+    tree = lay_out_release(VERSION, paths, tmp_path / "site")
+    stock = snapshot(tree)
+    marker = tmp_path / "launched"
+    program = tmp_path / "bin" / "vllm"
+    program.parent.mkdir()
+    program.write_text(f"#!/bin/sh\ntouch {marker}\nexit 7\n")
+    program.chmod(0o755)
+    env = {**os.environ, "PATH": f"{program.parent}{os.pathsep}{os.environ['PATH']}"}
+    launch = serve(write_model(tmp_path / "deepseek", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+
+    done = run_cli("run", "--apply", "--target", tree, "--patches", library, "--", *launch, env=env)
+    assert done.returncode == 7, done.stdout[-3000:] + done.stderr[-3000:]
+    assert marker.exists() and "3 set(s) applied (eagle3, deepseek-tool-calls, kimi-k2-tool-calls)" in done.stdout
+    assert [e.set_name for e in read_state(tree).entries] == list(SETS)
+    assert find_problems(str(tree)) == []
+
+    assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
     assert snapshot(tree) == stock and not (tree / ".patchkit").exists()

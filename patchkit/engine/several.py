@@ -26,7 +26,7 @@ from patchkit.engine.operations import (
     refuse_unchangeable,
     verify_tree,
 )
-from patchkit.engine.resolve import NOT_COVERED, Chosen, judged
+from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged
 from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
 
@@ -143,6 +143,33 @@ def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: 
     if after:
         error.hint = "; ".join([*after, *([error.hint] if error.hint else [])])
     return SetsApplied(done, result.outcome, error=error)
+
+
+# --------------------------------------------------------------------------- run --apply
+
+
+def needs_apply(resolved: Resolved) -> bool:
+    """`run --apply` applies a set that is not applied, or one on a tree the launch guard refuses
+    where apply is the fix (the record brought up to the tree; status names it)."""
+    status = inspection.inspect(resolved, import_probe=False)
+    settles = bool(status.guard) and status.state != TreeState.UNSUPPORTED and not status.drifted
+    return status.state == TreeState.NOT_APPLIED or settles
+
+
+def apply_needed(
+    chosen: list[Chosen], *, watch_for: Callable[[Chosen], Watcher], several: bool
+) -> ApplyResult | SetsApplied | None:
+    """`run --apply`: each covering set that needs it (needs_apply), applied as `patchkit apply`
+    does (its guard too; several sets: each its own transaction and record entry, in order). None
+    when no set needs it: the preflight judges the tree as it is. `several`: the result of several
+    sets (SetsApplied) even when one needs applying; else the one set's ApplyResult."""
+    needed = [c for c in judged(chosen) if c.resolved is not None and needs_apply(c.resolved)]
+    if not needed:
+        return None
+    if not several:
+        assert needed[0].resolved is not None
+        return apply_series(needed[0].resolved, guard=True, watch=watch_for(needed[0]))
+    return apply_sets(needed, watch_for=watch_for, guard=True)
 
 
 # --------------------------------------------------------------------------- status and verify

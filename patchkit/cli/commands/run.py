@@ -9,34 +9,35 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from patchkit.base import hints
-from patchkit.base.enums import TreeState
 from patchkit.base.errors import TargetError
 from patchkit.cli.commands import Shown, make_ui, resolve_telling
 from patchkit.cli.commands.options import target_options
 from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument, run_preflight, show
-from patchkit.cli.ui import UI
-from patchkit.engine import inspection
+from patchkit.cli.ui import UI, target_json
+from patchkit.engine.resolve import Chosen, library_sets, resolve_sets, resolve_target, several
 from patchkit.launch.command import LaunchCommand, frame
 from patchkit.launch.preflight import PreflightResult, default_options
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
     from patchkit.engine.operations import ApplyResult
+    from patchkit.engine.several import SetsApplied
 
 
 @click.command(context_settings=LAUNCH_SETTINGS)
-@target_options
+@target_options(sets_repeatable=True)
 @click.option(
     "--apply",
     "apply_first",
     is_flag=True,
-    help="Apply the series first when the tree is not-applied, or when the launch guard refuses a tree apply settles.",
+    help="Apply first each covering set (or each --set) that is not-applied, or that the launch guard "
+    "refuses where apply is the fix.",
 )
 @click.option("--no-preflight", is_flag=True, help="Run COMMAND without checking it first.")
 @launch_argument
 def command(
     opts: Options, quiet: bool, verbose: int, apply_first: bool, no_preflight: bool, launch: tuple[str, ...]
-) -> ApplyResult | PreflightResult | None:
+) -> ApplyResult | SetsApplied | PreflightResult | None:
     """Preflight a vLLM launch (static checks), then become it (exec: same PID, signals, exit status).
 
     When a check fails, COMMAND does not run and the exit code is 1. For a systemd ExecStart= or a
@@ -53,7 +54,7 @@ def command(
 
 def _checked(
     ui: UI, opts: Options, launch_command: LaunchCommand, *, apply_first: bool, preflight: bool
-) -> ApplyResult | PreflightResult | None:
+) -> ApplyResult | SetsApplied | PreflightResult | None:
     """None when COMMAND may run; else the result that stops it (its outcome is the exit code)."""
     if apply_first:
         applied = _apply_when_not_applied(ui, opts, launch_command)
@@ -70,24 +71,38 @@ def _checked(
     return result
 
 
-def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | None:
+def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | SetsApplied | None:
     chosen = default_options(opts, launch_command)
     with hints.selected(chosen):  # the tree the launch imports: its hints name it
         return _apply_to(ui, chosen)
 
 
-def _apply_to(ui: UI, chosen: Options) -> ApplyResult | None:
+def _apply_to(ui: UI, chosen: Options) -> ApplyResult | SetsApplied | None:
+    """Each covering set (or each --set) that needs it applied as `patchkit apply` does; None when none does."""
     # lazy: `run`'s fast path never applies: the engine's apply loads for --apply
-    from patchkit.engine.operations import apply_series
+    from patchkit.engine.several import SetsApplied, apply_needed, require_order
 
-    resolved = resolve_telling(ui, chosen)
-    status = inspection.inspect(resolved, import_probe=False)
-    # a tree the guard refuses where apply is the fix (status names it): the record brought up to the tree
-    settles = bool(status.guard) and status.state != TreeState.UNSUPPORTED and not status.drifted
-    if status.state != TreeState.NOT_APPLIED and not settles:
-        return None
-    result = apply_series(resolved, guard=True, watch=Shown(ui))  # as `patchkit apply`: its guard too
-    if result.error is None:
+    sets = library_sets(chosen)
+    if several(chosen, sets):
+        target = resolve_target(chosen)
+        ui.knows(target_json(target))
+        covering = resolve_sets(chosen, target)
+        require_order(chosen, covering)
+    else:
+        resolved = resolve_telling(ui, chosen, sets=sets)
+        covering = [Chosen(resolved.set_name, resolved)]
+    many = len(covering) > 1
+
+    def watch_for(each: Chosen) -> Shown:
+        if many and each.resolved is not None:
+            ui.header(each.resolved)  # as `patchkit apply` shows each set
+        return Shown(ui)
+
+    result = apply_needed(covering, watch_for=watch_for, several=many)
+    if result is not None and result.error is None:
+        for each in result.sets if isinstance(result, SetsApplied) else []:
+            if each.result is not None:
+                ui.line(each.result.message)
         ui.line(result.message, style="green")
     return result
 
