@@ -7,11 +7,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, make_patch, run_cli, snapshot, write_library
-from launch_fixtures import DRAFTER, KIMI, KIMI_K25, REGISTRY, serve, write_eagle3_setup, write_model
+from launch_fixtures import DRAFTER, KIMI, KIMI_K25, REGISTRY, SPEC, serve, write_eagle3_setup, write_model
 
 from patchkit.store.state import read_state
 
@@ -238,6 +239,64 @@ def test_a_launch_program_not_on_path_says_how_to_name_it(launch, tmp_path):
     assert_clean_failure(done, 4)
     assert f"`-- {venv_bin / 'vllm'} ...`" in " ".join(done.stderr.split()), done.stderr
     assert not marker.exists()
+
+
+# `run` counting the parses of SpeculativeConfig's source (the command's findings), exec replaced.
+PARSES_BY_RUN = """
+import atexit, os, sys
+from patchkit.launch import speculative
+from patchkit.cli.main import main
+parses = []
+literal_tables = speculative.literal_tables
+speculative.literal_tables = lambda source: parses.append(1) or literal_tables(source)
+atexit.register(lambda: print(f"parses {len(parses)}", file=sys.stderr))
+os.execvp = lambda *_: sys.exit(0)
+sys.argv = ["patchkit", "run", *sys.argv[1:]]
+main()
+"""
+
+
+def speculative_parses(tree: Path, library: Path, command: list[str], env: dict) -> tuple[int, str]:
+    """(the times the run read SpeculativeConfig's Literals, its stdout)."""
+    args = ["--target", str(tree), "--patches", str(library), "--", *command]
+    done = subprocess.run([sys.executable, "-c", PARSES_BY_RUN, *args], capture_output=True, text=True, env=env)
+    return int(done.stderr.strip().splitlines()[-1].split()[1]), done.stdout
+
+
+def test_a_warm_run_keeps_the_commands_findings_and_judges_them_again_when_the_file_changes(launch, tmp_path):
+    """Issue 21: the command's findings (SpeculativeConfig parsed from the installed source, ~4 ms)
+    are kept with the set's: a warm run parses nothing; a SpeculativeConfig that changed since (one
+    that no longer names eagle3) is parsed again, and refuses the launch."""
+    tree, library, command, env, _ = launch
+    env, kept = own_cache(env, tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert speculative_parses(tree, library, command, env)[0] == 1
+    assert speculative_parses(tree, library, command, env)[0] == 0
+    spec = tree / SPEC
+    spec.write_text(spec.read_text().replace('Literal["eagle", "eagle3", ', 'Literal["eagle", '))
+    parses, stdout = speculative_parses(tree, library, command, env)
+    assert parses == 1 and "speculative-config" in stdout and "none of its methods" in stdout
+    assert len(list(kept.glob("*.json"))) == 1  # the same key: its entry replaced
+
+
+def test_patchkits_code_is_named_by_its_files_stat_and_a_rewrite_at_the_same_size_and_time_changes_it(tmp_path):
+    """The key names patchkit's code by each file's stat, not its bytes: a file rewritten with the
+    same size and its modification time set back still changes it (the change time moves)."""
+    from patchkit.launch.shortcut import _code_files
+
+    code = tmp_path / "patchkit"
+    (code / "launch" / "__pycache__").mkdir(parents=True)
+    (code / "launch" / "x.py").write_text("A = 1\n")
+    (code / "launch" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"compiled")
+    (code / "notes.txt").write_text("not code")
+    before = _code_files(code)
+    assert [name for name, *_ in before] == [os.path.join("launch", "x.py")]
+    stat = (code / "launch" / "x.py").stat()
+    time.sleep(0.01)
+    (code / "launch" / "x.py").write_text("A = 2\n")
+    os.utime(code / "launch" / "x.py", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = _code_files(code)
+    assert after[0][:4] == before[0][:4] and after != before
 
 
 # --- `run --apply` with several sets (issue 23) -----------------------------------------------------

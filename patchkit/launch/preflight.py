@@ -28,7 +28,7 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, apply_fix, set_checks
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
-from patchkit.launch.shortcut import cached_set_checks
+from patchkit.launch.shortcut import kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
@@ -51,6 +51,8 @@ class PreflightResult:
     launched: LaunchCommand | None = None  # as written: what vLLM's own parser is asked to read
     fixable: bool = False  # the series, applied, would change the tree
     missing: list[TargetError] = field(default_factory=list)  # a model or drafter found nowhere (exit 4)
+    # the general plugins the launch loads, where vLLM was not asked what they do (--no-import, `run`)
+    unjudged_plugins: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -171,7 +173,7 @@ def preflight(
     kept: bool = False,
 ) -> PreflightResult:
     """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
-    `kept`: the set's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
+    `kept`: the launch's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
 
     launched = command  # as written: what vLLM's own parser is asked to read
     if status is None:
@@ -204,12 +206,14 @@ def preflight(
         not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
         patched=status.state in (TreeState.APPLIED, TreeState.PARTIAL),
     )
-    result.findings.extend(command_findings(context))
-    if kept:
-        result.findings.extend(cached_set_checks(context))
-    else:
-        result.findings.extend(set_checks(context))
+    result.unjudged_plugins = context.general_plugins() if context.python is None else []
+    result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
     return result
+
+
+def launch_findings(context: LaunchContext) -> list[Finding]:
+    """The command's findings against the installed files, then the set's launch script's."""
+    return command_findings(context) + set_checks(context)
 
 
 def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
