@@ -11,7 +11,8 @@ from patchkit.base.errors import BadInput, IndexNotRead, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, library_options, output_options, patch
-from patchkit.cli.ui import UI
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.reports import show_checks
 from patchkit.fetch.index import normalize_version
 from patchkit.series.library import UNSUPPORTED, UPSTREAM, load_chosen, select
 from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
@@ -95,7 +96,7 @@ def _build(
         ui.json(_document(result))
     else:
         if result.checks and not quiet:
-            ui.checks(result.checks)
+            show_checks(ui, result.checks)
         if result.path is not None:
             ui.result(str(result.path))
     return result
