@@ -103,10 +103,37 @@ def _git(cwd: Path, *args: str) -> bytes:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True).stdout
 
 
+# make_patch's diffs in this process, by the files they were made from: git writes the same diff for the
+# same files and edits, and a test makes the same few diffs over and over (five git runs each)
+_DIFFS: dict[str, bytes] = {}
+
+
 def make_patch(
     tmp: Path, tree: Path, edits: dict[str, str | bytes | None], header: str = "Description: test\n"
 ) -> bytes:
     """The diff git writes for `edits` (None deletes) on a copy of `tree`; `tree` is untouched."""
+    wanted = {rel: content.encode() if isinstance(content, str) else content for rel, content in edits.items()}
+    try:
+        key = _files_git_sees(tree / "vllm") + repr(sorted(wanted.items(), key=lambda item: item[0]))
+    except OSError:  # a file the copy below cannot read either: let it say so
+        return header.encode() + b"---\n" + _git_diff(tmp, tree, wanted)
+    if key not in _DIFFS:
+        _DIFFS[key] = _git_diff(tmp, tree, wanted)
+    return header.encode() + b"---\n" + _DIFFS[key]
+
+
+def _files_git_sees(root: Path) -> str:
+    """Each file under `root` as shutil.copytree copies it (symlinks followed): path, mode, sha256."""
+    files = []
+    for folder, _, names in os.walk(root, followlinks=True):
+        for name in names:
+            path = Path(folder, name)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            files.append((path.relative_to(root).as_posix(), path.stat().st_mode, digest))
+    return repr(sorted(files))
+
+
+def _git_diff(tmp: Path, tree: Path, edits: dict[str, bytes | None]) -> bytes:
     work = Path(tempfile.mkdtemp(dir=tmp))
     shutil.copytree(tree / "vllm", work / "vllm")
     _git(work, "init", "-q")
@@ -118,11 +145,11 @@ def make_patch(
             path.unlink()
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content.encode() if isinstance(content, str) else content)
+            path.write_bytes(content)
     _git(work, "add", "-A")
     diff = _git(work, "diff", "--cached", "--no-renames", "--no-color")
     shutil.rmtree(work)
-    return header.encode() + b"---\n" + diff
+    return diff
 
 
 def write_library(
@@ -398,10 +425,12 @@ def write_wheel(
     record: dict[str, str | None] | None = None,
     extra: list[tuple[zipfile.ZipInfo, bytes]] = (),  # type: ignore[assignment]
     streamed: bool = False,
+    published: bool = True,
 ) -> Path:
     """A vLLM wheel: `files`, a dist-info (METADATA, WHEEL, entry_points.txt) and a true RECORD
     (`record` overrides rows: path -> hash, None leaves the row out), plus `extra` members as given
-    (not in RECORD)."""
+    (not in RECORD). `published`: the release cache of the test's own cache (TEST_CACHE) holds it
+    as the release's published wheel of that name (publish_wheel)."""
     files = dict(STOCK_FILES if files is None else files)
     dist = f"vllm-{version}.dist-info"
     files[f"{dist}/METADATA"] = (
@@ -423,7 +452,59 @@ def write_wheel(
                 member.write(data)
         for info, data in extra:
             zf.writestr(info, data)
+    if published and TEST_CACHE is not None:
+        publish_wheel(path, TEST_CACHE)
     return path
+
+
+# The cache of the running test when it is its own (conftest sets it; None for `release` tests,
+# which use the real cache): write_wheel publishes its wheels there.
+TEST_CACHE: Path | None = None
+
+
+def publish_wheel(wheel: Path, cache: Path) -> None:
+    """`cache`'s release cache holds `wheel` as its release's published wheel of that name, as
+    `patchkit fetch` leaves it: release.json (the file's sha256, its member list, the sha256 of its
+    RECORD) and the dist-info's METADATA and RECORD, taken out of the wheel. A wheel without them
+    is not published."""
+    version = str(Version(wheel.name.split("-")[1]))
+    dist = f"vllm-{version}.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        names = sorted(i.filename for i in zf.infolist() if not i.is_dir())
+        if f"{dist}/RECORD" not in names or f"{dist}/METADATA" not in names:
+            return
+        kept = {n: zf.read(n) for n in (f"{dist}/METADATA", f"{dist}/RECORD")}
+    root = cache / "releases" / version
+    if root.exists():
+        shutil.rmtree(root)
+    for name, data in kept.items():
+        (root / "tree" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "tree" / name).write_bytes(data)
+    state = {
+        "schema": 2,
+        "project": "vllm",
+        "version": version,
+        "wheel": wheel.name,
+        "url": f"https://files.example/{wheel.name}",
+        "index": "https://pypi.org/simple/",
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "members": [n for n in names if _plain_member(n)],
+        "dist_info": dist,
+        "present": sorted(kept),
+        "absent": [],
+        "record_sha256": hashlib.sha256(kept[f"{dist}/RECORD"]).hexdigest(),
+    }
+    (root / "release.json").write_text(json.dumps(state, indent=1) + "\n")
+
+
+def _plain_member(name: str) -> bool:
+    parts = name.split("/")
+    return (
+        not name.startswith("/")
+        and "\\" not in name
+        and "\0" not in name
+        and all(p not in ("", ".", "..") for p in parts)
+    )
 
 
 class _Stream:

@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from serve_lines import MODELS, comparable, patchkit_reading, serve_arguments
 
 SPEC = Path(__file__).resolve().parent.parent / "patchkit" / "launch" / "specs" / "serve-0.16.0.json"
@@ -101,7 +101,7 @@ class LoRAParserAction(argparse.Action):
     """vllm/entrypoints/openai/cli_args.py's, LoRAModulePath(**lora_dict) held to the spec's fields."""
 
     fields: tuple = ()
-    required: tuple = ()
+    needed: tuple = ()  # not `required`: argparse.Action's own attribute (a bool) would hide it
 
     def __call__(self, parser, namespace, values, option_string=None):
         for item in values or []:
@@ -114,7 +114,7 @@ class LoRAParserAction(argparse.Action):
                     lora_dict = json.loads(item)
                     if not isinstance(lora_dict, dict):
                         raise TypeError("argument after ** must be a mapping")
-                    if not set(lora_dict) <= set(self.fields) or not set(self.required) <= set(lora_dict):
+                    if not set(lora_dict) <= set(self.fields) or not set(self.needed) <= set(lora_dict):
                         raise TypeError("unexpected or missing argument")
                 except json.JSONDecodeError:
                     parser.error(f"Invalid JSON format for --lora-modules: {item}")
@@ -153,7 +153,7 @@ def oracle_parser() -> argparse.ArgumentParser:
             parser.add_argument(*options, dest=action["dest"], action=ACTIONS.get(kind, "store_true"))
         elif action.get("action") == "lora_modules":
             lora = type(
-                "Lora", (LoRAParserAction,), {"fields": action["lora_fields"], "required": action["lora_required"]}
+                "Lora", (LoRAParserAction,), {"fields": action["lora_fields"], "needed": action["lora_required"]}
             )
             parser.add_argument(
                 *options, dest=action["dest"], nargs=action["nargs"], action=lora, type=vllm_type(action)
@@ -280,5 +280,6 @@ def agree(arguments: list[str], ours: dict, theirs: dict) -> None:
 
 @settings(max_examples=1500, deadline=None)
 @given(serve_arguments)
+@example(["org/m", "--lora-modules", '{"name": "a", "path": "p"}'])  # a LoRA module vLLM takes
 def test_patchkit_reads_what_the_recorded_0_16_parser_reads(arguments):
     agree(arguments, patchkit_reading(arguments), oracle_reading(arguments))

@@ -119,12 +119,15 @@ class TreeStatus:
 _UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
 
 
-def inspect(resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True) -> TreeStatus:
-    """The tree's state; with check_upstream, an upstream release's stock files also go through the checks."""
+def inspect(
+    resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True, verifying: bool = False
+) -> TreeStatus:
+    """The tree's state; with check_upstream, an upstream release's stock files also go through the
+    checks (`verifying`: the behaviour test too)."""
     kind = resolved.selection.kind
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
-        checks = run_upstream_checks(resolved, import_probe=import_probe) if check_upstream else []
+        checks = run_upstream_checks(resolved, import_probe=import_probe, verifying=verifying) if check_upstream else []
         state = read_state(root)
         return TreeStatus(
             TreeState.UPSTREAM,
@@ -386,15 +389,16 @@ def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool
     )
 
 
-def run_checks(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[CheckResult]:
-    """Every registered check on `ctx` (or those named `only`): the registry (each check module,
-    pyflakes) loads on the first call."""
+def run_checks(ctx: CheckContext, only: tuple[str, ...] | None = None, *, verifying: bool = False) -> list[CheckResult]:
+    """Every registered check on `ctx` (or those named `only`; `verifying`: the behaviour test too):
+    the registry (each check module, pyflakes) loads on the first call."""
     # lazy: the checks load only when checks run
     from patchkit.checks import registry
 
-    return registry.run_checks(ctx, registry.named(only) if only else None)
+    return registry.run_checks(ctx, registry.named(only) if only else registry.default_checks(verifying=verifying))
 
 
-def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True) -> list[CheckResult]:
+def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True, verifying: bool = False) -> list[CheckResult]:
     paths = upstream_check_paths(resolved.selection.patch_set)
-    return run_checks(upstream_context(resolved, paths, import_probe=import_probe)) if paths else []
+    context = upstream_context(resolved, paths, import_probe=import_probe)
+    return run_checks(context, verifying=verifying) if paths else []

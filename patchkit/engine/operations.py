@@ -573,7 +573,7 @@ def verify_tree(resolved: Resolved, *, import_probe: bool = True, watch: Watcher
         if recovered:
             warnings.append(recovered)
             (watch or Unwatched()).warning(recovered)
-        status = inspect(resolved, check_upstream=True, import_probe=import_probe)
+        status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=True)
         refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
         return VerifyResult(status, _tree_checks(resolved, status, import_probe), warnings)
 
@@ -602,7 +602,8 @@ def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> 
     # what runs, so the checks name what they broke, conflict or not.
     on_disk = status.state == TreeState.APPLIED or bool(status.drifted)
     if on_disk or not status.plan.conflicts:
-        results = run_checks(check_context(resolved, status.plan, on_disk=on_disk, import_probe=import_probe))
+        context = check_context(resolved, status.plan, on_disk=on_disk, import_probe=import_probe)
+        results = run_checks(context, verifying=True)
     # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
     return (
         integrity.CHECK.run(check_context(resolved, status.plan))

@@ -61,6 +61,7 @@ class LaunchContext:
     reads: dict[str, str | None] | None = None  # when a dict: path -> sha256 of each file read (None: absent)
     _registries: dict = field(default_factory=dict)
     _answers: dict = field(default_factory=dict)
+    _plugins: list[str] | None = None
 
     def read(self, path: str) -> bytes | None:
         """A file of the installed tree; None when absent, unsafe, a symlink leading out of it, or
@@ -109,13 +110,16 @@ class LaunchContext:
 
     def general_plugins(self) -> list[str]:
         """The vllm.general_plugins entry points installed beside the tree and on the launch's
-        PYTHONPATH (patchkit's guard left out): vLLM runs them before it builds a model, and only
-        vLLM itself, asked, tells what they register."""
-        cwd = self.command.working_directory()
-        given = self.command.environ.get("PYTHONPATH", "")
-        places = [str(self.root), *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]
-        found = {name for place in dict.fromkeys(places) for name in _plugins_in(place)}
-        return sorted(found - {ENTRY_POINT_NAME})
+        PYTHONPATH that vLLM loads (the launch's VLLM_PLUGINS, as vLLM reads it; patchkit's guard
+        left out): vLLM runs them before it builds a model, and only vLLM itself, asked, tells
+        what they register. Read once."""
+        if self._plugins is None:
+            cwd = self.command.working_directory()
+            given = self.command.environ.get("PYTHONPATH", "")
+            places = [str(self.root), *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]
+            found = {name for place in dict.fromkeys(places) for name in _plugins_in(place)}
+            self._plugins = sorted(loaded_plugins(found, self.command.environ) - {ENTRY_POINT_NAME})
+        return self._plugins
 
     def requirements(self, kind: str) -> list:
         """The set's contract entries of one kind that apply to the installed release."""
@@ -141,6 +145,39 @@ class LaunchContext:
         if read not in self._registries:
             self._registries[read] = _registry_tables(read(REGISTRY))
         return self._registries[read]
+
+
+def loaded_plugins(names: set[str], environ: dict[str, str]) -> set[str]:
+    """Of the general plugins `names`, those vLLM loads in `environ`: all without VLLM_PLUGINS, else
+    those its comma-separated list names exactly (vllm.envs: `VLLM_PLUGINS=` loads none)."""
+    allowed = environ.get("VLLM_PLUGINS")
+    return set(names) if allowed is None else set(names) & set(allowed.split(","))
+
+
+def few_named(names: list[str], room: int) -> str:
+    """`names` in about `room` columns: as many as fit, each shown safely (a control character
+    escaped, a long name shortened), then how many more."""
+    if not names:
+        return ""
+    more = _more(len(names) - 1)
+    text = _shown_name(names[0], max(room - len(more), 4)) + more  # at least one, shortened to fit
+    shown: list[str] = []
+    for count, name in enumerate(names, 1):  # one more name a time, while the line holds them
+        shown.append(_shown_name(name, max(room // 2, 8)))
+        longer = ", ".join(shown) + _more(len(names) - count)
+        if len(longer) > room:
+            break
+        text = longer
+    return text
+
+
+def _more(rest: int) -> str:
+    return f" +{rest:,} more" if rest else ""
+
+
+def _shown_name(name: str, longest: int) -> str:
+    safe = "".join(c if c.isprintable() else f"\\x{ord(c) & 0xFF:02x}" for c in name)
+    return safe if len(safe) <= longest else safe[: longest - 1] + "\u2026"
 
 
 def _plugins_in(directory: str) -> list[str]:

@@ -51,6 +51,8 @@ class PreflightResult:
     launched: LaunchCommand | None = None  # as written: what vLLM's own parser is asked to read
     fixable: bool = False  # the series, applied, would change the tree
     missing: list[TargetError] = field(default_factory=list)  # a model or drafter found nowhere (exit 4)
+    # the general plugins the launch loads, where vLLM was not asked what they do (--no-import, `run`)
+    unjudged_plugins: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -204,6 +206,7 @@ def preflight(
         not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
         patched=status.state in (TreeState.APPLIED, TreeState.PARTIAL),
     )
+    result.unjudged_plugins = context.general_plugins() if context.python is None else []
     result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
     return result
 

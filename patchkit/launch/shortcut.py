@@ -137,6 +137,7 @@ def _key(context: LaunchContext) -> str | None:
         "environment": _launch_setting(context.command),
         "models": [_model(context.target), _model(context.drafter)],
         "asks_vllm": context.python,  # findings with vLLM's own answers are not those without
+        "plugins": context.general_plugins(),  # named in a finding vLLM was not asked for
     }
     try:
         return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=_refuse).encode()).hexdigest()

@@ -52,7 +52,7 @@ from patchkit.base.options import Options
 from patchkit.base.usercache import prune, touch, usable_cache_dir
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, integrity
 from patchkit.distinfo.record import find_record, parse_record, read_record_file
-from patchkit.engine.inspection import TreeStatus, inspect
+from patchkit.engine.inspection import TreeStatus, check_context, inspect, run_checks
 from patchkit.engine.operations import ApplyResult, apply_series, revert_series
 from patchkit.engine.resolve import Resolved, resolve
 from patchkit.releases.files import lay_out, needed_files
@@ -526,10 +526,12 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     with clock("checks"):
         status = inspect(resolved)
         reverse_problems = _reverse_apply_problems(resolved, plan.changes)
+        behaviour = run_checks(check_context(resolved, plan, on_disk=True), only=("behaviour",))  # once, written
     with clock("revert"):
         _revert(resolved)
     problems = _problems_after_apply(applied, status) + reverse_problems
-    checks = results + [r for r in applied.on_disk_checks if r.failed]
+    problems += [f"behaviour: {r.message}" for r in behaviour if r.failed]
+    checks = results + [r for r in applied.on_disk_checks if r.failed] + behaviour
     if problems:
         return ReleaseResult(version, CHECK_FAILED_OUTCOME, "; ".join(problems), checks=checks, reverted_identical=True)
     return ReleaseResult(
@@ -577,7 +579,7 @@ def _message(error: PatchkitError | None) -> str:
 def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     version = _release(resolved)
     with clock("checks"):
-        status = inspect(resolved, check_upstream=True)
+        status = inspect(resolved, check_upstream=True, verifying=True)
     if status.upstream_regression:
         return ReleaseResult(
             version,

@@ -1,6 +1,7 @@
 """The patch library: named sets, each with versioned patch series per vLLM release.
 
-    <root>/<set>/set.toml             name, description, supported, upstream, [[releases]]
+    <root>/<set>/set.toml             name, description, supported, upstream, probe, contract, launch,
+                                      behaviour, [[releases]]
     <root>/<set>/<dir>/series         patch file names in apply order, each with its sha256
                                       ("0001-x.patch sha256:<hex>"; '#' starts a comment)
     <root>/<set>/<dir>/NNNN-name.patch  DEP-3 header, then a git-style unified diff
@@ -172,6 +173,7 @@ class PatchSetDef:
     probe: Path | None = None  # a script run in the target's interpreter after import (checks/probe.py)
     contract: tuple[Requirement, ...] = ()  # what must hold in the patched code (checks/contract.py)
     launch: Path | None = None  # the set's launch checks, run by `patchkit preflight` (patchkit/launch)
+    behaviour: Path | None = None  # the set's behaviour test, run by `patchkit verify` (checks/behaviour.py)
 
 
 @dataclass
@@ -198,6 +200,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "probe": ((str,), False),
     "contract": ((str, list), False),
     "launch": ((str,), False),
+    "behaviour": ((str,), False),
 }
 _TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
 
@@ -244,6 +247,7 @@ def load_set(directory: Path) -> PatchSetDef:
             probe=_probe_script(data.get("probe"), directory, manifest),
             contract=_contract(data.get("contract"), directory, manifest),
             launch=_probe_script(data.get("launch"), directory, manifest, "launch checks"),
+            behaviour=_probe_script(data.get("behaviour"), directory, manifest, "behaviour test"),
         )
     except (KeyError, TypeError) as exc:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc

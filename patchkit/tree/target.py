@@ -238,31 +238,49 @@ class _TimedOut(Exception):
 
 
 def _run(
-    command: list[str], stdin: str, timeout: float, env: dict[str, str] | None = None, cwd: str | None = None
+    command: list[str],
+    stdin: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    *,
+    stdout: bool = False,
 ) -> tuple[int, str]:
-    """(exit status, error output) of a worker process; at the timeout (_TimedOut raised) or an
-    interrupt, its whole process group is killed."""
+    """(exit status, error output) of a worker process (with `stdout`: its output instead); at the
+    timeout (_TimedOut raised) or an interrupt, its whole process group is killed."""
     # lazy: only a worker's run needs it (start-up of a dry run)
     import subprocess
 
     process = subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if stdout else subprocess.PIPE,
         cwd=cwd or os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
         start_new_session=True,  # a timeout kills its children too
         env=env,
     )
     try:
-        _, stderr = process.communicate(stdin.encode("utf-8"), timeout=timeout)
+        out, err = process.communicate(stdin.encode("utf-8"), timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(process)
         raise _TimedOut from None
     except BaseException:  # an interrupt (Ctrl-C, SIGTERM): no worker outlives patchkit
         _kill_group(process)
         raise
-    return process.returncode, stderr.decode("utf-8", "replace")
+    return process.returncode, (out if stdout else err).decode("utf-8", "replace")
+
+
+def run_script(python: str, script: Path, args: Sequence[str], *, timeout: float, isolated: bool) -> tuple[int, str]:
+    """(exit status, standard output) of a set's script run by `python` (-B; -I when `isolated`), in
+    its own session from /, killed with its children at the timeout (WorkerFailed, timed_out)."""
+    command = [python, *(["-I", "-B"] if isolated else ["-B"]), str(script), *args]
+    try:
+        return _run(command, "", timeout, stdout=True)
+    except OSError as exc:
+        raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
+    except _TimedOut:
+        raise WorkerFailed(f"{script.name} did not finish within {timeout:g} s", partial={}, timed_out=True) from None
 
 
 def _why_not_run(exc: OSError, python: str) -> str:

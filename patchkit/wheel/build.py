@@ -58,6 +58,7 @@ from patchkit.engine.operations import apply_series
 from patchkit.engine.resolve import require_patches, resolve
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
+from patchkit.wheel.published import Held, claims_a_release, held_to_release, refuse_unpublished
 
 if TYPE_CHECKING:  # imported where used: the big members are being copied by then
     from patchkit.distinfo.provenance import Provenance
@@ -134,14 +135,21 @@ class StockWheel:
             raise BadInput(f"{self.label}: cannot read {name} (a damaged wheel?): {exc}") from None
 
     def sha256_of(self, member: rawzip.Member) -> str:
-        digest = hashlib.sha256()
+        return self.digest_of(member, "sha256")
+
+    def digest_of(self, member: rawzip.Member, algorithm: str) -> str:
+        """The member's contents' RECORD hash with `algorithm` (inflated: the whole member is read)."""
+        try:
+            digest = hashlib.new(algorithm)
+        except ValueError:
+            return ""  # an algorithm hashlib lacks matches nothing
         try:
             with self.zf.open(member.info) as stream:
                 while chunk := stream.read(1 << 20):
                     digest.update(chunk)
         except _DAMAGED as exc:
             raise BadInput(f"{self.label}: cannot read {rawzip.shown(member.name)} (a damaged wheel?): {exc}") from None
-        return record_digest(digest.digest(), "sha256")
+        return record_digest(digest.digest(), algorithm)
 
 
 def build_patched_wheel(
@@ -169,9 +177,10 @@ def build_patched_wheel(
         open_stock(stock, expect_identity) as wheel,
         _scratch_tree(say) as scratch,
         _Output(Path(out_dir), wheel.path.name, say) as output,
-        ThreadPoolExecutor(max_workers=2) as pool,  # the copies; this thread places every member
+        ThreadPoolExecutor(max_workers=3) as pool,  # the copies and the file's hash; this thread places every member
     ):
         stock_record = _stock_record(wheel)
+        held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
@@ -184,6 +193,8 @@ def build_patched_wheel(
         copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
         checked = _plan_and_check(wheel, scratch, resolved, chosen, stock_record)
         output.wait(copies)
+        if held is not None:
+            refuse_unpublished(held.result(), wheel.label, wheel.members, stock_record, wheel.digest_of, say)
         if checked.error is not None:
             return checked
         assert checked.plan is not None
@@ -202,6 +213,15 @@ def build_patched_wheel(
         output.write(writer, _entries(wheel, checked.plan, result, early + untouched, stock_record))
         result.path = output.commit(final)
         return result
+
+
+def _hold_to_release(wheel: StockWheel, pool: ThreadPoolExecutor, say: Say) -> Future[Held] | None:
+    """A wheel FILE that claims to be a release (no local label) is held whole to the published
+    wheel of its name, on a thread (published.py); a labelled one is another build, said (-v)."""
+    if not claims_a_release(wheel.version):
+        say(f"{wheel.version} has a local label: a build of its own, held to its own RECORD only")
+        return None
+    return pool.submit(held_to_release, str(wheel.version), wheel.path.name, wheel.fd, wheel.label)
 
 
 class _Output:

@@ -3,7 +3,8 @@ install, in an overlay of its venv (vllm_overlay.py: the real venv is never writ
 
 For each set: its behaviour test against vLLM's real parser classes, in the venv's interpreter
 (`behaviour.py --installed`), fails on stock naming the split and what was lost, and passes once
-`patchkit apply --python` patched the install; the release's own tool-parser tests, taken from its
+`patchkit apply --python` patched the install, and `verify --python` runs it so (one finding,
+"vLLM's classes"); the release's own tool-parser tests, taken from its
 sdist (fetched by patchkit's fetcher into the cache), pass on stock and still pass patched, with
 `get_tokenizer` giving a stand-in whose vocabulary holds the markers (vllm_tests_conftest.py);
 `revert` gives back the installed files of the real venv, byte for byte.
@@ -143,6 +144,10 @@ def test_set_on_the_real_install_stock_fails_patched_passes_and_vllms_own_tests_
     codes, report = judge(python, set_name, parsers, "--random", "20")
     assert codes == [0] * len(parsers), report
     assert all(line.startswith("PASS ") and ": 0 of " in line and f"read from {site}" in line for line in report)
+    verified = patchkit("verify", "--python", str(python), "--set", set_name, "--format", "json")
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-2000:]
+    behaviour = [c for c in json.loads(verified.stdout)["checks"] if c["check"] == "behaviour"]
+    assert [(c["ok"], c["message"].endswith("(vLLM's classes)")) for c in behaviour] == [(True, True)], behaviour
     patched_own = run_vllm_own_tests(python, vllm_own_tests, own_tests)
     assert patched_own.returncode == 0, patched_own.stdout[-3000:]
     assert " passed" in patched_own.stdout and " failed" not in patched_own.stdout

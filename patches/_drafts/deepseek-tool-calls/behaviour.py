@@ -1,6 +1,7 @@
 """Behaviour test of a vLLM streaming tool-call parser file: streamed calls must equal non-streamed ones.
 
-Usage: python behaviour.py PARSER_FILE [--installed] [--vllm-version V] [--top-up NAME ...] [--random N] [--quiet]
+Usage: python behaviour.py PARSER_FILE ... [--installed] [--vllm-version V] [--top-up NAME ...] [--random N]
+                           [--quiet | --json]
 
 The driver is the same file in every set; the set's scenario.py beside it names the parser classes,
 their markers and the model outputs. The parser file is loaded without vLLM (which needs torch):
@@ -11,8 +12,11 @@ output is streamed at SPLITS tokens per delta and all at once (and --random N se
 splits), with the end-of-stream top-up of the chat server of the tree the file is in (read from its
 serving file; without one, that of --vllm-version; without either, every top-up), and compared
 with extract_tool_calls. Every split is judged.
+A file whose source defines none of the scenario's parser classes is skipped (said); patchkit's
+`verify` passes every Python file the set's series change, with --json: one JSON document on stdout
+(ok, runs, failed, judged, skipped, failures: each with its parser, case, split and what was lost).
 Exit 0: every streamed result matches; 1: some differ (each named with what was lost);
-2: the file cannot be loaded or defines none of the scenario's parsers. Standard library only.
+2: a file cannot be loaded, or none defines the scenario's parsers. Standard library only.
 """
 
 from __future__ import annotations
@@ -482,6 +486,44 @@ class Tally:
     runs: int = 0
 
 
+@dataclass(frozen=True)
+class Failure:
+    """One streamed run that differs: which parser, output, split and top-up, and what was lost."""
+
+    parser: str
+    case: str
+    split: str
+    top_up: str
+    problems: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"FAIL {self.parser} [{self.case}] {self.split}, top-up {self.top_up}: {'; '.join(self.problems)}"
+
+    def tokens_per_delta(self) -> int:
+        """The smallest splits first (random ones and all at once after them)."""
+        count = self.split.split(" ", 1)[0]
+        return int(count) if count.isdigit() else sys.maxsize
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{k: getattr(self, k) for k in ("parser", "case", "split", "top_up")}, "lost": short(self.problems)}
+
+
+def short(problems: tuple[str, ...]) -> str:
+    """What was lost, in a few words (the long form quotes the texts): for a one-line report."""
+    words = []
+    for problem in problems:
+        found = re.match(r"(call \d+ \([^)]*\)) (arguments|ids|name) ", problem)
+        if found:
+            words.append(f"{found[1]} {found[2]} differ")
+        elif problem.startswith("content "):
+            words.append("content differs")
+        elif problem.startswith("raised "):
+            words.append(problem.split(":", 1)[0])
+        else:
+            words.append(problem if len(problem) <= 60 else problem[:59] + "\u2026")
+    return "; ".join(words)
+
+
 def check_class(
     parser_class: type, render: Callable, scenario: Any, top_ups: list[TopUp], random_splits: int, say: Callable
 ) -> Tally:
@@ -498,7 +540,8 @@ def check_class(
         tally.runs += len(splits) * len(top_ups)
         content, calls = expected_result(parser_class, tokenizer, text)
         if not matches((content, calls), intended):
-            say(f"FAIL {parser_class.__name__} [{label}] extract_tool_calls reads {content!r} {calls!r}")
+            problem = f"extract_tool_calls reads {content!r} {calls!r}"
+            say(Failure(parser_class.__name__, label, "every split", "any", (problem,)))
             tally.failed += len(splits) * len(top_ups)  # no split can be judged against it
             continue
         stable_ids = [ident is not None for ident, _, _ in intended[1]]
@@ -512,8 +555,18 @@ def check_class(
                 if problems:
                     tally.failed += 1
                     where = split or f"deltas of {sizes} tokens"
-                    say(f"FAIL {parser_class.__name__} [{label}] {where}, top-up {top_up}: {'; '.join(problems)}")
+                    say(Failure(parser_class.__name__, label, where, str(top_up), tuple(problems)))
     return tally
+
+
+def defines_a_parser(path: Path, names: Any) -> bool:
+    """Whether the file's source defines one of the scenario's classes (one that cannot be read is
+    loaded, and its loading says what is wrong)."""
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return True
+    return any(isinstance(node, ast.ClassDef) and node.name in names for node in ast.walk(tree))
 
 
 def chosen_top_ups(parser_file: Path, options: argparse.Namespace) -> tuple[list[TopUp], str]:
@@ -528,37 +581,102 @@ def chosen_top_ups(parser_file: Path, options: argparse.Namespace) -> tuple[list
     return list(TOP_UPS.values()), "no serving file or version: every one"
 
 
+@dataclass
+class Report:
+    """What every judged file gave: the text lines, or (--json) one document."""
+
+    judged: dict[str, Any] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    error: str | None = None
+
+    def document(self, loaded: str) -> dict[str, Any]:
+        runs = sum(j["runs"] for j in self.judged.values())
+        failed = sum(j["failed"] for j in self.judged.values())
+        return {
+            "ok": self.error is None and not failed,
+            "error": self.error,
+            "loaded": loaded,
+            "runs": runs,
+            "failed": failed,
+            "judged": self.judged,
+            "skipped": self.skipped,
+            "failures": [f.to_json() for f in sorted(self.failures, key=Failure.tokens_per_delta)[:20]],
+        }
+
+
+def judge_file(parser_file: Path, scenario: Any, options: argparse.Namespace, report: Report, say: Callable) -> None:
+    """Every split of every output on the file's parser classes; a file that defines none is skipped."""
+    if not defines_a_parser(parser_file, scenario.PARSERS):
+        report.skipped.append(str(parser_file))
+        say(f"skipped {parser_file}: it defines none of {', '.join(scenario.PARSERS)}")
+        return
+    load = load_installed_module if options.installed else load_parser_module
+    module = load(parser_file)
+    top_ups, source = chosen_top_ups(parser_file, options)
+    classes = [(getattr(module, name), render) for name, render in scenario.PARSERS.items() if hasattr(module, name)]
+    if not classes:
+        raise ImportError(f"{parser_file} defines none of {', '.join(scenario.PARSERS)} once loaded")
+
+    def keep(failure: Failure) -> None:
+        report.failures.append(failure)
+        say(str(failure))
+
+    tallies = [check_class(cls, render, scenario, top_ups, options.random, keep) for cls, render in classes]
+    failed, runs = sum(t.failed for t in tallies), sum(t.runs for t in tallies)
+    names = ", ".join(cls.__name__ for cls, _ in classes)
+    top_up_names = ", ".join(map(str, top_ups))
+    report.judged[str(parser_file)] = {
+        "parsers": [cls.__name__ for cls, _ in classes],
+        "runs": runs,
+        "failed": failed,
+        "top_up": top_up_names,
+        "top_up_source": source,
+    }
+    say(
+        f"{'FAIL' if failed else 'PASS'} {names}: {failed} of {runs} streamed runs differ (top-up {top_up_names}: {source})",
+        summary=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    args.add_argument("parser_file", type=Path)
+    args.add_argument("parser_files", type=Path, nargs="+", metavar="parser_file")
     args.add_argument("--installed", action="store_true", help="import the file from this interpreter's vLLM")
     args.add_argument("--top-up", action="append", choices=list(TOP_UPS), help="judge under this top-up only")
     args.add_argument("--vllm-version", help="the top-up of that release, when the tree has no serving file")
     args.add_argument("--random", type=int, default=0, metavar="N", help="also N seeded random splits per output")
-    args.add_argument("--quiet", action="store_true", help="only the summary line")
+    shown = args.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="only the summary lines")
+    shown.add_argument("--json", action="store_true", help="one JSON document on stdout, nothing else")
     options = args.parse_args(argv)
     logging.disable(logging.CRITICAL)  # the parsers log (and log.exception) freely
-    say = (lambda _line: None) if options.quiet else print
+
+    def say(line: str, summary: bool = False) -> None:
+        if not options.json and (summary or not options.quiet):
+            print(line)
+
+    report = Report()
+    stdout = sys.stdout
+    if options.json:  # what the loaded modules print goes to stderr: stdout is the document's
+        sys.stdout = sys.stderr
     try:
-        scenario = load_scenario()
-        load = load_installed_module if options.installed else load_parser_module
-        module = load(options.parser_file)
-        top_ups, source = chosen_top_ups(options.parser_file, options)
+        for parser_file in options.parser_files:
+            judge_file(parser_file, load_scenario(), options, report, say)
     except Exception as e:  # a file that does not load is the report, not a traceback
-        print(f"error: cannot load {options.parser_file}: {type(e).__name__}: {e}")
+        report.error = f"cannot load {parser_file}: {type(e).__name__}: {e}"
+    finally:
+        sys.stdout = stdout
+    if not report.judged and report.error is None:
+        names = ", ".join(load_scenario().PARSERS)
+        report.error = f"{', '.join(map(str, options.parser_files))} define(s) none of {names}"
+    if options.json:
+        print(json.dumps(report.document("installed" if options.installed else "stand-ins")))
+    elif report.error:
+        print(f"error: {report.error}")
+    if report.error:
         return 2
-    classes = [(getattr(module, name), render) for name, render in scenario.PARSERS.items() if hasattr(module, name)]
-    if not classes:
-        print(f"error: {options.parser_file} defines none of {', '.join(scenario.PARSERS)}")
-        return 2
-    tallies = [check_class(cls, render, scenario, top_ups, options.random, say) for cls, render in classes]
-    failed, runs = sum(t.failed for t in tallies), sum(t.runs for t in tallies)
-    names = ", ".join(cls.__name__ for cls, _ in classes)
-    top_up_names = ", ".join(map(str, top_ups))
-    print(
-        f"{'FAIL' if failed else 'PASS'} {names}: {failed} of {runs} streamed runs differ (top-up {top_up_names}: {source})"
-    )
-    return 1 if failed else 0
+    return 1 if any(j["failed"] for j in report.judged.values()) else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ from patchkit.cli.commands.options import target_options
 from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument, run_preflight, show
 from patchkit.cli.ui.console import UI
 from patchkit.launch.command import LaunchCommand, frame
+from patchkit.launch.engine import few_named
 from patchkit.launch.preflight import PreflightResult, default_options
+
+WIDTH = 80  # the warning before the exec: one line in a terminal of 80 columns, or a journal's
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -63,11 +66,20 @@ def _checked(
         return None
     result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
     if result.ok:
+        _name_unjudged(ui, result.unjudged_plugins)
         return None
     show(ui, result, "text")
     again = hints.command("preflight", "--", "COMMAND", chosen=default_options(opts, launch_command))
     ui.error("not launched: the preflight failed", f"{again} shows the same findings")
     return result
+
+
+def _name_unjudged(ui: UI, plugins: list[str]) -> None:
+    """The general plugins the launch loads, which the static preflight did not judge (one may
+    register another model class, or change vLLM): named on one line before the exec, never silent."""
+    if plugins:
+        said = "plugins not judged: {} (`patchkit preflight` asks vLLM)"
+        ui.warn(said.format(few_named(plugins, WIDTH - len("warning: " + said.format("")))))
 
 
 def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | SetsApplied | None:

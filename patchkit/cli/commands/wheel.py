@@ -16,6 +16,7 @@ from patchkit.cli.ui.reports import show_checks
 from patchkit.fetch.index import normalize_version
 from patchkit.series.library import UNSUPPORTED, UPSTREAM, load_chosen, select
 from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
+from patchkit.wheel.stock import checked_stock_wheel
 
 _DOWNLOAD_DIR = "vllm-stock"  # where the pip-download hint has pip put the stock wheel
 
@@ -117,9 +118,6 @@ def _stock_wheel(
         return path, None
     if named_a_file:
         raise BadInput(f"no wheel file {source}", hint="give the path of a wheel file, or a VERSION to download")
-    # lazy: the network stack loads only to download a VERSION's wheel, never for a wheel file
-    from patchkit.wheel.stock import checked_stock_wheel
-
     _require_a_series(source, chosen)
     try:
         with ui.transfer(f"vllm {source}") as on_bytes:

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
-from patchkit.base.enums import ReleaseOutcome, TreeState
+from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult
 from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.engine.resolve import Resolved
     from patchkit.releases.check import ReleaseResult
     from patchkit.series.library import Location
+
+BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
 
 
 def show_header(ui: Screen, resolved: Resolved) -> None:
@@ -208,6 +210,9 @@ def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult)
             show_checks(ui, results)
         ui.failures(fold(found))
     counted = count_line(results, verbose=bool(ui.verbose)) if results else "no checks ran"
+    if not ui.verbose:  # the set's behaviour test is said when it passes too: what it judged
+        for passed in (r for r in results if r.check == BEHAVIOUR and r.status == CheckStatus.PASS):
+            ui.line(f"{passed.check}: {passed.message}")
     if verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif status.upstream_regression:

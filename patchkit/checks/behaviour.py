@@ -1,0 +1,157 @@
+"""behaviour: the set's behaviour test (set.toml `behaviour`), run by `verify` on the files it judges.
+
+The test is a script the set ships: `python SCRIPT FILE... --json [--installed] [--vllm-version V]`
+judges what the files do (the tool-call sets: streamed calls equal the non-streamed ones at every
+split), prints one JSON document (ok, runs, failed, failures: each with its split and what was lost;
+error) and exits 0 (pass), 1 (fail) or 2 (cannot judge). patchkit passes every Python file the
+set's series change (the script skips those it does not judge).
+
+With --python on an environment where vLLM imports, the files on disk are judged in that interpreter
+as the modules they are (--installed: vLLM's real classes); where vLLM's classes do not load there,
+or on a directory target, in the interpreter running patchkit with the script's stand-ins: the files
+on disk, or (nothing written yet) a scratch copy of the planned contents. One result per set: a short
+line (the first failing split and what was lost), the first failures below it for a person.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchkit.base.fsutil import atomic_write, load_json_text
+from patchkit.base.locks import seconds_from_env
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
+from patchkit.tree.target import WorkerFailed, run_script
+from patchkit.tree.version import release_version
+
+NAME = "behaviour"
+TIMEOUT_ENV = "PATCHKIT_BEHAVIOUR_TIMEOUT"
+DEFAULT_TIMEOUT = 300.0
+SHORT = 80 - len(f"{NAME}: ")  # the finding's line fits 80 columns
+SHOWN_FAILURES = 3
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What one run of the script said (validated: it is untrusted output)."""
+
+    status: int
+    ok: bool
+    runs: int
+    failed: int
+    failures: list[dict[str, str]]
+    error: str | None
+    loaded: str
+
+
+class BehaviourCheck:
+    name = NAME
+
+    def run(self, ctx: CheckContext) -> list[CheckResult]:
+        script = ctx.patch_set.behaviour if ctx.patch_set is not None else None
+        files = [path for path in ctx.paths if path.endswith(".py") and ctx.read(path) is not None]
+        if script is None or not files:
+            return []
+        if ctx.on_disk and ctx.root is not None:
+            return [judge(ctx, script, ctx.root, files)]
+        with tempfile.TemporaryDirectory(prefix="patchkit-behaviour-") as scratch:
+            for path in files:  # the planned contents, where the script can read them
+                content = ctx.read(path)
+                assert content is not None
+                atomic_write(Path(scratch) / path, content)
+            return [judge(ctx, script, Path(scratch), files)]
+
+
+CHECK = BehaviourCheck()
+
+
+def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> CheckResult:
+    """The one result of the set's test on `files` under `root`: vLLM's classes where asked and they
+    load, else the stand-ins."""
+    paths = [str(root / path) for path in files]
+    version = ["--vllm-version", str(release_version(ctx.version))] if ctx.version else []
+    fallback = ""
+    if ctx.on_disk and ctx.python is not None and ctx.import_probe:
+        installed = _run(ctx.python, script, [*paths, "--installed", *version], isolated=False)
+        if isinstance(installed, Judged) and installed.status != 2:
+            return result(installed, "vLLM's classes")
+        why = installed.error if isinstance(installed, Judged) else installed
+        fallback = f"; vLLM's classes did not load ({why})"
+    judged = _run(sys.executable, script, [*paths, *version], isolated=True)
+    return result(judged, f"stand-ins{fallback}")
+
+
+def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judged | str:
+    """The script's verdict, or why there is none."""
+    timeout = seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT)
+    try:
+        status, out = run_script(python, script, [*args, "--json"], timeout=timeout, isolated=isolated)
+    except WorkerFailed as failed:
+        return failed.message
+    lines = out.strip().splitlines()
+    try:
+        document = load_json_text(lines[-1] if lines else "")
+    except ValueError:
+        return f"{script.name} exited {status} with no JSON verdict on its last line"
+    try:
+        return _validated(status, document)
+    except ValueError as exc:
+        return f"{script.name} exited {status}: {exc}"
+
+
+def _validated(status: int, document: object) -> Judged:
+    if not isinstance(document, dict) or status not in (0, 1, 2):
+        raise ValueError("its verdict is no JSON object, or the exit status is not 0, 1 or 2")
+    runs, failed = document.get("runs"), document.get("failed")
+    failures = document.get("failures") or []
+    error = document.get("error")
+    if not isinstance(runs, int) or not isinstance(failed, int) or not isinstance(failures, list):
+        raise ValueError("runs, failed and failures are malformed")
+    if not all(isinstance(f, dict) and all(isinstance(v, str) for v in f.values()) for f in failures):
+        raise ValueError("a failure is malformed")
+    if error is not None and not isinstance(error, str):
+        raise ValueError("error is malformed")
+    if (status == 0) != (document.get("ok") is True) or (status == 2) != (error is not None):
+        raise ValueError("its verdict says otherwise")
+    return Judged(status, status == 0, runs, failed, failures, error, str(document.get("loaded", "")))
+
+
+def result(judged: Judged | str, how: str) -> CheckResult:
+    if isinstance(judged, str):
+        return CheckResult(NAME, None, False, fit(f"not judged: {judged}"), WARNING)
+    if judged.status == 2:
+        return CheckResult(NAME, None, False, fit(f"not judged: {judged.error}"), WARNING)
+    if judged.ok:
+        return CheckResult(NAME, None, True, fit(f"0 of {judged.runs} streamed runs differ ({how})"))
+    failures = sorted(judged.failures, key=_tokens_per_delta)
+    where = f"; {_split(failures[0])}: {_lost(failures[0])}" if failures else ""
+    excerpt = "\n".join(fit(_described(f), 76) for f in failures[:SHOWN_FAILURES])
+    return CheckResult(NAME, None, False, fit(f"{judged.failed}/{judged.runs} runs differ{where}"), ERROR, excerpt)
+
+
+def _tokens_per_delta(failure: dict[str, str]) -> int:
+    """The split's tokens per delta, for the smallest split that fails first (others: after)."""
+    count = failure.get("split", "").split(" ", 1)[0]
+    return int(count) if count.isdigit() else sys.maxsize
+
+
+def _split(failure: dict[str, str]) -> str:
+    return failure.get("split", "?").replace("token(s)", "tokens" if _tokens_per_delta(failure) > 1 else "token")
+
+
+def _lost(failure: dict[str, str]) -> str:
+    """What was lost, without the calls' names (the line is short; the names are below it)."""
+    return re.sub(r" \([^()]*\)", "", failure.get("lost", "?").split("; ")[0])
+
+
+def _described(failure: dict[str, str]) -> str:
+    return f"{failure.get('parser', '?')} [{failure.get('case', '?')}] {_split(failure)}: {_lost(failure)}"
+
+
+def fit(text: str, width: int = SHORT) -> str:
+    """One line of at most `width` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "\u2026"

@@ -1,0 +1,125 @@
+"""verify runs a set's declared behaviour test (set.toml `behaviour`, patchkit/checks/behaviour.py).
+
+A small set of the tests' own with a behaviour script that speaks the protocol (JSON on stdout; exit
+0, 1 or 2): one finding per set, a line that fits 80 columns naming the split and what was lost; the
+planned contents judged on a stock tree, the files as they are on an upstream one; apply never runs
+it. The tool-call sets on real releases: tests/test_behaviour_release.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import make_patch, write_library, write_tree
+
+PARSER = "vllm/tool_parsers/demo_parser.py"
+STOCK = "class DemoParser:\n    BROKEN = True\n"
+FIXED = "class DemoParser:\n    BROKEN = False\n"
+
+# The protocol, as the tool-call sets' behaviour.py speaks it; it leaves a mark where it ran.
+JUDGE = """\
+import json, pathlib, sys
+files = [pathlib.Path(a) for a in sys.argv[1:] if a.endswith(".py")]
+pathlib.Path(__file__).with_name("ran").write_text(" ".join(sys.argv[1:]))
+judged = [f for f in files if "class DemoParser" in f.read_text()]
+broken = [f for f in judged if "BROKEN = True" in f.read_text()]
+failures = [
+    {"parser": "DemoParser", "case": "one call", "split": "2 token(s) per delta", "top_up": "bare",
+     "lost": "call 0 (get_weather) lost"}
+    for f in broken
+]
+document = {"ok": not broken, "error": None, "loaded": "stand-ins", "runs": 8 * len(judged),
+            "failed": 3 * len(broken), "judged": {}, "skipped": [], "failures": failures}
+print(json.dumps(document))
+sys.exit(1 if broken else 0)
+"""
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return write_tree(tmp_path / "site", "0.16.0", {PARSER: STOCK})
+
+
+def library(tmp_path: Path, tree: Path, *, upstream: str | None = None, judge: str = JUDGE) -> Path:
+    root = write_library(
+        tmp_path / "lib",
+        {"0.16.0": [make_patch(tmp_path, tree, {PARSER: FIXED})]},
+        upstream=upstream,
+    )
+    (root / "demo" / "judge.py").write_text(judge)
+    manifest = root / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())  # before the [[releases]] tables
+    return root
+
+
+def behaviour_results(stdout: str) -> list[dict]:
+    return [c for c in json.loads(stdout)["checks"] if c["check"] == "behaviour"]
+
+
+def test_verify_of_a_stock_tree_judges_the_planned_files_and_says_so(run, tmp_path, tree):
+    lib = library(tmp_path, tree)
+    text = run("verify", "--target", tree, "--patches", lib)
+    assert text.exit_code == 0, text.output
+    assert "behaviour: 0 of 8 streamed runs differ (stand-ins)" in text.stdout.splitlines()
+    ran = (lib / "demo" / "ran").read_text()
+    assert PARSER in ran and str(tree) not in ran  # a scratch copy of the planned contents
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    assert [(c["ok"], c["path"]) for c in behaviour_results(done.stdout)] == [(True, None)]
+
+
+def test_stock_files_that_fail_name_the_split_and_what_was_lost_in_80_columns(run, tmp_path, tree):
+    lib = library(tmp_path, tree, upstream=">=0.16.0")  # vLLM "ships" it: the stock file is judged
+    text = run("verify", "--target", tree, "--patches", lib)
+    assert text.exit_code == 1
+    line = next(line for line in text.stdout.splitlines() if line.startswith("behaviour: "))
+    assert line == "behaviour: 3/8 runs differ; 2 tokens per delta: call 0 lost", line
+    assert "    DemoParser [one call] 2 tokens per delta: call 0 lost" in text.stdout.splitlines()
+    assert str(tree / PARSER) in (lib / "demo" / "ran").read_text()  # the file as it is
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    [found] = behaviour_results(done.stdout)
+    assert not found["ok"] and found["message"] == line.removeprefix("behaviour: ")
+
+
+@pytest.mark.parametrize(
+    ("judge", "said"),
+    [
+        ("print('no verdict here')\n", "judge.py exited 0 with no JSON verdict on its last line"),
+        (
+            'import json\nprint(json.dumps({"ok": True, "runs": 1, "failed": 1, "error": None}))\nexit(1)\n',
+            "exited 1: its verdict says otherwise",
+        ),
+        (
+            'import json\nprint(json.dumps({"ok": False, "runs": 0, "failed": 0, "error": "cannot load x"}))\nexit(2)\n',
+            "not judged: cannot load x",
+        ),
+    ],
+)
+def test_a_test_that_gives_no_verdict_is_a_warning_that_says_so(run, tmp_path, tree, judge, said):
+    lib = library(tmp_path, tree, upstream=">=0.16.0", judge=judge)
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    [found] = behaviour_results(done.stdout)
+    assert (found["ok"], found["level"]) == (False, "warning") and said in found["message"], found
+    assert len("behaviour: " + found["message"]) <= 80
+
+
+def test_apply_does_not_run_the_behaviour_test(run, tmp_path, tree):
+    lib = library(tmp_path, tree)
+    assert run("apply", "--target", tree, "--patches", lib).exit_code == 0
+    assert not (lib / "demo" / "ran").exists()
+    assert run("verify", "--target", tree, "--patches", lib).exit_code == 0  # applied: the files on disk
+    assert str(tree / PARSER) in (lib / "demo" / "ran").read_text()
+
+
+def test_a_set_without_a_behaviour_test_has_no_such_finding(run, tmp_path, tree):
+    lib = write_library(tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {PARSER: FIXED})]})
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    assert done.exit_code == 0 and behaviour_results(done.stdout) == []
+
+
+def test_a_behaviour_test_the_set_names_must_exist(run, tmp_path, tree):
+    lib = library(tmp_path, tree)
+    (lib / "demo" / "judge.py").unlink()
+    done = run("verify", "--target", tree, "--patches", lib)
+    assert done.exit_code == 2 and "behaviour test" in done.output and "does not exist" in done.output

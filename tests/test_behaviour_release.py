@@ -1,0 +1,79 @@
+"""verify runs the tool-call sets' behaviour tests on real release files (marker `release`).
+
+The stock parsers fail it (the split and what was lost, in a line that fits 80 columns), the
+planned and the applied ones pass it, on a directory target (stand-ins) and in `verify` of
+releases. vLLM's real classes (`verify --python`): tests/vllm_import/test_toolcall_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import DRAFTS, lay_out_release
+
+from patchkit.releases.files import files_for
+
+pytestmark = pytest.mark.release
+
+DEEPSEEK, KIMI = "deepseek-tool-calls", "kimi-k2-tool-calls"
+
+
+def behaviour_of(stdout: str) -> list[dict]:
+    return [c for c in json.loads(stdout)["checks"] if c["check"] == "behaviour"]
+
+
+def stock_016(tmp_path: Path, set_name: str) -> Path:
+    return lay_out_release("0.16.0", files_for("0.16.0", str(DRAFTS), set_name), tmp_path / "site")
+
+
+def as_upstream(tmp_path: Path, set_name: str) -> Path:
+    """The set as if vLLM 0.16.0 had fixed it: verify judges the stock files as they are."""
+    library = tmp_path / "lib"
+    shutil.copytree(DRAFTS / set_name, library / set_name)
+    manifest = library / set_name / "set.toml"
+    manifest.write_text('upstream = ">=0.16.0"\n' + manifest.read_text().replace("upstream = ", "# upstream = "))
+    return library
+
+
+@pytest.mark.parametrize(("set_name", "runs"), [(DEEPSEEK, 120), (KIMI, 48)])
+def test_stock_fails_naming_the_split_and_the_loss_planned_and_applied_pass(tmp_path, run, set_name, runs):
+    tree = stock_016(tmp_path, set_name)
+    stock = run("verify", "--target", tree, "--patches", as_upstream(tmp_path, set_name))
+    assert stock.exit_code == 1
+    [line] = [line for line in stock.stdout.splitlines() if line.startswith("behaviour: ")]
+    assert len(line) <= 80 and re.search(r"^behaviour: \d+/\d+ runs differ; \d+ tokens? per delta: call", line), line
+    assert line.endswith((" lost", " differ", " differs")), line
+
+    library = ("--patches", DRAFTS, "--set", set_name)
+    planned = run("verify", "--target", tree, *library, "--format", "json")
+    assert planned.exit_code == 0, planned.output[-2000:]
+    assert [(c["ok"], c["message"]) for c in behaviour_of(planned.stdout)] == [
+        (True, f"0 of {runs} streamed runs differ (stand-ins)")
+    ]
+    assert run("apply", "--target", tree, *library).exit_code == 0
+    applied = run("verify", "--target", tree, *library)
+    assert applied.exit_code == 0 and f"behaviour: 0 of {runs} streamed runs differ (stand-ins)" in applied.stdout
+
+
+def test_verify_of_releases_runs_it_once_on_the_patched_release(run):
+    done = run(
+        "verify",
+        "--vllm-version",
+        "0.16.0",
+        "--patches",
+        DRAFTS,
+        "--set",
+        DEEPSEEK,
+        "--no-result-cache",
+        "--format",
+        "json",
+    )
+    assert done.exit_code == 0, done.output[-2000:]
+    [release] = json.loads(done.stdout)["releases"]
+    assert [(c["ok"], c["message"]) for c in release["checks"] if c["check"] == "behaviour"] == [
+        (True, "0 of 120 streamed runs differ (stand-ins)")
+    ]
