@@ -186,3 +186,11 @@ def test_the_release_cache_of_another_file_name_is_no_reference(tmp_path, librar
     index.publish(other.name, other.read_bytes())
     done = run_cli("wheel", other, "--out", tmp_path / "out", "--patches", library, env=_index_env(tmp_path, index))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_version_without_a_series_asks_no_index(tmp_path, library, index):
+    """Exit 3 is known from the wheel's version: the published wheel is not looked up for it."""
+    stock = write_wheel(tmp_path / "in", version="0.10.2", published=False)
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, env=_index_env(tmp_path, index))
+    assert_clean_failure(done, 3)
+    assert index.log == []

@@ -180,11 +180,11 @@ def build_patched_wheel(
         ThreadPoolExecutor(max_workers=3) as pool,  # the copies and the file's hash; this thread places every member
     ):
         stock_record = _stock_record(wheel)
-        held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
-        resolved = _resolve(wheel, scratch, chosen)
+        resolved = _resolve(wheel, scratch, chosen)  # a version without a series ends here: no index asked
+        held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         added = labels.normalized_label(label or labels.default_label(resolved.set_name))
         version = labels.labelled_version(wheel.version, added)
         copied = {e.source.name for e in early if e.source is not None}
