@@ -194,3 +194,26 @@ def test_a_version_without_a_series_asks_no_index(tmp_path, library, index):
     done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, env=_index_env(tmp_path, index))
     assert_clean_failure(done, 3)
     assert index.log == []
+
+
+@pytest.mark.parametrize(
+    ("wheel_file", "code"),
+    [
+        (b"Wheel-Version: 2.0\nRoot-Is-Purelib: false\n", 2),
+        (b"Root-Is-Purelib: false\n", 2),  # no Wheel-Version
+        (b"Wheel-Version: one\nRoot-Is-Purelib: false\n", 2),
+        (None, 2),  # no WHEEL at all
+        (b"Wheel-Version: 1.9\nRoot-Is-Purelib: false\n", 0),  # pip installs it, with a warning
+        (b"Wheel-Version: 1.0\nWheel-Version: 2.0\nRoot-Is-Purelib: false\n", 0),  # pip reads the first
+    ],
+    ids=["2.0", "none", "not-a-number", "no-WHEEL", "1.9", "first-of-two"],
+)
+def test_a_wheel_file_pip_refuses_is_refused(tmp_path, library, wheel_file, code):
+    """review 7 L2: a WHEEL with another Wheel-Version built a wheel pip refuses at image build."""
+    own = write_wheel(tmp_path / "own", version="0.16.0+site", published=False)
+    stock = _rebuilt(own, tmp_path / "in", change={"vllm-0.16.0+site.dist-info/WHEEL": wheel_file})
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_clean_failure(done, code)
+    if code:
+        assert "pip installs 1.x" in done.stderr or "which pip needs to install it" in done.stderr, done.stderr
+        assert _built(done, tmp_path / "out") == []
