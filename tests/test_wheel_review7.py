@@ -4,6 +4,10 @@ whole to the published wheel of its name, not to its own RECORD."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -217,3 +221,40 @@ def test_a_wheel_file_pip_refuses_is_refused(tmp_path, library, wheel_file, code
     if code:
         assert "pip installs 1.x" in done.stderr or "which pip needs to install it" in done.stderr, done.stderr
         assert _built(done, tmp_path / "out") == []
+
+
+def _followed(hint_line: str, cwd: Path, env: dict[str, str], only_first: bool = False) -> None:
+    """Each backquoted command of a hint (or the first), run by sh as printed, in `cwd`."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    commands = re.findall(r"`([^`]+)`", hint_line)
+    for command in commands[:1] if only_first else commands:
+        done = subprocess.run(
+            ["sh", "-c", command], cwd=cwd, env={**os.environ, **env, "PATH": path}, capture_output=True, text=True
+        )
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+
+
+def test_the_pip_download_hint_s_glob_takes_no_wheel_of_another_platform(tmp_path, library):
+    """review 7 L3: an earlier `--platform` run's wheel in the hint's directory made its glob two files."""
+    x86 = write_wheel(tmp_path / "wheels")
+    arm = tmp_path / "wheels" / x86.name.replace("x86_64", "aarch64")
+    shutil.copy(x86, arm)
+    env = {
+        "PATCHKIT_CACHE_DIR": str(tmp_path / "cache"),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": str(tmp_path / "wheels"),
+        "PIP_NO_INDEX": "1",
+    }
+    publish_wheel(x86, tmp_path / "cache")  # the release's RECORD, cached by an earlier fetch
+    work = tmp_path / "work"
+    work.mkdir()
+    for platform in (["--platform", "manylinux_2_31_aarch64"], []):
+        done = run_cli("wheel", "0.16.0", *platform, "--patches", library, env=env, cwd=work)
+        assert_clean_failure(done, 4)
+        hint = " ".join(done.stderr.split()).partition("hint: ")[2]
+        _followed(hint, work, env, only_first=bool(platform))  # the other platform's wheel: downloaded only
+    assert [p.name for p in work.glob("vllm-0.16.0+patchkit.demo-*.whl")] == [
+        x86.name.replace("0.16.0", "0.16.0+patchkit.demo")
+    ]
