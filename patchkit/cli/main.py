@@ -383,7 +383,12 @@ def _exit_code(result: CommandResult | None, run: Run) -> int:
     if result is None:
         return OK
     error = getattr(result, "error", None)
-    return _failed(error, run) if error is not None else exit_code_for(result.outcome)
+    if error is None:
+        return exit_code_for(result.outcome)
+    if getattr(result, "shown", False):  # printed among the result's findings: for the JSON document only
+        run.failed(error.message, error.hint)
+        return error.exit_code
+    return _failed(error, run)
 
 
 def _failed(error: PatchkitError, run: Run | None) -> int:

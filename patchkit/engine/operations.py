@@ -888,6 +888,11 @@ def _patched_wheel(root: Path, only: str | None) -> Provenance | None:
     """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
     revert is of its set (or of everything)."""
     found = installed_wheel_reader().find(root)
+    if found is not None and len(found.set_names) > 1 and only in found.set_names:
+        raise BadInput(
+            f"vLLM was installed from a wheel of several sets ({found.name}): its sets are reverted together",
+            hint=f"{hints.command('revert', chosen=replace(hints.current(), set_name=None, set_names=()))} reverts every set",
+        )
     return found if found is not None and only in (None, found.name) else None
 
 

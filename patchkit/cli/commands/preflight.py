@@ -16,6 +16,7 @@ from patchkit.launch.findings import PASS, Finding
 from patchkit.launch.preflight import (
     PreflightResult,
     default_options,
+    in_fix_order,
     launch_target_finding,
     preflight,
     vllm_validation,
@@ -116,6 +117,7 @@ def _launch_findings(
     result.findings += [named] if named is not None else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
         result.findings.append(vllm_validation(resolved, result))
+    result.findings = in_fix_order(result.findings)
     return result
 
 
@@ -160,6 +162,7 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
     ui.failures(
         [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
     )
+    result.shown = True  # a model found nowhere is one of these: the exit code (4) says it, not another line
     total, failed = len(result.findings), sum(not f.ok for f in result.findings)
     unjudged = sum(not f.judged for f in result.findings)
     cannot = f", {unjudged} cannot judge" if unjudged else ""

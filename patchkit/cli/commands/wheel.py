@@ -10,10 +10,11 @@ from patchkit.base import hints, seal, signals
 from patchkit.base.errors import BadInput, IndexNotRead, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import format_option, library_options, output_options, patch
+from patchkit.cli.commands.options import format_option, output_options, patch, patches, set_names
 from patchkit.cli.ui import UI
+from patchkit.engine.resolve import several
 from patchkit.fetch.index import normalize_version
-from patchkit.series.library import UNSUPPORTED, UPSTREAM, load_chosen, select
+from patchkit.series.library import UNSUPPORTED, UPSTREAM, choose_sets, load_chosen, load_library, locate, select
 from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
 from patchkit.wheel.stock import checked_stock_wheel
 
@@ -29,10 +30,11 @@ _THIS_MACHINE = "this-machine"
 @click.option(
     "--local-label",
     metavar="LABEL",
-    help="The local version label added (default patchkit.<set>; after an existing one, joined by '.').",
+    help="The local version label added (default patchkit.<set>[.<set>...]; after an existing one, joined by '.').",
 )
 @click.option("--platform", metavar="TAG", help="With VERSION: the stock wheel's platform tag (default: as pip would).")
-@library_options
+@patches
+@set_names
 @patch
 @format_option
 @output_options
@@ -42,7 +44,7 @@ def command(
     local_label: str | None,
     platform: str | None,
     library: str | None,
-    set_name: str | None,
+    set_name: tuple[str, ...],
     adhoc: tuple[str, ...],
     fmt: str,
     quiet: bool,
@@ -54,12 +56,17 @@ def command(
     names, contract): a conflict or a failed check writes no wheel. Unchanged members are copied as
     their compressed bytes; the version gains a local label (+patchkit.<set>); RECORD is regenerated;
     the dist-info records what was applied (patchkit.json). Prints the wheel's path.
+
+    Without --set, every set of the library with a series for the release, in the library's order
+    (the label names each); --set (repeatable) narrows.
     """
     signals.note_report("interrupted before the wheel was written: this run left nothing in --out")
     ui = make_ui(fmt, quiet, verbose)
     if adhoc and set_name:
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
-    chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
+    names = tuple(dict.fromkeys(set_name))  # each once, as given
+    one = names[0] if len(names) == 1 else None
+    chosen = Options(library=library, adhoc=tuple(adhoc), set_name=one, set_names=names)
     with hints.selected(chosen):  # a hint to verify the installed wheel names the same library and set
         shape = _shaping_options(out_dir, local_label, fmt)
         return _build(source, out_dir, local_label, platform, chosen, ui, quiet=quiet, shape=shape)
@@ -159,11 +166,17 @@ def _require_a_series(version: str, chosen: Options) -> None:
     if chosen.adhoc:
         return
     release = Version(normalize_version(version))
-    selection = select(load_chosen(chosen.library, chosen.set_name), release)
-    if selection.kind == UPSTREAM:
-        raise nothing_to_patch(selection)
-    if selection.kind == UNSUPPORTED:
-        raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
+    if several(chosen):
+        sets = choose_sets(load_library(locate(chosen.library).path), chosen.set_names)
+        selections = [select(each, release) for each in sets]
+    else:
+        selections = [select(load_chosen(chosen.library, chosen.set_name), release)]
+    if any(s.kind not in (UPSTREAM, UNSUPPORTED) for s in selections):
+        return
+    upstream = next((s for s in selections if s.kind == UPSTREAM), None)
+    if upstream is not None:
+        raise nothing_to_patch(upstream)
+    raise NoPatchSet("; ".join(s.note or f"{s.set_name}: no series for vLLM {release}" for s in selections))
 
 
 def _document(result: WheelResult) -> dict:
@@ -174,6 +187,7 @@ def _document(result: WheelResult) -> dict:
         "version": result.version,
         "label": result.label,
         "set": result.set_name,
+        **({"sets": [name for name, _patches in result.sets]} if result.sets else {}),
         "patches": [{"name": p.name, "sha256": p.sha256} for p in result.patches],
         "checks": [r.to_json() for r in result.checks],
     }
