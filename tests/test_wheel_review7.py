@@ -76,14 +76,14 @@ def _built(done, out: Path) -> list[str]:
             True,
             "'vllm-0.16.0.dist-info/METADATA' differs",
         ),
-        # a WHEEL pip refuses (review 7 L2)
+        # the WHEEL: Root-Is-Purelib decides where pip installs everything
         (
-            {"vllm-0.16.0.dist-info/WHEEL": f"Wheel-Version: 2.0\nRoot-Is-Purelib: false\nTag: {TAGS}\n".encode()},
+            {"vllm-0.16.0.dist-info/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {TAGS}\n".encode()},
             True,
             "'vllm-0.16.0.dist-info/WHEEL' differs",
         ),
     ],
-    ids=["hostile-init", "record-copied", "extra", "missing", "metadata", "wheel-version"],
+    ids=["hostile-init", "record-copied", "extra", "missing", "metadata", "wheel"],
 )
 def test_a_stock_named_wheel_unlike_the_published_one_is_refused_naming_the_member(
     tmp_path, library, change, true_record, said
