@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterable
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
-from types import ModuleType
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 
 # A run keeps nearly all its objects to the end, so collecting every 700 allocations walks them
@@ -202,12 +202,12 @@ class PatchkitGroup(click.Group):
             ctx.exit(code)
 
 
-def _ui() -> ModuleType:
-    """The UI package, loaded once a command runs."""
+def _ui() -> SimpleNamespace:
+    """The console and the run's document, loaded once a command runs."""
     # lazy: `--help` never loads the UI
-    import patchkit.cli.ui
+    from patchkit.cli.ui import console, run
 
-    return patchkit.cli.ui
+    return SimpleNamespace(UI=console.UI, begin_run=run.begin_run, finish_run=run.finish_run)
 
 
 INVOKED = "patchkit.invoked"  # ctx.meta: the command's name, the command and its arguments
