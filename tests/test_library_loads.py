@@ -4,12 +4,14 @@ works on, from the same load (engine.resolve.library_sets passed down as `sets`)
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from launch_fixtures import write_eagle3_setup
 
 from patchkit.cli.main import run_in_process
 from patchkit.series import library
+from patchkit.series.library import PatchSetDef
 
 COMMANDS = (
     ("status",),
@@ -24,7 +26,7 @@ def loads_by(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
     counted = []
     load = library.load_library
 
-    def counting(root):  # noqa: ANN001, ANN202 - library.load_library's own signature
+    def counting(root: Path) -> dict[str, PatchSetDef]:
         counted.append(root)
         return load(root)
 
@@ -33,7 +35,7 @@ def loads_by(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
     return len(counted)
 
 
-def second_set(root) -> None:  # noqa: ANN001 - the library's root, a Path
+def second_set(root: Path) -> None:
     """A second set beside eagle3, after it in library.toml's order."""
     shutil.copytree(root / "eagle3", root / "second")
     manifest = root / "second" / "set.toml"
