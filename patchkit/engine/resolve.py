@@ -61,6 +61,7 @@ class Resolved:
             patches=self.patches,
             changes=changes,
             library=patch_set.directory.parent if patch_set else None,
+            root=self.target.root,
         )
 
 

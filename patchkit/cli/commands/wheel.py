@@ -11,7 +11,8 @@ from patchkit.base.errors import BadInput, IndexNotRead, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, output_options, patch, patches, set_names
-from patchkit.cli.ui import UI
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.reports import show_checks
 from patchkit.engine.resolve import several
 from patchkit.fetch.index import normalize_version
 from patchkit.series.library import UNSUPPORTED, UPSTREAM, choose_sets, load_chosen, load_library, locate, select
@@ -103,7 +104,7 @@ def _build(
         ui.json(_document(result))
     else:
         if result.checks and not quiet:
-            ui.checks(result.checks)
+            show_checks(ui, result.checks)
         if result.path is not None:
             ui.result(str(result.path))
     return result
