@@ -778,8 +778,9 @@ AGENT_END = 2.0  # seconds: an agent released with --keep-alive 0 ends within on
 
 
 def synthetic_wheel(work: Path, megabytes: int) -> Path:
-    """vllm-0.16.0-...whl: the stock files of stock_0_16 (deflated), a stored random member of
-    `megabytes` MB, and a dist-info whose RECORD is true."""
+    """vllm-0.16.0+bench-...whl: the stock files of stock_0_16 (deflated), a stored random member of
+    `megabytes` MB, and a dist-info whose RECORD is true. A build of its own (a local label): a
+    stock-named wheel is held to the published one, which this is not (real_wheel_rows measures that)."""
     import base64
     import hashlib
     import zipfile
@@ -788,7 +789,8 @@ def synthetic_wheel(work: Path, megabytes: int) -> Path:
         return "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
 
     stock = stock_0_16(work)
-    path = work / "wheel-in" / "vllm-0.16.0-cp38-abi3-manylinux_2_31_x86_64.whl"
+    path = work / "wheel-in" / "vllm-0.16.0+bench-cp38-abi3-manylinux_2_31_x86_64.whl"
+    dist = "vllm-0.16.0+bench.dist-info"
     path.parent.mkdir()
     rows = []
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -804,13 +806,12 @@ def synthetic_wheel(work: Path, megabytes: int) -> Path:
                 h.update(chunk)
                 member.write(chunk)
         rows.append(f"{so},{digest(h)},{megabytes << 20}")
-        for name in ("METADATA", "WHEEL"):
-            data = (
-                (stock / "vllm-0.16.0.dist-info" / name).read_bytes() if name == "METADATA" else b"Wheel-Version: 1.0\n"
-            )
-            zf.writestr(f"vllm-0.16.0.dist-info/{name}", data)
-            rows.append(f"vllm-0.16.0.dist-info/{name},{digest(hashlib.sha256(data))},{len(data)}")
-        zf.writestr("vllm-0.16.0.dist-info/RECORD", "\n".join([*rows, "vllm-0.16.0.dist-info/RECORD,,"]) + "\n")
+        metadata = (stock / "vllm-0.16.0.dist-info" / "METADATA").read_bytes()
+        metadata = metadata.replace(b"\nVersion: 0.16.0\n", b"\nVersion: 0.16.0+bench\n", 1)
+        for name, data in (("METADATA", metadata), ("WHEEL", b"Wheel-Version: 1.0\n")):
+            zf.writestr(f"{dist}/{name}", data)
+            rows.append(f"{dist}/{name},{digest(hashlib.sha256(data))},{len(data)}")
+        zf.writestr(f"{dist}/RECORD", "\n".join([*rows, f"{dist}/RECORD,,"]) + "\n")
     return path
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import helpers
 import pytest
 from helpers import cli_runner, forget_behaviour_stand_ins, write_tree
 from index_server import IndexServer
@@ -88,7 +89,12 @@ def _unit_tests_see_no_fetched_releases(request, tmp_path_factory, monkeypatch):
     """Small trees claim real version numbers; the fetch cache must not hold the real releases' RECORDs
     for them. Tests marked `release` use the real cache."""
     if request.node.get_closest_marker("release") is None:
-        monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "empty-cache"))
+        # each test's own: the wheels it writes are published there (helpers.write_wheel)
+        cache = tmp_path_factory.mktemp("cache")
+        monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(cache))
+        monkeypatch.setattr(helpers, "TEST_CACHE", cache)
+    else:
+        monkeypatch.setattr(helpers, "TEST_CACHE", None)
 
 
 @pytest.fixture(autouse=True)

@@ -425,10 +425,12 @@ def write_wheel(
     record: dict[str, str | None] | None = None,
     extra: list[tuple[zipfile.ZipInfo, bytes]] = (),  # type: ignore[assignment]
     streamed: bool = False,
+    published: bool = True,
 ) -> Path:
     """A vLLM wheel: `files`, a dist-info (METADATA, WHEEL, entry_points.txt) and a true RECORD
     (`record` overrides rows: path -> hash, None leaves the row out), plus `extra` members as given
-    (not in RECORD)."""
+    (not in RECORD). `published`: the release cache of the test's own cache (TEST_CACHE) holds it
+    as the release's published wheel of that name (publish_wheel)."""
     files = dict(STOCK_FILES if files is None else files)
     dist = f"vllm-{version}.dist-info"
     files[f"{dist}/METADATA"] = (
@@ -450,7 +452,59 @@ def write_wheel(
                 member.write(data)
         for info, data in extra:
             zf.writestr(info, data)
+    if published and TEST_CACHE is not None:
+        publish_wheel(path, TEST_CACHE)
     return path
+
+
+# The cache of the running test when it is its own (conftest sets it; None for `release` tests,
+# which use the real cache): write_wheel publishes its wheels there.
+TEST_CACHE: Path | None = None
+
+
+def publish_wheel(wheel: Path, cache: Path) -> None:
+    """`cache`'s release cache holds `wheel` as its release's published wheel of that name, as
+    `patchkit fetch` leaves it: release.json (the file's sha256, its member list, the sha256 of its
+    RECORD) and the dist-info's METADATA and RECORD, taken out of the wheel. A wheel without them
+    is not published."""
+    version = str(Version(wheel.name.split("-")[1]))
+    dist = f"vllm-{version}.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        names = sorted(i.filename for i in zf.infolist() if not i.is_dir())
+        if f"{dist}/RECORD" not in names or f"{dist}/METADATA" not in names:
+            return
+        kept = {n: zf.read(n) for n in (f"{dist}/METADATA", f"{dist}/RECORD")}
+    root = cache / "releases" / version
+    if root.exists():
+        shutil.rmtree(root)
+    for name, data in kept.items():
+        (root / "tree" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "tree" / name).write_bytes(data)
+    state = {
+        "schema": 2,
+        "project": "vllm",
+        "version": version,
+        "wheel": wheel.name,
+        "url": f"https://files.example/{wheel.name}",
+        "index": "https://pypi.org/simple/",
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "members": [n for n in names if _plain_member(n)],
+        "dist_info": dist,
+        "present": sorted(kept),
+        "absent": [],
+        "record_sha256": hashlib.sha256(kept[f"{dist}/RECORD"]).hexdigest(),
+    }
+    (root / "release.json").write_text(json.dumps(state, indent=1) + "\n")
+
+
+def _plain_member(name: str) -> bool:
+    parts = name.split("/")
+    return (
+        not name.startswith("/")
+        and "\\" not in name
+        and "\0" not in name
+        and all(p not in ("", ".", "..") for p in parts)
+    )
 
 
 class _Stream:
@@ -538,3 +592,23 @@ def spec_library(tmp_path: Path) -> Path:
     return write_library(
         tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
     )
+
+
+# A set's behaviour test of the tests' own, speaking checks/behaviour.py's protocol as the tool-call
+# sets' behaviour.py does: DemoParser fails while BROKEN = True; it leaves a mark where it ran.
+BEHAVIOUR_JUDGE = """\
+import json, pathlib, sys
+files = [pathlib.Path(a) for a in sys.argv[1:] if a.endswith(".py")]
+pathlib.Path(__file__).with_name("ran").write_text(" ".join(sys.argv[1:]))
+judged = [f for f in files if "class DemoParser" in f.read_text()]
+broken = [f for f in judged if "BROKEN = True" in f.read_text()]
+failures = [
+    {"parser": "DemoParser", "case": "one call", "split": "2 token(s) per delta", "top_up": "bare",
+     "lost": "call 0 (get_weather) lost"}
+    for f in broken
+]
+document = {"ok": not broken, "error": None, "loaded": "stand-ins", "runs": 8 * len(judged),
+            "failed": 3 * len(broken), "judged": {}, "skipped": [], "failures": failures}
+print(json.dumps(document))
+sys.exit(1 if broken else 0)
+"""

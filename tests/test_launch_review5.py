@@ -242,7 +242,8 @@ def test_a_hub_ref_with_a_space_or_line_break_names_no_snapshot(tmp_path, ref, o
     argv = ["vllm", "serve", "anorg/amodel"]
     done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
     assert_clean_failure(done, 4)  # huggingface_hub finds no snapshot: vLLM would download it (offline: refuse)
-    assert ("holds no snapshot" if offline else "huggingface_hub reads it as it is") in done.stderr, done.stderr
+    said = done.stdout + done.stderr
+    assert ("holds no snapshot" if offline else "huggingface_hub reads it as it is") in said, said
     (repo / "refs" / "main").write_bytes(ref.strip().encode())  # the same commit alone: found
     done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
     assert done.returncode in (0, 1) and "cannot judge" not in done.stdout + done.stderr, done.stdout + done.stderr

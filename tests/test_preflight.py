@@ -321,6 +321,27 @@ def test_vllm_validation_not_run_for_a_missing_model_says_why_and_what_to_do(set
     assert check["fix"].startswith("put it where the models finding looked"), check
 
 
+def test_a_target_tree_says_python_is_what_vllm_validation_needs_and_the_missing_model_leads(setup):
+    # issue 22 (trial 11, item 2): on a --target tree the missing model was shown as what keeps vLLM's
+    # validation from running; --python (which a --target tree never has) surfaced only a run later
+    tree, library, models = setup
+    base = ["preflight", "--target", tree, "--patches", library]
+    command = serve("lab/gone-model", models["drafter"])
+    done = run_cli(*base, "--format", "json", "--", *command, env={"HF_HUB_OFFLINE": "1"})
+    assert_clean_failure(done, 4)  # the worst finding's code: a model found nowhere
+    order = [(f["check"], f["result"]) for f in json.loads(done.stdout)["findings"]]
+    assert order == [("models", "fail"), ("tree-state", "fail"), ("vllm-validation", "cannot judge")], order
+    validation = findings(done)["vllm-validation"]
+    assert "no interpreter known" in validation["message"], validation
+    assert validation["fix"].startswith("give --python PATH"), validation
+
+    text = run_cli(*base, "--", *command, env={"HF_HUB_OFFLINE": "1"})
+    assert_clean_failure(text, 4)
+    said = text.stdout + text.stderr
+    assert "error:" not in said, said  # the model is said once, as a finding: not again as an error line
+    assert said.index("models:") < said.index("tree-state:") < said.index("vllm-validation warning:"), said
+
+
 def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     tree, library, models = setup
     fake = write_fake_vllm(tmp_path / "fake")
@@ -968,7 +989,7 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     args = ["preflight", "--target", tree, "--patches", library, "--no-import", "--", "vllm", "serve", "lab/ds"]
     done = run_cli(*args, env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path / "work")
     assert_clean_failure(done, 4)
-    assert "has no config.json" in done.stderr
+    assert "has no config.json" in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -1328,8 +1349,8 @@ def test_offline_a_missing_tokenizer_model_and_drafter_are_each_named(setup, tmp
 def test_a_missing_hub_model_says_how_to_fetch_its_config_alone_and_every_path_copies_whole(
     setup, tmp_path, monkeypatch
 ):
-    """At 80 columns the cache path is whole (never elided, never folded mid-word, on the finding
-    and on the closing error), and the fix is a command: only config.json is read, not the weights."""
+    """At 80 columns the cache path is whole (never elided, never folded mid-word), and the fix is a
+    command: only config.json is read, not the weights. Said once: the finding is not repeated as an error."""
     tree, library, models = setup
     cache = tmp_path / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
@@ -1338,5 +1359,5 @@ def test_a_missing_hub_model_says_how_to_fetch_its_config_alone_and_every_path_c
     shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", drawn.decode())
     assert code == 4, shown
     naming = [line for line in shown.splitlines() if f"{cache}/" in line]
-    assert len(naming) == 2 and all(len(line) <= 80 for line in naming), shown  # the finding, the error
-    assert shown.count("`hf download lab/gone-model config.json`") == 2, shown
+    assert len(naming) == 1 and all(len(line) <= 80 for line in naming), shown
+    assert shown.count("`hf download lab/gone-model config.json`") == 1, shown

@@ -4,6 +4,9 @@ with an ellipsis, text wrapped at spaces); piped output has no padding after a l
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,14 @@ def in_a_terminal(*args: object, width: int = 80) -> tuple[int, str]:
     control sequences taken out."""
     code, drawn = on_a_terminal(list(args), width=width, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
     return code, CONTROL.sub("", drawn.decode())
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A directory with a short path: its commands wrap like a user's, not like pytest's long paths."""
+    made = Path(tempfile.mkdtemp(prefix="pk-", dir="/tmp"))
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture
@@ -115,3 +126,17 @@ def test_a_path_in_a_sentence_is_never_shortened_it_is_copied():
     assert path in [line.strip() for line in lines] and all(len(line) <= 80 for line in lines), lines
     cell = fit_table(["file", "detail"], [[path, f"reads {path}"]], 40)[1][1]
     assert "\u2026" in cell[0][0] and any("\u2026" in line for line in cell[1])  # a table's cells are still fitted
+
+
+@pytest.mark.parametrize("width", [60, 64, 68, 72, 76, 80])
+def test_a_short_aside_is_never_wrapped_inside_its_parentheses(short_tmp, scratch, width):
+    # issue 22 (trial 11): "verify: FAILED: ... (-v shows" / "each)", "(keeps a copy of the" / "edits)"
+    tree = write_tree(short_tmp / "site")
+    library = write_library(short_tmp / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: SPEC_EDITED})]})
+    assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
+    (tree / SPEC).write_text((tree / SPEC).read_text() + "# an edit\n")
+    code, shown = in_a_terminal("verify", "--target", tree, "--patches", library, width=width)
+    assert code == 1, shown
+    lines = [line.strip() for line in shown.splitlines()]
+    for aside in ("(keeps a copy of the edits),", "(-v shows each)"):
+        assert any(aside in line for line in lines), (aside, shown)

@@ -27,6 +27,7 @@ from helpers import (
     fingerprint,
     make_patch,
     patched_spec,
+    publish_wheel,
     record_hash,
     run_cli,
     write_library,
@@ -857,7 +858,9 @@ def test_a_seal_key_others_can_read_is_said_once(tmp_path, library, mode):
     key.write_bytes(os.urandom(32))
     key.chmod(mode)
     env = {"XDG_STATE_HOME": str(state), "PATCHKIT_CACHE_DIR": str(tmp_path / "cache")}
-    done = run_cli("wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patches", library, env=env)
+    stock = write_wheel(tmp_path / "in")
+    publish_wheel(stock, tmp_path / "cache")
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, env=env)
     assert_clean_failure(done, 0)
     said = done.stderr.count(f"chmod 600 {key}")
     assert said == (1 if mode == 0o644 else 0), done.stderr

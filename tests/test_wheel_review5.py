@@ -16,6 +16,7 @@ import pytest
 from helpers import (
     assert_clean_failure,
     file_member,
+    publish_wheel,
     run_cli,
     spec_library,
     write_wheel,
@@ -134,6 +135,7 @@ def test_a_record_that_lists_a_file_twice_is_refused_as_malformed(tmp_path, libr
 def _local_sources(tmp_path: Path) -> tuple[Path, Path]:
     """A stock wheel in a directory (find-links) and a file:// simple index listing it."""
     wheel = write_wheel(tmp_path / "wheels")
+    publish_wheel(wheel, tmp_path / "cache")  # the release's RECORD, cached by an earlier fetch
     page = tmp_path / "index" / "simple" / "vllm"
     page.mkdir(parents=True)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()

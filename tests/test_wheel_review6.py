@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, assert_clean_failure, file_member, run_cli, spec_library, write_wheel
+from helpers import SPEC_PY, TAGS, assert_clean_failure, file_member, publish_wheel, run_cli, spec_library, write_wheel
 
 from patchkit.distinfo.record import record_hash
 
@@ -73,6 +73,7 @@ def test_the_pip_download_hint_carries_the_options_that_shape_the_wheel(tmp_path
     # review 6 M3: `pip download … -d DIR`, then `patchkit wheel DIR/FILE.whl`: --out and --local-label
     # dropped (another version string in another place), and a placeholder file name (L1)
     wheels = write_wheel(tmp_path / "wheels").parent
+    publish_wheel(wheels / f"vllm-0.16.0-{TAGS}.whl", tmp_path / "cache")  # cached by an earlier fetch
     env = {
         "PATCHKIT_CACHE_DIR": str(tmp_path / "cache"),
         "PIP_CONFIG_FILE": os.devnull,

@@ -61,6 +61,7 @@ class Resolved:
             patches=self.patches,
             changes=changes,
             library=patch_set.directory.parent if patch_set else None,
+            root=self.target.root,
         )
 
 
@@ -77,6 +78,8 @@ def resolve(opts: Options, *, target: Target | None = None, sets: dict[str, Patc
         return Resolved(tgt, detected, selection)
     detected = version_mod.detect(tgt, opts.vllm_version)
     wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
+    if wheel is not None and len(wheel.set_names) > 1:  # a wheel of several sets: the one asked for, if it holds it
+        wheel = wheel.for_set(opts.set_name) if opts.set_name in wheel.set_names else None
     if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
         selection, said = installed_wheel_reader().selection(wheel, detected.version, opts.library)
         return Resolved(tgt, detected, selection, [said])
@@ -158,13 +161,15 @@ class Chosen:
         return self.resolved.selection.kind if self.resolved else None
 
 
-def resolve_sets(opts: Options, target: Target) -> list[Chosen]:
-    """Every set of the library (or those --set names), in the library's order, resolved for the target."""
-    sets = library.choose_sets(library.load_library(library.locate(opts.library).path), opts.set_names)
+def resolve_sets(opts: Options, target: Target, *, sets: dict[str, PatchSetDef] | None = None) -> list[Chosen]:
+    """Every set of the library (or those --set names), in the library's order, resolved for the
+    target. `sets`: the library's sets when the caller has loaded them already (library_sets)."""
+    loaded = sets if sets is not None else library.load_library(library.locate(opts.library).path)
     chosen = []
-    for patch_set in sets:
+    for patch_set in library.choose_sets(loaded, opts.set_names):
         try:
-            chosen.append(Chosen(patch_set.name, resolve(replace(opts, set_name=patch_set.name), target=target)))
+            one = replace(opts, set_name=patch_set.name)
+            chosen.append(Chosen(patch_set.name, resolve(one, target=target, sets=loaded)))
         except NoPatchSet as exc:  # a gap in the set's range: said, not an error of the run
             chosen.append(Chosen(patch_set.name, None, exc.message))
     if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):

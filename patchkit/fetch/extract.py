@@ -33,7 +33,7 @@ def extract(
     dist-info, what the tree holds and what the wheel lacks. Returns how many files were written."""
     infos = {info.filename: info for info in src.infolist() if not info.is_dir()}
     names = sorted(infos)
-    record_name = _record_name(names, ver, state["wheel"])
+    record_name = find_record_name(names, ver, state["wheel"])
     state["dist_info"] = record_name.rsplit("/", 1)[0]
     state["members"] = names
 
@@ -63,7 +63,7 @@ def extract(
     return len(fetch)
 
 
-def _record_name(names: list[str], ver: str, wheel: str) -> str:
+def find_record_name(names: list[str], ver: str, wheel: str) -> str:
     """The wheel's dist-info RECORD; the one whose version matches if there are several."""
     dist_infos = [n for n in names if re.fullmatch(rf"{PROJECT}-[^/]+\.dist-info/RECORD", n)]
     if not dist_infos:

@@ -51,6 +51,7 @@ class PreflightResult:
     launched: LaunchCommand | None = None  # as written: what vLLM's own parser is asked to read
     fixable: bool = False  # the series, applied, would change the tree
     missing: list[TargetError] = field(default_factory=list)  # a model or drafter found nowhere (exit 4)
+    shown: bool = False  # its findings were printed: the missing model among them, not said again
     # the general plugins the launch loads, where vLLM was not asked what they do (--no-import, `run`)
     unjudged_plugins: list[str] = field(default_factory=list)
 
@@ -220,6 +221,10 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
 
+    if resolved.target.python is None:  # a --target tree: no model found later would let it run
+        gives = "give --python PATH, vLLM's interpreter (--target and --python combine)"
+        also = ", once the models above are found" if result.missing else ""
+        return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
             VALIDATION,
@@ -228,6 +233,17 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
         )
     launched = result.launched or result.command
     return engine_validation(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
+
+
+# The order a person gets a launch going in: the command as written, the models it names, the tree
+# it imports, that tree's patches (and the checks they settle), then vLLM's own validation.
+_FIX_ORDER = {COMMAND: 0, MODELS: 1, LAUNCH_TARGET: 2, TREE: 3, VALIDATION: 5}
+
+
+def in_fix_order(findings: list[Finding]) -> list[Finding]:
+    """Failures first, then what could not judge (with what gives it), then the passes; each in
+    the order the user acts on them (_FIX_ORDER; the set's checks after the tree's state)."""
+    return sorted(findings, key=lambda f: (0 if not f.ok else 1 if not f.judged else 2, _FIX_ORDER.get(f.check, 4)))
 
 
 def _models(

@@ -238,6 +238,17 @@ def _sidecar(root: Path, ver: str, wheel: str) -> dict[str, Any] | Unbelieved:
     return record
 
 
+def cached_sha256(version: str, wheel: str) -> str | None:
+    """The index's sha256 of `wheel` as this user's patchkit recorded it when it downloaded that file
+    into the wheel cache (its sealed .json), else None. Nothing is checked, removed or written."""
+    ver = normalize_version(version)
+    try:
+        record = _sidecar(cache_dir() / "wheels" / ver, ver, wheel)
+    except (OSError, Damaged, ValueError, RecursionError):
+        return None
+    return None if isinstance(record, Unbelieved) else str(record["sha256"])
+
+
 def _from_a_configured_index(
     root: Path, ver: str, wheel: str, record: dict[str, Any], say: Progress, warn: Progress
 ) -> bool:

@@ -99,6 +99,8 @@ def fitted(
     room = max(width - max(first, indent), 10)
     # a `command` is one word, never shortened: it is pasted from there (wrapped, as several lines)
     words = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
+    # a short aside "(-v shows each)" is read as one: never wrapped inside its parentheses
+    words = _ASIDE.sub(lambda m: _kept_whole(m.group(), min(ASIDE_ROOM, room)), words)
     if shorten:
         words = " ".join(_fitting(word, width, room, paths=paths) for word in words.split(" "))
     # a word kept whole that a hanging indent would push past the width starts further left
@@ -124,7 +126,14 @@ def _fitting(word: str, width: int, room: int, *, paths: bool) -> str:
 
 
 _COMMAND = re.compile(r"`[^`]*`")
+_ASIDE = re.compile(r"\([^()]*\)[,;:.]?")
+ASIDE_ROOM = 40  # the widest aside kept on one line; a longer one wraps at its spaces
 _KEPT_SPACE = "\ue000"  # not whitespace to textwrap (a no-break space is)
+
+
+def _kept_whole(aside: str, room: int) -> str:
+    """An aside as one word when a line holds it, else as it is (wrapped at its spaces)."""
+    return aside.replace(" ", _KEPT_SPACE) if len(aside) <= room else aside
 
 
 def plain_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> str:
