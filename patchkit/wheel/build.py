@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from email.parser import Parser
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +70,7 @@ if TYPE_CHECKING:  # imported where used: the big members are being copied by th
 
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
+WHEEL_VERSION_MAJOR = 1  # the Wheel-Version pip installs (1.x; a later 1.y with a warning)
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
 OUT_HINT = "give --out a directory you can write to (it is created if missing), such as ./dist"
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
@@ -181,11 +183,11 @@ def build_patched_wheel(
         ThreadPoolExecutor(max_workers=3) as pool,  # the copies and the file's hash; this thread places every member
     ):
         stock_record = _stock_record(wheel)
-        held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
-        resolved, notes = _resolve(wheel, scratch, chosen)
+        resolved, notes = _resolve(wheel, scratch, chosen)  # a version without a series ends here: no index asked
+        held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         added = labels.normalized_label(label or labels.default_label([r.set_name for r in resolved]))
         version = labels.labelled_version(wheel.version, added)
         copied = {e.source.name for e in early if e.source is not None}
@@ -561,6 +563,7 @@ def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> It
                 path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info, installs
             )
             _refuse_other_scripts(wheel)
+            _refuse_a_wheel_pip_refuses(wheel)
             yield wheel
     finally:
         os.close(fd)
@@ -598,6 +601,26 @@ def _refuse_other_scripts(wheel: StockWheel) -> None:
                 "(over a file of that name, bin/python3 say); vLLM's wheels name only vllm; refusing the wheel",
                 hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
             )
+
+
+def _refuse_a_wheel_pip_refuses(wheel: StockWheel) -> None:
+    """BadInput for a dist-info WHEEL that pip refuses to install (pip's own reading of it: the
+    first Wheel-Version header, numbers joined by dots, major version 1 at most): the wheel built
+    from it would fail at `pip install`, at image build, not here."""
+    name = f"{wheel.dist_info}/WHEEL"
+    if wheel.member(name) is None:
+        raise BadInput(f"{wheel.label} has no {name}, which pip needs to install it; refusing the wheel")
+    try:
+        text = Parser().parsestr(wheel.read(name, METADATA_LIMIT).decode())["Wheel-Version"]
+        version = None if text is None else tuple(map(int, text.strip().split(".")))
+    except (UnicodeDecodeError, ValueError):
+        version = ()
+    if not version or version[0] > WHEEL_VERSION_MAJOR:
+        said = "no Wheel-Version" if version is None else "a Wheel-Version pip refuses"
+        raise BadInput(
+            f"{wheel.label}: its {name} has {said} (pip installs {WHEEL_VERSION_MAJOR}.x); refusing the wheel",
+            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
+        )
 
 
 def _refuse_outside(name: str, dist_info: str, label: str) -> None:

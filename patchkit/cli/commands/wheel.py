@@ -19,7 +19,10 @@ from patchkit.series.library import UNSUPPORTED, UPSTREAM, choose_sets, load_cho
 from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
 from patchkit.wheel.stock import checked_stock_wheel
 
-_DOWNLOAD_DIR = "vllm-stock"  # where the pip-download hint has pip put the stock wheel
+# Where the pip-download hint has pip put the stock wheel: a directory per platform, so that the
+# hint's glob never takes a wheel an earlier run downloaded for another one.
+_DOWNLOAD_DIR = "vllm-stock"
+_THIS_MACHINE = "this-machine"
 
 
 @click.command()
@@ -139,11 +142,12 @@ def _download_it_with_pip(version: str, platform: str | None, chosen: Options, s
     run as printed: a real directory, a glob left unquoted, `python3 -m pip` (a pipx install puts no
     pip on PATH)."""
     release = normalize_version(version)
-    pip = ["python3", "-m", "pip", "download", f"vllm=={release}", "--no-deps", "-d", _DOWNLOAD_DIR]
+    directory = f"{_DOWNLOAD_DIR}/{platform or _THIS_MACHINE}"
+    pip = ["python3", "-m", "pip", "download", f"vllm=={release}", "--no-deps", "-d", directory]
     if platform:
         pip += ["--platform", platform, "--only-binary=:all:"]
     build = hints.command("wheel", chosen=chosen)[:-1]  # the selection; the file and options after it
-    wheel_glob = f"{shlex.quote(_DOWNLOAD_DIR)}/vllm-{release}-*.whl"
+    wheel_glob = f"{shlex.quote(directory)}/vllm-{release}-*.whl"
     rest = f" {shlex.join(shape)}" if shape else ""
     return f"run `{shlex.join(pip)}`, then {build} {wheel_glob}{rest}`"
 
