@@ -16,7 +16,6 @@ import hashlib
 import os
 import sys
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,11 +83,12 @@ def locate(option: str | Path | None) -> Location:
 
 
 def default_root() -> Path:
-    """The library installed with patchkit: patchkit/_library inside a wheel, read through
-    importlib.resources; patches/ beside the package in a checkout or an editable install."""
+    """The library installed with patchkit: patchkit/_library inside a wheel (beside the package's
+    modules: importlib.resources says the same of a package on disk, at the cost of its imports);
+    patches/ beside the package in a checkout or an editable install."""
 
-    packaged = files("patchkit") / "_library"
-    if isinstance(packaged, Path) and packaged.is_dir():
+    packaged = Path(__file__).resolve().parents[1] / "_library"
+    if packaged.is_dir():
         return packaged.resolve()
     return Path(__file__).resolve().parents[2] / "patches"
 
