@@ -82,12 +82,15 @@ def locate(option: str | Path | None) -> Location:
     return Location(default_root(), INSTALLED)
 
 
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # patchkit/: a wheel puts the library in it
+
+
 def default_root() -> Path:
     """The library installed with patchkit: patchkit/_library inside a wheel (beside the package's
     modules: importlib.resources says the same of a package on disk, at the cost of its imports);
     patches/ beside the package in a checkout or an editable install."""
 
-    packaged = Path(__file__).resolve().parents[1] / "_library"
+    packaged = PACKAGE_DIR / "_library"
     if packaged.is_dir():
         return packaged.resolve()
     return Path(__file__).resolve().parents[2] / "patches"
