@@ -19,7 +19,7 @@ from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.findings import Failure
 from patchkit.cli.ui.json_views import plan_json, resolved_json, status_json, target_json
 from patchkit.cli.ui.junit import JUnitCase, checks_junit, error_junit, junit, releases_junit, sets_releases_junit
-from patchkit.cli.ui.plan import file_rows, hunk_rows, offsets_note, plan_hunk_rows, plan_sections, write_plan_rows
+from patchkit.cli.ui.plan import file_rows, hunk_rows, offsets_note, plain_plan, plan_sections
 from patchkit.cli.ui.run import SCHEMA_VERSION, Run, begin_run, finish_run, write_junit
 from patchkit.cli.ui.text import STATE_STYLES, visible
 
@@ -38,7 +38,7 @@ __all__ = [
     "hunk_rows",
     "junit",
     "offsets_note",
-    "plan_hunk_rows",
+    "plain_plan",
     "plan_json",
     "plan_sections",
     "releases_junit",
@@ -48,5 +48,4 @@ __all__ = [
     "target_json",
     "visible",
     "write_junit",
-    "write_plan_rows",
 ]
