@@ -592,3 +592,23 @@ def spec_library(tmp_path: Path) -> Path:
     return write_library(
         tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
     )
+
+
+# A set's behaviour test of the tests' own, speaking checks/behaviour.py's protocol as the tool-call
+# sets' behaviour.py does: DemoParser fails while BROKEN = True; it leaves a mark where it ran.
+BEHAVIOUR_JUDGE = """\
+import json, pathlib, sys
+files = [pathlib.Path(a) for a in sys.argv[1:] if a.endswith(".py")]
+pathlib.Path(__file__).with_name("ran").write_text(" ".join(sys.argv[1:]))
+judged = [f for f in files if "class DemoParser" in f.read_text()]
+broken = [f for f in judged if "BROKEN = True" in f.read_text()]
+failures = [
+    {"parser": "DemoParser", "case": "one call", "split": "2 token(s) per delta", "top_up": "bare",
+     "lost": "call 0 (get_weather) lost"}
+    for f in broken
+]
+document = {"ok": not broken, "error": None, "loaded": "stand-ins", "runs": 8 * len(judged),
+            "failed": 3 * len(broken), "judged": {}, "skipped": [], "failures": failures}
+print(json.dumps(document))
+sys.exit(1 if broken else 0)
+"""

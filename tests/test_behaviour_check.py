@@ -12,29 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import BEHAVIOUR_JUDGE as JUDGE
 from helpers import make_patch, write_library, write_tree
 
 PARSER = "vllm/tool_parsers/demo_parser.py"
 STOCK = "class DemoParser:\n    BROKEN = True\n"
 FIXED = "class DemoParser:\n    BROKEN = False\n"
-
-# The protocol, as the tool-call sets' behaviour.py speaks it; it leaves a mark where it ran.
-JUDGE = """\
-import json, pathlib, sys
-files = [pathlib.Path(a) for a in sys.argv[1:] if a.endswith(".py")]
-pathlib.Path(__file__).with_name("ran").write_text(" ".join(sys.argv[1:]))
-judged = [f for f in files if "class DemoParser" in f.read_text()]
-broken = [f for f in judged if "BROKEN = True" in f.read_text()]
-failures = [
-    {"parser": "DemoParser", "case": "one call", "split": "2 token(s) per delta", "top_up": "bare",
-     "lost": "call 0 (get_weather) lost"}
-    for f in broken
-]
-document = {"ok": not broken, "error": None, "loaded": "stand-ins", "runs": 8 * len(judged),
-            "failed": 3 * len(broken), "judged": {}, "skipped": [], "failures": failures}
-print(json.dumps(document))
-sys.exit(1 if broken else 0)
-"""
 
 
 @pytest.fixture

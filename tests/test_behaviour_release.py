@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import DRAFTS, lay_out_release
+from helpers import DRAFTS, Releases, lay_out_release
 
 from patchkit.releases.files import files_for
 
@@ -77,3 +77,34 @@ def test_verify_of_releases_runs_it_once_on_the_patched_release(run):
     assert [(c["ok"], c["message"]) for c in release["checks"] if c["check"] == "behaviour"] == [
         (True, "0 of 120 streamed runs differ (stand-ins)")
     ]
+
+
+@pytest.mark.parametrize(("parsers", "verdict"), [("patched", "passes"), ("stock", "fails")])
+def test_a_new_release_where_the_open_ended_set_conflicts_says_whether_upstream_fixed_it(
+    tmp_path, run, monkeypatch, parsers, verdict
+):
+    """A synthetic 0.99.0 on a fake index: 0.33.0's DeepSeek parsers (stock, or as the set patches
+    them: "upstream's fix"), their first line changed, so the series conflicts there."""
+    paths = files_for("0.33.0", str(DRAFTS), DEEPSEEK)
+    site = lay_out_release("0.33.0", paths, tmp_path / "site")
+    if parsers == "patched":
+        assert run("apply", "--target", site, "--patches", DRAFTS, "--set", DEEPSEEK).exit_code == 0
+    files = {
+        path: (site / path).read_text().replace("Apache-2.0", "Apache-2.0 (changed in 0.99.0)", 1) for path in paths
+    }
+    Releases(tmp_path / "index", monkeypatch).add("0.99.0", files)
+
+    done = run("verify", "--latest", "--patches", DRAFTS, "--set", DEEPSEEK, "--format", "json")
+    assert done.exit_code == 1
+    [release] = json.loads(done.stdout)["releases"]
+    assert (release["vllm_version"], release["outcome"], release["stock_behaviour"]) == ("0.99.0", "conflict", verdict)
+    assert release["detail"].startswith("the stock files changed (vllm/tool_parsers/deepseekv3")
+    if verdict == "passes":
+        assert release["hint"] == "upstream may have fixed this in 0.99.0: close the set's range"
+    else:
+        assert (
+            "still fail the set's behaviour test (" in release["detail"]
+            and "tokens per delta: call" in release["detail"]
+        )
+        assert release["hint"].startswith("port the series: `patchkit port --patches ")
+        assert release["hint"].endswith("--set deepseek-tool-calls --from 0.23.0 --to 0.99.0`")

@@ -394,7 +394,7 @@ def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_
 
 def test_a_second_signal_while_an_interrupt_is_reported_does_not_cut_the_report(monkeypatch, capsys):
     from patchkit.cli import main as cli
-    from patchkit.cli.ui import begin_run
+    from patchkit.cli.ui.run import begin_run
 
     real = cli._report
 

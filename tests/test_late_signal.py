@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import MODEL_PY, make_patch, run_cli, write_tree
 
+from patchkit.base import signals
+from patchkit.cli import start
+
 MODEL = "vllm/models/model.py"
 
 # patchkit's console script, with two signals sent as the command's handling of them ends
@@ -55,3 +58,39 @@ def test_a_signal_after_revert_ended_its_handling_exits_with_the_message(tmp_pat
     assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
     assert done.stderr.count("interrupted") == 1 and "Traceback" not in done.stderr, done.stderr
     assert (site / MODEL).read_text() == MODEL_PY and not Path(site / ".patchkit/journal.json").exists()
+
+
+# the console script, with a signal sent in the process's very last steps (its atexit handlers run)
+EXITING = """
+import atexit, os, sys
+SIGNUM = int(sys.argv[1])
+atexit.register(lambda: os.kill(os.getpid(), SIGNUM))
+sys.argv = ["patchkit", *sys.argv[2:]]
+from patchkit.cli.start import main
+main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_as_the_process_exits_is_said_not_dropped(tmp_path, scratch, signum):
+    """Review 6 L7: a double Ctrl-C at the end of a revert sometimes ended exit 0 with nothing said:
+    the signal came after the late-signal check, while the interpreter exited, and was ignored."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-c", EXITING, str(int(signum)), "revert", "--target", str(site), "--patch", str(diff)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
+    assert "reverted" in done.stdout, done.stdout
+    assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
+    assert done.stderr.count("interrupted") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert (site / MODEL).read_text() == MODEL_PY
+
+
+def test_the_start_up_line_is_the_one_patchkit_says_before_any_change():
+    assert f"error: {signals.interrupted_report()[0]}\n" == start.BEFORE_ANY_CHANGE

@@ -235,7 +235,7 @@ def test_an_undecodable_model_name_is_shown_by_its_byte(tmp_path):
 
 
 def test_an_undecodable_byte_in_a_note_is_shown_by_its_byte():
-    from patchkit.cli.ui import visible
+    from patchkit.cli.ui.text import visible
 
     drafter = os.fsdecode(b"/models/dr\xfeafter")
     command = read16("org/m", "--speculative-config", "{}", "--speculative-config.model", drafter)

@@ -88,3 +88,29 @@ def test_thousands_of_plugins_are_a_few_names_and_a_count_on_one_line(launch, tm
     assert done.returncode == 7 and len(line) <= 80, line
     assert line.startswith(WARNING) and " +3,00" in line and f"more {ASKS}" in line, line
     assert "\x1b" not in done.stderr
+
+
+def test_vllms_own_general_plugins_are_no_plugin_to_name(launch):
+    """vLLM 0.16.0's own dist-info declares two general plugins (its LoRA resolvers, vLLM's code):
+    part of the tree judged, not named on every launch."""
+    tree, library, command, env, _ = launch
+    applied(tree, library)
+    (info,) = tree.glob("vllm-*.dist-info")
+    (info / "entry_points.txt").write_text(VLLMS_OWN)
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 7 and warnings(done.stderr) == [], done.stderr
+
+    # another distribution's plugin whose code is not vLLM's is named, under any name
+    write_plugin(tree, "patchkit_guard", "def register():\n    pass\n")
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 7 and warnings(done.stderr) == [f"{WARNING}patchkit_guard {ASKS}"], done.stderr
+
+
+VLLMS_OWN = """\
+[console_scripts]
+vllm = vllm.entrypoints.cli.main:main
+
+[vllm.general_plugins]
+lora_filesystem_resolver = vllm.plugins.lora_resolvers.filesystem_resolver:register_filesystem_resolver
+lora_hf_hub_resolver = vllm.plugins.lora_resolvers.hf_hub_resolver:register_hf_hub_resolver
+"""

@@ -171,7 +171,7 @@ LAZY_IMPORTS = {
     "importlib.metadata": "only reading a tree's plugins needs it (it loads the email package)",
     "yaml": "PyYAML loads only for a launch that names a --config file",
     "patchkit.series.plan": "`run`'s fast path reads the record and never plans",
-    "patchkit.engine.several": "`run`'s fast path never applies (several loads the engine's operations)",
+    "patchkit.cli.commands.apply": "`run`'s fast path never applies: apply's command (the engine's operations) loads for --apply",
     "patchkit.engine.transaction": "`run`'s fast path takes no lock (2.7 ms of CPU, bench/README)",
     "pyflakes": "a warm dry run recalls the names check's findings: pyflakes runs on a miss (2.2 ms of CPU)",
 }

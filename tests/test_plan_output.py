@@ -14,8 +14,16 @@ import pytest
 from helpers import make_patch, write_library, write_tree
 from rich.console import Console
 
-from patchkit.cli.ui import UI, file_rows, hunk_rows, offsets_note, plain_plan, plan_sections
-from patchkit.cli.ui.plan import PLAN_HUNK_HEADER
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.plan import (
+    PLAN_HUNK_HEADER,
+    file_rows,
+    hunk_rows,
+    offsets_note,
+    plain_plan,
+    plan_sections,
+    show_plan,
+)
 from patchkit.series.patchfile import parse_patch
 from patchkit.series.plan import plan_apply
 
@@ -71,7 +79,7 @@ def terminal_ui(out: io.StringIO, *, verbose: int = 0, width: int = 200, **conso
 
 def terminal_text(plan, *, verbose: int = 0, width: int = 200) -> str:
     out = io.StringIO()
-    terminal_ui(out, verbose=verbose, width=width).plan(plan, dry_run=True)
+    show_plan(terminal_ui(out, verbose=verbose, width=width), plan, dry_run=True)
     return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
 
 
@@ -151,7 +159,7 @@ def test_terminal_shows_an_applied_or_conflicting_patch_as_a_heading_without_row
 
 def test_terminal_colours_the_state(site, patches):
     out = io.StringIO()
-    terminal_ui(out, color_system="standard").plan(plan_of(site, patches), dry_run=False)
+    show_plan(terminal_ui(out, color_system="standard"), plan_of(site, patches), dry_run=False)
     assert "changes 4 file(s)" in out.getvalue()
     assert "\x1b[33mapply\x1b[0m" in out.getvalue()  # yellow, as `status` shows a pending patch
 

@@ -4,6 +4,7 @@ another user while status said ok)."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -87,3 +88,33 @@ def test_a_several_set_apply_opens_every_sets_0600_file(run, tmp_path, scratch):
     assert readable_by_others(tree / spec) and readable_by_others(tree / model), done.output
     status = run("status", "--target", tree, "--patches", library)
     assert status.exit_code == 0, status.output
+
+
+def test_revert_gives_back_the_mode_of_a_0600_file_apply_made_readable(run, tmp_path, scratch):
+    """Review 6 L5: revert gave the stock bytes back but kept the o+r apply added."""
+    tree = write_tree(tmp_path / "site")
+    spec = tree / "vllm/config/spec.py"
+    patch = scratch / "spec.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"kimi"')}))
+    _closed(spec)
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    assert readable_by_others(spec)
+    done = run("revert", "--target", tree, "--patch", patch)
+    assert done.exit_code == 0, done.output
+    assert spec.read_text() == SPEC_PY and stat.S_IMODE(os.stat(spec).st_mode) == 0o600
+
+
+def test_a_recorded_mode_beyond_permission_bits_is_refused(run, tmp_path, scratch):
+    """The recorded mode is read back from the tree: a setuid bit (or no number) is a damaged record."""
+    tree = write_tree(tmp_path / "site")
+    patch = scratch / "spec.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"kimi"')}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    path = tree / ".patchkit/state.json"
+    for bad in (0o4755, -1, "0644", True):
+        state = json.loads(path.read_text())
+        state["entries"][0]["files"]["vllm/config/spec.py"]["mode"] = bad
+        path.write_text(json.dumps(state))
+        done = run("revert", "--target", tree, "--patch", patch)
+        assert done.exit_code == 2 and "is not a file's permission bits" in done.output, (bad, done.output)
+    assert stat.S_IMODE(os.stat(tree / "vllm/config/spec.py").st_mode) & 0o7000 == 0

@@ -134,6 +134,17 @@ def test_the_fast_path_loads_no_logging_nor_the_integrity_check(launch):
     assert "patchkit.checks.integrity" not in fast
 
 
+def test_the_fast_path_loads_no_table_report_nor_plan_of_the_ui(launch):
+    """Issue 21: the ui package re-exports nothing, so `run`'s fast path loads only the ui modules
+    it uses (the console, the run's document): no report, plan, steps or matrix module."""
+    tree, library, command, env, _ = launch
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    fast = loaded_by_run(tree, library, command, env)
+    assert "patchkit.cli.ui.console" in fast
+    unused = ("reports", "plan", "steps", "matrix", "screen")
+    assert [m for m in fast if m.removeprefix("patchkit.cli.ui.") in unused] == []
+
+
 def test_a_warm_run_still_refuses_a_tree_changed_since_it_last_launched(launch, tmp_path):
     """The findings kept by one run answer the next only while every file they read is unchanged,
     and the record stands in for the series only while every file it records is as written."""

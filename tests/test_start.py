@@ -52,3 +52,17 @@ def test_the_console_script_is_the_guarded_entry_point():
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     assert '\n[project.scripts]\npatchkit = "patchkit.cli.start:main"\n' in pyproject
     assert start.INTERRUPTED == INTERRUPTED
+
+
+def test_start_up_builds_no_enum_of_the_fleet_the_maintainer_tools_nor_the_matrix():
+    """Issue 21: each enum costs start-up (~0.1 ms): base.enums holds the names of the layers below
+    the commands; those of fleet, of refresh and port, and of the matrix live where they are used."""
+    code = (
+        "import patchkit.cli.main, patchkit.engine.resolve\n"
+        "from patchkit.base.enums import StrEnum\n"
+        "print(' '.join(sorted(c.__name__ for c in StrEnum.__subclasses__())))"
+    )
+    built = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "Outcome" in built
+    elsewhere = {"NodeState", "FleetPhase", "RayFailure", "PatchChange", "SharedState", "PortOutcome", "MatrixCell"}
+    assert elsewhere & set(built) == set()

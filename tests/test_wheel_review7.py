@@ -4,6 +4,10 @@ whole to the published wheel of its name, not to its own RECORD."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -72,14 +76,14 @@ def _built(done, out: Path) -> list[str]:
             True,
             "'vllm-0.16.0.dist-info/METADATA' differs",
         ),
-        # a WHEEL pip refuses (review 7 L2)
+        # the WHEEL: Root-Is-Purelib decides where pip installs everything
         (
-            {"vllm-0.16.0.dist-info/WHEEL": f"Wheel-Version: 2.0\nRoot-Is-Purelib: false\nTag: {TAGS}\n".encode()},
+            {"vllm-0.16.0.dist-info/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {TAGS}\n".encode()},
             True,
             "'vllm-0.16.0.dist-info/WHEEL' differs",
         ),
     ],
-    ids=["hostile-init", "record-copied", "extra", "missing", "metadata", "wheel-version"],
+    ids=["hostile-init", "record-copied", "extra", "missing", "metadata", "wheel"],
 )
 def test_a_stock_named_wheel_unlike_the_published_one_is_refused_naming_the_member(
     tmp_path, library, change, true_record, said
@@ -186,3 +190,71 @@ def test_the_release_cache_of_another_file_name_is_no_reference(tmp_path, librar
     index.publish(other.name, other.read_bytes())
     done = run_cli("wheel", other, "--out", tmp_path / "out", "--patches", library, env=_index_env(tmp_path, index))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_version_without_a_series_asks_no_index(tmp_path, library, index):
+    """Exit 3 is known from the wheel's version: the published wheel is not looked up for it."""
+    stock = write_wheel(tmp_path / "in", version="0.10.2", published=False)
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, env=_index_env(tmp_path, index))
+    assert_clean_failure(done, 3)
+    assert index.log == []
+
+
+@pytest.mark.parametrize(
+    ("wheel_file", "code"),
+    [
+        (b"Wheel-Version: 2.0\nRoot-Is-Purelib: false\n", 2),
+        (b"Root-Is-Purelib: false\n", 2),  # no Wheel-Version
+        (b"Wheel-Version: one\nRoot-Is-Purelib: false\n", 2),
+        (None, 2),  # no WHEEL at all
+        (b"Wheel-Version: 1.9\nRoot-Is-Purelib: false\n", 0),  # pip installs it, with a warning
+        (b"Wheel-Version: 1.0\nWheel-Version: 2.0\nRoot-Is-Purelib: false\n", 0),  # pip reads the first
+    ],
+    ids=["2.0", "none", "not-a-number", "no-WHEEL", "1.9", "first-of-two"],
+)
+def test_a_wheel_file_pip_refuses_is_refused(tmp_path, library, wheel_file, code):
+    """review 7 L2: a WHEEL with another Wheel-Version built a wheel pip refuses at image build."""
+    own = write_wheel(tmp_path / "own", version="0.16.0+site", published=False)
+    stock = _rebuilt(own, tmp_path / "in", change={"vllm-0.16.0+site.dist-info/WHEEL": wheel_file})
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_clean_failure(done, code)
+    if code:
+        assert "pip installs 1.x" in done.stderr or "which pip needs to install it" in done.stderr, done.stderr
+        assert _built(done, tmp_path / "out") == []
+
+
+def _followed(hint_line: str, cwd: Path, env: dict[str, str], only_first: bool = False) -> None:
+    """Each backquoted command of a hint (or the first), run by sh as printed, in `cwd`."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    commands = re.findall(r"`([^`]+)`", hint_line)
+    for command in commands[:1] if only_first else commands:
+        done = subprocess.run(
+            ["sh", "-c", command], cwd=cwd, env={**os.environ, **env, "PATH": path}, capture_output=True, text=True
+        )
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+
+
+def test_the_pip_download_hint_s_glob_takes_no_wheel_of_another_platform(tmp_path, library):
+    """review 7 L3: an earlier `--platform` run's wheel in the hint's directory made its glob two files."""
+    x86 = write_wheel(tmp_path / "wheels")
+    arm = tmp_path / "wheels" / x86.name.replace("x86_64", "aarch64")
+    shutil.copy(x86, arm)
+    env = {
+        "PATCHKIT_CACHE_DIR": str(tmp_path / "cache"),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": str(tmp_path / "wheels"),
+        "PIP_NO_INDEX": "1",
+    }
+    publish_wheel(x86, tmp_path / "cache")  # the release's RECORD, cached by an earlier fetch
+    work = tmp_path / "work"
+    work.mkdir()
+    for platform in (["--platform", "manylinux_2_31_aarch64"], []):
+        done = run_cli("wheel", "0.16.0", *platform, "--patches", library, env=env, cwd=work)
+        assert_clean_failure(done, 4)
+        hint = " ".join(done.stderr.split()).partition("hint: ")[2]
+        _followed(hint, work, env, only_first=bool(platform))  # the other platform's wheel: downloaded only
+    assert [p.name for p in work.glob("vllm-0.16.0+patchkit.demo-*.whl")] == [
+        x86.name.replace("0.16.0", "0.16.0+patchkit.demo")
+    ]

@@ -24,7 +24,7 @@ from patchkit.base.options import Options
 _SELECTION: ContextVar[Options | None] = ContextVar("patchkit_selection", default=None)
 
 # What each command takes of the selection (cli/commands: target_options(without=...)); a verb not
-# listed takes none of it (workspace, port...).
+# listed takes none of it (workspace, refresh...).
 _TREE = ("target_dir", "python")
 _SET = (*_TREE, "vllm_version", "library", "set_name")
 _TAKES: dict[str, tuple[str, ...]] = {
@@ -34,6 +34,7 @@ _TAKES: dict[str, tuple[str, ...]] = {
     "fetch": ("library", "set_name"),  # which files a set needs
     "list": ("library",),
     "wheel": ("library", "set_name", "adhoc"),  # builds from a wheel file: no tree
+    "port": ("library", "set_name"),  # which set's series, from the stock releases
 }
 _FLAGS = {
     "target_dir": "--target",

@@ -69,21 +69,28 @@ def _note_late(signum: int, _frame: object) -> None:
 
 
 def late_signal() -> int | None:
-    """Signals are ignored from here to the exit (the interpreter's finalization resets a Python
-    handler, never an ignored one); the first that arrived after the command, if any."""
-    if threading.current_thread() is threading.main_thread():
-        for number in HANDLED:
-            if signal.getsignal(number) is _note_late:
-                signal.signal(number, signal.SIG_IGN)
-    return _late[0] if _late else None
+    """Signals are held (blocked) from here to the exit, never lost: the console script's last
+    step (exit_held) looks for one once more right before the process ends. The first that arrived
+    after the command, if any."""
+    if threading.current_thread() is threading.main_thread() and _held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    return _late[0] if _late else pending()
+
+
+def pending() -> int | None:
+    """A handled signal that arrived while they were held (late_signal), not yet reported."""
+    if not _held or threading.current_thread() is not threading.main_thread():
+        return None
+    waiting = signal.sigpending() & set(HANDLED)
+    return min(waiting) if waiting else None
 
 
 def ignore_more() -> None:
-    """The command is ending on a signal: another one (a second Ctrl-C) must not cut its report.
-    handled() puts the handlers back."""
+    """The command is ending on a signal: another one (a second Ctrl-C) must not cut its report,
+    whether a command's handler (handled() puts it back) or Python's own (before any command ran)."""
     if threading.current_thread() is threading.main_thread():
         for number in HANDLED:
-            if signal.getsignal(number) is _raise:
+            if signal.getsignal(number) is not signal.SIG_IGN:
                 signal.signal(number, lambda *_: None)
 
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import codecs
 import gc
 import importlib
 import io
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar
 
 # A run keeps nearly all its objects to the end, so collecting every 700 allocations walks them
 # again and again (~40 ms of a large dry run); every 200,000 (as mypy sets it) it seldom collects.
@@ -202,12 +204,12 @@ class PatchkitGroup(click.Group):
             ctx.exit(code)
 
 
-def _ui() -> ModuleType:
-    """The UI package, loaded once a command runs."""
+def _ui() -> SimpleNamespace:
+    """The console and the run's document, loaded once a command runs."""
     # lazy: `--help` never loads the UI
-    import patchkit.cli.ui
+    from patchkit.cli.ui import console, run
 
-    return patchkit.cli.ui
+    return SimpleNamespace(UI=console.UI, begin_run=run.begin_run, finish_run=run.finish_run)
 
 
 INVOKED = "patchkit.invoked"  # ctx.meta: the command's name, the command and its arguments
@@ -466,10 +468,17 @@ def _run_cli() -> int:
         if not isinstance(exc.__context__, KeyboardInterrupt):  # an end of input where click read one
             _report(None, "aborted")
             return 1
-        signals.ignore_more()
-        _report(None, *signals.interrupted_report())
-        return INTERRUPTED
+        return interrupted_before_a_command()
     return code if isinstance(code, int) else OK
+
+
+def interrupted_before_a_command() -> int:
+    """A Ctrl-C before a command took over the signals (click's parsing, the UI loading): patchkit's
+    one line, which a second one cannot cut, and 130."""
+    signals.ignore_more()
+    with suppress(OutputUnwritable, OSError):  # stderr gone: the exit code alone says it
+        _report(None, *signals.interrupted_report())
+    return INTERRUPTED
 
 
 def _after_late_signal(code: str | int | None) -> str | int | None:
@@ -488,6 +497,41 @@ def _after_late_signal(code: str | int | None) -> str | int | None:
 
 
 _INTERRUPTED_CODES = frozenset(128 + number for number in signals.HANDLED)
+
+
+def exit_held(code: object) -> NoReturn:
+    """The console script's end, once main() has ended with `code`: what the interpreter's exit
+    does (non-daemon threads joined, atexit, stdout flushed: a failed flush is 120), then, with
+    the signals still held (signals.late_signal), one last look for one that came meanwhile (a
+    second Ctrl-C in the last moments of a revert): said, and 128 + its number. Then the process
+    ends at once: the modules' teardown would be a window where a signal is lost unsaid."""
+    status = _exit_status(code)
+    signals.late_signal()  # held from here, whichever way main() ended
+    threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's wait for non-daemon threads
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        status = 120 if status == OK else status
+    late = signals.late_signal()
+    if late is not None and status not in _INTERRUPTED_CODES:
+        with suppress(Exception):  # stderr gone: the exit code alone says it
+            _ui().UI().error(*signals.interrupted_report())
+        status = 128 + late
+    with suppress(OSError, ValueError):
+        sys.stderr.flush()
+    os._exit(status)
+
+
+def _exit_status(code: object) -> int:
+    """What sys.exit(code) makes the exit status: None 0, an int (modulo 256), else printed and 1."""
+    if code is None:
+        return OK
+    if isinstance(code, int):
+        return code & 0xFF
+    with suppress(OSError, ValueError):
+        print(code, file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

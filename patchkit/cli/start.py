@@ -1,22 +1,41 @@
-"""The console script's entry point: a Ctrl-C while patchkit starts exits 130, quietly.
+"""The console script's entry point: a Ctrl-C while patchkit starts exits 130 with its one line.
 
 Python raises KeyboardInterrupt from the first line it runs; until a command sets up its own
 handling (patchkit.base.signals, cli.main), a Ctrl-C while the modules load (click, the command's
-imports) would print a traceback. Once a command runs, cli.main reports an interrupt itself.
+imports) would print a traceback. Once a command runs, cli.main reports an interrupt itself; the
+process then ends through cli.main.exit_held, which says a signal that came in its last moments.
 """
 
+import signal
 import sys
 
 INTERRUPTED = 130  # base.errors.INTERRUPTED, not imported from there: importing is the start-up guarded here
+# base.signals' report of an interrupt before any command ran (a test holds them equal)
+BEFORE_ANY_CHANGE = "error: interrupted before any change was made to the target\n"
+
+
+def _interrupted_while_loading() -> None:
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C cannot cut the line
+        signal.signal(number, signal.SIG_IGN)
+    try:
+        sys.stderr.write(BEFORE_ANY_CHANGE)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # no stderr: the exit code alone says it
+        pass
+    sys.exit(INTERRUPTED)
+
 
 try:  # at the top, inside the guard: most of start-up is this import
+    from patchkit.cli.main import exit_held, interrupted_before_a_command
     from patchkit.cli.main import main as _run
 except KeyboardInterrupt:
-    sys.exit(INTERRUPTED)
+    _interrupted_while_loading()
 
 
 def main() -> None:
     try:
         _run()
     except KeyboardInterrupt:  # before a command took over the signals (click's own parsing)
-        sys.exit(INTERRUPTED)
+        exit_held(interrupted_before_a_command())
+    except SystemExit as ended:  # main()'s one way out: the exit, with a last look for a signal
+        exit_held(ended.code)

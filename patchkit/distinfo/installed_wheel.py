@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -67,6 +67,21 @@ class Provenance:
         return self.record.set_name
 
     @property
+    def set_names(self) -> tuple[str, ...]:
+        """The sets the wheel was built with, in the order applied (none: --patch files)."""
+        if self.record.sets:
+            return tuple(s.name for s in self.record.sets)
+        return (self.record.set_name,) if self.record.set_name else ()
+
+    def for_set(self, name: str) -> Provenance:
+        """A wheel of several sets seen as set `name` alone: its patches, and the files they touch."""
+        chosen = next(s for s in self.record.sets if s.name == name)
+        alone = replace(self.record, set_name=name, patches=chosen.patches, sets=())
+        touched = {p for patch in Provenance(self.root, self.dist_info, alone).patches() for p in _paths(patch)}
+        files = {path: shas for path, shas in self.record.files.items() if path in touched}
+        return Provenance(self.root, self.dist_info, replace(alone, files=files))
+
+    @property
     def files(self) -> dict[str, FileRecord]:
         return self.record.files
 
@@ -76,7 +91,7 @@ class Provenance:
 
     def patches(self, roots: tuple[str, ...] = DEFAULT_ROOTS) -> list[Patch]:
         """The patch texts shipped in the dist-info, each checked against its sha256."""
-        return [parse_patch(self.record.patch_text(p.name), p.name, roots=roots) for p in self.record.patches]
+        return [parse_patch(self.record.patch_text(p.name, p.folder), p.name, roots=roots) for p in self.record.patches]
 
     @cached_property
     def adhoc_name(self) -> str:
@@ -87,7 +102,7 @@ class Provenance:
 
     @property
     def name(self) -> str:
-        return self.set_name or self.adhoc_name
+        return self.set_name or ", ".join(self.set_names) or self.adhoc_name
 
     def describe(self) -> str:
         return f"installed from a wheel patchkit {self.record.patchkit} built (+{self.record.label}): {self.origin}"
@@ -142,6 +157,10 @@ def _unlike_the_series(files: dict[str, FileRecord], patches: list[Patch]) -> st
         if shape.get(path) != (hashes.stock_sha256 is not None, hashes.patched_sha256 is not None):
             return path
     return None
+
+
+def _paths(patch: Patch) -> set[str]:
+    return {p for f in patch.files for p in (f.source_path, f.target_path) if p}
 
 
 def _refuse(where: str, what: str) -> BadInput:

@@ -6,7 +6,15 @@
      "files": {"vllm/...py": {"stock_sha256": "...", "patched_sha256": "..."}}}
 
 `vllm_version` is the stock wheel's version (without the label patchkit added); `set` is null for
-`--patch` files; a file the series creates has a null `stock_sha256`, one it deletes a null
+`--patch` files. A wheel of several sets (schema_version 2) names each with its own patches, in
+the order they were applied, instead of `set` and `patches` (the label may be a short form: this
+names every set), and keeps each set's patches under `<dist-info>/patchkit/<set>/<patch name>`:
+
+    {"schema_version": 2, ..., "label": "patchkit.eagle3.deepseek.tool.calls",
+     "sets": [{"set": "eagle3", "patches": [...]}, {"set": "deepseek-tool-calls", "patches": [...]}],
+     "files": {...}}
+
+ a file the series creates has a null `stock_sha256`, one it deletes a null
 `patched_sha256`. Read back from an installed tree, it is untrusted input like a diff: read without
 following a symlink, bounded, every field checked (read_provenance).
 """
@@ -19,7 +27,7 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchkit.base import fsutil
@@ -28,16 +36,27 @@ from patchkit.distinfo.record import PROVENANCE
 from patchkit.series.patchfile import Patch, parse_patch
 
 SCHEMA_VERSION = 1
+SEVERAL_SETS_SCHEMA = 2  # a wheel of several sets
 PATCH_DIR = "patchkit"
 LIMIT = 16 << 20  # far beyond the record of any series
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _KEYS = {"schema_version", "patchkit", "vllm_version", "label", "set", "patches", "files"}
+_SEVERAL_KEYS = {"schema_version", "patchkit", "vllm_version", "label", "sets", "files"}
 
 
 @dataclass(frozen=True)
 class PatchRecord:
     name: str
     sha256: str
+    folder: str = ""  # a wheel of several sets: its set's name (the patch is under patchkit/<set>/)
+
+
+@dataclass(frozen=True)
+class SetRecord:
+    """One set of a wheel of several sets, and its patches in order."""
+
+    name: str
+    patches: tuple[PatchRecord, ...]
 
 
 @dataclass(frozen=True)
@@ -55,29 +74,52 @@ class Provenance:
     patches: tuple[PatchRecord, ...]
     files: dict[str, FileRecord]
     dist_info: Path | None = None  # where it was read from
+    sets: tuple[SetRecord, ...] = ()  # a wheel of several sets (set_name None; patches: all of theirs, in order)
+
+    @staticmethod
+    def of_sets(
+        patchkit: str, vllm_version: str, label: str, sets: tuple[SetRecord, ...], files: dict[str, FileRecord]
+    ) -> Provenance:
+        """The record of a wheel of several sets: every set's patches, each in its set's folder."""
+        placed = tuple(SetRecord(s.name, tuple(replace(p, folder=s.name) for p in s.patches)) for s in sets)
+        patches = tuple(p for s in placed for p in s.patches)
+        return Provenance(patchkit, vllm_version, label, None, patches, files, sets=placed)
 
     def to_json(self) -> dict:
+        if self.sets:
+            return {
+                "schema_version": SEVERAL_SETS_SCHEMA,
+                "patchkit": self.patchkit,
+                "vllm_version": self.vllm_version,
+                "label": self.label,
+                "sets": [{"set": s.name, "patches": _patches_json(s.patches)} for s in self.sets],
+                "files": self._files_json(),
+            }
         return {
             "schema_version": SCHEMA_VERSION,
             "patchkit": self.patchkit,
             "vllm_version": self.vllm_version,
             "label": self.label,
             "set": self.set_name,
-            "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches],
-            "files": {
-                path: {"stock_sha256": f.stock_sha256, "patched_sha256": f.patched_sha256}
-                for path, f in sorted(self.files.items())
-            },
+            "patches": _patches_json(self.patches),
+            "files": self._files_json(),
         }
 
-    def patch_text(self, name: str) -> bytes:
-        """The bytes of patch `name` as the wheel carries them, checked against its recorded sha256."""
+    def _files_json(self) -> dict:
+        return {
+            path: {"stock_sha256": f.stock_sha256, "patched_sha256": f.patched_sha256}
+            for path, f in sorted(self.files.items())
+        }
+
+    def patch_text(self, name: str, folder: str = "") -> bytes:
+        """The bytes of patch `name` (of the set `folder`, in a wheel of several sets) as the wheel
+        carries them, checked against its recorded sha256."""
         if self.dist_info is None:
             raise ValueError("a provenance record that was not read from a dist-info has no patch files")
-        record = next((p for p in self.patches if p.name == name), None)
+        record = next((p for p in self.patches if (p.name, p.folder) == (name, folder)), None)
         if record is None:
             raise BadInput(f"{self.dist_info / PROVENANCE} records no patch {name!r}")
-        directory = self.dist_info / PATCH_DIR
+        directory = self.dist_info / PATCH_DIR / folder if folder else self.dist_info / PATCH_DIR
         path = directory / name
         if not fsutil.plain_directory(self.dist_info, directory):
             raise BadInput(f"{directory} is not a plain directory (a symlink?); refusing to read it")
@@ -92,14 +134,20 @@ class Provenance:
     def read_patches(self) -> list[Patch]:
         """The series, in order, parsed as any patch is."""
 
-        return [parse_patch(self.patch_text(p.name), p.name) for p in self.patches]
+        return [parse_patch(self.patch_text(p.name, p.folder), p.name) for p in self.patches]
+
+
+def _patches_json(patches: tuple[PatchRecord, ...]) -> list[dict]:
+    return [{"name": p.name, "sha256": p.sha256} for p in patches]
 
 
 def provenance_files(record: Provenance, patches: list[Patch]) -> dict[str, bytes]:
-    """The members the wheel carries under its dist-info: relative path -> bytes."""
+    """The members the wheel carries under its dist-info: relative path -> bytes. `patches`: the
+    record's, in its order (a wheel of several sets: each in its set's folder)."""
     files = {PROVENANCE: json.dumps(record.to_json(), indent=2, sort_keys=False).encode() + b"\n"}
-    for patch in patches:
-        files[f"{PATCH_DIR}/{patch.name}"] = patch.raw
+    for patch, recorded in zip(patches, record.patches, strict=True):
+        folder = f"{recorded.folder}/" if recorded.folder else ""
+        files[f"{PATCH_DIR}/{folder}{patch.name}"] = patch.raw
     return files
 
 
@@ -125,6 +173,8 @@ def read_provenance(dist_info: Path) -> Provenance:
 
 
 def _validated(data: object, dist_info: Path) -> Provenance:
+    if isinstance(data, dict) and data.get("schema_version") == SEVERAL_SETS_SCHEMA:
+        return _validated_sets(data, dist_info)
     if not isinstance(data, dict) or set(data) != _KEYS:
         raise ValueError(f"not a patchkit provenance record (keys {sorted(_KEYS)} expected)")
     version = data["schema_version"]
@@ -143,6 +193,30 @@ def _validated(data: object, dist_info: Path) -> Provenance:
         files=_files(data["files"]),
         dist_info=dist_info,
     )
+
+
+def _validated_sets(data: dict, dist_info: Path) -> Provenance:
+    """A wheel of several sets' record (schema_version 2): each set a name and its patches."""
+    if set(data) != _SEVERAL_KEYS or type(data["schema_version"]) is not int:
+        raise ValueError(f"not a patchkit provenance record of several sets (keys {sorted(_SEVERAL_KEYS)} expected)")
+    strings = {key: _text(data, key) for key in ("patchkit", "vllm_version", "label")}
+    value = data["sets"]
+    if not isinstance(value, list) or not 2 <= len(value) <= 64:
+        raise ValueError("sets is not a list of 2 to 64 sets")
+    sets = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"set", "patches"}:
+            raise ValueError("a set entry is not {set, patches}")
+        name = item["set"]
+        if not isinstance(name, str) or fsutil.plain_name_problem(name):
+            raise ValueError(f"set name {name!r} is not a plain name")
+        sets.append(SetRecord(name, _patches(item["patches"])))
+    if len({s.name for s in sets}) != len(sets):
+        raise ValueError("a set appears twice")
+    found = Provenance.of_sets(
+        strings["patchkit"], strings["vllm_version"], strings["label"], tuple(sets), _files(data["files"])
+    )
+    return replace(found, dist_info=dist_info)
 
 
 def _text(data: dict, key: str) -> str:

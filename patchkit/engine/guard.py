@@ -28,9 +28,10 @@ from patchkit import __version__
 from patchkit._target import guard as target_guard
 from patchkit._target.guard import TreeChanged, find_problems
 from patchkit.base import hints
-from patchkit.base.errors import PatchkitError, TargetError
+from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
 from patchkit.base.hashing import sha256
+from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
 
 if TYPE_CHECKING:
@@ -147,6 +148,11 @@ def own_unrecorded(root: Path) -> dict[str, str]:
     return {path: str(sha256(data)) for path, data in guard_files().items() if _current(root, path) == data}
 
 
+def foreign_files(root: Path, recorded: dict[str, str]) -> list[str]:
+    """The guard's paths holding a file patchkit did not write (a user's own)."""
+    return _not_patchkits(root, recorded, guard_files())[0]
+
+
 def replaced_files(root: Path, recorded: dict[str, str]) -> list[str]:
     """The guard files an install with `replace` overwrites that patchkit did not write as they are."""
     foreign, edited = _not_patchkits(root, recorded, guard_files())
@@ -160,9 +166,12 @@ def _not_patchkits(root: Path, recorded: dict[str, str], wanted: dict[str, bytes
     return foreign, edited
 
 
-def removal_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, list[str]]:
+def removal_changes(
+    root: Path, recorded: dict[str, str], replaced: dict[str, str] | None = None
+) -> tuple[Changes, list[str]]:
     """The writes that remove the recorded guard files still there, each only while it has the bytes
-    patchkit recorded; and a note for each file kept because it was changed since."""
+    patchkit recorded; and a note for each file kept because it was changed since. `replaced`: the
+    user's files `apply --guard` replaced (path -> sha256, saved in objects/): put back instead."""
     changes: Changes = {}
     kept = []
     directories = {path.rpartition("/")[0] for path in recorded if "/" in path}
@@ -180,7 +189,21 @@ def removal_changes(root: Path, recorded: dict[str, str]) -> tuple[Changes, list
             kept.append(f"{path} is not a file of patchkit's launch guard (its record says so): kept")
         else:
             changes[path] = (current, None)
+    for path, digest in sorted((replaced or {}).items()):
+        if path in changes:
+            changes[path], said = _put_back(root, path, digest, changes[path][0])
+            kept.append(said)
     return changes, kept
+
+
+def _put_back(root: Path, path: str, digest: str, guard: bytes | None) -> tuple[tuple[bytes | None, bytes | None], str]:
+    """The write that gives back the user's file `apply --guard` replaced at `path`, and the note
+    that says so; when its saved bytes are gone, the guard file is removed all the same."""
+    try:
+        original = read_object(root, digest)
+    except BadInput as exc:
+        return (guard, None), f"{path}: your own file that `apply --guard` replaced cannot be put back ({exc.message})"
+    return (guard, original), f"{path}: your own file that `apply --guard` replaced is put back"
 
 
 def is_guard_file(path: str, data: bytes) -> bool:

@@ -35,6 +35,7 @@ from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import (
     STOPS_EVERY_LAUNCH,
+    foreign_files,
     install_changes,
     installed_vllm_version,
     make_readable,
@@ -432,11 +433,12 @@ class _Applying:
             return self.without_guard(state)
         self.guard_installed = bool(changes)
         self.guard_replaced = [p for p in replaced_files(root, state.guard) if p in changes] if asked else []
-        return changes, state.with_guard(recorded)
+        users = {p: str(sha256(changes[p][0])) for p in foreign_files(root, state.guard) if p in self.guard_replaced}
+        return changes, state.with_guard(recorded).with_guard_replaced(users)  # revert puts them back
 
     def without_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
         """The writes that remove the recorded guard (a file changed since stays, said), and the state."""
-        changes, kept = removal_changes(self.resolved.target.root, state.guard)
+        changes, kept = removal_changes(self.resolved.target.root, state.guard, state.guard_replaced)
         for note in kept:
             self.warn(note)
         self.guard_removed = dict(changes)
@@ -638,7 +640,7 @@ def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
 def nothing_to_undo(root: Path) -> bool:
     """No set recorded, no guard, no patched wheel: a revert of every set has nothing to do."""
     state = read_state(root)
-    return not state.entries and not state.guard and _patched_wheel(root, None) is None
+    return not (state.entries or state.guard or own_unrecorded(root)) and _patched_wheel(root, None) is None
 
 
 def _records(root: Path, set_name: str | None) -> bool:
@@ -706,7 +708,7 @@ def _revert_unlocked(
         )
     if would is None or dry_run:
         return would
-    if would.outcome == Outcome.DRY_RUN and not would.files:
+    if would.outcome == Outcome.DRY_RUN and not would.files and not own_unrecorded(target.root):
         with suppress(OSError):  # an empty .patchkit/ a killed apply made: only an empty one goes
             meta_dir(target.root).rmdir()
         return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", warnings=would.warnings)
@@ -771,10 +773,12 @@ def _revert_locked(
             _fix_guard_bytecode(target, guard_changes)
             left = new_state
         dropped = " (its record dropped)" if undo.entries else ""
-        said = f"nothing to revert: the tree is stock{dropped}"
+        removed = "; launch guard removed" if guard_changes else ""
+        said = f"nothing to revert: the tree is stock{dropped}{removed}"
         return RevertResult(Outcome.NOT_APPLIED, said, warnings=warnings, record=left)
     saved = keep_copies(root, restored.edited) if restored.edited else None
-    commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins)
+    modes = _recorded_modes(undo.entries, plan.changes)
+    commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
@@ -814,7 +818,14 @@ def _undo_of(target: Target, resolved: Resolved | None, state: State, only: str 
     entries = [e for e in entries if e.set_name not in stale]
     # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
     wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
-    if resolved is None and not entries and not stale and wheel is None and not state.guard:
+    if (
+        resolved is None
+        and not entries
+        and not stale
+        and wheel is None
+        and not state.guard
+        and not own_unrecorded(root)
+    ):
         raise NoPatchSet("no patch series for this vLLM version and no record of an apply to undo")
     return _Undo(entries, stale, wheel, installed)
 
@@ -834,6 +845,18 @@ def _restore_from_record(view: View, undo: _Undo, patches: list[Patch], *, force
         restored.edited += from_wheel.edited
         restored.notes += from_wheel.notes
     return restored
+
+
+def _recorded_modes(entries: list[Entry], changes: Changes) -> dict[str, int]:
+    """path -> the permission bits its original had when it was first recorded, for each file the
+    revert gives that original back (apply may have widened them: o+r for the launch guard)."""
+    modes: dict[str, int] = {}
+    for entry in entries:  # in the order applied: the first set's original is the stock file
+        for path, shas in entry.files.items():
+            restored = changes.get(path, (None, None))[1]
+            if "mode" in shas and restored is not None and sha256(restored) == shas["before"]:
+                modes.setdefault(path, shas["mode"])
+    return modes
 
 
 def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> list[Patch]:
@@ -888,15 +911,27 @@ def _patched_wheel(root: Path, only: str | None) -> Provenance | None:
     """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
     revert is of its set (or of everything)."""
     found = installed_wheel_reader().find(root)
+    if found is not None and len(found.set_names) > 1 and only in found.set_names:
+        raise BadInput(
+            f"vLLM was installed from a wheel of several sets ({found.name}): its sets are reverted together",
+            hint=f"{hints.command('revert', chosen=replace(hints.current(), set_name=None, set_names=()))} reverts every set",
+        )
     return found if found is not None and only in (None, found.name) else None
 
 
 def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
     """Once no set is recorded, the guard goes too: the writes that remove it (a guard file changed
-    since patchkit wrote it is kept, and said), and the state without it."""
-    if state.entries or not state.guard:
+    since patchkit wrote it is kept, and said; a user's file `apply --guard` replaced is put back),
+    and the state without it. With no guard recorded (state.json removed by hand), this patchkit's
+    guard goes where its files have its very bytes, and only those."""
+    if state.entries:
         return {}, state, []
-    changes, kept = removal_changes(root, state.guard)
+    if not state.guard:
+        found = own_unrecorded(root)
+        changes, kept = removal_changes(root, found) if found else ({}, [])
+        said = [f"removed this patchkit's launch guard ({', '.join(sorted(changes))}): no record named it"]
+        return changes, state, kept + (said if changes else [])
+    changes, kept = removal_changes(root, state.guard, state.guard_replaced)
     return changes, state.with_guard({}), kept
 
 

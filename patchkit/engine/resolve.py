@@ -61,6 +61,7 @@ class Resolved:
             patches=self.patches,
             changes=changes,
             library=patch_set.directory.parent if patch_set else None,
+            root=self.target.root,
         )
 
 
@@ -77,6 +78,8 @@ def resolve(opts: Options, *, target: Target | None = None, sets: dict[str, Patc
         return Resolved(tgt, detected, selection)
     detected = version_mod.detect(tgt, opts.vllm_version)
     wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
+    if wheel is not None and len(wheel.set_names) > 1:  # a wheel of several sets: the one asked for, if it holds it
+        wheel = wheel.for_set(opts.set_name) if opts.set_name in wheel.set_names else None
     if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
         selection, said = installed_wheel_reader().selection(wheel, detected.version, opts.library)
         return Resolved(tgt, detected, selection, [said])

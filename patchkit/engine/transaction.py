@@ -81,6 +81,7 @@ class FileWrite:
     before: bytes | None
     after: bytes | None
     origin: Origin | None = None  # the file `before` was read from, when known
+    mode: int | None = None  # the permission bits `after` gets (None: the file's own, else 0644)
 
 
 class _Faults:
@@ -210,14 +211,16 @@ def commit_changes(
     *,
     undo: bool = False,
     origins: Mapping[str, Origin] | None = None,
+    modes: Mapping[str, int] | None = None,
 ) -> dict[str, tuple[Landed, bytes]]:
     """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
-    the files the befores were read from (plan.View.origins), so that originals can be linked."""
-    origins = origins or {}
+    the files the befores were read from (plan.View.origins), so that originals can be linked.
+    `modes`: the permission bits a file written gets (a revert's recorded originals')."""
+    origins, modes = origins or {}, modes or {}
     landed = commit(
         root,
         [
-            FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p))
+            FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p), modes.get(p))
             for p, (before, after) in sorted(changes.items())
         ],
         new_state,
@@ -649,7 +652,7 @@ def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
     if w.after is None:
         return None
     _faults.tick()
-    return _write_file(root / entry["staged"], w.after, entry["mode"])
+    return _write_file(root / entry["staged"], w.after, entry["mode"] if w.mode is None else w.mode)
 
 
 def _install(root: Path, entry: dict) -> Path:

@@ -3,6 +3,6 @@
 Only `cluster` imports Ray (an optional extra: `pip install '.[ray]'` from a clone, or Ray installed beside patchkit); `node` is what a
 node runs (its patchkit agent, which runs patchkit's own CLI in its process against that node's
 vLLM); `protocol` is the two-phase apply and the fleet's result, with nothing of Ray in it (the
-tests drive it with fake nodes too)."""
+tests drive it with fake nodes too); `states` names a node's states."""
 
 DEFAULT_TIME_LIMIT = 600.0  # seconds: fleet's --timeout default, and a node's step's when a request has none

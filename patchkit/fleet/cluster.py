@@ -17,10 +17,10 @@ from contextlib import contextmanager, suppress
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from patchkit.base.enums import NodeState, RayFailure
 from patchkit.base.errors import BadInput
 from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
 from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
+from patchkit.fleet.states import NodeState, RayFailure
 
 if TYPE_CHECKING:  # pragma: no cover
     from ray import ObjectRef

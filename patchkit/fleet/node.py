@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from patchkit.base.enums import NodeState, Outcome
+from patchkit.base.enums import Outcome
 from patchkit.fetch.pipconfig import forget_settings
 from patchkit.fleet import DEFAULT_TIME_LIMIT
+from patchkit.fleet.states import NodeState
 
 # patchkit's command line run in this process: its arguments -> (exit code, stdout, stderr).
 # The driver's command layer hands it over (cli.run_in_process): fleet sits below the CLI.

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from patchkit.base import hints
-from patchkit.base.enums import FleetPhase, NodeState, Outcome
+from patchkit.base.enums import Outcome
 from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
+from patchkit.fleet.states import FleetPhase, NodeState
 
 UNREACHABLE = (NodeState.LOST, NodeState.TIMED_OUT)  # the driver has no answer from the node: a cluster problem
 

@@ -26,7 +26,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
-from patchkit.engine.guard import ENTRY_POINT_GROUP, ENTRY_POINT_NAME
+from patchkit.engine.guard import ENTRY_POINT_GROUP
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.models import ModelConfig
@@ -36,6 +36,7 @@ from patchkit.series.requirements import Requirement, parse_requirements
 REGISTRY = "vllm/model_executor/models/registry.py"
 TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
 ENTRY_POINTS_LIMIT = 1 << 20  # a distribution's entry_points.txt
+GUARD_MODULE = "patchkit_guard"  # the guard's entry point: patchkit_guard:check
 LISTING_LIMIT = 20000  # entries of one directory looked at for distributions
 Reader = Callable[[str], "bytes | None"]
 Judgement = Callable[[Reader], "tuple[bool, str]"]
@@ -118,7 +119,7 @@ class LaunchContext:
             given = self.command.environ.get("PYTHONPATH", "")
             places = [str(self.root), *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]
             found = {name for place in dict.fromkeys(places) for name in _plugins_in(place)}
-            self._plugins = sorted(loaded_plugins(found, self.command.environ) - {ENTRY_POINT_NAME})
+            self._plugins = sorted(loaded_plugins(found, self.command.environ))
         return self._plugins
 
     def requirements(self, kind: str) -> list:
@@ -162,8 +163,9 @@ def few_named(names: list[str], room: int) -> str:
     more = _more(len(names) - 1)
     text = _shown_name(names[0], max(room - len(more), 4)) + more  # at least one, shortened to fit
     shown: list[str] = []
+    longest = room if len(names) == 1 else max(room // 2, 8)  # of several, one long name hides none
     for count, name in enumerate(names, 1):  # one more name a time, while the line holds them
-        shown.append(_shown_name(name, max(room // 2, 8)))
+        shown.append(_shown_name(name, longest))
         longer = ", ".join(shown) + _more(len(names) - count)
         if len(longer) > room:
             break
@@ -181,7 +183,9 @@ def _shown_name(name: str, longest: int) -> str:
 
 
 def _plugins_in(directory: str) -> list[str]:
-    """The vllm.general_plugins entry point names of the distributions in `directory` (read bounded)."""
+    """The vllm.general_plugins entry point names of the distributions in `directory` (read bounded),
+    but those that run vLLM's own code (vLLM 0.16.0 declares two, its LoRA resolvers: part of the
+    tree judged) or patchkit's guard."""
     names: list[str] = []
     try:
         with os.scandir(directory) as entries:
@@ -191,15 +195,24 @@ def _plugins_in(directory: str) -> list[str]:
         return names
     for info in infos:
         try:
-            text = read_regular(os.path.join(info, "entry_points.txt"), ENTRY_POINTS_LIMIT).decode()
+            data = read_regular(os.path.join(info, "entry_points.txt"), ENTRY_POINTS_LIMIT)
+            if ENTRY_POINT_GROUP.encode() not in data:  # most distributions: no parsing
+                continue
+            text = data.decode()
             parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
             parser.optionxform = str  # type: ignore[assignment,method-assign]  # names as written
             parser.read_string(text)
         except (OSError, UnicodeDecodeError, configparser.Error):
             continue  # importlib.metadata passes over it too, or vLLM cannot load it
         if parser.has_section(ENTRY_POINT_GROUP):
-            names += list(parser[ENTRY_POINT_GROUP])
+            names += [name for name, value in parser[ENTRY_POINT_GROUP].items() if not _own_code(value)]
     return names
+
+
+def _own_code(value: str) -> bool:
+    """Whether an entry point (`module:attr [extras]`) runs vLLM's own code or patchkit's guard."""
+    module = value.split(":")[0].strip()
+    return module.split(".")[0] == "vllm" or module == GUARD_MODULE
 
 
 def _tree_file(path: Path) -> bytes | None:

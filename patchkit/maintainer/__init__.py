@@ -22,5 +22,6 @@ form: `diff --git a/P b/P`, `--- a/P`, `+++ b/P`, no `index` line.
 The modules: `workspace`, `refresh` and `port` (one command each) share `meta` (the workspace's
 record), `reports` (what the commands report), `patchtext` (a patch's header and diff), `gitrepo`
 (the repository and git's diff), `merge` (git merge-file), `stock` (a release's stock files),
-`series` (the library's series and set.toml entries) and `workdir` (the directories they fill).
+`series` (the library's series and set.toml entries), `workdir` (the directories they fill) and
+`states` (the names of what they did).
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.base.enums import FileKind, PatchChange, PortOutcome, StepState
+from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Conflict, NoPatchSet
 from patchkit.base.fsutil import read_file
 from patchkit.maintainer.gitrepo import Changes, commit_all, git_diff, init_repo
@@ -23,6 +23,7 @@ from patchkit.maintainer.series import (
     series_for,
     write_series_files,
 )
+from patchkit.maintainer.states import PatchChange, PortOutcome
 from patchkit.maintainer.stock import Contents, Progress, metadata_file, release_contents, stock_paths
 from patchkit.maintainer.workdir import fresh_dir, require_empty, write_file
 from patchkit.series.library import PATCH, UPSTREAM, PatchSetDef, Selection, load_chosen, select, write_series

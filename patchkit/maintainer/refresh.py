@@ -13,7 +13,7 @@ import git
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit.base.enums import PatchChange, SharedState, StepState
+from patchkit.base.enums import StepState
 from patchkit.base.errors import BadInput, Conflict, PatchkitError
 from patchkit.base.fsutil import read_file, unsafe_reason
 from patchkit.maintainer.gitrepo import git_diff
@@ -28,6 +28,7 @@ from patchkit.maintainer.series import (
     why_not_applied,
     write_series_files,
 )
+from patchkit.maintainer.states import PatchChange, SharedState
 from patchkit.maintainer.stock import Contents, Progress, stock_paths
 from patchkit.maintainer.workspace import find_workspace
 from patchkit.series.library import load_set

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from patchkit.base.enums import PatchChange, PortOutcome, SharedState
+from patchkit.maintainer.states import PatchChange, PortOutcome, SharedState
 
 
 @dataclass

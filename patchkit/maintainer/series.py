@@ -10,10 +10,11 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.base.enums import PatchChange, StepState
+from patchkit.base.enums import StepState
 from patchkit.base.errors import InternalError, NoPatchSet
 from patchkit.base.fsutil import atomic_write
 from patchkit.maintainer.reports import PatchOutcome
+from patchkit.maintainer.states import PatchChange
 from patchkit.maintainer.stock import Contents
 from patchkit.series.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
 from patchkit.series.patchfile import Patch, encode

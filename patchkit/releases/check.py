@@ -44,7 +44,7 @@ from packaging.version import Version
 
 import patchkit
 from patchkit import fetch
-from patchkit.base import fsutil, seal
+from patchkit.base import fsutil, hints, seal
 from patchkit.base.enums import CheckStatus, Outcome, ReleaseOutcome, SelectionKind, StepState, TreeState
 from patchkit.base.errors import NoPatchSet, PatchkitError, exit_code_for
 from patchkit.base.fsutil import read_file
@@ -84,6 +84,8 @@ class ReleaseResult:
     timings: dict[str, float] = field(default_factory=dict)
     reverted_identical: bool | None = None  # None: nothing was written
     upstream_regression: bool = False
+    stock_behaviour: str | None = None  # on a conflict: "passes", "fails" or "not judged" (None: no test)
+    hint: str = ""  # what to do about it (a conflict: close the range, or port the series)
     same_as: Version | None = None  # the release whose (identical) stock files were done instead
     cached: bool = False  # taken from the result cache: same inputs, same result
 
@@ -111,6 +113,8 @@ class ReleaseResult:
             "same_as": str(self.same_as) if self.same_as else None,
             "reverted_identical": self.reverted_identical,
             "upstream_regression": self.upstream_regression,
+            "stock_behaviour": self.stock_behaviour,
+            "hint": self.hint,
             "cached": self.cached,
             "checks": [r.to_json() for r in self.checks],
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
@@ -383,6 +387,8 @@ class ResultStore:
             checks=checks,
             reverted_identical=_optional_bool(data["reverted_identical"]),
             upstream_regression=bool(data["upstream_regression"]),
+            stock_behaviour=_stock_behaviour(data.get("stock_behaviour")),
+            hint=str(data.get("hint") or ""),
             cached=True,
         )
 
@@ -396,6 +402,12 @@ class ResultStore:
             self.directory.mkdir(parents=True, exist_ok=True)
             if fsutil.inside(self.directory, path.parent):
                 fsutil.atomic_write(path, json.dumps(entry).encode())
+
+
+def _stock_behaviour(value: object) -> str | None:
+    if value is not None and value not in STOCK_BEHAVIOUR:
+        raise ValueError(f"stock_behaviour is {value!r}")
+    return value
 
 
 def _optional_bool(value: object) -> bool | None:
@@ -516,7 +528,7 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     assert plan is not None  # a library series is always planned
     refused = _refused_by_plan(version, plan)
     if refused:
-        return refused
+        return _with_stock_behaviour(resolved, plan, refused) if refused.outcome == CONFLICT else refused
     applied = apply_series(resolved, timed=clock, checked=dry)  # the dry run's checks, not run twice
     results = applied.planned_checks
     if not applied.written:
@@ -553,6 +565,39 @@ def _refused_by_plan(version: Version, plan: Plan) -> ReleaseResult | None:
             version, CHECK_FAILED_OUTCOME, f"the stock release already contains {', '.join(present)}: is it upstream?"
         )
     return None
+
+
+STOCK_BEHAVIOUR = ("passes", "fails", "not judged")
+
+
+def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResult) -> ReleaseResult:
+    """A conflict: the stock files changed. The set's behaviour test on them says whether the change
+    may be upstream's fix (an open-ended set's range then closes) or the series needs porting."""
+    judged = run_checks(check_context(resolved, plan, on_disk=True), only=("behaviour",))
+    if not judged:
+        return conflict
+    stock = judged[0]
+    said = replace(stock, message=f"stock: {stock.message}", level=WARNING)  # the conflict is the failure
+    version, changed = conflict.version, f"the stock files changed ({conflict.detail})"
+    release = resolved.selection.release
+    port = hints.command(
+        "port",
+        "--from",
+        release.directory.name if release else "V1",
+        "--to",
+        str(version),
+        chosen=hints.for_set(resolved.set_name),
+    )
+    if stock.ok:
+        verdict, hint = "passes", f"upstream may have fixed this in {version}: close the set's range"
+        detail = f"{changed}; they pass the set's behaviour test ({stock.message})"
+    elif stock.failed:
+        verdict, hint = "fails", f"port the series: {port}"
+        detail = f"{changed} and still fail the set's behaviour test ({stock.message})"
+    else:
+        verdict, hint = "not judged", f"port the series: {port}"
+        detail = f"{changed}; the set's behaviour test did not judge them ({stock.message})"
+    return replace(conflict, detail=detail, checks=[*conflict.checks, said], stock_behaviour=verdict, hint=hint)
 
 
 def _problems_after_apply(applied: ApplyResult, status: TreeStatus) -> list[str]:

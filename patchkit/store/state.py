@@ -15,8 +15,12 @@ state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
       "patches": [{"name", "sha256", "path"}],   ("path": an ad-hoc patch's, where it was applied from)
       "library": path,        (a library set's: the library it was applied from; absent in older records)
-      "files": {path: {"before": sha|null, "after": sha|null}}}],
+      "files": {path: {"before": sha|null, "after": sha|null, "mode": int}}}],
+                              ("mode": the original's permission bits, which revert puts back;
+                               absent in older records and for a file patchkit created)
      "guard": {path: sha},   (the launch guard's files, patchkit/engine/guard.py; absent when none)
+     "guard_replaced": {path: sha},  (a user's own file at a guard path that `apply --guard` replaced:
+                              its bytes are kept in objects/, and revert puts them back)
      "wheel": version,       (the patched wheel's vLLM version the guard was installed on, no set
                               recorded: the guard refuses another; absent otherwise)
      "no_guard": true}       (an apply was told --no-guard; absent otherwise)
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import stat
 from collections.abc import Callable, Iterable
@@ -205,11 +210,20 @@ class RecordedPatch(_NamedRecordedPatch, total=False):
 MAX_PATCH_PATH = 4096
 
 
-class RecordedFile(TypedDict):
-    """A file's sha256 before and after an apply (None: the file did not exist)."""
-
+class _Hashes(TypedDict):
     before: str | None
     after: str | None
+
+
+class RecordedFile(_Hashes, total=False):
+    """A file's sha256 before and after an apply (None: the file did not exist), and the original's
+    permission bits (`mode`), which apply may widen (o+r) and revert puts back."""
+
+    mode: int
+
+
+# What a recorded mode may hold: permission bits only (never setuid, setgid or sticky).
+MODE_BITS = 0o777
 
 
 @dataclass
@@ -252,6 +266,9 @@ class State:
     guard: dict[str, str] = field(default_factory=dict)  # the launch guard's files: path -> sha256
     no_guard: bool = False  # an apply was told --no-guard: later ones install no guard either
     wheel: str | None = None  # the patched wheel's version the guard guards (no entry recorded)
+    guard_replaced: dict[str, str] = field(
+        default_factory=dict
+    )  # a user's file `apply --guard` replaced: path -> sha256
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
@@ -281,8 +298,14 @@ class State:
         return found
 
     def with_guard(self, guard: dict[str, str]) -> State:
-        """The state with the guard's files; without a guard, no wheel is guarded either."""
-        return replace(self, guard=guard, wheel=self.wheel if guard else None)
+        """The state with the guard's files; without a guard, no wheel is guarded either, and a
+        user's file the guard replaced is kept only while the guard holds its path."""
+        replaced = {path: sha for path, sha in self.guard_replaced.items() if path in guard}
+        return replace(self, guard=guard, wheel=self.wheel if guard else None, guard_replaced=replaced)
+
+    def with_guard_replaced(self, replaced: dict[str, str]) -> State:
+        """The state that also keeps these users' files (path -> sha256) the guard replaced."""
+        return replace(self, guard_replaced={**self.guard_replaced, **replaced})
 
     def with_wheel(self, version: str | None) -> State:
         return replace(self, wheel=version)
@@ -302,6 +325,8 @@ class State:
             data["no_guard"] = True
         if self.wheel:
             data["wheel"] = self.wheel
+        if self.guard_replaced:
+            data["guard_replaced"] = self.guard_replaced
         return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
@@ -320,7 +345,8 @@ class State:
         return {shas["before"], shas["after"]} | {e.files[path]["after"] for e in self.later(entry) if path in e.files}
 
     def referenced_objects(self) -> set[str]:
-        return {before for e in self.entries for f in e.files.values() if (before := f.get("before"))}
+        befores = {before for e in self.entries for f in e.files.values() if (before := f.get("before"))}
+        return befores | set(self.guard_replaced.values())
 
 
 class NamedPatch(Protocol):
@@ -342,16 +368,24 @@ def record_apply(
     patches: Iterable[NamedPatch],
     changes: dict[str, tuple[bytes | None, bytes | None]],
     library: Path | None = None,
+    root: Path | None = None,
 ) -> Entry:
-    """The entry an apply records: each file's original hash (kept from an earlier apply of the
-    same set) and the hash written now. `library`: the library the set was read from (for hints
-    given where another library is at hand)."""
+    """The entry an apply records: each file's original hash and permission bits (kept from an
+    earlier apply of the same set) and the hash written now. `library`: the library the set was
+    read from (for hints given where another library is at hand). `root`: the tree, whose files
+    are still the originals (their modes are read there)."""
 
     files = dict(previous.files) if previous else {}
     hash_side_by_side([content for pair in changes.values() for content in pair])
     for path, (before, after) in changes.items():
         earlier = files.get(path)
-        files[path] = {"before": earlier["before"] if earlier else sha256(before), "after": sha256(after)}
+        if earlier is not None:
+            files[path] = {**earlier, "after": sha256(after)}
+            continue
+        files[path] = {"before": sha256(before), "after": sha256(after)}
+        mode = _original_mode(root, path) if before is not None and root is not None else None
+        if mode is not None:
+            files[path]["mode"] = mode
     return Entry(
         set_name=set_name,
         vllm_version=vllm_version,
@@ -361,6 +395,15 @@ def record_apply(
         files=files,
         library=_recorded_library(library),
     )
+
+
+def _original_mode(root: Path, path: str) -> int | None:
+    """The permission bits of the file at `path` (never through a symlink), or None."""
+    try:
+        info = os.lstat(root / path)
+    except OSError:
+        return None
+    return stat.S_IMODE(info.st_mode) & MODE_BITS if stat.S_ISREG(info.st_mode) else None
 
 
 def _recorded_library(library: Path | None) -> str | None:
@@ -433,8 +476,15 @@ def parse_state(raw: bytes, origin: Path) -> State:
     if not isinstance(no_guard, bool):
         raise _damaged(origin, "'no_guard' is not true or false")
     guard = _checked_guard(data.get("guard", {}), origin)
+    replaced = _checked_guard(data.get("guard_replaced", {}), origin)
+    if not replaced.keys() <= guard.keys():  # revert writes them back only where the guard is
+        raise _damaged(origin, "'guard_replaced' names a file its guard record does not")
     return State(
-        [_checked_entry(e, origin) for e in entries], guard, no_guard, _checked_wheel(data.get("wheel"), origin)
+        [_checked_entry(e, origin) for e in entries],
+        guard,
+        no_guard,
+        _checked_wheel(data.get("wheel"), origin),
+        replaced,
     )
 
 
@@ -506,7 +556,14 @@ def _checked_entry(data: object, origin: Path) -> Entry:
             raise _damaged(origin, f"{path}: 'before' and 'after' hashes are required")
         checked_digest(shas["before"], origin)
         checked_digest(shas["after"], origin)
+        _checked_mode(shas.get("mode", 0), path, origin)
     return Entry.from_json(data)
+
+
+def _checked_mode(mode: object, path: str, origin: Path) -> None:
+    """A recorded mode: permission bits only (revert sets them on a file of the tree)."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= MODE_BITS:
+        raise _damaged(origin, f"{path}: 'mode' {mode!r} is not a file's permission bits (0 to 0o777)")
 
 
 def _checked_library(where: object, origin: Path) -> None:

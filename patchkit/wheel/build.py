@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from email.parser import Parser
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,10 +53,10 @@ from patchkit.base.enums import Outcome, SelectionKind
 from patchkit.base.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.checks import ERROR, LARGEST_PARSED, WARNING, CheckResult, integrity, probe, shadow
-from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance, provenance_files
+from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance, SetRecord, provenance_files
 from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
 from patchkit.engine.operations import apply_series
-from patchkit.engine.resolve import require_patches, resolve
+from patchkit.engine.resolve import require_patches, resolve, resolve_sets, resolve_target, several, why_not
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
 from patchkit.wheel.published import Held, claims_a_release, held_to_release, refuse_unpublished
@@ -69,6 +70,7 @@ if TYPE_CHECKING:  # imported where used: the big members are being copied by th
 
 Say = Callable[[str], None]
 METADATA_LIMIT = 16 << 20
+WHEEL_VERSION_MAJOR = 1  # the Wheel-Version pip installs (1.x; a later 1.y with a warning)
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
 OUT_HINT = "give --out a directory you can write to (it is created if missing), such as ./dist"
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
@@ -82,8 +84,9 @@ class WheelResult:
     path: Path | None = None  # the patched wheel, once written
     version: str | None = None  # its version (the stock one with the label)
     label: str | None = None  # the label added
-    set_name: str | None = None  # None for --patch files
-    patches: list[Patch] = field(default_factory=list)
+    set_name: str | None = None  # None for --patch files and for several sets
+    patches: list[Patch] = field(default_factory=list)  # of every set, in the order applied
+    sets: list[tuple[str, list[Patch]]] = field(default_factory=list)  # a wheel of several sets: each, in order
     checks: list[CheckResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
@@ -180,24 +183,24 @@ def build_patched_wheel(
         ThreadPoolExecutor(max_workers=3) as pool,  # the copies and the file's hash; this thread places every member
     ):
         stock_record = _stock_record(wheel)
-        held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
-        resolved = _resolve(wheel, scratch, chosen)
-        added = labels.normalized_label(label or labels.default_label(resolved.set_name))
+        resolved, notes = _resolve(wheel, scratch, chosen)  # a version without a series ends here: no index asked
+        held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
+        added = labels.normalized_label(label or labels.default_label([r.set_name for r in resolved]))
         version = labels.labelled_version(wheel.version, added)
         copied = {e.source.name for e in early if e.source is not None}
         untouched = _untouched(wheel, resolved, stock_record, copied)
         say("copying the unchanged members; planning and checking the series on the wheel's files")
         copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
-        checked = _plan_and_check(wheel, scratch, resolved, chosen, stock_record)
+        checked = _plan_and_check_sets(wheel, scratch, resolved, chosen, stock_record)
+        checked.warnings[:0] = notes
         output.wait(copies)
         if held is not None:
             refuse_unpublished(held.result(), wheel.label, wheel.members, stock_record, wheel.digest_of, say)
         if checked.error is not None:
             return checked
-        assert checked.plan is not None
         result = WheelResult(
             Outcome.OK,
             stock,
@@ -205,12 +208,13 @@ def build_patched_wheel(
             label=added,
             set_name=checked.set_name,
             patches=checked.patches,
+            sets=checked.sets,
             checks=checked.checks,
             warnings=checked.warnings,
         )
         final = Path(out_dir) / _file_name(wheel, version)
         say(f"writing {final.name}")
-        output.write(writer, _entries(wheel, checked.plan, result, early + untouched, stock_record))
+        output.write(writer, _entries(wheel, checked.changes, result, early + untouched, stock_record))
         result.path = output.commit(final)
         return result
 
@@ -559,6 +563,7 @@ def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> It
                 path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info, installs
             )
             _refuse_other_scripts(wheel)
+            _refuse_a_wheel_pip_refuses(wheel)
             yield wheel
     finally:
         os.close(fd)
@@ -596,6 +601,26 @@ def _refuse_other_scripts(wheel: StockWheel) -> None:
                 "(over a file of that name, bin/python3 say); vLLM's wheels name only vllm; refusing the wheel",
                 hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
             )
+
+
+def _refuse_a_wheel_pip_refuses(wheel: StockWheel) -> None:
+    """BadInput for a dist-info WHEEL that pip refuses to install (pip's own reading of it: the
+    first Wheel-Version header, numbers joined by dots, major version 1 at most): the wheel built
+    from it would fail at `pip install`, at image build, not here."""
+    name = f"{wheel.dist_info}/WHEEL"
+    if wheel.member(name) is None:
+        raise BadInput(f"{wheel.label} has no {name}, which pip needs to install it; refusing the wheel")
+    try:
+        text = Parser().parsestr(wheel.read(name, METADATA_LIMIT).decode())["Wheel-Version"]
+        version = None if text is None else tuple(map(int, text.strip().split(".")))
+    except (UnicodeDecodeError, ValueError):
+        version = ()
+    if not version or version[0] > WHEEL_VERSION_MAJOR:
+        said = "no Wheel-Version" if version is None else "a Wheel-Version pip refuses"
+        raise BadInput(
+            f"{wheel.label}: its {name} has {said} (pip installs {WHEEL_VERSION_MAJOR}.x); refusing the wheel",
+            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
+        )
 
 
 def _refuse_outside(name: str, dist_info: str, label: str) -> None:
@@ -652,10 +677,13 @@ def _file_name(wheel: StockWheel, version: Version) -> str:
 class _Checked(WheelResult):
     resolved: Resolved | None = None
     plan: Plan | None = None
+    changes: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)  # of every set
 
 
-def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
-    """The version, set and series, as for a tree of the wheel's files (its dist-info in `scratch`)."""
+def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> tuple[list[Resolved], list[str]]:
+    """The version, and each set's series (several when the library holds several sets and no
+    one --set is given: those with a series for the release, in the library's order), as for a tree
+    of the wheel's files (its dist-info in `scratch`); and notes on the sets left out."""
 
     _check_metadata(wheel)
     _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA"], METADATA_LIMIT)
@@ -665,11 +693,74 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> Resolved:
     except OSError as exc:
         raise scratch_error(scratch.parent, exc) from None
     # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
-    resolved = resolve(replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version)))
+    opts = replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version))
+    if several(opts):
+        return _resolve_sets(opts)
+    resolved = resolve(opts)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         raise nothing_to_patch(resolved.selection)
     require_patches(resolved)
-    return resolved
+    return [resolved], []
+
+
+def _resolve_sets(opts: Options) -> tuple[list[Resolved], list[str]]:
+    """Every covering set with a series for the release (the others noted); sets that change the
+    same file are refused (each set's plan is made on the stock files)."""
+    chosen = resolve_sets(opts, resolve_target(opts))
+    patching = [c.resolved for c in chosen if c.kind == SelectionKind.PATCH and c.resolved is not None]
+    if not patching:
+        upstream = next((c.resolved for c in chosen if c.kind == SelectionKind.UPSTREAM and c.resolved), None)
+        if upstream is not None:
+            raise nothing_to_patch(upstream.selection)
+        raise NoPatchSet("; ".join(why_not(c) for c in chosen))
+    _refuse_shared_files(patching)
+    notes = [f"the set {c.name} is left out: {why_not(c)}" for c in chosen if c.kind != SelectionKind.PATCH]
+    return patching, notes
+
+
+def _refuse_shared_files(resolved: list[Resolved]) -> None:
+    """One wheel holds sets that change different files (each set is planned on the stock files)."""
+    owner: dict[str, str] = {}
+    for each in resolved:
+        for path in sorted(_series_paths(each.patches)):
+            if owner.setdefault(path, each.set_name) != each.set_name:
+                raise BadInput(
+                    f"the sets {owner[path]} and {each.set_name} both change {path}: one wheel holds sets "
+                    "that change different files",
+                    hint=f"build a wheel of one of them: {hints.command('wheel', '--set', each.set_name)}",
+                )
+
+
+def _series_paths(patches: list[Patch]) -> set[str]:
+    return {p for patch in patches for f in patch.files for p in (f.source_path, f.target_path) if p}
+
+
+def _plan_and_check_sets(
+    wheel: StockWheel,
+    scratch: Path,
+    resolved: list[Resolved],
+    chosen: Options,
+    stock_record: dict[str, tuple[str, str]],
+) -> _Checked:
+    """_plan_and_check of each set (one set: its own result); several: their changes and checks
+    together, the first failure the result (naming its set)."""
+    if len(resolved) == 1:
+        checked = _plan_and_check(wheel, scratch, resolved[0], chosen, stock_record)
+        checked.changes = checked.plan.changes if checked.plan is not None else {}
+        return checked
+    together = _Checked(Outcome.OK, wheel.path)
+    for each in resolved:
+        one = _plan_and_check(wheel, scratch, each, chosen, stock_record)
+        together.warnings += one.warnings
+        together.checks += one.checks
+        if one.error is not None:
+            one.error.message = f"set {each.set_name}: {one.error.message}"
+            return replace(one, checks=together.checks, warnings=together.warnings)
+        assert one.plan is not None
+        together.patches += one.patches
+        together.sets.append((each.set_name, one.patches))
+        together.changes |= one.plan.changes
+    return together
 
 
 def _plan_and_check(
@@ -843,10 +934,10 @@ def _nothing_written(error: PatchkitError) -> PatchkitError:
 # --------------------------------------------------------------------------- the new wheel
 
 
-def _touched(wheel: StockWheel, resolved: Resolved) -> set[str]:
-    """The members a patch may change, their compiled bytecode, and the dist-info (rewritten): not
-    copied ahead of the checks."""
-    paths = {p for patch in resolved.patches for f in patch.files for p in (f.source_path, f.target_path) if p}
+def _touched(wheel: StockWheel, resolved: list[Resolved]) -> set[str]:
+    """The members a patch of any set may change, their compiled bytecode, and the dist-info
+    (rewritten): not copied ahead of the checks."""
+    paths = {p for each in resolved for p in _series_paths(each.patches)}
     dist_info = {m.name for m in wheel.members if m.name.startswith(f"{wheel.dist_info}/")}
     return paths | _compiled(wheel, paths) | dist_info
 
@@ -891,7 +982,7 @@ def _never_patched(wheel: StockWheel, stock_record: dict[str, tuple[str, str]]) 
 
 
 def _untouched(
-    wheel: StockWheel, resolved: Resolved, stock_record: dict[str, tuple[str, str]], copied: set[str]
+    wheel: StockWheel, resolved: list[Resolved], stock_record: dict[str, tuple[str, str]], copied: set[str]
 ) -> list[rawzip.Entry]:
     """Every other member no patch touches (not `copied` already), outside the dist-info, in the
     stock order: copied raw."""
@@ -901,7 +992,7 @@ def _untouched(
 
 def _entries(
     wheel: StockWheel,
-    plan: Plan,
+    changes: dict[str, tuple[bytes | None, bytes | None]],
     result: WheelResult,
     untouched: list[rawzip.Entry],
     stock_record: dict[str, tuple[str, str]],
@@ -911,7 +1002,6 @@ def _entries(
     assert result.version is not None and result.label is not None
     _check_no_provenance(wheel)  # after the plan: a wheel patchkit built is told "already holds the series"
     old, new = wheel.dist_info, f"vllm-{result.version}.dist-info"
-    changes = plan.changes
     when = _member(wheel, f"{old}/METADATA").info.date_time  # new members: the stock time, so a rebuild is identical
     copied = {e.source.name for e in untouched if e.source is not None}
     left_out = {f"{old}/RECORD", *(f"{old}/{s}" for s in SIGNATURES), *_compiled(wheel, set(changes))}
@@ -934,7 +1024,7 @@ def _entries(
         for path, (before, after) in sorted(changes.items())
         if before is None and after is not None and wheel.member(path) is None
     ]
-    provenance = _provenance(wheel, plan, result)
+    provenance = _provenance(wheel, changes, result)
     extra = [
         rawzip.deflated(f"{new}/{rel}", data, None, when)
         for rel, data in provenance_files(provenance, result.patches).items()
@@ -1039,8 +1129,16 @@ def _relabelled(metadata: bytes, version: str, label: str) -> bytes:
     raise BadInput(f"{label}: its METADATA has no Version header")
 
 
-def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenance:
+def _provenance(
+    wheel: StockWheel, changes: dict[str, tuple[bytes | None, bytes | None]], result: WheelResult
+) -> Provenance:
     assert result.label is not None
+    files = {path: FileRecord(_sha256(before), _sha256(after)) for path, (before, after) in changes.items()}
+    if result.sets:  # each set's patches in a folder of its own: names may repeat across sets
+        sets = tuple(
+            SetRecord(name, tuple(PatchRecord(p.name, p.sha256) for p in patches)) for name, patches in result.sets
+        )
+        return Provenance.of_sets(__version__, str(wheel.version), result.label, sets, files)
     names = [p.name for p in result.patches]
     if len(set(names)) != len(names):
         raise BadInput(
@@ -1053,7 +1151,7 @@ def _provenance(wheel: StockWheel, plan: Plan, result: WheelResult) -> Provenanc
         label=result.label,
         set_name=result.set_name,
         patches=tuple(PatchRecord(p.name, p.sha256) for p in result.patches),
-        files={path: FileRecord(_sha256(before), _sha256(after)) for path, (before, after) in plan.changes.items()},
+        files=files,
     )
 
 

@@ -1,12 +1,17 @@
 """The version a patched wheel carries: the stock one with a local label (PEP 440 `+local`).
 
-Default `+patchkit.<set>`; `--local-label L` instead of `patchkit.<set>`; a version that already has
+Default `+patchkit.<set>`, and for a wheel of several sets `+patchkit.<set>.<set>...` in the order
+applied (packaging spells each `-` as `.`: the wheel's patchkit.json names every set exactly); one
+longer than LABEL_LIMIT is the short form `+patchkit.<n>sets.<8 hex digits of the names' sha256>`.
+`--local-label L` instead of `patchkit.<set>`; a version that already has
 a local label (`0.16.0+cu129`) keeps it and is extended with `.` (`0.16.0+cu129.patchkit.eagle3`).
 packaging judges and normalizes (lower case, `-` and `_` become `.`): a pin `vllm==0.16.0` still
 matches the result, since a public specifier ignores the local label.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from packaging.version import InvalidVersion, Version
 
@@ -17,8 +22,13 @@ PREFIX = "patchkit"
 LABEL_LIMIT = 128
 
 
-def default_label(set_name: str) -> str:
-    return f"{PREFIX}.{set_name}"
+def default_label(set_names: list[str]) -> str:
+    """patchkit.<each set, in the order applied>; the short form when that is too long."""
+    joined = ".".join([PREFIX, *set_names])
+    if len(joined) <= LABEL_LIMIT:
+        return joined
+    digest = hashlib.sha256("\n".join(set_names).encode()).hexdigest()[:8]
+    return f"{PREFIX}.{len(set_names)}sets.{digest}"
 
 
 def normalized_label(label: str) -> str:

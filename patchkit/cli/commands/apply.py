@@ -5,9 +5,12 @@ from typing import TYPE_CHECKING
 import click
 
 from patchkit.base.enums import Outcome, SelectionKind
-from patchkit.cli.commands import Shown, make_ui, resolve_telling
+from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
-from patchkit.cli.ui import UI, plan_json, resolved_json, target_json
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.json_views import plan_json, resolved_json, target_json
+from patchkit.cli.ui.reports import show_header
+from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import ApplyResult, apply_series
 from patchkit.engine.resolve import (
     Chosen,
@@ -18,7 +21,7 @@ from patchkit.engine.resolve import (
     several,
     why_not,
 )
-from patchkit.engine.several import NOT_TRIED, SetApplied, SetsApplied, apply_sets, require_order
+from patchkit.engine.several import NOT_TRIED, SetApplied, SetsApplied, apply_needed, apply_sets, require_order
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -58,7 +61,7 @@ def command(
     resolved = resolve_telling(ui, opts, sets=sets)
     require_patches(resolved)
     if not ui.json_mode:
-        ui.header(resolved)
+        show_header(ui, resolved)
     shown = Shown(ui, dry_run=dry_run)
     result = apply_series(
         resolved,
@@ -89,7 +92,7 @@ def _apply_sets(
     def watch_for(each: Chosen) -> Shown:
         assert each.resolved is not None
         if not ui.json_mode:
-            ui.header(each.resolved)
+            show_header(ui, each.resolved)
         return Shown(ui, dry_run=dry_run)
 
     result = apply_sets(
@@ -143,3 +146,31 @@ def _finish(ui: UI, result: ApplyResult) -> None:
     elif result.error is None:
         done = result.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED, Outcome.UPSTREAM)
         ui.line(result.message, style="green" if done else None)
+
+
+def apply_for_launch(ui: UI, chosen: Options) -> ApplyResult | SetsApplied | None:
+    """`run --apply`: each covering set (or each --set) that needs it applied as `patchkit apply`
+    does; None when none does."""
+    sets = library_sets(chosen)
+    if several(chosen, sets):
+        target = resolve_target(chosen)
+        ui.knows(target_json(target))
+        covering = resolve_sets(chosen, target)
+        require_order(chosen, covering)
+    else:
+        resolved = resolve_telling(ui, chosen, sets=sets)
+        covering = [Chosen(resolved.set_name, resolved)]
+    many = len(covering) > 1
+
+    def watch_for(each: Chosen) -> Shown:
+        if many and each.resolved is not None:
+            show_header(ui, each.resolved)  # as `patchkit apply` shows each set
+        return Shown(ui)
+
+    result = apply_needed(covering, watch_for=watch_for, several=many)
+    if result is not None and result.error is None:
+        for each in result.sets if isinstance(result, SetsApplied) else []:
+            if each.result is not None:
+                ui.line(each.result.message)
+        ui.line(result.message, style="green")
+    return result

@@ -7,7 +7,7 @@ import click
 from patchkit.base.enums import SelectionKind
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
-from patchkit.cli.ui import UI
+from patchkit.cli.ui.console import UI
 from patchkit.engine.resolve import judged, require_patches, resolve, resolve_sets, resolve_target, several
 from patchkit.series.patchfile import decode
 

@@ -15,7 +15,7 @@ from patchkit.fleet.protocol import FleetResult, fleet_apply, run_each
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.base.options import Options
-    from patchkit.cli.ui import UI
+    from patchkit.cli.ui.console import UI
 
 ACTIONS = ("status", "apply", "verify", "revert")
 

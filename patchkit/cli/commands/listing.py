@@ -5,13 +5,14 @@ from typing import TYPE_CHECKING
 import click
 
 from patchkit.base import hints
-from patchkit.base.enums import LibraryPatchState, Outcome
+from patchkit.base.enums import Outcome
 from patchkit.base.errors import BadInput, Finished
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, patches
 from patchkit.cli.commands.options import quiet as quiet_option
-from patchkit.cli.ui.matrix import from_library
+from patchkit.cli.ui.matrix import LibraryPatchState, from_library
+from patchkit.cli.ui.reports import show_library
 from patchkit.series.library import PatchSetDef, load_library, locate, refuse_unordered
 from patchkit.series.patchfile import read_patch
 
@@ -36,7 +37,7 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
     if ui.json_mode:
         ui.json({"library": where.to_json(), "sets": data})
         return finished
-    ui.library(where)
+    show_library(ui, where)
     for s in data:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
         ui.line(f"         supported {s['supported'] or 'any'}; upstream {s['upstream'] or 'never'}")

@@ -8,7 +8,7 @@ import click
 from patchkit.base.errors import Conflict
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, library_options, output_options
-from patchkit.cli.ui import UI
+from patchkit.cli.ui.console import UI
 from patchkit.maintainer.port import PortRequest, port_set
 
 if TYPE_CHECKING:

@@ -9,7 +9,11 @@ from patchkit.base import hints
 from patchkit.base.enums import TreeState
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
-from patchkit.cli.ui import UI, Failure, JUnitCase, junit, target_json, write_junit
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.findings import Failure
+from patchkit.cli.ui.json_views import target_json
+from patchkit.cli.ui.junit import JUnitCase, junit
+from patchkit.cli.ui.run import write_junit
 from patchkit.engine.resolve import judged, resolve_sets, resolve_target, several
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS, Finding

@@ -9,7 +9,7 @@ from patchkit.base.enums import Outcome
 from patchkit.base.errors import Finished
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, format_option, output_options
-from patchkit.cli.ui import UI
+from patchkit.cli.ui.console import UI
 from patchkit.maintainer.refresh import refresh_workspace
 
 if TYPE_CHECKING:

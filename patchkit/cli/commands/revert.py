@@ -5,9 +5,12 @@ from typing import TYPE_CHECKING
 import click
 
 from patchkit.base.enums import Outcome
-from patchkit.cli.commands import Shown, make_ui
+from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, target_options
-from patchkit.cli.ui import UI, resolved_json, target_json
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.json_views import resolved_json, target_json
+from patchkit.cli.ui.reports import show_header
+from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import RevertResult, nothing_to_undo, resolve_for_revert, revert_series
 from patchkit.engine.resolve import several
 
@@ -30,7 +33,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
     target, resolved = resolve_for_revert(opts)
     ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))
     if resolved is not None and not ui.json_mode:
-        ui.header(resolved)
+        show_header(ui, resolved)
     if resolved is None and several(opts) and nothing_to_undo(target.root):
         result = RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree records no apply of any set")
         _finish(ui, result)

@@ -10,11 +10,10 @@ import click
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
-from patchkit.cli.commands import Shown, make_ui, resolve_telling
+from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
 from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument, run_preflight, show
-from patchkit.cli.ui import UI, target_json
-from patchkit.engine.resolve import Chosen, library_sets, resolve_sets, resolve_target, several
+from patchkit.cli.ui.console import UI
 from patchkit.launch.command import LaunchCommand, frame
 from patchkit.launch.engine import few_named
 from patchkit.launch.preflight import PreflightResult, default_options
@@ -85,38 +84,11 @@ def _name_unjudged(ui: UI, plugins: list[str]) -> None:
 
 def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | SetsApplied | None:
     chosen = default_options(opts, launch_command)
+    # lazy: `run`'s fast path never applies: apply's command (the engine's operations) loads for --apply
+    from patchkit.cli.commands.apply import apply_for_launch
+
     with hints.selected(chosen):  # the tree the launch imports: its hints name it
-        return _apply_to(ui, chosen)
-
-
-def _apply_to(ui: UI, chosen: Options) -> ApplyResult | SetsApplied | None:
-    """Each covering set (or each --set) that needs it applied as `patchkit apply` does; None when none does."""
-    # lazy: `run`'s fast path never applies: the engine's apply loads for --apply
-    from patchkit.engine.several import SetsApplied, apply_needed, require_order
-
-    sets = library_sets(chosen)
-    if several(chosen, sets):
-        target = resolve_target(chosen)
-        ui.knows(target_json(target))
-        covering = resolve_sets(chosen, target)
-        require_order(chosen, covering)
-    else:
-        resolved = resolve_telling(ui, chosen, sets=sets)
-        covering = [Chosen(resolved.set_name, resolved)]
-    many = len(covering) > 1
-
-    def watch_for(each: Chosen) -> Shown:
-        if many and each.resolved is not None:
-            ui.header(each.resolved)  # as `patchkit apply` shows each set
-        return Shown(ui)
-
-    result = apply_needed(covering, watch_for=watch_for, several=many)
-    if result is not None and result.error is None:
-        for each in result.sets if isinstance(result, SetsApplied) else []:
-            if each.result is not None:
-                ui.line(each.result.message)
-        ui.line(result.message, style="green")
-    return result
+        return apply_for_launch(ui, chosen)
 
 
 def _exec(argv: list[str], python: str | None) -> NoReturn:

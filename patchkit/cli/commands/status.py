@@ -8,8 +8,9 @@ import click
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
-from patchkit.cli.ui import UI, status_json, target_json
-from patchkit.cli.ui.reports import status_verdict
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.json_views import status_json, target_json
+from patchkit.cli.ui.reports import show_checks, show_status, status_verdict
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
 from patchkit.engine.resolve import NOT_COVERED, resolve_sets, resolve_target, several, why_not
@@ -45,9 +46,9 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
     if ui.json_mode:
         ui.json(status_json(resolved, status, where))
     else:
-        ui.status(resolved, status, where)
+        show_status(ui, resolved, status, where)
         if status.upstream_regression:  # the verdict names it; the failures, their fix
-            ui.checks(status.checks, label="stock")
+            show_checks(ui, status.checks, label="stock")
         elif status.checks:
             ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on the stock files", style="green")
     if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
@@ -77,7 +78,7 @@ def _status_of_sets(ui: UI, opts: Options) -> SetsStatus:
     for index, (each, status) in enumerate(zip(found.chosen, found.statuses, strict=True)):
         assert each.resolved is not None
         shown = status if index == 0 else replace(status, stale=[])  # the record's stale notes, said once
-        ui.status(each.resolved, shown, where if index == 0 else None)
+        show_status(ui, each.resolved, shown, where if index == 0 else None)
         ui.verdict(status_verdict(status)[0], ok=status.outcome == Outcome.OK)
     for each in chosen:
         if each not in found.chosen:

@@ -8,10 +8,15 @@ import click
 from patchkit import fetch
 from patchkit.base.enums import Outcome
 from patchkit.base.errors import BadInput, Finished, NoPatchSet
-from patchkit.cli.commands import Shown, make_ui, resolve_telling
+from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
-from patchkit.cli.ui import UI, releases_junit, reports, sets_releases_junit, target_json, write_junit
+from patchkit.cli.ui import reports
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.json_views import target_json
+from patchkit.cli.ui.junit import releases_junit, sets_releases_junit
 from patchkit.cli.ui.matrix import Matrix, from_releases, release_cell, write_markdown
+from patchkit.cli.ui.run import write_junit
+from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import VerifyResult, verify_tree
 from patchkit.engine.resolve import require_patches, resolve_sets, resolve_target, several, why_not
 from patchkit.engine.several import SetsVerified, verify_sets

@@ -10,14 +10,19 @@ from patchkit.base import hints, seal, signals
 from patchkit.base.errors import BadInput, IndexNotRead, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import format_option, library_options, output_options, patch
-from patchkit.cli.ui import UI
+from patchkit.cli.commands.options import format_option, output_options, patch, patches, set_names
+from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.reports import show_checks
+from patchkit.engine.resolve import several
 from patchkit.fetch.index import normalize_version
-from patchkit.series.library import UNSUPPORTED, UPSTREAM, load_chosen, select
+from patchkit.series.library import UNSUPPORTED, UPSTREAM, choose_sets, load_chosen, load_library, locate, select
 from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
 from patchkit.wheel.stock import checked_stock_wheel
 
-_DOWNLOAD_DIR = "vllm-stock"  # where the pip-download hint has pip put the stock wheel
+# Where the pip-download hint has pip put the stock wheel: a directory per platform, so that the
+# hint's glob never takes a wheel an earlier run downloaded for another one.
+_DOWNLOAD_DIR = "vllm-stock"
+_THIS_MACHINE = "this-machine"
 
 
 @click.command()
@@ -26,10 +31,11 @@ _DOWNLOAD_DIR = "vllm-stock"  # where the pip-download hint has pip put the stoc
 @click.option(
     "--local-label",
     metavar="LABEL",
-    help="The local version label added (default patchkit.<set>; after an existing one, joined by '.').",
+    help="The local version label added (default patchkit.<set>[.<set>...]; after an existing one, joined by '.').",
 )
 @click.option("--platform", metavar="TAG", help="With VERSION: the stock wheel's platform tag (default: as pip would).")
-@library_options
+@patches
+@set_names
 @patch
 @format_option
 @output_options
@@ -39,7 +45,7 @@ def command(
     local_label: str | None,
     platform: str | None,
     library: str | None,
-    set_name: str | None,
+    set_name: tuple[str, ...],
     adhoc: tuple[str, ...],
     fmt: str,
     quiet: bool,
@@ -51,12 +57,17 @@ def command(
     names, contract): a conflict or a failed check writes no wheel. Unchanged members are copied as
     their compressed bytes; the version gains a local label (+patchkit.<set>); RECORD is regenerated;
     the dist-info records what was applied (patchkit.json). Prints the wheel's path.
+
+    Without --set, every set of the library with a series for the release, in the library's order
+    (the label names each); --set (repeatable) narrows.
     """
     signals.note_report("interrupted before the wheel was written: this run left nothing in --out")
     ui = make_ui(fmt, quiet, verbose)
     if adhoc and set_name:
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
-    chosen = Options(library=library, adhoc=tuple(adhoc), set_name=set_name)
+    names = tuple(dict.fromkeys(set_name))  # each once, as given
+    one = names[0] if len(names) == 1 else None
+    chosen = Options(library=library, adhoc=tuple(adhoc), set_name=one, set_names=names)
     with hints.selected(chosen):  # a hint to verify the installed wheel names the same library and set
         shape = _shaping_options(out_dir, local_label, fmt)
         return _build(source, out_dir, local_label, platform, chosen, ui, quiet=quiet, shape=shape)
@@ -96,7 +107,7 @@ def _build(
         ui.json(_document(result))
     else:
         if result.checks and not quiet:
-            ui.checks(result.checks)
+            show_checks(ui, result.checks)
         if result.path is not None:
             ui.result(str(result.path))
     return result
@@ -131,11 +142,12 @@ def _download_it_with_pip(version: str, platform: str | None, chosen: Options, s
     run as printed: a real directory, a glob left unquoted, `python3 -m pip` (a pipx install puts no
     pip on PATH)."""
     release = normalize_version(version)
-    pip = ["python3", "-m", "pip", "download", f"vllm=={release}", "--no-deps", "-d", _DOWNLOAD_DIR]
+    directory = f"{_DOWNLOAD_DIR}/{platform or _THIS_MACHINE}"
+    pip = ["python3", "-m", "pip", "download", f"vllm=={release}", "--no-deps", "-d", directory]
     if platform:
         pip += ["--platform", platform, "--only-binary=:all:"]
     build = hints.command("wheel", chosen=chosen)[:-1]  # the selection; the file and options after it
-    wheel_glob = f"{shlex.quote(_DOWNLOAD_DIR)}/vllm-{release}-*.whl"
+    wheel_glob = f"{shlex.quote(directory)}/vllm-{release}-*.whl"
     rest = f" {shlex.join(shape)}" if shape else ""
     return f"run `{shlex.join(pip)}`, then {build} {wheel_glob}{rest}`"
 
@@ -155,11 +167,17 @@ def _require_a_series(version: str, chosen: Options) -> None:
     if chosen.adhoc:
         return
     release = Version(normalize_version(version))
-    selection = select(load_chosen(chosen.library, chosen.set_name), release)
-    if selection.kind == UPSTREAM:
-        raise nothing_to_patch(selection)
-    if selection.kind == UNSUPPORTED:
-        raise NoPatchSet(selection.note or f"no patch set for vLLM {release}")
+    if several(chosen):
+        sets = choose_sets(load_library(locate(chosen.library).path), chosen.set_names)
+        selections = [select(each, release) for each in sets]
+    else:
+        selections = [select(load_chosen(chosen.library, chosen.set_name), release)]
+    if any(s.kind not in (UPSTREAM, UNSUPPORTED) for s in selections):
+        return
+    upstream = next((s for s in selections if s.kind == UPSTREAM), None)
+    if upstream is not None:
+        raise nothing_to_patch(upstream)
+    raise NoPatchSet("; ".join(s.note or f"{s.set_name}: no series for vLLM {release}" for s in selections))
 
 
 def _document(result: WheelResult) -> dict:
@@ -170,6 +188,7 @@ def _document(result: WheelResult) -> dict:
         "version": result.version,
         "label": result.label,
         "set": result.set_name,
+        **({"sets": [name for name, _patches in result.sets]} if result.sets else {}),
         "patches": [{"name": p.name, "sha256": p.sha256} for p in result.patches],
         "checks": [r.to_json() for r in result.checks],
     }

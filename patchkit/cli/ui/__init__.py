@@ -13,39 +13,8 @@ when the CLI knows the run's exit code (see run.Run).
     json_views  the plan, the target and its status as JSON
     junit       JUnit XML
     run         the run's one document on stdout
+    steps       an operation's steps (the plan, the checks) shown as they happen
+
+Nothing is re-exported here: each caller imports the modules it uses, so that a command loads only
+what it shows (`run`'s fast path shows no table, no report and no plan).
 """
-
-from patchkit.cli.ui.console import UI
-from patchkit.cli.ui.findings import Failure
-from patchkit.cli.ui.json_views import plan_json, resolved_json, status_json, target_json
-from patchkit.cli.ui.junit import JUnitCase, checks_junit, error_junit, junit, releases_junit, sets_releases_junit
-from patchkit.cli.ui.plan import file_rows, hunk_rows, offsets_note, plain_plan, plan_sections
-from patchkit.cli.ui.run import SCHEMA_VERSION, Run, begin_run, finish_run, write_junit
-from patchkit.cli.ui.text import STATE_STYLES, visible
-
-__all__ = [
-    "SCHEMA_VERSION",
-    "STATE_STYLES",
-    "UI",
-    "Failure",
-    "JUnitCase",
-    "Run",
-    "begin_run",
-    "checks_junit",
-    "error_junit",
-    "file_rows",
-    "finish_run",
-    "hunk_rows",
-    "junit",
-    "offsets_note",
-    "plain_plan",
-    "plan_json",
-    "plan_sections",
-    "releases_junit",
-    "resolved_json",
-    "sets_releases_junit",
-    "status_json",
-    "target_json",
-    "visible",
-    "write_junit",
-]

@@ -11,9 +11,7 @@ from functools import cached_property
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from patchkit.cli.ui import reports, run
-from patchkit.cli.ui.findings import Failure
-from patchkit.cli.ui.plan import show_plan
+from patchkit.cli.ui import run
 from patchkit.cli.ui.text import (
     GAP,
     LABEL_WIDTH,
@@ -30,12 +28,7 @@ from patchkit.cli.ui.text import (
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
-    from patchkit.checks import CheckResult
-    from patchkit.engine.inspection import TreeStatus
-    from patchkit.engine.resolve import Resolved
-    from patchkit.releases.check import ReleaseResult
-    from patchkit.series.library import Location
-    from patchkit.series.plan import Plan
+    from patchkit.cli.ui.findings import Failure
 
 
 def _console(*, stderr: bool) -> Console:
@@ -246,27 +239,6 @@ class UI:
             self.out.print(Syntax(visible(text), "diff", theme="ansi_dark", background_color="default"))
         else:
             sys.stdout.write(text)
-
-    # -- reports ------------------------------------------------------------------------------
-    def header(self, resolved: Resolved) -> None:
-        reports.show_header(self, resolved)
-
-    def library(self, where: Location) -> None:
-        """Which library root, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
-        reports.show_library(self, where)
-
-    def status(self, resolved: Resolved, status: TreeStatus, where: Location | None = None) -> None:
-        reports.show_status(self, resolved, status, where)
-
-    def plan(self, plan: Plan, *, dry_run: bool) -> None:
-        show_plan(self, plan, dry_run=dry_run)
-
-    def checks(self, results: list[CheckResult], label: str = "checks") -> None:
-        reports.show_checks(self, results, label)
-
-    def releases(self, results: list[ReleaseResult]) -> None:
-        """`verify` against releases: one row per vLLM release."""
-        reports.show_releases(self, results)
 
     @property
     def live(self) -> bool:

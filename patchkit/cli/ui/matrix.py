@@ -10,11 +10,31 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from patchkit.base.enums import LibraryPatchState, MatrixCell, ReleaseOutcome
+from patchkit.base.enums import ReleaseOutcome, StrEnum
 from patchkit.cli.ui.text import write_plainly
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.releases.check import ReleaseResult
+
+
+class LibraryPatchState(StrEnum):
+    """A patch file of the library as `list` reports it."""
+
+    OK = "ok"  # its sha256 is the one the series records
+    UNRECORDED = "unrecorded"  # the series records no sha256 for it
+    DAMAGED = "damaged"  # unreadable, or its sha256 differs from the recorded one
+
+
+class MatrixCell(StrEnum):
+    """A cell of the compatibility matrix: a release (or a library range) for one set."""
+
+    APPLIED = "applied"
+    UPSTREAM = "upstream"
+    CONFLICT = "conflict"
+    FAILED = "failed"
+    UNSUPPORTED = "unsupported"  # in the set's range without a series
+    NOT_COVERED = "-"  # outside the set's range
+
 
 _OUTCOME_CELLS = {
     ReleaseOutcome.PATCHED: MatrixCell.APPLIED,

@@ -148,7 +148,7 @@ def verdict_of_releases(ui: Screen, results: list[ReleaseResult]) -> None:
         if r.failed:
             failed = [c for c in r.checks if c.failed]
             failures += [_release_failure(r, c) for c in failed]
-            failures += [] if failed else [Failure(str(r.version), r.detail)]
+            failures += [] if failed else [Failure(str(r.version), r.detail, fix=r.hint)]
         elif r.outcome == ReleaseOutcome.UNSUPPORTED and r.requested:
             failures.append(Failure(str(r.version), f"asked for but not covered: {r.detail}"))
     ui.failures(failures)

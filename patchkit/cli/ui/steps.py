@@ -1,0 +1,36 @@
+"""An operation's steps (its warnings, the plan, the checks) shown through the console as they happen."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from patchkit.cli.ui.plan import show_plan
+from patchkit.cli.ui.reports import show_checks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from patchkit.checks import CheckResult
+    from patchkit.cli.ui.console import UI
+    from patchkit.series.plan import Plan
+
+
+class Shown:
+    """An operation's steps shown through the UI as they happen (operations.Watcher)."""
+
+    def __init__(self, ui: UI, *, dry_run: bool = False) -> None:
+        self.ui = ui
+        self.dry_run = dry_run
+        self.tables = 0  # the check tables shown so far
+
+    def warning(self, text: str) -> None:
+        self.ui.warn(text)
+
+    def planned(self, plan: Plan) -> None:
+        show_plan(self.ui, plan, dry_run=self.dry_run)
+
+    def checked(self, results: list[CheckResult]) -> None:
+        """The checks on the planned files, then (apply) those on the files written. A dry run that
+        passes counts them in its last line: its table is for -v."""
+        if self.dry_run and not self.ui.verbose and not any(r.failed for r in results):
+            return
+        show_checks(self.ui, results, label="checks" if not self.tables else "written")
+        self.tables += 1

@@ -1,0 +1,102 @@
+"""What revert does with the launch guard no record names, or that replaced a user's own file
+(review 6 guard L4, second half, and L6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers import MODEL_PY, fingerprint, make_patch, run_cli, write_tree
+
+from patchkit import __version__
+
+MODEL = "vllm/models/model.py"
+INFO = f"patchkit_guard-{__version__}.dist-info"
+GUARD_SOURCE = Path(__file__).parents[1] / "patchkit" / "_target" / "guard.py"
+USERS_OWN = b"# my own plugin, not patchkit's\ndef check():\n    return None\n"
+
+
+def _applied(tmp_path: Path, scratch: Path) -> tuple[Path, Path, dict]:
+    site = write_tree(tmp_path / "site")
+    before = fingerprint(site)
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    done = run_cli("apply", "--target", site, "--patch", diff)
+    assert done.returncode == 0 and (site / "patchkit_guard.py").exists(), done.stdout + done.stderr
+    return site, diff, before
+
+
+def test_revert_after_the_record_was_removed_by_hand_removes_patchkits_own_guard_and_says_so(tmp_path, scratch):
+    """state.json's own hint says "inspect or remove": after that, revert gave stock files back but
+    left the guard installed, which no record named any more."""
+    site, diff, before = _applied(tmp_path, scratch)
+    (site / ".patchkit/state.json").unlink()
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "removed this patchkit's launch guard" in done.stderr, done.stderr
+    assert not (site / "patchkit_guard.py").exists() and not (site / INFO).exists()
+    assert fingerprint(site) == before
+
+
+def test_revert_keeps_an_unrecorded_guard_file_that_is_not_patchkits_bytes(tmp_path, scratch):
+    """Only a file with the very bytes this patchkit writes goes: one edited since is kept."""
+    site, diff, _ = _applied(tmp_path, scratch)
+    shutil_rm_record(site)
+    module = site / "patchkit_guard.py"
+    module.write_bytes(module.read_bytes() + b"# mine\n")
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert module.read_bytes() == GUARD_SOURCE.read_bytes() + b"# mine\n"
+    assert not (site / INFO).exists()  # its dist-info files had patchkit's bytes
+
+
+def shutil_rm_record(site: Path) -> None:
+    (site / ".patchkit/state.json").unlink()
+
+
+def test_revert_puts_back_a_users_own_guard_module_that_apply_guard_replaced(tmp_path, scratch):
+    """`apply --guard` replaces a user's own patchkit_guard.py (a copy kept in saved/); the revert
+    that removes the guard puts the user's file back, and says so."""
+    site = write_tree(tmp_path / "site")
+    (site / "patchkit_guard.py").write_bytes(USERS_OWN)
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    kept = run_cli("apply", "--target", site, "--patch", diff)
+    assert kept.returncode == 0 and (site / "patchkit_guard.py").read_bytes() == USERS_OWN, kept.stderr
+    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    replaced = run_cli("apply", "--guard", "--target", site, "--patch", diff)
+    assert replaced.returncode == 0, replaced.stdout + replaced.stderr
+    assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes()
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (site / "patchkit_guard.py").read_bytes() == USERS_OWN
+    assert "patchkit_guard.py: your own file that `apply --guard` replaced is put back" in done.stderr, done.stderr
+    assert not (site / INFO).exists() and (site / MODEL).read_text() == MODEL_PY
+
+
+def test_a_replaced_users_file_is_not_put_back_over_a_guard_changed_since(tmp_path, scratch):
+    """Only while the bytes at that path are still patchkit's guard: an edit since is kept."""
+    site = write_tree(tmp_path / "site")
+    (site / "patchkit_guard.py").write_bytes(USERS_OWN)
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    assert run_cli("apply", "--guard", "--target", site, "--patch", diff).returncode == 0
+    module = site / "patchkit_guard.py"
+    module.write_bytes(b"# edited since\n")
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert module.read_bytes() == b"# edited since\n"
+
+
+def test_a_guard_replaced_record_naming_a_file_the_guard_record_does_not_is_refused(tmp_path, scratch):
+    site, diff, _ = _applied(tmp_path, scratch)
+    path = site / ".patchkit/state.json"
+    state = json.loads(path.read_text())
+    state["guard_replaced"] = {f"{INFO}/NOTES": "0" * 64}
+    path.write_text(json.dumps(state))
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 2 and "guard record" in done.stderr, done.stderr
+    state["guard_replaced"] = {"patchkit_guard-9.9.dist-info/METADATA": "0" * 64}
+    path.write_text(json.dumps(state))
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 2 and "'guard_replaced' names a file" in done.stderr, done.stderr
