@@ -76,6 +76,7 @@ from patchkit.tree.version import detect
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.distinfo.installed_wheel import Provenance
     from patchkit.engine.guard import Changes
+    from patchkit.series.library import PatchSetDef
 
 # Called with a phase's name ("dry_run", "checks", "apply"), it times the work done inside it.
 Timer = Callable[[str], AbstractContextManager[object]]
@@ -618,15 +619,15 @@ def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> 
 # --------------------------------------------------------------------------- revert
 
 
-def resolve_for_revert(opts: Options) -> tuple[Target, Resolved | None]:
+def resolve_for_revert(opts: Options, sets: dict[str, PatchSetDef] | None = None) -> tuple[Target, Resolved | None]:
     """The target, and its series where the library still covers its version: a recorded apply
-    can be undone without it."""
+    can be undone without it. `sets`: the library's sets, when loaded already (library_sets)."""
 
     target = resolve_target(opts)
-    if several(opts):  # what the tree records is undone, set by set
+    if several(opts, sets):  # what the tree records is undone, set by set
         return target, None
     try:
-        resolved = resolve(opts, target=target)
+        resolved = resolve(opts, target=target, sets=sets)
         require_patches(resolved)
     except NoPatchSet:
         return target, None

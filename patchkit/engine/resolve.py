@@ -161,13 +161,15 @@ class Chosen:
         return self.resolved.selection.kind if self.resolved else None
 
 
-def resolve_sets(opts: Options, target: Target) -> list[Chosen]:
-    """Every set of the library (or those --set names), in the library's order, resolved for the target."""
-    sets = library.choose_sets(library.load_library(library.locate(opts.library).path), opts.set_names)
+def resolve_sets(opts: Options, target: Target, *, sets: dict[str, PatchSetDef] | None = None) -> list[Chosen]:
+    """Every set of the library (or those --set names), in the library's order, resolved for the
+    target. `sets`: the library's sets when the caller has loaded them already (library_sets)."""
+    loaded = sets if sets is not None else library.load_library(library.locate(opts.library).path)
     chosen = []
-    for patch_set in sets:
+    for patch_set in library.choose_sets(loaded, opts.set_names):
         try:
-            chosen.append(Chosen(patch_set.name, resolve(replace(opts, set_name=patch_set.name), target=target)))
+            one = replace(opts, set_name=patch_set.name)
+            chosen.append(Chosen(patch_set.name, resolve(one, target=target, sets=loaded)))
         except NoPatchSet as exc:  # a gap in the set's range: said, not an error of the run
             chosen.append(Chosen(patch_set.name, None, exc.message))
     if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):

@@ -196,9 +196,11 @@ def verify_releases(
     advance: Advance = lambda label: None,
     *,
     use_cache: bool = True,
+    patch_set: PatchSetDef | None = None,
 ) -> list[ReleaseResult]:
-    """Verify each release (see the module docstring); results oldest first."""
-    patch_set = load_patch_set(opts)
+    """Verify each release (see the module docstring); results oldest first. `patch_set`: opts'
+    set, when the caller has loaded it already."""
+    patch_set = patch_set if patch_set is not None else load_patch_set(opts)
     store = ResultStore(patch_set) if use_cache else None
     results: dict[Version, ReleaseResult] = {}
     jobs = []

@@ -25,6 +25,7 @@ from patchkit.engine.several import NOT_TRIED, SetApplied, SetsApplied, apply_ne
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
+    from patchkit.series.library import PatchSetDef
 
 
 @click.command()
@@ -57,7 +58,7 @@ def command(
     ui = make_ui(fmt, quiet, verbose)
     sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
     if several(opts, sets):
-        return _apply_sets(ui, opts, dry_run=dry_run, force=force, no_import=no_import, guard_choice=guard_choice)
+        return _apply_sets(ui, opts, sets, dry_run=dry_run, force=force, no_import=no_import, guard_choice=guard_choice)
     resolved = resolve_telling(ui, opts, sets=sets)
     require_patches(resolved)
     if not ui.json_mode:
@@ -77,12 +78,19 @@ def command(
 
 
 def _apply_sets(
-    ui: UI, opts: Options, *, dry_run: bool, force: bool, no_import: bool, guard_choice: bool | None
+    ui: UI,
+    opts: Options,
+    sets: dict[str, PatchSetDef] | None,
+    *,
+    dry_run: bool,
+    force: bool,
+    no_import: bool,
+    guard_choice: bool | None,
 ) -> SetsApplied:
     """apply of every covering set (or those --set names): each shown as a single apply is, under its header."""
     target = resolve_target(opts)
     ui.knows(target_json(target))
-    chosen = resolve_sets(opts, target)
+    chosen = resolve_sets(opts, target, sets=sets)
     require_order(opts, chosen)
     if not ui.json_mode:
         for each in chosen:
@@ -155,7 +163,7 @@ def apply_for_launch(ui: UI, chosen: Options) -> ApplyResult | SetsApplied | Non
     if several(chosen, sets):
         target = resolve_target(chosen)
         ui.knows(target_json(target))
-        covering = resolve_sets(chosen, target)
+        covering = resolve_sets(chosen, target, sets=sets)
         require_order(chosen, covering)
     else:
         resolved = resolve_telling(ui, chosen, sets=sets)

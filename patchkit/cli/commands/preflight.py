@@ -14,7 +14,7 @@ from patchkit.cli.ui.findings import Failure
 from patchkit.cli.ui.json_views import target_json
 from patchkit.cli.ui.junit import JUnitCase, junit
 from patchkit.cli.ui.run import write_junit
-from patchkit.engine.resolve import judged, resolve_sets, resolve_target, several
+from patchkit.engine.resolve import judged, library_sets, resolve_sets, resolve_target, several
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS, Finding
 from patchkit.launch.preflight import (
@@ -30,6 +30,7 @@ from patchkit.launch.shortcut import recorded_status
 if TYPE_CHECKING:
     from patchkit.base.options import Options
     from patchkit.engine.resolve import Resolved
+    from patchkit.series.library import PatchSetDef
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
@@ -75,22 +76,32 @@ def run_preflight(
 def _preflight(
     ui: UI, chosen: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool, found_by: str | None
 ) -> PreflightResult:
-    if several(chosen):
-        return _preflight_of_sets(ui, chosen, launch_command, no_import=no_import, shortcut=shortcut, found_by=found_by)
-    resolved = resolve_telling(ui, chosen, found_by=found_by)
+    sets = library_sets(chosen)  # loaded once: whether there are several, then the one chosen
+    if several(chosen, sets):
+        return _preflight_of_sets(
+            ui, chosen, launch_command, sets, no_import=no_import, shortcut=shortcut, found_by=found_by
+        )
+    resolved = resolve_telling(ui, chosen, found_by=found_by, sets=sets)
     launch_command = read(launch_command, resolved.vllm_version)
     result = _set_findings(ui, resolved, launch_command, no_import=no_import, shortcut=shortcut)
     return _launch_findings(resolved, launch_command, result, no_import=no_import)
 
 
 def _preflight_of_sets(
-    ui: UI, chosen: Options, launch_command: LaunchCommand, *, no_import: bool, shortcut: bool, found_by: str | None
+    ui: UI,
+    chosen: Options,
+    launch_command: LaunchCommand,
+    sets: dict[str, PatchSetDef] | None,
+    *,
+    no_import: bool,
+    shortcut: bool,
+    found_by: str | None,
 ) -> PreflightResult:
     """Each covering set's findings (its tree state, its launch checks), merged; then the launch's own once."""
     target = resolve_target(chosen)
     target = replace(target, found_by=found_by) if found_by else target
     ui.knows(target_json(target))
-    covering = [c.resolved for c in judged(resolve_sets(chosen, target)) if c.resolved is not None]
+    covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
     results = [_set_findings(ui, r, launch_command, no_import=no_import, shortcut=shortcut) for r in covering]
     return _launch_findings(covering[0], launch_command, merged(results), no_import=no_import)

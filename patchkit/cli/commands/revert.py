@@ -12,7 +12,7 @@ from patchkit.cli.ui.json_views import resolved_json, target_json
 from patchkit.cli.ui.reports import show_header
 from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import RevertResult, nothing_to_undo, resolve_for_revert, revert_series
-from patchkit.engine.resolve import several
+from patchkit.engine.resolve import library_sets, several
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -30,11 +30,12 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
     the series. Without --set/--patch, undoes every set the tree records; with them, that set only.
     """
     ui = make_ui(fmt, quiet, verbose)
-    target, resolved = resolve_for_revert(opts)
+    sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
+    target, resolved = resolve_for_revert(opts, sets)
     ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))
     if resolved is not None and not ui.json_mode:
         show_header(ui, resolved)
-    if resolved is None and several(opts) and nothing_to_undo(target.root):
+    if resolved is None and several(opts, sets) and nothing_to_undo(target.root):
         result = RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree records no apply of any set")
         _finish(ui, result)
         return result

@@ -13,13 +13,14 @@ from patchkit.cli.ui.json_views import status_json, target_json
 from patchkit.cli.ui.reports import show_checks, show_status, status_verdict
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
-from patchkit.engine.resolve import NOT_COVERED, resolve_sets, resolve_target, several, why_not
+from patchkit.engine.resolve import NOT_COVERED, library_sets, resolve_sets, resolve_target, several, why_not
 from patchkit.engine.several import SetsStatus, status_sets
 from patchkit.engine.transaction import consistent_read
 from patchkit.series.library import locate
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
+    from patchkit.series.library import PatchSetDef
 
 
 @click.command()
@@ -34,9 +35,10 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
     covers the version, then one overall state (applied when every set is; exit code from the worst).
     """
     ui = make_ui(fmt, quiet, verbose)
-    if several(opts):
-        return _status_of_sets(ui, opts)
-    resolved = resolve_telling(ui, opts)
+    sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
+    if several(opts, sets):
+        return _status_of_sets(ui, opts, sets)
+    resolved = resolve_telling(ui, opts, sets=sets)
     where = None if opts.adhoc else locate(opts.library)  # --patch FILE: no library
     with consistent_read(resolved.target.root) as recovered:
         if recovered:
@@ -59,21 +61,21 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
     return status
 
 
-def _status_of_sets(ui: UI, opts: Options) -> SetsStatus:
+def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) -> SetsStatus:
     """Each covering set's status as `status --set` shows it, then the overall state."""
     target = resolve_target(opts)
     ui.knows(target_json(target))
-    chosen = resolve_sets(opts, target)
+    chosen = resolve_sets(opts, target, sets=sets)
     where = locate(opts.library)
     found, recovered = status_sets(chosen)
     if recovered:
         ui.warn(recovered)
     if ui.json_mode:
-        sets = [status_json(c.resolved, s) for c, s in zip(found.chosen, found.statuses, strict=True) if c.resolved]
+        parts = [status_json(c.resolved, s) for c, s in zip(found.chosen, found.statuses, strict=True) if c.resolved]
         others = [
             {"set": c.name, "state": c.kind or NOT_COVERED, "note": why_not(c)} for c in chosen if c not in found.chosen
         ]
-        ui.json({"state": found.state, "library": where.to_json(), "sets": sets, "other_sets": others})
+        ui.json({"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others})
         return found
     for index, (each, status) in enumerate(zip(found.chosen, found.statuses, strict=True)):
         assert each.resolved is not None

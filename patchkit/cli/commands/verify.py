@@ -14,18 +14,19 @@ from patchkit.cli.ui import reports
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.json_views import target_json
 from patchkit.cli.ui.junit import releases_junit, sets_releases_junit
-from patchkit.cli.ui.matrix import Matrix, from_releases, release_cell, write_markdown
+from patchkit.cli.ui.matrix import Matrix, release_cell, write_markdown
 from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import VerifyResult, verify_tree
-from patchkit.engine.resolve import require_patches, resolve_sets, resolve_target, several, why_not
+from patchkit.engine.resolve import library_sets, require_patches, resolve_sets, resolve_target, several, why_not
 from patchkit.engine.several import SetsVerified, verify_sets
 from patchkit.releases import check as release_check
-from patchkit.series.library import load_library, locate
+from patchkit.series.library import choose_set
 from patchkit.tree.version import parse
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
+    from patchkit.series.library import PatchSetDef
 
 VERIFY_FORMATS = ("text", "json", "junit", "markdown")
 
@@ -86,8 +87,8 @@ def command(
             )
         if opts.adhoc:
             raise BadInput("--patch cannot be verified against releases; the library's series are")
-        verify_releases = _verify_releases_of_sets if several(opts) else _verify_releases
-        return verify_releases(
+        sets = library_sets(opts)  # loaded once: whether there are several, then each
+        return _verify_releases(
             replace(opts, vllm_version=None, vllm_versions=()),
             named,
             every,
@@ -96,6 +97,8 @@ def command(
             quiet,
             verbose,
             use_cache=not no_result_cache,
+            sets=sets,
+            several_sets=several(opts, sets),
         )
     if fmt == "markdown":
         raise BadInput(
@@ -120,69 +123,59 @@ def _verify_releases(
     verbose: int,
     *,
     use_cache: bool,
+    sets: dict[str, PatchSetDef] | None,
+    several_sets: bool,
 ) -> Finished:
+    """verify of releases from their stock files, for the set chosen, or (`several_sets`) for each
+    set of the library in turn: a set no release on the index is in is then said, not an error.
+    One document for all: a report per set (text, JSON), JUnit cases "SET: vllm X", a matrix column
+    per set. `sets`: the library's sets, when loaded already (library_sets)."""
     # JUnit, JSON and Markdown are the whole of stdout; quiet keeps text lines out of it.
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt in ("junit", "markdown"), verbose)
-    patch_set = release_check.load_patch_set(opts)
-    ui.knows({"set": patch_set.name})
-    with fetch.reuse_index_pages():
-        versions, requested = release_check.releases_to_verify(
-            patch_set, [parse(v, "--vllm-version") for v in named], every=every, latest=latest
-        )
-        with ui.progress(len(versions), f"verifying {len(versions)} release(s)") as advance:
-            results = release_check.verify_releases(versions, requested, opts, advance, use_cache=use_cache)
-    if fmt == "json":
-        ui.json({"set": patch_set.name, "releases": [r.to_json(patch_set.name) for r in results]})
-    elif fmt == "junit":
-        write_junit(releases_junit(results, f"patchkit.{patch_set.name}"))
-    elif fmt == "markdown":
-        write_markdown(from_releases(patch_set.name, results))
-    else:
-        reports.verdict_of_releases(ui, results)
-    return Finished(release_check.overall_outcome(results))
-
-
-def _verify_releases_of_sets(
-    opts: Options,
-    named: tuple[str, ...],
-    every: bool,
-    latest: bool,
-    fmt: str,
-    quiet: bool,
-    verbose: int,
-    *,
-    use_cache: bool,
-) -> Finished:
-    """verify of releases for every set of the library, one after the other: a report per set
-    (text, JSON), one document for all (JUnit: "SET: vllm X"; markdown: a column per set)."""
-    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt in ("junit", "markdown"), verbose)
-    names = list(load_library(locate(opts.library).path))
     by_set: dict[str, list[release_check.ReleaseResult]] = {}
     versions_named = [parse(v, "--vllm-version") for v in named]
     with fetch.reuse_index_pages():
-        for name in names:
+        for name in list(sets or {}) if several_sets else [opts.set_name]:
             chosen = replace(opts, set_name=name)
-            patch_set = release_check.load_patch_set(chosen)
+            patch_set = choose_set(sets, name) if sets is not None else release_check.load_patch_set(chosen)
+            if not several_sets:
+                ui.knows({"set": patch_set.name})
             try:
                 versions, requested = release_check.releases_to_verify(
                     patch_set, versions_named, every=every, latest=latest
                 )
-            except NoPatchSet as exc:  # a set no release on the index is in: said, not an error
+            except NoPatchSet as exc:
+                if not several_sets:
+                    raise
                 ui.note(exc.message)
                 continue
-            with ui.progress(len(versions), f"{name}: verifying {len(versions)} release(s)") as advance:
-                by_set[name] = release_check.verify_releases(versions, requested, chosen, advance, use_cache=use_cache)
+            label = f"{patch_set.name}: " if several_sets else ""
+            with ui.progress(len(versions), f"{label}verifying {len(versions)} release(s)") as advance:
+                by_set[patch_set.name] = release_check.verify_releases(
+                    versions, requested, chosen, advance, use_cache=use_cache, patch_set=patch_set
+                )
+    _show_releases(ui, fmt, by_set, several_sets=several_sets)
+    return Finished(_worst(list(by_set.values())))
+
+
+def _show_releases(
+    ui: UI, fmt: str, by_set: dict[str, list[release_check.ReleaseResult]], *, several_sets: bool
+) -> None:
+    """The releases' results in `fmt`: of one set as they always were; of several, a part per set."""
     if fmt == "json":
-        ui.json({"sets": [{"set": n, "releases": [r.to_json(n) for r in rs]} for n, rs in by_set.items()]})
-    elif fmt == "junit":
+        parts = [{"set": n, "releases": [r.to_json(n) for r in rs]} for n, rs in by_set.items()]
+        ui.json({"sets": parts} if several_sets else parts[0])
+    elif fmt == "junit" and several_sets:
         write_junit(sets_releases_junit(by_set, "patchkit"))
+    elif fmt == "junit":
+        write_junit("".join(releases_junit(results, f"patchkit.{name}") for name, results in by_set.items()))
     elif fmt == "markdown":
         write_markdown(_matrix_of_sets(by_set))
     else:
         for name, results in by_set.items():
-            ui.line(f"set      {name}", style="bold")
+            if several_sets:
+                ui.line(f"set      {name}", style="bold")
             reports.verdict_of_releases(ui, results)
-    return Finished(_worst(list(by_set.values())))
 
 
 def _matrix_of_sets(by_set: dict[str, list[release_check.ReleaseResult]]) -> Matrix:
@@ -205,9 +198,10 @@ def _verify_target(
     opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True
 ) -> VerifyResult | SetsVerified:
     ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
-    if several(opts):
-        return _verify_sets(ui, opts, fmt, import_probe=import_probe)
-    resolved = resolve_telling(ui, opts)
+    sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
+    if several(opts, sets):
+        return _verify_sets(ui, opts, fmt, sets, import_probe=import_probe)
+    resolved = resolve_telling(ui, opts, sets=sets)
     require_patches(resolved)
     verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
     if fmt == "junit":
@@ -219,12 +213,14 @@ def _verify_target(
     return verified
 
 
-def _verify_sets(ui: UI, opts: Options, fmt: str, *, import_probe: bool) -> SetsVerified:
+def _verify_sets(
+    ui: UI, opts: Options, fmt: str, sets: dict[str, PatchSetDef] | None, *, import_probe: bool
+) -> SetsVerified:
     """verify of every covering set on a target: each reported as `verify --set` reports it, then
     one verdict (ok only when every set is)."""
     target = resolve_target(opts)
     ui.knows(target_json(target))
-    chosen = resolve_sets(opts, target)
+    chosen = resolve_sets(opts, target, sets=sets)
     verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui))
     pairs = [(c.resolved, r) for c, r in zip(verified.chosen, verified.results, strict=True) if c.resolved is not None]
     if fmt == "junit":
