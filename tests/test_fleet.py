@@ -21,7 +21,17 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, snapshot, write_library, write_tree
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    assert_clean_failure,
+    make_patch,
+    patched_spec,
+    run_cli,
+    snapshot,
+    write_library,
+    write_tree,
+)
 
 import patchkit
 
@@ -523,4 +533,77 @@ def test_real_0_16_0_and_0_17_0_files_on_three_nodes(fleet):
     assert (done.returncode, verified["state"]) == (0, "applied"), done.stderr
     done, _ = fleet.run("revert")
     assert done.returncode == 0, done.stderr
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+# --- several sets (issue 23) ----------------------------------------------------------------------
+
+MODEL = "vllm/tool_parsers/demo_tool_parser.py"  # the `model` set's file: imports on its own
+PARSER = "def parse(text):\n    return text\n"
+
+
+def two_sets(fleet, model_text: str) -> Path:
+    """Every node's tree stock, with a file of `model`'s own; a library of `spec` (spec.py) and
+    `model` (that file), in that order."""
+    fleet.stock(files={SPEC: SPEC_PY, "vllm/models/model.py": MODEL_PY, MODEL: PARSER})
+    scratch = fleet.base / "scratch"
+    scratch.mkdir(exist_ok=True)
+    root = fleet.base / "libraries" / "several"
+    shutil.rmtree(root, ignore_errors=True)
+    write_library(root, {"0.16.0": [make_patch(scratch, fleet.trees[0], {SPEC: patched_spec()})]}, name="spec")
+    write_library(root, {"0.16.0": [make_patch(scratch, fleet.trees[0], {MODEL: model_text})]}, name="model")
+    (root / "library.toml").write_text('order = ["spec", "model"]\n')
+    return root
+
+
+def set_states(document: dict, state: str) -> bool:
+    return all(
+        n["sets"] == [{"set": "spec", "state": state}, {"set": "model", "state": state}] for n in document["nodes"]
+    )
+
+
+def test_several_sets_each_node_applies_reports_and_reverts_every_set(fleet):
+    lib = two_sets(fleet, PARSER.replace("text\n", "text.strip()\n"))
+    before = [snapshot(tree) for tree in fleet.trees]
+
+    done, status = fleet.run("status", "--patches", lib)
+    assert done.returncode == 0, done.stderr
+    assert status["state"] == "not-applied" and set_states(status, "not-applied")
+    assert {n["vllm_version"] for n in status["nodes"]} == {"0.16.0"}
+
+    done, applied = fleet.run("apply", "--patches", lib)
+    assert (done.returncode, applied["state"], applied["phase"]) == (0, "applied", "apply"), done.stderr
+    assert set_states(applied, "applied")
+    assert all(
+        (t / SPEC).read_text() == patched_spec() and (t / MODEL).read_text().endswith("strip()\n") for t in fleet.trees
+    )
+
+    done, status = fleet.run("status", "--patches", lib)
+    assert (done.returncode, status["state"]) == (0, "applied"), [(n["sets"], n["detail"]) for n in status["nodes"]]
+    assert set_states(status, "applied")
+    done, verified = fleet.run("verify", "--patches", lib)
+    assert (done.returncode, verified["state"]) == (0, "applied"), done.stderr
+    text = run_cli("fleet", "status", "--address", fleet.cluster.address, "--patches", lib)
+    assert text.stdout.splitlines()[1].split() == ["node", "ip", "target", "vLLM", "state", "sets", "detail"]
+    assert sum("spec applied, model applied" in line for line in text.stdout.splitlines()) == 3
+
+    done, reverted = fleet.run("revert", "--patches", lib)
+    assert (done.returncode, reverted["state"]) == (0, "reverted"), done.stderr
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+def test_several_sets_a_node_failing_at_its_second_set_rolls_every_set_back(fleet):
+    """The interpreter node's probe imports model.py, which raises: phase 2 fails there after its
+    `spec` set was applied; every node's sets, and that node's `spec`, are reverted."""
+    lib = two_sets(fleet, PARSER.replace("def parse", 'raise RuntimeError("this build cannot load")\ndef parse'))
+    before = [snapshot(tree) for tree in fleet.trees]
+
+    done, document = fleet.run("apply", "--patches", lib)
+    assert_clean_failure(done, 1)
+    assert document["phase"] == "rolled-back", document
+    nodes = by_target(document)
+    failed = nodes[str(fleet.trees[2])]
+    assert failed["state"] == "check-failed" and "this build cannot load" in failed["detail"], failed
+    assert "the sets it applied before were reverted" in failed["detail"]
+    assert all(nodes[str(tree)]["state"] == "rolled-back" for tree in fleet.trees[:2])
     assert [snapshot(tree) for tree in fleet.trees] == before

@@ -327,3 +327,24 @@ def test_an_agent_ended_while_claimed_is_asked_again_and_while_answering_is_lost
     assert cluster._failure(ended, node, claiming=True).state == "ending"
     assert cluster._failure(ended, node).state == "lost"
     assert cluster._failure(TaskError("boom"), node).state == "error"
+
+
+def test_several_sets_the_rollback_reverts_each_set_a_node_applied_last_first():
+    """Issue 23: a node's apply of several sets reports each; a node that failed at its second set
+    keeps its first applied: the rollback reverts, on each node, the sets it applied, last first."""
+    fleet = SimulatedFleet()
+    both = [{"set": "eagle3", "state": "applied"}, {"set": "tools", "state": "applied"}]
+    first_only = [{"set": "eagle3", "state": "applied"}, {"set": "tools", "state": "check-failed"}]
+    for index in range(100):
+        fleet.faults[(index, "apply")] = {"state": "applied", "ok": True, "exit_code": 0, "set": None, "sets": both}
+    failed = {"state": "check-failed", "ok": False, "exit_code": 1, "detail": "tools: probe", "set": None}
+    fleet.faults[(7, "apply")] = {**failed, "sets": first_only}
+    result = fleet_apply(fleet, NODES, REQUEST)
+    reverts = [(index, request.get("set_name")) for name, index, request in fleet.calls if name == "revert"]
+    assert sorted(i for i, name in reverts if name == "tools") == [i for i in range(100) if i != 7]
+    assert sorted(i for i, name in reverts if name == "eagle3") == list(range(100))
+    order = [name for _, name in reverts]
+    assert order.index("eagle3") > max(i for i, name in enumerate(order) if name == "tools")  # tools first
+    assert states(result) == {"rolled-back": 99, "check-failed": 1}
+    assert result.reports[7].detail == "tools: probe; the sets it applied before were reverted"
+    assert result.reports[0].to_json()["sets"] == both

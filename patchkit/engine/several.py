@@ -235,6 +235,11 @@ class SetsVerified:
         return all(r.ok for r in self.results)
 
     @property
+    def state(self) -> TreeState:
+        """The tree's overall state, as status says it (SetsStatus.state)."""
+        return SetsStatus(self.chosen, [r.status for r in self.results]).state
+
+    @property
     def outcome(self) -> Outcome:
         return Outcome.OK if self.ok else Outcome.CHECK_FAILED
 

@@ -27,6 +27,7 @@ Pages = list[tuple[str, Any]]  # (index url, pypi_simple.ProjectPage)
 
 _reused_pages: dict[tuple[str, ...], tuple[Pages, list[str]]] | None = None  # see reuse_index_pages()
 _reused_pages_lock = threading.Lock()
+_reused_versions: list[Version] | None = None  # available_versions' answer within reuse_index_pages()
 
 
 _RELEASE_NUMBERS = 3  # vLLM's releases: major.minor.patch
@@ -49,8 +50,18 @@ def normalize_version(version: str) -> str:
 
 
 def available_versions() -> list[Version]:
-    """Every final vLLM release on the configured indexes, oldest first (no pre-releases)."""
+    """Every final vLLM release on the configured indexes, oldest first (no pre-releases); within
+    reuse_index_pages, read once (`verify --all` asks once per set)."""
+    global _reused_versions
+    if _reused_pages is not None and _reused_versions is not None:
+        return list(_reused_versions)
+    found = _available_versions()
+    if _reused_pages is not None:
+        _reused_versions = found
+    return list(found)
 
+
+def _available_versions() -> list[Version]:
     settings = net.pip_settings()
     session = net.make_session(settings, None)
     try:
@@ -78,12 +89,12 @@ def reuse_index_pages() -> Iterator[None]:
     """Within it, each index's vLLM page is fetched once: `verify --all` asks it for the list of
     releases and then for each release's wheel. A page that none of the indexes served is asked
     for again."""
-    global _reused_pages
-    _reused_pages = {}
+    global _reused_pages, _reused_versions
+    _reused_pages, _reused_versions = {}, None
     try:
         yield
     finally:
-        _reused_pages = None
+        _reused_pages, _reused_versions = None, None
 
 
 def project_pages(settings: PipSettings, session: Any, say: Progress | None) -> tuple[Pages, list[str]]:

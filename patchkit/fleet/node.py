@@ -99,24 +99,37 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
     state = document.get("result") or document.get("state") or (NodeState.ERROR if code else Outcome.OK)
     if step == "prepare" and code == 0:
         state = NodeState.READY
+    parts = _set_parts(document)
     return {
         "state": str(state),
         "ok": code == 0,
         "detail": _why(document) if code else "",
         "exit_code": code,
         "target": document.get("target"),
-        "vllm_version": document.get("vllm_version"),
+        "vllm_version": document.get("vllm_version") or next((p.get("vllm_version") for p in parts), None),
         "set": document.get("set"),
         "series": document.get("series"),
+        "sets": [{"set": str(p.get("set")), "state": str(p.get("result") or p.get("state"))} for p in parts],
         "document": document,
     }
 
 
+def _set_parts(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The part per set of a document of several sets (status, verify, apply without --set), in
+    the order the node's patchkit took them; [] for one set."""
+    parts = document.get("sets")
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
 def _why(document: dict[str, Any]) -> str:
-    """A failed run's reason: its error, else its failed checks, else what drifted."""
+    """A failed run's reason: its error, else its failed checks, else what drifted (several sets:
+    each failing set's, named)."""
     if document.get("error"):
         hint = document.get("hint")
         return f"{document['error']} ({hint})" if hint else str(document["error"])
+    parts = _set_parts(document)
+    if parts:
+        return "; ".join(f"{p.get('set')}: {why}" for p in parts if (why := _why(p)))
     checks = document.get("checks")
     checks = checks if isinstance(checks, list) else []
     failed = [c for c in checks if isinstance(c, dict) and not c.get("ok") and c.get("level") == "error"]
@@ -160,8 +173,13 @@ def _existing_directory(place: Path, root: Path) -> Path:
 
 
 def _places_written(document: dict[str, Any]) -> list[Path] | None:
-    """The target and each file of the series, from verify's document (None: not as verify writes it)."""
+    """The target and each file of the series (of every set), from verify's document (None: not
+    as verify writes it)."""
     target, patches = document.get("target"), document.get("patches")
+    parts = _set_parts(document)
+    if parts and patches is None:
+        patches = [patch for part in parts for patch in part.get("patches") or []]
+        target = target or parts[0].get("target")
     if not isinstance(target, str) or not isinstance(patches, list):
         return None
     if not all(isinstance(patch, dict) and isinstance(patch.get("files"), list) for patch in patches):

@@ -55,6 +55,10 @@ class NodeReport:
     found_by: str | None = None
     document: dict[str, Any] | None = None
     written: bool = False  # fleet apply: this run wrote the node (and so reverts it on failure)
+    sets: list[dict[str, str]] = field(default_factory=list)  # several sets: each {"set", "state"}, in order
+
+    def sets_in(self, state: str) -> list[str]:
+        return [s["set"] for s in self.sets if s["state"] == state]
 
     @property
     def unreachable(self) -> bool:
@@ -78,6 +82,7 @@ class NodeReport:
             exit_code=summary.get("exit_code"),
             found_by=summary.get("found_by"),
             document=summary.get("document"),
+            sets=list(summary.get("sets") or []),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -91,6 +96,7 @@ class NodeReport:
             "found_by": self.found_by,
             "vllm_version": self.vllm_version,
             "set": self.set_name,
+            "sets": self.sets,
             "series": self.series,
             "exit_code": self.exit_code,
             "written": self.written,
@@ -177,8 +183,8 @@ def fleet_apply(
         return FleetResult("apply", prepared.reports, error=refusal, phase=FleetPhase.PREPARE)
     written = runner.run("apply", nodes, {**request, "extra": list(apply_flags)})
     _carry_over(prepared.reports, written.reports)
-    for report in written.reports:
-        report.written = report.state == Outcome.APPLIED
+    for report in written.reports:  # several sets: a node that failed at one keeps those before it applied
+        report.written = report.state == Outcome.APPLIED or bool(report.sets_in(Outcome.APPLIED))
     problem = _phase_two_problem(written)
     if problem is None:
         return FleetResult("apply", written.reports, phase=FleetPhase.APPLY)
@@ -229,6 +235,12 @@ def _wrongly_typed(summary: object) -> str:
         odd.append("exit_code")
     if summary.get("document") is not None and not isinstance(summary["document"], dict):
         odd.append("document")
+    sets = summary.get("sets")
+    if sets is not None and not (
+        isinstance(sets, list)
+        and all(isinstance(s, dict) and all(isinstance(s.get(k), str) for k in ("set", "state")) for s in sets)
+    ):
+        odd.append("sets")
     return ", ".join(odd)
 
 
@@ -261,10 +273,15 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
         answers += runner.run("revert", nodes, request_for_set).reports
     stuck = []
     answered = {answer.node for answer in answers}
-    for answer in answers:
+    for answer in answers:  # several sets: a node's answers, one per set; it is rolled back when each is
         report = by_node[answer.node]
+        if report.state == NodeState.ROLLBACK_FAILED:
+            continue
         if answer.ok and answer.state == Outcome.REVERTED:
-            report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
+            if report.ok:
+                report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
+            elif _ROLLED_BACK_BEFORE not in report.detail:  # it failed at a later set: its failure stays its state
+                report.detail += _ROLLED_BACK_BEFORE
         else:
             report.state = NodeState.ROLLBACK_FAILED
             report.detail = (
@@ -282,16 +299,21 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
     return stuck
 
 
+_ROLLED_BACK_BEFORE = "; the sets it applied before were reverted"
+
+
 def _revert_requests(request: dict[str, Any], written: list[NodeReport]) -> list[tuple[dict[str, Any], list[Node]]]:
-    """Only the set this run applied, on each node (a set the nodes had before stays): one revert
-    request per set name the nodes reported, never a plain revert of every set."""
+    """Only the sets this run applied, on each node (a set the nodes had before stays): one revert
+    request per set name the nodes reported (several sets: each the node applied, the last
+    applied first), never a plain revert of every set."""
     if request.get("set_name") or request.get("adhoc"):
         return [({**request, "extra": []}, [r.node for r in written])]
     by_set: dict[str, list[Node]] = {}
     for report in written:
-        if report.set_name:
-            by_set.setdefault(report.set_name, []).append(report.node)
-    return [({**request, "set_name": name, "extra": []}, nodes) for name, nodes in by_set.items()]
+        for name in report.sets_in(Outcome.APPLIED) if report.sets else [report.set_name] if report.set_name else []:
+            by_set.setdefault(name, []).append(report.node)
+    # every node applied its sets in the library's order: reverted in the reverse of it
+    return [({**request, "set_name": name, "extra": []}, nodes) for name, nodes in reversed(by_set.items())]
 
 
 def _rolled_back(problem: PatchkitError, stuck: list[NodeReport]) -> PatchkitError:

@@ -129,11 +129,21 @@ def _show(ui: UI, result: FleetResult) -> None:
             }
         )
         return
+    several = any(r.sets for r in result.reports)  # a column saying each set's state on the node
     rows = [
-        [r.node.node_id[:12], r.node.node_ip, r.target or "", r.vllm_version or "", r.state, r.detail]
+        [
+            r.node.node_id[:12],
+            r.node.node_ip,
+            r.target or "",
+            r.vllm_version or "",
+            r.state,
+            *([", ".join(f"{s['set']} {s['state']}" for s in r.sets)] if several else []),
+            r.detail,
+        ]
         for r in result.reports
     ]
-    ui.table(["node", "ip", "target", "vLLM", "state", "detail"], rows, title=f"fleet {result.action}", state_column=4)
+    columns = ["node", "ip", "target", "vLLM", "state", *(["sets"] if several else []), "detail"]
+    ui.table(columns, rows, title=f"fleet {result.action}", state_column=4)
     ui.line(_summary(result), style="green" if result.error is None else "red")
 
 

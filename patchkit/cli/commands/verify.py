@@ -227,7 +227,8 @@ def _verify_sets(
         for resolved, result in pairs:
             reports.verified_target_junit(resolved, result)
     elif ui.json_mode:
-        ui.json({"ok": verified.ok, "sets": [reports.verified_target_document(r, v) for r, v in pairs]})
+        documents = [reports.verified_target_document(r, v) for r, v in pairs]
+        ui.json({"ok": verified.ok, "state": verified.state, "sets": documents})
     else:
         for resolved, result in pairs:
             reports.verified_target_text(ui, resolved, result)
