@@ -7,13 +7,19 @@ general plugin the launch loads before it execs, on one line of 80 columns."""
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import time
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 from helpers import run_cli
 from launch_fixtures import DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
-from test_launch_review6 import PLAIN_CLASS, write_plugin
+from test_launch_review6 import ARCH, PLAIN_CLASS, importable_with_plugins, write_plugin
 from test_run import patchkit_run
+
+from patchkit.tree.target import WorkerFailed, run_worker
 
 WARNING = "warning: plugins not judged: "
 ASKS = "(`patchkit preflight` asks vLLM)"
@@ -114,3 +120,87 @@ vllm = vllm.entrypoints.cli.main:main
 lora_filesystem_resolver = vllm.plugins.lora_resolvers.filesystem_resolver:register_filesystem_resolver
 lora_hf_hub_resolver = vllm.plugins.lora_resolvers.hf_hub_resolver:register_hf_hub_resolver
 """
+
+
+# --- M1, M2: a plugin's helper process holding the worker's error output is never waited for --------
+
+CHILD = """
+    import subprocess, sys
+
+    def register():
+        helper = subprocess.Popen(["sleep", "120"], start_new_session={own_session})
+        open({pids!r}, "a").write(f"{{helper.pid}}\\n")
+"""
+
+
+def ask_vllm(tree: Path, plug: Path, timeout: float = 60) -> dict:
+    """The model_interface worker's answer for DeepseekV3, in a subprocess with `plug` on its path."""
+    env = {**os.environ, **importable_with_plugins(tree)}
+    env["PYTHONPATH"] += f"{os.pathsep}{plug}"
+    request = {"architectures": [ARCH], "function": "supports_eagle3", "first_path": None}
+    return run_worker(
+        sys.executable, "model_interface", request, timeout=timeout, in_process=False, isolated=False, env=env
+    )
+
+
+def helpers_of(pids: Path) -> list[int]:
+    return [int(line) for line in pids.read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def ended(pid: int, within: float = 5) -> bool:
+    """Whether `pid` ends within `within` seconds (a SIGKILL is delivered a moment later)."""
+    deadline = time.monotonic() + within
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+@pytest.mark.parametrize("own_session", [False, True], ids=["child", "daemon"])
+def test_a_plugins_helper_holding_stderr_does_not_hold_the_answer(tmp_path, own_session):
+    tree, _ = write_eagle3_setup(tmp_path)
+    pids = tmp_path / "pids"
+    plug = write_plugin(tmp_path / "plug", "helping", CHILD.format(own_session=own_session, pids=str(pids)))
+    started = time.monotonic()
+    try:
+        answer = ask_vllm(tree, plug)
+        took = time.monotonic() - started
+        assert answer["status"] == "ok" and took < 30, (answer, took)  # before: until the helper's exit (120 s)
+        (helper,) = helpers_of(pids)
+        # the worker's own session is cleared once it answered; a daemon in its own session is not patchkit's
+        assert ended(helper) != own_session
+    finally:
+        for pid in helpers_of(pids) if pids.exists() else []:
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # only the helpers this test's plugin started, by pid
+
+
+HANGS = (
+    CHILD
+    + """
+        import time
+        time.sleep(600)
+"""
+)
+
+
+def test_a_worker_past_its_time_is_killed_and_a_daemon_holding_stderr_not_waited_for(tmp_path):
+    tree, _ = write_eagle3_setup(tmp_path)
+    pids = tmp_path / "pids"
+    plug = write_plugin(tmp_path / "plug", "stuck", HANGS.format(own_session=True, pids=str(pids)))
+    started = time.monotonic()
+    try:
+        with pytest.raises(WorkerFailed) as failed:
+            ask_vllm(tree, plug, timeout=3)
+        took = time.monotonic() - started
+        assert failed.value.timed_out and took < 30, took  # before: the kill, then until the daemon's exit
+    finally:
+        for pid in helpers_of(pids) if pids.exists() else []:
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
