@@ -350,6 +350,20 @@ def older_guard_notes(root: Path, state: State | None = None) -> list[str]:
     return [f"the launch guard is patchkit {older}'s (this is {__version__}): {hints.command('apply')} updates it"]
 
 
+def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
+    """This patchkit's guard installed where no record names it (state.json removed by hand): it
+    checks nothing (the guard passes), and `revert` removes it."""
+    try:
+        state = state if state is not None else read_state(root)
+    except PatchkitError:  # a damaged record: status says so on its own
+        return []
+    if state.entries or state.guard or not (is_installed(root) and _own_module(root)):
+        return []
+    return [
+        f"the launch guard is installed, but no record names it (it checks nothing): {hints.command('revert')} removes it"
+    ]
+
+
 def _own_module(root: Path) -> bool:
 
     own = resources.files("patchkit._target").joinpath("guard.py").read_bytes()
