@@ -125,7 +125,7 @@ def result(judged: Judged | str, how: str) -> CheckResult:
     if judged.status == 2:
         return CheckResult(NAME, None, False, fit(f"not judged: {judged.error}"), WARNING)
     if judged.ok:
-        return CheckResult(NAME, None, True, fit(f"0 of {judged.runs} streamed runs differ ({how})"))
+        return CheckResult(NAME, None, True, fit(f"0 of {judged.runs} runs differ ({how})"))
     failures = sorted(judged.failures, key=_tokens_per_delta)
     where = f"; {_split(failures[0])}: {_lost(failures[0])}" if failures else ""
     excerpt = "\n".join(fit(_described(f), 76) for f in failures[:SHOWN_FAILURES])
