@@ -64,7 +64,7 @@ def show_status(
     if context:
         ui.line(context)
     ui.failures(fold(status_failures(resolved, status)) if failures is None else failures)
-    for note in status.guard_notes:
+    for note in status.guard_notes + status.store_notes:
         ui.line(f"note     {note}", style="yellow")
     if status.patches and ui.verbose:
         ui.table(
