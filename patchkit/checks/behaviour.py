@@ -77,11 +77,11 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
     if ctx.on_disk and ctx.python is not None and ctx.import_probe:
         installed = _run(ctx.python, script, [*paths, "--installed", *version], isolated=False)
         if isinstance(installed, Judged) and installed.status != 2:
-            return result(installed, "vLLM's classes")
+            return result(installed, "vLLM's classes", root)
         why = installed.error if isinstance(installed, Judged) else installed
         fallback = f"; vLLM's classes did not load ({why})"
     judged = _run(sys.executable, script, [*paths, *version], isolated=True)
-    return result(judged, f"stand-ins{fallback}")
+    return result(judged, f"stand-ins{fallback}", root)
 
 
 def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judged | str:
@@ -119,17 +119,23 @@ def _validated(status: int, document: object) -> Judged:
     return Judged(status, status == 0, runs, failed, failures, error, str(document.get("loaded", "")))
 
 
-def result(judged: Judged | str, how: str) -> CheckResult:
-    if isinstance(judged, str):
-        return CheckResult(NAME, None, False, fit(f"not judged: {judged}"), WARNING)
-    if judged.status == 2:
-        return CheckResult(NAME, None, False, fit(f"not judged: {judged.error}"), WARNING)
+def result(judged: Judged | str, how: str, root: Path) -> CheckResult:
+    if isinstance(judged, str) or judged.status == 2:
+        why = _within(judged if isinstance(judged, str) else str(judged.error), root)
+        return CheckResult(NAME, None, False, fit(f"not judged: {why}"), WARNING, fit(why, 76 * 3))
     if judged.ok:
         return CheckResult(NAME, None, True, fit(f"0 of {judged.runs} runs differ ({how})"))
     failures = sorted(judged.failures, key=_tokens_per_delta)
     where = f"; {_split(failures[0])}: {_lost(failures[0])}" if failures else ""
     excerpt = "\n".join(fit(_described(f), 76) for f in failures[:SHOWN_FAILURES])
     return CheckResult(NAME, None, False, fit(f"{judged.failed}/{judged.runs} runs differ{where}"), ERROR, excerpt)
+
+
+def _within(error: str, root: Path) -> str:
+    """The script's error with the files named as in the tree ("cannot load /tmp/x/vllm/a/b.py: E"
+    -> "b.py does not load: E"): the reason, not a scratch path, fits the line."""
+    error = error.replace(f"{root}/", "")
+    return re.sub(r"^cannot load (\S+?): ", lambda found: f"{Path(found[1]).name} does not load: ", error)
 
 
 def _tokens_per_delta(failure: dict[str, str]) -> int:
