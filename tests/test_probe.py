@@ -400,4 +400,6 @@ def test_a_vllm_path_holding_another_directory_is_an_error_naming_it(fake_vllm, 
     assert verified.exit_code != 0, verified.output
     failed = [r for r in probe_rows(verified) if not r["ok"]]
     assert [r["level"] for r in failed] == ["error"], failed
-    assert failed[0]["message"].startswith(f"vllm.__path__ holds {elsewhere} beside the tree's {(site / 'vllm').resolve()}")
+    assert failed[0]["message"].startswith(
+        f"vllm.__path__ holds {elsewhere} beside the tree's {(site / 'vllm').resolve()}"
+    )
