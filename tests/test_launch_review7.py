@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli
-from launch_fixtures import DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
-from test_launch_review6 import ARCH, PLAIN_CLASS, importable_with_plugins, write_plugin
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
+from test_launch_review6 import ARCH, PLAIN_CLASS, importable_with_plugins, preflight_importing, write_plugin
+from test_preflight import findings
 from test_run import patchkit_run
 
+from patchkit.launch.validation import plugin_stopped
 from patchkit.tree.target import WorkerFailed, run_worker
 
 WARNING = "warning: plugins not judged: "
@@ -200,7 +202,64 @@ def test_a_worker_past_its_time_is_killed_and_a_daemon_holding_stderr_not_waited
             ask_vllm(tree, plug, timeout=3)
         took = time.monotonic() - started
         assert failed.value.timed_out and took < 30, took  # before: the kill, then until the daemon's exit
+        stopped = plugin_stopped(failed.value.partial, failed.value)  # M3: the plugin it hung in is named
+        assert stopped is not None and "hangs at the vllm.general_plugins entry point 'stuck'" in stopped[0], stopped
     finally:
         for pid in helpers_of(pids) if pids.exists() else []:
             with suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# --- M3: a plugin that ends the process (or hangs) in register() is named as the cause ----------------
+
+ENDS = {
+    "sys.exit": "import sys\n\ndef register():\n    sys.exit(0)\n",
+    "os._exit": "import os\n\ndef register():\n    os._exit(0)\n",
+    "SIGKILL": "import os, signal\n\ndef register():\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+}
+
+
+# vLLM's engine arguments, just enough for the engine_config worker to get past them (with the short
+# option the command uses, which the static reading looks for in this file)
+FAKE_ARG_UTILS = """
+SHORT = ["-tp"]
+
+
+class AsyncEngineArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("model", nargs="?")
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls()
+
+    def create_engine_config(self):
+        return None
+"""
+
+
+def importable_with_engine(tree: Path) -> dict[str, str]:
+    env = importable_with_plugins(tree)
+    (tree / "vllm" / "engine").mkdir(exist_ok=True)
+    (tree / "vllm" / "engine" / "arg_utils.py").write_text(FAKE_ARG_UTILS)
+    return env
+
+
+@pytest.mark.parametrize("how", list(ENDS))
+def test_a_plugin_that_ends_the_process_is_named_by_both_questions_to_vllm(tmp_path, how):
+    tree, library = write_eagle3_setup(tmp_path)
+    command = serve(write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    env = importable_with_engine(tree)
+    applied(tree, library)
+    alone = preflight_importing(tree, library, command, env)
+    assert alone.returncode == 0, alone.stdout + alone.stderr  # both questions answered, without the plugin
+    plug = write_plugin(tmp_path / "plug", "quitter", ENDS[how])
+    done = preflight_importing(tree, library, command, {"PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = findings(done)
+    for check in ("supports-eagle3", "vllm-validation"):
+        assert not found[check]["ok"], found[check]
+        assert "the vllm.general_plugins entry point 'quitter'" in found[check]["message"], found[check]
+        assert "parser" not in found[check]["message"] and "'quitter'" in found[check]["fix"], found[check]

@@ -96,7 +96,9 @@ def test_a_stock_named_wheel_unlike_the_published_one_is_refused_naming_the_memb
     message = " ".join(done.stderr.split())
     assert "is not vLLM 0.16.0's published wheel of that name" in message, done.stderr
     assert said in message, done.stderr
-    assert "hint: `patchkit wheel 0.16.0` downloads the release's own wheel" in message, done.stderr
+    assert f"hint: `patchkit wheel --patches {library} 0.16.0` downloads the release's own wheel" in message, (
+        done.stderr
+    )
     assert _built(done, out) == []
 
 

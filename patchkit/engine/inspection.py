@@ -177,11 +177,21 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     refused = launch_refusal(root, state)
     return {
         "guard": refused,
-        "guard_notes": older_guard_notes(root, state) + unrecorded_guard_notes(root, state),
+        "guard_notes": older_guard_notes(root, state)
+        + unrecorded_guard_notes(root, state)
+        + _wheel_without_guard(root, state),
         "store_notes": left_by_a_killed_command(root, state),
         "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
     }
+
+
+def _wheel_without_guard(root: Path, state: State | None) -> list[str]:
+    """A vLLM a patched wheel installed (no apply recorded, none told --no-guard) runs without the
+    launch guard: a wheel installs none, and nothing else would lead to the apply that does."""
+    if state is None or state.entries or state.no_guard or is_installed(root) or not has_provenance(root):
+        return []
+    return [f"a patched wheel installs no launch guard: {hints.command('apply')} installs it"]
 
 
 def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
