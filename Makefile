@@ -11,6 +11,10 @@ PYTEST_ARGS ?=
 # (tests/conftest.py). WORKERS=0 runs them in this process.
 WORKERS ?= 4
 XDIST := -n $(WORKERS) --dist loadgroup
+# Where PYTHONDONTWRITEBYTECODE is set (this machine), each pytest worker and each `python -m patchkit` the
+# tests start would compile patchkit and the tests' helpers from source (~80 ms a command, 3 s a worker):
+# compile them once, as pip does an installed package. Up-to-date files are skipped; a stale one is never read.
+COMPILE := $(PY) -m compileall -q patchkit tests
 
 .PHONY: demo test test-fast test-release bench clean lint
 
@@ -37,12 +41,15 @@ demo: $(VENV)/.installed
 
 # Everything, including the tests that read real releases from the package index (marker `release`).
 test: $(VENV)/.installed
+	$(COMPILE)
 	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.installed
+	$(COMPILE)
 	$(PY) -m pytest -q $(XDIST) -m "not release and not slow" $(PYTEST_ARGS)
 
 test-release: $(VENV)/.installed
+	$(COMPILE)
 	$(PY) -m pytest -q $(XDIST) -m release $(PYTEST_ARGS)
 
 # ruff (lint and format) and mypy, configured in pyproject.toml; zizmor on the GitHub workflows.

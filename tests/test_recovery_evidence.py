@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_server import run_patchkit
 from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
 
 from patchkit.base.hashing import sha256
@@ -41,30 +42,33 @@ def change(tmp_path, scratch) -> tuple[Path, Path]:
 
 
 def _patchkit(*args: object, fault: str = "") -> subprocess.CompletedProcess:
+    """`python -m patchkit ARGS` in a process of its own (forked by cli_server), which the fault ends."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
     if fault:
         env |= {"PATCHKIT_FAULT_AFTER": fault, "PATCHKIT_FAULT_MODE": "exit"}
-    return subprocess.run(
-        [sys.executable, "-m", "patchkit", *map(str, args)], capture_output=True, text=True, env=env, timeout=120
-    )
+    return run_patchkit([str(a) for a in args], env, None, 120)
+
+
+def _copy(source: Path, dest: Path) -> None:
+    """`cp -a`: times and modes kept (recovery reads a file's time against the journal's)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest, symlinks=True)
 
 
 def _crash_just_before_replacing(tree: Path, patch: Path, path: str) -> None:
     """Crash the apply at its last step before `path` is replaced (its original saved by a link)."""
     stock = (tree / path).read_bytes()
     keep = tree.parent / "stock-copy"
-    subprocess.run(["cp", "-a", str(tree), str(keep)], check=True)
+    _copy(tree, keep)
     last = None
     for n in range(1, 60):
-        subprocess.run(["rm", "-rf", str(tree)], check=True)
-        subprocess.run(["cp", "-a", str(keep), str(tree)], check=True)
+        _copy(keep, tree)
         done = _patchkit("apply", "--target", tree, "--patch", patch, "--no-import", fault=str(n))
         if done.returncode == 0 or (tree / path).read_bytes() != stock:
             break
         last = n
     assert last is not None
-    subprocess.run(["rm", "-rf", str(tree)], check=True)
-    subprocess.run(["cp", "-a", str(keep), str(tree)], check=True)
+    _copy(keep, tree)
     died = _patchkit("apply", "--target", tree, "--patch", patch, "--no-import", fault=str(last))
     assert died.returncode == 70 and (tree / ".patchkit/journal.json").exists(), died.stderr
 

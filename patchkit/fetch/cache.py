@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -247,7 +247,7 @@ def damaged_members(state: State, tree: Path) -> dict[str, str]:
     if not present or record_name is None:
         return {}
     try:
-        record = trusted_record(state, tree)
+        record = trusted_record(state, tree, present)
     except (Damaged, FileNotFoundError) as e:
         return dict.fromkeys(present, f"the RECORD cannot be trusted ({e})")
     out = {}
@@ -263,8 +263,9 @@ def damaged_members(state: State, tree: Path) -> dict[str, str]:
     return out
 
 
-def trusted_record(state: State, tree: Path) -> dict[str, tuple[str, str]]:
-    """The cached RECORD, if it is the one the fetch took out of the wheel (its sha256 in release.json)."""
+def trusted_record(state: State, tree: Path, only: Collection[str] | None = None) -> dict[str, tuple[str, str]]:
+    """The cached RECORD, if it is the one the fetch took out of the wheel (its sha256 in release.json);
+    `only`: just the rows of those members (parse_record)."""
     record_name = record_member(state)
     if record_name is None:
         raise Damaged("release.json names no dist-info")
@@ -272,7 +273,7 @@ def trusted_record(state: State, tree: Path) -> dict[str, tuple[str, str]]:
     if hashlib.sha256(data).hexdigest() != state.get("record_sha256"):
         raise Damaged(f"{record_name} is not the RECORD fetched from the wheel")
     try:
-        return parse_record(data)
+        return parse_record(data, only)
     except FetchError as e:
         raise Damaged(e.message) from None
 

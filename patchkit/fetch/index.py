@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base.errors import BadInput, FetchError, IndexNotRead
+from patchkit.base.errors import BadInput, FetchError, IndexNotRead, NoIndex
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.net import Progress, is_http, redact
 
@@ -27,6 +27,7 @@ Pages = list[tuple[str, Any]]  # (index url, pypi_simple.ProjectPage)
 
 _reused_pages: dict[tuple[str, ...], tuple[Pages, list[str]]] | None = None  # see reuse_index_pages()
 _reused_pages_lock = threading.Lock()
+_reused_versions: list[Version] | None = None  # available_versions' answer within reuse_index_pages()
 
 
 _RELEASE_NUMBERS = 3  # vLLM's releases: major.minor.patch
@@ -49,8 +50,18 @@ def normalize_version(version: str) -> str:
 
 
 def available_versions() -> list[Version]:
-    """Every final vLLM release on the configured indexes, oldest first (no pre-releases)."""
+    """Every final vLLM release on the configured indexes, oldest first (no pre-releases); within
+    reuse_index_pages, read once (`verify --all` asks once per set)."""
+    global _reused_versions
+    if _reused_pages is not None and _reused_versions is not None:
+        return list(_reused_versions)
+    found = _available_versions()
+    if _reused_pages is not None:
+        _reused_versions = found
+    return list(found)
 
+
+def _available_versions() -> list[Version]:
     settings = net.pip_settings()
     session = net.make_session(settings, None)
     try:
@@ -78,12 +89,12 @@ def reuse_index_pages() -> Iterator[None]:
     """Within it, each index's vLLM page is fetched once: `verify --all` asks it for the list of
     releases and then for each release's wheel. A page that none of the indexes served is asked
     for again."""
-    global _reused_pages
-    _reused_pages = {}
+    global _reused_pages, _reused_versions
+    _reused_pages, _reused_versions = {}, None
     try:
         yield
     finally:
-        _reused_pages = None
+        _reused_pages, _reused_versions = None, None
 
 
 def project_pages(settings: PipSettings, session: Any, say: Progress | None) -> tuple[Pages, list[str]]:
@@ -146,18 +157,18 @@ def no_project_error(settings: PipSettings, errors: list[str]) -> FetchError:
             + (", with PIP_NO_INDEX= (empty)" if settings.no_index else ""),
         )
     if unread:  # an http(s) index was asked and failed: that index is what to look at, not the others
-        return FetchError(
+        return NoIndex(
             f"no package index had {PROJECT} ({'; '.join(answers)}); pip is also configured with "
             f"{'; '.join(unread)}, which patchkit does not read",
             hint=f"check that index and the network (pip's settings: {settings.source})",
         )
     if settings.no_index:
-        return FetchError(
+        return NoIndex(
             "pip is configured with no-index, so there is no package index to fetch vLLM from",
             hint="unset PIP_NO_INDEX / no-index in pip.conf",
         )
     detail = "; ".join(errors) or "no index configured"
-    return FetchError(
+    return NoIndex(
         f"no package index had {PROJECT} ({detail})",
         hint=f"check pip's index settings ({settings.source}): PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, pip.conf",
     )
