@@ -113,7 +113,7 @@ def test_a_new_release_where_the_open_ended_set_conflicts_says_whether_upstream_
 def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(run):
     """0.24.0's stock parser is judged (it passes); 0.25.0's is an adapter on vLLM's parser engine the
     stand-ins cannot load: upstream by the range alone, and the report says so (a warning, not a pass)."""
-    library = ("--patches", DRAFTS, "--set", KIMI, "--no-result-cache", "--format", "json")
+    library = ("--patches", LIBRARY, "--set", KIMI, "--no-result-cache", "--format", "json")
     done = run("verify", "--vllm-version", "0.24.0", "--vllm-version", "0.25.0", *library)
     assert done.exit_code == 0, done.output[-2000:]
     judged, unjudged = json.loads(done.stdout)["releases"]
