@@ -218,14 +218,10 @@ def static_checks_row(stock: Path, runs: int) -> str:
 
 
 def every_set(work: Path) -> Path:
-    """A library of every set the checkout holds: patches/ and the drafted sets of patches/_drafts/
-    (until they move up), with library.toml's order when there is one."""
+    """A library of every set the checkout holds (patches/), with library.toml's order when there is one."""
     root = work / "every-set"
     root.mkdir()
-    for manifest in [
-        *sorted((REPO / "patches").glob("*/set.toml")),
-        *sorted((REPO / "patches").glob("_drafts/*/set.toml")),
-    ]:
+    for manifest in sorted((REPO / "patches").glob("*/set.toml")):
         shutil.copytree(manifest.parent, root / manifest.parent.name, ignore=shutil.ignore_patterns("__pycache__"))
     if (REPO / "patches" / "library.toml").is_file():
         shutil.copy(REPO / "patches" / "library.toml", root / "library.toml")

@@ -105,7 +105,9 @@ def test_an_applied_tree_upgraded_in_place_to_an_upstream_release_is_reported_an
     result = run("status", "--target", target, "--set", "eagle3", "--format", "json")
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)
-    assert report["state"] == "upstream" and f"`patchkit apply --target {target} --set eagle3`" in report["guard"]["fix"]
+    assert (
+        report["state"] == "upstream" and f"`patchkit apply --target {target} --set eagle3`" in report["guard"]["fix"]
+    )
     assert run("verify", "--target", target, "--no-import", "--set", "eagle3").exit_code == 1
 
     result = run("apply", "--target", target, "--set", "eagle3")
