@@ -6,6 +6,7 @@ general plugin the launch loads before it execs, on one line of 80 columns."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -263,3 +264,35 @@ def test_a_plugin_that_ends_the_process_is_named_by_both_questions_to_vllm(tmp_p
         assert not found[check]["ok"], found[check]
         assert "the vllm.general_plugins entry point 'quitter'" in found[check]["message"], found[check]
         assert "parser" not in found[check]["message"] and "'quitter'" in found[check]["fix"], found[check]
+
+
+# --- L1: config.json's architectures holding other than names: vLLM refuses the model ---------------
+
+
+@pytest.mark.parametrize("odd", [None, 1, ["KimiK25ForConditionalGeneration"]], ids=["null", "int", "list"])
+def test_an_architecture_that_is_not_a_name_is_refused_before_the_launch(launch, tmp_path, odd):
+    tree, library, command, env, marker = launch
+    applied(tree, library)
+    config = tmp_path / "kimi" / "config.json"
+    data = json.loads(config.read_text())
+    data["architectures"] = [odd, *data["architectures"]]
+    config.write_text(json.dumps(data))
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 1 and not marker.exists(), done.stdout + done.stderr
+    assert f"{config}: its architectures hold {json.dumps(odd)}, not a name: vLLM refuses" in done.stdout
+
+
+# --- L3: thousands of plugins in preflight --no-import's note: a few names and a count --------------
+
+
+def test_the_not_judged_note_names_a_few_plugins_and_counts_the_rest(launch, tmp_path):
+    tree, library, command, _, _ = launch
+    applied(tree, library)
+    many = tmp_path / "many"
+    for number in range(3000):
+        write_plugin(many, f"plugin_number_{number:04d}", "def register():\n    pass\n")
+    args = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
+    supports = findings(run_cli(*args, "env", f"PYTHONPATH={many}", *command))["supports-eagle3"]
+    note = supports["message"].split("; not judged: ")[1]
+    assert note.startswith("the class the general plugins plugin_number_0000, plugin_number_0001"), note
+    assert " +2,99" in note and " more may register for " in note and len(note) < 200, note  # before: 20,000
