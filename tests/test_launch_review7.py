@@ -21,6 +21,8 @@ from test_launch_review6 import ARCH, PLAIN_CLASS, importable_with_plugins, pref
 from test_preflight import findings
 from test_run import patchkit_run
 
+from patchkit.base.errors import BadInput
+from patchkit.launch.command import parse
 from patchkit.launch.validation import plugin_stopped
 from patchkit.tree.target import WorkerFailed, run_worker
 
@@ -296,3 +298,20 @@ def test_the_not_judged_note_names_a_few_plugins_and_counts_the_rest(launch, tmp
     note = supports["message"].split("; not judged: ")[1]
     assert note.startswith("the class the general plugins plugin_number_0000, plugin_number_0001"), note
     assert " +2,99" in note and " more may register for " in note and len(note) < 200, note  # before: 20,000
+
+
+# --- L5: Python's own long option with a value, read as CPython reads it --------------------------
+
+
+@pytest.mark.parametrize("mode", ["always", "never", "default"])
+def test_pythons_check_hash_based_pycs_is_read_before_m(mode):
+    words = ["python3", "-E", "--check-hash-based-pycs", mode, "-s", "-m", "vllm.entrypoints.cli.main", "serve"]
+    read = parse([*words, "lab/m"], "0.16.0")
+    assert read.model == "lab/m" and read.python_options() == ["-E", "-s"]
+
+
+@pytest.mark.parametrize("spelled", [["--check-hash-based-pycs=never"], ["--check-hash-based-pycs", "sometimes"]])
+def test_what_python_refuses_of_it_is_still_not_a_launch(spelled):
+    """Python 3.11 refuses both (no `=` form; three modes): the launch never runs vLLM."""
+    with pytest.raises(BadInput, match="not a vLLM launch"):
+        parse(["python3", *spelled, "-m", "vllm.entrypoints.cli.main", "serve", "lab/m"], "0.16.0")
