@@ -315,3 +315,40 @@ def test_what_python_refuses_of_it_is_still_not_a_launch(spelled):
     """Python 3.11 refuses both (no `=` form; three modes): the launch never runs vLLM."""
     with pytest.raises(BadInput, match="not a vLLM launch"):
         parse(["python3", *spelled, "-m", "vllm.entrypoints.cli.main", "serve", "lab/m"], "0.16.0")
+
+
+# --- review 6 L1: a --chat-template vLLM cannot load is a finding, not a lost load ------------------
+
+
+def test_a_chat_template_vllm_cannot_load_is_refused_before_the_launch(launch, tmp_path):
+    tree, library, command, env, marker = launch
+    applied(tree, library)
+    (tmp_path / "mine.jinja").write_text("{{ messages }}")
+    builtin = tree / "vllm" / "transformers_utils" / "chat_templates"
+    builtin.mkdir(parents=True)
+    (builtin / "template_basic.jinja").write_text("{{ messages }}")
+    os.mkfifo(tmp_path / "fifo.jinja")
+    loads = [str(tmp_path / "mine.jinja"), "template_basic.jinja", "{{ messages }}", ""]
+    for template in loads:  # a file, vLLM's own template by name, the template itself, none
+        _, done = patchkit_run(tree, library, [*command, "--chat-template", template], env)
+        assert done.returncode == 7, (template, done.stdout + done.stderr)
+    marker.unlink()
+    refused = {"./missing.jinja": "no such file", str(tmp_path / "fifo.jinja"): "not a regular file"}
+    for template, why in refused.items():
+        _, done = patchkit_run(tree, library, [*command, "--chat-template", template], env)
+        assert done.returncode == 1 and not marker.exists(), (template, done.stdout + done.stderr)
+        assert f"--chat-template {template}: {why}" in done.stdout, done.stdout
+
+
+# --- review 6: the static plugin scan follows the directories site-packages' .pth files add ---------
+
+
+def test_a_plugin_in_a_directory_a_pth_file_adds_is_named(launch, tmp_path):
+    tree, library, command, env, _ = launch
+    applied(tree, library)
+    write_plugin(tmp_path / "added", "by_pth", "def register():\n    pass\n")
+    write_plugin(tmp_path / "absolute", "by_abs", "def register():\n    pass\n")
+    (tree / "extra.pth").write_text(f"# a comment\n../added\nimport sys\n{tmp_path / 'absolute'}\n/nowhere\n")
+    os.mkfifo(tree / "stuck.pth")  # read bounded, never waited on
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 7 and warnings(done.stderr) == [f"{WARNING}by_abs, by_pth {ASKS}"], done.stderr
