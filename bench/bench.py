@@ -649,6 +649,7 @@ def _spread(times: list[tuple[float, float]]) -> str:
 _SPLIT = r"""
 import importlib, os, runpy, sys, time
 os.execvp = os.execv = lambda *a: sys.exit(0)  # run's exec: the fast path ends here
+os._exit = lambda status: sys.exit(status)  # the console script's end (cli.main.exit_held): the split is said after it
 modules, sys.argv = sys.argv[1].split(), ["patchkit", *sys.argv[2:]]
 start = time.process_time()
 for name in modules:

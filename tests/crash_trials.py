@@ -17,6 +17,7 @@ interpreter start-up per trial).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
 import shutil
@@ -401,6 +402,109 @@ def random_trials(scn: Scenario, work: Path, op: str, count: int, rng: random.Ra
         else:
             sent = [(at, SIGNALLED[kind])]
         trial(scn, work, op, "", f"random {kind}{' in commit' if in_commit else ''}", tally, i, sent, in_commit)
+
+
+def console_run(args: list[str], signals_at: list[tuple[float, int]]) -> tuple[int, str, int]:
+    """patchkit ARGS as the console script runs it (patchkit.cli.start, to its very exit) in a
+    forked child, with signals sent at (delay, signal) from the start: its exit code, its output,
+    and how many of the signals reached it before it ended (its last act is timed in the child: a
+    signal sent while the kernel tears the process down is not one patchkit could have seen)."""
+    out = tempfile.NamedTemporaryFile(prefix="trial-", delete=False)  # noqa: SIM115
+    out.close()
+    ready, starting = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(ready)
+            _console_child(args, out.name, starting)
+        finally:
+            _leave(99)
+    os.close(starting)
+    os.read(ready, 1)  # the delays count from the console script's start, not the harness's set-up
+    os.close(ready)
+    started, sent, status = time.monotonic(), [], None
+    for delay, number in signals_at:
+        while time.monotonic() - started < delay:
+            time.sleep(0.0002)
+        reaped, waited = os.waitpid(pid, os.WNOHANG)
+        if reaped:
+            status = waited
+            break
+        sent.append(time.monotonic())
+        os.kill(pid, number)
+    code = os.waitstatus_to_exitcode(status if status is not None else os.waitpid(pid, 0)[1])
+    text = Path(out.name).read_text(errors="replace")
+    os.unlink(out.name)
+    text, _, ended = text.rpartition(_ENDED)
+    reached = sum(at < float(ended or "inf") for at in sent)
+    return code, text, reached
+
+
+_ENDED = "\ntrial child ended at "
+
+
+def _console_child(args: list[str], out: str, starting: int) -> None:  # pragma: no cover - runs in the fork
+    real_exit = os._exit
+
+    def timed_exit(code: int) -> None:
+        with _quiet():
+            sys.stdout.flush()
+            sys.stderr.write(f"{_ENDED}{time.monotonic()}")
+            sys.stderr.flush()
+        real_exit(code)
+
+    os._exit = timed_exit
+    atexit._clear()  # the parent's (pytest's temporary directories): the console script's exit runs atexit
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    fd = os.open(out, os.O_WRONLY | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    from patchkit.cli import start
+
+    sys.argv = ["patchkit", *args]
+    code = 98  # start.main returned: it never should, it ends the process
+    os.write(starting, b"!")
+    os.close(starting)
+    try:
+        start.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    _leave(code)
+
+
+def double_ctrl_c_trials(scn: Scenario, work: Path, count: int, rng: random.Random, tally: Tally) -> None:
+    """A double Ctrl-C (a second one up to 20 ms after the first) at random moments of a revert run
+    as the console script, to its very exit (review 6 L7: sometimes exit 0, nothing said): every
+    revert a signal reached ends 130 with patchkit's one line, and the tree is whole (then the next
+    command finds it so)."""
+    tree = scn.fresh("patched", work)
+    started = time.monotonic()
+    code, out, _ = console_run(["revert", *scn.args(tree, "revert")], [])
+    assert code == 0, out
+    full = time.monotonic() - started
+    for i in range(count):
+        at = rng.uniform(0.0, full * 1.1)
+        sent = [(at, signal.SIGINT), (at + rng.uniform(0, 0.02), signal.SIGINT)]
+        tree = scn.fresh("patched", work)
+        code, out, reached = console_run(["revert", *scn.args(tree, "revert")], sent)
+        state = scn.whole(tree)
+        tally.trials[f"revert double int, {'reached' if reached else 'after its end'}"] += 1
+        tally.outcomes[f"revert exit {code}: {state or 'mixed'}"] += 1
+        said = out.count("interrupted")
+        in_place = "in place" in out
+        where = f"revert signals={sent}"
+        if reached and (code != 130 or said != 1 or state != ("stock" if in_place else "patched")):
+            tally.failures.append(f"{where}: exit {code}, said {said}x, tree {state}: {out.strip()[-300:]}")
+        if not reached and (code != 0 or state != "stock"):
+            tally.failures.append(f"{where}: none reached it, yet exit {code}, tree {state}: {out.strip()[-300:]}")
+        following = NEXT[i % len(NEXT)]
+        again, said_next = run_cli([following, *scn.args(tree, following)])
+        if (tree / ".patchkit/journal.json").exists() or scn.whole(tree) is None:
+            tally.failures.append(f"{where}: after `{following}` (exit {again}): {said_next.strip()[-300:]}")
 
 
 def fill(directory: Path, leave: int) -> Path:

@@ -9,11 +9,13 @@ it. The tool-call sets on real releases: tests/test_behaviour_release.py.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from helpers import BEHAVIOUR_JUDGE as JUDGE
-from helpers import make_patch, write_library, write_tree
+from helpers import make_patch, pip_install, write_library, write_tree
 
 PARSER = "vllm/tool_parsers/demo_parser.py"
 STOCK = "class DemoParser:\n    BROKEN = True\n"
@@ -45,7 +47,7 @@ def test_verify_of_a_stock_tree_judges_the_planned_files_and_says_so(run, tmp_pa
     lib = library(tmp_path, tree)
     text = run("verify", "--target", tree, "--patches", lib)
     assert text.exit_code == 0, text.output
-    assert "behaviour: 0 of 8 streamed runs differ (stand-ins)" in text.stdout.splitlines()
+    assert "behaviour: 0 of 8 runs differ (stand-ins)" in text.stdout.splitlines()
     ran = (lib / "demo" / "ran").read_text()
     assert PARSER in ran and str(tree) not in ran  # a scratch copy of the planned contents
     done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
@@ -106,3 +108,39 @@ def test_a_behaviour_test_the_set_names_must_exist(run, tmp_path, tree):
     (lib / "demo" / "judge.py").unlink()
     done = run("verify", "--target", tree, "--patches", lib)
     assert done.exit_code == 2 and "behaviour test" in done.output and "does not exist" in done.output
+
+
+# The protocol's `read`: the verdict also depends on the tree's vllm/serving.py.
+JUDGE_READING = JUDGE.replace(
+    '"skipped": [], "failures": failures}',
+    '"skipped": [], "failures": failures,\n            "read": [str(files[0].parents[1] / "serving.py")]}',
+)
+
+
+def test_a_verdict_with_vllms_classes_is_remembered_while_its_inputs_are_unchanged(run, tmp_path):
+    """verify --python on an applied environment: the judge runs once; the next verify takes its
+    verdict (said: remembered) until a file it read changes."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
+    pip_install(site, "0.16.0", {PARSER: STOCK, "vllm/serving.py": "top_up = 'append'\n"})
+    lib = library(tmp_path, write_tree(tmp_path / "base", "0.16.0", {PARSER: STOCK}), judge=JUDGE_READING)
+    ran = lib / "demo" / "ran"
+    assert run("apply", "--python", python, "--patches", lib).exit_code == 0
+
+    def verify() -> str:
+        done = run("verify", "--python", python, "--patches", lib, "--format", "json")
+        assert done.exit_code == 0, done.output
+        [found] = behaviour_results(done.stdout)
+        return found["message"]
+
+    assert verify() == "0 of 8 runs differ (vLLM's classes)" and "--installed" in ran.read_text()
+    ran.unlink()
+    assert verify() == "0 of 8 runs differ (vLLM's classes; remembered)" and not ran.exists()
+    (site / "vllm" / "serving.py").write_text("top_up = 'replace'\n")  # a file the judge read
+    assert verify() == "0 of 8 runs differ (vLLM's classes)" and ran.exists()

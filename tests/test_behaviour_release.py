@@ -52,11 +52,11 @@ def test_stock_fails_naming_the_split_and_the_loss_planned_and_applied_pass(tmp_
     planned = run("verify", "--target", tree, *library, "--format", "json")
     assert planned.exit_code == 0, planned.output[-2000:]
     assert [(c["ok"], c["message"]) for c in behaviour_of(planned.stdout)] == [
-        (True, f"0 of {runs} streamed runs differ (stand-ins)")
+        (True, f"0 of {runs} runs differ (stand-ins)")
     ]
     assert run("apply", "--target", tree, *library).exit_code == 0
     applied = run("verify", "--target", tree, *library)
-    assert applied.exit_code == 0 and f"behaviour: 0 of {runs} streamed runs differ (stand-ins)" in applied.stdout
+    assert applied.exit_code == 0 and f"behaviour: 0 of {runs} runs differ (stand-ins)" in applied.stdout
 
 
 def test_verify_of_releases_runs_it_once_on_the_patched_release(run):
@@ -75,7 +75,7 @@ def test_verify_of_releases_runs_it_once_on_the_patched_release(run):
     assert done.exit_code == 0, done.output[-2000:]
     [release] = json.loads(done.stdout)["releases"]
     assert [(c["ok"], c["message"]) for c in release["checks"] if c["check"] == "behaviour"] == [
-        (True, "0 of 120 streamed runs differ (stand-ins)")
+        (True, "0 of 120 runs differ (stand-ins)")
     ]
 
 
@@ -108,3 +108,26 @@ def test_a_new_release_where_the_open_ended_set_conflicts_says_whether_upstream_
         )
         assert release["hint"].startswith("port the series: `patchkit port --patches ")
         assert release["hint"].endswith("--set deepseek-tool-calls --from 0.23.0 --to 0.99.0`")
+
+
+def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(run):
+    """0.24.0's stock parser is judged (it passes); 0.25.0's is an adapter on vLLM's parser engine the
+    stand-ins cannot load: upstream by the range alone, and the report says so (a warning, not a pass)."""
+    library = ("--patches", DRAFTS, "--set", KIMI, "--no-result-cache", "--format", "json")
+    done = run("verify", "--vllm-version", "0.24.0", "--vllm-version", "0.25.0", *library)
+    assert done.exit_code == 0, done.output[-2000:]
+    judged, unjudged = json.loads(done.stdout)["releases"]
+    assert (judged["outcome"], unjudged["outcome"]) == ("upstream", "upstream")
+    assert [(c["ok"], c["message"]) for c in judged["checks"] if c["check"] == "behaviour"] == [
+        (True, "0 of 48 runs differ (stand-ins)")
+    ]
+    assert "did not judge" not in judged["detail"]
+    [warning] = [c for c in unjudged["checks"] if c["check"] == "behaviour"]
+    assert (warning["ok"], warning["level"]) == (False, "warning")
+    assert warning["message"].startswith("not judged: kimi_k2_tool_parser.py does not load: ImportError")
+    assert len("behaviour: " + warning["message"]) <= 80
+    assert unjudged["detail"].endswith(
+        "its behaviour test did not judge them (kimi_k2_tool_parser.py does not load: ImportError: behaviour.py "
+        "has no stand-in for vllm.parser.engine.registered_adapters.KimiK2ParserToolAdapter): upstream by the "
+        "set's range alone"
+    )

@@ -47,10 +47,10 @@ def test_a_conflict_whose_stock_file_now_passes_says_upstream_may_have_fixed_it(
     [release] = json.loads(done.stdout)["releases"]
     assert (release["vllm_version"], release["outcome"], release["stock_behaviour"]) == ("0.17.0", "conflict", "passes")
     assert "the stock files changed" in release["detail"]
-    assert "they pass the set's behaviour test (0 of 8 streamed runs differ" in release["detail"]
+    assert "they pass the set's behaviour test (0 of 8 runs differ" in release["detail"]
     assert release["hint"] == "upstream may have fixed this in 0.17.0: close the set's range"
     [stock] = [c for c in release["checks"] if c["check"] == "behaviour"]
-    assert stock["ok"] and stock["message"] == "stock: 0 of 8 streamed runs differ (stand-ins)"
+    assert stock["ok"] and stock["message"] == "stock: 0 of 8 runs differ (stand-ins)"
 
     text = latest(tmp_path, monkeypatch, library, FIXED_UPSTREAM, fmt="text")
     assert "upstream may have fixed this in 0.17.0: close the set's range" in text.output

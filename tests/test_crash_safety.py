@@ -337,6 +337,17 @@ def test_random_and_aimed_crash_sweep(scenario, work):
     print(tally.report())
 
 
+@pytest.mark.slow
+def test_a_double_ctrl_c_at_random_moments_of_a_revert_always_exits_130_and_says_so(scenario, work):
+    """Review 6 L7: a double Ctrl-C late in a revert sometimes ended exit 0 with nothing said (the
+    signals came while the interpreter exited). 300 trials of the console script, to its exit."""
+    rng = random.Random(int(os.environ.get("PATCHKIT_CRASH_SEED", "7")))
+    tally = ct.Tally()
+    ct.double_ctrl_c_trials(scenario, work, int(os.environ.get("PATCHKIT_DOUBLE_INT_TRIALS", "300")), rng, tally)
+    _clean(tally)
+    assert tally.trials["revert double int, reached"] >= 50, tally.report()
+
+
 @pytest.fixture
 def small_disk():
     """A 4 MiB tmpfs (root only): a disk that really fills up."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import MODEL_PY, fingerprint, make_patch, run_cli, write_tree
+from helpers import MODEL_PY, fingerprint, load_plugins_like_vllm, make_patch, run_cli, write_tree
 
 from patchkit import __version__
 
@@ -100,3 +100,42 @@ def test_a_guard_replaced_record_naming_a_file_the_guard_record_does_not_is_refu
     path.write_text(json.dumps(state))
     done = run_cli("revert", "--target", site, "--patch", diff)
     assert done.returncode == 2 and "'guard_replaced' names a file" in done.stderr, done.stderr
+
+
+def _status(site: Path, diff: Path) -> dict:
+    done = run_cli("status", "--target", site, "--patch", diff, "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr  # the guard passes: status does too
+    return json.loads(done.stdout)
+
+
+def test_status_notes_a_guard_no_record_names_and_the_revert_that_removes_it(tmp_path, scratch):
+    """Review 6 L4: after the record was removed by hand, status said nothing of the guard left."""
+    site, diff, _ = _applied(tmp_path, scratch)
+    (site / ".patchkit/state.json").unlink()
+    assert load_plugins_like_vllm(site).returncode == 0  # no record: the guard checks nothing
+    notes = _status(site, diff)["guard_notes"]
+    revert = f"`patchkit revert --target {site} --patch {diff}`"
+    assert notes == [f"the launch guard is installed, but no record names it (it checks nothing): {revert} removes it"]
+    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert _status(site, diff)["guard_notes"] == []
+
+
+def test_status_notes_what_a_killed_command_left_and_revert_clears_it(tmp_path, scratch):
+    """Review 6 L3, status side: a kill late in a full revert leaves objects/ on a stock tree (early
+    in an apply, an empty .patchkit/); status said nothing, the guard passes."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    objects = site / ".patchkit/objects"
+    objects.mkdir(parents=True)
+    (objects / ("0" * 64)).write_bytes(b"an original\n")
+    revert = f"`patchkit revert --target {site} --patch {diff}`"
+    status = _status(site, diff)
+    assert status["store_notes"] == [f".patchkit/objects/ holds 1 file(s) no record names: {revert} removes them"]
+    assert status["state"] == "not-applied"
+    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert not (site / ".patchkit").exists() and _status(site, diff)["store_notes"] == []
+    (site / ".patchkit").mkdir()
+    assert _status(site, diff)["store_notes"] == [f".patchkit/ is empty: {revert} removes it"]
+    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert not (site / ".patchkit").exists() and _status(site, diff)["store_notes"] == []

@@ -94,3 +94,45 @@ def test_a_signal_as_the_process_exits_is_said_not_dropped(tmp_path, scratch, si
 
 def test_the_start_up_line_is_the_one_patchkit_says_before_any_change():
     assert f"error: {signals.interrupted_report()[0]}\n" == start.BEFORE_ANY_CHANGE
+
+
+# the console script, with a Ctrl-C that lands while a finalizer runs during the revert: Python
+# prints "Exception ignored" for what the handler raised there and the command never sees it
+SWALLOWED = """
+import os, signal, sys
+from patchkit.engine import operations
+
+real = operations.fix_bytecode
+
+class Drop:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100000):  # the handler runs here, inside the finalizer
+            pass
+
+def fix_bytecode(*args, **kwargs):
+    Drop()
+    return real(*args, **kwargs)
+
+operations.fix_bytecode = fix_bytecode
+sys.argv = ["patchkit", *sys.argv[1:]]
+from patchkit.cli.start import main
+main()
+"""
+
+
+def test_an_interrupt_python_drops_in_a_finalizer_is_still_said_at_the_exit(tmp_path, scratch):
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-c", SWALLOWED, "revert", "--target", str(site), "--patch", str(diff)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Exception ignored" in done.stderr, done.stderr  # the case: Python dropped the interrupt
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
+    assert (site / MODEL).read_text() == MODEL_PY

@@ -6,14 +6,23 @@ general plugin the launch loads before it execs, on one line of 80 columns."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import sys
+import time
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 from helpers import run_cli
-from launch_fixtures import DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
-from test_launch_review6 import PLAIN_CLASS, write_plugin
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
+from test_launch_review6 import ARCH, PLAIN_CLASS, importable_with_plugins, preflight_importing, write_plugin
+from test_preflight import findings
 from test_run import patchkit_run
+
+from patchkit.launch.validation import plugin_stopped
+from patchkit.tree.target import WorkerFailed, run_worker
 
 WARNING = "warning: plugins not judged: "
 ASKS = "(`patchkit preflight` asks vLLM)"
@@ -114,3 +123,176 @@ vllm = vllm.entrypoints.cli.main:main
 lora_filesystem_resolver = vllm.plugins.lora_resolvers.filesystem_resolver:register_filesystem_resolver
 lora_hf_hub_resolver = vllm.plugins.lora_resolvers.hf_hub_resolver:register_hf_hub_resolver
 """
+
+
+# --- M1, M2: a plugin's helper process holding the worker's error output is never waited for --------
+
+CHILD = """
+    import subprocess, sys
+
+    def register():
+        helper = subprocess.Popen(["sleep", "120"], start_new_session={own_session})
+        open({pids!r}, "a").write(f"{{helper.pid}}\\n")
+"""
+
+
+def ask_vllm(tree: Path, plug: Path, timeout: float = 60) -> dict:
+    """The model_interface worker's answer for DeepseekV3, in a subprocess with `plug` on its path."""
+    env = {**os.environ, **importable_with_plugins(tree)}
+    env["PYTHONPATH"] += f"{os.pathsep}{plug}"
+    request = {"architectures": [ARCH], "function": "supports_eagle3", "first_path": None}
+    return run_worker(
+        sys.executable, "model_interface", request, timeout=timeout, in_process=False, isolated=False, env=env
+    )
+
+
+def helpers_of(pids: Path) -> list[int]:
+    return [int(line) for line in pids.read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def ended(pid: int, within: float = 5) -> bool:
+    """Whether `pid` ends within `within` seconds (a SIGKILL is delivered a moment later)."""
+    deadline = time.monotonic() + within
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+@pytest.mark.parametrize("own_session", [False, True], ids=["child", "daemon"])
+def test_a_plugins_helper_holding_stderr_does_not_hold_the_answer(tmp_path, own_session):
+    tree, _ = write_eagle3_setup(tmp_path)
+    pids = tmp_path / "pids"
+    plug = write_plugin(tmp_path / "plug", "helping", CHILD.format(own_session=own_session, pids=str(pids)))
+    started = time.monotonic()
+    try:
+        answer = ask_vllm(tree, plug)
+        took = time.monotonic() - started
+        assert answer["status"] == "ok" and took < 30, (answer, took)  # before: until the helper's exit (120 s)
+        (helper,) = helpers_of(pids)
+        # the worker's own session is cleared once it answered; a daemon in its own session is not patchkit's
+        assert ended(helper) != own_session
+    finally:
+        for pid in helpers_of(pids) if pids.exists() else []:
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # only the helpers this test's plugin started, by pid
+
+
+HANGS = (
+    CHILD
+    + """
+        import time
+        time.sleep(600)
+"""
+)
+
+
+def test_a_worker_past_its_time_is_killed_and_a_daemon_holding_stderr_not_waited_for(tmp_path):
+    tree, _ = write_eagle3_setup(tmp_path)
+    pids = tmp_path / "pids"
+    plug = write_plugin(tmp_path / "plug", "stuck", HANGS.format(own_session=True, pids=str(pids)))
+    started = time.monotonic()
+    try:
+        with pytest.raises(WorkerFailed) as failed:
+            ask_vllm(tree, plug, timeout=3)
+        took = time.monotonic() - started
+        assert failed.value.timed_out and took < 30, took  # before: the kill, then until the daemon's exit
+        stopped = plugin_stopped(failed.value.partial, failed.value)  # M3: the plugin it hung in is named
+        assert stopped is not None and "hangs at the vllm.general_plugins entry point 'stuck'" in stopped[0], stopped
+    finally:
+        for pid in helpers_of(pids) if pids.exists() else []:
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+# --- M3: a plugin that ends the process (or hangs) in register() is named as the cause ----------------
+
+ENDS = {
+    "sys.exit": "import sys\n\ndef register():\n    sys.exit(0)\n",
+    "os._exit": "import os\n\ndef register():\n    os._exit(0)\n",
+    "SIGKILL": "import os, signal\n\ndef register():\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+}
+
+
+# vLLM's engine arguments, just enough for the engine_config worker to get past them (with the short
+# option the command uses, which the static reading looks for in this file)
+FAKE_ARG_UTILS = """
+SHORT = ["-tp"]
+
+
+class AsyncEngineArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("model", nargs="?")
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls()
+
+    def create_engine_config(self):
+        return None
+"""
+
+
+def importable_with_engine(tree: Path) -> dict[str, str]:
+    env = importable_with_plugins(tree)
+    (tree / "vllm" / "engine").mkdir(exist_ok=True)
+    (tree / "vllm" / "engine" / "arg_utils.py").write_text(FAKE_ARG_UTILS)
+    return env
+
+
+@pytest.mark.parametrize("how", list(ENDS))
+def test_a_plugin_that_ends_the_process_is_named_by_both_questions_to_vllm(tmp_path, how):
+    tree, library = write_eagle3_setup(tmp_path)
+    command = serve(write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    env = importable_with_engine(tree)
+    applied(tree, library)
+    alone = preflight_importing(tree, library, command, env)
+    assert alone.returncode == 0, alone.stdout + alone.stderr  # both questions answered, without the plugin
+    plug = write_plugin(tmp_path / "plug", "quitter", ENDS[how])
+    done = preflight_importing(tree, library, command, {"PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = findings(done)
+    for check in ("supports-eagle3", "vllm-validation"):
+        assert not found[check]["ok"], found[check]
+        assert "the vllm.general_plugins entry point 'quitter'" in found[check]["message"], found[check]
+        assert "parser" not in found[check]["message"] and "'quitter'" in found[check]["fix"], found[check]
+
+
+# --- L1: config.json's architectures holding other than names: vLLM refuses the model ---------------
+
+
+@pytest.mark.parametrize("odd", [None, 1, ["KimiK25ForConditionalGeneration"]], ids=["null", "int", "list"])
+def test_an_architecture_that_is_not_a_name_is_refused_before_the_launch(launch, tmp_path, odd):
+    tree, library, command, env, marker = launch
+    applied(tree, library)
+    config = tmp_path / "kimi" / "config.json"
+    data = json.loads(config.read_text())
+    data["architectures"] = [odd, *data["architectures"]]
+    config.write_text(json.dumps(data))
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 1 and not marker.exists(), done.stdout + done.stderr
+    assert f"{config}: its architectures hold {json.dumps(odd)}, not a name: vLLM refuses" in done.stdout
+
+
+# --- L3: thousands of plugins in preflight --no-import's note: a few names and a count --------------
+
+
+def test_the_not_judged_note_names_a_few_plugins_and_counts_the_rest(launch, tmp_path):
+    tree, library, command, _, _ = launch
+    applied(tree, library)
+    many = tmp_path / "many"
+    for number in range(3000):
+        write_plugin(many, f"plugin_number_{number:04d}", "def register():\n    pass\n")
+    args = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
+    supports = findings(run_cli(*args, "env", f"PYTHONPATH={many}", *command))["supports-eagle3"]
+    note = supports["message"].split("; not judged: ")[1]
+    assert note.startswith("the class the general plugins plugin_number_0000, plugin_number_0001"), note
+    assert " +2,99" in note and " more may register for " in note and len(note) < 200, note  # before: 20,000

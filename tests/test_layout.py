@@ -226,6 +226,8 @@ WORKER_COPIES = {
     "_plain": None,
     "_parser_class": {"serve_reading.py", "serve_spec.py"},  # engine_config's falls back to argparse
     "_force_cpu_platform_when_none": {"serve_reading.py", "serve_spec.py"},
+    "load_general_plugins": {"model_interface.py", "engine_config.py"},
+    "_running": {"model_interface.py", "engine_config.py"},
 }
 
 

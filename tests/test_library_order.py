@@ -106,15 +106,15 @@ def test_status_of_adhoc_patches_names_no_library(run, tree, scratch):
 
 
 def test_the_installed_library_is_the_packaged_one_when_the_package_carries_it(tmp_path, monkeypatch):
-    """A wheel puts the library at patchkit/_library; importlib.resources finds it there."""
+    """A wheel puts the library at patchkit/_library, beside the package's modules."""
     package = tmp_path / "site-packages" / "patchkit"
     (package / "_library" / "eagle3").mkdir(parents=True)
-    monkeypatch.setattr(library, "files", lambda name: package if name == "patchkit" else None)
+    monkeypatch.setattr(library, "PACKAGE_DIR", package)
     assert library.default_root() == (package / "_library").resolve()
 
 
 def test_in_a_checkout_the_installed_library_is_patches_beside_the_package(tmp_path, monkeypatch):
-    monkeypatch.setattr(library, "files", lambda name: tmp_path / "bare-package")
+    monkeypatch.setattr(library, "PACKAGE_DIR", tmp_path / "bare-package")
     assert library.default_root() == CHECKOUT_LIBRARY
 
 

@@ -366,6 +366,30 @@ def test_refresh_checks_the_releases_sharing_the_series(run, tmp_path, releases)
     assert "vllm 0.16.1 shares this series: conflict" in text
 
 
+def test_a_new_sets_first_series_starts_empty_and_refresh_names_its_first_patch(run, releases, tmp_path):
+    """A set made from nothing (docs/own-set.md): a series directory with an empty `series` file.
+    workspace makes it (--all: the files are not named yet); refresh without --new-patch says to
+    name the first patch, with it writes 0001-NAME.patch, which apply then applies."""
+    root = tmp_path / "lib" / "demo"
+    (root / "0.16.0").mkdir(parents=True)
+    (root / "set.toml").write_text('name = "demo"\n\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n')
+    (root / "0.16.0" / "series").write_text("")
+    made = run("workspace", "0.16.0", tmp_path / "ws", "--patches", tmp_path / "lib", "--all")
+    assert made.exit_code == 0, made.output
+    assert "no patch yet" in made.stdout and "--new-patch NAME" in made.stdout
+    ws = tmp_path / "ws"
+    (ws / SPEC).write_text(SPEC_PATCHED)
+    unnamed = run("refresh", ws)
+    assert unnamed.exit_code == 2 and "no patch yet" in unnamed.output
+    assert f"`patchkit refresh {ws} --new-patch NAME`" in unnamed.output
+    named = run("refresh", ws, "--new-patch", "accept-deepseek")
+    assert named.exit_code == 0, named.output
+    assert (root / "0.16.0" / "series").read_text().startswith("0001-accept-deepseek.patch sha256:")
+    tree = write_tree(tmp_path / "site", "0.16.0", STOCK)
+    assert run("apply", "--target", tree, "--patches", tmp_path / "lib").exit_code == 0
+    assert (tree / SPEC).read_text() == SPEC_PATCHED
+
+
 # -- port ------------------------------------------------------------------------------------------
 
 

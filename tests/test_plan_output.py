@@ -1,5 +1,5 @@
-"""The plan as `apply` shows it: tab-separated rows per hunk when piped (streamed), aligned rows
-per file in a terminal (per hunk with -v), JSON unchanged."""
+"""The plan as `apply` shows it: aligned rows per file (per hunk with -v) under each patch's
+heading, fitted to a terminal; piped, the same lines (no colour, no rule, no padding); JSON unchanged."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from rich.console import Console
 
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.plan import (
+    PLAN_HUNK_HEADER,
     file_rows,
     hunk_rows,
     offsets_note,
-    plan_hunk_rows,
+    plain_plan,
     plan_sections,
     show_plan,
-    write_plan_rows,
 )
 from patchkit.series.patchfile import parse_patch
 from patchkit.series.plan import plan_apply
@@ -83,73 +83,35 @@ def terminal_text(plan, *, verbose: int = 0, width: int = 200) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
 
 
-def test_piped_dry_run_is_a_title_a_header_and_one_tab_separated_row_per_hunk(run, site, library):
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+def test_piped_plan_is_the_terminals_plan_without_colour_rule_or_padding(run, site, patches, library, verbose):
+    # issue 22 (trial 11): piped, apply printed a tab-separated row per hunk, unlike the terminal's plan
     shift_second_hunk(site)
-    result = run("apply", "--dry-run", "--target", site, "--patches", library)
+    result = run("apply", "--dry-run", *verbose, "--target", site, "--patches", library)
     assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
-    start = lines.index("plan: would change 4 file(s)")
-    assert lines[start + 1] == "patch\tfile\thunk\tstate\tnote"
-    rows = [line.split("\t") for line in lines[start + 2 : start + 7]]
-    assert all(len(row) == 5 for row in rows)
-    by_file = {(row[1], row[2]): row for row in rows}
-    assert by_file[(LONG, "#1 at line 2")][4] == ""
-    assert by_file[(LONG, "#2 at line 50")][4] == "offset +3"
-    assert {row[0] for row in rows if row[1] in (LONG, NEW, GONE)} == {"0001-change.patch"}
-    assert by_file[(SHORT, "#1 at line 1")][0] == "0002-change.patch"
-    assert {row[3] for row in rows} == {"apply"}
-    assert lines[start + 7].startswith("dry run: 4 file(s) would change")
+    piped = result.stdout.splitlines()
+    start = piped.index("plan: would change 4 file(s)")
+    drawn = terminal_text(plan_of(site, patches), verbose=len(verbose), width=200).splitlines()
+    terminal = [line for line in drawn if set(line.strip()) != {"\u2500"}]
+    assert piped[start : start + len(terminal)] == terminal, (piped, terminal)
+    assert piped[start + len(terminal)] == ("checks" if verbose else piped[-1])  # what follows the plan
+    assert piped[-1].startswith("dry run: 4 file(s) would change")
+    assert all(line == line.rstrip() for line in piped) and "\t" not in result.stdout
     assert "\u2500" not in result.stdout and "\x1b" not in result.stdout
 
 
-def test_piped_rows_agree_with_the_engine_placements(site, patches):
+def test_piped_hunk_rows_agree_with_the_engine_placements(site, patches):
     shift_second_hunk(site)
     plan = plan_of(site, patches)
-    stream = io.StringIO()
-    write_plan_rows(stream, plan, "plan")
-    rows = [line.split("\t") for line in stream.getvalue().splitlines()[2:]]
-    expected = [
-        [
-            step.patch.name,
-            f.patch.path,
-            f"#{i} at line {p.line}",
-            step.state,
-            f"offset {p.offset:+d}" if p.offset else "",
-        ]
-        for step in plan.steps
-        for f in step.files
-        for i, p in enumerate(f.placements, 1)
-    ]
-    assert rows == expected and len(rows) == sum(len(f.patch.hunks) for s in plan.steps for f in s.files)
-
-
-class RecordingStream(io.StringIO):
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, text: str) -> int:
-        self.writes.append(text)
-        return super().write(text)
-
-
-def test_piped_rows_are_written_as_they_are_made(site, patches):
-    """A file's rows reach the stream before the next file, or step, is even looked at."""
-    plan = plan_of(site, patches)
-    first, _ = plan.steps
-
-    def steps_then_failure():
-        yield first
-        raise RuntimeError("the second step was asked for")
-
-    plan.steps = steps_then_failure()
-    stream = RecordingStream()
-    with pytest.raises(RuntimeError):
-        write_plan_rows(stream, plan, "plan: would change 4 file(s)")
-    assert stream.writes[0] == "plan: would change 4 file(s)\npatch\tfile\thunk\tstate\tnote\n"
-    per_file = [[row.split("\t")[1] for row in write.splitlines()] for write in stream.writes[1:]]
-    assert per_file == [[GONE], [LONG, LONG], [NEW]]
-    assert all(row.count("\t") == 4 for write in stream.writes[1:] for row in write.splitlines())
+    rows = plain_plan("plan", PLAN_HUNK_HEADER, plan_sections(plan, hunk_rows)).splitlines()[2:]
+    expected = []
+    for step in plan.steps:
+        expected.append(f"{step.patch.name}  {step.state}")
+        for f in step.files:
+            for i, p in enumerate(f.placements, 1):
+                note = f"offset {p.offset:+d}" if p.offset else ""
+                expected.append(" ".join([f.patch.path if i == 1 else "", f"#{i} at line {p.line}", note]).split())
+    assert [row if row.endswith(("apply", "applied")) else row.split() for row in rows] == expected
 
 
 def test_terminal_shows_each_patch_as_a_heading_and_one_row_per_file(site, patches):
@@ -202,25 +164,28 @@ def test_terminal_colours_the_state(site, patches):
     assert "\x1b[33mapply\x1b[0m" in out.getvalue()  # yellow, as `status` shows a pending patch
 
 
-def test_terminal_narrows_the_file_column_to_fit_and_shortens_a_longer_path(tmp_path, scratch):
+def test_terminal_narrows_the_file_column_to_fit_and_breaks_a_longer_path_after_a_slash(tmp_path, scratch):
     deep = "vllm/" + "/".join(["a_rather_long_directory_name"] * 4) + "/module.py"
     site = write_tree(tmp_path / "deep", files={deep: "a = 1\n", SHORT: "x = 1\n"})
     patch = make_patch(scratch, site, {deep: "a = 2\n", SHORT: "x = 2\n"})
     lines = terminal_text(plan_of(site, [patch]), width=80).splitlines()
     assert len(deep) > 80
     assert all(len(line) <= 80 for line in lines), lines  # issue 22: nothing runs past the terminal
-    deep_row = next(line for line in lines if "module.py" in line)
-    path = deep_row.split()[0]
-    assert "\u2026" in path and deep.startswith(path.split("\u2026")[0]) and deep.endswith(path.split("\u2026")[1])
-    assert deep_row.endswith("      1  1") and next(line for line in lines if SHORT in line).endswith("      1  1")
+    first = next(i for i, line in enumerate(lines) if line.strip().startswith("vllm/a_rather"))
+    pieces = [lines[first].split()[0]]
+    for line in lines[first + 1 :]:
+        if pieces[-1].endswith(".py"):
+            break
+        pieces.append(line.strip())
+    assert "".join(pieces) == deep and all(piece.endswith(("/", ".py")) for piece in pieces), lines
+    assert lines[first].endswith("      1  1") and next(line for line in lines if SHORT in line).endswith("      1  1")
 
 
 def test_a_conflict_is_a_row_with_its_state_then_the_error(run, site, library):
     (site / SHORT).write_text("x = 9\n")
     result = run("apply", "--dry-run", "--target", site, "--patches", library)
     assert result.exit_code == 1
-    rows = [line.split("\t") for line in result.stdout.splitlines() if "\t" in line]
-    assert ["0002-change.patch", "", "", "conflict", ""] in rows
+    assert "0002-change.patch  conflict" in result.stdout.splitlines()
     assert SHORT in result.output and "hunk #1" in result.output
 
 
@@ -256,7 +221,7 @@ def test_offsets_note_counts_and_lists_at_most_three_offsets(site, patches):
 
 def test_file_hunk_and_piped_rows_cover_the_same_files_and_hunks(site, patches):
     plan = plan_of(site, patches)
-    piped = [(row[0], row[1]) for row in plan_hunk_rows(plan)]
+    piped = [(step.patch.name, f.patch.path) for step in plan.steps for f in step.files for _ in f.placements]
     per_file = [(name, row[0], int(row[1])) for name, _, rows in plan_sections(plan, file_rows) for row in rows]
     per_hunk = [(name, len(rows)) for name, _, rows in plan_sections(plan, hunk_rows)]
     assert per_file == [(name, path, piped.count((name, path))) for name, path in dict.fromkeys(piped)]
@@ -333,8 +298,8 @@ def test_piped_text_output_needs_no_rich_unless_colour_is_forced(tmp_path, site,
         assert done.stderr == "no rich"
         lines = done.stdout.splitlines()
         assert lines[0].startswith("vLLM     ") and lines[2] == "set      demo  series ==0.16.0 [0.16.0]"
-        assert lines[3:5] == ["plan: would change 4 file(s)", "patch\tfile\thunk\tstate\tnote"]
-        assert len(lines) == 11 and lines[-1].startswith("dry run: 4 file(s) would change")
+        assert lines[3] == "plan: would change 4 file(s)" and lines[4].split() == ["file", "hunks", "lines", "note"]
+        assert len(lines) == 12 and lines[-1].startswith("dry run: 4 file(s) would change")
 
 
 def test_a_pure_rename_without_hunks_is_shown_in_every_view(tmp_path):
@@ -343,8 +308,7 @@ def test_a_pure_rename_without_hunks_is_shown_in_every_view(tmp_path):
     diff = f"diff --git a/{SHORT} b/{moved}\nsimilarity index 100%\nrename from {SHORT}\nrename to {moved}\n"
     plan = plan_apply(site, [parse_patch(diff.encode(), "rename.patch")])
     assert plan.changed_paths == [SHORT, moved]
-    stream = io.StringIO()
-    write_plan_rows(stream, plan, "plan")
-    assert stream.getvalue().splitlines()[2:] == [f"rename.patch\t{moved}\t\tapply\trenamed from {SHORT}"]
+    piped = plain_plan("plan", PLAN_HUNK_HEADER, plan_sections(plan, hunk_rows)).splitlines()[2:]
+    assert piped[0] == "rename.patch  apply" and re.fullmatch(rf"  {moved} +renamed from {SHORT}", piped[1])
     assert re.fullmatch(rf"  {moved} +0 +renamed from {SHORT}", terminal_text(plan).splitlines()[4])
     assert re.fullmatch(rf"  {moved} +renamed from {SHORT}", terminal_text(plan, verbose=1).splitlines()[4])

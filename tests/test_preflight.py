@@ -1361,3 +1361,16 @@ def test_a_missing_hub_model_says_how_to_fetch_its_config_alone_and_every_path_c
     naming = [line for line in shown.splitlines() if f"{cache}/" in line]
     assert len(naming) == 1 and all(len(line) <= 80 for line in naming), shown
     assert shown.count("`hf download lab/gone-model config.json`") == 1, shown
+
+
+def test_the_hub_model_hint_says_where_hf_comes_from(setup, tmp_path, monkeypatch):
+    """review 7 L4: `hf` is not in patchkit's venv nor a pipx install: the hint says how to get it,
+    with a command a pip or pipx user can copy whole."""
+    tree, library, models = setup
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    done = preflight(tree, library, *serve("lab/gone-model", models["drafter"]), fmt="text")
+    assert_clean_failure(done, 4)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "`hf` comes with huggingface_hub" in said, said
+    assert "`python3 -m pip install huggingface_hub`" in said, said
+    assert "`pipx run --spec huggingface_hub hf download lab/gone-model config.json`" in said, said

@@ -384,3 +384,22 @@ def test_a_probe_script_that_ends_the_process_is_an_error(fake_vllm, tmp_path, r
     [row] = [r for r in probe_rows(applied) if not r["ok"]]
     assert row["level"] == "error"
     assert "the set's probe script ended the probe process: it exited with status 9" in row["message"]
+
+
+def test_a_vllm_path_holding_another_directory_is_an_error_naming_it(fake_vllm, tmp_path, run):
+    """Review 7 H2's remainder: a `vllm.__path__` with another directory after the tree's (a module
+    only there, or one a later entry shadows) passed the probe, its modules still the tree's."""
+    python, site = fake_vllm
+    lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
+    assert run("apply", "--python", python, "--patches", lib).exit_code == 0
+    elsewhere = tmp_path / "more-vllm"
+    elsewhere.mkdir()
+    init = site / "vllm" / "__init__.py"
+    init.write_text(init.read_text() + f"__path__.append({str(elsewhere)!r})\n")
+    verified = run("verify", "--python", python, "--patches", lib, "--format", "json")
+    assert verified.exit_code != 0, verified.output
+    failed = [r for r in probe_rows(verified) if not r["ok"]]
+    assert [r["level"] for r in failed] == ["error"], failed
+    assert failed[0]["message"].startswith(
+        f"vllm.__path__ holds {elsewhere} beside the tree's {(site / 'vllm').resolve()}"
+    )

@@ -145,6 +145,17 @@ def test_the_fast_path_loads_no_table_report_nor_plan_of_the_ui(launch):
     assert [m for m in fast if m.removeprefix("patchkit.cli.ui.") in unused] == []
 
 
+def test_the_fast_path_loads_no_importlib_resources_nor_zipfile(launch):
+    """Issue 21: the installed library and the guard's own module are found beside patchkit's
+    modules (importlib.resources says the same of a package on disk, and loads tempfile's and
+    zipfile's modules: ~3 ms)."""
+    tree, library, command, env, _ = launch
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    fast = loaded_by_run(tree, library, command, env)
+    assert "patchkit.engine.guard" in fast
+    assert [m for m in fast if m.startswith(("importlib.resources", "importlib.readers", "zipfile"))] == []
+
+
 def test_a_warm_run_still_refuses_a_tree_changed_since_it_last_launched(launch, tmp_path):
     """The findings kept by one run answer the next only while every file they read is unchanged,
     and the record stands in for the series only while every file it records is as written."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -283,3 +284,23 @@ def agree(arguments: list[str], ours: dict, theirs: dict) -> None:
 @example(["org/m", "--lora-modules", '{"name": "a", "path": "p"}'])  # a LoRA module vLLM takes
 def test_patchkit_reads_what_the_recorded_0_16_parser_reads(arguments):
     agree(arguments, patchkit_reading(arguments), oracle_reading(arguments))
+
+
+def test_reading_a_command_never_asks_the_terminals_size(monkeypatch):
+    """Issue 21: argparse makes a help formatter for each of the ~200 options added, and one of the
+    default width asks the terminal's size each time (a syscall each, on `run`'s fast path): the
+    launch parser's formatters are of a fixed width (it prints nothing)."""
+    import shutil
+
+    from patchkit.launch import serve_parser
+
+    def asked(*_args: object, **_kwargs: object) -> os.terminal_size:
+        raise AssertionError("the terminal's size was asked")
+
+    monkeypatch.setattr(shutil, "get_terminal_size", asked)
+    serve_parser._parser.cache_clear()
+    try:
+        parsed = serve_parser._parser("0.16.0", True).parse_known_args(["MODEL", "--port", "8123"])[0]
+    finally:
+        serve_parser._parser.cache_clear()
+    assert vars(parsed)["port"] == 8123

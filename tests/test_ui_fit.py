@@ -49,25 +49,70 @@ def words(text: str) -> set[str]:
     return set(text.split())
 
 
+def _a_boundary_piece(piece: str, whole: set[str]) -> bool:
+    """`piece` is a name broken where a name breaks: after a / _ or -, never mid-word."""
+    for word in whole:
+        at = word.find(piece)
+        while at >= 0:
+            starts = at == 0 or word[at - 1] in "/_-"
+            ends = at + len(piece) == len(word) or piece[-1] in "/_-"
+            if starts and ends:
+                return True
+            at = word.find(piece, at + 1)
+    return False
+
+
 def assert_fits_without_cut_words(shown: str, whole: str, width: int = 80) -> None:
     """Every line within `width`; every word shown is a whole word of `whole` (the same answer
-    piped, never wrapped) or one shortened with an ellipsis."""
+    piped, never wrapped) or a piece of one broken after a / _ or -; nothing elided."""
     for line in shown.splitlines():
         assert len(line) <= width, line
         assert line == line.rstrip(), repr(line)
-    cut = [word for word in words(shown) - words(whole) if "\u2026" not in word and set(word) != {"\u2500"}]
-    assert not cut, cut
+    assert "\u2026" not in shown, shown
+    whole_words = words(whole)
+    cut = [word for word in words(shown) - whole_words if set(word) != {"\u2500"}]
+    assert all(_a_boundary_piece(word, whole_words) for word in cut), cut
 
 
-@pytest.mark.parametrize("argv", [["status", "-v"], ["verify", "-v"]])
-def test_at_80_columns_no_word_is_cut(long_tree, argv):
+def assert_no_word_alone(shown: str) -> None:
+    """No short word on a line of its own that the text goes on under (`reads`, `for`, `(through`
+    one per line): text wraps to a sane width."""
+    lines = shown.splitlines()
+    indent = [len(line) - len(line.lstrip()) for line in lines]
+    alone = [
+        line
+        for i, line in enumerate(lines[:-1])
+        if len(line.split()) == 1
+        and len(line.strip()) < 10
+        and len(lines[i + 1].split()) == 1
+        and indent[i + 1] == indent[i]
+    ]
+    assert not alone, (alone, shown)
+
+
+@pytest.mark.parametrize("width", [80, 60])
+@pytest.mark.parametrize("argv", [["status", "-v"], ["verify", "-v"], ["status"], ["apply", "--dry-run"]])
+def test_no_word_is_cut_nor_elided_and_text_keeps_a_sane_width(long_tree, argv, width):
+    # issue 22 (trial 11): `vllm/model_…odels/deepseek_v2.py`, and a detail column one word per line
     tree, library = long_tree
-    code, shown = in_a_terminal(*argv, "--target", tree, "--patches", library)
+    code, shown = in_a_terminal(*argv, "--target", tree, "--patches", library, width=width)
     piped = run_cli(*argv, "--target", tree, "--patches", library)
     assert code == 0 and piped.returncode == 0, shown
-    assert "\u2500" in shown  # drawn for a terminal, not the piped text
-    assert_fits_without_cut_words(shown, piped.stdout)
-    assert LONG in piped.stdout and "\u2026" in shown  # the name shortened where it cannot fit
+    assert ("\u2500" in shown) == (argv != ["status"])  # drawn for a terminal, not the piped text
+    assert_fits_without_cut_words(shown, piped.stdout, width)
+    assert_no_word_alone(shown)
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_the_library_list_keeps_its_names_whole_or_broken_at_their_words(width):
+    # issue 22 (trial 11): `0001-speculativ…eek-kimi-eagle3-targets.patch`, `KimiK25Fo…tionalGeneration`
+    code, shown = in_a_terminal("list", width=width)
+    piped = run_cli("list")
+    assert code == 0 and piped.returncode == 0, shown
+    assert_fits_without_cut_words(shown, piped.stdout, width)
+    assert "KimiK25ForConditionalGeneration" in shown.split()
+    table = shown[: shown.index("a cell:")]  # the legend after it is a sentence
+    assert_no_word_alone(table)
 
 
 @pytest.mark.parametrize("argv", [["status", "-v"], ["verify", "-v"], ["list"]])
@@ -81,14 +126,18 @@ def test_piped_lines_end_at_their_last_word(long_tree, argv):
     assert not padded, padded
 
 
-def test_a_table_fitted_to_80_columns_shortens_names_and_wraps_text():
-    rows = [["0001-speculative-accept-deepseek-kimi-eagle3-targets.patch", "applied", LONG, DESCRIPTION]]
-    widths, fitted_rows = fit_table(["patch", "state", "file", "description"], rows, 80)
-    assert sum(widths) + 2 * 3 <= 80
-    name, state, path, text = fitted_rows[1]
-    assert name[0].startswith("0001-") and name[0].endswith(".patch") and "\u2026" in name[0]
-    assert path[0].endswith(".py") and len(path) == 1 and state == ["applied"]
-    assert " ".join(text).split() == DESCRIPTION.split()  # every word kept, wrapped at spaces
+def test_a_table_fitted_to_80_columns_breaks_names_at_their_words_and_puts_text_under_its_row():
+    name = "0001-speculative-accept-deepseek-kimi-eagle3-targets.patch"
+    rows = [[name, "applied", LONG, DESCRIPTION]]
+    table = fit_table(["patch", "state", "file", "description"], rows, 80)
+    assert sum(table.widths) + 2 * (len(table.widths) - 1) <= 80
+    patch, state, path = table.rows[1]
+    assert "".join(patch) == name and "".join(path) == LONG and state == ["applied"]
+    assert all(line.endswith(("-", "_", "/", ".patch", ".py")) for line in patch + path), (patch, path)
+    below = table.below[1]
+    assert " ".join(below).split() == DESCRIPTION.split()  # every word kept, wrapped at spaces
+    assert all(line.startswith("    ") and len(line) <= 80 for line in below)
+    assert all(len(line.split()) > 1 for line in below[:-1]), below
 
 
 def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
@@ -98,7 +147,8 @@ def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
     assert fitted("never wrapped when piped " * 10, None) == ["never wrapped when piped " * 10]
     path = "/a/path/" + "d" * 80 + "/to/copy"
     assert fitted(f"use --target {path} next", 40) == ["use --target", f"  {path}", "  next"]
-    assert fitted(f"use --target {path} next", 40, shorten=True)[1].startswith("  /a/path/dd")
+    broken_path = fitted(f"use --target {path} next", 40, shorten=True)  # broken after a /, never mid-word
+    assert broken_path[1:3] == ["  /a/path/", "  " + "d" * 37 + "\u2026"] and broken_path[3] == "  to/copy", broken_path
     command = f"`patchkit apply --target {path}`"  # pasted from there: one line, whole
     assert fitted(f"fix: run {command} now", 40, shorten=True) == ["fix: run", f"  {command}", "  now"]
 
@@ -124,8 +174,10 @@ def test_a_path_in_a_sentence_is_never_shortened_it_is_copied():
     path = "/root/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V3/snapshots/0123abcd"
     lines = fitted(f"fix: put config.json in {path}", 80, first=2, indent=7, shorten=True)
     assert path in [line.strip() for line in lines] and all(len(line) <= 80 for line in lines), lines
-    cell = fit_table(["file", "detail"], [[path, f"reads {path}"]], 40)[1][1]
-    assert "\u2026" in cell[0][0] and any("\u2026" in line for line in cell[1])  # a table's cells are still fitted
+    table = fit_table(["file", "detail"], [[path, f"reads {path}"]], 40)  # a table's cells are fitted: broken at a /
+    assert "".join(table.rows[1][0]) == path and all(len(line) <= 40 for line in table.rows[1][0])
+    assert "".join(line.strip() for line in table.below[1]) == f"reads{path}", table.below
+    assert all(len(line) <= 40 for line in table.below[1])
 
 
 @pytest.mark.parametrize("width", [60, 64, 68, 72, 76, 80])

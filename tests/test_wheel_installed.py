@@ -359,3 +359,14 @@ def test_no_guard_is_remembered_until_guard_is_asked_for(wheel):
     done = wheel.cli("apply", "--no-import", "--guard")
     assert done.returncode == 0 and "launch guard installed" in done.stdout and guard_module.exists()
     assert "no_guard" not in json.loads((wheel.site / ".patchkit/state.json").read_text())
+
+
+def test_status_says_a_patched_wheel_installs_no_guard_and_what_does(wheel):
+    """review 6 L10: the README promises a guard; a wheel installs none, and status said nothing of it."""
+    done = wheel.cli("status")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "a patched wheel installs no launch guard: `patchkit apply" in said, said
+    assert wheel.cli("apply", "--no-import").returncode == 0  # the command the note names
+    done = wheel.cli("status", "--format", "json")
+    assert done.returncode == 0 and json.loads(done.stdout)["guard_notes"] == [], done.stdout

@@ -96,7 +96,9 @@ def test_a_stock_named_wheel_unlike_the_published_one_is_refused_naming_the_memb
     message = " ".join(done.stderr.split())
     assert "is not vLLM 0.16.0's published wheel of that name" in message, done.stderr
     assert said in message, done.stderr
-    assert "hint: `patchkit wheel 0.16.0` downloads the release's own wheel" in message, done.stderr
+    assert f"hint: `patchkit wheel --patches {library} 0.16.0` downloads the release's own wheel" in message, (
+        done.stderr
+    )
     assert _built(done, out) == []
 
 
@@ -258,3 +260,31 @@ def test_the_pip_download_hint_s_glob_takes_no_wheel_of_another_platform(tmp_pat
     assert [p.name for p in work.glob("vllm-0.16.0+patchkit.demo-*.whl")] == [
         x86.name.replace("0.16.0", "0.16.0+patchkit.demo")
     ]
+
+
+def test_offline_the_hint_names_the_cached_wheel_the_release_cache_vouches_for(tmp_path, library):
+    """review 6 L11: a cache restored from elsewhere (its .json sealed by another key), no index: the
+    pip-download hint failed there too; the cached file builds, held to the release cache."""
+    cache = tmp_path / "restored-cache"
+    stock = write_wheel(tmp_path / "in", published=False)
+    publish_wheel(stock, cache)  # the release cache names that wheel (an earlier fetch)
+    cached = cache / "wheels" / "0.16.0" / stock.name
+    cached.parent.mkdir(parents=True)
+    shutil.copy(stock, cached)
+    (cached.parent / f"{stock.name}.json").write_text('{"sha256": "forged elsewhere"}')
+    env = {
+        "PATCHKIT_CACHE_DIR": str(cache),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+        "PIP_NO_INDEX": "1",
+    }
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run_cli("wheel", "0.16.0", "--out", "dist", "--patches", library, env=env, cwd=work)
+    assert_clean_failure(done, 4)
+    hint = " ".join(done.stderr.split()).partition("hint: ")[2]
+    assert str(cached) in hint and "pip download" not in hint, done.stderr
+    _followed(hint, work, env)
+    assert [p.name for p in (work / "dist").glob("vllm-0.16.0+patchkit.demo-*.whl")], done.stderr

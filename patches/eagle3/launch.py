@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from patchkit.base import hints
+from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding
 from patchkit.series.requirements import Target
 
@@ -22,6 +23,7 @@ REGISTRY = f"{MODELS_DIR}/registry.py"  # where vLLM registers architectures (re
 DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
 AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
 LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
+NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 
 
@@ -73,7 +75,8 @@ def supports_eagle3(launch) -> Finding:
     verdict = launch.model_interface(launch.target.architectures, "supports_eagle3")
     plugins = launch.general_plugins() if verdict.result is None else []
     if plugins:  # they run before vLLM builds the model, and may register another class for it
-        note = f"; not judged: the class the general plugins {', '.join(plugins)} may register for {arch}"
+        named = few_named(plugins, NOTE_ROOM)  # a few, then how many more: one finding stays short
+        note = f"; not judged: the class the general plugins {named} may register for {arch}"
         verdict = dataclasses.replace(verdict, message=verdict.message + note)
     return _held_to_vllm(static, verdict)
 

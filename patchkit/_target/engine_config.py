@@ -5,6 +5,10 @@ it, then create_engine_config(). No weights are loaded; nothing is downloaded (H
 request: {"arguments": [what follows `vllm serve` or `-m vllm.entrypoints.openai.api_server`],
           "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir}
 answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {what vLLM's parser read: READ}}
+       | {"status": "plugin-failed", "plugin": entry point name or None, "error": text}: a general plugin
+         raised (vLLM's own loader runs them first, as 0.16.0's parser does)
+       | {"status": "plugin-running", "plugin": name}: left in the answer file by a plugin that hung or
+         ended the process while it ran
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import traceback
 from typing import Any
 
 READ = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_code")
+GENERAL_PLUGINS = "vllm.general_plugins"  # vllm.plugins.DEFAULT_PLUGINS_GROUP
+ANSWER: list[str] = []  # the answer file, when run by path (in-process: none)
 
 
 def work(request: dict) -> dict:
@@ -33,6 +39,12 @@ def work(request: dict) -> dict:
         AsyncEngineArgs = importlib.import_module("vllm.engine.arg_utils").AsyncEngineArgs
     except Exception as exc:  # vLLM does not import here: the validation is skipped, not failed
         return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
+    try:  # first, as 0.16.0's add_cli_args runs them (a plugin may add choices to the parser)
+        load_general_plugins(importlib.import_module("vllm.plugins"))
+    except PluginFailed as failed:
+        return {"status": "plugin-failed", "plugin": failed.name, "error": failed.error}
+    except ImportError:  # a vLLM without vllm.plugins: none to run
+        pass
     refused = io.StringIO()
     reading = None
     try:
@@ -51,6 +63,46 @@ def work(request: dict) -> dict:
         reason = said[-1] if said else f"status {exc}"
         return {"status": "invalid", "error": f"vLLM's argument parser refused the command: {reason}"}
     return {"status": "ok", "reading": reading}
+
+
+class PluginFailed(Exception):
+    """A general plugin raised: vLLM's launch stops there (its loader calls each plugin unguarded)."""
+
+    def __init__(self, name: str | None, error: str) -> None:
+        super().__init__(error)
+        self.name, self.error = name, error
+
+
+def load_general_plugins(plugins: Any) -> None:  # vllm.plugins
+    """Run vLLM's general plugins as its load_general_plugins() does (its own loader picks them: the
+    launch's VLLM_PLUGINS, a plugin that does not import skipped), naming a plugin that raises or
+    exits; each plugin's name is in the answer file while it runs (one that hangs, or ends the
+    process, is named by it)."""
+    by_group = getattr(plugins, "load_plugins_by_group", None)
+    if by_group is None:  # a vllm.plugins without it: its own loader, which names no plugin
+        try:
+            plugins.load_general_plugins()
+        except Exception as exc:
+            raise PluginFailed(None, _error_text(exc)) from exc
+        return
+    plugins.plugins_loaded = True  # as load_general_plugins() marks it: nothing runs twice
+    for name, func in by_group(group=getattr(plugins, "DEFAULT_PLUGINS_GROUP", GENERAL_PLUGINS)).items():
+        _running(str(name))
+        try:
+            func()
+        except (Exception, SystemExit) as exc:  # sys.exit() in a plugin: vLLM's process ends there too
+            raise PluginFailed(str(name), _error_text(exc)) from exc
+    _running(None)
+
+
+def _running(plugin: str | None) -> None:
+    """The general plugin about to run, in the answer file (none: removed) while the worker runs by path."""
+    if not ANSWER:
+        return
+    if plugin is not None:
+        write_answer(ANSWER[0], {"status": "plugin-running", "plugin": plugin})
+    elif os.path.exists(ANSWER[0]):
+        os.unlink(ANSWER[0])
 
 
 def _offline(environ: Any) -> bool:
@@ -158,4 +210,5 @@ if __name__ == "__main__":
     asked = json.load(sys.stdin)
     if isinstance(asked.get("first_path"), str):  # the launch's own sys.path[0], as Python puts it there
         sys.path.insert(0, asked["first_path"])
+    ANSWER.append(sys.argv[1])
     write_answer(sys.argv[1], work(asked))

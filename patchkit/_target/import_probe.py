@@ -100,6 +100,22 @@ class Probe:
         location = os.path.dirname(module.__file__ or "")
         if norm(location) != self.package_dir:
             raise ImportError(f"this interpreter imports vllm from {location}, not from the target")
+        self.refuse_other_directories(module)
+
+    def refuse_other_directories(self, vllm: Any) -> None:
+        """vllm.__path__ must hold the tree's directory alone: a module found in another one (put
+        there by a .pth, a plugin, or vllm/__init__.py itself) is imported instead of the tree's."""
+        extra = []
+        for entry in list(getattr(vllm, "__path__", None) or []):
+            if isinstance(entry, str) and norm(entry) != self.package_dir and entry not in extra:
+                extra.append(entry)
+            elif not isinstance(entry, str):
+                extra.append(repr(entry))
+        if extra:
+            raise ImportedElsewhere(
+                f"vllm.__path__ holds {', '.join(extra)} beside the tree's {self.package_dir}: "
+                "a module there is imported in place of the tree's"
+            )
 
     def import_patched(self, name: str) -> None:
         """Import a patched module and check it is the tree's file: a module imported from elsewhere

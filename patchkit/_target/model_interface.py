@@ -7,6 +7,8 @@ request: {"architectures": [name, ...] (config.json's), "function": name in inte
 answer:  {"status": "ok", "architecture": the one vLLM builds (the first registered whose class loads),
           "class": "module.Class", "result": bool, "plugin": bool (a plugin registered it)}
        | {"status": "plugin-failed", "plugin": entry point name or None, "error": text}
+       | {"status": "plugin-running", "plugin": name}: left in the answer file by a plugin that hung or
+         ended the process while it ran
        | {"status": "no-vllm" | "unanswered" | "not-registered" | "error", "error": text}
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 INTERFACES = "vllm.model_executor.models.interfaces"
 PLUGINS = "vllm.plugins"
 GENERAL_PLUGINS = "vllm.general_plugins"  # vllm.plugins.DEFAULT_PLUGINS_GROUP
+ANSWER: list[str] = []  # the answer file, when run by path (in-process: none)
 
 
 class PluginFailed(Exception):
@@ -72,7 +75,9 @@ def work(request: dict) -> dict:
 
 def load_general_plugins(plugins: Any) -> None:  # vllm.plugins
     """Run vLLM's general plugins as its load_general_plugins() does (its own loader picks them: the
-    launch's VLLM_PLUGINS, a plugin that does not import skipped), naming a plugin that raises."""
+    launch's VLLM_PLUGINS, a plugin that does not import skipped), naming a plugin that raises or
+    exits; each plugin's name is in the answer file while it runs (one that hangs, or ends the
+    process, is named by it)."""
     by_group = getattr(plugins, "load_plugins_by_group", None)
     if by_group is None:  # a vllm.plugins without it: its own loader, which names no plugin
         try:
@@ -82,10 +87,22 @@ def load_general_plugins(plugins: Any) -> None:  # vllm.plugins
         return
     plugins.plugins_loaded = True  # as load_general_plugins() marks it: nothing runs twice
     for name, func in by_group(group=getattr(plugins, "DEFAULT_PLUGINS_GROUP", GENERAL_PLUGINS)).items():
+        _running(str(name))
         try:
             func()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a plugin: vLLM's process ends there too
             raise PluginFailed(str(name), _error_text(exc)) from exc
+    _running(None)
+
+
+def _running(plugin: str | None) -> None:
+    """The general plugin about to run, in the answer file (none: removed) while the worker runs by path."""
+    if not ANSWER:
+        return
+    if plugin is not None:
+        write_answer(ANSWER[0], {"status": "plugin-running", "plugin": plugin})
+    elif os.path.exists(ANSWER[0]):
+        os.unlink(ANSWER[0])
 
 
 def _error_text(exc: BaseException) -> str:
@@ -111,4 +128,5 @@ if __name__ == "__main__":
     asked = json.load(sys.stdin)
     if isinstance(asked.get("first_path"), str):  # the launch's own sys.path[0], as Python puts it there
         sys.path.insert(0, asked["first_path"])
+    ANSWER.append(sys.argv[1])
     write_answer(sys.argv[1], work(asked))

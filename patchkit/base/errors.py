@@ -108,7 +108,12 @@ class FetchError(TargetError):
     """Release sources could not be obtained from the package index."""
 
 
-class IndexNotRead(FetchError):
+class NoIndex(FetchError):
+    """No package index pip names could be asked, or none answered (no-index, down): a caller
+    holding another way (a cached file) says it instead."""
+
+
+class IndexNotRead(NoIndex):
     """pip takes vLLM from where patchkit does not read (a file:// index, find-links): the caller's
     hint says what works instead."""
 

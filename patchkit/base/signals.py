@@ -24,7 +24,11 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _raise(signum: int, _frame: object) -> None:
+    _raised.append(signum)  # Python drops what a handler raises inside a finalizer: said at the exit
     raise Interrupted(signum)
+
+
+_raised: list[int] = []
 
 
 @contextmanager
@@ -74,7 +78,8 @@ def late_signal() -> int | None:
     after the command, if any."""
     if threading.current_thread() is threading.main_thread() and _held:
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
-    return _late[0] if _late else pending()
+    first = _late or _raised  # one raised and lost (in a finalizer): the command never saw it
+    return first[0] if first else pending()
 
 
 def pending() -> int | None:

@@ -11,19 +11,26 @@ as the modules they are (--installed: vLLM's real classes); where vLLM's classes
 or on a directory target, in the interpreter running patchkit with the script's stand-ins: the files
 on disk, or (nothing written yet) a scratch copy of the planned contents. One result per set: a short
 line (the first failing split and what was lost), the first failures below it for a person.
+
+A verdict with vLLM's classes (an import of vLLM: seconds) is remembered (checks/remembered.py,
+sealed) under a key over the interpreter, the set's scripts, the judged files and the installed
+vLLM's RECORD, and believed while the other files the script says it read (`read`) are unchanged.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from patchkit.base import fsutil
 from patchkit.base.fsutil import atomic_write, load_json_text
+from patchkit.base.hashing import sha256
 from patchkit.base.locks import seconds_from_env
-from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, remembered
 from patchkit.tree.target import WorkerFailed, run_script
 from patchkit.tree.version import release_version
 
@@ -32,6 +39,8 @@ TIMEOUT_ENV = "PATCHKIT_BEHAVIOUR_TIMEOUT"
 DEFAULT_TIMEOUT = 300.0
 SHORT = 80 - len(f"{NAME}: ")  # the finding's line fits 80 columns
 SHOWN_FAILURES = 3
+RECORD_LIMIT = 8 << 20  # vLLM's RECORD is about 0.5 MB
+FILE_LIMIT = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class Judged:
     failures: list[dict[str, str]]
     error: str | None
     loaded: str
+    read: list[str] = field(default_factory=list)  # the other files the verdict depends on
 
 
 class BehaviourCheck:
@@ -75,13 +85,74 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
     version = ["--vllm-version", str(release_version(ctx.version))] if ctx.version else []
     fallback = ""
     if ctx.on_disk and ctx.python is not None and ctx.import_probe:
+        key = _installed_key(ctx.python, script, root, files, version)
+        recalled = _recalled(key)
+        if recalled is not None:
+            return result(recalled, "vLLM's classes; remembered", root)
         installed = _run(ctx.python, script, [*paths, "--installed", *version], isolated=False)
         if isinstance(installed, Judged) and installed.status != 2:
-            return result(installed, "vLLM's classes")
+            _remember(key, installed)
+            return result(installed, "vLLM's classes", root)
         why = installed.error if isinstance(installed, Judged) else installed
         fallback = f"; vLLM's classes did not load ({why})"
     judged = _run(sys.executable, script, [*paths, *version], isolated=True)
-    return result(judged, f"stand-ins{fallback}")
+    return result(judged, f"stand-ins{fallback}", root)
+
+
+def _installed_key(python: str, script: Path, root: Path, files: list[str], version: list[str]) -> str | None:
+    """The key of a verdict with vLLM's classes (an import of vLLM: seconds): the interpreter, the
+    set's scripts, the judged files and the installed vLLM's RECORD (its other files as shipped).
+    None: no RECORD to vouch for them (a source checkout): judged every time."""
+    records = sorted(root.glob("vllm-*.dist-info/RECORD"))
+    if len(records) != 1:
+        return None
+    try:
+        inputs = [
+            python,
+            os.path.realpath(python),
+            version,
+            remembered.code_of(__name__),
+            sha256(fsutil.read_regular(records[0], RECORD_LIMIT)),
+            *[(p.relative_to(script.parent).as_posix(), _digest(p)) for p in _set_files(script.parent)],
+            *[(path, _digest(root / path)) for path in files],
+        ]
+    except OSError:
+        return None
+    return remembered.key_of(inputs)
+
+
+def _set_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _digest(path: Path) -> str | None:
+    return sha256(fsutil.read_regular(path, FILE_LIMIT))
+
+
+def _recalled(key: str | None) -> Judged | None:
+    """The remembered verdict, while every other file it read (the tree's serving code) is as it was."""
+    if key is None:
+        return None
+    entry = remembered.recall(NAME, key)
+    if not isinstance(entry, dict):
+        return None
+    try:
+        read = entry["read"]
+        if not all(_digest(Path(path)) == digest for path, digest in read.items()):
+            return None
+        return Judged(**entry["judged"])
+    except (KeyError, TypeError, AttributeError, OSError):
+        return None
+
+
+def _remember(key: str | None, judged: Judged) -> None:
+    if key is None:
+        return
+    try:
+        read = {path: _digest(Path(path)) for path in judged.read}
+    except OSError:
+        return
+    remembered.remember(NAME, key, {"judged": asdict(judged), "read": read})
 
 
 def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judged | str:
@@ -116,20 +187,29 @@ def _validated(status: int, document: object) -> Judged:
         raise ValueError("error is malformed")
     if (status == 0) != (document.get("ok") is True) or (status == 2) != (error is not None):
         raise ValueError("its verdict says otherwise")
-    return Judged(status, status == 0, runs, failed, failures, error, str(document.get("loaded", "")))
+    read = document.get("read") or []
+    if not isinstance(read, list) or not all(isinstance(path, str) and os.path.isabs(path) for path in read):
+        raise ValueError("read is malformed")
+    return Judged(status, status == 0, runs, failed, failures, error, str(document.get("loaded", "")), read)
 
 
-def result(judged: Judged | str, how: str) -> CheckResult:
-    if isinstance(judged, str):
-        return CheckResult(NAME, None, False, fit(f"not judged: {judged}"), WARNING)
-    if judged.status == 2:
-        return CheckResult(NAME, None, False, fit(f"not judged: {judged.error}"), WARNING)
+def result(judged: Judged | str, how: str, root: Path) -> CheckResult:
+    if isinstance(judged, str) or judged.status == 2:
+        why = _within(judged if isinstance(judged, str) else str(judged.error), root)
+        return CheckResult(NAME, None, False, fit(f"not judged: {why}"), WARNING, fit(why, 76 * 3))
     if judged.ok:
-        return CheckResult(NAME, None, True, fit(f"0 of {judged.runs} streamed runs differ ({how})"))
+        return CheckResult(NAME, None, True, fit(f"0 of {judged.runs} runs differ ({how})"))
     failures = sorted(judged.failures, key=_tokens_per_delta)
     where = f"; {_split(failures[0])}: {_lost(failures[0])}" if failures else ""
     excerpt = "\n".join(fit(_described(f), 76) for f in failures[:SHOWN_FAILURES])
     return CheckResult(NAME, None, False, fit(f"{judged.failed}/{judged.runs} runs differ{where}"), ERROR, excerpt)
+
+
+def _within(error: str, root: Path) -> str:
+    """The script's error with the files named as in the tree ("cannot load /tmp/x/vllm/a/b.py: E"
+    -> "b.py does not load: E"): the reason, not a scratch path, fits the line."""
+    error = error.replace(f"{root}/", "")
+    return re.sub(r"^cannot load (\S+?): ", lambda found: f"{Path(found[1]).name} does not load: ", error)
 
 
 def _tokens_per_delta(failure: dict[str, str]) -> int:

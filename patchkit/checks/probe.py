@@ -67,13 +67,17 @@ class ProbeCheck:
     def results(self, report: dict, modules: dict[str, str], python: str, elapsed: float) -> list[CheckResult]:
         vllm = report["vllm"]
         if not vllm["ok"]:
+            error = str(vllm["error"])
+            elsewhere = error.startswith(IMPORTED_ELSEWHERE)  # vllm.__path__ holds other directories
+            what = (
+                error.removeprefix(IMPORTED_ELSEWHERE) if elsewhere else f"vLLM does not import with {python}: {error}"
+            )
             return [
                 CheckResult(
                     self.name,
                     None,
                     False,
-                    f"vLLM does not import with {python}: {vllm['error']}; the patched modules "
-                    f"were not import-tested ({elapsed:.1f} s)",
+                    f"{what}; the patched modules were not import-tested ({elapsed:.1f} s)",
                     _level(vllm),
                 )
             ]
@@ -103,6 +107,7 @@ class ProbeCheck:
 
 
 CHECK = ProbeCheck()
+IMPORTED_ELSEWHERE = "ImportedElsewhere: "  # the worker's error for a module, or vllm.__path__, not the tree's
 
 
 def probe_request(ctx: CheckContext, modules: dict[str, str], script: Path | None) -> dict:

@@ -26,10 +26,11 @@ from patchkit.engine.guard import (
     launch_refusal,
     older_guard_notes,
     replace_fix,
+    unrecorded_guard_notes,
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
-from patchkit.store.state import Entry, State, read_state, recorded_patch_files
+from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
@@ -70,6 +71,7 @@ class TreeStatus:
     stale: list[str] = field(default_factory=list)  # records an upgrade of vLLM made stale: why each is
     guard: list[str] = field(default_factory=list)  # why the installed launch guard would refuse a launch
     guard_notes: list[str] = field(default_factory=list)  # e.g. an older patchkit's guard: apply updates it
+    store_notes: list[str] = field(default_factory=list)  # what an interrupted command left in .patchkit/
     guard_installed: bool = False  # vLLM would load a launch guard from this tree
     # the fix when what the guard refuses is another set's record (an ad-hoc patch's): applying this set cannot
     others_fix: str | None = None
@@ -175,10 +177,40 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     refused = launch_refusal(root, state)
     return {
         "guard": refused,
-        "guard_notes": older_guard_notes(root, state),
+        "guard_notes": older_guard_notes(root, state)
+        + unrecorded_guard_notes(root, state)
+        + _wheel_without_guard(root, state),
+        "store_notes": left_by_a_killed_command(root, state),
         "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
     }
+
+
+def _wheel_without_guard(root: Path, state: State | None) -> list[str]:
+    """A vLLM a patched wheel installed (no apply recorded, none told --no-guard) runs without the
+    launch guard: a wheel installs none, and nothing else would lead to the apply that does."""
+    if state is None or state.entries or state.no_guard or is_installed(root) or not has_provenance(root):
+        return []
+    return [f"a patched wheel installs no launch guard: {hints.command('apply')} installs it"]
+
+
+def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
+    """With nothing recorded and no transaction under way, what a killed command (or a record removed
+    by hand) left in .patchkit/: an empty one, or originals no record names. Harmless to a launch
+    (the guard passes, as status does); `revert` removes it. `state`: the record (None: not read)."""
+    meta = meta_dir(root)
+    if state != State(entries=[]) or meta.is_symlink() or not meta.is_dir() or (meta / "journal.json").exists():
+        return []
+    objects = meta / "objects"
+    try:
+        held = len(os.listdir(objects)) if objects.is_dir() and not objects.is_symlink() else 0
+        empty = not os.listdir(meta)
+    except OSError:
+        return []
+    revert = hints.command("revert")
+    if held:
+        return [f"{META_DIR}/objects/ holds {held} file(s) no record names: {revert} removes them"]
+    return [f"{META_DIR}/ is empty: {revert} removes it"] if empty else []
 
 
 def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:

@@ -14,6 +14,7 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,7 @@ from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import (
+    MODULE,
     STOPS_EVERY_LAUNCH,
     foreign_files,
     install_changes,
@@ -712,7 +714,8 @@ def _revert_unlocked(
     if would.outcome == Outcome.DRY_RUN and not would.files and not own_unrecorded(target.root):
         with suppress(OSError):  # an empty .patchkit/ a killed apply made: only an empty one goes
             meta_dir(target.root).rmdir()
-        return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", warnings=would.warnings)
+        if not os.path.lexists(meta_dir(target.root)):  # else what is left there goes under the lock
+            return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", warnings=would.warnings)
     return None
 
 
@@ -930,7 +933,7 @@ def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | No
     if not state.guard:
         found = own_unrecorded(root)
         changes, kept = removal_changes(root, found) if found else ({}, [])
-        said = [f"removed this patchkit's launch guard ({', '.join(sorted(changes))}): no record named it"]
+        said = [f"removed this patchkit's launch guard ({MODULE} and its dist-info): no record named it"]
         return changes, state, kept + (said if changes else [])
     changes, kept = removal_changes(root, state.guard, state.guard_replaced)
     return changes, state.with_guard({}), kept

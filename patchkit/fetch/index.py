@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base.errors import BadInput, FetchError, IndexNotRead
+from patchkit.base.errors import BadInput, FetchError, IndexNotRead, NoIndex
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.net import Progress, is_http, redact
 
@@ -157,18 +157,18 @@ def no_project_error(settings: PipSettings, errors: list[str]) -> FetchError:
             + (", with PIP_NO_INDEX= (empty)" if settings.no_index else ""),
         )
     if unread:  # an http(s) index was asked and failed: that index is what to look at, not the others
-        return FetchError(
+        return NoIndex(
             f"no package index had {PROJECT} ({'; '.join(answers)}); pip is also configured with "
             f"{'; '.join(unread)}, which patchkit does not read",
             hint=f"check that index and the network (pip's settings: {settings.source})",
         )
     if settings.no_index:
-        return FetchError(
+        return NoIndex(
             "pip is configured with no-index, so there is no package index to fetch vLLM from",
             hint="unset PIP_NO_INDEX / no-index in pip.conf",
         )
     detail = "; ".join(errors) or "no index configured"
-    return FetchError(
+    return NoIndex(
         f"no package index had {PROJECT} ({detail})",
         hint=f"check pip's index settings ({settings.source}): PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, pip.conf",
     )

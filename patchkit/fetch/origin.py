@@ -4,6 +4,7 @@ credential in clear), so an unchanged setup is told without asking pip (~0.5 s).
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +38,26 @@ def unchanged_since(recorded: object) -> bool:
 
 
 def same_index(recorded: str, configured: str) -> bool:
-    """One index, whatever credentials each names (the cache keeps them redacted; tokens rotate)."""
-    return without_userinfo(recorded) == without_userinfo(redact(configured))
+    """One index, whatever credentials each names (the cache keeps them redacted; tokens rotate), and
+    however it is spelled where pip reads it as one: with or without its trailing slash, the
+    scheme and host in any case, the scheme's default port named or not."""
+    return _index_key(recorded) == _index_key(redact(configured))
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _index_key(url: str) -> tuple[str, str, str, str]:
+    parts = urllib.parse.urlsplit(without_userinfo(url))
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a port: compared as written
+        return scheme, parts.netloc.lower(), parts.path.rstrip("/"), parts.query
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address, as netloc writes it
+    netloc = host if port in (None, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    return scheme, netloc, parts.path.rstrip("/"), parts.query
 
 
 def from_a_configured_index(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from patchkit.base import hints
 from patchkit.base.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import Damaged, cached_record, load_state, release_root
@@ -95,7 +96,7 @@ def read_record(published: Published, version: str) -> bytes:
     except RangeUnavailable as exc:
         raise FetchError(
             f"cannot read the RECORD of {published.wheel} {published.source} by range requests ({exc})",
-            hint=f"build from the release's wheel: `patchkit wheel {version}` downloads it",
+            hint=f"build from the release's wheel: {hints.command('wheel', version)} downloads it",
         ) from None
     finally:
         session.close()

@@ -134,8 +134,12 @@ def resolve_model(
 
 def _config_hint(source: str, hub_id: bool) -> str:
     """What gives preflight the model: its config.json alone (all it reads), never the weights."""
-    if hub_id:  # a hub id: one file into the cache
-        return f"preflight reads only config.json: `hf download {source} config.json` (no weights), or a folder with it"
+    if hub_id:  # a hub id: one file into the cache; `hf` is huggingface_hub's, not patchkit's
+        return (
+            f"preflight reads only config.json: `hf download {source} config.json` (no weights; `hf` comes "
+            "with huggingface_hub: vLLM's venv has it, `python3 -m pip install huggingface_hub` gets it, "
+            f"or `pipx run --spec huggingface_hub hf download {source} config.json`), or a folder with it"
+        )
     return "preflight reads only config.json: give a directory holding the model's (patchkit never downloads)"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.machinery
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -191,6 +192,7 @@ def preflight(
     result.findings += [Finding(MODELS, False, exc.message, exc.hint) for exc in result.missing]
     if served is not None:
         result.findings.append(served)
+    result.findings += [f for f in (_architectures_finding(m) for m in (target, drafter)) if f is not None]
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
     fixable = status.state == TreeState.NOT_APPLIED and status.plan is not None
     result.fixable = fixable
@@ -294,6 +296,17 @@ def _models(
     drafter = _spec_drafter(command, missing, config_format)
     drafter = drafter_config(drafter) if drafter is not None else None
     return with_overrides(target, command.hf_overrides), drafter, None, command
+
+
+def _architectures_finding(model: ModelConfig | None) -> Finding | None:
+    """A failed `models` finding when config.json's architectures list holds other than names: vLLM's
+    ModelConfig refuses it (pydantic: a string is expected) in create_engine_config, before any load."""
+    archs = None if model is None else model.config.get("architectures")
+    if model is None or not isinstance(archs, list) or all(isinstance(a, str) for a in archs):
+        return None
+    odd = next(a for a in archs if not isinstance(a, str))
+    message = f"{model.path}: its architectures hold {json.dumps(odd)[:40]}, not a name: vLLM refuses the model"
+    return Finding(MODELS, False, message, "give config.json's architectures as class names (strings) only")
 
 
 def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, config_format: str) -> ModelConfig | None:

@@ -304,6 +304,11 @@ class _Refused(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {message or status}")
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        """Of a fixed width: argparse makes one for each option added (to check its nargs), and one
+        of the default width asks the terminal's size each time (~200 options). Nothing is printed."""
+        return argparse.HelpFormatter(prog=self.prog, width=80)
+
 
 class _NoValue(argparse.Action):
     """An option that takes no value (store_true, store_false, store_const, count, help, version, and
@@ -351,6 +356,7 @@ def _parser(release: str, serve: bool, *, values: bool = True) -> argparse.Argum
     its types and choices (patchkit/launch/argtypes.py). A lenient reading (another release) holds
     only int, float and JSON: the release read may take values its older spec does not."""
     spec = _load_spec(release, exact=True)
+    version = Version(release)
     prog = "vllm serve" if serve else "api_server"
     parser = _Refused(prog=prog, add_help=False, allow_abbrev=True, argument_default=argparse.SUPPRESS)
     for action in spec.serve if serve else spec.api_server:
@@ -361,15 +367,15 @@ def _parser(release: str, serve: bool, *, values: bool = True) -> argparse.Argum
             no_value = {"kind": kind, "const": action.get("const"), "negative": action.get("negative")}
             parser.add_argument(*options, dest=dest, action=_NoValue, **no_value)
         elif values and action.get("action") == "lora_modules":
-            rules = {"fields": action["lora_fields"], "needed": action["lora_required"], "release": Version(release)}
-            convert = argtypes.converter(action, Version(release))
+            rules = {"fields": action["lora_fields"], "needed": action["lora_required"], "release": version}
+            convert = argtypes.converter(action, version)
             parser.add_argument(
                 *options, dest=dest, action=argtypes.LoraModules, nargs=action["nargs"], type=convert, **rules
             )
         else:
             stored = kind if kind in ("append", "extend") else "store"
             choices = action.get("choices") if values else None
-            convert = argtypes.converter(action, Version(release), all_kinds=values)
+            convert = argtypes.converter(action, version, all_kinds=values)
             parser.add_argument(
                 *options, dest=dest, action=stored, nargs=action["nargs"], type=convert, choices=choices
             )

@@ -36,7 +36,13 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
             cwd=command.working_directory(),  # where relative PYTHONPATH entries point, as for the launch
         )
     except WorkerFailed as exc:
+        stopped = plugin_stopped(exc.partial, exc)
+        if stopped is not None:
+            return Finding(CHECK, False, *stopped)
         return Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")
+    stopped = plugin_stopped(answer)
+    if stopped is not None:
+        return Finding(CHECK, False, *stopped)
     status, error = answer.get("status"), str(answer.get("error", ""))
     differs = _read_otherwise(command, answer.get("reading"))
     if differs:
@@ -97,15 +103,16 @@ def model_interface(python: str, command: LaunchCommand, architectures: list[str
             cwd=command.working_directory(),
         )
     except WorkerFailed as exc:
-        return VllmVerdict(None, f"{asked} not asked: {exc.message}")
+        stopped = plugin_stopped(exc.partial, exc)
+        return (
+            VllmVerdict(None, f"{asked} not asked: {exc.message}") if stopped is None else VllmVerdict(False, *stopped)
+        )
+    stopped = plugin_stopped(answer)
+    if stopped is not None:
+        return VllmVerdict(False, *stopped)
     status, error = answer.get("status"), str(answer.get("error", ""))
     if status == "ok":
         return _answered(asked, answer)
-    if status == "plugin-failed":
-        plugin = answer.get("plugin")
-        named = f"the vllm.general_plugins entry point {plugin!r}" if isinstance(plugin, str) else "a general plugin"
-        fix = f"fix or uninstall {named}, or leave it out with VLLM_PLUGINS"
-        return VllmVerdict(False, f"vLLM's launch stops at {named}, which raises: {error}", fix)
     if status == "no-vllm":
         return VllmVerdict(None, f"{asked} not asked: vLLM does not import in {python}: {error}")
     if status == "unanswered":
@@ -113,6 +120,23 @@ def model_interface(python: str, command: LaunchCommand, architectures: list[str
     if status == "not-registered":
         return VllmVerdict(False, f"{asked}: {error}")
     return VllmVerdict(False, f"vLLM cannot load its class for {architecture}: {error}")
+
+
+def plugin_stopped(answer: dict, failed: WorkerFailed | None = None) -> tuple[str, str] | None:
+    """(message, fix) when a vLLM general plugin stopped the worker, as it stops the launch: it raised
+    (or called sys.exit), or it was running when the worker hung (`failed`, timed out) or ended
+    (os._exit, a signal; the answer file then names it). None otherwise."""
+    status, plugin = answer.get("status"), answer.get("plugin")
+    if status not in ("plugin-failed", "plugin-running"):
+        return None
+    named = f"the vllm.general_plugins entry point {plugin!r}" if isinstance(plugin, str) else "a general plugin"
+    fix = f"fix or uninstall {named}, or leave it out with VLLM_PLUGINS"
+    if status == "plugin-failed":
+        return f"vLLM's launch stops at {named}, which raises: {answer.get('error', '')}", fix
+    if failed is not None and failed.timed_out:
+        return f"vLLM's launch hangs at {named}: it did not return within {TIMEOUT:g} s", fix
+    ended = f" (exit status {failed.status})" if failed is not None and failed.status is not None else ""
+    return f"vLLM's launch ends at {named}: it ended the process{ended}", fix
 
 
 def _answered(asked: str, answer: dict) -> VllmVerdict:

@@ -13,6 +13,7 @@ import git
 from packaging.version import Version
 
 from patchkit import fetch
+from patchkit.base import hints
 from patchkit.base.enums import StepState
 from patchkit.base.errors import BadInput, Conflict, PatchkitError
 from patchkit.base.fsutil import read_file, unsafe_reason
@@ -56,6 +57,11 @@ def refresh_workspace(
     records = list(meta.patches)
     if new_patch and any(stock[p] != work[p] for p in paths if not _owners(records).get(p)):
         records.append(_new_record(new_patch, records, today or today_iso()))
+    if not records and any(stock[p] != work[p] for p in paths):  # a new set's first series
+        raise BadInput(
+            "the series has no patch yet to record the changes in",
+            hint=hints.command("refresh", str(root), "--new-patch", "NAME") + " names the first one",
+        )
     assigned, notes = split_changes(records, stock, work, meta.roots)
     if uncarried:
         notes.append(

@@ -16,12 +16,29 @@ from patchkit.base.fsutil import atomic_write
 from patchkit.maintainer.reports import PatchOutcome
 from patchkit.maintainer.states import PatchChange
 from patchkit.maintainer.stock import Contents
-from patchkit.series.library import MANIFEST, PATCH, UPSTREAM, PatchSetDef, Selection, load_set, select, write_series
+from patchkit.series.library import (
+    MANIFEST,
+    PATCH,
+    SERIES,
+    UPSTREAM,
+    PatchSetDef,
+    Selection,
+    load_set,
+    select,
+    write_series,
+)
 from patchkit.series.patchfile import Patch, encode
 from patchkit.series.plan import PatchStep, View, plan_apply
+from patchkit.tree.version import in_range
 
 
 def series_for(patch_set: PatchSetDef, version: Version) -> Selection:
+    """The series a workspace starts from: the library's, or none yet (a new set's first directory,
+    its `series` file empty: `refresh --new-patch NAME` writes the first patch)."""
+    first = next((r for r in patch_set.releases if r.covers(version)), None)
+    upstream = patch_set.upstream is not None and in_range(patch_set.upstream, version)
+    if first is not None and not upstream and (first.directory / SERIES).is_file() and not first.series():
+        return Selection(patch_set.name, PATCH, version, [], first, None, patch_set)
     selection = select(patch_set, version)
     if selection.kind == UPSTREAM:
         raise NoPatchSet(f"the set {patch_set.name!r} is upstream in vLLM {version}: there is no series to work on")

@@ -639,10 +639,16 @@ def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
             upstream_regression=True,
         )
     files = len({r.path for r in status.checks if r.path})
+    unjudged = [r.excerpt or r.message for r in status.checks if r.check == "behaviour" and not r.ok]  # warnings
+    said = (
+        f"; its behaviour test did not judge them ({unjudged[0]}): upstream by the set's range alone"
+        if unjudged
+        else ""
+    )
     return ReleaseResult(
         version,
         UPSTREAM,
-        f"vLLM ships the change; on its {files} stock file(s) {_passed(status.checks)}",
+        f"vLLM ships the change; on its {files} stock file(s) {_passed(status.checks)}{said}",
         checks=status.checks,
     )
 

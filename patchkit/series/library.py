@@ -16,7 +16,6 @@ import hashlib
 import os
 import sys
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,12 +82,16 @@ def locate(option: str | Path | None) -> Location:
     return Location(default_root(), INSTALLED)
 
 
-def default_root() -> Path:
-    """The library installed with patchkit: patchkit/_library inside a wheel, read through
-    importlib.resources; patches/ beside the package in a checkout or an editable install."""
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # patchkit/: a wheel puts the library in it
 
-    packaged = files("patchkit") / "_library"
-    if isinstance(packaged, Path) and packaged.is_dir():
+
+def default_root() -> Path:
+    """The library installed with patchkit: patchkit/_library inside a wheel (beside the package's
+    modules: importlib.resources says the same of a package on disk, at the cost of its imports);
+    patches/ beside the package in a checkout or an editable install."""
+
+    packaged = PACKAGE_DIR / "_library"
+    if packaged.is_dir():
         return packaged.resolve()
     return Path(__file__).resolve().parents[2] / "patches"
 

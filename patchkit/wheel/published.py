@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from patchkit.base import hints
 from patchkit.base.errors import BadInput, FetchError
 from patchkit.distinfo.record import parse_record, record_algorithm
 from patchkit.fetch.published import Published, cached_published, indexed_published, read_record
@@ -81,7 +82,7 @@ def _from_the_index(version: str, wheel: str, label: str) -> Published:
         raise FetchError(
             f"cannot hold {label} to vLLM {version}'s published wheel: {exc.message}",
             hint=(exc.hint + "; " if exc.hint else "")
-            + f"or run `patchkit fetch {version}` once where the index can be read",
+            + f"or run {hints.command('fetch', version)} once where the index can be read",
         ) from None
 
 
@@ -149,6 +150,6 @@ def _refusal(held: Held, label: str, problems: list[str]) -> BadInput:
     return BadInput(
         f"{label} is not vLLM {held.version}'s published wheel of that name ({held.source}): {shown}; "
         "refusing the wheel",
-        hint=f"`patchkit wheel {held.version}` downloads the release's own wheel; a build of your own "
+        hint=f"{hints.command('wheel', held.version)} downloads the release's own wheel; a build of your own "
         f"needs a local version label ({held.version}+NAME)",
     )

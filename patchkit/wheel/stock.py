@@ -60,6 +60,7 @@ from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress, without_userinfo
 from patchkit.fetch.pipconfig import PipSettings
+from patchkit.fetch.published import cached_published
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 
 SCHEMA = 1
@@ -236,6 +237,25 @@ def _sidecar(root: Path, ver: str, wheel: str) -> dict[str, Any] | Unbelieved:
     if not seal.sealed(SIDECAR_SEAL_KIND, f"{ver}/{wheel}", seal.canonical(unsealed), record.get("seal")):
         return Unbelieved("was not sealed by this user's patchkit")
     return record
+
+
+def vouched_cached_wheel(version: str, platform: str | None) -> Path | None:
+    """A wheel of `version` in the wheel cache that fits this machine (or `platform`) and that the
+    release cache names as the release's wheel (whatever sealed its .json or not): `patchkit wheel
+    FILE` holds it to the release cache's sha256, so it builds with no index to ask. Else None."""
+    ver = normalize_version(version)
+    priority = tag_priority(platform)
+    root = cache_dir() / "wheels" / ver
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    ranked = sorted((rank, name) for name in names if (rank := wheel_priority(name, ver, priority)) is not None)
+    for _rank, name in ranked:
+        with suppress(OSError):
+            if stat.S_ISREG(os.lstat(root / name).st_mode) and cached_published(ver, name) is not None:
+                return root / name
+    return None
 
 
 def cached_sha256(version: str, wheel: str) -> str | None:

@@ -14,7 +14,8 @@ serving file; without one, that of --vllm-version; without either, every top-up)
 with extract_tool_calls. Every split is judged.
 A file whose source defines none of the scenario's parser classes is skipped (said); patchkit's
 `verify` passes every Python file the set's series change, with --json: one JSON document on stdout
-(ok, runs, failed, judged, skipped, failures: each with its parser, case, split and what was lost).
+(ok, runs, failed, judged, skipped, failures: each with its parser, case, split and what was lost;
+read: the other files the verdict depends on, the tree's serving code).
 Exit 0: every streamed result matches; 1: some differ (each named with what was lost);
 2: a file cannot be loaded, or none defines the scenario's parsers. Standard library only.
 """
@@ -575,6 +576,7 @@ def chosen_top_ups(parser_file: Path, options: argparse.Namespace) -> tuple[list
         return [TOP_UPS[name] for name in options.top_up], "as asked"
     from_tree = top_up_of_tree(parser_file)
     if from_tree:
+        options.read.add(str(from_tree[1]))  # a file besides the judged ones the verdict depends on
         return [from_tree[0]], f"read from {from_tree[1]}"
     if options.vllm_version:
         return [top_up_of_version(options.vllm_version)], f"vLLM {options.vllm_version}'s"
@@ -589,6 +591,7 @@ class Report:
     skipped: list[str] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     error: str | None = None
+    read: set[str] = field(default_factory=set)  # the other files read (the tree's serving code)
 
     def document(self, loaded: str) -> dict[str, Any]:
         runs = sum(j["runs"] for j in self.judged.values())
@@ -602,6 +605,7 @@ class Report:
             "judged": self.judged,
             "skipped": self.skipped,
             "failures": [f.to_json() for f in sorted(self.failures, key=Failure.tokens_per_delta)[:20]],
+            "read": sorted(self.read),
         }
 
 
@@ -657,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
 
     report = Report()
+    options.read = report.read
     stdout = sys.stdout
     if options.json:  # what the loaded modules print goes to stderr: stdout is the document's
         sys.stdout = sys.stderr

@@ -7,7 +7,7 @@ import click
 from packaging.version import Version
 
 from patchkit.base import hints, seal, signals
-from patchkit.base.errors import BadInput, IndexNotRead, NoPatchSet
+from patchkit.base.errors import BadInput, IndexNotRead, NoIndex, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, output_options, patch, patches, set_names
@@ -17,7 +17,7 @@ from patchkit.engine.resolve import several
 from patchkit.fetch.index import normalize_version
 from patchkit.series.library import UNSUPPORTED, UPSTREAM, choose_sets, load_chosen, load_library, locate, select
 from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
-from patchkit.wheel.stock import checked_stock_wheel
+from patchkit.wheel.stock import checked_stock_wheel, vouched_cached_wheel
 
 # Where the pip-download hint has pip put the stock wheel: a directory per platform, so that the
 # hint's glob never takes a wheel an earlier run downloaded for another one.
@@ -132,8 +132,21 @@ def _stock_wheel(
     try:
         with ui.transfer(f"vllm {source}") as on_bytes:
             return checked_stock_wheel(source, platform=platform, say=ui.detail, warn=ui.warn, on_bytes=on_bytes)
-    except IndexNotRead as exc:
-        raise IndexNotRead(exc.message, hint=_download_it_with_pip(source, platform, chosen, shape)) from None
+    except NoIndex as exc:  # no index to ask (no-index, file://, down): the cache's own file, else pip's
+        cached = vouched_cached_wheel(source, platform)
+        if cached is not None:
+            exc.hint = _build_the_cached_file(cached, chosen, shape)
+        elif isinstance(exc, IndexNotRead):
+            exc.hint = _download_it_with_pip(source, platform, chosen, shape)
+        raise
+
+
+def _build_the_cached_file(cached: Path, chosen: Options, shape: list[str]) -> str:
+    """The cache's own file of the release (one this user's patchkit did not seal): `wheel FILE`
+    builds from it with no index, held to the release cache's sha256 (review 6 L11)."""
+    build = hints.command("wheel", chosen=chosen)[:-1]
+    rest = f" {shlex.join(shape)}" if shape else ""
+    return f"the cache holds the release's wheel, which the release cache vouches for: {build} {shlex.quote(str(cached))}{rest}`"
 
 
 def _download_it_with_pip(version: str, platform: str | None, chosen: Options, shape: list[str]) -> str:

@@ -48,7 +48,9 @@ def command(
             f"vllm {', '.join(report.shared_with)} share(s) this series: refresh checks that it still applies there"
         )
     ui.line(f"commits    {report.stock_commit[:12]} stock vllm {report.version} ({report.files} file(s), tag stock)")
-    ui.line(
-        f"           {report.patched_commit[:12]} {len(report.patches)} patch(es) applied: " + ", ".join(report.patches)
+    applied = (
+        f"{len(report.patches)} patch(es) applied: " + ", ".join(report.patches) if report.patches else "no patch yet"
     )
-    ui.line(f"next       edit the files, then: patchkit refresh {report.directory}")
+    ui.line(f"           {report.patched_commit[:12]} {applied}")
+    first = "" if report.patches else " --new-patch NAME"  # a new set's first series
+    ui.line(f"next       edit the files, then: patchkit refresh {report.directory}{first}")

@@ -164,26 +164,25 @@ class UI:
         self, columns: list[str], cells: list[list[str]], title: str | None, state_column: int | None
     ) -> None:
         """The table in the terminal's width (text.fit_table), the header bold and underlined, a
-        state coloured; no line padded past its last cell."""
-        widths, rows = fit_table(columns, cells, self.out.width)
+        state coloured, a row's text that has no room beside it on lines of its own under it; no
+        line padded past its last cell."""
+        table = fit_table(columns, cells, self.out.width)
+        widths = table.widths
         text = rich().text.Text()
         if title:
             text.append(title + "\n", style="italic")
-        for number, row in enumerate(rows):
+        for number, row in enumerate(table.rows):
+            header = number == 0
             for depth in range(max(map(len, row))):
                 parts = [lines[depth] if depth < len(lines) else "" for lines in row]
                 last = max((i for i, part in enumerate(parts) if part), default=0)
                 for i, part in enumerate(parts[: last + 1]):
-                    style = (
-                        "bold"
-                        if number == 0
-                        else STATE_STYLES.get(cells[number - 1][i], "")
-                        if i == state_column
-                        else ""
-                    )
-                    text.append(part if i == last else part.ljust(widths[i] + GAP), style=style)
+                    state = STATE_STYLES.get(cells[number - 1][i], "") if i == state_column and not header else ""
+                    text.append(part if i == last else part.ljust(widths[i] + GAP), style="bold" if header else state)
                 text.append("\n")
-            if number == 0:
+            for line in table.below[number]:
+                text.append(line + "\n", style="bold" if header else "")
+            if header:
                 text.append("\u2500" * (sum(widths) + GAP * (len(widths) - 1)) + "\n")
         text.rstrip()
         self.out.print(text, soft_wrap=True)

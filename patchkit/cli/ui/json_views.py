@@ -62,6 +62,7 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
         "does_not_compile": {r.path: r.message for r in status.does_not_compile},
         "stale": status.stale,
         "guard_notes": status.guard_notes,
+        "store_notes": status.store_notes,
         "guard": {
             "installed": status.guard_installed,
             "refuses": status.guard,

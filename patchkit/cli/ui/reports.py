@@ -13,7 +13,7 @@ from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
 from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
-from patchkit.cli.ui.text import STATE_STYLES, shortened
+from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.engine.inspection import TreeStatus
@@ -64,7 +64,7 @@ def show_status(
     if context:
         ui.line(context)
     ui.failures(fold(status_failures(resolved, status)) if failures is None else failures)
-    for note in status.guard_notes:
+    for note in status.guard_notes + status.store_notes:
         ui.line(f"note     {note}", style="yellow")
     if status.patches and ui.verbose:
         ui.table(
@@ -75,8 +75,11 @@ def show_status(
         )
     elif status.patches and each:
         widest = max(len(p.state) for p in status.patches)
-        for p in status.patches:
-            ui.line(shortened(f"  {p.state:<{widest}}  {p.name}", ui.width or 10_000), style=STATE_STYLES.get(p.state))
+        lead = 2 + widest + 2
+        for p in status.patches:  # a long name wrapped after a `-`, under itself
+            name = broken(p.name, max((ui.width or 10_000) - lead, NAME_ROOM))
+            said = [f"  {p.state:<{widest}}  {name[0]}", *(" " * lead + more for more in name[1:])]
+            ui.line("\n".join(said), style=STATE_STYLES.get(p.state))
 
 
 def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:

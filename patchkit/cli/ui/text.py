@@ -7,6 +7,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TextIO
 
@@ -77,23 +78,12 @@ def write_plainly(write: Callable[[TextIO], object]) -> None:
     sys.stdout.flush()
 
 
-def shortened(word: str, width: int) -> str:
-    """`word` in at most `width` columns: its start and its end (where a path names its file)
-    around an ellipsis."""
-    if len(word) <= width:
-        return word
-    tail = (width - 1) * 2 // 3
-    return word[: width - 1 - tail] + "\u2026" + word[len(word) - tail :]
-
-
-def fitted(
-    text: str, width: int | None, *, first: int = 0, indent: int = 2, shorten: bool = False, paths: bool = False
-) -> list[str]:
+def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, shorten: bool = False) -> list[str]:
     """`text` as lines of at most `width` columns, wrapped at spaces (the first line indented by
-    `first`, the others by `indent`). A word longer than a line is shortened with an ellipsis
-    (`shorten`), else kept whole on a line of its own; a `command` in backquotes is never cut or
-    shortened, nor a path in a sentence that a line can hold (they are copied from there; `paths`: a
-    table's cell, shortened as any word). Without a width (piped): one line, never wrapped."""
+    `first`, the others by `indent`), a short aside never inside its parentheses. A word longer
+    than a line is kept whole on a line of its own, or (`shorten`) a name broken after a / _ or -
+    (broken); a `command` in backquotes is never cut (it is copied from there). Without a width
+    (piped): one line, never wrapped."""
     if width is None:
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
@@ -101,8 +91,6 @@ def fitted(
     words = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
     # a short aside "(-v shows each)" is read as one: never wrapped inside its parentheses
     words = _ASIDE.sub(lambda m: _kept_whole(m.group(), min(ASIDE_ROOM, room)), words)
-    if shorten:
-        words = " ".join(_fitting(word, width, room, paths=paths) for word in words.split(" "))
     # a word kept whole that a hanging indent would push past the width starts further left
     longest = max(map(len, words.split(" ")))
     indent = min(indent, width - longest) if longest <= width else indent
@@ -114,15 +102,19 @@ def fitted(
         break_long_words=False,
         break_on_hyphens=False,
     )
+    if shorten:  # a name wider than a line, alone on its line: broken after a / _ or -
+        lines = [part for line in lines for part in _broken_line(line, width)]
     return [line.replace(_KEPT_SPACE, " ") for line in lines] or [""]
 
 
-def _fitting(word: str, width: int, room: int, *, paths: bool) -> str:
-    """A word as `fitted` shows it: a `command` whole; a path in a sentence whole unless even a
-    line of its own cannot hold it (`paths`: a table's cell, shortened as any word); else within `room`."""
-    if "`" in word or ("/" in word and not paths and len(word) <= width):
-        return word
-    return shortened(word, room)
+def _broken_line(line: str, width: int) -> list[str]:
+    """A line wider than `width` that holds one name: that name broken (see broken), each piece
+    at the line's indent; a `command` is kept whole (it is copied from there)."""
+    lead = len(line) - len(line.lstrip())
+    word = line.strip()
+    if len(line) <= width or "`" in word or " " in word:
+        return [line]
+    return [" " * lead + piece for piece in broken(word, max(width - lead, NAME_ROOM))]
 
 
 _COMMAND = re.compile(r"`[^`]*`")
@@ -148,8 +140,9 @@ def plain_table(columns: list[str], rows: list[list[str]], title: str | None = N
 
 GAP = 2  # spaces between two columns
 LABEL_WIDTH = 9  # "version  ": the labels of a report's lines
-NAME_ROOM = 16  # the fewest columns a name or a path is shortened to
-TEXT_ROOM = 20  # the fewest columns text is wrapped to
+NAME_ROOM = 16  # the fewest columns a name or a path is wrapped to
+TEXT_ROOM = 30  # the fewest columns text is wrapped to; a last column narrower goes on lines of its own
+BELOW = 4  # the indent of a row's text on lines of its own
 
 
 def _narrow(widths: list[int], floors: list[int], excess: int) -> int:
@@ -164,28 +157,91 @@ def _narrow(widths: list[int], floors: list[int], excess: int) -> int:
     return excess
 
 
-def fit_table(columns: list[str], rows: list[list[str]], width: int) -> tuple[list[int], list[list[list[str]]]]:
-    """Each row (the header first) as the lines of its cells, the columns fitted into `width`: text
-    (a column with a space in it) is wrapped at spaces first, down to a third of the width; then
-    the widest column is narrowed, names (paths, patch names) shortened with an ellipsis, each no
-    further than it stays readable (then the line is wider). Returns the columns' widths and the
-    rows."""
-    widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
+_SLASH = re.compile(r"(?<=/)")  # after each / of a path
+_JOINER = re.compile(r"(?<=[_\-])")  # after each _ or - of a name (an extension stays with its word)
+
+
+def broken(name: str, width: int) -> list[str]:
+    """A name (a path, a patch name, an identifier) in lines of at most `width` columns, broken
+    after a `/` (else after a `_` or `-`); a piece longer than a line is shortened with … at its
+    end."""
+    pieces = [piece for part in _SLASH.split(name) for piece in (_JOINER.split(part) if len(part) > width else [part])]
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return [line if len(line) <= width else line[: max(width - 1, 1)] + "\u2026" for line in lines]
+
+
+def cell_lines(text: str, width: int, *, first: int = 0, indent: int = 0) -> list[str]:
+    """Text in a table: wrapped at spaces; a `command` wider than a line wrapped at its own spaces,
+    a word wider than a line (an identifier, a path) broken at its boundaries (broken): never
+    cut mid-word."""
+    lines = []
+    for line in fitted(text, width, first=first, indent=indent):
+        lead = len(line) - len(line.lstrip())
+        room = max(width - lead, 1)
+        packed = [""]
+        for word in line.split():
+            if len(word) > room:
+                packed += [*broken(word, room), ""]
+            elif packed[-1] and len(packed[-1]) + 1 + len(word) > room:
+                packed.append(word)
+            else:
+                packed[-1] += (" " if packed[-1] else "") + word
+        lines += [" " * lead + part for part in packed if part]
+    return lines or [""]
+
+
+def _text_floor(cells: list[str], header: str, width: int) -> int:
+    """The fewest columns text is wrapped to: TEXT_ROOM, or its longest word (an identifier read
+    whole), within what a line of its own gives it."""
+    longest = max((len(word) for cell in cells for word in cell.split()), default=0)
+    return min(max(TEXT_ROOM, longest, len(header)), max(width - BELOW, TEXT_ROOM))
+
+
+@dataclass
+class FittedTable:
+    """A table fitted to a width: the columns kept on the row's line (`widths`), each row (the
+    header first) as its cells' lines, and the lines under it of the columns put there (`below`)."""
+
+    widths: list[int]
+    rows: list[list[list[str]]]
+    below: list[list[str]]
+
+
+def fit_table(columns: list[str], rows: list[list[str]], width: int) -> FittedTable:
+    """The columns fitted into `width`. The last columns that are text (a space in a cell) go on
+    lines of their own under each row when the row cannot give them TEXT_ROOM (or their longest
+    word); then text is wrapped at spaces (never below that floor) and names (paths, patch names)
+    wrapped after a / _ - or . (never below NAME_ROOM), the widest first."""
+    natural = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
     is_text = [any(" " in row[i] for row in rows) for i in range(len(columns))]
-    least = [
-        min(w, max(len(name), TEXT_ROOM if text else NAME_ROOM))
-        for w, name, text in zip(widths, columns, is_text, strict=True)
+    floors = [
+        min(w, _text_floor([row[i] for row in rows], columns[i], width)) if is_text[i] else w
+        for i, w in enumerate(natural)
     ]
-    wrapped_first = [
-        max(floor, width // 3) if text else w for w, floor, text in zip(widths, least, is_text, strict=True)
-    ]
-    excess = sum(widths) + GAP * (len(widths) - 1) - width
-    for floors in (wrapped_first, least):
-        excess = _narrow(widths, floors, excess)
-    return widths, [
+    kept = len(columns)
+    while kept > 1 and is_text[kept - 1] and sum(floors[:kept]) + GAP * (kept - 1) > width:
+        kept -= 1
+    widths = natural[:kept]
+    least = [floors[i] if is_text[i] else min(natural[i], max(NAME_ROOM, len(columns[i]))) for i in range(kept)]
+    excess = sum(widths) + GAP * (kept - 1) - width
+    for floor in (floors[:kept], least):
+        excess = _narrow(widths, floor, excess)
+    fitted_rows = [
         [
-            fitted(cell, w, indent=0, shorten=True, paths=True) if text else [shortened(cell, w)]
-            for cell, w, text in zip(row, widths, is_text, strict=True)
+            cell_lines(cell, w) if is_text[i] else broken(cell, w)
+            for i, (cell, w) in enumerate(zip(row[:kept], widths, strict=True))
         ]
         for row in [columns, *rows]
     ]
+    moved = columns[kept:]
+    labelled = len(moved) > 1 or any(is_text[:kept])  # unlabelled only where it is the row's one text
+    below = [[] if not moved or labelled else [" " * BELOW + moved[0]]]
+    for row in rows:
+        said = [f"{name}: {cell}" if labelled else cell for name, cell in zip(moved, row[kept:], strict=True) if cell]
+        hanging = BELOW + 2 if labelled else BELOW  # a label's text continues under its text
+        below.append([line for text in said for line in cell_lines(text, width, first=BELOW, indent=hanging)])
+    return FittedTable(widths, fitted_rows, below)
