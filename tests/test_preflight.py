@@ -1346,6 +1346,19 @@ def test_offline_a_missing_tokenizer_model_and_drafter_are_each_named(setup, tmp
     assert set(findings(found)) >= DRAFTER_CHECKS  # the models found are still checked
 
 
+def test_a_command_wider_than_the_terminal_is_wrapped_at_its_spaces_not_cut_mid_word(setup, tmp_path, monkeypatch):
+    # a new user at 80 columns (issue 22): "`pipx run --spec huggingface_hub hf download ... conf" / "ig.json`"
+    tree, library, models = setup
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    model = "deepseek-ai/DeepSeek-V3"
+    argv = ["preflight", "--target", tree, "--patches", library, "--", *serve(model, models["drafter"])]
+    code, drawn = on_a_terminal(argv, width=80, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", drawn.decode())
+    assert code == 4, shown
+    assert all(len(line) <= 80 for line in shown.splitlines()), shown
+    assert f"hf download {model} config.json" in " ".join(shown.split()), shown
+
+
 def test_a_missing_hub_model_says_how_to_fetch_its_config_alone_and_every_path_copies_whole(
     setup, tmp_path, monkeypatch
 ):

@@ -149,8 +149,15 @@ def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
     assert fitted(f"use --target {path} next", 40) == ["use --target", f"  {path}", "  next"]
     broken_path = fitted(f"use --target {path} next", 40, shorten=True)  # broken after a /, never mid-word
     assert broken_path[1:3] == ["  /a/path/", "  " + "d" * 37 + "\u2026"] and broken_path[3] == "  to/copy", broken_path
-    command = f"`patchkit apply --target {path}`"  # pasted from there: one line, whole
-    assert fitted(f"fix: run {command} now", 40, shorten=True) == ["fix: run", f"  {command}", "  now"]
+    command = "`patchkit apply --target /a/b`"  # pasted from there: one line, whole, where a line holds it
+    assert fitted(f"fix: run {command} now", 40, shorten=True) == [f"fix: run {command}", "  now"]
+    wider = f"`patchkit apply --target {path}`"  # wider than any line: wrapped at its spaces, never mid-word
+    assert fitted(f"fix: run {wider} now", 40, shorten=True) == [
+        "fix: run",
+        "  `patchkit apply --target",
+        f"  {path}`",
+        "  now",
+    ]
 
 
 def test_a_plain_table_pads_no_line_past_its_last_cell():
@@ -165,7 +172,7 @@ def test_a_fix_is_never_shortened_it_is_copied(tmp_path, scratch):
     (tree / SPEC).write_text((tree / SPEC).read_text() + "# an edit\n")
     code, shown = in_a_terminal("status", "--target", tree, "--patches", library)
     assert code == 1, shown
-    assert f"--target {tree} " in shown.replace("\n       ", " ")  # the fix's command, whole
+    assert re.sub(r"\s+", "", f"--target {tree} ") in re.sub(r"\s+", "", shown)  # the fix's command, all of it
 
 
 def test_a_path_in_a_sentence_is_never_shortened_it_is_copied():

@@ -82,8 +82,8 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
     """`text` as lines of at most `width` columns, wrapped at spaces (the first line indented by
     `first`, the others by `indent`), a short aside never inside its parentheses. A word longer
     than a line is kept whole on a line of its own, or (`shorten`) a name broken after a / _ or -
-    (broken); a `command` in backquotes is never cut (it is copied from there). Without a width
-    (piped): one line, never wrapped."""
+    (broken); a `command` in backquotes is kept on one line (it is copied from there) unless no
+    line holds it: then wrapped at its own spaces. Without a width (piped): one line, never wrapped."""
     if width is None:
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
@@ -102,19 +102,33 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
         break_long_words=False,
         break_on_hyphens=False,
     )
-    if shorten:  # a name wider than a line, alone on its line: broken after a / _ or -
-        lines = [part for line in lines for part in _broken_line(line, width)]
+    lines = [part for line in lines for part in _broken_line(line, width, shorten=shorten)]
     return [line.replace(_KEPT_SPACE, " ") for line in lines] or [""]
 
 
-def _broken_line(line: str, width: int) -> list[str]:
-    """A line wider than `width` that holds one name: that name broken (see broken), each piece
-    at the line's indent; a `command` is kept whole (it is copied from there)."""
+def _broken_line(line: str, width: int, *, shorten: bool) -> list[str]:
+    """A line wider than `width` holds one word: a `command` wider than any line wrapped at its own
+    spaces (never cut mid-word by the terminal); a name (`shorten`) broken after a / _ or -
+    (see broken); each piece at the line's indent."""
     lead = len(line) - len(line.lstrip())
     word = line.strip()
-    if len(line) <= width or "`" in word or " " in word:
+    if len(line) <= width or " " in word:
+        return [line]
+    if "`" in word:
+        room = max(width - lead, NAME_ROOM)
+        parts = textwrap.wrap(word.replace(_KEPT_SPACE, " "), room, break_long_words=False, break_on_hyphens=False)
+        pieces = [broken(part, room) for part in parts]  # a path of it after a `/`: never elided
+        return [
+            " " * lead + piece for part, cut in zip(parts, pieces, strict=True) for piece in _unless_elided(part, cut)
+        ]
+    if not shorten:
         return [line]
     return [" " * lead + piece for piece in broken(word, max(width - lead, NAME_ROOM))]
+
+
+def _unless_elided(part: str, pieces: list[str]) -> list[str]:
+    """`pieces` of a command's `part`, or the part whole where breaking it would elide some of it."""
+    return [part] if any(piece.endswith("\u2026") for piece in pieces) else pieces
 
 
 _COMMAND = re.compile(r"`[^`]*`")
