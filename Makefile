@@ -68,7 +68,7 @@ clean:
 # Opt-in: the real vLLM wheel in its own venv (about 11 GB, 5-12 minutes the first time; reused after;
 # VLLM_VENV=DIR builds it, or reuses one, elsewhere).
 # apply --python / verify (with the import probe) / revert on an overlay venv laid over it (never
-# written to); see tests/vllm_import/. The draft tool-call sets' behaviour tests run there on vLLM's
+# written to); see tests/vllm_import/. The tool-call sets' behaviour tests run there on vLLM's
 # real classes, with the release's own tool-parser tests (from its sdist, fetched into patchkit's cache).
 VLLM ?= 0.16.0
 VLLM_VENV ?= .cache/vllm-venv-$(VLLM)

@@ -218,14 +218,10 @@ def static_checks_row(stock: Path, runs: int) -> str:
 
 
 def every_set(work: Path) -> Path:
-    """A library of every set the checkout holds: patches/ and the drafted sets of patches/_drafts/
-    (until they move up), with library.toml's order when there is one."""
+    """A library of every set the checkout holds (patches/), with library.toml's order when there is one."""
     root = work / "every-set"
     root.mkdir()
-    for manifest in [
-        *sorted((REPO / "patches").glob("*/set.toml")),
-        *sorted((REPO / "patches").glob("_drafts/*/set.toml")),
-    ]:
+    for manifest in sorted((REPO / "patches").glob("*/set.toml")):
         shutil.copytree(manifest.parent, root / manifest.parent.name, ignore=shutil.ignore_patterns("__pycache__"))
     if (REPO / "patches" / "library.toml").is_file():
         shutil.copy(REPO / "patches" / "library.toml", root / "library.toml")
@@ -361,23 +357,12 @@ def apply_row(work: Path, runs: int) -> str:
     return row("apply, eagle3 series as --patch on stock 0.16.0", ours, git, "git apply", "≤ 1 s")
 
 
-TOOL_CALL_SETS = ("deepseek-tool-calls", "kimi-k2-tool-calls")  # still under patches/_drafts (issue 23)
-
-
-def library_of_every_set(work: Path) -> Path:
-    """The library with eagle3 and the drafted tool-call sets side by side, eagle3 first."""
-    root = work / "every-set"
-    if not root.exists():
-        shutil.copytree(REPO / "patches/eagle3", root / "eagle3")
-        for name in TOOL_CALL_SETS:
-            shutil.copytree(REPO / "patches/_drafts" / name, root / name)
-        (root / "library.toml").write_text(f"order = {json.dumps(['eagle3', *TOOL_CALL_SETS])}\n")
-    return root
+TOOL_CALL_SETS = ("deepseek-tool-calls", "kimi-k2-tool-calls")
 
 
 def sets_apply_row(work: Path, runs: int) -> str:
     """apply without --set: every set covering stock 0.16.0 (eagle3 and both tool-call sets)."""
-    library = library_of_every_set(work)
+    library = REPO / "patches"  # the library patchkit ships: eagle3 first (its library.toml)
     names = ["eagle3", *TOOL_CALL_SETS]
     paths = sorted({p for name in names for p in files_for("0.16.0", str(library), name)})
     pristine = work / "pristine-every-set"

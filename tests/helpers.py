@@ -367,13 +367,13 @@ def lay_out_release(version: str, paths: list[str], dest: Path) -> Path:
     return dest
 
 
-DRAFTS = Path(__file__).resolve().parent.parent / "patches" / "_drafts"
+LIBRARY = Path(__file__).resolve().parent.parent / "patches"
 
 
 def behaviour_harness(set_name: str) -> types.ModuleType:
     """A draft set's behaviour.py, loaded in this process. The parser files it loads get `vllm.*`
     from its stand-ins; conftest takes those away after each test."""
-    path = DRAFTS / set_name / "behaviour.py"
+    path = LIBRARY / set_name / "behaviour.py"
     spec = importlib.util.spec_from_file_location(f"behaviour_of_{set_name.replace('-', '_')}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

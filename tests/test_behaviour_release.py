@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import DRAFTS, Releases, lay_out_release
+from helpers import LIBRARY, Releases, lay_out_release
 
 from patchkit.releases.files import files_for
 
@@ -27,13 +27,13 @@ def behaviour_of(stdout: str) -> list[dict]:
 
 
 def stock_016(tmp_path: Path, set_name: str) -> Path:
-    return lay_out_release("0.16.0", files_for("0.16.0", str(DRAFTS), set_name), tmp_path / "site")
+    return lay_out_release("0.16.0", files_for("0.16.0", str(LIBRARY), set_name), tmp_path / "site")
 
 
 def as_upstream(tmp_path: Path, set_name: str) -> Path:
     """The set as if vLLM 0.16.0 had fixed it: verify judges the stock files as they are."""
     library = tmp_path / "lib"
-    shutil.copytree(DRAFTS / set_name, library / set_name)
+    shutil.copytree(LIBRARY / set_name, library / set_name)
     manifest = library / set_name / "set.toml"
     manifest.write_text('upstream = ">=0.16.0"\n' + manifest.read_text().replace("upstream = ", "# upstream = "))
     return library
@@ -48,7 +48,7 @@ def test_stock_fails_naming_the_split_and_the_loss_planned_and_applied_pass(tmp_
     assert len(line) <= 80 and re.search(r"^behaviour: \d+/\d+ runs differ; \d+ tokens? per delta: call", line), line
     assert line.endswith((" lost", " differ", " differs")), line
 
-    library = ("--patches", DRAFTS, "--set", set_name)
+    library = ("--patches", LIBRARY, "--set", set_name)
     planned = run("verify", "--target", tree, *library, "--format", "json")
     assert planned.exit_code == 0, planned.output[-2000:]
     assert [(c["ok"], c["message"]) for c in behaviour_of(planned.stdout)] == [
@@ -65,7 +65,7 @@ def test_verify_of_releases_runs_it_once_on_the_patched_release(run):
         "--vllm-version",
         "0.16.0",
         "--patches",
-        DRAFTS,
+        LIBRARY,
         "--set",
         DEEPSEEK,
         "--no-result-cache",
@@ -85,16 +85,16 @@ def test_a_new_release_where_the_open_ended_set_conflicts_says_whether_upstream_
 ):
     """A synthetic 0.99.0 on a fake index: 0.33.0's DeepSeek parsers (stock, or as the set patches
     them: "upstream's fix"), their first line changed, so the series conflicts there."""
-    paths = files_for("0.33.0", str(DRAFTS), DEEPSEEK)
+    paths = files_for("0.33.0", str(LIBRARY), DEEPSEEK)
     site = lay_out_release("0.33.0", paths, tmp_path / "site")
     if parsers == "patched":
-        assert run("apply", "--target", site, "--patches", DRAFTS, "--set", DEEPSEEK).exit_code == 0
+        assert run("apply", "--target", site, "--patches", LIBRARY, "--set", DEEPSEEK).exit_code == 0
     files = {
         path: (site / path).read_text().replace("Apache-2.0", "Apache-2.0 (changed in 0.99.0)", 1) for path in paths
     }
     Releases(tmp_path / "index", monkeypatch).add("0.99.0", files)
 
-    done = run("verify", "--latest", "--patches", DRAFTS, "--set", DEEPSEEK, "--format", "json")
+    done = run("verify", "--latest", "--patches", LIBRARY, "--set", DEEPSEEK, "--format", "json")
     assert done.exit_code == 1
     [release] = json.loads(done.stdout)["releases"]
     assert (release["vllm_version"], release["outcome"], release["stock_behaviour"]) == ("0.99.0", "conflict", verdict)
@@ -113,7 +113,7 @@ def test_a_new_release_where_the_open_ended_set_conflicts_says_whether_upstream_
 def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(run):
     """0.24.0's stock parser is judged (it passes); 0.25.0's is an adapter on vLLM's parser engine the
     stand-ins cannot load: upstream by the range alone, and the report says so (a warning, not a pass)."""
-    library = ("--patches", DRAFTS, "--set", KIMI, "--no-result-cache", "--format", "json")
+    library = ("--patches", LIBRARY, "--set", KIMI, "--no-result-cache", "--format", "json")
     done = run("verify", "--vllm-version", "0.24.0", "--vllm-version", "0.25.0", *library)
     assert done.exit_code == 0, done.output[-2000:]
     judged, unjudged = json.loads(done.stdout)["releases"]

@@ -201,7 +201,7 @@ def test_contract_passes_on_patched_and_fails_on_stock(patched, run, version):
     assert len(passed) == expected_requirements(version)
     assert all(r.ok for r in passed), [r.message for r in passed if not r.ok]
 
-    result = run("verify", "--target", tree, "--format", "json")
+    result = run("verify", "--target", tree, "--set", "eagle3", "--format", "json")
     assert result.exit_code == 0, result.output[-2000:]
     checks = [c for c in json.loads(result.stdout)["checks"] if c["check"] == "contract"]
     assert len(checks) == expected_requirements(version) and all(c["ok"] for c in checks)

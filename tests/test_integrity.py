@@ -275,11 +275,11 @@ DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
 def test_real_0_16_0_files_pass_on_stock_and_fail_after_a_one_byte_edit(run, tmp_path):
     from patchkit.releases.files import files_for
 
-    paths = files_for("0.16.0")
+    paths = files_for("0.16.0", None, "eagle3")  # the eagle3 set's rows, as the library holds three sets
     target = tmp_path / "site"
     lay_out_release("0.16.0", paths, target)
 
-    result = run("verify", "--target", target, "--format", "json")
+    result = run("verify", "--target", target, "--set", "eagle3", "--format", "json")
     assert result.exit_code == 0, result.output
     rows = integrity_rows(json.loads(result.stdout)["checks"])
     assert sorted(rows) == paths
@@ -291,12 +291,12 @@ def test_real_0_16_0_files_pass_on_stock_and_fail_after_a_one_byte_edit(run, tmp
     (target / DEEPSEEK).write_bytes(bytes(data))
     before = snapshot(target)
 
-    result, out = apply(run, target, None)
+    result, out = apply(run, target, None, "--set", "eagle3")
     assert result.exit_code == 1 and f"{DEEPSEEK}: differs from the stock file" in result.output
     assert integrity_rows(out["checks"])[DEEPSEEK][:2] == (False, ERROR)
     assert snapshot(target) == before and not (target / ".patchkit" / "state.json").exists()
 
-    result = run("verify", "--target", target, "--format", "json")
+    result = run("verify", "--target", target, "--set", "eagle3", "--format", "json")
     assert result.exit_code == 1
     rows = integrity_rows(json.loads(result.stdout)["checks"])
     assert rows[DEEPSEEK][:2] == (False, ERROR)

@@ -21,6 +21,8 @@ from test_launch_review6 import ARCH, PLAIN_CLASS, importable_with_plugins, pref
 from test_preflight import findings
 from test_run import patchkit_run
 
+from patchkit.base.errors import BadInput
+from patchkit.launch.command import parse
 from patchkit.launch.validation import plugin_stopped
 from patchkit.tree.target import WorkerFailed, run_worker
 
@@ -296,3 +298,43 @@ def test_the_not_judged_note_names_a_few_plugins_and_counts_the_rest(launch, tmp
     note = supports["message"].split("; not judged: ")[1]
     assert note.startswith("the class the general plugins plugin_number_0000, plugin_number_0001"), note
     assert " +2,99" in note and " more may register for " in note and len(note) < 200, note  # before: 20,000
+
+
+# --- L5: Python's own long option with a value, read as CPython reads it --------------------------
+
+
+@pytest.mark.parametrize("mode", ["always", "never", "default"])
+def test_pythons_check_hash_based_pycs_is_read_before_m(mode):
+    words = ["python3", "-E", "--check-hash-based-pycs", mode, "-s", "-m", "vllm.entrypoints.cli.main", "serve"]
+    read = parse([*words, "lab/m"], "0.16.0")
+    assert read.model == "lab/m" and read.python_options() == ["-E", "-s"]
+
+
+@pytest.mark.parametrize("spelled", [["--check-hash-based-pycs=never"], ["--check-hash-based-pycs", "sometimes"]])
+def test_what_python_refuses_of_it_is_still_not_a_launch(spelled):
+    """Python 3.11 refuses both (no `=` form; three modes): the launch never runs vLLM."""
+    with pytest.raises(BadInput, match="not a vLLM launch"):
+        parse(["python3", *spelled, "-m", "vllm.entrypoints.cli.main", "serve", "lab/m"], "0.16.0")
+
+
+# --- review 6 L1: a --chat-template vLLM cannot load is a finding, not a lost load ------------------
+
+
+def test_a_chat_template_vllm_cannot_load_is_refused_before_the_launch(launch, tmp_path):
+    tree, library, command, env, marker = launch
+    applied(tree, library)
+    (tmp_path / "mine.jinja").write_text("{{ messages }}")
+    builtin = tree / "vllm" / "transformers_utils" / "chat_templates"
+    builtin.mkdir(parents=True)
+    (builtin / "template_basic.jinja").write_text("{{ messages }}")
+    os.mkfifo(tmp_path / "fifo.jinja")
+    loads = [str(tmp_path / "mine.jinja"), "template_basic.jinja", "{{ messages }}", ""]
+    for template in loads:  # a file, vLLM's own template by name, the template itself, none
+        _, done = patchkit_run(tree, library, [*command, "--chat-template", template], env)
+        assert done.returncode == 7, (template, done.stdout + done.stderr)
+    marker.unlink()
+    refused = {"./missing.jinja": "no such file", str(tmp_path / "fifo.jinja"): "not a regular file"}
+    for template, why in refused.items():
+        _, done = patchkit_run(tree, library, [*command, "--chat-template", template], env)
+        assert done.returncode == 1 and not marker.exists(), (template, done.stdout + done.stderr)
+        assert f"--chat-template {template}: {why}" in done.stdout, done.stdout

@@ -115,7 +115,15 @@ def installs(tmp_path_factory, dist):
 
 def test_the_wheel_carries_the_library_byte_for_byte(dist):
     expected = library_files()
-    assert {"eagle3/set.toml", "eagle3/contract.toml", "eagle3/probe.py", "eagle3/0.16.0/series"} <= set(expected)
+    assert {
+        "eagle3/set.toml",
+        "eagle3/contract.toml",
+        "eagle3/probe.py",
+        "eagle3/0.16.0/series",
+        "library.toml",
+        "deepseek-tool-calls/behaviour.py",
+        "kimi-k2-tool-calls/set.toml",
+    } <= set(expected)
     with zipfile.ZipFile(dist.wheel) as wheel:
         packaged = {
             name.removeprefix("patchkit/_library/"): wheel.read(name)
@@ -178,7 +186,7 @@ def test_the_installed_patchkit_finds_its_library_from_anywhere(installs, kind):
     listing = json.loads(install.patchkit("list", "--format", "json").stdout)
     library = Path(listing["library"]["path"])
     assert listing["library"]["source"] == "installed"
-    assert [s["name"] for s in listing["sets"]] == ["eagle3"]
+    assert [s["name"] for s in listing["sets"]] == ["eagle3", "deepseek-tool-calls", "kimi-k2-tool-calls"]
     states = {p["state"] for s in listing["sets"] for r in s["releases"] for p in r["patches"]}
     assert states == {"ok"}
     if kind == "editable":
@@ -210,7 +218,7 @@ def test_status_apply_verify_revert_on_a_fetched_release(installs, kind):
     install.patchkit("fetch", VERSION, "--dest", tree)
 
     status = json.loads(install.patchkit("status", "--target", tree, "--format", "json").stdout)
-    assert status["state"] == "not-applied" and status["vllm_version"] == VERSION
+    assert status["state"] == "not-applied" and {s["vllm_version"] for s in status["sets"]} == {VERSION}
     assert status["library"]["source"] == "installed" and status["library"]["path"].startswith(str(install.venv))
     install.patchkit("apply", "--dry-run", "--target", tree)
     install.patchkit("apply", "--target", tree)
@@ -226,8 +234,9 @@ def test_verify_a_release_writes_junit(installs, kind):
     done = install.patchkit("verify", "--vllm-version", VERSION, "--format", "junit", "--no-result-cache")
     root = ElementTree.fromstring(done.stdout)
     cases = list(root.iter("testcase"))
-    assert len(cases) == 1 and VERSION in cases[0].get("name", "")
-    assert "reverted byte-identical" in (cases[0].findtext("system-out") or "")
+    names = ["eagle3", "deepseek-tool-calls", "kimi-k2-tool-calls"]  # a case per set of the library
+    assert [case.get("name", "") for case in cases] == [f"{name}: vllm {VERSION}" for name in names]
+    assert all("reverted byte-identical" in (case.findtext("system-out") or "") for case in cases)
     assert not list(root.iter("failure")) and not list(root.iter("error"))
 
 

@@ -68,9 +68,9 @@ def test_later_releases_are_upstream_and_untouched(tmp_path, run, version):
     paths = files_for(version)
     target = copy_tree(release_tree(version, paths), tmp_path / "site", paths)
     stock = snapshot(target)
-    result = run("status", "--target", target, "--format", "json")
+    result = run("status", "--target", target, "--set", "eagle3", "--format", "json")  # eagle3's answer
     assert result.exit_code == 0 and json.loads(result.stdout)["state"] == "upstream"
-    assert run("apply", "--target", target).exit_code == 0
+    assert run("apply", "--target", target, "--set", "eagle3").exit_code == 0
     assert snapshot(target) == stock
 
 
@@ -79,7 +79,7 @@ def test_fetch_dest_of_an_upstream_release_holds_what_its_checks_read(tmp_path, 
     assert result.exit_code == 0
     assert (tmp_path / "site/vllm/v1/spec_decode/llm_base_proposer.py").is_file()  # the contract's file there
     assert (tmp_path / "site/vllm/model_executor/models/deepseek_v2.py").is_file()
-    status = run("status", "--target", tmp_path / "site", "--format", "json")
+    status = run("status", "--target", tmp_path / "site", "--set", "eagle3", "--format", "json")
     assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"
     assert json.loads(status.stdout)["upstream_regression"] is False
 
@@ -94,7 +94,7 @@ def test_an_applied_tree_upgraded_in_place_to_an_upstream_release_is_reported_an
 
     paths = files_for("0.16.0")
     target = copy_tree(release_tree("0.16.0", paths), tmp_path / "site")
-    assert run("apply", "--target", target, "--no-import").exit_code == 0
+    assert run("apply", "--target", target, "--no-import", "--set", "eagle3").exit_code == 0
     assert (target / "patchkit_guard.py").exists() and load_plugins_like_vllm(target).returncode == 0
     shutil.rmtree(target / "vllm")
     shutil.rmtree(target / "vllm-0.16.0.dist-info")
@@ -102,14 +102,16 @@ def test_an_applied_tree_upgraded_in_place_to_an_upstream_release_is_reported_an
     refused = load_plugins_like_vllm(target)
     assert refused.returncode != 0 and "vLLM 0.18.0 is installed" in refused.stderr
 
-    result = run("status", "--target", target, "--format", "json")
+    result = run("status", "--target", target, "--set", "eagle3", "--format", "json")
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)
-    assert report["state"] == "upstream" and f"`patchkit apply --target {target}`" in report["guard"]["fix"]
-    assert run("verify", "--target", target, "--no-import").exit_code == 1
+    assert (
+        report["state"] == "upstream" and f"`patchkit apply --target {target} --set eagle3`" in report["guard"]["fix"]
+    )
+    assert run("verify", "--target", target, "--no-import", "--set", "eagle3").exit_code == 1
 
-    result = run("apply", "--target", target)
+    result = run("apply", "--target", target, "--set", "eagle3")
     assert result.exit_code == 0, result.output
     assert "dropped the record of eagle3" in result.output and "launch guard removed" in result.output
     assert load_plugins_like_vllm(target).returncode == 0 and not (target / "patchkit_guard.py").exists()
-    assert run("status", "--target", target).exit_code == 0
+    assert run("status", "--target", target, "--set", "eagle3").exit_code == 0

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import DRAFTS, lay_out_release, run_cli, snapshot
+from helpers import LIBRARY, lay_out_release, run_cli, snapshot
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, serve, write_model
 
 from patchkit._target.guard import find_problems
@@ -31,7 +31,7 @@ def library_of_three(dest: Path) -> Path:
     """eagle3 and the two tool-call sets, eagle3 first (library.toml)."""
     shutil.copytree(REPO / "patches" / "eagle3", dest / "eagle3")
     for name in SETS[1:]:
-        shutil.copytree(DRAFTS / name, dest / name)
+        shutil.copytree(LIBRARY / name, dest / name)
     (dest / "library.toml").write_text(f"order = {json.dumps(list(SETS))}\n")
     return dest
 
@@ -64,7 +64,7 @@ def test_a_tree_patched_with_eagle3_by_an_older_patchkit_gets_the_new_sets_witho
     stock = snapshot(tree)
 
     sources = old_patchkit(tmp_path / "old")
-    older = run_old(sources, "apply", "--target", tree, "--no-import")
+    older = run_old(sources, "apply", "--target", tree, "--no-import", "--patches", sources / "patches")
     assert older.returncode == 0, older.stdout + older.stderr
     assert [e.set_name for e in read_state(tree).entries] == ["eagle3"]
 

@@ -1,4 +1,4 @@
-"""The tool-call sets' behaviour harness (patches/_drafts/*/behaviour.py) on inputs of its own.
+"""The tool-call sets' behaviour harness (patches/*/behaviour.py) on inputs of its own.
 
 One driver, shipped as a byte-identical copy in each set; each set declares only its scenario.
 The top-up it judges under is the one the tree's own serving code runs.
@@ -10,7 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
-from helpers import DRAFTS, behaviour_harness
+from helpers import LIBRARY, behaviour_harness
 
 SETS = ("deepseek-tool-calls", "kimi-k2-tool-calls")
 
@@ -20,10 +20,10 @@ def harness(set_name: str = SETS[0]) -> types.ModuleType:
 
 
 def test_every_set_ships_the_same_driver_and_a_scenario_of_its_own():
-    drivers = {name: (DRAFTS / name / "behaviour.py").read_bytes() for name in SETS}
+    drivers = {name: (LIBRARY / name / "behaviour.py").read_bytes() for name in SETS}
     assert len(set(drivers.values())) == 1, "behaviour.py copies differ: copy the changed one over the others"
     for name in SETS:
-        scenario = harness(name).load_scenario(DRAFTS / name / "scenario.py")
+        scenario = harness(name).load_scenario(LIBRARY / name / "scenario.py")
         assert scenario.PARSERS and scenario.CASES and scenario.MARKERS and scenario.STOP
 
 

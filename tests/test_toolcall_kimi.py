@@ -1,4 +1,4 @@
-"""The draft tool-call set kimi-k2-tool-calls (patches/_drafts/, issue 23) on the real releases of its range.
+"""The tool-call set kimi-k2-tool-calls (patches/, issue 23) on the real releases of its range.
 
 For each release: the stock files fail the set's behaviour test (streamed calls differ from
 extract_tool_calls' at some split, named), patchkit applies the series, the patched files compile
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import DRAFTS, behaviour_harness, lay_out_release, snapshot
+from helpers import LIBRARY, behaviour_harness, lay_out_release, snapshot
 from packaging.version import Version
 
 from patchkit.fetch import available_versions
@@ -52,7 +52,7 @@ def parser_file(tree: Path) -> Path:
 
 def behaviour(parser: Path, *options: str) -> subprocess.CompletedProcess[str]:
     """The set's behaviour test, run as a user or `verify` would: its own interpreter, stand-ins only."""
-    script = DRAFTS / KIMI / "behaviour.py"
+    script = LIBRARY / KIMI / "behaviour.py"
     return subprocess.run([sys.executable, script, parser, *options], capture_output=True, text=True, timeout=120)
 
 
@@ -70,7 +70,7 @@ def judged_under(report: str) -> str:
 
 
 def test_the_tests_cover_every_release_the_set_covers_and_the_index_has():
-    manifest = read_toml(DRAFTS / KIMI / "set.toml", "set manifest")
+    manifest = read_toml(LIBRARY / KIMI / "set.toml", "set manifest")
     assert [r["versions"].removeprefix("==") for r in manifest["releases"]] == KIMI_RELEASES
     in_range = [str(v) for v in available_versions() if Version("0.11.0") <= v < Version("0.23.0")]
     assert in_range == KIMI_RELEASES
@@ -89,7 +89,7 @@ def test_kimi_set_fixes_streaming_on_the_real_release(tmp_path, run, version):
     assert streamed and all(split_named.search(line) for line in streamed)  # each names the split
     assert before.stdout.splitlines()[-1].startswith("FAIL")
 
-    library = ("--patches", DRAFTS, "--set", KIMI)
+    library = ("--patches", LIBRARY, "--set", KIMI)
     applied = run("apply", "--target", target, *library, "--format", "json")
     assert applied.exit_code == 0, applied.output[-2000:]
     assert json.loads(applied.stdout)["result"] == "applied"
@@ -120,7 +120,7 @@ def test_kimi_upstream_release_passes_the_behaviour_test_as_shipped(tmp_path, ru
     result = behaviour(parser_file(target), "--random", "100")
     assert result.returncode == 0, result.stdout + result.stderr
     assert all_streams_match(result.stdout) and "(top-up append: read from " in result.stdout
-    status = run("status", "--target", target, "--patches", DRAFTS, "--set", KIMI, "--format", "json")
+    status = run("status", "--target", target, "--patches", LIBRARY, "--set", KIMI, "--format", "json")
     assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"
 
 
@@ -143,9 +143,9 @@ def test_patched_kimi_keeps_what_vllms_own_tests_ask_of_the_sections(tmp_path, r
     streams as content, in_tool_section follows the text (either marker variant), a section open past
     max_section_chars is taken as content, a delta of markers gives an empty message, not None."""
     target = stock_tree(version, tmp_path / "site")
-    assert run("apply", "--target", target, "--patches", DRAFTS, "--set", KIMI).exit_code == 0
+    assert run("apply", "--target", target, "--patches", LIBRARY, "--set", KIMI).exit_code == 0
     harness = behaviour_harness(KIMI)
-    scenario = harness.load_scenario(DRAFTS / KIMI / "scenario.py")
+    scenario = harness.load_scenario(LIBRARY / KIMI / "scenario.py")
     parser_class = harness.load_parser_module(parser_file(target)).KimiK2ToolParser
     tokenizer = harness.FakeTokenizer(scenario.MARKERS, scenario.STOP)
 
@@ -177,5 +177,5 @@ def test_kimi_from_0_25_is_upstream_by_range_and_not_judged(tmp_path, run, versi
     result = behaviour(parser_file(target))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no stand-in for vllm.parser.engine.registered_adapters.KimiK2ParserToolAdapter" in result.stdout
-    status = run("status", "--target", target, "--patches", DRAFTS, "--set", KIMI, "--format", "json")
+    status = run("status", "--target", target, "--patches", LIBRARY, "--set", KIMI, "--format", "json")
     assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"

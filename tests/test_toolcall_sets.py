@@ -1,4 +1,4 @@
-"""The draft tool-call set deepseek-tool-calls on every release it covers, with its behaviour test.
+"""The tool-call set deepseek-tool-calls on every release it covers, with its behaviour test.
 
 DeepSeek-V3 and V3.1's parsers on 0.11.0-0.34.0; DeepSeek-V3.2's on 0.13.0-0.22.1 (from 0.19.0 vLLM's
 own rewrite, which still loses calls in a final delta on servers up to 0.22).
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import DRAFTS, behaviour_harness, lay_out_release, snapshot
+from helpers import LIBRARY, behaviour_harness, lay_out_release, snapshot
 from packaging.version import Version
 
 from patchkit.fetch import available_versions, release_tree
@@ -27,7 +27,7 @@ from patchkit.releases.files import files_for, lay_out
 pytestmark = pytest.mark.release
 
 SET = "deepseek-tool-calls"
-BEHAVIOUR = DRAFTS / SET / "behaviour.py"
+BEHAVIOUR = LIBRARY / SET / "behaviour.py"
 # where the chat server's end-of-stream top-up lives, by release: the harness reads it from the tree
 SERVING = [
     "vllm/entrypoints/openai/serving_chat.py",  # up to 0.14.1
@@ -62,7 +62,7 @@ def top_up_line(version: str) -> str:
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_stock_fails_the_behaviour_test_patched_passes_and_reverts(tmp_path, run, version):
-    paths = files_for(version, str(DRAFTS), SET)
+    paths = files_for(version, str(LIBRARY), SET)
     parsers = sorted(p for p in paths if p.rsplit("/", 1)[-1].startswith("deepseekv3"))
     with_v32 = Version("0.13.0") <= Version(version) < Version("0.23.0")  # 0.23.0's server appends instead
     assert len(parsers) == (3 if with_v32 else 2), paths
@@ -79,7 +79,7 @@ def test_stock_fails_the_behaviour_test_patched_passes_and_reverts(tmp_path, run
         assert all(" lost" in f or "expected" in f or "raised" in f for f in failures)  # and what was lost
         assert read_from_tree in result.stdout.splitlines()[-1]
 
-    library = ("--patches", DRAFTS, "--set", SET)
+    library = ("--patches", LIBRARY, "--set", SET)
     applied = run("apply", "--target", target, *library, "--format", "json")
     assert applied.exit_code == 0, applied.output[-2000:]
     assert json.loads(applied.stdout)["result"] == "applied"
@@ -101,11 +101,11 @@ def test_every_split_is_judged_and_the_patched_parsers_serve_each_top_up(tmp_pat
     keeps every call and the text, under every top-up, because the patched parsers send new calls'
     names first (the <= 0.22 servers rewrite a final delta only when its first entry has arguments)."""
     target = tmp_path / "site"
-    paths = files_for("0.16.0", str(DRAFTS), SET)
+    paths = files_for("0.16.0", str(LIBRARY), SET)
     lay_out(release_tree("0.16.0", paths), target, paths)  # the parsers only: no serving code
-    assert run("apply", "--target", target, "--patches", DRAFTS, "--set", SET).exit_code == 0
+    assert run("apply", "--target", target, "--patches", LIBRARY, "--set", SET).exit_code == 0
     module = behaviour_harness(SET)
-    scenario = module.load_scenario(DRAFTS / SET / "scenario.py")
+    scenario = module.load_scenario(LIBRARY / SET / "scenario.py")
     tokenizer = module.FakeTokenizer(scenario.MARKERS, scenario.STOP)
     for parser in paths:
         parser_class = next(
@@ -155,10 +155,10 @@ def test_a_call_extract_tool_calls_skips_is_not_streamed_either(tmp_path, run):
     name goes out before its end shows it malformed: no stream can take that back.)"""
     target = tmp_path / "site"
     path = "vllm/tool_parsers/deepseekv3_tool_parser.py"
-    lay_out_release("0.33.0", files_for("0.33.0", str(DRAFTS), SET), target)
-    assert run("apply", "--target", target, "--patches", DRAFTS, "--set", SET).exit_code == 0
+    lay_out_release("0.33.0", files_for("0.33.0", str(LIBRARY), SET), target)
+    assert run("apply", "--target", target, "--patches", LIBRARY, "--set", SET).exit_code == 0
     module = behaviour_harness(SET)
-    scenario = module.load_scenario(DRAFTS / SET / "scenario.py")
+    scenario = module.load_scenario(LIBRARY / SET / "scenario.py")
     parser_class = module.load_parser_module(target / path).DeepSeekV3ToolParser
     tokenizer = module.FakeTokenizer(scenario.MARKERS, scenario.STOP)
     broken = f"{scenario.CALL_BEGIN}function{scenario.SEP}broken\n```json\n{{}}{scenario.CALL_END}"  # no fence

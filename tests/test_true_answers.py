@@ -71,24 +71,24 @@ def test_a_dry_run_fails_a_patch_that_breaks_the_syntax_as_apply_does_and_writes
 
 
 def test_a_dry_run_of_the_library_series_runs_the_checks_and_says_they_passed(fetched):
-    done = run_cli("apply", "--dry-run", "--target", fetched, "--format", "json")
+    done = run_cli("apply", "--dry-run", "--target", fetched, "--set", "eagle3", "--format", "json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["result"] == "dry-run"
     ran = {c["check"] for c in document["checks"]}
     assert {"integrity", "syntax", "names", "contract"} <= ran
-    text = run_cli("apply", "--dry-run", "--target", fetched)
+    text = run_cli("apply", "--dry-run", "--target", fetched, "--set", "eagle3")
     assert text.stdout.splitlines()[-1].startswith("dry run: 4 file(s) would change, 24 check(s) passed")
 
 
 def test_a_dry_run_counts_the_checks_apply_counts_and_shows_them_with_v(fetched):
     # review 6 L6: the dry run said 20 (its integrity rows left out), apply 24; -v showed no row
-    verbose = run_cli("apply", "--dry-run", "-v", "--target", fetched)
+    verbose = run_cli("apply", "--dry-run", "-v", "--target", fetched, "--set", "eagle3")
     assert verbose.returncode == 0, verbose.stderr
     rows = [line.split() for line in verbose.stdout.splitlines()]
     assert {row[0] for row in rows if len(row) > 2 and row[2] == "pass"} >= {"integrity", "syntax", "names", "contract"}
     dry = re.search(r"(\d+) check\(s\) passed", verbose.stdout.splitlines()[-1])
-    applied = run_cli("apply", "--target", fetched)
+    applied = run_cli("apply", "--target", fetched, "--set", "eagle3")
     counted = re.search(r"^checks +(\d+) checks passed", applied.stdout, re.MULTILINE)
     assert dry and counted and dry.group(1) == counted.group(1), verbose.stdout + applied.stdout
 
@@ -104,7 +104,7 @@ def test_verify_against_a_release_checks_the_planned_contents_once(monkeypatch):
         return real(ctx, checks)
 
     monkeypatch.setattr(registry, "run_checks", counted)
-    [result] = release_check.verify_releases([Version("0.16.0")], set(), Options(), use_cache=False)
+    [result] = release_check.verify_releases([Version("0.16.0")], set(), Options(set_name="eagle3"), use_cache=False)
     assert result.outcome == "patched", result.detail
     assert runs == [False, True]
 
@@ -142,7 +142,7 @@ def test_status_names_a_drifted_file_that_does_not_compile_with_its_line(fetched
     assert shown in done.stdout, done.stdout
     verified = run_cli("verify", "--target", fetched, "--no-import")
     assert f"{KIMI}:14: syntax: invalid syntax\n    import copy,\n                ^\n" in verified.stdout
-    document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
+    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
     assert document["drifted"] == [KIMI]
     assert document["does_not_compile"] == {KIMI: "line 14: invalid syntax"}
     quiet = run_cli("status", "-q", "--target", fetched)
@@ -153,7 +153,7 @@ def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):
     assert run_cli("apply", "--target", fetched).returncode == 0
     with (fetched / KIMI).open("a") as f:
         f.write("\n# a local note\n")
-    document = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)
+    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
     assert document["drifted"] == [KIMI] and document["does_not_compile"] == {}
 
 
@@ -266,7 +266,7 @@ def test_fetch_all_still_lays_out_a_release_no_set_covers(tmp_path):
     done = run_cli("fetch", "0.9.2", "--all", "--dest", tmp_path / "old")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "old/vllm/__init__.py").is_file()
-    status = run_cli("status", "--target", tmp_path / "old", "--format", "json")
+    status = run_cli("status", "--target", tmp_path / "old", "--set", "eagle3", "--format", "json")
     assert_clean_failure(status, 3)
     assert json.loads(status.stdout)["state"] == "unsupported"
 
@@ -363,8 +363,8 @@ def test_status_json_says_the_guard_apply_installed(fetched):
     refuses nothing); after revert, that none is."""
     assert run_cli("apply", "--target", fetched).returncode == 0
     assert (fetched / "patchkit_guard.py").is_file()
-    said = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)["guard"]
+    said = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)["guard"]
     assert said == {"installed": True, "refuses": [], "fix": None}
     assert run_cli("revert", "--target", fetched).returncode == 0
-    said = json.loads(run_cli("status", "--target", fetched, "--format", "json").stdout)["guard"]
+    said = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)["guard"]
     assert said == {"installed": False, "refuses": [], "fix": None}

@@ -39,6 +39,8 @@ SPECULATIVE_FLAGS = (("spec-method", "method"), ("spec-model", "model"), ("spec-
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
 # a cluster of Python's own options: flags without a value, then perhaps -W, -X or -m with its value
 _PYTHON_CLUSTER = re.compile(r"-(?P<flags>[bBdEIOPqRsSuv]*)(?:(?P<valued>[WXm])(?P<value>.*))?", re.S)
+# Python's long options that take a value, and the values it accepts (none changes an import path)
+_PYTHON_LONG = {"--check-hash-based-pycs": ("default", "always", "never")}
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # GNU env's long options (getopt_long: an unambiguous prefix is the option); None: not read by patchkit
 _ENV_LONG = {
@@ -269,10 +271,14 @@ def _python_options(args: list[str]) -> tuple[list[str], list[str]]:
     """A `python` launch's own options, read as Python reads them (a cluster of flags, which may end
     in -W, -X or -m with its value attached or next): (its flags that take no value, kept for the
     launch's Python: -E, -sP ...; the rest from `-m MODULE` on). -W and -X change no import path and
-    are not kept; anything else ends the reading (_module_arguments says what it expected)."""
+    are not kept, nor `--check-hash-based-pycs MODE`; anything else ends the reading
+    (_module_arguments says what it expected)."""
     flags: list[str] = []
     index = 0
     while index < len(args):
+        if args[index] in _PYTHON_LONG and _at(args, index + 1) in _PYTHON_LONG[args[index]]:
+            index += 2  # its one long option with a value (exact, the value next: as CPython's getopt)
+            continue
         cluster = _PYTHON_CLUSTER.fullmatch(args[index])
         if cluster is None or not (cluster["flags"] or cluster["valued"]):
             break

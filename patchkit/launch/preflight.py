@@ -20,6 +20,7 @@ from packaging.version import Version
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import TargetError
+from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
@@ -42,6 +43,7 @@ MODELS = "models"
 LAUNCH_TARGET = "launch-target"
 COMMAND = "command"
 ARG_UTILS = "vllm/engine/arg_utils.py"
+CHAT_TEMPLATES = "vllm/transformers_utils/chat_templates"  # vLLM's built-in --chat-template files
 
 
 @dataclass
@@ -193,6 +195,8 @@ def preflight(
     if served is not None:
         result.findings.append(served)
     result.findings += [f for f in (_architectures_finding(m) for m in (target, drafter)) if f is not None]
+    template = _chat_template_finding(command, resolved.target.root)  # never kept: a file outside the tree
+    result.findings += [template] if template is not None else []
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
     fixable = status.state == TreeState.NOT_APPLIED and status.plan is not None
     result.fixable = fixable
@@ -307,6 +311,27 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
     odd = next(a for a in archs if not isinstance(a, str))
     message = f"{model.path}: its architectures hold {json.dumps(odd)[:40]}, not a name: vLLM refuses the model"
     return Finding(MODELS, False, message, "give config.json's architectures as class names (strings) only")
+
+
+def _chat_template_finding(command: LaunchCommand, root: Path) -> Finding | None:
+    """A failed `command` finding when vLLM cannot load --chat-template (load_chat_template: a file
+    it opens, else text with `{`, `}` or a line break taken as the template, else its built-in
+    template of that name): it refuses the launch then, once the model has loaded."""
+    value = command.optional_text("chat-template")
+    if value is None or any(c in value for c in "{}\n"):
+        return None
+    try:
+        read_regular(os.path.join(command.working_directory(), value), 1, follow_symlinks=True, head=True)
+        return None
+    except OSError as exc:  # a fifo too: vLLM's open() would wait on it
+        why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+    if os.path.isfile(root / CHAT_TEMPLATES / value):
+        return None
+    message = (
+        f"--chat-template {value}: {why}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
+        "the launch once the model has loaded"
+    )
+    return Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")
 
 
 def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, config_format: str) -> ModelConfig | None:

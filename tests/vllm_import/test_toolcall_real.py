@@ -1,4 +1,4 @@
-"""Opt-in (`make test-vllm`): the draft tool-call sets (patches/_drafts/, issue 23) on the real vLLM
+"""Opt-in (`make test-vllm`): the tool-call sets (patches/, issue 23) on the real vLLM
 install, in an overlay of its venv (vllm_overlay.py: the real venv is never written to).
 
 For each set: its behaviour test against vLLM's real parser classes, in the venv's interpreter
@@ -30,7 +30,7 @@ from patchkit.fetch import release_sdist
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 VLLM_VERSION = os.environ.get("VLLM_VERSION", "0.16.0")
-DRAFTS = Path(__file__).resolve().parents[2] / "patches" / "_drafts"
+LIBRARY = Path(__file__).resolve().parents[2] / "patches"
 HERE = Path(__file__).resolve().parent
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
@@ -59,13 +59,13 @@ print("PATCHKIT-TEST-ANSWER", json.dumps(codes))
 
 
 def patchkit(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "patchkit", *args, "--patches", str(DRAFTS)]
+    command = [sys.executable, "-m", "patchkit", *args, "--patches", str(LIBRARY)]
     return subprocess.run(command, capture_output=True, text=True, timeout=900)
 
 
 def judge(python: Path, set_name: str, parsers: list[Path], *options: str) -> tuple[list[int], list[str]]:
     """behaviour.py's exit code for each parser file, and its report lines (vLLM's log left out)."""
-    script = DRAFTS / set_name / "behaviour.py"
+    script = LIBRARY / set_name / "behaviour.py"
     done = subprocess.run(
         [str(python), "-B", "-c", JUDGE, str(script), json.dumps([str(p) for p in parsers]), *options],
         capture_output=True,
@@ -99,7 +99,7 @@ def vllm_own_tests(tmp_path_factory) -> Path:
 
 
 def run_vllm_own_tests(python: Path, root: Path, test_files: list[str]) -> subprocess.CompletedProcess[str]:
-    scenarios = os.pathsep.join(str(DRAFTS / name / "scenario.py") for name in SETS)
+    scenarios = os.pathsep.join(str(LIBRARY / name / "scenario.py") for name in SETS)
     return subprocess.run(
         [str(python), "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root)]
         + [str(root / "tests" / "tool_parsers" / name) for name in test_files],
