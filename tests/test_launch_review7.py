@@ -338,3 +338,17 @@ def test_a_chat_template_vllm_cannot_load_is_refused_before_the_launch(launch, t
         _, done = patchkit_run(tree, library, [*command, "--chat-template", template], env)
         assert done.returncode == 1 and not marker.exists(), (template, done.stdout + done.stderr)
         assert f"--chat-template {template}: {why}" in done.stdout, done.stdout
+
+
+# --- review 6: the static plugin scan follows the directories site-packages' .pth files add ---------
+
+
+def test_a_plugin_in_a_directory_a_pth_file_adds_is_named(launch, tmp_path):
+    tree, library, command, env, _ = launch
+    applied(tree, library)
+    write_plugin(tmp_path / "added", "by_pth", "def register():\n    pass\n")
+    write_plugin(tmp_path / "absolute", "by_abs", "def register():\n    pass\n")
+    (tree / "extra.pth").write_text(f"# a comment\n../added\nimport sys\n{tmp_path / 'absolute'}\n/nowhere\n")
+    os.mkfifo(tree / "stuck.pth")  # read bounded, never waited on
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 7 and warnings(done.stderr) == [f"{WARNING}by_abs, by_pth {ASKS}"], done.stderr

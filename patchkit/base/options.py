@@ -15,6 +15,9 @@ class Options:
     set_name: str | None = None
     vllm_versions: tuple[str, ...] = ()  # verify's repeated --vllm-version, as given
     set_names: tuple[str, ...] = ()  # apply's repeated --set, as given (one: also `set_name`)
+    # `python` is a launch command's interpreter (preflight, run), not a --python given: where it finds
+    # vllm is asked from / (the launch's own directory is the launch-target finding's question)
+    python_of_launch: bool = False
 
     @classmethod
     def given(

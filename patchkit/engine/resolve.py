@@ -66,7 +66,7 @@ class Resolved:
 
 
 def resolve_target(opts: Options) -> Target:
-    return target_mod.resolve(opts.target_dir, opts.python)
+    return target_mod.resolve(opts.target_dir, opts.python, here=not opts.python_of_launch)
 
 
 def resolve(opts: Options, *, target: Target | None = None, sets: dict[str, PatchSetDef] | None = None) -> Resolved:

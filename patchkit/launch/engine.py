@@ -110,14 +110,15 @@ class LaunchContext:
         return self._answers[key]
 
     def general_plugins(self) -> list[str]:
-        """The vllm.general_plugins entry points installed beside the tree and on the launch's
-        PYTHONPATH that vLLM loads (the launch's VLLM_PLUGINS, as vLLM reads it; patchkit's guard
+        """The vllm.general_plugins entry points installed beside the tree (and in the directories
+        its .pth files add) and on the launch's PYTHONPATH that vLLM loads (the launch's VLLM_PLUGINS, as vLLM reads it; patchkit's guard
         left out): vLLM runs them before it builds a model, and only vLLM itself, asked, tells
         what they register. Read once."""
         if self._plugins is None:
             cwd = self.command.working_directory()
             given = self.command.environ.get("PYTHONPATH", "")
-            places = [str(self.root), *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]
+            on_path = [os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry]
+            places = [*on_path, str(self.root), *_pth_directories(str(self.root))]
             found = {name for place in dict.fromkeys(places) for name in _plugins_in(place)}
             self._plugins = sorted(loaded_plugins(found, self.command.environ))
         return self._plugins
@@ -180,6 +181,28 @@ def _more(rest: int) -> str:
 def _shown_name(name: str, longest: int) -> str:
     safe = "".join(c if c.isprintable() else f"\\x{ord(c) & 0xFF:02x}" for c in name)
     return safe if len(safe) <= longest else safe[: longest - 1] + "\u2026"
+
+
+def _pth_directories(site: str) -> list[str]:
+    """The directories the .pth files of site-packages `site` add to sys.path, as site.addpackage
+    reads them (a line naming a directory, relative to `site`; comments and `import` lines, which run
+    code patchkit does not, passed over), each file read bounded."""
+    try:
+        with os.scandir(site) as entries:
+            names = sorted(e.name for e in itertools.islice(entries, LISTING_LIMIT) if e.name.endswith(".pth"))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            lines = read_regular(os.path.join(site, name), ENTRY_POINTS_LIMIT).decode("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.strip() and not line.startswith(("#", "import ", "import\t")):
+                directory = os.path.join(site, line.rstrip())
+                found += [directory] if os.path.isdir(directory) else []
+    return found
 
 
 def _plugins_in(directory: str) -> list[str]:

@@ -76,7 +76,7 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
     """Without --target/--python: the interpreter of the command's `vllm` script or `python`."""
     if opts.target_dir or opts.python:
         return opts
-    return dataclasses.replace(opts, python=command.interpreter())
+    return dataclasses.replace(opts, python=command.interpreter(), python_of_launch=True)
 
 
 def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding | None:

@@ -159,15 +159,26 @@ def interpreter_path(python: str) -> str:
     return shutil.which(python) or python
 
 
-def resolve(target_dir: str | None, python: str | None) -> Target:
+def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -> Target:
+    """`here`: a --python the user gave is asked in our working directory, as it runs when they
+    start it here: PYTHONPATH's relative and empty entries (`PYTHONPATH=v.zip`, `.`) resolve
+    against it (a worker script puts no working directory on sys.path itself). Else from /."""
     python = interpreter_path(python) if python is not None else None
+    cwd = _working_directory() if here and python is not None else None
     if target_dir and python:
         # The interpreter still judges syntax; the directory says where the files are.
-        interpreter = _probe(python)["python"]
+        interpreter = _probe(python, cwd=cwd)["python"]
         return Target(root=from_directory(target_dir).root, found_by=f"--target {target_dir}", python=interpreter)
     if target_dir:
         return from_directory(target_dir)
-    return from_interpreter(python)
+    return from_interpreter(python, cwd=cwd)
+
+
+def _working_directory() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under us: asked from /
+        return None
 
 
 # -- running code in the target interpreter ---------------------------------------------------------
