@@ -409,3 +409,10 @@ def test_stale_records_after_an_upgrade_are_each_said_once_with_their_set(run, t
     assert len(discarded) == 2, applied.output
     assert any("the record of spec:" in line for line in discarded), applied.output
     assert any("the record of model:" in line for line in discarded), applied.output
+
+
+def test_status_of_a_library_covering_nothing_says_unsupported(run, tree, library):
+    """As status of one set says it: the state `unsupported` in the JSON document, exit 3."""
+    result = run("status", "--target", tree, "--patches", library, "--vllm-version", "0.10.0", "--format", "json")
+    assert result.exit_code == 3, result.output
+    assert json_of(result)["state"] == "unsupported" and "no set of the library covers" in json_of(result)["error"]

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 import click
 
 from patchkit.base.enums import Outcome, TreeState
+from patchkit.base.errors import NoPatchSet
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
 from patchkit.cli.ui.console import UI
@@ -65,7 +66,11 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     """Each covering set's status as `status --set` shows it, then the overall state."""
     target = resolve_target(opts)
     ui.knows(target_json(target))
-    chosen = resolve_sets(opts, target, sets=sets)
+    try:
+        chosen = resolve_sets(opts, target, sets=sets)
+    except NoPatchSet:  # no set covers this vLLM: unsupported, as status of one set says it (exit 3)
+        ui.knows({"state": TreeState.UNSUPPORTED})
+        raise
     where = locate(opts.library)
     found, recovered = status_sets(chosen)
     if recovered:
