@@ -66,7 +66,7 @@ def _checked(
         return None
     result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
     if result.ok:
-        _name_unjudged(ui, result.unjudged_plugins)
+        _name_unjudged(ui, result.unjudged_plugins, default_options(opts, launch_command))
         return None
     show(ui, result, "text")
     again = hints.command("preflight", "--", "COMMAND", chosen=default_options(opts, launch_command))
@@ -74,12 +74,14 @@ def _checked(
     return result
 
 
-def _name_unjudged(ui: UI, plugins: list[str]) -> None:
+def _name_unjudged(ui: UI, plugins: list[str], chosen: Options) -> None:
     """The general plugins the launch loads, which the static preflight did not judge (one may
-    register another model class, or change vLLM): named on one line before the exec, never silent."""
+    register another model class, or change vLLM): named on one line before the exec, never silent;
+    the hint under it is the full preflight of this tree, which asks vLLM."""
     if plugins:
-        said = "plugins not judged: {} (`patchkit preflight` asks vLLM)"
-        ui.warn(said.format(few_named(plugins, WIDTH - len("warning: " + said.format("")))))
+        said = "plugins not judged: "
+        asks = hints.command("preflight", "--", "COMMAND", chosen=chosen) + " asks vLLM to judge them"
+        ui.warn(said + few_named(plugins, WIDTH - len("warning: " + said)), asks)
 
 
 def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | SetsApplied | None:

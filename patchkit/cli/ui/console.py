@@ -121,8 +121,10 @@ class UI:
         if not self.quiet:
             self.err.print(f"note: {visible(text)}", style="cyan")
 
-    def warn(self, text: str) -> None:
+    def warn(self, text: str, hint: str | None = None) -> None:
         self.err.print(f"warning: {visible(text)}", style="yellow")
+        if hint:  # its own line: a `command` is copied whole from there
+            self.err.print(f"hint: {visible(hint)}", style="yellow", soft_wrap=True)
 
     def error(self, message: str, hint: str | None = None) -> None:
         """Wrapped at spaces in a terminal, a path or `command` whole on its line (never folded
