@@ -391,8 +391,6 @@ def test_the_hint_of_a_refused_run_is_a_preflight_of_the_same_launch_as_printed(
     assert done.returncode == 1 and not marker.exists(), done.stderr
     (hint,) = [line for line in done.stderr.splitlines() if line.startswith("hint: `patchkit preflight")]
     words = shlex.split(hint.removeprefix("hint: ").split("`")[1])
-    again = subprocess.run(
-        [sys.executable, "-m", *words], capture_output=True, text=True, env=env, timeout=120
-    )
+    again = subprocess.run([sys.executable, "-m", *words], capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 1, again.stdout + again.stderr
     assert "not a vLLM launch" not in again.stderr and "tree-state" in again.stdout, again.stdout
