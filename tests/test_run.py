@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -380,3 +381,16 @@ def test_a_repeated_set_narrows_the_sets_run_applies(two_sets):
     _, one = patchkit_run(tree, library, command, env, "--apply", "--set", "tools")
     assert [e.set_name for e in read_state(tree).entries] == ["tools"]  # eagle3 left as it is
     assert one.returncode == 7, one.stdout + one.stderr  # the preflight judges the tools set alone
+
+
+def test_the_hint_of_a_refused_run_is_a_preflight_of_the_same_launch_as_printed(launch):
+    """The hint names the launch whole (a `COMMAND` placeholder, pasted, was `not a vLLM launch`):
+    copied as printed it checks that launch on that tree, and fails as run did."""
+    tree, library, command, env, marker = launch  # a stock tree: the preflight refuses it
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 1 and not marker.exists(), done.stderr
+    (hint,) = [line for line in done.stderr.splitlines() if line.startswith("hint: `patchkit preflight")]
+    words = shlex.split(hint.removeprefix("hint: ").split("`")[1])
+    again = subprocess.run([sys.executable, "-m", *words], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "not a vLLM launch" not in again.stderr and "tree-state" in again.stdout, again.stdout
