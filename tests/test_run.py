@@ -380,3 +380,27 @@ def test_a_repeated_set_narrows_the_sets_run_applies(two_sets):
     _, one = patchkit_run(tree, library, command, env, "--apply", "--set", "tools")
     assert [e.set_name for e in read_state(tree).entries] == ["tools"]  # eagle3 left as it is
     assert one.returncode == 7, one.stdout + one.stderr  # the preflight judges the tools set alone
+
+
+def test_with_every_set_applied_a_warm_run_takes_the_fast_path_and_any_sets_change_leaves_it(two_sets):
+    """Issue 21/23: a record of several sets answers for each of them (it used to need exactly one
+    entry, so every run took the full way under the lock); a file of any one set changed since it
+    was applied sends the run the full way again, which refuses it."""
+    tree, library, command, env, marker = two_sets
+    locking = ("patchkit.engine.transaction", "patchkit.base.locks", "fcntl", "mmap")
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
+    loaded_by_run(tree, library, command, env)  # cold: the findings are kept
+    fast = loaded_by_run(tree, library, command, env)
+    assert "patchkit.launch.shortcut" in fast and [m for m in fast if m in locking] == []
+
+    for path in (TOOLS, KIMI):  # one file of each set, each changed alone
+        original = (tree / path).read_text()
+        (tree / path).write_text(original + "# an edit after apply\n")
+        slow = loaded_by_run(tree, library, command, env, exit_code=1)
+        assert sorted(m for m in slow if m in locking) == sorted(locking), path
+        _, done = patchkit_run(tree, library, command, env)
+        assert_clean_failure(done, 1)
+        assert "changed after patchkit wrote them" in done.stdout and not marker.exists(), path
+        (tree / path).write_text(original)
+        assert [m for m in loaded_by_run(tree, library, command, env) if m in locking] == []
