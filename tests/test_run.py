@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -404,3 +405,16 @@ def test_with_every_set_applied_a_warm_run_takes_the_fast_path_and_any_sets_chan
         assert "changed after patchkit wrote them" in done.stdout and not marker.exists(), path
         (tree / path).write_text(original)
         assert [m for m in loaded_by_run(tree, library, command, env) if m in locking] == []
+
+
+def test_the_hint_of_a_refused_run_is_a_preflight_of_the_same_launch_as_printed(launch):
+    """The hint names the launch whole (a `COMMAND` placeholder, pasted, was `not a vLLM launch`):
+    copied as printed it checks that launch on that tree, and fails as run did."""
+    tree, library, command, env, marker = launch  # a stock tree: the preflight refuses it
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 1 and not marker.exists(), done.stderr
+    (hint,) = [line for line in done.stderr.splitlines() if line.startswith("hint: `patchkit preflight")]
+    words = shlex.split(hint.removeprefix("hint: ").split("`")[1])
+    again = subprocess.run([sys.executable, "-m", *words], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "not a vLLM launch" not in again.stderr and "tree-state" in again.stdout, again.stdout
