@@ -376,5 +376,7 @@ def test_several_sets_a_node_whose_revert_of_one_set_failed_is_told_to_revert_th
     assert "`patchkit revert --target /nodes/3/site`" not in stuck.detail
     assert "tools: edited" in stuck.detail and "; eagle3 reverted" in stuck.detail
     assert states(result) == {"rolled-back": 98, "check-failed": 1, "rollback-failed": 1}
-    reverted_on_four = [request.get("set_name") for name, index, request in fleet.calls if (name, index) == ("revert", 4)]
+    reverted_on_four = [
+        request.get("set_name") for name, index, request in fleet.calls if (name, index) == ("revert", 4)
+    ]
     assert reverted_on_four == ["tools"]  # the set it had before stays
