@@ -3,16 +3,20 @@ and the launch guard alike (issue 23 follow-up: a hunk appending at end of file 
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from helpers import cli_runner, make_patch, snapshot, write_library, write_tree
 
 from patchkit.base.enums import StepState
 from patchkit.engine.guard import launch_refusal
 from patchkit.series import dry_run
-from patchkit.series.patchfile import read_patch
+from patchkit.series.patchfile import parse_patch, read_patch
+from patchkit.series.plan import View, plan_apply
 from patchkit.store.state import read_state
 
 FILE = "vllm/shape.py"
@@ -77,3 +81,35 @@ def test_the_plan_alone_judges_each_shape_without_a_record(tmp_path, shape):
     assert dry_run(tree, [patch]).steps[0].state == StepState.WILL_CHANGE
     (tree / FILE).write_text(patched)
     assert dry_run(tree, [patch]).steps[0].state == StepState.ALREADY_APPLIED
+
+
+def _diff(stock: list[str], patched: list[str]) -> bytes:
+    """A unified diff (3 lines of context, as git writes) of FILE from `stock` to `patched`."""
+    lines = difflib.unified_diff(stock, patched, f"a/{FILE}", f"b/{FILE}", lineterm="\n")
+    return "".join(lines).encode()
+
+
+@st.composite
+def _edits(draw) -> tuple[list[str], list[str]]:
+    """A stock file of distinct lines and one edit of it: lines added, removed or replaced anywhere
+    (at the start, at the end), the added lines new or repeating lines the file has."""
+    stock = [f"line_{i} = {i}\n" for i in range(draw(st.integers(1, 14)))]
+    start = draw(st.integers(0, len(stock)))
+    end = draw(st.integers(start, min(len(stock), start + 4)))
+    new_line = st.integers(0, 99).map(lambda i: f"new_{i} = {i}\n")
+    added = draw(st.lists(new_line | st.sampled_from(stock), max_size=4, unique=True))
+    assume(stock[start:end] != added and len(stock) - (end - start) + len(added) > 0)
+    return stock, stock[:start] + added + stock[end:]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_edits())
+def test_any_edit_reads_will_change_on_stock_and_applied_once_made(edit):
+    stock, patched = edit
+    patch = parse_patch(_diff(stock, patched), "shape.patch")
+    root = Path("/nonexistent")  # the view holds every file the patch names
+    fresh = plan_apply(root, [patch], View.holding(root, {FILE: "".join(stock).encode()}))
+    assert fresh.steps[0].state == StepState.WILL_CHANGE
+    assert fresh.content(FILE) == "".join(patched).encode()
+    made = plan_apply(root, [patch], View.holding(root, {FILE: "".join(patched).encode()}))
+    assert made.steps[0].state == StepState.ALREADY_APPLIED, (stock, patched)
