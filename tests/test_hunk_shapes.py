@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import cli_runner, make_patch, snapshot, write_library, write_tree
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from helpers import cli_runner, make_patch, snapshot, write_library, write_tree
 
 from patchkit.base.enums import StepState
 from patchkit.engine.guard import launch_refusal
