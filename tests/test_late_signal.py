@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import crash_trials as ct
 import pytest
 from helpers import MODEL_PY, make_patch, run_cli, write_tree
 
@@ -93,6 +94,7 @@ def test_a_signal_as_the_process_exits_is_said_not_dropped(tmp_path, scratch, si
 
 
 def test_the_start_up_line_is_the_one_patchkit_says_before_any_change():
+    signals.new_run()  # nothing done yet (another test in this process may have run a command)
     assert f"error: {signals.interrupted_report()[0]}\n" == start.BEFORE_ANY_CHANGE
 
 
@@ -136,3 +138,18 @@ def test_an_interrupt_python_drops_in_a_finalizer_is_still_said_at_the_exit(tmp_
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
     assert (site / MODEL).read_text() == MODEL_PY
+
+
+def test_an_interrupt_an_earlier_command_of_this_process_raised_is_not_the_next_ones(tmp_path, scratch):
+    """A process forked from one where a signal was raised (a test run, a warm server) inherits the
+    record of it: the next command must not end 'interrupted' for it."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    try:
+        with pytest.raises(signals.Interrupted):
+            signals._raise(signal.SIGINT, None)  # as a handled Ctrl-C in this process raises it
+        code, out = ct.run_cli(["apply", "--target", str(site), "--patch", str(diff)])
+    finally:
+        signals._raised.clear()
+    assert code == 0 and "interrupted" not in out, out

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from contextlib import suppress
@@ -356,3 +357,66 @@ def test_a_plugin_in_a_directory_a_pth_file_adds_is_named(launch, tmp_path):
     os.mkfifo(tree / "stuck.pth")  # read bounded, never waited on
     _, done = patchkit_run(tree, library, command, env)
     assert done.returncode == 7 and warnings(done.stderr) == [f"{WARNING}by_abs, by_pth"], done.stderr
+
+
+# --- L4: full preflight holds the tree's lock only while it reads the tree, not while vLLM answers ----
+
+SLOW = """
+    import pathlib, time
+
+    def register():
+        pathlib.Path({started!r}).touch()
+        time.sleep(25)
+"""
+
+
+def test_the_tree_lock_is_free_while_vllm_is_asked(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    command = serve(write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    env = importable_with_plugins(tree)
+    applied(tree, library)
+    started = tmp_path / "asked"
+    plug = write_plugin(tmp_path / "plug", "slow", SLOW.format(started=str(started)))
+    args = [
+        "preflight",
+        "--target",
+        str(tree),
+        "--python",
+        sys.executable,
+        "--patches",
+        str(library),
+        "--format",
+        "json",
+    ]
+    first_env = {**os.environ, "PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", *args, "--", *command], env=first_env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.exists(), "the first preflight never asked vLLM"
+        second = run_cli(*args, "--no-import", "--", *command, env={"PATCHKIT_LOCK_TIMEOUT": "2"})
+        assert second.returncode == 0, second.stdout + second.stderr  # before: "another patchkit is working on"
+        assert first.poll() is None  # the first was still waiting for vLLM's answer all that time
+        stdout, _ = first.communicate(timeout=200)
+        assert first.returncode == 0 and findings(subprocess.CompletedProcess([], 0, stdout))["supports-eagle3"]["ok"]
+    finally:
+        if first.poll() is None:
+            first.kill()  # this test's own preflight, by its Popen
+            first.wait()
+
+
+def test_a_record_that_changed_while_vllm_was_asked_is_cannot_judge(tmp_path):
+    """The lock is not held while vLLM answers: a record that is not the same bytes afterwards (a
+    patchkit writer ran; here the plugin stands in for one) makes the answer no answer."""
+    tree, library = write_eagle3_setup(tmp_path)
+    command = serve(write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    env = importable_with_plugins(tree)
+    applied(tree, library)
+    record = tree / ".patchkit" / "state.json"
+    body = f"import pathlib\n\ndef register():\n    p = pathlib.Path({str(record)!r})\n    p.write_text(p.read_text() + ' ')\n"
+    plug = write_plugin(tmp_path / "plug", "writer", body)
+    done = preflight_importing(tree, library, command, {"PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"})
+    assert done.returncode == 4 and "changed while preflight read it" in done.stdout + done.stderr, done.stdout

@@ -66,6 +66,8 @@ def hold_until_exit() -> None:
     where nothing reports it, or, once the interpreter finalizes, kill it with no word."""
     global _held
     _held = True
+    _late.clear()  # what a process forked from one that ran commands inherited is not this command's
+    _raised.clear()
 
 
 def _note_late(signum: int, _frame: object) -> None:

@@ -7,6 +7,7 @@ import click
 
 from patchkit.base import hints
 from patchkit.base.enums import TreeState
+from patchkit.base.errors import TargetError
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
 from patchkit.cli.ui.console import UI
@@ -14,6 +15,7 @@ from patchkit.cli.ui.findings import Failure
 from patchkit.cli.ui.json_views import target_json
 from patchkit.cli.ui.junit import JUnitCase, junit
 from patchkit.cli.ui.run import write_junit
+from patchkit.engine.inspection import inspect
 from patchkit.engine.resolve import judged, library_sets, resolve_sets, resolve_target, several
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS, Finding
@@ -26,6 +28,7 @@ from patchkit.launch.preflight import (
     vllm_validation,
 )
 from patchkit.launch.shortcut import recorded_status
+from patchkit.store.journal import settled_record
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -118,10 +121,25 @@ def _set_findings(
     # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
     from patchkit.engine.transaction import consistent_read
 
-    with consistent_read(resolved.target.root) as recovered:
+    root = resolved.target.root
+    with consistent_read(root) as recovered:
         if recovered:
             ui.warn(recovered)
-        return preflight(resolved, launch_command, no_import=no_import, kept=shortcut)
+        if no_import:
+            return preflight(resolved, launch_command, no_import=True, kept=shortcut)
+        status = inspect(resolved, check_upstream=False, import_probe=False)
+        before = settled_record(root)
+    # vLLM's questions import it (up to minutes each): asked without the lock, which a concurrent
+    # apply, revert or preflight waits for. Sound as run's fast path is: every patchkit writer writes
+    # its journal first and a new state.json last, so the same record, with no journal, before and
+    # after means none ran in between (review 7 L4)
+    result = preflight(resolved, launch_command, no_import=False, status=status, kept=shortcut)
+    if settled_record(root) != before:
+        raise TargetError(
+            f"cannot judge: {root} changed while preflight read it (a patchkit apply, revert or recovery ran)",
+            hint="run preflight again once it is done",
+        )
+    return result
 
 
 def _launch_findings(
