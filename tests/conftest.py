@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import helpers
@@ -62,6 +65,17 @@ def _shared_set_up(item: pytest.Item) -> str | None:
 @pytest.fixture
 def tree(tmp_path) -> Path:
     return write_tree(tmp_path / "site")
+
+
+@pytest.fixture
+def open_tmp_path() -> Iterator[Path]:
+    """A temporary directory another user can reach: 0711 in the system's temp directory (1777).
+    tmp_path lies under pytest-of-<user>/, which every pytest session starting on the machine makes
+    0700 again, so a test that opened it for another user failed whenever one started meanwhile."""
+    path = Path(tempfile.mkdtemp(prefix="patchkit-open-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -476,8 +476,8 @@ def _fixes(status_json: dict) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("build", CATALOGUE, ids=lambda build: build.__name__)
-def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clears_it(tmp_path, build):
-    tree = _tree(tmp_path)
+def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clears_it(open_tmp_path, build):
+    tree = _tree(open_tmp_path)  # another user loads the guard too
     build(tree)
     guard = load_plugins_like_vllm(tree.site)
     refuses = guard.returncode != 0 or _not_this_patchkits_guard(tree.site) or _fails_another_user(tree.site, guard)
