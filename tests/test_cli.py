@@ -416,7 +416,6 @@ IGNORED = [
     ("recover", "--patch", "FILE"),
     ("recover", "--set", "NAME"),
     ("recover", "-v", None),
-    ("revert", "-v", None),
     ("fleet", "-v", None),
 ]
 
@@ -435,7 +434,7 @@ def test_the_options_a_command_reads_are_still_offered(run, library, tree):
     diff = run("diff", "--target", tree, "--patches", library, "--set", "demo", "--vllm-version", "0.16.0", "-q")
     assert diff.exit_code == 0 and '+    "deepseek",' in diff.output
     assert run("recover", "--target", tree, "-q").exit_code == 0
-    for command in ("status", "apply", "verify", "preflight", "run", "fetch", "wheel"):
+    for command in ("status", "apply", "verify", "preflight", "run", "fetch", "wheel", "revert"):
         assert "-v, --verbose" in run(command, "--help").output, command
 
 

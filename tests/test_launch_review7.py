@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def test_run_names_a_plugin_beside_the_tree_before_it_execs(launch):
         assert warnings(done.stderr) == [f"{WARNING}acme"], done.stderr
         # the hint names the preflight of this tree and library (copied from there, it judges the same)
         (hint,) = [line for line in done.stderr.splitlines() if line.startswith("hint:")]
-        assert f"patchkit preflight --target {tree} --patches {library} -- COMMAND`{ASKS}" in hint, hint
+        assert f"patchkit preflight --target {tree} --patches {library} -- {shlex.join(command)}`{ASKS}" in hint, hint
 
 
 def test_run_names_a_plugin_on_the_launchs_pythonpath_unless_vllm_plugins_leaves_it_out(launch, tmp_path):

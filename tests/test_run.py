@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -380,3 +381,40 @@ def test_a_repeated_set_narrows_the_sets_run_applies(two_sets):
     _, one = patchkit_run(tree, library, command, env, "--apply", "--set", "tools")
     assert [e.set_name for e in read_state(tree).entries] == ["tools"]  # eagle3 left as it is
     assert one.returncode == 7, one.stdout + one.stderr  # the preflight judges the tools set alone
+
+
+def test_with_every_set_applied_a_warm_run_takes_the_fast_path_and_any_sets_change_leaves_it(two_sets):
+    """Issue 21/23: a record of several sets answers for each of them (it used to need exactly one
+    entry, so every run took the full way under the lock); a file of any one set changed since it
+    was applied sends the run the full way again, which refuses it."""
+    tree, library, command, env, marker = two_sets
+    locking = ("patchkit.engine.transaction", "patchkit.base.locks", "fcntl", "mmap")
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
+    loaded_by_run(tree, library, command, env)  # cold: the findings are kept
+    fast = loaded_by_run(tree, library, command, env)
+    assert "patchkit.launch.shortcut" in fast and [m for m in fast if m in locking] == []
+
+    for path in (TOOLS, KIMI):  # one file of each set, each changed alone
+        original = (tree / path).read_text()
+        (tree / path).write_text(original + "# an edit after apply\n")
+        slow = loaded_by_run(tree, library, command, env, exit_code=1)
+        assert sorted(m for m in slow if m in locking) == sorted(locking), path
+        _, done = patchkit_run(tree, library, command, env)
+        assert_clean_failure(done, 1)
+        assert "changed after patchkit wrote them" in done.stdout and not marker.exists(), path
+        (tree / path).write_text(original)
+        assert [m for m in loaded_by_run(tree, library, command, env) if m in locking] == []
+
+
+def test_the_hint_of_a_refused_run_is_a_preflight_of_the_same_launch_as_printed(launch):
+    """The hint names the launch whole (a `COMMAND` placeholder, pasted, was `not a vLLM launch`):
+    copied as printed it checks that launch on that tree, and fails as run did."""
+    tree, library, command, env, marker = launch  # a stock tree: the preflight refuses it
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 1 and not marker.exists(), done.stderr
+    (hint,) = [line for line in done.stderr.splitlines() if line.startswith("hint: `patchkit preflight")]
+    words = shlex.split(hint.removeprefix("hint: ").split("`")[1])
+    again = subprocess.run([sys.executable, "-m", *words], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "not a vLLM launch" not in again.stderr and "tree-state" in again.stdout, again.stdout

@@ -1,9 +1,10 @@
 """`patchkit run`'s fast path on an applied tree: what it would find, without re-deriving it.
 
 - **The tree's state from its record.** When `.patchkit/state.json` (parsed as the untrusted input
-  it is: patchkit.store.state) records one apply, of this very series (the same patch names and sha256s),
-  for the installed vLLM version, over exactly the files the series touches, and each of those
-  files still has the sha256 patchkit wrote (and the installed launch guard lets the launch go),
+  it is: patchkit.store.state) records an apply of this very series (the same patch names and sha256s),
+  for the installed vLLM version, over exactly the files the series touches, and each file of every
+  set it records (all on that version) still has the sha256 the last set to write it wrote (and the
+  installed launch guard lets the launch go),
   the tree is the series applied with no drift: the series is not planned again. Anything else (no record, another set, a file changed, a symlink
   on the way, an unfinished transaction) says nothing, and the full inspection decides, under
   the target's lock, as it always did. This read takes no lock: the files' hashes are the proof
@@ -81,21 +82,36 @@ def _settled_record(root: Path) -> bytes | None:
 
 
 def _as_recorded(resolved: Resolved, state: State) -> bool:
-    """Whether the record is one apply of this series on this version, every file as it wrote it."""
-    root = resolved.target.root
-    if len(state.entries) != 1:
+    """Whether the record holds one apply of this series on this version, and every set it records
+    (this one and the others, each applied on this version) left every file as the record says."""
+    entry = state.entry(resolved.set_name)
+    if entry is None or len({e.set_name for e in state.entries}) != len(state.entries):
         return False
-    entry = state.entries[0]
     series = [{"name": p.name, "sha256": p.sha256} for p in resolved.patches]
-    if (entry.set_name, entry.vllm_version, entry.patches) != (resolved.set_name, str(resolved.vllm_version), series):
+    if (entry.vllm_version, entry.patches) != (str(resolved.vllm_version), series):
         return False
     if sorted(entry.files) != touched_paths(resolved.patches):
         return False
-    for path, shas in entry.files.items():
+    if any(e.vllm_version != entry.vllm_version for e in state.entries):
+        return False
+    expected = _last_written(state)
+    root = resolved.target.root
+    for path, sha in expected.items():
         full = root / path
-        if not inside(root, full.parent) or sha256(read_file(full, follow_symlinks=False)) != shas["after"]:
+        if sha is None or not inside(root, full.parent) or sha256(read_file(full, follow_symlinks=False)) != sha:
             return False
     return True
+
+
+def _last_written(state: State) -> dict[str, str | None]:
+    """path -> what the last set to write it wrote there (None when a set's record of it does not
+    start from what the set before it wrote: a chain the record itself breaks)."""
+    written: dict[str, str | None] = {}
+    for entry in state.entries:  # in the order they were applied
+        for path, shas in entry.files.items():
+            chained = path not in written or written[path] == shas.get("before")
+            written[path] = shas.get("after") if chained else None
+    return written
 
 
 def kept_findings(context: LaunchContext, find: Callable[[LaunchContext], list[Finding]]) -> list[Finding]:
@@ -131,6 +147,7 @@ def _key(context: LaunchContext) -> str | None:
         "packaging": packaging.__version__,
         "code": code,
         "set": set_files,
+        "set_name": getattr(context.patch_set, "name", None),  # each set's findings: a key of their own
         "root": str(context.root),
         "version": str(context.version),
         "command": asdict(context.command),

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@target_options(without={"verbose"})
+@target_options  # -v: each check on the restored files, in a table
 @format_option
 @force_option("Revert files edited after apply (a copy of each is kept).")
 @dry_run_option("Say what would be restored; write nothing.")

@@ -66,22 +66,27 @@ def _checked(
         return None
     result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
     if result.ok:
-        _name_unjudged(ui, result.unjudged_plugins, default_options(opts, launch_command))
+        _name_unjudged(ui, result.unjudged_plugins, _full_preflight(opts, launch_command))
         return None
     show(ui, result, "text")
-    again = hints.command("preflight", "--", "COMMAND", chosen=default_options(opts, launch_command))
-    ui.error("not launched: the preflight failed", f"{again} shows the same findings")
+    ui.error("not launched: the preflight failed", f"{_full_preflight(opts, launch_command)} checks it in full")
     return result
 
 
-def _name_unjudged(ui: UI, plugins: list[str], chosen: Options) -> None:
+def _full_preflight(opts: Options, launch_command: LaunchCommand) -> str:
+    """The preflight of this very launch on the tree it imports, as a command to paste (the launch
+    spelled whole: a placeholder would be refused as `not a vLLM launch`)."""
+    chosen = default_options(opts, launch_command)
+    return hints.command("preflight", "--", *launch_command.argv, chosen=chosen)
+
+
+def _name_unjudged(ui: UI, plugins: list[str], full_preflight: str) -> None:
     """The general plugins the launch loads, which the static preflight did not judge (one may
     register another model class, or change vLLM): named on one line before the exec, never silent;
-    the hint under it is the full preflight of this tree, which asks vLLM."""
+    the hint under it is the full preflight of this launch, which asks vLLM."""
     if plugins:
         said = "plugins not judged: "
-        asks = hints.command("preflight", "--", "COMMAND", chosen=chosen) + " asks vLLM to judge them"
-        ui.warn(said + few_named(plugins, WIDTH - len("warning: " + said)), asks)
+        ui.warn(said + few_named(plugins, WIDTH - len("warning: " + said)), f"{full_preflight} asks vLLM to judge them")
 
 
 def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | SetsApplied | None:
