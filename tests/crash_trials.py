@@ -445,11 +445,23 @@ _ENDED = "\ntrial child ended at "
 
 def _console_child(args: list[str], out: str, starting: int) -> None:  # pragma: no cover - runs in the fork
     real_exit = os._exit
+    from patchkit.base import signals as patchkit_signals
+
+    looks: list[float] = []
+    real_look = patchkit_signals.late_signal
+
+    def timed_look() -> int | None:
+        # the console script's last look for a signal is its last chance to say one: a signal sent
+        # after it (as the process exits) is one it could not have seen, like one at the exit itself
+        looks.append(time.monotonic())
+        return real_look()
+
+    patchkit_signals.late_signal = timed_look
 
     def timed_exit(code: int) -> None:
         with _quiet():
             sys.stdout.flush()
-            sys.stderr.write(f"{_ENDED}{time.monotonic()}")
+            sys.stderr.write(f"{_ENDED}{looks[-1] if looks else time.monotonic()}")
             sys.stderr.flush()
         real_exit(code)
 
