@@ -255,11 +255,11 @@ def _run(
 ) -> tuple[int, str]:
     """patchkit.tree.process.run (_TimedOut at the timeout)."""
     # lazy: only a worker's run needs it, and the waits (subprocess, selectors: start-up of a dry run)
-    from patchkit.tree import process
+    from patchkit.tree.process import TimedOut, run
 
     try:
-        return process.run(command, stdin, timeout, env, cwd, stdout=stdout)
-    except process.TimedOut:
+        return run(command, stdin, timeout, env, cwd, stdout=stdout)
+    except TimedOut:
         raise _TimedOut from None
 
 
