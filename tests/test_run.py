@@ -428,3 +428,11 @@ def test_the_fast_path_loads_no_workers_waits(launch):
     fast = loaded_by_run(tree, library, command, env)
     assert "patchkit.tree.target" in fast
     assert [m for m in fast if m in ("select", "selectors", "subprocess", "patchkit.tree.process")] == []
+
+
+def test_run_help_states_the_exit_codes_a_failed_preflight_gives(run):
+    """new-user s12 item 5: the help said 1 for any failed check; a missing config.json is 4."""
+    said = " ".join(run("run", "--help").output.split())
+    assert "exit code is 1." not in said
+    for code, why in (("1", "a check failed"), ("3", "no patch set"), ("4", "config.json")):
+        assert f"{code} " in said and why in said, said
