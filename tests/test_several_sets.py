@@ -445,3 +445,14 @@ def test_apply_again_counts_no_set_as_applied(run, tree, library):
     assert again.exit_code == 0, again.output
     assert "set(s) applied (" not in again.output, again.output
     assert "0 set(s) applied; model already" in again.output, again.output
+
+
+def test_the_documents_of_several_sets_carry_the_trees_version_at_the_top(run, tree, library):
+    """One tree, one version: status, apply and verify of several sets keep the top-level
+    `vllm_version` the one-set documents always had (scripts read it there)."""
+    for command in (["status"], ["apply", "--dry-run"], ["verify", "--no-import"]):
+        result = run(*command, "--target", tree, "--patches", library, "--format", "json")
+        document = json_of(result)
+        assert (document["vllm_version"], document["version_source"]) == ("0.16.0", "vllm-0.16.0.dist-info/METADATA"), (
+            command
+        )
