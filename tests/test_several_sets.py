@@ -421,3 +421,38 @@ def test_status_of_a_library_covering_nothing_says_unsupported(run, tree, librar
     result = run("status", "--target", tree, "--patches", library, "--vllm-version", "0.10.0", "--format", "json")
     assert result.exit_code == 3, result.output
     assert json_of(result)["state"] == "unsupported" and "no set of the library covers" in json_of(result)["error"]
+
+
+def test_verify_with_the_guard_blames_only_the_set_whose_file_drifted(run, tree, library):
+    """new-user s12 item 8: the guard refuses the whole tree for one drifted file; the sets whose
+    own files are as written are judged ok, and the last line names only the set that drifted."""
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0  # with the guard
+    (tree / SPEC).write_text(patched_spec() + "# edited\n")
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    assert "verify: FAILED: spec (3 set(s) judged)" in failed.output
+    verdicts = [line for line in failed.output.splitlines() if line.startswith("verify: ")]
+    assert len(verdicts) == 4, failed.output
+    assert verdicts[0].startswith("verify: ok"), failed.output  # model, untouched
+    assert verdicts[1].startswith("verify: FAILED"), failed.output  # spec, drifted
+    assert verdicts[2].startswith("verify: ok"), failed.output  # old, upstream
+
+
+def test_apply_again_counts_no_set_as_applied(run, tree, library):
+    """new-user s12 item 2: sets already applied were counted "2 set(s) applied" by a run that wrote nothing."""
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    again = run("apply", "--target", tree, "--patches", library)
+    assert again.exit_code == 0, again.output
+    assert "set(s) applied (" not in again.output, again.output
+    assert "0 set(s) applied; model already" in again.output, again.output
+
+
+def test_the_documents_of_several_sets_carry_the_trees_version_at_the_top(run, tree, library):
+    """One tree, one version: status, apply and verify of several sets keep the top-level
+    `vllm_version` the one-set documents always had (scripts read it there)."""
+    for command in (["status"], ["apply", "--dry-run"], ["verify", "--no-import"]):
+        result = run(*command, "--target", tree, "--patches", library, "--format", "json")
+        document = json_of(result)
+        assert (document["vllm_version"], document["version_source"]) == ("0.16.0", "vllm-0.16.0.dist-info/METADATA"), (
+            command
+        )
