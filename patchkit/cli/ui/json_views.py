@@ -11,8 +11,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.engine.resolve import Chosen, Resolved
     from patchkit.series.library import Location
     from patchkit.series.plan import Plan
-    from patchkit.tree.version import DetectedVersion
     from patchkit.tree.target import Target
+    from patchkit.tree.version import DetectedVersion
 
 
 def plan_json(plan: Plan) -> list[dict]:
