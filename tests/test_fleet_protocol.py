@@ -348,3 +348,35 @@ def test_several_sets_the_rollback_reverts_each_set_a_node_applied_last_first():
     assert states(result) == {"rolled-back": 99, "check-failed": 1}
     assert result.reports[7].detail == "tools: probe; the sets it applied before were reverted"
     assert result.reports[0].to_json()["sets"] == both
+
+
+def test_several_sets_a_node_whose_revert_of_one_set_failed_is_told_to_revert_that_set_only():
+    """A plain `revert` there would undo every set, the ones the node had before this run too: the
+    hint names the set whose revert failed, and says what became of the others."""
+    both = [{"set": "eagle3", "state": "applied"}, {"set": "tools", "state": "applied"}]
+    already = [{"set": "eagle3", "state": "already-applied"}, {"set": "tools", "state": "applied"}]
+
+    class ToolsStuckOnNodeThree(SimulatedFleet):
+        def answer(self, step: str, node: Node, request: dict) -> NodeReport:
+            if step == "revert" and NODES.index(node) == 3 and request.get("set_name") == "tools":
+                stuck = {"state": "conflict", "ok": False, "exit_code": 1, "detail": "edited", "set": "tools"}
+                return NodeReport.from_node(node, {"target": "/nodes/3/site", "vllm_version": "0.16.0", **stuck})
+            return super().answer(step, node, request)
+
+    fleet = ToolsStuckOnNodeThree()
+    for index in range(100):
+        fleet.faults[(index, "apply")] = {"state": "applied", "ok": True, "exit_code": 0, "set": None, "sets": both}
+    fleet.faults[(4, "apply")] = {"state": "applied", "ok": True, "exit_code": 0, "set": None, "sets": already}
+    failed = {"state": "check-failed", "ok": False, "exit_code": 1, "detail": "tools: probe", "set": None}
+    fleet.faults[(7, "apply")] = {**failed, "sets": [both[0], {"set": "tools", "state": "check-failed"}]}
+    result = fleet_apply(fleet, NODES, REQUEST)
+    stuck = result.reports[3]
+    assert stuck.state == "rollback-failed"
+    assert "`patchkit revert --target /nodes/3/site --set tools`" in stuck.detail
+    assert "`patchkit revert --target /nodes/3/site`" not in stuck.detail
+    assert "tools: edited" in stuck.detail and "; eagle3 reverted" in stuck.detail
+    assert states(result) == {"rolled-back": 98, "check-failed": 1, "rollback-failed": 1}
+    reverted_on_four = [
+        request.get("set_name") for name, index, request in fleet.calls if (name, index) == ("revert", 4)
+    ]
+    assert reverted_on_four == ["tools"]  # the set it had before stays

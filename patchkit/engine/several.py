@@ -201,9 +201,11 @@ class SetsStatus:
     @property
     def outcome(self) -> Outcome:
         """The worst set's: a partial set, a drifted file, an upstream regression or the guard's
-        refusal fail (exit 1). Sets applied and not applied side by side are each as they should be."""
+        refusal fail (exit 1); so do sets applied and not applied side by side (a partial tree, as
+        a multi-set apply that stopped half-way leaves it): a CI gate must not pass it."""
         outcomes = [s.outcome for s in self.statuses]
-        return Outcome.CHECK_FAILED if Outcome.CHECK_FAILED in outcomes else Outcome.OK
+        failed = Outcome.CHECK_FAILED in outcomes or self.state == TreeState.PARTIAL
+        return Outcome.CHECK_FAILED if failed else Outcome.OK
 
     def applied(self) -> list[str]:
         return [c.name for c, s in zip(self.chosen, self.statuses, strict=True) if s.state == TreeState.APPLIED]

@@ -267,36 +267,47 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
     to_undo = [r for r in written if r.written]
     if not to_undo:
         return []
-    by_node = {r.node: r for r in to_undo}
-    answers = []
+    reverts: dict[Node, list[tuple[str | None, NodeReport]]] = {}  # each node's set reverts, in order
     for request_for_set, nodes in _revert_requests(request, to_undo):
-        answers += runner.run("revert", nodes, request_for_set).reports
+        for answer in runner.run("revert", nodes, request_for_set).reports:
+            reverts.setdefault(answer.node, []).append((request_for_set.get("set_name"), answer))
     stuck = []
-    answered = {answer.node for answer in answers}
-    for answer in answers:  # several sets: a node's answers, one per set; it is rolled back when each is
-        report = by_node[answer.node]
-        if report.state == NodeState.ROLLBACK_FAILED:
-            continue
-        if answer.ok and answer.state == Outcome.REVERTED:
-            if report.ok:
-                report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
-            elif _ROLLED_BACK_BEFORE not in report.detail:  # it failed at a later set: its failure stays its state
-                report.detail += _ROLLED_BACK_BEFORE
-        else:
-            report.state = NodeState.ROLLBACK_FAILED
-            report.detail = (
-                f"applied, and the revert failed ({answer.detail or answer.state}): on {report.node.node_ip} "
-                f"run {_command('revert', report)}"
-            )
-            stuck.append(report)
     for report in to_undo:
-        if report.node not in answered:  # no set name known: a plain revert would undo every set there
+        answers = reverts.get(report.node)
+        if not answers:  # no set name known: a plain revert would undo every set there
             report.state = NodeState.ROLLBACK_FAILED
             report.detail = (
                 f"applied, its set unknown, so not reverted: on {report.node.node_ip} run {_command('status', report)}"
             )
             stuck.append(report)
+        elif any(not _reverted(answer) for _, answer in answers):
+            report.state, report.detail = NodeState.ROLLBACK_FAILED, _revert_failed(report, answers)
+            stuck.append(report)
+        elif report.ok:
+            report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
+        elif _ROLLED_BACK_BEFORE not in report.detail:  # it failed at a later set: its failure stays its state
+            report.detail += _ROLLED_BACK_BEFORE
     return stuck
+
+
+def _reverted(answer: NodeReport) -> bool:
+    return answer.ok and answer.state == Outcome.REVERTED
+
+
+def _revert_failed(report: NodeReport, answers: list[tuple[str | None, NodeReport]]) -> str:
+    """What a node whose revert failed holds, and the revert of each set that failed there (never a
+    plain revert: it would undo the sets the node had before this run too)."""
+    failed = [(name or report.set_name, answer) for name, answer in answers if not _reverted(answer)]
+    why = "; ".join(f"{name or 'its set'}: {answer.detail or answer.state}" for name, answer in failed)
+    fixes = ", then ".join(_command("revert", report, name) for name, _ in failed)
+    detail = f"applied, and the revert failed ({why}): on {report.node.node_ip} run {fixes}"
+    done = [name for name, answer in answers if name and _reverted(answer)]
+    if done:
+        detail += f"; {', '.join(done)} reverted"
+    kept = [f"{s['set']} ({s['state']})" for s in report.sets if s["state"] != Outcome.APPLIED]
+    if kept:
+        detail += f"; not applied by this run, left as it was: {', '.join(kept)}"
+    return detail
 
 
 _ROLLED_BACK_BEFORE = "; the sets it applied before were reverted"
@@ -324,9 +335,9 @@ def _rolled_back(problem: PatchkitError, stuck: list[NodeReport]) -> PatchkitErr
     return problem
 
 
-def _command(action: str, report: NodeReport) -> str:
-    """What to run on that node: its tree and the set this run applied there."""
-    chosen = Options(target_dir=str(report.target) if report.target else None, set_name=report.set_name)
+def _command(action: str, report: NodeReport, set_name: str | None = None) -> str:
+    """What to run on that node: its tree and the set this run applied there (`set_name`: that one)."""
+    chosen = Options(target_dir=str(report.target) if report.target else None, set_name=set_name or report.set_name)
     return hints.command(action, chosen=chosen)
 
 

@@ -331,11 +331,12 @@ def _plan(root: Path, patches: list[Patch], view: View | None) -> Plan:
 
 def _step(view: View, patch: Patch) -> PatchStep:
     forward = _try_patch(view, patch)
-    if isinstance(forward, list) and _displacement(forward):
-        # A change found in place beats the same change again a few lines off: a hunk that
-        # only adds lines at the top still finds its context, one line lower, once applied.
+    if isinstance(forward, list) and any(_misfit(forward)):
+        # A change found in place beats the same change again elsewhere: a hunk that only adds
+        # lines at the top still finds its context, one line lower, once applied; one that adds
+        # lines at the end finds its context in place, but no longer at the end of the file.
         backward = _try_patch(view, patch.reversed())
-        if isinstance(backward, list) and _displacement(backward) < _displacement(forward):
+        if isinstance(backward, list) and _misfit(backward) < _misfit(forward):
             return PatchStep(patch, StepState.ALREADY_APPLIED, [])
     if isinstance(forward, list):
         for file_step in forward:
@@ -349,8 +350,26 @@ def _step(view: View, patch: Patch) -> PatchStep:
     return PatchStep(patch, StepState.CONFLICT, [], mismatch=forward)
 
 
-def _displacement(steps: list[FileStep]) -> int:
-    return sum(abs(p.offset) for step in steps for p in step.placements)
+def _misfit(steps: list[FileStep]) -> tuple[int, int]:
+    """How far the placed hunks are from where the patch puts them: hunks the diff put at the end
+    of the file found elsewhere, then lines of offset."""
+    off_end = sum(
+        _ends_file(p.hunk) and p.position + len(p.hunk.source) != len(step.before or b"")
+        for step in steps
+        for p in step.placements
+    )
+    return off_end, sum(abs(p.offset) for step in steps for p in step.placements)
+
+
+def _ends_file(hunk: Hunk) -> bool:
+    """Whether the diff put the hunk at the end of its file: it has leading context but none after
+    its changes (its last lines differ, or one block is the other's head: lines added or removed at
+    the end). A diff without context (-U0) says nothing of where a file ends."""
+    source, target = hunk.source_lines, byte_lines(hunk.target)
+    if not source or not target or source[0] != target[0]:
+        return False
+    shorter, longer = sorted((source, target), key=len)
+    return source[-1] != target[-1] or (len(shorter) < len(longer) and longer[: len(shorter)] == shorter)
 
 
 def _try_patch(view: View, patch: Patch) -> list[FileStep] | Mismatch:

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import NoPatchSet
 from patchkit.cli.commands import make_ui, resolve_telling
@@ -94,4 +95,6 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     said = f"{found.state}: {len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
     ok = found.outcome == Outcome.OK
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
+    if found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
+        ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")
     return found
