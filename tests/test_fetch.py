@@ -788,3 +788,22 @@ def test_no_wheel_for_the_platform_asked_names_the_platforms_the_index_has():
     )
     sdist_only = SimpleNamespace(packages=page.packages[:1])
     assert "only an sdist" in _no_wheel_error("0.16.0", [("https://pypi.org/simple", sdist_only)], "").hint
+
+
+def test_fetch_dest_says_what_it_laid_out_and_what_it_kept(fetched, tmp_path):
+    """new-user s12 item 7: into a tree that already holds the files (or patchkit's patch of one)
+    fetch said "laid out N file(s)" and wrote none."""
+    from helpers import run_cli
+
+    dest = tmp_path / "site"
+    first = fetched(dest)
+    assert first.returncode == 0 and "nothing laid out" not in first.stdout, first.stdout
+    again = fetched(dest)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing laid out" in again.stdout and "laid out 0" not in again.stdout, again.stdout
+    library = _spec_library(tmp_path)
+    applied = run_cli("apply", "--target", dest, "--patches", library, "--no-guard")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    kept = fetched(dest)  # the patched speculative.py is kept, and said to be
+    assert kept.returncode == 0 and "nothing laid out" in kept.stdout, kept.stdout
+    assert "kept 1 file(s) as patchkit patched them" in kept.stdout, kept.stdout

@@ -165,7 +165,7 @@ LAZY_IMPORTS = {
     "patchkit.distinfo.installed_wheel": "only a vLLM installed from a patched wheel needs it",
     "patchkit.checks": "the checks load only when checks run",
     "filelock": "a lock's library loads only when a lock is taken",
-    "subprocess": "only a worker's run needs it (start-up of a dry run)",
+    "patchkit.tree.process": "only a worker's run needs it: subprocess and its waits (start-up of a dry run)",
     "email": "only a patch with a mail header needs it",
     "logging": "the guard runs in every vLLM process: only a refusal logs",
     "importlib.metadata": "only reading a tree's plugins needs it (it loads the email package)",

@@ -418,3 +418,21 @@ def test_the_hint_of_a_refused_run_is_a_preflight_of_the_same_launch_as_printed(
     again = subprocess.run([sys.executable, "-m", *words], capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 1, again.stdout + again.stderr
     assert "not a vLLM launch" not in again.stderr and "tree-state" in again.stdout, again.stdout
+
+
+def test_the_fast_path_loads_no_workers_waits(launch):
+    """A worker's process and its waits (patchkit.tree.process: select, selectors, subprocess) load
+    only where a worker runs: tree.target, which every command loads, no longer imports them."""
+    tree, library, command, env, _ = launch
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    fast = loaded_by_run(tree, library, command, env)
+    assert "patchkit.tree.target" in fast
+    assert [m for m in fast if m in ("select", "selectors", "subprocess", "patchkit.tree.process")] == []
+
+
+def test_run_help_states_the_exit_codes_a_failed_preflight_gives(run):
+    """new-user s12 item 5: the help said 1 for any failed check; a missing config.json is 4."""
+    said = " ".join(run("run", "--help").output.split())
+    assert "exit code is 1." not in said
+    for code, why in (("1", "a check failed"), ("3", "no patch set"), ("4", "config.json")):
+        assert f"{code} " in said and why in said, said

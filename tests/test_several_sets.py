@@ -421,3 +421,18 @@ def test_status_of_a_library_covering_nothing_says_unsupported(run, tree, librar
     result = run("status", "--target", tree, "--patches", library, "--vllm-version", "0.10.0", "--format", "json")
     assert result.exit_code == 3, result.output
     assert json_of(result)["state"] == "unsupported" and "no set of the library covers" in json_of(result)["error"]
+
+
+def test_verify_with_the_guard_blames_only_the_set_whose_file_drifted(run, tree, library):
+    """new-user s12 item 8: the guard refuses the whole tree for one drifted file; the sets whose
+    own files are as written are judged ok, and the last line names only the set that drifted."""
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0  # with the guard
+    (tree / SPEC).write_text(patched_spec() + "# edited\n")
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    assert "verify: FAILED: spec (3 set(s) judged)" in failed.output
+    verdicts = [line for line in failed.output.splitlines() if line.startswith("verify: ")]
+    assert len(verdicts) == 4, failed.output
+    assert verdicts[0].startswith("verify: ok"), failed.output  # model, untouched
+    assert verdicts[1].startswith("verify: FAILED"), failed.output  # spec, drifted
+    assert verdicts[2].startswith("verify: ok"), failed.output  # old, upstream

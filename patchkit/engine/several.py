@@ -10,7 +10,7 @@ before it stay applied and recorded, the sets after it are not tried; the result
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
@@ -253,4 +253,20 @@ def verify_sets(chosen: list[Chosen], *, import_probe: bool = True, watch: Watch
     for each in covering:
         assert each.resolved is not None
         results.append(verify_tree(each.resolved, import_probe=import_probe, watch=watch))
-    return SetsVerified(covering, results)
+    return SetsVerified(covering, _guard_blames_the_drifted(results))
+
+
+def _guard_blames_the_drifted(results: list[VerifyResult]) -> list[VerifyResult]:
+    """The guard refuses the whole tree for one drifted file: that refusal is the drifted set's,
+    not the verdict of a set whose own files are as patchkit wrote them."""
+    drifted = {path for r in results for path in r.status.drifted}
+    if not drifted:
+        return results
+
+    def own(result: VerifyResult) -> VerifyResult:
+        if result.status.drifted:
+            return result
+        kept = [p for p in result.status.guard if not any(p.startswith(f"{path} ") for path in drifted)]
+        return replace(result, status=replace(result.status, guard=kept))
+
+    return [own(r) for r in results]

@@ -85,7 +85,14 @@ def needed_files(patch_set: PatchSetDef, selection: Selection) -> list[str]:
 
 
 def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *, force: bool = False) -> list[str]:
-    """Copy a cached release tree (or its dist-info and `paths`) to dest, returning what was copied.
+    """lay_out_said's files: every file dest now holds of the release (written or already there)."""
+    return lay_out_said(tree, dest, paths, force=force)[0]
+
+
+def lay_out_said(
+    tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *, force: bool = False
+) -> tuple[list[str], list[str], list[str]]:
+    """(every file, those written, those kept as patchkit patched them). Copy a cached release tree (or its dist-info and `paths`) to dest, returning what was copied.
 
     Each file is read without following a symlink and checked against the tree's RECORD (the cache
     is untrusted input; release_tree re-checked that RECORD). Nothing is written through a symlink
@@ -104,13 +111,15 @@ def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *,
             + (f" and {len(differing) - 10} more" if len(differing) > 10 else ""),
             hint="they may be your edits: choose another directory, or pass --force to overwrite them",
         )
+    written = []
     for rel, data in files.items():
         try:
             if rel in differing or (rel not in patched and not (root / rel).exists()):
                 atomic_write(root / rel, data, mode=0o644)
+                written.append(rel)
         except OSError as e:
             raise TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}") from None
-    return sorted(files)
+    return sorted(files), sorted(written), sorted(patched)
 
 
 def _patched_by_patchkit(root: Path, stock: dict[str, bytes]) -> set[str]:

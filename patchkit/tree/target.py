@@ -6,26 +6,18 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import select
-import selectors
 import shutil
-import signal
 import sys
 import tempfile
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
 
 from patchkit.base.errors import TargetError
 
-if TYPE_CHECKING:  # pragma: no cover
-    import subprocess
-
-# subprocess is imported where a worker runs: a command given --target alone (a dry run of a
-# large diff, `run` on an applied tree) starts no worker.
+# a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
+# a command given --target alone (a dry run of a large diff, `run` on an applied tree) starts none.
 
 PACKAGE = "vllm"
 
@@ -261,166 +253,14 @@ def _run(
     *,
     stdout: bool = False,
 ) -> tuple[int, str]:
-    """(exit status, error output) of a worker process (with `stdout`: its output instead); at the
-    timeout (_TimedOut raised) or an interrupt, its whole process group is killed. Every wait is
-    bounded: the answer is the worker's exit, never the end of its output, which a process it
-    started (a vLLM plugin's helper, a daemon in a session of its own) may hold open for ever."""
-    # lazy: only a worker's run needs it (start-up of a dry run)
-    import subprocess
+    """patchkit.tree.process.run (_TimedOut at the timeout)."""
+    # lazy: only a worker's run needs it, and the waits (subprocess, selectors: start-up of a dry run)
+    from patchkit.tree.process import TimedOut, run
 
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL if stdout else subprocess.PIPE,
-        cwd=cwd or os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
-        start_new_session=True,  # a timeout kills its children too
-        env=env,
-    )
-    output = process.stdout if stdout else process.stderr
-    assert output is not None and process.stdin is not None
-    kept = _Output(keep_head=stdout)
     try:
-        _exchange(process, stdin.encode("utf-8"), output, kept, time.monotonic() + timeout)
-    except _TimedOut:
-        _kill_group(process)
-        raise
-    except BaseException:  # an interrupt (Ctrl-C, SIGTERM): no worker outlives patchkit
-        _kill_group(process)
-        raise
-    finally:
-        _close(process.stdin, output)
-    return process.returncode, kept.text()
-
-
-OUTPUT_LIMIT = 16 << 20  # a script's output kept (its answer); of error output, only the end
-ERROR_TAIL = 64 << 10
-POLL = 0.2  # seconds between two looks at a worker that neither writes nor exits
-IDLE = 0.005  # the same where nothing tells its exit (no pidfd, its output ended): a short nap
-DRAIN = 1 << 20  # what a worker that exited left in its pipe, read without waiting
-
-
-class _Output:
-    """What a worker wrote, bounded: the start (an answer on stdout) or the end (error output)."""
-
-    def __init__(self, *, keep_head: bool) -> None:
-        self.keep_head, self.data = keep_head, bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        if self.keep_head:
-            self.data += chunk[: max(OUTPUT_LIMIT - len(self.data), 0)]
-        else:
-            self.data += chunk
-            del self.data[:-ERROR_TAIL]
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", "replace")
-
-
-def _exchange(process: subprocess.Popen, request: bytes, output: IO[bytes], kept: _Output, deadline: float) -> None:
-    """Write `request` to the worker's stdin and keep what it writes on `output` until it exits
-    (then what is already in the pipe, without waiting); _TimedOut past `deadline`."""
-    assert process.stdin is not None
-    pending = memoryview(request)
-    exit_watch = _exit_watch(process)
-    with selectors.DefaultSelector() as selector, _closing(exit_watch):
-        selector.register(output, selectors.EVENT_READ)
-        if exit_watch is not None:  # readable once the worker exits: no polling
-            selector.register(exit_watch, selectors.EVENT_READ)
-        if pending:
-            selector.register(process.stdin, selectors.EVENT_WRITE)
-        else:
-            process.stdin.close()
-        while not _exited(process):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _TimedOut
-            ready = selector.select(min(remaining, POLL)) if selector.get_map() else _sleep(min(remaining, IDLE))
-            for key, _ in ready:
-                if key.fileobj == exit_watch:
-                    continue  # its exit: seen at the loop's head
-                if key.fileobj is process.stdin:
-                    pending = _write_some(process.stdin, pending)
-                    if not pending:
-                        selector.unregister(process.stdin)
-                        process.stdin.close()
-                elif not _read_some(output, kept):  # the end of its output: its exit is still awaited
-                    selector.unregister(output)
-    _drain(output, kept)
-    process.wait()  # it exited: reaped at once
-
-
-def _exit_watch(process: subprocess.Popen) -> int | None:
-    """A descriptor readable once the worker exits (Linux's pidfd), or None where there is none."""
-    try:
-        return os.pidfd_open(process.pid)
-    except (AttributeError, OSError):
-        return None
-
-
-@contextmanager
-def _closing(descriptor: int | None) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        if descriptor is not None:
-            os.close(descriptor)
-
-
-def _exited(process: subprocess.Popen) -> bool:
-    """Whether the worker exited, seen without reaping it: its process group (the leftover children
-    of a plugin) is then killed while its id is surely still the worker's."""
-    try:
-        seen = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # reaped already
-        return True
-    if seen is None:
-        return False
-    with suppress(OSError):
-        os.killpg(process.pid, signal.SIGKILL)  # what it left behind in its own session
-    return True
-
-
-def _sleep(seconds: float) -> list:
-    time.sleep(seconds)
-    return []
-
-
-def _write_some(stdin: IO[bytes], pending: memoryview) -> memoryview:
-    """The request's rest after one write that cannot block (at most PIPE_BUF bytes to a writable pipe)."""
-    try:
-        written = os.write(stdin.fileno(), pending[: select.PIPE_BUF])
-    except BrokenPipeError:  # the worker stopped reading: its exit says what happened
-        return pending[:0]
-    return pending[written:]
-
-
-def _read_some(output: IO[bytes], kept: _Output) -> bool:
-    """One read of a readable pipe into `kept`; False at its end."""
-    chunk = os.read(output.fileno(), 65536)
-    kept.add(chunk)
-    return bool(chunk)
-
-
-def _drain(output: IO[bytes], kept: _Output) -> None:
-    """What the exited worker left in the pipe, read without blocking: another process holding its
-    write end (a helper a plugin started) is never waited for."""
-    os.set_blocking(output.fileno(), False)
-    left = DRAIN
-    with suppress(BlockingIOError, OSError):
-        while left > 0:
-            chunk = os.read(output.fileno(), min(65536, left))
-            if not chunk:
-                break
-            kept.add(chunk)
-            left -= len(chunk)
-
-
-def _close(*pipes: IO[bytes] | None) -> None:
-    for pipe in pipes:
-        if pipe is not None:
-            with suppress(OSError):
-                pipe.close()
+        return run(command, stdin, timeout, env, cwd, stdout=stdout)
+    except TimedOut:
+        raise _TimedOut from None
 
 
 def run_script(python: str, script: Path, args: Sequence[str], *, timeout: float, isolated: bool) -> tuple[int, str]:
@@ -443,15 +283,6 @@ def _why_not_run(exc: OSError, python: str) -> str:
     if isinstance(exc, PermissionError):
         return "interpreter not executable"
     return str(exc)
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    """Kill the worker and its process group, and reap it (a process SIGKILL ends: a bounded wait)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except OSError:
-        process.kill()
-    process.wait()
 
 
 def _read_answer(path: Path) -> dict | None:

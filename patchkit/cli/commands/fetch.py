@@ -8,7 +8,7 @@ from patchkit.base.errors import NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import all_python_option, force_option, library_options, output_options
-from patchkit.releases.files import files_for, lay_out, not_covered
+from patchkit.releases.files import files_for, lay_out_said, not_covered
 
 
 @click.command()
@@ -50,5 +50,7 @@ def command(
     ui.line(f"vllm {version}: {tree}")
     if dest:
         # what this fetch asked for, not whatever earlier fetches left in the cache's tree
-        copied = lay_out(tree, dest, None if all_python else paths, force=force)
-        ui.line(f"laid out {len(copied)} file(s) under {dest} (use --target {dest})")
+        _, written, kept = lay_out_said(tree, dest, None if all_python else paths, force=force)
+        did = f"laid out {len(written)} file(s)" if written else "nothing laid out"
+        also = f"; kept {len(kept)} file(s) as patchkit patched them" if kept else ""
+        ui.line(f"{did} under {dest}{also} (use --target {dest})")

@@ -42,8 +42,10 @@ def command(
 ) -> ApplyResult | SetsApplied | PreflightResult | None:
     """Preflight a vLLM launch (static checks), then become it (exec: same PID, signals, exit status).
 
-    When a check fails, COMMAND does not run and the exit code is 1. For a systemd ExecStart= or a
-    container entrypoint: `patchkit run --apply -- vllm serve MODEL ...`.
+    When the preflight fails, COMMAND does not run; the exit code says why: 1 a check failed,
+    2 a bad launch command, 3 no patch set for this vLLM, 4 the model's config.json or vLLM
+    cannot be read. For a systemd ExecStart= or a container entrypoint:
+    `patchkit run --apply -- vllm serve MODEL ...`.
     """
     launch_command = frame(list(launch))
     if apply_first or not no_preflight:
