@@ -588,7 +588,8 @@ def test_porting_the_real_0_16_0_set_gives_the_library_series(run, tmp_path, ver
     from patchkit.series.library import default_root
 
     out, ws = tmp_path / "out", tmp_path / "ws"
-    result = run("port", "--from", "0.16.0", "--to", version, "--out", out, "--workspace", ws, "--format", "json")
+    args = ("--from", "0.16.0", "--to", version, "--set", "eagle3", "--out", out, "--workspace", ws)
+    result = run("port", *args, "--format", "json")
     report = json.loads(result.stdout)
     conflicted = {m["path"] for m in report["merges"] if m["conflicts"]}
     assert conflicted <= {"vllm/config/speculative.py"}, report["merges"]

@@ -436,3 +436,23 @@ def test_verify_with_the_guard_blames_only_the_set_whose_file_drifted(run, tree,
     assert verdicts[0].startswith("verify: ok"), failed.output  # model, untouched
     assert verdicts[1].startswith("verify: FAILED"), failed.output  # spec, drifted
     assert verdicts[2].startswith("verify: ok"), failed.output  # old, upstream
+
+
+def test_apply_again_counts_no_set_as_applied(run, tree, library):
+    """new-user s12 item 2: sets already applied were counted "2 set(s) applied" by a run that wrote nothing."""
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    again = run("apply", "--target", tree, "--patches", library)
+    assert again.exit_code == 0, again.output
+    assert "set(s) applied (" not in again.output, again.output
+    assert "0 set(s) applied; model already" in again.output, again.output
+
+
+def test_the_documents_of_several_sets_carry_the_trees_version_at_the_top(run, tree, library):
+    """One tree, one version: status, apply and verify of several sets keep the top-level
+    `vllm_version` the one-set documents always had (scripts read it there)."""
+    for command in (["status"], ["apply", "--dry-run"], ["verify", "--no-import"]):
+        result = run(*command, "--target", tree, "--patches", library, "--format", "json")
+        document = json_of(result)
+        assert (document["vllm_version"], document["version_source"]) == ("0.16.0", "vllm-0.16.0.dist-info/METADATA"), (
+            command
+        )

@@ -140,6 +140,17 @@ def test_a_table_fitted_to_80_columns_breaks_names_at_their_words_and_puts_text_
     assert all(len(line.split()) > 1 for line in below[:-1]), below
 
 
+def test_a_matrix_breaks_its_set_names_over_short_cells_to_fit_60_columns():
+    # three sets in the library (session 12): `vLLM  eagle3  deepseek-tool-calls  kimi-k2-tool-calls` was 67 wide
+    columns = ["vLLM", "eagle3", "deepseek-tool-calls", "kimi-k2-tool-calls"]
+    rows = [[">=0.11.1,<0.13.0", "applied", "applied", "upstream"], ["0.11.0", "-", "-", "applied"]]
+    table = fit_table(columns, rows, 60)
+    assert sum(table.widths) + 2 * (len(table.widths) - 1) <= 60
+    header, *body = table.rows
+    assert ["".join(lines) for lines in header] == columns  # broken after a -, never cut
+    assert all(len(lines) == 1 for row in body for lines in row)  # a cell is whole on its line
+
+
 def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
     lines = fitted("fix: " + "revert the tree and apply again " * 4, 40, first=2, indent=7)
     assert all(len(line) <= 40 for line in lines) and lines[0].startswith("  fix: ")

@@ -1,8 +1,8 @@
 """The real vLLM 0.16.0 wheel (release tier): `patchkit wheel 0.16.0` downloads it into the shared
-cache (once; re-checked on reuse), patches it with eagle3, `pip install --no-deps` puts it in a
-temporary prefix, and there `status` says applied, `verify` passes, the eagle3 requirements hold on
-the installed files (judged as the held-out tests judge them), and `revert` gives the release's
-files back byte for byte."""
+cache (once; re-checked on reuse), patches it with eagle3 (each command says `--set eagle3`: the
+library holds other sets too), `pip install --no-deps` puts it in a temporary prefix, and there
+`status` says applied, `verify` passes, the eagle3 requirements hold on the installed files (judged
+as the held-out tests judge them), and `revert` gives the release's files back byte for byte."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ LABELLED = f"{VERSION}+patchkit.eagle3"
 def installed(tmp_path_factory) -> Path:
     """site-packages of a prefix the patched 0.16.0 wheel was installed in with pip --no-deps."""
     work = tmp_path_factory.mktemp("real-wheel")
-    done = run_cli("wheel", VERSION, "--out", work / "dist", "-q")
+    done = run_cli("wheel", "--set", "eagle3", VERSION, "--out", work / "dist", "-q")
     assert done.returncode == 0, done.stdout + done.stderr
     wheel = Path(done.stdout.strip().splitlines()[-1])
     assert wheel.name == f"vllm-{LABELLED}-cp38-abi3-manylinux_2_31_x86_64.whl"
@@ -58,10 +58,10 @@ def installed(tmp_path_factory) -> Path:
 
 
 def test_status_says_applied_and_verify_passes(installed):
-    status = json.loads(run_cli("status", "--target", installed, "--format", "json").stdout)
+    status = json.loads(run_cli("status", "--set", "eagle3", "--target", installed, "--format", "json").stdout)
     assert status["state"] == "applied" and status["set"] == "eagle3" and status["drifted"] == []
     assert status["vllm_version"] == LABELLED and status["series"] == VERSION
-    done = run_cli("verify", "--target", installed, "--no-import", "--format", "json")
+    done = run_cli("verify", "--set", "eagle3", "--target", installed, "--no-import", "--format", "json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     checks = json.loads(done.stdout)["checks"]
     integrity = [c for c in checks if c["check"] == "integrity"]
@@ -104,7 +104,7 @@ def test_the_wheel_installed_over_an_applied_tree_is_reported_and_apply_settles_
     paths = files_for(VERSION)
     site = tmp_path / "site"
     lay_out(release_tree(VERSION, paths), str(site), paths)
-    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    assert run_cli("apply", "--set", "eagle3", "--target", site, "--no-import").returncode == 0
     shutil.rmtree(site / f"vllm-{VERSION}.dist-info")
     shutil.copytree(installed / f"vllm-{LABELLED}.dist-info", site / f"vllm-{LABELLED}.dist-info")
     for path in paths:
@@ -112,15 +112,16 @@ def test_the_wheel_installed_over_an_applied_tree_is_reported_and_apply_settles_
     refused = load_plugins_like_vllm(site)
     assert refused.returncode != 0 and f"{LABELLED} is installed" in refused.stderr
 
-    done = run_cli("status", "--target", site, "--format", "json")
-    assert done.returncode == 1 and f"`patchkit apply --target {site}`" in json.loads(done.stdout)["guard"]["fix"], (
-        done.stdout
-    )
-    assert run_cli("verify", "--target", site, "--no-import").returncode == 1
-    done = run_cli("apply", "--target", site, "--no-import")
+    done = run_cli("status", "--set", "eagle3", "--target", site, "--format", "json")
+    assert (
+        done.returncode == 1
+        and f"`patchkit apply --target {site} --set eagle3`" in json.loads(done.stdout)["guard"]["fix"]
+    ), done.stdout
+    assert run_cli("verify", "--set", "eagle3", "--target", site, "--no-import").returncode == 1
+    done = run_cli("apply", "--set", "eagle3", "--target", site, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
     assert load_plugins_like_vllm(site).returncode == 0
-    assert run_cli("status", "--target", site).returncode == 0
+    assert run_cli("status", "--set", "eagle3", "--target", site).returncode == 0
     with open(site / SPEC, "a") as fh:
         fh.write("# edited\n")
     assert load_plugins_like_vllm(site).returncode != 0  # still guarded
@@ -129,10 +130,10 @@ def test_the_wheel_installed_over_an_applied_tree_is_reported_and_apply_settles_
 def test_revert_gives_the_release_files_back(installed):
     # the last test of the module: it leaves the prefix stock
     provenance = read_provenance(installed / f"vllm-{LABELLED}.dist-info")
-    done = run_cli("revert", "--target", installed)
+    done = run_cli("revert", "--set", "eagle3", "--target", installed)
     assert done.returncode == 0, done.stdout + done.stderr
     stock = release_tree(VERSION, sorted(provenance.files))
     for path in provenance.files:
         assert (installed / path).read_bytes() == (stock / path).read_bytes(), path
-    status = json.loads(run_cli("status", "--target", installed, "--format", "json").stdout)
+    status = json.loads(run_cli("status", "--set", "eagle3", "--target", installed, "--format", "json").stdout)
     assert status["state"] == "not-applied" and status["drifted"] == []

@@ -121,7 +121,9 @@ def _overall(done: list[SetApplied]) -> Outcome:
 
 
 def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
-    applied = [d.chosen.name for d in done if d.result is not None and d.result.outcome != Outcome.UPSTREAM]
+    # the sets this run wrote (or would): one already applied is said as such, not counted as applied
+    wrote = (Outcome.DRY_RUN,) if dry_run else (Outcome.APPLIED,)
+    applied = [d.chosen.name for d in done if d.result is not None and d.result.outcome in wrote]
     verb = "would apply" if dry_run else "applied"
     said = f"{len(applied)} set(s) {verb}" + (f" ({', '.join(applied)})" if applied else "")
     others = [f"{d.chosen.name} {d.state}" for d in done if d.chosen.name not in applied]

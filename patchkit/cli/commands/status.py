@@ -11,7 +11,7 @@ from patchkit.base.errors import NoPatchSet
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
 from patchkit.cli.ui.console import UI
-from patchkit.cli.ui.json_views import status_json, target_json
+from patchkit.cli.ui.json_views import status_json, target_json, tree_version_json
 from patchkit.cli.ui.reports import show_checks, show_status, status_verdict
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
@@ -69,6 +69,7 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     ui.knows(target_json(target))
     try:
         chosen = resolve_sets(opts, target, sets=sets)
+        ui.knows(tree_version_json(chosen))
     except NoPatchSet:  # no set covers this vLLM: unsupported, as status of one set says it (exit 3)
         ui.knows({"state": TreeState.UNSUPPORTED})
         raise

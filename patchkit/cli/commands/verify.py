@@ -12,7 +12,7 @@ from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
 from patchkit.cli.ui import reports
 from patchkit.cli.ui.console import UI
-from patchkit.cli.ui.json_views import target_json
+from patchkit.cli.ui.json_views import target_json, tree_version_json
 from patchkit.cli.ui.junit import releases_junit, sets_releases_junit
 from patchkit.cli.ui.matrix import Matrix, release_cell, write_markdown
 from patchkit.cli.ui.run import write_junit
@@ -221,6 +221,7 @@ def _verify_sets(
     target = resolve_target(opts)
     ui.knows(target_json(target))
     chosen = resolve_sets(opts, target, sets=sets)
+    ui.knows(tree_version_json(chosen))
     verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui))
     pairs = [(c.resolved, r) for c, r in zip(verified.chosen, verified.results, strict=True) if c.resolved is not None]
     if fmt == "junit":

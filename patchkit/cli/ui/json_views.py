@@ -8,7 +8,7 @@ from patchkit.base.enums import TreeState
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.engine.inspection import TreeStatus
-    from patchkit.engine.resolve import Resolved
+    from patchkit.engine.resolve import Chosen, Resolved
     from patchkit.series.library import Location
     from patchkit.series.plan import Plan
     from patchkit.tree.target import Target
@@ -35,6 +35,15 @@ def plan_json(plan: Plan) -> list[dict]:
 
 def target_json(target: Target) -> dict:
     return {"target": str(target.root), "found_by": target.found_by}
+
+
+def tree_version_json(chosen: list[Chosen]) -> dict:
+    """The tree's vLLM version for a run of several sets: one tree, so one version, at the top of
+    the document as a run of one set has it (scripts read it there)."""
+    found = next((c.resolved for c in chosen if c.resolved is not None and c.resolved.version), None)
+    if found is None or found.version is None:
+        return {}
+    return {"vllm_version": str(found.vllm_version), "version_source": found.version.source}
 
 
 def resolved_json(resolved: Resolved) -> dict:

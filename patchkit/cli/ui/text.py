@@ -215,6 +215,14 @@ def _text_floor(cells: list[str], header: str, width: int) -> int:
     return min(max(TEXT_ROOM, longest, len(header)), max(width - BELOW, TEXT_ROOM))
 
 
+def _name_floor(cells: list[str], header: str) -> int:
+    """The fewest columns a column of names is wrapped to: its cells within NAME_ROOM (a short one
+    whole), its header broken after a _ or - (a set's name over its matrix column), never cut."""
+    longest = max(map(len, cells), default=0)
+    header_piece = max(map(len, _JOINER.split(header)), default=0)
+    return min(max(longest, len(header)), max(min(NAME_ROOM, longest), header_piece))
+
+
 @dataclass
 class FittedTable:
     """A table fitted to a width: the columns kept on the row's line (`widths`), each row (the
@@ -240,7 +248,7 @@ def fit_table(columns: list[str], rows: list[list[str]], width: int) -> FittedTa
     while kept > 1 and is_text[kept - 1] and sum(floors[:kept]) + GAP * (kept - 1) > width:
         kept -= 1
     widths = natural[:kept]
-    least = [floors[i] if is_text[i] else min(natural[i], max(NAME_ROOM, len(columns[i]))) for i in range(kept)]
+    least = [floors[i] if is_text[i] else _name_floor([row[i] for row in rows], columns[i]) for i in range(kept)]
     excess = sum(widths) + GAP * (kept - 1) - width
     for floor in (floors[:kept], least):
         excess = _narrow(widths, floor, excess)
