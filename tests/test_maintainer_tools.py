@@ -581,6 +581,14 @@ def upstream_then_ours(text: str) -> str:
     )
 
 
+def test_port_help_says_a_library_of_several_sets_needs_set(run):
+    # port carries one set: with the installed library's three it refuses to guess ("choose one with --set")
+    result = run("port", "--help")
+    assert result.exit_code == 0
+    said = " ".join(result.output.split())
+    assert "needed when it holds several" in said and "every set that covers" not in said, said
+
+
 @pytest.mark.release
 @pytest.mark.parametrize("version", ["0.17.0", "0.17.1"])
 def test_porting_the_real_0_16_0_set_gives_the_library_series(run, tmp_path, version, capsys):

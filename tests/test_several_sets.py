@@ -456,3 +456,10 @@ def test_the_documents_of_several_sets_carry_the_trees_version_at_the_top(run, t
         assert (document["vllm_version"], document["version_source"]) == ("0.16.0", "vllm-0.16.0.dist-info/METADATA"), (
             command
         )
+
+
+def test_revert_of_several_sets_carries_the_trees_version_at_the_top(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    result = run("revert", "--target", tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json_of(result)["vllm_version"] == "0.16.0"

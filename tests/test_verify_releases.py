@@ -368,9 +368,9 @@ def test_exit_code_rules():
 
 @pytest.mark.release
 def test_real_releases_patched_and_upstream(run):
-    result = run(
-        "verify", "--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--format", "json", "--no-result-cache"
-    )
+    """eagle3's (`--set eagle3`: the library holds other sets, each a part of its own document)."""
+    versions = ["--vllm-version", "0.16.0", "--vllm-version", "0.18.0"]
+    result = run("verify", "--set", "eagle3", *versions, "--format", "json", "--no-result-cache")
     assert result.exit_code == 0, result.output[-3000:]
     releases = {r["vllm_version"]: r for r in json.loads(result.stdout)["releases"]}
     assert releases["0.16.0"]["outcome"] == "patched" and releases["0.16.0"]["reverted_identical"]
@@ -379,10 +379,19 @@ def test_real_releases_patched_and_upstream(run):
 
 
 @pytest.mark.release
+def test_real_releases_of_every_set_are_a_part_each(run):
+    result = run("verify", "--vllm-version", "0.16.0", "--vllm-version", "0.18.0", "--format", "json")
+    assert result.exit_code == 0, result.output[-3000:]
+    parts = {p["set"]: p["releases"] for p in json.loads(result.stdout)["sets"]}
+    assert "eagle3" in parts and len(parts) > 1
+    assert all(r["ok"] for releases in parts.values() for r in releases), parts
+
+
+@pytest.mark.release
 def test_real_all_releases(run):
     from patchkit.fetch import available_versions
 
-    result = run("verify", "--all", "--format", "json")
+    result = run("verify", "--set", "eagle3", "--all", "--format", "json")  # eagle3's range and upstream
     assert result.exit_code == 0, result.output[-3000:]
     releases = {Version(r["vllm_version"]): r for r in json.loads(result.stdout)["releases"]}
     expected = [v for v in available_versions() if v >= Version("0.11.0")]

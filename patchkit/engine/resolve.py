@@ -216,6 +216,11 @@ def unsupported(root: Path, message: str, hint: str | None = None) -> NoPatchSet
     return NoPatchSet(message, hint=hint)
 
 
+def tree_version(opts: Options, target: Target) -> DetectedVersion | None:
+    """The target's version when it can be found (a revert of every set does not need it)."""
+    return _detect_quietly(target, opts.vllm_version)
+
+
 def _detect_quietly(tgt: Target, override: str | None) -> DetectedVersion | None:
     """Ad-hoc patches do not need a version; report it when it can be found."""
     try:

@@ -7,7 +7,7 @@ import click
 
 from patchkit.base.errors import Conflict
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import format_option, library_options, output_options
+from patchkit.cli.commands.options import format_option, output_options, patches
 from patchkit.cli.ui.console import UI
 from patchkit.maintainer.port import PortRequest, port_set
 
@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 @click.option(
     "--workspace", metavar="DIR", help="Where to leave the workspace on conflicts (default ./vllm-V2-workspace)."
 )
-@library_options
+@patches
+@click.option(
+    "--set", "set_name", metavar="NAME", help="Patch set in the library (needed when it holds several: one is ported)."
+)
 @format_option
 @output_options
 def command(

@@ -8,11 +8,11 @@ from patchkit.base.enums import Outcome
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, target_options
 from patchkit.cli.ui.console import UI
-from patchkit.cli.ui.json_views import resolved_json, target_json
+from patchkit.cli.ui.json_views import resolved_json, target_json, version_json
 from patchkit.cli.ui.reports import show_header
 from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import RevertResult, nothing_to_undo, resolve_for_revert, revert_series
-from patchkit.engine.resolve import library_sets, several
+from patchkit.engine.resolve import library_sets, several, tree_version
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -33,6 +33,8 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
     sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
     target, resolved = resolve_for_revert(opts, sets)
     ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))
+    if resolved is None and several(opts, sets):  # one tree: its version at the top, as one set's revert says it
+        ui.knows(version_json(tree_version(opts, target)))
     if resolved is not None and not ui.json_mode:
         show_header(ui, resolved)
     if resolved is None and several(opts, sets) and nothing_to_undo(target.root):

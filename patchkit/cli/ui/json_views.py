@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.series.library import Location
     from patchkit.series.plan import Plan
     from patchkit.tree.target import Target
+    from patchkit.tree.version import DetectedVersion
 
 
 def plan_json(plan: Plan) -> list[dict]:
@@ -41,9 +42,14 @@ def tree_version_json(chosen: list[Chosen]) -> dict:
     """The tree's vLLM version for a run of several sets: one tree, so one version, at the top of
     the document as a run of one set has it (scripts read it there)."""
     found = next((c.resolved for c in chosen if c.resolved is not None and c.resolved.version), None)
-    if found is None or found.version is None:
+    return version_json(found.version if found is not None else None)
+
+
+def version_json(detected: DetectedVersion | None) -> dict:
+    """The version keys of a document (none when the version is unknown)."""
+    if detected is None:
         return {}
-    return {"vllm_version": str(found.vllm_version), "version_source": found.version.source}
+    return {"vllm_version": str(detected.version), "version_source": detected.source}
 
 
 def resolved_json(resolved: Resolved) -> dict:
