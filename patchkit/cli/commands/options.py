@@ -44,7 +44,11 @@ patch = click.option(
     multiple=True,
     help="Ad-hoc unified diff instead of the library's series (repeatable).",
 )
-SET_HELP = "Patch set in the library (default: every set that covers the vLLM version)."
+# one text for every command (test_operations): port and workspace carry one set, so they need it named
+SET_HELP = (
+    "Patch set in the library (default: every set that covers the vLLM version; "
+    "port and workspace take one, needed when the library holds several)."
+)
 set_name = click.option("--set", "set_name", metavar="NAME", help=SET_HELP)
 set_names = click.option("--set", "set_name", metavar="NAME", multiple=True, help=SET_HELP)  # apply: repeatable
 quiet = click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
