@@ -50,7 +50,7 @@ from patchkit.base.errors import NoPatchSet, PatchkitError, exit_code_for
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
 from patchkit.base.usercache import prune, touch, usable_cache_dir
-from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, behaviour, integrity
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, behaviour, integrity, registry
 from patchkit.distinfo.record import find_record, parse_record, read_record_file
 from patchkit.engine.inspection import TreeStatus, check_context, inspect
 from patchkit.engine.operations import ApplyResult, apply_series, revert_series
@@ -543,7 +543,7 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     with clock("checks"):
         status = inspect(resolved)
         reverse_problems = _reverse_apply_problems(resolved, plan.changes)
-        behaved = behaviour.CHECK.run(check_context(resolved, plan, on_disk=True))  # once, written
+        behaved = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])  # once, written
     with clock("revert"):
         _revert(resolved)
     problems = _problems_after_apply(applied, status) + reverse_problems
@@ -578,7 +578,7 @@ STOCK_BEHAVIOUR = ("passes", "fails", "not judged")
 def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResult) -> ReleaseResult:
     """A conflict: the stock files changed. The set's behaviour test on them says whether the change
     may be upstream's fix (an open-ended set's range then closes) or the series needs porting."""
-    judged = behaviour.CHECK.run(check_context(resolved, plan, on_disk=True))
+    judged = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])
     if not judged:
         return conflict
     stock = judged[0]
