@@ -236,18 +236,21 @@ def _job(patch_set: PatchSetDef, version: Version, opts: Options) -> _Job | Rele
 Shared = tuple[object, ...]
 
 
-def _sharing_key(job: _Job, tree: Path, behaviour_keys: dict[Version, str]) -> Shared | None:
+def _sharing_key(job: _Job, tree: Path, behaviour_keys: dict[Version, str], patches: dict[str, str]) -> Shared | None:
     """What the job's result depends on besides its version (see the module docstring); None: no
-    RECORD to vouch for its files, so it is judged on its own."""
+    RECORD to vouch for its files, so it is judged on its own. `patches`: each series' patches'
+    digest, computed once per run."""
     rows = _record(tree, set(job.paths))
     if rows is None:
         return None
     selection = job.selection
     contract = getattr(selection.patch_set, "contract", ())
+    if job.series not in patches:
+        patches[job.series] = hashlib.sha256("\0".join(p.sha256 for p in selection.patches).encode()).hexdigest()
     return (
         selection.kind,
         job.series,
-        tuple(p.sha256 for p in selection.patches),
+        patches[job.series],
         tuple(i for i, req in enumerate(contract) if req.applies_to(job.version)),
         behaviour_keys.get(job.version, str(job.version)),
         tuple((path, rows.get(path, ("absent",))[0]) for path in job.paths),
@@ -276,6 +279,7 @@ def _run_jobs(
     recorded: dict[_Job, tuple[Path, float]] = {}
     firsts: dict[Shared, _Job] = {}
     mates: dict[_Job, _Job] = {}
+    patches: dict[str, str] = {}
     waiting = iter(sorted(jobs, key=lambda job: job.version))
     following = next(waiting, None)
     pool = ThreadPoolExecutor(max_workers=FETCH_WORKERS)
@@ -292,7 +296,7 @@ def _run_jobs(
                 else:
                     recorded[job] = (tree, seconds)
             while following is not None and following in recorded:  # decided in version order
-                key = _sharing_key(following, recorded[following][0], behaviour_keys)
+                key = _sharing_key(following, recorded[following][0], behaviour_keys, patches)
                 if key is not None and key in firsts:
                     mates[following] = firsts[key]
                 else:
