@@ -208,27 +208,33 @@ def _path_of(argv: list[str], root: Path) -> list[str]:
     return import_path(frame(argv), root)
 
 
+def _user_site(argv: list[str], root: Path) -> str | None:
+    command = frame(argv)
+    python, options = command.launch_python()
+    return user_site(python, "".join(options), command.environ, root)
+
+
 def test_the_user_site_is_read_when_the_launchs_python_adds_it(user_python, tmp_path):
     script, python, env, site = user_python
     write_plugin(site, "homeplug", "def register():\n    pass\n")
     tree = tmp_path / "tree"
     tree.mkdir()
     argv = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), str(script), "serve", "m"]
-    assert user_site(frame(argv), tree) == str(site)
+    assert _user_site(argv, tree) == str(site)
     assert _path_of(argv, tree).index(str(site)) < _path_of(argv, tree).index(str(tree))  # before site-packages
     found = group_entry_points(_path_of(argv, tree), GROUP, _own)
     assert found.names == ["homeplug"]
 
     # not added: PYTHONNOUSERSITE, another user base, -s on the #! line, a venv without system packages
-    assert user_site(frame([*argv[:2], "PYTHONNOUSERSITE=1", *argv[2:]]), tree) is None
-    assert user_site(frame([*argv[:2], f"PYTHONUSERBASE={tmp_path}", *argv[2:]]), tree) is None
+    assert _user_site([*argv[:2], "PYTHONNOUSERSITE=1", *argv[2:]], tree) is None
+    assert _user_site([*argv[:2], f"PYTHONUSERBASE={tmp_path}", *argv[2:]], tree) is None
     script.write_text(f"#!{python} -s\n")
-    assert user_site(frame(argv), tree) is None
+    assert _user_site(argv, tree) is None
     script.write_text(f"#!{python}\n")
     (script.parent.parent / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
-    assert user_site(frame(argv), tree) is None
+    assert _user_site(argv, tree) is None
     (script.parent.parent / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = true\n")
-    assert user_site(frame(argv), tree) == str(site)
+    assert _user_site(argv, tree) == str(site)
 
 
 ONLY_OWN = """

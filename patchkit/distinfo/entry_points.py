@@ -16,7 +16,6 @@ import itertools
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,10 +32,12 @@ LISTING_LIMIT = 20000  # entries of one directory looked at for distributions
 _VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
 
 
-@dataclass
 class Found:
-    names: list[str] = field(default_factory=list)  # entry point names, in the order importlib gives them
-    unreadable: list[str] = field(default_factory=list)  # entry_points.txt files importlib would fail on
+    """What group_entry_points found (a plain class: a dataclass costs `run`'s start-up more)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []  # entry point names, in the order importlib gives them
+        self.unreadable: list[str] = []  # entry_points.txt files importlib would fail on
 
 
 class Unreadable(Exception):

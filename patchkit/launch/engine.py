@@ -187,25 +187,24 @@ def import_path(command: LaunchCommand, root: Path) -> list[str]:
     directory, `python -m`'s working directory), PYTHONPATH (unless -E or -I), the user's
     site-packages when its Python adds it (user_site), then the tree's and the directories their
     .pth files add. Python's own library holds none."""
-    options = "".join(command.python_options())
+    try:
+        python, options = command.launch_python()
+    except TargetError:  # which Python cannot be told: its own options and user site neither
+        python, options = None, []
+    flags = "".join(options)
     cwd = command.working_directory()
-    given = "" if "E" in options or "I" in options else command.environ.get("PYTHONPATH", "")
+    given = "" if "E" in flags or "I" in flags else command.environ.get("PYTHONPATH", "")
     places = [command.first_path() or "", *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]
-    for site in (user_site(command, root), str(root)):
+    for site in (user_site(python, flags, command.environ, root) if python else None, str(root)):
         places += [site, *_pth_directories(site)] if site else []
     return [place for place in places if place]
 
 
-def user_site(command: LaunchCommand, root: Path) -> str | None:
-    """The user's site-packages the launch's Python adds to sys.path, as site.py decides it: not
-    with -s or -I, PYTHONNOUSERSITE (unless -E), or in a venv without the system's packages; under
-    PYTHONUSERBASE, else ~/.local, for its version (its interpreter's name, else the tree's path)."""
-    environ = command.environ
-    try:
-        python, options = command.launch_python()
-    except TargetError:
-        return None
-    flags = "".join(options)
+def user_site(python: str, flags: str, environ: dict[str, str], root: Path) -> str | None:
+    """The user's site-packages that `python` run with the options `flags` in `environ` adds to
+    sys.path, as site.py decides it: not with -s or -I, PYTHONNOUSERSITE (unless -E), or in a venv
+    without the system's packages; under PYTHONUSERBASE, else ~/.local, for its version (its
+    interpreter's name, else the tree's path)."""
     ignores_environment = "E" in flags or "I" in flags
     if "s" in flags or "I" in flags or (environ.get("PYTHONNOUSERSITE") and not ignores_environment):
         return None
