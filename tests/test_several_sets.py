@@ -510,3 +510,15 @@ def test_an_interrupt_in_the_second_sets_transaction_says_the_first_stays(tree, 
     shutil.copytree(stock, first)
     done = _apply_with_fault(first, library, "1:term")
     assert done.returncode == 143 and "model rolled back; not tried: spec" in done.stderr, done.stderr
+
+
+def test_a_warning_about_the_whole_tree_is_said_once_for_every_set(tree, library):
+    """Review 8 L2: the guard's warning (no vLLM dist-info here: no guard) is the tree's, not a set's."""
+    for info in tree.glob("vllm-*.dist-info"):
+        shutil.rmtree(info)
+    args = ["apply", "--target", str(tree), "--patches", str(library), "--guard", "--vllm-version", "0.16.0"]
+    done = subprocess.run([sys.executable, "-m", "patchkit", *args, "--no-import"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "no guard installed" in line]
+    assert len(said) == 1, done.stderr
+    assert [e.set_name for e in read_state(tree).entries] == ["model", "spec"]
