@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_launch_review6 import PLAIN_CLASS, write_plugin
@@ -257,3 +258,19 @@ def test_importlib_metadata_loads_only_for_a_file_that_may_declare_a_plugin(tmp_
     assert json.loads(subprocess.run(asked, capture_output=True, text=True, check=True).stdout) == [[], False]
     write_plugin(tmp_path / "site", "plug", "def register():\n    pass\n")
     assert json.loads(subprocess.run(asked, capture_output=True, text=True, check=True).stdout) == [["plug"], True]
+
+
+# --- L4: a guard module that is not this patchkit's is said so, not "refuses" ------------------------
+
+
+def test_a_replaced_guard_module_is_said_to_be_not_patchkits_not_to_refuse(request, tmp_path):
+    tree, library, command, env, marker = request.getfixturevalue("launch")
+    applied(tree, library)
+    (tree / "patchkit_guard.py").write_text("def check():\n    pass\n")  # passes every launch
+    status = run_cli("status", "--target", tree, "--patches", library)
+    assert status.returncode != 0 and "the installed launch guard is not this patchkit's" in status.stdout
+    assert "refuses" not in status.stdout + status.stderr, status.stdout
+    _, done = patchkit_run(tree, library, command, env)
+    assert done.returncode == 1 and not marker.exists(), done.stderr
+    assert "the installed launch guard is not this patchkit's" in done.stdout + done.stderr
+    assert "refuses" not in done.stdout + done.stderr

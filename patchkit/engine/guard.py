@@ -240,6 +240,15 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
 
 
 UNKNOWN_GUARD = "is not this patchkit's launch guard"
+GUARD_REFUSES = "the launch guard refuses this tree: "
+NOT_OURS = "the installed launch guard is not this patchkit's: "
+
+
+def refusal_text(problems: list[str]) -> str:
+    """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
+    is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as such."""
+    lead = NOT_OURS if any(UNKNOWN_GUARD in problem for problem in problems) else GUARD_REFUSES
+    return lead + "; ".join(problems)
 
 
 def launch_refusal(root: Path, state: State | None = None) -> list[str]:
