@@ -195,6 +195,10 @@ def removal_changes(
         if path in changes:
             changes[path], said = _put_back(root, path, digest, changes[path][0])
             kept.append(said)
+        elif not os.path.lexists(root / path):  # the guard went by its RECORD (pip uninstall): the place is free
+            write, said = _put_back(root, path, digest, None)
+            changes.update({path: write} if write[1] is not None else {})
+            kept.append(said)
     return changes, kept
 
 
