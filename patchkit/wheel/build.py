@@ -787,7 +787,9 @@ def _plan_and_check(
         result.outcome, result.error = dry.outcome, _nothing_written(dry.error)
         return result
     if dry.outcome == Outcome.ALREADY_APPLIED:  # the wheel holds the series
-        raise BadInput(f"{wheel.label} already holds the series: there is nothing to patch")
+        _check_no_provenance(wheel)  # a wheel patchkit built: what it holds is in its patchkit.json (review 8 M3)
+        of = f" of {resolved.set_name}" if resolved.set_name and not chosen.adhoc else ""
+        raise BadInput(f"{wheel.label} already holds the series{of}: there is nothing to patch")
     assert dry.plan is not None
     stock = [r for r in result.checks if r.check == integrity.CHECK.name]
     result.checks = _unverified_fail(stock, dry.plan, stock_record) + _without_probe(dry.planned_checks)
