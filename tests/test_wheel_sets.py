@@ -191,3 +191,19 @@ def test_a_wheel_of_one_set_given_every_set_is_refused_for_what_it_is(run, tmp_p
         assert done.exit_code == 2 and "nothing to patch" not in said, said
         assert "already holds vllm-0.16.0+patchkit.spec.dist-info/patchkit.json" in said, said
         assert "start from the release's stock wheel" in said, said
+
+
+def test_a_set_left_out_for_being_upstream_is_said_as_the_set_declares_it(run, tmp_path, library):
+    """review 8 L3: "the set old is left out: old: no series" for a set that declares vLLM ships its change."""
+    said = " ".join(built(run, tmp_path, library).output.split())
+    assert "the set old is left out: it declares that vLLM >=0.16.0 ships its change itself" in said, said
+    assert "no series" not in said, said
+
+
+def test_a_note_every_set_s_header_has_is_said_once(run, tmp_path, library):
+    """review 8 L2: "installed from a wheel patchkit ... built" once per set, on status and apply."""
+    built(run, tmp_path, library)
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    for command in ("status", "apply"):
+        said = run(command, "--target", site, "--patches", library).output
+        assert said.count("installed from a wheel patchkit") == 1, said

@@ -25,7 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
 
 
-def show_header(ui: Screen, resolved: Resolved) -> None:
+def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None) -> None:
+    """The tree, its version and the set, and the notes; `said`: the notes already said for another
+    set of this command (said once, review 8 L2), updated."""
     sel = resolved.selection
     version = resolved.version
     ui.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
@@ -35,8 +37,11 @@ def show_header(ui: Screen, resolved: Resolved) -> None:
         f"set      {sel.set_name}"
         + (f"  series {sel.release.versions} [{sel.release.directory.name}]" if sel.release else "")
     )
+    said = set() if said is None else said
     for note in resolved.notes:
-        ui.note(note)
+        if note not in said:
+            said.add(note)
+            ui.note(note)
 
 
 def show_library(ui: Screen, where: Location) -> None:
@@ -53,11 +58,12 @@ def show_status(
     failures: list[Failure] | None = None,
     each: bool = True,
     context: str = "",
+    said: set[str] | None = None,
 ) -> None:
     """The header, what is wrong first (drifted files, conflicts, stale records, the guard's
     refusal: `failures`, else the status's own), then a line per patch (`each`; a table with
     their files and descriptions with -v)."""
-    show_header(ui, resolved)
+    show_header(ui, resolved, said)
     if where:
         show_library(ui, where)
     ui.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
