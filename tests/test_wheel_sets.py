@@ -27,6 +27,7 @@ from test_wheel import install
 
 from patchkit._target.guard import find_problems
 from patchkit.distinfo.provenance import read_provenance
+from patchkit.engine.guard import is_installed
 from patchkit.fetch.cache import load_state, save_state
 from patchkit.wheel.label import LABEL_LIMIT, default_label
 
@@ -207,3 +208,19 @@ def test_a_note_every_set_s_header_has_is_said_once(run, tmp_path, library):
     for command in ("status", "apply"):
         said = run(command, "--target", site, "--patches", library).output
         assert said.count("installed from a wheel patchkit") == 1, said
+
+
+def test_reverting_another_set_keeps_the_guard_that_holds_the_wheel_s_own_set(run, tmp_path, library):
+    """review 8 L1: a wheel of one set installed, another set applied (the guard installed, holding
+    both), that set reverted: the guard went, and the wheel's set ran unguarded."""
+    built(run, tmp_path, library, "--set", "spec")
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    _stock_files_fetched(STOCK_FILES)
+    assert run("apply", "--target", site, "--patches", library, "--set", "model-fix").exit_code == 0
+    assert is_installed(site)
+    done = run("revert", "--target", site, "--patches", library, "--set", "model-fix")
+    assert done.exit_code == 0, done.output
+    assert (site / MODEL).read_text() == MODEL_PY and is_installed(site) and find_problems(str(site)) == []
+    assert run("status", "--target", site, "--patches", library, "--set", "spec").exit_code == 0
+    (site / SPEC).write_text(SPEC_PY + "# edited\n")  # the wheel's own set: the guard still holds it
+    assert any(SPEC in problem for problem in find_problems(str(site)))

@@ -58,12 +58,12 @@ def show_status(
     failures: list[Failure] | None = None,
     each: bool = True,
     context: str = "",
-    said: set[str] | None = None,
+    noted: set[str] | None = None,
 ) -> None:
     """The header, what is wrong first (drifted files, conflicts, stale records, the guard's
     refusal: `failures`, else the status's own), then a line per patch (`each`; a table with
     their files and descriptions with -v)."""
-    show_header(ui, resolved, said)
+    show_header(ui, resolved, noted)
     if where:
         show_library(ui, where)
     ui.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
