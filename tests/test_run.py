@@ -407,6 +407,78 @@ def test_with_every_set_applied_a_warm_run_takes_the_fast_path_and_any_sets_chan
         assert [m for m in loaded_by_run(tree, library, command, env) if m in locking] == []
 
 
+# `run` with its exec replaced, counting what it reads: each file of the tree opened, each directory
+# of patchkit's code listed (audit events: whoever opens or lists them)
+READS_BY_RUN = """
+import atexit, json, os, sys
+from collections import Counter
+import patchkit
+from patchkit.cli.main import main
+opened, listed = Counter(), Counter()
+code, tree = os.path.dirname(patchkit.__file__), os.path.realpath(sys.argv[2])
+def count(event, args):
+    if event in ("open", "os.scandir") and isinstance(args[0], str):
+        path = os.path.realpath(args[0])
+        if event == "open" and path.startswith(tree + os.sep):
+            opened[os.path.relpath(path, tree)] += 1
+        elif event == "os.scandir" and path.startswith(code):
+            listed[path] += 1
+sys.addaudithook(count)
+atexit.register(lambda: print(json.dumps([opened, listed]), file=sys.stderr))
+os.execvp = lambda *_: sys.exit(0)
+sys.argv = ["patchkit", "run", *sys.argv[1:]]
+main()
+"""
+
+
+def reads_by_run(tree: Path, library: Path, command: list[str], env: dict, *options: str) -> list[dict[str, int]]:
+    """[{tree file: times opened}, {directory of patchkit's code: times listed}] of one `run`."""
+    args = ["--target", str(tree), "--patches", str(library), *options, "--", *command]
+    done = subprocess.run([sys.executable, "-c", READS_BY_RUN, *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def test_a_warm_run_checks_the_record_and_names_patchkits_code_once_however_many_sets(two_sets):
+    """Issue 21: the record's check (each file of every set hashed) and the stat of patchkit's code
+    are done once a run, not once a set: with two sets judged, the tools set's file is opened and
+    patchkit's code listed as often as when eagle3 alone is (each set's run used to do both)."""
+    tree, library, command, env, _ = two_sets
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for options in ((), ("--set", "eagle3")):  # cold: each keeps its findings
+        reads_by_run(tree, library, command, env, *options)
+    opened_one, listed_one = reads_by_run(tree, library, command, env, "--set", "eagle3")
+    opened_both, listed_both = reads_by_run(tree, library, command, env)
+    assert "patchkit.engine.transaction" not in loaded_by_run(tree, library, command, env)  # the fast path
+    assert opened_one[TOOLS] >= 1 and opened_both[TOOLS] == opened_one[TOOLS]
+    assert listed_one and listed_both == listed_one
+
+
+# `run` with its exec replaced, counting the hints it built (hints.command: each a command to paste)
+HINTS_BY_RUN = """
+import atexit, os, sys
+from patchkit.base import hints
+from patchkit.cli.main import main
+built, command = [], hints.command
+hints.command = lambda *words, **options: built.append(words) or command(*words, **options)
+atexit.register(lambda: print(f"hints {len(built)}", file=sys.stderr))
+os.execvp = lambda *_: sys.exit(0)
+sys.argv = ["patchkit", "run", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_passing_run_with_no_plugin_to_name_builds_no_hint(launch):
+    """Issue 21: the full preflight's command (the hint under a failure, or under the plugins not
+    judged) is built only when it is said: a passing launch with no general plugin builds none."""
+    tree, library, command, env, _ = launch
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    args = ["--target", str(tree), "--patches", str(library), "--", *command]
+    for _ in range(2):  # cold, then the fast path
+        done = subprocess.run([sys.executable, "-c", HINTS_BY_RUN, *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 0 and done.stderr.strip().splitlines()[-1] == "hints 0", done.stderr
+
+
 def test_the_hint_of_a_refused_run_is_a_preflight_of_the_same_launch_as_printed(launch):
     """The hint names the launch whole (a `COMMAND` placeholder, pasted, was `not a vLLM launch`):
     copied as printed it checks that launch on that tree, and fails as run did."""

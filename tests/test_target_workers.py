@@ -15,6 +15,7 @@ import pytest
 import patchkit._target
 from patchkit.base.errors import TargetError
 from patchkit.checks import remembered
+from patchkit.tree import process
 from patchkit.tree import target as target_mod
 from patchkit.tree.target import WorkerFailed, run_worker
 
@@ -262,7 +263,7 @@ def test_an_interrupt_kills_the_workers_whole_process_group(tmp_path):
     signal.setitimer(signal.ITIMER_REAL, 1.0)
     try:
         with pytest.raises(KeyboardInterrupt):
-            target_mod._run(["sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"], "", timeout=60)
+            process.run(["sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"], "", timeout=60)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

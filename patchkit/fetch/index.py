@@ -61,7 +61,9 @@ def available_versions() -> list[Version]:
     return list(found)
 
 
-def _available_versions() -> list[Version]:
+def read_project_pages() -> tuple[PipSettings, Pages]:
+    """pip's settings and vLLM's page on each index they name that answered, read quietly in a
+    session of their own; no_project_error when none did."""
     settings = net.pip_settings()
     session = net.make_session(settings, None)
     try:
@@ -70,6 +72,11 @@ def _available_versions() -> list[Version]:
         session.close()
     if not pages:
         raise no_project_error(settings, errors)
+    return settings, pages
+
+
+def _available_versions() -> list[Version]:
+    _settings, pages = read_project_pages()
     found: set[Version] = set()
     for _index, page in pages:
         for pkg in page.packages:

@@ -18,7 +18,7 @@ from patchkit.base.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import Damaged, cached_record, load_state, release_root
 from patchkit.fetch.extract import find_record_name
-from patchkit.fetch.index import no_project_error, normalize_version, project_pages
+from patchkit.fetch.index import normalize_version, read_project_pages
 from patchkit.fetch.net import redact
 from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel
 
@@ -55,14 +55,7 @@ def indexed_published(version: str, wheel: str) -> Published:
     """The index's file named `wheel`: its sha256 and URL. FetchError when no index pip names can be
     read (IndexNotRead for only file:// indexes and find-links), or none has that file."""
     ver = normalize_version(version)
-    settings = net.pip_settings()
-    session = net.make_session(settings, None)
-    try:
-        pages, errors = project_pages(settings, session, None)
-    finally:
-        session.close()
-    if not pages:
-        raise no_project_error(settings, errors)
+    settings, pages = read_project_pages()
     for index, page in pages:
         for pkg in page.packages:
             if pkg.filename == wheel:

@@ -10,7 +10,8 @@
   the target's lock, as it always did. This read takes no lock: the files' hashes are the proof
   that they are as the record says (a writer half-way through a transaction changes files the
   record does not describe yet), and the record is the same bytes, with no journal, before and
-  after the files are read.
+  after the files are read. The record is checked once a run (recorded_state), however many sets
+  it holds; each set's status is then told from it alone (recorded_status).
 - **The launch's findings, kept by what they read.** The command's findings (its options against
   the installed arg_utils.py and SpeculativeConfig) and the set's launch script's on an installed
   tree depend on the launch (its options, the models' configs), the installed version, the set's
@@ -20,8 +21,8 @@
   untrusted input, a shortcut for findings this user's patchkit made.
 - **patchkit's code, named by its files' stat.** Each source file's path, size, inode, and
   modification and change times: no write to a file leaves its change time (ctime) as it was, and
-  no one can set it back (utime sets the others), so a changed file changes the key. The set's
-  files are untrusted input and small: they are hashed whole.
+  no one can set it back (utime sets the others), so a changed file changes the key; stat once a
+  process. The set's files are untrusted input and small: they are hashed whole.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import sys
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import asdict
+from functools import cache
 from pathlib import Path
 
 import packaging
@@ -59,19 +61,26 @@ ENTRY_LIMIT = 1 << 20  # a few findings: far below this
 FILE_LIMIT = 16 << 20  # a file of the set hashed into the key
 
 
-def recorded_status(resolved: Resolved) -> TreeStatus | None:
-    """An applied tree's TreeStatus taken from its record, or None when the record cannot say."""
-    if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None:
-        return None
+def recorded_state(root: Path) -> State | None:
+    """The tree's record when it can answer for every set it records: each file of every set (all
+    applied on one vLLM version, each set once) has the sha256 the last set to write it wrote, and
+    the installed launch guard lets the launch go; else None. Read once per run: each set's status
+    is then told from it alone (recorded_status)."""
     try:
-        before = _settled_record(resolved.target.root)
-        state = None if before is None else parse_state(before, state_path(resolved.target.root))
-        applied = (
-            state is not None and _as_recorded(resolved, state) and not launch_refusal(resolved.target.root, state)
-        )
-        return TreeStatus(TreeState.APPLIED) if applied and _settled_record(resolved.target.root) == before else None
+        before = _settled_record(root)
+        state = None if before is None else parse_state(before, state_path(root))
+        answers = state is not None and _as_written(root, state) and not launch_refusal(root, state)
+        return state if answers and _settled_record(root) == before else None
     except (PatchkitError, OSError):  # damaged, of the wrong kind, unreadable: the full inspection says so
         return None
+
+
+def recorded_status(resolved: Resolved, state: State | None) -> TreeStatus | None:
+    """An applied tree's TreeStatus taken from its record (recorded_state's, of resolved's tree), or
+    None when the record cannot say."""
+    if resolved.selection.kind != SelectionKind.PATCH or resolved.version is None or state is None:
+        return None
+    return TreeStatus(TreeState.APPLIED) if _as_recorded(resolved, state) else None
 
 
 def _settled_record(root: Path) -> bytes | None:
@@ -81,26 +90,29 @@ def _settled_record(root: Path) -> bytes | None:
     return record if isinstance(record, bytes) else None
 
 
-def _as_recorded(resolved: Resolved, state: State) -> bool:
-    """Whether the record holds one apply of this series on this version, and every set it records
-    (this one and the others, each applied on this version) left every file as the record says."""
-    entry = state.entry(resolved.set_name)
-    if entry is None or len({e.set_name for e in state.entries}) != len(state.entries):
+def _as_written(root: Path, state: State) -> bool:
+    """Whether every set the record holds (each once, all on one version) left every file as the
+    record says."""
+    if len({e.set_name for e in state.entries}) != len(state.entries):
         return False
-    series = [{"name": p.name, "sha256": p.sha256} for p in resolved.patches]
-    if (entry.vllm_version, entry.patches) != (str(resolved.vllm_version), series):
+    if len({e.vllm_version for e in state.entries}) > 1:
         return False
-    if sorted(entry.files) != touched_paths(resolved.patches):
-        return False
-    if any(e.vllm_version != entry.vllm_version for e in state.entries):
-        return False
-    expected = _last_written(state)
-    root = resolved.target.root
-    for path, sha in expected.items():
+    for path, sha in _last_written(state).items():
         full = root / path
         if sha is None or not inside(root, full.parent) or sha256(read_file(full, follow_symlinks=False)) != sha:
             return False
     return True
+
+
+def _as_recorded(resolved: Resolved, state: State) -> bool:
+    """Whether the record holds one apply of this series on this version, over exactly its files."""
+    entry = state.entry(resolved.set_name)
+    if entry is None:
+        return False
+    series = [{"name": p.name, "sha256": p.sha256} for p in resolved.patches]
+    if (entry.vllm_version, entry.patches) != (str(resolved.vllm_version), series):
+        return False
+    return sorted(entry.files) == touched_paths(resolved.patches)
 
 
 def _last_written(state: State) -> dict[str, str | None]:
@@ -138,7 +150,7 @@ def _key(context: LaunchContext) -> str | None:
 
     set_dir = getattr(context.patch_set, "directory", None)
     try:
-        code = _code_files(Path(__file__).resolve().parent.parent)
+        code = _own_code()
         set_files = _files_digest(Path(set_dir)) if set_dir is not None else None
     except OSError:  # a fifo, a symlink, an unreadable file: nothing is kept
         return None
@@ -179,6 +191,13 @@ def _refuse(value: object) -> object:
 
 def _model(model: ModelConfig | None) -> dict[str, object] | None:
     return None if model is None else {"name": model.name, "path": str(model.path), "config": model.config}
+
+
+@cache
+def _own_code() -> str:
+    """The sha256 of _code_files of patchkit itself, once a process: every set's key names the same
+    code (and a process runs the code it imported, whatever its files become)."""
+    return hashlib.sha256(json.dumps(_code_files(Path(__file__).resolve().parent.parent)).encode()).hexdigest()
 
 
 def _code_files(root: Path) -> list[tuple[str, int, int, int, int]]:

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from patchkit.base.errors import TargetError
@@ -224,12 +225,13 @@ def run_worker(
     flags = ["-I", "-B", *options] if isolated else ["-B", *options]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
         answer = Path(scratch) / "answer.json"
+        process = _process()
         try:
             command = [python, *flags, module.__file__, str(answer)]
-            status, stderr = _run(command, json.dumps(request), timeout, env, cwd)
+            status, stderr = process.run(command, json.dumps(request), timeout, env, cwd)
         except OSError as exc:
             raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc, python)}", partial={}) from exc
-        except _TimedOut:
+        except process.TimedOut:
             message = f"{python} did not finish within {timeout:g} s{doing}"
             raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
         result = _read_answer(answer)
@@ -240,38 +242,24 @@ def run_worker(
         return result
 
 
-class _TimedOut(Exception):
-    """A worker past its time limit (its process group killed)."""
-
-
-def _run(
-    command: list[str],
-    stdin: str,
-    timeout: float,
-    env: dict[str, str] | None = None,
-    cwd: str | None = None,
-    *,
-    stdout: bool = False,
-) -> tuple[int, str]:
-    """patchkit.tree.process.run (_TimedOut at the timeout)."""
+def _process() -> ModuleType:
+    """patchkit.tree.process (a worker's process and its waits), loaded when a worker runs."""
     # lazy: only a worker's run needs it, and the waits (subprocess, selectors: start-up of a dry run)
-    from patchkit.tree.process import TimedOut, run
+    import patchkit.tree.process as process
 
-    try:
-        return run(command, stdin, timeout, env, cwd, stdout=stdout)
-    except TimedOut:
-        raise _TimedOut from None
+    return process
 
 
 def run_script(python: str, script: Path, args: Sequence[str], *, timeout: float, isolated: bool) -> tuple[int, str]:
     """(exit status, standard output) of a set's script run by `python` (-B; -I when `isolated`), in
     its own session from /, killed with its children at the timeout (WorkerFailed, timed_out)."""
     command = [python, *(["-I", "-B"] if isolated else ["-B"]), str(script), *args]
+    process = _process()
     try:
-        return _run(command, "", timeout, stdout=True)
+        return process.run(command, "", timeout, stdout=True)
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
-    except _TimedOut:
+    except process.TimedOut:
         raise WorkerFailed(f"{script.name} did not finish within {timeout:g} s", partial={}, timed_out=True) from None
 
 

@@ -29,13 +29,14 @@ from patchkit.launch.preflight import (
     vllm_validation,
 )
 from patchkit.launch.relevance import LaunchNeeds
-from patchkit.launch.shortcut import recorded_status
+from patchkit.launch.shortcut import recorded_state, recorded_status
 from patchkit.store.journal import settled_record
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
     from patchkit.engine.resolve import Resolved
     from patchkit.series.library import PatchSetDef
+    from patchkit.store.state import State
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
@@ -89,7 +90,10 @@ def _preflight(
     resolved = resolve_telling(ui, chosen, found_by=found_by, sets=sets)
     launch_command = read(launch_command, resolved.vllm_version)
     needs = needs_of(chosen, sets, launch_command)
-    result = _set_findings(ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut)
+    recorded = recorded_state(resolved.target.root) if shortcut else None
+    result = _set_findings(
+        ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded
+    )
     return _launch_findings(resolved, launch_command, result, no_import=no_import)
 
 
@@ -110,16 +114,29 @@ def _preflight_of_sets(
     covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
     needs = needs_of(chosen, sets, launch_command)
-    results = [_set_findings(ui, r, launch_command, needs, no_import=no_import, shortcut=shortcut) for r in covering]
+    recorded = recorded_state(target.root) if shortcut else None  # read once: each set's status is told from it
+    results = [
+        _set_findings(ui, r, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded)
+        for r in covering
+    ]
     return _launch_findings(covering[0], launch_command, merged(results), no_import=no_import)
 
 
 def _set_findings(
-    ui: UI, resolved: Resolved, launch_command: LaunchCommand, needs: LaunchNeeds, *, no_import: bool, shortcut: bool
+    ui: UI,
+    resolved: Resolved,
+    launch_command: LaunchCommand,
+    needs: LaunchNeeds,
+    *,
+    no_import: bool,
+    shortcut: bool,
+    recorded: State | None,
 ) -> PreflightResult:
-    """preflight() of one set: from its recorded status on `run`'s fast path, else under the lock."""
+    """preflight() of one set: on `run`'s fast path, from its recorded status (`recorded`: the tree's
+    record as recorded_state read it once for every set; no lock: see there why none is needed),
+    else under the lock."""
     if shortcut:
-        status = recorded_status(resolved)  # no lock: see there why none is needed
+        status = recorded_status(resolved, recorded)
         if status is not None:
             return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True, needs=needs)
     # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss

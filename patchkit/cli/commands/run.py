@@ -70,7 +70,8 @@ def _checked(
     if result.ok:
         if result.unused_note:
             ui.note(result.unused_note)
-        _name_unjudged(ui, result.unjudged_plugins, _full_preflight(opts, launch_command))
+        if result.unjudged_plugins:  # the hint is built only when said
+            _name_unjudged(ui, result.unjudged_plugins, _full_preflight(opts, launch_command))
         return None
     show(ui, result, "text")
     ui.error("not launched: the preflight failed", f"{_full_preflight(opts, launch_command)} checks it in full")
@@ -88,9 +89,8 @@ def _name_unjudged(ui: UI, plugins: list[str], full_preflight: str) -> None:
     """The general plugins the launch loads, which the static preflight did not judge (one may
     register another model class, or change vLLM): named on one line before the exec, never silent;
     the hint under it is the full preflight of this launch, which asks vLLM."""
-    if plugins:
-        said = "plugins not judged: "
-        ui.warn(said + few_named(plugins, WIDTH - len("warning: " + said)), f"{full_preflight} asks vLLM to judge them")
+    said = "plugins not judged: "
+    ui.warn(said + few_named(plugins, WIDTH - len("warning: " + said)), f"{full_preflight} asks vLLM to judge them")
 
 
 def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand) -> ApplyResult | SetsApplied | None:
