@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, make_patch, patched_spec, run_cli, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, run_cli, write_library, write_tree
 
 from patchkit.cli.main import run_in_process
 from patchkit.fleet import node
+
+MODEL = "vllm/models/model.py"
 
 
 class Watched(node.Agent):
@@ -196,6 +198,25 @@ def test_every_steps_row_names_the_nodes_target_and_vllm_version(tmp_path):
         row = node.run_step(step, {**request, "extra": extra}, run_in_process)
         assert (row["state"], row["ok"]) == (state, True), (step, row)
         assert (row["target"], row["vllm_version"]) == (str(tree), "0.16.0"), step
+
+
+def test_a_row_of_several_sets_names_the_trees_version_from_the_documents_top(tmp_path):
+    """Several sets: each part names the version, and the document says it once at its top; the row
+    reads it there."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY, MODEL: MODEL_PY})
+    library = tmp_path / "lib"
+    write_library(
+        library, {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}, name="spec"
+    )
+    eagle = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # eagle\n")
+    write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {MODEL: eagle})]}, name="model")
+    request = {"target": str(tree), "library": str(library)}
+    for step, state in (("prepare", "ready"), ("apply", "applied"), ("status", "applied"), ("revert", "reverted")):
+        extra = ["--no-import"] if step == "apply" else []
+        row = node.run_step(step, {**request, "extra": extra}, run_in_process)
+        assert (row["state"], row["ok"], row["vllm_version"]) == (state, True, "0.16.0"), (step, row)
+        if step != "revert":  # revert's document has no part per set
+            assert sorted(part["set"] for part in row["sets"]) == ["model", "spec"], (step, row)
 
 
 def test_a_second_step_in_the_same_process_sees_the_tree_as_it_is_now(tmp_path):

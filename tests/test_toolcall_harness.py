@@ -6,6 +6,7 @@ The top-up it judges under is the one the tree's own serving code runs.
 
 from __future__ import annotations
 
+import json
 import types
 from pathlib import Path
 
@@ -75,6 +76,17 @@ def test_without_serving_code_the_version_decides(tmp_path):
         "0.33.1.dev12+gabc": "append",
     }
     assert {v: str(module.top_up_of_version(v)) for v in versions} == versions
+
+
+def test_version_keys_name_the_top_up_each_release_is_judged_under(capsys):
+    """What `verify` of releases groups by (checks/behaviour.version_keys): releases judged under one
+    top-up may share a verdict, releases under two may not."""
+    module = harness()
+    versions = ["0.13.0", "0.14.0", "0.16.0", "0.17.0", "0.22.1", "0.23.0", "0.34.0"]
+    assert module.main(["--version-keys", *versions]) == 0
+    keys = json.loads(capsys.readouterr().out)["version_keys"]
+    assert keys == {v: str(module.top_up_of_version(v)) for v in versions}
+    assert keys["0.14.0"] == keys["0.16.0"] != keys["0.13.0"] != keys["0.17.0"] == keys["0.22.1"] != keys["0.23.0"]
 
 
 def test_a_final_delta_that_starts_with_a_new_calls_name_is_left_as_it_is():

@@ -7,6 +7,7 @@ monkeypatched); the tests marked `release` verify real releases fetched from the
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -206,6 +207,107 @@ def test_series_mates_judged_by_other_contract_requirements_are_verified_each(ru
     assert releases["0.16.0"]["outcome"] == "patched"
     assert releases["0.16.1"]["outcome"] == "check-failed" and releases["0.16.1"]["same_as"] is None
     assert "contract" in releases["0.16.1"]["detail"]
+
+
+def test_upstream_releases_with_identical_stock_files_are_judged_once_one_byte_apart_on_its_own(run, library, index):
+    index.add("0.18.0", PATCHED_SPEC)
+    index.add("0.18.1", PATCHED_SPEC)  # the same stock file: 0.18.0's result, nothing fetched but RECORD
+    index.add("0.18.2", BROKEN_SPEC)  # one byte less (a colon): judged on its own, and it fails
+    assert len(PATCHED_SPEC) - len(BROKEN_SPEC) == 1
+    result, releases = verify_json(
+        run, library, "--vllm-version", "0.18.0", "--vllm-version", "0.18.1", "--vllm-version", "0.18.2"
+    )
+    assert result.exit_code == 1
+    assert [(r["outcome"], r["same_as"], r["upstream_regression"]) for r in releases.values()] == [
+        ("upstream", None, False),
+        ("upstream", "0.18.0", False),
+        ("upstream", None, True),
+    ]
+    assert "stock files identical to 0.18.0's" in releases["0.18.1"]["detail"]
+    assert "syntax" in releases["0.18.2"]["detail"]
+    assert [version for version, paths in index.fetched if paths] == ["0.18.0", "0.18.2"]
+
+
+def test_releases_of_one_series_share_with_the_release_whose_files_they_have(run, library, index):
+    with (library / "demo" / "set.toml").open("a") as manifest:
+        manifest.write('\n[[releases]]\nversions = "==0.16.2"\ndir = "0.16.0"\n')
+    index.add("0.16.1", OTHER_SPEC)  # not the first release's file: judged itself
+    index.add("0.16.2", OTHER_SPEC)  # 0.16.1's file: 0.16.1's result
+    result, releases = verify_json(run, library, "--all")
+    assert result.exit_code == 1
+    assert [(v, r["outcome"], r["same_as"], r["series"]) for v, r in releases.items()] == [
+        ("0.16.0", "patched", None, "0.16.0"),
+        ("0.16.1", "conflict", None, "0.16.0"),
+        ("0.16.2", "conflict", "0.16.1", "0.16.0"),
+    ]
+    assert [version for version, paths in index.fetched if paths] == ["0.16.0", "0.16.1"]
+
+
+# The behaviour test keys releases by minor version (as the tool-call sets' top-up changes by release).
+KEYED_JUDGE = """\
+import json, sys
+if sys.argv[1] == "--version-keys":
+    print(json.dumps({"version_keys": {v: v.rsplit(".", 1)[0] for v in sys.argv[2:]}}))
+    sys.exit(0)
+print(json.dumps({"ok": True, "error": None, "runs": 1, "failed": 0, "failures": []}))
+"""
+
+
+def test_releases_the_behaviour_test_keys_apart_are_judged_each(run, library, index):
+    (library / "demo" / "judge.py").write_text(KEYED_JUDGE)
+    manifest = library / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
+    for version in ("0.18.0", "0.18.1", "0.19.0"):  # identical stock files
+        index.add(version, PATCHED_SPEC)
+    result, releases = verify_json(run, library, "--all")
+    assert result.exit_code == 0, result.output
+    assert [(v, r["same_as"]) for v, r in releases.items() if r["outcome"] == "upstream"] == [
+        ("0.18.0", None),
+        ("0.18.1", "0.18.0"),
+        ("0.19.0", None),  # another key: its own behaviour test
+    ]
+    assert any(c["check"] == "behaviour" and c["ok"] for c in releases["0.19.0"]["checks"])
+
+
+def test_series_mates_the_behaviour_test_keys_apart_are_judged_each(run, library, index):
+    """0.16.0 and 0.16.1 share a series and their stock files, but the test judges them under
+    different keys (as deepseek-tool-calls' 0.13.0 and 0.14.0: another top-up): no shared verdict."""
+    (library / "demo" / "judge.py").write_text(KEYED_JUDGE.replace('v.rsplit(".", 1)[0]', "v"))
+    manifest = library / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
+    index.add("0.16.1")
+    result, releases = verify_json(run, library, "--vllm-version", "0.16.0", "--vllm-version", "0.16.1")
+    assert result.exit_code == 0, result.output
+    assert [(r["outcome"], r["same_as"]) for r in releases.values()] == [("patched", None), ("patched", None)]
+
+
+def test_a_behaviour_test_that_gives_no_version_keys_shares_nothing(run, library, index):
+    (library / "demo" / "judge.py").write_text(KEYED_JUDGE.replace('"--version-keys"', '"--never"'))
+    manifest = library / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
+    for version in ("0.18.0", "0.18.1"):
+        index.add(version, PATCHED_SPEC)
+    result, releases = verify_json(run, library, "--all")
+    assert result.exit_code == 0, result.output
+    assert [(v, r["same_as"]) for v, r in releases.items() if r["outcome"] == "upstream"] == [
+        ("0.18.0", None),
+        ("0.18.1", None),
+    ]
+
+
+def test_the_scratch_trees_are_written_without_fsync_and_a_users_tree_with_it(run, library, index, monkeypatch):
+    """A release is laid out in a temporary directory deleted afterwards: durability there was only
+    time (fsync on a busy disk). `apply` on a user's tree still fsyncs each file it writes."""
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    result, releases = verify_json(run, library, "--vllm-version", "0.16.0")
+    assert result.exit_code == 0 and releases["0.16.0"]["outcome"] == "patched"
+    assert synced == []
+    tree = write_tree(index.root.parent / "user", "0.16.0", {"vllm/config/spec.py": SPEC_PY})
+    applied = run("apply", "--patches", library, "--target", tree)
+    assert applied.exit_code == 0, applied.output
+    assert synced
 
 
 def test_a_fetch_failure_is_a_target_problem(run, library, index):

@@ -2,6 +2,7 @@
 
 Usage: python behaviour.py PARSER_FILE ... [--installed] [--vllm-version V] [--top-up NAME ...] [--random N]
                            [--quiet | --json]
+       python behaviour.py --version-keys V ...
 
 The driver is the same file in every set; the set's scenario.py beside it names the parser classes,
 their markers and the model outputs. The parser file is loaded without vLLM (which needs torch):
@@ -17,7 +18,10 @@ A file whose source defines none of the scenario's parser classes is skipped (sa
 (ok, runs, failed, judged, skipped, failures: each with its parser, case, split and what was lost;
 read: the other files the verdict depends on, the tree's serving code).
 Exit 0: every streamed result matches; 1: some differ (each named with what was lost);
-2: a file cannot be loaded, or none defines the scenario's parsers. Standard library only.
+2: a file cannot be loaded, or none defines the scenario's parsers. --version-keys prints, as one
+JSON object ({"version_keys": {V: key}}), what the test reads of each --vllm-version (its top-up):
+patchkit's `verify` of releases judges releases with the same key and the same files once.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -650,7 +654,7 @@ def judge_file(parser_file: Path, scenario: Any, options: argparse.Namespace, re
 
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    args.add_argument("parser_files", type=Path, nargs="+", metavar="parser_file")
+    args.add_argument("parser_files", type=Path, nargs="*", metavar="parser_file")
     args.add_argument("--installed", action="store_true", help="import the file from this interpreter's vLLM")
     args.add_argument("--top-up", action="append", choices=list(TOP_UPS), help="judge under this top-up only")
     args.add_argument("--vllm-version", help="the top-up of that release, when the tree has no serving file")
@@ -658,7 +662,13 @@ def main(argv: list[str] | None = None) -> int:
     shown = args.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="only the summary lines")
     shown.add_argument("--json", action="store_true", help="one JSON document on stdout, nothing else")
+    args.add_argument("--version-keys", nargs="+", metavar="V", help="print the top-up of each release and exit")
     options = args.parse_args(argv)
+    if options.version_keys:
+        print(json.dumps({"version_keys": {v: str(top_up_of_version(v)) for v in options.version_keys}}))
+        return 0
+    if not options.parser_files:
+        args.error("give a parser file")
     logging.disable(logging.CRITICAL)  # the parsers log (and log.exception) freely
 
     def say(line: str, summary: bool = False) -> None:

@@ -26,6 +26,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from patchkit.base import fsutil
 from patchkit.base.fsutil import atomic_write, load_json_text
 from patchkit.base.hashing import sha256
@@ -99,6 +101,28 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
     return result(judged, f"stand-ins{fallback}", root)
 
 
+def version_keys(script: Path, versions: list[Version]) -> dict[Version, str]:
+    """The key under which the set's test judges each release (`SCRIPT --version-keys V...`: what
+    it reads of --vllm-version, e.g. the chat server's end-of-stream top-up): releases with the same
+    key and the same files get the same verdict. A script that does not say (a set's own test that
+    knows no such option, a failure) keys each release by itself: no verdict is shared."""
+    own = {version: f"own {version}" for version in versions}
+    if len(set(versions)) < 2:
+        return own
+    asked = sorted({str(release_version(v)) for v in versions})
+    try:
+        status, out = run_script(sys.executable, script, ["--version-keys", *asked], timeout=_timeout(), isolated=True)
+        lines = out.strip().splitlines()
+        document = load_json_text(lines[-1] if status == 0 and lines else "")
+    except (WorkerFailed, ValueError):
+        return own
+    keys = document.get("version_keys") if isinstance(document, dict) else None
+    if not isinstance(keys, dict):
+        return own
+    said = {version: keys.get(str(release_version(version))) for version in versions}
+    return {version: f"said {key}" if isinstance(key, str) else own[version] for version, key in said.items()}
+
+
 def _installed_key(python: str, script: Path, root: Path, files: list[str], version: list[str]) -> str | None:
     """The key of a verdict with vLLM's classes (an import of vLLM: seconds): the interpreter, the
     set's scripts, the judged files and the installed vLLM's RECORD (its other files as shipped).
@@ -157,9 +181,8 @@ def _remember(key: str | None, judged: Judged) -> None:
 
 def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judged | str:
     """The script's verdict, or why there is none."""
-    timeout = seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT)
     try:
-        status, out = run_script(python, script, [*args, "--json"], timeout=timeout, isolated=isolated)
+        status, out = run_script(python, script, [*args, "--json"], timeout=_timeout(), isolated=isolated)
     except WorkerFailed as failed:
         return failed.message
     lines = out.strip().splitlines()
@@ -171,6 +194,10 @@ def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judge
         return _validated(status, document)
     except ValueError as exc:
         return f"{script.name} exited {status}: {exc}"
+
+
+def _timeout() -> float:
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT)
 
 
 def _validated(status: int, document: object) -> Judged:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints, locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
-from patchkit.base.fsutil import Landed, Origin, fsync_dir, read_file, unsafe_reason
+from patchkit.base.fsutil import Landed, Origin, fsync, fsync_dir, read_file, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import listings
 from patchkit.engine.guard import guard_files
@@ -800,7 +800,7 @@ def _write_file(path: Path, data: bytes, mode: int | None) -> Origin:
         done = _write_direct(fh.fileno(), view) if len(data) >= _DIRECT_FROM else 0
         while done < len(view):  # the rest (all of a small file) through the page cache
             done += os.write(fh.fileno(), view[done:])
-        os.fsync(fh.fileno())
+        fsync(fh.fileno())
         os.fchmod(fh.fileno(), (READABLE_FILE_MODE if mode is None else mode) & PERMISSIONS)
         return Origin.of(os.fstat(fh.fileno()))
 

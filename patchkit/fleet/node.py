@@ -106,7 +106,7 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
         "detail": _why(document) if code else "",
         "exit_code": code,
         "target": document.get("target"),
-        "vllm_version": document.get("vllm_version") or next((p.get("vllm_version") for p in parts), None),
+        "vllm_version": document.get("vllm_version"),
         "set": document.get("set"),
         "series": document.get("series"),
         "sets": [{"set": str(p.get("set")), "state": str(p.get("result") or p.get("state"))} for p in parts],

@@ -7,10 +7,13 @@ with the record, the checks on disk), status, revert from the record; then the t
 byte-identical to stock. An upstream release's stock files go through the checks as they are: a
 failure there is an upstream regression. Outcome per release: patched, upstream, conflict, check-failed, unsupported.
 
-Releases sharing a series directory should have identical stock files (that is why they share
-it). The first is fetched and done; each other one is compared through the sha256 its wheel's
-RECORD gives for those files (RECORD comes with the wheel's central directory, so no file is
-read) and, when they match, takes the first one's result.
+Releases whose stock files the set reads are byte-identical are judged once. Each release's RECORD
+is fetched first (it comes with the wheel's central directory: no file is read); the releases are
+then grouped by everything their result depends on besides the version: the series directory and
+its patches' bytes, the sha256 RECORD gives for each file, the contract requirements that apply,
+and the key under which the set's behaviour test judges the version (checks/behaviour.version_keys:
+the tool-call sets' end-of-stream top-up differs by release). The oldest of a group is fetched and
+done; the others take its result (`same_as`). A file that differs by one byte is another group.
 
 A result is kept in the fetch cache (<cache>/verify-results/), under a key that covers every input
 it depends on: the release, its stock files, the set's directory (series, patches, contract,
@@ -51,6 +54,7 @@ from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
 from patchkit.base.usercache import prune, touch, usable_cache_dir
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, integrity
+from patchkit.checks.behaviour import version_keys
 from patchkit.distinfo.record import find_record, parse_record, read_record_file
 from patchkit.engine.inspection import TreeStatus, check_context, inspect, run_checks
 from patchkit.engine.operations import ApplyResult, apply_series, revert_series
@@ -211,9 +215,8 @@ def verify_releases(
             advance(f"{version} {job_or_result.outcome}")
         else:
             jobs.append(job_or_result)
-    leads, mates = _split_series(jobs)
     with tempfile.TemporaryDirectory(prefix="patchkit-verify-") as scratch:
-        for result in _run_jobs(leads, mates, Path(scratch), opts, advance, store):
+        for result in _run_jobs(jobs, _behaviour_keys(patch_set, jobs), Path(scratch), opts, advance, store):
             results[result.version] = result
     for version, result in results.items():
         result.requested = version in requested
@@ -230,61 +233,79 @@ def _job(patch_set: PatchSetDef, version: Version, opts: Options) -> _Job | Rele
     return _Job(version, selection, tuple(needed_files(patch_set, selection)))
 
 
-def _split_series(jobs: list[_Job]) -> tuple[list[_Job], dict[_Job, _Job]]:
-    """The first release of each series directory (and every upstream one), and mate -> its first.
+Shared = tuple[object, ...]
 
-    Mates must also be judged alike: the same contract requirements apply to them (some are
-    declared for a range of versions)."""
-    leads: list[_Job] = []
-    first: dict[tuple, _Job] = {}
-    mates: dict[_Job, _Job] = {}
-    for job in jobs:
-        contract = getattr(job.selection.patch_set, "contract", ())
-        key = (job.series, tuple(i for i, req in enumerate(contract) if req.applies_to(job.version)))
-        if job.selection.kind == SelectionKind.PATCH and key in first:
-            mates[job] = first[key]
-        else:
-            first.setdefault(key, job)
-            leads.append(job)
-    return leads, mates
+
+def _sharing_key(job: _Job, tree: Path, behaviour_keys: dict[Version, str]) -> Shared | None:
+    """What the job's result depends on besides its version (see the module docstring); None: no
+    RECORD to vouch for its files, so it is judged on its own."""
+    rows = _record(tree, set(job.paths))
+    if rows is None:
+        return None
+    selection = job.selection
+    contract = getattr(selection.patch_set, "contract", ())
+    return (
+        selection.kind,
+        job.series,
+        tuple(p.sha256 for p in selection.patches),
+        tuple(i for i, req in enumerate(contract) if req.applies_to(job.version)),
+        behaviour_keys.get(job.version, str(job.version)),
+        tuple((path, rows.get(path, ("absent",))[0]) for path in job.paths),
+    )
+
+
+def _behaviour_keys(patch_set: PatchSetDef, jobs: list[_Job]) -> dict[Version, str]:
+    """The key under which the set's behaviour test judges each release (none declared: one key)."""
+    if patch_set.behaviour is None:
+        return {job.version: "" for job in jobs}
+    return version_keys(patch_set.behaviour, [job.version for job in jobs])
 
 
 def _run_jobs(
-    leads: list[_Job],
-    mates: dict[_Job, _Job],
+    jobs: list[_Job],
+    behaviour_keys: dict[Version, str],
     scratch: Path,
     opts: Options,
     advance: Advance,
     store: ResultStore | None,
 ) -> list[ReleaseResult]:
-    """Fetch side by side; verify each release as soon as its files are there."""
+    """Fetch every RECORD side by side; in version order, the first release of each group (see
+    _sharing_key) has its files fetched and is verified as soon as they are there; the others take
+    its result."""
     done: dict[_Job, ReleaseResult] = {}
-    trees: dict[_Job, Path] = {}
-    fetch_seconds: dict[_Job, float] = {}
+    recorded: dict[_Job, tuple[Path, float]] = {}
+    firsts: dict[Shared, _Job] = {}
+    mates: dict[_Job, _Job] = {}
+    waiting = iter(sorted(jobs, key=lambda job: job.version))
+    following = next(waiting, None)
     pool = ThreadPoolExecutor(max_workers=FETCH_WORKERS)
     try:
-        pending = {pool.submit(_fetch, job, job.paths): job for job in leads}
-        pending.update({pool.submit(_fetch, job, ()): job for job in mates})  # RECORD only
+        pending = {pool.submit(_fetch, job, ()): (job, False) for job in jobs}  # RECORD only
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
-                job = pending.pop(future)
+                job, with_files = pending.pop(future)
                 tree, seconds = future.result()
-                trees[job], fetch_seconds[job] = tree, seconds
-                if job in mates:
-                    continue
-                done[job] = _verify_or_recall(job, tree, seconds, scratch, opts, store)
-                advance(f"{job.version} {done[job].label}")
+                if with_files:
+                    done[job] = _verify_or_recall(job, tree, seconds, scratch, opts, store)
+                    advance(f"{job.version} {done[job].label}")
+                else:
+                    recorded[job] = (tree, seconds)
+            while following is not None and following in recorded:  # decided in version order
+                key = _sharing_key(following, recorded[following][0], behaviour_keys)
+                if key is not None and key in firsts:
+                    mates[following] = firsts[key]
+                else:
+                    if key is not None:
+                        firsts[key] = following
+                    pending[pool.submit(_fetch, following, following.paths)] = (following, True)
+                following = next(waiting, None)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
-    for mate, lead in mates.items():
-        if _same_stock_files(trees[mate], trees[lead], mate.paths):
-            done[mate] = _reused(mate, done[lead], fetch_seconds[mate])
-        else:  # the library says they share files, the wheels disagree: do this one too
-            tree, seconds = _fetch(mate, mate.paths)
-            done[mate] = _verify_or_recall(mate, tree, seconds, scratch, opts, store)
+    for mate, first in mates.items():
+        done[mate] = _reused(mate, done[first], recorded[mate][1])
         advance(f"{mate.version} {done[mate].label}")
     return list(done.values())
 
@@ -293,15 +314,6 @@ def _fetch(job: _Job, paths: Iterable[str]) -> tuple[Path, float]:
     start = time.perf_counter()
     tree = fetch.release_tree(str(job.version), paths, recheck_index=True)
     return tree, time.perf_counter() - start
-
-
-def _same_stock_files(mate_tree: Path, lead_tree: Path, paths: Iterable[str]) -> bool:
-    """Compare through the wheels' RECORD hashes (verified by the fetcher for every file it reads)."""
-    paths = set(paths)
-    mine, theirs = _record(mate_tree, paths), _record(lead_tree, paths)
-    if mine is None or theirs is None:
-        return False
-    return all(mine.get(p, ("",))[0] == theirs.get(p, ("",))[0] for p in paths)
 
 
 def _record(tree: Path, paths: set[str]) -> dict | None:
@@ -320,6 +332,7 @@ def _reused(mate: _Job, lead: ReleaseResult, fetched: float) -> ReleaseResult:
     return replace(
         lead,
         version=mate.version,
+        series=mate.series,
         same_as=lead.version,
         detail=f"{lead.detail} (stock files identical to {lead.version}'s by RECORD sha256; its result)",
         timings={"fetch": fetched, "total": fetched},
@@ -479,6 +492,11 @@ class _Clock:
 
 
 def _verify_release(job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options) -> ReleaseResult:
+    with fsutil.scratch_writes():  # the scratch tree is deleted afterwards: nothing to make durable
+        return _verify_in_scratch(job, stock, fetched, scratch, opts)
+
+
+def _verify_in_scratch(job: _Job, stock: Path, fetched: float, scratch: Path, opts: Options) -> ReleaseResult:
     clock = _Clock(fetched)
     site = scratch / str(job.version)
     (site / "vllm").mkdir(parents=True)

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from patchkit.base.errors import BadInput
-from patchkit.base.fsutil import Origin, read_file
+from patchkit.base.fsutil import Origin, fsync, read_file
 from patchkit.base.hashing import sha256, stream_sha256
 from patchkit.store.state import DIGEST, PERMISSIONS, State, Tick, durable_write, meta_dir
 
@@ -89,7 +89,7 @@ def _synced_if_own(path: Path, origin: Origin) -> bool:
     try:
         if not _own_unchanged(os.fstat(fd), origin):
             return False
-        os.fsync(fd)
+        fsync(fd)
         return True
     finally:
         os.close(fd)
