@@ -11,8 +11,10 @@ import sys
 from helpers import make_patch, patched_spec, write_tree
 
 # Loaded only for what a stock tree's dry run never does: a vLLM installed from a patched wheel
-# (its provenance), a fetch (the network, the zip reader), a table in a terminal.
+# (its provenance), a fetch (the network, the zip reader), a table in a terminal, the set's
+# behaviour test (verify's alone: patchkit.checks.registry).
 NOT_FOR_A_STOCK_TREE = (
+    "patchkit.checks.behaviour",
     "patchkit.distinfo.installed_wheel",
     "patchkit.distinfo.provenance",
     "patchkit.fetch.release",

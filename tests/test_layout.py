@@ -218,28 +218,41 @@ def test_an_unexplained_import_inside_a_function_is_found(tmp_path):
 
 
 # The workers run by path under `python -I` in the target's interpreter, so they cannot import a
-# shared module: these helpers are copied, and every copy must be the same text.
+# shared module: these helpers (functions, classes, constants) are copied, and every copy must be the same text.
 WORKER_COPIES = {
     "write_answer": None,  # None: in every worker that defines it
     "_unshadow": None,
     "_error_text": None,
     "_plain": None,
     "_parser_class": {"serve_reading.py", "serve_spec.py"},  # engine_config's falls back to argparse
+    "_first": {"serve_reading.py", "serve_spec.py"},
     "_force_cpu_platform_when_none": {"serve_reading.py", "serve_spec.py"},
     "load_general_plugins": {"model_interface.py", "engine_config.py"},
     "_running": {"model_interface.py", "engine_config.py"},
+    "PluginFailed": {"model_interface.py", "engine_config.py"},
+    "GENERAL_PLUGINS": {"model_interface.py", "engine_config.py"},
+    "ANSWER": {"model_interface.py", "engine_config.py"},
 }
 
 
+def _defined_name(node: ast.stmt) -> str | None:
+    """The name a top-level function, class or single-name assignment defines."""
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return node.name
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+
+
 def worker_copies(folder: Path) -> dict[str, dict[str, str]]:
-    """name -> worker file -> the function's source, for each name in WORKER_COPIES."""
+    """name -> worker file -> the definition's source, for each name in WORKER_COPIES."""
     found: dict[str, dict[str, str]] = {}
     for path in sorted(folder.glob("*.py")):
         source = path.read_text()
         for node in ast.parse(source).body:
-            workers = WORKER_COPIES.get(node.name, ()) if isinstance(node, ast.FunctionDef) else ()
-            if workers is None or path.name in workers:
-                found.setdefault(node.name, {})[path.name] = ast.get_source_segment(source, node) or ""
+            name = _defined_name(node)
+            workers = WORKER_COPIES.get(name, ()) if name is not None else ()
+            if name is not None and (workers is None or path.name in workers):
+                found.setdefault(name, {})[path.name] = ast.get_source_segment(source, node) or ""
     return found
 
 
@@ -259,6 +272,16 @@ def test_a_copy_that_drifted_is_found(tmp_path):
     path = tmp_path / "b.py"
     path.write_text(path.read_text().replace("del sys.path[0]", "sys.path.pop(0)"))
     assert differing_copies(tmp_path) == {"_unshadow": ["a.py", "b.py"]}
+
+
+def test_a_class_or_constant_copy_that_drifted_is_found(tmp_path):
+    for name in ("model_interface.py", "engine_config.py"):
+        (tmp_path / name).write_text((PACKAGE / "_target" / "model_interface.py").read_text())
+    path = tmp_path / "engine_config.py"
+    text = path.read_text().replace("self.name, self.error = name, error", "self.name = name")
+    path.write_text(text.replace('GENERAL_PLUGINS = "vllm.general_plugins"', 'GENERAL_PLUGINS = "vllm.plugins"'))
+    both = ["engine_config.py", "model_interface.py"]
+    assert differing_copies(tmp_path) == {"PluginFailed": both, "GENERAL_PLUGINS": both}
 
 
 def test_the_architecture_page_has_a_row_per_folder_at_its_layer():

@@ -18,6 +18,7 @@ COMMANDS = (
     ("diff",),
     ("verify", "--no-import"),
     ("revert", "--dry-run"),
+    ("apply", "--dry-run"),
     ("preflight", "--no-import", "--", "vllm", "serve", "MODEL"),
 )
 

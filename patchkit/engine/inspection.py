@@ -33,9 +33,9 @@ from patchkit.series.library import load_library, locate
 from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
-    from patchkit.checks import CheckContext, CheckResult, Reader
+    from patchkit.checks import Check, CheckContext, CheckResult, Reader
     from patchkit.engine.resolve import Resolved
     from patchkit.series.library import PatchSetDef, Release
     from patchkit.series.plan import Plan
@@ -122,10 +122,10 @@ _UPGRADED = " is installed, but the patches were applied to "  # the guard's wor
 
 
 def inspect(
-    resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True, verifying: bool = False
+    resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True, verifying: Sequence[Check] = ()
 ) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the
-    checks (`verifying`: the behaviour test too)."""
+    checks (and `verifying`, the checks only verify runs: the set's behaviour test)."""
     kind = resolved.selection.kind
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
@@ -421,16 +421,20 @@ def upstream_context(resolved: Resolved, paths: list[str], *, import_probe: bool
     )
 
 
-def run_checks(ctx: CheckContext, only: tuple[str, ...] | None = None, *, verifying: bool = False) -> list[CheckResult]:
-    """Every registered check on `ctx` (or those named `only`; `verifying`: the behaviour test too):
-    the registry (each check module, pyflakes) loads on the first call."""
+def run_checks(
+    ctx: CheckContext, only: tuple[str, ...] | None = None, *, verifying: Sequence[Check] = ()
+) -> list[CheckResult]:
+    """Every registered check on `ctx` (or those named `only`; `verifying`: the checks only verify
+    runs, after them): the registry (each check module, pyflakes) loads on the first call."""
     # lazy: the checks load only when checks run
     from patchkit.checks import registry
 
-    return registry.run_checks(ctx, registry.named(only) if only else registry.default_checks(verifying=verifying))
+    return registry.run_checks(ctx, registry.named(only) if only else registry.default_checks(verifying))
 
 
-def run_upstream_checks(resolved: Resolved, *, import_probe: bool = True, verifying: bool = False) -> list[CheckResult]:
+def run_upstream_checks(
+    resolved: Resolved, *, import_probe: bool = True, verifying: Sequence[Check] = ()
+) -> list[CheckResult]:
     paths = upstream_check_paths(resolved.selection.patch_set)
     context = upstream_context(resolved, paths, import_probe=import_probe)
     return run_checks(context, verifying=verifying) if paths else []

@@ -15,7 +15,7 @@ unsupported version) are raised.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +30,7 @@ from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatch
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
-from patchkit.checks import WARNING, CheckResult, integrity, shadow
+from patchkit.checks import WARNING, Check, CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, listings
@@ -570,17 +570,20 @@ class VerifyResult:
         return Outcome.OK if self.ok else Outcome.CHECK_FAILED
 
 
-def verify_tree(resolved: Resolved, *, import_probe: bool = True, watch: Watcher | None = None) -> VerifyResult:
-    """The checks on the target's files, nothing written (under the lock: no writer is half-way)."""
+def verify_tree(
+    resolved: Resolved, *, import_probe: bool = True, watch: Watcher | None = None, verifying: Sequence[Check] = ()
+) -> VerifyResult:
+    """The checks on the target's files, nothing written (under the lock: no writer is half-way).
+    `verifying`: the checks only verify runs, after the others (the set's behaviour test)."""
 
     warnings = []
     with consistent_read(resolved.target.root) as recovered:
         if recovered:
             warnings.append(recovered)
             (watch or Unwatched()).warning(recovered)
-        status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=True)
+        status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=verifying)
         refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
-        return VerifyResult(status, _tree_checks(resolved, status, import_probe), warnings)
+        return VerifyResult(status, _tree_checks(resolved, status, import_probe, verifying), warnings)
 
 
 def refuse_unchangeable(resolved: Resolved) -> None:
@@ -599,7 +602,9 @@ def refuse_unchangeable(resolved: Resolved) -> None:
         raise BadInput(exc.message, hint=exc.hint or hint) from None
 
 
-def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> list[CheckResult]:
+def _tree_checks(
+    resolved: Resolved, status: TreeStatus, import_probe: bool, verifying: Sequence[Check]
+) -> list[CheckResult]:
     if status.plan is None:  # upstream or unsupported: what inspect ran on the stock files
         return list(status.checks)
     results = []
@@ -608,7 +613,7 @@ def _tree_checks(resolved: Resolved, status: TreeStatus, import_probe: bool) -> 
     on_disk = status.state == TreeState.APPLIED or bool(status.drifted)
     if on_disk or not status.plan.conflicts:
         context = check_context(resolved, status.plan, on_disk=on_disk, import_probe=import_probe)
-        results = run_checks(context, verifying=True)
+        results = run_checks(context, verifying=verifying)
     # The files as on disk, conflict or not: stock (RECORD), stale bytecode.
     return (
         integrity.CHECK.run(check_context(resolved, status.plan))

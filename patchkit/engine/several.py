@@ -31,23 +31,26 @@ from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from patchkit.base.options import Options
+    from patchkit.checks import Check
+    from patchkit.series.library import PatchSetDef
 
 # How a set that was not applied is shown (ApplyResult's outcomes say the rest).
 NOT_TRIED = "not-tried"  # an earlier set failed
 
 
-def require_order(opts: Options, chosen: list[Chosen]) -> None:
-    """The covering sets that change the same file are in the library's declared order (else refused)."""
+def require_order(opts: Options, chosen: list[Chosen], sets: dict[str, PatchSetDef] | None = None) -> None:
+    """The covering sets that change the same file are in the library's declared order (else refused).
+    `sets`: the library's sets when the caller has loaded them already (resolve.library_sets)."""
     root = library.locate(opts.library).path
     files = {
         c.name: {f.path for p in c.resolved.patches for f in p.files}
         for c in chosen
         if c.resolved is not None and c.kind == SelectionKind.PATCH
     }
-    library.refuse_unordered(root, library.load_library(root), files)
+    library.refuse_unordered(root, sets if sets is not None else library.load_library(root), files)
 
 
 @dataclass
@@ -248,13 +251,15 @@ class SetsVerified:
         return Outcome.OK if self.ok else Outcome.CHECK_FAILED
 
 
-def verify_sets(chosen: list[Chosen], *, import_probe: bool = True, watch: Watcher | None = None) -> SetsVerified:
+def verify_sets(
+    chosen: list[Chosen], *, import_probe: bool = True, watch: Watcher | None = None, verifying: Sequence[Check] = ()
+) -> SetsVerified:
     """verify_tree for each covering set, in the library's order."""
     covering = judged(chosen)
     results = []
     for each in covering:
         assert each.resolved is not None
-        results.append(verify_tree(each.resolved, import_probe=import_probe, watch=watch))
+        results.append(verify_tree(each.resolved, import_probe=import_probe, watch=watch, verifying=verifying))
     return SetsVerified(covering, _guard_blames_the_drifted(results))
 
 

@@ -53,10 +53,10 @@ from patchkit.base.errors import NoPatchSet, PatchkitError, exit_code_for
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
 from patchkit.base.usercache import prune, touch, usable_cache_dir
-from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, integrity
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, behaviour, integrity, registry
 from patchkit.checks.behaviour import version_keys
 from patchkit.distinfo.record import find_record, parse_record, read_record_file
-from patchkit.engine.inspection import TreeStatus, check_context, inspect, run_checks
+from patchkit.engine.inspection import TreeStatus, check_context, inspect
 from patchkit.engine.operations import ApplyResult, apply_series, revert_series
 from patchkit.engine.resolve import Resolved, resolve
 from patchkit.releases.files import lay_out, needed_files
@@ -561,12 +561,12 @@ def _verify_patched(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     with clock("checks"):
         status = inspect(resolved)
         reverse_problems = _reverse_apply_problems(resolved, plan.changes)
-        behaviour = run_checks(check_context(resolved, plan, on_disk=True), only=("behaviour",))  # once, written
+        behaved = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])  # once, written
     with clock("revert"):
         _revert(resolved)
     problems = _problems_after_apply(applied, status) + reverse_problems
-    problems += [f"behaviour: {r.message}" for r in behaviour if r.failed]
-    checks = results + [r for r in applied.on_disk_checks if r.failed] + behaviour
+    problems += [f"behaviour: {r.message}" for r in behaved if r.failed]
+    checks = results + [r for r in applied.on_disk_checks if r.failed] + behaved
     if problems:
         return ReleaseResult(version, CHECK_FAILED_OUTCOME, "; ".join(problems), checks=checks, reverted_identical=True)
     return ReleaseResult(
@@ -596,7 +596,7 @@ STOCK_BEHAVIOUR = ("passes", "fails", "not judged")
 def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResult) -> ReleaseResult:
     """A conflict: the stock files changed. The set's behaviour test on them says whether the change
     may be upstream's fix (an open-ended set's range then closes) or the series needs porting."""
-    judged = run_checks(check_context(resolved, plan, on_disk=True), only=("behaviour",))
+    judged = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])
     if not judged:
         return conflict
     stock = judged[0]
@@ -647,7 +647,7 @@ def _message(error: PatchkitError | None) -> str:
 def _verify_upstream(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     version = _release(resolved)
     with clock("checks"):
-        status = inspect(resolved, check_upstream=True, verifying=True)
+        status = inspect(resolved, check_upstream=True, verifying=(behaviour.CHECK,))
     if status.upstream_regression:
         return ReleaseResult(
             version,

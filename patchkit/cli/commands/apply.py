@@ -97,7 +97,7 @@ def _apply_sets(
     ui.knows(target_json(target))
     chosen = resolve_sets(opts, target, sets=sets)
     ui.knows(tree_version_json(chosen))
-    require_order(opts, chosen)
+    require_order(opts, chosen, sets)
     if not ui.json_mode:
         for each in chosen:
             if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
@@ -173,7 +173,7 @@ def apply_for_launch(
         target = resolve_target(chosen)
         ui.knows(target_json(target))
         covering = resolve_sets(chosen, target, sets=sets)
-        require_order(chosen, covering)
+        require_order(chosen, covering, sets)
     else:
         resolved = resolve_telling(ui, chosen, sets=sets)
         covering = [Chosen(resolved.set_name, resolved)]

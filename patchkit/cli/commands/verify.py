@@ -8,6 +8,7 @@ import click
 from patchkit import fetch
 from patchkit.base.enums import Outcome
 from patchkit.base.errors import BadInput, Finished, NoPatchSet
+from patchkit.checks import behaviour
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
 from patchkit.cli.ui import reports
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from patchkit.series.library import PatchSetDef
 
 VERIFY_FORMATS = ("text", "json", "junit", "markdown")
+# The checks only verify runs, after apply's (patchkit.checks.registry): the set's behaviour test.
+VERIFYING = (behaviour.CHECK,)
 
 
 @click.command()
@@ -203,7 +206,7 @@ def _verify_target(
         return _verify_sets(ui, opts, fmt, sets, import_probe=import_probe)
     resolved = resolve_telling(ui, opts, sets=sets)
     require_patches(resolved)
-    verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui))
+    verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui), verifying=VERIFYING)
     if fmt == "junit":
         reports.verified_target_junit(resolved, verified)
     elif ui.json_mode:
@@ -222,7 +225,7 @@ def _verify_sets(
     ui.knows(target_json(target))
     chosen = resolve_sets(opts, target, sets=sets)
     ui.knows(tree_version_json(chosen))
-    verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui))
+    verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui), verifying=VERIFYING)
     pairs = [(c.resolved, r) for c, r in zip(verified.chosen, verified.results, strict=True) if c.resolved is not None]
     if fmt == "junit":
         for resolved, result in pairs:
