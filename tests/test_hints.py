@@ -26,7 +26,6 @@ ALLOWED = {
     "patchkit/_target/guard.py",
 }
 KEPT_NAMES = {
-    "patchkit verify",  # the JUnit suite's name (cli/ui/junit.py): no command to run
     # the guard's METADATA Summary (engine/guard.py): prose in a file installed beside vLLM
     "\nSummary: patchkit's launch guard: refuses a vLLM tree that changed since `patchkit apply`\n",
 }

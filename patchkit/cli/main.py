@@ -192,9 +192,10 @@ class PatchkitGroup(click.Group):
                 try:
                     code = _command_exit_code(super().invoke, ctx, run)
                 except click.ClickException as exc:  # a usage error click found: it prints it, exit 2
-                    run.failed(exc.format_message(), _usage_hint(exc))
-                    _finish(ctx, run, exc.exit_code)
-                    raise
+                    usage = _not_taken(exc) if isinstance(exc, click.NoSuchOption) else exc
+                    run.failed(usage.format_message(), _usage_hint(usage))
+                    _finish(ctx, run, usage.exit_code)
+                    raise usage from None
                 code = _finish_unless_interrupted(ctx, run, code)
         except KeyboardInterrupt as exc:  # a signal on the way out: a second as the first was caught, or late
             if code is None:  # the run was not shown yet
@@ -288,6 +289,29 @@ def _chosen_format(ctx: click.Context) -> str:
             return seen.params.get("fmt") or "text"
     except click.ClickException:
         return "text"
+
+
+def _not_taken(exc: click.NoSuchOption) -> click.NoSuchOption:
+    """An option the command does not take, said with the few commands that take it (imported
+    only here, on the way out): `status has no --dry-run option (apply, revert, refresh take it).`"""
+    context = exc.ctx
+    if context is None or context.parent is None:  # patchkit's own options
+        return exc
+    said = f"{context.command_path.partition(' ')[2]} has no {exc.option_name} option"
+    top_level = context.parent.parent is None  # not `fleet status`: its options are fleet's
+    name = context.info_name
+    takers = [other for other in COMMANDS if top_level and other != name and exc.option_name in _options_of(other)]
+    if 0 < len(takers) <= FEW_TAKERS:  # a short line: which commands it belongs to
+        said += f" ({', '.join(takers)} take{'s' if len(takers) == 1 else ''} it)"
+    return click.NoSuchOption(exc.option_name, said + ".", exc.possibilities, context)
+
+
+FEW_TAKERS = 3  # an option more commands take (--format, --patch) is said alone
+
+
+def _options_of(name: str) -> set[str]:
+    command = PatchkitGroup().get_command(None, name)
+    return {spelled for p in command.params for spelled in (*p.opts, *p.secondary_opts)} if command else set()
 
 
 def _usage_hint(exc: click.ClickException) -> str | None:

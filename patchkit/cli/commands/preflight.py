@@ -42,6 +42,14 @@ LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": Fa
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
 
 
+def launch_words(launch: tuple[str, ...]) -> list[str]:
+    """The launch's words. A first word that is an option is one this command does not take (no
+    program starts with `-`), said as click says any unknown option, not as `not a vLLM launch`."""
+    if launch and launch[0].startswith("-"):
+        raise click.NoSuchOption(launch[0].partition("=")[0], ctx=click.get_current_context())
+    return list(launch)
+
+
 @click.command(context_settings=LAUNCH_SETTINGS)
 @target_options
 @format_option(formats=("text", "json", "junit"))
@@ -60,7 +68,7 @@ def command(
     command cannot be read; 4: a model or the target is missing.
     """
     ui = make_ui("json" if fmt == "json" else "text", quiet, verbose)
-    launch_command = frame(list(launch))
+    launch_command = frame(launch_words(launch))
     result = run_preflight(ui, opts, launch_command, no_import=no_import)
     show(ui, result, fmt)
     return result
@@ -263,4 +271,4 @@ def findings_junit(result: PreflightResult) -> str:
         )
         for f in result.findings
     ]
-    return junit("patchkit.preflight", cases)
+    return junit("patchkit.preflight", cases, "preflight")

@@ -25,8 +25,9 @@ class JUnitCase:
     error: str | None = None  # the run could not judge this case: an <error>, not a <failure>
 
 
-def junit(suite: str, cases: list[JUnitCase]) -> str:
-    """JUnit XML: one <testsuite>, a <testcase> per case, <failure>/<skipped> where they apply."""
+def junit(suite: str, cases: list[JUnitCase], command: str = "verify") -> str:
+    """JUnit XML: one <testsuite>, a <testcase> per case, <failure>/<skipped> where they apply;
+    the <testsuites> named after the command that wrote it (`patchkit preflight`)."""
     # lazy: only a JUnit report needs it
     import xml.etree.ElementTree as ET
 
@@ -36,7 +37,7 @@ def junit(suite: str, cases: list[JUnitCase]) -> str:
     total = f"{sum(c.seconds for c in cases):.3f}"
     root = ET.Element(
         "testsuites",
-        name="patchkit verify",
+        name=f"patchkit {command}",
         tests=str(len(cases)),
         failures=str(failures),
         errors=str(errors),
@@ -69,11 +70,12 @@ def junit(suite: str, cases: list[JUnitCase]) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def error_junit(suite: str, message: str, hint: str | None, exit_code: int) -> str:
+def error_junit(suite: str, message: str, hint: str | None, exit_code: int, command: str = "verify") -> str:
     """A run that ended before it could judge anything (the index unreachable, a bad option...):
     one testcase in error, so that a report file is never empty."""
     details = message + (f"\nhint: {hint}" if hint else "")
-    return junit(suite, [JUnitCase(name="patchkit verify", error=message, details=details, kind=f"exit-{exit_code}")])
+    case = JUnitCase(name=f"patchkit {command}", error=message, details=details, kind=f"exit-{exit_code}")
+    return junit(suite, [case], command)
 
 
 def releases_junit(results: list[ReleaseResult], suite: str) -> str:

@@ -58,7 +58,8 @@ def finish_run(run: Run, *, fmt: str, command: str | None, exit_code: int) -> No
         write_json({"ok": exit_code == 0, **failure, "exit_code": exit_code, **about})
     elif fmt == "junit" and not run.junit_written and exit_code != 0:
         suite = f"patchkit.{run.known['set']}" if run.known.get("set") else "patchkit"
-        sys.stdout.write(error_junit(suite, run.error or f"exit code {exit_code}", run.hint, exit_code))
+        said = run.error or f"exit code {exit_code}"
+        sys.stdout.write(error_junit(suite, said, run.hint, exit_code, command or "verify"))
 
 
 def write_junit(document: str) -> None:

@@ -91,9 +91,6 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
     words = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
     # a short aside "(-v shows each)" is read as one: never wrapped inside its parentheses
     words = _ASIDE.sub(lambda m: _kept_whole(m.group(), min(ASIDE_ROOM, room)), words)
-    # a word kept whole that a hanging indent would push past the width starts further left
-    longest = max(map(len, words.split(" ")))
-    indent = min(indent, width - longest) if longest <= width else indent
     lines = textwrap.wrap(
         words,
         width,
@@ -107,13 +104,16 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
 
 
 def _broken_line(line: str, width: int, *, shorten: bool) -> list[str]:
-    """A line wider than `width` holds one word: a `command` wider than any line wrapped at its own
+    """A line wider than `width` holds one word: one that fits a line whole starts further left (the
+    other lines keep their indent); a `command` wider than any line wrapped at its own
     spaces (never cut mid-word by the terminal); a name (`shorten`) broken after a / _ or -
     (see broken); each piece at the line's indent."""
     lead = len(line) - len(line.lstrip())
     word = line.strip()
     if len(line) <= width or " " in word:
         return [line]
+    if len(word) <= width:  # a word kept whole that its indent would push past the width: that line starts further left
+        return [" " * (width - len(word)) + word]
     if "`" in word:
         room = max(width - lead, NAME_ROOM)
         parts = textwrap.wrap(word.replace(_KEPT_SPACE, " "), room, break_long_words=False, break_on_hyphens=False)
