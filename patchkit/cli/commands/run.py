@@ -68,6 +68,9 @@ def _checked(
         return None
     result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
     if result.ok:
+        if ui.verbose:  # each finding, what could not be judged too, before a load that may take long
+            show(ui, result, "text")
+            ui.note(f"vLLM's own validation did not run: {_full_preflight(opts, launch_command)} runs it")
         if result.unjudged_plugins:  # the hint is built only when said
             _name_unjudged(ui, result.unjudged_plugins, _full_preflight(opts, launch_command))
         return None
