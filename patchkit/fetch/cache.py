@@ -9,6 +9,7 @@ whose own sha256 release.json keeps from the fetch that took it out of the wheel
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -54,9 +55,15 @@ def load_state(root: Path, ver: str) -> State | None:
     """release.json, checked: None when there is none (or an older schema's); Damaged for anything
     patchkit did not write (a symlink, not a file, too big, not JSON, the wrong shape)."""
     try:
-        data = load_json_text(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES))
+        raw = read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES)
     except FileNotFoundError:
         return None
+    return _checked_state(raw, ver)
+
+
+def _checked_state(raw: bytes, ver: str) -> State | None:
+    try:
+        data = load_json_text(raw)
     except (ValueError, RecursionError) as e:
         raise Damaged(f"{STATE_FILE} is not JSON ({e})") from None
     if isinstance(data, dict) and isinstance(data.get("schema"), int) and data["schema"] < STATE_SCHEMA:
@@ -72,17 +79,31 @@ def cached_record(version: str) -> bytes | None:
     took out of the wheel), else None; no lock, no network, nothing written."""
     root = release_root(normalize_version(version))
     try:
-        state = load_state(root, root.name)
+        found = _record_of(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES), root.name)
+    except (Damaged, FileNotFoundError):
+        return None
+    if found is None:
+        return None
+    dist_info, record_sha256 = found
+    try:
+        data = read_regular(root / "tree", f"{dist_info}/RECORD")
+    except (Damaged, FileNotFoundError):
+        return None
+    # The one the fetch took out of the wheel (trusted_record's test, without parsing it here).
+    return data if hashlib.sha256(data).hexdigest() == record_sha256 else None
+
+
+@functools.lru_cache(maxsize=4)
+def _record_of(raw: bytes, ver: str) -> tuple[str, str | None] | None:
+    """(dist_info, record_sha256) of release.json's bytes `raw`, or None; kept by those bytes: each
+    set's integrity check asks it of the same release (~2 ms to parse and check each time)."""
+    try:
+        state = _checked_state(raw, ver)
     except Damaged:
         return None
     if state is None or not state.get("dist_info"):
         return None
-    try:
-        data = read_regular(root / "tree", f"{state['dist_info']}/RECORD")
-    except (Damaged, FileNotFoundError):
-        return None
-    # The one the fetch took out of the wheel (trusted_record's test, without parsing it here).
-    return data if hashlib.sha256(data).hexdigest() == state.get("record_sha256") else None
+    return state["dist_info"], state.get("record_sha256")
 
 
 def _shape_problem(data: Any, ver: str) -> str | None:
