@@ -174,3 +174,14 @@ def test_run_v_shows_what_could_not_be_judged_before_it_launches(fetched, tmp_pa
     assert "vLLM's own validation did not run: `patchkit preflight" in " ".join(done.stderr.split())
     quiet = run_cli("run", "--target", "applied", "--", *launch, cwd=fetched)
     assert quiet.returncode == 7 and quiet.stdout == "launched\n" and quiet.stderr == ""
+
+
+@pytest.mark.release
+def test_verify_of_three_sets_names_the_tree_once_and_says_what_stood_in_for_vllm(fetched):
+    """D: the vLLM and version lines once per set; F: `(stand-ins)`, `(3 set(s) judged)`."""
+    done = run_cli("verify", "--target", fetched / "applied")
+    assert done.returncode == 0, done.stderr
+    lines = lines_of(done)
+    assert sum(line.startswith(("vLLM ", "version ")) for line in lines) == 2, lines
+    assert "behaviour: 0 of 120 runs differ (stand-ins for vLLM's classes)" in lines
+    assert lines[-1] == "verify: ok: all 3 sets pass"

@@ -80,12 +80,13 @@ def show_status(
     each: bool = True,
     context: str = "",
     header: bool = True,
+    target: bool = True,
 ) -> None:
     """The header, what is wrong first (drifted files, conflicts, stale records, the guard's
     refusal: `failures`, else the status's own), then a line per patch (`each`; a table with
     their files and descriptions with -v)."""
     if header:
-        show_header(ui, resolved)
+        show_header(ui, resolved, target=target)
     if where:
         show_library(ui, where)
     if header:
@@ -262,15 +263,21 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
     }
 
 
-def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:
-    """The header, the failures (the command that fixes each), then the verdict with the count of
-    the checks that passed (every row with -v)."""
+def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult, *, target: bool = True) -> None:
+    """The header (`target`: where vLLM is, said by the first set only), the failures (the command
+    that fixes each), then the verdict with the count of the checks that passed (every row with -v)."""
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_as_planned(status)
     )
     show_status(
-        ui, resolved, status, failures=[] if ui.verbose else fold(found), each=False, context=_checked_as(verified)
+        ui,
+        resolved,
+        status,
+        failures=[] if ui.verbose else fold(found),
+        each=False,
+        context=_checked_as(verified),
+        target=target,
     )
     if ui.verbose:  # every row, then what failed with its fix
         if results:
