@@ -70,16 +70,18 @@ clean:
 # apply --python / verify (with the import probe) / revert on an overlay venv laid over it (never
 # written to); see tests/vllm_import/. The tool-call sets' behaviour tests run there on vLLM's
 # real classes, with the release's own tool-parser tests (from its sdist, fetched into patchkit's cache).
+# A venv where vLLM is installed already is used as it is, never written to (VLLM_VENV=/work/vllm-venv-0.33.0
+# tests 0.33.0: the tests read the release from the venv, not from VLLM).
 VLLM ?= 0.16.0
 VLLM_VENV ?= .cache/vllm-venv-$(VLLM)
+VLLM_INSTALLED := $(VLLM_VENV)/bin/python -B -c 'from importlib.metadata import version; print(version("vllm"))'
 
-.PHONY: test-vllm
+.PHONY: test-vllm vllm-venv
 
-$(VLLM_VENV)/.installed:
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install --quiet --quiet vllm==$(VLLM)
-	touch $@
+vllm-venv:
+	@$(VLLM_INSTALLED) >/dev/null 2>&1 || { $(PYTHON) -m venv $(VLLM_VENV) && \
+		$(VLLM_VENV)/bin/python -m pip install --quiet --quiet vllm==$(VLLM); }
 
-test-vllm: $(VENV)/.installed $(VLLM_VENV)/.installed
-	VLLM_PYTHON="$(abspath $(VLLM_VENV))/bin/python" VLLM_VERSION=$(VLLM) \
+test-vllm: $(VENV)/.installed vllm-venv
+	VLLM_PYTHON="$(abspath $(VLLM_VENV))/bin/python" VLLM_VERSION=$$($(VLLM_INSTALLED)) \
 		$(PY) -m pytest -q tests/vllm_import $(PYTEST_ARGS)

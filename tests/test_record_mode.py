@@ -10,6 +10,8 @@ import stat
 
 from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 
+from patchkit.engine import guard
+
 
 def test_a_write_under_umask_077_leaves_the_record_readable_by_others(run, tmp_path, scratch):
     tree = write_tree(tmp_path / "site")
@@ -118,3 +120,21 @@ def test_a_recorded_mode_beyond_permission_bits_is_refused(run, tmp_path, scratc
         done = run("revert", "--target", tree, "--patch", patch)
         assert done.exit_code == 2 and "is not a file's permission bits" in done.output, (bad, done.output)
     assert stat.S_IMODE(os.stat(tree / "vllm/config/spec.py").st_mode) & 0o7000 == 0
+
+
+def test_each_directory_on_the_way_to_the_recorded_files_is_judged_once(run, tmp_path, scratch, monkeypatch):
+    """unreadable_by_others (once or twice a set in every apply, dry run and launch check) judges each
+    directory the recorded files share once, not once per file under it; it finds what it found."""
+    tree = write_tree(tmp_path / "site")
+    spec, model = "vllm/config/spec.py", "vllm/models/model.py"
+    patch = scratch / "two.diff"
+    patch.write_bytes(make_patch(scratch, tree, {spec: SPEC_PY + "# one\n", model: MODEL_PY + "# two\n"}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    _closed(tree / spec)
+    os.chmod(tree / "vllm/models", 0o700)
+    judged = []
+    real = guard._closed_mode
+    monkeypatch.setattr(guard, "_closed_mode", lambda *a, **k: judged.append((a[-1], k["directory"])) or real(*a, **k))
+    assert [rel for rel, _mode in guard.unreadable_by_others(tree)] == [spec, "vllm/models"]
+    assert ("vllm", True) in judged and len(judged) == len(set(judged)), judged
+    os.chmod(tree / "vllm/models", 0o755)

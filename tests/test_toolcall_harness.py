@@ -107,3 +107,53 @@ def test_a_final_delta_that_starts_with_a_new_calls_name_is_left_as_it_is():
     arguments_first = module.DeltaMessage(tool_calls=list(reversed(name_first.tool_calls)))
     rewritten = module.TOP_UPS["bare"].apply(parser, arguments_first)
     assert [(c.index, c.id, c.function.name) for c in rewritten.tool_calls] == [(0, None, None)]
+
+
+def test_the_fake_tokenizer_answers_what_vllms_parser_engine_asks():
+    """From 0.25 a parser on vLLM's parser engine decodes each token id and reads the special tokens
+    (without decode, every run of stock 0.33.0's Kimi-K2 parser raised AttributeError)."""
+    module = harness("kimi-k2-tool-calls")
+    scenario = module.load_scenario(LIBRARY / "kimi-k2-tool-calls" / "scenario.py")
+    tokenizer = module.FakeTokenizer(scenario.MARKERS, scenario.STOP)
+    text = f'Sure.{scenario.B}{scenario.CB}functions.f:0{scenario.CA}{{"x": 1}}{scenario.CE}{scenario.E}'
+    ids = [token for token, _ in tokenizer.tokenize(text)]
+    assert "".join(tokenizer.decode([token]) for token in ids) == text + scenario.STOP
+    assert tokenizer.decode(ids, skip_special_tokens=True) == 'Sure.functions.f:0{"x": 1}'
+    assert tokenizer.all_special_tokens == [*scenario.MARKERS, scenario.STOP]
+    assert [tokenizer.get_vocab()[t] for t in tokenizer.all_special_tokens] == tokenizer.all_special_ids
+
+
+class EngineParser:
+    """As a parser on vLLM's parser engine: its own rest of the arguments; text held until finish."""
+
+    engine_based_streaming = True
+
+    def __init__(self, module: types.ModuleType) -> None:
+        self.module, self.finished = module, 0
+
+    def get_remaining_unstreamed_args(self) -> str:
+        return "}"
+
+    def finish_streaming(self):
+        self.finished += 1
+        call = self.module.DeltaToolCall(
+            index=1, id="b", type="function", function=self.module.DeltaFunctionCall(name="g")
+        )
+        return self.module.DeltaMessage(content=" held", tool_calls=[call])
+
+
+def test_the_append_top_up_flushes_a_parser_on_the_engine_as_the_server_does():
+    """0.25 on: the server appends the parser's own unstreamed rest, then takes what finish_streaming
+    holds back (DelegatingParser._flush_engine_parsers); a parser not on the engine is not flushed."""
+    module = harness()
+    last = module.DeltaToolCall(index=0, function=module.DeltaFunctionCall(arguments='{"x": 1'))
+    parser = EngineParser(module)
+    delta = module.TOP_UPS["append"].apply(parser, module.DeltaMessage(content="Sure.", tool_calls=[last]))
+    assert delta.content == "Sure. held" and parser.finished == 1
+    assert [(c.index, c.function.name, c.function.arguments) for c in delta.tool_calls] == [
+        (0, None, '{"x": 1}'),
+        (1, "g", None),
+    ]
+    assert module.TOP_UPS["append"].apply(EngineParser(module), None).content == " held"
+    plain = types.SimpleNamespace(prev_tool_call_arr=[], streamed_args_for_tool=[], finish_streaming=None)
+    assert module.TOP_UPS["append"].apply(plain, None) is None

@@ -245,8 +245,10 @@ def test_releases_of_one_series_share_with_the_release_whose_files_they_have(run
 
 # The behaviour test keys releases by minor version (as the tool-call sets' top-up changes by release).
 KEYED_JUDGE = """\
-import json, sys
+import json, pathlib, sys
 if sys.argv[1] == "--version-keys":
+    with pathlib.Path(__file__).with_name("asked").open("a") as asked:
+        asked.write(" ".join(sys.argv[2:]) + "\\n")
     print(json.dumps({"version_keys": {v: v.rsplit(".", 1)[0] for v in sys.argv[2:]}}))
     sys.exit(0)
 print(json.dumps({"ok": True, "error": None, "runs": 1, "failed": 0, "failures": []}))
@@ -267,6 +269,12 @@ def test_releases_the_behaviour_test_keys_apart_are_judged_each(run, library, in
         ("0.19.0", None),  # another key: its own behaviour test
     ]
     assert any(c["check"] == "behaviour" and c["ok"] for c in releases["0.19.0"]["checks"])
+    # the keys are remembered: a second run asks the script no more
+    asked = "0.16.0 0.18.0 0.18.1 0.19.0\n"
+    assert (library / "demo" / "asked").read_text() == asked
+    again = verify_json(run, library, "--all", "--no-result-cache")[1]
+    assert [r["same_as"] for r in again.values()] == [r["same_as"] for r in releases.values()]
+    assert (library / "demo" / "asked").read_text() == asked
 
 
 def test_series_mates_the_behaviour_test_keys_apart_are_judged_each(run, library, index):

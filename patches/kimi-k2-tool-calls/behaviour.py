@@ -271,6 +271,20 @@ class FakeTokenizer:
     def get_vocab(self) -> dict[str, int]:
         return dict(self.vocab)
 
+    # What vLLM's parser engine (0.25 on) asks of a tokenizer besides the vocabulary: each id's text,
+    # and the special tokens (the markers and the stop token, as a model's tokenizer has them).
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return list(self.markers)
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self.vocab[marker] for marker in self.markers]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        pieces = {token: piece for piece, token in self.vocab.items()}
+        return "".join(pieces[i] for i in ids if not (skip_special_tokens and pieces[i] in self.markers))
+
     def token_id(self, piece: str) -> int:
         return self.vocab.setdefault(piece, len(self.vocab) + 1000)
 
@@ -303,8 +317,9 @@ class TopUp:
         if self.appends:
             if delta and delta.tool_calls and delta.tool_calls[-1].function:
                 last = delta.tool_calls[-1].function
-                last.arguments = (last.arguments or "") + ToolParser.get_remaining_unstreamed_args(parser)
-            return delta
+                rest = getattr(type(parser), "get_remaining_unstreamed_args", ToolParser.get_remaining_unstreamed_args)
+                last.arguments = (last.arguments or "") + rest(parser)
+            return flushed(parser, delta)
         first = delta.tool_calls[0] if delta and delta.tool_calls else None
         if first is None or first.function is None or first.function.arguments is None:
             return delta
@@ -327,6 +342,21 @@ class TopUp:
                 )
             ]
         )
+
+
+def flushed(parser: Any, delta: DeltaMessage | None) -> DeltaMessage | None:
+    """Then the server flushes a parser on vLLM's parser engine (0.25 on: _flush_engine_parsers):
+    what finish_streaming gives joins the last delta."""
+    if not getattr(parser, "engine_based_streaming", False):
+        return delta
+    flush = parser.finish_streaming()
+    if flush is None or delta is None:
+        return flush if delta is None else delta
+    if flush.content:
+        delta.content = (delta.content or "") + flush.content
+    if flush.tool_calls:
+        delta.tool_calls = (delta.tool_calls or []) + flush.tool_calls
+    return delta
 
 
 TOP_UPS = {

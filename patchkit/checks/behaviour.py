@@ -37,6 +37,7 @@ from patchkit.tree.target import WorkerFailed, run_script
 from patchkit.tree.version import release_version
 
 NAME = "behaviour"
+VERSION_KEYS = "behaviour-version-keys"  # the remembered answers of `SCRIPT --version-keys`
 TIMEOUT_ENV = "PATCHKIT_BEHAVIOUR_TIMEOUT"
 DEFAULT_TIMEOUT = 300.0
 SHORT = 80 - len(f"{NAME}: ")  # the finding's line fits 80 columns
@@ -109,18 +110,39 @@ def version_keys(script: Path, versions: list[Version]) -> dict[Version, str]:
     own = {version: f"own {version}" for version in versions}
     if len(set(versions)) < 2:
         return own
-    asked = sorted({str(release_version(v)) for v in versions})
+    keys = _said_version_keys(script, sorted({str(release_version(v)) for v in versions}))
+    if keys is None:
+        return own
+    said = {version: keys.get(str(release_version(version))) for version in versions}
+    return {version: f"said {key}" if isinstance(key, str) else own[version] for version, key in said.items()}
+
+
+def _said_version_keys(script: Path, asked: list[str]) -> dict | None:
+    """The script's {version: key}, remembered (sealed) under the set's scripts and the versions: a
+    pure function of them, so a warm `verify --all` starts no interpreter for it."""
+    try:
+        inputs = [
+            remembered.code_of(__name__),
+            asked,
+            *[(p.relative_to(script.parent).as_posix(), _digest(p)) for p in _set_files(script.parent)],
+        ]
+    except OSError:
+        return None
+    key = remembered.key_of(inputs)
+    recalled = remembered.recall(VERSION_KEYS, key)
+    if isinstance(recalled, dict):
+        return recalled
     try:
         status, out = run_script(sys.executable, script, ["--version-keys", *asked], timeout=_timeout(), isolated=True)
         lines = out.strip().splitlines()
         document = load_json_text(lines[-1] if status == 0 and lines else "")
     except (WorkerFailed, ValueError):
-        return own
+        return None
     keys = document.get("version_keys") if isinstance(document, dict) else None
     if not isinstance(keys, dict):
-        return own
-    said = {version: keys.get(str(release_version(version))) for version in versions}
-    return {version: f"said {key}" if isinstance(key, str) else own[version] for version, key in said.items()}
+        return None
+    remembered.remember(VERSION_KEYS, key, keys)
+    return keys
 
 
 def _installed_key(python: str, script: Path, root: Path, files: list[str], version: list[str]) -> str | None:

@@ -286,11 +286,16 @@ def unreadable_by_others(root: Path, state: State | None = None) -> list[tuple[s
     recorded = [p for entry in state.entries for p, shas in entry.files.items() if shas["after"] is not None]
     paths = [META_DIR, state_path(root).relative_to(root).as_posix(), MODULE, *state.guard, *recorded]
     found: dict[str, int] = {}
+    judged: set[tuple[str, bool]] = set()  # the directories on the way are shared: each judged once
+    real_root = os.path.realpath(root)
     for rel in paths:
         parts = rel.split("/")
         for depth in range(1, len(parts) + 1):
-            sub = "/".join(parts[:depth])
-            mode = _closed_mode(root, sub, directory=depth < len(parts))
+            sub, directory = "/".join(parts[:depth]), depth < len(parts)
+            if (sub, directory) in judged:
+                continue
+            judged.add((sub, directory))
+            mode = _closed_mode(root, real_root, sub, directory=directory)
             if mode is not None:
                 found.setdefault(sub, mode)
     return sorted(found.items())
@@ -307,10 +312,11 @@ def make_readable(root: Path, state: State | None = None) -> list[str]:
     return changed
 
 
-def _closed_mode(root: Path, rel: str, *, directory: bool) -> int | None:
+def _closed_mode(root: Path, real_root: str, rel: str, *, directory: bool) -> int | None:
     """The mode of root/rel when it is a regular file (or directory) other users cannot read; None
-    otherwise (absent, a symlink, under one: never changed through it, or open to them)."""
-    if ".." in rel.split("/") or os.path.realpath(root / rel) != os.path.join(os.path.realpath(root), rel):
+    otherwise (absent, a symlink, under one: never changed through it, or open to them). `real_root`:
+    os.path.realpath(root)."""
+    if ".." in rel.split("/") or os.path.realpath(root / rel) != os.path.join(real_root, rel):
         return None
     try:
         info = os.lstat(root / rel)

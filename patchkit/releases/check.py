@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from importlib import metadata
@@ -216,7 +216,7 @@ def verify_releases(
         else:
             jobs.append(job_or_result)
     with tempfile.TemporaryDirectory(prefix="patchkit-verify-") as scratch:
-        for result in _run_jobs(jobs, _behaviour_keys(patch_set, jobs), Path(scratch), opts, advance, store):
+        for result in _run_jobs(jobs, _Sharing(patch_set, jobs), Path(scratch), opts, advance, store):
             results[result.version] = result
     for version, result in results.items():
         result.requested = version in requested
@@ -236,68 +236,76 @@ def _job(patch_set: PatchSetDef, version: Version, opts: Options) -> _Job | Rele
 Shared = tuple[object, ...]
 
 
-def _sharing_key(job: _Job, tree: Path, behaviour_keys: dict[Version, str]) -> Shared | None:
-    """What the job's result depends on besides its version (see the module docstring); None: no
-    RECORD to vouch for its files, so it is judged on its own."""
-    rows = _record(tree, set(job.paths))
-    if rows is None:
-        return None
-    selection = job.selection
-    contract = getattr(selection.patch_set, "contract", ())
-    return (
-        selection.kind,
-        job.series,
-        tuple(p.sha256 for p in selection.patches),
-        tuple(i for i, req in enumerate(contract) if req.applies_to(job.version)),
-        behaviour_keys.get(job.version, str(job.version)),
-        tuple((path, rows.get(path, ("absent",))[0]) for path in job.paths),
-    )
+class _Sharing:
+    """Which releases of one set's run share a result: the same prefix (everything it depends on
+    besides the stock files: the selection's kind, the series directory and its patches' bytes, the
+    contract requirements that apply, the behaviour test's key) and the same RECORD sha256 of each
+    file (see the module docstring)."""
 
+    def __init__(self, patch_set: PatchSetDef, jobs: list[_Job]):
+        self.behaviour = (
+            version_keys(patch_set.behaviour, [job.version for job in jobs]) if patch_set.behaviour is not None else {}
+        )
+        self.patches: dict[str, str] = {}  # each series' patches' digest, computed once per run
 
-def _behaviour_keys(patch_set: PatchSetDef, jobs: list[_Job]) -> dict[Version, str]:
-    """The key under which the set's behaviour test judges each release (none declared: one key)."""
-    if patch_set.behaviour is None:
-        return {job.version: "" for job in jobs}
-    return version_keys(patch_set.behaviour, [job.version for job in jobs])
+    def prefix(self, job: _Job) -> Shared:
+        selection = job.selection
+        if job.series not in self.patches:
+            digests = "\0".join(p.sha256 for p in selection.patches)
+            self.patches[job.series] = hashlib.sha256(digests.encode()).hexdigest()
+        contract = getattr(selection.patch_set, "contract", ())
+        return (
+            selection.kind,
+            job.series,
+            self.patches[job.series],
+            tuple(i for i, req in enumerate(contract) if req.applies_to(job.version)),
+            self.behaviour.get(job.version, ""),
+        )
+
+    def key(self, job: _Job, tree: Path) -> Shared | None:
+        """None: no RECORD vouches for the files, so the release is judged on its own."""
+        rows = _record(tree, set(job.paths))
+        if rows is None:
+            return None
+        return (*self.prefix(job), tuple((path, rows.get(path, ("absent",))[0]) for path in job.paths))
 
 
 def _run_jobs(
-    jobs: list[_Job],
-    behaviour_keys: dict[Version, str],
-    scratch: Path,
-    opts: Options,
-    advance: Advance,
-    store: ResultStore | None,
+    jobs: list[_Job], sharing: _Sharing, scratch: Path, opts: Options, advance: Advance, store: ResultStore | None
 ) -> list[ReleaseResult]:
-    """Fetch every RECORD side by side; in version order, the first release of each group (see
-    _sharing_key) has its files fetched and is verified as soon as they are there; the others take
-    its result."""
+    """Fetch side by side: the first release of each prefix (see _Sharing) with its files, as it is
+    judged whatever its RECORD says; the others RECORD first. In version order, a release whose key
+    an earlier one has takes its result; the first of each key has its files fetched (if not yet)
+    and is verified as soon as they are there."""
     done: dict[_Job, ReleaseResult] = {}
-    recorded: dict[_Job, tuple[Path, float]] = {}
+    recorded: dict[_Job, tuple[Path, float]] = {}  # fetched (RECORD only, or with its files)
     firsts: dict[Shared, _Job] = {}
     mates: dict[_Job, _Job] = {}
-    waiting = iter(sorted(jobs, key=lambda job: job.version))
+    ordered = sorted(jobs, key=lambda job: job.version)
+    waiting, prefixes = iter(ordered), set()
     following = next(waiting, None)
     pool = ThreadPoolExecutor(max_workers=FETCH_WORKERS)
     try:
-        pending = {pool.submit(_fetch, job, ()): (job, False) for job in jobs}  # RECORD only
+        pending: dict[Future[tuple[Path, float]], tuple[_Job, bool]] = {}
+        for job in ordered:
+            new = sharing.prefix(job) not in prefixes
+            prefixes.add(sharing.prefix(job))
+            pending[pool.submit(_fetch, job, job.paths if new else ())] = (job, new)
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 job, with_files = pending.pop(future)
-                tree, seconds = future.result()
+                recorded[job] = future.result()
                 if with_files:
-                    done[job] = _verify_or_recall(job, tree, seconds, scratch, opts, store)
+                    done[job] = _verify_or_recall(job, *recorded[job], scratch, opts, store)
                     advance(f"{job.version} {done[job].label}")
-                else:
-                    recorded[job] = (tree, seconds)
             while following is not None and following in recorded:  # decided in version order
-                key = _sharing_key(following, recorded[following][0], behaviour_keys)
+                key = sharing.key(following, recorded[following][0])
                 if key is not None and key in firsts:
                     mates[following] = firsts[key]
-                else:
-                    if key is not None:
-                        firsts[key] = following
+                elif key is not None:
+                    firsts[key] = following
+                if following not in mates and following not in done:  # a first whose files are not here yet
                     pending[pool.submit(_fetch, following, following.paths)] = (following, True)
                 following = next(waiting, None)
     except BaseException:

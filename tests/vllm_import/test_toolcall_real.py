@@ -26,7 +26,9 @@ from packaging.version import Version
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_overlay import overlay_venv, site_packages
 
+from patchkit.base.enums import SelectionKind
 from patchkit.fetch import release_sdist
+from patchkit.series.library import load_library, select
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 VLLM_VERSION = os.environ.get("VLLM_VERSION", "0.16.0")
@@ -45,6 +47,15 @@ SETS = {
     },
     "kimi-k2-tool-calls": {"parsers": ["kimi_k2_tool_parser.py"], "own_tests": ["test_kimi_k2_tool_parser.py"]},
 }
+
+
+def kind_on_this_release(set_name: str) -> SelectionKind:
+    """What the set says of the venv's release: its series patches it, or upstream fixed it."""
+    return select(load_library(LIBRARY)[set_name], Version(VLLM_VERSION)).kind
+
+
+PATCHED_HERE = [name for name in SETS if kind_on_this_release(name) == SelectionKind.PATCH]
+UPSTREAM_HERE = [name for name in SETS if kind_on_this_release(name) == SelectionKind.UPSTREAM]
 
 # One interpreter judges every parser file of a set: vLLM imports once (about 10 s).
 JUDGE = """
@@ -87,10 +98,15 @@ def vllm_own_tests(tmp_path_factory) -> Path:
     sdist = release_sdist(VLLM_VERSION)
     root = tmp_path_factory.mktemp("vllm-tests")
     prefix = f"vllm-{VLLM_VERSION}/tests/tool_parsers/"
-    wanted = {"__init__.py", *(name for spec in SETS.values() for name in spec["own_tests"])}
+    wanted = {"__init__.py", *(name for set_name in PATCHED_HERE for name in SETS[set_name]["own_tests"])}
+    helpers = {"utils.py"}  # the tests' helpers (run_tool_extraction...), in the sdists that have them
     with tarfile.open(sdist) as archive:
-        members = [m for m in archive.getmembers() if m.name.startswith(prefix) and m.name[len(prefix) :] in wanted]
-        assert sorted(m.name[len(prefix) :] for m in members) == sorted(wanted), sdist
+        members = [
+            m for m in archive.getmembers() if m.name.startswith(prefix) and m.name[len(prefix) :] in wanted | helpers
+        ]
+        assert sorted(m.name[len(prefix) :] for m in members if m.name[len(prefix) :] in wanted) == sorted(wanted), (
+            sdist
+        )
         for member in members:
             member.name = "tests/tool_parsers/" + member.name[len(prefix) :]
         archive.extractall(root, members=members, filter="data")
@@ -116,7 +132,7 @@ def installed_files(site: Path) -> dict[str, bytes]:
     return {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted((site / "vllm").rglob("*.py"))}
 
 
-@pytest.mark.parametrize("set_name", list(SETS))
+@pytest.mark.parametrize("set_name", PATCHED_HERE)
 def test_set_on_the_real_install_stock_fails_patched_passes_and_vllms_own_tests_still_pass(
     tmp_path, vllm_own_tests, set_name
 ):
@@ -155,3 +171,32 @@ def test_set_on_the_real_install_stock_fails_patched_passes_and_vllms_own_tests_
     reverted = patchkit("revert", "--python", str(python), "--set", set_name)
     assert reverted.returncode == 0, reverted.stdout[-2000:] + reverted.stderr[-2000:]
     assert installed_files(site) == real
+
+
+@pytest.mark.parametrize("set_name", UPSTREAM_HERE)
+def test_a_release_the_set_calls_upstream_passes_its_behaviour_test_with_vllms_classes(tmp_path, set_name):
+    """Where the set's range says upstream fixed it, the stock parser must pass with vLLM's real
+    classes at every split (and 20 random ones). The stand-ins cannot load kimi_k2_tool_parser.py
+    from 0.25.0 (it is built on vLLM's parser engine): on 0.33.0 only this judges it (PROOF.md).
+    `verify --python` says so too: the release is upstream, and its finding is vLLM's classes'."""
+    python = overlay_venv(VLLM_PYTHON, tmp_path / "venv")
+    site = site_packages(python)
+    real = installed_files(site_packages(VLLM_PYTHON))
+    parsers = [
+        site / TOOL_PARSERS / name for name in SETS[set_name]["parsers"] if (site / TOOL_PARSERS / name).is_file()
+    ]
+    assert parsers
+
+    codes, report = judge(python, set_name, parsers, "--random", "20")
+    assert codes == [0] * len(parsers), report
+    summaries = [line for line in report if line.startswith(("PASS ", "FAIL "))]
+    assert len(summaries) == len(parsers) and all(": 0 of 168 streamed runs differ" in line for line in summaries)
+    assert all(line.startswith("PASS ") and f"read from {site}" in line for line in summaries)
+
+    verified = patchkit("verify", "--python", str(python), "--set", set_name, "--format", "json")
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-2000:]
+    document = json.loads(verified.stdout)
+    assert document["state"] == "upstream", document
+    behaviour = [c for c in document["checks"] if c["check"] == "behaviour"]
+    assert [(c["ok"], c["message"]) for c in behaviour] == [(True, "0 of 48 runs differ (vLLM's classes)")], behaviour
+    assert installed_files(site) == real  # judged, nothing written
