@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
-from patchkit.checks import CheckResult
+from patchkit.checks import CheckResult, shadow
 from patchkit.cli.ui.findings import GUARD, GUARD_REFUSES, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
@@ -28,15 +28,15 @@ if TYPE_CHECKING:  # pragma: no cover
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
 
 
-def show_header(ui: Screen, resolved: Resolved, *, target: bool = True) -> None:
+def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *, target: bool = True) -> None:
     """Where vLLM is and its version (`target`: a later set of the same tree says only its set),
-    then the set and its series in words."""
+    the set and its series in words, and the notes; `said`: the notes already said for another
+    set of this command (said once, review 8 L2), updated."""
     sel = resolved.selection
     if target:
         show_target(ui, resolved)
     ui.line(f"set      {sel.set_name}" + (f"  {series_words(sel.release)}" if sel.release else ""))
-    for note in resolved.notes:
-        ui.note(note)
+    show_notes(ui, resolved, said)
 
 
 def show_target(ui: Screen, resolved: Resolved) -> None:
@@ -65,6 +65,14 @@ def _range_words(versions: SpecifierSet) -> str:
     return str(versions)
 
 
+def show_notes(ui: Screen, resolved: Resolved, said: set[str] | None) -> None:
+    said = set() if said is None else said
+    for note in resolved.notes:
+        if note not in said:
+            said.add(note)
+            ui.note(note)
+
+
 def show_library(ui: Screen, where: Location) -> None:
     """Which library root, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
     ui.line(f"library  {where.path}  ({where.source})")
@@ -81,12 +89,13 @@ def show_status(
     context: str = "",
     header: bool = True,
     target: bool = True,
+    noted: set[str] | None = None,
 ) -> None:
     """The header, what is wrong first (drifted files, conflicts, stale records, the guard's
     refusal: `failures`, else the status's own), then a line per patch (`each`; a table with
     their files and descriptions with -v)."""
     if header:
-        show_header(ui, resolved, target=target)
+        show_header(ui, resolved, noted, target=target)
     if where:
         show_library(ui, where)
     if header:
@@ -149,7 +158,7 @@ def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
 
 def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     """What `status` finds wrong, each with the command that fixes it."""
-    drift_fix = f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
+    drift_fix = status.drift_fix
     failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
     for result in status.does_not_compile:  # the drifted file's syntax error leads its line
         where, message = located(result)
@@ -268,7 +277,7 @@ def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult,
     that fixes each), then the verdict with the count of the checks that passed (every row with -v)."""
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
-        results, _check_fix(resolved, status), _fixes_as_planned(status)
+        results, _check_fix(resolved, status), _fixes_by_check(status)
     )
     show_status(
         ui,
@@ -334,9 +343,9 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
     """What fixes a failed check: the tree's own edits revert; an applied series that fails is
     reverted; a series that would fail is not applied (apply refuses it)."""
     if status.drifted:
-        return f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
+        return status.drift_fix
     if status.state == TreeState.APPLIED:
-        return f"{hints.command('revert')} (the stock files back); report the series"
+        return f"{status.fix_command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
         return UPSTREAM_FIX
     return as_planned_fix()
@@ -356,8 +365,12 @@ def as_planned_fix() -> str:
     )
 
 
-def _fixes_as_planned(status: TreeStatus) -> dict[str, str]:
-    """On a tree not patched yet, a file that is not the release's stock file is the tree's to fix."""
+def _fixes_by_check(status: TreeStatus) -> dict[str, str]:
+    """A file that shadows a patched source is the tree's to fix (as apply's refusal says), and, on
+    a tree not patched yet, so is a file that is not the release's stock file."""
+    fixes = {shadow.NAME: shadow.fix()}
     if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
-        return {}
-    return {"integrity": f"put the release's stock file back, or {hints.command('apply', '--force')} patches it"}
+        return fixes
+    return fixes | {
+        "integrity": f"put the release's stock file back, or {hints.command('apply', '--force')} patches it"
+    }
