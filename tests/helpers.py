@@ -33,6 +33,7 @@ from patchkit import fetch
 from patchkit.base.errors import FetchError
 from patchkit.cli.main import cli
 from patchkit.fetch import release_tree
+from patchkit.fetch.cache import save_state
 from patchkit.releases.files import lay_out
 
 SPEC_PY = textwrap.dedent('''\
@@ -495,7 +496,7 @@ def publish_wheel(wheel: Path, cache: Path) -> None:
         "absent": [],
         "record_sha256": hashlib.sha256(kept[f"{dist}/RECORD"]).hexdigest(),
     }
-    (root / "release.json").write_text(json.dumps(state, indent=1) + "\n")
+    save_state(root, state)  # sealed with this user's key, as a fetch leaves it
 
 
 def _plain_member(name: str) -> bool:

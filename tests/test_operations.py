@@ -333,6 +333,29 @@ def test_verify_fails_an_applied_tree_once_a_module_python_imports_first_is_adde
     assert "vllm/config/spec/__init__.py is imported instead" in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("library", [False, True])
+def test_verify_and_apply_give_one_fix_for_a_stray_extension_init_on_the_way(tmp_path, library):
+    """review 8 M4: apply's hint (remove the stray file) was right; verify's blamed the series."""
+    from helpers import run_cli, write_library
+
+    stray = "vllm/config/__init__.abi3.so"
+    tree, patch = _shadowed_tree(tmp_path, stray)
+    chosen = (
+        ("--patches", write_library(tmp_path / "lib", {"0.16.0": [patch.read_bytes()]}))
+        if library
+        else ("--patch", patch)
+    )
+    applied = run_cli("apply", "--target", tree, *chosen, "--no-import")
+    verified = run_cli("verify", "--target", tree, *chosen, "--no-import")
+    assert applied.returncode == 4 and verified.returncode == 1, verified.stdout + verified.stderr
+    apply_says = " ".join(applied.stderr.split()).partition("hint: ")[2]
+    verify_says = " ".join((verified.stdout + verified.stderr).split())
+    assert f"if {stray} is not vLLM's own, remove it" in apply_says, applied.stderr
+    assert apply_says.partition("; ")[2] in verify_says, verify_says  # "if vLLM ships it, ...": the same words
+    assert "remove it and run `patchkit apply" in verify_says, verify_says
+    assert "report the library's series" not in verify_says and "fix the patch" not in verify_says, verify_says
+
+
 def test_a_module_named_like_a_package_with_its_init_is_no_shadow():
     from patchkit.checks import shadow
 

@@ -5,15 +5,30 @@ status, verify and the launch guard on an install of it agree with each set's st
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import zipfile
 
+import helpers
 import pytest
-from helpers import MODEL_PY, SPEC_PY, TAGS, make_patch, patched_spec, write_library, write_tree, write_wheel
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    STOCK_FILES,
+    TAGS,
+    make_patch,
+    patched_spec,
+    write_library,
+    write_tree,
+    write_wheel,
+)
 from packaging.version import Version
 from test_wheel import install
 
 from patchkit._target.guard import find_problems
 from patchkit.distinfo.provenance import read_provenance
+from patchkit.engine.guard import is_installed
+from patchkit.fetch.cache import load_state, save_state
 from patchkit.wheel.label import LABEL_LIMIT, default_label
 
 SPEC = "vllm/config/spec.py"
@@ -121,3 +136,91 @@ def test_a_label_too_long_is_a_stable_short_form():
         and len(short) == len("patchkit.6sets.") + 8
     )
     assert default_label(["eagle3", "deepseek-tool-calls"]) == "patchkit.eagle3.deepseek-tool-calls"
+
+
+def _commands(text: str) -> list[list[str]]:
+    """The patchkit commands a message prints in backquotes, as argument lists."""
+    joined = " ".join(text.split())
+    return [shlex.split(c)[1:] for c in re.findall(r"`(patchkit [^`]*)`", joined)]
+
+
+def _stock_files_fetched(files: dict[str, bytes]) -> None:
+    """The test cache's release entry holds these stock files, as `patchkit fetch` leaves them."""
+    assert helpers.TEST_CACHE is not None
+    root = helpers.TEST_CACHE / "releases" / "0.16.0"
+    state = load_state(root, "0.16.0")
+    assert state is not None
+    for path, data in files.items():
+        (root / "tree" / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / "tree" / path).write_bytes(data)
+    state["present"] = sorted(set(state["present"]) | set(files))
+    save_state(root, state)
+
+
+def test_one_set_s_drift_is_its_own_and_each_printed_fix_runs(run, tmp_path, library):
+    """review 8 M2: on an install of a wheel of several sets, one set's edited file was said of every
+    set, and the fix printed with --set was a `revert --set` that patchkit refuses."""
+    built(run, tmp_path, library)
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    assert run("apply", "--target", site, "--patches", library).exit_code == 0  # the launch guard
+    (site / MODEL).write_text(MODEL_PY + "# edited\n")  # model-fix's file only
+    _stock_files_fetched(STOCK_FILES)  # what revert puts back, as a fetch leaves them
+
+    status = run("status", "--target", site, "--patches", library, "--format", "json")
+    drifted = {s["set"]: s.get("drifted") for s in json.loads(status.stdout)["sets"]}
+    assert drifted["model-fix"] == [MODEL] and not drifted["spec"], drifted
+
+    for one in ("spec", "model-fix"):  # the guard refuses the launch: each fails, with a fix that runs
+        said = run("status", "--target", site, "--patches", library, "--set", one)
+        fixes = _commands(said.output)
+        assert said.exit_code == 1 and fixes and all("--set" not in fix for fix in fixes), said.output
+    for fix in fixes:  # as printed, in order
+        done = run(*fix)
+        assert done.exit_code == 0, (fix, done.output)
+    after = run("status", "--target", site, "--patches", library, "--set", "model-fix")
+    assert after.exit_code == 0, after.output
+
+
+def test_a_wheel_of_one_set_given_every_set_is_refused_for_what_it_is(run, tmp_path, library):
+    """review 8 M3: "already holds the series: there is nothing to patch" for a wheel that holds one
+    set of two: it is a wheel patchkit built, and the other set needs the stock wheel."""
+    built(run, tmp_path, library, "--set", "spec")
+    (patched,) = (tmp_path / "out").iterdir()
+    for sets in ((), ("--set", "spec"), ("--set", "model-fix")):
+        done = run("wheel", patched, "--out", tmp_path / "again", "--patches", library, *sets)
+        said = " ".join(done.output.split())
+        assert done.exit_code == 2 and "nothing to patch" not in said, said
+        assert "already holds vllm-0.16.0+patchkit.spec.dist-info/patchkit.json" in said, said
+        assert "start from the release's stock wheel" in said, said
+
+
+def test_a_set_left_out_for_being_upstream_is_said_as_the_set_declares_it(run, tmp_path, library):
+    """review 8 L3: "the set old is left out: old: no series" for a set that declares vLLM ships its change."""
+    said = " ".join(built(run, tmp_path, library).output.split())
+    assert "the set old is left out: it declares that vLLM >=0.16.0 ships its change itself" in said, said
+    assert "no series" not in said, said
+
+
+def test_a_note_every_set_s_header_has_is_said_once(run, tmp_path, library):
+    """review 8 L2: "installed from a wheel patchkit ... built" once per set, on status and apply."""
+    built(run, tmp_path, library)
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    for command in ("status", "apply"):
+        said = run(command, "--target", site, "--patches", library).output
+        assert said.count("installed from a wheel patchkit") == 1, said
+
+
+def test_reverting_another_set_keeps_the_guard_that_holds_the_wheel_s_own_set(run, tmp_path, library):
+    """review 8 L1: a wheel of one set installed, another set applied (the guard installed, holding
+    both), that set reverted: the guard went, and the wheel's set ran unguarded."""
+    built(run, tmp_path, library, "--set", "spec")
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    _stock_files_fetched(STOCK_FILES)
+    assert run("apply", "--target", site, "--patches", library, "--set", "model-fix").exit_code == 0
+    assert is_installed(site)
+    done = run("revert", "--target", site, "--patches", library, "--set", "model-fix")
+    assert done.exit_code == 0, done.output
+    assert (site / MODEL).read_text() == MODEL_PY and is_installed(site) and find_problems(str(site)) == []
+    assert run("status", "--target", site, "--patches", library, "--set", "spec").exit_code == 0
+    (site / SPEC).write_text(SPEC_PY + "# edited\n")  # the wheel's own set: the guard still holds it
+    assert any(SPEC in problem for problem in find_problems(str(site)))

@@ -7,11 +7,12 @@ import hashlib
 import hmac
 import json
 import os
+from pathlib import Path
 
 import pytest
 from packaging import tags
 
-from patchkit.base.errors import FetchError
+from patchkit.base.errors import BadInput, FetchError
 from patchkit.base.fsutil import file_identity
 from patchkit.fetch import net, pipconfig
 from patchkit.wheel import stock
@@ -392,32 +393,51 @@ def other_index():
     index.stop()
 
 
-def _two_indexes(server, other_index) -> tuple[bytes, bytes]:
-    """The same wheel name on two indexes, with other bytes on each (a mirror, a vendor build)."""
-    first, second = build_wheel(version=VERSION, blob_size=3000), build_wheel(version=VERSION, blob_size=5000)
-    server.publish(NATIVE, first)
-    other_index.publish(NATIVE, second)
-    return first, second
+def _two_indexes(server, other_index) -> bytes:
+    """The same wheel on two indexes (a mirror)."""
+    wheel = build_wheel(version=VERSION, blob_size=3000)
+    server.publish(NATIVE, wheel)
+    other_index.publish(NATIVE, wheel)
+    return wheel
 
 
 def test_a_wheel_cached_from_another_index_is_not_taken_for_the_configured_ones(
     server, other_index, cache, monkeypatch
 ):
     # review 5 M3: after PIP_INDEX_URL changed, the first index's wheel was used, and nothing said
-    first, second = _two_indexes(server, other_index)
+    wheel = _two_indexes(server, other_index)
     use_index(monkeypatch, server.index())
-    assert stock_wheel(VERSION).read_bytes() == first
+    assert stock_wheel(VERSION).read_bytes() == wheel
     use_index(monkeypatch, other_index.index())
     warnings: list[str] = []
-    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == second
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == wheel  # that index's page said so
     assert any(server.index() in w and other_index.index() in w for w in warnings), warnings
     with monkeypatch.context() as offline:
         no_network(offline)
-        assert stock_wheel(VERSION).read_bytes() == second  # its index recorded: no need to ask pip
+        assert stock_wheel(VERSION).read_bytes() == wheel  # its index recorded: no need to ask pip
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # no index to take it from: the cached one, said
     warnings.clear()
-    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == second
+    assert stock_wheel(VERSION, warn=warnings.append).read_bytes() == wheel
     assert any("no index patchkit reads" in w and other_index.index() in w for w in warnings), warnings
+
+
+def test_an_index_serving_another_file_under_a_recorded_name_is_refused(server, other_index, cache, monkeypatch):
+    # review 8 M1: a mirror's file under the published name replaced the cached one, and was built
+    genuine, other = build_wheel(version=VERSION, blob_size=3000), build_wheel(version=VERSION, blob_size=5000)
+    server.publish(NATIVE, genuine)
+    other_index.publish(NATIVE, other)
+    use_index(monkeypatch, server.index())
+    cached = stock_wheel(VERSION)
+    use_index(monkeypatch, other_index.index())
+    with pytest.raises(BadInput) as refused:
+        stock_wheel(VERSION)
+    said = f"{refused.value.message} {refused.value.hint}"
+    assert other_index.index() in said and server.index() in said, said
+    assert hashlib.sha256(other).hexdigest()[:16] in said and hashlib.sha256(genuine).hexdigest()[:16] in said
+    assert f"{cached.name}.json" in said  # what to remove to take the other index's file instead
+    assert cached.read_bytes() == genuine  # the cache's file is kept, not replaced by the other
+    Path(f"{cached}.json").unlink()  # the hint followed: the record forgotten, the other index's file taken
+    assert stock_wheel(VERSION).read_bytes() == other
 
 
 def test_one_index_named_with_and_without_credentials_is_one_index(server, cache, monkeypatch):
@@ -437,7 +457,7 @@ def test_one_index_named_with_and_without_credentials_is_one_index(server, cache
 def test_an_index_changed_in_pip_conf_is_seen_and_a_change_beside_it_costs_one_question(
     server, other_index, cache, monkeypatch, tmp_path
 ):
-    first, second = _two_indexes(server, other_index)
+    first = second = _two_indexes(server, other_index)
     conf = tmp_path / "pip.conf"
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     conf.write_text(f"[global]\nindex-url = {server.index()}\n")

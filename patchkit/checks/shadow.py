@@ -154,6 +154,14 @@ def refuse(root: Path, patches: list[Patch]) -> None:
         raise TargetError(
             f"{root / shadowing} is imported instead of {path} ({ORDER}): the patch would never run; "
             "nothing was written",
-            hint=f"if {shadowing} is not vLLM's own, remove it and run {hints.command('apply')} again; "
-            "if vLLM ships it, this series cannot patch this install",
+            hint=fix(shadowing),
         )
+
+
+def fix(shadowing: str = "the file imported instead") -> str:
+    """What to do about a file that keeps a patched source from being imported: one answer for
+    apply's refusal, verify's failure and preflight's (the series is not at fault; the file is)."""
+    return (
+        f"if {shadowing} is not vLLM's own, remove it and run {hints.command('apply')} again; "
+        "if vLLM ships it, this series cannot patch this install"
+    )

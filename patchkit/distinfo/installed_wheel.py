@@ -218,11 +218,14 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def drifted(root: Path, read: Callable[[Path], bytes | None]) -> list[str]:
-    """The files the wheel patched whose content is neither the patched nor the stock one."""
+def drifted(root: Path, read: Callable[[Path], bytes | None], set_name: str | None = None) -> list[str]:
+    """The files the wheel patched (of a wheel of several sets, those `set_name`'s own patches touch)
+    whose content is neither the patched nor the stock one."""
     found = find(root)
     if found is None:
         return []
+    if set_name in found.set_names and len(found.set_names) > 1:
+        found = found.for_set(set_name)
     return sorted(
         p for p, shas in found.files.items() if sha256(read(root / p)) not in (shas.stock_sha256, shas.patched_sha256)
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,6 +75,17 @@ class TreeStatus:
     guard_installed: bool = False  # vLLM would load a launch guard from this tree
     # the fix when what the guard refuses is another set's record (an ad-hoc patch's): applying this set cannot
     others_fix: str | None = None
+    # the set came with a wheel of several sets (no apply of its own): revert and apply take them together
+    whole_wheel: bool = False
+
+    def fix_command(self, verb: str, *args: str) -> str:
+        """`hints.command` for a fix: without --set where the set's files came with a wheel of
+        several sets (revert refuses one set of it, review 8 M2)."""
+        return hints.command(verb, *args, chosen=_without_a_set() if self.whole_wheel else None)
+
+    @property
+    def drift_fix(self) -> str:
+        return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.fix_command('apply')}"
 
     @property
     def guard_fix(self) -> str:
@@ -85,6 +96,9 @@ class TreeStatus:
             )
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
+        if self.whole_wheel and any(problem.endswith(_EDITED) for problem in self.guard):
+            # another set of the wheel's file: this set's apply leaves it; the wheel's sets go together
+            return f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.fix_command('apply')}"
         upgraded = [problem for problem in self.guard if _UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
             # vLLM was upgraded under the record, and its files are not all the new release's: no
@@ -94,11 +108,11 @@ class TreeStatus:
                 f"then run {hints.command('apply')} (it drops the record, stale once the files are stock)"
             )
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
-            revert = hints.command("revert", "--force")
+            revert = self.fix_command("revert", "--force")
             first = f"run {revert} (it keeps a copy of the edits), then " if self.drifted else ""
             return first + (replace_fix().removeprefix("run ") if first else replace_fix())
         if self.drifted:
-            return f"run {hints.command('revert', '--force')} (it keeps a copy of the edits), then {hints.command('apply')}"
+            return f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.fix_command('apply')}"
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
         return f"run {hints.command('apply')} (it records the tree as it is, or drops what no longer applies)"
@@ -119,6 +133,7 @@ class TreeStatus:
 
 
 _UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
+_EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
 
 
 def inspect(
@@ -183,7 +198,23 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
         "store_notes": left_by_a_killed_command(root, state),
         "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
+        "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
     }
+
+
+def _of_a_wheel_of_several_sets(root: Path, set_name: str, state: State) -> bool:
+    """Whether the set's files came with a wheel of several sets that holds it (and no apply of its own)."""
+    if state.entry(set_name) is not None or not has_provenance(root):
+        return False
+    try:
+        found = installed_wheel_reader().find(root)
+    except PatchkitError:
+        return False
+    return found is not None and len(found.set_names) > 1 and set_name in found.set_names
+
+
+def _without_a_set() -> Options:
+    return replace(hints.current(), set_name=None, set_names=())
 
 
 def _wheel_without_guard(root: Path, state: State | None) -> list[str]:
@@ -260,7 +291,8 @@ def drifted_files(resolved: Resolved, state: State) -> list[str]:
     if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
         if not has_provenance(root):
             return []
-        return installed_wheel_reader().drifted(root, lambda path: read_file(path, follow_symlinks=False))
+        read = lambda path: read_file(path, follow_symlinks=False)  # noqa: E731
+        return installed_wheel_reader().drifted(root, read, resolved.set_name)
     if entry is None or stale_note(root, entry, resolved.vllm_version):
         return []
     return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))

@@ -786,7 +786,8 @@ def _revert_locked(
     preflight(root, files, writable=not dry_run)
     if dry_run:
         return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=warnings)
-    guard_changes, new_state, kept = _without_guard(root, undo.dropped_from(state))
+    wheel_left = undo.wheel is None and _patched_wheel(root, None) is not None
+    guard_changes, new_state, kept = _without_guard(root, undo.dropped_from(state), wheel_left=wheel_left)
     warnings += kept
     if not plan.changes:
         left = state
@@ -941,12 +942,15 @@ def _patched_wheel(root: Path, only: str | None) -> Provenance | None:
     return found if found is not None and only in (None, found.name) else None
 
 
-def _without_guard(root: Path, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
+def _without_guard(
+    root: Path, state: State, *, wheel_left: bool = False
+) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
     """Once no set is recorded, the guard goes too: the writes that remove it (a guard file changed
     since patchkit wrote it is kept, and said; a user's file `apply --guard` replaced is put back),
     and the state without it. With no guard recorded (state.json removed by hand), this patchkit's
-    guard goes where its files have its very bytes, and only those."""
-    if state.entries:
+    guard goes where its files have its very bytes, and only those. `wheel_left`: a patched wheel's
+    set is still in place, and the recorded guard holds it too (kept, review 8 L1)."""
+    if state.entries or (wheel_left and state.guard):
         return {}, state, []
     if not state.guard:
         found = own_unrecorded(root)

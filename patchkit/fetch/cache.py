@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError
 from patchkit.base.fsutil import all_safe, atomic_write, load_json_text, unsafe_reason
 from patchkit.base.hashing import stream_sha256
@@ -35,6 +36,7 @@ CACHE_HINT = "set PATCHKIT_CACHE_DIR to a writable directory"
 FILE_MODE = 0o644  # cached files are readable by all, whatever the umask
 MAX_STATE_BYTES = 16 << 20  # a vLLM wheel's member list is ~0.3 MB; anything this big is not ours
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+STATE_SEAL_KIND = "release-state"
 
 State = dict[str, Any]  # release.json: wheel, url, index, sha256, members, dist_info, present, absent, record_sha256
 
@@ -71,6 +73,8 @@ def _checked_state(raw: bytes, ver: str) -> State | None:
     problem = _shape_problem(data, ver)
     if problem:
         raise Damaged(f"{STATE_FILE} {problem}")
+    if not state_sealed(data):
+        data["seal"] = None  # saved again, it stays unsealed: a save never vouches for what it read
     return data
 
 
@@ -133,11 +137,24 @@ def _shape_problem(data: Any, ver: str) -> str | None:
     return None
 
 
+def state_sealed(state: State) -> bool:
+    """Whether release.json was sealed by this user's patchkit: only then are its sha256 and RECORD
+    evidence of what the index published (one written by an older patchkit, or by whoever can write
+    the cache, still names the tree's files, each checked against its RECORD, but vouches for no
+    wheel)."""
+    unsealed = {k: v for k, v in state.items() if k != "seal"}
+    return seal.sealed(STATE_SEAL_KIND, str(state.get("version")), seal.canonical(unsealed), state.get("seal"))
+
+
 def save_state(root: Path, state: State) -> None:
-    state = dict(state)
+    """Write release.json, sealed unless it was read back unsealed (load_state marks it)."""
+    vouched = state.get("seal", "new") is not None
+    state = {k: v for k, v in state.items() if k != "seal"}
     state["present"] = sorted(set(state.get("present", ())))
     state["absent"] = sorted(set(state.get("absent", ())))
     state["url"] = without_userinfo(state["url"])  # a later fetch takes the credentials from pip's settings
+    if vouched:
+        state["seal"] = seal.seal(STATE_SEAL_KIND, str(state.get("version")), seal.canonical(state))
     write_cached(root / STATE_FILE, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from patchkit.base import hints
 from patchkit.base.errors import FetchError
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
-from patchkit.fetch.cache import Damaged, cached_record, load_state, release_root
+from patchkit.fetch.cache import Damaged, cached_record, load_state, release_root, state_sealed
 from patchkit.fetch.extract import find_record_name
 from patchkit.fetch.index import normalize_version, read_project_pages
 from patchkit.fetch.net import redact
@@ -36,19 +36,33 @@ class Published:
 
 
 def cached_published(version: str, wheel: str) -> Published | None:
-    """The release cache's answer when it took `wheel` itself (its RECORD intact), else None."""
+    """The release cache's answer when it took `wheel` itself (its RECORD intact, its release.json
+    sealed by this user's patchkit), else None."""
     ver = normalize_version(version)
     try:
         state = load_state(release_root(ver), ver)
     except Damaged:
         return None
-    if state is None or state.get("wheel") != wheel:
+    if state is None or state.get("wheel") != wheel or not state_sealed(state):
         return None
     record = cached_record(ver)
     if record is None:
         return None
     sha256 = state.get("sha256")
     return Published(wheel, f"cached from {state.get('index')}", sha256.lower() if sha256 else None, record)
+
+
+def recorded_release_sha256(version: str, wheel: str) -> tuple[str, str] | None:
+    """The sha256 the release cache recorded for `wheel` when this user's patchkit sealed its
+    release.json, with the index it came from; else None."""
+    ver = normalize_version(version)
+    try:
+        state = load_state(release_root(ver), ver)
+    except Damaged:
+        return None
+    if state is None or state.get("wheel") != wheel or not state.get("sha256") or not state_sealed(state):
+        return None
+    return str(state["sha256"]).lower(), str(state.get("index"))
 
 
 def indexed_published(version: str, wheel: str) -> Published:

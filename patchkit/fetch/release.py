@@ -36,6 +36,7 @@ from patchkit.fetch.cache import (
     release_root,
     remove_entry,
     save_state,
+    state_sealed,
 )
 from patchkit.fetch.download import download_wheel
 from patchkit.fetch.extract import extract
@@ -88,7 +89,8 @@ def release_tree(
     root = release_root(ver)
     tree = root / "tree"
     _clear_odd_directories(root, warn or _to_stderr)
-    if _cache_answers(root, ver, wanted, all_python) and not (recheck_index and _settings_changed(root, ver, say)):
+    recheck = recheck_index and (_settings_changed(root, ver, say) or not _sealed_state(root, ver))
+    if _cache_answers(root, ver, wanted, all_python) and not recheck:
         return tree  # fast path: no lock, no network
 
     try:
@@ -103,6 +105,8 @@ def release_tree(
                 if recheck_index and state is not None and not _from_a_configured_index(root, ver, state, say, warn):
                     _forget_release(root, state)
                     state = None
+                if recheck_index and state is not None and state.get("seal") is None:
+                    state = _vouched_again(root, ver, state, say)
                 if state is None or missing(state, tree, wanted, all_python):
                     _Fetcher(ver, root, stats, say, warn or _to_stderr).run(state, wanted, all_python)
             except BaseException:
@@ -141,6 +145,31 @@ def _from_a_configured_index(root: Path, ver: str, state: State, say: Progress, 
     return origin.from_a_configured_index(
         cached, "the release", came_from, state.get("pip_config"), say, warn or _to_stderr, remember
     )
+
+
+def _sealed_state(root: Path, ver: str) -> bool:
+    state = _state_or_none(root, ver)
+    return state is not None and state_sealed(state)
+
+
+def _vouched_again(root: Path, ver: str, state: State, say: Progress) -> State | None:
+    """An unsealed release.json (an older patchkit's) sealed once the index gives its wheel the same
+    sha256; else the cached release goes and is fetched again."""
+    settings = net.pip_settings()
+    session = net.make_session(settings, None)
+    try:
+        chosen = find_wheel(ver, settings, session, say)
+    except FetchError:
+        return state  # no index to ask: it stays as it is, vouching for no wheel
+    finally:
+        session.close()
+    recorded = str(state.get("sha256") or "").lower()
+    if chosen["wheel"] == state["wheel"] and recorded and str(chosen["sha256"] or "").lower() == recorded:
+        del state["seal"]  # a new record: save_state seals it
+        save_state(root, state)
+        return state
+    _forget_release(root, state)
+    return None
 
 
 def _forget_release(root: Path, state: State) -> None:

@@ -461,7 +461,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
         return Finding(TREE, False, f"stale bytecode: {stale}", f"run {hints.command('apply', '--force')}")
     shadowed = _shadowed(resolved)
     if shadowed:
-        return Finding(TREE, False, shadowed, "if that file is not vLLM's own, remove it")
+        return Finding(TREE, False, shadowed, shadow.fix("that file"))
     return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
 
 

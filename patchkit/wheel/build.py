@@ -56,7 +56,15 @@ from patchkit.checks import ERROR, LARGEST_PARSED, WARNING, CheckResult, integri
 from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance, SetRecord, provenance_files
 from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
 from patchkit.engine.operations import apply_series
-from patchkit.engine.resolve import require_patches, resolve, resolve_sets, resolve_target, several, why_not
+from patchkit.engine.resolve import (
+    Chosen,
+    require_patches,
+    resolve,
+    resolve_sets,
+    resolve_target,
+    several,
+    why_not,
+)
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
 from patchkit.wheel.published import Held, claims_a_release, held_to_release, refuse_unpublished
@@ -640,12 +648,22 @@ def _refuse_outside(name: str, dist_info: str, label: str) -> None:
 def nothing_to_patch(selection: Selection) -> NoPatchSet:
     """A version in the range the set declares upstream: said as the set declares it, not as a fact
     about that release (0.99.0 may be no release at all, and no check ran on it)."""
-    declared = selection.patch_set.upstream if selection.patch_set else None
     return NoPatchSet(
-        f"the set {selection.set_name!r} has nothing to patch in vLLM {selection.version}: it declares that "
-        f"vLLM {declared} ships its change itself",
+        f"the set {selection.set_name!r} has nothing to patch in vLLM {selection.version}: {_declared(selection)}",
         hint=f"build from a release the set has a series for ({hints.command('list')} names them)",
     )
+
+
+def _declared(selection: Selection) -> str:
+    declared = selection.patch_set.upstream if selection.patch_set else None
+    return f"it declares that vLLM {declared} ships its change itself"
+
+
+def _left_out(chosen: Chosen) -> str:
+    """Why a set is not in a wheel of several sets: upstream as the set declares it (review 8 L3)."""
+    if chosen.kind == SelectionKind.UPSTREAM and chosen.resolved is not None:
+        return f"the set {chosen.name} is left out: {_declared(chosen.resolved.selection)}"
+    return f"the set {chosen.name} is left out: {why_not(chosen)}"
 
 
 def _dist_info(members: list[rawzip.Member], version: Version, label: str) -> str:
@@ -714,7 +732,7 @@ def _resolve_sets(opts: Options) -> tuple[list[Resolved], list[str]]:
             raise nothing_to_patch(upstream.selection)
         raise NoPatchSet("; ".join(why_not(c) for c in chosen))
     _refuse_shared_files(patching)
-    notes = [f"the set {c.name} is left out: {why_not(c)}" for c in chosen if c.kind != SelectionKind.PATCH]
+    notes = [_left_out(c) for c in chosen if c.kind != SelectionKind.PATCH]
     return patching, notes
 
 
@@ -787,7 +805,9 @@ def _plan_and_check(
         result.outcome, result.error = dry.outcome, _nothing_written(dry.error)
         return result
     if dry.outcome == Outcome.ALREADY_APPLIED:  # the wheel holds the series
-        raise BadInput(f"{wheel.label} already holds the series: there is nothing to patch")
+        _check_no_provenance(wheel)  # a wheel patchkit built: what it holds is in its patchkit.json (review 8 M3)
+        of = f" of {resolved.set_name}" if resolved.set_name and not chosen.adhoc else ""
+        raise BadInput(f"{wheel.label} already holds the series{of}: there is nothing to patch")
     assert dry.plan is not None
     stock = [r for r in result.checks if r.check == integrity.CHECK.name]
     result.checks = _unverified_fail(stock, dry.plan, stock_record) + _without_probe(dry.planned_checks)

@@ -5,7 +5,8 @@ The wheel's own RECORD vouches for nothing (whoever wrote the wheel wrote it): a
 whose `vllm/__init__.py` puts another vllm first, listed truthfully in its own RECORD, would
 otherwise build, and the patch never run. So the whole file is hashed once (vLLM's 0.5 GB: about a
 second, on a thread beside the copies and the checks) and compared with the published sha256 (the
-wheel cache's record of that file, the release cache's, else the index's). Equal: every member is
+sha256 patchkit recorded for that file name, else the index's: a record wins over any index, and
+two that disagree refuse). Equal: every member is
 the published one. Otherwise the published RECORD (the release cache's, else read from the index by
 range requests) names what differs: a member missing or extra, a size, a hash the wheel's own
 RECORD gives; if that names nothing (the published RECORD copied over other contents, or a re-zip),
@@ -27,7 +28,7 @@ from patchkit.base.errors import BadInput, FetchError
 from patchkit.distinfo.record import parse_record, record_algorithm
 from patchkit.fetch.published import Published, cached_published, indexed_published, read_record
 from patchkit.wheel import rawzip
-from patchkit.wheel.stock import cached_sha256
+from patchkit.wheel.stock import other_file, pinned_sha256
 
 _CHUNK = 1 << 20
 _SHOWN = 3  # members named in the refusal; the rest counted
@@ -62,11 +63,14 @@ def held_to_release(version: str, wheel: str, fd: int, label: str) -> Held:
     """The file open as `fd` (named `wheel`) against the published wheel of that name (on a thread:
     it says nothing). FetchError, with what to do, when no published wheel can be read."""
     sha256 = file_sha256(fd)
-    if cached_sha256(version, wheel) == sha256:
-        return Held(version, "cached", True)
+    pin = pinned_sha256(version, wheel)  # what patchkit recorded for that name wins over any index
+    if pin is not None and pin.sha256 == sha256:
+        return Held(version, pin.source, True)
     published = cached_published(version, wheel)
-    if published is None or published.sha256 != sha256:
-        published = _from_the_index(version, wheel, label) if published is None else published
+    if published is None:
+        published = _from_the_index(version, wheel, label)
+        if pin is not None and published.sha256 and published.sha256 != pin.sha256:
+            raise other_file(pin, wheel, f"{published.source.removeprefix('on ')} serves", published.sha256)
     if published.sha256 == sha256:
         return Held(version, published.source, True)
     try:

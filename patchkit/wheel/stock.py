@@ -28,17 +28,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging import tags
 
 from patchkit.base import seal
-from patchkit.base.errors import FetchError
+from patchkit.base.errors import BadInput, FetchError
 from patchkit.base.fsutil import Identity, file_identity
 from patchkit.base.hashing import stream_sha256
 from patchkit.base.usercache import cache_dir
@@ -53,6 +55,7 @@ from patchkit.fetch.cache import (
     entry_lock,
     file_sha256,
     read_regular,
+    release_root,
     remove_entry,
     write_cached,
 )
@@ -60,7 +63,7 @@ from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress, without_userinfo
 from patchkit.fetch.pipconfig import PipSettings
-from patchkit.fetch.published import cached_published
+from patchkit.fetch.published import recorded_release_sha256
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 
 SCHEMA = 1
@@ -191,6 +194,7 @@ def _best_cached(
             continue  # _download keeps the wheel if it has the index's sha256
         if isinstance(checked, tuple):
             ident, record = checked
+            pinned_sha256(ver, wheel)  # the wheel cache's record against the release cache's: one file
             if _from_a_configured_index(root, ver, wheel, record, say, warn):
                 return root / wheel, ident
             continue  # _download keeps the wheel if the index pip names now has the same file
@@ -240,9 +244,9 @@ def _sidecar(root: Path, ver: str, wheel: str) -> dict[str, Any] | Unbelieved:
 
 
 def vouched_cached_wheel(version: str, platform: str | None) -> Path | None:
-    """A wheel of `version` in the wheel cache that fits this machine (or `platform`) and that the
-    release cache names as the release's wheel (whatever sealed its .json or not): `patchkit wheel
-    FILE` holds it to the release cache's sha256, so it builds with no index to ask. Else None."""
+    """A wheel of `version` in the wheel cache that fits this machine (or `platform`) and hashes to
+    the sha256 patchkit recorded for its name (sealed, and no record saying otherwise): `patchkit
+    wheel FILE` holds it to that sha256, so it builds with no index to ask. Else None."""
     ver = normalize_version(version)
     priority = tag_priority(platform)
     root = cache_dir() / "wheels" / ver
@@ -252,21 +256,61 @@ def vouched_cached_wheel(version: str, platform: str | None) -> Path | None:
         return None
     ranked = sorted((rank, name) for name in names if (rank := wheel_priority(name, ver, priority)) is not None)
     for _rank, name in ranked:
-        with suppress(OSError):
-            if stat.S_ISREG(os.lstat(root / name).st_mode) and cached_published(ver, name) is not None:
+        with suppress(OSError, BadInput, Damaged):
+            pin = pinned_sha256(ver, name)
+            if pin is not None and not isinstance(_intact(root, f"{ver}/{name}", name, pin.sha256), str):
                 return root / name
     return None
 
 
-def cached_sha256(version: str, wheel: str) -> str | None:
-    """The index's sha256 of `wheel` as this user's patchkit recorded it when it downloaded that file
-    into the wheel cache (its sealed .json), else None. Nothing is checked, removed or written."""
+@dataclass(frozen=True)
+class Pin:
+    """A sha256 this user's patchkit recorded (sealed) for a wheel's file name: where (as a refusal
+    names it) and the file to remove to forget it."""
+
+    sha256: str
+    source: str
+    record: Path
+
+
+def recorded_sha256s(version: str, wheel: str) -> list[Pin]:
+    """Every sha256 patchkit recorded for the file name `wheel`: the wheel cache's .json (the index's
+    answer when it downloaded that file) and the release cache's release.json, each only if sealed
+    (whoever can write the cache could plant any other)."""
     ver = normalize_version(version)
-    try:
+    pins = []
+    with suppress(OSError, Damaged, ValueError, RecursionError):
         record = _sidecar(cache_dir() / "wheels" / ver, ver, wheel)
-    except (OSError, Damaged, ValueError, RecursionError):
-        return None
-    return None if isinstance(record, Unbelieved) else str(record["sha256"])
+        if not isinstance(record, Unbelieved):
+            where = f"the wheel cache (from {record.get('index')})"
+            pins.append(Pin(str(record["sha256"]), where, cache_dir() / "wheels" / ver / f"{wheel}.json"))
+    released = recorded_release_sha256(ver, wheel)
+    if released is not None:
+        sha256, index = released
+        pins.append(Pin(sha256, f"the release cache (from {index})", release_root(ver) / "release.json"))
+    return pins
+
+
+def pinned_sha256(version: str, wheel: str) -> Pin | None:
+    """The sha256 patchkit recorded for `wheel`, None when it recorded none; BadInput when two
+    records disagree: two indexes served different files under one name."""
+    pins = recorded_sha256s(version, wheel)
+    for other in pins[1:]:
+        if other.sha256 != pins[0].sha256:
+            raise other_file(pins[0], wheel, f"{other.source} records", other.sha256, remove=other.record)
+    return pins[0] if pins else None
+
+
+def other_file(pin: Pin, wheel: str, holder: str, sha256: str, *, remove: Path | None = None) -> BadInput:
+    """The refusal of a file that is not the one `pin` recorded under its name: both sources named,
+    and what to do (forget the record of the one not trusted)."""
+    forget = f"{shlex.quote(str(pin.record))}" + (f" or {shlex.quote(str(remove))}" if remove else "")
+    return BadInput(
+        f"{holder} {wheel} with sha256 {sha256[:16]}..., but {pin.source} recorded {pin.sha256[:16]}... "
+        "for that name: not the same file; refusing it",
+        hint="two indexes serve different files under one name: point pip at the one you trust; "
+        f"to drop patchkit's record of the other, remove {forget} and run the command again",
+    )
 
 
 def _from_a_configured_index(
@@ -362,6 +406,9 @@ def _download(
     try:
         chosen = find_wheel(ver, settings, session, say, rank=_ranker(priority), wanted=_describe(platform))
         check_wheel_name(chosen["wheel"])
+        pin = pinned_sha256(ver, chosen["wheel"])
+        if pin is not None and chosen["sha256"] and chosen["sha256"].lower() != pin.sha256:
+            raise other_file(pin, chosen["wheel"], f"{chosen['index']} serves", chosen["sha256"].lower())
         dest = root / chosen["wheel"]
         ident = _index_checked(root, ver, dest.name, chosen["sha256"])
         if ident is not None:
@@ -376,6 +423,9 @@ def _download(
         session.close()
     # What the index gave (or, without one, what was downloaded: damage is still caught on reuse).
     digest = (chosen["sha256"] or "").lower() or file_sha256(dest)
+    if pin is not None and digest != pin.sha256:  # an index that gives no sha256: the download's own
+        remove_entry(dest)
+        raise other_file(pin, dest.name, f"{chosen['index']} served", digest)
     if ident is None:  # the identity of the bytes that hash to it, not of whatever the path holds later
         ident = _checked_identity(root, ver, dest, digest)
     sidecar = {

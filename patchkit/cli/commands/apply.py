@@ -98,10 +98,12 @@ def _apply_sets(
             if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
                 ui.note(why_not(each))
 
+    said: set[str] = set()  # a note every set's header has: once
+
     def watch_for(each: Chosen) -> Shown:
         assert each.resolved is not None
         if not ui.json_mode:
-            show_header(ui, each.resolved)
+            show_header(ui, each.resolved, said)
         return Shown(ui, dry_run=dry_run)
 
     result = apply_sets(
@@ -171,9 +173,11 @@ def apply_for_launch(ui: UI, chosen: Options) -> ApplyResult | SetsApplied | Non
         covering = [Chosen(resolved.set_name, resolved)]
     many = len(covering) > 1
 
+    said: set[str] = set()
+
     def watch_for(each: Chosen) -> Shown:
         if many and each.resolved is not None:
-            show_header(ui, each.resolved)  # as `patchkit apply` shows each set
+            show_header(ui, each.resolved, said)  # as `patchkit apply` shows each set
         return Shown(ui)
 
     result = apply_needed(covering, watch_for=watch_for, several=many)

@@ -84,10 +84,11 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         ]
         ui.json({"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others})
         return found
+    noted: set[str] = set()  # a note every set's header has (the wheel it was installed from): once
     for index, (each, status) in enumerate(zip(found.chosen, found.statuses, strict=True)):
         assert each.resolved is not None
         shown = status if index == 0 else replace(status, stale=[])  # the record's stale notes, said once
-        show_status(ui, each.resolved, shown, where if index == 0 else None)
+        show_status(ui, each.resolved, shown, where if index == 0 else None, noted=noted)
         ui.verdict(status_verdict(status)[0], ok=status.outcome == Outcome.OK)
     for each in chosen:
         if each not in found.chosen:

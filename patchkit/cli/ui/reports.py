@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
-from patchkit.checks import CheckResult
+from patchkit.checks import CheckResult, shadow
 from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
@@ -25,7 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
 
 
-def show_header(ui: Screen, resolved: Resolved) -> None:
+def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None) -> None:
+    """The tree, its version and the set, and the notes; `said`: the notes already said for another
+    set of this command (said once, review 8 L2), updated."""
     sel = resolved.selection
     version = resolved.version
     ui.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
@@ -35,8 +37,11 @@ def show_header(ui: Screen, resolved: Resolved) -> None:
         f"set      {sel.set_name}"
         + (f"  series {sel.release.versions} [{sel.release.directory.name}]" if sel.release else "")
     )
+    said = set() if said is None else said
     for note in resolved.notes:
-        ui.note(note)
+        if note not in said:
+            said.add(note)
+            ui.note(note)
 
 
 def show_library(ui: Screen, where: Location) -> None:
@@ -53,11 +58,12 @@ def show_status(
     failures: list[Failure] | None = None,
     each: bool = True,
     context: str = "",
+    noted: set[str] | None = None,
 ) -> None:
     """The header, what is wrong first (drifted files, conflicts, stale records, the guard's
     refusal: `failures`, else the status's own), then a line per patch (`each`; a table with
     their files and descriptions with -v)."""
-    show_header(ui, resolved)
+    show_header(ui, resolved, noted)
     if where:
         show_library(ui, where)
     ui.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
@@ -84,7 +90,7 @@ def show_status(
 
 def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     """What `status` finds wrong, each with the command that fixes it."""
-    drift_fix = f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
+    drift_fix = status.drift_fix
     failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
     for result in status.does_not_compile:  # the drifted file's syntax error leads its line
         where, message = located(result)
@@ -203,7 +209,7 @@ def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult)
     the checks that passed (every row with -v)."""
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
-        results, _check_fix(resolved, status), _fixes_as_planned(status)
+        results, _check_fix(resolved, status), _fixes_by_check(status)
     )
     show_status(
         ui, resolved, status, failures=[] if ui.verbose else fold(found), each=False, context=_checked_as(verified)
@@ -257,9 +263,9 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
     """What fixes a failed check: the tree's own edits revert; an applied series that fails is
     reverted; a series that would fail is not applied (apply refuses it)."""
     if status.drifted:
-        return f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
+        return status.drift_fix
     if status.state == TreeState.APPLIED:
-        return f"{hints.command('revert')} (the stock files back); report the series"
+        return f"{status.fix_command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
         return UPSTREAM_FIX
     return as_planned_fix()
@@ -279,8 +285,12 @@ def as_planned_fix() -> str:
     )
 
 
-def _fixes_as_planned(status: TreeStatus) -> dict[str, str]:
-    """On a tree not patched yet, a file that is not the release's stock file is the tree's to fix."""
+def _fixes_by_check(status: TreeStatus) -> dict[str, str]:
+    """A file that shadows a patched source is the tree's to fix (as apply's refusal says), and, on
+    a tree not patched yet, so is a file that is not the release's stock file."""
+    fixes = {shadow.NAME: shadow.fix()}
     if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
-        return {}
-    return {"integrity": f"put the release's stock file back, or {hints.command('apply', '--force')} patches it"}
+        return fixes
+    return fixes | {
+        "integrity": f"put the release's stock file back, or {hints.command('apply', '--force')} patches it"
+    }
