@@ -88,9 +88,11 @@ def test_a_tree_patched_with_eagle3_by_an_older_patchkit_gets_the_new_sets_witho
     assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
 
 
-def test_run_apply_applies_every_covering_set_then_launches(tmp_path):
-    """`run --apply` on real stock 0.16.0 files with the three sets: each applied as `apply` does (its
-    own record entry), the launch's preflight passes on them, the command is exec'd; revert restores stock."""
+def test_run_apply_applies_the_sets_the_launch_needs_then_launches(tmp_path):
+    """`run --apply` on real stock 0.16.0 files with the three sets: the sets the launch needs (set.toml's
+    [needed_by]: eagle3 for an eagle3 launch, a tool-call set for its --tool-call-parser), each applied as
+    `apply` does (its own record entry); the launch's preflight passes on them, the command is exec'd; a
+    launch naming the set not applied is refused naming it; revert restores stock."""
     library = library_of_three(tmp_path / "lib")
     paths = sorted({REGISTRY, *(p for name in SETS for p in files_for(VERSION, str(library), name))})
     tree = lay_out_release(VERSION, paths, tmp_path / "site")
@@ -105,9 +107,39 @@ def test_run_apply_applies_every_covering_set_then_launches(tmp_path):
 
     done = run_cli("run", "--apply", "--target", tree, "--patches", library, "--", *launch, env=env)
     assert done.returncode == 7, done.stdout[-3000:] + done.stderr[-3000:]
-    assert marker.exists() and "3 set(s) applied (eagle3, deepseek-tool-calls, kimi-k2-tool-calls)" in done.stdout
-    assert [e.set_name for e in read_state(tree).entries] == list(SETS)
+    assert marker.exists() and "1 set(s) applied (eagle3)" in done.stdout, done.stdout
+    assert "not used by this launch: deepseek-tool-calls (not applied), kimi-k2-tool-calls (not applied)" in done.stderr
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3"]
     assert find_problems(str(tree)) == []
+
+    marker.unlink()
+    tools = [*launch, "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v31"]
+    done = run_cli("run", "--apply", "--target", tree, "--patches", library, "--", *tools, env=env)
+    assert done.returncode == 7 and marker.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "deepseek-tool-calls"]
+
+    kimi = [*launch, "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k2"]
+    refused = run_cli("preflight", "--no-import", "--target", tree, "--patches", library, "--", *kimi, env=env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "the kimi-k2-tool-calls series is not applied to vLLM 0.16.0" in refused.stdout, refused.stdout
+    assert f"patchkit apply --target {tree} --patches {library} --set kimi-k2-tool-calls`" in refused.stdout
 
     assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
     assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
+
+
+def test_an_eagle3_launch_on_a_fetched_tree_with_only_eagle3_applied_passes(tmp_path):
+    """New-user trial 12, item 3, on a tree from `patchkit fetch --all`: after `apply --set eagle3` the
+    README's DeepSeek-V3 launch (no tool-call parser) passes; a tool-parser launch fails naming its set."""
+    library = library_of_three(tmp_path / "lib")
+    tree = tmp_path / "vllm-0.16.0"
+    assert run_cli("fetch", VERSION, "--all", "--dest", tree).returncode == 0
+    assert run_cli("apply", "--set", "eagle3", "--target", tree, "--patches", library).returncode == 0
+    launch = serve(write_model(tmp_path / "deepseek", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    passed = run_cli("preflight", "--no-import", "--target", tree, "--patches", library, "--", *launch)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    tools = [*launch, "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v3"]
+    refused = run_cli("preflight", "--no-import", "--target", tree, "--patches", library, "--", *tools)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "the deepseek-tool-calls series is not applied" in refused.stdout
+    assert "--set deepseek-tool-calls`" in refused.stdout and "kimi-k2-tool-calls series" not in refused.stdout

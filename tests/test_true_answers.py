@@ -218,7 +218,8 @@ def test_on_an_unapplied_tree_the_fixes_work_in_the_order_printed(fetched, tmp_p
     for command in commands:
         step = run_cli(*shlex.split(command)[1:])
         assert step.returncode == 0, command + "\n" + step.stdout + step.stderr
-    assert run_cli("status", "--target", fetched).returncode == 0  # applied: the patched files kept
+    # applied, the patched files kept: the set this launch needs (its fix names it: --set eagle3)
+    assert run_cli("status", "--target", fetched, "--set", "eagle3").returncode == 0
     again = findings(run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch))
     assert again["supports-eagle3"]["result"] != "cannot judge", again["supports-eagle3"]
 
@@ -250,7 +251,7 @@ def test_a_missing_drafter_leaves_the_target_checks_to_run(fetched, tmp_path):
     assert_clean_failure(done, 4)
     found = findings(done)
     assert "drafter" in found["models"]["message"]
-    fix = f"run `patchkit apply --target {fetched}`"  # on the tree checked (hints.py)
+    fix = f"run `patchkit apply --target {fetched} --set eagle3`"  # on the tree checked (hints.py), the set it needs
     assert found["whitelist"]["result"] == "fail" and found["whitelist"]["fix"] == fix
 
 

@@ -42,8 +42,13 @@ Reader = Callable[[str], "bytes | None"]
 Judgement = Callable[[Reader], "tuple[bool, str]"]
 
 
-def apply_fix() -> str:
-    """The fix a finding the series would settle gives: apply, on the tree and set checked."""
+def apply_fix(patch_set: object | None = None) -> str:
+    """The fix a finding the series would settle gives: apply, on the tree and set checked; a set
+    only some launches need (set.toml's [needed_by]) named with --set (apply alone would apply
+    every set, those this launch does not use too)."""
+    name = getattr(patch_set, "name", None)
+    if name is not None and getattr(patch_set, "needed_by", None) is not None:
+        return f"run {hints.command('apply', chosen=hints.for_set(name))}"
     return f"run {hints.command('apply')}"
 
 
@@ -80,7 +85,7 @@ class LaunchContext:
         if ok:
             return Finding(check, True, message)
         if self.read_planned is not None and judgement(self.read_planned)[0]:
-            return Finding(check, False, message, apply_fix())
+            return Finding(check, False, message, apply_fix(self.patch_set))
         return Finding(check, False, message, fix)
 
     def lacks(self, check: str, path: str) -> Finding | None:

@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
-from patchkit.base.errors import TargetError
+from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
@@ -30,12 +30,16 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, apply_fix, set_checks
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
+from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
+from patchkit.series import library
+from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
+from patchkit.store.state import read_state
 from patchkit.tree.target import from_interpreter
 
 TREE = "tree-state"
@@ -57,6 +61,18 @@ class PreflightResult:
     shown: bool = False  # its findings were printed: the missing model among them, not said again
     # the general plugins the launch loads, where vLLM was not asked what they do (--no-import, `run`)
     unjudged_plugins: list[str] = field(default_factory=list)
+    # the sets this launch does not need whose state is not as apply leaves it: name -> that state, in words
+    unused: dict[str, str] = field(default_factory=dict)
+    guard_off: str | None = None  # how the launch turns the guard off, when that is why a drift is only noted
+
+    @property
+    def unused_note(self) -> str | None:
+        """One line for the sets this launch does not need (None: nothing to say)."""
+        if not self.unused:
+            return None
+        sets = ", ".join(f"{name} ({state})" for name, state in self.unused.items())
+        off = f"; the launch guard is off in it ({self.guard_off})" if self.guard_off else ""
+        return f"not used by this launch: {sets}{off}"
 
     @property
     def ok(self) -> bool:
@@ -175,15 +191,18 @@ def preflight(
     no_import: bool = False,
     status: TreeStatus | None = None,
     kept: bool = False,
+    needs: LaunchNeeds = EVERY,
 ) -> PreflightResult:
     """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
-    `kept`: the launch's findings from the cache where they answer for it (patchkit/launch/shortcut.py)."""
+    `kept`: the launch's findings from the cache where they answer for it (patchkit/launch/shortcut.py);
+    `needs`: which sets the launch needs (one it does not: its state a note, its launch checks not run)."""
 
     launched = command  # as written: what vLLM's own parser is asked to read
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
     result = PreflightResult(command, tree_state=str(status.state), launched=launched)
-    result.findings.append(tree_finding(resolved, status))
+    needed = needs.needs(resolved.set_name)
+    result.findings += tree_findings(resolved, status, needs, result)
     try:
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
@@ -198,7 +217,7 @@ def preflight(
     template = _chat_template_finding(command, resolved.target.root)  # never kept: a file outside the tree
     result.findings += [template] if template is not None else []
     # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
-    fixable = status.state == TreeState.NOT_APPLIED and status.plan is not None
+    fixable = needed and status.state == TreeState.NOT_APPLIED and status.plan is not None
     result.fixable = fixable
     planned = status.plan.content if fixable and status.plan is not None else None
     context = LaunchContext(
@@ -207,7 +226,7 @@ def preflight(
         drafter,
         resolved.target.root,
         resolved.vllm_version,
-        resolved.selection.patch_set,
+        resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
         read_planned=planned,
         python=None if no_import else resolved.target.python,
         not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
@@ -216,6 +235,23 @@ def preflight(
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
     result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
     return result
+
+
+def needs_of(opts: Options, sets: dict[str, PatchSetDef] | None, command: LaunchCommand) -> LaunchNeeds:
+    """Which of the library's sets (`sets`, else loaded; every set, whatever --set narrows the checks
+    to: the guard refuses for any recorded one) the launch as vLLM serves it needs."""
+    if sets is None and not opts.adhoc:
+        sets = library.load_library(library.locate(opts.library).path)
+    return launch_needs((sets or {}).values(), as_served(command))
+
+
+def as_served(command: LaunchCommand) -> LaunchCommand:
+    """The command as vLLM serves it: a speculators-format model's own speculative config in place;
+    as written when a model cannot be read (the preflight names that first)."""
+    try:
+        return _models(command)[3]
+    except (TargetError, BadInput):
+        return command
 
 
 def launch_findings(context: LaunchContext) -> list[Finding]:
@@ -433,10 +469,63 @@ def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding
     return Finding(COMMAND, False, message, fix)
 
 
+def tree_findings(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, result: PreflightResult) -> list[Finding]:
+    """The set's tree-state finding, when the launch needs the set. A set it does not need fails the
+    launch only through the guard's refusal (with the guard on, vLLM loads it and it refuses the tree
+    for any recorded set); otherwise its state is noted in `result.unused`."""
+    if needs.needs(resolved.set_name):
+        return [tree_finding(resolved, _guard_for_launch(resolved, status, needs, result))]
+    if needs.guard_runs and status.guard:
+        return [_guard_refusal(status)]
+    words = _state_words(status)
+    if words:
+        result.unused[resolved.set_name] = words
+        result.guard_off = result.guard_off or (None if needs.guard_runs or not status.drifted else needs.guard_off)
+    return []
+
+
+def _state_words(status: TreeStatus) -> str | None:
+    """A set's state, when not as apply leaves it, in a few words for a note."""
+    if status.state == TreeState.NOT_APPLIED:
+        return "not applied"
+    if status.state == TreeState.PARTIAL:
+        return "partly applied"
+    if status.drifted:
+        return f"changed after apply: {', '.join(status.drifted)}"
+    return None
+
+
+def _guard_for_launch(
+    resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, result: PreflightResult
+) -> TreeStatus:
+    """`status` with the guard's refusals this launch does not meet: with the guard off in it, those
+    caused by a file of a set the launch does not need (noted in `result.unused` instead)."""
+    if needs.guard_runs or not status.guard or not needs.unneeded:
+        return status
+    root = resolved.target.root
+    owners = {path: e.set_name for e in read_state(root).entries if not needs.needs(e.set_name) for path in e.files}
+    kept: list[str] = []
+    changed: dict[str, list[str]] = {}
+    for problem in status.guard:
+        path = next((path for path in owners if problem.startswith(f"{path} ")), None)
+        if path is None:
+            kept.append(problem)
+        else:
+            changed.setdefault(owners[path], []).append(path)
+    for name, paths in changed.items():
+        result.unused.setdefault(name, f"changed after apply: {', '.join(paths)}")
+        result.guard_off = needs.guard_off
+    return dataclasses.replace(status, guard=kept)
+
+
+def _guard_refusal(status: TreeStatus) -> Finding:
+    return Finding(TREE, False, f"the launch guard refuses this tree: {'; '.join(status.guard)}", status.guard_fix)
+
+
 def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     finding = _state_finding(resolved, status)
     if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
-        return Finding(TREE, False, f"the launch guard refuses this tree: {'; '.join(status.guard)}", status.guard_fix)
+        return _guard_refusal(status)
     return finding
 
 
@@ -448,7 +537,8 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
-        return Finding(TREE, False, f"the {resolved.set_name} series is not applied to vLLM {version}", apply_fix())
+        message = f"the {resolved.set_name} series is not applied to vLLM {version}"
+        return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.state == TreeState.PARTIAL:
         return Finding(
             TREE, False, "the series is partly applied", f"run {hints.command('status')}, then {hints.command('apply')}"

@@ -1,7 +1,7 @@
 """The patch library: named sets, each with versioned patch series per vLLM release.
 
     <root>/<set>/set.toml             name, description, supported, upstream, probe, contract, launch,
-                                      behaviour, [[releases]]
+                                      behaviour, [needed_by], [[releases]]
     <root>/<set>/<dir>/series         patch file names in apply order, each with its sha256
                                       ("0001-x.patch sha256:<hex>"; '#' starts a comment)
     <root>/<set>/<dir>/NNNN-name.patch  DEP-3 header, then a git-style unified diff
@@ -164,6 +164,24 @@ def write_series(directory: Path, names: list[str]) -> None:
     atomic_write(series, ("\n".join(comments + lines) + "\n").encode())
 
 
+# set.toml's [needed_by]: which launches need the set, by what the launch command names
+NEEDED_BY = {"speculative_methods": "--speculative-config method", "tool_call_parsers": "--tool-call-parser"}
+
+
+@dataclass(frozen=True)
+class LaunchRule:
+    """Which launches need the set (set.toml's [needed_by]): one whose speculative method (as vLLM
+    settles it) or --tool-call-parser is named here. A set without the table: every launch."""
+
+    speculative_methods: tuple[str, ...] = ()
+    tool_call_parsers: tuple[str, ...] = ()
+
+    def described(self) -> str:
+        """What the rule serves, in the launch's words: `--tool-call-parser kimi_k2`."""
+        parts = [f"{NEEDED_BY[key]} {'/'.join(getattr(self, key))}" for key in NEEDED_BY if getattr(self, key)]
+        return " or ".join(parts)
+
+
 @dataclass(frozen=True)
 class PatchSetDef:
     name: str
@@ -177,6 +195,7 @@ class PatchSetDef:
     contract: tuple[Requirement, ...] = ()  # what must hold in the patched code (checks/contract.py)
     launch: Path | None = None  # the set's launch checks, run by `patchkit preflight` (patchkit/launch)
     behaviour: Path | None = None  # the set's behaviour test, run by `patchkit verify` (checks/behaviour.py)
+    needed_by: LaunchRule | None = None  # which launches need it (preflight, run); None: every launch
 
 
 @dataclass
@@ -204,6 +223,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "contract": ((str, list), False),
     "launch": ((str,), False),
     "behaviour": ((str,), False),
+    "needed_by": ((dict,), False),
 }
 _TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
 
@@ -223,7 +243,22 @@ def _manifest_problems(data: dict) -> list[str]:
             problems.append(f"[[releases]] entry {index}: `dir` {release['dir']!r} {unsafe_reason(release['dir'])}")
     if isinstance(data.get("roots"), list) and not all(isinstance(r, str) and r for r in data["roots"]):
         problems.append("`roots` must be an array of package names")
+    if isinstance(data.get("needed_by"), dict):
+        problems += _rule_problems(data["needed_by"])
     return problems
+
+
+def _rule_problems(table: dict) -> list[str]:
+    """What is wrong with a [needed_by] table (empty: nothing): known keys, each a list of names."""
+    unknown = [key for key in table if key not in NEEDED_BY]
+    if unknown:
+        return [f"[needed_by] has no key {unknown[0]!r} (it takes {', '.join(NEEDED_BY)})"]
+    if not table:
+        return [f"[needed_by] names no launch (give {' or '.join(NEEDED_BY)}; without the table every launch needs it)"]
+    wrong = [
+        k for k, v in table.items() if not (isinstance(v, list) and v and all(isinstance(n, str) and n for n in v))
+    ]
+    return [f"[needed_by] `{key}` must be a non-empty array of names" for key in wrong]
 
 
 def load_set(directory: Path) -> PatchSetDef:
@@ -251,9 +286,17 @@ def load_set(directory: Path) -> PatchSetDef:
             contract=_contract(data.get("contract"), directory, manifest),
             launch=_probe_script(data.get("launch"), directory, manifest, "launch checks"),
             behaviour=_probe_script(data.get("behaviour"), directory, manifest, "behaviour test"),
+            needed_by=_launch_rule(data.get("needed_by")),
         )
     except (KeyError, TypeError) as exc:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
+
+
+def _launch_rule(table: dict | None) -> LaunchRule | None:
+    """set.toml's [needed_by] (checked by _rule_problems), or None: every launch needs the set."""
+    if table is None:
+        return None
+    return LaunchRule(**{key: tuple(names) for key, names in table.items()})
 
 
 def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requirement, ...]:

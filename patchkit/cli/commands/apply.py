@@ -24,7 +24,12 @@ from patchkit.engine.resolve import (
 from patchkit.engine.several import NOT_TRIED, SetApplied, SetsApplied, apply_needed, apply_sets, require_order
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from packaging.version import Version
+
     from patchkit.base.options import Options
+    from patchkit.launch.relevance import LaunchNeeds
     from patchkit.series.library import PatchSetDef
 
 
@@ -159,9 +164,12 @@ def _finish(ui: UI, result: ApplyResult) -> None:
         ui.line(result.message, style="green" if done else None)
 
 
-def apply_for_launch(ui: UI, chosen: Options) -> ApplyResult | SetsApplied | None:
-    """`run --apply`: each covering set (or each --set) that needs it applied as `patchkit apply`
-    does; None when none does."""
+def apply_for_launch(
+    ui: UI, chosen: Options, launch_needs: Callable[[Version | None, dict[str, PatchSetDef] | None], LaunchNeeds]
+) -> ApplyResult | SetsApplied | None:
+    """`run --apply`: each covering set (or each --set) that the launch needs (`launch_needs`, of the
+    tree's version and the library's sets: set.toml's [needed_by]) and that needs it applied as
+    `patchkit apply` does; None when none does."""
     sets = library_sets(chosen)
     if several(chosen, sets):
         target = resolve_target(chosen)
@@ -172,6 +180,9 @@ def apply_for_launch(ui: UI, chosen: Options) -> ApplyResult | SetsApplied | Non
         resolved = resolve_telling(ui, chosen, sets=sets)
         covering = [Chosen(resolved.set_name, resolved)]
     many = len(covering) > 1
+    version = next((c.resolved.vllm_version for c in covering if c.resolved is not None), None)
+    needs = launch_needs(version, sets)
+    covering = [c for c in covering if needs.needs(c.name)]
 
     said: set[str] = set()
 

@@ -24,9 +24,11 @@ from patchkit.launch.preflight import (
     default_options,
     in_fix_order,
     launch_target_finding,
+    needs_of,
     preflight,
     vllm_validation,
 )
+from patchkit.launch.relevance import LaunchNeeds
 from patchkit.launch.shortcut import recorded_state, recorded_status
 from patchkit.store.journal import settled_record
 
@@ -95,8 +97,11 @@ def _preflight(
         )
     resolved = resolve_telling(ui, chosen, found_by=found_by, sets=sets)
     launch_command = read(launch_command, resolved.vllm_version)
+    needs = needs_of(chosen, sets, launch_command)
     recorded = recorded_state(resolved.target.root) if shortcut else None
-    result = _set_findings(ui, resolved, launch_command, no_import=no_import, shortcut=shortcut, recorded=recorded)
+    result = _set_findings(
+        ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded
+    )
     return _launch_findings(resolved, launch_command, result, no_import=no_import)
 
 
@@ -116,9 +121,10 @@ def _preflight_of_sets(
     ui.knows(target_json(target))
     covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
+    needs = needs_of(chosen, sets, launch_command)
     recorded = recorded_state(target.root) if shortcut else None  # read once: each set's status is told from it
     results = [
-        _set_findings(ui, r, launch_command, no_import=no_import, shortcut=shortcut, recorded=recorded)
+        _set_findings(ui, r, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded)
         for r in covering
     ]
     return _launch_findings(covering[0], launch_command, merged(results), no_import=no_import)
@@ -128,6 +134,7 @@ def _set_findings(
     ui: UI,
     resolved: Resolved,
     launch_command: LaunchCommand,
+    needs: LaunchNeeds,
     *,
     no_import: bool,
     shortcut: bool,
@@ -139,7 +146,7 @@ def _set_findings(
     if shortcut:
         status = recorded_status(resolved, recorded)
         if status is not None:
-            return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True)
+            return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True, needs=needs)
     # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
     from patchkit.engine.transaction import consistent_read
 
@@ -148,14 +155,14 @@ def _set_findings(
         if recovered:
             ui.warn(recovered)
         if no_import:
-            return preflight(resolved, launch_command, no_import=True, kept=shortcut)
+            return preflight(resolved, launch_command, no_import=True, kept=shortcut, needs=needs)
         status = inspect(resolved, check_upstream=False, import_probe=False)
         before = settled_record(root)
     # vLLM's questions import it (up to minutes each): asked without the lock, which a concurrent
     # apply, revert or preflight waits for. Sound as run's fast path is: every patchkit writer writes
     # its journal first and a new state.json last, so the same record, with no journal, before and
     # after means none ran in between (review 7 L4)
-    result = preflight(resolved, launch_command, no_import=False, status=status, kept=shortcut)
+    result = preflight(resolved, launch_command, no_import=False, status=status, kept=shortcut, needs=needs)
     if settled_record(root) != before:
         raise TargetError(
             f"cannot judge: {root} changed while preflight read it (a patchkit apply, revert or recovery ran)",
@@ -195,12 +202,30 @@ def merged(results: list[PreflightResult]) -> PreflightResult:
         findings=[f for found in by_check.values() for f in found],
         tree_state=states.pop() if len(states) == 1 else str(TreeState.PARTIAL),
         fixable=any(r.fixable for r in results),
+        unused=_first_said([r.unused for r in results]),
+        guard_off=next((r.guard_off for r in results if r.guard_off), None),
     )
+
+
+def _first_said(notes: list[dict[str, str]]) -> dict[str, str]:
+    """The sets' notes in order, each set's first."""
+    said: dict[str, str] = {}
+    for each in notes:
+        for name, state in each.items():
+            said.setdefault(name, state)
+    return said
 
 
 def show(ui: UI, result: PreflightResult, fmt: str) -> None:
     if fmt == "json":
-        ui.json({"launch": result.command.argv, "tree_state": result.tree_state, "findings": findings_json(result)})
+        ui.json(
+            {
+                "launch": result.command.argv,
+                "tree_state": result.tree_state,
+                "findings": findings_json(result),
+                "unused_sets": result.unused,
+            }
+        )
     elif fmt == "junit":
         write_junit(findings_junit(result))
     else:
@@ -218,6 +243,8 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
         [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
     )
     result.shown = True  # a model found nowhere is one of these: the exit code (4) says it, not another line
+    if result.unused_note:
+        ui.note(result.unused_note)
     total, failed = len(result.findings), sum(not f.ok for f in result.findings)
     unjudged = sum(not f.judged for f in result.findings)
     cannot = f", {unjudged} cannot judge" if unjudged else ""

@@ -14,9 +14,9 @@ from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
 from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument, launch_words, run_preflight, show
 from patchkit.cli.ui.console import UI
-from patchkit.launch.command import LaunchCommand, frame
+from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.engine import few_named
-from patchkit.launch.preflight import PreflightResult, default_options
+from patchkit.launch.preflight import PreflightResult, default_options, needs_of
 
 WIDTH = 80  # the warning before the exec: one line in a terminal of 80 columns, or a journal's
 
@@ -68,6 +68,8 @@ def _checked(
         return None
     result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
     if result.ok:
+        if result.unused_note:
+            ui.note(result.unused_note)
         if result.unjudged_plugins:  # the hint is built only when said
             _name_unjudged(ui, result.unjudged_plugins, _full_preflight(opts, launch_command))
         return None
@@ -97,7 +99,7 @@ def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand
     from patchkit.cli.commands.apply import apply_for_launch
 
     with hints.selected(chosen):  # the tree the launch imports: its hints name it
-        return apply_for_launch(ui, chosen)
+        return apply_for_launch(ui, chosen, lambda version, sets: needs_of(chosen, sets, read(launch_command, version)))
 
 
 def _exec(argv: list[str], python: str | None) -> NoReturn:

@@ -1,0 +1,77 @@
+"""Which of the library's sets a launch needs (set.toml's [needed_by]), and whether the launch guard
+runs in it.
+
+A set that declares no rule is needed by every launch (as before the rule existed). The others are
+needed when the launch names what they serve: the speculative method vLLM settles on, or the
+--tool-call-parser. A set the launch does not need is not a failure of its preflight: its state is
+at most a note. The guard is another matter: vLLM's plugin loader runs it in the launch unless the
+launch's environment turns it off, and it refuses a tree for any recorded set's drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from patchkit.engine.guard import ENTRY_POINT_NAME
+from patchkit.launch.command import LaunchCommand
+from patchkit.launch.engine import loaded_plugins
+
+if TYPE_CHECKING:
+    from patchkit.series.library import PatchSetDef
+
+GUARD_ENV = "PATCHKIT_GUARD"  # the guard's own switch (_target/guard.py): off skips it, warn only logs
+GUARD_QUIET = ("off", "warn")
+
+
+def unneeded_reason(patch_set: PatchSetDef | None, command: LaunchCommand) -> str | None:
+    """None when the launch needs the set (it declares no rule, or the launch names what it serves);
+    else what the set serves, in the launch's words (`--tool-call-parser kimi_k2`)."""
+    rule = getattr(patch_set, "needed_by", None)
+    if rule is None:
+        return None
+    if command.speculative_method in rule.speculative_methods:
+        return None
+    if command.optional_text("tool-call-parser") in rule.tool_call_parsers:
+        return None
+    return rule.described()
+
+
+def guard_runs(environ: dict[str, str]) -> bool:
+    """Whether the launch guard, installed, refuses in a launch of this environment: PATCHKIT_GUARD
+    is not off or warn, and vLLM loads the plugin (no VLLM_PLUGINS, or a list naming it)."""
+    mode = environ.get(GUARD_ENV, "").strip().lower()
+    return mode not in GUARD_QUIET and bool(loaded_plugins({ENTRY_POINT_NAME}, environ))
+
+
+def guard_off_words(environ: dict[str, str]) -> str:
+    """How the launch turns the guard off, for a note."""
+    mode = environ.get(GUARD_ENV, "").strip().lower()
+    if mode in GUARD_QUIET:
+        return f"{GUARD_ENV}={mode}" + (": it only logs" if mode == "warn" else "")
+    return f"VLLM_PLUGINS={environ.get('VLLM_PLUGINS', '')} does not load it"
+
+
+@dataclass(frozen=True)
+class LaunchNeeds:
+    """The library's sets this launch does not need (name -> what each serves), and whether the
+    launch guard refuses in it. A set not named here (no rule, another library's, ad-hoc) is needed."""
+
+    unneeded: dict[str, str] = field(default_factory=dict)
+    guard_runs: bool = True
+    guard_off: str = ""  # how the launch turns the guard off (guard_off_words), when it does
+
+    def needs(self, set_name: str) -> bool:
+        return set_name not in self.unneeded
+
+
+def launch_needs(sets: Iterable[PatchSetDef], command: LaunchCommand) -> LaunchNeeds:
+    """What `command` (as vLLM serves it: a speculators-format model's config in place) needs of `sets`."""
+    reasons = {s.name: unneeded_reason(s, command) for s in sets}
+    unneeded = {name: reason for name, reason in reasons.items() if reason is not None}
+    runs = guard_runs(command.environ)
+    return LaunchNeeds(unneeded, runs, "" if runs else guard_off_words(command.environ))
+
+
+EVERY = LaunchNeeds()  # every set needed, the guard as installed: what a launch needed before the rule

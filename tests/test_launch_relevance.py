@@ -1,0 +1,182 @@
+"""Which sets a launch needs (set.toml's [needed_by]): preflight and run require, and `run --apply`
+applies, exactly those; another set's state is at most a one-line note (new-user trial 12, item 3).
+With the launch guard off in the launch, its refusal for a set the launch does not need is a note
+too; with the guard on, it stands (review 8 launch-guard M2). Fast tier: the launch tests' eagle3
+set and a `tools` set patching a tool parser, on a small tree."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import make_patch, run_cli, write_library
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
+
+from patchkit.base.errors import BadInput
+from patchkit.series.library import load_set
+from patchkit.store.state import read_state
+
+PARSER = "vllm/tool_parsers/demo_tool_parser.py"
+TOOLS = ("--enable-auto-tool-choice", "--tool-call-parser", "demo_v2")
+
+
+def declare(set_dir: Path, table: str) -> None:
+    """Put a [needed_by] table into a set.toml, before its [[releases]] tables."""
+    manifest = set_dir / "set.toml"
+    text = manifest.read_text()
+    at = text.index("[[releases]]")
+    manifest.write_text(text[:at] + f"[needed_by]\n{table}\n\n" + text[at:])
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """(tree, library, target model, drafter): eagle3 needed by eagle3 launches, `tools` by
+    --tool-call-parser demo or demo_v2; library.toml puts eagle3 first."""
+    tree, lib = write_eagle3_setup(tmp_path)
+    (tree / PARSER).parent.mkdir(parents=True, exist_ok=True)
+    (tree / PARSER).write_text("def parse(text):\n    return text\n")
+    patch = make_patch(tmp_path, tree, {PARSER: "def parse(text):\n    return text.strip()\n"})
+    write_library(lib, {"0.16.0": [patch]}, name="tools", upstream=None)
+    declare(lib / "eagle3", 'speculative_methods = ["eagle3"]')
+    declare(lib / "tools", 'tool_call_parsers = ["demo", "demo_v2"]')
+    (lib / "library.toml").write_text('order = ["eagle3", "tools"]\n')
+    return tree, lib, write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER)
+
+
+def preflight(tree: Path, lib: Path, launch: list[str], *options: str):
+    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", *options, "--", *launch)
+    return done, json.loads(done.stdout) if "json" in options else None
+
+
+def failed(document: dict) -> list[str]:
+    return [f["message"] for f in document["findings"] if not f["ok"]]
+
+
+def test_an_eagle3_launch_on_an_eagle3_only_tree_passes_with_a_note(setup):
+    tree, lib, target, drafter = setup
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    done, document = preflight(tree, lib, serve(target, drafter), "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert document["unused_sets"] == {"tools": "not applied"}
+    text, _ = preflight(tree, lib, serve(target, drafter))
+    assert text.returncode == 0, text.stdout + text.stderr
+    notes = [line for line in text.stderr.splitlines() if "tools" in line]
+    assert notes == ["note: not used by this launch: tools (not applied)"], text.stderr
+
+
+def test_a_tool_parser_launch_on_that_tree_fails_naming_the_set_and_its_apply(setup):
+    tree, lib, target, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    launch = ["vllm", "serve", str(target), *TOOLS]
+    done, document = preflight(tree, lib, launch, "--format", "json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert failed(document) == ["the tools series is not applied to vLLM 0.16.0"]
+    text, _ = preflight(tree, lib, launch)
+    assert text.returncode == 1 and f"`patchkit apply --target {tree} --patches {lib} --set tools`" in text.stdout, (
+        text.stdout + text.stderr
+    )
+    # eagle3 applied, and not needed by this launch: no note (nothing to say of it)
+    assert document["unused_sets"] == {} and "not used by this launch" not in text.stderr
+
+
+def test_both_combined_need_both_and_a_stock_tree_names_each_with_its_set(setup):
+    tree, lib, target, drafter = setup
+    launch = serve(target, drafter, *TOOLS)
+    stock, document = preflight(tree, lib, launch, "--format", "json")
+    assert stock.returncode == 1
+    trees = [f["message"] for f in document["findings"] if f["check"] == "tree-state"]
+    assert trees == [
+        "the eagle3 series is not applied to vLLM 0.16.0",
+        "the tools series is not applied to vLLM 0.16.0",
+    ]
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    half, document = preflight(tree, lib, launch, "--format", "json")
+    assert half.returncode == 1 and failed(document) == ["the tools series is not applied to vLLM 0.16.0"]
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    done, document = preflight(tree, lib, launch, "--format", "json")
+    assert done.returncode == 0 and document["unused_sets"] == {}, done.stdout + done.stderr
+
+
+def test_a_launch_that_needs_neither_set_passes_on_a_stock_tree(setup):
+    tree, lib, target, _ = setup
+    done, document = preflight(tree, lib, ["vllm", "serve", str(target)], "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert document["unused_sets"] == {"eagle3": "not applied", "tools": "not applied"}
+
+
+def test_run_refuses_and_run_apply_applies_only_the_sets_the_launch_needs(setup, tmp_path):
+    tree, lib, target, drafter = setup
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # exec fails with exit 4: it got that far
+    tools_launch = ["vllm", "serve", str(target), *TOOLS]
+    refused = run_cli("run", "--target", tree, "--patches", lib, "--", *tools_launch, env=no_vllm)
+    assert refused.returncode == 1 and "the tools series is not applied" in refused.stdout, refused.stdout
+
+    eagle = run_cli("run", "--apply", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
+    assert eagle.returncode == 4 and "cannot run vllm" in eagle.stderr, eagle.stdout + eagle.stderr
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3"]
+    assert "note: not used by this launch: tools (not applied)" in eagle.stderr, eagle.stderr
+
+    tools = run_cli("run", "--apply", "--target", tree, "--patches", lib, "--", *tools_launch, env=no_vllm)
+    assert tools.returncode == 4 and "cannot run vllm" in tools.stderr, tools.stdout + tools.stderr
+    assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
+
+
+@pytest.mark.parametrize(
+    ("how", "passes"),
+    [
+        ([], False),
+        (["env", "PATCHKIT_GUARD=off"], True),
+        (["env", "PATCHKIT_GUARD=warn"], True),
+        (["env", "VLLM_PLUGINS="], True),
+        (["env", "VLLM_PLUGINS=other"], True),
+        (["env", "VLLM_PLUGINS=other,patchkit_guard"], False),
+        (["env", "PATCHKIT_GUARD=on"], False),
+    ],
+)
+def test_the_guards_refusal_for_a_set_the_launch_does_not_need_is_a_note_when_the_guard_is_off(setup, how, passes):
+    tree, lib, target, drafter = setup
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    with open(tree / PARSER, "a") as edited:
+        edited.write("# a user's edit\n")
+    for narrowed in ((), ("--set", "eagle3")):
+        done, document = preflight(tree, lib, [*how, *serve(target, drafter)], *narrowed, "--format", "json")
+        if passes:
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert document["unused_sets"] == {"tools": f"changed after apply: {PARSER}"}
+        else:
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert failed(document) == [
+                f"the launch guard refuses this tree: {PARSER} was changed after patchkit patched it"
+            ]
+    # a launch that needs the drifted set fails on its drift, guard or not
+    own, document = preflight(tree, lib, [*how, "vllm", "serve", str(target), *TOOLS], "--format", "json")
+    assert own.returncode == 1 and any(PARSER in message for message in failed(document)), own.stdout
+
+
+def test_a_set_without_a_rule_is_needed_by_every_launch(setup):
+    tree, lib, target, _ = setup
+    manifest = lib / "tools" / "set.toml"
+    manifest.write_text(manifest.read_text().replace('[needed_by]\ntool_call_parsers = ["demo", "demo_v2"]\n', ""))
+    done, document = preflight(tree, lib, ["vllm", "serve", str(target)], "--format", "json")
+    assert done.returncode == 1 and failed(document) == ["the tools series is not applied to vLLM 0.16.0"]
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        ('tool_parsers = ["x"]', "[needed_by] has no key 'tool_parsers'"),
+        ('tool_call_parsers = "x"', "`tool_call_parsers` must be a non-empty array of names"),
+        ("tool_call_parsers = []", "`tool_call_parsers` must be a non-empty array of names"),
+        ("", "[needed_by] names no launch"),
+    ],
+)
+def test_a_malformed_rule_is_refused_naming_it(setup, table, said):
+    _, lib, _, _ = setup
+    manifest = lib / "tools" / "set.toml"
+    manifest.write_text(manifest.read_text().replace('[needed_by]\ntool_call_parsers = ["demo", "demo_v2"]\n', ""))
+    declare(lib / "tools", table)
+    with pytest.raises(BadInput) as raised:
+        load_set(lib / "tools")
+    assert said in raised.value.message
