@@ -238,6 +238,12 @@ def fingerprint(root: Path) -> dict[str, tuple]:
     return seen
 
 
+def purelib(python: Path) -> Path:
+    """The site-packages directory of an interpreter (a venv's own, for one)."""
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+
+
 def run_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None):
     """The installed CLI in a process of its own (`python -m patchkit`), as a user runs it: no click runner
     catching what a real run would print. Forked from cli_server's warm interpreter (a real process, its

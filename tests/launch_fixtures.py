@@ -6,7 +6,10 @@ model and drafter config directories the launches name."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -221,3 +224,32 @@ def write_model(directory: Path, config: dict) -> Path:
 def serve(model: Path | str, drafter: Path | str, *extra: str) -> list[str]:
     spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3})
     return ["vllm", "serve", str(model), "--trust-remote-code", "-tp", "4", "--speculative-config", spec, *extra]
+
+
+def stand_in_launch(tmp: Path, *serve_options: str) -> tuple[Path, Path, list[str], dict[str, str], Path]:
+    """(tree, library, command, env, marker): the eagle3 setup, a Kimi-K2.5 launch with its drafter
+    (and `serve_options`), and an environment whose PATH starts with a stand-in `vllm` that prints
+    its PID and arguments, touches `marker` and exits 7."""
+    tree, library = write_eagle3_setup(tmp)
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    marker = tmp / "launched"
+    script = bin_dir / "vllm"
+    script.write_text(f'#!/bin/sh\necho "pid $$"\necho "args $*"\ntouch {marker}\nexit 7\n')
+    script.chmod(0o755)
+    command = serve(write_model(tmp / "kimi", KIMI_K25), write_model(tmp / "drafter", DRAFTER), *serve_options)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PATCHKIT_DEBUG", None)
+    return tree, library, command, env, marker
+
+
+def patchkit_run(
+    tree: Path, library: Path, command: list[str], env: dict[str, str], *options: str
+) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """`patchkit run` of `command` in a fresh process: (the process's PID, its CompletedProcess-like result)."""
+    args = [sys.executable, "-m", "patchkit", "run", "--target", str(tree), "--patches", str(library)]
+    process = subprocess.Popen(
+        [*args, *options, "--", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    stdout, stderr = process.communicate(timeout=120)
+    return process.pid, subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import BEHAVIOUR_JUDGE as JUDGE
-from helpers import make_patch, pip_install, write_library, write_tree
+from helpers import make_patch, pip_install, purelib, write_library, write_tree
 
 PARSER = "vllm/tool_parsers/demo_parser.py"
 STOCK = "class DemoParser:\n    BROKEN = True\n"
@@ -123,11 +123,7 @@ def test_a_verdict_with_vllms_classes_is_remembered_while_its_inputs_are_unchang
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
-    site = Path(
-        subprocess.check_output(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
-        ).strip()
-    )
+    site = purelib(python)
     pip_install(site, "0.16.0", {PARSER: STOCK, "vllm/serving.py": "top_up = 'append'\n"})
     lib = library(tmp_path, write_tree(tmp_path / "base", "0.16.0", {PARSER: STOCK}), judge=JUDGE_READING)
     ran = lib / "demo" / "ran"

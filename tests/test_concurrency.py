@@ -18,6 +18,12 @@ SPEC = "vllm/config/spec.py"
 PATCHKIT = [sys.executable, "-m", "patchkit"]
 
 
+def without_capabilities(*args: str) -> subprocess.CompletedProcess:
+    """patchkit run as root with no capabilities (setpriv): the mode bits hold for it."""
+    setpriv = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    return subprocess.run([*setpriv, *PATCHKIT, *args], capture_output=True, text=True)
+
+
 @pytest.fixture
 def tree_and_patch(tmp_path, scratch):
     tree = write_tree(tmp_path / "site")
@@ -115,21 +121,7 @@ def test_read_only_tree_is_exit_4_naming_the_file_with_nothing_changed(tmp_path,
     target_file = tree / SPEC
     target_file.chmod(0o444)
     try:
-        done = subprocess.run(
-            [
-                "setpriv",
-                "--bounding-set=-all",
-                "--inh-caps=-all",
-                *PATCHKIT,
-                "apply",
-                "--target",
-                str(tree),
-                "--patch",
-                str(patch),
-            ],
-            capture_output=True,
-            text=True,
-        )
+        done = without_capabilities("apply", "--target", str(tree), "--patch", str(patch))
     finally:
         target_file.chmod(0o644)
     assert done.returncode == 4, done.stderr
@@ -139,38 +131,8 @@ def test_read_only_tree_is_exit_4_naming_the_file_with_nothing_changed(tmp_path,
         if directory.is_dir():
             directory.chmod(directory.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     try:
-        done = subprocess.run(
-            [
-                "setpriv",
-                "--bounding-set=-all",
-                "--inh-caps=-all",
-                *PATCHKIT,
-                "apply",
-                "--target",
-                str(tree),
-                "--patch",
-                str(patch),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        status = subprocess.run(
-            [
-                "setpriv",
-                "--bounding-set=-all",
-                "--inh-caps=-all",
-                *PATCHKIT,
-                "status",
-                "--target",
-                str(tree),
-                "--patch",
-                str(patch),
-                "--format",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        done = without_capabilities("apply", "--target", str(tree), "--patch", str(patch))
+        status = without_capabilities("status", "--target", str(tree), "--patch", str(patch), "--format", "json")
     finally:
         for directory in [tree, *tree.rglob("*")]:
             if directory.is_dir():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import purelib
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, write_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,15 +103,10 @@ def test_the_marker_test_sees_the_blocks():
 
 def install_into_venv(tree: Path, venv: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    purelib = subprocess.run(
-        [venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    site = purelib(venv / "bin" / "python")
     for entry in tree.iterdir():
         if entry.name != ".patchkit":
-            shutil.copytree(entry, Path(purelib) / entry.name)
+            shutil.copytree(entry, site / entry.name)
 
 
 def hub_model(hf_home: Path, repo: str, config: dict) -> None:

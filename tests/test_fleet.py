@@ -27,6 +27,7 @@ from helpers import (
     assert_clean_failure,
     make_patch,
     patched_spec,
+    purelib,
     run_cli,
     snapshot,
     write_library,
@@ -49,7 +50,7 @@ class Fleet:
         self.trees = [base / "head" / "site", base / "node1" / "site"]
         self.python = base / "node2" / "env" / "bin" / "python"
         venv.create(base / "node2" / "env", with_pip=False)
-        self.trees.append(_purelib(self.python))
+        self.trees.append(purelib(self.python))
         self.cache = base / "cache"  # the nodes' fetch cache: never the real releases' RECORDs
         self.cluster = None
 
@@ -106,11 +107,6 @@ class Fleet:
     def run(self, action: str, *args: object):
         done = run_cli("fleet", action, "--address", self.cluster.address, "--format", "json", *args)
         return done, json.loads(done.stdout)
-
-
-def _purelib(python: Path) -> Path:
-    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    return Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip())
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from helpers import (
     fingerprint,
     load_plugins_like_vllm,
     make_patch,
+    purelib,
     run_cli,
     write_tree,
 )
@@ -140,13 +141,7 @@ def test_reverting_one_set_keeps_the_guard_while_another_is_recorded(patched, sc
 def test_pip_uninstall_removes_the_guard(tmp_path, scratch):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    purelib = subprocess.run(
-        [venv / "bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    site = write_tree(Path(purelib))  # a vLLM "installed" in the venv
+    site = write_tree(purelib(venv / "bin/python"))  # a vLLM "installed" in the venv
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return -x")}))
     assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0

@@ -19,6 +19,37 @@ from patchkit.cli import start
 
 MODEL = "vllm/models/model.py"
 
+
+def applied_site(tmp_path: Path, scratch: Path, *, apply: bool = True) -> tuple[Path, Path]:
+    """A small tree and a patch of its model.py, applied by patchkit unless `apply` is false."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    if apply:
+        assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    return site, diff
+
+
+def revert_under(
+    tmp_path: Path, scratch: Path, script: str, *script_args: str
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """`patchkit revert` of an applied patch, run by `script` (its arguments, then patchkit's)."""
+    site, diff = applied_site(tmp_path, scratch)
+    revert = ["revert", "--target", str(site), "--patch", str(diff)]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *script_args, *revert], capture_output=True, text=True, timeout=120
+    )
+    return site, done
+
+
+def assert_said_once_in_place(done: subprocess.CompletedProcess, signum: int) -> None:
+    """Exit 128 + the signal, the revert's own line, then the one interrupt line: the change is in place."""
+    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
+    assert "reverted" in done.stdout, done.stdout
+    assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
+    assert done.stderr.count("interrupted") == 1 and "Traceback" not in done.stderr, done.stderr
+
+
 # patchkit's console script, with two signals sent as the command's handling of them ends
 LATE = """
 import os, signal, sys
@@ -44,20 +75,8 @@ cli.main()
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_after_revert_ended_its_handling_exits_with_the_message(tmp_path, scratch, signum):
-    site = write_tree(tmp_path / "site")
-    diff = tmp_path / "model.diff"
-    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
-    done = subprocess.run(
-        [sys.executable, "-c", LATE, str(int(signum)), "revert", "--target", str(site), "--patch", str(diff)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
-    assert "reverted" in done.stdout, done.stdout
-    assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
-    assert done.stderr.count("interrupted") == 1 and "Traceback" not in done.stderr, done.stderr
+    site, done = revert_under(tmp_path, scratch, LATE, str(int(signum)))
+    assert_said_once_in_place(done, signum)
     assert (site / MODEL).read_text() == MODEL_PY and not Path(site / ".patchkit/journal.json").exists()
 
 
@@ -76,20 +95,8 @@ main()
 def test_a_signal_as_the_process_exits_is_said_not_dropped(tmp_path, scratch, signum):
     """Review 6 L7: a double Ctrl-C at the end of a revert sometimes ended exit 0 with nothing said:
     the signal came after the late-signal check, while the interpreter exited, and was ignored."""
-    site = write_tree(tmp_path / "site")
-    diff = tmp_path / "model.diff"
-    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
-    done = subprocess.run(
-        [sys.executable, "-c", EXITING, str(int(signum)), "revert", "--target", str(site), "--patch", str(diff)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
-    assert "reverted" in done.stdout, done.stdout
-    assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
-    assert done.stderr.count("interrupted") == 1 and "Traceback" not in done.stderr, done.stderr
+    site, done = revert_under(tmp_path, scratch, EXITING, str(int(signum)))
+    assert_said_once_in_place(done, signum)
     assert (site / MODEL).read_text() == MODEL_PY
 
 
@@ -124,16 +131,7 @@ main()
 
 
 def test_an_interrupt_python_drops_in_a_finalizer_is_still_said_at_the_exit(tmp_path, scratch):
-    site = write_tree(tmp_path / "site")
-    diff = tmp_path / "model.diff"
-    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
-    done = subprocess.run(
-        [sys.executable, "-c", SWALLOWED, "revert", "--target", str(site), "--patch", str(diff)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    site, done = revert_under(tmp_path, scratch, SWALLOWED)
     assert "Exception ignored" in done.stderr, done.stderr  # the case: Python dropped the interrupt
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert "interrupted after the change was written: it is in place" in done.stderr, done.stderr
@@ -143,9 +141,7 @@ def test_an_interrupt_python_drops_in_a_finalizer_is_still_said_at_the_exit(tmp_
 def test_an_interrupt_an_earlier_command_of_this_process_raised_is_not_the_next_ones(tmp_path, scratch):
     """A process forked from one where a signal was raised (a test run, a warm server) inherits the
     record of it: the next command must not end 'interrupted' for it."""
-    site = write_tree(tmp_path / "site")
-    diff = tmp_path / "model.diff"
-    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    site, diff = applied_site(tmp_path, scratch, apply=False)
     try:
         with pytest.raises(signals.Interrupted):
             signals._raise(signal.SIGINT, None)  # as a handled Ctrl-C in this process raises it

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, patchkit_run, serve, stand_in_launch, write_eagle3_setup, write_model
 from test_launch_review6 import ARCH, PLAIN_CLASS, importable_with_plugins, preflight_importing, write_plugin
 from test_preflight import findings
-from test_run import patchkit_run
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
@@ -35,18 +34,7 @@ ASKS = " asks vLLM to judge them"  # the hint under the warning: the full prefli
 
 @pytest.fixture
 def launch(tmp_path):
-    """(tree, library, command, env, marker): test_run's, a `vllm` on PATH that exits 7."""
-    tree, library = write_eagle3_setup(tmp_path)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    marker = tmp_path / "launched"
-    script = bin_dir / "vllm"
-    script.write_text(f"#!/bin/sh\ntouch {marker}\nexit 7\n")
-    script.chmod(0o755)
-    command = serve(write_model(tmp_path / "kimi", KIMI_K25), write_model(tmp_path / "drafter", DRAFTER))
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("PATCHKIT_DEBUG", None)
-    return tree, library, command, env, marker
+    return stand_in_launch(tmp_path)
 
 
 def applied(tree: Path, library: Path) -> None:

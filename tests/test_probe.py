@@ -16,7 +16,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, run_cli, snapshot, write_library, write_tree
+from helpers import assert_clean_failure, make_patch, purelib, run_cli, snapshot, write_library, write_tree
 
 from patchkit.checks.probe import module_name
 from patchkit.series.library import default_root
@@ -56,6 +56,14 @@ KIMI_PATCHED = KIMI.replace(
 ).replace("class KimiK25ForConditionalGeneration:", "class KimiK25ForConditionalGeneration(SupportsEagle3):")
 
 MODELS = "vllm/model_executor/models"
+# the three EAGLE-3 target classes' files and the interfaces module that judges them
+TARGET_MODELS = {
+    "vllm/model_executor/__init__.py": "",
+    f"{MODELS}/__init__.py": "",
+    f"{MODELS}/interfaces.py": INTERFACES,
+    f"{MODELS}/deepseek_v2.py": DEEPSEEK,
+    f"{MODELS}/kimi_k25.py": KIMI,
+}
 # Each import of the fake vllm leaves a mark, so a test can tell whether the probe imported it.
 VLLM_INIT = "import os\nopen(os.path.join(os.path.dirname(__file__), 'imported.mark'), 'a').close()\n"
 
@@ -67,24 +75,11 @@ def fake_vllm(tmp_path, monkeypatch):
     home = tmp_path / "env"
     venv.create(home, with_pip=False)
     python = home / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
+    site = purelib(python)
     write_tree(
         site,
         "0.16.0",
-        {
-            "vllm/model_executor/__init__.py": "",
-            f"{MODELS}/__init__.py": "",
-            f"{MODELS}/interfaces.py": INTERFACES,
-            f"{MODELS}/deepseek_v2.py": DEEPSEEK,
-            f"{MODELS}/kimi_k25.py": KIMI,
-        },
+        TARGET_MODELS,
     )
     (site / "vllm" / "__init__.py").write_text(VLLM_INIT)
     return python, site
@@ -265,13 +260,7 @@ def test_target_directory_with_an_interpreter_imports_the_tree(fake_vllm, tmp_pa
     tree = write_tree(
         tmp_path / "tree",
         "0.16.0",
-        {
-            "vllm/model_executor/__init__.py": "",
-            f"{MODELS}/__init__.py": "",
-            f"{MODELS}/interfaces.py": INTERFACES,
-            f"{MODELS}/deepseek_v2.py": DEEPSEEK,
-            f"{MODELS}/kimi_k25.py": KIMI,
-        },
+        TARGET_MODELS,
     )
     shutil.rmtree(site / "vllm")
     lib = library(tmp_path, tree, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})

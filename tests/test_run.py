@@ -13,35 +13,23 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, make_patch, run_cli, snapshot, write_library
-from launch_fixtures import DRAFTER, KIMI, KIMI_K25, REGISTRY, SPEC, serve, write_eagle3_setup, write_model
+from launch_fixtures import (
+    DRAFTER,
+    KIMI,
+    REGISTRY,
+    SPEC,
+    patchkit_run,
+    serve,
+    stand_in_launch,
+    write_model,
+)
 
 from patchkit.store.state import read_state
 
 
 @pytest.fixture
 def launch(tmp_path):
-    tree, library = write_eagle3_setup(tmp_path)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    marker = tmp_path / "launched"
-    script = bin_dir / "vllm"
-    script.write_text(f'#!/bin/sh\necho "pid $$"\necho "args $*"\ntouch {marker}\nexit 7\n')
-    script.chmod(0o755)
-    model = write_model(tmp_path / "kimi", KIMI_K25)
-    drafter = write_model(tmp_path / "drafter", DRAFTER)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("PATCHKIT_DEBUG", None)
-    return tree, library, serve(model, drafter, "--port", "8123"), env, marker
-
-
-def patchkit_run(tree: Path, library: Path, command: list[str], env: dict, *options: str):
-    """(the process's PID, its CompletedProcess-like result)."""
-    args = [sys.executable, "-m", "patchkit", "run", "--target", str(tree), "--patches", str(library)]
-    process = subprocess.Popen(
-        [*args, *options, "--", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    stdout, stderr = process.communicate(timeout=120)
-    return process.pid, subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return stand_in_launch(tmp_path, "--port", "8123")
 
 
 def test_a_passing_preflight_becomes_the_command_same_pid_and_exit_status(launch):

@@ -11,7 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import _git, assert_clean_failure, run_cli, write_library, write_tree
+from helpers import _git, assert_clean_failure, purelib, run_cli, write_library, write_tree
 from packaging.version import Version
 
 from patchkit.base.errors import BadInput, NoPatchSet, TargetError
@@ -107,12 +107,7 @@ def fake_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("env")
     venv.create(home, with_pip=False)
     python = home / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    site = purelib(python)
     write_tree(Path(site), "0.16.0", {"vllm/config/spec.py": "X = 1\n"})
     (Path(site) / "vllm" / "__init__.py").write_text("raise RuntimeError('patchkit must not import vllm')\n")
     (Path(site) / "vllm-0.16.0.dist-info" / "RECORD").write_text("")
@@ -211,12 +206,7 @@ def linked_venv(tmp_path):
     home = tmp_path / "work" / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
     python = home / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    site = purelib(python)
     write_tree(Path(site), "0.16.0", {"vllm/config/spec.py": "X = 1\n"})
     return python, Path(site)
 
