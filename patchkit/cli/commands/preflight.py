@@ -11,7 +11,7 @@ from patchkit.base.errors import TargetError
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
 from patchkit.cli.ui.console import UI
-from patchkit.cli.ui.findings import Failure
+from patchkit.cli.ui.findings import Failure, fix_once
 from patchkit.cli.ui.json_views import target_json
 from patchkit.cli.ui.junit import JUnitCase, junit
 from patchkit.cli.ui.run import write_junit
@@ -97,7 +97,7 @@ def _preflight(
         )
     resolved = resolve_telling(ui, chosen, found_by=found_by, sets=sets)
     launch_command = read(launch_command, resolved.vllm_version)
-    needs = needs_of(chosen, sets, launch_command)
+    needs = replace(needs_of(chosen, sets, launch_command), judged=frozenset([resolved.set_name]))
     recorded = recorded_state(resolved.target.root) if shortcut else None
     result = _set_findings(
         ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded
@@ -121,7 +121,7 @@ def _preflight_of_sets(
     ui.knows(target_json(target))
     covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
-    needs = needs_of(chosen, sets, launch_command)
+    needs = replace(needs_of(chosen, sets, launch_command), judged=frozenset(r.set_name for r in covering))
     recorded = recorded_state(target.root) if shortcut else None  # read once: each set's status is told from it
     results = [
         _set_findings(ui, r, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded)
@@ -240,7 +240,9 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
     # a check that could not judge is said with what gives it: never counted as a pass
     ui.failures(
-        [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
+        fix_once(
+            [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
+        )
     )
     result.shown = True  # a model found nowhere is one of these: the exit code (4) says it, not another line
     if result.unused_note:

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     "--apply",
     "apply_first",
     is_flag=True,
-    help="Apply first each covering set (or each --set) that is not-applied, or that the launch guard "
-    "refuses where apply is the fix.",
+    help="Apply first each set the launch needs (a set's [needed_by]; of those covering the version, or of --set) "
+    "that is not applied, or that the launch guard refuses where its apply is the fix.",
 )
 @click.option("--no-preflight", is_flag=True, help="Run COMMAND without checking it first.")
 @launch_argument
@@ -68,7 +68,10 @@ def _checked(
         return None
     result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
     if result.ok:
-        if result.unused_note:
+        if ui.verbose:  # each finding (the sets not used too), what could not be judged, before a long load
+            show(ui, result, "text")
+            ui.note(f"vLLM's own validation did not run: {_full_preflight(opts, launch_command)} runs it")
+        elif result.unused_note:
             ui.note(result.unused_note)
         if result.unjudged_plugins:  # the hint is built only when said
             _name_unjudged(ui, result.unjudged_plugins, _full_preflight(opts, launch_command))

@@ -201,9 +201,10 @@ class UI:
                 self._said([" " * 4 + visible(line, field=True)], stderr=self.quiet)
             for also in failure.also:
                 self._said(fitted(f"also: {also}", self.width, first=2, indent=8, shorten=True), stderr=self.quiet)
-            if failure.fix:
+            if failure.fix:  # one fix for several failures says so
+                label = f"fix (all {failure.fixes} above):" if failure.fixes > 1 else "fix:"
                 self._said(
-                    fitted(f"fix: {failure.fix}", self.width, first=2, indent=7, shorten=True), stderr=self.quiet
+                    fitted(f"{label} {failure.fix}", self.width, first=2, indent=7, shorten=True), stderr=self.quiet
                 )
 
     def verdict(self, text: str, *, ok: bool) -> None:
@@ -240,7 +241,7 @@ class UI:
 
             self.out.print(Syntax(visible(text), "diff", theme="ansi_dark", background_color="default"))
         else:
-            sys.stdout.write(text)
+            write_plainly(lambda stdout: stdout.write(text))  # in chunks: `| head` ends it with 141
 
     @property
     def live(self) -> bool:
