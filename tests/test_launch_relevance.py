@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
 from helpers import make_patch, run_cli, write_library
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, serve, write_eagle3_setup, write_model
 
 from patchkit.base.errors import BadInput
 from patchkit.series.library import load_set
@@ -180,3 +181,31 @@ def test_a_malformed_rule_is_refused_naming_it(setup, table, said):
     with pytest.raises(BadInput) as raised:
         load_set(lib / "tools")
     assert said in raised.value.message
+
+
+def test_run_apply_on_a_drifted_tree_names_the_drifted_set_with_its_fix_in_one_summary(setup, tmp_path):
+    """New-user trial 12, item 2: `run --apply` on a tree whose eagle3 file the user edited said
+    "already applied: nothing to do" once per other set, then "2 set(s) applied (...)" without eagle3.
+    Now: no set is re-applied for another set's drift, and one summary names the drifted set with
+    its fix, which works as printed."""
+    tree, lib, target, drafter = setup
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    with open(tree / SPEC, "a") as edited:
+        edited.write("# a user's edit\n")
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    launch = ["run", "--apply", "--target", tree, "--patches", lib, "--", *serve(target, drafter, *TOOLS)]
+    done = run_cli(*launch, env=no_vllm)
+    assert done.returncode == 1 and "not launched: the preflight failed" in done.stderr, done.stdout + done.stderr
+    assert "already applied" not in done.stdout and "plan:" not in done.stdout, done.stdout
+    revert = f"patchkit revert --target {tree} --patches {lib} --set eagle3 --force"
+    apply = f"patchkit apply --target {tree} --patches {lib} --set eagle3"
+    summary = [line for line in done.stdout.splitlines() if "set(s) applied" in line]
+    assert summary == [
+        f"0 set(s) applied; eagle3 changed after apply ({SPEC}): run `{revert}` (it keeps a copy of your edits), "
+        f"then `{apply}`"
+    ], done.stdout
+    for command in (revert, apply):
+        step = run_cli(*shlex.split(command)[1:])  # as printed
+        assert step.returncode == 0, command + step.stdout + step.stderr
+    again = run_cli(*launch, env=no_vllm)
+    assert again.returncode == 4 and "cannot run vllm" in again.stderr, again.stdout + again.stderr

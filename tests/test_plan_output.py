@@ -312,3 +312,18 @@ def test_a_pure_rename_without_hunks_is_shown_in_every_view(tmp_path):
     assert piped[0] == "rename.patch  apply" and re.fullmatch(rf"  {moved} +renamed from {SHORT}", piped[1])
     assert re.fullmatch(rf"  {moved} +0 +renamed from {SHORT}", terminal_text(plan).splitlines()[4])
     assert re.fullmatch(rf"  {moved} +renamed from {SHORT}", terminal_text(plan, verbose=1).splitlines()[4])
+
+
+def test_a_reader_that_stops_early_ends_diff_with_141(tmp_path, scratch):
+    """New-user trial 12, item 4: `patchkit diff | head -1` exited 0: its one write of the whole diff
+    took a short write, whose EPIPE was lost. Written in flushed chunks, the reader gone ends it
+    with 141, as the exit codes say, and nothing on stderr."""
+    lines = "".join(f"v{i} = {i}\n" for i in range(20_000))
+    site = write_tree(tmp_path / "big", files={LONG: lines})
+    patch = make_patch(scratch, site, {LONG: lines.replace("0 = ", "0 = -")})
+    assert len(patch) > 2 * 65536  # more than a pipe holds
+    library = write_library(tmp_path / "lib", {"0.16.0": [patch]}, upstream=None)
+    script = '"$0" -m patchkit diff --target "$1" --patches "$2" | head -1 >/dev/null; exit "${PIPESTATUS[0]}"'
+    for _ in range(3):
+        done = subprocess.run(["bash", "-c", script, sys.executable, site, library], capture_output=True, timeout=120)
+        assert done.returncode == 141 and done.stderr == b"", done.stderr

@@ -29,6 +29,7 @@ from patchkit.engine.operations import (
 from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged
 from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
+from patchkit.store.state import read_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -153,12 +154,17 @@ def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: 
 # --------------------------------------------------------------------------- run --apply
 
 
-def needs_apply(resolved: Resolved) -> bool:
+def needs_apply(resolved: Resolved, status: TreeStatus) -> bool:
     """`run --apply` applies a set that is not applied, or one on a tree the launch guard refuses
-    where apply is the fix (the record brought up to the tree; status names it)."""
-    status = inspection.inspect(resolved, import_probe=False)
-    settles = bool(status.guard) and status.state != TreeState.UNSUPPORTED and not status.drifted
-    return status.state == TreeState.NOT_APPLIED or settles
+    where this set's apply is the fix (its record brought up to the tree; status names it): not a
+    refusal for another set's file, which this apply leaves as it is."""
+    if status.state == TreeState.NOT_APPLIED:
+        return True
+    if not status.guard or status.state == TreeState.UNSUPPORTED or status.drifted:
+        return False
+    root = resolved.target.root
+    others = [path for e in read_state(root).entries if e.set_name != resolved.set_name for path in e.files]
+    return any(not any(problem.startswith(f"{path} ") for path in others) for problem in status.guard)
 
 
 def apply_needed(
@@ -166,15 +172,32 @@ def apply_needed(
 ) -> ApplyResult | SetsApplied | None:
     """`run --apply`: each covering set that needs it (needs_apply), applied as `patchkit apply`
     does (its guard too; several sets: each its own transaction and record entry, in order). None
-    when no set needs it: the preflight judges the tree as it is. `several`: the result of several
-    sets (SetsApplied) even when one needs applying; else the one set's ApplyResult."""
-    needed = [c for c in judged(chosen) if c.resolved is not None and needs_apply(c.resolved)]
-    if not needed:
-        return None
+    when no set needs it and none drifted: the preflight judges the tree as it is. `several`: the
+    result of several sets (SetsApplied, its summary naming each drifted set with its fix) even when
+    one or none needs applying; else the one set's ApplyResult."""
+    looked = [(c, inspection.inspect(c.resolved, import_probe=False)) for c in judged(chosen) if c.resolved is not None]
+    needed = [c for c, status in looked if c.resolved is not None and needs_apply(c.resolved, status)]
+    drifted = [_drift_fix(c.name, status.drifted) for c, status in looked if status.drifted]
     if not several:
+        if not needed:
+            return None
         assert needed[0].resolved is not None
         return apply_series(needed[0].resolved, guard=True, watch=watch_for(needed[0]))
-    return apply_sets(needed, watch_for=watch_for, guard=True)
+    if not needed:
+        return SetsApplied([], Outcome.ALREADY_APPLIED, "; ".join(["0 set(s) applied", *drifted])) if drifted else None
+    result = apply_sets(needed, watch_for=watch_for, guard=True)
+    if result.error is None:
+        result.message = "; ".join([result.message, *drifted])
+    return result
+
+
+def _drift_fix(name: str, files: list[str]) -> str:
+    """A drifted set, its files and the fix (`run --apply` applies no drifted set: the edits are the user's)."""
+    chosen = hints.for_set(name)
+    revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
+    return (
+        f"{name} changed after apply ({', '.join(files)}): run {revert} (it keeps a copy of your edits), then {apply}"
+    )
 
 
 # --------------------------------------------------------------------------- status and verify

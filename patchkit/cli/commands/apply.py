@@ -196,5 +196,6 @@ def apply_for_launch(
         for each in result.sets if isinstance(result, SetsApplied) else []:
             if each.result is not None:
                 ui.line(each.result.message)
-        ui.line(result.message, style="green")
+        drifted = isinstance(result, SetsApplied) and " changed after apply (" in result.message
+        ui.line(result.message, style=None if drifted else "green")  # a drifted set: the preflight fails on it
     return result

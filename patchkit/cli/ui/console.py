@@ -240,7 +240,7 @@ class UI:
 
             self.out.print(Syntax(visible(text), "diff", theme="ansi_dark", background_color="default"))
         else:
-            sys.stdout.write(text)
+            write_plainly(lambda stdout: stdout.write(text))  # in chunks: `| head` ends it with 141
 
     @property
     def live(self) -> bool:

@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TextIO
+from typing import TextIO, cast
 
 
 def rich() -> SimpleNamespace:
@@ -71,10 +71,25 @@ def plain_stdout() -> bool:
         return False
 
 
+CHUNK = 1 << 14  # characters per write of plain output
+
+
+class _Chunked:
+    """stdout written a chunk at a time, each flushed: a reader that stopped early (`| head`) is an
+    EPIPE on the next chunk. One large write is not: the pipe takes a part, and the short write's
+    error is lost (exit 0 where a shell says 141)."""
+
+    def write(self, text: str) -> int:
+        for start in range(0, len(text), CHUNK):
+            sys.stdout.write(text[start : start + CHUNK])
+            sys.stdout.flush()
+        return len(text)
+
+
 def write_plainly(write: Callable[[TextIO], object]) -> None:
-    """`write` to stdout, flushed (a reader that stopped early, `| head`, is the CLI's to handle:
-    BrokenPipeError ends the run quietly with exit 141)."""
-    write(sys.stdout)
+    """`write` to stdout in flushed chunks (a reader that stopped early, `| head`, is the CLI's to
+    handle: BrokenPipeError ends the run quietly with exit 141, in its one exit path)."""
+    write(cast("TextIO", _Chunked()))
     sys.stdout.flush()
 
 
