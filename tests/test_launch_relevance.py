@@ -209,3 +209,20 @@ def test_run_apply_on_a_drifted_tree_names_the_drifted_set_with_its_fix_in_one_s
         assert step.returncode == 0, command + step.stdout + step.stderr
     again = run_cli(*launch, env=no_vllm)
     assert again.returncode == 4 and "cannot run vllm" in again.stderr, again.stdout + again.stderr
+
+
+def test_a_drifted_set_is_one_tree_state_failure_with_its_own_fix(setup):
+    """A drift of eagle3's file was said twice: as eagle3's drift and as the guard's refusal in every
+    other set's finding. The launch that needs eagle3 gets one tree-state failure; a launch that does
+    not (the guard on) gets the refusal once, its fix naming --set eagle3."""
+    tree, lib, target, drafter = setup
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    with open(tree / SPEC, "a") as edited:
+        edited.write("# a user's edit\n")
+    both, document = preflight(tree, lib, serve(target, drafter, *TOOLS), "--format", "json")
+    assert both.returncode == 1 and failed(document) == [f"changed after patchkit wrote them: {SPEC}"], both.stdout
+    tools, document = preflight(tree, lib, ["vllm", "serve", str(target), *TOOLS], "--format", "json")
+    refusals = [f for f in document["findings"] if not f["ok"]]
+    assert tools.returncode == 1 and len(refusals) == 1, tools.stdout
+    assert refusals[0]["message"] == f"the launch guard refuses this tree: {SPEC} was changed after patchkit patched it"
+    assert f"`patchkit revert --target {tree} --patches {lib} --set eagle3 --force`" in refusals[0]["fix"]

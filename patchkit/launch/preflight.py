@@ -474,14 +474,33 @@ def tree_findings(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, re
     launch only through the guard's refusal (with the guard on, vLLM loads it and it refuses the tree
     for any recorded set); otherwise its state is noted in `result.unused`."""
     if needs.needs(resolved.set_name):
-        return [tree_finding(resolved, _guard_for_launch(resolved, status, needs, result))]
+        unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
+        return [
+            tree_finding(
+                resolved, _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
+            )
+        ]
     if needs.guard_runs and status.guard:
-        return [_guard_refusal(status)]
+        unsaid = _not_said_by_judged(resolved, status, needs)
+        refusal = _guard_refusal(dataclasses.replace(status, guard=unsaid))
+        if status.drifted:  # its own files: their fix names the set (apply alone would apply every set)
+            chosen = hints.for_set(resolved.set_name)
+            revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
+            refusal.fix = f"run {revert} (it keeps a copy of the edits), then {apply}"
+        return [refusal] if unsaid else []
     words = _state_words(status)
     if words:
         result.unused[resolved.set_name] = words
         result.guard_off = result.guard_off or (None if needs.guard_runs or not status.drifted else needs.guard_off)
     return []
+
+
+def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds) -> list[str]:
+    """The guard's refusals less those for a file of a set this run judges and the launch needs: that
+    set's own tree-state finding names its drift, with its fix (said once, not again as the refusal)."""
+    said = {n for n in needs.judged if needs.needs(n)}
+    files = [path for e in read_state(resolved.target.root).entries if e.set_name in said for path in e.files]
+    return [problem for problem in status.guard if not any(problem.startswith(f"{path} ") for path in files)]
 
 
 def _state_words(status: TreeStatus) -> str | None:

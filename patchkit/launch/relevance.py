@@ -61,6 +61,7 @@ class LaunchNeeds:
     unneeded: dict[str, str] = field(default_factory=dict)
     guard_runs: bool = True
     guard_off: str = ""  # how the launch turns the guard off (guard_off_words), when it does
+    judged: frozenset[str] = frozenset()  # the sets this run judges (each needed one says its own drift)
 
     def needs(self, set_name: str) -> bool:
         return set_name not in self.unneeded

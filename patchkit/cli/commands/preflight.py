@@ -97,7 +97,7 @@ def _preflight(
         )
     resolved = resolve_telling(ui, chosen, found_by=found_by, sets=sets)
     launch_command = read(launch_command, resolved.vllm_version)
-    needs = needs_of(chosen, sets, launch_command)
+    needs = replace(needs_of(chosen, sets, launch_command), judged=frozenset([resolved.set_name]))
     recorded = recorded_state(resolved.target.root) if shortcut else None
     result = _set_findings(
         ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded
@@ -121,7 +121,7 @@ def _preflight_of_sets(
     ui.knows(target_json(target))
     covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
-    needs = needs_of(chosen, sets, launch_command)
+    needs = replace(needs_of(chosen, sets, launch_command), judged=frozenset(r.set_name for r in covering))
     recorded = recorded_state(target.root) if shortcut else None  # read once: each set's status is told from it
     results = [
         _set_findings(ui, r, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded)
