@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     "--apply",
     "apply_first",
     is_flag=True,
-    help="Apply first each covering set (or each --set) that is not-applied, or that the launch guard "
-    "refuses where apply is the fix.",
+    help="Apply first each set the launch needs (a set's [needed_by]; of those covering the version, or of --set) "
+    "that is not applied, or that the launch guard refuses where its apply is the fix.",
 )
 @click.option("--no-preflight", is_flag=True, help="Run COMMAND without checking it first.")
 @launch_argument
