@@ -47,7 +47,7 @@ def test_verify_of_a_stock_tree_judges_the_planned_files_and_says_so(run, tmp_pa
     lib = library(tmp_path, tree)
     text = run("verify", "--target", tree, "--patches", lib)
     assert text.exit_code == 0, text.output
-    assert "behaviour: 0 of 8 runs differ (stand-ins)" in text.stdout.splitlines()
+    assert "behaviour: 0 of 8 runs differ (stand-ins for vLLM's classes)" in text.stdout.splitlines()
     ran = (lib / "demo" / "ran").read_text()
     assert PARSER in ran and str(tree) not in ran  # a scratch copy of the planned contents
     done = run("verify", "--target", tree, "--patches", lib, "--format", "json")

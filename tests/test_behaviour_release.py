@@ -52,11 +52,14 @@ def test_stock_fails_naming_the_split_and_the_loss_planned_and_applied_pass(tmp_
     planned = run("verify", "--target", tree, *library, "--format", "json")
     assert planned.exit_code == 0, planned.output[-2000:]
     assert [(c["ok"], c["message"]) for c in behaviour_of(planned.stdout)] == [
-        (True, f"0 of {runs} runs differ (stand-ins)")
+        (True, f"0 of {runs} runs differ (stand-ins for vLLM's classes)")
     ]
     assert run("apply", "--target", tree, *library).exit_code == 0
     applied = run("verify", "--target", tree, *library)
-    assert applied.exit_code == 0 and f"behaviour: 0 of {runs} runs differ (stand-ins)" in applied.stdout
+    assert (
+        applied.exit_code == 0
+        and f"behaviour: 0 of {runs} runs differ (stand-ins for vLLM's classes)" in applied.stdout
+    )
 
 
 def test_verify_of_releases_runs_it_once_on_the_patched_release(run):
@@ -75,7 +78,7 @@ def test_verify_of_releases_runs_it_once_on_the_patched_release(run):
     assert done.exit_code == 0, done.output[-2000:]
     [release] = json.loads(done.stdout)["releases"]
     assert [(c["ok"], c["message"]) for c in release["checks"] if c["check"] == "behaviour"] == [
-        (True, "0 of 120 runs differ (stand-ins)")
+        (True, "0 of 120 runs differ (stand-ins for vLLM's classes)")
     ]
 
 
@@ -119,7 +122,7 @@ def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(r
     judged, unjudged = json.loads(done.stdout)["releases"]
     assert (judged["outcome"], unjudged["outcome"]) == ("upstream", "upstream")
     assert [(c["ok"], c["message"]) for c in judged["checks"] if c["check"] == "behaviour"] == [
-        (True, "0 of 48 runs differ (stand-ins)")
+        (True, "0 of 48 runs differ (stand-ins for vLLM's classes)")
     ]
     assert "did not judge" not in judged["detail"]
     [warning] = [c for c in unjudged["checks"] if c["check"] == "behaviour"]

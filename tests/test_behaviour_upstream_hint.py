@@ -50,7 +50,7 @@ def test_a_conflict_whose_stock_file_now_passes_says_upstream_may_have_fixed_it(
     assert "they pass the set's behaviour test (0 of 8 runs differ" in release["detail"]
     assert release["hint"] == "upstream may have fixed this in 0.17.0: close the set's range"
     [stock] = [c for c in release["checks"] if c["check"] == "behaviour"]
-    assert stock["ok"] and stock["message"] == "stock: 0 of 8 runs differ (stand-ins)"
+    assert stock["ok"] and stock["message"] == "stock: 0 of 8 runs differ (stand-ins for vLLM's classes)"
 
     text = latest(tmp_path, monkeypatch, library, FIXED_UPSTREAM, fmt="text")
     assert "upstream may have fixed this in 0.17.0: close the set's range" in text.output

@@ -297,7 +297,7 @@ def test_piped_text_output_needs_no_rich_unless_colour_is_forced(tmp_path, site,
     else:
         assert done.stderr == "no rich"
         lines = done.stdout.splitlines()
-        assert lines[0].startswith("vLLM     ") and lines[2] == "set      demo  series ==0.16.0 [0.16.0]"
+        assert lines[0].startswith("vLLM     ") and lines[2] == "set      demo  series 0.16.0"
         assert lines[3] == "plan: would change 4 file(s)" and lines[4].split() == ["file", "hunks", "lines", "note"]
         assert len(lines) == 12 and lines[-1].startswith("dry run: 4 file(s) would change")
 

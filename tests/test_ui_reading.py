@@ -4,9 +4,12 @@ names what it is about, says a fix once, and reads without the library's jargon.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
+import pytest
 from helpers import make_patch, on_a_terminal, patched_spec, run_cli, write_library, write_tree
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
@@ -78,3 +81,109 @@ def test_deleting_the_saved_edits_as_said_leaves_no_folder_in_the_tree(tmp_path,
     assert command, done.stderr
     subprocess.run(command.group(1), shell=True, check=True)
     assert sorted(p.name for p in tree.iterdir()) == sorted(p.name for p in write_tree(tmp_path / "fresh").iterdir())
+
+
+# -- three sets on vLLM 0.16.0's files, fetched as a user fetches them (the release tier) ----------
+
+PREFLIGHT_SPEC = '{"method":"eagle3","model":"models/drafter","num_speculative_tokens":3}'
+
+
+@pytest.fixture(scope="module")
+def fetched(tmp_path_factory) -> Path:
+    """stock/ (as `fetch 0.16.0 --dest` lays it out), applied/ (the three sets) and the two models."""
+    base = tmp_path_factory.mktemp("reading")
+    done = run_cli("fetch", "0.16.0", "--dest", base / "stock")
+    assert done.returncode == 0, done.stderr
+    shutil.copytree(base / "stock", base / "applied")
+    assert run_cli("apply", "--target", base / "applied").returncode == 0
+    write_model(base / "models" / "dsv3", DEEPSEEK_V3)
+    write_model(base / "models" / "drafter", DRAFTER)
+    return base
+
+
+def lines_of(done: subprocess.CompletedProcess) -> list[str]:
+    return done.stdout.splitlines()
+
+
+@pytest.mark.release
+def test_status_of_three_sets_is_the_tree_once_a_line_per_set_and_one_verdict(fetched):
+    """D: status said vLLM, version, set, state, each patch and a verdict per set: 28 lines."""
+    done = run_cli("status", "--target", fetched / "applied")
+    assert done.returncode == 0, done.stderr
+    lines = lines_of(done)
+    assert [line.split()[0] for line in lines] == ["vLLM", "version", "library", "set", "set", "set", "status:"], lines
+    assert re.fullmatch(r"set +deepseek-tool-calls +applied +3 of 3 patches applied", lines[4]), lines
+    assert lines[-1] == "status: applied: 3 of 3 set(s) applied (eagle3, deepseek-tool-calls, kimi-k2-tool-calls)"
+
+
+@pytest.mark.release
+def test_status_of_a_drifted_set_says_the_failure_first_and_once(fetched, tmp_path):
+    tree = tmp_path / "drifted"
+    shutil.copytree(fetched / "applied", tree)
+    (tree / "vllm/v1/spec_decode/eagle.py").write_text((tree / "vllm/v1/spec_decode/eagle.py").read_text() + "x = (\n")
+    done = run_cli("status", "--target", tree)
+    assert done.returncode == 1, done.stderr
+    lines = lines_of(done)
+    failure = next(i for i, line in enumerate(lines) if line.startswith("vllm/v1/spec_decode/eagle.py:"))
+    assert failure < min(i for i, line in enumerate(lines) if line.startswith("set ")), lines
+    assert sum("fix:" in line for line in lines) == 1 and not any(line.startswith("guard:") for line in lines), lines
+    eagle3 = next(line for line in lines if line.startswith("set "))
+    assert re.fullmatch(r"set +eagle3 +applied +4 of 4 patches applied; 1 file drifted", eagle3), lines
+    assert lines[-1].endswith("; eagle3: 1 file drifted; the launch guard refuses the tree"), lines
+
+
+@pytest.mark.release
+def test_a_dry_run_of_three_sets_names_the_tree_once_and_each_sets_line(fetched):
+    """D: three `dry run:` lines did not say which set each was; F: `series <0.19.0,>=0.13.0 [0.13.0]`."""
+    done = run_cli("apply", "--dry-run", "--target", fetched / "stock")
+    assert done.returncode == 0, done.stderr
+    lines = lines_of(done)
+    assert sum(line.startswith(("vLLM ", "version ")) for line in lines) == 2, lines
+    assert "set      deepseek-tool-calls  series 0.13.0 (covers 0.13.0 to before 0.19.0)" in lines
+    assert "set      eagle3  series 0.16.0" in lines and not any(
+        "[" in line for line in lines if line.startswith("set")
+    )
+    said = [line.partition(":")[0] for line in lines if "would change," in line]
+    assert said == ["eagle3", "deepseek-tool-calls", "kimi-k2-tool-calls"], lines
+
+
+@pytest.mark.release
+def test_preflight_says_a_fix_several_failures_share_once(fetched):
+    """D: on a stock tree preflight printed `fix: run patchkit apply` under five findings."""
+    launch = ["vllm", "serve", "models/dsv3", "-tp", "4", "--speculative-config", PREFLIGHT_SPEC]
+    done = run_cli("preflight", "--target", "stock", "--no-import", "--", *launch, cwd=fetched)
+    assert done.returncode == 1, done.stderr
+    fixes = [line for line in lines_of(done) if "fix" in line and "patchkit apply" in line]
+    assert len(fixes) == 1 and re.fullmatch(
+        r"  fix \(all \d above\): run `patchkit apply --target stock[^`]*`", fixes[0]
+    )
+    failed = [line for line in lines_of(done) if line.startswith(("tree-state:", "whitelist:", "supports-eagle3:"))]
+    assert len(failed) >= 2, done.stdout
+
+
+@pytest.mark.release
+def test_run_v_shows_what_could_not_be_judged_before_it_launches(fetched, tmp_path):
+    """C: `run -v` launched without a word of its "cannot judge" findings."""
+    vllm = tmp_path / "bin" / "vllm"
+    vllm.parent.mkdir()
+    vllm.write_text("#!/bin/sh\necho launched\nexit 7\n")
+    vllm.chmod(0o755)
+    launch = [str(vllm), "serve", "models/dsv3", "-tp", "4", "--speculative-config", PREFLIGHT_SPEC]
+    done = run_cli("run", "-v", "--target", "applied", "--", *launch, cwd=fetched)
+    assert done.returncode == 7, done.stderr
+    said = " ".join(done.stdout.split())
+    assert "launch-target warning: cannot judge:" in said and said.endswith("launched"), done.stdout
+    assert "vLLM's own validation did not run: `patchkit preflight" in " ".join(done.stderr.split())
+    quiet = run_cli("run", "--target", "applied", "--", *launch, cwd=fetched)
+    assert quiet.returncode == 7 and quiet.stdout == "launched\n" and quiet.stderr == ""
+
+
+@pytest.mark.release
+def test_verify_of_three_sets_names_the_tree_once_and_says_what_stood_in_for_vllm(fetched):
+    """D: the vLLM and version lines once per set; F: `(stand-ins)`, `(3 set(s) judged)`."""
+    done = run_cli("verify", "--target", fetched / "applied")
+    assert done.returncode == 0, done.stderr
+    lines = lines_of(done)
+    assert sum(line.startswith(("vLLM ", "version ")) for line in lines) == 2, lines
+    assert "behaviour: 0 of 120 runs differ (stand-ins for vLLM's classes)" in lines
+    assert lines[-1] == "verify: ok: all 3 sets pass"

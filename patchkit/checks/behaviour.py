@@ -99,7 +99,7 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
         why = installed.error if isinstance(installed, Judged) else installed
         fallback = f"; vLLM's classes did not load ({why})"
     judged = _run(sys.executable, script, [*paths, *version], isolated=True)
-    return result(judged, f"stand-ins{fallback}", root)
+    return result(judged, f"stand-ins for vLLM's classes{fallback}", root)
 
 
 def version_keys(script: Path, versions: list[Version]) -> dict[Version, str]:

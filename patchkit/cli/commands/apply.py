@@ -107,8 +107,8 @@ def _apply_sets(
 
     def watch_for(each: Chosen) -> Shown:
         assert each.resolved is not None
-        if not ui.json_mode:
-            show_header(ui, each.resolved, said)
+        if not ui.json_mode:  # the tree once, then each set's own lines
+            show_header(ui, each.resolved, said, target=each is chosen[0])
         return Shown(ui, dry_run=dry_run)
 
     result = apply_sets(
@@ -131,7 +131,7 @@ def _finish_sets(ui: UI, result: SetsApplied) -> None:
         return
     for each in result.sets:
         if each.result is not None and each.result.error is None:
-            ui.line(each.result.message)
+            ui.line(f"{each.chosen.name}: {each.result.message}")
     if result.error is None:
         ui.line(result.message, style="green")
 
@@ -187,15 +187,15 @@ def apply_for_launch(
     said: set[str] = set()
 
     def watch_for(each: Chosen) -> Shown:
-        if many and each.resolved is not None:
-            show_header(ui, each.resolved, said)  # as `patchkit apply` shows each set
+        if many and each.resolved is not None:  # as `patchkit apply` shows each set
+            show_header(ui, each.resolved, said, target=each is covering[0])
         return Shown(ui)
 
     result = apply_needed(covering, watch_for=watch_for, several=many)
     if result is not None and result.error is None:
         for each in result.sets if isinstance(result, SetsApplied) else []:
             if each.result is not None:
-                ui.line(each.result.message)
+                ui.line(f"{each.chosen.name}: {each.result.message}")
         drifted = isinstance(result, SetsApplied) and " changed after apply (" in result.message
         ui.line(result.message, style=None if drifted else "green")  # a drifted set: the preflight fails on it
     return result

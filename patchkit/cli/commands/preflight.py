@@ -11,7 +11,7 @@ from patchkit.base.errors import TargetError
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
 from patchkit.cli.ui.console import UI
-from patchkit.cli.ui.findings import Failure
+from patchkit.cli.ui.findings import Failure, fix_once
 from patchkit.cli.ui.json_views import target_json
 from patchkit.cli.ui.junit import JUnitCase, junit
 from patchkit.cli.ui.run import write_junit
@@ -240,7 +240,9 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
     # a check that could not judge is said with what gives it: never counted as a pass
     ui.failures(
-        [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
+        fix_once(
+            [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
+        )
     )
     result.shown = True  # a model found nowhere is one of these: the exit code (4) says it, not another line
     if result.unused_note:

@@ -12,7 +12,7 @@ from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.json_views import status_json, target_json, tree_version_json
-from patchkit.cli.ui.reports import show_checks, show_status, status_verdict
+from patchkit.cli.ui.reports import show_checks, show_sets_status, show_status, status_problems, status_verdict
 from patchkit.engine import inspection
 from patchkit.engine.operations import refuse_unchangeable
 from patchkit.engine.resolve import NOT_COVERED, library_sets, resolve_sets, resolve_target, several, why_not
@@ -84,18 +84,22 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         ]
         ui.json({"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others})
         return found
-    noted: set[str] = set()  # a note every set's header has (the wheel it was installed from): once
-    for index, (each, status) in enumerate(zip(found.chosen, found.statuses, strict=True)):
-        assert each.resolved is not None
-        shown = status if index == 0 else replace(status, stale=[])  # the record's stale notes, said once
-        show_status(ui, each.resolved, shown, where if index == 0 else None, noted=noted)
-        ui.verdict(status_verdict(status)[0], ok=status.outcome == Outcome.OK)
+    pairs = [(each.resolved, status) for each, status in zip(found.chosen, found.statuses, strict=True)]
+    # the record's stale notes are the tree's: said once
+    show_sets_status(ui, [(r, s if i == 0 else replace(s, stale=[])) for i, (r, s) in enumerate(pairs) if r], where)
     for each in chosen:
         if each not in found.chosen:
             ui.note(why_not(each))
     applied, judged = found.applied(), len(found.chosen)
     said = f"{found.state}: {len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
     ok = found.outcome == Outcome.OK
+    problems = [
+        f"{c.name}: {p}"
+        for c, s in zip(found.chosen, found.statuses, strict=True)
+        for p in status_problems(s, guard=False)
+    ]
+    problems += ["the launch guard refuses the tree"] if any(s.guard for s in found.statuses) else []
+    said += "".join(f"; {p}" for p in problems)
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
     if found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")

@@ -234,12 +234,15 @@ def _verify_sets(
         documents = [reports.verified_target_document(r, v) for r, v in pairs]
         ui.json({"ok": verified.ok, "state": verified.state, "sets": documents})
     else:
-        for resolved, result in pairs:
-            reports.verified_target_text(ui, resolved, result)
+        for index, (resolved, result) in enumerate(pairs):  # the tree once, then each set's own lines
+            reports.verified_target_text(ui, resolved, result, target=index == 0)
         for each in chosen:
             if each not in verified.chosen:
                 ui.note(why_not(each))
         failed = [c.name for c, r in zip(verified.chosen, verified.results, strict=True) if not r.ok]
-        said = f"{len(verified.results)} set(s) judged"
-        ui.verdict(f"verify: FAILED: {', '.join(failed)} ({said})" if failed else f"verify: ok ({said})", ok=not failed)
+        passed = len(verified.results) - len(failed)
+        if failed:
+            ui.verdict(f"verify: FAILED: {', '.join(failed)} (the other {passed} set(s) pass)", ok=False)
+        else:
+            ui.verdict(f"verify: ok: all {passed} sets pass", ok=True)
     return verified

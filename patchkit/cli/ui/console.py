@@ -201,9 +201,10 @@ class UI:
                 self._said([" " * 4 + visible(line, field=True)], stderr=self.quiet)
             for also in failure.also:
                 self._said(fitted(f"also: {also}", self.width, first=2, indent=8, shorten=True), stderr=self.quiet)
-            if failure.fix:
+            if failure.fix:  # one fix for several failures says so
+                label = f"fix (all {failure.fixes} above):" if failure.fixes > 1 else "fix:"
                 self._said(
-                    fitted(f"fix: {failure.fix}", self.width, first=2, indent=7, shorten=True), stderr=self.quiet
+                    fitted(f"{label} {failure.fix}", self.width, first=2, indent=7, shorten=True), stderr=self.quiet
                 )
 
     def verdict(self, text: str, *, ok: bool) -> None:

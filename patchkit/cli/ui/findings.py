@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from patchkit.base.enums import CheckStatus
 from patchkit.checks import CheckResult
@@ -25,6 +25,7 @@ class Failure:
     fix: str = ""
     warning: bool = False  # a warning: shown, but not a failure
     also: list[str] = field(default_factory=list)  # what failed only because of this one
+    fixes: int = 1  # how many failures, this one last, its fix settles (fix_once)
 
     def heading(self) -> str:
         label = f"{self.what} warning" if self.warning else self.what
@@ -138,6 +139,24 @@ def _with_followers(lead: Failure, followers: list[Failure]) -> Failure:
         also += ("; " if also else "") + "the launch guard refuses this tree"
     fix = next((f.fix for f in followers if f.what == DRIFTED and f.fix), lead.fix)
     return Failure(lead.what, lead.message, lead.where, lead.excerpt, fix, lead.warning, [*lead.also, also])
+
+
+def fix_once(failures: list[Failure]) -> list[Failure]:
+    """Failures that one fix settles said together, the fix once under the last of them (five
+    `fix: run patchkit apply` in a row said nothing more than one), at the first one's place."""
+    first: dict[str, int] = {}
+    for index, failure in enumerate(failures):
+        first.setdefault(failure.fix or f"\0{index}", index)
+    grouped = sorted(enumerate(failures), key=lambda pair: (first[pair[1].fix or f"\0{pair[0]}"], pair[0]))
+    shown = [failure for _, failure in grouped]
+    said: list[Failure] = []
+    for i, failure in enumerate(shown):
+        if failure.fix and i + 1 < len(shown) and shown[i + 1].fix == failure.fix:
+            said.append(replace(failure, fix=""))
+        else:
+            group = sum(1 for other in shown if failure.fix and other.fix == failure.fix)
+            said.append(replace(failure, fixes=max(group, 1)))
+    return said
 
 
 def count_line(results: list[CheckResult], *, verbose: bool) -> str:

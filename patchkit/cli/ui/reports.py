@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, shadow
-from patchkit.cli.ui.findings import GUARD_REFUSES, Failure, check_failures, count_line, fold, located
+from patchkit.cli.ui.findings import GUARD, GUARD_REFUSES, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
 from patchkit.cli.ui.run import write_junit
@@ -16,27 +17,55 @@ from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 
 if TYPE_CHECKING:  # pragma: no cover
+    from packaging.specifiers import SpecifierSet
+
     from patchkit.engine.inspection import TreeStatus
     from patchkit.engine.operations import VerifyResult
     from patchkit.engine.resolve import Resolved
     from patchkit.releases.check import ReleaseResult
-    from patchkit.series.library import Location
+    from patchkit.series.library import Location, Release
 
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
 
 
-def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None) -> None:
-    """The tree, its version and the set, and the notes; `said`: the notes already said for another
+def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *, target: bool = True) -> None:
+    """Where vLLM is and its version (`target`: a later set of the same tree says only its set),
+    the set and its series in words, and the notes; `said`: the notes already said for another
     set of this command (said once, review 8 L2), updated."""
     sel = resolved.selection
+    if target:
+        show_target(ui, resolved)
+    ui.line(f"set      {sel.set_name}" + (f"  {series_words(sel.release)}" if sel.release else ""))
+    show_notes(ui, resolved, said)
+
+
+def show_target(ui: Screen, resolved: Resolved) -> None:
     version = resolved.version
     ui.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
     if version:
         ui.line(f"version  {version.version}  (from {version.source})")
-    ui.line(
-        f"set      {sel.set_name}"
-        + (f"  series {sel.release.versions} [{sel.release.directory.name}]" if sel.release else "")
-    )
+
+
+def series_words(release: Release) -> str:
+    """`series 0.13.0 (covers 0.13.0 to before 0.19.0)`, not `<0.19.0,>=0.13.0 [0.13.0]`:
+    the release the series was made for, and the releases it is used for when that is more."""
+    made = release.directory.name
+    used = _range_words(release.versions)
+    return f"series {made}" if used == made else f"series {made} (covers {used})"
+
+
+def _range_words(versions: SpecifierSet) -> str:
+    bounds = {spec.operator: spec.version for spec in versions}
+    if set(bounds) == {"=="}:
+        return bounds["=="]
+    if set(bounds) == {">=", "<"}:
+        return f"{bounds['>=']} to before {bounds['<']}"
+    if set(bounds) == {">="}:
+        return f"{bounds['>=']} and later"
+    return str(versions)
+
+
+def show_notes(ui: Screen, resolved: Resolved, said: set[str] | None) -> None:
     said = set() if said is None else said
     for note in resolved.notes:
         if note not in said:
@@ -58,15 +87,19 @@ def show_status(
     failures: list[Failure] | None = None,
     each: bool = True,
     context: str = "",
+    header: bool = True,
+    target: bool = True,
     noted: set[str] | None = None,
 ) -> None:
     """The header, what is wrong first (drifted files, conflicts, stale records, the guard's
     refusal: `failures`, else the status's own), then a line per patch (`each`; a table with
     their files and descriptions with -v)."""
-    show_header(ui, resolved, noted)
+    if header:
+        show_header(ui, resolved, noted, target=target)
     if where:
         show_library(ui, where)
-    ui.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
+    if header:
+        ui.line(f"state    {status.state}", style=STATE_STYLES.get(status.state))
     if context:
         ui.line(context)
     ui.failures(fold(status_failures(resolved, status)) if failures is None else failures)
@@ -86,6 +119,41 @@ def show_status(
             name = broken(p.name, max((ui.width or 10_000) - lead, NAME_ROOM))
             said = [f"  {p.state:<{widest}}  {name[0]}", *(" " * lead + more for more in name[1:])]
             ui.line("\n".join(said), style=STATE_STYLES.get(p.state))
+
+
+def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where: Location) -> None:
+    """Several sets on one tree: the tree once, what is wrong first (each failure said once, a
+    set's own named), then a line per set (its patches under it with -v); the caller says the verdict."""
+    show_target(ui, found[0][0])
+    show_library(ui, where)
+    said: set[str] = set()
+    for resolved, status in found:
+        for note in [n for n in resolved.notes + status.guard_notes + status.store_notes if n not in said]:
+            said.add(note)
+            ui.note(note) if note in resolved.notes else ui.line(f"note     {note}", style="yellow")
+    # folded together: another set's guard refusal of a file one set's failure names is that failure's
+    failures = fold([f for r, s in found for f in _of_set(r.set_name, status_failures(r, s))])
+    ui.failures(list({(f.heading(), f.fix, tuple(f.also)): f for f in failures}.values()))  # the same, once
+    names = max(len(r.set_name) for r, _ in found)
+    states = max(len(s.state) for _, s in found)
+    for resolved, status in found:
+        applied = sum(p.state == "applied" for p in status.patches)
+        counted = f"{applied} of {len(status.patches)} patches applied" if status.patches else ""
+        if status.checks and not status.upstream_regression:
+            counted = f"its {sum(r.ok for r in status.checks)} checks pass on the stock files"
+        counted = "; ".join([counted, *status_problems(status, guard=False)]).strip("; ")  # the guard's: above
+        line = f"set      {resolved.set_name:<{names}}  {status.state:<{states}}  {counted}".rstrip()
+        ui.line(line, style=STATE_STYLES.get(status.state))
+        if ui.verbose:
+            show_status(ui, resolved, status, failures=[], header=False)
+        if status.upstream_regression:
+            show_checks(ui, status.checks, label="stock")
+
+
+def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
+    """A failure that names no file, named by its set (`partial`: which set is); the guard's
+    refusal is the tree's."""
+    return [f if f.where or f.what == GUARD else replace(f, message=f"{name}: {f.message}") for f in failures]
 
 
 def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
@@ -204,15 +272,21 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
     }
 
 
-def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:
-    """The header, the failures (the command that fixes each), then the verdict with the count of
-    the checks that passed (every row with -v)."""
+def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult, *, target: bool = True) -> None:
+    """The header (`target`: where vLLM is, said by the first set only), the failures (the command
+    that fixes each), then the verdict with the count of the checks that passed (every row with -v)."""
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_by_check(status)
     )
     show_status(
-        ui, resolved, status, failures=[] if ui.verbose else fold(found), each=False, context=_checked_as(verified)
+        ui,
+        resolved,
+        status,
+        failures=[] if ui.verbose else fold(found),
+        each=False,
+        context=_checked_as(verified),
+        target=target,
     )
     if ui.verbose:  # every row, then what failed with its fix
         if results:
@@ -245,18 +319,24 @@ def status_verdict(status: TreeStatus) -> tuple[str, bool]:
     """`status`'s last line, and whether it is good news."""
     applied = sum(p.state == "applied" for p in status.patches)
     said = f"{status.state}: {applied} of {len(status.patches)} patches applied" if status.patches else status.state
+    problems = status_problems(status)
+    if problems:
+        return f"status: FAILED: {said}; {'; '.join(problems)}", False
+    return f"status: {said}", status.state not in (TreeState.PARTIAL, TreeState.UNSUPPORTED)
+
+
+def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
+    """What makes a set's status a failure, in a few words each (`guard`: the guard's refusal of
+    the tree too)."""
     problems = [
         f"{len(status.drifted)} file{'s' if len(status.drifted) > 1 else ''} drifted" if status.drifted else "",
         f"{sum(bool(p.problem) for p in status.patches)} patch(es) do not apply"
         if any(p.problem for p in status.patches)
         else "",
-        "the launch guard refuses the tree" if status.guard else "",
+        "the launch guard refuses the tree" if status.guard and guard else "",
         "upstream regression" if status.upstream_regression else "",
     ]
-    problems = [p for p in problems if p]
-    if problems:
-        return f"status: FAILED: {said}; {'; '.join(problems)}", False
-    return f"status: {said}", status.state not in (TreeState.PARTIAL, TreeState.UNSUPPORTED)
+    return [p for p in problems if p]
 
 
 def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
