@@ -213,7 +213,7 @@ def _wheel_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
     its dist-info's patchkit.json. It describes the installed vLLM itself (pip replaces it with the
     dist-info), so no version is compared. A tree whose files are all back to stock (`patchkit
     revert`) records nothing; any other mix is a change."""
-    found = [name for name in os.listdir(site) if name.startswith("vllm-") and name.endswith(".dist-info")]
+    found = _vllm_dist_infos(site)
     if len(found) != 1:
         return []
     path = os.path.join(site, found[0], "patchkit.json")
@@ -250,13 +250,27 @@ def _version_problems(site: str, recorded: str | None) -> list[str]:
     return ["vLLM " + str(installed) + " is installed, but the patches were applied to vLLM " + recorded]
 
 
+def _vllm_dist_infos(site: str) -> list[str]:
+    """vLLM's metadata directories in site, by importlib.metadata's rule: a name ending in .dist-info
+    or .egg-info in any case, `vllm` before the first '-' (patchkit.tree.target.vllm_metadata_dirs,
+    which this worker cannot import; tests/test_distinfo_case.py checks that they agree)."""
+    found = []
+    for name in sorted(os.listdir(site)):
+        low = name.lower()
+        if low.endswith((".dist-info", ".egg-info")) and low.rpartition(".")[0].partition("-")[0] == "vllm":
+            found.append(name)
+    return found
+
+
 def installed_vllm_version(site: str) -> str | None:
     """The Version header of vllm-*.dist-info/METADATA beside vllm/ (None: none, or several)."""
-    found = [name for name in os.listdir(site) if name.startswith("vllm-") and name.endswith(".dist-info")]
+    found = _vllm_dist_infos(site)
     if len(found) != 1:
         return None
     # through a symlink, as importlib.metadata (vLLM's own reading, and patchkit's) reads it
     metadata = os.path.join(site, found[0], "METADATA")
+    if not os.path.lexists(metadata):  # importlib.metadata reads PKG-INFO then (an .egg-info)
+        metadata = os.path.join(site, found[0], "PKG-INFO")
     if os.path.exists(metadata) and not _resolves_inside(site, metadata):
         raise TreeChanged(metadata + " leads outside " + site + " (a symlink)")
     raw = _read_regular(metadata, 1 << 20, follow=True) or b""

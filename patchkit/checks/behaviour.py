@@ -33,7 +33,7 @@ from patchkit.base.fsutil import atomic_write, load_json_text
 from patchkit.base.hashing import sha256
 from patchkit.base.locks import seconds_from_env
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, remembered
-from patchkit.tree.target import WorkerFailed, run_script
+from patchkit.tree.target import WorkerFailed, run_script, vllm_metadata_dirs
 from patchkit.tree.version import release_version
 
 NAME = "behaviour"
@@ -149,7 +149,7 @@ def _installed_key(python: str, script: Path, root: Path, files: list[str], vers
     """The key of a verdict with vLLM's classes (an import of vLLM: seconds): the interpreter, the
     set's scripts, the judged files and the installed vLLM's RECORD (its other files as shipped).
     None: no RECORD to vouch for them (a source checkout): judged every time."""
-    records = sorted(root.glob("vllm-*.dist-info/RECORD"))
+    records = [d / "RECORD" for d in vllm_metadata_dirs(root) if (d / "RECORD").exists()]
     if len(records) != 1:
         return None
     try:

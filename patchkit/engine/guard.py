@@ -32,6 +32,7 @@ from patchkit.base.hashing import sha256
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
+from patchkit.tree.target import vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -47,7 +48,7 @@ def dist_info() -> str:
 
 def is_site_packages(root: Path) -> bool:
     """Whether the target root is where an installed vLLM lives (its dist-info beside vllm/)."""
-    return any(p.is_dir() for p in root.glob("vllm-*.dist-info"))
+    return any(p.is_dir() for p in vllm_metadata_dirs(root))
 
 
 OWN_ENTRY_POINTS = f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n"

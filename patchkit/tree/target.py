@@ -57,7 +57,25 @@ def _is_the_package(directory: Path) -> bool:
     holds only the files it needs, no __init__.py); not a directory holding a vllm/ of its own."""
     if (directory / PACKAGE).is_dir():
         return False
-    return (directory / "__init__.py").is_file() or any(directory.parent.glob(f"{PACKAGE}-*.dist-info"))
+    return (directory / "__init__.py").is_file() or bool(vllm_metadata_dirs(directory.parent))
+
+
+def vllm_metadata_dirs(root: Path) -> list[Path]:
+    """vLLM's metadata directories in `root`, found by importlib.metadata's rule (its Lookup): a child
+    whose name, lower-cased, ends in .dist-info or .egg-info and whose part before the first '-'
+    normalizes to vllm (`VLLM-0.16.0.DIST-INFO` is vLLM's for importlib too). Sorted by name."""
+    try:
+        children = os.listdir(root)
+    except OSError:  # not a directory, gone, closed
+        return []
+    return [root / child for child in sorted(children) if _names_vllm(child.lower())]
+
+
+def _names_vllm(low: str) -> bool:
+    """Whether a lower-cased child is a metadata directory of a name importlib normalizes to vllm:
+    its Prepared.normalize turns runs of -_. into _, so only `vllm` itself is (the same test as
+    _target/guard.py's _vllm_dist_infos; tests/test_distinfo_case.py checks that they agree)."""
+    return low.endswith((".dist-info", ".egg-info")) and low.rpartition(".")[0].partition("-")[0] == PACKAGE
 
 
 def from_interpreter(

@@ -4,6 +4,7 @@ the one rule by which a version is matched against the library's ranges (release
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import NotRegularFile, inside, read_regular
-from patchkit.tree.target import PACKAGE, Target
+from patchkit.tree.target import PACKAGE, Target, vllm_metadata_dirs
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.specifiers import SpecifierSet  # imported where a range is read: a --patch run reads none
@@ -85,7 +86,7 @@ def detect(target: Target, override: str | None = None) -> DetectedVersion:
 
 
 def _from_metadata(target: Target) -> DetectedVersion | None:
-    candidates = sorted(target.root.glob(f"{PACKAGE}-*.dist-info/METADATA"))
+    candidates = [m for d in vllm_metadata_dirs(target.root) if (m := _metadata_file(d)) is not None]
     if not candidates:
         return None
     if len(candidates) > 1:
@@ -99,6 +100,12 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
     if meta.get("name", "").lower() != PACKAGE or not meta.get("version"):
         return None
     return DetectedVersion(parse(meta["version"], where), where)
+
+
+def _metadata_file(directory: Path) -> Path | None:
+    """The file importlib.metadata reads a distribution's metadata from: METADATA, else PKG-INFO
+    (a broken symlink is named too: _read_metadata refuses it)."""
+    return next((p for p in (directory / "METADATA", directory / "PKG-INFO") if os.path.lexists(p)), None)
 
 
 def _headers(text: str) -> dict[str, str]:
