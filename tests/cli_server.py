@@ -97,11 +97,33 @@ def run_patchkit(args: list[str], env: dict[str, str], cwd: Path | str | None, t
     """`python -m patchkit ARGS` with `env` in `cwd`, its output captured as text: a fork of the server, or
     a real subprocess where the interpreter's start-up would differ. A subprocess.CompletedProcess."""
     argv = [sys.executable, "-m", "patchkit", *args]
+    if _start_differs(env):
+        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    return _forked(argv, env, cwd, timeout)[1]
+
+
+def run_patchkit_with_pid(
+    args: list[str], env: dict[str, str], cwd: Path | str | None, timeout: float
+) -> tuple[int, subprocess.CompletedProcess]:
+    """run_patchkit, and the pid of the process that ran the command (what an exec keeps)."""
+    argv = [sys.executable, "-m", "patchkit", *args]
+    return _fresh(argv, env, cwd, timeout) if _start_differs(env) else _forked(argv, env, cwd, timeout)
+
+
+def _start_differs(env: dict[str, str]) -> bool:
+    """Whether a command with `env` would start otherwise than a fork of the server (started on first use)."""
     global _server
     if _server is None:
         _server = _Server()
-    if _server.read_once(env) != _server.read_once(_SESSION_ENV):
-        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    return _server.read_once(env) != _server.read_once(_SESSION_ENV)
+
+
+def _forked(
+    argv: list[str], env: dict[str, str], cwd: Path | str | None, timeout: float
+) -> tuple[int, subprocess.CompletedProcess]:
+    """`argv` (python -m patchkit ...) as a fork of the server: (its pid, its CompletedProcess)."""
+    assert _server is not None
+    args = argv[3:]
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
@@ -120,7 +142,20 @@ def run_patchkit(args: list[str], env: dict[str, str], cwd: Path | str | None, t
             os.kill(pid, signal.SIGKILL)
             raise subprocess.TimeoutExpired(argv, timeout) from None
         _, status = _STATUS.unpack(_read_exactly(connection, _STATUS.size))
-    return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), _text(out), _text(err))
+    return pid, subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), _text(out), _text(err))
+
+
+def _fresh(
+    argv: list[str], env: dict[str, str], cwd: Path | str | None, timeout: float
+) -> tuple[int, subprocess.CompletedProcess]:
+    """`argv` in a fresh interpreter: (its pid, what subprocess.run would return)."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    return process.pid, subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 def _read_exactly(connection: socket.socket, size: int) -> bytes:

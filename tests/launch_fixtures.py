@@ -9,10 +9,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+from cli_server import run_patchkit_with_pid
 from helpers import make_patch, write_tree
 
 from patchkit.series.library import default_root
@@ -246,10 +246,7 @@ def stand_in_launch(tmp: Path, *serve_options: str) -> tuple[Path, Path, list[st
 def patchkit_run(
     tree: Path, library: Path, command: list[str], env: dict[str, str], *options: str
 ) -> tuple[int, subprocess.CompletedProcess[str]]:
-    """`patchkit run` of `command` in a fresh process: (the process's PID, its CompletedProcess-like result)."""
-    args = [sys.executable, "-m", "patchkit", "run", "--target", str(tree), "--patches", str(library)]
-    process = subprocess.Popen(
-        [*args, *options, "--", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    stdout, stderr = process.communicate(timeout=120)
-    return process.pid, subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    """`patchkit run` of `command` in a process of its own (a fork of cli_server's warm interpreter,
+    or a fresh one where `env` changes what start-up reads): (its PID, its CompletedProcess)."""
+    args = ["run", "--target", str(tree), "--patches", str(library), *options, "--", *command]
+    return run_patchkit_with_pid(args, env, None, 120)

@@ -221,6 +221,11 @@ def test_a_drifted_set_is_one_tree_state_failure_with_its_own_fix(setup):
         edited.write("# a user's edit\n")
     both, document = preflight(tree, lib, serve(target, drafter, *TOOLS), "--format", "json")
     assert both.returncode == 1 and failed(document) == [f"changed after patchkit wrote them: {SPEC}"], both.stdout
+    fix = next(f["fix"] for f in document["findings"] if not f["ok"])  # the commands, not `status` that names them
+    assert fix == (
+        f"run `patchkit revert --target {tree} --patches {lib} --set eagle3 --force` (it keeps a copy of your "
+        f"edits), then `patchkit apply --target {tree} --patches {lib} --set eagle3`"
+    )
     tools, document = preflight(tree, lib, ["vllm", "serve", str(target), *TOOLS], "--format", "json")
     refusals = [f for f in document["findings"] if not f["ok"]]
     assert tools.returncode == 1 and len(refusals) == 1, tools.stdout

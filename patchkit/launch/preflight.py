@@ -24,6 +24,7 @@ from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
+from patchkit.engine.guard import refusal_text
 from patchkit.engine.inspection import TreeStatus, inspect
 from patchkit.engine.resolve import Resolved
 from patchkit.launch.command import ALIASES, LaunchCommand
@@ -538,7 +539,7 @@ def _guard_for_launch(
 
 
 def _guard_refusal(status: TreeStatus) -> Finding:
-    return Finding(TREE, False, f"the launch guard refuses this tree: {'; '.join(status.guard)}", status.guard_fix)
+    return Finding(TREE, False, refusal_text(status.guard), status.guard_fix)
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
@@ -564,7 +565,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
         )
     if status.drifted:
         files = ", ".join(status.drifted)
-        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", f"run {hints.command('status')}")
+        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     stale = _stale_bytecode(resolved, status)
     if stale:
         return Finding(TREE, False, f"stale bytecode: {stale}", f"run {hints.command('apply', '--force')}")
@@ -572,6 +573,14 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     if shadowed:
         return Finding(TREE, False, shadowed, shadow.fix("that file"))
     return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
+
+
+def _drift_fix(resolved: Resolved) -> str:
+    """revert --force, then apply: of the set alone when only some launches need it (as apply_fix)."""
+    patch_set = resolved.selection.patch_set
+    chosen = hints.for_set(resolved.set_name) if getattr(patch_set, "needed_by", None) is not None else None
+    revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
+    return f"run {revert} (it keeps a copy of your edits), then {apply}"
 
 
 def _shadowed(resolved: Resolved) -> str | None:
