@@ -139,3 +139,22 @@ def test_status_notes_what_a_killed_command_left_and_revert_clears_it(tmp_path, 
     assert _status(site, diff)["store_notes"] == [f".patchkit/ is empty: {revert} removes it"]
     assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
     assert not (site / ".patchkit").exists() and _status(site, diff)["store_notes"] == []
+
+
+def test_a_replaced_users_file_is_put_back_where_pip_removed_the_guard(tmp_path, scratch):
+    """Review 8 L5: `pip uninstall patchkit-guard` removes the guard's files by its RECORD before the
+    revert: the place is free, so the user's own patchkit_guard.py goes back there all the same."""
+    site = write_tree(tmp_path / "site")
+    (site / "patchkit_guard.py").write_bytes(USERS_OWN)
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    assert run_cli("apply", "--guard", "--target", site, "--patch", diff).returncode == 0
+    record = (site / INFO / "RECORD").read_text().splitlines()
+    for row in record:  # as pip uninstalls a distribution: each file its RECORD names
+        (site / row.split(",")[0]).unlink(missing_ok=True)
+    (site / INFO).rmdir()
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (site / "patchkit_guard.py").read_bytes() == USERS_OWN
+    assert "patchkit_guard.py: your own file that `apply --guard` replaced is put back" in done.stderr, done.stderr
+    assert (site / MODEL).read_text() == MODEL_PY

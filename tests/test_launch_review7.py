@@ -105,8 +105,10 @@ def test_vllms_own_general_plugins_are_no_plugin_to_name(launch):
     _, done = patchkit_run(tree, library, command, env)
     assert done.returncode == 7 and warnings(done.stderr) == [], done.stderr
 
-    # another distribution's plugin whose code is not vLLM's is named, under any name
-    write_plugin(tree, "patchkit_guard", "def register():\n    pass\n")
+    # another distribution's plugin whose code is not vLLM's is named, under any name (a distribution
+    # of another name: one named patchkit_guard is hidden by the guard's, as importlib.metadata reads them)
+    info = write_plugin(tree, "impostor", "def register():\n    pass\n") / "impostor-1.0.dist-info"
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard = impostor_mod:register\n")
     _, done = patchkit_run(tree, library, command, env)
     assert done.returncode == 7 and warnings(done.stderr) == [f"{WARNING}patchkit_guard"], done.stderr
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -463,3 +466,59 @@ def test_revert_of_several_sets_carries_the_trees_version_at_the_top(run, tree, 
     result = run("revert", "--target", tree, "--patches", library, "--format", "json")
     assert result.exit_code == 0, result.output
     assert json_of(result)["vllm_version"] == "0.16.0"
+
+
+# --- M3: an interrupt in the second set of several says what stays ----------------------------------
+
+
+def _apply_with_fault(tree: Path, library: Path, plan: str, *command: str) -> subprocess.CompletedProcess:
+    """`patchkit apply` (or `command`) as its own process, a SIGTERM sent by the transaction's own
+    fault plan (PATCHKIT_FAULT_AFTER: the Nth filesystem step of a commit or a rollback)."""
+    env = {**os.environ, "PATCHKIT_FAULT_AFTER": plan}
+    args = command or ("apply", "--target", str(tree), "--patches", str(library), "--no-import")
+    return subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True, text=True, env=env)
+
+
+def test_an_interrupt_in_the_second_sets_transaction_says_the_first_stays(tree, library, tmp_path):
+    """Review 8 M3: the apply of several sets is one transaction a set; a SIGTERM in spec's (after
+    model's committed) rolls spec back and keeps model: the message says so, not "as it was before"."""
+    stock = tree
+
+    def trial(step: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+        tried = tmp_path / f"t{step}"
+        shutil.rmtree(tried, ignore_errors=True)
+        shutil.copytree(stock, tried)
+        return _apply_with_fault(tried, library, f"{step}:term"), [e.set_name for e in read_state(tried).entries]
+
+    low, high = 0, 256  # model is recorded after a signal at `high`, not at `low`: its commit ends between
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if "model" in trial(middle)[1] else (middle, high)
+    for step in range(high, high + 40):  # the first step of spec's transaction after model's
+        done, recorded = trial(step)
+        if done.returncode == 143 and recorded == ["model"] and "spec rolled back" in done.stderr:
+            break
+    else:
+        raise AssertionError("no step of spec's transaction was reached")
+    tree = tmp_path / f"t{step}"
+    assert "error: interrupted: model applied and kept; spec rolled back" in done.stderr, done.stderr
+    assert "as it was before" not in done.stderr
+    assert "revert" in done.stderr  # the hint: what undoes what stays
+    assert (tree / MODEL).read_text() == EAGLE_MODEL and (tree / SPEC).read_text() == (stock / SPEC).read_text()
+    # the first set's own interrupt, with nothing before it, is said as before
+    first = tmp_path / "first"
+    shutil.copytree(stock, first)
+    done = _apply_with_fault(first, library, "1:term")
+    assert done.returncode == 143 and "model rolled back; not tried: spec" in done.stderr, done.stderr
+
+
+def test_a_warning_about_the_whole_tree_is_said_once_for_every_set(tree, library):
+    """Review 8 L2: the guard's warning (no vLLM dist-info here: no guard) is the tree's, not a set's."""
+    for info in tree.glob("vllm-*.dist-info"):
+        shutil.rmtree(info)
+    args = ["apply", "--target", str(tree), "--patches", str(library), "--guard", "--vllm-version", "0.16.0"]
+    done = subprocess.run([sys.executable, "-m", "patchkit", *args, "--no-import"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "no guard installed" in line]
+    assert len(said) == 1, done.stderr
+    assert [e.set_name for e in read_state(tree).entries] == ["model", "spec"]

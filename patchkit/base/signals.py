@@ -144,6 +144,16 @@ def new_run() -> None:
     _run.written = None
     _run.report = None
     _run.hint = None
+    _run.sets = None
+
+
+def new_set(kept: list[str], current: str, untried: list[str]) -> None:
+    """A command of several sets starts set `current` (its own transaction): `kept`, the sets this
+    command applied before it, stay whatever happens to it; `untried` come after it. What an
+    interrupt leaves is then said set by set."""
+    _run.written = None
+    _run.hint = None
+    _run.sets = (kept, current, untried)
 
 
 def note_report(message: str, hint: str | None = None) -> None:
@@ -165,5 +175,32 @@ def interrupted_report() -> tuple[str, str | None]:
     report = getattr(_run, "report", None)
     if report:
         return report
+    sets = getattr(_run, "sets", None)
+    if sets is not None and (sets[0] or sets[2]):
+        return _sets_report(*sets)
     message, hint = _REPORTS[getattr(_run, "written", None)]
     return message, hint or getattr(_run, "hint", None)
+
+
+# what an interrupt left of the set under way, by what its transaction last did
+_SET_STATES = {
+    None: "not applied (interrupted before it changed anything)",
+    ROLLED_BACK: "rolled back",
+    UNDONE: "written and undone again",
+    COMMITTED: "applied (its checks after writing did not run)",
+}
+
+
+def _sets_report(kept: list[str], current: str, untried: list[str]) -> tuple[str, str | None]:
+    """An interrupt in one set of several: the sets this command applied stay, the one under way is
+    as its transaction left it, the rest were not tried."""
+    written = getattr(_run, "written", None)
+    parts = [f"{', '.join(kept)} applied and kept"] if kept else []
+    parts.append(f"{current} {_SET_STATES[written]}")
+    parts += [f"not tried: {', '.join(untried)}"] if untried else []
+    applied = kept + ([current] if written == COMMITTED else [])
+    hint = f"{hints.command('apply')} applies the rest" if untried or written != COMMITTED else None
+    if applied:
+        undo = f"{hints.command('revert')} undoes every set"
+        hint = f"{hint}; {undo}" if hint else f"{hints.command('verify')} checks it; {undo}"
+    return "interrupted: " + "; ".join(parts), hint

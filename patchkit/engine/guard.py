@@ -21,7 +21,6 @@ import os
 import stat
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from patchkit import __version__
 from patchkit._target import guard as target_guard
@@ -30,11 +29,9 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
 from patchkit.base.hashing import sha256
+from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-
-if TYPE_CHECKING:
-    import importlib.metadata
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -198,6 +195,10 @@ def removal_changes(
         if path in changes:
             changes[path], said = _put_back(root, path, digest, changes[path][0])
             kept.append(said)
+        elif not os.path.lexists(root / path):  # the guard went by its RECORD (pip uninstall): the place is free
+            write, said = _put_back(root, path, digest, None)
+            changes.update({path: write} if write[1] is not None else {})
+            kept.append(said)
     return changes, kept
 
 
@@ -243,6 +244,15 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
 
 
 UNKNOWN_GUARD = "is not this patchkit's launch guard"
+GUARD_REFUSES = "the launch guard refuses this tree: "
+NOT_OURS = "the installed launch guard is not this patchkit's: "
+
+
+def refusal_text(problems: list[str]) -> str:
+    """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
+    is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as such."""
+    lead = NOT_OURS if any(UNKNOWN_GUARD in problem for problem in problems) else GUARD_REFUSES
+    return lead + "; ".join(problems)
 
 
 def launch_refusal(root: Path, state: State | None = None) -> list[str]:
@@ -394,22 +404,18 @@ ENTRY_POINTS_BYTES = 1 << 20  # a guard's entry_points.txt is two lines
 
 def _declared(root: Path) -> tuple[bool, list[str]]:
     """Whether a distribution in `root` declares an entry point of the guard's module in vLLM's
-    plugin group, found by importlib.metadata's own rules (any *.dist-info or *.egg-info, whatever
-    its case, symlinks followed, its entry_points.txt parsed by importlib); and the guard's
-    entry_points.txt files it could not read (a fifo, a device, a huge file), each a problem."""
+    plugin group, found by importlib.metadata's own rules (metadata_directories: any *.dist-info or
+    *.egg-info, whatever its case, symlinks followed; its entry_points.txt parsed by importlib); and
+    the guard's entry_points.txt files it could not read (a fifo, a device, a huge file), each a problem."""
     declared, unreadable = False, []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return False, []
-    for name in sorted(n for n in names if n.lower().endswith((".dist-info", ".egg-info"))):
-        path = root / name / "entry_points.txt"
+    for info in sorted(metadata_directories(str(root))):
+        path = Path(info) / "entry_points.txt"
         try:
             text = read_regular(path, ENTRY_POINTS_BYTES, follow_symlinks=True).decode("utf-8", "replace")
         except FileNotFoundError:
             continue
         except NotRegularFile as exc:
-            if name.lower().replace("-", "_").startswith("patchkit_guard"):
+            if Path(info).name.lower().replace("-", "_").startswith("patchkit_guard"):
                 unreadable.append(f"{path} is {exc.strerror}: vLLM's plugin loader reads it at every launch")
             continue
         except OSError:
@@ -427,22 +433,10 @@ def _declares_guard(text: str) -> bool:
         return True
     if module not in text:
         return False
-    return any(ep.module == module for ep in _entry_points(text).select(group=ENTRY_POINT_GROUP))
-
-
-def _entry_points(text: str) -> importlib.metadata.EntryPoints:
-    """An entry_points.txt's entry points, parsed by importlib.metadata itself."""
-    # lazy: importlib.metadata (and the email package under it) loads only to read a tree's plugins
-    import importlib.metadata
-
-    class Text(importlib.metadata.Distribution):
-        def read_text(self, filename: str) -> str | None:
-            return text if filename == "entry_points.txt" else None
-
-        def locate_file(self, path: str | os.PathLike[str]) -> Path:
-            return Path(str(path))
-
-    return Text().entry_points
+    try:
+        return any(ep.module == module for ep in parse_entry_points(text).select(group=ENTRY_POINT_GROUP))
+    except (ValueError, TypeError, AttributeError):  # importlib raises on it: vLLM loads no plugin
+        return False
 
 
 def remove_empty_cache(root: Path) -> None:

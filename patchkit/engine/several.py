@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from patchkit.base import hints
+from patchkit.base import hints, signals
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import Conflict, PatchkitError
 from patchkit.engine import inspection
@@ -96,6 +96,9 @@ def apply_sets(
         if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
             done.append(SetApplied(each, skipped=NOT_COVERED if each.resolved is None else SelectionKind.UNSUPPORTED))
             continue
+        kept = [d.chosen.name for d in done if d.result is not None and d.result.outcome == Outcome.APPLIED]
+        if not dry_run:  # an interrupt in this set says what of the others stays
+            signals.new_set(kept, each.name, [c.name for c in chosen[index + 1 :]])
         try:
             result = apply_series(
                 each.resolved,

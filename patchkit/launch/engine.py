@@ -11,10 +11,11 @@ run apply (apply_fix).
 from __future__ import annotations
 
 import ast
-import configparser
 import importlib.util
 import itertools
 import os
+import pwd
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,10 @@ from types import ModuleType
 from packaging.version import Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BadInput
+from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
+from patchkit.distinfo.entry_points import group_entry_points
 from patchkit.engine.guard import ENTRY_POINT_GROUP
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
@@ -35,7 +37,7 @@ from patchkit.series.requirements import Requirement, parse_requirements
 
 REGISTRY = "vllm/model_executor/models/registry.py"
 TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
-ENTRY_POINTS_LIMIT = 1 << 20  # a distribution's entry_points.txt
+PTH_LIMIT = 1 << 20  # a .pth file, a pyvenv.cfg
 GUARD_MODULE = "patchkit_guard"  # the guard's entry point: patchkit_guard:check
 LISTING_LIMIT = 20000  # entries of one directory looked at for distributions
 Reader = Callable[[str], "bytes | None"]
@@ -115,17 +117,14 @@ class LaunchContext:
         return self._answers[key]
 
     def general_plugins(self) -> list[str]:
-        """The vllm.general_plugins entry points installed beside the tree (and in the directories
-        its .pth files add) and on the launch's PYTHONPATH that vLLM loads (the launch's VLLM_PLUGINS, as vLLM reads it; patchkit's guard
-        left out): vLLM runs them before it builds a model, and only vLLM itself, asked, tells
-        what they register. Read once."""
+        """The vllm.general_plugins entry points vLLM loads in this launch (the launch's VLLM_PLUGINS,
+        as vLLM reads it; vLLM's own and patchkit's guard left out), found as importlib.metadata finds
+        them on the launch's sys.path (import_path), and each entry_points.txt there importlib would
+        fail on: vLLM runs them before it builds a model, and only vLLM itself, asked, tells what
+        they register. Read once."""
         if self._plugins is None:
-            cwd = self.command.working_directory()
-            given = self.command.environ.get("PYTHONPATH", "")
-            on_path = [os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry]
-            places = [*on_path, str(self.root), *_pth_directories(str(self.root))]
-            found = {name for place in dict.fromkeys(places) for name in _plugins_in(place)}
-            self._plugins = sorted(loaded_plugins(found, self.command.environ))
+            found = group_entry_points(import_path(self.command, self.root), ENTRY_POINT_GROUP, _own_code)
+            self._plugins = sorted(loaded_plugins(set(found.names), self.command.environ)) + found.unreadable
         return self._plugins
 
     def requirements(self, kind: str) -> list:
@@ -188,6 +187,73 @@ def _shown_name(name: str, longest: int) -> str:
     return safe if len(safe) <= longest else safe[: longest - 1] + "\u2026"
 
 
+def import_path(command: LaunchCommand, root: Path) -> list[str]:
+    """The launch's sys.path where distributions may be, in its order: its first entry (a script's
+    directory, `python -m`'s working directory), PYTHONPATH (unless -E or -I), the user's
+    site-packages when its Python adds it (user_site), then the tree's and the directories their
+    .pth files add. Python's own library holds none."""
+    try:
+        python, options = command.launch_python()
+    except TargetError:  # which Python cannot be told: its own options and user site neither
+        python, options = None, []
+    flags = "".join(options)
+    cwd = command.working_directory()
+    given = "" if "E" in flags or "I" in flags else command.environ.get("PYTHONPATH", "")
+    places = [command.first_path() or "", *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]
+    for site in (user_site(python, flags, command.environ, root) if python else None, str(root)):
+        places += [site, *_pth_directories(site)] if site else []
+    return [place for place in places if place]
+
+
+def user_site(python: str, flags: str, environ: dict[str, str], root: Path) -> str | None:
+    """The user's site-packages that `python` run with the options `flags` in `environ` adds to
+    sys.path, as site.py decides it: not with -s or -I, PYTHONNOUSERSITE (unless -E), or in a venv
+    without the system's packages; under PYTHONUSERBASE, else ~/.local, for its version (its
+    interpreter's name, else the tree's path)."""
+    ignores_environment = "E" in flags or "I" in flags
+    if "s" in flags or "I" in flags or (environ.get("PYTHONNOUSERSITE") and not ignores_environment):
+        return None
+    version = _python_version(python, root)
+    if version is None or not _system_site(python):
+        return None
+    home = environ["HOME"] if "HOME" in environ else _password_home()
+    base = environ.get("PYTHONUSERBASE") or os.path.join(home.rstrip("/") or "/", ".local")
+    site = os.path.join(base, "lib", f"python{version}", "site-packages")
+    return site if os.path.isdir(site) else None
+
+
+def _python_version(python: str, root: Path) -> str | None:
+    """X.Y of a Python (X.Yt free-threaded): its real file's name (python3.11), else the
+    site-packages `root` is (lib/python3.11/site-packages)."""
+    named = re.fullmatch(r"python(\d+\.\d+t?)", os.path.basename(os.path.realpath(python)))
+    under = re.search(r"/lib/python(\d+\.\d+t?)/(?:site|dist)-packages$", str(root))
+    return named[1] if named else under[1] if under else None
+
+
+def _system_site(python: str) -> bool:
+    """Whether a Python sees the system's packages (and the user's): not in a venv whose pyvenv.cfg
+    (beside it or one directory up, as site.venv finds it) says include-system-site-packages false."""
+    directory = os.path.dirname(os.path.abspath(python))
+    for config in (os.path.join(directory, "pyvenv.cfg"), os.path.join(os.path.dirname(directory), "pyvenv.cfg")):
+        if not os.path.isfile(config):
+            continue
+        try:
+            lines = read_regular(config, PTH_LIMIT, follow_symlinks=True).decode("utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return False  # Python itself fails to start there
+        settings = {k.strip().lower(): v.strip().lower() for k, _, v in (line.partition("=") for line in lines)}
+        return settings.get("include-system-site-packages", "true") == "true"
+    return True
+
+
+def _password_home() -> str:
+    """The home directory os.path.expanduser gives without HOME: the user's passwd entry."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return "/"
+
+
 def _pth_directories(site: str) -> list[str]:
     """The directories the .pth files of site-packages `site` add to sys.path, as site.addpackage
     reads them (a line naming a directory, relative to `site`; comments and `import` lines, which run
@@ -200,46 +266,19 @@ def _pth_directories(site: str) -> list[str]:
     found = []
     for name in names:
         try:
-            lines = read_regular(os.path.join(site, name), ENTRY_POINTS_LIMIT).decode("utf-8", "replace").splitlines()
+            lines = read_regular(os.path.join(site, name), PTH_LIMIT).decode("utf-8", "replace").splitlines()
         except OSError:
             continue
         for line in lines:
             if line.strip() and not line.startswith(("#", "import ", "import\t")):
                 directory = os.path.join(site, line.rstrip())
-                found += [directory] if os.path.isdir(directory) else []
+                found += [directory] if os.path.exists(directory) else []
     return found
 
 
-def _plugins_in(directory: str) -> list[str]:
-    """The vllm.general_plugins entry point names of the distributions in `directory` (read bounded),
-    but those that run vLLM's own code (vLLM 0.16.0 declares two, its LoRA resolvers: part of the
-    tree judged) or patchkit's guard."""
-    names: list[str] = []
-    try:
-        with os.scandir(directory) as entries:
-            listed = itertools.islice(entries, LISTING_LIMIT)
-            infos = [e.path for e in listed if e.name.endswith((".dist-info", ".egg-info"))]
-    except OSError:
-        return names
-    for info in infos:
-        try:
-            data = read_regular(os.path.join(info, "entry_points.txt"), ENTRY_POINTS_LIMIT)
-            if ENTRY_POINT_GROUP.encode() not in data:  # most distributions: no parsing
-                continue
-            text = data.decode()
-            parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
-            parser.optionxform = str  # type: ignore[assignment,method-assign]  # names as written
-            parser.read_string(text)
-        except (OSError, UnicodeDecodeError, configparser.Error):
-            continue  # importlib.metadata passes over it too, or vLLM cannot load it
-        if parser.has_section(ENTRY_POINT_GROUP):
-            names += [name for name, value in parser[ENTRY_POINT_GROUP].items() if not _own_code(value)]
-    return names
-
-
-def _own_code(value: str) -> bool:
-    """Whether an entry point (`module:attr [extras]`) runs vLLM's own code or patchkit's guard."""
-    module = value.split(":")[0].strip()
+def _own_code(module: str) -> bool:
+    """Whether an entry point's module is vLLM's own code (vLLM 0.16.0 declares two general
+    plugins, its LoRA resolvers: part of the tree judged) or patchkit's guard."""
     return module.split(".")[0] == "vllm" or module == GUARD_MODULE
 
 

@@ -24,6 +24,7 @@ from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
+from patchkit.engine.guard import refusal_text
 from patchkit.engine.inspection import TreeStatus, inspect
 from patchkit.engine.resolve import Resolved
 from patchkit.launch.command import ALIASES, LaunchCommand
@@ -538,7 +539,7 @@ def _guard_for_launch(
 
 
 def _guard_refusal(status: TreeStatus) -> Finding:
-    return Finding(TREE, False, f"the launch guard refuses this tree: {'; '.join(status.guard)}", status.guard_fix)
+    return Finding(TREE, False, refusal_text(status.guard), status.guard_fix)
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:

@@ -104,12 +104,13 @@ def _apply_sets(
                 ui.note(why_not(each))
 
     said: set[str] = set()  # a note every set's header has: once
+    warned: set[str] = set()  # a warning about the whole tree, said once for every set
 
     def watch_for(each: Chosen) -> Shown:
         assert each.resolved is not None
         if not ui.json_mode:  # the tree once, then each set's own lines
             show_header(ui, each.resolved, said, target=each is chosen[0])
-        return Shown(ui, dry_run=dry_run)
+        return Shown(ui, dry_run=dry_run, said=warned)
 
     result = apply_sets(
         chosen,
@@ -185,11 +186,12 @@ def apply_for_launch(
     covering = [c for c in covering if needs.needs(c.name)]
 
     said: set[str] = set()
+    warned: set[str] = set()  # a warning about the whole tree, said once for every set
 
     def watch_for(each: Chosen) -> Shown:
         if many and each.resolved is not None:  # as `patchkit apply` shows each set
             show_header(ui, each.resolved, said, target=each is covering[0])
-        return Shown(ui)
+        return Shown(ui, said=warned)
 
     result = apply_needed(covering, watch_for=watch_for, several=many)
     if result is not None and result.error is None:

@@ -54,7 +54,6 @@ def check_failures(results: list[CheckResult], fix: str = "", fixes: dict[str, s
 
 
 SYNTAX, DRIFTED, GUARD = "syntax", "drifted", "guard"
-GUARD_REFUSES = "the launch guard refuses this tree: "
 
 
 def fold(failures: list[Failure]) -> list[Failure]:
@@ -103,7 +102,7 @@ def _follows(failure: Failure, lead: Failure, drifted: bool) -> bool:
 
 def _names_only(guard: Failure, paths: dict[str, Failure]) -> bool:
     """The guard refuses the tree only for these files."""
-    problems = guard.message.removeprefix(GUARD_REFUSES).split("; ")
+    problems = guard.message.partition(": ")[2].split("; ")  # after refusal_text's lead
     return all(any(path in problem for path in paths) for problem in problems)
 
 

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING
 from patchkit.base import hints
 from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, shadow
-from patchkit.cli.ui.findings import GUARD, GUARD_REFUSES, Failure, check_failures, count_line, fold, located
+from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import checks_junit
 from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
+from patchkit.engine.guard import refusal_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.specifiers import SpecifierSet
@@ -173,7 +174,7 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         for note in status.stale
     ]
     if status.guard:
-        failures.append(Failure("guard", GUARD_REFUSES + "; ".join(status.guard), fix=status.guard_fix))
+        failures.append(Failure("guard", refusal_text(status.guard), fix=status.guard_fix))
     return failures
 
 
@@ -333,7 +334,9 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         f"{sum(bool(p.problem) for p in status.patches)} patch(es) do not apply"
         if any(p.problem for p in status.patches)
         else "",
-        "the launch guard refuses the tree" if status.guard and guard else "",
+        refusal_text(status.guard).partition(": ")[0].replace("this tree", "the tree")
+        if status.guard and guard
+        else "",
         "upstream regression" if status.upstream_regression else "",
     ]
     return [p for p in problems if p]

@@ -16,13 +16,17 @@ if TYPE_CHECKING:  # pragma: no cover
 class Shown:
     """An operation's steps shown through the UI as they happen (operations.Watcher)."""
 
-    def __init__(self, ui: UI, *, dry_run: bool = False) -> None:
+    def __init__(self, ui: UI, *, dry_run: bool = False, said: set[str] | None = None) -> None:
         self.ui = ui
         self.dry_run = dry_run
         self.tables = 0  # the check tables shown so far
+        self.said = said if said is not None else set()  # shared by the sets of one command
 
     def warning(self, text: str) -> None:
-        self.ui.warn(text)
+        """A warning, once a command: one about the whole tree (the guard's) is met by every set."""
+        if text not in self.said:
+            self.said.add(text)
+            self.ui.warn(text)
 
     def planned(self, plan: Plan) -> None:
         show_plan(self.ui, plan, dry_run=self.dry_run)
