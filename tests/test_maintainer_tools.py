@@ -586,7 +586,7 @@ def test_port_help_says_a_library_of_several_sets_needs_set(run):
     result = run("port", "--help")
     assert result.exit_code == 0
     said = " ".join(result.output.split())
-    assert "port and workspace take one, needed when the library holds several" in said, said
+    assert "needed when the library holds several" in said and "every set that covers" not in said, said
 
 
 @pytest.mark.release

@@ -131,5 +131,6 @@ def test_list_says_a_cell_is_what_the_library_holds_not_that_anything_is_applied
     lines = done.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("releases by set"))
     legend = " ".join(" ".join(lines[:start]).split())
-    assert "applied = the set's series patches that release (nothing here is applied)" in legend, legend
+    assert "what the library holds for that release (list applies nothing)" in legend, legend
+    assert "applied = a series of the set patches it" in legend and "- = the set does not cover it" in legend
     assert "upstream = vLLM has the change" in legend and "failed = a damaged patch" in legend

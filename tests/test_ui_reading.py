@@ -187,3 +187,24 @@ def test_verify_of_three_sets_names_the_tree_once_and_says_what_stood_in_for_vll
     assert sum(line.startswith(("vLLM ", "version ")) for line in lines) == 2, lines
     assert "behaviour: 0 of 120 runs differ (stand-ins for vLLM's classes)" in lines
     assert lines[-1] == "verify: ok: all 3 sets pass"
+
+
+def test_list_says_what_a_set_covers_on_every_release_row_and_dash_only_where_it_does_not():
+    """G: `0.16.0  applied  -  applied`: deepseek-tool-calls does apply to 0.16.0 (by its range row)."""
+    done = run_cli("list")
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in lines_of(done) if re.match(r"0\.\d+\.\d+ ", line)}
+    assert rows["0.16.0"] == ["applied", "applied", "applied"], rows
+    assert rows["0.18.0"] == ["upstream", "applied", "applied"], rows  # eagle3 is upstream from 0.18.0
+    assert "- = the set does not cover it" in " ".join(done.stdout.split())
+    assert "upstream never" not in done.stdout
+
+
+def test_the_set_option_of_fetch_and_workspace_says_what_it_does_there():
+    """fetch takes every covering set; workspace works on one: neither help speaks of the other."""
+    fetch = " ".join(run_cli("fetch", "--help").stdout.split())
+    workspace = " ".join(run_cli("workspace", "--help").stdout.split())
+    assert "--set NAME Patch set in the library (default: every set that covers the vLLM version)." in fetch
+    assert "port and workspace" not in fetch
+    assert "--set NAME The library's set to work on (needed when the library holds several)." in workspace
+    assert "every set that covers" not in workspace

@@ -257,7 +257,8 @@ def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
         chosen = selection_of(entry)
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         fixes.append(f"{revert} (it keeps a copy of edits), then {apply}")
-    return "the guard refuses files another set's record holds: run " + "; and ".join(fixes)
+    owners = ", ".join(entry.set_name for entry in named)
+    return f"the refused files are {owners}'s (another set's): run " + "; and ".join(fixes)
 
 
 def selection_of(entry: Entry) -> Options:

@@ -140,7 +140,7 @@ def _config_hint(source: str, hub_id: bool) -> str:
             "with huggingface_hub: vLLM's venv has it, `python3 -m pip install huggingface_hub` gets it, "
             f"or `pipx run --spec huggingface_hub hf download {source} config.json`), or a folder with it"
         )
-    return "preflight reads only config.json: give a directory holding the model's (patchkit never downloads)"
+    return "preflight reads only the model's config.json: give the directory that holds it (patchkit never downloads)"
 
 
 def _refuse_a_file(path: Path, role: str, name: str) -> None:

@@ -40,13 +40,15 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
     show_library(ui, where)
     for s in data:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
-        ui.line(f"         supported {s['supported'] or 'any'}; upstream {s['upstream'] or 'never'}")
+        upstream = f"vLLM has the change from {s['upstream']}" if s["upstream"] else "not in vLLM yet"
+        ui.line(f"         supported {s['supported'] or 'any'}; {upstream}")
         ui.table(["patch", "state", "description"], _patches_once(s), state_column=1)
     matrix = from_library(data)
     # a cell says what the library holds for a release, never that a tree here is patched
     ui.line(
-        "a cell: applied = the set's series patches that release (nothing here is applied); "
-        f"upstream = vLLM has the change; failed = a damaged patch. {_verify_all(library)} checks each"
+        "a cell is what the library holds for that release (list applies nothing): applied = a series of "
+        f"the set patches it; upstream = vLLM has the change; - = the set does not cover it; failed = a "
+        f"damaged patch. {_verify_all(library)} checks each"
     )
     ui.table(
         matrix.columns(),

@@ -44,13 +44,13 @@ patch = click.option(
     multiple=True,
     help="Ad-hoc unified diff instead of the library's series (repeatable).",
 )
-# one text for every command (test_operations): port and workspace carry one set, so they need it named
-SET_HELP = (
-    "Patch set in the library (default: every set that covers the vLLM version; "
-    "port and workspace take one, needed when the library holds several)."
-)
+# two texts (test_operations): the commands that act on every covering set, and port and
+# workspace, which work on one set and need it named when the library holds several
+SET_HELP = "Patch set in the library (default: every set that covers the vLLM version)."
+ONE_SET_HELP = "The library's set to work on (needed when the library holds several)."
 set_name = click.option("--set", "set_name", metavar="NAME", help=SET_HELP)
 set_names = click.option("--set", "set_name", metavar="NAME", multiple=True, help=SET_HELP)  # apply: repeatable
+one_set = click.option("--set", "set_name", metavar="NAME", help=ONE_SET_HELP)  # port, workspace
 quiet = click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
 verbose = click.option("-v", "--verbose", count=True, help="More detail.")
 
@@ -70,7 +70,8 @@ def compose(*options: Callable[[F], F]) -> Callable[[F], F]:
     return decorate
 
 
-library_options = compose(patches, set_name)  # the maintainer tools and fetch: which library and set
+library_options = compose(patches, set_name)  # fetch: which library and sets
+one_set_options = compose(patches, one_set)  # workspace: which library and the one set
 output_options = compose(quiet, verbose)
 
 

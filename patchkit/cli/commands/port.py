@@ -7,7 +7,7 @@ import click
 
 from patchkit.base.errors import Conflict
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import format_option, output_options, patches, set_name
+from patchkit.cli.commands.options import format_option, one_set, output_options, patches
 from patchkit.cli.ui.console import UI
 from patchkit.maintainer.port import PortRequest, port_set
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     "--workspace", metavar="DIR", help="Where to leave the workspace on conflicts (default ./vllm-V2-workspace)."
 )
 @patches
-@set_name
+@one_set
 @format_option
 @output_options
 def command(

@@ -5,7 +5,7 @@ from dataclasses import asdict
 import click
 
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import all_python_option, format_option, library_options, output_options
+from patchkit.cli.commands.options import all_python_option, format_option, one_set_options, output_options
 from patchkit.maintainer.workspace import create_workspace
 
 
@@ -13,7 +13,7 @@ from patchkit.maintainer.workspace import create_workspace
 @click.argument("version")
 @click.argument("directory", required=False, metavar="[DIR]")
 @all_python_option()
-@library_options
+@one_set_options
 @format_option
 @output_options
 def command(

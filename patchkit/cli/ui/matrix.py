@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from packaging.version import Version
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from patchkit.base.enums import ReleaseOutcome, StrEnum
 from patchkit.cli.ui.text import write_plainly
@@ -95,13 +96,31 @@ def from_library(described: list[dict[str, Any]]) -> Matrix:
     its version), applied where a series holds it (failed where a patch of it is damaged), and
     the set's upstream range."""
     matrix = Matrix([s["name"] for s in described])
+    ranges: list[tuple[str, SpecifierSet, MatrixCell]] = []  # a set's range rows, held against every release row
     for s in described:
         for release in s["releases"]:
             damaged = any(p["state"] == LibraryPatchState.DAMAGED for p in release["patches"])
-            matrix.put(_readable(release["versions"]), s["name"], MatrixCell.FAILED if damaged else MatrixCell.APPLIED)
+            cell = MatrixCell.FAILED if damaged else MatrixCell.APPLIED
+            matrix.put(_readable(release["versions"]), s["name"], cell)
+            ranges.append((s["name"], SpecifierSet(release["versions"]), cell))
         if s["upstream"]:
             matrix.put(s["upstream"], s["name"], MatrixCell.UPSTREAM)
+            ranges.append((s["name"], SpecifierSet(s["upstream"]), MatrixCell.UPSTREAM))
+    _fill_covered(matrix, ranges)
     return matrix
+
+
+def _fill_covered(matrix: Matrix, ranges: list[tuple[str, SpecifierSet, MatrixCell]]) -> None:
+    """A release row (another set's pinned release) in a set's range says what that range holds
+    for it, never `-`: `-` is only a release the set does not cover."""
+    for row, cells in matrix.cells.items():
+        try:
+            version = Version(row)
+        except InvalidVersion:  # a range row
+            continue
+        for set_name, versions, cell in ranges:
+            if set_name not in cells and versions.contains(version, prereleases=True):
+                cells[set_name] = cell
 
 
 def markdown(matrix: Matrix) -> str:
