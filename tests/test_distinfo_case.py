@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import LIBRARY, lay_out_release, write_tree
+from helpers import LIBRARY, lay_out_release, record_rows, write_tree
 
 from patchkit._target import guard as target_guard
+from patchkit.base.errors import BadInput
 from patchkit.checks.behaviour import _installed_key
+from patchkit.distinfo import installed_record, installed_wheel
+from patchkit.distinfo.record import PROVENANCE, find_record, has_provenance
 from patchkit.engine.guard import is_site_packages
 from patchkit.releases.files import files_for
 from patchkit.tree.target import from_directory, vllm_metadata_dirs
@@ -96,3 +99,30 @@ def test_the_guards_copy_finds_what_patchkit_and_importlib_find(tmp_path):
         assert target_guard._vllm_dist_infos(str(site)) == [p.name for p in vllm_metadata_dirs(site)] == by_importlib, (
             name
         )
+
+
+def test_the_installed_record_and_provenance_are_found_under_a_renamed_dist_info(tmp_path):
+    """integrity's reference (RECORD), stale records' test (vllm-<installed>.dist-info) and the wheel
+    provenance's cheap test read a dist-info importlib finds in any letter case."""
+    root = write_tree(tmp_path / "site")
+    (root / "vllm-0.16.0.dist-info" / "RECORD").write_text(record_rows(root, "vllm-0.16.0.dist-info"))
+    renamed(root, "VLLM-0.16.0.DIST-INFO")
+    # another release's RECORD left behind, listed first: the installed release's own is chosen
+    (root / "VLLM-0.15.0.DIST-INFO").mkdir()
+    (root / "VLLM-0.15.0.DIST-INFO" / "RECORD").write_text("vllm/__init__.py,,\n")
+    assert find_record(root, "0.16.0") == root / "VLLM-0.16.0.DIST-INFO" / "RECORD"
+    assert find_record(root, "0.15.0") == root / "VLLM-0.15.0.DIST-INFO" / "RECORD"
+    installed, why_not = installed_record(root, "0.16.0", {"vllm/config/spec.py"})
+    assert installed is not None and "vllm/config/spec.py" in installed.hashes, why_not
+    assert not has_provenance(root)
+    (root / "VLLM-0.16.0.DIST-INFO" / PROVENANCE).write_text("{}")
+    assert has_provenance(root)
+
+
+def test_a_patched_wheels_provenance_is_read_under_a_renamed_dist_info(tmp_path):
+    """installed_wheel.find reads patchkit.json in a dist-info of any letter case: a damaged one is
+    named (the old test passed it over and judged the tree as a stock install)."""
+    root = renamed(write_tree(tmp_path / "site"), "vllm-0.16.0.Dist-Info")
+    (root / "vllm-0.16.0.Dist-Info" / PROVENANCE).write_text("{}")
+    with pytest.raises(BadInput, match=f"vllm-0.16.0.Dist-Info/{PROVENANCE} is damaged"):
+        installed_wheel.find(root)

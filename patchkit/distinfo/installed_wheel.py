@@ -40,6 +40,7 @@ from patchkit.series.library import PATCH, Selection, load_chosen, select
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch
 from patchkit.series.plan import View, plan_revert
 from patchkit.store.state import checked_path
+from patchkit.tree.target import vllm_metadata_dirs
 
 MAX_PATCH_BYTES = 64 << 20
 # patchkit.fetch.release_tree: (version, paths, *, warn) -> the directory the release's files are in.
@@ -117,7 +118,7 @@ def find(root: Path) -> Provenance | None:
     read_provenance checks it whole; here, beyond that, every file it names must pass the
     recorded-path rule (revert writes them) and its release must be a version."""
 
-    dist_infos = [p.name for p in root.glob("vllm-*.dist-info")]
+    dist_infos = [p.name for p in vllm_metadata_dirs(root) if p.name.lower().endswith(".dist-info")]
     if len(dist_infos) != 1:
         return None
     dist_info = dist_infos[0]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from patchkit.base import fsutil, hints
 from patchkit.base.errors import FetchError
 from patchkit.base.hashing import sha256
+from patchkit.tree.target import vllm_metadata_dirs
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.version import Version
@@ -89,13 +90,18 @@ PROVENANCE = "patchkit.json"
 def has_provenance(tree: Path) -> bool:
     """Whether a vllm-*.dist-info in the tree holds a provenance file (a symlink counts): the cheap
     test made before patchkit.distinfo.installed_wheel is loaded, for most trees are stock installs."""
-    return any(os.path.lexists(d / PROVENANCE) for d in tree.glob("vllm-*.dist-info"))
+    return any(os.path.lexists(d / PROVENANCE) for d in vllm_metadata_dirs(tree))
+
+
+def is_dist_info_of(directory: Path, version: Version | str) -> bool:
+    """Whether `directory` is vllm-<version>.dist-info in any letter case (importlib's reading)."""
+    return directory.name.lower() == f"vllm-{version}.dist-info".lower()
 
 
 def find_record(tree: Path, version: Version | str | None = None) -> Path | None:
     """The vllm-*.dist-info/RECORD of a tree; of several, the one of `version` if it is there."""
-    candidates = sorted(tree.glob("vllm-*.dist-info/RECORD"))
-    exact = [c for c in candidates if version is not None and c.parent.name == f"vllm-{version}.dist-info"]
+    candidates = [d / "RECORD" for d in vllm_metadata_dirs(tree) if (d / "RECORD").exists()]
+    exact = [c for c in candidates if version is not None and is_dist_info_of(c.parent, version)]
     return next(iter(exact or candidates), None)
 
 

@@ -18,7 +18,7 @@ from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckContext
 from patchkit.distinfo import installed_record, installed_wheel_reader
-from patchkit.distinfo.record import find_record, has_provenance
+from patchkit.distinfo.record import find_record, has_provenance, is_dist_info_of
 from patchkit.engine.guard import (
     OTHERS_CANNOT_READ,
     UNKNOWN_GUARD,
@@ -329,7 +329,7 @@ def stale_note(root: Path, entry: Entry, installed: Version | str | None) -> str
     if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
         return None
     own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
-    if own is None or own.parent.name != f"vllm-{installed}.dist-info":
+    if own is None or not is_dist_info_of(own.parent, installed):
         return None
     replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
     record, _why = installed_record(root, installed, set(replaced))
