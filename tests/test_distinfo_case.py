@@ -5,6 +5,7 @@ first asks importlib.metadata itself that the renamed directory is still vLLM's 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import sys
 from pathlib import Path
 
@@ -126,3 +127,12 @@ def test_a_patched_wheels_provenance_is_read_under_a_renamed_dist_info(tmp_path)
     (root / "vllm-0.16.0.Dist-Info" / PROVENANCE).write_text("{}")
     with pytest.raises(BadInput, match=f"vllm-0.16.0.Dist-Info/{PROVENANCE} is damaged"):
         installed_wheel.find(root)
+
+
+def test_the_launch_guard_reads_a_patched_wheels_record_under_a_renamed_dist_info(tmp_path):
+    """_target/guard.py's _wheel_records: a file changed since the patched wheel was installed is a
+    problem whatever the dist-info's letter case (the old test found no record: nothing to check)."""
+    root = renamed(write_tree(tmp_path / "site"), "VLLM-0.16.0.DIST-INFO")
+    shas = {"stock_sha256": "0" * 64, "patched_sha256": "1" * 64}
+    (root / "VLLM-0.16.0.DIST-INFO" / PROVENANCE).write_text(json.dumps({"files": {"vllm/config/spec.py": shas}}))
+    assert [p for p in target_guard.find_problems(str(root)) if "vllm/config/spec.py" in p]
