@@ -12,6 +12,7 @@ identical share one directory.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import sys
@@ -224,6 +225,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "launch": ((str,), False),
     "behaviour": ((str,), False),
     "needed_by": ((dict,), False),
+    "upstream_fix": ((dict,), False),  # where upstream's fix stands (issue, pull request): for people to read
 }
 _TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
 
@@ -232,6 +234,7 @@ def _manifest_problems(data: dict) -> list[str]:
     """What is missing from a set.toml, or of the wrong type (empty: nothing)."""
     missing = [key for key, (_, required) in _MANIFEST_FIELDS.items() if required and not data.get(key)]
     problems = [f"no {' and no '.join(missing)}"] if missing else []
+    problems += [_unknown_field(key) for key in data if key not in _MANIFEST_FIELDS]
     for key, (types, _) in _MANIFEST_FIELDS.items():
         if key in data and not isinstance(data[key], types):
             problems.append(f"`{key}` must be {' or '.join(_TOML_TYPES[t] for t in types)}")
@@ -246,6 +249,15 @@ def _manifest_problems(data: dict) -> list[str]:
     if isinstance(data.get("needed_by"), dict):
         problems += _rule_problems(data["needed_by"])
     return problems
+
+
+def _unknown_field(key: str) -> str:
+    """A key patchkit does not read: a misspelt one (`behavior`, `upstrem`) would drop what it
+    declares unsaid, so it is refused, with the field it is closest to."""
+    near = difflib.get_close_matches(key, _MANIFEST_FIELDS, n=1)
+    return f"no field `{key}`" + (
+        f" (did you mean `{near[0]}`?)" if near else f" (it takes {', '.join(_MANIFEST_FIELDS)})"
+    )
 
 
 def _rule_problems(table: dict) -> list[str]:
