@@ -86,6 +86,6 @@ def from_a_configured_index(
         return True
     configured = [redact(url) for url in settings.index_urls]
     warn(
-        f"{cached} came from {came_from}; pip is configured with {', '.join(configured)} now: taking {noun} from there"
+        f"{cached} came from {came_from}; pip is configured with {', '.join(configured)} now: asking it for {noun}"
     )
     return False
