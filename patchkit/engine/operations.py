@@ -795,10 +795,9 @@ def _revert_locked(
             commit_changes(root, guard_changes, new_state)
             _fix_guard_bytecode(target, guard_changes)
             left = new_state
-        dropped = " (its record dropped)" if undo.entries else ""
-        removed = "; launch guard removed" if guard_changes else ""
-        said = f"nothing to revert: the tree is stock{dropped}{removed}"
-        return RevertResult(Outcome.NOT_APPLIED, said, warnings=warnings, record=left)
+        return RevertResult(
+            Outcome.NOT_APPLIED, _nothing_said(undo, only, left, guard_changes), warnings=warnings, record=left
+        )
     saved = keep_copies(root, restored.edited) if restored.edited else None
     modes = _recorded_modes(undo.entries, plan.changes)
     commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
@@ -814,6 +813,16 @@ def _revert_locked(
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _nothing_said(undo: _Undo, only: str | None, left: State, guard_changes: dict) -> str:
+    """A revert that wrote no file: the tree is stock, or (with --set) only that set's files are."""
+    others = [e.set_name for e in left.entries]
+    if only is not None and not undo.entries and others:  # the other sets' files are not stock
+        return f"nothing to revert: {only} is not applied (the tree records {', '.join(others)})"
+    dropped = " (its record dropped)" if undo.entries else ""
+    removed = "; launch guard removed" if guard_changes else ""
+    return f"nothing to revert: the tree is stock{dropped}{removed}"
 
 
 @dataclass
