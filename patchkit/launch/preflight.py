@@ -243,16 +243,19 @@ def needs_of(opts: Options, sets: dict[str, PatchSetDef] | None, command: Launch
     to: the guard refuses for any recorded one) the launch as vLLM serves it needs."""
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
-    return launch_needs((sets or {}).values(), as_served(command))
+    served, architectures = as_served(command)
+    return launch_needs((sets or {}).values(), served, architectures)
 
 
-def as_served(command: LaunchCommand) -> LaunchCommand:
-    """The command as vLLM serves it: a speculators-format model's own speculative config in place;
-    as written when a model cannot be read (the preflight names that first)."""
+def as_served(command: LaunchCommand) -> tuple[LaunchCommand, list[str]]:
+    """The command as vLLM serves it (a speculators-format model's own speculative config in place)
+    and its target model's architectures; as written, and none, when a model cannot be read (the
+    preflight names that first)."""
     try:
-        return _models(command)[3]
+        target, _, _, served = _models(command)
     except (TargetError, BadInput):
-        return command
+        return command, []
+    return served, target.architectures
 
 
 def launch_findings(context: LaunchContext) -> list[Finding]:
