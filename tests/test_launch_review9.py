@@ -1,0 +1,127 @@
+"""Review 9 of the launch and the guard: each finding's regression test, on inputs of its own.
+
+H1: eagle3's patch 0002 (the image token in the proposer's shared load_model) is needed by a
+Kimi-K2.5 launch whose drafter that load_model loads (eagle, mtp, draft_model), not only eagle3;
+a DeepSeek-V3 mtp launch, which works on stock, still passes without the set. On fetched trees."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import lay_out_release, run_cli
+from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, write_model
+
+from patchkit.base.errors import BadInput
+from patchkit.releases.files import files_for
+from patchkit.series.library import load_set
+
+PLAIN_DRAFTER = {  # a small model of the target's vocabulary: a draft_model or EAGLE drafter
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "num_hidden_layers": 2,
+    "vocab_size": 163840,
+}
+
+
+def spec(method: str, drafter: Path | None) -> str:
+    given: dict[str, object] = {"method": method, "num_speculative_tokens": 1}
+    return json.dumps({**given, "model": str(drafter)} if drafter is not None else given)
+
+
+def failed_checks(done) -> set[str]:
+    return {f["check"] for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+
+
+# --- H1: which methods need eagle3's image token -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "kimi": write_model(root / "kimi", KIMI_K25),
+        "deepseek": write_model(root / "deepseek", DEEPSEEK_V3),
+        "drafter": write_model(root / "drafter", PLAIN_DRAFTER),
+    }
+
+
+# (target, method, drafter?, whether the launch needs eagle3)
+LAUNCHES = [
+    ("kimi", "eagle", True, True),
+    ("kimi", "draft_model", True, True),
+    ("kimi", "mtp", False, True),
+    ("kimi", "deepseek_mtp", False, True),  # vLLM renames it mtp
+    ("kimi", "ngram", False, False),  # no drafter model: no proposer load
+    ("deepseek", "mtp", False, False),  # no image token read for a text-only target: works on stock
+    ("deepseek", "deepseek_mtp", False, False),
+    ("deepseek", "eagle", True, False),
+    ("deepseek", "draft_model", True, False),
+]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("release", ["0.15.1", "0.16.0", "0.17.1"])
+def test_a_kimi_k25_launch_through_the_proposer_needs_eagle3_and_its_image_token_check(tmp_path, models, release):
+    site = lay_out_release(release, sorted({*files_for(release), REGISTRY}), tmp_path / "site")
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
+    for target, method, with_drafter, needs in LAUNCHES:
+        extra = ["--speculative-config", spec(method, models["drafter"] if with_drafter else None)]
+        launch = ["vllm", "serve", str(models[target]), "--trust-remote-code", *extra]
+        done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
+        said = f"{release} {target} {method}: {done.stdout}"
+        if needs:
+            assert done.returncode == 1 and failed_checks(done) == {"tree-state", "image-token"}, said
+            fixes = {f["fix"] for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+            assert fixes == {f"run `patchkit apply --target {site} --set eagle3`"}, said
+        else:
+            assert done.returncode == 0, said
+            assert json.loads(done.stdout)["unused_sets"]["eagle3"] == "not applied", said
+        ran = run_cli("run", "--target", site, "--", *launch, env=no_vllm)
+        assert ran.returncode == (1 if needs else 4), f"{said} {ran.stdout} {ran.stderr}"
+    # the launch's own `run --apply` applies eagle3 alone, and then every launch passes
+    kimi_eagle = ["vllm", "serve", str(models["kimi"]), "--speculative-config", spec("eagle", models["drafter"])]
+    applied = run_cli("run", "--apply", "--target", site, "--", *kimi_eagle, env=no_vllm)
+    assert applied.returncode == 4 and "1 set(s) applied (eagle3)" in applied.stdout, applied.stdout + applied.stderr
+    for target, method, with_drafter, _ in LAUNCHES:
+        extra = ["--speculative-config", spec(method, models["drafter"] if with_drafter else None)]
+        done = run_cli("preflight", "--target", site, "--no-import", "--", "vllm", "serve", str(models[target]), *extra)
+        assert done.returncode == 0, f"{release} {target} {method}: {done.stdout}"
+
+
+@pytest.mark.parametrize(
+    ("when", "said"),
+    [
+        ('when = "x"', "`when` must be an array of tables"),
+        ("[[needed_by.when]]\nspeculative_methods = []", "entry 1 `speculative_methods` must be a non-empty array"),
+        ("[[needed_by.when]]\ntarget_archs = ['X']", "entry 1 has no key 'target_archs'"),
+        ("[[needed_by.when]]", "entry 1 names no launch"),
+    ],
+)
+def test_a_malformed_when_entry_is_refused_naming_it(tmp_path, when, said):
+    directory = tmp_path / "s"
+    (directory / "0.16.0").mkdir(parents=True)
+    (directory / "0.16.0" / "series").write_text("")
+    (directory / "set.toml").write_text(
+        f'name = "s"\n\n[needed_by]\nspeculative_methods = ["eagle3"]\n{when}\n\n'
+        '[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n'
+    )
+    with pytest.raises(BadInput) as raised:
+        load_set(directory)
+    assert said in raised.value.message
+
+
+def test_a_when_entry_alone_is_a_rule_and_needs_every_key_it_gives(tmp_path):
+    directory = tmp_path / "s"
+    (directory / "0.16.0").mkdir(parents=True)
+    (directory / "0.16.0" / "series").write_text("")
+    (directory / "set.toml").write_text(
+        'name = "s"\n\n[[needed_by.when]]\nspeculative_methods = ["mtp"]\ntarget_architectures = ["A", "B"]\n\n'
+        '[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n'
+    )
+    rule = load_set(directory).needed_by
+    assert rule is not None
+    assert rule.described() == "--speculative-config method mtp with target architecture A/B"
