@@ -2,12 +2,15 @@
 
 H1: eagle3's patch 0002 (the image token in the proposer's shared load_model) is needed by a
 Kimi-K2.5 launch whose drafter that load_model loads (eagle, mtp, draft_model), not only eagle3;
-a DeepSeek-V3 mtp launch, which works on stock, still passes without the set. On fetched trees."""
+a DeepSeek-V3 mtp launch, which works on stock, still passes without the set. On fetched trees.
+M4: after a vLLM upgrade under an applied tree, `run --apply` of a launch that needs no set clears the
+guard's refusal again (the recorded set's apply moves its record to the installed release)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, write_model
 from patchkit.base.errors import BadInput
 from patchkit.releases.files import files_for
 from patchkit.series.library import load_set
+from patchkit.store.state import read_state
 
 PLAIN_DRAFTER = {  # a small model of the target's vocabulary: a draft_model or EAGLE drafter
     "architectures": ["LlamaForCausalLM"],
@@ -125,3 +129,33 @@ def test_a_when_entry_alone_is_a_rule_and_needs_every_key_it_gives(tmp_path):
     rule = load_set(directory).needed_by
     assert rule is not None
     assert rule.described() == "--speculative-config method mtp with target architecture A/B"
+
+
+# --- M4: run --apply after an upgrade ------------------------------------------------------------
+
+
+def upgraded(site: Path, release: str) -> None:
+    """What pip leaves when it installs another vLLM over the tree: its files, .patchkit/ and the guard kept."""
+    shutil.rmtree(site / "vllm")
+    for old in site.glob("vllm-*.dist-info"):
+        shutil.rmtree(old)
+    lay_out_release(release, sorted({*files_for(release), REGISTRY}), site)
+
+
+@pytest.mark.release
+def test_run_apply_after_an_upgrade_clears_the_guards_refusal_for_a_launch_that_needs_no_set(tmp_path, models):
+    site = lay_out_release("0.16.0", sorted({*files_for("0.16.0"), REGISTRY}), tmp_path / "site")
+    assert run_cli("apply", "--target", site, "--set", "eagle3", "--no-import").returncode == 0
+    upgraded(site, "0.17.0")
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    launch = ["vllm", "serve", str(models["deepseek"])]
+    refused = run_cli("run", "--target", site, "--", *launch, env=no_vllm)
+    assert refused.returncode == 1 and "the launch guard refuses this tree" in refused.stdout, refused.stdout
+    done = run_cli("run", "--apply", "--target", site, "--", *launch, env=no_vllm)
+    assert done.returncode == 4 and "cannot run vllm" in done.stderr, done.stdout + done.stderr
+    assert [(e.set_name, e.vllm_version) for e in read_state(site).entries] == [("eagle3", "0.17.0")]
+    # the guard off in the launch: its refusal is a note, and run --apply leaves the record as it is
+    upgraded(site, "0.17.1")
+    off = run_cli("run", "--apply", "--target", site, "--", "env", "PATCHKIT_GUARD=off", *launch, env=no_vllm)
+    assert off.returncode == 4 and "applied" not in off.stdout, off.stdout + off.stderr
+    assert [(e.set_name, e.vllm_version) for e in read_state(site).entries] == [("eagle3", "0.17.0")]
