@@ -4,7 +4,8 @@ H1: eagle3's patch 0002 (the image token in the proposer's shared load_model) is
 Kimi-K2.5 launch whose drafter that load_model loads (eagle, mtp, draft_model), not only eagle3;
 a DeepSeek-V3 mtp launch, which works on stock, still passes without the set. On fetched trees.
 M4: after a vLLM upgrade under an applied tree, `run --apply` of a launch that needs no set clears the
-guard's refusal again (the recorded set's apply moves its record to the installed release)."""
+guard's refusal again (the recorded set's apply moves its record to the installed release).
+M3: a set whose rule names the launch, left out by --set, is a failed finding naming it, never dropped."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from helpers import lay_out_release, run_cli
-from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, write_model
+from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, serve, write_model
+from test_launch_relevance import TOOLS, setup  # noqa: F401  (setup: a fixture)
 
 from patchkit.base.errors import BadInput
 from patchkit.releases.files import files_for
@@ -159,3 +161,33 @@ def test_run_apply_after_an_upgrade_clears_the_guards_refusal_for_a_launch_that_
     off = run_cli("run", "--apply", "--target", site, "--", "env", "PATCHKIT_GUARD=off", *launch, env=no_vllm)
     assert off.returncode == 4 and "applied" not in off.stdout, off.stdout + off.stderr
     assert [(e.set_name, e.vllm_version) for e in read_state(site).entries] == [("eagle3", "0.17.0")]
+
+
+# --- M3: --set leaves out a set the launch needs -------------------------------------------------
+
+LEFT_OUT = "this launch needs tools (--tool-call-parser demo/demo_v2), which --set leaves out: not judged"
+
+
+@pytest.mark.parametrize("apply_first", [(), ("--apply",)])
+def test_run_with_a_set_that_leaves_out_one_the_launch_needs_says_so_and_launches_nothing(setup, tmp_path, apply_first):
+    tree, lib, target, drafter = setup
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    launch = serve(target, drafter, *TOOLS)  # needs eagle3 and tools
+    run = ["run", *apply_first, "--target", tree, "--patches", lib]
+    done = run_cli(*run, "--set", "eagle3", "--", *launch, env=no_vllm)
+    assert done.returncode == 1 and LEFT_OUT in done.stdout, done.stdout + done.stderr
+    assert "add `--set tools`, or give no --set" in done.stdout, done.stdout
+    both = run_cli(*run, "--set", "eagle3", "--set", "tools", "--", *launch, env=no_vllm)
+    assert both.returncode == (4 if apply_first else 1) and "leaves out" not in both.stdout, both.stdout
+
+
+def test_preflight_names_the_left_out_set_even_when_it_is_applied_and_not_a_set_the_launch_does_not_need(setup):
+    tree, lib, target, drafter = setup
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    preflight = ["preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json"]
+    done = run_cli(*preflight, "--set", "eagle3", "--", *serve(target, drafter, *TOOLS))
+    failed = [f["message"] for f in json.loads(done.stdout)["findings"] if not f["ok"]]
+    assert done.returncode == 1 and failed == [LEFT_OUT], done.stdout
+    # a launch that does not name tools: --set eagle3 leaves out nothing it needs
+    alone = run_cli(*preflight, "--set", "eagle3", "--", *serve(target, drafter))
+    assert alone.returncode == 0, alone.stdout

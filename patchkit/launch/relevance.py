@@ -65,6 +65,7 @@ class LaunchNeeds:
     guard_runs: bool = True
     guard_off: str = ""  # how the launch turns the guard off (guard_off_words), when it does
     judged: frozenset[str] = frozenset()  # the sets this run judges (each needed one says its own drift)
+    named: dict[str, str] = field(default_factory=dict)  # the sets whose rule names this launch -> what it names
 
     def needs(self, set_name: str) -> bool:
         return set_name not in self.unneeded
@@ -76,10 +77,12 @@ def launch_needs(
     """What `command` (as vLLM serves it: a speculators-format model's config in place), whose target
     model has `target_architectures`, needs of `sets`."""
     launch = facts(command, target_architectures)
+    sets = list(sets)
     reasons = {s.name: unneeded_reason(s, launch) for s in sets}
     unneeded = {name: reason for name, reason in reasons.items() if reason is not None}
+    named = {s.name: s.needed_by.described() for s in sets if s.needed_by is not None and s.name not in unneeded}
     runs = guard_runs(command.environ)
-    return LaunchNeeds(unneeded, runs, "" if runs else guard_off_words(command.environ))
+    return LaunchNeeds(unneeded, runs, "" if runs else guard_off_words(command.environ), named=named)
 
 
 EVERY = LaunchNeeds()  # every set needed, the guard as installed: what a launch needed before the rule

@@ -481,6 +481,14 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
     )
 
 
+def has_series(patch_set: PatchSetDef, version: Version) -> bool:
+    """Whether the set has a series for `version` that vLLM does not ship itself (as select tells)."""
+    version = Version(version.public)
+    if patch_set.upstream is not None and in_range(patch_set.upstream, version):
+        return False
+    return any(release.covers(version) for release in patch_set.releases)
+
+
 def between_releases(version: Version) -> bool:
     """A nightly or a source checkout's build (0.33.1.dev12+gabc1234): its files are a release's
     plus what came after, so which series fits is for a dry run to say (see newest_first)."""
