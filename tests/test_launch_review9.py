@@ -169,8 +169,10 @@ LEFT_OUT = "this launch needs tools (--tool-call-parser demo/demo_v2), which --s
 
 
 @pytest.mark.parametrize("apply_first", [(), ("--apply",)])
-def test_run_with_a_set_that_leaves_out_one_the_launch_needs_says_so_and_launches_nothing(setup, tmp_path, apply_first):
-    tree, lib, target, drafter = setup
+def test_run_with_a_set_that_leaves_out_one_the_launch_needs_says_so_and_launches_nothing(
+    request, tmp_path, apply_first
+):
+    tree, lib, target, drafter = request.getfixturevalue("setup")
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
     launch = serve(target, drafter, *TOOLS)  # needs eagle3 and tools
     run = ["run", *apply_first, "--target", tree, "--patches", lib]
@@ -181,8 +183,8 @@ def test_run_with_a_set_that_leaves_out_one_the_launch_needs_says_so_and_launche
     assert both.returncode == (4 if apply_first else 1) and "leaves out" not in both.stdout, both.stdout
 
 
-def test_preflight_names_the_left_out_set_even_when_it_is_applied_and_not_a_set_the_launch_does_not_need(setup):
-    tree, lib, target, drafter = setup
+def test_preflight_names_the_left_out_set_even_when_it_is_applied_and_not_a_set_the_launch_does_not_need(request):
+    tree, lib, target, drafter = request.getfixturevalue("setup")
     assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     preflight = ["preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json"]
     done = run_cli(*preflight, "--set", "eagle3", "--", *serve(target, drafter, *TOOLS))
