@@ -5,7 +5,9 @@ Kimi-K2.5 launch whose drafter that load_model loads (eagle, mtp, draft_model), 
 a DeepSeek-V3 mtp launch, which works on stock, still passes without the set. On fetched trees.
 M4: after a vLLM upgrade under an applied tree, `run --apply` of a launch that needs no set clears the
 guard's refusal again (the recorded set's apply moves its record to the installed release).
-M3: a set whose rule names the launch, left out by --set, is a failed finding naming it, never dropped."""
+M3: a set whose rule names the launch, left out by --set, is a failed finding naming it, never dropped.
+M1: --tool-call-parser deepseek_v4 (0.20.0-0.22.1: the V3.2 parser's class, whose streaming the
+deepseek-tool-calls set patches) needs that set."""
 
 from __future__ import annotations
 
@@ -193,3 +195,28 @@ def test_preflight_names_the_left_out_set_even_when_it_is_applied_and_not_a_set_
     # a launch that does not name tools: --set eagle3 leaves out nothing it needs
     alone = run_cli(*preflight, "--set", "eagle3", "--", *serve(target, drafter))
     assert alone.returncode == 0, alone.stdout
+
+
+# --- M1: deepseek_v4 --------------------------------------------------------------------------------
+
+
+@pytest.mark.release
+def test_a_deepseek_v4_tool_parser_launch_needs_the_deepseek_tool_calls_set(tmp_path, models):
+    site = lay_out_release("0.20.0", sorted({*files_for("0.20.0"), REGISTRY}), tmp_path / "site")
+    launch = [
+        "vllm",
+        "serve",
+        str(models["deepseek"]),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "deepseek_v4",
+    ]
+    preflight = ["preflight", "--target", site, "--no-import", "--format", "json", "--", *launch]
+    stock = run_cli(*preflight)
+    failed = [f for f in json.loads(stock.stdout)["findings"] if not f["ok"]]
+    assert stock.returncode == 1, stock.stdout
+    assert [f["message"] for f in failed] == ["the deepseek-tool-calls series is not applied to vLLM 0.20.0"]
+    assert failed[0]["fix"] == f"run `patchkit apply --target {site} --set deepseek-tool-calls`"
+    assert run_cli("apply", "--target", site, "--set", "deepseek-tool-calls", "--no-import").returncode == 0
+    done = run_cli(*preflight)
+    assert done.returncode == 0 and "deepseek-tool-calls" not in json.loads(done.stdout)["unused_sets"], done.stdout
