@@ -7,19 +7,27 @@ M4: after a vLLM upgrade under an applied tree, `run --apply` of a launch that n
 guard's refusal again (the recorded set's apply moves its record to the installed release).
 M3: a set whose rule names the launch, left out by --set, is a failed finding naming it, never dropped.
 M1: --tool-call-parser deepseek_v4 (0.20.0-0.22.1: the V3.2 parser's class, whose streaming the
-deepseek-tool-calls set patches) needs that set."""
+deepseek-tool-calls set patches) needs that set.
+M2: the hint after an interrupted apply or run --apply names the tree (--target made absolute, or
+the launch's --python) and works as printed from another directory."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
+import subprocess
+import sys
+import venv
 from pathlib import Path
 
 import pytest
-from helpers import lay_out_release, run_cli
+from helpers import lay_out_release, make_patch, patched_spec, run_cli, write_library, write_tree
 from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, serve, write_model
 from test_launch_relevance import TOOLS, setup  # noqa: F401  (setup: a fixture)
+from test_several_sets import EAGLE_MODEL, MODEL, SPEC
 
 from patchkit.base.errors import BadInput
 from patchkit.releases.files import files_for
@@ -220,3 +228,62 @@ def test_a_deepseek_v4_tool_parser_launch_needs_the_deepseek_tool_calls_set(tmp_
     assert run_cli("apply", "--target", site, "--set", "deepseek-tool-calls", "--no-import").returncode == 0
     done = run_cli(*preflight)
     assert done.returncode == 0 and "deepseek-tool-calls" not in json.loads(done.stdout)["unused_sets"], done.stdout
+
+
+# --- M2: the interrupt's hint, followed as printed -----------------------------------------------
+
+
+def two_set_library(scratch: Path, tree: Path) -> Path:
+    root = scratch / "lib"
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="model")
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]}, name="spec")
+    (root / "library.toml").write_text('order = ["model", "spec"]\n')
+    return root
+
+
+def interrupted(cwd: Path, *args: object) -> subprocess.CompletedProcess:
+    """patchkit ARGS in `cwd`, a SIGTERM at the first filesystem step of its first transaction."""
+    env = {**os.environ, "PATCHKIT_FAULT_AFTER": "1:term"}
+    words = [sys.executable, "-m", "patchkit", *map(str, args)]
+    return subprocess.run(words, capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def followed(said: str, elsewhere: Path) -> list[str]:
+    """The hint's `patchkit apply ...` command, run as printed in another directory (--no-import
+    added: the small tree's modules do not import): its words."""
+    (command,) = [c for c in re.findall(r"`(patchkit [^`]*)`", said) if c.startswith("patchkit apply")]
+    words = shlex.split(command)
+    run = [sys.executable, "-m", *words, "--no-import"]
+    done = subprocess.run(run, capture_output=True, text=True, cwd=elsewhere)
+    assert done.returncode == 0, command + done.stdout + done.stderr
+    return words
+
+
+def test_the_hint_of_an_interrupted_apply_names_the_tree_and_works_from_another_directory(tmp_path):
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    tree = write_tree(work / "site")
+    two_set_library(work, tree)
+    done = interrupted(work, "apply", "--target", "site", "--patches", "lib", "--no-import")
+    assert done.returncode == 143 and "not tried: spec" in done.stderr, done.stderr
+    words = followed(done.stderr, elsewhere)
+    assert words[1:6] == ["apply", "--target", str(tree), "--patches", str(work / "lib")], words
+    assert [e.set_name for e in read_state(tree).entries] == ["model", "spec"]
+
+
+def test_the_hint_of_an_interrupted_run_apply_names_the_launchs_python(tmp_path):
+    root, elsewhere = tmp_path / "venv", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    write_tree(site)
+    library = two_set_library(tmp_path, site)
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    done = interrupted(tmp_path, "run", "--apply", "--patches", library, "--", script, "serve", model)
+    assert done.returncode == 143 and "not tried: spec" in done.stderr, done.stderr
+    words = followed(done.stderr, elsewhere)
+    assert words[1:3] == ["apply", "--python"] and Path(words[3]).parent == root / "bin", words
+    assert [e.set_name for e in read_state(site).entries] == ["model", "spec"]
