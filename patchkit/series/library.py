@@ -12,6 +12,7 @@ identical share one directory.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import sys
@@ -259,6 +260,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "launch": ((str,), False),
     "behaviour": ((str,), False),
     "needed_by": ((dict,), False),
+    "upstream_fix": ((dict,), False),  # where upstream's fix stands (issue, pull request): for people to read
 }
 _TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
 
@@ -267,6 +269,7 @@ def _manifest_problems(data: dict) -> list[str]:
     """What is missing from a set.toml, or of the wrong type (empty: nothing)."""
     missing = [key for key, (_, required) in _MANIFEST_FIELDS.items() if required and not data.get(key)]
     problems = [f"no {' and no '.join(missing)}"] if missing else []
+    problems += [_unknown_field(key) for key in data if key not in _MANIFEST_FIELDS]
     for key, (types, _) in _MANIFEST_FIELDS.items():
         if key in data and not isinstance(data[key], types):
             problems.append(f"`{key}` must be {' or '.join(_TOML_TYPES[t] for t in types)}")
@@ -283,22 +286,32 @@ def _manifest_problems(data: dict) -> list[str]:
     return problems
 
 
+def _unknown_field(key: str) -> str:
+    """A key patchkit does not read: a misspelt one (`behavior`, `upstrem`) would drop what it
+    declares unsaid, so it is refused, with the field it is closest to."""
+    near = difflib.get_close_matches(key, _MANIFEST_FIELDS, n=1)
+    return f"no field `{key}`" + (
+        f" (did you mean `{near[0]}`?)" if near else f" (it takes {', '.join(_MANIFEST_FIELDS)})"
+    )
+
+
 def _rule_problems(table: dict) -> list[str]:
     """What is wrong with a [needed_by] table (empty: nothing): known keys, each a list of names;
     `when`, an array of tables of those keys."""
     entries = table.get(WHEN, [])
     if WHEN in table and not (isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries)):
         return [f"[needed_by] `{WHEN}` must be an array of tables ([[needed_by.{WHEN}]])"]
-    problems = _keys_problems({k: v for k, v in table.items() if k != WHEN}, "[needed_by]", bool(entries))
+    top = {k: v for k, v in table.items() if k != WHEN}
+    problems = _keys_problems(top, "[needed_by]", bool(entries), takes=(*NEEDED_BY, f"[[needed_by.{WHEN}]]"))
     for index, entry in enumerate(entries, 1):
         problems += _keys_problems(entry, f"[[needed_by.{WHEN}]] entry {index}", False)
     return problems
 
 
-def _keys_problems(table: dict, where: str, may_be_empty: bool) -> list[str]:
+def _keys_problems(table: dict, where: str, may_be_empty: bool, takes: tuple[str, ...] = tuple(NEEDED_BY)) -> list[str]:
     unknown = [key for key in table if key not in NEEDED_BY]
     if unknown:
-        return [f"{where} has no key {unknown[0]!r} (it takes {', '.join(NEEDED_BY)})"]
+        return [f"{where} has no key {unknown[0]!r} (it takes {', '.join(takes)})"]
     if not table and not may_be_empty:
         return [f"{where} names no launch (give {' or '.join(NEEDED_BY)}; without [needed_by] every launch needs it)"]
     wrong = [
