@@ -53,7 +53,6 @@ from patchkit.fetch.cache import (
     cache_write_error,
     clear_non_directories,
     entry_lock,
-    file_sha256,
     read_regular,
     release_root,
     remove_entry,
@@ -411,21 +410,25 @@ def _download(
             raise other_file(pin, chosen["wheel"], f"{chosen['index']} serves", chosen["sha256"].lower())
         dest = root / chosen["wheel"]
         ident = _index_checked(root, ver, dest.name, chosen["sha256"])
-        if ident is not None:
-            remove_entry(root / f"{dest.name}.json")  # whatever is in its place (a fifo, a directory)
-        else:
-            for name in (dest.name, f"{dest.name}.json", f"{dest.name}.seal"):
-                remove_entry(root / name)  # a damaged or planted file (a symlink: the link itself)
+        got: list[str] = []
+        if ident is None:
+            # The cached file and its records stay until the download passed every check.
             download_wheel(
-                session, chosen["url"], chosen["sha256"], dest, timeout=settings.timeout, say=say, on_bytes=on_bytes
+                session,
+                chosen["url"],
+                chosen["sha256"],
+                dest,
+                timeout=settings.timeout,
+                say=say,
+                on_bytes=on_bytes,
+                accept=lambda digest: got.append(_held_to(pin, chosen, digest)),
             )
+            remove_entry(root / f"{dest.name}.seal")  # the replaced file's
+        remove_entry(root / f"{dest.name}.json")  # whatever is in its place (a fifo, a directory)
     finally:
         session.close()
     # What the index gave (or, without one, what was downloaded: damage is still caught on reuse).
-    digest = (chosen["sha256"] or "").lower() or file_sha256(dest)
-    if pin is not None and digest != pin.sha256:  # an index that gives no sha256: the download's own
-        remove_entry(dest)
-        raise other_file(pin, dest.name, f"{chosen['index']} served", digest)
+    digest = (chosen["sha256"] or "").lower() or got[0]
     if ident is None:  # the identity of the bytes that hash to it, not of whatever the path holds later
         ident = _checked_identity(root, ver, dest, digest)
     sidecar = {
@@ -439,6 +442,14 @@ def _download(
     }
     _write_sidecar(root, ver, dest.name, sidecar)
     return dest, ident
+
+
+def _held_to(pin: Pin | None, chosen: dict[str, Any], digest: str) -> str:
+    """`digest`, a download's sha256, if it is the one patchkit recorded for its name (an index that
+    gives no sha256 is held to it here), else the refusal."""
+    if pin is not None and digest != pin.sha256:
+        raise other_file(pin, chosen["wheel"], f"{chosen['index']} served", digest)
+    return digest
 
 
 def _write_sidecar(root: Path, ver: str, wheel: str, record: dict[str, Any]) -> None:
