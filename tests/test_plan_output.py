@@ -153,7 +153,9 @@ def test_the_header_names_only_filled_columns_and_the_states_stand_in_one_column
     assert [line.split() for line in headings] == [[name, "apply"] for name in named]
     assert {line.index("apply") for line in headings} == {len(max(named, key=len)) + 2}
     assert len(lines[2]) == len(headings[0]) and set(lines[2].strip()) == {"\u2500"}
-    piped = plain_plan("plan: would change 2 file(s)", *shown_columns(PLAN_FILE_HEADER, plan_sections(plan, file_rows), (1,)))
+    piped = plain_plan(
+        "plan: would change 2 file(s)", *shown_columns(PLAN_FILE_HEADER, plan_sections(plan, file_rows), (1,))
+    )
     assert piped.splitlines() == [line for line in lines if line != lines[2]]
 
 

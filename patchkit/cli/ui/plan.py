@@ -29,8 +29,8 @@ def show_plan(ui: Screen, plan: Plan, *, dry_run: bool) -> None:
         return
     verb = "would change" if dry_run else "changes"
     title = f"plan: {verb} {len(plan.changed_paths)} file(s)"
-    columns, rows_of, right = (PLAN_HUNK_HEADER, hunk_rows, ()) if ui.verbose else (PLAN_FILE_HEADER, file_rows, (1,))
-    columns, sections, right = shown_columns(columns, plan_sections(plan, rows_of), right)
+    header, rows_of, numbers = (PLAN_HUNK_HEADER, hunk_rows, ()) if ui.verbose else (PLAN_FILE_HEADER, file_rows, (1,))
+    columns, sections, right = shown_columns(header, plan_sections(plan, rows_of), numbers)
     if not ui.terminal:
         text = plain_plan(title, columns, sections, right)
         write_plainly(lambda stdout: stdout.write(text))
