@@ -210,11 +210,14 @@ def _read_at_most(fd: int, most: int, size: int) -> bytes:
 def plain_directory(root: Path, directory: Path) -> bool:
     """Whether `directory` (under `root`, which may itself be reached through a symlink) is, as far
     as it exists, a chain of real directories: no component below `root` down to it is a symlink or
-    anything but a directory, and it lies inside `root` (fsutil.inside). A part not yet there is
-    fine (creating it makes a real one)."""
+    anything but a directory, nor `..`. A part not yet there is fine (creating it makes a real one).
+    Such a chain lies inside `root` by construction: no realpath of either is needed (it was a
+    third of a warm dry run's cache lookups)."""
     try:
         rel = directory.relative_to(root)
     except ValueError:
+        return False
+    if ".." in rel.parts:  # a way back up: it may leave `root`, even where the rest is not there yet
         return False
     current = root
     for part in rel.parts:
@@ -227,7 +230,7 @@ def plain_directory(root: Path, directory: Path) -> bool:
             return False
         if not stat.S_ISDIR(mode):
             return False
-    return inside(root, directory)
+    return True
 
 
 Identity = tuple[int, ...]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
