@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +21,7 @@ def spelled_out(path: str) -> bool:
         and "\\" not in path
         and "\x00" not in path
         and not path.startswith("/")
-        and not fsutil._DRIVE.match(path)
+        and not re.match(fsutil._DRIVE, path)
         and not any(p in ("", ".", "..") for p in parts)
     )
 

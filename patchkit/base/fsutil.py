@@ -33,7 +33,8 @@ def load_json_text(raw: bytes | str) -> Any:
     return data
 
 
-_DRIVE = re.compile(r"^[A-Za-z]:")
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
+_DRIVE = r"^[A-Za-z]:"
 
 
 def unsafe_reason(path: str) -> str | None:
@@ -48,7 +49,7 @@ def unsafe_reason(path: str) -> str | None:
         return "contains a backslash"
     if "\x00" in path:
         return "contains a NUL byte"
-    if path.startswith("/") or _DRIVE.match(path):
+    if path.startswith("/") or re.compile(_DRIVE).match(path):
         return "is absolute"
     parts = path.split("/")
     if ".." in parts:
@@ -90,16 +91,16 @@ def all_safe(paths: list[str]) -> bool:
         and not joined.startswith(("/", "\n"))
         and not joined.endswith(("/", "\n"))
         and not any(part in joined for part in ("\n/", "/\n", "\n\n", "//", "\\", "\x00"))
-        and (":" not in joined or not _DRIVES.search(joined))
-        and not _DOT_PARTS.search(joined)
+        and (":" not in joined or not re.compile(_DRIVES).search(joined))
+        and not re.compile(_DOT_PARTS).search(joined)
     )
     return plainly or all(unsafe_reason(path) is None for path in paths)
 
 
 # a path's first two characters naming a drive, and a '.' or '..' component, in newline-joined paths
 # (each begins with a literal, which the search skips to)
-_DRIVES = re.compile(r":(?<![^\n][^\n]:)(?<=[A-Za-z]:)")
-_DOT_PARTS = re.compile(r"\.(?<![^/\n]\.)\.?(?![^/\n])")
+_DRIVES = r":(?<![^\n][^\n]:)(?<=[A-Za-z]:)"
+_DOT_PARTS = r"\.(?<![^/\n]\.)\.?(?![^/\n])"
 
 
 def inside(tree: Path, path: Path) -> bool:
