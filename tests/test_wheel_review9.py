@@ -224,3 +224,17 @@ def test_revert_of_one_set_of_the_wheel_is_refused_with_another_set_applied_on_i
     assert "`patchkit wheel" in said and "0.16.0 --set model-fix`" in said, said  # the wheel without spec
     assert fingerprint(site) == before
     assert find_problems(str(site)) == []
+
+
+def test_a_set_applied_over_a_wheel_set_s_file_is_no_drift_of_the_wheel_s_set(run, tmp_path, wheel_and_a_set):
+    site, library = wheel_and_a_set
+    patched = write_tree(tmp_path / "patched", "0.16.0", {**STOCK_FILES, W_SPEC: patched_spec().encode()})
+    more = make_patch(tmp_path, patched, {W_SPEC: patched_spec() + "# more\n"})
+    write_library(library, {"0.16.0": [more]}, name="spec-more")
+    (library / "library.toml").write_text('order = ["spec", "model-fix", "cli-fix", "spec-more"]\n')
+    done = run("apply", "--target", site, "--patches", library, "--set", "spec-more", "--force")
+    assert done.exit_code == 0, done.output
+
+    sets = _sets(run, site, library)
+
+    assert {name: s["drifted"] for name, s in sets.items()}["spec"] == [], sets["spec"]
