@@ -238,3 +238,32 @@ def test_a_set_applied_over_a_wheel_set_s_file_is_no_drift_of_the_wheel_s_set(ru
     sets = _sets(run, site, library)
 
     assert {name: s["drifted"] for name, s in sets.items()}["spec"] == [], sets["spec"]
+
+
+# --------------------------------------------------------------------------- the class of M1: the wheel cache's record
+
+
+@pytest.mark.parametrize("gives_sha256", [True, False])
+def test_a_release_fetch_holds_a_mirror_to_the_wheel_cache_s_record_of_the_name(tmp_path, monkeypatch, gives_sha256):
+    cache_root = isolate_cache(tmp_path, monkeypatch)
+    genuine, mirror = IndexServer(), IndexServer()
+    try:
+        genuine.publish(NATIVE, build_wheel(version=STOCK_VERSION, blob_size=3000))
+        mirror.publish(NATIVE, build_wheel({**FILES, SPEC: HOSTILE}, version=STOCK_VERSION, blob_size=3000))
+        if not gives_sha256:
+            _without_sha256(mirror)
+        use_index(monkeypatch, genuine.index())
+        stock.stock_wheel(STOCK_VERSION)  # `patchkit wheel 0.2.0` downloaded the genuine file: recorded
+        use_index(monkeypatch, mirror.index())
+
+        done = run_cli("fetch", STOCK_VERSION, "--all", "--dest", tmp_path / "dest")
+
+        assert_clean_failure(done, 2)
+        said = " ".join(done.stderr.split())
+        assert hashlib.sha256(genuine.files[NATIVE]).hexdigest()[:16] in said, said
+        assert str(cache_root / "wheels" / STOCK_VERSION / f"{NATIVE}.json") in said, said  # what to remove
+        assert not (tmp_path / "dest" / SPEC).exists()
+        assert not (cache_root / "releases" / STOCK_VERSION / "release.json").exists()
+    finally:
+        genuine.stop()
+        mirror.stop()
