@@ -267,3 +267,31 @@ def test_a_release_fetch_holds_a_mirror_to_the_wheel_cache_s_record_of_the_name(
     finally:
         genuine.stop()
         mirror.stop()
+
+
+def test_an_unsealed_release_record_is_not_sealed_over_the_wheel_cache_s_record(tmp_path, monkeypatch):
+    cache_root = isolate_cache(tmp_path, monkeypatch)
+    genuine, mirror = IndexServer(), IndexServer()
+    try:
+        genuine.publish(NATIVE, build_wheel(version=STOCK_VERSION, blob_size=3000))
+        mirror.publish(NATIVE, build_wheel({**FILES, SPEC: HOSTILE}, version=STOCK_VERSION, blob_size=3000))
+        use_index(monkeypatch, genuine.index())
+        stock.stock_wheel(STOCK_VERSION)  # the wheel cache records the genuine file
+        use_index(monkeypatch, mirror.index())
+        record = cache_root / "wheels" / STOCK_VERSION / f"{NATIVE}.json"
+        kept = record.read_bytes()
+        record.unlink()  # meanwhile, a release.json of the mirror's file (an older patchkit's: unsealed)
+        fetch.release_tree(STOCK_VERSION, [SPEC])
+        record.write_bytes(kept)
+        state_file = cache_root / "releases" / STOCK_VERSION / "release.json"
+        state = json.loads(state_file.read_text())
+        del state["seal"]
+        state_file.write_text(json.dumps(state))
+
+        done = run_cli("fetch", STOCK_VERSION, "--all")
+
+        assert_clean_failure(done, 2)
+        assert "seal" not in json.loads(state_file.read_text())  # not vouched for
+    finally:
+        genuine.stop()
+        mirror.stop()

@@ -220,6 +220,7 @@ def _vouched_again(root: Path, ver: str, state: State, say: Progress) -> State |
         return state  # no index to ask: it stays as it is, vouching for no wheel
     finally:
         session.close()
+    _held_to_what_is_recorded(ver, chosen)  # sealed, it would vouch for another file than the one recorded
     recorded = str(state.get("sha256") or "").lower()
     if chosen["wheel"] == state["wheel"] and recorded and str(chosen["sha256"] or "").lower() == recorded:
         del state["seal"]  # a new record: save_state seals it
