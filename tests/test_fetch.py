@@ -340,9 +340,10 @@ def test_an_http_index_that_fails_beside_an_unread_source_gets_the_index_hint(ca
 
 
 def test_a_release_cached_from_another_index_is_fetched_again_from_the_configured_one(server, cache, monkeypatch):
-    from helpers import run_cli
+    from helpers import assert_clean_failure, run_cli
 
-    # review 6 M1: fetch --dest laid out a vendor index's files after pip was pointed elsewhere, unsaid
+    # review 6 M1: fetch --dest laid out a vendor index's files after pip was pointed elsewhere, unsaid;
+    # review 9 M1: nor is the sealed record replaced by the other file: refused until it is removed
     spec = "vllm/config/speculative.py"
     other = IndexServer()
     try:
@@ -355,10 +356,14 @@ def test_a_release_cached_from_another_index_is_fetched_again_from_the_configure
             no_network(offline)
             assert (fetch.release_tree(VERSION, [spec]) / spec).read_bytes() == b"VENDOR = True\n"
         dest = cache / "laid-out"
-        done = run_cli("fetch", VERSION, "--all", "--dest", dest)  # the command a user runs
+        refused = run_cli("fetch", VERSION, "--all", "--dest", dest)  # the command a user runs
+        assert_clean_failure(refused, 2)
+        assert server.index() in refused.stderr and other.index() in refused.stderr, refused.stderr
+        assert not (dest / spec).exists()
+        (cache / "releases" / VERSION / STATE_FILE).unlink()  # the hint followed
+        done = run_cli("fetch", VERSION, "--all", "--dest", dest)
         assert done.returncode == 0, done.stderr
         assert (dest / spec).read_bytes() == FILES[spec]
-        assert server.index() in done.stderr and other.index() in done.stderr, done.stderr
         said: list[str] = []
         with monkeypatch.context() as offline:  # settings unchanged since: no question to pip
             no_network(offline)

@@ -110,6 +110,14 @@ def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_
         ('name = "x"\n[[releases]]\nversions = "==0.16.0"\ndir = "../../elsewhere"\n', "contains '..'"),
         ('name = "x"\nroots = "vllm"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "`roots` must be"),
         ('name = "x"\nsupported = 11\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "`supported` must"),
+        # a misspelt field would drop what it declares (a behaviour test, a range) unsaid
+        (
+            'name = "x"\nbehavior = "b.py"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n',
+            "no field `behavior` (did you mean `behaviour`?)",
+        ),
+        ('name = "x"\nupstrem = ">=0.17"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "`upstream`?"),
+        ('name = "x"\nowner = "me"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "(it takes name,"),
+        ('name = "x"\nupstream_fix = "pending"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "a table"),
     ],
 )
 def test_a_set_toml_without_a_name_or_releases_or_with_wrong_types_is_refused(tmp_path, manifest, named):

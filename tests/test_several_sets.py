@@ -230,6 +230,28 @@ def test_revert_without_set_reverts_all_and_with_set_that_one(run, tree, library
     assert snapshot(tree) == stock and not (tree / ".patchkit").exists()
 
 
+def test_revert_of_a_set_not_applied_says_so_and_not_that_the_tree_is_stock(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
+    patched = snapshot(tree)
+    other = run("revert", "--target", tree, "--patches", library, "--set", "model")
+    assert other.exit_code == 0, other.output
+    assert "nothing to revert: model is not applied (the tree records spec)" in other.output, other.output
+    assert "the tree is stock" not in other.output
+    assert snapshot(tree) == patched and [e.set_name for e in read_state(tree).entries] == ["spec"]
+
+
+@pytest.mark.parametrize("command", ["revert", "status", "verify", "diff"])
+def test_a_command_of_one_set_refuses_several_rather_than_act_on_the_last(run, tree, library, command):
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    patched = snapshot(tree)
+    given = run(command, "--target", tree, "--patches", library, "--set", "model", "--set", "spec")
+    assert given.exit_code == 2, given.output
+    assert f"{command} takes one --set: run it once per set, or without --set for all" in given.output
+    assert snapshot(tree) == patched and [e.set_name for e in read_state(tree).entries] == ["model", "spec"]
+    same = run(command, "--target", tree, "--patches", library, "--set", "spec", "--set", "spec")
+    assert same.exit_code != 2, same.output  # one set, named twice
+
+
 @pytest.fixture
 def stacked_library(tree, scratch, library) -> Path:
     """`spec` and `more`, which changes the line `spec` adds: library.toml says spec first."""

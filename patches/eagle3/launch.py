@@ -27,7 +27,14 @@ NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 
 
+# The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
+# mtp; DraftModelProposer from 0.15.1): for them only patch 0002, the image token read, matters.
+PROPOSER_METHODS = ("eagle", "mtp", "draft_model")
+
+
 def checks(launch) -> list[Finding]:
+    if launch.command.speculative_method in PROPOSER_METHODS:
+        return image_token(launch)
     if launch.command.speculative_method != "eagle3":
         return []
     found = [whitelist(launch), supports_eagle3(launch)]

@@ -145,6 +145,7 @@ def new_run() -> None:
     _run.report = None
     _run.hint = None
     _run.sets = None
+    _run.chosen = None
 
 
 def new_set(kept: list[str], current: str, untried: list[str]) -> None:
@@ -154,6 +155,7 @@ def new_set(kept: list[str], current: str, untried: list[str]) -> None:
     _run.written = None
     _run.hint = None
     _run.sets = (kept, current, untried)
+    _run.chosen = hints.from_anywhere()  # the report is read after the command ended: its selection now
 
 
 def note_report(message: str, hint: str | None = None) -> None:
@@ -166,7 +168,10 @@ def note(what: str) -> None:
     undid its own earlier one), or was rolled back (ROLLED_BACK). The hint is spelled now, while the
     command's selection is known (the report is read after the command has ended)."""
     _run.written = what
-    committed = f"{hints.command('verify')} checks it; {hints.command('revert')} undoes it"
+    chosen = hints.from_anywhere()  # followed as printed from any directory
+    committed = (
+        f"{hints.command('verify', chosen=chosen)} checks it; {hints.command('revert', chosen=chosen)} undoes it"
+    )
     _run.hint = committed if what == COMMITTED else None
 
 
@@ -199,8 +204,9 @@ def _sets_report(kept: list[str], current: str, untried: list[str]) -> tuple[str
     parts.append(f"{current} {_SET_STATES[written]}")
     parts += [f"not tried: {', '.join(untried)}"] if untried else []
     applied = kept + ([current] if written == COMMITTED else [])
-    hint = f"{hints.command('apply')} applies the rest" if untried or written != COMMITTED else None
+    chosen = getattr(_run, "chosen", None)
+    hint = f"{hints.command('apply', chosen=chosen)} applies the rest" if untried or written != COMMITTED else None
     if applied:
-        undo = f"{hints.command('revert')} undoes every set"
-        hint = f"{hint}; {undo}" if hint else f"{hints.command('verify')} checks it; {undo}"
+        undo = f"{hints.command('revert', chosen=chosen)} undoes every set"
+        hint = f"{hint}; {undo}" if hint else f"{hints.command('verify', chosen=chosen)} checks it; {undo}"
     return "interrupted: " + "; ".join(parts), hint

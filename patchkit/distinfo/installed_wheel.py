@@ -221,9 +221,12 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
 
 def drifted(root: Path, read: Callable[[Path], bytes | None], set_name: str | None = None) -> list[str]:
     """The files the wheel patched (of a wheel of several sets, those `set_name`'s own patches touch)
-    whose content is neither the patched nor the stock one."""
+    whose content is neither the patched nor the stock one; none for a set the wheel does not hold
+    (another set's edited file is not its drift)."""
     found = find(root)
     if found is None:
+        return []
+    if set_name is not None and set_name not in (*found.set_names, found.name):
         return []
     if set_name in found.set_names and len(found.set_names) > 1:
         found = found.for_set(set_name)

@@ -77,6 +77,9 @@ class TreeStatus:
     others_fix: str | None = None
     # the set came with a wheel of several sets (no apply of its own): revert and apply take them together
     whole_wheel: bool = False
+    # the guard refuses a file a patched wheel's set patched (no apply of its own): only a revert of
+    # every set puts it back, whichever set is asked about
+    wheel_refused: bool = False
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -96,9 +99,10 @@ class TreeStatus:
             )
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
-        if self.whole_wheel and any(problem.endswith(_EDITED) for problem in self.guard):
-            # another set of the wheel's file: this set's apply leaves it; the wheel's sets go together
-            return f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.fix_command('apply')}"
+        if (self.whole_wheel or self.wheel_refused) and any(problem.endswith(_EDITED) for problem in self.guard):
+            # a wheel's file: this set's apply leaves it; the wheel's sets go together
+            revert, apply = (hints.command(verb, *args, chosen=_without_a_set()) for verb, *args in _EVERY_SET)
+            return f"run {revert} (it keeps a copy of the edits), then {apply}"
         upgraded = [problem for problem in self.guard if _UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
             # vLLM was upgraded under the record, and its files are not all the new release's: no
@@ -199,7 +203,24 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
         "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
+        "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
     }
+
+
+_EVERY_SET = (("revert", "--force"), ("apply",))  # the fix of a patched wheel's edited file, without --set
+
+
+def _refuses_the_wheels_files(root: Path, state: State, refused: list[str]) -> bool:
+    """Whether the guard refuses a file the installed patched wheel patched and no apply recorded."""
+    if not refused or not has_provenance(root):
+        return False
+    try:
+        found = installed_wheel_reader().find(root)
+    except PatchkitError:
+        return False
+    recorded = {path for entry in state.entries for path in entry.files}
+    wheels = [path for path in (found.files if found is not None else ()) if path not in recorded]
+    return any(problem.startswith(f"{path} ") for path in wheels for problem in refused)
 
 
 def _of_a_wheel_of_several_sets(root: Path, set_name: str, state: State) -> bool:
@@ -289,12 +310,17 @@ def drifted_files(resolved: Resolved, state: State) -> list[str]:
     nor the original (a record left stale by an upgrade of vLLM is no evidence: see stale_entries)."""
     root = resolved.target.root
     entry = state.entry(resolved.set_name)
-    if entry is None and not state.entries:  # installed from a patched wheel, perhaps: its provenance
+    if entry is None:  # installed from a patched wheel, perhaps (other sets applied on it or not): its provenance
         if not has_provenance(root):
             return []
         read = lambda path: read_file(path, follow_symlinks=False)  # noqa: E731
-        return installed_wheel_reader().drifted(root, read, resolved.set_name)
-    if entry is None or stale_note(root, entry, resolved.vllm_version):
+        recorded = {
+            path for other in state.entries for path in other.files
+        }  # a later apply's file: its record judges it
+        return [
+            path for path in installed_wheel_reader().drifted(root, read, resolved.set_name) if path not in recorded
+        ]
+    if stale_note(root, entry, resolved.vllm_version):
         return []
     return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
 

@@ -795,10 +795,9 @@ def _revert_locked(
             commit_changes(root, guard_changes, new_state)
             _fix_guard_bytecode(target, guard_changes)
             left = new_state
-        dropped = " (its record dropped)" if undo.entries else ""
-        removed = "; launch guard removed" if guard_changes else ""
-        said = f"nothing to revert: the tree is stock{dropped}{removed}"
-        return RevertResult(Outcome.NOT_APPLIED, said, warnings=warnings, record=left)
+        return RevertResult(
+            Outcome.NOT_APPLIED, _nothing_said(undo, only, left, guard_changes), warnings=warnings, record=left
+        )
     saved = keep_copies(root, restored.edited) if restored.edited else None
     modes = _recorded_modes(undo.entries, plan.changes)
     commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
@@ -814,6 +813,16 @@ def _revert_locked(
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _nothing_said(undo: _Undo, only: str | None, left: State, guard_changes: dict) -> str:
+    """A revert that wrote no file: the tree is stock, or (with --set) only that set's files are."""
+    others = [e.set_name for e in left.entries]
+    if only is not None and not undo.entries and others:  # the other sets' files are not stock
+        return f"nothing to revert: {only} is not applied (the tree records {', '.join(others)})"
+    dropped = " (its record dropped)" if undo.entries else ""
+    removed = "; launch guard removed" if guard_changes else ""
+    return f"nothing to revert: the tree is stock{dropped}{removed}"
 
 
 @dataclass
@@ -839,8 +848,9 @@ def _undo_of(target: Target, resolved: Resolved | None, state: State, only: str 
     installed = resolved.vllm_version if resolved else _installed_version(target)
     stale = {e.set_name: note for e in entries if (note := stale_note(root, e, installed))}
     entries = [e for e in entries if e.set_name not in stale]
-    # a record left stale by a patched wheel's install describes no file: the wheel's own patches are undone
-    wheel = None if any(e.set_name not in stale for e in state.entries) else _patched_wheel(root, only)
+    # A patched wheel's own patches are undone with the sets applied on it (a record left stale by its
+    # install describes no file), never one set of it alone: only a set with an apply of its own is.
+    wheel = None if only is not None and state.entry(only) is not None else _patched_wheel(root, only)
     if (
         resolved is None
         and not entries
@@ -934,12 +944,26 @@ def _patched_wheel(root: Path, only: str | None) -> Provenance | None:
     """The provenance of a vLLM installed from a patched wheel (and no apply recorded), when the
     revert is of its set (or of everything)."""
     found = installed_wheel_reader().find(root)
-    if found is not None and len(found.set_names) > 1 and only in found.set_names:
-        raise BadInput(
-            f"vLLM was installed from a wheel of several sets ({found.name}): its sets are reverted together",
-            hint=f"{hints.command('revert', chosen=replace(hints.current(), set_name=None, set_names=()))} reverts every set",
-        )
+    if found is not None and len(found.set_names) > 1 and only is not None and only in found.set_names:
+        raise _one_set_of_the_wheel(found, only)
     return found if found is not None and only in (None, found.name) else None
+
+
+def _one_set_of_the_wheel(found: Provenance, only: str) -> BadInput:
+    """The refusal of `revert --set` of one set of a wheel of several: its files are the installed
+    wheel's (no original of patchkit's), and the guard holds that wheel's files all patched or all
+    stock. What does it: every set reverted, or another wheel installed."""
+    everything = hints.command("revert", chosen=replace(hints.current(), set_name=None, set_names=()))
+    others = [name for name in found.set_names if name != only]
+    without = hints.command(
+        "wheel", found.vllm_version, *(w for name in others for w in ("--set", name)), chosen=hints.for_set(None)
+    )
+    return BadInput(
+        f"vLLM was installed from a wheel of several sets ({found.name}): {only}'s files are that wheel's, "
+        "so its sets are reverted together",
+        hint=f"{everything} reverts every set; to drop only {only}, build a wheel without it ({without}) and "
+        f"install it, or reinstall the stock wheel ({hints.pip_reinstall(found.vllm_version)}) and apply the sets you use",
+    )
 
 
 def _without_guard(

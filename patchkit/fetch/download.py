@@ -26,8 +26,11 @@ def download_wheel(
     timeout: float,
     say: Progress,
     on_bytes: Transferred | None = None,
+    accept: Callable[[str], None] | None = None,
 ) -> Path:
-    """Download `url` to `dest` (through `dest`.part, so a half download is never taken for a wheel)."""
+    """Download `url` to `dest` (through `dest`.part, so a half download is never taken for a wheel).
+    `accept` is given the download's sha256 before it replaces whatever `dest` holds: what it raises
+    leaves `dest` as it was (a cached file is only ever replaced by one that passed every check)."""
     # lazy: the network stack loads only for a fetch
     import requests
 
@@ -59,7 +62,18 @@ def download_wheel(
             f"{dest.name} does not match the sha256 the index gives ({expected[:12]}...)",
             hint="the download was corrupted or tampered with; try again",
         )
-    os.replace(part, dest)
+    try:
+        if accept is not None:
+            accept(got)
+        if dest.is_dir() and not dest.is_symlink():
+            remove_entry(dest)  # a directory in its place, which a rename cannot replace
+        os.replace(part, dest)
+    except OSError as e:
+        _discard(part)
+        raise cache_write_error(dest, e) from None
+    except BaseException:
+        _discard(part)
+        raise
     return dest
 
 

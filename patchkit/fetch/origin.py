@@ -85,7 +85,5 @@ def from_a_configured_index(
         warn(f"pip is configured with no index patchkit reads: using {noun} cached from {came_from}")
         return True
     configured = [redact(url) for url in settings.index_urls]
-    warn(
-        f"{cached} came from {came_from}; pip is configured with {', '.join(configured)} now: taking {noun} from there"
-    )
+    warn(f"{cached} came from {came_from}; pip is configured with {', '.join(configured)} now: asking it for {noun}")
     return False

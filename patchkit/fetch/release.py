@@ -9,6 +9,7 @@ serve ranges, and the tree and release.json are updated.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import time
 from collections.abc import Iterable
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.base import notes
-from patchkit.base.errors import FetchError
+from patchkit.base.errors import BadInput, FetchError
 from patchkit.fetch import net, origin  # net: called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
     STATE_FILE,
@@ -42,6 +43,7 @@ from patchkit.fetch.download import download_wheel
 from patchkit.fetch.extract import extract
 from patchkit.fetch.index import normalize_version
 from patchkit.fetch.net import FetchStats, Progress
+from patchkit.fetch.published import other_file, pinned_sha256
 from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
 from patchkit.fetch.zipread import LocalWheel, WheelSource
@@ -103,8 +105,7 @@ def release_tree(
             try:
                 state = _checked_state(root, ver, wanted, all_python, warn or _to_stderr)
                 if recheck_index and state is not None and not _from_a_configured_index(root, ver, state, say, warn):
-                    _forget_release(root, state)
-                    state = None
+                    state = _served_by_the_configured_index(root, ver, state, say)
                 if recheck_index and state is not None and state.get("seal") is None:
                     state = _vouched_again(root, ver, state, say)
                 if state is None or missing(state, tree, wanted, all_python):
@@ -147,6 +148,62 @@ def _from_a_configured_index(root: Path, ver: str, state: State, say: Progress, 
     )
 
 
+def _served_by_the_configured_index(root: Path, ver: str, state: State, say: Progress) -> State | None:
+    """A release cached from an index pip no longer names, against the wheel the configured one
+    serves: the same file (name and sha256) stays, its record naming that index; another file under
+    a sealed record is refused (a mirror may serve anything: only removing the record makes way for
+    it); an unsealed record vouches for nothing, so it goes and the release is fetched again."""
+    if not state_sealed(state):
+        _forget_release(root, state)
+        return None
+    settings = net.pip_settings()
+    session = net.make_session(settings, None)
+    try:
+        chosen = find_wheel(ver, settings, session, say)
+    finally:
+        session.close()
+    recorded = str(state.get("sha256") or "").lower()
+    served = str(chosen["sha256"] or "").lower()
+    if chosen["wheel"] != state["wheel"] or not served or served != recorded:
+        raise _another_file(root, ver, state, chosen)
+    state.update(index=chosen["index"], url=chosen["url"], pip_config=origin.sealed_settings(settings))
+    save_state(root, state)
+    return state
+
+
+def _another_file(root: Path, ver: str, state: State, chosen: dict[str, Any]) -> BadInput:
+    """The refusal of a configured index's wheel that is not the file the sealed record names: both
+    files and sha256s, and the two ways on."""
+    served = str(chosen["sha256"] or "").lower()
+    gives = f"with sha256 {served[:16]}..." if served else "with no sha256 to tell it by"
+    recorded = str(state.get("sha256") or "").lower()
+    which = "for that name" if chosen["wheel"] == state["wheel"] else f"for {state['wheel']} of vLLM {ver}"
+    return BadInput(
+        f"{chosen['index']} serves {chosen['wheel']} {gives}, but the release cache (from {state.get('index')}) "
+        f"recorded {recorded[:16]}... {which}: not the same file; refusing it",
+        hint="two indexes serve different files of one release: point pip at the one you trust; to take the "
+        f"release from {chosen['index']} instead, remove {shlex.quote(str(root / STATE_FILE))} and run the command again",
+    )
+
+
+def _held_to_what_is_recorded(ver: str, chosen: dict[str, Any]) -> dict[str, Any]:
+    """The index's wheel, if it is the file patchkit recorded under its name (the wheel cache's sealed
+    record of a download), or no file was recorded; else the refusal (an index with no sha256 for
+    it cannot show it is the same file)."""
+    pin = pinned_sha256(ver, chosen["wheel"])
+    served = str(chosen["sha256"] or "").lower()
+    if pin is None or served == pin.sha256:
+        return chosen
+    if served:
+        raise other_file(pin, chosen["wheel"], f"{chosen['index']} serves", served)
+    raise BadInput(
+        f"{chosen['index']} gives no sha256 for {chosen['wheel']}, so it cannot be told from the file "
+        f"{pin.source} recorded ({pin.sha256[:16]}...) under that name; refusing it",
+        hint=f"point pip at an index you trust; to drop patchkit's record, remove {shlex.quote(str(pin.record))} "
+        "and run the command again",
+    )
+
+
 def _sealed_state(root: Path, ver: str) -> bool:
     state = _state_or_none(root, ver)
     return state is not None and state_sealed(state)
@@ -163,6 +220,7 @@ def _vouched_again(root: Path, ver: str, state: State, say: Progress) -> State |
         return state  # no index to ask: it stays as it is, vouching for no wheel
     finally:
         session.close()
+    _held_to_what_is_recorded(ver, chosen)  # sealed, it would vouch for another file than the one recorded
     recorded = str(state.get("sha256") or "").lower()
     if chosen["wheel"] == state["wheel"] and recorded and str(chosen["sha256"] or "").lower() == recorded:
         del state["seal"]  # a new record: save_state seals it
@@ -305,7 +363,9 @@ class _Fetcher:
     def _run(self, state: State | None, wanted: set[str], all_python: bool) -> None:
         if state is None:
             state = new_state(self.ver)
-            state.update(find_wheel(self.ver, self.settings, self.session, self.say))
+            state.update(
+                _held_to_what_is_recorded(self.ver, find_wheel(self.ver, self.settings, self.session, self.say))
+            )
             state["pip_config"] = origin.sealed_settings(self.settings)
             state["members"] = None
             state["dist_info"] = None

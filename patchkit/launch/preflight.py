@@ -238,21 +238,43 @@ def preflight(
     return result
 
 
-def needs_of(opts: Options, sets: dict[str, PatchSetDef] | None, command: LaunchCommand) -> LaunchNeeds:
+def needs_of(
+    opts: Options, sets: dict[str, PatchSetDef] | None, command: LaunchCommand, version: Version | None = None
+) -> LaunchNeeds:
     """Which of the library's sets (`sets`, else loaded; every set, whatever --set narrows the checks
-    to: the guard refuses for any recorded one) the launch as vLLM serves it needs."""
+    to: the guard refuses for any recorded one) the launch as vLLM serves it needs. `version`: the
+    tree's, when known: a set whose rule names the launch counts as named only where it has a series."""
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
-    return launch_needs((sets or {}).values(), as_served(command))
+    served, architectures = as_served(command)
+    needs = launch_needs((sets or {}).values(), served, architectures)
+    if version is None or sets is None:
+        return needs
+    named = {name: said for name, said in needs.named.items() if library.has_series(sets[name], version)}
+    return dataclasses.replace(needs, named=named)
 
 
-def as_served(command: LaunchCommand) -> LaunchCommand:
-    """The command as vLLM serves it: a speculators-format model's own speculative config in place;
-    as written when a model cannot be read (the preflight names that first)."""
+def left_out(needs: LaunchNeeds) -> Finding | None:
+    """A failed tree-state finding for the sets whose rule names this launch that --set leaves out
+    (not judged: never dropped in silence), None when there is none."""
+    left = [name for name in needs.named if name not in needs.judged]
+    if not left:
+        return None
+    sets = "; ".join(f"{name} ({needs.named[name]})" for name in left)
+    adds = " ".join(f"--set {name}" for name in left)
+    message = f"this launch needs {sets}, which --set leaves out: not judged"
+    return Finding(TREE, False, message, f"add `{adds}`, or give no --set (every set the launch needs is judged)")
+
+
+def as_served(command: LaunchCommand) -> tuple[LaunchCommand, list[str]]:
+    """The command as vLLM serves it (a speculators-format model's own speculative config in place)
+    and its target model's architectures; as written, and none, when a model cannot be read (the
+    preflight names that first)."""
     try:
-        return _models(command)[3]
+        target, _, _, served = _models(command)
     except (TargetError, BadInput):
-        return command
+        return command, []
+    return served, target.architectures
 
 
 def launch_findings(context: LaunchContext) -> list[Finding]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from patchkit.engine.guard import ENTRY_POINT_NAME
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import loaded_plugins
+from patchkit.series.library import LaunchFacts
 
 if TYPE_CHECKING:
     from patchkit.series.library import PatchSetDef
@@ -25,17 +26,19 @@ GUARD_ENV = "PATCHKIT_GUARD"  # the guard's own switch (_target/guard.py): off s
 GUARD_QUIET = ("off", "warn")
 
 
-def unneeded_reason(patch_set: PatchSetDef | None, command: LaunchCommand) -> str | None:
+def unneeded_reason(patch_set: PatchSetDef | None, launch: LaunchFacts) -> str | None:
     """None when the launch needs the set (it declares no rule, or the launch names what it serves);
     else what the set serves, in the launch's words (`--tool-call-parser kimi_k2`)."""
     rule = getattr(patch_set, "needed_by", None)
-    if rule is None:
-        return None
-    if command.speculative_method in rule.speculative_methods:
-        return None
-    if command.optional_text("tool-call-parser") in rule.tool_call_parsers:
+    if rule is None or rule.needs(launch):
         return None
     return rule.described()
+
+
+def facts(command: LaunchCommand, target_architectures: Iterable[str] = ()) -> LaunchFacts:
+    """What the rule reads of a launch as vLLM serves it (`target_architectures`: its target model's)."""
+    parser = command.optional_text("tool-call-parser")
+    return LaunchFacts(command.speculative_method, parser, tuple(target_architectures))
 
 
 def guard_runs(environ: dict[str, str]) -> bool:
@@ -62,17 +65,24 @@ class LaunchNeeds:
     guard_runs: bool = True
     guard_off: str = ""  # how the launch turns the guard off (guard_off_words), when it does
     judged: frozenset[str] = frozenset()  # the sets this run judges (each needed one says its own drift)
+    named: dict[str, str] = field(default_factory=dict)  # the sets whose rule names this launch -> what it names
 
     def needs(self, set_name: str) -> bool:
         return set_name not in self.unneeded
 
 
-def launch_needs(sets: Iterable[PatchSetDef], command: LaunchCommand) -> LaunchNeeds:
-    """What `command` (as vLLM serves it: a speculators-format model's config in place) needs of `sets`."""
-    reasons = {s.name: unneeded_reason(s, command) for s in sets}
+def launch_needs(
+    sets: Iterable[PatchSetDef], command: LaunchCommand, target_architectures: Iterable[str] = ()
+) -> LaunchNeeds:
+    """What `command` (as vLLM serves it: a speculators-format model's config in place), whose target
+    model has `target_architectures`, needs of `sets`."""
+    launch = facts(command, target_architectures)
+    sets = list(sets)
+    reasons = {s.name: unneeded_reason(s, launch) for s in sets}
     unneeded = {name: reason for name, reason in reasons.items() if reason is not None}
+    named = {s.name: s.needed_by.described() for s in sets if s.needed_by is not None and s.name not in unneeded}
     runs = guard_runs(command.environ)
-    return LaunchNeeds(unneeded, runs, "" if runs else guard_off_words(command.environ))
+    return LaunchNeeds(unneeded, runs, "" if runs else guard_off_words(command.environ), named=named)
 
 
 EVERY = LaunchNeeds()  # every set needed, the guard as installed: what a launch needed before the rule

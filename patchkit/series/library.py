@@ -12,6 +12,7 @@ identical share one directory.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import sys
@@ -164,22 +165,57 @@ def write_series(directory: Path, names: list[str]) -> None:
     atomic_write(series, ("\n".join(comments + lines) + "\n").encode())
 
 
-# set.toml's [needed_by]: which launches need the set, by what the launch command names
-NEEDED_BY = {"speculative_methods": "--speculative-config method", "tool_call_parsers": "--tool-call-parser"}
+# set.toml's [needed_by]: which launches need the set, by what the launch command names (a key alone
+# is enough); each [[needed_by.when]] entry: a launch that matches every key it gives
+NEEDED_BY = {
+    "speculative_methods": "--speculative-config method",
+    "tool_call_parsers": "--tool-call-parser",
+    "target_architectures": "target architecture",
+}
+WHEN = "when"
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What a launch names, as vLLM serves it, for the rule: its speculative method (as vLLM settles
+    it), its --tool-call-parser, its target model's architectures (config.json's, overrides applied)."""
+
+    speculative_method: str | None = None
+    tool_call_parser: str | None = None
+    target_architectures: tuple[str, ...] = ()
+
+    def matches(self, key: str, names: tuple[str, ...]) -> bool:
+        if key == "target_architectures":
+            return any(arch in names for arch in self.target_architectures)
+        return getattr(self, key[: -len("s")]) in names
 
 
 @dataclass(frozen=True)
 class LaunchRule:
-    """Which launches need the set (set.toml's [needed_by]): one whose speculative method (as vLLM
-    settles it) or --tool-call-parser is named here. A set without the table: every launch."""
+    """Which launches need the set (set.toml's [needed_by]): one that names any entry of a key here
+    (its speculative method as vLLM settles it, --tool-call-parser, target architecture), or that
+    matches every key of one `when` entry. A set without the table: every launch."""
 
     speculative_methods: tuple[str, ...] = ()
     tool_call_parsers: tuple[str, ...] = ()
+    target_architectures: tuple[str, ...] = ()
+    when: tuple[LaunchRule, ...] = ()
+
+    def needs(self, launch: LaunchFacts) -> bool:
+        alone = any(launch.matches(key, getattr(self, key)) for key in NEEDED_BY if getattr(self, key))
+        return alone or any(entry.needs_all(launch) for entry in self.when)
+
+    def needs_all(self, launch: LaunchFacts) -> bool:
+        return all(launch.matches(key, getattr(self, key)) for key in NEEDED_BY if getattr(self, key))
 
     def described(self) -> str:
         """What the rule serves, in the launch's words: `--tool-call-parser kimi_k2`."""
-        parts = [f"{NEEDED_BY[key]} {'/'.join(getattr(self, key))}" for key in NEEDED_BY if getattr(self, key)]
-        return " or ".join(parts)
+        alone = [self._part(key) for key in NEEDED_BY if getattr(self, key)]
+        together = [" with ".join(e._part(key) for key in NEEDED_BY if getattr(e, key)) for e in self.when]
+        return " or ".join(alone + together)
+
+    def _part(self, key: str) -> str:
+        return f"{NEEDED_BY[key]} {'/'.join(getattr(self, key))}"
 
 
 @dataclass(frozen=True)
@@ -224,6 +260,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "launch": ((str,), False),
     "behaviour": ((str,), False),
     "needed_by": ((dict,), False),
+    "upstream_fix": ((dict,), False),  # where upstream's fix stands (issue, pull request): for people to read
 }
 _TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
 
@@ -232,6 +269,7 @@ def _manifest_problems(data: dict) -> list[str]:
     """What is missing from a set.toml, or of the wrong type (empty: nothing)."""
     missing = [key for key, (_, required) in _MANIFEST_FIELDS.items() if required and not data.get(key)]
     problems = [f"no {' and no '.join(missing)}"] if missing else []
+    problems += [_unknown_field(key) for key in data if key not in _MANIFEST_FIELDS]
     for key, (types, _) in _MANIFEST_FIELDS.items():
         if key in data and not isinstance(data[key], types):
             problems.append(f"`{key}` must be {' or '.join(_TOML_TYPES[t] for t in types)}")
@@ -248,17 +286,38 @@ def _manifest_problems(data: dict) -> list[str]:
     return problems
 
 
+def _unknown_field(key: str) -> str:
+    """A key patchkit does not read: a misspelt one (`behavior`, `upstrem`) would drop what it
+    declares unsaid, so it is refused, with the field it is closest to."""
+    near = difflib.get_close_matches(key, _MANIFEST_FIELDS, n=1)
+    return f"no field `{key}`" + (
+        f" (did you mean `{near[0]}`?)" if near else f" (it takes {', '.join(_MANIFEST_FIELDS)})"
+    )
+
+
 def _rule_problems(table: dict) -> list[str]:
-    """What is wrong with a [needed_by] table (empty: nothing): known keys, each a list of names."""
+    """What is wrong with a [needed_by] table (empty: nothing): known keys, each a list of names;
+    `when`, an array of tables of those keys."""
+    entries = table.get(WHEN, [])
+    if WHEN in table and not (isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries)):
+        return [f"[needed_by] `{WHEN}` must be an array of tables ([[needed_by.{WHEN}]])"]
+    top = {k: v for k, v in table.items() if k != WHEN}
+    problems = _keys_problems(top, "[needed_by]", bool(entries), takes=(*NEEDED_BY, f"[[needed_by.{WHEN}]]"))
+    for index, entry in enumerate(entries, 1):
+        problems += _keys_problems(entry, f"[[needed_by.{WHEN}]] entry {index}", False)
+    return problems
+
+
+def _keys_problems(table: dict, where: str, may_be_empty: bool, takes: tuple[str, ...] = tuple(NEEDED_BY)) -> list[str]:
     unknown = [key for key in table if key not in NEEDED_BY]
     if unknown:
-        return [f"[needed_by] has no key {unknown[0]!r} (it takes {', '.join(NEEDED_BY)})"]
-    if not table:
-        return [f"[needed_by] names no launch (give {' or '.join(NEEDED_BY)}; without the table every launch needs it)"]
+        return [f"{where} has no key {unknown[0]!r} (it takes {', '.join(takes)})"]
+    if not table and not may_be_empty:
+        return [f"{where} names no launch (give {' or '.join(NEEDED_BY)}; without [needed_by] every launch needs it)"]
     wrong = [
         k for k, v in table.items() if not (isinstance(v, list) and v and all(isinstance(n, str) and n for n in v))
     ]
-    return [f"[needed_by] `{key}` must be a non-empty array of names" for key in wrong]
+    return [f"{where} `{key}` must be a non-empty array of names" for key in wrong]
 
 
 def load_set(directory: Path) -> PatchSetDef:
@@ -296,7 +355,8 @@ def _launch_rule(table: dict | None) -> LaunchRule | None:
     """set.toml's [needed_by] (checked by _rule_problems), or None: every launch needs the set."""
     if table is None:
         return None
-    return LaunchRule(**{key: tuple(names) for key, names in table.items()})
+    when = tuple(_launch_rule(entry) or LaunchRule() for entry in table.get(WHEN, []))
+    return LaunchRule(**{key: tuple(names) for key, names in table.items() if key != WHEN}, when=when)
 
 
 def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requirement, ...]:
@@ -432,6 +492,14 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
     raise NoPatchSet(
         f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}", hint=f"releases covered: {covered}"
     )
+
+
+def has_series(patch_set: PatchSetDef, version: Version) -> bool:
+    """Whether the set has a series for `version` that vLLM does not ship itself (as select tells)."""
+    version = Version(version.public)
+    if patch_set.upstream is not None and in_range(patch_set.upstream, version):
+        return False
+    return any(release.covers(version) for release in patch_set.releases)
 
 
 def between_releases(version: Version) -> bool:

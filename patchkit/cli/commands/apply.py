@@ -22,6 +22,7 @@ from patchkit.engine.resolve import (
     why_not,
 )
 from patchkit.engine.several import NOT_TRIED, SetApplied, SetsApplied, apply_needed, apply_sets, require_order
+from patchkit.store.state import read_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -165,6 +166,14 @@ def _finish(ui: UI, result: ApplyResult) -> None:
         ui.line(result.message, style="green" if done else None)
 
 
+def _recorded(covering: list[Chosen]) -> set[str]:
+    """The sets the tree's record names. The guard, on in the launch, refuses the tree for any of them
+    (a vLLM upgrade under it: a stale record), needed or not: their apply is its fix, as before the
+    launch said which sets it needs."""
+    root = next((c.resolved.target.root for c in covering if c.resolved is not None), None)
+    return {e.set_name for e in read_state(root).entries} if root is not None else set()
+
+
 def apply_for_launch(
     ui: UI, chosen: Options, launch_needs: Callable[[Version | None, dict[str, PatchSetDef] | None], LaunchNeeds]
 ) -> ApplyResult | SetsApplied | None:
@@ -183,7 +192,8 @@ def apply_for_launch(
     many = len(covering) > 1
     version = next((c.resolved.vllm_version for c in covering if c.resolved is not None), None)
     needs = launch_needs(version, sets)
-    covering = [c for c in covering if needs.needs(c.name)]
+    recorded = _recorded(covering) if needs.guard_runs else set()
+    covering = [c for c in covering if needs.needs(c.name) or c.name in recorded]
 
     said: set[str] = set()
     warned: set[str] = set()  # a warning about the whole tree, said once for every set

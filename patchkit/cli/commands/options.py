@@ -48,9 +48,34 @@ patch = click.option(
 # workspace, which work on one set and need it named when the library holds several
 SET_HELP = "Patch set in the library (default: every set that covers the vLLM version)."
 ONE_SET_HELP = "The library's set to work on (needed when the library holds several)."
-set_name = click.option("--set", "set_name", metavar="NAME", help=SET_HELP)
+
+
+def _one_set(otherwise: str) -> Callable[[click.Context, click.Parameter, tuple[str, ...]], str | None]:
+    """A command that acts on one set: click would keep only the last of several --set unsaid (a
+    `revert --set a --set b` that reverts b alone), so several are a usage error."""
+
+    def chosen(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) -> str | None:
+        names = list(dict.fromkeys(given))
+        if len(names) > 1:
+            command = ctx.command_path.partition(" ")[2]
+            raise click.UsageError(f"{command} takes one --set: {otherwise}", ctx)
+        return names[0] if names else None
+
+    return chosen
+
+
+set_name = click.option(
+    "--set",
+    "set_name",
+    metavar="NAME",
+    multiple=True,
+    callback=_one_set("run it once per set, or without --set for all"),
+    help=SET_HELP,
+)
 set_names = click.option("--set", "set_name", metavar="NAME", multiple=True, help=SET_HELP)  # apply: repeatable
-one_set = click.option("--set", "set_name", metavar="NAME", help=ONE_SET_HELP)  # port, workspace
+one_set = click.option(  # port, workspace
+    "--set", "set_name", metavar="NAME", multiple=True, callback=_one_set("run it once per set"), help=ONE_SET_HELP
+)
 quiet = click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
 verbose = click.option("-v", "--verbose", count=True, help="More detail.")
 

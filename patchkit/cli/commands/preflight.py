@@ -24,6 +24,7 @@ from patchkit.launch.preflight import (
     default_options,
     in_fix_order,
     launch_target_finding,
+    left_out,
     needs_of,
     preflight,
     vllm_validation,
@@ -97,11 +98,13 @@ def _preflight(
         )
     resolved = resolve_telling(ui, chosen, found_by=found_by, sets=sets)
     launch_command = read(launch_command, resolved.vllm_version)
-    needs = replace(needs_of(chosen, sets, launch_command), judged=frozenset([resolved.set_name]))
+    needs = needs_of(chosen, sets, launch_command, resolved.vllm_version)
+    needs = replace(needs, judged=frozenset([resolved.set_name]))
     recorded = recorded_state(resolved.target.root) if shortcut else None
     result = _set_findings(
         ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded
     )
+    result.findings += [f for f in [left_out(needs)] if f is not None]
     return _launch_findings(resolved, launch_command, result, no_import=no_import)
 
 
@@ -121,13 +124,16 @@ def _preflight_of_sets(
     ui.knows(target_json(target))
     covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
-    needs = replace(needs_of(chosen, sets, launch_command), judged=frozenset(r.set_name for r in covering))
+    needs = needs_of(chosen, sets, launch_command, covering[0].vllm_version)
+    needs = replace(needs, judged=frozenset(r.set_name for r in covering))
     recorded = recorded_state(target.root) if shortcut else None  # read once: each set's status is told from it
     results = [
         _set_findings(ui, r, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded)
         for r in covering
     ]
-    return _launch_findings(covering[0], launch_command, merged(results), no_import=no_import)
+    result = merged(results)
+    result.findings += [f for f in [left_out(needs)] if f is not None]
+    return _launch_findings(covering[0], launch_command, result, no_import=no_import)
 
 
 def _set_findings(

@@ -1,0 +1,289 @@
+"""Review 9 of the launch and the guard: each finding's regression test, on inputs of its own.
+
+H1: eagle3's patch 0002 (the image token in the proposer's shared load_model) is needed by a
+Kimi-K2.5 launch whose drafter that load_model loads (eagle, mtp, draft_model), not only eagle3;
+a DeepSeek-V3 mtp launch, which works on stock, still passes without the set. On fetched trees.
+M4: after a vLLM upgrade under an applied tree, `run --apply` of a launch that needs no set clears the
+guard's refusal again (the recorded set's apply moves its record to the installed release).
+M3: a set whose rule names the launch, left out by --set, is a failed finding naming it, never dropped.
+M1: --tool-call-parser deepseek_v4 (0.20.0-0.22.1: the V3.2 parser's class, whose streaming the
+deepseek-tool-calls set patches) needs that set.
+M2: the hint after an interrupted apply or run --apply names the tree (--target made absolute, or
+the launch's --python) and works as printed from another directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from helpers import lay_out_release, make_patch, patched_spec, run_cli, write_library, write_tree
+from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, serve, write_model
+from test_launch_relevance import TOOLS, setup  # noqa: F401  (setup: a fixture)
+from test_several_sets import EAGLE_MODEL, MODEL, SPEC
+
+from patchkit.base.errors import BadInput
+from patchkit.releases.files import files_for
+from patchkit.series.library import load_set
+from patchkit.store.state import read_state
+
+PLAIN_DRAFTER = {  # a small model of the target's vocabulary: a draft_model or EAGLE drafter
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "num_hidden_layers": 2,
+    "vocab_size": 163840,
+}
+
+
+def spec(method: str, drafter: Path | None) -> str:
+    given: dict[str, object] = {"method": method, "num_speculative_tokens": 1}
+    return json.dumps({**given, "model": str(drafter)} if drafter is not None else given)
+
+
+def failed_checks(done) -> set[str]:
+    return {f["check"] for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+
+
+# --- H1: which methods need eagle3's image token -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "kimi": write_model(root / "kimi", KIMI_K25),
+        "deepseek": write_model(root / "deepseek", DEEPSEEK_V3),
+        "drafter": write_model(root / "drafter", PLAIN_DRAFTER),
+    }
+
+
+# (target, method, drafter?, whether the launch needs eagle3)
+LAUNCHES = [
+    ("kimi", "eagle", True, True),
+    ("kimi", "draft_model", True, True),
+    ("kimi", "mtp", False, True),
+    ("kimi", "deepseek_mtp", False, True),  # vLLM renames it mtp
+    ("kimi", "ngram", False, False),  # no drafter model: no proposer load
+    ("deepseek", "mtp", False, False),  # no image token read for a text-only target: works on stock
+    ("deepseek", "deepseek_mtp", False, False),
+    ("deepseek", "eagle", True, False),
+    ("deepseek", "draft_model", True, False),
+]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("release", ["0.15.1", "0.16.0", "0.17.1"])
+def test_a_kimi_k25_launch_through_the_proposer_needs_eagle3_and_its_image_token_check(tmp_path, models, release):
+    site = lay_out_release(release, sorted({*files_for(release), REGISTRY}), tmp_path / "site")
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
+    for target, method, with_drafter, needs in LAUNCHES:
+        extra = ["--speculative-config", spec(method, models["drafter"] if with_drafter else None)]
+        launch = ["vllm", "serve", str(models[target]), "--trust-remote-code", *extra]
+        done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
+        said = f"{release} {target} {method}: {done.stdout}"
+        if needs:
+            assert done.returncode == 1 and failed_checks(done) == {"tree-state", "image-token"}, said
+            fixes = {f["fix"] for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+            assert fixes == {f"run `patchkit apply --target {site} --set eagle3`"}, said
+        else:
+            assert done.returncode == 0, said
+            assert json.loads(done.stdout)["unused_sets"]["eagle3"] == "not applied", said
+        ran = run_cli("run", "--target", site, "--", *launch, env=no_vllm)
+        assert ran.returncode == (1 if needs else 4), f"{said} {ran.stdout} {ran.stderr}"
+    # the launch's own `run --apply` applies eagle3 alone, and then every launch passes
+    kimi_eagle = ["vllm", "serve", str(models["kimi"]), "--speculative-config", spec("eagle", models["drafter"])]
+    applied = run_cli("run", "--apply", "--target", site, "--", *kimi_eagle, env=no_vllm)
+    assert applied.returncode == 4 and "1 set(s) applied (eagle3)" in applied.stdout, applied.stdout + applied.stderr
+    for target, method, with_drafter, _ in LAUNCHES:
+        extra = ["--speculative-config", spec(method, models["drafter"] if with_drafter else None)]
+        done = run_cli("preflight", "--target", site, "--no-import", "--", "vllm", "serve", str(models[target]), *extra)
+        assert done.returncode == 0, f"{release} {target} {method}: {done.stdout}"
+
+
+@pytest.mark.parametrize(
+    ("when", "said"),
+    [
+        ('when = "x"', "`when` must be an array of tables"),
+        ("[[needed_by.when]]\nspeculative_methods = []", "entry 1 `speculative_methods` must be a non-empty array"),
+        ("[[needed_by.when]]\ntarget_archs = ['X']", "entry 1 has no key 'target_archs'"),
+        ("[[needed_by.when]]", "entry 1 names no launch"),
+    ],
+)
+def test_a_malformed_when_entry_is_refused_naming_it(tmp_path, when, said):
+    directory = tmp_path / "s"
+    (directory / "0.16.0").mkdir(parents=True)
+    (directory / "0.16.0" / "series").write_text("")
+    (directory / "set.toml").write_text(
+        f'name = "s"\n\n[needed_by]\nspeculative_methods = ["eagle3"]\n{when}\n\n'
+        '[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n'
+    )
+    with pytest.raises(BadInput) as raised:
+        load_set(directory)
+    assert said in raised.value.message
+
+
+def test_a_when_entry_alone_is_a_rule_and_needs_every_key_it_gives(tmp_path):
+    directory = tmp_path / "s"
+    (directory / "0.16.0").mkdir(parents=True)
+    (directory / "0.16.0" / "series").write_text("")
+    (directory / "set.toml").write_text(
+        'name = "s"\n\n[[needed_by.when]]\nspeculative_methods = ["mtp"]\ntarget_architectures = ["A", "B"]\n\n'
+        '[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n'
+    )
+    rule = load_set(directory).needed_by
+    assert rule is not None
+    assert rule.described() == "--speculative-config method mtp with target architecture A/B"
+
+
+# --- M4: run --apply after an upgrade ------------------------------------------------------------
+
+
+def upgraded(site: Path, release: str) -> None:
+    """What pip leaves when it installs another vLLM over the tree: its files, .patchkit/ and the guard kept."""
+    shutil.rmtree(site / "vllm")
+    for old in site.glob("vllm-*.dist-info"):
+        shutil.rmtree(old)
+    lay_out_release(release, sorted({*files_for(release), REGISTRY}), site)
+
+
+@pytest.mark.release
+def test_run_apply_after_an_upgrade_clears_the_guards_refusal_for_a_launch_that_needs_no_set(tmp_path, models):
+    site = lay_out_release("0.16.0", sorted({*files_for("0.16.0"), REGISTRY}), tmp_path / "site")
+    assert run_cli("apply", "--target", site, "--set", "eagle3", "--no-import").returncode == 0
+    upgraded(site, "0.17.0")
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    launch = ["vllm", "serve", str(models["deepseek"])]
+    refused = run_cli("run", "--target", site, "--", *launch, env=no_vllm)
+    assert refused.returncode == 1 and "the launch guard refuses this tree" in refused.stdout, refused.stdout
+    done = run_cli("run", "--apply", "--target", site, "--", *launch, env=no_vllm)
+    assert done.returncode == 4 and "cannot run vllm" in done.stderr, done.stdout + done.stderr
+    assert [(e.set_name, e.vllm_version) for e in read_state(site).entries] == [("eagle3", "0.17.0")]
+    # the guard off in the launch: its refusal is a note, and run --apply leaves the record as it is
+    upgraded(site, "0.17.1")
+    off = run_cli("run", "--apply", "--target", site, "--", "env", "PATCHKIT_GUARD=off", *launch, env=no_vllm)
+    assert off.returncode == 4 and "applied" not in off.stdout, off.stdout + off.stderr
+    assert [(e.set_name, e.vllm_version) for e in read_state(site).entries] == [("eagle3", "0.17.0")]
+
+
+# --- M3: --set leaves out a set the launch needs -------------------------------------------------
+
+LEFT_OUT = "this launch needs tools (--tool-call-parser demo/demo_v2), which --set leaves out: not judged"
+
+
+@pytest.mark.parametrize("apply_first", [(), ("--apply",)])
+def test_run_with_a_set_that_leaves_out_one_the_launch_needs_says_so_and_launches_nothing(
+    request, tmp_path, apply_first
+):
+    tree, lib, target, drafter = request.getfixturevalue("setup")
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    launch = serve(target, drafter, *TOOLS)  # needs eagle3 and tools
+    run = ["run", *apply_first, "--target", tree, "--patches", lib]
+    done = run_cli(*run, "--set", "eagle3", "--", *launch, env=no_vllm)
+    assert done.returncode == 1 and LEFT_OUT in done.stdout, done.stdout + done.stderr
+    assert "add `--set tools`, or give no --set" in done.stdout, done.stdout
+    both = run_cli(*run, "--set", "eagle3", "--set", "tools", "--", *launch, env=no_vllm)
+    assert both.returncode == (4 if apply_first else 1) and "leaves out" not in both.stdout, both.stdout
+
+
+def test_preflight_names_the_left_out_set_even_when_it_is_applied_and_not_a_set_the_launch_does_not_need(request):
+    tree, lib, target, drafter = request.getfixturevalue("setup")
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    preflight = ["preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json"]
+    done = run_cli(*preflight, "--set", "eagle3", "--", *serve(target, drafter, *TOOLS))
+    failed = [f["message"] for f in json.loads(done.stdout)["findings"] if not f["ok"]]
+    assert done.returncode == 1 and failed == [LEFT_OUT], done.stdout
+    # a launch that does not name tools: --set eagle3 leaves out nothing it needs
+    alone = run_cli(*preflight, "--set", "eagle3", "--", *serve(target, drafter))
+    assert alone.returncode == 0, alone.stdout
+
+
+# --- M1: deepseek_v4 --------------------------------------------------------------------------------
+
+
+@pytest.mark.release
+def test_a_deepseek_v4_tool_parser_launch_needs_the_deepseek_tool_calls_set(tmp_path, models):
+    site = lay_out_release("0.20.0", sorted({*files_for("0.20.0"), REGISTRY}), tmp_path / "site")
+    launch = [
+        "vllm",
+        "serve",
+        str(models["deepseek"]),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "deepseek_v4",
+    ]
+    preflight = ["preflight", "--target", site, "--no-import", "--format", "json", "--", *launch]
+    stock = run_cli(*preflight)
+    failed = [f for f in json.loads(stock.stdout)["findings"] if not f["ok"]]
+    assert stock.returncode == 1, stock.stdout
+    assert [f["message"] for f in failed] == ["the deepseek-tool-calls series is not applied to vLLM 0.20.0"]
+    assert failed[0]["fix"] == f"run `patchkit apply --target {site} --set deepseek-tool-calls`"
+    assert run_cli("apply", "--target", site, "--set", "deepseek-tool-calls", "--no-import").returncode == 0
+    done = run_cli(*preflight)
+    assert done.returncode == 0 and "deepseek-tool-calls" not in json.loads(done.stdout)["unused_sets"], done.stdout
+
+
+# --- M2: the interrupt's hint, followed as printed -----------------------------------------------
+
+
+def two_set_library(scratch: Path, tree: Path) -> Path:
+    root = scratch / "lib"
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="model")
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]}, name="spec")
+    (root / "library.toml").write_text('order = ["model", "spec"]\n')
+    return root
+
+
+def interrupted(cwd: Path, *args: object) -> subprocess.CompletedProcess:
+    """patchkit ARGS in `cwd`, a SIGTERM at the first filesystem step of its first transaction."""
+    env = {**os.environ, "PATCHKIT_FAULT_AFTER": "1:term"}
+    words = [sys.executable, "-m", "patchkit", *map(str, args)]
+    return subprocess.run(words, capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def followed(said: str, elsewhere: Path) -> list[str]:
+    """The hint's `patchkit apply ...` command, run as printed in another directory (--no-import
+    added: the small tree's modules do not import): its words."""
+    (command,) = [c for c in re.findall(r"`(patchkit [^`]*)`", said) if c.startswith("patchkit apply")]
+    words = shlex.split(command)
+    run = [sys.executable, "-m", *words, "--no-import"]
+    done = subprocess.run(run, capture_output=True, text=True, cwd=elsewhere)
+    assert done.returncode == 0, command + done.stdout + done.stderr
+    return words
+
+
+def test_the_hint_of_an_interrupted_apply_names_the_tree_and_works_from_another_directory(tmp_path):
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    tree = write_tree(work / "site")
+    two_set_library(work, tree)
+    done = interrupted(work, "apply", "--target", "site", "--patches", "lib", "--no-import")
+    assert done.returncode == 143 and "not tried: spec" in done.stderr, done.stderr
+    words = followed(done.stderr, elsewhere)
+    assert words[1:6] == ["apply", "--target", str(tree), "--patches", str(work / "lib")], words
+    assert [e.set_name for e in read_state(tree).entries] == ["model", "spec"]
+
+
+def test_the_hint_of_an_interrupted_run_apply_names_the_launchs_python(tmp_path):
+    root, elsewhere = tmp_path / "venv", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    write_tree(site)
+    library = two_set_library(tmp_path, site)
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    done = interrupted(tmp_path, "run", "--apply", "--patches", library, "--", script, "serve", model)
+    assert done.returncode == 143 and "not tried: spec" in done.stderr, done.stderr
+    words = followed(done.stderr, elsewhere)
+    assert words[1:3] == ["apply", "--python"] and Path(words[3]).parent == root / "bin", words
+    assert [e.set_name for e in read_state(site).entries] == ["model", "spec"]
