@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, run_cli, snapshot, write_library
+from helpers import assert_clean_failure, make_patch, on_a_terminal, run_cli, snapshot, write_library
 from launch_fixtures import (
     DRAFTER,
     KIMI,
@@ -48,6 +49,27 @@ def test_a_failing_preflight_does_not_launch_and_exits_1(launch):
     assert_clean_failure(done, 1)
     assert not marker.exists()
     assert "not launched" in done.stderr and "whitelist" in done.stdout
+
+
+def test_a_failed_runs_hint_never_wraps_the_command_it_names(launch, monkeypatch):
+    """New-user trial 14, item 22: at 80 columns the hint after a failed preflight wrapped the full
+    preflight command over three lines inside its backquotes; pasted, the first line ran a
+    preflight of the launch without its --speculative-config. Too wide for a line, it is said in
+    words; piped (no width), the command is whole on one line; a `command` is never split."""
+    tree, library, command, env, marker = launch
+    monkeypatch.setenv("PATH", env["PATH"])
+    args = ["run", "--target", tree, "--patches", library, "--", *command]  # a stock tree: it fails
+    code, drawn = on_a_terminal(args, width=80, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", drawn.decode())
+    assert code in (1, 4) and not marker.exists(), shown
+    error = shown[shown.index("error: not launched") :]
+    assert all(line.count("`") % 2 == 0 for line in error.splitlines()), shown
+    said = " ".join(error.split())
+    assert "`patchkit preflight` with the same arguments checks it in full" in said, shown
+    _, piped = patchkit_run(tree, library, command, env)
+    hint = next(line for line in piped.stderr.splitlines() if line.startswith("hint:"))
+    assert hint.startswith("hint: `patchkit preflight --target") and hint.endswith("` checks it in full"), hint
+    assert all(word in hint for word in command[-2:]), hint
 
 
 def test_no_preflight_launches_even_a_stock_tree(launch):

@@ -70,22 +70,33 @@ def _checked(
     if result.ok:
         if ui.verbose:  # each finding (the sets not used too), what could not be judged, before a long load
             show(ui, result, "text")
-            ui.note(f"vLLM's own validation did not run: {_full_preflight(opts, launch_command)} runs it")
+            ui.note(
+                f"vLLM's own validation did not run: {_full_preflight(ui, opts, launch_command, apply_first)} runs it"
+            )
         elif result.unused_note:
             ui.note(result.unused_note)
         if result.unjudged_plugins:  # the hint is built only when said
-            _name_unjudged(ui, result.unjudged_plugins, _full_preflight(opts, launch_command))
+            _name_unjudged(ui, result.unjudged_plugins, _full_preflight(ui, opts, launch_command, apply_first))
         return None
     show(ui, result, "text")
-    ui.error("not launched: the preflight failed", f"{_full_preflight(opts, launch_command)} checks it in full")
+    ui.error(
+        "not launched: the preflight failed",
+        f"{_full_preflight(ui, opts, launch_command, apply_first)} checks it in full",
+    )
     return result
 
 
-def _full_preflight(opts: Options, launch_command: LaunchCommand) -> str:
+def _full_preflight(ui: UI, opts: Options, launch_command: LaunchCommand, apply_first: bool) -> str:
     """The preflight of this very launch on the tree it imports, as a command to paste (the launch
-    spelled whole: a placeholder would be refused as `not a vLLM launch`)."""
+    spelled whole: a placeholder would be refused as `not a vLLM launch`) where a line of the
+    terminal holds it; else said in words: a command on several lines pastes as several commands,
+    the first run alone (a launch without its --speculative-config)."""
     chosen = default_options(opts, launch_command)
-    return hints.command("preflight", "--", *launch_command.argv, chosen=chosen)
+    full = hints.command("preflight", "--", *launch_command.argv, chosen=chosen)
+    width = ui.err.width if ui.err.is_terminal else None
+    if width is None or len(full) + len("hint: ") <= width:
+        return full
+    return "`patchkit preflight` with the same arguments" + (" (less --apply)" if apply_first else "")
 
 
 def _name_unjudged(ui: UI, plugins: list[str], full_preflight: str) -> None:
