@@ -62,6 +62,8 @@ _ENV_LONG = {
 
 @dataclass
 class LaunchCommand:
+    """A vLLM launch command as vLLM would read it: its environment, its options, its model."""
+
     argv: list[str]  # what `run` executes (the whole command, env prefix included)
     program: str  # `vllm` or the python interpreter as written
     env: dict[str, str] = field(default_factory=dict)  # the `env VAR=VALUE` prefix

@@ -41,6 +41,8 @@ _NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--`
 
 @dataclass(frozen=True)
 class Reading:
+    """The launch's arguments as a release's parser reads them."""
+
     options: dict[str, object]  # dest, dashed (`speculative-config`) -> value, for the options given
     model: str | None
     notes: tuple[str, ...]  # what vLLM reads otherwise than it was written
@@ -49,6 +51,8 @@ class Reading:
 
 @dataclass(frozen=True, eq=False)
 class Spec:
+    """A release's recorded parser: which release, and whether it is the installed one's own."""
+
     release: str
     serve: tuple[dict, ...]
     api_server: tuple[dict, ...]
