@@ -4,6 +4,7 @@ bad values refused as bad input (exit 2, never 70), the interpreter of pip's /bi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -590,6 +591,23 @@ def test_env_options_are_read_as_gnu_env_reads_them(prefix, env, clean, unset, m
     command = frame([*prefix, "vllm", "serve", "org/m"])
     assert (command.env, command.clean_env, command.unset, command.program) == (env, clean, unset, "vllm")
     assert ("HOME" in command.environ) == (not clean and "HOME" not in unset)
+
+
+def test_the_launchs_environment_is_read_from_patchkits_once_a_command(monkeypatch):
+    """Issue 21: each read of os.environ decodes every variable, and a `run` of three sets asked
+    for the launch's environment ~45 times; a command read again (read(), replace) reads it anew."""
+    reads = []
+
+    class Counted(dict):
+        def items(self):
+            reads.append(1)
+            return super().items()
+
+    monkeypatch.setattr(os, "environ", Counted(os.environ, HOME="/home/someone"))
+    command = frame(["env", "-u", "HOME", "A=1", "vllm", "serve", "org/m"])
+    assert [command.environ.get("A"), command.environ.get("HOME"), "PATH" in command.environ] == ["1", None, True]
+    assert len(reads) == 1
+    assert dataclasses.replace(command, model="other").environ == command.environ and len(reads) == 2
 
 
 def test_env_chdir_to_patchkits_own_directory_is_read_and_another_is_refused_saying_why(tmp_path, monkeypatch):
