@@ -19,9 +19,9 @@ from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from packaging.version import Version
 
 from patchkit.base.errors import BadInput, TargetError
+from patchkit.launch import serve_parser
 from patchkit.launch.command import frame, parse
 from patchkit.launch.interpreter import script_interpreter
-from patchkit.launch import serve_parser
 from patchkit.launch.serve_parser import recorded_releases
 
 V16 = "0.16.0"
