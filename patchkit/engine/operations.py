@@ -327,7 +327,7 @@ class _Applying:
         """This set has nothing to write, but the guard may still refuse the tree for another set's
         file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it does."""
         root = self.resolved.target.root
-        refused = guard_refusal(root, self.resolved.set_name, read_state(root))
+        refused = guard_refusal(root, self.resolved.set_name, self.state)
         if refused is not None:
             problems, fix = refused
             self.warn(f"the launch guard still refuses this tree: {'; '.join(problems)}; to fix it, {fix}")
@@ -421,6 +421,7 @@ class _Applying:
             self.keep_replaced_guard()
             commit_changes(root, guard_changes, settled)
             _fix_guard_bytecode(self.resolved.target, self.guard_removed)
+            self.state = settled  # the record as it now is (the guard's check reads it)
         return True
 
     def guard_said(self) -> str:
