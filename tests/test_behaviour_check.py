@@ -147,7 +147,7 @@ JUDGE_WITHOUT_VLLM = JUDGE.replace(
     "import json, pathlib, sys\n",
     "import json, pathlib, sys\n"
     'if "--installed" in sys.argv:\n'
-    '    error = f"cannot load {sys.argv[1]}: ModuleNotFoundError: No module named \'regex_the_parser_imports\'"\n'
+    "    error = f\"cannot load {sys.argv[1]}: ModuleNotFoundError: No module named 'regex_the_parser_imports'\"\n"
     '    print(json.dumps({"ok": False, "runs": 0, "failed": 0, "failures": [], "error": error}))\n'
     "    sys.exit(2)\n",
 )
