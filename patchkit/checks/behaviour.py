@@ -96,7 +96,7 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
         if isinstance(installed, Judged) and installed.status != 2:
             _remember(key, installed)
             return result(installed, "vLLM's classes", root)
-        not_loaded = _within(installed.error if isinstance(installed, Judged) else installed, root)
+        not_loaded = _within(str(installed.error) if isinstance(installed, Judged) else installed, root)
     judged = _run(sys.executable, script, [*paths, *version], isolated=True)
     return result(judged, "stand-ins for vLLM's classes", root, not_loaded=not_loaded)
 
