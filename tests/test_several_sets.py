@@ -212,6 +212,15 @@ def test_verify_judges_every_covering_set(run, tree, library):
     assert "verify: FAILED: spec (the other 2 set(s) pass)" in failed.output
 
 
+def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    for path in (SPEC, MODEL):  # each set's file (old is judged on the stock MODEL: upstream)
+        (tree / path).write_text((tree / path).read_text() + "def broken(:\n")
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    assert failed.output.splitlines()[-1] == "verify: FAILED: model, spec, old (no set passes)", failed.output
+
+
 def test_revert_without_set_reverts_all_and_with_set_that_one(run, tree, library):
     stock = snapshot(tree)
     nothing = run("revert", "--target", tree, "--patches", library)

@@ -242,7 +242,8 @@ def _verify_sets(
         failed = [c.name for c, r in zip(verified.chosen, verified.results, strict=True) if not r.ok]
         passed = len(verified.results) - len(failed)
         if failed:
-            ui.verdict(f"verify: FAILED: {', '.join(failed)} (the other {passed} set(s) pass)", ok=False)
+            others = f"the other {passed} set(s) pass" if passed else "no set passes"
+            ui.verdict(f"verify: FAILED: {', '.join(failed)} ({others})", ok=False)
         else:
             ui.verdict(f"verify: ok: all {passed} sets pass", ok=True)
     return verified
