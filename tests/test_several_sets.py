@@ -15,6 +15,7 @@ from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, pip_install, sn
 
 from patchkit.series import library as library_mod
 from patchkit.store.state import read_state
+from patchkit.tree import version as version_mod
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -136,6 +137,17 @@ def test_a_single_set_librarys_dry_run_loads_the_library_once(run, tree, scratch
     result = run("apply", "--dry-run", "-q", "--target", tree, "--patches", library)
     assert result.exit_code == 0, result.output
     assert loads == [library]
+
+
+def test_a_dry_run_of_several_sets_reads_the_trees_version_once(run, tree, library, monkeypatch):
+    """Issue 21: the version is the tree's, the same for every set: told once a run, not once a
+    set (each time METADATA read, its path resolved twice)."""
+    detected = []
+    detect = version_mod.detect
+    monkeypatch.setattr(version_mod, "detect", lambda *args: detected.append(args) or detect(*args))
+    result = run("apply", "--dry-run", "-q", "--target", tree, "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert len(detected) == 1
 
 
 def test_library_toml_naming_an_unknown_set_is_refused(run, tree, library):

@@ -224,3 +224,74 @@ def test_revert_of_one_set_of_the_wheel_is_refused_with_another_set_applied_on_i
     assert "`patchkit wheel" in said and "0.16.0 --set model-fix`" in said, said  # the wheel without spec
     assert fingerprint(site) == before
     assert find_problems(str(site)) == []
+
+
+def test_a_set_applied_over_a_wheel_set_s_file_is_no_drift_of_the_wheel_s_set(run, tmp_path, wheel_and_a_set):
+    site, library = wheel_and_a_set
+    patched = write_tree(tmp_path / "patched", "0.16.0", {**STOCK_FILES, W_SPEC: patched_spec().encode()})
+    more = make_patch(tmp_path, patched, {W_SPEC: patched_spec() + "# more\n"})
+    write_library(library, {"0.16.0": [more]}, name="spec-more")
+    (library / "library.toml").write_text('order = ["spec", "model-fix", "cli-fix", "spec-more"]\n')
+    done = run("apply", "--target", site, "--patches", library, "--set", "spec-more", "--force")
+    assert done.exit_code == 0, done.output
+
+    sets = _sets(run, site, library)
+
+    assert {name: s["drifted"] for name, s in sets.items()}["spec"] == [], sets["spec"]
+
+
+# --------------------------------------------------------------------------- the class of M1: the wheel cache's record
+
+
+@pytest.mark.parametrize("gives_sha256", [True, False])
+def test_a_release_fetch_holds_a_mirror_to_the_wheel_cache_s_record_of_the_name(tmp_path, monkeypatch, gives_sha256):
+    cache_root = isolate_cache(tmp_path, monkeypatch)
+    genuine, mirror = IndexServer(), IndexServer()
+    try:
+        genuine.publish(NATIVE, build_wheel(version=STOCK_VERSION, blob_size=3000))
+        mirror.publish(NATIVE, build_wheel({**FILES, SPEC: HOSTILE}, version=STOCK_VERSION, blob_size=3000))
+        if not gives_sha256:
+            _without_sha256(mirror)
+        use_index(monkeypatch, genuine.index())
+        stock.stock_wheel(STOCK_VERSION)  # `patchkit wheel 0.2.0` downloaded the genuine file: recorded
+        use_index(monkeypatch, mirror.index())
+
+        done = run_cli("fetch", STOCK_VERSION, "--all", "--dest", tmp_path / "dest")
+
+        assert_clean_failure(done, 2)
+        said = " ".join(done.stderr.split())
+        assert hashlib.sha256(genuine.files[NATIVE]).hexdigest()[:16] in said, said
+        assert str(cache_root / "wheels" / STOCK_VERSION / f"{NATIVE}.json") in said, said  # what to remove
+        assert not (tmp_path / "dest" / SPEC).exists()
+        assert not (cache_root / "releases" / STOCK_VERSION / "release.json").exists()
+    finally:
+        genuine.stop()
+        mirror.stop()
+
+
+def test_an_unsealed_release_record_is_not_sealed_over_the_wheel_cache_s_record(tmp_path, monkeypatch):
+    cache_root = isolate_cache(tmp_path, monkeypatch)
+    genuine, mirror = IndexServer(), IndexServer()
+    try:
+        genuine.publish(NATIVE, build_wheel(version=STOCK_VERSION, blob_size=3000))
+        mirror.publish(NATIVE, build_wheel({**FILES, SPEC: HOSTILE}, version=STOCK_VERSION, blob_size=3000))
+        use_index(monkeypatch, genuine.index())
+        stock.stock_wheel(STOCK_VERSION)  # the wheel cache records the genuine file
+        use_index(monkeypatch, mirror.index())
+        record = cache_root / "wheels" / STOCK_VERSION / f"{NATIVE}.json"
+        kept = record.read_bytes()
+        record.unlink()  # meanwhile, a release.json of the mirror's file (an older patchkit's: unsealed)
+        fetch.release_tree(STOCK_VERSION, [SPEC])
+        record.write_bytes(kept)
+        state_file = cache_root / "releases" / STOCK_VERSION / "release.json"
+        state = json.loads(state_file.read_text())
+        del state["seal"]
+        state_file.write_text(json.dumps(state))
+
+        done = run_cli("fetch", STOCK_VERSION, "--all")
+
+        assert_clean_failure(done, 2)
+        assert "seal" not in json.loads(state_file.read_text())  # not vouched for
+    finally:
+        genuine.stop()
+        mirror.stop()

@@ -314,7 +314,12 @@ def drifted_files(resolved: Resolved, state: State) -> list[str]:
         if not has_provenance(root):
             return []
         read = lambda path: read_file(path, follow_symlinks=False)  # noqa: E731
-        return installed_wheel_reader().drifted(root, read, resolved.set_name)
+        recorded = {
+            path for other in state.entries for path in other.files
+        }  # a later apply's file: its record judges it
+        return [
+            path for path in installed_wheel_reader().drifted(root, read, resolved.set_name) if path not in recorded
+        ]
     if stale_note(root, entry, resolved.vllm_version):
         return []
     return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))

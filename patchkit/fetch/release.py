@@ -43,6 +43,7 @@ from patchkit.fetch.download import download_wheel
 from patchkit.fetch.extract import extract
 from patchkit.fetch.index import normalize_version
 from patchkit.fetch.net import FetchStats, Progress
+from patchkit.fetch.published import other_file, pinned_sha256
 from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel
 from patchkit.fetch.zipread import LocalWheel, WheelSource
@@ -185,6 +186,24 @@ def _another_file(root: Path, ver: str, state: State, chosen: dict[str, Any]) ->
     )
 
 
+def _held_to_what_is_recorded(ver: str, chosen: dict[str, Any]) -> dict[str, Any]:
+    """The index's wheel, if it is the file patchkit recorded under its name (the wheel cache's sealed
+    record of a download), or no file was recorded; else the refusal (an index with no sha256 for
+    it cannot show it is the same file)."""
+    pin = pinned_sha256(ver, chosen["wheel"])
+    served = str(chosen["sha256"] or "").lower()
+    if pin is None or served == pin.sha256:
+        return chosen
+    if served:
+        raise other_file(pin, chosen["wheel"], f"{chosen['index']} serves", served)
+    raise BadInput(
+        f"{chosen['index']} gives no sha256 for {chosen['wheel']}, so it cannot be told from the file "
+        f"{pin.source} recorded ({pin.sha256[:16]}...) under that name; refusing it",
+        hint=f"point pip at an index you trust; to drop patchkit's record, remove {shlex.quote(str(pin.record))} "
+        "and run the command again",
+    )
+
+
 def _sealed_state(root: Path, ver: str) -> bool:
     state = _state_or_none(root, ver)
     return state is not None and state_sealed(state)
@@ -201,6 +220,7 @@ def _vouched_again(root: Path, ver: str, state: State, say: Progress) -> State |
         return state  # no index to ask: it stays as it is, vouching for no wheel
     finally:
         session.close()
+    _held_to_what_is_recorded(ver, chosen)  # sealed, it would vouch for another file than the one recorded
     recorded = str(state.get("sha256") or "").lower()
     if chosen["wheel"] == state["wheel"] and recorded and str(chosen["sha256"] or "").lower() == recorded:
         del state["seal"]  # a new record: save_state seals it
@@ -343,7 +363,9 @@ class _Fetcher:
     def _run(self, state: State | None, wanted: set[str], all_python: bool) -> None:
         if state is None:
             state = new_state(self.ver)
-            state.update(find_wheel(self.ver, self.settings, self.session, self.say))
+            state.update(
+                _held_to_what_is_recorded(self.ver, find_wheel(self.ver, self.settings, self.session, self.say))
+            )
             state["pip_config"] = origin.sealed_settings(self.settings)
             state["members"] = None
             state["dist_info"] = None

@@ -26,9 +26,15 @@ from packaging.version import Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, FetchError
 from patchkit.distinfo.record import parse_record, record_algorithm
-from patchkit.fetch.published import Published, cached_published, indexed_published, read_record
+from patchkit.fetch.published import (
+    Published,
+    cached_published,
+    indexed_published,
+    other_file,
+    pinned_sha256,
+    read_record,
+)
 from patchkit.wheel import rawzip
-from patchkit.wheel.stock import other_file, pinned_sha256
 
 _CHUNK = 1 << 20
 _SHOWN = 3  # members named in the refusal; the rest counted

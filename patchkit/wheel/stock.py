@@ -28,12 +28,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import stat
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +52,6 @@ from patchkit.fetch.cache import (
     clear_non_directories,
     entry_lock,
     read_regular,
-    release_root,
     remove_entry,
     write_cached,
 )
@@ -62,16 +59,21 @@ from patchkit.fetch.download import Transferred, download_wheel
 from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress, without_userinfo
 from patchkit.fetch.pipconfig import PipSettings
-from patchkit.fetch.published import recorded_release_sha256
+from patchkit.fetch.published import (
+    SIDECAR_SEAL_KIND,
+    WHEEL_RECORD_SCHEMA,
+    Pin,
+    Unbelieved,
+    other_file,
+    pinned_sha256,
+    wheel_record,
+)
 from patchkit.fetch.wheel_choice import check_wheel_name, find_wheel, vllm_wheel_tags
 
-SCHEMA = 1
 LOCK_FILE = ".lock"
 LOCK_TIMEOUT = 3600.0  # another process may be downloading ~500 MB
-MAX_SIDECAR_BYTES = 64 << 10
 MAX_SEAL_BYTES = 4 << 10
 SEAL_KIND = "stock-wheel"
-SIDECAR_SEAL_KIND = "stock-wheel-sidecar"
 SEAL_AFTER_NS = 2_000_000_000  # a change within one timestamp tick of the last could keep the ctime
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -203,16 +205,11 @@ def _best_cached(
     return None
 
 
-class Unbelieved(str):
-    """Why a wheel's .json is not believed (not patchkit's, not sealed, not a regular file): the
-    index's sha256 then decides whether the wheel, which may well be intact, is kept."""
-
-
 def _check_cached(root: Path, ver: str, wheel: str) -> tuple[Identity, dict[str, Any]] | str:
     """The identity of a cached wheel that is intact and its .json, else why it cannot be used: its
     .json (Unbelieved), the file, its sha256."""
     try:
-        record = _sidecar(root, ver, wheel)
+        record = wheel_record(root, ver, wheel)
     except FileNotFoundError:
         return Unbelieved("is missing")
     except (Damaged, ValueError, RecursionError) as e:  # Damaged names the file: the warning does already
@@ -224,22 +221,6 @@ def _check_cached(root: Path, ver: str, wheel: str) -> tuple[Identity, dict[str,
     except FileNotFoundError:
         return f"{wheel} is missing"
     return checked if isinstance(checked, str) else (checked, record)
-
-
-def _sidecar(root: Path, ver: str, wheel: str) -> dict[str, Any] | Unbelieved:
-    """The wheel's sealed .json, with the sha256 the download was checked against (whoever writes the
-    cache could pair any wheel with its sha256: only a record this user's patchkit sealed is
-    believed), else why not."""
-    record = json.loads(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
-    expected = {"schema": SCHEMA, "project": PROJECT, "version": ver, "wheel": wheel}
-    if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
-        return Unbelieved("is not what patchkit wrote for it")
-    if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
-        return Unbelieved("has no sha256")
-    unsealed = {k: v for k, v in record.items() if k != "seal"}
-    if not seal.sealed(SIDECAR_SEAL_KIND, f"{ver}/{wheel}", seal.canonical(unsealed), record.get("seal")):
-        return Unbelieved("was not sealed by this user's patchkit")
-    return record
 
 
 def vouched_cached_wheel(version: str, platform: str | None) -> Path | None:
@@ -260,56 +241,6 @@ def vouched_cached_wheel(version: str, platform: str | None) -> Path | None:
             if pin is not None and not isinstance(_intact(root, f"{ver}/{name}", name, pin.sha256), str):
                 return root / name
     return None
-
-
-@dataclass(frozen=True)
-class Pin:
-    """A sha256 this user's patchkit recorded (sealed) for a wheel's file name: where (as a refusal
-    names it) and the file to remove to forget it."""
-
-    sha256: str
-    source: str
-    record: Path
-
-
-def recorded_sha256s(version: str, wheel: str) -> list[Pin]:
-    """Every sha256 patchkit recorded for the file name `wheel`: the wheel cache's .json (the index's
-    answer when it downloaded that file) and the release cache's release.json, each only if sealed
-    (whoever can write the cache could plant any other)."""
-    ver = normalize_version(version)
-    pins = []
-    with suppress(OSError, Damaged, ValueError, RecursionError):
-        record = _sidecar(cache_dir() / "wheels" / ver, ver, wheel)
-        if not isinstance(record, Unbelieved):
-            where = f"the wheel cache (from {record.get('index')})"
-            pins.append(Pin(str(record["sha256"]), where, cache_dir() / "wheels" / ver / f"{wheel}.json"))
-    released = recorded_release_sha256(ver, wheel)
-    if released is not None:
-        sha256, index = released
-        pins.append(Pin(sha256, f"the release cache (from {index})", release_root(ver) / "release.json"))
-    return pins
-
-
-def pinned_sha256(version: str, wheel: str) -> Pin | None:
-    """The sha256 patchkit recorded for `wheel`, None when it recorded none; BadInput when two
-    records disagree: two indexes served different files under one name."""
-    pins = recorded_sha256s(version, wheel)
-    for other in pins[1:]:
-        if other.sha256 != pins[0].sha256:
-            raise other_file(pins[0], wheel, f"{other.source} records", other.sha256, remove=other.record)
-    return pins[0] if pins else None
-
-
-def other_file(pin: Pin, wheel: str, holder: str, sha256: str, *, remove: Path | None = None) -> BadInput:
-    """The refusal of a file that is not the one `pin` recorded under its name: both sources named,
-    and what to do (forget the record of the one not trusted)."""
-    forget = f"{shlex.quote(str(pin.record))}" + (f" or {shlex.quote(str(remove))}" if remove else "")
-    return BadInput(
-        f"{holder} {wheel} with sha256 {sha256[:16]}..., but {pin.source} recorded {pin.sha256[:16]}... "
-        "for that name: not the same file; refusing it",
-        hint="two indexes serve different files under one name: point pip at the one you trust; "
-        f"to drop patchkit's record of the other, remove {forget} and run the command again",
-    )
 
 
 def _from_a_configured_index(
@@ -432,7 +363,7 @@ def _download(
     if ident is None:  # the identity of the bytes that hash to it, not of whatever the path holds later
         ident = _checked_identity(root, ver, dest, digest)
     sidecar = {
-        "schema": SCHEMA,
+        "schema": WHEEL_RECORD_SCHEMA,
         "project": PROJECT,
         "version": ver,
         **chosen,
