@@ -300,9 +300,13 @@ def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult,
             show_checks(ui, results)
         ui.failures(fold(found))
     counted = count_line(results, verbose=bool(ui.verbose)) if results else "no checks ran"
-    if not ui.verbose:  # the set's behaviour test is said when it passes too: what it judged
-        for passed in (r for r in results if r.check == BEHAVIOUR and r.status == CheckStatus.PASS):
+    # the set's behaviour test is said when it passes too: what it judged (and, below, why not with
+    # vLLM's classes when --python asked for them)
+    for passed in (r for r in results if r.check == BEHAVIOUR and r.status == CheckStatus.PASS):
+        if not ui.verbose:
             ui.line(f"{passed.check}: {passed.message}")
+        for line in passed.excerpt.splitlines():
+            ui.line(f"    {line}")
     if verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif status.upstream_regression:
