@@ -175,8 +175,9 @@ def test_status_shows_each_set_and_one_overall_state(run, tree, library):
     # one set applied, one not: a partial tree, exit 1 as README's table says (a CI gate must not
     # pass a multi-set apply that stopped half-way); `--set` judges only the sets a launch uses
     assert text.exit_code == 1, text.output
-    assert "status: FAILED: partial: 1 of 3 set(s) applied (spec)" in text.output
-    assert "--set NAME" in text.output
+    assert "status: FAILED: 1 of 3 set(s) applied (spec), not model" in text.output
+    used = f"if your launches use only spec: `patchkit status --target {tree} --patches {library} --set spec`"
+    assert used in " ".join(text.output.split())
     assert run("status", "-q", "--target", tree, "--patches", library).exit_code == 1
     assert run("status", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
     assert "set      model" in text.output and "set      old" in text.output
