@@ -222,6 +222,22 @@ def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
     assert failed.output.splitlines()[-1] == "verify: FAILED: model, spec, old (no set passes)", failed.output
 
 
+def test_verify_says_the_guards_refusal_once_for_every_set(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    guard = tree / "patchkit_guard.py"
+    guard.write_text(guard.read_text() + "# edited\n")  # not this patchkit's guard: it refuses the tree
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    lines = failed.output.splitlines()
+    assert [line for line in lines if line.startswith("guard: ")] == [
+        f"guard: the installed launch guard is not this patchkit's: {guard} is not this patchkit's launch guard "
+        "(edited, or another patchkit's)"
+    ], failed.output
+    verdicts = [line for line in lines if line.startswith("verify: FAILED: ")]
+    assert verdicts[1].endswith("; the launch guard refuses the tree (above)"), verdicts
+    assert verdicts[-1] == "verify: FAILED: model, spec, old (no set passes)", verdicts
+
+
 def test_revert_without_set_reverts_all_and_with_set_that_one(run, tree, library):
     stock = snapshot(tree)
     nothing = run("revert", "--target", tree, "--patches", library)

@@ -234,8 +234,10 @@ def _verify_sets(
         documents = [reports.verified_target_document(r, v) for r, v in pairs]
         ui.json({"ok": verified.ok, "state": verified.state, "sets": documents})
     else:
+        guard_said = False  # the guard's refusal is the tree's: said by the first set it fails
         for index, (resolved, result) in enumerate(pairs):  # the tree once, then each set's own lines
-            reports.verified_target_text(ui, resolved, result, target=index == 0)
+            reports.verified_target_text(ui, resolved, result, target=index == 0, guard=not guard_said)
+            guard_said = guard_said or bool(result.status.guard)
         for each in chosen:
             if each not in verified.chosen:
                 ui.note(why_not(each))

@@ -279,13 +279,18 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
     }
 
 
-def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult, *, target: bool = True) -> None:
+def verified_target_text(
+    ui: Screen, resolved: Resolved, verified: VerifyResult, *, target: bool = True, guard: bool = True
+) -> None:
     """The header (`target`: where vLLM is, said by the first set only), the failures (the command
-    that fixes each), then the verdict with the count of the checks that passed (every row with -v)."""
+    that fixes each), then the verdict with the count of the checks that passed (every row with -v).
+    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set."""
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_by_check(status)
     )
+    refused_above = not guard and any(f.what == GUARD for f in found)
+    found = [f for f in found if guard or f.what != GUARD]
     show_status(
         ui,
         resolved,
@@ -312,7 +317,8 @@ def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult,
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
     else:
-        ui.verdict(f"verify: FAILED: {counted}", ok=False)
+        above = "; the launch guard refuses the tree (above)" if refused_above else ""
+        ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
 
 
 def _checked_as(verified: VerifyResult) -> str:
