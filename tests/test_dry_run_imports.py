@@ -80,3 +80,39 @@ def test_a_warm_dry_run_recalls_the_names_check_without_loading_pyflakes_checker
     warm = loaded_by_a_dry_run(tree, diff, env=env)
     assert "patchkit.checks.names" in warm and "pyflakes.checker" not in warm
     assert "logging" not in warm  # the notes below the CLI go through base.notes (issue 21)
+
+
+# Patterns a quiet dry run or `run`'s fast path never uses (output, tables, recovery, git, a
+# patch's mail header), kept as text and compiled on first use: each was compiled at import.
+LAZY_PATTERNS = {
+    "patchkit.base.fsutil": ["_DRIVE", "_DRIVES", "_DOT_PARTS"],
+    "patchkit.base.usercache": ["_ENTRY_NAME"],
+    "patchkit.checks.syntax": ["_ERROR_LINE"],
+    "patchkit.cli.ui.console": ["_LABEL"],
+    "patchkit.cli.ui.findings": ["_LINE_FIRST"],
+    "patchkit.cli.ui.text": ["_UNSHOWABLE", "_UNSHOWABLE_IN_A_FIELD", "_COMMAND", "_ASIDE", "_SLASH", "_JOINER"],
+    "patchkit.distinfo.entry_points": ["_VALUE"],
+    "patchkit.launch.command": ["_PYTHON_CLUSTER", "_ENV_ASSIGNMENT"],
+    "patchkit.launch.interpreter": ["_ASSIGNMENT"],
+    "patchkit.series.patchfile": ["_DIFF_START", "_QUOTED_PART"],
+    "patchkit.store.journal": ["_TXID", "_TEMP_NAME"],
+    "patchkit.tree.version": ["_DESCRIBE"],
+}
+
+COMPILED_AT_IMPORT = """
+import importlib, json, re, sys
+modules = json.loads(sys.argv[1])
+for name in modules:
+    importlib.import_module(name)
+compiled = {key[1] for key in re._cache}
+print(json.dumps([f"{m}.{p}" for m, names in modules.items() for p in names
+                  if getattr(sys.modules[m], p) in compiled or not isinstance(getattr(sys.modules[m], p), (str, bytes))]))
+"""
+
+
+def test_loading_the_modules_compiles_none_of_the_patterns_a_start_up_does_not_use():
+    """Issue 21: a regular expression compiled at import is start-up time for every run (the
+    visible() pair alone ~0.4 ms); these compile on first use, as a test of each use shows."""
+    code = [sys.executable, "-c", COMPILED_AT_IMPORT, json.dumps(LAZY_PATTERNS)]
+    done = subprocess.run(code, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == []

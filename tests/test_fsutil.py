@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +21,7 @@ def spelled_out(path: str) -> bool:
         and "\\" not in path
         and "\x00" not in path
         and not path.startswith("/")
-        and not fsutil._DRIVE.match(path)
+        and not re.match(fsutil._DRIVE, path)
         and not any(p in ("", ".", "..") for p in parts)
     )
 
@@ -96,3 +97,28 @@ def test_read_regular_reads_past_the_size_fstat_saw(tmp_path, monkeypatch):
         fsutil.read_regular(path, 2 << 20)
     monkeypatch.undo()
     assert b"Name:" in fsutil.read_regular("/proc/self/status", 1 << 20)  # st_size 0
+
+
+def test_plain_directory_judges_a_chain_by_lstat_alone_and_refuses_a_way_back_up(tmp_path, monkeypatch):
+    """Issue 21: a chain of real directories below the root lies inside it by construction, so no
+    realpath is taken (a third of a warm dry run's cache lookups); a `..` is refused, also where
+    what follows it is not there yet (it would have been judged plain, outside the root)."""
+    root = tmp_path / "cache"
+    (root / "a" / "b").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (root / "link").symlink_to(tmp_path / "elsewhere")
+    (root / "file").write_text("")
+    (tmp_path / "via").symlink_to(root)  # the root itself may be reached through a symlink
+
+    def no_realpath(*args, **kwargs):
+        raise AssertionError("realpath taken")
+
+    monkeypatch.setattr(os.path, "realpath", no_realpath)
+    assert fsutil.plain_directory(root, root / "a" / "b")
+    assert fsutil.plain_directory(root, root / "a" / "b" / "not-yet" / "there")
+    assert fsutil.plain_directory(tmp_path / "via", tmp_path / "via" / "a")
+    assert not fsutil.plain_directory(root, root / "link" / "x")
+    assert not fsutil.plain_directory(root, root / "file")
+    assert not fsutil.plain_directory(root, tmp_path / "elsewhere")
+    assert not fsutil.plain_directory(root, root / "a" / ".." / ".." / "escaped")
+    assert not fsutil.plain_directory(root, root / "a" / ".." / "a")

@@ -15,6 +15,7 @@ from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, pip_install, sn
 
 from patchkit.series import library as library_mod
 from patchkit.store.state import read_state
+from patchkit.tree import version as version_mod
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -138,6 +139,17 @@ def test_a_single_set_librarys_dry_run_loads_the_library_once(run, tree, scratch
     assert loads == [library]
 
 
+def test_a_dry_run_of_several_sets_reads_the_trees_version_once(run, tree, library, monkeypatch):
+    """Issue 21: the version is the tree's, the same for every set: told once a run, not once a
+    set (each time METADATA read, its path resolved twice)."""
+    detected = []
+    detect = version_mod.detect
+    monkeypatch.setattr(version_mod, "detect", lambda *args: detected.append(args) or detect(*args))
+    result = run("apply", "--dry-run", "-q", "--target", tree, "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert len(detected) == 1
+
+
 def test_library_toml_naming_an_unknown_set_is_refused(run, tree, library):
     (library / "library.toml").write_text('order = ["model", "ghost"]\n')
     result = run("list", "--patches", library)
@@ -163,8 +175,9 @@ def test_status_shows_each_set_and_one_overall_state(run, tree, library):
     # one set applied, one not: a partial tree, exit 1 as README's table says (a CI gate must not
     # pass a multi-set apply that stopped half-way); `--set` judges only the sets a launch uses
     assert text.exit_code == 1, text.output
-    assert "status: FAILED: partial: 1 of 3 set(s) applied (spec)" in text.output
-    assert "--set NAME" in text.output
+    assert "status: FAILED: 1 of 3 set(s) applied (spec), not model" in text.output
+    used = f"if your launches use only spec: `patchkit status --target {tree} --patches {library} --set spec`"
+    assert used in " ".join(text.output.split())
     assert run("status", "-q", "--target", tree, "--patches", library).exit_code == 1
     assert run("status", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
     assert "set      model" in text.output and "set      old" in text.output
@@ -198,6 +211,31 @@ def test_verify_judges_every_covering_set(run, tree, library):
     failed = run("verify", "--target", tree, "--patches", library, "--no-import")
     assert failed.exit_code == 1, failed.output
     assert "verify: FAILED: spec (the other 2 set(s) pass)" in failed.output
+
+
+def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    for path in (SPEC, MODEL):  # each set's file (old is judged on the stock MODEL: upstream)
+        (tree / path).write_text((tree / path).read_text() + "def broken(:\n")
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    assert failed.output.splitlines()[-1] == "verify: FAILED: model, spec, old (no set passes)", failed.output
+
+
+def test_verify_says_the_guards_refusal_once_for_every_set(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    guard = tree / "patchkit_guard.py"
+    guard.write_text(guard.read_text() + "# edited\n")  # not this patchkit's guard: it refuses the tree
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    lines = failed.output.splitlines()
+    assert [line for line in lines if line.startswith("guard: ")] == [
+        f"guard: the installed launch guard is not this patchkit's: {guard} is not this patchkit's launch guard "
+        "(edited, or another patchkit's)"
+    ], failed.output
+    verdicts = [line for line in lines if line.startswith("verify: FAILED: ")]
+    assert verdicts[1].endswith("; the launch guard refuses the tree (above)"), verdicts
+    assert verdicts[-1] == "verify: FAILED: model, spec, old (no set passes)", verdicts
 
 
 def test_revert_without_set_reverts_all_and_with_set_that_one(run, tree, library):

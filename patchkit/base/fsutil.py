@@ -33,7 +33,8 @@ def load_json_text(raw: bytes | str) -> Any:
     return data
 
 
-_DRIVE = re.compile(r"^[A-Za-z]:")
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
+_DRIVE = r"^[A-Za-z]:"
 
 
 def unsafe_reason(path: str) -> str | None:
@@ -48,7 +49,7 @@ def unsafe_reason(path: str) -> str | None:
         return "contains a backslash"
     if "\x00" in path:
         return "contains a NUL byte"
-    if path.startswith("/") or _DRIVE.match(path):
+    if path.startswith("/") or re.compile(_DRIVE).match(path):
         return "is absolute"
     parts = path.split("/")
     if ".." in parts:
@@ -90,16 +91,16 @@ def all_safe(paths: list[str]) -> bool:
         and not joined.startswith(("/", "\n"))
         and not joined.endswith(("/", "\n"))
         and not any(part in joined for part in ("\n/", "/\n", "\n\n", "//", "\\", "\x00"))
-        and (":" not in joined or not _DRIVES.search(joined))
-        and not _DOT_PARTS.search(joined)
+        and (":" not in joined or not re.compile(_DRIVES).search(joined))
+        and not re.compile(_DOT_PARTS).search(joined)
     )
     return plainly or all(unsafe_reason(path) is None for path in paths)
 
 
 # a path's first two characters naming a drive, and a '.' or '..' component, in newline-joined paths
 # (each begins with a literal, which the search skips to)
-_DRIVES = re.compile(r":(?<![^\n][^\n]:)(?<=[A-Za-z]:)")
-_DOT_PARTS = re.compile(r"\.(?<![^/\n]\.)\.?(?![^/\n])")
+_DRIVES = r":(?<![^\n][^\n]:)(?<=[A-Za-z]:)"
+_DOT_PARTS = r"\.(?<![^/\n]\.)\.?(?![^/\n])"
 
 
 def inside(tree: Path, path: Path) -> bool:
@@ -210,11 +211,14 @@ def _read_at_most(fd: int, most: int, size: int) -> bytes:
 def plain_directory(root: Path, directory: Path) -> bool:
     """Whether `directory` (under `root`, which may itself be reached through a symlink) is, as far
     as it exists, a chain of real directories: no component below `root` down to it is a symlink or
-    anything but a directory, and it lies inside `root` (fsutil.inside). A part not yet there is
-    fine (creating it makes a real one)."""
+    anything but a directory, nor `..`. A part not yet there is fine (creating it makes a real one).
+    Such a chain lies inside `root` by construction: no realpath of either is needed (it was a
+    third of a warm dry run's cache lookups)."""
     try:
         rel = directory.relative_to(root)
     except ValueError:
+        return False
+    if ".." in rel.parts:  # a way back up: it may leave `root`, even where the rest is not there yet
         return False
     current = root
     for part in rel.parts:
@@ -227,7 +231,7 @@ def plain_directory(root: Path, directory: Path) -> bool:
             return False
         if not stat.S_ISDIR(mode):
             return False
-    return inside(root, directory)
+    return True
 
 
 Identity = tuple[int, ...]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns

@@ -27,9 +27,10 @@ def cache_dir() -> Path:
 UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed
 
 
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 # The names patchkit gives cache entries: a hex digest with ".json", and atomic_write's
 # temporary files for one. prune() deletes nothing else (a cache directory is untrusted input).
-_ENTRY_NAME = re.compile(r"(\.)?[0-9a-f]{64}\.json(\.patchkit-[0-9a-f]{8}\.tmp)?")
+_ENTRY_NAME = r"(\.)?[0-9a-f]{64}\.json(\.patchkit-[0-9a-f]{8}\.tmp)?"
 
 
 def touch(path: Path) -> None:
@@ -60,7 +61,7 @@ def prune(directory: Path, *, unused_days: float = UNUSED_DAYS, every_hours: flo
     for dirpath, _dirs, files in os.walk(directory):  # followlinks=False: symlinked dirs not entered
         for name in files:
             path = os.path.join(dirpath, name)
-            if name == marker.name or not _ENTRY_NAME.fullmatch(name):
+            if name == marker.name or not re.compile(_ENTRY_NAME).fullmatch(name):
                 continue
             try:
                 info = os.lstat(path)

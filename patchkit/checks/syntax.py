@@ -65,13 +65,14 @@ def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, 
     return {path: error for path in sources if (error := _JUDGED[keys[path]]) is not None}
 
 
-_ERROR_LINE = re.compile(r"line (\d+): ")
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
+_ERROR_LINE = r"line (\d+): "
 
 
 def excerpt(data: bytes, error: str) -> str:
     """The line `error` names ("line 14: ..."), and a caret under where this interpreter's parser
     stops on it (none when it stops elsewhere: the target's Python may read the file differently)."""
-    found = _ERROR_LINE.match(error)
+    found = re.compile(_ERROR_LINE).match(error)
     lines = data.decode("utf-8", "replace").splitlines()
     if found is None or not 0 < int(found.group(1)) <= len(lines):
         return ""

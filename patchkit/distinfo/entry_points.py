@@ -28,8 +28,9 @@ SUFFIXES = (".dist-info", ".egg-info")
 ENTRY_POINTS_LIMIT = 16 << 20  # an entry_points.txt: 30,000 console scripts take 1.5 MB
 METADATA_LIMIT = 1 << 20  # METADATA read for a distribution's name (its long description included)
 LISTING_LIMIT = 20000  # entries of one directory looked at for distributions
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 # importlib.metadata.EntryPoint.pattern (the same in Python 3.10-3.13): what `value` names
-_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+_VALUE = r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 
 
 class Found:
@@ -116,7 +117,7 @@ def _none_to_read(text: str, group: str, ignored: Callable[[str], bool]) -> bool
 
 
 def _module(value: str) -> str | None:
-    match = _VALUE.match(value)
+    match = re.compile(_VALUE).match(value)
     return match["module"] if match else None
 
 

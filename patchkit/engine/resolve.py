@@ -69,14 +69,21 @@ def resolve_target(opts: Options) -> Target:
     return target_mod.resolve(opts.target_dir, opts.python, here=not opts.python_of_launch)
 
 
-def resolve(opts: Options, *, target: Target | None = None, sets: dict[str, PatchSetDef] | None = None) -> Resolved:
-    """`sets`: the library's sets when the caller has loaded them already (library_sets)."""
+def resolve(
+    opts: Options,
+    *,
+    target: Target | None = None,
+    sets: dict[str, PatchSetDef] | None = None,
+    detected: DetectedVersion | None = None,
+) -> Resolved:
+    """`sets`: the library's sets when the caller has loaded them already (library_sets);
+    `detected`: the target's version when the caller has told it already (one set of several)."""
     tgt = target or resolve_target(opts)
     if opts.adhoc:
-        detected = _detect_quietly(tgt, opts.vllm_version)
-        selection = library.adhoc_selection(list(opts.adhoc), detected.version if detected else None)
-        return Resolved(tgt, detected, selection)
-    detected = version_mod.detect(tgt, opts.vllm_version)
+        found = _detect_quietly(tgt, opts.vllm_version)
+        selection = library.adhoc_selection(list(opts.adhoc), found.version if found else None)
+        return Resolved(tgt, found, selection)
+    detected = detected or version_mod.detect(tgt, opts.vllm_version)
     wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
     if wheel is not None and len(wheel.set_names) > 1:  # a wheel of several sets: the one asked for, if it holds it
         wheel = wheel.for_set(opts.set_name) if opts.set_name in wheel.set_names else None
@@ -165,11 +172,12 @@ def resolve_sets(opts: Options, target: Target, *, sets: dict[str, PatchSetDef] 
     """Every set of the library (or those --set names), in the library's order, resolved for the
     target. `sets`: the library's sets when the caller has loaded them already (library_sets)."""
     loaded = sets if sets is not None else library.load_library(library.locate(opts.library).path)
+    detected = version_mod.detect(target, opts.vllm_version)  # the tree's, once: the same for every set
     chosen = []
     for patch_set in library.choose_sets(loaded, opts.set_names):
         try:
             one = replace(opts, set_name=patch_set.name)
-            chosen.append(Chosen(patch_set.name, resolve(one, target=target, sets=loaded)))
+            chosen.append(Chosen(patch_set.name, resolve(one, target=target, sets=loaded, detected=detected)))
         except NoPatchSet as exc:  # a gap in the set's range: said, not an error of the run
             chosen.append(Chosen(patch_set.name, None, exc.message))
     if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):

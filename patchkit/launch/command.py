@@ -37,11 +37,12 @@ CLI = "vllm.entrypoints.cli.main"  # the `vllm` script's module: `python -m CLI 
 # a release's own flags for keys of the speculative config (option dest, dashed -> key)
 SPECULATIVE_FLAGS = (("spec-method", "method"), ("spec-model", "model"), ("spec-tokens", "num_speculative_tokens"))
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 # a cluster of Python's own options: flags without a value, then perhaps -W, -X or -m with its value
-_PYTHON_CLUSTER = re.compile(r"-(?P<flags>[bBdEIOPqRsSuv]*)(?:(?P<valued>[WXm])(?P<value>.*))?", re.S)
+_PYTHON_CLUSTER = r"(?s)-(?P<flags>[bBdEIOPqRsSuv]*)(?:(?P<valued>[WXm])(?P<value>.*))?"
 # Python's long options that take a value, and the values it accepts (none changes an import path)
 _PYTHON_LONG = {"--check-hash-based-pycs": ("default", "always", "never")}
-_ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_ENV_ASSIGNMENT = r"^[A-Za-z_][A-Za-z0-9_]*="
 # GNU env's long options (getopt_long: an unambiguous prefix is the option); None: not read by patchkit
 _ENV_LONG = {
     "--ignore-environment": "-i",
@@ -280,7 +281,7 @@ def _python_options(args: list[str]) -> tuple[list[str], list[str]]:
         if args[index] in _PYTHON_LONG and _at(args, index + 1) in _PYTHON_LONG[args[index]]:
             index += 2  # its one long option with a value (exact, the value next: as CPython's getopt)
             continue
-        cluster = _PYTHON_CLUSTER.fullmatch(args[index])
+        cluster = re.compile(_PYTHON_CLUSTER).fullmatch(args[index])
         if cluster is None or not (cluster["flags"] or cluster["valued"]):
             break
         if cluster["flags"]:
@@ -398,7 +399,7 @@ class _EnvPrefix:
         if index < len(argv) and argv[index] == "-":  # a lone `-` after the options: -i
             self.clean = True
             index += 1
-        while index < len(argv) and _ENV_ASSIGNMENT.match(argv[index]):
+        while index < len(argv) and re.compile(_ENV_ASSIGNMENT).match(argv[index]):
             key, value = argv[index].split("=", 1)
             self.env[key] = value
             index += 1

@@ -19,7 +19,8 @@ from patchkit.launch.values import read_head
 
 SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
 _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# compiled on first use (re keeps it): start-up compiles none a run does not use
+_ASSIGNMENT = r"^[A-Za-z_][A-Za-z0-9_]*="
 PYTHON_FLAGS = re.compile(r"^-[bBdEIOPqRsSuv]+$")  # Python's options that take no value
 PIP_WRAPPER = b"'''exec' "  # the second line of pip's /bin/sh wrapper
 _ENV_CLEARS = ("-i", "-", "--ignore-environment")
@@ -99,7 +100,7 @@ def _after_env_options(script: Path, words: list[str], path: str | None) -> tupl
         elif word == "--":
             index += 1
             break
-        elif _ASSIGNMENT.match(word):
+        elif re.compile(_ASSIGNMENT).match(word):
             if word.startswith("PATH="):
                 path = word.removeprefix("PATH=")
         elif word.startswith("-"):

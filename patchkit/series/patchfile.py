@@ -214,7 +214,7 @@ def parse_patch(raw: bytes, name: str, *, roots: tuple[str, ...] = DEFAULT_ROOTS
 
 def _dep3_header(raw: bytes) -> dict[str, str]:
     """DEP-3 fields are RFC 822 style lines at the top, before the first diff line."""
-    match = _DIFF_START.search(raw)
+    match = re.compile(_DIFF_START).search(raw)
     # The header is prose for people: undecodable bytes become U+FFFD rather than surrogates,
     # which the email parser would hand back as Header objects that cannot be printed.
     head = (raw[: match.start()] if match else raw).decode(ENCODING, "replace")
@@ -227,7 +227,8 @@ def _dep3_header(raw: bytes) -> dict[str, str]:
     }
 
 
-_DIFF_START = re.compile(rb"^(?:diff |--- |Index: |---$)", re.MULTILINE)
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
+_DIFF_START = rb"(?m)^(?:diff |--- |Index: |---$)"
 
 
 def _file_patch(name: str, pf: PatchedFile, roots: tuple[str, ...], hunks: list[Hunk]) -> FilePatch:
@@ -279,7 +280,7 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
 
 
 # git's C-style quoting of a path with special or non-ASCII bytes (quote.c: unquote_c_style)
-_QUOTED_PART = re.compile(rb'\\([0-3][0-7]{2}|[abfnrtv\\"])|([^\\"]+)')
+_QUOTED_PART = rb'\\([0-3][0-7]{2}|[abfnrtv\\"])|([^\\"]+)'
 _C_ESCAPES = {b"a": b"\a", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
 
 
@@ -290,7 +291,7 @@ def _unquote(name: str, quoted: str) -> str:
     parts: list[bytes] = []
     position = 0
     while position < len(body):
-        match = _QUOTED_PART.match(body, position)
+        match = re.compile(_QUOTED_PART).match(body, position)
         if match is None:
             raise BadInput(f"{name}: malformed diff: bad quoting in the path {quoted!r}")
         escape, plain = match.groups()

@@ -37,7 +37,8 @@ from patchkit.store.state import (
 )
 
 UNSETTLED = object()
-_TXID = re.compile(r"[0-9A-Za-z]{1,64}")
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
+_TXID = r"[0-9A-Za-z]{1,64}"
 
 
 def journal_path(root: Path) -> Path:
@@ -170,7 +171,7 @@ def read_journal(root: Path) -> dict | None:
     if not isinstance(journal, dict) or not isinstance(journal.get("files"), list):
         raise journal_refusal(root, "not an object with a list of 'files'")
     txid = journal.get("id")
-    if not isinstance(txid, str) or not _TXID.fullmatch(txid):
+    if not isinstance(txid, str) or not re.compile(_TXID).fullmatch(txid):
         raise journal_refusal(root, f"the transaction id {txid!r} is not alphanumeric")
     try:
         _check_previous_state(journal.get("previous_state"), journal_path(root))
@@ -248,7 +249,7 @@ def remove_leftovers(root: Path, managed: set[str]) -> None:
             _remove_temp_files(root / parent if parent else root, names)
 
 
-_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.patchkit-[0-9A-Za-z]+\.tmp")
+_TEMP_NAME = r"\.(?P<name>.+)\.patchkit-[0-9A-Za-z]+\.tmp"
 
 
 def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
@@ -258,7 +259,7 @@ def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
     except OSError:
         return
     for item in entries:
-        match = _TEMP_NAME.fullmatch(item.name)
+        match = re.compile(_TEMP_NAME).fullmatch(item.name)
         if not match or item.is_dir(follow_symlinks=False):
             continue
         owner = match["name"]

@@ -181,7 +181,8 @@ def _from_version_file(target: Target) -> DetectedVersion | None:
     return None
 
 
-_DESCRIBE = re.compile(r"^v?(?P<tag>\d[^-]*)(?:-(?P<distance>\d+)-g(?P<sha>[0-9a-f]+))?$")
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
+_DESCRIBE = r"^v?(?P<tag>\d[^-]*)(?:-(?P<distance>\d+)-g(?P<sha>[0-9a-f]+))?$"
 
 
 def _from_git(target: Target) -> DetectedVersion | None:
@@ -194,7 +195,7 @@ def _from_git(target: Target) -> DetectedVersion | None:
         described = git.Repo(target.root).git.describe("--tags", "--match", "v[0-9]*")
     except (git.GitCommandError, git.InvalidGitRepositoryError):
         return None
-    match = _DESCRIBE.match(described.strip())
+    match = re.compile(_DESCRIBE).match(described.strip())
     if not match:
         return None
     tag = parse(match["tag"], "git describe")

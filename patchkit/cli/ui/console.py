@@ -59,12 +59,13 @@ def _progress_bar(console: Any, more_columns: Callable[[ModuleType], tuple[Any, 
     )
 
 
-_LABEL = re.compile(r"[a-zA-Z]\S* +(?=\S)")  # "version  0.16.0": the label and its padding
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
+_LABEL = r"[a-zA-Z]\S* +(?=\S)"  # "version  0.16.0": the label and its padding
 
 
 def _hanging(text: str) -> int:
     """Where a wrapped line continues: under the value of a labelled line, else two columns in."""
-    label = _LABEL.match(text)
+    label = re.compile(_LABEL).match(text)
     return label.end() if label and label.end() == LABEL_WIDTH else 2
 
 

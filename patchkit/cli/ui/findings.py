@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from patchkit.base.enums import CheckStatus
 from patchkit.checks import CheckResult
 
-_LINE_FIRST = re.compile(r"line (\d+): (.*)", re.DOTALL)
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
+_LINE_FIRST = r"(?s)line (\d+): (.*)"
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Failure:
 def located(result: CheckResult) -> tuple[str, str]:
     """(path:line, the message without its line) for "line N: ..." messages; else (path, message)."""
     path = result.path or ""
-    found = _LINE_FIRST.fullmatch(result.message)
+    found = re.compile(_LINE_FIRST).fullmatch(result.message)
     if found and path:
         return f"{path}:{found.group(1)}", found.group(2)
     return path, result.message

@@ -44,17 +44,18 @@ STATE_STYLES = {
 }
 
 
+# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 # What must not reach a terminal raw: C0 controls (ESC starts a sequence, \r overwrites the line),
 # DEL, C1 controls, and the surrogates that stand for undecodable bytes (they cannot even be encoded).
-_UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\udc80-\udcff]")
-_UNSHOWABLE_IN_A_FIELD = re.compile("[\x00-\x1f\x7f-\x9f\udc80-\udcff]")  # tab and newline too
+_UNSHOWABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\udc80-\udcff]"
+_UNSHOWABLE_IN_A_FIELD = "[\x00-\x1f\x7f-\x9f\udc80-\udcff]"  # tab and newline too
 
 
 def visible(text: str, *, field: bool = False) -> str:
     """Text from a patch, a library or a tree, safe to show: each control character written as
     an escape (\\x1b), an undecodable byte as its value (\\xff). Tab and newline are kept, except
     in a `field`: a table cell or a tab-separated column. JSON shows the exact text instead."""
-    pattern = _UNSHOWABLE_IN_A_FIELD if field else _UNSHOWABLE
+    pattern = re.compile(_UNSHOWABLE_IN_A_FIELD if field else _UNSHOWABLE)
     if pattern.search(text) is None:
         return text
     return pattern.sub(lambda m: f"\\x{ord(m.group()) & 0xFF:02x}", text)
@@ -103,9 +104,9 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
     # a `command` is one word, never shortened: it is pasted from there (wrapped, as several lines)
-    words = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
+    words = re.compile(_COMMAND).sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
     # a short aside "(-v shows each)" is read as one: never wrapped inside its parentheses
-    words = _ASIDE.sub(lambda m: _kept_whole(m.group(), min(ASIDE_ROOM, room)), words)
+    words = re.compile(_ASIDE).sub(lambda m: _kept_whole(m.group(), min(ASIDE_ROOM, room)), words)
     lines = textwrap.wrap(
         words,
         width,
@@ -146,8 +147,8 @@ def _unless_elided(part: str, pieces: list[str]) -> list[str]:
     return [part] if any(piece.endswith("\u2026") for piece in pieces) else pieces
 
 
-_COMMAND = re.compile(r"`[^`]*`")
-_ASIDE = re.compile(r"\([^()]*\)[,;:.]?")
+_COMMAND = r"`[^`]*`"
+_ASIDE = r"\([^()]*\)[,;:.]?"
 ASIDE_ROOM = 40  # the widest aside kept on one line; a longer one wraps at its spaces
 _KEPT_SPACE = "\ue000"  # not whitespace to textwrap (a no-break space is)
 
@@ -186,15 +187,19 @@ def _narrow(widths: list[int], floors: list[int], excess: int) -> int:
     return excess
 
 
-_SLASH = re.compile(r"(?<=/)")  # after each / of a path
-_JOINER = re.compile(r"(?<=[_\-])")  # after each _ or - of a name (an extension stays with its word)
+_SLASH = r"(?<=/)"  # after each / of a path
+_JOINER = r"(?<=[_\-])"  # after each _ or - of a name (an extension stays with its word)
 
 
 def broken(name: str, width: int) -> list[str]:
     """A name (a path, a patch name, an identifier) in lines of at most `width` columns, broken
     after a `/` (else after a `_` or `-`); a piece longer than a line is shortened with … at its
     end."""
-    pieces = [piece for part in _SLASH.split(name) for piece in (_JOINER.split(part) if len(part) > width else [part])]
+    pieces = [
+        piece
+        for part in re.compile(_SLASH).split(name)
+        for piece in (re.compile(_JOINER).split(part) if len(part) > width else [part])
+    ]
     lines = [""]
     for piece in pieces:
         if lines[-1] and len(lines[-1]) + len(piece) > width:
@@ -234,7 +239,7 @@ def _name_floor(cells: list[str], header: str) -> int:
     """The fewest columns a column of names is wrapped to: its cells within NAME_ROOM (a short one
     whole), its header broken after a _ or - (a set's name over its matrix column), never cut."""
     longest = max(map(len, cells), default=0)
-    header_piece = max(map(len, _JOINER.split(header)), default=0)
+    header_piece = max(map(len, re.compile(_JOINER).split(header)), default=0)
     return min(max(longest, len(header)), max(min(NAME_ROOM, longest), header_piece))
 
 
@@ -251,8 +256,9 @@ class FittedTable:
 def fit_table(columns: list[str], rows: list[list[str]], width: int) -> FittedTable:
     """The columns fitted into `width`. The last columns that are text (a space in a cell) go on
     lines of their own under each row when the row cannot give them TEXT_ROOM (or their longest
-    word); then text is wrapped at spaces (never below that floor) and names (paths, patch names)
-    wrapped after a / _ - or . (never below NAME_ROOM), the widest first."""
+    word), and the last columns of any kind when the row cannot keep the name in its first
+    column (a patch, a check) whole beside them; then text is wrapped at spaces (never below
+    that floor) and names (paths, patch names) wrapped after a / _ - or . (never below NAME_ROOM), the widest first."""
     natural = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
     is_text = [any(" " in row[i] for row in rows) for i in range(len(columns))]
     floors = [
@@ -262,8 +268,14 @@ def fit_table(columns: list[str], rows: list[list[str]], width: int) -> FittedTa
     kept = len(columns)
     while kept > 1 and is_text[kept - 1] and sum(floors[:kept]) + GAP * (kept - 1) > width:
         kept -= 1
-    widths = natural[:kept]
     least = [floors[i] if is_text[i] else _name_floor([row[i] for row in rows], columns[i]) for i in range(kept)]
+    if not is_text[0] and not any("/" in row[0] for row in rows):
+        # the row's own name (a patch, a check; not a path, read broken after a /) is kept whole
+        least[0] = min(natural[0], width)
+        while kept > 1 and sum(least[:kept]) + GAP * (kept - 1) > width:
+            kept -= 1
+    widths = natural[:kept]
+    least = least[:kept]
     excess = sum(widths) + GAP * (kept - 1) - width
     for floor in (floors[:kept], least):
         excess = _narrow(widths, floor, excess)
