@@ -371,6 +371,31 @@ def test_help_groups_the_commands_with_whole_descriptions_wrapped_to_the_termina
     assert shown == {name: listed.help for name, listed in COMMANDS.items()}
 
 
+def _help_words(name: str | None, width: int) -> str:
+    """`patchkit [NAME] --help` as click draws it `width` columns wide."""
+    from patchkit.cli.main import cli
+
+    command = cli if name is None else cli.get_command(None, name)
+    ctx = command.context_class(command, info_name=name or "patchkit", terminal_width=width, max_content_width=width)
+    return command.get_help(ctx)
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_no_help_breaks_a_word_at_its_hyphen_or_cuts_it(columns, monkeypatch):
+    """Each --help at 60, 80 and 120 columns: every word it shows is a whole word of its text (run's
+    "site-packages" was "site-" / "packages"; preflight's "vllm.entrypoints.openai.api_server"
+    was cut at 60), and no line is wider than click's width for that terminal."""
+    from patchkit.cli.main import COMMANDS
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    width = min(columns, 80) - 2  # click's: the terminal's width, at most 80, less 2
+    for name in [None, *COMMANDS]:
+        whole = set(_help_words(name, 10_000).split())
+        shown = _help_words(name, None)
+        assert [word for word in shown.split() if word not in whole] == [], (name, columns)
+        assert [line for line in shown.splitlines() if len(line) > width] == [], (name, columns)
+
+
 def test_each_command_is_listed_with_the_first_paragraph_of_its_own_help():
     from patchkit.cli.main import COMMANDS, cli
 

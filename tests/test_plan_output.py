@@ -16,6 +16,7 @@ from rich.console import Console
 
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.plan import (
+    PLAN_FILE_HEADER,
     PLAN_HUNK_HEADER,
     file_rows,
     hunk_rows,
@@ -23,6 +24,7 @@ from patchkit.cli.ui.plan import (
     plain_plan,
     plan_sections,
     show_plan,
+    shown_columns,
 )
 from patchkit.series.patchfile import parse_patch
 from patchkit.series.plan import plan_apply
@@ -131,6 +133,30 @@ def test_terminal_shows_each_patch_as_a_heading_and_one_row_per_file(site, patch
     hunks_end = lines[1].index("hunks") + len("hunks")
     assert {len(re.sub(r"(\d+)  \d.*", r"\1", line)) for line in lines[4:7] + lines[8:]} == {hunks_end}
     assert {lines[4].index("deleted"), lines[5].index("1 of 2"), lines[6].index("new file")} == {lines[1].index("note")}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_header_names_only_filled_columns_and_the_states_stand_in_one_column(tmp_path, scratch, width):
+    """Issue 22, trial item E: with no note in any row, "note" headed nothing and each patch's state
+    stood after its own name, one column off "note" or under "lines", as if it were their cell. The
+    header names the columns its rows fill; the states start at one column, after the widest
+    name, the rule under the header running to them; piped, the same."""
+    site = write_tree(tmp_path / "names", files={SHORT: "x = 1\n", GONE: "old = 1\n"})
+    named = {
+        "0001-a-change-whose-name-is-longer-than-its-rows.patch": make_patch(scratch, site, {SHORT: "x = 2\n"}),
+        "0002-short.patch": make_patch(scratch, site, {GONE: "old = 2\n"}),
+    }
+    plan = plan_apply(site, [parse_patch(data, name) for name, data in named.items()])
+    lines = terminal_text(plan, width=width).splitlines()
+    assert lines[1].split() == ["file", "hunks", "lines"]
+    headings = [line for line in lines if line.startswith("0")]
+    assert [line.split() for line in headings] == [[name, "apply"] for name in named]
+    assert {line.index("apply") for line in headings} == {len(max(named, key=len)) + 2}
+    assert len(lines[2]) == len(headings[0]) and set(lines[2].strip()) == {"\u2500"}
+    piped = plain_plan(
+        "plan: would change 2 file(s)", *shown_columns(PLAN_FILE_HEADER, plan_sections(plan, file_rows), (1,))
+    )
+    assert piped.splitlines() == [line for line in lines if line != lines[2]]
 
 
 def test_terminal_with_v_shows_one_row_per_hunk_and_each_file_once(site, patches):

@@ -85,6 +85,7 @@ def assert_no_word_alone(shown: str) -> None:
         if len(line.split()) == 1
         and len(line.strip()) < 10
         and len(lines[i + 1].split()) == 1
+        and set(lines[i + 1].strip()) != {"\u2500"}  # a header over the table's rule
         and indent[i + 1] == indent[i]
     ]
     assert not alone, (alone, shown)
@@ -109,10 +110,34 @@ def test_the_library_list_keeps_its_names_whole_or_broken_at_their_words(width):
     code, shown = in_a_terminal("list", width=width)
     piped = run_cli("list")
     assert code == 0 and piped.returncode == 0, shown
-    assert_fits_without_cut_words(shown, piped.stdout, width)
+    labels = "state: description:"  # a column moved under its row says its name
+    assert_fits_without_cut_words(shown, piped.stdout + labels, width)
     assert "KimiK25ForConditionalGeneration" in shown.split()
+    assert "0001-speculative-accept-deepseek-kimi-eagle3-targets.patch" in shown.split()
     table = shown[: shown.index("a cell is")]  # the legend after it is a sentence
     assert_no_word_alone(table)
+
+
+NAMED = "0001-speculative-accept-deepseek-kimi-eagle3-targets.patch"
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_verify_v_keeps_a_patch_name_whole_and_says_the_columns_under_it(long_tree, width):
+    """Issue 22, trial item A: at 80 columns verify -v's patches table broke a patch's name in two
+    (`0001-speculative-accept-deepseek-` / `kimi-eagle3-targets.patch`) to keep its files beside it.
+    A name a line holds stays whole; the columns it leaves no room for go under the row, named."""
+    tree, library = long_tree
+    series = library / "demo" / "0.16.0"
+    (series / "0001-change.patch").rename(series / NAMED)
+    (series / "series").write_text(NAMED + "\n")
+    code, shown = in_a_terminal("verify", "-v", "--target", tree, "--patches", library, width=width)
+    assert code == 0, shown
+    lines = shown.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("0001"))
+    assert lines[row].split()[0] == NAMED
+    under = " ".join(lines[row + 1 : row + 8]).split()
+    assert "files:" in under and "description:" in under, shown
+    assert all(len(line) <= width for line in lines), shown
 
 
 @pytest.mark.parametrize("argv", [["status", "-v"], ["verify", "-v"], ["list"]])
@@ -126,18 +151,20 @@ def test_piped_lines_end_at_their_last_word(long_tree, argv):
     assert not padded, padded
 
 
-def test_a_table_fitted_to_80_columns_breaks_names_at_their_words_and_puts_text_under_its_row():
+def test_a_table_fitted_to_80_columns_keeps_a_name_whole_and_puts_what_has_no_room_under_its_row():
     name = "0001-speculative-accept-deepseek-kimi-eagle3-targets.patch"
     rows = [[name, "applied", LONG, DESCRIPTION]]
     table = fit_table(["patch", "state", "file", "description"], rows, 80)
     assert sum(table.widths) + 2 * (len(table.widths) - 1) <= 80
-    patch, state, path = table.rows[1]
-    assert "".join(patch) == name and "".join(path) == LONG and state == ["applied"]
-    assert all(line.endswith(("-", "_", "/", ".patch", ".py")) for line in patch + path), (patch, path)
+    assert table.rows[1] == [[name], ["applied"]]  # the name whole: the path has no room beside it
     below = table.below[1]
-    assert " ".join(below).split() == DESCRIPTION.split()  # every word kept, wrapped at spaces
+    path = below[: next(i for i, line in enumerate(below) if "description:" in line)]
+    assert path[0].startswith("    file:") and "".join(line.strip() for line in path)[len("file:") :] == LONG
+    assert all(line.endswith(("/", ".py")) for line in path[1:]), path
+    said = " ".join(below[len(path) :]).split()
+    assert said == ["description:", *DESCRIPTION.split()]  # every word kept, wrapped at spaces
     assert all(line.startswith("    ") and len(line) <= 80 for line in below)
-    assert all(len(line.split()) > 1 for line in below[:-1]), below
+    assert all(len(line.split()) > 1 for line in below[len(path) : -1]), below
 
 
 def test_a_matrix_breaks_its_set_names_over_short_cells_to_fit_60_columns():

@@ -35,6 +35,7 @@ from patchkit.base.errors import (  # noqa: E402
     PatchkitError,
     exit_code_for,
 )
+from patchkit.cli.helpformat import HelpContext  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.base.enums import Outcome
@@ -143,7 +144,10 @@ COMMANDS = {
 
 class PatchkitGroup(click.Group):
     """Lists the commands from COMMANDS, loading a command's module only when it runs or shows
-    its own help (click's lazy group), and turns errors into exit codes."""
+    its own help (click's lazy group), and turns errors into exit codes. Its help and each
+    command's is wrapped at spaces only (HelpContext)."""
+
+    context_class = HelpContext
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -153,6 +157,7 @@ class PatchkitGroup(click.Group):
         if listed is None:
             return None
         command: click.Command = importlib.import_module(listed.module).command
+        command.context_class = HelpContext
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

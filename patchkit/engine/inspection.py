@@ -211,6 +211,16 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
     }
 
 
+def guard_refusal(root: Path, set_name: str, state: State) -> tuple[list[str], str] | None:
+    """What the installed guard refuses a launch of the tree for, and the fix `status` names for a
+    set that is itself as applied (None: the guard lets it launch)."""
+    fields = _guard_fields(root, set_name, state)
+    if not fields["guard"]:
+        return None
+    found = TreeStatus(TreeState.APPLIED, **fields)
+    return found.guard, found.guard_fix
+
+
 _EVERY_SET = (("revert", "--force"), ("apply",))  # the fix of a patched wheel's edited file, without --set
 
 

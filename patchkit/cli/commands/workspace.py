@@ -28,10 +28,9 @@ def command(
 ) -> None:
     """Make DIR (default ./vllm-VERSION-workspace) a git repository to work on VERSION's series.
 
-    \b
-    commit 1  "stock vllm VERSION": the release's stock files (tag `stock`)
-    commit 2  the series applied by patchkit's engine
-    Edit the files (commit or not), then `patchkit refresh DIR` writes the diffs back.
+    Its first commit, "stock vllm VERSION" (tag `stock`), holds the release's stock files; the
+    second, the series applied by patchkit's engine. Edit the files (commit or not), then
+    `patchkit refresh DIR` writes the diffs back.
     """
     ui = make_ui(fmt, quiet, verbose)
     ui.knows({"version": version})

@@ -29,13 +29,35 @@ def show_plan(ui: Screen, plan: Plan, *, dry_run: bool) -> None:
         return
     verb = "would change" if dry_run else "changes"
     title = f"plan: {verb} {len(plan.changed_paths)} file(s)"
-    columns, rows_of, right = (PLAN_HUNK_HEADER, hunk_rows, ()) if ui.verbose else (PLAN_FILE_HEADER, file_rows, (1,))
-    sections = plan_sections(plan, rows_of)
+    header, rows_of, numbers = (PLAN_HUNK_HEADER, hunk_rows, ()) if ui.verbose else (PLAN_FILE_HEADER, file_rows, (1,))
+    columns, sections, right = shown_columns(header, plan_sections(plan, rows_of), numbers)
     if not ui.terminal:
         text = plain_plan(title, columns, sections, right)
         write_plainly(lambda stdout: stdout.write(text))
     else:
         _plan_table(ui, title, columns, sections, right)
+
+
+def shown_columns(
+    columns: tuple[str, ...], sections: list[PlanSection], right: tuple[int, ...]
+) -> tuple[tuple[str, ...], list[PlanSection], tuple[int, ...]]:
+    """Only the columns some row fills (the first always): a header over nothing (eagle3's plan has
+    no note) reads as if the patches' states under it were its cells."""
+    kept = [0] + [i for i in range(1, len(columns)) if any(row[i] for _, _, rows in sections for row in rows)]
+    return (
+        tuple(columns[i] for i in kept),
+        [(name, state, [tuple(row[i] for i in kept) for row in rows]) for name, state, rows in sections],
+        tuple(kept.index(i) for i in right if i in kept),
+    )
+
+
+def state_column(headings: list[str], states: list[str], width: int | None) -> int | None:
+    """Where every patch's state starts when all of them fit there, in one straight column after
+    the widest heading: states at ragged columns read as cells of the table's columns."""
+    if not headings:
+        return None
+    column = max(map(len, headings)) + COLUMN_GAP
+    return column if width is None or column + max(map(len, states)) <= width else None
 
 
 def plain_plan(title: str, columns: tuple[str, ...], sections: list[PlanSection], right: tuple[int, ...] = ()) -> str:
@@ -53,8 +75,9 @@ def plain_plan(title: str, columns: tuple[str, ...], sections: list[PlanSection]
         return " " * INDENT + (" " * COLUMN_GAP).join(shown)
 
     lines = [title, line(columns)]
+    at = state_column([name for name, _, _ in sections], [state for _, state, _ in sections], None) or 0
     for name, state, section_rows in sections:
-        lines.append(f"{name}{' ' * COLUMN_GAP}{state}")
+        lines.append(f"{name.ljust(at - COLUMN_GAP)}{' ' * COLUMN_GAP}{state}")
         lines += [line(row) for row in section_rows]
     return "\n".join(lines) + "\n"
 
@@ -70,16 +93,22 @@ def _plan_table(
     table = fit_table(list(columns), rows, width - INDENT)
     text = rich().text.Text()
     text.append(title + "\n", style="italic")
+    headings = [broken(name, width) for name, _, _ in sections]
+    states = [state for _, state, _ in sections]
+    at = state_column([heading[-1] for heading in headings], states, width)
     _append_row(text, table, 0, right, style="bold")
-    text.append(" " * INDENT + "\u2500" * (sum(table.widths) + COLUMN_GAP * (len(table.widths) - 1)) + "\n")
+    ruled = sum(table.widths) + COLUMN_GAP * (len(table.widths) - 1)
+    if at is not None:  # the rule spans the states too
+        ruled = min(max(ruled, at + max(map(len, states)) - INDENT), width - INDENT)
+    text.append(" " * INDENT + "\u2500" * ruled + "\n")
     number = 1
-    for name, state, section_rows in sections:
-        heading = broken(name, width)
+    for heading, (_, state, section_rows) in zip(headings, sections, strict=True):
         for line in heading[:-1]:
             text.append(line + "\n", style="bold")
         text.append(heading[-1], style="bold")
         fits = len(heading[-1]) + COLUMN_GAP + len(state) <= width
-        text.append(" " * COLUMN_GAP if fits else "\n" + " " * INDENT)
+        gap = " " * (at - len(heading[-1]) if at is not None else COLUMN_GAP)
+        text.append(gap if fits else "\n" + " " * INDENT)
         text.append(state + "\n", style=STATE_STYLES.get(state, ""))
         for _ in section_rows:
             _append_row(text, table, number, right)

@@ -256,8 +256,9 @@ class FittedTable:
 def fit_table(columns: list[str], rows: list[list[str]], width: int) -> FittedTable:
     """The columns fitted into `width`. The last columns that are text (a space in a cell) go on
     lines of their own under each row when the row cannot give them TEXT_ROOM (or their longest
-    word); then text is wrapped at spaces (never below that floor) and names (paths, patch names)
-    wrapped after a / _ - or . (never below NAME_ROOM), the widest first."""
+    word), and the last columns of any kind when the row cannot keep the name in its first
+    column (a patch, a check) whole beside them; then text is wrapped at spaces (never below
+    that floor) and names (paths, patch names) wrapped after a / _ - or . (never below NAME_ROOM), the widest first."""
     natural = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
     is_text = [any(" " in row[i] for row in rows) for i in range(len(columns))]
     floors = [
@@ -267,8 +268,14 @@ def fit_table(columns: list[str], rows: list[list[str]], width: int) -> FittedTa
     kept = len(columns)
     while kept > 1 and is_text[kept - 1] and sum(floors[:kept]) + GAP * (kept - 1) > width:
         kept -= 1
-    widths = natural[:kept]
     least = [floors[i] if is_text[i] else _name_floor([row[i] for row in rows], columns[i]) for i in range(kept)]
+    if not is_text[0] and not any("/" in row[0] for row in rows):
+        # the row's own name (a patch, a check; not a path, read broken after a /) is kept whole
+        least[0] = min(natural[0], width)
+        while kept > 1 and sum(least[:kept]) + GAP * (kept - 1) > width:
+            kept -= 1
+    widths = natural[:kept]
+    least = least[:kept]
     excess = sum(widths) + GAP * (kept - 1) - width
     for floor in (floors[:kept], least):
         excess = _narrow(widths, floor, excess)
