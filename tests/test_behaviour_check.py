@@ -140,3 +140,39 @@ def test_a_verdict_with_vllms_classes_is_remembered_while_its_inputs_are_unchang
     assert verify() == "0 of 8 runs differ (vLLM's classes; remembered)" and not ran.exists()
     (site / "vllm" / "serving.py").write_text("top_up = 'replace'\n")  # a file the judge read
     assert verify() == "0 of 8 runs differ (vLLM's classes)" and ran.exists()
+
+
+# With --installed, vLLM's classes do not load (as where vLLM's own imports are missing): exit 2.
+JUDGE_WITHOUT_VLLM = JUDGE.replace(
+    "import json, pathlib, sys\n",
+    "import json, pathlib, sys\n"
+    'if "--installed" in sys.argv:\n'
+    "    error = f\"cannot load {sys.argv[1]}: ModuleNotFoundError: No module named 'regex_the_parser_imports'\"\n"
+    '    print(json.dumps({"ok": False, "runs": 0, "failed": 0, "failures": [], "error": error}))\n'
+    "    sys.exit(2)\n",
+)
+
+
+def test_a_pass_with_the_stand_ins_where_vllms_classes_did_not_load_says_why_in_full(run, tmp_path):
+    """verify --python asked for vLLM's classes: the pass says the stand-ins judged, and the reason
+    is shown whole below the line (it was cut off inside it: "vLLM's classes di…")."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    pip_install(purelib(python), "0.16.0", {PARSER: STOCK})
+    lib = library(tmp_path, write_tree(tmp_path / "base", "0.16.0", {PARSER: STOCK}), judge=JUDGE_WITHOUT_VLLM)
+    assert run("apply", "--python", python, "--patches", lib).exit_code == 0
+
+    done = run("verify", "--python", python, "--patches", lib)
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    line = next(line for line in lines if line.startswith("behaviour: "))
+    assert line == "behaviour: 0 of 8 runs differ (stand-ins; vLLM's classes did not load)", line
+    below = lines[lines.index(line) + 1]
+    assert below == (
+        "    vLLM's classes did not load: demo_parser.py does not load: "
+        "ModuleNotFoundError: No module named 'regex_the_parser_imports'"
+    ), below
+    document = run("verify", "--python", python, "--patches", lib, "--format", "json")
+    [found] = behaviour_results(document.stdout)
+    assert found["ok"] and found["message"] == line.removeprefix("behaviour: ")

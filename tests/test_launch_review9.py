@@ -9,7 +9,11 @@ M3: a set whose rule names the launch, left out by --set, is a failed finding na
 M1: --tool-call-parser deepseek_v4 (0.20.0-0.22.1: the V3.2 parser's class, whose streaming the
 deepseek-tool-calls set patches) needs that set.
 M2: the hint after an interrupted apply or run --apply names the tree (--target made absolute, or
-the launch's --python) and works as printed from another directory."""
+the launch's --python) and works as printed from another directory.
+L2: `status` after `run --apply` (only the sets the launch needs) says which sets are applied and
+which not, not `partial`, and names the status of those sets. L3: status of several sets said the
+guard's refusal once per set (the later ones with another set's fix) and put the first set's name
+before every stale record."""
 
 from __future__ import annotations
 
@@ -24,7 +28,17 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import lay_out_release, make_patch, patched_spec, run_cli, write_library, write_tree
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    lay_out_release,
+    make_patch,
+    patched_spec,
+    pip_install,
+    run_cli,
+    write_library,
+    write_tree,
+)
 from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, serve, write_model
 from test_launch_relevance import TOOLS, setup  # noqa: F401  (setup: a fixture)
 from test_several_sets import EAGLE_MODEL, MODEL, SPEC
@@ -287,3 +301,39 @@ def test_the_hint_of_an_interrupted_run_apply_names_the_launchs_python(tmp_path)
     words = followed(done.stderr, elsewhere)
     assert words[1:3] == ["apply", "--python"] and Path(words[3]).parent == root / "bin", words
     assert [e.set_name for e in read_state(site).entries] == ["model", "spec"]
+
+
+# --- L2, L3: what status says of several sets -------------------------------------------------------
+
+
+def test_status_after_run_apply_says_which_sets_are_applied_and_how_to_judge_those(request, tmp_path):
+    tree, lib, target, drafter = request.getfixturevalue("setup")
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    ran = run_cli("run", "--apply", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
+    assert ran.returncode == 4, ran.stdout + ran.stderr
+    status = run_cli("status", "--target", tree, "--patches", lib)
+    assert status.returncode == 1 and "partial" not in status.stdout + status.stderr, status.stdout
+    assert "status: FAILED: 1 of 2 set(s) applied (eagle3), not tools" in status.stdout, status.stdout
+    (note,) = [line for line in status.stderr.splitlines() if line.startswith("note:")]
+    assert "if your launches use only eagle3:" in note, note
+    (command,) = [c for c in re.findall(r"`(patchkit [^`]*)`", note) if c.startswith("patchkit status")]
+    assert run_cli(*shlex.split(command)[1:]).returncode == 0, command
+
+
+def test_status_of_an_upgraded_tree_says_the_guards_refusal_once_with_the_fix_of_an_upgrade(tmp_path):
+    tree = write_tree(tmp_path / "site")
+    library = tmp_path / "lib"
+    for name, path, content in (("spec", SPEC, patched_spec()), ("model", MODEL, EAGLE_MODEL)):
+        patch = make_patch(tmp_path, tree, {path: content})
+        write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    status = run_cli("status", "--target", tree, "--patches", library)
+    said = status.stdout + status.stderr
+    assert status.returncode == 1 and said.count("the launch guard refuses this tree") == 1, said
+    assert "another set's" not in said and "revert --target" not in said.split("stale")[0], said
+    stale = [line for line in said.splitlines() if "the old record is stale" in line]
+    assert sorted(stale) == [
+        "stale warning: the record of model: recorded 0.16.0, installed 0.17.0: the old record is stale",
+        "stale warning: the record of spec: recorded 0.16.0, installed 0.17.0: the old record is stale",
+    ], said

@@ -175,8 +175,9 @@ def test_status_shows_each_set_and_one_overall_state(run, tree, library):
     # one set applied, one not: a partial tree, exit 1 as README's table says (a CI gate must not
     # pass a multi-set apply that stopped half-way); `--set` judges only the sets a launch uses
     assert text.exit_code == 1, text.output
-    assert "status: FAILED: partial: 1 of 3 set(s) applied (spec)" in text.output
-    assert "--set NAME" in text.output
+    assert "status: FAILED: 1 of 3 set(s) applied (spec), not model" in text.output
+    used = f"if your launches use only spec: `patchkit status --target {tree} --patches {library} --set spec`"
+    assert used in " ".join(text.output.split())
     assert run("status", "-q", "--target", tree, "--patches", library).exit_code == 1
     assert run("status", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
     assert "set      model" in text.output and "set      old" in text.output
@@ -210,6 +211,31 @@ def test_verify_judges_every_covering_set(run, tree, library):
     failed = run("verify", "--target", tree, "--patches", library, "--no-import")
     assert failed.exit_code == 1, failed.output
     assert "verify: FAILED: spec (the other 2 set(s) pass)" in failed.output
+
+
+def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    for path in (SPEC, MODEL):  # each set's file (old is judged on the stock MODEL: upstream)
+        (tree / path).write_text((tree / path).read_text() + "def broken(:\n")
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    assert failed.output.splitlines()[-1] == "verify: FAILED: model, spec, old (no set passes)", failed.output
+
+
+def test_verify_says_the_guards_refusal_once_for_every_set(run, tree, library):
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    guard = tree / "patchkit_guard.py"
+    guard.write_text(guard.read_text() + "# edited\n")  # not this patchkit's guard: it refuses the tree
+    failed = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert failed.exit_code == 1, failed.output
+    lines = failed.output.splitlines()
+    assert [line for line in lines if line.startswith("guard: ")] == [
+        f"guard: the installed launch guard is not this patchkit's: {guard} is not this patchkit's launch guard "
+        "(edited, or another patchkit's)"
+    ], failed.output
+    verdicts = [line for line in lines if line.startswith("verify: FAILED: ")]
+    assert verdicts[1].endswith("; the launch guard refuses the tree (above)"), verdicts
+    assert verdicts[-1] == "verify: FAILED: model, spec, old (no set passes)", verdicts
 
 
 def test_revert_without_set_reverts_all_and_with_set_that_one(run, tree, library):

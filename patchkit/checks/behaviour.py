@@ -86,7 +86,7 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
     load, else the stand-ins."""
     paths = [str(root / path) for path in files]
     version = ["--vllm-version", str(release_version(ctx.version))] if ctx.version else []
-    fallback = ""
+    not_loaded = ""
     if ctx.on_disk and ctx.python is not None and ctx.import_probe:
         key = _installed_key(ctx.python, script, root, files, version)
         recalled = _recalled(key)
@@ -96,10 +96,9 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
         if isinstance(installed, Judged) and installed.status != 2:
             _remember(key, installed)
             return result(installed, "vLLM's classes", root)
-        why = installed.error if isinstance(installed, Judged) else installed
-        fallback = f"; vLLM's classes did not load ({why})"
+        not_loaded = _within(str(installed.error) if isinstance(installed, Judged) else installed, root)
     judged = _run(sys.executable, script, [*paths, *version], isolated=True)
-    return result(judged, f"stand-ins for vLLM's classes{fallback}", root)
+    return result(judged, "stand-ins for vLLM's classes", root, not_loaded=not_loaded)
 
 
 def version_keys(script: Path, versions: list[Version]) -> dict[Version, str]:
@@ -242,15 +241,23 @@ def _validated(status: int, document: object) -> Judged:
     return Judged(status, status == 0, runs, failed, failures, error, str(document.get("loaded", "")), read)
 
 
-def result(judged: Judged | str, how: str, root: Path) -> CheckResult:
+def result(judged: Judged | str, how: str, root: Path, *, not_loaded: str = "") -> CheckResult:
+    """The finding: one short line; below it for a person, the first failures and (`not_loaded`:
+    --python asked for vLLM's classes, the stand-ins judged) why vLLM's classes were not used."""
+    fell_back = [fit(f"vLLM's classes did not load: {not_loaded}", 76 * 3)] if not_loaded else []
     if isinstance(judged, str) or judged.status == 2:
         why = _within(judged if isinstance(judged, str) else str(judged.error), root)
-        return CheckResult(NAME, None, False, fit(f"not judged: {why}"), WARNING, fit(why, 76 * 3))
+        return CheckResult(
+            NAME, None, False, fit(f"not judged: {why}"), WARNING, "\n".join([fit(why, 76 * 3), *fell_back])
+        )
     if judged.ok:
-        return CheckResult(NAME, None, True, fit(f"0 of {judged.runs} runs differ ({how})"))
+        said = "stand-ins; vLLM's classes did not load" if not_loaded else how
+        return CheckResult(
+            NAME, None, True, fit(f"0 of {judged.runs} runs differ ({said})"), excerpt="\n".join(fell_back)
+        )
     failures = sorted(judged.failures, key=_tokens_per_delta)
     where = f"; {_split(failures[0])}: {_lost(failures[0])}" if failures else ""
-    excerpt = "\n".join(fit(_described(f), 76) for f in failures[:SHOWN_FAILURES])
+    excerpt = "\n".join([*(fit(_described(f), 76) for f in failures[:SHOWN_FAILURES]), *fell_back])
     return CheckResult(NAME, None, False, fit(f"{judged.failed}/{judged.runs} runs differ{where}"), ERROR, excerpt)
 
 

@@ -92,6 +92,9 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
             ui.note(why_not(each))
     applied, judged = found.applied(), len(found.chosen)
     said = f"{found.state}: {len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
+    whole = _whole_sets(found)
+    if whole:  # no set half-applied: which sets are applied and which not, not `partial`
+        said = f"{len(applied)} of {judged} set(s) applied ({', '.join(applied)}), not {', '.join(whole)}"
     ok = found.outcome == Outcome.OK
     problems = [
         f"{c.name}: {p}"
@@ -101,6 +104,18 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     problems += ["the launch guard refuses the tree"] if any(s.guard for s in found.statuses) else []
     said += "".join(f"; {p}" for p in problems)
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
-    if found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
+    if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
+        used = hints.command("status", *[word for name in applied for word in ("--set", name)])
+        ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")
+    elif found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")
     return found
+
+
+def _whole_sets(found: SetsStatus) -> list[str]:
+    """The sets not applied, on a tree where each set is applied or not, whole (a `partial` state
+    of sets side by side, as `run --apply` leaves it: only the sets a launch needs); else none."""
+    states = [s.state for s in found.statuses]
+    if found.state != TreeState.PARTIAL or TreeState.PARTIAL in states or TreeState.APPLIED not in states:
+        return []
+    return [c.name for c, s in zip(found.chosen, found.statuses, strict=True) if s.state == TreeState.NOT_APPLIED]

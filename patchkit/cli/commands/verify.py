@@ -234,15 +234,18 @@ def _verify_sets(
         documents = [reports.verified_target_document(r, v) for r, v in pairs]
         ui.json({"ok": verified.ok, "state": verified.state, "sets": documents})
     else:
+        guard_said = False  # the guard's refusal is the tree's: said by the first set it fails
         for index, (resolved, result) in enumerate(pairs):  # the tree once, then each set's own lines
-            reports.verified_target_text(ui, resolved, result, target=index == 0)
+            reports.verified_target_text(ui, resolved, result, target=index == 0, guard=not guard_said)
+            guard_said = guard_said or bool(result.status.guard)
         for each in chosen:
             if each not in verified.chosen:
                 ui.note(why_not(each))
         failed = [c.name for c, r in zip(verified.chosen, verified.results, strict=True) if not r.ok]
         passed = len(verified.results) - len(failed)
         if failed:
-            ui.verdict(f"verify: FAILED: {', '.join(failed)} (the other {passed} set(s) pass)", ok=False)
+            others = f"the other {passed} set(s) pass" if passed else "no set passes"
+            ui.verdict(f"verify: FAILED: {', '.join(failed)} ({others})", ok=False)
         else:
             ui.verdict(f"verify: ok: all {passed} sets pass", ok=True)
     return verified

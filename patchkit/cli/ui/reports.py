@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.series.library import Location, Release
 
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
+STALE = "stale"  # a record an upgrade of vLLM left behind (the tree's: each note names its set)
 
 
 def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *, target: bool = True) -> None:
@@ -133,7 +134,11 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
             said.add(note)
             ui.note(note) if note in resolved.notes else ui.line(f"note     {note}", style="yellow")
     # folded together: another set's guard refusal of a file one set's failure names is that failure's
-    failures = fold([f for r, s in found for f in _of_set(r.set_name, status_failures(r, s))])
+    failures = [f for r, s in found for f in _of_set(r.set_name, status_failures(r, s))]
+    # the guard's refusal is the tree's, each set's the same: said once, with the first set's fix
+    # (its status holds the tree's stale records: what the refusal is made of, and what apply drops)
+    refusal = [f for f in failures if f.what == GUARD][:1]
+    failures = fold([f for f in failures if f.what != GUARD] + refusal)
     ui.failures(list({(f.heading(), f.fix, tuple(f.also)): f for f in failures}.values()))  # the same, once
     names = max(len(r.set_name) for r, _ in found)
     states = max(len(s.state) for _, s in found)
@@ -153,8 +158,9 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
 
 def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
     """A failure that names no file, named by its set (`partial`: which set is); the guard's
-    refusal is the tree's."""
-    return [f if f.where or f.what == GUARD else replace(f, message=f"{name}: {f.message}") for f in failures]
+    refusal and the stale records (each note names its set) are the tree's."""
+    tree_wide = (GUARD, STALE)
+    return [f if f.where or f.what in tree_wide else replace(f, message=f"{name}: {f.message}") for f in failures]
 
 
 def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
@@ -169,7 +175,7 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         failures.append(Failure("partial", "some patches of the series are applied, others not"))
     failures += [
         Failure(
-            "stale", note, fix=f"{hints.command('apply')} discards it; {hints.command('revert')} drops it", warning=True
+            STALE, note, fix=f"{hints.command('apply')} discards it; {hints.command('revert')} drops it", warning=True
         )
         for note in status.stale
     ]
@@ -273,13 +279,18 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
     }
 
 
-def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult, *, target: bool = True) -> None:
+def verified_target_text(
+    ui: Screen, resolved: Resolved, verified: VerifyResult, *, target: bool = True, guard: bool = True
+) -> None:
     """The header (`target`: where vLLM is, said by the first set only), the failures (the command
-    that fixes each), then the verdict with the count of the checks that passed (every row with -v)."""
+    that fixes each), then the verdict with the count of the checks that passed (every row with -v).
+    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set."""
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_by_check(status)
     )
+    refused_above = not guard and any(f.what == GUARD for f in found)
+    found = [f for f in found if guard or f.what != GUARD]
     show_status(
         ui,
         resolved,
@@ -294,15 +305,20 @@ def verified_target_text(ui: Screen, resolved: Resolved, verified: VerifyResult,
             show_checks(ui, results)
         ui.failures(fold(found))
     counted = count_line(results, verbose=bool(ui.verbose)) if results else "no checks ran"
-    if not ui.verbose:  # the set's behaviour test is said when it passes too: what it judged
-        for passed in (r for r in results if r.check == BEHAVIOUR and r.status == CheckStatus.PASS):
+    # the set's behaviour test is said when it passes too: what it judged (and, below, why not with
+    # vLLM's classes when --python asked for them)
+    for passed in (r for r in results if r.check == BEHAVIOUR and r.status == CheckStatus.PASS):
+        if not ui.verbose:
             ui.line(f"{passed.check}: {passed.message}")
+        for line in passed.excerpt.splitlines():
+            ui.line(f"    {line}")
     if verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
     else:
-        ui.verdict(f"verify: FAILED: {counted}", ok=False)
+        above = "; the launch guard refuses the tree (above)" if refused_above else ""
+        ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
 
 
 def _checked_as(verified: VerifyResult) -> str:
