@@ -8,8 +8,10 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,12 +54,20 @@ def test_a_failing_preflight_does_not_launch_and_exits_1(launch):
     assert "not launched" in done.stderr and "whitelist" in done.stdout
 
 
-def test_a_failed_runs_hint_never_wraps_the_command_it_names(launch, monkeypatch):
+@pytest.fixture
+def short_launch():
+    """The launch set up under a short path, as a user's: its options fit a line of 80 columns."""
+    made = Path(tempfile.mkdtemp(prefix="pk-", dir="/tmp"))
+    yield stand_in_launch(made, "--port", "8123")
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def test_a_failed_runs_hint_never_wraps_the_command_it_names(short_launch, monkeypatch):
     """New-user trial 14, item 22: at 80 columns the hint after a failed preflight wrapped the full
     preflight command over three lines inside its backquotes; pasted, the first line ran a
     preflight of the launch without its --speculative-config. Too wide for a line, it is said in
     words; piped (no width), the command is whole on one line; a `command` is never split."""
-    tree, library, command, env, marker = launch
+    tree, library, command, env, marker = short_launch
     monkeypatch.setenv("PATH", env["PATH"])
     args = ["run", "--target", tree, "--patches", library, "--", *command]  # a stock tree: it fails
     code, drawn = on_a_terminal(args, width=80, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
@@ -66,7 +76,7 @@ def test_a_failed_runs_hint_never_wraps_the_command_it_names(launch, monkeypatch
     error = shown[shown.index("error: not launched") :]
     assert all(line.count("`") % 2 == 0 for line in error.splitlines()), shown
     said = " ".join(error.split())
-    assert "`patchkit preflight` with the same arguments checks it in full" in said, shown
+    assert "`patchkit preflight` with this run's options and launch checks it in full" in said, shown
     _, piped = patchkit_run(tree, library, command, env)
     hint = next(line for line in piped.stderr.splitlines() if line.startswith("hint:"))
     assert hint.startswith("hint: `patchkit preflight --target") and hint.endswith("` checks it in full"), hint
