@@ -295,3 +295,17 @@ def test_an_unsealed_release_record_is_not_sealed_over_the_wheel_cache_s_record(
     finally:
         genuine.stop()
         mirror.stop()
+
+
+def test_apply_of_a_set_with_nothing_to_write_says_the_guard_still_refuses_the_tree(run, wheel_and_a_set):
+    site, library = wheel_and_a_set
+    (site / W_MODEL).write_text(MODEL_FIXED + "# edited\n")  # the wheel's model-fix file
+
+    for dry_run in ((), ("--dry-run",)):
+        done = run("apply", "--target", site, "--patches", library, "--set", "cli-fix", *dry_run)
+
+        said = " ".join(done.output.split())
+        assert "nothing to do" not in said, said
+        assert f"the launch guard still refuses this tree: {W_MODEL} was changed" in said, said
+        fixes = _printed_fixes(said.partition("to fix it")[2])
+        assert [fix[0] for fix in fixes] == ["revert", "apply"] and all("--set" not in fix for fix in fixes), said

@@ -52,6 +52,8 @@ _PATCH_STATE = {
 
 @dataclass
 class PatchReport:
+    """One patch's state on the tree, and the problem when there is one."""
+
     name: str
     description: str
     state: PatchState
@@ -61,6 +63,8 @@ class PatchReport:
 
 @dataclass
 class TreeStatus:
+    """What status finds on the tree: its state, each patch's, drift, checks and the guard."""
+
     state: TreeState
     patches: list[PatchReport] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)
@@ -205,6 +209,16 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
     }
+
+
+def guard_refusal(root: Path, set_name: str, state: State) -> tuple[list[str], str] | None:
+    """What the installed guard refuses a launch of the tree for, and the fix `status` names for a
+    set that is itself as applied (None: the guard lets it launch)."""
+    fields = _guard_fields(root, set_name, state)
+    if not fields["guard"]:
+        return None
+    found = TreeStatus(TreeState.APPLIED, **fields)
+    return found.guard, found.guard_fix
 
 
 _EVERY_SET = (("revert", "--force"), ("apply",))  # the fix of a patched wheel's edited file, without --set

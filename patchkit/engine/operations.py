@@ -51,6 +51,7 @@ from patchkit.engine.inspection import (
     TreeStatus,
     check_context,
     drifted_files,
+    guard_refusal,
     inspect,
     run_checks,
     selection_of,
@@ -111,6 +112,8 @@ class Unwatched:
 
 @dataclass
 class ApplyResult:
+    """What an apply (or its dry run) did: its outcome, plan, checks and the files written."""
+
     outcome: Outcome
     message: str = ""  # the last line of a text report (an error says it instead)
     plan: Plan | None = None
@@ -125,6 +128,8 @@ class ApplyResult:
 
 @dataclass
 class RevertResult:
+    """What a revert did: its outcome, the files restored, the checks and warnings."""
+
     outcome: Outcome
     message: str = ""
     files: list[str] = field(default_factory=list)  # restored, or that would be
@@ -311,12 +316,26 @@ class _Applying:
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
+        if self.warn_of_what_the_guard_refuses():
+            message = (
+                message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
+            )
         if dry_run:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
         bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
         return _refuse_stale_bytecode(
             self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
         )
+
+    def warn_of_what_the_guard_refuses(self) -> bool:
+        """This set has nothing to write, but the guard may still refuse the tree for another set's
+        file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it does."""
+        root = self.resolved.target.root
+        refused = guard_refusal(root, self.resolved.set_name, self.state)
+        if refused is not None:
+            problems, fix = refused
+            self.warn(f"the launch guard still refuses this tree: {'; '.join(problems)}; to fix it, {fix}")
+        return refused is not None
 
     def stock_integrity(self, plan: Plan, *, force: bool) -> ApplyResult:
         """Refuse to patch files that are not the release's stock files (RECORD), unless --force.
@@ -406,6 +425,7 @@ class _Applying:
             self.keep_replaced_guard()
             commit_changes(root, guard_changes, settled)
             _fix_guard_bytecode(self.resolved.target, self.guard_removed)
+            self.state = settled  # the record as it now is (the guard's check reads it)
         return True
 
     def guard_said(self) -> str:
