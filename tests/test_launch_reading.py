@@ -4,6 +4,8 @@ bad values refused as bad input (exit 2, never 70), the interpreter of pip's /bi
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import re
@@ -17,6 +19,7 @@ from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from packaging.version import Version
 
 from patchkit.base.errors import BadInput, TargetError
+from patchkit.launch import serve_parser
 from patchkit.launch.command import frame, parse
 from patchkit.launch.interpreter import script_interpreter
 from patchkit.launch.serve_parser import recorded_releases
@@ -590,6 +593,39 @@ def test_env_options_are_read_as_gnu_env_reads_them(prefix, env, clean, unset, m
     command = frame([*prefix, "vllm", "serve", "org/m"])
     assert (command.env, command.clean_env, command.unset, command.program) == (env, clean, unset, "vllm")
     assert ("HOME" in command.environ) == (not clean and "HOME" not in unset)
+
+
+def test_the_recorded_parser_is_built_without_a_help_formatter_each_option(monkeypatch):
+    """Issue 21: argparse asks a formatter, as each of ~200 options is added, whether its metavar
+    fits its nargs; making a whole HelpFormatter each time was ~1.5 ms of `run`'s fast path. The
+    check itself still runs: a metavar that does not fit is refused."""
+    made = []
+    monkeypatch.setattr(argparse.HelpFormatter, "__init__", lambda self, *args, **kwargs: made.append(args))
+    serve_parser._parser.cache_clear()
+    try:
+        parser = serve_parser._parser("0.16.0", True)
+    finally:
+        serve_parser._parser.cache_clear()
+    assert made == [] and parser.parse_args(["org/m", "--max-model-len", "4096"]).max_model_len == 4096
+    with pytest.raises(ValueError, match="metavar"):
+        parser.add_argument("--pair", nargs=2, metavar=("ONE", "TWO", "THREE"))
+
+
+def test_the_launchs_environment_is_read_from_patchkits_once_a_command(monkeypatch):
+    """Issue 21: each read of os.environ decodes every variable, and a `run` of three sets asked
+    for the launch's environment ~45 times; a command read again (read(), replace) reads it anew."""
+    reads = []
+
+    class Counted(dict):
+        def items(self):
+            reads.append(1)
+            return super().items()
+
+    monkeypatch.setattr(os, "environ", Counted(os.environ, HOME="/home/someone"))
+    command = frame(["env", "-u", "HOME", "A=1", "vllm", "serve", "org/m"])
+    assert [command.environ.get("A"), command.environ.get("HOME"), "PATH" in command.environ] == ["1", None, True]
+    assert len(reads) == 1
+    assert dataclasses.replace(command, model="other").environ == command.environ and len(reads) == 2
 
 
 def test_env_chdir_to_patchkits_own_directory_is_read_and_another_is_refused_saying_why(tmp_path, monkeypatch):

@@ -299,3 +299,17 @@ def test_no_module_is_exempt_from_strict_typing():
     config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
     assert config["disallow_untyped_defs"] is True and config["files"] == ["patchkit"]
     assert [o["module"] for o in config.get("overrides", []) if o.get("disallow_untyped_defs") is False] == []
+
+
+def test_every_dataclass_says_what_it_is():
+    """A dataclass without a docstring is given one built by inspect.signature as its module loads
+    (~0.1 ms each; 24 of them on `run`'s fast path, issue 21): each says what it is instead."""
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            decorated = isinstance(node, ast.ClassDef) and any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            )
+            if decorated and ast.get_docstring(node) is None:
+                missing.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
+    assert missing == []

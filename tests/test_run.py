@@ -3,6 +3,7 @@ A stand-in `vllm` script on PATH prints its PID and exits 7; the CLI runs as a r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -308,6 +309,28 @@ def test_patchkits_code_is_named_by_its_files_stat_and_a_rewrite_at_the_same_siz
     os.utime(code / "launch" / "x.py", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     after = _code_files(code)
     assert after[0][:4] == before[0][:4] and after != before
+
+
+def test_patchkits_code_and_library_are_named_by_relative_paths_worked_out_once_a_directory(tmp_path, monkeypatch):
+    """Issue 21: each file named as os.path.relpath names it, its directory's relative path worked
+    out once (relpath of each of patchkit's 150 files was ~1 ms of the fast path)."""
+    from patchkit.launch.shortcut import _code_files, _files_digest
+
+    code = tmp_path / "patchkit"
+    for directory in ("", "launch", "cli/ui"):
+        (code / directory).mkdir(parents=True, exist_ok=True)
+        for name in ("a.py", "b.py", "c.py"):
+            (code / directory / name).write_text(name)
+    relpaths = []
+    relpath = os.path.relpath
+    monkeypatch.setattr(os.path, "relpath", lambda *args: relpaths.append(args) or relpath(*args))
+    named = [name for name, *_ in _code_files(code)]
+    assert named == sorted(relpath(path, code) for path in code.rglob("*.py")) and len(named) == 9
+    assert len(relpaths) == 4  # one a directory
+    digest = hashlib.sha256()
+    for path in sorted(code.rglob("*.py"), key=str):
+        digest.update(f"\0{relpath(path, code)}\0".encode() + path.read_bytes())
+    assert _files_digest(code) == digest.hexdigest() and len(relpaths) == 8
 
 
 # --- `run --apply` with several sets (issue 23) -----------------------------------------------------

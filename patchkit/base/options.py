@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Options:
+    """What the command line chose: the target, the library, the sets, the versions."""
+
     target_dir: str | None = None
     python: str | None = None
     vllm_version: str | None = None  # with several --vllm-version (verify), None: no one release

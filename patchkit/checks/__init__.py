@@ -32,6 +32,8 @@ LARGEST_PARSED = 8 * 1024 * 1024
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One check's verdict on one file (or the tree): passed, or why not and how badly."""
+
     check: str
     path: str | None
     ok: bool
@@ -74,6 +76,8 @@ def too_large_to_parse(check: str, path: str, data: bytes) -> CheckResult | None
 
 @dataclass(frozen=True)
 class CheckContext:
+    """What a check reads: the paths, their planned, stock and current contents, the tree and set."""
+
     paths: list[str]  # the files the series touches
     read: Reader  # their content as checked: planned, or as on disk
     python: str | None  # the interpreter that will run vLLM; None: the one running patchkit

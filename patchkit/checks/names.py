@@ -40,6 +40,8 @@ _LINE_ARGUMENT = frozenset(
 
 @dataclass(frozen=True)
 class Finding:
+    """One pyflakes message on a file, kept as plain values (the cache stores them)."""
+
     kind: str  # the pyflakes message class name
     args: tuple  # its arguments without line numbers: what identifies it across line shifts
     line: int

@@ -46,6 +46,8 @@ _SEVERAL_KEYS = {"schema_version", "patchkit", "vllm_version", "label", "sets", 
 
 @dataclass(frozen=True)
 class PatchRecord:
+    """A patch a patched wheel carries: its name, its sha256, its set's folder."""
+
     name: str
     sha256: str
     folder: str = ""  # a wheel of several sets: its set's name (the patch is under patchkit/<set>/)
@@ -61,12 +63,16 @@ class SetRecord:
 
 @dataclass(frozen=True)
 class FileRecord:
+    """A file a patched wheel changed: its stock and patched sha256."""
+
     stock_sha256: str | None  # None: the series creates the file
     patched_sha256: str | None  # None: the series deletes it
 
 
 @dataclass(frozen=True)
 class Provenance:
+    """What a patched wheel's patchkit.json says it was built from."""
+
     patchkit: str
     vllm_version: str
     label: str

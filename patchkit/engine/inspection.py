@@ -52,6 +52,8 @@ _PATCH_STATE = {
 
 @dataclass
 class PatchReport:
+    """One patch's state on the tree, and the problem when there is one."""
+
     name: str
     description: str
     state: PatchState
@@ -61,6 +63,8 @@ class PatchReport:
 
 @dataclass
 class TreeStatus:
+    """What status finds on the tree: its state, each patch's, drift, checks and the guard."""
+
     state: TreeState
     patches: list[PatchReport] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)

@@ -112,6 +112,8 @@ class Unwatched:
 
 @dataclass
 class ApplyResult:
+    """What an apply (or its dry run) did: its outcome, plan, checks and the files written."""
+
     outcome: Outcome
     message: str = ""  # the last line of a text report (an error says it instead)
     plan: Plan | None = None
@@ -126,6 +128,8 @@ class ApplyResult:
 
 @dataclass
 class RevertResult:
+    """What a revert did: its outcome, the files restored, the checks and warnings."""
+
     outcome: Outcome
     message: str = ""
     files: list[str] = field(default_factory=list)  # restored, or that would be

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Resolved:
+    """The target, its vLLM version and what the set holds for it."""
+
     target: Target
     version: DetectedVersion | None
     selection: Selection

@@ -77,6 +77,8 @@ _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be 
 
 @dataclass(frozen=True)
 class FileWrite:
+    """One file a transaction writes: its path, its content before and after, its mode."""
+
     path: str  # relative to the root, POSIX
     before: bytes | None
     after: bytes | None

@@ -35,6 +35,8 @@ class Interrupted(PatchkitError):
 
 @dataclass(frozen=True)
 class Node:
+    """One alive node of the Ray cluster."""
+
     node_id: str
     node_ip: str
 

@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,8 @@ _ENV_LONG = {
 
 @dataclass
 class LaunchCommand:
+    """A vLLM launch command as vLLM would read it: its environment, its options, its model."""
+
     argv: list[str]  # what `run` executes (the whole command, env prefix included)
     program: str  # `vllm` or the python interpreter as written
     env: dict[str, str] = field(default_factory=dict)  # the `env VAR=VALUE` prefix
@@ -81,8 +84,13 @@ class LaunchCommand:
     @property
     def environ(self) -> dict[str, str]:
         """The environment vLLM runs with: patchkit's own (unless `env -i`) under the `env` prefix."""
-        inherited = {} if self.clean_env else {k: v for k, v in os.environ.items() if k not in self.unset}
-        return {**inherited, **self.env}
+        return {**self._inherited, **self.env}
+
+    @cached_property
+    def _inherited(self) -> dict[str, str]:
+        """What the launch inherits of patchkit's environment, read once a command: each read of
+        os.environ decodes every variable, and a `run` of three sets asked ~45 times."""
+        return {} if self.clean_env else {k: v for k, v in os.environ.items() if k not in self.unset}
 
     def working_directory(self) -> str:
         """The directory the launch runs in (absolute)."""

@@ -56,6 +56,8 @@ def apply_fix(patch_set: object | None = None) -> str:
 
 @dataclass
 class LaunchContext:
+    """What a set's launch checks read: the command, the tree, the drafter, the release."""
+
     command: LaunchCommand
     target: ModelConfig
     drafter: ModelConfig | None

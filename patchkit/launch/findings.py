@@ -10,6 +10,8 @@ PASS, FAIL, CANNOT_JUDGE = "pass", "fail", "cannot judge"
 
 @dataclass
 class Finding:
+    """One preflight finding: its check, whether it passed, what was found and the fix."""
+
     check: str
     ok: bool  # False fails the launch
     message: str

@@ -35,6 +35,8 @@ TRANSFORMERS_CACHE_VARIABLES = ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACH
 
 @dataclass
 class ModelConfig:
+    """A model the launch names: its name, its directory and its config.json."""
+
     name: str  # as the command names it
     path: Path  # its config.json
     config: dict

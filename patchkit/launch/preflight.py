@@ -53,6 +53,8 @@ CHAT_TEMPLATES = "vllm/transformers_utils/chat_templates"  # vLLM's built-in --c
 
 @dataclass
 class PreflightResult:
+    """A preflight's findings on one launch, and what the run said of them."""
+
     command: LaunchCommand
     findings: list[Finding] = field(default_factory=list)
     tree_state: str | None = None

@@ -15,6 +15,8 @@ SUPPORTED_TYPES = ("eagle3",)  # configs/speculators/algos.py: the algorithms vL
 
 @dataclass(frozen=True)
 class Speculator:
+    """A speculators-format checkpoint: its verifier, its speculative config, its drafter."""
+
     verifier: str  # the model vLLM serves
     speculative_config: dict  # what vLLM makes of it: method, tokens, this model as the drafter
     drafter: ModelConfig  # this model's config as vLLM builds the drafter's from it

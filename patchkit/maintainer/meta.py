@@ -33,6 +33,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass
 class PatchRecord:
+    """One patch of a workspace as refresh writes it back: header, body, files."""
+
     name: str
     header: str  # the DEP-3 header, the text before the "---" line ("" if none)
     body: str  # the diff refresh compares with: unchanged body, unchanged Last-Update
@@ -60,6 +62,8 @@ class PatchRecord:
 
 @dataclass
 class WorkspaceMeta:
+    """What a workspace records of where it came from: the set, the release, the commits."""
+
     set_name: str
     set_dir: str
     version: str

@@ -9,6 +9,8 @@ from patchkit.maintainer.states import PatchChange, PortOutcome, SharedState
 
 @dataclass
 class PatchOutcome:
+    """One patch of a workspace, refresh or port: its state and files."""
+
     name: str
     state: PatchChange
     files: list[str]
@@ -16,6 +18,8 @@ class PatchOutcome:
 
 @dataclass
 class SharedCheck:
+    """A release sharing the series, and whether it still applies."""
+
     version: str
     state: SharedState
     detail: str = ""
@@ -23,6 +27,8 @@ class SharedCheck:
 
 @dataclass
 class WorkspaceReport:
+    """What `workspace` made: the directory, the commits, the patches."""
+
     directory: str
     set_name: str
     version: str
@@ -36,6 +42,8 @@ class WorkspaceReport:
 
 @dataclass
 class RefreshReport:
+    """What `refresh` wrote back (or would): each patch, the releases sharing it."""
+
     directory: str
     version: str
     series_dir: str
@@ -52,6 +60,8 @@ class RefreshReport:
 
 @dataclass
 class FileMerge:
+    """One file of a port: its patch, and the conflicts of its three-way merge."""
+
     path: str
     patch: str
     conflicts: int  # 0: clean; -1: the file is missing in the new release
@@ -60,6 +70,8 @@ class FileMerge:
 
 @dataclass
 class PortReport:
+    """What `port` did: each file's merge, the patches, where they went."""
+
     from_version: str
     to_version: str
     outcome: PortOutcome

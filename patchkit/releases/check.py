@@ -79,6 +79,8 @@ Advance = Callable[[str], None]
 
 @dataclass
 class ReleaseResult:
+    """One release's verdict in verify --all: its outcome, its checks, their times."""
+
     version: Version
     outcome: ReleaseOutcome
     detail: str
@@ -183,6 +185,8 @@ def _in_set(patch_set: PatchSetDef, version: Version) -> bool:
 
 @dataclass(frozen=True, eq=False)  # identity: one job per release
 class _Job:
+    """One release to judge: its version, its series, the paths its set reads."""
+
     version: Version
     selection: Selection
     paths: tuple[str, ...]

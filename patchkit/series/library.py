@@ -99,6 +99,8 @@ def default_root() -> Path:
 
 @dataclass(frozen=True)
 class Release:
+    """A release entry of a set: the versions it covers and its series' directory."""
+
     versions: SpecifierSet
     directory: Path
 
@@ -220,6 +222,8 @@ class LaunchRule:
 
 @dataclass(frozen=True)
 class PatchSetDef:
+    """A patch set as its set.toml declares it."""
+
     name: str
     description: str
     directory: Path

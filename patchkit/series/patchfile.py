@@ -139,6 +139,8 @@ class FilePatch:
 
 @dataclass(frozen=True)
 class Patch:
+    """A patch file: its name, its bytes and the files it changes."""
+
     name: str
     raw: bytes
     files: tuple[FilePatch, ...]

@@ -66,6 +66,8 @@ class Mismatch:
 
 @dataclass(frozen=True)
 class FileStep:
+    """What one patch does to one file: its content before, where each hunk goes."""
+
     patch: FilePatch
     before: bytes | None
     placements: tuple[Placement, ...]
@@ -78,6 +80,8 @@ class FileStep:
 
 @dataclass
 class PatchStep:
+    """One patch of the plan: its state on the tree and its files."""
+
     patch: Patch
     state: StepState
     files: list[FileStep] = field(default_factory=list)
@@ -141,6 +145,8 @@ class View:
 
 @dataclass
 class Plan:
+    """A series planned on a tree: each patch's step, the contents they leave."""
+
     root: Path
     steps: list[PatchStep]
     view: View

@@ -31,6 +31,8 @@ class Target:
 
 @dataclass(frozen=True)
 class Requirement:
+    """One requirement of a set's contract on a file of vLLM."""
+
     file: str
     kind: str
     fields: dict = field(hash=False)

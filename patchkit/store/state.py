@@ -228,6 +228,8 @@ MODE_BITS = 0o777
 
 @dataclass
 class Entry:
+    """One set's record in state.json: its release, patches and files."""
+
     set_name: str
     vllm_version: str | None
     release: str | None
@@ -262,6 +264,8 @@ class Entry:
 
 @dataclass
 class State:
+    """state.json: each applied set's entry, and the guard's."""
+
     entries: list[Entry]
     guard: dict[str, str] = field(default_factory=dict)  # the launch guard's files: path -> sha256
     no_guard: bool = False  # an apply was told --no-guard: later ones install no guard either

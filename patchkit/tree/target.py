@@ -25,6 +25,8 @@ PACKAGE = "vllm"
 
 @dataclass(frozen=True)
 class Target:
+    """Where vLLM is: its site directory, how it was found, its Python."""
+
     root: Path  # the directory that contains vllm/
     found_by: str  # how the user pointed at it, for status output
     python: str | None = None  # the interpreter that will run this vLLM, when known

@@ -26,6 +26,8 @@ METADATA_HEAD = 1 << 20
 
 @dataclass(frozen=True)
 class DetectedVersion:
+    """The tree's vLLM version and where it was read."""
+
     version: Version
     source: str  # where it came from, for status output
 

@@ -87,6 +87,8 @@ _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedErr
 
 @dataclass
 class WheelResult:
+    """What `wheel` built: its outcome, the stock wheel, the patched one."""
+
     outcome: Outcome
     stock: Path
     path: Path | None = None  # the patched wheel, once written
@@ -693,6 +695,8 @@ def _file_name(wheel: StockWheel, version: Version) -> str:
 
 @dataclass
 class _Checked(WheelResult):
+    """A set resolved, planned and checked on the wheel's stock files."""
+
     resolved: Resolved | None = None
     plan: Plan | None = None
     changes: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)  # of every set

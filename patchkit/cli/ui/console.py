@@ -71,6 +71,8 @@ def _hanging(text: str) -> int:
 
 @dataclass
 class UI:
+    """The console of one run: its format, -q and -v."""
+
     fmt: str = "text"
     quiet: bool = False
     verbose: int = 0

@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class JUnitCase:
+    """One <testcase> of a JUnit report: passed, failed, skipped or an error."""
+
     name: str
     seconds: float = 0.0
     failure: str | None = None  # the one-line reason; None: passed

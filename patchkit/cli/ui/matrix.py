@@ -51,7 +51,8 @@ class Matrix:
     """Rows (releases, or the library's version ranges) by columns (sets)."""
 
     sets: list[str]
-    cells: dict[str, dict[str, MatrixCell]] = field(default_factory=dict)  # row -> set -> cell
+    # row -> set -> cell; a library range row's cell over the releases it spans: "applied/upstream"
+    cells: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def put(self, row: str, set_name: str, cell: MatrixCell) -> None:
         self.cells.setdefault(row, {})[set_name] = cell
@@ -111,16 +112,43 @@ def from_library(described: list[dict[str, Any]]) -> Matrix:
 
 
 def _fill_covered(matrix: Matrix, ranges: list[tuple[str, SpecifierSet, MatrixCell]]) -> None:
-    """A release row (another set's pinned release) in a set's range says what that range holds
-    for it, never `-`: `-` is only a release the set does not cover."""
+    """A row another set declared says what each set holds there, never `-` where the set covers it
+    (`-` is only a release the set does not cover): a release row that set's range cell; a range
+    row (`>=0.23.0`) the cells over the releases it spans, joined where they change."""
+    # the versions rows name: each release, and where each range starts (`>=0.23.0`: 0.23.0)
+    named = {Version(row) for row in matrix.cells if _is_release(row)}
+    named |= {low for row in matrix.cells if not _is_release(row) for low in _lowest(row)}
     for row, cells in matrix.cells.items():
-        try:
-            version = Version(row)
-        except InvalidVersion:  # a range row
-            continue
-        for set_name, versions, cell in ranges:
-            if set_name not in cells and versions.contains(version, prereleases=True):
-                cells[set_name] = cell
+        spanned = [Version(row)] if _is_release(row) else _spanned(row, named)
+        for set_name in matrix.sets:
+            held = list(dict.fromkeys(_held(set_name, version, ranges) for version in spanned))
+            if set_name not in cells and held and held != [MatrixCell.NOT_COVERED]:
+                cells[set_name] = "/".join(held)
+
+
+def _is_release(row: str) -> bool:
+    try:
+        Version(row)
+    except InvalidVersion:  # a range row
+        return False
+    return True
+
+
+def _lowest(row: str) -> list[Version]:
+    return [Version(clause.version) for clause in SpecifierSet(row) if clause.operator == ">="]
+
+
+def _spanned(row: str, named: set[Version]) -> list[Version]:
+    """The versions the rows name that a range row spans, in order."""
+    return sorted(version for version in named if SpecifierSet(row).contains(version, prereleases=True))
+
+
+def _held(set_name: str, version: Version, ranges: list[tuple[str, SpecifierSet, MatrixCell]]) -> str:
+    """What the set's library holds for `version`: the cell of the first of its ranges that covers it."""
+    for name, versions, cell in ranges:
+        if name == set_name and versions.contains(version, prereleases=True):
+            return cell
+    return MatrixCell.NOT_COVERED
 
 
 def markdown(matrix: Matrix) -> str:
