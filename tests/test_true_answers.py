@@ -160,6 +160,44 @@ def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):
     assert document["drifted"] == [KIMI] and document["does_not_compile"] == {}
 
 
+EAGLE = "vllm/v1/spec_decode/eagle.py"
+
+
+def test_an_edit_inside_a_patched_hunk_is_a_drift_not_a_conflict_nor_a_partial_series(fetched):
+    """New-user trial 14, item 5: an edit to a line patch 0002 added made status (and verify) say
+    0002 "conflict: hunk #1 does not apply" and the series "partial" (3 of 4 applied): 0002 is
+    applied; its file was edited. Said once, as the drift, with its fix."""
+    assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
+    lines = (fetched / EAGLE).read_text().splitlines(keepends=True)
+    edited = next(i for i, line in enumerate(lines) if "KimiK25ForConditionalGeneration" in line)
+    lines[edited] = lines[edited].rstrip("\n") + "  # tuned\n"
+    (fetched / EAGLE).write_text("".join(lines))
+    for command in (["status"], ["verify", "--no-import"]):
+        done = run_cli(*command, "--target", fetched, "--set", "eagle3")
+        assert_clean_failure(done, 1)
+        said = done.stdout + done.stderr
+        assert f"{EAGLE}: drifted: edited after patchkit patched it" in said, said
+        assert "conflict" not in said and "partial" not in said, said
+    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
+    assert document["state"] == "applied" and document["drifted"] == [EAGLE], document
+
+
+def test_a_patched_file_deleted_is_said_deleted_and_its_fix_keeps_no_copy(fetched):
+    """New-user trial 14, item 21: status said a deleted file was "edited after patchkit patched it"
+    with a fix that "keeps a copy of the edits", and revert offered to keep "your edit"."""
+    assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
+    (fetched / EAGLE).unlink()
+    done = run_cli("status", "--target", fetched, "--set", "eagle3")
+    assert_clean_failure(done, 1)
+    assert f"{EAGLE}: drifted: deleted after patchkit patched it" in done.stdout, done.stdout
+    assert "copy" not in done.stdout and "conflict" not in done.stdout, done.stdout
+    revert = run_cli("revert", "--target", fetched)
+    assert_clean_failure(revert, 1)
+    assert f"{EAGLE} was deleted after patchkit patched it" in revert.stderr and "copy" not in revert.stderr
+    assert run_cli("revert", "--target", fetched, "--force").returncode == 0
+    assert (fetched / EAGLE).is_file()
+
+
 # 4. A check that lacks what it needs cannot judge: never a pass, never a failure.
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -164,9 +165,16 @@ def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
 
 
 def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
-    """What `status` finds wrong, each with the command that fixes it."""
+    """What `status` finds wrong, each with the command that fixes it (a drifted file deleted is
+    said so: "edited" sends the user looking for an edit to keep)."""
     drift_fix = status.drift_fix
-    failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
+    deleted = {path for path in status.drifted if not os.path.lexists(resolved.target.root / path)}
+    failures = [
+        Failure("drifted", "deleted after patchkit patched it", path, fix=status.deleted_fix)
+        if path in deleted
+        else Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix)
+        for path in status.drifted
+    ]
     for result in status.does_not_compile:  # the drifted file's syntax error leads its line
         where, message = located(result)
         failures.append(Failure("syntax", message, where, result.excerpt, fix=drift_fix))
