@@ -297,11 +297,20 @@ def test_a_missing_drafter_leaves_the_target_checks_to_run(fetched, tmp_path):
 
 
 def test_fetch_of_a_release_no_set_covers_exits_3_saying_what_the_set_covers(tmp_path):
+    """New-user trial 14, item 9: the reason was said once per set (four lines at 80 columns), and
+    the hint's `fetch 0.9.2 --all` dropped the --dest given (as printed, it laid out nothing)."""
     done = run_cli("fetch", "0.9.2", "--dest", tmp_path / "old")
     assert_clean_failure(done, 3)
-    assert "outside the range the set 'eagle3' supports (>=0.11.0" in done.stderr
-    assert "--all" in done.stderr
+    ranges = "(eagle3, deepseek-tool-calls, kimi-k2-tool-calls: >=0.11.0)"
+    assert f"vLLM 0.9.2 is outside the range every set supports {ranges}" in done.stderr, done.stderr
+    assert done.stderr.count("0.9.2 is outside") == 1, done.stderr
+    assert f"`patchkit fetch 0.9.2 --all --dest {tmp_path / 'old'}` fetches it anyway" in done.stderr
     assert not (tmp_path / "old").exists()
+    (tmp_path / "tree" / "vllm").mkdir(parents=True)
+    (tmp_path / "tree" / "vllm" / "__init__.py").write_text("")
+    status = run_cli("status", "--target", tmp_path / "tree", "--vllm-version", "0.10.0")
+    assert_clean_failure(status, 3)
+    assert status.stderr.count("0.10.0 is outside") == 1 and ranges in status.stderr, status.stderr
 
 
 def test_fetch_all_still_lays_out_a_release_no_set_covers(tmp_path):
