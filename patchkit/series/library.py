@@ -236,6 +236,7 @@ class PatchSetDef:
     launch: Path | None = None  # the set's launch checks, run by `patchkit preflight` (patchkit/launch)
     behaviour: Path | None = None  # the set's behaviour test, run by `patchkit verify` (checks/behaviour.py)
     needed_by: LaunchRule | None = None  # which launches need it (preflight, run); None: every launch
+    pending_fix: str | None = None  # [upstream_fix]'s pull request while its state is "pending"
 
 
 @dataclass
@@ -287,7 +288,20 @@ def _manifest_problems(data: dict) -> list[str]:
         problems.append("`roots` must be an array of package names")
     if isinstance(data.get("needed_by"), dict):
         problems += _rule_problems(data["needed_by"])
+    if isinstance(data.get("upstream_fix"), dict):
+        problems += _upstream_fix_problems(data["upstream_fix"])
     return problems
+
+
+UPSTREAM_FIX = ("state", "issue", "pull_request")  # [upstream_fix]: each a string
+
+
+def _upstream_fix_problems(table: dict) -> list[str]:
+    """What is wrong with an [upstream_fix] table (empty: nothing): known keys, each a string."""
+    unknown = [key for key in table if key not in UPSTREAM_FIX]
+    if unknown:
+        return [f"[upstream_fix] has no key {unknown[0]!r} (it takes {', '.join(UPSTREAM_FIX)})"]
+    return [f"[upstream_fix] `{key}` must be a string" for key, value in table.items() if not isinstance(value, str)]
 
 
 def _unknown_field(key: str) -> str:
@@ -350,9 +364,15 @@ def load_set(directory: Path) -> PatchSetDef:
             launch=_probe_script(data.get("launch"), directory, manifest, "launch checks"),
             behaviour=_probe_script(data.get("behaviour"), directory, manifest, "behaviour test"),
             needed_by=_launch_rule(data.get("needed_by")),
+            pending_fix=_pending_fix(data.get("upstream_fix")),
         )
     except (KeyError, TypeError) as exc:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
+
+
+def _pending_fix(table: dict | None) -> str | None:
+    """The pull request of an upstream fix not yet released (said by `list` and `verify`'s hints)."""
+    return table.get("pull_request") if table and table.get("state") == "pending" else None
 
 
 def _launch_rule(table: dict | None) -> LaunchRule | None:
