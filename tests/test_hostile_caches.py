@@ -103,6 +103,26 @@ def test_a_cached_result_edited_to_pass_is_not_believed_in_any_format(library, r
     assert [f.get("type") for f in failures] == ["conflict"]
 
 
+def test_the_note_of_a_result_not_believed_is_said_once_never_kept(library, releases, cache):
+    """New-user trial 14, item 12: the note "a cached result ... was not believed ...: run again" went
+    into the result kept in its place, so every later run (each JUnit testcase of the README's CI
+    command) replayed it, though they believed that result. The run that re-checked says so; the
+    entry it keeps holds the release's own detail."""
+    first = verify(library, "0.16.0")
+    assert first.exit_code == 0 and "not believed" not in release_of(first)["detail"]
+    (entry,) = result_entries(cache)
+    foreign = json.loads(entry.read_text())
+    foreign["seal"] = "0" * 64  # as a cache restored from another runner would be
+    entry.write_text(json.dumps(foreign))
+
+    rechecked = release_of(verify(library, "0.16.0"))
+    assert rechecked["cached"] is False and "re-checked: a cached result" in rechecked["detail"]
+    assert "run again" not in rechecked["detail"]
+    for _ in range(2):
+        again = release_of(verify(library, "0.16.0"))
+        assert again["cached"] is True and again["detail"] == release_of(first)["detail"], again
+
+
 def test_a_sealed_result_of_another_release_replayed_is_not_believed(library, releases, cache):
     releases.add("0.16.1", {SPEC: MOVED_SPEC, MODEL: MODEL_PY})
     assert verify(library, "0.16.0").exit_code == 0

@@ -100,9 +100,40 @@ def test_list_shows_the_matrix_from_the_library_without_fetching(library, monkey
     start = next(i for i, line in enumerate(lines) if line.startswith("releases by set"))
     assert [line.split() for line in lines[start + 1 :]] == [
         ["vLLM", "demo"],
-        [">=0.16.0,<0.17", "applied"],
+        ["0.16.0", "applied"],
         ["0.17.0", "failed"],
         [">=0.18.0", "upstream"],
+    ]
+
+
+def test_lists_matrix_has_a_row_per_release_named_each_cell_true_for_it(tmp_path, scratch):
+    """New-user trial 14, item 8: the library's matrix had a set's range as a row, and the other
+    sets' cells there said `-` (not covered) for releases they cover: `>=0.11.1,<0.13.0  -  applied`
+    under eagle3's `0.11.1  applied`. Each row is a release the library names (or those after the
+    last), and each set's cell is what it holds for that release."""
+    tree = write_tree(tmp_path / "base")
+    patch = make_patch(scratch, tree, {SPEC: patched_spec()})
+    pinned = write_library(
+        tmp_path / "lib", {"0.11.1": [patch], "0.12.0": [patch]}, versions={"0.11.1": "==0.11.1"}, name="pinned"
+    )
+    write_library(
+        pinned,
+        {"0.11.1": [patch], "0.13.0": [patch]},
+        versions={"0.11.1": ">=0.11.1,<0.13.0", "0.13.0": ">=0.13.0"},
+        upstream=None,
+        name="ranged",
+    )
+    (pinned / "library.toml").write_text('order = ["pinned", "ranged"]\n')
+    done = run_cli("list", "--patches", pinned)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("releases by set"))
+    assert [line.split() for line in lines[start + 1 :]] == [
+        ["vLLM", "pinned", "ranged"],
+        ["0.11.1", "applied", "applied"],
+        ["0.12.0", "applied", "applied"],  # was `>=0.11.1,<0.13.0  -  applied`
+        ["0.13.0", "-", "applied"],
+        [">=0.18.0", "upstream", "applied"],  # upstream from 0.18.0 (write_library's), ranged open-ended
     ]
 
 

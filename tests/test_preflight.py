@@ -883,6 +883,27 @@ def test_a_revision_the_cache_holds_no_snapshot_for_cannot_be_judged(setup, tmp_
     assert "cannot judge" in done.stderr and "lab/ds" in done.stderr
 
 
+def test_a_revision_not_cached_is_fetched_as_its_config_alone_at_that_revision(setup, tmp_path):
+    """New-user trial 14, item 24: the fix for a revision the cache lacks was `huggingface-cli download
+    ORG/MODEL --revision R`, every file of the repository (DeepSeek-V3: its weights, ~700 GB); for a
+    drafter not cached at all the fix left out its --revision. Each is the one file preflight reads,
+    at the revision the launch names."""
+    tree, library, models = setup
+    cache = tmp_path / "hub"
+    write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
+    env = {"HF_HUB_CACHE": str(cache)}
+    done = preflight(tree, library, *serve("lab/ds", models["drafter"]), "--revision", "v2", fmt="text", env=env)
+    assert_clean_failure(done, 4)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "`hf download lab/ds config.json --revision v2`" in said and "huggingface-cli" not in said, said
+    spec = json.dumps({"method": "eagle3", "model": "lab/drafter", "revision": "r1"})
+    drafter = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", spec]
+    done = preflight(tree, library, *drafter, fmt="text", env=env)
+    assert_clean_failure(done, 4)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "`hf download lab/drafter config.json --revision r1`" in said, said
+
+
 def speculator_config(verifier: Path, **fields) -> dict:
     return {
         "architectures": ["Eagle3Speculator"],

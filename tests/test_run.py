@@ -6,14 +6,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, run_cli, snapshot, write_library
+from helpers import assert_clean_failure, make_patch, on_a_terminal, run_cli, snapshot, write_library
 from launch_fixtures import (
     DRAFTER,
     KIMI,
@@ -49,6 +52,35 @@ def test_a_failing_preflight_does_not_launch_and_exits_1(launch):
     assert_clean_failure(done, 1)
     assert not marker.exists()
     assert "not launched" in done.stderr and "whitelist" in done.stdout
+
+
+@pytest.fixture
+def short_launch():
+    """The launch set up under a short path, as a user's: its options fit a line of 80 columns."""
+    made = Path(tempfile.mkdtemp(prefix="pk-", dir="/tmp"))
+    yield stand_in_launch(made, "--port", "8123")
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def test_a_failed_runs_hint_never_wraps_the_command_it_names(short_launch, monkeypatch):
+    """New-user trial 14, item 22: at 80 columns the hint after a failed preflight wrapped the full
+    preflight command over three lines inside its backquotes; pasted, the first line ran a
+    preflight of the launch without its --speculative-config. Too wide for a line, it is said in
+    words; piped (no width), the command is whole on one line; a `command` is never split."""
+    tree, library, command, env, marker = short_launch
+    monkeypatch.setenv("PATH", env["PATH"])
+    args = ["run", "--target", tree, "--patches", library, "--", *command]  # a stock tree: it fails
+    code, drawn = on_a_terminal(args, width=80, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", drawn.decode())
+    assert code in (1, 4) and not marker.exists(), shown
+    error = shown[shown.index("error: not launched") :]
+    assert all(line.count("`") % 2 == 0 for line in error.splitlines()), shown
+    said = " ".join(error.split())
+    assert "`patchkit preflight` with this run's options and launch checks it in full" in said, shown
+    _, piped = patchkit_run(tree, library, command, env)
+    hint = next(line for line in piped.stderr.splitlines() if line.startswith("hint:"))
+    assert hint.startswith("hint: `patchkit preflight --target") and hint.endswith("` checks it in full"), hint
+    assert all(word in hint for word in command[-2:]), hint
 
 
 def test_no_preflight_launches_even_a_stock_tree(launch):

@@ -3,6 +3,7 @@ with an ellipsis, text wrapped at spaces); piped output has no padding after a l
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import tempfile
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, make_patch, on_a_terminal, patched_spec, run_cli, write_library, write_tree
+from rich.console import Console
 
+from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.text import fit_table, fitted, plain_table
 
 SPEC = "vllm/config/spec.py"
@@ -237,3 +240,16 @@ def test_a_short_aside_is_never_wrapped_inside_its_parentheses(short_tmp, scratc
     lines = [line.strip() for line in shown.splitlines()]
     for aside in ("(keeps a copy of the edits),", "(-v shows each)"):
         assert any(aside in line for line in lines), (aside, shown)
+
+
+def test_a_note_wraps_at_spaces_never_inside_a_short_aside():
+    """New-user trial 14, item 22: a note on stderr was folded by the terminal's width inside its
+    asides (`eagle3 (not` / `applied), ...`) and its next line not indented."""
+    ui = UI()
+    out = io.StringIO()
+    ui.err = Console(file=out, force_terminal=True, width=80, markup=False, highlight=False, color_system=None)
+    ui.note("not used by this launch: eagle3 (not applied), deepseek-tool-calls (not applied), kimi-k2-tool-calls")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) <= 80 for line in lines), lines
+    assert all(line.count("(") == line.count(")") for line in lines), lines
+    assert lines[1].startswith("  ") and not lines[1].startswith("   "), lines

@@ -128,19 +128,27 @@ def resolve_model(
     candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format)
     if candidate is not None:
         return _load(name, *candidate, overrides)
-    hint = _config_hint(source, len(looked) > 1)
+    hint = _config_hint(source, len(looked) > 1, None if config_path else revision)
     if source.startswith("~"):
         hint = f"write the full path: vLLM never expands ~ (only a shell does, in a word of its own); {hint}"
     raise TargetError(f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})", hint=hint)
 
 
-def _config_hint(source: str, hub_id: bool) -> str:
+def config_download(name: str, revision: str | None = None) -> str:
+    """The command that fetches a hub model's config.json alone, at `revision` (the one file
+    preflight reads: without a file name `hf download` fetches every file, weights included)."""
+    at = f" --revision {revision}" if revision and revision != "main" else ""
+    return f"hf download {name} config.json{at}"
+
+
+def _config_hint(source: str, hub_id: bool, revision: str | None = None) -> str:
     """What gives preflight the model: its config.json alone (all it reads), never the weights."""
     if hub_id:  # a hub id: one file into the cache; `hf` is huggingface_hub's, not patchkit's
+        download = config_download(source, revision)
         return (
-            f"preflight reads only config.json: `hf download {source} config.json` (no weights; `hf` comes "
+            f"preflight reads only config.json: `{download}` (no weights; `hf` comes "
             "with huggingface_hub: vLLM's venv has it, `python3 -m pip install huggingface_hub` gets it, "
-            f"or `pipx run --spec huggingface_hub hf download {source} config.json`), or a folder with it"
+            f"or `pipx run --spec huggingface_hub {download}`), or a folder with it"
         )
     return "preflight reads only the model's config.json: give the directory that holds it (patchkit never downloads)"
 
@@ -224,7 +232,8 @@ def _in_hub_cache(
         raise TargetError(
             f"cannot judge: {role} '{name}' at revision {revision}: the cache holds no config.json for it "
             f"({path} absent; vLLM would download it)",
-            hint=f"fetch that revision (huggingface-cli download {name} --revision {revision}), or point at a local directory",
+            hint=f"preflight reads only config.json: `{config_download(name, revision)}` fetches it (no weights), "
+            "or point at a local directory",
         )
     return path, raw
 
@@ -236,7 +245,7 @@ def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
         raise BadInput(f"revision '{revision}' is no revision name")
     ref = repo / "refs" / revision
     try:
-        text = _ref_commit(ref, role, name)
+        text = _ref_commit(ref, role, name, revision)
     except FileNotFoundError:
         return revision
     if not text or unsafe_reason(text) or "/" in text:
@@ -252,7 +261,7 @@ def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
     return text
 
 
-def _ref_commit(ref: Path, role: str, name: str) -> str:
+def _ref_commit(ref: Path, role: str, name: str, revision: str) -> str:
     """The commit a hub cache ref holds, read as huggingface_hub reads it (`open(ref).read()`: text,
     line ends as \n, nothing stripped), bounded; FileNotFoundError when there is none."""
     try:
@@ -262,7 +271,7 @@ def _ref_commit(ref: Path, role: str, name: str) -> str:
     except (OSError, UnicodeDecodeError, BadInput) as exc:
         raise TargetError(
             f"cannot judge: {role} '{name}': {ref} names no snapshot ({exc})",
-            hint=f"fetch the model again (huggingface-cli download {name}), or point at a local directory",
+            hint=f"fetch its config.json again (`{config_download(name, revision)}`), or point at a local directory",
         ) from None
     return raw.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -326,7 +335,8 @@ def offline_model_path(name: str, revision: str | None, environ: dict[str, str],
     raise TargetError(
         f"{role} '{name}': HF_HUB_OFFLINE is set, so vLLM takes it as a path or a snapshot in "
         f"huggingface_hub's cache, and it is neither ({why}): vLLM refuses the launch",
-        hint=f"fetch it into that cache (huggingface-cli download {name}), or give the model's local directory",
+        hint=f"fetch it into that cache (`hf download {name}{f' --revision {revision}' if revision != 'main' else ''}`: "
+        "the whole model, as an offline launch needs), or give the model's local directory",
     )
 
 
@@ -346,7 +356,7 @@ def _offline_snapshot(storage: Path, revision: str, role: str, name: str) -> Pat
     ref = storage / "refs" / revision
     if commit is None and os.path.exists(ref):
         try:
-            commit = _ref_commit(ref, role, name)
+            commit = _ref_commit(ref, role, name, revision)
         except FileNotFoundError:
             commit = None
     if commit is None or "\0" in commit:

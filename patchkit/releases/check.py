@@ -477,9 +477,9 @@ def _verify_or_recall(
         recalled.timings = {"fetch": fetched, "total": fetched}
         return recalled
     result = _verify_release(job, stock, fetched, scratch, opts)
+    store.keep(key, result, job.selection.set_name)  # before the note: it is this run's, never replayed
     if distrusted:
-        result.detail += f" (a cached result for these inputs was not believed, {distrusted}: run again)"
-    store.keep(key, result, job.selection.set_name)
+        result.detail += f" (re-checked: a cached result for these inputs was not believed, {distrusted})"
     return result
 
 

@@ -50,7 +50,7 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
     ui.line(
         "a cell is what the library holds for that release (list applies nothing): applied = a series of "
         f"the set patches it; upstream = vLLM has the change; - = the set does not cover it; failed = a "
-        f"damaged patch; applied/upstream = a range row it changes in. {_verify_all(library)} checks each"
+        f"damaged patch. {_verify_all(library)} checks each"
     )
     ui.table(
         matrix.columns(),

@@ -10,6 +10,7 @@ import click
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
+from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
 from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument, launch_words, run_preflight, show
@@ -21,7 +22,6 @@ from patchkit.launch.preflight import PreflightResult, default_options, needs_of
 WIDTH = 80  # the warning before the exec: one line in a terminal of 80 columns, or a journal's
 
 if TYPE_CHECKING:
-    from patchkit.base.options import Options
     from patchkit.engine.operations import ApplyResult
     from patchkit.engine.several import SetsApplied
 
@@ -70,22 +70,34 @@ def _checked(
     if result.ok:
         if ui.verbose:  # each finding (the sets not used too), what could not be judged, before a long load
             show(ui, result, "text")
-            ui.note(f"vLLM's own validation did not run: {_full_preflight(opts, launch_command)} runs it")
+            ui.note(f"vLLM's own validation did not run: {_full_preflight(ui, opts, launch_command)} runs it")
         elif result.unused_note:
             ui.note(result.unused_note)
         if result.unjudged_plugins:  # the hint is built only when said
-            _name_unjudged(ui, result.unjudged_plugins, _full_preflight(opts, launch_command))
+            _name_unjudged(ui, result.unjudged_plugins, _full_preflight(ui, opts, launch_command))
         return None
     show(ui, result, "text")
-    ui.error("not launched: the preflight failed", f"{_full_preflight(opts, launch_command)} checks it in full")
+    ui.error(
+        "not launched: the preflight failed",
+        f"{_full_preflight(ui, opts, launch_command)} checks it in full",
+    )
     return result
 
 
-def _full_preflight(opts: Options, launch_command: LaunchCommand) -> str:
+def _full_preflight(ui: UI, opts: Options, launch_command: LaunchCommand) -> str:
     """The preflight of this very launch on the tree it imports, as a command to paste (the launch
-    spelled whole: a placeholder would be refused as `not a vLLM launch`)."""
+    spelled whole: a placeholder would be refused as `not a vLLM launch`) where a line of the
+    terminal holds it; else its options, the launch said in words: a command on several lines
+    pastes as several commands, the first run alone (a launch without its --speculative-config)."""
     chosen = default_options(opts, launch_command)
-    return hints.command("preflight", "--", *launch_command.argv, chosen=chosen)
+    full = hints.command("preflight", "--", *launch_command.argv, chosen=chosen)
+    width = ui.err.width if ui.err.is_terminal else None
+    if width is None or len(full) + len("hint: ") <= width:
+        return full
+    options = hints.command("preflight", chosen=chosen)
+    if len(options) + len("hint: ") <= width:
+        return f"{options} with this launch after `--`"
+    return f"{hints.command('preflight', chosen=Options())} with this run's options and launch"
 
 
 def _name_unjudged(ui: UI, plugins: list[str], full_preflight: str) -> None:

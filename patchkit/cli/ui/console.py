@@ -121,8 +121,13 @@ class UI:
             self.err.print(visible(text), style="dim")
 
     def note(self, text: str) -> None:
-        if not self.quiet:
-            self.err.print(f"note: {visible(text)}", style="cyan")
+        """Wrapped as an error is (at spaces, an aside whole, the lines after the first indented)."""
+        if self.quiet:
+            return
+        width = self.err.width if self.err.is_terminal else None
+        for part in visible(f"note: {text}").split("\n"):
+            for line in fitted(part, width, indent=len(part) - len(part.lstrip()) + 2):
+                self.err.print(line, style="cyan", soft_wrap=True)
 
     def warn(self, text: str, hint: str | None = None) -> None:
         self.err.print(f"warning: {visible(text)}", style="yellow")

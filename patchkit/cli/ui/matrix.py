@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,8 +52,7 @@ class Matrix:
     """Rows (releases, or the library's version ranges) by columns (sets)."""
 
     sets: list[str]
-    # row -> set -> cell; a library range row's cell over the releases it spans: "applied/upstream"
-    cells: dict[str, dict[str, str]] = field(default_factory=dict)
+    cells: dict[str, dict[str, MatrixCell]] = field(default_factory=dict)  # row -> set -> cell
 
     def put(self, row: str, set_name: str, cell: MatrixCell) -> None:
         self.cells.setdefault(row, {})[set_name] = cell
@@ -93,62 +93,65 @@ def from_releases(set_name: str, results: list[ReleaseResult]) -> Matrix:
 
 
 def from_library(described: list[dict[str, Any]]) -> Matrix:
-    """From `list`'s description of each set: a row per release specifier (a pinned release shows
-    its version), applied where a series holds it (failed where a patch of it is damaged), and
-    the set's upstream range."""
+    """From `list`'s description of each set: a row per release the library names (a pinned
+    release, a bound of a range) and one for the releases after the last, each cell what that set
+    holds for it: applied where a series covers it (failed where a patch of it is damaged),
+    upstream in its upstream range, else `-`. Never a set's range as a row: another set's cell
+    there would speak for releases it holds differently (`>=0.11.1,<0.13.0  -` beside eagle3's
+    applied 0.11.1)."""
     matrix = Matrix([s["name"] for s in described])
-    ranges: list[tuple[str, SpecifierSet, MatrixCell]] = []  # a set's range rows, held against every release row
-    for s in described:
-        for release in s["releases"]:
-            damaged = any(p["state"] == LibraryPatchState.DAMAGED for p in release["patches"])
-            cell = MatrixCell.FAILED if damaged else MatrixCell.APPLIED
-            matrix.put(_readable(release["versions"]), s["name"], cell)
-            ranges.append((s["name"], SpecifierSet(release["versions"]), cell))
-        if s["upstream"]:
-            matrix.put(s["upstream"], s["name"], MatrixCell.UPSTREAM)
-            ranges.append((s["name"], SpecifierSet(s["upstream"]), MatrixCell.UPSTREAM))
-    _fill_covered(matrix, ranges)
+    held = {s["name"]: _held(s) for s in described}
+    versions = sorted({v for s in described for spec in _specifiers(s) for v in _named(spec)})
+    for version in versions:
+        for name, ranges in held.items():
+            matrix.put(_release(version), name, _cell(ranges, version))
+    if versions:  # the releases after the last named: one row, when some set holds them
+        after = Version(f"{versions[-1]}.1")
+        cells = {name: _cell(ranges, after) for name, ranges in held.items()}
+        if any(cell != MatrixCell.NOT_COVERED for cell in cells.values()):
+            last = _release(versions[-1])
+            row = f">{last}"
+            if matrix.cells[last] == cells:  # the last named release holds as those after it: one row
+                del matrix.cells[last]
+                row = f">={last}"
+            for name, cell in cells.items():
+                matrix.put(row, name, cell)
     return matrix
 
 
-def _fill_covered(matrix: Matrix, ranges: list[tuple[str, SpecifierSet, MatrixCell]]) -> None:
-    """A row another set declared says what each set holds there, never `-` where the set covers it
-    (`-` is only a release the set does not cover): a release row that set's range cell; a range
-    row (`>=0.23.0`) the cells over the releases it spans, joined where they change."""
-    # the versions rows name: each release, and where each range starts (`>=0.23.0`: 0.23.0)
-    named = {Version(row) for row in matrix.cells if _is_release(row)}
-    named |= {low for row in matrix.cells if not _is_release(row) for low in _lowest(row)}
-    for row, cells in matrix.cells.items():
-        spanned = [Version(row)] if _is_release(row) else _spanned(row, named)
-        for set_name in matrix.sets:
-            held = list(dict.fromkeys(_held(set_name, version, ranges) for version in spanned))
-            if set_name not in cells and held and held != [MatrixCell.NOT_COVERED]:
-                cells[set_name] = "/".join(held)
+def _release(version: Version) -> str:
+    """A release as vLLM numbers them: `<0.17` bounds at 0.17.0."""
+    padded = Version(".".join(map(str, (*version.release, 0, 0)[:3])))
+    return str(padded) if padded == version and len(version.release) < 3 else str(version)
 
 
-def _is_release(row: str) -> bool:
-    try:
-        Version(row)
-    except InvalidVersion:  # a range row
-        return False
-    return True
+def _held(described: dict[str, Any]) -> list[tuple[SpecifierSet, MatrixCell]]:
+    """A set's ranges in the order they decide a release: its series, then its upstream range."""
+    ranges = []
+    for release in described["releases"]:
+        damaged = any(p["state"] == LibraryPatchState.DAMAGED for p in release["patches"])
+        ranges.append((SpecifierSet(release["versions"]), MatrixCell.FAILED if damaged else MatrixCell.APPLIED))
+    if described["upstream"]:
+        ranges.append((SpecifierSet(described["upstream"]), MatrixCell.UPSTREAM))
+    return ranges
 
 
-def _lowest(row: str) -> list[Version]:
-    return [Version(clause.version) for clause in SpecifierSet(row) if clause.operator == ">="]
+def _specifiers(described: dict[str, Any]) -> list[str]:
+    return [r["versions"] for r in described["releases"]] + ([described["upstream"]] if described["upstream"] else [])
 
 
-def _spanned(row: str, named: set[Version]) -> list[Version]:
-    """The versions the rows name that a range row spans, in order."""
-    return sorted(version for version in named if SpecifierSet(row).contains(version, prereleases=True))
+def _named(specifier: str) -> list[Version]:
+    """The releases a specifier names: each clause's version (a wildcard's and an exclusion's aside)."""
+    named = []
+    for clause in SpecifierSet(specifier):
+        if clause.operator != "!=" and not clause.version.endswith(".*"):
+            with suppress(InvalidVersion):
+                named.append(Version(clause.version))
+    return named
 
 
-def _held(set_name: str, version: Version, ranges: list[tuple[str, SpecifierSet, MatrixCell]]) -> str:
-    """What the set's library holds for `version`: the cell of the first of its ranges that covers it."""
-    for name, versions, cell in ranges:
-        if name == set_name and versions.contains(version, prereleases=True):
-            return cell
-    return MatrixCell.NOT_COVERED
+def _cell(ranges: list[tuple[SpecifierSet, MatrixCell]], version: Version) -> MatrixCell:
+    return next((cell for spec, cell in ranges if spec.contains(version, prereleases=True)), MatrixCell.NOT_COVERED)
 
 
 def markdown(matrix: Matrix) -> str:
