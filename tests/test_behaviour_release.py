@@ -103,7 +103,10 @@ def test_a_new_release_where_the_open_ended_set_conflicts_says_whether_upstream_
     assert (release["vllm_version"], release["outcome"], release["stock_behaviour"]) == ("0.99.0", "conflict", verdict)
     assert release["detail"].startswith("the stock files changed (vllm/tool_parsers/deepseekv3")
     if verdict == "passes":
-        assert release["hint"] == "upstream may have fixed this in 0.99.0: close the set's range"
+        assert release["hint"] == (
+            "upstream may have fixed this in 0.99.0 (was https://github.com/vllm-project/vllm/pull/48636 merged?): "
+            "close the set's range"
+        )
     else:
         assert (
             "still fail the set's behaviour test (" in release["detail"]

@@ -80,3 +80,31 @@ def test_a_set_without_a_behaviour_test_gets_no_such_hint(tmp_path, monkeypatch,
     [release] = json.loads(done.stdout)["releases"]
     assert release["outcome"] == "conflict" and release["stock_behaviour"] is None
     assert "behaviour" not in release["detail"] and release["hint"] == ""
+
+
+PULL = "https://github.com/vllm-project/vllm/pull/1"
+
+
+def test_the_hint_asks_whether_the_pending_pull_request_was_merged(tmp_path, monkeypatch, library):
+    """set.toml's [upstream_fix] names the pull request while the fix is pending: the hint asks after
+    it, and `list` shows it; once released (another state) it is named nowhere."""
+    manifest = library / "demo" / "set.toml"
+    pending = f'\n[upstream_fix]\nstate = "pending"\npull_request = "{PULL}"\n'
+    manifest.write_text(manifest.read_text().replace("\n[[releases]]", pending + "\n[[releases]]", 1))
+    done = latest(tmp_path, monkeypatch, library, FIXED_UPSTREAM)
+    [release] = json.loads(done.stdout)["releases"]
+    assert release["hint"] == f"upstream may have fixed this in 0.17.0 (was {PULL} merged?): close the set's range"
+    listed = cli_runner()("list", "--patches", library)
+    assert f"; not in vLLM yet\n         upstream fix pending: {PULL}\n" in listed.output, listed.output
+    assert (
+        json.loads(cli_runner()("list", "--patches", library, "--format", "json").stdout)["sets"][0]["pending_fix"]
+        == PULL
+    )
+
+    manifest.write_text(manifest.read_text().replace('state = "pending"', 'state = "released"'))
+    done = latest(tmp_path, monkeypatch, library, FIXED_UPSTREAM)
+    assert (
+        json.loads(done.stdout)["releases"][0]["hint"]
+        == "upstream may have fixed this in 0.17.0: close the set's range"
+    )
+    assert PULL not in cli_runner()("list", "--patches", library).output

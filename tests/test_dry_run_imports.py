@@ -10,6 +10,8 @@ import sys
 
 from helpers import make_patch, patched_spec, write_tree
 
+from patchkit.series import library
+
 # Loaded only for what a stock tree's dry run never does: a vLLM installed from a patched wheel
 # (its provenance), a fetch (the network, the zip reader), a table in a terminal, the set's
 # behaviour test (verify's alone: patchkit.checks.registry).
@@ -116,3 +118,14 @@ def test_loading_the_modules_compiles_none_of_the_patterns_a_start_up_does_not_u
     code = [sys.executable, "-c", COMPILED_AT_IMPORT, json.dumps(LAZY_PATTERNS)]
     done = subprocess.run(code, capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_the_library_reader_loads_no_difflib_and_still_names_the_field_a_typo_meant():
+    """Issue 21: difflib (with heapq, ~1 ms) loaded on every start-up for a set.toml's misspelt
+    field; the nearest field is told by edits instead (a swap of two letters is one)."""
+    code = "import sys, patchkit.series.library; print('difflib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+    fields = library._MANIFEST_FIELDS
+    typos = ["behavior", "upstrem", "nmae", "neededby", "upstream-fix", "supportd", "release", "owner", "dir"]
+    said = ["behaviour", "upstream", "name", "needed_by", "upstream_fix", "supported", "releases", None, None]
+    assert [library._nearest(typo, fields) for typo in typos] == said

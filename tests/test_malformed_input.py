@@ -118,6 +118,14 @@ def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_
         ('name = "x"\nupstrem = ">=0.17"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "`upstream`?"),
         ('name = "x"\nowner = "me"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "(it takes name,"),
         ('name = "x"\nupstream_fix = "pending"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n', "a table"),
+        (
+            'name = "x"\n[upstream_fix]\nstat = "pending"\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n',
+            "[upstream_fix] has no key 'stat'",
+        ),
+        (
+            'name = "x"\n[upstream_fix]\npull_request = 1\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n',
+            "[upstream_fix] `pull_request` must be a string",
+        ),
     ],
 )
 def test_a_set_toml_without_a_name_or_releases_or_with_wrong_types_is_refused(tmp_path, manifest, named):

@@ -624,7 +624,9 @@ def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResul
         chosen=hints.for_set(resolved.set_name),
     )
     if stock.ok:
-        verdict, hint = "passes", f"upstream may have fixed this in {version}: close the set's range"
+        pending = resolved.selection.patch_set.pending_fix if resolved.selection.patch_set else None
+        merged = f" (was {pending} merged?)" if pending else ""
+        verdict, hint = "passes", f"upstream may have fixed this in {version}{merged}: close the set's range"
         detail = f"{changed}; they pass the set's behaviour test ({stock.message})"
     elif stock.failed:
         verdict, hint = "fails", f"port the series: {port}"

@@ -12,7 +12,6 @@ identical share one directory.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import sys
@@ -36,6 +35,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
@@ -236,6 +237,7 @@ class PatchSetDef:
     launch: Path | None = None  # the set's launch checks, run by `patchkit preflight` (patchkit/launch)
     behaviour: Path | None = None  # the set's behaviour test, run by `patchkit verify` (checks/behaviour.py)
     needed_by: LaunchRule | None = None  # which launches need it (preflight, run); None: every launch
+    pending_fix: str | None = None  # [upstream_fix]'s pull request while its state is "pending"
 
 
 @dataclass
@@ -287,16 +289,49 @@ def _manifest_problems(data: dict) -> list[str]:
         problems.append("`roots` must be an array of package names")
     if isinstance(data.get("needed_by"), dict):
         problems += _rule_problems(data["needed_by"])
+    if isinstance(data.get("upstream_fix"), dict):
+        problems += _upstream_fix_problems(data["upstream_fix"])
     return problems
+
+
+UPSTREAM_FIX = ("state", "issue", "pull_request")  # [upstream_fix]: each a string
+
+
+def _upstream_fix_problems(table: dict) -> list[str]:
+    """What is wrong with an [upstream_fix] table (empty: nothing): known keys, each a string."""
+    unknown = [key for key in table if key not in UPSTREAM_FIX]
+    if unknown:
+        return [f"[upstream_fix] has no key {unknown[0]!r} (it takes {', '.join(UPSTREAM_FIX)})"]
+    return [f"[upstream_fix] `{key}` must be a string" for key, value in table.items() if not isinstance(value, str)]
 
 
 def _unknown_field(key: str) -> str:
     """A key patchkit does not read: a misspelt one (`behavior`, `upstrem`) would drop what it
     declares unsaid, so it is refused, with the field it is closest to."""
-    near = difflib.get_close_matches(key, _MANIFEST_FIELDS, n=1)
+    near = _nearest(key, _MANIFEST_FIELDS)
     return f"no field `{key}`" + (
-        f" (did you mean `{near[0]}`?)" if near else f" (it takes {', '.join(_MANIFEST_FIELDS)})"
+        f" (did you mean `{near}`?)" if near else f" (it takes {', '.join(_MANIFEST_FIELDS)})"
     )
+
+
+def _nearest(word: str, names: Iterable[str]) -> str | None:
+    """The name `word` misspells: the nearest within a third of its length in edits (one at least;
+    a swap of two letters is one). Not difflib: importing it was ~1 ms of every start-up."""
+    distance, name = min((_edits(word, name), name) for name in names)
+    return name if distance <= max(1, len(name) // 3) else None
+
+
+def _edits(a: str, b: str) -> int:
+    """Insertions, deletions, substitutions and swaps of neighbours that make `a` into `b`."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
 
 
 def _rule_problems(table: dict) -> list[str]:
@@ -350,9 +385,15 @@ def load_set(directory: Path) -> PatchSetDef:
             launch=_probe_script(data.get("launch"), directory, manifest, "launch checks"),
             behaviour=_probe_script(data.get("behaviour"), directory, manifest, "behaviour test"),
             needed_by=_launch_rule(data.get("needed_by")),
+            pending_fix=_pending_fix(data.get("upstream_fix")),
         )
     except (KeyError, TypeError) as exc:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
+
+
+def _pending_fix(table: dict | None) -> str | None:
+    """The pull request of an upstream fix not yet released (said by `list` and `verify`'s hints)."""
+    return table.get("pull_request") if table and table.get("state") == "pending" else None
 
 
 def _launch_rule(table: dict | None) -> LaunchRule | None:

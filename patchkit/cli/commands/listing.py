@@ -42,6 +42,8 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
         ui.line(f"set      {s['name']}: {s['description']}", style="bold")
         upstream = f"vLLM has the change from {s['upstream']}" if s["upstream"] else "not in vLLM yet"
         ui.line(f"         supported {s['supported'] or 'any'}; {upstream}")
+        if s["pending_fix"]:  # its own line: a URL is copied whole
+            ui.line(f"         upstream fix pending: {s['pending_fix']}")
         ui.table(["patch", "state", "description"], _patches_once(s), state_column=1)
     matrix = from_library(data)
     # a cell says what the library holds for a release, never that a tree here is patched
@@ -100,6 +102,7 @@ def _describe(patch_set: PatchSetDef) -> dict:
         "description": patch_set.description,
         "supported": str(patch_set.supported) if patch_set.supported else None,
         "upstream": str(patch_set.upstream) if patch_set.upstream else None,
+        "pending_fix": patch_set.pending_fix,
         "releases": releases,
     }
 
