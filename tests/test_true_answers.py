@@ -198,6 +198,39 @@ def test_a_patched_file_deleted_is_said_deleted_and_its_fix_keeps_no_copy(fetche
     assert (fetched / EAGLE).is_file()
 
 
+def test_a_preflight_that_judged_nothing_never_says_ok_and_counts_in_english(fetched, tmp_path):
+    """New-user trial 14, item 3: `preflight: ok: 0 checks passed, 1 cannot judge` read as a pass,
+    and one check was "1 checks passed"."""
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    model = write_model(tmp_path / "model", DEEPSEEK_V3)
+    launch = ["vllm", "serve", str(model), "--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3"]
+    done = run_cli("preflight", "--target", fetched, "--", *launch)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "preflight: nothing judged: 1 cannot judge (-v shows each)", done.stdout
+    one = run_cli(
+        "preflight", "--target", fetched, "--", "vllm", "serve", str(model), "--tool-call-parser", "deepseek_v32"
+    )
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.splitlines()[-1] == "preflight: ok: 1 check passed, 1 cannot judge (-v shows each)", one.stdout
+
+
+def test_status_names_each_sets_series_and_counts_an_upstream_sets_checks_as_verify_does(tmp_path):
+    """New-user trial 14, items 1, 16 and 23b: status's set lines never named the series (0.13.0 for
+    deepseek-tool-calls on 0.20.0: only JSON said it), counted an upstream set's skipped check as
+    passing ("its 21 checks pass" where verify says "20 checks passed, 1 skipped"), and said
+    "0 of 1 patches applied"."""
+    site = tmp_path / "vllm-0.20.0"
+    assert run_cli("fetch", "0.20.0", "--dest", site).returncode == 0
+    done = run_cli("status", "--target", site)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("set ")}
+    verified = run_cli("verify", "--target", site, "--set", "eagle3").stdout.splitlines()[-1]
+    counted = verified.removeprefix("verify: ok: ").removesuffix(" (-v shows each)")
+    assert re.fullmatch(rf"set +eagle3 +upstream +on its stock files {counted}", lines["eagle3"]), (lines, verified)
+    assert lines["deepseek-tool-calls"].endswith("0 of 3 patches applied; series 0.20.0"), lines
+    assert lines["kimi-k2-tool-calls"].endswith("0 of 1 patch applied; series 0.20.0"), lines
+
+
 # 4. A check that lacks what it needs cannot judge: never a pass, never a failure.
 
 
