@@ -361,6 +361,21 @@ def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     assert "argument parser refused" in findings(done)["vllm-validation"]["message"]
 
 
+def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_never_promised(setup, tmp_path):
+    """New-user trial 14, item 2: the fix said `--target and --python combine` (README: "DIR's files,
+    PATH runs it"), but vLLM is asked through PATH about PATH's own vLLM: a stock venv's answer
+    was blamed on a patched DIR. Said when PATH's vLLM is not DIR; never promised."""
+    tree, library, models = setup
+    fake = write_fake_vllm(tmp_path / "fake")
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--"]
+    done = run_cli(*base, "vllm", "serve", str(models["deepseek"]), env={"PYTHONPATH": str(fake)})
+    said = " ".join(done.stderr.split())
+    assert f"note: --python {sys.executable} imports vLLM from {fake / 'vllm'}, not {tree / 'vllm'}" in said, said
+    alone = run_cli("preflight", "--target", tree, "--patches", library, "--", "vllm", "serve", str(models["deepseek"]))
+    assert "combine" not in alone.stdout + alone.stderr and "--python PATH" in alone.stdout, alone.stdout
+    assert "imports vLLM from" not in alone.stderr
+
+
 def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, tmp_path):
     tree, library, models = setup
     fake = write_fake_vllm(tmp_path / "fake")

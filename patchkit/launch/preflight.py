@@ -289,7 +289,7 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
 
     if resolved.target.python is None:  # a --target tree: no model found later would let it run
-        gives = "give --python PATH, vLLM's interpreter (--target and --python combine)"
+        gives = "give --python PATH, the interpreter of the venv whose vLLM you launch (vLLM is asked there about its own files)"
         also = ", once the models above are found" if result.missing else ""
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads

@@ -31,6 +31,17 @@ class Target:
     found_by: str  # how the user pointed at it, for status output
     python: str | None = None  # the interpreter that will run this vLLM, when known
     installed_version: str | None = None  # what that interpreter's metadata says
+    # --target DIR with --python PATH: the vllm/ PATH itself imports ("": none). vLLM asked through
+    # PATH judges that one, which need not be DIR's
+    python_vllm: str | None = None
+
+    @property
+    def python_imports_another(self) -> bool:
+        """--python imports a vLLM of its own that is not this tree's: what vLLM answers through it
+        (its validation, supports_eagle3()) is about that one's files."""
+        if not self.python_vllm:  # not given apart, or no vLLM of its own (then vLLM cannot be asked)
+            return False
+        return os.path.realpath(self.python_vllm) != os.path.realpath(self.package_dir)
 
     @property
     def package_dir(self) -> Path:
@@ -180,8 +191,14 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
     cwd = _working_directory() if here and python is not None else None
     if target_dir and python:
         # The interpreter still judges syntax; the directory says where the files are.
-        interpreter = _probe(python, cwd=cwd)["python"]
-        return Target(root=from_directory(target_dir).root, found_by=f"--target {target_dir}", python=interpreter)
+        info = _probe(python, cwd=cwd)
+        own = info.get("package_dir")
+        return Target(
+            root=from_directory(target_dir).root,
+            found_by=f"--target {target_dir}",
+            python=info["python"],
+            python_vllm=own if isinstance(own, str) else "",
+        )
     if target_dir:
         return from_directory(target_dir)
     return from_interpreter(python, cwd=cwd)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from patchkit.engine.resolve import Resolved
     from patchkit.series.library import PatchSetDef
     from patchkit.store.state import State
+    from patchkit.tree.target import Target
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
@@ -97,6 +98,7 @@ def _preflight(
             ui, chosen, launch_command, sets, no_import=no_import, shortcut=shortcut, found_by=found_by
         )
     resolved = resolve_telling(ui, chosen, found_by=found_by, sets=sets)
+    _whose_vllm(ui, resolved.target, no_import)
     launch_command = read(launch_command, resolved.vllm_version)
     needs = needs_of(chosen, sets, launch_command, resolved.vllm_version)
     needs = replace(needs, judged=frozenset([resolved.set_name]))
@@ -106,6 +108,16 @@ def _preflight(
     )
     result.findings += [f for f in [left_out(needs)] if f is not None]
     return _launch_findings(resolved, launch_command, result, no_import=no_import)
+
+
+def _whose_vllm(ui: UI, target: Target, no_import: bool) -> None:
+    """--target DIR --python PATH: vLLM is asked through PATH about PATH's own vLLM, said when that
+    is not DIR (new-user trial 14: a stock venv's answer was blamed on a patched DIR)."""
+    if target.python_imports_another and not no_import:
+        ui.note(
+            f"--python {target.python} imports vLLM from {target.python_vllm}, not {target.package_dir}: "
+            "what vLLM answers through it (its validation, supports_eagle3()) is about that vLLM's files"
+        )
 
 
 def _preflight_of_sets(
@@ -122,6 +134,7 @@ def _preflight_of_sets(
     target = resolve_target(chosen)
     target = replace(target, found_by=found_by) if found_by else target
     ui.knows(target_json(target))
+    _whose_vllm(ui, target, no_import)
     covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
     needs = needs_of(chosen, sets, launch_command, covering[0].vllm_version)
