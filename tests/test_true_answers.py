@@ -160,6 +160,77 @@ def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):
     assert document["drifted"] == [KIMI] and document["does_not_compile"] == {}
 
 
+EAGLE = "vllm/v1/spec_decode/eagle.py"
+
+
+def test_an_edit_inside_a_patched_hunk_is_a_drift_not_a_conflict_nor_a_partial_series(fetched):
+    """New-user trial 14, item 5: an edit to a line patch 0002 added made status (and verify) say
+    0002 "conflict: hunk #1 does not apply" and the series "partial" (3 of 4 applied): 0002 is
+    applied; its file was edited. Said once, as the drift, with its fix."""
+    assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
+    lines = (fetched / EAGLE).read_text().splitlines(keepends=True)
+    edited = next(i for i, line in enumerate(lines) if "KimiK25ForConditionalGeneration" in line)
+    lines[edited] = lines[edited].rstrip("\n") + "  # tuned\n"
+    (fetched / EAGLE).write_text("".join(lines))
+    for command in (["status"], ["verify", "--no-import"]):
+        done = run_cli(*command, "--target", fetched, "--set", "eagle3")
+        assert_clean_failure(done, 1)
+        said = done.stdout + done.stderr
+        assert f"{EAGLE}: drifted: edited after patchkit patched it" in said, said
+        assert "conflict" not in said and "partial" not in said, said
+    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
+    assert document["state"] == "applied" and document["drifted"] == [EAGLE], document
+
+
+def test_a_patched_file_deleted_is_said_deleted_and_its_fix_keeps_no_copy(fetched):
+    """New-user trial 14, item 21: status said a deleted file was "edited after patchkit patched it"
+    with a fix that "keeps a copy of the edits", and revert offered to keep "your edit"."""
+    assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
+    (fetched / EAGLE).unlink()
+    done = run_cli("status", "--target", fetched, "--set", "eagle3")
+    assert_clean_failure(done, 1)
+    assert f"{EAGLE}: drifted: deleted after patchkit patched it" in done.stdout, done.stdout
+    assert "copy" not in done.stdout and "conflict" not in done.stdout, done.stdout
+    revert = run_cli("revert", "--target", fetched)
+    assert_clean_failure(revert, 1)
+    assert f"{EAGLE} was deleted after patchkit patched it" in revert.stderr and "copy" not in revert.stderr
+    assert run_cli("revert", "--target", fetched, "--force").returncode == 0
+    assert (fetched / EAGLE).is_file()
+
+
+def test_a_preflight_that_judged_nothing_never_says_ok_and_counts_in_english(fetched, tmp_path):
+    """New-user trial 14, item 3: `preflight: ok: 0 checks passed, 1 cannot judge` read as a pass,
+    and one check was "1 checks passed"."""
+    assert run_cli("apply", "--target", fetched).returncode == 0
+    model = write_model(tmp_path / "model", DEEPSEEK_V3)
+    launch = ["vllm", "serve", str(model), "--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3"]
+    done = run_cli("preflight", "--target", fetched, "--", *launch)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "preflight: nothing judged: 1 cannot judge (-v shows each)", done.stdout
+    one = run_cli(
+        "preflight", "--target", fetched, "--", "vllm", "serve", str(model), "--tool-call-parser", "deepseek_v32"
+    )
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.splitlines()[-1] == "preflight: ok: 1 check passed, 1 cannot judge (-v shows each)", one.stdout
+
+
+def test_status_names_each_sets_series_and_counts_an_upstream_sets_checks_as_verify_does(tmp_path):
+    """New-user trial 14, items 1, 16 and 23b: status's set lines never named the series (0.13.0 for
+    deepseek-tool-calls on 0.20.0: only JSON said it), counted an upstream set's skipped check as
+    passing ("its 21 checks pass" where verify says "20 checks passed, 1 skipped"), and said
+    "0 of 1 patches applied"."""
+    site = tmp_path / "vllm-0.20.0"
+    assert run_cli("fetch", "0.20.0", "--dest", site).returncode == 0
+    done = run_cli("status", "--target", site)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("set ")}
+    verified = run_cli("verify", "--target", site, "--set", "eagle3").stdout.splitlines()[-1]
+    counted = verified.removeprefix("verify: ok: ").removesuffix(" (-v shows each)")
+    assert re.fullmatch(rf"set +eagle3 +upstream +on its stock files {counted}", lines["eagle3"]), (lines, verified)
+    assert lines["deepseek-tool-calls"].endswith("0 of 3 patches applied; series 0.20.0"), lines
+    assert lines["kimi-k2-tool-calls"].endswith("0 of 1 patch applied; series 0.20.0"), lines
+
+
 # 4. A check that lacks what it needs cannot judge: never a pass, never a failure.
 
 
@@ -259,11 +330,20 @@ def test_a_missing_drafter_leaves_the_target_checks_to_run(fetched, tmp_path):
 
 
 def test_fetch_of_a_release_no_set_covers_exits_3_saying_what_the_set_covers(tmp_path):
+    """New-user trial 14, item 9: the reason was said once per set (four lines at 80 columns), and
+    the hint's `fetch 0.9.2 --all` dropped the --dest given (as printed, it laid out nothing)."""
     done = run_cli("fetch", "0.9.2", "--dest", tmp_path / "old")
     assert_clean_failure(done, 3)
-    assert "outside the range the set 'eagle3' supports (>=0.11.0" in done.stderr
-    assert "--all" in done.stderr
+    ranges = "(eagle3, deepseek-tool-calls, kimi-k2-tool-calls: >=0.11.0)"
+    assert f"vLLM 0.9.2 is outside the range every set supports {ranges}" in done.stderr, done.stderr
+    assert done.stderr.count("0.9.2 is outside") == 1, done.stderr
+    assert f"`patchkit fetch 0.9.2 --all --dest {tmp_path / 'old'}` fetches it anyway" in done.stderr
     assert not (tmp_path / "old").exists()
+    (tmp_path / "tree" / "vllm").mkdir(parents=True)
+    (tmp_path / "tree" / "vllm" / "__init__.py").write_text("")
+    status = run_cli("status", "--target", tmp_path / "tree", "--vllm-version", "0.10.0")
+    assert_clean_failure(status, 3)
+    assert status.stderr.count("0.10.0 is outside") == 1 and ranges in status.stderr, status.stderr
 
 
 def test_fetch_all_still_lays_out_a_release_no_set_covers(tmp_path):

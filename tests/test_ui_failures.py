@@ -87,8 +87,7 @@ def test_status_names_the_drifted_file_with_its_fix_then_its_verdict(applied, li
     fix = lines[drifted + 2]
     assert fix.startswith(f"  fix: `patchkit revert --target {applied} ") and "--force`" in fix, lines
     assert (
-        lines[-1]
-        == "status: FAILED: applied: 1 of 1 patches applied; 1 file drifted; the launch guard refuses the tree"
+        lines[-1] == "status: FAILED: applied: 1 of 1 patch applied; 1 file drifted; the launch guard refuses the tree"
     )
     assert "refuses" not in done.stderr  # said once, on stdout
 
@@ -98,7 +97,7 @@ def test_status_of_a_healthy_tree_is_a_line_per_patch_and_a_verdict(applied, lib
     assert_clean_failure(done, 0)
     lines = done.stdout.splitlines()
     assert lines[-2].split() == ["applied", "0001-change.patch"], lines
-    assert lines[-1] == "status: applied: 1 of 1 patches applied"
+    assert lines[-1] == "status: applied: 1 of 1 patch applied"
 
 
 def test_apply_refusing_a_patch_that_breaks_the_syntax_shows_where(tree, tmp_path, scratch):

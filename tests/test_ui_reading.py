@@ -112,7 +112,7 @@ def test_status_of_three_sets_is_the_tree_once_a_line_per_set_and_one_verdict(fe
     assert done.returncode == 0, done.stderr
     lines = lines_of(done)
     assert [line.split()[0] for line in lines] == ["vLLM", "version", "library", "set", "set", "set", "status:"], lines
-    assert re.fullmatch(r"set +deepseek-tool-calls +applied +3 of 3 patches applied", lines[4]), lines
+    assert re.fullmatch(r"set +deepseek-tool-calls +applied +3 of 3 patches applied; series 0.13.0", lines[4]), lines
     assert lines[-1] == "status: applied: 3 of 3 set(s) applied (eagle3, deepseek-tool-calls, kimi-k2-tool-calls)"
 
 
@@ -128,7 +128,7 @@ def test_status_of_a_drifted_set_says_the_failure_first_and_once(fetched, tmp_pa
     assert failure < min(i for i, line in enumerate(lines) if line.startswith("set ")), lines
     assert sum("fix:" in line for line in lines) == 1 and not any(line.startswith("guard:") for line in lines), lines
     eagle3 = next(line for line in lines if line.startswith("set "))
-    assert re.fullmatch(r"set +eagle3 +applied +4 of 4 patches applied; 1 file drifted", eagle3), lines
+    assert re.fullmatch(r"set +eagle3 +applied +4 of 4 patches applied; 1 file drifted; series 0.16.0", eagle3), lines
     assert lines[-1].endswith("; eagle3: 1 file drifted; the launch guard refuses the tree"), lines
 
 

@@ -95,6 +95,11 @@ class TreeStatus:
         return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.fix_command('apply')}"
 
     @property
+    def deleted_fix(self) -> str:
+        """drift_fix for a file deleted: no edit to keep a copy of."""
+        return f"{self.fix_command('revert', '--force')}, then {self.fix_command('apply')}"
+
+    @property
     def guard_fix(self) -> str:
         """The command that brings the tree to one the guard lets launch."""
         if self.state == TreeState.UNSUPPORTED:
@@ -178,6 +183,7 @@ def inspect(
     state = read_state(root)
     stale = stale_entries(root, state, resolved.vllm_version)
     drifted = drifted_files(resolved, state)
+    reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
     return TreeStatus(
         _overall(reports),
         reports,
@@ -310,6 +316,21 @@ def _at_hand(set_name: str) -> bool:
         return set_name in load_library(locate(hints.current().library).path)
     except PatchkitError:
         return False
+
+
+def _applied_though_drifted(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[PatchReport]:
+    """A recorded patch whose file was edited or deleted since is applied, its file drifted (said
+    once, as the drift): not also a conflict that makes the series partial (its hunk no longer
+    matches because of the edit)."""
+    if entry is None or not drifted:
+        return reports
+    recorded = {p["name"] for p in entry.patches}
+    return [
+        replace(r, state=PatchState.APPLIED, problem=None)
+        if r.state != PatchState.APPLIED and r.name in recorded and set(r.files) & set(drifted)
+        else r
+        for r in reports
+    ]
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:

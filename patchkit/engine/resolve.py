@@ -183,7 +183,8 @@ def resolve_sets(opts: Options, target: Target, *, sets: dict[str, PatchSetDef] 
         except NoPatchSet as exc:  # a gap in the set's range: said, not an error of the run
             chosen.append(Chosen(patch_set.name, None, exc.message))
     if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):
-        said = "; ".join(why_not(c) for c in chosen)
+        named = [loaded[c.name] for c in chosen]
+        said = library.outside_every_range(str(detected.version), named) or "; ".join(why_not(c) for c in chosen)
         raise NoPatchSet(
             f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range"
         )

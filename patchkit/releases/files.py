@@ -21,6 +21,7 @@ from patchkit.series.library import (
     load_chosen,
     load_library,
     locate,
+    outside_every_range,
     select,
 )
 from patchkit.store.state import read_state
@@ -45,14 +46,16 @@ def files_for(version: str, library: str | None = None, set_name: str | None = N
 def not_covered(version: str, library: str | None = None, set_name: str | None = None) -> NoPatchSet | None:
     """The refusal for a release the set (without one: every set of the library) has no series for
     and does not call upstream (what the set covers is in it), or None when a set covers the release."""
-    refusals = [_refusal(patch_set, version) for patch_set in _sets(library, set_name)]
+    sets = _sets(library, set_name)
+    refusals = [_refusal(patch_set, version) for patch_set in sets]
     if any(refusal is None for refusal in refusals):
         return None
     first = refusals[0]
     assert first is not None
     if len(refusals) == 1:
         return first
-    return NoPatchSet("; ".join(r.message for r in refusals if r is not None), hint=first.hint)
+    said = outside_every_range(version, sets) or "; ".join(r.message for r in refusals if r is not None)
+    return NoPatchSet(said, hint=first.hint)
 
 
 def _sets(library: str | None, set_name: str | None) -> list[PatchSetDef]:

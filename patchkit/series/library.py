@@ -600,6 +600,19 @@ def _judged_as(version: Version) -> str | None:
     return None
 
 
+def outside_every_range(version: str, sets: list[PatchSetDef]) -> str | None:
+    """Several sets none of which supports `version`, said once: each range with the sets that
+    share it ("vLLM 0.9.2 is outside the range every set supports (eagle3, ...: >=0.11.0)"); None
+    when one set is no such refusal (a gap in its series says why of its own)."""
+    if len(sets) < 2 or any(s.supported is None or in_range(s.supported, Version(version)) for s in sets):
+        return None
+    sharing: dict[str, list[str]] = {}
+    for patch_set in sets:
+        sharing.setdefault(str(patch_set.supported), []).append(patch_set.name)
+    said = "; ".join(f"{', '.join(names)}: {spec}" for spec, names in sharing.items())
+    return f"vLLM {version} is outside the range every set supports ({said})"
+
+
 def supported_range(patch_set: PatchSetDef) -> str:
     parts = [str(patch_set.supported)] if patch_set.supported else []
     if patch_set.upstream:

@@ -265,9 +265,13 @@ def restore_recorded(
             continue
         if current != shas["after"]:
             if not force:
-                what = "deleted" if content is None else "edited"
+                if content is None:  # nothing of the user's to keep
+                    raise Drift(
+                        f"{path} was deleted after patchkit patched it",
+                        hint=f"{hints.command('revert', '--force')} restores the original",
+                    )
                 raise Drift(
-                    f"{path} was {what} after patchkit patched it; keeping your version",
+                    f"{path} was edited after patchkit patched it; keeping your version",
                     hint=f"{hints.command('revert', '--force')} restores the original and keeps a copy of your edit",
                 )
             if content is not None:  # a deleted file has nothing to keep

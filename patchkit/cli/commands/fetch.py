@@ -42,7 +42,8 @@ def command(
         raise NoPatchSet(
             f"nothing to fetch: {uncovered.message}{more}",
             hint=f"{hints.command('list', chosen=Options(library=library))} shows what each set covers; "
-            f"{hints.command('fetch', version, '--all', chosen=Options(library=library))} fetches it anyway",
+            f"{hints.command('fetch', version, '--all', *(['--dest', dest] if dest else []), chosen=Options(library=library))}"
+            " fetches it anyway",
         )
     paths = files_for(version, library, set_name)
     with ui.activity(f"fetching vllm {version}") as say:

@@ -257,10 +257,13 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
     unjudged = sum(not f.judged for f in result.findings)
     cannot = f", {unjudged} cannot judge" if unjudged else ""
     more = "" if ui.verbose else " (-v shows each)"
-    if result.ok:
-        ui.verdict(f"preflight: ok: {total - unjudged} checks passed{cannot}{more}", ok=True)
+    passed = total - failed - unjudged
+    if result.ok and not passed:  # "ok: 0 checks passed" read as a pass: nothing was judged
+        said = f"{unjudged} cannot judge{more}" if unjudged else "no check applies to this launch"
+        ui.verdict(f"preflight: nothing judged: {said}", ok=True)
+    elif result.ok:
+        ui.verdict(f"preflight: ok: {passed} check{'s' * (passed != 1)} passed{cannot}{more}", ok=True)
     else:
-        passed = total - failed - unjudged
         ui.verdict(f"preflight: FAILED: {failed} of {total} checks failed, {passed} passed{cannot}{more}", ok=False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -143,11 +144,11 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
     names = max(len(r.set_name) for r, _ in found)
     states = max(len(s.state) for _, s in found)
     for resolved, status in found:
-        applied = sum(p.state == "applied" for p in status.patches)
-        counted = f"{applied} of {len(status.patches)} patches applied" if status.patches else ""
-        if status.checks and not status.upstream_regression:
-            counted = f"its {sum(r.ok for r in status.checks)} checks pass on the stock files"
-        counted = "; ".join([counted, *status_problems(status, guard=False)]).strip("; ")  # the guard's: above
+        counted = _applied_count(status)
+        if status.checks and not status.upstream_regression:  # counted as verify counts them
+            counted = f"on its stock files {count_line(status.checks, verbose=True)}"
+        series = [f"series {resolved.selection.release.directory.name}"] if resolved.selection.release else []
+        counted = "; ".join([counted, *status_problems(status, guard=False), *series]).strip("; ")  # the guard's: above
         line = f"set      {resolved.set_name:<{names}}  {status.state:<{states}}  {counted}".rstrip()
         ui.line(line, style=STATE_STYLES.get(status.state))
         if ui.verbose:
@@ -164,9 +165,16 @@ def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
 
 
 def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
-    """What `status` finds wrong, each with the command that fixes it."""
+    """What `status` finds wrong, each with the command that fixes it (a drifted file deleted is
+    said so: "edited" sends the user looking for an edit to keep)."""
     drift_fix = status.drift_fix
-    failures = [Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix) for path in status.drifted]
+    deleted = {path for path in status.drifted if not os.path.lexists(resolved.target.root / path)}
+    failures = [
+        Failure("drifted", "deleted after patchkit patched it", path, fix=status.deleted_fix)
+        if path in deleted
+        else Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix)
+        for path in status.drifted
+    ]
     for result in status.does_not_compile:  # the drifted file's syntax error leads its line
         where, message = located(result)
         failures.append(Failure("syntax", message, where, result.excerpt, fix=drift_fix))
@@ -332,10 +340,16 @@ def _checked_as(verified: VerifyResult) -> str:
     return ""
 
 
+def _applied_count(status: TreeStatus) -> str:
+    """ "3 of 4 patches applied" ("0 of 1 patch applied"); nothing without patches."""
+    total = len(status.patches)
+    applied = sum(p.state == "applied" for p in status.patches)
+    return f"{applied} of {total} patch{'es' * (total != 1)} applied" if total else ""
+
+
 def status_verdict(status: TreeStatus) -> tuple[str, bool]:
     """`status`'s last line, and whether it is good news."""
-    applied = sum(p.state == "applied" for p in status.patches)
-    said = f"{status.state}: {applied} of {len(status.patches)} patches applied" if status.patches else status.state
+    said = f"{status.state}: {_applied_count(status)}" if status.patches else status.state
     problems = status_problems(status)
     if problems:
         return f"status: FAILED: {said}; {'; '.join(problems)}", False
