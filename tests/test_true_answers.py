@@ -398,6 +398,16 @@ def test_reading_commands_and_a_revert_of_a_stock_tree_create_nothing_in_it(fetc
         assert fingerprint(fetched) == before, command  # no .patchkit/, no lock
 
 
+def test_a_failed_first_apply_leaves_no_patchkit_dir(fetched):
+    """New-user trial 14, item 10: "nothing was written", yet .patchkit/ was left with its lock."""
+    with (fetched / "vllm/config/speculative.py").open("a") as f:
+        f.write("# local tweak\n")
+    done = run_cli("apply", "--target", fetched)
+    assert_clean_failure(done, 1)
+    assert "nothing was written" in done.stderr, done.stderr
+    assert not (fetched / ".patchkit").exists()
+
+
 def test_a_revert_that_leaves_nothing_recorded_removes_patchkit_dir(fetched):
     before = fingerprint(fetched)
     assert run_cli("apply", "--target", fetched).returncode == 0

@@ -171,10 +171,16 @@ def apply_series(
         with read_only_view(resolved.target.root) as settled:
             if settled:
                 return applying.run(read_state(resolved.target.root), dry_run=True, force=force)
-    with locked_record(resolved.target.root) as (recovered, state):
+    root = resolved.target.root
+    fresh = not os.path.lexists(meta_dir(root))  # a first apply that fails leaves no .patchkit/ (its lock)
+    with locked_record(root) as (recovered, state):
         if recovered:
             applying.warn(recovered)
-        return applying.run(state, dry_run=dry_run, force=force)
+        try:
+            return applying.run(state, dry_run=dry_run, force=force)
+        finally:
+            if fresh and not os.path.lexists(state_path(root)):  # nothing recorded: the lock goes with it
+                remove_empty_store(root, State(entries=[]))
 
 
 @dataclass
