@@ -813,6 +813,21 @@ def test_no_wheel_for_the_platform_asked_names_the_platforms_the_index_has():
     assert "only an sdist" in _no_wheel_error("0.16.0", [("https://pypi.org/simple", sdist_only)], "").hint
 
 
+def test_fetch_into_a_tree_of_another_release_is_refused_even_with_force(fetched, tmp_path):
+    """New-user trial 14, item 19: fetch 0.17.1 into a 0.16.0 tree said its files "may be your
+    edits" and offered --force, which laid 0.17.1 over it: two dist-infos, a tree every command
+    then refuses. The cause is said, and --force does not lay one release over another."""
+    dest = tmp_path / "site"
+    assert fetched(dest).returncode == 0
+    (dest / f"vllm-{VERSION}.dist-info").rename(dest / "vllm-0.0.9.dist-info")
+    for force in ([], ["--force"]):
+        done = fetched(dest, *force)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"{dest} holds another vLLM release (vllm-0.0.9.dist-info)" in done.stderr, done.stderr
+        assert "your edits" not in done.stderr
+    assert not (dest / f"vllm-{VERSION}.dist-info").exists()
+
+
 def test_fetch_dest_says_what_it_laid_out_and_what_it_kept(fetched, tmp_path):
     """new-user s12 item 7: into a tree that already holds the files (or patchkit's patch of one)
     fetch said "laid out N file(s)" and wrote none."""
@@ -820,13 +835,15 @@ def test_fetch_dest_says_what_it_laid_out_and_what_it_kept(fetched, tmp_path):
 
     dest = tmp_path / "site"
     first = fetched(dest)
-    assert first.returncode == 0 and "nothing laid out" not in first.stdout, first.stdout
+    assert first.returncode == 0 and "holds these" not in first.stdout, first.stdout
     again = fetched(dest)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "nothing laid out" in again.stdout and "laid out 0" not in again.stdout, again.stdout
+    # new-user 14 item 23d: "nothing laid out" read as a failure
+    assert re.search(rf"{re.escape(str(dest))} holds these \d+ file\(s\) already", again.stdout), again.stdout
+    assert "nothing laid out" not in again.stdout and "laid out 0" not in again.stdout, again.stdout
     library = _spec_library(tmp_path)
     applied = run_cli("apply", "--target", dest, "--patches", library, "--no-guard")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     kept = fetched(dest)  # the patched speculative.py is kept, and said to be
-    assert kept.returncode == 0 and "nothing laid out" in kept.stdout, kept.stdout
+    assert kept.returncode == 0 and "holds these" in kept.stdout, kept.stdout
     assert "kept 1 file(s) as patchkit patched them" in kept.stdout, kept.stdout

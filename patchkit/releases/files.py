@@ -9,7 +9,7 @@ from pathlib import Path
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.fsutil import atomic_write
 from patchkit.base.hashing import sha256
-from patchkit.distinfo.record import parse_record
+from patchkit.distinfo.record import parse_record, vllm_metadata_dirs
 from patchkit.engine.inspection import upstream_check_paths
 from patchkit.fetch.cache import Damaged, mismatch, read_regular
 from patchkit.series.library import (
@@ -105,6 +105,7 @@ def lay_out_said(
     the rest of the release and keeps the patch. The cache itself is never handed out for writing."""
     files = _verified_files(tree, paths)
     root = Path(dest).resolve()
+    _refuse_another_release(root, dest, _dist_info(tree))
     differing = _differing_in_dest(root, dest, files)
     patched = _patched_by_patchkit(root, {rel: files[rel] for rel in differing})
     differing = [rel for rel in differing if rel not in patched]
@@ -123,6 +124,19 @@ def lay_out_said(
         except OSError as e:
             raise TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}") from None
     return sorted(files), sorted(written), sorted(patched)
+
+
+def _refuse_another_release(root: Path, dest: str | Path, dist_info: str) -> None:
+    """A dest that holds another vLLM release: its files differ for that reason, not the user's
+    edits, and laying this release over it (--force too) leaves two releases in one tree, which
+    every later command refuses (new-user trial 14, item 19)."""
+    others = [d.name for d in vllm_metadata_dirs(root) if d.name.lower() != dist_info.lower()] if root.is_dir() else []
+    if others:
+        raise BadInput(
+            f"{dest} holds another vLLM release ({', '.join(sorted(others))}): {dist_info.removesuffix('.dist-info')} "
+            "laid out over it would leave two releases in one tree",
+            hint="choose another --dest (a fetch of the same release adds to a tree)",
+        )
 
 
 def _patched_by_patchkit(root: Path, stock: dict[str, bytes]) -> set[str]:

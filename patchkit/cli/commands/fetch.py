@@ -51,7 +51,12 @@ def command(
     ui.line(f"vllm {version}: {tree}")
     if dest:
         # what this fetch asked for, not whatever earlier fetches left in the cache's tree
-        _, written, kept = lay_out_said(tree, dest, None if all_python else paths, force=force)
-        did = f"laid out {len(written)} file(s)" if written else "nothing laid out"
+        laid, written, kept = lay_out_said(tree, dest, None if all_python else paths, force=force)
+        # a second fetch writes nothing: "nothing laid out" read as a failure
+        did = (
+            f"laid out {len(written)} file(s) under {dest}"
+            if written
+            else f"{dest} holds these {len(laid)} file(s) already"
+        )
         also = f"; kept {len(kept)} file(s) as patchkit patched them" if kept else ""
-        ui.line(f"{did} under {dest}{also} (use --target {dest})")
+        ui.line(f"{did}{also} (use --target {dest})")
