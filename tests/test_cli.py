@@ -327,6 +327,16 @@ def test_a_misspelled_command_gets_a_suggestion(run):
     assert "Did you mean" not in run("zzzz").output  # nothing near: no guess
 
 
+def test_another_commands_option_gets_no_suggestion_that_means_something_else(run):
+    """New-user trial 14, item 23h: `fetch --format json` was answered "Did you mean '--force'?"
+    (pasted, it overwrites files); a misspelling of the command's own option still gets one."""
+    result = run("fetch", "0.16.0", "--format", "json")
+    assert result.exit_code == 2
+    assert "fetch has no --format option." in result.output, result.output
+    assert "Did you mean" not in result.output
+    assert "Did you mean '--format'?" in run("status", "--frmat", "json").output
+
+
 def _help(columns: int) -> str:
     env = {**os.environ, "COLUMNS": str(columns)}
     done = subprocess.run([sys.executable, "-m", "patchkit", "--help"], capture_output=True, text=True, env=env)

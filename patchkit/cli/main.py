@@ -308,7 +308,10 @@ def _not_taken(exc: click.NoSuchOption) -> click.NoSuchOption:
     takers = [other for other in COMMANDS if top_level and other != name and exc.option_name in _options_of(other)]
     if 0 < len(takers) <= FEW_TAKERS:  # a short line: which commands it belongs to
         said += f" ({', '.join(takers)} take{'s' if len(takers) == 1 else ''} it)"
-    return click.NoSuchOption(exc.option_name, said + ".", exc.possibilities, context)
+    # another command's option, spelled right: a near name of this one's means something else
+    # (`fetch --format` is not `--force`)
+    possibilities = None if takers else exc.possibilities
+    return click.NoSuchOption(exc.option_name, said + ".", possibilities, context)
 
 
 FEW_TAKERS = 3  # an option more commands take (--format, --patch) is said alone
