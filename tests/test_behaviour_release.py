@@ -116,6 +116,15 @@ def test_a_new_release_where_the_open_ended_set_conflicts_says_whether_upstream_
         assert release["hint"].endswith("--set deepseek-tool-calls --from 0.23.0 --to 0.99.0`")
 
 
+def test_the_verdict_names_the_releases_the_behaviour_test_did_not_judge(run):
+    """New-user trial 14, item 13: `verify --latest` ended `verify: ok (1 upstream)`, the one line CI
+    shows, though the behaviour test (what proves the tool-call sets) did not run on that release."""
+    library = ("--patches", LIBRARY, "--set", KIMI)
+    done = run("verify", "--vllm-version", "0.24.0", "--vllm-version", "0.25.0", *library)
+    assert done.exit_code == 0, done.output[-2000:]
+    assert done.stdout.splitlines()[-1] == "verify: ok (2 upstream; behaviour not judged on 0.25.0)", done.stdout
+
+
 def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(run):
     """0.24.0's stock parser is judged (it passes); 0.25.0's is an adapter on vLLM's parser engine the
     stand-ins cannot load: upstream by the range alone, and the report says so (a warning, not a pass)."""
