@@ -15,6 +15,7 @@ from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 
 from patchkit.base.enums import StepState
 from patchkit.base.errors import FetchError
+from patchkit.cli.commands import refresh as refresh_command
 from patchkit.maintainer.gitrepo import git_diff
 from patchkit.maintainer.merge import conflict_lines, merge_file
 from patchkit.maintainer.meta import META
@@ -219,6 +220,23 @@ def test_refresh_writes_the_edit_into_its_patch_keeping_the_header(run, library,
 
     result, report = refresh(run, ws)  # a second refresh has nothing to do
     assert [p["state"] for p in report["patches"]] == ["unchanged", "unchanged"]
+
+
+def test_refresh_into_the_installed_library_says_so(run, library, tmp_path, monkeypatch):
+    """New-user trial 14, item 26: refresh wrote into the pip-installed package's library without a
+    word (every later apply used the edit; a reinstall of patchkit silently undid it)."""
+    package = tmp_path / "site-packages" / "patchkit"
+    package.mkdir(parents=True)
+    installed = library.rename(package / "_library")
+    monkeypatch.setattr(refresh_command, "PACKAGE_DIR", package)
+    ws = make_workspace(run, installed, tmp_path / "ws")
+    (ws / SPEC).write_text(SPEC_PATCHED.replace('    "deepseek",\n', '    "deepseek",\n    "kimi",\n'))
+    result = run("refresh", ws)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "warning: that is the library installed with patchkit" in said, said
+    assert "`patchkit workspace VERSION --patches DIR`" in said
+    assert "installed with patchkit" not in run("refresh", ws).output  # nothing written: nothing to say
 
 
 def test_refresh_takes_committed_changes_and_works_from_a_subdirectory(run, library, tmp_path):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -11,6 +12,7 @@ from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, format_option, output_options
 from patchkit.cli.ui.console import UI
 from patchkit.maintainer.refresh import refresh_workspace
+from patchkit.series.library import PACKAGE_DIR
 
 if TYPE_CHECKING:
     from patchkit.maintainer.reports import RefreshReport
@@ -47,11 +49,21 @@ def command(
     return Finished(Outcome.CONFLICT if broken else Outcome.OK)
 
 
+def _installed(series_dir: Path) -> bool:
+    """A series of the library a wheel installed inside the package (not a checkout's patches/)."""
+    return series_dir.resolve().is_relative_to(PACKAGE_DIR / "_library")
+
+
 def _show(ui: UI, report: RefreshReport) -> None:
     changed = report.changed or report.registered
     verb = ("would write" if report.dry_run else "wrote") if changed else "unchanged"
     ui.line(f"workspace  {report.directory}  (vllm {report.version})")
     ui.line(f"series     {report.series_dir}  [{verb}]")
+    if changed and not report.dry_run and _installed(Path(report.series_dir)):
+        ui.warn(
+            "that is the library installed with patchkit: every apply uses the edit from now on, and a "
+            "reinstall or upgrade of patchkit undoes it; work on a copy: `patchkit workspace VERSION --patches DIR`"
+        )
     ui.table(
         ["patch", "state", "files"], ([p.name, p.state, ", ".join(p.files)] for p in report.patches), state_column=1
     )
