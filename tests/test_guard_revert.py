@@ -26,6 +26,16 @@ def _applied(tmp_path: Path, scratch: Path) -> tuple[Path, Path, dict]:
     return site, diff, before
 
 
+def test_a_revert_that_removes_the_guard_says_so(tmp_path, scratch):
+    """New-user trial 14, item 23c: apply said "launch guard installed"; revert removed it and said
+    only "reverted: N file(s) restored to stock"."""
+    site, diff, before = _applied(tmp_path, scratch)
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "reverted: 1 file(s) restored to stock; launch guard removed", done.stdout
+    assert fingerprint(site) == before
+
+
 def test_revert_after_the_record_was_removed_by_hand_removes_patchkits_own_guard_and_says_so(tmp_path, scratch):
     """state.json's own hint says "inspect or remove": after that, revert gave stock files back but
     left the guard installed, which no record named any more."""

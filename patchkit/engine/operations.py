@@ -830,7 +830,7 @@ def _revert_locked(
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(files)} file(s) restored to stock",
+        f"reverted: {len(files)} file(s) restored to stock" + ("; launch guard removed" if guard_changes else ""),
         files,
         checks=bytecode,
         saved=saved,
