@@ -376,6 +376,16 @@ def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_nev
     assert "imports vLLM from" not in alone.stderr
 
 
+def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
+    """New-user trial 14, item 23a: `vllm-validation  cannot judge  cannot judge: not run: ...`."""
+    tree, library, models = setup
+    done = run_cli(
+        "preflight", "-v", "--target", tree, "--patches", library, "--", "vllm", "serve", str(models["deepseek"])
+    )
+    row = next(line for line in done.stdout.splitlines() if line.startswith("vllm-validation "))
+    assert row.split()[1:4] == ["cannot", "judge", "not"] and row.count("cannot judge") == 1, row
+
+
 def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, tmp_path):
     tree, library, models = setup
     fake = write_fake_vllm(tmp_path / "fake")

@@ -255,7 +255,8 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
     """Failures first (what the launch would hit, and its fix), then one verdict line; every
     finding in a table with -v."""
     if ui.verbose:
-        rows = [[f.check, f.result, f.message, f.fix or ""] for f in result.findings]
+        # the result column says "cannot judge": the cell does not say it again
+        rows = [[f.check, f.result, f.message.removeprefix(f"{f.result}: "), f.fix or ""] for f in result.findings]
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
     # a check that could not judge is said with what gives it: never counted as a pass
     ui.failures(
