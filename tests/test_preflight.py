@@ -376,6 +376,19 @@ def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_nev
     assert "imports vLLM from" not in alone.stderr
 
 
+def test_a_launch_python_without_vllm_is_told_to_launch_vllms_interpreter(setup):
+    """New-user trial 14, item 20: the launch's own `python` had no vLLM, and the fix told a user who
+    gave --target to "point patchkit at it with --python ... or --target ...": what fails is the
+    launch's interpreter, not patchkit's."""
+    tree, library, models = setup
+    launch = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["deepseek"])]
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--format", "json", "--", *launch)
+    check = findings(done)["launch-target"]
+    assert not check["ok"] and "vLLM is not installed for" in check["message"], check
+    assert check["fix"].startswith("launch with the interpreter of the venv whose vLLM this is"), check
+    assert "point patchkit" not in check["fix"], check
+
+
 def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
     """New-user trial 14, item 23a: `vllm-validation  cannot judge  cannot judge: not run: ...`."""
     tree, library, models = setup

@@ -122,8 +122,12 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
             python, env=command.environ, first_path=first_path, options=options, cwd=command.working_directory()
         )
         runs = found.root
-    except TargetError as exc:
-        return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", exc.hint)
+    except TargetError as exc:  # the hint of a --python given is not this one's: the launch's program is
+        fix = (
+            f"launch with the interpreter of the venv whose vLLM this is (`-- /path/to/venv/bin/{command.program} ...`),"
+            " or activate that venv"
+        )
+        return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", fix)
     if _same_directory(runs, resolved.target.root):
         return None
     how = " (in the launch's environment and working directory)" if own_setting else ""
