@@ -123,6 +123,18 @@ def test_the_note_of_a_result_not_believed_is_said_once_never_kept(library, rele
         assert again["cached"] is True and again["detail"] == release_of(first)["detail"], again
 
 
+def test_a_releases_detail_counts_every_check_reported_with_it(library, cache):
+    """New-user trial 14, item 18: the detail said "6 check(s) passed, 1 skipped" where the checks
+    reported with it (JSON, JUnit) held 10 passes: the stock files' integrity and the behaviour
+    test were not counted."""
+    release = release_of(verify(library, "0.16.0"))
+    passed = sum(c["ok"] and c["level"] == "error" for c in release["checks"])
+    skipped = sum(c["ok"] and c["level"] == "warning" for c in release["checks"])
+    assert any(c["check"] == "integrity" for c in release["checks"]), release["checks"]
+    counted = f"{passed} check(s) passed" + (f", {skipped} skipped" if skipped else "")
+    assert counted in release["detail"], (counted, release["detail"])
+
+
 def test_a_sealed_result_of_another_release_replayed_is_not_believed(library, releases, cache):
     releases.add("0.16.1", {SPEC: MOVED_SPEC, MODEL: MODEL_PY})
     assert verify(library, "0.16.0").exit_code == 0
