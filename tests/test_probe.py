@@ -121,6 +121,18 @@ def test_probe_passes_when_patched(fake_vllm, tmp_path, run):
     assert not list(site.rglob("__pycache__")), "the probe must not leave bytecode in the target"
 
 
+def test_the_checks_on_the_written_files_are_one_count(fake_vllm, tmp_path, run):
+    """New-user trial 14, item 14: `written  1 check passed` (the bytecode), the probe's warning,
+    then `written  0 checks passed, 1 warning`: two counts of the checks on the files written."""
+    python, site = fake_vllm
+    needs = "import flash_attn_nowhere\n" + DEEPSEEK_PATCHED
+    lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": needs, f"{MODELS}/kimi_k25.py": KIMI_PATCHED})
+    applied = run("apply", "--python", python, "--patches", lib)
+    assert applied.exit_code == 0, applied.output
+    written = [line for line in applied.stdout.splitlines() if line.startswith("written ")]
+    assert len(written) == 1 and "2 warnings" in written[0], applied.stdout
+
+
 def test_probe_failure_names_the_class_and_apply_rolls_back(fake_vllm, tmp_path, run):
     python, site = fake_vllm
     lib = library(tmp_path, site, {f"{MODELS}/deepseek_v2.py": DEEPSEEK_PATCHED})  # Kimi-K2.5 left out

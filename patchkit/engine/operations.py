@@ -361,13 +361,14 @@ class _Applying:
         changes = plan.changes
         with self.timed("apply"):
             all_changes, state, written, new_state = self.commit(plan)
-            bytecode = self.show(fix_bytecode(resolved.target, changes))  # before the probe imports the modules
+            bytecode = fix_bytecode(resolved.target, changes)  # before the probe imports the modules
             _fix_guard_bytecode(resolved.target, self.guard_removed)
         with self.timed("checks"):
             on_disk = run_checks(
                 check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
             )
         if any(r.failed for r in on_disk):
+            self.show(bytecode)
             commit_changes(root, all_changes, state, undo=True)
             self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
             return self.result(
@@ -383,8 +384,7 @@ class _Applying:
             )
         self.open_to_others(new_state, dry_run=False)  # a patched file kept the 0600 of the file it replaced
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
-        if written_only:
-            self.show(written_only)
+        self.show(bytecode + written_only)  # one count of the checks on the files written (new-user 14 item 14)
         done = f"applied {len(self.patches)} patch(es)"
         applied = self.result(
             Outcome.APPLIED,
