@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
 import sys
 import tempfile
@@ -12,6 +14,13 @@ import helpers
 import pytest
 from helpers import cli_runner, forget_behaviour_stand_ins, write_tree
 from index_server import IndexServer
+
+# patchkit.base.seal keeps its key in the user's state directory and caches it for the process: one
+# directory for this whole test process (each xdist worker its own), set before any fixture seals a
+# cache entry, so this process and the commands it starts seal with the same key, never the user's.
+SESSION_STATE = Path(tempfile.mkdtemp(prefix="patchkit-tests-state-"))
+os.environ["XDG_STATE_HOME"] = str(SESSION_STATE)
+atexit.register(shutil.rmtree, SESSION_STATE, ignore_errors=True)
 
 # The modules that take longest (pytest --durations on this 2-core machine): started first, so that
 # the workers end together rather than one of them running the longest module last.
@@ -118,9 +127,10 @@ def _the_installed_library_unless_a_test_says_otherwise(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _a_cache_seal_key_of_the_test_session(tmp_path_factory, monkeypatch):
-    """patchkit.base.seal keeps its key in the user's state directory: the tests' key is the session's own."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "state"))
+def _a_cache_seal_key_of_the_test_session(monkeypatch):
+    """patchkit.base.seal keeps its key in the user's state directory: the tests' key is the session's
+    own, the same for every test (a test that changes XDG_STATE_HOME gets it back here)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(SESSION_STATE))
 
 
 @pytest.fixture(autouse=True)
