@@ -96,11 +96,10 @@ def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Pa
     assert done.returncode == 1, done.stderr
     assert "Eagle3 is only supported for" in finding(done, "vllm-validation")["message"]
     supports = finding(done, "supports-eagle3")
-    # the hint names the venv the user chose: a bare `patchkit apply` would patch the vLLM of
-    # whatever python is first on PATH, or none
-    assert (
-        not supports["ok"] and supports["fix"] == f"run `{shlex.join(['patchkit', 'apply', '--python', str(python)])}`"
-    )
+    # the hint names the venv the user chose (a bare `patchkit apply` would patch the vLLM of
+    # whatever python is first on PATH, or none) and the set this launch needs (set.toml's [needed_by])
+    fix = shlex.join(["patchkit", "apply", "--python", str(python), "--set", "eagle3"])
+    assert not supports["ok"] and supports["fix"] == f"run `{fix}`"
     assert f"vLLM's supports_eagle3() is False for {DEEPSEEK_V3_CLASS}" in supports["message"]
 
     applied = patchkit(*pasted(supports["fix"]))
