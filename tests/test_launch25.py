@@ -4,6 +4,8 @@
    entry holds from 0.16.0 (0.15.x's DraftModelProposer loads its drafter itself); deepseek_v32 and
    deepseek_v4 need deepseek-tool-calls below 0.23.0 only (its 0.23.0 series leaves the V3.2 file).
    Each rule is held against the stock files of the releases it covers (release tier).
+4. After a vLLM upgrade the guard's fix (and each stale record's) applies the recorded sets only,
+   not every covering set.
 """
 
 from __future__ import annotations
@@ -11,18 +13,32 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
-from helpers import LIBRARY, lay_out_release, run_cli
+from helpers import (
+    LIBRARY,
+    MODEL_PY,
+    SPEC_PY,
+    lay_out_release,
+    make_patch,
+    patched_spec,
+    pip_install,
+    run_cli,
+    write_library,
+    write_tree,
+)
 from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, write_model
 from packaging.version import Version
+from test_several_sets import EAGLE_MODEL, MODEL, SPEC
 
 from patchkit.base.errors import BadInput
 from patchkit.fetch import release_tree
 from patchkit.releases.files import files_for
 from patchkit.series.library import LaunchFacts, load_set, select
 from patchkit.series.patchfile import touched_paths
+from patchkit.store.state import read_state
 
 KIMI = "KimiK25ForConditionalGeneration"
 
@@ -184,3 +200,34 @@ def test_a_deepseek_v32_launch_needs_deepseek_tool_calls_below_0_23_only(tmp_pat
                 assert done.returncode == 0 and unused(done)["deepseek-tool-calls"] == "not applied", said
             ran = run_cli("run", "--target", site, "--", *launch, env=no_vllm)
             assert ran.returncode == (1 if needed else 4), f"{said} {ran.stdout} {ran.stderr}"
+
+
+# --- 4. the guard's fix after a vLLM upgrade names the recorded sets --------------------------------
+
+OTHER = "vllm/other.py"
+
+
+def test_the_guard_s_fix_after_a_vllm_upgrade_applies_the_recorded_sets_only(tmp_path):
+    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
+    library = tmp_path / "lib"
+    for name, path, content in (
+        ("spec", SPEC, patched_spec()),
+        ("model", MODEL, EAGLE_MODEL),
+        ("other", OTHER, "x = 2\n"),
+    ):
+        patch = make_patch(tmp_path, tree, {path: content})
+        write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
+    applied = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
+    assert applied.returncode == 0, applied.stderr
+    pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
+    recorded = f"`patchkit apply --target {tree} --patches {library} --set model --set spec`"
+    for chosen in ((), ("--set", "spec")):
+        status = run_cli("status", "--target", tree, "--patches", library, *chosen)
+        said = status.stdout + status.stderr
+        assert status.returncode == 1 and f"fix: run {recorded} (it records" in said, said
+        assert said.count(f"fix: {recorded} discards it") == 2, said  # each stale record's warning
+    fixed = run_cli(*shlex.split(recorded.strip("`"))[1:], "--no-import")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+    assert sorted(e.set_name for e in read_state(tree).entries) == ["model", "spec"]  # `other` left alone
+    assert (tree / OTHER).read_text() == "x = 1\n"
