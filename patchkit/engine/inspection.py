@@ -233,10 +233,14 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:
-    """The sets `state` records, when each is of the user's library (else none: a fix naming them
-    by --set would not find one)."""
+    """The sets `state` records, when each is of the user's library and the library holds others
+    (else none: apply alone applies the same sets, or a --set would not find one)."""
     names = tuple(entry.set_name for entry in state.entries) if state is not None else ()
-    return names if all(not name.startswith("adhoc-") and _at_hand(name) for name in names) else ()
+    try:
+        library = set(load_library(locate(hints.current().library).path)) if names else set()
+    except PatchkitError:
+        return ()
+    return names if set(names) < library else ()
 
 
 def guard_refusal(root: Path, set_name: str, state: State) -> tuple[list[str], str] | None:
