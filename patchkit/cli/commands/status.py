@@ -109,7 +109,8 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
     if found.unchosen:  # left out on purpose (`apply --set`, `run --apply`): what applies them
         named = [word for name in found.unchosen for word in ("--set", name)]
-        ui.note(f"no apply chose {', '.join(found.unchosen)}; {hints.command('apply', *named)} applies {'it' if len(found.unchosen) == 1 else 'them'}")
+        them = "it" if len(found.unchosen) == 1 else "them"
+        ui.note(f"no apply chose {', '.join(found.unchosen)}; {hints.command('apply', *named)} applies {them}")
     if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         used = hints.command("status", *[word for name in applied for word in ("--set", name)])
         ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")
