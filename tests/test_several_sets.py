@@ -172,18 +172,39 @@ def test_status_shows_each_set_and_one_overall_state(run, tree, library):
 
     assert run("apply", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
     text = run("status", "--target", tree, "--patches", library)
-    # one set applied, one not: a partial tree, exit 1 as README's table says (a CI gate must not
-    # pass a multi-set apply that stopped half-way); `--set` judges only the sets a launch uses
-    assert text.exit_code == 1, text.output
-    assert "status: FAILED: 1 of 3 set(s) applied (spec), not model" in text.output
-    used = f"if your launches use only spec: `patchkit status --target {tree} --patches {library} --set spec`"
-    assert used in " ".join(text.output.split())
-    assert run("status", "-q", "--target", tree, "--patches", library).exit_code == 1
-    assert run("status", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
+    # spec applied, model left out on purpose (`apply --set spec`): the tree is what was chosen, exit 0,
+    # and model is a note with the command that applies it (new-user 14 item 4)
+    assert text.exit_code == 0, text.output
+    assert "status: applied: 1 of 3 set(s) applied (spec); not chosen: model" in text.output
+    said = " ".join(text.output.split())
+    assert f"note: no apply chose model; `patchkit apply --target {tree} --patches {library} --set model`" in said
+    assert json_of(run("status", "--target", tree, "--patches", library, "--format", "json"))["not_chosen"] == ["model"]
     assert "set      model" in text.output and "set      old" in text.output
 
     assert run("apply", "--target", tree, "--patches", library).exit_code == 0
     assert json_of(run("status", "--target", tree, "--patches", library, "--format", "json"))["state"] == "applied"
+
+
+def test_status_fails_a_set_an_apply_chose_and_stopped_before(run, tree, library):
+    """A multi-set apply that stopped half-way (spec's patch did not apply) leaves model applied and
+    spec not: spec was chosen, so the tree is partial (exit 1, a CI gate must not pass it)."""
+    (tree / SPEC).write_text("x = 1\n")  # the spec patch does not apply
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 1
+    (tree / SPEC).write_text(SPEC_PY)  # stock again: spec is simply not applied
+    assert read_state(tree).chosen == ("model", "spec", "old")
+    text = run("status", "--target", tree, "--patches", library)
+    assert text.exit_code == 1, text.output
+    assert "status: FAILED: 1 of 3 set(s) applied (model), not spec" in text.output
+    assert "not chosen" not in text.output
+    used = f"if your launches use only model: `patchkit status --target {tree} --patches {library} --set model`"
+    assert used in " ".join(text.output.split())
+    assert run("status", "-q", "--target", tree, "--patches", library).exit_code == 1
+    assert run("status", "--target", tree, "--patches", library, "--set", "model").exit_code == 0
+
+    # a revert of the set the run wrote forgets the run's choice with it: nothing of it is left
+    assert run("revert", "--target", tree, "--patches", library, "--set", "model").exit_code == 0
+    assert not (tree / ".patchkit").exists()
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0
 
 
 def test_status_exit_code_is_the_worst_sets(run, tree, library):
