@@ -9,8 +9,9 @@ their markers and the model outputs. The parser file is loaded without vLLM (whi
 every `vllm.*` import is served by the small stand-ins below; with --installed it is instead
 imported as the module it is in this interpreter's vLLM, with vLLM's real classes (run by the
 Python of an environment where vLLM imports). A fake tokenizer makes each marker one token; each
-output is streamed at SPLITS tokens per delta and all at once (and --random N seeded random
-splits), with the end-of-stream top-up of the chat server of the tree the file is in (read from its
+output is streamed at SPLITS tokens per delta, in two deltas cut in the middle of each text between
+markers (uneven: the end of one call and the start of the next in one delta) and all at once (and
+--random N seeded random splits), with the end-of-stream top-up of the chat server of the tree the file is in (read from its
 serving file; without one, that of --vllm-version; without either, every top-up), and compared
 with extract_tool_calls. Every split is judged.
 A file whose source defines none of the scenario's parser classes is skipped (said); patchkit's
@@ -454,6 +455,30 @@ def fixed_split(count: int, size: int) -> list[int]:
     return [min(size, count - start) for start in range(0, count, size)]
 
 
+def cuts_between_markers(tokens: list[tuple[int, str]], tokenizer: FakeTokenizer) -> list[list[int]]:
+    """Two deltas cut in the middle of each text between markers (of 2 tokens or more): one delta then
+    ends inside a call and the next holds its end and what follows (the next call, the end markers),
+    which even splits may never give (vLLM 0.20-0.22's Kimi parser loses a call's tail only so)."""
+    markers = {tokenizer.vocab[marker] for marker in tokenizer.markers}
+    cuts, start = [], 0
+    for index, (token_id, _) in enumerate(tokens):  # the last token is the stop token: a marker
+        if token_id in markers:
+            if index - start >= 2:
+                cuts.append(start + (index - start) // 2)
+            start = index + 1
+    return [[cut, len(tokens) - cut] for cut in cuts]
+
+
+def splits_of(tokens: list[tuple[int, str]], tokenizer: FakeTokenizer, randoms: int, rng: random.Random) -> list:
+    """(delta sizes, name) of every split of one output: SPLITS, the cuts between markers, `randoms`
+    random ones, all at once (an uneven or random split is named by its sizes: name "")."""
+    total = len(tokens)
+    splits = [(fixed_split(total, size), f"{size} token(s) per delta") for size in SPLITS]
+    splits += [(sizes, "") for sizes in cuts_between_markers(tokens, tokenizer)]
+    splits += [(random_split(total, rng), "") for _ in range(randoms)]
+    return [*splits, ([total], "all at once")]
+
+
 def random_split(count: int, rng: random.Random) -> list[int]:
     """Delta sizes cut at up to 12 random places, as the runs speculative decoding accepts vary."""
     cuts = sorted(rng.sample(range(1, count), rng.randint(0, min(12, count - 1))))
@@ -573,10 +598,7 @@ def check_class(
     tally = Tally()
     for label, output in scenario.CASES.items():
         text, intended = render(output)
-        total = len(tokenizer.tokenize(text))
-        splits = [(fixed_split(total, size), f"{size} token(s) per delta") for size in SPLITS]
-        splits += [(random_split(total, rng), "") for _ in range(random_splits)]
-        splits.append(([total], "all at once"))
+        splits = splits_of(tokenizer.tokenize(text), tokenizer, random_splits, rng)
         tally.runs += len(splits) * len(top_ups)
         content, calls = expected_result(parser_class, tokenizer, text)
         if not matches((content, calls), intended):
