@@ -257,7 +257,7 @@ def needs_of(
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
     served, architectures = as_served(command)
-    needs = launch_needs((sets or {}).values(), served, architectures)
+    needs = launch_needs((sets or {}).values(), served, architectures, version)
     if version is None or sets is None:
         return needs
     named = {name: said for name, said in needs.named.items() if library.has_series(sets[name], version)}
