@@ -183,7 +183,7 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         failures.append(Failure("partial", "some patches of the series are applied, others not"))
     failures += [
         Failure(
-            STALE, note, fix=f"{hints.command('apply')} discards it; {hints.command('revert')} drops it", warning=True
+            STALE, note, fix=f"{status.apply_recorded} discards it; {hints.command('revert')} drops it", warning=True
         )
         for note in status.stale
     ]
