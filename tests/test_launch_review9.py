@@ -98,7 +98,9 @@ LAUNCHES = [
 def test_a_kimi_k25_launch_through_the_proposer_needs_eagle3_and_its_image_token_check(tmp_path, models, release):
     site = lay_out_release(release, sorted({*files_for(release), REGISTRY}), tmp_path / "site")
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
-    for target, method, with_drafter, needs in LAUNCHES:
+    for target, method, with_drafter, needs_it in LAUNCHES:
+        # 0.15.x's DraftModelProposer loads its drafter itself (launch25: the rule's versions)
+        needs = needs_it and not (method == "draft_model" and release == "0.15.1")
         extra = ["--speculative-config", spec(method, models["drafter"] if with_drafter else None)]
         launch = ["vllm", "serve", str(models[target]), "--trust-remote-code", *extra]
         done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)

@@ -27,8 +27,9 @@ from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import refusal_text
 from patchkit.engine.inspection import TreeStatus, inspect
 from patchkit.engine.resolve import Resolved
+from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
-from patchkit.launch.engine import LaunchContext, apply_fix, set_checks
+from patchkit.launch.engine import LaunchContext, apply_fix, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -210,6 +211,9 @@ def preflight(
     result = PreflightResult(command, tree_state=str(status.state), launched=launched)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
+    # judged whether or not the models are found: vLLM refuses the parser before it reads them
+    parser = toolparsers.finding(COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root))
+    result.findings += [parser] if parser is not None else []
     try:
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
@@ -253,7 +257,7 @@ def needs_of(
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
     served, architectures = as_served(command)
-    needs = launch_needs((sets or {}).values(), served, architectures)
+    needs = launch_needs((sets or {}).values(), served, architectures, version)
     if version is None or sets is None:
         return needs
     named = {name: said for name, said in needs.named.items() if library.has_series(sets[name], version)}
