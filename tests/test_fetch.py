@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from patchkit import fetch
+from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError, IndexNotRead
 from patchkit.cli.ui.notes import show_notes
 from patchkit.distinfo.record import parse_record, record_hash
@@ -772,11 +773,38 @@ def test_cached_record_checks_release_json_once_while_its_bytes_are_the_same(ser
     real = fetch_cache.load_json_text
     monkeypatch.setattr(fetch_cache, "load_json_text", lambda raw: checked.append(1) or real(raw))
     fetch_cache._record_of.cache_clear()  # what an earlier test kept
+    fetch_cache._SOUND_STATES.clear()  # and the fetch above: these bytes were checked there
     record = (tree / f"vllm-{VERSION}.dist-info/RECORD").read_bytes()
     assert [fetch.cached_record(VERSION) for _ in range(3)] == [record] * 3 and len(checked) == 1
     state = fetch_cache.release_root(VERSION) / STATE_FILE
     state.write_text(json.dumps({**json.loads(state.read_text()), "record_sha256": "0" * 64}))
     assert fetch.cached_record(VERSION) is None and len(checked) == 2  # read again: it no longer matches
+
+
+def test_a_fetch_answered_by_the_cache_checks_release_json_once_while_its_bytes_are_the_same(
+    server, cache, monkeypatch
+):
+    """`verify --all` asks for each release once per set (with recheck_index): its release.json (~0.3 MB
+    for vLLM: thousands of member paths, and a seal) is checked once while its bytes are the same,
+    again once they change; a verdict is the seal key's (another key: not sealed)."""
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    fetch.release_tree(VERSION, ["vllm/__init__.py"])
+    checked = []
+    real = fetch_cache._shape_problem
+    monkeypatch.setattr(fetch_cache, "_shape_problem", lambda data, ver: checked.append(ver) or real(data, ver))
+    for _ in range(3):
+        fetch.release_tree(VERSION, ["vllm/__init__.py"], recheck_index=True)
+    assert checked == []  # checked when the fetch wrote it
+    state = fetch_cache.release_root(VERSION) / STATE_FILE
+    state.write_text(json.dumps(json.loads(state.read_text()), indent=2))  # other bytes, the same record
+    for _ in range(3):
+        fetch.release_tree(VERSION, ["vllm/__init__.py"], recheck_index=True)
+    assert checked == [VERSION]
+    root = fetch_cache.release_root(VERSION)
+    assert fetch_cache.load_state(root, VERSION)["seal"] is not None
+    monkeypatch.setattr(seal, "_key", lambda: b"k" * seal.KEY_BYTES)  # another user's key
+    assert fetch_cache.load_state(root, VERSION)["seal"] is None and checked == [VERSION] * 2
 
 
 def test_a_full_disk_while_downloading_the_wheel_says_so(server, cache, monkeypatch):

@@ -98,7 +98,9 @@ LAUNCHES = [
 def test_a_kimi_k25_launch_through_the_proposer_needs_eagle3_and_its_image_token_check(tmp_path, models, release):
     site = lay_out_release(release, sorted({*files_for(release), REGISTRY}), tmp_path / "site")
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
-    for target, method, with_drafter, needs in LAUNCHES:
+    for target, method, with_drafter, needs_it in LAUNCHES:
+        # 0.15.x's DraftModelProposer loads its drafter itself (launch25: the rule's versions)
+        needs = needs_it and not (method == "draft_model" and release == "0.15.1")
         extra = ["--speculative-config", spec(method, models["drafter"] if with_drafter else None)]
         launch = ["vllm", "serve", str(models[target]), "--trust-remote-code", *extra]
         done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
@@ -312,12 +314,14 @@ def test_status_after_run_apply_says_which_sets_are_applied_and_how_to_judge_tho
     ran = run_cli("run", "--apply", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
     assert ran.returncode == 4, ran.stdout + ran.stderr
     status = run_cli("status", "--target", tree, "--patches", lib)
-    assert status.returncode == 1 and "partial" not in status.stdout + status.stderr, status.stdout
-    assert "status: FAILED: 1 of 2 set(s) applied (eagle3), not tools" in status.stdout, status.stdout
+    # run --apply chose eagle3 alone (what the launch needs): the tree is what it chose, exit 0, and
+    # tools is a note with the command that applies it (new-user 14 item 4)
+    assert status.returncode == 0 and "partial" not in status.stdout + status.stderr, status.stdout
+    assert "status: applied: 1 of 2 set(s) applied (eagle3); not chosen: tools" in status.stdout, status.stdout
     (note,) = [line for line in status.stderr.splitlines() if line.startswith("note:")]
-    assert "if your launches use only eagle3:" in note, note
-    (command,) = [c for c in re.findall(r"`(patchkit [^`]*)`", note) if c.startswith("patchkit status")]
-    assert run_cli(*shlex.split(command)[1:]).returncode == 0, command
+    assert "no apply chose tools;" in note, note
+    (command,) = [c for c in re.findall(r"`(patchkit [^`]*)`", note) if c.startswith("patchkit apply")]
+    assert shlex.split(command)[-2:] == ["--set", "tools"], command
 
 
 def test_status_of_an_upgraded_tree_says_the_guards_refusal_once_with_the_fix_of_an_upgrade(tmp_path):

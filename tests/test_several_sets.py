@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -173,18 +174,39 @@ def test_status_shows_each_set_and_one_overall_state(run, tree, library):
 
     assert run("apply", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
     text = run("status", "--target", tree, "--patches", library)
-    # one set applied, one not: a partial tree, exit 1 as README's table says (a CI gate must not
-    # pass a multi-set apply that stopped half-way); `--set` judges only the sets a launch uses
-    assert text.exit_code == 1, text.output
-    assert "status: FAILED: 1 of 3 set(s) applied (spec), not model" in text.output
-    used = f"if your launches use only spec: `patchkit status --target {tree} --patches {library} --set spec`"
-    assert used in " ".join(text.output.split())
-    assert run("status", "-q", "--target", tree, "--patches", library).exit_code == 1
-    assert run("status", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
+    # spec applied, model left out on purpose (`apply --set spec`): the tree is what was chosen, exit 0,
+    # and model is a note with the command that applies it (new-user 14 item 4)
+    assert text.exit_code == 0, text.output
+    assert "status: applied: 1 of 3 set(s) applied (spec); not chosen: model" in text.output
+    said = " ".join(text.output.split())
+    assert f"note: no apply chose model; `patchkit apply --target {tree} --patches {library} --set model`" in said
+    assert json_of(run("status", "--target", tree, "--patches", library, "--format", "json"))["not_chosen"] == ["model"]
     assert "set      model" in text.output and "set      old" in text.output
 
     assert run("apply", "--target", tree, "--patches", library).exit_code == 0
     assert json_of(run("status", "--target", tree, "--patches", library, "--format", "json"))["state"] == "applied"
+
+
+def test_status_fails_a_set_an_apply_chose_and_stopped_before(run, tree, library):
+    """A multi-set apply that stopped half-way (spec's patch did not apply) leaves model applied and
+    spec not: spec was chosen, so the tree is partial (exit 1, a CI gate must not pass it)."""
+    (tree / SPEC).write_text("x = 1\n")  # the spec patch does not apply
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 1
+    (tree / SPEC).write_text(SPEC_PY)  # stock again: spec is simply not applied
+    assert read_state(tree).chosen == ("model", "spec", "old")
+    text = run("status", "--target", tree, "--patches", library)
+    assert text.exit_code == 1, text.output
+    assert "status: FAILED: 1 of 3 set(s) applied (model), not spec" in text.output
+    assert "not chosen" not in text.output
+    used = f"if your launches use only model: `patchkit status --target {tree} --patches {library} --set model`"
+    assert used in " ".join(text.output.split())
+    assert run("status", "-q", "--target", tree, "--patches", library).exit_code == 1
+    assert run("status", "--target", tree, "--patches", library, "--set", "model").exit_code == 0
+
+    # a revert of the set the run wrote forgets the run's choice with it: nothing of it is left
+    assert run("revert", "--target", tree, "--patches", library, "--set", "model").exit_code == 0
+    assert not (tree / ".patchkit").exists()
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0
 
 
 def test_status_exit_code_is_the_worst_sets(run, tree, library):
@@ -212,6 +234,25 @@ def test_verify_judges_every_covering_set(run, tree, library):
     failed = run("verify", "--target", tree, "--patches", library, "--no-import")
     assert failed.exit_code == 1, failed.output
     assert "verify: FAILED: spec (the other 2 set(s) pass)" in failed.output
+
+
+@pytest.mark.parametrize("sets", [("spec",), ()])
+def test_verify_junit_on_a_target_is_one_document_with_a_suite_per_set(run, tree, library, sets):
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    (tree / SPEC).write_text(patched_spec() + "def broken(:\n")
+    chosen = [arg for name in sets for arg in ("--set", name)]
+    result = run("verify", "--target", tree, "--patches", library, *chosen, "--no-import", "--format", "junit")
+    assert result.exit_code == 1, result.output
+    root = ET.fromstring(result.stdout)  # one root element: a second document is "junk after" it
+    suites = root.findall("testsuite")
+    names = [s.get("name") for s in suites]
+    assert names == (["patchkit.spec"] if sets else ["patchkit.model", "patchkit.spec", "patchkit.old"])
+    for total in ("tests", "failures"):
+        assert int(root.get(total)) == sum(int(s.get(total)) for s in suites), total
+    failing = {
+        s.get("name"): [c.get("name") for c in s.iter("testcase") if c.find("failure") is not None] for s in suites
+    }
+    assert f"syntax: {SPEC}" in failing["patchkit.spec"] and not failing.get("patchkit.model")
 
 
 def test_verify_where_every_set_fails_says_none_passes(run, tree, library):

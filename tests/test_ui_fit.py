@@ -4,8 +4,12 @@ with an ellipsis, text wrapped at spaces); piped output has no padding after a l
 from __future__ import annotations
 
 import io
+import json
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,13 +198,31 @@ def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
     assert broken_path[1:3] == ["  /a/path/", "  " + "d" * 37 + "\u2026"] and broken_path[3] == "  to/copy", broken_path
     command = "`patchkit apply --target /a/b`"  # pasted from there: one line, whole, where a line holds it
     assert fitted(f"fix: run {command} now", 40, shorten=True) == [f"fix: run {command}", "  now"]
-    wider = f"`patchkit apply --target {path}`"  # wider than any line: wrapped at its spaces, never mid-word
+    # wider than any line: broken between its words with shell continuations, never mid-word, never
+    # inside quotes: pasted, it is the one command (new-user 14 item 22: a hard break ran another one)
+    wider = f"`patchkit apply --target {path}`"
     assert fitted(f"fix: run {wider} now", 40, shorten=True) == [
         "fix: run",
-        "  `patchkit apply --target",
-        f"  {path}`",
+        "  `patchkit apply --target \\",
+        f"{path}`",  # wider than a line: from the first column, whole (the terminal folds it)
         "  now",
     ]
+
+
+def test_a_wrapped_command_pastes_as_the_same_command(tmp_path):
+    spec = '{"method": "eagle3", "model": "./drafter", "num_speculative_tokens": 5}'
+    words = ["patchkit", "preflight", "--target", "vllm-stock", "--", "vllm", "serve", "deepseek-ai/DeepSeek-V3"]
+    words += ["--speculative-config", spec, "--served-model-name", "a b"]
+    lines = fitted(f"hint: `{shlex.join(words)}` checks it in full", 80)
+    assert all(len(line) <= 80 for line in lines[:-1]) and len(lines) > 3, lines
+    pasted = "\n".join(lines).split("`")[1]  # what a person selects between the backquotes
+    echo = tmp_path / "words.py"
+    echo.write_text("import sys, json\nprint(json.dumps(sys.argv[1:]))\n")
+    shell = subprocess.run(
+        ["bash", "-c", f"{sys.executable} {echo} " + pasted.removeprefix("patchkit ")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert json.loads(shell.stdout) == words[1:], pasted
 
 
 def test_a_plain_table_pads_no_line_past_its_last_cell():

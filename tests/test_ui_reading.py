@@ -185,7 +185,7 @@ def test_verify_of_three_sets_names_the_tree_once_and_says_what_stood_in_for_vll
     assert done.returncode == 0, done.stderr
     lines = lines_of(done)
     assert sum(line.startswith(("vLLM ", "version ")) for line in lines) == 2, lines
-    assert "behaviour: 0 of 120 runs differ (stand-ins for vLLM's classes)" in lines
+    assert "behaviour: 0 of 170 runs differ (stand-ins for vLLM's classes)" in lines
     assert lines[-1] == "verify: ok: all 3 sets pass"
 
 

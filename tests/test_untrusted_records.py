@@ -173,6 +173,9 @@ _BAD_STATES = {
     "library relative": {"format": 1, "entries": [{"set": "a", "library": "lib", "files": {}}]},
     "library a number": {"format": 1, "entries": [{"set": "a", "library": 3, "files": {}}]},
     "library with a newline": {"format": 1, "entries": [{"set": "a", "library": "/lib\nfix: rm", "files": {}}]},
+    "chosen a string": {"format": 1, "entries": [], "chosen": "eagle3"},
+    "chosen with a newline": {"format": 1, "entries": [], "chosen": ["eagle3\nfix: rm -rf"]},
+    "chosen a number": {"format": 1, "entries": [], "chosen": [3]},
 }
 
 

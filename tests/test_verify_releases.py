@@ -439,6 +439,24 @@ def test_a_changed_patch_set_is_not_answered_from_the_cache(run, library, index)
     assert not releases["0.16.0"]["cached"]
 
 
+def test_an_edited_behaviour_test_judges_again_and_no_cached_verdict_is_replayed(run, library, index):
+    """A set's behaviour test is part of what a result depends on: edited (more splits, say), every
+    release is judged again by the new script (its keys asked again too), not answered from the cache."""
+    judge = library / "demo" / "judge.py"
+    judge.write_text(KEYED_JUDGE)
+    manifest = library / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
+
+    def said() -> tuple[bool, list[str]]:
+        release = verify_json(run, library, "--vllm-version", "0.16.0")[1]["0.16.0"]
+        return release["cached"], [c["message"] for c in release["checks"] if c["check"] == "behaviour"]
+
+    assert said() == (False, ["0 of 1 runs differ (stand-ins for vLLM's classes)"])
+    assert said()[0] is True
+    judge.write_text(KEYED_JUDGE.replace('"runs": 1', '"runs": 2'))
+    assert said() == (False, ["0 of 2 runs differ (stand-ins for vLLM's classes)"])
+
+
 def test_one_version_with_a_target_still_overrides_its_detection(run, library, tmp_path, index):
     target = write_tree(tmp_path / "site", "0.15.9")
     result = run("verify", "--patches", library, "--target", target, "--vllm-version", "0.16.0", "--format", "json")

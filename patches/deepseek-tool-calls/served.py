@@ -143,9 +143,7 @@ def main(argv: list[str]) -> int:
             failed, runs = failed + 1, runs + 1
             continue
         tokens = tokenizer.tokenize(text)
-        splits = [(behaviour.fixed_split(len(tokens), s), f"{s} token(s) per delta") for s in behaviour.SPLITS]
-        splits += [(behaviour.random_split(len(tokens), rng), "") for _ in range(random_splits)]
-        splits.append(([len(tokens)], "all at once"))
+        splits = behaviour.splits_of(tokens, tokenizer, random_splits, rng)
         for sizes, split in splits:
             runs += 1
             try:

@@ -85,6 +85,11 @@ def _create_key(path: Path) -> bytes:
     return _read_key(path)
 
 
+def key_id() -> bytes:
+    """Which key seals now (a digest of it, not the key): a verdict remembered under it is this key's."""
+    return hashlib.sha256(_key()).digest()
+
+
 def canonical(data: object) -> bytes:
     """The bytes a JSON value is sealed as: one spelling, whatever its key order or spacing."""
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()

@@ -24,6 +24,7 @@ from patchkit.engine.guard import (
     UNKNOWN_GUARD,
     is_installed,
     launch_refusal,
+    missing_guard,
     older_guard_notes,
     replace_fix,
     unrecorded_guard_notes,
@@ -84,6 +85,10 @@ class TreeStatus:
     # the guard refuses a file a patched wheel's set patched (no apply of its own): only a revert of
     # every set puts it back, whichever set is asked about
     wheel_refused: bool = False
+    # the sets the tree's record names, each of the user's library (empty: another's, or ad-hoc
+    # patches): after a vLLM upgrade, the apply that moves their records forward, and no other set
+    recorded_sets: tuple[str, ...] = ()
+    guard_missing: str | None = None  # the recorded guard is gone (missing_guard): no launch is checked
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -128,7 +133,28 @@ class TreeStatus:
             return f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.fix_command('apply')}"
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
-        return f"run {hints.command('apply')} (it records the tree as it is, or drops what no longer applies)"
+        return f"run {self.apply_recorded} (it records the tree as it is, or drops what no longer applies)"
+
+    @property
+    def apply_recorded(self) -> str:
+        """The apply that settles the records a vLLM upgrade made stale: of the recorded sets only
+        (apply alone would apply every covering set, a launch's unneeded ones too)."""
+        upgraded = self.stale or any(_UPGRADED in problem for problem in self.guard)
+        return self._apply_of_recorded() if upgraded else hints.command("apply")
+
+    @property
+    def guard_missing_fix(self) -> str:
+        """Puts the recorded guard back (apply installs it when missing), or says to go without one."""
+        apply, without = self._apply_of_recorded(), self._apply_of_recorded("--no-guard")
+        return f"run {apply} (it puts the guard back), or {without} to launch without it"
+
+    def _apply_of_recorded(self, *args: str) -> str:
+        """apply of the recorded sets only (apply alone applies every covering set); alone where
+        those are every set of the library, or are not known."""
+        if not self.recorded_sets:
+            return hints.command("apply", *args)
+        sets = [w for name in self.recorded_sets for w in ("--set", name)]
+        return hints.command("apply", *sets, *args, chosen=_without_a_set())
 
     @property
     def upstream_regression(self) -> bool:
@@ -214,7 +240,20 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
+        "recorded_sets": _recorded_sets(state),
+        "guard_missing": missing_guard(root, state),
     }
+
+
+def _recorded_sets(state: State | None) -> tuple[str, ...]:
+    """The sets `state` records, when each is of the user's library and the library holds others
+    (else none: apply alone applies the same sets, or a --set would not find one)."""
+    names = tuple(entry.set_name for entry in state.entries) if state is not None else ()
+    try:
+        library = set(load_library(locate(hints.current().library).path)) if names else set()
+    except PatchkitError:
+        return ()
+    return names if set(names) < library else ()
 
 
 def guard_refusal(root: Path, set_name: str, state: State) -> tuple[list[str], str] | None:

@@ -156,18 +156,22 @@ def apply_series(
     watch: Watcher | None = None,
     timed: Timer = _untimed,
     checked: ApplyResult | None = None,
+    chosen: Sequence[str] = (),
 ) -> ApplyResult:
     """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
     the launch guard (patchkit/engine/guard.py) is installed in the same transaction, where it is missing,
     unless an earlier apply was told not to. `guard_choice`: the user's word (--guard, --no-guard),
     recorded for the applies after this one. The dry run runs the same checks on the planned
     contents and ends as apply would. `checked`: a dry run just made of this tree, whose checks
-    are reused when this plan writes the very same contents (verify --all: checked once per release)."""
+    are reused when this plan writes the very same contents (verify --all: checked once per release).
+    `chosen`: every set this run sets out to apply, which the record remembers (State.chosen);
+    by default this set alone."""
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
     applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice, checked)
+    applying.chosen = (*chosen, resolved.set_name)
     if dry_run:
         with read_only_view(resolved.target.root) as settled:
             if settled:
@@ -204,6 +208,7 @@ class _Applying:
     guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
     state: State = field(default_factory=lambda: State([]))  # the tree's record, read once (see run)
     made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
+    chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -406,7 +411,7 @@ class _Applying:
         for name in self.stale:  # describes files an upgrade of vLLM replaced
             state = state.without(name)
         entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name))
-        guard_changes, new_state = self.with_guard(state.with_entry(entry))
+        guard_changes, new_state = self.with_guard(state.with_entry(entry).with_chosen(self.chosen))
         self.keep_replaced_guard()
         changes = {**plan.changes, **guard_changes}
         return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins), new_state

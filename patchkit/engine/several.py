@@ -29,7 +29,7 @@ from patchkit.engine.operations import (
 from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged
 from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
-from patchkit.store.state import read_state
+from patchkit.store.state import State, read_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -92,6 +92,7 @@ def apply_sets(
     first that fails ends the run (see the module's docstring). `watch_for`: the Watcher of a set,
     called as the set is tried (a command shows its header there)."""
     done: list[SetApplied] = []
+    names = [c.name for c in chosen if c.resolved is not None and c.kind != SelectionKind.UNSUPPORTED]
     for index, each in enumerate(chosen):
         if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
             done.append(SetApplied(each, skipped=NOT_COVERED if each.resolved is None else SelectionKind.UNSUPPORTED))
@@ -108,6 +109,7 @@ def apply_sets(
                 guard=guard,
                 guard_choice=guard_choice,
                 watch=watch_for(each),
+                chosen=names,
             )
         except PatchkitError as exc:
             result = ApplyResult(Outcome.CONFLICT if isinstance(exc, Conflict) else Outcome.CHECK_FAILED, error=exc)
@@ -212,16 +214,21 @@ _STATE_ORDER = (TreeState.UPSTREAM, TreeState.APPLIED, TreeState.NOT_APPLIED, Tr
 
 @dataclass
 class SetsStatus:
-    """`status` of several sets: each covering set's status, in the library's order."""
+    """`status` of several sets: each covering set's status, in the library's order. `unchosen`: the
+    sets not applied that no apply of this tree chose (State.chosen): `apply --set X` or `run
+    --apply` leave them so on purpose, so they are named, not a partial tree."""
 
     chosen: list[Chosen]
     statuses: list[TreeStatus]
+    unchosen: tuple[str, ...] = ()
 
     @property
     def state(self) -> TreeState:
-        """applied when every covering set is; not-applied when none is; partial otherwise (or when
+        """applied when every set chosen is; not-applied when none is; partial otherwise (or when
         one set is partial); upstream when every set is."""
-        states = {s.state for s in self.statuses}
+        states = {s.state for c, s in zip(self.chosen, self.statuses, strict=True) if c.name not in self.unchosen}
+        if not states:
+            return TreeState.NOT_APPLIED
         if states <= {TreeState.UPSTREAM}:
             return TreeState.UPSTREAM
         states.discard(TreeState.UPSTREAM)
@@ -232,8 +239,8 @@ class SetsStatus:
     @property
     def outcome(self) -> Outcome:
         """The worst set's: a partial set, a drifted file, an upstream regression or the guard's
-        refusal fail (exit 1); so do sets applied and not applied side by side (a partial tree, as
-        a multi-set apply that stopped half-way leaves it): a CI gate must not pass it."""
+        refusal fail (exit 1); so do chosen sets applied and not applied side by side (a partial
+        tree, as a multi-set apply that stopped half-way leaves it): a CI gate must not pass it."""
         outcomes = [s.outcome for s in self.statuses]
         failed = Outcome.CHECK_FAILED in outcomes or self.state == TreeState.PARTIAL
         return Outcome.CHECK_FAILED if failed else Outcome.OK
@@ -253,7 +260,17 @@ def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
             assert each.resolved is not None
             statuses.append(inspection.inspect(each.resolved, check_upstream=True, import_probe=False))
             refuse_unchangeable(each.resolved)
-    return SetsStatus(covering, statuses), recovered
+        record = read_state(root)
+    return SetsStatus(covering, statuses, _unchosen(covering, statuses, record)), recovered
+
+
+def _unchosen(covering: list[Chosen], statuses: list[TreeStatus], record: State) -> tuple[str, ...]:
+    """The sets not applied that no apply recorded in `record` chose (none on a tree with no record)."""
+    if not record.entries:
+        return ()
+    wanted = record.wanted()
+    pairs = zip(covering, statuses, strict=True)
+    return tuple(c.name for c, s in pairs if s.state == TreeState.NOT_APPLIED and c.name not in wanted)
 
 
 @dataclass

@@ -91,8 +91,9 @@ def release_tree(
     root = release_root(ver)
     tree = root / "tree"
     _clear_odd_directories(root, warn or _to_stderr)
-    recheck = recheck_index and (_settings_changed(root, ver, say) or not _sealed_state(root, ver))
-    if _cache_answers(root, ver, wanted, all_python) and not recheck:
+    cached = _state_or_none(root, ver)  # read once: each check below looks at the same record
+    recheck = recheck_index and (_settings_changed(cached, ver, say) or not _sealed_state(cached))
+    if _cache_answers(cached, tree, wanted, all_python) and not recheck:
         return tree  # fast path: no lock, no network
 
     try:
@@ -125,10 +126,9 @@ def release_tree(
     return tree
 
 
-def _settings_changed(root: Path, ver: str, say: Progress) -> bool:
+def _settings_changed(state: State | None, ver: str, say: Progress) -> bool:
     """Whether pip's settings may differ from those the cached release was fetched with (then the
     lock is taken and pip asked); unchanged, where it came from is said (-v)."""
-    state = _state_or_none(root, ver)
     if state is None or not origin.unchanged_since(state.get("pip_config")):
         return True
     say(f"the cached vLLM {ver} came from {state.get('index')}")
@@ -204,9 +204,9 @@ def _held_to_what_is_recorded(ver: str, chosen: dict[str, Any]) -> dict[str, Any
     )
 
 
-def _sealed_state(root: Path, ver: str) -> bool:
-    state = _state_or_none(root, ver)
-    return state is not None and state_sealed(state)
+def _sealed_state(state: State | None) -> bool:
+    """Of a state load_state read: it keeps the seal only where the seal verified (no second check)."""
+    return state is not None and state.get("seal") is not None
 
 
 def _vouched_again(root: Path, ver: str, state: State, say: Progress) -> State | None:
@@ -249,14 +249,10 @@ def _clear_odd_directories(root: Path, warn: Progress) -> None:
             remove_entry(lock)
 
 
-def _cache_answers(root: Path, ver: str, wanted: set[str], all_python: bool) -> bool:
-    """Whether the cache holds every needed file, each as RECORD gives it (read without the lock)."""
-    state = _state_or_none(root, ver)
-    return (
-        state is not None
-        and not missing(state, root / "tree", wanted, all_python)
-        and not damaged_members(state, root / "tree")
-    )
+def _cache_answers(state: State | None, tree: Path, wanted: set[str], all_python: bool) -> bool:
+    """Whether the cache holds every needed file, each as RECORD gives it (release.json read without
+    the lock)."""
+    return state is not None and not missing(state, tree, wanted, all_python) and not damaged_members(state, tree)
 
 
 def _state_or_none(root: Path, ver: str) -> State | None:

@@ -77,7 +77,7 @@ class LaunchContext:
         """A file of the installed tree; None when absent, unsafe, a symlink leading out of it, or
         not a regular file of at most TREE_FILE_LIMIT bytes (read bounded, never blocking)."""
 
-        data = None if unsafe_reason(path) or not inside(self.root, self.root / path) else _tree_file(self.root / path)
+        data = tree_reader(self.root)(path)
         if self.reads is not None:
             self.reads[path] = sha256(data)
         return data
@@ -282,6 +282,15 @@ def _own_code(module: str) -> bool:
     """Whether an entry point's module is vLLM's own code (vLLM 0.16.0 declares two general
     plugins, its LoRA resolvers: part of the tree judged) or patchkit's guard."""
     return module.split(".")[0] == "vllm" or module == GUARD_MODULE
+
+
+def tree_reader(root: Path) -> Callable[[str], bytes | None]:
+    """A reader of the tree's files as LaunchContext.read reads them (nothing recorded)."""
+
+    def read(path: str) -> bytes | None:
+        return None if unsafe_reason(path) or not inside(root, root / path) else _tree_file(root / path)
+
+    return read
 
 
 def _tree_file(path: Path) -> bytes | None:

@@ -27,8 +27,9 @@ from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import refusal_text
 from patchkit.engine.inspection import TreeStatus, inspect
 from patchkit.engine.resolve import Resolved
+from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
-from patchkit.launch.engine import LaunchContext, apply_fix, set_checks
+from patchkit.launch.engine import LaunchContext, apply_fix, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -210,6 +211,9 @@ def preflight(
     result = PreflightResult(command, tree_state=str(status.state), launched=launched)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
+    # judged whether or not the models are found: vLLM refuses the parser before it reads them
+    parser = toolparsers.finding(COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root))
+    result.findings += [parser] if parser is not None else []
     try:
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
@@ -253,7 +257,7 @@ def needs_of(
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
     served, architectures = as_served(command)
-    needs = launch_needs((sets or {}).values(), served, architectures)
+    needs = launch_needs((sets or {}).values(), served, architectures, version)
     if version is None or sets is None:
         return needs
     named = {name: said for name, said in needs.named.items() if library.has_series(sets[name], version)}
@@ -501,7 +505,19 @@ def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding
 def tree_findings(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, result: PreflightResult) -> list[Finding]:
     """The set's tree-state finding, when the launch needs the set. A set it does not need fails the
     launch only through the guard's refusal (with the guard on, vLLM loads it and it refuses the tree
-    for any recorded set); otherwise its state is noted in `result.unused`."""
+    for any recorded set); otherwise its state is noted in `result.unused`. A recorded guard that is
+    gone fails a launch that would load it: the launch the user guarded runs unchecked."""
+    gone = [_guard_gone(status)] if needs.guard_runs and status.guard_missing else []
+    return gone + _set_state_findings(resolved, status, needs, result)
+
+
+def _guard_gone(status: TreeStatus) -> Finding:
+    return Finding(TREE, False, status.guard_missing or "", status.guard_missing_fix)
+
+
+def _set_state_findings(
+    resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, result: PreflightResult
+) -> list[Finding]:
     if needs.needs(resolved.set_name):
         unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
         return [

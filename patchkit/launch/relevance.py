@@ -20,6 +20,8 @@ from patchkit.launch.engine import loaded_plugins
 from patchkit.series.library import LaunchFacts
 
 if TYPE_CHECKING:
+    from packaging.version import Version
+
     from patchkit.series.library import PatchSetDef
 
 GUARD_ENV = "PATCHKIT_GUARD"  # the guard's own switch (_target/guard.py): off skips it, warn only logs
@@ -35,10 +37,13 @@ def unneeded_reason(patch_set: PatchSetDef | None, launch: LaunchFacts) -> str |
     return rule.described()
 
 
-def facts(command: LaunchCommand, target_architectures: Iterable[str] = ()) -> LaunchFacts:
-    """What the rule reads of a launch as vLLM serves it (`target_architectures`: its target model's)."""
+def facts(
+    command: LaunchCommand, target_architectures: Iterable[str] = (), version: Version | None = None
+) -> LaunchFacts:
+    """What the rule reads of a launch as vLLM serves it (`target_architectures`: its target model's;
+    `version`: the tree's vLLM, when known)."""
     parser = command.optional_text("tool-call-parser")
-    return LaunchFacts(command.speculative_method, parser, tuple(target_architectures))
+    return LaunchFacts(command.speculative_method, parser, tuple(target_architectures), version)
 
 
 def guard_runs(environ: dict[str, str]) -> bool:
@@ -72,11 +77,14 @@ class LaunchNeeds:
 
 
 def launch_needs(
-    sets: Iterable[PatchSetDef], command: LaunchCommand, target_architectures: Iterable[str] = ()
+    sets: Iterable[PatchSetDef],
+    command: LaunchCommand,
+    target_architectures: Iterable[str] = (),
+    version: Version | None = None,
 ) -> LaunchNeeds:
     """What `command` (as vLLM serves it: a speculators-format model's config in place), whose target
-    model has `target_architectures`, needs of `sets`."""
-    launch = facts(command, target_architectures)
+    model has `target_architectures`, needs of `sets` on vLLM `version` (None: not known)."""
+    launch = facts(command, target_architectures, version)
     sets = list(sets)
     reasons = {s.name: unneeded_reason(s, launch) for s in sets}
     unneeded = {name: reason for name, reason in reasons.items() if reason is not None}

@@ -169,13 +169,15 @@ def write_series(directory: Path, names: list[str]) -> None:
 
 
 # set.toml's [needed_by]: which launches need the set, by what the launch command names (a key alone
-# is enough); each [[needed_by.when]] entry: a launch that matches every key it gives
+# is enough); each [[needed_by.when]] entry: a launch that matches every key it gives, on the vLLM
+# releases its `versions` range holds (a file the series patches on some releases only)
 NEEDED_BY = {
     "speculative_methods": "--speculative-config method",
     "tool_call_parsers": "--tool-call-parser",
     "target_architectures": "target architecture",
 }
 WHEN = "when"
+VERSIONS = "versions"
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,10 @@ class LaunchFacts:
     speculative_method: str | None = None
     tool_call_parser: str | None = None
     target_architectures: tuple[str, ...] = ()
+    version: Version | None = None  # the tree's vLLM; None: not known (a `versions` range then holds)
+
+    def within(self, versions: SpecifierSet | None) -> bool:
+        return versions is None or self.version is None or in_range(versions, self.version)
 
     def matches(self, key: str, names: tuple[str, ...]) -> bool:
         if key == "target_architectures":
@@ -197,25 +203,31 @@ class LaunchFacts:
 class LaunchRule:
     """Which launches need the set (set.toml's [needed_by]): one that names any entry of a key here
     (its speculative method as vLLM settles it, --tool-call-parser, target architecture), or that
-    matches every key of one `when` entry. A set without the table: every launch."""
+    matches every key of one `when` entry (on the releases of its `versions`, when it gives them). A
+    set without the table: every launch."""
 
     speculative_methods: tuple[str, ...] = ()
     tool_call_parsers: tuple[str, ...] = ()
     target_architectures: tuple[str, ...] = ()
     when: tuple[LaunchRule, ...] = ()
+    versions: SpecifierSet | None = None  # a `when` entry's vLLM releases (None: every one)
 
     def needs(self, launch: LaunchFacts) -> bool:
         alone = any(launch.matches(key, getattr(self, key)) for key in NEEDED_BY if getattr(self, key))
         return alone or any(entry.needs_all(launch) for entry in self.when)
 
     def needs_all(self, launch: LaunchFacts) -> bool:
-        return all(launch.matches(key, getattr(self, key)) for key in NEEDED_BY if getattr(self, key))
+        keys = all(launch.matches(key, getattr(self, key)) for key in NEEDED_BY if getattr(self, key))
+        return keys and launch.within(self.versions)
 
     def described(self) -> str:
         """What the rule serves, in the launch's words: `--tool-call-parser kimi_k2`."""
         alone = [self._part(key) for key in NEEDED_BY if getattr(self, key)]
-        together = [" with ".join(e._part(key) for key in NEEDED_BY if getattr(e, key)) for e in self.when]
+        together = [" with ".join(e._part(key) for key in NEEDED_BY if getattr(e, key)) + e._on() for e in self.when]
         return " or ".join(alone + together)
+
+    def _on(self) -> str:
+        return f" on vLLM {self.versions}" if self.versions is not None else ""
 
     def _part(self, key: str) -> str:
         return f"{NEEDED_BY[key]} {'/'.join(getattr(self, key))}"
@@ -343,8 +355,20 @@ def _rule_problems(table: dict) -> list[str]:
     top = {k: v for k, v in table.items() if k != WHEN}
     problems = _keys_problems(top, "[needed_by]", bool(entries), takes=(*NEEDED_BY, f"[[needed_by.{WHEN}]]"))
     for index, entry in enumerate(entries, 1):
-        problems += _keys_problems(entry, f"[[needed_by.{WHEN}]] entry {index}", False)
+        where = f"[[needed_by.{WHEN}]] entry {index}"
+        names = {k: v for k, v in entry.items() if k != VERSIONS}
+        problems += _keys_problems(names, where, False, takes=(*NEEDED_BY, VERSIONS)) + _versions_problems(entry, where)
     return problems
+
+
+def _versions_problems(entry: dict, where: str) -> list[str]:
+    """A `when` entry's `versions`: a version range as [[releases]] writes one."""
+    value = entry.get(VERSIONS, "")
+    try:
+        valid = isinstance(value, str) and (VERSIONS not in entry or bool(specifier(value, where)))
+    except BadInput:
+        valid = False
+    return [] if valid else [f'{where} `{VERSIONS}` must be a version range ("<0.23.0", ">=0.16.0")']
 
 
 def _keys_problems(table: dict, where: str, may_be_empty: bool, takes: tuple[str, ...] = tuple(NEEDED_BY)) -> list[str]:
@@ -401,7 +425,8 @@ def _launch_rule(table: dict | None) -> LaunchRule | None:
     if table is None:
         return None
     when = tuple(_launch_rule(entry) or LaunchRule() for entry in table.get(WHEN, []))
-    return LaunchRule(**{key: tuple(names) for key, names in table.items() if key != WHEN}, when=when)
+    names = {key: tuple(names) for key, names in table.items() if key not in (WHEN, VERSIONS)}
+    return LaunchRule(**names, when=when, versions=specifier(table.get(VERSIONS), f"[needed_by] `{VERSIONS}`"))
 
 
 def _contract(declared: object, directory: Path, manifest: Path) -> tuple[Requirement, ...]:

@@ -273,12 +273,28 @@ class State:
     guard_replaced: dict[str, str] = field(
         default_factory=dict
     )  # a user's file `apply --guard` replaced: path -> sha256
+    # The sets the applies that wrote this record set out to apply (`apply --set X` chose X alone;
+    # `run --apply`, the sets its launch needs): status fails one of them left unapplied (a run
+    # that stopped half-way), and only notes a set never chosen. None: a record from before.
+    chosen: tuple[str, ...] | None = None
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
 
     def without(self, set_name: str) -> State:
-        return replace(self, entries=[e for e in self.entries if e.set_name != set_name])
+        entries = [e for e in self.entries if e.set_name != set_name]
+        # a choice outlives no set's entry: with none left, the record is as empty as before any apply
+        chosen = None if self.chosen is None or not entries else tuple(n for n in self.chosen if n != set_name)
+        return replace(self, entries=entries, chosen=chosen)
+
+    def wanted(self) -> tuple[str, ...]:
+        """The sets chosen (see `chosen`); for a record from before, the sets it holds."""
+        return self.chosen if self.chosen is not None else tuple(e.set_name for e in self.entries)
+
+    def with_chosen(self, names: Iterable[str]) -> State:
+        """The state that also remembers these sets as chosen by an apply."""
+        wanted = self.wanted()
+        return replace(self, chosen=(*wanted, *(n for n in dict.fromkeys(names) if n not in wanted)))
 
     def with_entry(self, entry: Entry) -> State:
         """The state with `entry` recorded: the entries describe the tree from now on, not a wheel.
@@ -331,6 +347,8 @@ class State:
             data["wheel"] = self.wheel
         if self.guard_replaced:
             data["guard_replaced"] = self.guard_replaced
+        if self.chosen is not None:
+            data["chosen"] = list(self.chosen)
         return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
@@ -489,7 +507,23 @@ def parse_state(raw: bytes, origin: Path) -> State:
         no_guard,
         _checked_wheel(data.get("wheel"), origin),
         replaced,
+        _checked_chosen(data.get("chosen"), origin),
     )
+
+
+_MAX_CHOSEN = 256  # far more sets than a library holds: a longer list is no record patchkit wrote
+
+
+def _checked_chosen(chosen: object, origin: Path) -> tuple[str, ...] | None:
+    """The sets the applies chose: short printable names, as a library's sets are named."""
+    if chosen is None:
+        return None
+    if not isinstance(chosen, list) or len(chosen) > _MAX_CHOSEN:
+        raise _damaged(origin, "'chosen' is not a list of set names")
+    for name in chosen:
+        if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
+            raise _damaged(origin, f"'chosen' names {name!r}, which is no set name")
+    return tuple(chosen)
 
 
 def _checked_wheel(wheel: object, origin: Path) -> str | None:

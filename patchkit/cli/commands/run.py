@@ -114,7 +114,9 @@ def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand
     from patchkit.cli.commands.apply import apply_for_launch
 
     with hints.selected(chosen):  # the tree the launch imports: its hints name it
-        return apply_for_launch(ui, chosen, lambda version, sets: needs_of(chosen, sets, read(launch_command, version)))
+        return apply_for_launch(
+            ui, chosen, lambda version, sets: needs_of(chosen, sets, read(launch_command, version), version)
+        )
 
 
 def _exec(argv: list[str], python: str | None) -> NoReturn:

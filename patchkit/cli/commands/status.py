@@ -34,7 +34,8 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
     Overall state: applied, not-applied, partial, upstream or unsupported. On an upstream release the
     set's static checks run on the stock files (vLLM is not imported; `verify` also import-probes);
     a failure there is an upstream regression (exit 1). A library of several sets: each set that
-    covers the version, then one overall state (applied when every set is; exit code from the worst).
+    covers the version, then one overall state (applied when every set the applies chose is; a set
+    no apply chose is a note; exit code from the worst).
     """
     ui = make_ui(fmt, quiet, verbose)
     sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
@@ -82,7 +83,8 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         others = [
             {"set": c.name, "state": c.kind or NOT_COVERED, "note": why_not(c)} for c in chosen if c not in found.chosen
         ]
-        ui.json({"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others})
+        document = {"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others}
+        ui.json({**document, "not_chosen": list(found.unchosen)} if found.unchosen else document)
         return found
     pairs = [(each.resolved, status) for each, status in zip(found.chosen, found.statuses, strict=True)]
     # the record's stale notes are the tree's: said once
@@ -103,7 +105,12 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     ]
     problems += ["the launch guard refuses the tree"] if any(s.guard for s in found.statuses) else []
     said += "".join(f"; {p}" for p in problems)
+    said += f"; not chosen: {', '.join(found.unchosen)}" if found.unchosen else ""
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
+    if found.unchosen:  # left out on purpose (`apply --set`, `run --apply`): what applies them
+        named = [word for name in found.unchosen for word in ("--set", name)]
+        them = "it" if len(found.unchosen) == 1 else "them"
+        ui.note(f"no apply chose {', '.join(found.unchosen)}; {hints.command('apply', *named)} applies {them}")
     if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         used = hints.command("status", *[word for name in applied for word in ("--set", name)])
         ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")

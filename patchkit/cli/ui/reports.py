@@ -12,7 +12,7 @@ from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, shadow
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
-from patchkit.cli.ui.junit import checks_junit
+from patchkit.cli.ui.junit import JUnitCase, check_cases, junit_suites
 from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.series.library import Location, Release
 
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
+UNGUARDED = "unguarded"  # the recorded launch guard is gone (the tree's: said once)
 STALE = "stale"  # a record an upgrade of vLLM left behind (the tree's: each note names its set)
 
 
@@ -160,7 +161,7 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
 def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
     """A failure that names no file, named by its set (`partial`: which set is); the guard's
     refusal and the stale records (each note names its set) are the tree's."""
-    tree_wide = (GUARD, STALE)
+    tree_wide = (GUARD, STALE, UNGUARDED)
     return [f if f.where or f.what in tree_wide else replace(f, message=f"{name}: {f.message}") for f in failures]
 
 
@@ -183,12 +184,14 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         failures.append(Failure("partial", "some patches of the series are applied, others not"))
     failures += [
         Failure(
-            STALE, note, fix=f"{hints.command('apply')} discards it; {hints.command('revert')} drops it", warning=True
+            STALE, note, fix=f"{status.apply_recorded} discards it; {hints.command('revert')} drops it", warning=True
         )
         for note in status.stale
     ]
     if status.guard:
         failures.append(Failure("guard", refusal_text(status.guard), fix=status.guard_fix))
+    if status.guard_missing:
+        failures.append(Failure(UNGUARDED, status.guard_missing, fix=status.guard_missing_fix, warning=True))
     return failures
 
 
@@ -271,8 +274,13 @@ def _release_failure(release: ReleaseResult, result: CheckResult) -> Failure:
     return Failure(f"{release.version} {result.check}", message, where, result.excerpt)
 
 
-def verified_target_junit(resolved: Resolved, verified: VerifyResult) -> None:
-    """`verify` on a target as JUnit: a testcase per conflict, drifted file and check."""
+def verified_target_junit(pairs: list[tuple[Resolved, VerifyResult]]) -> None:
+    """`verify` on a target as JUnit: one document, a <testsuite> per set ("patchkit.SET"), a
+    testcase per conflict, drifted file and check."""
+    write_junit(junit_suites([(f"patchkit.{r.set_name}", _verified_cases(v)) for r, v in pairs]))
+
+
+def _verified_cases(verified: VerifyResult) -> list[JUnitCase]:
     conflicts = [
         CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
     ]
@@ -280,7 +288,7 @@ def verified_target_junit(resolved: Resolved, verified: VerifyResult) -> None:
         CheckResult("drift", path, False, f"{path} was edited after patchkit patched it")
         for path in verified.status.drifted
     ]
-    write_junit(checks_junit(conflicts + drifted + verified.checks, f"patchkit.{resolved.set_name}"))
+    return check_cases(conflicts + drifted + verified.checks)
 
 
 def verified_target_json(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:

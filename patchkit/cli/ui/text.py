@@ -99,11 +99,12 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
     `first`, the others by `indent`), a short aside never inside its parentheses. A word longer
     than a line is kept whole on a line of its own, or (`shorten`) a name broken after a / _ or -
     (broken); a `command` in backquotes is kept on one line (it is copied from there) unless no
-    line holds it: then wrapped at its own spaces. Without a width (piped): one line, never wrapped."""
+    line holds it: then broken between its words with shell continuations (` \\`), so it pastes
+    as the one command. Without a width (piped): one line, never wrapped."""
     if width is None:
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
-    # a `command` is one word, never shortened: it is pasted from there (wrapped, as several lines)
+    # a `command` is one word, never shortened: it is pasted from there (too wide: continued lines)
     words = re.compile(_COMMAND).sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
     # a short aside "(-v shows each)" is read as one: never wrapped inside its parentheses
     words = re.compile(_ASIDE).sub(lambda m: _kept_whole(m.group(), min(ASIDE_ROOM, room)), words)
@@ -121,8 +122,8 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
 
 def _broken_line(line: str, width: int, *, shorten: bool) -> list[str]:
     """A line wider than `width` holds one word: one that fits a line whole starts further left (the
-    other lines keep their indent); a `command` wider than any line wrapped at its own
-    spaces (never cut mid-word by the terminal); a name (`shorten`) broken after a / _ or -
+    other lines keep their indent); a `command` wider than any line broken between its words,
+    each line continued (` \\`: pasted, one command); a name (`shorten`) broken after a / _ or -
     (see broken); each piece at the line's indent."""
     lead = len(line) - len(line.lstrip())
     word = line.strip()
@@ -131,20 +132,38 @@ def _broken_line(line: str, width: int, *, shorten: bool) -> list[str]:
     if len(word) <= width:  # a word kept whole that its indent would push past the width: that line starts further left
         return [" " * (width - len(word)) + word]
     if "`" in word:
-        room = max(width - lead, NAME_ROOM)
-        parts = textwrap.wrap(word.replace(_KEPT_SPACE, " "), room, break_long_words=False, break_on_hyphens=False)
-        pieces = [broken(part, room) for part in parts]  # a path of it after a `/`: never elided
-        return [
-            " " * lead + piece for part, cut in zip(parts, pieces, strict=True) for piece in _unless_elided(part, cut)
-        ]
+        parts = _continued(word.replace(_KEPT_SPACE, " "), max(width - lead, NAME_ROOM))
+        return [" " * max(min(lead, width - len(part)), 0) + part for part in parts]  # a wide one further left
     if not shorten:
         return [line]
     return [" " * lead + piece for piece in broken(word, max(width - lead, NAME_ROOM))]
 
 
-def _unless_elided(part: str, pieces: list[str]) -> list[str]:
-    """`pieces` of a command's `part`, or the part whole where breaking it would elide some of it."""
-    return [part] if any(piece.endswith("\u2026") for piece in pieces) else pieces
+def _continued(command: str, room: int) -> list[str]:
+    """A `command` wider than `room` as shell lines: broken only at a space between its words (never
+    inside quotes, a path or a word), each line but the last ending in ` \\`, so that pasted it is
+    still the one command. A word wider than a line stays whole (the terminal folds it, unbroken)."""
+    lines: list[str] = []
+    for word in _shell_words(command):
+        if lines and len(lines[-1]) + 1 + len(word) + 2 <= room:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return [line + " \\" for line in lines[:-1]] + lines[-1:]
+
+
+def _shell_words(command: str) -> list[str]:
+    """`command`'s words as written (quotes kept), split at the spaces outside quotes."""
+    words, word, quote = [], "", ""
+    for char in command:
+        if char == " " and not quote:
+            words += [word] if word else []
+            word = ""
+            continue
+        if char in "'\"" and quote in ("", char):
+            quote = "" if quote else char
+        word += char
+    return words + ([word] if word else [])
 
 
 _COMMAND = r"`[^`]*`"

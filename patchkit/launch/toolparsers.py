@@ -1,0 +1,127 @@
+"""The tool-call parsers a tree's vLLM registers, read from its files (nothing imported).
+
+vLLM refuses `--enable-auto-tool-choice --tool-call-parser NAME` at start (validate_api_server_args)
+when NAME is not registered: a misspelt name (`deepseekv3` for `deepseek_v3`) would otherwise pass
+preflight and fail after `run` started the launch. The names come from one table in 0.12.0 on
+(`_TOOL_PARSERS_TO_REGISTER` in the tool_parsers package's __init__.py), and before that from each
+parser module's `@ToolParserManager.register_module(...)`, the modules the package's __init__.py imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Callable
+
+from patchkit.launch.findings import Finding
+
+# Where the registry is, newest layout first (vllm/tool_parsers/ from 0.13.0; before, under openai/).
+REGISTRIES = ("vllm/tool_parsers/__init__.py", "vllm/entrypoints/openai/tool_parsers/__init__.py")
+TABLE = "_TOOL_PARSERS_TO_REGISTER"
+_MAX_MODULES = 200  # far more parser modules than a release has: an __init__ importing more is not vLLM's
+
+Reader = Callable[[str], "bytes | None"]
+
+
+def registered(read: Reader) -> tuple[str, set[str]] | None:
+    """(the registry's path, the parser names it registers), or None when the tree holds no registry
+    patchkit can read whole (a tree from `fetch --dest` has none): then nothing is judged."""
+    for path in REGISTRIES:
+        tree = _parsed(read(path))
+        if tree is None:
+            continue
+        names = _table(tree)
+        if names is None:
+            names = _decorated(tree, path.rpartition("/")[0], read)
+        return (path, names) if names else None
+    return None
+
+
+def finding(check: str, options: dict[str, object], version: object, read: Reader) -> Finding | None:
+    """A failed `check` finding when the launch's --tool-call-parser is one vLLM refuses at start;
+    None when it is registered, not held to the registry (no --enable-auto-tool-choice; a
+    --tool-parser-plugin may register it), or the registry cannot be read."""
+    name = options.get("tool-call-parser")
+    if not options.get("enable-auto-tool-choice") or not isinstance(name, str) or options.get("tool-parser-plugin"):
+        return None
+    found = registered(read)
+    if found is None or name in found[1]:
+        return None
+    path, names = found
+    vllm = f"vLLM {version}" if version else "this vLLM"
+    message = f"--tool-call-parser {name}: {vllm} registers no tool-call parser of that name ({path}): it refuses the launch at start"
+    return Finding(check, False, message, _fix(name, names))
+
+
+def _fix(name: str, names: set[str]) -> str:
+    close = _closest(name, names)
+    if close is not None:
+        return f"did you mean {close}? write --tool-call-parser {close}"
+    return f"write one of {', '.join(sorted(names))}, or load your own with --tool-parser-plugin"
+
+
+def _closest(name: str, names: set[str]) -> str | None:
+    """The registered name `name` misspells: the same but for case, `-` and `_`, else the closest."""
+
+    def plain(text: str) -> str:
+        return text.lower().replace("-", "").replace("_", "")
+
+    same = sorted(n for n in names if plain(n) == plain(name))
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _parsed(data: bytes | None) -> ast.Module | None:
+    if data is None:
+        return None
+    try:
+        return ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _table(tree: ast.Module) -> set[str] | None:
+    """The keys of the module's `_TOOL_PARSERS_TO_REGISTER = {...}` (None: it has no such table)."""
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [target] if target is not None else []
+        value = getattr(node, "value", None)
+        if any(isinstance(t, ast.Name) and t.id == TABLE for t in targets) and isinstance(value, ast.Dict):
+            return {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return None
+
+
+def _decorated(tree: ast.Module, package: str, read: Reader) -> set[str]:
+    """The names each module the package's __init__ imports (`from .x import ...`) registers with
+    `@ToolParserManager.register_module(...)`; empty when a module cannot be read (not judged)."""
+    modules = [n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module]
+    names: set[str] = set()
+    for module in modules[:_MAX_MODULES]:
+        parsed = _parsed(read(f"{package}/{module}.py"))
+        if parsed is None:
+            return set()
+        names |= _registered_by(parsed)
+    return names
+
+
+def _registered_by(tree: ast.Module) -> set[str]:
+    """The names a module's `register_module(...)` decorators give (a name, a list of names, or name=)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for call in node.decorator_list:
+            if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "register_module":
+                given = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "name")]
+                names |= {text for value in given for text in _strings(value)}
+    return names
+
+
+def _strings(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []

@@ -1,0 +1,297 @@
+"""launch25: issue 20's leftovers on the launch rules, the guard against status, and the caches.
+
+1. A [[needed_by.when]] entry's `versions`: a rule asks what that release needs. eagle3's draft_model
+   entry holds from 0.16.0 (0.15.x's DraftModelProposer loads its drafter itself); deepseek_v32 and
+   deepseek_v4 need deepseek-tool-calls below 0.23.0 only (its 0.23.0 series leaves the V3.2 file).
+   Each rule is held against the stock files of the releases it covers (release tier).
+3. A launch guard `pip uninstall patchkit-guard` took: status warns (exit 0: the guard refuses
+   nothing) with the fix, preflight and run fail a launch that would load it; apply puts it back.
+4. After a vLLM upgrade the guard's fix (and each stale record's) applies the recorded sets only,
+   not every covering set.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import (
+    LIBRARY,
+    MODEL_PY,
+    SPEC_PY,
+    lay_out_release,
+    make_patch,
+    patched_spec,
+    pip_install,
+    run_cli,
+    write_library,
+    write_tree,
+)
+from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, write_model
+from packaging.version import Version
+from test_several_sets import EAGLE_MODEL, MODEL, SPEC
+
+from patchkit.base.errors import BadInput
+from patchkit.fetch import release_tree
+from patchkit.releases.files import files_for
+from patchkit.series.library import LaunchFacts, load_set, select
+from patchkit.series.patchfile import touched_paths
+from patchkit.store.state import read_state
+
+KIMI = "KimiK25ForConditionalGeneration"
+
+
+def rule_set(tmp_path: Path, needed_by: str) -> Path:
+    directory = tmp_path / "own"
+    (directory / "1.0").mkdir(parents=True)
+    (directory / "1.0" / "series").write_text("")
+    (directory / "set.toml").write_text(f'name = "own"\n\n{needed_by}\n[[releases]]\nversions = ">=1.0"\ndir = "1.0"\n')
+    return directory
+
+
+# --- 1. a rule's version range -------------------------------------------------------------------
+
+
+def test_a_when_entry_s_versions_range_asks_only_on_its_releases(tmp_path):
+    rule = load_set(
+        rule_set(
+            tmp_path,
+            '[needed_by]\ntool_call_parsers = ["a"]\n\n'
+            '[[needed_by.when]]\ntool_call_parsers = ["b"]\nversions = ">=2.1,<3"\n',
+        )
+    ).needed_by
+    assert rule is not None
+    assert rule.needs(LaunchFacts(tool_call_parser="a", version=Version("9.0")))
+    assert rule.needs(LaunchFacts(tool_call_parser="b", version=Version("2.1.0")))
+    assert rule.needs(LaunchFacts(tool_call_parser="b", version=Version("2.5.1rc1")))  # its release's range
+    assert not rule.needs(LaunchFacts(tool_call_parser="b", version=Version("2.0.9")))
+    assert not rule.needs(LaunchFacts(tool_call_parser="b", version=Version("3.0")))
+    assert rule.needs(LaunchFacts(tool_call_parser="b"))  # the tree's vLLM not known: asked
+    assert rule.described() == "--tool-call-parser a or --tool-call-parser b on vLLM <3,>=2.1"
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        ('[[needed_by.when]]\ntool_call_parsers = ["b"]\nversions = "soon"\n', "`versions` must be a version range"),
+        ('[[needed_by.when]]\ntool_call_parsers = ["b"]\nversions = [">=1"]\n', "`versions` must be a version range"),
+        ('[[needed_by.when]]\nversions = ">=1"\n', "names no launch"),
+        ('[needed_by]\ntool_call_parsers = ["b"]\nversions = ">=1"\n', "has no key 'versions'"),
+    ],
+)
+def test_a_bad_versions_range_in_a_rule_is_refused_with_what_it_takes(tmp_path, table, said):
+    with pytest.raises(BadInput, match=said):
+        load_set(rule_set(tmp_path, table if table.startswith("[needed_by]") else "[needed_by]\n" + table))
+
+
+# Which proposer loads a method's drafter (gpu_model_runner: uses_draft_model(), then use_eagle())
+PROPOSERS = {
+    "eagle": ("vllm/v1/spec_decode/eagle.py", "EagleProposer"),
+    "mtp": ("vllm/v1/spec_decode/eagle.py", "EagleProposer"),
+    "draft_model": ("vllm/v1/spec_decode/draft_model.py", "DraftModelProposer"),
+}
+BASE_LOADER = "vllm/v1/spec_decode/eagle.py"  # SpecDecodeBaseProposer.load_model: patch 0002's image token
+
+
+def defines(source: str, class_name: str, method: str) -> bool:
+    found = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == class_name]
+    assert found, class_name
+    return any(isinstance(n, ast.FunctionDef) and n.name == method for n in found[0].body)
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("release", ["0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1"])  # those with kimi_k25.py
+def test_eagle3_s_rule_asks_a_kimi_k25_launch_exactly_when_the_base_proposer_loads_its_drafter(release):
+    eagle3 = load_set(LIBRARY / "eagle3")
+    selection = select(eagle3, Version(release))
+    assert BASE_LOADER in touched_paths(selection.patches)
+    tree = release_tree(release, sorted({path for path, _ in PROPOSERS.values()}))
+    assert eagle3.needed_by is not None
+    for method, (path, proposer) in PROPOSERS.items():
+        base_loads = not defines((tree / path).read_text(encoding="utf-8"), proposer, "load_model")
+        launch = LaunchFacts(method, None, (KIMI,), Version(release))
+        assert eagle3.needed_by.needs(launch) == base_loads, f"{release} {method}"
+    assert eagle3.needed_by.needs(LaunchFacts("eagle3", None, (), Version(release)))
+
+
+TOOL_PARSERS = "vllm/tool_parsers"  # from 0.13.0: _TOOL_PARSERS_TO_REGISTER names each parser's module
+
+
+def registry(tree: Path) -> dict[str, tuple[str, str]]:
+    """Parser name -> (module file, class) as the release registers it."""
+    module = ast.parse((tree / TOOL_PARSERS / "__init__.py").read_text(encoding="utf-8"))
+    table = next(
+        n.value
+        for n in module.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_TOOL_PARSERS_TO_REGISTER"
+    )
+    return {name: (f"{TOOL_PARSERS}/{file}.py", cls) for name, (file, cls) in ast.literal_eval(table).items()}
+
+
+def class_files(release: str, path: str, class_name: str) -> set[str]:
+    """The files of a parser class and of the tool-parser classes it derives from."""
+    tree = release_tree(release, [path])
+    module = ast.parse((tree / path).read_text(encoding="utf-8"))
+    imported = {
+        alias.asname or alias.name: n.module
+        for n in module.body
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(TOOL_PARSERS.replace("/", "."))
+        for alias in n.names
+    }
+    found = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    files = {path}
+    for base in (b.id for b in found.bases if isinstance(b, ast.Name) and b.id in imported):
+        files |= class_files(release, imported[base].replace(".", "/") + ".py", base)
+    return files
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("release", ["0.13.0", "0.18.1", "0.19.0", "0.20.0", "0.22.1", "0.23.0", "0.24.0", "0.34.0"])
+def test_deepseek_tool_calls_rule_asks_a_parser_exactly_when_the_series_patches_its_class(release):
+    deepseek = load_set(LIBRARY / "deepseek-tool-calls")
+    rule = deepseek.needed_by
+    assert rule is not None
+    patched = set(touched_paths(select(deepseek, Version(release)).patches))
+    registered = registry(release_tree(release, [f"{TOOL_PARSERS}/__init__.py"]))
+    names = {*rule.tool_call_parsers, *(n for entry in rule.when for n in entry.tool_call_parsers)}
+    assert {"deepseek_v3", "deepseek_v31", "deepseek_v32"} <= set(registered)
+    for name in sorted(names & set(registered)):
+        changed = bool(class_files(release, *registered[name]) & patched)
+        assert rule.needs(LaunchFacts(None, name, (), Version(release))) == changed, f"{release} {name}"
+
+
+def unused(done) -> dict[str, str]:
+    return json.loads(done.stdout)["unused_sets"]
+
+
+@pytest.mark.release
+def test_a_kimi_k25_draft_model_launch_on_0_15_needs_no_eagle3_and_on_0_16_does(tmp_path):
+    kimi = write_model(tmp_path / "kimi", KIMI_K25)
+    drafter = write_model(tmp_path / "drafter", {**DEEPSEEK_V3, "num_hidden_layers": 2, "vocab_size": 163840})
+    spec = json.dumps({"method": "draft_model", "model": str(drafter), "num_speculative_tokens": 1})
+    launch = ["vllm", "serve", str(kimi), "--trust-remote-code", "--speculative-config", spec]
+    for release, needed in (("0.15.0", False), ("0.15.1", False), ("0.16.0", True)):
+        site = lay_out_release(release, sorted({*files_for(release), REGISTRY}), tmp_path / release)
+        done = run_cli(
+            "preflight", "--target", site, "--no-import", "--set", "eagle3", "--format", "json", "--", *launch
+        )
+        said = f"{release}: {done.stdout} {done.stderr}"
+        if needed:
+            assert done.returncode == 1 and "eagle3" not in unused(done), said
+        else:
+            assert done.returncode == 0 and unused(done) == {"eagle3": "not applied"}, said
+
+
+@pytest.mark.release
+def test_a_deepseek_v32_launch_needs_deepseek_tool_calls_below_0_23_only(tmp_path):
+    model = write_model(tmp_path / "deepseek", DEEPSEEK_V3)
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
+    for release, needed in (("0.22.1", True), ("0.23.0", False)):
+        site = lay_out_release(release, sorted({*files_for(release), REGISTRY}), tmp_path / release)
+        for parser in ("deepseek_v32", "deepseek_v4"):
+            launch = ["vllm", "serve", str(model), "--enable-auto-tool-choice", "--tool-call-parser", parser]
+            done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
+            said = f"{release} {parser}: {done.stdout} {done.stderr}"
+            if needed:
+                assert done.returncode == 1 and "deepseek-tool-calls" not in unused(done), said
+            else:
+                assert done.returncode == 0 and unused(done)["deepseek-tool-calls"] == "not applied", said
+            ran = run_cli("run", "--target", site, "--", *launch, env=no_vllm)
+            assert ran.returncode == (1 if needed else 4), f"{said} {ran.stdout} {ran.stderr}"
+
+
+# --- 4. the guard's fix after a vLLM upgrade names the recorded sets --------------------------------
+
+OTHER = "vllm/other.py"
+
+
+def test_the_guard_s_fix_after_a_vllm_upgrade_applies_the_recorded_sets_only(tmp_path):
+    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
+    library = tmp_path / "lib"
+    for name, path, content in (
+        ("spec", SPEC, patched_spec()),
+        ("model", MODEL, EAGLE_MODEL),
+        ("other", OTHER, "x = 2\n"),
+    ):
+        patch = make_patch(tmp_path, tree, {path: content})
+        write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
+    applied = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
+    assert applied.returncode == 0, applied.stderr
+    pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
+    recorded = f"`patchkit apply --target {tree} --patches {library} --set model --set spec`"
+    for chosen in ((), ("--set", "spec")):
+        status = run_cli("status", "--target", tree, "--patches", library, *chosen)
+        said = status.stdout + status.stderr
+        assert status.returncode == 1 and f"fix: run {recorded} (it records" in said, said
+        assert said.count(f"fix: {recorded} discards it") == 2, said  # each stale record's warning
+    fixed = run_cli(*shlex.split(recorded.strip("`"))[1:], "--no-import")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+    assert sorted(e.set_name for e in read_state(tree).entries) == ["model", "spec"]  # `other` left alone
+    assert (tree / OTHER).read_text() == "x = 1\n"
+
+
+# --- 3. the guard pip uninstalled ------------------------------------------------------------------
+
+
+def three_sets(tmp_path: Path) -> tuple[Path, Path]:
+    """A tree of three files and a library of one set for each; spec and model applied."""
+    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
+    library = tmp_path / "lib"
+    for name, path, content in (
+        ("spec", SPEC, patched_spec()),
+        ("model", MODEL, EAGLE_MODEL),
+        ("other", OTHER, "x = 2\n"),
+    ):
+        patch = make_patch(tmp_path, tree, {path: content})
+        write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
+    applied = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
+    assert applied.returncode == 0, applied.stderr
+    return tree, library
+
+
+def pip_uninstall_guard(tree: Path) -> None:
+    """What `pip uninstall patchkit-guard` removes: the files its RECORD lists."""
+    (tree / "patchkit_guard.py").unlink()
+    for info in tree.glob("patchkit_guard-*.dist-info"):
+        shutil.rmtree(info)
+
+
+@pytest.mark.parametrize("then", ["apply", "apply --no-guard"])
+def test_a_guard_pip_uninstalled_is_said_by_status_and_fails_a_launch_until_apply_settles_it(tmp_path, then):
+    tree, library = three_sets(tmp_path)
+    pip_uninstall_guard(tree)
+    model = write_model(tmp_path / "model", DEEPSEEK_V3)
+    one = ("--target", tree, "--patches", library, "--set", "spec")  # each takes one --set
+    status = run_cli("status", *one)
+    said = status.stdout + status.stderr
+    assert status.returncode == 0 and "unguarded warning: the launch guard an apply installed is gone" in said, said
+    fixes = re.findall(r"`patchkit ([^`]*)`", said.split("fix: ")[1])
+    assert fixes == [
+        f"apply --target {tree} --patches {library} --set model --set spec" + " --no-guard" * i for i in (0, 1)
+    ]
+    guard = json.loads(run_cli("status", *one, "--format", "json").stdout)["guard"]
+    assert guard["missing"].startswith("the launch guard an apply installed is gone") and guard["refuses"] == []
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
+    launch = ["vllm", "serve", str(model)]
+    for command in (["preflight", "--no-import"], ["run"]):
+        done = run_cli(*command, *one, "--", *launch, env=no_vllm)
+        assert done.returncode == 1 and "tree-state: the launch guard an apply installed is gone" in done.stdout, (
+            done.stdout
+        )
+    off = run_cli("run", *one, "--", "env", "PATCHKIT_GUARD=off", *launch, env=no_vllm)
+    assert off.returncode == 4, off.stdout + off.stderr  # a launch that turns the guard off loses nothing
+    fixed = run_cli(*shlex.split(fixes[then == "apply --no-guard"]), "--no-import")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert (tree / "patchkit_guard.py").exists() == (then == "apply")
+    status = run_cli("status", *one)
+    assert status.returncode == 0 and "unguarded" not in status.stdout + status.stderr, status.stdout
+    ran = run_cli("run", *one, "--", *launch, env=no_vllm)
+    assert ran.returncode == 4, ran.stdout + ran.stderr
+    assert (tree / OTHER).read_text() == "x = 1\n"

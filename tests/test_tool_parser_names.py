@@ -1,0 +1,129 @@
+"""A misspelt --tool-call-parser (new-user 14 item 3): vLLM refuses `--enable-auto-tool-choice
+--tool-call-parser NAME` at start when the tree's release registers no parser NAME; preflight fails it
+with "did you mean", from the names read out of the tree's files (nothing imported)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import lay_out_release, run_cli
+from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
+
+from patchkit.launch import toolparsers
+from patchkit.launch.engine import tree_reader
+
+TABLE = """_TOOL_PARSERS_TO_REGISTER = {
+    "deepseek_v3": ("deepseekv3_tool_parser", "DeepSeekV3ToolParser"),
+    "kimi_k2": ("kimi_k2_tool_parser", "KimiK2ToolParser"),
+    "granite-20b-fc": ("granite_20b_fc_tool_parser", "Granite20bFCToolParser"),
+}
+"""
+OLD_INIT = "from .abstract_tool_parser import ToolParser\nfrom .hermes_tool_parser import Hermes2ProToolParser\n"
+OLD_PARSER = '@ToolParserManager.register_module(["hermes", "hermes2"])\nclass Hermes2ProToolParser:\n    pass\n'
+
+
+@pytest.fixture
+def launch(tmp_path) -> tuple[Path, Path, Path]:
+    tree, library = write_eagle3_setup(tmp_path)
+    (tree / "vllm" / "tool_parsers").mkdir()
+    (tree / "vllm" / "tool_parsers" / "__init__.py").write_text(TABLE)
+    return tree, library, write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3)
+
+
+def preflight(tree: Path, library: Path, model: Path | str, *options: str):
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(model), *options,
+    )  # fmt: skip
+    return done, [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"), [("deepseekv3", "deepseek_v3"), ("kimi-k2", "kimi_k2"), ("Kimi_K2", "kimi_k2")]
+)
+def test_a_misspelt_parser_fails_with_the_name_meant(launch, given, meant):
+    tree, library, model = launch
+    done, (found,) = preflight(tree, library, model, "--enable-auto-tool-choice", "--tool-call-parser", given)
+    assert done.returncode == 1 and not found["ok"], done.stdout
+    assert f"--tool-call-parser {given}: vLLM 0.16.0 registers no tool-call parser of that name" in found["message"]
+    assert "vllm/tool_parsers/__init__.py" in found["message"] and "refuses the launch at start" in found["message"]
+    assert found["fix"] == f"did you mean {meant}? write --tool-call-parser {meant}"
+
+
+def test_a_name_nothing_resembles_lists_the_registered_ones(launch):
+    tree, library, model = launch
+    _, (found,) = preflight(tree, library, model, "--enable-auto-tool-choice", "--tool-call-parser", "zzz")
+    assert (
+        found["fix"] == "write one of deepseek_v3, granite-20b-fc, kimi_k2, or load your own with --tool-parser-plugin"
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--enable-auto-tool-choice", "--tool-call-parser", "granite-20b-fc"),  # registered
+        ("--tool-call-parser", "deepseekv3"),  # vLLM holds the name to its registry only with auto tool choice
+        ("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin", "mine.py"),
+    ],
+)
+def test_a_registered_name_or_one_vllm_does_not_check_is_no_finding(launch, options):
+    tree, library, model = launch
+    done, found = preflight(tree, library, model, *options)
+    assert found == [], done.stdout
+
+
+def test_the_parser_is_judged_when_the_model_is_missing_too(launch):
+    tree, library, _ = launch
+    done, (found,) = preflight(tree, library, "org/absent", "--enable-auto-tool-choice", "--tool-call-parser", "x")
+    assert done.returncode == 4 and not found["ok"], done.stdout
+
+
+def test_a_tree_without_the_registry_is_not_judged(launch):
+    tree, library, model = launch
+    (tree / "vllm" / "tool_parsers" / "__init__.py").unlink()  # a tree from `fetch --dest`
+    done, found = preflight(tree, library, model, "--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3")
+    assert found == [], done.stdout
+
+
+def test_the_old_layout_registers_by_decorator(tmp_path):
+    package = tmp_path / "vllm" / "entrypoints" / "openai" / "tool_parsers"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(OLD_INIT)
+    (package / "abstract_tool_parser.py").write_text("class ToolParser:\n    pass\n")
+    (package / "hermes_tool_parser.py").write_text(OLD_PARSER)
+    assert toolparsers.registered(tree_reader(tmp_path)) == (
+        "vllm/entrypoints/openai/tool_parsers/__init__.py",
+        {"hermes", "hermes2"},
+    )
+    (package / "hermes_tool_parser.py").unlink()  # a module it imports is missing: nothing judged
+    assert toolparsers.registered(tree_reader(tmp_path)) is None
+
+
+# The real releases' registries: the table (0.12.0 under openai/, from 0.13.0 under vllm/), and 0.11.0's
+# decorators on each module its __init__ imports.
+OLD = "vllm/entrypoints/openai/tool_parsers"
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(
+    ("version", "paths"),
+    [
+        ("0.16.0", ["vllm/tool_parsers/__init__.py"]),
+        ("0.34.0", ["vllm/tool_parsers/__init__.py"]),
+        ("0.12.0", [f"{OLD}/__init__.py"]),
+        ("0.11.0", None),
+    ],
+)
+def test_the_releases_registries_name_the_parsers_the_sets_serve(tmp_path, version, paths):
+    if paths is None:  # the modules 0.11.0's __init__ imports, each registering its own names
+        init = lay_out_release(version, [f"{OLD}/__init__.py"], tmp_path / "init") / OLD / "__init__.py"
+        modules = [line.split()[1][1:] for line in init.read_text().splitlines() if line.startswith("from .")]
+        paths = [f"{OLD}/__init__.py", *(f"{OLD}/{m}.py" for m in modules)]
+    tree = lay_out_release(version, paths, tmp_path / "tree")
+    found = toolparsers.registered(tree_reader(tree))
+    assert found is not None and found[0] == paths[0]
+    assert {"deepseek_v3", "deepseek_v31", "kimi_k2", "hermes"} <= found[1], found
+    assert toolparsers._closest("deepseekv3", found[1]) == "deepseek_v3"
+    assert toolparsers._closest("kimi-k2", found[1]) == "kimi_k2"
