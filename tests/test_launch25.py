@@ -321,3 +321,42 @@ def test_a_needed_set_left_out_by_set_passes_when_the_record_shows_it_whole_and_
     edited = run_cli(command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm)
     assert edited.returncode == 1 and LEFT_OUT in edited.stdout, edited.stdout + edited.stderr
     assert "add `--set tools`, or give no --set" in edited.stdout, edited.stdout
+
+
+# --- review 10a L1, L2: apply of several sets says the guard's fate once, after the last set ----------
+
+
+def test_apply_of_several_sets_judges_the_guard_once_after_the_last_set_settled_the_record(tmp_path):
+    """L1: a local version label added under two applied sets: the first set's "already applied"
+    warned that the guard still refused (the second's record not yet moved) and named this apply."""
+    tree, library = three_sets(tmp_path)
+    meta = tree / "vllm-0.16.0.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 0.16.0", "Version: 0.16.0+cu129"))
+    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 1
+    done = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "refuses" not in said, said
+    assert "model: already applied; record updated\nspec: already applied; record updated" in said, said
+    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+
+
+def test_apply_of_several_sets_does_not_say_the_guard_removed_when_a_later_set_installs_it(tmp_path):
+    """L2: after an upgrade to the release one set calls upstream, that set dropped every stale record
+    and the guard ("launch guard removed"), then the next set applied and installed it again."""
+    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, MODEL: MODEL_PY})
+    library = tmp_path / "lib"
+    for name, path, content, upstream in (
+        ("spec", SPEC, patched_spec(), ">=0.17.0"),
+        ("model", MODEL, EAGLE_MODEL, None),
+    ):
+        patch = make_patch(tmp_path, tree, {path: content})
+        versions = {"0.16.0": "==0.16.0" if upstream else ">=0.16.0"}
+        write_library(library, {"0.16.0": [patch]}, versions=versions, upstream=upstream, name=name)
+    (library / "library.toml").write_text('order = ["spec", "model"]\n')
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    pip_install(tree, "0.17.0", {SPEC: patched_spec(), MODEL: MODEL_PY})
+    done = run_cli("apply", "--target", tree, "--patches", library, "--no-import")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "guard removed" not in said, said
+    assert "model: applied 1 patch(es): 1 file(s) changed; launch guard installed" in said, said
+    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
