@@ -360,3 +360,35 @@ def test_apply_of_several_sets_does_not_say_the_guard_removed_when_a_later_set_i
     assert done.returncode == 0 and "guard removed" not in said, said
     assert "model: applied 1 patch(es): 1 file(s) changed; launch guard installed" in said, said
     assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+
+
+# --- review 10a L5: a fifo, directory or device where a patched file was ------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_special_file_in_place_of_a_patched_file_is_refused_with_a_fix_that_ends_healthy(tmp_path, kind):
+    tree, library = three_sets(tmp_path)
+    (tree / SPEC).unlink()
+    if kind == "fifo":
+        os.mkfifo(tree / SPEC)
+    elif kind == "directory":
+        (tree / SPEC).mkdir()
+    else:
+        (tree / SPEC).symlink_to("/dev/null")
+    selection = ("--target", tree, "--patches", library)
+    for command in (("status", "--set", "spec"), ("revert",), ("verify", "--no-import", "--set", "spec")):
+        done = run_cli(*command, *selection)
+        assert done.returncode == 2 and f"hint: remove {tree / SPEC} (rm -r for a directory)" in done.stderr, (
+            command,
+            done.stderr,
+        )
+    shutil.rmtree(tree / SPEC) if kind == "directory" else (tree / SPEC).unlink()
+    status = run_cli("status", *selection, "--set", "spec")
+    said = status.stdout + status.stderr
+    assert (
+        status.returncode == 1 and f"`patchkit revert --target {tree} --patches {library} --set spec --force`" in said
+    )
+    assert run_cli("revert", *selection, "--force").returncode == 0
+    assert run_cli("apply", *selection, "--set", "spec", "--set", "model", "--no-import").returncode == 0
+    assert run_cli("status", *selection, "--set", "spec").returncode == 0
+    assert (tree / SPEC).read_text() == patched_spec()
