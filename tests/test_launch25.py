@@ -42,6 +42,7 @@ from test_launch_review9 import LEFT_OUT
 from test_several_sets import EAGLE_MODEL, MODEL, SPEC
 
 from patchkit.base.errors import BadInput
+from patchkit.engine.guard import is_installed
 from patchkit.fetch import release_tree
 from patchkit.releases.files import files_for
 from patchkit.series.library import LaunchFacts, load_set, select
@@ -267,33 +268,43 @@ def pip_uninstall_guard(tree: Path) -> None:
         shutil.rmtree(info)
 
 
-@pytest.mark.parametrize("then", ["apply", "apply --no-guard"])
-def test_a_guard_pip_uninstalled_is_said_by_status_and_fails_a_launch_until_apply_settles_it(tmp_path, then):
+def retarget_guard(tree: Path) -> None:
+    """The guard's entry point made to load another module: vLLM runs no guard."""
+    (info,) = tree.glob("patchkit_guard-*.dist-info")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard = os:getcwd\n")
+
+
+@pytest.mark.parametrize(("breaks", "then"), [(pip_uninstall_guard, 0), (pip_uninstall_guard, 1), (retarget_guard, 0)])
+def test_a_guard_that_no_longer_loads_is_said_by_status_and_fails_a_launch_until_apply_settles_it(
+    tmp_path, breaks, then
+):
     tree, library = three_sets(tmp_path)
-    pip_uninstall_guard(tree)
+    breaks(tree)
     model = write_model(tmp_path / "model", DEEPSEEK_V3)
     one = ("--target", tree, "--patches", library, "--set", "spec")  # each takes one --set
     status = run_cli("status", *one)
     said = status.stdout + status.stderr
-    assert status.returncode == 0 and "unguarded warning: the launch guard an apply installed is gone" in said, said
+    assert (
+        status.returncode == 0 and "unguarded warning: the launch guard an apply installed no longer loads" in said
+    ), said
     fixes = re.findall(r"`patchkit ([^`]*)`", said.split("fix: ")[1])
-    assert fixes == [
-        f"apply --target {tree} --patches {library} --set model --set spec" + " --no-guard" * i for i in (0, 1)
-    ]
+    guard = " --guard" * (breaks is retarget_guard)  # apply keeps a guard file changed since: --guard replaces it
+    sets = f"apply --target {tree} --patches {library} --set model --set spec"
+    assert fixes == [sets + guard, sets + " --no-guard"], said
     guard = json.loads(run_cli("status", *one, "--format", "json").stdout)["guard"]
-    assert guard["missing"].startswith("the launch guard an apply installed is gone") and guard["refuses"] == []
+    assert guard["missing"].startswith("the launch guard an apply installed no longer loads") and guard["refuses"] == []
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
     launch = ["vllm", "serve", str(model)]
     for command in (["preflight", "--no-import"], ["run"]):
         done = run_cli(*command, *one, "--", *launch, env=no_vllm)
-        assert done.returncode == 1 and "tree-state: the launch guard an apply installed is gone" in done.stdout, (
-            done.stdout
-        )
+        assert (
+            done.returncode == 1 and "tree-state: the launch guard an apply installed no longer loads" in done.stdout
+        ), done.stdout
     off = run_cli("run", *one, "--", "env", "PATCHKIT_GUARD=off", *launch, env=no_vllm)
     assert off.returncode == 4, off.stdout + off.stderr  # a launch that turns the guard off loses nothing
-    fixed = run_cli(*shlex.split(fixes[then == "apply --no-guard"]), "--no-import")
+    fixed = run_cli(*shlex.split(fixes[then]), "--no-import")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert (tree / "patchkit_guard.py").exists() == (then == "apply")
+    assert is_installed(tree) == (not then)
     status = run_cli("status", *one)
     assert status.returncode == 0 and "unguarded" not in status.stdout + status.stderr, status.stdout
     ran = run_cli("run", *one, "--", *launch, env=no_vllm)
