@@ -403,3 +403,19 @@ def test_a_special_file_in_place_of_a_patched_file_is_refused_with_a_fix_that_en
     assert run_cli("apply", *selection, "--set", "spec", "--set", "model", "--no-import").returncode == 0
     assert run_cli("status", *selection, "--set", "spec").returncode == 0
     assert (tree / SPEC).read_text() == patched_spec()
+
+
+def test_the_note_of_a_tree_with_some_sets_applied_names_a_status_command_that_runs(tmp_path):
+    """launch24's note said `status --set model --set spec`, which status refuses (one --set)."""
+    tree, library = three_sets(tmp_path)
+    assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
+    (library / "library.toml").write_text('order = ["model", "spec", "other"]\n')
+    (tree / OTHER).write_text("y = 1\n")  # other's patch does not apply: the apply stops there
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 1
+    (tree / OTHER).write_text("x = 1\n")  # stock again: other, chosen, is simply not applied
+    status = run_cli("status", "--target", tree, "--patches", library)
+    note = status.stdout + status.stderr
+    assert status.returncode == 1 and "if your launches use only model, spec:" in note, note
+    (command,) = [c for c in re.findall(r"`patchkit ([^`]*)`", note) if c.startswith("status")]
+    done = run_cli(*shlex.split(command))
+    assert done.returncode == 0, done.stdout + done.stderr
