@@ -719,7 +719,8 @@ def revert_series(
     with locked_record(target.root) as (recovered, state):
         if recovered:
             watch.warning(recovered)
-        if recovered and resolved is None and nothing_to_undo(target.root, state):  # the rollback undid it all
+        # nothing recorded (a rollback undid it, or a revert cut short after its commit left its store)
+        if resolved is None and nothing_to_undo(target.root, state):
             result = RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree records no apply of any set")
         else:
             result = _revert_locked(target, resolved, only, patches, state, force=force, dry_run=dry_run)
