@@ -376,6 +376,23 @@ def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_nev
     assert "imports vLLM from" not in alone.stderr
 
 
+def test_vllm_is_not_asked_about_a_target_tree_its_python_does_not_import(setup, tmp_path):
+    """New-user trial 14, item 2 (rest): what vLLM answers through --python is about the vLLM that
+    interpreter imports; when that is not --target's tree, its validation and supports_eagle3() are
+    "cannot judge", saying why, never a verdict on the tree."""
+    tree, library, models = setup
+    fake = write_fake_vllm(tmp_path / "fake")
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
+    launch = serve(models["deepseek"], models["drafter"])
+    done = run_cli(*base, "--", *launch, env={"PYTHONPATH": str(fake)})
+    found = findings(done)
+    why = f"--python {sys.executable} imports vLLM from {fake / 'vllm'}, not from the --target tree {tree / 'vllm'}"
+    validation = found["vllm-validation"]
+    assert validation["result"] == "cannot judge" and validation["message"] == f"cannot judge: not run: {why}", validation
+    assert validation["fix"].startswith("give the --python of the venv this tree is installed in"), validation
+    assert why in found["supports-eagle3"]["message"], found["supports-eagle3"]
+
+
 def test_a_launch_python_without_vllm_is_told_to_launch_vllms_interpreter(setup):
     """New-user trial 14, item 20: the launch's own `python` had no vLLM, and the fix told a user who
     gave --target to "point patchkit at it with --python ... or --target ...": what fails is the

@@ -239,8 +239,10 @@ def preflight(
         resolved.vllm_version,
         resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
         read_planned=planned,
-        python=None if no_import else resolved.target.python,
-        not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
+        python=None if no_import or another_vllm(resolved) else resolved.target.python,
+        not_asked="--no-import"
+        if no_import
+        else another_vllm(resolved) or "no interpreter known for this target (give --python)",
         patched=status.state in (TreeState.APPLIED, TreeState.PARTIAL),
     )
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
@@ -292,6 +294,18 @@ def launch_findings(context: LaunchContext) -> list[Finding]:
     return command_findings(context) + set_checks(context)
 
 
+WHOSE_VLLM_FIX = "give the --python of the venv this tree is installed in, or that interpreter alone (no --target)"
+
+
+def another_vllm(resolved: Resolved) -> str:
+    """Why vLLM is not asked about the tree: --python imports a vLLM of its own that is not --target's,
+    so what it answers (its validation, supports_eagle3()) is about those files ("": it is the tree's)."""
+    target = resolved.target
+    if not target.python_imports_another:
+        return ""
+    return f"--python {target.python} imports vLLM from {target.python_vllm}, not from the --target tree {target.package_dir}"
+
+
 def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
@@ -300,6 +314,9 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
         gives = "give --python PATH, the interpreter of the venv whose vLLM you launch (vLLM is asked there about its own files)"
         also = ", once the models above are found" if result.missing else ""
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
+    another = another_vllm(resolved)
+    if another:  # its answer would be about another vLLM's files (new-user 14 item 2)
+        return cannot_judge(VALIDATION, f"not run: {another}", WHOSE_VLLM_FIX)
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
             VALIDATION,
