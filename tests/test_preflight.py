@@ -388,7 +388,9 @@ def test_vllm_is_not_asked_about_a_target_tree_its_python_does_not_import(setup,
     found = findings(done)
     why = f"--python {sys.executable} imports vLLM from {fake / 'vllm'}, not from the --target tree {tree / 'vllm'}"
     validation = found["vllm-validation"]
-    assert validation["result"] == "cannot judge" and validation["message"] == f"cannot judge: not run: {why}", validation
+    assert validation["result"] == "cannot judge" and validation["message"] == f"cannot judge: not run: {why}", (
+        validation
+    )
     assert validation["fix"].startswith("give the --python of the venv this tree is installed in"), validation
     assert why in found["supports-eagle3"]["message"], found["supports-eagle3"]
 
