@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -232,6 +233,25 @@ def test_verify_judges_every_covering_set(run, tree, library):
     failed = run("verify", "--target", tree, "--patches", library, "--no-import")
     assert failed.exit_code == 1, failed.output
     assert "verify: FAILED: spec (the other 2 set(s) pass)" in failed.output
+
+
+@pytest.mark.parametrize("sets", [("spec",), ()])
+def test_verify_junit_on_a_target_is_one_document_with_a_suite_per_set(run, tree, library, sets):
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    (tree / SPEC).write_text(patched_spec() + "def broken(:\n")
+    chosen = [arg for name in sets for arg in ("--set", name)]
+    result = run("verify", "--target", tree, "--patches", library, *chosen, "--no-import", "--format", "junit")
+    assert result.exit_code == 1, result.output
+    root = ET.fromstring(result.stdout)  # one root element: a second document is "junk after" it
+    suites = root.findall("testsuite")
+    names = [s.get("name") for s in suites]
+    assert names == (["patchkit.spec"] if sets else ["patchkit.model", "patchkit.spec", "patchkit.old"])
+    for total in ("tests", "failures"):
+        assert int(root.get(total)) == sum(int(s.get(total)) for s in suites), total
+    failing = {
+        s.get("name"): [c.get("name") for c in s.iter("testcase") if c.find("failure") is not None] for s in suites
+    }
+    assert f"syntax: {SPEC}" in failing["patchkit.spec"] and not failing.get("patchkit.model")
 
 
 def test_verify_where_every_set_fails_says_none_passes(run, tree, library):

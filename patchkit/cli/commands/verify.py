@@ -208,7 +208,7 @@ def _verify_target(
     require_patches(resolved)
     verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui), verifying=VERIFYING)
     if fmt == "junit":
-        reports.verified_target_junit(resolved, verified)
+        reports.verified_target_junit([(resolved, verified)])
     elif ui.json_mode:
         reports.verified_target_json(ui, resolved, verified)
     else:
@@ -228,8 +228,7 @@ def _verify_sets(
     verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui), verifying=VERIFYING)
     pairs = [(c.resolved, r) for c, r in zip(verified.chosen, verified.results, strict=True) if c.resolved is not None]
     if fmt == "junit":
-        for resolved, result in pairs:
-            reports.verified_target_junit(resolved, result)
+        reports.verified_target_junit(pairs)
     elif ui.json_mode:
         documents = [reports.verified_target_document(r, v) for r, v in pairs]
         ui.json({"ok": verified.ok, "state": verified.state, "sets": documents})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patchkit.base.enums import CheckStatus, ReleaseOutcome
 from patchkit.cli.ui.text import visible
@@ -30,46 +30,49 @@ class JUnitCase:
 def junit(suite: str, cases: list[JUnitCase], command: str = "verify") -> str:
     """JUnit XML: one <testsuite>, a <testcase> per case, <failure>/<skipped> where they apply;
     the <testsuites> named after the command that wrote it (`patchkit preflight`)."""
+    return junit_suites([(suite, cases)], command)
+
+
+def junit_suites(suites: list[tuple[str, list[JUnitCase]]], command: str = "verify") -> str:
+    """One JUnit document: a <testsuite> per (name, cases), their counts summed in <testsuites>.
+    Several sets on one target go into one document: a reader parses one root element only."""
     # lazy: only a JUnit report needs it
     import xml.etree.ElementTree as ET
 
-    failures = sum(1 for c in cases if c.failure)
-    errors = sum(1 for c in cases if c.error and not c.failure)
-    skipped = sum(1 for c in cases if c.skipped and not (c.failure or c.error))
-    total = f"{sum(c.seconds for c in cases):.3f}"
-    root = ET.Element(
-        "testsuites",
-        name=f"patchkit {command}",
-        tests=str(len(cases)),
-        failures=str(failures),
-        errors=str(errors),
-        skipped=str(skipped),
-        time=total,
-    )
-    suite_el = ET.SubElement(
-        root,
-        "testsuite",
-        name=suite,
-        tests=str(len(cases)),
-        failures=str(failures),
-        errors=str(errors),
-        skipped=str(skipped),
-        time=total,
-    )
-    for c in cases:  # XML cannot hold a control character, even escaped
-        case = ET.SubElement(suite_el, "testcase", classname=suite, name=visible(c.name), time=f"{c.seconds:.3f}")
-        if c.failure:
-            failure = ET.SubElement(case, "failure", type=c.kind, message=visible(c.failure))
-            failure.text = visible(c.details or c.failure)
-        elif c.error:
-            error = ET.SubElement(case, "error", type=c.kind, message=visible(c.error))
-            error.text = visible(c.details or c.error)
-        elif c.skipped:
-            ET.SubElement(case, "skipped", message=visible(c.skipped))
-        if c.output:
-            ET.SubElement(case, "system-out").text = visible(c.output)
+    every = [c for _, cases in suites for c in cases]
+    root = ET.Element("testsuites", {"name": f"patchkit {command}", **_counts(every)})
+    for suite, cases in suites:
+        suite_el = ET.SubElement(root, "testsuite", {"name": suite, **_counts(cases)})
+        for c in cases:
+            _add_case(ET, suite_el, suite, c)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _counts(cases: list[JUnitCase]) -> dict[str, str]:
+    """The tests/failures/errors/skipped/time attributes of a <testsuite> (or <testsuites>)."""
+    return {
+        "tests": str(len(cases)),
+        "failures": str(sum(1 for c in cases if c.failure)),
+        "errors": str(sum(1 for c in cases if c.error and not c.failure)),
+        "skipped": str(sum(1 for c in cases if c.skipped and not (c.failure or c.error))),
+        "time": f"{sum(c.seconds for c in cases):.3f}",
+    }
+
+
+def _add_case(ET: Any, suite_el: Any, suite: str, c: JUnitCase) -> None:
+    # XML cannot hold a control character, even escaped
+    case = ET.SubElement(suite_el, "testcase", classname=suite, name=visible(c.name), time=f"{c.seconds:.3f}")
+    if c.failure:
+        failure = ET.SubElement(case, "failure", type=c.kind, message=visible(c.failure))
+        failure.text = visible(c.details or c.failure)
+    elif c.error:
+        error = ET.SubElement(case, "error", type=c.kind, message=visible(c.error))
+        error.text = visible(c.details or c.error)
+    elif c.skipped:
+        ET.SubElement(case, "skipped", message=visible(c.skipped))
+    if c.output:
+        ET.SubElement(case, "system-out").text = visible(c.output)
 
 
 def error_junit(suite: str, message: str, hint: str | None, exit_code: int, command: str = "verify") -> str:
@@ -103,17 +106,15 @@ def _release_case(r: ReleaseResult, prefix: str = "") -> JUnitCase:
     )
 
 
-def checks_junit(results: list[CheckResult], suite: str) -> str:
-    """A <testcase> per check result: failed checks fail, warnings and checks not run are skipped."""
-    cases = []
-    for r in results:
-        cases.append(
-            JUnitCase(
-                name=f"{r.check}: {r.path}" if r.path else r.check,
-                failure=r.message if r.status == CheckStatus.FAIL else None,
-                kind=r.check,
-                skipped=r.message if r.status in (CheckStatus.WARNING, CheckStatus.SKIPPED) else None,
-                output=r.message,
-            )
+def check_cases(results: list[CheckResult]) -> list[JUnitCase]:
+    """A case per check result: a failure fails it; a warning or a check not run is skipped."""
+    return [
+        JUnitCase(
+            name=f"{r.check}: {r.path}" if r.path else r.check,
+            failure=r.message if r.status == CheckStatus.FAIL else None,
+            kind=r.check,
+            skipped=r.message if r.status in (CheckStatus.WARNING, CheckStatus.SKIPPED) else None,
+            output=r.message,
         )
-    return junit(suite, cases)
+        for r in results
+    ]

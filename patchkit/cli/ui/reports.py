@@ -12,7 +12,7 @@ from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, shadow
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
-from patchkit.cli.ui.junit import checks_junit
+from patchkit.cli.ui.junit import JUnitCase, check_cases, junit_suites
 from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
@@ -307,8 +307,13 @@ def _release_failure(release: ReleaseResult, result: CheckResult) -> Failure:
     return Failure(f"{release.version} {result.check}", message, where, result.excerpt)
 
 
-def verified_target_junit(resolved: Resolved, verified: VerifyResult) -> None:
-    """`verify` on a target as JUnit: a testcase per conflict, drifted file and check."""
+def verified_target_junit(pairs: list[tuple[Resolved, VerifyResult]]) -> None:
+    """`verify` on a target as JUnit: one document, a <testsuite> per set ("patchkit.SET"), a
+    testcase per conflict, drifted file and check."""
+    write_junit(junit_suites([(f"patchkit.{r.set_name}", _verified_cases(v)) for r, v in pairs]))
+
+
+def _verified_cases(verified: VerifyResult) -> list[JUnitCase]:
     conflicts = [
         CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
     ]
@@ -316,7 +321,7 @@ def verified_target_junit(resolved: Resolved, verified: VerifyResult) -> None:
         CheckResult("drift", path, False, f"{path} was edited after patchkit patched it")
         for path in verified.status.drifted
     ]
-    write_junit(checks_junit(conflicts + drifted + verified.checks, f"patchkit.{resolved.set_name}"))
+    return check_cases(conflicts + drifted + verified.checks)
 
 
 def verified_target_json(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:
