@@ -243,7 +243,6 @@ def preflight(
         not_asked="--no-import"
         if no_import
         else another_vllm(resolved) or "no interpreter known for this target (give --python)",
-        patched=status.state in (TreeState.APPLIED, TreeState.PARTIAL),
     )
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
     result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
