@@ -1470,3 +1470,15 @@ def test_the_hub_model_hint_says_where_hf_comes_from(setup, tmp_path, monkeypatc
     assert "`hf` comes with huggingface_hub" in said, said
     assert "`python3 -m pip install huggingface_hub`" in said, said
     assert "`pipx run --spec huggingface_hub hf download lab/gone-model config.json`" in said, said
+
+
+def test_a_target_eagle3_refuses_because_of_hf_overrides_has_a_fix(setup):
+    """New-user 14 (item 24, related): `--hf-overrides '{"model_type": "mistral"}'` failed the whitelist
+    with no fix line at all."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    override = json.dumps({"model_type": "mistral"})
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"], "--hf-overrides", override))
+    whitelist = findings(done)["whitelist"]
+    assert not whitelist["ok"] and "'mistral'" in whitelist["message"], whitelist
+    assert whitelist["fix"].startswith("--hf-overrides sets model_type 'mistral': drop that override"), whitelist

@@ -211,9 +211,10 @@ def preflight(
     result = PreflightResult(command, tree_state=str(status.state), launched=launched)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
-    # judged whether or not the models are found: vLLM refuses the parser before it reads them
-    parser = toolparsers.finding(COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root))
-    result.findings += [parser] if parser is not None else []
+    # judged whether or not the models are found: vLLM refuses the parsers before it reads them
+    result.findings += toolparsers.findings(
+        COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root)
+    )
     try:
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
