@@ -391,7 +391,10 @@ def test_vllm_is_not_asked_about_a_target_tree_its_python_does_not_import(setup,
     assert validation["result"] == "cannot judge" and validation["message"] == f"cannot judge: not run: {why}", (
         validation
     )
-    assert validation["fix"].startswith("give the --python of the venv this tree is installed in"), validation
+    there = f"`patchkit apply --python {sys.executable} --patches {library}`"
+    assert validation["fix"] == (
+        f"the launch runs --python's vLLM: apply to it ({there}), or leave out --python to judge {tree / 'vllm'} alone"
+    ), validation
     assert why in found["supports-eagle3"]["message"], found["supports-eagle3"]
 
 

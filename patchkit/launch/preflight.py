@@ -294,7 +294,11 @@ def launch_findings(context: LaunchContext) -> list[Finding]:
     return command_findings(context) + set_checks(context)
 
 
-WHOSE_VLLM_FIX = "give the --python of the venv this tree is installed in, or that interpreter alone (no --target)"
+def whose_vllm_fix(target: object) -> str:
+    """The fix when --python imports another vLLM than --target's: the launch runs that one, so apply
+    there; or judge the tree by its files alone (newuser15 3: a fix that led to a `status` saying "applied")."""
+    there = hints.command("apply", chosen=dataclasses.replace(hints.current(), target_dir=None))
+    return f"the launch runs --python's vLLM: apply to it ({there}), or leave out --python to judge {target} alone"
 
 
 def another_vllm(resolved: Resolved) -> str:
@@ -316,7 +320,7 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
     another = another_vllm(resolved)
     if another:  # its answer would be about another vLLM's files (new-user 14 item 2)
-        return cannot_judge(VALIDATION, f"not run: {another}", WHOSE_VLLM_FIX)
+        return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
             VALIDATION,
