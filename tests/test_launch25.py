@@ -229,7 +229,7 @@ def test_the_guard_s_fix_after_a_vllm_upgrade_applies_the_recorded_sets_only(tmp
         status = run_cli("status", "--target", tree, "--patches", library, *chosen)
         said = status.stdout + status.stderr
         assert status.returncode == 1 and f"fix: run {recorded} (it records" in said, said
-        assert said.count(f"fix: {recorded} discards it") == 2, said  # each stale record's warning
+        assert said.count(f"fix: {recorded} discards them") == 1, said  # the stale records' one warning
     fixed = run_cli(*shlex.split(recorded.strip("`"))[1:], "--no-import")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0

@@ -301,7 +301,8 @@ class AsyncEngineArgs:
 
 def write_fake_vllm(root: Path) -> Path:
     (root / "vllm" / "engine").mkdir(parents=True)
-    (root / "vllm" / "__init__.py").write_text("")
+    if not (root / "vllm" / "__init__.py").exists():
+        (root / "vllm" / "__init__.py").write_text("")
     (root / "vllm" / "engine" / "__init__.py").write_text("")
     (root / "vllm" / "engine" / "arg_utils.py").write_text(FAKE_ARG_UTILS)
     return root
@@ -310,7 +311,7 @@ def write_fake_vllm(root: Path) -> Path:
 def test_vllm_validation_not_run_for_a_missing_model_says_why_and_what_to_do(setup, tmp_path):
     # review 6 L5: "cannot judge: not run: … found nowhere", fix "the models' local directories": no sentence
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     done = run_cli(
         *base, *serve("lab/gone-model", models["drafter"]), env={"PYTHONPATH": str(fake), "HF_HUB_OFFLINE": "1"}
@@ -344,7 +345,7 @@ def test_a_target_tree_says_python_is_what_vllm_validation_needs_and_the_missing
 
 def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     done = run_cli(*base, *serve(models["deepseek"], models["drafter"]), env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
@@ -423,7 +424,7 @@ def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
 
 def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, tmp_path):
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     relative = models["deepseek"].relative_to(tmp_path)
     done = run_cli(*base, "vllm", "serve", relative, env={"PYTHONPATH": str(fake)}, cwd=tmp_path)
