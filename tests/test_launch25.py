@@ -4,6 +4,8 @@
    entry holds from 0.16.0 (0.15.x's DraftModelProposer loads its drafter itself); deepseek_v32 and
    deepseek_v4 need deepseek-tool-calls below 0.23.0 only (its 0.23.0 series leaves the V3.2 file).
    Each rule is held against the stock files of the releases it covers (release tier).
+2. `preflight`/`run --set X` leaving out a set Y the launch needs: Y judged from the tree's record
+   (applied, no drift: a pass said as a note; else the failure naming it).
 3. A launch guard `pip uninstall patchkit-guard` took: status warns (exit 0: the guard refuses
    nothing) with the fix, preflight and run fail a launch that would load it; apply puts it back.
 4. After a vLLM upgrade the guard's fix (and each stale record's) applies the recorded sets only,
@@ -33,8 +35,10 @@ from helpers import (
     write_library,
     write_tree,
 )
-from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, write_model
+from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, serve, write_model
 from packaging.version import Version
+from test_launch_relevance import PARSER, TOOLS, setup  # noqa: F401  (setup: a fixture)
+from test_launch_review9 import LEFT_OUT
 from test_several_sets import EAGLE_MODEL, MODEL, SPEC
 
 from patchkit.base.errors import BadInput
@@ -295,3 +299,25 @@ def test_a_guard_pip_uninstalled_is_said_by_status_and_fails_a_launch_until_appl
     ran = run_cli("run", *one, "--", *launch, env=no_vllm)
     assert ran.returncode == 4, ran.stdout + ran.stderr
     assert (tree / OTHER).read_text() == "x = 1\n"
+
+
+# --- 2. a set --set leaves out, judged from the record -----------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["preflight", "run"])
+def test_a_needed_set_left_out_by_set_passes_when_the_record_shows_it_whole_and_fails_once_edited(
+    request, tmp_path, command
+):
+    tree, lib, target, drafter = request.getfixturevalue("setup")
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
+    options = ("--no-import",) if command == "preflight" else ()
+    launch = ["--", *serve(target, drafter, *TOOLS)]
+    done = run_cli(command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm)
+    assert done.returncode == (0 if command == "preflight" else 4), done.stdout + done.stderr
+    note = "note: this launch needs tools (--tool-call-parser demo/demo_v2), left out by --set: its record says applied, no drift"
+    assert note in done.stderr.splitlines(), done.stderr
+    (tree / PARSER).write_text((tree / PARSER).read_text() + "# edited\n")
+    edited = run_cli(command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm)
+    assert edited.returncode == 1 and LEFT_OUT in edited.stdout, edited.stdout + edited.stderr
+    assert "add `--set tools`, or give no --set" in edited.stdout, edited.stdout

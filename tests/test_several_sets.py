@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from cli_server import run_patchkit
 from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, pip_install, snapshot, write_library, write_tree
 
 from patchkit.series import library as library_mod
@@ -650,3 +651,34 @@ def test_the_notes_commands_of_the_sets_applied_each_run(run, tree, scratch):
     assert [c.split()[-2:] for c in commands] == [["--set", "a"], ["--set", "b"]], said
     for command in commands:
         assert run(*shlex.split(command)[1:]).exit_code == 0, command
+
+
+def test_revert_first_after_a_crashed_apply_rolls_it_back_and_says_nothing_is_recorded(tree, library, tmp_path):
+    """Review 10b M1: after an apply of several sets died, `revert` as the next command said
+    "nothing to revert" and left the journal (killed while staging), or rolled back and then exited 3
+    "no patch series ... and no record" (killed at the commit point). At every step: exit 0, stock."""
+    stock, keep = snapshot(tree), tmp_path / "stock-copy"
+    shutil.copytree(tree, keep, symlinks=True)
+    crashed = 0
+    for n in range(1, 200):
+        shutil.rmtree(tree)
+        shutil.copytree(keep, tree, symlinks=True)
+        died = _patchkit_crashing("apply", "--target", tree, "--patches", library, "--no-import", fault=n)
+        if died.returncode == 0:
+            break
+        if not (tree / ".patchkit/journal.json").exists():
+            continue
+        crashed += 1
+        done = _patchkit_crashing("revert", "--target", tree, "--patches", library)
+        assert done.returncode == 0, (n, done.stdout, done.stderr)
+        assert "rolled back an interrupted patchkit transaction" in done.stderr, (n, done.stderr)
+        assert snapshot(tree) == stock and not (tree / ".patchkit/journal.json").exists(), n
+    assert crashed > 5
+
+
+def _patchkit_crashing(*args: object, fault: int = 0) -> subprocess.CompletedProcess:
+    """`python -m patchkit ARGS` in a process of its own, which ends at its `fault`th filesystem step."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
+    if fault:
+        env |= {"PATCHKIT_FAULT_AFTER": str(fault), "PATCHKIT_FAULT_MODE": "exit"}
+    return run_patchkit([str(a) for a in args], env, None, 120)

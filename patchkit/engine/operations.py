@@ -70,6 +70,7 @@ from patchkit.engine.transaction import (
 )
 from patchkit.series.patchfile import Patch
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
+from patchkit.store.journal import journal_path
 from patchkit.store.objects import prune_objects
 from patchkit.store.saved import keep_copies
 from patchkit.store.state import Entry, State, meta_dir, read_state, remove_empty_store, state_path
@@ -676,9 +677,12 @@ def resolve_for_revert(opts: Options, sets: dict[str, PatchSetDef] | None = None
     return target, resolved
 
 
-def nothing_to_undo(root: Path) -> bool:
-    """No set recorded, no guard, no patched wheel: a revert of every set has nothing to do."""
-    state = read_state(root)
+def nothing_to_undo(root: Path, state: State | None = None) -> bool:
+    """No set recorded, no guard, no patched wheel, no unfinished transaction (the revert's lock
+    rolls it back first): a revert of every set has nothing to do. `state`: the record as read."""
+    if state is None and os.path.lexists(journal_path(root)):
+        return False
+    state = read_state(root) if state is None else state
     return not (state.entries or state.guard or own_unrecorded(root)) and _patched_wheel(root, None) is None
 
 
@@ -711,7 +715,10 @@ def revert_series(
     with locked_record(target.root) as (recovered, state):
         if recovered:
             watch.warning(recovered)
-        result = _revert_locked(target, resolved, only, patches, state, force=force, dry_run=dry_run)
+        if recovered and resolved is None and nothing_to_undo(target.root, state):  # the rollback undid it all
+            result = RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree records no apply of any set")
+        else:
+            result = _revert_locked(target, resolved, only, patches, state, force=force, dry_run=dry_run)
         if not dry_run and result.error is None:
             result.warnings += _without_empty_record(target.root, result, state)
         for note in result.warnings:
