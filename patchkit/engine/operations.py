@@ -165,6 +165,7 @@ def apply_series(
     timed: Timer = _untimed,
     checked: ApplyResult | None = None,
     chosen: Sequence[str] = (),
+    judge_guard: bool = True,
 ) -> ApplyResult:
     """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
     the launch guard (patchkit/engine/guard.py) is installed in the same transaction, where it is missing,
@@ -173,13 +174,15 @@ def apply_series(
     contents and ends as apply would. `checked`: a dry run just made of this tree, whose checks
     are reused when this plan writes the very same contents (verify --all: checked once per release).
     `chosen`: every set this run sets out to apply, which the record remembers (State.chosen);
-    by default this set alone."""
+    by default this set alone. `judge_guard`: False for a set a later set of the same run follows
+    (what the guard refuses is judged once, after the last: a later set may settle it)."""
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
     applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice, checked)
     applying.chosen = (*chosen, resolved.set_name)
+    applying.judge_guard = judge_guard
     if dry_run:
         with read_only_view(resolved.target.root) as settled:
             if settled:
@@ -217,6 +220,7 @@ class _Applying:
     state: State = field(default_factory=lambda: State([]))  # the tree's record, read once (see run)
     made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
     chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
+    judge_guard: bool = True  # say what the guard still refuses (False: a later set of this run will)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -336,7 +340,7 @@ class _Applying:
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
-        if self.warn_of_what_the_guard_refuses():
+        if self.judge_guard and self.warn_of_what_the_guard_refuses():
             message = (
                 message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
             )
