@@ -20,6 +20,7 @@ from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
+from patchkit.distinfo.record import stock_files_command
 from patchkit.series.patchfile import (
     FilePatch,
     Hunk,
@@ -322,7 +323,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
                 f"of {path} back",
-                hint=f"reinstall vLLM ({hints.pip_reinstall(None)}) to get stock files",
+                hint=f"put the stock files back ({stock_files_command(view.root, None)})",
             ) from damaged
         notes.append(f"{damaged.message}: {path} was restored by reverse-applying the series (sha256 checked)")
         return rebuilt
