@@ -20,7 +20,6 @@ from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
-from patchkit.distinfo.record import stock_files_command
 from patchkit.series.patchfile import (
     FilePatch,
     Hunk,
@@ -31,6 +30,7 @@ from patchkit.series.patchfile import (
 )
 from patchkit.store.objects import read_object
 from patchkit.store.state import Entry, recorded_patch_files
+from patchkit.tree.target import stock_files_command
 
 
 class Placement(NamedTuple):
