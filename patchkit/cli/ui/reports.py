@@ -307,11 +307,18 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
 
 
 def verified_target_text(
-    ui: Screen, resolved: Resolved, verified: VerifyResult, *, target: bool = True, guard: bool = True
+    ui: Screen,
+    resolved: Resolved,
+    verified: VerifyResult,
+    *,
+    target: bool = True,
+    guard: bool = True,
+    alone: bool = True,
 ) -> None:
     """The header (`target`: where vLLM is, said by the first set only), the failures (the command
     that fixes each), then the verdict with the count of the checks that passed (every row with -v).
-    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set."""
+    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set.
+    `alone` False: one of several sets, whose command to apply the last lines say."""
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_by_check(status)
@@ -339,7 +346,12 @@ def verified_target_text(
             ui.line(f"{passed.check}: {passed.message}")
         for line in passed.excerpt.splitlines():
             ui.line(f"    {line}")
-    if verified.ok:
+    if verified.ok and status.state == TreeState.NOT_APPLIED:
+        # a dry check passing is no pass of the tree: the last line (what CI shows) says so
+        if alone:  # of several sets: the command that applies them all follows them
+            ui.line(f"not applied: {status.fix_command('apply')} applies it")
+        ui.verdict(f"verify: ok if applied: {counted}", ok=True)
+    elif verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
