@@ -200,10 +200,12 @@ def preflight(
     status: TreeStatus | None = None,
     kept: bool = False,
     needs: LaunchNeeds = EVERY,
+    not_asked: str = "--no-import",
 ) -> PreflightResult:
     """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
     `kept`: the launch's findings from the cache where they answer for it (patchkit/launch/shortcut.py);
-    `needs`: which sets the launch needs (one it does not: its state a note, its launch checks not run)."""
+    `needs`: which sets the launch needs (one it does not: its state a note, its launch checks not run);
+    `not_asked`: why vLLM is not asked when `no_import` (the option, or `run`, which never asks)."""
 
     launched = command  # as written: what vLLM's own parser is asked to read
     if status is None:
@@ -240,7 +242,7 @@ def preflight(
         resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
         read_planned=planned,
         python=None if no_import else resolved.target.python,
-        not_asked="--no-import" if no_import else "no interpreter known for this target (give --python)",
+        not_asked=not_asked if no_import else "no interpreter known for this target (give --python)",
         patched=status.state in (TreeState.APPLIED, TreeState.PARTIAL),
     )
     result.unjudged_plugins = context.general_plugins() if context.python is None else []

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from patchkit.tree.target import Target
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+# why `run` asks vLLM nothing (it has no --no-import: it never imports vLLM before the launch does)
+RUN = "run checks the launch statically (`patchkit preflight` asks vLLM)"
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
 
 
@@ -165,7 +167,9 @@ def _set_findings(
     if shortcut:
         status = recorded_status(resolved, recorded)
         if status is not None:
-            return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True, needs=needs)
+            return preflight(
+                resolved, launch_command, no_import=no_import, status=status, kept=True, needs=needs, not_asked=RUN
+            )
     # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
     from patchkit.engine.transaction import consistent_read
 
@@ -174,7 +178,8 @@ def _set_findings(
         if recovered:
             ui.warn(recovered)
         if no_import:
-            return preflight(resolved, launch_command, no_import=True, kept=shortcut, needs=needs)
+            why = RUN if shortcut else "--no-import"
+            return preflight(resolved, launch_command, no_import=True, kept=shortcut, needs=needs, not_asked=why)
         status = inspect(resolved, check_upstream=False, import_probe=False)
         before = settled_record(root)
     # vLLM's questions import it (up to minutes each): asked without the lock, which a concurrent
