@@ -198,47 +198,66 @@ def _text(data: bytes) -> str:
 
 
 def serve(path: str) -> None:
-    """Accept commands on the unix socket `path` until the test session that started us is gone."""
+    """Accept commands on the unix socket `path` until the test session that started us is gone. Each
+    command is one fork of this process; its end is seen on its pidfd and its wait status sent back."""
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")
     listener.listen(64)
     os.rename(path + ".new", path)  # the client connects once the path exists: listening by then
-    listener.settimeout(1.0)
-    while os.getppid() == parent:
-        _reap()  # waited for, so that their CPU time counts in the session's (time -v, rusage)
-        try:
-            connection, _ = listener.accept()
-        except TimeoutError:
-            continue
-        if os.fork() == 0:
-            listener.close()
-            _supervise(connection)  # returns only in the command's process
-            return
+    running: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (the command's pid, its client)
+    with selectors.DefaultSelector() as selector:
+        selector.register(listener, selectors.EVENT_READ)
+        while os.getppid() == parent:
+            for key, _ in selector.select(1.0):
+                if key.fileobj is not listener:
+                    _ended(key.fd, running, selector)
+                    continue
+                connection, _ = listener.accept()
+                if _started(connection, running, selector, listener):
+                    return  # in the command's process
+    for _, connection in running.values():
         connection.close()
 
 
-def _reap() -> None:
-    with suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-
-
-def _supervise(connection: socket.socket) -> None:
-    """In a fork of the server: read the command, fork the process that runs it, tell the client its pid
-    and its wait status. Returns in that process, set up to run the command; exits in the supervisor."""
+def _started(
+    connection: socket.socket,
+    running: dict[int, tuple[int, socket.socket]],
+    selector: selectors.BaseSelector,
+    listener: socket.socket,
+) -> bool:
+    """Fork the command `connection` asks for and tell the client its pid. True in the command's
+    process, set up to run it (the server's sockets and pidfds closed); False in the server."""
     request, fds = _receive(connection)
     pid = os.fork()
     if pid == 0:
+        selector.close()
+        listener.close()
+        for pidfd, (_, other) in running.items():
+            os.close(pidfd)
+            other.close()
         connection.close()
         _become_the_command(request, fds)
-        return
+        return True
     for fd in fds:
         os.close(fd)
-    connection.sendall(_STATUS.pack(pid, 0))
+    pidfd = os.pidfd_open(pid)
+    running[pidfd] = (pid, connection)
+    selector.register(pidfd, selectors.EVENT_READ)
+    with suppress(OSError):  # a client gone: its command still runs to its end and is waited for
+        connection.sendall(_STATUS.pack(pid, 0))
+    return False
+
+
+def _ended(pidfd: int, running: dict[int, tuple[int, socket.socket]], selector: selectors.BaseSelector) -> None:
+    """A command's process ended: waited for (its CPU time counts in the session's: time -v, rusage),
+    its wait status sent to its client."""
+    selector.unregister(pidfd)
+    os.close(pidfd)
+    pid, connection = running.pop(pidfd)
     _, status = os.waitpid(pid, 0)
-    connection.sendall(_STATUS.pack(0, status))
-    os._exit(0)
+    with suppress(OSError), connection:  # a client gone (its timeout) needs no answer
+        connection.sendall(_STATUS.pack(0, status))
 
 
 def _receive(connection: socket.socket) -> tuple[dict, list[int]]:

@@ -36,6 +36,17 @@ LONGEST_FIRST = (
 )
 
 
+# Where PYTHONDONTWRITEBYTECODE is set (this machine), pytest rewrote every test module's asserts again
+# in each xdist worker on each run: ~5 s of CPU a worker, most of its collection. Its rewritten modules
+# are cached (tests/__pycache__, atomic writes) while collecting; the tests run with the setting as it was.
+_DONT_WRITE_BYTECODE = sys.dont_write_bytecode
+sys.dont_write_bytecode = False
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    sys.dont_write_bytecode = _DONT_WRITE_BYTECODE
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # xdist: keep the order below, not biggest group first
         config.option.loadscopereorder = False

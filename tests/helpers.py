@@ -394,8 +394,9 @@ def forget_behaviour_stand_ins(meta_path: list, dont_write_bytecode: bool) -> No
     """Undo what a behaviour harness did to this process: its vllm.* finder and stand-in modules,
     the `regex` alias of `re`, no bytecode."""
     sys.meta_path[:] = meta_path
-    for name in [n for n in sys.modules if n == "vllm" or n.startswith(("vllm.", "behaviour_"))]:
-        del sys.modules[name]
+    for name, module in list(sys.modules.items()):  # and the packages besides vLLM it stood in for
+        if name == "vllm" or name.startswith(("vllm.", "behaviour_")) or type(module).__name__ == "_StandInModule":
+            del sys.modules[name]
     if sys.modules.get("regex") is re:
         del sys.modules["regex"]
     sys.dont_write_bytecode = dont_write_bytecode

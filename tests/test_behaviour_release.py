@@ -139,8 +139,9 @@ def test_the_verdict_names_the_releases_the_behaviour_test_did_not_judge(run):
 
 
 def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(run):
-    """0.24.0's stock parser is judged (it passes); 0.25.0's is an adapter on vLLM's parser engine the
-    stand-ins cannot load: upstream by the range alone, and the report says so (a warning, not a pass)."""
+    """0.24.0's stock parser is judged (it passes); 0.25.0's is an adapter on vLLM's parser engine, which
+    verify of releases does not fetch (only the files the set's series change): upstream by the range
+    alone, and the report says so (a warning, not a pass)."""
     library = ("--patches", LIBRARY, "--set", KIMI, "--no-result-cache", "--format", "json")
     done = run("verify", "--vllm-version", "0.24.0", "--vllm-version", "0.25.0", *library)
     assert done.exit_code == 0, done.output[-2000:]
@@ -156,6 +157,6 @@ def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(r
     assert len("behaviour: " + warning["message"]) <= 80
     assert unjudged["detail"].endswith(
         "its behaviour test did not judge them (kimi_k2_tool_parser.py does not load: ImportError: behaviour.py "
-        "has no stand-in for vllm.parser.engine.registered_adapters.KimiK2ParserToolAdapter): upstream by the "
-        "set's range alone"
+        "has no stand-in for vllm.parser.engine.registered_adapters.KimiK2ParserToolAdapter (the tree has no "
+        "vllm/parser/engine/ beside the file)): upstream by the set's range alone"
     )

@@ -82,3 +82,22 @@ def test_a_release_the_index_has_no_sdist_of_is_named(server, cache, monkeypatch
     use_index(monkeypatch, server.index())
     with pytest.raises(FetchError, match=f"no {SDIST} on "):
         fetch.release_sdist(VERSION)
+
+
+def test_an_unrecorded_cached_sdist_stays_until_a_new_download_passes_its_checks(server, cache, monkeypatch):
+    """launch25 (wheel24's leftover): _download removed a cached sdist no record names before the
+    new download was checked; a download that failed its sha256 then left nothing."""
+    root = cache / "sdists" / VERSION
+    root.mkdir(parents=True)
+    kept = build_sdist(b"kept = True\n")
+    (root / SDIST).write_bytes(kept)
+    server.publish(SDIST, build_sdist(), sha256="1" * 64)
+    use_index(monkeypatch, server.index())
+    with pytest.raises(FetchError, match="sha256"):
+        fetch.release_sdist(VERSION)
+    assert (root / SDIST).read_bytes() == kept and not (root / f"{SDIST}.json").exists()
+    assert not list(root.glob("*.part"))
+    server.pages.clear()
+    server.publish(SDIST, build_sdist())  # the index's true sha256 now
+    assert fetch.release_sdist(VERSION).read_bytes() == server.files[SDIST]
+    assert json.loads((root / f"{SDIST}.json").read_text())["sha256"] == hashlib.sha256(server.files[SDIST]).hexdigest()

@@ -31,6 +31,8 @@ from helpers import (
     write_tree,
 )
 
+from patchkit.engine.guard import GUARD_GONE, is_installed
+
 SPEC = "vllm/config/spec.py"
 VICTIM = "victim.py"
 VICTIM_TEXT = "# a file outside the tree: nothing may read it into, or write it from, the tree\n"
@@ -396,6 +398,7 @@ class Row:
     plant: Callable[[Scene], None]
     exit_code: int | None = REFUSED  # None: any clean outcome (0, 1, 2, 4)
     xfail: dict[str, str] | None = None  # command -> reason, for rows another branch fixes
+    says: dict[str, str] | None = None  # command -> what its output must hold
 
     @property
     def name(self) -> str:
@@ -446,7 +449,8 @@ ROWS = [
     Row(guard_module_symlinked_out, exit_code=None),  # never followed: kept as a changed guard file
     Row(pip_upgraded_vllm, exit_code=None),
     Row(pip_installed_patched_wheel, exit_code=None),
-    Row(pip_uninstalled_guard, exit_code=None),
+    # the tree stays patched, the launch unchecked: status says so with the fix, apply puts it back
+    Row(pip_uninstalled_guard, exit_code=0, says={"status": GUARD_GONE, "verify": GUARD_GONE}),
     Row(pip_replaced_a_guarded_patched_wheel, exit_code=None),
 ]
 
@@ -481,6 +485,9 @@ def test_hostile_record_changes_nothing_outside_the_tree(tmp_path, row: Row, com
     done = run_cli(*COMMANDS[command], *target)
     assert fingerprint(scene.sentinel) == before, done.stdout + done.stderr
     assert_clean(done, row.exit_code)
+    assert (row.says or {}).get(command, "") in done.stdout + done.stderr, done.stdout + done.stderr
+    if row.plant is pip_uninstalled_guard and command == "apply":  # the fix status names
+        assert is_installed(scene.tree) and GUARD_GONE not in run_cli("status", *target).stdout
 
 
 @pytest.mark.parametrize("plant", [state_path_lone_surrogate, journal_path_lone_surrogate], ids=lambda p: p.__name__)

@@ -4,6 +4,8 @@
    entry holds from 0.16.0 (0.15.x's DraftModelProposer loads its drafter itself); deepseek_v32 and
    deepseek_v4 need deepseek-tool-calls below 0.23.0 only (its 0.23.0 series leaves the V3.2 file).
    Each rule is held against the stock files of the releases it covers (release tier).
+3. A launch guard `pip uninstall patchkit-guard` took: status warns (exit 0: the guard refuses
+   nothing) with the fix, preflight and run fail a launch that would load it; apply puts it back.
 4. After a vLLM upgrade the guard's fix (and each stale record's) applies the recorded sets only,
    not every covering set.
 """
@@ -13,7 +15,9 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -230,4 +234,64 @@ def test_the_guard_s_fix_after_a_vllm_upgrade_applies_the_recorded_sets_only(tmp
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
     assert sorted(e.set_name for e in read_state(tree).entries) == ["model", "spec"]  # `other` left alone
+    assert (tree / OTHER).read_text() == "x = 1\n"
+
+
+# --- 3. the guard pip uninstalled ------------------------------------------------------------------
+
+
+def three_sets(tmp_path: Path) -> tuple[Path, Path]:
+    """A tree of three files and a library of one set for each; spec and model applied."""
+    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
+    library = tmp_path / "lib"
+    for name, path, content in (
+        ("spec", SPEC, patched_spec()),
+        ("model", MODEL, EAGLE_MODEL),
+        ("other", OTHER, "x = 2\n"),
+    ):
+        patch = make_patch(tmp_path, tree, {path: content})
+        write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
+    applied = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
+    assert applied.returncode == 0, applied.stderr
+    return tree, library
+
+
+def pip_uninstall_guard(tree: Path) -> None:
+    """What `pip uninstall patchkit-guard` removes: the files its RECORD lists."""
+    (tree / "patchkit_guard.py").unlink()
+    for info in tree.glob("patchkit_guard-*.dist-info"):
+        shutil.rmtree(info)
+
+
+@pytest.mark.parametrize("then", ["apply", "apply --no-guard"])
+def test_a_guard_pip_uninstalled_is_said_by_status_and_fails_a_launch_until_apply_settles_it(tmp_path, then):
+    tree, library = three_sets(tmp_path)
+    pip_uninstall_guard(tree)
+    model = write_model(tmp_path / "model", DEEPSEEK_V3)
+    one = ("--target", tree, "--patches", library, "--set", "spec")  # each takes one --set
+    status = run_cli("status", *one)
+    said = status.stdout + status.stderr
+    assert status.returncode == 0 and "unguarded warning: the launch guard an apply installed is gone" in said, said
+    fixes = re.findall(r"`patchkit ([^`]*)`", said.split("fix: ")[1])
+    assert fixes == [
+        f"apply --target {tree} --patches {library} --set model --set spec" + " --no-guard" * i for i in (0, 1)
+    ]
+    guard = json.loads(run_cli("status", *one, "--format", "json").stdout)["guard"]
+    assert guard["missing"].startswith("the launch guard an apply installed is gone") and guard["refuses"] == []
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
+    launch = ["vllm", "serve", str(model)]
+    for command in (["preflight", "--no-import"], ["run"]):
+        done = run_cli(*command, *one, "--", *launch, env=no_vllm)
+        assert done.returncode == 1 and "tree-state: the launch guard an apply installed is gone" in done.stdout, (
+            done.stdout
+        )
+    off = run_cli("run", *one, "--", "env", "PATCHKIT_GUARD=off", *launch, env=no_vllm)
+    assert off.returncode == 4, off.stdout + off.stderr  # a launch that turns the guard off loses nothing
+    fixed = run_cli(*shlex.split(fixes[then == "apply --no-guard"]), "--no-import")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert (tree / "patchkit_guard.py").exists() == (then == "apply")
+    status = run_cli("status", *one)
+    assert status.returncode == 0 and "unguarded" not in status.stdout + status.stderr, status.stdout
+    ran = run_cli("run", *one, "--", *launch, env=no_vllm)
+    assert ran.returncode == 4, ran.stdout + ran.stderr
     assert (tree / OTHER).read_text() == "x = 1\n"

@@ -157,3 +157,51 @@ def test_the_append_top_up_flushes_a_parser_on_the_engine_as_the_server_does():
     assert module.TOP_UPS["append"].apply(EngineParser(module), None).content == " held"
     plain = types.SimpleNamespace(prev_tool_call_arr=[], streamed_args_for_tool=[], finish_streaming=None)
     assert module.TOP_UPS["append"].apply(plain, None) is None
+
+
+# A parser engine of our own, in vLLM's layout (0.25 on): the tool parser file subclasses an adapter that
+# registered_adapters.py makes from an engine class with make_adapters (which imports every model's engine).
+ENGINE = {
+    "parser/engine/adapters.py": (
+        "from vllm.tool_parsers.abstract_tool_parser import ToolParser\n\n"
+        "def make_adapters(engine):\n"
+        "    return type('R', (), {}), type(engine.__name__ + 'ToolAdapter', (ToolParser,), {'engine': engine})\n"
+    ),
+    "parser/engine/registered_adapters.py": (
+        "from vllm.parser.engine.adapters import make_adapters\n"
+        "from vllm.parser.other_model import OtherParser\n"
+        "from vllm.parser.demo import DemoParser\n\n"
+        "OtherParserReasoningAdapter, OtherParserToolAdapter = make_adapters(OtherParser)\n"
+        "(DemoParserReasoningAdapter, DemoParserToolAdapter) = make_adapters(DemoParser)\n"
+    ),
+    "parser/demo.py": "from vllm.parser.engine.events import KIND\n\nclass DemoParser:\n    kind = KIND\n",
+    "parser/engine/events.py": "KIND = 'from the tree'\n",
+    "parser/other_model.py": "import a_package_the_harness_lacks\n",  # never loaded: only DemoParser is asked
+    "parser/__init__.py": "import a_package_the_harness_lacks\n",  # vllm.parser itself stays a stand-in
+}
+ENGINE_PARSER = "tool_parsers/demo_tool_parser.py"
+ENGINE_PARSER_SOURCE = (
+    "from vllm.parser.engine.registered_adapters import DemoParserToolAdapter\n\n"
+    "class DemoToolParser(DemoParserToolAdapter):\n    pass\n"
+)
+
+
+def test_a_parser_on_vllms_parser_engine_loads_the_engine_from_its_own_tree(tmp_path):
+    """From 0.25.0 the tool parsers are adapters on vLLM's parser engine: vllm/parser/ is loaded from
+    the judged file's tree (not the package's __init__, which imports every model's parser), and the
+    adapter registered_adapters.py names is made from the one engine it asks for."""
+    for relative, text in {**ENGINE, ENGINE_PARSER: ENGINE_PARSER_SOURCE}.items():
+        write(tmp_path, relative, text)
+    module = harness().load_parser_module(tmp_path / "vllm" / ENGINE_PARSER)
+    adapter = module.DemoToolParser.__mro__[1]
+    assert adapter.__name__ == "DemoParserToolAdapter" and adapter.engine.kind == "from the tree"
+
+
+def test_a_parser_on_the_engine_without_the_engine_beside_it_says_so(tmp_path):
+    write(tmp_path, ENGINE_PARSER, ENGINE_PARSER_SOURCE)
+    with pytest.raises(ImportError) as raised:
+        harness().load_parser_module(tmp_path / "vllm" / ENGINE_PARSER)
+    assert str(raised.value) == (
+        "behaviour.py has no stand-in for vllm.parser.engine.registered_adapters.DemoParserToolAdapter "
+        "(the tree has no vllm/parser/engine/ beside the file)"
+    )

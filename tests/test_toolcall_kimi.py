@@ -20,7 +20,8 @@ import pytest
 from helpers import LIBRARY, behaviour_harness, lay_out_release, snapshot
 from packaging.version import Version
 
-from patchkit.fetch import available_versions
+from patchkit.fetch import available_versions, release_tree
+from patchkit.fetch.cache import load_state, release_root
 from patchkit.series.library import read_toml
 
 pytestmark = pytest.mark.release
@@ -168,14 +169,53 @@ def test_patched_kimi_keeps_what_vllms_own_tests_ask_of_the_sections(tmp_path, r
     assert results[1].content == "x" * (parser.max_section_chars + 1) and not parser.in_tool_section
 
 
+ENGINE_RELEASES = [
+    "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+    "0.33.0", "0.34.0",
+]  # fmt: skip
+
+
+def engine_files(version: str) -> list[str]:
+    """vLLM's parser engine as the release has it: every module of vllm/parser/, and the enum its
+    Parser reads (0.31 on); the cached release's member list names them."""
+    release_tree(version, KIMI_FILES)  # the member list, fetched once
+    members = load_state(release_root(version), version)["members"]
+    wanted = ("vllm/parser/", "vllm/tool_parsers/tool_strict_level.py")
+    return [m for m in members if m.startswith(wanted) and m.endswith(".py")]
+
+
+def test_the_engine_tests_cover_every_release_from_0_25():
+    assert [str(v) for v in available_versions() if v >= Version("0.25.0")] == ENGINE_RELEASES
+
+
+@pytest.mark.parametrize("version", ENGINE_RELEASES)
+def test_kimi_on_vllms_parser_engine_is_judged_with_the_trees_engine_and_passes(tmp_path, run, version):
+    """From 0.25.0 the parser is an adapter on vLLM's parser engine (vllm/parser/: plain Python). With
+    the tree's engine files beside it, the harness loads them as they are (stand-ins for the rest of
+    vLLM) and judges the stock parser: it passes every split, under the release's own top-up."""
+    target = lay_out_release(version, [*KIMI_FILES, *engine_files(version)], tmp_path / "site")
+    result = behaviour(parser_file(target), "--random", "20")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all_streams_match(result.stdout) and ": 0 of 190 streamed runs differ (top-up append: " in result.stdout
+    harness = behaviour_harness(KIMI)  # in this process: the engine modules are the tree's own files
+    harness.load_parser_module(parser_file(target))
+    assert sys.modules["vllm.parser.kimi_k2"].__file__ == str(target / "vllm/parser/kimi_k2.py")
+    assert sys.modules["vllm.parser.engine.parser_engine"].__file__ == str(
+        target / "vllm/parser/engine/parser_engine.py"
+    )
+    status = run("status", "--target", target, "--patches", LIBRARY, "--set", KIMI, "--format", "json")
+    assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"
+
+
 @pytest.mark.parametrize("version", ["0.25.0", "0.34.0"])
-def test_kimi_from_0_25_is_upstream_by_range_and_not_judged(tmp_path, run, version):
-    """From 0.25.0 the parser is an adapter on vLLM's parser engine, which the stand-ins cannot load:
-    the behaviour test says so (exit 2) rather than judging it; `status` says upstream from the range.
-    When the harness learns to load it, this fails: judge those releases and update PROOF.md."""
+def test_kimi_from_0_25_without_the_engine_beside_it_is_upstream_by_range_and_not_judged(tmp_path, run, version):
+    """A tree of the parser alone (as `verify` of releases fetches: the files the set's series change)
+    has no engine to load: the behaviour test says so (exit 2) rather than judging it, and `status`
+    says upstream from the range."""
     target = stock_tree(version, tmp_path / "site")
     result = behaviour(parser_file(target))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no stand-in for vllm.parser.engine.registered_adapters.KimiK2ParserToolAdapter" in result.stdout
+    assert "(the tree has no vllm/parser/engine/ beside the file)" in result.stdout
     status = run("status", "--target", target, "--patches", LIBRARY, "--set", KIMI, "--format", "json")
     assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"

@@ -160,6 +160,36 @@ class ChatCompletionRequest(_Placeholder):
     skip_special_tokens = True
 
 
+# Names the parser engine's modules import for tool choices "required" and named, structured outputs,
+# strict tools and reasoning: the harness's requests (tool_choice "auto", no tools) never use them.
+ENGINE_UNUSED = (
+    "ChatCompletionMessageParam",
+    "ChatCompletionNamedToolChoiceParam",
+    "FunctionDefinition",
+    "ReasoningParser",
+    "ResponseInputOutputItem",
+    "SamplingParams",
+    "StructuredOutputsParams",
+    "check_json_nesting",
+    "extract_named_tool_call_streaming",
+    "extract_required_tool_call_streaming",
+    "resolve_tool_strictness",
+    "get_structural_tag_tools",
+    "limit_to_single_tool_call",
+    "RequiredToolCallScanner",
+    "rfind_tokens",
+)
+
+
+def _never(name: str) -> Callable[..., Any]:
+    """A function the harness's requests never reach (a named or required tool choice): said if reached."""
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"behaviour.py has no stand-in for {name} (its requests use tool_choice auto)")
+
+    return never
+
+
 def partial_tag_overlap(text: str, tag: str) -> int:
     """vllm/tool_parsers/utils.py's: the longest end of `text` that begins `tag`."""
     return next((size for size in range(min(len(text), len(tag) - 1), 0, -1) if text.endswith(tag[:size])), 0)
@@ -169,6 +199,7 @@ def partial_tag_overlap(text: str, tag: str) -> int:
 # no tool's properties, so every parameter's types are ["string"] and its value stays as written
 NO_TOOLS_SCHEMA_HELPERS: dict[str, Any] = {
     "find_tool_properties": lambda tools, tool_name: {},
+    "find_tool_name": lambda tools, tool_name: False,
     "extract_types_from_schema": lambda schema: ["string"],
     "coerce_to_schema_type": lambda value, schema_type: value,
 }
@@ -189,7 +220,21 @@ STAND_INS: dict[str, Any] = {
     "partial_tag_overlap": partial_tag_overlap,
     "ChatCompletionRequest": ChatCompletionRequest,
     **{name: type(name, (_Placeholder,), {}) for name in ("ResponsesRequest", "Tool", "TokenizerLike", "AnyTokenizer")},
+    # what vLLM's parser engine (0.25 on, loaded from the tree: see _VllmStandIns) imports besides it:
+    # ids of the default type, no metrics, and types of named and required tool choices, structured
+    # outputs and reasoning, which a request with tool_choice "auto" and no tools never builds
+    "get_tool_call_id_type": lambda *args, **kwargs: "random",
+    "record_tool_parser_invocation": lambda *args, **kwargs: None,
+    **{name: type(name, (_Placeholder,), {}) if name[0].isupper() else _never(name) for name in ENGINE_UNUSED},
+    "VLLMValidationError": type("VLLMValidationError", (ValueError,), {}),  # vllm.exceptions' (0.31 on)
 }
+# Packages besides vLLM that the parser engine imports (named tool choices, structured outputs):
+# served by placeholders where this interpreter lacks them, as the harness's requests never use them.
+FOREIGN = ("openai", "pydantic", "xgrammar")
+# vllm/parser/ modules not loaded from the tree: Prometheus counters, and the module that imports
+# every model's parser engine (its adapters are built for the one asked: registered_adapter)
+NOT_FROM_THE_TREE = ("vllm.parser.metrics", "vllm.parser.engine.registered_adapters")
+FROM_THE_TREE = ("vllm.tool_parsers.tool_strict_level",)  # besides vllm/parser/: an enum its Parser reads
 
 
 class _StandInModule(types.ModuleType):
@@ -198,14 +243,66 @@ class _StandInModule(types.ModuleType):
             return STAND_INS[name]
         if name.startswith("__"):  # a module attribute asked with a default (getattr(m, "__file__", None))
             raise AttributeError(name)
+        if self.__name__.split(".")[0] in FOREIGN:
+            return type(name, (Exception if name.endswith("Error") else _Placeholder,), {})
+        if self.__name__ == "vllm.parser.engine.registered_adapters":
+            return registered_adapter(name)
         raise ImportError(f"behaviour.py has no stand-in for {self.__name__}.{name}")
 
 
+def registered_adapter(name: str) -> type:
+    """vllm/parser/engine/registered_adapters.py's `name` (`(A, B) = make_adapters(CParser)`), built
+    from the tree's modules it names: that file imports every model's parser engine."""
+    path = _VllmStandIns.tree / "vllm/parser/engine/registered_adapters.py"
+    missing = f"behaviour.py has no stand-in for vllm.parser.engine.registered_adapters.{name}"
+    if not path.is_file():
+        raise ImportError(f"{missing} (the tree has no vllm/parser/engine/ beside the file)")
+    try:
+        return _made_adapter(name, ast.parse(path.read_bytes(), str(path)))
+    except Exception as e:  # an ImportError, as `from ... import name` reports it (not a module of that name)
+        raise ImportError(f"{missing} ({type(e).__name__}: {e})") from e
+
+
+def _made_adapter(name: str, source: ast.Module) -> type:
+    imported = {
+        alias.asname or alias.name: (node.module, alias.name)
+        for node in source.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    for node in source.body:
+        targets = node.targets[0] if isinstance(node, ast.Assign) else None
+        names = [t.id for t in targets.elts if isinstance(t, ast.Name)] if isinstance(targets, ast.Tuple) else []
+        call = node.value if isinstance(node, ast.Assign) else None
+        if name in names and isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.args:
+            argument = call.args[0]
+            if isinstance(argument, ast.Name) and call.func.id in imported and argument.id in imported:
+                make, engine = (imported[call.func.id], imported[argument.id])
+                made = getattr(importlib.import_module(make[0]), make[1])(
+                    getattr(importlib.import_module(engine[0]), engine[1])
+                )
+                return made[names.index(name)]
+    raise ImportError(f"behaviour.py has no stand-in for vllm.parser.engine.registered_adapters.{name}")
+
+
 class _VllmStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves every `vllm` and `vllm.*` module (as a package, so any depth imports) with STAND_INS."""
+    """Serves every `vllm` and `vllm.*` module (as a package, so any depth imports) with STAND_INS, but
+    vllm/parser/'s modules (vLLM's parser engine, 0.25 on: plain Python), which are the tree's own
+    files where it has them (the package vllm.parser itself imports every model's parser: not it)."""
+
+    tree = Path()  # the directory holding the judged file's vllm/
+    foreign: tuple[str, ...] = ()  # FOREIGN packages this interpreter lacks
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname == "vllm" or fullname.startswith("vllm."):
+        if (fullname.startswith("vllm.parser.") and fullname not in NOT_FROM_THE_TREE) or fullname in FROM_THE_TREE:
+            base = self.tree.joinpath(*fullname.split("."))
+            if (base / "__init__.py").is_file():
+                return importlib.util.spec_from_file_location(
+                    fullname, base / "__init__.py", submodule_search_locations=[str(base)]
+                )
+            if base.with_suffix(".py").is_file():
+                return importlib.util.spec_from_file_location(fullname, base.with_suffix(".py"))
+        if fullname == "vllm" or fullname.startswith("vllm.") or fullname.split(".")[0] in self.foreign:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -231,7 +328,10 @@ def load_parser_module(path: Path) -> types.ModuleType:
     """Execute the parser file with vllm.* served by stand-ins (and the `regex` package by `re`)."""
     sys.dont_write_bytecode = True  # the file's tree is not the harness's to write into
     if not any(isinstance(finder, _VllmStandIns) for finder in sys.meta_path):
+        _VllmStandIns.foreign = tuple(name for name in FOREIGN if importlib.util.find_spec(name) is None)
         sys.meta_path.insert(0, _VllmStandIns())
+    package = next((parent for parent in path.resolve().parents if parent.name == "vllm"), None)
+    _VllmStandIns.tree = package.parent if package else Path()
     if importlib.util.find_spec("regex") is None:
         sys.modules["regex"] = re  # the parsers' patterns are plain `re` patterns
     return load_module(path, f"behaviour_parser_{path.stem}")

@@ -386,6 +386,18 @@ def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
     ]
 
 
+GUARD_GONE = "the launch guard an apply installed is gone"
+
+
+def missing_guard(root: Path, state: State | None) -> str | None:
+    """What to say when the record names a guard that vLLM would no longer load (`pip uninstall
+    patchkit-guard` took its files): the tree is patched, but no launch is checked. None: as recorded."""
+    recorded = state.guard if state is not None and not state.no_guard else {}
+    if not recorded or all(os.path.lexists(root / path) for path in recorded) or is_installed(root):
+        return None
+    return f"{GUARD_GONE} (pip uninstall patchkit-guard?): vLLM launches this tree unchecked"
+
+
 def _own_module(root: Path) -> bool:
 
     own = _own_source()

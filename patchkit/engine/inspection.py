@@ -24,6 +24,7 @@ from patchkit.engine.guard import (
     UNKNOWN_GUARD,
     is_installed,
     launch_refusal,
+    missing_guard,
     older_guard_notes,
     replace_fix,
     unrecorded_guard_notes,
@@ -87,6 +88,7 @@ class TreeStatus:
     # the sets the tree's record names, each of the user's library (empty: another's, or ad-hoc
     # patches): after a vLLM upgrade, the apply that moves their records forward, and no other set
     recorded_sets: tuple[str, ...] = ()
+    guard_missing: str | None = None  # the recorded guard is gone (missing_guard): no launch is checked
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -138,11 +140,21 @@ class TreeStatus:
         """The apply that settles the records a vLLM upgrade made stale: of the recorded sets only
         (apply alone would apply every covering set, a launch's unneeded ones too)."""
         upgraded = self.stale or any(_UPGRADED in problem for problem in self.guard)
-        if not (upgraded and self.recorded_sets):
-            return hints.command("apply")
-        return hints.command(
-            "apply", *[w for name in self.recorded_sets for w in ("--set", name)], chosen=_without_a_set()
-        )
+        return self._apply_of_recorded() if upgraded else hints.command("apply")
+
+    @property
+    def guard_missing_fix(self) -> str:
+        """Puts the recorded guard back (apply installs it when missing), or says to go without one."""
+        apply, without = self._apply_of_recorded(), self._apply_of_recorded("--no-guard")
+        return f"run {apply} (it puts the guard back), or {without} to launch without it"
+
+    def _apply_of_recorded(self, *args: str) -> str:
+        """apply of the recorded sets only (apply alone applies every covering set); alone where
+        those are every set of the library, or are not known."""
+        if not self.recorded_sets:
+            return hints.command("apply", *args)
+        sets = [w for name in self.recorded_sets for w in ("--set", name)]
+        return hints.command("apply", *sets, *args, chosen=_without_a_set())
 
     @property
     def upstream_regression(self) -> bool:
@@ -229,6 +241,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state),
+        "guard_missing": missing_guard(root, state),
     }
 
 

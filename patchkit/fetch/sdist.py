@@ -98,13 +98,27 @@ def _forget(root: Path, name: str) -> bool:
     return False
 
 
+def _forget_record(root: Path, name: str) -> None:
+    """The sdist's .json, just before a checked download replaces the file it named."""
+    with suppress(FileNotFoundError):
+        remove_entry(root / f"{name}.json")
+
+
 def _download(root: Path, ver: str, name: str, say: Progress) -> None:
     settings = net.pip_settings()
     session = net.make_session(settings, None)
     try:
         chosen = _find(ver, name, settings, session, say)
-        _forget(root, name)
-        download_wheel(session, chosen["url"], chosen["sha256"], root / name, timeout=settings.timeout, say=say)
+        # what the cache holds (an sdist no record names) stays until the new one passed its checks
+        download_wheel(
+            session,
+            chosen["url"],
+            chosen["sha256"],
+            root / name,
+            timeout=settings.timeout,
+            say=say,
+            accept=lambda _digest: _forget_record(root, name),
+        )
     finally:
         session.close()
     sidecar = {"schema": SCHEMA, "project": PROJECT, "version": ver, **chosen, "url": without_userinfo(chosen["url"])}

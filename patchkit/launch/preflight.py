@@ -515,7 +515,19 @@ def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding
 def tree_findings(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, result: PreflightResult) -> list[Finding]:
     """The set's tree-state finding, when the launch needs the set. A set it does not need fails the
     launch only through the guard's refusal (with the guard on, vLLM loads it and it refuses the tree
-    for any recorded set); otherwise its state is noted in `result.unused`."""
+    for any recorded set); otherwise its state is noted in `result.unused`. A recorded guard that is
+    gone fails a launch that would load it: the launch the user guarded runs unchecked."""
+    gone = [_guard_gone(status)] if needs.guard_runs and status.guard_missing else []
+    return gone + _set_state_findings(resolved, status, needs, result)
+
+
+def _guard_gone(status: TreeStatus) -> Finding:
+    return Finding(TREE, False, status.guard_missing or "", status.guard_missing_fix)
+
+
+def _set_state_findings(
+    resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, result: PreflightResult
+) -> list[Finding]:
     if needs.needs(resolved.set_name):
         unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
         return [

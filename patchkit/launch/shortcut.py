@@ -4,7 +4,7 @@
   it is: patchkit.store.state) records an apply of this very series (the same patch names and sha256s),
   for the installed vLLM version, over exactly the files the series touches, and each file of every
   set it records (all on that version) still has the sha256 the last set to write it wrote (and the
-  installed launch guard lets the launch go),
+  installed launch guard lets the launch go, and is there when recorded),
   the tree is the series applied with no drift: the series is not planned again. Anything else (no record, another set, a file changed, a symlink
   on the way, an unfinished transaction) says nothing, and the full inspection decides, under
   the target's lock, as it always did. This read takes no lock: the files' hashes are the proof
@@ -45,7 +45,7 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import inside, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
-from patchkit.engine.guard import launch_refusal
+from patchkit.engine.guard import launch_refusal, missing_guard
 from patchkit.engine.inspection import TreeStatus
 from patchkit.engine.resolve import Resolved
 from patchkit.launch.command import LaunchCommand
@@ -69,7 +69,12 @@ def recorded_state(root: Path) -> State | None:
     try:
         before = _settled_record(root)
         state = None if before is None else parse_state(before, state_path(root))
-        answers = state is not None and _as_written(root, state) and not launch_refusal(root, state)
+        answers = (
+            state is not None
+            and _as_written(root, state)
+            and not launch_refusal(root, state)
+            and missing_guard(root, state) is None
+        )
         return state if answers and _settled_record(root) == before else None
     except (PatchkitError, OSError):  # damaged, of the wrong kind, unreadable: the full inspection says so
         return None

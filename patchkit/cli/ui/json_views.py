@@ -82,6 +82,9 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
             "installed": status.guard_installed,
             "refuses": status.guard,
             "fix": status.guard_fix if status.guard else None,
+            # the recorded guard is gone: no refusal, and no launch checked either
+            "missing": status.guard_missing,
+            "missing_fix": status.guard_missing_fix if status.guard_missing else None,
         },
         **(
             {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}

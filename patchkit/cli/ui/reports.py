@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.series.library import Location, Release
 
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
+UNGUARDED = "unguarded"  # the recorded launch guard is gone (the tree's: said once)
 STALE = "stale"  # a record an upgrade of vLLM left behind (the tree's: each note names its set)
 
 
@@ -160,7 +161,7 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
 def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
     """A failure that names no file, named by its set (`partial`: which set is); the guard's
     refusal and the stale records (each note names its set) are the tree's."""
-    tree_wide = (GUARD, STALE)
+    tree_wide = (GUARD, STALE, UNGUARDED)
     return [f if f.where or f.what in tree_wide else replace(f, message=f"{name}: {f.message}") for f in failures]
 
 
@@ -189,6 +190,8 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     ]
     if status.guard:
         failures.append(Failure("guard", refusal_text(status.guard), fix=status.guard_fix))
+    if status.guard_missing:
+        failures.append(Failure(UNGUARDED, status.guard_missing, fix=status.guard_missing_fix, warning=True))
     return failures
 
 
