@@ -7,9 +7,12 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library, write_tree
+
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -379,6 +382,8 @@ def test_help_groups_the_commands_with_whole_descriptions_wrapped_to_the_termina
     assert set(listing["Maintain"]) == {"workspace", "refresh", "port"}
     shown = {name: text for section in sections for name, text in listing[section].items()}
     assert shown == {name: listed.help for name, listed in COMMANDS.items()}
+    # newuser15 9: where the docs are, for a user with no clone (a wheel carries them: test_package)
+    assert text.splitlines()[-1] == f"Docs: {CHECKOUT / 'README.md'} (and docs/ beside it)"
 
 
 def _help_words(name: str | None, width: int) -> str:

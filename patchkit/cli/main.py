@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar
 
@@ -172,6 +173,15 @@ class PatchkitGroup(click.Group):
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Exit codes"):
             formatter.write_dl(EXIT_CODES)
+        formatter.write_paragraph()  # the path whole, never wrapped: it is copied
+        formatter.write(f"Docs: {docs_root() / 'README.md'} (and docs/ beside it)\n")
+
+
+def docs_root() -> Path:
+    """Where README.md and docs/ are: patchkit/_docs in a wheel (hatch_build.py), else the checkout."""
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "_docs"
+    return packaged if packaged.is_dir() else package.parent
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
