@@ -177,6 +177,21 @@ def test_version_without_series_is_exit_3(run, tmp_path, library):
     assert result.exit_code == 3 and "0.15.0" in result.output
 
 
+def test_verify_names_a_vllm_version_the_tree_is_not_in_one_line(run, tmp_path, library):
+    """newuser15 10: --vllm-version 0.16.0 on a 0.17.0 tree said "partial", conflicts and integrity
+    warnings, then "FAILED: N checks passed": the mismatch itself was never named."""
+    other = write_tree(tmp_path / "v0.17.0", "0.17.0", {SPEC: SPEC_PY.replace('"qwen"', '"qwen2"'), MODEL: MODEL_PY})
+    result = run("verify", *args(other, library), "--vllm-version", "0.16.0")
+    assert result.exit_code == 1, result.output
+    said = "--vllm-version says 0.16.0, the tree's dist-info 0.17.0 (vllm-0.17.0.dist-info/METADATA)"
+    lines = result.output.splitlines()
+    assert lines[-1] == f"verify: FAILED: {said}", lines
+    assert f"version: {said}" in lines and "partial" not in result.output and "conflict" not in result.output
+    assert f"  fix: `patchkit verify --target {other} --patches {library}` (the tree's own release)" in lines
+    same = run("verify", *args(write_tree(tmp_path / "v0.16.0", "0.16.0"), library), "--vllm-version", "0.16.0")
+    assert same.exit_code == 0 and "--vllm-version says" not in same.output, same.output
+
+
 def test_vllm_version_override(run, tmp_path, library):
     other = write_tree(tmp_path / "v0.15.0", "0.15.0")
     result = run("status", *args(other, library), "--vllm-version", "0.16.0", "--format", "json")

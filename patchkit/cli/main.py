@@ -143,6 +143,13 @@ COMMANDS = {
 }
 
 
+def docs_root() -> Path:
+    """Where README.md and docs/ are: patchkit/_docs in a wheel (hatch_build.py), else the checkout."""
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "_docs"
+    return packaged if packaged.is_dir() else package.parent
+
+
 class PatchkitGroup(click.Group):
     """Lists the commands from COMMANDS, loading a command's module only when it runs or shows
     its own help (click's lazy group), and turns errors into exit codes. Its help and each
@@ -175,13 +182,6 @@ class PatchkitGroup(click.Group):
             formatter.write_dl(EXIT_CODES)
         formatter.write_paragraph()  # the path whole, never wrapped: it is copied
         formatter.write(f"Docs: {docs_root() / 'README.md'} (and docs/ beside it)\n")
-
-
-def docs_root() -> Path:
-    """Where README.md and docs/ are: patchkit/_docs in a wheel (hatch_build.py), else the checkout."""
-    package = Path(__file__).resolve().parents[1]
-    packaged = package / "_docs"
-    return packaged if packaged.is_dir() else package.parent
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

@@ -322,6 +322,12 @@ def verified_target_text(
     that fixes each), then the verdict with the count of the checks that passed (every row with -v).
     `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set.
     `alone` False: one of several sets, whose command to apply the last lines say."""
+    mismatch = another_release(resolved)
+    if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
+        show_header(ui, resolved, target=target)
+        ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
+        ui.verdict(f"verify: FAILED: {mismatch}", ok=False)
+        return
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_by_check(status)
@@ -361,6 +367,19 @@ def verified_target_text(
     else:
         above = "; the launch guard refuses the tree (above)" if refused_above else ""
         ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
+
+
+def another_release(resolved: Resolved) -> str:
+    """--vllm-version naming another release than the tree's dist-info, in one line ("" if not)."""
+    version = resolved.version
+    if version is None or not version.tree_says:
+        return ""
+    return f"--vllm-version says {version.version}, the tree's dist-info {version.tree_says}"
+
+
+def _without_version(verb: str) -> str:
+    """The command again without --vllm-version: the tree's own release is then used."""
+    return f"{hints.command(verb, chosen=replace(hints.current(), vllm_version=None))} (the tree's own release)"
 
 
 def _checked_as(verified: VerifyResult) -> str:
