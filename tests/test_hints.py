@@ -95,16 +95,18 @@ def hand_spelled_at(path: Path, as_if: Path) -> list[str]:
 
 
 def test_a_command_carries_the_selection_as_that_command_takes_it():
-    chosen = Options("/x y", "/venv/bin/python", "0.16.0", "/lib", ("a.diff", "b c.diff"), None)
+    chosen = Options("/x y", "/venv/bin/python", "0.16.0", "/lib", ("/p/a.diff", "/p/b c.diff"), None)
     apply = hints.command("apply", "--force", chosen=chosen)
     assert shlex.split(apply.strip("`")) == [
         "patchkit", "apply", "--target", "/x y", "--python", "/venv/bin/python", "--vllm-version", "0.16.0",
-        "--patches", "/lib", "--patch", "a.diff", "--patch", "b c.diff", "--force",
+        "--patches", "/lib", "--patch", "/p/a.diff", "--patch", "/p/b c.diff", "--force",
     ]  # fmt: skip
     assert hints.command("recover", chosen=chosen) == "`patchkit recover --target '/x y' --python /venv/bin/python`"
     assert "--patch " not in hints.command("diff", chosen=chosen)  # diff takes the library's series only
     assert hints.command("fetch 0.16.0", chosen=chosen) == "`patchkit fetch 0.16.0 --patches /lib`"  # no tree
-    wheel = "`patchkit wheel 0.16.0 --patches /lib --patch a.diff --patch 'b c.diff'`"  # no tree: it builds a file
+    wheel = (
+        "`patchkit wheel 0.16.0 --patches /lib --patch /p/a.diff --patch '/p/b c.diff'`"  # no tree: it builds a file
+    )
     assert hints.command("wheel 0.16.0", chosen=chosen) == wheel
     assert hints.command("workspace", chosen=chosen) == "`patchkit workspace`"  # a verb not listed: bare
     assert hints.command("preflight", "--", "COMMAND", chosen=Options(python="/p")).endswith("--python /p -- COMMAND`")
@@ -116,9 +118,22 @@ def test_the_selection_is_the_running_commands_and_another_set_replaces_its_set(
         assert hints.command("status") == "`patchkit status --target /t --patches /lib --set mine`"
         other = hints.command("revert", chosen=hints.for_set("theirs"))
         assert other == "`patchkit revert --target /t --patches /lib --set theirs`"
-        adhoc = hints.command("revert", chosen=hints.for_set(None, ("fix.diff",)))
-        assert adhoc == "`patchkit revert --target /t --patch fix.diff`"
+        adhoc = hints.command("revert", chosen=hints.for_set(None, ("/d/fix.diff",)))
+        assert adhoc == "`patchkit revert --target /t --patch /d/fix.diff`"
     assert hints.command("apply") == "`patchkit apply`"
+
+
+def test_a_commands_paths_are_absolute_so_it_works_from_any_directory(tmp_path, monkeypatch):
+    """newuser15 11l: `--target vllm-edit` in a fix failed when pasted in another directory."""
+    monkeypatch.chdir(tmp_path)
+    with hints.selected(Options(target_dir="tree", library="lib", python="venv/bin/python", adhoc=("a.diff",))):
+        said = shlex.split(hints.command("apply").strip("`"))
+    assert said == [
+        "patchkit", "apply", "--target", f"{tmp_path}/tree", "--python", f"{tmp_path}/venv/bin/python",
+        "--patches", f"{tmp_path}/lib", "--patch", f"{tmp_path}/a.diff",
+    ]  # fmt: skip
+    with hints.selected(Options(python="python3")):  # a name PATH finds stays a name
+        assert hints.command("status") == "`patchkit status --python python3`"
 
 
 def test_the_pip_hint_runs_the_trees_own_interpreter():

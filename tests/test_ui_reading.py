@@ -155,7 +155,7 @@ def test_preflight_says_a_fix_several_failures_share_once(fetched):
     assert done.returncode == 1, done.stderr
     fixes = [line for line in lines_of(done) if "fix" in line and "patchkit apply" in line]
     assert len(fixes) == 1 and re.fullmatch(
-        r"  fix \(all \d above\): run `patchkit apply --target stock[^`]*`", fixes[0]
+        rf"  fix \(all \d above\): run `patchkit apply --target {re.escape(str(fetched))}/stock[^`]*`", fixes[0]
     )
     failed = [line for line in lines_of(done) if line.startswith(("tree-state:", "whitelist:", "supports-eagle3:"))]
     assert len(failed) >= 2, done.stdout

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 # why `run` asks vLLM nothing (it has no --no-import: it never imports vLLM before the launch does)
-RUN = "run checks the launch statically (`patchkit preflight` asks vLLM)"
+RUN = "run checks the launch statically (preflight asks vLLM)"
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
 
 
