@@ -4,6 +4,8 @@
    entry holds from 0.16.0 (0.15.x's DraftModelProposer loads its drafter itself); deepseek_v32 and
    deepseek_v4 need deepseek-tool-calls below 0.23.0 only (its 0.23.0 series leaves the V3.2 file).
    Each rule is held against the stock files of the releases it covers (release tier).
+2. `preflight`/`run --set X` leaving out a set Y the launch needs: Y judged from the tree's record
+   (applied, no drift: a pass said as a note; else the failure naming it).
 3. A launch guard `pip uninstall patchkit-guard` took: status warns (exit 0: the guard refuses
    nothing) with the fix, preflight and run fail a launch that would load it; apply puts it back.
 4. After a vLLM upgrade the guard's fix (and each stale record's) applies the recorded sets only,
@@ -33,11 +35,14 @@ from helpers import (
     write_library,
     write_tree,
 )
-from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, write_model
+from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, serve, write_model
 from packaging.version import Version
+from test_launch_relevance import PARSER, TOOLS, setup  # noqa: F401  (setup: a fixture)
+from test_launch_review9 import LEFT_OUT
 from test_several_sets import EAGLE_MODEL, MODEL, SPEC
 
 from patchkit.base.errors import BadInput
+from patchkit.engine.guard import is_installed
 from patchkit.fetch import release_tree
 from patchkit.releases.files import files_for
 from patchkit.series.library import LaunchFacts, load_set, select
@@ -263,35 +268,154 @@ def pip_uninstall_guard(tree: Path) -> None:
         shutil.rmtree(info)
 
 
-@pytest.mark.parametrize("then", ["apply", "apply --no-guard"])
-def test_a_guard_pip_uninstalled_is_said_by_status_and_fails_a_launch_until_apply_settles_it(tmp_path, then):
+def retarget_guard(tree: Path) -> None:
+    """The guard's entry point made to load another module: vLLM runs no guard."""
+    (info,) = tree.glob("patchkit_guard-*.dist-info")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard = os:getcwd\n")
+
+
+@pytest.mark.parametrize(("breaks", "then"), [(pip_uninstall_guard, 0), (pip_uninstall_guard, 1), (retarget_guard, 0)])
+def test_a_guard_that_no_longer_loads_is_said_by_status_and_fails_a_launch_until_apply_settles_it(
+    tmp_path, breaks, then
+):
     tree, library = three_sets(tmp_path)
-    pip_uninstall_guard(tree)
+    breaks(tree)
     model = write_model(tmp_path / "model", DEEPSEEK_V3)
     one = ("--target", tree, "--patches", library, "--set", "spec")  # each takes one --set
     status = run_cli("status", *one)
     said = status.stdout + status.stderr
-    assert status.returncode == 0 and "unguarded warning: the launch guard an apply installed is gone" in said, said
+    assert (
+        status.returncode == 0 and "unguarded warning: the launch guard an apply installed no longer loads" in said
+    ), said
     fixes = re.findall(r"`patchkit ([^`]*)`", said.split("fix: ")[1])
-    assert fixes == [
-        f"apply --target {tree} --patches {library} --set model --set spec" + " --no-guard" * i for i in (0, 1)
-    ]
+    guard = " --guard" * (breaks is retarget_guard)  # apply keeps a guard file changed since: --guard replaces it
+    sets = f"apply --target {tree} --patches {library} --set model --set spec"
+    assert fixes == [sets + guard, sets + " --no-guard"], said
     guard = json.loads(run_cli("status", *one, "--format", "json").stdout)["guard"]
-    assert guard["missing"].startswith("the launch guard an apply installed is gone") and guard["refuses"] == []
+    assert guard["missing"].startswith("the launch guard an apply installed no longer loads") and guard["refuses"] == []
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
     launch = ["vllm", "serve", str(model)]
     for command in (["preflight", "--no-import"], ["run"]):
         done = run_cli(*command, *one, "--", *launch, env=no_vllm)
-        assert done.returncode == 1 and "tree-state: the launch guard an apply installed is gone" in done.stdout, (
-            done.stdout
-        )
+        assert (
+            done.returncode == 1 and "tree-state: the launch guard an apply installed no longer loads" in done.stdout
+        ), done.stdout
     off = run_cli("run", *one, "--", "env", "PATCHKIT_GUARD=off", *launch, env=no_vllm)
     assert off.returncode == 4, off.stdout + off.stderr  # a launch that turns the guard off loses nothing
-    fixed = run_cli(*shlex.split(fixes[then == "apply --no-guard"]), "--no-import")
+    fixed = run_cli(*shlex.split(fixes[then]), "--no-import")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert (tree / "patchkit_guard.py").exists() == (then == "apply")
+    assert is_installed(tree) == (not then)
     status = run_cli("status", *one)
     assert status.returncode == 0 and "unguarded" not in status.stdout + status.stderr, status.stdout
     ran = run_cli("run", *one, "--", *launch, env=no_vllm)
     assert ran.returncode == 4, ran.stdout + ran.stderr
     assert (tree / OTHER).read_text() == "x = 1\n"
+
+
+# --- 2. a set --set leaves out, judged from the record -----------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["preflight", "run"])
+def test_a_needed_set_left_out_by_set_passes_when_the_record_shows_it_whole_and_fails_once_edited(
+    request, tmp_path, command
+):
+    tree, lib, target, drafter = request.getfixturevalue("setup")
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
+    options = ("--no-import",) if command == "preflight" else ()
+    launch = ["--", *serve(target, drafter, *TOOLS)]
+    done = run_cli(command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm)
+    assert done.returncode == (0 if command == "preflight" else 4), done.stdout + done.stderr
+    note = "note: this launch needs tools (--tool-call-parser demo/demo_v2), left out by --set: its record says applied, no drift"
+    assert note in done.stderr.splitlines(), done.stderr
+    (tree / PARSER).write_text((tree / PARSER).read_text() + "# edited\n")
+    edited = run_cli(command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm)
+    assert edited.returncode == 1 and LEFT_OUT in edited.stdout, edited.stdout + edited.stderr
+    assert "add `--set tools`, or give no --set" in edited.stdout, edited.stdout
+
+
+# --- review 10a L1, L2: apply of several sets says the guard's fate once, after the last set ----------
+
+
+def test_apply_of_several_sets_judges_the_guard_once_after_the_last_set_settled_the_record(tmp_path):
+    """L1: a local version label added under two applied sets: the first set's "already applied"
+    warned that the guard still refused (the second's record not yet moved) and named this apply."""
+    tree, library = three_sets(tmp_path)
+    meta = tree / "vllm-0.16.0.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 0.16.0", "Version: 0.16.0+cu129"))
+    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 1
+    done = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "refuses" not in said, said
+    assert "model: already applied; record updated\nspec: already applied; record updated" in said, said
+    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+
+
+def test_apply_of_several_sets_does_not_say_the_guard_removed_when_a_later_set_installs_it(tmp_path):
+    """L2: after an upgrade to the release one set calls upstream, that set dropped every stale record
+    and the guard ("launch guard removed"), then the next set applied and installed it again."""
+    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, MODEL: MODEL_PY})
+    library = tmp_path / "lib"
+    for name, path, content, upstream in (
+        ("spec", SPEC, patched_spec(), ">=0.17.0"),
+        ("model", MODEL, EAGLE_MODEL, None),
+    ):
+        patch = make_patch(tmp_path, tree, {path: content})
+        versions = {"0.16.0": "==0.16.0" if upstream else ">=0.16.0"}
+        write_library(library, {"0.16.0": [patch]}, versions=versions, upstream=upstream, name=name)
+    (library / "library.toml").write_text('order = ["spec", "model"]\n')
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    pip_install(tree, "0.17.0", {SPEC: patched_spec(), MODEL: MODEL_PY})
+    done = run_cli("apply", "--target", tree, "--patches", library, "--no-import")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "guard removed" not in said, said
+    assert "model: applied 1 patch(es): 1 file(s) changed; launch guard installed" in said, said
+    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+
+
+# --- review 10a L5: a fifo, directory or device where a patched file was ------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_special_file_in_place_of_a_patched_file_is_refused_with_a_fix_that_ends_healthy(tmp_path, kind):
+    tree, library = three_sets(tmp_path)
+    (tree / SPEC).unlink()
+    if kind == "fifo":
+        os.mkfifo(tree / SPEC)
+    elif kind == "directory":
+        (tree / SPEC).mkdir()
+    else:
+        (tree / SPEC).symlink_to("/dev/null")
+    selection = ("--target", tree, "--patches", library)
+    for command in (("status", "--set", "spec"), ("revert",), ("verify", "--no-import", "--set", "spec")):
+        done = run_cli(*command, *selection)
+        assert done.returncode == 2 and f"hint: remove {tree / SPEC} (rm -r for a directory)" in done.stderr, (
+            command,
+            done.stderr,
+        )
+    shutil.rmtree(tree / SPEC) if kind == "directory" else (tree / SPEC).unlink()
+    status = run_cli("status", *selection, "--set", "spec")
+    said = status.stdout + status.stderr
+    assert (
+        status.returncode == 1 and f"`patchkit revert --target {tree} --patches {library} --set spec --force`" in said
+    )
+    assert run_cli("revert", *selection, "--force").returncode == 0
+    assert run_cli("apply", *selection, "--set", "spec", "--set", "model", "--no-import").returncode == 0
+    assert run_cli("status", *selection, "--set", "spec").returncode == 0
+    assert (tree / SPEC).read_text() == patched_spec()
+
+
+def test_the_note_of_a_tree_with_some_sets_applied_names_a_status_command_that_runs(tmp_path):
+    """launch24's note said `status --set model --set spec`, which status refuses (one --set)."""
+    tree, library = three_sets(tmp_path)
+    assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
+    (library / "library.toml").write_text('order = ["model", "spec", "other"]\n')
+    (tree / OTHER).write_text("y = 1\n")  # other's patch does not apply: the apply stops there
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 1
+    (tree / OTHER).write_text("x = 1\n")  # stock again: other, chosen, is simply not applied
+    status = run_cli("status", "--target", tree, "--patches", library)
+    note = status.stdout + status.stderr
+    assert status.returncode == 1 and "if your launches use only model, spec:" in note, note
+    (command,) = [c for c in re.findall(r"`patchkit ([^`]*)`", note) if c.startswith("status")]
+    done = run_cli(*shlex.split(command))
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -16,7 +16,9 @@ import pytest
 from cli_server import run_patchkit
 from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
 
+from patchkit.base.errors import BadInput
 from patchkit.base.hashing import sha256
+from patchkit.distinfo.record import record_hash
 from patchkit.engine import transaction
 from patchkit.store.journal import staged_name
 from patchkit.store.state import read_state
@@ -215,10 +217,10 @@ def test_a_forged_journal_reaching_every_file_deletes_and_overwrites_nothing(tmp
     ]
     overwritten = {"path": SPEC, "before": sha256(planted), "after": sha256(SPEC_PY.encode()), "staged": None}
     _forged_journal(tree, [*created, overwritten])
-    said = transaction.recover(tree)
-    assert said is not None and "restored" not in said and "removed" not in said, said
-    assert f"kept, not written by it or changed since: otherpkg/mod.py, {SPEC}, vllm/userdir/mine.py" in said, said
-    assert snapshot(tree) == before and not (tree / ".patchkit/journal.json").exists()
+    with pytest.raises(BadInput) as refused:  # no evidence either way: it stops, naming them
+        transaction.recover(tree)
+    assert f"may have written otherpkg/mod.py, {SPEC}, vllm/userdir/mine.py" in refused.value.message
+    assert snapshot(tree) == before and (tree / ".patchkit/journal.json").exists()
 
 
 def test_a_forged_journal_with_no_previous_record_keeps_an_older_state_json(tree, created):
@@ -241,3 +243,100 @@ def test_a_deleted_file_the_commit_reached_still_gets_its_original_back(tmp_path
     said = transaction.recover(tree)
     assert "1 file(s) restored" in (said or ""), said
     assert (tree / "vllm/__init__.py").read_bytes() == original
+
+
+# --- review 10b H1: a copy, chmod or chown after a crash gives every file a new ctime ---
+
+
+def _with_record(tree: Path) -> Path:
+    """vLLM's RECORD for the tree's vllm/ files, as an installed wheel has it."""
+    rows = []
+    for path in sorted(p for p in tree.rglob("*") if p.is_file() and p.parts[-2:][0] != ".patchkit"):
+        rel = path.relative_to(tree).as_posix()
+        if rel.startswith("vllm/"):
+            data = path.read_bytes()
+            rows.append(f"{rel},{record_hash(data)},{len(data)}")
+    (tree / "vllm-0.16.0.dist-info/RECORD").write_text("\n".join(rows) + "\n")
+    return tree
+
+
+def _crash_at_the_last_step(tree: Path, patch: Path) -> None:
+    """Crash the apply at its last step before its commit point: every file in place, the journal kept."""
+    keep = tree.parent / "stock-copy"
+    _copy(tree, keep)
+    last = None
+    for n in range(1, 80):
+        _copy(keep, tree)
+        if _patchkit("apply", "--target", tree, "--patch", patch, "--no-import", fault=str(n)).returncode == 0:
+            break
+        if (tree / ".patchkit/journal.json").exists():  # not past the commit point
+            last = n
+    assert last is not None
+    _copy(keep, tree)
+    _patchkit("apply", "--target", tree, "--patch", patch, "--no-import", fault=str(last))
+    assert (tree / ".patchkit/journal.json").exists()
+
+
+@pytest.fixture
+def crashed(tmp_path, scratch) -> tuple[Path, dict[str, bytes]]:
+    """An apply of a patch that changes two of vLLM's files, crashed with both in place."""
+    tree = _with_record(
+        write_tree(tmp_path / "site", files={SPEC: SPEC_PY, MODEL: MODEL_PY, "vllm/keep.py": "K = 1\n"})
+    )
+    edits = {SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'), MODEL: MODEL_PY.replace("return x", "return x + 1")}
+    patch = tmp_path / "p.diff"
+    patch.write_bytes(make_patch(scratch, tree, edits))
+    stock = snapshot(tree)
+    _crash_at_the_last_step(tree, patch)
+    assert (tree / SPEC).read_text() == edits[SPEC] and (tree / MODEL).read_text() == edits[MODEL]
+    return tree, stock
+
+
+def _moved(tree: Path, dest: Path) -> Path:
+    """`cp -a` of a tree that copies .patchkit/ last (as a tar that lists it last): every file's
+    ctime is new, the journal's newest."""
+    shutil.copytree(tree, dest, symlinks=True, ignore=lambda d, names: [".patchkit"] if Path(d) == tree else [])
+    time.sleep(0.05)
+    shutil.copytree(tree / ".patchkit", dest / ".patchkit", symlinks=True)
+    return dest
+
+
+def _chmodded(tree: Path) -> Path:
+    """A chmod (as `chmod -R` or `chown -R` of the environment) of the journal, after the crash."""
+    time.sleep(0.05)
+    os.chmod(tree / ".patchkit/journal.json", 0o644)
+    return tree
+
+
+@pytest.mark.parametrize("how", ["copy", "chmod"])
+def test_a_tree_copied_or_chmodded_after_a_crash_still_gets_its_originals_back(crashed, tmp_path, how):
+    """The ctime alone decided: after `cp -a` (every ctime new) or a chmod of the journal, recovery
+    kept the patched files, dropped the journal and the saved originals, and `revert` said the tree
+    was stock. Their bytes are the journal's and the originals are vLLM's own (RECORD): restore."""
+    tree, stock = crashed
+    tree = _moved(tree, tmp_path / "moved") if how == "copy" else _chmodded(tree)
+    done = _patchkit("recover", "--target", tree)
+    assert done.returncode == 0, done.stderr
+    assert "2 file(s) restored" in done.stdout, done.stdout
+    assert snapshot(tree) == stock
+    assert not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_copied_tree_whose_originals_nothing_vouches_for_keeps_the_journal_and_names_the_files(crashed, tmp_path):
+    """No RECORD lists the originals and no record names them: recovery cannot tell, so it touches
+    nothing, keeps the journal and the saved originals, and exits 2 naming the files; once the
+    stock files are back, recover finishes."""
+    tree, stock = crashed
+    (tree / "vllm-0.16.0.dist-info/RECORD").unlink()
+    (tree / ".patchkit/state.json").unlink(missing_ok=True)  # the new record, if the crash came after writing it
+    tree = _moved(tree, tmp_path / "moved")
+    patched = snapshot(tree)
+    done = _patchkit("recover", "--target", tree)
+    assert done.returncode == 2, done.stderr
+    assert f"may have written {SPEC}, {MODEL}" in done.stderr and "recover --target" in done.stderr, done.stderr
+    assert snapshot(tree) == patched and (tree / ".patchkit/journal.json").exists()
+    for path in (SPEC, MODEL):
+        (tree / path).write_bytes(stock[path])
+    done = _patchkit("recover", "--target", tree)
+    assert done.returncode == 0, done.stderr
+    assert not (tree / ".patchkit/journal.json").exists()

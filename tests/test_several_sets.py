@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from cli_server import run_patchkit
 from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, pip_install, snapshot, write_library, write_tree
 
 from patchkit.series import library as library_mod
@@ -648,3 +649,60 @@ def test_a_warning_about_the_whole_tree_is_said_once_for_every_set(tree, library
     said = [line for line in done.stderr.splitlines() if "no guard installed" in line]
     assert len(said) == 1, done.stderr
     assert [e.set_name for e in read_state(tree).entries] == ["model", "spec"]
+
+
+def test_revert_first_after_a_crashed_apply_rolls_it_back_and_says_nothing_is_recorded(tree, library, tmp_path):
+    """Review 10b M1: after an apply of several sets died, `revert` as the next command said
+    "nothing to revert" and left the journal (killed while staging), or rolled back and then exited 3
+    "no patch series ... and no record" (killed at the commit point). At every step: exit 0, stock."""
+    stock, keep = snapshot(tree), tmp_path / "stock-copy"
+    shutil.copytree(tree, keep, symlinks=True)
+    crashed = 0
+    for n in range(1, 200):
+        shutil.rmtree(tree)
+        shutil.copytree(keep, tree, symlinks=True)
+        died = _patchkit_crashing("apply", "--target", tree, "--patches", library, "--no-import", fault=n)
+        if died.returncode == 0:
+            break
+        if not (tree / ".patchkit/journal.json").exists():
+            continue
+        crashed += 1
+        done = _patchkit_crashing("revert", "--target", tree, "--patches", library)
+        assert done.returncode == 0, (n, done.stdout, done.stderr)
+        assert "rolled back an interrupted patchkit transaction" in done.stderr, (n, done.stderr)
+        assert snapshot(tree) == stock and not (tree / ".patchkit/journal.json").exists(), n
+    assert crashed > 5
+
+
+def _patchkit_crashing(*args: object, fault: int = 0, mode: str = "exit") -> subprocess.CompletedProcess:
+    """`python -m patchkit ARGS` in a process of its own, which ends (`mode`: exit, term...) at its
+    `fault`th filesystem step."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
+    if fault:
+        env |= {"PATCHKIT_FAULT_AFTER": str(fault), "PATCHKIT_FAULT_MODE": mode}
+    return run_patchkit([str(a) for a in args], env, None, 120)
+
+
+def test_a_revert_cut_short_after_its_commit_says_so_and_the_next_revert_clears_its_store(tree, library):
+    """Review 10b M2: a revert killed (or sent SIGTERM) after its commit point left .patchkit/ (the
+    lock, saved originals, an empty state.json), which every later `revert` left as it was ("nothing
+    to revert"); and the hint after SIGTERM said `revert` undoes it. (A SIGTERM at the commit point's
+    last step acts once the journal is gone: an exit there would be before it.)"""
+    stock = snapshot(tree)
+    late = 0
+    for n in range(1, 200):
+        assert _patchkit_crashing("apply", "--target", tree, "--patches", library).returncode == 0
+        died = _patchkit_crashing("revert", "--target", tree, "--patches", library, fault=n, mode="term")
+        if died.returncode == 0:
+            break
+        if (tree / ".patchkit/journal.json").exists() or snapshot(tree) != stock:
+            assert _patchkit_crashing("recover", "--target", tree).returncode == 0
+            continue  # before the commit point: rolled back, or the next command rolls it back
+        late += 1
+        said = " ".join(died.stderr.split())
+        assert died.returncode == 143 and "after the revert was written" in said, said
+        assert "apply --target" in said.partition("hint:")[2] and "revert --target" not in said, said
+        done = _patchkit_crashing("revert", "--target", tree, "--patches", library)
+        assert done.returncode == 0 and "nothing to revert" in done.stdout, (n, done.stdout, done.stderr)
+        assert not (tree / ".patchkit").exists(), (n, sorted(p.name for p in (tree / ".patchkit").iterdir()))
+    assert late > 0

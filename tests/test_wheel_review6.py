@@ -130,3 +130,23 @@ def test_a_script_other_than_vllm_in_entry_points_is_refused(tmp_path, library, 
     assert_clean_failure(done, 2)
     assert f"names the script {name!r}" in " ".join(done.stderr.split()), done.stderr
     assert not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[console_scripts]\nvllm = vllm.entrypoints.cli:main\n  python3 = os:system\n",  # configparser: a continuation
+        "[console_scripts]\nvllm = vllm.entrypoints.cli:main\n\tpip = os:system\n",
+    ],
+    ids=["indented", "tab"],
+)
+def test_an_indented_script_line_is_read_as_pip_reads_it_and_refused(tmp_path, library, text):
+    """Review 10b M3: pip (importlib.metadata) strips each line and installs `python3` over
+    bin/python3; configparser took the indented line for part of the `vllm` value."""
+    stock = _with_entry_points(write_wheel(tmp_path / "in"), text.encode())
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library)
+    assert_clean_failure(done, 2)
+    name = text.splitlines()[-1].split("=")[0].strip()
+    assert f"names the script {name!r}" in " ".join(done.stderr.split()), done.stderr
+    assert not out.exists() or list(out.iterdir()) == []

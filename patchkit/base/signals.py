@@ -127,6 +127,7 @@ _run = threading.local()  # per thread: fleet's agent runs commands in-process
 
 # What this command last did to the target, for the message after an interrupt.
 COMMITTED, UNDONE, ROLLED_BACK = "committed", "undone", "rolled back"
+REVERTED = "reverted"  # a revert's commit: its change is the stock files back, so apply is the way on
 
 _REPORTS = {
     None: ("interrupted before any change was made to the target", None),
@@ -135,6 +136,11 @@ _REPORTS = {
     COMMITTED: (
         "interrupted after the change was written: it is in place; the steps after writing (its checks) did not run",
         None,  # the commands of the user's selection: see note()
+    ),
+    REVERTED: (
+        "interrupted after the revert was written: the files are restored; the steps after writing "
+        "(its checks) did not run",
+        None,
     ),
 }
 
@@ -146,6 +152,12 @@ def new_run() -> None:
     _run.hint = None
     _run.sets = None
     _run.chosen = None
+    _run.reverting = False
+
+
+def reverting() -> None:
+    """This command is a revert: what its commit leaves in place is the stock files (see note())."""
+    _run.reverting = True
 
 
 def new_set(kept: list[str], current: str, untried: list[str]) -> None:
@@ -173,6 +185,9 @@ def note(what: str) -> None:
         f"{hints.command('verify', chosen=chosen)} checks it; {hints.command('revert', chosen=chosen)} undoes it"
     )
     _run.hint = committed if what == COMMITTED else None
+    if what == COMMITTED and getattr(_run, "reverting", False):
+        _run.written = REVERTED
+        _run.hint = f"{hints.command('apply', chosen=chosen)} applies it again"
 
 
 def interrupted_report() -> tuple[str, str | None]:

@@ -113,6 +113,9 @@ def stock_files_command(tree: Path, version: Version | str | None) -> str:
     (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
     laying it out again; for an installed vLLM, reinstalling it."""
     record = find_record(tree, version)
+    named = [d.name[len("vllm-") :].rsplit(".", 1)[0] for d in vllm_metadata_dirs(tree)]
+    if version is None and len(named) == 1:  # the tree's own dist-info names it: never the word VERSION
+        version = named[0]
     if record is not None and not any((record.parent / name).exists() for name in ("INSTALLER", "WHEEL")):
         return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
     return hints.pip_reinstall(version)

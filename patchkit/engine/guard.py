@@ -386,16 +386,29 @@ def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
     ]
 
 
-GUARD_GONE = "the launch guard an apply installed is gone"
+GUARD_GONE = "the launch guard an apply installed no longer loads"
+CHANGED_SINCE = "changed since apply"  # a guard file edited: apply keeps it, apply --guard replaces it
 
 
 def missing_guard(root: Path, state: State | None) -> str | None:
     """What to say when the record names a guard that vLLM would no longer load (`pip uninstall
-    patchkit-guard` took its files): the tree is patched, but no launch is checked. None: as recorded."""
+    patchkit-guard` took its files, or its entry point was changed): the tree is patched, but no
+    launch is checked. None: as recorded, or loaded all the same."""
     recorded = state.guard if state is not None and not state.no_guard else {}
-    if not recorded or all(os.path.lexists(root / path) for path in recorded) or is_installed(root):
+    gone = [path for path in recorded if not os.path.lexists(root / path)]
+    changed = [] if gone else [path for path, digest in recorded.items() if _digest(root, path) != digest]
+    if not (gone or changed) or is_installed(root):
         return None
-    return f"{GUARD_GONE} (pip uninstall patchkit-guard?): vLLM launches this tree unchecked"
+    why = "pip uninstall patchkit-guard?" if gone else f"{changed[0]} {CHANGED_SINCE}"
+    return f"{GUARD_GONE} ({why}): vLLM launches this tree unchecked"
+
+
+def _digest(root: Path, path: str) -> str | None:
+    try:
+        current = _current(root, path)
+    except OSError:  # a fifo or a directory there: not what apply wrote
+        return None
+    return str(sha256(current)) if current is not None else None
 
 
 def _own_module(root: Path) -> bool:

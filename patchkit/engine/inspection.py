@@ -20,6 +20,7 @@ from patchkit.checks import CheckContext
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance, is_dist_info_of
 from patchkit.engine.guard import (
+    CHANGED_SINCE,
     OTHERS_CANNOT_READ,
     UNKNOWN_GUARD,
     is_installed,
@@ -145,7 +146,8 @@ class TreeStatus:
     @property
     def guard_missing_fix(self) -> str:
         """Puts the recorded guard back (apply installs it when missing), or says to go without one."""
-        apply, without = self._apply_of_recorded(), self._apply_of_recorded("--no-guard")
+        edited = CHANGED_SINCE in (self.guard_missing or "")  # apply leaves a guard file changed since
+        apply, without = self._apply_of_recorded(*["--guard"] * edited), self._apply_of_recorded("--no-guard")
         return f"run {apply} (it puts the guard back), or {without} to launch without it"
 
     def _apply_of_recorded(self, *args: str) -> str:

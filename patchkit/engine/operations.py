@@ -70,6 +70,7 @@ from patchkit.engine.transaction import (
 )
 from patchkit.series.patchfile import Patch
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
+from patchkit.store.journal import journal_path
 from patchkit.store.objects import prune_objects
 from patchkit.store.saved import keep_copies
 from patchkit.store.state import Entry, State, meta_dir, read_state, remove_empty_store, state_path
@@ -156,6 +157,7 @@ def apply_series(
     timed: Timer = _untimed,
     checked: ApplyResult | None = None,
     chosen: Sequence[str] = (),
+    judge_guard: bool = True,
 ) -> ApplyResult:
     """Apply the resolved series to its target: all files or none, checked, recorded; with `guard`,
     the launch guard (patchkit/engine/guard.py) is installed in the same transaction, where it is missing,
@@ -164,13 +166,15 @@ def apply_series(
     contents and ends as apply would. `checked`: a dry run just made of this tree, whose checks
     are reused when this plan writes the very same contents (verify --all: checked once per release).
     `chosen`: every set this run sets out to apply, which the record remembers (State.chosen);
-    by default this set alone."""
+    by default this set alone. `judge_guard`: False for a set a later set of the same run follows
+    (what the guard refuses is judged once, after the last: a later set may settle it)."""
 
     patches = require_patches(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
     applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice, checked)
     applying.chosen = (*chosen, resolved.set_name)
+    applying.judge_guard = judge_guard
     if dry_run:
         with read_only_view(resolved.target.root) as settled:
             if settled:
@@ -208,6 +212,7 @@ class _Applying:
     state: State = field(default_factory=lambda: State([]))  # the tree's record, read once (see run)
     made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
     chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
+    judge_guard: bool = True  # say what the guard still refuses (False: a later set of this run will)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -327,7 +332,7 @@ class _Applying:
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
-        if self.warn_of_what_the_guard_refuses():
+        if self.judge_guard and self.warn_of_what_the_guard_refuses():
             message = (
                 message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
             )
@@ -676,9 +681,12 @@ def resolve_for_revert(opts: Options, sets: dict[str, PatchSetDef] | None = None
     return target, resolved
 
 
-def nothing_to_undo(root: Path) -> bool:
-    """No set recorded, no guard, no patched wheel: a revert of every set has nothing to do."""
-    state = read_state(root)
+def nothing_to_undo(root: Path, state: State | None = None) -> bool:
+    """No set recorded, no guard, no patched wheel, no unfinished transaction (the revert's lock
+    rolls it back first): a revert of every set has nothing to do. `state`: the record as read."""
+    if state is None and os.path.lexists(journal_path(root)):
+        return False
+    state = read_state(root) if state is None else state
     return not (state.entries or state.guard or own_unrecorded(root)) and _patched_wheel(root, None) is None
 
 
@@ -711,7 +719,11 @@ def revert_series(
     with locked_record(target.root) as (recovered, state):
         if recovered:
             watch.warning(recovered)
-        result = _revert_locked(target, resolved, only, patches, state, force=force, dry_run=dry_run)
+        # nothing recorded (a rollback undid it, or a revert cut short after its commit left its store)
+        if resolved is None and nothing_to_undo(target.root, state):
+            result = RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree records no apply of any set")
+        else:
+            result = _revert_locked(target, resolved, only, patches, state, force=force, dry_run=dry_run)
         if not dry_run and result.error is None:
             result.warnings += _without_empty_record(target.root, result, state)
         for note in result.warnings:

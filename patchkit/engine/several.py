@@ -110,6 +110,7 @@ def apply_sets(
                 guard_choice=guard_choice,
                 watch=watch_for(each),
                 chosen=names,
+                judge_guard=each.name == names[-1],  # the guard judged once, on the record the last leaves
             )
         except PatchkitError as exc:
             result = ApplyResult(Outcome.CONFLICT if isinstance(exc, Conflict) else Outcome.CHECK_FAILED, error=exc)
@@ -117,7 +118,22 @@ def apply_sets(
         if result.error is not None:
             done += [SetApplied(c, skipped=NOT_TRIED) for c in chosen[index + 1 :]]
             return _failed(done, each.name, result, dry_run=dry_run)
-    return SetsApplied(done, _overall(done), _summary(done, dry_run=dry_run))
+    return SetsApplied(_guard_said_once(done), _overall(done), _summary(done, dry_run=dry_run))
+
+
+GUARD_REMOVED = ("; launch guard removed", "; launch guard would be removed")
+GUARD_INSTALLED = ("; launch guard installed", "; launch guard would be installed")
+
+
+def _guard_said_once(done: list[SetApplied]) -> list[SetApplied]:
+    """A set that dropped the last record removes the guard, and a later set of the same run
+    installs it again: its fate is said once, by the last set that changed it (the guard is there)."""
+    results = [d.result for d in done if d.result is not None]
+    installed = [i for i, r in enumerate(results) if r.message.endswith(GUARD_INSTALLED)]
+    for result in results[: installed[-1]] if installed else []:
+        for said in GUARD_REMOVED:
+            result.message = result.message.replace(said, "")
+    return done
 
 
 def _overall(done: list[SetApplied]) -> Outcome:

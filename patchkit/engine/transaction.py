@@ -46,7 +46,7 @@ from patchkit.base import hints, locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import Landed, Origin, fsync, fsync_dir, read_file, unsafe_reason
 from patchkit.base.hashing import sha256
-from patchkit.distinfo.record import listings
+from patchkit.distinfo.record import listings, record_digest, stock_files_command
 from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
@@ -349,11 +349,14 @@ def _recover(root: Path) -> tuple[str | None, State]:
     journal = _checked_journal(root)
     undone, kept = _Count(), list[str]()
     if journal:
-        written = _written_by_it(root, journal)
-        needed = _needed_originals(root, journal, written)
         created = [e["path"] for e in journal["files"] if e["before"] is None]
         listed = listings(root, created)  # vLLM's files, or another distribution's: never deleted
-        theirs = (listed.by_vllm() | listed.by_others()) - _kept_by_the_record(root, journal)
+        spare = _kept_by_the_record(root, journal)
+        theirs = (listed.by_vllm() | listed.by_others()) - spare
+        written, undecided = _written_by_it(root, journal, theirs, spare)
+        if undecided:
+            raise _undecided(root, undecided)
+        needed = _needed_originals(root, journal, written)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
                 undone, kept = _rollback(root, journal, needed, not_ours=theirs, written=written)
@@ -392,13 +395,18 @@ def _some(paths: list[str]) -> str:
     return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
-def _written_by_it(root: Path, journal: dict) -> set[str]:
-    """The files the interrupted transaction wrote, as far as the tree shows it: each file in place
-    changed since its journal was written (ctime; a commit stages every file after its journal, so
-    each one it put in place has it), and each deletion it reached before the first file still
-    staged, once every original was saved (the replaces run in the journal's order, after all the
-    staging). A rollback undoes only these: a file the journal alone names, its ctime older than
-    the journal's, was not written by it and is kept, so a planted journal destroys nothing."""
+def _written_by_it(root: Path, journal: dict, theirs: set[str], spare: set[str]) -> tuple[set[str], list[str]]:
+    """The files the interrupted transaction wrote, as far as the tree shows it, and those it
+    cannot tell about. Evidence that it wrote a file in place holding its entry's `after`: the file
+    changed since its journal was written (ctime; a commit stages every file after its journal), or
+    the commit reached it (it comes before the first file still staged, every original saved: the
+    replaces run in the journal's order) and what a rollback puts there instead is vouched for
+    (_vouched). A deletion counts once reached. A ctime alone is not enough to keep a file: a copy,
+    chmod or chown of the tree gives every file a new one. A file the commit cannot have reached is
+    kept (a planted journal destroys nothing); one it reached, holding the journal's bytes, with no
+    evidence either way is named, and recovery stops there (_undecided). `theirs`: created files an
+    installed distribution lists (kept whatever); `spare`: created files whose bytes the record
+    keeps a copy of (removing them loses nothing)."""
     files = journal["files"]
     since = os.lstat(journal_path(root)).st_ctime_ns
     staged = [i for i, e in enumerate(files) if e.get("staged") and os.path.lexists(root / e["staged"])]
@@ -406,7 +414,65 @@ def _written_by_it(root: Path, journal: dict) -> set[str]:
     if not all(_original_saved(root, entry) for entry in files):  # the crash came while staging
         reached = 0
     deleted = {entry["path"] for entry in files[:reached] if entry["after"] is None}
-    return deleted | {e["path"] for e in files if e["after"] is not None and _changed_since(root, e, since)}
+    written = deleted | {e["path"] for e in files if e["after"] is not None and _changed_since(root, e, since)}
+    holding = [e for e in files[:reached] if e["after"] is not None and e["path"] not in written | theirs]
+    holding = [e for e in holding if file_sha(root, e["path"]) == e["after"] != e["before"]]
+    vouched = _Vouched.of(root, [e["path"] for e in holding])
+    written |= {e["path"] for e in holding if e["path"] in spare or vouched.restorable(e)}
+    return written, sorted(e["path"] for e in holding if e["path"] not in written)
+
+
+@dataclass(frozen=True)
+class _Vouched:
+    """What a rollback may put back at a path without the file's ctime as evidence: an original
+    that vLLM's RECORD or patchkit's record names for that path (then the file in place, holding
+    the journal's `after`, is this patchkit's own writing over it), or, for a file the commit
+    created, the launch guard's own bytes (patchkit writes them again on the next apply)."""
+
+    root: Path
+    listed: dict[str, set[str]]  # path -> the RECORD hash entries vLLM's dist-info gives it
+    recorded: dict[str, set[str]]  # path -> the sha256s state.json records for it
+
+    @classmethod
+    def of(cls, root: Path, paths: list[str]) -> _Vouched:
+        listed: dict[str, set[str]] = {}
+        for name, rows in listings(root, paths).rows.items():
+            for path, hash_entry in (rows or {}).items() if name.startswith("vllm-") else ():
+                listed.setdefault(path, set()).add(hash_entry)
+        recorded: dict[str, set[str]] = {}
+        with suppress(BadInput, OSError):  # a damaged record vouches for nothing
+            for recorded_set in read_state(root).entries if paths else ():
+                for path, shas in recorded_set.files.items():
+                    recorded.setdefault(path, set()).update(v for v in shas.values() if isinstance(v, str))
+        return cls(root, listed, recorded)
+
+    def restorable(self, entry: dict) -> bool:
+        path, before = entry["path"], entry["before"]
+        if before is None:
+            own = guard_files().get(path)
+            return GUARD_PATH.fullmatch(path) is not None and own is not None and sha256(own) == entry["after"]
+        if before not in self.recorded.get(path, set()) and not self._listed(path, before):
+            return False
+        try:
+            read_object(self.root, before)  # there, a regular file, its bytes the digest's
+        except BadInput:
+            return False
+        return True
+
+    def _listed(self, path: str, digest: str) -> bool:
+        return record_digest(bytes.fromhex(digest), "sha256") in self.listed.get(path, set())
+
+
+def _undecided(root: Path, paths: list[str]) -> BadInput:
+    """Recovery that cannot tell whether the interrupted transaction wrote these files stops: the
+    journal and the saved originals stay, the files are named, and the way on is the stock files."""
+    return BadInput(
+        f"an interrupted patchkit transaction may have written {_some(paths)}, but nothing shows it "
+        f"(the tree was copied, or its files' times changed, after the interruption); nothing was "
+        f"touched, and the journal and the saved originals are kept in {meta_dir(root)}",
+        hint=f"put the stock files back ({stock_files_command(root, None)}) or remove the files "
+        f"it created, then run {hints.command('recover')}",
+    )
 
 
 def _original_saved(root: Path, entry: dict) -> bool:

@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
-from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
@@ -33,7 +33,7 @@ from patchkit.launch.engine import LaunchContext, apply_fix, set_checks, tree_re
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
-from patchkit.launch.shortcut import kept_findings
+from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
@@ -77,6 +77,13 @@ class PreflightResult:
         sets = ", ".join(f"{name} ({state})" for name, state in self.unused.items())
         off = f"; the launch guard is off in it ({self.guard_off})" if self.guard_off else ""
         return f"not used by this launch: {sets}{off}"
+
+    @property
+    def notes(self) -> list[str]:
+        """What preflight and run say as notes: the sets not used, a needed set --set left out that
+        the record shows applied."""
+        left = [f.message for f in self.findings if f.check == TREE and f.ok and f.message.startswith(LEFT_OUT_APPLIED)]
+        return [note for note in [self.unused_note] if note] + left
 
     @property
     def ok(self) -> bool:
@@ -266,16 +273,38 @@ def needs_of(
     return dataclasses.replace(needs, named=named)
 
 
-def left_out(needs: LaunchNeeds) -> Finding | None:
-    """A failed tree-state finding for the sets whose rule names this launch that --set leaves out
-    (not judged: never dropped in silence), None when there is none."""
+def left_out(needs: LaunchNeeds, root: Path, version: Version | None) -> Finding | None:
+    """The tree-state finding for the sets whose rule names this launch that --set leaves out, judged
+    from the tree's record (never dropped in silence): a pass when each is recorded applied to this
+    vLLM with every file as written (said in the finding, which preflight and run show as a note);
+    else a failure naming them. None when --set leaves none out."""
     left = [name for name in needs.named if name not in needs.judged]
     if not left:
         return None
+    whole = recorded_whole(root, version)
+    if all(name in whole for name in left):
+        sets = ", ".join(f"{name} ({needs.named[name]})" for name in left)
+        return Finding(TREE, True, f"{LEFT_OUT_APPLIED}{sets}, left out by --set: its record says applied, no drift")
+    left = [name for name in left if name not in whole]
     sets = "; ".join(f"{name} ({needs.named[name]})" for name in left)
     adds = " ".join(f"--set {name}" for name in left)
     message = f"this launch needs {sets}, which --set leaves out: not judged"
     return Finding(TREE, False, message, f"add `{adds}`, or give no --set (every set the launch needs is judged)")
+
+
+LEFT_OUT_APPLIED = "this launch needs "  # a passing left_out finding: said as a note
+
+
+def recorded_whole(root: Path, version: Version | None) -> set[str]:
+    """The sets the tree's record holds applied to `version`, when every file it records is as the
+    last set to write it left it (none: the record cannot say, or a file differs)."""
+    try:
+        state = read_state(root)
+    except PatchkitError:  # damaged: the tree's own finding says so
+        return set()
+    if version is None or not as_written(root, state):
+        return set()
+    return {entry.set_name for entry in state.entries if entry.vllm_version == str(version)}
 
 
 def as_served(command: LaunchCommand) -> tuple[LaunchCommand, list[str]]:

@@ -71,7 +71,7 @@ def recorded_state(root: Path) -> State | None:
         state = None if before is None else parse_state(before, state_path(root))
         answers = (
             state is not None
-            and _as_written(root, state)
+            and as_written(root, state)
             and not launch_refusal(root, state)
             and missing_guard(root, state) is None
         )
@@ -95,7 +95,7 @@ def _settled_record(root: Path) -> bytes | None:
     return record if isinstance(record, bytes) else None
 
 
-def _as_written(root: Path, state: State) -> bool:
+def as_written(root: Path, state: State) -> bool:
     """Whether every set the record holds (each once, all on one version) left every file as the
     record says."""
     if len({e.set_name for e in state.entries}) != len(state.entries):

@@ -229,7 +229,21 @@ def _refuse_special(full: str, path: str) -> None:
         if exc.errno in _UNREACHABLE:
             raise BadInput(f"{path}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
         raise
-    raise BadInput(f"{path} is not a regular file (a directory, fifo, device or dangling symlink); refusing it")
+    raise BadInput(
+        f"{path} is not a regular file (a directory, fifo, device or dangling symlink); refusing it",
+        hint=_special_hint(full),
+    )
+
+
+def _special_hint(full: str) -> str:
+    """What to do with what stands where a file should: no command writes through it or removes
+    what it did not write; once it is gone, status names the fix (a file patchkit patched: revert
+    --force puts the original back, then apply)."""
+    revert, apply = hints.command("revert", "--force"), hints.command("apply")
+    return (
+        f"remove {full} (rm -r for a directory), then {hints.command('status')} names the fix: "
+        f"for a file patchkit patched, {revert}, then {apply}"
+    )
 
 
 @dataclass

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import csv
 import errno
@@ -53,6 +52,7 @@ from patchkit.base.enums import Outcome, SelectionKind
 from patchkit.base.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.checks import ERROR, LARGEST_PARSED, WARNING, CheckResult, integrity, probe, shadow
+from patchkit.distinfo.entry_points import parse_entry_points
 from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance, SetRecord, provenance_files
 from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
 from patchkit.engine.operations import apply_series
@@ -591,26 +591,23 @@ def _installs(members: list[rawzip.Member], dist_info: str, label: str) -> dict[
 def _refuse_other_scripts(wheel: StockWheel) -> None:
     """BadInput for a script the installer would write beside `vllm` (entry_points.txt's
     console_scripts and gui_scripts): pip writes `python3 = …` over the environment's bin/python3.
-    vLLM's wheels name one script, `vllm` (0.11.0, 0.16.0, 0.34.0 checked)."""
+    vLLM's wheels name one script, `vllm` (0.11.0, 0.16.0, 0.34.0 checked). Read as pip reads it,
+    by importlib.metadata: each line stripped on its own (configparser took an indented line for the
+    previous value's continuation, so `  python3 = os:system` passed, review 10b M3)."""
     name = f"{wheel.dist_info}/entry_points.txt"
     if wheel.member(name) is None:
         return
-    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
     try:
-        parser.read_string(wheel.read(name, METADATA_LIMIT).decode("utf-8"))
-    except (configparser.Error, UnicodeDecodeError) as exc:
+        points = parse_entry_points(wheel.read(name, METADATA_LIMIT).decode("utf-8"))
+    except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError; a line without `=`
         raise BadInput(f"{wheel.label}: {name} is not an entry points file ({exc}); refusing the wheel") from None
-    for section in ("console_scripts", "gui_scripts"):
-        others = (
-            [script for script in parser.options(section) if script != "vllm"] if parser.has_section(section) else []
+    others = [p.name for p in points if p.group.strip() in ("console_scripts", "gui_scripts") and p.name != "vllm"]
+    if others:
+        raise BadInput(
+            f"{wheel.label}: {name} names the script {others[0]!r}, which the installer writes beside vllm "
+            "(over a file of that name, bin/python3 say); vLLM's wheels name only vllm; refusing the wheel",
+            hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
         )
-        if others:
-            raise BadInput(
-                f"{wheel.label}: {name} names the script {others[0]!r}, which the installer writes beside vllm "
-                "(over a file of that name, bin/python3 say); vLLM's wheels name only vllm; refusing the wheel",
-                hint="build from the release's stock wheel (`patchkit wheel VERSION` downloads it)",
-            )
 
 
 def _refuse_a_wheel_pip_refuses(wheel: StockWheel) -> None:

@@ -108,7 +108,7 @@ def _preflight(
     result = _set_findings(
         ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded
     )
-    result.findings += [f for f in [left_out(needs)] if f is not None]
+    result.findings += [f for f in [left_out(needs, resolved.target.root, resolved.vllm_version)] if f is not None]
     return _launch_findings(resolved, launch_command, result, no_import=no_import)
 
 
@@ -147,7 +147,7 @@ def _preflight_of_sets(
         for r in covering
     ]
     result = merged(results)
-    result.findings += [f for f in [left_out(needs)] if f is not None]
+    result.findings += [f for f in [left_out(needs, target.root, covering[0].vllm_version)] if f is not None]
     return _launch_findings(covering[0], launch_command, result, no_import=no_import)
 
 
@@ -270,8 +270,8 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
         )
     )
     result.shown = True  # a model found nowhere is one of these: the exit code (4) says it, not another line
-    if result.unused_note:
-        ui.note(result.unused_note)
+    for note in result.notes:
+        ui.note(note)
     total, failed = len(result.findings), sum(not f.ok for f in result.findings)
     unjudged = sum(not f.judged for f in result.findings)
     cannot = f", {unjudged} cannot judge" if unjudged else ""

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from patchkit.base import signals
 from patchkit.base.enums import Outcome
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, target_options
@@ -13,6 +14,7 @@ from patchkit.cli.ui.reports import show_header
 from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import RevertResult, nothing_to_undo, resolve_for_revert, revert_series
 from patchkit.engine.resolve import library_sets, several, tree_version
+from patchkit.engine.transaction import never_locked
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -30,6 +32,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
     the series. Without --set/--patch, undoes every set the tree records; with them, that set only.
     """
     ui = make_ui(fmt, quiet, verbose)
+    signals.reverting()  # an interrupt after its commit leaves the stock files: the hint is apply
     sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
     target, resolved = resolve_for_revert(opts, sets)
     ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))
@@ -37,7 +40,13 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
         ui.knows(version_json(tree_version(opts, target)))
     if resolved is not None and not ui.json_mode:
         show_header(ui, resolved)
-    if resolved is None and several(opts, sets) and nothing_to_undo(target.root):
+    # a tree patchkit ever locked goes on under the lock: a killed command's store is cleared there
+    if (
+        resolved is None
+        and several(opts, sets)
+        and (dry_run or never_locked(target.root))
+        and nothing_to_undo(target.root)
+    ):
         result = RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree records no apply of any set")
         _finish(ui, result)
         return result

@@ -71,8 +71,9 @@ def _checked(
         if ui.verbose:  # each finding (the sets not used too), what could not be judged, before a long load
             show(ui, result, "text")
             ui.note(f"vLLM's own validation did not run: {_full_preflight(ui, opts, launch_command)} runs it")
-        elif result.unused_note:
-            ui.note(result.unused_note)
+        else:
+            for note in result.notes:
+                ui.note(note)
         if result.unjudged_plugins:  # the hint is built only when said
             _name_unjudged(ui, result.unjudged_plugins, _full_preflight(ui, opts, launch_command))
         return None

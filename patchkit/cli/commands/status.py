@@ -112,7 +112,8 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         them = "it" if len(found.unchosen) == 1 else "them"
         ui.note(f"no apply chose {', '.join(found.unchosen)}; {hints.command('apply', *named)} applies {them}")
     if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
-        used = hints.command("status", *[word for name in applied for word in ("--set", name)])
+        # status judges one --set at a time (several are a usage error)
+        used = hints.command("status", "--set", applied[0]) + (", one --set at a time" if len(applied) > 1 else "")
         ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")
     elif found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")
