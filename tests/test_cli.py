@@ -192,6 +192,15 @@ def test_verify_names_a_vllm_version_the_tree_is_not_in_one_line(run, tmp_path, 
     assert same.exit_code == 0 and "--vllm-version says" not in same.output, same.output
 
 
+def test_revert_says_what_its_one_check_found_not_a_count(run, tree, library):
+    """newuser15 11f: revert printed `checks   1 check passed (-v shows each)`, which says nothing."""
+    assert run("apply", *args(tree, library)).exit_code == 0
+    done = run("revert", *args(tree, library))
+    assert done.exit_code == 0, done.output
+    assert "bytecode no stale compiled copy of the patched code is left" in done.output.splitlines(), done.output
+    assert "check passed" not in done.output, done.output
+
+
 def test_vllm_version_override(run, tmp_path, library):
     other = write_tree(tmp_path / "v0.15.0", "0.15.0")
     result = run("status", *args(other, library), "--vllm-version", "0.16.0", "--format", "json")

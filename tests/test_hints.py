@@ -219,8 +219,9 @@ def test_a_preflight_without_a_tree_names_the_launchs_own_interpreter(tmp_path, 
 
 
 def test_the_guards_refusal_names_the_tree_and_the_command_with_vllms_interpreter(tmp_path, tree_and_library):
-    """Inside vLLM the guard names the tree it refuses and `patchkit status --python` with the very
-    interpreter vLLM runs; that command, followed, names the fix on the same tree."""
+    """Inside vLLM the guard names the tree it refuses and `patchkit status --target` that tree (not
+    --python, which names it only where PYTHONPATH put it on the path: newuser15 11n); that command,
+    followed, names the fix on the same tree."""
     import subprocess
 
     from helpers import LOAD_LIKE_VLLM
@@ -239,11 +240,11 @@ def test_the_guards_refusal_names_the_tree_and_the_command_with_vllms_interprete
     message = " ".join(refused.stderr.split())
     assert f"is not the one `patchkit apply` left in {site}: " in message, message
     (words,) = _hinted(message.split(f"left in {site}")[1])
-    assert words == ["patchkit", "status", "--python", str(python)], message
+    assert words == ["patchkit", "status", "--target", str(site)], message
     done = run_cli(*words[1:], "--patches", library)
     assert done.returncode == 1, done.stdout + done.stderr
     named = _hinted(done.stdout + done.stderr)
-    assert [w[1:4] for w in named][:2] == [["revert", "--python", str(python)], ["apply", "--python", str(python)]]
+    assert [w[1:4] for w in named][:2] == [["revert", "--target", str(site)], ["apply", "--target", str(site)]]
 
 
 def test_the_interrupt_report_after_the_commit_point_names_the_users_tree():

@@ -280,6 +280,19 @@ def test_verify_of_a_tree_not_applied_says_so_last_with_the_command_that_applies
     ], some.output
 
 
+def test_apply_over_an_edited_file_names_the_commands_and_the_sets_applied_already(run, tree, library):
+    """newuser15 11d: the hint named no command, and called sets applied already "not tried"."""
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    (tree / MODEL).write_text(EAGLE_MODEL + "# an edit\n")
+    again = run("apply", "--target", tree, "--patches", library, "--no-guard")
+    assert again.exit_code == 1, again.output
+    said = " ".join(again.output.split())
+    command = f"patchkit --target {tree} --patches {library}"
+    revert, apply = command.replace("patchkit", "patchkit revert"), command.replace("patchkit", "patchkit apply")
+    assert f"`{revert} --force` (keeps a copy of the edits), then `{apply}`" in said, said
+    assert "not tried: spec, old (spec applied already, and stay(s) so)" in said, said
+
+
 def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
     assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
     for path in (SPEC, MODEL):  # each set's file (old is judged on the stock MODEL: upstream)
