@@ -201,6 +201,15 @@ def test_revert_says_what_its_one_check_found_not_a_count(run, tree, library):
     assert "check passed" not in done.output, done.output
 
 
+def test_an_interpreter_without_vllm_is_not_answered_with_give_python(run):
+    """newuser15 11i: `status --python P` (no vLLM there) hinted "point patchkit at it with --python"."""
+    done = run("status", "--python", sys.executable)
+    assert done.exit_code == 4, done.output
+    said = " ".join(done.output.split())
+    assert f"{sys.executable} imports no vllm: give --python the interpreter of the environment" in said, said
+    assert "point patchkit at it" not in said, said
+
+
 def test_vllm_version_override(run, tmp_path, library):
     other = write_tree(tmp_path / "v0.15.0", "0.15.0")
     result = run("status", *args(other, library), "--vllm-version", "0.16.0", "--format", "json")
