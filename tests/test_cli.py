@@ -210,6 +210,14 @@ def test_an_interpreter_without_vllm_is_not_answered_with_give_python(run):
     assert "point patchkit at it" not in said, said
 
 
+def test_status_v_shows_the_patch_table_without_a_bare_title_line(run, tree, library):
+    """newuser15 11g: `status -v` printed a line `patches` alone before each set's table."""
+    done = run("status", "-v", *args(tree, library))
+    assert done.exit_code == 0, done.output
+    lines = [line.strip() for line in done.output.splitlines()]
+    assert "patches" not in lines and any(line.startswith("patch ") for line in lines), done.output
+
+
 def test_vllm_version_override(run, tmp_path, library):
     other = write_tree(tmp_path / "v0.15.0", "0.15.0")
     result = run("status", *args(other, library), "--vllm-version", "0.16.0", "--format", "json")

@@ -113,8 +113,7 @@ def show_status(
         ui.table(
             ["patch", "state", "files", "description"],
             ([p.name, p.state, ", ".join(p.files), p.description] for p in status.patches),
-            title="patches",
-            state_column=1,
+            state_column=1,  # no title: the `patch` column says what the rows are (a bare line did not)
         )
     elif status.patches and each:
         widest = max(len(p.state) for p in status.patches)
