@@ -340,3 +340,21 @@ def test_a_copied_tree_whose_originals_nothing_vouches_for_keeps_the_journal_and
     done = _patchkit("recover", "--target", tree)
     assert done.returncode == 0, done.stderr
     assert not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_revert_with_no_record_says_stock_only_as_vllms_record_vouches(run, tree, scratch):
+    """Review 10b H1: with no record, revert said "the tree is stock" on a tree whose files were not."""
+    patch = scratch / "p.diff"
+    patch.write_bytes(make_patch(scratch, tree, {SPEC: SPEC_PY.replace('"qwen"', '"deepseek"')}))
+    result = run("revert", "--target", tree, "--patch", patch)
+    assert result.exit_code == 0 and "nothing to revert: the tree records no apply (no RECORD" in result.output
+
+    _with_record(tree)
+    result = run("revert", "--target", tree, "--patch", patch)
+    assert result.exit_code == 0 and "nothing to revert: the tree is stock" in result.output, result.output
+
+    (tree / SPEC).write_text(SPEC_PY + "# edited, not by the patch\n")
+    result = run("revert", "--target", tree, "--patch", patch)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0 and "is stock" not in said, said
+    assert f"the tree records no apply, but {SPEC} differs from vLLM's RECORD" in said and "--force" in said, said

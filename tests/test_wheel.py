@@ -1363,3 +1363,12 @@ def test_members_whose_data_overlap_are_refused(tmp_path, library):
     done = run_cli("wheel", stock, "--out", out, "--patches", library)
     assert_nothing_written(done, out, 2)
     assert "the data of 'vllm/overlap0.py' overlaps member 'vllm/overlap1.py'" in done.stderr
+
+
+def test_a_record_row_without_a_hash_is_said_to_be_listed_without_one(tmp_path, library):
+    """Review 10b L3: `vllm/config/spec.py,,` was called "not listed in RECORD"; it is listed, with no hash."""
+    stock = write_wheel(tmp_path / "in", record={"vllm/config/spec.py": ""})
+    done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library)
+    assert_nothing_written(done, tmp_path / "out", 1)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "lists it without a hash" in said and "not listed in" not in said, said

@@ -202,6 +202,8 @@ class Record:
         """Why this RECORD cannot vouch for a path it has no trusted entry for."""
         if self.untrusted.get(path) == TWICE:
             return f"{self.label} lists it twice, with different hashes: neither is evidence"
+        if self.untrusted.get(path) == "":  # a row `path,,` (RECORD's own row has one): listed, never checked
+            return f"{self.label} lists it without a hash: no evidence of its bytes"
         if path in self.untrusted:
             return (
                 f"{self.label} gives it a {self.untrusted[path]} hash, which a wheel's RECORD may not use "
@@ -227,7 +229,7 @@ def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], d
         rows = parse_record(data, only)
     except FetchError:
         return None
-    entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest or digest == TWICE}
+    entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest or digest in (TWICE, "")}
     return (
         {name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
         {name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},

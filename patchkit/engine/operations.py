@@ -33,7 +33,15 @@ from patchkit.base.options import Options
 from patchkit.checks import WARNING, Check, CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
 from patchkit.distinfo import installed_wheel_reader
-from patchkit.distinfo.record import has_provenance, listings
+from patchkit.distinfo.record import (
+    Record,
+    find_record,
+    has_provenance,
+    listings,
+    parsed_record,
+    read_record_file,
+    stock_files_command,
+)
 from patchkit.engine.guard import (
     MODULE,
     STOPS_EVERY_LAUNCH,
@@ -68,7 +76,7 @@ from patchkit.engine.transaction import (
     preflight,
     read_only_view,
 )
-from patchkit.series.patchfile import Patch
+from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
 from patchkit.store.objects import prune_objects
@@ -767,7 +775,8 @@ def _revert_unlocked(
         with suppress(OSError):  # an empty .patchkit/ a killed apply made: only an empty one goes
             meta_dir(target.root).rmdir()
         if not os.path.lexists(meta_dir(target.root)):  # else what is left there goes under the lock
-            return RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree is stock", warnings=would.warnings)
+            said = f"nothing to revert: {_stock_said(target.root, patches)}"
+            return RevertResult(Outcome.NOT_APPLIED, said, warnings=would.warnings)
     return None
 
 
@@ -839,7 +848,10 @@ def _revert_locked(
             _fix_guard_bytecode(target, guard_changes)
             left = new_state
         return RevertResult(
-            Outcome.NOT_APPLIED, _nothing_said(undo, only, left, guard_changes), warnings=warnings, record=left
+            Outcome.NOT_APPLIED,
+            _nothing_said(root, undo, only, left, guard_changes, patches),
+            warnings=warnings,
+            record=left,
         )
     saved = keep_copies(root, restored.edited) if restored.edited else None
     modes = _recorded_modes(undo.entries, plan.changes)
@@ -858,14 +870,51 @@ def _revert_locked(
     return _refuse_stale_revert(result)
 
 
-def _nothing_said(undo: _Undo, only: str | None, left: State, guard_changes: dict) -> str:
-    """A revert that wrote no file: the tree is stock, or (with --set) only that set's files are."""
+def _nothing_said(
+    root: Path, undo: _Undo, only: str | None, left: State, guard_changes: dict, patches: list[Patch]
+) -> str:
+    """A revert that wrote no file: the tree is stock, or (with --set) only that set's files are.
+    Without a record, "stock" only as far as vLLM's RECORD vouches for the series' files."""
     others = [e.set_name for e in left.entries]
     if only is not None and not undo.entries and others:  # the other sets' files are not stock
         return f"nothing to revert: {only} is not applied (the tree records {', '.join(others)})"
     dropped = " (its record dropped)" if undo.entries else ""
     removed = "; launch guard removed" if guard_changes else ""
-    return f"nothing to revert: the tree is stock{dropped}{removed}"
+    stock = _stock_said(root, patches) if not undo.entries else "the tree is stock"
+    return f"nothing to revert: {stock}{dropped}{removed}"
+
+
+def _stock_said(root: Path, patches: list[Patch]) -> str:
+    """What a revert that found no record may say of the tree: "stock" only when vLLM's RECORD
+    vouches for every file the series names (each there with its hash, or absent and unlisted);
+    else only that nothing is recorded, and which files differ from the RECORD."""
+    paths = touched_paths(patches)
+    record = find_record(root)
+    parsed = None
+    with suppress(OSError, PatchkitError):
+        if paths and record is not None:
+            parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
+    if parsed is None:
+        return "the tree records no apply (no RECORD to compare its files with)"
+    differ = [path for path in paths if not _as_recorded(root, path, parsed)]
+    if not differ:
+        return "the tree is stock (its files are as vLLM's RECORD lists them)"
+    return (
+        f"the tree records no apply, but {', '.join(differ[:3])}{' and more' if len(differ) > 3 else ''} "
+        f"{'differs' if len(differ) == 1 else 'differ'} from vLLM's RECORD; {stock_files_command(root, None)} "
+        "puts the stock files back"
+    )
+
+
+def _as_recorded(root: Path, path: str, record: Record) -> bool:
+    """The file is as vLLM's RECORD lists it: there with its hash, or absent and not listed."""
+    try:
+        data = read_file(root / path)
+    except OSError:
+        return False
+    if data is None:
+        return path not in record.hashes and path not in record.untrusted and not os.path.lexists(root / path)
+    return path in record.hashes and record.matches(path, data)
 
 
 @dataclass

@@ -10,7 +10,6 @@ parser module's `@ToolParserManager.register_module(...)`, the modules the packa
 from __future__ import annotations
 
 import ast
-import difflib
 from collections.abc import Callable
 
 from patchkit.launch.findings import Finding
@@ -69,6 +68,8 @@ def _closest(name: str, names: set[str]) -> str | None:
     same = sorted(n for n in names if plain(n) == plain(name))
     if same:
         return same[0]
+    import difflib  # lazy: a misspelt parser's name only; `run`'s fast path loads this module
+
     close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
     return close[0] if close else None
 
