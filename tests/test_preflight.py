@@ -397,6 +397,9 @@ def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
     )
     row = next(line for line in done.stdout.splitlines() if line.startswith("vllm-validation "))
     assert row.split()[1:4] == ["cannot", "judge", "not"] and row.count("cannot judge") == 1, row
+    # newuser15 11e: each finding once, in the table, not again below it
+    said = [line for line in done.stdout.splitlines() if "vllm-validation" in line]
+    assert said == [row], done.stdout
 
 
 def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, tmp_path):

@@ -172,7 +172,8 @@ def test_run_v_shows_what_could_not_be_judged_before_it_launches(fetched, tmp_pa
     done = run_cli("run", "-v", "--target", "applied", "--", *launch, cwd=fetched)
     assert done.returncode == 7, done.stderr
     said = " ".join(done.stdout.split())
-    assert "launch-target warning: cannot judge:" in said and said.endswith("launched"), done.stdout
+    assert "launch-target cannot judge patchkit cannot tell" in said and said.endswith("launched"), done.stdout
+    assert said.count("patchkit cannot tell which Python") == 1, done.stdout  # in the table only (newuser15 11e)
     assert "vLLM's own validation did not run: `patchkit preflight" in " ".join(done.stderr.split())
     quiet = run_cli("run", "--target", "applied", "--", *launch, cwd=fetched)
     assert quiet.returncode == 7 and quiet.stdout == "launched\n" and quiet.stderr == ""

@@ -263,12 +263,18 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
         # the result column says "cannot judge": the cell does not say it again
         rows = [[f.check, f.result, f.message.removeprefix(f"{f.result}: "), f.fix or ""] for f in result.findings]
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
-    # a check that could not judge is said with what gives it: never counted as a pass
-    ui.failures(
-        fix_once(
-            [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
+    # a check that could not judge is said with what gives it: never counted as a pass; with -v
+    # the table above says each finding with its fix already
+    if not ui.verbose:
+        ui.failures(
+            fix_once(
+                [
+                    Failure(f.check, f.message, fix=f.fix or "", warning=f.ok)
+                    for f in result.findings
+                    if f.result != PASS
+                ]
+            )
         )
-    )
     result.shown = True  # a model found nowhere is one of these: the exit code (4) says it, not another line
     for note in result.notes:
         ui.note(note)
