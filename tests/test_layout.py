@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 import patchkit
 
 if sys.version_info >= (3, 11):
@@ -98,14 +100,21 @@ def layer(module: str) -> int:
     return next(i for i, names in enumerate(LAYERS) if top(module) in names)
 
 
-def test_every_module_has_a_layer():
-    assert [m for m in graph() if m != "patchkit" and not any(top(m) in names for names in LAYERS)] == []
+@pytest.fixture(scope="module")
+def patchkit_graph() -> dict[str, set[str]]:
+    """patchkit's import graph, read once for the tests below (each parse of every module is ~0.5 s);
+    a module fixture also keeps them on one xdist worker (conftest: --dist loadgroup)."""
+    return graph()
 
 
-def test_no_module_imports_a_higher_layer():
+def test_every_module_has_a_layer(patchkit_graph):
+    assert [m for m in patchkit_graph if m != "patchkit" and not any(top(m) in names for names in LAYERS)] == []
+
+
+def test_no_module_imports_a_higher_layer(patchkit_graph):
     upward = [
         (name, dep)
-        for name, deps in graph().items()
+        for name, deps in patchkit_graph.items()
         if name != "patchkit"
         for dep in deps
         if dep != "patchkit" and layer(dep) > layer(name)
@@ -113,9 +122,9 @@ def test_no_module_imports_a_higher_layer():
     assert upward == []
 
 
-def test_there_is_no_import_cycle_between_top_level_modules():
+def test_there_is_no_import_cycle_between_top_level_modules(patchkit_graph):
     edges = {}
-    for name, deps in graph().items():
+    for name, deps in patchkit_graph.items():
         if name == "patchkit":
             continue
         edges.setdefault(top(name), set()).update(top(d) for d in deps if d != "patchkit" and top(d) != top(name))
@@ -126,9 +135,9 @@ def test_there_is_no_import_cycle_between_top_level_modules():
     assert sorted(m for m in edges if reaches(m, m, {m})) == []
 
 
-def test_no_module_takes_part_in_an_import_circle():
+def test_no_module_takes_part_in_an_import_circle(patchkit_graph):
     """Any depth, any module: a package's __init__ and its own modules count as two."""
-    assert circles({name: deps - {"patchkit"} for name, deps in graph().items()}) == []
+    assert circles({name: deps - {"patchkit"} for name, deps in patchkit_graph.items()}) == []
 
 
 def test_a_planted_circle_is_found_even_through_imports_inside_functions(tmp_path):
@@ -142,9 +151,9 @@ def test_a_planted_circle_is_found_even_through_imports_inside_functions(tmp_pat
     assert circles(graph(package)) == [["patchkit.sub", "patchkit.sub.a", "patchkit.sub.b"]]
 
 
-def test_the_workers_never_import_patchkit():
+def test_the_workers_never_import_patchkit(patchkit_graph):
     """They run in the target's interpreter, where patchkit is not installed."""
-    assert all(not deps for name, deps in graph().items() if top(name) == "_target")
+    assert all(not deps for name, deps in patchkit_graph.items() if top(name) == "_target")
 
 
 # An import inside a function hides an edge from a reader of the file's top: it is kept only where

@@ -16,6 +16,7 @@ from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 from patchkit.base.enums import StepState
 from patchkit.base.errors import FetchError
 from patchkit.cli.commands import refresh as refresh_command
+from patchkit.cli.commands import workspace as workspace_command
 from patchkit.maintainer.gitrepo import git_diff
 from patchkit.maintainer.merge import conflict_lines, merge_file
 from patchkit.maintainer.meta import META
@@ -229,13 +230,19 @@ def test_refresh_into_the_installed_library_says_so(run, library, tmp_path, monk
     package.mkdir(parents=True)
     installed = library.rename(package / "_library")
     monkeypatch.setattr(refresh_command, "PACKAGE_DIR", package)
-    ws = make_workspace(run, installed, tmp_path / "ws")
+    monkeypatch.setattr(workspace_command, "PACKAGE_DIR", package)
+    made = run("workspace", "0.16.0", tmp_path / "ws", "--patches", installed)
+    said = " ".join(made.output.split())  # said before refresh writes (newuser15 11k): where to get a copy
+    copy = f"`cp -r {package / '_library'} patches`, then `patchkit workspace 0.16.0 --patches patches`"
+    assert made.exit_code == 0 and "warning: its series is in the library installed with patchkit" in said, said
+    assert copy in said, said
+    ws = tmp_path / "ws"
     (ws / SPEC).write_text(SPEC_PATCHED.replace('    "deepseek",\n', '    "deepseek",\n    "kimi",\n'))
     result = run("refresh", ws)
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     assert "warning: that is the library installed with patchkit" in said, said
-    assert "`patchkit workspace VERSION --patches DIR`" in said
+    assert copy in said, said
     assert "installed with patchkit" not in run("refresh", ws).output  # nothing written: nothing to say
 
 

@@ -301,7 +301,8 @@ class AsyncEngineArgs:
 
 def write_fake_vllm(root: Path) -> Path:
     (root / "vllm" / "engine").mkdir(parents=True)
-    (root / "vllm" / "__init__.py").write_text("")
+    if not (root / "vllm" / "__init__.py").exists():
+        (root / "vllm" / "__init__.py").write_text("")
     (root / "vllm" / "engine" / "__init__.py").write_text("")
     (root / "vllm" / "engine" / "arg_utils.py").write_text(FAKE_ARG_UTILS)
     return root
@@ -310,7 +311,7 @@ def write_fake_vllm(root: Path) -> Path:
 def test_vllm_validation_not_run_for_a_missing_model_says_why_and_what_to_do(setup, tmp_path):
     # review 6 L5: "cannot judge: not run: … found nowhere", fix "the models' local directories": no sentence
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     done = run_cli(
         *base, *serve("lab/gone-model", models["drafter"]), env={"PYTHONPATH": str(fake), "HF_HUB_OFFLINE": "1"}
@@ -344,7 +345,7 @@ def test_a_target_tree_says_python_is_what_vllm_validation_needs_and_the_missing
 
 def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     done = run_cli(*base, *serve(models["deepseek"], models["drafter"]), env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
@@ -376,6 +377,28 @@ def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_nev
     assert "imports vLLM from" not in alone.stderr
 
 
+def test_vllm_is_not_asked_about_a_target_tree_its_python_does_not_import(setup, tmp_path):
+    """New-user trial 14, item 2 (rest): what vLLM answers through --python is about the vLLM that
+    interpreter imports; when that is not --target's tree, its validation and supports_eagle3() are
+    "cannot judge", saying why, never a verdict on the tree."""
+    tree, library, models = setup
+    fake = write_fake_vllm(tmp_path / "fake")
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
+    launch = serve(models["deepseek"], models["drafter"])
+    done = run_cli(*base, "--", *launch, env={"PYTHONPATH": str(fake)})
+    found = findings(done)
+    why = f"--python {sys.executable} imports vLLM from {fake / 'vllm'}, not from the --target tree {tree / 'vllm'}"
+    validation = found["vllm-validation"]
+    assert validation["result"] == "cannot judge" and validation["message"] == f"cannot judge: not run: {why}", (
+        validation
+    )
+    there = f"`patchkit apply --python {sys.executable} --patches {library}`"
+    assert validation["fix"] == (
+        f"the launch runs --python's vLLM: apply to it ({there}), or leave out --python to judge {tree / 'vllm'} alone"
+    ), validation
+    assert why in found["supports-eagle3"]["message"], found["supports-eagle3"]
+
+
 def test_a_launch_python_without_vllm_is_told_to_launch_vllms_interpreter(setup):
     """New-user trial 14, item 20: the launch's own `python` had no vLLM, and the fix told a user who
     gave --target to "point patchkit at it with --python ... or --target ...": what fails is the
@@ -404,7 +427,7 @@ def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
 
 def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, tmp_path):
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     relative = models["deepseek"].relative_to(tmp_path)
     done = run_cli(*base, "vllm", "serve", relative, env={"PYTHONPATH": str(fake)}, cwd=tmp_path)
@@ -1457,3 +1480,15 @@ def test_the_hub_model_hint_says_where_hf_comes_from(setup, tmp_path, monkeypatc
     assert "`hf` comes with huggingface_hub" in said, said
     assert "`python3 -m pip install huggingface_hub`" in said, said
     assert "`pipx run --spec huggingface_hub hf download lab/gone-model config.json`" in said, said
+
+
+def test_a_target_eagle3_refuses_because_of_hf_overrides_has_a_fix(setup):
+    """New-user 14 (item 24, related): `--hf-overrides '{"model_type": "mistral"}'` failed the whitelist
+    with no fix line at all."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    override = json.dumps({"model_type": "mistral"})
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"], "--hf-overrides", override))
+    whitelist = findings(done)["whitelist"]
+    assert not whitelist["ok"] and "'mistral'" in whitelist["message"], whitelist
+    assert whitelist["fix"].startswith("--hf-overrides sets model_type 'mistral': drop that override"), whitelist

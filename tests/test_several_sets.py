@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -549,8 +551,11 @@ def test_stale_records_after_an_upgrade_are_each_said_once_with_their_set(run, t
     assert run("apply", "--target", tree, "--patches", library).exit_code == 0
     pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})  # the same stock files, a new release
     status = run("status", "--target", tree, "--patches", library)
-    notes = [line for line in status.output.splitlines() if "the old record is stale" in line]
-    assert len(notes) == 2, status.output
+    notes = [line for line in status.output.splitlines() if "installed 0.17.0: the old record" in line]
+    # one line naming both sets (new-user 14 item 17: the same note once per set)
+    assert notes == [
+        "stale warning: the records of model, spec: recorded 0.16.0, installed 0.17.0: the old records are stale"
+    ], status.output
     applied = run("apply", "--target", tree, "--patches", library, "--no-import")
     assert applied.exit_code == 0, applied.output
     discarded = [line for line in applied.output.splitlines() if "discarded" in line]
@@ -662,6 +667,28 @@ def test_a_warning_about_the_whole_tree_is_said_once_for_every_set(tree, library
     said = [line for line in done.stderr.splitlines() if "no guard installed" in line]
     assert len(said) == 1, done.stderr
     assert [e.set_name for e in read_state(tree).entries] == ["model", "spec"]
+
+
+def test_the_notes_commands_of_the_sets_applied_each_run(run, tree, scratch):
+    """newuser15 2: the note said `status --set a --set b`, which status refuses (exit 2): one per set."""
+    (tree / "vllm" / "extra.py").write_text("X = 1\n")
+    library = scratch / "three"
+    for name, path, content in (
+        ("a", SPEC, patched_spec()),
+        ("b", MODEL, EAGLE_MODEL),
+        ("c", "vllm/extra.py", "X = 2\n"),
+    ):
+        write_library(library, {"0.16.0": [make_patch(scratch, tree, {path: content})]}, name=name)
+    (tree / "vllm" / "extra.py").write_text("Y = 1\n")  # c's patch does not apply: the run stops there
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 1
+    (tree / "vllm" / "extra.py").write_text("X = 1\n")
+    text = run("status", "--target", tree, "--patches", library)
+    assert text.exit_code == 1 and "2 of 3 set(s) applied (a, b), not c" in text.output, text.output
+    said = " ".join(text.output.split())
+    commands = re.findall(r"`(patchkit status [^`]*)`", said)
+    assert [c.split()[-2:] for c in commands] == [["--set", "a"], ["--set", "b"]], said
+    for command in commands:
+        assert run(*shlex.split(command)[1:]).exit_code == 0, command
 
 
 def test_revert_first_after_a_crashed_apply_rolls_it_back_and_says_nothing_is_recorded(tree, library, tmp_path):

@@ -20,6 +20,11 @@ TABLE = """_TOOL_PARSERS_TO_REGISTER = {
     "granite-20b-fc": ("granite_20b_fc_tool_parser", "Granite20bFCToolParser"),
 }
 """
+REASONING = """_REASONING_PARSERS_TO_REGISTER = {
+    "deepseek_r1": ("deepseek_r1_reasoning_parser", "DeepSeekR1ReasoningParser"),
+    "qwen3": ("qwen3_reasoning_parser", "Qwen3ReasoningParser"),
+}
+"""
 OLD_INIT = "from .abstract_tool_parser import ToolParser\nfrom .hermes_tool_parser import Hermes2ProToolParser\n"
 OLD_PARSER = '@ToolParserManager.register_module(["hermes", "hermes2"])\nclass Hermes2ProToolParser:\n    pass\n'
 
@@ -29,6 +34,8 @@ def launch(tmp_path) -> tuple[Path, Path, Path]:
     tree, library = write_eagle3_setup(tmp_path)
     (tree / "vllm" / "tool_parsers").mkdir()
     (tree / "vllm" / "tool_parsers" / "__init__.py").write_text(TABLE)
+    (tree / "vllm" / "reasoning").mkdir()
+    (tree / "vllm" / "reasoning" / "__init__.py").write_text(REASONING)
     return tree, library, write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3)
 
 
@@ -50,6 +57,18 @@ def test_a_misspelt_parser_fails_with_the_name_meant(launch, given, meant):
     assert f"--tool-call-parser {given}: vLLM 0.16.0 registers no tool-call parser of that name" in found["message"]
     assert "vllm/tool_parsers/__init__.py" in found["message"] and "refuses the launch at start" in found["message"]
     assert found["fix"] == f"did you mean {meant}? write --tool-call-parser {meant}"
+
+
+def test_a_misspelt_reasoning_parser_fails_too_without_auto_tool_choice(launch):
+    """Review 10a M1: vLLM refuses an unregistered --reasoning-parser at start, whatever the tool options."""
+    tree, library, model = launch
+    done, (found,) = preflight(tree, library, model, "--reasoning-parser", "deepseekr1")
+    assert done.returncode == 1 and not found["ok"], done.stdout
+    assert found["message"].startswith("--reasoning-parser deepseekr1: vLLM 0.16.0 registers no reasoning parser")
+    assert "(vllm/reasoning/__init__.py)" in found["message"]
+    assert found["fix"] == "did you mean deepseek_r1? write --reasoning-parser deepseek_r1"
+    for fine in (("--reasoning-parser", "qwen3"), ("--reasoning-parser", "x", "--reasoning-parser-plugin", "p.py")):
+        assert preflight(tree, library, model, *fine)[1] == [], fine
 
 
 def test_a_name_nothing_resembles_lists_the_registered_ones(launch):
@@ -127,3 +146,17 @@ def test_the_releases_registries_name_the_parsers_the_sets_serve(tmp_path, versi
     assert {"deepseek_v3", "deepseek_v31", "kimi_k2", "hermes"} <= found[1], found
     assert toolparsers._closest("deepseekv3", found[1]) == "deepseek_v3"
     assert toolparsers._closest("kimi-k2", found[1]) == "kimi_k2"
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version", ["0.11.0", "0.16.0", "0.34.0"])
+def test_the_releases_reasoning_registries_name_their_parsers(tmp_path, version):
+    init = "vllm/reasoning/__init__.py"
+    first = lay_out_release(version, [init], tmp_path / "init") / init
+    modules = [line.split()[1][1:] for line in first.read_text().splitlines() if line.startswith("from .")]
+    paths = [init, *(f"vllm/reasoning/{m}.py" for m in modules)]
+    found = toolparsers.registered(
+        tree_reader(lay_out_release(version, paths, tmp_path / "tree")), toolparsers.REASONING
+    )
+    assert found is not None and found[0] == init, found
+    assert {"deepseek_r1", "qwen3"} <= found[1], found

@@ -62,7 +62,19 @@ def whitelist(launch) -> Finding:
             return False, f"target model_type '{model_type}': " + "; ".join(failed)
         return True, f"target model_type '{model_type}' is accepted"
 
-    return launch.judge("whitelist", judgement)
+    return launch.judge("whitelist", judgement, _whitelist_fix(launch, model_type))
+
+
+def _whitelist_fix(launch, model_type: str) -> str:
+    """What to do about a target EAGLE-3 does not accept: the override that made its model_type, else
+    the launch without EAGLE-3 (every failure has its fix; an --hf-overrides one had none)."""
+    overrides = launch.command.hf_overrides or {}
+    text = overrides.get("text_config") if isinstance(overrides.get("text_config"), dict) else {}
+    if model_type in (overrides.get("model_type"), text.get("model_type")):
+        return (
+            f"--hf-overrides sets model_type '{model_type}': drop that override, or serve without --speculative-config"
+        )
+    return f"EAGLE-3 here serves no '{model_type}' target: serve it without --speculative-config"
 
 
 def supports_eagle3(launch) -> Finding:

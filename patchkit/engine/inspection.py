@@ -114,11 +114,11 @@ class TreeStatus:
             )
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
-        if (self.whole_wheel or self.wheel_refused) and any(problem.endswith(_EDITED) for problem in self.guard):
+        if (self.whole_wheel or self.wheel_refused) and any(problem.endswith(EDITED) for problem in self.guard):
             # a wheel's file: this set's apply leaves it; the wheel's sets go together
             revert, apply = (hints.command(verb, *args, chosen=_without_a_set()) for verb, *args in _EVERY_SET)
             return f"run {revert} (it keeps a copy of the edits), then {apply}"
-        upgraded = [problem for problem in self.guard if _UPGRADED in problem]
+        upgraded = [problem for problem in self.guard if UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
             # vLLM was upgraded under the record, and its files are not all the new release's: no
             # original patchkit saved belongs on it, and apply cannot tell the record is stale
@@ -140,7 +140,7 @@ class TreeStatus:
     def apply_recorded(self) -> str:
         """The apply that settles the records a vLLM upgrade made stale: of the recorded sets only
         (apply alone would apply every covering set, a launch's unneeded ones too)."""
-        upgraded = self.stale or any(_UPGRADED in problem for problem in self.guard)
+        upgraded = self.stale or any(UPGRADED in problem for problem in self.guard)
         return self._apply_of_recorded() if upgraded else hints.command("apply")
 
     @property
@@ -173,8 +173,8 @@ class TreeStatus:
         return Outcome.OK
 
 
-_UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
-_EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
+UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
+EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
 
 
 def inspect(
@@ -225,7 +225,10 @@ def inspect(
 
 def _named(stale: dict[str, str]) -> list[str]:
     """Each stale record's note with its set: two sets applied to one release say the same note."""
-    return [f"the record of {name}: {note}" for name, note in stale.items()]
+    return [f"{STALE_PREFIX}{name}: {note}" for name, note in stale.items()]
+
+
+STALE_PREFIX = "the record of "  # a stale record's note begins with it, then the set's name
 
 
 def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:

@@ -67,7 +67,6 @@ class LaunchContext:
     read_planned: Reader | None = None  # the files as the series leaves them (None: nothing to apply)
     python: str | None = None  # the target's interpreter, asked for vLLM's own answers (None: not asked)
     not_asked: str = "--no-import"  # why vLLM is not asked, when python is None
-    patched: bool = False  # the tree holds patchkit's changes, which `fetch --dest` will not overwrite
     reads: dict[str, str | None] | None = None  # when a dict: path -> sha256 of each file read (None: absent)
     _registries: dict = field(default_factory=dict)
     _answers: dict = field(default_factory=dict)
@@ -99,10 +98,8 @@ class LaunchContext:
             return None
         version = self.version or "VERSION"
         whole = hints.command("fetch", str(version), "--all", "--dest", str(self.root))
+        # over an applied tree too: fetch keeps the files the record says patchkit patched (new-user 14 item 6)
         gives = f"lay out the whole release ({whole}), or give --python PATH"
-        if self.patched:  # fetch refuses to overwrite the patched files: they go back to stock first
-            revert, apply = hints.command("revert"), hints.command("apply")
-            gives = f"give --python PATH, or lay out the whole release: {revert}, {whole}, then {apply}"
         return cannot_judge(check, f"the tree has no {path} (a tree of only the patched files?)", gives)
 
     def model_interface(self, architecture: str | list[str], function: str) -> VllmVerdict:

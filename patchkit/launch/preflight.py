@@ -220,9 +220,10 @@ def preflight(
     result = PreflightResult(command, tree_state=str(status.state), launched=launched)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
-    # judged whether or not the models are found: vLLM refuses the parser before it reads them
-    parser = toolparsers.finding(COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root))
-    result.findings += [parser] if parser is not None else []
+    # judged whether or not the models are found: vLLM refuses the parsers before it reads them
+    result.findings += toolparsers.findings(
+        COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root)
+    )
     try:
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
@@ -248,9 +249,10 @@ def preflight(
         resolved.vllm_version,
         resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
         read_planned=planned,
-        python=None if no_import else resolved.target.python,
-        not_asked=not_asked if no_import else "no interpreter known for this target (give --python)",
-        patched=status.state in (TreeState.APPLIED, TreeState.PARTIAL),
+        python=None if no_import or another_vllm(resolved) else resolved.target.python,
+        not_asked=not_asked
+        if no_import
+        else another_vllm(resolved) or "no interpreter known for this target (give --python)",
     )
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
     result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
@@ -323,6 +325,22 @@ def launch_findings(context: LaunchContext) -> list[Finding]:
     return command_findings(context) + set_checks(context)
 
 
+def whose_vllm_fix(target: object) -> str:
+    """The fix when --python imports another vLLM than --target's: the launch runs that one, so apply
+    there; or judge the tree by its files alone (newuser15 3: a fix that led to a `status` saying "applied")."""
+    there = hints.command("apply", chosen=dataclasses.replace(hints.current(), target_dir=None))
+    return f"the launch runs --python's vLLM: apply to it ({there}), or leave out --python to judge {target} alone"
+
+
+def another_vllm(resolved: Resolved) -> str:
+    """Why vLLM is not asked about the tree: --python imports a vLLM of its own that is not --target's,
+    so what it answers (its validation, supports_eagle3()) is about those files ("": it is the tree's)."""
+    target = resolved.target
+    if not target.python_imports_another:
+        return ""
+    return f"--python {target.python} imports vLLM from {target.python_vllm}, not from the --target tree {target.package_dir}"
+
+
 def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
@@ -331,6 +349,9 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
         gives = "give --python PATH, the interpreter of the venv whose vLLM you launch (vLLM is asked there about its own files)"
         also = ", once the models above are found" if result.missing else ""
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
+    another = another_vllm(resolved)
+    if another:  # its answer would be about another vLLM's files (new-user 14 item 2)
+        return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
             VALIDATION,

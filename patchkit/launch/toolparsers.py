@@ -1,62 +1,93 @@
-"""The tool-call parsers a tree's vLLM registers, read from its files (nothing imported).
+"""The tool-call and reasoning parsers a tree's vLLM registers, read from its files (nothing imported).
 
-vLLM refuses `--enable-auto-tool-choice --tool-call-parser NAME` at start (validate_api_server_args)
-when NAME is not registered: a misspelt name (`deepseekv3` for `deepseek_v3`) would otherwise pass
-preflight and fail after `run` started the launch. The names come from one table in 0.12.0 on
-(`_TOOL_PARSERS_TO_REGISTER` in the tool_parsers package's __init__.py), and before that from each
-parser module's `@ToolParserManager.register_module(...)`, the modules the package's __init__.py imports.
+vLLM refuses `--enable-auto-tool-choice --tool-call-parser NAME`, and `--reasoning-parser NAME`, at
+start (validate_api_server_args) when NAME is not registered: a misspelt name (`deepseekv3` for
+`deepseek_v3`) would otherwise pass preflight and fail after `run` started the launch. The names come
+from one table in 0.12.0 on (`_TOOL_PARSERS_TO_REGISTER` in the tool_parsers package's __init__.py,
+`_REASONING_PARSERS_TO_REGISTER` in vllm/reasoning/'s), and before that from each parser module's
+`@...Manager.register_module(...)`, the modules the package's __init__.py imports.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from patchkit.launch.findings import Finding
 
-# Where the registry is, newest layout first (vllm/tool_parsers/ from 0.13.0; before, under openai/).
-REGISTRIES = ("vllm/tool_parsers/__init__.py", "vllm/entrypoints/openai/tool_parsers/__init__.py")
-TABLE = "_TOOL_PARSERS_TO_REGISTER"
+
+@dataclass(frozen=True)
+class ParserKind:
+    """One kind of parser a launch names: its option, where its registry is, what vLLM holds to it."""
+
+    option: str  # the launch's option naming the parser
+    plugin: str  # the option that loads a parser file of the user's (it may register any name)
+    registries: tuple[str, ...]  # the registry's path, newest layout first
+    table: str  # the registry's table of lazy registrations (0.12.0 on)
+    needs: str | None = None  # the option without which vLLM does not hold the name to its registry
+
+
+TOOL = ParserKind(
+    "tool-call-parser",
+    "tool-parser-plugin",
+    ("vllm/tool_parsers/__init__.py", "vllm/entrypoints/openai/tool_parsers/__init__.py"),
+    "_TOOL_PARSERS_TO_REGISTER",
+    needs="enable-auto-tool-choice",
+)
+REASONING = ParserKind(
+    "reasoning-parser", "reasoning-parser-plugin", ("vllm/reasoning/__init__.py",), "_REASONING_PARSERS_TO_REGISTER"
+)
+KINDS = (TOOL, REASONING)
 _MAX_MODULES = 200  # far more parser modules than a release has: an __init__ importing more is not vLLM's
 
 Reader = Callable[[str], "bytes | None"]
 
 
-def registered(read: Reader) -> tuple[str, set[str]] | None:
+def registered(read: Reader, kind: ParserKind = TOOL) -> tuple[str, set[str]] | None:
     """(the registry's path, the parser names it registers), or None when the tree holds no registry
     patchkit can read whole (a tree from `fetch --dest` has none): then nothing is judged."""
-    for path in REGISTRIES:
+    for path in kind.registries:
         tree = _parsed(read(path))
         if tree is None:
             continue
-        names = _table(tree)
+        names = _table(tree, kind.table)
         if names is None:
             names = _decorated(tree, path.rpartition("/")[0], read)
         return (path, names) if names else None
     return None
 
 
-def finding(check: str, options: dict[str, object], version: object, read: Reader) -> Finding | None:
-    """A failed `check` finding when the launch's --tool-call-parser is one vLLM refuses at start;
-    None when it is registered, not held to the registry (no --enable-auto-tool-choice; a
-    --tool-parser-plugin may register it), or the registry cannot be read."""
-    name = options.get("tool-call-parser")
-    if not options.get("enable-auto-tool-choice") or not isinstance(name, str) or options.get("tool-parser-plugin"):
+def findings(check: str, options: dict[str, object], version: object, read: Reader) -> list[Finding]:
+    """The failed `check` findings for each parser the launch names that vLLM refuses at start."""
+    found = (finding(check, options, version, read, kind) for kind in KINDS)
+    return [f for f in found if f is not None]
+
+
+def finding(
+    check: str, options: dict[str, object], version: object, read: Reader, kind: ParserKind = TOOL
+) -> Finding | None:
+    """A failed `check` finding when the launch's parser of `kind` is one vLLM refuses at start; None
+    when it is registered, not held to the registry (no --enable-auto-tool-choice for a tool-call
+    parser; a plugin option may register it), or the registry cannot be read."""
+    name = options.get(kind.option)
+    if (kind.needs and not options.get(kind.needs)) or not isinstance(name, str) or options.get(kind.plugin):
         return None
-    found = registered(read)
+    found = registered(read, kind)
     if found is None or name in found[1]:
         return None
     path, names = found
     vllm = f"vLLM {version}" if version else "this vLLM"
-    message = f"--tool-call-parser {name}: {vllm} registers no tool-call parser of that name ({path}): it refuses the launch at start"
-    return Finding(check, False, message, _fix(name, names))
+    what = kind.option.removesuffix("-parser")  # tool-call, reasoning
+    message = f"--{kind.option} {name}: {vllm} registers no {what} parser of that name ({path}): it refuses the launch at start"
+    return Finding(check, False, message, _fix(name, names, kind))
 
 
-def _fix(name: str, names: set[str]) -> str:
+def _fix(name: str, names: set[str], kind: ParserKind) -> str:
     close = _closest(name, names)
     if close is not None:
-        return f"did you mean {close}? write --tool-call-parser {close}"
-    return f"write one of {', '.join(sorted(names))}, or load your own with --tool-parser-plugin"
+        return f"did you mean {close}? write --{kind.option} {close}"
+    return f"write one of {', '.join(sorted(names))}, or load your own with --{kind.plugin}"
 
 
 def _closest(name: str, names: set[str]) -> str | None:
@@ -83,20 +114,20 @@ def _parsed(data: bytes | None) -> ast.Module | None:
         return None
 
 
-def _table(tree: ast.Module) -> set[str] | None:
-    """The keys of the module's `_TOOL_PARSERS_TO_REGISTER = {...}` (None: it has no such table)."""
+def _table(tree: ast.Module, table: str) -> set[str] | None:
+    """The keys of the module's `TABLE = {...}` (None: it has no such table)."""
     for node in tree.body:
         target = node.target if isinstance(node, ast.AnnAssign) else None
         targets = node.targets if isinstance(node, ast.Assign) else [target] if target is not None else []
         value = getattr(node, "value", None)
-        if any(isinstance(t, ast.Name) and t.id == TABLE for t in targets) and isinstance(value, ast.Dict):
+        if any(isinstance(t, ast.Name) and t.id == table for t in targets) and isinstance(value, ast.Dict):
             return {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
     return None
 
 
 def _decorated(tree: ast.Module, package: str, read: Reader) -> set[str]:
     """The names each module the package's __init__ imports (`from .x import ...`) registers with
-    `@ToolParserManager.register_module(...)`; empty when a module cannot be read (not judged)."""
+    `@...Manager.register_module(...)`; empty when a module cannot be read (not judged)."""
     modules = [n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module]
     names: set[str] = set()
     for module in modules[:_MAX_MODULES]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,16 @@ def locate(option: str | Path | None) -> Location:
 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # patchkit/: a wheel puts the library in it
+
+
+def installed_copy_hint(version: object, package: Path = PACKAGE_DIR) -> str:
+    """How to work on the library installed with patchkit without writing into it (a reinstall of
+    patchkit undoes what refresh writes there): a copy, then a workspace on it."""
+    installed = package / "_library"
+    return (
+        f"work on a copy: `{shlex.join(['cp', '-r', str(installed), 'patches'])}`, "
+        f"then `patchkit workspace {version} --patches patches`"
+    )
 
 
 def default_root() -> Path:

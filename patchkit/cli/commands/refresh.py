@@ -12,7 +12,7 @@ from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, format_option, output_options
 from patchkit.cli.ui.console import UI
 from patchkit.maintainer.refresh import refresh_workspace
-from patchkit.series.library import PACKAGE_DIR
+from patchkit.series.library import PACKAGE_DIR, installed_copy_hint
 
 if TYPE_CHECKING:
     from patchkit.maintainer.reports import RefreshReport
@@ -62,7 +62,7 @@ def _show(ui: UI, report: RefreshReport) -> None:
     if changed and not report.dry_run and _installed(Path(report.series_dir)):
         ui.warn(
             "that is the library installed with patchkit: every apply uses the edit from now on, and a "
-            "reinstall or upgrade of patchkit undoes it; work on a copy: `patchkit workspace VERSION --patches DIR`"
+            f"reinstall or upgrade of patchkit undoes it; {installed_copy_hint(report.version, PACKAGE_DIR)}"
         )
     ui.table(
         ["patch", "state", "files"], ([p.name, p.state, ", ".join(p.files)] for p in report.patches), state_column=1

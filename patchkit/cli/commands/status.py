@@ -112,8 +112,8 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         them = "it" if len(found.unchosen) == 1 else "them"
         ui.note(f"no apply chose {', '.join(found.unchosen)}; {hints.command('apply', *named)} applies {them}")
     if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
-        # status judges one --set at a time (several are a usage error)
-        used = hints.command("status", "--set", applied[0]) + (", one --set at a time" if len(applied) > 1 else "")
+        # status takes one --set: a command per set, each runs (newuser15 2: `--set a --set b` was refused)
+        used = ", ".join(hints.command("status", "--set", name) for name in applied)
         ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")
     elif found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")

@@ -17,6 +17,7 @@ from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 from patchkit.engine.guard import refusal_text
+from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.specifiers import SpecifierSet
@@ -183,15 +184,50 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         failures.append(Failure("partial", "some patches of the series are applied, others not"))
     failures += [
         Failure(
-            STALE, note, fix=f"{status.apply_recorded} discards it; {hints.command('revert')} drops it", warning=True
+            STALE,
+            note,
+            fix=f"{status.apply_recorded} discards {it}; {hints.command('revert')} drops {it}",
+            warning=True,
         )
-        for note in status.stale
+        for note, it in _stale_said(status.stale)
     ]
     if status.guard:
-        failures.append(Failure("guard", refusal_text(status.guard), fix=status.guard_fix))
+        failures.append(Failure("guard", refusal_text(_upgrade_said(status.guard)), fix=status.guard_fix))
     if status.guard_missing:
         failures.append(Failure(UNGUARDED, status.guard_missing, fix=status.guard_missing_fix, warning=True))
     return failures
+
+
+def _stale_said(notes: list[str]) -> list[tuple[str, str]]:
+    """(note, "it" or "them"): the records an upgrade made stale for the same reason, said once
+    ("the records of eagle3, kimi-k2-tool-calls: recorded 0.16.0, installed 0.17.1: ...")."""
+    by_reason: dict[str, list[str]] = {}
+    for note in notes:
+        name, sep, reason = note.removeprefix(STALE_PREFIX).partition(": ")
+        if not note.startswith(STALE_PREFIX) or not sep:
+            by_reason.setdefault(note, [])
+            continue
+        by_reason.setdefault(reason, []).append(name)
+    said = []
+    for reason, names in by_reason.items():
+        if len(names) > 1:
+            reason = reason.replace("the old record is stale", "the old records are stale")
+            said.append((f"the records of {', '.join(names)}: {reason}", "them"))
+        else:
+            said.append((f"{STALE_PREFIX}{names[0]}: {reason}" if names else reason, "it"))
+    return said
+
+
+def _upgrade_said(problems: list[str]) -> list[str]:
+    """The guard's problems; after an upgrade of vLLM under the record, the files it patched are
+    counted, not each said "changed after patchkit patched it" (the upgrade replaced them, most likely)."""
+    if not any(UPGRADED in problem for problem in problems):
+        return problems
+    files = [problem for problem in problems if problem.endswith(EDITED)]
+    if len(files) < 2:
+        return problems
+    counted = f"{len(files)} files it patched no longer hold what it wrote (replaced by the upgrade, or edited)"
+    return [problem for problem in problems if problem not in files] + [counted]
 
 
 def show_checks(ui: Screen, results: list[CheckResult], label: str = "checks") -> None:
