@@ -181,7 +181,10 @@ def test_status_shows_each_set_and_one_overall_state(run, tree, library):
     assert text.exit_code == 0, text.output
     assert "status: applied: 1 of 3 set(s) applied (spec); not chosen: model" in text.output
     said = " ".join(text.output.split())
-    assert f"note: no apply chose model; `patchkit apply --target {tree} --patches {library} --set model`" in said
+    assert (
+        f"note: no apply chose model; to apply it: `patchkit apply --target {tree} --patches {library} --set model`"
+        in said
+    )
     assert json_of(run("status", "--target", tree, "--patches", library, "--format", "json"))["not_chosen"] == ["model"]
     assert "set      model" in text.output and "set      old" in text.output
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import lay_out_release, run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_model
 
 pytestmark = pytest.mark.release
@@ -28,6 +28,7 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 CHECKOUT = Path(__file__).resolve().parent.parent
 UPDATE = os.environ.get("PATCHKIT_UPDATE_SNAPSHOTS") == "1"
 KIMI = "vllm/model_executor/models/kimi_k25.py"
+PARSERS = "vllm/tool_parsers/__init__.py"
 SPEC = json.dumps({"method": "eagle3", "model": "models/drafter", "num_speculative_tokens": 3}, separators=(",", ":"))
 PREFLIGHT = ["preflight", "--no-import", "--", "vllm", "serve", "models/dsv3", "-tp", "4", "--speculative-config", SPEC]
 
@@ -44,6 +45,21 @@ COMMANDS = {
     "preflight-stock": [*PREFLIGHT[:1], "--target", "stock", *PREFLIGHT[1:]],
     "preflight-applied": [*PREFLIGHT[:1], "--target", "applied", *PREFLIGHT[1:]],
     "list": ["list"],
+    # the tree `apply --set eagle3` (or `run --apply` of an EAGLE-3 launch) leaves: the others not chosen
+    "status-chosen": ["status", "--target", "chosen"],
+    # a misspelt tool-call parser: vLLM refuses it at start
+    "preflight-parser": [
+        *PREFLIGHT[:2],
+        "--target",
+        "applied",
+        "--",
+        "vllm",
+        "serve",
+        "models/dsv3",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "deepseekv3",
+    ],
 }
 WIDTHS = (80, 120)
 TIMING = re.compile(r"\d+\.\d+ ?s\b")
@@ -55,8 +71,11 @@ def fetched(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("snapshots")
     done = run_cli("fetch", "0.16.0", "--dest", base / "stock")
     assert done.returncode == 0, done.stderr
+    lay_out_release("0.16.0", [PARSERS], base / "stock")  # as `fetch --all` lays it out: the parsers' names
     shutil.copytree(base / "stock", base / "applied")
     assert run_cli("apply", "--target", base / "applied").returncode == 0
+    shutil.copytree(base / "stock", base / "chosen")
+    assert run_cli("apply", "--target", base / "chosen", "--set", "eagle3").returncode == 0
     shutil.copytree(base / "applied", base / "broken")
     kimi = base / "broken" / KIMI
     kimi.write_text(kimi.read_text().replace("\nimport copy\n", "\nimport copy,\n", 1))

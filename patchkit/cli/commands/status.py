@@ -110,7 +110,7 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     if found.unchosen:  # left out on purpose (`apply --set`, `run --apply`): what applies them
         named = [word for name in found.unchosen for word in ("--set", name)]
         them = "it" if len(found.unchosen) == 1 else "them"
-        ui.note(f"no apply chose {', '.join(found.unchosen)}; {hints.command('apply', *named)} applies {them}")
+        ui.note(f"no apply chose {', '.join(found.unchosen)}; to apply {them}: {hints.command('apply', *named)}")
     if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         # status takes one --set: a command per set, each runs (newuser15 2: `--set a --set b` was refused)
         used = ", ".join(hints.command("status", "--set", name) for name in applied)
