@@ -223,3 +223,20 @@ def test_a_large_original_and_its_new_content_are_hashed_side_by_side(monkeypatc
 
     monkeypatch.setattr(hashing, "hashlib", SimpleNamespace(sha256=forbidden))
     assert (sha256(before), sha256(after)) == (real(before).hexdigest(), real(after).hexdigest())
+
+
+def test_a_damaged_original_names_the_command_for_this_release_and_tree(run, scene):
+    """Review 10b L2: the hint said `vllm==VERSION` though the tree names its release, and pip on a
+    tree `patchkit fetch --dest` laid out (no installer's files), where fetching again is the fix."""
+    tree, patch = scene
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    saved_original(tree).chmod(0o644)
+    saved_original(tree).write_text("damaged\n")
+    (tree / MODEL).write_text("edited by hand\n")  # reverse-applying cannot rebuild it either
+    result = run("revert", "--target", tree, "--patch", patch, "--force")
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "is corrupt" in said, said
+    assert "VERSION" not in said and "vllm==0.16.0" in said, said
+    (tree / "vllm-0.16.0.dist-info/RECORD").write_text("")  # a laid-out tree: METADATA and RECORD only
+    said = " ".join(run("revert", "--target", tree, "--patch", patch, "--force").output.split())
+    assert f"patchkit fetch 0.16.0 --dest {tree} --force" in said, said

@@ -39,9 +39,9 @@ from patchkit.distinfo.record import (
     record_algorithm,
     record_digest,
     record_hash,
-    stock_files_command,
 )
 from patchkit.store.state import State, read_state
+from patchkit.tree.target import stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.version import Version

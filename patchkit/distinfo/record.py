@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.base import fsutil, hints
+from patchkit.base import fsutil
 from patchkit.base.errors import FetchError
 from patchkit.base.hashing import sha256
 from patchkit.tree.target import vllm_metadata_dirs
@@ -106,19 +106,6 @@ def find_record(tree: Path, version: Version | str | None = None) -> Path | None
 
 
 RECORD_LIMIT = 64 << 20  # vLLM's RECORD is ~300 kB
-
-
-def stock_files_command(tree: Path, version: Version | str | None) -> str:
-    """The command that puts a tree's stock files back: for a tree `patchkit fetch --dest` laid out
-    (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
-    laying it out again; for an installed vLLM, reinstalling it."""
-    record = find_record(tree, version)
-    named = [d.name[len("vllm-") :].rsplit(".", 1)[0] for d in vllm_metadata_dirs(tree)]
-    if version is None and len(named) == 1:  # the tree's own dist-info names it: never the word VERSION
-        version = named[0]
-    if record is not None and not any((record.parent / name).exists() for name in ("INSTALLER", "WHEEL")):
-        return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
-    return hints.pip_reinstall(version)
 
 
 def read_record_file(tree: Path, path: Path) -> bytes:

@@ -40,7 +40,6 @@ from patchkit.distinfo.record import (
     listings,
     parsed_record,
     read_record_file,
-    stock_files_command,
 )
 from patchkit.engine.guard import (
     MODULE,
@@ -82,7 +81,7 @@ from patchkit.store.journal import journal_path
 from patchkit.store.objects import prune_objects
 from patchkit.store.saved import keep_copies
 from patchkit.store.state import Entry, State, meta_dir, read_state, remove_empty_store, state_path
-from patchkit.tree.target import Target
+from patchkit.tree.target import Target, stock_files_command
 from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -46,7 +46,7 @@ from patchkit.base import hints, locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import Landed, Origin, fsync, fsync_dir, read_file, unsafe_reason
 from patchkit.base.hashing import sha256
-from patchkit.distinfo.record import listings, record_digest, stock_files_command
+from patchkit.distinfo.record import listings, record_digest
 from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
@@ -65,6 +65,7 @@ from patchkit.store.state import (
     read_state,
     state_path,
 )
+from patchkit.tree.target import stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping

@@ -30,6 +30,7 @@ from patchkit.series.patchfile import (
 )
 from patchkit.store.objects import read_object
 from patchkit.store.state import Entry, recorded_patch_files
+from patchkit.tree.target import stock_files_command
 
 
 class Placement(NamedTuple):
@@ -322,7 +323,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
                 f"of {path} back",
-                hint=f"reinstall vLLM ({hints.pip_reinstall(None)}) to get stock files",
+                hint=f"put the stock files back ({stock_files_command(view.root, None)})",
             ) from damaged
         notes.append(f"{damaged.message}: {path} was restored by reverse-applying the series (sha256 checked)")
         return rebuilt

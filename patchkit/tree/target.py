@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from patchkit.base import hints
 from patchkit.base.errors import TargetError
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
@@ -337,3 +338,19 @@ def same_interpreter(python: str | None) -> bool:
         return os.path.samefile(python, sys.executable)
     except OSError:
         return False
+
+
+def stock_files_command(tree: Path, version: object | None) -> str:
+    """The command that puts a tree's stock files back: for a tree `patchkit fetch --dest` laid out
+    (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
+    laying it out again; for an installed vLLM, reinstalling it. Without `version`, the one the
+    tree's own dist-info names: never the word VERSION where the tree says it."""
+    dirs = vllm_metadata_dirs(tree)
+    if version is None and len(dirs) == 1:
+        version = dirs[0].name[len("vllm-") :].rsplit(".", 1)[0]
+    with_record = [d for d in dirs if (d / "RECORD").exists()]
+    exact = [d for d in with_record if version is not None and d.name.lower() == f"vllm-{version}.dist-info".lower()]
+    chosen = next(iter(exact or with_record), None)
+    if chosen is not None and not any((chosen / name).exists() for name in ("INSTALLER", "WHEEL")):
+        return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
+    return hints.pip_reinstall(version)
