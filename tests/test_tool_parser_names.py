@@ -160,3 +160,15 @@ def test_the_releases_reasoning_registries_name_their_parsers(tmp_path, version)
     )
     assert found is not None and found[0] == init, found
     assert {"deepseek_r1", "qwen3"} <= found[1], found
+
+
+def test_run_refuses_a_misspelt_parser_before_the_launch(launch, tmp_path):
+    """`run` holds the launch to the same finding: vLLM would refuse it only after run exec'd it."""
+    tree, library, model = launch
+    no_vllm = {"PATH": str(tmp_path / "empty")}  # had run exec'd, it would say `cannot run vllm` (exit 4)
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "kimi-k2")
+    done = run_cli(
+        "run", "--target", tree, "--patches", library, "--", "vllm", "serve", str(model), *options, env=no_vllm
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "did you mean kimi_k2?" in done.stdout + done.stderr and "cannot run vllm" not in done.stderr
