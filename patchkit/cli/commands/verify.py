@@ -236,7 +236,7 @@ def _verify_sets(
     else:
         guard_said = False  # the guard's refusal is the tree's: said by the first set it fails
         for index, (resolved, result) in enumerate(pairs):  # the tree once, then each set's own lines
-            reports.verified_target_text(ui, resolved, result, target=index == 0, guard=not guard_said, alone=False)
+            reports.verified_target_text(ui, resolved, result, target=index == 0, guard=not guard_said)
             guard_said = guard_said or bool(result.status.guard)
         for each in chosen:
             if each not in verified.chosen:
@@ -257,9 +257,9 @@ def _sets_verdict(ui: UI, verified: SetsVerified) -> None:
         ui.verdict(f"verify: FAILED: {', '.join(failed)} ({others})", ok=False)
         return
     if planned and len(planned) == passed:
-        ui.line(f"none is applied: {hints.command('apply')} applies them")
+        ui.note(f"none is applied: {hints.command('apply')} applies them")
     elif planned:
-        ui.line(f"not applied: {', '.join(planned)}: {hints.command('apply')} applies them")
+        ui.note(f"not applied: {', '.join(planned)}: {hints.command('apply')} applies them")
     if planned and len(planned) == passed:
         ui.verdict(f"verify: ok if applied: all {passed} sets would pass; none is applied", ok=True)
     elif planned:

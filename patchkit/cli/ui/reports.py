@@ -351,12 +351,10 @@ def verified_target_text(
     *,
     target: bool = True,
     guard: bool = True,
-    alone: bool = True,
 ) -> None:
     """The header (`target`: where vLLM is, said by the first set only), the failures (the command
     that fixes each), then the verdict with the count of the checks that passed (every row with -v).
-    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set.
-    `alone` False: one of several sets, whose command to apply the last lines say."""
+    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set."""
     mismatch = another_release(resolved)
     if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
         show_header(ui, resolved, target=target)
@@ -392,8 +390,6 @@ def verified_target_text(
             ui.line(f"    {line}")
     if verified.ok and status.state == TreeState.NOT_APPLIED:
         # a dry check passing is no pass of the tree: the last line (what CI shows) says so
-        if alone:  # of several sets: the command that applies them all follows them
-            ui.line(f"not applied: {status.fix_command('apply')} applies it")
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
     elif verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
