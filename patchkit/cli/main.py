@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Iterable
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar
 
@@ -143,11 +142,12 @@ COMMANDS = {
 }
 
 
-def docs_root() -> Path:
-    """Where README.md and docs/ are: patchkit/_docs in a wheel (hatch_build.py), else the checkout."""
-    package = Path(__file__).resolve().parents[1]
-    packaged = package / "_docs"
-    return packaged if packaged.is_dir() else package.parent
+def docs_root() -> str:
+    """Where README.md and docs/ are: patchkit/_docs in a wheel (hatch_build.py), else the checkout
+    (os.path: pathlib would load urllib into every --help)."""
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    packaged = os.path.join(package, "_docs")
+    return packaged if os.path.isdir(packaged) else os.path.dirname(package)
 
 
 class PatchkitGroup(click.Group):
@@ -181,7 +181,7 @@ class PatchkitGroup(click.Group):
         with formatter.section("Exit codes"):
             formatter.write_dl(EXIT_CODES)
         formatter.write_paragraph()  # the path whole, never wrapped: it is copied
-        formatter.write(f"Docs: {docs_root() / 'README.md'} (and docs/ beside it)\n")
+        formatter.write(f"Docs: {os.path.join(docs_root(), 'README.md')} (and docs/ beside it)\n")
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
