@@ -99,11 +99,29 @@ def test_the_parser_is_judged_when_the_model_is_missing_too(launch):
     assert done.returncode == 4 and not found["ok"], done.stdout
 
 
-def test_a_tree_without_the_registry_is_not_judged(launch):
+def test_a_tree_without_the_registry_cannot_judge_the_name_and_says_what_gives_it(launch):
     tree, library, model = launch
     (tree / "vllm" / "tool_parsers" / "__init__.py").unlink()  # a tree from `fetch --dest`
-    done, found = preflight(tree, library, model, "--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3")
-    assert found == [], done.stdout
+    (tree / "vllm" / "reasoning" / "__init__.py").write_text("from .absent import X\n")  # not read whole
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3", "--reasoning-parser", "qwen3")
+    done, (tool, reasoning) = preflight(tree, library, model, *options)
+    assert [tool["result"], reasoning["result"]] == ["cannot judge"] * 2, done.stdout
+    assert tool["message"] == (
+        "cannot judge: --tool-call-parser deepseekv3: the tree has no vllm/tool_parsers/__init__.py "
+        "(a tree of only the patched files?)"
+    )
+    assert reasoning["message"] == (
+        "cannot judge: --reasoning-parser qwen3: patchkit cannot read the reasoning parsers "
+        "vllm/reasoning/__init__.py registers"
+    )
+    assert (
+        tool["fix"]
+        == reasoning["fix"]
+        == (
+            f"lay out the whole release (`patchkit fetch --patches {library} 0.16.0 --all --dest {tree}`), "
+            "or check the venv you launch (--python PATH in place of --target)"
+        )
+    )
 
 
 def test_the_old_layout_registers_by_decorator(tmp_path):

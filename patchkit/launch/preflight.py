@@ -222,7 +222,7 @@ def preflight(
     result.findings += tree_findings(resolved, status, needs, result)
     # judged whether or not the models are found: vLLM refuses the parsers before it reads them
     result.findings += toolparsers.findings(
-        COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root)
+        COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root), resolved.target.root
     )
     try:
         target, drafter, served, command = _models(command, result.missing)
