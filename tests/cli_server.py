@@ -111,8 +111,11 @@ def run_patchkit_with_pid(
 
 
 def _start_differs(env: dict[str, str]) -> bool:
-    """Whether a command with `env` would start otherwise than a fork of the server (started on first use)."""
+    """Whether a command with `env` would start otherwise than a fork of the server (started on first use).
+    Where there are no pidfds (not Linux), the server cannot see its commands end: every one is fresh."""
     global _server
+    if not hasattr(os, "pidfd_open"):
+        return True
     if _server is None:
         _server = _Server()
     return _server.read_once(env) != _server.read_once(_SESSION_ENV)

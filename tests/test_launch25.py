@@ -331,7 +331,12 @@ def test_a_needed_set_left_out_by_set_passes_when_the_record_shows_it_whole_and_
     (tree / PARSER).write_text((tree / PARSER).read_text() + "# edited\n")
     edited = run_cli(command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm)
     assert edited.returncode == 1 and LEFT_OUT in edited.stdout, edited.stdout + edited.stderr
-    assert "add `--set tools`, or give no --set" in edited.stdout, edited.stdout
+    # preflight takes one --set: its fix runs it again with the other set (added, it was a usage error)
+    add = "run it again with `--set tools` instead" if command == "preflight" else "add `--set tools`"
+    assert f"{add}, or give no --set" in edited.stdout, edited.stdout
+    other = ("--set", "tools") if command == "preflight" else ("--set", "eagle3", "--set", "tools")
+    fixed = run_cli(command, "--target", tree, "--patches", lib, *options, *other, *launch, env=no_vllm)
+    assert fixed.returncode == 1 and "changed after patchkit wrote them" in fixed.stdout, fixed.stdout + fixed.stderr
 
 
 # --- review 10a L1, L2: apply of several sets says the guard's fate once, after the last set ----------

@@ -557,17 +557,19 @@ def test_a_reapply_that_would_write_under_a_later_sets_record_is_refused_naming_
     assert (tree / SPEC).read_text() == SPEC_PY
 
 
-def test_two_stale_records_are_each_said_once_with_their_set(run, tree, two_releases, diffs):
+def test_two_stale_records_are_said_once_naming_both_sets(run, tree, two_releases, diffs):
     """Review 5 guard L5: two sets applied to 0.16.0, vLLM upgraded: status printed one note (and
-    its fix) twice, identical; each now names its set."""
+    its fix) twice, identical. Records stale for the same reason are one note naming each set, and
+    its fix is said once."""
     args = ("--target", tree, "--patches", two_releases)
     assert run("apply", *args).exit_code == 0
     assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
     upgrade(tree, "0.17.0", {SPEC: NEW_SPEC, MODEL: NEW_MODEL})
     output = run("status", *args).output
-    lines = [line for line in output.splitlines() if "the old record is stale" in line]
-    assert len(lines) == 2 and len(set(lines)) == 2, output
-    assert any("the record of demo:" in line for line in lines) and any("adhoc-" in line for line in lines)
+    lines = [line for line in output.splitlines() if "stale warning:" in line]
+    assert len(lines) == 1, output
+    assert "demo" in lines[0] and "adhoc-" in lines[0] and "recorded 0.16.0, installed 0.17.0" in lines[0], output
+    assert output.count("discards them") == 1, output
 
 
 def test_a_later_revert_names_the_kept_copies_and_how_to_delete_them(run, tree, diffs):

@@ -99,11 +99,29 @@ def test_the_parser_is_judged_when_the_model_is_missing_too(launch):
     assert done.returncode == 4 and not found["ok"], done.stdout
 
 
-def test_a_tree_without_the_registry_is_not_judged(launch):
+def test_a_tree_without_the_registry_cannot_judge_the_name_and_says_what_gives_it(launch):
     tree, library, model = launch
     (tree / "vllm" / "tool_parsers" / "__init__.py").unlink()  # a tree from `fetch --dest`
-    done, found = preflight(tree, library, model, "--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3")
-    assert found == [], done.stdout
+    (tree / "vllm" / "reasoning" / "__init__.py").write_text("from .absent import X\n")  # not read whole
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3", "--reasoning-parser", "qwen3")
+    done, (tool, reasoning) = preflight(tree, library, model, *options)
+    assert [tool["result"], reasoning["result"]] == ["cannot judge"] * 2, done.stdout
+    assert tool["message"] == (
+        "cannot judge: --tool-call-parser deepseekv3: the tree has no vllm/tool_parsers/__init__.py "
+        "(a tree of only the patched files?)"
+    )
+    assert reasoning["message"] == (
+        "cannot judge: --reasoning-parser qwen3: patchkit cannot read the reasoning parsers "
+        "vllm/reasoning/__init__.py registers"
+    )
+    assert (
+        tool["fix"]
+        == reasoning["fix"]
+        == (
+            f"lay out the whole release (`patchkit fetch --patches {library} 0.16.0 --all --dest {tree}`), "
+            "or check the venv you launch (--python PATH in place of --target)"
+        )
+    )
 
 
 def test_the_old_layout_registers_by_decorator(tmp_path):
@@ -160,3 +178,15 @@ def test_the_releases_reasoning_registries_name_their_parsers(tmp_path, version)
     )
     assert found is not None and found[0] == init, found
     assert {"deepseek_r1", "qwen3"} <= found[1], found
+
+
+def test_run_refuses_a_misspelt_parser_before_the_launch(launch, tmp_path):
+    """`run` holds the launch to the same finding: vLLM would refuse it only after run exec'd it."""
+    tree, library, model = launch
+    no_vllm = {"PATH": str(tmp_path / "empty")}  # had run exec'd, it would say `cannot run vllm` (exit 4)
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "kimi-k2")
+    done = run_cli(
+        "run", "--target", tree, "--patches", library, "--", "vllm", "serve", str(model), *options, env=no_vllm
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "did you mean kimi_k2?" in done.stdout + done.stderr and "cannot run vllm" not in done.stderr

@@ -187,11 +187,12 @@ def inspect(
     if kind == SelectionKind.UPSTREAM:
         checks = run_upstream_checks(resolved, import_probe=import_probe, verifying=verifying) if check_upstream else []
         state = read_state(root)
+        stale = stale_entries(root, state, resolved.vllm_version)
         return TreeStatus(
             TreeState.UPSTREAM,
             checks=checks,
-            stale=_named(stale_entries(root, state, resolved.vllm_version)),
-            **_guard_fields(root, resolved.set_name, state),
+            stale=_named(stale),
+            **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
         )
     if kind == SelectionKind.UNSUPPORTED:  # its guard_fix is revert's, whoever else's record the guard names
         return TreeStatus(TreeState.UNSUPPORTED, **_guard_fields(root, resolved.set_name, None))
@@ -219,7 +220,7 @@ def inspect(
         not_compiling(resolved, drifted),
         plan,
         stale=_named(stale),
-        **_guard_fields(root, resolved.set_name, state),
+        **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
     )
 
 
@@ -231,10 +232,12 @@ def _named(stale: dict[str, str]) -> list[str]:
 STALE_PREFIX = "the record of "  # a stale record's note begins with it, then the set's name
 
 
-def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
+def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool = False) -> dict:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
-    `state`, None: not asked) is what it refuses."""
+    `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)
+    only where a fix names them: a refusal, a guard gone, a `stale` record."""
     refused = launch_refusal(root, state)
+    missing = missing_guard(root, state)
     return {
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
@@ -245,8 +248,8 @@ def _guard_fields(root: Path, set_name: str, state: State | None) -> dict:
         "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
-        "recorded_sets": _recorded_sets(state),
-        "guard_missing": missing_guard(root, state),
+        "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
+        "guard_missing": missing,
     }
 
 

@@ -220,7 +220,7 @@ def preflight(
     result.findings += tree_findings(resolved, status, needs, result)
     # judged whether or not the models are found: vLLM refuses the parsers before it reads them
     result.findings += toolparsers.findings(
-        COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root)
+        COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root), resolved.target.root
     )
     try:
         target, drafter, served, command = _models(command, result.missing)
@@ -273,11 +273,12 @@ def needs_of(
     return dataclasses.replace(needs, named=named)
 
 
-def left_out(needs: LaunchNeeds, root: Path, version: Version | None) -> Finding | None:
+def left_out(needs: LaunchNeeds, root: Path, version: Version | None, *, one_set: bool = False) -> Finding | None:
     """The tree-state finding for the sets whose rule names this launch that --set leaves out, judged
     from the tree's record (never dropped in silence): a pass when each is recorded applied to this
     vLLM with every file as written (said in the finding, which preflight and run show as a note);
-    else a failure naming them. None when --set leaves none out."""
+    else a failure naming them. None when --set leaves none out. `one_set`: the command takes one
+    --set (preflight): the fix runs it once per set, not with another --set added."""
     left = [name for name in needs.named if name not in needs.judged]
     if not left:
         return None
@@ -289,7 +290,8 @@ def left_out(needs: LaunchNeeds, root: Path, version: Version | None) -> Finding
     sets = "; ".join(f"{name} ({needs.named[name]})" for name in left)
     adds = " ".join(f"--set {name}" for name in left)
     message = f"this launch needs {sets}, which --set leaves out: not judged"
-    return Finding(TREE, False, message, f"add `{adds}`, or give no --set (every set the launch needs is judged)")
+    add = f"run it again with `{adds}` instead" if one_set else f"add `{adds}`"
+    return Finding(TREE, False, message, f"{add}, or give no --set (every set the launch needs is judged)")
 
 
 LEFT_OUT_APPLIED = "this launch needs "  # a passing left_out finding: said as a note

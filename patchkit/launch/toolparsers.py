@@ -13,8 +13,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from patchkit.launch.findings import Finding
+from patchkit.base import hints
+from patchkit.launch.findings import Finding, cannot_judge
 
 
 @dataclass(frozen=True)
@@ -58,29 +60,46 @@ def registered(read: Reader, kind: ParserKind = TOOL) -> tuple[str, set[str]] | 
     return None
 
 
-def findings(check: str, options: dict[str, object], version: object, read: Reader) -> list[Finding]:
-    """The failed `check` findings for each parser the launch names that vLLM refuses at start."""
-    found = (finding(check, options, version, read, kind) for kind in KINDS)
+def findings(check: str, options: dict[str, object], version: object, read: Reader, root: Path) -> list[Finding]:
+    """The `check` findings for each parser the launch names: failed when vLLM refuses it at start,
+    cannot judge when the tree holds no registry patchkit can read (`root`: the tree, for the fix)."""
+    found = (finding(check, options, version, read, root, kind) for kind in KINDS)
     return [f for f in found if f is not None]
 
 
 def finding(
-    check: str, options: dict[str, object], version: object, read: Reader, kind: ParserKind = TOOL
+    check: str, options: dict[str, object], version: object, read: Reader, root: Path, kind: ParserKind = TOOL
 ) -> Finding | None:
-    """A failed `check` finding when the launch's parser of `kind` is one vLLM refuses at start; None
-    when it is registered, not held to the registry (no --enable-auto-tool-choice for a tool-call
-    parser; a plugin option may register it), or the registry cannot be read."""
+    """A failed `check` finding when the launch's parser of `kind` is one vLLM refuses at start, a
+    cannot-judge one when the registry cannot be read; None when it is registered or not held to the
+    registry (no --enable-auto-tool-choice for a tool-call parser; a plugin option may register it)."""
     name = options.get(kind.option)
     if (kind.needs and not options.get(kind.needs)) or not isinstance(name, str) or options.get(kind.plugin):
         return None
     found = registered(read, kind)
-    if found is None or name in found[1]:
+    if found is None:
+        return _unread(check, name, version, read, root, kind)
+    if name in found[1]:
         return None
     path, names = found
     vllm = f"vLLM {version}" if version else "this vLLM"
     what = kind.option.removesuffix("-parser")  # tool-call, reasoning
     message = f"--{kind.option} {name}: {vllm} registers no {what} parser of that name ({path}): it refuses the launch at start"
     return Finding(check, False, message, _fix(name, names, kind))
+
+
+def _unread(check: str, name: str, version: object, read: Reader, root: Path, kind: ParserKind) -> Finding:
+    """Cannot judge the parser's name: never a silent pass (a `fetch --dest` tree has no registry)."""
+    held = [path for path in kind.registries if read(path) is not None]
+    what = kind.option.removesuffix("-parser")
+    if held:  # there, but not a registry patchkit reads whole (a module it imports is missing or odd)
+        reason = f"--{kind.option} {name}: patchkit cannot read the {what} parsers {held[0]} registers"
+    else:
+        reason = f"--{kind.option} {name}: the tree has no {kind.registries[0]} (a tree of only the patched files?)"
+    # as LaunchContext.lacks says it; --python alone, since this check reads the tree --target names
+    whole = hints.command("fetch", str(version or "VERSION"), "--all", "--dest", str(root))
+    gives = f"lay out the whole release ({whole}), or check the venv you launch (--python PATH in place of --target)"
+    return cannot_judge(check, reason, gives)
 
 
 def _fix(name: str, names: set[str], kind: ParserKind) -> str:

@@ -106,7 +106,9 @@ def _preflight(
     result = _set_findings(
         ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded
     )
-    result.findings += [f for f in [left_out(needs, resolved.target.root, resolved.vllm_version)] if f is not None]
+    # preflight takes one --set, run several (shortcut: run's own preflight)
+    left = left_out(needs, resolved.target.root, resolved.vllm_version, one_set=not shortcut)
+    result.findings += [left] if left is not None else []
     return _launch_findings(resolved, launch_command, result, no_import=no_import)
 
 
@@ -145,7 +147,8 @@ def _preflight_of_sets(
         for r in covering
     ]
     result = merged(results)
-    result.findings += [f for f in [left_out(needs, target.root, covering[0].vllm_version)] if f is not None]
+    left = left_out(needs, target.root, covering[0].vllm_version, one_set=not shortcut)
+    result.findings += [left] if left is not None else []
     return _launch_findings(covering[0], launch_command, result, no_import=no_import)
 
 
