@@ -7,9 +7,12 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library, write_tree
+
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -172,6 +175,47 @@ def test_version_without_series_is_exit_3(run, tmp_path, library):
     other = write_tree(tmp_path / "v0.15.0", "0.15.0")
     result = run("apply", *args(other, library))
     assert result.exit_code == 3 and "0.15.0" in result.output
+
+
+def test_verify_names_a_vllm_version_the_tree_is_not_in_one_line(run, tmp_path, library):
+    """newuser15 10: --vllm-version 0.16.0 on a 0.17.0 tree said "partial", conflicts and integrity
+    warnings, then "FAILED: N checks passed": the mismatch itself was never named."""
+    other = write_tree(tmp_path / "v0.17.0", "0.17.0", {SPEC: SPEC_PY.replace('"qwen"', '"qwen2"'), MODEL: MODEL_PY})
+    result = run("verify", *args(other, library), "--vllm-version", "0.16.0")
+    assert result.exit_code == 1, result.output
+    said = "--vllm-version says 0.16.0, the tree's dist-info 0.17.0 (vllm-0.17.0.dist-info/METADATA)"
+    lines = result.output.splitlines()
+    assert lines[-1] == f"verify: FAILED: {said}", lines
+    assert f"version: {said}" in lines and "partial" not in result.output and "conflict" not in result.output
+    assert f"  fix: `patchkit verify --target {other} --patches {library}` (the tree's own release)" in lines
+    same = run("verify", *args(write_tree(tmp_path / "v0.16.0", "0.16.0"), library), "--vllm-version", "0.16.0")
+    assert same.exit_code == 0 and "--vllm-version says" not in same.output, same.output
+
+
+def test_revert_says_what_its_one_check_found_not_a_count(run, tree, library):
+    """newuser15 11f: revert printed `checks   1 check passed (-v shows each)`, which says nothing."""
+    assert run("apply", *args(tree, library)).exit_code == 0
+    done = run("revert", *args(tree, library))
+    assert done.exit_code == 0, done.output
+    assert "bytecode no stale compiled copy of the patched code is left" in done.output.splitlines(), done.output
+    assert "check passed" not in done.output, done.output
+
+
+def test_an_interpreter_without_vllm_is_not_answered_with_give_python(run):
+    """newuser15 11i: `status --python P` (no vLLM there) hinted "point patchkit at it with --python"."""
+    done = run("status", "--python", sys.executable)
+    assert done.exit_code == 4, done.output
+    said = " ".join(done.output.split())
+    assert f"{sys.executable} imports no vllm: give --python the interpreter of the environment" in said, said
+    assert "point patchkit at it" not in said, said
+
+
+def test_status_v_shows_the_patch_table_without_a_bare_title_line(run, tree, library):
+    """newuser15 11g: `status -v` printed a line `patches` alone before each set's table."""
+    done = run("status", "-v", *args(tree, library))
+    assert done.exit_code == 0, done.output
+    lines = [line.strip() for line in done.output.splitlines()]
+    assert "patches" not in lines and any(line.startswith("patch ") for line in lines), done.output
 
 
 def test_vllm_version_override(run, tmp_path, library):
@@ -379,6 +423,8 @@ def test_help_groups_the_commands_with_whole_descriptions_wrapped_to_the_termina
     assert set(listing["Maintain"]) == {"workspace", "refresh", "port"}
     shown = {name: text for section in sections for name, text in listing[section].items()}
     assert shown == {name: listed.help for name, listed in COMMANDS.items()}
+    # newuser15 9: where the docs are, for a user with no clone (a wheel carries them: test_package)
+    assert text.splitlines()[-1] == f"Docs: {CHECKOUT / 'README.md'} (and docs/ beside it)"
 
 
 def _help_words(name: str | None, width: int) -> str:

@@ -41,7 +41,7 @@ def test_without_ray_fleet_says_how_to_install_it():
         and "`pip install ray`" in document["hint"]
         and "patchkit[ray]" not in document["hint"]
     )
-    assert "pipx inject patchkit ray" in done.stderr
+    assert "pipx inject vllm-patchkit ray" in done.stderr
 
 
 def test_nothing_but_fleet_loads_ray():

@@ -95,16 +95,18 @@ def hand_spelled_at(path: Path, as_if: Path) -> list[str]:
 
 
 def test_a_command_carries_the_selection_as_that_command_takes_it():
-    chosen = Options("/x y", "/venv/bin/python", "0.16.0", "/lib", ("a.diff", "b c.diff"), None)
+    chosen = Options("/x y", "/venv/bin/python", "0.16.0", "/lib", ("/p/a.diff", "/p/b c.diff"), None)
     apply = hints.command("apply", "--force", chosen=chosen)
     assert shlex.split(apply.strip("`")) == [
         "patchkit", "apply", "--target", "/x y", "--python", "/venv/bin/python", "--vllm-version", "0.16.0",
-        "--patches", "/lib", "--patch", "a.diff", "--patch", "b c.diff", "--force",
+        "--patches", "/lib", "--patch", "/p/a.diff", "--patch", "/p/b c.diff", "--force",
     ]  # fmt: skip
     assert hints.command("recover", chosen=chosen) == "`patchkit recover --target '/x y' --python /venv/bin/python`"
     assert "--patch " not in hints.command("diff", chosen=chosen)  # diff takes the library's series only
     assert hints.command("fetch 0.16.0", chosen=chosen) == "`patchkit fetch 0.16.0 --patches /lib`"  # no tree
-    wheel = "`patchkit wheel 0.16.0 --patches /lib --patch a.diff --patch 'b c.diff'`"  # no tree: it builds a file
+    wheel = (
+        "`patchkit wheel 0.16.0 --patches /lib --patch /p/a.diff --patch '/p/b c.diff'`"  # no tree: it builds a file
+    )
     assert hints.command("wheel 0.16.0", chosen=chosen) == wheel
     assert hints.command("workspace", chosen=chosen) == "`patchkit workspace`"  # a verb not listed: bare
     assert hints.command("preflight", "--", "COMMAND", chosen=Options(python="/p")).endswith("--python /p -- COMMAND`")
@@ -116,9 +118,22 @@ def test_the_selection_is_the_running_commands_and_another_set_replaces_its_set(
         assert hints.command("status") == "`patchkit status --target /t --patches /lib --set mine`"
         other = hints.command("revert", chosen=hints.for_set("theirs"))
         assert other == "`patchkit revert --target /t --patches /lib --set theirs`"
-        adhoc = hints.command("revert", chosen=hints.for_set(None, ("fix.diff",)))
-        assert adhoc == "`patchkit revert --target /t --patch fix.diff`"
+        adhoc = hints.command("revert", chosen=hints.for_set(None, ("/d/fix.diff",)))
+        assert adhoc == "`patchkit revert --target /t --patch /d/fix.diff`"
     assert hints.command("apply") == "`patchkit apply`"
+
+
+def test_a_commands_paths_are_absolute_so_it_works_from_any_directory(tmp_path, monkeypatch):
+    """newuser15 11l: `--target vllm-edit` in a fix failed when pasted in another directory."""
+    monkeypatch.chdir(tmp_path)
+    with hints.selected(Options(target_dir="tree", library="lib", python="venv/bin/python", adhoc=("a.diff",))):
+        said = shlex.split(hints.command("apply").strip("`"))
+    assert said == [
+        "patchkit", "apply", "--target", f"{tmp_path}/tree", "--python", f"{tmp_path}/venv/bin/python",
+        "--patches", f"{tmp_path}/lib", "--patch", f"{tmp_path}/a.diff",
+    ]  # fmt: skip
+    with hints.selected(Options(python="python3")):  # a name PATH finds stays a name
+        assert hints.command("status") == "`patchkit status --python python3`"
 
 
 def test_the_pip_hint_runs_the_trees_own_interpreter():
@@ -204,8 +219,9 @@ def test_a_preflight_without_a_tree_names_the_launchs_own_interpreter(tmp_path, 
 
 
 def test_the_guards_refusal_names_the_tree_and_the_command_with_vllms_interpreter(tmp_path, tree_and_library):
-    """Inside vLLM the guard names the tree it refuses and `patchkit status --python` with the very
-    interpreter vLLM runs; that command, followed, names the fix on the same tree."""
+    """Inside vLLM the guard names the tree it refuses and `patchkit status --target` that tree (not
+    --python, which names it only where PYTHONPATH put it on the path: newuser15 11n); that command,
+    followed, names the fix on the same tree."""
     import subprocess
 
     from helpers import LOAD_LIKE_VLLM
@@ -224,11 +240,11 @@ def test_the_guards_refusal_names_the_tree_and_the_command_with_vllms_interprete
     message = " ".join(refused.stderr.split())
     assert f"is not the one `patchkit apply` left in {site}: " in message, message
     (words,) = _hinted(message.split(f"left in {site}")[1])
-    assert words == ["patchkit", "status", "--python", str(python)], message
+    assert words == ["patchkit", "status", "--target", str(site)], message
     done = run_cli(*words[1:], "--patches", library)
     assert done.returncode == 1, done.stdout + done.stderr
     named = _hinted(done.stdout + done.stderr)
-    assert [w[1:4] for w in named][:2] == [["revert", "--python", str(python)], ["apply", "--python", str(python)]]
+    assert [w[1:4] for w in named][:2] == [["revert", "--target", str(site)], ["apply", "--target", str(site)]]
 
 
 def test_the_interrupt_report_after_the_commit_point_names_the_users_tree():

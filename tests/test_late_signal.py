@@ -46,7 +46,7 @@ def assert_said_once_in_place(done: subprocess.CompletedProcess, signum: int) ->
     """Exit 128 + the signal, the revert's own line, then the one interrupt line: the revert is in place."""
     assert done.returncode == 128 + signum, (done.returncode, done.stderr)
     assert "reverted" in done.stdout, done.stdout
-    assert "interrupted after the revert was written: the files are restored" in done.stderr, done.stderr
+    assert "interrupted after the revert was written: it is in place, the files restored" in done.stderr, done.stderr
     assert done.stderr.count("interrupted") == 1 and "Traceback" not in done.stderr, done.stderr
 
 
@@ -134,7 +134,7 @@ def test_an_interrupt_python_drops_in_a_finalizer_is_still_said_at_the_exit(tmp_
     site, done = revert_under(tmp_path, scratch, SWALLOWED)
     assert "Exception ignored" in done.stderr, done.stderr  # the case: Python dropped the interrupt
     assert done.returncode == 130, (done.returncode, done.stderr)
-    assert "interrupted after the revert was written: the files are restored" in done.stderr, done.stderr
+    assert "interrupted after the revert was written: it is in place, the files restored" in done.stderr, done.stderr
     assert (site / MODEL).read_text() == MODEL_PY
 
 

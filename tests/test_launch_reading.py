@@ -146,7 +146,7 @@ def test_a_hub_cache_ref_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path,
     )
     assert_clean_failure(done, 4)  # no other snapshot stands in for the one refs/main should name
     said = done.stdout + done.stderr  # a missing model is a finding among the others (stdout)
-    assert "cannot judge" in said and "refs/main" in said
+    assert "not found" in said and "refs/main" in said
 
 
 def test_a_model_config_json_that_is_a_fifo_is_refused_at_once(tmp_path):

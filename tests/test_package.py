@@ -85,9 +85,9 @@ def dist(tmp_path_factory) -> Dist:
     out = tmp_path_factory.mktemp("dist")
     build(out)
     build(out / "tree", "--wheel")
-    (sdist,) = out.glob("patchkit-*.tar.gz")
-    (wheel,) = out.glob("patchkit-*.whl")
-    (tree_wheel,) = (out / "tree").glob("patchkit-*.whl")
+    (sdist,) = out.glob("vllm_patchkit-*.tar.gz")  # not "patchkit": an unrelated project's name on PyPI
+    (wheel,) = out.glob("vllm_patchkit-*.whl")
+    (tree_wheel,) = (out / "tree").glob("vllm_patchkit-*.whl")
     return Dist(sdist, wheel, tree_wheel)
 
 
@@ -132,7 +132,8 @@ def test_the_wheel_carries_the_library_byte_for_byte(dist):
         }
         names = wheel.namelist()
     assert packaged == expected
-    assert [n for n in names if not n.startswith(("patchkit/", "patchkit-"))] == []  # no tests/, patches/, ...
+    assert [n for n in names if not n.startswith(("patchkit/", "vllm_patchkit-"))] == []  # no tests/, patches/, ...
+    assert "patchkit/_docs/README.md" in names and "patchkit/_docs/docs/using.md" in names  # a pip user's docs
     assert "patchkit/cli/main.py" in names and "patchkit/cli/commands/listing.py" in names
     assert "patchkit/py.typed" in names  # PEP 561: type checkers read patchkit's annotations
     workers = {f"patchkit/_target/{p.name}" for p in (CHECKOUT / "patchkit" / "_target").glob("*.py")}
@@ -195,6 +196,19 @@ def test_the_installed_patchkit_finds_its_library_from_anywhere(installs, kind):
         assert not Path(where).is_relative_to(CHECKOUT), where
         assert library.is_relative_to(install.venv) and library.name == "_library"
     assert "library  " in install.patchkit("list").stdout
+
+
+@pytest.mark.parametrize("kind", [*RELEASED, "editable"])
+def test_help_names_the_docs_an_install_carries(installs, kind):
+    """newuser15 9: a pip user had no docs/ (the README's links led nowhere) and --help named none."""
+    install = installs(kind)
+    (line,) = [x for x in install.patchkit("--help").stdout.splitlines() if x.startswith("Docs: ")]
+    readme = Path(line.removeprefix("Docs: ").partition(" (")[0])
+    assert readme.is_file() and (readme.parent / "docs" / "using.md").is_file(), line
+    assert readme.read_bytes() == (CHECKOUT / "README.md").read_bytes()
+    assert readme.is_relative_to(CHECKOUT if kind == "editable" else install.venv), line
+    shown = install.run("python", "-m", "pip", "show", "vllm-patchkit").stdout  # the distribution's own name
+    assert "Name: vllm-patchkit" in shown and "Version: " in shown
 
 
 @pytest.mark.parametrize("kind", RELEASED)

@@ -420,6 +420,9 @@ def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
     )
     row = next(line for line in done.stdout.splitlines() if line.startswith("vllm-validation "))
     assert row.split()[1:4] == ["cannot", "judge", "not"] and row.count("cannot judge") == 1, row
+    # newuser15 11e: each finding once, in the table, not again below it
+    said = [line for line in done.stdout.splitlines() if "vllm-validation" in line]
+    assert said == [row], done.stdout
 
 
 def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, tmp_path):
@@ -537,7 +540,7 @@ def test_a_refs_main_that_leaves_the_cache_is_not_followed(setup, tmp_path):
     (cache / "models--deep--seek-like" / "refs" / "main").write_text(f"../../../elsewhere/{outside.name}\n")
     done = preflight(tree, library, *serve("deep/seek-like", models["drafter"]), env={"HF_HUB_CACHE": str(cache)})
     assert_clean_failure(done, 4)  # neither followed out of the cache nor replaced by another snapshot
-    assert "cannot judge" in done.stderr and "names no snapshot" in done.stderr
+    assert "not found" in done.stderr and "names no snapshot" in done.stderr
 
 
 def test_a_registry_symlinked_out_of_the_tree_is_not_read(setup, tmp_path):
@@ -941,7 +944,7 @@ def test_a_revision_the_cache_holds_no_snapshot_for_cannot_be_judged(setup, tmp_
         os.mkfifo(root / "refs" / "main")
     done = preflight(tree, library, *serve("lab/ds", models["drafter"]), env={"HF_HUB_CACHE": str(cache)})
     assert_clean_failure(done, 4)
-    assert "cannot judge" in done.stderr and "lab/ds" in done.stderr
+    assert "model 'lab/ds' not found" in done.stderr and "cannot judge" not in done.stderr
 
 
 def test_a_revision_not_cached_is_fetched_as_its_config_alone_at_that_revision(setup, tmp_path):
@@ -957,6 +960,9 @@ def test_a_revision_not_cached_is_fetched_as_its_config_alone_at_that_revision(s
     assert_clean_failure(done, 4)
     said = " ".join((done.stdout + done.stderr).split())
     assert "`hf download lab/ds config.json --revision v2`" in said and "huggingface-cli" not in said, said
+    # newuser15 8: counted as failed, so never worded "cannot judge"
+    assert "models: model 'lab/ds' not found at revision v2: the cache holds no config.json" in said, said
+    assert "cannot judge" not in said and "checks failed" in said, said
     spec = json.dumps({"method": "eagle3", "model": "lab/drafter", "revision": "r1"})
     drafter = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", spec]
     done = preflight(tree, library, *drafter, fmt="text", env=env)

@@ -52,6 +52,9 @@ def test_a_failing_preflight_does_not_launch_and_exits_1(launch):
     assert_clean_failure(done, 1)
     assert not marker.exists()
     assert "not launched" in done.stderr and "whitelist" in done.stdout
+    # newuser15 6: run has no --no-import, so it never names it as why vLLM was not asked
+    said = " ".join(done.stdout.split())
+    assert "not asked: run checks the launch statically" in said and "--no-import" not in said, said
 
 
 @pytest.fixture

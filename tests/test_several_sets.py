@@ -260,6 +260,42 @@ def test_verify_junit_on_a_target_is_one_document_with_a_suite_per_set(run, tree
     assert f"syntax: {SPEC}" in failing["patchkit.spec"] and not failing.get("patchkit.model")
 
 
+def test_verify_of_a_tree_not_applied_says_so_last_with_the_command_that_applies(run, tree, library, scratch):
+    """newuser15 7: a stock tree ended "verify: ok: all 3 sets pass", read as a pass of the tree."""
+    two = write_library(scratch / "two", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]}, name="a")
+    write_library(two, {"0.16.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="b")
+    none = run("verify", "--target", tree, "--patches", two, "--no-import")
+    assert none.exit_code == 0, none.output  # the series would apply and pass: docs/using.md
+    assert none.output.splitlines()[-2:] == [
+        f"note: none is applied: `patchkit apply --target {tree} --patches {two}` applies them",
+        "verify: ok if applied: all 2 sets would pass; none is applied",
+    ], none.output
+    one = run("verify", "--target", tree, "--patches", library, "--set", "spec", "--no-import")
+    assert one.exit_code == 0, one.output
+    assert one.output.splitlines()[-1].startswith("verify: ok if applied: 3 checks passed"), one.output
+
+    assert run("apply", "--target", tree, "--patches", library, "--set", "model", "--no-guard").exit_code == 0
+    some = run("verify", "--target", tree, "--patches", library, "--no-import")
+    assert some.exit_code == 0, some.output
+    assert some.output.splitlines()[-2:] == [
+        f"note: not applied: spec: `patchkit apply --target {tree} --patches {library}` applies them",
+        "verify: ok if applied: all 3 sets pass, 1 of them once applied",
+    ], some.output
+
+
+def test_apply_over_an_edited_file_names_the_commands_and_the_sets_applied_already(run, tree, library):
+    """newuser15 11d: the hint named no command, and called sets applied already "not tried"."""
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    (tree / MODEL).write_text(EAGLE_MODEL + "# an edit\n")
+    again = run("apply", "--target", tree, "--patches", library, "--no-guard")
+    assert again.exit_code == 1, again.output
+    said = " ".join(again.output.split())
+    command = f"patchkit --target {tree} --patches {library}"
+    revert, apply = command.replace("patchkit", "patchkit revert"), command.replace("patchkit", "patchkit apply")
+    assert f"`{revert} --force` (keeps a copy of the edits), then `{apply}`" in said, said
+    assert "not tried: spec, old (spec applied already, and stay(s) so)" in said, said
+
+
 def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
     assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
     for path in (SPEC, MODEL):  # each set's file (old is judged on the stock MODEL: upstream)

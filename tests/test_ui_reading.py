@@ -156,7 +156,7 @@ def test_preflight_says_a_fix_several_failures_share_once(fetched):
     assert done.returncode == 1, done.stderr
     fixes = [line for line in lines_of(done) if "fix" in line and "patchkit apply" in line]
     assert len(fixes) == 1 and re.fullmatch(
-        r"  fix \(all \d above\): run `patchkit apply --target stock[^`]*`", fixes[0]
+        rf"  fix \(all \d above\): run `patchkit apply --target {re.escape(str(fetched))}/stock[^`]*`", fixes[0]
     )
     failed = [line for line in lines_of(done) if line.startswith(("tree-state:", "whitelist:", "supports-eagle3:"))]
     assert len(failed) >= 2, done.stdout
@@ -173,7 +173,8 @@ def test_run_v_shows_what_could_not_be_judged_before_it_launches(fetched, tmp_pa
     done = run_cli("run", "-v", "--target", "applied", "--", *launch, cwd=fetched)
     assert done.returncode == 7, done.stderr
     said = " ".join(done.stdout.split())
-    assert "launch-target warning: cannot judge:" in said and said.endswith("launched"), done.stdout
+    assert "launch-target cannot judge patchkit cannot tell" in said and said.endswith("launched"), done.stdout
+    assert said.count("patchkit cannot tell which Python") == 1, done.stdout  # in the table only (newuser15 11e)
     assert "vLLM's own validation did not run: `patchkit preflight" in " ".join(done.stderr.split())
     quiet = run_cli("run", "--target", "applied", "--", *launch, cwd=fetched)
     assert quiet.returncode == 7 and quiet.stdout == "launched\n" and quiet.stderr == ""

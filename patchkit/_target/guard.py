@@ -65,10 +65,10 @@ def _refuse(site: str, problems: list[str], mode: str) -> None:
 
 
 def refusal(site: str, problems: list[str]) -> str:
-    """The guard's message: the tree, what changed, and the command that names the fix, run with
-    this very interpreter (the one vLLM runs: `--python` finds the tree it imports)."""
-    python = sys.executable
-    selection = "--python " + shlex.quote(python) if python else "--target " + shlex.quote(site)
+    """The guard's message: the tree, what changed, and the command that names the fix, with the
+    tree itself (`--target`: it names that tree from any shell; `--python` found it only where
+    PYTHONPATH or the like put it on the interpreter's path)."""
+    selection = "--target " + shlex.quote(site)
     return (
         "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
         + site

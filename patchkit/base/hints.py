@@ -63,8 +63,8 @@ def current() -> Options:
 def command(verb: str, *args: str, chosen: Options | None = None) -> str:
     """`patchkit VERB [selection] ARGS` in backquotes, with the selection (`chosen`, else the
     user's) as that command takes it, before ARGS (which may hold `--`); every word shell-quoted,
-    so it can be pasted."""
-    selection = current() if chosen is None else chosen
+    so it can be pasted. Its paths are absolute: a fix is pasted in another shell or directory too."""
+    selection = from_anywhere(current() if chosen is None else chosen)
     words = ["patchkit", *verb.split()]
     takes = _TAKES.get(verb.split()[0], ())
     for field, flag in _FLAGS.items():

@@ -138,8 +138,8 @@ _REPORTS = {
         None,  # the commands of the user's selection: see note()
     ),
     REVERTED: (
-        "interrupted after the revert was written: the files are restored; the steps after writing "
-        "(its checks) did not run",
+        "interrupted after the revert was written: it is in place, the files restored; the steps after "
+        "writing (its checks) did not run",
         None,
     ),
 }

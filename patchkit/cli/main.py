@@ -142,6 +142,14 @@ COMMANDS = {
 }
 
 
+def docs_root() -> str:
+    """Where README.md and docs/ are: patchkit/_docs in a wheel (hatch_build.py), else the checkout
+    (os.path: pathlib would load urllib into every --help)."""
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    packaged = os.path.join(package, "_docs")
+    return packaged if os.path.isdir(packaged) else os.path.dirname(package)
+
+
 class PatchkitGroup(click.Group):
     """Lists the commands from COMMANDS, loading a command's module only when it runs or shows
     its own help (click's lazy group), and turns errors into exit codes. Its help and each
@@ -172,6 +180,8 @@ class PatchkitGroup(click.Group):
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Exit codes"):
             formatter.write_dl(EXIT_CODES)
+        formatter.write_paragraph()  # the path whole, never wrapped: it is copied
+        formatter.write(f"Docs: {os.path.join(docs_root(), 'README.md')} (and docs/ beside it)\n")
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

@@ -246,7 +246,7 @@ class _Applying:
         if drifted:
             raise Drift(
                 f"files edited after patchkit patched them: {', '.join(drifted)}",
-                hint="revert (with --force to keep a copy of the edits) before applying again",
+                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
             )
         with self.timed("dry_run"):
             plan = plan_apply(self.resolved.target.root, self.patches)

@@ -166,10 +166,19 @@ def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: 
     if kept and not dry_run:
         after.append(f"{', '.join(kept)} stay(s) applied ({hints.command('revert')} undoes every set)")
     if untried:
-        after.append(f"not tried: {', '.join(untried)}")
+        after.append(_not_tried(done, untried))
     if after:
         error.hint = "; ".join([*after, *([error.hint] if error.hint else [])])
     return SetsApplied(done, result.outcome, error=error)
+
+
+def _not_tried(done: list[SetApplied], untried: list[str]) -> str:
+    """The sets after the failed one, those the tree records as applied said so (they stay)."""
+    resolved = next((d.chosen.resolved for d in done if d.chosen.resolved is not None), None)
+    recorded = {e.set_name for e in read_state(resolved.target.root).entries} if resolved else set()
+    applied = [n for n in untried if n in recorded]
+    said = f"not tried: {', '.join(untried)}"
+    return said + (f" ({', '.join(applied)} applied already, and stay(s) so)" if applied else "")
 
 
 # --------------------------------------------------------------------------- run --apply

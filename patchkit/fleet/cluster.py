@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ray import ObjectRef
 
 # not `pip install 'patchkit[ray]'`: the `patchkit` on PyPI is another project
-INSTALL = "install Ray beside patchkit: `pip install ray` (pipx: `pipx inject patchkit ray`)"
+INSTALL = "install Ray beside patchkit: `pip install ray` (pipx: `pipx inject vllm-patchkit ray`)"
 NAMESPACE = "patchkit"  # the Ray namespace of the nodes' agents
 POLL = 0.2  # seconds between looks at the tasks: a SIGTERM is acted on this soon
 CONNECT_SECONDS = 60.0  # ray.init's time to join the cluster

@@ -230,7 +230,7 @@ def _in_hub_cache(
     raw = _config_bytes(path)
     if raw is None:
         raise TargetError(
-            f"cannot judge: {role} '{name}' at revision {revision}: the cache holds no config.json for it "
+            f"{role} '{name}' not found at revision {revision}: the cache holds no config.json for it "
             f"({path} absent; vLLM would download it)",
             hint=f"preflight reads only config.json: `{config_download(name, revision)}` fetches it (no weights), "
             "or point at a local directory",
@@ -249,12 +249,10 @@ def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
     except FileNotFoundError:
         return revision
     if not text or unsafe_reason(text) or "/" in text:
-        raise TargetError(
-            f"cannot judge: {role} '{name}': {ref} names no snapshot", hint=f"fetch the model again ({name})"
-        )
+        raise TargetError(f"{role} '{name}' not found: {ref} names no snapshot", hint=f"fetch the model again ({name})")
     if text != text.strip() and not os.path.isdir(repo / "snapshots" / text):
         raise TargetError(
-            f"cannot judge: {role} '{name}': {ref} holds {text!r}: huggingface_hub reads it as it is, "
+            f"{role} '{name}' not found: {ref} holds {text!r}: huggingface_hub reads it as it is, "
             "space or line break included, finds no snapshot by that name, and vLLM would download the model",
             hint=f"write the commit alone into {ref} (no newline), or fetch the model again ({name})",
         )
@@ -270,7 +268,7 @@ def _ref_commit(ref: Path, role: str, name: str, revision: str) -> str:
         raise
     except (OSError, UnicodeDecodeError, BadInput) as exc:
         raise TargetError(
-            f"cannot judge: {role} '{name}': {ref} names no snapshot ({exc})",
+            f"{role} '{name}' not found: {ref} names no snapshot ({exc})",
             hint=f"fetch its config.json again (`{config_download(name, revision)}`), or point at a local directory",
         ) from None
     return raw.replace("\r\n", "\n").replace("\r", "\n")

@@ -207,10 +207,12 @@ def preflight(
     status: TreeStatus | None = None,
     kept: bool = False,
     needs: LaunchNeeds = EVERY,
+    not_asked: str = "--no-import",
 ) -> PreflightResult:
     """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
     `kept`: the launch's findings from the cache where they answer for it (patchkit/launch/shortcut.py);
-    `needs`: which sets the launch needs (one it does not: its state a note, its launch checks not run)."""
+    `needs`: which sets the launch needs (one it does not: its state a note, its launch checks not run);
+    `not_asked`: why vLLM is not asked when `no_import` (the option, or `run`, which never asks)."""
 
     launched = command  # as written: what vLLM's own parser is asked to read
     if status is None:
@@ -226,10 +228,10 @@ def preflight(
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
         result.missing.insert(0, exc)  # after the drafter _models still looked for: every model missing is named
-        result.findings += [Finding(MODELS, False, missing.message, missing.hint) for missing in result.missing]
+        result.findings += [_model_finding(missing) for missing in result.missing]
         return result
     result.command = command
-    result.findings += [Finding(MODELS, False, exc.message, exc.hint) for exc in result.missing]
+    result.findings += [_model_finding(exc) for exc in result.missing]
     if served is not None:
         result.findings.append(served)
     result.findings += [f for f in (_architectures_finding(m) for m in (target, drafter)) if f is not None]
@@ -248,7 +250,7 @@ def preflight(
         resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
         read_planned=planned,
         python=None if no_import or another_vllm(resolved) else resolved.target.python,
-        not_asked="--no-import"
+        not_asked=not_asked
         if no_import
         else another_vllm(resolved) or "no interpreter known for this target (give --python)",
     )
@@ -364,6 +366,14 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
 
 # The order a person gets a launch going in: the command as written, the models it names, the tree
 # it imports, that tree's patches (and the checks they settle), then vLLM's own validation.
+def _model_finding(missing: TargetError) -> Finding:
+    """A model not found, or in a form patchkit cannot read (GGUF, params.json): a failed finding
+    (exit 4) whose text says it is counted as failed, not only that it could not be judged."""
+    reason = missing.message.removeprefix("cannot judge: ")
+    said = reason if reason == missing.message else f"failed, as patchkit cannot judge it: {reason}"
+    return Finding(MODELS, False, said, missing.hint)
+
+
 _FIX_ORDER = {COMMAND: 0, MODELS: 1, LAUNCH_TARGET: 2, TREE: 3, VALIDATION: 5}
 
 

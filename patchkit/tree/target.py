@@ -114,7 +114,7 @@ def from_interpreter(
         where = python or sys.executable
         raise TargetError(
             f"vLLM is not installed for {where}",
-            hint="point patchkit at it with --python /path/to/venv/bin/python or --target /path/to/site-packages",
+            hint=_no_vllm_hint(python),
         )
     _refuse_an_archive(Path(package_dir), python or sys.executable)
     found_by = f"--python {python}" if python else f"the current interpreter ({sys.executable})"
@@ -124,6 +124,16 @@ def from_interpreter(
         python=info["python"],
         installed_version=info.get("version"),
     )
+
+
+def _no_vllm_hint(python: str | None) -> str:
+    """Where to point patchkit instead; to one who gave an interpreter, not "give --python" alone."""
+    if python:
+        return (
+            f"{python} imports no vllm: give --python the interpreter of the environment vLLM is installed "
+            "in, or --target the directory that holds vllm/ (a `fetch --dest` tree, a site-packages)"
+        )
+    return "point patchkit at it with --python /path/to/venv/bin/python or --target /path/to/site-packages"
 
 
 def _refuse_an_archive(package_dir: Path, python: str) -> None:

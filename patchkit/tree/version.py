@@ -30,6 +30,8 @@ class DetectedVersion:
 
     version: Version
     source: str  # where it came from, for status output
+    # --vllm-version naming another release than the tree's dist-info: "0.17.1 (vllm-0.17.1.dist-info/METADATA)"
+    tree_says: str | None = None
 
 
 def parse(text: str, origin: str) -> Version:
@@ -74,7 +76,8 @@ def specifier(text: str | None, origin: object) -> SpecifierSet | None:
 
 def detect(target: Target, override: str | None = None) -> DetectedVersion:
     if override:
-        return DetectedVersion(parse(override, "--vllm-version"), "--vllm-version")
+        given = parse(override, "--vllm-version")
+        return DetectedVersion(given, "--vllm-version", _another_release(target, given))
     for finder in (_from_metadata, _from_version_file, _from_git):
         found = finder(target)
         if found:
@@ -85,6 +88,18 @@ def detect(target: Target, override: str | None = None) -> DetectedVersion:
         f"cannot tell which vLLM version is in {target.root}",
         hint="no vllm-*.dist-info/METADATA, vllm/_version.py or git tag found; pass --vllm-version",
     )
+
+
+def _another_release(target: Target, given: Version) -> str | None:
+    """What the tree's dist-info says, where it names another release than --vllm-version (a series
+    for one release then fails on the other's files: said in one line, not as conflicts)."""
+    try:
+        found = _from_metadata(target)
+    except (TargetError, BadInput):  # unreadable: nothing to hold --vllm-version against
+        return None
+    if found is None or release_version(found.version) == release_version(given):
+        return None
+    return f"{found.version} ({found.source})"
 
 
 def _from_metadata(target: Target) -> DetectedVersion | None:

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from patchkit.tree.target import Target
 
 LAUNCH_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+# why `run` asks vLLM nothing (it has no --no-import: it never imports vLLM before the launch does)
+RUN = "run checks the launch statically (preflight asks vLLM)"
 launch_argument = click.argument("launch", nargs=-1, type=click.UNPROCESSED, required=True, metavar="-- COMMAND...")
 
 
@@ -168,7 +170,9 @@ def _set_findings(
     if shortcut:
         status = recorded_status(resolved, recorded)
         if status is not None:
-            return preflight(resolved, launch_command, no_import=no_import, status=status, kept=True, needs=needs)
+            return preflight(
+                resolved, launch_command, no_import=no_import, status=status, kept=True, needs=needs, not_asked=RUN
+            )
     # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
     from patchkit.engine.transaction import consistent_read
 
@@ -177,7 +181,8 @@ def _set_findings(
         if recovered:
             ui.warn(recovered)
         if no_import:
-            return preflight(resolved, launch_command, no_import=True, kept=shortcut, needs=needs)
+            why = RUN if shortcut else "--no-import"
+            return preflight(resolved, launch_command, no_import=True, kept=shortcut, needs=needs, not_asked=why)
         status = inspect(resolved, check_upstream=False, import_probe=False)
         before = settled_record(root)
     # vLLM's questions import it (up to minutes each): asked without the lock, which a concurrent
@@ -261,12 +266,18 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
         # the result column says "cannot judge": the cell does not say it again
         rows = [[f.check, f.result, f.message.removeprefix(f"{f.result}: "), f.fix or ""] for f in result.findings]
         ui.table(["check", "result", "found", "fix"], rows, title="preflight", state_column=1)
-    # a check that could not judge is said with what gives it: never counted as a pass
-    ui.failures(
-        fix_once(
-            [Failure(f.check, f.message, fix=f.fix or "", warning=f.ok) for f in result.findings if f.result != PASS]
+    # a check that could not judge is said with what gives it: never counted as a pass; with -v
+    # the table above says each finding with its fix already
+    if not ui.verbose:
+        ui.failures(
+            fix_once(
+                [
+                    Failure(f.check, f.message, fix=f.fix or "", warning=f.ok)
+                    for f in result.findings
+                    if f.result != PASS
+                ]
+            )
         )
-    )
     result.shown = True  # a model found nowhere is one of these: the exit code (4) says it, not another line
     for note in result.notes:
         ui.note(note)

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 import click
 
 from patchkit import fetch
-from patchkit.base.enums import Outcome
+from patchkit.base import hints
+from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, Finished, NoPatchSet
 from patchkit.checks import behaviour
 from patchkit.cli.commands import make_ui, resolve_telling
@@ -240,11 +241,28 @@ def _verify_sets(
         for each in chosen:
             if each not in verified.chosen:
                 ui.note(why_not(each))
-        failed = [c.name for c, r in zip(verified.chosen, verified.results, strict=True) if not r.ok]
-        passed = len(verified.results) - len(failed)
-        if failed:
-            others = f"the other {passed} set(s) pass" if passed else "no set passes"
-            ui.verdict(f"verify: FAILED: {', '.join(failed)} ({others})", ok=False)
-        else:
-            ui.verdict(f"verify: ok: all {passed} sets pass", ok=True)
+        _sets_verdict(ui, verified)
     return verified
+
+
+def _sets_verdict(ui: UI, verified: SetsVerified) -> None:
+    """The last line of verify on several sets; sets that pass only as planned (not applied) are
+    named, with the command that applies them: a dry check passing is no pass of the tree."""
+    pairs = list(zip(verified.chosen, verified.results, strict=True))
+    failed = [c.name for c, r in pairs if not r.ok]
+    passed = len(verified.results) - len(failed)
+    planned = [c.name for c, r in pairs if r.ok and r.status.state == TreeState.NOT_APPLIED]
+    if failed:
+        others = f"the other {passed} set(s) pass" if passed else "no set passes"
+        ui.verdict(f"verify: FAILED: {', '.join(failed)} ({others})", ok=False)
+        return
+    if planned and len(planned) == passed:
+        ui.note(f"none is applied: {hints.command('apply')} applies them")
+    elif planned:
+        ui.note(f"not applied: {', '.join(planned)}: {hints.command('apply')} applies them")
+    if planned and len(planned) == passed:
+        ui.verdict(f"verify: ok if applied: all {passed} sets would pass; none is applied", ok=True)
+    elif planned:
+        ui.verdict(f"verify: ok if applied: all {passed} sets pass, {len(planned)} of them once applied", ok=True)
+    else:
+        ui.verdict(f"verify: ok: all {passed} sets pass", ok=True)

@@ -114,8 +114,7 @@ def show_status(
         ui.table(
             ["patch", "state", "files", "description"],
             ([p.name, p.state, ", ".join(p.files), p.description] for p in status.patches),
-            title="patches",
-            state_column=1,
+            state_column=1,  # no title: the `patch` column says what the rows are (a bare line did not)
         )
     elif status.patches and each:
         widest = max(len(p.state) for p in status.patches)
@@ -346,11 +345,22 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
 
 
 def verified_target_text(
-    ui: Screen, resolved: Resolved, verified: VerifyResult, *, target: bool = True, guard: bool = True
+    ui: Screen,
+    resolved: Resolved,
+    verified: VerifyResult,
+    *,
+    target: bool = True,
+    guard: bool = True,
 ) -> None:
     """The header (`target`: where vLLM is, said by the first set only), the failures (the command
     that fixes each), then the verdict with the count of the checks that passed (every row with -v).
     `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set."""
+    mismatch = another_release(resolved)
+    if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
+        show_header(ui, resolved, target=target)
+        ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
+        ui.verdict(f"verify: FAILED: {mismatch}", ok=False)
+        return
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_by_check(status)
@@ -378,13 +388,29 @@ def verified_target_text(
             ui.line(f"{passed.check}: {passed.message}")
         for line in passed.excerpt.splitlines():
             ui.line(f"    {line}")
-    if verified.ok:
+    if verified.ok and status.state == TreeState.NOT_APPLIED:
+        # a dry check passing is no pass of the tree: the last line (what CI shows) says so
+        ui.verdict(f"verify: ok if applied: {counted}", ok=True)
+    elif verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
     else:
         above = "; the launch guard refuses the tree (above)" if refused_above else ""
         ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
+
+
+def another_release(resolved: Resolved) -> str:
+    """--vllm-version naming another release than the tree's dist-info, in one line ("" if not)."""
+    version = resolved.version
+    if version is None or not version.tree_says:
+        return ""
+    return f"--vllm-version says {version.version}, the tree's dist-info {version.tree_says}"
+
+
+def _without_version(verb: str) -> str:
+    """The command again without --vllm-version: the tree's own release is then used."""
+    return f"{hints.command(verb, chosen=replace(hints.current(), vllm_version=None))} (the tree's own release)"
 
 
 def _checked_as(verified: VerifyResult) -> str:
