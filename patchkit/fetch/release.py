@@ -210,10 +210,8 @@ def _sealed_state(state: State | None) -> bool:
 
 
 def _vouched_again(root: Path, ver: str, state: State, say: Progress) -> State | None:
-    """An unsealed release.json (an older patchkit's, or anyone's) goes with its tree once an index
-    answers, and the release is fetched again. The index vouches for the wheel's sha256 alone: the
-    RECORD, its hash and the tree's files were never checked against that wheel, so sealing them
-    would vouch for whatever was written there (review 10b H2)."""
+    """An unsealed release.json (an older patchkit's) sealed once the index gives its wheel the same
+    sha256; else the cached release goes and is fetched again."""
     settings = net.pip_settings()
     session = net.make_session(settings, None)
     try:
@@ -223,6 +221,11 @@ def _vouched_again(root: Path, ver: str, state: State, say: Progress) -> State |
     finally:
         session.close()
     _held_to_what_is_recorded(ver, chosen)  # sealed, it would vouch for another file than the one recorded
+    recorded = str(state.get("sha256") or "").lower()
+    if chosen["wheel"] == state["wheel"] and recorded and str(chosen["sha256"] or "").lower() == recorded:
+        del state["seal"]  # a new record: save_state seals it
+        save_state(root, state)
+        return state
     _forget_release(root, state)
     return None
 
