@@ -81,7 +81,9 @@ def test_the_patch_hint_names_the_file_applied_wherever_it_is_run(tmp_path, scra
     assert shlex.quote(str(tmp_path / "my patches" / "first.diff")) in done.stdout + done.stderr, done.stderr
     (tmp_path / "my patches" / "first.diff").write_text("--- moved on\n")
     done = run_cli("revert", "--target", tree, cwd=elsewhere)
-    assert "--patch first.diff`" in done.stderr and str(tmp_path / "my patches" / "first.diff") not in done.stderr
+    # the record's own name, made absolute from where the command runs (a hint works pasted anywhere)
+    named = shlex.quote(str(Path(elsewhere) / "first.diff"))
+    assert f"--patch {named}`" in done.stderr and str(tmp_path / "my patches" / "first.diff") not in done.stderr
 
 
 def test_a_fix_for_a_set_the_library_at_hand_lacks_names_the_library_it_came_from(tmp_path, scratch):
