@@ -67,7 +67,11 @@ def test_a_misspelt_reasoning_parser_fails_too_without_auto_tool_choice(launch):
     assert found["message"].startswith("--reasoning-parser deepseekr1: vLLM 0.16.0 registers no reasoning parser")
     assert "(vllm/reasoning/__init__.py)" in found["message"]
     assert found["fix"] == "did you mean deepseek_r1? write --reasoning-parser deepseek_r1"
-    for fine in (("--reasoning-parser", "qwen3"), ("--reasoning-parser", "x", "--reasoning-parser-plugin", "p.py")):
+    for fine in (
+        ("--reasoning-parser", "qwen3"),
+        ("--reasoning-parser", "x", "--reasoning-parser-plugin", "p.py"),
+        ("--reasoning-parser", ""),  # review 11 M2b: vLLM skips an empty name and serves
+    ):
         assert preflight(tree, library, model, *fine)[1] == [], fine
 
 

@@ -28,6 +28,7 @@ class ParserKind:
     registries: tuple[str, ...]  # the registry's path, newest layout first
     table: str  # the registry's table of lazy registrations (0.12.0 on)
     needs: str | None = None  # the option without which vLLM does not hold the name to its registry
+    empty_is_none: bool = False  # vLLM skips an empty name (`--reasoning-parser "$UNSET"` serves)
 
 
 TOOL = ParserKind(
@@ -38,7 +39,11 @@ TOOL = ParserKind(
     needs="enable-auto-tool-choice",
 )
 REASONING = ParserKind(
-    "reasoning-parser", "reasoning-parser-plugin", ("vllm/reasoning/__init__.py",), "_REASONING_PARSERS_TO_REGISTER"
+    "reasoning-parser",
+    "reasoning-parser-plugin",
+    ("vllm/reasoning/__init__.py",),
+    "_REASONING_PARSERS_TO_REGISTER",
+    empty_is_none=True,
 )
 KINDS = (TOOL, REASONING)
 _MAX_MODULES = 200  # far more parser modules than a release has: an __init__ importing more is not vLLM's
@@ -75,6 +80,8 @@ def finding(
     registry (no --enable-auto-tool-choice for a tool-call parser; a plugin option may register it)."""
     name = options.get(kind.option)
     if (kind.needs and not options.get(kind.needs)) or not isinstance(name, str) or options.get(kind.plugin):
+        return None
+    if kind.empty_is_none and not name:
         return None
     found = registered(read, kind)
     if found is None:
