@@ -217,17 +217,7 @@ OTHER = "vllm/other.py"
 
 
 def test_the_guard_s_fix_after_a_vllm_upgrade_applies_the_recorded_sets_only(tmp_path):
-    tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
-    library = tmp_path / "lib"
-    for name, path, content in (
-        ("spec", SPEC, patched_spec()),
-        ("model", MODEL, EAGLE_MODEL),
-        ("other", OTHER, "x = 2\n"),
-    ):
-        patch = make_patch(tmp_path, tree, {path: content})
-        write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
-    applied = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
-    assert applied.returncode == 0, applied.stderr
+    tree, library = three_sets(tmp_path)
     pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
     recorded = f"`patchkit apply --target {tree} --patches {library} --set model --set spec`"
     for chosen in ((), ("--set", "spec")):
