@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 from helpers import make_patch, snapshot, write_library, write_tree
 
-from patchkit.store.state import read_state
-
 PARSER = "vllm/parsers/toolcall.py"
 ROUTER = "vllm/serving/router.py"
 

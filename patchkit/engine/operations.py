@@ -918,11 +918,13 @@ def _stock_said(root: Path, patches: list[Patch]) -> str:
         return "the tree records no apply"
     if record is None:
         return "the tree records no apply (no RECORD to compare its files with)"
+    label = record.parent.name + "/RECORD"
     try:
-        parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
-    except (OSError, PatchkitError) as exc:
-        why = exc.message if isinstance(exc, PatchkitError) else (exc.strerror or str(exc))
-        return f"the tree records no apply, and its files could not be compared with vLLM's RECORD: {why}"
+        parsed = parsed_record(read_record_file(root, record), label, only=paths)
+    except OSError as exc:
+        return f"the tree records no apply, and {label} could not be read to compare its files with: {exc.strerror}"
+    if parsed is None:
+        return f"the tree records no apply, and {label} is no RECORD csv can read to compare its files with"
     differ = [path for path in paths if not _as_recorded(root, path, parsed)]
     if not differ:
         return "the tree is stock (its files are as vLLM's RECORD lists them)"
