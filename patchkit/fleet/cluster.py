@@ -203,12 +203,14 @@ class RayRunner:
         """No more waiting for this node's step: if it has not started, it never will (a write
         reported as timed out must not land later). Our own step running past its time limit is
         stopped by ending the agent, as a subprocess past its time limit was killed, unless other
-        commands' steps wait behind it (ending it would fail them): then it runs on."""
+        commands' steps wait behind it (ending it would fail them): then it runs on. An agent that
+        does not answer the give-up (frozen: SIGSTOP, a paused VM, a hung NFS call) is ended: once it
+        resumed it would run our step, a write after its driver reported the run rolled back."""
         agent = self.agents.pop(node)
         try:
             seen = self.ray.get(agent.give_up.remote(ticket), timeout=GIVE_UP_SECONDS)
-        except Exception:  # no answer: gone, or still starting; nothing of ours to stop
-            return
+        except Exception:  # no answer: gone (the kill is harmless), or frozen with our step
+            seen = {"running": True, "others_waiting": False}
         if timed_out and seen.get("running") and not seen.get("others_waiting"):
             with suppress(Exception):
                 self.ray.kill(agent, no_restart=True)
