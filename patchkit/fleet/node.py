@@ -39,6 +39,7 @@ STEPS: dict[str, list[str]] = {
     "prepare": ["verify", "--no-import"],
     "apply": ["apply"],
     "revert": ["revert"],
+    "dry-run": ["apply", "--dry-run"],  # a refusal's fix, in the words `patchkit apply` there says it
 }
 
 
@@ -79,6 +80,9 @@ def run_step(step: str, request: dict[str, Any], patchkit: PatchkitRun) -> dict[
     summary = summarize(step, _document(stdout), code, stderr)
     if step == "prepare" and summary["ok"]:
         summary.update(_unwritable(summary["document"]) or {})
+    elif step == "prepare" and not summary["hint"] and summary["document"] is not None:
+        # verify names a check's fix in its text only: the node's fix is what its apply would say
+        summary["hint"] = (_document(patchkit(command_line("dry-run", request)[0])[1]) or {}).get("hint")
     return {**summary, "found_by": found_by}
 
 

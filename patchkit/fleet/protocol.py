@@ -321,7 +321,7 @@ def _sets_after(sets: list[dict[str, str]], answers: list[tuple[str | None, Node
     files stock again), never still said applied."""
     done = {name for name, answer in answers if _reverted(answer)}
     return [
-        {**s, "state": NodeState.ROLLED_BACK} if s["state"] == Outcome.APPLIED and (s["set"] in done or None in done) else s
+        {**s, "state": str(NodeState.ROLLED_BACK)} if s["state"] == Outcome.APPLIED and (s["set"] in done or None in done) else s
         for s in sets
     ]
 
