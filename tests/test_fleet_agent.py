@@ -356,7 +356,9 @@ def test_a_tree_upgraded_under_its_record_is_said_as_status_says_it_and_phase_on
     (no guard, no fix), and phase 1 (verify) refused it for ever, though `patchkit apply` repairs it."""
     tree, library = upgraded_under_its_record(tmp_path)
     request = {"target": str(tree), "library": str(library)}
-    alone = json.loads(run_in_process(["status", "--format", "json", "--target", str(tree), "--patches", str(library)])[1])
+    alone = json.loads(
+        run_in_process(["status", "--format", "json", "--target", str(tree), "--patches", str(library)])[1]
+    )
     assert alone["guard"]["refuses"] and "patchkit apply" in alone["guard"]["fix"]
 
     status = node.run_step("status", request, run_in_process)

@@ -426,3 +426,32 @@ def test_a_version_rule_refusal_is_not_said_as_another_nodes():
         "nothing written: the nodes run different vLLM versions (--require-same-version)"
     }
     assert "drop --require-same-version" in refused.error.hint
+
+
+ACTOR_DIED = (
+    "The actor died unexpectedly before finishing this task.\n\tclass_name: RayAgent\n\tactor_id: 5c1f\n"
+    "\tpid: 8704\n\tname: agent-2e3f\n\tnamespace: patchkit\n\tip: 192.0.2.2\n"
+    "The actor is dead because its worker process has died. Worker exit type: UNEXPECTED_SYSTEM_EXIT Worker exit "
+    "detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root "
+    "causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is "
+    "called. (3) The worker is crashed unexpectedly due to SIGSEGV or other unexpected errors."
+)
+
+
+def test_a_node_whose_agent_died_is_said_in_one_line():
+    """Review 12a L2: the lost row carried Ray's whole paragraph of possible causes (~600 characters)."""
+
+    class ActorDiedError(Exception):
+        pass
+
+    class FakeRay:
+        class exceptions:
+            RayTaskError = TaskError
+
+    cluster = object.__new__(RayRunner)
+    cluster.ray = FakeRay
+    report = cluster._failure(ActorDiedError(ACTOR_DIED), Node("n1", "10.0.0.1"))
+    assert report.state == "lost"
+    assert report.detail == "ActorDiedError: The actor is dead because its worker process has died."
+    long = cluster._failure(ActorDiedError("x" * 400), Node("n1", "10.0.0.1")).detail
+    assert len(long) < 200 and long.endswith("…") and "\n" not in long

@@ -7,6 +7,7 @@ command, then ends itself)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
@@ -344,6 +345,16 @@ def ray_failure(exc: BaseException, task_error: type[BaseException]) -> RayFailu
 
 
 def _gist(exc: BaseException) -> str:
-    """An exception in one line: its type and the last line of its text (Ray's hold tracebacks)."""
+    """An exception in one line: its type and the first sentence of its text's last line (Ray's
+    hold tracebacks, and its ActorDiedError ends in a paragraph of possible causes: OOM killer,
+    `ray stop --force`, resource isolation...)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    said = SENTENCE_END.split(lines[-1], maxsplit=1)[0]
+    said = said if len(said) <= GIST_CHARACTERS else said[: GIST_CHARACTERS - 1] + "…"
+    return f"{type(exc).__name__}: {said}"
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+GIST_CHARACTERS = 160  # a Ray error's one line in a node's row

@@ -168,8 +168,12 @@ def _guard_said(document: dict[str, Any]) -> str:
     refused = list(dict.fromkeys(r for p in parts for r in _guard_refuses(p)))
     if refused:
         return "the launch guard refuses this tree: " + "; ".join(refused)
-    stale = [str(s) for p in parts for s in (p.get("stale") if isinstance(p.get("stale"), list) else [])]
+    stale = [str(s) for p in parts for s in _listed(p.get("stale"))]
     return "stale record: " + "; ".join(dict.fromkeys(stale))
+
+
+def _listed(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _hint(document: dict[str, Any]) -> str | None:
@@ -184,8 +188,7 @@ def _hint(document: dict[str, Any]) -> str | None:
 
 
 def _patches(part: dict[str, Any]) -> list[Any]:
-    patches = part.get("patches")
-    return patches if isinstance(patches, list) else []
+    return _listed(part.get("patches"))
 
 
 def _failed_checks(part: dict[str, Any]) -> list[dict[str, Any]]:

@@ -321,7 +321,9 @@ def _sets_after(sets: list[dict[str, str]], answers: list[tuple[str | None, Node
     files stock again), never still said applied."""
     done = {name for name, answer in answers if _reverted(answer)}
     return [
-        {**s, "state": str(NodeState.ROLLED_BACK)} if s["state"] == Outcome.APPLIED and (s["set"] in done or None in done) else s
+        {**s, "state": str(NodeState.ROLLED_BACK)}
+        if s["state"] == Outcome.APPLIED and (s["set"] in done or None in done)
+        else s
         for s in sets
     ]
 
@@ -396,4 +398,7 @@ def _nodes_hint(reports: list[NodeReport]) -> str | None:
 
 
 def _lost_hint() -> str:
-    return "`ray status` shows the cluster's nodes; rerun once every node is alive"
+    return (
+        "`ray status` shows whether each node is alive: rerun once it is "
+        "(a node whose patchkit agent died is given a new one by the next command)"
+    )
