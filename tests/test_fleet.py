@@ -648,7 +648,7 @@ def test_an_agent_frozen_in_phase_two_is_ended_and_its_node_never_said_reverted(
     had said "every node this run wrote was reverted". It is ended, and its node named as not known
     to be reverted, with what to run there."""
     fleet.stock()
-    done, status = fleet.run("status")  # the named agents, started
+    _, status = fleet.run("status")  # the named agents, started
     frozen = by_target(status)[str(fleet.trees[2])]["node_id"]
     pid = agent_pids(fleet)[frozen]
     driver, _ = fleet.slow_apply_started("frozen", "--timeout", "3")
