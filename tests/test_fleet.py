@@ -669,7 +669,7 @@ def test_an_agent_frozen_in_phase_two_is_ended_and_its_node_never_said_reverted(
     assert "not known to be reverted" in document["error"] and frozen[:12] in document["error"]
     row = by_target(document)[str(fleet.trees[2])]
     assert row["state"] == "timed-out" and row["written"] is None
-    assert "`patchkit status --python" in row["hint"] and row["hint"] in document["hint"]
+    assert f"`patchkit status --target {fleet.trees[2]} --set demo`" in row["hint"] and row["hint"] in document["hint"]
     assert {by_target(document)[str(t)]["state"] for t in fleet.trees[:2]} == {"rolled-back"}
 
 

@@ -375,7 +375,8 @@ def _rolled_back(problem: PatchkitError, stuck: list[NodeReport], unknown: list[
         problem.message += f"; NOT reverted: {_names(stuck)} (each row says what to run there)"
         problem.hint = "; ".join(h for h in (_nodes_hint(stuck), problem.hint) if h)
     if unknown:
-        problem.message += f"; not known to be reverted: {_names(unknown)} (each row says what to run there)"
+        which = ", ".join(r.named() for r in unknown)
+        problem.message += f"; not known to be reverted: {which} (each row says what to run there)"
     return problem
 
 
