@@ -472,7 +472,8 @@ class _Applying:
         found = {path: (original, now) for path, (now, original) in undo.changes.items()}
         self.found_recorded = True
         entry = self.resolved.apply_record(found, None)
-        return state.with_entry(entry), {sha256(data): data for data, _now in found.values() if data is not None}
+        originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
+        return state.with_entry(entry), {str(sha256(data)): data for data in originals}
 
     def guard_said(self) -> str:
         if self.guard_installed:
