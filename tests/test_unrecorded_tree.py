@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import make_patch, snapshot, write_library, write_tree
 
+from patchkit.store.state import read_state
+
 PARSER = "vllm/parsers/toolcall.py"
 ROUTER = "vllm/serving/router.py"
 
@@ -81,3 +83,27 @@ def test_a_lost_record_over_an_edited_patched_file_is_refused_with_the_command_t
     assert PARSER in refused.output and "the tree records no apply" in refused.output, refused.output
     assert f"0.17.1 --dest {tree} --force` puts the stock files back" in refused.output, refused.output
     assert snapshot(tree) == edited
+
+
+@pytest.mark.parametrize("how", ["lost", "emptied"])
+def test_apply_records_the_sets_it_finds_applied_with_their_originals(run, stock, how):
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    _lose_record(tree, how)
+
+    again = run("apply", "--target", tree, "--patches", library)
+    assert again.exit_code == 0, again.output
+    assert again.output.count("already applied, with no record of it; recorded") == 2, again.output
+    entries = read_state(tree).entries
+    assert [e.set_name for e in entries] == ["parsers", "routes"]
+    for entry in entries:  # each original saved, as an apply that wrote the files saves it
+        for path, shas in entry.files.items():
+            assert shas["before"] == hashlib.sha256(before[path]).hexdigest()
+            assert (tree / ".patchkit/objects" / shas["before"]).read_bytes() == before[path]
+    assert run("apply", "--target", tree, "--patches", library).output.count("already applied: nothing to do") == 2
+
+    # the record now undoes it, as any apply's would: a set at a time
+    assert run("revert", "--target", tree, "--patches", library, "--set", "routes").exit_code == 0
+    assert run("revert", "--target", tree, "--patches", library, "--set", "parsers").exit_code == 0
+    assert snapshot(tree) == before and not (tree / ".patchkit").exists()
