@@ -233,6 +233,18 @@ def commit_changes(
     return landed
 
 
+def save_originals(root: Path, originals: Mapping[str, bytes]) -> None:
+    """Keep originals (digest -> bytes) in the store before a record that names them is committed
+    with no file written (a series found applied, recorded as found). One left by a crash before
+    that commit is named by no record: pruned by the next commit."""
+    if not originals:
+        return
+    objects_dir(root).mkdir(parents=True, exist_ok=True)
+    for digest, data in originals.items():
+        save_original(root, digest, data, root, None, tick=_tick)
+    fsync_dir(objects_dir(root))
+
+
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, tuple[Landed, bytes]]:
     """Write `writes` and `new_state` all or nothing (see the module docstring). Returns what was
     written: path -> the file's identity as fstat saw it once written and fsynced (a rename keeps
