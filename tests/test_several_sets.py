@@ -96,7 +96,7 @@ def test_a_failing_second_set_keeps_the_first_and_tries_none_after(run, tree, li
     (tree / SPEC).write_text(SPEC_PY.replace('    "qwen",\n', '    "mistral",\n'))
     result = run("apply", "--target", tree, "--patches", library, "--no-guard")
     assert result.exit_code == 1, result.output
-    assert "set spec:" in result.output and "model stay(s) applied" in result.output
+    assert "set spec:" in result.output and "model stays applied" in result.output
     assert [e.set_name for e in read_state(tree).entries] == ["model"]
     assert (tree / MODEL).read_text() == EAGLE_MODEL
 
@@ -293,7 +293,7 @@ def test_apply_over_an_edited_file_names_the_commands_and_the_sets_applied_alrea
     command = f"patchkit --target {tree} --patches {library}"
     revert, apply = command.replace("patchkit", "patchkit revert"), command.replace("patchkit", "patchkit apply")
     assert f"`{revert} --force` (keeps a copy of the edits), then `{apply}`" in said, said
-    assert "not tried: spec, old (spec applied already, and stay(s) so)" in said, said
+    assert "not tried: spec, old (spec is already applied and stays applied)" in said, said  # newuser16 6c
 
 
 def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
