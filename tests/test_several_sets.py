@@ -748,3 +748,17 @@ def test_a_revert_cut_short_after_its_commit_says_so_and_the_next_revert_clears_
         assert done.returncode == 0 and "nothing to revert" in done.stdout, (n, done.stdout, done.stderr)
         assert not (tree / ".patchkit").exists(), (n, sorted(p.name for p in (tree / ".patchkit").iterdir()))
     assert late > 0
+
+
+def test_a_vllm_version_naming_another_release_is_said_once_not_per_set(run, library, tmp_path):
+    """New-user trial 16, 6d: verify --vllm-version 0.16.0 on a 0.17.0 tree printed the mismatch and
+    its fix under each set it failed; it is the tree's, said once, each later set pointing to it."""
+    other = write_tree(tmp_path / "v0.17.0", "0.17.0", {SPEC: "NAMES = []\n", MODEL: "class Model:\n    pass\n"})
+    done = run("verify", "--target", other, "--patches", library, "--vllm-version", "0.16.0")
+    assert done.exit_code == 1, done.output
+    lines = done.output.splitlines()
+    said = [line for line in lines if line.startswith("version: --vllm-version says 0.16.0")]
+    fixes = [line for line in lines if line.startswith("  fix: ") and "(the tree's own release)" in line]
+    assert len(said) == 1 and len(fixes) == 1, done.output
+    assert "verify: FAILED: --vllm-version names another release than the tree's (above)" in lines, done.output
+    assert lines[-1] == "verify: FAILED: model, spec (the other 1 set(s) pass)", done.output

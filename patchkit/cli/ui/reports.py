@@ -347,13 +347,18 @@ def verified_target_text(
     *,
     target: bool = True,
     guard: bool = True,
+    version: bool = True,
 ) -> None:
     """The header (`target`: where vLLM is, said by the first set only), the failures (the command
     that fixes each), then the verdict with the count of the checks that passed (every row with -v).
-    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set."""
+    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set;
+    `version` False: an earlier set said that --vllm-version names another release than the tree's."""
     mismatch = another_release(resolved)
     if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
         show_header(ui, resolved, target=target)
+        if not version:
+            ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
+            return
         ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
         ui.verdict(f"verify: FAILED: {mismatch}", ok=False)
         return
