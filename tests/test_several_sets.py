@@ -15,15 +15,24 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, pip_install, snapshot, write_library, write_tree
+from helpers import (
+    EAGLE_MODEL,
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    SPEC_PY,
+    FakeIndex,
+    make_patch,
+    patched_spec,
+    pip_install,
+    snapshot,
+    write_library,
+    write_tree,
+)
 
 from patchkit.series import library as library_mod
 from patchkit.store.state import read_state
 from patchkit.tree import version as version_mod
-
-SPEC = "vllm/config/spec.py"
-MODEL = "vllm/models/model.py"
-EAGLE_MODEL = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # eagle\n")
 
 
 def json_of(result) -> dict:
@@ -413,8 +422,6 @@ def test_sets_changing_the_same_file_without_a_declared_order_are_refused_naming
 
 @pytest.fixture
 def index_of_two(tmp_path, monkeypatch):
-    from test_verify_releases import FakeIndex  # its fake index: release trees served as the fetcher does
-
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
     index = FakeIndex(tmp_path / "index", monkeypatch)
     stock = index.add("0.16.0")
