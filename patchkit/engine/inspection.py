@@ -239,6 +239,22 @@ def _named(stale: dict[str, str]) -> list[str]:
 STALE_PREFIX = "the record of "  # a stale record's note begins with it, then the set's name
 
 
+def stale_said(names: list[str], note: str) -> str:
+    """The records of `names`, stale for the same `note`, said in one sentence (an upgrade of vLLM
+    under three sets is one fact, not three)."""
+    if len(names) == 1:
+        return f"{STALE_PREFIX}{names[0]}: {note}"
+    return f"the records of {', '.join(names)}: " + note.replace("the old record is stale", "the old records are stale")
+
+
+def stale_grouped(stale: dict[str, str]) -> list[tuple[list[str], str]]:
+    """(the sets, their note) for each note the stale records (set name -> note) say."""
+    by_note: dict[str, list[str]] = {}
+    for name, note in stale.items():
+        by_note.setdefault(note, []).append(name)
+    return [(names, note) for note, names in by_note.items()]
+
+
 def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool = False) -> dict:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)

@@ -255,13 +255,23 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
     preflight(root, [w.path for w in writes])
     previous = read_meta_file(state_path(root))
     journal = _journal(root, writes, previous)
+    with signals.uncut_rollback():  # a second Ctrl-C waits until the first one's rollback has ended
+        landed = _committed_or_rolled_back(root, writes, journal, new_state, previous is not None)
+    store_journal.drop_previous_state(root, journal["id"])
+    prune_objects(root, new_state)
+    return landed
+
+
+def _committed_or_rolled_back(
+    root: Path, writes: list[FileWrite], journal: dict, new_state: State, had_previous: bool
+) -> dict[str, tuple[Landed, bytes]]:
     committed = False
     try:
         store_journal.begin(root, journal, tick=_tick)
         landed = _write_files(root, writes, journal["files"])
         with signals.deferred():  # the record and the commit point, whole: a signal waits for them
             # the previous record keeps a second name: the rollback then puts it back by a rename
-            store_journal.commit_point(root, journal["id"], new_state, previous=previous is not None, tick=_tick)
+            store_journal.commit_point(root, journal["id"], new_state, previous=had_previous, tick=_tick)
             committed = True
             signals.note(signals.COMMITTED)
     except BaseException as exc:
@@ -274,8 +284,6 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
                 f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back"
             ) from exc
         raise
-    store_journal.drop_previous_state(root, journal["id"])
-    prune_objects(root, new_state)
     return landed
 
 
