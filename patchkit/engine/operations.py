@@ -63,7 +63,9 @@ from patchkit.engine.inspection import (
     run_checks,
     selection_of,
     stale_entries,
+    stale_grouped,
     stale_note,
+    stale_said,
 )
 from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, resolve_sets, resolve_target, several
 from patchkit.engine.transaction import (
@@ -242,8 +244,9 @@ class _Applying:
         self.state = state
         self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
-        for name, note in self.stale.items():  # each named: several sets' records say the same note
-            self.warn(f"the record of {name}: {note}: {'apply would discard it' if dry_run else 'discarded'}")
+        for names, note in stale_grouped(self.stale):  # several sets' records say the same note: said once
+            them = "them" if len(names) > 1 else "it"
+            self.warn(f"{stale_said(names, note)}: {f'apply would discard {them}' if dry_run else 'discarded'}")
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
