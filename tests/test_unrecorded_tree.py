@@ -8,11 +8,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 from helpers import make_patch, snapshot, write_library, write_tree
+
+from patchkit.store.state import read_state
 
 PARSER = "vllm/parsers/toolcall.py"
 ROUTER = "vllm/serving/router.py"
@@ -81,3 +84,68 @@ def test_a_lost_record_over_an_edited_patched_file_is_refused_with_the_command_t
     assert PARSER in refused.output and "the tree records no apply" in refused.output, refused.output
     assert f"0.17.1 --dest {tree} --force` puts the stock files back" in refused.output, refused.output
     assert snapshot(tree) == edited
+
+
+@pytest.mark.parametrize("how", ["lost", "emptied"])
+def test_apply_records_the_sets_it_finds_applied_with_their_originals(run, stock, how):
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    _lose_record(tree, how)
+
+    again = run("apply", "--target", tree, "--patches", library)
+    assert again.exit_code == 0, again.output
+    assert again.output.count("already applied, with no record of it; recorded") == 2, again.output
+    entries = read_state(tree).entries
+    assert [e.set_name for e in entries] == ["parsers", "routes"]
+    for entry in entries:  # each original saved, as an apply that wrote the files saves it
+        for path, shas in entry.files.items():
+            assert shas["before"] == hashlib.sha256(before[path]).hexdigest()
+            assert (tree / ".patchkit/objects" / shas["before"]).read_bytes() == before[path]
+    assert run("apply", "--target", tree, "--patches", library).output.count("already applied: nothing to do") == 2
+
+    # the record now undoes it, as any apply's would: a set at a time
+    assert run("revert", "--target", tree, "--patches", library, "--set", "routes").exit_code == 0
+    assert run("revert", "--target", tree, "--patches", library, "--set", "parsers").exit_code == 0
+    assert snapshot(tree) == before and not (tree / ".patchkit").exists()
+
+
+def _fix_of(status_output: str) -> list[str]:
+    """The commands on the guard's `fix:` line, in order."""
+    line = next(line for line in status_output.splitlines() if line.strip().startswith("fix:"))
+    return re.findall(r"`patchkit ([^`]*)`", line)
+
+
+@pytest.mark.parametrize("reinstalled", [[PARSER, ROUTER], [ROUTER]], ids=["every-file", "one-file"])
+def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run, stock, reinstalled):
+    """`pip install --force-reinstall` of the same vLLM over an applied tree: the stock files come
+    back, .patchkit/ and the guard stay. One line with a count, not a line per file, and a fix
+    that names no set wrongly and clears the guard; where some files are still patched too, the
+    fix is revert then apply."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    for path in reinstalled:
+        (tree / path).write_bytes(before[path])
+
+    status = run("status", "--target", tree, "--patches", library)
+    assert status.exit_code == 1, status.output
+    assert "was changed after patchkit patched it" not in status.output, status.output
+    assert "another set" not in status.output, status.output
+    if len(reinstalled) == 2:
+        assert "the files are stock again (vLLM reinstalled?): all 2 recorded" in status.output, status.output
+        assert _fix_of(status.output) == [f"apply --target {tree} --patches {library}"], status.output
+    else:
+        assert "1 of the 2 recorded files hold their stock bytes again" in status.output, status.output
+        fix = [f"{verb} --target {tree} --patches {library}" for verb in ("revert", "apply")]
+        assert _fix_of(status.output) == fix, status.output
+
+    verify = run("verify", "--target", tree, "--patches", library, "--no-import")
+    verdicts = [line for line in verify.output.splitlines() if line.startswith("verify: FAILED:") and "passed" in line]
+    assert verdicts and all("the launch guard refuses the tree" in line for line in verdicts), verify.output
+
+    for command in _fix_of(status.output):
+        done = run(*command.split())
+        assert done.exit_code == 0, done.output
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0
+    assert snapshot(tree) != before

@@ -63,7 +63,9 @@ from patchkit.engine.inspection import (
     run_checks,
     selection_of,
     stale_entries,
+    stale_grouped,
     stale_note,
+    stale_said,
 )
 from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, resolve_sets, resolve_target, several
 from patchkit.engine.transaction import (
@@ -74,6 +76,7 @@ from patchkit.engine.transaction import (
     never_locked,
     preflight,
     read_only_view,
+    save_originals,
 )
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
@@ -220,6 +223,7 @@ class _Applying:
     made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
     chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
     judge_guard: bool = True  # say what the guard still refuses (False: a later set of this run will)
+    found_recorded: bool = False  # the series was found applied with no record of it: now recorded
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -240,8 +244,9 @@ class _Applying:
         self.state = state
         self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
-        for name, note in self.stale.items():  # each named: several sets' records say the same note
-            self.warn(f"the record of {name}: {note}: {'apply would discard it' if dry_run else 'discarded'}")
+        for names, note in stale_grouped(self.stale):  # several sets' records say the same note: said once
+            them = "them" if len(names) > 1 else "it"
+            self.warn(f"{stale_said(names, note)}: {f'apply would discard {them}' if dry_run else 'discarded'}")
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
@@ -339,6 +344,9 @@ class _Applying:
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
+            if self.found_recorded:  # the tree recorded no apply of it: said, with the guard's fate
+                found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
+                message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         if self.judge_guard and self.warn_of_what_the_guard_refuses():
             message = (
                 message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
@@ -440,16 +448,35 @@ class _Applying:
             settled = settled.without(name)
         version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
         settled = settled.with_version(self.resolved.set_name, version)
+        settled, originals = self.found_applied(settled)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))
         if settled == state and not guard_changes:
             return False
         if not dry_run:
             self.keep_replaced_guard()
+            save_originals(root, originals)  # before the record that names them
             commit_changes(root, guard_changes, settled)
             _fix_guard_bytecode(self.resolved.target, self.guard_removed)
             self.state = settled  # the record as it now is (the guard's check reads it)
         return True
+
+    def found_applied(self, state: State) -> tuple[State, dict[str, bytes]]:
+        """A series found applied that the tree does not record (its .patchkit/ lost or emptied, the
+        patches applied by hand) is recorded as found: a revert and the guard then know its files.
+        Its originals are what reverse-applying the series gives (digest -> bytes, for the store).
+        A patched wheel's files are its provenance's, not an apply's: left to it."""
+        root = self.resolved.target.root
+        if state.entry(self.resolved.set_name) is not None or has_provenance(root):
+            return state, {}
+        undo = plan_revert(root, self.patches)
+        if undo.conflicts or not undo.changes:
+            return state, {}
+        found = {path: (original, now) for path, (now, original) in undo.changes.items()}
+        self.found_recorded = True
+        entry = self.resolved.apply_record(found, None)
+        originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
+        return state.with_entry(entry), {str(sha256(data)): data for data in originals}
 
     def guard_said(self) -> str:
         if self.guard_installed:
