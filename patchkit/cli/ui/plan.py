@@ -9,8 +9,6 @@ from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import STATE_STYLES, FittedTable, broken, fit_table, rich, visible, write_plainly
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rich.text import Text
-
     from patchkit.series.plan import FileStep, Placement, Plan
 
 PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")
@@ -19,6 +17,7 @@ PlanSection = tuple[str, str, list[tuple[str, ...]]]  # a patch's name, its stat
 KIND_NOTES = {"add": "new file", "delete": "deleted"}
 INDENT = 2
 COLUMN_GAP = 2
+STATE = "state"  # the header over the patches' states
 
 
 def show_plan(ui: Screen, plan: Plan, *, dry_run: bool) -> None:
@@ -51,12 +50,13 @@ def shown_columns(
     )
 
 
-def state_column(headings: list[str], states: list[str], width: int | None) -> int | None:
+def state_column(headings: list[str], states: list[str], width: int | None, *, after: int = 0) -> int | None:
     """Where every patch's state starts when all of them fit there, in one straight column after
-    the widest heading: states at ragged columns read as cells of the table's columns."""
+    the widest heading (and past column `after`: the rows' columns, for a header over it):
+    states at ragged columns read as cells of the table's columns."""
     if not headings:
         return None
-    column = max(map(len, headings)) + COLUMN_GAP
+    column = max(*map(len, headings), after) + COLUMN_GAP
     return column if width is None or column + max(map(len, states)) <= width else None
 
 
@@ -87,7 +87,8 @@ def _plan_table(
 ) -> None:
     """One rich Text of padded cells (a rich Table measures every cell and takes seconds for
     thousands of rows), fitted as every table is (text.fit_table: a path wrapped after a `/`, a
-    note with no room beside its row on a line of its own); each patch a heading with its state."""
+    note with no room beside its row on a line of its own); each patch a heading with its state.
+    The header names the states' column too, and it and the rule span the widest row."""
     rows = [list(row) for _, _, section_rows in sections for row in section_rows]
     width = ui.out.width
     table = fit_table(list(columns), rows, width - INDENT)
@@ -95,12 +96,17 @@ def _plan_table(
     text.append(title + "\n", style="italic")
     headings = [broken(name, width) for name, _, _ in sections]
     states = [state for _, state, _ in sections]
-    at = state_column([heading[-1] for heading in headings], states, width)
-    _append_row(text, table, 0, right, style="bold")
-    ruled = sum(table.widths) + COLUMN_GAP * (len(table.widths) - 1)
-    if at is not None:  # the rule spans the states too
-        ruled = min(max(ruled, at + max(map(len, states)) - INDENT), width - INDENT)
-    text.append(" " * INDENT + "\u2500" * ruled + "\n")
+    header = _row_lines(table, 0, right, below=False)  # a column moved under the rows: its cells say what they are
+    rows_end = INDENT + sum(table.widths) + COLUMN_GAP * (len(table.widths) - 1)
+    at = state_column([heading[-1] for heading in headings], states, width, after=rows_end)
+    if at is not None:  # past the rows' columns, named in the header
+        header[0] = header[0].ljust(at) + STATE
+    else:  # no room past them: the states still in one column, under no header
+        at = state_column([heading[-1] for heading in headings], states, width)
+    text.append("\n".join(header) + "\n", style="bold")
+    headings_end = max(len(line) for heading in headings for line in heading)
+    states_end = at + max(map(len, states)) if at is not None else 0
+    text.append(" " * INDENT + "\u2500" * (max(rows_end, headings_end, states_end) - INDENT) + "\n")
     number = 1
     for heading, (_, state, section_rows) in zip(headings, sections, strict=True):
         for line in heading[:-1]:
@@ -111,7 +117,7 @@ def _plan_table(
         text.append(gap if fits else "\n" + " " * INDENT)
         text.append(state + "\n", style=STATE_STYLES.get(state, ""))
         for _ in section_rows:
-            _append_row(text, table, number, right)
+            text.append("\n".join(_row_lines(table, number, right)) + "\n")
             number += 1
     text.rstrip()
     ui.out.print(text, soft_wrap=True)
@@ -175,20 +181,17 @@ def offsets_note(placements: Sequence[Placement]) -> str:
     return f"{len(offsets)} of {len(placements)} at an offset ({shown})"
 
 
-def _append_row(text: Text, table: FittedTable, number: int, right: tuple[int, ...], style: str | None = None) -> None:
+def _row_lines(table: FittedTable, number: int, right: tuple[int, ...], *, below: bool = True) -> list[str]:
     """Row `number` of the fitted table (0: the header): indented, padded cells two spaces apart,
-    nothing after the last non-empty one; then its lines of its own."""
+    nothing after the last non-empty one; then (`below`) its lines of its own."""
     row, widths = table.rows[number], table.widths
+    lines = []
     for depth in range(max(map(len, row))):
         cells = [lines[depth] if depth < len(lines) else "" for lines in row]
         last = max((i for i, cell in enumerate(cells) if cell), default=0)
-        text.append(" " * INDENT)
-        for i, cell in enumerate(cells[: last + 1]):
-            if i in right:
-                cell = cell.rjust(widths[i])
-            elif i < last:
-                cell = cell.ljust(widths[i])
-            text.append(cell, style=style)
-            text.append(" " * COLUMN_GAP if i < last else "\n")
-    for line in table.below[number]:
-        text.append(" " * INDENT + line + "\n", style=style)
+        shown = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) if i < last else cell
+            for i, cell in enumerate(cells[: last + 1])
+        ]
+        lines.append(" " * INDENT + (" " * COLUMN_GAP).join(shown))
+    return lines + ([" " * INDENT + line for line in table.below[number]] if below else [])
