@@ -60,9 +60,23 @@ def state_column(headings: list[str], states: list[str], width: int | None, *, a
     return column if width is None or column + max(map(len, states)) <= width else None
 
 
+def states_at(names: list[str], states: list[str], width: int | None, widths: list[int]) -> tuple[int | None, bool]:
+    """Where the patches' states stand (state_column), and whether the header names that column.
+    After the widest name, unless a state there would reach the rows' last column: then past the
+    rows' columns (a state under that column reads as its cell), named `state` in the header, which
+    with its rule then spans the widest row (new-user 16, 6f), where the width leaves room."""
+    rows_end = INDENT + sum(widths) + COLUMN_GAP * (len(widths) - 1)
+    if names and max(map(len, names)) + COLUMN_GAP + max(map(len, states)) > rows_end - widths[-1]:
+        at = state_column(names, states, width, after=rows_end)
+        if at is not None:
+            return at, True
+    return state_column(names, states, width), False
+
+
 def plain_plan(title: str, columns: tuple[str, ...], sections: list[PlanSection], right: tuple[int, ...] = ()) -> str:
-    """The plan as a terminal shows it, for a pipe: the title, the header, each patch's heading and
-    its rows, the columns aligned two spaces apart, nothing after a row's last cell, no rule."""
+    """The plan as a terminal shows it, for a pipe: the title, the header (the states' column named),
+    each patch's heading and its rows, the columns aligned two spaces apart, nothing after a row's
+    last cell, no rule."""
     rows = [row for _, _, section_rows in sections for row in section_rows]
     widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
 
@@ -74,8 +88,9 @@ def plain_plan(title: str, columns: tuple[str, ...], sections: list[PlanSection]
         ]
         return " " * INDENT + (" " * COLUMN_GAP).join(shown)
 
-    lines = [title, line(columns)]
-    at = state_column([name for name, _, _ in sections], [state for _, state, _ in sections], None) or 0
+    at, named = states_at([name for name, _, _ in sections], [state for _, state, _ in sections], None, widths)
+    lines = [title, line(columns).ljust(at or 0) + STATE if named else line(columns)]  # as the terminal's header
+    at = at or 0
     for name, state, section_rows in sections:
         lines.append(f"{name.ljust(at - COLUMN_GAP)}{' ' * COLUMN_GAP}{state}")
         lines += [line(row) for row in section_rows]
@@ -98,11 +113,9 @@ def _plan_table(
     states = [state for _, state, _ in sections]
     header = _row_lines(table, 0, right, below=False)  # a column moved under the rows: its cells say what they are
     rows_end = INDENT + sum(table.widths) + COLUMN_GAP * (len(table.widths) - 1)
-    at = state_column([heading[-1] for heading in headings], states, width, after=rows_end)
-    if at is not None:  # past the rows' columns, named in the header
-        header[0] = header[0].ljust(at) + STATE
-    else:  # no room past them: the states still in one column, under no header
-        at = state_column([heading[-1] for heading in headings], states, width)
+    at, named = states_at([heading[-1] for heading in headings], states, width, table.widths)
+    if named:
+        header[0] = header[0].ljust(at or 0) + STATE
     text.append("\n".join(header) + "\n", style="bold")
     headings_end = max(len(line) for heading in headings for line in heading)
     states_end = at + max(map(len, states)) if at is not None else 0
