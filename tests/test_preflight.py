@@ -1419,3 +1419,16 @@ def test_a_target_eagle3_refuses_because_of_hf_overrides_has_a_fix(setup):
     whitelist = findings(done)["whitelist"]
     assert not whitelist["ok"] and "'mistral'" in whitelist["message"], whitelist
     assert whitelist["fix"].startswith("--hf-overrides sets model_type 'mistral': drop that override"), whitelist
+
+
+def test_a_relative_drafter_not_found_names_the_directory_it_was_read_in(setup, tmp_path):
+    """New-user trial 16, 6h: from /tmp, `./eagle3-drafter` gave `looked at: eagle3-drafter/config.json`,
+    not saying it was read relative to /tmp (where the user had no drafter)."""
+    tree, library, models = setup
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    command = serve(models["deepseek"], "./eagle3-drafter")
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *command, cwd=elsewhere)
+    assert_clean_failure(done, 4)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert f"(looked at: eagle3-drafter/config.json under the current directory {elsewhere})" in said, said
