@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -107,3 +108,44 @@ def test_apply_records_the_sets_it_finds_applied_with_their_originals(run, stock
     assert run("revert", "--target", tree, "--patches", library, "--set", "routes").exit_code == 0
     assert run("revert", "--target", tree, "--patches", library, "--set", "parsers").exit_code == 0
     assert snapshot(tree) == before and not (tree / ".patchkit").exists()
+
+
+def _fix_of(status_output: str) -> list[str]:
+    """The commands on the guard's `fix:` line, in order."""
+    line = next(line for line in status_output.splitlines() if line.strip().startswith("fix:"))
+    return re.findall(r"`patchkit ([^`]*)`", line)
+
+
+@pytest.mark.parametrize("reinstalled", [[PARSER, ROUTER], [ROUTER]], ids=["every-file", "one-file"])
+def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run, stock, reinstalled):
+    """`pip install --force-reinstall` of the same vLLM over an applied tree: the stock files come
+    back, .patchkit/ and the guard stay. One line with a count, not a line per file, and a fix
+    that names no set wrongly and clears the guard; where some files are still patched too, the
+    fix is revert then apply."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    for path in reinstalled:
+        (tree / path).write_bytes(before[path])
+
+    status = run("status", "--target", tree, "--patches", library)
+    assert status.exit_code == 1, status.output
+    assert "was changed after patchkit patched it" not in status.output, status.output
+    assert "another set" not in status.output, status.output
+    if len(reinstalled) == 2:
+        assert "the files are stock again (vLLM reinstalled?): all 2 recorded" in status.output, status.output
+        assert _fix_of(status.output) == [f"apply --target {tree} --patches {library}"], status.output
+    else:
+        assert "1 of the 2 recorded files hold their stock bytes again" in status.output, status.output
+        fix = [f"{verb} --target {tree} --patches {library}" for verb in ("revert", "apply")]
+        assert _fix_of(status.output) == fix, status.output
+
+    verify = run("verify", "--target", tree, "--patches", library, "--no-import")
+    verdicts = [line for line in verify.output.splitlines() if line.startswith("verify: FAILED:") and "passed" in line]
+    assert verdicts and all("the launch guard refuses the tree" in line for line in verdicts), verify.output
+
+    for command in _fix_of(status.output):
+        done = run(*command.split())
+        assert done.exit_code == 0, done.output
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0
+    assert snapshot(tree) != before

@@ -63,6 +63,7 @@ from patchkit.store.state import (
     meta_dir,
     read_meta_file,
     read_state,
+    remove_empty_store,
     state_path,
 )
 from patchkit.tree.target import stock_files_command
@@ -134,8 +135,10 @@ def target_lock(root: Path, timeout: float | None = None) -> Iterator[str | None
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first.
     """
-    with locked_record(root, timeout) as (recovered, _state):
+    with locked_record(root, timeout) as (recovered, state):
         yield recovered
+        if recovered:
+            _without_emptied_store(root, state)
 
 
 @contextmanager
@@ -376,7 +379,7 @@ def _recover(root: Path) -> tuple[str | None, State]:
         theirs = (listed.by_vllm() | listed.by_others()) - spare
         written, undecided = _written_by_it(root, journal, theirs, spare)
         if undecided:
-            raise _undecided(root, undecided)
+            raise _undecided(root, undecided, journal)
         needed = _needed_originals(root, journal, written)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
@@ -484,16 +487,42 @@ class _Vouched:
         return record_digest(bytes.fromhex(digest), "sha256") in self.listed.get(path, set())
 
 
-def _undecided(root: Path, paths: list[str]) -> BadInput:
+def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
     """Recovery that cannot tell whether the interrupted transaction wrote these files stops: the
-    journal and the saved originals stay, the files are named, and the way on is the stock files."""
+    journal and the saved originals stay, the files are named, and the way on is the stock files.
+    A saved original that is damaged is the cause when it is one (it alone would have vouched)."""
+    kept = f"nothing was touched, and the journal and the saved originals are kept in {meta_dir(root)}"
+    damaged = _damaged_originals(root, paths, journal)
+    if damaged:
+        said = (
+            f"an interrupted patchkit transaction may have written {_some(paths)}, but the saved original "
+            f"of {_some(damaged)} is damaged (its bytes no longer match its sha256), so it cannot go back; {kept}"
+        )
+    else:
+        said = (
+            f"an interrupted patchkit transaction may have written {_some(paths)}, but nothing shows it: "
+            f"the tree was copied, or its files' times changed, after the interruption; {kept}"
+        )
     return BadInput(
-        f"an interrupted patchkit transaction may have written {_some(paths)}, but nothing shows it "
-        f"(the tree was copied, or its files' times changed, after the interruption); nothing was "
-        f"touched, and the journal and the saved originals are kept in {meta_dir(root)}",
-        hint=f"put the stock files back ({stock_files_command(root, None)}) or remove the files "
-        f"it created, then run {hints.command('recover')}",
+        said,
+        hint=f"put the stock files back with {stock_files_command(root, None)}, or remove the files it "
+        f"created; then run {hints.command('recover')}. The saved originals are in {objects_dir(root)}",
     )
+
+
+def _damaged_originals(root: Path, paths: list[str], journal: dict) -> list[str]:
+    """The paths among `paths` whose saved original is in the store but does not hold its digest's bytes."""
+    damaged = []
+    for entry in journal["files"]:
+        if entry["path"] not in paths or entry["before"] is None:
+            continue
+        if not os.path.lexists(objects_dir(root) / entry["before"]):  # missing: the times decide, as said
+            continue
+        try:
+            read_object(root, entry["before"])
+        except BadInput:
+            damaged.append(entry["path"])
+    return damaged
 
 
 def _original_saved(root: Path, entry: dict) -> bool:
@@ -618,11 +647,25 @@ def consistent_read(root: Path) -> Iterator[str | None]:
         if os.path.lexists(journal_path(root)):
             raise
         lock = None
+    recovered, state = None, None
     try:
-        yield recover(root) if lock else None
+        if lock:
+            recovered, state = _recover(root)
+        yield recovered
     finally:
         if lock:
+            if recovered and state is not None:
+                _without_emptied_store(root, state)
             lock.release()
+
+
+def _without_emptied_store(root: Path, state: State) -> None:
+    """A rollback that leaves nothing recorded (a first apply cut short) leaves no .patchkit/ either
+    (its lock, an empty objects/): the tree is as it was before that apply. Called under the lock,
+    by a reader or `recover` (a writer goes on to write there)."""
+    if state == State(entries=[]):
+        prune_objects(root, state)
+        remove_empty_store(root, state)
 
 
 def preflight(root: Path, paths: list[str], *, writable: bool = True) -> None:

@@ -366,7 +366,7 @@ def verified_target_text(
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_by_check(status)
     )
-    refused_above = not guard and any(f.what == GUARD for f in found)
+    refused_above = any(f.what == GUARD for f in found)  # said above: by this set, or an earlier one
     found = [f for f in found if guard or f.what != GUARD]
     show_status(
         ui,
