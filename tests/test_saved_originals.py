@@ -229,6 +229,8 @@ def test_a_damaged_original_names_the_command_for_this_release_and_tree(run, sce
     """Review 10b L2: the hint said `vllm==VERSION` though the tree names its release, and pip on a
     tree `patchkit fetch --dest` laid out (no installer's files), where fetching again is the fix."""
     tree, patch = scene
+    installer = tree / "vllm-0.16.0.dist-info/INSTALLER"
+    installer.write_text("pip\n")  # as pip marks an installed vLLM: reinstalling it is the fix
     assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
     saved_original(tree).chmod(0o644)
     saved_original(tree).write_text("damaged\n")
@@ -237,6 +239,7 @@ def test_a_damaged_original_names_the_command_for_this_release_and_tree(run, sce
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and "is corrupt" in said, said
     assert "VERSION" not in said and "vllm==0.16.0" in said, said
+    installer.unlink()
     (tree / "vllm-0.16.0.dist-info/RECORD").write_text("")  # a laid-out tree: METADATA and RECORD only
     said = " ".join(run("revert", "--target", tree, "--patch", patch, "--force").output.split())
     assert f"patchkit fetch 0.16.0 --dest {tree} --force" in said, said

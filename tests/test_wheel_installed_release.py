@@ -108,7 +108,8 @@ def test_the_wheel_installed_over_an_applied_tree_is_reported_and_apply_settles_
     shutil.rmtree(site / f"vllm-{VERSION}.dist-info")
     shutil.copytree(installed / f"vllm-{LABELLED}.dist-info", site / f"vllm-{LABELLED}.dist-info")
     for path in paths:
-        shutil.copyfile(installed / path, site / path)
+        if (site / path).is_file():  # the engine files the kimi set's behaviour test reads exist from 0.25.0 only
+            shutil.copyfile(installed / path, site / path)
     refused = load_plugins_like_vllm(site)
     assert refused.returncode != 0 and f"{LABELLED} is installed" in refused.stderr
 

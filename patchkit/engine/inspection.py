@@ -91,8 +91,8 @@ class TreeStatus:
     recorded_sets: tuple[str, ...] = ()
     guard_missing: str | None = None  # the recorded guard is gone (missing_guard): no launch is checked
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
-    # of vLLM): True when every recorded file does, False when others are still patched, None otherwise
-    all_stock_again: bool | None = None
+    # of vLLM), every recorded file: apply records them again
+    all_stock_again: bool = False
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -117,8 +117,6 @@ class TreeStatus:
             )
         if self.all_stock_again:  # apply patches them again, and records it
             return f"run {hints.command('apply')}"
-        if self.all_stock_again is False:  # revert puts the rest back: then every set applies whole
-            return f"run {hints.command('revert')}, then {hints.command('apply')}"
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
         if (self.whole_wheel or self.wheel_refused) and any(problem.endswith(EDITED) for problem in self.guard):
@@ -265,7 +263,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
     if again is not None:  # one line, the files a count: the fix is one command, not one per file
         refused = [problem for problem in refused if problem not in again.problems] + [again.said]
     return {
-        "all_stock_again": again.whole if again is not None and len(refused) == 1 else None,
+        "all_stock_again": again is not None and len(refused) == 1,
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
@@ -285,28 +283,22 @@ STOCK_AGAIN = "stock again (vLLM reinstalled?)"
 
 @dataclass(frozen=True)
 class _StockAgain:
-    """The guard's refusals of recorded files that hold their originals again (the first apply's
+    """The guard's refusals when every recorded file holds its original again (the first apply's
     "before": the stock bytes), as `pip install --force-reinstall` of the same vLLM leaves them."""
 
     problems: list[str]
     recorded: int  # how many files the record names
 
     @property
-    def whole(self) -> bool:
-        """Every recorded file is stock again (else some are still patched)."""
-        return len(self.problems) == self.recorded
-
-    @property
     def said(self) -> str:
-        if self.whole:
-            return f"the files are {STOCK_AGAIN}: all {self.recorded} recorded"
-        return f"{len(self.problems)} of the {self.recorded} recorded files hold their stock bytes again, the others are patched"
+        return f"the files are {STOCK_AGAIN}: all {self.recorded} recorded"
 
 
 def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockAgain | None:
-    """Which of the guard's refusals are of recorded files stock again (None: none)."""
-    if state is None or not refused:
-        return None
+    """The guard's refusals, when every recorded file is stock again (None: not so; where some are
+    still patched, each refusal names its own set's fix: a count would lose whose the files are)."""
+    if state is None or not refused or any(UPGRADED in problem for problem in refused):
+        return None  # another release installed: its files are said as replaced by the upgrade
     original: dict[str, str | None] = {}
     for entry in state.entries:  # the first set to record a file holds its stock hash
         for path, shas in entry.files.items():
@@ -319,7 +311,7 @@ def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockA
         and (path := problem.removesuffix(suffix)) in original
         and _sha_of(root / path) == original[path]
     ]
-    if not problems:
+    if len(problems) != len(original):
         return None
     return _StockAgain(problems, len(original))
 
@@ -425,7 +417,8 @@ def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         fixes.append(f"{revert} (it keeps a copy of edits), then {apply}")
     owners = ", ".join(entry.set_name for entry in named)
-    return f"the refused files are {owners}'s (another set's): run " + "; and ".join(fixes)
+    sets = "the set" if len(named) == 1 else "the sets"
+    return f"the refused files are of {sets} {owners}: run " + "; and ".join(fixes)
 
 
 def selection_of(entry: Entry) -> Options:

@@ -397,7 +397,9 @@ def verified_target_text(
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
     else:
-        above = "; the launch guard refuses the tree (above)" if refused_above else ""
+        # the guard's refusal is named only where no check failed, else the count alone says FAILED
+        none_failed = all(r.status != CheckStatus.FAIL for r in results)
+        above = "; the launch guard refuses the tree (above)" if refused_above and none_failed else ""
         ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
 
 
