@@ -262,7 +262,7 @@ def test_an_unregistered_reasoning_parser_is_refused_after_the_model_loads(launc
     """Review 11 L3: vLLM 0.16.0 copies --reasoning-parser into its structured-outputs config only in
     create_engine_config, and looks it up in the engine core after the model loaded, not at start."""
     tree, library, model = launch
-    done, (found,) = preflight(tree, library, model, "--reasoning-parser", "deepseekr1")
+    _, (found,) = preflight(tree, library, model, "--reasoning-parser", "deepseekr1")
     assert found["message"].endswith(
         "(vllm/reasoning/__init__.py): it refuses the launch after the model loads "
         "(vLLM checks --reasoning-parser only as it builds the engine)"
