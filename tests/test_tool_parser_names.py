@@ -241,7 +241,10 @@ def test_a_reasoning_parser_inside_structured_outputs_config_is_held_to_the_regi
         # the inner one registered: --reasoning-parser is still looked up, as the engine is built
         (("--reasoning-parser", "r1", STRUCTURED, '{"reasoning_parser": "qwen3"}'), ["--reasoning-parser r1"]),
         # both wrong: both said, one finding for one name
-        (("--reasoning-parser", "r1", STRUCTURED, '{"reasoning_parser": "r2"}'), [f"{INNER} r2", "--reasoning-parser r1"]),
+        (
+            ("--reasoning-parser", "r1", STRUCTURED, '{"reasoning_parser": "r2"}'),
+            [f"{INNER} r2", "--reasoning-parser r1"],
+        ),
         (("--reasoning-parser", "r1", STRUCTURED, '{"reasoning_parser": "r1"}'), [f"{INNER} r1"]),
         # only --reasoning-parser-plugin is imported before the start check; the inner plugin is not
         ((STRUCTURED, '{"reasoning_parser": "mine", "reasoning_parser_plugin": "mine.py"}'), [f"{INNER} mine"]),
