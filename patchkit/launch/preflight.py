@@ -334,6 +334,29 @@ def whose_vllm_fix(target: object) -> str:
     return f"the launch runs --python's vLLM: apply to it ({there}), or leave out --python to judge {target} alone"
 
 
+def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
+    """`findings` with one fix where several apply a set each (of `names`, the sets judged) or every
+    set: `apply --set A --set B`, the sets the launch needs and lacks, and no set it does not use
+    (newuser16 5: a fix line per set, and a third that applied every set)."""
+    per_set = {apply_fix(_NeededSet(name)): name for name in names}
+    every = apply_fix()
+    sets = [name for fix, name in per_set.items() if any(f.fix == fix for f in findings)]
+    applying = [f for f in findings if f.fix in per_set or f.fix == every]
+    if not sets or len({f.fix for f in applying}) < 2:
+        return findings
+    words = [word for name in sets for word in ("--set", name)]
+    one = f"run {hints.command('apply', *words, chosen=hints.for_set(None))}"
+    return [dataclasses.replace(f, fix=one) if f in applying else f for f in findings]
+
+
+@dataclass(frozen=True)
+class _NeededSet:
+    """A set as apply_fix names it when a launch needs it: with --set."""
+
+    name: str
+    needed_by: tuple[str, ...] = ()
+
+
 def another_vllm(resolved: Resolved) -> str:
     """Why vLLM is not asked about the tree: --python imports a vLLM of its own that is not --target's,
     so what it answers (its validation, supports_eagle3()) is about those files ("": it is the tree's)."""

@@ -26,6 +26,7 @@ from patchkit.launch.preflight import (
     launch_target_finding,
     left_out,
     needs_of,
+    one_apply,
     preflight,
     vllm_validation,
 )
@@ -111,7 +112,7 @@ def _preflight(
     # preflight takes one --set, run several (shortcut: run's own preflight)
     left = left_out(needs, resolved.target.root, resolved.vllm_version, one_set=not shortcut)
     result.findings += [left] if left is not None else []
-    return _launch_findings(resolved, launch_command, result, no_import=no_import)
+    return _launch_findings(resolved, launch_command, result, [resolved.set_name], no_import=no_import)
 
 
 def _whose_vllm(ui: UI, target: Target, no_import: bool) -> None:
@@ -151,7 +152,8 @@ def _preflight_of_sets(
     result = merged(results)
     left = left_out(needs, target.root, covering[0].vllm_version, one_set=not shortcut)
     result.findings += [left] if left is not None else []
-    return _launch_findings(covering[0], launch_command, result, no_import=no_import)
+    names = [r.set_name for r in covering]
+    return _launch_findings(covering[0], launch_command, result, names, no_import=no_import)
 
 
 def _set_findings(
@@ -199,14 +201,15 @@ def _set_findings(
 
 
 def _launch_findings(
-    resolved: Resolved, launch_command: LaunchCommand, result: PreflightResult, *, no_import: bool
+    resolved: Resolved, launch_command: LaunchCommand, result: PreflightResult, names: list[str], *, no_import: bool
 ) -> PreflightResult:
-    """What holds for the launch whatever the sets: the tree it imports, vLLM's own validation."""
+    """What holds for the launch whatever the sets: the tree it imports, vLLM's own validation
+    (`names`: the sets judged, in the library's order, for the one apply that fixes them)."""
     named = launch_target_finding(resolved, launch_command)  # is the tree checked the one the launch imports?
     result.findings += [named] if named is not None else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
         result.findings.append(vllm_validation(resolved, result))
-    result.findings = in_fix_order(result.findings)
+    result.findings = in_fix_order(one_apply(result.findings, names))
     return result
 
 

@@ -1,0 +1,75 @@
+"""launch26: issue 20/22, preflight and run answers that must be true.
+
+1. newuser16 5: a launch on a stock tree gets one fix that applies the sets it needs together
+   (`apply --set A --set B`), not a line per set and a third that applies every set.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import make_patch, run_cli, write_library
+from launch_fixtures import serve
+from test_launch_relevance import TOOLS, declare, setup  # noqa: F401  (setup: a fixture)
+from test_preflight import write_fake_vllm
+
+OTHER = "vllm/other_feature.py"
+
+
+@pytest.fixture
+def three(setup, tmp_path):  # noqa: F811  (setup: the fixture imported above)
+    """(tree, library, launch): eagle3 and `tools`, which the launch needs, and `other`, which it
+    does not; none applied."""
+    tree, lib, target, drafter = setup
+    (tree / OTHER).write_text("on = False\n")
+    write_library(lib, {"0.16.0": [make_patch(tmp_path, tree, {OTHER: "on = True\n"})]}, name="other", upstream=None)
+    declare(lib / "other", 'tool_call_parsers = ["elsewhere"]')
+    (lib / "library.toml").write_text('order = ["eagle3", "tools", "other"]\n')
+    return tree, lib, serve(target, drafter, *TOOLS)
+
+
+def fixes(done) -> set[str | None]:
+    """The fixes of the failed findings that apply something."""
+    return {f["fix"] for f in json.loads(done.stdout)["findings"] if not f["ok"] and "apply" in (f["fix"] or "")}
+
+
+def applying(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("fix") and "apply" in line]
+
+
+def test_a_launch_on_a_stock_tree_gets_one_fix_applying_the_sets_it_needs(three):
+    tree, lib, launch = three
+    one = f"run `patchkit apply --target {tree} --patches {lib} --set eagle3 --set tools`"
+    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch, env={"COLUMNS": "200"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert applying(done.stdout) == [f"fix (all 4 above): {one}"], done.stdout
+    ran = run_cli("run", "--target", tree, "--patches", lib, "--", *launch, env={"COLUMNS": "200"})
+    assert ran.returncode == 1 and applying(ran.stdout) == [f"fix (all 4 above): {one}"], ran.stdout + ran.stderr
+    json_done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch)
+    assert fixes(json_done) == {one}
+    # as pasted: the launch then passes, and the set it does not use stays as it was
+    applied = run_cli(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`")))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    again = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "not used by this launch: other (not applied)" in again.stderr
+
+
+def test_vllms_refusal_on_a_stock_tree_names_the_same_one_apply_not_every_set(three):
+    """The validation's fix was `apply` alone: every set, `other` too, which this launch does not use."""
+    tree, lib, launch = three
+    write_fake_vllm(tree)  # --python imports the tree checked; its create_engine_config refuses eagle3
+    done = run_cli(
+        "preflight", "--target", tree, "--python", sys.executable, "--patches", lib, "--format", "json",
+        "--", *launch, env={"PYTHONPATH": str(tree)},
+    )  # fmt: skip
+    found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert "Eagle3 is only supported" in found["vllm-validation"]["message"], done.stdout
+    python = shlex.quote(sys.executable)
+    assert fixes(done) == {
+        f"run `patchkit apply --target {tree} --python {python} --patches {lib} --set eagle3 --set tools`"
+    }
