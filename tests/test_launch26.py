@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from pathlib import Path
 
 import pytest
 from helpers import make_patch, run_cli, write_library
@@ -44,12 +43,16 @@ def applying(text: str) -> list[str]:
 def test_a_launch_on_a_stock_tree_gets_one_fix_applying_the_sets_it_needs(three):
     tree, lib, launch = three
     one = f"run `patchkit apply --target {tree} --patches {lib} --set eagle3 --set tools`"
-    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch, env={"COLUMNS": "200"})
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch, env={"COLUMNS": "200"}
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert applying(done.stdout) == [f"fix (all 4 above): {one}"], done.stdout
     ran = run_cli("run", "--target", tree, "--patches", lib, "--", *launch, env={"COLUMNS": "200"})
     assert ran.returncode == 1 and applying(ran.stdout) == [f"fix (all 4 above): {one}"], ran.stdout + ran.stderr
-    json_done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch)
+    json_done = run_cli(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
     assert fixes(json_done) == {one}
     # as pasted: the launch then passes, and the set it does not use stays as it was
     applied = run_cli(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`")))
