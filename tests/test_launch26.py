@@ -2,6 +2,8 @@
 
 1. newuser16 5: a launch on a stock tree gets one fix that applies the sets it needs together
    (`apply --set A --set B`), not a line per set and a third that applies every set.
+2. newuser16 2: `--target PATCHED --python P` where the launch runs P's own, stock vLLM: that vLLM's
+   state is judged (FAILED, fix `apply --python P`), not "ok" for the patched tree it never imports.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import sys
 
 import pytest
 from helpers import make_patch, run_cli, write_library
-from launch_fixtures import serve
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 from test_launch_relevance import TOOLS, declare, setup  # noqa: F401  (setup: a fixture)
+from test_launch_review5 import _venv_importing
 from test_preflight import write_fake_vllm
 
 OTHER = "vllm/other_feature.py"
@@ -76,3 +79,30 @@ def test_vllms_refusal_on_a_stock_tree_names_the_same_one_apply_not_every_set(th
     assert fixes(done) == {
         f"run `patchkit apply --target {tree} --python {python} --patches {lib} --set eagle3 --set tools`"
     }
+
+
+def test_a_launch_running_pythons_own_stock_vllm_fails_on_its_state_with_apply_there(tmp_path):
+    patched, lib = write_eagle3_setup(tmp_path / "a")
+    assert run_cli("apply", "--target", patched, "--patches", lib, "--no-import").returncode == 0
+    stock, _ = write_eagle3_setup(tmp_path / "b")
+    script = _venv_importing(stock, tmp_path / "venv")  # its python imports the stock tree's vllm
+    python = script.parent / "python"
+    launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    path = {"PATH": f"{script.parent}:/usr/bin:/bin"}  # the launch's `vllm` is the venv's own
+    args = ("preflight", "--target", patched, "--python", python, "--patches", lib, "--format", "json", "--", *launch)
+    done = run_cli(*args, env=path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    [state] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "tree-state" and not f["ok"]]
+    assert state["message"].startswith(f"the vLLM the launch runs ({stock / 'vllm'}, --python's, not --target's): ")
+    assert "not applied" in state["message"], state
+    apply = f"patchkit apply --python {python} --patches {lib}"
+    assert state["fix"].startswith(f"run `{apply}"), state
+    ran = run_cli("run", *args[1:7], "--", *launch, env=path)
+    assert ran.returncode == 1 and "not launched" in ran.stderr, ran.stdout + ran.stderr
+    # as pasted (--no-import: the stand-in vLLM does not import), it patches the vLLM the launch runs
+    pasted = shlex.split(state["fix"].removeprefix("run `patchkit ").removesuffix("`"))
+    assert run_cli(*pasted, "--no-import").returncode == 0
+    again = run_cli(*args, env=path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    # the control: the same launch through a `vllm` not on its PATH runs no vLLM: nothing said of one
+    assert "the vLLM the launch runs" not in run_cli(*args, env={"PATH": "/usr/bin:/bin"}).stdout

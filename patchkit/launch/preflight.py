@@ -42,7 +42,7 @@ from patchkit.series import library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import read_state
-from patchkit.tree.target import from_interpreter
+from patchkit.tree.target import Target, from_interpreter
 
 TREE = "tree-state"
 MODELS = "models"
@@ -152,6 +152,24 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     else:
         fix = f"check the tree the command runs (--python {python}), or launch the checked tree's own vllm"
     return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def runs_python_vllm(target: Target, command: LaunchCommand) -> bool:
+    """Whether the launch runs the vLLM --python imports where that is not --target's: the command's
+    program is --python's own (one venv), and nothing of the launch's puts another vLLM first."""
+    if not target.python_imports_another:
+        return False
+    try:
+        python, options = command.launch_python()
+    except TargetError:  # not found: its exec fails by itself
+        return False
+    own_setting = (
+        _own_import_setting(command)
+        or bool(options)
+        or _may_hold_vllm(command.first_path())
+        or _relative_import_path(command.environ)
+    )
+    return _same_venv(python, target.python) and not own_setting
 
 
 def _own_import_setting(command: LaunchCommand) -> bool:

@@ -28,6 +28,8 @@ from patchkit.launch.preflight import (
     needs_of,
     one_apply,
     preflight,
+    runs_python_vllm,
+    tree_finding,
     vllm_validation,
 )
 from patchkit.launch.relevance import LaunchNeeds
@@ -36,6 +38,7 @@ from patchkit.store.journal import settled_record
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
+    from patchkit.engine.inspection import TreeStatus
     from patchkit.engine.resolve import Resolved
     from patchkit.series.library import PatchSetDef
     from patchkit.store.state import State
@@ -112,7 +115,44 @@ def _preflight(
     # preflight takes one --set, run several (shortcut: run's own preflight)
     left = left_out(needs, resolved.target.root, resolved.vllm_version, one_set=not shortcut)
     result.findings += [left] if left is not None else []
+    result.findings += _launched_vllm(chosen, sets, resolved.target, launch_command, needs)
     return _launch_findings(resolved, launch_command, result, [resolved.set_name], no_import=no_import)
+
+
+def _launched_vllm(
+    chosen: Options,
+    sets: dict[str, PatchSetDef] | None,
+    target: Target,
+    launch_command: LaunchCommand,
+    needs: LaunchNeeds,
+) -> list[Finding]:
+    """--target DIR --python P where the launch runs P's own vLLM, not DIR's: that vLLM's state for
+    each set the launch needs, as `status --python P` reads it (newuser16 2: "ok" for a launch of an
+    unpatched vLLM, while DIR, patched, was judged)."""
+    if not runs_python_vllm(target, launch_command):
+        return []
+    own = replace(chosen, target_dir=None)  # --python alone: the vLLM the launch imports
+    with hints.selected(own):  # its fixes name --python, not DIR
+        launched = resolve_target(own)
+        found: list[Finding] = []
+        names: list[str] = []
+        for chosen_set in judged(resolve_sets(own, launched, sets=sets)):
+            resolved = chosen_set.resolved
+            if resolved is None or not needs.needs(resolved.set_name):
+                continue
+            names.append(resolved.set_name)
+            finding = tree_finding(resolved, _static_status(resolved))
+            where = f"the vLLM the launch runs ({launched.package_dir}, --python's, not --target's)"
+            found += [] if finding.ok else [replace(finding, message=f"{where}: {finding.message}")]
+        return one_apply(found, names)
+
+
+def _static_status(resolved: Resolved) -> TreeStatus:
+    # lazy, as in _set_findings: the lock and recovery load only when a tree is read under them
+    from patchkit.engine.transaction import consistent_read
+
+    with consistent_read(resolved.target.root):
+        return inspect(resolved, check_upstream=False, import_probe=False)
 
 
 def _whose_vllm(ui: UI, target: Target, no_import: bool) -> None:
@@ -152,6 +192,7 @@ def _preflight_of_sets(
     result = merged(results)
     left = left_out(needs, target.root, covering[0].vllm_version, one_set=not shortcut)
     result.findings += [left] if left is not None else []
+    result.findings += _launched_vllm(chosen, sets, target, launch_command, needs)
     names = [r.set_name for r in covering]
     return _launch_findings(covering[0], launch_command, result, names, no_import=no_import)
 
