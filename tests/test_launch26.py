@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from helpers import make_patch, run_cli, write_library
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
 from test_launch_relevance import TOOLS, declare, setup  # noqa: F401  (setup: a fixture)
 from test_launch_review5 import _venv_importing
 from test_preflight import write_fake_vllm
@@ -106,3 +106,33 @@ def test_a_launch_running_pythons_own_stock_vllm_fails_on_its_state_with_apply_t
     assert again.returncode == 0, again.stdout + again.stderr
     # the control: the same launch through a `vllm` not on its PATH runs no vLLM: nothing said of one
     assert "the vLLM the launch runs" not in run_cli(*args, env={"PATH": "/usr/bin:/bin"}).stdout
+
+
+# --- 3. the drafter's vocabulary ------------------------------------------------------------------
+
+KIMI_VOCAB, DEEPSEEK_VOCAB = 163840, 129280
+
+
+@pytest.mark.parametrize(
+    ("target", "drafter", "ok", "said"),
+    [
+        # newuser16 3: a DeepSeek-V3 drafter for Kimi-K2.5, and the reverse, passed on draft_vocab_size alone
+        (KIMI_K25, {"vocab_size": DEEPSEEK_VOCAB, "draft_vocab_size": 32000}, False, "must be the target's"),
+        (DEEPSEEK_V3, {"vocab_size": KIMI_VOCAB, "draft_vocab_size": 32000}, False, "must be the target's"),
+        (DEEPSEEK_V3, {"vocab_size": DEEPSEEK_VOCAB + 1, "draft_vocab_size": None}, False, "must be the target's"),
+        (KIMI_K25, {"vocab_size": KIMI_VOCAB, "draft_vocab_size": 32000}, True, f"target vocab_size {KIMI_VOCAB}"),
+        (DEEPSEEK_V3, {"vocab_size": DEEPSEEK_VOCAB, "draft_vocab_size": None}, True, "draft_vocab_size 129280)"),
+        # d2t maps each draft id into vocab_size: a larger draft vocabulary has no room there
+        (DEEPSEEK_V3, {"vocab_size": DEEPSEEK_VOCAB, "draft_vocab_size": DEEPSEEK_VOCAB + 1}, False, "into which"),
+        (DEEPSEEK_V3, {"vocab_size": None, "draft_vocab_size": 32000}, False, "cannot judge: drafter vocab_size none"),
+    ],
+)
+def test_the_drafters_own_vocab_size_must_be_the_targets(tmp_path, target, drafter, ok, said):
+    tree, lib = write_eagle3_setup(tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    config = {k: v for k, v in {**DRAFTER, **drafter}.items() if v is not None}
+    launch = serve(write_model(tmp_path / "target", target), write_model(tmp_path / "drafter", config))
+    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch)
+    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-vocabulary"]
+    assert found["ok"] is ok and said in found["message"], found
+    assert done.returncode == (0 if ok else 1), done.stdout
