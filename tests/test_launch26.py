@@ -65,6 +65,16 @@ def test_a_launch_on_a_stock_tree_gets_one_fix_applying_the_sets_it_needs(three)
     assert "not used by this launch: other (not applied)" in again.stderr
 
 
+def test_a_set_every_launch_needs_keeps_the_apply_that_applies_every_set(three):
+    """eagle3 without [needed_by] is needed by every launch: its fix (`apply`, every set) is not
+    narrowed to a --set list that would leave it out."""
+    tree, lib, launch = three
+    manifest = lib / "eagle3" / "set.toml"
+    manifest.write_text(manifest.read_text().replace('[needed_by]\nspeculative_methods = ["eagle3"]\n', ""))
+    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch)
+    assert f"run `patchkit apply --target {tree} --patches {lib}`" in fixes(done), done.stdout
+
+
 def test_vllms_refusal_on_a_stock_tree_names_the_same_one_apply_not_every_set(three):
     """The validation's fix was `apply` alone: every set, `other` too, which this launch does not use."""
     tree, lib, launch = three

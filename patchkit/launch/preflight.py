@@ -360,6 +360,8 @@ def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
         return findings  # no hint built for a launch with nothing to fix (`run`'s passing path builds none)
     per_set = {apply_fix(_NeededSet(name)): name for name in names}
     every = apply_fix()
+    if every not in per_set and any(f.check == TREE and f.fix == every for f in findings):
+        return findings  # a set every launch needs (no [needed_by]) lacks: which, its fix does not name
     sets = [name for fix, name in per_set.items() if any(f.fix == fix for f in findings)]
     applying = [f for f in findings if f.fix in per_set or f.fix == every]
     if not sets or len({f.fix for f in applying}) < 2:
