@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import sys
@@ -11,16 +10,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import helpers
+import platformdirs
 import pytest
 from helpers import cli_runner, forget_behaviour_stand_ins, write_tree
 from index_server import IndexServer
 
-# patchkit.base.seal keeps its key in the user's state directory and caches it for the process: one
-# directory for this whole test process (each xdist worker its own), set before any fixture seals a
-# cache entry, so this process and the commands it starts seal with the same key, never the user's.
-SESSION_STATE = Path(tempfile.mkdtemp(prefix="patchkit-tests-state-"))
+# patchkit.base.seal keeps its key in the user's state directory and caches it for the process: the
+# tests' own directory (never the user's key), set before any fixture seals a cache entry, and the
+# same for every xdist worker and every run, as the release tier's cache (the user's) is: with a key
+# per worker, each took the others' cached releases for unsealed ones and fetched them again while
+# they read them. A test that needs a key of its own takes a cache directory of its own too.
+SESSION_STATE = Path(platformdirs.user_state_dir("patchkit-tests"))
 os.environ["XDG_STATE_HOME"] = str(SESSION_STATE)
-atexit.register(shutil.rmtree, SESSION_STATE, ignore_errors=True)
 
 # The modules that take longest (pytest --durations on this 2-core machine): started first, so that
 # the workers end together rather than one of them running the longest module last.

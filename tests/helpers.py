@@ -33,7 +33,7 @@ from patchkit import fetch
 from patchkit.base.errors import FetchError
 from patchkit.cli.main import cli
 from patchkit.fetch import release_tree
-from patchkit.fetch.cache import save_state
+from patchkit.fetch.cache import load_state, save_state
 from patchkit.releases.files import lay_out
 
 SPEC_PY = textwrap.dedent('''\
@@ -58,6 +58,10 @@ MODEL_PY = textwrap.dedent("""\
         def forward(self, x):
             return x
     """)
+# The files write_tree writes by default, and the model file as a patch most often changes it.
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+EAGLE_MODEL = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # eagle\n")
 
 
 # The releases the eagle3 set patches (its set.toml's `supported` up to `upstream`): what the
@@ -80,7 +84,7 @@ SUPPORTED_RELEASES = [
 
 def write_tree(root: Path, version: str = "0.16.0", files: dict[str, str | bytes] | None = None) -> Path:
     """A site-packages-like directory: vllm/ plus vllm-VERSION.dist-info/METADATA."""
-    files = files if files is not None else {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY}
+    files = files if files is not None else {SPEC: SPEC_PY, MODEL: MODEL_PY}
     (root / "vllm").mkdir(parents=True, exist_ok=True)
     (root / "vllm" / "__init__.py").write_text("")
     for rel, content in files.items():
@@ -621,3 +625,65 @@ document = {"ok": not broken, "error": None, "loaded": "stand-ins", "runs": 8 * 
 print(json.dumps(document))
 sys.exit(1 if broken else 0)
 """
+
+
+def install(wheel: Path, prefix: Path) -> Path:
+    """The wheel installed with `installer` (RECORD validated first); returns site-packages."""
+    from installer import install as install_wheel
+    from installer.destinations import SchemeDictionaryDestination
+    from installer.sources import WheelFile
+
+    site = prefix / "site-packages"
+    scheme = {key: str(prefix / key) for key in ("platlib", "purelib", "headers", "scripts", "data")}
+    scheme["platlib"] = scheme["purelib"] = str(site)
+    with WheelFile.open(wheel) as source:
+        source.validate_record(validate_contents=True)
+        destination = SchemeDictionaryDestination(scheme, interpreter="/usr/bin/python3", script_kind="posix")
+        install_wheel(source, destination, {})
+    return site
+
+
+def stock_files_fetched(files: dict[str, bytes]) -> None:
+    """The test cache's release entry holds these stock files, as `patchkit fetch` leaves them."""
+    assert TEST_CACHE is not None
+    root = TEST_CACHE / "releases" / "0.16.0"
+    state = load_state(root, "0.16.0")
+    assert state is not None
+    for path, data in files.items():
+        (root / "tree" / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / "tree" / path).write_bytes(data)
+    state["present"] = sorted(set(state["present"]) | set(files))
+    save_state(root, state)
+
+
+class FakeIndex:
+    """Stock trees per version, served the way patchkit.fetch serves them; every fetch is logged."""
+
+    def __init__(self, root: Path, monkeypatch):
+        self.root = root
+        self.trees: dict[str, Path] = {}
+        self.fetched: list[tuple[str, tuple[str, ...]]] = []
+        monkeypatch.setattr(fetch, "release_tree", self.release_tree)
+        monkeypatch.setattr(fetch, "available_versions", lambda: sorted(Version(v) for v in self.trees))
+
+    def add(self, version: str, spec: str | bytes = SPEC_PY) -> Path:
+        tree = write_tree(self.root / version, version, {"vllm/config/spec.py": spec})
+        _write_record(tree, version)
+        self.trees[version] = tree
+        return tree
+
+    def release_tree(self, version, paths=(), *, all_python=False, progress=None, recheck_index=False):
+        self.fetched.append((version, tuple(paths)))
+        if version not in self.trees:
+            raise FetchError(f"no wheel for vllm=={version} on the index")
+        return self.trees[version]
+
+
+def _write_record(tree: Path, version: str) -> None:
+    """A wheel RECORD for the tree, as the fetcher leaves it beside METADATA."""
+    rows = [
+        f"{p.relative_to(tree).as_posix()},{record_hash(p.read_bytes())},{p.stat().st_size}"
+        for p in sorted(tree.rglob("*"))
+        if p.is_file()
+    ]
+    (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")

@@ -1,7 +1,8 @@
 """Small vLLM-shaped trees for the launch checks (preflight, run): just enough of the shape of the files
 the eagle3 set patches and its launch checks read, written here (no vLLM source), with an eagle3
 library holding the real set's contract and launch checks and a series made for these trees; and the
-model and drafter config directories the launches name."""
+model and drafter config directories the launches name; a `tools` set beside eagle3, each set needed
+by its own launches; and the readers of a preflight's findings and warnings."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import pytest
 from cli_server import run_patchkit_with_pid
-from helpers import make_patch, write_tree
+from helpers import make_patch, run_cli, write_library, write_tree
 
 from patchkit.series.library import default_root
 
@@ -252,3 +254,63 @@ def patchkit_run(
     or a fresh one where `env` changes what start-up reads): (its PID, its CompletedProcess)."""
     args = ["run", "--target", str(tree), "--patches", str(library), *options, "--", *command]
     return run_patchkit_with_pid(args, env, None, 120)
+
+
+def findings(done: subprocess.CompletedProcess[str]) -> dict[str, dict]:
+    """A `--format json` preflight's findings by check name."""
+    document = json.loads(done.stdout)
+    return {f["check"]: f for f in document["findings"]}
+
+
+def apply_fix(tree: Path, library: Path, python: str | None = None) -> str:
+    """The fix a finding apply settles gives: apply on the tree and library checked (hints.py)."""
+    interpreter = f" --python {python}" if python else ""
+    return f"run `patchkit apply --target {tree}{interpreter} --patches {library}`"
+
+
+def applied(tree: Path, library: Path) -> None:
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+
+
+# Named by `name=`: a test that takes `launch` then shadows no name its module imports.
+@pytest.fixture(name="launch")
+def plain_launch(tmp_path: Path) -> tuple[Path, Path, list[str], dict[str, str], Path]:
+    """stand_in_launch's launch with no serve options of its own."""
+    return stand_in_launch(tmp_path)
+
+
+WARNING = "warning: plugins not judged: "
+
+
+def warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("warning:")]
+
+
+# --- a `tools` set beside eagle3, each needed by its own launches ([needed_by]) ---------------------
+
+PARSER = "vllm/tool_parsers/demo_tool_parser.py"
+TOOLS = ("--enable-auto-tool-choice", "--tool-call-parser", "demo_v2")
+LEFT_OUT = "this launch needs tools (--tool-call-parser demo/demo_v2), which --set leaves out: not judged"
+
+
+def declare(set_dir: Path, table: str) -> None:
+    """Put a [needed_by] table into a set.toml, before its [[releases]] tables."""
+    manifest = set_dir / "set.toml"
+    text = manifest.read_text()
+    at = text.index("[[releases]]")
+    manifest.write_text(text[:at] + f"[needed_by]\n{table}\n\n" + text[at:])
+
+
+@pytest.fixture(name="setup")  # see plain_launch
+def eagle3_and_tools(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """(tree, library, target model, drafter): eagle3 needed by eagle3 launches, `tools` by
+    --tool-call-parser demo or demo_v2; library.toml puts eagle3 first."""
+    tree, lib = write_eagle3_setup(tmp_path)
+    (tree / PARSER).parent.mkdir(parents=True, exist_ok=True)
+    (tree / PARSER).write_text("def parse(text):\n    return text\n")
+    patch = make_patch(tmp_path, tree, {PARSER: "def parse(text):\n    return text.strip()\n"})
+    write_library(lib, {"0.16.0": [patch]}, name="tools", upstream=None)
+    declare(lib / "eagle3", 'speculative_methods = ["eagle3"]')
+    declare(lib / "tools", 'tool_call_parsers = ["demo", "demo_v2"]')
+    (lib / "library.toml").write_text('order = ["eagle3", "tools"]\n')
+    return tree, lib, write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER)

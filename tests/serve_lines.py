@@ -1,6 +1,7 @@
 """Command lines for `vllm serve` (hypothesis), and what a reading of one is compared by: shared by the
 fast tier (tests/test_serve_parser_property.py, against argparse built from the recorded spec) and the
-real one (tests/vllm_import/test_serve_parser_real.py, against vLLM 0.16.0's own parser)."""
+real one (tests/vllm_import/test_serve_parser_real.py, against vLLM 0.16.0's own parser); values that parser
+refuses and takes (tests/test_launch_review5.py holds patchkit to them, test_serve_parser_real.py vLLM)."""
 
 from __future__ import annotations
 
@@ -138,3 +139,40 @@ def comparable(reading: dict) -> dict:
     found["tensor_parallel_size"] = int(found["tensor_parallel_size"] or 1)
     found["trust_remote_code"] = bool(found["trust_remote_code"])
     return {"refused": False, **found}
+
+
+def agree(arguments: list[str], ours: dict, theirs: dict) -> None:
+    if ours.get("refused") and "names no model" in ours.get("error", "") and not theirs["refused"]:
+        assert theirs["model"] not in MODELS, (arguments, ours, theirs)  # vLLM's default model, not one named
+        return
+    assert comparable(ours) == comparable(theirs), (arguments, ours, theirs)
+
+
+# Values vLLM 0.16.0's own parser refuses (held against patchkit in tests/test_launch_review5.py, against
+# vLLM in tests/vllm_import/test_serve_parser_real.py): a choice it does not offer, a type its function
+# refuses, a config object that is not one or names a key its dataclass lacks, a --lora-modules item it
+# cannot build
+REFUSED_VALUES = [
+    (["--mamba-cache-dtype", "float64"], "--mamba-cache-dtype: invalid choice: 'float64' (choose from 'auto'"),
+    (["--scheduling-policy=lifo"], "--scheduling-policy: invalid choice"),
+    (["--block-size", "24"], "--block-size: invalid choice: 24"),
+    (["--max-num-batched-tokens", "2.5K"], "--max-num-batched-tokens: no decimals with K: did you mean 2.5k?"),
+    (["--max-model-len", "lots"], "--max-model-len: 'lots' is not a whole number (like 4096, 32k"),
+    (["--kv-cache-memory-bytes", "8 GiB"], "--kv-cache-memory-bytes: '8 GiB' is not a whole number"),
+    (["--gpu-memory-utilization", "90%"], "--gpu-memory-utilization: '90%' is not a number"),
+    (["--max-num-seqs", "1.0"], "--max-num-seqs: '1.0' is not a whole number"),
+    (["--eplb-config", "[]"], "--eplb-config: '[]' is not a JSON object"),
+    (["--kernel-config.nope", "1"], "--kernel-config: unknown key 'nope'; the keys are: enable_flashinfer_autotune"),
+    (["--default-chat-template-kwargs", "{x"], "--default-chat-template-kwargs: '{x' is not valid JSON"),
+    (["--lora-modules", '{"path": "/l"}'], "Invalid fields for --lora-modules"),
+    (["--lora-modules", "[x"], "Invalid JSON format for --lora-modules"),
+]
+
+
+# ...and values it takes.
+ACCEPTED_VALUES = [
+    ["--max-num-batched-tokens", "2.5k", "--max-model-len", "AUTO", "--kv-cache-memory-bytes", "None"],
+    ["--block-size", "64", "--mamba-cache-dtype", "float16", "--gpu-memory-utilization", "0.85"],
+    ["--eplb-config", '{"window_size": 10}', "--kernel-config.enable_flashinfer_autotune", "true"],
+    ["--lora-modules", "a=/l", '{"name": "b", "path": "/m", "base_model_name": "org/m"}', "--served-model-name", "s"],
+]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import LIBRARY, Releases, lay_out_release
+from packaging.version import Version
 
 from patchkit.releases.files import files_for
 
@@ -129,28 +130,28 @@ def test_a_new_release_where_the_open_ended_set_conflicts_says_whether_upstream_
         assert release["hint"].endswith("--set deepseek-tool-calls --from 0.23.0 --to 0.99.0`")
 
 
-def test_the_verdict_names_the_releases_the_behaviour_test_did_not_judge(run):
+def without_behaviour_reads(tmp_path: Path, set_name: str) -> Path:
+    """The set as a library whose set.toml names no files its behaviour test reads (a set before
+    `behaviour_reads`): verify of releases fetches only the files the series change."""
+    library = tmp_path / "lib"
+    shutil.copytree(LIBRARY / set_name, library / set_name)
+    manifest = library / set_name / "set.toml"
+    text = manifest.read_text()
+    start = text.index("behaviour_reads = [")
+    manifest.write_text(text[:start] + text[text.index("]\n", start) + 2 :])
+    return library
+
+
+def test_the_verdict_names_the_releases_the_behaviour_test_did_not_judge(tmp_path, run):
     """New-user trial 14, item 13: `verify --latest` ended `verify: ok (1 upstream)`, the one line CI
-    shows, though the behaviour test (what proves the tool-call sets) did not run on that release."""
-    library = ("--patches", LIBRARY, "--set", KIMI)
+    shows, though the behaviour test (what proves the tool-call sets) did not run on that release.
+    Without the engine files beside the parser (no behaviour_reads), 0.25.0 is not judged, and said."""
+    library = ("--patches", without_behaviour_reads(tmp_path, KIMI), "--set", KIMI)
     done = run("verify", "--vllm-version", "0.24.0", "--vllm-version", "0.25.0", *library)
     assert done.exit_code == 0, done.output[-2000:]
     assert done.stdout.splitlines()[-1] == "verify: ok (2 upstream; behaviour not judged on 0.25.0)", done.stdout
-
-
-def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(run):
-    """0.24.0's stock parser is judged (it passes); 0.25.0's is an adapter on vLLM's parser engine, which
-    verify of releases does not fetch (only the files the set's series change): upstream by the range
-    alone, and the report says so (a warning, not a pass)."""
-    library = ("--patches", LIBRARY, "--set", KIMI, "--no-result-cache", "--format", "json")
-    done = run("verify", "--vllm-version", "0.24.0", "--vllm-version", "0.25.0", *library)
-    assert done.exit_code == 0, done.output[-2000:]
-    judged, unjudged = json.loads(done.stdout)["releases"]
-    assert (judged["outcome"], unjudged["outcome"]) == ("upstream", "upstream")
-    assert [(c["ok"], c["message"]) for c in judged["checks"] if c["check"] == "behaviour"] == [
-        (True, "0 of 70 runs differ (stand-ins for vLLM's classes)")
-    ]
-    assert "did not judge" not in judged["detail"]
+    done = run("verify", "--vllm-version", "0.25.0", *library, "--no-result-cache", "--format", "json")
+    [unjudged] = json.loads(done.stdout)["releases"]
     [warning] = [c for c in unjudged["checks"] if c["check"] == "behaviour"]
     assert (warning["ok"], warning["level"]) == (False, "warning")
     assert warning["message"].startswith("not judged: kimi_k2_tool_parser.py does not load: ImportError")
@@ -160,3 +161,33 @@ def test_kimi_says_exactly_what_its_behaviour_test_judged_on_upstream_releases(r
         "has no stand-in for vllm.parser.engine.registered_adapters.KimiK2ParserToolAdapter (the tree has no "
         "vllm/parser/engine/ beside the file)): upstream by the set's range alone"
     )
+
+
+ENGINE_FILES = {  # some of the vllm/parser/ files behaviour.py loads for the parser from 0.25.0
+    "vllm/parser/engine/parser_engine.py",
+    "vllm/parser/engine/registered_adapters.py",
+    "vllm/parser/kimi_k2.py",
+}
+
+
+def test_verify_of_releases_judges_kimi_on_every_upstream_release_with_the_engine_it_fetched(run):
+    """0.24.0's stock parser is judged (it passes); from 0.25.0 the parser is an adapter on vLLM's
+    parser engine: verify of releases fetches the engine files set.toml's `behaviour_reads` names
+    beside it, so the stock parser is judged there too (it passes), never upstream by the range
+    alone. A file the release lacks (the enum before 0.31) is no finding of it."""
+    library = ("--patches", LIBRARY, "--set", KIMI, "--no-result-cache", "--format", "json")
+    versions = ["0.24.0", "0.25.0", "0.31.0", "0.34.0"]
+    done = run("verify", *[a for v in versions for a in ("--vllm-version", v)], *library)
+    assert done.exit_code == 0, done.output[-2000:]
+    releases = json.loads(done.stdout)["releases"]
+    assert [(r["vllm_version"], r["outcome"]) for r in releases] == [(v, "upstream") for v in versions]
+    for release in releases:
+        assert [(c["ok"], c["message"]) for c in release["checks"] if c["check"] == "behaviour"] == [
+            (True, "0 of 70 runs differ (stand-ins for vLLM's classes)")
+        ], release["vllm_version"]
+        assert "did not judge" not in release["detail"]
+        stock = {c["path"] for c in release["checks"] if c["check"] == "integrity"}
+        assert all(c["message"].startswith("stock: matches ") for c in release["checks"] if c["check"] == "integrity")
+        version = Version(release["vllm_version"])
+        assert ("vllm/tool_parsers/tool_strict_level.py" in stock) == (version >= Version("0.31.0"))
+        assert stock >= ENGINE_FILES or version < Version("0.25.0")

@@ -192,13 +192,17 @@ def test_verify_names_a_vllm_version_the_tree_is_not_in_one_line(run, tmp_path, 
     assert same.exit_code == 0 and "--vllm-version says" not in same.output, same.output
 
 
-def test_revert_says_what_its_one_check_found_not_a_count(run, tree, library):
-    """newuser15 11f: revert printed `checks   1 check passed (-v shows each)`, which says nothing."""
+def test_revert_says_its_one_passing_check_only_with_v(run, tree, library):
+    """newuser15 11f: revert printed `checks   1 check passed (-v shows each)`, which says nothing;
+    newuser16 6g: then `bytecode no stale compiled copy ...` as its first line, a label a user does
+    not know. Its one line says the files are stock; -v shows the check."""
     assert run("apply", *args(tree, library)).exit_code == 0
     done = run("revert", *args(tree, library))
     assert done.exit_code == 0, done.output
-    assert "bytecode no stale compiled copy of the patched code is left" in done.output.splitlines(), done.output
-    assert "check passed" not in done.output, done.output
+    assert done.output.splitlines()[3:] == ["reverted: 2 file(s) restored to stock; launch guard removed"], done.output
+    assert run("apply", *args(tree, library)).exit_code == 0
+    verbose = run("revert", "-v", *args(tree, library))
+    assert verbose.exit_code == 0 and "bytecode" in verbose.output.split(), verbose.output
 
 
 def test_an_interpreter_without_vllm_is_not_answered_with_give_python(run):

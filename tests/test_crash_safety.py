@@ -95,6 +95,52 @@ def test_a_second_ctrl_c_waits_for_the_rollback_then_exits_130(scenario, work, s
     assert scenario.whole(tree) == "stock" and not (tree / ".patchkit/journal.json").exists()
 
 
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_a_second_ctrl_c_before_the_rollback_took_over_waits_for_it(scenario, work, steps, op, monkeypatch):
+    """The second SIGINT lands between the first one's raise and the rollback's own deferral (the
+    handler of the commit's failure): it cut the rollback, the journal was left, the tree mixed, and
+    the message said "before any change" (a fresh CI's trials, 1 in 300). Sent here at that very
+    moment, from the forked command itself."""
+    from patchkit.engine import transaction
+
+    real = transaction._roll_back_failed_commit
+
+    def a_second_ctrl_c_first(*args):
+        os.kill(os.getpid(), signal.SIGINT)
+        real(*args)
+
+    monkeypatch.setattr(transaction, "_roll_back_failed_commit", a_second_ctrl_c_first)  # the fork inherits it
+    start = "stock" if op == "apply" else "patched"
+    tree = scenario.fresh(start, work)
+    code, out = ct.run_cli([op, *scenario.args(tree, op)], f"{steps[op] - 4}:int")  # files changed by then
+    assert code == 130 and "rolled back; the target is as it was before" in out, out
+    assert "before any change" not in out and out.count("interrupted") == 1, out
+    assert scenario.whole(tree) == start and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_second_ctrl_c_before_the_first_one_before_a_command_was_said_waits(monkeypatch):
+    """Before a command takes over the signals (click's parsing), a second SIGINT landing in the
+    console script's except clause, before the first was said, escaped as a traceback (the crash
+    trials' exit 99, 1 in 900). Both are sent here from the console script's own process."""
+    from patchkit.cli import start
+
+    said_by_patchkit = start.interrupted_before_a_command
+
+    def a_second_ctrl_c_first() -> int:
+        os.kill(os.getpid(), signal.SIGINT)
+        return said_by_patchkit()
+
+    def a_ctrl_c_while_parsing() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        raise AssertionError("the first Ctrl-C was not raised")
+
+    monkeypatch.setattr(start, "_run", a_ctrl_c_while_parsing)  # the fork inherits them
+    monkeypatch.setattr(start, "interrupted_before_a_command", a_second_ctrl_c_first)
+    code, out, _ = ct.console_run(["status"], [])
+    assert code == 130 and out.count("error: interrupted before any change was made") == 1, (code, out)
+    assert "Traceback" not in out, out
+
+
 def test_sigterm_and_sighup_roll_back_and_exit_128_plus_the_signal(scenario, work, steps):
     for mode, code_wanted in (("term", 143), ("hup", 129)):
         tree = scenario.fresh("patched", work)

@@ -247,6 +247,23 @@ def guard_uninstalled_by_pip(tree: Tree) -> None:
         pyc.unlink()
 
 
+def reinstalled_same_version(tree: Tree) -> None:
+    """`pip install --force-reinstall vllm==0.16.0` over the applied tree: the stock files back."""
+    _applied(tree)
+    pip_install(tree.site, "0.16.0", stock_files("0.16.0"))
+
+
+def record_lost(tree: Tree) -> None:
+    """.patchkit/ left behind by `cp -r tree/*`, `rsync --exclude '.*'` or a .dockerignore."""
+    _applied(tree)
+    shutil.rmtree(tree.site / ".patchkit")
+
+
+def record_emptied(tree: Tree) -> None:
+    _applied(tree)
+    tree.write_state({"entries": [], "format": 1})
+
+
 def record_names_another_version(tree: Tree) -> None:
     _applied(tree)
     state = tree.state()
@@ -430,6 +447,9 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guarded_patched_wheel,
     *GUARDED_WHEEL_REPLACED,
     guard_uninstalled_by_pip,
+    reinstalled_same_version,
+    record_lost,
+    record_emptied,
     record_names_another_version,
     record_hash_edited,
     file_edited,

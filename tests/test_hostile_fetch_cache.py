@@ -6,9 +6,12 @@ with a warning), write nothing outside the cache and the destination, and print 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -235,3 +238,112 @@ def test_a_directory_at_the_part_downloads_name_is_replaced(tmp_path, monkeypatc
     assert (tree / SPEC).read_bytes() == FILES[SPEC]
     assert (entry(tmp_path) / WHEEL).read_bytes() == server.files[WHEEL]
     assert not (entry(tmp_path) / f"{WHEEL}.part").exists()
+
+
+# -- review 10b H2 / review 11 L1: a forged record under a stale seal -------------------------------------
+
+
+def forge_under_a_stale_seal(tmp_path: Path, name: str, tail: bytes) -> bytes:
+    """A cached file, its RECORD row and release.json's record_sha256 changed to agree with each
+    other, the old seal kept (it no longer verifies): review 10b H2's forgery. Returns the forged bytes."""
+    forged = FILES[name] + tail
+    (entry(tmp_path) / "tree" / name).write_bytes(forged)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(forged).digest()).rstrip(b"=").decode()
+    record = entry(tmp_path) / "tree" / DIST / "RECORD"
+    rows = [
+        f"{name},sha256={digest},{len(forged)}" if row.startswith(f"{name},") else row
+        for row in record.read_text().splitlines()
+    ]
+    record.write_text("\n".join(rows) + "\n")
+    edit_state(tmp_path, lambda st: st.update(record_sha256=hashlib.sha256(record.read_bytes()).hexdigest()))
+    return forged
+
+
+def test_a_forged_record_under_a_stale_seal_is_fetched_again_never_sealed_nor_laid_out(index, library, tmp_path):
+    """Review 10b H2: once the index confirmed the wheel's sha256, the whole record was sealed again,
+    the forged file with it, and `fetch --dest` laid it out. The index vouches for the wheel alone."""
+    assert fetch_dest(library, tmp_path / "first").returncode == 0
+    forged = forge_under_a_stale_seal(tmp_path, EAGLE, b"import os  # planted\n")
+
+    done = fetch_dest(library, tmp_path / "dest")
+
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "dest" / EAGLE).read_bytes() == FILES[EAGLE]
+    assert (entry(tmp_path) / "tree" / EAGLE).read_bytes() == FILES[EAGLE]
+    state = json.loads((entry(tmp_path) / "release.json").read_text())
+    record = (entry(tmp_path) / "tree" / DIST / "RECORD").read_bytes()
+    assert hashlib.sha256(record).hexdigest() == state["record_sha256"]
+    assert hashlib.sha256(forged).hexdigest() not in str(record) and fetch.cached_record(VERSION) == record
+
+
+def test_a_forged_record_under_a_stale_seal_is_refused_with_no_index_to_fetch_it_again(index, library, tmp_path):
+    """Offline, an unsealed record was still laid out, held only to its own RECORD: refused now, the fix said."""
+    assert fetch_dest(library, tmp_path / "first").returncode == 0
+    forge_under_a_stale_seal(tmp_path, SPEC, b"# planted offline\n")
+    kept = (entry(tmp_path) / "release.json").read_bytes()
+    index.stop()
+
+    done = fetch_dest(library, tmp_path / "dest")
+
+    assert_clean_failure(done, 4)
+    assert "not sealed by this user's patchkit" in done.stderr and "hint: " in done.stderr, done.stderr
+    assert not (tmp_path / "dest" / SPEC).exists()
+    assert (entry(tmp_path) / "release.json").read_bytes() == kept  # not sealed over, not removed
+
+
+def test_every_reader_of_the_release_cache_refuses_a_forged_record(index, tmp_path):
+    """Review 11 L1: workspace, refresh, port, serve_spec and maintainer stock ask release_tree without
+    recheck_index, and the integrity checks read cached_record: each took a forged, unsealed record
+    as stock. Online, the release is fetched again; until then its RECORD is no evidence."""
+    fetch.release_tree(VERSION, [SPEC, EAGLE])
+    forge_under_a_stale_seal(tmp_path, SPEC, b"# planted for a workspace\n")
+
+    assert fetch.cached_record(VERSION) is None
+    tree = fetch.release_tree(VERSION, [SPEC])
+    assert (tree / SPEC).read_bytes() == FILES[SPEC]
+    assert fetch.cached_record(VERSION) == (tree / DIST / "RECORD").read_bytes()
+
+
+# A reader of the cache in a process of its own: it asks for the release (a cache hit), says so, waits
+# for a line, then reads the files of the tree it was given.
+READ_LATER = """
+import hashlib, sys
+from patchkit import fetch
+version, wanted = sys.argv[1], dict(a.split("=") for a in sys.argv[2:])
+tree = fetch.release_tree(version, list(wanted))
+print("ready", flush=True)
+sys.stdin.readline()
+for name, digest in wanted.items():
+    assert hashlib.sha256((tree / name).read_bytes()).hexdigest() == digest, name
+print("read", flush=True)
+"""
+REPLACE = "import sys; from patchkit import fetch; fetch.release_tree(sys.argv[1], sys.argv[2:], recheck_index=True)"
+
+
+def test_a_release_replaced_by_one_process_while_another_reads_it(index, tmp_path):
+    """A process whose seal key differs (another user's state directory, a test of its own) takes the
+    cached release.json for an unsealed one and fetches the release again while this user's process
+    reads it. Session 15's fix removed the tree and its record first: the reader's files were gone
+    (FileNotFoundError, exit 70). Now each file is replaced by a rename and the tree stays."""
+    fetch.release_tree(VERSION, [SPEC, EAGLE])
+    sealed = json.loads((entry(tmp_path) / "release.json").read_text())["seal"]
+    wanted = [f"{name}={hashlib.sha256(FILES[name]).hexdigest()}" for name in (SPEC, EAGLE)]
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READ_LATER, VERSION, *wanted],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert reader.stdout is not None and reader.stdin is not None
+    assert reader.stdout.readline() == "ready\n"
+    replaced = subprocess.run(
+        [sys.executable, "-c", REPLACE, VERSION, SPEC],
+        env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "another-key")},
+        capture_output=True,
+        text=True,
+    )
+    said, _ = reader.communicate("go on\n", timeout=120)
+    assert replaced.returncode == 0, replaced.stderr
+    assert reader.returncode == 0 and said == "read\n", said
+    assert json.loads((entry(tmp_path) / "release.json").read_text())["seal"] != sealed  # it was replaced

@@ -24,8 +24,11 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    EAGLE_MODEL,
     LIBRARY,
+    MODEL,
     MODEL_PY,
+    SPEC,
     SPEC_PY,
     lay_out_release,
     make_patch,
@@ -35,11 +38,18 @@ from helpers import (
     write_library,
     write_tree,
 )
-from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, serve, write_model
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    KIMI_K25,
+    LEFT_OUT,
+    PARSER,
+    REGISTRY,
+    TOOLS,
+    eagle3_and_tools,  # noqa: F401  (the fixture `setup`)
+    serve,
+    write_model,
+)
 from packaging.version import Version
-from test_launch_relevance import PARSER, TOOLS, setup  # noqa: F401  (setup: a fixture)
-from test_launch_review9 import LEFT_OUT
-from test_several_sets import EAGLE_MODEL, MODEL, SPEC
 
 from patchkit.base.errors import BadInput
 from patchkit.engine.guard import is_installed

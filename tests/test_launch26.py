@@ -14,8 +14,17 @@ import sys
 
 import pytest
 from helpers import make_patch, run_cli, write_library
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
-from test_launch_relevance import TOOLS, declare, setup  # noqa: F401  (setup: a fixture)
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    KIMI_K25,
+    TOOLS,
+    declare,
+    eagle3_and_tools,  # noqa: F401  (the fixture `setup`)
+    serve,
+    write_eagle3_setup,
+    write_model,
+)
 from test_launch_review5 import _venv_importing
 from test_preflight import write_fake_vllm
 
@@ -23,7 +32,7 @@ OTHER = "vllm/other_feature.py"
 
 
 @pytest.fixture
-def three(setup, tmp_path):  # noqa: F811  (setup: the fixture imported above)
+def three(setup, tmp_path):
     """(tree, library, launch): eagle3 and `tools`, which the launch needs, and `other`, which it
     does not; none applied."""
     tree, lib, target, drafter = setup

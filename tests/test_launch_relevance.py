@@ -12,38 +12,19 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, run_cli, write_library
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, serve, write_eagle3_setup, write_model
+from helpers import run_cli
+from launch_fixtures import (
+    PARSER,
+    SPEC,
+    TOOLS,
+    declare,
+    eagle3_and_tools,  # noqa: F401  (the fixture `setup`)
+    serve,
+)
 
 from patchkit.base.errors import BadInput
 from patchkit.series.library import load_set
 from patchkit.store.state import read_state
-
-PARSER = "vllm/tool_parsers/demo_tool_parser.py"
-TOOLS = ("--enable-auto-tool-choice", "--tool-call-parser", "demo_v2")
-
-
-def declare(set_dir: Path, table: str) -> None:
-    """Put a [needed_by] table into a set.toml, before its [[releases]] tables."""
-    manifest = set_dir / "set.toml"
-    text = manifest.read_text()
-    at = text.index("[[releases]]")
-    manifest.write_text(text[:at] + f"[needed_by]\n{table}\n\n" + text[at:])
-
-
-@pytest.fixture
-def setup(tmp_path):
-    """(tree, library, target model, drafter): eagle3 needed by eagle3 launches, `tools` by
-    --tool-call-parser demo or demo_v2; library.toml puts eagle3 first."""
-    tree, lib = write_eagle3_setup(tmp_path)
-    (tree / PARSER).parent.mkdir(parents=True, exist_ok=True)
-    (tree / PARSER).write_text("def parse(text):\n    return text\n")
-    patch = make_patch(tmp_path, tree, {PARSER: "def parse(text):\n    return text.strip()\n"})
-    write_library(lib, {"0.16.0": [patch]}, name="tools", upstream=None)
-    declare(lib / "eagle3", 'speculative_methods = ["eagle3"]')
-    declare(lib / "tools", 'tool_call_parsers = ["demo", "demo_v2"]')
-    (lib / "library.toml").write_text('order = ["eagle3", "tools"]\n')
-    return tree, lib, write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER)
 
 
 def preflight(tree: Path, lib: Path, launch: list[str], *options: str):

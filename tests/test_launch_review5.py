@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_clean_failure, run_cli
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
+from serve_lines import ACCEPTED_VALUES, REFUSED_VALUES
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
@@ -148,39 +149,11 @@ def test_the_launch_target_finding_names_no_python_option_when_none_was_given(la
     assert _launch_target(given)["message"].startswith(f"--python {python} names vLLM in"), given.stdout
 
 
-# review 5 M1: values vLLM 0.16.0's own parser refuses (each held against it in tests/vllm_import/
-# test_serve_parser_real.py): a choice it does not offer, a type its function refuses, a config
-# object that is not one or names a key its dataclass lacks, a --lora-modules item it cannot build
-REFUSED_VALUES = [
-    (["--mamba-cache-dtype", "float64"], "--mamba-cache-dtype: invalid choice: 'float64' (choose from 'auto'"),
-    (["--scheduling-policy=lifo"], "--scheduling-policy: invalid choice"),
-    (["--block-size", "24"], "--block-size: invalid choice: 24"),
-    (["--max-num-batched-tokens", "2.5K"], "--max-num-batched-tokens: no decimals with K: did you mean 2.5k?"),
-    (["--max-model-len", "lots"], "--max-model-len: 'lots' is not a whole number (like 4096, 32k"),
-    (["--kv-cache-memory-bytes", "8 GiB"], "--kv-cache-memory-bytes: '8 GiB' is not a whole number"),
-    (["--gpu-memory-utilization", "90%"], "--gpu-memory-utilization: '90%' is not a number"),
-    (["--max-num-seqs", "1.0"], "--max-num-seqs: '1.0' is not a whole number"),
-    (["--eplb-config", "[]"], "--eplb-config: '[]' is not a JSON object"),
-    (["--kernel-config.nope", "1"], "--kernel-config: unknown key 'nope'; the keys are: enable_flashinfer_autotune"),
-    (["--default-chat-template-kwargs", "{x"], "--default-chat-template-kwargs: '{x' is not valid JSON"),
-    (["--lora-modules", '{"path": "/l"}'], "Invalid fields for --lora-modules"),
-    (["--lora-modules", "[x"], "Invalid JSON format for --lora-modules"),
-]
-
-
 @pytest.mark.parametrize(("words", "said"), REFUSED_VALUES)
 def test_a_value_vllms_parser_refuses_is_refused_naming_the_option(words, said):
     with pytest.raises(BadInput) as refused:
         parse(["vllm", "serve", "org/m", *words], "0.16.0")
     assert said in refused.value.message, refused.value.message
-
-
-ACCEPTED_VALUES = [
-    ["--max-num-batched-tokens", "2.5k", "--max-model-len", "AUTO", "--kv-cache-memory-bytes", "None"],
-    ["--block-size", "64", "--mamba-cache-dtype", "float16", "--gpu-memory-utilization", "0.85"],
-    ["--eplb-config", '{"window_size": 10}', "--kernel-config.enable_flashinfer_autotune", "true"],
-    ["--lora-modules", "a=/l", '{"name": "b", "path": "/m", "base_model_name": "org/m"}', "--served-model-name", "s"],
-]
 
 
 @pytest.mark.parametrize("words", ACCEPTED_VALUES)

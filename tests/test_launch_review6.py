@@ -8,66 +8,23 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from helpers import run_cli
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
-from test_preflight import apply_fix, findings, make_importable
+from importable_vllm import (
+    ARCH,
+    PLAIN_CLASS,
+    importable_with_plugins,
+    make_importable,
+    preflight_importing,
+    write_plugin,
+)
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, apply_fix, findings, serve, write_eagle3_setup, write_model
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
 
-# The registry's register_model(architecture, "module:Class"), as an out-of-tree plugin calls it.
-FAKE_REGISTER = """
-
-class _ByName:
-    def __init__(self, where):
-        self.where = where
-
-    def load_model_cls(self):
-        module, name = self.where.split(":")
-        return getattr(importlib.import_module(module), name)
-
-
-def _register_model(architecture, where):
-    ModelRegistry.models[architecture] = _ByName(where)
-
-
-ModelRegistry.register_model = _register_model
-"""
-ARCH = "DeepseekV3ForCausalLM"
-
-
-def importable_with_plugins(tree: Path) -> dict[str, str]:
-    env = make_importable(tree)
-    models = tree / "vllm" / "model_executor" / "models"
-    (models / "__init__.py").write_text((models / "__init__.py").read_text() + FAKE_REGISTER)
-    return env
-
-
-def write_plugin(where: Path, name: str, body: str) -> Path:
-    """A package with a vllm.general_plugins entry point `name` -> `<name>_mod:register`."""
-    where.mkdir(parents=True, exist_ok=True)
-    (where / f"{name}_mod.py").write_text(textwrap.dedent(body))
-    info = where / f"{name}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{name} = {name}_mod:register\n")
-    return where
-
-
-PLAIN_CLASS = """
-    class NoEagle3Deepseek:
-        pass
-
-
-    def register():
-        from vllm.model_executor.models import ModelRegistry
-
-        ModelRegistry.register_model("DeepseekV3ForCausalLM", "{name}_mod:NoEagle3Deepseek")
-"""
 EAGLE3_CLASS = """
     from vllm.model_executor.models.interfaces import SupportsEagle3
 
@@ -89,11 +46,6 @@ def eagle3(tmp_path):
     target = write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3)
     drafter = write_model(tmp_path / "models" / "drafter", DRAFTER)
     return tree, library, serve(target, drafter)
-
-
-def preflight_importing(tree: Path, library: Path, command: list[str], env: dict[str, str]):
-    args = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
-    return run_cli(*args, "--", *command, env=env)
 
 
 def test_a_plugin_that_registers_a_class_without_eagle3_fails_the_applied_tree(eagle3, tmp_path):

@@ -19,30 +19,27 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, patchkit_run, serve, stand_in_launch, write_eagle3_setup, write_model
-from test_launch_review6 import ARCH, PLAIN_CLASS, importable_with_plugins, preflight_importing, write_plugin
-from test_preflight import findings
+from importable_vllm import ARCH, PLAIN_CLASS, VLLMS_OWN, importable_with_plugins, preflight_importing, write_plugin
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    WARNING,
+    applied,
+    findings,
+    patchkit_run,
+    plain_launch,  # noqa: F401  (the fixture `launch`)
+    serve,
+    warnings,
+    write_eagle3_setup,
+    write_model,
+)
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
 from patchkit.launch.validation import plugin_stopped
 from patchkit.tree.target import WorkerFailed, run_worker
 
-WARNING = "warning: plugins not judged: "
 ASKS = " asks vLLM to judge them"  # the hint under the warning: the full preflight of this tree
-
-
-@pytest.fixture
-def launch(tmp_path):
-    return stand_in_launch(tmp_path)
-
-
-def applied(tree: Path, library: Path) -> None:
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-
-
-def warnings(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("warning:")]
 
 
 # --- H1: run names the general plugins it did not judge, then execs -------------------------------
@@ -111,16 +108,6 @@ def test_vllms_own_general_plugins_are_no_plugin_to_name(launch):
     (info / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard = impostor_mod:register\n")
     _, done = patchkit_run(tree, library, command, env)
     assert done.returncode == 7 and warnings(done.stderr) == [f"{WARNING}patchkit_guard"], done.stderr
-
-
-VLLMS_OWN = """\
-[console_scripts]
-vllm = vllm.entrypoints.cli.main:main
-
-[vllm.general_plugins]
-lora_filesystem_resolver = vllm.plugins.lora_resolvers.filesystem_resolver:register_filesystem_resolver
-lora_hf_hub_resolver = vllm.plugins.lora_resolvers.hf_hub_resolver:register_hf_hub_resolver
-"""
 
 
 # --- M1, M2: a plugin's helper process holding the worker's error output is never waited for --------

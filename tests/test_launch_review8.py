@@ -19,9 +19,14 @@ import pytest
 from helpers import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_launch_review6 import PLAIN_CLASS, write_plugin
-from test_launch_review7 import VLLMS_OWN, WARNING, applied, launch, warnings  # noqa: F401  (launch: a fixture)
-from test_run import patchkit_run
+from importable_vllm import PLAIN_CLASS, VLLMS_OWN, write_plugin
+from launch_fixtures import (
+    WARNING,
+    applied,
+    patchkit_run,
+    plain_launch,  # noqa: F401  (the fixture `launch`)
+    warnings,
+)
 
 from patchkit.distinfo.entry_points import group_entry_points
 from patchkit.launch.command import frame

@@ -29,7 +29,10 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    EAGLE_MODEL,
+    MODEL,
     MODEL_PY,
+    SPEC,
     SPEC_PY,
     lay_out_release,
     make_patch,
@@ -39,9 +42,16 @@ from helpers import (
     write_library,
     write_tree,
 )
-from launch_fixtures import DEEPSEEK_V3, KIMI_K25, REGISTRY, serve, write_model
-from test_launch_relevance import TOOLS, setup  # noqa: F401  (setup: a fixture)
-from test_several_sets import EAGLE_MODEL, MODEL, SPEC
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    KIMI_K25,
+    LEFT_OUT,
+    REGISTRY,
+    TOOLS,
+    eagle3_and_tools,  # noqa: F401  (the fixture `setup`)
+    serve,
+    write_model,
+)
 
 from patchkit.base.errors import BadInput
 from patchkit.releases.files import files_for
@@ -190,8 +200,6 @@ def test_run_apply_after_an_upgrade_clears_the_guards_refusal_for_a_launch_that_
 
 
 # --- M3: --set leaves out a set the launch needs -------------------------------------------------
-
-LEFT_OUT = "this launch needs tools (--tool-call-parser demo/demo_v2), which --set leaves out: not judged"
 
 
 @pytest.mark.parametrize("apply_first", [(), ("--apply",)])

@@ -156,6 +156,56 @@ def test_the_workers_never_import_patchkit(patchkit_graph):
     assert all(not deps for name, deps in patchkit_graph.items() if top(name) == "_target")
 
 
+# Tests import no other test module: what tests share lives in the helper modules beside them
+# (helpers.py, launch_fixtures.py, ...) or in conftest's fixtures, so each test module stands alone.
+TESTS = Path(__file__).resolve().parent
+
+
+def _imported_names(node: ast.AST) -> list[str]:
+    """The modules (and from-imported names) an import statement or an import_module("...") call names."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or "", *(a.name for a in node.names)]
+    called = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+    if called in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+        return [str(node.args[0].value)]
+    return []
+
+
+def imports_of_test_modules(tests: Path = TESTS) -> list[tuple[str, int, str]]:
+    """(file, line, name) of each import of a test module (test_*.py under `tests`) by any file there, at any depth."""
+    modules = {path.stem for path in tests.rglob("test_*.py")}
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            found += [
+                (path.relative_to(tests).as_posix(), getattr(node, "lineno", 0), name)
+                for name in _imported_names(node)
+                if modules & set(name.split("."))
+            ]
+    return found
+
+
+def test_no_test_module_imports_another():
+    assert imports_of_test_modules() == []
+
+
+def test_an_import_of_a_test_module_is_found_wherever_it_stands(tmp_path):
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "test_b.py").write_text("B = 1\n")
+    (tmp_path / "test_a.py").write_text("import os\nfrom test_b import B\n")
+    (tmp_path / "shared.py").write_text("def f():\n    import test_b as b\n    return b\n")
+    (tmp_path / "deep" / "test_c.py").write_text("import importlib\n\nM = importlib.import_module('test_a')\n")
+    (tmp_path / "deep" / "test_d.py").write_text("from shared import f\nfrom . import test_c\n")
+    assert imports_of_test_modules(tmp_path) == [
+        ("deep/test_c.py", 3, "test_a"),
+        ("deep/test_d.py", 2, "test_c"),
+        ("shared.py", 2, "test_b"),
+        ("test_a.py", 2, "test_b"),
+    ]
+
+
 # An import inside a function hides an edge from a reader of the file's top: it is kept only where
 # it keeps a module out of `--help`, a quiet dry run or a launch's fast path, or the module is
 # optional. What may be imported so, with why (a line `# lazy: ...` says it where it stands).

@@ -126,6 +126,24 @@ def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_
             'name = "x"\n[upstream_fix]\npull_request = 1\n[[releases]]\nversions = "==0.16.0"\ndir = "0.16.0"\n',
             "[upstream_fix] `pull_request` must be a string",
         ),
+        # files fetched for the behaviour test: paths in the release, and a test to read them
+        (
+            'name = "x"\nbehaviour_reads = ["vllm/parser/utils.py"]\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`behaviour_reads` names files for a behaviour test: give `behaviour` too",
+        ),
+        (
+            'name = "x"\nbehaviour = "b.py"\nbehaviour_reads = ["../up.py"]\n[[releases]]\nversions = "==0.16.0"\n'
+            'dir = "a"\n',
+            "`behaviour_reads` entry '../up.py' contains '..' (give paths like vllm/parser/utils.py)",
+        ),
+        (
+            'name = "x"\nbehaviour = "b.py"\nbehaviour_reads = [1]\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`behaviour_reads` entry 1 is not a string",
+        ),
+        (
+            'name = "x"\nbehaviour_reads = "vllm/a.py"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`behaviour_reads` must be an array",
+        ),
     ],
 )
 def test_a_set_toml_without_a_name_or_releases_or_with_wrong_types_is_refused(tmp_path, manifest, named):

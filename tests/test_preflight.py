@@ -11,7 +11,18 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, on_a_terminal, run_cli
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_DRAFTER, KIMI_K25, serve, write_eagle3_setup, write_model
+from importable_vllm import make_importable
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    KIMI_DRAFTER,
+    KIMI_K25,
+    apply_fix,
+    findings,
+    serve,
+    write_eagle3_setup,
+    write_model,
+)
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
@@ -49,17 +60,6 @@ def preflight(tree: Path, library: Path, *command: str, fmt: str = "json", extra
         env=env,
     )
     return done
-
-
-def findings(done) -> dict[str, dict]:
-    document = json.loads(done.stdout)
-    return {f["check"]: f for f in document["findings"]}
-
-
-def apply_fix(tree: Path, library: Path, python: str | None = None) -> str:
-    """The fix a finding apply settles gives: apply on the tree and library checked (hints.py)."""
-    interpreter = f" --python {python}" if python else ""
-    return f"run `patchkit apply --target {tree}{interpreter} --patches {library}`"
 
 
 def failed(done) -> set[str]:
@@ -572,78 +572,6 @@ def test_a_tree_patched_by_hand_in_part_is_a_finding_not_a_crash(setup):
 
 
 # --- SupportsEagle3 asked of vLLM itself: its supports_eagle3() on its ModelRegistry's class -----------
-
-# Just enough of vLLM for its registry and interfaces to import from the test tree: the registry's
-# tables are the tree's own registry.py, so the class vLLM resolves is the tree's file as it stands.
-FAKE_INTERFACES = """
-class SupportsPP:
-    pass
-
-
-class SupportsMultiModal:
-    pass
-
-
-class SupportsEagle3:
-    supports_eagle3 = True
-
-
-def supports_eagle3(model):
-    return getattr(model, "supports_eagle3", False)
-"""
-FAKE_MODELS_INIT = """
-import importlib
-
-from . import registry
-
-
-class _LazyRegisteredModel:
-    def __init__(self, module, name):
-        self.module, self.name = module, name
-
-    def load_model_cls(self):
-        return getattr(importlib.import_module(f"{__name__}.{self.module}"), self.name)
-
-
-class _ModelRegistry:
-    def __init__(self, *tables):
-        self.models = {arch: _LazyRegisteredModel(*where) for table in tables for arch, where in table.items()}
-
-
-ModelRegistry = _ModelRegistry(registry._TEXT_GENERATION_MODELS, registry._MULTIMODAL_MODELS)
-"""
-
-# Just enough of vllm.plugins for the test tree: entry points of the group, picked by VLLM_PLUGINS.
-FAKE_PLUGINS = """
-import os
-import re
-from importlib.metadata import entry_points
-
-DEFAULT_PLUGINS_GROUP = "vllm.general_plugins"
-plugins_loaded = False
-
-
-def load_plugins_by_group(group):
-    allowed = os.environ.get("VLLM_PLUGINS")
-    names = None if allowed is None else allowed.split(",")
-    return {p.name: p.load() for p in entry_points(group=group) if names is None or p.name in names}
-
-
-def load_general_plugins():
-    for func in load_plugins_by_group(DEFAULT_PLUGINS_GROUP).values():
-        func()
-"""
-
-
-def make_importable(tree: Path) -> dict[str, str]:
-    """The test tree as a vllm the worker imports (through PYTHONPATH): the environment to run with."""
-    models = tree / "vllm" / "model_executor" / "models"
-    (tree / "vllm" / "model_executor" / "__init__.py").write_text("")
-    (models / "__init__.py").write_text(FAKE_MODELS_INIT)
-    (models / "interfaces.py").write_text(FAKE_INTERFACES)
-    (tree / "vllm" / "plugins").mkdir(exist_ok=True)
-    (tree / "vllm" / "plugins" / "__init__.py").write_text(FAKE_PLUGINS)
-    return {"PYTHONPATH": str(tree)}
 
 
 def with_import(tree: Path, library: Path, *command: str, env=None):
@@ -1495,3 +1423,16 @@ def test_a_target_eagle3_refuses_because_of_hf_overrides_has_a_fix(setup):
     whitelist = findings(done)["whitelist"]
     assert not whitelist["ok"] and "'mistral'" in whitelist["message"], whitelist
     assert whitelist["fix"].startswith("--hf-overrides sets model_type 'mistral': drop that override"), whitelist
+
+
+def test_a_relative_drafter_not_found_names_the_directory_it_was_read_in(setup, tmp_path):
+    """New-user trial 16, 6h: from /tmp, `./eagle3-drafter` gave `looked at: eagle3-drafter/config.json`,
+    not saying it was read relative to /tmp (where the user had no drafter)."""
+    tree, library, models = setup
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    command = serve(models["deepseek"], "./eagle3-drafter")
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *command, cwd=elsewhere)
+    assert_clean_failure(done, 4)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert f"(looked at: eagle3-drafter/config.json under the current directory {elsewhere})" in said, said

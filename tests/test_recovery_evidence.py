@@ -342,6 +342,52 @@ def test_a_copied_tree_whose_originals_nothing_vouches_for_keeps_the_journal_and
     assert not (tree / ".patchkit/journal.json").exists()
 
 
+def _deepest_brackets(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_a_fetched_tree_whose_record_was_removed_is_told_to_fetch_it_again(crashed, tmp_path):
+    """Review 11 L5: the refusal named `pip install --force-reinstall` for a tree `fetch --dest` laid
+    out (no environment to reinstall into), inside nested brackets, and not where the originals are."""
+    tree, _stock = crashed
+    (tree / "vllm-0.16.0.dist-info/RECORD").unlink()
+    (tree / ".patchkit/state.json").unlink(missing_ok=True)
+    tree = _moved(tree, tmp_path / "moved")
+    done = _patchkit("recover", "--target", tree)
+    assert done.returncode == 2, done.stderr
+    assert f"`patchkit fetch 0.16.0 --dest {tree} --force`" in done.stderr and "pip" not in done.stderr, done.stderr
+    assert f"The saved originals are in {tree}/.patchkit/objects" in done.stderr, done.stderr
+    assert _deepest_brackets(done.stderr) <= 1, done.stderr
+
+
+def test_a_damaged_saved_original_is_named_as_the_cause(crashed, tmp_path):
+    """Review 11 L5: with a saved original damaged, the refusal blamed a copy or the files' times."""
+    tree, stock = crashed
+    tree = _moved(tree, tmp_path / "moved")
+    with open(tree / ".patchkit/objects" / sha256(stock[SPEC]), "ab") as fh:
+        fh.write(b"x\n")
+    done = _patchkit("recover", "--target", tree)
+    assert done.returncode == 2, done.stderr
+    assert f"the saved original of {SPEC} is damaged" in done.stderr, done.stderr
+    assert "nothing shows it" not in done.stderr and "copied" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", ["status", "recover"])
+def test_a_rollback_that_leaves_nothing_recorded_leaves_no_store(crashed, tmp_path, command):
+    """Review 11 L4: `status` rolled a crashed first apply back and left .patchkit/lock and an empty
+    .patchkit/objects/ in the tree, which was otherwise stock."""
+    tree, stock = crashed
+    patch = ("--patch", tmp_path / "p.diff") if command == "status" else ()
+    done = _patchkit(command, "--target", tree, *patch)
+    assert "rolled back an interrupted patchkit transaction" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert snapshot(tree) == stock, done.stdout + done.stderr
+    assert not (tree / ".patchkit").exists(), sorted(p.name for p in (tree / ".patchkit").rglob("*"))
+
+
 def test_a_revert_with_no_record_says_stock_only_as_vllms_record_vouches(run, tree, scratch):
     """Review 10b H1: with no record, revert said "the tree is stock" on a tree whose files were not."""
     patch = scratch / "p.diff"

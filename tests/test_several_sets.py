@@ -15,15 +15,24 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, pip_install, snapshot, write_library, write_tree
+from helpers import (
+    EAGLE_MODEL,
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    SPEC_PY,
+    FakeIndex,
+    make_patch,
+    patched_spec,
+    pip_install,
+    snapshot,
+    write_library,
+    write_tree,
+)
 
 from patchkit.series import library as library_mod
 from patchkit.store.state import read_state
 from patchkit.tree import version as version_mod
-
-SPEC = "vllm/config/spec.py"
-MODEL = "vllm/models/model.py"
-EAGLE_MODEL = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # eagle\n")
 
 
 def json_of(result) -> dict:
@@ -96,7 +105,7 @@ def test_a_failing_second_set_keeps_the_first_and_tries_none_after(run, tree, li
     (tree / SPEC).write_text(SPEC_PY.replace('    "qwen",\n', '    "mistral",\n'))
     result = run("apply", "--target", tree, "--patches", library, "--no-guard")
     assert result.exit_code == 1, result.output
-    assert "set spec:" in result.output and "model stay(s) applied" in result.output
+    assert "set spec:" in result.output and "model stays applied" in result.output
     assert [e.set_name for e in read_state(tree).entries] == ["model"]
     assert (tree / MODEL).read_text() == EAGLE_MODEL
 
@@ -293,7 +302,7 @@ def test_apply_over_an_edited_file_names_the_commands_and_the_sets_applied_alrea
     command = f"patchkit --target {tree} --patches {library}"
     revert, apply = command.replace("patchkit", "patchkit revert"), command.replace("patchkit", "patchkit apply")
     assert f"`{revert} --force` (keeps a copy of the edits), then `{apply}`" in said, said
-    assert "not tried: spec, old (spec applied already, and stay(s) so)" in said, said
+    assert "not tried: spec, old (spec is already applied and stays applied)" in said, said  # newuser16 6c
 
 
 def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
@@ -413,8 +422,6 @@ def test_sets_changing_the_same_file_without_a_declared_order_are_refused_naming
 
 @pytest.fixture
 def index_of_two(tmp_path, monkeypatch):
-    from test_verify_releases import FakeIndex  # its fake index: release trees served as the fetcher does
-
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
     index = FakeIndex(tmp_path / "index", monkeypatch)
     stock = index.add("0.16.0")
@@ -560,9 +567,10 @@ def test_stale_records_after_an_upgrade_are_each_said_once_with_their_set(run, t
     applied = run("apply", "--target", tree, "--patches", library, "--no-import")
     assert applied.exit_code == 0, applied.output
     discarded = [line for line in applied.output.splitlines() if "discarded" in line]
-    assert len(discarded) == 2, applied.output
-    assert any("the record of spec:" in line for line in discarded), applied.output
-    assert any("the record of model:" in line for line in discarded), applied.output
+    # one line naming both sets, as status says it (new-user 16 item 6b: three warnings, one per set)
+    assert discarded == [
+        "warning: the records of model, spec: recorded 0.16.0, installed 0.17.0: the old records are stale: discarded"
+    ], applied.output
 
 
 def test_status_of_a_library_covering_nothing_says_unsupported(run, tree, library):
@@ -747,3 +755,17 @@ def test_a_revert_cut_short_after_its_commit_says_so_and_the_next_revert_clears_
         assert done.returncode == 0 and "nothing to revert" in done.stdout, (n, done.stdout, done.stderr)
         assert not (tree / ".patchkit").exists(), (n, sorted(p.name for p in (tree / ".patchkit").iterdir()))
     assert late > 0
+
+
+def test_a_vllm_version_naming_another_release_is_said_once_not_per_set(run, library, tmp_path):
+    """New-user trial 16, 6d: verify --vllm-version 0.16.0 on a 0.17.0 tree printed the mismatch and
+    its fix under each set it failed; it is the tree's, said once, each later set pointing to it."""
+    other = write_tree(tmp_path / "v0.17.0", "0.17.0", {SPEC: "NAMES = []\n", MODEL: "class Model:\n    pass\n"})
+    done = run("verify", "--target", other, "--patches", library, "--vllm-version", "0.16.0")
+    assert done.exit_code == 1, done.output
+    lines = done.output.splitlines()
+    said = [line for line in lines if line.startswith("version: --vllm-version says 0.16.0")]
+    fixes = [line for line in lines if line.startswith("  fix: ") and "(the tree's own release)" in line]
+    assert len(said) == 1 and len(fixes) == 1, done.output
+    assert "verify: FAILED: --vllm-version names another release than the tree's (above)" in lines, done.output
+    assert lines[-1] == "verify: FAILED: model, spec (the other 1 set(s) pass)", done.output

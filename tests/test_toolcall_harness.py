@@ -205,3 +205,17 @@ def test_a_parser_on_the_engine_without_the_engine_beside_it_says_so(tmp_path):
         "behaviour.py has no stand-in for vllm.parser.engine.registered_adapters.DemoParserToolAdapter "
         "(the tree has no vllm/parser/engine/ beside the file)"
     )
+
+
+def test_an_engine_module_the_tree_lacks_is_named_with_where_a_set_lists_it(tmp_path):
+    """A release whose engine imports a module the set's behaviour_reads does not name (so no fetch
+    brought it): the file it lacks is named, not only the name the stand-ins do not serve."""
+    for relative, text in {**ENGINE, ENGINE_PARSER: ENGINE_PARSER_SOURCE}.items():
+        if relative != "parser/engine/events.py":
+            write(tmp_path, relative, text)
+    with pytest.raises(ImportError) as raised:
+        harness().load_parser_module(tmp_path / "vllm" / ENGINE_PARSER)
+    assert str(raised.value) == (
+        "behaviour.py has no stand-in for vllm.parser.engine.events.KIND (the tree has no "
+        "vllm/parser/engine/events.py beside vllm/parser/engine/: behaviour_reads in set.toml)"
+    )

@@ -116,7 +116,7 @@ def test_kimi_set_fixes_streaming_on_the_real_release(tmp_path, run, version):
 @pytest.mark.parametrize("version", ["0.23.0", "0.24.0"])
 def test_kimi_upstream_release_passes_the_behaviour_test_as_shipped(tmp_path, run, version):
     """From 0.23.0 the server appends the unstreamed rest instead of rewriting the final delta. (From
-    0.25.0 the parser is an adapter on vLLM's parser engine, which the stand-ins cannot load: PROOF.md.)"""
+    0.25.0 the parser is an adapter on vLLM's parser engine, loaded from the tree: tests below.)"""
     target = stock_tree(version, tmp_path / "site")
     result = behaviour(parser_file(target), "--random", "100")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -209,7 +209,7 @@ def test_kimi_on_vllms_parser_engine_is_judged_with_the_trees_engine_and_passes(
 
 @pytest.mark.parametrize("version", ["0.25.0", "0.34.0"])
 def test_kimi_from_0_25_without_the_engine_beside_it_is_upstream_by_range_and_not_judged(tmp_path, run, version):
-    """A tree of the parser alone (as `verify` of releases fetches: the files the set's series change)
+    """A tree of the parser alone (not what `fetch --set` lays out: see behaviour_reads in set.toml)
     has no engine to load: the behaviour test says so (exit 2) rather than judging it, and `status`
     says upstream from the range."""
     target = stock_tree(version, tmp_path / "site")
@@ -219,3 +219,19 @@ def test_kimi_from_0_25_without_the_engine_beside_it_is_upstream_by_range_and_no
     assert "(the tree has no vllm/parser/engine/ beside the file)" in result.stdout
     status = run("status", "--target", target, "--patches", LIBRARY, "--set", KIMI, "--format", "json")
     assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "upstream"
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.34.0"])
+def test_a_fetch_of_the_set_brings_the_engine_and_verify_of_the_tree_judges_the_parser(tmp_path, run, version):
+    """`fetch --set kimi-k2-tool-calls` lays out what the behaviour test reads besides the parser
+    (set.toml's behaviour_reads: vLLM's parser engine), so `verify --target` of that tree judges the
+    stock parser (it passes) instead of "not judged"."""
+    site = tmp_path / "site"
+    library = ("--patches", LIBRARY, "--set", KIMI)
+    assert run("fetch", version, *library, "--dest", site).exit_code == 0
+    assert (site / "vllm/parser/engine/parser_engine.py").is_file()
+    done = run("verify", "--target", site, *library, "--format", "json")
+    assert done.exit_code == 0, done.output[-2000:]
+    assert [(c["ok"], c["message"]) for c in json.loads(done.stdout)["checks"] if c["check"] == "behaviour"] == [
+        (True, "0 of 70 runs differ (stand-ins for vLLM's classes)")
+    ]

@@ -195,7 +195,9 @@ def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
     path = "/a/path/" + "d" * 80 + "/to/copy"
     assert fitted(f"use --target {path} next", 40) == ["use --target", f"  {path}", "  next"]
     broken_path = fitted(f"use --target {path} next", 40, shorten=True)  # broken after a /, never mid-word
-    assert broken_path[1:3] == ["  /a/path/", "  " + "d" * 37 + "\u2026"] and broken_path[3] == "  to/copy", broken_path
+    assert broken_path[1:3] == ["  /a/path/", "  " + "d" * 37 + "\u2026"] and broken_path[3] == "  to/copy next", (
+        broken_path
+    )
     command = "`patchkit apply --target /a/b`"  # pasted from there: one line, whole, where a line holds it
     assert fitted(f"fix: run {command} now", 40, shorten=True) == [f"fix: run {command}", "  now"]
     # wider than any line: broken between its words with shell continuations, never mid-word, never
@@ -276,4 +278,35 @@ def test_a_note_wraps_at_spaces_never_inside_a_short_aside():
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and all(len(line) <= 80 for line in lines), lines
     assert all(line.count("(") == line.count(")") for line in lines), lines
+    assert lines[1].startswith("  ") and not lines[1].startswith("   "), lines
+
+
+def test_the_words_after_a_broken_path_go_on_after_its_last_piece(short_tmp):
+    """New-user trial 16, 6a: preflight's missing-revision finding broke the cache path after a /
+    and left `absent;` alone on the line under `config.json`, though it fitted after it."""
+    cache = short_tmp / "a-cache-directory" / "huggingface"
+    (cache / "hub" / "models--deepseek-ai--DeepSeek-V3" / "snapshots").mkdir(parents=True)
+    tree = write_tree(short_tmp / "site")
+    command = ["vllm", "serve", "deepseek-ai/DeepSeek-V3", "--revision", "v2"]
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HOME", str(cache))
+        code, shown = in_a_terminal("preflight", "--target", tree, "--no-import", "--", *command)
+    assert code == 4, shown
+    lines = shown.splitlines()
+    tail = next(line for line in lines if "absent;" in line.split())
+    assert tail.split()[0].endswith("config.json"), shown
+    assert tail.split()[1:3] == ["absent;", "vLLM"], shown  # the sentence goes on after the path
+    assert all(len(line) <= 80 for line in lines), shown
+    assert_no_word_alone(shown)
+
+
+def test_a_warning_wraps_at_spaces_its_lines_after_the_first_indented():
+    """New-user trial 16, 6b: a warning was folded by the terminal, its continuations at column 0
+    (`is stale: discarded`), unlike every other wrapped line."""
+    ui = UI()
+    out = io.StringIO()
+    ui.err = Console(file=out, force_terminal=True, width=80, markup=False, highlight=False, color_system=None)
+    ui.warn("the record of deepseek-tool-calls: recorded 0.16.0, installed 0.17.1: the old record is stale: discarded")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) <= 80 for line in lines), lines
     assert lines[1].startswith("  ") and not lines[1].startswith("   "), lines

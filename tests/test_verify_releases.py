@@ -12,12 +12,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, make_patch, write_library, write_tree
+from helpers import SPEC_PY, FakeIndex, make_patch, write_library, write_tree
 from packaging.version import Version
 
-from patchkit import fetch
-from patchkit.base.errors import FetchError
-from patchkit.distinfo.record import record_hash
 from patchkit.releases import check as release_check
 
 PATCHED_SPEC = SPEC_PY.replace('"qwen",\n', '"qwen",\n        "deepseek",\n')
@@ -29,39 +26,6 @@ OTHER_SPEC = SPEC_PY.replace('"llama",', '"mistral",')  # context the patch does
 def private_cache(tmp_path, monkeypatch):
     """The result cache lives in the fetch cache: keep each test's apart from the user's."""
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
-
-
-class FakeIndex:
-    """Stock trees per version, served the way patchkit.fetch serves them; every fetch is logged."""
-
-    def __init__(self, root: Path, monkeypatch):
-        self.root = root
-        self.trees: dict[str, Path] = {}
-        self.fetched: list[tuple[str, tuple[str, ...]]] = []
-        monkeypatch.setattr(fetch, "release_tree", self.release_tree)
-        monkeypatch.setattr(fetch, "available_versions", lambda: sorted(Version(v) for v in self.trees))
-
-    def add(self, version: str, spec: str | bytes = SPEC_PY) -> Path:
-        tree = write_tree(self.root / version, version, {"vllm/config/spec.py": spec})
-        _write_record(tree, version)
-        self.trees[version] = tree
-        return tree
-
-    def release_tree(self, version, paths=(), *, all_python=False, progress=None, recheck_index=False):
-        self.fetched.append((version, tuple(paths)))
-        if version not in self.trees:
-            raise FetchError(f"no wheel for vllm=={version} on the index")
-        return self.trees[version]
-
-
-def _write_record(tree: Path, version: str) -> None:
-    """A wheel RECORD for the tree, as the fetcher leaves it beside METADATA."""
-    rows = [
-        f"{p.relative_to(tree).as_posix()},{record_hash(p.read_bytes())},{p.stat().st_size}"
-        for p in sorted(tree.rglob("*"))
-        if p.is_file()
-    ]
-    (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")
 
 
 @pytest.fixture

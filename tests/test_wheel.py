@@ -25,6 +25,7 @@ from helpers import (
     assert_clean_failure,
     default_signals,
     fingerprint,
+    install,
     make_patch,
     patched_spec,
     record_hash,
@@ -65,22 +66,6 @@ def raw_member(path: Path, info: zipfile.ZipInfo) -> bytes:
         name_length, extra_length = struct.unpack_from("<2H", header, 26)
         fh.seek(info.header_offset + 30 + name_length + extra_length)
         return fh.read(info.compress_size)
-
-
-def install(wheel: Path, prefix: Path) -> Path:
-    """The wheel installed with `installer` (RECORD validated first); returns site-packages."""
-    from installer import install as install_wheel
-    from installer.destinations import SchemeDictionaryDestination
-    from installer.sources import WheelFile
-
-    site = prefix / "site-packages"
-    scheme = {key: str(prefix / key) for key in ("platlib", "purelib", "headers", "scripts", "data")}
-    scheme["platlib"] = scheme["purelib"] = str(site)
-    with WheelFile.open(wheel) as source:
-        source.validate_record(validate_contents=True)
-        destination = SchemeDictionaryDestination(scheme, interpreter="/usr/bin/python3", script_kind="posix")
-        install_wheel(source, destination, {})
-    return site
 
 
 # --------------------------------------------------------------------------- the patched wheel

@@ -14,16 +14,16 @@ from helpers import (
     STOCK_FILES,
     assert_clean_failure,
     fingerprint,
+    install,
     make_patch,
     patched_spec,
     run_cli,
+    stock_files_fetched,
     write_library,
     write_tree,
     write_wheel,
 )
 from packaging import tags
-from test_wheel import install
-from test_wheel_sets import _stock_files_fetched
 
 from patchkit import fetch
 from patchkit._target.guard import find_problems
@@ -162,7 +162,7 @@ def wheel_and_a_set(run, tmp_path):
     built = run("wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patches", library, *sets)
     assert built.exit_code == 0, built.output
     site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
-    _stock_files_fetched(STOCK_FILES)  # what revert puts back, as a fetch leaves them
+    stock_files_fetched(STOCK_FILES)  # what revert puts back, as a fetch leaves them
     done = run("apply", "--target", site, "--patches", library, "--set", "cli-fix")
     assert done.exit_code == 0, done.output
     return site, library

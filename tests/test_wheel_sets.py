@@ -9,26 +9,25 @@ import re
 import shlex
 import zipfile
 
-import helpers
 import pytest
 from helpers import (
     MODEL_PY,
     SPEC_PY,
     STOCK_FILES,
     TAGS,
+    install,
     make_patch,
     patched_spec,
+    stock_files_fetched,
     write_library,
     write_tree,
     write_wheel,
 )
 from packaging.version import Version
-from test_wheel import install
 
 from patchkit._target.guard import find_problems
 from patchkit.distinfo.provenance import read_provenance
 from patchkit.engine.guard import is_installed
-from patchkit.fetch.cache import load_state, save_state
 from patchkit.wheel.label import LABEL_LIMIT, default_label
 
 SPEC = "vllm/config/spec.py"
@@ -144,19 +143,6 @@ def _commands(text: str) -> list[list[str]]:
     return [shlex.split(c)[1:] for c in re.findall(r"`(patchkit [^`]*)`", joined)]
 
 
-def _stock_files_fetched(files: dict[str, bytes]) -> None:
-    """The test cache's release entry holds these stock files, as `patchkit fetch` leaves them."""
-    assert helpers.TEST_CACHE is not None
-    root = helpers.TEST_CACHE / "releases" / "0.16.0"
-    state = load_state(root, "0.16.0")
-    assert state is not None
-    for path, data in files.items():
-        (root / "tree" / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / "tree" / path).write_bytes(data)
-    state["present"] = sorted(set(state["present"]) | set(files))
-    save_state(root, state)
-
-
 def test_one_set_s_drift_is_its_own_and_each_printed_fix_runs(run, tmp_path, library):
     """review 8 M2: on an install of a wheel of several sets, one set's edited file was said of every
     set, and the fix printed with --set was a `revert --set` that patchkit refuses."""
@@ -164,7 +150,7 @@ def test_one_set_s_drift_is_its_own_and_each_printed_fix_runs(run, tmp_path, lib
     site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
     assert run("apply", "--target", site, "--patches", library).exit_code == 0  # the launch guard
     (site / MODEL).write_text(MODEL_PY + "# edited\n")  # model-fix's file only
-    _stock_files_fetched(STOCK_FILES)  # what revert puts back, as a fetch leaves them
+    stock_files_fetched(STOCK_FILES)  # what revert puts back, as a fetch leaves them
 
     status = run("status", "--target", site, "--patches", library, "--format", "json")
     drifted = {s["set"]: s.get("drifted") for s in json.loads(status.stdout)["sets"]}
@@ -215,7 +201,7 @@ def test_reverting_another_set_keeps_the_guard_that_holds_the_wheel_s_own_set(ru
     both), that set reverted: the guard went, and the wheel's set ran unguarded."""
     built(run, tmp_path, library, "--set", "spec")
     site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
-    _stock_files_fetched(STOCK_FILES)
+    stock_files_fetched(STOCK_FILES)
     assert run("apply", "--target", site, "--patches", library, "--set", "model-fix").exit_code == 0
     assert is_installed(site)
     done = run("revert", "--target", site, "--patches", library, "--set", "model-fix")

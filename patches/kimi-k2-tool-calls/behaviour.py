@@ -237,6 +237,10 @@ NOT_FROM_THE_TREE = ("vllm.parser.metrics", "vllm.parser.engine.registered_adapt
 FROM_THE_TREE = ("vllm.tool_parsers.tool_strict_level",)  # besides vllm/parser/: an enum its Parser reads
 
 
+class NoStandIn(ImportError):
+    """A name of vllm.* the stand-ins do not serve (an ImportError, as `from M import name` says)."""
+
+
 class _StandInModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name in STAND_INS:
@@ -247,7 +251,17 @@ class _StandInModule(types.ModuleType):
             return type(name, (Exception if name.endswith("Error") else _Placeholder,), {})
         if self.__name__ == "vllm.parser.engine.registered_adapters":
             return registered_adapter(name)
-        raise ImportError(f"behaviour.py has no stand-in for {self.__name__}.{name}")
+        raise NoStandIn(f"behaviour.py has no stand-in for {self.__name__}.{name}{_not_in_the_tree(self.__name__)}")
+
+
+def _not_in_the_tree(module: str) -> str:
+    """Why a module of vLLM's parser engine is a stand-in: its file is not in the tree (a fetch
+    brings what the set's behaviour_reads names; a new release may import one it does not name)."""
+    if not module.startswith("vllm.parser.") or module in NOT_FROM_THE_TREE or not _VllmStandIns.tree.joinpath(
+        "vllm/parser/engine"
+    ).is_dir():
+        return ""
+    return f" (the tree has no {module.replace('.', '/')}.py beside vllm/parser/engine/: behaviour_reads in set.toml)"
 
 
 def registered_adapter(name: str) -> type:
@@ -259,6 +273,8 @@ def registered_adapter(name: str) -> type:
         raise ImportError(f"{missing} (the tree has no vllm/parser/engine/ beside the file)")
     try:
         return _made_adapter(name, ast.parse(path.read_bytes(), str(path)))
+    except NoStandIn:  # it names what is missing (an engine module the tree lacks) itself
+        raise
     except Exception as e:  # an ImportError, as `from ... import name` reports it (not a module of that name)
         raise ImportError(f"{missing} ({type(e).__name__}: {e})") from e
 
@@ -282,7 +298,7 @@ def _made_adapter(name: str, source: ast.Module) -> type:
                     getattr(importlib.import_module(engine[0]), engine[1])
                 )
                 return made[names.index(name)]
-    raise ImportError(f"behaviour.py has no stand-in for vllm.parser.engine.registered_adapters.{name}")
+    raise NoStandIn(f"behaviour.py has no stand-in for vllm.parser.engine.registered_adapters.{name}")
 
 
 class _VllmStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):

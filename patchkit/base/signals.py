@@ -24,11 +24,40 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _raise(signum: int, _frame: object) -> None:
+    if _blocks_on_raise:  # before the raise: nothing between it and the rollback can be cut (uncut_rollback)
+        _block()
     _raised.append(signum)  # Python drops what a handler raises inside a finalizer: said at the exit
     raise Interrupted(signum)
 
 
 _raised: list[int] = []
+_blocks_on_raise = False  # inside uncut_rollback(): the signal that raises blocks the next ones
+_mask_before: list[set[int | signal.Signals]] = []  # the mask the first block replaced, while blocked
+
+
+def _block() -> None:
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    if not _mask_before:  # a second signal's handler, nested in the first's, finds them blocked already
+        _mask_before.append(before)
+
+
+@contextmanager
+def uncut_rollback() -> Iterator[None]:
+    """A transaction whose failure rolls back: the signal that interrupts it blocks the others until
+    the block ends, so that a second Ctrl-C cannot land between the raise and the rollback taking
+    over (the rollback skipped, the tree left mixed, and "before any change" said: the crash trials,
+    1 in 300). The one that waited is raised as the block ends, after the rollback."""
+    global _blocks_on_raise
+    if threading.current_thread() is not threading.main_thread() or _blocks_on_raise:
+        yield
+        return
+    _blocks_on_raise = True
+    try:
+        yield
+    finally:
+        _blocks_on_raise = False
+        if _mask_before:
+            signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before.pop())  # a waiting signal acts here
 
 
 @contextmanager

@@ -14,6 +14,17 @@ INTERRUPTED = 130  # base.errors.INTERRUPTED, not imported from there: importing
 BEFORE_ANY_CHANGE = "error: interrupted before any change was made to the target\n"
 
 
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # base.signals.HANDLED (not imported: start-up)
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    """Python's Ctrl-C before a command takes over the signals, but the ones after it wait (blocked)
+    until the exit: a second one in the except clause, before the first was said, escaped as a
+    traceback (the crash trials' exit 99)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    raise KeyboardInterrupt
+
+
 def _interrupted_while_loading() -> None:
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C cannot cut the line
         signal.signal(number, signal.SIG_IGN)
@@ -34,6 +45,8 @@ except KeyboardInterrupt:
 
 def main() -> None:
     try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # one ignored (nohup) stays so
+            signal.signal(signal.SIGINT, _interrupt)
         _run()
     except KeyboardInterrupt:  # before a command took over the signals (click's own parsing)
         exit_held(interrupted_before_a_command())

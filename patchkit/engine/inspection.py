@@ -90,6 +90,9 @@ class TreeStatus:
     # patches): after a vLLM upgrade, the apply that moves their records forward, and no other set
     recorded_sets: tuple[str, ...] = ()
     guard_missing: str | None = None  # the recorded guard is gone (missing_guard): no launch is checked
+    # the guard refuses recorded files only for holding their originals again (a same-version reinstall
+    # of vLLM): True when every recorded file does, False when others are still patched, None otherwise
+    all_stock_again: bool | None = None
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -112,6 +115,10 @@ class TreeStatus:
             return (
                 f"run {hints.command('revert')} (this vLLM has no series: the old record goes, and the guard with it)"
             )
+        if self.all_stock_again:  # apply patches them again, and records it
+            return f"run {hints.command('apply')}"
+        if self.all_stock_again is False:  # revert puts the rest back: then every set applies whole
+            return f"run {hints.command('revert')}, then {hints.command('apply')}"
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
         if (self.whole_wheel or self.wheel_refused) and any(problem.endswith(EDITED) for problem in self.guard):
@@ -232,13 +239,33 @@ def _named(stale: dict[str, str]) -> list[str]:
 STALE_PREFIX = "the record of "  # a stale record's note begins with it, then the set's name
 
 
+def stale_said(names: list[str], note: str) -> str:
+    """The records of `names`, stale for the same `note`, said in one sentence (an upgrade of vLLM
+    under three sets is one fact, not three)."""
+    if len(names) == 1:
+        return f"{STALE_PREFIX}{names[0]}: {note}"
+    return f"the records of {', '.join(names)}: " + note.replace("the old record is stale", "the old records are stale")
+
+
+def stale_grouped(stale: dict[str, str]) -> list[tuple[list[str], str]]:
+    """(the sets, their note) for each note the stale records (set name -> note) say."""
+    by_note: dict[str, list[str]] = {}
+    for name, note in stale.items():
+        by_note.setdefault(note, []).append(name)
+    return [(names, note) for note, names in by_note.items()]
+
+
 def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool = False) -> dict:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)
     only where a fix names them: a refusal, a guard gone, a `stale` record."""
     refused = launch_refusal(root, state)
     missing = missing_guard(root, state)
+    again = _stock_again(root, state, refused)
+    if again is not None:  # one line, the files a count: the fix is one command, not one per file
+        refused = [problem for problem in refused if problem not in again.problems] + [again.said]
     return {
+        "all_stock_again": again.whole if again is not None and len(refused) == 1 else None,
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
@@ -251,6 +278,58 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
         "guard_missing": missing,
     }
+
+
+STOCK_AGAIN = "stock again (vLLM reinstalled?)"
+
+
+@dataclass(frozen=True)
+class _StockAgain:
+    """The guard's refusals of recorded files that hold their originals again (the first apply's
+    "before": the stock bytes), as `pip install --force-reinstall` of the same vLLM leaves them."""
+
+    problems: list[str]
+    recorded: int  # how many files the record names
+
+    @property
+    def whole(self) -> bool:
+        """Every recorded file is stock again (else some are still patched)."""
+        return len(self.problems) == self.recorded
+
+    @property
+    def said(self) -> str:
+        if self.whole:
+            return f"the files are {STOCK_AGAIN}: all {self.recorded} recorded"
+        return f"{len(self.problems)} of the {self.recorded} recorded files hold their stock bytes again, the others are patched"
+
+
+def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockAgain | None:
+    """Which of the guard's refusals are of recorded files stock again (None: none)."""
+    if state is None or not refused:
+        return None
+    original: dict[str, str | None] = {}
+    for entry in state.entries:  # the first set to record a file holds its stock hash
+        for path, shas in entry.files.items():
+            original.setdefault(path, shas["before"])
+    problems = [
+        problem
+        for problem in refused
+        for suffix in EDITED
+        if problem.endswith(suffix)
+        and (path := problem.removesuffix(suffix)) in original
+        and _sha_of(root / path) == original[path]
+    ]
+    if not problems:
+        return None
+    return _StockAgain(problems, len(original))
+
+
+def _sha_of(path: Path) -> str | None:
+    """The file's sha256 (None: there is none); one that cannot be read is no file's stock bytes."""
+    try:
+        return sha256(read_file(path, follow_symlinks=False))
+    except OSError:
+        return "unreadable"
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:

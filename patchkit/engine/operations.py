@@ -63,9 +63,11 @@ from patchkit.engine.inspection import (
     run_checks,
     selection_of,
     stale_entries,
+    stale_grouped,
     stale_note,
+    stale_said,
 )
-from patchkit.engine.resolve import Resolved, require_patches, resolve, resolve_target, several
+from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, resolve_sets, resolve_target, several
 from patchkit.engine.transaction import (
     commit_changes,
     consistent_read,
@@ -74,6 +76,7 @@ from patchkit.engine.transaction import (
     never_locked,
     preflight,
     read_only_view,
+    save_originals,
 )
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
@@ -220,6 +223,7 @@ class _Applying:
     made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
     chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
     judge_guard: bool = True  # say what the guard still refuses (False: a later set of this run will)
+    found_recorded: bool = False  # the series was found applied with no record of it: now recorded
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -240,8 +244,9 @@ class _Applying:
         self.state = state
         self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
-        for name, note in self.stale.items():  # each named: several sets' records say the same note
-            self.warn(f"the record of {name}: {note}: {'apply would discard it' if dry_run else 'discarded'}")
+        for names, note in stale_grouped(self.stale):  # several sets' records say the same note: said once
+            them = "them" if len(names) > 1 else "it"
+            self.warn(f"{stale_said(names, note)}: {f'apply would discard {them}' if dry_run else 'discarded'}")
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
@@ -339,6 +344,9 @@ class _Applying:
             noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
+            if self.found_recorded:  # the tree recorded no apply of it: said, with the guard's fate
+                found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
+                message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         if self.judge_guard and self.warn_of_what_the_guard_refuses():
             message = (
                 message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
@@ -440,16 +448,35 @@ class _Applying:
             settled = settled.without(name)
         version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
         settled = settled.with_version(self.resolved.set_name, version)
+        settled, originals = self.found_applied(settled)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))
         if settled == state and not guard_changes:
             return False
         if not dry_run:
             self.keep_replaced_guard()
+            save_originals(root, originals)  # before the record that names them
             commit_changes(root, guard_changes, settled)
             _fix_guard_bytecode(self.resolved.target, self.guard_removed)
             self.state = settled  # the record as it now is (the guard's check reads it)
         return True
+
+    def found_applied(self, state: State) -> tuple[State, dict[str, bytes]]:
+        """A series found applied that the tree does not record (its .patchkit/ lost or emptied, the
+        patches applied by hand) is recorded as found: a revert and the guard then know its files.
+        Its originals are what reverse-applying the series gives (digest -> bytes, for the store).
+        A patched wheel's files are its provenance's, not an apply's: left to it."""
+        root = self.resolved.target.root
+        if state.entry(self.resolved.set_name) is not None or has_provenance(root):
+            return state, {}
+        undo = plan_revert(root, self.patches)
+        if undo.conflicts or not undo.changes:
+            return state, {}
+        found = {path: (original, now) for path, (now, original) in undo.changes.items()}
+        self.found_recorded = True
+        entry = self.resolved.apply_record(found, None)
+        originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
+        return state.with_entry(entry), {str(sha256(data)): data for data in originals}
 
     def guard_said(self) -> str:
         if self.guard_installed:
@@ -688,6 +715,17 @@ def resolve_for_revert(opts: Options, sets: dict[str, PatchSetDef] | None = None
     return target, resolved
 
 
+def covering_series(opts: Options, target: Target, sets: dict[str, PatchSetDef] | None) -> list[Patch]:
+    """Every covering set's series, in the library's order: what a revert of every set reverse-applies
+    on a tree that records no apply (its .patchkit/ lost or emptied), and compares with RECORD.
+    None covers the tree (or its version cannot be told): no series."""
+    try:
+        chosen = judged(resolve_sets(opts, target, sets=sets))
+    except PatchkitError:
+        return []
+    return [p for c in chosen if c.resolved is not None for p in require_patches(c.resolved)]
+
+
 def nothing_to_undo(root: Path, state: State | None = None) -> bool:
     """No set recorded, no guard, no patched wheel, no unfinished transaction (the revert's lock
     rolls it back first): a revert of every set has nothing to do. `state`: the record as read."""
@@ -711,13 +749,15 @@ def revert_series(
     force: bool = False,
     dry_run: bool = False,
     watch: Watcher | None = None,
+    series: Sequence[Patch] = (),
 ) -> RevertResult:
     """Restore the stock files: the originals the record saved (checked by sha256), and the series
     patches it does not cover reverse-applied. Every set the tree records, or `only` that one (a
-    later set that changed the same files again is refused: undo it first)."""
+    later set that changed the same files again is refused: undo it first). `series`: without
+    `resolved`, every covering set's (covering_series), undone where the tree records nothing."""
 
     watch = watch or Unwatched()
-    patches = require_patches(resolved) if resolved else []
+    patches = require_patches(resolved) if resolved else list(series)
     unlocked = _revert_unlocked(target, resolved, only, patches, force=force, dry_run=dry_run)
     if unlocked is not None:
         for note in unlocked.warnings:
@@ -727,7 +767,7 @@ def revert_series(
         if recovered:
             watch.warning(recovered)
         # nothing recorded (a rollback undid it, or a revert cut short after its commit left its store)
-        if resolved is None and nothing_to_undo(target.root, state):
+        if resolved is None and not patches and nothing_to_undo(target.root, state):
             result = RevertResult(Outcome.NOT_APPLIED, "nothing to revert: the tree records no apply of any set")
         else:
             result = _revert_locked(target, resolved, only, patches, state, force=force, dry_run=dry_run)
@@ -815,7 +855,7 @@ def _revert_locked(
 ) -> RevertResult:
     """The revert of the record `state` (read once, under the lock or in a settled view)."""
     root = target.root
-    undo = _undo_of(target, resolved, state, only)
+    undo = _undo_of(target, resolved, state, only, has_series=bool(patches))
     warnings = [
         f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
         for name, note in undo.stale.items()
@@ -831,7 +871,10 @@ def _revert_locked(
         return RevertResult(
             Outcome.CONFLICT,
             warnings=warnings,
-            error=Conflict("cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
+            error=Conflict(
+                "cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  "),
+                hint=None if undo.entries else _unrecorded_conflict_hint(root),
+            ),
         )
     files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
@@ -869,6 +912,15 @@ def _revert_locked(
     return _refuse_stale_revert(result)
 
 
+def _unrecorded_conflict_hint(root: Path) -> str:
+    """A tree that records no apply can only be undone by reversing the series: where a file no
+    longer takes it (edited), the stock files come back from the release."""
+    return (
+        "the tree records no apply (its .patchkit/ lost or emptied), so only the series could undo it; "
+        f"{stock_files_command(root, None)} puts the stock files back (edits to them are lost)"
+    )
+
+
 def _nothing_said(
     root: Path, undo: _Undo, only: str | None, left: State, guard_changes: dict, patches: list[Patch]
 ) -> str:
@@ -889,12 +941,17 @@ def _stock_said(root: Path, patches: list[Patch]) -> str:
     else only that nothing is recorded, and which files differ from the RECORD."""
     paths = touched_paths(patches)
     record = find_record(root)
-    parsed = None
-    with suppress(OSError, PatchkitError):
-        if paths and record is not None:
-            parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
-    if parsed is None:
+    if not paths:  # no series for the tree (its changes are upstream): nothing to compare
+        return "the tree records no apply"
+    if record is None:
         return "the tree records no apply (no RECORD to compare its files with)"
+    label = record.parent.name + "/RECORD"
+    try:
+        parsed = parsed_record(read_record_file(root, record), label, only=paths)
+    except OSError as exc:
+        return f"the tree records no apply, and {label} could not be read to compare its files with: {exc.strerror}"
+    if parsed is None:
+        return f"the tree records no apply, and {label} is no RECORD csv can read to compare its files with"
     differ = [path for path in paths if not _as_recorded(root, path, parsed)]
     if not differ:
         return "the tree is stock (its files are as vLLM's RECORD lists them)"
@@ -932,8 +989,8 @@ class _Undo:
         return state
 
 
-def _undo_of(target: Target, resolved: Resolved | None, state: State, only: str | None) -> _Undo:
-    """What the record says to undo (refused when there is nothing at all)."""
+def _undo_of(target: Target, resolved: Resolved | None, state: State, only: str | None, *, has_series: bool) -> _Undo:
+    """What the record says to undo (refused when there is nothing at all, not even a series)."""
     root = target.root
     entries = _entries_to_revert(state, only)
     installed = resolved.vllm_version if resolved else _installed_version(target)
@@ -944,6 +1001,7 @@ def _undo_of(target: Target, resolved: Resolved | None, state: State, only: str 
     wheel = None if only is not None and state.entry(only) is not None else _patched_wheel(root, only)
     if (
         resolved is None
+        and not has_series
         and not entries
         and not stale
         and wheel is None

@@ -164,7 +164,9 @@ def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: 
     error.message = f"set {name}: {error.message}"
     after = []
     if kept and not dry_run:
-        after.append(f"{', '.join(kept)} stay(s) applied ({hints.command('revert')} undoes every set)")
+        after.append(
+            f"{_listed(kept)} {_verb(kept, 'stays', 'stay')} applied ({hints.command('revert')} undoes every set)"
+        )
     if untried:
         after.append(_not_tried(done, untried))
     if after:
@@ -178,7 +180,18 @@ def _not_tried(done: list[SetApplied], untried: list[str]) -> str:
     recorded = {e.set_name for e in read_state(resolved.target.root).entries} if resolved else set()
     applied = [n for n in untried if n in recorded]
     said = f"not tried: {', '.join(untried)}"
-    return said + (f" ({', '.join(applied)} applied already, and stay(s) so)" if applied else "")
+    if not applied:
+        return said
+    return f"{said} ({_listed(applied)} {_verb(applied, 'is', 'are')} already applied and {_verb(applied, 'stays', 'stay')} applied)"
+
+
+def _listed(names: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`: names in a sentence."""
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+
+
+def _verb(names: list[str], one: str, several: str) -> str:
+    return one if len(names) == 1 else several
 
 
 # --------------------------------------------------------------------------- run --apply

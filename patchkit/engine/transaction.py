@@ -63,6 +63,7 @@ from patchkit.store.state import (
     meta_dir,
     read_meta_file,
     read_state,
+    remove_empty_store,
     state_path,
 )
 from patchkit.tree.target import stock_files_command
@@ -134,8 +135,10 @@ def target_lock(root: Path, timeout: float | None = None) -> Iterator[str | None
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first.
     """
-    with locked_record(root, timeout) as (recovered, _state):
+    with locked_record(root, timeout) as (recovered, state):
         yield recovered
+        if recovered:
+            _without_emptied_store(root, state)
 
 
 @contextmanager
@@ -233,6 +236,18 @@ def commit_changes(
     return landed
 
 
+def save_originals(root: Path, originals: Mapping[str, bytes]) -> None:
+    """Keep originals (digest -> bytes) in the store before a record that names them is committed
+    with no file written (a series found applied, recorded as found). One left by a crash before
+    that commit is named by no record: pruned by the next commit."""
+    if not originals:
+        return
+    objects_dir(root).mkdir(parents=True, exist_ok=True)
+    for digest, data in originals.items():
+        save_original(root, digest, data, root, None, tick=_tick)
+    fsync_dir(objects_dir(root))
+
+
 def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, tuple[Landed, bytes]]:
     """Write `writes` and `new_state` all or nothing (see the module docstring). Returns what was
     written: path -> the file's identity as fstat saw it once written and fsynced (a rename keeps
@@ -240,13 +255,23 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
     preflight(root, [w.path for w in writes])
     previous = read_meta_file(state_path(root))
     journal = _journal(root, writes, previous)
+    with signals.uncut_rollback():  # a second Ctrl-C waits until the first one's rollback has ended
+        landed = _committed_or_rolled_back(root, writes, journal, new_state, previous is not None)
+    store_journal.drop_previous_state(root, journal["id"])
+    prune_objects(root, new_state)
+    return landed
+
+
+def _committed_or_rolled_back(
+    root: Path, writes: list[FileWrite], journal: dict, new_state: State, had_previous: bool
+) -> dict[str, tuple[Landed, bytes]]:
     committed = False
     try:
         store_journal.begin(root, journal, tick=_tick)
         landed = _write_files(root, writes, journal["files"])
         with signals.deferred():  # the record and the commit point, whole: a signal waits for them
             # the previous record keeps a second name: the rollback then puts it back by a rename
-            store_journal.commit_point(root, journal["id"], new_state, previous=previous is not None, tick=_tick)
+            store_journal.commit_point(root, journal["id"], new_state, previous=had_previous, tick=_tick)
             committed = True
             signals.note(signals.COMMITTED)
     except BaseException as exc:
@@ -259,8 +284,6 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
                 f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back"
             ) from exc
         raise
-    store_journal.drop_previous_state(root, journal["id"])
-    prune_objects(root, new_state)
     return landed
 
 
@@ -356,7 +379,7 @@ def _recover(root: Path) -> tuple[str | None, State]:
         theirs = (listed.by_vllm() | listed.by_others()) - spare
         written, undecided = _written_by_it(root, journal, theirs, spare)
         if undecided:
-            raise _undecided(root, undecided)
+            raise _undecided(root, undecided, journal)
         needed = _needed_originals(root, journal, written)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
@@ -464,16 +487,42 @@ class _Vouched:
         return record_digest(bytes.fromhex(digest), "sha256") in self.listed.get(path, set())
 
 
-def _undecided(root: Path, paths: list[str]) -> BadInput:
+def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
     """Recovery that cannot tell whether the interrupted transaction wrote these files stops: the
-    journal and the saved originals stay, the files are named, and the way on is the stock files."""
+    journal and the saved originals stay, the files are named, and the way on is the stock files.
+    A saved original that is damaged is the cause when it is one (it alone would have vouched)."""
+    kept = f"nothing was touched, and the journal and the saved originals are kept in {meta_dir(root)}"
+    damaged = _damaged_originals(root, paths, journal)
+    if damaged:
+        said = (
+            f"an interrupted patchkit transaction may have written {_some(paths)}, but the saved original "
+            f"of {_some(damaged)} is damaged (its bytes no longer match its sha256), so it cannot go back; {kept}"
+        )
+    else:
+        said = (
+            f"an interrupted patchkit transaction may have written {_some(paths)}, but nothing shows it: "
+            f"the tree was copied, or its files' times changed, after the interruption; {kept}"
+        )
     return BadInput(
-        f"an interrupted patchkit transaction may have written {_some(paths)}, but nothing shows it "
-        f"(the tree was copied, or its files' times changed, after the interruption); nothing was "
-        f"touched, and the journal and the saved originals are kept in {meta_dir(root)}",
-        hint=f"put the stock files back ({stock_files_command(root, None)}) or remove the files "
-        f"it created, then run {hints.command('recover')}",
+        said,
+        hint=f"put the stock files back with {stock_files_command(root, None)}, or remove the files it "
+        f"created; then run {hints.command('recover')}. The saved originals are in {objects_dir(root)}",
     )
+
+
+def _damaged_originals(root: Path, paths: list[str], journal: dict) -> list[str]:
+    """The paths among `paths` whose saved original is in the store but does not hold its digest's bytes."""
+    damaged = []
+    for entry in journal["files"]:
+        if entry["path"] not in paths or entry["before"] is None:
+            continue
+        if not os.path.lexists(objects_dir(root) / entry["before"]):  # missing: the times decide, as said
+            continue
+        try:
+            read_object(root, entry["before"])
+        except BadInput:
+            damaged.append(entry["path"])
+    return damaged
 
 
 def _original_saved(root: Path, entry: dict) -> bool:
@@ -598,11 +647,25 @@ def consistent_read(root: Path) -> Iterator[str | None]:
         if os.path.lexists(journal_path(root)):
             raise
         lock = None
+    recovered, state = None, None
     try:
-        yield recover(root) if lock else None
+        if lock:
+            recovered, state = _recover(root)
+        yield recovered
     finally:
         if lock:
+            if recovered and state is not None:
+                _without_emptied_store(root, state)
             lock.release()
+
+
+def _without_emptied_store(root: Path, state: State) -> None:
+    """A rollback that leaves nothing recorded (a first apply cut short) leaves no .patchkit/ either
+    (its lock, an empty objects/): the tree is as it was before that apply. Called under the lock,
+    by a reader or `recover` (a writer goes on to write there)."""
+    if state == State(entries=[]):
+        prune_objects(root, state)
+        remove_empty_store(root, state)
 
 
 def preflight(root: Path, paths: list[str], *, writable: bool = True) -> None:

@@ -100,10 +100,11 @@ def _remember_sound(known: tuple[bytes, str, bytes], sealed: bool) -> None:
 
 def cached_record(version: str) -> bytes | None:
     """The published wheel's RECORD of `version` if the cache holds it intact (the one the fetch
-    took out of the wheel), else None; no lock, no network, nothing written."""
+    took out of the wheel) under a sealed release.json, else None; no lock, no network, nothing
+    written. An unsealed record is no evidence (review 10b H2: a forged RECORD and its sha256)."""
     root = release_root(normalize_version(version))
     try:
-        found = _record_of(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES), root.name)
+        found = _record_of(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES), root.name, seal.key_id())
     except (Damaged, FileNotFoundError):
         return None
     if found is None:
@@ -118,14 +119,15 @@ def cached_record(version: str) -> bytes | None:
 
 
 @functools.lru_cache(maxsize=4)
-def _record_of(raw: bytes, ver: str) -> tuple[str, str | None] | None:
-    """(dist_info, record_sha256) of release.json's bytes `raw`, or None; kept by those bytes: each
-    set's integrity check asks it of the same release (~2 ms to parse and check each time)."""
+def _record_of(raw: bytes, ver: str, _key_id: bytes) -> tuple[str, str | None] | None:
+    """(dist_info, record_sha256) of release.json's bytes `raw` if sealed under the key `_key_id`
+    names, or None; kept by those: each set's integrity check asks it of the same release (~2 ms to
+    parse and check each time)."""
     try:
         state = _checked_state(raw, ver)
     except Damaged:
         return None
-    if state is None or not state.get("dist_info"):
+    if state is None or not state.get("dist_info") or state.get("seal") is None:
         return None
     return state["dist_info"], state.get("record_sha256")
 

@@ -37,7 +37,6 @@ from patchkit.fetch.cache import (
     release_root,
     remove_entry,
     save_state,
-    state_sealed,
 )
 from patchkit.fetch.download import download_wheel
 from patchkit.fetch.extract import extract
@@ -92,7 +91,8 @@ def release_tree(
     tree = root / "tree"
     _clear_odd_directories(root, warn or _to_stderr)
     cached = _state_or_none(root, ver)  # read once: each check below looks at the same record
-    recheck = recheck_index and (_settings_changed(cached, ver, say) or not _sealed_state(cached))
+    # an unsealed record is never believed, whoever asks (review 11 L1: the maintainer commands used it)
+    recheck = not _sealed_state(cached) or (recheck_index and _settings_changed(cached, ver, say))
     if _cache_answers(cached, tree, wanted, all_python) and not recheck:
         return tree  # fast path: no lock, no network
 
@@ -105,10 +105,10 @@ def release_tree(
         with _release_lock(root, ver, say):
             try:
                 state = _checked_state(root, ver, wanted, all_python, warn or _to_stderr)
-                if recheck_index and state is not None and not _from_a_configured_index(root, ver, state, say, warn):
+                if state is not None and not _sealed_state(state):
+                    state = _record_from_the_index(ver, say)
+                elif recheck_index and state is not None and not _from_a_configured_index(root, ver, state, say, warn):
                     state = _served_by_the_configured_index(root, ver, state, say)
-                if recheck_index and state is not None and state.get("seal") is None:
-                    state = _vouched_again(root, ver, state, say)
                 if state is None or missing(state, tree, wanted, all_python):
                     _Fetcher(ver, root, stats, say, warn or _to_stderr).run(state, wanted, all_python)
             except BaseException:
@@ -151,11 +151,8 @@ def _from_a_configured_index(root: Path, ver: str, state: State, say: Progress, 
 def _served_by_the_configured_index(root: Path, ver: str, state: State, say: Progress) -> State | None:
     """A release cached from an index pip no longer names, against the wheel the configured one
     serves: the same file (name and sha256) stays, its record naming that index; another file under
-    a sealed record is refused (a mirror may serve anything: only removing the record makes way for
-    it); an unsealed record vouches for nothing, so it goes and the release is fetched again."""
-    if not state_sealed(state):
-        _forget_release(root, state)
-        return None
+    the (sealed) record is refused (a mirror may serve anything: only removing the record makes way
+    for it)."""
     settings = net.pip_settings()
     session = net.make_session(settings, None)
     try:
@@ -209,34 +206,38 @@ def _sealed_state(state: State | None) -> bool:
     return state is not None and state.get("seal") is not None
 
 
-def _vouched_again(root: Path, ver: str, state: State, say: Progress) -> State | None:
-    """An unsealed release.json (an older patchkit's) sealed once the index gives its wheel the same
-    sha256; else the cached release goes and is fetched again."""
+def _record_from_the_index(ver: str, say: Progress) -> State:
+    """A new record for a release whose release.json is not sealed (an older patchkit's, another
+    machine's, or edited: review 10b H2). The index vouches for the wheel's sha256 alone, never the
+    RECORD or files beside it, so nothing of the old record is kept: every file is fetched again and
+    written over the old one by a rename (a reader that opened it finishes reading it; the tree is
+    never removed under a reader). With no index to ask, it is refused."""
     settings = net.pip_settings()
     session = net.make_session(settings, None)
     try:
-        chosen = find_wheel(ver, settings, session, say)
-    except FetchError:
-        return state  # no index to ask: it stays as it is, vouching for no wheel
+        return _new_record(ver, settings, session, say)
+    except FetchError as e:
+        raise _unsealed_offline(ver, e) from None
     finally:
         session.close()
-    _held_to_what_is_recorded(ver, chosen)  # sealed, it would vouch for another file than the one recorded
-    recorded = str(state.get("sha256") or "").lower()
-    if chosen["wheel"] == state["wheel"] and recorded and str(chosen["sha256"] or "").lower() == recorded:
-        del state["seal"]  # a new record: save_state seals it
-        save_state(root, state)
-        return state
-    _forget_release(root, state)
-    return None
 
 
-def _forget_release(root: Path, state: State) -> None:
-    """The cached release goes (files, record, a kept wheel): another index's build is not this one's."""
-    with suppress(FetchError):  # a name that is no wheel's was never written there
-        check_wheel_name(state["wheel"])
-        remove_entry(root / state["wheel"])
-    remove_entry(root / STATE_FILE)
-    remove_entry(root / "tree")
+def _new_record(ver: str, settings: PipSettings, session: Any, say: Progress) -> State:
+    """release.json of a release the index is asked for afresh: its wheel, nothing in the tree yet."""
+    state = new_state(ver)
+    state.update(_held_to_what_is_recorded(ver, find_wheel(ver, settings, session, say)))
+    state["pip_config"] = origin.sealed_settings(settings)
+    state["members"] = None
+    state["dist_info"] = None
+    return state
+
+
+def _unsealed_offline(ver: str, cause: FetchError) -> FetchError:
+    return FetchError(
+        f"the cached vLLM {ver} was not sealed by this user's patchkit (another machine's, an older "
+        f"patchkit's, or edited), so it is not used; fetching it again failed: {cause.message}",
+        hint=cause.hint or "run the command again where pip's index can be reached",
+    )
 
 
 def _clear_odd_directories(root: Path, warn: Progress) -> None:
@@ -276,8 +277,8 @@ def _checked_state(root: Path, ver: str, wanted: set[str], all_python: bool, war
         remove_entry(root / STATE_FILE)
         remove_entry(tree)  # nothing in it is vouched for any more
         return None
-    if state is None:
-        return None
+    if state is None or not _sealed_state(state):
+        return state  # an unsealed one is not believed at all: replaced whole, not mended
     damaged = damaged_members(state, tree)
     if damaged:
         shown = "; ".join(list(damaged.values())[:3]) + (f"; {len(damaged) - 3} more" if len(damaged) > 3 else "")
@@ -358,13 +359,7 @@ class _Fetcher:
 
     def _run(self, state: State | None, wanted: set[str], all_python: bool) -> None:
         if state is None:
-            state = new_state(self.ver)
-            state.update(
-                _held_to_what_is_recorded(self.ver, find_wheel(self.ver, self.settings, self.session, self.say))
-            )
-            state["pip_config"] = origin.sealed_settings(self.settings)
-            state["members"] = None
-            state["dist_info"] = None
+            state = _new_record(self.ver, self.settings, self.session, self.say)
         if self._decided_offline(state, wanted, all_python):
             save_state(self.root, state)
             return

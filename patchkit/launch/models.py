@@ -116,7 +116,7 @@ def resolve_model(
     _refuse_a_file(local, role, source)
     if os.path.isdir(local):
         _refuse_other_formats(local, config_format, role, source)
-    looked.append(str(local / CONFIG))
+    looked.append(_where(local / CONFIG))
     raw = _config_bytes(local / CONFIG)
     if raw is not None:
         return _load(name, local / CONFIG, raw, overrides)
@@ -132,6 +132,17 @@ def resolve_model(
     if source.startswith("~"):
         hint = f"write the full path: vLLM never expands ~ (only a shell does, in a word of its own); {hint}"
     raise TargetError(f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})", hint=hint)
+
+
+def _where(path: Path) -> str:
+    """A path looked at, as the user can find it: a relative one with the directory it is read in
+    (vLLM reads it there too; the user may be elsewhere when reading this)."""
+    if path.is_absolute():
+        return str(path)
+    try:
+        return f"{path} under the current directory {os.getcwd()}"
+    except OSError:  # the working directory was removed
+        return f"{path} under the current directory"
 
 
 def config_download(name: str, revision: str | None = None) -> str:

@@ -516,7 +516,7 @@ def _verify_in_scratch(job: _Job, stock: Path, fetched: float, scratch: Path, op
     try:
         resolved = resolve(replace(opts, target_dir=str(site), python=None, vllm_version=None, adhoc=()))
         with clock("checks"):
-            stock_checks = _stock_integrity(site, job)
+            stock_checks = _stock_integrity(site, job, copied)
         if any(r.failed for r in stock_checks):
             result = _damaged_stock(job.version, stock_checks)
         elif job.selection.kind == SelectionKind.UPSTREAM:
@@ -540,10 +540,13 @@ def _verify_in_scratch(job: _Job, stock: Path, fetched: float, scratch: Path, op
         shutil.rmtree(site, ignore_errors=True)
 
 
-def _stock_integrity(site: Path, job: _Job) -> list[CheckResult]:
-    """integrity, as `verify --target` runs it: each stock file against the release's RECORD."""
+def _stock_integrity(site: Path, job: _Job, copied: list[str]) -> list[CheckResult]:
+    """integrity, as `verify --target` runs it: each stock file against the release's RECORD. A file
+    the behaviour test reads that the release lacks is no file of it (not "added by the series")."""
+    reads = set(job.selection.patch_set.behaviour_reads) if job.selection.patch_set else set()
+    paths = [path for path in job.paths if path in copied or path not in reads]
     context = CheckContext(
-        paths=list(job.paths), read=lambda path: read_file(site / path), python=None, root=site, version=job.version
+        paths=paths, read=lambda path: read_file(site / path), python=None, root=site, version=job.version
     )
     return integrity.CHECK.run(context)
 

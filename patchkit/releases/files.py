@@ -29,8 +29,7 @@ from patchkit.tree.version import parse
 
 
 def files_for(version: str, library: str | None = None, set_name: str | None = None) -> list[str]:
-    """The files patchkit reads of a release: those its series touches, or for an upstream release
-    those the set's checks read; none for an unsupported one. Without a set, those of every set of
+    """The files patchkit reads of a release: needed_files of each set; none for an unsupported one. Without a set, those of every set of
     the library. A library or set that cannot be loaded is the caller's error (BadInput), as it is
     for every other command."""
     found: set[str] = set()
@@ -76,7 +75,9 @@ def _refusal(patch_set: PatchSetDef, version: str) -> NoPatchSet | None:
 
 
 def needed_files(patch_set: PatchSetDef, selection: Selection) -> list[str]:
-
+    """The files of the release `selection` is for that the set reads: those its series touches (an
+    upstream release: those of its newest series), its contract's, and what its behaviour test reads
+    besides them (set.toml `behaviour_reads`; a release lacking one simply has it absent)."""
     if selection.kind == PATCH:
         paths = {f.source_path or f.path for p in selection.patches for f in p.files}
     elif selection.kind == UPSTREAM:
@@ -84,7 +85,9 @@ def needed_files(patch_set: PatchSetDef, selection: Selection) -> list[str]:
     else:
         return []
     contract = {req.file for req in patch_set.contract if req.applies_to(selection.version)}
-    return sorted(paths | contract)
+    # what the behaviour test reads beside the judged files (vLLM's parser engine): judged, not "not loaded"
+    behaviour = set(patch_set.behaviour_reads) if patch_set.behaviour is not None else set()
+    return sorted(paths | contract | behaviour)
 
 
 def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *, force: bool = False) -> list[str]:

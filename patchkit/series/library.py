@@ -1,7 +1,7 @@
 """The patch library: named sets, each with versioned patch series per vLLM release.
 
     <root>/<set>/set.toml             name, description, supported, upstream, probe, contract, launch,
-                                      behaviour, [needed_by], [[releases]]
+                                      behaviour, behaviour_reads, [needed_by], [[releases]]
     <root>/<set>/<dir>/series         patch file names in apply order, each with its sha256
                                       ("0001-x.patch sha256:<hex>"; '#' starts a comment)
     <root>/<set>/<dir>/NNNN-name.patch  DEP-3 header, then a git-style unified diff
@@ -259,6 +259,8 @@ class PatchSetDef:
     contract: tuple[Requirement, ...] = ()  # what must hold in the patched code (checks/contract.py)
     launch: Path | None = None  # the set's launch checks, run by `patchkit preflight` (patchkit/launch)
     behaviour: Path | None = None  # the set's behaviour test, run by `patchkit verify` (checks/behaviour.py)
+    # release files the behaviour test reads besides those it judges (fetched with them; absent: skipped)
+    behaviour_reads: tuple[str, ...] = ()
     needed_by: LaunchRule | None = None  # which launches need it (preflight, run); None: every launch
     pending_fix: str | None = None  # [upstream_fix]'s pull request while its state is "pending"
 
@@ -288,6 +290,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "contract": ((str, list), False),
     "launch": ((str,), False),
     "behaviour": ((str,), False),
+    "behaviour_reads": ((list,), False),
     "needed_by": ((dict,), False),
     "upstream_fix": ((dict,), False),  # where upstream's fix stands (issue, pull request): for people to read
 }
@@ -310,11 +313,25 @@ def _manifest_problems(data: dict) -> list[str]:
             problems.append(f"[[releases]] entry {index}: `dir` {release['dir']!r} {unsafe_reason(release['dir'])}")
     if isinstance(data.get("roots"), list) and not all(isinstance(r, str) and r for r in data["roots"]):
         problems.append("`roots` must be an array of package names")
+    if isinstance(data.get("behaviour_reads"), list):
+        problems += _behaviour_reads_problems(data["behaviour_reads"], "behaviour" in data)
     if isinstance(data.get("needed_by"), dict):
         problems += _rule_problems(data["needed_by"])
     if isinstance(data.get("upstream_fix"), dict):
         problems += _upstream_fix_problems(data["upstream_fix"])
     return problems
+
+
+def _behaviour_reads_problems(paths: list, has_behaviour: bool) -> list[str]:
+    """`behaviour_reads`: release files (relative POSIX paths, e.g. vllm/parser/utils.py) fetched for
+    the set's behaviour test, which it must have."""
+    if not has_behaviour:
+        return ["`behaviour_reads` names files for a behaviour test: give `behaviour` too"]
+    wrong = [p for p in paths if not isinstance(p, str) or unsafe_reason(p)]
+    if wrong:
+        why = unsafe_reason(wrong[0]) if isinstance(wrong[0], str) else "is not a string"
+        return [f"`behaviour_reads` entry {wrong[0]!r} {why} (give paths like vllm/parser/utils.py)"]
+    return []
 
 
 UPSTREAM_FIX = ("state", "issue", "pull_request")  # [upstream_fix]: each a string
@@ -419,6 +436,7 @@ def load_set(directory: Path) -> PatchSetDef:
             contract=_contract(data.get("contract"), directory, manifest),
             launch=_probe_script(data.get("launch"), directory, manifest, "launch checks"),
             behaviour=_probe_script(data.get("behaviour"), directory, manifest, "behaviour test"),
+            behaviour_reads=tuple(data.get("behaviour_reads", ())),
             needed_by=_launch_rule(data.get("needed_by")),
             pending_fix=_pending_fix(data.get("upstream_fix")),
         )

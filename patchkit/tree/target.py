@@ -350,7 +350,7 @@ def stock_files_command(tree: Path, version: object | None) -> str:
         version = dirs[0].name[len("vllm-") :].rsplit(".", 1)[0]
     with_record = [d for d in dirs if (d / "RECORD").exists()]
     exact = [d for d in with_record if version is not None and d.name.lower() == f"vllm-{version}.dist-info".lower()]
-    chosen = next(iter(exact or with_record), None)
+    chosen = next(iter(exact or with_record or dirs), None)  # RECORD removed: the dist-info still tells how it came
     if chosen is not None and not any((chosen / name).exists() for name in ("INSTALLER", "WHEEL")):
         return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
     return hints.pip_reinstall(version)

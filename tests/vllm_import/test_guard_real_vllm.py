@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers import MODEL_PY, make_patch, write_tree
-from test_real_vllm import VLLM_PYTHON, patchkit
-from vllm_overlay import overlay_venv, site_packages
+from vllm_overlay import VLLM_PYTHON, overlay_venv, patchkit, site_packages
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 

@@ -17,15 +17,13 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
-from vllm_overlay import overlay_venv, site_packages
+from vllm_overlay import VLLM_PYTHON, overlay_venv, patchkit, site_packages
 
-VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 VLLM_VERSION = Version(os.environ.get("VLLM_VERSION", "0.16.0"))
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
@@ -67,12 +65,6 @@ def supports_eagle3(python: Path) -> dict[str, bool]:
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     return json.loads(lines[lines.index("PATCHKIT-TEST-ANSWER") + 1])
-
-
-def patchkit(python: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "patchkit", *args, "--python", str(python)], capture_output=True, text=True, timeout=900
-    )
 
 
 def record_mismatches(site: Path) -> list[str]:

@@ -15,9 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from serve_lines import patchkit_reading, serve_arguments
-from test_launch_review5 import ACCEPTED_VALUES, REFUSED_VALUES
-from test_serve_parser_property import agree
+from serve_lines import ACCEPTED_VALUES, REFUSED_VALUES, agree, patchkit_reading, serve_arguments
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 VERSION = os.environ.get("VLLM_VERSION", "0.16.0")

@@ -6,15 +6,19 @@ package and its dist-info (the compiled extensions, 1.3 GB of 0.16.0's 1.35, are
 writes only the Python sources, by replacing them) and reaches every other package of the real
 venv through a .pth; pytest (and pluggy, iniconfig), copied from the venv running these tests,
 come after them: the real venv has no pytest. Its `vllm` script is the real venv's, run by the
-overlay's interpreter.
+overlay's interpreter. `patchkit(python, ...)` runs this checkout's patchkit on an interpreter's vLLM.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")  # the real vLLM venv's interpreter (`make test-vllm` sets it)
 
 PYTEST_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig")  # packaging and pygments: the vLLM venv's own
 
@@ -72,3 +76,9 @@ def overlay_venv(base_python: str, dest: Path) -> Path:
     (site / "_vllm_venv.pth").write_text(f"import site; site.addsitedir({str(base_site)!r})\n")
     (site / "_zz_pytest.pth").write_text(f"{pytest_dir}\n")
     return python
+
+
+def patchkit(python: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *args, "--python", str(python)], capture_output=True, text=True, timeout=900
+    )

@@ -12,7 +12,13 @@ from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.json_views import resolved_json, target_json, version_json
 from patchkit.cli.ui.reports import show_header
 from patchkit.cli.ui.steps import Shown
-from patchkit.engine.operations import RevertResult, nothing_to_undo, resolve_for_revert, revert_series
+from patchkit.engine.operations import (
+    RevertResult,
+    covering_series,
+    nothing_to_undo,
+    resolve_for_revert,
+    revert_series,
+)
 from patchkit.engine.resolve import library_sets, several, tree_version
 from patchkit.engine.transaction import never_locked
 
@@ -40,10 +46,13 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
         ui.knows(version_json(tree_version(opts, target)))
     if resolved is not None and not ui.json_mode:
         show_header(ui, resolved)
+    # without a record (.patchkit/ lost or emptied), what is recognisably applied is undone all the same
+    series = covering_series(opts, target, sets) if resolved is None and several(opts, sets) else []
     # a tree patchkit ever locked goes on under the lock: a killed command's store is cleared there
     if (
         resolved is None
         and several(opts, sets)
+        and not series
         and (dry_run or never_locked(target.root))
         and nothing_to_undo(target.root)
     ):
@@ -52,7 +61,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
         return result
     chosen = opts.set_name or opts.adhoc  # one set; without either, every set the tree records
     only = resolved.set_name if resolved is not None and chosen else opts.set_name
-    result = revert_series(target, resolved, only, force=force, dry_run=dry_run, watch=Shown(ui))
+    result = revert_series(target, resolved, only, force=force, dry_run=dry_run, watch=Shown(ui), series=series)
     _finish(ui, result)
     return result
 

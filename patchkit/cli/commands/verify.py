@@ -234,10 +234,14 @@ def _verify_sets(
         documents = [reports.verified_target_document(r, v) for r, v in pairs]
         ui.json({"ok": verified.ok, "state": verified.state, "sets": documents})
     else:
-        guard_said = False  # the guard's refusal is the tree's: said by the first set it fails
+        # the guard's refusal and a --vllm-version naming another release are the tree's: said by the first set they fail
+        guard_said = version_said = False
         for index, (resolved, result) in enumerate(pairs):  # the tree once, then each set's own lines
-            reports.verified_target_text(ui, resolved, result, target=index == 0, guard=not guard_said)
+            reports.verified_target_text(
+                ui, resolved, result, target=index == 0, guard=not guard_said, version=not version_said
+            )
             guard_said = guard_said or bool(result.status.guard)
+            version_said = version_said or bool(reports.another_release(resolved) and not result.ok)
         for each in chosen:
             if each not in verified.chosen:
                 ui.note(why_not(each))

@@ -124,24 +124,29 @@ class UI:
         """Wrapped as an error is (at spaces, an aside whole, the lines after the first indented)."""
         if self.quiet:
             return
+        self._wrapped(f"note: {text}", "cyan")
+
+    def _wrapped(self, said: str, style: str) -> None:
+        """`said` on stderr, wrapped at spaces in a terminal, each line after the first indented two
+        columns past its own (a path or `command` whole on its line: it is copied from there)."""
         width = self.err.width if self.err.is_terminal else None
-        for part in visible(f"note: {text}").split("\n"):
+        for part in visible(said).split("\n"):
             for line in fitted(part, width, indent=len(part) - len(part.lstrip()) + 2):
-                self.err.print(line, style="cyan", soft_wrap=True)
+                self.err.print(line, style=style, soft_wrap=True)
 
     def warn(self, text: str, hint: str | None = None) -> None:
-        self.err.print(f"warning: {visible(text)}", style="yellow")
-        if hint:  # its own line: a `command` is copied whole from there
-            self.err.print(f"hint: {visible(hint)}", style="yellow", soft_wrap=True)
+        """Wrapped as a note is, the lines after the first indented; the hint on a line of its own
+        (a `command` is copied whole from there)."""
+        self._wrapped(f"warning: {text}", "yellow")
+        if hint:
+            self._wrapped(f"hint: {hint}", "yellow")
 
     def error(self, message: str, hint: str | None = None) -> None:
         """Wrapped at spaces in a terminal, a path or `command` whole on its line (never folded
         mid-word, never shortened: it is copied from there)."""
-        width = self.err.width if self.err.is_terminal else None
-        for said, style in ((f"error: {message}", "bold red"), (f"hint: {hint}" if hint else "", "red")):
-            for part in visible(said).split("\n") if said else []:
-                for line in fitted(part, width, indent=len(part) - len(part.lstrip()) + 2):
-                    self.err.print(line, style=style, soft_wrap=True)
+        self._wrapped(f"error: {message}", "bold red")
+        if hint:
+            self._wrapped(f"hint: {hint}", "red")
 
     def json(self, data: dict[str, Any]) -> None:
         """The run's document: held for the CLI to complete and print (see Run)."""

@@ -17,7 +17,7 @@ from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 from patchkit.engine.guard import refusal_text
-from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED
+from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, stale_said
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.specifiers import SpecifierSet
@@ -208,14 +208,10 @@ def _stale_said(notes: list[str]) -> list[tuple[str, str]]:
             by_reason.setdefault(note, [])
             continue
         by_reason.setdefault(reason, []).append(name)
-    said = []
-    for reason, names in by_reason.items():
-        if len(names) > 1:
-            reason = reason.replace("the old record is stale", "the old records are stale")
-            said.append((f"the records of {', '.join(names)}: {reason}", "them"))
-        else:
-            said.append((f"{STALE_PREFIX}{names[0]}: {reason}" if names else reason, "it"))
-    return said
+    return [
+        (stale_said(names, reason) if names else reason, "them" if len(names) > 1 else "it")
+        for reason, names in by_reason.items()
+    ]
 
 
 def _upgrade_said(problems: list[str]) -> list[str]:
@@ -351,13 +347,18 @@ def verified_target_text(
     *,
     target: bool = True,
     guard: bool = True,
+    version: bool = True,
 ) -> None:
     """The header (`target`: where vLLM is, said by the first set only), the failures (the command
     that fixes each), then the verdict with the count of the checks that passed (every row with -v).
-    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set."""
+    `guard` False: an earlier set said the guard's refusal, the tree's and the same for each set;
+    `version` False: an earlier set said that --vllm-version names another release than the tree's."""
     mismatch = another_release(resolved)
     if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
         show_header(ui, resolved, target=target)
+        if not version:
+            ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
+            return
         ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
         ui.verdict(f"verify: FAILED: {mismatch}", ok=False)
         return
@@ -365,7 +366,7 @@ def verified_target_text(
     found = status_failures(resolved, status) + check_failures(
         results, _check_fix(resolved, status), _fixes_by_check(status)
     )
-    refused_above = not guard and any(f.what == GUARD for f in found)
+    refused_above = any(f.what == GUARD for f in found)  # said above: by this set, or an earlier one
     found = [f for f in found if guard or f.what != GUARD]
     show_status(
         ui,

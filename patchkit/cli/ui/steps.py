@@ -37,13 +37,13 @@ class Shown:
         passes counts them in its last line: its table is for -v."""
         if self.dry_run and not self.ui.verbose and not any(r.failed for r in results):
             return
-        if not self.tables and _bytecode_passed(results) and not self.ui.verbose:  # revert's one check
-            self.ui.line("bytecode no stale compiled copy of the patched code is left", style="green")
+        if not self.tables and _bytecode_passed(results) and not self.ui.verbose:  # revert's one check: -v shows it
             return
         show_checks(self.ui, results, label="checks" if not self.tables else "written")
         self.tables += 1
 
 
 def _bytecode_passed(results: list[CheckResult]) -> bool:
-    """Only the bytecode fix ran (revert), and it passed: "1 check passed" would say nothing."""
+    """Only the bytecode fix ran (revert), and it passed: "1 check passed" would say nothing, and its
+    label (`bytecode`) is not a word a user knows; revert's own line says the files are stock."""
     return bool(results) and all(r.check == bytecode.NAME and not r.failed for r in results)

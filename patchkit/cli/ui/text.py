@@ -108,6 +108,14 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
     words = re.compile(_COMMAND).sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
     # a short aside "(-v shows each)" is read as one: never wrapped inside its parentheses
     words = re.compile(_ASIDE).sub(lambda m: _kept_whole(m.group(), min(ASIDE_ROOM, room)), words)
+    lines = _wrapped(words, width, first, indent, shorten=shorten)
+    return [line.replace(_KEPT_SPACE, " ") for line in lines] or [""]
+
+
+def _wrapped(words: str, width: int, first: int, indent: int, *, shorten: bool) -> list[str]:
+    """`words` wrapped at spaces; a line wider than `width` broken (_broken_line). The text after a
+    name broken after a / goes on after its last piece when it all fits there, or all of it up to
+    the next such name (`…/snapshots/` / `config.json absent; vLLM would…`: never `absent;` alone)."""
     lines = textwrap.wrap(
         words,
         width,
@@ -116,8 +124,22 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
         break_long_words=False,
         break_on_hyphens=False,
     )
-    lines = [part for line in lines for part in _broken_line(line, width, shorten=shorten)]
-    return [line.replace(_KEPT_SPACE, " ") for line in lines] or [""]
+    done: list[str] = []
+    for number, line in enumerate(lines):
+        parts = _broken_line(line, width, shorten=shorten)
+        rest = lines[number + 1 :]
+        if len(parts) == 1 or not rest or "`" in line:  # a `command`'s shell lines end where they end
+            done += parts
+            continue
+        last = parts[-1]
+        wide = next((i for i, more in enumerate(rest) if len(more) > width), None)
+        run = " ".join(more.strip() for more in rest[:wide])
+        if wide is not None and len(last) + 1 + len(run) > width:  # it would strand a word before that name
+            done += parts
+            continue
+        after = " ".join([last.strip(), *(more.strip() for more in rest)])
+        return done + parts[:-1] + _wrapped(after, width, len(last) - len(last.lstrip()), indent, shorten=shorten)
+    return done
 
 
 def _broken_line(line: str, width: int, *, shorten: bool) -> list[str]:

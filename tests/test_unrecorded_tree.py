@@ -1,0 +1,151 @@
+"""A tree whose record is lost, emptied or outdated (issue 20, review 11 M1; newuser16 finding 1):
+`.patchkit/` gone with `cp -r tree/*`, `rsync --exclude '.*'` or a .dockerignore, or emptied; or the
+stock files back under the record (`pip install --force-reinstall vllm==X`). What patchkit says and
+does there is true, and one command makes the tree whole."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import make_patch, snapshot, write_library, write_tree
+
+from patchkit.store.state import read_state
+
+PARSER = "vllm/parsers/toolcall.py"
+ROUTER = "vllm/serving/router.py"
+
+PARSER_PY = "def parse(text):\n    calls = []\n    for line in text.splitlines():\n        calls.append(line)\n    return calls\n"
+ROUTER_PY = "ROUTES = {\n    'chat': 'v1/chat',\n}\n\n\ndef route(kind):\n    return ROUTES[kind]\n"
+
+
+def _record(tree: Path, version: str = "0.17.1") -> None:
+    """vLLM's RECORD for the tree as it is now (stock): each file of vllm/ with its hash."""
+    rows = []
+    for path in sorted((tree / "vllm").rglob("*")):
+        if path.is_file():
+            digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+            rows.append(f"{path.relative_to(tree).as_posix()},sha256={digest},{path.stat().st_size}")
+    (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture
+def stock(tmp_path, scratch) -> tuple[Path, Path]:
+    """A 0.17.1 tree with a RECORD, and a library of two sets that each change one of its files."""
+    tree = write_tree(tmp_path / "site", "0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    _record(tree)
+    library = scratch / "lib"
+    streamed = PARSER_PY.replace("calls.append(line)", "calls.append(line.strip())")
+    routed = ROUTER_PY.replace("'chat': 'v1/chat',", "'chat': 'v1/chat',\n    'tools': 'v1/tools',")
+    write_library(library, {"0.17.1": [make_patch(scratch, tree, {PARSER: streamed})]}, name="parsers")
+    write_library(library, {"0.17.1": [make_patch(scratch, tree, {ROUTER: routed})]}, name="routes")
+    (library / "library.toml").write_text('order = ["parsers", "routes"]\n')
+    return tree, library
+
+
+def _lose_record(tree: Path, how: str) -> None:
+    if how == "lost":  # cp -r tree/*, rsync --exclude '.*', a .dockerignore
+        shutil.rmtree(tree / ".patchkit")
+    else:
+        (tree / ".patchkit" / "state.json").write_text(json.dumps({"entries": [], "format": 1}) + "\n")
+
+
+@pytest.mark.parametrize("how", ["lost", "emptied"])
+def test_revert_of_every_set_undoes_what_is_applied_when_the_record_is_lost(run, stock, how):
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    assert snapshot(tree) != before
+    _lose_record(tree, how)
+
+    reverted = run("revert", "--target", tree, "--patches", library)
+    assert reverted.exit_code == 0, reverted.output
+    assert "reverted: 2 file(s) restored to stock" in reverted.output, reverted.output
+    assert "no RECORD" not in reverted.output
+    assert snapshot(tree) == before
+    again = run("revert", "--target", tree, "--patches", library)
+    assert again.exit_code == 0 and "the tree is stock (its files are as vLLM's RECORD lists them)" in again.output
+
+
+def test_a_lost_record_over_an_edited_patched_file_is_refused_with_the_command_that_works(run, stock):
+    tree, library = stock
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    _lose_record(tree, "lost")
+    (tree / PARSER).write_text((tree / PARSER).read_text().replace("line.strip()", "line.lower()"))
+    edited = snapshot(tree)
+
+    refused = run("revert", "--target", tree, "--patches", library)
+    assert refused.exit_code == 1, refused.output
+    assert PARSER in refused.output and "the tree records no apply" in refused.output, refused.output
+    assert f"0.17.1 --dest {tree} --force` puts the stock files back" in refused.output, refused.output
+    assert snapshot(tree) == edited
+
+
+@pytest.mark.parametrize("how", ["lost", "emptied"])
+def test_apply_records_the_sets_it_finds_applied_with_their_originals(run, stock, how):
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    _lose_record(tree, how)
+
+    again = run("apply", "--target", tree, "--patches", library)
+    assert again.exit_code == 0, again.output
+    assert again.output.count("already applied, with no record of it; recorded") == 2, again.output
+    entries = read_state(tree).entries
+    assert [e.set_name for e in entries] == ["parsers", "routes"]
+    for entry in entries:  # each original saved, as an apply that wrote the files saves it
+        for path, shas in entry.files.items():
+            assert shas["before"] == hashlib.sha256(before[path]).hexdigest()
+            assert (tree / ".patchkit/objects" / shas["before"]).read_bytes() == before[path]
+    assert run("apply", "--target", tree, "--patches", library).output.count("already applied: nothing to do") == 2
+
+    # the record now undoes it, as any apply's would: a set at a time
+    assert run("revert", "--target", tree, "--patches", library, "--set", "routes").exit_code == 0
+    assert run("revert", "--target", tree, "--patches", library, "--set", "parsers").exit_code == 0
+    assert snapshot(tree) == before and not (tree / ".patchkit").exists()
+
+
+def _fix_of(status_output: str) -> list[str]:
+    """The commands on the guard's `fix:` line, in order."""
+    line = next(line for line in status_output.splitlines() if line.strip().startswith("fix:"))
+    return re.findall(r"`patchkit ([^`]*)`", line)
+
+
+@pytest.mark.parametrize("reinstalled", [[PARSER, ROUTER], [ROUTER]], ids=["every-file", "one-file"])
+def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run, stock, reinstalled):
+    """`pip install --force-reinstall` of the same vLLM over an applied tree: the stock files come
+    back, .patchkit/ and the guard stay. One line with a count, not a line per file, and a fix
+    that names no set wrongly and clears the guard; where some files are still patched too, the
+    fix is revert then apply."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    for path in reinstalled:
+        (tree / path).write_bytes(before[path])
+
+    status = run("status", "--target", tree, "--patches", library)
+    assert status.exit_code == 1, status.output
+    assert "was changed after patchkit patched it" not in status.output, status.output
+    assert "another set" not in status.output, status.output
+    if len(reinstalled) == 2:
+        assert "the files are stock again (vLLM reinstalled?): all 2 recorded" in status.output, status.output
+        assert _fix_of(status.output) == [f"apply --target {tree} --patches {library}"], status.output
+    else:
+        assert "1 of the 2 recorded files hold their stock bytes again" in status.output, status.output
+        fix = [f"{verb} --target {tree} --patches {library}" for verb in ("revert", "apply")]
+        assert _fix_of(status.output) == fix, status.output
+
+    verify = run("verify", "--target", tree, "--patches", library, "--no-import")
+    verdicts = [line for line in verify.output.splitlines() if line.startswith("verify: FAILED:") and "passed" in line]
+    assert verdicts and all("the launch guard refuses the tree" in line for line in verdicts), verify.output
+
+    for command in _fix_of(status.output):
+        done = run(*command.split())
+        assert done.exit_code == 0, done.output
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0
+    assert snapshot(tree) != before
