@@ -360,7 +360,7 @@ def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
     """`findings` with one fix where several apply a set each (of `names`, the sets judged) or every
     set: `apply --set A --set B`, the sets the launch needs and lacks, and no set it does not use
     (newuser16 5: a fix line per set, and a third that applied every set)."""
-    if len({f.fix for f in findings if f.fix and f.fix.startswith(_APPLYING)}) < 2:
+    if len({f.fix for f in findings if f.fix and not f.ok}) < 2:
         return findings  # no hint built for a launch with nothing to fix (`run`'s passing path builds none)
     per_set = {apply_fix(_NeededSet(name)): name for name in names}
     every = apply_fix()
@@ -373,9 +373,6 @@ def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
     words = [word for name in sets for word in ("--set", name)]
     one = f"run {hints.command('apply', *words, chosen=hints.for_set(None))}"
     return [dataclasses.replace(f, fix=one) if f in applying else f for f in findings]
-
-
-_APPLYING = "run `patchkit apply "  # apply_fix's form
 
 
 @dataclass(frozen=True)
