@@ -287,6 +287,36 @@ def test_pip_settings_read_through_pip(cache, monkeypatch, tmp_path, via):
     assert pipconfig.pip_settings().index_urls == ["https://env.invalid/simple"]
 
 
+@pytest.mark.parametrize("via", ["in-process", "subprocess"])
+@pytest.mark.parametrize("winner", ["PIP_CONFIG_FILE", "user"])
+def test_the_pip_file_that_wins_is_pips_not_the_one_whose_path_sorts_last(cache, monkeypatch, tmp_path, via, winner):
+    # pip >= 25's `pip config list` prints each file's values sorted by the file's path: the site-wide file
+    # here (zz/) sorts after the one pip reads last, and patchkit took its cert and index from it
+    from patchkit.fetch import pipconfig
+
+    if via == "subprocess":
+        monkeypatch.setattr(pipconfig, "_pip_items_in_process", lambda: None)
+    monkeypatch.setattr(pipconfig, "_CACHE", {})
+    site_wide = tmp_path / "zz" / "pip" / "pip.conf"
+    site_wide.parent.mkdir(parents=True)
+    site_wide.write_text("[global]\ncert = /site-wide/ca.pem\nindex-url = https://site-wide.invalid/simple\n")
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "zz"))
+    mine = tmp_path / "a" / "pip" / "pip.conf"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(
+        "[global]\ncert = /mine/ca.pem\nindex-url = https://mine.invalid/simple\n"
+        "extra-index-url =\n    https://one.invalid/simple\n    https://two.invalid/simple\n"
+    )
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "a"))
+    if winner == "PIP_CONFIG_FILE":
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(mine))
+    else:
+        monkeypatch.delenv("PIP_CONFIG_FILE")
+    s = pipconfig.pip_settings()
+    assert s.cert == "/mine/ca.pem"
+    assert s.index_urls == ["https://mine.invalid/simple", "https://one.invalid/simple", "https://two.invalid/simple"]
+
+
 def test_env_overrides_pip_conf(server, cache, monkeypatch, tmp_path):
     conf = tmp_path / "pip.conf"
     conf.write_text(f"[global]\nindex-url = {server.index('empty')}\n")

@@ -21,6 +21,7 @@ from helpers import assert_clean_failure, fingerprint, make_patch, run_cli, writ
 
 from patchkit import fetch
 from patchkit.cli.main import cli
+from patchkit.maintainer import stock
 
 from index_server import FILES, VERSION, WHEEL, IndexServer, build_wheel, isolate_cache, use_index  # isort: skip
 
@@ -299,8 +300,8 @@ def test_every_reader_of_the_release_cache_refuses_a_forged_record(index, tmp_pa
     forge_under_a_stale_seal(tmp_path, SPEC, b"# planted for a workspace\n")
 
     assert fetch.cached_record(VERSION) is None
-    tree = fetch.release_tree(VERSION, [SPEC])
-    assert (tree / SPEC).read_bytes() == FILES[SPEC]
+    tree, contents = stock.release_contents(VERSION, [SPEC], None)  # the maintainer commands' reader
+    assert contents[SPEC] == (tree / SPEC).read_bytes() == FILES[SPEC]
     assert fetch.cached_record(VERSION) == (tree / DIST / "RECORD").read_bytes()
 
 

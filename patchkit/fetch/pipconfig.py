@@ -4,9 +4,8 @@ pip merges several configuration files (site-wide, user, virtualenv,
 ``PIP_CONFIG_FILE``) and ``PIP_*`` environment variables, with the
 environment winning over files and a command's own section (``[install]``)
 winning over ``[global]``.  Rather than re-implementing that, ask pip: its ``Configuration`` class
-in-process (what ``pip config list`` prints), else ``python -m pip config list``
-in a subprocess, which prints the merged result one ``key='value'`` a line,
-e.g. ``global.index-url='https://...'`` or ``:env:.index-url='...'``.
+in-process, else ``pip config debug`` in a subprocess, which prints each file pip reads and its
+``section.key: value`` lines, grouped by kind (``pip config list`` on pips before 20).
 
 If pip cannot be run, fall back to the ``PIP_*`` environment variables alone,
 then to https://pypi.org/simple/.
@@ -75,6 +74,34 @@ def parse_config_list(text: str) -> dict[str, str]:
         except (ValueError, SyntaxError):
             value = raw
         out[key.strip()] = str(value)
+    return out
+
+
+# `pip config debug`'s variants, lowest precedence first (pip's OVERRIDE_ORDER; PIP_* variables are read from
+# os.environ instead). `pip config list` cannot be used: pip >= 25 prints each file's values sorted by the
+# file's name, so the last of a key it prints is the file whose path sorts last, not the one pip uses.
+_VARIANTS = ("global", "user", "site", "env")
+
+
+def parse_config_debug(text: str) -> dict[str, str]:
+    """Merge ``pip config debug`` output into ``{"section.key": value}``, later variants and files winning.
+
+    The output is ``variant:`` at column 0, ``  FILE, exists: BOOL`` under it, ``    section.key: value``
+    under a file; a multi-line value goes on at the same indent without a ``key: ``."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    pairs: list[tuple[str, str]] | None = None
+    for line in text.splitlines():
+        if line and not line[0].isspace():
+            pairs = found.setdefault(line.rstrip().rstrip(":"), [])
+        elif pairs is not None and line.startswith("    "):
+            key, sep, value = line[4:].partition(": ")
+            if sep and "." in key and " " not in key:
+                pairs.append((key, value.strip()))
+            elif pairs:  # a value's next line
+                pairs[-1] = (pairs[-1][0], f"{pairs[-1][1]}\n{line.strip()}".strip())
+    out: dict[str, str] = {}
+    for variant in _VARIANTS:
+        out.update(found.get(variant, []))
     return out
 
 
@@ -211,22 +238,30 @@ def _query_pip() -> PipSettings:
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env.setdefault("PYTHONIOENCODING", "utf-8")
     for cmd in _pip_commands():
-        try:
-            proc = subprocess.run(
-                [*cmd, "config", "list"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env=env,
-                stdin=subprocess.DEVNULL,
-            )
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if proc.returncode == 0:
-            items = parse_config_list(proc.stdout)
+        for listing, parse in (("debug", parse_config_debug), ("list", parse_config_list)):
+            out = _pip_config(cmd, listing, env)
+            if out is None:
+                continue
+            items = parse(out)
             # pip hides an env var that it does not know as an option only in
             # very old versions; make sure PIP_* always wins as documented.
             for key, value in _environ_items().items():
                 items.setdefault(key, value)
-            return settings_from_items(items, source="pip config list")
+            return settings_from_items(items, source=f"pip config {listing}")
     return settings_from_items(_environ_items(), source="PIP_* environment variables")
+
+
+def _pip_config(cmd: list[str], listing: str, env: dict[str, str]) -> str | None:
+    """What `pip config LISTING` prints (`debug` from pip 20; `list` before), None where it fails."""
+    try:
+        proc = subprocess.run(
+            [*cmd, "config", listing],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
