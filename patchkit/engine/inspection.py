@@ -304,8 +304,9 @@ class _StockAgain:
 
 
 def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockAgain | None:
-    """Which of the guard's refusals are of recorded files stock again (None: none)."""
-    if state is None or not refused:
+    """Which of the guard's refusals are of recorded files stock again (None: none). After an
+    upgrade of vLLM the files are another release's: said as the upgrade (reports._upgrade_said)."""
+    if state is None or not refused or any(UPGRADED in problem for problem in refused):
         return None
     original: dict[str, str | None] = {}
     for entry in state.entries:  # the first set to record a file holds its stock hash
