@@ -8,6 +8,7 @@ The cluster starts once for the module (seconds); each test writes the trees it 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -83,7 +84,7 @@ class Fleet:
         shutil.rmtree(root, ignore_errors=True)
         return write_library(root, {release: [patch] for release in releases})
 
-    def slow_apply_started(self, name: str) -> tuple[subprocess.Popen, Path]:
+    def slow_apply_started(self, name: str, *options: str) -> tuple[subprocess.Popen, Path]:
         """`fleet apply` (JSON on its stdout) of a set whose patched module, imported by the
         interpreter node's probe in phase 2, marks the moment and then takes 4 s: returned at
         that moment, with the set's library."""
@@ -96,7 +97,8 @@ class Fleet:
             """)
         lib = self.library(name, {SPEC: slow})
         argv = [sys.executable, "-m", "patchkit", "fleet", "apply", "--address", self.cluster.address]
-        driver = subprocess.Popen([*argv, "--patches", str(lib), "--format", "json"], stdout=subprocess.PIPE, text=True)
+        argv += [*options, "--patches", str(lib), "--format", "json"]
+        driver = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         try:
             _wait_for(marker, driver, seconds=120)
         except BaseException:
@@ -603,3 +605,77 @@ def test_several_sets_a_node_failing_at_its_second_set_rolls_every_set_back(flee
     assert "the sets it applied before were reverted" in failed["detail"]
     assert all(nodes[str(tree)]["state"] == "rolled-back" for tree in fleet.trees[:2])
     assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+# --- review 12a -------------------------------------------------------------------------------------
+
+
+def test_a_node_upgraded_under_its_record_is_said_with_the_guard_and_fleet_apply_repairs_it(fleet):
+    """Review 12a H1: one node's vLLM replaced by another release (as pip upgrades it) under an
+    applied record: its guard refuses every launch. `fleet status` said only "not-applied" (no guard,
+    no fix), and `fleet apply` refused it in phase 1 for ever, though `patchkit apply` repairs it."""
+    fleet.stock()
+    lib = fleet.library("upgrade", {SPEC: patched_spec()}, releases=("0.16.0", "0.17.0"))
+    done, _ = fleet.run("apply", "--patches", lib, "--no-import")
+    assert done.returncode == 0, done.stderr
+    upgraded = fleet.trees[1]
+    shutil.rmtree(upgraded / "vllm")
+    shutil.rmtree(upgraded / "vllm-0.16.0.dist-info")
+    write_tree(upgraded, "0.17.0")
+    alone = run_cli("status", "--target", upgraded, "--patches", lib, "--format", "json")
+    assert alone.returncode == 1 and json.loads(alone.stdout)["guard"]["refuses"]
+
+    done, status = fleet.run("status", "--patches", lib)
+    assert_clean_failure(done, 1)
+    row = by_target(status)[str(upgraded)]
+    assert "the launch guard refuses this tree: vLLM 0.17.0 is installed" in row["detail"], row
+    assert f"`patchkit apply --target {upgraded}" in row["hint"] and row["hint"] in status["hint"]
+    assert row["hint"] == json.loads(alone.stdout)["guard"]["fix"]
+
+    done, applied = fleet.run("apply", "--patches", lib, "--no-import")
+    assert (done.returncode, applied["phase"]) == (0, "apply"), (done.stderr, applied["nodes"])
+    assert by_target(applied)[str(upgraded)]["state"] == "applied"
+    done, status = fleet.run("status", "--patches", lib)
+    assert (done.returncode, status["state"]) == (0, "applied"), status["nodes"]
+    assert run_cli("status", "--target", upgraded, "--patches", lib).returncode == 0  # the guard lets it launch
+    done, _ = fleet.run("revert", "--patches", lib)
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_agent_frozen_in_phase_two_is_ended_and_its_node_never_said_reverted(fleet):
+    """Review 12a M1: the interpreter node's agent stopped (SIGSTOP: a paused VM, a swap storm) in
+    phase 2 answered no give-up, so it was left, to finish its step once resumed, after the driver
+    had said "every node this run wrote was reverted". It is ended, and its node named as not known
+    to be reverted, with what to run there."""
+    fleet.stock()
+    _, status = fleet.run("status")  # the named agents, started
+    frozen = by_target(status)[str(fleet.trees[2])]["node_id"]
+    pid = agent_pids(fleet)[frozen]
+    driver, _ = fleet.slow_apply_started("frozen", "--timeout", "3")
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        stdout, _ = driver.communicate(timeout=120)
+        deadline = time.monotonic() + 30
+        while _alive(pid):
+            assert time.monotonic() < deadline, "the frozen agent was not ended"
+            time.sleep(0.2)
+    finally:
+        driver.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    document = json.loads(stdout)
+    assert driver.returncode == 4, stdout
+    assert "every node this run wrote was reverted" not in document["error"]
+    assert "not known to be reverted" in document["error"] and frozen[:12] in document["error"]
+    row = by_target(document)[str(fleet.trees[2])]
+    assert row["state"] == "timed-out" and row["written"] is None
+    assert f"`patchkit status --target {fleet.trees[2]} --set demo`" in row["hint"] and row["hint"] in document["hint"]
+    assert {by_target(document)[str(t)]["state"] for t in fleet.trees[:2]} == {"rolled-back"}
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

@@ -4,8 +4,11 @@ once patchkit's files changed under it)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -332,3 +335,91 @@ def test_a_step_queued_behind_an_overdue_one_never_starts_once_the_agent_is_endi
     second.join(5)
     assert ran == ["a"]
     assert answers["b"]["state"] == "not-run" and "ending" in answers["b"]["detail"]
+
+
+def upgraded_under_its_record(tmp_path: Path) -> tuple[Path, Path]:
+    """A tree applied on 0.16.0, then its vLLM replaced by a stock 0.17.0 (as pip upgrades it: the
+    record and the guard stay); a library covering both releases."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY})
+    patch = make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})
+    library = write_library(tmp_path / "lib", {"0.16.0": [patch], "0.17.0": [patch]})
+    code, _, stderr = run_in_process(["apply", "-q", "--no-import", "--target", str(tree), "--patches", str(library)])
+    assert code == 0, stderr
+    for old in (tree / "vllm", tree / "vllm-0.16.0.dist-info"):
+        shutil.rmtree(old)
+    write_tree(tree, "0.17.0", files={"vllm/config/spec.py": SPEC_PY})
+    return tree, library
+
+
+def test_a_tree_upgraded_under_its_record_is_said_as_status_says_it_and_phase_one_lets_apply_repair_it(tmp_path):
+    """Review 12a H1: the guard refuses the upgraded tree; the node's row said only "not-applied"
+    (no guard, no fix), and phase 1 (verify) refused it for ever, though `patchkit apply` repairs it."""
+    tree, library = upgraded_under_its_record(tmp_path)
+    request = {"target": str(tree), "library": str(library)}
+    alone = json.loads(
+        run_in_process(["status", "--format", "json", "--target", str(tree), "--patches", str(library)])[1]
+    )
+    assert alone["guard"]["refuses"] and "patchkit apply" in alone["guard"]["fix"]
+
+    status = node.run_step("status", request, run_in_process)
+    assert (status["state"], status["ok"]) == ("not-applied", False)
+    assert "the launch guard refuses this tree: vLLM 0.17.0 is installed" in status["detail"]
+    assert status["hint"] == alone["guard"]["fix"]
+
+    prepared = node.run_step("prepare", request, run_in_process)
+    assert (prepared["state"], prepared["ok"], prepared["hint"]) == ("ready", True, None), prepared
+    assert "the launch guard refuses this tree" in prepared["detail"] and "the apply repairs it" in prepared["detail"]
+    applied = node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)
+    assert (applied["state"], applied["ok"]) == ("applied", True), applied
+    assert node.run_step("status", request, run_in_process)["ok"]
+
+
+def test_phase_one_names_a_refusal_as_apply_would_end_and_keeps_the_nodes_fix(tmp_path):
+    """Review 12a L1: an edited stock file (RECORD) refused phase 1 as "not-applied", which docs/fleets.md
+    calls a tree's state; apply's result there is check-failed, and its fix (--force) was dropped."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY})
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+    spec = tree / "vllm" / "config" / "spec.py"
+    record = f"vllm/config/spec.py,sha256={_urlsafe_sha256(spec.read_bytes())},{spec.stat().st_size}\n"
+    (tree / "vllm-0.16.0.dist-info" / "RECORD").write_text(record)
+    spec.write_text(SPEC_PY + "# tuned by hand\n")
+    row = node.run_step("prepare", {"target": str(tree), "library": str(library)}, run_in_process)
+    assert (row["state"], row["ok"]) == ("check-failed", False), row
+    assert "integrity" in row["detail"]
+    _, stdout, _ = run_in_process(["apply", "--format", "json", "--target", str(tree), "--patches", str(library)])
+    assert row["hint"] and row["hint"] == json.loads(stdout)["hint"]
+
+
+def test_a_nodes_own_error_is_failed_not_error_and_its_hint_is_kept():
+    """`error` is for no JSON from the node (docs/fleets.md): a revert that answered with its error
+    (a full disk) was shown as `error`, its hint dropped."""
+    document = {"ok": False, "error": "writing the tree failed: No space left on device", "hint": "free space"}
+    row = node.summarize("revert", document, 4)
+    assert (row["state"], row["ok"], row["hint"]) == ("failed", False, "free space")
+    assert node.summarize("revert", None, 1, "boom")["state"] == "error"
+
+
+def _urlsafe_sha256(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def test_a_node_whose_guard_was_uninstalled_says_so_with_the_fix_as_status_does(tmp_path):
+    """`pip uninstall patchkit-guard` under an applied tree: status passes with a warning and its fix
+    (vLLM launches the tree unchecked); the node's row said nothing."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY})
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+    request = {"target": str(tree), "library": str(library)}
+    assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
+    for path in tree.glob("patchkit_guard*"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    alone = json.loads(
+        run_in_process(["status", "--format", "json", *node.target_arguments(request)[0], "--patches", str(library)])[1]
+    )
+    row = node.run_step("status", request, run_in_process)
+    assert (row["state"], row["ok"]) == ("applied", True)
+    assert row["detail"] == f"warning: {alone['guard']['missing']}" and "no longer loads" in row["detail"]
+    assert row["hint"] == alone["guard"]["missing_fix"] and "`patchkit apply --target" in row["hint"]

@@ -347,7 +347,9 @@ def test_several_sets_the_rollback_reverts_each_set_a_node_applied_last_first():
     assert order.index("eagle3") > max(i for i, name in enumerate(order) if name == "tools")  # tools first
     assert states(result) == {"rolled-back": 99, "check-failed": 1}
     assert result.reports[7].detail == "tools: probe; the sets it applied before were reverted"
-    assert result.reports[0].to_json()["sets"] == both
+    rolled_back = [{"set": "eagle3", "state": "rolled-back"}, {"set": "tools", "state": "rolled-back"}]
+    assert result.reports[0].to_json()["sets"] == rolled_back  # review 12a M2: never still "applied"
+    assert result.reports[7].to_json()["sets"] == [rolled_back[0], first_only[1]]
 
 
 def test_several_sets_a_node_whose_revert_of_one_set_failed_is_told_to_revert_that_set_only():
@@ -380,3 +382,76 @@ def test_several_sets_a_node_whose_revert_of_one_set_failed_is_told_to_revert_th
         request.get("set_name") for name, index, request in fleet.calls if (name, index) == ("revert", 4)
     ]
     assert reverted_on_four == ["tools"]  # the set it had before stays
+
+
+def test_a_node_silent_in_phase_two_is_never_said_reverted():
+    """Review 12a M1: a node that did not answer (its apply may land later) was summed up as "every
+    node this run wrote was reverted", its row `"written": false`, the hint "rerun once every node
+    is alive" (it is alive: frozen)."""
+    fleet = SimulatedFleet()
+    fleet.faults[(21, "apply")] = {"state": "timed-out", "ok": False, "detail": "no answer within 3 s"}
+    result = fleet_apply(fleet, NODES, REQUEST)
+    silent = result.reports[21]
+    assert result.error.exit_code == TARGET_PROBLEM
+    assert "every node this run wrote was reverted" not in result.error.message
+    assert f"not known to be reverted: {silent.named()} (each row" in result.error.message
+    assert silent.to_json()["written"] is None and 21 not in fleet.steps("revert")
+    fix = "on 10.0.0.21 run `patchkit status --target /nodes/21/site --set demo`, then `patchkit revert"
+    assert silent.hint.startswith(fix) and fix in result.error.hint
+    assert states(result) == {"rolled-back": 99, "timed-out": 1}
+
+
+def test_each_refusing_nodes_fix_reaches_its_row_and_the_hint():
+    """Review 12a H1, L1: the node's own hint was dropped (JSON "hint": null, the row's too)."""
+    fleet = SimulatedFleet()
+    fleet.faults[(42, "prepare")] = {**REFUSED, "state": "check-failed", "hint": "put the stock file back"}
+    fleet.faults[(43, "prepare")] = {**REFUSED, "state": "check-failed", "hint": "run `patchkit apply --force`"}
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.reports[42].to_json()["hint"] == "put the stock file back"
+    assert result.error.hint == (
+        f"node {NODES[42].node_id[:12]} (10.0.0.42): put the stock file back; "
+        f"node {NODES[43].node_id[:12]} (10.0.0.43): run `patchkit apply --force`"
+    )
+    fleet.faults = {(i, "status"): {"state": "partial", "ok": False, "exit_code": 1, "hint": "h"} for i in (1, 2)}
+    status = run_each(fleet, "status", NODES, REQUEST)
+    assert status.error.hint == "on each node: h"
+
+
+def test_a_version_rule_refusal_is_not_said_as_another_nodes():
+    """Review 12a L1: with --require-same-version on a mixed cluster every row said "phase 1 refused
+    on another node"; none did: the rule did."""
+    versions = {i: "0.17.0" for i in range(50, 100)}
+    refused = fleet_apply(SimulatedFleet(versions=versions), NODES, REQUEST, require_same_version=True)
+    assert {r.detail for r in refused.reports} == {
+        "nothing written: the nodes run different vLLM versions (--require-same-version)"
+    }
+    assert "drop --require-same-version" in refused.error.hint
+
+
+ACTOR_DIED = (
+    "The actor died unexpectedly before finishing this task.\n\tclass_name: RayAgent\n\tactor_id: 5c1f\n"
+    "\tpid: 8704\n\tname: agent-2e3f\n\tnamespace: patchkit\n\tip: 192.0.2.2\n"
+    "The actor is dead because its worker process has died. Worker exit type: UNEXPECTED_SYSTEM_EXIT Worker exit "
+    "detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root "
+    "causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is "
+    "called. (3) The worker is crashed unexpectedly due to SIGSEGV or other unexpected errors."
+)
+
+
+def test_a_node_whose_agent_died_is_said_in_one_line():
+    """Review 12a L2: the lost row carried Ray's whole paragraph of possible causes (~600 characters)."""
+
+    class ActorDiedError(Exception):
+        pass
+
+    class FakeRay:
+        class exceptions:
+            RayTaskError = TaskError
+
+    cluster = object.__new__(RayRunner)
+    cluster.ray = FakeRay
+    report = cluster._failure(ActorDiedError(ACTOR_DIED), Node("n1", "10.0.0.1"))
+    assert report.state == "lost"
+    assert report.detail == "ActorDiedError: The actor is dead because its worker process has died."
+    long = cluster._failure(ActorDiedError("x" * 400), Node("n1", "10.0.0.1")).detail
+    assert len(long) < 200 and long.endswith("…") and "\n" not in long

@@ -7,6 +7,7 @@ command, then ends itself)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
@@ -203,12 +204,14 @@ class RayRunner:
         """No more waiting for this node's step: if it has not started, it never will (a write
         reported as timed out must not land later). Our own step running past its time limit is
         stopped by ending the agent, as a subprocess past its time limit was killed, unless other
-        commands' steps wait behind it (ending it would fail them): then it runs on."""
+        commands' steps wait behind it (ending it would fail them): then it runs on. An agent that
+        does not answer the give-up (frozen: SIGSTOP, a paused VM, a hung NFS call) is ended: once it
+        resumed it would run our step, a write after its driver reported the run rolled back."""
         agent = self.agents.pop(node)
         try:
             seen = self.ray.get(agent.give_up.remote(ticket), timeout=GIVE_UP_SECONDS)
-        except Exception:  # no answer: gone, or still starting; nothing of ours to stop
-            return
+        except Exception:  # no answer: gone (the kill is harmless), or frozen with our step
+            seen = {"running": True, "others_waiting": False}
         if timed_out and seen.get("running") and not seen.get("others_waiting"):
             with suppress(Exception):
                 self.ray.kill(agent, no_restart=True)
@@ -342,6 +345,16 @@ def ray_failure(exc: BaseException, task_error: type[BaseException]) -> RayFailu
 
 
 def _gist(exc: BaseException) -> str:
-    """An exception in one line: its type and the last line of its text (Ray's hold tracebacks)."""
+    """An exception in one line: its type and the first sentence of its text's last line (Ray's
+    hold tracebacks, and its ActorDiedError ends in a paragraph of possible causes: OOM killer,
+    `ray stop --force`, resource isolation...)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    said = SENTENCE_END.split(lines[-1], maxsplit=1)[0]
+    said = said if len(said) <= GIST_CHARACTERS else said[: GIST_CHARACTERS - 1] + "…"
+    return f"{type(exc).__name__}: {said}"
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+GIST_CHARACTERS = 160  # a Ray error's one line in a node's row

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from patchkit.base.enums import Outcome
+from patchkit.base.enums import Outcome, TreeState
 from patchkit.fetch.pipconfig import forget_settings
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 from patchkit.fleet.states import NodeState
@@ -39,6 +39,7 @@ STEPS: dict[str, list[str]] = {
     "prepare": ["verify", "--no-import"],
     "apply": ["apply"],
     "revert": ["revert"],
+    "dry-run": ["apply", "--dry-run"],  # a refusal's fix, in the words `patchkit apply` there says it
 }
 
 
@@ -79,6 +80,9 @@ def run_step(step: str, request: dict[str, Any], patchkit: PatchkitRun) -> dict[
     summary = summarize(step, _document(stdout), code, stderr)
     if step == "prepare" and summary["ok"]:
         summary.update(_unwritable(summary["document"]) or {})
+    elif step == "prepare" and not summary["hint"] and summary["document"] is not None:
+        # verify names a check's fix in its text only: the node's fix is what its apply would say
+        summary["hint"] = (_document(patchkit(command_line("dry-run", request)[0])[1]) or {}).get("hint")
     return {**summary, "found_by": found_by}
 
 
@@ -97,13 +101,18 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
         last = stderr.strip().splitlines()[-1:] or [f"exit code {code}"]
         return {"state": NodeState.ERROR, "ok": False, "detail": f"no JSON from patchkit: {last[0]}", "exit_code": code}
     state = document.get("result") or document.get("state") or (NodeState.ERROR if code else Outcome.OK)
-    if step == "prepare" and code == 0:
-        state = NodeState.READY
+    ok, detail = code == 0, _why(document) if code else ""
+    if step == "prepare":
+        state, ok, detail = _prepared(document, code, str(state), detail)
+    elif not ok and document.get("error") and state == NodeState.ERROR:
+        state = NodeState.FAILED  # the node's patchkit answered with its error: `error` is for no answer
     parts = _set_parts(document)
+    unguarded = _guard_missing(document)  # status passes it, with a warning and its fix: so does the row
     return {
         "state": str(state),
-        "ok": code == 0,
-        "detail": _why(document) if code else "",
+        "ok": ok,
+        "detail": detail or (unguarded[0] if unguarded else ""),
+        "hint": (None if ok else _hint(document)) or (unguarded[1] if unguarded else None),
         "exit_code": code,
         "target": document.get("target"),
         "vllm_version": document.get("vllm_version"),
@@ -112,6 +121,91 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
         "sets": [{"set": str(p.get("set")), "state": str(p.get("result") or p.get("state"))} for p in parts],
         "document": document,
     }
+
+
+def _prepared(document: dict[str, Any], code: int, state: str, detail: str) -> tuple[str, bool, str]:
+    """Phase 1's row: ready when verify passed, or when its only fault is one the apply of phase 2
+    repairs (a record an upgrade made stale, the guard's refusal of it), as `patchkit apply` does
+    on that tree; else refused, named as apply would end (conflict, check-failed, or the tree's
+    state: partial, unsupported...)."""
+    if code == 0:
+        return NodeState.READY, True, ""
+    if _apply_repairs(document):
+        return NodeState.READY, True, f"{_guard_said(document)}: the apply repairs it"
+    parts = _set_parts(document) or [document]
+    if any(p.get("state") == TreeState.NOT_APPLIED and _failed_checks(p) for p in parts):
+        return Outcome.CHECK_FAILED, False, detail
+    if any(isinstance(patch, dict) and patch.get("state") == Outcome.CONFLICT for p in parts for patch in _patches(p)):
+        return Outcome.CONFLICT, False, detail
+    return state, False, detail
+
+
+def _apply_repairs(document: dict[str, Any]) -> bool:
+    """Whether verify failed only for what apply repairs: the guard refuses the tree, or a record is
+    stale, while every set's patches are all applied or all not (no conflict, no partial tree), no
+    patched file was edited and every check passed."""
+    parts = _set_parts(document) or [document]
+    if document.get("error") or not any(_guard_refuses(p) or p.get("stale") for p in parts):
+        return False
+    return all(
+        p.get("state") in (TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.UPSTREAM)
+        and not p.get("drifted")
+        and not p.get("does_not_compile")
+        and not p.get("error")
+        and not _failed_checks(p)
+        for p in parts
+    )
+
+
+def _guard_refuses(part: dict[str, Any]) -> list[str]:
+    guard = part.get("guard")
+    refuses = guard.get("refuses") if isinstance(guard, dict) else None
+    return [str(r) for r in refuses] if isinstance(refuses, list) else []
+
+
+def _guard_said(document: dict[str, Any]) -> str:
+    """What the node's guard refuses (each set's, once), as status says it; else the stale records."""
+    parts = _set_parts(document) or [document]
+    refused = list(dict.fromkeys(r for p in parts for r in _guard_refuses(p)))
+    if refused:
+        return "the launch guard refuses this tree: " + "; ".join(refused)
+    stale = [str(s) for p in parts for s in _listed(p.get("stale"))]
+    return "stale record: " + "; ".join(dict.fromkeys(stale))
+
+
+def _listed(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _guard_missing(document: dict[str, Any]) -> tuple[str, str | None] | None:
+    """The warning status gives when the guard an apply installed no longer loads, and its fix."""
+    for part in _set_parts(document) or [document]:
+        guard = part.get("guard")
+        if isinstance(guard, dict) and isinstance(guard.get("missing"), str) and guard["missing"]:
+            fix = guard.get("missing_fix")
+            return f"warning: {guard['missing']}", fix if isinstance(fix, str) and fix else None
+    return None
+
+
+def _hint(document: dict[str, Any]) -> str | None:
+    """The node's own fix: its document's hint, else the fix status names for what the guard refuses
+    (each set's, once)."""
+    if isinstance(document.get("hint"), str) and document["hint"]:
+        return str(document["hint"])
+    parts = _set_parts(document) or [document]
+    fixes = [p["guard"].get("fix") for p in parts if _guard_refuses(p)]
+    fixes += [p.get("hint") for p in parts]
+    return "; ".join(dict.fromkeys(str(f) for f in fixes if isinstance(f, str) and f)) or None
+
+
+def _patches(part: dict[str, Any]) -> list[Any]:
+    return _listed(part.get("patches"))
+
+
+def _failed_checks(part: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = part.get("checks")
+    checks = checks if isinstance(checks, list) else []
+    return [c for c in checks if isinstance(c, dict) and not c.get("ok") and c.get("level") == "error"]
 
 
 def _set_parts(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -130,13 +224,13 @@ def _why(document: dict[str, Any]) -> str:
     parts = _set_parts(document)
     if parts:
         return "; ".join(f"{p.get('set')}: {why}" for p in parts if (why := _why(p)))
-    checks = document.get("checks")
-    checks = checks if isinstance(checks, list) else []
-    failed = [c for c in checks if isinstance(c, dict) and not c.get("ok") and c.get("level") == "error"]
+    failed = _failed_checks(document)
     if failed:
         return "; ".join(f"{c.get('check')}: {c.get('path') or ''}: {c.get('message')}" for c in failed)
     if document.get("drifted"):
         return "edited after patchkit patched it: " + ", ".join(map(str, document["drifted"]))
+    if _guard_refuses(document):
+        return _guard_said(document)
     return ""
 
 

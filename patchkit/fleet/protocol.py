@@ -56,7 +56,9 @@ class NodeReport:
     exit_code: int | None = None
     found_by: str | None = None
     document: dict[str, Any] | None = None
-    written: bool = False  # fleet apply: this run wrote the node (and so reverts it on failure)
+    # fleet apply: this run wrote the node (and so reverts it on failure); None: not known (no answer came)
+    written: bool | None = False
+    hint: str | None = None  # the node's own fix, as its patchkit named it
     sets: list[dict[str, str]] = field(default_factory=list)  # several sets: each {"set", "state"}, in order
 
     def sets_in(self, state: str) -> list[str]:
@@ -85,6 +87,7 @@ class NodeReport:
             found_by=summary.get("found_by"),
             document=summary.get("document"),
             sets=list(summary.get("sets") or []),
+            hint=summary.get("hint"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -94,6 +97,7 @@ class NodeReport:
             "state": self.state,
             "ok": self.ok,
             "detail": self.detail,
+            "hint": self.hint,
             "target": self.target,
             "found_by": self.found_by,
             "vllm_version": self.vllm_version,
@@ -162,7 +166,8 @@ def _verdict(action: str, batch: Batch) -> PatchkitError | None:
     failed = [r for r in batch.reports if not r.ok]
     if failed:
         return CheckFailed(
-            f"fleet {action} failed on " + "; ".join(f"{r.named()}: {r.detail or r.state}" for r in failed)
+            f"fleet {action} failed on " + "; ".join(f"{r.named()}: {r.detail or r.state}" for r in failed),
+            hint=_nodes_hint(failed),
         )
     return None
 
@@ -181,17 +186,20 @@ def fleet_apply(
     if refusal is not None:
         for report in prepared.reports:
             if report.ok:
-                report.detail = "nothing written: phase 1 refused on another node"
+                report.detail = _not_written(report, refused_by_version=refusal.message.startswith(_MIXED))
         return FleetResult("apply", prepared.reports, error=refusal, phase=FleetPhase.PREPARE)
     written = runner.run("apply", nodes, {**request, "extra": list(apply_flags)})
     _carry_over(prepared.reports, written.reports)
     for report in written.reports:  # several sets: a node that failed at one keeps those before it applied
         report.written = report.state == Outcome.APPLIED or bool(report.sets_in(Outcome.APPLIED))
+        report.written = None if report.unreachable else report.written  # its apply may have landed
     problem = _phase_two_problem(written)
     if problem is None:
         return FleetResult("apply", written.reports, phase=FleetPhase.APPLY)
     reverted = _roll_back(runner, written.reports, request)
-    return FleetResult("apply", written.reports, error=_rolled_back(problem, reverted), phase=FleetPhase.ROLLED_BACK)
+    unknown = [r for r in written.reports if r.written is None]
+    error = _rolled_back(problem, reverted, unknown)
+    return FleetResult("apply", written.reports, error=error, phase=FleetPhase.ROLLED_BACK)
 
 
 def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitError | None:
@@ -205,14 +213,25 @@ def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitE
     refused = [r for r in prepared.reports if not r.ok]
     if refused:
         reasons = "; ".join(f"{r.named()}: {r.detail or r.state}" for r in refused)
-        return CheckFailed(f"phase 1 refused, nothing was written on any node: {reasons}")
+        return CheckFailed(f"phase 1 refused, nothing was written on any node: {reasons}", hint=_nodes_hint(refused))
     versions = {r.vllm_version for r in prepared.reports}
     if require_same_version and len(versions) > 1:
         which = ", ".join(f"{r.named()}: vLLM {r.vllm_version}" for r in prepared.reports)
         return CheckFailed(
-            f"the nodes run different vLLM versions ({which}); nothing was written (--require-same-version)"
+            f"{_MIXED} ({which}); nothing was written (--require-same-version)",
+            hint="bring every node to one vLLM release, or drop --require-same-version (each node then gets its own release's series)",
         )
     return None
+
+
+_MIXED = "the nodes run different vLLM versions"
+
+
+def _not_written(report: NodeReport, *, refused_by_version: bool) -> str:
+    """A ready node's row when phase 1 refused: why nothing was written there (and what phase 2
+    would have repaired, said before)."""
+    why = f"{_MIXED} (--require-same-version)" if refused_by_version else "phase 1 refused on another node"
+    return f"nothing written: {why}" + (f"; {report.detail}" if report.detail else "")
 
 
 def _carry_over(prepared: list[NodeReport], written: list[NodeReport]) -> None:
@@ -225,7 +244,7 @@ def _carry_over(prepared: list[NodeReport], written: list[NodeReport]) -> None:
         after.found_by = after.found_by or before.found_by
 
 
-_TEXT_FIELDS = ("target", "vllm_version", "set", "series", "found_by", "state", "detail")
+_TEXT_FIELDS = ("target", "vllm_version", "set", "series", "found_by", "state", "detail", "hint")
 
 
 def _wrongly_typed(summary: object) -> str:
@@ -253,13 +272,17 @@ def _phase_two_problem(written: Batch) -> PatchkitError | None:
             f"{report.detail}; its apply may or may not have landed: on {report.node.node_ip} run "
             f"{_command('status', report)}, then {_command('revert', report)}"
         )
+        report.hint = f"on {report.node.node_ip} run {_command('status', report)}, then {_command('revert', report)}"
     if written.interrupted:
-        return Interrupted("fleet apply interrupted in phase 2")
+        return Interrupted("fleet apply interrupted in phase 2", hint=_nodes_hint(lost))
     if lost:
-        return ClusterError(f"phase 2: no answer from {_names(lost)}", hint=_lost_hint())
+        return ClusterError(f"phase 2: no answer from {_names(lost)}", hint=_nodes_hint(lost))
     failed = [r for r in written.reports if not r.ok]
     if failed:
-        return CheckFailed("phase 2 failed on " + "; ".join(f"{r.named()}: {r.detail or r.state}" for r in failed))
+        return CheckFailed(
+            "phase 2 failed on " + "; ".join(f"{r.named()}: {r.detail or r.state}" for r in failed),
+            hint=_nodes_hint(failed),
+        )
     return None
 
 
@@ -289,7 +312,20 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
             report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
         elif _ROLLED_BACK_BEFORE not in report.detail:  # it failed at a later set: its failure stays its state
             report.detail += _ROLLED_BACK_BEFORE
+        report.sets = _sets_after(report.sets, answers or [])
     return stuck
+
+
+def _sets_after(sets: list[dict[str, str]], answers: list[tuple[str | None, NodeReport]]) -> list[dict[str, str]]:
+    """A node's sets once the rollback ran: each this run applied and reverted is rolled-back (its
+    files stock again), never still said applied."""
+    done = {name for name, answer in answers if _reverted(answer)}
+    return [
+        {**s, "state": str(NodeState.ROLLED_BACK)}
+        if s["state"] == Outcome.APPLIED and (s["set"] in done or None in done)
+        else s
+        for s in sets
+    ]
 
 
 def _reverted(answer: NodeReport) -> bool:
@@ -329,11 +365,18 @@ def _revert_requests(request: dict[str, Any], written: list[NodeReport]) -> list
     return [({**request, "set_name": name, "extra": []}, nodes) for name, nodes in reversed(by_set.items())]
 
 
-def _rolled_back(problem: PatchkitError, stuck: list[NodeReport]) -> PatchkitError:
-    if not stuck:
+def _rolled_back(problem: PatchkitError, stuck: list[NodeReport], unknown: list[NodeReport]) -> PatchkitError:
+    """The error, and what became of the nodes written: reverted, NOT reverted, or not known to be
+    (no answer came: its apply may land, or have landed)."""
+    if not stuck and not unknown:
         problem.message += "; every node this run wrote was reverted"
         return problem
-    problem.message += f"; NOT reverted: {_names(stuck)} (each row says what to run there)"
+    if stuck:
+        problem.message += f"; NOT reverted: {_names(stuck)} (each row says what to run there)"
+        problem.hint = "; ".join(h for h in (_nodes_hint(stuck), problem.hint) if h)
+    if unknown:
+        which = ", ".join(r.named() for r in unknown)
+        problem.message += f"; not known to be reverted: {which} (each row says what to run there)"
     return problem
 
 
@@ -347,5 +390,16 @@ def _names(reports: list[NodeReport]) -> str:
     return ", ".join(f"{r.named()} ({r.state})" for r in reports)
 
 
+def _nodes_hint(reports: list[NodeReport]) -> str | None:
+    """Each failed node's own fix, named by its node (one said once when every node's is the same)."""
+    hinted = [r for r in reports if r.hint]
+    if len({r.hint for r in hinted}) == 1 and len(hinted) == len(reports) > 1:
+        return f"on each node: {hinted[0].hint}"
+    return "; ".join(f"{r.named()}: {r.hint}" for r in hinted) or None
+
+
 def _lost_hint() -> str:
-    return "`ray status` shows the cluster's nodes; rerun once every node is alive"
+    return (
+        "`ray status` shows whether each node is alive: rerun once it is "
+        "(a node whose patchkit agent died is given a new one by the next command)"
+    )

@@ -10,7 +10,8 @@ class NodeState(StrEnum):
     carries its tree's state or its command's result)."""
 
     READY = "ready"  # fleet prepare: the node can apply
-    ERROR = "error"
+    ERROR = "error"  # no JSON from the node's patchkit, or its agent could not start
+    FAILED = "failed"  # the node's patchkit answered with an error of its own (a full disk, say)
     UNWRITABLE = "unwritable"  # the Ray worker's user cannot write the target
     NOT_RUN = "not-run"
     LOST = "lost"  # the node died, its agent crashed, or it cannot be scheduled

@@ -17,6 +17,7 @@ class Finding:
     message: str
     fix: str | None = None  # what to do; for a check that could not judge, what gives it what it lacks
     judged: bool = True  # False: the check lacked what it needs; not a failure (ok), and never a pass
+    note: bool = False  # a pass preflight and run say as a note too (a needed set --set left out, applied)
 
     @property
     def result(self) -> str:

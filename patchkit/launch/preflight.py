@@ -41,8 +41,8 @@ from patchkit.launch.validation import engine_validation
 from patchkit.series import library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
-from patchkit.store.state import read_state
-from patchkit.tree.target import from_interpreter
+from patchkit.store.state import State, read_state
+from patchkit.tree.target import Target, from_interpreter
 
 TREE = "tree-state"
 MODELS = "models"
@@ -82,8 +82,7 @@ class PreflightResult:
     def notes(self) -> list[str]:
         """What preflight and run say as notes: the sets not used, a needed set --set left out that
         the record shows applied."""
-        left = [f.message for f in self.findings if f.check == TREE and f.ok and f.message.startswith(LEFT_OUT_APPLIED)]
-        return [note for note in [self.unused_note] if note] + left
+        return [note for note in [self.unused_note] if note] + [f.message for f in self.findings if f.note]
 
     @property
     def ok(self) -> bool:
@@ -208,11 +207,13 @@ def preflight(
     kept: bool = False,
     needs: LaunchNeeds = EVERY,
     not_asked: str = "--no-import",
+    another: str,
 ) -> PreflightResult:
     """Every finding but vLLM's own validation (vllm_validation). `status`: the tree's, when already known (`run`'s fast path: from its record);
     `kept`: the launch's findings from the cache where they answer for it (patchkit/launch/shortcut.py);
     `needs`: which sets the launch needs (one it does not: its state a note, its launch checks not run);
-    `not_asked`: why vLLM is not asked when `no_import` (the option, or `run`, which never asks)."""
+    `not_asked`: why vLLM is not asked when `no_import` (the option, or `run`, which never asks);
+    `another`: another_vllm() of the tree, told once per command."""
 
     launched = command  # as written: what vLLM's own parser is asked to read
     if status is None:
@@ -249,10 +250,8 @@ def preflight(
         resolved.vllm_version,
         resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
         read_planned=planned,
-        python=None if no_import or another_vllm(resolved) else resolved.target.python,
-        not_asked=not_asked
-        if no_import
-        else another_vllm(resolved) or "no interpreter known for this target (give --python)",
+        python=None if no_import or another else resolved.target.python,
+        not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
     result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
@@ -275,19 +274,23 @@ def needs_of(
     return dataclasses.replace(needs, named=named)
 
 
-def left_out(needs: LaunchNeeds, root: Path, version: Version | None, *, one_set: bool = False) -> Finding | None:
+def left_out(
+    needs: LaunchNeeds, root: Path, version: Version | None, *, one_set: bool = False, recorded: State | None = None
+) -> Finding | None:
     """The tree-state finding for the sets whose rule names this launch that --set leaves out, judged
     from the tree's record (never dropped in silence): a pass when each is recorded applied to this
     vLLM with every file as written (said in the finding, which preflight and run show as a note);
     else a failure naming them. None when --set leaves none out. `one_set`: the command takes one
-    --set (preflight): the fix runs it once per set, not with another --set added."""
+    --set (preflight): the fix runs it once per set, not with another --set added. `recorded`: the
+    record as recorded_state read it (run's fast path), else None: read here."""
     left = [name for name in needs.named if name not in needs.judged]
     if not left:
         return None
-    whole = recorded_whole(root, version)
+    whole = recorded_whole(root, version, recorded)
     if all(name in whole for name in left):
         sets = ", ".join(f"{name} ({needs.named[name]})" for name in left)
-        return Finding(TREE, True, f"{LEFT_OUT_APPLIED}{sets}, left out by --set: its record says applied, no drift")
+        message = f"this launch needs {sets}, left out by --set: its record says applied, no drift"
+        return Finding(TREE, True, message, note=True)
     left = [name for name in left if name not in whole]
     sets = "; ".join(f"{name} ({needs.named[name]})" for name in left)
     adds = " ".join(f"--set {name}" for name in left)
@@ -296,19 +299,20 @@ def left_out(needs: LaunchNeeds, root: Path, version: Version | None, *, one_set
     return Finding(TREE, False, message, f"{add}, or give no --set (every set the launch needs is judged)")
 
 
-LEFT_OUT_APPLIED = "this launch needs "  # a passing left_out finding: said as a note
-
-
-def recorded_whole(root: Path, version: Version | None) -> set[str]:
+def recorded_whole(root: Path, version: Version | None, recorded: State | None = None) -> set[str]:
     """The sets the tree's record holds applied to `version`, when every file it records is as the
-    last set to write it left it (none: the record cannot say, or a file differs)."""
-    try:
-        state = read_state(root)
-    except PatchkitError:  # damaged: the tree's own finding says so
+    last set to write it left it (none: the record cannot say, or a file differs). `recorded`: the
+    record recorded_state already read and found as written, else None: read and held here."""
+    if version is None:
         return set()
-    if version is None or not as_written(root, state):
-        return set()
-    return {entry.set_name for entry in state.entries if entry.vllm_version == str(version)}
+    if recorded is None:
+        try:
+            recorded = read_state(root)
+        except PatchkitError:  # damaged: the tree's own finding says so
+            return set()
+        if not as_written(root, recorded):
+            return set()
+    return {entry.set_name for entry in recorded.entries if entry.vllm_version == str(version)}
 
 
 def as_served(command: LaunchCommand) -> tuple[LaunchCommand, list[str]]:
@@ -334,24 +338,23 @@ def whose_vllm_fix(target: object) -> str:
     return f"the launch runs --python's vLLM: apply to it ({there}), or leave out --python to judge {target} alone"
 
 
-def another_vllm(resolved: Resolved) -> str:
+def another_vllm(target: Target) -> str:
     """Why vLLM is not asked about the tree: --python imports a vLLM of its own that is not --target's,
     so what it answers (its validation, supports_eagle3()) is about those files ("": it is the tree's)."""
-    target = resolved.target
     if not target.python_imports_another:
         return ""
     return f"--python {target.python} imports vLLM from {target.python_vllm}, not from the --target tree {target.package_dir}"
 
 
-def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
+def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -> Finding:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
-    caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for)."""
+    caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for). `another`:
+    another_vllm() of the tree."""
 
     if resolved.target.python is None:  # a --target tree: no model found later would let it run
         gives = "give --python PATH, the interpreter of the venv whose vLLM you launch (vLLM is asked there about its own files)"
         also = ", once the models above are found" if result.missing else ""
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
-    another = another_vllm(resolved)
     if another:  # its answer would be about another vLLM's files (new-user 14 item 2)
         return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
@@ -364,8 +367,6 @@ def vllm_validation(resolved: Resolved, result: PreflightResult) -> Finding:
     return engine_validation(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
 
 
-# The order a person gets a launch going in: the command as written, the models it names, the tree
-# it imports, that tree's patches (and the checks they settle), then vLLM's own validation.
 def _model_finding(missing: TargetError) -> Finding:
     """A model not found, or in a form patchkit cannot read (GGUF, params.json): a failed finding
     (exit 4) whose text says it is counted as failed, not only that it could not be judged."""
@@ -374,6 +375,8 @@ def _model_finding(missing: TargetError) -> Finding:
     return Finding(MODELS, False, said, missing.hint)
 
 
+# The order a person gets a launch going in: the command as written, the models it names, the tree
+# it imports, that tree's patches (and the checks they settle), then vLLM's own validation.
 _FIX_ORDER = {COMMAND: 0, MODELS: 1, LAUNCH_TARGET: 2, TREE: 3, VALIDATION: 5}
 
 

@@ -11,7 +11,7 @@ from patchkit.cli.commands.options import format_option, no_import_option, targe
 from patchkit.cli.main import run_in_process
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 from patchkit.fleet.cluster import connected
-from patchkit.fleet.protocol import FleetResult, fleet_apply, run_each
+from patchkit.fleet.protocol import FleetResult, NodeReport, fleet_apply, run_each
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.base.options import Options
@@ -138,13 +138,20 @@ def _show(ui: UI, result: FleetResult) -> None:
             r.vllm_version or "",
             r.state,
             *([", ".join(f"{s['set']} {s['state']}" for s in r.sets)] if several else []),
-            r.detail,
+            _detail(r),
         ]
         for r in result.reports
     ]
     columns = ["node", "ip", "target", "vLLM", "state", *(["sets"] if several else []), "detail"]
     ui.table(columns, rows, title=f"fleet {result.action}", state_column=4)
     ui.line(_summary(result), style="green" if result.error is None else "red")
+
+
+def _detail(report: NodeReport) -> str:
+    """The row's detail, and the node's own fix when the detail does not already say it."""
+    if not report.hint or report.hint in report.detail:
+        return report.detail
+    return "; ".join(part for part in (report.detail, f"fix: {report.hint}") if part)
 
 
 def _summary(result: FleetResult) -> str:

@@ -21,6 +21,7 @@ from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS, Finding
 from patchkit.launch.preflight import (
     PreflightResult,
+    another_vllm,
     default_options,
     in_fix_order,
     launch_target_finding,
@@ -100,24 +101,25 @@ def _preflight(
             ui, chosen, launch_command, sets, no_import=no_import, shortcut=shortcut, found_by=found_by
         )
     resolved = resolve_telling(ui, chosen, found_by=found_by, sets=sets)
-    _whose_vllm(ui, resolved.target, no_import)
+    another = another_vllm(resolved.target)  # told once: the note, each preflight, vLLM's validation
+    _whose_vllm(ui, resolved.target, another, no_import)
     launch_command = read(launch_command, resolved.vllm_version)
     needs = needs_of(chosen, sets, launch_command, resolved.vllm_version)
     needs = replace(needs, judged=frozenset([resolved.set_name]))
     recorded = recorded_state(resolved.target.root) if shortcut else None
     result = _set_findings(
-        ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded
+        ui, resolved, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded, another=another
     )
     # preflight takes one --set, run several (shortcut: run's own preflight)
-    left = left_out(needs, resolved.target.root, resolved.vllm_version, one_set=not shortcut)
+    left = left_out(needs, resolved.target.root, resolved.vllm_version, one_set=not shortcut, recorded=recorded)
     result.findings += [left] if left is not None else []
-    return _launch_findings(resolved, launch_command, result, no_import=no_import)
+    return _launch_findings(resolved, launch_command, result, no_import=no_import, another=another)
 
 
-def _whose_vllm(ui: UI, target: Target, no_import: bool) -> None:
+def _whose_vllm(ui: UI, target: Target, another: str, no_import: bool) -> None:
     """--target DIR --python PATH: vLLM is asked through PATH about PATH's own vLLM, said when that
-    is not DIR (new-user trial 14: a stock venv's answer was blamed on a patched DIR)."""
-    if target.python_imports_another and not no_import:
+    is not DIR (`another`, new-user trial 14: a stock venv's answer was blamed on a patched DIR)."""
+    if another and not no_import:
         ui.note(
             f"--python {target.python} imports vLLM from {target.python_vllm}, not {target.package_dir}: "
             "what vLLM answers through it (its validation, supports_eagle3()) is about that vLLM's files"
@@ -138,20 +140,23 @@ def _preflight_of_sets(
     target = resolve_target(chosen)
     target = replace(target, found_by=found_by) if found_by else target
     ui.knows(target_json(target))
-    _whose_vllm(ui, target, no_import)
+    another = another_vllm(target)  # told once: the note, each set's preflight, vLLM's validation
+    _whose_vllm(ui, target, another, no_import)
     covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
     needs = needs_of(chosen, sets, launch_command, covering[0].vllm_version)
     needs = replace(needs, judged=frozenset(r.set_name for r in covering))
     recorded = recorded_state(target.root) if shortcut else None  # read once: each set's status is told from it
     results = [
-        _set_findings(ui, r, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded)
+        _set_findings(
+            ui, r, launch_command, needs, no_import=no_import, shortcut=shortcut, recorded=recorded, another=another
+        )
         for r in covering
     ]
     result = merged(results)
-    left = left_out(needs, target.root, covering[0].vllm_version, one_set=not shortcut)
+    left = left_out(needs, target.root, covering[0].vllm_version, one_set=not shortcut, recorded=recorded)
     result.findings += [left] if left is not None else []
-    return _launch_findings(covering[0], launch_command, result, no_import=no_import)
+    return _launch_findings(covering[0], launch_command, result, no_import=no_import, another=another)
 
 
 def _set_findings(
@@ -163,15 +168,23 @@ def _set_findings(
     no_import: bool,
     shortcut: bool,
     recorded: State | None,
+    another: str,
 ) -> PreflightResult:
     """preflight() of one set: on `run`'s fast path, from its recorded status (`recorded`: the tree's
     record as recorded_state read it once for every set; no lock: see there why none is needed),
-    else under the lock."""
+    else under the lock. `another`: another_vllm() of the tree."""
     if shortcut:
         status = recorded_status(resolved, recorded)
         if status is not None:
             return preflight(
-                resolved, launch_command, no_import=no_import, status=status, kept=True, needs=needs, not_asked=RUN
+                resolved,
+                launch_command,
+                no_import=no_import,
+                status=status,
+                kept=True,
+                needs=needs,
+                not_asked=RUN,
+                another=another,
             )
     # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
     from patchkit.engine.transaction import consistent_read
@@ -182,14 +195,18 @@ def _set_findings(
             ui.warn(recovered)
         if no_import:
             why = RUN if shortcut else "--no-import"
-            return preflight(resolved, launch_command, no_import=True, kept=shortcut, needs=needs, not_asked=why)
+            return preflight(
+                resolved, launch_command, no_import=True, kept=shortcut, needs=needs, not_asked=why, another=another
+            )
         status = inspect(resolved, check_upstream=False, import_probe=False)
         before = settled_record(root)
     # vLLM's questions import it (up to minutes each): asked without the lock, which a concurrent
     # apply, revert or preflight waits for. Sound as run's fast path is: every patchkit writer writes
     # its journal first and a new state.json last, so the same record, with no journal, before and
     # after means none ran in between (review 7 L4)
-    result = preflight(resolved, launch_command, no_import=False, status=status, kept=shortcut, needs=needs)
+    result = preflight(
+        resolved, launch_command, no_import=False, status=status, kept=shortcut, needs=needs, another=another
+    )
     if settled_record(root) != before:
         raise TargetError(
             f"cannot judge: {root} changed while preflight read it (a patchkit apply, revert or recovery ran)",
@@ -199,13 +216,13 @@ def _set_findings(
 
 
 def _launch_findings(
-    resolved: Resolved, launch_command: LaunchCommand, result: PreflightResult, *, no_import: bool
+    resolved: Resolved, launch_command: LaunchCommand, result: PreflightResult, *, no_import: bool, another: str
 ) -> PreflightResult:
     """What holds for the launch whatever the sets: the tree it imports, vLLM's own validation."""
     named = launch_target_finding(resolved, launch_command)  # is the tree checked the one the launch imports?
     result.findings += [named] if named is not None else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
-        result.findings.append(vllm_validation(resolved, result))
+        result.findings.append(vllm_validation(resolved, result, another))
     result.findings = in_fix_order(result.findings)
     return result
 
