@@ -6,6 +6,8 @@ import datetime
 import hashlib
 import json
 import re
+import shlex
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -15,12 +17,11 @@ from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
 
 from patchkit.base.enums import StepState
 from patchkit.base.errors import FetchError
-from patchkit.cli.commands import refresh as refresh_command
-from patchkit.cli.commands import workspace as workspace_command
 from patchkit.maintainer.gitrepo import git_diff
 from patchkit.maintainer.merge import conflict_lines, merge_file
 from patchkit.maintainer.meta import META
 from patchkit.maintainer.patchtext import split_header
+from patchkit.series import library as library_mod
 from patchkit.series.library import PATCH, load_set, select
 from patchkit.series.patchfile import parse_patch
 from patchkit.series.plan import plan_apply
@@ -223,26 +224,52 @@ def test_refresh_writes_the_edit_into_its_patch_keeping_the_header(run, library,
     assert [p["state"] for p in report["patches"]] == ["unchanged", "unchanged"]
 
 
+def test_workspace_on_the_installed_library_is_refused_before_anything_with_a_copy_that_works(
+    run, library, tmp_path, monkeypatch
+):
+    """New-user trial 16, item 4: `workspace 0.16.0 --set eagle3` on the pip-installed library made the
+    workspace, then warned "work on a copy: `cp -r .../_library patches`, then `patchkit workspace
+    0.16.0 --patches patches`": pasted, that failed twice (no --set; the directory it had made)."""
+    package = tmp_path / "site-packages" / "patchkit"
+    package.mkdir(parents=True)
+    library.rename(package / "_library")
+    monkeypatch.setattr(library_mod, "PACKAGE_DIR", package)
+    monkeypatch.delenv("PATCHKIT_LIBRARY", raising=False)
+    work = tmp_path / "work"
+    (work / "patches").mkdir(parents=True)  # a directory of that name already there: the copy goes beside it
+    monkeypatch.chdir(work)
+    refused = run("workspace", "0.16.0", "--set", "demo", "--patches", package / "_library")
+    assert refused.exit_code == 2, refused.output
+    assert sorted(p.name for p in work.iterdir()) == ["patches"]  # nothing made
+    said = " ".join(refused.output.split())
+    assert "error: the library installed with patchkit is not to be edited" in said, said
+    copy, again = re.findall(r"`([^`]*)`", said.split("hint: ", 1)[1])
+    assert copy == f"cp -r {package / '_library'} patches-2", said
+    assert again == "patchkit workspace 0.16.0 --set demo --patches patches-2", said
+    subprocess.run(shlex.split(copy), check=True)  # pasted as printed
+    made = run(*shlex.split(again)[1:])
+    assert made.exit_code == 0, made.output
+    assert (work / "vllm-0.16.0-workspace" / SPEC).read_text() == SPEC_PATCHED
+
+
 def test_refresh_into_the_installed_library_says_so(run, library, tmp_path, monkeypatch):
     """New-user trial 14, item 26: refresh wrote into the pip-installed package's library without a
-    word (every later apply used the edit; a reinstall of patchkit silently undid it)."""
+    word (every later apply used the edit; a reinstall of patchkit silently undid it). A workspace
+    made before workspace refused the installed library (newuser16 4) may still do it."""
     package = tmp_path / "site-packages" / "patchkit"
     package.mkdir(parents=True)
     installed = library.rename(package / "_library")
-    monkeypatch.setattr(refresh_command, "PACKAGE_DIR", package)
-    monkeypatch.setattr(workspace_command, "PACKAGE_DIR", package)
-    made = run("workspace", "0.16.0", tmp_path / "ws", "--patches", installed)
-    said = " ".join(made.output.split())  # said before refresh writes (newuser15 11k): where to get a copy
-    copy = f"`cp -r {package / '_library'} patches`, then `patchkit workspace 0.16.0 --patches patches`"
-    assert made.exit_code == 0 and "warning: its series is in the library installed with patchkit" in said, said
-    assert copy in said, said
+    assert run("workspace", "0.16.0", tmp_path / "ws", "--patches", installed).exit_code == 0
+    monkeypatch.setattr(library_mod, "PACKAGE_DIR", package)  # installed from now on
+    monkeypatch.chdir(tmp_path)
     ws = tmp_path / "ws"
     (ws / SPEC).write_text(SPEC_PATCHED.replace('    "deepseek",\n', '    "deepseek",\n    "kimi",\n'))
     result = run("refresh", ws)
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     assert "warning: that is the library installed with patchkit" in said, said
-    assert copy in said, said
+    copy = f"`cp -r {package / '_library'} patches`, then "
+    assert copy + "`patchkit workspace 0.16.0 vllm-0.16.0-workspace --set demo --patches patches`" in said, said
     assert "installed with patchkit" not in run("refresh", ws).output  # nothing written: nothing to say
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -140,6 +141,19 @@ def test_the_wheel_carries_the_library_byte_for_byte(dist):
     assert "patchkit/_target/import_probe.py" in workers and workers <= set(names)  # run by path in the target
     with zipfile.ZipFile(dist.tree_wheel) as tree_wheel:
         assert sorted(tree_wheel.namelist()) == sorted(names)
+
+
+def test_every_file_the_wheels_docs_link_to_is_in_the_wheel(dist):
+    """newuser16 6i: README linked to CONTRIBUTING.md and bench/README.md, and named
+    examples/Dockerfile, none of which the wheel carried: a pip user's links led nowhere."""
+    with zipfile.ZipFile(dist.wheel) as wheel:
+        docs = {n.removeprefix("patchkit/_docs/"): n for n in wheel.namelist() if n.startswith("patchkit/_docs/")}
+        texts = {name: wheel.read(member).decode() for name, member in docs.items() if name.endswith(".md")}
+    assert {"CONTRIBUTING.md", "bench/README.md", "examples/Dockerfile"} <= set(docs), sorted(docs)
+    for name, text in texts.items():
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):  # a relative link, its anchor aside
+            target = os.path.normpath(os.path.join(os.path.dirname(name), link))
+            assert target in docs, (name, link)
 
 
 def test_each_series_in_the_wheel_matches_its_patches(dist):

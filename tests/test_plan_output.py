@@ -140,7 +140,8 @@ def test_the_header_names_only_filled_columns_and_the_states_stand_in_one_column
     """Issue 22, trial item E: with no note in any row, "note" headed nothing and each patch's state
     stood after its own name, one column off "note" or under "lines", as if it were their cell. The
     header names the columns its rows fill; the states start at one column, after the widest
-    name, the rule under the header running to them; piped, the same."""
+    name, the rule under the header running to them; piped, the same. A name that reaches the rows'
+    last column puts them past the rows' columns, named in the header (new-user 16, 6f)."""
     site = write_tree(tmp_path / "names", files={SHORT: "x = 1\n", GONE: "old = 1\n"})
     named = {
         "0001-a-change-whose-name-is-longer-than-its-rows.patch": make_patch(scratch, site, {SHORT: "x = 2\n"}),
@@ -148,11 +149,11 @@ def test_the_header_names_only_filled_columns_and_the_states_stand_in_one_column
     }
     plan = plan_apply(site, [parse_patch(data, name) for name, data in named.items()])
     lines = terminal_text(plan, width=width).splitlines()
-    assert lines[1].split() == ["file", "hunks", "lines"]
+    assert lines[1].split() == ["file", "hunks", "lines", "state"]
     headings = [line for line in lines if line.startswith("0")]
     assert [line.split() for line in headings] == [[name, "apply"] for name in named]
     assert {line.index("apply") for line in headings} == {len(max(named, key=len)) + 2}
-    assert len(lines[2]) == len(headings[0]) and set(lines[2].strip()) == {"\u2500"}
+    assert len(lines[2]) == len(headings[0]) == len(lines[1]) and set(lines[2].strip()) == {"\u2500"}
     piped = plain_plan(
         "plan: would change 2 file(s)", *shown_columns(PLAN_FILE_HEADER, plan_sections(plan, file_rows), (1,))
     )

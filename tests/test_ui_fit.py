@@ -4,6 +4,7 @@ with an ellipsis, text wrapped at spaces); piped output has no padding after a l
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 import shlex
@@ -15,7 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, on_a_terminal, patched_spec, run_cli, write_library, write_tree
+from helpers import (
+    SPEC_PY,
+    assert_clean_failure,
+    make_patch,
+    on_a_terminal,
+    patched_spec,
+    run_cli,
+    write_library,
+    write_tree,
+)
 from rich.console import Console
 
 from patchkit.cli.ui.console import UI
@@ -310,3 +320,36 @@ def test_a_warning_wraps_at_spaces_its_lines_after_the_first_indented():
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and all(len(line) <= 80 for line in lines), lines
     assert lines[1].startswith("  ") and not lines[1].startswith("   "), lines
+
+
+PARSER = "vllm/tool_parsers/a_tool_parser_module_named_at_leng.py"  # its row: a note under it
+PARSER_PY = "".join(f"LINE_{n} = {n}\n" for n in range(40))
+SERIES_NAMES = ["0001-a-tool-parser-streams-its-calls-from-the-whole-text.patch", "0002-short.patch"]
+
+
+@pytest.mark.parametrize("argv", [["apply", "--dry-run"], ["apply"], ["apply", "--dry-run", "-v"]])
+def test_a_plan_table_header_and_rule_span_its_rows_and_no_header_stands_alone(short_tmp, scratch, argv):
+    """New-user trial 16, 6f (15, 11h): at 80 columns the plan's header and rule were narrower than
+    the patch names' rows (their states under no header), and the `note` header stood alone on a
+    second line over notes put under their rows."""
+    stock = write_tree(scratch / "stock", files={PARSER: PARSER_PY, SPEC: SPEC_PY})
+    first = make_patch(scratch, stock, {PARSER: PARSER_PY.replace("LINE_20 = 20", "LINE_20 = 21")})
+    second = make_patch(scratch, stock, {SPEC: SPEC_EDITED})
+    library = write_library(short_tmp / "lib", {"0.16.0": [first, second]})
+    series = library / "demo" / "0.16.0"
+    for old, new in zip(["0001-change.patch", "0002-change.patch"], SERIES_NAMES, strict=True):
+        (series / old).rename(series / new)
+    (series / "series").write_text("".join(name + "\n" for name in SERIES_NAMES))
+    tree = write_tree(short_tmp / "site", files={PARSER: "EXTRA = 0\n" * 3 + PARSER_PY, SPEC: SPEC_PY})  # at an offset
+    code, shown = in_a_terminal(*argv, "--target", tree, "--patches", library)
+    assert code == 0, shown
+    lines = shown.splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"\u2500"})
+    table = list(itertools.takewhile(lambda line: line.startswith(("000", "  ")), lines[rule + 1 :]))
+    header = lines[rule - 1]
+    assert header.split()[0] == "file" and header.split()[-1] == "state", shown  # the states' column named
+    assert len(header) == len(lines[rule]) == max(map(len, table)) <= 80, shown  # as wide as the widest row
+    headings = [line for line in table if line.startswith(("0001", "0002"))]
+    assert len(headings) == 2 and {len(line) for line in headings} == {len(header)}, shown  # states under it
+    assert all(line.endswith("apply") for line in headings), shown
+    assert "offset +3" in shown and not [line for line in lines if line.strip() == "note"], shown

@@ -76,7 +76,12 @@ def test_the_patched_wheel_is_labelled_true_to_its_record_and_installs_patched(t
     done = build(run, stock, tmp_path / "out", "--patches", library)
     assert done.exit_code == 0, done.output
     patched = tmp_path / "out" / f"vllm-0.16.0+patchkit.demo-{TAGS}.whl"
-    assert done.output.strip().splitlines()[-1] == str(patched)
+    assert done.stdout.strip().splitlines()[-1] == str(patched)  # what a script reads: the path alone
+    # newuser16 6e: then the next step, the path absolute (stderr)
+    assert (
+        done.stderr.splitlines()[-1]
+        == f"note: next: install it over the stock vLLM of that release: `pip install --no-deps {patched.resolve()}`"
+    )
     assert sorted(os.listdir(tmp_path / "out")) == [patched.name]  # no temporary file left
     with zipfile.ZipFile(patched) as zf:
         assert zf.testzip() is None

@@ -77,7 +77,9 @@ def refresh_workspace(
     ]
     check_reproduces(patches, stock, work)
     notes += _library_drift(records, series_dir)
-    report = RefreshReport(str(root), meta.version, str(series_dir), dry_run, outcomes, notes=notes)
+    report = RefreshReport(
+        str(root), meta.version, str(series_dir), dry_run, outcomes, notes=notes, set_name=meta.set_name
+    )
     report.shared = _check_shared(meta, patches, progress)
     if dry_run:
         return report

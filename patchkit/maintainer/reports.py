@@ -52,6 +52,7 @@ class RefreshReport:
     shared: list[SharedCheck] = field(default_factory=list)
     registered: str | None = None
     notes: list[str] = field(default_factory=list)
+    set_name: str = ""
 
     @property
     def changed(self) -> bool:

@@ -13,7 +13,7 @@ from patchkit.maintainer.series import series_directory, series_for, shared_rele
 from patchkit.maintainer.stock import Progress, stock_paths
 from patchkit.maintainer.workdir import fresh_dir, write_file
 from patchkit.releases.files import lay_out
-from patchkit.series.library import load_chosen
+from patchkit.series.library import load_chosen, refuse_the_installed
 from patchkit.series.plan import plan_apply
 from patchkit.tree.version import parse
 
@@ -29,6 +29,9 @@ def create_workspace(
 ) -> WorkspaceReport:
     patch_set = load_chosen(library, set_name)
     ver = parse(version, "VERSION")
+    # before the fetch and the directory: the same command on a copy then runs as printed
+    again = ["workspace", version, *([directory] if directory else []), "--set", patch_set.name]
+    refuse_the_installed(patch_set.directory, again + (["--all"] if all_python else []))
     selection = series_for(patch_set, ver)
     series_dir = series_directory(selection)
     paths = stock_paths(selection.patches)

@@ -88,14 +88,37 @@ def locate(option: str | Path | None) -> Location:
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # patchkit/: a wheel puts the library in it
 
 
-def installed_copy_hint(version: object, package: Path = PACKAGE_DIR) -> str:
+def installed_copy_hint(command: list[str], package: Path | None = None) -> str:
     """How to work on the library installed with patchkit without writing into it (a reinstall of
-    patchkit undoes what refresh writes there): a copy, then a workspace on it."""
-    installed = package / "_library"
+    patchkit undoes what refresh writes there): a copy in a directory that is not there yet (`cp -r`
+    into one that is would nest it), then `patchkit COMMAND --patches COPY` (`command`: its words)."""
+    installed = (package or PACKAGE_DIR) / "_library"
+    copy = free_name("patches")
     return (
-        f"work on a copy: `{shlex.join(['cp', '-r', str(installed), 'patches'])}`, "
-        f"then `patchkit workspace {version} --patches patches`"
+        f"work on a copy: `{shlex.join(['cp', '-r', str(installed), copy])}`, "
+        f"then `{shlex.join(['patchkit', *command, '--patches', copy])}`"
     )
+
+
+def free_name(name: str) -> str:
+    """`name`, else `name-2`, `name-3`...: the first that names nothing in the working directory."""
+    number = 1
+    while os.path.lexists(name if number == 1 else f"{name}-{number}"):
+        number += 1
+    return name if number == 1 else f"{name}-{number}"
+
+
+def refuse_the_installed(directory: Path, command: list[str]) -> None:
+    """A maintainer tool that would write into the library installed with patchkit is refused
+    before it does anything (`patchkit refresh` would write there, and a reinstall of patchkit
+    undoes it); its hint runs the same `command` on a copy."""
+    installed = (PACKAGE_DIR / "_library").resolve()
+    if directory.resolve().is_relative_to(installed):
+        raise BadInput(
+            "the library installed with patchkit is not to be edited: `patchkit refresh` would write into it, "
+            "and a reinstall or upgrade of patchkit undoes that",
+            hint=installed_copy_hint(command),
+        )
 
 
 def default_root() -> Path:

@@ -12,7 +12,8 @@ from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, format_option, output_options
 from patchkit.cli.ui.console import UI
 from patchkit.maintainer.refresh import refresh_workspace
-from patchkit.series.library import PACKAGE_DIR, installed_copy_hint
+from patchkit.series import library
+from patchkit.series.library import free_name, installed_copy_hint
 
 if TYPE_CHECKING:
     from patchkit.maintainer.reports import RefreshReport
@@ -51,7 +52,7 @@ def command(
 
 def _installed(series_dir: Path) -> bool:
     """A series of the library a wheel installed inside the package (not a checkout's patches/)."""
-    return series_dir.resolve().is_relative_to(PACKAGE_DIR / "_library")
+    return series_dir.resolve().is_relative_to(library.PACKAGE_DIR / "_library")
 
 
 def _show(ui: UI, report: RefreshReport) -> None:
@@ -60,9 +61,11 @@ def _show(ui: UI, report: RefreshReport) -> None:
     ui.line(f"workspace  {report.directory}  (vllm {report.version})")
     ui.line(f"series     {report.series_dir}  [{verb}]")
     if changed and not report.dry_run and _installed(Path(report.series_dir)):
+        # a new workspace on a copy: in a directory of its own (this one is bound to the installed library)
+        again = ["workspace", report.version, free_name(f"vllm-{report.version}-workspace"), "--set", report.set_name]
         ui.warn(
             "that is the library installed with patchkit: every apply uses the edit from now on, and a "
-            f"reinstall or upgrade of patchkit undoes it; {installed_copy_hint(report.version, PACKAGE_DIR)}"
+            f"reinstall or upgrade of patchkit undoes it; {installed_copy_hint(again)}"
         )
     ui.table(
         ["patch", "state", "files"], ([p.name, p.state, ", ".join(p.files)] for p in report.patches), state_column=1

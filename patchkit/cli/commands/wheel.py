@@ -109,8 +109,16 @@ def _build(
         if result.checks and not quiet:
             show_checks(ui, result.checks)
         if result.path is not None:
-            ui.result(str(result.path))
+            ui.result(str(result.path))  # alone on its line: a script reads it, a person copies it whole
+            ui.note(_next_step(result.path))
     return result
+
+
+def _next_step(wheel: Path) -> str:
+    """What to do with the wheel: install it over the stock vLLM of its release (its dependencies
+    are that release's, already there). The path absolute: the command works from any directory."""
+    install = shlex.join(["pip", "install", "--no-deps", str(wheel.resolve())])
+    return f"next: install it over the stock vLLM of that release: `{install}`"
 
 
 def _stock_wheel(

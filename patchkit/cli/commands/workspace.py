@@ -1,14 +1,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 
 import click
 
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import all_python_option, format_option, one_set_options, output_options
 from patchkit.maintainer.workspace import create_workspace
-from patchkit.series.library import PACKAGE_DIR, installed_copy_hint
 
 
 @click.command()
@@ -32,7 +30,8 @@ def command(
 
     Its first commit, "stock vllm VERSION" (tag `stock`), holds the release's stock files; the
     second, the series applied by patchkit's engine. Edit the files (commit or not), then
-    `patchkit refresh DIR` writes the diffs back.
+    `patchkit refresh DIR` writes the diffs back. The library installed with patchkit is refused
+    (a reinstall undoes what refresh writes there): work on a copy, with --patches.
     """
     ui = make_ui(fmt, quiet, verbose)
     ui.knows({"version": version})
@@ -43,11 +42,6 @@ def command(
         ui.json(asdict(report))
         return
     ui.line(f"workspace  {report.directory}")
-    if Path(report.series_dir).resolve().is_relative_to(PACKAGE_DIR / "_library"):  # said before refresh writes
-        ui.warn(
-            "its series is in the library installed with patchkit: `patchkit refresh` would write there, and a "
-            f"reinstall or upgrade of patchkit undoes that; {installed_copy_hint(report.version, PACKAGE_DIR)}"
-        )
     ui.line(f"set        {report.set_name}  vllm {report.version}  series {report.series_dir}")
     if report.shared_with:
         ui.note(

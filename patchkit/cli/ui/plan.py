@@ -9,8 +9,6 @@ from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import STATE_STYLES, FittedTable, broken, fit_table, rich, visible, write_plainly
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rich.text import Text
-
     from patchkit.series.plan import FileStep, Placement, Plan
 
 PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")
@@ -19,6 +17,7 @@ PlanSection = tuple[str, str, list[tuple[str, ...]]]  # a patch's name, its stat
 KIND_NOTES = {"add": "new file", "delete": "deleted"}
 INDENT = 2
 COLUMN_GAP = 2
+STATE = "state"  # the header over the patches' states
 
 
 def show_plan(ui: Screen, plan: Plan, *, dry_run: bool) -> None:
@@ -51,18 +50,33 @@ def shown_columns(
     )
 
 
-def state_column(headings: list[str], states: list[str], width: int | None) -> int | None:
+def state_column(headings: list[str], states: list[str], width: int | None, *, after: int = 0) -> int | None:
     """Where every patch's state starts when all of them fit there, in one straight column after
-    the widest heading: states at ragged columns read as cells of the table's columns."""
+    the widest heading (and past column `after`: the rows' columns, for a header over it):
+    states at ragged columns read as cells of the table's columns."""
     if not headings:
         return None
-    column = max(map(len, headings)) + COLUMN_GAP
+    column = max(*map(len, headings), after) + COLUMN_GAP
     return column if width is None or column + max(map(len, states)) <= width else None
 
 
+def states_at(names: list[str], states: list[str], width: int | None, widths: list[int]) -> tuple[int | None, bool]:
+    """Where the patches' states stand (state_column), and whether the header names that column.
+    After the widest name, unless a state there would reach the rows' last column: then past the
+    rows' columns (a state under that column reads as its cell), named `state` in the header, which
+    with its rule then spans the widest row (new-user 16, 6f), where the width leaves room."""
+    rows_end = INDENT + sum(widths) + COLUMN_GAP * (len(widths) - 1)
+    if names and max(map(len, names)) + COLUMN_GAP + max(map(len, states)) > rows_end - widths[-1]:
+        at = state_column(names, states, width, after=rows_end)
+        if at is not None:
+            return at, True
+    return state_column(names, states, width), False
+
+
 def plain_plan(title: str, columns: tuple[str, ...], sections: list[PlanSection], right: tuple[int, ...] = ()) -> str:
-    """The plan as a terminal shows it, for a pipe: the title, the header, each patch's heading and
-    its rows, the columns aligned two spaces apart, nothing after a row's last cell, no rule."""
+    """The plan as a terminal shows it, for a pipe: the title, the header (the states' column named),
+    each patch's heading and its rows, the columns aligned two spaces apart, nothing after a row's
+    last cell, no rule."""
     rows = [row for _, _, section_rows in sections for row in section_rows]
     widths = [max(map(len, cells)) for cells in zip(columns, *rows, strict=True)]
 
@@ -74,8 +88,9 @@ def plain_plan(title: str, columns: tuple[str, ...], sections: list[PlanSection]
         ]
         return " " * INDENT + (" " * COLUMN_GAP).join(shown)
 
-    lines = [title, line(columns)]
-    at = state_column([name for name, _, _ in sections], [state for _, state, _ in sections], None) or 0
+    at, named = states_at([name for name, _, _ in sections], [state for _, state, _ in sections], None, widths)
+    lines = [title, line(columns).ljust(at or 0) + STATE if named else line(columns)]  # as the terminal's header
+    at = at or 0
     for name, state, section_rows in sections:
         lines.append(f"{name.ljust(at - COLUMN_GAP)}{' ' * COLUMN_GAP}{state}")
         lines += [line(row) for row in section_rows]
@@ -87,7 +102,8 @@ def _plan_table(
 ) -> None:
     """One rich Text of padded cells (a rich Table measures every cell and takes seconds for
     thousands of rows), fitted as every table is (text.fit_table: a path wrapped after a `/`, a
-    note with no room beside its row on a line of its own); each patch a heading with its state."""
+    note with no room beside its row on a line of its own); each patch a heading with its state.
+    The header names the states' column too, and it and the rule span the widest row."""
     rows = [list(row) for _, _, section_rows in sections for row in section_rows]
     width = ui.out.width
     table = fit_table(list(columns), rows, width - INDENT)
@@ -95,12 +111,15 @@ def _plan_table(
     text.append(title + "\n", style="italic")
     headings = [broken(name, width) for name, _, _ in sections]
     states = [state for _, state, _ in sections]
-    at = state_column([heading[-1] for heading in headings], states, width)
-    _append_row(text, table, 0, right, style="bold")
-    ruled = sum(table.widths) + COLUMN_GAP * (len(table.widths) - 1)
-    if at is not None:  # the rule spans the states too
-        ruled = min(max(ruled, at + max(map(len, states)) - INDENT), width - INDENT)
-    text.append(" " * INDENT + "\u2500" * ruled + "\n")
+    header = _row_lines(table, 0, right, below=False)  # a column moved under the rows: its cells say what they are
+    rows_end = INDENT + sum(table.widths) + COLUMN_GAP * (len(table.widths) - 1)
+    at, named = states_at([heading[-1] for heading in headings], states, width, table.widths)
+    if named:
+        header[0] = header[0].ljust(at or 0) + STATE
+    text.append("\n".join(header) + "\n", style="bold")
+    headings_end = max(len(line) for heading in headings for line in heading)
+    states_end = at + max(map(len, states)) if at is not None else 0
+    text.append(" " * INDENT + "\u2500" * (max(rows_end, headings_end, states_end) - INDENT) + "\n")
     number = 1
     for heading, (_, state, section_rows) in zip(headings, sections, strict=True):
         for line in heading[:-1]:
@@ -111,7 +130,7 @@ def _plan_table(
         text.append(gap if fits else "\n" + " " * INDENT)
         text.append(state + "\n", style=STATE_STYLES.get(state, ""))
         for _ in section_rows:
-            _append_row(text, table, number, right)
+            text.append("\n".join(_row_lines(table, number, right)) + "\n")
             number += 1
     text.rstrip()
     ui.out.print(text, soft_wrap=True)
@@ -175,20 +194,17 @@ def offsets_note(placements: Sequence[Placement]) -> str:
     return f"{len(offsets)} of {len(placements)} at an offset ({shown})"
 
 
-def _append_row(text: Text, table: FittedTable, number: int, right: tuple[int, ...], style: str | None = None) -> None:
+def _row_lines(table: FittedTable, number: int, right: tuple[int, ...], *, below: bool = True) -> list[str]:
     """Row `number` of the fitted table (0: the header): indented, padded cells two spaces apart,
-    nothing after the last non-empty one; then its lines of its own."""
+    nothing after the last non-empty one; then (`below`) its lines of its own."""
     row, widths = table.rows[number], table.widths
+    lines = []
     for depth in range(max(map(len, row))):
         cells = [lines[depth] if depth < len(lines) else "" for lines in row]
         last = max((i for i, cell in enumerate(cells) if cell), default=0)
-        text.append(" " * INDENT)
-        for i, cell in enumerate(cells[: last + 1]):
-            if i in right:
-                cell = cell.rjust(widths[i])
-            elif i < last:
-                cell = cell.ljust(widths[i])
-            text.append(cell, style=style)
-            text.append(" " * COLUMN_GAP if i < last else "\n")
-    for line in table.below[number]:
-        text.append(" " * INDENT + line + "\n", style=style)
+        shown = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) if i < last else cell
+            for i, cell in enumerate(cells[: last + 1])
+        ]
+        lines.append(" " * INDENT + (" " * COLUMN_GAP).join(shown))
+    return lines + ([" " * INDENT + line for line in table.below[number]] if below else [])
