@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import venv
+from pathlib import Path
 
 import pytest
 from helpers import make_patch, run_cli, write_library
@@ -25,10 +27,51 @@ from launch_fixtures import (
     write_eagle3_setup,
     write_model,
 )
-from test_launch_review5 import _venv_importing
-from test_preflight import write_fake_vllm
 
 OTHER = "vllm/other_feature.py"
+# a vLLM whose engine-config validation refuses every EAGLE-3 launch, as stock 0.16.0 refuses DeepSeek-V3's
+REFUSING_ARG_UTILS = """
+import json
+
+
+class AsyncEngineArgs:
+    def __init__(self, **values):
+        self.values = values
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model")
+        parser.add_argument("--speculative-config", type=json.loads, default=None)
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls(**vars(args))
+
+    def create_engine_config(self):
+        if (self.values["speculative_config"] or {}).get("method") == "eagle3":
+            raise ValueError("Eagle3 is only supported for llama models")
+        return {}
+"""
+
+
+def refusing_vllm(tree: Path) -> None:
+    """`tree`'s vllm/ made importable, with REFUSING_ARG_UTILS as its engine arguments."""
+    (tree / "vllm" / "engine").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "__init__.py").touch()
+    (tree / "vllm" / "engine" / "__init__.py").write_text("")
+    (tree / "vllm" / "engine" / "arg_utils.py").write_text(REFUSING_ARG_UTILS)
+
+
+def venv_importing(tree: Path, root: Path) -> Path:
+    """A venv whose python imports vllm from `tree` (a .pth), and its own `vllm` script."""
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    (site / "tree.pth").write_text(f"{tree}\n")
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    return script
 
 
 @pytest.fixture
@@ -87,7 +130,7 @@ def test_a_set_every_launch_needs_keeps_the_apply_that_applies_every_set(three):
 def test_vllms_refusal_on_a_stock_tree_names_the_same_one_apply_not_every_set(three):
     """The validation's fix was `apply` alone: every set, `other` too, which this launch does not use."""
     tree, lib, launch = three
-    write_fake_vllm(tree)  # --python imports the tree checked; its create_engine_config refuses eagle3
+    refusing_vllm(tree)  # --python imports the tree checked; its create_engine_config refuses eagle3
     done = run_cli(
         "preflight", "--target", tree, "--python", sys.executable, "--patches", lib, "--format", "json",
         "--", *launch, env={"PYTHONPATH": str(tree)},
@@ -104,7 +147,7 @@ def test_a_launch_running_pythons_own_stock_vllm_fails_on_its_state_with_apply_t
     patched, lib = write_eagle3_setup(tmp_path / "a")
     assert run_cli("apply", "--target", patched, "--patches", lib, "--no-import").returncode == 0
     stock, _ = write_eagle3_setup(tmp_path / "b")
-    script = _venv_importing(stock, tmp_path / "venv")  # its python imports the stock tree's vllm
+    script = venv_importing(stock, tmp_path / "venv")  # its python imports the stock tree's vllm
     python = script.parent / "python"
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     path = {"PATH": f"{script.parent}:/usr/bin:/bin"}  # the launch's `vllm` is the venv's own

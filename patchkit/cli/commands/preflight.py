@@ -38,6 +38,9 @@ from patchkit.launch.shortcut import recorded_state, recorded_status
 from patchkit.store.journal import settled_record
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+    from pathlib import Path
+
     from patchkit.base.options import Options
     from patchkit.engine.inspection import TreeStatus
     from patchkit.engine.resolve import Resolved
@@ -151,11 +154,15 @@ def _launched_vllm(
 
 
 def _static_status(resolved: Resolved) -> TreeStatus:
-    # lazy, as in _set_findings: the lock and recovery load only when a tree is read under them
+    with _consistent_read(resolved.target.root):
+        return inspect(resolved, check_upstream=False, import_probe=False)
+
+
+def _consistent_read(root: Path) -> AbstractContextManager[str | None]:
+    # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
     from patchkit.engine.transaction import consistent_read
 
-    with consistent_read(resolved.target.root):
-        return inspect(resolved, check_upstream=False, import_probe=False)
+    return consistent_read(root)
 
 
 def _whose_vllm(ui: UI, target: Target, another: str, no_import: bool) -> None:
@@ -230,11 +237,8 @@ def _set_findings(
                 not_asked=RUN,
                 another=another,
             )
-    # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
-    from patchkit.engine.transaction import consistent_read
-
     root = resolved.target.root
-    with consistent_read(root) as recovered:
+    with _consistent_read(root) as recovered:
         if recovered:
             ui.warn(recovered)
         if no_import:
