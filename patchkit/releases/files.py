@@ -11,7 +11,7 @@ from patchkit.base.fsutil import atomic_write
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import parse_record, vllm_metadata_dirs
 from patchkit.engine.inspection import upstream_check_paths
-from patchkit.fetch.cache import Damaged, mismatch, read_regular
+from patchkit.fetch.cache import NO_SPACE, Damaged, mismatch, read_regular
 from patchkit.series.library import (
     PATCH,
     UNSUPPORTED,
@@ -118,15 +118,39 @@ def lay_out_said(
             + (f" and {len(differing) - 10} more" if len(differing) > 10 else ""),
             hint="they may be your edits: choose another directory, or pass --force to overwrite them",
         )
+    to_write = [rel for rel in files if rel in differing or (rel not in patched and not (root / rel).exists())]
     written = []
-    for rel, data in files.items():
+    for rel in _dist_info_last(to_write):
         try:
-            if rel in differing or (rel not in patched and not (root / rel).exists()):
-                atomic_write(root / rel, data, mode=0o644)
-                written.append(rel)
+            atomic_write(root / rel, files[rel], mode=0o644)
         except OSError as e:
-            raise TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}") from None
+            raise _write_error(dest, rel, e, {r: files[r] for r in to_write if r not in written}) from None
+        written.append(rel)
     return sorted(files), sorted(written), sorted(patched)
+
+
+def _dist_info_last(rels: list[str]) -> list[str]:
+    """The dist-info (its RECORD last of all) after every other file: a lay-out cut short (a full
+    disk, a kill) leaves a fresh tree with no dist-info, never one that looks like a whole release."""
+    return sorted(rels, key=lambda rel: (".dist-info/" in rel, rel.endswith(".dist-info/RECORD"), rel))
+
+
+def _write_error(dest: str | Path, rel: str, e: OSError, unwritten: dict[str, bytes]) -> TargetError:
+    """A full disk says so, how much more the rest needs, and that the same command completes it
+    (the files already written are kept and not written again)."""
+    if e.errno not in NO_SPACE:
+        return TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}")
+    need = sum(len(data) for data in unwritten.values())
+    whole = any(".dist-info/" in r for r in unwritten)
+    return TargetError(
+        f"no space left on the device holding {dest}: {len(unwritten)} file(s) ({_size(need)}) not written"
+        + (" (its vllm dist-info among them: the tree is not a release yet)" if whole else ""),
+        hint=f"free at least {_size(need)} there, then run the same command again: it writes only the missing files",
+    )
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{max(1, round(n / 1e3))} KB"
 
 
 def _refuse_another_release(root: Path, dest: str | Path, dist_info: str) -> None:
