@@ -301,6 +301,12 @@ def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> t
 
 
 _NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk or quota: more room is the fix
+
+
+def size_said(n: int) -> str:
+    """A byte count as a person frees space: KB below 0.1 MB, else MB with one decimal."""
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{max(1, round(n / 1e3))} KB"
 
 
 def fsync_dir(directory: Path) -> None:

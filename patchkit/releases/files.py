@@ -7,11 +7,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
-from patchkit.base.fsutil import atomic_write
+from patchkit.base.fsutil import NO_SPACE, atomic_write, size_said
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import parse_record, vllm_metadata_dirs
 from patchkit.engine.inspection import upstream_check_paths
-from patchkit.fetch.cache import NO_SPACE, Damaged, mismatch, read_regular
+from patchkit.fetch.cache import Damaged, mismatch, read_regular
 from patchkit.series.library import (
     PATCH,
     UNSUPPORTED,
@@ -143,14 +143,10 @@ def _write_error(dest: str | Path, rel: str, e: OSError, unwritten: dict[str, by
     need = sum(len(data) for data in unwritten.values())
     whole = any(".dist-info/" in r for r in unwritten)
     return TargetError(
-        f"no space left on the device holding {dest}: {len(unwritten)} file(s) ({_size(need)}) not written"
+        f"no space left on the device holding {dest}: {len(unwritten)} file(s) ({size_said(need)}) not written"
         + (" (its vllm dist-info among them: the tree is not a release yet)" if whole else ""),
-        hint=f"free at least {_size(need)} there, then run the same command again: it writes only the missing files",
+        hint=f"free at least {size_said(need)} there, then run the same command again: it writes only the missing files",
     )
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{max(1, round(n / 1e3))} KB"
 
 
 def _refuse_another_release(root: Path, dest: str | Path, dist_info: str) -> None:
