@@ -149,3 +149,40 @@ def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run
         assert done.exit_code == 0, done.output
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert snapshot(tree) != before
+
+
+def test_a_damaged_record_on_an_applied_tree_says_what_to_do_and_following_it_gives_stock(run, stock):
+    """review 12a L4: a damaged state.json's hint was "inspect or remove" (on an applied tree the
+    record names the saved originals); a 5000-digit integer in it printed Python's own advice
+    (sys.set_int_max_str_digits); a damaged previous_state in a journal named the journal as not JSON."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    record = tree / ".patchkit" / "state.json"
+    damaged = record.read_text().replace('"format": 1', '"format": ' + "7" * 5000, 1)
+    assert damaged != record.read_text()
+    record.write_text(damaged)
+
+    refused = run("status", "--target", tree, "--patches", library)
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2, refused.output
+    assert "an integer of 5000 digits" in said and "set_int_max_str_digits" not in said, said
+    moved = re.search(r"\(mv (\S+) (\S+)\); then `patchkit revert ([^`]+)` undoes the series it finds applied", said)
+    assert moved and moved[1] == str(record), said
+    Path(moved[1]).rename(moved[2])  # the hint followed
+    args = moved[3].split()
+    assert args == ["--target", str(tree), "--patches", str(library)], args
+    assert run("revert", *args).exit_code == 0
+    assert snapshot(tree) == before and Path(moved[2]).read_text() == damaged
+
+
+def test_a_damaged_previous_state_in_a_journal_is_named_as_the_field(run, stock):
+    tree, library = stock
+    meta = tree / ".patchkit"
+    meta.mkdir()
+    (meta / "journal.json").write_text(json.dumps({"id": "c0ffee", "previous_state": "{not a record", "files": []}))
+    refused = run("status", "--target", tree, "--patches", library)
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2, refused.output
+    assert "its 'previous_state' is no record patchkit wrote: not JSON" in said, said
+    assert said.count("journal.json is damaged") == 1, said

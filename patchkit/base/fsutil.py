@@ -24,13 +24,22 @@ def load_json_text(raw: bytes | str) -> Any:
     escape ("\\ud800"), which no file name, UTF-8 output or JSON written back can carry, is a
     ValueError (UnicodeEncodeError) like any other malformed JSON."""
 
-    data = json.loads(raw)
+    data = json.loads(raw, parse_int=_bounded_int)
     try:
         json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
         raise ValueError(f"a string holds a lone surrogate escape ({bad}), which is no text") from None
     return data
+
+
+_MAX_INT_DIGITS = 4300  # Python's own limit for int(text): what it says past it is advice for programmers
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > _MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits (more than {_MAX_INT_DIGITS})")
+    return int(text)
 
 
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
