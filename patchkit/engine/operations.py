@@ -601,8 +601,7 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
         result.outcome = Outcome.BYTECODE_FAILED
         result.error = CheckFailed(
             f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + pyc.failures(stale),
-            hint="remove those .pyc files (Python then compiles the sources); "
-            f"{hints.command('verify')} reports any stale bytecode left",
+            hint=f"{pyc.FIX}; {hints.command('verify')} reports any stale bytecode left",
         )
     return result
 
@@ -1192,6 +1191,6 @@ def _refuse_stale_revert(result: RevertResult) -> RevertResult:
         result.error = CheckFailed(
             f"reverted {len(result.files)} file(s), but compiled bytecode of the patched code could not "
             "be fixed:\n  " + pyc.failures(stale),
-            hint="remove those .pyc files (Python then compiles the sources)",
+            hint=pyc.FIX,
         )
     return result
