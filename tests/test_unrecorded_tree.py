@@ -186,3 +186,25 @@ def test_a_damaged_previous_state_in_a_journal_is_named_as_the_field(run, stock)
     assert refused.exit_code == 2, refused.output
     assert "its 'previous_state' is no record patchkit wrote: not JSON" in said, said
     assert said.count("journal.json is damaged") == 1, said
+
+
+@pytest.mark.parametrize("damage", ["missing", "symlink", "changed"])
+def test_a_plain_revert_with_a_saved_original_lost_reverse_applies_the_recorded_series(run, stock, tmp_path, damage):
+    """review 12a M3: with a saved original missing or damaged, a plain revert (no --set) refused
+    ("reverse-applying … does not give the original back") while `revert --set X` worked."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    original = hashlib.sha256(before[PARSER]).hexdigest()
+    saved = tree / ".patchkit" / "objects" / original
+    assert saved.is_file()
+    saved.unlink()
+    if damage == "symlink":
+        (tmp_path / "elsewhere").write_bytes(before[PARSER])
+        saved.symlink_to(tmp_path / "elsewhere")
+    elif damage == "changed":
+        saved.write_bytes(before[PARSER] + b"# not the original\n")
+    reverted = run("revert", "--target", tree, "--patches", library)
+    assert reverted.exit_code == 0, reverted.output
+    assert f"{PARSER} was restored by reverse-applying the series (sha256 checked)" in " ".join(reverted.output.split())
+    assert snapshot(tree) == before
