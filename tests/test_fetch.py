@@ -931,9 +931,10 @@ def test_a_full_disk_in_dest_leaves_no_release_that_looks_whole_and_the_same_com
     monkeypatch.setattr(release_files, "atomic_write", fills_up)
     with pytest.raises(TargetError, match="no space left on the device holding") as caught:
         release_files.lay_out_said(tree, dest)
-    assert "not a release yet" in caught.value.message
+    assert "no command takes it for one yet" in caught.value.message
     assert "free at least" in caught.value.hint and "same command again" in caught.value.hint
     assert not list(dest.glob("*.dist-info")), sorted(p.name for p in dest.iterdir())
+    assert not (dest / "vllm/__init__.py").exists() and not (dest / "vllm/_version.py").exists()
     assert [p for p in dest.rglob("*") if p.is_file()], "the file written before the disk filled is kept"
 
     monkeypatch.setattr(release_files, "atomic_write", real_write)  # space freed: the same lay-out completes it

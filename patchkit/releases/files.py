@@ -27,6 +27,8 @@ from patchkit.series.library import (
 from patchkit.store.state import read_state
 from patchkit.tree.version import parse
 
+RELEASE_MARKERS = frozenset({"vllm/__init__.py", "vllm/_version.py"})  # with the dist-info: what names a tree's release
+
 
 def files_for(version: str, library: str | None = None, set_name: str | None = None) -> list[str]:
     """The files patchkit reads of a release: needed_files of each set; none for an unsupported one. Without a set, those of every set of
@@ -120,7 +122,7 @@ def lay_out_said(
         )
     to_write = [rel for rel in files if rel in differing or (rel not in patched and not (root / rel).exists())]
     written = []
-    for rel in _dist_info_last(to_write):
+    for rel in _markers_last(to_write):
         try:
             atomic_write(root / rel, files[rel], mode=0o644)
         except OSError as e:
@@ -129,10 +131,19 @@ def lay_out_said(
     return sorted(files), sorted(written), sorted(patched)
 
 
-def _dist_info_last(rels: list[str]) -> list[str]:
-    """The dist-info (its RECORD last of all) after every other file: a lay-out cut short (a full
-    disk, a kill) leaves a fresh tree with no dist-info, never one that looks like a whole release."""
-    return sorted(rels, key=lambda rel: (".dist-info/" in rel, rel.endswith(".dist-info/RECORD"), rel))
+def _markers_last(rels: list[str]) -> list[str]:
+    """What says which release a tree is (vllm/__init__.py, vllm/_version.py, then the dist-info, its
+    RECORD last of all) after every other file: a lay-out cut short (a full disk, a kill) leaves a
+    fresh tree no command takes for a release, never one that looks like a partly patched one."""
+    return sorted(rels, key=lambda rel: (_marker_rank(rel), rel))
+
+
+def _marker_rank(rel: str) -> int:
+    if rel.endswith(".dist-info/RECORD"):
+        return 3
+    if ".dist-info/" in rel:
+        return 2
+    return 1 if rel in RELEASE_MARKERS else 0
 
 
 def _write_error(dest: str | Path, rel: str, e: OSError, unwritten: dict[str, bytes]) -> TargetError:
@@ -141,10 +152,10 @@ def _write_error(dest: str | Path, rel: str, e: OSError, unwritten: dict[str, by
     if e.errno not in NO_SPACE:
         return TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}")
     need = sum(len(data) for data in unwritten.values())
-    whole = any(".dist-info/" in r for r in unwritten)
+    whole = any(".dist-info/" in r or r in RELEASE_MARKERS for r in unwritten)
     return TargetError(
         f"no space left on the device holding {dest}: {len(unwritten)} file(s) ({size_said(need)}) not written"
-        + (" (its vllm dist-info among them: the tree is not a release yet)" if whole else ""),
+        + (" (those that say which release it is among them: no command takes it for one yet)" if whole else ""),
         hint=f"free at least {size_said(need)} there, then run the same command again: it writes only the missing files",
     )
 
