@@ -140,10 +140,13 @@ def test_a_full_disk_on_revert_says_how_much_to_free_then_the_same_command(monke
     result = run("revert", "--target", tree, "--patch", patch)
     assert result.exit_code == 4 and "No space left on device" in result.output, result.output
     text = " ".join(result.output.split())
-    said = re.search(r"free more than (\d+) KB on the device holding (\S+), then run the same command again", text)
+    said = re.search(
+        r"it needs about ([\d.]+) (KB|MB) free on the device holding (\S+): make room, then run the same command again",
+        text,
+    )
     assert said, result.output
     restored = sum(len(content) for rel, content in stock.items() if patched.get(rel) != content)
-    assert int(said[1]) * 1000 >= restored and str(tree) in said[2]
+    assert float(said[1]) * {"KB": 1e3, "MB": 1e6}[said[2]] >= restored and str(tree) in said[3]
     assert snapshot(tree) == patched
     monkeypatch.delenv("PATCHKIT_FAULT_AFTER")  # room again: the same command reverts
     monkeypatch.setattr(transaction, "_faults", transaction._Faults())

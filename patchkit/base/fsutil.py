@@ -314,8 +314,9 @@ NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk or quota: more
 
 
 def size_said(n: int) -> str:
-    """A byte count as a person frees space: KB below 0.1 MB, else MB with one decimal."""
-    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{max(1, round(n / 1e3))} KB"
+    """A byte count as a person frees space, rounded up (less would not do): KB below 0.1 MB, else
+    MB with one decimal."""
+    return f"{-(-n // 100_000) / 10:.1f} MB" if n >= 100_000 else f"{max(1, -(-n // 1000))} KB"
 
 
 def fsync_dir(directory: Path) -> None:

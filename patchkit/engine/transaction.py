@@ -289,10 +289,11 @@ def _committed_or_rolled_back(
 
 
 def _no_space_hint(root: Path, writes: list[FileWrite]) -> str:
-    """What a commit on a full disk needs: room for every new content it stages (the originals it
-    keeps are hard links where the file system allows; the record and journal a few KB)."""
-    need = sum(len(w.after) for w in writes if w.after is not None) + (64 << 10)
-    return f"free more than {size_said(need)} on the device holding {root}, then run the same command again"
+    """What a commit on a full disk needs: room for every new content it stages, in whole 4 KB
+    blocks (the originals it keeps are hard links where the file system allows), and 128 KB for the
+    record, the journal and directories."""
+    need = sum(-(-len(w.after) // 4096) * 4096 for w in writes if w.after is not None) + (128 << 10)
+    return f"it needs about {size_said(need)} free on the device holding {root}: make room, then run the same command again"
 
 
 def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> dict:
