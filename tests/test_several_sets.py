@@ -319,6 +319,20 @@ def test_apply_over_an_edited_file_names_the_commands_and_the_sets_applied_alrea
     assert "not tried: spec, old (spec is already applied and stays applied)" in said, said  # newuser16 6c
 
 
+def test_apply_over_an_edited_file_names_the_later_sets_once_when_all_are_applied(run, tree, scratch):
+    """newuser16 6c: "(deepseek-tool-calls, kimi-k2-tool-calls applied already, and stay(s) so)"."""
+    root = scratch / "two"
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="model")
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]}, name="spec")
+    (root / "library.toml").write_text('order = ["model", "spec"]\n')
+    assert run("apply", "--target", tree, "--patches", root, "--no-guard").exit_code == 0
+    (tree / MODEL).write_text(EAGLE_MODEL + "# an edit\n")
+    again = run("apply", "--target", tree, "--patches", root, "--no-guard")
+    assert again.exit_code == 1, again.output
+    said = " ".join(again.output.split())
+    assert "hint: not tried: spec (already applied; it stays applied);" in said, said
+
+
 def test_verify_where_every_set_fails_says_none_passes(run, tree, library):
     assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
     for path in (SPEC, MODEL):  # each set's file (old is judged on the stock MODEL: upstream)

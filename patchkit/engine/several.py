@@ -189,6 +189,8 @@ def _not_tried(done: list[SetApplied], untried: list[str]) -> str:
     said = f"not tried: {', '.join(untried)}"
     if not applied:
         return said
+    if applied == untried:  # their names once
+        return f"{said} (already applied; {_verb(applied, 'it stays', 'they stay')} applied)"
     return f"{said} ({_listed(applied)} {_verb(applied, 'is', 'are')} already applied and {_verb(applied, 'stays', 'stay')} applied)"
 
 
