@@ -403,3 +403,23 @@ def test_a_nodes_own_error_is_failed_not_error_and_its_hint_is_kept():
 
 def _urlsafe_sha256(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def test_a_node_whose_guard_was_uninstalled_says_so_with_the_fix_as_status_does(tmp_path):
+    """`pip uninstall patchkit-guard` under an applied tree: status passes with a warning and its fix
+    (vLLM launches the tree unchecked); the node's row said nothing."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY})
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+    request = {"target": str(tree), "library": str(library)}
+    assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
+    for path in tree.glob("patchkit_guard*"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    alone = json.loads(
+        run_in_process(["status", "--format", "json", *node.target_arguments(request)[0], "--patches", str(library)])[1]
+    )
+    row = node.run_step("status", request, run_in_process)
+    assert (row["state"], row["ok"]) == ("applied", True)
+    assert row["detail"] == f"warning: {alone['guard']['missing']}" and "no longer loads" in row["detail"]
+    assert row["hint"] == alone["guard"]["missing_fix"] and "`patchkit apply --target" in row["hint"]

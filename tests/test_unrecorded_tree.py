@@ -112,7 +112,9 @@ def test_apply_records_the_sets_it_finds_applied_with_their_originals(run, stock
 
 def _fix_of(status_output: str) -> list[str]:
     """The commands on the guard's `fix:` line, in order."""
-    line = next(line for line in status_output.splitlines() if line.strip().startswith("fix:"))
+    lines = status_output.splitlines()
+    guard = next(i for i, line in enumerate(lines) if line.startswith("guard:"))
+    line = next(line for line in lines[guard:] if line.strip().startswith("fix:"))
     return re.findall(r"`patchkit ([^`]*)`", line)
 
 
@@ -149,3 +151,23 @@ def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run
         assert done.exit_code == 0, done.output
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert snapshot(tree) != before
+
+
+def test_a_file_stock_again_beside_another_sets_edited_file_gets_a_fix_that_clears_both(run, stock):
+    """The class of newuser16 finding 1: one set's file stock again, another set's file edited. The
+    fix named the edited file's set alone ("the refused files are X's (another set's)"), and after
+    it the guard still refused the file stock again."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    (tree / PARSER).write_bytes(before[PARSER])  # the first set's: its status names the other's fix
+    (tree / ROUTER).write_text((tree / ROUTER).read_text() + "# tuned\n")
+
+    status = run("status", "--target", tree, "--patches", library)
+    assert status.exit_code == 1 and "another set's" not in status.output, status.output
+    assert "1 of the 2 recorded files hold their stock bytes again" in status.output, status.output
+    for command in _fix_of(status.output):
+        done = run(*command.split())
+        assert done.exit_code == 0, done.output
+    after = run("status", "--target", tree, "--patches", library)
+    assert after.exit_code == 0, (status.output, after.output)

@@ -272,7 +272,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         + _wheel_without_guard(root, state),
         "store_notes": left_by_a_killed_command(root, state),
         "guard_installed": is_installed(root),
-        "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
+        "others_fix": _others_fix(state, set_name, refused, again) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
@@ -300,12 +300,13 @@ class _StockAgain:
     def said(self) -> str:
         if self.whole:
             return f"the files are {STOCK_AGAIN}: all {self.recorded} recorded"
-        return f"{len(self.problems)} of the {self.recorded} recorded files hold their stock bytes again, the others are patched"
+        return f"{len(self.problems)} of the {self.recorded} recorded files hold their stock bytes again"
 
 
 def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockAgain | None:
-    """Which of the guard's refusals are of recorded files stock again (None: none)."""
-    if state is None or not refused:
+    """Which of the guard's refusals are of recorded files stock again (None: none). After an
+    upgrade of vLLM the files are another release's: said as the upgrade (reports._upgrade_said)."""
+    if state is None or not refused or any(UPGRADED in problem for problem in refused):
         return None
     original: dict[str, str | None] = {}
     for entry in state.entries:  # the first set to record a file holds its stock hash
@@ -411,8 +412,9 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
     return [f"{META_DIR}/ is empty: {revert} removes it"] if empty else []
 
 
-def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
-    """The commands that settle the other records whose files the guard names (none: none does)."""
+def _others_fix(state: State, set_name: str, refused: list[str], again: _StockAgain | None = None) -> str | None:
+    """The commands that settle the other records whose files the guard names (none: none does);
+    then apply, where files are stock again too (`again`): those the other commands leave."""
     if not refused:
         return None
     entries = [e for e in state.entries if e.set_name != set_name]
@@ -425,7 +427,9 @@ def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         fixes.append(f"{revert} (it keeps a copy of edits), then {apply}")
     owners = ", ".join(entry.set_name for entry in named)
-    return f"the refused files are {owners}'s (another set's): run " + "; and ".join(fixes)
+    whose = f"set {owners}" if len(named) == 1 else f"the sets {owners}"
+    then = f"; then {hints.command('apply')} (for the files stock again)" if again is not None else ""
+    return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
 
 
 def selection_of(entry: Entry) -> Options:

@@ -107,11 +107,12 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
     elif not ok and document.get("error") and state == NodeState.ERROR:
         state = NodeState.FAILED  # the node's patchkit answered with its error: `error` is for no answer
     parts = _set_parts(document)
+    unguarded = _guard_missing(document)  # status passes it, with a warning and its fix: so does the row
     return {
         "state": str(state),
         "ok": ok,
-        "detail": detail,
-        "hint": None if ok else _hint(document),
+        "detail": detail or (unguarded[0] if unguarded else ""),
+        "hint": (None if ok else _hint(document)) or (unguarded[1] if unguarded else None),
         "exit_code": code,
         "target": document.get("target"),
         "vllm_version": document.get("vllm_version"),
@@ -174,6 +175,16 @@ def _guard_said(document: dict[str, Any]) -> str:
 
 def _listed(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def _guard_missing(document: dict[str, Any]) -> tuple[str, str | None] | None:
+    """The warning status gives when the guard an apply installed no longer loads, and its fix."""
+    for part in _set_parts(document) or [document]:
+        guard = part.get("guard")
+        if isinstance(guard, dict) and isinstance(guard.get("missing"), str) and guard["missing"]:
+            fix = guard.get("missing_fix")
+            return f"warning: {guard['missing']}", fix if isinstance(fix, str) and fix else None
+    return None
 
 
 def _hint(document: dict[str, Any]) -> str | None:
