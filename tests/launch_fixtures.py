@@ -215,6 +215,8 @@ DRAFTER = {
     "draft_vocab_size": 32000,
     "eagle_aux_hidden_state_layer_ids": [1, 29, 57],
 }
+# a drafter trained for Kimi-K2.5: its vocabulary is the target's (DRAFTER's is DeepSeek-V3's)
+KIMI_DRAFTER = {**DRAFTER, "vocab_size": KIMI_K25["text_config"]["vocab_size"]}
 
 
 def write_model(directory: Path, config: dict) -> Path:
@@ -239,7 +241,7 @@ def stand_in_launch(tmp: Path, *serve_options: str) -> tuple[Path, Path, list[st
     script = bin_dir / "vllm"
     script.write_text(f'#!/bin/sh\necho "pid $$"\necho "args $*"\ntouch {marker}\nexit 7\n')
     script.chmod(0o755)
-    command = serve(write_model(tmp / "kimi", KIMI_K25), write_model(tmp / "drafter", DRAFTER), *serve_options)
+    command = serve(write_model(tmp / "kimi", KIMI_K25), write_model(tmp / "drafter", KIMI_DRAFTER), *serve_options)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PATCHKIT_DEBUG", None)
     return tree, library, command, env, marker

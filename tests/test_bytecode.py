@@ -301,3 +301,26 @@ def test_a_symlinked_or_special_pyc_is_named_and_never_written_or_removed(run, t
     assert "flag.pyc: a symlink: not followed" in row["message"]
     assert fingerprint(outside) == before
     assert ours.is_symlink() and legacy.is_symlink()
+
+
+def test_a_symlink_planted_as_the_roots_pycache_is_the_trees_to_fix_not_the_series(run, tmp_path, scratch):
+    """review 12a L6: a `__pycache__` symlink beside the guard's module made revert's check block
+    say "nothing is written (apply refuses this): fix the patch" (or "report the library's series")."""
+    from helpers import MODEL_PY
+
+    tree = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, tree, {"vllm/models/model.py": MODEL_PY + "# patched\n"}))
+    assert run("apply", "--target", tree, "--patch", diff).exit_code == 0
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tree / "__pycache__").symlink_to(victim, target_is_directory=True)
+    reverted = run("revert", "--target", tree, "--patch", diff)
+    said = " ".join(reverted.output.split())
+    assert reverted.exit_code == 1, reverted.output
+    assert "__pycache__/: a symlink" in said, said
+    assert "fix the patch" not in said and "report the" not in said and "apply refuses" not in said, said
+    assert (
+        said.count("remove what each line names (a .pyc file, or a symlink or special file where bytecode goes)") == 2
+    )
+    assert list(victim.iterdir()) == [] and (tree / "vllm/models/model.py").read_text() == MODEL_PY

@@ -5,7 +5,7 @@ A fenced `sh`/`console` block is preceded by `<!-- runnable -->` or by `<!-- not
 The runnable blocks of a page run in order, each with `bash -e`, in one directory of their own
 that holds what the page says its examples assume: stock vLLM 0.16.0's files (`vllm-0.16.0`, laid
 out by the README's own first command), `vllm-venv` (a Python environment with that vLLM in its
-site-packages), the models a launch names (`./eagle3-drafter`; `moonshotai/Kimi-K2.5` and
+site-packages), the models a launch names (`./kimi-k2.5-eagle3`, `./deepseek-v3-eagle3`; `moonshotai/Kimi-K2.5` and
 `deepseek-ai/DeepSeek-V3` in a Hugging Face cache) and a `vllm` on the PATH that stands in for
 the launch `run` becomes."""
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers import purelib
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_DRAFTER, KIMI_K25, write_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(
@@ -148,7 +148,8 @@ def prepared(tmp_path_factory) -> Path:
     stand_in = base / "bin" / "vllm"
     stand_in.write_text('#!/bin/sh\necho "vllm stand-in: $*"\n')
     stand_in.chmod(0o755)
-    write_model(base / "eagle3-drafter", DRAFTER)
+    write_model(base / "kimi-k2.5-eagle3", KIMI_DRAFTER)
+    write_model(base / "deepseek-v3-eagle3", DRAFTER)
     hub_model(base / "hf", "moonshotai/Kimi-K2.5", KIMI_K25)
     hub_model(base / "hf", "deepseek-ai/DeepSeek-V3", DEEPSEEK_V3)
     fetch = next(b for b in blocks(ROOT / "README.md") if b.marker == RUNNABLE).text.splitlines()[0]

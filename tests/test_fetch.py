@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from patchkit import fetch
 from patchkit.base import seal
-from patchkit.base.errors import BadInput, FetchError, IndexNotRead
+from patchkit.base.errors import BadInput, FetchError, IndexNotRead, TargetError
 from patchkit.cli.ui.notes import show_notes
 from patchkit.distinfo.record import parse_record, record_hash
 from patchkit.fetch import cache as fetch_cache
@@ -905,3 +905,41 @@ def test_fetch_dest_says_what_it_laid_out_and_what_it_kept(fetched, tmp_path):
     kept = fetched(dest)  # the patched speculative.py is kept, and said to be
     assert kept.returncode == 0 and "holds these" in kept.stdout, kept.stdout
     assert "kept 1 file(s) as patchkit patched them" in kept.stdout, kept.stdout
+
+
+def test_a_full_disk_in_dest_leaves_no_release_that_looks_whole_and_the_same_command_completes_it(
+    server, cache, monkeypatch, tmp_path
+):
+    """review 12a M4: `fetch --all --dest` on a disk that fills up wrote the dist-info first and said
+    only "cannot write …", and status took the third of a tree for a partly applied release."""
+    import errno
+
+    from patchkit.releases import files as release_files
+
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, all_python=True)
+    real_write, writes = release_files.atomic_write, []
+
+    def fills_up(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, data, **kwargs)
+
+    dest = tmp_path / "small" / "t"
+    monkeypatch.setattr(release_files, "atomic_write", fills_up)
+    with pytest.raises(TargetError, match="no space left on the device holding") as caught:
+        release_files.lay_out_said(tree, dest)
+    assert "no command takes it for one yet" in caught.value.message
+    assert "free at least" in caught.value.hint and "same command again" in caught.value.hint
+    assert not list(dest.glob("*.dist-info")), sorted(p.name for p in dest.iterdir())
+    assert not (dest / "vllm/__init__.py").exists() and not (dest / "vllm/_version.py").exists()
+    assert [p for p in dest.rglob("*") if p.is_file()], "the file written before the disk filled is kept"
+
+    monkeypatch.setattr(release_files, "atomic_write", real_write)  # space freed: the same lay-out completes it
+    laid, written, _kept = release_files.lay_out_said(tree, dest)
+    assert len(written) == len(laid) - 1
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == laid
+    for rel in laid:
+        assert (dest / rel).read_bytes() == (tree / rel).read_bytes(), rel

@@ -15,6 +15,7 @@ from importable_vllm import make_importable
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
+    KIMI_DRAFTER,
     KIMI_K25,
     apply_fix,
     findings,
@@ -38,6 +39,7 @@ def setup(tmp_path):
         "kimi": write_model(tmp_path / "models" / "kimi-k25", KIMI_K25),
         "deepseek": write_model(tmp_path / "models" / "deepseek-v3", DEEPSEEK_V3),
         "drafter": write_model(tmp_path / "models" / "eagle3-drafter", DRAFTER),
+        "kimi-drafter": write_model(tmp_path / "models" / "kimi-eagle3", KIMI_DRAFTER),
     }
     return tree, library, models
 
@@ -69,7 +71,7 @@ def failed(done) -> set[str]:
 def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, version, model, faults):
     tree, library = write_eagle3_setup(tmp_path, version)
     target = write_model(tmp_path / "target", KIMI_K25 if model == "kimi" else DEEPSEEK_V3)
-    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    drafter = write_model(tmp_path / "drafter", KIMI_DRAFTER if model == "kimi" else DRAFTER)
 
     done = preflight(tree, library, *serve(target, drafter))
     assert_clean_failure(done, 1)
@@ -138,7 +140,7 @@ def test_a_drafter_check_that_cannot_judge_says_so_and_does_not_pass(
 
 def test_text_output_names_each_fault_and_its_fix(setup):
     tree, library, models = setup
-    done = preflight(tree, library, *serve(models["kimi"], models["drafter"]), fmt="text")
+    done = preflight(tree, library, *serve(models["kimi"], models["kimi-drafter"]), fmt="text")
     assert_clean_failure(done, 1)
     for name in STOCK_FAULTS_KIMI:
         assert name in done.stdout
@@ -149,7 +151,7 @@ def test_junit_has_a_testcase_per_finding(setup):
     import xml.etree.ElementTree as ET
 
     tree, library, models = setup
-    done = preflight(tree, library, *serve(models["kimi"], models["drafter"]), fmt="junit")
+    done = preflight(tree, library, *serve(models["kimi"], models["kimi-drafter"]), fmt="junit")
     assert done.returncode == 1
     cases = ET.fromstring(done.stdout).findall(".//testcase")
     assert {c.get("name") for c in cases} == STOCK_FAULTS_KIMI | DRAFTER_CHECKS
@@ -211,7 +213,7 @@ def test_hub_ids_resolve_offline_from_the_hf_cache_refs_main_first(setup, tmp_pa
     (cache / "models--moonlab--kimi-like" / "refs" / "main").write_text(
         "aaaa1111"
     )  # as huggingface_hub writes it: no newline
-    write_hub_snapshot(cache, "drafts/eagle3-small", "0123abcd", DRAFTER)
+    write_hub_snapshot(cache, "drafts/eagle3-small", "0123abcd", KIMI_DRAFTER)
     (cache / "models--drafts--eagle3-small" / "refs").mkdir()
     (cache / "models--drafts--eagle3-small" / "refs" / "main").write_text("0123abcd")
     done = preflight(
@@ -229,7 +231,7 @@ def test_dotted_speculative_config_and_yaml_config_are_read(setup, tmp_path):
     assert failed(preflight(tree, library, *dotted)) == STOCK_FAULTS_DEEPSEEK
 
     config = tmp_path / "serve.yaml"
-    spec = json.dumps({"method": "eagle3", "model": str(models["drafter"]), "num_speculative_tokens": 2})
+    spec = json.dumps({"method": "eagle3", "model": str(models["kimi-drafter"]), "num_speculative_tokens": 2})
     config.write_text(f"model: {models['kimi']}\ntensor_parallel_size: 2\nspeculative-config: '{spec}'\n")
     command = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--config", str(config)]
     # the PATH's python3 has no vLLM: the launch would not run the tree checked (launch-target)
@@ -240,7 +242,7 @@ def test_hf_overrides_apply_to_the_target_config(setup):
     tree, library, models = setup
     overrides = json.dumps({"text_config": {"hidden_size": 4096}})
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    done = preflight(tree, library, *serve(models["kimi"], models["drafter"], "--hf-overrides", overrides))
+    done = preflight(tree, library, *serve(models["kimi"], models["kimi-drafter"], "--hf-overrides", overrides))
     assert failed(done) == {"drafter-hidden-size"}
 
 
@@ -489,7 +491,7 @@ def test_drift_after_apply_fails_the_tree_state(setup):
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     edited = tree / "vllm/model_executor/models/kimi_k25.py"
     edited.write_text(edited.read_text() + "\n# tuned by hand\n")
-    done = preflight(tree, library, *serve(models["kimi"], models["drafter"]))
+    done = preflight(tree, library, *serve(models["kimi"], models["kimi-drafter"]))
     assert_clean_failure(done, 1)
     assert failed(done) == {"tree-state"}
     assert "kimi_k25.py" in findings(done)["tree-state"]["message"]
@@ -580,7 +582,7 @@ def with_import(tree: Path, library: Path, *command: str, env=None):
 def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup):
     tree, library, models = setup
     env = make_importable(tree)
-    done = with_import(tree, library, *serve(models["kimi"], models["drafter"]), env=env)
+    done = with_import(tree, library, *serve(models["kimi"], models["kimi-drafter"]), env=env)
     assert_clean_failure(done, 1)
     supports = findings(done)["supports-eagle3"]
     assert not supports["ok"] and supports["fix"] == apply_fix(tree, library, sys.executable)
@@ -588,7 +590,7 @@ def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup)
     assert f"vLLM's supports_eagle3() is False for {kimi}" in supports["message"]
 
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    done = with_import(tree, library, *serve(models["kimi"], models["drafter"]), env=env)
+    done = with_import(tree, library, *serve(models["kimi"], models["kimi-drafter"]), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"vLLM's supports_eagle3() is True for {kimi}" in findings(done)["supports-eagle3"]["message"]
 
@@ -1355,7 +1357,9 @@ def test_offline_a_missing_tokenizer_model_and_drafter_are_each_named(setup, tmp
     assert_clean_failure(done, 4)
     said = [f["message"] for f in json.loads(done.stdout)["findings"] if f["check"] == "models"]
     assert [any(name in m for m in said) for name in ("lab/gone-model", "lab/gone-tok", "gone-drafter")] == [True] * 3
-    found = preflight(tree, library, *offline, *serve(models["kimi"], models["drafter"], "--tokenizer", "lab/gone-tok"))
+    found = preflight(
+        tree, library, *offline, *serve(models["kimi"], models["kimi-drafter"], "--tokenizer", "lab/gone-tok")
+    )
     assert_clean_failure(found, 4)
     assert "lab/gone-tok" in " ".join(f["message"] for f in json.loads(found.stdout)["findings"] if not f["ok"])
     assert set(findings(found)) >= DRAFTER_CHECKS  # the models found are still checked

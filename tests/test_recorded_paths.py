@@ -48,7 +48,7 @@ def test_a_journal_entry_with_a_setgid_mode_is_refused_and_nothing_is_written(ru
     before = fingerprint(tree)
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code == 2, result.output
-    assert "permission mode" in result.output and "inspect or remove" in result.output
+    assert "permission mode" in result.output and "inspect or remove" in result.output  # the journal's hint
     assert fingerprint(tree) == before and not (tree / "vllm" / "tool.sh").exists()
 
 

@@ -602,3 +602,29 @@ def test_revert_clears_what_a_killed_command_left_on_a_stock_tree(run, tree, dif
     done = run("revert", "--target", tree, "--patch", diffs["spec"])
     assert done.exit_code == 0, done.output
     assert not (tree / ".patchkit").exists()
+
+
+def test_status_and_verify_refuse_a_record_revert_refuses(tmp_path, scratch):
+    """review 12a L5: `"before": null` for a file the installed vLLM's RECORD lists: status said
+    applied (exit 0) and verify passed, while revert refused the record. Each says what revert says."""
+
+    from helpers import pip_install, run_cli
+
+    site = tmp_path / "site"
+    pip_install(site, "0.16.0", {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY})
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {"vllm/models/model.py": MODEL_PY + "# patched\n"}))
+    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    state_file = site / ".patchkit/state.json"
+    state = json.loads(state_file.read_text())
+    entry = state["entries"][0]["files"]["vllm/models/model.py"]
+    entry["before"] = None
+    state_file.write_text(json.dumps(state))
+    said = {}
+    for command in ("revert", "status", "verify"):
+        done = run_cli(command, "--target", site, "--patch", diff)
+        assert done.returncode == 2, (command, done.stdout + done.stderr)
+        said[command] = done.stderr
+    assert "says patchkit created vllm/models/model.py" in said["revert"]
+    assert said["status"] == said["verify"] == said["revert"]
+    assert (site / "vllm/models/model.py").read_text() == MODEL_PY + "# patched\n"

@@ -110,6 +110,20 @@ def test_a_failing_second_set_keeps_the_first_and_tries_none_after(run, tree, li
     assert (tree / MODEL).read_text() == EAGLE_MODEL
 
 
+def test_a_set_that_fails_with_no_failed_check_is_not_said_check_failed(run, tree, library, scratch):
+    """Review 12a L1: a set refused for a symlink (exit 2) or a full disk (exit 4) was said
+    `check-failed` (its result and the document's), and `fleet apply` showed it so: no check failed."""
+    outside = scratch / "outside.py"
+    outside.write_text((tree / SPEC).read_text())
+    (tree / SPEC).unlink()
+    (tree / SPEC).symlink_to(outside)
+    result = run("apply", "--target", tree, "--patches", library, "--no-guard", "--format", "json")
+    assert result.exit_code == 2, result.output
+    document = json_of(result)
+    assert {s["set"]: s["result"] for s in document["sets"]}["spec"] == "failed"
+    assert document["result"] == "failed" and "symlink" in document["error"]
+
+
 def test_unsupported_and_uncovered_sets_are_reported_not_errors(run, tree, library, scratch):
     write_library(library, {"0.17.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="gap", upstream=None)
     write_library(library, {"0.17.0": [b""]}, name="future", supported=">=0.17.0", upstream=None)
@@ -303,6 +317,20 @@ def test_apply_over_an_edited_file_names_the_commands_and_the_sets_applied_alrea
     revert, apply = command.replace("patchkit", "patchkit revert"), command.replace("patchkit", "patchkit apply")
     assert f"`{revert} --force` (keeps a copy of the edits), then `{apply}`" in said, said
     assert "not tried: spec, old (spec is already applied and stays applied)" in said, said  # newuser16 6c
+
+
+def test_apply_over_an_edited_file_names_the_later_sets_once_when_all_are_applied(run, tree, scratch):
+    """newuser16 6c: "(deepseek-tool-calls, kimi-k2-tool-calls applied already, and stay(s) so)"."""
+    root = scratch / "two"
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="model")
+    write_library(root, {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]}, name="spec")
+    (root / "library.toml").write_text('order = ["model", "spec"]\n')
+    assert run("apply", "--target", tree, "--patches", root, "--no-guard").exit_code == 0
+    (tree / MODEL).write_text(EAGLE_MODEL + "# an edit\n")
+    again = run("apply", "--target", tree, "--patches", root, "--no-guard")
+    assert again.exit_code == 1, again.output
+    said = " ".join(again.output.split())
+    assert "hint: not tried: spec (already applied; it stays applied);" in said, said
 
 
 def test_verify_where_every_set_fails_says_none_passes(run, tree, library):

@@ -5,6 +5,7 @@ with "did you mean", from the names read out of the tree's files (nothing import
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,113 @@ def test_run_refuses_a_misspelt_parser_before_the_launch(launch, tmp_path):
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "did you mean kimi_k2?" in done.stdout + done.stderr and "cannot run vllm" not in done.stderr
+
+
+STRUCTURED = "--structured-outputs-config"
+INNER = f"{STRUCTURED}'s reasoning_parser"
+
+
+@pytest.mark.parametrize("no_import", [True, False])
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        (STRUCTURED, '{"reasoning_parser": "qwen_3", "backend": "xgrammar"}'),
+        (f"{STRUCTURED}.reasoning_parser", "qwen_3"),
+        (f"{STRUCTURED}.reasoning_parser=qwen_3",),
+        ("--config", "CONFIG"),
+    ],
+)
+def test_a_reasoning_parser_inside_structured_outputs_config_is_held_to_the_registry_at_start(
+    launch, tmp_path, spelling, no_import
+):
+    """Review 11 M2a: vLLM's start check reads --structured-outputs-config's reasoning_parser (JSON,
+    dotted, or a --config YAML), and refuses a name it does not register, before the model loads."""
+    tree, library, model = launch
+    config = tmp_path / "serve.yaml"
+    config.write_text("structured-outputs-config:\n  reasoning_parser: qwen_3\n")
+    options = [str(config) if word == "CONFIG" else word for word in spelling]
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, *(["--no-import"] if no_import else []),
+        "--format", "json", "--", "vllm", "serve", str(model), *options,
+    )  # fmt: skip
+    (found,) = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
+    assert done.returncode == 1 and not found["ok"], done.stdout
+    assert found["message"] == (
+        "--structured-outputs-config's reasoning_parser qwen_3: vLLM 0.16.0 registers no reasoning parser "
+        "of that name (vllm/reasoning/__init__.py): it refuses the launch at start"
+    )
+    assert found["fix"] == "did you mean qwen3? set that reasoning_parser to qwen3"
+
+
+@pytest.mark.parametrize(
+    ("options", "judged"),
+    [
+        # vLLM checks the inner name at start, whatever --reasoning-parser says (that one wins later)
+        (("--reasoning-parser", "qwen3", STRUCTURED, '{"reasoning_parser": "r1"}'), [f"{INNER} r1"]),
+        # the inner one registered: --reasoning-parser is still looked up, as the engine is built
+        (("--reasoning-parser", "r1", STRUCTURED, '{"reasoning_parser": "qwen3"}'), ["--reasoning-parser r1"]),
+        # both wrong: both said, one finding for one name
+        (
+            ("--reasoning-parser", "r1", STRUCTURED, '{"reasoning_parser": "r2"}'),
+            [f"{INNER} r2", "--reasoning-parser r1"],
+        ),
+        (("--reasoning-parser", "r1", STRUCTURED, '{"reasoning_parser": "r1"}'), [f"{INNER} r1"]),
+        # only --reasoning-parser-plugin is imported before the start check; the inner plugin is not
+        ((STRUCTURED, '{"reasoning_parser": "mine", "reasoning_parser_plugin": "mine.py"}'), [f"{INNER} mine"]),
+        ((STRUCTURED, '{"reasoning_parser": "mine"}', "--reasoning-parser-plugin", "mine.py"), []),
+        ((STRUCTURED, '{"reasoning_parser": ""}'), []),  # vLLM's `(name := ...) and ...`: empty is none
+        ((STRUCTURED, '{"backend": "xgrammar"}'), []),
+        (("--reasoning-parser", "", STRUCTURED, '{"reasoning_parser": ""}'), []),
+    ],
+)
+def test_both_reasoning_parser_spellings_are_judged_as_vllm_reads_each(launch, options, judged):
+    tree, library, model = launch
+    done, found = preflight(tree, library, model, *options)
+    assert [f["ok"] for f in found] == [False] * len(judged), done.stdout
+    assert [f["message"].split(": vLLM")[0] for f in found] == judged
+
+
+def test_an_unregistered_reasoning_parser_is_refused_after_the_model_loads(launch):
+    """Review 11 L3: vLLM 0.16.0 copies --reasoning-parser into its structured-outputs config only in
+    create_engine_config, and looks it up in the engine core after the model loaded, not at start."""
+    tree, library, model = launch
+    _, (found,) = preflight(tree, library, model, "--reasoning-parser", "deepseekr1")
+    assert found["message"].endswith(
+        "(vllm/reasoning/__init__.py): it refuses the launch after the model loads "
+        "(vLLM checks --reasoning-parser only as it builds the engine)"
+    ), found
+    assert "at start" not in found["message"]
+
+
+@pytest.mark.parametrize(("version", "held"), [("0.33.0", []), ("0.33.0+cu130", []), ("0.32.0", ["None"])])
+def test_none_is_no_reasoning_parser_from_0_33_on(version, held):
+    """0.33.0's parse_reasoning_parser reads `none` in any case as unset; 0.32.0 looks it up."""
+    named = toolparsers.given({"reasoning-parser": "None"}, version)
+    assert [n.name for n in named] == held
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda f: os.mkfifo(f), "the tree's vllm/reasoning/__init__.py is a fifo, not a registry patchkit reads"),
+        (
+            lambda f: f.symlink_to("/dev/zero"),
+            "the tree's vllm/reasoning/__init__.py is a link to /dev/zero (a character device), outside the tree",
+        ),
+        (
+            lambda f: f.write_bytes(b"") or os.truncate(f, (64 << 20) + 1),
+            "the tree's vllm/reasoning/__init__.py is a file of 67,108,865 bytes, over the 64 MiB patchkit "
+            "reads of a source file",
+        ),
+        (lambda f: f.mkdir(), "the tree's vllm/reasoning/__init__.py is a directory, not a registry patchkit reads"),
+    ],
+)
+def test_a_registry_that_is_there_but_unreadable_is_said_as_what_it_is(launch, make, said):
+    """Review 11 L2: not "the tree has no vllm/reasoning/__init__.py" for a file that is there."""
+    tree, library, model = launch
+    registry = tree / "vllm" / "reasoning" / "__init__.py"
+    registry.unlink()
+    make(registry)
+    done, (found,) = preflight(tree, library, model, "--reasoning-parser", "qwen3")
+    assert found["result"] == "cannot judge", done.stdout
+    assert said in found["message"] and "has no" not in found["message"]

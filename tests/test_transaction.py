@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from helpers import MODEL_PY, SPEC_PY, make_patch, run_patchkit, snapshot, write_tree
@@ -126,3 +127,28 @@ def test_symlinked_directory_on_the_way_is_refused(tmp_path, run, scratch):
     result = run("apply", "--target", tree, "--patch", tmp_path / "p.diff")
     assert result.exit_code == 2 and "symlink" in result.output
     assert (outside / "evil.py").read_text() == "A = 1\n"
+
+
+def test_a_full_disk_on_revert_says_how_much_to_free_then_the_same_command(monkeypatch, run, big_change):
+    """review 12a L3: revert on a full disk said only "No space left on device; every file was
+    rolled back", not how much room it needs nor what to run once there is room."""
+    tree, patch = big_change
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    patched = snapshot(tree)
+    _with_fault(monkeypatch, 3)
+    result = run("revert", "--target", tree, "--patch", patch)
+    assert result.exit_code == 4 and "No space left on device" in result.output, result.output
+    text = " ".join(result.output.split())
+    said = re.search(
+        r"it needs about ([\d.]+) (KB|MB) free on the device holding (\S+): make room, then run the same command again",
+        text,
+    )
+    assert said, result.output
+    restored = sum(len(content) for rel, content in stock.items() if patched.get(rel) != content)
+    assert float(said[1]) * {"KB": 1e3, "MB": 1e6}[said[2]] >= restored and str(tree) in said[3]
+    assert snapshot(tree) == patched
+    monkeypatch.delenv("PATCHKIT_FAULT_AFTER")  # room again: the same command reverts
+    monkeypatch.setattr(transaction, "_faults", transaction._Faults())
+    assert run("revert", "--target", tree, "--patch", patch).exit_code == 0
+    assert snapshot(tree) == stock

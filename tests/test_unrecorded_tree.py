@@ -112,7 +112,9 @@ def test_apply_records_the_sets_it_finds_applied_with_their_originals(run, stock
 
 def _fix_of(status_output: str) -> list[str]:
     """The commands on the guard's `fix:` line, in order."""
-    line = next(line for line in status_output.splitlines() if line.strip().startswith("fix:"))
+    lines = status_output.splitlines()
+    guard = next(i for i, line in enumerate(lines) if line.startswith("guard:"))
+    line = next(line for line in lines[guard:] if line.strip().startswith("fix:"))
     return re.findall(r"`patchkit ([^`]*)`", line)
 
 
@@ -149,3 +151,82 @@ def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run
         assert done.exit_code == 0, done.output
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert snapshot(tree) != before
+
+
+def test_a_file_stock_again_beside_another_sets_edited_file_gets_a_fix_that_clears_both(run, stock):
+    """The class of newuser16 finding 1: one set's file stock again, another set's file edited. The
+    fix named the edited file's set alone ("the refused files are X's (another set's)"), and after
+    it the guard still refused the file stock again."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    (tree / PARSER).write_bytes(before[PARSER])  # the first set's: its status names the other's fix
+    (tree / ROUTER).write_text((tree / ROUTER).read_text() + "# tuned\n")
+
+    status = run("status", "--target", tree, "--patches", library)
+    assert status.exit_code == 1 and "another set's" not in status.output, status.output
+    assert "belong to set" in status.output, status.output  # each file with its own set's fix
+    for command in _fix_of(status.output):
+        done = run(*command.split())
+        assert done.exit_code == 0, done.output
+    after = run("status", "--target", tree, "--patches", library)
+    assert after.exit_code == 0, (status.output, after.output)
+
+
+def test_a_damaged_record_on_an_applied_tree_says_what_to_do_and_following_it_gives_stock(run, stock):
+    """review 12a L4: a damaged state.json's hint was "inspect or remove" (on an applied tree the
+    record names the saved originals); a 5000-digit integer in it printed Python's own advice
+    (sys.set_int_max_str_digits); a damaged previous_state in a journal named the journal as not JSON."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    record = tree / ".patchkit" / "state.json"
+    damaged = record.read_text().replace('"format": 1', '"format": ' + "7" * 5000, 1)
+    assert damaged != record.read_text()
+    record.write_text(damaged)
+
+    refused = run("status", "--target", tree, "--patches", library)
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2, refused.output
+    assert "an integer of 5000 digits" in said and "set_int_max_str_digits" not in said, said
+    moved = re.search(r"\(mv (\S+) (\S+)\); then `patchkit revert ([^`]+)` undoes the series it finds applied", said)
+    assert moved and moved[1] == str(record), said
+    Path(moved[1]).rename(moved[2])  # the hint followed
+    args = moved[3].split()
+    assert args == ["--target", str(tree), "--patches", str(library)], args
+    assert run("revert", *args).exit_code == 0
+    assert snapshot(tree) == before and Path(moved[2]).read_text() == damaged
+
+
+def test_a_damaged_previous_state_in_a_journal_is_named_as_the_field(run, stock):
+    tree, library = stock
+    meta = tree / ".patchkit"
+    meta.mkdir()
+    (meta / "journal.json").write_text(json.dumps({"id": "c0ffee", "previous_state": "{not a record", "files": []}))
+    refused = run("status", "--target", tree, "--patches", library)
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2, refused.output
+    assert "its 'previous_state' is no record patchkit wrote: not JSON" in said, said
+    assert said.count("journal.json is damaged") == 1, said
+
+
+@pytest.mark.parametrize("damage", ["missing", "symlink", "changed"])
+def test_a_plain_revert_with_a_saved_original_lost_reverse_applies_the_recorded_series(run, stock, tmp_path, damage):
+    """review 12a M3: with a saved original missing or damaged, a plain revert (no --set) refused
+    ("reverse-applying … does not give the original back") while `revert --set X` worked."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    original = hashlib.sha256(before[PARSER]).hexdigest()
+    saved = tree / ".patchkit" / "objects" / original
+    assert saved.is_file()
+    saved.unlink()
+    if damage == "symlink":
+        (tmp_path / "elsewhere").write_bytes(before[PARSER])
+        saved.symlink_to(tmp_path / "elsewhere")
+    elif damage == "changed":
+        saved.write_bytes(before[PARSER] + b"# not the original\n")
+    reverted = run("revert", "--target", tree, "--patches", library)
+    assert reverted.exit_code == 0, reverted.output
+    assert f"{PARSER} was restored by reverse-applying the series (sha256 checked)" in " ".join(reverted.output.split())
+    assert snapshot(tree) == before

@@ -80,7 +80,7 @@ def test_the_patched_wheel_is_labelled_true_to_its_record_and_installs_patched(t
     # newuser16 6e: then the next step, the path absolute (stderr)
     assert (
         done.stderr.splitlines()[-1]
-        == f"note: next: `pip install --no-deps {patched.resolve()}` installs it over the stock vLLM of that release"
+        == f"note: next: install it over the stock vLLM of that release: `pip install --no-deps {patched.resolve()}`"
     )
     assert sorted(os.listdir(tmp_path / "out")) == [patched.name]  # no temporary file left
     with zipfile.ZipFile(patched) as zf:

@@ -233,16 +233,29 @@ def _ignored_aux_layers(config: dict) -> tuple[str, object] | None:
 
 
 def vocabulary(launch) -> Finding:
+    """vLLM's EAGLE-3 drafter (Eagle3LlamaForCausalLM, llama_eagle3.py) embeds the target's token ids
+    in a table of its own vocab_size, and scatters its draft_vocab_size logits (by d2t) into a row of
+    vocab_size ids the target then verifies: vocab_size must be the target's, draft_vocab_size (default
+    vocab_size) no larger (newuser16 3: a DeepSeek drafter, 129280, passed for Kimi-K2.5, 163840)."""
+    own = _size(launch.drafter.config, "vocab_size")
     draft = _size(launch.drafter.config, "draft_vocab_size", "vocab_size")
     target = _size(launch.target.text_config, "vocab_size")
-    if draft is None or target is None:
-        message = f"cannot judge: drafter vocabulary {_shown(draft)}, target vocabulary {_shown(target)}"
+    if own is None or draft is None or target is None:
+        message = (
+            f"cannot judge: drafter vocab_size {_shown(own)}, draft_vocab_size {_shown(draft)}, "
+            f"target vocab_size {_shown(target)}"
+        )
         return Finding("drafter-vocabulary", False, message, SIZE_FIX)
-    ok = draft <= target
-    message = f"drafter vocabulary {draft}, target vocabulary {target}"
-    return Finding(
-        "drafter-vocabulary", ok, message + ("" if ok else ": the drafter's is larger"), None if ok else DRAFTER_FIX
-    )
+    message = f"drafter vocab_size {own} (draft_vocab_size {draft}), target vocab_size {target}"
+    if own != target:
+        why = (
+            "the drafter's must be the target's: it embeds the target's token ids and drafts ids of its own vocabulary"
+        )
+        return Finding("drafter-vocabulary", False, f"{message}: {why}", DRAFTER_FIX)
+    if draft > own:
+        why = "draft_vocab_size is larger than vocab_size, into which d2t maps each draft id"
+        return Finding("drafter-vocabulary", False, f"{message}: {why}", DRAFTER_FIX)
+    return Finding("drafter-vocabulary", True, message)
 
 
 # --- helpers -------------------------------------------------------------------------------------

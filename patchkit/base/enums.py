@@ -100,4 +100,5 @@ class Outcome(StrEnum):
     CONFLICT = "conflict"
     CHECK_FAILED = "check-failed"
     BYTECODE_FAILED = "bytecode-failed"
+    FAILED = "failed"  # apply of several sets: a set's error that is no conflict and no failed check
     UNSUPPORTED = "unsupported"

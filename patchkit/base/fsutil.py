@@ -24,13 +24,22 @@ def load_json_text(raw: bytes | str) -> Any:
     escape ("\\ud800"), which no file name, UTF-8 output or JSON written back can carry, is a
     ValueError (UnicodeEncodeError) like any other malformed JSON."""
 
-    data = json.loads(raw)
+    data = json.loads(raw, parse_int=_bounded_int)
     try:
         json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
         raise ValueError(f"a string holds a lone surrogate escape ({bad}), which is no text") from None
     return data
+
+
+_MAX_INT_DIGITS = 4300  # Python's own limit for int(text): what it says past it is advice for programmers
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > _MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits (more than {_MAX_INT_DIGITS})")
+    return int(text)
 
 
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
@@ -301,6 +310,13 @@ def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> t
 
 
 _NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk or quota: more room is the fix
+
+
+def size_said(n: int) -> str:
+    """A byte count as a person frees space, rounded up (less would not do): KB below 0.1 MB, else
+    MB with one decimal."""
+    return f"{-(-n // 100_000) / 10:.1f} MB" if n >= 100_000 else f"{max(1, -(-n // 1000))} KB"
 
 
 def fsync_dir(directory: Path) -> None:

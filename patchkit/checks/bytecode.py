@@ -34,6 +34,9 @@ from patchkit.checks import ERROR, WARNING, CheckResult
 from patchkit.tree.target import run_worker
 
 NAME = "bytecode"
+# a failure here is the tree's (a .pyc that could not be fixed, a symlink planted where bytecode
+# goes), never the series': the fix is the same after apply, revert and verify
+FIX = "remove what each line names (a .pyc file, or a symlink or special file where bytecode goes): Python then compiles the sources"
 
 
 def fix(root: Path, paths: Iterable[str], python: str | None) -> list[CheckResult]:

@@ -260,17 +260,17 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
     refused = launch_refusal(root, state)
     missing = missing_guard(root, state)
     again = _stock_again(root, state, refused)
-    if again is not None:  # one line, the files a count: the fix is one command, not one per file
+    if again is not None and again.whole:  # one line, the files a count: the fix is one command, not one per file
         refused = [problem for problem in refused if problem not in again.problems] + [again.said]
     return {
-        "all_stock_again": again is not None and len(refused) == 1,
+        "all_stock_again": again is not None and again.whole and len(refused) == 1,
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
         + _wheel_without_guard(root, state),
         "store_notes": left_by_a_killed_command(root, state),
         "guard_installed": is_installed(root),
-        "others_fix": _others_fix(state, set_name, refused) if state is not None else None,
+        "others_fix": _others_fix(state, set_name, refused, again) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
@@ -283,11 +283,18 @@ STOCK_AGAIN = "stock again (vLLM reinstalled?)"
 
 @dataclass(frozen=True)
 class _StockAgain:
-    """The guard's refusals when every recorded file holds its original again (the first apply's
+    """The guard's refusals of recorded files that hold their originals again (the first apply's
     "before": the stock bytes), as `pip install --force-reinstall` of the same vLLM leaves them."""
 
     problems: list[str]
     recorded: int  # how many files the record names
+
+    @property
+    def whole(self) -> bool:
+        """Every recorded file is stock again: said in one line. Where some are still patched, each
+        refusal keeps its own set's fix (a count loses whose the files are: a narrower --set/--patch
+        then named the wrong set)."""
+        return len(self.problems) == self.recorded
 
     @property
     def said(self) -> str:
@@ -295,10 +302,10 @@ class _StockAgain:
 
 
 def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockAgain | None:
-    """The guard's refusals, when every recorded file is stock again (None: not so; where some are
-    still patched, each refusal names its own set's fix: a count would lose whose the files are)."""
+    """Which of the guard's refusals are of recorded files stock again (None: none). After an
+    upgrade of vLLM the files are another release's: said as the upgrade (reports._upgrade_said)."""
     if state is None or not refused or any(UPGRADED in problem for problem in refused):
-        return None  # another release installed: its files are said as replaced by the upgrade
+        return None
     original: dict[str, str | None] = {}
     for entry in state.entries:  # the first set to record a file holds its stock hash
         for path, shas in entry.files.items():
@@ -311,7 +318,7 @@ def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockA
         and (path := problem.removesuffix(suffix)) in original
         and _sha_of(root / path) == original[path]
     ]
-    if len(problems) != len(original):
+    if not problems:
         return None
     return _StockAgain(problems, len(original))
 
@@ -403,8 +410,9 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
     return [f"{META_DIR}/ is empty: {revert} removes it"] if empty else []
 
 
-def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
-    """The commands that settle the other records whose files the guard names (none: none does)."""
+def _others_fix(state: State, set_name: str, refused: list[str], again: _StockAgain | None = None) -> str | None:
+    """The commands that settle the other records whose files the guard names (none: none does);
+    then apply, where files those leave are stock again (`again`)."""
     if not refused:
         return None
     entries = [e for e in state.entries if e.set_name != set_name]
@@ -417,8 +425,11 @@ def _others_fix(state: State, set_name: str, refused: list[str]) -> str | None:
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         fixes.append(f"{revert} (it keeps a copy of edits), then {apply}")
     owners = ", ".join(entry.set_name for entry in named)
-    sets = "the set" if len(named) == 1 else "the sets"
-    return f"the refused files are of {sets} {owners}: run " + "; and ".join(fixes)
+    whose = f"set {owners}" if len(named) == 1 else f"the sets {owners}"
+    covered = {problem for e in named for path in e.files for problem in refused if problem.startswith(f"{path} ")}
+    left_stock = again is not None and any(problem not in covered for problem in again.problems)
+    then = f"; then {hints.command('apply')} (for the files stock again)" if left_stock else ""
+    return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
 
 
 def selection_of(entry: Entry) -> Options:

@@ -601,8 +601,7 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
         result.outcome = Outcome.BYTECODE_FAILED
         result.error = CheckFailed(
             f"{done}, but compiled bytecode that shadows the change could not be fixed:\n  " + pyc.failures(stale),
-            hint="remove those .pyc files (Python then compiles the sources); "
-            f"{hints.command('verify')} reports any stale bytecode left",
+            hint=f"{pyc.FIX}; {hints.command('verify')} reports any stale bytecode left",
         )
     return result
 
@@ -660,8 +659,10 @@ def refuse_unchangeable(resolved: Resolved) -> None:
     """A series file behind a symlinked directory, or a symlink or special file in its place: apply
     and revert refuse to write it (exit 2), so status and verify refuse it too rather than report a
     state patchkit could not change (or pass a phase 1 whose phase 2 would refuse). After the plan,
-    as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's."""
+    as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's.
+    Likewise a record revert refuses."""
 
+    refuse_unrevertable_record(resolved, read_state(resolved.target.root))
     if resolved.selection.kind != SelectionKind.PATCH:
         return
     paths = sorted({file.path for patch in resolved.patches for file in patch.files})
@@ -1053,6 +1054,15 @@ def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> list[Pat
     return [p for p in series if (p.name, p.sha256) not in recorded]
 
 
+def refuse_unrevertable_record(resolved: Resolved, state: State) -> None:
+    """A record revert refuses (a file it says patchkit created is an installed distribution's own):
+    status and verify refuse it as revert does (exit 2), never "applied" beside a revert that fails."""
+    root, installed = resolved.target.root, resolved.vllm_version
+    for entry in state.entries:
+        if stale_note(root, entry, installed) is None:
+            _refuse_created_stock_files(root, entry, installed)
+
+
 def _refuse_created_stock_files(root: Path, entry: Entry, installed: Version | None) -> None:
     """A record that says patchkit created a file (no original) which an installed distribution's
     RECORD lists as its own (vLLM's, torch's) is no record patchkit wrote: reverting it would delete
@@ -1181,6 +1191,6 @@ def _refuse_stale_revert(result: RevertResult) -> RevertResult:
         result.error = CheckFailed(
             f"reverted {len(result.files)} file(s), but compiled bytecode of the patched code could not "
             "be fixed:\n  " + pyc.failures(stale),
-            hint="remove those .pyc files (Python then compiles the sources)",
+            hint=pyc.FIX,
         )
     return result

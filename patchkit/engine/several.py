@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints, signals
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
-from patchkit.base.errors import Conflict, PatchkitError
+from patchkit.base.errors import CHECK_FAILED, Conflict, PatchkitError
 from patchkit.engine import inspection
 from patchkit.engine.inspection import TreeStatus
 from patchkit.engine.operations import (
@@ -113,7 +113,7 @@ def apply_sets(
                 judge_guard=each.name == names[-1],  # the guard judged once, on the record the last leaves
             )
         except PatchkitError as exc:
-            result = ApplyResult(Outcome.CONFLICT if isinstance(exc, Conflict) else Outcome.CHECK_FAILED, error=exc)
+            result = ApplyResult(_failed_as(exc), error=exc)
         done.append(SetApplied(each, result))
         if result.error is not None:
             done += [SetApplied(c, skipped=NOT_TRIED) for c in chosen[index + 1 :]]
@@ -134,6 +134,13 @@ def _guard_said_once(done: list[SetApplied]) -> list[SetApplied]:
         for said in GUARD_REMOVED:
             result.message = result.message.replace(said, "")
     return done
+
+
+def _failed_as(exc: PatchkitError) -> Outcome:
+    """A set's error as its result: a full disk or a symlink refused is no failed check (exit 4, 2)."""
+    if isinstance(exc, Conflict):
+        return Outcome.CONFLICT
+    return Outcome.CHECK_FAILED if exc.exit_code == CHECK_FAILED else Outcome.FAILED
 
 
 def _overall(done: list[SetApplied]) -> Outcome:
@@ -182,6 +189,8 @@ def _not_tried(done: list[SetApplied], untried: list[str]) -> str:
     said = f"not tried: {', '.join(untried)}"
     if not applied:
         return said
+    if applied == untried:  # their names once
+        return f"{said} (already applied; {_verb(applied, 'it stays', 'they stay')} applied)"
     return f"{said} ({_listed(applied)} {_verb(applied, 'is', 'are')} already applied and {_verb(applied, 'stays', 'stay')} applied)"
 
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints, locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
-from patchkit.base.fsutil import Landed, Origin, fsync, fsync_dir, read_file, unsafe_reason
+from patchkit.base.fsutil import NO_SPACE, Landed, Origin, fsync, fsync_dir, read_file, size_said, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import listings, record_digest
 from patchkit.engine.guard import guard_files
@@ -281,10 +281,19 @@ def _committed_or_rolled_back(
         if isinstance(exc, OSError):
             where = f" ({exc.filename})" if exc.filename else ""
             raise TargetError(
-                f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back"
+                f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back",
+                hint=_no_space_hint(root, writes) if exc.errno in NO_SPACE else None,
             ) from exc
         raise
     return landed
+
+
+def _no_space_hint(root: Path, writes: list[FileWrite]) -> str:
+    """What a commit on a full disk needs: room for every new content it stages, in whole 4 KB
+    blocks (the originals it keeps are hard links where the file system allows), and 128 KB for the
+    record, the journal and directories."""
+    need = sum(-(-len(w.after) // 4096) * 4096 for w in writes if w.after is not None) + (128 << 10)
+    return f"it needs about {size_said(need)} free on the device holding {root}: make room, then run the same command again"
 
 
 def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> dict:

@@ -8,7 +8,6 @@ whose own sha256 release.json keeps from the fetch that took it out of the wheel
 
 from __future__ import annotations
 
-import errno
 import functools
 import hashlib
 import json
@@ -22,7 +21,7 @@ from typing import Any, BinaryIO
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError
-from patchkit.base.fsutil import all_safe, atomic_write, load_json_text, unsafe_reason
+from patchkit.base.fsutil import NO_SPACE, all_safe, atomic_write, load_json_text, unsafe_reason
 from patchkit.base.hashing import stream_sha256
 from patchkit.base.locks import held
 from patchkit.base.usercache import cache_dir
@@ -35,7 +34,6 @@ STATE_SCHEMA = 2  # 2: release.json binds the cached RECORD by its sha256 (recor
 CACHE_HINT = "set PATCHKIT_CACHE_DIR to a writable directory"
 FILE_MODE = 0o644  # cached files are readable by all, whatever the umask
 MAX_STATE_BYTES = 16 << 20  # a vLLM wheel's member list is ~0.3 MB; anything this big is not ours
-NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 STATE_SEAL_KIND = "release-state"
 
 State = dict[str, Any]  # release.json: wheel, url, index, sha256, members, dist_info, present, absent, record_sha256

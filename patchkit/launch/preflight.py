@@ -153,6 +153,24 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     return Finding(LAUNCH_TARGET, False, message, fix)
 
 
+def runs_python_vllm(target: Target, command: LaunchCommand) -> bool:
+    """Whether the launch runs the vLLM --python imports where that is not --target's: the command's
+    program is --python's own (one venv), and nothing of the launch's puts another vLLM first."""
+    if not target.python_imports_another:
+        return False
+    try:
+        python, options = command.launch_python()
+    except TargetError:  # not found: its exec fails by itself
+        return False
+    own_setting = (
+        _own_import_setting(command)
+        or bool(options)
+        or _may_hold_vllm(command.first_path())
+        or _relative_import_path(command.environ)
+    )
+    return _same_venv(python, target.python) and not own_setting
+
+
 def _own_import_setting(command: LaunchCommand) -> bool:
     """Whether the launch's environment differs from patchkit's where Python's import path is made:
     PYTHON* variables and HOME (the user's site-packages), cleared or unset ones, another directory."""
@@ -336,6 +354,33 @@ def whose_vllm_fix(target: object) -> str:
     there; or judge the tree by its files alone (newuser15 3: a fix that led to a `status` saying "applied")."""
     there = hints.command("apply", chosen=dataclasses.replace(hints.current(), target_dir=None))
     return f"the launch runs --python's vLLM: apply to it ({there}), or leave out --python to judge {target} alone"
+
+
+def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
+    """`findings` with one fix where several apply a set each (of `names`, the sets judged) or every
+    set: `apply --set A --set B`, the sets the launch needs and lacks, and no set it does not use
+    (newuser16 5: a fix line per set, and a third that applied every set)."""
+    if len({f.fix for f in findings if f.fix and not f.ok}) < 2:
+        return findings  # no hint built for a launch with nothing to fix (`run`'s passing path builds none)
+    per_set = {apply_fix(_NeededSet(name)): name for name in names}
+    every = apply_fix()
+    if every not in per_set and any(f.check == TREE and f.fix == every for f in findings):
+        return findings  # a set every launch needs (no [needed_by]) lacks: which, its fix does not name
+    sets = [name for fix, name in per_set.items() if any(f.fix == fix for f in findings)]
+    applying = [f for f in findings if f.fix in per_set or f.fix == every]
+    if not sets or len({f.fix for f in applying}) < 2:
+        return findings
+    words = [word for name in sets for word in ("--set", name)]
+    one = f"run {hints.command('apply', *words, chosen=hints.for_set(None))}"
+    return [dataclasses.replace(f, fix=one) if f in applying else f for f in findings]
+
+
+@dataclass(frozen=True)
+class _NeededSet:
+    """A set as apply_fix names it when a launch needs it: with --set."""
+
+    name: str
+    needed_by: tuple[str, ...] = ()
 
 
 def another_vllm(target: Target) -> str:

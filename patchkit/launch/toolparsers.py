@@ -1,8 +1,9 @@
 """The tool-call and reasoning parsers a tree's vLLM registers, read from its files (nothing imported).
 
-vLLM refuses `--enable-auto-tool-choice --tool-call-parser NAME`, and `--reasoning-parser NAME`, at
-start (validate_api_server_args) when NAME is not registered: a misspelt name (`deepseekv3` for
-`deepseek_v3`) would otherwise pass preflight and fail after `run` started the launch. The names come
+vLLM refuses `--enable-auto-tool-choice --tool-call-parser NAME`, and --structured-outputs-config's
+reasoning_parser, at start (validate_api_server_args) when NAME is not registered, and
+`--reasoning-parser NAME` as it builds the engine, after the model loads: a misspelt name (`deepseekv3`
+for `deepseek_v3`) would otherwise pass preflight and fail after `run` started the launch. The names come
 from one table in 0.12.0 on (`_TOOL_PARSERS_TO_REGISTER` in the tool_parsers package's __init__.py,
 `_REASONING_PARSERS_TO_REGISTER` in vllm/reasoning/'s), and before that from each parser module's
 `@...Manager.register_module(...)`, the modules the package's __init__.py imports.
@@ -11,12 +12,21 @@ from one table in 0.12.0 on (`_TOOL_PARSERS_TO_REGISTER` in the tool_parsers pac
 from __future__ import annotations
 
 import ast
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.base import hints
+from patchkit.base.errors import BadInput
+from patchkit.base.fsutil import inside
+from patchkit.launch.engine import TREE_FILE_LIMIT
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.values import load_json
+from patchkit.tree.version import release_version
 
 
 @dataclass(frozen=True)
@@ -28,7 +38,6 @@ class ParserKind:
     registries: tuple[str, ...]  # the registry's path, newest layout first
     table: str  # the registry's table of lazy registrations (0.12.0 on)
     needs: str | None = None  # the option without which vLLM does not hold the name to its registry
-    empty_is_none: bool = False  # vLLM skips an empty name (`--reasoning-parser "$UNSET"` serves)
 
 
 TOOL = ParserKind(
@@ -43,7 +52,6 @@ REASONING = ParserKind(
     "reasoning-parser-plugin",
     ("vllm/reasoning/__init__.py",),
     "_REASONING_PARSERS_TO_REGISTER",
-    empty_is_none=True,
 )
 KINDS = (TOOL, REASONING)
 _MAX_MODULES = 200  # far more parser modules than a release has: an __init__ importing more is not vLLM's
@@ -66,54 +74,164 @@ def registered(read: Reader, kind: ParserKind = TOOL) -> tuple[str, set[str]] | 
 
 
 def findings(check: str, options: dict[str, object], version: object, read: Reader, root: Path) -> list[Finding]:
-    """The `check` findings for each parser the launch names: failed when vLLM refuses it at start,
+    """The `check` findings for each parser name the launch gives: failed when vLLM refuses it,
     cannot judge when the tree holds no registry patchkit can read (`root`: the tree, for the fix)."""
-    found = (finding(check, options, version, read, root, kind) for kind in KINDS)
+    found = (_judged(check, named, version, read, root) for named in given(options, version))
     return [f for f in found if f is not None]
 
 
-def finding(
-    check: str, options: dict[str, object], version: object, read: Reader, root: Path, kind: ParserKind = TOOL
-) -> Finding | None:
-    """A failed `check` finding when the launch's parser of `kind` is one vLLM refuses at start, a
-    cannot-judge one when the registry cannot be read; None when it is registered or not held to the
-    registry (no --enable-auto-tool-choice for a tool-call parser; a plugin option may register it)."""
-    name = options.get(kind.option)
-    if (kind.needs and not options.get(kind.needs)) or not isinstance(name, str) or options.get(kind.plugin):
+@dataclass(frozen=True)
+class Named:
+    """A parser name the launch gives: where it gives it, and when vLLM holds it to the registry."""
+
+    kind: ParserKind
+    name: str
+    spelt: str  # the name as the launch writes it: `--reasoning-parser X`
+    refused: str  # when vLLM refuses a name it does not register
+    setting: str  # how a fix writes another name: `--reasoning-parser {}`
+
+
+def given(options: dict[str, object], version: object) -> list[Named]:
+    """The parser names vLLM holds to its registries for this launch (an empty one is none: vLLM
+    skips it; one a plugin option may register is not held)."""
+    named: list[Named] = []
+    tool = options.get(TOOL.option)
+    if options.get(TOOL.needs or "") and isinstance(tool, str) and not options.get(TOOL.plugin):
+        named.append(Named(TOOL, tool, f"--{TOOL.option} {tool}", AT_START, f"write --{TOOL.option} {{}}"))
+    # vLLM's start check (validate_api_server_args) reads only --structured-outputs-config's
+    # reasoning_parser, with only --reasoning-parser-plugin imported; --reasoning-parser itself is
+    # copied over it when vLLM builds the engine (create_engine_config), and looked up there.
+    inner = _structured_reasoning_parser(options)
+    if inner and not options.get(REASONING.plugin):
+        spelt = f"--structured-outputs-config's reasoning_parser {inner}"
+        named.append(Named(REASONING, inner, spelt, AT_START, "set that reasoning_parser to {}"))
+    outer = options.get(REASONING.option)
+    plugin = options.get(REASONING.plugin) or _structured(options).get("reasoning_parser_plugin")
+    if isinstance(outer, str) and not _no_parser(outer, version) and outer != inner and not plugin:
+        spelt = f"--{REASONING.option} {outer}"
+        named.append(Named(REASONING, outer, spelt, _when_engine_built(version), f"write --{REASONING.option} {{}}"))
+    return named
+
+
+AT_START = "it refuses the launch at start"
+_ENGINE_CHECKS_REASONING = Version("0.15.0")  # the first release read: 0.15.0-0.33.0 check it as above
+
+
+def _when_engine_built(version: object) -> str:
+    """When vLLM refuses an unregistered --reasoning-parser: in the releases read (0.15.0 on), only
+    when it builds the engine, after the model loads; before those, not read: said without a time."""
+    release = _release(version)
+    if release is not None and release >= _ENGINE_CHECKS_REASONING:
+        return (
+            "it refuses the launch after the model loads (vLLM checks --reasoning-parser only as it builds the engine)"
+        )
+    return "it refuses the launch"
+
+
+def _no_parser(name: str, version: object) -> bool:
+    """Whether vLLM reads --reasoning-parser NAME as no parser: an empty name, and from 0.33.0 on
+    `none` in any case (its parse_reasoning_parser)."""
+    release = _release(version)
+    return not name or (name.lower() == "none" and release is not None and release >= Version("0.33.0"))
+
+
+def _release(version: object) -> Version | None:
+    """The release `version` builds on (0.16.0+cu129: 0.16.0); None when unknown."""
+    try:
+        return release_version(Version(str(version))) if version else None
+    except InvalidVersion:
         return None
-    if kind.empty_is_none and not name:
-        return None
-    found = registered(read, kind)
+
+
+def _structured(options: dict[str, object]) -> dict:
+    """--structured-outputs-config as vLLM reads it (JSON, dotted or from --config: one JSON text by
+    now); {} when not given or not an object (its parser refuses that itself)."""
+    value = options.get("structured-outputs-config")
+    if isinstance(value, str):
+        try:
+            value = load_json(value, "--structured-outputs-config", strict=False)
+        except BadInput:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _structured_reasoning_parser(options: dict[str, object]) -> str | None:
+    name = _structured(options).get("reasoning_parser")
+    return name if isinstance(name, str) and name else None  # vLLM's `(name := ...) and ...`: "" is none
+
+
+def _judged(check: str, named: Named, version: object, read: Reader, root: Path) -> Finding | None:
+    """A failed `check` finding when vLLM's registry lacks the name, a cannot-judge one when the
+    registry cannot be read, None when it registers it."""
+    found = registered(read, named.kind)
     if found is None:
-        return _unread(check, name, version, read, root, kind)
-    if name in found[1]:
-        return None
+        return _unread(check, named, version, read, root)
     path, names = found
+    if named.name in names:
+        return None
     vllm = f"vLLM {version}" if version else "this vLLM"
-    what = kind.option.removesuffix("-parser")  # tool-call, reasoning
-    message = f"--{kind.option} {name}: {vllm} registers no {what} parser of that name ({path}): it refuses the launch at start"
-    return Finding(check, False, message, _fix(name, names, kind))
+    what = named.kind.option.removesuffix("-parser")  # tool-call, reasoning
+    message = f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}): {named.refused}"
+    return Finding(check, False, message, _fix(named, names))
 
 
-def _unread(check: str, name: str, version: object, read: Reader, root: Path, kind: ParserKind) -> Finding:
+def _unread(check: str, named: Named, version: object, read: Reader, root: Path) -> Finding:
     """Cannot judge the parser's name: never a silent pass (a `fetch --dest` tree has no registry)."""
+    kind = named.kind
     held = [path for path in kind.registries if read(path) is not None]
     what = kind.option.removesuffix("-parser")
+    odd = [(path, why) for path in kind.registries if (why := _not_read(root, path)) is not None]
     if held:  # there, but not a registry patchkit reads whole (a module it imports is missing or odd)
-        reason = f"--{kind.option} {name}: patchkit cannot read the {what} parsers {held[0]} registers"
+        reason = f"{named.spelt}: patchkit cannot read the {what} parsers {held[0]} registers"
+    elif odd:  # there, but nothing patchkit reads: a fifo, a device, a link out of the tree, too large
+        reason = f"{named.spelt}: the tree's {odd[0][0]} is {odd[0][1]}, not a registry patchkit reads"
     else:
-        reason = f"--{kind.option} {name}: the tree has no {kind.registries[0]} (a tree of only the patched files?)"
+        reason = f"{named.spelt}: the tree has no {kind.registries[0]} (a tree of only the patched files?)"
     # as LaunchContext.lacks says it; --python alone, since this check reads the tree --target names
     whole = hints.command("fetch", str(version or "VERSION"), "--all", "--dest", str(root))
     gives = f"lay out the whole release ({whole}), or check the venv you launch (--python PATH in place of --target)"
     return cannot_judge(check, reason, gives)
 
 
-def _fix(name: str, names: set[str], kind: ParserKind) -> str:
-    close = _closest(name, names)
+_SPECIAL = (
+    (stat.S_ISFIFO, "a fifo"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def _not_read(root: Path, path: str) -> str | None:
+    """What the tree's `path` is, when it is there but the tree's reader reads nothing from it
+    (None: absent, or a regular file in the tree within the limit)."""
+    file = root / path
+    try:
+        info = file.lstat()
+    except (OSError, ValueError):
+        return None
+    link = stat.S_ISLNK(info.st_mode)
+    target = os.path.realpath(file) if link else None
+    try:
+        info = file.stat()
+    except (OSError, ValueError):
+        return f"a link to {target}, which is not there" if link else None
+    kind = next((said for test, said in _SPECIAL if test(info.st_mode)), None)
+    if link and not inside(root, file):
+        return f"a link to {target} ({kind}), outside the tree" if kind else f"a link to {target}, outside the tree"
+    if kind is not None:
+        return f"a link to {target}, {kind}" if link else kind
+    if info.st_size > TREE_FILE_LIMIT:
+        return f"a file of {info.st_size:,} bytes, over the {TREE_FILE_LIMIT >> 20} MiB patchkit reads of a source file"
+    return None
+
+
+def _fix(named: Named, names: set[str]) -> str:
+    close = _closest(named.name, names)
     if close is not None:
-        return f"did you mean {close}? write --{kind.option} {close}"
-    return f"write one of {', '.join(sorted(names))}, or load your own with --{kind.plugin}"
+        return f"did you mean {close}? {named.setting.format(close)}"
+    where = "write" if named.setting.startswith("write") else named.setting.format("").rstrip()
+    return f"{where} one of {', '.join(sorted(names))}, or load your own with --{named.kind.plugin}"
 
 
 def _closest(name: str, names: set[str]) -> str | None:

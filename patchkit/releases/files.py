@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
-from patchkit.base.fsutil import atomic_write
+from patchkit.base.fsutil import NO_SPACE, atomic_write, size_said
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import parse_record, vllm_metadata_dirs
 from patchkit.engine.inspection import upstream_check_paths
@@ -26,6 +26,8 @@ from patchkit.series.library import (
 )
 from patchkit.store.state import read_state
 from patchkit.tree.version import parse
+
+RELEASE_MARKERS = frozenset({"vllm/__init__.py", "vllm/_version.py"})  # with the dist-info: what names a tree's release
 
 
 def files_for(version: str, library: str | None = None, set_name: str | None = None) -> list[str]:
@@ -118,15 +120,44 @@ def lay_out_said(
             + (f" and {len(differing) - 10} more" if len(differing) > 10 else ""),
             hint="they may be your edits: choose another directory, or pass --force to overwrite them",
         )
+    to_write = [rel for rel in files if rel in differing or (rel not in patched and not (root / rel).exists())]
     written = []
-    for rel, data in files.items():
+    for rel in _markers_last(to_write):
         try:
-            if rel in differing or (rel not in patched and not (root / rel).exists()):
-                atomic_write(root / rel, data, mode=0o644)
-                written.append(rel)
+            atomic_write(root / rel, files[rel], mode=0o644)
         except OSError as e:
-            raise TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}") from None
+            raise _write_error(dest, rel, e, {r: files[r] for r in to_write if r not in written}) from None
+        written.append(rel)
     return sorted(files), sorted(written), sorted(patched)
+
+
+def _markers_last(rels: list[str]) -> list[str]:
+    """What says which release a tree is (vllm/__init__.py, vllm/_version.py, then the dist-info, its
+    RECORD last of all) after every other file: a lay-out cut short (a full disk, a kill) leaves a
+    fresh tree no command takes for a release, never one that looks like a partly patched one."""
+    return sorted(rels, key=lambda rel: (_marker_rank(rel), rel))
+
+
+def _marker_rank(rel: str) -> int:
+    if rel.endswith(".dist-info/RECORD"):
+        return 3
+    if ".dist-info/" in rel:
+        return 2
+    return 1 if rel in RELEASE_MARKERS else 0
+
+
+def _write_error(dest: str | Path, rel: str, e: OSError, unwritten: dict[str, bytes]) -> TargetError:
+    """A full disk says so, how much more the rest needs, and that the same command completes it
+    (the files already written are kept and not written again)."""
+    if e.errno not in NO_SPACE:
+        return TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}")
+    need = sum(len(data) for data in unwritten.values())
+    whole = any(".dist-info/" in r or r in RELEASE_MARKERS for r in unwritten)
+    return TargetError(
+        f"no space left on the device holding {dest}: {len(unwritten)} file(s) ({size_said(need)}) not written"
+        + (" (those that say which release it is among them: no command takes it for one yet)" if whole else ""),
+        hint=f"free at least {size_said(need)} there, then run the same command again: it writes only the missing files",
+    )
 
 
 def _refuse_another_release(root: Path, dest: str | Path, dist_info: str) -> None:

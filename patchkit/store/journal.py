@@ -175,8 +175,9 @@ def read_journal(root: Path) -> dict | None:
         raise journal_refusal(root, f"the transaction id {txid!r} is not alphanumeric")
     try:
         _check_previous_state(journal.get("previous_state"), journal_path(root))
-    except BadInput as exc:
-        raise journal_refusal(root, f"its previous state: {exc.message}") from exc
+    except BadInput as exc:  # the field, not the journal file, is what is damaged
+        what = exc.message.removeprefix(f"{journal_path(root)} is damaged (").removesuffix(")")
+        raise journal_refusal(root, f"its 'previous_state' is no record patchkit wrote: {what}") from exc
     for entry in journal["files"]:
         try:
             _check_entry(entry, txid, journal_path(root))

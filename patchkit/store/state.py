@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ from typing import Any, Protocol, TypedDict
 
 from packaging.version import InvalidVersion, Version
 
+from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import atomic_write, load_json_text, read_regular, unsafe_reason
 from patchkit.base.hashing import hash_side_by_side, sha256
@@ -139,7 +141,15 @@ def read_meta_file(path: Path) -> bytes | None:
 
 
 def _damaged(path: Path, what: str) -> BadInput:
-    return BadInput(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
+    """A damaged record: patchkit wrote nothing. Moved aside, not deleted (it names the originals
+    kept in objects/); with no record, revert undoes the series it finds applied."""
+    if path.name != "state.json":  # the journal (read_meta_file) says its own
+        return BadInput(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
+    return BadInput(
+        f"{path} is damaged ({what}); patchkit wrote nothing",
+        hint=f"inspect it, or move it aside (mv {shlex.quote(str(path))} {shlex.quote(f'{path}.damaged')}); "
+        f"then {hints.command('revert')} undoes the series it finds applied",
+    )
 
 
 def checked_path(path: object, origin: Path, *, directory: bool = False, guard: bool = True) -> str:

@@ -113,3 +113,24 @@ def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Pa
         assert done.returncode == 0, done.stdout
     finally:
         assert patchkit("revert", "--python", python).returncode == 0
+
+
+def test_a_reasoning_parser_in_structured_outputs_config_is_judged_by_the_names_vllm_registers(tmp_path: Path):
+    """Review 11 M2a with import: vLLM's validate_api_server_args reads --structured-outputs-config's
+    reasoning_parser at start; patchkit's finding names what vLLM's own registry lists."""
+    assert VLLM_PYTHON
+    listed = subprocess.run(
+        [VLLM_PYTHON, "-c", "from vllm.reasoning import ReasoningParserManager as M; print(*M.list_registered())"],
+        capture_output=True, text=True, timeout=600, check=True,
+    ).stdout.split()  # fmt: skip
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
+    serve = ["vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
+    for name, ok in (("deepseek_r2", False), (listed[0], True)):
+        inner = json.dumps({"reasoning_parser": name})
+        done = patchkit("preflight", "--python", VLLM_PYTHON, "--format", "json", "--", *serve,
+                        "--structured-outputs-config", inner)  # fmt: skip
+        found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
+        assert [f["ok"] for f in found] == ([] if ok else [False]), done.stdout
+        if not ok:
+            assert "it refuses the launch at start" in found[0]["message"]

@@ -27,7 +27,10 @@ from patchkit.launch.preflight import (
     launch_target_finding,
     left_out,
     needs_of,
+    one_apply,
     preflight,
+    runs_python_vllm,
+    tree_finding,
     vllm_validation,
 )
 from patchkit.launch.relevance import LaunchNeeds
@@ -35,7 +38,11 @@ from patchkit.launch.shortcut import recorded_state, recorded_status
 from patchkit.store.journal import settled_record
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+    from pathlib import Path
+
     from patchkit.base.options import Options
+    from patchkit.engine.inspection import TreeStatus
     from patchkit.engine.resolve import Resolved
     from patchkit.series.library import PatchSetDef
     from patchkit.store.state import State
@@ -113,7 +120,49 @@ def _preflight(
     # preflight takes one --set, run several (shortcut: run's own preflight)
     left = left_out(needs, resolved.target.root, resolved.vllm_version, one_set=not shortcut, recorded=recorded)
     result.findings += [left] if left is not None else []
-    return _launch_findings(resolved, launch_command, result, no_import=no_import, another=another)
+    result.findings += _launched_vllm(chosen, sets, resolved.target, launch_command, needs)
+    names = [resolved.set_name]
+    return _launch_findings(resolved, launch_command, result, names, no_import=no_import, another=another)
+
+
+def _launched_vllm(
+    chosen: Options,
+    sets: dict[str, PatchSetDef] | None,
+    target: Target,
+    launch_command: LaunchCommand,
+    needs: LaunchNeeds,
+) -> list[Finding]:
+    """--target DIR --python P where the launch runs P's own vLLM, not DIR's: that vLLM's state for
+    each set the launch needs, as `status --python P` reads it (newuser16 2: "ok" for a launch of an
+    unpatched vLLM, while DIR, patched, was judged)."""
+    if not runs_python_vllm(target, launch_command):
+        return []
+    own = replace(chosen, target_dir=None)  # --python alone: the vLLM the launch imports
+    with hints.selected(own):  # its fixes name --python, not DIR
+        launched = resolve_target(own)
+        found: list[Finding] = []
+        names: list[str] = []
+        for chosen_set in judged(resolve_sets(own, launched, sets=sets)):
+            resolved = chosen_set.resolved
+            if resolved is None or not needs.needs(resolved.set_name):
+                continue
+            names.append(resolved.set_name)
+            finding = tree_finding(resolved, _static_status(resolved))
+            where = f"the vLLM the launch runs ({launched.package_dir}, --python's, not --target's)"
+            found += [] if finding.ok else [replace(finding, message=f"{where}: {finding.message}")]
+        return one_apply(found, names)
+
+
+def _static_status(resolved: Resolved) -> TreeStatus:
+    with _consistent_read(resolved.target.root):
+        return inspect(resolved, check_upstream=False, import_probe=False)
+
+
+def _consistent_read(root: Path) -> AbstractContextManager[str | None]:
+    # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
+    from patchkit.engine.transaction import consistent_read
+
+    return consistent_read(root)
 
 
 def _whose_vllm(ui: UI, target: Target, another: str, no_import: bool) -> None:
@@ -156,7 +205,9 @@ def _preflight_of_sets(
     result = merged(results)
     left = left_out(needs, target.root, covering[0].vllm_version, one_set=not shortcut, recorded=recorded)
     result.findings += [left] if left is not None else []
-    return _launch_findings(covering[0], launch_command, result, no_import=no_import, another=another)
+    result.findings += _launched_vllm(chosen, sets, target, launch_command, needs)
+    names = [r.set_name for r in covering]
+    return _launch_findings(covering[0], launch_command, result, names, no_import=no_import, another=another)
 
 
 def _set_findings(
@@ -186,11 +237,8 @@ def _set_findings(
                 not_asked=RUN,
                 another=another,
             )
-    # lazy: `run`'s fast path (a recorded status) takes no lock: the lock and recovery load on a miss
-    from patchkit.engine.transaction import consistent_read
-
     root = resolved.target.root
-    with consistent_read(root) as recovered:
+    with _consistent_read(root) as recovered:
         if recovered:
             ui.warn(recovered)
         if no_import:
@@ -216,14 +264,21 @@ def _set_findings(
 
 
 def _launch_findings(
-    resolved: Resolved, launch_command: LaunchCommand, result: PreflightResult, *, no_import: bool, another: str
+    resolved: Resolved,
+    launch_command: LaunchCommand,
+    result: PreflightResult,
+    names: list[str],
+    *,
+    no_import: bool,
+    another: str,
 ) -> PreflightResult:
-    """What holds for the launch whatever the sets: the tree it imports, vLLM's own validation."""
+    """What holds for the launch whatever the sets: the tree it imports, vLLM's own validation
+    (`names`: the sets judged, in the library's order, for the one apply that fixes them)."""
     named = launch_target_finding(resolved, launch_command)  # is the tree checked the one the launch imports?
     result.findings += [named] if named is not None else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
         result.findings.append(vllm_validation(resolved, result, another))
-    result.findings = in_fix_order(result.findings)
+    result.findings = in_fix_order(one_apply(result.findings, names))
     return result
 
 

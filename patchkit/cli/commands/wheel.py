@@ -118,7 +118,7 @@ def _next_step(wheel: Path) -> str:
     """What to do with the wheel: install it over the stock vLLM of its release (its dependencies
     are that release's, already there). The path absolute: the command works from any directory."""
     install = shlex.join(["pip", "install", "--no-deps", str(wheel.resolve())])
-    return f"next: `{install}` installs it over the stock vLLM of that release"
+    return f"next: install it over the stock vLLM of that release: `{install}`"
 
 
 def _stock_wheel(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from patchkit.base import hints
 from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, shadow
+from patchkit.checks import bytecode as pyc
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import JUnitCase, check_cases, junit_suites
@@ -235,7 +236,7 @@ def show_checks(ui: Screen, results: list[CheckResult], label: str = "checks") -
     # apply's checks on the planned files ("checks"), on the files written ("written"); an upstream
     # release's own files ("stock")
     fix = {"checks": as_planned_fix(), "stock": UPSTREAM_FIX}.get(label, "")
-    ui.failures(fold(check_failures(results, fix, {"integrity": ""})))
+    ui.failures(fold(check_failures(results, fix, {"integrity": "", pyc.NAME: pyc.FIX})))
     ui.line(
         f"{label:<8} {count_line(results, verbose=False)}", style=None if any(r.failed for r in results) else "green"
     )
@@ -486,9 +487,10 @@ def as_planned_fix() -> str:
 
 
 def _fixes_by_check(status: TreeStatus) -> dict[str, str]:
-    """A file that shadows a patched source is the tree's to fix (as apply's refusal says), and, on
-    a tree not patched yet, so is a file that is not the release's stock file."""
-    fixes = {shadow.NAME: shadow.fix()}
+    """A file that shadows a patched source, or bytecode that could not be fixed, is the tree's to fix
+    (as apply's refusal says), and, on a tree not patched yet, so is a file that is not the release's
+    stock file."""
+    fixes = {shadow.NAME: shadow.fix(), pyc.NAME: pyc.FIX}
     if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
         return fixes
     return fixes | {
