@@ -139,7 +139,10 @@ def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run
         assert _fix_of(status.output) == [f"apply --target {tree} --patches {library}"], status.output
     else:  # the file is named with its set's fix: a count would lose whose it is (a narrower --set/--patch)
         assert "vllm/serving/router.py was changed after patchkit patched it" in status.output, status.output
-        fix = [f"{verb} --target {tree} --patches {library} --set routes{force}" for verb, force in (("revert", " --force"), ("apply", ""))]
+        fix = [
+            f"{verb} --target {tree} --patches {library} --set routes{force}"
+            for verb, force in (("revert", " --force"), ("apply", ""))
+        ]
         assert _fix_of(status.output) == fix, status.output
 
     verify = run("verify", "--target", tree, "--patches", library, "--no-import")
