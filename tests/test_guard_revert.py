@@ -124,10 +124,14 @@ def test_status_notes_a_guard_no_record_names_and_the_revert_that_removes_it(tmp
     (site / ".patchkit/state.json").unlink()
     assert load_plugins_like_vllm(site).returncode == 0  # no record: the guard checks nothing
     notes = _status(site, diff)["guard_notes"]
-    revert = f"`patchkit revert --target {site} --patch {diff}`"
-    assert notes == [f"the launch guard is installed, but no record names it (it checks nothing): {revert} removes it"]
-    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
-    assert _status(site, diff)["guard_notes"] == []
+    apply, revert = (f"`patchkit {verb} --target {site} --patch {diff}`" for verb in ("apply", "revert"))
+    assert notes == [
+        f"the launch guard is installed, but no record names it, so it checks nothing: "
+        f"{apply} records the tree as it is ({revert} removes the guard)"
+    ]
+    for verb in ("apply", "revert"):  # either clears it (new-user 17, 1: apply first, it keeps the guard at work)
+        assert run_cli(verb, "--target", site, "--patch", diff).returncode == 0
+        assert _status(site, diff)["guard_notes"] == []
 
 
 def test_status_notes_what_a_killed_command_left_and_revert_clears_it(tmp_path, scratch):

@@ -71,7 +71,9 @@ def test_an_option_another_command_takes_names_the_commands_that_take_it(tmp_pat
 
 
 def test_deleting_the_saved_edits_as_said_leaves_no_folder_in_the_tree(tmp_path, scratch):
-    """J: after `revert --force`, the printed `rm -r .patchkit/saved` left an empty .patchkit/."""
+    """J: after `revert --force`, the printed `rm -r .patchkit/saved` left an empty .patchkit/. The
+    command names the copies alone (new-user 17, 1: `rm -r .patchkit` after the apply that follows
+    deleted its record, and the guard checked nothing); the next revert takes the emptied store."""
     tree = write_tree(tmp_path / "site")
     library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]})
     chosen = ("--target", tree, "--patches", library)
@@ -81,7 +83,11 @@ def test_deleting_the_saved_edits_as_said_leaves_no_folder_in_the_tree(tmp_path,
     assert done.returncode == 0, done.stderr
     command = re.search(r"`(rm -r [^`]+)` deletes them once not wanted", " ".join(done.stderr.split()))
     assert command, done.stderr
+    assert command.group(1).endswith(tuple(p.name for p in (tree / ".patchkit/saved").iterdir())), done.stderr
+    assert run_cli("apply", *chosen).returncode == 0  # as revert --force's hint goes on
     subprocess.run(command.group(1), shell=True, check=True)
+    assert (tree / ".patchkit/state.json").is_file()  # the apply's record stays
+    assert run_cli("revert", *chosen).returncode == 0
     assert sorted(p.name for p in tree.iterdir()) == sorted(p.name for p in write_tree(tmp_path / "fresh").iterdir())
 
 

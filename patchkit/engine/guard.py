@@ -381,8 +381,10 @@ def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
         return []
     if state.entries or state.guard or not (is_installed(root) and _own_module(root)):
         return []
+    # apply first: it records the sets it finds applied, and the guard checks the tree again
     return [
-        f"the launch guard is installed, but no record names it (it checks nothing): {hints.command('revert')} removes it"
+        f"the launch guard is installed, but no record names it, so it checks nothing: "
+        f"{hints.command('apply')} records the tree as it is ({hints.command('revert')} removes the guard)"
     ]
 
 

@@ -780,9 +780,8 @@ def revert_series(
             watch.checked(result.checks)
     if result.saved:
         said = f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}"
-        alone = _deletes(meta_dir(target.root) / "saved")
-        if alone == meta_dir(target.root):  # nothing else of patchkit's is left: how the copies go
-            said += f"; `rm -r {alone}` deletes them once not wanted"
+        # the copies alone, never .patchkit/: the apply that usually follows records the tree there
+        said += f"; `rm -r {result.saved}` deletes them once not wanted"
         result.warnings.append(said)
         watch.warning(result.warnings[-1])
     if recovered:
@@ -832,16 +831,7 @@ def _without_empty_record(root: Path, result: RevertResult, found: State) -> lis
     if kept is None or result.saved is not None:  # this revert's copies are named on their own
         return []
     # a reminder, not a fault: the copies are the user's, so say how they go once not wanted
-    return [f"copies of your edits from an earlier `revert --force` stay; `rm -r {_deletes(kept)}` deletes them"]
-
-
-def _deletes(saved: Path) -> Path:
-    """What `rm -r` takes to delete the copies of the user's edits: .patchkit/ itself when they
-    are all it holds (removing only saved/ would leave an empty .patchkit/ in the tree)."""
-    with suppress(OSError):
-        if [entry.name for entry in saved.parent.iterdir()] == [saved.name]:
-            return saved.parent
-    return saved
+    return [f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
 
 
 def _revert_locked(

@@ -85,6 +85,7 @@ def remove_empty_store(root: Path, record: State) -> Path | None:
     for remove in (
         (meta / "state.json").unlink,
         (meta / "objects").rmdir,
+        (meta / "saved").rmdir,  # emptied by the user's `rm -r` of each copy, as revert says
         (meta / "lock").unlink,
         meta.rmdir,
     ):
