@@ -10,7 +10,7 @@ import json
 
 import pytest
 from helpers import assert_clean_failure, lay_out_release, run_cli
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, REGISTRY, serve, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_DRAFTER, KIMI_K25, REGISTRY, serve, write_model
 from packaging.version import Version
 
 from patchkit.releases.files import files_for
@@ -31,9 +31,9 @@ def failed(done) -> dict[str, dict]:
 def test_stock_release_names_every_fault_and_passes_after_apply(tmp_path, release):
     site = tmp_path / "site"
     lay_out_release(release, sorted({*files_for(release), REGISTRY}), site)
-    drafter = write_model(tmp_path / "drafter", DRAFTER)
-    deepseek = serve(write_model(tmp_path / "deepseek", DEEPSEEK_V3), drafter)
-    kimi = serve(write_model(tmp_path / "kimi", KIMI_K25), drafter)
+    # each target its own drafter: one trained for another's vocabulary is a fault of its own (drafter-vocabulary)
+    deepseek = serve(write_model(tmp_path / "deepseek", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    kimi = serve(write_model(tmp_path / "kimi", KIMI_K25), write_model(tmp_path / "kimi-drafter", KIMI_DRAFTER))
     kimi_registered = Version(release) >= KIMI_K25_SINCE
     preflight = ["preflight", "--target", site, "--format", "json", "--no-import", "--"]
 

@@ -153,10 +153,11 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     return Finding(LAUNCH_TARGET, False, message, fix)
 
 
-def runs_python_vllm(target: Target, command: LaunchCommand) -> bool:
-    """Whether the launch runs the vLLM --python imports where that is not --target's: the command's
-    program is --python's own (one venv), and nothing of the launch's puts another vLLM first."""
-    if not target.python_imports_another:
+def runs_python_vllm(target: Target, command: LaunchCommand, another: str) -> bool:
+    """Whether the launch runs the vLLM --python imports where that is not --target's (`another`:
+    another_vllm() of the tree, told once): the command's program is --python's own (one venv), and
+    nothing of the launch's puts another vLLM first."""
+    if not another:
         return False
     try:
         python, options = command.launch_python()

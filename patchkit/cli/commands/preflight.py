@@ -120,7 +120,7 @@ def _preflight(
     # preflight takes one --set, run several (shortcut: run's own preflight)
     left = left_out(needs, resolved.target.root, resolved.vllm_version, one_set=not shortcut, recorded=recorded)
     result.findings += [left] if left is not None else []
-    result.findings += _launched_vllm(chosen, sets, resolved.target, launch_command, needs)
+    result.findings += _launched_vllm(chosen, sets, resolved.target, launch_command, needs, another)
     names = [resolved.set_name]
     return _launch_findings(resolved, launch_command, result, names, no_import=no_import, another=another)
 
@@ -131,11 +131,12 @@ def _launched_vllm(
     target: Target,
     launch_command: LaunchCommand,
     needs: LaunchNeeds,
+    another: str,
 ) -> list[Finding]:
     """--target DIR --python P where the launch runs P's own vLLM, not DIR's: that vLLM's state for
     each set the launch needs, as `status --python P` reads it (newuser16 2: "ok" for a launch of an
-    unpatched vLLM, while DIR, patched, was judged)."""
-    if not runs_python_vllm(target, launch_command):
+    unpatched vLLM, while DIR, patched, was judged). `another`: another_vllm() of the tree."""
+    if not runs_python_vllm(target, launch_command, another):
         return []
     own = replace(chosen, target_dir=None)  # --python alone: the vLLM the launch imports
     with hints.selected(own):  # its fixes name --python, not DIR
@@ -205,7 +206,7 @@ def _preflight_of_sets(
     result = merged(results)
     left = left_out(needs, target.root, covering[0].vllm_version, one_set=not shortcut, recorded=recorded)
     result.findings += [left] if left is not None else []
-    result.findings += _launched_vllm(chosen, sets, target, launch_command, needs)
+    result.findings += _launched_vllm(chosen, sets, target, launch_command, needs, another)
     names = [r.set_name for r in covering]
     return _launch_findings(covering[0], launch_command, result, names, no_import=no_import, another=another)
 
