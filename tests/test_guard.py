@@ -532,6 +532,12 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     assert done.returncode == 1, done.stdout + done.stderr
     hint = " ".join((done.stdout + done.stderr).split())
     on_site = f"--target {site} --patch {addon}"  # the user's tree, the other set's patch where it was applied from
+    if change == "remove":  # the file it created is gone: as stock, no edit to keep, and apply makes it again
+        assert "vllm/addon.py is gone, as before patchkit created it" in hint, hint
+        assert f"run `patchkit apply {on_site}`" in hint and "revert" not in hint.split("fix:")[1], hint
+        assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
+        assert _load(site).returncode == 0 and run_cli("status", "--target", site, "--patch", diff).returncode == 0
+        return
     assert f"`patchkit revert {on_site} --force`" in hint and f"`patchkit apply {on_site}`" in hint
     assert run_cli("revert", "--target", site, "--patch", addon, "--force").returncode == 0
     assert _load(site).returncode == 0, _load(site).stderr

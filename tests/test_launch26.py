@@ -198,3 +198,21 @@ def test_the_drafters_own_vocab_size_must_be_the_targets(tmp_path, target, draft
     [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-vocabulary"]
     assert found["ok"] is ok and said in found["message"], found
     assert done.returncode == (0 if ok else 1), done.stdout
+
+
+def test_a_tree_reinstalled_under_its_record_gets_one_apply_for_every_finding(three):
+    """New-user 17, 2: vLLM reinstalled over an applied tree (the stock files back, the record and
+    the guard kept): each set's `apply --set` and the guard's `apply` were three fixes, and the first
+    two, pasted in order, left the guard refusing. Plain apply does what each does: one line."""
+    tree, lib, launch = three
+    before = {path: path.read_bytes() for path in (tree / "vllm").rglob("*.py")}
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    for path, stock in before.items():
+        path.write_bytes(stock)
+    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    one = f"run `patchkit apply --target {tree} --patches {lib}`"
+    assert fixes(done) == {one}, done.stdout
+    assert run_cli(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`"))).returncode == 0
+    again = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -138,12 +138,8 @@ def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run
         assert "the files are stock again (vLLM reinstalled?): all 2 recorded" in status.output, status.output
         assert _fix_of(status.output) == [f"apply --target {tree} --patches {library}"], status.output
     else:  # the file is named with its set's fix: a count would lose whose it is (a narrower --set/--patch)
-        assert "vllm/serving/router.py was changed after patchkit patched it" in status.output, status.output
-        fix = [
-            f"{verb} --target {tree} --patches {library} --set routes{force}"
-            for verb, force in (("revert", " --force"), ("apply", ""))
-        ]
-        assert _fix_of(status.output) == fix, status.output
+        assert "vllm/serving/router.py holds its stock bytes again" in status.output, status.output
+        assert _fix_of(status.output) == [f"apply --target {tree} --patches {library} --set routes"], status.output
 
     verify = run("verify", "--target", tree, "--patches", library, "--no-import")
     verdicts = [line for line in verify.output.splitlines() if line.startswith("verify: FAILED:") and "passed" in line]
@@ -233,3 +229,23 @@ def test_a_plain_revert_with_a_saved_original_lost_reverse_applies_the_recorded_
     assert reverted.exit_code == 0, reverted.output
     assert f"{PARSER} was restored by reverse-applying the series (sha256 checked)" in " ".join(reverted.output.split())
     assert snapshot(tree) == before
+
+
+def test_a_set_applied_again_after_a_reinstall_leaves_the_others_said_as_stock_with_apply_alone(run, stock):
+    """New-user 17, 2: after a reinstall, one set applied again by its own --set: the other set's
+    files were said "changed after patchkit patched it" with revert --force "(it keeps a copy of
+    edits)" though they hold their stock bytes and there is no edit; apply alone fixes them."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    for path in (PARSER, ROUTER):
+        (tree / path).write_bytes(before[path])
+    assert run("apply", "--target", tree, "--patches", library, "--set", "parsers").exit_code == 0
+
+    status = run("status", "--target", tree, "--patches", library)
+    assert status.exit_code == 1, status.output
+    said = " ".join(status.output.split())
+    assert f"{ROUTER} holds its stock bytes again" in said and "changed after patchkit" not in said, said
+    assert _fix_of(status.output) == [f"apply --target {tree} --patches {library} --set routes"], status.output
+    assert run(*_fix_of(status.output)[0].split()).exit_code == 0
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0

@@ -262,6 +262,8 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
     again = _stock_again(root, state, refused)
     if again is not None and again.whole:  # one line, the files a count: the fix is one command, not one per file
         refused = [problem for problem in refused if problem not in again.problems] + [again.said]
+    elif again is not None:  # said as what they are: stock bytes, no edit to keep (apply alone fixes them)
+        refused = [again.said_of(problem) if problem in again.problems else problem for problem in refused]
     return {
         "all_stock_again": again is not None and again.whole and len(refused) == 1,
         "guard": refused,
@@ -270,7 +272,9 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         + _wheel_without_guard(root, state),
         "store_notes": left_by_a_killed_command(root, state),
         "guard_installed": is_installed(root),
-        "others_fix": _others_fix(state, set_name, refused, again) if state is not None else None,
+        "others_fix": _others_fix(state, set_name, refused, again.paths if again else frozenset())
+        if state is not None
+        else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
@@ -299,6 +303,25 @@ class _StockAgain:
     @property
     def said(self) -> str:
         return f"the files are {STOCK_AGAIN}: all {self.recorded} recorded"
+
+    @property
+    def paths(self) -> frozenset[str]:
+        return frozenset(_refused_path(problem) for problem in self.problems)
+
+    @staticmethod
+    def said_of(problem: str) -> str:
+        """One refusal of a file stock again, said so (not "changed": there is no edit to keep)."""
+        if problem.endswith(" is missing"):  # a file patchkit created: stock has none
+            return f"{_refused_path(problem)} is gone, as before patchkit created it"
+        return f"{_refused_path(problem)} holds its stock bytes again"
+
+
+def _refused_path(problem: str) -> str:
+    """The path a guard's refusal of an edited file names."""
+    for suffix in EDITED:
+        if problem.endswith(suffix):
+            return problem.removesuffix(suffix)
+    return problem
 
 
 def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockAgain | None:
@@ -410,9 +433,10 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
     return [f"{META_DIR}/ is empty: {revert} removes it"] if empty else []
 
 
-def _others_fix(state: State, set_name: str, refused: list[str], again: _StockAgain | None = None) -> str | None:
-    """The commands that settle the other records whose files the guard names (none: none does);
-    then apply, where files those leave are stock again (`again`)."""
+def _others_fix(state: State, set_name: str, refused: list[str], stock: frozenset[str] = frozenset()) -> str | None:
+    """The commands that settle the other records whose files the guard names (none: none does): a
+    set whose refused files are all `stock` again is applied, others reverted (keeping the edits)
+    and applied; then apply, where files those leave are stock again."""
     if not refused:
         return None
     entries = [e for e in state.entries if e.set_name != set_name]
@@ -423,11 +447,11 @@ def _others_fix(state: State, set_name: str, refused: list[str], again: _StockAg
     for entry in named:
         chosen = selection_of(entry)
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
-        fixes.append(f"{revert} (it keeps a copy of edits), then {apply}")
+        its = {path for path in entry.files if any(problem.startswith(f"{path} ") for problem in refused)}
+        fixes.append(apply if its <= stock else f"{revert} (it keeps a copy of edits), then {apply}")
     owners = ", ".join(entry.set_name for entry in named)
     whose = f"set {owners}" if len(named) == 1 else f"the sets {owners}"
-    covered = {problem for e in named for path in e.files for problem in refused if problem.startswith(f"{path} ")}
-    left_stock = again is not None and any(problem not in covered for problem in again.problems)
+    left_stock = stock - {path for entry in named for path in entry.files}
     then = f"; then {hints.command('apply')} (for the files stock again)" if left_stock else ""
     return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
 

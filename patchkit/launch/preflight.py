@@ -366,7 +366,9 @@ def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
     per_set = {apply_fix(_NeededSet(name)): name for name in names}
     every = apply_fix()
     if every not in per_set and any(f.check == TREE and f.fix == every for f in findings):
-        return findings  # a set every launch needs (no [needed_by]) lacks: which, its fix does not name
+        # apply of every set is needed anyway (a set every launch needs lacks, or the guard's files are
+        # stock again): it does what each --set fix does, so it is the one line (new-user 17, 2)
+        return [dataclasses.replace(f, fix=every) if f.fix in per_set else f for f in findings]
     sets = [name for fix, name in per_set.items() if any(f.fix == fix for f in findings)]
     applying = [f for f in findings if f.fix in per_set or f.fix == every]
     if not sets or len({f.fix for f in applying}) < 2:
