@@ -249,3 +249,18 @@ def test_a_set_applied_again_after_a_reinstall_leaves_the_others_said_as_stock_w
     assert _fix_of(status.output) == [f"apply --target {tree} --patches {library} --set routes"], status.output
     assert run(*_fix_of(status.output)[0].split()).exit_code == 0
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
+
+
+def test_a_record_naming_some_sets_is_reverted_with_the_others_found_applied(run, stock):
+    """Review 12b M2: the record lost, then one set recorded again by its own --set (or an apply cut
+    short on such a tree): a plain revert restored that set's files, said "reverted", exit 0, and
+    left the other set's patched files. The sets the record does not name, found applied, go too."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    assert run("apply", "--target", tree, "--patches", library, "--set", "parsers").exit_code == 0
+    assert [e.set_name for e in read_state(tree).entries] == ["parsers"]
+    done = run("revert", "--target", tree, "--patches", library)
+    assert done.exit_code == 0, done.output
+    assert snapshot(tree) == before, done.output

@@ -1040,7 +1040,13 @@ def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> list[Pat
     recorded = {(p["name"], p["sha256"]) for e in undo.entries for p in e.patches}
     if undo.wheel is not None:
         recorded |= set(undo.wheel.patch_hashes)
-    series = patches if only is not None or not (undo.entries or undo.stale) else []
+    if only is not None or not (undo.entries or undo.stale):
+        series = patches
+    elif undo.stale:  # another release installed: the series is not this tree's
+        series = []
+    else:  # a record naming some sets: the others' patches found applied go too (review 12b M2)
+        paths = {path for e in undo.entries for path in e.files}
+        series = [p for p in patches if not any({f.path, f.source_path or f.path} & paths for f in p.files)]
     return [p for p in series if (p.name, p.sha256) not in recorded]
 
 
