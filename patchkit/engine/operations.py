@@ -857,7 +857,7 @@ def _revert_locked(
     view = View(root)
     restored = _restore_from_record(view, undo, patches, force=force)
     warnings += restored.notes
-    plan = plan_revert(root, _unrecorded(undo, patches, only), view=view)
+    plan = plan_revert(root, _unrecorded(undo, patches, only, root), view=view)
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
@@ -1032,7 +1032,7 @@ def _recorded_modes(entries: list[Entry], changes: Changes) -> dict[str, int]:
     return modes
 
 
-def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> list[Patch]:
+def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path) -> list[Patch]:
     """The series' patches to reverse-apply: those the record does not cover (applied by hand).
     Reverse-applying a recorded one again could re-insert an insertion-only hunk. `revert` alone
     undoes what the tree records, whatever the library holds; its series only when the tree
@@ -1046,8 +1046,18 @@ def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> list[Pat
         series = []
     else:  # a record naming some sets: the others' patches found applied go too (review 12b M2)
         paths = {path for e in undo.entries for path in e.files}
-        series = [p for p in patches if not any({f.path, f.source_path or f.path} & paths for f in p.files)]
+        series = [
+            p
+            for p in patches
+            if not any({f.path, f.source_path or f.path} & paths for f in p.files) and _found_applied(root, p)
+        ]
     return [p for p in series if (p.name, p.sha256) not in recorded]
+
+
+def _found_applied(root: Path, patch: Patch) -> bool:
+    """The patch is in the tree: reversing it changes files and meets no conflict."""
+    plan = plan_revert(root, [patch])
+    return not plan.conflicts and bool(plan.changes)
 
 
 def refuse_unrevertable_record(resolved: Resolved, state: State) -> None:
