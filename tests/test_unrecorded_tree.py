@@ -264,3 +264,27 @@ def test_a_record_naming_some_sets_is_reverted_with_the_others_found_applied(run
     done = run("revert", "--target", tree, "--patches", library)
     assert done.exit_code == 0, done.output
     assert snapshot(tree) == before, done.output
+
+
+@pytest.mark.parametrize("record", ["lost", "kept"])
+def test_a_patched_file_reached_through_a_symlink_is_refused_by_apply_with_the_fix_that_works(run, stock, record):
+    """Review 12b M1: apply found the series applied through a symlink out of the tree, exit 0, and
+    (the record lost) recorded the file and installed a guard that then refused every launch; its
+    own fix was `apply` again, a loop. It refuses as a write does, with status's fix."""
+    tree, library = stock
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    if record == "lost":
+        shutil.rmtree(tree / ".patchkit")
+    outside = tree.parent / "elsewhere.py"
+    outside.write_bytes((tree / ROUTER).read_bytes())
+    (tree / ROUTER).unlink()
+    (tree / ROUTER).symlink_to(outside)
+    done = run("apply", "--target", tree, "--patches", library)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 2 and f"{ROUTER} is a symlink" in said and "replace the symlink" in said, said
+    recorded = [path for entry in read_state(tree).entries for path in entry.files]
+    assert (ROUTER in recorded) == (record == "kept")  # nothing recorded through it
+    (tree / ROUTER).unlink()
+    (tree / ROUTER).write_bytes(outside.read_bytes())  # as the hint says
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0

@@ -335,6 +335,9 @@ class _Applying:
         """No file of the series to write; but the record is brought up to the tree (see
         settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
         stale files are touched)."""
+        # a file reached through a symlink (or not a regular file) is refused as a write would be: the
+        # record and the guard would otherwise name it, and the guard refuse every launch (review 12b M1)
+        preflight(self.resolved.target.root, plan.touched_paths, writable=False)
         message = "already applied: nothing to do"
         if self.made_readable:
             message = (
