@@ -305,3 +305,18 @@ def test_a_registry_that_is_there_but_unreadable_is_said_as_what_it_is(launch, m
     done, (found,) = preflight(tree, library, model, "--reasoning-parser", "qwen3")
     assert found["result"] == "cannot judge", done.stdout
     assert said in found["message"] and "has no" not in found["message"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--enable-auto-tool-choice", "--tool-call-parser", "nosuch", "--tool-parser-plugin", "abc"),
+        ("--reasoning-parser", "nosuch", "--reasoning-parser-plugin", "x"),
+    ],
+)
+def test_a_plugin_name_vllm_does_not_import_leaves_the_parser_name_held(launch, options):
+    """Review 12b L5: vLLM imports a parser plugin only when its name has more than 3 characters;
+    any plugin option exempted the name, so a launch vLLM refuses passed."""
+    tree, library, model = launch
+    done, (found,) = preflight(tree, library, model, *options)
+    assert done.returncode == 1 and not found["ok"] and "registers no" in found["message"], done.stdout

@@ -96,21 +96,27 @@ def given(options: dict[str, object], version: object) -> list[Named]:
     skips it; one a plugin option may register is not held)."""
     named: list[Named] = []
     tool = options.get(TOOL.option)
-    if options.get(TOOL.needs or "") and isinstance(tool, str) and not options.get(TOOL.plugin):
+    if options.get(TOOL.needs or "") and isinstance(tool, str) and not _loads_plugin(options.get(TOOL.plugin)):
         named.append(Named(TOOL, tool, f"--{TOOL.option} {tool}", AT_START, f"write --{TOOL.option} {{}}"))
     # vLLM's start check (validate_api_server_args) reads only --structured-outputs-config's
     # reasoning_parser, with only --reasoning-parser-plugin imported; --reasoning-parser itself is
     # copied over it when vLLM builds the engine (create_engine_config), and looked up there.
     inner = _structured_reasoning_parser(options)
-    if inner and not options.get(REASONING.plugin):
+    if inner and not _loads_plugin(options.get(REASONING.plugin)):
         spelt = f"--structured-outputs-config's reasoning_parser {inner}"
         named.append(Named(REASONING, inner, spelt, AT_START, "set that reasoning_parser to {}"))
     outer = options.get(REASONING.option)
-    plugin = options.get(REASONING.plugin) or _structured(options).get("reasoning_parser_plugin")
+    plugin = _loads_plugin(options.get(REASONING.plugin)) or _structured(options).get("reasoning_parser_plugin")
     if isinstance(outer, str) and not _no_parser(outer, version) and outer != inner and not plugin:
         spelt = f"--{REASONING.option} {outer}"
         named.append(Named(REASONING, outer, spelt, _when_engine_built(version), f"write --{REASONING.option} {{}}"))
     return named
+
+
+def _loads_plugin(value: object) -> bool:
+    """Whether vLLM imports the plugin option's file: only a name of more than 3 characters
+    (api_server's `len(...) > 3`); a shorter one registers nothing, so the name is still held."""
+    return isinstance(value, str) and len(value) > 3
 
 
 AT_START = "it refuses the launch at start"
