@@ -3,6 +3,7 @@ names what it is about, says a fix once, and reads without the library's jargon.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -167,6 +168,39 @@ def test_preflight_says_a_fix_several_failures_share_once(fetched):
     )
     failed = [line for line in lines_of(done) if line.startswith(("tree-state:", "whitelist:", "supports-eagle3:"))]
     assert len(failed) >= 2, done.stdout
+
+
+@pytest.mark.release
+def test_a_set_partly_applied_gets_apply_as_its_fix_not_serve_without_it(fetched, tmp_path):
+    """New-user 18, 1: one patched file put back to stock: the whitelist's fix said to serve without
+    --speculative-config, while `apply` finishes the set; the partial state named no set."""
+    tree = tmp_path / "partial"
+    shutil.copytree(fetched / "applied", tree)
+    spec = "vllm/config/speculative.py"
+    (tree / spec).write_bytes((fetched / "stock" / spec).read_bytes())
+    launch = ["vllm", "serve", str(fetched / "models/dsv3"), "-tp", "4"]
+    launch += ["--speculative-config", PREFLIGHT_SPEC.replace("models/", f"{fetched}/models/")]
+    done = run_cli("preflight", "--target", tree, "--no-import", "--format", "json", "--", *launch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed = {f["check"]: f for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+    assert "whitelist" in failed and failed["tree-state"]["message"].startswith("the eagle3 series is partly applied")
+    # every failure's fix is the apply that finishes the set (the series leaves the files passing)
+    assert {f["fix"] for f in failed.values()} == {f"run `patchkit apply --target {tree} --set eagle3`"}, failed
+    assert run_cli("apply", "--target", tree, "--set", "eagle3").returncode == 0
+    assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
+
+
+@pytest.mark.release
+def test_revert_of_one_set_over_its_stock_files_speaks_of_that_set_only(fetched, tmp_path):
+    """New-user 18, 2: `revert --set X` whose files were stock again said "the tree is stock" while
+    the other sets stayed applied."""
+    tree = tmp_path / "one"
+    shutil.copytree(fetched / "applied", tree)
+    for path in ("vllm/entrypoints/openai/chat_completion/serving.py", "vllm/tool_parsers/kimi_k2_tool_parser.py"):
+        (tree / path).write_bytes((fetched / "stock" / path).read_bytes())
+    done = run_cli("revert", "--target", tree, "--set", "kimi-k2-tool-calls")
+    assert done.returncode == 0, done.stderr
+    assert "the files of kimi-k2-tool-calls are stock" in done.stdout and "the tree is stock" not in done.stdout
 
 
 @pytest.mark.release

@@ -925,7 +925,10 @@ def _nothing_said(
         return f"nothing to revert: {only} is not applied (the tree records {', '.join(others)})"
     dropped = " (its record dropped)" if undo.entries else ""
     removed = "; launch guard removed" if guard_changes else ""
-    stock = _stock_said(root, patches) if not undo.entries else "the tree is stock"
+    if undo.entries:  # one set's revert speaks of its files only: the others may be applied (new-user 18, 2)
+        stock = f"the files of {only} are stock" if only is not None else "the tree is stock"
+    else:
+        stock = _stock_said(root, patches)
     return f"nothing to revert: {stock}{dropped}{removed}"
 
 

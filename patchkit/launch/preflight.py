@@ -257,8 +257,9 @@ def preflight(
     result.findings += [f for f in (_architectures_finding(m) for m in (target, drafter)) if f is not None]
     template = _chat_template_finding(command, resolved.target.root)  # never kept: a file outside the tree
     result.findings += [template] if template is not None else []
-    # what the series would leave: judged only where it applies whole (a partial tree has conflicts)
-    fixable = needed and status.state == TreeState.NOT_APPLIED and status.plan is not None
+    # what the series would leave: judged where it applies whole (a partial tree with no conflict too:
+    # a file put back to stock by hand; apply finishes it, new-user 18, 1)
+    fixable = needed and _apply_finishes(status)
     result.fixable = fixable
     planned = status.plan.content if fixable and status.plan is not None else None
     context = LaunchContext(
@@ -706,6 +707,13 @@ def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     return finding
 
 
+def _apply_finishes(status: TreeStatus) -> bool:
+    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
+    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
+        return False
+    return status.state == TreeState.NOT_APPLIED or not status.plan.conflicts
+
+
 def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
 
     version = resolved.vllm_version
@@ -717,9 +725,10 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
         message = f"the {resolved.set_name} series is not applied to vLLM {version}"
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.state == TreeState.PARTIAL:
-        return Finding(
-            TREE, False, "the series is partly applied", f"run {hints.command('status')}, then {hints.command('apply')}"
-        )
+        message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
+        if _apply_finishes(status):
+            return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
+        return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
     if status.drifted:
         files = ", ".join(status.drifted)
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
