@@ -127,7 +127,7 @@ def test_status_notes_a_guard_no_record_names_and_the_revert_that_removes_it(tmp
     apply, revert = (f"`patchkit {verb} --target {site} --patch {diff}`" for verb in ("apply", "revert"))
     assert notes == [
         f"the launch guard is installed, but no record names it, so it checks nothing: "
-        f"{apply} records the tree as it is ({revert} removes the guard)"
+        f"{apply} records the tree as it is ({revert} removes the guard and any patches applied)"
     ]
     for verb in ("apply", "revert"):  # either clears it (new-user 17, 1: apply first, it keeps the guard at work)
         assert run_cli(verb, "--target", site, "--patch", diff).returncode == 0

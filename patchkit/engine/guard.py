@@ -384,7 +384,7 @@ def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
     # apply first: it records the sets it finds applied, and the guard checks the tree again
     return [
         f"the launch guard is installed, but no record names it, so it checks nothing: "
-        f"{hints.command('apply')} records the tree as it is ({hints.command('revert')} removes the guard)"
+        f"{hints.command('apply')} records the tree as it is ({hints.command('revert')} removes the guard and any patches applied)"
     ]
 
 
