@@ -191,6 +191,29 @@ def test_a_set_partly_applied_gets_apply_as_its_fix_not_serve_without_it(fetched
 
 
 @pytest.mark.release
+def test_a_drifted_set_gets_its_drift_fix_not_serve_without_it(fetched, tmp_path):
+    """New-user 19, 1: the file put back to stock, then edited: the whitelist judged the edited file
+    and said to serve without --speculative-config, while the set's revert --force and apply make
+    it pass. Judged as that fix leaves the files (the series on the saved original)."""
+    tree = tmp_path / "drifted"
+    shutil.copytree(fetched / "applied", tree)
+    spec = "vllm/config/speculative.py"
+    (tree / spec).write_bytes((fetched / "stock" / spec).read_bytes() + b"# debug\n")
+    launch = ["vllm", "serve", str(fetched / "models/dsv3"), "-tp", "4"]
+    launch += ["--speculative-config", PREFLIGHT_SPEC.replace("models/", f"{fetched}/models/")]
+    done = run_cli("preflight", "--target", tree, "--no-import", "--format", "json", "--", *launch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed = {f["check"]: f for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+    assert "whitelist" in failed and "changed after patchkit" in failed["tree-state"]["message"], failed
+    revert = f"`patchkit revert --target {tree} --set eagle3 --force`"
+    fix = f"run {revert} (it keeps a copy of your edits), then `patchkit apply --target {tree} --set eagle3`"
+    assert {f["fix"] for f in failed.values()} == {fix}, failed
+    assert run_cli("revert", "--target", tree, "--set", "eagle3", "--force").returncode == 0
+    assert run_cli("apply", "--target", tree, "--set", "eagle3").returncode == 0
+    assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
+
+
+@pytest.mark.release
 def test_revert_of_one_set_over_its_stock_files_speaks_of_that_set_only(fetched, tmp_path):
     """New-user 18, 2: `revert --set X` whose files were stock again said "the tree is stock" while
     the other sets stayed applied."""

@@ -65,6 +65,7 @@ class LaunchContext:
     version: Version | None
     patch_set: object | None  # library.PatchSetDef
     read_planned: Reader | None = None  # the files as the series leaves them (None: nothing to apply)
+    planned_fix: str | None = None  # the fix that leaves them so (None: apply_fix of the set)
     python: str | None = None  # the target's interpreter, asked for vLLM's own answers (None: not asked)
     not_asked: str = "--no-import"  # why vLLM is not asked, when python is None
     reads: dict[str, str | None] | None = None  # when a dict: path -> sha256 of each file read (None: absent)
@@ -88,7 +89,7 @@ class LaunchContext:
         if ok:
             return Finding(check, True, message)
         if self.read_planned is not None and judgement(self.read_planned)[0]:
-            return Finding(check, False, message, apply_fix(self.patch_set))
+            return Finding(check, False, message, self.planned_fix or apply_fix(self.patch_set))
         return Finding(check, False, message, fix)
 
     def lacks(self, check: str, path: str) -> Finding | None:

@@ -29,7 +29,7 @@ from patchkit.engine.inspection import TreeStatus, inspect
 from patchkit.engine.resolve import Resolved
 from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
-from patchkit.launch.engine import LaunchContext, apply_fix, set_checks, tree_reader
+from patchkit.launch.engine import LaunchContext, Reader, apply_fix, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -38,9 +38,10 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.series import library
+from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
+from patchkit.store.objects import read_object
 from patchkit.store.state import State, read_state
 from patchkit.tree.target import Target, from_interpreter
 
@@ -261,7 +262,11 @@ def preflight(
     # a file put back to stock by hand; apply finishes it, new-user 18, 1)
     fixable = needed and _apply_finishes(status)
     result.fixable = fixable
-    planned = status.plan.content if fixable and status.plan is not None else None
+    planned: Reader | None = status.plan.content if fixable and status.plan is not None else None
+    planned_fix = None
+    if needed and planned is None and status.drifted:  # judged as its fix (revert --force, apply) leaves it
+        planned = _as_its_drift_fix_leaves(resolved, status.drifted)
+        planned_fix = _drift_fix(resolved) if planned is not None else None
     context = LaunchContext(
         command,
         target,
@@ -270,6 +275,7 @@ def preflight(
         resolved.vllm_version,
         resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
         read_planned=planned,
+        planned_fix=planned_fix,
         python=None if no_import or another else resolved.target.python,
         not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )
@@ -705,6 +711,25 @@ def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
         return _guard_refusal(status)
     return finding
+
+
+def _as_its_drift_fix_leaves(resolved: Resolved, drifted: list[str]) -> Reader | None:
+    """The set's files as revert --force then apply leave them: the series on the saved originals of
+    the drifted files (new-user 19: a whitelist judged on an edited file said to serve without
+    EAGLE-3, where that fix makes it pass). None: no record or original to tell it from, or a conflict."""
+    root = resolved.target.root
+    entry = read_state(root).entry(resolved.set_name)
+    if entry is None:
+        return None
+    originals: dict[str, bytes | None] = {}
+    for path in (p for p in drifted if p in entry.files):
+        before = entry.files[path]["before"]
+        try:
+            originals[path] = None if before is None else read_object(root, before)
+        except PatchkitError:  # a damaged saved original: status names it
+            return None
+    plan = dry_run(root, resolved.patches, originals)
+    return None if plan.conflicts else plan.content
 
 
 def _apply_finishes(status: TreeStatus) -> bool:
