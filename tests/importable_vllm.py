@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import venv
 from pathlib import Path
 
 from helpers import run_cli
@@ -153,3 +154,14 @@ vllm = vllm.entrypoints.cli.main:main
 lora_filesystem_resolver = vllm.plugins.lora_resolvers.filesystem_resolver:register_filesystem_resolver
 lora_hf_hub_resolver = vllm.plugins.lora_resolvers.hf_hub_resolver:register_hf_hub_resolver
 """
+
+
+def venv_importing(tree: Path, root: Path) -> Path:
+    """A venv whose python imports vllm from `tree` (a .pth), and its own `vllm` script run by it."""
+    venv.create(root, with_pip=False, symlinks=True)
+    [site] = root.glob("lib/python*/site-packages")
+    (site / "tree.pth").write_text(f"{tree}\n")
+    script = root / "bin" / "vllm"
+    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
+    script.chmod(0o755)
+    return script

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import venv
 from pathlib import Path
 
 import pytest
 from helpers import make_patch, run_cli, write_library
+from importable_vllm import venv_importing
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -61,17 +61,6 @@ def refusing_vllm(tree: Path) -> None:
     (tree / "vllm" / "__init__.py").touch()
     (tree / "vllm" / "engine" / "__init__.py").write_text("")
     (tree / "vllm" / "engine" / "arg_utils.py").write_text(REFUSING_ARG_UTILS)
-
-
-def venv_importing(tree: Path, root: Path) -> Path:
-    """A venv whose python imports vllm from `tree` (a .pth), and its own `vllm` script."""
-    venv.create(root, with_pip=False, symlinks=True)
-    [site] = root.glob("lib/python*/site-packages")
-    (site / "tree.pth").write_text(f"{tree}\n")
-    script = root / "bin" / "vllm"
-    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
-    script.chmod(0o755)
-    return script
 
 
 @pytest.fixture

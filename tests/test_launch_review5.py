@@ -5,28 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import venv
 from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, run_cli
+from importable_vllm import venv_importing
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from serve_lines import ACCEPTED_VALUES, REFUSED_VALUES
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
 from patchkit.launch.validation import engine_validation, model_interface
-
-
-def _venv_importing(tree: Path, root: Path) -> Path:
-    """A venv whose python imports vllm from `tree` (a .pth), with a `vllm` script run by it."""
-    venv.create(root, with_pip=False, symlinks=True)
-    [site] = root.glob("lib/python*/site-packages")
-    (site / "applied.pth").write_text(f"{tree}\n")
-    script = root / "bin" / "vllm"
-    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
-    script.chmod(0o755)
-    return script
 
 
 @pytest.fixture
@@ -42,7 +31,7 @@ def launch(tmp_path: Path) -> dict[str, Path]:
         "library": library,
         "project": project,
         "stock": stock,
-        "script": _venv_importing(applied, tmp_path / "venv"),
+        "script": venv_importing(applied, tmp_path / "venv"),
         "model": write_model(tmp_path / "models" / "target", DEEPSEEK_V3),
     }
 
@@ -120,7 +109,7 @@ def _marked_tree(root: Path, mark: str) -> Path:
     ],
 )
 def test_vllms_own_answers_come_from_the_tree_the_launch_imports(tmp_path, monkeypatch, argv):
-    script = _venv_importing(_marked_tree(tmp_path / "applied", "the applied tree"), tmp_path / "venv")
+    script = venv_importing(_marked_tree(tmp_path / "applied", "the applied tree"), tmp_path / "venv")
     project = tmp_path / "project"
     _marked_tree(project, "the launch's tree")
     _marked_tree(project / "stock", "the launch's tree")
