@@ -49,6 +49,8 @@ class TreeState(StrEnum):
     APPLIED = "applied"
     NOT_APPLIED = "not-applied"
     PARTIAL = "partial"
+    # no patch applied, and one does not apply: a file differs from stock there (a local edit)
+    CONFLICT = "conflict"
     UPSTREAM = "upstream"
     UNSUPPORTED = "unsupported"
 

@@ -32,6 +32,7 @@ from patchkit.engine.guard import (
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
+from patchkit.tree.target import stock_files_command
 from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.checks import Check, CheckContext, CheckResult, Reader
     from patchkit.engine.resolve import Resolved
     from patchkit.series.library import PatchSetDef, Release
-    from patchkit.series.plan import Plan
+    from patchkit.series.plan import PatchStep, Plan
 
 # The plan and the checks are imported where they run: `run`'s fast path (patchkit/launch/shortcut.py)
 # makes a TreeStatus without either.
@@ -164,16 +165,22 @@ class TreeStatus:
         return hints.command("apply", *sets, *args, chosen=_without_a_set())
 
     @property
+    def edited_in_hunks(self) -> list[str]:
+        """The files where a patch of the series finds other lines than it expects (a local edit
+        on a tree that records none of it, where the state is CONFLICT)."""
+        return conflicting_files(self.plan.conflicts) if self.plan is not None else []
+
+    @property
     def upstream_regression(self) -> bool:
         """An upstream release whose own files fail the set's checks: vLLM dropped or broke the change."""
         return self.state == TreeState.UPSTREAM and any(r.failed for r in self.checks)
 
     @property
     def outcome(self) -> Outcome:
-        """`status`'s verdict: unsupported (exit 3); partial, drifted or an upstream regression fail."""
+        """`status`'s verdict: unsupported (exit 3); partial, conflict, drifted or an upstream regression fail."""
         if self.state == TreeState.UNSUPPORTED:
             return Outcome.UNSUPPORTED
-        if self.state == TreeState.PARTIAL or self.drifted or self.upstream_regression or self.guard:
+        if self.state in (TreeState.PARTIAL, TreeState.CONFLICT) or self.drifted or self.upstream_regression or self.guard:
             return Outcome.CHECK_FAILED
         return Outcome.OK
 
@@ -487,11 +494,36 @@ def _applied_though_drifted(reports: list[PatchReport], drifted: list[str], entr
     ]
 
 
+def conflicting_files(conflicts: Sequence[PatchStep]) -> list[str]:
+    """The files these conflicting steps find other lines in than they expect."""
+    return sorted({step.mismatch.path for step in conflicts if step.mismatch is not None})
+
+
+def local_edit_said(files: list[str], version: Version | str | None) -> str:
+    """Why a series that records nothing does not apply: its files differ from stock where it changes them."""
+    differ = "differs" if len(files) == 1 else "differ"
+    return f"{', '.join(files)} {differ} from stock vLLM {version} where the series changes it (a local edit?)"
+
+
+def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) -> str:
+    """The fix of that: the stock files back, then apply (--force would not help: it accepts files
+    that differ from the RECORD, never a hunk that does not match)."""
+    which = "that file" if len(files) == 1 else "those files"
+    return (
+        f"copy your edit of {which} elsewhere, run {stock_files_command(root, version)} "
+        f"(the stock files back), then {hints.command('apply')}"
+    )
+
+
 def _overall(reports: list[PatchReport]) -> TreeState:
+    """applied, not applied, or partly; a conflict with none applied is no partial series (new-user
+    20, 1: an edit inside a hunk of a tree never applied was called "partly applied")."""
     states = {r.state for r in reports}
     if states == {PatchState.APPLIED}:
         return TreeState.APPLIED
-    return TreeState.NOT_APPLIED if states == {PatchState.NOT_APPLIED} else TreeState.PARTIAL
+    if states == {PatchState.NOT_APPLIED}:
+        return TreeState.NOT_APPLIED
+    return TreeState.PARTIAL if PatchState.APPLIED in states else TreeState.CONFLICT
 
 
 def drifted_files(resolved: Resolved, state: State) -> list[str]:

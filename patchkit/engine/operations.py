@@ -57,9 +57,12 @@ from patchkit.engine.guard import (
 from patchkit.engine.inspection import (
     TreeStatus,
     check_context,
+    conflicting_files,
     drifted_files,
     guard_refusal,
     inspect,
+    local_edit_fix,
+    local_edit_said,
     run_checks,
     selection_of,
     stale_entries,
@@ -260,7 +263,10 @@ class _Applying:
             return self.result(
                 Outcome.CONFLICT,
                 plan=plan,
-                error=Conflict("the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  ")),
+                error=Conflict(
+                    "the series does not apply; nothing was written:\n  " + plan.describe_conflicts("\n  "),
+                    hint=self.conflict_fix(plan),
+                ),
             )
         shadow.refuse(root, self.patches)  # else the patch would never be what runs
         self.refuse_writing_under_later_sets(state, plan.changed_paths)
@@ -271,6 +277,15 @@ class _Applying:
         if stock.outcome != Outcome.DRY_RUN:
             return stock
         return self.check_then_write(plan, stock, dry_run=dry_run)
+
+    def conflict_fix(self, plan: Plan) -> str | None:
+        """Where the tree records none of the set, a file the series does not match differs from stock
+        (an edit by hand): its stock file back, then apply (new-user 20, 1: no next step was given)."""
+        if self.state.entry(self.resolved.set_name) is not None:
+            return None
+        files = conflicting_files(plan.conflicts)
+        said = local_edit_said(files, self.resolved.vllm_version)
+        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files)}"
 
     def open_to_others(self, state: State, *, dry_run: bool) -> None:
         """Make readable what an older patchkit wrote under a strict umask (0600), or what this

@@ -256,7 +256,7 @@ def _drift_fix(name: str, files: list[str]) -> str:
 
 # A set's state, worst last: the overall state is the worst of the covering sets' (upstream ones
 # have nothing to apply: they count only when every set is upstream).
-_STATE_ORDER = (TreeState.UPSTREAM, TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.PARTIAL)
+_STATE_ORDER = (TreeState.UPSTREAM, TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.PARTIAL, TreeState.CONFLICT)
 
 
 @dataclass
@@ -272,16 +272,17 @@ class SetsStatus:
     @property
     def state(self) -> TreeState:
         """applied when every set chosen is; not-applied when none is; partial otherwise (or when
-        one set is partial); upstream when every set is."""
+        one set is partial); conflict when none is applied and a set does not apply; upstream when
+        every set is."""
         states = {s.state for c, s in zip(self.chosen, self.statuses, strict=True) if c.name not in self.unchosen}
         if not states:
             return TreeState.NOT_APPLIED
         if states <= {TreeState.UPSTREAM}:
             return TreeState.UPSTREAM
         states.discard(TreeState.UPSTREAM)
-        if len(states) > 1:
+        if len(states) > 1 and states & {TreeState.APPLIED, TreeState.PARTIAL}:
             return TreeState.PARTIAL
-        return max(states, key=_STATE_ORDER.index)
+        return max(states, key=_STATE_ORDER.index)  # none applied: not-applied, or a conflict
 
     @property
     def outcome(self) -> Outcome:

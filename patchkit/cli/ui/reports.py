@@ -18,7 +18,7 @@ from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 from patchkit.engine.guard import refusal_text
-from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, stale_said
+from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, local_edit_fix, local_edit_said, stale_said
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.specifiers import SpecifierSet
@@ -183,6 +183,8 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     failures += [Failure(p.state, p.problem, p.name) for p in status.patches if p.problem]
     if status.state == TreeState.PARTIAL:
         failures.append(Failure("partial", "some patches of the series are applied, others not"))
+    if status.state == TreeState.CONFLICT:  # none applied: no partial series, and apply --force would not do
+        failures.append(_local_edit(resolved, status))
     failures += [
         Failure(
             STALE,
@@ -197,6 +199,13 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     if status.guard_missing:
         failures.append(Failure(UNGUARDED, status.guard_missing, fix=status.guard_missing_fix, warning=True))
     return failures
+
+
+def _local_edit(resolved: Resolved, status: TreeStatus) -> Failure:
+    """A series that records nothing and does not apply: which file differs, and the fix that works."""
+    files, version = status.edited_in_hunks, resolved.vllm_version
+    fix = local_edit_fix(resolved.target.root, version, files)
+    return Failure("conflict", f"the series does not apply: {local_edit_said(files, version)}", fix=fix)
 
 
 def _stale_said(notes: list[str]) -> list[tuple[str, str]]:
@@ -493,6 +502,8 @@ def _fixes_by_check(status: TreeStatus) -> dict[str, str]:
     fixes = {shadow.NAME: shadow.fix(), pyc.NAME: pyc.FIX}
     if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
         return fixes
+    if status.state == TreeState.CONFLICT:  # --force accepts a file unlike the RECORD, never a hunk that does not match
+        return fixes | {"integrity": "as the conflict's fix (above)"}
     return fixes | {
         "integrity": f"put the release's stock file back, or {hints.command('apply', '--force')} patches it"
     }
