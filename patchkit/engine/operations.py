@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from patchkit import fetch
 from patchkit.base import hints
-from patchkit.base.enums import Outcome, SelectionKind, TreeState
+from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
@@ -828,7 +828,8 @@ def _revert_unlocked(
         )
     if would is None or dry_run:
         return would
-    if would.outcome == Outcome.DRY_RUN and not would.files and not own_unrecorded(target.root):
+    nothing = would.outcome == Outcome.NOT_APPLIED or (would.outcome == Outcome.DRY_RUN and not would.files)
+    if nothing and not own_unrecorded(target.root):
         with suppress(OSError):  # an empty .patchkit/ a killed apply made: only an empty one goes
             meta_dir(target.root).rmdir()
         if not os.path.lexists(meta_dir(target.root)):  # else what is left there goes under the lock
@@ -875,7 +876,11 @@ def _revert_locked(
     view = View(root)
     restored = _restore_from_record(view, undo, patches, force=force)
     warnings += restored.notes
-    plan = plan_revert(root, _unrecorded(undo, patches, only, root), view=view)
+    unrecorded = _unrecorded(undo, patches, only, root)
+    plan = plan_revert(root, unrecorded, view=view)
+    if plan.conflicts and not undo.entries and not _any_applied(root, unrecorded):
+        # an edit inside a hunk of a tree never applied (new-user 20, 1): nothing to undo, nothing lost
+        return RevertResult(Outcome.NOT_APPLIED, f"nothing to revert: {_stock_said(root, patches)}", warnings=warnings)
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
@@ -919,6 +924,11 @@ def _revert_locked(
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _any_applied(root: Path, patches: list[Patch]) -> bool:
+    """Whether a patch of these is found applied on the tree (its change there, as a dry run finds it)."""
+    return any(step.state == StepState.ALREADY_APPLIED for step in plan_apply(root, patches).steps)
 
 
 def _unrecorded_conflict_hint(root: Path) -> str:
