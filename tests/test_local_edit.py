@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, run_cli, snapshot, write_library
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_model
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -80,3 +83,40 @@ def test_a_partly_applied_series_is_still_partial(run, tree, library):
     (tree / MODEL).write_text(MODEL_PY.replace("class Model", "class Model  # edited", 1))
     data = json.loads(run("status", *args(tree, library), "--format", "json").stdout)
     assert data["state"] == "partial", data
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory) -> Path:
+    """vLLM 0.16.0's files as `fetch 0.16.0 --dest` lays them out, and the two models of a launch."""
+    base = tmp_path_factory.mktemp("local-edit")
+    done = run_cli("fetch", "0.16.0", "--dest", base / "stock")
+    assert done.returncode == 0, done.stderr
+    write_model(base / "models" / "dsv3", DEEPSEEK_V3)
+    write_model(base / "models" / "drafter", DRAFTER)
+    return base
+
+
+@pytest.mark.release
+def test_preflight_judges_the_launch_on_what_the_fix_of_the_local_edit_leaves(stock, tmp_path):
+    """A model added by hand to the EAGLE-3 whitelist of a tree never applied: the tree-state said
+    "partly applied" and the whitelist "serve it without --speculative-config"; the stock file back
+    and apply make the launch pass. Every failure's fix is that one, and it works pasted."""
+    tree = tmp_path / "edited"
+    shutil.copytree(stock / "stock", tree)
+    spec = tree / "vllm/config/speculative.py"
+    text = spec.read_text()
+    assert '"hunyuan_v1_dense",' in text
+    spec.write_text(text.replace('"hunyuan_v1_dense",', '"hunyuan_v1_dense", "mymodel",', 1))
+    launch = ["vllm", "serve", str(stock / "models/dsv3"), "-tp", "4", "--speculative-config"]
+    launch.append(f'{{"method":"eagle3","model":"{stock}/models/drafter","num_speculative_tokens":3}}')
+    done = run_cli("preflight", "--target", tree, "--no-import", "--format", "json", "--", *launch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = json.loads(done.stdout)
+    failed = {f["check"]: f for f in found["findings"] if not f["ok"] and f["result"] == "fail"}
+    assert found["tree_state"] == "conflict" and set(failed) == {"tree-state", "whitelist"}, failed
+    assert "partly" not in failed["tree-state"]["message"]
+    fix = {f["fix"] for f in failed.values()}
+    assert len(fix) == 1 and f"`patchkit fetch 0.16.0 --dest {tree} --force`" in fix.pop(), failed
+    assert run_cli("fetch", "0.16.0", "--dest", tree, "--force").returncode == 0
+    assert run_cli("apply", "--target", tree).returncode == 0
+    assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0

@@ -187,6 +187,29 @@ def published_record(version: Version | str | None, only: Collection[str] | None
     return parsed_record(data, f"the published wheel's RECORD (fetch cache, vllm {version})", only) if data else None
 
 
+def cached_stock(root: Path, version: Version | str | None, paths: Collection[str]) -> dict[str, bytes] | None:
+    """The stock bytes of `paths` from the fetch cache's copy of the release, each as the published
+    RECORD (else the tree's own) lists it (None: the cache holds no such copy of one); no network,
+    nothing written. What a fix that puts the stock files back leaves, to judge a launch on."""
+    record = published_record(version, set(paths)) or installed_record(root, version, set(paths))[0]
+    if record is None or version is None:
+        return None
+    tree = fetch.cache.release_root(fetch.normalize_version(str(version))) / "tree"
+    found = {}
+    for path in paths:
+        try:
+            data = fetch.cache.read_regular(tree, path, limit=MAX_STOCK_BYTES)
+        except (OSError, fetch.cache.Damaged):
+            return None
+        if path not in record.hashes or not record.matches(path, data):
+            return None
+        found[path] = data
+    return found
+
+
+MAX_STOCK_BYTES = 64 * 1024 * 1024  # a source file of vLLM's is far smaller: a larger one is no stock file
+
+
 def _stock_release(root: Path) -> str | None:
     """The release a patched wheel installed in `root` was built from (its published RECORD is the
     one to hold the stock files to), or None."""

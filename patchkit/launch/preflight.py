@@ -24,8 +24,9 @@ from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
+from patchkit.checks.integrity import cached_stock
 from patchkit.engine.guard import refusal_text
-from patchkit.engine.inspection import TreeStatus, inspect
+from patchkit.engine.inspection import TreeStatus, inspect, local_edit_fix, local_edit_said
 from patchkit.engine.resolve import Resolved
 from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
@@ -267,6 +268,10 @@ def preflight(
     if needed and planned is None and status.drifted:  # judged as its fix (revert --force, apply) leaves it
         planned = _as_its_drift_fix_leaves(resolved, status.drifted)
         planned_fix = _drift_fix(resolved) if planned is not None else None
+    elif needed and status.state == TreeState.CONFLICT:  # judged as its fix (the stock files, apply) leaves it
+        planned = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
+        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks)
+        planned_fix = fix if planned is not None else None
     context = LaunchContext(
         command,
         target,
@@ -674,6 +679,9 @@ def _state_words(status: TreeStatus) -> str | None:
         return "not applied"
     if status.state == TreeState.PARTIAL:
         return "partly applied"
+    if status.state == TreeState.CONFLICT:
+        edited = status.edited_in_hunks
+        return f"does not apply: {', '.join(edited)} {'differs' if len(edited) == 1 else 'differ'} from stock (a local edit?)"
     if status.drifted:
         return f"changed after apply: {', '.join(status.drifted)}"
     return None
@@ -732,6 +740,17 @@ def _as_its_drift_fix_leaves(resolved: Resolved, drifted: list[str]) -> Reader |
     return None if plan.conflicts else plan.content
 
 
+def _as_its_conflict_fix_leaves(resolved: Resolved, files: list[str]) -> Reader | None:
+    """The set's files as the fix of a local edit inside a hunk leaves them (its stock files back,
+    then apply): the series on the stock files the fetch cache holds (new-user 20, 1: the whitelist
+    said to serve without EAGLE-3 where that fix makes it pass). None: no cached stock, or a conflict."""
+    stock = cached_stock(resolved.target.root, resolved.vllm_version, files)
+    if not files or stock is None:
+        return None
+    plan = dry_run(resolved.target.root, resolved.patches, dict(stock))
+    return None if plan.conflicts else plan.content
+
+
 def _apply_finishes(status: TreeStatus) -> bool:
     """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
     if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
@@ -749,6 +768,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     if status.state == TreeState.NOT_APPLIED:
         message = f"the {resolved.set_name} series is not applied to vLLM {version}"
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
+    if status.state == TreeState.CONFLICT:
+        message = f"the {resolved.set_name} series does not apply: {local_edit_said(status.edited_in_hunks, version)}"
+        return Finding(TREE, False, message, local_edit_fix(resolved.target.root, version, status.edited_in_hunks))
     if status.state == TreeState.PARTIAL:
         message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
         if _apply_finishes(status):

@@ -300,11 +300,18 @@ def merged(results: list[PreflightResult]) -> PreflightResult:
     return replace(
         first,
         findings=[f for found in by_check.values() for f in found],
-        tree_state=states.pop() if len(states) == 1 else str(TreeState.PARTIAL),
+        tree_state=_overall(states),
         fixable=any(r.fixable for r in results),
         unused=_first_said([r.unused for r in results]),
         guard_off=next((r.guard_off for r in results if r.guard_off), None),
     )
+
+
+def _overall(states: set[str]) -> str:
+    """The sets' states as one: partial where they differ, but a conflict where none is applied."""
+    if len(states) == 1:
+        return states.pop()
+    return str(TreeState.CONFLICT if states == {TreeState.NOT_APPLIED, TreeState.CONFLICT} else TreeState.PARTIAL)
 
 
 def _first_said(notes: list[dict[str, str]]) -> dict[str, str]:
