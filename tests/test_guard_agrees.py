@@ -706,3 +706,26 @@ def test_a_record_an_older_patchkit_left_0600_fails_status_and_apply_opens_it(tm
     assert (tree.site / ".patchkit/state.json").stat().st_mode & 0o777 == 0o644
     assert (tree.site / ".patchkit").stat().st_mode & 0o777 == 0o755
     assert tree.cli("status").returncode == 0
+
+
+def test_a_local_edit_inside_a_hunk_of_a_tree_never_applied_fails_the_commands_not_the_guard(tmp_path):
+    """The state `conflict` (new-user 20, 1): nothing applied or recorded, so no guard refuses a
+    launch, but the series does not apply: status and verify fail, naming it, and so do preflight
+    and run (the launch needs the set). The stock file back, the fix named, apply settles it."""
+    tree = _tree(tmp_path)
+    edited = stock_files("0.16.0")[SPEC].replace('"qwen",\n', '"qwen", "mymodel",\n')
+    (tree.site / SPEC).write_text(edited)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 1 and json.loads(status.stdout)["state"] == "conflict", status.stdout
+    said = {
+        "verify": tree.cli("verify", "--no-import"),
+        "preflight": tree.launch("preflight"),
+        "run": tree.launch("run"),
+    }
+    assert {command: done.returncode for command, done in said.items()} == dict.fromkeys(said, 1), said
+    assert f"{SPEC} differs from stock vLLM 0.16.0" in " ".join(said["verify"].stdout.split())
+    assert "(the stock files back), then `patchkit apply" in " ".join(tree.cli("status").stdout.split())
+    (tree.site / SPEC).write_text(stock_files("0.16.0")[SPEC])
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert load_plugins_like_vllm(tree.site).returncode == 0 and tree.cli("status").returncode == 0

@@ -32,8 +32,8 @@ from patchkit.engine.guard import (
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
-from patchkit.tree.target import stock_files_command
 from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
+from patchkit.tree.target import stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
@@ -180,7 +180,12 @@ class TreeStatus:
         """`status`'s verdict: unsupported (exit 3); partial, conflict, drifted or an upstream regression fail."""
         if self.state == TreeState.UNSUPPORTED:
             return Outcome.UNSUPPORTED
-        if self.state in (TreeState.PARTIAL, TreeState.CONFLICT) or self.drifted or self.upstream_regression or self.guard:
+        if (
+            self.state in (TreeState.PARTIAL, TreeState.CONFLICT)
+            or self.drifted
+            or self.upstream_regression
+            or self.guard
+        ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
 

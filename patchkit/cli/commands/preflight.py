@@ -307,7 +307,7 @@ def merged(results: list[PreflightResult]) -> PreflightResult:
     )
 
 
-def _overall(states: set[str]) -> str:
+def _overall(states: set[str | None]) -> str | None:
     """The sets' states as one: partial where they differ, but a conflict where none is applied."""
     if len(states) == 1:
         return states.pop()
