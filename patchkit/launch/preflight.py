@@ -743,7 +743,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
 
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
-        return Finding(TREE, True, f"vLLM {version} ships the set's change itself (upstream)")
+        return Finding(TREE, True, f"vLLM {version} ships the {resolved.set_name} change itself (upstream)")
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
