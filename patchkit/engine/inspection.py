@@ -93,6 +93,7 @@ class TreeStatus:
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
     # of vLLM), every recorded file: apply records them again
     all_stock_again: bool = False
+    lost: list[str] = field(default_factory=list)  # recorded patches a drifted file no longer holds
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -218,13 +219,16 @@ def inspect(
     stale = stale_entries(root, state, resolved.vllm_version)
     drifted = drifted_files(resolved, state)
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
+    lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     return TreeStatus(
-        _overall(reports),
+        # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
+        _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports]),
         reports,
         drifted,
         not_compiling(resolved, drifted),
         plan,
         stale=_named(stale),
+        lost=lost,
         **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
     )
 
@@ -395,17 +399,28 @@ def _at_hand(set_name: str) -> bool:
 
 
 def _applied_though_drifted(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[PatchReport]:
-    """A recorded patch whose file was edited or deleted since is applied, its file drifted (said
-    once, as the drift): not also a conflict that makes the series partial (its hunk no longer
-    matches because of the edit)."""
+    """A recorded patch whose file was edited or deleted since, so that its hunk no longer matches
+    (a conflict), is applied, its file drifted (said once, as the drift): not also a conflict that
+    makes the series partial."""
     if entry is None or not drifted:
         return reports
     recorded = {p["name"] for p in entry.patches}
     return [
         replace(r, state=PatchState.APPLIED, problem=None)
-        if r.state != PatchState.APPLIED and r.name in recorded and set(r.files) & set(drifted)
+        if r.state == PatchState.CONFLICT and r.name in recorded and set(r.files) & set(drifted)
         else r
         for r in reports
+    ]
+
+
+def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[str]:
+    """The recorded patches a drifted file no longer holds (it would apply again: a file put back to
+    stock, then edited): not applied, said with the drift (new-user 19, 1: "4 of 4 applied")."""
+    recorded = {p["name"] for p in entry.patches} if entry is not None else set()
+    return [
+        r.name
+        for r in reports
+        if r.state == PatchState.NOT_APPLIED and r.name in recorded and set(r.files) & set(drifted)
     ]
 
 
