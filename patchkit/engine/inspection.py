@@ -32,6 +32,7 @@ from patchkit.engine.guard import (
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
+from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,6 +95,7 @@ class TreeStatus:
     # of vLLM), every recorded file: apply records them again
     all_stock_again: bool = False
     lost: list[str] = field(default_factory=list)  # recorded patches a drifted file no longer holds
+    record: State | None = None  # the tree's record as inspect read it (None: not read)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -198,6 +200,7 @@ def inspect(
             TreeState.UPSTREAM,
             checks=checks,
             stale=_named(stale),
+            record=state,
             **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
         )
     if kind == SelectionKind.UNSUPPORTED:  # its guard_fix is revert's, whoever else's record the guard names
@@ -229,8 +232,46 @@ def inspect(
         plan,
         stale=_named(stale),
         lost=lost,
+        record=state,
         **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
     )
+
+
+def apply_finishes(status: TreeStatus) -> bool:
+    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
+    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
+        return False
+    return status.state == TreeState.NOT_APPLIED or not status.plan.conflicts
+
+
+def record_of(root: Path, status: TreeStatus) -> State:
+    """The tree's record: as inspect read it for `status`, else read now (a status told from elsewhere)."""
+    return status.record if status.record is not None else read_state(root)
+
+
+def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, bool] | None:
+    """The set's files as the fix status names leaves them, and whether that fix is revert --force
+    then apply (a drift; else apply): a set not applied or partly applied with no conflict, the
+    plan; a drifted one, the series on the saved originals of the drifted files (new-user 18, 1
+    and 19, 1: a check judged on the files as they are said to give up EAGLE-3, where the fix makes
+    it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
+    if apply_finishes(status):
+        return (status.plan.content, False) if status.plan is not None else None
+    if not status.drifted:
+        return None
+    root = resolved.target.root
+    entry = record_of(root, status).entry(resolved.set_name)
+    if entry is None:
+        return None
+    originals: dict[str, bytes | None] = {}
+    for path in (p for p in status.drifted if p in entry.files):
+        before = entry.files[path]["before"]
+        try:
+            originals[path] = None if before is None else read_object(root, before)
+        except PatchkitError:  # a damaged saved original: status names it
+            return None
+    plan = dry_run(root, resolved.patches, originals)
+    return None if plan.conflicts else (plan.content, True)
 
 
 def _named(stale: dict[str, str]) -> list[str]:
