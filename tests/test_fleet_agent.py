@@ -423,3 +423,42 @@ def test_a_node_whose_guard_was_uninstalled_says_so_with_the_fix_as_status_does(
     assert (row["state"], row["ok"]) == ("applied", True)
     assert row["detail"] == f"warning: {alone['guard']['missing']}" and "no longer loads" in row["detail"]
     assert row["hint"] == alone["guard"]["missing_fix"] and "`patchkit apply --target" in row["hint"]
+
+
+def _two_sets(tmp_path: Path) -> tuple[Path, Path]:
+    """A stock tree and a library of two sets (model, then spec), each changing one file."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY, MODEL: MODEL_PY})
+    library = tmp_path / "lib"
+    write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {MODEL: MODEL_PY + "X = 1\n"})]}, name="model")
+    write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}, name="spec")
+    (library / "library.toml").write_text('order = ["model", "spec"]\n')
+    return tree, library
+
+
+def test_an_edited_patched_file_is_drifted_in_status_and_phase_one_with_one_fix(tmp_path):
+    """Review 12b L7: a node whose patched file was edited said `applied` (fleet status and fleet
+    apply), while `patchkit status` there says FAILED and the guard refuses; its hint chained two
+    fixes (every set's revert --force and apply, then the edited set's)."""
+    tree, library = _two_sets(tmp_path)
+    request = {"target": str(tree), "library": str(library)}
+    assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
+    (tree / "vllm" / "config" / "spec.py").write_text(patched_spec() + "# tuned by hand\n")
+    status, prepared = (node.run_step(step, request, run_in_process) for step in ("status", "prepare"))
+    assert (status["state"], status["ok"]) == ("drifted", False), status
+    assert (prepared["state"], prepared["ok"]) == ("drifted", False), prepared
+    for row in (status, prepared):
+        assert row["hint"].count("`patchkit revert") == 1 and row["hint"].count("`patchkit apply") == 1, row["hint"]
+
+
+def test_a_symlinked_patched_file_is_failed_in_status_and_phase_one(tmp_path):
+    """Review 12b L7: the same refusal (a patched file that is a symlink) was `failed` in fleet
+    status and `error` in fleet apply, which docs/fleets.md keeps for a node that gave no JSON."""
+    tree, library = _two_sets(tmp_path)
+    spec = tree / "vllm" / "config" / "spec.py"
+    (tmp_path / "elsewhere.py").write_text(spec.read_text())
+    spec.unlink()
+    spec.symlink_to(tmp_path / "elsewhere.py")
+    request = {"target": str(tree), "library": str(library)}
+    status, prepared = (node.run_step(step, request, run_in_process) for step in ("status", "prepare"))
+    assert (status["state"], prepared["state"]) == ("failed", "failed"), (status, prepared)
+    assert "symlink" in status["hint"] and status["hint"] == prepared["hint"]
