@@ -430,7 +430,9 @@ def _two_sets(tmp_path: Path) -> tuple[Path, Path]:
     tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY, MODEL: MODEL_PY})
     library = tmp_path / "lib"
     write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {MODEL: MODEL_PY + "X = 1\n"})]}, name="model")
-    write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}, name="spec")
+    write_library(
+        library, {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}, name="spec"
+    )
     (library / "library.toml").write_text('order = ["model", "spec"]\n')
     return tree, library
 
@@ -485,7 +487,9 @@ def test_a_partial_tree_names_one_fix_in_status_and_its_fleet_row(tmp_path):
         (site / "vllm" / "config" / "spec.py").write_text(SPEC_PY)  # one set: its second patch undone by hand
         shutil.rmtree(site / ".patchkit")
         row = node.run_step("status", request, run_in_process)
-        code, stdout, _ = run_in_process(["status", "--format", "json", "--target", str(site), "--patches", str(library)])
+        code, stdout, _ = run_in_process(
+            ["status", "--format", "json", "--target", str(site), "--patches", str(library)]
+        )
         assert (row["state"], row["ok"], code) == ("partial", False, 1), row
         assert row["hint"] == json.loads(stdout)["hint"] and row["hint"].count("`patchkit") == 1, row["hint"]
         assert f"`patchkit apply --target {site} --patches {library}`" in row["hint"]
