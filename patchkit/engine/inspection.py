@@ -107,6 +107,14 @@ class TreeStatus:
         return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.fix_command('apply')}"
 
     @property
+    def partial_fix(self) -> str | None:
+        """A partial set's one fix: apply writes the patches not applied (None: one of them has a
+        problem, a conflict say, or the guard refuses the tree: their own lines name the fix)."""
+        if self.state != TreeState.PARTIAL or self.guard or any(p.problem for p in self.patches):
+            return None
+        return f"{self.fix_command('apply')} applies the patches not applied"
+
+    @property
     def deleted_fix(self) -> str:
         """drift_fix for a file deleted: no edit to keep a copy of."""
         return f"{self.fix_command('revert', '--force')}, then {self.fix_command('apply')}"
