@@ -24,7 +24,7 @@ from patchkit.engine.guard import (
     OTHERS_CANNOT_READ,
     UNKNOWN_GUARD,
     is_installed,
-    launch_refusal,
+    launch_verdict,
     missing_guard,
     older_guard_notes,
     replace_fix,
@@ -32,6 +32,7 @@ from patchkit.engine.guard import (
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
+from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
 from patchkit.tree.target import stock_files_command
 
@@ -94,6 +95,8 @@ class TreeStatus:
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
     # of vLLM), every recorded file: apply records them again
     all_stock_again: bool = False
+    lost: list[str] = field(default_factory=list)  # recorded patches a drifted file no longer holds
+    record: State | None = None  # the tree's record as inspect read it (None: not read)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -103,6 +106,14 @@ class TreeStatus:
     @property
     def drift_fix(self) -> str:
         return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.fix_command('apply')}"
+
+    @property
+    def partial_fix(self) -> str | None:
+        """A partial set's one fix: apply writes the patches not applied (None: one of them has a
+        problem, a conflict say, or the guard refuses the tree: their own lines name the fix)."""
+        if self.state != TreeState.PARTIAL or self.guard or any(p.problem for p in self.patches):
+            return None
+        return f"{self.fix_command('apply')} applies the patches not applied"
 
     @property
     def deleted_fix(self) -> str:
@@ -209,6 +220,7 @@ def inspect(
             TreeState.UPSTREAM,
             checks=checks,
             stale=_named(stale),
+            record=state,
             **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
         )
     if kind == SelectionKind.UNSUPPORTED:  # its guard_fix is revert's, whoever else's record the guard names
@@ -230,15 +242,56 @@ def inspect(
     stale = stale_entries(root, state, resolved.vllm_version)
     drifted = drifted_files(resolved, state)
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
+    lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     return TreeStatus(
-        _overall(reports),
+        # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
+        _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports]),
         reports,
         drifted,
         not_compiling(resolved, drifted),
         plan,
         stale=_named(stale),
+        lost=lost,
+        record=state,
         **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
     )
+
+
+def apply_finishes(status: TreeStatus) -> bool:
+    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
+    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
+        return False
+    return status.state == TreeState.NOT_APPLIED or not status.plan.conflicts
+
+
+def record_of(root: Path, status: TreeStatus) -> State:
+    """The tree's record: as inspect read it for `status`, else read now (a status told from elsewhere)."""
+    return status.record if status.record is not None else read_state(root)
+
+
+def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, bool] | None:
+    """The set's files as the fix status names leaves them, and whether that fix is revert --force
+    then apply (a drift; else apply): a set not applied or partly applied with no conflict, the
+    plan; a drifted one, the series on the saved originals of the drifted files (new-user 18, 1
+    and 19, 1: a check judged on the files as they are said to give up EAGLE-3, where the fix makes
+    it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
+    if apply_finishes(status):
+        return (status.plan.content, False) if status.plan is not None else None
+    if not status.drifted:
+        return None
+    root = resolved.target.root
+    entry = record_of(root, status).entry(resolved.set_name)
+    if entry is None:
+        return None
+    originals: dict[str, bytes | None] = {}
+    for path in (p for p in status.drifted if p in entry.files):
+        before = entry.files[path]["before"]
+        try:
+            originals[path] = None if before is None else read_object(root, before)
+        except PatchkitError:  # a damaged saved original: status names it
+            return None
+    plan = dry_run(root, resolved.patches, originals)
+    return None if plan.conflicts else (plan.content, True)
 
 
 def _named(stale: dict[str, str]) -> list[str]:
@@ -269,101 +322,23 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)
     only where a fix names them: a refusal, a guard gone, a `stale` record."""
-    refused = launch_refusal(root, state)
+    verdict = launch_verdict(root, state)  # the guard says files stock again itself, folded when all are
+    refused = verdict.problems
     missing = missing_guard(root, state)
-    again = _stock_again(root, state, refused)
-    if again is not None and again.whole:  # one line, the files a count: the fix is one command, not one per file
-        refused = [problem for problem in refused if problem not in again.problems] + [again.said]
-    elif again is not None:  # said as what they are: stock bytes, no edit to keep (apply alone fixes them)
-        refused = [again.said_of(problem) if problem in again.problems else problem for problem in refused]
     return {
-        "all_stock_again": again is not None and again.whole and len(refused) == 1,
+        "all_stock_again": verdict.whole and len(refused) == 1,
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
         + _wheel_without_guard(root, state),
         "store_notes": left_by_a_killed_command(root, state),
         "guard_installed": is_installed(root),
-        "others_fix": _others_fix(state, set_name, refused, again.paths if again else frozenset())
-        if state is not None
-        else None,
+        "others_fix": _others_fix(state, set_name, refused, verdict.stock_again) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
         "guard_missing": missing,
     }
-
-
-STOCK_AGAIN = "stock again (vLLM reinstalled?)"
-
-
-@dataclass(frozen=True)
-class _StockAgain:
-    """The guard's refusals of recorded files that hold their originals again (the first apply's
-    "before": the stock bytes), as `pip install --force-reinstall` of the same vLLM leaves them."""
-
-    problems: list[str]
-    recorded: int  # how many files the record names
-
-    @property
-    def whole(self) -> bool:
-        """Every recorded file is stock again: said in one line. Where some are still patched, each
-        refusal keeps its own set's fix (a count loses whose the files are: a narrower --set/--patch
-        then named the wrong set)."""
-        return len(self.problems) == self.recorded
-
-    @property
-    def said(self) -> str:
-        return f"the files are {STOCK_AGAIN}: all {self.recorded} recorded"
-
-    @property
-    def paths(self) -> frozenset[str]:
-        return frozenset(_refused_path(problem) for problem in self.problems)
-
-    @staticmethod
-    def said_of(problem: str) -> str:
-        """One refusal of a file stock again, said so (not "changed": there is no edit to keep)."""
-        if problem.endswith(" is missing"):  # a file patchkit created: stock has none
-            return f"{_refused_path(problem)} is gone, as before patchkit created it"
-        return f"{_refused_path(problem)} holds its stock bytes again"
-
-
-def _refused_path(problem: str) -> str:
-    """The path a guard's refusal of an edited file names."""
-    for suffix in EDITED:
-        if problem.endswith(suffix):
-            return problem.removesuffix(suffix)
-    return problem
-
-
-def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockAgain | None:
-    """Which of the guard's refusals are of recorded files stock again (None: none). After an
-    upgrade of vLLM the files are another release's: said as the upgrade (reports._upgrade_said)."""
-    if state is None or not refused or any(UPGRADED in problem for problem in refused):
-        return None
-    original: dict[str, str | None] = {}
-    for entry in state.entries:  # the first set to record a file holds its stock hash
-        for path, shas in entry.files.items():
-            original.setdefault(path, shas["before"])
-    problems = [
-        problem
-        for problem in refused
-        for suffix in EDITED
-        if problem.endswith(suffix)
-        and (path := problem.removesuffix(suffix)) in original
-        and _sha_of(root / path) == original[path]
-    ]
-    if not problems:
-        return None
-    return _StockAgain(problems, len(original))
-
-
-def _sha_of(path: Path) -> str | None:
-    """The file's sha256 (None: there is none); one that cannot be read is no file's stock bytes."""
-    try:
-        return sha256(read_file(path, follow_symlinks=False))
-    except OSError:
-        return "unreadable"
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:
@@ -485,15 +460,15 @@ def _at_hand(set_name: str) -> bool:
 
 
 def _applied_though_drifted(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[PatchReport]:
-    """A recorded patch whose file was edited or deleted since is applied, its file drifted (said
-    once, as the drift): not also a conflict that makes the series partial (its hunk no longer
-    matches because of the edit)."""
+    """A recorded patch whose file was edited or deleted since, so that its hunk no longer matches
+    (a conflict), is applied, its file drifted (said once, as the drift): not also a conflict that
+    makes the series partial."""
     if entry is None or not drifted:
         return reports
     recorded = {p["name"] for p in entry.patches}
     return [
         replace(r, state=PatchState.APPLIED, problem=None)
-        if r.state != PatchState.APPLIED and r.name in recorded and set(r.files) & set(drifted)
+        if r.state == PatchState.CONFLICT and r.name in recorded and set(r.files) & set(drifted)
         else r
         for r in reports
     ]
@@ -518,6 +493,17 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
         f"copy your edit of {which} elsewhere, run {stock_files_command(root, version)} "
         f"(the stock files back), then {hints.command('apply')}"
     )
+
+
+def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[str]:
+    """The recorded patches a drifted file no longer holds (it would apply again: a file put back to
+    stock, then edited): not applied, said with the drift (new-user 19, 1: "4 of 4 applied")."""
+    recorded = {p["name"] for p in entry.patches} if entry is not None else set()
+    return [
+        r.name
+        for r in reports
+        if r.state == PatchState.NOT_APPLIED and r.name in recorded and set(r.files) & set(drifted)
+    ]
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:
