@@ -56,7 +56,9 @@ from patchkit.engine.guard import (
 )
 from patchkit.engine.inspection import (
     TreeStatus,
+    apply_of,
     check_context,
+    chosen_sets,
     conflicting_files,
     drifted_files,
     guard_refusal,
@@ -254,7 +256,7 @@ class _Applying:
         if drifted:
             raise Drift(
                 f"files edited after patchkit patched them: {', '.join(drifted)}",
-                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
+                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {apply_of(chosen_sets(state, self.resolved.vllm_version))}",
             )
         with self.timed("dry_run"):
             plan = plan_apply(self.resolved.target.root, self.patches)
@@ -895,7 +897,10 @@ def _revert_locked(
     if dry_run:
         return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=warnings)
     wheel_left = undo.wheel is None and _patched_wheel(root, None) is not None
-    guard_changes, new_state, kept = _without_guard(root, undo.dropped_from(state), wheel_left=wheel_left)
+    dropped = undo.dropped_from(state)
+    if only is not None and any(e.set_name == only for e in undo.entries):  # status says so, not "no apply chose"
+        dropped = dropped.with_reverted(only)
+    guard_changes, new_state, kept = _without_guard(root, dropped, wheel_left=wheel_left)
     warnings += kept
     if not plan.changes:
         left = state
