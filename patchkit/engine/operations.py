@@ -901,6 +901,9 @@ def _revert_locked(
     if only is not None and any(e.set_name == only for e in undo.entries):  # status says so, not "no apply chose"
         dropped = dropped.with_reverted(only)
     guard_changes, new_state, kept = _without_guard(root, dropped, wheel_left=wheel_left)
+    removed = "; launch guard removed" if guard_changes else ""
+    if UNRECORDED_GUARD_REMOVED in kept:  # said once, in the result's line (new-user 20, 4e: twice)
+        kept, removed = [note for note in kept if note != UNRECORDED_GUARD_REMOVED], f"{removed} (no record named it)"
     warnings += kept
     if not plan.changes:
         left = state
@@ -910,7 +913,7 @@ def _revert_locked(
             left = new_state
         return RevertResult(
             Outcome.NOT_APPLIED,
-            _nothing_said(root, undo, only, left, guard_changes, patches),
+            _nothing_said(root, undo, only, left, removed, patches),
             warnings=warnings,
             record=left,
         )
@@ -920,7 +923,7 @@ def _revert_locked(
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(files)} file(s) restored to stock" + ("; launch guard removed" if guard_changes else ""),
+        f"reverted: {len(files)} file(s) restored to stock{removed}",
         files,
         checks=bytecode,
         saved=saved,
@@ -945,16 +948,13 @@ def _unrecorded_conflict_hint(root: Path) -> str:
     )
 
 
-def _nothing_said(
-    root: Path, undo: _Undo, only: str | None, left: State, guard_changes: dict, patches: list[Patch]
-) -> str:
+def _nothing_said(root: Path, undo: _Undo, only: str | None, left: State, removed: str, patches: list[Patch]) -> str:
     """A revert that wrote no file: the tree is stock, or (with --set) only that set's files are.
     Without a record, "stock" only as far as vLLM's RECORD vouches for the series' files."""
     others = [e.set_name for e in left.entries]
     if only is not None and not undo.entries and others:  # the other sets' files are not stock
         return f"nothing to revert: {only} is not applied (the tree records {', '.join(others)})"
     dropped = " (its record dropped)" if undo.entries else ""
-    removed = "; launch guard removed" if guard_changes else ""
     if undo.entries:  # one set's revert speaks of its files only: the others may be applied (new-user 18, 2)
         stock = f"the files of {only} are stock" if only is not None else "the tree is stock"
     else:
@@ -1167,6 +1167,9 @@ def _one_set_of_the_wheel(found: Provenance, only: str) -> BadInput:
     )
 
 
+UNRECORDED_GUARD_REMOVED = f"removed this patchkit's launch guard ({MODULE} and its dist-info): no record named it"
+
+
 def _without_guard(
     root: Path, state: State, *, wheel_left: bool = False
 ) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
@@ -1180,7 +1183,7 @@ def _without_guard(
     if not state.guard:
         found = own_unrecorded(root)
         changes, kept = removal_changes(root, found) if found else ({}, [])
-        said = [f"removed this patchkit's launch guard ({MODULE} and its dist-info): no record named it"]
+        said = [UNRECORDED_GUARD_REMOVED]
         return changes, state, kept + (said if changes else [])
     changes, kept = removal_changes(root, state.guard, state.guard_replaced)
     return changes, state.with_guard({}), kept
