@@ -31,7 +31,7 @@ from patchkit.engine.guard import (
     unrecorded_guard_notes,
 )
 from patchkit.series import dry_run
-from patchkit.series.library import load_library, locate
+from patchkit.series.library import has_series, load_library, locate
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
 from patchkit.tree.target import stock_files_command
@@ -97,6 +97,8 @@ class TreeStatus:
     all_stock_again: bool = False
     lost: list[str] = field(default_factory=list)  # recorded patches a drifted file no longer holds
     record: State | None = None  # the tree's record as inspect read it (None: not read)
+    # the sets the record chose, where fewer than the library's (else none): a drift's fix applies those
+    chosen_sets: tuple[str, ...] = ()
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -105,7 +107,7 @@ class TreeStatus:
 
     @property
     def drift_fix(self) -> str:
-        return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.fix_command('apply')}"
+        return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.apply_chosen}"
 
     @property
     def partial_fix(self) -> str | None:
@@ -118,7 +120,13 @@ class TreeStatus:
     @property
     def deleted_fix(self) -> str:
         """drift_fix for a file deleted: no edit to keep a copy of."""
-        return f"{self.fix_command('revert', '--force')}, then {self.fix_command('apply')}"
+        return f"{self.fix_command('revert', '--force')}, then {self.apply_chosen}"
+
+    @property
+    def apply_chosen(self) -> str:
+        """The apply after a drift's revert --force: of the sets the record chose (new-user 20, 3:
+        apply alone applied again a set `revert --set` took out)."""
+        return self.fix_command("apply") if self.whole_wheel else apply_of(self.chosen_sets)
 
     @property
     def guard_fix(self) -> str:
@@ -148,7 +156,9 @@ class TreeStatus:
             first = f"run {revert} (it keeps a copy of the edits), then " if self.drifted else ""
             return first + (replace_fix().removeprefix("run ") if first else replace_fix())
         if self.drifted:
-            return f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.fix_command('apply')}"
+            return (
+                f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.apply_chosen}"
+            )
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
         return f"run {self.apply_recorded} (it records the tree as it is, or drops what no longer applies)"
@@ -253,6 +263,7 @@ def inspect(
         stale=_named(stale),
         lost=lost,
         record=state,
+        chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
         **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
     )
 
@@ -292,6 +303,28 @@ def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, b
             return None
     plan = dry_run(root, resolved.patches, originals)
     return None if plan.conflicts else (plan.content, True)
+
+
+def chosen_sets(state: State, version: Version | None) -> tuple[str, ...]:
+    """The sets the record chose (State.wanted), where the library holds another with a series for
+    `version` (one apply alone would apply too: never chosen, or taken out by `revert --set`); else none."""
+    names = state.wanted()
+    if not names or version is None:
+        return ()
+    try:
+        library = load_library(locate(hints.current().library).path)
+    except PatchkitError:
+        return ()
+    left_out = [name for name, patch_set in library.items() if name not in names and has_series(patch_set, version)]
+    return names if left_out and set(names) <= set(library) else ()
+
+
+def apply_of(names: tuple[str, ...]) -> str:
+    """apply of these sets, where the user named none (their choice stands) and there are some."""
+    opts = hints.current()
+    if not names or opts.set_name or opts.set_names or opts.adhoc:
+        return hints.command("apply")
+    return hints.command("apply", *[word for name in names for word in ("--set", name)], chosen=_without_a_set())
 
 
 def _named(stale: dict[str, str]) -> list[str]:
@@ -344,7 +377,11 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
 def _recorded_sets(state: State | None) -> tuple[str, ...]:
     """The sets `state` records, when each is of the user's library and the library holds others
     (else none: apply alone applies the same sets, or a --set would not find one)."""
-    names = tuple(entry.set_name for entry in state.entries) if state is not None else ()
+    return _fewer_than_the_library(tuple(entry.set_name for entry in state.entries) if state is not None else ())
+
+
+def _fewer_than_the_library(names: tuple[str, ...]) -> tuple[str, ...]:
+    """`names`, when each is of the user's library and the library holds others (else none)."""
     try:
         library = set(load_library(locate(hints.current().library).path)) if names else set()
     except PatchkitError:

@@ -56,7 +56,9 @@ from patchkit.engine.guard import (
 )
 from patchkit.engine.inspection import (
     TreeStatus,
+    apply_of,
     check_context,
+    chosen_sets,
     conflicting_files,
     drifted_files,
     guard_refusal,
@@ -254,7 +256,7 @@ class _Applying:
         if drifted:
             raise Drift(
                 f"files edited after patchkit patched them: {', '.join(drifted)}",
-                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
+                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {apply_of(chosen_sets(state, self.resolved.vllm_version))}",
             )
         with self.timed("dry_run"):
             plan = plan_apply(self.resolved.target.root, self.patches)
@@ -895,7 +897,13 @@ def _revert_locked(
     if dry_run:
         return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=warnings)
     wheel_left = undo.wheel is None and _patched_wheel(root, None) is not None
-    guard_changes, new_state, kept = _without_guard(root, undo.dropped_from(state), wheel_left=wheel_left)
+    dropped = undo.dropped_from(state)
+    if only is not None and any(e.set_name == only for e in undo.entries):  # status says so, not "no apply chose"
+        dropped = dropped.with_reverted(only)
+    guard_changes, new_state, kept = _without_guard(root, dropped, wheel_left=wheel_left)
+    removed = "; launch guard removed" if guard_changes else ""
+    if UNRECORDED_GUARD_REMOVED in kept:  # said once, in the result's line (new-user 20, 4e: twice)
+        kept, removed = [note for note in kept if note != UNRECORDED_GUARD_REMOVED], f"{removed} (no record named it)"
     warnings += kept
     if not plan.changes:
         left = state
@@ -905,7 +913,7 @@ def _revert_locked(
             left = new_state
         return RevertResult(
             Outcome.NOT_APPLIED,
-            _nothing_said(root, undo, only, left, guard_changes, patches),
+            _nothing_said(root, undo, only, left, removed, patches),
             warnings=warnings,
             record=left,
         )
@@ -915,7 +923,7 @@ def _revert_locked(
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(files)} file(s) restored to stock" + ("; launch guard removed" if guard_changes else ""),
+        f"reverted: {len(files)} file(s) restored to stock{removed}",
         files,
         checks=bytecode,
         saved=saved,
@@ -940,16 +948,13 @@ def _unrecorded_conflict_hint(root: Path) -> str:
     )
 
 
-def _nothing_said(
-    root: Path, undo: _Undo, only: str | None, left: State, guard_changes: dict, patches: list[Patch]
-) -> str:
+def _nothing_said(root: Path, undo: _Undo, only: str | None, left: State, removed: str, patches: list[Patch]) -> str:
     """A revert that wrote no file: the tree is stock, or (with --set) only that set's files are.
     Without a record, "stock" only as far as vLLM's RECORD vouches for the series' files."""
     others = [e.set_name for e in left.entries]
     if only is not None and not undo.entries and others:  # the other sets' files are not stock
         return f"nothing to revert: {only} is not applied (the tree records {', '.join(others)})"
     dropped = " (its record dropped)" if undo.entries else ""
-    removed = "; launch guard removed" if guard_changes else ""
     if undo.entries:  # one set's revert speaks of its files only: the others may be applied (new-user 18, 2)
         stock = f"the files of {only} are stock" if only is not None else "the tree is stock"
     else:
@@ -1162,6 +1167,9 @@ def _one_set_of_the_wheel(found: Provenance, only: str) -> BadInput:
     )
 
 
+UNRECORDED_GUARD_REMOVED = f"removed this patchkit's launch guard ({MODULE} and its dist-info): no record named it"
+
+
 def _without_guard(
     root: Path, state: State, *, wheel_left: bool = False
 ) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, list[str]]:
@@ -1175,7 +1183,7 @@ def _without_guard(
     if not state.guard:
         found = own_unrecorded(root)
         changes, kept = removal_changes(root, found) if found else ({}, [])
-        said = [f"removed this patchkit's launch guard ({MODULE} and its dist-info): no record named it"]
+        said = [UNRECORDED_GUARD_REMOVED]
         return changes, state, kept + (said if changes else [])
     changes, kept = removal_changes(root, state.guard, state.guard_replaced)
     return changes, state.with_guard({}), kept

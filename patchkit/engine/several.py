@@ -268,6 +268,7 @@ class SetsStatus:
     chosen: list[Chosen]
     statuses: list[TreeStatus]
     unchosen: tuple[str, ...] = ()
+    reverted: tuple[str, ...] = ()  # the record's sets `revert --set` took out (State.reverted)
 
     @property
     def state(self) -> TreeState:
@@ -309,7 +310,7 @@ def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
             statuses.append(inspection.inspect(each.resolved, check_upstream=True, import_probe=False))
             refuse_unchangeable(each.resolved)
         record = read_state(root)
-    return SetsStatus(covering, statuses, _unchosen(covering, statuses, record)), recovered
+    return SetsStatus(covering, statuses, _unchosen(covering, statuses, record), record.reverted), recovered
 
 
 def _unchosen(covering: list[Chosen], statuses: list[TreeStatus], record: State) -> tuple[str, ...]:

@@ -54,6 +54,9 @@ def apply_fix(patch_set: object | None = None) -> str:
     return f"run {hints.command('apply')}"
 
 
+UNJUDGED = "cannot judge"  # a contract requirement's verdict on a file that does not parse (checks/contract.py)
+
+
 @dataclass
 class LaunchContext:
     """What a set's launch checks read: the command, the tree, the drafter, the release."""
@@ -88,9 +91,12 @@ class LaunchContext:
         ok, message = judgement(self.read)
         if ok:
             return Finding(check, True, message)
-        if self.read_planned is not None and judgement(self.read_planned)[0]:
-            return Finding(check, False, message, self.planned_fix or apply_fix(self.patch_set))
-        return Finding(check, False, message, fix)
+        planned = self.read_planned is not None and judgement(self.read_planned)[0]
+        by_plan = (self.planned_fix or apply_fix(self.patch_set)) if planned else None
+        if message.startswith(UNJUDGED):  # a file that does not parse: no verdict, in JSON and counts too
+            gives = by_plan or f"{hints.command('status')} names the syntax error and its fix"
+            return Finding(check, True, message, gives, judged=False)
+        return Finding(check, False, message, by_plan or fix)
 
     def lacks(self, check: str, path: str) -> Finding | None:
         """The finding of a check that reads `path` when the tree lacks it (a tree from `patchkit

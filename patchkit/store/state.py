@@ -288,6 +288,8 @@ class State:
     # `run --apply`, the sets its launch needs): status fails one of them left unapplied (a run
     # that stopped half-way), and only notes a set never chosen. None: a record from before.
     chosen: tuple[str, ...] | None = None
+    # the sets `revert --set` took out of the record (no longer chosen): said so, not "no apply chose"
+    reverted: tuple[str, ...] = ()
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
@@ -296,7 +298,14 @@ class State:
         entries = [e for e in self.entries if e.set_name != set_name]
         # a choice outlives no set's entry: with none left, the record is as empty as before any apply
         chosen = None if self.chosen is None or not entries else tuple(n for n in self.chosen if n != set_name)
-        return replace(self, entries=entries, chosen=chosen)
+        reverted = self.reverted if entries else ()  # with no set left, as empty as before any apply
+        return replace(self, entries=entries, chosen=chosen, reverted=reverted)
+
+    def with_reverted(self, set_name: str) -> State:
+        """The state that remembers `revert --set` took this set out (while other sets stay recorded)."""
+        if not self.entries or set_name in self.reverted:
+            return self
+        return replace(self, reverted=(*self.reverted, set_name))
 
     def wanted(self) -> tuple[str, ...]:
         """The sets chosen (see `chosen`); for a record from before, the sets it holds."""
@@ -304,8 +313,9 @@ class State:
 
     def with_chosen(self, names: Iterable[str]) -> State:
         """The state that also remembers these sets as chosen by an apply."""
-        wanted = self.wanted()
-        return replace(self, chosen=(*wanted, *(n for n in dict.fromkeys(names) if n not in wanted)))
+        wanted, names = self.wanted(), tuple(dict.fromkeys(names))
+        reverted = tuple(n for n in self.reverted if n not in names)  # chosen again
+        return replace(self, chosen=(*wanted, *(n for n in names if n not in wanted)), reverted=reverted)
 
     def with_entry(self, entry: Entry) -> State:
         """The state with `entry` recorded: the entries describe the tree from now on, not a wheel.
@@ -360,6 +370,8 @@ class State:
             data["guard_replaced"] = self.guard_replaced
         if self.chosen is not None:
             data["chosen"] = list(self.chosen)
+        if self.reverted:
+            data["reverted"] = list(self.reverted)
         return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
@@ -519,21 +531,23 @@ def parse_state(raw: bytes, origin: Path) -> State:
         _checked_wheel(data.get("wheel"), origin),
         replaced,
         _checked_chosen(data.get("chosen"), origin),
+        _checked_chosen(data.get("reverted"), origin, "reverted") or (),
     )
 
 
 _MAX_CHOSEN = 256  # far more sets than a library holds: a longer list is no record patchkit wrote
 
 
-def _checked_chosen(chosen: object, origin: Path) -> tuple[str, ...] | None:
-    """The sets the applies chose: short printable names, as a library's sets are named."""
+def _checked_chosen(chosen: object, origin: Path, key: str = "chosen") -> tuple[str, ...] | None:
+    """The sets the applies chose (or `revert --set` took out): short printable names, as a
+    library's sets are named."""
     if chosen is None:
         return None
     if not isinstance(chosen, list) or len(chosen) > _MAX_CHOSEN:
-        raise _damaged(origin, "'chosen' is not a list of set names")
+        raise _damaged(origin, f"'{key}' is not a list of set names")
     for name in chosen:
         if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
-            raise _damaged(origin, f"'chosen' names {name!r}, which is no set name")
+            raise _damaged(origin, f"'{key}' names {name!r}, which is no set name")
     return tuple(chosen)
 
 

@@ -112,7 +112,7 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     if found.unchosen:  # left out on purpose (`apply --set`, `run --apply`): what applies them
         named = [word for name in found.unchosen for word in ("--set", name)]
         them = "it" if len(found.unchosen) == 1 else "them"
-        ui.note(f"no apply chose {', '.join(found.unchosen)}; to apply {them}: {hints.command('apply', *named)}")
+        ui.note(f"{_why_unchosen(found)}; to apply {them}: {hints.command('apply', *named)}")
     if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         # status takes one --set: a command per set, each runs (newuser15 2: `--set a --set b` was refused)
         used = ", ".join(hints.command("status", "--set", name) for name in applied)
@@ -130,6 +130,14 @@ def _partial_fix(found: SetsStatus) -> str | None:
     if any(s.outcome == Outcome.CHECK_FAILED or s.guard or any(p.problem for p in s.patches) for s in found.statuses):
         return None
     return f"{hints.command('apply')} applies the rest"
+
+
+def _why_unchosen(found: SetsStatus) -> str:
+    """The sets not chosen, each as the record tells it: never chosen, or taken out by `revert --set`."""
+    reverted = [name for name in found.unchosen if name in found.reverted]
+    never = [name for name in found.unchosen if name not in found.reverted]
+    said = [f"no apply chose {', '.join(never)}"] if never else []
+    return "; ".join([*said, *([f"{', '.join(reverted)} reverted by `revert --set`"] if reverted else [])])
 
 
 def _whole_sets(found: SetsStatus) -> list[str]:
