@@ -111,7 +111,7 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
     parts = _set_parts(document)
     # status passes an uninstalled guard, apply a guard it leaves refusing, each with a warning and
     # its fix: so does the row
-    unguarded = _guard_missing(document) or (_still_refused(document) if ok else None)
+    unguarded = _guard_missing(document) or (_still_refused(document) if ok and step == "apply" else None)
     return {
         "state": str(state),
         "ok": ok,
