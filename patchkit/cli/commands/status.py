@@ -84,7 +84,7 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
             {"set": c.name, "state": c.kind or NOT_COVERED, "note": why_not(c)} for c in chosen if c not in found.chosen
         ]
         document = {"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others}
-        hint = _partial_fix(found)
+        hint = _partial_fix(found) or next((p["hint"] for p in parts if p["state"] == TreeState.CONFLICT), None)
         document |= {"hint": hint} if hint else {}
         ui.json({**document, "not_chosen": list(found.unchosen)} if found.unchosen else document)
         return found

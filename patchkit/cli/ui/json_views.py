@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from patchkit.base.enums import TreeState
+from patchkit.engine.inspection import local_edit_fix
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.engine.inspection import TreeStatus
@@ -92,4 +93,10 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
             else {}
         ),
         **({"hint": status.partial_fix} if status.partial_fix else {}),  # its one fix, as the text's
+        **({"hint": _local_edit_fix(resolved, status)} if status.state == TreeState.CONFLICT else {}),
     }
+
+
+def _local_edit_fix(resolved: Resolved, status: TreeStatus) -> str:
+    """A set in conflict's one fix, as the text's: the stock files back, then apply."""
+    return local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks)
