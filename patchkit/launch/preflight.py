@@ -24,7 +24,6 @@ from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
-from patchkit.checks.integrity import cached_stock
 from patchkit.engine.guard import refusal_text
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -733,6 +732,9 @@ def _as_its_conflict_fix_leaves(resolved: Resolved, files: list[str]) -> Reader 
     """The set's files as the fix of a local edit inside a hunk leaves them (its stock files back,
     then apply): the series on the stock files the fetch cache holds (new-user 20, 1: the whitelist
     said to serve without EAGLE-3 where that fix makes it pass). None: no cached stock, or a conflict."""
+    # lazy: the integrity check (and the fetch cache's reader) load only for a conflict, off `run`'s fast path
+    from patchkit.checks.integrity import cached_stock
+
     stock = cached_stock(resolved.target.root, resolved.vllm_version, files)
     if not files or stock is None:
         return None
