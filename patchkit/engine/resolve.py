@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from patchkit.base import hints
 from patchkit.base.enums import SelectionKind, StepState
 from patchkit.base.errors import NoPatchSet, TargetError
-from patchkit.base.options import Options
 from patchkit.base.fsutil import read_file
+from patchkit.base.options import Options
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import launch_refusal
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
     from packaging.version import Version
 
-    from patchkit.distinfo.record import Record
     from patchkit.distinfo.installed_wheel import Provenance
+    from patchkit.distinfo.record import Record
 
 
 @dataclass
