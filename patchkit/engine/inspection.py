@@ -29,6 +29,7 @@ from patchkit.engine.guard import (
     older_guard_notes,
     replace_fix,
     unrecorded_guard_notes,
+    unseen_guard_note,
 )
 from patchkit.series import dry_run
 from patchkit.series.library import has_series, load_library, locate
@@ -221,6 +222,13 @@ def inspect(
 ) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the
     checks (and `verifying`, the checks only verify runs: the set's behaviour test)."""
+    status = _inspect(resolved, check_upstream=check_upstream, import_probe=import_probe, verifying=verifying)
+    if resolved.target.guard_unseen:  # no guard can run there: said wherever the tree's state is
+        status.guard_notes.append(unseen_guard_note(resolved.target))
+    return status
+
+
+def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, verifying: Sequence[Check]) -> TreeStatus:
     kind = resolved.selection.kind
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
