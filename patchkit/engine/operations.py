@@ -135,6 +135,7 @@ class ApplyResult:
     written: bool = False  # the transaction was committed (and maybe rolled back since)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
+    recorded: bool = False  # found applied with no record of it, and recorded (or would be)
 
 
 @dataclass
@@ -235,6 +236,7 @@ class _Applying:
         return results
 
     def result(self, outcome: Outcome, message: str = "", **details: Any) -> ApplyResult:
+        details.setdefault("recorded", self.found_recorded)
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
     def run(self, state: State, *, dry_run: bool, force: bool) -> ApplyResult:
