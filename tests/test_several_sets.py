@@ -795,5 +795,6 @@ def test_a_vllm_version_naming_another_release_is_said_once_not_per_set(run, lib
     said = [line for line in lines if line.startswith("version: --vllm-version says 0.16.0")]
     fixes = [line for line in lines if line.startswith("  fix: ") and "(the tree's own release)" in line]
     assert len(said) == 1 and len(fixes) == 1, done.output
+    assert done.output.count("--vllm-version says") == 1, done.output  # newuser17 5f: not in the verdict too
     assert "verify: FAILED: --vllm-version names another release than the tree's (above)" in lines, done.output
     assert lines[-1] == "verify: FAILED: model, spec (the other 1 set(s) pass)", done.output
