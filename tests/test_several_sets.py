@@ -251,7 +251,9 @@ def test_status_exit_code_is_the_worst_sets(run, tree, library):
     assert [s["drifted"] for s in json_of(result)["sets"]] == [[MODEL], [], []]
     text = run("status", "--target", tree, "--patches", library)
     assert text.exit_code == 1, text.output
-    assert "status: FAILED: applied: 2 of 2 set(s) applied (model, spec); 1 upstream (old)" in text.output  # FAILED leads (review 6 L2)
+    assert (
+        "status: FAILED: applied: 2 of 2 set(s) applied (model, spec); 1 upstream (old)" in text.output
+    )  # FAILED leads (review 6 L2)
 
 
 def test_verify_judges_every_covering_set(run, tree, library):

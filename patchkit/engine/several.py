@@ -157,11 +157,15 @@ def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
     wrote = (Outcome.DRY_RUN,) if dry_run else (Outcome.APPLIED,)
     applied = [d.chosen.name for d in done if d.result is not None and d.result.outcome in wrote]
     # a set found applied with no record: this run recorded it, which is what it did (newuser17 5e)
-    recorded = [d.chosen.name for d in done if d.result is not None and d.result.recorded and d.chosen.name not in applied]
+    recorded = [
+        d.chosen.name for d in done if d.result is not None and d.result.recorded and d.chosen.name not in applied
+    ]
     verb = "would apply" if dry_run else "applied"
     said = [f"{len(applied)} set(s) {verb}" + (f" ({', '.join(applied)})" if applied else "")]
     if recorded:
-        found = f"{'would record' if dry_run else 'recorded'} {len(recorded)} set(s) found applied ({', '.join(recorded)})"
+        found = (
+            f"{'would record' if dry_run else 'recorded'} {len(recorded)} set(s) found applied ({', '.join(recorded)})"
+        )
         said = [*said, found] if applied else [found]
     others = [f"{d.chosen.name} {d.state}" for d in done if d.chosen.name not in applied + recorded]
     return "; ".join(said) + (f"; {', '.join(others)}" if others else "")

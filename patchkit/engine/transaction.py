@@ -50,8 +50,8 @@ from patchkit.distinfo.record import listings, record_digest
 from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
-from patchkit.store.saved import remove_if_empty
 from patchkit.store.objects import objects_dir, prune_objects, read_object, save_original, take_object
+from patchkit.store.saved import remove_if_empty
 from patchkit.store.state import (
     GUARD_PATH,
     PERMISSIONS,

@@ -117,7 +117,9 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")
     elif found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")
-    elif found.state == TreeState.NOT_APPLIED and ok and not found.unchosen:  # a stock tree: the next step (newuser18 5d)
+    elif (
+        found.state == TreeState.NOT_APPLIED and ok and not found.unchosen
+    ):  # a stock tree: the next step (newuser18 5d)
         ui.note(f"none is applied: {hints.command('apply')} applies {'it' if len(_sets_in(found)) == 1 else 'them'}")
     return found
 
@@ -129,7 +131,7 @@ def _sets_in(found: SetsStatus, state: TreeState | None = None) -> list[str]:
 
 
 def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
-    """"1 of 1 set(s) applied (a), 2 upstream (b, c)": a set vLLM ships (upstream) has nothing to
+    """ "1 of 1 set(s) applied (a), 2 upstream (b, c)": a set vLLM ships (upstream) has nothing to
     apply, so it is counted as such, not as one missing (newuser17 5c)."""
     applied, upstream, judged = found.applied(), _sets_in(found, TreeState.UPSTREAM), len(_sets_in(found))
     if not judged:
