@@ -806,3 +806,29 @@ def test_a_vllm_version_naming_another_release_is_said_once_not_per_set(run, lib
     assert done.output.count("--vllm-version says") == 1, done.output  # newuser17 5f: not in the verdict too
     assert "verify: FAILED: --vllm-version names another release than the tree's (above)" in lines, done.output
     assert lines[-1] == "verify: FAILED: model, spec (the other 1 set(s) pass)", done.output
+
+
+def test_a_patch_apply_is_named_by_its_files_listed_in_status_and_its_revert_said_plainly(run, tree, library, scratch):
+    """newuser18 5c, newuser19 3a: a --patch apply showed as `adhoc-<hex>` (status's fix), status
+    listed the library's sets alone, and a plain revert refused with a hint that did not say why."""
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    created = scratch / "create.diff"
+    created.write_bytes(make_patch(scratch, tree, {"vllm/extra.py": "X = 1\n"}))
+    assert run("apply", "--target", tree, "--patch", created).exit_code == 0
+    status = run("status", "--target", tree, "--patches", library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 0 and "adhoc-" not in said, status.output
+    by_it = f"--target {tree} --patch {created}"
+    assert f"patch --patch file create.diff recorded (1 file(s)): `patchkit status {by_it}` judges it" in said, said
+
+    (tree / "vllm/extra.py").unlink()  # the guard refuses it: its fix names the file, not adhoc-<hex>
+    status = run("status", "--target", tree, "--patches", library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 1 and "adhoc-" not in said, status.output
+    assert "the refused files belong to the --patch file create.diff: run `patchkit apply" in said, said
+    assert run("apply", "--target", tree, "--patch", created).exit_code == 0
+
+    plain = run("revert", "--target", tree, "--patches", library)
+    said = " ".join(plain.output.split())
+    assert plain.exit_code == 2 and "adhoc-" not in said, plain.output
+    assert "a revert deletes a created file only when you name the patch that created it" in said, said

@@ -29,7 +29,7 @@ from patchkit.engine.operations import (
 from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged
 from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
-from patchkit.store.state import State, read_state
+from patchkit.store.state import Entry, State, is_adhoc, read_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -277,6 +277,7 @@ class SetsStatus:
     chosen: list[Chosen]
     statuses: list[TreeStatus]
     unchosen: tuple[str, ...] = ()
+    adhoc: tuple[Entry, ...] = ()  # the --patch applies the record holds (no library set: listed apart)
 
     @property
     def state(self) -> TreeState:
@@ -317,7 +318,8 @@ def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
             statuses.append(inspection.inspect(each.resolved, check_upstream=True, import_probe=False))
             refuse_unchangeable(each.resolved)
         record = read_state(root)
-    return SetsStatus(covering, statuses, _unchosen(covering, statuses, record)), recovered
+    adhoc = tuple(e for e in record.entries if is_adhoc(e.set_name))
+    return SetsStatus(covering, statuses, _unchosen(covering, statuses, record), adhoc), recovered
 
 
 def _unchosen(covering: list[Chosen], statuses: list[TreeStatus], record: State) -> tuple[str, ...]:

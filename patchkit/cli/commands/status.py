@@ -13,12 +13,15 @@ from patchkit.cli.commands.options import format_option, target_options
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.json_views import status_json, target_json, tree_version_json
 from patchkit.cli.ui.reports import show_checks, show_sets_status, show_status, status_problems, status_verdict
+from patchkit.cli.ui.text import STATE_STYLES
 from patchkit.engine import inspection
+from patchkit.engine.inspection import selection_of
 from patchkit.engine.operations import refuse_unchangeable
 from patchkit.engine.resolve import NOT_COVERED, library_sets, resolve_sets, resolve_target, several, why_not
 from patchkit.engine.several import SetsStatus, status_sets
 from patchkit.engine.transaction import consistent_read
 from patchkit.series.library import locate
+from patchkit.store.state import Entry, shown_set
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -92,6 +95,8 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     for each in chosen:
         if each not in found.chosen:
             ui.note(why_not(each))
+    for entry in found.adhoc:  # a --patch apply: no library set, but the tree's too (newuser18 5c)
+        ui.line(f"patch    {_adhoc_line(entry)}", style=STATE_STYLES.get(str(TreeState.APPLIED)))
     applied = found.applied()
     said = f"{found.state}: {_counted(found)}"
     whole = _whole_sets(found)
@@ -139,6 +144,14 @@ def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
     said = f"{len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
     said += f", not {', '.join(not_applied)}" if not_applied else ""
     return said + (f"; {len(upstream)} upstream ({', '.join(upstream)})" if upstream else "")
+
+
+def _adhoc_line(entry: Entry) -> str:
+    """A --patch apply the record holds, by its patch files, with the commands that judge and undo it."""
+    chosen = selection_of(entry)
+    files = f"{len(entry.files)} file(s)"
+    status, revert = hints.command("status", chosen=chosen), hints.command("revert", chosen=chosen)
+    return f"{shown_set(entry).removeprefix('the ')} recorded ({files}): {status} judges it, {revert} undoes it"
 
 
 def _whole_sets(found: SetsStatus) -> list[str]:
