@@ -54,6 +54,7 @@ from patchkit.engine.guard import (
     remove_empty_cache,
     replaced_files,
     unreadable_by_others,
+    unseen_guard_note,
 )
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -507,6 +508,9 @@ class _Applying:
             return self.without_guard(state)
         if not self.guard or no_guard:
             return {}, state
+        if self.resolved.target.guard_unseen:  # written, it would be claimed and inert (audit23 W2)
+            self.warn(unseen_guard_note(self.resolved.target))
+            return {}, state
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
@@ -559,6 +563,8 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
     declared = f"vLLM {patch_set.upstream}" if patch_set is not None and patch_set.upstream else "it"
     # as the set declares it: apply runs no check that would show this release holds the change
     said = f"nothing to patch in vLLM {version}: the set {resolved.set_name} declares that {declared} ships its change"
+    if resolved.selection.in_stock:  # found, not declared: its files are left as they are
+        said = f"nothing to patch in vLLM {version}: {resolved.selection.note} (its files left as they are)"
     result = ApplyResult(Outcome.UPSTREAM, said)
     settled, dropped, guard_changes, kept = _without_stale(root, read_state(root), version)
     if dropped and not dry_run:
@@ -1073,7 +1079,23 @@ def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path)
             for p in patches
             if not any({f.path, f.source_path or f.path} & paths for f in p.files) and _found_applied(root, p)
         ]
-    return [p for p in series if (p.name, p.sha256) not in recorded]
+    stock = _stock_by_record(root, touched_paths(series))
+    # a file that matches vLLM's RECORD is stock (upstream's own fix, maybe): never reversed
+    return [p for p in series if (p.name, p.sha256) not in recorded and not stock & set(touched_paths([p]))]
+
+
+def _stock_by_record(root: Path, paths: list[str]) -> set[str]:
+    """Those of `paths` whose file is as the tree's vLLM RECORD lists it (none without a RECORD)."""
+    record = find_record(root)
+    if record is None or not paths:
+        return set()
+    try:
+        parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
+    except OSError:
+        return set()
+    if parsed is None:
+        return set()
+    return {path for path in paths if path in parsed.hashes and _as_recorded(root, path, parsed)}
 
 
 def _found_applied(root: Path, patch: Patch) -> bool:
