@@ -29,6 +29,7 @@ from patchkit.engine.guard import (
     older_guard_notes,
     replace_fix,
     unrecorded_guard_notes,
+    unseen_guard_note,
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
@@ -199,6 +200,13 @@ def inspect(
 ) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the
     checks (and `verifying`, the checks only verify runs: the set's behaviour test)."""
+    status = _inspect(resolved, check_upstream=check_upstream, import_probe=import_probe, verifying=verifying)
+    if resolved.target.guard_unseen:  # no guard can run there: said wherever the tree's state is
+        status.guard_notes.append(unseen_guard_note(resolved.target))
+    return status
+
+
+def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, verifying: Sequence[Check]) -> TreeStatus:
     kind = resolved.selection.kind
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
@@ -247,8 +255,9 @@ def inspect(
 
 
 def apply_finishes(status: TreeStatus) -> bool:
-    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
-    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
+    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict
+    and no drift (apply refuses an edited file: revert --force, then apply, is the fix there)."""
+    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL) or status.drifted:
         return False
     return status.state == TreeState.NOT_APPLIED or not status.plan.conflicts
 

@@ -53,6 +53,7 @@ from patchkit.engine.guard import (
     remove_empty_cache,
     replaced_files,
     unreadable_by_others,
+    unseen_guard_note,
 )
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -503,6 +504,9 @@ class _Applying:
         if no_guard and state.guard:  # told no guard: the one installed goes (a file changed since stays)
             return self.without_guard(state)
         if not self.guard or no_guard:
+            return {}, state
+        if self.resolved.target.guard_unseen:  # written, it would be claimed and inert (audit23 W2)
+            self.warn(unseen_guard_note(self.resolved.target))
             return {}, state
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None

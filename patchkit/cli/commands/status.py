@@ -53,7 +53,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
     else:
         show_status(ui, resolved, status, where)
         if status.upstream_regression:  # the verdict names it; the failures, their fix
-            show_checks(ui, status.checks, label="stock")
+            show_checks(ui, status.checks, label="stock", resolved=resolved)
         elif status.checks:
             ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on the stock files", style="green")
     if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
