@@ -35,7 +35,16 @@ from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
-from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
+from patchkit.store.state import (
+    META_DIR,
+    Entry,
+    State,
+    is_adhoc,
+    meta_dir,
+    read_state,
+    recorded_patch_files,
+    shown_set,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
@@ -434,8 +443,7 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         its = {path for path in entry.files if any(problem.startswith(f"{path} ") for problem in refused)}
         fixes.append(apply if its <= stock else f"{revert} (it keeps a copy of edits), then {apply}")
-    owners = ", ".join(entry.set_name for entry in named)
-    whose = f"set {owners}" if len(named) == 1 else f"the sets {owners}"
+    whose = " and ".join(shown_set(entry) for entry in named)
     left_stock = stock - {path for entry in named for path in entry.files}
     then = f"; then {hints.command('apply')} (for the files stock again)" if left_stock else ""
     return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
@@ -443,7 +451,7 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
 
 def selection_of(entry: Entry) -> Options:
     """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
-    if entry.set_name.startswith("adhoc-"):
+    if is_adhoc(entry.set_name):
         return hints.for_set(None, recorded_patch_files(entry))
     return hints.for_set(entry.set_name, library=None if _at_hand(entry.set_name) else entry.library)
 

@@ -365,11 +365,9 @@ def verified_target_text(
     mismatch = another_release(resolved)
     if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
         show_header(ui, resolved, target=target)
-        if not version:
-            ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
-            return
-        ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
-        ui.verdict(f"verify: FAILED: {mismatch}", ok=False)
+        if version:  # the cause said once, in the finding with its fix; the verdict points to it
+            ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
+        ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
         return
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
