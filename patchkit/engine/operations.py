@@ -78,6 +78,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
+from patchkit.engine.unrecorded_edits import edited_unrecorded
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
@@ -860,7 +861,8 @@ def _revert_locked(
     view = View(root)
     restored = _restore_from_record(view, undo, patches, force=force)
     warnings += restored.notes
-    plan = plan_revert(root, _unrecorded(undo, patches, only, root), view=view)
+    unrecorded = _unrecorded(undo, patches, only, root)
+    plan = plan_revert(root, unrecorded, view=view)
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
@@ -870,6 +872,8 @@ def _revert_locked(
                 hint=None if undo.entries else _unrecorded_conflict_hint(root),
             ),
         )
+    if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
+        restored.edited += edited_unrecorded(root, view, unrecorded, undo.installed, force=force, dry_run=dry_run)
     files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
     if dry_run:
