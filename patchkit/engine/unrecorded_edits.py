@@ -37,8 +37,8 @@ def edited_unrecorded(
         return []
     if not force:
         raise Drift(
-            f"{edited[0]} was edited after patchkit patched it; keeping your version (the tree records no "
-            "apply, and reversing the series leaves it unlike the file vLLM's RECORD lists); nothing was written",
+            f"{edited[0]} was edited after patchkit patched it; keeping your version (no apply is recorded: "
+            "the series reversed leaves it unlike vLLM's RECORD); nothing was written",
             hint=f"{hints.command('revert', '--force')} restores the original and keeps a copy of your edit",
         )
     if not dry_run:
