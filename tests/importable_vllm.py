@@ -165,3 +165,48 @@ def venv_importing(tree: Path, root: Path) -> Path:
     script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
     script.chmod(0o755)
     return script
+
+
+# vLLM's engine arguments, as a stand-in whose engine-config validation refuses a missing model directory
+# and every EAGLE-3 launch, as stock 0.16.0 refuses DeepSeek-V3's (test_preflight, test_launch26)
+REFUSING_ARG_UTILS = """
+import json
+import os
+import re
+
+
+class AsyncEngineArgs:
+    def __init__(self, **values):
+        self.values = values
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model")
+        parser.add_argument("--speculative-config", type=json.loads, default=None)
+        parser.add_argument("--max-model-len", type=int, default=None)
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls(**vars(args))
+
+    def create_engine_config(self):
+        import os
+
+        if not os.path.isdir(self.values["model"]):
+            raise ValueError(f"no model directory {self.values['model']} here ({os.getcwd()})")
+        spec = self.values["speculative_config"] or {}
+        if spec.get("method") == "eagle3":
+            raise ValueError("Eagle3 is only supported for ['llama', 'qwen'] models. Got model_type='deepseek_v3'")
+        return {"model": self.values["model"]}
+"""
+
+
+def write_refusing_engine_args(root: Path) -> Path:
+    """`root`'s vllm/ importable, with REFUSING_ARG_UTILS as its engine arguments."""
+    (root / "vllm" / "engine").mkdir(parents=True, exist_ok=True)
+    if not (root / "vllm" / "__init__.py").exists():
+        (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "engine" / "__init__.py").write_text("")
+    (root / "vllm" / "engine" / "arg_utils.py").write_text(REFUSING_ARG_UTILS)
+    return root

@@ -679,3 +679,30 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def test_an_agent_frozen_before_a_status_is_ended_and_the_next_command_answers(fleet):
+    """Review 12b L1: an agent frozen (SIGSTOP) outside apply's phase 2 answered no claim and was
+    left: every later command said its node `lost` (ActorUnavailableError) with "rerun once it is",
+    which never helped. Given up on, it is ended, and the rerun the hint names does answer."""
+    fleet.stock()
+    _, status = fleet.run("status")  # the named agents, started
+    frozen = by_target(status)[str(fleet.trees[1])]["node_id"]
+    pid = agent_pids(fleet)[frozen]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        done, document = fleet.run("status", "--timeout", "3")
+        deadline = time.monotonic() + 30
+        while _alive(pid):
+            assert time.monotonic() < deadline, "the frozen agent was not ended"
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert done.returncode == 4, done.stdout
+    row = next(n for n in document["nodes"] if n["node_id"] == frozen)
+    assert row["state"] in ("timed-out", "lost") and "run the same command again" in document["hint"]
+    lib = fleet.library("plain", {SPEC: patched_spec()})
+    again, document = fleet.run("status", "--patches", lib)
+    assert again.returncode == 0, document
+    assert {n["state"] for n in document["nodes"]} == {"not-applied"}

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from pathlib import Path
 
 import pytest
 from helpers import make_patch, run_cli, write_library
-from importable_vllm import venv_importing
+from importable_vllm import venv_importing, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -29,38 +28,6 @@ from launch_fixtures import (
 )
 
 OTHER = "vllm/other_feature.py"
-# a vLLM whose engine-config validation refuses every EAGLE-3 launch, as stock 0.16.0 refuses DeepSeek-V3's
-REFUSING_ARG_UTILS = """
-import json
-
-
-class AsyncEngineArgs:
-    def __init__(self, **values):
-        self.values = values
-
-    @staticmethod
-    def add_cli_args(parser):
-        parser.add_argument("--model")
-        parser.add_argument("--speculative-config", type=json.loads, default=None)
-        return parser
-
-    @classmethod
-    def from_cli_args(cls, args):
-        return cls(**vars(args))
-
-    def create_engine_config(self):
-        if (self.values["speculative_config"] or {}).get("method") == "eagle3":
-            raise ValueError("Eagle3 is only supported for llama models")
-        return {}
-"""
-
-
-def refusing_vllm(tree: Path) -> None:
-    """`tree`'s vllm/ made importable, with REFUSING_ARG_UTILS as its engine arguments."""
-    (tree / "vllm" / "engine").mkdir(parents=True, exist_ok=True)
-    (tree / "vllm" / "__init__.py").touch()
-    (tree / "vllm" / "engine" / "__init__.py").write_text("")
-    (tree / "vllm" / "engine" / "arg_utils.py").write_text(REFUSING_ARG_UTILS)
 
 
 @pytest.fixture
@@ -119,7 +86,7 @@ def test_a_set_every_launch_needs_keeps_the_apply_that_applies_every_set(three):
 def test_vllms_refusal_on_a_stock_tree_names_the_same_one_apply_not_every_set(three):
     """The validation's fix was `apply` alone: every set, `other` too, which this launch does not use."""
     tree, lib, launch = three
-    refusing_vllm(tree)  # --python imports the tree checked; its create_engine_config refuses eagle3
+    write_refusing_engine_args(tree)  # --python imports the tree checked; its create_engine_config refuses eagle3
     done = run_cli(
         "preflight", "--target", tree, "--python", sys.executable, "--patches", lib, "--format", "json",
         "--", *launch, env={"PYTHONPATH": str(tree)},

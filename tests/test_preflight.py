@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, on_a_terminal, run_cli
-from importable_vllm import make_importable
+from importable_vllm import make_importable, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -267,52 +267,11 @@ def test_parse_reads_env_prefix_aliases_and_ignores_unknown_options():
 
 # --- vLLM's own validation, through a stand-in vllm package ---------------------------------------
 
-FAKE_ARG_UTILS = """
-import json
-import os
-import re
-
-
-class AsyncEngineArgs:
-    def __init__(self, **values):
-        self.values = values
-
-    @staticmethod
-    def add_cli_args(parser):
-        parser.add_argument("--model")
-        parser.add_argument("--speculative-config", type=json.loads, default=None)
-        parser.add_argument("--max-model-len", type=int, default=None)
-        return parser
-
-    @classmethod
-    def from_cli_args(cls, args):
-        return cls(**vars(args))
-
-    def create_engine_config(self):
-        import os
-
-        if not os.path.isdir(self.values["model"]):
-            raise ValueError(f"no model directory {self.values['model']} here ({os.getcwd()})")
-        spec = self.values["speculative_config"] or {}
-        if spec.get("method") == "eagle3":
-            raise ValueError("Eagle3 is only supported for ['llama', 'qwen'] models. Got model_type='deepseek_v3'")
-        return {"model": self.values["model"]}
-"""
-
-
-def write_fake_vllm(root: Path) -> Path:
-    (root / "vllm" / "engine").mkdir(parents=True)
-    if not (root / "vllm" / "__init__.py").exists():
-        (root / "vllm" / "__init__.py").write_text("")
-    (root / "vllm" / "engine" / "__init__.py").write_text("")
-    (root / "vllm" / "engine" / "arg_utils.py").write_text(FAKE_ARG_UTILS)
-    return root
-
 
 def test_vllm_validation_not_run_for_a_missing_model_says_why_and_what_to_do(setup, tmp_path):
     # review 6 L5: "cannot judge: not run: … found nowhere", fix "the models' local directories": no sentence
     tree, library, models = setup
-    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
+    fake = write_refusing_engine_args(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     done = run_cli(
         *base, *serve("lab/gone-model", models["drafter"]), env={"PYTHONPATH": str(fake), "HF_HUB_OFFLINE": "1"}
@@ -346,7 +305,7 @@ def test_a_target_tree_says_python_is_what_vllm_validation_needs_and_the_missing
 
 def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     tree, library, models = setup
-    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
+    fake = write_refusing_engine_args(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     done = run_cli(*base, *serve(models["deepseek"], models["drafter"]), env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
@@ -368,7 +327,7 @@ def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_nev
     PATH runs it"), but vLLM is asked through PATH about PATH's own vLLM: a stock venv's answer
     was blamed on a patched DIR. Said when PATH's vLLM is not DIR; never promised."""
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_refusing_engine_args(tmp_path / "fake")
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--"]
     done = run_cli(*base, "vllm", "serve", str(models["deepseek"]), env={"PYTHONPATH": str(fake)})
     said = " ".join(done.stderr.split())
@@ -383,7 +342,7 @@ def test_vllm_is_not_asked_about_a_target_tree_its_python_does_not_import(setup,
     interpreter imports; when that is not --target's tree, its validation and supports_eagle3() are
     "cannot judge", saying why, never a verdict on the tree."""
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_refusing_engine_args(tmp_path / "fake")
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
     launch = serve(models["deepseek"], models["drafter"])
     done = run_cli(*base, "--", *launch, env={"PYTHONPATH": str(fake)})
@@ -428,7 +387,7 @@ def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
 
 def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, tmp_path):
     tree, library, models = setup
-    fake = write_fake_vllm(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
+    fake = write_refusing_engine_args(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     relative = models["deepseek"].relative_to(tmp_path)
     done = run_cli(*base, "vllm", "serve", relative, env={"PYTHONPATH": str(fake)}, cwd=tmp_path)
@@ -468,7 +427,7 @@ class AsyncEngineArgs:
 )
 def test_vllms_validation_runs_in_the_launchs_own_environment(setup, tmp_path, prefix, seen):
     tree, library, models = setup
-    fake = write_fake_vllm(tmp_path / "fake")
+    fake = write_refusing_engine_args(tmp_path / "fake")
     (fake / "vllm" / "engine" / "arg_utils.py").write_text(ENVIRONMENT_ARG_UTILS)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     command = [*prefix, f"PYTHONPATH={fake}", "vllm", "serve", str(models["deepseek"])]

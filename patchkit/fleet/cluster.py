@@ -210,10 +210,17 @@ class RayRunner:
         agent = self.agents.pop(node)
         try:
             seen = self.ray.get(agent.give_up.remote(ticket), timeout=GIVE_UP_SECONDS)
-        except Exception:  # no answer: gone (the kill is harmless), or frozen with our step
-            seen = {"running": True, "others_waiting": False}
+        except Exception:  # no answer: gone (the kill is harmless), or frozen (in any step, timed out or not)
+            self._end(agent)
+            return
         if timed_out and seen.get("running") and not seen.get("others_waiting"):
-            with suppress(Exception):
+            self._end(agent)
+
+    def _end(self, agent: Any) -> None:
+        """End an agent given up on: one frozen (SIGSTOP) answers nothing, and left alive it would
+        stand for its node in every later command (a claim unanswered, or ActorUnavailableError)."""
+        if agent is not None:
+            with suppress(Exception):  # gone already, or its node unreachable: nothing more to do here
                 self.ray.kill(agent, no_restart=True)
 
     def _hold_agents(self, nodes: list[Node], request: dict[str, Any], deadline: float) -> dict[Node, NodeReport]:
@@ -226,8 +233,8 @@ class RayRunner:
             answers: dict[Node, NodeReport] = {}
             while claims and time.monotonic() < deadline and not self.stop.is_set():
                 self._collect_claims(claims, answers, deadline, request)
-            for node in claims.values():
-                self.agents.pop(node, None)
+            for node in claims.values():  # frozen, or never started: ended, so the next command starts another
+                self._end(self.agents.pop(node, None))
                 failed[node] = self._unanswered(node, "start", request, what="its patchkit agent")
             retry = [n for n, report in answers.items() if report.state == NodeState.ENDING]
             failed.update(
@@ -272,8 +279,7 @@ class RayRunner:
             try:
                 held = self.ray.get(ref)
             except self.ray.exceptions.RayError as exc:  # ended as asked (idle): the name is soon free
-                self.agents.pop(node, None)
-                answers[node] = self._failure(exc, node, claiming=True)
+                answers[node] = self._failure(exc, node, self.agents.pop(node, None), claiming=True)
                 continue
             if not isinstance(held, dict):
                 answers[node] = NodeReport(
@@ -314,11 +320,12 @@ class RayRunner:
         try:
             return NodeReport.from_node(node, self.ray.get(ref))
         except self.ray.exceptions.RayError as exc:
-            self.agents.pop(node, None)
-            return self._failure(exc, node)
+            return self._failure(exc, node, self.agents.pop(node, None))
 
-    def _failure(self, exc: BaseException, node: Node, *, claiming: bool = False) -> NodeReport:
+    def _failure(self, exc: BaseException, node: Node, agent: Any = None, *, claiming: bool = False) -> NodeReport:
         failure = ray_failure(exc, self.ray.exceptions.RayTaskError)
+        if failure == RayFailure.NODE_LOST:  # died (the kill is harmless), or unreachable: frozen, say
+            self._end(agent)
         if failure == RayFailure.AGENT_ENDED and claiming:  # ended as asked (idle): the name is soon free
             return NodeReport(node, NodeState.ENDING, False)
         if failure == RayFailure.PATCHKIT_FAILED:  # patchkit missing there?

@@ -400,6 +400,6 @@ def _nodes_hint(reports: list[NodeReport]) -> str | None:
 
 def _lost_hint() -> str:
     return (
-        "`ray status` shows whether each node is alive: rerun once it is "
-        "(a node whose patchkit agent died is given a new one by the next command)"
+        "`ray status` shows whether each node is alive; once it is, run the same command again "
+        "(a patchkit agent that died or stopped answering was ended: the next command starts a new one)"
     )
