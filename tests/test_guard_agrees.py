@@ -364,6 +364,15 @@ def created_file_closed_by_an_older_patchkit(tree: Tree) -> None:
     (tree.site / ADDON).chmod(0o600)
 
 
+def record_says_patchkit_created_a_stock_file(tree: Tree) -> None:
+    """Review 12b L8: `"before": null` for a file vLLM's RECORD lists: status refuses the record as
+    revert does (exit 2: reverting it would delete vLLM's file), while the guard let vLLM launch."""
+    _applied(tree)
+    state = tree.state()
+    state["entries"][0]["files"][SPEC]["before"] = None
+    tree.write_state(state)
+
+
 def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
     """A recorded file replaced by an in-tree symlink to the very bytes patchkit wrote."""
     _applied(tree)
@@ -422,6 +431,9 @@ SYMLINKED = [
     saved_a_symlink_out_of_the_tree,
 ]
 
+# records no command acts on (exit 2, its hint to inspect or remove the record): the guard refuses
+REFUSED_RECORDS = [record_says_patchkit_created_a_stock_file]
+
 
 CLOSED_TO_OTHERS = [
     record_closed_by_an_older_patchkit,
@@ -463,6 +475,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_module_symlinked_to_a_copy,
     *CLOSED_TO_OTHERS,
     *SYMLINKED,
+    *REFUSED_RECORDS,
 ]
 
 
@@ -502,7 +515,7 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     guard = load_plugins_like_vllm(tree.site)
     refuses = guard.returncode != 0 or _not_this_patchkits_guard(tree.site) or _fails_another_user(tree.site, guard)
     status = tree.cli("status", "--format", "json")
-    if build in SYMLINKED:  # a tree no command writes to (exit 2, its hint a hand repair): the guard refuses
+    if build in SYMLINKED + REFUSED_RECORDS:  # a tree no command writes to (exit 2, a hand repair): the guard refuses
         assert status.returncode == 2 and refuses, (status.stdout, guard.stderr[-600:])
         return
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr

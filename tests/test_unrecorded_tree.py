@@ -321,3 +321,20 @@ def test_an_edit_the_reversed_series_keeps_is_refused_as_a_recorded_edit_and_for
     assert snapshot(tree) == before
     (copy,) = (tree / ".patchkit" / "saved").rglob("toolcall.py")
     assert copy.read_text() == mine
+
+
+def test_a_record_of_no_set_that_still_names_chosen_sets_goes_with_the_revert(run, stock):
+    """Review 12b L6: a record whose entries are [] but which still has "chosen" (the guard's and
+    the choice's record, the sets' lost) was not empty to revert: .patchkit/ stayed for ever."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    record = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert record["chosen"], record
+    (tree / ".patchkit" / "state.json").write_text(json.dumps({**record, "entries": []}))
+    for _ in range(2):
+        done = run("revert", "--target", tree, "--patches", library)
+        assert done.exit_code == 0, done.output
+    assert snapshot(tree) == before
+    assert not (tree / ".patchkit").exists(), sorted(p.name for p in (tree / ".patchkit").rglob("*"))
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0

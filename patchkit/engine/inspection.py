@@ -419,7 +419,7 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
     by hand) left in .patchkit/: an empty one, or originals no record names. Harmless to a launch
     (the guard passes, as status does); `revert` removes it. `state`: the record (None: not read)."""
     meta = meta_dir(root)
-    if state != State(entries=[]) or meta.is_symlink() or not meta.is_dir() or (meta / "journal.json").exists():
+    if state is None or not state.holds_nothing() or meta.is_symlink() or not meta.is_dir() or (meta / "journal.json").exists():
         return []
     objects = meta / "objects"
     try:

@@ -828,7 +828,7 @@ def _without_empty_record(root: Path, result: RevertResult, found: State) -> lis
     `found`: the record read under the lock; when it was empty already and nothing was written,
     what is left is a killed command's (objects no record names, the lock): it goes too."""
     record = found if result.record is None else result.record  # nothing written: the record is what it was
-    if record != State(entries=[]):
+    if not record.holds_nothing():
         return []
     prune_objects(root, record)  # no record names them, and a journal was recovered first
     kept = remove_empty_store(root, record)
