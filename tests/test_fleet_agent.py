@@ -423,3 +423,75 @@ def test_a_node_whose_guard_was_uninstalled_says_so_with_the_fix_as_status_does(
     assert (row["state"], row["ok"]) == ("applied", True)
     assert row["detail"] == f"warning: {alone['guard']['missing']}" and "no longer loads" in row["detail"]
     assert row["hint"] == alone["guard"]["missing_fix"] and "`patchkit apply --target" in row["hint"]
+
+
+def _two_sets(tmp_path: Path) -> tuple[Path, Path]:
+    """A stock tree and a library of two sets (model, then spec), each changing one file."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY, MODEL: MODEL_PY})
+    library = tmp_path / "lib"
+    write_library(library, {"0.16.0": [make_patch(tmp_path, tree, {MODEL: MODEL_PY + "X = 1\n"})]}, name="model")
+    write_library(
+        library, {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}, name="spec"
+    )
+    (library / "library.toml").write_text('order = ["model", "spec"]\n')
+    return tree, library
+
+
+def test_an_edited_patched_file_is_drifted_in_status_and_phase_one_with_one_fix(tmp_path):
+    """Review 12b L7: a node whose patched file was edited said `applied` (fleet status and fleet
+    apply), while `patchkit status` there says FAILED and the guard refuses; its hint chained two
+    fixes (every set's revert --force and apply, then the edited set's)."""
+    tree, library = _two_sets(tmp_path)
+    request = {"target": str(tree), "library": str(library)}
+    assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
+    (tree / "vllm" / "config" / "spec.py").write_text(patched_spec() + "# tuned by hand\n")
+    status, prepared = (node.run_step(step, request, run_in_process) for step in ("status", "prepare"))
+    assert (status["state"], status["ok"]) == ("drifted", False), status
+    assert (prepared["state"], prepared["ok"]) == ("drifted", False), prepared
+    for row in (status, prepared):
+        assert row["hint"].count("`patchkit revert") == 1 and row["hint"].count("`patchkit apply") == 1, row["hint"]
+
+
+def test_a_symlinked_patched_file_is_failed_in_status_and_phase_one(tmp_path):
+    """Review 12b L7: the same refusal (a patched file that is a symlink) was `failed` in fleet
+    status and `error` in fleet apply, which docs/fleets.md keeps for a node that gave no JSON."""
+    tree, library = _two_sets(tmp_path)
+    spec = tree / "vllm" / "config" / "spec.py"
+    (tmp_path / "elsewhere.py").write_text(spec.read_text())
+    spec.unlink()
+    spec.symlink_to(tmp_path / "elsewhere.py")
+    request = {"target": str(tree), "library": str(library)}
+    status, prepared = (node.run_step(step, request, run_in_process) for step in ("status", "prepare"))
+    assert (status["state"], prepared["state"]) == ("failed", "failed"), (status, prepared)
+    assert "symlink" in status["hint"] and status["hint"] == prepared["hint"]
+
+
+def test_a_partial_tree_names_one_fix_in_status_and_its_fleet_row(tmp_path):
+    """fleet26: a partial node's row had no fix, as single-target status had none (text or JSON),
+    though it exits 1. Both name apply, and that apply makes status pass. One set with two patches
+    of which one was put back to stock (its record lost); then two sets, one applied."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY, MODEL: MODEL_PY})
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    patches = [make_patch(tmp_path / "a", tree, {MODEL: MODEL_PY + "X = 1\n"})]
+    patches.append(make_patch(tmp_path / "b", tree, {"vllm/config/spec.py": patched_spec()}))
+    one = write_library(tmp_path / "one", {"0.16.0": patches})
+    both = tmp_path / "both"
+    for name, patch in zip(("model", "spec"), patches, strict=True):
+        write_library(both, {"0.16.0": [patch]}, name=name)
+    (both / "library.toml").write_text('order = ["model", "spec"]\n')
+    for library, apply in ((one, []), (both, ["--set", "model"])):
+        site = tmp_path / f"site-{library.name}"
+        shutil.copytree(tree, site)
+        request = {"target": str(site), "library": str(library)}
+        assert node.run_step("apply", {**request, "extra": ["--no-import", *apply]}, run_in_process)["ok"]
+        (site / "vllm" / "config" / "spec.py").write_text(SPEC_PY)  # one set: its second patch undone by hand
+        shutil.rmtree(site / ".patchkit")
+        row = node.run_step("status", request, run_in_process)
+        code, stdout, _ = run_in_process(
+            ["status", "--format", "json", "--target", str(site), "--patches", str(library)]
+        )
+        assert (row["state"], row["ok"], code) == ("partial", False, 1), row
+        assert row["hint"] == json.loads(stdout)["hint"] and row["hint"].count("`patchkit") == 1, row["hint"]
+        assert f"`patchkit apply --target {site} --patches {library}`" in row["hint"]
+        assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
+        assert node.run_step("status", request, run_in_process)["ok"]

@@ -17,7 +17,9 @@ import pytest
 from helpers import assert_clean_failure
 
 import patchkit
+from patchkit.base import hints
 from patchkit.base.errors import CHECK_FAILED, INTERRUPTED, TARGET_PROBLEM
+from patchkit.base.options import Options
 from patchkit.fleet.cluster import RayRunner, ray_failure
 from patchkit.fleet.node import command_line, target_arguments
 from patchkit.fleet.protocol import Batch, Node, NodeReport, fleet_apply, run_each
@@ -455,3 +457,19 @@ def test_a_node_whose_agent_died_is_said_in_one_line():
     assert report.detail == "ActorDiedError: The actor is dead because its worker process has died."
     long = cluster._failure(ActorDiedError("x" * 400), Node("n1", "10.0.0.1")).detail
     assert len(long) < 200 and long.endswith("…") and "\n" not in long
+
+
+def test_a_node_silent_in_a_fleet_revert_is_not_said_unwritten_and_is_told_what_finds_out():
+    """Review 12b L2: a fleet revert whose node's agent froze mid-commit said `"written": false`,
+    `"hint": null`, while 9 files there were half reverted. Unknown is null, with the commands that
+    find out and finish it, as phase 2 of fleet apply says of its own silent node."""
+    fleet = SimulatedFleet()
+    fleet.faults[(7, "revert")] = {"state": "timed-out", "ok": False, "detail": "no answer within 3 s"}
+    with hints.selected(Options(library="/lib", set_name="demo")):  # the user's, as the CLI sets it
+        result = run_each(fleet, "revert", NODES, {**REQUEST, "address": "10.0.0.1:6379", "set_name": "demo"})
+    silent = result.reports[7].to_json()
+    assert silent["written"] is None and result.reports[8].to_json()["written"] is True
+    assert result.error.exit_code == TARGET_PROBLEM
+    assert "`patchkit fleet status --patches /lib --set demo --address 10.0.0.1:6379`" in silent["hint"]
+    assert "`patchkit fleet revert --patches /lib --set demo --address 10.0.0.1:6379`" in silent["hint"]
+    assert silent["hint"] in result.error.hint

@@ -694,6 +694,18 @@ def test_an_interrupt_in_the_second_sets_transaction_says_the_first_stays(tree, 
     assert done.returncode == 143 and "model rolled back; not tried: spec" in done.stderr, done.stderr
 
 
+def test_an_interrupt_that_rolled_the_first_set_back_says_nothing_was_applied(tree, library, tmp_path):
+    """Review 12b L8: a SIGTERM in the first set's transaction rolls it back and tries no other, yet
+    the hint said "`patchkit apply` applies the rest": nothing was applied, so "the rest" is all."""
+    fresh = tmp_path / "fresh"
+    shutil.copytree(tree, fresh)
+    done = _apply_with_fault(fresh, library, "2:term")
+    assert done.returncode == 143 and "model rolled back; not tried: spec" in done.stderr, done.stderr
+    assert "the rest" not in done.stderr
+    assert re.search(r"hint: nothing was applied: run `patchkit apply [^`]*` again", done.stderr), done.stderr
+    assert read_state(fresh).entries == [] and (fresh / MODEL).read_text() == (tree / MODEL).read_text()
+
+
 def test_a_warning_about_the_whole_tree_is_said_once_for_every_set(tree, library):
     """Review 8 L2: the guard's warning (no vLLM dist-info here: no guard) is the tree's, not a set's."""
     for info in tree.glob("vllm-*.dist-info"):

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import Releases, make_patch, snapshot, write_library, write_tree
+from helpers import Releases, load_plugins_like_vllm, make_patch, snapshot, write_library, write_tree
 
 from patchkit.store.state import read_state
 
@@ -150,6 +150,31 @@ def test_stock_files_back_under_the_record_get_one_line_and_a_fix_that_works(run
         assert done.exit_code == 0, done.output
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert snapshot(tree) != before
+
+
+@pytest.mark.parametrize("reinstalled", [[PARSER, ROUTER], [ROUTER]], ids=["every-file", "one-file"])
+def test_the_guards_own_refusal_after_a_reinstall_says_stock_again_as_status_does(run, stock, reinstalled):
+    """New-user 17, 3: after a reinstall, the guard inside vLLM said each file "was changed after
+    patchkit patched it" (9 clauses, ~1,000 characters in vLLM's log) while status said "stock
+    again": all N recorded. The guard says it itself, folded to a count when every file is, with
+    the status command; status's words are the guard's."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    for path in reinstalled:
+        (tree / path).write_bytes(before[path])
+
+    loaded = load_plugins_like_vllm(tree)
+    refusal = next(line for line in loaded.stderr.splitlines() if line.startswith("patchkit_guard.TreeChanged"))
+    assert loaded.returncode != 0 and "changed after patchkit patched it" not in refusal, loaded.stderr
+    assert f"Run `patchkit status --target {tree}`" in refusal, refusal
+    said = " ".join(run("status", "--target", tree, "--patches", library).output.split())
+    if len(reinstalled) == 2:
+        assert "the files are stock again (vLLM reinstalled?): all 2 recorded" in refusal, refusal
+        assert PARSER not in refusal and len(refusal) < 300 + 2 * len(str(tree)), refusal
+    else:  # the other file is as patchkit wrote it: not named
+        assert f"{tree}: {ROUTER} holds its stock bytes again." in refusal and PARSER not in refusal, refusal
+    assert refusal.split(f"{tree}: ", 1)[1].split(". Run", 1)[0] in said, (refusal, said)
 
 
 def test_a_file_stock_again_beside_another_sets_edited_file_gets_a_fix_that_clears_both(run, stock):

@@ -27,10 +27,15 @@ import os
 import shlex
 import stat
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only (the guard runs on Python 3.9)
+    from collections.abc import Iterable
 
 ENV = "PATCHKIT_GUARD"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
+if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
+    Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a patched source file: far below; a larger one is not what patchkit wrote
 
 
@@ -128,26 +133,63 @@ def imported_site() -> str | None:
 
 def find_problems(site: str) -> list[str]:
     """What differs from the records in `site`, in words (empty: healthy, or nothing recorded)."""
-    problems = []
-    expected = {}
+    return judge(site).problems
+
+
+STOCK_AGAIN = "stock again (vLLM reinstalled?)"
+
+
+class Verdict:
+    """What the guard finds: its problems in words, and the recorded files that hold their
+    originals again (the stock bytes `pip install --force-reinstall` of the same vLLM leaves).
+    `whole`: every file the record names is one of them, said in one line with a count."""
+
+    def __init__(self, problems: list[str], stock_again: Iterable[str] = (), whole: bool = False) -> None:
+        self.problems = problems
+        self.stock_again = frozenset(stock_again)
+        self.whole = whole
+
+
+def judge(site: str) -> Verdict:
+    """find_problems, with which refused files are stock again (patchkit's status says the same)."""
+    problems, upgraded = [], False
+    expected: dict[str, str | None] = {}
+    original: dict[str, str | None] = {}
     for reader in _RECORD_READERS:
         try:
             records = reader(site)
         except TreeChanged as exc:
-            return [str(exc)]
-        for version, files in records:  # in the order applied: a later set's hash of a file wins
-            problems += _version_problems(site, version)
+            return Verdict([str(exc)])
+        for version, files, before in records:  # in the order applied: a later set's hash of a file wins
+            found = _version_problems(site, version)
+            problems += found
+            upgraded = upgraded or bool(found)
             expected.update(files)
+            for rel, sha in before.items():  # the first set to record a file holds its stock hash
+                original.setdefault(rel, sha)
     try:
-        problems += _file_problems(site, expected)
+        differing = _differing(site, expected)
     except TreeChanged as exc:  # a recorded path that is a fifo, a directory...: said, as any change
-        return [str(exc)]
-    return sorted(set(problems), key=problems.index)
+        return Verdict([str(exc)])
+    # after an upgrade the files are another release's: no original of this record says them
+    again = [] if upgraded else [rel for rel, actual, _ in differing if rel in original and actual == original[rel]]
+    whole = bool(again) and len(again) == len(original)
+    for rel, actual, problem in differing:
+        if rel not in again:
+            problems.append(problem)
+        elif not whole:  # said as what it is: stock bytes, no edit to keep (apply alone fixes it)
+            problems.append(
+                rel + (" is gone, as before patchkit created it" if actual is None else " holds its stock bytes again")
+            )
+    if whole:  # one line, the files a count: a reinstall is one fact, not one per file
+        problems.append("the files are " + STOCK_AGAIN + ": all " + str(len(original)) + " recorded")
+    return Verdict(sorted(set(problems), key=problems.index), again, whole)
 
 
-def _state_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
-    """(vllm version or None, {path: sha256 or None}) for each set `.patchkit/state.json` records,
-    and (the patched wheel's version, {}) when the guard was installed on one."""
+def _state_records(site: str) -> list[Record]:
+    """(vllm version or None, {path: sha256 or None}, {path: its original's sha256 or None}) for
+    each set `.patchkit/state.json` records, and (the patched wheel's version, {}, {}) when the
+    guard was installed on one."""
     path = os.path.join(site, ".patchkit", "state.json")
     data = _read_json(path)
     if data is None:
@@ -162,7 +204,7 @@ def _state_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
     records = [_entry_record(entry, path) for entry in entries]
     _refuse_created_stock_files(site, path, _created(entries))
     # the patched wheel this guard was installed on (no apply recorded): its version is what must run
-    return records + ([(wheel, {})] if wheel else [])
+    return records + ([(wheel, {}, {})] if wheel else [])
 
 
 def _created(entries: list) -> list[str]:
@@ -256,22 +298,25 @@ def _read_json(path: str) -> Any:
         raise TreeChanged(path + " is not JSON") from None
 
 
-def _entry_record(entry: object, origin: str) -> tuple[str | None, dict[str, str | None]]:
+def _entry_record(entry: object, origin: str) -> Record:
     files = entry.get("files") if isinstance(entry, dict) else None
     version = entry.get("vllm_version") if isinstance(entry, dict) else None
     if not isinstance(files, dict) or not isinstance(version, (str, type(None))):
         raise TreeChanged(origin + " has an entry of the wrong shape")
-    expected = {}
+    expected: dict[str, str | None] = {}
+    before: dict[str, str | None] = {}
     for rel, shas in files.items():
         after = shas.get("after") if isinstance(shas, dict) else 0
         if not (after is None or (isinstance(after, str) and len(after) == 64)):
             raise TreeChanged(origin + " records " + repr(rel) + " without a sha256")
         expected[rel] = after
-    return version, expected
+        if isinstance(shas, dict) and "before" in shas and _digest_or_none(shas["before"]):
+            before[rel] = shas["before"]
+    return version, expected, before
 
 
-def _wheel_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
-    """(None, {path: patched sha256}) when vLLM was installed from a wheel `patchkit wheel` built:
+def _wheel_records(site: str) -> list[Record]:
+    """(None, {path: patched sha256}, {}) when vLLM was installed from a wheel `patchkit wheel` built:
     its dist-info's patchkit.json. It describes the installed vLLM itself (pip replaces it with the
     dist-info), so no version is compared. A tree whose files are all back to stock (`patchkit
     revert`) records nothing; any other mix is a change."""
@@ -292,7 +337,7 @@ def _wheel_records(site: str) -> list[tuple[str | None, dict[str, str | None]]]:
         ):
             raise TreeChanged(path + " records " + repr(rel) + " without its sha256")
         patched[rel], stock[rel] = shas["patched_sha256"], shas["stock_sha256"]
-    return [] if not _file_problems(site, stock) else [(None, patched)]
+    return [] if not _differing(site, stock) else [(None, patched, {})]
 
 
 def _digest_or_none(value: object) -> bool:
@@ -344,21 +389,23 @@ def installed_vllm_version(site: str) -> str | None:
     return None
 
 
-def _file_problems(site: str, files: dict[str, str | None]) -> list[str]:
-    problems = []
+def _differing(site: str, files: dict[str, str | None]) -> list[tuple[str, str | None, str]]:
+    """(path, its sha256 on disk or None, the problem) for each file not as `files` records it; a
+    path outside site, or through a symlink, has the sha256 "" (no file's)."""
+    found: list[tuple[str, str | None, str]] = []
     for rel, expected in sorted(files.items()):
         full = _inside(site, rel)
         if full is None:
-            problems.append(repr(rel) + " is recorded with a path outside " + site)
+            found.append((rel, "", repr(rel) + " is recorded with a path outside " + site))
             continue
         if os.path.lexists(os.path.join(os.path.realpath(site), rel)) and _through_symlink(site, rel):
-            problems.append(rel + " is a symlink, or under one: not the file patchkit wrote")
+            found.append((rel, "", rel + " is a symlink, or under one: not the file patchkit wrote"))
             continue
         data = _read_regular(full, MAX_FILE_BYTES)
         actual = None if data is None else hashlib.sha256(data).hexdigest()
         if actual != expected:
-            problems.append(rel + " " + _how_changed(expected, actual))
-    return problems
+            found.append((rel, actual, rel + " " + _how_changed(expected, actual)))
+    return found
 
 
 def _how_changed(expected: str | None, actual: str | None) -> str:

@@ -35,6 +35,7 @@ _TAKES: dict[str, tuple[str, ...]] = {
     "list": ("library",),
     "wheel": ("library", "set_name", "adhoc"),  # builds from a wheel file: no tree
     "port": ("library", "set_name"),  # which set's series, from the stock releases
+    "fleet": (*_SET, "adhoc"),  # the nodes' trees (paths on the nodes) and the set
 }
 _FLAGS = {
     "target_dir": "--target",

@@ -249,6 +249,10 @@ def _sets_report(kept: list[str], current: str, untried: list[str]) -> tuple[str
     parts += [f"not tried: {', '.join(untried)}"] if untried else []
     applied = kept + ([current] if written == COMMITTED else [])
     chosen = getattr(_run, "chosen", None)
+    if not applied:  # every set as it was: "the rest" would be all of them
+        return "interrupted: " + "; ".join(
+            parts
+        ), f"nothing was applied: run {hints.command('apply', chosen=chosen)} again"
     hint = f"{hints.command('apply', chosen=chosen)} applies the rest" if untried or written != COMMITTED else None
     if applied:
         undo = f"{hints.command('revert', chosen=chosen)} undoes every set"

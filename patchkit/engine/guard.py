@@ -24,7 +24,7 @@ from pathlib import Path
 
 from patchkit import __version__
 from patchkit._target import guard as target_guard
-from patchkit._target.guard import TreeChanged, find_problems
+from patchkit._target.guard import TreeChanged, Verdict, judge
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
@@ -258,22 +258,29 @@ def refusal_text(problems: list[str]) -> str:
 
 def launch_refusal(root: Path, state: State | None = None) -> list[str]:
     """What the installed guard refuses a launch of this tree for (empty: no guard runs, or it
-    passes): this patchkit's guard check, run here as vLLM would run it, so that status, verify,
-    preflight and run fail exactly when a launch would. An installed module that is not this
-    patchkit's guard (edited, another patchkit's) is a failure itself: what it does cannot be told;
-    so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo hangs it).
-    `state`: the record as the caller parsed it (None: parsed here, where needed)."""
+    passes): launch_verdict's problems."""
+    return launch_verdict(root, state).problems
+
+
+def launch_verdict(root: Path, state: State | None = None) -> Verdict:
+    """What the installed guard finds (no problem: no guard runs, or it passes): this patchkit's
+    guard check, run here as vLLM would run it, so that status, verify, preflight and run fail
+    exactly when a launch would, and say the files stock again as it does. An installed module that
+    is not this patchkit's guard (edited, another patchkit's) is a failure itself: what it does
+    cannot be told; so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo
+    hangs it). `state`: the record as the caller parsed it (None: parsed here, where needed)."""
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
-        return unreadable
+        return Verdict(unreadable)
     known = _own_module(root) or older_guard(root, state) is not None
     unknown = [] if known else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        return unknown + hidden + find_problems(str(root))
+        found = judge(str(root))
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
-        return [*unknown, *hidden, str(exc)]
+        return Verdict([*unknown, *hidden, str(exc)])
+    return Verdict(unknown + hidden + found.problems, found.stock_again, found.whole)
 
 
 OTHERS_CANNOT_READ = "other users (a vLLM they launch) cannot read"

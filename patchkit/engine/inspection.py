@@ -24,7 +24,7 @@ from patchkit.engine.guard import (
     OTHERS_CANNOT_READ,
     UNKNOWN_GUARD,
     is_installed,
-    launch_refusal,
+    launch_verdict,
     missing_guard,
     older_guard_notes,
     replace_fix,
@@ -102,6 +102,14 @@ class TreeStatus:
     @property
     def drift_fix(self) -> str:
         return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.fix_command('apply')}"
+
+    @property
+    def partial_fix(self) -> str | None:
+        """A partial set's one fix: apply writes the patches not applied (None: one of them has a
+        problem, a conflict say, or the guard refuses the tree: their own lines name the fix)."""
+        if self.state != TreeState.PARTIAL or self.guard or any(p.problem for p in self.patches):
+            return None
+        return f"{self.fix_command('apply')} applies the patches not applied"
 
     @property
     def deleted_fix(self) -> str:
@@ -257,101 +265,23 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)
     only where a fix names them: a refusal, a guard gone, a `stale` record."""
-    refused = launch_refusal(root, state)
+    verdict = launch_verdict(root, state)  # the guard says files stock again itself, folded when all are
+    refused = verdict.problems
     missing = missing_guard(root, state)
-    again = _stock_again(root, state, refused)
-    if again is not None and again.whole:  # one line, the files a count: the fix is one command, not one per file
-        refused = [problem for problem in refused if problem not in again.problems] + [again.said]
-    elif again is not None:  # said as what they are: stock bytes, no edit to keep (apply alone fixes them)
-        refused = [again.said_of(problem) if problem in again.problems else problem for problem in refused]
     return {
-        "all_stock_again": again is not None and again.whole and len(refused) == 1,
+        "all_stock_again": verdict.whole and len(refused) == 1,
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
         + _wheel_without_guard(root, state),
         "store_notes": left_by_a_killed_command(root, state),
         "guard_installed": is_installed(root),
-        "others_fix": _others_fix(state, set_name, refused, again.paths if again else frozenset())
-        if state is not None
-        else None,
+        "others_fix": _others_fix(state, set_name, refused, verdict.stock_again) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
         "guard_missing": missing,
     }
-
-
-STOCK_AGAIN = "stock again (vLLM reinstalled?)"
-
-
-@dataclass(frozen=True)
-class _StockAgain:
-    """The guard's refusals of recorded files that hold their originals again (the first apply's
-    "before": the stock bytes), as `pip install --force-reinstall` of the same vLLM leaves them."""
-
-    problems: list[str]
-    recorded: int  # how many files the record names
-
-    @property
-    def whole(self) -> bool:
-        """Every recorded file is stock again: said in one line. Where some are still patched, each
-        refusal keeps its own set's fix (a count loses whose the files are: a narrower --set/--patch
-        then named the wrong set)."""
-        return len(self.problems) == self.recorded
-
-    @property
-    def said(self) -> str:
-        return f"the files are {STOCK_AGAIN}: all {self.recorded} recorded"
-
-    @property
-    def paths(self) -> frozenset[str]:
-        return frozenset(_refused_path(problem) for problem in self.problems)
-
-    @staticmethod
-    def said_of(problem: str) -> str:
-        """One refusal of a file stock again, said so (not "changed": there is no edit to keep)."""
-        if problem.endswith(" is missing"):  # a file patchkit created: stock has none
-            return f"{_refused_path(problem)} is gone, as before patchkit created it"
-        return f"{_refused_path(problem)} holds its stock bytes again"
-
-
-def _refused_path(problem: str) -> str:
-    """The path a guard's refusal of an edited file names."""
-    for suffix in EDITED:
-        if problem.endswith(suffix):
-            return problem.removesuffix(suffix)
-    return problem
-
-
-def _stock_again(root: Path, state: State | None, refused: list[str]) -> _StockAgain | None:
-    """Which of the guard's refusals are of recorded files stock again (None: none). After an
-    upgrade of vLLM the files are another release's: said as the upgrade (reports._upgrade_said)."""
-    if state is None or not refused or any(UPGRADED in problem for problem in refused):
-        return None
-    original: dict[str, str | None] = {}
-    for entry in state.entries:  # the first set to record a file holds its stock hash
-        for path, shas in entry.files.items():
-            original.setdefault(path, shas["before"])
-    problems = [
-        problem
-        for problem in refused
-        for suffix in EDITED
-        if problem.endswith(suffix)
-        and (path := problem.removesuffix(suffix)) in original
-        and _sha_of(root / path) == original[path]
-    ]
-    if not problems:
-        return None
-    return _StockAgain(problems, len(original))
-
-
-def _sha_of(path: Path) -> str | None:
-    """The file's sha256 (None: there is none); one that cannot be read is no file's stock bytes."""
-    try:
-        return sha256(read_file(path, follow_symlinks=False))
-    except OSError:
-        return "unreadable"
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:

@@ -104,8 +104,10 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
     ok, detail = code == 0, _why(document) if code else ""
     if step == "prepare":
         state, ok, detail = _prepared(document, code, str(state), detail)
-    elif not ok and document.get("error") and state == NodeState.ERROR:
+    if not ok and document.get("error") and state == NodeState.ERROR:
         state = NodeState.FAILED  # the node's patchkit answered with its error: `error` is for no answer
+    elif not ok and state == TreeState.APPLIED and _drifted(document):
+        state = NodeState.DRIFTED  # `patchkit status` there says FAILED, and the guard refuses: never `applied`
     parts = _set_parts(document)
     unguarded = _guard_missing(document)  # status passes it, with a warning and its fix: so does the row
     return {
@@ -188,14 +190,22 @@ def _guard_missing(document: dict[str, Any]) -> tuple[str, str | None] | None:
 
 
 def _hint(document: dict[str, Any]) -> str | None:
-    """The node's own fix: its document's hint, else the fix status names for what the guard refuses
-    (each set's, once)."""
+    """The node's own fix: its document's hint, else the fix status names for what the guard refuses:
+    one fix, that of the set whose own files the guard refuses (the other sets' guard fixes name
+    that set's again, in other words), else each set's, once."""
     if isinstance(document.get("hint"), str) and document["hint"]:
         return str(document["hint"])
     parts = _set_parts(document) or [document]
-    fixes = [p["guard"].get("fix") for p in parts if _guard_refuses(p)]
+    refusing = [p for p in parts if _guard_refuses(p)]
+    own = [p for p in refusing if p.get("drifted") or p.get("stale")] or refusing
+    fixes = [p["guard"].get("fix") for p in own]
     fixes += [p.get("hint") for p in parts]
     return "; ".join(dict.fromkeys(str(f) for f in fixes if isinstance(f, str) and f)) or None
+
+
+def _drifted(document: dict[str, Any]) -> bool:
+    """Whether a patched file was edited after patchkit patched it (any set's)."""
+    return any(_listed(p.get("drifted")) for p in _set_parts(document) or [document])
 
 
 def _patches(part: dict[str, Any]) -> list[Any]:

@@ -154,15 +154,36 @@ class FleetResult:
 def run_each(runner: Runner, action: str, nodes: list[Node], request: dict[str, Any]) -> FleetResult:
     """status, verify or revert on every node: exit 4 for a node lost, 1 for a node that failed."""
     batch = runner.run(action, nodes, request)
+    if action == "revert":
+        _reverts_written(batch.reports, request)
     return FleetResult(action, batch.reports, error=_verdict(action, batch))
+
+
+def _reverts_written(reports: list[NodeReport], request: dict[str, Any]) -> None:
+    """fleet revert's `written`: true where the node reverted; null where no answer came (its revert
+    may have landed, or been cut short mid-commit: a frozen agent is ended), with the commands that
+    find out and finish it (the node's patchkit recovers a cut-short revert from its journal first)."""
+    for report in reports:
+        report.written = None if report.unreachable else report.ok and report.state == Outcome.REVERTED
+        if report.unreachable:
+            report.hint = (
+                f"its revert may have landed, in part or whole: {_fleet_command('status', request)} shows "
+                f"where it stands; {_fleet_command('revert', request)} finishes it"
+            )
+
+
+def _fleet_command(verb: str, request: dict[str, Any]) -> str:
+    """`patchkit fleet VERB` with this run's cluster address and the user's selection."""
+    address = request.get("address")
+    return hints.command(f"fleet {verb}", *(["--address", str(address)] if address else []))
 
 
 def _verdict(action: str, batch: Batch) -> PatchkitError | None:
     if batch.interrupted:
-        return Interrupted(f"fleet {action} interrupted")
+        return Interrupted(f"fleet {action} interrupted", hint=_nodes_hint([r for r in batch.reports if r.unreachable]))
     lost = [r for r in batch.reports if r.unreachable]
     if lost:
-        return ClusterError(f"no answer from {_names(lost)}", hint=_lost_hint())
+        return ClusterError(f"no answer from {_names(lost)}", hint=_nodes_hint(lost) or _lost_hint())
     failed = [r for r in batch.reports if not r.ok]
     if failed:
         return CheckFailed(

@@ -13,6 +13,7 @@ class NodeState(StrEnum):
     ERROR = "error"  # no JSON from the node's patchkit, or its agent could not start
     FAILED = "failed"  # the node's patchkit answered with an error of its own (a full disk, say)
     UNWRITABLE = "unwritable"  # the Ray worker's user cannot write the target
+    DRIFTED = "drifted"  # applied, and a patched file edited since: status FAILED, the guard refuses
     NOT_RUN = "not-run"
     LOST = "lost"  # the node died, its agent crashed, or it cannot be scheduled
     TIMED_OUT = "timed-out"

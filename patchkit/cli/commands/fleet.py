@@ -82,7 +82,7 @@ def command(
     """
     _refuse_flags_for(action, no_guard=no_guard, require_same_version=require_same_version)
     ui = make_ui(fmt, quiet, verbose)
-    request = _request(opts, timeout)
+    request = {**_request(opts, timeout), "address": address}  # the address: for hints that rerun a fleet command
     with connected(address, keep_alive=keep_alive, patchkit=run_in_process) as runner:
         nodes = runner.alive_nodes()
         if action == "apply":

@@ -84,6 +84,8 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
             {"set": c.name, "state": c.kind or NOT_COVERED, "note": why_not(c)} for c in chosen if c not in found.chosen
         ]
         document = {"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others}
+        hint = _partial_fix(found)
+        document |= {"hint": hint} if hint else {}
         ui.json({**document, "not_chosen": list(found.unchosen)} if found.unchosen else document)
         return found
     pairs = [(each.resolved, status) for each, status in zip(found.chosen, found.statuses, strict=True)]
@@ -118,6 +120,16 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     elif found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")
     return found
+
+
+def _partial_fix(found: SetsStatus) -> str | None:
+    """A partial tree's one fix, as the text's note names it: apply applies the rest (None where a
+    set's own failure, or the guard's refusal, names its fix)."""
+    if found.state != TreeState.PARTIAL or found.unchosen:
+        return None
+    if any(s.outcome == Outcome.CHECK_FAILED or s.guard or any(p.problem for p in s.patches) for s in found.statuses):
+        return None
+    return f"{hints.command('apply')} applies the rest"
 
 
 def _whole_sets(found: SetsStatus) -> list[str]:

@@ -91,4 +91,5 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
             if status.state == TreeState.UPSTREAM
             else {}
         ),
+        **({"hint": status.partial_fix} if status.partial_fix else {}),  # its one fix, as the text's
     }

@@ -182,7 +182,9 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         failures.append(Failure("syntax", message, where, result.excerpt, fix=drift_fix))
     failures += [Failure(p.state, p.problem, p.name) for p in status.patches if p.problem]
     if status.state == TreeState.PARTIAL:
-        failures.append(Failure("partial", "some patches of the series are applied, others not"))
+        failures.append(
+            Failure("partial", "some patches of the series are applied, others not", fix=status.partial_fix or "")
+        )
     failures += [
         Failure(
             STALE,
