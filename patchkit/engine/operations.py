@@ -52,6 +52,7 @@ from patchkit.engine.guard import (
     removal_changes,
     remove_empty_cache,
     replaced_files,
+    several_vllms_refusal,
     unreadable_by_others,
 )
 from patchkit.engine.inspection import (
@@ -500,6 +501,9 @@ class _Applying:
             return self.without_guard(state)
         if not self.guard or no_guard:
             return {}, state
+        several = several_vllms_refusal(self.resolved.target.root)
+        if several is not None:  # never a guard removed and the tree called applied (review 12b L4)
+            raise several
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
