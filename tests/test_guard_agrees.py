@@ -719,3 +719,37 @@ def test_a_record_an_older_patchkit_left_0600_fails_status_and_apply_opens_it(tm
     assert (tree.site / ".patchkit/state.json").stat().st_mode & 0o777 == 0o644
     assert (tree.site / ".patchkit").stat().st_mode & 0o777 == 0o755
     assert tree.cli("status").returncode == 0
+
+
+def test_several_vllm_dist_infos_keep_the_guard_and_status_never_calls_the_tree_unguarded_fine(tmp_path):
+    """Review 12b L4: on a tree of two vllm-*.dist-info, `apply --vllm-version X` removed the guard
+    (it would stop every launch) and `status --vllm-version X` then said applied, exit 0, no word of
+    it; the guard said "vLLM None is installed". apply refuses and keeps the guard; status names the
+    fix; a tree left unguarded so is said to launch unchecked."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    stale = tree.site / "vllm-0.15.2.dist-info"
+    shutil.copytree(tree.site / "vllm-0.16.0.dist-info", stale)
+    (stale / "METADATA").write_text((stale / "METADATA").read_text().replace("0.16.0", "0.15.2"))
+    record, guard = tree.state(), (tree.site / "patchkit_guard.py").read_bytes()
+
+    applied = tree.cli("apply", "--vllm-version", "0.16.0", "--no-import")
+    assert applied.returncode == 4 and "nothing was written" in applied.stderr, applied.stdout + applied.stderr
+    assert tree.state() == record and (tree.site / "patchkit_guard.py").read_bytes() == guard
+    refused = load_plugins_like_vllm(tree.site)
+    assert refused.returncode != 0 and "vLLM None" not in refused.stderr
+    assert "vllm-0.15.2.dist-info, vllm-0.16.0.dist-info" in refused.stderr
+    status = tree.cli("status", "--vllm-version", "0.16.0")
+    assert status.returncode == 1 and "remove the stale vllm-*.dist-info directories" in status.stdout, status.stdout
+
+    shutil.rmtree(tree.site / f"patchkit_guard-{__version__}.dist-info")  # as an older patchkit's apply left it
+    (tree.site / "patchkit_guard.py").unlink()
+    tree.write_state({**record, "guard": {}})
+    status = tree.cli("status", "--vllm-version", "0.16.0")
+    assert "launches this tree unchecked" in status.stdout + status.stderr, status.stdout + status.stderr
+    assert "remove the stale vllm-*.dist-info directories" in status.stdout + status.stderr
+
+    shutil.rmtree(stale)  # the fix named, then apply
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert load_plugins_like_vllm(tree.site).returncode == 0 and (tree.site / "patchkit_guard.py").exists()
+    assert tree.cli("status").returncode == 0

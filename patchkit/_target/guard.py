@@ -354,7 +354,19 @@ def _version_problems(site: str, recorded: str | None) -> list[str]:
     installed = installed_vllm_version(site)
     if installed == recorded:
         return []
+    several = _vllm_dist_infos(site)
+    if installed is None and len(several) > 1:  # never "vLLM None": which one runs cannot be told
+        return [
+            SEVERAL
+            + " ("
+            + ", ".join(several)
+            + "), so the guard cannot tell which one runs; the patches were applied to vLLM "
+            + recorded
+        ]
     return ["vLLM " + str(installed) + " is installed, but the patches were applied to vLLM " + recorded]
+
+
+SEVERAL = "several vLLM distributions are installed"  # patchkit.engine.inspection names the fix by it
 
 
 def _vllm_dist_infos(site: str) -> list[str]:

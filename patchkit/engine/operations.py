@@ -52,6 +52,7 @@ from patchkit.engine.guard import (
     removal_changes,
     remove_empty_cache,
     replaced_files,
+    several_vllms_refusal,
     unreadable_by_others,
 )
 from patchkit.engine.inspection import (
@@ -500,6 +501,9 @@ class _Applying:
             return self.without_guard(state)
         if not self.guard or no_guard:
             return {}, state
+        several = several_vllms_refusal(self.resolved.target.root)
+        if several is not None:  # never a guard removed and the tree called applied (review 12b L4)
+            raise several
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
@@ -861,8 +865,9 @@ def _revert_locked(
     view = View(root)
     restored = _restore_from_record(view, undo, patches, force=force)
     warnings += restored.notes
-    unrecorded = _unrecorded(undo, patches, only, root)
-    plan = plan_revert(root, unrecorded, view=view)
+    unrecorded, found_only = _unrecorded(undo, patches, only)
+    plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
+    unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
@@ -1042,32 +1047,25 @@ def _recorded_modes(entries: list[Entry], changes: Changes) -> dict[str, int]:
     return modes
 
 
-def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path) -> list[Patch]:
-    """The series' patches to reverse-apply: those the record does not cover (applied by hand).
+def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> tuple[list[Patch], bool]:
+    """The series' patches to reverse-apply: those the record does not cover (applied by hand), and
+    whether only those of them found applied are (planned once: plan_revert's found_only).
     Reverse-applying a recorded one again could re-insert an insertion-only hunk. `revert` alone
     undoes what the tree records, whatever the library holds; its series only when the tree
     records nothing."""
     recorded = {(p["name"], p["sha256"]) for e in undo.entries for p in e.patches}
     if undo.wheel is not None:
         recorded |= set(undo.wheel.patch_hashes)
+    found_only = False
     if only is not None or not (undo.entries or undo.stale):
         series = patches
     elif undo.stale:  # another release installed: the series is not this tree's
         series = []
     else:  # a record naming some sets: the others' patches found applied go too (review 12b M2)
         paths = {path for e in undo.entries for path in e.files}
-        series = [
-            p
-            for p in patches
-            if not any({f.path, f.source_path or f.path} & paths for f in p.files) and _found_applied(root, p)
-        ]
-    return [p for p in series if (p.name, p.sha256) not in recorded]
-
-
-def _found_applied(root: Path, patch: Patch) -> bool:
-    """The patch is in the tree: reversing it changes files and meets no conflict."""
-    plan = plan_revert(root, [patch])
-    return not plan.conflicts and bool(plan.changes)
+        series = [p for p in patches if not any({f.path, f.source_path or f.path} & paths for f in p.files)]
+        found_only = True
+    return [p for p in series if (p.name, p.sha256) not in recorded], found_only
 
 
 def refuse_unrevertable_record(resolved: Resolved, state: State) -> None:
