@@ -15,6 +15,8 @@ import pytest
 from helpers import cli_runner, forget_behaviour_stand_ins, write_tree
 from index_server import IndexServer
 
+pytest_plugins = ("xdist_groups",)
+
 # patchkit.base.seal keeps its key in the user's state directory and caches it for the process: the
 # tests' own directory (never the user's key), set before any fixture seals a cache entry, and the
 # same for every xdist worker and every run, as the release tier's cache (the user's) is: with a key
@@ -53,34 +55,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which names each test's group in its node id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` (make test), tests run on one worker when they share a module-scoped
-    fixture (a Ray cluster, a built wheel, a crash scenario: made once per worker that needs it), and a
-    release-tier module's tests, which fill the release cache in turn, run on one. Every other test goes
-    wherever a worker is free; LONGEST_FIRST first."""
-    for item in items:
-        group = _shared_set_up(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+    """Under `--dist loadgroup` (make test), the tests that share a module's set-up run on one worker
+    (xdist_groups.py); every other test goes wherever a worker is free, LONGEST_FIRST first."""
     rank = {module: place for place, module in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: else as collected
-
-
-def _shared_set_up(item: pytest.Item) -> str | None:
-    """The group of the tests `item` shares its set-up with: its module's fixtures wider than a test it
-    uses (tests/test_x.py[scenario,steps]), else its module for the release and Ray tiers; None: alone."""
-    module = item.nodeid.split("::")[0]
-    fixtures = getattr(item, "_fixtureinfo", None)
-    definitions = fixtures.name2fixturedefs.items() if fixtures is not None else []
-    shared = sorted(
-        name for name, defs in definitions if any(d.scope != "function" and d.baseid == module for d in defs)
-    )
-    if shared:
-        return f"{module}[{','.join(shared)}]"
-    if item.get_closest_marker("release") or item.get_closest_marker("ray"):
-        return module
-    return None
 
 
 @pytest.fixture

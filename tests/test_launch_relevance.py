@@ -81,6 +81,32 @@ def test_both_combined_need_both_and_a_stock_tree_names_each_with_its_set(setup)
     assert done.returncode == 0 and document["unused_sets"] == {}, done.stdout + done.stderr
 
 
+def test_every_set_judged_shows_its_tree_state_pass_in_json_and_with_v(setup):
+    """New-user 17, 4: an eagle3 + tool-parser launch on a tree with both sets applied showed one
+    tree-state pass (eagle3's), in the -v table and the JSON findings: the tools set, judged, had
+    none. Each set's pass is shown; beside the other's failure too."""
+    tree, lib, target, drafter = setup
+    launch = serve(target, drafter, *TOOLS)
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    done, document = preflight(tree, lib, launch, "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    trees = [(f["ok"], f["message"]) for f in document["findings"] if f["check"] == "tree-state"]
+    assert trees == [
+        (True, "the eagle3 series is applied to vLLM 0.16.0, no drift"),
+        (True, "the tools series is applied to vLLM 0.16.0, no drift"),
+    ], trees
+    verbose, _ = preflight(tree, lib, launch, "-v")
+    rows = [" ".join(line.split()) for line in verbose.stdout.splitlines() if line.startswith("tree-state")]
+    assert len(rows) == 2 and all("pass" in row for row in rows), verbose.stdout
+    assert "eagle3 series" in rows[0] and "tools series" in rows[1], rows
+
+    (tree / PARSER).write_text((tree / PARSER).read_text() + "# tuned\n")
+    _, document = preflight(tree, lib, launch, "--format", "json")
+    trees = [(f["ok"], f["message"]) for f in document["findings"] if f["check"] == "tree-state"]
+    assert (True, "the eagle3 series is applied to vLLM 0.16.0, no drift") in trees, trees
+    assert any(not ok and PARSER in message for ok, message in trees), trees
+
+
 def test_a_launch_that_needs_neither_set_passes_on_a_stock_tree(setup):
     tree, lib, target, _ = setup
     done, document = preflight(tree, lib, ["vllm", "serve", str(target)], "--format", "json")

@@ -27,6 +27,20 @@ REASONING = """_REASONING_PARSERS_TO_REGISTER = {
 }
 """
 OLD_INIT = "from .abstract_tool_parser import ToolParser\nfrom .hermes_tool_parser import Hermes2ProToolParser\n"
+# a parser plugin of the user's: the names it registers, as vLLM's parser files do
+PLUGIN = """from vllm.tool_parsers import ToolParserManager
+from vllm.reasoning import ReasoningParserManager
+
+
+@ToolParserManager.register_module("mine")
+class Mine:
+    pass
+
+
+@ReasoningParserManager.register_module(name=["mine", "x"])
+class MineReasoning:
+    pass
+"""
 OLD_PARSER = '@ToolParserManager.register_module(["hermes", "hermes2"])\nclass Hermes2ProToolParser:\n    pass\n'
 
 
@@ -37,13 +51,16 @@ def launch(tmp_path) -> tuple[Path, Path, Path]:
     (tree / "vllm" / "tool_parsers" / "__init__.py").write_text(TABLE)
     (tree / "vllm" / "reasoning").mkdir()
     (tree / "vllm" / "reasoning" / "__init__.py").write_text(REASONING)
+    for plugin in ("mine.py", "p.py"):  # parser files of the user's, beside the launch (preflight's cwd)
+        (tmp_path / plugin).write_text(PLUGIN)
     return tree, library, write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3)
 
 
 def preflight(tree: Path, library: Path, model: Path | str, *options: str):
+    """Run from the tree's directory, where the `launch` fixture writes the plugins (mine.py, p.py)."""
     done = run_cli(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(model), *options,
+        "--", "vllm", "serve", str(model), *options, cwd=tree.parent,
     )  # fmt: skip
     return done, [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
 
@@ -339,3 +356,43 @@ def test_a_structured_outputs_parser_that_is_no_string_is_refused(launch, config
     assert done.returncode == 1, done.stdout
     assert [said in f["message"] and not f["ok"] for f in found] == [True], found
     assert found[0]["fix"].startswith("write it as a JSON string")
+
+
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        "/nonexistent/plug.py",  # review 13 H1: vLLM logs the failed import and carries on
+        "plugdir.py",  # a directory
+        "broken.py",  # does not parse: its import raises, logged
+        "mine.txt",  # not a source file: spec_from_file_location gives no loader
+    ],
+)
+def test_a_plugin_vllm_cannot_import_leaves_the_parser_name_held(launch, plugin):
+    """Review 13 H1: any plugin option of more than 3 characters exempted the name, and preflight said
+    ok for a launch vLLM 0.16.0 refuses at start (KeyError: invalid tool call parser)."""
+    tree, library, model = launch
+    (tree.parent / "plugdir.py").mkdir()
+    (tree.parent / "broken.py").write_text("def (:\n")
+    (tree.parent / "mine.txt").write_text(PLUGIN)
+    for options in (
+        ("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin", plugin),
+        ("--structured-outputs-config", '{"reasoning_parser": "mine"}', "--reasoning-parser-plugin", plugin),
+    ):
+        done, (found,) = preflight(tree, library, model, *options)
+        assert done.returncode == 1 and not found["ok"] and "registers no" in found["message"], done.stdout
+
+
+def test_a_plugin_that_names_no_such_parser_cannot_be_judged_never_a_pass(launch):
+    """The plugin vLLM imports may register the name in a way patchkit does not read (it runs nothing):
+    said as cannot judge, with what to make sure of, not a silent pass."""
+    tree, library, model = launch
+    (tree.parent / "other.py").write_text("import vllm\nvllm.register_parsers_somehow()\n")
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "nosuch", "--tool-parser-plugin", "other.py")
+    done, (found,) = preflight(tree, library, model, *options)
+    assert found["result"] == "cannot judge", done.stdout  # (exit 1 here: the eagle3 set is not applied)
+    assert found["message"] == (
+        "cannot judge: --tool-call-parser nosuch: vLLM 0.16.0 registers no tool-call parser of that name "
+        "(vllm/tool_parsers/__init__.py), and no register_module decorator in other.py, which it imports first, "
+        "names it"
+    )
+    assert found["fix"] == "make sure other.py registers nosuch: else vLLM refuses the launch at start"

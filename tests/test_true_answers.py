@@ -182,6 +182,27 @@ def test_an_edit_inside_a_patched_hunk_is_a_drift_not_a_conflict_nor_a_partial_s
     assert document["state"] == "applied" and document["drifted"] == [EAGLE], document
 
 
+SPECULATIVE = "vllm/config/speculative.py"
+ACCEPT = "0001-speculative-accept-deepseek-kimi-eagle3-targets.patch"
+
+
+def test_a_patch_a_drifted_file_no_longer_holds_is_not_called_applied(fetched):
+    """New-user 19, 1: speculative.py put back to stock, then edited: `status -v` said "4 of 4
+    patches applied; 1 file drifted" and 0001 `applied`, though its change is not in the file."""
+    stock = (fetched / SPECULATIVE).read_bytes()
+    assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
+    (fetched / SPECULATIVE).write_bytes(stock + b"# debug\n")
+    done = run_cli("status", "-v", "--target", fetched, "--set", "eagle3")
+    assert_clean_failure(done, 1)
+    row = next(" ".join(line.split()) for line in done.stdout.splitlines() if line.startswith(ACCEPT[:20]))
+    assert "not-applied" in row, done.stdout
+    assert f"3 of 4 patches applied; 1 file drifted ({ACCEPT} no longer in it)" in done.stdout, done.stdout
+    assert "partial" not in done.stdout, done.stdout  # the drift is the failure, with its fix
+    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
+    states = {p["name"]: p["state"] for p in document["patches"]}
+    assert document["state"] == "applied" and states[ACCEPT] == "not-applied", document
+
+
 def test_a_patched_file_deleted_is_said_deleted_and_its_fix_keeps_no_copy(fetched):
     """New-user trial 14, item 21: status said a deleted file was "edited after patchkit patched it"
     with a fix that "keeps a copy of the edits", and revert offered to keep "your edit"."""

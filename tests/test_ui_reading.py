@@ -14,6 +14,8 @@ import pytest
 from helpers import make_patch, on_a_terminal, patched_spec, run_cli, write_library, write_tree
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
+from patchkit.store import state as state_module
+
 SPEC = "vllm/config/spec.py"
 
 
@@ -211,6 +213,24 @@ def test_a_drifted_set_gets_its_drift_fix_not_serve_without_it(fetched, tmp_path
     assert run_cli("revert", "--target", tree, "--set", "eagle3", "--force").returncode == 0
     assert run_cli("apply", "--target", tree, "--set", "eagle3").returncode == 0
     assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
+
+
+@pytest.mark.release
+def test_preflight_of_a_drifted_set_parses_the_record_no_more_than_inspect_did(fetched, tmp_path, monkeypatch, run):
+    """Closing 16, work done twice: judging a drifted set as its fix leaves it read state.json again
+    (and the guard's refusals, once per set), though inspect had read it for the same status."""
+    tree = tmp_path / "drifted"
+    shutil.copytree(fetched / "applied", tree)
+    spec = "vllm/config/speculative.py"
+    (tree / spec).write_bytes((fetched / "stock" / spec).read_bytes() + b"# debug\n")
+    launch = ["vllm", "serve", str(fetched / "models/dsv3"), "-tp", "4"]
+    launch += ["--speculative-config", PREFLIGHT_SPEC.replace("models/", f"{fetched}/models/")]
+    parsed: list[Path] = []
+    parse = state_module.parse_state
+    monkeypatch.setattr(state_module, "parse_state", lambda raw, origin: parsed.append(origin) or parse(raw, origin))
+    done = run("preflight", "--target", tree, "--set", "eagle3", "--no-import", "--", *launch)
+    assert done.exit_code == 1 and "whitelist" in done.output, done.output
+    assert len(parsed) <= 2, parsed  # inspect read it once; the guard check once (it runs in vLLM too)
 
 
 @pytest.mark.release

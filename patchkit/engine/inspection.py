@@ -34,6 +34,7 @@ from patchkit.engine.guard import (
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
+from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -95,6 +96,8 @@ class TreeStatus:
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
     # of vLLM), every recorded file: apply records them again
     all_stock_again: bool = False
+    lost: list[str] = field(default_factory=list)  # recorded patches a drifted file no longer holds
+    record: State | None = None  # the tree's record as inspect read it (None: not read)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -211,6 +214,7 @@ def inspect(
             TreeState.UPSTREAM,
             checks=checks,
             stale=_named(stale),
+            record=state,
             **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
         )
     if kind == SelectionKind.UNSUPPORTED:  # its guard_fix is revert's, whoever else's record the guard names
@@ -232,15 +236,56 @@ def inspect(
     stale = stale_entries(root, state, resolved.vllm_version)
     drifted = drifted_files(resolved, state)
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
+    lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     return TreeStatus(
-        _overall(reports),
+        # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
+        _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports]),
         reports,
         drifted,
         not_compiling(resolved, drifted),
         plan,
         stale=_named(stale),
+        lost=lost,
+        record=state,
         **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
     )
+
+
+def apply_finishes(status: TreeStatus) -> bool:
+    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
+    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
+        return False
+    return status.state == TreeState.NOT_APPLIED or not status.plan.conflicts
+
+
+def record_of(root: Path, status: TreeStatus) -> State:
+    """The tree's record: as inspect read it for `status`, else read now (a status told from elsewhere)."""
+    return status.record if status.record is not None else read_state(root)
+
+
+def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, bool] | None:
+    """The set's files as the fix status names leaves them, and whether that fix is revert --force
+    then apply (a drift; else apply): a set not applied or partly applied with no conflict, the
+    plan; a drifted one, the series on the saved originals of the drifted files (new-user 18, 1
+    and 19, 1: a check judged on the files as they are said to give up EAGLE-3, where the fix makes
+    it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
+    if apply_finishes(status):
+        return (status.plan.content, False) if status.plan is not None else None
+    if not status.drifted:
+        return None
+    root = resolved.target.root
+    entry = record_of(root, status).entry(resolved.set_name)
+    if entry is None:
+        return None
+    originals: dict[str, bytes | None] = {}
+    for path in (p for p in status.drifted if p in entry.files):
+        before = entry.files[path]["before"]
+        try:
+            originals[path] = None if before is None else read_object(root, before)
+        except PatchkitError:  # a damaged saved original: status names it
+            return None
+    plan = dry_run(root, resolved.patches, originals)
+    return None if plan.conflicts else (plan.content, True)
 
 
 def _named(stale: dict[str, str]) -> list[str]:
@@ -415,17 +460,28 @@ def _at_hand(set_name: str) -> bool:
 
 
 def _applied_though_drifted(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[PatchReport]:
-    """A recorded patch whose file was edited or deleted since is applied, its file drifted (said
-    once, as the drift): not also a conflict that makes the series partial (its hunk no longer
-    matches because of the edit)."""
+    """A recorded patch whose file was edited or deleted since, so that its hunk no longer matches
+    (a conflict), is applied, its file drifted (said once, as the drift): not also a conflict that
+    makes the series partial."""
     if entry is None or not drifted:
         return reports
     recorded = {p["name"] for p in entry.patches}
     return [
         replace(r, state=PatchState.APPLIED, problem=None)
-        if r.state != PatchState.APPLIED and r.name in recorded and set(r.files) & set(drifted)
+        if r.state == PatchState.CONFLICT and r.name in recorded and set(r.files) & set(drifted)
         else r
         for r in reports
+    ]
+
+
+def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[str]:
+    """The recorded patches a drifted file no longer holds (it would apply again: a file put back to
+    stock, then edited): not applied, said with the drift (new-user 19, 1: "4 of 4 applied")."""
+    recorded = {p["name"] for p in entry.patches} if entry is not None else set()
+    return [
+        r.name
+        for r in reports
+        if r.state == PatchState.NOT_APPLIED and r.name in recorded and set(r.files) & set(drifted)
     ]
 
 

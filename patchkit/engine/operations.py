@@ -137,6 +137,8 @@ class ApplyResult:
     written: bool = False  # the transaction was committed (and maybe rolled back since)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
+    # already applied, and the launch guard still refuses the tree: (why, the fix), as status says them
+    guard_refuses: tuple[list[str], str] | None = None
 
 
 @dataclass
@@ -226,6 +228,7 @@ class _Applying:
     chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
     judge_guard: bool = True  # say what the guard still refuses (False: a later set of this run will)
     found_recorded: bool = False  # the series was found applied with no record of it: now recorded
+    guard_refuses: tuple[list[str], str] | None = None  # what the guard still refuses once applied, and its fix
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -237,6 +240,7 @@ class _Applying:
         return results
 
     def result(self, outcome: Outcome, message: str = "", **details: Any) -> ApplyResult:
+        details.setdefault("guard_refuses", self.guard_refuses)
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
     def run(self, state: State, *, dry_run: bool, force: bool) -> ApplyResult:
@@ -370,6 +374,7 @@ class _Applying:
         refused = guard_refusal(root, self.resolved.set_name, self.state)
         if refused is not None:
             problems, fix = refused
+            self.guard_refuses = (problems, fix)  # for the JSON document: a fleet's row shows it
             self.warn(f"the launch guard still refuses this tree: {'; '.join(problems)}; to fix it, {fix}")
         return refused is not None
 

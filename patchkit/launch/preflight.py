@@ -25,11 +25,11 @@ from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import refusal_text
-from patchkit.engine.inspection import TreeStatus, inspect
+from patchkit.engine.inspection import TreeStatus, apply_finishes, as_its_fix_leaves, inspect, record_of
 from patchkit.engine.resolve import Resolved
 from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
-from patchkit.launch.engine import LaunchContext, Reader, apply_fix, set_checks, tree_reader
+from patchkit.launch.engine import LaunchContext, apply_fix, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -38,10 +38,9 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.series import dry_run, library
+from patchkit.series import library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
-from patchkit.store.objects import read_object
 from patchkit.store.state import State, read_state
 from patchkit.tree.target import Target, from_interpreter
 
@@ -260,13 +259,10 @@ def preflight(
     result.findings += [template] if template is not None else []
     # what the series would leave: judged where it applies whole (a partial tree with no conflict too:
     # a file put back to stock by hand; apply finishes it, new-user 18, 1)
-    fixable = needed and _apply_finishes(status)
-    result.fixable = fixable
-    planned: Reader | None = status.plan.content if fixable and status.plan is not None else None
-    planned_fix = None
-    if needed and planned is None and status.drifted:  # judged as its fix (revert --force, apply) leaves it
-        planned = _as_its_drift_fix_leaves(resolved, status.drifted)
-        planned_fix = _drift_fix(resolved) if planned is not None else None
+    leaves = as_its_fix_leaves(resolved, status) if needed else None
+    result.fixable = leaves is not None and not leaves[1]
+    planned = leaves[0] if leaves is not None else None
+    planned_fix = _drift_fix(resolved) if leaves is not None and leaves[1] else None
     context = LaunchContext(
         command,
         target,
@@ -664,7 +660,7 @@ def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNee
     """The guard's refusals less those for a file of a set this run judges and the launch needs: that
     set's own tree-state finding names its drift, with its fix (said once, not again as the refusal)."""
     said = {n for n in needs.judged if needs.needs(n)}
-    files = [path for e in read_state(resolved.target.root).entries if e.set_name in said for path in e.files]
+    files = [path for e in record_of(resolved.target.root, status).entries if e.set_name in said for path in e.files]
     return [problem for problem in status.guard if not any(problem.startswith(f"{path} ") for path in files)]
 
 
@@ -687,7 +683,9 @@ def _guard_for_launch(
     if needs.guard_runs or not status.guard or not needs.unneeded:
         return status
     root = resolved.target.root
-    owners = {path: e.set_name for e in read_state(root).entries if not needs.needs(e.set_name) for path in e.files}
+    owners = {
+        path: e.set_name for e in record_of(root, status).entries if not needs.needs(e.set_name) for path in e.files
+    }
     kept: list[str] = []
     changed: dict[str, list[str]] = {}
     for problem in status.guard:
@@ -713,37 +711,11 @@ def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     return finding
 
 
-def _as_its_drift_fix_leaves(resolved: Resolved, drifted: list[str]) -> Reader | None:
-    """The set's files as revert --force then apply leave them: the series on the saved originals of
-    the drifted files (new-user 19: a whitelist judged on an edited file said to serve without
-    EAGLE-3, where that fix makes it pass). None: no record or original to tell it from, or a conflict."""
-    root = resolved.target.root
-    entry = read_state(root).entry(resolved.set_name)
-    if entry is None:
-        return None
-    originals: dict[str, bytes | None] = {}
-    for path in (p for p in drifted if p in entry.files):
-        before = entry.files[path]["before"]
-        try:
-            originals[path] = None if before is None else read_object(root, before)
-        except PatchkitError:  # a damaged saved original: status names it
-            return None
-    plan = dry_run(root, resolved.patches, originals)
-    return None if plan.conflicts else plan.content
-
-
-def _apply_finishes(status: TreeStatus) -> bool:
-    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
-    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
-        return False
-    return status.state == TreeState.NOT_APPLIED or not status.plan.conflicts
-
-
 def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
 
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
-        return Finding(TREE, True, f"vLLM {version} ships the set's change itself (upstream)")
+        return Finding(TREE, True, f"vLLM {version} ships the {resolved.set_name} change itself (upstream)")
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
@@ -751,7 +723,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.state == TreeState.PARTIAL:
         message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
-        if _apply_finishes(status):
+        if apply_finishes(status):
             return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
         return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
     if status.drifted:

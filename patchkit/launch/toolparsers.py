@@ -12,6 +12,7 @@ from one table in 0.12.0 on (`_TOOL_PARSERS_TO_REGISTER` in the tool_parsers pac
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import json
 import os
 import stat
@@ -23,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput
-from patchkit.base.fsutil import inside
+from patchkit.base.fsutil import inside, read_regular
 from patchkit.launch.engine import TREE_FILE_LIMIT
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.values import load_json
@@ -117,34 +118,58 @@ class Named:
     spelt: str  # the name as the launch writes it: `--reasoning-parser X`
     refused: str  # when vLLM refuses a name it does not register
     setting: str  # how a fix writes another name: `--reasoning-parser {}`
+    plugin: Plugin | None = None  # the parser file of the user's vLLM imports first (it may register the name)
 
 
 def given(options: dict[str, object], version: object) -> list[Named]:
     """The parser names vLLM holds to its registries for this launch (an empty one is none: vLLM
-    skips it; one a plugin option may register is not held)."""
+    skips it), each with the plugin file vLLM imports before it looks the name up, if any."""
     named: list[Named] = []
     tool = options.get(TOOL.option)
-    if options.get(TOOL.needs or "") and isinstance(tool, str) and not _loads_plugin(options.get(TOOL.plugin)):
-        named.append(Named(TOOL, tool, f"--{TOOL.option} {tool}", AT_START, f"write --{TOOL.option} {{}}"))
+    if options.get(TOOL.needs or "") and isinstance(tool, str):
+        plugin = Plugin.given(options.get(TOOL.plugin))
+        named.append(Named(TOOL, tool, f"--{TOOL.option} {tool}", AT_START, f"write --{TOOL.option} {{}}", plugin))
     # vLLM's start check (validate_api_server_args) reads only --structured-outputs-config's
     # reasoning_parser, with only --reasoning-parser-plugin imported; --reasoning-parser itself is
     # copied over it when vLLM builds the engine (create_engine_config), and looked up there.
     inner = _structured_reasoning_parser(options)
-    if inner and not _loads_plugin(options.get(REASONING.plugin)):
+    outer_plugin = Plugin.given(options.get(REASONING.plugin))
+    if inner:
         spelt = f"--structured-outputs-config's reasoning_parser {inner}"
-        named.append(Named(REASONING, inner, spelt, AT_START, "set that reasoning_parser to {}"))
+        named.append(Named(REASONING, inner, spelt, AT_START, "set that reasoning_parser to {}", outer_plugin))
     outer = options.get(REASONING.option)
-    plugin = _loads_plugin(options.get(REASONING.plugin)) or _structured(options).get("reasoning_parser_plugin")
-    if isinstance(outer, str) and not _no_parser(outer, version) and outer != inner and not plugin:
+    if isinstance(outer, str) and not _no_parser(outer, version) and outer != inner:
+        plugin = outer_plugin or Plugin.given(_structured(options).get("reasoning_parser_plugin"))
         spelt = f"--{REASONING.option} {outer}"
-        named.append(Named(REASONING, outer, spelt, _when_engine_built(version), f"write --{REASONING.option} {{}}"))
+        setting = f"write --{REASONING.option} {{}}"
+        named.append(Named(REASONING, outer, spelt, _when_engine_built(version), setting, plugin))
     return named
 
 
-def _loads_plugin(value: object) -> bool:
-    """Whether vLLM imports the plugin option's file: only a name of more than 3 characters
-    (api_server's `len(...) > 3`); a shorter one registers nothing, so the name is still held."""
-    return isinstance(value, str) and len(value) > 3
+@dataclass(frozen=True)
+class Plugin:
+    """A parser file of the user's that vLLM imports before it looks a name up, and the names its
+    `register_module` decorators give (empty: it may register in a way patchkit does not read)."""
+
+    path: str
+    names: frozenset[str]
+
+    @classmethod
+    def given(cls, value: object) -> Plugin | None:
+        """The plugin an option names, when vLLM imports one: a name of more than 3 characters
+        (api_server's `len(...) > 3`) of a Python source file. vLLM logs a failed import and carries
+        on, so a missing, unreadable or broken file registers nothing: the name is still held."""
+        if not isinstance(value, str) or len(value) <= 3 or not value.endswith(_SOURCE):
+            return None
+        try:  # relative to the directory the launch runs in, as vLLM's import reads it
+            parsed = _parsed(read_regular(value, TREE_FILE_LIMIT, follow_symlinks=True))
+        except (OSError, ValueError):
+            return None
+        return None if parsed is None else cls(value, frozenset(_registered_by(parsed)))
+
+
+# the suffixes spec_from_file_location loads as source (bytecode or an extension: not read, not judged)
+_SOURCE = tuple(importlib.machinery.SOURCE_SUFFIXES)
 
 
 AT_START = "it refuses the launch at start"
@@ -197,16 +222,35 @@ def _structured_reasoning_parser(options: dict[str, object]) -> str | None:
 def _judged(check: str, named: Named, version: object, read: Reader, root: Path) -> Finding | None:
     """A failed `check` finding when vLLM's registry lacks the name, a cannot-judge one when the
     registry cannot be read, None when it registers it."""
+    if named.plugin is not None and named.name in named.plugin.names:
+        return None
     found = registered(read, named.kind)
     if found is None:
         return _unread(check, named, version, read, root)
     path, names = found
     if named.name in names:
         return None
+    if named.plugin is not None:
+        return _maybe_the_plugins(check, named, version, path)
     vllm = f"vLLM {version}" if version else "this vLLM"
     what = named.kind.option.removesuffix("-parser")  # tool-call, reasoning
     message = f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}): {named.refused}"
     return Finding(check, False, message, _fix(named, names))
+
+
+def _maybe_the_plugins(check: str, named: Named, version: object, path: str) -> Finding:
+    """Cannot judge a name the registry lacks when the plugin vLLM imports first may register it in a
+    way patchkit does not read (it reads only `register_module` decorators, and runs nothing)."""
+    plugin = named.plugin.path if named.plugin else "the plugin"
+    vllm = f"vLLM {version}" if version else "this vLLM"
+    what = named.kind.option.removesuffix("-parser")
+    reason = (
+        f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}), and no register_module "
+        f"decorator in {plugin}, which it imports first, names it"
+    )
+    return cannot_judge(
+        check, reason, f"make sure {plugin} registers {named.name}: else vLLM {named.refused.removeprefix('it ')}"
+    )
 
 
 def _unread(check: str, named: Named, version: object, read: Reader, root: Path) -> Finding:

@@ -152,7 +152,15 @@ def _result_json(result: ApplyResult) -> dict:
     plan = {"plan": plan_json(result.plan)} if result.plan is not None else {}
     checks = {"checks": [r.to_json() for r in result.checks]} if result.checks is not None else {}
     error = {"error": result.error.message} if result.error is not None else {}
-    return {**plan, **checks, **error}
+    return {**plan, **checks, **error, **_guard_json(result)}
+
+
+def _guard_json(result: ApplyResult) -> dict:
+    """What the launch guard still refuses once the set is applied, and the fix, as status's `guard`."""
+    if result.guard_refuses is None:
+        return {}
+    refuses, fix = result.guard_refuses
+    return {"guard": {"refuses": refuses, "fix": fix}}
 
 
 def _finish(ui: UI, result: ApplyResult) -> None:
@@ -160,7 +168,7 @@ def _finish(ui: UI, result: ApplyResult) -> None:
     if ui.json_mode:
         plan = {"plan": plan_json(result.plan)} if result.plan is not None else {}
         checks = {"checks": [r.to_json() for r in result.checks]} if result.checks is not None else {}
-        ui.json({"result": result.outcome, **plan, **checks})
+        ui.json({"result": result.outcome, **plan, **checks, **_guard_json(result)})
     elif result.error is None:
         done = result.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED, Outcome.UPSTREAM)
         ui.line(result.message, style="green" if done else None)

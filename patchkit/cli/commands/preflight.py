@@ -20,6 +20,7 @@ from patchkit.engine.resolve import judged, library_sets, resolve_sets, resolve_
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS, Finding
 from patchkit.launch.preflight import (
+    TREE,
     PreflightResult,
     another_vllm,
     default_options,
@@ -285,14 +286,17 @@ def _launch_findings(
 
 def merged(results: list[PreflightResult]) -> PreflightResult:
     """Several sets' preflights as one: per check, the failures of every set (each once), else one
-    pass; the tree's state `partial` when the sets' differ; fixable when any set's apply would fix."""
+    pass; tree-state, each set's own (a pass too: -v and JSON show every set judged, new-user 17, 4);
+    the tree's state `partial` when the sets' differ; fixable when any set's apply would fix."""
     first = results[0]
     by_check: dict[str, list[Finding]] = {}
     for finding in (f for r in results for f in r.findings):
         kept = by_check.setdefault(finding.check, [])
-        if finding.ok and kept:  # one pass says it; a failure is said by every set it concerns
+        if (
+            finding.check != TREE and finding.ok and kept
+        ):  # one pass says it; a failure is said by every set it concerns
             continue
-        if not finding.ok:
+        if finding.check != TREE and not finding.ok:
             kept[:] = [f for f in kept if not f.ok]
         if all((f.ok, f.message) != (finding.ok, finding.message) for f in kept):
             kept.append(finding)

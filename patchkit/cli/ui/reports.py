@@ -450,7 +450,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
     """What makes a set's status a failure, in a few words each (`guard`: the guard's refusal of
     the tree too)."""
     problems = [
-        f"{len(status.drifted)} file{'s' if len(status.drifted) > 1 else ''} drifted" if status.drifted else "",
+        _drift_said(status) if status.drifted else "",
         f"{sum(bool(p.problem) for p in status.patches)} patch(es) do not apply"
         if any(p.problem for p in status.patches)
         else "",
@@ -460,6 +460,13 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         "upstream regression" if status.upstream_regression else "",
     ]
     return [p for p in problems if p]
+
+
+def _drift_said(status: TreeStatus) -> str:
+    """ "1 file drifted", with the patches it no longer holds ("(0001-x no longer in it)")."""
+    many = len(status.drifted) > 1
+    lost = f" ({', '.join(status.lost)} no longer in {'them' if many else 'it'})" if status.lost else ""
+    return f"{len(status.drifted)} file{'s' if many else ''} drifted{lost}"
 
 
 def _check_fix(resolved: Resolved, status: TreeStatus) -> str:

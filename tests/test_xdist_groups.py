@@ -1,0 +1,48 @@
+"""`make test`'s `--dist loadgroup`: the tests that share a module's set-up run on one worker. If the
+grouping stops working (a pytest or xdist upgrade), nothing fails but each worker builds the set-up again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+
+SHARED = """
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def built():
+    with Path(os.environ["BUILDS"]).open("a") as builds:
+        builds.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_shares(built, n):
+    pass
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_alone(n):
+    pass
+"""
+
+
+def test_tests_that_share_a_module_fixture_build_it_once_under_loadgroup(tmp_path):
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ("xdist_groups",)\n')
+    (tmp_path / "test_shared.py").write_text(SHARED)
+    builds = tmp_path / "builds"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env |= {"PYTHONPATH": str(TESTS), "BUILDS": str(builds)}
+    args = ["-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "16 passed" in done.stdout, done.stdout + done.stderr
+    assert len(builds.read_text().splitlines()) == 1, builds.read_text()
