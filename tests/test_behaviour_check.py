@@ -79,6 +79,20 @@ def test_stock_files_that_fail_name_the_split_and_what_was_lost_in_80_columns(ru
             'import json\nprint(json.dumps({"ok": False, "runs": 0, "failed": 0, "error": "cannot load x"}))\nexit(2)\n',
             "not judged: cannot load x",
         ),
+        # audit 23 W3: a verdict that judged nothing is no pass
+        (
+            'import json\nprint(json.dumps({"ok": True, "runs": 0, "failed": 0, "error": None}))\n',
+            "exited 0: it judged nothing (no run)",
+        ),
+        # audit 23 W4: a pass with failures, or more failures than runs, contradicts itself
+        (
+            'import json\nprint(json.dumps({"ok": True, "runs": 5, "failed": 3, "failures": [], "error": None}))\n',
+            "exited 0: its verdict contradicts itself",
+        ),
+        (
+            'import json\nprint(json.dumps({"ok": False, "runs": 2, "failed": 7, "error": None}))\nexit(1)\n',
+            "exited 1: its verdict contradicts itself",
+        ),
     ],
 )
 def test_a_test_that_gives_no_verdict_is_a_warning_that_says_so(run, tmp_path, tree, judge, said):
@@ -176,3 +190,21 @@ def test_a_pass_with_the_stand_ins_where_vllms_classes_did_not_load_says_why_in_
     document = run("verify", "--python", python, "--patches", lib, "--format", "json")
     [found] = behaviour_results(document.stdout)
     assert found["ok"] and found["message"] == line.removeprefix("behaviour: ")
+
+
+def test_a_verdict_after_a_flood_of_output_is_still_read(run, tmp_path, tree):
+    """Audit 23 W6: only the first 16 MiB of a test's output were kept, so a failing verdict printed
+    after more was lost ("no JSON verdict") and verify passed. The verdict is the output's last line."""
+    flood = "for _ in range(20_000): print('y' * 1000)\n"  # 20 MB before the verdict
+    lib = library(tmp_path, tree, upstream=">=0.16.0", judge=flood + JUDGE)
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    [found] = behaviour_results(done.stdout)
+    assert (found["ok"], found["level"]) == (False, "error") and found["message"].startswith("3/8 runs differ"), found
+    assert done.exit_code == 1
+
+
+def test_a_flood_with_no_verdict_says_its_last_line_was_cut(run, tmp_path, tree):
+    lib = library(tmp_path, tree, upstream=">=0.16.0", judge="for _ in range(17_000): print('y' * 1024, end='')\n")
+    text = run("verify", "--target", tree, "--patches", lib)
+    said = " ".join(text.stdout.split())
+    assert "no JSON verdict on its last line (its output passed what patchkit keeps, and its last line was cut)" in said

@@ -33,7 +33,7 @@ from patchkit.base.fsutil import atomic_write, load_json_text
 from patchkit.base.hashing import sha256
 from patchkit.base.locks import seconds_from_env
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, remembered
-from patchkit.tree.target import WorkerFailed, run_script, vllm_metadata_dirs
+from patchkit.tree.target import WorkerFailed, flooded, run_script, vllm_metadata_dirs
 from patchkit.tree.version import release_version
 
 NAME = "behaviour"
@@ -210,7 +210,8 @@ def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judge
     try:
         document = load_json_text(lines[-1] if lines else "")
     except ValueError:
-        return f"{script.name} exited {status} with no JSON verdict on its last line"
+        flood = " (its output passed what patchkit keeps, and its last line was cut)" if flooded(out) else ""
+        return f"{script.name} exited {status} with no JSON verdict on its last line{flood}"
     try:
         return _validated(status, document)
     except ValueError as exc:
@@ -235,6 +236,10 @@ def _validated(status: int, document: object) -> Judged:
         raise ValueError("error is malformed")
     if (status == 0) != (document.get("ok") is True) or (status == 2) != (error is not None):
         raise ValueError("its verdict says otherwise")
+    if status != 2 and runs < 1:
+        raise ValueError("it judged nothing (no run)")
+    if status != 2 and not (0 <= failed <= runs and (failed == 0) == (status == 0)):
+        raise ValueError(f"its verdict contradicts itself ({failed}/{runs} failed, exit {status})")
     read = document.get("read") or []
     if not isinstance(read, list) or not all(isinstance(path, str) and os.path.isabs(path) for path in read):
         raise ValueError("read is malformed")

@@ -34,6 +34,7 @@ from patchkit.engine.guard import (
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
+from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
 
@@ -681,6 +682,7 @@ def run_checks(
 def run_upstream_checks(
     resolved: Resolved, *, import_probe: bool = True, verifying: Sequence[Check] = ()
 ) -> list[CheckResult]:
-    paths = upstream_check_paths(resolved.selection.patch_set)
+    # a series found in the stock files: its own files; else those of the set's newest series
+    paths = touched_paths(resolved.selection.patches) or upstream_check_paths(resolved.selection.patch_set)
     context = upstream_context(resolved, paths, import_probe=import_probe)
     return run_checks(context, verifying=verifying) if paths else []

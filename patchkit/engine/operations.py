@@ -561,6 +561,8 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
     declared = f"vLLM {patch_set.upstream}" if patch_set is not None and patch_set.upstream else "it"
     # as the set declares it: apply runs no check that would show this release holds the change
     said = f"nothing to patch in vLLM {version}: the set {resolved.set_name} declares that {declared} ships its change"
+    if resolved.selection.in_stock:  # found, not declared: its files are left as they are
+        said = f"nothing to patch in vLLM {version}: {resolved.selection.note} (its files left as they are)"
     result = ApplyResult(Outcome.UPSTREAM, said)
     settled, dropped, guard_changes, kept = _without_stale(root, read_state(root), version)
     if dropped and not dry_run:
@@ -870,7 +872,7 @@ def _revert_locked(
     view = View(root)
     restored = _restore_from_record(view, undo, patches, force=force)
     warnings += restored.notes
-    unrecorded, found_only = _unrecorded(undo, patches, only)
+    unrecorded, found_only = _unrecorded(undo, patches, only, root)
     plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
     unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
     if plan.conflicts:
@@ -1052,7 +1054,7 @@ def _recorded_modes(entries: list[Entry], changes: Changes) -> dict[str, int]:
     return modes
 
 
-def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> tuple[list[Patch], bool]:
+def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path) -> tuple[list[Patch], bool]:
     """The series' patches to reverse-apply: those the record does not cover (applied by hand), and
     whether only those of them found applied are (planned once: plan_revert's found_only).
     Reverse-applying a recorded one again could re-insert an insertion-only hunk. `revert` alone
@@ -1070,7 +1072,24 @@ def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None) -> tuple[li
         paths = {path for e in undo.entries for path in e.files}
         series = [p for p in patches if not any({f.path, f.source_path or f.path} & paths for f in p.files)]
         found_only = True
-    return [p for p in series if (p.name, p.sha256) not in recorded], found_only
+    stock = _stock_by_record(root, touched_paths(series))
+    # a file that matches vLLM's RECORD is stock (upstream's own fix, maybe): never reversed
+    kept = [p for p in series if (p.name, p.sha256) not in recorded and not stock & set(touched_paths([p]))]
+    return kept, found_only
+
+
+def _stock_by_record(root: Path, paths: list[str]) -> set[str]:
+    """Those of `paths` whose file is as the tree's vLLM RECORD lists it (none without a RECORD)."""
+    record = find_record(root)
+    if record is None or not paths:
+        return set()
+    try:
+        parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
+    except OSError:
+        return set()
+    if parsed is None:
+        return set()
+    return {path for path in paths if path in parsed.hashes and _as_recorded(root, path, parsed)}
 
 
 def refuse_unrevertable_record(resolved: Resolved, state: State) -> None:

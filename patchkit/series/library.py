@@ -299,6 +299,8 @@ class Selection:
     release: Release | None = None
     note: str | None = None
     patch_set: PatchSetDef | None = None  # None for ad-hoc --patch diffs
+    # upstream because the tree's stock files (as its RECORD lists them) already hold the series' change
+    in_stock: bool = False
 
 
 # set.toml's fields: the TOML types each may have, and whether it must be there

@@ -65,20 +65,27 @@ DRAIN = 1 << 20  # what a worker that exited left in its pipe, read without wait
 
 
 class _Output:
-    """What a worker wrote, bounded: the start (an answer on stdout) or the end (error output)."""
+    """What a worker wrote, bounded: the start (an answer on stdout) and its last ERROR_TAIL bytes (a
+    verdict on its last line, after a flood), or only the end (error output)."""
 
     def __init__(self, *, keep_head: bool) -> None:
-        self.keep_head, self.data = keep_head, bytearray()
+        self.keep_head, self.data, self.tail = keep_head, bytearray(), bytearray()
 
     def add(self, chunk: bytes) -> None:
         if self.keep_head:
-            self.data += chunk[: max(OUTPUT_LIMIT - len(self.data), 0)]
+            room = max(OUTPUT_LIMIT - len(self.data), 0)
+            self.data += chunk[:room]
+            self.tail += chunk[room:]
+            del self.tail[:-ERROR_TAIL]
         else:
             self.data += chunk
             del self.data[:-ERROR_TAIL]
 
     def text(self) -> str:
-        return self.data.decode("utf-8", "replace")
+        """The output kept; past OUTPUT_LIMIT, its end from a line's start follows the head on a line of its own."""
+        tail = self.tail[self.tail.find(b"\n") + 1 :] if len(self.tail) == ERROR_TAIL else self.tail
+        data = self.data + (b"\n" + tail if self.tail else b"")
+        return data.decode("utf-8", "replace")
 
 
 def _exchange(process: subprocess.Popen, request: bytes, output: IO[bytes], kept: _Output, deadline: float) -> None:

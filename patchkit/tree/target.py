@@ -298,6 +298,11 @@ def _process() -> ModuleType:
     return process
 
 
+def flooded(out: str) -> bool:
+    """Whether run_script's output is a script's head and end only (it wrote past OUTPUT_LIMIT)."""
+    return len(out) > _process().OUTPUT_LIMIT
+
+
 def run_script(python: str, script: Path, args: Sequence[str], *, timeout: float, isolated: bool) -> tuple[int, str]:
     """(exit status, standard output) of a set's script run by `python` (-B; -I when `isolated`), in
     its own session from /, killed with its children at the timeout (WorkerFailed, timed_out)."""

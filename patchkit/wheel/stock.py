@@ -47,16 +47,17 @@ from patchkit.fetch import (
     origin,
 )
 from patchkit.fetch.cache import (
+    PROJECT,
     Damaged,
     cache_write_error,
     clear_non_directories,
     entry_lock,
+    normalize_version,
     read_regular,
     remove_entry,
     write_cached,
 )
 from patchkit.fetch.download import Transferred, download_wheel
-from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress, without_userinfo
 from patchkit.fetch.pipconfig import PipSettings
 from patchkit.fetch.published import (

@@ -377,7 +377,7 @@ def verified_target_text(
         status,
         failures=[] if ui.verbose else fold(found),
         each=False,
-        context=_checked_as(verified),
+        context=_checked_as(verified, resolved),
         target=target,
     )
     if ui.verbose:  # every row, then what failed with its fix
@@ -395,6 +395,8 @@ def verified_target_text(
     if verified.ok and status.state == TreeState.NOT_APPLIED:
         # a dry check passing is no pass of the tree: the last line (what CI shows) says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
+    elif verified.ok and resolved.selection.in_stock:  # found, not declared: the set's range is the maintainer's
+        ui.verdict(f"verify: ok: {counted}; {in_stock_fix(resolved.vllm_version)}", ok=True)
     elif verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif status.upstream_regression:
@@ -419,8 +421,10 @@ def _without_version(verb: str) -> str:
     return f"{hints.command(verb, chosen=replace(hints.current(), vllm_version=None))} (the tree's own release)"
 
 
-def _checked_as(verified: VerifyResult) -> str:
+def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
     status = verified.status
+    if resolved.selection.in_stock:
+        return f"upstream: {resolved.selection.note}; the set's checks ran on them"
     if status.state == TreeState.UPSTREAM:
         return "upstream: this vLLM release ships the change; the set's checks ran on its stock files"
     if status.drifted:
@@ -479,6 +483,11 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
     if status.state == TreeState.UPSTREAM:
         return UPSTREAM_FIX
     return as_planned_fix()
+
+
+def in_stock_fix(version: object) -> str:
+    """A release whose stock files hold the set's change and pass its checks (issue 23's words)."""
+    return f"upstream may have fixed this in {version}: close the set's range"
 
 
 UPSTREAM_FIX = "nothing to apply: vLLM changed what the set checks; report the upstream regression"
