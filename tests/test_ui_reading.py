@@ -216,6 +216,30 @@ def test_a_drifted_set_gets_its_drift_fix_not_serve_without_it(fetched, tmp_path
 
 
 @pytest.mark.release
+def test_a_set_partly_applied_and_drifted_gets_the_drift_fix_that_apply_does_not_refuse(fetched, tmp_path):
+    """Review 13 M3: one file put back to stock and another edited: preflight's fix was `apply --set
+    eagle3` (the partial set's), which refuses the edited file and names revert --force: a loop."""
+    tree = tmp_path / "both"
+    shutil.copytree(fetched / "applied", tree)
+    spec, eagle = "vllm/config/speculative.py", "vllm/v1/spec_decode/eagle.py"
+    (tree / spec).write_bytes((fetched / "stock" / spec).read_bytes())
+    (tree / eagle).write_bytes((tree / eagle).read_bytes() + b"# edit\n")
+    launch = ["vllm", "serve", str(fetched / "models/dsv3"), "-tp", "4"]
+    launch += ["--speculative-config", PREFLIGHT_SPEC.replace("models/", f"{fetched}/models/")]
+    done = run_cli("preflight", "--target", tree, "--no-import", "--format", "json", "--", *launch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed = {f["check"]: f for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+    revert = f"`patchkit revert --target {tree} --set eagle3 --force`"
+    fix = f"run {revert} (it keeps a copy of your edits), then `patchkit apply --target {tree} --set eagle3`"
+    assert {f["fix"] for f in failed.values()} == {fix}, failed
+    assert "whitelist" in failed and "changed after patchkit" in failed["tree-state"]["message"], failed
+    # as pasted: the launch then passes
+    assert run_cli("revert", "--target", tree, "--set", "eagle3", "--force").returncode == 0
+    assert run_cli("apply", "--target", tree, "--set", "eagle3").returncode == 0
+    assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
+
+
+@pytest.mark.release
 def test_preflight_of_a_drifted_set_parses_the_record_no_more_than_inspect_did(fetched, tmp_path, monkeypatch, run):
     """Closing 16, work done twice: judging a drifted set as its fix leaves it read state.json again
     (and the guard's refusals, once per set), though inspect had read it for the same status."""

@@ -253,8 +253,9 @@ def inspect(
 
 
 def apply_finishes(status: TreeStatus) -> bool:
-    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
-    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
+    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict
+    and no drift (apply refuses an edited file: revert --force, then apply, is the fix there)."""
+    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL) or status.drifted:
         return False
     return status.state == TreeState.NOT_APPLIED or not status.plan.conflicts
 
