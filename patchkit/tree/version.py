@@ -122,7 +122,7 @@ def cut_short(root: Path) -> TargetError | None:
             return None
         said = f"{vllm} has no __init__.py, and there is no vllm-*.dist-info beside it"
     else:
-        said = "a `patchkit fetch --dest` there was cut short (killed, or the disk filled)"
+        said = "a `fetch --dest` there was cut short (killed, or the disk filled)"
     again = hints.command("fetch", *(release or "VERSION").split(), "--dest", str(root))
     return TargetError(
         f"cannot tell which vLLM version is in {root}: {said}, and the files that say which release it is are missing",
