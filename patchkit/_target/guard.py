@@ -20,8 +20,10 @@ wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import shlex
@@ -254,10 +256,6 @@ def _listed_by_others(site: str, paths: list[str]) -> set[str]:
 def _record_rows(path: str, paths: list[str]) -> list[tuple[str, str]]:
     """(path, its hash entry) for each row of `paths` a RECORD lists; none when it cannot be read
     plainly (as patchkit reads it: a symlink, a fifo, too large or not csv lists nothing)."""
-    # lazy: only a record naming a file patchkit created reads RECORDs (no shipped set creates one)
-    import csv
-    import io
-
     try:
         raw = _read_regular(path, MAX_RECORD_BYTES)
         rows = list(csv.reader(io.StringIO((raw or b"").decode("utf-8"))))
