@@ -152,7 +152,7 @@ def _cleanly_applying(tgt: Target, patch_set: PatchSetDef, version: Version) -> 
     tried = []
     for release, _newest in library.newest_first(patch_set, version):
         patches = release.read_patches(patch_set.roots)
-        series = f"{release.versions} [{release.directory.name}]"
+        series = f"{release.said()} [{release.directory.name}]"
         if patches and not dry_run(tgt.root, patches).conflicts:
             said = (
                 f"vLLM {version} is a build between releases: the series {series} is the newest "
