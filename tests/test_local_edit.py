@@ -41,7 +41,9 @@ def args(tree, library, *extra):
 def test_status_says_the_file_differs_from_stock_not_partly_applied(run, edited, library):
     data = json.loads(run("status", *args(edited, library), "--format", "json").stdout)
     assert data["state"] == "conflict"
-    assert re.search(rf"`patchkit fetch [^`]*0\.16\.0 --dest {edited} --force`.*then `patchkit apply", data["hint"]), data
+    assert re.search(rf"`patchkit fetch [^`]*0\.16\.0 --dest {edited} --force`.*then `patchkit apply", data["hint"]), (
+        data
+    )
     assert [p["state"] for p in data["patches"]] == ["conflict", "not-applied"]
     result = run("status", *args(edited, library))
     assert result.exit_code == 1
