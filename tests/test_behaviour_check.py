@@ -31,6 +31,7 @@ def library(tmp_path: Path, tree: Path, *, upstream: str | None = None, judge: s
     root = write_library(
         tmp_path / "lib",
         {"0.16.0": [make_patch(tmp_path, tree, {PARSER: FIXED})]},
+        versions={"0.16.0": "==0.15.0"} if upstream else None,  # upstream overlaps no series
         upstream=upstream,
     )
     (root / "demo" / "judge.py").write_text(judge)
@@ -58,7 +59,7 @@ def test_stock_files_that_fail_name_the_split_and_what_was_lost_in_80_columns(ru
     lib = library(tmp_path, tree, upstream=">=0.16.0")  # vLLM "ships" it: the stock file is judged
     text = run("verify", "--target", tree, "--patches", lib)
     assert text.exit_code == 1
-    line = next(line for line in text.stdout.splitlines() if line.startswith("behaviour: "))
+    line = next(line for line in text.stdout.splitlines() if "not judged: " in line)
     assert line == "behaviour: 3/8 runs differ; 2 tokens per delta: call 0 lost", line
     assert "    DemoParser [one call] 2 tokens per delta: call 0 lost" in text.stdout.splitlines()
     assert str(tree / PARSER) in (lib / "demo" / "ran").read_text()  # the file as it is
@@ -208,3 +209,23 @@ def test_a_flood_with_no_verdict_says_its_last_line_was_cut(run, tmp_path, tree)
     text = run("verify", "--target", tree, "--patches", lib)
     said = " ".join(text.stdout.split())
     assert "no JSON verdict on its last line (its output passed what patchkit keeps, and its last line was cut)" in said
+
+
+@pytest.mark.parametrize(
+    ("judge", "said"),
+    [
+        ("import vllm_that_is_not_here\n", "ModuleNotFoundError: No module named 'vllm_that_is_not_here'"),
+        # a flood of error output first: only its end is kept, and its last line is the one shown
+        (
+            "import sys\nfor _ in range(3000): sys.stderr.write('e' * 1000 + '\\n')\nraise SystemExit('boom' * 100)\n",
+            "it said: boomboom",
+        ),
+    ],
+)
+def test_a_test_that_crashes_is_shown_with_the_last_line_of_its_error_output(run, tmp_path, tree, judge, said):
+    """Audit 23 M2: a crash was `exited 1 with no JSON verdict`, its exception sent to /dev/null."""
+    lib = library(tmp_path, tree, upstream=">=0.16.0", judge=judge)
+    text = run("verify", "--target", tree, "--patches", lib)
+    shown = " ".join(text.stdout.split())
+    assert "judge.py exited 1 with no JSON verdict on its last line; it said: " in shown, text.stdout
+    assert said in shown and "eeeeeeeeee" not in shown, text.stdout

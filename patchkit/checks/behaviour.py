@@ -44,6 +44,7 @@ SHORT = 80 - len(f"{NAME}: ")  # the finding's line fits 80 columns
 SHOWN_FAILURES = 3
 RECORD_LIMIT = 8 << 20  # vLLM's RECORD is about 0.5 MB
 FILE_LIMIT = 64 << 20
+ERROR_LINE = 160  # of a crashed script's last error line, what its finding shows
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,9 @@ def _said_version_keys(script: Path, asked: list[str]) -> dict | None:
     if isinstance(recalled, dict):
         return recalled
     try:
-        status, out = run_script(sys.executable, script, ["--version-keys", *asked], timeout=_timeout(), isolated=True)
+        status, out, _ = run_script(
+            sys.executable, script, ["--version-keys", *asked], timeout=_timeout(), isolated=True
+        )
         lines = out.strip().splitlines()
         document = load_json_text(lines[-1] if status == 0 and lines else "")
     except (WorkerFailed, ValueError):
@@ -203,7 +206,7 @@ def _remember(key: str | None, judged: Judged) -> None:
 def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judged | str:
     """The script's verdict, or why there is none."""
     try:
-        status, out = run_script(python, script, [*args, "--json"], timeout=_timeout(), isolated=isolated)
+        status, out, errors = run_script(python, script, [*args, "--json"], timeout=_timeout(), isolated=isolated)
     except WorkerFailed as failed:
         return failed.message
     lines = out.strip().splitlines()
@@ -211,11 +214,17 @@ def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judge
         document = load_json_text(lines[-1] if lines else "")
     except ValueError:
         flood = " (its output passed what patchkit keeps, and its last line was cut)" if flooded(out) else ""
-        return f"{script.name} exited {status} with no JSON verdict on its last line{flood}"
+        return f"{script.name} exited {status} with no JSON verdict on its last line{flood}{_last_error(errors)}"
     try:
         return _validated(status, document)
     except ValueError as exc:
         return f"{script.name} exited {status}: {exc}"
+
+
+def _last_error(errors: str) -> str:
+    """The last line of a script's error output (a crash's exception), bounded: why it gave no verdict."""
+    lines = [line for line in errors.splitlines() if line.strip()]
+    return f"; it said: {fit(lines[-1], ERROR_LINE)}" if lines else ""
 
 
 def _timeout() -> float:
