@@ -229,3 +229,24 @@ def test_a_test_that_crashes_is_shown_with_the_last_line_of_its_error_output(run
     shown = " ".join(text.stdout.split())
     assert "judge.py exited 1 with no JSON verdict on its last line; it said: " in shown, text.stdout
     assert said in shown and "eeeeeeeeee" not in shown, text.stdout
+
+
+WRITING_JUDGE = (
+    "import json, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    if name.endswith('.py'):\n"
+    "        open(name, 'a').write('# judged\\n')\n"
+    'print(json.dumps({"ok": True, "runs": 1, "failed": 0, "failures": [], "error": None}))\n'
+)
+
+
+def test_a_test_that_writes_into_the_tree_it_judges_fails_verify_naming_the_file(run, tmp_path, tree):
+    """Audit 23 W5: verify said ok while the test edited the applied files; the next one found drift."""
+    lib = library(tmp_path, tree, judge=WRITING_JUDGE)
+    assert run("apply", "--target", tree, "--patches", lib).exit_code == 0
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    assert done.exit_code == 1, done.output
+    [found] = behaviour_results(done.stdout)
+    assert (found["ok"], found["path"]) == (False, PARSER) and "wrote into the file it judged" in found["message"]
+    text = run("verify", "--target", tree, "--patches", lib)
+    assert "patchkit status` says how to restore it" in " ".join(text.stdout.split()), text.stdout

@@ -70,7 +70,9 @@ class BehaviourCheck:
         if script is None or not files:
             return []
         if ctx.on_disk and ctx.root is not None:
-            return [judge(ctx, script, ctx.root, files)]
+            before = _contents(ctx.root, files)
+            judged = judge(ctx, script, ctx.root, files)
+            return [_wrote_into(script, ctx.root, before) or judged]
         with tempfile.TemporaryDirectory(prefix="patchkit-behaviour-") as scratch:
             for path in files:  # the planned contents, where the script can read them
                 content = ctx.read(path)
@@ -100,6 +102,32 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
         not_loaded = _within(str(installed.error) if isinstance(installed, Judged) else installed, root)
     judged = _run(sys.executable, script, [*paths, *version], isolated=True)
     return result(judged, "stand-ins for vLLM's classes", root, not_loaded=not_loaded)
+
+
+def _contents(root: Path, files: list[str]) -> dict[str, str | None]:
+    """The judged files' digests (None: unreadable), to see whether the test wrote into them."""
+    found: dict[str, str | None] = {}
+    for path in files:
+        try:
+            found[path] = _digest(root / path)
+        except OSError:
+            found[path] = None
+    return found
+
+
+def _wrote_into(script: Path, root: Path, before: dict[str, str | None]) -> CheckResult | None:
+    """A test that changed the tree's own files it judged: the tree is no longer as patched (the
+    guard refuses it next), so verify fails, naming the file; None when every file is as it was."""
+    changed = [path for path, digest in _contents(root, list(before)).items() if digest != before[path]]
+    if not changed:
+        return None
+    why = (
+        f"{script.name} changed {changed[0]} while judging it: `patchkit status` says how to restore it; "
+        "a behaviour test may write only outside the tree (docs/checks.md)"
+    )
+    return CheckResult(
+        NAME, changed[0], False, fit(f"{script.name} wrote into the file it judged"), ERROR, fit(why, 76 * 3)
+    )
 
 
 def version_keys(script: Path, versions: list[Version]) -> dict[Version, str]:
