@@ -8,7 +8,7 @@ DEMO_DIR ?= .cache/demo/vllm-$(DEMO_VERSION)
 PYTEST_ARGS ?=
 # pytest-xdist: WORKERS processes (the tests wait on subprocesses, Ray and the network as much as they
 # compute, so more than the cores); --dist loadgroup keeps the tests that share a module's set-up on one
-# (tests/conftest.py). WORKERS=0 runs them in this process.
+# (tests/xdist_groups.py). WORKERS=0 runs them in this process.
 WORKERS ?= 4
 XDIST := -n $(WORKERS) --dist loadgroup
 # Where PYTHONDONTWRITEBYTECODE is set (this machine), each pytest worker and each `python -m patchkit` the

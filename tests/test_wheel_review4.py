@@ -179,7 +179,7 @@ def test_the_stock_record_is_parsed_once_per_build(tmp_path, library, monkeypatc
 
 
 def test_a_version_of_two_numbers_is_the_release_of_three():
-    from patchkit.fetch.index import normalize_version
+    from patchkit.fetch.cache import normalize_version
 
     assert normalize_version("0.16") == "0.16.0"
     assert normalize_version(" 0.16 ") == "0.16.0"

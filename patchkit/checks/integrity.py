@@ -114,6 +114,9 @@ class IntegrityCheck:
     ) -> CheckResult:
         if stock is None:
             return self._result(path, False, f"missing, but {reference.label} lists it")
+        if current is not None and current != stock and reference.matches(path, current):
+            # the file as it is is stock: the release's own files already hold the series' change
+            return self._result(path, True, f"stock: matches {reference.label} (it already holds the series' change)")
         if reference.matches(path, stock):
             how = "" if stock == current else " once the series' patches already in place are undone"
             return self._result(path, True, f"stock: matches {reference.label}{how}")

@@ -29,11 +29,22 @@ from patchkit.engine.guard import (
     older_guard_notes,
     replace_fix,
     unrecorded_guard_notes,
+    unseen_guard_note,
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
+from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
-from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
+from patchkit.store.state import (
+    META_DIR,
+    Entry,
+    State,
+    is_adhoc,
+    meta_dir,
+    read_state,
+    recorded_patch_files,
+    shown_set,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
@@ -198,6 +209,13 @@ def inspect(
 ) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the
     checks (and `verifying`, the checks only verify runs: the set's behaviour test)."""
+    status = _inspect(resolved, check_upstream=check_upstream, import_probe=import_probe, verifying=verifying)
+    if resolved.target.guard_unseen:  # no guard can run there: said wherever the tree's state is
+        status.guard_notes.append(unseen_guard_note(resolved.target))
+    return status
+
+
+def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, verifying: Sequence[Check]) -> TreeStatus:
     kind = resolved.selection.kind
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
@@ -246,8 +264,9 @@ def inspect(
 
 
 def apply_finishes(status: TreeStatus) -> bool:
-    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict."""
-    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL):
+    """Whether `apply` brings the set whole from here: not applied, or partly applied with no conflict
+    and no drift (apply refuses an edited file: revert --force, then apply, is the fix there)."""
+    if status.plan is None or status.state not in (TreeState.NOT_APPLIED, TreeState.PARTIAL) or status.drifted:
         return False
     return status.state == TreeState.NOT_APPLIED or not status.plan.conflicts
 
@@ -424,8 +443,7 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         its = {path for path in entry.files if any(problem.startswith(f"{path} ") for problem in refused)}
         fixes.append(apply if its <= stock else f"{revert} (it keeps a copy of edits), then {apply}")
-    owners = ", ".join(entry.set_name for entry in named)
-    whose = f"set {owners}" if len(named) == 1 else f"the sets {owners}"
+    whose = " and ".join(shown_set(entry) for entry in named)
     left_stock = stock - {path for entry in named for path in entry.files}
     then = f"; then {hints.command('apply')} (for the files stock again)" if left_stock else ""
     return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
@@ -433,7 +451,7 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
 
 def selection_of(entry: Entry) -> Options:
     """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
-    if entry.set_name.startswith("adhoc-"):
+    if is_adhoc(entry.set_name):
         return hints.for_set(None, recorded_patch_files(entry))
     return hints.for_set(entry.set_name, library=None if _at_hand(entry.set_name) else entry.library)
 
@@ -669,6 +687,7 @@ def run_checks(
 def run_upstream_checks(
     resolved: Resolved, *, import_probe: bool = True, verifying: Sequence[Check] = ()
 ) -> list[CheckResult]:
-    paths = upstream_check_paths(resolved.selection.patch_set)
+    # a series found in the stock files: its own files; else those of the set's newest series
+    paths = touched_paths(resolved.selection.patches) or upstream_check_paths(resolved.selection.patch_set)
     context = upstream_context(resolved, paths, import_probe=import_probe)
     return run_checks(context, verifying=verifying) if paths else []

@@ -15,6 +15,7 @@ unsupported version) are raised.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ from patchkit.engine.guard import (
     remove_empty_cache,
     replaced_files,
     unreadable_by_others,
+    unseen_guard_note,
 )
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -135,6 +137,7 @@ class ApplyResult:
     written: bool = False  # the transaction was committed (and maybe rolled back since)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
+    recorded: bool = False  # found applied with no record of it, and recorded (or would be)
     # already applied, and the launch guard still refuses the tree: (why, the fix), as status says them
     guard_refuses: tuple[list[str], str] | None = None
 
@@ -238,6 +241,7 @@ class _Applying:
         return results
 
     def result(self, outcome: Outcome, message: str = "", **details: Any) -> ApplyResult:
+        details.setdefault("recorded", self.found_recorded)
         details.setdefault("guard_refuses", self.guard_refuses)
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
@@ -504,6 +508,9 @@ class _Applying:
             return self.without_guard(state)
         if not self.guard or no_guard:
             return {}, state
+        if self.resolved.target.guard_unseen:  # written, it would be claimed and inert (audit23 W2)
+            self.warn(unseen_guard_note(self.resolved.target))
+            return {}, state
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
@@ -556,6 +563,8 @@ def _settle_upstream(resolved: Resolved, *, dry_run: bool, watch: Watcher) -> Ap
     declared = f"vLLM {patch_set.upstream}" if patch_set is not None and patch_set.upstream else "it"
     # as the set declares it: apply runs no check that would show this release holds the change
     said = f"nothing to patch in vLLM {version}: the set {resolved.set_name} declares that {declared} ships its change"
+    if resolved.selection.in_stock:  # found, not declared: its files are left as they are
+        said = f"nothing to patch in vLLM {version}: {resolved.selection.note} (its files left as they are)"
     result = ApplyResult(Outcome.UPSTREAM, said)
     settled, dropped, guard_changes, kept = _without_stale(root, read_state(root), version)
     if dropped and not dry_run:
@@ -789,12 +798,20 @@ def revert_series(
     if result.saved:
         said = f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}"
         # the copies alone, never .patchkit/: the apply that usually follows records the tree there
-        said += f"; `rm -r {result.saved}` deletes them once not wanted"
+        said += f"; `{_deleting(result.saved)}` deletes them once not wanted"
         result.warnings.append(said)
         watch.warning(result.warnings[-1])
     if recovered:
         result.warnings.insert(0, recovered)
     return result
+
+
+def _deleting(saved: Path) -> str:
+    """The command that deletes the copies in `saved`, and saved/ with them when they are all it
+    holds (rmdir takes an empty directory only: another run's copies stay; newuser18 5e)."""
+    shown = shlex.join(["rm", "-r", str(saved)])
+    alone = [p.name for p in saved.parent.iterdir()] == [saved.name]
+    return f"{shown} && {shlex.join(['rmdir', str(saved.parent)])}" if alone else shown
 
 
 def _revert_unlocked(
@@ -1062,7 +1079,23 @@ def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path)
             for p in patches
             if not any({f.path, f.source_path or f.path} & paths for f in p.files) and _found_applied(root, p)
         ]
-    return [p for p in series if (p.name, p.sha256) not in recorded]
+    stock = _stock_by_record(root, touched_paths(series))
+    # a file that matches vLLM's RECORD is stock (upstream's own fix, maybe): never reversed
+    return [p for p in series if (p.name, p.sha256) not in recorded and not stock & set(touched_paths([p]))]
+
+
+def _stock_by_record(root: Path, paths: list[str]) -> set[str]:
+    """Those of `paths` whose file is as the tree's vLLM RECORD lists it (none without a RECORD)."""
+    record = find_record(root)
+    if record is None or not paths:
+        return set()
+    try:
+        parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
+    except OSError:
+        return set()
+    if parsed is None:
+        return set()
+    return {path for path in paths if path in parsed.hashes and _as_recorded(root, path, parsed)}
 
 
 def _found_applied(root: Path, patch: Patch) -> bool:

@@ -6,16 +6,17 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
-from patchkit.base.enums import SelectionKind
+from patchkit.base.enums import SelectionKind, StepState
 from patchkit.base.errors import NoPatchSet, TargetError
+from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
-from patchkit.distinfo import installed_wheel_reader
+from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import launch_refusal
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
-from patchkit.series.patchfile import Patch
-from patchkit.store.state import Entry, record_apply
+from patchkit.series.patchfile import Patch, touched_paths
+from patchkit.store.state import Entry, read_state, record_apply
 from patchkit.tree import target as target_mod
 from patchkit.tree import version as version_mod
 from patchkit.tree.target import Target
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from patchkit.distinfo.installed_wheel import Provenance
+    from patchkit.distinfo.record import Record
 
 
 @dataclass
@@ -95,9 +97,38 @@ def resolve(
     if sets is None:
         sets = library.load_library(library.locate(opts.library).path)
     patch_set = library.choose_set(sets, opts.set_name)
-    selection = _selection(tgt, patch_set, detected)
+    selection = _upstream_in_stock(tgt, _selection(tgt, patch_set, detected))
     notes = [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)
+
+
+def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
+    """A series whose change the tree's stock files already hold (each file as its RECORD lists it,
+    every patch found applied, no apply recorded): upstream merged it, so the set is upstream on this
+    tree, and apply and revert leave those files alone (a file that matches RECORD is stock)."""
+    if selection.kind != SelectionKind.PATCH or not selection.patches:
+        return selection
+    root = tgt.root
+    if read_state(root).entry(selection.set_name) is not None:
+        return selection
+    paths = touched_paths(selection.patches)
+    record, _why = installed_record(root, selection.version, paths)
+    if record is None or not all(_as_listed(root, path, record) for path in paths):
+        return selection
+    plan = dry_run(root, selection.patches)
+    if not plan.steps or any(step.state != StepState.ALREADY_APPLIED for step in plan.steps):
+        return selection
+    said = f"the stock files of vLLM {selection.version} already hold this set's change"
+    return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True)
+
+
+def _as_listed(root: Path, path: str, record: Record) -> bool:
+    """The file is there, a regular file, with the hash its RECORD lists."""
+    try:
+        data = read_file(root / path)
+    except OSError:
+        return False
+    return data is not None and path in record.hashes and record.matches(path, data)
 
 
 def _selection(tgt: Target, patch_set: PatchSetDef, detected: DetectedVersion) -> Selection:
@@ -121,7 +152,7 @@ def _cleanly_applying(tgt: Target, patch_set: PatchSetDef, version: Version) -> 
     tried = []
     for release, _newest in library.newest_first(patch_set, version):
         patches = release.read_patches(patch_set.roots)
-        series = f"{release.versions} [{release.directory.name}]"
+        series = f"{release.said()} [{release.directory.name}]"
         if patches and not dry_run(tgt.root, patches).conflicts:
             said = (
                 f"vLLM {version} is a build between releases: the series {series} is the newest "

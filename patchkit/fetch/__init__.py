@@ -24,7 +24,7 @@ imported lazily so importing this package stays cheap.
 The modules, one job each:
 
     release       release_tree(): the cache's answer, or a fetch under the release's lock
-    cache         the cache's layout, release.json, what is missing, where a member may go
+    cache         the cache's layout and key (the release number), release.json, what is missing, where a member may go
     index         vLLM's pages on the configured indexes, the releases they list
     wheel_choice  which file on the index is the release's wheel
     net           pip's settings, the HTTP session, what it cost (FetchStats)
@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.base.usercache import cache_dir
-    from patchkit.fetch.cache import cached_record
-    from patchkit.fetch.index import available_versions, normalize_version, reuse_index_pages
+    from patchkit.fetch.cache import cached_record, normalize_version
+    from patchkit.fetch.index import available_versions, reuse_index_pages
     from patchkit.fetch.net import FetchStats
     from patchkit.fetch.release import release_tree
     from patchkit.fetch.sdist import release_sdist
@@ -56,7 +56,7 @@ _WHERE = {
     "cache_dir": "patchkit.base.usercache",
     "cached_record": "patchkit.fetch.cache",
     "last_fetch_stats": "patchkit.fetch.release",
-    "normalize_version": "patchkit.fetch.index",
+    "normalize_version": "patchkit.fetch.cache",
     "release_sdist": "patchkit.fetch.sdist",
     "release_tree": "patchkit.fetch.release",
     "reuse_index_pages": "patchkit.fetch.index",

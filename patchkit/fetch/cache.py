@@ -19,6 +19,8 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError
 from patchkit.base.fsutil import NO_SPACE, all_safe, atomic_write, load_json_text, unsafe_reason
@@ -26,7 +28,6 @@ from patchkit.base.hashing import stream_sha256
 from patchkit.base.locks import held
 from patchkit.base.usercache import cache_dir
 from patchkit.distinfo.record import parse_record, record_hash
-from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import without_userinfo
 
 STATE_FILE = "release.json"
@@ -37,6 +38,26 @@ MAX_STATE_BYTES = 16 << 20  # a vLLM wheel's member list is ~0.3 MB; anything th
 STATE_SEAL_KIND = "release-state"
 
 State = dict[str, Any]  # release.json: wheel, url, index, sha256, members, dist_info, present, absent, record_sha256
+
+
+PROJECT = "vllm"
+_RELEASE_NUMBERS = 3  # vLLM's releases: major.minor.patch
+
+
+def normalize_version(version: str) -> str:
+    """The release number in PEP 440's normal form (the cache key), with three numbers at least as
+    vLLM's releases have (0.16 is 0.16.0, as pip finds it: the same version); BadInput for anything else."""
+
+    try:
+        parsed = Version(str(version).strip())
+    except InvalidVersion:
+        raise BadInput(f"not a valid vLLM version: {version!r}", hint="use a release number such as 0.16.0") from None
+    if len(parsed.release) >= _RELEASE_NUMBERS:
+        return str(parsed)
+    padded = ".".join(map(str, (*parsed.release, *[0] * (_RELEASE_NUMBERS - len(parsed.release)))))
+    epoch = f"{parsed.epoch}!" if parsed.epoch else ""
+    suffix = str(parsed)[len(parsed.base_version) :]  # pre, post, dev and local parts, as normalized
+    return str(Version(epoch + padded + suffix))
 
 
 class Damaged(Exception):

@@ -11,6 +11,7 @@ from pathlib import Path
 from patchkit.base.errors import FetchError
 from patchkit.distinfo.record import parse_record
 from patchkit.fetch.cache import (
+    PROJECT,
     Damaged,
     State,
     clear_in_the_way,
@@ -21,7 +22,6 @@ from patchkit.fetch.cache import (
     trusted_record,
     write_cached,
 )
-from patchkit.fetch.index import PROJECT
 from patchkit.fetch.net import Progress
 from patchkit.fetch.zipread import WheelSource
 

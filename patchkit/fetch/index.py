@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base.errors import BadInput, FetchError, IndexNotRead, NoIndex
+from patchkit.base.errors import FetchError, IndexNotRead, NoIndex
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
+from patchkit.fetch.cache import PROJECT
 from patchkit.fetch.net import Progress, is_http, redact
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,32 +22,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from patchkit.fetch.pipconfig import PipSettings
 
-PROJECT = "vllm"
-
 Pages = list[tuple[str, Any]]  # (index url, pypi_simple.ProjectPage)
 
 _reused_pages: dict[tuple[str, ...], tuple[Pages, list[str]]] | None = None  # see reuse_index_pages()
 _reused_pages_lock = threading.Lock()
 _reused_versions: list[Version] | None = None  # available_versions' answer within reuse_index_pages()
-
-
-_RELEASE_NUMBERS = 3  # vLLM's releases: major.minor.patch
-
-
-def normalize_version(version: str) -> str:
-    """The release number in PEP 440's normal form (the cache key), with three numbers at least as
-    vLLM's releases have (0.16 is 0.16.0, as pip finds it: the same version); BadInput for anything else."""
-
-    try:
-        parsed = Version(str(version).strip())
-    except InvalidVersion:
-        raise BadInput(f"not a valid vLLM version: {version!r}", hint="use a release number such as 0.16.0") from None
-    if len(parsed.release) >= _RELEASE_NUMBERS:
-        return str(parsed)
-    padded = ".".join(map(str, (*parsed.release, *[0] * (_RELEASE_NUMBERS - len(parsed.release)))))
-    epoch = f"{parsed.epoch}!" if parsed.epoch else ""
-    suffix = str(parsed)[len(parsed.base_version) :]  # pre, post, dev and local parts, as normalized
-    return str(Version(epoch + padded + suffix))
 
 
 def available_versions() -> list[Version]:

@@ -27,9 +27,18 @@ from patchkit.base import hints, seal
 from patchkit.base.errors import BadInput, FetchError
 from patchkit.base.usercache import cache_dir
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
-from patchkit.fetch.cache import Damaged, cached_record, load_state, read_regular, release_root, state_sealed
+from patchkit.fetch.cache import (
+    PROJECT,
+    Damaged,
+    cached_record,
+    load_state,
+    normalize_version,
+    read_regular,
+    release_root,
+    state_sealed,
+)
 from patchkit.fetch.extract import find_record_name
-from patchkit.fetch.index import PROJECT, normalize_version, read_project_pages
+from patchkit.fetch.index import read_project_pages
 from patchkit.fetch.net import redact
 from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel
 

@@ -34,13 +34,13 @@ from patchkit.fetch.cache import (
     load_state,
     missing,
     new_state,
+    normalize_version,
     release_root,
     remove_entry,
     save_state,
 )
 from patchkit.fetch.download import download_wheel
 from patchkit.fetch.extract import extract
-from patchkit.fetch.index import normalize_version
 from patchkit.fetch.net import FetchStats, Progress
 from patchkit.fetch.published import other_file, pinned_sha256
 from patchkit.fetch.ranges import RangeUnavailable, RemoteWheel

@@ -25,17 +25,19 @@ from patchkit.base.errors import FetchError
 from patchkit.base.usercache import cache_dir
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
+    PROJECT,
     Damaged,
     cache_write_error,
     clear_non_directories,
     entry_lock,
     file_sha256,
+    normalize_version,
     read_regular,
     remove_entry,
     write_cached,
 )
 from patchkit.fetch.download import download_wheel
-from patchkit.fetch.index import PROJECT, no_project_error, normalize_version, project_pages
+from patchkit.fetch.index import no_project_error, project_pages
 from patchkit.fetch.net import Progress, redact, without_userinfo
 
 SCHEMA = 1

@@ -12,7 +12,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import FetchError
-from patchkit.fetch.index import PROJECT, Pages, no_project_error, project_pages
+from patchkit.fetch.cache import PROJECT
+from patchkit.fetch.index import Pages, no_project_error, project_pages
 from patchkit.fetch.net import Progress, redact
 
 if TYPE_CHECKING:  # pragma: no cover

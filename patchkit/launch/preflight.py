@@ -721,14 +721,14 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     if status.state == TreeState.NOT_APPLIED:
         message = f"the {resolved.set_name} series is not applied to vLLM {version}"
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
+    if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
+        files = ", ".join(status.drifted)
+        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     if status.state == TreeState.PARTIAL:
         message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
         if apply_finishes(status):
             return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
         return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
-    if status.drifted:
-        files = ", ".join(status.drifted)
-        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     stale = _stale_bytecode(resolved, status)
     if stale:
         return Finding(TREE, False, f"stale bytecode: {stale}", f"run {hints.command('apply', '--force')}")

@@ -47,16 +47,17 @@ from patchkit.fetch import (
     origin,
 )
 from patchkit.fetch.cache import (
+    PROJECT,
     Damaged,
     cache_write_error,
     clear_non_directories,
     entry_lock,
+    normalize_version,
     read_regular,
     remove_entry,
     write_cached,
 )
 from patchkit.fetch.download import Transferred, download_wheel
-from patchkit.fetch.index import PROJECT, normalize_version
 from patchkit.fetch.net import Progress, without_userinfo
 from patchkit.fetch.pipconfig import PipSettings
 from patchkit.fetch.published import (
@@ -241,6 +242,14 @@ def vouched_cached_wheel(version: str, platform: str | None) -> Path | None:
             if pin is not None and not isinstance(_intact(root, f"{ver}/{name}", name, pin.sha256), str):
                 return root / name
     return None
+
+
+def is_sealed_cached(version: str, wheel: str, sha256: str, fd: int) -> bool:
+    """Whether the open file is the cache's own wheel of that name, still the file that hashed to
+    `sha256` (its .seal names the open file's identity): `wheel FILE` of it need not hash it again."""
+    ver = normalize_version(version)
+    root = cache_dir() / "wheels" / ver
+    return _sealed_identity(root, f"{ver}/{wheel}", wheel, sha256) == file_identity(os.fstat(fd))
 
 
 def _from_a_configured_index(

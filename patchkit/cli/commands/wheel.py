@@ -14,7 +14,7 @@ from patchkit.cli.commands.options import format_option, output_options, patch, 
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.reports import show_checks
 from patchkit.engine.resolve import several
-from patchkit.fetch.index import normalize_version
+from patchkit.fetch.cache import normalize_version
 from patchkit.series.library import UNSUPPORTED, UPSTREAM, choose_sets, load_chosen, load_library, locate, select
 from patchkit.wheel.build import WheelResult, build_patched_wheel, nothing_to_patch
 from patchkit.wheel.stock import checked_stock_wheel, vouched_cached_wheel
