@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from helpers import LIBRARY, Releases, lay_out_release
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.releases.files import files_for
@@ -37,18 +36,15 @@ def as_upstream(tmp_path: Path, set_name: str) -> Path:
     library = tmp_path / "lib"
     shutil.copytree(LIBRARY / set_name, library / set_name)
     manifest = library / set_name / "set.toml"
-    text = RELEASE_ENTRY.sub(_below_016, manifest.read_text())  # upstream may not overlap a series
+    text = manifest.read_text()
+    for index in range(text.count("[[releases]]")):  # upstream may not overlap a series: each moved below 0.16.0
+        text = RELEASE_VERSIONS.sub(f'[[releases]]\nversions = "==0.0.{index}"  # was \\1', text, count=1)
     manifest.write_text('upstream = ">=0.16.0"\n' + text.replace("upstream = ", "# upstream = "))
     return library
 
 
-RELEASE_ENTRY = re.compile(r'\[\[releases\]\]\nversions = "([^"]*)"[^\n]*\ndir = "[^"]*"[^\n]*\n')
-LATER = [f"0.{minor}.{patch}" for minor in range(16, 60) for patch in range(4)]
-
-
-def _below_016(entry: re.Match) -> str:
-    """A [[releases]] entry kept when it covers only releases before 0.16.0."""
-    return "" if any(SpecifierSet(entry[1]).contains(v) for v in LATER) else entry[0]
+# a [[releases]] entry's range not yet moved (the newest series stays the last entry: the files judged)
+RELEASE_VERSIONS = re.compile(r'\[\[releases\]\]\nversions = "((?!==0\.0\.)[^"]*)"')
 
 
 @pytest.mark.parametrize(("set_name", "runs"), [(DEEPSEEK, 170), (KIMI, 70)])
