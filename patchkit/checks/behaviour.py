@@ -28,7 +28,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.base import fsutil
+from patchkit.base import fsutil, hints
 from patchkit.base.fsutil import atomic_write, load_json_text
 from patchkit.base.hashing import sha256
 from patchkit.base.locks import seconds_from_env
@@ -122,11 +122,11 @@ def _wrote_into(script: Path, root: Path, before: dict[str, str | None]) -> Chec
     if not changed:
         return None
     why = (
-        f"{script.name} changed {changed[0]} while judging it: `patchkit status` says how to restore it; "
-        "a behaviour test may write only outside the tree (docs/checks.md)"
+        f"{script.name} changed {changed[0]} while judging it (a behaviour test may write only outside the"
+        f" tree, docs/checks.md): {hints.command('status')} says how to restore it"
     )
     return CheckResult(
-        NAME, changed[0], False, fit(f"{script.name} wrote into the file it judged"), ERROR, fit(why, 76 * 3)
+        NAME, changed[0], False, fit(f"{script.name} wrote into the file it judged"), ERROR, fit(why, 76 * 5)
     )
 
 
