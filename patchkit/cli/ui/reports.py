@@ -19,6 +19,7 @@ from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 from patchkit.engine.guard import refusal_text
 from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, stale_said
+from patchkit.engine.resolve import in_stock_fix
 from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -419,7 +420,9 @@ def verified_target_text(
         # a dry check passing is no pass of the tree: the last line (what CI shows) says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
     elif verified.ok and resolved.selection.in_stock:  # found, not declared: the set's range is the maintainer's
-        ui.verdict(f"verify: ok: {counted}; {in_stock_fix(resolved.vllm_version)}", ok=True)
+        ui.verdict(
+            f"verify: ok: {counted}; {in_stock_fix(resolved.vllm_version, resolved.selection.patch_set)}", ok=True
+        )
     elif verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif status.upstream_regression:
@@ -521,11 +524,6 @@ def _upstream_fix(resolved: Resolved) -> str:
         f"first try {retry}, RELEASE the release it derives from (the last before {base}); "
         "if that fails too, report the upstream regression"
     )
-
-
-def in_stock_fix(version: object) -> str:
-    """A release whose stock files hold the set's change and pass its checks (issue 23's words)."""
-    return f"upstream may have fixed this in {version}: close the set's range"
 
 
 UPSTREAM_FIX = "nothing to apply: vLLM changed what the set checks; report the upstream regression"
