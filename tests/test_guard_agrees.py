@@ -765,7 +765,8 @@ def test_an_edited_guard_whose_record_was_rewritten_fails_without_saying_it_refu
     state = tree.state()
     state["guard"]["patchkit_guard.py"] = sha(module.read_text())
     tree.write_state(state)
-    status = tree.cli("status")
-    assert status.returncode == 1, status.stdout + status.stderr
-    said = " ".join((status.stdout + status.stderr).split())
-    assert "the installed launch guard is not this patchkit's" in said and "refuses the tree" not in said, said
+    for command in ("status", "verify"):
+        done = tree.cli(command, *(["--no-import"] if command == "verify" else []))
+        assert done.returncode == 1, done.stdout + done.stderr
+        said = " ".join((done.stdout + done.stderr).split())
+        assert "the installed launch guard is not this patchkit's" in said and "refuses the tree" not in said, said
