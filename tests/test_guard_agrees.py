@@ -770,3 +770,36 @@ def test_an_edited_guard_whose_record_was_rewritten_fails_without_saying_it_refu
         assert done.returncode == 1, done.stdout + done.stderr
         said = " ".join((done.stdout + done.stderr).split())
         assert "the installed launch guard is not this patchkit's" in said and "refuses the tree" not in said, said
+
+
+def _symlink_out(tree: Tree, rel: str) -> Path:
+    """Move site/rel out of the tree and leave a symlink to it in its place; the moved copy."""
+    moved = tree.site.parent / "elsewhere" / rel.replace("/", "_")
+    moved.parent.mkdir(exist_ok=True)
+    (tree.site / rel).rename(moved)
+    (tree.site / rel).symlink_to(moved)
+    return moved
+
+
+@pytest.mark.parametrize("rel", [SPEC, "vllm/config"], ids=["file", "directory"])
+def test_a_patched_file_reached_through_a_symlink_gets_the_fix_that_replaces_it(tmp_path, rel):
+    """Review 13 M2: preflight and run named `apply` for a recorded file reached through a symlink,
+    and apply refuses to write through one (exit 2). The fix is the hand repair status names: a real
+    file (or directory) in the symlink's place; following it, the launch passes."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    moved = _symlink_out(tree, rel)
+    what = "a real directory holding a copy of what it points to" if rel == "vllm/config" else "a copy of the file"
+    for command in ("preflight", "run"):
+        done = tree.launch(command)
+        said = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode == 1 and f"replace the symlink {tree.site / rel} with {what}" in said, said
+        assert "patchkit apply" not in said, said
+    status = tree.cli("status")
+    assert status.returncode == 2 and f"replace the symlink {tree.site / rel} with {what}" in " ".join(status.stderr.split())
+    (tree.site / rel).unlink()
+    if rel == "vllm/config":
+        shutil.copytree(moved, tree.site / rel)
+    else:
+        shutil.copy2(moved, tree.site / rel)
+    assert tree.cli("status").returncode == 0 and tree.launch("preflight").returncode == 0

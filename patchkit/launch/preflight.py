@@ -705,6 +705,8 @@ def _guard_refusal(status: TreeStatus) -> Finding:
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
+    if status.guard and status.symlink_fix:  # a symlink on the way: what else is found follows from it
+        return _guard_refusal(status)
     finding = _state_finding(resolved, status)
     if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
         return _guard_refusal(status)
