@@ -11,6 +11,7 @@ import dataclasses
 import importlib.machinery
 import json
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,11 +146,11 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     )
     if own_setting:
         fix = (
-            f"check the tree the launch imports (--target {runs}), or launch without the environment or "
+            f"check the tree the launch imports (--target {shlex.quote(str(runs))}), or launch without the environment or "
             "working directory that puts it first"
         )
     else:
-        fix = f"check the tree the command runs (--python {python}), or launch the checked tree's own vllm"
+        fix = f"check the tree the command runs (--python {shlex.quote(str(python))}), or launch the checked tree's own vllm"
     return Finding(LAUNCH_TARGET, False, message, fix)
 
 
