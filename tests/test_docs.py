@@ -68,6 +68,14 @@ def test_the_readme_is_short():
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 200
 
 
+def test_the_readme_says_where_hf_comes_from_where_it_names_it():
+    """newuser17 5d: the README named `hf download` and nothing of `hf`, which is huggingface_hub's
+    (not patchkit's); it says so as preflight's hints do."""
+    said = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "`hf download" in said
+    assert "`hf` comes with huggingface_hub" in said and "`pipx run --spec huggingface_hub hf download" in said
+
+
 def test_every_shell_example_is_run_or_says_why_not():
     unmarked = [
         f"{b.page.relative_to(ROOT)}:{b.line}"

@@ -169,8 +169,9 @@ def test_offline_a_model_with_no_cached_snapshot_is_refused_as_vllm_refuses_it(t
         "revision-not-cached": ["vllm", "serve", "lab/served", "--revision", "v2"],
         "tokenizer-not-cached": ["vllm", "serve", "lab/served", "--tokenizer", "lab/absent"],
     }.get(where, ["vllm", "serve", "lab/served"])
-    with pytest.raises(TargetError, match="HF_HUB_OFFLINE"):
+    with pytest.raises(TargetError, match="HF_HUB_OFFLINE") as refused:
         read_models(*argv, variables=variables)
+    assert "`hf` comes with huggingface_hub" in str(refused.value.hint)  # newuser17 5d: every `hf` hint says it
     variables["HF_HUB_OFFLINE"] = "0"  # online, vLLM reads these (redirected, or from transformers' cache)
     if where == "transformers-cache-only":
         assert read_models(*argv, variables=variables)[0].get("hidden_size") == 7168

@@ -361,6 +361,20 @@ def test_refresh_outside_a_workspace_is_bad_input(run, tmp_path):
     result = run("refresh", tmp_path)
     assert result.exit_code == 2
     assert "not inside a patchkit workspace" in result.output
+    assert "create one with `patchkit workspace VERSION`" in result.output
+
+
+def test_workspace_says_its_next_step_as_one_command_and_refresh_above_it_names_it(run, library, tmp_path):
+    """newuser17 5a: `next` split the refresh command across lines, bare; its first line alone, run
+    where workspace was run, said "not inside a patchkit workspace … create one", though one was there."""
+    made = run("workspace", "0.16.0", tmp_path / "ws", "--patches", library)
+    assert made.exit_code == 0, made.output
+    assert f"next       edit the files, then: `patchkit refresh {tmp_path / 'ws'}`" in made.output, made.output
+    above = run("refresh", tmp_path)
+    assert above.exit_code == 2, above.output
+    said = " ".join(above.output.split())
+    assert f"it holds {tmp_path / 'ws'}" in said and f"`patchkit refresh {tmp_path / 'ws'}`" in said, said
+    assert "create one" not in said, said
 
 
 def test_refresh_splits_a_file_two_patches_change(run, tmp_path, releases):

@@ -848,6 +848,9 @@ def test_a_revision_not_cached_is_fetched_as_its_config_alone_at_that_revision(s
     assert_clean_failure(done, 4)
     said = " ".join((done.stdout + done.stderr).split())
     assert "`hf download lab/ds config.json --revision v2`" in said and "huggingface-cli" not in said, said
+    # where `hf` comes from, as the missing model's hint says it (newuser17 5d)
+    pipx = "`pipx run --spec huggingface_hub hf download lab/ds config.json --revision v2`"
+    assert "`hf` comes with huggingface_hub" in said and pipx in said, said
     # newuser15 8: counted as failed, so never worded "cannot judge"
     assert "models: model 'lab/ds' not found at revision v2: the cache holds no config.json" in said, said
     assert "cannot judge" not in said and "checks failed" in said, said
@@ -1338,6 +1341,7 @@ def test_a_command_wider_than_the_terminal_is_continued_between_its_words(setup,
     wide = [line.strip().removesuffix(" \\") for line in shown.splitlines() if len(line) > 80]
     assert all(" " not in word for word in wide), shown
     pasted = re.sub(r" \\\n\s*", " ", shown)  # the shell joins a line ending in ` \` with the next
+    pasted = pasted.replace("\\\n", "")  # and a word broken by a bare `\` (wider than a line: 11m)
     assert f"`pipx run --spec huggingface_hub hf download {model} config.json`" in pasted, shown
     assert f"`patchkit apply --target {tree} --patches {library}`" in pasted, shown
 

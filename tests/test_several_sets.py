@@ -196,13 +196,19 @@ def test_status_shows_each_set_and_one_overall_state(run, tree, library):
         ("spec", "not-applied"),
         ("old", "upstream"),
     ]
+    # an upstream set is counted as such, not as one missing (newuser17 5c: "0 of 3"); and a stock
+    # tree's status says what applies the rest (newuser18 5d)
+    stock = run("status", "--target", tree, "--patches", library)
+    assert "status: not-applied: 0 of 2 set(s) applied; 1 upstream (old)" in stock.output, stock.output
+    said = " ".join(stock.output.split())
+    assert f"note: none is applied: `patchkit apply --target {tree} --patches {library}` applies them" in said
 
     assert run("apply", "--target", tree, "--patches", library, "--set", "spec").exit_code == 0
     text = run("status", "--target", tree, "--patches", library)
     # spec applied, model left out on purpose (`apply --set spec`): the tree is what was chosen, exit 0,
     # and model is a note with the command that applies it (new-user 14 item 4)
     assert text.exit_code == 0, text.output
-    assert "status: applied: 1 of 3 set(s) applied (spec); not chosen: model" in text.output
+    assert "status: applied: 1 of 2 set(s) applied (spec); 1 upstream (old); not chosen: model" in text.output
     said = " ".join(text.output.split())
     assert (
         f"note: no apply chose model; to apply it: `patchkit apply --target {tree} --patches {library} --set model`"
@@ -224,7 +230,7 @@ def test_status_fails_a_set_an_apply_chose_and_stopped_before(run, tree, library
     assert read_state(tree).chosen == ("model", "spec", "old")
     text = run("status", "--target", tree, "--patches", library)
     assert text.exit_code == 1, text.output
-    assert "status: FAILED: 1 of 3 set(s) applied (model), not spec" in text.output
+    assert "status: FAILED: 1 of 2 set(s) applied (model), not spec; 1 upstream (old)" in text.output
     assert "not chosen" not in text.output
     used = f"if your launches use only model: `patchkit status --target {tree} --patches {library} --set model`"
     assert used in " ".join(text.output.split())
@@ -245,7 +251,9 @@ def test_status_exit_code_is_the_worst_sets(run, tree, library):
     assert [s["drifted"] for s in json_of(result)["sets"]] == [[MODEL], [], []]
     text = run("status", "--target", tree, "--patches", library)
     assert text.exit_code == 1, text.output
-    assert "status: FAILED: applied: 2 of 3 set(s) applied (model, spec)" in text.output  # FAILED leads (review 6 L2)
+    assert (
+        "status: FAILED: applied: 2 of 2 set(s) applied (model, spec); 1 upstream (old)" in text.output
+    )  # FAILED leads (review 6 L2)
 
 
 def test_verify_judges_every_covering_set(run, tree, library):
@@ -807,5 +815,32 @@ def test_a_vllm_version_naming_another_release_is_said_once_not_per_set(run, lib
     said = [line for line in lines if line.startswith("version: --vllm-version says 0.16.0")]
     fixes = [line for line in lines if line.startswith("  fix: ") and "(the tree's own release)" in line]
     assert len(said) == 1 and len(fixes) == 1, done.output
+    assert done.output.count("--vllm-version says") == 1, done.output  # newuser17 5f: not in the verdict too
     assert "verify: FAILED: --vllm-version names another release than the tree's (above)" in lines, done.output
     assert lines[-1] == "verify: FAILED: model, spec (the other 1 set(s) pass)", done.output
+
+
+def test_a_patch_apply_is_named_by_its_files_listed_in_status_and_its_revert_said_plainly(run, tree, library, scratch):
+    """newuser18 5c, newuser19 3a: a --patch apply showed as `adhoc-<hex>` (status's fix), status
+    listed the library's sets alone, and a plain revert refused with a hint that did not say why."""
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    created = scratch / "create.diff"
+    created.write_bytes(make_patch(scratch, tree, {"vllm/extra.py": "X = 1\n"}))
+    assert run("apply", "--target", tree, "--patch", created).exit_code == 0
+    status = run("status", "--target", tree, "--patches", library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 0 and "adhoc-" not in said, status.output
+    by_it = f"--target {tree} --patch {created}"
+    assert f"patch --patch file create.diff recorded (1 file(s)): `patchkit status {by_it}` judges it" in said, said
+
+    (tree / "vllm/extra.py").unlink()  # the guard refuses it: its fix names the file, not adhoc-<hex>
+    status = run("status", "--target", tree, "--patches", library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 1 and "adhoc-" not in said, status.output
+    assert "the refused files belong to the --patch file create.diff: run `patchkit apply" in said, said
+    assert run("apply", "--target", tree, "--patch", created).exit_code == 0
+
+    plain = run("revert", "--target", tree, "--patches", library)
+    said = " ".join(plain.output.split())
+    assert plain.exit_code == 2 and "adhoc-" not in said, plain.output
+    assert "a revert deletes a created file only when you name the patch that created it" in said, said

@@ -216,9 +216,45 @@ def test_fitted_text_wraps_at_spaces_with_a_hanging_indent():
     assert fitted(f"fix: run {wider} now", 40, shorten=True) == [
         "fix: run",
         "  `patchkit apply --target \\",
-        f"{path}`",  # wider than a line: from the first column, whole (the terminal folds it)
+        "  /a/path/\\",  # wider than the terminal: broken after a /, the shell joins it again (11m)
+        "d" * 80 + "/\\",  # a piece with nowhere to break: whole (the terminal folds it)
+        "to/copy`",
         "  now",
     ]
+
+
+def _pasted(lines: list[str], tmp_path: Path) -> list[str]:
+    """The words bash runs for the command a person selects between the backquotes of `lines`."""
+    pasted = "\n".join(lines).split("`")[1]
+    echo = tmp_path / "words.py"
+    echo.write_text("import sys, json\nprint(json.dumps(sys.argv[1:]))\n")
+    shell = subprocess.run(
+        ["bash", "-c", f"{sys.executable} {echo} " + pasted], capture_output=True, text=True, check=True
+    )
+    return json.loads(shell.stdout)
+
+
+def test_a_wrapped_command_never_ends_a_line_between_an_option_and_its_value(tmp_path):
+    """newuser18 5f, newuser19 3e: a stock tree's merged fix wrapped as `… --set eagle3 --set \\` /
+    `kimi-k2-tool-calls`: a line ends between arguments only."""
+    words = ["patchkit", "apply", "--target", "/tmp/nu18/work/stockp", "--set", "eagle3", "--set", "kimi-k2-tool-calls"]
+    lines = fitted(f"fix (all 5 above): run `{shlex.join(words)}`", 80, first=2, indent=7, shorten=True)
+    assert all(len(line) <= 80 for line in lines) and len(lines) == 3, lines
+    assert not any(re.search(r"(--set|--target) \\$", line) for line in lines), lines
+    assert lines[-1].strip() == "--set kimi-k2-tool-calls`", lines
+    assert _pasted(lines, tmp_path) == words
+
+
+def test_a_file_name_wider_than_the_terminal_is_broken_where_a_pasted_command_still_works(tmp_path):
+    """11m (newuser16 6e, newuser17 5g): the patched wheel's ~99-character file name and its path
+    were folded mid-word by the terminal; broken after a / or a - + . _ with a `\\` and no
+    indent, bash joins the pieces into the one path."""
+    name = "vllm-0.16.0+patchkit.eagle3.deepseek.tool.calls.kimi.k2.tool.calls-cp38-abi3-manylinux1_x86_64.whl"
+    words = ["pip", "install", "--no-deps", f"/tmp/nu17/work/dist/{name}"]
+    lines = fitted(f"note: next: install it over the stock vLLM of that release: `{shlex.join(words)}`", 80)
+    assert all(len(line) <= 80 for line in lines) and len(lines) >= 4, lines
+    assert all(re.search(r"[/\-+._]\\$", line) for line in lines[2:-1]), lines  # the word's own breaks
+    assert _pasted(lines, tmp_path) == words
 
 
 def test_a_wrapped_command_pastes_as_the_same_command(tmp_path):

@@ -86,12 +86,41 @@ def test_deleting_the_saved_edits_as_said_leaves_no_folder_in_the_tree(tmp_path,
     assert done.returncode == 0, done.stderr
     command = re.search(r"`(rm -r [^`]+)` deletes them once not wanted", " ".join(done.stderr.split()))
     assert command, done.stderr
-    assert command.group(1).endswith(tuple(p.name for p in (tree / ".patchkit/saved").iterdir())), done.stderr
+    removed, _, then = command.group(1).partition(" && ")
+    assert removed.endswith(tuple(p.name for p in (tree / ".patchkit/saved").iterdir())), done.stderr
+    assert then == f"rmdir {tree / '.patchkit/saved'}", done.stderr  # its only copies: saved/ goes with them
     assert run_cli("apply", *chosen).returncode == 0  # as revert --force's hint goes on
     subprocess.run(command.group(1), shell=True, check=True)
     assert (tree / ".patchkit/state.json").is_file()  # the apply's record stays
+    assert not (tree / ".patchkit/saved").exists()  # newuser18 5e: no empty saved/ left behind
     assert run_cli("revert", *chosen).returncode == 0
     assert sorted(p.name for p in tree.iterdir()) == sorted(p.name for p in write_tree(tmp_path / "fresh").iterdir())
+
+
+def test_saved_edits_deleted_before_the_next_apply_leave_no_empty_folder(tmp_path, scratch):
+    """newuser18 5e: the copies deleted (`rm -r …/saved/T`), then an apply: an empty saved/ stayed.
+    A write removes it once empty; a copy another run kept stays, and the printed command then
+    deletes this run's copies alone."""
+    tree = write_tree(tmp_path / "site")
+    library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]})
+    chosen = ("--target", tree, "--patches", library)
+    assert run_cli("apply", *chosen).returncode == 0
+    (tree / SPEC).write_text(patched_spec() + "# my edit\n")
+    assert run_cli("revert", "--force", *chosen).returncode == 0
+    (first,) = (tree / ".patchkit/saved").iterdir()
+    shutil.rmtree(first)
+    assert run_cli("apply", *chosen).returncode == 0
+    assert not (tree / ".patchkit/saved").exists()
+
+    (tree / SPEC).write_text(patched_spec() + "# my edit\n")
+    assert run_cli("revert", "--force", *chosen).returncode == 0
+    assert run_cli("apply", *chosen).returncode == 0
+    (tree / SPEC).write_text(patched_spec() + "# another edit\n")
+    done = run_cli("revert", "--force", *chosen)
+    command = re.search(r"`(rm -r [^`]+)` deletes them once not wanted", " ".join(done.stderr.split()))
+    assert command and "rmdir" not in command.group(1), done.stderr  # saved/ holds the earlier copies too
+    subprocess.run(command.group(1), shell=True, check=True)
+    assert len(list((tree / ".patchkit/saved").iterdir())) == 1
 
 
 # -- three sets on vLLM 0.16.0's files, fetched as a user fetches them (the release tier) ----------

@@ -96,6 +96,11 @@ def test_apply_records_the_sets_it_finds_applied_with_their_originals(run, stock
     again = run("apply", "--target", tree, "--patches", library)
     assert again.exit_code == 0, again.output
     assert again.output.count("already applied, with no record of it; recorded") == 2, again.output
+    # the last line says what the run did: it recorded both (newuser17 5e: "0 set(s) applied; …")
+    assert again.output.rstrip().splitlines()[-1].endswith("recorded 2 set(s) found applied (parsers, routes)"), (
+        again.output
+    )
+    assert "0 set(s) applied" not in again.output, again.output
     entries = read_state(tree).entries
     assert [e.set_name for e in entries] == ["parsers", "routes"]
     for entry in entries:  # each original saved, as an apply that wrote the files saves it

@@ -9,7 +9,20 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import EAGLE_MODEL, MODEL, MODEL_PY, SPEC, make_patch, patched_spec, pip_install, write_library
+from helpers import (
+    BEHAVIOUR_JUDGE,
+    EAGLE_MODEL,
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    Releases,
+    make_patch,
+    patched_spec,
+    pip_install,
+    verify,
+    write_library,
+    write_tree,
+)
 
 from patchkit.store.state import read_state
 
@@ -71,3 +84,42 @@ def test_revert_without_a_record_reverses_only_what_is_not_stock(run, tmp_path, 
     assert reverted.exit_code == 0, reverted.output
     assert (site / MODEL).read_text() == MODEL_PY
     assert (site / SPEC).read_text() == patched_spec()  # as RECORD lists it
+
+
+# a judge that finds every file it is given broken: the change is in, the behaviour is not
+FAILING_JUDGE = BEHAVIOUR_JUDGE.replace('"BROKEN = True" in f.read_text()', "True")
+PARSER = "vllm/tool_parsers/demo_parser.py"
+STOCK = "class DemoParser:\n    BROKEN = True\n"
+FIXED = "class DemoParser:\n    BROKEN = False\n"
+
+
+def judged_library(scratch: Path, judge: str) -> Path:
+    """An open-ended set fixing DemoParser, with a behaviour test: `judge` (helpers.BEHAVIOUR_JUDGE)."""
+    stock = write_tree(scratch / "stock", "0.16.0", {PARSER: STOCK})
+    root = write_library(
+        scratch / "judged",
+        {"0.16.0": [make_patch(scratch, stock, {PARSER: FIXED})]},
+        versions={"0.16.0": ">=0.16.0"},
+        upstream=None,
+    )
+    (root / "demo" / "judge.py").write_text(judge)
+    manifest = root / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
+    return root
+
+
+@pytest.mark.parametrize(("judge", "verdict"), [(BEHAVIOUR_JUDGE, "passes"), (FAILING_JUDGE, "fails")])
+def test_verify_of_a_release_holding_the_change_runs_the_behaviour_test_on_its_stock_files(
+    tmp_path, scratch, monkeypatch, judge, verdict
+):
+    library = judged_library(scratch, judge)
+    Releases(tmp_path / "index", monkeypatch).add("0.99.0", {PARSER: FIXED})
+    done = verify(library, "0.99.0")
+    assert done.exit_code == 1, done.output
+    [release] = json.loads(done.stdout)["releases"]
+    assert (release["outcome"], release["stock_behaviour"]) == ("check-failed", verdict)
+    assert release["detail"].startswith("the stock files of 0.99.0 already hold this set's change (0001-change.patch)")
+    if verdict == "passes":
+        assert release["hint"] == "upstream may have fixed this in 0.99.0: close the set's range"
+    else:
+        assert "fail the set's behaviour test" in release["detail"]

@@ -348,6 +348,71 @@ def test_a_seal_patchkit_did_not_make_is_only_a_hash(server, cache, published, h
     assert len(downloads(server)) == 2
 
 
+@pytest.fixture
+def file_hashes(monkeypatch) -> list[int]:
+    """Each whole-file sha256 `wheel FILE` computes to hold a file to its release, counted."""
+    from patchkit.wheel import published as holding
+
+    counted: list[int] = []
+    real = holding.file_sha256
+
+    def counting(fd: int) -> str:
+        counted.append(fd)
+        return real(fd)
+
+    monkeypatch.setattr(holding, "file_sha256", counting)
+    return counted
+
+
+def _held(path: Path):
+    from patchkit.wheel.published import held_to_release
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return held_to_release(VERSION, NATIVE, fd, NATIVE)
+    finally:
+        os.close(fd)
+
+
+def test_wheel_file_of_the_sealed_cached_wheel_is_not_hashed_again(
+    server, cache, published, hashes, file_hashes, monkeypatch
+):
+    # issue 20: `wheel FILE` of the cache's own file hashed its 0.5 GB again on every run
+    first = stock_wheel(VERSION)
+    stock_wheel(VERSION)  # sealed
+    with monkeypatch.context() as offline:
+        no_network(offline)
+        assert _held(first).same
+    assert file_hashes == []
+
+
+@pytest.mark.parametrize("how", ["a copy", "changed in place", "changed, its seal forged"])
+def test_wheel_file_of_a_file_the_seal_does_not_name_is_hashed(
+    server, cache, published, hashes, file_hashes, tmp_path, how
+):
+    from patchkit.base import seal
+
+    first = stock_wheel(VERSION)
+    stock_wheel(VERSION)  # sealed
+    target = first
+    if how == "a copy":
+        target = tmp_path / NATIVE
+        target.write_bytes(first.read_bytes())
+    else:
+        data = bytearray(first.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        _same_size_same_mtime(first, bytes(data))
+    if how == "changed, its seal forged":  # the changed file's identity, sealed with another key
+        st = first.stat()
+        now = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        sha = json.loads(first.with_name(f"{NATIVE}.json").read_text())["sha256"]
+        message = f"stock-wheel\0{VERSION}/{NATIVE}\0".encode() + seal.canonical({"sha256": sha, "identity": now})
+        entry = {"identity": now, "seal": hmac.new(b"k" * 32, message, hashlib.sha256).hexdigest()}
+        first.with_name(f"{NATIVE}.seal").write_text(json.dumps(entry))
+    assert _held(target).same is (how == "a copy")
+    assert len(file_hashes) == 1
+
+
 def test_a_cached_wheel_replaced_after_its_check_is_not_built_from(server, cache, published, tmp_path):
     from patchkit.base.errors import FetchError
     from patchkit.base.options import Options

@@ -20,6 +20,8 @@ def work(request: dict) -> dict:
         out["error"] = repr(exc)
     if spec is not None and spec.submodule_search_locations:
         out["package_dir"] = next(iter(spec.submodule_search_locations))
+        # False: found by a finder (an editable install's), its directory not on sys.path
+        out["dir_on_path"] = _on_path(os.path.dirname(out["package_dir"]))
     try:
         dist = importlib.metadata.distribution(package)
         out["version"] = dist.version
@@ -27,6 +29,12 @@ def work(request: dict) -> dict:
     except importlib.metadata.PackageNotFoundError:
         pass
     return out
+
+
+def _on_path(directory: str) -> bool:
+    """Whether `directory` is an entry of sys.path (where a module beside vllm/ is found too)."""
+    wanted = os.path.realpath(directory)
+    return any(os.path.realpath(entry or os.curdir) == wanted for entry in sys.path)
 
 
 def write_answer(path: str, answer: object) -> None:

@@ -32,7 +32,7 @@ from patchkit.base.hashing import sha256
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import vllm_metadata_dirs
+from patchkit.tree.target import Target, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -91,6 +91,16 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 
 
 STOPS_EVERY_LAUNCH = "it would stop every launch"
+
+
+def unseen_guard_note(target: Target) -> str:
+    """Why no guard goes into a tree its interpreter finds through a finder (an editable install of
+    a checkout): nothing on its sys.path is beside vllm/, so a guard written there never loads."""
+    return (
+        f"no launch guard: {target.python} finds vllm/ through an editable install's finder, not with "
+        f"{target.root} on its sys.path, so a guard there would never load and nothing refuses a launch "
+        f"of a stale or half-patched tree; run {hints.command('status')} before each launch"
+    )
 
 
 def installed_vllm_version(root: Path) -> str | None:

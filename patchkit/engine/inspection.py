@@ -29,12 +29,22 @@ from patchkit.engine.guard import (
     older_guard_notes,
     replace_fix,
     unrecorded_guard_notes,
+    unseen_guard_note,
 )
 from patchkit.series import dry_run
 from patchkit.series.library import load_library, locate
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
-from patchkit.store.state import META_DIR, Entry, State, meta_dir, read_state, recorded_patch_files
+from patchkit.store.state import (
+    META_DIR,
+    Entry,
+    State,
+    is_adhoc,
+    meta_dir,
+    read_state,
+    recorded_patch_files,
+    shown_set,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
@@ -203,6 +213,13 @@ def inspect(
 ) -> TreeStatus:
     """The tree's state; with check_upstream, an upstream release's stock files also go through the
     checks (and `verifying`, the checks only verify runs: the set's behaviour test)."""
+    status = _inspect(resolved, check_upstream=check_upstream, import_probe=import_probe, verifying=verifying)
+    if resolved.target.guard_unseen:  # no guard can run there: said wherever the tree's state is
+        status.guard_notes.append(unseen_guard_note(resolved.target))
+    return status
+
+
+def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, verifying: Sequence[Check]) -> TreeStatus:
     kind = resolved.selection.kind
     root = resolved.target.root
     if kind == SelectionKind.UPSTREAM:
@@ -445,8 +462,7 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         its = {path for path in entry.files if any(problem.startswith(f"{path} ") for problem in refused)}
         fixes.append(apply if its <= stock else f"{revert} (it keeps a copy of edits), then {apply}")
-    owners = ", ".join(entry.set_name for entry in named)
-    whose = f"set {owners}" if len(named) == 1 else f"the sets {owners}"
+    whose = " and ".join(shown_set(entry) for entry in named)
     left_stock = stock - {path for entry in named for path in entry.files}
     then = f"; then {hints.command('apply')} (for the files stock again)" if left_stock else ""
     return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
@@ -454,7 +470,7 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
 
 def selection_of(entry: Entry) -> Options:
     """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
-    if entry.set_name.startswith("adhoc-"):
+    if is_adhoc(entry.set_name):
         return hints.for_set(None, recorded_patch_files(entry))
     return hints.for_set(entry.set_name, library=None if _at_hand(entry.set_name) else entry.library)
 

@@ -15,6 +15,7 @@ unsupported version) are raised.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,7 @@ from patchkit.engine.guard import (
     remove_empty_cache,
     replaced_files,
     unreadable_by_others,
+    unseen_guard_note,
 )
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -136,6 +138,7 @@ class ApplyResult:
     written: bool = False  # the transaction was committed (and maybe rolled back since)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
+    recorded: bool = False  # found applied with no record of it, and recorded (or would be)
     # already applied, and the launch guard still refuses the tree: (why, the fix), as status says them
     guard_refuses: tuple[list[str], str] | None = None
 
@@ -239,6 +242,7 @@ class _Applying:
         return results
 
     def result(self, outcome: Outcome, message: str = "", **details: Any) -> ApplyResult:
+        details.setdefault("recorded", self.found_recorded)
         details.setdefault("guard_refuses", self.guard_refuses)
         return ApplyResult(outcome, message, tables=self.tables, warnings=self.warnings, **details)
 
@@ -504,6 +508,9 @@ class _Applying:
         if no_guard and state.guard:  # told no guard: the one installed goes (a file changed since stays)
             return self.without_guard(state)
         if not self.guard or no_guard:
+            return {}, state
+        if self.resolved.target.guard_unseen:  # written, it would be claimed and inert (audit23 W2)
+            self.warn(unseen_guard_note(self.resolved.target))
             return {}, state
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
@@ -792,12 +799,20 @@ def revert_series(
     if result.saved:
         said = f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}"
         # the copies alone, never .patchkit/: the apply that usually follows records the tree there
-        said += f"; `rm -r {result.saved}` deletes them once not wanted"
+        said += f"; `{_deleting(result.saved)}` deletes them once not wanted"
         result.warnings.append(said)
         watch.warning(result.warnings[-1])
     if recovered:
         result.warnings.insert(0, recovered)
     return result
+
+
+def _deleting(saved: Path) -> str:
+    """The command that deletes the copies in `saved`, and saved/ with them when they are all it
+    holds (rmdir takes an empty directory only: another run's copies stay; newuser18 5e)."""
+    shown = shlex.join(["rm", "-r", str(saved)])
+    alone = [p.name for p in saved.parent.iterdir()] == [saved.name]
+    return f"{shown} && {shlex.join(['rmdir', str(saved.parent)])}" if alone else shown
 
 
 def _revert_unlocked(

@@ -122,6 +122,13 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True)
 
 
+def in_stock_fix(version: object, patch_set: PatchSetDef | None) -> str:
+    """The stock files of `version` hold the set's change and pass its checks (issue 23's words)."""
+    pending = patch_set.pending_fix if patch_set else None
+    merged = f" (was {pending} merged?)" if pending else ""
+    return f"upstream may have fixed this in {version}{merged}: close the set's range"
+
+
 def _as_listed(root: Path, path: str, record: Record) -> bool:
     """The file is there, a regular file, with the hash its RECORD lists."""
     try:
@@ -152,7 +159,7 @@ def _cleanly_applying(tgt: Target, patch_set: PatchSetDef, version: Version) -> 
     tried = []
     for release, _newest in library.newest_first(patch_set, version):
         patches = release.read_patches(patch_set.roots)
-        series = f"{release.versions} [{release.directory.name}]"
+        series = f"{release.said()} [{release.directory.name}]"
         if patches and not dry_run(tgt.root, patches).conflicts:
             said = (
                 f"vLLM {version} is a build between releases: the series {series} is the newest "

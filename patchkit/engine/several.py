@@ -29,7 +29,7 @@ from patchkit.engine.operations import (
 from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged
 from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
-from patchkit.store.state import State, read_state
+from patchkit.store.state import Entry, State, is_adhoc, read_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -156,10 +156,19 @@ def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
     # the sets this run wrote (or would): one already applied is said as such, not counted as applied
     wrote = (Outcome.DRY_RUN,) if dry_run else (Outcome.APPLIED,)
     applied = [d.chosen.name for d in done if d.result is not None and d.result.outcome in wrote]
+    # a set found applied with no record: this run recorded it, which is what it did (newuser17 5e)
+    recorded = [
+        d.chosen.name for d in done if d.result is not None and d.result.recorded and d.chosen.name not in applied
+    ]
     verb = "would apply" if dry_run else "applied"
-    said = f"{len(applied)} set(s) {verb}" + (f" ({', '.join(applied)})" if applied else "")
-    others = [f"{d.chosen.name} {d.state}" for d in done if d.chosen.name not in applied]
-    return said + (f"; {', '.join(others)}" if others else "")
+    said = [f"{len(applied)} set(s) {verb}" + (f" ({', '.join(applied)})" if applied else "")]
+    if recorded:
+        found = (
+            f"{'would record' if dry_run else 'recorded'} {len(recorded)} set(s) found applied ({', '.join(recorded)})"
+        )
+        said = [*said, found] if applied else [found]
+    others = [f"{d.chosen.name} {d.state}" for d in done if d.chosen.name not in applied + recorded]
+    return "; ".join(said) + (f"; {', '.join(others)}" if others else "")
 
 
 def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: bool) -> SetsApplied:
@@ -268,6 +277,7 @@ class SetsStatus:
     chosen: list[Chosen]
     statuses: list[TreeStatus]
     unchosen: tuple[str, ...] = ()
+    adhoc: tuple[Entry, ...] = ()  # the --patch applies the record holds (no library set: listed apart)
 
     @property
     def state(self) -> TreeState:
@@ -308,7 +318,8 @@ def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
             statuses.append(inspection.inspect(each.resolved, check_upstream=True, import_probe=False))
             refuse_unchangeable(each.resolved)
         record = read_state(root)
-    return SetsStatus(covering, statuses, _unchosen(covering, statuses, record)), recovered
+    adhoc = tuple(e for e in record.entries if is_adhoc(e.set_name))
+    return SetsStatus(covering, statuses, _unchosen(covering, statuses, record), adhoc), recovered
 
 
 def _unchosen(covering: list[Chosen], statuses: list[TreeStatus], record: State) -> tuple[str, ...]:

@@ -51,6 +51,7 @@ from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
 from patchkit.store.objects import objects_dir, prune_objects, read_object, save_original, take_object
+from patchkit.store.saved import remove_if_empty
 from patchkit.store.state import (
     GUARD_PATH,
     PERMISSIONS,
@@ -259,6 +260,7 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
         landed = _committed_or_rolled_back(root, writes, journal, new_state, previous is not None)
     store_journal.drop_previous_state(root, journal["id"])
     prune_objects(root, new_state)
+    remove_if_empty(root)  # the user's copies deleted as revert said: no empty saved/ stays
     return landed
 
 

@@ -152,15 +152,19 @@ def config_download(name: str, revision: str | None = None) -> str:
     return f"hf download {name} config.json{at}"
 
 
+def fetched_by(download: str, aside: str = "no weights") -> str:
+    """An `hf download` command and where `hf` comes from (huggingface_hub's, not patchkit's): every
+    hint that names it says it the same way (newuser17 5d: the revision's hint did not)."""
+    return (
+        f"`{download}` ({aside}; `hf` comes with huggingface_hub: vLLM's venv has it, "
+        f"`python3 -m pip install huggingface_hub` gets it, or `pipx run --spec huggingface_hub {download}`)"
+    )
+
+
 def _config_hint(source: str, hub_id: bool, revision: str | None = None) -> str:
     """What gives preflight the model: its config.json alone (all it reads), never the weights."""
-    if hub_id:  # a hub id: one file into the cache; `hf` is huggingface_hub's, not patchkit's
-        download = config_download(source, revision)
-        return (
-            f"preflight reads only config.json: `{download}` (no weights; `hf` comes "
-            "with huggingface_hub: vLLM's venv has it, `python3 -m pip install huggingface_hub` gets it, "
-            f"or `pipx run --spec huggingface_hub {download}`), or a folder with it"
-        )
+    if hub_id:  # a hub id: one file into the cache
+        return f"preflight reads only config.json: {fetched_by(config_download(source, revision))}, or a folder with it"
     return "preflight reads only the model's config.json: give the directory that holds it (patchkit never downloads)"
 
 
@@ -243,7 +247,7 @@ def _in_hub_cache(
         raise TargetError(
             f"{role} '{name}' not found at revision {revision}: the cache holds no config.json for it "
             f"({path} absent; vLLM would download it)",
-            hint=f"preflight reads only config.json: `{config_download(name, revision)}` fetches it (no weights), "
+            hint=f"preflight reads only config.json: {fetched_by(config_download(name, revision))}, "
             "or point at a local directory",
         )
     return path, raw
@@ -280,7 +284,7 @@ def _ref_commit(ref: Path, role: str, name: str, revision: str) -> str:
     except (OSError, UnicodeDecodeError, BadInput) as exc:
         raise TargetError(
             f"{role} '{name}' not found: {ref} names no snapshot ({exc})",
-            hint=f"fetch its config.json again (`{config_download(name, revision)}`), or point at a local directory",
+            hint=f"fetch its config.json again: {fetched_by(config_download(name, revision))}, or point at a local directory",
         ) from None
     return raw.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -344,9 +348,14 @@ def offline_model_path(name: str, revision: str | None, environ: dict[str, str],
     raise TargetError(
         f"{role} '{name}': HF_HUB_OFFLINE is set, so vLLM takes it as a path or a snapshot in "
         f"huggingface_hub's cache, and it is neither ({why}): vLLM refuses the launch",
-        hint=f"fetch it into that cache (`hf download {name}{f' --revision {revision}' if revision != 'main' else ''}`: "
-        "the whole model, as an offline launch needs), or give the model's local directory",
+        hint=f"fetch it into that cache: {fetched_by(_whole_download(name, revision), 'the whole model, as an offline launch needs')}, "
+        "or give the model's local directory",
     )
+
+
+def _whole_download(name: str, revision: str) -> str:
+    """The command that fetches a hub model whole (an offline launch reads its weights too)."""
+    return f"hf download {name}{f' --revision {revision}' if revision != 'main' else ''}"
 
 
 def _offline_refusal(name: str) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from patchkit import fetch
@@ -80,6 +81,28 @@ def find_workspace(directory: str | None) -> Path:
     for candidate in (start, *start.parents):
         if (candidate / META).is_file():
             return candidate
+    below = _workspaces_in(start)
+    if below:  # one directory above a workspace: the one it means (newuser17 5a)
+        named = ", ".join(str(p) for p in below)
+        raise BadInput(
+            f"{start} is not inside a patchkit workspace (no {META}); it holds {named}",
+            hint=f"give the workspace: `patchkit refresh {shlex.quote(str(below[0]))}`",
+        )
     raise BadInput(
         f"{start} is not inside a patchkit workspace (no {META})", hint="create one with `patchkit workspace VERSION`"
     )
+
+
+LOOKED_BELOW = 1000  # the most entries of a directory looked at for a workspace in it (a large /tmp)
+
+
+def _workspaces_in(directory: Path) -> list[Path]:
+    """The workspaces directly in `directory` (a few, by name): where refresh was run one level up."""
+    found = []
+    try:
+        for _, child in zip(range(LOOKED_BELOW), directory.iterdir(), strict=False):
+            if (child / META).is_file():
+                found.append(child)
+    except OSError:  # unreadable: nothing to name
+        return []
+    return sorted(found)[:3]

@@ -58,7 +58,7 @@ from patchkit.checks.behaviour import version_keys
 from patchkit.distinfo.record import find_record, parse_record, read_record_file
 from patchkit.engine.inspection import TreeStatus, check_context, inspect
 from patchkit.engine.operations import ApplyResult, apply_series, revert_series
-from patchkit.engine.resolve import Resolved, resolve
+from patchkit.engine.resolve import Resolved, in_stock_fix, resolve
 from patchkit.releases.files import lay_out, needed_files
 from patchkit.series.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.series.plan import Plan, plan_revert
@@ -521,6 +521,8 @@ def _verify_in_scratch(job: _Job, stock: Path, fetched: float, scratch: Path, op
             result = _damaged_stock(job.version, stock_checks)
         elif job.selection.kind == SelectionKind.UPSTREAM:
             result = _verify_upstream(resolved, clock)
+        elif resolved.selection.in_stock:  # the release's own files hold the series: judged as they are
+            result = _verify_in_stock(resolved, clock)
         else:
             result = _verify_patched(resolved, clock)
         counted = _passed(result.checks)
@@ -642,6 +644,35 @@ def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResul
         verdict, hint = "not judged", f"port the series: {port}"
         detail = f"{changed}; the set's behaviour test did not judge them ({stock.message})"
     return replace(conflict, detail=detail, checks=[*conflict.checks, said], stock_behaviour=verdict, hint=hint)
+
+
+def _verify_in_stock(resolved: Resolved, clock: _Clock) -> ReleaseResult:
+    """A release whose stock files already hold every patch of the series (upstream merged a fix
+    that matches it): never patched; the set's behaviour test on those files says whether the set's
+    range should close there. A failure either way: the library does not say this release yet."""
+    version = _release(resolved)
+    with clock("checks"):
+        status = inspect(resolved, check_upstream=True, verifying=(behaviour.CHECK,))
+    names = ", ".join(patch.name for patch in resolved.selection.patches)
+    changed = f"the stock files of {version} already hold this set's change ({names})"
+    stock = next((r for r in status.checks if r.check == behaviour.CHECK.name), None)
+    others = [r for r in status.checks if r.failed and r is not stock]
+    if stock is None:
+        verdict, hint, detail = None, "is it upstream? close the set's range if so", changed
+    elif stock.ok:
+        verdict, hint = "passes", in_stock_fix(version, resolved.selection.patch_set)
+        detail = f"{changed}; they pass the set's behaviour test ({stock.message})"
+    elif stock.failed:
+        verdict, hint = "fails", "the change is there but the behaviour is not: see what else upstream changed"
+        detail = f"{changed}, and fail the set's behaviour test ({stock.message})"
+    else:
+        verdict, hint = "not judged", "is it upstream? close the set's range if so"
+        detail = f"{changed}; the set's behaviour test did not judge them ({stock.message})"
+    if others:
+        detail += "; checks failed on them: " + _failures(others)
+    return ReleaseResult(
+        version, CHECK_FAILED_OUTCOME, detail, checks=status.checks, stock_behaviour=verdict, hint=hint
+    )
 
 
 def _problems_after_apply(applied: ApplyResult, status: TreeStatus) -> list[str]:

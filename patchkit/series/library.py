@@ -138,6 +138,11 @@ class Release:
 
     versions: SpecifierSet
     directory: Path
+    written: str = field(default="", compare=False)  # the range as set.toml writes it (SpecifierSet re-orders)
+
+    def said(self) -> str:
+        """The range as set.toml writes it (`>=0.13.0,<0.19.0`)."""
+        return self.written or str(self.versions)
 
     def covers(self, version: Version) -> bool:
         """Whether this series is for `version` (judged as its release: version.release_version)."""
@@ -447,7 +452,8 @@ def load_set(directory: Path) -> PatchSetDef:
         )
     try:
         releases = tuple(
-            Release(specifier(r["versions"], manifest), directory / r["dir"]) for r in data.get("releases", [])
+            Release(specifier(r["versions"], manifest), directory / r["dir"], r["versions"].strip())
+            for r in data.get("releases", [])
         )
         return PatchSetDef(
             name=data.get("name", directory.name),
@@ -607,7 +613,7 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
             note=f"vLLM {version} is outside the range the set {patch_set.name!r} supports "
             f"({supported_range(patch_set)})",
         )
-    covered = ", ".join(str(r.versions) for r in patch_set.releases) or "none"
+    covered = ", ".join(r.said() for r in patch_set.releases) or "none"
     dev = (
         f" (judged as release {release_version(version)}: pass --vllm-version with the release it derives from)"
         if release_version(version) != version
@@ -672,11 +678,14 @@ def _judged_as(version: Version) -> str | None:
     release = release_version(version)
     if version.local and version.public == str(release):
         return f"local version label +{version.local} ignored: treated as {release}"
+    public = Version(version.public)
+    if public == release:
+        return None
+    # a .dev or pre-release build comes before its release, a .post one after it
+    built = "a build after release" if public > release else "a build before release"
     if version.local:
-        return f"local version label +{version.local} ignored; {version.public} is a build of release {release}"
-    if version != release:
-        return f"{version} is a build of release {release}: matched as {release}"
-    return None
+        return f"local version label +{version.local} ignored; {version.public} is {built} {release}"
+    return f"{version} is {built} {release}: matched as {release}"
 
 
 def outside_every_range(version: str, sets: list[PatchSetDef]) -> str | None:

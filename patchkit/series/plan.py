@@ -29,7 +29,7 @@ from patchkit.series.patchfile import (
     touched_paths,
 )
 from patchkit.store.objects import read_object
-from patchkit.store.state import Entry, recorded_patch_files
+from patchkit.store.state import Entry, recorded_patch_files, shown_set
 from patchkit.tree.target import stock_files_command
 
 
@@ -305,10 +305,12 @@ def _require_creator(entry: Entry, path: str, own: list[Patch], first: tuple[str
     names = recorded_patch_files(entry) or ("FILE",)
     this = hints.command("revert", chosen=hints.for_set(None, names))
     order = f"revert the sets applied after it first: {', then '.join([*first, this])}" if first else this
+    # the one way, said plainly: a revert deletes a file only on the word of a patch the user names
+    # (the record is read back from the tree), so a plain revert cannot undo a --patch that created one
     raise BadInput(
-        f"the record of {entry.set_name} says patchkit created {path}, but no patch at hand that it names "
+        f"the record of {shown_set(entry)} says patchkit created {path}, but no patch at hand that it names "
         "creates it: kept, nothing was written",
-        hint=f"name the patch that created it: {order}",
+        hint=f"a revert deletes a created file only when you name the patch that created it: {order}",
     )
 
 

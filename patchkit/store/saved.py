@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -35,3 +36,10 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
     except OSError as exc:  # a full disk: before any tree file changed
         raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; nothing was reverted") from exc
     return where
+
+
+def remove_if_empty(root: Path) -> None:
+    """saved/ once its copies are deleted (the `rm -r` revert prints): an empty directory only,
+    never followed through a symlink (rmdir takes neither a full directory nor a link)."""
+    with contextlib.suppress(OSError):
+        (meta_dir(root) / "saved").rmdir()

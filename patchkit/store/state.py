@@ -424,7 +424,7 @@ def record_apply(
         vllm_version=vllm_version,
         release=release,
         applied_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        patches=[_recorded_patch(p, adhoc=set_name.startswith("adhoc-")) for p in patches],
+        patches=[_recorded_patch(p, adhoc=is_adhoc(set_name)) for p in patches],
         files=files,
         library=_recorded_library(library),
     )
@@ -452,6 +452,22 @@ def _recorded_patch(patch: NamedPatch, *, adhoc: bool) -> RecordedPatch:
     if adhoc and path is not None and len(str(path)) <= MAX_PATCH_PATH:
         recorded["path"] = str(Path(path).absolute())
     return recorded
+
+
+ADHOC_PREFIX = "adhoc-"  # series.library.adhoc_set_name: the record's name of a --patch apply
+
+
+def is_adhoc(set_name: str) -> bool:
+    return set_name.startswith(ADHOC_PREFIX)
+
+
+def shown_set(entry: Entry) -> str:
+    """A recorded set as a person knows it: `set NAME`, or a --patch apply by its patch files (its
+    record name, adhoc-<hex>, is patchkit's own: newuser18 5c)."""
+    if not is_adhoc(entry.set_name):
+        return f"set {entry.set_name}"
+    names = [Path(p["name"]).name for p in entry.patches] or ["?"]
+    return f"the --patch file{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
 def recorded_patch_files(entry: Entry) -> tuple[str, ...]:

@@ -35,6 +35,9 @@ class Target:
     # --target DIR with --python PATH: the vllm/ PATH itself imports ("": none). vLLM asked through
     # PATH judges that one, which need not be DIR's
     python_vllm: str | None = None
+    # the interpreter finds vllm/ through a finder (an editable install of a checkout), not with its
+    # directory on sys.path: a launch guard written beside vllm/ would never load
+    guard_unseen: bool = False
 
     @property
     def python_imports_another(self) -> bool:
@@ -123,6 +126,7 @@ def from_interpreter(
         found_by=found_by,
         python=info["python"],
         installed_version=info.get("version"),
+        guard_unseen=info.get("dir_on_path") is False,
     )
 
 

@@ -6,7 +6,8 @@ whose `vllm/__init__.py` puts another vllm first, listed truthfully in its own R
 otherwise build, and the patch never run. So the whole file is hashed once (vLLM's 0.5 GB: about a
 second, on a thread beside the copies and the checks) and compared with the published sha256 (the
 sha256 patchkit recorded for that file name, else the index's: a record wins over any index, and
-two that disagree refuse). Equal: every member is
+two that disagree refuse; the cache's own wheel, unchanged since its seal, is not hashed again:
+stock.py). Equal: every member is
 the published one. Otherwise the published RECORD (the release cache's, else read from the index by
 range requests) names what differs: a member missing or extra, a size, a hash the wheel's own
 RECORD gives; if that names nothing (the published RECORD copied over other contents, or a re-zip),
@@ -35,6 +36,7 @@ from patchkit.fetch.published import (
     read_record,
 )
 from patchkit.wheel import rawzip
+from patchkit.wheel.stock import is_sealed_cached
 
 _CHUNK = 1 << 20
 _SHOWN = 3  # members named in the refusal; the rest counted
@@ -68,8 +70,10 @@ def file_sha256(fd: int) -> str:
 def held_to_release(version: str, wheel: str, fd: int, label: str) -> Held:
     """The file open as `fd` (named `wheel`) against the published wheel of that name (on a thread:
     it says nothing). FetchError, with what to do, when no published wheel can be read."""
-    sha256 = file_sha256(fd)
     pin = pinned_sha256(version, wheel)  # what patchkit recorded for that name wins over any index
+    if pin is not None and is_sealed_cached(version, wheel, pin.sha256, fd):
+        return Held(version, pin.source, True)  # the cache's file that hashed to it, unchanged since
+    sha256 = file_sha256(fd)
     if pin is not None and pin.sha256 == sha256:
         return Held(version, pin.source, True)
     published = cached_published(version, wheel)

@@ -244,6 +244,14 @@ def vouched_cached_wheel(version: str, platform: str | None) -> Path | None:
     return None
 
 
+def is_sealed_cached(version: str, wheel: str, sha256: str, fd: int) -> bool:
+    """Whether the open file is the cache's own wheel of that name, still the file that hashed to
+    `sha256` (its .seal names the open file's identity): `wheel FILE` of it need not hash it again."""
+    ver = normalize_version(version)
+    root = cache_dir() / "wheels" / ver
+    return _sealed_identity(root, f"{ver}/{wheel}", wheel, sha256) == file_identity(os.fstat(fd))
+
+
 def _from_a_configured_index(
     root: Path, ver: str, wheel: str, record: dict[str, Any], say: Progress, warn: Progress
 ) -> bool:

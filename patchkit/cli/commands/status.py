@@ -13,13 +13,16 @@ from patchkit.cli.commands.options import format_option, target_options
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.json_views import status_json, target_json, tree_version_json
 from patchkit.cli.ui.reports import show_checks, show_sets_status, show_status, status_problems, status_verdict
+from patchkit.cli.ui.text import STATE_STYLES
 from patchkit.engine import inspection
 from patchkit.engine.guard import refusal_summary
+from patchkit.engine.inspection import selection_of
 from patchkit.engine.operations import refuse_unchangeable
 from patchkit.engine.resolve import NOT_COVERED, library_sets, resolve_sets, resolve_target, several, why_not
 from patchkit.engine.several import SetsStatus, status_sets
 from patchkit.engine.transaction import consistent_read
 from patchkit.series.library import locate
+from patchkit.store.state import Entry, shown_set
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -54,7 +57,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
     else:
         show_status(ui, resolved, status, where)
         if status.upstream_regression:  # the verdict names it; the failures, their fix
-            show_checks(ui, status.checks, label="stock")
+            show_checks(ui, status.checks, label="stock", resolved=resolved)
         elif status.checks:
             ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on the stock files", style="green")
     if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
@@ -95,11 +98,13 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     for each in chosen:
         if each not in found.chosen:
             ui.note(why_not(each))
-    applied, judged = found.applied(), len(found.chosen)
-    said = f"{found.state}: {len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
+    for entry in found.adhoc:  # a --patch apply: no library set, but the tree's too (newuser18 5c)
+        ui.line(f"patch    {_adhoc_line(entry)}", style=STATE_STYLES.get(str(TreeState.APPLIED)))
+    applied = found.applied()
+    said = f"{found.state}: {_counted(found)}"
     whole = _whole_sets(found)
     if whole:  # no set half-applied: which sets are applied and which not, not `partial`
-        said = f"{len(applied)} of {judged} set(s) applied ({', '.join(applied)}), not {', '.join(whole)}"
+        said = _counted(found, not_applied=whole)
     ok = found.outcome == Outcome.OK
     problems = [
         f"{c.name}: {p}"
@@ -121,7 +126,35 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")
     elif found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")
+    elif found.state == TreeState.NOT_APPLIED and ok and not found.unchosen:
+        # a stock tree: the next step (newuser18 5d)
+        ui.note(f"none is applied: {hints.command('apply')} applies {'it' if len(_sets_in(found)) == 1 else 'them'}")
     return found
+
+
+def _sets_in(found: SetsStatus, state: TreeState | None = None) -> list[str]:
+    """The names of the sets in `state` (None: those with something to apply, not upstream)."""
+    pairs = zip(found.chosen, found.statuses, strict=True)
+    return [c.name for c, s in pairs if (s.state == state if state else s.state != TreeState.UPSTREAM)]
+
+
+def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
+    """ "1 of 1 set(s) applied (a), 2 upstream (b, c)": a set vLLM ships (upstream) has nothing to
+    apply, so it is counted as such, not as one missing (newuser17 5c)."""
+    applied, upstream, judged = found.applied(), _sets_in(found, TreeState.UPSTREAM), len(_sets_in(found))
+    if not judged:
+        return f"all {len(upstream)} set(s) upstream (this vLLM ships them: nothing to apply)"
+    said = f"{len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
+    said += f", not {', '.join(not_applied)}" if not_applied else ""
+    return said + (f"; {len(upstream)} upstream ({', '.join(upstream)})" if upstream else "")
+
+
+def _adhoc_line(entry: Entry) -> str:
+    """A --patch apply the record holds, by its patch files, with the commands that judge and undo it."""
+    chosen = selection_of(entry)
+    files = f"{len(entry.files)} file(s)"
+    status, revert = hints.command("status", chosen=chosen), hints.command("revert", chosen=chosen)
+    return f"{shown_set(entry).removeprefix('the ')} recorded ({files}): {status} judges it, {revert} undoes it"
 
 
 def _partial_fix(found: SetsStatus) -> str | None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict
 
 import click
@@ -52,5 +53,7 @@ def command(
         f"{len(report.patches)} patch(es) applied: " + ", ".join(report.patches) if report.patches else "no patch yet"
     )
     ui.line(f"           {report.patched_commit[:12]} {applied}")
-    first = "" if report.patches else " --new-patch NAME"  # a new set's first series
-    ui.line(f"next       edit the files, then: patchkit refresh {report.directory}{first}")
+    first = [] if report.patches else ["--new-patch"]  # a new set's first series: NAME is the user's
+    refresh = shlex.join(["patchkit", "refresh", report.directory, *first]) + (" NAME" if first else "")
+    # one `command`, pasted whole (newuser17 5a: wrapped bare, its first line ran as another command)
+    ui.line(f"next       edit the files, then: `{refresh}`")

@@ -19,6 +19,8 @@ from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 from patchkit.engine.guard import refusal_summary, refusal_text
 from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, stale_said
+from patchkit.engine.resolve import in_stock_fix
+from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.specifiers import SpecifierSet
@@ -156,7 +158,7 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
         if ui.verbose:
             show_status(ui, resolved, status, failures=[], header=False)
         if status.upstream_regression:
-            show_checks(ui, status.checks, label="stock")
+            show_checks(ui, status.checks, label="stock", resolved=resolved)
 
 
 def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
@@ -229,15 +231,19 @@ def _upgrade_said(problems: list[str]) -> list[str]:
     return [problem for problem in problems if problem not in files] + [counted]
 
 
-def show_checks(ui: Screen, results: list[CheckResult], label: str = "checks") -> None:
-    """Failures first, then one count line; every row in a table with -v."""
+def show_checks(
+    ui: Screen, results: list[CheckResult], label: str = "checks", resolved: Resolved | None = None
+) -> None:
+    """Failures first, then one count line; every row in a table with -v. `resolved`: the tree whose
+    stock files these are (a dev build's fix names the release below first)."""
     if ui.verbose:
         rows = [[r.check, r.path or "", r.status, r.message] for r in results]
         ui.table(["check", "file", "result", "detail"], rows, title="checks", state_column=2)
         return
     # apply's checks on the planned files ("checks"), on the files written ("written"); an upstream
     # release's own files ("stock")
-    fix = {"checks": as_planned_fix(), "stock": UPSTREAM_FIX}.get(label, "")
+    stock = _upstream_fix(resolved) if resolved is not None else UPSTREAM_FIX
+    fix = {"checks": as_planned_fix(), "stock": stock}.get(label, "")
     ui.failures(fold(check_failures(results, fix, {"integrity": "", pyc.NAME: pyc.FIX})))
     ui.line(
         f"{label:<8} {count_line(results, verbose=False)}", style=None if any(r.failed for r in results) else "green"
@@ -359,11 +365,9 @@ def verified_target_text(
     mismatch = another_release(resolved)
     if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
         show_header(ui, resolved, target=target)
-        if not version:
-            ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
-            return
-        ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
-        ui.verdict(f"verify: FAILED: {mismatch}", ok=False)
+        if version:  # the cause said once, in the finding with its fix; the verdict points to it
+            ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
+        ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
         return
     status, results = verified.status, verified.checks
     found = status_failures(resolved, status) + check_failures(
@@ -396,7 +400,9 @@ def verified_target_text(
         # a dry check passing is no pass of the tree: the last line (what CI shows) says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
     elif verified.ok and resolved.selection.in_stock:  # found, not declared: the set's range is the maintainer's
-        ui.verdict(f"verify: ok: {counted}; {in_stock_fix(resolved.vllm_version)}", ok=True)
+        ui.verdict(
+            f"verify: ok: {counted}; {in_stock_fix(resolved.vllm_version, resolved.selection.patch_set)}", ok=True
+        )
     elif verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif status.upstream_regression:
@@ -481,13 +487,23 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
     if status.state == TreeState.APPLIED:
         return f"{status.fix_command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
-        return UPSTREAM_FIX
+        return _upstream_fix(resolved)
     return as_planned_fix()
 
 
-def in_stock_fix(version: object) -> str:
-    """A release whose stock files hold the set's change and pass its checks (issue 23's words)."""
-    return f"upstream may have fixed this in {version}: close the set's range"
+def _upstream_fix(resolved: Resolved) -> str:
+    """A build before a release (0.23.0.dev5) is judged as that release, upstream for the set, though
+    its files may be the release below's: naming that release is the first thing to try."""
+    version = resolved.vllm_version
+    if version is None or not (version.is_devrelease or version.is_prerelease):
+        return UPSTREAM_FIX
+    base = release_version(version)
+    retry = hints.command("verify", chosen=replace(hints.current(), vllm_version="RELEASE"))
+    return (
+        f"{version.public} comes before release {base}, whose stock files the set's upstream range judges: "
+        f"first try {retry}, RELEASE the release it derives from (the last before {base}); "
+        "if that fails too, report the upstream regression"
+    )
 
 
 UPSTREAM_FIX = "nothing to apply: vLLM changed what the set checks; report the upstream regression"

@@ -154,24 +154,69 @@ def _broken_line(line: str, width: int, *, shorten: bool) -> list[str]:
     if len(word) <= width:  # a word kept whole that its indent would push past the width: that line starts further left
         return [" " * (width - len(word)) + word]
     if "`" in word:
-        parts = _continued(word.replace(_KEPT_SPACE, " "), max(width - lead, NAME_ROOM))
-        return [" " * max(min(lead, width - len(part)), 0) + part for part in parts]  # a wide one further left
+        parts = _continued(word.replace(_KEPT_SPACE, " "), max(width - lead, NAME_ROOM), width)
+        # a wide one further left; a line that goes on with a word broken on the one above is not
+        # indented (its spaces would split that word)
+        return [
+            part if number and _glued(parts[number - 1]) else " " * max(min(lead, width - len(part)), 0) + part
+            for number, part in enumerate(parts)
+        ]
     if not shorten:
         return [line]
     return [" " * lead + piece for piece in broken(word, max(width - lead, NAME_ROOM))]
 
 
-def _continued(command: str, room: int) -> list[str]:
-    """A `command` wider than `room` as shell lines: broken only at a space between its words (never
-    inside quotes, a path or a word), each line but the last ending in ` \\`, so that pasted it is
-    still the one command. A word wider than a line stays whole (the terminal folds it, unbroken)."""
+def _continued(command: str, room: int, width: int) -> list[str]:
+    """A `command` wider than `room` as shell lines: broken only at a space between its arguments
+    (an option and its value kept together where a line holds both; never inside quotes), each
+    line but the last ending in ` \\`, so that pasted it is still the one command. A word wider
+    than the terminal (`width`), unquoted, is broken after a / (else a - + . or _) by a `\\` that
+    ends the line with no space: the shell joins the pieces again (not folded mid-word)."""
     lines: list[str] = []
-    for word in _shell_words(command):
-        if lines and len(lines[-1]) + 1 + len(word) + 2 <= room:
-            lines[-1] += " " + word
+    for argument in _arguments(_shell_words(command)):
+        # an option and its value too wide together: a line each (the value may still be broken)
+        for word in [argument] if len(argument) + 2 <= room else argument.split(" ", 1):
+            if lines and not _glued(lines[-1]) and len(lines[-1]) + 1 + len(word) + 2 <= room:
+                lines[-1] += " " + word
+            elif len(word) > width and not re.search(r"""['"\\]""", word):
+                lines += _pieces(word, width)
+            else:
+                lines.append(word)
+    return [line if _glued(line) else line + " \\" for line in lines[:-1]] + lines[-1:]
+
+
+def _glued(line: str) -> bool:
+    """A shell line that ends inside a word: `\\` right after it, no space (see _pieces)."""
+    return line.endswith("\\") and not line.endswith(" \\")
+
+
+def _pieces(word: str, width: int) -> list[str]:
+    """A word wider than `width` as pieces that each end in `\\` (the shell removes a backslash and
+    the newline after it, joining the word again), broken after a / (else a - + . or _)."""
+    cuts = [
+        piece
+        for part in re.compile(_SLASH).split(word)
+        for piece in (re.compile(r"(?<=[-+._])").split(part) if len(part) >= width else [part])
+    ]
+    lines = [""]
+    for piece in cuts:
+        if lines[-1] and len(lines[-1]) + len(piece) + 1 > width:
+            lines.append("")
+        lines[-1] += piece
+    return [line + "\\" for line in lines[:-1]] + lines[-1:]
+
+
+def _arguments(words: list[str]) -> list[str]:
+    """The words, an option (`--set`, `-tp`) joined to the value after it: a line never ends
+    between them (`--set \\` / `eagle3` reads as two arguments)."""
+    joined: list[str] = []
+    for word in words:
+        option = joined[-1] if joined else ""
+        if option.startswith("-") and option != "--" and " " not in option and not word.startswith("-"):
+            joined[-1] += " " + word
         else:
-            lines.append(word)
-    return [line + " \\" for line in lines[:-1]] + lines[-1:]
+            joined.append(word)
+    return joined
 
 
 def _shell_words(command: str) -> list[str]:
