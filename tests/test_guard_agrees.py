@@ -312,7 +312,10 @@ def guard_of_an_older_build(tree: Tree) -> None:
     module.write_bytes(module.read_bytes() + b"\n# built from an older commit\n")
     record = tree.site / INFO / "RECORD"
     lines = record.read_text().splitlines()
-    lines = [_record_line("patchkit_guard.py", module.read_bytes()) if line.startswith("patchkit_guard.py,") else line for line in lines]
+    lines = [
+        _record_line("patchkit_guard.py", module.read_bytes()) if line.startswith("patchkit_guard.py,") else line
+        for line in lines
+    ]
     record.write_text("\n".join(lines) + "\n")
     state = tree.state()
     state["guard"] |= {"patchkit_guard.py": sha(module.read_text()), f"{INFO}/RECORD": sha(record.read_text())}
@@ -796,7 +799,9 @@ def test_a_patched_file_reached_through_a_symlink_gets_the_fix_that_replaces_it(
         assert done.returncode == 1 and f"replace the symlink {tree.site / rel} with {what}" in said, said
         assert "patchkit apply" not in said, said
     status = tree.cli("status")
-    assert status.returncode == 2 and f"replace the symlink {tree.site / rel} with {what}" in " ".join(status.stderr.split())
+    assert status.returncode == 2 and f"replace the symlink {tree.site / rel} with {what}" in " ".join(
+        status.stderr.split()
+    )
     (tree.site / rel).unlink()
     if rel == "vllm/config":
         shutil.copytree(moved, tree.site / rel)

@@ -465,8 +465,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         f"{sum(bool(p.problem) for p in status.patches)} patch(es) do not apply"
         if any(p.problem for p in status.patches)
         else "",
-        refusal_summary(status.guard) if status.guard and guard
-        else "",
+        refusal_summary(status.guard) if status.guard and guard else "",
         "upstream regression" if status.upstream_regression else "",
     ]
     return [p for p in problems if p]
