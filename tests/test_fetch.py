@@ -923,7 +923,7 @@ def test_a_full_disk_in_dest_leaves_no_release_that_looks_whole_and_the_same_com
 
     def fills_up(path, data, **kwargs):
         writes.append(path)
-        if len(writes) == 2:
+        if len(writes) == 3:  # the lay-out's mark, a file, then the disk is full
             raise OSError(errno.ENOSPC, "No space left on device")
         real_write(path, data, **kwargs)
 
@@ -938,8 +938,60 @@ def test_a_full_disk_in_dest_leaves_no_release_that_looks_whole_and_the_same_com
     assert [p for p in dest.rglob("*") if p.is_file()], "the file written before the disk filled is kept"
 
     monkeypatch.setattr(release_files, "atomic_write", real_write)  # space freed: the same lay-out completes it
-    laid, written, _kept = release_files.lay_out_said(tree, dest)
-    assert len(written) == len(laid) - 1
+    laid, written, _kept, resumed = release_files.lay_out_said(tree, dest)
+    assert len(written) == len(laid) - 1 and resumed == f"{VERSION} --all"
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == laid
     for rel in laid:
         assert (dest / rel).read_bytes() == (tree / rel).read_bytes(), rel
+
+
+def test_a_lay_out_killed_part_way_is_named_by_status_and_the_fetch_it_names_finishes_it(
+    fetched, monkeypatch, tmp_path
+):
+    """state26: a `fetch --dest` killed mid-write said nothing on the next run, and status told the
+    tree it left to "pass --vllm-version", which cannot help: the tree lacks files."""
+    from helpers import run_cli
+
+    from patchkit.releases import files as release_files
+
+    tree = fetch.release_tree(VERSION, all_python=True)
+    real_write, writes = release_files.atomic_write, []
+
+    def killed(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == 3:
+            raise KeyboardInterrupt  # as a kill leaves it: no handler runs, the files written stay
+        real_write(path, data, **kwargs)
+
+    dest = tmp_path / "cut"
+    monkeypatch.setattr(release_files, "atomic_write", killed)
+    with pytest.raises(KeyboardInterrupt):
+        release_files.lay_out_said(tree, dest)
+    monkeypatch.setattr(release_files, "atomic_write", real_write)
+
+    status = run_cli("status", "--target", dest)
+    assert status.returncode == 4, status.stdout + status.stderr
+    assert "was cut short" in status.stderr and "--vllm-version" not in status.stderr, status.stderr
+    fix = re.search(r"hint: run `patchkit (fetch [^`]*)`", status.stderr)
+    assert fix is not None and fix.group(1) == f"fetch {VERSION} --all --dest {dest}", status.stderr
+    again = run_cli(*fix.group(1).split())
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"held a lay-out of vllm {VERSION} cut short" in again.stderr, again.stderr
+    laid = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert laid == sorted(
+        p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file() and ".patchkit" not in p.parts
+    )
+    assert all((dest / rel).read_bytes() == (tree / rel).read_bytes() for rel in laid)
+
+
+def test_a_tree_cut_short_without_a_mark_is_told_what_is_missing_not_to_pass_a_version(tmp_path):
+    """A tree with vllm/ files but no vllm/__init__.py and no dist-info (cut short by an older
+    patchkit, or a copy of part of one): the hint was "pass --vllm-version"."""
+    from helpers import run_cli
+
+    (tmp_path / "cut" / "vllm" / "config").mkdir(parents=True)
+    (tmp_path / "cut" / "vllm" / "config" / "speculative.py").write_text("X = 1\n")
+    status = run_cli("status", "--target", tmp_path / "cut")
+    assert status.returncode == 4, status.stdout + status.stderr
+    assert "has no __init__.py, and there is no vllm-*.dist-info beside it" in status.stderr, status.stderr
+    assert "--vllm-version" not in status.stderr and "fetch VERSION --dest" in status.stderr, status.stderr

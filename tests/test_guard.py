@@ -499,17 +499,21 @@ def test_a_symlinked_guard_dist_info_does_not_block_revert(patched, tmp_path):
     assert _load(site).returncode == 0
 
 
-def test_apply_removes_its_earlier_guard_where_a_guard_would_stop_every_launch(patched):
-    """A second vllm-*.dist-info laid beside the first: the guard can read no one version, so apply
-    (with --vllm-version, as status hints) installs none, and removes the one an earlier apply left,
-    which refused every launch while status named `patchkit apply` again and again."""
+def test_apply_keeps_its_guard_where_several_vllm_dist_infos_would_stop_every_launch(patched):
+    """A second vllm-*.dist-info laid beside the first: the guard can read no one version. apply
+    --vllm-version removed the guard, and status then called the unguarded tree applied (review 12b
+    L4): apply refuses, nothing written, and status names the fix; --no-guard removes it, as asked."""
     site, diff, _ = patched
     (site / "vllm-0.17.0.dist-info").mkdir()
     (site / "vllm-0.17.0.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.17.0\n")
     assert _load(site).returncode != 0
     done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
-    assert done.returncode == 0 and "launch guard removed" in done.stdout, done.stdout + done.stderr
-    assert "no one vLLM version" in done.stderr and not (site / "patchkit_guard.py").exists()
+    assert done.returncode == 4 and "nothing was written" in done.stderr, done.stdout + done.stderr
+    assert "remove the stale vllm-*.dist-info directories" in done.stderr and (site / "patchkit_guard.py").exists()
+    status = run_cli("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
+    assert status.returncode == 1 and "remove the stale vllm-*.dist-info directories" in status.stdout, status.stdout
+    done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0", "--no-guard")
+    assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout + done.stderr
     assert _load(site).returncode == 0
     assert run_cli("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0").returncode == 0
 

@@ -388,6 +388,15 @@ def created_file_closed_by_an_older_patchkit(tree: Tree) -> None:
     (tree.site / ADDON).chmod(0o600)
 
 
+def record_says_patchkit_created_a_stock_file(tree: Tree) -> None:
+    """Review 12b L8: `"before": null` for a file vLLM's RECORD lists: status refuses the record as
+    revert does (exit 2: reverting it would delete vLLM's file), while the guard let vLLM launch."""
+    _applied(tree)
+    state = tree.state()
+    state["entries"][0]["files"][SPEC]["before"] = None
+    tree.write_state(state)
+
+
 def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
     """A recorded file replaced by an in-tree symlink to the very bytes patchkit wrote."""
     _applied(tree)
@@ -446,6 +455,9 @@ SYMLINKED = [
     saved_a_symlink_out_of_the_tree,
 ]
 
+# records no command acts on (exit 2, its hint to inspect or remove the record): the guard refuses
+REFUSED_RECORDS = [record_says_patchkit_created_a_stock_file]
+
 
 CLOSED_TO_OTHERS = [
     record_closed_by_an_older_patchkit,
@@ -488,6 +500,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_module_symlinked_to_a_copy,
     *CLOSED_TO_OTHERS,
     *SYMLINKED,
+    *REFUSED_RECORDS,
 ]
 
 
@@ -536,7 +549,7 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     guard = load_plugins_like_vllm(tree.site)
     refuses = guard.returncode != 0 or _not_this_patchkits_guard(tree.site) or _fails_another_user(tree.site, guard)
     status = tree.cli("status", "--format", "json")
-    if build in SYMLINKED:  # a tree no command writes to (exit 2, its hint a hand repair): the guard refuses
+    if build in SYMLINKED + REFUSED_RECORDS:  # a tree no command writes to (exit 2, a hand repair): the guard refuses
         assert status.returncode == 2 and refuses, (status.stdout, guard.stderr[-600:])
         return
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr
@@ -808,3 +821,37 @@ def test_a_patched_file_reached_through_a_symlink_gets_the_fix_that_replaces_it(
     else:
         shutil.copy2(moved, tree.site / rel)
     assert tree.cli("status").returncode == 0 and tree.launch("preflight").returncode == 0
+
+
+def test_several_vllm_dist_infos_keep_the_guard_and_status_never_calls_the_tree_unguarded_fine(tmp_path):
+    """Review 12b L4: on a tree of two vllm-*.dist-info, `apply --vllm-version X` removed the guard
+    (it would stop every launch) and `status --vllm-version X` then said applied, exit 0, no word of
+    it; the guard said "vLLM None is installed". apply refuses and keeps the guard; status names the
+    fix; a tree left unguarded so is said to launch unchecked."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    stale = tree.site / "vllm-0.15.2.dist-info"
+    shutil.copytree(tree.site / "vllm-0.16.0.dist-info", stale)
+    (stale / "METADATA").write_text((stale / "METADATA").read_text().replace("0.16.0", "0.15.2"))
+    record, guard = tree.state(), (tree.site / "patchkit_guard.py").read_bytes()
+
+    applied = tree.cli("apply", "--vllm-version", "0.16.0", "--no-import")
+    assert applied.returncode == 4 and "nothing was written" in applied.stderr, applied.stdout + applied.stderr
+    assert tree.state() == record and (tree.site / "patchkit_guard.py").read_bytes() == guard
+    refused = load_plugins_like_vllm(tree.site)
+    assert refused.returncode != 0 and "vLLM None" not in refused.stderr
+    assert "vllm-0.15.2.dist-info, vllm-0.16.0.dist-info" in refused.stderr
+    status = tree.cli("status", "--vllm-version", "0.16.0")
+    assert status.returncode == 1 and "remove the stale vllm-*.dist-info directories" in status.stdout, status.stdout
+
+    shutil.rmtree(tree.site / f"patchkit_guard-{__version__}.dist-info")  # as an older patchkit's apply left it
+    (tree.site / "patchkit_guard.py").unlink()
+    tree.write_state({**record, "guard": {}})
+    status = tree.cli("status", "--vllm-version", "0.16.0")
+    assert "launches this tree unchecked" in status.stdout + status.stderr, status.stdout + status.stderr
+    assert "remove the stale vllm-*.dist-info directories" in status.stdout + status.stderr
+
+    shutil.rmtree(stale)  # the fix named, then apply
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert load_plugins_like_vllm(tree.site).returncode == 0 and (tree.site / "patchkit_guard.py").exists()
+    assert tree.cli("status").returncode == 0

@@ -340,6 +340,25 @@ def test_a_plugin_name_vllm_does_not_import_leaves_the_parser_name_held(launch, 
 
 
 @pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ('{"reasoning_parser": 7}', "reasoning_parser is 7,"),
+        ('{"reasoning_parser": null}', "reasoning_parser is null,"),
+        ('{"reasoning_parser": ["qwen3"]}', "reasoning_parser is a list,"),
+        ('{"reasoning_parser": "qwen3", "reasoning_parser_plugin": false}', "reasoning_parser_plugin is false,"),
+    ],
+)
+def test_a_structured_outputs_parser_that_is_no_string_is_refused(launch, config, said):
+    """Review 12b L5: vLLM 0.16.0's StructuredOutputsConfig refuses a reasoning_parser that is not a
+    string (pydantic, at start); preflight said "nothing judged" and passed."""
+    tree, library, model = launch
+    done, found = preflight(tree, library, model, "--structured-outputs-config", config)
+    assert done.returncode == 1, done.stdout
+    assert [said in f["message"] and not f["ok"] for f in found] == [True], found
+    assert found[0]["fix"].startswith("write it as a JSON string")
+
+
+@pytest.mark.parametrize(
     "plugin",
     [
         "/nonexistent/plug.py",  # review 13 H1: vLLM logs the failed import and carries on

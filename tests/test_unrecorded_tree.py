@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import load_plugins_like_vllm, make_patch, snapshot, write_library, write_tree
+from helpers import Releases, load_plugins_like_vllm, make_patch, snapshot, write_library, write_tree
 
 from patchkit.store.state import read_state
 
@@ -317,4 +317,54 @@ def test_a_patched_file_reached_through_a_symlink_is_refused_by_apply_with_the_f
     (tree / ROUTER).unlink()
     (tree / ROUTER).write_bytes(outside.read_bytes())  # as the hint says
     assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0
+
+
+@pytest.mark.parametrize("record", ["lost", "partial"])
+def test_an_edit_the_reversed_series_keeps_is_refused_as_a_recorded_edit_and_force_gives_stock(
+    run, stock, record, tmp_path, monkeypatch
+):
+    """Review 12b L3: with no record of the set, a line added to a patched file away from its hunks
+    still reverses; revert said "restored to stock", exit 0, and left stock plus the edit. vLLM's
+    RECORD tells it: refused (exit 1, kept) as a recorded edited file is; --force puts the
+    release's own file back and keeps a copy of the edit."""
+    tree, library = stock
+    before = snapshot(tree)
+    Releases(tmp_path / "index", monkeypatch).add("0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    if record == "partial":  # the other set recorded again: only the edited one is unrecorded
+        assert run("apply", "--target", tree, "--patches", library, "--set", "routes").exit_code == 0
+    mine = (tree / PARSER).read_text() + "\n\ndef mine():\n    return 1\n"
+    (tree / PARSER).write_text(mine)
+    edited = snapshot(tree)
+
+    refused = run("revert", "--target", tree, "--patches", library)
+    assert refused.exit_code == 1, refused.output
+    assert f"{PARSER} was edited after patchkit patched it; keeping your version" in refused.output
+    assert "restored to stock" not in refused.output
+    assert snapshot(tree) == edited
+
+    forced = run("revert", "--target", tree, "--patches", library, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "reverted: 2 file(s) restored to stock" in forced.output, forced.output
+    assert snapshot(tree) == before
+    (copy,) = (tree / ".patchkit" / "saved").rglob("toolcall.py")
+    assert copy.read_text() == mine
+
+
+def test_a_record_of_no_set_that_still_names_chosen_sets_goes_with_the_revert(run, stock):
+    """Review 12b L6: a record whose entries are [] but which still has "chosen" (the guard's and
+    the choice's record, the sets' lost) was not empty to revert: .patchkit/ stayed for ever."""
+    tree, library = stock
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    record = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert record["chosen"], record
+    (tree / ".patchkit" / "state.json").write_text(json.dumps({**record, "entries": []}))
+    for _ in range(2):
+        done = run("revert", "--target", tree, "--patches", library)
+        assert done.exit_code == 0, done.output
+    assert snapshot(tree) == before
+    assert not (tree / ".patchkit").exists(), sorted(p.name for p in (tree / ".patchkit").rglob("*"))
     assert run("status", "--target", tree, "--patches", library).exit_code == 0

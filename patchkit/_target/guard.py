@@ -20,8 +20,10 @@ wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import shlex
@@ -201,8 +203,66 @@ def _state_records(site: str) -> list[Record]:
     wheel = data.get("wheel")
     if not isinstance(wheel, (str, type(None))):
         raise TreeChanged(path + " has a wheel of the wrong shape")
+    records = [_entry_record(entry, path) for entry in entries]
+    _refuse_created_stock_files(site, path, _created(entries))
     # the patched wheel this guard was installed on (no apply recorded): its version is what must run
-    return [_entry_record(entry, path) for entry in entries] + ([(wheel, {}, {})] if wheel else [])
+    return records + ([(wheel, {}, {})] if wheel else [])
+
+
+def _created(entries: list) -> list[str]:
+    """The paths the record says patchkit created (`"before": null`: no original), entries checked."""
+    found = {rel for entry in entries for rel, shas in entry["files"].items() if shas.get("before", "") is None}
+    return sorted(found)
+
+
+# RECORD's hash algorithms a wheel may use (patchkit.distinfo.record.HASHES): a row with another is no evidence
+_HASHES = ("sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "blake2b", "blake2s")
+
+
+def _refuse_created_stock_files(site: str, origin: str, created: list[str]) -> None:
+    """A record saying patchkit created a file an installed distribution's RECORD lists as its own
+    (vLLM's, torch's) is none patchkit wrote: status and revert refuse it (exit 2), so the guard
+    does (patchkit.engine.operations._refuse_created_stock_files; review 12b L8)."""
+    if not created:
+        return
+    listed = _listed_by_vllm(site, created) | _listed_by_others(site, created)
+    if listed:
+        raise TreeChanged(
+            origin + " says patchkit created " + sorted(listed)[0] + ", but an installed distribution's RECORD"
+            " lists it as its own file"
+        )
+
+
+def _listed_by_vllm(site: str, paths: list[str]) -> set[str]:
+    """Those the installed vLLM's RECORD lists with a hash (none when vLLM came from a patched wheel,
+    whose RECORD lists the files its patches add, or when several vLLMs are installed)."""
+    found = _vllm_dist_infos(site)
+    if len(found) != 1 or os.path.lexists(os.path.join(site, found[0], "patchkit.json")):
+        return set()
+    rows = _record_rows(os.path.join(site, found[0], "RECORD"), paths)
+    return {path for path, digest in rows if "=" in digest and digest.partition("=")[0] in _HASHES}
+
+
+def _listed_by_others(site: str, paths: list[str]) -> set[str]:
+    """Those outside vllm/ another distribution's RECORD lists (not vLLM's, not the guard's)."""
+    outside = [path for path in paths if path.split("/", 1)[0] != "vllm"]
+    listed: set[str] = set()
+    for name in sorted(os.listdir(site)) if outside else []:
+        if name.endswith(".dist-info") and not name.startswith(("vllm-", "patchkit_guard-")):
+            listed |= {path for path, _digest in _record_rows(os.path.join(site, name, "RECORD"), outside)}
+    return listed
+
+
+def _record_rows(path: str, paths: list[str]) -> list[tuple[str, str]]:
+    """(path, its hash entry) for each row of `paths` a RECORD lists; none when it cannot be read
+    plainly (as patchkit reads it: a symlink, a fifo, too large or not csv lists nothing)."""
+    try:
+        raw = _read_regular(path, MAX_RECORD_BYTES)
+        rows = list(csv.reader(io.StringIO((raw or b"").decode("utf-8"))))
+    except (TreeChanged, UnicodeDecodeError, csv.Error):
+        return []
+    wanted = set(paths)
+    return [(row[0], row[1] if len(row) > 1 else "") for row in rows if row and row[0] in wanted]
 
 
 # what patchkit keeps in .patchkit/ beside state.json, and the kind each is: any other kind (a
@@ -292,7 +352,19 @@ def _version_problems(site: str, recorded: str | None) -> list[str]:
     installed = installed_vllm_version(site)
     if installed == recorded:
         return []
+    several = _vllm_dist_infos(site)
+    if installed is None and len(several) > 1:  # never "vLLM None": which one runs cannot be told
+        return [
+            SEVERAL
+            + " ("
+            + ", ".join(several)
+            + "), so the guard cannot tell which one runs; the patches were applied to vLLM "
+            + recorded
+        ]
     return ["vLLM " + str(installed) + " is installed, but the patches were applied to vLLM " + recorded]
+
+
+SEVERAL = "several vLLM distributions are installed"  # patchkit.engine.inspection names the fix by it
 
 
 def _vllm_dist_infos(site: str) -> list[str]:

@@ -457,6 +457,9 @@ def missing_guard(root: Path, state: State | None) -> str | None:
     """What to say when the record names a guard that vLLM would no longer load (`pip uninstall
     patchkit-guard` took its files, or its entry point was changed): the tree is patched, but no
     launch is checked. None: as recorded, or loaded all the same."""
+    several = _unguarded_among_several(root, state)
+    if several is not None:
+        return several
     recorded = state.guard if state is not None and not state.no_guard else {}
     gone = [path for path in recorded if not os.path.lexists(root / path)]
     changed = [] if gone else [path for path, digest in recorded.items() if _digest(root, path) != digest]
@@ -464,6 +467,37 @@ def missing_guard(root: Path, state: State | None) -> str | None:
         return None
     why = "pip uninstall patchkit-guard?" if gone else f"{changed[0]} {CHANGED_SINCE}"
     return f"{GUARD_GONE} ({why}): vLLM launches this tree unchecked"
+
+
+def _unguarded_among_several(root: Path, state: State | None) -> str | None:
+    """An applied tree of several vllm-*.dist-info with no guard, none told --no-guard: an apply
+    with --vllm-version there used to remove the guard (it would stop every launch; review 12b L4)."""
+    if state is None or not state.entries or state.guard or state.no_guard or is_installed(root):
+        return None
+    names = [d.name for d in vllm_metadata_dirs(root)]
+    if len(names) < 2:
+        return None
+    return (
+        f"no launch guard: {target_guard.SEVERAL} ({', '.join(names)}), which stops a guard, "
+        "so none is installed: vLLM launches this tree unchecked"
+    )
+
+
+def several_vllms_refusal(root: Path) -> TargetError | None:
+    """The refusal of an apply that would install the guard on a tree of several vllm-*.dist-info:
+    the guard could not tell which vLLM runs and would stop every launch (None: one, or none)."""
+    names = [d.name for d in vllm_metadata_dirs(root)]
+    if len(names) < 2:
+        return None
+    return TargetError(
+        f"several vLLM distributions in {root}: {', '.join(names)}: the launch guard could not tell which "
+        f"one runs, so it would stop every launch; nothing was written",
+        hint=f"{SEVERAL_FIX}, then run the same command again (or add --no-guard to apply without the guard)",
+    )
+
+
+SEVERAL = target_guard.SEVERAL  # the guard's words for several vllm-*.dist-info (its fix is SEVERAL_FIX)
+SEVERAL_FIX = "remove the stale vllm-*.dist-info directories (pip left them; keep the installed vLLM's)"
 
 
 def _digest(root: Path, path: str) -> str | None:

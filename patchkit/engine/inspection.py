@@ -22,6 +22,8 @@ from patchkit.distinfo.record import find_record, has_provenance, is_dist_info_o
 from patchkit.engine.guard import (
     CHANGED_SINCE,
     OTHERS_CANNOT_READ,
+    SEVERAL,
+    SEVERAL_FIX,
     UNKNOWN_GUARD,
     is_installed,
     launch_verdict,
@@ -149,6 +151,8 @@ class TreeStatus:
             # a wheel's file: this set's apply leaves it; the wheel's sets go together
             revert, apply = (hints.command(verb, *args, chosen=_without_a_set()) for verb, *args in _EVERY_SET)
             return f"run {revert} (it keeps a copy of the edits), then {apply}"
+        if any(SEVERAL in problem for problem in self.guard):  # apply refuses until one is left
+            return f"{SEVERAL_FIX}, then run {hints.command('status')}"
         upgraded = [problem for problem in self.guard if UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
             # vLLM was upgraded under the record, and its files are not all the new release's: no
@@ -177,6 +181,8 @@ class TreeStatus:
     @property
     def guard_missing_fix(self) -> str:
         """Puts the recorded guard back (apply installs it when missing), or says to go without one."""
+        if SEVERAL in (self.guard_missing or ""):  # apply refuses to install a guard until one is left
+            return f"{SEVERAL_FIX}, then run {hints.command('apply')} (it installs the guard)"
         edited = CHANGED_SINCE in (self.guard_missing or "")  # apply leaves a guard file changed since
         apply, without = self._apply_of_recorded(*["--guard"] * edited), self._apply_of_recorded("--no-guard")
         return f"run {apply} (it puts the guard back), or {without} to launch without it"
@@ -432,7 +438,13 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
     by hand) left in .patchkit/: an empty one, or originals no record names. Harmless to a launch
     (the guard passes, as status does); `revert` removes it. `state`: the record (None: not read)."""
     meta = meta_dir(root)
-    if state != State(entries=[]) or meta.is_symlink() or not meta.is_dir() or (meta / "journal.json").exists():
+    if (
+        state is None
+        or not state.holds_nothing()
+        or meta.is_symlink()
+        or not meta.is_dir()
+        or (meta / "journal.json").exists()
+    ):
         return []
     objects = meta / "objects"
     try:

@@ -54,6 +54,7 @@ from patchkit.engine.guard import (
     removal_changes,
     remove_empty_cache,
     replaced_files,
+    several_vllms_refusal,
     unreadable_by_others,
     unseen_guard_note,
 )
@@ -81,6 +82,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
+from patchkit.engine.unrecorded_edits import edited_unrecorded
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
@@ -512,6 +514,9 @@ class _Applying:
         if self.resolved.target.guard_unseen:  # written, it would be claimed and inert (audit23 W2)
             self.warn(unseen_guard_note(self.resolved.target))
             return {}, state
+        several = several_vllms_refusal(self.resolved.target.root)
+        if several is not None:  # never a guard removed and the tree called applied (review 12b L4)
+            raise several
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
@@ -850,7 +855,7 @@ def _without_empty_record(root: Path, result: RevertResult, found: State) -> lis
     `found`: the record read under the lock; when it was empty already and nothing was written,
     what is left is a killed command's (objects no record names, the lock): it goes too."""
     record = found if result.record is None else result.record  # nothing written: the record is what it was
-    if record != State(entries=[]):
+    if not record.holds_nothing():
         return []
     prune_objects(root, record)  # no record names them, and a journal was recovered first
     kept = remove_empty_store(root, record)
@@ -883,7 +888,9 @@ def _revert_locked(
     view = View(root)
     restored = _restore_from_record(view, undo, patches, force=force)
     warnings += restored.notes
-    plan = plan_revert(root, _unrecorded(undo, patches, only, root), view=view)
+    unrecorded, found_only = _unrecorded(undo, patches, only, root)
+    plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
+    unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
     if plan.conflicts:
         return RevertResult(
             Outcome.CONFLICT,
@@ -893,6 +900,8 @@ def _revert_locked(
                 hint=None if undo.entries else _unrecorded_conflict_hint(root),
             ),
         )
+    if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
+        restored.edited += edited_unrecorded(root, view, unrecorded, undo.installed, force=force, dry_run=dry_run)
     files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
     if dry_run:
@@ -1061,28 +1070,28 @@ def _recorded_modes(entries: list[Entry], changes: Changes) -> dict[str, int]:
     return modes
 
 
-def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path) -> list[Patch]:
-    """The series' patches to reverse-apply: those the record does not cover (applied by hand).
+def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path) -> tuple[list[Patch], bool]:
+    """The series' patches to reverse-apply: those the record does not cover (applied by hand), and
+    whether only those of them found applied are (planned once: plan_revert's found_only).
     Reverse-applying a recorded one again could re-insert an insertion-only hunk. `revert` alone
     undoes what the tree records, whatever the library holds; its series only when the tree
     records nothing."""
     recorded = {(p["name"], p["sha256"]) for e in undo.entries for p in e.patches}
     if undo.wheel is not None:
         recorded |= set(undo.wheel.patch_hashes)
+    found_only = False
     if only is not None or not (undo.entries or undo.stale):
         series = patches
     elif undo.stale:  # another release installed: the series is not this tree's
         series = []
     else:  # a record naming some sets: the others' patches found applied go too (review 12b M2)
         paths = {path for e in undo.entries for path in e.files}
-        series = [
-            p
-            for p in patches
-            if not any({f.path, f.source_path or f.path} & paths for f in p.files) and _found_applied(root, p)
-        ]
+        series = [p for p in patches if not any({f.path, f.source_path or f.path} & paths for f in p.files)]
+        found_only = True
     stock = _stock_by_record(root, touched_paths(series))
     # a file that matches vLLM's RECORD is stock (upstream's own fix, maybe): never reversed
-    return [p for p in series if (p.name, p.sha256) not in recorded and not stock & set(touched_paths([p]))]
+    kept = [p for p in series if (p.name, p.sha256) not in recorded and not stock & set(touched_paths([p]))]
+    return kept, found_only
 
 
 def _stock_by_record(root: Path, paths: list[str]) -> set[str]:
@@ -1097,12 +1106,6 @@ def _stock_by_record(root: Path, paths: list[str]) -> set[str]:
     if parsed is None:
         return set()
     return {path for path in paths if path in parsed.hashes and _as_recorded(root, path, parsed)}
-
-
-def _found_applied(root: Path, patch: Patch) -> bool:
-    """The patch is in the tree: reversing it changes files and meets no conflict."""
-    plan = plan_revert(root, [patch])
-    return not plan.conflicts and bool(plan.changes)
 
 
 def refuse_unrevertable_record(resolved: Resolved, state: State) -> None:

@@ -674,7 +674,7 @@ def _without_emptied_store(root: Path, state: State) -> None:
     """A rollback that leaves nothing recorded (a first apply cut short) leaves no .patchkit/ either
     (its lock, an empty objects/): the tree is as it was before that apply. Called under the lock,
     by a reader or `recover` (a writer goes on to write there)."""
-    if state == State(entries=[]):
+    if state.holds_nothing():
         prune_objects(root, state)
         remove_empty_store(root, state)
 

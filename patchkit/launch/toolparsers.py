@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib.machinery
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -78,7 +79,34 @@ def findings(check: str, options: dict[str, object], version: object, read: Read
     """The `check` findings for each parser name the launch gives: failed when vLLM refuses it,
     cannot judge when the tree holds no registry patchkit can read (`root`: the tree, for the fix)."""
     found = (_judged(check, named, version, read, root) for named in given(options, version))
-    return [f for f in found if f is not None]
+    return [*_not_strings(check, options), *(f for f in found if f is not None)]
+
+
+_STRING_KEYS = ("reasoning_parser", "reasoning_parser_plugin")  # typed `str` in StructuredOutputsConfig
+
+
+def _not_strings(check: str, options: dict[str, object]) -> list[Finding]:
+    """A failed finding for each parser key of --structured-outputs-config that is not a string
+    (5, null): vLLM's StructuredOutputsConfig refuses it at start (pydantic: a valid string)."""
+    given = _structured(options)
+    return [
+        Finding(
+            check,
+            False,
+            f"--structured-outputs-config's {key} is {_json_kind(given[key])}, not a string: vLLM refuses"
+            " the launch at start (its StructuredOutputsConfig takes only a string there)",
+            f'write it as a JSON string ("{key}": "NAME"), or leave it out',
+        )
+        for key in _STRING_KEYS
+        if key in given and not isinstance(given[key], str)
+    ]
+
+
+def _json_kind(value: object) -> str:
+    """How JSON names the value's type, with the value when it is short (5, null, true)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    return "an object" if isinstance(value, dict) else "a list"
 
 
 @dataclass(frozen=True)

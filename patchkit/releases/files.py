@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.fsutil import NO_SPACE, atomic_write, size_said
@@ -25,7 +26,7 @@ from patchkit.series.library import (
     select,
 )
 from patchkit.store.state import read_state
-from patchkit.tree.version import parse
+from patchkit.tree.version import LAYOUT_MARK, marked_release, parse
 
 RELEASE_MARKERS = frozenset({"vllm/__init__.py", "vllm/_version.py"})  # with the dist-info: what names a tree's release
 
@@ -97,10 +98,8 @@ def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *,
     return lay_out_said(tree, dest, paths, force=force)[0]
 
 
-def lay_out_said(
-    tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *, force: bool = False
-) -> tuple[list[str], list[str], list[str]]:
-    """(every file, those written, those kept as patchkit patched them). Copy a cached release tree (or its dist-info and `paths`) to dest, returning what was copied.
+def lay_out_said(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *, force: bool = False) -> Laid:
+    """Laid: every file, those written, those kept as patchkit patched them. Copy a cached release tree (or its dist-info and `paths`) to dest, returning what was copied.
 
     Each file is read without following a symlink and checked against the tree's RECORD (the cache
     is untrusted input; release_tree re-checked that RECORD). Nothing is written through a symlink
@@ -121,14 +120,29 @@ def lay_out_said(
             hint="they may be your edits: choose another directory, or pass --force to overwrite them",
         )
     to_write = [rel for rel in files if rel in differing or (rel not in patched and not (root / rel).exists())]
-    written = []
-    for rel in _markers_last(to_write):
+    resumed = marked_release(root)
+    mark = _dist_info(tree).removeprefix("vllm-").removesuffix(".dist-info") + (" --all" if paths is None else "")
+    written: list[str] = []
+    for rel in [LAYOUT_MARK] * bool(to_write) + _markers_last(to_write):
+        data = (mark + "\n").encode() if rel == LAYOUT_MARK else files[rel]
         try:
-            atomic_write(root / rel, files[rel], mode=0o644)
+            atomic_write(root / rel, data, mode=0o644)
         except OSError as e:
             raise _write_error(dest, rel, e, {r: files[r] for r in to_write if r not in written}) from None
-        written.append(rel)
-    return sorted(files), sorted(written), sorted(patched)
+        written += [rel] if rel != LAYOUT_MARK else []
+    if resumed is not None or to_write:  # every file is there: the mark of a lay-out under way goes
+        (root / LAYOUT_MARK).unlink(missing_ok=True)
+    return Laid(sorted(files), sorted(written), sorted(patched), resumed)
+
+
+class Laid(NamedTuple):
+    """What lay_out_said did: every file, those written, those kept as patchkit patched them, and
+    the release of a lay-out cut short it found and finished (None: none; "": a mark not patchkit's)."""
+
+    files: list[str]
+    written: list[str]
+    kept: list[str]
+    resumed: str | None
 
 
 def _markers_last(rels: list[str]) -> list[str]:

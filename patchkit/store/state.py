@@ -80,7 +80,7 @@ def remove_empty_store(root: Path, record: State) -> Path | None:
     copies of the user's edits (saved/): that directory is returned when it stays. `record`: the
     record the caller just committed (or found), under the lock."""
     meta = meta_dir(root)
-    if not meta.is_dir() or record != State(entries=[]):
+    if not meta.is_dir() or not record.holds_nothing():
         return None
     for remove in (
         (meta / "state.json").unlink,
@@ -291,6 +291,11 @@ class State:
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
+
+    def holds_nothing(self) -> bool:
+        """No set, no guard, nothing remembered: a choice with no set left counts for nothing (as
+        `without` drops it), else a record `"chosen"` alone keeps .patchkit/ for ever (review 12b L6)."""
+        return not self.entries and replace(self, chosen=None) == State(entries=[])
 
     def without(self, set_name: str) -> State:
         entries = [e for e in self.entries if e.set_name != set_name]

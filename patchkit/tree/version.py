@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, overload
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import NotRegularFile, inside, read_regular
 from patchkit.tree.target import PACKAGE, Target, vllm_metadata_dirs
@@ -84,9 +85,48 @@ def detect(target: Target, override: str | None = None) -> DetectedVersion:
             return found
     if target.installed_version:
         return DetectedVersion(parse(target.installed_version, "importlib.metadata"), "importlib.metadata")
+    cut = cut_short(target.root)
+    if cut is not None:
+        raise cut
     raise TargetError(
         f"cannot tell which vLLM version is in {target.root}",
         hint="no vllm-*.dist-info/METADATA, vllm/_version.py or git tag found; pass --vllm-version",
+    )
+
+
+# In DEST while `fetch --dest` lays a release out (it names the release): a kill leaves it behind.
+LAYOUT_MARK = ".patchkit-fetch"
+_RELEASE = re.compile(r"[0-9][0-9A-Za-z.+!_-]{0,63}( --all)?")  # a mark patchkit wrote: the release, --all
+
+
+def marked_release(root: Path) -> str | None:
+    """The release a lay-out cut short in `root` was of, with " --all" when it was of every file (its
+    mark; "" when the mark is there but says none patchkit wrote); None: no mark."""
+    try:
+        text = read_regular(root / LAYOUT_MARK, 256).decode("ascii").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return text if _RELEASE.fullmatch(text) else ""
+
+
+def cut_short(root: Path) -> TargetError | None:
+    """The refusal of a tree `fetch --dest` was cut short in (killed, a full disk): the files that
+    say which release it is are written last, so none is there; the fix is that fetch again, never
+    --vllm-version (the tree lacks files). None: no such tree."""
+    release = marked_release(root)
+    if release is None:
+        vllm = root / "vllm"
+        if not vllm.is_dir() or (vllm / "__init__.py").exists() or vllm_metadata_dirs(root):
+            return None
+        said = f"{vllm} has no __init__.py, and there is no vllm-*.dist-info beside it"
+    else:
+        said = "a `fetch --dest` there was cut short (killed, or the disk filled)"
+    again = hints.command("fetch", *(release or "VERSION").split(), "--dest", str(root))
+    return TargetError(
+        f"cannot tell which vLLM version is in {root}: {said}, and the files that say which release it is are missing",
+        hint=f"run {again} again (it writes only the missing files); for an installed vLLM, reinstall it",
     )
 
 

@@ -51,7 +51,12 @@ def command(
     ui.line(f"vllm {version}: {tree}")
     if dest:
         # what this fetch asked for, not whatever earlier fetches left in the cache's tree
-        laid, written, kept = lay_out_said(tree, dest, None if all_python else paths, force=force)
+        laid, written, kept, resumed = lay_out_said(tree, dest, None if all_python else paths, force=force)
+        if resumed is not None:  # what the next run found, said: a kill prints nothing itself
+            of = f" of vllm {resumed.removesuffix(' --all')}" if resumed else ""
+            ui.warn(
+                f"{dest} held a lay-out{of} cut short (killed, or the disk filled): its missing files are written now"
+            )
         # a second fetch writes nothing: "nothing laid out" read as a failure
         did = (
             f"laid out {len(written)} file(s) under {dest}"
