@@ -133,6 +133,18 @@ class StockWheel:
     def by_name(self) -> dict[str, rawzip.Member]:
         return {m.name: m for m in self.members}
 
+    @cached_property
+    def children(self) -> dict[str, set[str]]:
+        """Each directory's entries, as the members' paths make them (built once: every set asks)."""
+        children: dict[str, set[str]] = {}
+        for member in self.members:
+            path = None if member.is_dir else member.name
+            parent, _, name = (path or "").rpartition("/")
+            while name:  # each directory on the way holds the next one
+                children.setdefault(parent, set()).add(name)
+                parent, _, name = parent.rpartition("/")
+        return children
+
     def member(self, name: str) -> rawzip.Member | None:
         return self.by_name.get(name)
 
@@ -836,13 +848,7 @@ def _refuse_unrecordable_names(patches: list[Patch]) -> None:
 def _refuse_shadowed(wheel: StockWheel, patches: list[Patch]) -> None:
     """A member that installs where Python imports it before a patched source (a package of its
     name, an extension module beside it) leaves the patch dead once installed: refused."""
-    children: dict[str, set[str]] = {}
-    for member in wheel.members:
-        path = None if member.is_dir else member.name
-        parent, _, name = (path or "").rpartition("/")
-        while name:  # each directory on the way holds the next one
-            children.setdefault(parent, set()).add(name)
-            parent, _, name = parent.rpartition("/")
+    children = wheel.children
     names_in = shadow.planned(lambda directory: children.get(directory, ()), patches)
     for path in shadow.sources(patches):
         found = shadow.shadow(path, names_in)
