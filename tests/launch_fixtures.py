@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from cli_server import run_patchkit_with_pid
 from helpers import make_patch, run_cli, write_library, write_tree
+from packaging.version import Version
 
 from patchkit.series.library import default_root
 
@@ -184,9 +185,11 @@ def write_eagle3_setup(tmp: Path, version: str = "0.16.0") -> tuple[Path, Path]:
         shutil.copy(real / name, library / "eagle3" / name)
     (library / "eagle3" / version / "0001-eagle3.patch").write_bytes(patch)
     (library / "eagle3" / version / "series").write_text("0001-eagle3.patch\n")
+    # from 0.18.0 the set is upstream: its series then covers a release before (never under upstream's range)
+    covered = version if Version(version) < Version("0.18.0") else "0.17.0"
     (library / "eagle3" / "set.toml").write_text(
         'name = "eagle3"\nsupported = ">=0.11.0"\nupstream = ">=0.18.0"\ncontract = "contract.toml"\n'
-        f'launch = "launch.py"\n\n[[releases]]\nversions = "=={version}"\ndir = "{version}"\n'
+        f'launch = "launch.py"\n\n[[releases]]\nversions = "=={covered}"\ndir = "{version}"\n'
     )
     return tree, library
 

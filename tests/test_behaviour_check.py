@@ -31,6 +31,7 @@ def library(tmp_path: Path, tree: Path, *, upstream: str | None = None, judge: s
     root = write_library(
         tmp_path / "lib",
         {"0.16.0": [make_patch(tmp_path, tree, {PARSER: FIXED})]},
+        versions={"0.16.0": "==0.15.0"} if upstream else None,  # upstream overlaps no series
         upstream=upstream,
     )
     (root / "demo" / "judge.py").write_text(judge)
@@ -208,3 +209,44 @@ def test_a_flood_with_no_verdict_says_its_last_line_was_cut(run, tmp_path, tree)
     text = run("verify", "--target", tree, "--patches", lib)
     said = " ".join(text.stdout.split())
     assert "no JSON verdict on its last line (its output passed what patchkit keeps, and its last line was cut)" in said
+
+
+@pytest.mark.parametrize(
+    ("judge", "said"),
+    [
+        ("import vllm_that_is_not_here\n", "ModuleNotFoundError: No module named 'vllm_that_is_not_here'"),
+        # a flood of error output first: only its end is kept, and its last line is the one shown
+        (
+            "import sys\nfor _ in range(3000): sys.stderr.write('e' * 1000 + '\\n')\nraise SystemExit('boom' * 100)\n",
+            "it said: boomboom",
+        ),
+    ],
+)
+def test_a_test_that_crashes_is_shown_with_the_last_line_of_its_error_output(run, tmp_path, tree, judge, said):
+    """Audit 23 M2: a crash was `exited 1 with no JSON verdict`, its exception sent to /dev/null."""
+    lib = library(tmp_path, tree, upstream=">=0.16.0", judge=judge)
+    text = run("verify", "--target", tree, "--patches", lib)
+    shown = " ".join(text.stdout.split())
+    assert "judge.py exited 1 with no JSON verdict on its last line; it said: " in shown, text.stdout
+    assert said in shown and "eeeeeeeeee" not in shown, text.stdout
+
+
+WRITING_JUDGE = (
+    "import json, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    if name.endswith('.py'):\n"
+    "        open(name, 'a').write('# judged\\n')\n"
+    'print(json.dumps({"ok": True, "runs": 1, "failed": 0, "failures": [], "error": None}))\n'
+)
+
+
+def test_a_test_that_writes_into_the_tree_it_judges_fails_verify_naming_the_file(run, tmp_path, tree):
+    """Audit 23 W5: verify said ok while the test edited the applied files; the next one found drift."""
+    lib = library(tmp_path, tree, judge=WRITING_JUDGE)
+    assert run("apply", "--target", tree, "--patches", lib).exit_code == 0
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    assert done.exit_code == 1, done.output
+    [found] = behaviour_results(done.stdout)
+    assert (found["ok"], found["path"]) == (False, PARSER) and "wrote into the file it judged" in found["message"]
+    text = run("verify", "--target", tree, "--patches", lib)
+    assert "says how to restore it" in " ".join(text.stdout.split()), text.stdout

@@ -36,8 +36,15 @@ def as_upstream(tmp_path: Path, set_name: str) -> Path:
     library = tmp_path / "lib"
     shutil.copytree(LIBRARY / set_name, library / set_name)
     manifest = library / set_name / "set.toml"
-    manifest.write_text('upstream = ">=0.16.0"\n' + manifest.read_text().replace("upstream = ", "# upstream = "))
+    text = manifest.read_text()
+    for index in range(text.count("[[releases]]")):  # upstream may not overlap a series: each moved below 0.16.0
+        text = RELEASE_VERSIONS.sub(f'[[releases]]\nversions = "==0.0.{index}"  # was \\1', text, count=1)
+    manifest.write_text('upstream = ">=0.16.0"\n' + text.replace("upstream = ", "# upstream = "))
     return library
+
+
+# a [[releases]] entry's range not yet moved (the newest series stays the last entry: the files judged)
+RELEASE_VERSIONS = re.compile(r'\[\[releases\]\]\nversions = "((?!==0\.0\.)[^"]*)"')
 
 
 @pytest.mark.parametrize(("set_name", "runs"), [(DEEPSEEK, 170), (KIMI, 70)])

@@ -722,3 +722,13 @@ def test_maintainer_json_carries_the_schema_version(run, library, releases, tmp_
     documents = [json.loads(workspace.stdout), refreshed, json.loads(ported.stdout)]
     assert [d["schema_version"] for d in documents] == [1, 1, 1]
     assert (documents[0]["version"], documents[2]["outcome"]) == ("0.16.0", "ported")
+
+
+def test_port_whose_diffs_come_out_the_same_says_the_patches_are_shared_not_written(run, library, releases, tmp_path):
+    # stock differs far from every hunk: the ported diffs are the old ones, and the entry points at them
+    releases["0.16.1"] = {SPEC: SPEC_PY + "\n\n\n\n\nLATER = 1\n", MODEL: MODEL_PY}
+    result = run("port", "--from", "0.16.0", "--to", "0.16.1", "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert "nothing copied" in result.output and "written" not in result.output, result.output
+    assert "shared (not copied)" in result.output
+    assert not (library / "demo" / "0.16.1").exists()

@@ -144,6 +144,34 @@ def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_
             'name = "x"\nbehaviour_reads = "vllm/a.py"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
             "`behaviour_reads` must be an array",
         ),
+        # the behaviour test is a script the set ships, as `dir` and `behaviour_reads` are inside it
+        (
+            'name = "x"\nbehaviour = "/bin/true"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`behaviour` '/bin/true' is absolute",
+        ),
+        (
+            'name = "x"\nbehaviour = "../../x.py"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`behaviour` '../../x.py' contains '..'",
+        ),
+        (
+            'name = "x"\nlaunch = "/tmp/l.py"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`launch` '/tmp/l.py' is absolute",
+        ),
+        ('name = "x"\nbehaviour = ""\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n', "`behaviour` '' is empty"),
+        # ranges whose series would never be taken: empty, shared by two entries, or upstream's
+        (
+            'name = "x"\n[[releases]]\nversions = ">=0.16.0,<0.16.0"\ndir = "a"\n',
+            "[[releases]] entry 1 `versions` '>=0.16.0,<0.16.0' holds no version",
+        ),
+        (
+            'name = "x"\n[[releases]]\nversions = "==0.15.0"\ndir = "a"\n[[releases]]\nversions = "~=0.15.0"\ndir = "b"\n',
+            "[[releases]] entries 1 and 2 cover the same release ('==0.15.0', '~=0.15.0')",
+        ),
+        (
+            'name = "x"\nupstream = ">=0.17.0"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n'
+            '[[releases]]\nversions = ">0.16.0,<0.18"\ndir = "b"\n',
+            "`upstream` '>=0.17.0' overlaps [[releases]] entry 2 ('>0.16.0,<0.18'): upstream wins there",
+        ),
     ],
 )
 def test_a_set_toml_without_a_name_or_releases_or_with_wrong_types_is_refused(tmp_path, manifest, named):
@@ -154,3 +182,37 @@ def test_a_set_toml_without_a_name_or_releases_or_with_wrong_types_is_refused(tm
         done = run_cli(*args, "--patches", library)
         assert_clean_failure(done, 2)
         assert f"manifest {library / 'broken' / 'set.toml'}: " in done.stderr and named in done.stderr, done.stderr
+
+
+def _library(tmp_path):
+    tree = write_tree(tmp_path / "site")
+    patch = make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})
+    return write_library(
+        tmp_path / "lib",
+        {"0.15.0": [patch], "0.16.0": [patch]},
+        versions={"0.15.0": ">=0.15.0,<0.16.0"},
+        upstream=">=0.17.0",
+    )
+
+
+def test_ranges_that_only_meet_at_an_excluded_bound_are_accepted(tmp_path):
+    done = run_cli("list", "--patches", _library(tmp_path))
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("value", "said"), [('"0.16.0"', "is a directory"), ('"."', "is not a normalized")])
+def test_a_behaviour_test_that_names_a_directory_says_so(tmp_path, value, said):
+    library = _library(tmp_path)
+    manifest = library / "demo" / "set.toml"
+    manifest.write_text(f"behaviour = {value}\n" + manifest.read_text())
+    done = run_cli("list", "--patches", library)
+    assert_clean_failure(done, 2)
+    assert said in done.stderr and "does not exist" not in done.stderr, done.stderr
+
+
+def test_an_unknown_key_in_library_toml_is_refused_with_the_key_named(tmp_path):
+    library = _library(tmp_path)
+    (library / "library.toml").write_text('oder = ["demo"]\n')
+    done = run_cli("list", "--patches", library)
+    assert_clean_failure(done, 2)
+    assert f"library manifest {library / 'library.toml'}: no key `oder` (did you mean `order`?)" in done.stderr

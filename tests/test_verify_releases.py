@@ -499,3 +499,33 @@ def test_the_releases_document_carries_the_schema_version_and_the_set(run, libra
     assert result.exit_code == 0, result.output
     assert (data["schema_version"], data["set"]) == (1, "demo")
     assert [r["outcome"] for r in data["releases"]] == ["patched"]
+
+
+# --------------------------------------------------------------------------- the set's behaviour test (audit 23 M1, M4)
+
+PASSING_JUDGE = 'import json\nprint(json.dumps({"ok": True, "runs": 4, "failed": 0, "failures": [], "error": None}))\n'
+
+
+def with_behaviour(library: Path, judge: str) -> None:
+    (library / "demo" / "judge.py").write_text(judge)
+    manifest = library / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())  # before the [[releases]] tables
+
+
+def test_verify_of_releases_shows_the_behaviour_verdict_with_v(run, library, index):
+    with_behaviour(library, PASSING_JUDGE)
+    plain = run("verify", "--patches", library, "--vllm-version", "0.16.0")
+    assert plain.exit_code == 0 and "runs differ" not in plain.output, plain.output
+    shown = run("verify", "--patches", library, "--vllm-version", "0.16.0", "-v")
+    assert "0.16.0 behaviour: 0 of 4 runs differ (stand-ins for vLLM's classes)" in shown.stdout.splitlines()
+
+
+def test_a_release_the_behaviour_test_did_not_judge_says_why_without_v(run, library, index):
+    with_behaviour(library, "import nothing_here_at_all\n")
+    done = run("verify", "--patches", library, "--vllm-version", "0.16.0")
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0, done.output  # a warning, as documented: the last line says it
+    assert "; behaviour not judged (below)" in said, done.output
+    assert "0.16.0 behaviour warning: not judged: judge.py exited 1 with no JSON verdict" in said, done.output
+    assert "No module named 'nothing_here_at_all'" in said
+    assert "verify: ok (1 patched; behaviour not judged on 0.16.0)" in said

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.base import fsutil
+from patchkit.base import fsutil, hints
 from patchkit.base.fsutil import atomic_write, load_json_text
 from patchkit.base.hashing import sha256
 from patchkit.base.locks import seconds_from_env
@@ -44,6 +44,7 @@ SHORT = 80 - len(f"{NAME}: ")  # the finding's line fits 80 columns
 SHOWN_FAILURES = 3
 RECORD_LIMIT = 8 << 20  # vLLM's RECORD is about 0.5 MB
 FILE_LIMIT = 64 << 20
+ERROR_LINE = 160  # of a crashed script's last error line, what its finding shows
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class BehaviourCheck:
         if script is None or not files:
             return []
         if ctx.on_disk and ctx.root is not None:
-            return [judge(ctx, script, ctx.root, files)]
+            before = _contents(ctx.root, files)
+            judged = judge(ctx, script, ctx.root, files)
+            return [_wrote_into(script, ctx.root, before) or judged]
         with tempfile.TemporaryDirectory(prefix="patchkit-behaviour-") as scratch:
             for path in files:  # the planned contents, where the script can read them
                 content = ctx.read(path)
@@ -99,6 +102,32 @@ def judge(ctx: CheckContext, script: Path, root: Path, files: list[str]) -> Chec
         not_loaded = _within(str(installed.error) if isinstance(installed, Judged) else installed, root)
     judged = _run(sys.executable, script, [*paths, *version], isolated=True)
     return result(judged, "stand-ins for vLLM's classes", root, not_loaded=not_loaded)
+
+
+def _contents(root: Path, files: list[str]) -> dict[str, str | None]:
+    """The judged files' digests (None: unreadable), to see whether the test wrote into them."""
+    found: dict[str, str | None] = {}
+    for path in files:
+        try:
+            found[path] = _digest(root / path)
+        except OSError:
+            found[path] = None
+    return found
+
+
+def _wrote_into(script: Path, root: Path, before: dict[str, str | None]) -> CheckResult | None:
+    """A test that changed the tree's own files it judged: the tree is no longer as patched (the
+    guard refuses it next), so verify fails, naming the file; None when every file is as it was."""
+    changed = [path for path, digest in _contents(root, list(before)).items() if digest != before[path]]
+    if not changed:
+        return None
+    why = (
+        f"{script.name} changed {changed[0]} while judging it (a behaviour test may write only outside the"
+        f" tree, docs/checks.md): {hints.command('status')} says how to restore it"
+    )
+    return CheckResult(
+        NAME, changed[0], False, fit(f"{script.name} wrote into the file it judged"), ERROR, fit(why, 76 * 5)
+    )
 
 
 def version_keys(script: Path, versions: list[Version]) -> dict[Version, str]:
@@ -132,7 +161,9 @@ def _said_version_keys(script: Path, asked: list[str]) -> dict | None:
     if isinstance(recalled, dict):
         return recalled
     try:
-        status, out = run_script(sys.executable, script, ["--version-keys", *asked], timeout=_timeout(), isolated=True)
+        status, out, _ = run_script(
+            sys.executable, script, ["--version-keys", *asked], timeout=_timeout(), isolated=True
+        )
         lines = out.strip().splitlines()
         document = load_json_text(lines[-1] if status == 0 and lines else "")
     except (WorkerFailed, ValueError):
@@ -203,7 +234,7 @@ def _remember(key: str | None, judged: Judged) -> None:
 def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judged | str:
     """The script's verdict, or why there is none."""
     try:
-        status, out = run_script(python, script, [*args, "--json"], timeout=_timeout(), isolated=isolated)
+        status, out, errors = run_script(python, script, [*args, "--json"], timeout=_timeout(), isolated=isolated)
     except WorkerFailed as failed:
         return failed.message
     lines = out.strip().splitlines()
@@ -211,11 +242,17 @@ def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judge
         document = load_json_text(lines[-1] if lines else "")
     except ValueError:
         flood = " (its output passed what patchkit keeps, and its last line was cut)" if flooded(out) else ""
-        return f"{script.name} exited {status} with no JSON verdict on its last line{flood}"
+        return f"{script.name} exited {status} with no JSON verdict on its last line{flood}{_last_error(errors)}"
     try:
         return _validated(status, document)
     except ValueError as exc:
         return f"{script.name} exited {status}: {exc}"
+
+
+def _last_error(errors: str) -> str:
+    """The last line of a script's error output (a crash's exception), bounded: why it gave no verdict."""
+    lines = [line for line in errors.splitlines() if line.strip()]
+    return f"; it said: {fit(lines[-1], ERROR_LINE)}" if lines else ""
 
 
 def _timeout() -> float:

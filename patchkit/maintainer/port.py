@@ -165,6 +165,10 @@ class _Port:
             return report
         relative = source.relative_to(patch_set.directory).as_posix()
         report.destination = str(source)
+        # the new entry points at the old series: no patch file is written (a merge's outcomes said "new")
+        report.patches = [
+            PatchOutcome(p.name, PatchChange.UNCHANGED, [f.path for f in p.files]) for p in selection.patches
+        ]
         report.registered = append_release(
             patch_set.directory, f"=={report.to_version}", relative, comment=f"same series as {report.from_version}"
         )

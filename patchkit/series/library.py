@@ -345,6 +345,9 @@ def _manifest_problems(data: dict) -> list[str]:
         problems.append("`roots` must be an array of package names")
     if isinstance(data.get("behaviour_reads"), list):
         problems += _behaviour_reads_problems(data["behaviour_reads"], "behaviour" in data)
+    for key in ("probe", "launch", "behaviour"):  # a script the set ships, inside its directory
+        if isinstance(data.get(key), str) and unsafe_reason(data[key]):
+            problems.append(f"`{key}` {data[key]!r} {unsafe_reason(data[key])} (name a file in the set's directory)")
     if isinstance(data.get("needed_by"), dict):
         problems += _rule_problems(data["needed_by"])
     if isinstance(data.get("upstream_fix"), dict):
@@ -455,6 +458,7 @@ def load_set(directory: Path) -> PatchSetDef:
             Release(specifier(r["versions"], manifest), directory / r["dir"], r["versions"].strip())
             for r in data.get("releases", [])
         )
+        _refuse_ranges(manifest, [r["versions"] for r in data.get("releases", [])], data.get("upstream"))
         return PatchSetDef(
             name=data.get("name", directory.name),
             description=data.get("description", ""),
@@ -473,6 +477,65 @@ def load_set(directory: Path) -> PatchSetDef:
         )
     except (KeyError, TypeError) as exc:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
+
+
+def _refuse_ranges(manifest: Path, releases: list[str], upstream: str | None) -> None:
+    """Ranges that hold no version, or that two entries (or `upstream` and an entry) share: the
+    first match would win unsaid, and the other entry's series would never be taken."""
+    ranges = [(i, text, specifier(text, manifest)) for i, text in enumerate(releases, 1)]
+    problems = [f"[[releases]] entry {i} `versions` {text!r} holds no version" for i, text, r in ranges if _empty(r)]
+    problems += [
+        f"[[releases]] entries {i} and {j} cover the same release ({a!r}, {b!r})"
+        for i, a, first in ranges
+        for j, b, second in ranges
+        if i < j and not _empty(first & second)
+    ]
+    if upstream is not None:
+        shipped = specifier(upstream, manifest)
+        problems += [
+            f"`upstream` {upstream!r} overlaps [[releases]] entry {i} ({text!r}): upstream wins there"
+            for i, text, r in ranges
+            if not _empty(r & shipped)
+        ]
+    if problems:
+        raise BadInput(
+            f"manifest {manifest}: {'; '.join(problems)}",
+            hint='give each release one [[releases]] entry, outside `upstream` (e.g. "==0.16.0", ">=0.17.0,<0.19.0")',
+        )
+
+
+def _empty(versions: SpecifierSet) -> bool:
+    """Whether the range's bounds hold no version (`>=0.16.0,<0.16.0`); what only != or === rules
+    out is left alone (never refused on a guess)."""
+    bounds = [_bounds(spec.operator, spec.version) for spec in versions]
+    low = max((b[0] for b in bounds if b[0] is not None), key=lambda b: (b[0], not b[1]), default=None)
+    high = min((b[1] for b in bounds if b[1] is not None), key=lambda b: (b[0], b[1]), default=None)
+    if low is None or high is None:
+        return False
+    return low[0] > high[0] or (low[0] == high[0] and not (low[1] and high[1]))
+
+
+_Bound = tuple[Version, bool] | None  # a version and whether the range holds it; None: no bound
+
+
+def _bounds(operator: str, text: str) -> tuple[_Bound, _Bound]:
+    """The lowest and highest version one specifier holds."""
+    if text.endswith(".*") and operator == "==":  # ==0.16.*: from 0.16 to before 0.17
+        stem = Version(text[:-2])
+        return (stem, True), (_next_prefix(stem.release), False)
+    if "*" in text or operator not in ("==", ">=", ">", "<=", "<", "~="):
+        return None, None
+    version = Version(text)
+    if operator == "~=":  # ~=0.16.1: from 0.16.1 to before 0.17
+        return (version, True), (_next_prefix(version.release[:-1]), False)
+    low = (version, operator != ">") if operator in ("==", ">=", ">") else None
+    high = (version, operator != "<") if operator in ("==", "<=", "<") else None
+    return low, high
+
+
+def _next_prefix(release: tuple[int, ...]) -> Version:
+    """The first version after every one starting with `release` (0.16 -> 0.17)."""
+    return Version(".".join(map(str, (*release[:-1], release[-1] + 1))))
 
 
 def _pending_fix(table: dict | None) -> str | None:
@@ -504,6 +567,8 @@ def _probe_script(name: str | None, directory: Path, origin: Path, what: str = "
     if name is None:
         return None
     path = directory / name
+    if path.is_dir():
+        raise BadInput(f"manifest {origin}: {what} {name!r} is a directory ({path}), not a script")
     if not path.is_file():
         raise BadInput(f"manifest {origin}: {what} {path} does not exist")
     return path
@@ -535,9 +600,13 @@ def declared_order(root: Path, sets: dict[str, PatchSetDef]) -> list[str]:
     path = root / LIBRARY_MANIFEST
     if not path.is_file():
         return []
-    order = read_toml(path, "library manifest").get("order", [])
+    data = read_toml(path, "library manifest")
+    order = data.get("order", [])
     problem = None
-    if not isinstance(order, list) or not all(isinstance(name, str) for name in order):
+    if unknown := [key for key in data if key != "order"]:
+        near = " (did you mean `order`?)" if _nearest(unknown[0], ["order"]) else " (it takes only `order`)"
+        problem = f"no key `{unknown[0]}`{near}"
+    elif not isinstance(order, list) or not all(isinstance(name, str) for name in order):
         problem = "`order` must be an array of set names"
     elif len(set(order)) != len(order):
         problem = "`order` names a set twice"

@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import IO
+from typing import IO, cast
 
 
 class TimedOut(Exception):
@@ -32,20 +32,40 @@ def run(
     timeout (TimedOut raised) or an interrupt, its whole process group is killed. Every wait is
     bounded: the answer is the worker's exit, never the end of its output, which a process it
     started (a vLLM plugin's helper, a daemon in a session of its own) may hold open for ever."""
+    status, out, errors = _run(command, stdin, timeout, env, cwd, stdout=stdout, stderr=not stdout)
+    return status, out if stdout else errors
+
+
+def run_with_errors(command: list[str], stdin: str, timeout: float) -> tuple[int, str, str]:
+    """(exit status, output, the end of its error output) of a script, as `run` waits for it: a
+    script that crashes says why on its error output's last line."""
+    return _run(command, stdin, timeout, None, None, stdout=True, stderr=True)
+
+
+def _run(
+    command: list[str],
+    stdin: str,
+    timeout: float,
+    env: dict[str, str] | None,
+    cwd: str | None,
+    *,
+    stdout: bool,
+    stderr: bool,
+) -> tuple[int, str, str]:
     process = subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL if stdout else subprocess.PIPE,
+        stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
         cwd=cwd or os.path.abspath(os.sep),  # a vllm/ in our cwd must not shadow the target's
         start_new_session=True,  # a timeout kills its children too
         env=env,
     )
-    output = process.stdout if stdout else process.stderr
-    assert output is not None and process.stdin is not None
-    kept = _Output(keep_head=stdout)
+    assert process.stdin is not None
+    out, errors = _Output(keep_head=True), _Output(keep_head=False)
+    outputs = {pipe: kept for pipe, kept in ((process.stdout, out), (process.stderr, errors)) if pipe is not None}
     try:
-        _exchange(process, stdin.encode("utf-8"), output, kept, time.monotonic() + timeout)
+        _exchange(process, stdin.encode("utf-8"), outputs, time.monotonic() + timeout)
     except TimedOut:
         _kill_group(process)
         raise
@@ -53,8 +73,8 @@ def run(
         _kill_group(process)
         raise
     finally:
-        _close(process.stdin, output)
-    return process.returncode, kept.text()
+        _close(process.stdin, *outputs)
+    return process.returncode, out.text(), errors.text()
 
 
 OUTPUT_LIMIT = 16 << 20  # a script's output kept (its answer); of error output, only the end
@@ -88,14 +108,15 @@ class _Output:
         return data.decode("utf-8", "replace")
 
 
-def _exchange(process: subprocess.Popen, request: bytes, output: IO[bytes], kept: _Output, deadline: float) -> None:
-    """Write `request` to the worker's stdin and keep what it writes on `output` until it exits
-    (then what is already in the pipe, without waiting); TimedOut past `deadline`."""
+def _exchange(process: subprocess.Popen, request: bytes, outputs: dict[IO[bytes], _Output], deadline: float) -> None:
+    """Write `request` to the worker's stdin and keep what it writes on `outputs` until it exits
+    (then what is already in the pipes, without waiting); TimedOut past `deadline`."""
     assert process.stdin is not None
     pending = memoryview(request)
     exit_watch = _exit_watch(process)
     with selectors.DefaultSelector() as selector, _closing(exit_watch):
-        selector.register(output, selectors.EVENT_READ)
+        for output in outputs:
+            selector.register(output, selectors.EVENT_READ)
         if exit_watch is not None:  # readable once the worker exits: no polling
             selector.register(exit_watch, selectors.EVENT_READ)
         if pending:
@@ -115,9 +136,10 @@ def _exchange(process: subprocess.Popen, request: bytes, output: IO[bytes], kept
                     if not pending:
                         selector.unregister(process.stdin)
                         process.stdin.close()
-                elif not _read_some(output, kept):  # the end of its output: its exit is still awaited
-                    selector.unregister(output)
-    _drain(output, kept)
+                elif not _read_some(pipe := cast("IO[bytes]", key.fileobj), outputs[pipe]):  # its end: exit awaited
+                    selector.unregister(pipe)
+    for output, kept in outputs.items():
+        _drain(output, kept)
     process.wait()  # it exited: reaped at once
 
 

@@ -307,13 +307,16 @@ def flooded(out: str) -> bool:
     return len(out) > _process().OUTPUT_LIMIT
 
 
-def run_script(python: str, script: Path, args: Sequence[str], *, timeout: float, isolated: bool) -> tuple[int, str]:
-    """(exit status, standard output) of a set's script run by `python` (-B; -I when `isolated`), in
-    its own session from /, killed with its children at the timeout (WorkerFailed, timed_out)."""
+def run_script(
+    python: str, script: Path, args: Sequence[str], *, timeout: float, isolated: bool
+) -> tuple[int, str, str]:
+    """(exit status, standard output, the end of its error output) of a set's script run by `python`
+    (-B; -I when `isolated`), in its own session from /, killed with its children at the timeout
+    (WorkerFailed, timed_out)."""
     command = [python, *(["-I", "-B"] if isolated else ["-B"]), str(script), *args]
     process = _process()
     try:
-        return process.run(command, "", timeout, stdout=True)
+        return process.run_with_errors(command, "", timeout)
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
     except process.TimedOut:

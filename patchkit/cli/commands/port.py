@@ -70,10 +70,7 @@ def _show(ui: UI, report: PortReport) -> None:
     if report.outcome in ("ported", "identical") and report.patches:
         ui.table(
             ["patch", "state", "files"],
-            (
-                [p.name, "dropped (upstream)" if p.state == "removed" else "written", ", ".join(p.files)]
-                for p in report.patches
-            ),
+            ([p.name, _patch_state(p.state), ", ".join(p.files)] for p in report.patches),
         )
     if report.destination and report.outcome != "conflicts":
         ui.line(f"series     {report.destination}")
@@ -83,6 +80,11 @@ def _show(ui: UI, report: PortReport) -> None:
         ui.line(f"workspace  {report.workspace}")
     for note in report.notes:
         ui.note(note)
+
+
+def _patch_state(state: str) -> str:
+    """What became of a patch file: dropped, shared with the release it was ported from, or written."""
+    return {"removed": "dropped (upstream)", "unchanged": "shared (not copied)"}.get(state, "written")
 
 
 def _merge_state(merge: FileMerge, version: str) -> str:

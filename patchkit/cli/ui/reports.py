@@ -266,17 +266,41 @@ def show_releases(ui: Screen, results: list[ReleaseResult]) -> None:
 
 
 def _release_detail(release: ReleaseResult) -> str:
-    """A release's row: its detail; a release whose checks failed counts them (each is said below)."""
+    """A release's row: its detail; a release whose checks failed counts them (each is said below);
+    one the set's behaviour test did not judge says so (its "1 warning" alone says not why)."""
     failed = sum(c.failed for c in release.checks)
-    return f"{failed} check(s) failed (below)" if release.failed and failed else release.detail
+    if release.failed and failed:
+        return f"{failed} check(s) failed (below)"
+    return release.detail + ("; behaviour not judged (below)" if _unjudged(release) else "")
+
+
+def _unjudged(release: ReleaseResult) -> list[CheckResult]:
+    """The set's behaviour test that gave no verdict on the release (a warning: not a pass)."""
+    return [c for c in release.checks if c.check == BEHAVIOUR and c.status == CheckStatus.WARNING]
+
+
+def _behaviour_lines(ui: Screen, results: list[ReleaseResult]) -> None:
+    """With -v, the set's behaviour verdict on each release where it passed, one short line each
+    (a failure or no verdict is said among the findings, always)."""
+    if not ui.verbose:
+        return
+    for release in results:
+        for check in release.checks:
+            if check.check == BEHAVIOUR and check.status == CheckStatus.PASS:
+                ui.line(f"{release.version} behaviour: {check.message}")
 
 
 def verdict_of_releases(ui: Screen, results: list[ReleaseResult]) -> None:
     """`verify` against releases as text: the table, what failed on each release (its failed
     checks, else the reason), then the verdict line (failures and verdict on stderr with -q)."""
     show_releases(ui, results)
+    _behaviour_lines(ui, results)
     failures = []
     for r in results:
+        failures += [
+            Failure(f"{r.version} {c.check}", c.message, excerpt=c.excerpt, warning=True)
+            for c in (_unjudged(r) if not r.failed else [])
+        ]
         if r.failed:
             failed = [c for c in r.checks if c.failed]
             failures += [_release_failure(r, c) for c in failed]
@@ -298,11 +322,7 @@ def verdict_of_releases(ui: Screen, results: list[ReleaseResult]) -> None:
 def _behaviour_unjudged(results: list[ReleaseResult]) -> str:
     """ "; behaviour not judged on 0.34.0": the releases that pass though the set's behaviour test
     could not run there (its stand-ins lack a class): what CI reads of a run is this line."""
-    unjudged = [
-        str(r.version)
-        for r in results
-        if any(c.check == BEHAVIOUR and c.status == CheckStatus.WARNING for c in r.checks)
-    ]
+    unjudged = [str(r.version) for r in results if _unjudged(r)]
     if not unjudged:
         return ""
     said = ", ".join(unjudged) if len(unjudged) <= 3 else f"{unjudged[0]} to {unjudged[-1]} ({len(unjudged)} releases)"
