@@ -422,7 +422,6 @@ def test_verify_and_fleets_phase_one_refuse_a_tree_status_refuses(run, tree, dif
             assert result.exit_code == 2, (applied, command, result.output)
             assert f"{SPEC}: the path goes through a symlink" in result.output, (applied, command)
         prepare = node.run_step("prepare", {"target": str(tree), "adhoc": [str(diffs["spec"])]}, run_in_process)
-        # the node's patchkit answered with its error: `failed` (`error` is for no answer, 5634a19)
         assert not prepare["ok"] and prepare["state"] == "failed" and "goes through a symlink" in prepare["detail"]
         assert snapshot(tree) == before
         config.unlink()
