@@ -391,7 +391,11 @@ def test_status_refuses_a_tree_apply_and_revert_refuse(run, tree, diffs, tmp_pat
     for command, result in results.items():
         assert result.exit_code == 2, (command, result.output)
         assert f"{MODEL}: the path goes through a symlink" in result.output, command
-    assert "apply and revert refuse this tree too" in results["status"].output
+        # review 13 M2: the hint names the action that lets the command run
+        fix = (
+            f"replace the symlink {tree / 'vllm' / 'models'} with a real directory holding a copy of what it points to"
+        )
+        assert fix in " ".join(result.output.split()), (command, result.output)
     assert snapshot(tree) == before
     plain = tmp_path / "plain"
     write_tree(plain)
@@ -418,7 +422,7 @@ def test_verify_and_fleets_phase_one_refuse_a_tree_status_refuses(run, tree, dif
             assert result.exit_code == 2, (applied, command, result.output)
             assert f"{SPEC}: the path goes through a symlink" in result.output, (applied, command)
         prepare = node.run_step("prepare", {"target": str(tree), "adhoc": [str(diffs["spec"])]}, run_in_process)
-        assert not prepare["ok"] and prepare["state"] == "error" and "goes through a symlink" in prepare["detail"]
+        assert not prepare["ok"] and prepare["state"] == "failed" and "goes through a symlink" in prepare["detail"]
         assert snapshot(tree) == before
         config.unlink()
         (tree / "vllm" / "config_real").rename(config)

@@ -45,6 +45,7 @@ from patchkit.distinfo.record import (
 from patchkit.engine.guard import (
     MODULE,
     STOPS_EVERY_LAUNCH,
+    dist_info,
     foreign_files,
     install_changes,
     installed_vllm_version,
@@ -932,8 +933,13 @@ def _revert_locked(
         dropped = dropped.with_reverted(only)
     guard_changes, new_state, kept = _without_guard(root, dropped, wheel_left=wheel_left)
     removed = "; launch guard removed" if guard_changes else ""
-    if UNRECORDED_GUARD_REMOVED in kept:  # said once, in the result's line (new-user 20, 4e: twice)
-        kept, removed = [note for note in kept if note != UNRECORDED_GUARD_REMOVED], f"{removed} (no record named it)"
+    whole = [
+        note
+        for note in kept
+        if note.startswith(UNRECORDED_GUARD_REMOVED[0]) and note.endswith(UNRECORDED_GUARD_REMOVED[1])
+    ]
+    if whole:  # said once, in the result's line (new-user 20, 4e: twice)
+        kept, removed = [note for note in kept if note not in whole], f"{removed} (no record named it)"
     warnings += kept
     if not plan.changes:
         left = state
@@ -1207,7 +1213,7 @@ def _one_set_of_the_wheel(found: Provenance, only: str) -> BadInput:
     )
 
 
-UNRECORDED_GUARD_REMOVED = f"removed this patchkit's launch guard ({MODULE} and its dist-info): no record named it"
+UNRECORDED_GUARD_REMOVED = ("removed this patchkit's launch guard (", ": no record named it")  # its whole removal
 
 
 def _without_guard(
@@ -1223,10 +1229,21 @@ def _without_guard(
     if not state.guard:
         found = own_unrecorded(root)
         changes, kept = removal_changes(root, found) if found else ({}, [])
-        said = [UNRECORDED_GUARD_REMOVED]
-        return changes, state, kept + (said if changes else [])
+        return changes, state, kept + _unrecorded_guard_removed(root, changes)
     changes, kept = removal_changes(root, state.guard, state.guard_replaced)
     return changes, state.with_guard({}), kept
+
+
+def _unrecorded_guard_removed(root: Path, changes: dict[str, tuple[bytes | None, bytes | None]]) -> list[str]:
+    """What a revert says of the unrecorded guard files it removes: a module that is not this
+    patchkit's (a user's own, at the guard's name) stays, and is said to."""
+    if not changes:
+        return []
+    if MODULE in changes:
+        what = f"({MODULE} and its dist-info)" if any("/" in path for path in changes) else f"module ({MODULE})"
+        return [f"removed this patchkit's launch guard {what}: no record named it"]
+    kept = f"; kept {MODULE}: not this patchkit's guard module" if os.path.lexists(root / MODULE) else ""
+    return [f"removed this patchkit's launch guard's dist-info ({dist_info()}): no record named it{kept}"]
 
 
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:
