@@ -761,3 +761,18 @@ def test_revert_still_removes_an_older_patchkits_guard_it_recorded(patched):
     done = run_cli("revert", "--target", site)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (site / "patchkit_guard-0.0.1.dist-info").exists() and not (site / "patchkit_guard.py").exists()
+
+
+def test_revert_with_no_record_says_it_kept_a_users_own_guard_module(patched):
+    """Review 13 L6: the record gone and patchkit_guard.py a user's own file, revert removed only the
+    guard's dist-info but said it removed "patchkit_guard.py and its dist-info": it says what it did."""
+    site, diff, _ = patched
+    shutil.rmtree(site / ".patchkit")
+    (site / "patchkit_guard.py").write_text("# my own module, not patchkit's\n")
+    done = run_cli("revert", "--target", site, "--patch", diff)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0, said
+    assert (site / "patchkit_guard.py").read_text() == "# my own module, not patchkit's\n"
+    assert not (site / INFO).exists()
+    assert f"removed this patchkit's launch guard's dist-info ({INFO})" in said, said
+    assert "kept patchkit_guard.py: not this patchkit's guard module" in said and "patchkit_guard.py and" not in said

@@ -12,6 +12,7 @@ RECORD files removed.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -298,6 +299,29 @@ def guard_module_refusing(tree: Tree) -> None:
     module.write_text(text.replace("    problems = []\n", "    problems = ['an older guard build finds fault']\n", 1))
 
 
+def _record_line(path: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{path},sha256={digest},{len(data)}"
+
+
+def guard_of_an_older_build(tree: Tree) -> None:
+    """Review 13 M5: an older build of the same version installed the guard (its module's bytes
+    differ, its RECORD and the record hold them): the guard passes, so must the commands."""
+    _applied(tree)
+    module = tree.site / "patchkit_guard.py"
+    module.write_bytes(module.read_bytes() + b"\n# built from an older commit\n")
+    record = tree.site / INFO / "RECORD"
+    lines = record.read_text().splitlines()
+    lines = [
+        _record_line("patchkit_guard.py", module.read_bytes()) if line.startswith("patchkit_guard.py,") else line
+        for line in lines
+    ]
+    record.write_text("\n".join(lines) + "\n")
+    state = tree.state()
+    state["guard"] |= {"patchkit_guard.py": sha(module.read_text()), f"{INFO}/RECORD": sha(record.read_text())}
+    tree.write_state(state)
+
+
 def guard_of_another_patchkit(tree: Tree) -> None:
     """A guard another patchkit installed (its own dist-info, not recorded here) that refuses."""
     assert tree.cli("apply", "--no-import", "--no-guard").returncode == 0
@@ -468,6 +492,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_module_commented,
     guard_module_refusing,
     guard_of_another_patchkit,
+    guard_of_an_older_build,
     guard_entry_point_emptied,
     guard_dist_info_upper_case_then_upgraded,
     guard_entry_point_respelled_then_upgraded,
@@ -489,7 +514,16 @@ def _not_this_patchkits_guard(site: Path) -> bool:
     declared = any(
         "patchkit_guard:check" in p.read_text() for p in site.glob("patchkit_guard-*.dist-info/entry_points.txt")
     )
-    return declared and module.exists() and module.read_bytes() != own
+    return declared and module.exists() and module.read_bytes() != own and not _record_holds_module(site)
+
+
+def _record_holds_module(site: Path) -> bool:
+    """An older build's guard as it wrote it: its RECORD (and the tree's record) hold its module's bytes."""
+    record = site / INFO / "RECORD"
+    data = (site / "patchkit_guard.py").read_bytes()
+    recorded = json.loads((site / ".patchkit/state.json").read_text()).get("guard", {}) if record.exists() else {}
+    held = record.exists() and _record_line("patchkit_guard.py", data) in record.read_text().splitlines()
+    return held and recorded.get("patchkit_guard.py") == hashlib.sha256(data).hexdigest()
 
 
 def _fails_another_user(site: Path, guard) -> bool:
@@ -719,6 +753,74 @@ def test_a_record_an_older_patchkit_left_0600_fails_status_and_apply_opens_it(tm
     assert (tree.site / ".patchkit/state.json").stat().st_mode & 0o777 == 0o644
     assert (tree.site / ".patchkit").stat().st_mode & 0o777 == 0o755
     assert tree.cli("status").returncode == 0
+
+
+def test_an_older_builds_guard_is_a_note_and_apply_updates_it(tmp_path):
+    """Review 13 M5: two builds of one version write different guard modules; the older one's guard,
+    as it wrote it, is no refusal (status, preflight and run pass): a note names `apply`, which
+    puts this build's guard in."""
+    tree = _tree(tmp_path)
+    guard_of_an_older_build(tree)
+    status = tree.cli("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    said = " ".join((status.stdout + status.stderr).split())
+    assert f"the launch guard is an older build of patchkit {__version__}'s" in said and "refuses" not in said, said
+    assert tree.launch("preflight").returncode == 0 and tree.launch("run").returncode == 0
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert _record_holds_module(tree.site) and not _not_this_patchkits_guard(tree.site)
+    assert "older build" not in tree.cli("status").stdout
+
+
+def test_an_edited_guard_whose_record_was_rewritten_fails_without_saying_it_refuses(tmp_path):
+    """The other side: the module edited and the tree's record rewritten to match, but not the
+    guard's own RECORD: not a guard as a patchkit wrote it. A failure, said as what it is."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    module = tree.site / "patchkit_guard.py"
+    module.write_bytes(module.read_bytes() + b"\n# edited\n")
+    state = tree.state()
+    state["guard"]["patchkit_guard.py"] = sha(module.read_text())
+    tree.write_state(state)
+    for command in ("status", "verify"):
+        done = tree.cli(command, *(["--no-import"] if command == "verify" else []))
+        assert done.returncode == 1, done.stdout + done.stderr
+        said = " ".join((done.stdout + done.stderr).split())
+        assert "the installed launch guard is not this patchkit's" in said and "refuses the tree" not in said, said
+
+
+def _symlink_out(tree: Tree, rel: str) -> Path:
+    """Move site/rel out of the tree and leave a symlink to it in its place; the moved copy."""
+    moved = tree.site.parent / "elsewhere" / rel.replace("/", "_")
+    moved.parent.mkdir(exist_ok=True)
+    (tree.site / rel).rename(moved)
+    (tree.site / rel).symlink_to(moved)
+    return moved
+
+
+@pytest.mark.parametrize("rel", [SPEC, "vllm/config"], ids=["file", "directory"])
+def test_a_patched_file_reached_through_a_symlink_gets_the_fix_that_replaces_it(tmp_path, rel):
+    """Review 13 M2: preflight and run named `apply` for a recorded file reached through a symlink,
+    and apply refuses to write through one (exit 2). The fix is the hand repair status names: a real
+    file (or directory) in the symlink's place; following it, the launch passes."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    moved = _symlink_out(tree, rel)
+    what = "a real directory holding a copy of what it points to" if rel == "vllm/config" else "a copy of the file"
+    for command in ("preflight", "run"):
+        done = tree.launch(command)
+        said = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode == 1 and f"replace the symlink {tree.site / rel} with {what}" in said, said
+        assert "patchkit apply" not in said, said
+    status = tree.cli("status")
+    assert status.returncode == 2 and f"replace the symlink {tree.site / rel} with {what}" in " ".join(
+        status.stderr.split()
+    )
+    (tree.site / rel).unlink()
+    if rel == "vllm/config":
+        shutil.copytree(moved, tree.site / rel)
+    else:
+        shutil.copy2(moved, tree.site / rel)
+    assert tree.cli("status").returncode == 0 and tree.launch("preflight").returncode == 0
 
 
 def test_several_vllm_dist_infos_keep_the_guard_and_status_never_calls_the_tree_unguarded_fine(tmp_path):

@@ -1399,3 +1399,18 @@ def test_a_relative_drafter_not_found_names_the_directory_it_was_read_in(setup, 
     assert_clean_failure(done, 4)
     said = " ".join((done.stdout + done.stderr).split())
     assert f"(looked at: eagle3-drafter/config.json under the current directory {elsewhere})" in said, said
+
+
+def test_the_launch_target_fix_quotes_a_python_path_with_a_space(setup, tmp_path):
+    """Review 13 L5: the fix named `--python /x/sp ace/bin/python` unquoted: pasted, it breaks."""
+    import shlex
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    _site, script = _venv_with_vllm(tmp_path / "stock venv")
+    python = tmp_path / "stock venv" / "bin" / "python"
+    # what pip writes for a venv path with a space: a /bin/sh wrapper naming the interpreter
+    script.write_text(f"#!/bin/sh\n'''exec' {shlex.quote(str(python))} \"$0\" \"$@\"\n' '''\nimport sys\n")
+    done = preflight(tree, library, str(script), *serve(models["deepseek"], models["drafter"])[1:])
+    assert_clean_failure(done, 1)
+    assert f"--python {shlex.quote(str(python))})" in findings(done)["launch-target"]["fix"], done.stdout

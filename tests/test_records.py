@@ -391,7 +391,11 @@ def test_status_refuses_a_tree_apply_and_revert_refuse(run, tree, diffs, tmp_pat
     for command, result in results.items():
         assert result.exit_code == 2, (command, result.output)
         assert f"{MODEL}: the path goes through a symlink" in result.output, command
-    assert "apply and revert refuse this tree too" in results["status"].output
+        # review 13 M2: the hint names the action that lets the command run
+        fix = (
+            f"replace the symlink {tree / 'vllm' / 'models'} with a real directory holding a copy of what it points to"
+        )
+        assert fix in " ".join(result.output.split()), (command, result.output)
     assert snapshot(tree) == before
     plain = tmp_path / "plain"
     write_tree(plain)

@@ -346,3 +346,16 @@ def _refuse_too_large(path: Path | str, size: int) -> None:
             "nothing was written",
             hint=f"inspect or remove {path} (a reinstall of vLLM puts its own files back)",
         )
+
+
+def first_symlink(root: Path | str, rel: str) -> tuple[Path, bool] | None:
+    """The first symlink on the way from `root` to root/rel (rel itself included), and whether
+    more of the path lies under it (a symlinked directory); None when there is none."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    for depth in range(1, len(parts) + 1):
+        path = Path(root, *parts[:depth])
+        if os.path.islink(path):
+            return path, depth < len(parts)
+        if not os.path.isdir(path):
+            return None
+    return None

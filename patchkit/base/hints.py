@@ -112,3 +112,12 @@ def pip_reinstall(version: object | None) -> str:
     words = [python or "python", "-m", "pip", "install", "--force-reinstall", "--no-deps", f"vllm=={release}"]
     text = "`" + shlex.join(words) + "`"
     return text if python else f"{text} (with the Python of that environment)"
+
+
+def replace_symlink(path: os.PathLike[str] | str, *, directory: bool) -> str:
+    """What to do with a symlink patchkit will not write through (nor trust the guard through): a
+    real file or directory in its place, holding what it points to."""
+    where = shlex.quote(str(path))
+    if directory:
+        return f"replace the symlink {where} with a real directory holding a copy of what it points to"
+    return f"replace the symlink {where} with a copy of the file it points to"

@@ -259,6 +259,12 @@ GUARD_REFUSES = "the launch guard refuses this tree: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 
 
+def refusal_summary(problems: list[str]) -> str:
+    """launch_refusal's problems in a few words, for a verdict line: a guard module that is not this
+    patchkit's is not said to refuse (what it does cannot be told)."""
+    return refusal_text(problems).partition(": ")[0].replace("this tree", "the tree")
+
+
 def refusal_text(problems: list[str]) -> str:
     """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
     is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as such."""
@@ -375,17 +381,55 @@ def older_guard(root: Path, state: State | None = None) -> str | None:
     except PatchkitError:  # a damaged record: status says so on its own
         return None
     infos = {p.partition("/")[0] for p in recorded if "/" in p}
-    if MODULE not in recorded or len(infos) != 1 or infos == {dist_info()}:
+    if MODULE not in recorded or len(infos) != 1:
         return None
     if any(_current(root, path) is None or sha256(_current(root, path)) != digest for path, digest in recorded.items()):
         return None
-    return infos.pop().removeprefix("patchkit_guard-").removesuffix(".dist-info")
+    info = infos.pop()
+    # the same version: another build of it (any two builds of main are both 0.1.0) when the guard's
+    # own RECORD holds its bytes too; an edit with the record's hash rewritten is caught there
+    if info == dist_info() and not _record_holds(root, info):
+        return None
+    return info.removeprefix("patchkit_guard-").removesuffix(".dist-info")
+
+
+RECORD_BYTES = 1 << 16  # a guard's RECORD is five lines
+
+
+def _record_holds(root: Path, info: str) -> bool:
+    """Whether the guard dist-info's RECORD names its module and each file of the dist-info with
+    their very bytes, each what a patchkit writes there: a guard as a patchkit wrote it, not edited."""
+    own = f"{info}/RECORD"
+    record = _current_bounded(root, own, RECORD_BYTES)
+    if record is None or not is_guard_file(own, record):
+        return False
+    rows = list(csv.reader(record.decode("utf-8", "replace").splitlines()))
+    listed = {row[0]: row[1] for row in rows if len(row) == 3 and row[0] != own}
+    if set(listed) != {MODULE, *(f"{info}/{name}" for name in _DIST_INFO_FILES if name != "RECORD")}:
+        return False
+    for path, digest in listed.items():
+        data = _current_bounded(root, path, ENTRY_POINTS_BYTES)
+        if data is None or not is_guard_file(path, data):
+            return False
+        if digest != "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode():
+            return False
+    return True
+
+
+def _current_bounded(root: Path, path: str, limit: int) -> bytes | None:
+    """root/path's bytes when it is a regular file (not a symlink) of at most `limit` bytes; else None."""
+    try:
+        return read_regular(root / path, limit, follow_symlinks=False)
+    except OSError:  # NotRegularFile too: a fifo, a symlink, over the limit
+        return None
 
 
 def older_guard_notes(root: Path, state: State | None = None) -> list[str]:
     older = older_guard(root, state) if is_installed(root) and not _own_module(root) else None
     if older is None:
         return []
+    if older == __version__:
+        return [f"the launch guard is an older build of patchkit {older}'s: {hints.command('apply')} updates it"]
     return [f"the launch guard is patchkit {older}'s (this is {__version__}): {hints.command('apply')} updates it"]
 
 

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.base.errors import PatchkitError
-from patchkit.base.fsutil import Landed, read_file
+from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckContext
@@ -103,6 +103,8 @@ class TreeStatus:
     # the sets the tree's record names, each of the user's library (empty: another's, or ad-hoc
     # patches): after a vLLM upgrade, the apply that moves their records forward, and no other set
     recorded_sets: tuple[str, ...] = ()
+    # the guard refuses a recorded file reached through a symlink: what replaces it (apply refuses it)
+    symlink_fix: str | None = None
     guard_missing: str | None = None  # the recorded guard is gone (missing_guard): no launch is checked
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
     # of vLLM), every recorded file: apply records them again
@@ -139,6 +141,8 @@ class TreeStatus:
             return (
                 f"run {hints.command('revert')} (this vLLM has no series: the old record goes, and the guard with it)"
             )
+        if self.symlink_fix:  # apply and revert refuse to write through it: a hand repair
+            return f"{self.symlink_fix}, then run {hints.command('status')}"
         if self.all_stock_again:  # apply patches them again, and records it
             return f"run {hints.command('apply')}"
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
@@ -351,7 +355,22 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
         "guard_missing": missing,
+        "symlink_fix": _symlink_fix(root, refused, state),
     }
+
+
+def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | None:
+    """What replaces the symlink on the way to a recorded file the guard refuses for it (None: none)."""
+    if state is None or not refused:
+        return None
+    recorded = [*(path for entry in state.entries for path in entry.files), *state.guard]
+    for rel in recorded:
+        if not any(problem.startswith((f"{rel} ", f"{rel!r} ")) for problem in refused):
+            continue
+        found = first_symlink(root, rel)
+        if found is not None:
+            return hints.replace_symlink(found[0], directory=found[1])
+    return None
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:

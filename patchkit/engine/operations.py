@@ -45,6 +45,7 @@ from patchkit.distinfo.record import (
 from patchkit.engine.guard import (
     MODULE,
     STOPS_EVERY_LAUNCH,
+    dist_info,
     foreign_files,
     install_changes,
     installed_vllm_version,
@@ -1215,10 +1216,21 @@ def _without_guard(
     if not state.guard:
         found = own_unrecorded(root)
         changes, kept = removal_changes(root, found) if found else ({}, [])
-        said = [f"removed this patchkit's launch guard ({MODULE} and its dist-info): no record named it"]
-        return changes, state, kept + (said if changes else [])
+        return changes, state, kept + _unrecorded_guard_removed(root, changes)
     changes, kept = removal_changes(root, state.guard, state.guard_replaced)
     return changes, state.with_guard({}), kept
+
+
+def _unrecorded_guard_removed(root: Path, changes: dict[str, tuple[bytes | None, bytes | None]]) -> list[str]:
+    """What a revert says of the unrecorded guard files it removes: a module that is not this
+    patchkit's (a user's own, at the guard's name) stays, and is said to."""
+    if not changes:
+        return []
+    if MODULE in changes:
+        what = f"({MODULE} and its dist-info)" if any("/" in path for path in changes) else f"module ({MODULE})"
+        return [f"removed this patchkit's launch guard {what}: no record named it"]
+    kept = f"; kept {MODULE}: not this patchkit's guard module" if os.path.lexists(root / MODULE) else ""
+    return [f"removed this patchkit's launch guard's dist-info ({dist_info()}): no record named it{kept}"]
 
 
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:

@@ -719,7 +719,10 @@ def _checked_directories(root: Path, rel: str, known: dict[str, bool]) -> str:
         if directory not in known:
             info = _lstat(root, directory)
             if info is not None and stat.S_ISLNK(info.st_mode):
-                raise BadInput(f"{rel}: the path goes through a symlink ({root / directory}); refusing to write")
+                raise BadInput(
+                    f"{rel}: the path goes through a symlink ({root / directory}); refusing to write",
+                    hint=f"{hints.replace_symlink(root / directory, directory=True)}, then run again",
+                )
             if info is not None and not stat.S_ISDIR(info.st_mode):
                 raise TargetError(f"{rel}: {root / directory} is not a directory")
             known[directory] = info is not None

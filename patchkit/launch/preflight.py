@@ -11,6 +11,7 @@ import dataclasses
 import importlib.machinery
 import json
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,11 +146,11 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     )
     if own_setting:
         fix = (
-            f"check the tree the launch imports (--target {runs}), or launch without the environment or "
+            f"check the tree the launch imports (--target {shlex.quote(str(runs))}), or launch without the environment or "
             "working directory that puts it first"
         )
     else:
-        fix = f"check the tree the command runs (--python {python}), or launch the checked tree's own vllm"
+        fix = f"check the tree the command runs (--python {shlex.quote(str(python))}), or launch the checked tree's own vllm"
     return Finding(LAUNCH_TARGET, False, message, fix)
 
 
@@ -705,6 +706,8 @@ def _guard_refusal(status: TreeStatus) -> Finding:
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
+    if status.guard and status.symlink_fix:  # a symlink on the way: what else is found follows from it
+        return _guard_refusal(status)
     finding = _state_finding(resolved, status)
     if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
         return _guard_refusal(status)

@@ -15,6 +15,7 @@ from patchkit.cli.ui.json_views import status_json, target_json, tree_version_js
 from patchkit.cli.ui.reports import show_checks, show_sets_status, show_status, status_problems, status_verdict
 from patchkit.cli.ui.text import STATE_STYLES
 from patchkit.engine import inspection
+from patchkit.engine.guard import refusal_summary
 from patchkit.engine.inspection import selection_of
 from patchkit.engine.operations import refuse_unchangeable
 from patchkit.engine.resolve import NOT_COVERED, library_sets, resolve_sets, resolve_target, several, why_not
@@ -110,7 +111,8 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         for c, s in zip(found.chosen, found.statuses, strict=True)
         for p in status_problems(s, guard=False)
     ]
-    problems += ["the launch guard refuses the tree"] if any(s.guard for s in found.statuses) else []
+    refused = next((s.guard for s in found.statuses if s.guard), [])
+    problems += [refusal_summary(refused)] if refused else []
     said += "".join(f"; {p}" for p in problems)
     said += f"; not chosen: {', '.join(found.unchosen)}" if found.unchosen else ""
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set

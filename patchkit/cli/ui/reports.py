@@ -17,7 +17,7 @@ from patchkit.cli.ui.junit import JUnitCase, check_cases, junit_suites
 from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
-from patchkit.engine.guard import refusal_text
+from patchkit.engine.guard import refusal_summary, refusal_text
 from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, stale_said
 from patchkit.engine.resolve import in_stock_fix
 from patchkit.tree.version import release_version
@@ -430,7 +430,8 @@ def verified_target_text(
     else:
         # the guard's refusal is named only where no check failed, else the count alone says FAILED
         none_failed = all(r.status != CheckStatus.FAIL for r in results)
-        above = "; the launch guard refuses the tree (above)" if refused_above and none_failed else ""
+        refused = refusal_summary(status.guard) if status.guard else "the launch guard refuses the tree"
+        above = f"; {refused} (above)" if refused_above and none_failed else ""
         ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
 
 
@@ -484,9 +485,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         f"{sum(bool(p.problem) for p in status.patches)} patch(es) do not apply"
         if any(p.problem for p in status.patches)
         else "",
-        refusal_text(status.guard).partition(": ")[0].replace("this tree", "the tree")
-        if status.guard and guard
-        else "",
+        refusal_summary(status.guard) if status.guard and guard else "",
         "upstream regression" if status.upstream_regression else "",
     ]
     return [p for p in problems if p]
