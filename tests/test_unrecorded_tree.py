@@ -368,3 +368,54 @@ def test_a_record_of_no_set_that_still_names_chosen_sets_goes_with_the_revert(ru
     assert snapshot(tree) == before
     assert not (tree / ".patchkit").exists(), sorted(p.name for p in (tree / ".patchkit").rglob("*"))
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
+
+
+@pytest.fixture
+def two_patch_set(tmp_path, scratch) -> tuple[Path, Path]:
+    """A 0.17.1 tree with a RECORD; set `one` changes PARSER, set `two` ROUTER and then CONFIG (two patches)."""
+    config_py = "LIMIT = 10\nNAME = 'x'\nDEBUG = False\n"
+    tree = write_tree(tmp_path / "site", "0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY, CONFIG: config_py})
+    _record(tree)
+    library = scratch / "lib"
+    streamed = PARSER_PY.replace("calls.append(line)", "calls.append(line.strip())")
+    routed = ROUTER_PY.replace("'chat': 'v1/chat',", "'chat': 'v1/chat',\n    'tools': 'v1/tools',")
+    write_library(library, {"0.17.1": [make_patch(scratch, tree, {PARSER: streamed})]}, name="one")
+    two = [
+        make_patch(scratch, tree, {ROUTER: routed}),
+        make_patch(scratch, tree, {CONFIG: config_py.replace("10", "64")}),
+    ]
+    write_library(library, {"0.17.1": two}, name="two")
+    (library / "library.toml").write_text('order = ["one", "two"]\n')
+    return tree, library
+
+
+CONFIG = "vllm/config/limits.py"
+
+
+def test_an_unnamed_set_found_applied_with_an_edited_hunk_is_refused_not_left_patched(run, two_patch_set):
+    """Review 13 M1: a record naming only `one`; `two` applied with no record, then a line of its
+    second patch edited: revert said "reverted", exit 0, and left ROUTER and CONFIG patched."""
+    tree, library = two_patch_set
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    assert run("apply", "--target", tree, "--patches", library, "--set", "one").exit_code == 0
+    (tree / CONFIG).write_text((tree / CONFIG).read_text().replace("LIMIT = 64", "LIMIT = 65"))
+    edited = snapshot(tree)
+    done = run("revert", "--target", tree, "--patches", library)
+    assert done.exit_code == 1, done.output
+    assert "cannot reverse the series; nothing was written" in done.output and CONFIG in done.output
+    assert f"0.17.1 --dest {tree} --force` puts the stock files back" in " ".join(done.output.split()), done.output
+    assert snapshot(tree) == edited
+
+
+def test_an_edited_hunk_of_an_unnamed_set_found_nowhere_is_left_and_said(run, two_patch_set):
+    """The same edit where `two` was never applied: nothing tells what to undo there; the recorded
+    set is reverted, and the file is named, not passed over in silence."""
+    tree, library = two_patch_set
+    assert run("apply", "--target", tree, "--patches", library, "--set", "one").exit_code == 0
+    (tree / CONFIG).write_text((tree / CONFIG).read_text().replace("LIMIT = 10", "LIMIT = 11"))
+    done = run("revert", "--target", tree, "--patches", library)
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    assert f"{CONFIG}: neither the stock text nor the change of a set the record does not name" in said, done.output
+    assert (tree / PARSER).read_text() == PARSER_PY and "LIMIT = 11" in (tree / CONFIG).read_text()

@@ -890,6 +890,11 @@ def _revert_locked(
     warnings += restored.notes
     unrecorded, found_only = _unrecorded(undo, patches, only, root)
     plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
+    if (
+        found_only and plan.conflicts and len(plan.conflicts) == len(plan.steps)
+    ):  # none of the unnamed sets' patches found applied
+        warnings.append(_left_unnamed(root, plan))
+        plan = Plan(root, [step for step in plan.steps if step not in plan.conflicts], view)
     unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
     if plan.conflicts:
         return RevertResult(
@@ -897,7 +902,7 @@ def _revert_locked(
             warnings=warnings,
             error=Conflict(
                 "cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  "),
-                hint=None if undo.entries else _unrecorded_conflict_hint(root),
+                hint=_unnamed_conflict_hint(root) if undo.entries else _unrecorded_conflict_hint(root),
             ),
         )
     if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
@@ -936,6 +941,25 @@ def _revert_locked(
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _unnamed_conflict_hint(root: Path) -> str:
+    """Review 13 M1: a set the record does not name, found applied, with a file that no longer takes
+    its reverse (edited inside a hunk): said, not left patched under "reverted"."""
+    return (
+        "the record does not name every set found applied, so only their series could undo them; "
+        f"{stock_files_command(root, None)} puts the stock files back (edits to them are lost)"
+    )
+
+
+def _left_unnamed(root: Path, plan: Plan) -> str:
+    """A file of a set the record does not name, and none of that series found applied: neither its
+    stock text nor the set's change (an edit?), so nothing tells what to undo: left, and said."""
+    files = ", ".join(sorted({f.path for step in plan.conflicts for f in step.patch.files}))
+    return (
+        f"{files}: neither the stock text nor the change of a set the record does not name (your edit?): "
+        f"left as it is; {stock_files_command(root, None)} puts the stock files back"
+    )
 
 
 def _unrecorded_conflict_hint(root: Path) -> str:

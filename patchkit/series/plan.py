@@ -347,7 +347,8 @@ def _reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> byt
 
 def plan_revert(root: Path, patches: list[Patch], view: View | None = None, *, found_only: bool = False) -> Plan:
     """Reverse-apply the series, last patch first. A patch not present counts as `applied` (done).
-    `found_only`: only the patches found in the tree (each reverses, cleanly) stay in the plan."""
+    `found_only`: only the patches found in the tree (each reverses, cleanly) and those that neither
+    reverse nor apply (a conflict) stay in the plan."""
     return _plan(root, [p.reversed() for p in reversed(patches)], view, found_only=found_only)
 
 
@@ -355,7 +356,7 @@ def _plan(root: Path, patches: list[Patch], view: View | None, *, found_only: bo
     view = view or View(root)
     steps = [_step(view, patch) for patch in patches]
     if found_only:  # a step that does not change the tree wrote nothing in the view: left out, that is all
-        steps = [step for step in steps if step.state == StepState.WILL_CHANGE]
+        steps = [step for step in steps if step.state != StepState.ALREADY_APPLIED]
     return Plan(root, steps, view)
 
 
