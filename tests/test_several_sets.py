@@ -845,3 +845,15 @@ def test_a_patch_apply_is_named_by_its_files_listed_in_status_and_its_revert_sai
     said = " ".join(plain.output.split())
     assert plain.exit_code == 2 and "adhoc-" not in said, plain.output
     assert "a revert deletes a created file only when you name the patch that created it" in said, said
+
+
+def test_apply_of_several_sets_through_a_symlinked_directory_names_the_fix(run, tree, library, tmp_path):
+    """Review 13 L3: apply of several sets on a tree whose series directory is a symlink refused
+    (exit 2) with a hint that said only which sets were not tried: it names the repair as well."""
+    models = tree / "vllm" / "models"
+    models.rename(tmp_path / "models-elsewhere")
+    models.symlink_to(tmp_path / "models-elsewhere", target_is_directory=True)
+    done = run("apply", "--target", tree, "--patches", library)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 2, said
+    assert f"replace the symlink {models} with a real directory holding a copy of what it points to" in said, said
