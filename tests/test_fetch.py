@@ -995,3 +995,57 @@ def test_a_tree_cut_short_without_a_mark_is_told_what_is_missing_not_to_pass_a_v
     assert status.returncode == 4, status.stdout + status.stderr
     assert "has no __init__.py, and there is no vllm-*.dist-info beside it" in status.stderr, status.stderr
     assert "--vllm-version" not in status.stderr and "fetch VERSION --dest" in status.stderr, status.stderr
+
+
+def test_an_interrupt_while_laying_out_says_files_are_written_and_the_fetch_that_finishes_them(
+    fetched, monkeypatch, tmp_path, run
+):
+    """New-user 21, 1: a Ctrl-C during `fetch --dest` after files were written there said
+    "interrupted before any change was made to the target"."""
+    from patchkit.releases import files as release_files
+
+    fetch.release_tree(VERSION, all_python=True)  # in the cache: only the lay-out is interrupted
+    real_write, writes = release_files.atomic_write, []
+
+    def interrupted(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == 3:
+            raise KeyboardInterrupt
+        real_write(path, data, **kwargs)
+
+    monkeypatch.setattr(release_files, "atomic_write", interrupted)
+    dest = tmp_path / "cut"
+    done = run("fetch", VERSION, "--all", "--dest", dest)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 130, done.output
+    assert f"interrupted while laying out vllm {VERSION} --all in {dest}: some files are written, not all" in said
+    assert f"run `patchkit fetch {VERSION} --all --dest {dest}` again: it writes only the missing files" in said
+    assert "before any change" not in said
+
+
+def test_a_narrower_fetch_over_a_cut_short_all_lay_out_says_what_it_leaves_missing(fetched, monkeypatch, tmp_path):
+    """New-user 21, 2: after a cut-short `fetch --all --dest`, a fetch without --all said "its
+    missing files are written now" and wrote only the sets' files: most of the release stayed missing."""
+    from patchkit.releases import files as release_files
+
+    tree = fetch.release_tree(VERSION, all_python=True)
+    real_write, writes = release_files.atomic_write, []
+
+    def killed(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == 3:
+            raise KeyboardInterrupt
+        real_write(path, data, **kwargs)
+
+    dest = tmp_path / "cut"
+    monkeypatch.setattr(release_files, "atomic_write", killed)
+    with pytest.raises(KeyboardInterrupt):
+        release_files.lay_out_said(tree, dest)
+    monkeypatch.setattr(release_files, "atomic_write", real_write)
+    narrower = fetched(dest)  # the library's files only
+    said = " ".join(narrower.stderr.split())
+    assert "its missing files are written now" not in said, said
+    assert (
+        f"the files this fetch lays out are written now; `patchkit fetch {VERSION} --all --dest {dest}` writes the rest"
+        in said
+    )

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from patchkit.base import hints, signals
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.fsutil import NO_SPACE, atomic_write, size_said
 from patchkit.base.hashing import sha256
@@ -129,10 +130,21 @@ def lay_out_said(tree: Path, dest: str | Path, paths: Iterable[str] | None = Non
             atomic_write(root / rel, data, mode=0o644)
         except OSError as e:
             raise _write_error(dest, rel, e, {r: files[r] for r in to_write if r not in written}) from None
+        if rel == LAYOUT_MARK:  # from here an interrupt leaves some files written, the rest not
+            _interrupt_says(
+                f"interrupted while laying out vllm {mark} in {root}: some files are written, not all", mark, root
+            )
         written += [rel] if rel != LAYOUT_MARK else []
     if resumed is not None or to_write:  # every file is there: the mark of a lay-out under way goes
         (root / LAYOUT_MARK).unlink(missing_ok=True)
+        _interrupt_says(f"interrupted after the lay-out was written: {root} holds vllm {mark}'s files", None, root)
     return Laid(sorted(files), sorted(written), sorted(patched), resumed)
+
+
+def _interrupt_says(message: str, mark: str | None, root: Path) -> None:
+    """What a Ctrl-C now leaves in dest (the target, for `fetch --dest`), and the fetch that finishes it."""
+    again = hints.command("fetch", *mark.split(), "--dest", str(root)) if mark else None
+    signals.note_report(message, f"run {again} again: it writes only the missing files" if again else None)
 
 
 class Laid(NamedTuple):

@@ -54,9 +54,14 @@ def command(
         laid, written, kept, resumed = lay_out_said(tree, dest, None if all_python else paths, force=force)
         if resumed is not None:  # what the next run found, said: a kill prints nothing itself
             of = f" of vllm {resumed.removesuffix(' --all')}" if resumed else ""
-            ui.warn(
-                f"{dest} held a lay-out{of} cut short (killed, or the disk filled): its missing files are written now"
+            narrower = resumed.endswith(" --all") and not all_python  # this fetch writes the sets' files only
+            rest = hints.command("fetch", *resumed.split(), "--dest", dest) if narrower else ""
+            done = (
+                f"the files this fetch lays out are written now; {rest} writes the rest"
+                if narrower
+                else "its missing files are written now"
             )
+            ui.warn(f"{dest} held a lay-out{of} cut short (killed, or the disk filled): {done}")
         # a second fetch writes nothing: "nothing laid out" read as a failure
         did = (
             f"laid out {len(written)} file(s) under {dest}"
