@@ -87,10 +87,11 @@ def test_a_misspelt_reasoning_parser_fails_too_without_auto_tool_choice(launch):
     assert found["fix"] == "did you mean deepseek_r1? write --reasoning-parser deepseek_r1"
     for fine in (
         ("--reasoning-parser", "qwen3"),
-        ("--reasoning-parser", "x", "--reasoning-parser-plugin", "p.py"),
         ("--reasoning-parser", ""),  # review 11 M2b: vLLM skips an empty name and serves
     ):
         assert preflight(tree, library, model, *fine)[1] == [], fine
+    _, (plugged,) = preflight(tree, library, model, "--reasoning-parser", "x", "--reasoning-parser-plugin", "p.py")
+    assert plugged["result"] == "cannot judge", plugged
 
 
 def test_a_name_nothing_resembles_lists_the_registered_ones(launch):
@@ -106,7 +107,6 @@ def test_a_name_nothing_resembles_lists_the_registered_ones(launch):
     [
         ("--enable-auto-tool-choice", "--tool-call-parser", "granite-20b-fc"),  # registered
         ("--tool-call-parser", "deepseekv3"),  # vLLM holds the name to its registry only with auto tool choice
-        ("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin", "mine.py"),
     ],
 )
 def test_a_registered_name_or_one_vllm_does_not_check_is_no_finding(launch, options):
@@ -265,7 +265,6 @@ def test_a_reasoning_parser_inside_structured_outputs_config_is_held_to_the_regi
         (("--reasoning-parser", "r1", STRUCTURED, '{"reasoning_parser": "r1"}'), [f"{INNER} r1"]),
         # only --reasoning-parser-plugin is imported before the start check; the inner plugin is not
         ((STRUCTURED, '{"reasoning_parser": "mine", "reasoning_parser_plugin": "mine.py"}'), [f"{INNER} mine"]),
-        ((STRUCTURED, '{"reasoning_parser": "mine"}', "--reasoning-parser-plugin", "mine.py"), []),
         ((STRUCTURED, '{"reasoning_parser": ""}'), []),  # vLLM's `(name := ...) and ...`: empty is none
         ((STRUCTURED, '{"backend": "xgrammar"}'), []),
         (("--reasoning-parser", "", STRUCTURED, '{"reasoning_parser": ""}'), []),
@@ -395,4 +394,30 @@ def test_a_plugin_that_names_no_such_parser_cannot_be_judged_never_a_pass(launch
         "(vllm/tool_parsers/__init__.py), and no register_module decorator in other.py, which it imports first, "
         "names it"
     )
-    assert found["fix"] == "make sure other.py registers nosuch: else vLLM refuses the launch at start"
+    assert (
+        found["fix"]
+        == "make sure other.py imports in vLLM's venv and registers nosuch: else vLLM refuses the launch at start"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "plugin"),
+    [
+        (("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin"), "mine.py"),
+        (("--structured-outputs-config", '{"reasoning_parser": "mine"}', "--reasoning-parser-plugin"), "mine.py"),
+        # review 14 H2: vLLM loads bytecode too (spec_from_file_location): not held, not read
+        (("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin"), "mine.pyc"),
+    ],
+)
+def test_a_name_only_a_plugin_registers_cannot_be_judged_neither_pass_nor_fail(launch, options, plugin):
+    """Review 14 H1': a plugin whose decorator names the parser but whose import fails in vLLM (it
+    imports a module that release lacks) registers nothing, and vLLM refuses the launch: patchkit runs
+    no plugin, so the name is 'cannot judge', not a pass; nor a failure (review 14 H2: a .pyc plugin)."""
+    tree, library, model = launch
+    if plugin.endswith(".pyc"):
+        import py_compile
+
+        py_compile.compile(str(tree.parent / "mine.py"), cfile=str(tree.parent / plugin))
+    done, (found,) = preflight(tree, library, model, *options, plugin)
+    assert found["result"] == "cannot judge" and found["ok"], done.stdout
+    assert f"make sure {plugin} imports in vLLM's venv and registers mine" in found["fix"], found

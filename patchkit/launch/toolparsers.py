@@ -157,18 +157,23 @@ class Plugin:
     @classmethod
     def given(cls, value: object) -> Plugin | None:
         """The plugin an option names, when vLLM imports one: a name of more than 3 characters
-        (api_server's `len(...) > 3`) of a Python source file. vLLM logs a failed import and carries
-        on, so a missing, unreadable or broken file registers nothing: the name is still held."""
-        if not isinstance(value, str) or len(value) <= 3 or not value.endswith(_SOURCE):
+        (api_server's `len(...) > 3`) of a file spec_from_file_location loads (source, bytecode, an
+        extension). vLLM logs a failed import and carries on, so a missing or unreadable file, or
+        source that does not parse, registers nothing: the name is still held."""
+        if not isinstance(value, str) or len(value) <= 3 or not value.endswith(_LOADABLE):
             return None
         try:  # relative to the directory the launch runs in, as vLLM's import reads it
-            parsed = _parsed(read_regular(value, TREE_FILE_LIMIT, follow_symlinks=True))
+            data = read_regular(value, TREE_FILE_LIMIT, follow_symlinks=True)
         except (OSError, ValueError):
             return None
+        if not value.endswith(_SOURCE):  # bytecode or an extension: loaded, but nothing patchkit reads
+            return cls(value, frozenset())
+        parsed = _parsed(data)
         return None if parsed is None else cls(value, frozenset(_registered_by(parsed)))
 
 
-# the suffixes spec_from_file_location loads as source (bytecode or an extension: not read, not judged)
+# what spec_from_file_location gives a loader for; of those, the source patchkit reads
+_LOADABLE = tuple(importlib.machinery.all_suffixes())
 _SOURCE = tuple(importlib.machinery.SOURCE_SUFFIXES)
 
 
@@ -222,8 +227,6 @@ def _structured_reasoning_parser(options: dict[str, object]) -> str | None:
 def _judged(check: str, named: Named, version: object, read: Reader, root: Path) -> Finding | None:
     """A failed `check` finding when vLLM's registry lacks the name, a cannot-judge one when the
     registry cannot be read, None when it registers it."""
-    if named.plugin is not None and named.name in named.plugin.names:
-        return None
     found = registered(read, named.kind)
     if found is None:
         return _unread(check, named, version, read, root)
@@ -239,17 +242,22 @@ def _judged(check: str, named: Named, version: object, read: Reader, root: Path)
 
 
 def _maybe_the_plugins(check: str, named: Named, version: object, path: str) -> Finding:
-    """Cannot judge a name the registry lacks when the plugin vLLM imports first may register it in a
-    way patchkit does not read (it reads only `register_module` decorators, and runs nothing)."""
+    """Cannot judge a name the registry lacks when the plugin vLLM imports first may register it:
+    patchkit runs no plugin, and its import may fail (vLLM logs that and carries on, then refuses
+    the name); it reads only `register_module` decorators of a source file."""
     plugin = named.plugin.path if named.plugin else "the plugin"
     vllm = f"vLLM {version}" if version else "this vLLM"
     what = named.kind.option.removesuffix("-parser")
-    reason = (
-        f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}), and no register_module "
-        f"decorator in {plugin}, which it imports first, names it"
-    )
+    if named.plugin is not None and named.name in named.plugin.names:
+        reason = f"{named.spelt}: {plugin} registers it, if vLLM's import of it succeeds (patchkit runs no plugin)"
+    else:
+        reason = (
+            f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}), and no register_module "
+            f"decorator in {plugin}, which it imports first, names it"
+        )
+    refused = named.refused.removeprefix("it ")
     return cannot_judge(
-        check, reason, f"make sure {plugin} registers {named.name}: else vLLM {named.refused.removeprefix('it ')}"
+        check, reason, f"make sure {plugin} imports in vLLM's venv and registers {named.name}: else vLLM {refused}"
     )
 
 
