@@ -1049,3 +1049,15 @@ def test_a_narrower_fetch_over_a_cut_short_all_lay_out_says_what_it_leaves_missi
         f"the files this fetch lays out are written now; `patchkit fetch {VERSION} --all --dest {dest}` writes the rest"
         in said
     )
+
+
+def test_a_lay_out_for_another_command_leaves_its_interrupt_report_alone(fetched, tmp_path):
+    """Only `fetch --dest` lays out into its target: verify of releases (a scratch site) and workspace
+    must not say "interrupted while laying out … run `patchkit fetch` again" for their own work."""
+    from patchkit.base import signals
+    from patchkit.releases import files as release_files
+
+    tree = fetch.release_tree(VERSION, all_python=True)
+    signals.new_run()
+    release_files.lay_out(tree, tmp_path / "scratch")
+    assert signals.interrupted_report()[0] == "interrupted before any change was made to the target"

@@ -99,7 +99,9 @@ def lay_out(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *,
     return lay_out_said(tree, dest, paths, force=force)[0]
 
 
-def lay_out_said(tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *, force: bool = False) -> Laid:
+def lay_out_said(
+    tree: Path, dest: str | Path, paths: Iterable[str] | None = None, *, force: bool = False, target: bool = False
+) -> Laid:
     """Laid: every file, those written, those kept as patchkit patched them. Copy a cached release tree (or its dist-info and `paths`) to dest, returning what was copied.
 
     Each file is read without following a symlink and checked against the tree's RECORD (the cache
@@ -107,7 +109,8 @@ def lay_out_said(tree: Path, dest: str | Path, paths: Iterable[str] | None = Non
     in dest or over a directory or special file there (BadInput naming it), nor over a file that
     holds other contents unless `force` (BadInput listing them). A file the tree's record says
     patchkit patched from this very stock file is left as it is: `fetch --all` after `apply` adds
-    the rest of the release and keeps the patch. The cache itself is never handed out for writing."""
+    the rest of the release and keeps the patch. The cache itself is never handed out for writing.
+    `target`: dest is the command's target (`fetch --dest`), so an interrupt says what it left there."""
     files = _verified_files(tree, paths)
     root = Path(dest).resolve()
     _refuse_another_release(root, dest, _dist_info(tree))
@@ -130,13 +133,14 @@ def lay_out_said(tree: Path, dest: str | Path, paths: Iterable[str] | None = Non
             atomic_write(root / rel, data, mode=0o644)
         except OSError as e:
             raise _write_error(dest, rel, e, {r: files[r] for r in to_write if r not in written}) from None
-        if rel == LAYOUT_MARK:  # from here an interrupt leaves some files written, the rest not
+        if rel == LAYOUT_MARK and target:  # `fetch --dest`: from here an interrupt leaves some files written
             _interrupt_says(
                 f"interrupted while laying out vllm {mark} in {root}: some files are written, not all", mark, root
             )
         written += [rel] if rel != LAYOUT_MARK else []
     if resumed is not None or to_write:  # every file is there: the mark of a lay-out under way goes
         (root / LAYOUT_MARK).unlink(missing_ok=True)
+    if target and to_write:
         _interrupt_says(f"interrupted after the lay-out was written: {root} holds vllm {mark}'s files", None, root)
     return Laid(sorted(files), sorted(written), sorted(patched), resumed)
 

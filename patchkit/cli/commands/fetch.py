@@ -51,7 +51,7 @@ def command(
     ui.line(f"vllm {version}: {tree}")
     if dest:
         # what this fetch asked for, not whatever earlier fetches left in the cache's tree
-        laid, written, kept, resumed = lay_out_said(tree, dest, None if all_python else paths, force=force)
+        laid, written, kept, resumed = lay_out_said(tree, dest, None if all_python else paths, force=force, target=True)
         if resumed is not None:  # what the next run found, said: a kill prints nothing itself
             of = f" of vllm {resumed.removesuffix(' --all')}" if resumed else ""
             narrower = resumed.endswith(" --all") and not all_python  # this fetch writes the sets' files only
