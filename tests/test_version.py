@@ -58,7 +58,7 @@ def test_no_version_anywhere_is_a_clear_error(tmp_path):
     (tmp_path / "bare" / "vllm").mkdir(parents=True)
     with pytest.raises(TargetError, match="cannot tell which vLLM version") as info:
         detect(target_mod.from_directory(tmp_path / "bare"))
-    assert "--vllm-version" in info.value.hint
+    assert "`patchkit fetch VERSION --dest" in info.value.hint  # state26: the tree lacks files; a version cannot help
 
 
 def test_invalid_override_is_bad_input(tmp_path):

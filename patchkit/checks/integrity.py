@@ -41,7 +41,7 @@ from patchkit.distinfo.record import (
     record_hash,
 )
 from patchkit.store.state import State, read_state
-from patchkit.tree.target import stock_files_command
+from patchkit.tree.target import labelled_by_patchkit, stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.version import Version
@@ -65,9 +65,10 @@ class IntegrityCheck:
         installed, why_not = installed_record(ctx.root, ctx.version, wanted)
         published = published_record(_stock_release(ctx.root) or ctx.version, wanted)
         recorded = _recorded_writes(ctx.root, ctx.state)
+        patched_build = labelled_by_patchkit(ctx.root)  # its RECORD lists patched files: no stock evidence
         results = []
         for path in ctx.paths:
-            results.extend(self._check(ctx, ctx.root, path, installed, why_not, published, recorded))
+            results.extend(self._check(ctx, ctx.root, path, installed, why_not, published, recorded, patched_build))
         return results
 
     def _check(
@@ -79,12 +80,13 @@ class IntegrityCheck:
         why_not: str,
         published: Record | None,
         recorded: dict[str, list[Write]],
+        patched_build: bool = False,
     ) -> list[CheckResult]:
         current = ctx.read_current(path) if ctx.read_current else read_file(root / path)
         stock = ctx.read_stock(path) if ctx.read_stock else current
         # (each test of a Record names it, so that the type checker sees it is not None there)
         if installed is not None and path in installed.hashes:
-            results = [self._verdict(path, current, stock, installed, recorded.get(path, []))]
+            results = [self._verdict(path, current, stock, installed, recorded.get(path, []), patched_build)]
             if published is not None and path in published.hashes and installed.hashes[path] != published.hashes[path]:
                 results.append(
                     self._result(
@@ -104,17 +106,23 @@ class IntegrityCheck:
             return [self._result(path, False, f"not verifiable: {reason}", WARNING)]
         # Without the target's own RECORD, the published wheel is evidence, not proof: a source
         # checkout may legitimately differ from it.
-        verdict = self._verdict(path, current, stock, published, recorded.get(path, []))
+        verdict = self._verdict(path, current, stock, published, recorded.get(path, []), patched_build)
         if verdict.ok:
             return [verdict]
         return [replace(verdict, level=WARNING, message=f"{reason}; {verdict.message}")]
 
     def _verdict(
-        self, path: str, current: bytes | None, stock: bytes | None, reference: Record, writes: list[Write]
+        self,
+        path: str,
+        current: bytes | None,
+        stock: bytes | None,
+        reference: Record,
+        writes: list[Write],
+        patched_build: bool = False,
     ) -> CheckResult:
         if stock is None:
             return self._result(path, False, f"missing, but {reference.label} lists it")
-        if current is not None and current != stock and reference.matches(path, current):
+        if current is not None and current != stock and reference.matches(path, current) and not patched_build:
             # the file as it is is stock: the release's own files already hold the series' change
             return self._result(path, True, f"stock: matches {reference.label} (it already holds the series' change)")
         if reference.matches(path, stock):

@@ -105,15 +105,16 @@ def resolve(
 def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     """A series whose change the tree's stock files already hold (each file as its RECORD lists it,
     every patch found applied, no apply recorded): upstream merged it, so the set is upstream on this
-    tree, and apply and revert leave those files alone (a file that matches RECORD is stock)."""
-    if selection.kind != SelectionKind.PATCH or not selection.patches:
+    tree, and apply and revert leave those files alone (a file that matches RECORD is stock). Not a
+    build patchkit labelled (`+patchkit.…`: a patched wheel, its RECORD lists the patched files)."""
+    if selection.kind != SelectionKind.PATCH or not selection.patches or target_mod.labelled_by_patchkit(tgt.root):
         return selection
     root = tgt.root
-    if read_state(root).entry(selection.set_name) is not None:
-        return selection
     paths = touched_paths(selection.patches)
     record, _why = installed_record(root, selection.version, paths)
     if record is None or not all(_as_listed(root, path, record) for path in paths):
+        return selection  # (first: an applied tree's files differ from RECORD, and its record is not read again)
+    if read_state(root).entry(selection.set_name) is not None:
         return selection
     plan = dry_run(root, selection.patches)
     if not plan.steps or any(step.state != StepState.ALREADY_APPLIED for step in plan.steps):
