@@ -945,6 +945,26 @@ def test_a_full_disk_in_dest_leaves_no_release_that_looks_whole_and_the_same_com
         assert (dest / rel).read_bytes() == (tree / rel).read_bytes(), rel
 
 
+def _lay_out_cut_short(monkeypatch, tree: Path, dest: Path) -> Path:
+    """`dest` as a `fetch --dest` lay-out of `tree` leaves it when killed at its 3rd write (no handler
+    runs, the files written stay)."""
+    from patchkit.releases import files as release_files
+
+    real_write, writes = release_files.atomic_write, []
+
+    def killed(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == 3:
+            raise KeyboardInterrupt
+        real_write(path, data, **kwargs)
+
+    monkeypatch.setattr(release_files, "atomic_write", killed)
+    with pytest.raises(KeyboardInterrupt):
+        release_files.lay_out_said(tree, dest)
+    monkeypatch.setattr(release_files, "atomic_write", real_write)
+    return dest
+
+
 def test_a_lay_out_killed_part_way_is_named_by_status_and_the_fetch_it_names_finishes_it(
     fetched, monkeypatch, tmp_path
 ):
@@ -952,22 +972,8 @@ def test_a_lay_out_killed_part_way_is_named_by_status_and_the_fetch_it_names_fin
     tree it left to "pass --vllm-version", which cannot help: the tree lacks files."""
     from helpers import run_cli
 
-    from patchkit.releases import files as release_files
-
     tree = fetch.release_tree(VERSION, all_python=True)
-    real_write, writes = release_files.atomic_write, []
-
-    def killed(path, data, **kwargs):
-        writes.append(path)
-        if len(writes) == 3:
-            raise KeyboardInterrupt  # as a kill leaves it: no handler runs, the files written stay
-        real_write(path, data, **kwargs)
-
-    dest = tmp_path / "cut"
-    monkeypatch.setattr(release_files, "atomic_write", killed)
-    with pytest.raises(KeyboardInterrupt):
-        release_files.lay_out_said(tree, dest)
-    monkeypatch.setattr(release_files, "atomic_write", real_write)
+    dest = _lay_out_cut_short(monkeypatch, tree, tmp_path / "cut")
 
     status = run_cli("status", "--target", dest)
     assert status.returncode == 4, status.stdout + status.stderr
@@ -1026,22 +1032,9 @@ def test_an_interrupt_while_laying_out_says_files_are_written_and_the_fetch_that
 def test_a_narrower_fetch_over_a_cut_short_all_lay_out_says_what_it_leaves_missing(fetched, monkeypatch, tmp_path):
     """New-user 21, 2: after a cut-short `fetch --all --dest`, a fetch without --all said "its
     missing files are written now" and wrote only the sets' files: most of the release stayed missing."""
-    from patchkit.releases import files as release_files
 
     tree = fetch.release_tree(VERSION, all_python=True)
-    real_write, writes = release_files.atomic_write, []
-
-    def killed(path, data, **kwargs):
-        writes.append(path)
-        if len(writes) == 3:
-            raise KeyboardInterrupt
-        real_write(path, data, **kwargs)
-
-    dest = tmp_path / "cut"
-    monkeypatch.setattr(release_files, "atomic_write", killed)
-    with pytest.raises(KeyboardInterrupt):
-        release_files.lay_out_said(tree, dest)
-    monkeypatch.setattr(release_files, "atomic_write", real_write)
+    dest = _lay_out_cut_short(monkeypatch, tree, tmp_path / "cut")
     narrower = fetched(dest)  # the library's files only
     said = " ".join(narrower.stderr.split())
     assert "its missing files are written now" not in said, said

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, on_a_terminal, run_cli
-from importable_vllm import make_importable, write_refusing_engine_args
+from importable_vllm import make_importable, venv_importing, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -1164,16 +1164,8 @@ def test_a_bad_drafter_given_by_the_releases_own_flags_is_checked(tmp_path):
 
 
 def _venv_running(tree: Path, root: Path) -> Path:
-    """A venv whose python imports vllm from `tree` (a .pth), with a `vllm` script naming it."""
-    import venv
-
-    venv.create(root, with_pip=False, symlinks=True)
-    [site] = root.glob("lib/python*/site-packages")
-    (site / "checked.pth").write_text(f"{tree}\n")
-    script = root / "bin" / "vllm"
-    script.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\n")
-    script.chmod(0o755)
-    return root / "bin" / "python"
+    """A venv whose python imports vllm from `tree` (a .pth), with a `vllm` script naming it: its python."""
+    return venv_importing(tree, root).parent / "python"
 
 
 def test_the_launchs_pythonpath_or_working_directory_that_imports_another_vllm_fails_launch_target(setup, tmp_path):

@@ -221,17 +221,23 @@ def test_a_set_partly_applied_gets_apply_as_its_fix_not_serve_without_it(fetched
     assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
 
 
-@pytest.mark.release
-def test_a_drifted_set_gets_its_drift_fix_not_serve_without_it(fetched, tmp_path):
-    """New-user 19, 1: the file put back to stock, then edited: the whitelist judged the edited file
-    and said to serve without --speculative-config, while the set's revert --force and apply make
-    it pass. Judged as that fix leaves the files (the series on the saved original)."""
+def _drifted_with_launch(fetched: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    """An applied tree whose speculative.py was put back to stock, then edited; the DeepSeek-V3 EAGLE-3 launch."""
     tree = tmp_path / "drifted"
     shutil.copytree(fetched / "applied", tree)
     spec = "vllm/config/speculative.py"
     (tree / spec).write_bytes((fetched / "stock" / spec).read_bytes() + b"# debug\n")
     launch = ["vllm", "serve", str(fetched / "models/dsv3"), "-tp", "4"]
     launch += ["--speculative-config", PREFLIGHT_SPEC.replace("models/", f"{fetched}/models/")]
+    return tree, launch
+
+
+@pytest.mark.release
+def test_a_drifted_set_gets_its_drift_fix_not_serve_without_it(fetched, tmp_path):
+    """New-user 19, 1: the file put back to stock, then edited: the whitelist judged the edited file
+    and said to serve without --speculative-config, while the set's revert --force and apply make
+    it pass. Judged as that fix leaves the files (the series on the saved original)."""
+    tree, launch = _drifted_with_launch(fetched, tmp_path)
     done = run_cli("preflight", "--target", tree, "--no-import", "--format", "json", "--", *launch)
     assert done.returncode == 1, done.stdout + done.stderr
     failed = {f["check"]: f for f in json.loads(done.stdout)["findings"] if not f["ok"]}
@@ -272,12 +278,7 @@ def test_a_set_partly_applied_and_drifted_gets_the_drift_fix_that_apply_does_not
 def test_preflight_of_a_drifted_set_parses_the_record_no_more_than_inspect_did(fetched, tmp_path, monkeypatch, run):
     """Closing 16, work done twice: judging a drifted set as its fix leaves it read state.json again
     (and the guard's refusals, once per set), though inspect had read it for the same status."""
-    tree = tmp_path / "drifted"
-    shutil.copytree(fetched / "applied", tree)
-    spec = "vllm/config/speculative.py"
-    (tree / spec).write_bytes((fetched / "stock" / spec).read_bytes() + b"# debug\n")
-    launch = ["vllm", "serve", str(fetched / "models/dsv3"), "-tp", "4"]
-    launch += ["--speculative-config", PREFLIGHT_SPEC.replace("models/", f"{fetched}/models/")]
+    tree, launch = _drifted_with_launch(fetched, tmp_path)
     parsed: list[Path] = []
     parse = state_module.parse_state
     monkeypatch.setattr(state_module, "parse_state", lambda raw, origin: parsed.append(origin) or parse(raw, origin))
