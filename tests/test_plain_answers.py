@@ -4,8 +4,10 @@ what the user typed, and ends with a total."""
 from __future__ import annotations
 
 import re
+import shlex
 
-from helpers import MODEL_PY, make_patch, patched_spec, snapshot, write_library
+from helpers import MODEL_PY, make_patch, patched_spec, run_cli, snapshot, write_library
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -36,3 +38,22 @@ def test_the_guards_fix_for_a_file_stock_again_says_apply_patches_it_again(run, 
     assert run(*fix.group(1).split()).exit_code == 0
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert (tree / MODEL).read_text() == MODEL_PY + "# eagle3\n" and (tree / SPEC).read_text() == patched_spec()
+
+
+def test_a_parser_refusal_quotes_the_word_typed_and_how_to_split_it(tmp_path):
+    # new-user 20 4c / 21 5: `"--speculative-config {…}"` as one word was refused as
+    # `--speculative-config {"method":"eagle3","model":" {"/deepseek-v3…` (cut at a dot, the next word
+    # taken in): the rewritten words, not the word typed
+    tree, library = write_eagle3_setup(tmp_path)
+    model = write_model(tmp_path / "dsv3", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "deepseek-v3.1-eagle3", DRAFTER)
+    *launch, option, value = serve(model, drafter)
+    one_word = f"{option} {value}"
+    args = ("preflight", "--target", tree, "--patches", library, "--no-import", "--")
+    done = run_cli(*args, *launch, one_word, "--enable-auto-tool-choice")
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"unrecognized arguments: {shlex.quote(one_word)}" in said, said
+    fix = re.search(r"quote the value alone, `([^`]*)`", said)
+    assert fix and shlex.split(fix.group(1)) == [option, value], said
+    assert run_cli(*args, *launch, *shlex.split(fix.group(1))).returncode != 2
