@@ -405,6 +405,6 @@ def test_a_quoted_line_of_a_conflict_is_never_wrapped_inside_its_quotes(short_tm
     code, shown = in_a_terminal("status", "--target", tree, "--patches", library, width=width)
     assert code == 1, shown
     lines = [line.strip() for line in shown.splitlines()]
-    for quoted in ("'            \"hunyuan_v1_dense\",'", "'            \"hunyuan_v1_dense\", \"mymodel\",'"):
+    for quoted in ("'            \"hunyuan_v1_dense\",'", '\'            "hunyuan_v1_dense", "mymodel",\''):
         assert any(line.startswith(quoted) or f" {quoted}" in line for line in lines), (quoted, shown)
     assert all(len(line) <= width for line in shown.splitlines()), shown

@@ -193,7 +193,9 @@ def _total_of_sets(ui: UI, by_set: dict[str, list[release_check.ReleaseResult]])
     failed = [name for name, outcome in outcomes.items() if outcome == Outcome.CHECK_FAILED]
     refused = [name for name, outcome in outcomes.items() if outcome == Outcome.UNSUPPORTED]
     if failed:
-        ui.verdict(f"verify: FAILED: {len(failed)} of {len(outcomes)} sets fail on {on} ({', '.join(failed)})", ok=False)
+        ui.verdict(
+            f"verify: FAILED: {len(failed)} of {len(outcomes)} sets fail on {on} ({', '.join(failed)})", ok=False
+        )
     elif refused:
         ui.verdict(f"verify: not covered: {len(refused)} of {len(outcomes)} sets ({', '.join(refused)})", ok=False)
     elif outcomes:
