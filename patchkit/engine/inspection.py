@@ -158,9 +158,6 @@ class TreeStatus:
             return f"{self.symlink_fix}, then run {hints.command('status')}"
         if self.all_stock_again:  # apply patches them again, and records it
             return f"run {hints.command('apply')}"
-        if self.some_stock_again:  # new-user 21, 4: not "records the tree as it is": it patches them again
-            files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
-            return f"run {self.apply_chosen} (it patches {files} again)"
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
         if (self.whole_wheel or self.wheel_refused) and any(problem.endswith(EDITED) for problem in self.guard):
@@ -187,6 +184,9 @@ class TreeStatus:
             )
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
+        if self.some_stock_again:  # new-user 21, 4: not "records the tree as it is": it patches them again
+            files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
+            return f"run {self.apply_chosen} (it patches {files} again)"
         return f"run {self.apply_recorded} (it records the tree as it is, or drops what no longer applies)"
 
     @property
