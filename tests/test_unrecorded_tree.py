@@ -442,7 +442,9 @@ def test_apply_on_a_lost_record_refuses_an_edit_away_from_the_hunks_and_its_fix_
     assert "cannot record it as its own; nothing was written" in said, said
     assert (tree / ROUTER).read_bytes() == edited[ROUTER]  # the set before it is recorded, as found
     assert [e.set_name for e in read_state(tree).entries] == ["parsers"]
-    fix = re.search(r"`patchkit (revert [^`]*--force)` \(keeps a copy of the edits\), then `patchkit (apply [^`]*)`", said)
+    fix = re.search(
+        r"`patchkit (revert [^`]*--force)` \(keeps a copy of the edits\), then `patchkit (apply [^`]*)`", said
+    )
     assert fix, said
     for command in fix.groups():
         done = run(*command.split())
