@@ -41,8 +41,10 @@ from patchkit.store.state import (
     META_DIR,
     Entry,
     State,
+    applied_on,
     is_adhoc,
     meta_dir,
+    moved_patches,
     read_state,
     recorded_patch_files,
     shown_set,
@@ -581,20 +583,55 @@ def conflicting_files(conflicts: Sequence[PatchStep]) -> list[str]:
     return sorted({step.mismatch.path for step in conflicts if step.mismatch is not None})
 
 
-def local_edit_said(files: list[str], version: Version | str | None) -> str:
-    """Why a series that records nothing does not apply: its files differ from stock where it changes them."""
+def local_edit_said(files: list[str], version: Version | str | None, root: Path) -> str:
+    """Why a series that records nothing does not apply: its files differ from stock where it changes
+    them: an earlier apply the record holds of them (a --patch file edited since), or an edit."""
     differ = "differs" if len(files) == 1 else "differ"
+    owner = _earlier_owner(root, files)
+    if owner is not None:
+        entry = owner[0]
+        return f"{', '.join(files)} {differ} from stock vLLM {version}: an earlier {_applied_as(entry)} is applied here"
     return f"{', '.join(files)} {differ} from stock vLLM {version} where the series changes it (a local edit?)"
 
 
 def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) -> str:
-    """The fix of that: the stock files back, then apply (--force would not help: it accepts files
-    that differ from the RECORD, never a hunk that does not match)."""
+    """The fix of that: the earlier apply undone, then apply; else the stock files back, then apply
+    (--force would not help: it accepts files that differ from the RECORD, never a hunk that does not match)."""
+    owner = _earlier_owner(root, files)
+    if owner is not None:
+        return f"{undo_command(owner[0], len(owner[1].entries))} undoes it, then {hints.command('apply')} applies the new one"
     which = "that file" if len(files) == 1 else "those files"
     return (
         f"copy your edit of {which} elsewhere, run {stock_files_command(root, version)} "
         f"(the stock files back), then {hints.command('apply')}"
     )
+
+
+def _earlier_owner(root: Path, files: list[str]) -> tuple[Entry, State] | None:
+    """The recorded apply whose change those files hold (the last of them), if the record holds one:
+    patchkit's own change, never "a local edit" (new-user 22, W1)."""
+    try:
+        state = read_state(root)
+    except PatchkitError:
+        return None
+    owners = [e for e in state.entries if set(files) & set(e.files)]
+    return (owners[-1], state) if owners else None
+
+
+def _applied_as(entry: Entry) -> str:
+    """`my.patch (applied 2026-12-03 14:31 UTC)`, or `set eagle3 (applied …)`."""
+    who = ", ".join(p["name"] for p in entry.patches) if is_adhoc(entry.set_name) else f"set {entry.set_name}"
+    return f"{who} (applied {applied_on(entry)})"
+
+
+def undo_command(entry: Entry, recorded: int) -> str:
+    """The revert of that one recorded set: its --set or --patch files; a --patch apply whose files
+    moved since by its record's name, or plain `revert` when it is all the tree records (new-user 22, W5)."""
+    if not moved_patches(entry):
+        return hints.command("revert", chosen=selection_of(entry))
+    if recorded == 1:  # `recorded`: how many sets the tree records
+        return hints.command("revert", chosen=hints.for_set(None))
+    return hints.command("revert", chosen=hints.for_set(entry.set_name))
 
 
 def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[str]:

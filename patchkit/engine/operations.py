@@ -88,12 +88,21 @@ from patchkit.engine.transaction import (
     save_originals,
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock
-from patchkit.series.patchfile import Patch, touched_paths
+from patchkit.series.library import adhoc_set_name
+from patchkit.series.patchfile import Patch, read_patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
 from patchkit.store.objects import prune_objects
 from patchkit.store.saved import keep_copies
-from patchkit.store.state import Entry, State, meta_dir, read_state, remove_empty_store, state_path
+from patchkit.store.state import (
+    Entry,
+    State,
+    earlier_applies,
+    meta_dir,
+    read_state,
+    remove_empty_store,
+    state_path,
+)
 from patchkit.tree.target import Target, stock_files_command
 from patchkit.tree.version import detect
 
@@ -300,7 +309,7 @@ class _Applying:
         if self.state.entry(self.resolved.set_name) is not None:
             return None
         files = conflicting_files(plan.conflicts)
-        said = local_edit_said(files, self.resolved.vllm_version)
+        said = local_edit_said(files, self.resolved.vllm_version, self.resolved.target.root)
         return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files)}"
 
     def open_to_others(self, state: State, *, dry_run: bool) -> None:
@@ -779,6 +788,25 @@ def resolve_for_revert(opts: Options, sets: dict[str, PatchSetDef] | None = None
             raise
         return target, None  # what the tree records is undone whatever the library holds
     return target, resolved
+
+
+def earlier_apply_chosen(opts: Options) -> tuple[Options, Entry | None]:
+    """`revert --patch FILE` where the record holds an apply of FILE's earlier text (FILE edited,
+    or moved, since): that apply is what the user means to undo, chosen as its recorded set
+    (new-user 22, W1: "the tree records no apply"). Else the selection as given."""
+    if not opts.adhoc:
+        return opts, None
+    state = read_state(resolve_target(opts).root)
+    earlier = earlier_applies(state, opts.adhoc)
+    if len(earlier) != 1:
+        return opts, None
+    try:
+        name = adhoc_set_name([read_patch(Path(p), follow_symlinks=True) for p in opts.adhoc])
+    except PatchkitError:  # the file is gone: its recorded apply is still the one to undo
+        name = None
+    if name is not None and state.entry(name) is not None:
+        return opts, None
+    return replace(opts, adhoc=(), set_name=earlier[0].set_name), earlier[0]
 
 
 def covering_series(opts: Options, target: Target, sets: dict[str, PatchSetDef] | None) -> list[Patch]:

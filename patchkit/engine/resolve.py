@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.enums import SelectionKind, StepState
-from patchkit.base.errors import NoPatchSet, TargetError
+from patchkit.base.errors import Conflict, NoPatchSet, TargetError
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
 from patchkit.distinfo import installed_record, installed_wheel_reader
@@ -16,7 +16,7 @@ from patchkit.engine.guard import launch_refusal
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
-from patchkit.store.state import Entry, read_state, record_apply
+from patchkit.store.state import Entry, applied_on, earlier_applies, read_state, record_apply
 from patchkit.tree import target as target_mod
 from patchkit.tree import version as version_mod
 from patchkit.tree.target import Target
@@ -86,6 +86,7 @@ def resolve(
     if opts.adhoc:
         found = _detect_quietly(tgt, opts.vllm_version)
         selection = library.adhoc_selection(list(opts.adhoc), found.version if found else None)
+        _refuse_over_earlier_text(tgt.root, opts.adhoc, selection.set_name)
         return Resolved(tgt, found, selection)
     detected = detected or version_mod.detect(tgt, opts.vllm_version)
     wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
@@ -100,6 +101,21 @@ def resolve(
     selection = _upstream_in_stock(tgt, _selection(tgt, patch_set, detected))
     notes = [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)
+
+
+def _refuse_over_earlier_text(root: Path, paths: tuple[str, ...], set_name: str) -> None:
+    """A --patch file whose earlier text the tree records applied (the file edited since): its new
+    text is judged or applied only once that apply is undone, never on top of it nor called "a
+    local edit" (new-user 22, W1). `revert --patch` undoes it (earlier_apply_chosen)."""
+    state = read_state(root)
+    earlier = earlier_applies(state, paths)
+    if not earlier or state.entry(set_name) is not None:
+        return
+    names = ", ".join(p["name"] for e in earlier for p in e.patches)
+    raise Conflict(
+        f"an earlier {names} (applied {applied_on(earlier[-1])}) is applied here; the file changed since",
+        hint=f"{hints.command('revert')} undoes it, then {hints.command('apply')} applies the new one",
+    )
 
 
 def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:

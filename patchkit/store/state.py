@@ -34,7 +34,7 @@ import os
 import re
 import shlex
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -505,7 +505,32 @@ def _location(patch: RecordedPatch) -> str:
         raw = read_regular(Path(where), _PATCH_LIMIT, follow_symlinks=True)
     except OSError:
         return patch["name"]
-    return where if sha256(raw) == patch["sha256"] else patch["name"]
+    # a file edited since is still where the apply read it: `revert --patch` of it finds that apply
+    return where if sha256(raw) == patch["sha256"] or os.path.isfile(where) else patch["name"]
+
+
+def moved_patches(entry: Entry) -> list[str]:
+    """The recorded patch files of an ad-hoc apply that are no longer where it read them (moved or
+    deleted): a `--patch` hint naming them would fail (new-user 22, W5)."""
+    if not is_adhoc(entry.set_name):
+        return []
+    return [p["name"] for p in entry.patches if "path" in p and not os.path.isfile(p["path"])]
+
+
+def earlier_applies(state: State, paths: Sequence[str]) -> list[Entry]:
+    """The ad-hoc applies the record holds of these --patch files (by the path each was read from),
+    whatever the files hold now: an apply of an earlier version of a patch file edited since."""
+    wanted = {os.path.abspath(p) for p in paths}
+    return [e for e in state.entries if is_adhoc(e.set_name) and any(p.get("path") in wanted for p in e.patches)]
+
+
+def applied_on(entry: Entry) -> str:
+    """When the record says the set was applied, as a person reads it (`2026-12-03 14:31 UTC`)."""
+    try:
+        when = datetime.fromisoformat(entry.applied_at).astimezone(timezone.utc)
+    except ValueError:
+        return entry.applied_at
+    return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 # What patchkit writes into a tree (the record, the guard, the files it adds) is read by whichever user

@@ -15,12 +15,14 @@ from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import (
     RevertResult,
     covering_series,
+    earlier_apply_chosen,
     nothing_to_undo,
     resolve_for_revert,
     revert_series,
 )
 from patchkit.engine.resolve import library_sets, several, tree_version
 from patchkit.engine.transaction import never_locked
+from patchkit.store.state import applied_on
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
@@ -39,6 +41,10 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str, force: bool, dry
     """
     ui = make_ui(fmt, quiet, verbose)
     signals.reverting()  # an interrupt after its commit leaves the stock files: the hint is apply
+    opts, earlier = earlier_apply_chosen(opts)
+    if earlier is not None and not ui.json_mode:
+        names = ", ".join(p["name"] for p in earlier.patches)
+        ui.note(f"{names} was edited or moved since its apply of {applied_on(earlier)}: that apply is undone")
     sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
     target, resolved = resolve_for_revert(opts, sets)
     ui.knows(resolved_json(resolved) if resolved is not None else target_json(target))

@@ -16,15 +16,17 @@ from patchkit.cli.ui.reports import show_checks, show_sets_status, show_status, 
 from patchkit.cli.ui.text import STATE_STYLES
 from patchkit.engine import inspection
 from patchkit.engine.guard import refusal_summary
-from patchkit.engine.inspection import selection_of
+from patchkit.engine.inspection import selection_of, undo_command
 from patchkit.engine.operations import refuse_unchangeable
 from patchkit.engine.resolve import NOT_COVERED, library_sets, resolve_sets, resolve_target, several, why_not
 from patchkit.engine.several import SetsStatus, status_sets
 from patchkit.engine.transaction import consistent_read
 from patchkit.series.library import locate
-from patchkit.store.state import Entry, shown_set
+from patchkit.store.state import Entry, moved_patches, read_state, shown_set
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from patchkit.base.options import Options
     from patchkit.series.library import PatchSetDef
 
@@ -99,7 +101,7 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         if each not in found.chosen:
             ui.note(why_not(each))
     for entry in found.adhoc:  # a --patch apply: no library set, but the tree's too (newuser18 5c)
-        ui.line(f"patch    {_adhoc_line(entry)}", style=STATE_STYLES.get(str(TreeState.APPLIED)))
+        ui.line(f"patch    {_adhoc_line(entry, target.root)}", style=STATE_STYLES.get(str(TreeState.APPLIED)))
     applied = found.applied()
     said = f"{found.state}: {_counted(found)}"
     whole = _whole_sets(found)
@@ -149,10 +151,15 @@ def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
     return said + (f"; {len(upstream)} upstream ({', '.join(upstream)})" if upstream else "")
 
 
-def _adhoc_line(entry: Entry) -> str:
-    """A --patch apply the record holds, by its patch files, with the commands that judge and undo it."""
+def _adhoc_line(entry: Entry, root: Path) -> str:
+    """A --patch apply the record holds, by its patch files, with the commands that judge and undo it;
+    a patch file no longer where it was applied from: the revert that needs none (new-user 22, W5)."""
     chosen = selection_of(entry)
     files = f"{len(entry.files)} file(s)"
+    moved = moved_patches(entry)
+    if moved:
+        undo = undo_command(entry, len(read_state(root).entries))
+        return f"{shown_set(entry).removeprefix('the ')} recorded ({files}), {', '.join(moved)} moved since: {undo} undoes it"
     status, revert = hints.command("status", chosen=chosen), hints.command("revert", chosen=chosen)
     return f"{shown_set(entry).removeprefix('the ')} recorded ({files}): {status} judges it, {revert} undoes it"
 

@@ -209,7 +209,7 @@ def _local_edit(resolved: Resolved, status: TreeStatus) -> Failure:
     """A series that records nothing and does not apply: which file differs, and the fix that works."""
     files, version = status.edited_in_hunks, resolved.vllm_version
     fix = local_edit_fix(resolved.target.root, version, files)
-    return Failure("conflict", f"the series does not apply: {local_edit_said(files, version)}", fix=fix)
+    return Failure("conflict", f"the series does not apply: {local_edit_said(files, version, resolved.target.root)}", fix=fix)
 
 
 def _stale_said(notes: list[str]) -> list[tuple[str, str]]:
