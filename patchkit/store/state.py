@@ -505,8 +505,7 @@ def _location(patch: RecordedPatch) -> str:
         raw = read_regular(Path(where), _PATCH_LIMIT, follow_symlinks=True)
     except OSError:
         return patch["name"]
-    # a file edited since is still where the apply read it: `revert --patch` of it finds that apply
-    return where if sha256(raw) == patch["sha256"] or os.path.isfile(where) else patch["name"]
+    return where if sha256(raw) == patch["sha256"] else patch["name"]
 
 
 def moved_patches(entry: Entry) -> list[str]:
