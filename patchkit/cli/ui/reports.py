@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
-from patchkit.checks import CheckResult, shadow
+from patchkit.checks import CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
 from patchkit.cli.ui.json_views import plan_json, status_json
@@ -189,6 +189,8 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         )
     if status.state == TreeState.CONFLICT:  # none applied: no partial series, and apply --force would not do
         failures.append(_local_edit(resolved, status))
+    if status.not_stock:
+        failures += _not_stock(resolved, status.not_stock)
     failures += [
         Failure(
             STALE,
@@ -205,11 +207,22 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     return failures
 
 
+def _not_stock(resolved: Resolved, failed: list[CheckResult]) -> list[Failure]:
+    """Files apply would refuse on integrity (an edit outside the hunks): each, and apply's own fix."""
+    fix = integrity.refusal(failed, resolved.vllm_version, resolved.target.root).hint or ""
+    said = [r.message.removesuffix(f": {integrity.LIKELY_CAUSES}") for r in failed]
+    return [
+        Failure(integrity.NAME, f"{m}: apply refuses it", r.path, fix=fix) for r, m in zip(failed, said, strict=True)
+    ]
+
+
 def _local_edit(resolved: Resolved, status: TreeStatus) -> Failure:
     """A series that records nothing and does not apply: which file differs, and the fix that works."""
     files, version = status.edited_in_hunks, resolved.vllm_version
     fix = local_edit_fix(resolved.target.root, version, files)
-    return Failure("conflict", f"the series does not apply: {local_edit_said(files, version, resolved.target.root)}", fix=fix)
+    return Failure(
+        "conflict", f"the series does not apply: {local_edit_said(files, version, resolved.target.root)}", fix=fix
+    )
 
 
 def _stale_said(notes: list[str]) -> list[tuple[str, str]]:
@@ -496,6 +509,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         else "",
         refusal_summary(status.guard) if status.guard and guard else "",
         "upstream regression" if status.upstream_regression else "",
+        f"{len(status.not_stock)} file(s) not stock" if status.not_stock else "",
     ]
     return [p for p in problems if p]
 
