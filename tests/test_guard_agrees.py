@@ -12,9 +12,12 @@ RECORD files removed.
 
 from __future__ import annotations
 
+import _imp
 import base64
 import hashlib
+import importlib.util
 import json
+import py_compile
 import re
 import shutil
 from collections.abc import Callable
@@ -272,6 +275,78 @@ def record_names_another_version(tree: Tree) -> None:
     tree.write_state(state)
 
 
+def record_chosen_a_string(tree: Tree) -> None:
+    """Review 14 L2': a record every command calls damaged (exit 2), by a hand or another tool."""
+    _applied(tree)
+    tree.write_state({**tree.state(), "chosen": SET})
+
+
+def record_of_another_format(tree: Tree) -> None:
+    _applied(tree)
+    tree.write_state({**tree.state(), "format": 2})
+
+
+def record_mode_out_of_range(tree: Tree) -> None:
+    _applied(tree)
+    state = tree.state()
+    state["entries"][0]["files"][SPEC]["mode"] = 0o4755
+    tree.write_state(state)
+
+
+def record_without_entries(tree: Tree) -> None:
+    """A record with no "entries" key (the commands read it as none): the guard judges it as they do."""
+    _applied(tree)
+    state = tree.state()
+    del state["entries"]
+    tree.write_state(state)
+
+
+def _unchecked_pyc(tree: Tree, source: str, name: str | None = None, magic: bytes | None = None) -> Path:
+    """An unchecked-hash .pyc of `source` (PEP 552) where Python looks for SPEC's bytecode, as
+    `compileall --invalidation-mode unchecked-hash` in an image build leaves it; `name` and `magic`:
+    another interpreter's."""
+    cache = tree.site / "vllm/config/__pycache__"
+    cache.mkdir(exist_ok=True)
+    scratch = tree.site.parent / "spec.py"
+    scratch.write_text(source)
+    pyc = Path(
+        py_compile.compile(
+            str(scratch),
+            cfile=str(cache / (name or Path(importlib.util.cache_from_source(str(tree.site / SPEC))).name)),
+            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        )
+    )
+    if magic is not None:  # its hash keyed by that interpreter's magic number, as it writes it
+        pyc.write_bytes(
+            magic
+            + pyc.read_bytes()[4:8]
+            + _imp.source_hash(int.from_bytes(magic, "little"), source.encode())
+            + pyc.read_bytes()[16:]
+        )
+    return pyc
+
+
+def stock_bytecode_beside_the_patched_file(tree: Tree) -> None:
+    """Review 13 L1: an image compiled the stock file (unchecked-hash) and kept the .pyc after apply:
+    Python runs the stock code without reading the patched source."""
+    _applied(tree)
+    _unchecked_pyc(tree, stock_files("0.16.0")[SPEC])
+
+
+def stock_bytecode_of_another_interpreter(tree: Tree) -> None:
+    _applied(tree)
+    _unchecked_pyc(
+        tree, stock_files("0.16.0")[SPEC], "spec.cpython-310.opt-1.pyc", (3439).to_bytes(2, "little") + b"\r\n"
+    )
+
+
+def patched_bytecode_beside_the_patched_file(tree: Tree) -> None:
+    """An unchecked-hash .pyc compiled from the patched file (an image built after apply): it runs
+    the patched code, and passes."""
+    _applied(tree)
+    _unchecked_pyc(tree, (tree.site / SPEC).read_text())
+
+
 def record_hash_edited(tree: Tree) -> None:
     _applied(tree)
     state = tree.state()
@@ -456,7 +531,12 @@ SYMLINKED = [
 ]
 
 # records no command acts on (exit 2, its hint to inspect or remove the record): the guard refuses
-REFUSED_RECORDS = [record_says_patchkit_created_a_stock_file]
+REFUSED_RECORDS = [
+    record_says_patchkit_created_a_stock_file,
+    record_chosen_a_string,
+    record_of_another_format,
+    record_mode_out_of_range,
+]
 
 
 CLOSED_TO_OTHERS = [
@@ -486,9 +566,13 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     reinstalled_same_version,
     record_lost,
     record_emptied,
+    record_without_entries,
     record_names_another_version,
     record_hash_edited,
     file_edited,
+    stock_bytecode_beside_the_patched_file,
+    stock_bytecode_of_another_interpreter,
+    patched_bytecode_beside_the_patched_file,
     guard_module_commented,
     guard_module_refusing,
     guard_of_another_patchkit,
