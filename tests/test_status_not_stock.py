@@ -36,3 +36,21 @@ def test_status_names_a_file_apply_refuses_as_not_stock(run, tmp_path, tree, scr
     assert "status: FAILED: not-applied: 0 of 2 patches applied; 1 file(s) not stock" in said, said
     assert "none is applied" not in said, said
     assert SPEC in json.loads(run("status", *selection, "--format", "json").stdout)["not_stock"]
+
+
+def test_revert_of_an_apply_forced_over_an_edit_says_which_file_is_not_stock(run, tmp_path, tree, scratch):
+    patches = [
+        make_patch(scratch, tree, {SPEC: patched_spec()}),
+        make_patch(scratch, tree, {MODEL: MODEL_PY + "# x\n"}),
+    ]
+    library = write_library(tmp_path / "lib", {"0.16.0": patches})
+    dist = "vllm-0.16.0.dist-info"
+    (tree / dist / "RECORD").write_text(record_rows(tree, dist))
+    (tree / SPEC).write_text("# local\n" + SPEC_PY)
+    selection = ["--target", tree, "--patches", library]
+    assert run("apply", *selection, "--force").exit_code == 0
+    result = run("revert", *selection)
+    said = one_line(result.output)
+    assert result.exit_code == 0 and (tree / SPEC).read_text() == "# local\n" + SPEC_PY, said
+    assert f"reverted: 2 file(s) restored as before apply (1 not stock: {SPEC})" in said, said
+    assert "restored to stock" not in said, said

@@ -103,7 +103,7 @@ from patchkit.store.state import (
     remove_empty_store,
     state_path,
 )
-from patchkit.tree.target import Target, stock_files_command
+from patchkit.tree.target import Target, labelled_by_patchkit, stock_files_command
 from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1012,7 +1012,7 @@ def _revert_locked(
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(files)} file(s) restored to stock{removed}",
+        f"reverted: {len(files)} file(s) {_restored_as(root, plan.changes)}{removed}",
         files,
         checks=bytecode,
         saved=saved,
@@ -1021,6 +1021,25 @@ def _revert_locked(
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _restored_as(root: Path, changes: Changes) -> str:
+    """ "restored to stock", unless a file comes back unlike vLLM's RECORD (apply --force took it
+    edited: its original is the user's edit): then said so (new-user 22, W4)."""
+    written = {path: after for path, (_before, after) in changes.items() if after is not None}
+    record = find_record(root)
+    if record is None or not written or labelled_by_patchkit(root):  # a patched wheel's RECORD lists its patched files
+        return "restored to stock"
+    try:
+        parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=list(written))
+    except OSError:
+        return "restored to stock"
+    if parsed is None:
+        return "restored to stock"
+    unlike = sorted(path for path, data in written.items() if path in parsed.hashes and not parsed.matches(path, data))
+    if not unlike:
+        return "restored to stock"
+    return f"restored as before apply ({len(unlike)} not stock: {', '.join(unlike)})"
 
 
 def _any_applied(root: Path, patches: list[Patch]) -> bool:
