@@ -18,6 +18,7 @@ from patchkit.cli.ui.console import UI
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.engine import few_named
 from patchkit.launch.preflight import PreflightResult, default_options, needs_of
+from patchkit.launch.validation import CHECK as VALIDATION
 
 WIDTH = 80  # the warning before the exec: one line in a terminal of 80 columns, or a journal's
 
@@ -74,6 +75,7 @@ def _checked(
         else:
             for note in result.notes:
                 ui.note(note)
+            _name_unjudged_checks(ui, result)
         if result.unjudged_plugins:  # the hint is built only when said
             _name_unjudged(ui, result.unjudged_plugins, _full_preflight(ui, opts, launch_command))
         return None
@@ -99,6 +101,15 @@ def _full_preflight(ui: UI, opts: Options, launch_command: LaunchCommand) -> str
     if len(options) + len("hint: ") <= width:
         return f"{options} with this launch after `--`"
     return f"{hints.command('preflight', chosen=Options())} with this run's options and launch"
+
+
+def _name_unjudged_checks(ui: UI, result: PreflightResult) -> None:
+    """What the preflight could not judge, said on stderr before the exec (with -q too): a wrapped
+    `vllm` runs a tree never compared (new-user 22, M2). Not vLLM's own validation: `run` never
+    asks vLLM (-v says so, with the preflight that does)."""
+    for finding in result.findings:
+        if not finding.judged and finding.check != VALIDATION:
+            ui.warn(f"{finding.check}: {finding.message}", finding.fix)
 
 
 def _name_unjudged(ui: UI, plugins: list[str], full_preflight: str) -> None:
