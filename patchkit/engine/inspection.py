@@ -16,7 +16,7 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
-from patchkit.checks import CheckContext, integrity
+from patchkit.checks import CheckContext
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance, is_dist_info_of
 from patchkit.engine.guard import (
@@ -121,7 +121,8 @@ class TreeStatus:
     record: State | None = None  # the tree's record as inspect read it (None: not read)
     # the sets the record chose, where fewer than the library's (else none): a drift's fix applies those
     chosen_sets: tuple[str, ...] = ()
-    # a set apply would go on with: the files it would patch that are not stock (apply refuses them)
+    # a set apply would go on with: the files it would patch that are not stock (apply refuses them;
+    # status fills it: operations.with_stock_judged)
     not_stock: list[CheckResult] = field(default_factory=list)
 
     def fix_command(self, verb: str, *args: str) -> str:
@@ -309,20 +310,8 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         lost=lost,
         record=state,
         chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
-        not_stock=_not_stock(resolved, plan, state) if overall in _APPLY_WRITES and not drifted else [],
         **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
     )
-
-
-_APPLY_WRITES = (TreeState.NOT_APPLIED, TreeState.PARTIAL)  # the states apply goes on from
-
-
-def _not_stock(resolved: Resolved, plan: Plan, state: State) -> list[CheckResult]:
-    """The files apply would patch that are not the release's stock files: apply refuses them on
-    integrity, so status says so with its fix, never "apply" alone (new-user 22, W3)."""
-    if not plan.changed_paths:
-        return []
-    return [r for r in integrity.CHECK.run(check_context(resolved, plan, state=state)) if r.failed]
 
 
 def apply_finishes(status: TreeStatus) -> bool:

@@ -591,6 +591,20 @@ class _Applying:
             self.warn(f"replaced {', '.join(self.guard_replaced)} with this patchkit's guard; a copy kept in {where}")
 
 
+_APPLY_GOES_ON = (TreeState.NOT_APPLIED, TreeState.PARTIAL)  # the states apply writes from
+
+
+def with_stock_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
+    """`status` with the files apply would patch that are not the release's stock files: apply
+    refuses them on integrity, so status says so with its fix, never "apply" alone (new-user 22,
+    W3). Status only: the launch's fast path never loads the integrity check."""
+    plan = status.plan
+    if status.state not in _APPLY_GOES_ON or status.drifted or plan is None or not plan.changed_paths:
+        return status
+    results = integrity.CHECK.run(check_context(resolved, plan, state=status.record))
+    return replace(status, not_stock=[r for r in results if r.failed])
+
+
 def _same_writes(earlier: Plan, plan: Plan) -> bool:
     return earlier.touched_paths == plan.touched_paths and earlier.changes == plan.changes
 

@@ -25,6 +25,7 @@ from patchkit.engine.operations import (
     apply_series,
     refuse_unchangeable,
     verify_tree,
+    with_stock_judged,
 )
 from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged
 from patchkit.engine.transaction import consistent_read
@@ -317,7 +318,8 @@ def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
     with consistent_read(root) as recovered:
         for each in covering:
             assert each.resolved is not None
-            statuses.append(inspection.inspect(each.resolved, check_upstream=True, import_probe=False))
+            found = inspection.inspect(each.resolved, check_upstream=True, import_probe=False)
+            statuses.append(with_stock_judged(each.resolved, found))
             refuse_unchangeable(each.resolved)
         record = read_state(root)
     adhoc = tuple(e for e in record.entries if is_adhoc(e.set_name))

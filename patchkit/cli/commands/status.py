@@ -17,7 +17,7 @@ from patchkit.cli.ui.text import STATE_STYLES
 from patchkit.engine import inspection
 from patchkit.engine.guard import refusal_summary
 from patchkit.engine.inspection import selection_of, undo_command
-from patchkit.engine.operations import refuse_unchangeable
+from patchkit.engine.operations import refuse_unchangeable, with_stock_judged
 from patchkit.engine.resolve import NOT_COVERED, library_sets, resolve_sets, resolve_target, several, why_not
 from patchkit.engine.several import SetsStatus, status_sets
 from patchkit.engine.transaction import consistent_read
@@ -52,7 +52,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
     with consistent_read(resolved.target.root) as recovered:
         if recovered:
             ui.warn(recovered)
-        status = inspection.inspect(resolved, check_upstream=True, import_probe=False)
+        status = with_stock_judged(resolved, inspection.inspect(resolved, check_upstream=True, import_probe=False))
         refuse_unchangeable(resolved)
     if ui.json_mode:
         ui.json(status_json(resolved, status, where))

@@ -212,7 +212,8 @@ def _not_stock(resolved: Resolved, failed: list[CheckResult]) -> list[Failure]:
     fix = integrity.refusal(failed, resolved.vllm_version, resolved.target.root).hint or ""
     said = [r.message.removesuffix(f": {integrity.LIKELY_CAUSES}") for r in failed]
     return [
-        Failure(integrity.NAME, f"{m}: apply refuses it", r.path, fix=fix) for r, m in zip(failed, said, strict=True)
+        Failure(integrity.NAME, f"{m}: apply refuses it", r.path or "", fix=fix)
+        for r, m in zip(failed, said, strict=True)
     ]
 
 

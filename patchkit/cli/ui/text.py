@@ -61,13 +61,13 @@ def visible(text: str, *, field: bool = False) -> str:
     return pattern.sub(lambda m: f"\\x{ord(m.group()) & 0xFF:02x}", text)
 
 
-def plain_stdout() -> bool:
-    """What rich's Console.is_terminal says of stdout, false only where it surely would: not a
-    tty, and none of the variables with which rich treats a pipe as a terminal."""
+def plain_stdout(stream: TextIO | None = None) -> bool:
+    """What rich's Console.is_terminal says of stdout (or `stream`), false only where it surely
+    would: not a tty, and none of the variables with which rich treats a pipe as a terminal."""
     if "FORCE_COLOR" in os.environ or os.environ.get("TTY_COMPATIBLE") == "1":
         return False
     try:
-        return not sys.stdout.isatty()
+        return not (stream or sys.stdout).isatty()
     except (AttributeError, ValueError):
         return False
 
