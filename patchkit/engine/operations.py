@@ -87,7 +87,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
@@ -160,6 +160,7 @@ class RevertResult:
     checks: list[CheckResult] = field(default_factory=list)  # bytecode, after writing
     saved: Path | None = None  # where copies of edited files were kept (--force)
     saved_files: list[str] = field(default_factory=list)  # the edited files copied there
+    unproven: list[str] = field(default_factory=list)  # hunks reversed, no RECORD to prove them stock (copied)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
     record: State | None = None  # the tree's record as the revert left it (None: not written)
@@ -839,7 +840,7 @@ def revert_series(
         if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
             watch.checked(result.checks)
     if result.saved:
-        said = f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}"
+        said = _saved_said(result)
         # the copies alone, never .patchkit/: the apply that usually follows records the tree there
         said += f"; `{_deleting(result.saved)}` deletes them once not wanted"
         result.warnings.append(said)
@@ -847,6 +848,19 @@ def revert_series(
     if recovered:
         result.warnings.insert(0, recovered)
     return result
+
+
+def _saved_said(result: RevertResult) -> str:
+    """Where the copies a revert kept are: the user's edits (--force), and the files it could not
+    prove stock once reversed, as they were."""
+    said = []
+    if result.saved_files:
+        said.append(f"your edits to {', '.join(result.saved_files)}")
+    if result.unproven:
+        was = "it was" if len(result.unproven) == 1 else "they were"
+        said.append(f"{', '.join(result.unproven)} as {was} before the revert")
+    verb = "were" if result.saved_files or len(result.unproven) > 1 else "was"  # "your edits … were"
+    return f"{' and '.join(said)} {verb} saved under {result.saved}"
 
 
 def _deleting(saved: Path) -> str:
@@ -946,8 +960,10 @@ def _revert_locked(
                 hint=_unnamed_conflict_hint(root) if undo.entries else _unrecorded_conflict_hint(root),
             ),
         )
+    unsure: list[str] = []
     if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
         restored.edited += edited_unrecorded(root, view, unrecorded, undo.installed, force=force, dry_run=dry_run)
+        unsure = unproven(root, view, unrecorded, undo.installed)
     files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
     if dry_run:
@@ -978,21 +994,35 @@ def _revert_locked(
             warnings=warnings,
             record=left,
         )
-    saved = keep_copies(root, restored.edited) if restored.edited else None
+    # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe
+    copied = restored.edited + [path for path in unsure if os.path.lexists(root / path)]
+    saved = keep_copies(root, copied) if copied else None
     modes = _recorded_modes(undo.entries, plan.changes)
     commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(files)} file(s) restored to stock{removed}",
+        f"reverted: {_reverted_said(len(files), len(unsure))}{removed}",
         files,
         checks=bytecode,
         saved=saved,
         saved_files=restored.edited,
+        unproven=[path for path in copied if path not in restored.edited],
         warnings=warnings,
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _reverted_said(count: int, unsure: int) -> str:
+    """How many files a revert wrote, and how many of them it can call stock (revert27: without a
+    RECORD, a series reversed is all it can say)."""
+    if not unsure:
+        return f"{count} file(s) restored to stock"
+    reversed_ = "the series' hunks reversed (no vLLM RECORD proves them stock)"
+    if unsure == count:
+        return f"{count} file(s) with {reversed_}"
+    return f"{count} file(s): {count - unsure} restored to stock, {unsure} with {reversed_}"
 
 
 def _any_applied(root: Path, patches: list[Patch]) -> bool:
