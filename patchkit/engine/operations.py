@@ -942,11 +942,8 @@ def _revert_locked(
     warnings += restored.notes
     unrecorded, found_only = _unrecorded(undo, patches, only, root)
     plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
-    if (
-        found_only and plan.conflicts and len(plan.conflicts) == len(plan.steps)
-    ):  # none of the unnamed sets' patches found applied
-        warnings.append(_left_unnamed(root, plan))
-        plan = Plan(root, [step for step in plan.steps if step not in plan.conflicts], view)
+    if plan.left:  # none of the unnamed sets' patches found applied: their edited files are said, and left
+        warnings.append(_left_unnamed(root, plan.left))
     unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
     if plan.conflicts and not undo.entries and not _any_applied(root, unrecorded):
         # an edit inside a hunk of a tree never applied (new-user 20, 1): nothing to undo, nothing lost
@@ -1039,10 +1036,10 @@ def _unnamed_conflict_hint(root: Path) -> str:
     )
 
 
-def _left_unnamed(root: Path, plan: Plan) -> str:
+def _left_unnamed(root: Path, left: list[PatchStep]) -> str:
     """A file of a set the record does not name, and none of that series found applied: neither its
     stock text nor the set's change (an edit?), so nothing tells what to undo: left, and said."""
-    files = ", ".join(sorted({f.path for step in plan.conflicts for f in step.patch.files}))
+    files = ", ".join(sorted({f.path for step in left for f in step.patch.files}))
     return (
         f"{files}: neither the stock text nor the change of a set the record does not name (your edit?): "
         f"left as it is; {stock_files_command(root, None)} puts the stock files back"
