@@ -449,6 +449,7 @@ def test_apply_on_a_lost_record_refuses_an_edit_away_from_the_hunks_and_its_fix_
     for command in fix.groups():
         done = run(*command.split())
         assert done.exit_code == 0, done.output
+    assert [e.set_name for e in read_state(tree).entries] == ["parsers", "routes"]  # the fix applies both
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert run("revert", "--target", tree, "--patches", library).exit_code == 0
     assert {path: data for path, data in snapshot(tree).items() if not path.startswith(".patchkit")} == before

@@ -525,8 +525,8 @@ class _Applying:
                 f"{edited[0]} differs from stock vLLM {self.resolved.vllm_version} beyond the set's change (your "
                 f"edit?): the tree records no apply of {name}, so patchkit cannot record it as its own; "
                 "nothing was written",
-                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then "
-                f"{apply_of(chosen_sets(self.state, self.resolved.vllm_version))}",
+                # this same apply after: every set it chose (the record so far names only the earlier ones)
+                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
             )
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
         return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
