@@ -858,7 +858,9 @@ def _saved_said(result: RevertResult) -> str:
         said.append(f"your edits to {', '.join(result.saved_files)}")
     if result.unproven:
         was = "it was" if len(result.unproven) == 1 else "they were"
-        said.append(f"{', '.join(result.unproven)} as {was} before the revert")
+        # more than a few: counted (a set's files are the revert's own line; 80 columns)
+        named = ", ".join(result.unproven) if len(result.unproven) <= 3 else f"the {len(result.unproven)} files"
+        said.append(f"{named} as {was} before the revert")
     verb = "were" if result.saved_files or len(result.unproven) > 1 else "was"  # "your edits … were"
     return f"{' and '.join(said)} {verb} saved under {result.saved}"
 
