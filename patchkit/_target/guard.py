@@ -37,6 +37,10 @@ if TYPE_CHECKING:  # annotations only (the guard runs on Python 3.9)
     from collections.abc import Iterable
 
 ENV = "PATCHKIT_GUARD"
+# The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
+# does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
+# tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
+GUARD_FORMAT = 2
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]

@@ -1288,11 +1288,13 @@ def _unrecorded_guard_removed(root: Path, changes: dict[str, tuple[bytes | None,
     patchkit's (a user's own, at the guard's name) stays, and is said to."""
     if not changes:
         return []
+    infos = sorted({path.partition("/")[0] for path in changes if "/" in path})
+    whose = "this patchkit's" if dist_info() in infos or not infos else "an older patchkit's"
     if MODULE in changes:
-        what = f"({MODULE} and its dist-info)" if any("/" in path for path in changes) else f"module ({MODULE})"
-        return [f"removed this patchkit's launch guard {what}: no record named it"]
+        what = f"({MODULE} and its dist-info)" if infos else f"module ({MODULE})"
+        return [f"removed {whose} launch guard {what}: no record named it"]
     kept = f"; kept {MODULE}: not this patchkit's guard module" if os.path.lexists(root / MODULE) else ""
-    return [f"removed this patchkit's launch guard's dist-info ({dist_info()}): no record named it{kept}"]
+    return [f"removed {whose} launch guard's dist-info ({', '.join(infos)}): no record named it{kept}"]
 
 
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:
