@@ -1055,3 +1055,15 @@ def test_an_older_builds_guard_whose_record_was_lost_is_known_by_its_record_and_
     assert load_plugins_like_vllm(tree.site).returncode == 0
     status = tree.cli("status", "--format", "json")
     assert status.returncode == 0 and not json.loads(status.stdout)["guard_notes"], status.stdout
+
+
+def test_apply_fixes_the_stale_bytecode_the_guard_refuses_and_says_no_refusal_is_left(tmp_path):
+    """An applied tree whose only fault is a stale unchecked-hash .pyc: apply (and its dry run) has
+    nothing to write but recompiles it, so neither says the guard still refuses the tree."""
+    tree = _tree(tmp_path)
+    stock_bytecode_beside_the_patched_file(tree)
+    assert load_plugins_like_vllm(tree.site).returncode != 0
+    for args in (("--dry-run",), ()):
+        done = tree.cli("apply", "--no-import", *args)
+        assert done.returncode == 0 and "still refuses" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert load_plugins_like_vllm(tree.site).returncode == 0
