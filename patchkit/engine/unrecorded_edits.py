@@ -2,7 +2,7 @@
 name): a file the user edited after the patches still reverses when the edit is away from the
 hunks, and the result is stock plus the edit. vLLM's RECORD tells it from stock, so it is treated as
 a recorded edited file is: refused and kept, or with --force replaced by the release's stock file
-and kept aside (review 12b L3)."""
+and kept aside."""
 
 from __future__ import annotations
 
