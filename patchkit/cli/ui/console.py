@@ -129,7 +129,8 @@ class UI:
     def _wrapped(self, said: str, style: str) -> None:
         """`said` on stderr, wrapped at spaces in a terminal, each line after the first indented two
         columns past its own (a path or `command` whole on its line: it is copied from there)."""
-        if plain_stdout(sys.stderr):  # piped or a journal: one line each, as rich writes it, without rich
+        # piped or a journal, no console made yet: one line each, as rich writes it, without rich
+        if "err" not in vars(self) and plain_stdout(sys.stderr):
             sys.stderr.write("".join(part + "\n" for part in visible(said).split("\n")))
             return
         width = self.err.width if self.err.is_terminal else None
