@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -82,7 +83,15 @@ def command(
     """
     ui = make_ui("json" if fmt == "json" else "text", quiet, verbose)
     launch_command = frame(launch_words(launch))
-    result = run_preflight(ui, opts, launch_command, no_import=no_import)
+    # a live line while vLLM is asked (its import in the target's interpreter can take minutes:
+    # new-user 22, M1); drawn only for a person (ui.live: text, both streams a terminal, not -q)
+    working = (
+        nullcontext()
+        if no_import or fmt != "text"
+        else ui.activity("checking the launch (asking vLLM: its import may take minutes)")
+    )
+    with working:
+        result = run_preflight(ui, opts, launch_command, no_import=no_import)
     show(ui, result, fmt)
     return result
 
