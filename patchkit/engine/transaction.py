@@ -149,7 +149,14 @@ def locked_record(root: Path, timeout: float | None = None) -> Iterator[tuple[st
     keeps none when the command records nothing (it failed, or found nothing to write): the
     lock goes with it (issue 22 item 8: a `revert --force` whose fetch failed, say)."""
     fresh = not os.path.lexists(meta_dir(root))
-    lock = _acquire(root, timeout)
+    try:
+        lock = _acquire(root, timeout)
+    except (
+        KeyboardInterrupt
+    ):  # Ctrl-C while .patchkit/ or its lock was made: nothing changed, none left (new-user 22, H2)
+        if fresh and not os.path.lexists(state_path(root)):
+            remove_empty_store(root, State(entries=[]))
+        raise
     try:
         yield _recover(root)
     finally:
