@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -55,7 +56,11 @@ class Target:
 def from_directory(directory: str | os.PathLike) -> Target:
     root = Path(directory).resolve()
     if not root.exists():
-        raise TargetError(f"target directory {directory} does not exist")
+        raise TargetError(  # a next step, not a bare refusal (new-user 22, H5)
+            f"target directory {directory} does not exist",
+            hint=f"check the path; `patchkit fetch VERSION --dest {shlex.quote(str(directory))}` lays out a vLLM "
+            "release there, or --python PATH names the interpreter of a venv with vLLM",
+        )
     if not root.is_dir():
         raise TargetError(f"target {directory} is not a directory")
     if root.name == PACKAGE and _is_the_package(root):
