@@ -132,6 +132,7 @@ class UI:
         # piped or a journal, no console made yet: one line each, as rich writes it, without rich
         if "err" not in vars(self) and plain_stdout(sys.stderr):
             sys.stderr.write("".join(part + "\n" for part in visible(said).split("\n")))
+            sys.stderr.flush()  # said where it happens, before what stdout says next (as rich flushes)
             return
         width = self.err.width if self.err.is_terminal else None
         for part in visible(said).split("\n"):
