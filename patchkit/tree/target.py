@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -58,7 +57,7 @@ def from_directory(directory: str | os.PathLike) -> Target:
     if not root.exists():
         raise TargetError(  # a next step, not a bare refusal (new-user 22, H5)
             f"target directory {directory} does not exist",
-            hint=f"check the path; `patchkit fetch VERSION --dest {shlex.quote(str(directory))}` lays out a vLLM "
+            hint=f"check the path; {hints.command('fetch', 'VERSION', '--dest', str(directory))} lays out a vLLM "
             "release there, or --python PATH names the interpreter of a venv with vLLM",
         )
     if not root.is_dir():
