@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 
+import pytest
 from helpers import MODEL_PY, make_patch, patched_spec, run_cli, snapshot, write_library
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
@@ -57,3 +59,25 @@ def test_a_parser_refusal_quotes_the_word_typed_and_how_to_split_it(tmp_path):
     fix = re.search(r"quote the value alone, `([^`]*)`", said)
     assert fix and shlex.split(fix.group(1)) == [option, value], said
     assert run_cli(*args, *launch, *shlex.split(fix.group(1))).returncode != 2
+
+
+@pytest.mark.parametrize("files_say", [None, "0.16.0", "0.17.1"])
+def test_two_dist_infos_are_answered_with_the_one_the_files_or_the_record_name(run, tmp_path, tree, scratch, files_say):
+    # new-user 21, 6: "remove the stale dist-info directories or pass --vllm-version" said neither
+    # which one the record names nor which one the files are
+    library = _two_file_library(tmp_path, tree, scratch)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    if files_say is not None:
+        (tree / "vllm" / "_version.py").write_text(f"__version__ = version = {files_say!r}\n")
+    stale = tree / "vllm-0.17.1.dist-info"
+    stale.mkdir()
+    (stale / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.17.1\n")
+    status = run("status", "--target", tree, "--patches", library)
+    assert status.exit_code == 4, status.output
+    said = " ".join(status.output.split())
+    kept, gone = ("0.17.1", "0.16.0") if files_say == "0.17.1" else ("0.16.0", "0.17.1")
+    witness = "vllm/_version.py says" if files_say else "the tree's record says the patches were applied to"
+    assert f"hint: {witness} vLLM {kept} (vllm-{kept}.dist-info" in said, said
+    assert f"remove vllm-{gone}.dist-info (pip left it)" in said, said
+    shutil.rmtree(tree / f"vllm-{gone}.dist-info")
+    assert run("status", "--target", tree, "--patches", library).exit_code == (0 if kept == "0.16.0" else 3)
