@@ -239,6 +239,8 @@ def apply_needed(
     looked = [(c, inspection.inspect(c.resolved, import_probe=False)) for c in judged(chosen) if c.resolved is not None]
     needed = [c for c, status in looked if c.resolved is not None and needs_apply(c.resolved, status)]
     drifted = [_drift_fix(c.name, status.drifted) for c, status in looked if status.drifted]
+    # new-user 21, 7c: a set whose series does not apply (a local edit) is skipped, said with its fix
+    drifted += [_conflict_fix(c, status) for c, status in looked if status.state == TreeState.CONFLICT]
     if not several:
         if not needed:
             return None
@@ -250,6 +252,15 @@ def apply_needed(
     if result.error is None:
         result.message = "; ".join([result.message, *drifted])
     return result
+
+
+def _conflict_fix(chosen: Chosen, status: TreeStatus) -> str:
+    """A set skipped for a local edit where its series changes a file, and the fix (status's)."""
+    assert chosen.resolved is not None
+    files, version = status.edited_in_hunks, chosen.resolved.vllm_version
+    with hints.selected(hints.for_set(chosen.name)):
+        fix = inspection.local_edit_fix(chosen.resolved.target.root, version, files)
+    return f"{chosen.name} not applied: {inspection.local_edit_said(files, version)}; fix: {fix}"
 
 
 def _drift_fix(name: str, files: list[str]) -> str:
