@@ -3,6 +3,7 @@ what the user typed, and ends with a total."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -81,3 +82,15 @@ def test_two_dist_infos_are_answered_with_the_one_the_files_or_the_record_name(r
     assert f"remove vllm-{gone}.dist-info (pip left it)" in said, said
     shutil.rmtree(tree / f"vllm-{gone}.dist-info")
     assert run("status", "--target", tree, "--patches", library).exit_code == (0 if kept == "0.16.0" else 3)
+
+
+def test_status_of_a_patch_file_names_it_by_its_file_not_its_record_name(run, tmp_path, tree, scratch):
+    # words27 b: `status --patch fix.diff` said `set      adhoc-3e835678ab34`
+    diff = tmp_path / "fix.diff"
+    diff.write_bytes(make_patch(scratch, tree, {SPEC: patched_spec()}))
+    assert run("apply", "--target", tree, "--patch", diff).exit_code == 0
+    status = run("status", "--target", tree, "--patch", diff)
+    assert status.exit_code == 0 and "adhoc-" not in status.output, status.output
+    assert "patch    --patch file fix.diff" in status.output.splitlines(), status.output
+    document = json.loads(run("status", "--target", tree, "--patch", diff, "--format", "json").output)
+    assert document["patch_files"] == ["fix.diff"] and document["state"] == "applied", document

@@ -265,7 +265,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         return TreeStatus(
             TreeState.UPSTREAM,
             checks=checks,
-            stale=_named(stale),
+            stale=_named(stale, state),
             record=state,
             **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
         )
@@ -296,7 +296,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         drifted,
         not_compiling(resolved, drifted),
         plan,
-        stale=_named(stale),
+        stale=_named(stale, state),
         lost=lost,
         record=state,
         chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
@@ -364,9 +364,16 @@ def apply_of(names: tuple[str, ...]) -> str:
     return hints.command("apply", *[word for name in names for word in ("--set", name)], chosen=_without_a_set())
 
 
-def _named(stale: dict[str, str]) -> list[str]:
+def _named(stale: dict[str, str], state: State) -> list[str]:
     """Each stale record's note with its set: two sets applied to one release say the same note."""
-    return [f"{STALE_PREFIX}{name}: {note}" for name, note in stale.items()]
+    return [f"{STALE_PREFIX}{shown_name(name, state)}: {note}" for name, note in stale.items()]
+
+
+def shown_name(name: str, state: State) -> str:
+    """A recorded set's name as a person knows it: a --patch apply by its files (`the --patch file
+    x.diff`), never its record name adhoc-<hex> (words27 b: the stale-records warning said it)."""
+    entry = next((e for e in state.entries if e.set_name == name), None) if is_adhoc(name) else None
+    return name if entry is None else shown_set(entry)
 
 
 STALE_PREFIX = "the record of "  # a stale record's note begins with it, then the set's name

@@ -71,6 +71,7 @@ from patchkit.engine.inspection import (
     local_edit_said,
     run_checks,
     selection_of,
+    shown_name,
     stale_entries,
     stale_grouped,
     stale_note,
@@ -262,7 +263,8 @@ class _Applying:
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for names, note in stale_grouped(self.stale):  # several sets' records say the same note: said once
             them = "them" if len(names) > 1 else "it"
-            self.warn(f"{stale_said(names, note)}: {f'apply would discard {them}' if dry_run else 'discarded'}")
+            said = stale_said([shown_name(name, state) for name in names], note)
+            self.warn(f"{said}: {f'apply would discard {them}' if dry_run else 'discarded'}")
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(

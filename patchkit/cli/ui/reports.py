@@ -20,6 +20,7 @@ from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 from patchkit.engine.guard import refusal_summary, refusal_text
 from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, local_edit_fix, local_edit_said, stale_said
 from patchkit.engine.resolve import in_stock_fix
+from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,7 +44,10 @@ def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *,
     sel = resolved.selection
     if target:
         show_target(ui, resolved)
-    ui.line(f"set      {sel.set_name}" + (f"  {series_words(sel.release)}" if sel.release else ""))
+    if sel.patch_set is None and is_adhoc(sel.set_name):  # --patch files: by their names, not adhoc-<hex>
+        ui.line(f"patch    {adhoc_files([p.name for p in sel.patches])}")
+    else:
+        ui.line(f"set      {sel.set_name}" + (f"  {series_words(sel.release)}" if sel.release else ""))
     show_notes(ui, resolved, said)
 
 
