@@ -93,6 +93,9 @@ def apply_sets(
     called as the set is tried (a command shows its header there)."""
     done: list[SetApplied] = []
     names = [c.name for c in chosen if c.resolved is not None and c.kind != SelectionKind.UNSUPPORTED]
+    first = _first_drifted(chosen)
+    if first:  # conflict27: a set before it would be written before the apply stops at its drift: it goes first
+        chosen = [chosen[first], *chosen[:first], *chosen[first + 1 :]]
     for index, each in enumerate(chosen):
         if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
             done.append(SetApplied(each, skipped=NOT_COVERED if each.resolved is None else SelectionKind.UNSUPPORTED))
@@ -119,6 +122,22 @@ def apply_sets(
             done += [SetApplied(c, skipped=NOT_TRIED) for c in chosen[index + 1 :]]
             return _failed(done, each.name, result, dry_run=dry_run)
     return SetsApplied(_guard_said_once(done), _overall(done), _summary(done, dry_run=dry_run))
+
+
+def _first_drifted(chosen: list[Chosen]) -> int | None:
+    """The index of the first set whose recorded files were edited (its apply refuses: Drift), read
+    from the record as it is now (each apply reads it again under the lock)."""
+    state: State | None = None
+    for index, each in enumerate(chosen):
+        if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
+            continue
+        try:
+            state = state if state is not None else read_state(each.resolved.target.root)
+            if inspection.drifted_files(each.resolved, state):
+                return index
+        except PatchkitError:  # a record it cannot read: the set's own apply says so, as it would
+            return None
+    return None
 
 
 GUARD_REMOVED = ("; launch guard removed", "; launch guard would be removed")
