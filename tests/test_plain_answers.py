@@ -94,3 +94,26 @@ def test_status_of_a_patch_file_names_it_by_its_file_not_its_record_name(run, tm
     assert "patch    --patch file fix.diff" in status.output.splitlines(), status.output
     document = json.loads(run("status", "--target", tree, "--patch", diff, "--format", "json").output)
     assert document["patch_files"] == ["fix.diff"] and document["state"] == "applied", document
+
+
+def test_a_check_failing_on_a_local_edit_names_its_fix_first_when_the_stock_files_are_not_cached(tmp_path):
+    # conflict27: with no fetch-cache copy of the stock files, preflight could not judge what the local
+    # edit's fix leaves, and the whitelist's fix was its own ("serve it without --speculative-config")
+    tree, library = write_eagle3_setup(tmp_path)
+    spec = "vllm/config/speculative.py"
+    patch = (library / "eagle3" / "0.16.0" / "0001-eagle3.patch").read_text().split(f"diff --git a/{spec}", 1)[1]
+    hunk = patch.split("\n@@", 1)[1].split("\ndiff --git", 1)[0].splitlines()[1:]
+    context = next(line[1:] for line in hunk if line.startswith((" ", "-")) and line[1:].strip())
+    (tree / spec).write_text((tree / spec).read_text().replace(context, context + "  # a local edit", 1))
+    launch = serve(write_model(tmp_path / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    args = ("preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *launch)
+    done = run_cli(*args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = json.loads(done.stdout)
+    failed = {f["check"]: f for f in found["findings"] if not f["ok"] and f["result"] == "fail"}
+    assert found["tree_state"] == "conflict" and "whitelist" in failed, failed
+    local_edit = failed["tree-state"]["fix"]
+    assert local_edit.startswith("copy your edit of that file elsewhere"), local_edit
+    for check, finding in failed.items():
+        assert finding["fix"].startswith(local_edit), (check, finding)
+    assert failed["whitelist"]["fix"].startswith(f"{local_edit}; if it still fails: "), failed["whitelist"]
