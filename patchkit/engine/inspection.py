@@ -320,7 +320,7 @@ def record_of(root: Path, status: TreeStatus) -> State:
 def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, bool] | None:
     """The set's files as the fix status names leaves them, and whether that fix is revert --force
     then apply (a drift; else apply): a set not applied or partly applied with no conflict, the
-    plan; a drifted one, the series on the saved originals of the drifted files (new-user 18, 1
+    plan; a drifted one, the series on the saved originals of the set's files (new-user 18, 1
     and 19, 1: a check judged on the files as they are said to give up EAGLE-3, where the fix makes
     it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
     if apply_finishes(status):
@@ -332,7 +332,9 @@ def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, b
     if entry is None:
         return None
     originals: dict[str, bytes | None] = {}
-    for path in (p for p in status.drifted if p in entry.files):
+    # every file of the set: revert --force puts them all back (a patch across a drifted file and
+    # another, on the drifted one's original alone, would read as partly applied: a conflict)
+    for path in entry.files:
         before = entry.files[path]["before"]
         try:
             originals[path] = None if before is None else read_object(root, before)

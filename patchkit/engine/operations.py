@@ -61,6 +61,7 @@ from patchkit.engine.guard import (
 from patchkit.engine.inspection import (
     TreeStatus,
     apply_of,
+    as_its_fix_leaves,
     check_context,
     chosen_sets,
     conflicting_files,
@@ -691,6 +692,8 @@ class VerifyResult:
     checks: list[CheckResult]
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
+    # drifted: the failed checks that fail on what the drift's fix leaves too (the series' fault, read27)
+    series_fails: frozenset[str] = frozenset()
 
     @property
     def conflicts(self) -> list[PatchStep]:
@@ -719,7 +722,21 @@ def verify_tree(
             (watch or Unwatched()).warning(recovered)
         status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=verifying)
         refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
-        return VerifyResult(status, _tree_checks(resolved, status, import_probe, verifying), warnings)
+        checks = _tree_checks(resolved, status, import_probe, verifying)
+        return VerifyResult(
+            status, checks, warnings, series_fails=_failing_after_the_drift_fix(resolved, status, checks)
+        )
+
+
+def _failing_after_the_drift_fix(resolved: Resolved, status: TreeStatus, checks: list[CheckResult]) -> frozenset[str]:
+    """The checks failed on a drifted tree that fail again on the files its fix (revert --force,
+    then apply) leaves: that fix does not make them pass (read27: verify gave it for them all)."""
+    failed = tuple(sorted({r.check for r in checks if r.failed}))
+    leaves = as_its_fix_leaves(resolved, status) if status.drifted and failed and status.plan is not None else None
+    if leaves is None or status.plan is None:
+        return frozenset()
+    context = replace(check_context(resolved, status.plan, import_probe=False), read=leaves[0], read_current=leaves[0])
+    return frozenset(r.check for r in run_checks(context, failed) if r.failed)
 
 
 def refuse_unchangeable(resolved: Resolved) -> None:

@@ -403,9 +403,8 @@ def verified_target_text(
         ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
         return
     status, results = verified.status, verified.checks
-    found = status_failures(resolved, status) + check_failures(
-        results, _check_fix(resolved, status), _fixes_by_check(status)
-    )
+    fixes = {**_fixes_by_check(status), **dict.fromkeys(verified.series_fails, SERIES_FAULT_FIX)}
+    found = status_failures(resolved, status) + check_failures(results, _check_fix(resolved, status), fixes)
     refused_above = any(f.what == GUARD for f in found)  # said above: by this set, or an earlier one
     found = [f for f in found if guard or f.what != GUARD]
     show_status(
@@ -521,6 +520,13 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
     if status.state == TreeState.UPSTREAM:
         return _upstream_fix(resolved)
     return as_planned_fix()
+
+
+# a drifted tree's check that fails on what revert --force and apply leave too: not the user's edit
+SERIES_FAULT_FIX = (
+    "not your edit alone: the series fails this on the stock files too, so revert --force and apply "
+    "would not make it pass; report the library's series"
+)
 
 
 def _upstream_fix(resolved: Resolved) -> str:
