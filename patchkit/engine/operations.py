@@ -205,15 +205,10 @@ def apply_series(
             if settled:
                 return applying.run(read_state(resolved.target.root), dry_run=True, force=force)
     root = resolved.target.root
-    fresh = not os.path.lexists(meta_dir(root))  # a first apply that fails leaves no .patchkit/ (its lock)
-    with locked_record(root) as (recovered, state):
+    with locked_record(root) as (recovered, state):  # a first apply that fails leaves no .patchkit/
         if recovered:
             applying.warn(recovered)
-        try:
-            return applying.run(state, dry_run=dry_run, force=force)
-        finally:
-            if fresh and not os.path.lexists(state_path(root)):  # nothing recorded: the lock goes with it
-                remove_empty_store(root, State(entries=[]))
+        return applying.run(state, dry_run=dry_run, force=force)
 
 
 @dataclass
