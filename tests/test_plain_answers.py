@@ -38,7 +38,10 @@ def test_the_guards_fix_for_a_file_stock_again_says_apply_patches_it_again(run, 
     fix = re.search(r"fix: run `patchkit ([^`]*)` \(([^)]*)\)", said)
     assert fix and fix.group(2) == "it patches that file again", said
     assert "records the tree as it is" not in said and "no longer applies" not in said, said
-    assert run(*fix.group(1).split()).exit_code == 0
+    applied = run(*fix.group(1).split())
+    assert applied.exit_code == 0, applied.output
+    # and it says what it did: one patch written, not "applied 2 patch(es): 1 file(s) changed"
+    assert "applied 1 patch(es) (1 already there): 1 file(s) changed" in applied.output, applied.output
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert (tree / MODEL).read_text() == MODEL_PY + "# eagle3\n" and (tree / SPEC).read_text() == patched_spec()
 

@@ -443,7 +443,7 @@ class _Applying:
         self.open_to_others(new_state, dry_run=False)  # a patched file kept the 0600 of the file it replaced
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
         self.show(bytecode + written_only)  # one count of the checks on the files written (new-user 14 item 14)
-        done = f"applied {len(self.patches)} patch(es)"
+        done = _applied_said(plan)
         applied = self.result(
             Outcome.APPLIED,
             f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
@@ -656,6 +656,14 @@ def _without_stale(
         state = state.without(name)
     guard_changes, state, kept = _without_guard(root, state)
     return state, stale, guard_changes, kept
+
+
+def _applied_said(plan: Plan) -> str:
+    """ "applied 1 patch(es) (3 already there)": the patches this apply wrote, not every patch of the
+    series (new-user 21, 4: "applied 4 patch(es): 1 file(s) changed" after one file put back)."""
+    wrote = sum(step.state == StepState.WILL_CHANGE for step in plan.steps)
+    there = len(plan.steps) - wrote
+    return f"applied {wrote} patch(es)" + (f" ({there} already there)" if there else "")
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
