@@ -94,7 +94,7 @@ def apply_sets(
     done: list[SetApplied] = []
     names = [c.name for c in chosen if c.resolved is not None and c.kind != SelectionKind.UNSUPPORTED]
     first = _first_drifted(chosen)
-    if first:  # conflict27: a set before it would be written before the apply stops at its drift: it goes first
+    if first:  # a set before it would be written before the apply stops at its drift: it goes first
         chosen = [chosen[first], *chosen[:first], *chosen[first + 1 :]]
     for index, each in enumerate(chosen):
         if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
@@ -175,7 +175,7 @@ def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
     # the sets this run wrote (or would): one already applied is said as such, not counted as applied
     wrote = (Outcome.DRY_RUN,) if dry_run else (Outcome.APPLIED,)
     applied = [d.chosen.name for d in done if d.result is not None and d.result.outcome in wrote]
-    # a set found applied with no record: this run recorded it, which is what it did (newuser17 5e)
+    # a set found applied with no record: this run recorded it, which is what it did
     recorded = [
         d.chosen.name for d in done if d.result is not None and d.result.recorded and d.chosen.name not in applied
     ]
@@ -258,7 +258,7 @@ def apply_needed(
     looked = [(c, inspection.inspect(c.resolved, import_probe=False)) for c in judged(chosen) if c.resolved is not None]
     needed = [c for c, status in looked if c.resolved is not None and needs_apply(c.resolved, status)]
     drifted = [_drift_fix(c.name, status.drifted) for c, status in looked if status.drifted]
-    # new-user 21, 7c: a set whose series does not apply (a local edit) is skipped, said with its fix
+    # a set whose series does not apply (a local edit) is skipped: said, with its fix, never in silence
     drifted += [_conflict_fix(c, status) for c, status in looked if status.state == TreeState.CONFLICT]
     if not several:
         if not needed:

@@ -70,7 +70,7 @@ class LaunchContext:
     read_planned: Reader | None = None  # the files as the series leaves them (None: nothing to apply)
     planned_fix: str | None = None  # the fix that leaves them so (None: apply_fix of the set)
     # a fix of the tree whose outcome cannot be judged (a local edit in a hunk, no stock copy cached):
-    # a failed check names it first, then its own fix (conflict27: not the check's own fix alone)
+    # a failed check names it first, then its own fix (the edit may be why it fails)
     pending_fix: str | None = None
     python: str | None = None  # the target's interpreter, asked for vLLM's own answers (None: not asked)
     not_asked: str = "--no-import"  # why vLLM is not asked, when python is None
@@ -110,7 +110,7 @@ class LaunchContext:
             return None
         version = self.version or "VERSION"
         whole = hints.command("fetch", str(version), "--all", "--dest", str(self.root))
-        # over an applied tree too: fetch keeps the files the record says patchkit patched (new-user 14 item 6)
+        # over an applied tree too: fetch keeps the files the record says patchkit patched
         gives = f"lay out the whole release ({whole}), or give --python PATH"
         return cannot_judge(check, f"the tree has no {path} (a tree of only the patched files?)", gives)
 

@@ -161,7 +161,7 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
 
 def _several_fix(target: Target, names: list[str]) -> str:
     """The fix of several vllm-*.dist-info, naming the one to keep where vllm/_version.py (the files'
-    own release) or the tree's record names one of them (new-user 21, 6: the hint said neither)."""
+    own release) or the tree's record names one of them: which to keep, which to remove."""
     try:
         recorded = {e.vllm_version for e in read_state(target.root).entries if e.vllm_version}
         files = _from_version_file(target)

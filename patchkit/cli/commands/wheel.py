@@ -119,8 +119,8 @@ def _build(
 
 
 def _build_again(source: str, out_dir: str, platform: str | None, chosen: Options, shape: list[str]) -> str:
-    """This build as a command to paste from any directory (new-user 21, 7b: "`patchkit wheel`
-    again" named no version): the release or file, --out and the options as given."""
+    """This build as a command to paste from any directory (a bare `patchkit wheel` names no
+    release): the release or file, --out and the options as given."""
     named = os.path.abspath(source) if source.endswith(".whl") or "/" in source else source
     words = [named, "--out", os.path.abspath(out_dir), *shape[2 if shape[:1] == ["--out"] else 0 :]]
     words += ["--platform", platform] if platform else []
@@ -164,7 +164,7 @@ def _stock_wheel(
 
 def _build_the_cached_file(cached: Path, chosen: Options, shape: list[str]) -> str:
     """The cache's own file of the release, which hashes to the sha256 this user's patchkit sealed for
-    its name: `wheel FILE` builds from it with no index, held to that sha256 (review 6 L11)."""
+    its name: `wheel FILE` builds from it with no index, held to that sha256."""
     build = hints.command("wheel", chosen=chosen)[:-1]
     rest = f" {shlex.join(shape)}" if shape else ""
     return f"the cache holds the release's wheel, with the sha256 patchkit recorded for it: {build} {shlex.quote(str(cached))}{rest}`"
