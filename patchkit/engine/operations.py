@@ -88,7 +88,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
@@ -161,6 +161,7 @@ class RevertResult:
     checks: list[CheckResult] = field(default_factory=list)  # bytecode, after writing
     saved: Path | None = None  # where copies of edited files were kept (--force)
     saved_files: list[str] = field(default_factory=list)  # the edited files copied there
+    unproven: list[str] = field(default_factory=list)  # hunks reversed, no RECORD to prove them stock (copied)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
     record: State | None = None  # the tree's record as the revert left it (None: not written)
@@ -529,8 +530,8 @@ class _Applying:
                 f"{edited[0]} differs from stock vLLM {self.resolved.vllm_version} beyond the set's change (your "
                 f"edit?): the tree records no apply of {name}, so patchkit cannot record it as its own; "
                 "nothing was written",
-                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then "
-                f"{apply_of(chosen_sets(self.state, self.resolved.vllm_version))}",
+                # this same apply after: every set it chose (the record so far names only the earlier ones)
+                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
             )
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
         return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
@@ -844,7 +845,7 @@ def revert_series(
         if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
             watch.checked(result.checks)
     if result.saved:
-        said = f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}"
+        said = _saved_said(result)
         # the copies alone, never .patchkit/: the apply that usually follows records the tree there
         said += f"; `{_deleting(result.saved)}` deletes them once not wanted"
         result.warnings.append(said)
@@ -852,6 +853,21 @@ def revert_series(
     if recovered:
         result.warnings.insert(0, recovered)
     return result
+
+
+def _saved_said(result: RevertResult) -> str:
+    """Where the copies a revert kept are: the user's edits (--force), and the files it could not
+    prove stock once reversed, as they were."""
+    said = []
+    if result.saved_files:
+        said.append(f"your edits to {', '.join(result.saved_files)}")
+    if result.unproven:
+        was = "it was" if len(result.unproven) == 1 else "they were"
+        # more than a few: counted (a set's files are the revert's own line; 80 columns)
+        named = ", ".join(result.unproven) if len(result.unproven) <= 3 else f"the {len(result.unproven)} files"
+        said.append(f"{named} as {was} before the revert")
+    verb = "were" if result.saved_files or len(result.unproven) > 1 else "was"  # "your edits … were"
+    return f"{' and '.join(said)} {verb} saved under {result.saved}"
 
 
 def _deleting(saved: Path) -> str:
@@ -933,11 +949,8 @@ def _revert_locked(
     warnings += restored.notes
     unrecorded, found_only = _unrecorded(undo, patches, only, root)
     plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
-    if (
-        found_only and plan.conflicts and len(plan.conflicts) == len(plan.steps)
-    ):  # none of the unnamed sets' patches found applied
-        warnings.append(_left_unnamed(root, plan))
-        plan = Plan(root, [step for step in plan.steps if step not in plan.conflicts], view)
+    if plan.left:  # none of the unnamed sets' patches found applied: their edited files are said, and left
+        warnings.append(_left_unnamed(root, plan.left))
     unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
     if plan.conflicts and not undo.entries and not _any_applied(root, unrecorded):
         # an edit inside a hunk of a tree never applied: nothing to undo, nothing lost
@@ -951,8 +964,10 @@ def _revert_locked(
                 hint=_unnamed_conflict_hint(root) if undo.entries else _unrecorded_conflict_hint(root),
             ),
         )
+    unsure: list[str] = []
     if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
         restored.edited += edited_unrecorded(root, view, unrecorded, undo.installed, force=force, dry_run=dry_run)
+        unsure = unproven(root, view, unrecorded, undo.installed)
     files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
     if dry_run:
@@ -983,21 +998,35 @@ def _revert_locked(
             warnings=warnings,
             record=left,
         )
-    saved = keep_copies(root, restored.edited) if restored.edited else None
+    # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe
+    copied = restored.edited + [path for path in unsure if os.path.lexists(root / path)]
+    saved = keep_copies(root, copied) if copied else None
     modes = _recorded_modes(undo.entries, plan.changes)
     commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(files)} file(s) restored to stock{removed}",
+        f"reverted: {_reverted_said(len(files), len(unsure))}{removed}",
         files,
         checks=bytecode,
         saved=saved,
         saved_files=restored.edited,
+        unproven=[path for path in copied if path not in restored.edited],
         warnings=warnings,
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _reverted_said(count: int, unsure: int) -> str:
+    """How many files a revert wrote, and how many of them it can call stock (revert27: without a
+    RECORD, a series reversed is all it can say)."""
+    if not unsure:
+        return f"{count} file(s) restored to stock"
+    reversed_ = "the series' hunks reversed (no vLLM RECORD proves them stock)"
+    if unsure == count:
+        return f"{count} file(s) with {reversed_}"
+    return f"{count} file(s): {count - unsure} restored to stock, {unsure} with {reversed_}"
 
 
 def _any_applied(root: Path, patches: list[Patch]) -> bool:
@@ -1014,10 +1043,10 @@ def _unnamed_conflict_hint(root: Path) -> str:
     )
 
 
-def _left_unnamed(root: Path, plan: Plan) -> str:
+def _left_unnamed(root: Path, left: list[PatchStep]) -> str:
     """A file of a set the record does not name, and none of that series found applied: neither its
     stock text nor the set's change (an edit?), so nothing tells what to undo: left, and said."""
-    files = ", ".join(sorted({f.path for step in plan.conflicts for f in step.patch.files}))
+    files = ", ".join(sorted({f.path for step in left for f in step.patch.files}))
     return (
         f"{files}: neither the stock text nor the change of a set the record does not name (your edit?): "
         f"left as it is; {stock_files_command(root, None)} puts the stock files back"

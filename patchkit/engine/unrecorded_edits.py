@@ -47,6 +47,25 @@ def edited_unrecorded(
     return edited
 
 
+def unproven(root: Path, view: View, reversed_: list[Patch], installed: Version | None) -> list[str]:
+    """The files reversing the unrecorded series `reversed_` changed in `view` whose result no vLLM
+    RECORD vouches for (no RECORD: a source tree, a checkout; or one that does not list the file):
+    the set's hunks are reversed there, which proves no byte of the rest stock (revert27)."""
+    changed = set(view.changed_paths())
+    paths = [path for path in touched_paths(reversed_) if path in changed]
+    if not paths:
+        return []
+    record = _tree_record(root, installed, paths)
+    return [path for path in paths if record is None or not _as_listed(record, path, view.read(path))]
+
+
+def _as_listed(record: Record, path: str, data: bytes | None) -> bool:
+    """`data` is what RECORD lists at `path`: the file with its hash, or no file where it lists none."""
+    if path in record.hashes:
+        return data is not None and record.matches(path, data)
+    return data is None and path not in record.untrusted
+
+
 def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:
     """Of the originals a series reversed gives (path -> bytes, None: a file it created), those vLLM's
     RECORD lists with other bytes: not stock, so not what patchkit's apply found (an edit since)."""
