@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
-from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
+from patchkit.base.enums import CheckStatus, PatchState, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, shadow
 from patchkit.checks import bytecode as pyc
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
@@ -476,7 +476,7 @@ def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
 def _applied_count(status: TreeStatus) -> str:
     """ "3 of 4 patches applied" ("0 of 1 patch applied"); nothing without patches."""
     total = len(status.patches)
-    applied = sum(p.state == "applied" for p in status.patches)
+    applied = sum(p.state == PatchState.APPLIED for p in status.patches)
     return f"{applied} of {total} patch{'es' * (total != 1)} applied" if total else ""
 
 
