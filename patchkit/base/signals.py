@@ -216,9 +216,7 @@ def note(what: str) -> None:
     _run.hint = committed if what == COMMITTED else None
     if what == COMMITTED and getattr(_run, "reverting", False):
         _run.written = REVERTED
-        # the user asked for stock: the revert again finishes it (clears what the cut left), apply undoes it (new-user 22, H1)
-        revert, apply = hints.command("revert", chosen=chosen), hints.command("apply", chosen=chosen)
-        _run.hint = f"{revert} again finishes it; {apply} applies the sets again"
+        _run.hint = f"{hints.command('apply', chosen=chosen)} applies it again"
 
 
 def interrupted_report() -> tuple[str, str | None]:
