@@ -280,7 +280,7 @@ def _conflict_fix(chosen: Chosen, status: TreeStatus) -> str:
     files, version = status.edited_in_hunks, chosen.resolved.vllm_version
     with hints.selected(hints.for_set(chosen.name)):
         fix = inspection.local_edit_fix(chosen.resolved.target.root, version, files)
-    return f"{chosen.name} not applied: {inspection.local_edit_said(files, version)}; fix: {fix}"
+    return f"{chosen.name} not applied: {inspection.local_edit_said(files, version, chosen.resolved.target.root)}; fix: {fix}"
 
 
 def _drift_fix(name: str, files: list[str]) -> str:
