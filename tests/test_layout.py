@@ -156,6 +156,38 @@ def test_the_workers_never_import_patchkit(patchkit_graph):
     assert all(not deps for name, deps in patchkit_graph.items() if top(name) == "_target")
 
 
+# Comments and docstrings say why, in a line or two (issue 21). Which trial, review or audit found a
+# fault, and what was said before, is history: its commit message holds it (`git log -S` finds it).
+HISTORY = re.compile(r"\bnew-?user\b|\b(review|audit) ?\d+[a-z]?\b", re.IGNORECASE)
+
+
+def history_told(package: Path = PACKAGE) -> list[str]:
+    """file:line of each line of patchkit/ that names a new-user trial, a review or an audit."""
+    return [
+        f"{path.relative_to(package).as_posix()}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if HISTORY.search(line)
+    ]
+
+
+def test_no_comment_retells_which_trial_or_review_found_a_fault():
+    assert history_told() == [], "say why the code is so; the trial or review that found it goes in the commit message"
+
+
+def test_a_comment_that_retells_history_is_found(tmp_path):
+    package = tmp_path / "patchkit"
+    package.mkdir()
+    (package / "a.py").write_text(
+        '"""Said once (new-user\n21, 5: twice)."""\n\n'
+        "x = 1  # kept (review 12b L4)\n"
+        "# Review 13 M1: a set the record does not name\n"
+        "y = 2  # the user's review of the plan comes first; audit23 W2\n"
+    )
+    (package / "b.py").write_text("# a review of 3 sets, said once\n")
+    assert history_told(package) == ["a.py:1", "a.py:4", "a.py:5", "a.py:6"]
+
+
 # Tests import no other test module: what tests share lives in the helper modules beside them
 # (helpers.py, launch_fixtures.py, ...) or in conftest's fixtures, so each test module stands alone.
 TESTS = Path(__file__).resolve().parent
@@ -373,3 +405,59 @@ def test_every_dataclass_says_what_it_is():
             if decorated and ast.get_docstring(node) is None:
                 missing.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
     assert missing == []
+
+
+# One home for output (issue 21): only patchkit/cli/ui/ writes to stdout or stderr; a module below the
+# CLI hands what it has to say to base.notes. The CLI's last words are kept where no ui is there to say them.
+OUTPUT_OUTSIDE_THE_UI = {
+    ("cli/main.py", "_exit_status"): "sys.exit(message): printed as Python prints it, the ui's work being done",
+    ("cli/start.py", "_interrupted_while_loading"): "Ctrl-C while the CLI's modules load: no ui to say it yet",
+}
+_STREAMS = {"sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__"}
+
+
+def _writes_output(node: ast.AST) -> bool:
+    """A print(), click.echo()/secho() or a write to sys.stdout/sys.stderr."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id == "print"
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = ast.unparse(func.value)
+    return (owner == "click" and func.attr in ("echo", "secho")) or (
+        owner in _STREAMS and func.attr in ("write", "writelines")
+    )
+
+
+def output_outside_the_ui(package: Path = PACKAGE) -> list[tuple[str, str]]:
+    """(file, enclosing function or "<module>") of each write of output outside cli/ui/."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith("cli/ui/"):
+            continue
+        tree = ast.parse(path.read_bytes())
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node in ast.walk(tree):
+            if _writes_output(node):
+                around = [f for f in functions if f.lineno <= node.lineno <= (f.end_lineno or f.lineno)]
+                found.append((rel, around[-1].name if around else "<module>"))
+    return sorted(set(found))
+
+
+def test_only_the_ui_writes_output():
+    assert output_outside_the_ui() == sorted(OUTPUT_OUTSIDE_THE_UI)
+
+
+def test_output_written_outside_the_ui_is_found(tmp_path):
+    package = tmp_path / "patchkit"
+    (package / "cli" / "ui").mkdir(parents=True)
+    (package / "cli" / "ui" / "console.py").write_text("import sys\n\ndef line(s):\n    sys.stdout.write(s)\n")
+    (package / "record.py").write_text(
+        "import sys\nimport click\n\nprint('loaded')\n\n"
+        "def warn(s):\n    def inner():\n        sys.stderr.write(s)\n    inner()\n\n"
+        "def say(s):\n    click.echo(s, err=True)\n\ndef quiet(s, out):\n    out.write(s)\n"
+    )
+    assert output_outside_the_ui(package) == [("record.py", "<module>"), ("record.py", "inner"), ("record.py", "say")]

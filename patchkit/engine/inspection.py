@@ -24,6 +24,8 @@ from patchkit.engine.guard import (
     OTHERS_CANNOT_READ,
     SEVERAL,
     SEVERAL_FIX,
+    STALE_BYTECODE,
+    STALE_GUARD,
     UNKNOWN_GUARD,
     is_installed,
     launch_verdict,
@@ -52,6 +54,7 @@ from patchkit.tree.target import stock_files_command
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
 
+    from patchkit._target.guard import Verdict
     from patchkit.checks import Check, CheckContext, CheckResult, Reader
     from patchkit.engine.resolve import Resolved
     from patchkit.series.library import PatchSetDef, Release
@@ -110,6 +113,9 @@ class TreeStatus:
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
     # of vLLM), every recorded file: apply records them again
     all_stock_again: bool = False
+    # the guard refuses recorded files only for holding their originals again, some of them: apply
+    # patches those again (how many)
+    some_stock_again: int = 0
     lost: list[str] = field(default_factory=list)  # recorded patches a drifted file no longer holds
     record: State | None = None  # the tree's record as inspect read it (None: not read)
     # the sets the record chose, where fewer than the library's (else none): a drift's fix applies those
@@ -117,7 +123,7 @@ class TreeStatus:
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
-        several sets (revert refuses one set of it, review 8 M2)."""
+        several sets (revert refuses one set of it)."""
         return hints.command(verb, *args, chosen=_without_a_set() if self.whole_wheel else None)
 
     @property
@@ -139,8 +145,8 @@ class TreeStatus:
 
     @property
     def apply_chosen(self) -> str:
-        """The apply after a drift's revert --force: of the sets the record chose (new-user 20, 3:
-        apply alone applied again a set `revert --set` took out)."""
+        """The apply after a drift's revert --force: of the sets the record chose (a plain
+        apply would apply again a set `revert --set` took out)."""
         return self.fix_command("apply") if self.whole_wheel else apply_of(self.chosen_sets)
 
     @property
@@ -170,6 +176,8 @@ class TreeStatus:
                 f"reinstall the installed vLLM release ({hints.pip_reinstall(None)}), "
                 f"then run {hints.command('apply')} (it drops the record, stale once the files are stock)"
             )
+        if any(STALE_GUARD in problem for problem in self.guard) and not self.drifted:  # apply replaces it
+            return f"run {hints.command('apply')} (it updates the launch guard to this patchkit's)"
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
             revert = self.fix_command("revert", "--force")
             first = f"run {revert} (it keeps a copy of the edits), then " if self.drifted else ""
@@ -178,8 +186,13 @@ class TreeStatus:
             return (
                 f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.apply_chosen}"
             )
+        if all(STALE_BYTECODE in problem for problem in self.guard):  # apply's bytecode fix, as after a write
+            return f"run {hints.command('apply')} (it recompiles or removes the stale .pyc), or remove the .pyc"
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
+        if self.some_stock_again:  # not "records the tree as it is": it patches them again
+            files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
+            return f"run {self.apply_chosen} (it patches {files} again)"
         return f"run {self.apply_recorded} (it records the tree as it is, or drops what no longer applies)"
 
     @property
@@ -233,6 +246,7 @@ class TreeStatus:
 
 
 UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
+STOCK_AGAIN_WORDS = (" holds its stock bytes again", " is gone, as before patchkit created it")  # the guard's words
 EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
 
 
@@ -312,9 +326,8 @@ def record_of(root: Path, status: TreeStatus) -> State:
 def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, bool] | None:
     """The set's files as the fix status names leaves them, and whether that fix is revert --force
     then apply (a drift; else apply): a set not applied or partly applied with no conflict, the
-    plan; a drifted one, the series on the saved originals of the drifted files (new-user 18, 1
-    and 19, 1: a check judged on the files as they are said to give up EAGLE-3, where the fix makes
-    it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
+    plan; a drifted one, the series on the saved originals of the drifted files (a check
+    judged on the files as they are would fail where the fix makes it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
     if apply_finishes(status):
         return (status.plan.content, False) if status.plan is not None else None
     if not status.drifted:
@@ -389,6 +402,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
     missing = missing_guard(root, state)
     return {
         "all_stock_again": verdict.whole and len(refused) == 1,
+        "some_stock_again": _stock_again_only(refused, verdict),
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
@@ -402,6 +416,13 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "guard_missing": missing,
         "symlink_fix": _symlink_fix(root, refused, state),
     }
+
+
+def _stock_again_only(refused: list[str], verdict: Verdict) -> int:
+    """How many files the guard refuses, when it refuses only recorded files holding their
+    originals again (some, not all: all is one line of its own); else 0."""
+    said = {rel + words for rel in verdict.stock_again for words in STOCK_AGAIN_WORDS}
+    return len(refused) if refused and not verdict.whole and set(refused) <= said else 0
 
 
 def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | None:
@@ -538,7 +559,7 @@ def selection_of(entry: Entry) -> Options:
 
 def _at_hand(set_name: str) -> bool:
     """Whether the user's library (--patches, else the one patchkit finds) holds the set: a hint
-    naming another set's record names the library it was applied from otherwise (review 6 M1)."""
+    naming another set's record names the library it was applied from otherwise."""
     try:
         return set_name in load_library(locate(hints.current().library).path)
     except PatchkitError:
@@ -583,7 +604,7 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
 
 def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[str]:
     """The recorded patches a drifted file no longer holds (it would apply again: a file put back to
-    stock, then edited): not applied, said with the drift (new-user 19, 1: "4 of 4 applied")."""
+    stock, then edited): not applied, said with the drift."""
     recorded = {p["name"] for p in entry.patches} if entry is not None else set()
     return [
         r.name
@@ -593,8 +614,8 @@ def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry 
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:
-    """applied, not applied, or partly; a conflict with none applied is no partial series (new-user
-    20, 1: an edit inside a hunk of a tree never applied was called "partly applied")."""
+    """applied, not applied, or partly; a conflict with none applied is no partial series (an
+    edit inside a hunk of a tree never applied is a conflict, not "partly applied")."""
     states = {r.state for r in reports}
     if states == {PatchState.APPLIED}:
         return TreeState.APPLIED

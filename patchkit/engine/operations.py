@@ -44,6 +44,7 @@ from patchkit.distinfo.record import (
 )
 from patchkit.engine.guard import (
     MODULE,
+    STALE_BYTECODE,
     STOPS_EVERY_LAUNCH,
     dist_info,
     foreign_files,
@@ -87,7 +88,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
@@ -160,6 +161,7 @@ class RevertResult:
     checks: list[CheckResult] = field(default_factory=list)  # bytecode, after writing
     saved: Path | None = None  # where copies of edited files were kept (--force)
     saved_files: list[str] = field(default_factory=list)  # the edited files copied there
+    unproven: list[str] = field(default_factory=list)  # hunks reversed, no RECORD to prove them stock (copied)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
     record: State | None = None  # the tree's record as the revert left it (None: not written)
@@ -203,15 +205,10 @@ def apply_series(
             if settled:
                 return applying.run(read_state(resolved.target.root), dry_run=True, force=force)
     root = resolved.target.root
-    fresh = not os.path.lexists(meta_dir(root))  # a first apply that fails leaves no .patchkit/ (its lock)
-    with locked_record(root) as (recovered, state):
+    with locked_record(root) as (recovered, state):  # a first apply that fails leaves no .patchkit/
         if recovered:
             applying.warn(recovered)
-        try:
-            return applying.run(state, dry_run=dry_run, force=force)
-        finally:
-            if fresh and not os.path.lexists(state_path(root)):  # nothing recorded: the lock goes with it
-                remove_empty_store(root, State(entries=[]))
+        return applying.run(state, dry_run=dry_run, force=force)
 
 
 @dataclass
@@ -237,6 +234,8 @@ class _Applying:
     chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
     judge_guard: bool = True  # say what the guard still refuses (False: a later set of this run will)
     found_recorded: bool = False  # the series was found applied with no record of it: now recorded
+    # the set's patches found applied with no record of them: their entry and originals (digest -> bytes)
+    found: tuple[Entry | None, dict[str, bytes]] = (None, {})
     guard_refuses: tuple[list[str], str] | None = None  # what the guard still refuses once applied, and its fix
 
     def warn(self, text: str) -> None:
@@ -283,6 +282,7 @@ class _Applying:
             )
         shadow.refuse(root, self.patches)  # else the patch would never be what runs
         self.refuse_writing_under_later_sets(state, plan.changed_paths)
+        self.found = self.found_unrecorded(plan)
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
         preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
@@ -293,7 +293,7 @@ class _Applying:
 
     def conflict_fix(self, plan: Plan) -> str | None:
         """Where the tree records none of the set, a file the series does not match differs from stock
-        (an edit by hand): its stock file back, then apply (new-user 20, 1: no next step was given)."""
+        (an edit by hand): its stock file back, then apply."""
         if self.state.entry(self.resolved.set_name) is not None:
             return None
         files = conflicting_files(plan.conflicts)
@@ -364,7 +364,7 @@ class _Applying:
         settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
         stale files are touched)."""
         # a file reached through a symlink (or not a regular file) is refused as a write would be: the
-        # record and the guard would otherwise name it, and the guard refuse every launch (review 12b M1)
+        # record and the guard would otherwise name it, and the guard refuse every launch
         preflight(self.resolved.target.root, plan.touched_paths, writable=False)
         message = "already applied: nothing to do"
         if self.made_readable:
@@ -378,22 +378,26 @@ class _Applying:
             if self.found_recorded:  # the tree recorded no apply of it: said, with the guard's fate
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
-        if self.judge_guard and self.warn_of_what_the_guard_refuses():
+        # before the guard is judged: a stale .pyc it refuses is what this fixes
+        bytecode = [] if dry_run else self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
+        if self.judge_guard and self.warn_of_what_the_guard_refuses(dry_run=dry_run):
             message = (
                 message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
             )
         if dry_run:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
-        bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
         return _refuse_stale_bytecode(
             self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
         )
 
-    def warn_of_what_the_guard_refuses(self) -> bool:
+    def warn_of_what_the_guard_refuses(self, *, dry_run: bool = False) -> bool:
         """This set has nothing to write, but the guard may still refuse the tree for another set's
-        file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it does."""
+        file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it
+        does. A `dry_run` leaves out the stale bytecode the apply itself would fix."""
         root = self.resolved.target.root
         refused = guard_refusal(root, self.resolved.set_name, self.state)
+        left = [p for p in refused[0] if not (dry_run and STALE_BYTECODE in p)] if refused is not None else []
+        refused = (left, refused[1]) if refused is not None and left else None
         if refused is not None:
             problems, fix = refused
             self.guard_refuses = (problems, fix)  # for the JSON document: a fleet's row shows it
@@ -441,7 +445,7 @@ class _Applying:
             )
         self.open_to_others(new_state, dry_run=False)  # a patched file kept the 0600 of the file it replaced
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
-        self.show(bytecode + written_only)  # one count of the checks on the files written (new-user 14 item 14)
+        self.show(bytecode + written_only)  # one count of the checks on the files written
         done = f"applied {len(self.patches)} patch(es)"
         applied = self.result(
             Outcome.APPLIED,
@@ -461,10 +465,12 @@ class _Applying:
         state = self.state
         for name in self.stale:  # describes files an upgrade of vLLM replaced
             state = state.without(name)
-        entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name))
+        found, originals = self.found  # the set's files already patched, with no record of them
+        entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name) or found)
         guard_changes, new_state = self.with_guard(state.with_entry(entry).with_chosen(self.chosen))
         self.keep_replaced_guard()
         changes = {**plan.changes, **guard_changes}
+        save_originals(root, originals)  # before the record that names them
         return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins), new_state
 
     def settle_record(self, *, dry_run: bool = False) -> bool:
@@ -495,20 +501,40 @@ class _Applying:
 
     def found_applied(self, state: State) -> tuple[State, dict[str, bytes]]:
         """A series found applied that the tree does not record (its .patchkit/ lost or emptied, the
-        patches applied by hand) is recorded as found: a revert and the guard then know its files.
-        Its originals are what reverse-applying the series gives (digest -> bytes, for the store).
-        A patched wheel's files are its provenance's, not an apply's: left to it."""
-        root = self.resolved.target.root
-        if state.entry(self.resolved.set_name) is not None or has_provenance(root):
+        patches applied by hand) is recorded as found (found_unrecorded): a revert and the guard then
+        know its files. Its originals: digest -> bytes, for the store."""
+        found, originals = self.found
+        if found is None or state.entry(self.resolved.set_name) is not None:
             return state, {}
-        undo = plan_revert(root, self.patches)
-        if undo.conflicts or not undo.changes:
-            return state, {}
-        found = {path: (original, now) for path, (now, original) in undo.changes.items()}
         self.found_recorded = True
-        entry = self.resolved.apply_record(found, None)
+        return state.with_entry(found), originals
+
+    def found_unrecorded(self, plan: Plan) -> tuple[Entry | None, dict[str, bytes]]:
+        """The set's patches `plan` finds applied with no record of the set: the entry that records
+        them, with the originals that reversing them gives (digest -> bytes). An original vLLM's RECORD
+        does not list as stock is an edit since, not patchkit's: refused, nothing written (else
+        a revert restores the edit and calls it stock). A patched wheel's files are its
+        provenance's, not an apply's: left to it."""
+        root, name = self.resolved.target.root, self.resolved.set_name
+        stale = self.state.entry(name) is not None and name in self.stale
+        if (self.state.entry(name) is not None and not stale) or has_provenance(root):
+            return None, {}
+        applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
+        undo = plan_revert(root, applied)
+        if not applied or undo.conflicts or not undo.changes:
+            return None, {}
+        found = {path: (original, now) for path, (now, original) in undo.changes.items()}
+        edited = unlike_stock(root, self.resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
+        if edited:
+            raise Drift(
+                f"{edited[0]} differs from stock vLLM {self.resolved.vllm_version} beyond the set's change (your "
+                f"edit?): the tree records no apply of {name}, so patchkit cannot record it as its own; "
+                "nothing was written",
+                # this same apply after: every set it chose (the record so far names only the earlier ones)
+                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
+            )
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
-        return state.with_entry(entry), {str(sha256(data)): data for data in originals}
+        return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
 
     def guard_said(self) -> str:
         if self.guard_installed:
@@ -528,11 +554,11 @@ class _Applying:
             return self.without_guard(state)
         if not self.guard or no_guard:
             return {}, state
-        if self.resolved.target.guard_unseen:  # written, it would be claimed and inert (audit23 W2)
+        if self.resolved.target.guard_unseen:  # written, it would be claimed and inert
             self.warn(unseen_guard_note(self.resolved.target))
             return {}, state
         several = several_vllms_refusal(self.resolved.target.root)
-        if several is not None:  # never a guard removed and the tree called applied (review 12b L4)
+        if several is not None:  # never a guard removed and the tree called applied
             raise several
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
@@ -819,7 +845,7 @@ def revert_series(
         if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
             watch.checked(result.checks)
     if result.saved:
-        said = f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}"
+        said = _saved_said(result)
         # the copies alone, never .patchkit/: the apply that usually follows records the tree there
         said += f"; `{_deleting(result.saved)}` deletes them once not wanted"
         result.warnings.append(said)
@@ -829,9 +855,24 @@ def revert_series(
     return result
 
 
+def _saved_said(result: RevertResult) -> str:
+    """Where the copies a revert kept are: the user's edits (--force), and the files it could not
+    prove stock once reversed, as they were."""
+    said = []
+    if result.saved_files:
+        said.append(f"your edits to {', '.join(result.saved_files)}")
+    if result.unproven:
+        was = "it was" if len(result.unproven) == 1 else "they were"
+        # more than a few: counted (a set's files are the revert's own line; 80 columns)
+        named = ", ".join(result.unproven) if len(result.unproven) <= 3 else f"the {len(result.unproven)} files"
+        said.append(f"{named} as {was} before the revert")
+    verb = "were" if result.saved_files or len(result.unproven) > 1 else "was"  # "your edits … were"
+    return f"{' and '.join(said)} {verb} saved under {result.saved}"
+
+
 def _deleting(saved: Path) -> str:
     """The command that deletes the copies in `saved`, and saved/ with them when they are all it
-    holds (rmdir takes an empty directory only: another run's copies stay; newuser18 5e)."""
+    holds (rmdir takes an empty directory only: another run's copies stay)."""
     shown = shlex.join(["rm", "-r", str(saved)])
     alone = [p.name for p in saved.parent.iterdir()] == [saved.name]
     return f"{shown} && {shlex.join(['rmdir', str(saved.parent)])}" if alone else shown
@@ -908,14 +949,11 @@ def _revert_locked(
     warnings += restored.notes
     unrecorded, found_only = _unrecorded(undo, patches, only, root)
     plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
-    if (
-        found_only and plan.conflicts and len(plan.conflicts) == len(plan.steps)
-    ):  # none of the unnamed sets' patches found applied
-        warnings.append(_left_unnamed(root, plan))
-        plan = Plan(root, [step for step in plan.steps if step not in plan.conflicts], view)
+    if plan.left:  # none of the unnamed sets' patches found applied: their edited files are said, and left
+        warnings.append(_left_unnamed(root, plan.left))
     unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
     if plan.conflicts and not undo.entries and not _any_applied(root, unrecorded):
-        # an edit inside a hunk of a tree never applied (new-user 20, 1): nothing to undo, nothing lost
+        # an edit inside a hunk of a tree never applied: nothing to undo, nothing lost
         return RevertResult(Outcome.NOT_APPLIED, f"nothing to revert: {_stock_said(root, patches)}", warnings=warnings)
     if plan.conflicts:
         return RevertResult(
@@ -926,8 +964,10 @@ def _revert_locked(
                 hint=_unnamed_conflict_hint(root) if undo.entries else _unrecorded_conflict_hint(root),
             ),
         )
+    unsure: list[str] = []
     if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
         restored.edited += edited_unrecorded(root, view, unrecorded, undo.installed, force=force, dry_run=dry_run)
+        unsure = unproven(root, view, unrecorded, undo.installed)
     files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
     if dry_run:
@@ -943,7 +983,7 @@ def _revert_locked(
         for note in kept
         if note.startswith(UNRECORDED_GUARD_REMOVED[0]) and note.endswith(UNRECORDED_GUARD_REMOVED[1])
     ]
-    if whole:  # said once, in the result's line (new-user 20, 4e: twice)
+    if whole:  # said once, in the result's line
         kept, removed = [note for note in kept if note not in whole], f"{removed} (no record named it)"
     warnings += kept
     if not plan.changes:
@@ -958,21 +998,35 @@ def _revert_locked(
             warnings=warnings,
             record=left,
         )
-    saved = keep_copies(root, restored.edited) if restored.edited else None
+    # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe
+    copied = restored.edited + [path for path in unsure if os.path.lexists(root / path)]
+    saved = keep_copies(root, copied) if copied else None
     modes = _recorded_modes(undo.entries, plan.changes)
     commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(files)} file(s) restored to stock{removed}",
+        f"reverted: {_reverted_said(len(files), len(unsure))}{removed}",
         files,
         checks=bytecode,
         saved=saved,
         saved_files=restored.edited,
+        unproven=[path for path in copied if path not in restored.edited],
         warnings=warnings,
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _reverted_said(count: int, unsure: int) -> str:
+    """How many files a revert wrote, and how many of them it can call stock (revert27: without a
+    RECORD, a series reversed is all it can say)."""
+    if not unsure:
+        return f"{count} file(s) restored to stock"
+    reversed_ = "the series' hunks reversed (no vLLM RECORD proves them stock)"
+    if unsure == count:
+        return f"{count} file(s) with {reversed_}"
+    return f"{count} file(s): {count - unsure} restored to stock, {unsure} with {reversed_}"
 
 
 def _any_applied(root: Path, patches: list[Patch]) -> bool:
@@ -981,7 +1035,7 @@ def _any_applied(root: Path, patches: list[Patch]) -> bool:
 
 
 def _unnamed_conflict_hint(root: Path) -> str:
-    """Review 13 M1: a set the record does not name, found applied, with a file that no longer takes
+    """A set the record does not name, found applied, with a file that no longer takes
     its reverse (edited inside a hunk): said, not left patched under "reverted"."""
     return (
         "the record does not name every set found applied, so only their series could undo them; "
@@ -989,10 +1043,10 @@ def _unnamed_conflict_hint(root: Path) -> str:
     )
 
 
-def _left_unnamed(root: Path, plan: Plan) -> str:
+def _left_unnamed(root: Path, left: list[PatchStep]) -> str:
     """A file of a set the record does not name, and none of that series found applied: neither its
     stock text nor the set's change (an edit?), so nothing tells what to undo: left, and said."""
-    files = ", ".join(sorted({f.path for step in plan.conflicts for f in step.patch.files}))
+    files = ", ".join(sorted({f.path for step in left for f in step.patch.files}))
     return (
         f"{files}: neither the stock text nor the change of a set the record does not name (your edit?): "
         f"left as it is; {stock_files_command(root, None)} puts the stock files back"
@@ -1015,7 +1069,7 @@ def _nothing_said(root: Path, undo: _Undo, only: str | None, left: State, remove
     if only is not None and not undo.entries and others:  # the other sets' files are not stock
         return f"nothing to revert: {only} is not applied (the tree records {', '.join(others)})"
     dropped = " (its record dropped)" if undo.entries else ""
-    if undo.entries:  # one set's revert speaks of its files only: the others may be applied (new-user 18, 2)
+    if undo.entries:  # one set's revert speaks of its files only: the others may be applied
         stock = f"the files of {only} are stock" if only is not None else "the tree is stock"
     else:
         stock = _stock_said(root, patches)
@@ -1142,7 +1196,7 @@ def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path)
         series = patches
     elif undo.stale:  # another release installed: the series is not this tree's
         series = []
-    else:  # a record naming some sets: the others' patches found applied go too (review 12b M2)
+    else:  # a record naming some sets: the others' patches found applied go too
         paths = {path for e in undo.entries for path in e.files}
         series = [p for p in patches if not any({f.path, f.source_path or f.path} & paths for f in p.files)]
         found_only = True
@@ -1247,7 +1301,7 @@ def _without_guard(
     since patchkit wrote it is kept, and said; a user's file `apply --guard` replaced is put back),
     and the state without it. With no guard recorded (state.json removed by hand), this patchkit's
     guard goes where its files have its very bytes, and only those. `wheel_left`: a patched wheel's
-    set is still in place, and the recorded guard holds it too (kept, review 8 L1)."""
+    set is still in place, and the recorded guard holds it too (kept)."""
     if state.entries or (wheel_left and state.guard):
         return {}, state, []
     if not state.guard:
@@ -1263,11 +1317,13 @@ def _unrecorded_guard_removed(root: Path, changes: dict[str, tuple[bytes | None,
     patchkit's (a user's own, at the guard's name) stays, and is said to."""
     if not changes:
         return []
+    infos = sorted({path.partition("/")[0] for path in changes if "/" in path})
+    whose = "this patchkit's" if dist_info() in infos or not infos else "an older patchkit's"
     if MODULE in changes:
-        what = f"({MODULE} and its dist-info)" if any("/" in path for path in changes) else f"module ({MODULE})"
-        return [f"removed this patchkit's launch guard {what}: no record named it"]
+        what = f"({MODULE} and its dist-info)" if infos else f"module ({MODULE})"
+        return [f"removed {whose} launch guard {what}: no record named it"]
     kept = f"; kept {MODULE}: not this patchkit's guard module" if os.path.lexists(root / MODULE) else ""
-    return [f"removed this patchkit's launch guard's dist-info ({dist_info()}): no record named it{kept}"]
+    return [f"removed {whose} launch guard's dist-info ({', '.join(infos)}): no record named it{kept}"]
 
 
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:

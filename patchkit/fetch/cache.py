@@ -120,7 +120,7 @@ def _remember_sound(known: tuple[bytes, str, bytes], sealed: bool) -> None:
 def cached_record(version: str) -> bytes | None:
     """The published wheel's RECORD of `version` if the cache holds it intact (the one the fetch
     took out of the wheel) under a sealed release.json, else None; no lock, no network, nothing
-    written. An unsealed record is no evidence (review 10b H2: a forged RECORD and its sha256)."""
+    written. An unsealed record is no evidence."""
     root = release_root(normalize_version(version))
     try:
         found = _record_of(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES), root.name, seal.key_id())
@@ -239,8 +239,10 @@ def read_regular(base: Path, rel: str, *, limit: int | None = None) -> bytes:
                 raise
             except OSError as e:
                 raise Damaged(f"{'/'.join(parts[: i + 1])} is not a plain directory ({e.strerror})") from None
-            os.close(directory)
-            directory = inner
+            # the outer one closed only once `directory` names the inner: an interrupt between the two
+            # must not leave the finally below closing a descriptor already closed (EBADF over the interrupt)
+            directory, outer = inner, directory
+            os.close(outer)
         try:
             fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=directory)
         except FileNotFoundError:

@@ -64,7 +64,7 @@ def states_at(names: list[str], states: list[str], width: int | None, widths: li
     """Where the patches' states stand (state_column), and whether the header names that column.
     After the widest name, unless a state there would reach the rows' last column: then past the
     rows' columns (a state under that column reads as its cell), named `state` in the header, which
-    with its rule then spans the widest row (new-user 16, 6f), where the width leaves room."""
+    with its rule then spans the widest row, where the width leaves room."""
     rows_end = INDENT + sum(widths) + COLUMN_GAP * (len(widths) - 1)
     if names and max(map(len, names)) + COLUMN_GAP + max(map(len, states)) > rows_end - widths[-1]:
         at = state_column(names, states, width, after=rows_end)

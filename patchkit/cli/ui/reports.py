@@ -39,7 +39,7 @@ STALE = "stale"  # a record an upgrade of vLLM left behind (the tree's: each not
 def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *, target: bool = True) -> None:
     """Where vLLM is and its version (`target`: a later set of the same tree says only its set),
     the set and its series in words, and the notes; `said`: the notes already said for another
-    set of this command (said once, review 8 L2), updated."""
+    set of this command (said once), updated."""
     sel = resolved.selection
     if target:
         show_target(ui, resolved)
