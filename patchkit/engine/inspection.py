@@ -250,6 +250,24 @@ STOCK_AGAIN_WORDS = (" holds its stock bytes again", " is gone, as before patchk
 EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
 
 
+def upgrade_said(problems: list[str], shown: int = 2) -> list[str]:
+    """The guard's problems; after an upgrade of vLLM under the record, the files it patched are
+    counted with the first `shown` named, not each said "changed after patchkit patched it" (the
+    upgrade replaced them, most likely): one line, not one of hundreds of characters per file."""
+    if not any(UPGRADED in problem for problem in problems):
+        return problems
+    files = [problem for problem in problems if problem.endswith(EDITED)]
+    if len(files) < 2:
+        return problems
+    names = [problem.partition(" ")[0] for problem in files]
+    more = f" +{len(names) - shown} more" if len(names) > shown else ""
+    counted = (
+        f"{len(files)} files it patched no longer hold what it wrote (replaced by the upgrade, or edited): "
+        f"{', '.join(names[:shown])}{more}"
+    )
+    return [problem for problem in problems if problem not in files] + [counted]
+
+
 def inspect(
     resolved: Resolved, *, check_upstream: bool = False, import_probe: bool = True, verifying: Sequence[Check] = ()
 ) -> TreeStatus:

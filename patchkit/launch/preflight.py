@@ -35,6 +35,7 @@ from patchkit.engine.inspection import (
     local_edit_fix,
     local_edit_said,
     record_of,
+    upgrade_said,
 )
 from patchkit.engine.resolve import Resolved
 from patchkit.launch import toolparsers
@@ -721,7 +722,7 @@ def _guard_for_launch(
 
 
 def _guard_refusal(status: TreeStatus) -> Finding:
-    return Finding(TREE, False, refusal_text(status.guard), status.guard_fix)
+    return Finding(TREE, False, refusal_text(upgrade_said(status.guard)), status.guard_fix)
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
