@@ -175,6 +175,49 @@ def test_no_comment_retells_which_trial_or_review_found_a_fault():
     assert history_told() == [], "say why the code is so; the trial or review that found it goes in the commit message"
 
 
+# A closed set of names is a StrEnum (base.enums, fleet.states, maintainer.states...), compared as its members:
+# a literal compared with a record's state, outcome or kind is a name no enum checks. argparse's action kinds are
+# the parser's own names, read from vLLM's parser (launch.serve_parser), not patchkit's.
+ENUM_ATTRIBUTES = {"state", "outcome", "kind", "level", "phase"}
+NAMES_NOT_OURS = {"launch/serve_parser.py"}
+
+
+def _string_constants(node: ast.expr) -> list[str]:
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+
+
+def literal_states(package: Path = PACKAGE) -> list[str]:
+    """file:line of each comparison of a `.state`/`.outcome`/`.kind`/... with a string literal."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if not isinstance(node, ast.Compare) or rel in NAMES_NOT_OURS:
+                continue
+            sides = [node.left, *node.comparators]
+            named = any(isinstance(s, ast.Attribute) and s.attr in ENUM_ATTRIBUTES for s in sides)
+            if named and any(_string_constants(s) for s in sides):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_a_closed_set_is_compared_as_its_enum_never_as_a_literal():
+    assert literal_states() == []
+
+
+def test_a_state_compared_with_a_literal_is_found(tmp_path):
+    package = tmp_path / "patchkit"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "def f(report, check, step, name):\n"
+        "    if report.outcome in ('ported', 'identical'):\n"
+        "        return check.state == 'conflict'\n"
+        "    return step.state == StepState.CONFLICT or name == 'conflict' or step.kind != 'rename'\n"
+    )
+    assert literal_states(package) == ["a.py:2", "a.py:3", "a.py:4"]
+
+
 def test_a_comment_that_retells_history_is_found(tmp_path):
     package = tmp_path / "patchkit"
     package.mkdir()

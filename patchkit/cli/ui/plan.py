@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from patchkit.base.enums import FileKind
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import STATE_STYLES, FittedTable, broken, fit_table, rich, visible, write_plainly
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")
 PLAN_HUNK_HEADER = ("file", "hunk", "note")  # -v
 PlanSection = tuple[str, str, list[tuple[str, ...]]]  # a patch's name, its state, its rows
-KIND_NOTES = {"add": "new file", "delete": "deleted"}
+KIND_NOTES = {FileKind.ADD: "new file", FileKind.DELETE: "deleted"}
 INDENT = 2
 COLUMN_GAP = 2
 STATE = "state"  # the header over the patches' states
@@ -169,7 +170,7 @@ def file_note(file_step: FileStep) -> str:
     fp = file_step.patch
     kind = (
         f"renamed from {visible(fp.source_path or '', field=True)}"
-        if fp.kind == "rename"
+        if fp.kind == FileKind.RENAME
         else KIND_NOTES.get(fp.kind, "")
     )
     return "; ".join(note for note in (kind, offsets_note(file_step.placements)) if note)
