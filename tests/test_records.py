@@ -685,3 +685,24 @@ def test_a_library_record_claiming_a_created_file_names_no_patch_files(run, tree
     assert done.exit_code == 2 and "--patch " not in said, said
     assert "none of the set's patches creates it" in said and "move vllm/mine.py out of the tree" in said, said
     assert mine.read_text() == "MINE = 1\n"
+
+
+@pytest.mark.parametrize(
+    "planted", ["vllm/config/spec.cpython-312-x86_64-linux-gnu.so", "vllm/config/spec/__init__.py"]
+)
+def test_a_module_planted_after_apply_that_shadows_a_patched_file_fails_status_and_the_guard(run, tree, diffs, planted):
+    """Review 15 L6: an extension module (or a package) put beside a patched file after the apply is
+    what Python imports: status said "applied", exit 0, and the guard let vLLM launch; apply refuses
+    the same tree. Now the guard refuses it, and status says so with the fix that works."""
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    (tree / planted).parent.mkdir(exist_ok=True)
+    (tree / planted).write_bytes(b"")
+    done = run("status", "--target", tree, "--patch", diffs["spec"])
+    said = " ".join(done.output.split())
+    assert done.exit_code == 1, done.output
+    assert f"{planted} is imported instead of {SPEC}: the patch never runs" in said, said
+    assert f"if {planted} is not vLLM's own, remove it" in said, said
+    assert any(f"{planted} is imported instead of {SPEC}" in problem for problem in find_problems(str(tree)))
+    (tree / planted).unlink()
+    assert find_problems(str(tree)) == []
+    assert run("status", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
