@@ -62,6 +62,7 @@ from patchkit.engine.guard import (
 from patchkit.engine.inspection import (
     TreeStatus,
     apply_of,
+    as_its_fix_leaves,
     check_context,
     chosen_sets,
     conflicting_files,
@@ -72,6 +73,7 @@ from patchkit.engine.inspection import (
     local_edit_said,
     run_checks,
     selection_of,
+    shown_name,
     stale_entries,
     stale_grouped,
     stale_note,
@@ -261,7 +263,8 @@ class _Applying:
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for names, note in stale_grouped(self.stale):  # several sets' records say the same note: said once
             them = "them" if len(names) > 1 else "it"
-            self.warn(f"{stale_said(names, note)}: {f'apply would discard {them}' if dry_run else 'discarded'}")
+            said = stale_said([shown_name(name, state) for name in names], note)
+            self.warn(f"{said}: {f'apply would discard {them}' if dry_run else 'discarded'}")
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
@@ -446,7 +449,7 @@ class _Applying:
         self.open_to_others(new_state, dry_run=False)  # a patched file kept the 0600 of the file it replaced
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
         self.show(bytecode + written_only)  # one count of the checks on the files written
-        done = f"applied {len(self.patches)} patch(es)"
+        done = _applied_said(plan)
         applied = self.result(
             Outcome.APPLIED,
             f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
@@ -661,6 +664,14 @@ def _without_stale(
     return state, stale, guard_changes, kept
 
 
+def _applied_said(plan: Plan) -> str:
+    """ "applied 1 patch(es) (3 already there)": the patches this apply wrote, not every patch of the
+    series (after one file put back, "applied 4 patch(es)" would overstate what it did)."""
+    wrote = sum(step.state == StepState.WILL_CHANGE for step in plan.steps)
+    there = len(plan.steps) - wrote
+    return f"applied {wrote} patch(es)" + (f" ({there} already there)" if there else "")
+
+
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
     stale = [r for r in result.checks or [] if r.check == pyc.NAME and r.failed]
     if stale:
@@ -690,6 +701,8 @@ class VerifyResult:
     checks: list[CheckResult]
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
+    # drifted: the failed checks that fail on what the drift's fix leaves too (the series' fault)
+    series_fails: frozenset[str] = frozenset()
 
     @property
     def conflicts(self) -> list[PatchStep]:
@@ -718,7 +731,21 @@ def verify_tree(
             (watch or Unwatched()).warning(recovered)
         status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=verifying)
         refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
-        return VerifyResult(status, _tree_checks(resolved, status, import_probe, verifying), warnings)
+        checks = _tree_checks(resolved, status, import_probe, verifying)
+        return VerifyResult(
+            status, checks, warnings, series_fails=_failing_after_the_drift_fix(resolved, status, checks)
+        )
+
+
+def _failing_after_the_drift_fix(resolved: Resolved, status: TreeStatus, checks: list[CheckResult]) -> frozenset[str]:
+    """The checks failed on a drifted tree that fail again on the files its fix (revert --force,
+    then apply) leaves: that fix does not make them pass, so it is not theirs to give."""
+    failed = tuple(sorted({r.check for r in checks if r.failed}))
+    leaves = as_its_fix_leaves(resolved, status) if status.drifted and failed and status.plan is not None else None
+    if leaves is None or status.plan is None:
+        return frozenset()
+    context = replace(check_context(resolved, status.plan, import_probe=False), read=leaves[0], read_current=leaves[0])
+    return frozenset(r.check for r in run_checks(context, failed) if r.failed)
 
 
 def refuse_unchangeable(resolved: Resolved) -> None:
