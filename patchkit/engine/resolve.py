@@ -13,6 +13,7 @@ from patchkit.base.options import Options
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import launch_refusal
+from patchkit.engine.inspection import stale_note
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
@@ -103,24 +104,53 @@ def resolve(
 
 
 def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
-    """A series whose change the tree's stock files already hold (each file as its RECORD lists it,
-    every patch found applied, no apply recorded): upstream merged it, so the set is upstream on this
-    tree, and apply and revert leave those files alone (a file that matches RECORD is stock). Not a
-    build patchkit labelled (`+patchkit.…`: a patched wheel, its RECORD lists the patched files)."""
+    """The patches of a series whose change the tree already holds with no apply of patchkit's
+    recorded (a stale record, which an upgrade of vLLM left, is none): upstream's, so apply and revert
+    leave their files alone. With the tree's RECORD their files must match it (stock, proven); with no
+    RECORD (a checkout) nothing proves stock, so the change is upstream's or a hand's, never patchkit's.
+    All of them: the set is upstream on this tree; some (the rest apply cleanly, on other files): the
+    set is the rest. Not a build patchkit labelled (its RECORD lists the patched files)."""
     if selection.kind != SelectionKind.PATCH or not selection.patches or target_mod.labelled_by_patchkit(tgt.root):
         return selection
     root = tgt.root
     paths = touched_paths(selection.patches)
     record, _why = installed_record(root, selection.version, paths)
-    if record is None or not all(_as_listed(root, path, record) for path in paths):
-        return selection  # (first: an applied tree's files differ from RECORD, and its record is not read again)
-    if read_state(root).entry(selection.set_name) is not None:
+    proven = record is not None and all(path in record.hashes for path in paths)
+    stock = {path for path in paths if record is not None and _as_listed(root, path, record)} if proven else set()
+    if proven and not stock:
+        return selection  # (first: an applied tree's files differ from RECORD, and its record is not read)
+    candidates = _unrecorded(root, selection)
+    if not candidates:
         return selection
     plan = dry_run(root, selection.patches)
-    if not plan.steps or any(step.state != StepState.ALREADY_APPLIED for step in plan.steps):
-        return selection
-    said = f"the stock files of vLLM {selection.version} already hold this set's change"
-    return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True)
+    applied = {step.patch.name for step in plan.steps if step.state == StepState.ALREADY_APPLIED}
+    held = [p for p in candidates if p.name in applied and (not proven or set(touched_paths([p])) <= stock)]
+    rest = [p for p in selection.patches if p not in held]
+    if not held or set(touched_paths(held)) & set(touched_paths(rest)):
+        return selection  # (a file both upstream's and still to patch: the series as it is, conflicts said)
+    if not rest:
+        return replace(selection, kind=SelectionKind.UPSTREAM, note=_held(selection, proven), in_stock=True)
+    names = ", ".join(p.name for p in held)
+    said = f"{_held(selection, proven, names)}; the set applies its other patches ({len(rest)} of {len(held) + len(rest)})"
+    return replace(selection, patches=rest, note=said)
+
+
+def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
+    """The series' patches no apply of patchkit's recorded on the tree: all of them with no record
+    entry for the set, or one an upgrade of vLLM made stale."""
+    entry = read_state(root).entry(selection.set_name)
+    if entry is None or stale_note(root, entry, selection.version) is not None:
+        return list(selection.patches)
+    recorded = {patch["name"] for patch in entry.patches}
+    return [p for p in selection.patches if p.name not in recorded and not set(touched_paths([p])) & set(entry.files)]
+
+
+def _held(selection: Selection, proven: bool, names: str = "") -> str:
+    """Who holds the change: the stock files (RECORD says so), or, unproven, upstream or a hand."""
+    what = f"the change of {names}" if names else "this set's change"
+    if proven:
+        return f"the stock files of vLLM {selection.version} already hold {what}"
+    return f"vLLM {selection.version}'s files already hold {what} with no apply recorded: upstream, or applied by hand"
 
 
 def in_stock_fix(version: object, patch_set: PatchSetDef | None) -> str:
