@@ -5,7 +5,6 @@ patchkit never records, or reverses, a change it did not write."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest

@@ -131,7 +131,9 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     if not rest:
         return replace(selection, kind=SelectionKind.UPSTREAM, note=_held(selection, proven), in_stock=True)
     names = ", ".join(p.name for p in held)
-    said = f"{_held(selection, proven, names)}; the set applies its other patches ({len(rest)} of {len(held) + len(rest)})"
+    said = (
+        f"{_held(selection, proven, names)}; the set applies its other patches ({len(rest)} of {len(held) + len(rest)})"
+    )
     return replace(selection, patches=rest, note=said)
 
 
