@@ -267,8 +267,12 @@ def test_a_record_of_nothing_does_nothing(patched):
     "state, says",
     [
         (b"{not json", "is not JSON"),
-        (b'{"format": 1, "entries": {"a": 1}}', "not a patchkit state record"),
-        (b'{"format": 1, "entries": [{"files": {"vllm/a.py": {"after": 7}}}]}', "without a sha256"),
+        (b'{"format": 1, "entries": {"a": 1}}', "is damaged ('entries' is not a list)"),
+        (
+            b'{"format": 1, "entries": [{"set": "s", "files": {"vllm/a.py": {"before": null, "after": 7}}}]}',
+            "7 is not a sha256",
+        ),
+        (b'{"format": 1, "chosen": "demo"}', "is damaged ('chosen' is not a list of set names)"),
         (b" " * (16 * 1024 * 1024 + 1), "larger than"),
     ],
 )
@@ -286,14 +290,11 @@ def test_a_recorded_path_out_of_the_tree_is_never_read(patched, tmp_path):
     secret.write_text("outside\n")
     (site / "vllm/link.py").symlink_to(secret)
     digest = hashlib.sha256(b"outside\n").hexdigest()
-    _write_state(
-        site,
-        {"format": 1, "entries": [{"files": {"../secret.py": {"after": digest}, "vllm/link.py": {"after": digest}}}]},
-    )
-    done = _load(site)
-    assert done.returncode != 0
-    assert "'../secret.py' is recorded with a path outside" in done.stderr
-    assert "'vllm/link.py' is recorded with a path outside" in done.stderr
+    for path, says in [("vllm/link.py", "is recorded with a path outside"), ("../secret.py", "is no relative path")]:
+        _write_state(site, {"format": 1, "entries": [{"set": "s", "files": {path: {"before": None, "after": digest}}}]})
+        done = _load(site)
+        assert done.returncode != 0
+        assert f"'{path}' {says}" in done.stderr
 
 
 def test_a_symlinked_state_is_refused(patched, tmp_path):
@@ -303,7 +304,7 @@ def test_a_symlinked_state_is_refused(patched, tmp_path):
     (site / ".patchkit/state.json").unlink()
     (site / ".patchkit/state.json").symlink_to(elsewhere)
     done = _load(site)
-    assert done.returncode != 0 and "cannot read" in done.stderr
+    assert done.returncode != 0 and "state.json is not what patchkit keeps there (a symlink" in done.stderr
 
 
 def test_a_version_the_dist_info_does_not_say_gets_no_guard(tmp_path, scratch):

@@ -272,6 +272,32 @@ def record_names_another_version(tree: Tree) -> None:
     tree.write_state(state)
 
 
+def record_chosen_a_string(tree: Tree) -> None:
+    """Review 14 L2': a record every command calls damaged (exit 2), by a hand or another tool."""
+    _applied(tree)
+    tree.write_state({**tree.state(), "chosen": SET})
+
+
+def record_of_another_format(tree: Tree) -> None:
+    _applied(tree)
+    tree.write_state({**tree.state(), "format": 2})
+
+
+def record_mode_out_of_range(tree: Tree) -> None:
+    _applied(tree)
+    state = tree.state()
+    state["entries"][0]["files"][SPEC]["mode"] = 0o4755
+    tree.write_state(state)
+
+
+def record_without_entries(tree: Tree) -> None:
+    """A record with no "entries" key (the commands read it as none): the guard judges it as they do."""
+    _applied(tree)
+    state = tree.state()
+    del state["entries"]
+    tree.write_state(state)
+
+
 def record_hash_edited(tree: Tree) -> None:
     _applied(tree)
     state = tree.state()
@@ -456,7 +482,12 @@ SYMLINKED = [
 ]
 
 # records no command acts on (exit 2, its hint to inspect or remove the record): the guard refuses
-REFUSED_RECORDS = [record_says_patchkit_created_a_stock_file]
+REFUSED_RECORDS = [
+    record_says_patchkit_created_a_stock_file,
+    record_chosen_a_string,
+    record_of_another_format,
+    record_mode_out_of_range,
+]
 
 
 CLOSED_TO_OTHERS = [
@@ -486,6 +517,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     reinstalled_same_version,
     record_lost,
     record_emptied,
+    record_without_entries,
     record_names_another_version,
     record_hash_edited,
     file_edited,

@@ -497,6 +497,8 @@ def test_verify_all_covers_every_set(run, index_of_two):
     assert 'name="first: vllm 0.16.0"' in junit.output and 'name="second: vllm 0.17.0"' in junit.output
     text = run("verify", "--patches", library, "--latest")
     assert text.exit_code == 0 and "set      first" in text.output and "set      second" in text.output
+    # new-user 21, 7a: the last line is every set's verdict, not the last set's
+    assert text.output.splitlines()[-1] == "verify: ok: all 2 sets pass on vLLM 0.17.0", text.output
 
     one = run("verify", "--patches", library, "--all", "--set", "second", "--format", "json")
     assert one.exit_code == 0 and json.loads(one.stdout)["set"] == "second"  # one set, as before
@@ -509,6 +511,9 @@ def test_verify_all_fails_when_one_sets_release_fails(run, index_of_two):
     assert result.exit_code == 1, result.output
     second = next(s for s in json.loads(result.stdout)["sets"] if s["set"] == "second")
     assert {r["vllm_version"]: r["outcome"] for r in second["releases"]}["0.17.0"] == "conflict"
+    text = run("verify", "--patches", library, "--all")
+    assert text.exit_code == 1
+    assert text.output.splitlines()[-1] == "verify: FAILED: 1 of 2 sets fail on 2 releases (second)", text.output
 
 
 def test_fetch_without_set_reads_the_files_of_every_set(library):

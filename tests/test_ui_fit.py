@@ -389,3 +389,22 @@ def test_a_plan_table_header_and_rule_span_its_rows_and_no_header_stands_alone(s
     assert len(headings) == 2 and {len(line) for line in headings} == {len(header)}, shown  # states under it
     assert all(line.endswith("apply") for line in headings), shown
     assert "offset +3" in shown and not [line for line in lines if line.strip() == "note"], shown
+
+
+NESTED = 'CHOICES = {\n    "kinds": [\n        [\n            "hunyuan_v1_dense",\n            "llama",\n        ],\n    ],\n}\n'
+
+
+@pytest.mark.parametrize("width", [60, 68, 76, 80])
+def test_a_quoted_line_of_a_conflict_is_never_wrapped_inside_its_quotes(short_tmp, scratch, width):
+    # new-user 20 4a / 21 3: `expected at line 695 '` / `"hunyuan_v1_dense",', found '...'` at 80
+    # columns read as if expected and found differed in their indentation
+    tree = write_tree(short_tmp / "site", files={SPEC: NESTED})
+    patch = make_patch(scratch, tree, {SPEC: NESTED.replace('"llama",', '"llama",\n            "deepseek",')})
+    library = write_library(short_tmp / "lib", {"0.16.0": [patch]})
+    (tree / SPEC).write_text(NESTED.replace('"hunyuan_v1_dense",', '"hunyuan_v1_dense", "mymodel",'))
+    code, shown = in_a_terminal("status", "--target", tree, "--patches", library, width=width)
+    assert code == 1, shown
+    lines = [line.strip() for line in shown.splitlines()]
+    for quoted in ("'            \"hunyuan_v1_dense\",'", '\'            "hunyuan_v1_dense", "mymodel",\''):
+        assert any(line.startswith(quoted) or f" {quoted}" in line for line in lines), (quoted, shown)
+    assert all(len(line) <= width for line in shown.splitlines()), shown

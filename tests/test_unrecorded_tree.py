@@ -419,3 +419,52 @@ def test_an_edited_hunk_of_an_unnamed_set_found_nowhere_is_left_and_said(run, tw
     said = " ".join(done.output.split())
     assert f"{CONFIG}: neither the stock text nor the change of a set the record does not name" in said, done.output
     assert (tree / PARSER).read_text() == PARSER_PY and "LIMIT = 11" in (tree / CONFIG).read_text()
+
+
+def test_apply_on_a_lost_record_refuses_an_edit_away_from_the_hunks_and_its_fix_gives_stock(
+    run, stock, tmp_path, monkeypatch
+):
+    """Review 14 L1': the record lost, a line added to a patched file away from its hunks: apply
+    recorded the edit as patchkit's original, and a later revert said "restored to stock" while the
+    file kept the edit. vLLM's RECORD says the series reversed is not stock: refused, nothing written."""
+    tree, library = stock
+    before = snapshot(tree)
+    Releases(tmp_path / "index", monkeypatch).add("0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    (tree / ROUTER).write_text("# tuned by hand\n" + (tree / ROUTER).read_text())
+    edited = snapshot(tree)
+
+    refused = run("apply", "--target", tree, "--patches", library)
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 1, refused.output
+    assert f"{ROUTER} differs from stock vLLM 0.17.1 beyond the set's change" in said, said
+    assert "cannot record it as its own; nothing was written" in said, said
+    assert (tree / ROUTER).read_bytes() == edited[ROUTER]  # the set before it is recorded, as found
+    assert [e.set_name for e in read_state(tree).entries] == ["parsers"]
+    fix = re.search(
+        r"`patchkit (revert [^`]*--force)` \(keeps a copy of the edits\), then `patchkit (apply [^`]*)`", said
+    )
+    assert fix, said
+    for command in fix.groups():
+        done = run(*command.split())
+        assert done.exit_code == 0, done.output
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0
+    assert run("revert", "--target", tree, "--patches", library).exit_code == 0
+    assert {path: data for path, data in snapshot(tree).items() if not path.startswith(".patchkit")} == before
+
+
+def test_apply_on_a_lost_record_records_the_files_it_finds_patched_so_revert_gives_stock(run, two_patch_set):
+    """Review 14 L1': the record lost and one of a set's files stock again: apply wrote that file and
+    recorded it alone, so a revert said "restored to stock" and left the other file patched."""
+    tree, library = two_patch_set
+    before = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    (tree / ROUTER).write_bytes(before[ROUTER])
+
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    assert set(read_state(tree).entry("two").files) == {ROUTER, CONFIG}
+    reverted = run("revert", "--target", tree, "--patches", library)
+    assert reverted.exit_code == 0 and "reverted: 3 file(s) restored to stock" in reverted.output, reverted.output
+    assert snapshot(tree) == before

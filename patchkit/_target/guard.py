@@ -26,6 +26,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import shlex
 import stat
 import sys
@@ -193,17 +194,17 @@ def _state_records(site: str) -> list[Record]:
     each set `.patchkit/state.json` records, and (the patched wheel's version, {}, {}) when the
     guard was installed on one."""
     path = os.path.join(site, ".patchkit", "state.json")
+    if os.path.lexists(os.path.join(site, ".patchkit")):
+        _refuse_odd_store(site)
     data = _read_json(path)
     if data is None:
         return []
-    _refuse_odd_store(site)
-    entries = data.get("entries") if isinstance(data, dict) else None
-    if not isinstance(entries, list):
-        raise TreeChanged(path + " is not a patchkit state record")
+    damage = state_damage(data)
+    if damage is not None:  # what patchkit's commands refuse as damaged (exit 2), the guard refuses
+        raise TreeChanged(path + " is damaged (" + damage + ")")
+    entries = data.get("entries", [])
     wheel = data.get("wheel")
-    if not isinstance(wheel, (str, type(None))):
-        raise TreeChanged(path + " has a wheel of the wrong shape")
-    records = [_entry_record(entry, path) for entry in entries]
+    records = [_entry_record(entry) for entry in entries]
     _refuse_created_stock_files(site, path, _created(entries))
     # the patched wheel this guard was installed on (no apply recorded): its version is what must run
     return records + ([(wheel, {}, {})] if wheel else [])
@@ -265,14 +266,22 @@ def _record_rows(path: str, paths: list[str]) -> list[tuple[str, str]]:
     return [(row[0], row[1] if len(row) > 1 else "") for row in rows if row and row[0] in wanted]
 
 
-# what patchkit keeps in .patchkit/ beside state.json, and the kind each is: any other kind (a
+# what patchkit keeps in .patchkit/ (itself a directory), and the kind each is: any other kind (a
 # symlink, a directory for a file) is a hand repair every command refuses (exit 2), so the guard does
-_STORE_KINDS = {"journal.json": stat.S_ISREG, "objects": stat.S_ISDIR, "saved": stat.S_ISDIR}
+# (patchkit.store.state.check_meta_dir; the lock may be a directory: the lock refuses that itself)
+_STORE_KINDS = {
+    "": stat.S_ISDIR,
+    "state.json": stat.S_ISREG,
+    "journal.json": stat.S_ISREG,
+    "objects": stat.S_ISDIR,
+    "saved": stat.S_ISDIR,
+    "lock": lambda mode: stat.S_ISREG(mode) or stat.S_ISDIR(mode),
+}
 
 
 def _refuse_odd_store(site: str) -> None:
     for name, kind in _STORE_KINDS.items():
-        path = os.path.join(site, ".patchkit", name)
+        path = os.path.join(site, ".patchkit", name) if name else os.path.join(site, ".patchkit")
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -289,27 +298,156 @@ def _read_json(path: str) -> Any:
     if raw is None:
         return None
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_int=_bounded_int)
         json.dumps(data, ensure_ascii=False).encode()  # a lone surrogate escape is no path: malformed
         return data
     except (ValueError, RecursionError):
         raise TreeChanged(path + " is not JSON") from None
 
 
-def _entry_record(entry: object, origin: str) -> Record:
-    files = entry.get("files") if isinstance(entry, dict) else None
-    version = entry.get("vllm_version") if isinstance(entry, dict) else None
-    if not isinstance(files, dict) or not isinstance(version, (str, type(None))):
-        raise TreeChanged(origin + " has an entry of the wrong shape")
-    expected: dict[str, str | None] = {}
-    before: dict[str, str | None] = {}
-    for rel, shas in files.items():
-        after = shas.get("after") if isinstance(shas, dict) else 0
-        if not (after is None or (isinstance(after, str) and len(after) == 64)):
-            raise TreeChanged(origin + " records " + repr(rel) + " without a sha256")
-        expected[rel] = after
-        if isinstance(shas, dict) and "before" in shas and _digest_or_none(shas["before"]):
-            before[rel] = shas["before"]
+def _bounded_int(text: str) -> int:
+    """An integer as Python 3.11+ parses JSON's (patchkit.base.fsutil.load_json_text): more digits are
+    malformed on every Python the guard runs on."""
+    if len(text) > 4300:
+        raise ValueError("an integer of " + str(len(text)) + " digits")
+    return int(text)
+
+
+# -- state.json's shape, by patchkit.store.state.parse_state's rules (tests/test_guard_state.py holds
+# the two to the same verdict): a record every command refuses as damaged is refused at a launch too
+
+STATE_FORMAT = 1
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+# PEP 440's version syntax (packaging.version.Version, which this stdlib-only module cannot import)
+_VERSION = re.compile(
+    r"\s*v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*(?:[._-]?(?:alpha|a|beta|b|preview|pre|c|rc)[._-]?[0-9]*)?"
+    r"(?:-[0-9]+|[._-]?(?:post|rev|r)[._-]?[0-9]*)?(?:[._-]?dev[._-]?[0-9]*)?(?:\+[a-z0-9]+(?:[._-][a-z0-9]+)*)?\s*",
+    re.IGNORECASE | re.ASCII,
+)
+_GUARD_FILE = re.compile(
+    r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info/(?:METADATA|RECORD|INSTALLER|entry_points\.txt)"
+)
+_STARTUP_HOOKS = ("sitecustomize", "usercustomize", "_distutils_hack")
+_MAX_CHOSEN, _MAX_PATCH_PATH = 256, 4096
+
+
+def state_damage(data: object) -> str | None:
+    """Why a state.json value is no record patchkit wrote (what its commands call it damaged for),
+    or None."""
+    if not isinstance(data, dict):
+        return "a " + type(data).__name__ + ", not an object"
+    if data.get("format") != STATE_FORMAT:
+        return "unknown state format " + repr(data.get("format"))
+    entries = data.get("entries", [])
+    if not isinstance(entries, list):
+        return "'entries' is not a list"
+    if not isinstance(data.get("no_guard", False), bool):
+        return "'no_guard' is not true or false"
+    guard, replaced = data.get("guard", {}), data.get("guard_replaced", {})
+    found = _guard_damage(guard) or _guard_damage(replaced)
+    if found is None and not set(replaced) <= set(guard):
+        found = "'guard_replaced' names a file its guard record does not"
+    for entry in entries:
+        found = found or _entry_damage(entry)
+    found = found or _chosen_damage(data.get("chosen"), "chosen") or _chosen_damage(data.get("reverted"), "reverted")
+    wheel = data.get("wheel")
+    if found is None and wheel is not None and not (isinstance(wheel, str) and len(wheel) <= 200):
+        return "'wheel' is not a vLLM version"
+    if found is None and wheel is not None and not _VERSION.fullmatch(wheel):
+        return "'wheel' is " + repr(wheel) + ", not a vLLM version"
+    return found
+
+
+def _guard_damage(guard: object) -> str | None:
+    if not isinstance(guard, dict):
+        return "'guard' is not an object"
+    for path, digest in guard.items():
+        if not (isinstance(path, str) and _GUARD_FILE.fullmatch(path)):
+            return "its guard record names " + repr(path) + ", which is no file of patchkit's launch guard"
+        version = path.partition("/")[0][len("patchkit_guard-") : -len(".dist-info")] if "/" in path else "0"
+        if not _VERSION.fullmatch(version):
+            return "its guard record names " + repr(path) + ", whose version " + repr(version) + " is no version"
+        if not _is_digest(digest):
+            return repr(digest) + " is not a sha256 hex digest"
+    if len({path.partition("/")[0] for path in guard if "/" in path}) > 1:
+        return "its guard record names several guard distributions; patchkit writes one"
+    return None
+
+
+def _is_digest(value: object) -> bool:
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
+
+
+def _entry_damage(entry: object) -> str | None:
+    if not isinstance(entry, dict):
+        return "an entry is not an object"
+    kinds = {"set": (str,), "vllm_version": (str, type(None)), "release": (str, type(None)), "applied_at": (str,)}
+    for key, kind in kinds.items():
+        if (key in entry or key == "set") and not isinstance(entry.get(key), kind):
+            return "'" + key + "' is missing or of the wrong type"
+    patches = entry.get("patches", [])
+    if not isinstance(patches, list):
+        return "'patches' is missing or of the wrong type"
+    for patch in patches:
+        if not (isinstance(patch, dict) and isinstance(patch.get("name"), str)):
+            return "a recorded patch has no name"
+        if not _is_digest(patch.get("sha256")):
+            return repr(patch.get("sha256")) + " is not a sha256 hex digest"
+        if not _is_absolute(patch.get("path", "/")):
+            return "a recorded patch's path is not an absolute path"
+    if not _is_absolute(entry.get("library", "/")):
+        return "a recorded library is not an absolute path"
+    files = entry.get("files")
+    if not isinstance(files, dict):
+        return "'files' is missing or of the wrong type"
+    for path, shas in files.items():
+        found = _file_damage(path, shas)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_absolute(where: object) -> bool:
+    return isinstance(where, str) and where.startswith("/") and len(where) <= _MAX_PATCH_PATH and where.isprintable()
+
+
+def _file_damage(path: object, shas: object) -> str | None:
+    if not isinstance(path, str):
+        return "a path is " + type(path).__name__ + ", not text"
+    parts = path.split("/")
+    unsafe = not path or "\\" in path or "\x00" in path or path.startswith("/") or re.match(r"[A-Za-z]:", path)
+    if unsafe or any(part in ("", ".", "..") for part in parts):
+        return "the recorded path " + repr(path) + " is no relative path inside the tree"
+    if parts[0] in _STARTUP_HOOKS or not parts[0].isidentifier() or len(parts) < 2 or "__pycache__" in parts:
+        return "the recorded path " + repr(path) + " is not a package file patchkit records"
+    if not isinstance(shas, dict) or not {"before", "after"} <= set(shas):
+        return path + ": 'before' and 'after' hashes are required"
+    for digest in (shas["before"], shas["after"]):
+        if digest is not None and not _is_digest(digest):
+            return repr(digest) + " is not a sha256 hex digest"
+    mode = shas.get("mode", 0)
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+        return path + ": 'mode' " + repr(mode) + " is not a file's permission bits (0 to 0o777)"
+    return None
+
+
+def _chosen_damage(chosen: object, key: str) -> str | None:
+    if chosen is None:
+        return None
+    if not isinstance(chosen, list) or len(chosen) > _MAX_CHOSEN:
+        return "'" + key + "' is not a list of set names"
+    for name in chosen:
+        if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
+            return "'" + key + "' names " + repr(name) + ", which is no set name"
+    return None
+
+
+def _entry_record(entry: dict) -> Record:
+    """An entry's record (its shape checked by state_damage)."""
+    files = entry["files"]
+    expected = {rel: shas["after"] for rel, shas in files.items()}
+    before = {rel: shas["before"] for rel, shas in files.items()}  # None: patchkit created it
+    version = entry.get("vllm_version")
     return version, expected, before
 
 

@@ -52,6 +52,7 @@ from patchkit.tree.target import stock_files_command
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
 
+    from patchkit._target.guard import Verdict
     from patchkit.checks import Check, CheckContext, CheckResult, Reader
     from patchkit.engine.resolve import Resolved
     from patchkit.series.library import PatchSetDef, Release
@@ -110,6 +111,9 @@ class TreeStatus:
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
     # of vLLM), every recorded file: apply records them again
     all_stock_again: bool = False
+    # the guard refuses recorded files only for holding their originals again, some of them: apply
+    # patches those again (how many)
+    some_stock_again: int = 0
     lost: list[str] = field(default_factory=list)  # recorded patches a drifted file no longer holds
     record: State | None = None  # the tree's record as inspect read it (None: not read)
     # the sets the record chose, where fewer than the library's (else none): a drift's fix applies those
@@ -180,6 +184,9 @@ class TreeStatus:
             )
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
+        if self.some_stock_again:  # new-user 21, 4: not "records the tree as it is": it patches them again
+            files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
+            return f"run {self.apply_chosen} (it patches {files} again)"
         return f"run {self.apply_recorded} (it records the tree as it is, or drops what no longer applies)"
 
     @property
@@ -233,6 +240,7 @@ class TreeStatus:
 
 
 UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
+STOCK_AGAIN_WORDS = (" holds its stock bytes again", " is gone, as before patchkit created it")  # the guard's words
 EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
 
 
@@ -389,6 +397,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
     missing = missing_guard(root, state)
     return {
         "all_stock_again": verdict.whole and len(refused) == 1,
+        "some_stock_again": _stock_again_only(refused, verdict),
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
@@ -402,6 +411,13 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "guard_missing": missing,
         "symlink_fix": _symlink_fix(root, refused, state),
     }
+
+
+def _stock_again_only(refused: list[str], verdict: Verdict) -> int:
+    """How many files the guard refuses, when it refuses only recorded files holding their
+    originals again (some, not all: all is one line of its own); else 0."""
+    said = {rel + words for rel in verdict.stock_again for words in STOCK_AGAIN_WORDS}
+    return len(refused) if refused and not verdict.whole and set(refused) <= said else 0
 
 
 def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | None:

@@ -87,7 +87,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
@@ -237,6 +237,8 @@ class _Applying:
     chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
     judge_guard: bool = True  # say what the guard still refuses (False: a later set of this run will)
     found_recorded: bool = False  # the series was found applied with no record of it: now recorded
+    # the set's patches found applied with no record of them: their entry and originals (digest -> bytes)
+    found: tuple[Entry | None, dict[str, bytes]] = (None, {})
     guard_refuses: tuple[list[str], str] | None = None  # what the guard still refuses once applied, and its fix
 
     def warn(self, text: str) -> None:
@@ -283,6 +285,7 @@ class _Applying:
             )
         shadow.refuse(root, self.patches)  # else the patch would never be what runs
         self.refuse_writing_under_later_sets(state, plan.changed_paths)
+        self.found = self.found_unrecorded(plan)
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
         preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
@@ -461,10 +464,12 @@ class _Applying:
         state = self.state
         for name in self.stale:  # describes files an upgrade of vLLM replaced
             state = state.without(name)
-        entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name))
+        found, originals = self.found  # the set's files already patched, with no record of them
+        entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name) or found)
         guard_changes, new_state = self.with_guard(state.with_entry(entry).with_chosen(self.chosen))
         self.keep_replaced_guard()
         changes = {**plan.changes, **guard_changes}
+        save_originals(root, originals)  # before the record that names them
         return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins), new_state
 
     def settle_record(self, *, dry_run: bool = False) -> bool:
@@ -495,20 +500,40 @@ class _Applying:
 
     def found_applied(self, state: State) -> tuple[State, dict[str, bytes]]:
         """A series found applied that the tree does not record (its .patchkit/ lost or emptied, the
-        patches applied by hand) is recorded as found: a revert and the guard then know its files.
-        Its originals are what reverse-applying the series gives (digest -> bytes, for the store).
-        A patched wheel's files are its provenance's, not an apply's: left to it."""
-        root = self.resolved.target.root
-        if state.entry(self.resolved.set_name) is not None or has_provenance(root):
+        patches applied by hand) is recorded as found (found_unrecorded): a revert and the guard then
+        know its files. Its originals: digest -> bytes, for the store."""
+        found, originals = self.found
+        if found is None or state.entry(self.resolved.set_name) is not None:
             return state, {}
-        undo = plan_revert(root, self.patches)
-        if undo.conflicts or not undo.changes:
-            return state, {}
-        found = {path: (original, now) for path, (now, original) in undo.changes.items()}
         self.found_recorded = True
-        entry = self.resolved.apply_record(found, None)
+        return state.with_entry(found), originals
+
+    def found_unrecorded(self, plan: Plan) -> tuple[Entry | None, dict[str, bytes]]:
+        """The set's patches `plan` finds applied with no record of the set: the entry that records
+        them, with the originals that reversing them gives (digest -> bytes). An original vLLM's RECORD
+        does not list as stock is an edit since, not patchkit's: refused, nothing written (review 14
+        L1': else a revert restores the edit and calls it stock). A patched wheel's files are its
+        provenance's, not an apply's: left to it."""
+        root, name = self.resolved.target.root, self.resolved.set_name
+        stale = self.state.entry(name) is not None and name in self.stale
+        if (self.state.entry(name) is not None and not stale) or has_provenance(root):
+            return None, {}
+        applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
+        undo = plan_revert(root, applied)
+        if not applied or undo.conflicts or not undo.changes:
+            return None, {}
+        found = {path: (original, now) for path, (now, original) in undo.changes.items()}
+        edited = unlike_stock(root, self.resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
+        if edited:
+            raise Drift(
+                f"{edited[0]} differs from stock vLLM {self.resolved.vllm_version} beyond the set's change (your "
+                f"edit?): the tree records no apply of {name}, so patchkit cannot record it as its own; "
+                "nothing was written",
+                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then "
+                f"{apply_of(chosen_sets(self.state, self.resolved.vllm_version))}",
+            )
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
-        return state.with_entry(entry), {str(sha256(data)): data for data in originals}
+        return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
 
     def guard_said(self) -> str:
         if self.guard_installed:

@@ -47,6 +47,19 @@ def edited_unrecorded(
     return edited
 
 
+def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:
+    """Of the originals a series reversed gives (path -> bytes, None: a file it created), those vLLM's
+    RECORD lists with other bytes: not stock, so not what patchkit's apply found (an edit since)."""
+    record = _tree_record(root, installed, sorted(originals))
+    if record is None:  # nothing tells stock: the series reversed is all there is
+        return []
+    return [
+        path
+        for path, data in sorted(originals.items())
+        if path in record.hashes and (data is None or not record.matches(path, data))
+    ]
+
+
 def _tree_record(root: Path, installed: Version | None, paths: list[str]) -> Record | None:
     found = find_record(root, installed)
     if found is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -95,7 +96,7 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     plain, dotted = _dotted_objects(_renamed(args, release))
     parser = _parser(spec.release, serve, values=spec.exact)
     parsed = _bounded(plain + [a for key, value in dotted.items() for a in (key, json.dumps(value))])
-    both, unread = _parsed(parser, parsed, spec)
+    both, unread = _parsed(parser, parsed, spec, typed=args)
     given = _given_plainly(parser, plain, spec) if dotted else {}
     notes = tuple(
         f"{_option(dest)} is given as JSON and key by key: vLLM keeps only the key-by-key object "
@@ -395,9 +396,43 @@ def _parser(release: str, serve: bool, *, values: bool = True) -> argparse.Argum
     return parser
 
 
-def _parsed(parser: argparse.ArgumentParser, args: list[str], spec: Spec) -> tuple[dict[str, object], list[str]]:
-    """The options read, and (a lenient spec) the arguments it does not know."""
-    if spec.exact:
-        return dict(vars(parser.parse_args(args))), []
+def _parsed(
+    parser: argparse.ArgumentParser, args: list[str], spec: Spec, typed: list[str] | None = None
+) -> tuple[dict[str, object], list[str]]:
+    """The options read, and (a lenient spec) the arguments it does not know. The exact spec
+    refuses those, as vLLM does, naming the words as `typed` (before the rewrite), not as rewritten."""
     namespace, unread = parser.parse_known_args(args)
+    if spec.exact and unread:
+        words = _as_typed(unread, typed or args, Version(spec.release))
+        joined = next((w for w in words if w.startswith("-") and " " in w), None)
+        raise BadInput(
+            f"vLLM's `{parser.prog}` parser refuses the command: unrecognized arguments: "
+            + " ".join(map(shlex.quote, words)),
+            hint=_one_word_hint(joined) if joined else None,
+        )
     return dict(vars(namespace)), unread
+
+
+def _as_typed(unread: list[str], typed: list[str], release: Version) -> list[str]:
+    """The words of `typed` that the rewritten arguments argparse did not know came from (new-user
+    21, 5: not `--speculative-config {"method":...` cut at a dot and joined to the next word)."""
+    renamed = {arg: _renamed([arg], release) for arg in typed}
+    words: list[str] = []
+    for word in unread:
+        exact = [arg for arg, new in renamed.items() if new == [word]]
+        dotted = [arg for arg, new in renamed.items() if word.startswith("-") and new[0].startswith(word + ".")]
+        for arg in exact[:1] or dotted or ([] if _a_dotted_value(word, unread) else [word]):
+            words += [] if arg in words else [arg]
+    return words
+
+
+def _a_dotted_value(word: str, unread: list[str]) -> bool:
+    """`word` is the JSON a dotted option's keys were merged into, after that option (said by it)."""
+    at = unread.index(word)
+    return at > 0 and unread[at - 1].startswith("-") and word.startswith("{")
+
+
+def _one_word_hint(word: str) -> str:
+    """The fix of an option and its value quoted together (one word to the shell: `"--opt {...}"`)."""
+    name, value = word.split(" ", 1)
+    return f"{name} and its value reached vLLM as one word (quoted together): quote the value alone, `{name} {shlex.quote(value.strip())}`"

@@ -180,6 +180,26 @@ def _show_releases(
             if several_sets:
                 ui.line(f"set      {name}", style="bold")
             reports.verdict_of_releases(ui, results)
+        if several_sets:
+            _total_of_sets(ui, by_set)
+
+
+def _total_of_sets(ui: UI, by_set: dict[str, list[release_check.ReleaseResult]]) -> None:
+    """The last line of releases verified for several sets: all of them (new-user 21, 7a: a CI
+    log's last line named the last set's verdict alone), the sets that failed first."""
+    outcomes = {name: release_check.overall_outcome(results) for name, results in by_set.items()}
+    versions = sorted({r.version for results in by_set.values() for r in results})
+    on = f"vLLM {versions[0]}" if len(versions) == 1 else f"{len(versions)} releases"
+    failed = [name for name, outcome in outcomes.items() if outcome == Outcome.CHECK_FAILED]
+    refused = [name for name, outcome in outcomes.items() if outcome == Outcome.UNSUPPORTED]
+    if failed:
+        ui.verdict(
+            f"verify: FAILED: {len(failed)} of {len(outcomes)} sets fail on {on} ({', '.join(failed)})", ok=False
+        )
+    elif refused:
+        ui.verdict(f"verify: not covered: {len(refused)} of {len(outcomes)} sets ({', '.join(refused)})", ok=False)
+    elif outcomes:
+        ui.verdict(f"verify: ok: all {len(outcomes)} sets pass on {on}", ok=True)
 
 
 def _matrix_of_sets(by_set: dict[str, list[release_check.ReleaseResult]]) -> Matrix:

@@ -100,7 +100,8 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
     than a line is kept whole on a line of its own, or (`shorten`) a name broken after a / _ or -
     (broken); a `command` in backquotes is kept on one line (it is copied from there) unless no
     line holds it: then broken between its words with shell continuations (` \\`), so it pastes
-    as the one command. Without a width (piped): one line, never wrapped."""
+    as the one command; a quoted text that a line holds is never wrapped inside its quotes.
+    Without a width (piped): one line, never wrapped."""
     if width is None:
         return [" " * first + text]
     room = max(width - max(first, indent), 10)
@@ -108,6 +109,8 @@ def fitted(text: str, width: int | None, *, first: int = 0, indent: int = 2, sho
     words = re.compile(_COMMAND).sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
     # a short aside "(-v shows each)" is read as one: never wrapped inside its parentheses
     words = re.compile(_ASIDE).sub(lambda m: _kept_whole(m.group(), min(ASIDE_ROOM, room)), words)
+    # a quoted text ('    "x",' as found in a file) is never wrapped inside: its spaces are what it says
+    words = re.compile(_QUOTED).sub(lambda m: _kept_whole(m.group(), room), words)
     lines = _wrapped(words, width, first, indent, shorten=shorten)
     return [line.replace(_KEPT_SPACE, " ") for line in lines] or [""]
 
@@ -235,6 +238,7 @@ def _shell_words(command: str) -> list[str]:
 
 _COMMAND = r"`[^`]*`"
 _ASIDE = r"\([^()]*\)[,;:.]?"
+_QUOTED = r"""(?<![\w'"])(?:'[^'\n]*'|"[^"\n]*")(?![\w'"])[,;:.]?"""
 ASIDE_ROOM = 40  # the widest aside kept on one line; a longer one wraps at its spaces
 _KEPT_SPACE = "\ue000"  # not whitespace to textwrap (a no-break space is)
 

@@ -1,0 +1,159 @@
+"""The launch guard judges state.json's shape as patchkit's commands do (review 14 L2'): a record
+`status`, `preflight` and `revert` refuse as damaged (exit 2) is refused at a launch, and one they
+read is one the guard reads. The guard cannot import patchkit (it runs in vLLM's interpreter), so
+its rules are its own copy of patchkit.store.state.parse_state's; this holds the two to one verdict
+on records mutated at every place, with values of every JSON kind."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from patchkit._target.guard import state_damage
+from patchkit.base.errors import BadInput
+from patchkit.store.state import parse_state
+
+DIGEST = "ab" * 32
+INFO = "patchkit_guard-0.1.0.dist-info"
+VALID = {
+    "format": 1,
+    "entries": [
+        {
+            "set": "demo",
+            "vllm_version": "0.16.0",
+            "release": "0.16.0",
+            "applied_at": "2026-01-01T00:00:00+00:00",
+            "patches": [{"name": "0001.patch", "sha256": DIGEST, "path": "/lib/0001.patch"}],
+            "library": "/lib",
+            "files": {"vllm/config/spec.py": {"before": DIGEST, "after": "cd" * 32, "mode": 0o644}},
+        }
+    ],
+    "guard": {"patchkit_guard.py": DIGEST, f"{INFO}/RECORD": DIGEST},
+    "guard_replaced": {"patchkit_guard.py": DIGEST},
+    "chosen": ["demo"],
+    "reverted": ["other"],
+    "wheel": "0.16.0",
+    "no_guard": False,
+}
+
+# values that are near the rules' edges (the right kind, the wrong length, a version, a path...)
+EDGE_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    2,
+    1.0,
+    -1,
+    0o777,
+    0o1000,
+    "",
+    "x",
+    "demo",
+    DIGEST,
+    DIGEST.upper(),
+    "ab" * 31,
+    "0.16.0",
+    "v1.0rc1.post2.dev3+cu129",
+    "1.0-1",
+    "abc",
+    "1..0",
+    " 1.0 ",
+    "1.0+",
+    "/abs",
+    "/ctl\x07",
+    "vllm/x.py",
+    "vllm/__pycache__/x.pyc",
+    "sitecustomize/x.py",
+    "../x.py",
+    "vllm//x.py",
+    "vllm/./x",
+    "C:/x.py",
+    "x.py",
+    "1vllm/x.py",
+    "patchkit_guard.py",
+    f"{INFO}/METADATA",
+    "patchkit_guard-abc.dist-info/RECORD",
+    "patchkit_guard-0.2.dist-info/RECORD",
+    "\u2028",
+    [],
+    {},
+    ["demo"],
+    [1],
+    ["x" * 201],
+    ["demo"] * 257,
+]
+EDGES = st.sampled_from(EDGE_VALUES)
+JSON = st.recursive(
+    EDGES | st.text(max_size=8) | st.integers(),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=6) | EDGES.filter(lambda v: isinstance(v, str)), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _places(value: object, at: tuple = ()) -> list[tuple]:
+    """Every place in a record a mutation can put a value (each key's value, each list item) or a key."""
+    found = [at]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _places(item, (*at, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _places(item, (*at, index))
+    return found
+
+
+PLACES = _places(VALID)
+
+
+def _mutated(place: tuple, value: object, as_key: bool, drop: bool) -> object:
+    record = copy.deepcopy(VALID)
+    if not place:
+        return value
+    parent = record
+    for step in place[:-1]:
+        parent = parent[step]
+    last = place[-1]
+    if drop and isinstance(parent, dict):
+        del parent[last]
+    elif as_key and isinstance(parent, dict) and isinstance(value, str):
+        parent[value] = parent.pop(last)
+    else:
+        parent[last] = value
+    return record
+
+
+def _commands_refuse(record: object) -> bool:
+    try:
+        parse_state(json.dumps(record).encode(), Path("/t/.patchkit/state.json"))
+    except BadInput:
+        return True
+    return False
+
+
+def test_the_valid_record_is_read_by_both():
+    assert not _commands_refuse(VALID) and state_damage(VALID) is None
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.sampled_from(PLACES), JSON, st.booleans(), st.booleans())
+def test_the_guard_refuses_exactly_the_records_the_commands_call_damaged(place, value, as_key, drop):
+    record = _mutated(place, value, as_key, drop)
+    assert (state_damage(record) is not None) == _commands_refuse(record), (record, state_damage(record))
+
+
+def test_each_edge_value_at_each_place_gets_one_verdict():
+    """Every edge value at every place, as a value and as a key: no sample left to chance."""
+    for place in PLACES:
+        for value in EDGE_VALUES:
+            for as_key in (False, True):
+                record = _mutated(place, value, as_key, False)
+                assert (state_damage(record) is not None) == _commands_refuse(record), (place, value, as_key)
