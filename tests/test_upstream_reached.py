@@ -154,3 +154,28 @@ def test_verify_of_a_release_fixing_one_file_judges_its_stock_files_and_says_wha
     assert "0.99.0" in release["hint"] and "without 0001-change.patch" in release["hint"], release
     text = verify(two_parsers, "0.99.0", "text")
     assert "not judged" not in text.output and "the stock files of 0.99.0 already hold" in text.output, text.output
+
+
+def test_a_dev_build_patched_with_vllm_version_is_judged_as_it_was_applied(run, tree, scratch, tmp_path):
+    """audit23b N2: `apply --vllm-version 0.16.0` on a 0.17.0.dev5 build (the fix patchkit gives
+    there); status and verify then judged the series a dry run picks for 0.17.0.dev5 instead."""
+    spec, model = make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: EAGLE_MODEL})
+    library = write_library(
+        scratch / "lib",
+        {"0.16.0": [spec, model], "0.17.0": [spec]},
+        versions={"0.16.0": ">=0.16.0,<0.17.0", "0.17.0": ">=0.17.0"},
+        upstream=None,
+    )
+    site = tmp_path / "dev"
+    pip_install(site, "0.17.0.dev5+gabc1234", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    applied = run("apply", "--target", site, "--patches", library, "--vllm-version", "0.16.0")
+    assert applied.exit_code == 0, applied.output
+
+    status = run("status", "--target", site, "--patches", library, "--format", "json")
+    said = json.loads(status.stdout)
+    assert (said["state"], said["series"], len(said["patches"])) == ("applied", "0.16.0", 2), status.stdout
+    assert "patched with --vllm-version 0.16.0" in run("status", "--target", site, "--patches", library).output
+    verified = run("verify", "--target", site, "--patches", library)
+    assert verified.exit_code == 0, verified.output
+    assert run("revert", "--target", site, "--patches", library).exit_code == 0
+    assert files_of(site) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}

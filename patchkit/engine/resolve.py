@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.base import hints
 from patchkit.base.enums import SelectionKind, StepState
 from patchkit.base.errors import NoPatchSet, TargetError
@@ -25,8 +27,6 @@ from patchkit.tree.version import DetectedVersion
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from packaging.version import Version
 
     from patchkit.distinfo.installed_wheel import Provenance
     from patchkit.distinfo.record import Record
@@ -98,9 +98,29 @@ def resolve(
     if sets is None:
         sets = library.load_library(library.locate(opts.library).path)
     patch_set = library.choose_set(sets, opts.set_name)
+    detected, notes = _as_applied(tgt, patch_set.name, detected)
     selection = _upstream_in_stock(tgt, _selection(tgt, patch_set, detected))
-    notes = [selection.note] if selection.note else []
+    notes += [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)
+
+
+def _as_applied(tgt: Target, set_name: str, detected: DetectedVersion) -> tuple[DetectedVersion, list[str]]:
+    """A build between releases patched with `--vllm-version R` (the fix patchkit gives where no
+    series fits it): its record says R, and the set is judged as R was applied, not by the series
+    a dry run would pick now. Not a record an upgrade of vLLM made stale; only on such builds."""
+    if detected.source == "--vllm-version" or not library.between_releases(detected.version):
+        return detected, []
+    entry = read_state(tgt.root).entry(set_name)
+    if entry is None or not entry.vllm_version or entry.vllm_version == str(detected.version):
+        return detected, []
+    try:
+        applied = Version(entry.vllm_version)
+    except InvalidVersion:  # the record is read back from the tree: said by status, not trusted here
+        return detected, []
+    if stale_note(tgt.root, entry, detected.version) is not None:
+        return detected, []
+    said = f"vLLM {detected.version} was patched with --vllm-version {applied}: judged as {applied}"
+    return DetectedVersion(applied, "the record of `apply --vllm-version`"), [said]
 
 
 def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:

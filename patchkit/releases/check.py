@@ -686,7 +686,9 @@ def _verify_partly_in_stock(resolved: Resolved, series: Selection, clock: _Clock
     held = ", ".join(p.name for p in series.patches if p not in resolved.patches)
     whole = replace(resolved, selection=replace(resolved.selection, patches=series.patches))
     with clock("checks"):
-        judged = registry.run_checks(check_context(whole, dry_run(root, series.patches), on_disk=True), [behaviour.CHECK])
+        judged = registry.run_checks(
+            check_context(whole, dry_run(root, series.patches), on_disk=True), [behaviour.CHECK]
+        )
     rest = _verify_patched(resolved, clock)
     detail = f"the stock files of {version} already hold {held}'s change"
     hint = f"upstream merged {held} in {version}: give {version} a series without {held} (apply patches the rest)"
