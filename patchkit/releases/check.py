@@ -60,8 +60,8 @@ from patchkit.engine.inspection import TreeStatus, check_context, inspect
 from patchkit.engine.operations import ApplyResult, apply_series, revert_series
 from patchkit.engine.resolve import Resolved, in_stock_fix, resolve
 from patchkit.releases.files import lay_out, needed_files
-from patchkit.series.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.series import dry_run
+from patchkit.series.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.series.plan import Plan, plan_revert
 from patchkit.store.state import META_DIR
 from patchkit.tree.version import in_range
