@@ -5,6 +5,7 @@ patchkit never records, or reverses, a change it did not write."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,11 @@ from helpers import (
     SPEC,
     SPEC_PY,
     Releases,
+    cli_runner,
     make_patch,
     patched_spec,
     pip_install,
+    release_of,
     verify,
     write_library,
     write_tree,
@@ -179,3 +182,30 @@ def test_a_dev_build_patched_with_vllm_version_is_judged_as_it_was_applied(run, 
     assert verified.exit_code == 0, verified.output
     assert run("revert", "--target", site, "--patches", library).exit_code == 0
     assert files_of(site) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
+
+
+def test_the_conflict_fix_verify_prints_for_an_open_ended_set_works_as_printed(tmp_path, monkeypatch, scratch, tree):
+    """audit23b N3: `verify --latest` on a release where the open-ended set conflicts printed
+    `patchkit port … --from 0.16.0 --to V`, which refused ("the library already has a series for
+    V"). As printed, it now ports into a new entry and narrows the open range to end before V."""
+    library = write_library(
+        scratch / "lib",
+        {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]},
+        versions={"0.16.0": ">=0.16.0"},
+        upstream=None,
+    )
+    releases = Releases(tmp_path / "index", monkeypatch)
+    releases.add("0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    releases.add("0.99.0", {SPEC: SPEC_PY.replace('"llama"', '"llama3"'), MODEL: MODEL_PY})  # in 0001's context
+    conflict = release_of(verify(library, "0.99.0"))
+    assert conflict["outcome"] == "conflict", conflict
+    fix = conflict["hint"].split("`")[1]
+    assert fix.startswith("patchkit port "), conflict["hint"]
+
+    ported = cli_runner()(*shlex.split(fix)[1:])
+    assert ported.exit_code == 0, ported.output
+    manifest = (library / "demo" / "set.toml").read_text()
+    assert 'versions = ">=0.16.0,<0.99.0"' in manifest and 'versions = ">=0.99.0"' in manifest, manifest
+    for version, series in (("0.99.0", "0.99.0"), ("0.16.0", "0.16.0")):
+        done = release_of(verify(library, version))
+        assert (done["outcome"], done["series"]) == ("patched", series), done

@@ -620,11 +620,6 @@ STOCK_BEHAVIOUR = ("passes", "fails", "not judged")
 def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResult) -> ReleaseResult:
     """A conflict: the stock files changed. The set's behaviour test on them says whether the change
     may be upstream's fix (an open-ended set's range then closes) or the series needs porting."""
-    judged = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])
-    if not judged:
-        return conflict
-    stock = judged[0]
-    said = replace(stock, message=f"stock: {stock.message}", level=WARNING)  # the conflict is the failure
     version, changed = conflict.version, f"the stock files changed ({conflict.detail})"
     release = resolved.selection.release
     port = hints.command(
@@ -635,6 +630,11 @@ def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResul
         str(version),
         chosen=hints.for_set(resolved.set_name),
     )
+    judged = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])
+    if not judged:  # no behaviour test: the port is the fix
+        return replace(conflict, hint=f"port the series: {port}")
+    stock = judged[0]
+    said = replace(stock, message=f"stock: {stock.message}", level=WARNING)  # the conflict is the failure
     if stock.ok:
         pending = resolved.selection.patch_set.pending_fix if resolved.selection.patch_set else None
         merged = f" (was {pending} merged?)" if pending else ""
