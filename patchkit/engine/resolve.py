@@ -19,7 +19,7 @@ from patchkit.engine.inspection import stale_note
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
-from patchkit.store.state import Entry, read_state, record_apply
+from patchkit.store.state import WORKSPACE_RECORD, Entry, read_state, record_apply
 from patchkit.tree import target as target_mod
 from patchkit.tree import version as version_mod
 from patchkit.tree.target import Target
@@ -159,7 +159,10 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
 
 def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
     """The series' patches no apply of patchkit's recorded on the tree: all of them with no record
-    entry for the set, or one an upgrade of vLLM made stale."""
+    entry for the set, or one an upgrade of vLLM made stale; none in a maintainer's workspace (its
+    record says patchkit wrote the series there)."""
+    if (root / WORKSPACE_RECORD).is_file():  # a maintainer's workspace: patchkit wrote the series there
+        return []
     entry = read_state(root).entry(selection.set_name)
     if entry is None or stale_note(root, entry, selection.version) is not None:
         return list(selection.patches)
