@@ -15,7 +15,7 @@ from patchkit.base.options import Options
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import launch_refusal
-from patchkit.engine.inspection import stale_note
+from patchkit.engine.stale import stale_note
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
@@ -129,12 +129,14 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     leave their files alone. With the tree's RECORD their files must match it (stock, proven); with no
     RECORD (a checkout) nothing proves stock, so the change is upstream's or a hand's, never patchkit's.
     All of them: the set is upstream on this tree; some (the rest apply cleanly, on other files): the
-    set is the rest. Not a build patchkit labelled (its RECORD lists the patched files)."""
-    if selection.kind != SelectionKind.PATCH or not selection.patches or target_mod.labelled_by_patchkit(tgt.root):
+    set is the rest. Not a patched wheel's RECORD (it lists the patched files)."""
+    if selection.kind != SelectionKind.PATCH or not selection.patches:
         return selection
     root = tgt.root
     paths = touched_paths(selection.patches)
     record, _why = installed_record(root, selection.version, paths)
+    if record is not None and record.patched_wheel:
+        return selection
     proven = record is not None and all(path in record.hashes for path in paths)
     stock = {path for path in paths if record is not None and _as_listed(root, path, record)} if proven else set()
     if proven and not stock:
