@@ -71,12 +71,11 @@ from patchkit.engine.inspection import (
     local_edit_said,
     run_checks,
     selection_of,
-    stale_entries,
     stale_grouped,
-    stale_note,
     stale_said,
 )
 from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, resolve_sets, resolve_target, several
+from patchkit.engine.stale import stale_entries, stale_note
 from patchkit.engine.transaction import (
     commit_changes,
     consistent_read,

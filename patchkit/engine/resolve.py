@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.base import hints
 from patchkit.base.enums import SelectionKind, StepState
 from patchkit.base.errors import NoPatchSet, TargetError
@@ -13,11 +15,11 @@ from patchkit.base.options import Options
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import launch_refusal
-from patchkit.engine.inspection import stale_note
+from patchkit.engine.stale import stale_note
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
-from patchkit.store.state import Entry, read_state, record_apply
+from patchkit.store.state import WORKSPACE_RECORD, Entry, read_state, record_apply
 from patchkit.tree import target as target_mod
 from patchkit.tree import version as version_mod
 from patchkit.tree.target import Target
@@ -25,8 +27,6 @@ from patchkit.tree.version import DetectedVersion
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from packaging.version import Version
 
     from patchkit.distinfo.installed_wheel import Provenance
     from patchkit.distinfo.record import Record
@@ -98,9 +98,29 @@ def resolve(
     if sets is None:
         sets = library.load_library(library.locate(opts.library).path)
     patch_set = library.choose_set(sets, opts.set_name)
+    detected, notes = _as_applied(tgt, patch_set.name, detected)
     selection = _upstream_in_stock(tgt, _selection(tgt, patch_set, detected))
-    notes = [selection.note] if selection.note else []
+    notes += [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)
+
+
+def _as_applied(tgt: Target, set_name: str, detected: DetectedVersion) -> tuple[DetectedVersion, list[str]]:
+    """A build between releases patched with `--vllm-version R` (the fix patchkit gives where no
+    series fits it): its record says R, and the set is judged as R was applied, not by the series
+    a dry run would pick now. Not a record an upgrade of vLLM made stale; only on such builds."""
+    if detected.source == "--vllm-version" or not library.between_releases(detected.version):
+        return detected, []
+    entry = read_state(tgt.root).entry(set_name)
+    if entry is None or not entry.vllm_version or entry.vllm_version == str(detected.version):
+        return detected, []
+    try:
+        applied = Version(entry.vllm_version)
+    except InvalidVersion:  # the record is read back from the tree: said by status, not trusted here
+        return detected, []
+    if stale_note(tgt.root, entry, detected.version) is not None:
+        return detected, []
+    said = f"vLLM {detected.version} was patched with --vllm-version {applied}: judged as {applied}"
+    return DetectedVersion(applied, "the record of `apply --vllm-version`"), [said]
 
 
 def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
@@ -109,12 +129,14 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     leave their files alone. With the tree's RECORD their files must match it (stock, proven); with no
     RECORD (a checkout) nothing proves stock, so the change is upstream's or a hand's, never patchkit's.
     All of them: the set is upstream on this tree; some (the rest apply cleanly, on other files): the
-    set is the rest. Not a build patchkit labelled (its RECORD lists the patched files)."""
-    if selection.kind != SelectionKind.PATCH or not selection.patches or target_mod.labelled_by_patchkit(tgt.root):
+    set is the rest. Not a patched wheel's RECORD (it lists the patched files)."""
+    if selection.kind != SelectionKind.PATCH or not selection.patches:
         return selection
     root = tgt.root
     paths = touched_paths(selection.patches)
     record, _why = installed_record(root, selection.version, paths)
+    if record is not None and record.patched_wheel:
+        return selection
     proven = record is not None and all(path in record.hashes for path in paths)
     stock = {path for path in paths if record is not None and _as_listed(root, path, record)} if proven else set()
     if proven and not stock:
@@ -139,7 +161,10 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
 
 def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
     """The series' patches no apply of patchkit's recorded on the tree: all of them with no record
-    entry for the set, or one an upgrade of vLLM made stale."""
+    entry for the set, or one an upgrade of vLLM made stale; none in a maintainer's workspace (its
+    record says patchkit wrote the series there)."""
+    if (root / WORKSPACE_RECORD).is_file():  # a maintainer's workspace: patchkit wrote the series there
+        return []
     entry = read_state(root).entry(selection.set_name)
     if entry is None or stale_note(root, entry, selection.version) is not None:
         return list(selection.patches)
