@@ -777,3 +777,52 @@ def test_revert_with_no_record_says_it_kept_a_users_own_guard_module(patched):
     assert not (site / INFO).exists()
     assert f"removed this patchkit's launch guard's dist-info ({INFO})" in said, said
     assert "kept patchkit_guard.py: not this patchkit's guard module" in said and "patchkit_guard.py and" not in said
+
+
+# --------------------------------------------------------------------------- bytecode beside a recorded file
+
+
+def _unchecked_pyc_of(cache: Path, source: bytes, name: str) -> Path:
+    """An unchecked-hash .pyc (PEP 552) of `source`, named `name` in `cache`."""
+    import py_compile  # only these tests compile
+
+    scratch = cache.parent / "model-source.py"
+    scratch.write_bytes(source)
+    cache.mkdir(exist_ok=True)
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    return Path(py_compile.compile(str(scratch), cfile=str(cache / name), invalidation_mode=mode, doraise=True))
+
+
+def test_stale_unchecked_bytecode_of_a_recorded_file_stops_the_launch_naming_it(patched):
+    """Review 13 L1: Python imports an unchecked-hash .pyc without reading the source, so one of the
+    stock file beside the patched one runs the stock code; one of the patched bytes passes."""
+    site, _, _ = patched
+    tag = sys.implementation.cache_tag
+    pyc = _unchecked_pyc_of(site / "vllm/models/__pycache__", MODEL_PY.encode(), f"model.{tag}.opt-2.pyc")
+    done = _load(site)
+    assert done.returncode != 0
+    assert f"vllm/models/__pycache__/{pyc.name} is unchecked-hash bytecode compiled from other bytes than {MODEL}" in (
+        done.stderr
+    )
+    _unchecked_pyc_of(pyc.parent, (site / MODEL).read_bytes(), pyc.name)
+    assert _load(site).returncode == 0, _load(site).stderr[-600:]
+
+
+def test_bytecode_that_is_no_regular_file_is_never_read(patched):
+    """__pycache__ is untrusted: a fifo (a read would hang) or a symlink to a stale .pyc elsewhere
+    named as the module's bytecode is not read, nor is a symlinked __pycache__ listed."""
+    site, _, _ = patched
+    tag = sys.implementation.cache_tag
+    cache = site / "vllm/models/__pycache__"
+    cache.mkdir()
+    os.mkfifo(cache / f"model.{tag}.pyc")
+    elsewhere = _unchecked_pyc_of(site.parent / "elsewhere", MODEL_PY.encode(), f"model.{tag}.opt-1.pyc")
+    (cache / elsewhere.name).symlink_to(elsewhere)
+    done = subprocess.run(
+        [sys.executable, "-c", "import patchkit_guard, sys; print(patchkit_guard.find_problems(sys.argv[1]))", site],
+        cwd=site,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout == "[]\n", done.stderr

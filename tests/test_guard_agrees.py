@@ -12,9 +12,12 @@ RECORD files removed.
 
 from __future__ import annotations
 
+import _imp
 import base64
 import hashlib
+import importlib.util
 import json
+import py_compile
 import re
 import shutil
 from collections.abc import Callable
@@ -298,6 +301,52 @@ def record_without_entries(tree: Tree) -> None:
     tree.write_state(state)
 
 
+def _unchecked_pyc(tree: Tree, source: str, name: str | None = None, magic: bytes | None = None) -> Path:
+    """An unchecked-hash .pyc of `source` (PEP 552) where Python looks for SPEC's bytecode, as
+    `compileall --invalidation-mode unchecked-hash` in an image build leaves it; `name` and `magic`:
+    another interpreter's."""
+    cache = tree.site / "vllm/config/__pycache__"
+    cache.mkdir(exist_ok=True)
+    scratch = tree.site.parent / "spec.py"
+    scratch.write_text(source)
+    pyc = Path(
+        py_compile.compile(
+            str(scratch),
+            cfile=str(cache / (name or Path(importlib.util.cache_from_source(str(tree.site / SPEC))).name)),
+            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        )
+    )
+    if magic is not None:  # its hash keyed by that interpreter's magic number, as it writes it
+        pyc.write_bytes(
+            magic
+            + pyc.read_bytes()[4:8]
+            + _imp.source_hash(int.from_bytes(magic, "little"), source.encode())
+            + pyc.read_bytes()[16:]
+        )
+    return pyc
+
+
+def stock_bytecode_beside_the_patched_file(tree: Tree) -> None:
+    """Review 13 L1: an image compiled the stock file (unchecked-hash) and kept the .pyc after apply:
+    Python runs the stock code without reading the patched source."""
+    _applied(tree)
+    _unchecked_pyc(tree, stock_files("0.16.0")[SPEC])
+
+
+def stock_bytecode_of_another_interpreter(tree: Tree) -> None:
+    _applied(tree)
+    _unchecked_pyc(
+        tree, stock_files("0.16.0")[SPEC], "spec.cpython-310.opt-1.pyc", (3439).to_bytes(2, "little") + b"\r\n"
+    )
+
+
+def patched_bytecode_beside_the_patched_file(tree: Tree) -> None:
+    """An unchecked-hash .pyc compiled from the patched file (an image built after apply): it runs
+    the patched code, and passes."""
+    _applied(tree)
+    _unchecked_pyc(tree, (tree.site / SPEC).read_text())
+
+
 def record_hash_edited(tree: Tree) -> None:
     _applied(tree)
     state = tree.state()
@@ -521,6 +570,9 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     record_names_another_version,
     record_hash_edited,
     file_edited,
+    stock_bytecode_beside_the_patched_file,
+    stock_bytecode_of_another_interpreter,
+    patched_bytecode_beside_the_patched_file,
     guard_module_commented,
     guard_module_refusing,
     guard_of_another_patchkit,

@@ -20,6 +20,7 @@ wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
 
 from __future__ import annotations
 
+import _imp
 import csv
 import hashlib
 import importlib.util
@@ -186,7 +187,82 @@ def judge(site: str) -> Verdict:
             )
     if whole:  # one line, the files a count: a reinstall is one fact, not one per file
         problems.append("the files are " + STOCK_AGAIN + ": all " + str(len(original)) + " recorded")
+    changed = {rel for rel, _, _ in differing}
+    problems += _stale_bytecode(site, [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed])
     return Verdict(sorted(set(problems), key=problems.index), again, whole)
+
+
+STALE_BYTECODE = "is unchecked-hash bytecode compiled from other bytes than"
+RUNS_IN_ITS_PLACE = ": Python loads it without reading the source"
+_MAX_CACHE_ENTRIES = 1 << 16  # a package's __pycache__: a few hundred; more is no cache Python wrote
+_UNCHECKED_HASH = 1  # PEP 552's flags word: hash-based (bit 0), without check_source (bit 1)
+
+
+def _stale_bytecode(site: str, paths: list[str]) -> list[str]:
+    """Each unchecked-hash .pyc (PEP 552) of a recorded source whose hash is not of its bytes:
+    Python imports it without reading the source, so the patched file is not what runs (review 13
+    L1). Every interpreter's is judged, keyed by the magic number in its own header, so that
+    patchkit's interpreter (status) and vLLM's (a launch) say the same. __pycache__ is untrusted:
+    listed bounded, never through a symlink; a .pyc that is not a regular file is not read."""
+    found = []
+    for rel in paths:
+        directory, _, name = rel.rpartition("/")
+        if not name.endswith(".py"):
+            continue
+        cache = os.path.join(site, directory, "__pycache__")
+        source: bytes | None = None
+        for pyc in _compiled(cache, name[: -len(".py")]):
+            header = _header(os.path.join(cache, pyc))
+            if header is None or int.from_bytes(header[4:8], "little") & 3 != _UNCHECKED_HASH:
+                continue
+            source = source if source is not None else _read_regular(os.path.join(site, rel), MAX_FILE_BYTES)
+            keyed = _source_hash(header[:4], source) if source is not None else None
+            if keyed is not None and keyed != header[8:16]:
+                found.append(directory + "/__pycache__/" + pyc + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE)
+    return found
+
+
+def _compiled(cache: str, stem: str) -> list[str]:
+    """The names in `cache` of a module `stem`'s bytecode, any interpreter's and optimization's
+    (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); none through a symlink."""
+    if os.path.islink(cache) or not os.path.isdir(cache):
+        return []
+    found = []
+    with os.scandir(cache) as entries:
+        for count, entry in enumerate(entries):
+            if count >= _MAX_CACHE_ENTRIES:
+                raise TreeChanged(
+                    cache + " holds more than " + str(_MAX_CACHE_ENTRIES) + " files: not what Python writes"
+                )
+            parts = entry.name.split(".")
+            if (
+                parts[0] == stem
+                and parts[-1] == "pyc"
+                and (len(parts) == 3 or (len(parts) == 4 and parts[2].startswith("opt-")))
+            ):
+                found.append(entry.name)
+    return sorted(found)
+
+
+def _header(pyc: str) -> bytes | None:
+    """A .pyc's 16-byte header (PEP 552); None when it is no regular file or is shorter."""
+    try:
+        fd = os.open(pyc, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        header = fh.read(16) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    return header if len(header) == 16 else None
+
+
+def _source_hash(magic: bytes, source: bytes) -> bytes | None:
+    """The source hash an interpreter of this magic number keys a hash-based .pyc by (CPython's
+    importlib.util.source_hash, with that interpreter's key); None: not known here."""
+    keyed = getattr(_imp, "source_hash", None)
+    if keyed is not None:
+        return keyed(int.from_bytes(magic, "little"), source)
+    # not CPython: only this interpreter's own key is known
+    return importlib.util.source_hash(source) if magic == importlib.util.MAGIC_NUMBER else None
 
 
 def _state_records(site: str) -> list[Record]:

@@ -24,6 +24,7 @@ from patchkit.engine.guard import (
     OTHERS_CANNOT_READ,
     SEVERAL,
     SEVERAL_FIX,
+    STALE_BYTECODE,
     UNKNOWN_GUARD,
     is_installed,
     launch_verdict,
@@ -183,6 +184,8 @@ class TreeStatus:
             return (
                 f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.apply_chosen}"
             )
+        if all(STALE_BYTECODE in problem for problem in self.guard):  # apply's bytecode fix, as after a write
+            return f"run {hints.command('apply')} (it recompiles or removes the stale .pyc), or remove the .pyc"
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
         if self.some_stock_again:  # new-user 21, 4: not "records the tree as it is": it patches them again
