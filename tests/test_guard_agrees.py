@@ -379,12 +379,11 @@ def _record_line(path: str, data: bytes) -> str:
     return f"{path},sha256={digest},{len(data)}"
 
 
-def guard_of_an_older_build(tree: Tree) -> None:
-    """Review 13 M5: an older build of the same version installed the guard (its module's bytes
-    differ, its RECORD and the record hold them): the guard passes, so must the commands."""
-    _applied(tree)
+def _rebuilt_guard(tree: Tree, edit: Callable[[bytes], bytes]) -> None:
+    """The installed module as another build wrote it (`edit` of this one's bytes), its RECORD and
+    the tree's record (where there is one) holding its bytes."""
     module = tree.site / "patchkit_guard.py"
-    module.write_bytes(module.read_bytes() + b"\n# built from an older commit\n")
+    module.write_bytes(edit(module.read_bytes()))
     record = tree.site / INFO / "RECORD"
     lines = record.read_text().splitlines()
     lines = [
@@ -392,9 +391,41 @@ def guard_of_an_older_build(tree: Tree) -> None:
         for line in lines
     ]
     record.write_text("\n".join(lines) + "\n")
-    state = tree.state()
-    state["guard"] |= {"patchkit_guard.py": sha(module.read_text()), f"{INFO}/RECORD": sha(record.read_text())}
-    tree.write_state(state)
+    if (tree.site / ".patchkit/state.json").exists():
+        state = tree.state()
+        state["guard"] |= {"patchkit_guard.py": sha(module.read_text()), f"{INFO}/RECORD": sha(record.read_text())}
+        tree.write_state(state)
+
+
+def guard_of_an_older_build(tree: Tree) -> None:
+    """Review 13 M5: an older build of the same version installed the guard (its module's bytes
+    differ, its RECORD and the record hold them): the guard passes, so must the commands."""
+    _applied(tree)
+    _rebuilt_guard(tree, lambda module: module + b"\n# built from an older commit\n")
+
+
+def _of_other_checks(module: bytes) -> bytes:
+    """A build from before the guard's checks were numbered, which refuses more (a 32 MiB file limit)."""
+    module = re.sub(rb"\nGUARD_FORMAT = [0-9]+\n", b"\n", module)
+    return module.replace(b"MAX_FILE_BYTES = 64 *", b"MAX_FILE_BYTES = 32 *")
+
+
+def guard_of_other_checks(tree: Tree) -> None:
+    """An older build's guard, as it wrote it, whose checks are not this build's: what it refuses
+    cannot be told, so the commands fail until `apply` updates it."""
+    _applied(tree)
+    _rebuilt_guard(tree, _of_other_checks)
+
+
+def guard_of_an_older_build_record_lost(tree: Tree) -> None:
+    """guard27: an older build's guard where .patchkit/ was lost: known by its RECORD alone."""
+    guard_of_an_older_build(tree)
+    shutil.rmtree(tree.site / ".patchkit")
+
+
+def guard_of_other_checks_record_lost(tree: Tree) -> None:
+    guard_of_other_checks(tree)
+    shutil.rmtree(tree.site / ".patchkit")
 
 
 def guard_of_another_patchkit(tree: Tree) -> None:
@@ -577,6 +608,9 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_module_refusing,
     guard_of_another_patchkit,
     guard_of_an_older_build,
+    guard_of_other_checks,
+    guard_of_an_older_build_record_lost,
+    guard_of_other_checks_record_lost,
     guard_entry_point_emptied,
     guard_dist_info_upper_case_then_upgraded,
     guard_entry_point_respelled_then_upgraded,
@@ -590,7 +624,8 @@ CATALOGUE: list[Callable[[Tree], None]] = [
 
 def _not_this_patchkits_guard(site: Path) -> bool:
     """An installed guard module that is not this patchkit's: the commands cannot tell what it
-    refuses, so they fail as if it refused (and its fix replaces it)."""
+    refuses, so they fail as if it refused (and its fix replaces it). An older build's as it wrote
+    it, of this build's checks (GUARD_FORMAT), refuses what this one does."""
     from importlib import resources
 
     module = site / "patchkit_guard.py"
@@ -598,16 +633,27 @@ def _not_this_patchkits_guard(site: Path) -> bool:
     declared = any(
         "patchkit_guard:check" in p.read_text() for p in site.glob("patchkit_guard-*.dist-info/entry_points.txt")
     )
-    return declared and module.exists() and module.read_bytes() != own and not _record_holds_module(site)
+    if not (declared and module.exists()) or module.read_bytes() == own:
+        return False
+    return not (_record_holds_module(site) and _format(module.read_bytes()) == _format(own))
+
+
+def _format(module: bytes) -> bytes | None:
+    found = re.search(rb"^GUARD_FORMAT = ([0-9]+)$", module, re.MULTILINE)
+    return found.group(1) if found else None
 
 
 def _record_holds_module(site: Path) -> bool:
-    """An older build's guard as it wrote it: its RECORD (and the tree's record) hold its module's bytes."""
+    """An older build's guard as it wrote it: its RECORD (and the tree's record, where one is left)
+    hold its module's bytes."""
     record = site / INFO / "RECORD"
     data = (site / "patchkit_guard.py").read_bytes()
-    recorded = json.loads((site / ".patchkit/state.json").read_text()).get("guard", {}) if record.exists() else {}
+    state = site / ".patchkit/state.json"
+    recorded = json.loads(state.read_text()).get("guard", {}) if state.exists() else {}
     held = record.exists() and _record_line("patchkit_guard.py", data) in record.read_text().splitlines()
-    return held and recorded.get("patchkit_guard.py") == hashlib.sha256(data).hexdigest()
+    return (
+        held and recorded.get("patchkit_guard.py", hashlib.sha256(data).hexdigest()) == hashlib.sha256(data).hexdigest()
+    )
 
 
 def _fails_another_user(site: Path, guard) -> bool:
@@ -962,3 +1008,62 @@ def test_several_vllm_dist_infos_keep_the_guard_and_status_never_calls_the_tree_
     assert tree.cli("apply", "--no-import").returncode == 0
     assert load_plugins_like_vllm(tree.site).returncode == 0 and (tree.site / "patchkit_guard.py").exists()
     assert tree.cli("status").returncode == 0
+
+
+def test_a_guard_of_other_checks_fails_status_until_apply_updates_it(tmp_path):
+    """guard27's gap: an older build's guard as it wrote it, whose checks differ from this build's
+    (its GUARD_FORMAT), may refuse more or less: status cannot stand for it, so it fails, naming
+    `apply`, which updates it (no --guard: it is a patchkit's guard, unedited)."""
+    tree = _tree(tmp_path)
+    guard_of_other_checks(tree)
+    status = tree.cli("status")
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert "is an older patchkit's launch guard (patchkit" in status.stdout
+    assert "fix: run `patchkit apply " in status.stdout and "--guard" not in status.stdout
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert (tree.site / "patchkit_guard.py").read_bytes() == (
+        Path(__file__).parents[1] / "patchkit/_target/guard.py"
+    ).read_bytes()
+    assert tree.cli("status").returncode == 0
+
+
+def test_an_older_builds_guard_whose_record_was_lost_is_known_by_its_record_and_apply_updates_it(tmp_path):
+    """guard27's other gap: .patchkit/ lost, an older patchkit's guard (its own version's dist-info,
+    its RECORD true) is a patchkit's guard, not a user's: status passes with the note, and apply
+    updates it, removing the older dist-info, without --guard."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    older = "patchkit_guard-0.0.9.dist-info"
+    (tree.site / INFO).rename(tree.site / older)
+    metadata = tree.site / older / "METADATA"
+    metadata.write_text(metadata.read_text().replace(f"Version: {__version__}", "Version: 0.0.9"))
+    module = tree.site / "patchkit_guard.py"
+    module.write_bytes(module.read_bytes() + b"\n# patchkit 0.0.9\n")
+    rows = [_record_line(p.relative_to(tree.site).as_posix(), p.read_bytes()) for p in (module, metadata)]
+    rows += [
+        _record_line(f"{older}/{name}", (tree.site / older / name).read_bytes())
+        for name in ("INSTALLER", "entry_points.txt")
+    ]
+    (tree.site / older / "RECORD").write_text("\n".join([*rows, f"{older}/RECORD,,"]) + "\n")
+    shutil.rmtree(tree.site / ".patchkit")
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "not this patchkit's" not in status.stdout
+    done = tree.cli("apply", "--no-import")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tree.site / older).exists() and (tree.site / INFO).is_dir()
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    status = tree.cli("status", "--format", "json")
+    assert status.returncode == 0 and not json.loads(status.stdout)["guard_notes"], status.stdout
+
+
+def test_apply_fixes_the_stale_bytecode_the_guard_refuses_and_says_no_refusal_is_left(tmp_path):
+    """An applied tree whose only fault is a stale unchecked-hash .pyc: apply (and its dry run) has
+    nothing to write but recompiles it, so neither says the guard still refuses the tree."""
+    tree = _tree(tmp_path)
+    stock_bytecode_beside_the_patched_file(tree)
+    assert load_plugins_like_vllm(tree.site).returncode != 0
+    for args in (("--dry-run",), ()):
+        done = tree.cli("apply", "--no-import", *args)
+        assert done.returncode == 0 and "still refuses" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert load_plugins_like_vllm(tree.site).returncode == 0

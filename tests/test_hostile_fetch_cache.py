@@ -20,7 +20,9 @@ from click.testing import CliRunner
 from helpers import assert_clean_failure, fingerprint, make_patch, run_cli, write_library, write_tree
 
 from patchkit import fetch
+from patchkit.base.signals import Interrupted
 from patchkit.cli.main import cli
+from patchkit.fetch import cache
 from patchkit.maintainer import stock
 
 from index_server import FILES, VERSION, WHEEL, IndexServer, build_wheel, isolate_cache, use_index  # isort: skip
@@ -348,3 +350,24 @@ def test_a_release_replaced_by_one_process_while_another_reads_it(index, tmp_pat
     assert replaced.returncode == 0, replaced.stderr
     assert reader.returncode == 0 and said == "read\n", said
     assert json.loads((entry(tmp_path) / "release.json").read_text())["seal"] != sealed  # it was replaced
+
+
+def test_an_interrupt_as_a_cached_file_s_directory_closes_stays_the_interrupt(tmp_path, monkeypatch):
+    """New-user 22, W2: a Ctrl-C that lands just after the walk closed a directory it left must reach
+    the user as the interrupt, not as EBADF from closing that directory a second time."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f.py").write_bytes(b"x = 1\n")
+    real_close, calls = os.close, []
+
+    def close_then_interrupted(fd):
+        real_close(fd)
+        calls.append(fd)
+        if len(calls) == 1:  # the signal handler runs right after the first close took effect
+            raise Interrupted()
+
+    monkeypatch.setattr(cache.os, "close", close_then_interrupted)
+    with pytest.raises(Interrupted):
+        cache.read_regular(tmp_path, "a/b/f.py")
+    monkeypatch.undo()
+    assert len(calls) == len(set(calls)), "a descriptor was closed twice"
+    assert cache.read_regular(tmp_path, "a/b/f.py") == b"x = 1\n"

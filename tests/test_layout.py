@@ -373,3 +373,59 @@ def test_every_dataclass_says_what_it_is():
             if decorated and ast.get_docstring(node) is None:
                 missing.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
     assert missing == []
+
+
+# One home for output (issue 21): only patchkit/cli/ui/ writes to stdout or stderr; a module below the
+# CLI hands what it has to say to base.notes. The CLI's last words are kept where no ui is there to say them.
+OUTPUT_OUTSIDE_THE_UI = {
+    ("cli/main.py", "_exit_status"): "sys.exit(message): printed as Python prints it, the ui's work being done",
+    ("cli/start.py", "_interrupted_while_loading"): "Ctrl-C while the CLI's modules load: no ui to say it yet",
+}
+_STREAMS = {"sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__"}
+
+
+def _writes_output(node: ast.AST) -> bool:
+    """A print(), click.echo()/secho() or a write to sys.stdout/sys.stderr."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id == "print"
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = ast.unparse(func.value)
+    return (owner == "click" and func.attr in ("echo", "secho")) or (
+        owner in _STREAMS and func.attr in ("write", "writelines")
+    )
+
+
+def output_outside_the_ui(package: Path = PACKAGE) -> list[tuple[str, str]]:
+    """(file, enclosing function or "<module>") of each write of output outside cli/ui/."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith("cli/ui/"):
+            continue
+        tree = ast.parse(path.read_bytes())
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node in ast.walk(tree):
+            if _writes_output(node):
+                around = [f for f in functions if f.lineno <= node.lineno <= (f.end_lineno or f.lineno)]
+                found.append((rel, around[-1].name if around else "<module>"))
+    return sorted(set(found))
+
+
+def test_only_the_ui_writes_output():
+    assert output_outside_the_ui() == sorted(OUTPUT_OUTSIDE_THE_UI)
+
+
+def test_output_written_outside_the_ui_is_found(tmp_path):
+    package = tmp_path / "patchkit"
+    (package / "cli" / "ui").mkdir(parents=True)
+    (package / "cli" / "ui" / "console.py").write_text("import sys\n\ndef line(s):\n    sys.stdout.write(s)\n")
+    (package / "record.py").write_text(
+        "import sys\nimport click\n\nprint('loaded')\n\n"
+        "def warn(s):\n    def inner():\n        sys.stderr.write(s)\n    inner()\n\n"
+        "def say(s):\n    click.echo(s, err=True)\n\ndef quiet(s, out):\n    out.write(s)\n"
+    )
+    assert output_outside_the_ui(package) == [("record.py", "<module>"), ("record.py", "inner"), ("record.py", "say")]

@@ -468,3 +468,18 @@ def test_apply_on_a_lost_record_records_the_files_it_finds_patched_so_revert_giv
     reverted = run("revert", "--target", tree, "--patches", library)
     assert reverted.exit_code == 0 and "reverted: 3 file(s) restored to stock" in reverted.output, reverted.output
     assert snapshot(tree) == before
+
+
+def test_a_revert_force_whose_stock_fetch_fails_leaves_no_patchkit_directory(run, stock, tmp_path, monkeypatch):
+    """Review 14 L3': on a tree with no .patchkit/, a `revert --force` that could fetch no stock file
+    (index unreachable, nothing cached) failed before writing but left an empty .patchkit/lock."""
+    tree, library = stock
+    Releases(tmp_path / "index", monkeypatch)  # an index that holds no release
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    (tree / PARSER).write_text((tree / PARSER).read_text() + "# mine\n")
+    edited = snapshot(tree)
+
+    failed = run("revert", "--target", tree, "--patches", library, "--force")
+    assert failed.exit_code != 0 and "no stock original of" in failed.output, failed.output
+    assert snapshot(tree) == edited and not (tree / ".patchkit").exists()

@@ -18,6 +18,7 @@ import csv
 import hashlib
 import io
 import os
+import re
 import stat
 from contextlib import suppress
 from pathlib import Path
@@ -140,6 +141,7 @@ def install_changes(
         why = f"the guard would read {read} from its dist-info, but the series is recorded as applied to {vllm_version}"
         return {}, recorded, f"{why}: no guard installed ({STOPS_EVERY_LAUNCH})"
     wanted = guard_files()
+    recorded = recorded or own_unrecorded(root)  # the record lost: an older build's guard is updated all the same
     foreign, edited = _not_patchkits(root, recorded, wanted)
     if foreign and not replace:
         return {}, recorded, f"{foreign[0]} exists and patchkit did not write it: kept; {replace_hint()}"
@@ -156,9 +158,15 @@ def install_changes(
 
 
 def own_unrecorded(root: Path) -> dict[str, str]:
-    """This patchkit's guard files found in `root` with its very bytes (no record of them needed):
-    path -> sha256, as a guard record."""
-    return {path: str(sha256(data)) for path, data in guard_files().items() if _current(root, path) == data}
+    """This patchkit's guard files found in `root` with its very bytes (no record of them needed),
+    or else the files of an older build's guard its own RECORD holds (the record lost): path ->
+    sha256, as a guard record."""
+    own = {path: str(sha256(data)) for path, data in guard_files().items() if _current(root, path) == data}
+    info = None if MODULE in own else _unrecorded_build(root)
+    if info is None:
+        return own
+    older = [MODULE, *(f"{info}/{name}" for name in _DIST_INFO_FILES)]
+    return {path: digest for path in older if (digest := _digest(root, path)) is not None}
 
 
 def foreign_files(root: Path, recorded: dict[str, str]) -> list[str]:
@@ -255,6 +263,7 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
 
 
 UNKNOWN_GUARD = "is not this patchkit's launch guard"
+STALE_GUARD = "is an older patchkit's launch guard"  # of other checks: apply updates it
 GUARD_REFUSES = "the launch guard refuses this tree: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 
@@ -268,7 +277,7 @@ def refusal_summary(problems: list[str]) -> str:
 def refusal_text(problems: list[str]) -> str:
     """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
     is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as such."""
-    lead = NOT_OURS if any(UNKNOWN_GUARD in problem for problem in problems) else GUARD_REFUSES
+    lead = NOT_OURS if any(UNKNOWN_GUARD in p or STALE_GUARD in p for p in problems) else GUARD_REFUSES
     return lead + "; ".join(problems)
 
 
@@ -288,8 +297,7 @@ def launch_verdict(root: Path, state: State | None = None) -> Verdict:
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return Verdict(unreadable)
-    known = _own_module(root) or older_guard(root, state) is not None
-    unknown = [] if known else [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
+    unknown = _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
@@ -297,6 +305,23 @@ def launch_verdict(root: Path, state: State | None = None) -> Verdict:
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return Verdict([*unknown, *hidden, str(exc)])
     return Verdict(unknown + hidden + found.problems, found.stock_again, found.whole)
+
+
+def _unknown_module(root: Path, state: State | None) -> list[str]:
+    """The installed guard module as a problem when this patchkit cannot tell what it refuses: not
+    a patchkit's as it wrote it, or an older build's of other checks (`apply` updates that one)."""
+    if _own_module(root):
+        return []
+    older = older_guard(root, state)
+    if older is None:
+        return [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
+    version, found = older
+    if found == target_guard.GUARD_FORMAT:
+        return []
+    return [
+        f"{root / MODULE} {STALE_GUARD} (patchkit {version}'s, of check format {found}; this patchkit's is "
+        f"{target_guard.GUARD_FORMAT}), so what it refuses may differ from what this patchkit finds"
+    ]
 
 
 OTHERS_CANNOT_READ = "other users (a vLLM they launch) cannot read"
@@ -372,25 +397,66 @@ def _open_to_others(path: Path, *, directory: bool, mode: int | None = None) -> 
     return mode & bits == bits
 
 
-def older_guard(root: Path, state: State | None = None) -> str | None:
-    """The version of another patchkit whose guard is installed as it recorded it (every guard file
-    it recorded in state.json has its recorded bytes), or None. Its check is patchkit's one check of
-    the same record, so this patchkit's verdict stands for it; `apply` updates it."""
+def older_guard(root: Path, state: State | None = None) -> tuple[str, int] | None:
+    """The version and check format (target_guard.GUARD_FORMAT) of another patchkit build whose
+    guard is installed as it wrote it, or None. Recorded in state.json: every guard file it recorded
+    has its recorded bytes; recorded nowhere (the record lost): its dist-info's RECORD holds them."""
     try:
         recorded = (state if state is not None else read_state(root)).guard
     except PatchkitError:  # a damaged record: status says so on its own
         return None
+    info = _recorded_build(root, recorded) if recorded else _unrecorded_build(root)
+    module = _current_bounded(root, MODULE, ENTRY_POINTS_BYTES) if info is not None else None
+    if info is None or module is None:
+        return None
+    return info.removeprefix("patchkit_guard-").removesuffix(".dist-info"), guard_format(module)
+
+
+def _recorded_build(root: Path, recorded: dict[str, str]) -> str | None:
+    """The guard dist-info of the build the record names, when its files are as recorded."""
     infos = {p.partition("/")[0] for p in recorded if "/" in p}
     if MODULE not in recorded or len(infos) != 1:
         return None
-    if any(_current(root, path) is None or sha256(_current(root, path)) != digest for path, digest in recorded.items()):
+    if any(_digest(root, path) != digest for path, digest in recorded.items()):
         return None
     info = infos.pop()
     # the same version: another build of it (any two builds of main are both 0.1.0) when the guard's
     # own RECORD holds its bytes too; an edit with the record's hash rewritten is caught there
-    if info == dist_info() and not _record_holds(root, info):
-        return None
-    return info.removeprefix("patchkit_guard-").removesuffix(".dist-info")
+    return None if info == dist_info() and not _record_holds(root, info) else info
+
+
+def _unrecorded_build(root: Path) -> str | None:
+    """The one guard dist-info in `root` whose RECORD holds its files as a patchkit wrote them."""
+    infos = _guard_dist_infos(root)
+    return infos[0] if len(infos) == 1 and _record_holds(root, infos[0]) else None
+
+
+def _guard_dist_infos(root: Path) -> list[str]:
+    """The guard dist-info directories in `root` (real directories: none reached through a symlink)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    found = [n for n in names if n.startswith("patchkit_guard-") and n.endswith(".dist-info")]
+    return sorted(n for n in found if (root / n).is_dir() and not (root / n).is_symlink())
+
+
+_FORMAT_LINE = re.compile(rb"^GUARD_FORMAT = ([0-9]{1,9})$", re.MULTILINE)
+
+
+def guard_format(module: bytes) -> int:
+    """The check format a guard module declares (1: a build from before formats were numbered)."""
+    found = _FORMAT_LINE.search(module)
+    return int(found.group(1)) if found else 1
+
+
+def judges_as_this_build(root: Path, state: State | None = None) -> bool:
+    """Whether the installed guard module judges a tree as this patchkit does: its own, or an older
+    build's of the same check format, as that build wrote it."""
+    if _own_module(root):
+        return True
+    older = older_guard(root, state)
+    return older is not None and older[1] == target_guard.GUARD_FORMAT
 
 
 RECORD_BYTES = 1 << 16  # a guard's RECORD is five lines
@@ -425,9 +491,11 @@ def _current_bounded(root: Path, path: str, limit: int) -> bytes | None:
 
 
 def older_guard_notes(root: Path, state: State | None = None) -> list[str]:
-    older = older_guard(root, state) if is_installed(root) and not _own_module(root) else None
-    if older is None:
+    """An older build's guard of this build's checks: it refuses what this patchkit finds (a note)."""
+    found = older_guard(root, state) if is_installed(root) and not _own_module(root) else None
+    if found is None or found[1] != target_guard.GUARD_FORMAT:
         return []
+    older = found[0]
     if older == __version__:
         return [f"the launch guard is an older build of patchkit {older}'s: {hints.command('apply')} updates it"]
     return [f"the launch guard is patchkit {older}'s (this is {__version__}): {hints.command('apply')} updates it"]
@@ -440,7 +508,7 @@ def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
         state = state if state is not None else read_state(root)
     except PatchkitError:  # a damaged record: status says so on its own
         return []
-    if state.entries or state.guard or not (is_installed(root) and _own_module(root)):
+    if state.entries or state.guard or not (is_installed(root) and judges_as_this_build(root, state)):
         return []
     # apply first: it records the sets it finds applied, and the guard checks the tree again
     return [

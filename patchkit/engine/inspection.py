@@ -25,6 +25,7 @@ from patchkit.engine.guard import (
     SEVERAL,
     SEVERAL_FIX,
     STALE_BYTECODE,
+    STALE_GUARD,
     UNKNOWN_GUARD,
     is_installed,
     launch_verdict,
@@ -176,6 +177,8 @@ class TreeStatus:
                 f"reinstall the installed vLLM release ({hints.pip_reinstall(None)}), "
                 f"then run {hints.command('apply')} (it drops the record, stale once the files are stock)"
             )
+        if any(STALE_GUARD in problem for problem in self.guard) and not self.drifted:  # apply replaces it
+            return f"run {hints.command('apply')} (it updates the launch guard to this patchkit's)"
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
             revert = self.fix_command("revert", "--force")
             first = f"run {revert} (it keeps a copy of the edits), then " if self.drifted else ""

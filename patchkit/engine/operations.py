@@ -44,6 +44,7 @@ from patchkit.distinfo.record import (
 )
 from patchkit.engine.guard import (
     MODULE,
+    STALE_BYTECODE,
     STOPS_EVERY_LAUNCH,
     dist_info,
     foreign_files,
@@ -202,15 +203,10 @@ def apply_series(
             if settled:
                 return applying.run(read_state(resolved.target.root), dry_run=True, force=force)
     root = resolved.target.root
-    fresh = not os.path.lexists(meta_dir(root))  # a first apply that fails leaves no .patchkit/ (its lock)
-    with locked_record(root) as (recovered, state):
+    with locked_record(root) as (recovered, state):  # a first apply that fails leaves no .patchkit/
         if recovered:
             applying.warn(recovered)
-        try:
-            return applying.run(state, dry_run=dry_run, force=force)
-        finally:
-            if fresh and not os.path.lexists(state_path(root)):  # nothing recorded: the lock goes with it
-                remove_empty_store(root, State(entries=[]))
+        return applying.run(state, dry_run=dry_run, force=force)
 
 
 @dataclass
@@ -380,22 +376,26 @@ class _Applying:
             if self.found_recorded:  # the tree recorded no apply of it: said, with the guard's fate
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
-        if self.judge_guard and self.warn_of_what_the_guard_refuses():
+        # before the guard is judged: a stale .pyc it refuses is what this fixes
+        bytecode = [] if dry_run else self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
+        if self.judge_guard and self.warn_of_what_the_guard_refuses(dry_run=dry_run):
             message = (
                 message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
             )
         if dry_run:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
-        bytecode = self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
         return _refuse_stale_bytecode(
             self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
         )
 
-    def warn_of_what_the_guard_refuses(self) -> bool:
+    def warn_of_what_the_guard_refuses(self, *, dry_run: bool = False) -> bool:
         """This set has nothing to write, but the guard may still refuse the tree for another set's
-        file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it does."""
+        file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it
+        does. A `dry_run` leaves out the stale bytecode the apply itself would fix."""
         root = self.resolved.target.root
         refused = guard_refusal(root, self.resolved.set_name, self.state)
+        left = [p for p in refused[0] if not (dry_run and STALE_BYTECODE in p)] if refused is not None else []
+        refused = (left, refused[1]) if refused is not None and left else None
         if refused is not None:
             problems, fix = refused
             self.guard_refuses = (problems, fix)  # for the JSON document: a fleet's row shows it
@@ -1287,11 +1287,13 @@ def _unrecorded_guard_removed(root: Path, changes: dict[str, tuple[bytes | None,
     patchkit's (a user's own, at the guard's name) stays, and is said to."""
     if not changes:
         return []
+    infos = sorted({path.partition("/")[0] for path in changes if "/" in path})
+    whose = "this patchkit's" if dist_info() in infos or not infos else "an older patchkit's"
     if MODULE in changes:
-        what = f"({MODULE} and its dist-info)" if any("/" in path for path in changes) else f"module ({MODULE})"
-        return [f"removed this patchkit's launch guard {what}: no record named it"]
+        what = f"({MODULE} and its dist-info)" if infos else f"module ({MODULE})"
+        return [f"removed {whose} launch guard {what}: no record named it"]
     kept = f"; kept {MODULE}: not this patchkit's guard module" if os.path.lexists(root / MODULE) else ""
-    return [f"removed this patchkit's launch guard's dist-info ({dist_info()}): no record named it{kept}"]
+    return [f"removed {whose} launch guard's dist-info ({', '.join(infos)}): no record named it{kept}"]
 
 
 def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:

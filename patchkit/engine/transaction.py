@@ -145,12 +145,19 @@ def target_lock(root: Path, timeout: float | None = None) -> Iterator[str | None
 @contextmanager
 def locked_record(root: Path, timeout: float | None = None) -> Iterator[tuple[str | None, State]]:
     """target_lock that also yields the tree's record as the recovery left it: read once, under
-    the lock, for the operation that takes the lock to work on."""
+    the lock, for the operation that takes the lock to work on. A tree that had no .patchkit/
+    keeps none when the command records nothing (it failed, or found nothing to write): the
+    lock goes with it (issue 22 item 8; review 14 L3': a `revert --force` whose fetch failed)."""
+    fresh = not os.path.lexists(meta_dir(root))
     lock = _acquire(root, timeout)
     try:
         yield _recover(root)
     finally:
-        lock.release()
+        try:
+            if fresh and not os.path.lexists(state_path(root)):
+                remove_empty_store(root, State(entries=[]))
+        finally:
+            lock.release()
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -239,8 +239,10 @@ def read_regular(base: Path, rel: str, *, limit: int | None = None) -> bytes:
                 raise
             except OSError as e:
                 raise Damaged(f"{'/'.join(parts[: i + 1])} is not a plain directory ({e.strerror})") from None
-            os.close(directory)
-            directory = inner
+            # the outer one closed only once `directory` names the inner: an interrupt between the two
+            # must not leave the finally below closing a descriptor already closed (EBADF over the interrupt)
+            directory, outer = inner, directory
+            os.close(outer)
         try:
             fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=directory)
         except FileNotFoundError:

@@ -1,0 +1,54 @@
+"""The guard's check format (patchkit/_target/guard.py GUARD_FORMAT) is held to its code: status
+trusts an older build's guard of the same format to judge a tree as this patchkit does (a note,
+`apply` updates it), so any change to the guard's code needs a new format number (older guards are
+then a failure until `apply`, never trusted to agree).
+
+The fingerprint is the module's tokens without comments, docstrings or blank lines: a comment or a
+docstring changes no check; anything else may. When this test fails, bump GUARD_FORMAT and record
+the new number with the fingerprint it prints."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tokenize
+from pathlib import Path
+
+from patchkit._target import guard
+
+# GUARD_FORMAT -> the fingerprint of the guard's code it names (one line per format ever released)
+FORMATS = {2: "9c53f95eb55092939ad6ec0e109ea0bc68e9cfb973afb046e8824e2ec30beacd"}
+_SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
+_STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}
+
+
+def fingerprint(source: bytes) -> str:
+    """sha256 of the code's tokens, comments, blank lines and docstrings (a string that is a whole
+    statement) left out."""
+    tokens = [t for t in tokenize.tokenize(io.BytesIO(source).readline) if t.type not in _SKIPPED]
+    kept = []
+    for index, token in enumerate(tokens):
+        before = tokens[index - 1].type if index else None
+        after = tokens[index + 1].type if index + 1 < len(tokens) else tokenize.NEWLINE
+        if not (token.type == tokenize.STRING and before in _STATEMENT_START and after == tokenize.NEWLINE):
+            kept.append(f"{token.type}:{token.string}")
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()
+
+
+def test_the_guards_code_is_the_code_its_format_names():
+    source = Path(guard.__file__).read_bytes()
+    found = fingerprint(source)
+    assert FORMATS.get(guard.GUARD_FORMAT) == found, (
+        f"patchkit/_target/guard.py changed: set GUARD_FORMAT = {max(FORMATS) + 1} and add "
+        f"{max(FORMATS) + 1}: {found!r} to FORMATS (an older build's guard is then updated, not trusted)"
+    )
+
+
+def test_a_comment_or_docstring_changes_no_fingerprint_and_code_does():
+    source = Path(guard.__file__).read_bytes()
+    commented = source.replace(
+        b'    """The vllm.general_plugins entry point."""\n', b'    """Said otherwise."""  # why\n'
+    )
+    assert commented != source and fingerprint(commented) == fingerprint(source)
+    changed = source.replace(b"MAX_FILE_BYTES = 64 *", b"MAX_FILE_BYTES = 32 *")
+    assert changed != source and fingerprint(changed) != fingerprint(source)
