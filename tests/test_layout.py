@@ -156,6 +156,81 @@ def test_the_workers_never_import_patchkit(patchkit_graph):
     assert all(not deps for name, deps in patchkit_graph.items() if top(name) == "_target")
 
 
+# Comments and docstrings say why, in a line or two (issue 21). Which trial, review or audit found a
+# fault, and what was said before, is history: its commit message holds it (`git log -S` finds it).
+HISTORY = re.compile(r"\bnew-?user\b|\b(review|audit) ?\d+[a-z]?\b", re.IGNORECASE)
+
+
+def history_told(package: Path = PACKAGE) -> list[str]:
+    """file:line of each line of patchkit/ that names a new-user trial, a review or an audit."""
+    return [
+        f"{path.relative_to(package).as_posix()}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if HISTORY.search(line)
+    ]
+
+
+def test_no_comment_retells_which_trial_or_review_found_a_fault():
+    assert history_told() == [], "say why the code is so; the trial or review that found it goes in the commit message"
+
+
+# A closed set of names is a StrEnum (base.enums, fleet.states, maintainer.states...), compared as its members:
+# a literal compared with a record's state, outcome or kind is a name no enum checks. argparse's action kinds are
+# the parser's own names, read from vLLM's parser (launch.serve_parser), not patchkit's.
+ENUM_ATTRIBUTES = {"state", "outcome", "kind", "level", "phase"}
+NAMES_NOT_OURS = {"launch/serve_parser.py"}
+
+
+def _string_constants(node: ast.expr) -> list[str]:
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+
+
+def literal_states(package: Path = PACKAGE) -> list[str]:
+    """file:line of each comparison of a `.state`/`.outcome`/`.kind`/... with a string literal."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if not isinstance(node, ast.Compare) or rel in NAMES_NOT_OURS:
+                continue
+            sides = [node.left, *node.comparators]
+            named = any(isinstance(s, ast.Attribute) and s.attr in ENUM_ATTRIBUTES for s in sides)
+            if named and any(_string_constants(s) for s in sides):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_a_closed_set_is_compared_as_its_enum_never_as_a_literal():
+    assert literal_states() == []
+
+
+def test_a_state_compared_with_a_literal_is_found(tmp_path):
+    package = tmp_path / "patchkit"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "def f(report, check, step, name):\n"
+        "    if report.outcome in ('ported', 'identical'):\n"
+        "        return check.state == 'conflict'\n"
+        "    return step.state == StepState.CONFLICT or name == 'conflict' or step.kind != 'rename'\n"
+    )
+    assert literal_states(package) == ["a.py:2", "a.py:3", "a.py:4"]
+
+
+def test_a_comment_that_retells_history_is_found(tmp_path):
+    package = tmp_path / "patchkit"
+    package.mkdir()
+    (package / "a.py").write_text(
+        '"""Said once (new-user\n21, 5: twice)."""\n\n'
+        "x = 1  # kept (review 12b L4)\n"
+        "# Review 13 M1: a set the record does not name\n"
+        "y = 2  # the user's review of the plan comes first; audit23 W2\n"
+    )
+    (package / "b.py").write_text("# a review of 3 sets, said once\n")
+    assert history_told(package) == ["a.py:1", "a.py:4", "a.py:5", "a.py:6"]
+
+
 # Tests import no other test module: what tests share lives in the helper modules beside them
 # (helpers.py, launch_fixtures.py, ...) or in conftest's fixtures, so each test module stands alone.
 TESTS = Path(__file__).resolve().parent

@@ -449,6 +449,7 @@ def test_apply_on_a_lost_record_refuses_an_edit_away_from_the_hunks_and_its_fix_
     for command in fix.groups():
         done = run(*command.split())
         assert done.exit_code == 0, done.output
+    assert [e.set_name for e in read_state(tree).entries] == ["parsers", "routes"]  # the fix applies both
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert run("revert", "--target", tree, "--patches", library).exit_code == 0
     assert {path: data for path, data in snapshot(tree).items() if not path.startswith(".patchkit")} == before
@@ -483,3 +484,27 @@ def test_a_revert_force_whose_stock_fetch_fails_leaves_no_patchkit_directory(run
     failed = run("revert", "--target", tree, "--patches", library, "--force")
     assert failed.exit_code != 0 and "no stock original of" in failed.output, failed.output
     assert snapshot(tree) == edited and not (tree / ".patchkit").exists()
+
+
+def test_without_a_record_revert_says_it_reversed_the_hunks_and_keeps_the_files_as_they_were(run, tmp_path, scratch):
+    """Revert27's note: a tree with no vLLM RECORD (a source tree, a checkout), the record lost and a
+    line added away from the hunks: revert said "restored to stock" and the file kept the edit.
+    Nothing proves stock there: it says what it did, and keeps each file as it was."""
+    tree = write_tree(tmp_path / "checkout", "0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    library = scratch / "lib"
+    streamed = PARSER_PY.replace("calls.append(line)", "calls.append(line.strip())")
+    write_library(library, {"0.17.1": [make_patch(scratch, tree, {PARSER: streamed})]}, name="parsers")
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    (tree / PARSER).write_text((tree / PARSER).read_text() + "# mine\n")
+    as_it_was = (tree / PARSER).read_bytes()
+
+    reverted = run("revert", "--target", tree, "--patches", library)
+    said = " ".join(reverted.output.split())
+    assert reverted.exit_code == 0, reverted.output
+    assert "restored to stock" not in said, said
+    assert "reverted: 1 file(s) with the series' hunks reversed (no vLLM RECORD proves them stock)" in said, said
+    assert (tree / PARSER).read_text() == PARSER_PY + "# mine\n"  # the hunks reversed, the edit kept
+    (copy,) = (tree / ".patchkit" / "saved").rglob("toolcall.py")
+    assert copy.read_bytes() == as_it_was
+    assert f"{PARSER} as it was before the revert was saved under {copy.parent.parent.parent}" in said, said

@@ -204,8 +204,8 @@ _UNCHECKED_HASH = 1  # PEP 552's flags word: hash-based (bit 0), without check_s
 
 def _stale_bytecode(site: str, paths: list[str]) -> list[str]:
     """Each unchecked-hash .pyc (PEP 552) of a recorded source whose hash is not of its bytes:
-    Python imports it without reading the source, so the patched file is not what runs (review 13
-    L1). Every interpreter's is judged, keyed by the magic number in its own header, so that
+    Python imports it without reading the source, so the patched file is not what runs.
+    Every interpreter's is judged, keyed by the magic number in its own header, so that
     patchkit's interpreter (status) and vLLM's (a launch) say the same. __pycache__ is untrusted:
     listed bounded, never through a symlink; a .pyc that is not a regular file is not read."""
     found = []
@@ -302,7 +302,7 @@ _HASHES = ("sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512", "bl
 def _refuse_created_stock_files(site: str, origin: str, created: list[str]) -> None:
     """A record saying patchkit created a file an installed distribution's RECORD lists as its own
     (vLLM's, torch's) is none patchkit wrote: status and revert refuse it (exit 2), so the guard
-    does (patchkit.engine.operations._refuse_created_stock_files; review 12b L8)."""
+    does (patchkit.engine.operations._refuse_created_stock_files)."""
     if not created:
         return
     listed = _listed_by_vllm(site, created) | _listed_by_others(site, created)

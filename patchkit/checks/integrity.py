@@ -180,7 +180,7 @@ def refusal(failed: list[CheckResult], version: Version | None, root: Path) -> C
         "not the stock files of "
         + release
         + "; nothing was written:\n  "
-        # the likely causes are the hint's, said once there (new-user 14 item 10: three times)
+        # the likely causes are the hint's, said once there
         + "\n  ".join(f"{r.path}: {r.message.removesuffix(f': {LIKELY_CAUSES}')}" for r in failed),
         hint=f"likely causes: {LIKELY_CAUSES}. Put the stock files back "
         f"({stock_files_command(root, version)}), or pass --force to patch these files anyway",

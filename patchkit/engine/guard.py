@@ -539,7 +539,7 @@ def missing_guard(root: Path, state: State | None) -> str | None:
 
 def _unguarded_among_several(root: Path, state: State | None) -> str | None:
     """An applied tree of several vllm-*.dist-info with no guard, none told --no-guard: an apply
-    with --vllm-version there used to remove the guard (it would stop every launch; review 12b L4)."""
+    with --vllm-version there used to remove the guard (it would stop every launch)."""
     if state is None or not state.entries or state.guard or state.no_guard or is_installed(root):
         return None
     names = [d.name for d in vllm_metadata_dirs(root)]

@@ -124,7 +124,7 @@ class TreeStatus:
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
-        several sets (revert refuses one set of it, review 8 M2)."""
+        several sets (revert refuses one set of it)."""
         return hints.command(verb, *args, chosen=_without_a_set() if self.whole_wheel else None)
 
     @property
@@ -146,8 +146,8 @@ class TreeStatus:
 
     @property
     def apply_chosen(self) -> str:
-        """The apply after a drift's revert --force: of the sets the record chose (new-user 20, 3:
-        apply alone applied again a set `revert --set` took out)."""
+        """The apply after a drift's revert --force: of the sets the record chose (a plain
+        apply would apply again a set `revert --set` took out)."""
         return self.fix_command("apply") if self.whole_wheel else apply_of(self.chosen_sets)
 
     @property
@@ -191,7 +191,7 @@ class TreeStatus:
             return f"run {hints.command('apply')} (it recompiles or removes the stale .pyc), or remove the .pyc"
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
-        if self.some_stock_again:  # new-user 21, 4: not "records the tree as it is": it patches them again
+        if self.some_stock_again:  # not "records the tree as it is": it patches them again
             files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
             return f"run {self.apply_chosen} (it patches {files} again)"
         return f"run {self.apply_recorded} (it records the tree as it is, or drops what no longer applies)"
@@ -327,9 +327,8 @@ def record_of(root: Path, status: TreeStatus) -> State:
 def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, bool] | None:
     """The set's files as the fix status names leaves them, and whether that fix is revert --force
     then apply (a drift; else apply): a set not applied or partly applied with no conflict, the
-    plan; a drifted one, the series on the saved originals of the drifted files (new-user 18, 1
-    and 19, 1: a check judged on the files as they are said to give up EAGLE-3, where the fix makes
-    it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
+    plan; a drifted one, the series on the saved originals of the drifted files (a check
+    judged on the files as they are would fail where the fix makes it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
     if apply_finishes(status):
         return (status.plan.content, False) if status.plan is not None else None
     if not status.drifted:
@@ -561,7 +560,7 @@ def selection_of(entry: Entry) -> Options:
 
 def _at_hand(set_name: str) -> bool:
     """Whether the user's library (--patches, else the one patchkit finds) holds the set: a hint
-    naming another set's record names the library it was applied from otherwise (review 6 M1)."""
+    naming another set's record names the library it was applied from otherwise."""
     try:
         return set_name in load_library(locate(hints.current().library).path)
     except PatchkitError:
@@ -606,7 +605,7 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
 
 def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[str]:
     """The recorded patches a drifted file no longer holds (it would apply again: a file put back to
-    stock, then edited): not applied, said with the drift (new-user 19, 1: "4 of 4 applied")."""
+    stock, then edited): not applied, said with the drift."""
     recorded = {p["name"] for p in entry.patches} if entry is not None else set()
     return [
         r.name
@@ -616,8 +615,8 @@ def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry 
 
 
 def _overall(reports: list[PatchReport]) -> TreeState:
-    """applied, not applied, or partly; a conflict with none applied is no partial series (new-user
-    20, 1: an edit inside a hunk of a tree never applied was called "partly applied")."""
+    """applied, not applied, or partly; a conflict with none applied is no partial series (an
+    edit inside a hunk of a tree never applied is a conflict, not "partly applied")."""
     states = {r.state for r in reports}
     if states == {PatchState.APPLIED}:
         return TreeState.APPLIED

@@ -87,7 +87,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
 from patchkit.store.journal import journal_path
@@ -160,6 +160,7 @@ class RevertResult:
     checks: list[CheckResult] = field(default_factory=list)  # bytecode, after writing
     saved: Path | None = None  # where copies of edited files were kept (--force)
     saved_files: list[str] = field(default_factory=list)  # the edited files copied there
+    unproven: list[str] = field(default_factory=list)  # hunks reversed, no RECORD to prove them stock (copied)
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
     record: State | None = None  # the tree's record as the revert left it (None: not written)
@@ -291,7 +292,7 @@ class _Applying:
 
     def conflict_fix(self, plan: Plan) -> str | None:
         """Where the tree records none of the set, a file the series does not match differs from stock
-        (an edit by hand): its stock file back, then apply (new-user 20, 1: no next step was given)."""
+        (an edit by hand): its stock file back, then apply."""
         if self.state.entry(self.resolved.set_name) is not None:
             return None
         files = conflicting_files(plan.conflicts)
@@ -362,7 +363,7 @@ class _Applying:
         settle_record) and stale bytecode an earlier apply could not fix is repaired here (only
         stale files are touched)."""
         # a file reached through a symlink (or not a regular file) is refused as a write would be: the
-        # record and the guard would otherwise name it, and the guard refuse every launch (review 12b M1)
+        # record and the guard would otherwise name it, and the guard refuse every launch
         preflight(self.resolved.target.root, plan.touched_paths, writable=False)
         message = "already applied: nothing to do"
         if self.made_readable:
@@ -443,7 +444,7 @@ class _Applying:
             )
         self.open_to_others(new_state, dry_run=False)  # a patched file kept the 0600 of the file it replaced
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
-        self.show(bytecode + written_only)  # one count of the checks on the files written (new-user 14 item 14)
+        self.show(bytecode + written_only)  # one count of the checks on the files written
         done = f"applied {len(self.patches)} patch(es)"
         applied = self.result(
             Outcome.APPLIED,
@@ -510,8 +511,8 @@ class _Applying:
     def found_unrecorded(self, plan: Plan) -> tuple[Entry | None, dict[str, bytes]]:
         """The set's patches `plan` finds applied with no record of the set: the entry that records
         them, with the originals that reversing them gives (digest -> bytes). An original vLLM's RECORD
-        does not list as stock is an edit since, not patchkit's: refused, nothing written (review 14
-        L1': else a revert restores the edit and calls it stock). A patched wheel's files are its
+        does not list as stock is an edit since, not patchkit's: refused, nothing written (else
+        a revert restores the edit and calls it stock). A patched wheel's files are its
         provenance's, not an apply's: left to it."""
         root, name = self.resolved.target.root, self.resolved.set_name
         stale = self.state.entry(name) is not None and name in self.stale
@@ -528,8 +529,8 @@ class _Applying:
                 f"{edited[0]} differs from stock vLLM {self.resolved.vllm_version} beyond the set's change (your "
                 f"edit?): the tree records no apply of {name}, so patchkit cannot record it as its own; "
                 "nothing was written",
-                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then "
-                f"{apply_of(chosen_sets(self.state, self.resolved.vllm_version))}",
+                # this same apply after: every set it chose (the record so far names only the earlier ones)
+                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
             )
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
         return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
@@ -552,11 +553,11 @@ class _Applying:
             return self.without_guard(state)
         if not self.guard or no_guard:
             return {}, state
-        if self.resolved.target.guard_unseen:  # written, it would be claimed and inert (audit23 W2)
+        if self.resolved.target.guard_unseen:  # written, it would be claimed and inert
             self.warn(unseen_guard_note(self.resolved.target))
             return {}, state
         several = several_vllms_refusal(self.resolved.target.root)
-        if several is not None:  # never a guard removed and the tree called applied (review 12b L4)
+        if several is not None:  # never a guard removed and the tree called applied
             raise several
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
@@ -843,7 +844,7 @@ def revert_series(
         if result.outcome in (Outcome.REVERTED, Outcome.BYTECODE_FAILED):  # written, so bytecode was fixed
             watch.checked(result.checks)
     if result.saved:
-        said = f"your edits to {', '.join(result.saved_files)} were saved under {result.saved}"
+        said = _saved_said(result)
         # the copies alone, never .patchkit/: the apply that usually follows records the tree there
         said += f"; `{_deleting(result.saved)}` deletes them once not wanted"
         result.warnings.append(said)
@@ -853,9 +854,24 @@ def revert_series(
     return result
 
 
+def _saved_said(result: RevertResult) -> str:
+    """Where the copies a revert kept are: the user's edits (--force), and the files it could not
+    prove stock once reversed, as they were."""
+    said = []
+    if result.saved_files:
+        said.append(f"your edits to {', '.join(result.saved_files)}")
+    if result.unproven:
+        was = "it was" if len(result.unproven) == 1 else "they were"
+        # more than a few: counted (a set's files are the revert's own line; 80 columns)
+        named = ", ".join(result.unproven) if len(result.unproven) <= 3 else f"the {len(result.unproven)} files"
+        said.append(f"{named} as {was} before the revert")
+    verb = "were" if result.saved_files or len(result.unproven) > 1 else "was"  # "your edits … were"
+    return f"{' and '.join(said)} {verb} saved under {result.saved}"
+
+
 def _deleting(saved: Path) -> str:
     """The command that deletes the copies in `saved`, and saved/ with them when they are all it
-    holds (rmdir takes an empty directory only: another run's copies stay; newuser18 5e)."""
+    holds (rmdir takes an empty directory only: another run's copies stay)."""
     shown = shlex.join(["rm", "-r", str(saved)])
     alone = [p.name for p in saved.parent.iterdir()] == [saved.name]
     return f"{shown} && {shlex.join(['rmdir', str(saved.parent)])}" if alone else shown
@@ -932,14 +948,11 @@ def _revert_locked(
     warnings += restored.notes
     unrecorded, found_only = _unrecorded(undo, patches, only, root)
     plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
-    if (
-        found_only and plan.conflicts and len(plan.conflicts) == len(plan.steps)
-    ):  # none of the unnamed sets' patches found applied
-        warnings.append(_left_unnamed(root, plan))
-        plan = Plan(root, [step for step in plan.steps if step not in plan.conflicts], view)
+    if plan.left:  # none of the unnamed sets' patches found applied: their edited files are said, and left
+        warnings.append(_left_unnamed(root, plan.left))
     unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
     if plan.conflicts and not undo.entries and not _any_applied(root, unrecorded):
-        # an edit inside a hunk of a tree never applied (new-user 20, 1): nothing to undo, nothing lost
+        # an edit inside a hunk of a tree never applied: nothing to undo, nothing lost
         return RevertResult(Outcome.NOT_APPLIED, f"nothing to revert: {_stock_said(root, patches)}", warnings=warnings)
     if plan.conflicts:
         return RevertResult(
@@ -950,8 +963,10 @@ def _revert_locked(
                 hint=_unnamed_conflict_hint(root) if undo.entries else _unrecorded_conflict_hint(root),
             ),
         )
+    unsure: list[str] = []
     if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
         restored.edited += edited_unrecorded(root, view, unrecorded, undo.installed, force=force, dry_run=dry_run)
+        unsure = unproven(root, view, unrecorded, undo.installed)
     files = sorted(plan.changes)
     preflight(root, files, writable=not dry_run)
     if dry_run:
@@ -967,7 +982,7 @@ def _revert_locked(
         for note in kept
         if note.startswith(UNRECORDED_GUARD_REMOVED[0]) and note.endswith(UNRECORDED_GUARD_REMOVED[1])
     ]
-    if whole:  # said once, in the result's line (new-user 20, 4e: twice)
+    if whole:  # said once, in the result's line
         kept, removed = [note for note in kept if note not in whole], f"{removed} (no record named it)"
     warnings += kept
     if not plan.changes:
@@ -982,21 +997,35 @@ def _revert_locked(
             warnings=warnings,
             record=left,
         )
-    saved = keep_copies(root, restored.edited) if restored.edited else None
+    # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe
+    copied = restored.edited + [path for path in unsure if os.path.lexists(root / path)]
+    saved = keep_copies(root, copied) if copied else None
     modes = _recorded_modes(undo.entries, plan.changes)
     commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
     bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
     result = RevertResult(
         Outcome.REVERTED,
-        f"reverted: {len(files)} file(s) restored to stock{removed}",
+        f"reverted: {_reverted_said(len(files), len(unsure))}{removed}",
         files,
         checks=bytecode,
         saved=saved,
         saved_files=restored.edited,
+        unproven=[path for path in copied if path not in restored.edited],
         warnings=warnings,
         record=new_state,
     )
     return _refuse_stale_revert(result)
+
+
+def _reverted_said(count: int, unsure: int) -> str:
+    """How many files a revert wrote, and how many of them it can call stock (revert27: without a
+    RECORD, a series reversed is all it can say)."""
+    if not unsure:
+        return f"{count} file(s) restored to stock"
+    reversed_ = "the series' hunks reversed (no vLLM RECORD proves them stock)"
+    if unsure == count:
+        return f"{count} file(s) with {reversed_}"
+    return f"{count} file(s): {count - unsure} restored to stock, {unsure} with {reversed_}"
 
 
 def _any_applied(root: Path, patches: list[Patch]) -> bool:
@@ -1005,7 +1034,7 @@ def _any_applied(root: Path, patches: list[Patch]) -> bool:
 
 
 def _unnamed_conflict_hint(root: Path) -> str:
-    """Review 13 M1: a set the record does not name, found applied, with a file that no longer takes
+    """A set the record does not name, found applied, with a file that no longer takes
     its reverse (edited inside a hunk): said, not left patched under "reverted"."""
     return (
         "the record does not name every set found applied, so only their series could undo them; "
@@ -1013,10 +1042,10 @@ def _unnamed_conflict_hint(root: Path) -> str:
     )
 
 
-def _left_unnamed(root: Path, plan: Plan) -> str:
+def _left_unnamed(root: Path, left: list[PatchStep]) -> str:
     """A file of a set the record does not name, and none of that series found applied: neither its
     stock text nor the set's change (an edit?), so nothing tells what to undo: left, and said."""
-    files = ", ".join(sorted({f.path for step in plan.conflicts for f in step.patch.files}))
+    files = ", ".join(sorted({f.path for step in left for f in step.patch.files}))
     return (
         f"{files}: neither the stock text nor the change of a set the record does not name (your edit?): "
         f"left as it is; {stock_files_command(root, None)} puts the stock files back"
@@ -1039,7 +1068,7 @@ def _nothing_said(root: Path, undo: _Undo, only: str | None, left: State, remove
     if only is not None and not undo.entries and others:  # the other sets' files are not stock
         return f"nothing to revert: {only} is not applied (the tree records {', '.join(others)})"
     dropped = " (its record dropped)" if undo.entries else ""
-    if undo.entries:  # one set's revert speaks of its files only: the others may be applied (new-user 18, 2)
+    if undo.entries:  # one set's revert speaks of its files only: the others may be applied
         stock = f"the files of {only} are stock" if only is not None else "the tree is stock"
     else:
         stock = _stock_said(root, patches)
@@ -1166,7 +1195,7 @@ def _unrecorded(undo: _Undo, patches: list[Patch], only: str | None, root: Path)
         series = patches
     elif undo.stale:  # another release installed: the series is not this tree's
         series = []
-    else:  # a record naming some sets: the others' patches found applied go too (review 12b M2)
+    else:  # a record naming some sets: the others' patches found applied go too
         paths = {path for e in undo.entries for path in e.files}
         series = [p for p in patches if not any({f.path, f.source_path or f.path} & paths for f in p.files)]
         found_only = True
@@ -1271,7 +1300,7 @@ def _without_guard(
     since patchkit wrote it is kept, and said; a user's file `apply --guard` replaced is put back),
     and the state without it. With no guard recorded (state.json removed by hand), this patchkit's
     guard goes where its files have its very bytes, and only those. `wheel_left`: a patched wheel's
-    set is still in place, and the recorded guard holds it too (kept, review 8 L1)."""
+    set is still in place, and the recorded guard holds it too (kept)."""
     if state.entries or (wheel_left and state.guard):
         return {}, state, []
     if not state.guard:

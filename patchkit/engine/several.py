@@ -156,7 +156,7 @@ def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
     # the sets this run wrote (or would): one already applied is said as such, not counted as applied
     wrote = (Outcome.DRY_RUN,) if dry_run else (Outcome.APPLIED,)
     applied = [d.chosen.name for d in done if d.result is not None and d.result.outcome in wrote]
-    # a set found applied with no record: this run recorded it, which is what it did (newuser17 5e)
+    # a set found applied with no record: this run recorded it, which is what it did
     recorded = [
         d.chosen.name for d in done if d.result is not None and d.result.recorded and d.chosen.name not in applied
     ]

@@ -147,7 +147,7 @@ def locked_record(root: Path, timeout: float | None = None) -> Iterator[tuple[st
     """target_lock that also yields the tree's record as the recovery left it: read once, under
     the lock, for the operation that takes the lock to work on. A tree that had no .patchkit/
     keeps none when the command records nothing (it failed, or found nothing to write): the
-    lock goes with it (issue 22 item 8; review 14 L3': a `revert --force` whose fetch failed)."""
+    lock goes with it (issue 22 item 8: a `revert --force` whose fetch failed, say)."""
     fresh = not os.path.lexists(meta_dir(root))
     lock = _acquire(root, timeout)
     try:

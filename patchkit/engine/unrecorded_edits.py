@@ -2,7 +2,7 @@
 name): a file the user edited after the patches still reverses when the edit is away from the
 hunks, and the result is stock plus the edit. vLLM's RECORD tells it from stock, so it is treated as
 a recorded edited file is: refused and kept, or with --force replaced by the release's stock file
-and kept aside (review 12b L3)."""
+and kept aside."""
 
 from __future__ import annotations
 
@@ -45,6 +45,25 @@ def edited_unrecorded(
         for path, data in _release_files(root, installed, edited, record).items():
             view.write(path, data)
     return edited
+
+
+def unproven(root: Path, view: View, reversed_: list[Patch], installed: Version | None) -> list[str]:
+    """The files reversing the unrecorded series `reversed_` changed in `view` whose result no vLLM
+    RECORD vouches for (no RECORD: a source tree, a checkout; or one that does not list the file):
+    the set's hunks are reversed there, which proves no byte of the rest stock (revert27)."""
+    changed = set(view.changed_paths())
+    paths = [path for path in touched_paths(reversed_) if path in changed]
+    if not paths:
+        return []
+    record = _tree_record(root, installed, paths)
+    return [path for path in paths if record is None or not _as_listed(record, path, view.read(path))]
+
+
+def _as_listed(record: Record, path: str, data: bytes | None) -> bool:
+    """`data` is what RECORD lists at `path`: the file with its hash, or no file where it lists none."""
+    if path in record.hashes:
+        return data is not None and record.matches(path, data)
+    return data is None and path not in record.untrusted
 
 
 def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:

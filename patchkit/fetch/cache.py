@@ -120,7 +120,7 @@ def _remember_sound(known: tuple[bytes, str, bytes], sealed: bool) -> None:
 def cached_record(version: str) -> bytes | None:
     """The published wheel's RECORD of `version` if the cache holds it intact (the one the fetch
     took out of the wheel) under a sealed release.json, else None; no lock, no network, nothing
-    written. An unsealed record is no evidence (review 10b H2: a forged RECORD and its sha256)."""
+    written. An unsealed record is no evidence."""
     root = release_root(normalize_version(version))
     try:
         found = _record_of(read_regular(root, STATE_FILE, limit=MAX_STATE_BYTES), root.name, seal.key_id())

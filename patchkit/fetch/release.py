@@ -91,7 +91,7 @@ def release_tree(
     tree = root / "tree"
     _clear_odd_directories(root, warn or _to_stderr)
     cached = _state_or_none(root, ver)  # read once: each check below looks at the same record
-    # an unsealed record is never believed, whoever asks (review 11 L1: the maintainer commands used it)
+    # an unsealed record is never believed, whoever asks
     recheck = not _sealed_state(cached) or (recheck_index and _settings_changed(cached, ver, say))
     if _cache_answers(cached, tree, wanted, all_python) and not recheck:
         return tree  # fast path: no lock, no network
@@ -208,7 +208,7 @@ def _sealed_state(state: State | None) -> bool:
 
 def _record_from_the_index(ver: str, say: Progress) -> State:
     """A new record for a release whose release.json is not sealed (an older patchkit's, another
-    machine's, or edited: review 10b H2). The index vouches for the wheel's sha256 alone, never the
+    machine's, or edited). The index vouches for the wheel's sha256 alone, never the
     RECORD or files beside it, so nothing of the old record is kept: every file is fetched again and
     written over the old one by a rename (a reader that opened it finishes reading it; the tree is
     never removed under a reader). With no index to ask, it is refused."""

@@ -105,7 +105,7 @@ class LaunchContext:
             return None
         version = self.version or "VERSION"
         whole = hints.command("fetch", str(version), "--all", "--dest", str(self.root))
-        # over an applied tree too: fetch keeps the files the record says patchkit patched (new-user 14 item 6)
+        # over an applied tree too: fetch keeps the files the record says patchkit patched
         gives = f"lay out the whole release ({whole}), or give --python PATH"
         return cannot_judge(check, f"the tree has no {path} (a tree of only the patched files?)", gives)
 

@@ -154,7 +154,7 @@ def config_download(name: str, revision: str | None = None) -> str:
 
 def fetched_by(download: str, aside: str = "no weights") -> str:
     """An `hf download` command and where `hf` comes from (huggingface_hub's, not patchkit's): every
-    hint that names it says it the same way (newuser17 5d: the revision's hint did not)."""
+    hint that names it says it the same way."""
     return (
         f"`{download}` ({aside}; `hf` comes with huggingface_hub: vLLM's venv has it, "
         f"`python3 -m pip install huggingface_hub` gets it, or `pipx run --spec huggingface_hub {download}`)"

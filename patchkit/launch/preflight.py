@@ -267,7 +267,7 @@ def preflight(
     template = _chat_template_finding(command, resolved.target.root)  # never kept: a file outside the tree
     result.findings += [template] if template is not None else []
     # what the series would leave: judged where it applies whole (a partial tree with no conflict too:
-    # a file put back to stock by hand; apply finishes it, new-user 18, 1)
+    # a file put back to stock by hand; apply finishes it)
     leaves = as_its_fix_leaves(resolved, status) if needed else None
     result.fixable = leaves is not None and not leaves[1]
     planned = leaves[0] if leaves is not None else None
@@ -370,22 +370,21 @@ def launch_findings(context: LaunchContext) -> list[Finding]:
 
 def whose_vllm_fix(target: object) -> str:
     """The fix when --python imports another vLLM than --target's: the launch runs that one, so apply
-    there; or judge the tree by its files alone (newuser15 3: a fix that led to a `status` saying "applied")."""
+    there; or judge the tree by its files alone."""
     there = hints.command("apply", chosen=dataclasses.replace(hints.current(), target_dir=None))
     return f"the launch runs --python's vLLM: apply to it ({there}), or leave out --python to judge {target} alone"
 
 
 def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
     """`findings` with one fix where several apply a set each (of `names`, the sets judged) or every
-    set: `apply --set A --set B`, the sets the launch needs and lacks, and no set it does not use
-    (newuser16 5: a fix line per set, and a third that applied every set)."""
+    set: `apply --set A --set B`, the sets the launch needs and lacks, and no set it does not use."""
     if len({f.fix for f in findings if f.fix and not f.ok}) < 2:
         return findings  # no hint built for a launch with nothing to fix (`run`'s passing path builds none)
     per_set = {apply_fix(_NeededSet(name)): name for name in names}
     every = apply_fix()
     if every not in per_set and any(f.check == TREE and f.fix == every for f in findings):
         # apply of every set is needed anyway (a set every launch needs lacks, or the guard's files are
-        # stock again): it does what each --set fix does, so it is the one line (new-user 17, 2)
+        # stock again): it does what each --set fix does, so it is the one line
         return [dataclasses.replace(f, fix=every) if f.fix in per_set else f for f in findings]
     sets = [name for fix, name in per_set.items() if any(f.fix == fix for f in findings)]
     applying = [f for f in findings if f.fix in per_set or f.fix == every]
@@ -421,7 +420,7 @@ def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -
         gives = "give --python PATH, the interpreter of the venv whose vLLM you launch (vLLM is asked there about its own files)"
         also = ", once the models above are found" if result.missing else ""
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
-    if another:  # its answer would be about another vLLM's files (new-user 14 item 2)
+    if another:  # its answer would be about another vLLM's files
         return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
@@ -733,8 +732,8 @@ def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
 
 def _as_its_conflict_fix_leaves(resolved: Resolved, files: list[str]) -> Reader | None:
     """The set's files as the fix of a local edit inside a hunk leaves them (its stock files back,
-    then apply): the series on the stock files the fetch cache holds (new-user 20, 1: the whitelist
-    said to serve without EAGLE-3 where that fix makes it pass). None: no cached stock, or a conflict."""
+    then apply): the series on the stock files the fetch cache holds (a check judged
+    on the edited files would fail where that fix makes it pass). None: no cached stock, or a conflict."""
     # lazy: the integrity check (and the fetch cache's reader) load only for a conflict, off `run`'s fast path
     from patchkit.checks.integrity import cached_stock
 

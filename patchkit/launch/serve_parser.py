@@ -414,8 +414,8 @@ def _parsed(
 
 
 def _as_typed(unread: list[str], typed: list[str], release: Version) -> list[str]:
-    """The words of `typed` that the rewritten arguments argparse did not know came from (new-user
-    21, 5: not `--speculative-config {"method":...` cut at a dot and joined to the next word)."""
+    """The words of `typed` that the rewritten arguments argparse did not know came from (as
+    typed, not `--speculative-config {"method":...` cut at a dot and joined to the next word)."""
     renamed = {arg: _renamed([arg], release) for arg in typed}
     words: list[str] = []
     for word in unread:

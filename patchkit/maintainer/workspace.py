@@ -82,7 +82,7 @@ def find_workspace(directory: str | None) -> Path:
         if (candidate / META).is_file():
             return candidate
     below = _workspaces_in(start)
-    if below:  # one directory above a workspace: the one it means (newuser17 5a)
+    if below:  # one directory above a workspace: the one it means
         named = ", ".join(str(p) for p in below)
         raise BadInput(
             f"{start} is not inside a patchkit workspace (no {META}); it holds {named}",

@@ -193,7 +193,7 @@ def _write_error(dest: str | Path, rel: str, e: OSError, unwritten: dict[str, by
 def _refuse_another_release(root: Path, dest: str | Path, dist_info: str) -> None:
     """A dest that holds another vLLM release: its files differ for that reason, not the user's
     edits, and laying this release over it (--force too) leaves two releases in one tree, which
-    every later command refuses (new-user trial 14, item 19)."""
+    every later command refuses."""
     others = [d.name for d in vllm_metadata_dirs(root) if d.name.lower() != dist_info.lower()] if root.is_dir() else []
     if others:
         raise BadInput(

@@ -152,6 +152,9 @@ class Plan:
     steps: list[PatchStep]
     view: View
     _stock: Plan | None = field(default=None, repr=False)
+    # plan_revert's found_only, with no patch found applied: the steps whose files take neither the
+    # patch nor its reverse (edited?), left as they are: nothing tells what to undo there
+    left: list[PatchStep] = field(default_factory=list)
 
     @property
     def conflicts(self) -> list[PatchStep]:
@@ -348,7 +351,7 @@ def _reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> byt
 def plan_revert(root: Path, patches: list[Patch], view: View | None = None, *, found_only: bool = False) -> Plan:
     """Reverse-apply the series, last patch first. A patch not present counts as `applied` (done).
     `found_only`: only the patches found in the tree (each reverses, cleanly) and those that neither
-    reverse nor apply (a conflict) stay in the plan."""
+    reverse nor apply (a conflict) stay in the plan; with none found, the conflicts are `left`."""
     return _plan(root, [p.reversed() for p in reversed(patches)], view, found_only=found_only)
 
 
@@ -357,6 +360,8 @@ def _plan(root: Path, patches: list[Patch], view: View | None, *, found_only: bo
     steps = [_step(view, patch) for patch in patches]
     if found_only:  # a step that does not change the tree wrote nothing in the view: left out, that is all
         steps = [step for step in steps if step.state != StepState.ALREADY_APPLIED]
+        if all(step.state == StepState.CONFLICT for step in steps):  # none found applied: no conflict of its
+            return Plan(root, [], view, left=steps)
     return Plan(root, steps, view)
 
 

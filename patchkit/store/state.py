@@ -298,7 +298,7 @@ class State:
 
     def holds_nothing(self) -> bool:
         """No set, no guard, nothing remembered: a choice with no set left counts for nothing (as
-        `without` drops it), else a record `"chosen"` alone keeps .patchkit/ for ever (review 12b L6)."""
+        `without` drops it), else a record `"chosen"` alone keeps .patchkit/ for ever."""
         return not self.entries and replace(self, chosen=None) == State(entries=[])
 
     def without(self, set_name: str) -> State:
@@ -482,7 +482,7 @@ def is_adhoc(set_name: str) -> bool:
 
 def shown_set(entry: Entry) -> str:
     """A recorded set as a person knows it: `set NAME`, or a --patch apply by its patch files (its
-    record name, adhoc-<hex>, is patchkit's own: newuser18 5c)."""
+    record name, adhoc-<hex>, is patchkit's own)."""
     if not is_adhoc(entry.set_name):
         return f"set {entry.set_name}"
     names = [Path(p["name"]).name for p in entry.patches] or ["?"]

@@ -605,7 +605,7 @@ def _refuse_other_scripts(wheel: StockWheel) -> None:
     console_scripts and gui_scripts): pip writes `python3 = …` over the environment's bin/python3.
     vLLM's wheels name one script, `vllm` (0.11.0, 0.16.0, 0.34.0 checked). Read as pip reads it,
     by importlib.metadata: each line stripped on its own (configparser took an indented line for the
-    previous value's continuation, so `  python3 = os:system` passed, review 10b M3)."""
+    previous value's continuation, so `  python3 = os:system` passed)."""
     name = f"{wheel.dist_info}/entry_points.txt"
     if wheel.member(name) is None:
         return
@@ -671,7 +671,7 @@ def _declared(selection: Selection) -> str:
 
 
 def _left_out(chosen: Chosen) -> str:
-    """Why a set is not in a wheel of several sets: upstream as the set declares it (review 8 L3)."""
+    """Why a set is not in a wheel of several sets: upstream as the set declares it."""
     if chosen.kind == SelectionKind.UPSTREAM and chosen.resolved is not None:
         return f"the set {chosen.name} is left out: {_declared(chosen.resolved.selection)}"
     return f"the set {chosen.name} is left out: {why_not(chosen)}"
@@ -818,7 +818,7 @@ def _plan_and_check(
         result.outcome, result.error = dry.outcome, _nothing_written(dry.error)
         return result
     if dry.outcome == Outcome.ALREADY_APPLIED:  # the wheel holds the series
-        _check_no_provenance(wheel)  # a wheel patchkit built: what it holds is in its patchkit.json (review 8 M3)
+        _check_no_provenance(wheel)  # a wheel patchkit built: what it holds is in its patchkit.json
         of = f" of {resolved.set_name}" if resolved.set_name and not chosen.adhoc else ""
         raise BadInput(f"{wheel.label} already holds the series{of}: there is nothing to patch")
     assert dry.plan is not None

@@ -10,6 +10,7 @@ from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, one_set, output_options, patches
 from patchkit.cli.ui.console import UI
 from patchkit.maintainer.port import PortRequest, port_set
+from patchkit.maintainer.states import PortOutcome
 
 if TYPE_CHECKING:
     from patchkit.maintainer.reports import FileMerge, PortReport
@@ -53,7 +54,7 @@ def command(
         ui.json(asdict(report))
     else:
         _show(ui, report)
-    if report.outcome == "conflicts":
+    if report.outcome == PortOutcome.CONFLICTS:
         files = sorted({m.path for m in report.conflicts})
         raise Conflict(
             f"{len(files)} file(s) conflict porting {report.from_version} to {report.to_version}",
@@ -67,12 +68,12 @@ def _show(ui: UI, report: PortReport) -> None:
         ui.table(
             ["file", "patch", "merge"], ([m.path, m.patch, _merge_state(m, report.to_version)] for m in report.merges)
         )
-    if report.outcome in ("ported", "identical") and report.patches:
+    if report.outcome in (PortOutcome.PORTED, PortOutcome.IDENTICAL) and report.patches:
         ui.table(
             ["patch", "state", "files"],
             ([p.name, _patch_state(p.state), ", ".join(p.files)] for p in report.patches),
         )
-    if report.destination and report.outcome != "conflicts":
+    if report.destination and report.outcome != PortOutcome.CONFLICTS:
         ui.line(f"series     {report.destination}")
     if report.registered:
         ui.line("set.toml   added:\n" + report.registered.rstrip())

@@ -135,8 +135,8 @@ def _launched_vllm(
     another: str,
 ) -> list[Finding]:
     """--target DIR --python P where the launch runs P's own vLLM, not DIR's: that vLLM's state for
-    each set the launch needs, as `status --python P` reads it (newuser16 2: "ok" for a launch of an
-    unpatched vLLM, while DIR, patched, was judged). `another`: another_vllm() of the tree."""
+    each set the launch needs, as `status --python P` reads it (not DIR's: "ok" for a launch of an
+    unpatched vLLM). `another`: another_vllm() of the tree."""
     if not runs_python_vllm(target, launch_command, another):
         return []
     own = replace(chosen, target_dir=None)  # --python alone: the vLLM the launch imports
@@ -169,7 +169,7 @@ def _consistent_read(root: Path) -> AbstractContextManager[str | None]:
 
 def _whose_vllm(ui: UI, target: Target, another: str, no_import: bool) -> None:
     """--target DIR --python PATH: vLLM is asked through PATH about PATH's own vLLM, said when that
-    is not DIR (`another`, new-user trial 14: a stock venv's answer was blamed on a patched DIR)."""
+    is not DIR (`another`)."""
     if another and not no_import:
         ui.note(
             f"--python {target.python} imports vLLM from {target.python_vllm}, not {target.package_dir}: "
@@ -253,7 +253,7 @@ def _set_findings(
     # vLLM's questions import it (up to minutes each): asked without the lock, which a concurrent
     # apply, revert or preflight waits for. Sound as run's fast path is: every patchkit writer writes
     # its journal first and a new state.json last, so the same record, with no journal, before and
-    # after means none ran in between (review 7 L4)
+    # after means none ran in between
     result = preflight(
         resolved, launch_command, no_import=False, status=status, kept=shortcut, needs=needs, another=another
     )
@@ -286,7 +286,7 @@ def _launch_findings(
 
 def merged(results: list[PreflightResult]) -> PreflightResult:
     """Several sets' preflights as one: per check, the failures of every set (each once), else one
-    pass; tree-state, each set's own (a pass too: -v and JSON show every set judged, new-user 17, 4);
+    pass; tree-state, each set's own (a pass too: -v and JSON show every set judged);
     the tree's state `partial` when the sets' differ; fixable when any set's apply would fix."""
     first = results[0]
     by_check: dict[str, list[Finding]] = {}

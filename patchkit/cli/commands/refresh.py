@@ -12,6 +12,7 @@ from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, format_option, output_options
 from patchkit.cli.ui.console import UI
 from patchkit.maintainer.refresh import refresh_workspace
+from patchkit.maintainer.states import SharedState
 from patchkit.series import library
 from patchkit.series.library import free_name, installed_copy_hint
 
@@ -42,7 +43,7 @@ def command(
     """
     ui = make_ui(fmt, quiet, verbose)
     report = refresh_workspace(directory, new_patch=new_patch, dry_run=dry_run, progress=ui.detail)
-    broken = [c for c in report.shared if c.state == "conflict"]
+    broken = [c for c in report.shared if c.state == SharedState.CONFLICT]
     if ui.json_mode:
         ui.json({**asdict(report), "changed": report.changed})
     else:
@@ -78,11 +79,11 @@ def _show(ui: UI, report: RefreshReport) -> None:
         message = f"vllm {check.version} shares this series: {check.state}" + (
             f": {check.detail}" if check.detail else ""
         )
-        if check.state == "applies":
+        if check.state == SharedState.APPLIES:
             ui.line(message)
         else:
             ui.warn(message)
-    if any(c.state == "conflict" for c in report.shared):
+    if any(c.state == SharedState.CONFLICT for c in report.shared):
         ui.warn(
             "give those releases their own series: drop their [[releases]] entry from set.toml, then "
             f"`patchkit port --from {report.version} --to VERSION`"

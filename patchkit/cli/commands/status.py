@@ -98,7 +98,7 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     for each in chosen:
         if each not in found.chosen:
             ui.note(why_not(each))
-    for entry in found.adhoc:  # a --patch apply: no library set, but the tree's too (newuser18 5c)
+    for entry in found.adhoc:  # a --patch apply: no library set, but the tree's too
         ui.line(f"patch    {_adhoc_line(entry)}", style=STATE_STYLES.get(str(TreeState.APPLIED)))
     applied = found.applied()
     said = f"{found.state}: {_counted(found)}"
@@ -121,13 +121,13 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
         them = "it" if len(found.unchosen) == 1 else "them"
         ui.note(f"{_why_unchosen(found)}; to apply {them}: {hints.command('apply', *named)}")
     if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
-        # status takes one --set: a command per set, each runs (newuser15 2: `--set a --set b` was refused)
+        # status takes one --set: a command per set, each runs
         used = ", ".join(hints.command("status", "--set", name) for name in applied)
         ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")
     elif found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")
     elif found.state == TreeState.NOT_APPLIED and ok and not found.unchosen:
-        # a stock tree: the next step (newuser18 5d)
+        # a stock tree: the next step
         ui.note(f"none is applied: {hints.command('apply')} applies {'it' if len(_sets_in(found)) == 1 else 'them'}")
     return found
 
@@ -140,7 +140,7 @@ def _sets_in(found: SetsStatus, state: TreeState | None = None) -> list[str]:
 
 def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
     """ "1 of 1 set(s) applied (a), 2 upstream (b, c)": a set vLLM ships (upstream) has nothing to
-    apply, so it is counted as such, not as one missing (newuser17 5c)."""
+    apply, so it is counted as such, not as one missing."""
     applied, upstream, judged = found.applied(), _sets_in(found, TreeState.UPSTREAM), len(_sets_in(found))
     if not judged:
         return f"all {len(upstream)} set(s) upstream (this vLLM ships them: nothing to apply)"

@@ -185,8 +185,8 @@ def _show_releases(
 
 
 def _total_of_sets(ui: UI, by_set: dict[str, list[release_check.ReleaseResult]]) -> None:
-    """The last line of releases verified for several sets: all of them (new-user 21, 7a: a CI
-    log's last line named the last set's verdict alone), the sets that failed first."""
+    """The last line of releases verified for several sets: all of them (a CI
+    log's last line is read alone), the sets that failed first."""
     outcomes = {name: release_check.overall_outcome(results) for name, results in by_set.items()}
     versions = sorted({r.version for results in by_set.values() for r in results})
     on = f"vLLM {versions[0]}" if len(versions) == 1 else f"{len(versions)} releases"

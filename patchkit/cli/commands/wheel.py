@@ -151,7 +151,7 @@ def _stock_wheel(
 
 def _build_the_cached_file(cached: Path, chosen: Options, shape: list[str]) -> str:
     """The cache's own file of the release, which hashes to the sha256 this user's patchkit sealed for
-    its name: `wheel FILE` builds from it with no index, held to that sha256 (review 6 L11)."""
+    its name: `wheel FILE` builds from it with no index, held to that sha256."""
     build = hints.command("wheel", chosen=chosen)[:-1]
     rest = f" {shlex.join(shape)}" if shape else ""
     return f"the cache holds the release's wheel, with the sha256 patchkit recorded for it: {build} {shlex.quote(str(cached))}{rest}`"

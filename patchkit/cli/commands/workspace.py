@@ -55,5 +55,5 @@ def command(
     ui.line(f"           {report.patched_commit[:12]} {applied}")
     first = [] if report.patches else ["--new-patch"]  # a new set's first series: NAME is the user's
     refresh = shlex.join(["patchkit", "refresh", report.directory, *first]) + (" NAME" if first else "")
-    # one `command`, pasted whole (newuser17 5a: wrapped bare, its first line ran as another command)
+    # one `command`, pasted whole
     ui.line(f"next       edit the files, then: `{refresh}`")

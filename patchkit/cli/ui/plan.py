@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from patchkit.base.enums import FileKind
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import STATE_STYLES, FittedTable, broken, fit_table, rich, visible, write_plainly
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")
 PLAN_HUNK_HEADER = ("file", "hunk", "note")  # -v
 PlanSection = tuple[str, str, list[tuple[str, ...]]]  # a patch's name, its state, its rows
-KIND_NOTES = {"add": "new file", "delete": "deleted"}
+KIND_NOTES = {FileKind.ADD: "new file", FileKind.DELETE: "deleted"}
 INDENT = 2
 COLUMN_GAP = 2
 STATE = "state"  # the header over the patches' states
@@ -64,7 +65,7 @@ def states_at(names: list[str], states: list[str], width: int | None, widths: li
     """Where the patches' states stand (state_column), and whether the header names that column.
     After the widest name, unless a state there would reach the rows' last column: then past the
     rows' columns (a state under that column reads as its cell), named `state` in the header, which
-    with its rule then spans the widest row (new-user 16, 6f), where the width leaves room."""
+    with its rule then spans the widest row, where the width leaves room."""
     rows_end = INDENT + sum(widths) + COLUMN_GAP * (len(widths) - 1)
     if names and max(map(len, names)) + COLUMN_GAP + max(map(len, states)) > rows_end - widths[-1]:
         at = state_column(names, states, width, after=rows_end)
@@ -169,7 +170,7 @@ def file_note(file_step: FileStep) -> str:
     fp = file_step.patch
     kind = (
         f"renamed from {visible(fp.source_path or '', field=True)}"
-        if fp.kind == "rename"
+        if fp.kind == FileKind.RENAME
         else KIND_NOTES.get(fp.kind, "")
     )
     return "; ".join(note for note in (kind, offsets_note(file_step.placements)) if note)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
-from patchkit.base.enums import CheckStatus, ReleaseOutcome, TreeState
+from patchkit.base.enums import CheckStatus, PatchState, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, shadow
 from patchkit.checks import bytecode as pyc
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
@@ -39,7 +39,7 @@ STALE = "stale"  # a record an upgrade of vLLM left behind (the tree's: each not
 def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *, target: bool = True) -> None:
     """Where vLLM is and its version (`target`: a later set of the same tree says only its set),
     the set and its series in words, and the notes; `said`: the notes already said for another
-    set of this command (said once, review 8 L2), updated."""
+    set of this command (said once), updated."""
     sel = resolved.selection
     if target:
         show_target(ui, resolved)
@@ -478,7 +478,7 @@ def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
 def _applied_count(status: TreeStatus) -> str:
     """ "3 of 4 patches applied" ("0 of 1 patch applied"); nothing without patches."""
     total = len(status.patches)
-    applied = sum(p.state == "applied" for p in status.patches)
+    applied = sum(p.state == PatchState.APPLIED for p in status.patches)
     return f"{applied} of {total} patch{'es' * (total != 1)} applied" if total else ""
 
 
