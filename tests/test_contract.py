@@ -599,3 +599,21 @@ def test_a_small_source_is_parsed_once_and_a_large_ones_tree_is_not_kept():
     large = b"#" + b"x" * LARGEST_KEPT + b"\n"  # one comment: as large, parsed in ms (175k statements took 2 s)
     assert len(large) > LARGEST_KEPT
     assert parsed(large, "b.py") is not parsed(large, "b.py")
+
+
+def test_on_a_drifted_tree_a_check_the_series_fails_too_is_not_given_the_drift_fix(run, tmp_path, stock):
+    """read27: verify on a drifted tree gave the drift's fix (revert --force, then apply) to every
+    failed check, even one that fails on what that fix leaves (the series' fault)."""
+    lib = library_with(tmp_path, stock, PATCHED)
+    assert run("apply", "--target", stock, "--patches", lib).exit_code == 0
+    contract = lib / "demo" / "contract.toml"  # the library now asks for a model type the series does not add
+    contract.write_text(
+        contract.read_text().replace('["deepseek_v3", "kimi_k2"]', '["deepseek_v3", "kimi_k2", "mistral"]')
+    )
+    (stock / MODEL).write_text((stock / MODEL).read_text() + "# my edit\n")
+    result = run("verify", "--target", stock, "--patches", lib)
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    contract_fix = said.split("contract", 1)[1]
+    assert "the series fails this on the stock files too" in contract_fix.split("drifted", 1)[0], result.output
+    assert f"`patchkit revert --target {stock} --patches {lib} --force` (keeps a copy of the edits)" in said

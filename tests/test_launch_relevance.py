@@ -238,3 +238,22 @@ def test_a_drifted_set_is_one_tree_state_failure_with_its_own_fix(setup):
     assert tools.returncode == 1 and len(refusals) == 1, tools.stdout
     assert refusals[0]["message"] == f"the launch guard refuses this tree: {SPEC} was changed after patchkit patched it"
     assert f"`patchkit revert --target {tree} --patches {lib} --set eagle3 --force`" in refusals[0]["fix"]
+
+
+def test_run_apply_says_it_skipped_a_set_whose_file_has_a_local_edit_with_the_fix(setup, tmp_path):
+    """New-user 21, 7c: `run --apply` on a tree with a local edit where eagle3's series changes a
+    file applied the other set ("1 set(s) applied (tools)") and never said eagle3 was skipped."""
+    tree, lib, target, drafter = setup
+    patch = (lib / "eagle3" / "0.16.0" / "0001-eagle3.patch").read_text().split(f"diff --git a/{SPEC}", 1)[1]
+    hunk = patch.split("\n@@", 1)[1].split("\ndiff --git", 1)[0].splitlines()[1:]
+    removed = next(line[1:] for line in hunk if line.startswith((" ", "-")) and line[1:].strip())
+    stock = (tree / SPEC).read_text()
+    (tree / SPEC).write_text(stock.replace(removed, removed + "  # a local edit", 1))
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    launch = ["run", "--apply", "--target", tree, "--patches", lib, "--", *serve(target, drafter, *TOOLS)]
+    done = run_cli(*launch, env=no_vllm)
+    assert done.returncode == 1 and "not launched: the preflight failed" in done.stderr, done.stdout + done.stderr
+    summary = " ".join(line for line in done.stdout.splitlines() if "set(s) applied" in line)
+    assert summary.startswith("1 set(s) applied (tools); eagle3 not applied: ") and SPEC in summary, done.stdout
+    fix = f"then `patchkit apply --target {tree} --patches {lib} --set eagle3`"
+    assert "copy your edit of that file elsewhere" in summary and summary.endswith(fix), summary

@@ -54,3 +54,21 @@ def test_a_set_never_chosen_is_still_said_so_and_apply_chooses_a_reverted_set_ag
     assert read_state(tree).reverted == ("model",)
     assert run("apply", *chosen, "--set", "model").exit_code == 0
     assert read_state(tree).reverted == ()
+
+
+def test_apply_writes_no_set_before_it_stops_at_a_later_sets_drift(run, tree, library):
+    """conflict27: with `model` (first in order) reverted and `spec`'s file edited, a plain apply
+    applied model again (its own transaction), then stopped at spec's drift: it wrote before it
+    refused. Every set's drift is checked before any set is written."""
+    chosen = ("--target", tree, "--patches", library)
+    assert run("apply", *chosen).exit_code == 0
+    assert run("revert", *chosen, "--set", "model").exit_code == 0
+    stock_model = (tree / MODEL).read_text()
+    (tree / SPEC).write_text(patched_spec() + "# my edit\n")
+    for dry_run in (["--dry-run"], []):
+        result = run("apply", *chosen, *dry_run)
+        assert result.exit_code == 1, result.output
+        assert f"files edited after patchkit patched them: {SPEC}" in said(result), result.output
+        assert "not tried: model" in said(result), result.output
+    assert (tree / MODEL).read_text() == stock_model
+    assert [e.set_name for e in read_state(tree).entries] == ["spec"]

@@ -8,6 +8,8 @@ import errno
 import hashlib
 import json
 import os
+import re
+import shlex
 import stat
 import struct
 import subprocess
@@ -547,7 +549,7 @@ def test_an_archive_that_would_need_zip64_is_refused(tmp_path, library, monkeypa
     monkeypatch.setattr(rawzip, "ZIP32_LIMIT", 10_000)  # the stored .so is 16 KiB
     with pytest.raises(BadInput, match="zip64"):
         build_patched_wheel(write_wheel(tmp_path / "in"), tmp_path / "out", Options(library=str(library)), label=None)
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # nor the --out it made (new-user 21, 7b)
 
 
 @pytest.mark.parametrize("large", [False, True])  # written in batches; copied in the kernel
@@ -569,7 +571,7 @@ def test_a_write_that_fails_half_way_leaves_no_file(tmp_path, library, monkeypat
     out = tmp_path / "out"
     with pytest.raises(TargetError, match="No space left"):
         build_patched_wheel(write_wheel(tmp_path / "in", files=files), out, Options(library=str(library)), label=None)
-    assert list(out.iterdir()) == []
+    assert not out.exists()  # nor the --out it made (new-user 21, 7b)
 
 
 def test_without_copy_file_range_the_copy_is_read_and_written(tmp_path, library, monkeypatch):
@@ -884,10 +886,17 @@ def test_an_interrupt_after_the_wheel_is_in_place_says_so(tmp_path, library):
     assert_clean_failure(done, 130)
     assert f"interrupted after the wheel was written: it is in place, {out / PATCHED_NAME}" in done.stderr
     assert os.listdir(out) == [PATCHED_NAME]
+    # new-user 21, 7b: the hint is the build as a command (`patchkit wheel` again named no release)
+    again = re.search(r"not printed; `patchkit ([^`]*)` gives both", " ".join(done.stderr.split()))
+    assert again, done.stderr
+    rebuilt = run_cli(*shlex.split(again.group(1)), cwd=tmp_path / "in")
+    assert_clean_failure(rebuilt, 0)
+    assert rebuilt.stdout.splitlines()[-1] == str(out / PATCHED_NAME) and os.listdir(out) == [PATCHED_NAME]
 
 
+@pytest.mark.parametrize("existed", [False, True], ids=["out-made", "out-there"])
 @pytest.mark.parametrize(("signum", "code"), [("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT", 130)])
-def test_a_signal_mid_build_leaves_nothing_and_says_so(tmp_path, library, signum, code):
+def test_a_signal_mid_build_leaves_nothing_and_says_so(tmp_path, library, signum, code, existed):
     hook = (
         "import os, signal; from patchkit.wheel import build\n"
         "check = build._plan_and_check\n"
@@ -896,11 +905,15 @@ def test_a_signal_mid_build_leaves_nothing_and_says_so(tmp_path, library, signum
     )
     out, temp = tmp_path / "out", tmp_path / "temp"
     temp.mkdir()
+    if existed:
+        out.mkdir()
     stock = write_wheel(tmp_path / "in")
-    done = _cli_with(hook, "wheel", stock, "--out", out, "--patches", library, env={"TMPDIR": str(temp)})
+    done = _cli_with(hook, "wheel", stock, "--out", out / "dist", "--patches", library, env={"TMPDIR": str(temp)})
     assert_clean_failure(done, code)
-    assert "interrupted before the wheel was written" in done.stderr
-    assert os.listdir(out) == [] and os.listdir(temp) == []
+    assert "interrupted before the wheel was written: this run left nothing in --out" in done.stderr
+    # new-user 21, 7b: the directories it made for --out go too (an empty --out was left)
+    assert os.listdir(temp) == []
+    assert not (out / "dist").exists() and out.exists() == existed and (not existed or os.listdir(out) == [])
 
 
 def test_a_killed_runs_scratch_tree_is_removed_by_the_next_run(tmp_path, library):

@@ -272,7 +272,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         return TreeStatus(
             TreeState.UPSTREAM,
             checks=checks,
-            stale=_named(stale),
+            stale=_named(stale, state),
             record=state,
             **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
         )
@@ -303,7 +303,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         drifted,
         not_compiling(resolved, drifted),
         plan,
-        stale=_named(stale),
+        stale=_named(stale, state),
         lost=lost,
         record=state,
         chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
@@ -327,7 +327,7 @@ def record_of(root: Path, status: TreeStatus) -> State:
 def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, bool] | None:
     """The set's files as the fix status names leaves them, and whether that fix is revert --force
     then apply (a drift; else apply): a set not applied or partly applied with no conflict, the
-    plan; a drifted one, the series on the saved originals of the drifted files (a check
+    plan; a drifted one, the series on the saved originals of the set's files (a check
     judged on the files as they are would fail where the fix makes it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
     if apply_finishes(status):
         return (status.plan.content, False) if status.plan is not None else None
@@ -338,7 +338,9 @@ def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, b
     if entry is None:
         return None
     originals: dict[str, bytes | None] = {}
-    for path in (p for p in status.drifted if p in entry.files):
+    # every file of the set: revert --force puts them all back (a patch across a drifted file and
+    # another, on the drifted one's original alone, would read as partly applied: a conflict)
+    for path in entry.files:
         before = entry.files[path]["before"]
         try:
             originals[path] = None if before is None else read_object(root, before)
@@ -370,9 +372,16 @@ def apply_of(names: tuple[str, ...]) -> str:
     return hints.command("apply", *[word for name in names for word in ("--set", name)], chosen=_without_a_set())
 
 
-def _named(stale: dict[str, str]) -> list[str]:
+def _named(stale: dict[str, str], state: State) -> list[str]:
     """Each stale record's note with its set: two sets applied to one release say the same note."""
-    return [f"{STALE_PREFIX}{name}: {note}" for name, note in stale.items()]
+    return [f"{STALE_PREFIX}{shown_name(name, state)}: {note}" for name, note in stale.items()]
+
+
+def shown_name(name: str, state: State) -> str:
+    """A recorded set's name as a person knows it: a --patch apply by its files (`the --patch file
+    x.diff`), never its record name adhoc-<hex> (patchkit's own, not a name the user gave)."""
+    entry = next((e for e in state.entries if e.set_name == name), None) if is_adhoc(name) else None
+    return name if entry is None else shown_set(entry)
 
 
 STALE_PREFIX = "the record of "  # a stale record's note begins with it, then the set's name

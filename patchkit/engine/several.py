@@ -93,6 +93,9 @@ def apply_sets(
     called as the set is tried (a command shows its header there)."""
     done: list[SetApplied] = []
     names = [c.name for c in chosen if c.resolved is not None and c.kind != SelectionKind.UNSUPPORTED]
+    first = _first_drifted(chosen)
+    if first:  # a set before it would be written before the apply stops at its drift: it goes first
+        chosen = [chosen[first], *chosen[:first], *chosen[first + 1 :]]
     for index, each in enumerate(chosen):
         if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
             done.append(SetApplied(each, skipped=NOT_COVERED if each.resolved is None else SelectionKind.UNSUPPORTED))
@@ -119,6 +122,22 @@ def apply_sets(
             done += [SetApplied(c, skipped=NOT_TRIED) for c in chosen[index + 1 :]]
             return _failed(done, each.name, result, dry_run=dry_run)
     return SetsApplied(_guard_said_once(done), _overall(done), _summary(done, dry_run=dry_run))
+
+
+def _first_drifted(chosen: list[Chosen]) -> int | None:
+    """The index of the first set whose recorded files were edited (its apply refuses: Drift), read
+    from the record as it is now (each apply reads it again under the lock)."""
+    state: State | None = None
+    for index, each in enumerate(chosen):
+        if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
+            continue
+        try:
+            state = state if state is not None else read_state(each.resolved.target.root)
+            if inspection.drifted_files(each.resolved, state):
+                return index
+        except PatchkitError:  # a record it cannot read: the set's own apply says so, as it would
+            return None
+    return None
 
 
 GUARD_REMOVED = ("; launch guard removed", "; launch guard would be removed")
@@ -239,6 +258,8 @@ def apply_needed(
     looked = [(c, inspection.inspect(c.resolved, import_probe=False)) for c in judged(chosen) if c.resolved is not None]
     needed = [c for c, status in looked if c.resolved is not None and needs_apply(c.resolved, status)]
     drifted = [_drift_fix(c.name, status.drifted) for c, status in looked if status.drifted]
+    # a set whose series does not apply (a local edit) is skipped: said, with its fix, never in silence
+    drifted += [_conflict_fix(c, status) for c, status in looked if status.state == TreeState.CONFLICT]
     if not several:
         if not needed:
             return None
@@ -250,6 +271,15 @@ def apply_needed(
     if result.error is None:
         result.message = "; ".join([result.message, *drifted])
     return result
+
+
+def _conflict_fix(chosen: Chosen, status: TreeStatus) -> str:
+    """A set skipped for a local edit where its series changes a file, and the fix (status's)."""
+    assert chosen.resolved is not None
+    files, version = status.edited_in_hunks, chosen.resolved.vllm_version
+    with hints.selected(hints.for_set(chosen.name)):
+        fix = inspection.local_edit_fix(chosen.resolved.target.root, version, files)
+    return f"{chosen.name} not applied: {inspection.local_edit_said(files, version)}; fix: {fix}"
 
 
 def _drift_fix(name: str, files: list[str]) -> str:

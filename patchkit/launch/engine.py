@@ -69,6 +69,9 @@ class LaunchContext:
     patch_set: object | None  # library.PatchSetDef
     read_planned: Reader | None = None  # the files as the series leaves them (None: nothing to apply)
     planned_fix: str | None = None  # the fix that leaves them so (None: apply_fix of the set)
+    # a fix of the tree whose outcome cannot be judged (a local edit in a hunk, no stock copy cached):
+    # a failed check names it first, then its own fix (the edit may be why it fails)
+    pending_fix: str | None = None
     python: str | None = None  # the target's interpreter, asked for vLLM's own answers (None: not asked)
     not_asked: str = "--no-import"  # why vLLM is not asked, when python is None
     reads: dict[str, str | None] | None = None  # when a dict: path -> sha256 of each file read (None: absent)
@@ -93,6 +96,8 @@ class LaunchContext:
             return Finding(check, True, message)
         planned = self.read_planned is not None and judgement(self.read_planned)[0]
         by_plan = (self.planned_fix or apply_fix(self.patch_set)) if planned else None
+        if by_plan is None and self.pending_fix is not None:
+            by_plan = f"{self.pending_fix}; if it still fails: {fix}" if fix else self.pending_fix
         if message.startswith(UNJUDGED):  # a file that does not parse: no verdict, in JSON and counts too
             gives = by_plan or f"{hints.command('status')} names the syntax error and its fix"
             return Finding(check, True, message, gives, judged=False)

@@ -272,12 +272,14 @@ def preflight(
     result.fixable = leaves is not None and not leaves[1]
     planned = leaves[0] if leaves is not None else None
     planned_fix = _drift_fix(resolved) if leaves is not None and leaves[1] else None
+    pending_fix = None
     if (
         needed and leaves is None and status.state == TreeState.CONFLICT
     ):  # as its fix (the stock files, apply) leaves it
         planned = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
         fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks)
         planned_fix = fix if planned is not None else None
+        pending_fix = fix if planned is None else None  # the stock files not cached: not judged
     context = LaunchContext(
         command,
         target,
@@ -287,6 +289,7 @@ def preflight(
         resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
         read_planned=planned,
         planned_fix=planned_fix,
+        pending_fix=pending_fix,
         python=None if no_import or another else resolved.target.python,
         not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )

@@ -433,6 +433,7 @@ def _a_dotted_value(word: str, unread: list[str]) -> bool:
 
 
 def _one_word_hint(word: str) -> str:
-    """The fix of an option and its value quoted together (one word to the shell: `"--opt {...}"`)."""
-    name, value = word.split(" ", 1)
-    return f"{name} and its value reached vLLM as one word (quoted together): quote the value alone, `{name} {shlex.quote(value.strip())}`"
+    """The fix of an option and its value quoted together (one word to the shell: `"--opt {...}"`);
+    the value not repeated: a JSON value is wider than a line, and the user's own line holds it."""
+    name = word.split(" ", 1)[0]
+    return f"{name} and its value reached vLLM as one word (quoted together): give them as two words, {name} then the value in quotes of its own"

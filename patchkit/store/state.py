@@ -485,8 +485,13 @@ def shown_set(entry: Entry) -> str:
     record name, adhoc-<hex>, is patchkit's own)."""
     if not is_adhoc(entry.set_name):
         return f"set {entry.set_name}"
-    names = [Path(p["name"]).name for p in entry.patches] or ["?"]
-    return f"the --patch file{'s' if len(names) > 1 else ''} {', '.join(names)}"
+    return "the " + adhoc_files([p["name"] for p in entry.patches])
+
+
+def adhoc_files(names: list[str]) -> str:
+    """`--patch file x.diff` (`--patch files a.diff, b.diff`): --patch files by their names."""
+    names = [Path(name).name for name in names] or ["?"]
+    return f"--patch file{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
 def recorded_patch_files(entry: Entry) -> tuple[str, ...]:

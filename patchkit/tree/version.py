@@ -14,8 +14,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, inside, read_regular
+from patchkit.store.state import read_state
 from patchkit.tree.target import PACKAGE, Target, vllm_metadata_dirs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,16 +148,48 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
     if not candidates:
         return None
     if len(candidates) > 1:
-        names = ", ".join(c.parent.name for c in candidates)
+        names = [c.parent.name for c in candidates]
         raise TargetError(
-            f"several vLLM distributions in {target.root}: {names}",
-            hint="remove the stale dist-info directories or pass --vllm-version",
+            f"several vLLM distributions in {target.root}: {', '.join(names)}", hint=_several_fix(target, names)
         )
     where = candidates[0].relative_to(target.root).as_posix()
     meta = _headers(_read_metadata(target, candidates[0], where))
     if meta.get("name", "").lower() != PACKAGE or not meta.get("version"):
         return None
     return DetectedVersion(parse(meta["version"], where), where)
+
+
+def _several_fix(target: Target, names: list[str]) -> str:
+    """The fix of several vllm-*.dist-info, naming the one to keep where vllm/_version.py (the files'
+    own release) or the tree's record names one of them: which to keep, which to remove."""
+    try:
+        recorded = {e.vllm_version for e in read_state(target.root).entries if e.vllm_version}
+        files = _from_version_file(target)
+    except PatchkitError:  # a damaged record or _version.py says nothing here: status says what it is
+        recorded, files = set(), None
+    said = str(files.version) if files is not None else None
+    for witness, words in (
+        (said, f"vllm/_version.py says vLLM {said}"),
+        (_one(recorded), "the tree's record says the patches were applied to vLLM {}"),
+    ):
+        kept = [name for name in names if witness is not None and _dist_info_release(name) == witness]
+        if len(kept) == 1:
+            others = [name for name in names if name != kept[0]]
+            also = "; the tree's record names it too" if witness in recorded and said == witness else ""
+            return (
+                f"{words.format(witness)} ({kept[0]}{also}): remove {', '.join(others)} "
+                f"(pip left {'it' if len(others) == 1 else 'them'}), or pass --vllm-version"
+            )
+    return "remove the stale dist-info directories (pip left them; keep the installed vLLM's) or pass --vllm-version"
+
+
+def _one(versions: set[str]) -> str | None:
+    return next(iter(versions)) if len(versions) == 1 else None
+
+
+def _dist_info_release(name: str) -> str:
+    """The version a vllm-VERSION.dist-info's name carries."""
+    return name.lower().partition("-")[2].rpartition(".")[0]
 
 
 def _metadata_file(directory: Path) -> Path | None:

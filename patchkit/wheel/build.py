@@ -185,10 +185,12 @@ def build_patched_wheel(
     label: str | None,
     say: Say = lambda message: None,
     expect_identity: tuple[int, ...] | None = None,
+    again: str | None = None,
 ) -> WheelResult:
     """The patched wheel of `stock` in `out_dir`, for the set or --patch files `chosen` names
     (`label`: the local label instead of patchkit.<set>; `expect_identity`: the file's, as
-    stock.py checked the cached wheel with it). A conflict or a failed check is a result with its
+    stock.py checked the cached wheel with it; `again`: the command that builds it again, for an
+    interrupt's hint). A conflict or a failed check is a result with its
     error, nothing written; bad input raises.
 
     The members no patch touches are copied into the new wheel's temporary file while the plan and
@@ -201,7 +203,7 @@ def build_patched_wheel(
     with (
         open_stock(stock, expect_identity) as wheel,
         _scratch_tree(say) as scratch,
-        _Output(Path(out_dir), wheel.path.name, say) as output,
+        _Output(Path(out_dir), wheel.path.name, say, again) as output,
         ThreadPoolExecutor(max_workers=3) as pool,  # the copies and the file's hash; this thread places every member
     ):
         stock_record = _stock_record(wheel)
@@ -256,17 +258,19 @@ class _Output:
     locked while it is written, so that the next run can tell an interrupted run's leftovers (same
     name pattern, this user's, unlocked: removed) from a running one's (locked: kept)."""
 
-    def __init__(self, out_dir: Path, stock_name: str, say: Say):
+    def __init__(self, out_dir: Path, stock_name: str, say: Say, again: str | None = None):
         token = secrets.token_hex(4)
         self.temporary = out_dir / f".{stock_name}.patchkit-{token}.tmp"
         self.committed = False
-        _make_out_dir(out_dir)
+        self.again = again or "`patchkit wheel` again"
+        self.created = _make_out_dir(out_dir)
         # Locked under a name the sweep of leftovers ignores, then renamed: it never sees it unlocked.
         pending = out_dir / f".{stock_name}.patchkit-{token}.new"
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             self.fd = os.open(pending, flags, 0o644)
         except OSError as exc:
+            _remove_empty(self.created)
             raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)) from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -274,6 +278,7 @@ class _Output:
         except OSError as exc:
             os.close(self.fd)
             pending.unlink(missing_ok=True)
+            _remove_empty(self.created)
             raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)) from None
         for name in _remove_leftovers(out_dir):
             say(f"removed {out_dir / name}, left by an interrupted patchkit wheel")
@@ -285,6 +290,7 @@ class _Output:
         os.close(self.fd)
         if not self.committed:
             self.temporary.unlink(missing_ok=True)
+            _remove_empty(self.created)  # no empty --out this run made, nor its parents
 
     def wait(self, copies: list[Future]) -> None:
         """The copies' end; an OSError (a full disk) as the write failure it is."""
@@ -316,7 +322,7 @@ class _Output:
             self.committed = True
             signals.note_report(
                 f"interrupted after the wheel was written: it is in place, {final}",
-                "its report (and JSON's sha256) was not printed; `patchkit wheel` again gives both",
+                f"its report (and JSON's sha256) was not printed; {self.again} gives both",
             )
         return final
 
@@ -351,8 +357,10 @@ def _out_hint(out_dir: Path) -> str:
     return OUT_HINT.replace("./dist", str(Path(tempfile.gettempdir()) / "dist"))
 
 
-def _make_out_dir(out_dir: Path) -> None:
-    """--out, created if missing; what is in the way (a dangling symlink, a file) named as it is."""
+def _make_out_dir(out_dir: Path) -> list[Path]:
+    """--out, created if missing; what is in the way (a dangling symlink, a file) named as it is.
+    The directories it created, innermost first (a run that writes no wheel removes them)."""
+    created = [path for path in [out_dir, *out_dir.parents] if not os.path.lexists(path)]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -361,6 +369,17 @@ def _make_out_dir(out_dir: Path) -> None:
         raise TargetError(
             f"cannot create the --out directory {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)
         ) from None
+    return created
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """The directories this run created for --out, innermost first, each only while empty (rmdir:
+    another run's wheel, or a file put there meanwhile, keeps it and those above it)."""
+    for path in created:
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 def _in_the_way(out_dir: Path) -> Path:

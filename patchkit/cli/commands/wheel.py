@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -96,8 +97,11 @@ def _build(
         source, platform, chosen, ui, shape
     )  # before the activity line: a download shows its bar
     ui.knows({"stock_wheel": str(stock)})
+    again = _build_again(source, out_dir, platform, chosen, shape)
     with ui.activity("building the patched wheel") as say:
-        result = build_patched_wheel(stock, Path(out_dir), chosen, label=local_label, say=say, expect_identity=checked)
+        result = build_patched_wheel(
+            stock, Path(out_dir), chosen, label=local_label, say=say, expect_identity=checked, again=again
+        )
     if result.path is not None:
         ui.wrote(f"the wheel was written: it is in place, {result.path}")
     for note in result.warnings:
@@ -112,6 +116,15 @@ def _build(
             ui.result(str(result.path))  # alone on its line: a script reads it, a person copies it whole
             ui.note(_next_step(result.path))
     return result
+
+
+def _build_again(source: str, out_dir: str, platform: str | None, chosen: Options, shape: list[str]) -> str:
+    """This build as a command to paste from any directory (a bare `patchkit wheel` names no
+    release): the release or file, --out and the options as given."""
+    named = os.path.abspath(source) if source.endswith(".whl") or "/" in source else source
+    words = [named, "--out", os.path.abspath(out_dir), *shape[2 if shape[:1] == ["--out"] else 0 :]]
+    words += ["--platform", platform] if platform else []
+    return f"{hints.command('wheel', chosen=chosen)[:-1]} {shlex.join(words)}`"
 
 
 def _next_step(wheel: Path) -> str:

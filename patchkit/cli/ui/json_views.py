@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base.enums import TreeState
 from patchkit.engine.inspection import local_edit_fix
+from patchkit.store.state import is_adhoc
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.engine.inspection import TreeStatus
@@ -61,7 +62,13 @@ def resolved_json(resolved: Resolved) -> dict:
         "version_source": resolved.version.source if resolved.version else None,
         "set": resolved.selection.set_name,
         "series": resolved.selection.release.directory.name if resolved.selection.release else None,
+        # --patch files: their names, as the text says them ("set" is the record's name, adhoc-<hex>)
+        **({"patch_files": [p.name for p in resolved.selection.patches]} if _adhoc(resolved) else {}),
     }
+
+
+def _adhoc(resolved: Resolved) -> bool:
+    return resolved.selection.patch_set is None and is_adhoc(resolved.selection.set_name)
 
 
 def status_json(resolved: Resolved, status: TreeStatus, where: Location | None = None) -> dict:

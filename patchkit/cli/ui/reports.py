@@ -20,6 +20,7 @@ from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 from patchkit.engine.guard import refusal_summary, refusal_text
 from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, local_edit_fix, local_edit_said, stale_said
 from patchkit.engine.resolve import in_stock_fix
+from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,7 +44,10 @@ def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *,
     sel = resolved.selection
     if target:
         show_target(ui, resolved)
-    ui.line(f"set      {sel.set_name}" + (f"  {series_words(sel.release)}" if sel.release else ""))
+    if sel.patch_set is None and is_adhoc(sel.set_name):  # --patch files: by their names, not adhoc-<hex>
+        ui.line(f"patch    {adhoc_files([p.name for p in sel.patches])}")
+    else:
+        ui.line(f"set      {sel.set_name}" + (f"  {series_words(sel.release)}" if sel.release else ""))
     show_notes(ui, resolved, said)
 
 
@@ -404,9 +408,8 @@ def verified_target_text(
         ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
         return
     status, results = verified.status, verified.checks
-    found = status_failures(resolved, status) + check_failures(
-        results, _check_fix(resolved, status), _fixes_by_check(status)
-    )
+    fixes = {**_fixes_by_check(status), **dict.fromkeys(verified.series_fails, SERIES_FAULT_FIX)}
+    found = status_failures(resolved, status) + check_failures(results, _check_fix(resolved, status), fixes)
     refused_above = any(f.what == GUARD for f in found)  # said above: by this set, or an earlier one
     found = [f for f in found if guard or f.what != GUARD]
     show_status(
@@ -522,6 +525,13 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
     if status.state == TreeState.UPSTREAM:
         return _upstream_fix(resolved)
     return as_planned_fix()
+
+
+# a drifted tree's check that fails on what revert --force and apply leave too: not the user's edit
+SERIES_FAULT_FIX = (
+    "not your edit alone: the series fails this on the stock files too, so revert --force and apply "
+    "would not make it pass; report the library's series"
+)
 
 
 def _upstream_fix(resolved: Resolved) -> str:
