@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -67,12 +68,20 @@ def command(
     ui = make_ui(fmt, quiet, verbose)
     if adhoc and set_name:
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
+    if platform is not None and not _PLATFORM_TAG.fullmatch(platform):  # '' is no tag: not "none installable"
+        raise BadInput(
+            f"--platform {platform!r} is not a platform tag",
+            hint="give one such as manylinux_2_31_x86_64, or leave --platform out for this machine's",
+        )
     names = tuple(dict.fromkeys(set_name))  # each once, as given
     one = names[0] if len(names) == 1 else None
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=one, set_names=names)
     with hints.selected(chosen):  # a hint to verify the installed wheel names the same library and set
         shape = _shaping_options(out_dir, local_label, fmt)
         return _build(source, out_dir, local_label, platform, chosen, ui, quiet=quiet, shape=shape)
+
+
+_PLATFORM_TAG = re.compile(r"[A-Za-z0-9_.]+")  # pip's tags: letters, digits, '_' and '.'
 
 
 def _shaping_options(out_dir: str, local_label: str | None, fmt: str) -> list[str]:
