@@ -43,10 +43,11 @@ def editable(tmp_path) -> tuple[Path, Path]:
         dist.rmdir()
     (checkout / "pyproject.toml").write_text(PYPROJECT)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    # no pip of its own (ensurepip was half the fixture's CPU): this pip installs into it through --python
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
-    install = [python, "-m", "pip", "install", "-q", "--no-deps", "-e", checkout]  # setuptools from the index
-    subprocess.run(install, check=True, capture_output=True, cwd=tmp_path)
+    install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "-e", checkout]
+    subprocess.run(install, check=True, capture_output=True, cwd=tmp_path)  # setuptools from the index
     return checkout, python
 
 

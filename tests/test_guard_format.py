@@ -17,7 +17,10 @@ from pathlib import Path
 from patchkit._target import guard
 
 # GUARD_FORMAT -> the fingerprint of the guard's code it names (one line per format ever released)
-FORMATS = {2: "9c53f95eb55092939ad6ec0e109ea0bc68e9cfb973afb046e8824e2ec30beacd"}
+FORMATS = {
+    2: "9c53f95eb55092939ad6ec0e109ea0bc68e9cfb973afb046e8824e2ec30beacd",
+    3: "4b4ae17dcd985762e4c483c448a84abd4a62caed15101c8eee13d2ac780769d5",  # the shadow check (review 15 L6)
+}
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}
 

@@ -354,3 +354,22 @@ def test_status_of_an_upgraded_tree_says_the_guards_refusal_once_with_the_fix_of
     # the upgrade replaced the files: counted once, not each "changed after patchkit patched it"
     assert "changed after patchkit patched it" not in said, said
     assert "2 files it patched no longer hold what it wrote (replaced by the upgrade, or edited)" in said, said
+
+
+def test_preflight_of_an_upgraded_tree_counts_the_files_the_guard_names_on_one_short_line():
+    """Review 15 L5: preflight's tree-state finding after an upgrade under the record listed every
+    patched file ("... was changed after patchkit patched it; ...") on one line of ~900 characters;
+    status counts them. Both: the count and the first few."""
+    from types import SimpleNamespace
+
+    from patchkit.launch.preflight import _guard_refusal
+
+    files = [f"vllm/part{n}/module{n}.py" for n in range(9)]
+    guard = ["vLLM 0.18.0 is installed, but the patches were applied to vLLM 0.16.0"]
+    guard += [f"{path} was changed after patchkit patched it" for path in files]
+    found = _guard_refusal(SimpleNamespace(guard=guard, guard_fix="run apply"))
+    assert not found.ok and "changed after patchkit patched it" not in found.message, found.message
+    assert found.message.endswith(
+        f"9 files it patched no longer hold what it wrote (replaced by the upgrade, or edited): {files[0]}, {files[1]} +7 more"
+    ), found.message
+    assert len(found.message) < 300  # was ~900 characters for 9 files

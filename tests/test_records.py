@@ -641,3 +641,68 @@ def test_status_and_verify_refuse_a_record_revert_refuses(tmp_path, scratch):
     assert "says patchkit created vllm/models/model.py" in said["revert"]
     assert said["status"] == said["verify"] == said["revert"]
     assert (site / "vllm/models/model.py").read_text() == MODEL_PY + "# patched\n"
+
+
+def test_a_created_file_whose_patch_file_is_gone_is_deleted_only_while_it_holds_what_patchkit_wrote(
+    run, tree, scratch, tmp_path
+):
+    """Review 15 M1: a --patch that created a file, the patch file since moved away: revert and
+    revert --force exited 2 with a hint naming CWD + the patch's basename, a file that did not exist."""
+    stock = snapshot(tree)
+    created = scratch / "adds.diff"
+    created.write_bytes(make_patch(scratch, tree, {"vllm/made.py": "MADE = 2\n"}))
+    assert run("apply", "--target", tree, "--patch", created, "--no-guard").exit_code == 0
+    created.rename(tmp_path / "elsewhere.diff")
+    (tree / "vllm/made.py").write_text("MADE = 3\n")  # changed since: nothing proves it is patchkit's
+    for force in ((), ("--force",)):
+        done = run("revert", "--target", tree, *force)
+        said = " ".join(done.output.split())
+        assert done.exit_code == 2 and "--patch /" not in said and "--patch adds" not in said, said
+        assert f"{created} is gone" in said and "delete vllm/made.py yourself" in said, said
+        assert (tree / "vllm/made.py").read_text() == "MADE = 3\n"
+
+    (tree / "vllm/made.py").write_text("MADE = 2\n")  # the bytes patchkit wrote: its own to delete
+    done = run("revert", "--target", tree)
+    assert done.exit_code == 0, done.output
+    assert snapshot(tree) == stock
+
+
+def test_a_library_record_claiming_a_created_file_names_no_patch_files(run, tree, scratch):
+    """Review 15 M1, the hostile record: a library set's entry claiming it created a file named the
+    set's own patches as --patch files in the working directory, which do not exist there."""
+    import hashlib
+
+    library = write_library(scratch / "lib", {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]})
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    mine = tree / "vllm/mine.py"
+    mine.write_text("MINE = 1\n")
+    state_file = tree / ".patchkit/state.json"
+    state = json.loads(state_file.read_text())
+    state["entries"][0]["files"]["vllm/mine.py"] = {"before": None, "after": hashlib.sha256(b"MINE = 1\n").hexdigest()}
+    state_file.write_text(json.dumps(state))
+    done = run("revert", "--target", tree, "--patches", library)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 2 and "--patch " not in said, said
+    assert "none of the set's patches creates it" in said and "move vllm/mine.py out of the tree" in said, said
+    assert mine.read_text() == "MINE = 1\n"
+
+
+@pytest.mark.parametrize(
+    "planted", ["vllm/config/spec.cpython-312-x86_64-linux-gnu.so", "vllm/config/spec/__init__.py"]
+)
+def test_a_module_planted_after_apply_that_shadows_a_patched_file_fails_status_and_the_guard(run, tree, diffs, planted):
+    """Review 15 L6: an extension module (or a package) put beside a patched file after the apply is
+    what Python imports: status said "applied", exit 0, and the guard let vLLM launch; apply refuses
+    the same tree. Now the guard refuses it, and status says so with the fix that works."""
+    assert run("apply", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+    (tree / planted).parent.mkdir(exist_ok=True)
+    (tree / planted).write_bytes(b"")
+    done = run("status", "--target", tree, "--patch", diffs["spec"])
+    said = " ".join(done.output.split())
+    assert done.exit_code == 1, done.output
+    assert f"{planted} is imported instead of {SPEC}: the patch never runs" in said, said
+    assert f"if {planted} is not vLLM's own, remove it" in said, said
+    assert any(f"{planted} is imported instead of {SPEC}" in problem for problem in find_problems(str(tree)))
+    (tree / planted).unlink()
+    assert find_problems(str(tree)) == []
+    assert run("status", "--target", tree, "--patch", diffs["spec"]).exit_code == 0

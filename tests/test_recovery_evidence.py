@@ -260,8 +260,22 @@ def _with_record(tree: Path) -> Path:
     return tree
 
 
+# _crash_at_the_last_step's step by (patch, tree's files): the same apply takes the same steps, so the search
+# (an apply a step, ~20 of them) runs once a worker, not once a test
+_LAST_STEP: dict[tuple[bytes, str], int] = {}
+
+
 def _crash_at_the_last_step(tree: Path, patch: Path) -> None:
     """Crash the apply at its last step before its commit point: every file in place, the journal kept."""
+    key = (patch.read_bytes(), repr(sorted(snapshot(tree).items())))
+    if key not in _LAST_STEP:
+        _LAST_STEP[key] = _last_step_before_the_commit(tree, patch)
+    _patchkit("apply", "--target", tree, "--patch", patch, "--no-import", fault=str(_LAST_STEP[key]))
+    assert (tree / ".patchkit/journal.json").exists()
+
+
+def _last_step_before_the_commit(tree: Path, patch: Path) -> int:
+    """The last fault step of the apply that leaves its journal (tried on copies; `tree` is left as it was)."""
     keep = tree.parent / "stock-copy"
     _copy(tree, keep)
     last = None
@@ -273,8 +287,7 @@ def _crash_at_the_last_step(tree: Path, patch: Path) -> None:
             last = n
     assert last is not None
     _copy(keep, tree)
-    _patchkit("apply", "--target", tree, "--patch", patch, "--no-import", fault=str(last))
-    assert (tree / ".patchkit/journal.json").exists()
+    return last
 
 
 @pytest.fixture

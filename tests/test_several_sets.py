@@ -668,11 +668,11 @@ def test_revert_of_several_sets_carries_the_trees_version_at_the_top(run, tree, 
 
 
 def _apply_with_fault(tree: Path, library: Path, plan: str, *command: str) -> subprocess.CompletedProcess:
-    """`patchkit apply` (or `command`) as its own process, a SIGTERM sent by the transaction's own
-    fault plan (PATCHKIT_FAULT_AFTER: the Nth filesystem step of a commit or a rollback)."""
+    """`patchkit apply` (or `command`) as its own process (forked by cli_server), a SIGTERM sent by the
+    transaction's own fault plan (PATCHKIT_FAULT_AFTER: the Nth filesystem step of a commit or a rollback)."""
     env = {**os.environ, "PATCHKIT_FAULT_AFTER": plan}
     args = command or ("apply", "--target", str(tree), "--patches", str(library), "--no-import")
-    return subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True, text=True, env=env)
+    return run_patchkit(list(args), env, None, 120)
 
 
 def test_an_interrupt_in_the_second_sets_transaction_says_the_first_stays(tree, library, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from helpers import lay_out_release, run_cli
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 
 from patchkit.launch import toolparsers
-from patchkit.launch.engine import tree_reader
+from patchkit.launch.engine import TREE_FILE_LIMIT, tree_reader
 
 TABLE = """_TOOL_PARSERS_TO_REGISTER = {
     "deepseek_v3": ("deepseekv3_tool_parser", "DeepSeekV3ToolParser"),
@@ -362,7 +363,6 @@ def test_a_structured_outputs_parser_that_is_no_string_is_refused(launch, config
     [
         "/nonexistent/plug.py",  # review 13 H1: vLLM logs the failed import and carries on
         "plugdir.py",  # a directory
-        "broken.py",  # does not parse: its import raises, logged
         "mine.txt",  # not a source file: spec_from_file_location gives no loader
     ],
 )
@@ -371,7 +371,6 @@ def test_a_plugin_vllm_cannot_import_leaves_the_parser_name_held(launch, plugin)
     ok for a launch vLLM 0.16.0 refuses at start (KeyError: invalid tool call parser)."""
     tree, library, model = launch
     (tree.parent / "plugdir.py").mkdir()
-    (tree.parent / "broken.py").write_text("def (:\n")
     (tree.parent / "mine.txt").write_text(PLUGIN)
     for options in (
         ("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin", plugin),
@@ -421,3 +420,45 @@ def test_a_name_only_a_plugin_registers_cannot_be_judged_neither_pass_nor_fail(l
     done, (found,) = preflight(tree, library, model, *options, plugin)
     assert found["result"] == "cannot judge" and found["ok"], done.stdout
     assert f"make sure {plugin} imports in vLLM's venv and registers mine" in found["fix"], found
+    if plugin.endswith(".pyc"):  # review 15 L2: not "no register_module decorator names it"
+        assert found["message"].endswith(
+            "which it imports first, may: patchkit does not read bytecode or extension modules"
+        ), found
+
+
+UNPARSED = "from vllm.tool_parsers import ToolParserManager\ntype Alias = int\ndef (:\n"  # no Python's syntax
+
+
+def test_a_plugin_patchkits_python_cannot_parse_cannot_be_judged_unless_the_launch_runs_that_python(launch, tmp_path):
+    """Review 15 M2: a plugin in syntax patchkit's Python lacks (PEP 695 under 3.11) was held against
+    the name, FAILED, while vLLM's newer Python imports it; held only where the launch's Python is
+    known to be patchkit's version (here: the tree is its lib/pythonX.Y/site-packages)."""
+    tree, library, model = launch
+    plugin = tmp_path / "newer.py"
+    plugin.write_text(UNPARSED)
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin", str(plugin))
+    done, (found,) = preflight(tree, library, model, *options)
+    assert found["result"] == "cannot judge" and found["ok"], done.stdout
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert f"patchkit's Python {version} cannot parse it" in found["message"], found
+
+    site = tmp_path / "venv" / "lib" / f"python{version}" / "site-packages"
+    site.parent.mkdir(parents=True)
+    tree.rename(site)
+    done, (found,) = preflight(site, library, model, *options)
+    assert done.returncode == 1 and not found["ok"] and "registers no tool-call parser" in found["message"], found
+
+
+def test_an_extension_plugin_over_the_read_limit_is_not_held_against_the_name(launch, tmp_path):
+    """Review 15 M2 and L2: an extension plugin over the read limit was read whole, failed the read,
+    and the name was held (FAILED), though vLLM loads it; a compiled plugin's words claimed no
+    decorator names the parser, though patchkit reads no bytecode."""
+    tree, library, model = launch
+    plugin = tmp_path / "big.cpython-311-x86_64-linux-gnu.so"
+    with plugin.open("wb") as sparse:
+        sparse.truncate(TREE_FILE_LIMIT + 1)
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin", str(plugin))
+    done, (found,) = preflight(tree, library, model, *options)
+    assert found["result"] == "cannot judge" and found["ok"], done.stdout
+    assert "patchkit does not read bytecode" in found["message"], found
+    assert "register_module" not in found["message"], found

@@ -288,3 +288,14 @@ def test_offline_the_hint_names_the_cached_wheel_the_release_cache_vouches_for(t
     assert str(cached) in hint and "pip download" not in hint, done.stderr
     _followed(hint, work, env)
     assert [p.name for p in (work / "dist").glob("vllm-0.16.0+patchkit.demo-*.whl")], done.stderr
+
+
+@pytest.mark.parametrize("platform", ["", " ", "manylinux x86_64"])
+def test_a_platform_that_is_no_tag_is_bad_input_not_no_wheel_installable(tmp_path, library, platform):
+    """Review 15 L7: `wheel 0.16.0 --platform ''` exited 4 "no vllm 0.16.0 wheel installable on this
+    machine", though the default platform has one: the empty value is the user's to fix."""
+    env = {"PATCHKIT_CACHE_DIR": str(tmp_path / "cache"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
+    done = run_cli("wheel", "0.16.0", "--platform", platform, "--patches", library, env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--platform {platform!r} is not a platform tag" in done.stderr
+    assert not list(tmp_path.glob("*.whl"))

@@ -39,8 +39,9 @@ def test_tests_that_share_a_module_fixture_build_it_once_under_loadgroup(tmp_pat
     (tmp_path / "test_shared.py").write_text(SHARED)
     builds = tmp_path / "builds"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env |= {"PYTHONPATH": str(TESTS), "BUILDS": str(builds)}
-    args = ["-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", str(tmp_path)]
+    # only xdist among the installed plugins (hypothesis' import was half of each process's CPU)
+    env |= {"PYTHONPATH": str(TESTS), "BUILDS": str(builds), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    args = ["-q", "-p", "xdist", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", str(tmp_path)]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )

@@ -40,7 +40,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 2
+GUARD_FORMAT = 3
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -192,8 +192,70 @@ def judge(site: str) -> Verdict:
     if whole:  # one line, the files a count: a reinstall is one fact, not one per file
         problems.append("the files are " + STOCK_AGAIN + ": all " + str(len(original)) + " recorded")
     changed = {rel for rel, _, _ in differing}
-    problems += _stale_bytecode(site, [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed])
+    kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
+    try:
+        problems += _stale_bytecode(site, kept) + _shadowed(site, kept)
+    except TreeChanged as exc:
+        return Verdict([*problems, str(exc)])
     return Verdict(sorted(set(problems), key=problems.index), again, whole)
+
+
+# patchkit.checks.shadow's rule, for the recorded files: FileFinder imports a package `<stem>/`, then
+# an extension module `<stem>.<tag>.so`, before `<stem>.py` (each a regular file, through symlinks)
+_EXTENSION = re.compile(r"(?:\.(?:cpython-[A-Za-z0-9_-]+|pypy[A-Za-z0-9_-]+|cp\d+-[A-Za-z0-9_-]+|abi3))?\.(?:so|pyd)")
+_PACKAGE_INIT = re.compile(r"__init__(?:\.py|\.pyc|" + _EXTENSION.pattern + ")")
+SHADOWED = "is imported instead of"
+_MAX_DIRECTORY_ENTRIES = 1 << 16  # vLLM's largest directory holds a few hundred
+
+
+def _shadowed(site: str, paths: list[str]) -> list[str]:
+    """Each recorded source a package or an extension module beside it keeps from being imported
+    (apply refuses such a tree; one planted after it leaves the patch dead): a listing of the
+    directories of the recorded files, nothing read."""
+    found, listed = [], {}  # type: list[str], dict[str, list[str]]
+    for rel in paths:
+        directory, _, name = rel.rpartition("/")
+        if not name.endswith(".py") or name == "__init__.py":
+            continue
+        stem = name[: -len(".py")]
+        package = os.path.join(directory, stem)
+        inits = [n for n in _regular_names(site, package, listed) if _PACKAGE_INIT.fullmatch(n)]
+        beside = [
+            n
+            for n in _regular_names(site, directory, listed)
+            if n.startswith(stem + ".") and _EXTENSION.fullmatch(n[len(stem) :])
+        ]
+        shadow = package + "/" + min(inits) if inits else directory + "/" + min(beside) if beside else None
+        if shadow is not None:
+            found.append(shadow + " " + SHADOWED + " " + rel + ": the patch never runs")
+    return found
+
+
+def _regular_names(site: str, directory: str, listed: dict[str, list[str]]) -> list[str]:
+    """The names of the regular files in site/directory (through symlinks, as FileFinder takes them),
+    each directory listed once and bounded; none when it is no directory."""
+    if directory not in listed:
+        names = []
+        try:
+            with os.scandir(os.path.join(site, directory)) as entries:
+                for count, entry in enumerate(entries):
+                    if count >= _MAX_DIRECTORY_ENTRIES:
+                        raise TreeChanged(
+                            os.path.join(site, directory) + " holds more than " + str(_MAX_DIRECTORY_ENTRIES) + " files"
+                        )
+                    if _is_file(entry):
+                        names.append(entry.name)
+        except OSError:
+            pass
+        listed[directory] = names
+    return listed[directory]
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 STALE_BYTECODE = "is unchecked-hash bytecode compiled from other bytes than"

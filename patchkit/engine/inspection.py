@@ -16,7 +16,7 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
-from patchkit.checks import CheckContext
+from patchkit.checks import CheckContext, shadow
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance, is_dist_info_of
 from patchkit.engine.guard import (
@@ -24,6 +24,7 @@ from patchkit.engine.guard import (
     OTHERS_CANNOT_READ,
     SEVERAL,
     SEVERAL_FIX,
+    SHADOWED,
     STALE_BYTECODE,
     STALE_GUARD,
     UNKNOWN_GUARD,
@@ -186,6 +187,11 @@ class TreeStatus:
             return (
                 f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.apply_chosen}"
             )
+        shadowed = [problem for problem in self.guard if SHADOWED in problem]
+        if shadowed and len(shadowed) == len(
+            self.guard
+        ):  # apply refuses until that file is gone: the fix is the user's
+            return shadow.fix(shadowed[0].partition(" ")[0])
         if all(STALE_BYTECODE in problem for problem in self.guard):  # apply's bytecode fix, as after a write
             return f"run {hints.command('apply')} (it recompiles or removes the stale .pyc), or remove the .pyc"
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
@@ -248,6 +254,24 @@ class TreeStatus:
 UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
 STOCK_AGAIN_WORDS = (" holds its stock bytes again", " is gone, as before patchkit created it")  # the guard's words
 EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
+
+
+def upgrade_said(problems: list[str], shown: int = 2) -> list[str]:
+    """The guard's problems; after an upgrade of vLLM under the record, the files it patched are
+    counted with the first `shown` named, not each said "changed after patchkit patched it" (the
+    upgrade replaced them, most likely): one line, not one of hundreds of characters per file."""
+    if not any(UPGRADED in problem for problem in problems):
+        return problems
+    files = [problem for problem in problems if problem.endswith(EDITED)]
+    if len(files) < 2:
+        return problems
+    names = [problem.partition(" ")[0] for problem in files]
+    more = f" +{len(names) - shown} more" if len(names) > shown else ""
+    counted = (
+        f"{len(files)} files it patched no longer hold what it wrote (replaced by the upgrade, or edited): "
+        f"{', '.join(names[:shown])}{more}"
+    )
+    return [problem for problem in problems if problem not in files] + [counted]
 
 
 def inspect(

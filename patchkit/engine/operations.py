@@ -962,87 +962,140 @@ def _revert_locked(
     dry_run: bool,
 ) -> RevertResult:
     """The revert of the record `state` (read once, under the lock or in a settled view)."""
-    root = target.root
-    undo = _undo_of(target, resolved, state, only, has_series=bool(patches))
-    warnings = [
-        f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
-        for name, note in undo.stale.items()
-    ]
-    for entry in undo.entries:
-        _refuse_created_stock_files(root, entry, undo.installed)
-        _refuse_another_releases_originals(root, entry, undo.installed)
-    view = View(root)
-    restored = _restore_from_record(view, undo, patches, force=force)
-    warnings += restored.notes
-    unrecorded, found_only = _unrecorded(undo, patches, only, root)
-    plan = plan_revert(root, unrecorded, view=view, found_only=found_only)
-    if plan.left:  # none of the unnamed sets' patches found applied: their edited files are said, and left
-        warnings.append(_left_unnamed(root, plan.left))
-    unrecorded = [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
-    if plan.conflicts and not undo.entries and not _any_applied(root, unrecorded):
-        # an edit inside a hunk of a tree never applied: nothing to undo, nothing lost
-        return RevertResult(Outcome.NOT_APPLIED, f"nothing to revert: {_stock_said(root, patches)}", warnings=warnings)
-    if plan.conflicts:
+    reverting = _Reverting(
+        target, patches, state, only, _undo_of(target, resolved, state, only, has_series=bool(patches))
+    )
+    return reverting.run(force=force, dry_run=dry_run)
+
+
+@dataclass
+class _Reverting:
+    """One revert of the record `state`, in phases: plan the reversal, refuse what it cannot undo,
+    then write the files, or the record alone when no file changes."""
+
+    target: Target
+    patches: list[Patch]
+    state: State
+    only: str | None
+    undo: _Undo
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def root(self) -> Path:
+        return self.target.root
+
+    def run(self, *, force: bool, dry_run: bool) -> RevertResult:
+        undo = self.undo
+        self.warnings += [
+            f"{note}: {'would drop' if dry_run else 'dropped'} the record of {name}; none of its files is written"
+            for name, note in undo.stale.items()
+        ]
+        for entry in undo.entries:
+            _refuse_created_stock_files(self.root, entry, undo.installed)
+            _refuse_another_releases_originals(self.root, entry, undo.installed)
+        view = View(self.root)
+        restored = _restore_from_record(view, undo, self.patches, force=force)
+        self.warnings += restored.notes
+        plan, unrecorded = self.planned(view)
+        refused = self.refused(plan, unrecorded)
+        if refused is not None:
+            return refused
+        unsure: list[str] = []
+        if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
+            installed = undo.installed
+            restored.edited += edited_unrecorded(self.root, view, unrecorded, installed, force=force, dry_run=dry_run)
+            unsure = unproven(self.root, view, unrecorded, installed)
+        files = sorted(plan.changes)
+        preflight(self.root, files, writable=not dry_run)
+        if dry_run:
+            return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=self.warnings)
+        guard_changes, new_state, removed = self.record_after()
+        if not plan.changes:
+            return self.record_only(guard_changes, new_state, removed)
+        return self.write(plan, view, restored, unsure, (guard_changes, new_state, removed))
+
+    def planned(self, view: View) -> tuple[Plan, list[Patch]]:
+        """The reversal of the series' patches the record does not cover, on top of the restored originals."""
+        unrecorded, found_only = _unrecorded(self.undo, self.patches, self.only, self.root)
+        plan = plan_revert(self.root, unrecorded, view=view, found_only=found_only)
+        if plan.left:  # none of the unnamed sets' patches found applied: their edited files are said, and left
+            self.warnings.append(_left_unnamed(self.root, plan.left))
+        return plan, [step.patch for step in plan.steps] if found_only else unrecorded  # reversed: the same paths
+
+    def refused(self, plan: Plan, unrecorded: list[Patch]) -> RevertResult | None:
+        """A series that does not reverse: nothing to undo (never applied), or a conflict."""
+        if not plan.conflicts:
+            return None
+        if not self.undo.entries and not _any_applied(self.root, unrecorded):
+            # an edit inside a hunk of a tree never applied: nothing to undo, nothing lost
+            said = f"nothing to revert: {_stock_said(self.root, self.patches)}"
+            return RevertResult(Outcome.NOT_APPLIED, said, warnings=self.warnings)
         return RevertResult(
             Outcome.CONFLICT,
-            warnings=warnings,
+            warnings=self.warnings,
             error=Conflict(
                 "cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  "),
-                hint=_unnamed_conflict_hint(root) if undo.entries else _unrecorded_conflict_hint(root),
+                hint=_unnamed_conflict_hint(self.root) if self.undo.entries else _unrecorded_conflict_hint(self.root),
             ),
         )
-    unsure: list[str] = []
-    if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
-        restored.edited += edited_unrecorded(root, view, unrecorded, undo.installed, force=force, dry_run=dry_run)
-        unsure = unproven(root, view, unrecorded, undo.installed)
-    files = sorted(plan.changes)
-    preflight(root, files, writable=not dry_run)
-    if dry_run:
-        return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=warnings)
-    wheel_left = undo.wheel is None and _patched_wheel(root, None) is not None
-    dropped = undo.dropped_from(state)
-    if only is not None and any(e.set_name == only for e in undo.entries):  # status says so, not "no apply chose"
-        dropped = dropped.with_reverted(only)
-    guard_changes, new_state, kept = _without_guard(root, dropped, wheel_left=wheel_left)
-    removed = "; launch guard removed" if guard_changes else ""
-    whole = [
-        note
-        for note in kept
-        if note.startswith(UNRECORDED_GUARD_REMOVED[0]) and note.endswith(UNRECORDED_GUARD_REMOVED[1])
-    ]
-    if whole:  # said once, in the result's line
-        kept, removed = [note for note in kept if note not in whole], f"{removed} (no record named it)"
-    warnings += kept
-    if not plan.changes:
-        left = state
-        if undo.stale or guard_changes or undo.entries:  # a record of files already stock goes too: it describes none
-            commit_changes(root, guard_changes, new_state)
-            _fix_guard_bytecode(target, guard_changes)
+
+    def record_after(self) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, str]:
+        """The record once reverted, the guard's removal when no set is left, and the line's note of it."""
+        wheel_left = self.undo.wheel is None and _patched_wheel(self.root, None) is not None
+        dropped = self.undo.dropped_from(self.state)
+        if self.only is not None and any(e.set_name == self.only for e in self.undo.entries):
+            dropped = dropped.with_reverted(self.only)  # status says so, not "no apply chose"
+        guard_changes, new_state, kept = _without_guard(self.root, dropped, wheel_left=wheel_left)
+        removed = "; launch guard removed" if guard_changes else ""
+        start, end = UNRECORDED_GUARD_REMOVED
+        whole = [note for note in kept if note.startswith(start) and note.endswith(end)]
+        if whole:  # said once, in the result's line
+            kept, removed = [note for note in kept if note not in whole], f"{removed} (no record named it)"
+        self.warnings += kept
+        return guard_changes, new_state, removed
+
+    def record_only(
+        self, guard_changes: dict[str, tuple[bytes | None, bytes | None]], new_state: State, removed: str
+    ) -> RevertResult:
+        """No file to write: a record of files already stock goes too (it describes none), and the guard."""
+        left = self.state
+        if self.undo.stale or guard_changes or self.undo.entries:
+            commit_changes(self.root, guard_changes, new_state)
+            _fix_guard_bytecode(self.target, guard_changes)
             left = new_state
-        return RevertResult(
-            Outcome.NOT_APPLIED,
-            _nothing_said(root, undo, only, left, removed, patches),
-            warnings=warnings,
-            record=left,
+        said = _nothing_said(self.root, self.undo, self.only, left, removed, self.patches)
+        return RevertResult(Outcome.NOT_APPLIED, said, warnings=self.warnings, record=left)
+
+    def write(
+        self,
+        plan: Plan,
+        view: View,
+        restored: Restored,
+        unsure: list[str],
+        after: tuple[dict[str, tuple[bytes | None, bytes | None]], State, str],
+    ) -> RevertResult:
+        """The files and the record written in one commit, their bytecode fixed."""
+        guard_changes, new_state, removed = after
+        root = self.root
+        # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe
+        copied = restored.edited + [path for path in unsure if os.path.lexists(root / path)]
+        saved = keep_copies(root, copied) if copied else None
+        modes = _recorded_modes(self.undo.entries, plan.changes)
+        commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
+        bytecode = fix_bytecode(self.target, plan.changes) + _fix_guard_bytecode(self.target, guard_changes)
+        files = sorted(plan.changes)
+        result = RevertResult(
+            Outcome.REVERTED,
+            f"reverted: {_reverted_said(len(files), len(unsure))}{removed}",
+            files,
+            checks=bytecode,
+            saved=saved,
+            saved_files=restored.edited,
+            unproven=[path for path in copied if path not in restored.edited],
+            warnings=self.warnings,
+            record=new_state,
         )
-    # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe
-    copied = restored.edited + [path for path in unsure if os.path.lexists(root / path)]
-    saved = keep_copies(root, copied) if copied else None
-    modes = _recorded_modes(undo.entries, plan.changes)
-    commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
-    bytecode = fix_bytecode(target, plan.changes) + _fix_guard_bytecode(target, guard_changes)
-    result = RevertResult(
-        Outcome.REVERTED,
-        f"reverted: {_reverted_said(len(files), len(unsure))}{removed}",
-        files,
-        checks=bytecode,
-        saved=saved,
-        saved_files=restored.edited,
-        unproven=[path for path in copied if path not in restored.edited],
-        warnings=warnings,
-        record=new_state,
-    )
-    return _refuse_stale_revert(result)
+        return _refuse_stale_revert(result)
 
 
 def _reverted_said(count: int, unsure: int) -> str:

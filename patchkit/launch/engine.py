@@ -233,6 +233,15 @@ def user_site(python: str, flags: str, environ: dict[str, str], root: Path) -> s
     return site if os.path.isdir(site) else None
 
 
+def launch_python_version(command: LaunchCommand, root: Path) -> str | None:
+    """X.Y of the Python the launch runs (as _python_version tells it), None when unknown."""
+    try:
+        python, _ = command.launch_python()
+    except TargetError:  # which Python cannot be told: the tree's path may still say
+        python = "/"
+    return _python_version(python, root)
+
+
 def _python_version(python: str, root: Path) -> str | None:
     """X.Y of a Python (X.Yt free-threaded): its real file's name (python3.11), else the
     site-packages `root` is (lib/python3.11/site-packages)."""

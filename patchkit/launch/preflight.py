@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,11 +35,12 @@ from patchkit.engine.inspection import (
     local_edit_fix,
     local_edit_said,
     record_of,
+    upgrade_said,
 )
 from patchkit.engine.resolve import Resolved
 from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
-from patchkit.launch.engine import LaunchContext, Reader, apply_fix, set_checks, tree_reader
+from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -250,8 +252,10 @@ def preflight(
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
     # judged whether or not the models are found: vLLM refuses the parsers before it reads them
+    root = resolved.target.root
+    same_python = launch_python_version(command, root) == f"{sys.version_info[0]}.{sys.version_info[1]}"
     result.findings += toolparsers.findings(
-        COMMAND, command.options, resolved.vllm_version, tree_reader(resolved.target.root), resolved.target.root
+        COMMAND, command.options, resolved.vllm_version, tree_reader(root), root, same_python=same_python
     )
     try:
         target, drafter, served, command = _models(command, result.missing)
@@ -721,7 +725,7 @@ def _guard_for_launch(
 
 
 def _guard_refusal(status: TreeStatus) -> Finding:
-    return Finding(TREE, False, refusal_text(status.guard), status.guard_fix)
+    return Finding(TREE, False, refusal_text(upgrade_said(status.guard)), status.guard_fix)
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:

@@ -16,6 +16,7 @@ import importlib.machinery
 import json
 import os
 import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,10 +76,13 @@ def registered(read: Reader, kind: ParserKind = TOOL) -> tuple[str, set[str]] | 
     return None
 
 
-def findings(check: str, options: dict[str, object], version: object, read: Reader, root: Path) -> list[Finding]:
+def findings(
+    check: str, options: dict[str, object], version: object, read: Reader, root: Path, *, same_python: bool = False
+) -> list[Finding]:
     """The `check` findings for each parser name the launch gives: failed when vLLM refuses it,
-    cannot judge when the tree holds no registry patchkit can read (`root`: the tree, for the fix)."""
-    found = (_judged(check, named, version, read, root) for named in given(options, version))
+    cannot judge when the tree holds no registry patchkit can read (`root`: the tree, for the fix).
+    `same_python`: the launch's Python is known to be patchkit's version (Plugin.given)."""
+    found = (_judged(check, named, version, read, root) for named in given(options, version, same_python=same_python))
     return [*_not_strings(check, options), *(f for f in found if f is not None)]
 
 
@@ -121,25 +125,27 @@ class Named:
     plugin: Plugin | None = None  # the parser file of the user's vLLM imports first (it may register the name)
 
 
-def given(options: dict[str, object], version: object) -> list[Named]:
+def given(options: dict[str, object], version: object, *, same_python: bool = False) -> list[Named]:
     """The parser names vLLM holds to its registries for this launch (an empty one is none: vLLM
     skips it), each with the plugin file vLLM imports before it looks the name up, if any."""
     named: list[Named] = []
     tool = options.get(TOOL.option)
     if options.get(TOOL.needs or "") and isinstance(tool, str):
-        plugin = Plugin.given(options.get(TOOL.plugin))
+        plugin = Plugin.given(options.get(TOOL.plugin), same_python=same_python)
         named.append(Named(TOOL, tool, f"--{TOOL.option} {tool}", AT_START, f"write --{TOOL.option} {{}}", plugin))
     # vLLM's start check (validate_api_server_args) reads only --structured-outputs-config's
     # reasoning_parser, with only --reasoning-parser-plugin imported; --reasoning-parser itself is
     # copied over it when vLLM builds the engine (create_engine_config), and looked up there.
     inner = _structured_reasoning_parser(options)
-    outer_plugin = Plugin.given(options.get(REASONING.plugin))
+    outer_plugin = Plugin.given(options.get(REASONING.plugin), same_python=same_python)
     if inner:
         spelt = f"--structured-outputs-config's reasoning_parser {inner}"
         named.append(Named(REASONING, inner, spelt, AT_START, "set that reasoning_parser to {}", outer_plugin))
     outer = options.get(REASONING.option)
     if isinstance(outer, str) and not _no_parser(outer, version) and outer != inner:
-        plugin = outer_plugin or Plugin.given(_structured(options).get("reasoning_parser_plugin"))
+        plugin = outer_plugin or Plugin.given(
+            _structured(options).get("reasoning_parser_plugin"), same_python=same_python
+        )
         spelt = f"--{REASONING.option} {outer}"
         setting = f"write --{REASONING.option} {{}}"
         named.append(Named(REASONING, outer, spelt, _when_engine_built(version), setting, plugin))
@@ -153,23 +159,44 @@ class Plugin:
 
     path: str
     names: frozenset[str]
+    unread: str | None = None  # why patchkit read no decorator: bytecode, or syntax its Python lacks
 
     @classmethod
-    def given(cls, value: object) -> Plugin | None:
+    def given(cls, value: object, *, same_python: bool = False) -> Plugin | None:
         """The plugin an option names, when vLLM imports one: a name of more than 3 characters
         (api_server's `len(...) > 3`) of a file spec_from_file_location loads (source, bytecode, an
         extension). vLLM logs a failed import and carries on, so a missing or unreadable file, or
-        source that does not parse, registers nothing: the name is still held."""
+        source that does not parse, registers nothing: the name is still held. Source that
+        patchkit's Python cannot parse may parse in vLLM's newer one (`same_python`: the launch's
+        Python is patchkit's version, so it cannot)."""
         if not isinstance(value, str) or len(value) <= 3 or not value.endswith(_LOADABLE):
             return None
+        if not value.endswith(_SOURCE):  # bytecode or an extension: loaded, but nothing patchkit reads
+            return cls(value, frozenset(), _COMPILED) if _regular(value) else None
         try:  # relative to the directory the launch runs in, as vLLM's import reads it
             data = read_regular(value, TREE_FILE_LIMIT, follow_symlinks=True)
         except (OSError, ValueError):
             return None
-        if not value.endswith(_SOURCE):  # bytecode or an extension: loaded, but nothing patchkit reads
-            return cls(value, frozenset())
-        parsed = _parsed(data)
-        return None if parsed is None else cls(value, frozenset(_registered_by(parsed)))
+        try:
+            parsed = ast.parse(data)
+        except SyntaxError:
+            return None if same_python else cls(value, frozenset(), _NEWER_SYNTAX)
+        except (ValueError, RecursionError, MemoryError):  # NUL bytes, nesting no Python compiles
+            return None
+        return cls(value, frozenset(_registered_by(parsed)))
+
+
+_COMPILED = "patchkit does not read bytecode or extension modules"
+_NEWER_SYNTAX = f"patchkit's Python {sys.version_info[0]}.{sys.version_info[1]} cannot parse it (vLLM's may be newer)"
+
+
+def _regular(path: str) -> bool:
+    """Whether `path` is a regular file (through symlinks, as the import opens it), read or not:
+    an extension over the read limit loads all the same."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 # what spec_from_file_location gives a loader for; of those, the source patchkit reads
@@ -250,6 +277,11 @@ def _maybe_the_plugins(check: str, named: Named, version: object, path: str) -> 
     what = named.kind.option.removesuffix("-parser")
     if named.plugin is not None and named.name in named.plugin.names:
         reason = f"{named.spelt}: {plugin} registers it, if vLLM's import of it succeeds (patchkit runs no plugin)"
+    elif named.plugin is not None and named.plugin.unread:
+        reason = (
+            f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}); {plugin}, which it "
+            f"imports first, may: {named.plugin.unread}"
+        )
     else:
         reason = (
             f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}), and no register_module "

@@ -29,7 +29,7 @@ from patchkit.series.patchfile import (
     touched_paths,
 )
 from patchkit.store.objects import read_object
-from patchkit.store.state import Entry, recorded_patch_files, shown_set
+from patchkit.store.state import Entry, is_adhoc, missing_patch_files, recorded_patch_files, shown_set
 from patchkit.tree.target import stock_files_command
 
 
@@ -281,6 +281,8 @@ def restore_recorded(
         current = sha256(content)
         if current == shas["before"]:
             continue
+        if shas["before"] is None and content is not None:  # before the edit: --force would not delete it either
+            _require_creator(entry, path, own, first, wrote_it=current == shas["after"], notes=restored.notes)
         if current != shas["after"]:
             if not force:
                 if content is None:  # nothing of the user's to keep
@@ -294,17 +296,34 @@ def restore_recorded(
                 )
             if content is not None:  # a deleted file has nothing to keep
                 restored.edited.append(path)
-        if shas["before"] is None and content is not None:
-            _require_creator(entry, path, own, first)
         view.write(path, _original(view, path, shas["before"], own, restored.notes))
     return restored
 
 
-def _require_creator(entry: Entry, path: str, own: list[Patch], first: tuple[str, ...]) -> None:
+def _require_creator(
+    entry: Entry, path: str, own: list[Patch], first: tuple[str, ...], *, wrote_it: bool, notes: list[str]
+) -> None:
     """A file the record says patchkit created is deleted only when a patch at hand that the record
-    names creates it: the record alone is no evidence (it is read back from the tree)."""
+    names creates it: the record alone is no evidence (it is read back from the tree). A --patch
+    file that is gone leaves one other proof: the file holds exactly the bytes patchkit wrote."""
     if any(f.target_path == path and f.source_path != path for p in own for f in p.files):
         return
+    gone = missing_patch_files(entry) if is_adhoc(entry.set_name) else ()
+    if gone and wrote_it:
+        notes.append(f"{path} deleted: {gone[0]} that created it is gone, and it still held what patchkit wrote")
+        return
+    if gone:  # nothing proves the file is patchkit's: the user decides
+        raise BadInput(
+            f"the record of {shown_set(entry)} says patchkit created {path}, but {gone[0]} is gone and "
+            f"{path} was changed since: kept, nothing was written",
+            hint=f"delete {path} yourself if you no longer need it, then {hints.command('revert')}",
+        )
+    if not is_adhoc(entry.set_name):  # the set's own patches do not create it: the record is wrong
+        raise BadInput(
+            f"the record of {shown_set(entry)} says patchkit created {path}, but none of the set's patches "
+            "creates it: kept, nothing was written",
+            hint=f"move {path} out of the tree (if it is yours), run {hints.command('revert')}, then put it back",
+        )
     names = recorded_patch_files(entry) or ("FILE",)
     this = hints.command("revert", chosen=hints.for_set(None, names))
     order = f"revert the sets applied after it first: {', then '.join([*first, this])}" if first else this

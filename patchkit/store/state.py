@@ -499,6 +499,12 @@ def recorded_patch_files(entry: Entry) -> tuple[str, ...]:
     return tuple(_location(p) for p in entry.patches)
 
 
+def missing_patch_files(entry: Entry) -> tuple[str, ...]:
+    """The recorded paths (else names) of an ad-hoc entry's patches no longer where it was applied
+    from, or no longer that very patch."""
+    return tuple(p.get("path") or p["name"] for p in entry.patches if _location(p) != p.get("path"))
+
+
 _PATCH_LIMIT = 64 << 20  # series.patchfile.PATCH_LIMIT: a larger file is no patch patchkit applied
 
 

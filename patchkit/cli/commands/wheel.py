@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import click
 from packaging.version import Version
 
 from patchkit.base import hints, seal, signals
+from patchkit.base.enums import OutputFormat
 from patchkit.base.errors import BadInput, IndexNotRead, NoIndex, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
@@ -66,6 +68,11 @@ def command(
     ui = make_ui(fmt, quiet, verbose)
     if adhoc and set_name:
         raise BadInput("--set and --patch exclude each other: a library set, or ad-hoc diffs")
+    if platform is not None and not _PLATFORM_TAG.fullmatch(platform):  # '' is no tag: not "none installable"
+        raise BadInput(
+            f"--platform {platform!r} is not a platform tag",
+            hint="give one such as manylinux_2_31_x86_64, or leave --platform out for this machine's",
+        )
     names = tuple(dict.fromkeys(set_name))  # each once, as given
     one = names[0] if len(names) == 1 else None
     chosen = Options(library=library, adhoc=tuple(adhoc), set_name=one, set_names=names)
@@ -74,12 +81,15 @@ def command(
         return _build(source, out_dir, local_label, platform, chosen, ui, quiet=quiet, shape=shape)
 
 
+_PLATFORM_TAG = re.compile(r"[A-Za-z0-9_.]+")  # pip's tags: letters, digits, '_' and '.'
+
+
 def _shaping_options(out_dir: str, local_label: str | None, fmt: str) -> list[str]:
     """The options that shape the artifact and its report, as given: a hint to build it another
     way carries them, so the wheel it gives is the one asked for (its name, its version, where)."""
     words = [] if out_dir == "." else ["--out", out_dir]
     words += ["--local-label", local_label] if local_label is not None else []
-    return words + (["--format", fmt] if fmt != "text" else [])
+    return words + (["--format", fmt] if fmt != OutputFormat.TEXT else [])
 
 
 def _build(

@@ -18,7 +18,7 @@ from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
 from patchkit.engine.guard import refusal_summary, refusal_text
-from patchkit.engine.inspection import EDITED, STALE_PREFIX, UPGRADED, local_edit_fix, local_edit_said, stale_said
+from patchkit.engine.inspection import STALE_PREFIX, local_edit_fix, local_edit_said, stale_said, upgrade_said
 from patchkit.engine.resolve import in_stock_fix
 from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.version import release_version
@@ -203,7 +203,7 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         for note, it in _stale_said(status.stale)
     ]
     if status.guard:
-        failures.append(Failure("guard", refusal_text(_upgrade_said(status.guard)), fix=status.guard_fix))
+        failures.append(Failure("guard", refusal_text(upgrade_said(status.guard)), fix=status.guard_fix))
     if status.guard_missing:
         failures.append(Failure(UNGUARDED, status.guard_missing, fix=status.guard_missing_fix, warning=True))
     return failures
@@ -230,18 +230,6 @@ def _stale_said(notes: list[str]) -> list[tuple[str, str]]:
         (stale_said(names, reason) if names else reason, "them" if len(names) > 1 else "it")
         for reason, names in by_reason.items()
     ]
-
-
-def _upgrade_said(problems: list[str]) -> list[str]:
-    """The guard's problems; after an upgrade of vLLM under the record, the files it patched are
-    counted, not each said "changed after patchkit patched it" (the upgrade replaced them, most likely)."""
-    if not any(UPGRADED in problem for problem in problems):
-        return problems
-    files = [problem for problem in problems if problem.endswith(EDITED)]
-    if len(files) < 2:
-        return problems
-    counted = f"{len(files)} files it patched no longer hold what it wrote (replaced by the upgrade, or edited)"
-    return [problem for problem in problems if problem not in files] + [counted]
 
 
 def show_checks(
