@@ -104,6 +104,37 @@ def test_a_test_that_gives_no_verdict_is_a_warning_that_says_so(run, tmp_path, t
     assert len("behaviour: " + found["message"]) <= 80
 
 
+# audit23b N1: a failing verdict whose failure holds JSON's own values (false, a number, null)
+FAILING_WITH_VALUES = (
+    "import json\nprint(json.dumps({'ok': False, 'runs': 4, 'failed': 1, 'error': None, 'failures': [{'parser':"
+    " 'DemoParser', 'case': 'one call', 'split': '2 tokens per delta', 'top_up': False, 'k': 2, 'lost': 'call 0 lost', 'note': None}]}))\nexit(1)\n"
+)
+
+
+def test_a_failing_verdict_with_false_or_a_number_in_a_failure_fails_verify(run, tmp_path, tree):
+    lib = library(tmp_path, tree, upstream=">=0.16.0", judge=FAILING_WITH_VALUES)
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    assert done.exit_code == 1, done.output
+    [found] = behaviour_results(done.stdout)
+    assert (found["ok"], found["level"]) == (False, "error"), found
+    assert found["message"] == "1/4 runs differ; 2 tokens per delta: call 0 lost", found
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [("['a']", "failure 1 is a list, not an object"), ("{'top_up': [1]}", "failure 1's 'top_up' is a list")],
+)
+def test_a_failure_of_no_readable_shape_is_not_judged_naming_it(run, tmp_path, tree, failure, said):
+    judge = (
+        "import json\nprint(json.dumps({'ok': False, 'runs': 4, 'failed': 1, 'error': None,"
+        f" 'failures': [{failure}]}}))\nexit(1)\n"
+    )
+    lib = library(tmp_path, tree, upstream=">=0.16.0", judge=judge)
+    done = run("verify", "--target", tree, "--patches", lib, "--format", "json")
+    [found] = behaviour_results(done.stdout)
+    assert (found["ok"], found["level"]) == (False, "warning") and said in found["message"], found
+
+
 def test_apply_does_not_run_the_behaviour_test(run, tmp_path, tree):
     lib = library(tmp_path, tree)
     assert run("apply", "--target", tree, "--patches", lib).exit_code == 0

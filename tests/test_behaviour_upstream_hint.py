@@ -79,7 +79,7 @@ def test_a_set_without_a_behaviour_test_gets_no_such_hint(tmp_path, monkeypatch,
     done = latest(tmp_path, monkeypatch, library, FIXED_UPSTREAM)
     [release] = json.loads(done.stdout)["releases"]
     assert release["outcome"] == "conflict" and release["stock_behaviour"] is None
-    assert "behaviour" not in release["detail"] and release["hint"] == ""
+    assert "behaviour" not in release["detail"] and release["hint"].startswith("port the series: `patchkit port ")
 
 
 PULL = "https://github.com/vllm-project/vllm/pull/1"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, snapshot, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, record_rows, snapshot, write_library, write_tree
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -106,6 +106,8 @@ def test_conflict_exit_1_names_the_file_and_line(run, tree, library):
 
 
 def test_partial_state_when_only_some_patches_are_present(run, tree, library):
+    # vLLM's RECORD shows the file is not stock (without it, upstream's or a hand's: test_upstream_reached)
+    (tree / "vllm-0.16.0.dist-info" / "RECORD").write_text(record_rows(tree, "vllm-0.16.0.dist-info"))
     (tree / SPEC).write_text(patched_spec())
     result = run("status", *args(tree, library), "--format", "json")
     assert result.exit_code == 1
@@ -134,6 +136,9 @@ def test_revert_refuses_drift_and_force_keeps_a_copy(run, tree, library):
 
 
 def test_revert_without_record_reverse_applies(run, tree, library):
+    """vLLM's RECORD proves the files patched are not stock; without it, a change no apply recorded
+    may be upstream's or a hand's, and revert leaves it (test_upstream_reached)."""
+    (tree / "vllm-0.16.0.dist-info" / "RECORD").write_text(record_rows(tree, "vllm-0.16.0.dist-info"))
     stock = snapshot(tree)
     (tree / SPEC).write_text(patched_spec())
     (tree / MODEL).write_text(patched_model())

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, run_cli, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, record_rows, run_cli, write_library, write_tree
 
 from patchkit.cli.main import run_in_process
 from patchkit.fleet import node
@@ -471,6 +471,8 @@ def test_a_partial_tree_names_one_fix_in_status_and_its_fleet_row(tmp_path):
     though it exits 1. Both name apply, and that apply makes status pass. One set with two patches
     of which one was put back to stock (its record lost); then two sets, one applied."""
     tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY, MODEL: MODEL_PY})
+    # vLLM's RECORD: a file found patched is not stock (without it, upstream's or a hand's: test_upstream_reached)
+    (tree / "vllm-0.16.0.dist-info" / "RECORD").write_text(record_rows(tree, "vllm-0.16.0.dist-info"))
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     patches = [make_patch(tmp_path / "a", tree, {MODEL: MODEL_PY + "X = 1\n"})]
     patches.append(make_patch(tmp_path / "b", tree, {"vllm/config/spec.py": patched_spec()}))

@@ -178,7 +178,9 @@ def test_no_comment_retells_which_trial_or_review_found_a_fault():
 # A closed set of names is a StrEnum (base.enums, fleet.states, maintainer.states...), compared as its members:
 # a literal compared with a record's state, outcome or kind is a name no enum checks. argparse's action kinds are
 # the parser's own names, read from vLLM's parser (launch.serve_parser), not patchkit's.
-ENUM_ATTRIBUTES = {"state", "outcome", "kind", "level", "phase"}
+ENUM_ATTRIBUTES = {"state", "outcome", "kind", "level", "phase", "fmt"}
+# a command's output format and a `_target/` worker's status, read into their enums (OutputFormat, WorkerStatus)
+ENUM_NAMES = {"fmt", "status"}
 NAMES_NOT_OURS = {"launch/serve_parser.py"}
 
 
@@ -188,7 +190,8 @@ def _string_constants(node: ast.expr) -> list[str]:
 
 
 def literal_states(package: Path = PACKAGE) -> list[str]:
-    """file:line of each comparison of a `.state`/`.outcome`/`.kind`/... with a string literal."""
+    """file:line of each comparison of a `.state`/`.outcome`/`.kind`/..., or of a `fmt` or `status`,
+    with a string literal."""
     found = []
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package).as_posix()
@@ -196,7 +199,11 @@ def literal_states(package: Path = PACKAGE) -> list[str]:
             if not isinstance(node, ast.Compare) or rel in NAMES_NOT_OURS:
                 continue
             sides = [node.left, *node.comparators]
-            named = any(isinstance(s, ast.Attribute) and s.attr in ENUM_ATTRIBUTES for s in sides)
+            named = any(
+                (isinstance(s, ast.Attribute) and s.attr in ENUM_ATTRIBUTES)
+                or (isinstance(s, ast.Name) and s.id in ENUM_NAMES)
+                for s in sides
+            )
             if named and any(_string_constants(s) for s in sides):
                 found.append(f"{rel}:{node.lineno}")
     return found
@@ -214,8 +221,11 @@ def test_a_state_compared_with_a_literal_is_found(tmp_path):
         "    if report.outcome in ('ported', 'identical'):\n"
         "        return check.state == 'conflict'\n"
         "    return step.state == StepState.CONFLICT or name == 'conflict' or step.kind != 'rename'\n"
+        "def g(ui, fmt, status, code):\n"
+        "    if ui.fmt == 'json' or fmt in ('junit', 'markdown') or code == 'ok':\n"
+        "        return status == 'no-vllm' or status == 0 or fmt == OutputFormat.JSON\n"
     )
-    assert literal_states(package) == ["a.py:2", "a.py:3", "a.py:4"]
+    assert literal_states(package) == ["a.py:2", "a.py:3", "a.py:4", "a.py:6", "a.py:6", "a.py:7"]
 
 
 def test_a_comment_that_retells_history_is_found(tmp_path):

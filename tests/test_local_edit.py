@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, run_cli, snapshot, write_library
+from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, record_rows, run_cli, snapshot, write_library
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_model
 
 SPEC = "vllm/config/spec.py"
@@ -81,7 +81,10 @@ def test_revert_of_a_tree_never_applied_has_nothing_to_revert_and_writes_nothing
 
 
 def test_a_partly_applied_series_is_still_partial(run, tree, library):
-    """The other side: one patch applied and the other's file edited is partly applied."""
+    """The other side: one patch applied and the other's file edited is partly applied (vLLM's
+    RECORD shows the applied file is not stock; without it, it may be upstream's: test_upstream_reached)."""
+    dist = "vllm-0.16.0.dist-info"
+    (tree / dist / "RECORD").write_text(record_rows(tree, dist))
     (tree / SPEC).write_text(patched_spec())
     (tree / MODEL).write_text(MODEL_PY.replace("class Model", "class Model  # edited", 1))
     data = json.loads(run("status", *args(tree, library), "--format", "json").stdout)

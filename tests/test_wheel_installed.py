@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from patchkit._target import guard
+from patchkit.distinfo import installed_record
 from patchkit.distinfo.record import parse_record
 
 from helpers import (  # isort: skip
@@ -26,6 +27,7 @@ from helpers import (  # isort: skip
     fingerprint,
     make_patch,
     patched_spec,
+    pip_install,
     run_cli,
     snapshot,
     write_library,
@@ -370,3 +372,17 @@ def test_status_says_a_patched_wheel_installs_no_guard_and_what_does(wheel):
     assert wheel.cli("apply", "--no-import").returncode == 0  # the command the note names
     done = wheel.cli("status", "--format", "json")
     assert done.returncode == 0 and json.loads(done.stdout)["guard_notes"] == [], done.stdout
+
+
+def test_the_installed_record_says_whether_it_is_a_patched_wheels(wheel, tmp_path):
+    """Closing 17's last read: the reader of the installed RECORD says it (its own dist-info labelled
+    `+patchkit…`), with or without the provenance, so no caller asks it whether a file is stock."""
+    record, _ = installed_record(wheel.site, wheel.version)
+    assert record is not None and record.patched_wheel
+    (wheel.site / wheel.dist / "patchkit.json").unlink()
+    record, _ = installed_record(wheel.site, wheel.version)
+    assert record is not None and record.patched_wheel
+    plain = tmp_path / "plain"
+    pip_install(plain, STOCK, {"vllm/config/spec.py": "X = 1\n"})
+    record, _ = installed_record(plain, STOCK)
+    assert record is not None and not record.patched_wheel

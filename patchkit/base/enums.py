@@ -104,3 +104,26 @@ class Outcome(StrEnum):
     BYTECODE_FAILED = "bytecode-failed"
     FAILED = "failed"  # apply of several sets: a set's error that is no conflict and no failed check
     UNSUPPORTED = "unsupported"
+
+
+class OutputFormat(StrEnum):
+    """A command's --format: what it writes on stdout."""
+
+    TEXT = "text"
+    JSON = "json"
+    JUNIT = "junit"
+    MARKDOWN = "markdown"
+
+
+class WorkerStatus(StrEnum):
+    """A `_target/` worker's answer. The workers run by path under -I and write plain strings;
+    launch.validation reads them into this enum in one place (an unknown one reads as None)."""
+
+    OK = "ok"
+    NO_VLLM = "no-vllm"
+    UNANSWERED = "unanswered"
+    NOT_REGISTERED = "not-registered"
+    INVALID = "invalid"
+    ERROR = "error"
+    PLUGIN_FAILED = "plugin-failed"
+    PLUGIN_RUNNING = "plugin-running"

@@ -19,6 +19,7 @@ vLLM's RECORD, and believed while the other files the script says it read (`read
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -267,8 +268,7 @@ def _validated(status: int, document: object) -> Judged:
     error = document.get("error")
     if not isinstance(runs, int) or not isinstance(failed, int) or not isinstance(failures, list):
         raise ValueError("runs, failed and failures are malformed")
-    if not all(isinstance(f, dict) and all(isinstance(v, str) for v in f.values()) for f in failures):
-        raise ValueError("a failure is malformed")
+    failures = [_failure(i, f) for i, f in enumerate(failures, 1)]
     if error is not None and not isinstance(error, str):
         raise ValueError("error is malformed")
     if (status == 0) != (document.get("ok") is True) or (status == 2) != (error is not None):
@@ -281,6 +281,19 @@ def _validated(status: int, document: object) -> Judged:
     if not isinstance(read, list) or not all(isinstance(path, str) and os.path.isabs(path) for path in read):
         raise ValueError("read is malformed")
     return Judged(status, status == 0, runs, failed, failures, error, str(document.get("loaded", "")), read)
+
+
+def _failure(number: int, failure: object) -> dict[str, str]:
+    """One failure of a verdict as text: a JSON object of strings, numbers, true/false or null
+    (`"top_up": false` is natural JSON); anything else is malformed, its field named."""
+    if not isinstance(failure, dict):
+        raise ValueError(f"failure {number} is a {type(failure).__name__}, not an object")
+    said = {}
+    for key, value in failure.items():
+        if isinstance(value, (dict, list)):
+            raise ValueError(f"failure {number}'s {fit(str(key), 40)!r} is a {type(value).__name__}, not a value")
+        said[str(key)] = value if isinstance(value, str) else json.dumps(value)
+    return said
 
 
 def result(judged: Judged | str, how: str, root: Path, *, not_loaded: str = "") -> CheckResult:

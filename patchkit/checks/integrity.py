@@ -41,7 +41,7 @@ from patchkit.distinfo.record import (
     record_hash,
 )
 from patchkit.store.state import State, read_state
-from patchkit.tree.target import labelled_by_patchkit, stock_files_command
+from patchkit.tree.target import stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.version import Version
@@ -65,10 +65,9 @@ class IntegrityCheck:
         installed, why_not = installed_record(ctx.root, ctx.version, wanted)
         published = published_record(_stock_release(ctx.root) or ctx.version, wanted)
         recorded = _recorded_writes(ctx.root, ctx.state)
-        patched_build = labelled_by_patchkit(ctx.root)  # its RECORD lists patched files: no stock evidence
         results = []
         for path in ctx.paths:
-            results.extend(self._check(ctx, ctx.root, path, installed, why_not, published, recorded, patched_build))
+            results.extend(self._check(ctx, ctx.root, path, installed, why_not, published, recorded))
         return results
 
     def _check(
@@ -80,13 +79,12 @@ class IntegrityCheck:
         why_not: str,
         published: Record | None,
         recorded: dict[str, list[Write]],
-        patched_build: bool = False,
     ) -> list[CheckResult]:
         current = ctx.read_current(path) if ctx.read_current else read_file(root / path)
         stock = ctx.read_stock(path) if ctx.read_stock else current
         # (each test of a Record names it, so that the type checker sees it is not None there)
         if installed is not None and path in installed.hashes:
-            results = [self._verdict(path, current, stock, installed, recorded.get(path, []), patched_build)]
+            results = [self._verdict(path, current, stock, installed, recorded.get(path, []))]
             if published is not None and path in published.hashes and installed.hashes[path] != published.hashes[path]:
                 results.append(
                     self._result(
@@ -106,7 +104,7 @@ class IntegrityCheck:
             return [self._result(path, False, f"not verifiable: {reason}", WARNING)]
         # Without the target's own RECORD, the published wheel is evidence, not proof: a source
         # checkout may legitimately differ from it.
-        verdict = self._verdict(path, current, stock, published, recorded.get(path, []), patched_build)
+        verdict = self._verdict(path, current, stock, published, recorded.get(path, []))
         if verdict.ok:
             return [verdict]
         return [replace(verdict, level=WARNING, message=f"{reason}; {verdict.message}")]
@@ -118,12 +116,16 @@ class IntegrityCheck:
         stock: bytes | None,
         reference: Record,
         writes: list[Write],
-        patched_build: bool = False,
     ) -> CheckResult:
         if stock is None:
             return self._result(path, False, f"missing, but {reference.label} lists it")
-        if current is not None and current != stock and reference.matches(path, current) and not patched_build:
-            # the file as it is is stock: the release's own files already hold the series' change
+        if (
+            current is not None
+            and current != stock
+            and reference.matches(path, current)
+            and not reference.patched_wheel
+        ):
+            # the file as it is is stock (a patched wheel's RECORD is no evidence of it): the release's own files already hold the series' change
             return self._result(path, True, f"stock: matches {reference.label} (it already holds the series' change)")
         if reference.matches(path, stock):
             how = "" if stock == current else " once the series' patches already in place are undone"

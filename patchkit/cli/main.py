@@ -26,6 +26,7 @@ import click  # noqa: E402
 
 from patchkit import __version__  # noqa: E402
 from patchkit.base import signals  # noqa: E402
+from patchkit.base.enums import OutputFormat  # noqa: E402
 from patchkit.base.errors import (  # noqa: E402
     BROKEN_PIPE,
     INTERNAL_ERROR,
@@ -261,7 +262,7 @@ def _command_exit_code(invoke: Callable[[click.Context], Any], ctx: click.Contex
 def _finish(ctx: click.Context, run: Run, code: int) -> int:
     """The run's document, in the format the command line chose."""
     name = ctx.meta.get(INVOKED, (None,))[0]
-    fmt = "json" if run.document is not None else _chosen_format(ctx)
+    fmt = OutputFormat.JSON if run.document is not None else _chosen_format(ctx)
     try:
         _ui().finish_run(run, fmt=fmt, command=name, exit_code=code)
         sys.stdout.flush()  # here, not at exit where a failure could only be a Python warning
@@ -298,12 +299,12 @@ def _chosen_format(ctx: click.Context) -> str:
     up to the option click could not read); "text" when none or no command."""
     name, command, args = ctx.meta.get(INVOKED, (None, None, []))
     if command is None or not any(p.name == "fmt" for p in command.params):
-        return "text"
+        return OutputFormat.TEXT
     try:
         with command.make_context(name, list(args), parent=ctx, resilient_parsing=True) as seen:
-            return seen.params.get("fmt") or "text"
+            return seen.params.get("fmt") or OutputFormat.TEXT
     except click.ClickException:
-        return "text"
+        return OutputFormat.TEXT
 
 
 def _not_taken(exc: click.NoSuchOption) -> click.NoSuchOption:

@@ -7,7 +7,15 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from patchkit.base import fsutil
-from patchkit.distinfo.record import PROVENANCE, Record, find_record, has_provenance, parsed_record, read_record_file
+from patchkit.distinfo.record import (
+    PROVENANCE,
+    Record,
+    find_record,
+    has_provenance,
+    labelled_by_patchkit,
+    parsed_record,
+    read_record_file,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Collection
@@ -41,7 +49,7 @@ def installed_record(
         record = None
     if record is None:
         return None, f"{label} is unreadable"
-    return _with_stock_hashes(root, record), ""
+    return replace(_with_stock_hashes(root, record), patched_wheel=labelled_by_patchkit(path.parent.name)), ""
 
 
 def _with_stock_hashes(root: Path, record: Record) -> Record:

@@ -178,6 +178,9 @@ class Record:
     label: str  # how results name it
     hashes: dict[str, str]
     untrusted: dict[str, str] = field(default_factory=dict)  # path -> the algorithm wheels do not allow
+    # a build patchkit labelled (vllm-0.16.0+patchkit.eagle3.dist-info): it lists the patched files,
+    # so a file that matches it is no evidence of stock, with or without the wheel's provenance
+    patched_wheel: bool = False
 
     def matches(self, path: str, data: bytes) -> bool:
         entry, algorithm = self.hashes[path], record_algorithm(self.hashes[path])
@@ -221,3 +224,9 @@ def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], d
         {name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
         {name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
     )
+
+
+def labelled_by_patchkit(dist_info: str) -> bool:
+    """Whether a vLLM dist-info's name carries the local label `patchkit wheel` gives (`+patchkit.…`)."""
+    label = dist_info.lower().removesuffix(".dist-info").partition("+")[2]
+    return "patchkit" in label.replace("_", ".").split(".")

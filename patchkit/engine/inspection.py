@@ -17,8 +17,8 @@ from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.checks import CheckContext, shadow
-from patchkit.distinfo import installed_record, installed_wheel_reader
-from patchkit.distinfo.record import find_record, has_provenance, is_dist_info_of
+from patchkit.distinfo import installed_wheel_reader
+from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import (
     CHANGED_SINCE,
     OTHERS_CANNOT_READ,
@@ -36,6 +36,7 @@ from patchkit.engine.guard import (
     unrecorded_guard_notes,
     unseen_guard_note,
 )
+from patchkit.engine.stale import stale_entries, stale_note
 from patchkit.series import dry_run
 from patchkit.series.library import has_series, load_library, locate
 from patchkit.series.patchfile import touched_paths
@@ -727,55 +728,6 @@ def not_compiling(resolved: Resolved, drifted: list[str]) -> list[CheckResult]:
         return []
     results = run_checks(upstream_context(resolved, sources, import_probe=False), only=("syntax",))
     return [r for r in results if r.failed and r.path]
-
-
-def stale_entries(root: Path, state: State, installed: Version | str | None) -> dict[str, str]:
-    """set name -> why its record is stale, for each entry vLLM's upgrade made stale."""
-    found = {}
-    for entry in state.entries:
-        note = stale_note(root, entry, installed)
-        if note:
-            found[entry.set_name] = note
-    return found
-
-
-def stale_note(root: Path, entry: Entry, installed: Version | str | None) -> str | None:
-    """Why an entry's record is stale, or None: it names another vLLM version than the installed
-    one, whose own dist-info is there, and pip's install of that release accounts for every file it
-    saved an original of: stock by the installed RECORD (or the patched wheel's), or gone and
-    unlisted there (a file that release does not ship). The record describes files pip replaced.
-    Files it only created say nothing either way (pip never lists them): a record of only those is
-    stale on the version alone."""
-    if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
-        return None
-    own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
-    if own is None or not is_dist_info_of(own.parent, installed):
-        return None
-    replaced = [path for path, shas in entry.files.items() if shas["before"] is not None]
-    record, _why = installed_record(root, installed, set(replaced))
-    if record is None:
-        return None
-    patched = _patched_by_the_wheel(root)
-    for path in replaced:
-        data = read_file(root / path)
-        if data is None and path not in record.hashes:
-            continue  # the installed release does not ship it: pip removed the old one
-        if data is None or path not in record.hashes:
-            return None
-        if not record.matches(path, data) and sha256(data) != patched.get(path):
-            return None
-    return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
-
-
-def _patched_by_the_wheel(root: Path) -> dict[str, str]:
-    """path -> sha256 of each file as a patched wheel installed it (its provenance), when the
-    installed vLLM came from one: those bytes are the installed release's own files too."""
-    if not has_provenance(root):
-        return {}
-    found = installed_wheel_reader().find(root)
-    if found is None:
-        return {}
-    return {path: shas.patched_sha256 for path, shas in found.files.items() if shas.patched_sha256}
 
 
 def check_context(

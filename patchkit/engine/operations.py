@@ -38,6 +38,7 @@ from patchkit.distinfo.record import (
     Record,
     find_record,
     has_provenance,
+    labelled_by_patchkit,
     listings,
     parsed_record,
     read_record_file,
@@ -74,12 +75,11 @@ from patchkit.engine.inspection import (
     run_checks,
     selection_of,
     shown_name,
-    stale_entries,
     stale_grouped,
-    stale_note,
     stale_said,
 )
 from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, resolve_sets, resolve_target, several
+from patchkit.engine.stale import stale_entries, stale_note
 from patchkit.engine.transaction import (
     commit_changes,
     consistent_read,
@@ -106,7 +106,7 @@ from patchkit.store.state import (
     remove_empty_store,
     state_path,
 )
-from patchkit.tree.target import Target, labelled_by_patchkit, stock_files_command
+from patchkit.tree.target import Target, stock_files_command
 from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1145,7 +1145,7 @@ def _unlike_record(root: Path, changes: Changes) -> list[str]:
     edited, so their original is the user's edit, not stock (new-user 22, W4)."""
     written = {path: after for path, (_before, after) in changes.items() if after is not None}
     record = find_record(root)
-    if record is None or not written or labelled_by_patchkit(root):  # a patched wheel's RECORD lists its patched files
+    if record is None or not written or labelled_by_patchkit(record.parent.name):  # a patched wheel's RECORD lists them
         return []
     try:
         parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=list(written))

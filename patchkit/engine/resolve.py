@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.base import hints
 from patchkit.base.enums import SelectionKind, StepState
 from patchkit.base.errors import Conflict, NoPatchSet, TargetError
@@ -13,10 +15,11 @@ from patchkit.base.options import Options
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import launch_refusal
+from patchkit.engine.stale import stale_note
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
-from patchkit.store.state import Entry, applied_on, earlier_applies, read_state, record_apply
+from patchkit.store.state import WORKSPACE_RECORD, Entry, applied_on, earlier_applies, read_state, record_apply
 from patchkit.tree import target as target_mod
 from patchkit.tree import version as version_mod
 from patchkit.tree.target import Target
@@ -24,8 +27,6 @@ from patchkit.tree.version import DetectedVersion
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from packaging.version import Version
 
     from patchkit.distinfo.installed_wheel import Provenance
     from patchkit.distinfo.record import Record
@@ -98,8 +99,9 @@ def resolve(
     if sets is None:
         sets = library.load_library(library.locate(opts.library).path)
     patch_set = library.choose_set(sets, opts.set_name)
+    detected, notes = _as_applied(tgt, patch_set.name, detected)
     selection = _upstream_in_stock(tgt, _selection(tgt, patch_set, detected))
-    notes = [selection.note] if selection.note else []
+    notes += [selection.note] if selection.note else []
     return Resolved(tgt, detected, selection, notes)
 
 
@@ -118,25 +120,80 @@ def _refuse_over_earlier_text(root: Path, paths: tuple[str, ...], set_name: str)
     )
 
 
+def _as_applied(tgt: Target, set_name: str, detected: DetectedVersion) -> tuple[DetectedVersion, list[str]]:
+    """A build between releases patched with `--vllm-version R` (the fix patchkit gives where no
+    series fits it): its record says R, and the set is judged as R was applied, not by the series
+    a dry run would pick now. Not a record an upgrade of vLLM made stale; only on such builds."""
+    if detected.source == "--vllm-version" or not library.between_releases(detected.version):
+        return detected, []
+    entry = read_state(tgt.root).entry(set_name)
+    if entry is None or not entry.vllm_version or entry.vllm_version == str(detected.version):
+        return detected, []
+    try:
+        applied = Version(entry.vllm_version)
+    except InvalidVersion:  # the record is read back from the tree: said by status, not trusted here
+        return detected, []
+    if stale_note(tgt.root, entry, detected.version) is not None:
+        return detected, []
+    said = f"vLLM {detected.version} was patched with --vllm-version {applied}: judged as {applied}"
+    return DetectedVersion(applied, "the record of `apply --vllm-version`"), [said]
+
+
 def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
-    """A series whose change the tree's stock files already hold (each file as its RECORD lists it,
-    every patch found applied, no apply recorded): upstream merged it, so the set is upstream on this
-    tree, and apply and revert leave those files alone (a file that matches RECORD is stock). Not a
-    build patchkit labelled (`+patchkit.…`: a patched wheel, its RECORD lists the patched files)."""
-    if selection.kind != SelectionKind.PATCH or not selection.patches or target_mod.labelled_by_patchkit(tgt.root):
+    """The patches of a series whose change the tree already holds with no apply of patchkit's
+    recorded (a stale record, which an upgrade of vLLM left, is none): upstream's, so apply and revert
+    leave their files alone. With the tree's RECORD their files must match it (stock, proven); with no
+    RECORD (a checkout) nothing proves stock, so the change is upstream's or a hand's, never patchkit's.
+    All of them: the set is upstream on this tree; some (the rest apply cleanly, on other files): the
+    set is the rest. Not a patched wheel's RECORD (it lists the patched files)."""
+    if selection.kind != SelectionKind.PATCH or not selection.patches:
         return selection
     root = tgt.root
     paths = touched_paths(selection.patches)
     record, _why = installed_record(root, selection.version, paths)
-    if record is None or not all(_as_listed(root, path, record) for path in paths):
-        return selection  # (first: an applied tree's files differ from RECORD, and its record is not read again)
-    if read_state(root).entry(selection.set_name) is not None:
+    if record is not None and record.patched_wheel:
+        return selection
+    proven = record is not None and all(path in record.hashes for path in paths)
+    stock = {path for path in paths if record is not None and _as_listed(root, path, record)} if proven else set()
+    if proven and not stock:
+        return selection  # (first: an applied tree's files differ from RECORD, and its record is not read)
+    candidates = _unrecorded(root, selection)
+    if not candidates:
         return selection
     plan = dry_run(root, selection.patches)
-    if not plan.steps or any(step.state != StepState.ALREADY_APPLIED for step in plan.steps):
-        return selection
-    said = f"the stock files of vLLM {selection.version} already hold this set's change"
-    return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True)
+    applied = {step.patch.name for step in plan.steps if step.state == StepState.ALREADY_APPLIED}
+    held = [p for p in candidates if p.name in applied and (not proven or set(touched_paths([p])) <= stock)]
+    rest = [p for p in selection.patches if p not in held]
+    if not held or set(touched_paths(held)) & set(touched_paths(rest)):
+        return selection  # (a file both upstream's and still to patch: the series as it is, conflicts said)
+    if not rest:
+        return replace(selection, kind=SelectionKind.UPSTREAM, note=_held(selection, proven), in_stock=True)
+    names = ", ".join(p.name for p in held)
+    said = (
+        f"{_held(selection, proven, names)}; the set applies its other patches ({len(rest)} of {len(held) + len(rest)})"
+    )
+    return replace(selection, patches=rest, note=said)
+
+
+def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
+    """The series' patches no apply of patchkit's recorded on the tree: all of them with no record
+    entry for the set, or one an upgrade of vLLM made stale; none in a maintainer's workspace (its
+    record says patchkit wrote the series there)."""
+    if (root / WORKSPACE_RECORD).is_file():  # a maintainer's workspace: patchkit wrote the series there
+        return []
+    entry = read_state(root).entry(selection.set_name)
+    if entry is None or stale_note(root, entry, selection.version) is not None:
+        return list(selection.patches)
+    recorded = {patch["name"] for patch in entry.patches}
+    return [p for p in selection.patches if p.name not in recorded and not set(touched_paths([p])) & set(entry.files)]
+
+
+def _held(selection: Selection, proven: bool, names: str = "") -> str:
+    """Who holds the change: the stock files (RECORD says so), or, unproven, upstream or a hand."""
+    what = f"the change of {names}" if names else "this set's change"
+    if proven:
+        return f"the stock files of vLLM {selection.version} already hold {what}"
+    return f"vLLM {selection.version}'s files already hold {what} with no apply recorded: upstream, or applied by hand"
 
 
 def in_stock_fix(version: object, patch_set: PatchSetDef | None) -> str:

@@ -14,7 +14,7 @@ from patchkit import fetch
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, Drift, PatchkitError
 from patchkit.base.fsutil import read_regular
-from patchkit.distinfo.record import Record, find_record, parsed_record, read_record_file
+from patchkit.distinfo.record import Record, find_record, labelled_by_patchkit, parsed_record, read_record_file
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import View
 from patchkit.tree.target import stock_files_command
@@ -80,8 +80,10 @@ def unlike_stock(root: Path, installed: Version | None, originals: dict[str, byt
 
 
 def _tree_record(root: Path, installed: Version | None, paths: list[str]) -> Record | None:
+    """vLLM's RECORD as evidence of stock: none where there is none, or where it is a patched build's
+    (`patchkit wheel` labels it, and its RECORD lists the patched files)."""
     found = find_record(root, installed)
-    if found is None:
+    if found is None or labelled_by_patchkit(found.parent.name):
         return None
     try:
         return parsed_record(read_record_file(root, found), found.parent.name + "/RECORD", only=paths)

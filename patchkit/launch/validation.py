@@ -4,6 +4,7 @@ class (patchkit/_target/model_interface.py)."""
 
 from __future__ import annotations
 
+from patchkit.base.enums import WorkerStatus
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.tree.target import WorkerFailed, run_worker
@@ -43,14 +44,14 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
     stopped = plugin_stopped(answer)
     if stopped is not None:
         return Finding(CHECK, False, *stopped)
-    status, error = answer.get("status"), str(answer.get("error", ""))
+    status, error = worker_status(answer), str(answer.get("error", ""))
     differs = _read_otherwise(command, answer.get("reading"))
     if differs:
         message = f"vLLM's parser reads the command otherwise than patchkit did: {differs}"
         return Finding(CHECK, False, message, "patchkit's reading is wrong here: report it, with the command")
-    if status == "ok":
+    if status == WorkerStatus.OK:
         return Finding(CHECK, True, "vLLM's create_engine_config() accepts the command")
-    if status == "no-vllm":
+    if status == WorkerStatus.NO_VLLM:
         return cannot_judge(
             CHECK,
             f"not run: vLLM does not import in {python}: {error}",
@@ -110,28 +111,37 @@ def model_interface(python: str, command: LaunchCommand, architectures: list[str
     stopped = plugin_stopped(answer)
     if stopped is not None:
         return VllmVerdict(False, *stopped)
-    status, error = answer.get("status"), str(answer.get("error", ""))
-    if status == "ok":
+    status, error = worker_status(answer), str(answer.get("error", ""))
+    if status == WorkerStatus.OK:
         return _answered(asked, answer)
-    if status == "no-vllm":
+    if status == WorkerStatus.NO_VLLM:
         return VllmVerdict(None, f"{asked} not asked: vLLM does not import in {python}: {error}")
-    if status == "unanswered":
+    if status == WorkerStatus.UNANSWERED:
         return VllmVerdict(None, f"{asked} not asked: {error}")
-    if status == "not-registered":
+    if status == WorkerStatus.NOT_REGISTERED:
         return VllmVerdict(False, f"{asked}: {error}")
     return VllmVerdict(False, f"vLLM cannot load its class for {architecture}: {error}")
+
+
+def worker_status(answer: dict) -> WorkerStatus | None:
+    """The worker's status as the enum: the one place its plain string is read (None: none, or unknown)."""
+    status = answer.get("status")
+    try:
+        return WorkerStatus(status) if isinstance(status, str) else None
+    except ValueError:
+        return None
 
 
 def plugin_stopped(answer: dict, failed: WorkerFailed | None = None) -> tuple[str, str] | None:
     """(message, fix) when a vLLM general plugin stopped the worker, as it stops the launch: it raised
     (or called sys.exit), or it was running when the worker hung (`failed`, timed out) or ended
     (os._exit, a signal; the answer file then names it). None otherwise."""
-    status, plugin = answer.get("status"), answer.get("plugin")
-    if status not in ("plugin-failed", "plugin-running"):
+    status, plugin = worker_status(answer), answer.get("plugin")
+    if status not in (WorkerStatus.PLUGIN_FAILED, WorkerStatus.PLUGIN_RUNNING):
         return None
     named = f"the vllm.general_plugins entry point {plugin!r}" if isinstance(plugin, str) else "a general plugin"
     fix = f"fix or uninstall {named}, or leave it out with VLLM_PLUGINS"
-    if status == "plugin-failed":
+    if status == WorkerStatus.PLUGIN_FAILED:
         return f"vLLM's launch stops at {named}, which raises: {answer.get('error', '')}", fix
     if failed is not None and failed.timed_out:
         return f"vLLM's launch hangs at {named}: it did not return within {TIMEOUT:g} s", fix

@@ -19,10 +19,11 @@ from patchkit.base.fsutil import atomic_write, unsafe_reason
 from patchkit.maintainer.patchtext import split_header
 from patchkit.series.library import load_set
 from patchkit.series.patchfile import Patch, decode
+from patchkit.store.state import WORKSPACE_RECORD
 
 T = TypeVar("T")
 
-META = ".patchkit-workspace.json"
+META = WORKSPACE_RECORD
 SCHEMA = 1
 STOCK_TAG = "stock"
 SEAL_KIND = "workspace"

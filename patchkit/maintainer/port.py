@@ -17,8 +17,9 @@ from patchkit.maintainer.meta import STOCK_TAG, WorkspaceMeta, record_of, regist
 from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
 from patchkit.maintainer.reports import FileMerge, PatchOutcome, PortReport
 from patchkit.maintainer.series import (
-    append_release,
     check_reproduces,
+    open_above,
+    register_release,
     series_directory,
     series_for,
     write_series_files,
@@ -56,7 +57,7 @@ def port_set(request: PortRequest) -> PortReport:
         raise BadInput(f"--from and --to are the same release ({v1})")
     selection = series_for(patch_set, v1)
     report = PortReport(str(v1), str(v2), PortOutcome.PORTED, None)
-    declared = _declared(patch_set, v2, request.out)
+    declared = _declared(patch_set, v2, request.out, selection)
     if declared == UPSTREAM:
         report.outcome = PortOutcome.UPSTREAM
         report.notes.append(f"set.toml declares the set upstream in vLLM {v2} ({patch_set.upstream})")
@@ -142,7 +143,7 @@ class _Port:
         write_series_files(self.dest, texts, outcomes)
         if out is None:
             version = self.report.to_version
-            self.report.registered = append_release(self.patch_set.directory, f"=={version}", version)
+            self.report.registered = register_release(self.patch_set.directory, Version(version), version)
         return self.report
 
     def identical(self) -> PortReport:
@@ -169,8 +170,8 @@ class _Port:
         report.patches = [
             PatchOutcome(p.name, PatchChange.UNCHANGED, [f.path for f in p.files]) for p in selection.patches
         ]
-        report.registered = append_release(
-            patch_set.directory, f"=={report.to_version}", relative, comment=f"same series as {report.from_version}"
+        report.registered = register_release(
+            patch_set.directory, Version(report.to_version), relative, comment=f"same series as {report.from_version}"
         )
         report.notes.append(
             f"vLLM {report.to_version} needs the same series as {report.from_version}: "
@@ -235,18 +236,26 @@ class _Port:
         ).save(dest)
 
 
-def _declared(patch_set: PatchSetDef, version: Version, out: str | None) -> str | None:
+def _declared(patch_set: PatchSetDef, version: Version, out: str | None, source: Selection) -> str | None:
+    """What set.toml says of V2; a series of its own refused (not written over), unless it is the
+    series ported from, by a range open above V2: the port's entry then takes V2 on (register_release)."""
     try:
         selection = select(patch_set, version)
     except NoPatchSet:
         return None
-    if selection.kind == PATCH and out is None:
+    if selection.kind == PATCH and out is None and not _splits(selection, source):
         raise BadInput(
             f"the library already has a series for vLLM {version} ({series_directory(selection).name})",
             hint=f"change it with `patchkit workspace {version}` + `patchkit refresh`, "
             "or port into another directory with --out",
         )
     return selection.kind
+
+
+def _splits(selection: Selection, source: Selection) -> bool:
+    """V2's series is V1's, by an entry open above V2 (`>=0.23.0`): a port splits that range."""
+    release = selection.release
+    return release is not None and release == source.release and open_above(release) is not None
 
 
 def _port_upstream(report: PortReport, why: str) -> PortReport:

@@ -23,9 +23,9 @@ from patchkit.maintainer.meta import STOCK_TAG, PatchRecord, WorkspaceMeta
 from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
 from patchkit.maintainer.reports import PatchOutcome, RefreshReport, SharedCheck
 from patchkit.maintainer.series import (
-    append_release,
     check_reproduces,
     pinned_version,
+    register_release,
     why_not_applied,
     write_series_files,
 )
@@ -85,10 +85,10 @@ def refresh_workspace(
         return report
     if report.changed or meta.register:
         write_series_files(series_dir, texts, outcomes)
-    if meta.register and _covered(Path(meta.set_dir), meta.version):
+    if meta.register and _covered(Path(meta.set_dir), meta.version, series_dir):
         report.notes.append(f"set.toml already has an entry for vLLM {meta.version}: not added again")
     elif meta.register:
-        report.registered = append_release(Path(meta.set_dir), **meta.register)
+        report.registered = register_release(Path(meta.set_dir), Version(meta.version), meta.register["dir"])
     _remember(meta, texts, outcomes, root)
     return report
 
@@ -331,8 +331,11 @@ def _check_shared(meta: WorkspaceMeta, patches: list[Patch], progress: Progress 
     return checks
 
 
-def _covered(set_dir: Path, version: str) -> bool:
-    return any(r.covers(Version(version)) for r in load_set(set_dir).releases)
+def _covered(set_dir: Path, version: str, series_dir: Path) -> bool:
+    """set.toml gives `version` this series already (not another's open range: register_release splits that)."""
+    return any(
+        r.covers(Version(version)) and r.directory.resolve() == series_dir.resolve() for r in load_set(set_dir).releases
+    )
 
 
 def _check_release(version: str, patches: list[Patch], progress: Progress | None) -> SharedCheck:

@@ -3,6 +3,7 @@ one reproduces the workspace, writing it, and set.toml's [[releases]] entries.""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -11,7 +12,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.base.enums import StepState
-from patchkit.base.errors import InternalError, NoPatchSet
+from patchkit.base.errors import BadInput, InternalError, NoPatchSet
 from patchkit.base.fsutil import atomic_write
 from patchkit.maintainer.reports import PatchOutcome
 from patchkit.maintainer.states import PatchChange
@@ -22,6 +23,7 @@ from patchkit.series.library import (
     SERIES,
     UPSTREAM,
     PatchSetDef,
+    Release,
     Selection,
     load_set,
     select,
@@ -83,10 +85,63 @@ def write_series_files(series_dir: Path, texts: dict[str, str], outcomes: list[P
     write_series(series_dir, [o.name for o in outcomes if o.state != PatchChange.REMOVED])
 
 
-def append_release(set_dir: Path, versions: str, dir: str, comment: str | None = None) -> str:
-    """Append a [[releases]] entry to set.toml as text (its comments and layout stay as they are)."""
+def register_release(set_dir: Path, version: Version, dir: str, comment: str | None = None) -> str:
+    """set.toml's entry for `version`'s new series `dir`: `==version` appended; or, where an entry
+    open above `version` covers it (the pending set's `>=0.23.0`), that range split there: the old
+    entry ends before `version`, the new one takes it on (`>=version`, and the old upper bound). ""
+    when the entry covering `version` already names `dir`."""
+    covering = next((r for r in load_set(set_dir).releases if r.covers(version)), None)
+    if covering is None:
+        return append_release(set_dir, f"=={version}", dir, comment)
+    if covering.directory.resolve() == (set_dir / dir).resolve():
+        return ""
+    upper = open_above(covering)
+    if upper is None:  # said by the overlap refusal, naming both entries
+        return append_release(set_dir, f"=={version}", dir, comment)
+    text = _with_range(set_dir, covering, f"{covering.said()},<{version}")
+    entry = append_release(set_dir, ",".join([f">={version}", *upper]), dir, comment, text=text)
+    return f"{entry}(and the entry for {covering.directory.name} now ends before {version})\n"
+
+
+def open_above(release: Release) -> list[str] | None:
+    """The upper bounds of an entry made of bounds only (`>=0.23.0`: none; `>=0.23.0,<0.40.0`:
+    `<0.40.0`), which a later release's entry can take over; None: another kind of range."""
+    clauses = list(release.versions)
+    if any(c.operator not in (">=", ">", "<", "<=") for c in clauses):
+        return None
+    return [str(c) for c in clauses if c.operator in ("<", "<=")]
+
+
+_DIR = re.compile(r"""^\s*dir\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+_VERSIONS = re.compile(r"""^(\s*versions\s*=\s*)(["'])([^"']*)\2""", re.MULTILINE)
+
+
+def _with_range(set_dir: Path, release: Release, versions: str) -> str:
+    """set.toml's text with `release`'s range rewritten (the one [[releases]] table naming its
+    directory, found as text: comments and layout stay); refused where it cannot be found once."""
     manifest = set_dir / MANIFEST
     text = manifest.read_text(encoding="utf-8")
+    tables = re.split(r"(?m)^(?=\s*\[\[releases\]\])", text)
+    mine = [
+        i
+        for i, table in enumerate(tables)
+        if (found := _DIR.search(table)) and (set_dir / found[1]).resolve() == release.directory.resolve()
+    ]
+    ranges = _VERSIONS.findall(tables[mine[0]]) if len(mine) == 1 else []
+    if len(ranges) != 1:
+        raise BadInput(
+            f"{manifest}: cannot find the one [[releases]] entry of {release.directory.name} to narrow",
+            hint=f"write its versions as {versions!r} by hand, then run the command again",
+        )
+    tables[mine[0]] = _VERSIONS.sub(lambda m: f"{m[1]}{m[2]}{versions}{m[2]}", tables[mine[0]], count=1)
+    return "".join(tables)
+
+
+def append_release(set_dir: Path, versions: str, dir: str, comment: str | None = None, *, text: str = "") -> str:
+    """Append a [[releases]] entry to set.toml as text (its comments and layout stay as they are),
+    to `text` when given (set.toml as another change leaves it: written together)."""
+    manifest = set_dir / MANIFEST
+    text = text or manifest.read_text(encoding="utf-8")
     line = f'versions = "{versions}"' + (f"      # {comment}" if comment else "")
     entry = f'[[releases]]\n{line}\ndir = "{dir}"\n'
     new_text = text + ("" if text.endswith("\n") else "\n") + "\n" + entry

@@ -60,6 +60,7 @@ from patchkit.engine.inspection import TreeStatus, check_context, inspect
 from patchkit.engine.operations import ApplyResult, apply_series, revert_series
 from patchkit.engine.resolve import Resolved, in_stock_fix, resolve
 from patchkit.releases.files import lay_out, needed_files
+from patchkit.series import dry_run
 from patchkit.series.library import PatchSetDef, Selection, load_chosen, select
 from patchkit.series.plan import Plan, plan_revert
 from patchkit.store.state import META_DIR
@@ -523,6 +524,8 @@ def _verify_in_scratch(job: _Job, stock: Path, fetched: float, scratch: Path, op
             result = _verify_upstream(resolved, clock)
         elif resolved.selection.in_stock:  # the release's own files hold the series: judged as they are
             result = _verify_in_stock(resolved, clock)
+        elif len(resolved.patches) < len(job.selection.patches):  # they hold some of it (resolve's in-stock rule)
+            result = _verify_partly_in_stock(resolved, job.selection, clock)
         else:
             result = _verify_patched(resolved, clock)
         counted = _passed(result.checks)
@@ -617,11 +620,6 @@ STOCK_BEHAVIOUR = ("passes", "fails", "not judged")
 def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResult) -> ReleaseResult:
     """A conflict: the stock files changed. The set's behaviour test on them says whether the change
     may be upstream's fix (an open-ended set's range then closes) or the series needs porting."""
-    judged = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])
-    if not judged:
-        return conflict
-    stock = judged[0]
-    said = replace(stock, message=f"stock: {stock.message}", level=WARNING)  # the conflict is the failure
     version, changed = conflict.version, f"the stock files changed ({conflict.detail})"
     release = resolved.selection.release
     port = hints.command(
@@ -632,6 +630,11 @@ def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResul
         str(version),
         chosen=hints.for_set(resolved.set_name),
     )
+    judged = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])
+    if not judged:  # no behaviour test: the port is the fix
+        return replace(conflict, hint=f"port the series: {port}")
+    stock = judged[0]
+    said = replace(stock, message=f"stock: {stock.message}", level=WARNING)  # the conflict is the failure
     if stock.ok:
         pending = resolved.selection.patch_set.pending_fix if resolved.selection.patch_set else None
         merged = f" (was {pending} merged?)" if pending else ""
@@ -673,6 +676,35 @@ def _verify_in_stock(resolved: Resolved, clock: _Clock) -> ReleaseResult:
     return ReleaseResult(
         version, CHECK_FAILED_OUTCOME, detail, checks=status.checks, stock_behaviour=verdict, hint=hint
     )
+
+
+def _verify_partly_in_stock(resolved: Resolved, series: Selection, clock: _Clock) -> ReleaseResult:
+    """A release whose stock files hold some of the series' patches (upstream fixed part of it): the
+    set's behaviour test on every file of the series as the release ships it, then the rest applied,
+    checked and reverted as a user's apply does. A failure either way: the library should say it."""
+    version, root = _release(resolved), resolved.target.root
+    held = ", ".join(p.name for p in series.patches if p not in resolved.patches)
+    whole = replace(resolved, selection=replace(resolved.selection, patches=series.patches))
+    with clock("checks"):
+        judged = registry.run_checks(
+            check_context(whole, dry_run(root, series.patches), on_disk=True), [behaviour.CHECK]
+        )
+    rest = _verify_patched(resolved, clock)
+    detail = f"the stock files of {version} already hold {held}'s change"
+    hint = f"upstream merged {held} in {version}: give {version} a series without {held} (apply patches the rest)"
+    verdict, checks = None, rest.checks
+    if judged:
+        stock = judged[0]
+        verdict = "passes" if stock.ok else "fails" if stock.failed else "not judged"
+        detail += f"; stock, the set's behaviour test {_verdict_said[verdict]} ({stock.message})"
+        hint = in_stock_fix(version, series.patch_set) if stock.ok else hint
+        checks = [*checks, replace(stock, message=f"stock: {stock.message}", level=WARNING)]  # not the verdict
+    outcome = rest.outcome if rest.outcome == CONFLICT else CHECK_FAILED_OUTCOME
+    detail = f"{detail}; the rest: {rest.detail}"
+    return replace(rest, outcome=outcome, detail=detail, checks=checks, stock_behaviour=verdict, hint=hint)
+
+
+_verdict_said = {"passes": "passes", "fails": "fails", "not judged": "did not judge them"}
 
 
 def _problems_after_apply(applied: ApplyResult, status: TreeStatus) -> list[str]:

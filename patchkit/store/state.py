@@ -49,6 +49,8 @@ from patchkit.base.hashing import hash_side_by_side, sha256
 
 FORMAT = 1
 META_DIR = ".patchkit"
+# in a maintainer's workspace (patchkit workspace/port): the set whose series patchkit wrote into it
+WORKSPACE_RECORD = ".patchkit-workspace.json"
 # state.json and journal.json: a few hundred bytes a file; far above any real record, far below harm.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 DIGEST = re.compile(r"[0-9a-f]{64}")

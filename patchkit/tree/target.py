@@ -81,14 +81,6 @@ def _is_the_package(directory: Path) -> bool:
     return (directory / "__init__.py").is_file() or bool(vllm_metadata_dirs(directory.parent))
 
 
-def labelled_by_patchkit(root: Path) -> bool:
-    """Whether a vLLM dist-info of the tree carries the local label `patchkit wheel` gives
-    (vllm-0.16.0+patchkit.eagle3.dist-info): its RECORD lists the patched files, so a file that
-    matches it is no evidence of stock, with or without the wheel's provenance."""
-    labels = (d.name.lower().removesuffix(".dist-info").partition("+")[2] for d in vllm_metadata_dirs(root))
-    return any("patchkit" in label.replace("_", ".").split(".") for label in labels)
-
-
 def vllm_metadata_dirs(root: Path) -> list[Path]:
     """vLLM's metadata directories in `root`, found by importlib.metadata's rule (its Lookup): a child
     whose name, lower-cased, ends in .dist-info or .egg-info and whose part before the first '-'

@@ -11,12 +11,13 @@ from typing import Any, TypeVar, overload
 import click
 
 from patchkit.base import hints
+from patchkit.base.enums import OutputFormat
 from patchkit.base.options import Options
 
 F = TypeVar("F", bound=Callable[..., Any])
 Command = Callable[..., Any]  # a command function: target_options changes its parameters
 
-FORMATS = ("text", "json")
+FORMATS = (OutputFormat.TEXT, OutputFormat.JSON)
 VERSION_HELP = "Override the detected vLLM version."
 
 target = click.option(
@@ -184,18 +185,28 @@ def target_options(
 
 
 @overload
-def format_option(func: F, *, formats: tuple[str, ...] = ..., help: str = ...) -> F: ...
+def format_option(func: F, *, formats: tuple[OutputFormat, ...] = ..., help: str = ...) -> F: ...
 
 
 @overload
-def format_option(func: None = None, *, formats: tuple[str, ...] = ..., help: str = ...) -> Callable[[F], F]: ...
+def format_option(
+    func: None = None, *, formats: tuple[OutputFormat, ...] = ..., help: str = ...
+) -> Callable[[F], F]: ...
 
 
 def format_option(
-    func: F | None = None, *, formats: tuple[str, ...] = FORMATS, help: str = "Output format."
+    func: F | None = None, *, formats: tuple[OutputFormat, ...] = FORMATS, help: str = "Output format."
 ) -> F | Callable[[F], F]:
-    option = click.option("--format", "fmt", type=click.Choice(formats), default="text", show_default=True, help=help)
+    # the choices are the values (click shows an Enum's names); the callback reads them into the enum
+    choice = click.Choice([str(f) for f in formats])
+    option = click.option(
+        "--format", "fmt", type=choice, default="text", show_default=True, help=help, callback=_output_format
+    )
     return option(func) if func else option
+
+
+def _output_format(_ctx: click.Context, _param: click.Parameter, value: str) -> OutputFormat:
+    return OutputFormat(value)
 
 
 def dry_run_option(help: str) -> Callable[[F], F]:

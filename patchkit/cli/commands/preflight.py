@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from patchkit.base import hints
-from patchkit.base.enums import TreeState
+from patchkit.base.enums import OutputFormat, TreeState
 from patchkit.base.errors import TargetError
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
@@ -66,7 +66,7 @@ def launch_words(launch: tuple[str, ...]) -> list[str]:
 
 @click.command(context_settings=LAUNCH_SETTINGS)
 @target_options
-@format_option(formats=("text", "json", "junit"))
+@format_option(formats=(OutputFormat.TEXT, OutputFormat.JSON, OutputFormat.JUNIT))
 @no_import_option("Ask vLLM nothing in the target's interpreter (its engine-config validation, supports_eagle3()).")
 @launch_argument
 def command(
@@ -81,7 +81,7 @@ def command(
     create_engine_config(), each in the target's interpreter (--no-import skips both). Exit 0: the launch passes; 1: a finding failed; 2: the
     command cannot be read; 4: a model or the target is missing.
     """
-    ui = make_ui("json" if fmt == "json" else "text", quiet, verbose)
+    ui = make_ui(OutputFormat.JSON if fmt == OutputFormat.JSON else OutputFormat.TEXT, quiet, verbose)
     launch_command = frame(launch_words(launch))
     # a live line while vLLM is asked (its import in the target's interpreter can take minutes:
     # new-user 22, M1); drawn only for a person (ui.live: text, both streams a terminal, not -q)
@@ -337,7 +337,7 @@ def _first_said(notes: list[dict[str, str]]) -> dict[str, str]:
 
 
 def show(ui: UI, result: PreflightResult, fmt: str) -> None:
-    if fmt == "json":
+    if fmt == OutputFormat.JSON:
         ui.json(
             {
                 "launch": result.command.argv,
@@ -346,7 +346,7 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
                 "unused_sets": result.unused,
             }
         )
-    elif fmt == "junit":
+    elif fmt == OutputFormat.JUNIT:
         write_junit(findings_junit(result))
     else:
         show_findings(ui, result)

@@ -7,7 +7,7 @@ import click
 
 from patchkit import fetch
 from patchkit.base import hints
-from patchkit.base.enums import Outcome, TreeState
+from patchkit.base.enums import Outcome, OutputFormat, TreeState
 from patchkit.base.errors import BadInput, Finished, NoPatchSet
 from patchkit.checks import behaviour
 from patchkit.cli.commands import make_ui, resolve_telling
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from patchkit.base.options import Options
     from patchkit.series.library import PatchSetDef
 
-VERIFY_FORMATS = ("text", "json", "junit", "markdown")
+VERIFY_FORMATS = tuple(OutputFormat)
 # The checks only verify runs, after apply's (patchkit.checks.registry): the set's behaviour test.
 VERIFYING = (behaviour.CHECK,)
 
@@ -104,7 +104,7 @@ def command(
             sets=sets,
             several_sets=several(opts, sets),
         )
-    if fmt == "markdown":
+    if fmt == OutputFormat.MARKDOWN:
         raise BadInput(
             "--format markdown is the compatibility matrix of releases, not a target's report",
             hint="add --all, --latest or --vllm-version V without --target/--python; or use text, json or junit",
@@ -135,7 +135,11 @@ def _verify_releases(
     One document for all: a report per set (text, JSON), JUnit cases "SET: vllm X", a matrix column
     per set. `sets`: the library's sets, when loaded already (library_sets)."""
     # JUnit, JSON and Markdown are the whole of stdout; quiet keeps text lines out of it.
-    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt in ("junit", "markdown"), verbose)
+    ui = make_ui(
+        fmt if fmt == OutputFormat.JSON else OutputFormat.TEXT,
+        quiet or fmt in (OutputFormat.JUNIT, OutputFormat.MARKDOWN),
+        verbose,
+    )
     by_set: dict[str, list[release_check.ReleaseResult]] = {}
     versions_named = [parse(v, "--vllm-version") for v in named]
     with fetch.reuse_index_pages():
@@ -166,14 +170,14 @@ def _show_releases(
     ui: UI, fmt: str, by_set: dict[str, list[release_check.ReleaseResult]], *, several_sets: bool
 ) -> None:
     """The releases' results in `fmt`: of one set as they always were; of several, a part per set."""
-    if fmt == "json":
+    if fmt == OutputFormat.JSON:
         parts = [{"set": n, "releases": [r.to_json(n) for r in rs]} for n, rs in by_set.items()]
         ui.json({"sets": parts} if several_sets else parts[0])
-    elif fmt == "junit" and several_sets:
+    elif fmt == OutputFormat.JUNIT and several_sets:
         write_junit(sets_releases_junit(by_set, "patchkit"))
-    elif fmt == "junit":
+    elif fmt == OutputFormat.JUNIT:
         write_junit("".join(releases_junit(results, f"patchkit.{name}") for name, results in by_set.items()))
-    elif fmt == "markdown":
+    elif fmt == OutputFormat.MARKDOWN:
         write_markdown(_matrix_of_sets(by_set))
     else:
         for name, results in by_set.items():
@@ -221,14 +225,14 @@ def _worst(per_set: list[list[release_check.ReleaseResult]]) -> Outcome:
 def _verify_target(
     opts: Options, fmt: str, quiet: bool, verbose: int, *, import_probe: bool = True
 ) -> VerifyResult | SetsVerified:
-    ui = make_ui(fmt if fmt == "json" else "text", quiet or fmt == "junit", verbose)
+    ui = make_ui(fmt if fmt == OutputFormat.JSON else OutputFormat.TEXT, quiet or fmt == OutputFormat.JUNIT, verbose)
     sets = library_sets(opts)  # loaded once: whether there are several, then the one chosen
     if several(opts, sets):
         return _verify_sets(ui, opts, fmt, sets, import_probe=import_probe)
     resolved = resolve_telling(ui, opts, sets=sets)
     require_patches(resolved)
     verified = verify_tree(resolved, import_probe=import_probe, watch=Shown(ui), verifying=VERIFYING)
-    if fmt == "junit":
+    if fmt == OutputFormat.JUNIT:
         reports.verified_target_junit([(resolved, verified)])
     elif ui.json_mode:
         reports.verified_target_json(ui, resolved, verified)
@@ -248,7 +252,7 @@ def _verify_sets(
     ui.knows(tree_version_json(chosen))
     verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui), verifying=VERIFYING)
     pairs = [(c.resolved, r) for c, r in zip(verified.chosen, verified.results, strict=True) if c.resolved is not None]
-    if fmt == "junit":
+    if fmt == OutputFormat.JUNIT:
         reports.verified_target_junit(pairs)
     elif ui.json_mode:
         documents = [reports.verified_target_document(r, v) for r, v in pairs]

@@ -9,6 +9,7 @@ import click
 from packaging.version import Version
 
 from patchkit.base import hints, seal, signals
+from patchkit.base.enums import OutputFormat
 from patchkit.base.errors import BadInput, IndexNotRead, NoIndex, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
@@ -88,7 +89,7 @@ def _shaping_options(out_dir: str, local_label: str | None, fmt: str) -> list[st
     way carries them, so the wheel it gives is the one asked for (its name, its version, where)."""
     words = [] if out_dir == "." else ["--out", out_dir]
     words += ["--local-label", local_label] if local_label is not None else []
-    return words + (["--format", fmt] if fmt != "text" else [])
+    return words + (["--format", fmt] if fmt != OutputFormat.TEXT else [])
 
 
 def _build(

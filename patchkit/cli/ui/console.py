@@ -11,6 +11,7 @@ from functools import cached_property
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from patchkit.base.enums import OutputFormat
 from patchkit.cli.ui import run
 from patchkit.cli.ui.text import (
     GAP,
@@ -73,7 +74,7 @@ def _hanging(text: str) -> int:
 class UI:
     """The console of one run: its format, -q and -v."""
 
-    fmt: str = "text"
+    fmt: str = OutputFormat.TEXT
     quiet: bool = False
     verbose: int = 0
 
@@ -87,7 +88,7 @@ class UI:
 
     @property
     def json_mode(self) -> bool:
-        return self.fmt == "json"
+        return self.fmt == OutputFormat.JSON
 
     @cached_property
     def plain(self) -> bool:
@@ -265,7 +266,7 @@ class UI:
     def live(self) -> bool:
         """Progress is drawn only for a person: stdout and stderr both a terminal, text output,
         not -q (a pipe, a log file or a JSON reader gets none of it)."""
-        return not self.quiet and self.fmt == "text" and self.terminal and self.err.is_terminal
+        return not self.quiet and self.fmt == OutputFormat.TEXT and self.terminal and self.err.is_terminal
 
     @contextmanager
     def progress(self, total: int, description: str) -> Iterator[Callable[[str], None]]:

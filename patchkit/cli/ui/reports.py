@@ -290,8 +290,13 @@ def _release_detail(release: ReleaseResult) -> str:
 
 
 def _unjudged(release: ReleaseResult) -> list[CheckResult]:
-    """The set's behaviour test that gave no verdict on the release (a warning: not a pass)."""
-    return [c for c in release.checks if c.check == BEHAVIOUR and c.status == CheckStatus.WARNING]
+    """The set's behaviour test that gave no verdict on the release (a warning: not a pass); not its
+    verdict on the stock files beside a conflict ("stock: …", said in the detail)."""
+    return [
+        c
+        for c in release.checks
+        if c.check == BEHAVIOUR and c.status == CheckStatus.WARNING and c.message.startswith("not judged")
+    ]
 
 
 def _behaviour_lines(ui: Screen, results: list[ReleaseResult]) -> None:

@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from patchkit.base.enums import OutputFormat
 from patchkit.cli.ui.junit import error_junit
 from patchkit.cli.ui.notes import show_notes
 
@@ -53,10 +54,10 @@ def finish_run(run: Run, *, fmt: str, command: str | None, exit_code: int) -> No
     failure = {"error": run.error, "hint": run.hint} if run.error is not None else {}
     if run.document is not None:  # what the run found (the target, its version...), then the command's own keys
         write_json({**run.known, **run.document, "ok": exit_code == 0, "exit_code": exit_code, **failure})
-    elif fmt == "json":
+    elif fmt == OutputFormat.JSON:
         about = {"command": command, **run.known} if command else run.known
         write_json({"ok": exit_code == 0, **failure, "exit_code": exit_code, **about})
-    elif fmt == "junit" and not run.junit_written and exit_code != 0:
+    elif fmt == OutputFormat.JUNIT and not run.junit_written and exit_code != 0:
         suite = f"patchkit.{run.known['set']}" if run.known.get("set") else "patchkit"
         said = run.error or f"exit code {exit_code}"
         sys.stdout.write(error_junit(suite, said, run.hint, exit_code, command or "verify"))

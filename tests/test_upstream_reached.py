@@ -1,0 +1,211 @@
+"""Upstream's change reaching a tree patchkit did not write it into: by an upgrade of vLLM over a
+patched tree, in a checkout with no RECORD, or only in some of a set's files (audit23b R1, R2, R3).
+patchkit never records, or reverses, a change it did not write."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from helpers import (
+    BEHAVIOUR_JUDGE,
+    EAGLE_MODEL,
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    SPEC_PY,
+    Releases,
+    cli_runner,
+    make_patch,
+    patched_spec,
+    pip_install,
+    release_of,
+    verify,
+    write_library,
+    write_tree,
+)
+
+from patchkit.store.state import read_state
+
+
+@pytest.fixture
+def library(tree, scratch) -> Path:
+    """One open-ended set: 0001 adds "deepseek" to the spec list, 0002 patches the model file."""
+    patches = [make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]
+    return write_library(scratch / "lib", {"0.16.0": patches}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
+
+
+FIXED = {SPEC: patched_spec(), MODEL: EAGLE_MODEL}
+
+
+def files_of(site: Path) -> dict[str, bytes]:
+    return {path: (site / path).read_bytes() for path in (SPEC, MODEL)}
+
+
+def state_of(run, site: Path, library: Path) -> str:
+    status = run("status", "--target", site, "--patches", library, "--format", "json")
+    return json.loads(status.stdout)["state"]
+
+
+def test_an_upgrade_onto_a_release_holding_the_change_is_upstream_and_revert_keeps_it(run, tmp_path, library):
+    """Patched on 0.16.0, then `pip install -U` to a 0.17.0 whose own files hold the change (R1)."""
+    site = tmp_path / "up"
+    pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    assert run("apply", "--target", site, "--patches", library).exit_code == 0
+    pip_install(site, "0.17.0", FIXED)  # .patchkit/ and the guard stay, as pip leaves them
+    upgraded = files_of(site)
+
+    assert state_of(run, site, library) == "upstream"
+    applied = run("apply", "--target", site, "--patches", library)
+    assert applied.exit_code == 0, applied.output
+    assert "no record of it" not in applied.output
+    assert "already hold this set's change" in applied.output
+    assert not read_state(site).entries and files_of(site) == upgraded
+
+    reverted = run("revert", "--target", site, "--patches", library)
+    assert reverted.exit_code == 0, reverted.output
+    assert files_of(site) == upgraded  # upstream's change, as the release ships it
+
+
+def checkout(root: Path, files: dict[str, str], version: str = "0.17.1.dev3+gabc1234") -> Path:
+    """A vLLM source checkout: vllm/ and its _version.py, no dist-info and so no RECORD."""
+    for rel, content in {"vllm/__init__.py": "", "vllm/_version.py": f'__version__ = "{version}"\n', **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(content)
+    return root
+
+
+def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_path, library):
+    """No RECORD proves stock (R2): files that already hold the change are upstream, or applied by
+    hand; apply records nothing, revert leaves them."""
+    co = checkout(tmp_path / "co", FIXED)
+    status = run("status", "--target", co, "--patches", library, "--format", "json")
+    assert json.loads(status.stdout)["state"] == "upstream", status.output
+    assert "upstream, or applied by hand" in run("status", "--target", co, "--patches", library).output
+
+    applied = run("apply", "--target", co, "--patches", library)
+    assert applied.exit_code == 0, applied.output
+    assert "no record of it" not in applied.output
+    assert not read_state(co).entries and files_of(co) == {p: c.encode() for p, c in FIXED.items()}
+
+    reverted = run("revert", "--target", co, "--patches", library)
+    assert reverted.exit_code == 0, reverted.output
+    assert files_of(co) == {p: c.encode() for p, c in FIXED.items()}
+
+
+def test_a_checkout_patchkit_patched_still_reverts(run, tmp_path, library):
+    """The other side: what patchkit applied (and recorded) on a checkout it reverses byte for byte."""
+    co = checkout(tmp_path / "co", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    assert run("apply", "--target", co, "--patches", library).exit_code == 0
+    assert state_of(run, co, library) == "applied"
+    assert run("revert", "--target", co, "--patches", library).exit_code == 0
+    assert files_of(co) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
+
+
+# R3: a release where upstream fixed one of the set's two parsers
+ONE = "vllm/tool_parsers/one_parser.py"
+TWO = "vllm/tool_parsers/two_parser.py"
+STOCK = "class DemoParser:\n    BROKEN = True\n"
+FIXED_PARSER = "class DemoParser:\n    BROKEN = False\n"
+
+
+@pytest.fixture
+def two_parsers(scratch) -> Path:
+    """An open-ended set fixing two parsers (0001: one, 0002: two), with a behaviour test."""
+    stock = write_tree(scratch / "stock", "0.16.0", {ONE: STOCK, TWO: STOCK})
+    patches = [make_patch(scratch, stock, {ONE: FIXED_PARSER}), make_patch(scratch, stock, {TWO: FIXED_PARSER})]
+    root = write_library(scratch / "two", {"0.16.0": patches}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
+    (root / "demo" / "judge.py").write_text(BEHAVIOUR_JUDGE)
+    manifest = root / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
+    return root
+
+
+def test_a_tree_of_a_release_fixing_one_file_is_not_partly_applied_and_gets_the_rest(run, tmp_path, two_parsers):
+    site = tmp_path / "half"
+    pip_install(site, "0.17.0", {ONE: FIXED_PARSER, TWO: STOCK})
+    status = run("status", "--target", site, "--patches", two_parsers)
+    assert "partial" not in status.output and "some patches" not in status.output, status.output
+    assert "the stock files of vLLM 0.17.0 already hold the change of 0001-change.patch" in status.output
+    assert json.loads(run("status", "--target", site, "--patches", two_parsers, "--format", "json").stdout)[
+        "state"
+    ] == ("not-applied")
+
+    applied = run("apply", "--target", site, "--patches", two_parsers)
+    assert applied.exit_code == 0, applied.output
+    assert (site / TWO).read_text() == FIXED_PARSER
+    assert [p["name"] for p in read_state(site).entries[0].patches] == ["0002-change.patch"]
+    verified = run("verify", "--target", site, "--patches", two_parsers)
+    assert verified.exit_code == 0, verified.output
+    assert run("revert", "--target", site, "--patches", two_parsers).exit_code == 0
+    assert (site / ONE).read_text() == FIXED_PARSER and (site / TWO).read_text() == STOCK  # as pip left them
+
+
+def test_verify_of_a_release_fixing_one_file_judges_its_stock_files_and_says_what_to_do(
+    tmp_path, monkeypatch, two_parsers
+):
+    Releases(tmp_path / "index", monkeypatch).add("0.99.0", {ONE: FIXED_PARSER, TWO: STOCK})
+    done = verify(two_parsers, "0.99.0")
+    [release] = json.loads(done.stdout)["releases"]
+    assert done.exit_code == 1, done.output
+    assert (release["outcome"], release["stock_behaviour"]) == ("check-failed", "fails"), release
+    assert "is it upstream?" not in release["detail"]
+    assert release["detail"].startswith("the stock files of 0.99.0 already hold 0001-change.patch's change"), release
+    assert "reverted byte-identical" in release["detail"]  # the rest applied, checked and reverted
+    assert "0.99.0" in release["hint"] and "without 0001-change.patch" in release["hint"], release
+    text = verify(two_parsers, "0.99.0", "text")
+    assert "not judged" not in text.output and "the stock files of 0.99.0 already hold" in text.output, text.output
+
+
+def test_a_dev_build_patched_with_vllm_version_is_judged_as_it_was_applied(run, tree, scratch, tmp_path):
+    """audit23b N2: `apply --vllm-version 0.16.0` on a 0.17.0.dev5 build (the fix patchkit gives
+    there); status and verify then judged the series a dry run picks for 0.17.0.dev5 instead."""
+    spec, model = make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: EAGLE_MODEL})
+    library = write_library(
+        scratch / "lib",
+        {"0.16.0": [spec, model], "0.17.0": [spec]},
+        versions={"0.16.0": ">=0.16.0,<0.17.0", "0.17.0": ">=0.17.0"},
+        upstream=None,
+    )
+    site = tmp_path / "dev"
+    pip_install(site, "0.17.0.dev5+gabc1234", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    applied = run("apply", "--target", site, "--patches", library, "--vllm-version", "0.16.0")
+    assert applied.exit_code == 0, applied.output
+
+    status = run("status", "--target", site, "--patches", library, "--format", "json")
+    said = json.loads(status.stdout)
+    assert (said["state"], said["series"], len(said["patches"])) == ("applied", "0.16.0", 2), status.stdout
+    assert "patched with --vllm-version 0.16.0" in run("status", "--target", site, "--patches", library).output
+    verified = run("verify", "--target", site, "--patches", library)
+    assert verified.exit_code == 0, verified.output
+    assert run("revert", "--target", site, "--patches", library).exit_code == 0
+    assert files_of(site) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
+
+
+def test_the_conflict_fix_verify_prints_for_an_open_ended_set_works_as_printed(tmp_path, monkeypatch, scratch, tree):
+    """audit23b N3: `verify --latest` on a release where the open-ended set conflicts printed
+    `patchkit port … --from 0.16.0 --to V`, which refused ("the library already has a series for
+    V"). As printed, it now ports into a new entry and narrows the open range to end before V."""
+    library = write_library(
+        scratch / "lib",
+        {"0.16.0": [make_patch(scratch, tree, {SPEC: patched_spec()})]},
+        versions={"0.16.0": ">=0.16.0"},
+        upstream=None,
+    )
+    releases = Releases(tmp_path / "index", monkeypatch)
+    releases.add("0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    releases.add("0.99.0", {SPEC: SPEC_PY.replace('"llama"', '"llama3"'), MODEL: MODEL_PY})  # in 0001's context
+    conflict = release_of(verify(library, "0.99.0"))
+    assert conflict["outcome"] == "conflict", conflict
+    fix = conflict["hint"].split("`")[1]
+    assert fix.startswith("patchkit port "), conflict["hint"]
+
+    ported = cli_runner()(*shlex.split(fix)[1:])
+    assert ported.exit_code == 0, ported.output
+    manifest = (library / "demo" / "set.toml").read_text()
+    assert 'versions = ">=0.16.0,<0.99.0"' in manifest and 'versions = ">=0.99.0"' in manifest, manifest
+    for version, series in (("0.99.0", "0.99.0"), ("0.16.0", "0.16.0")):
+        done = release_of(verify(library, version))
+        assert (done["outcome"], done["series"]) == ("patched", series), done
