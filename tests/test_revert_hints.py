@@ -81,9 +81,12 @@ def test_the_patch_hint_names_the_file_applied_wherever_it_is_run(tmp_path, scra
     assert shlex.quote(str(tmp_path / "my patches" / "first.diff")) in done.stdout + done.stderr, done.stderr
     (tmp_path / "my patches" / "first.diff").write_text("--- moved on\n")
     done = run_cli("revert", "--target", tree, cwd=elsewhere)
-    # the record's own name, made absolute from where the command runs (a hint works pasted anywhere)
-    named = shlex.quote(str(Path(elsewhere) / "first.diff"))
-    assert f"--patch {named}`" in done.stderr and str(tmp_path / "my patches" / "first.diff") not in done.stderr
+    # the patch is no longer at hand, but the file it created still holds what patchkit wrote: revert
+    # removes it and says which recorded patch created it, never a basename made absolute from here
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tree / CREATED).exists() and not (tree / ".patchkit").exists()
+    assert str(tmp_path / "my patches" / "first.diff") in done.stderr
+    assert str(Path(elsewhere) / "first.diff") not in done.stdout + done.stderr
 
 
 def test_a_fix_for_a_set_the_library_at_hand_lacks_names_the_library_it_came_from(tmp_path, scratch):

@@ -653,7 +653,7 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
 
 def _earlier_owner(root: Path, files: list[str]) -> tuple[Entry, State] | None:
     """The recorded apply whose change those files hold (the last of them), if the record holds one:
-    patchkit's own change, never "a local edit" (new-user 22, W1)."""
+    patchkit's own change, never "a local edit"."""
     try:
         state = read_state(root)
     except PatchkitError:
@@ -670,7 +670,7 @@ def _applied_as(entry: Entry) -> str:
 
 def undo_command(entry: Entry, recorded: int) -> str:
     """The revert of that one recorded set: its --set or --patch files; a --patch apply whose files
-    moved since by its record's name, or plain `revert` when it is all the tree records (new-user 22, W5)."""
+    moved since by its record's name, or plain `revert` when it is all the tree records."""
     if not moved_patches(entry):
         return hints.command("revert", chosen=selection_of(entry))
     if recorded == 1:  # `recorded`: how many sets the tree records

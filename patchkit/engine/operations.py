@@ -605,8 +605,8 @@ _APPLY_GOES_ON = (TreeState.NOT_APPLIED, TreeState.PARTIAL)  # the states apply 
 
 def with_stock_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
     """`status` with the files apply would patch that are not the release's stock files: apply
-    refuses them on integrity, so status says so with its fix, never "apply" alone (new-user 22,
-    W3). Status only: the launch's fast path never loads the integrity check."""
+    refuses them on integrity, so status says so with its fix, never "apply" alone. Status
+    only: the launch's fast path never loads the integrity check."""
     plan = status.plan
     if status.state not in _APPLY_GOES_ON or status.drifted or plan is None or not plan.changed_paths:
         return status
@@ -834,8 +834,8 @@ def resolve_for_revert(opts: Options, sets: dict[str, PatchSetDef] | None = None
 
 def earlier_apply_chosen(opts: Options) -> tuple[Options, Entry | None]:
     """`revert --patch FILE` where the record holds an apply of FILE's earlier text (FILE edited,
-    or moved, since): that apply is what the user means to undo, chosen as its recorded set
-    (new-user 22, W1: "the tree records no apply"). Else the selection as given."""
+    or moved, since): that apply is what the user means to undo, chosen as its recorded set.
+    Else the selection as given."""
     if not opts.adhoc:
         return opts, None
     state = read_state(resolve_target(opts).root)
@@ -1142,7 +1142,7 @@ class _Reverting:
 
 def _unlike_record(root: Path, changes: Changes) -> list[str]:
     """The files a revert writes back unlike vLLM's RECORD lists them: apply --force took them
-    edited, so their original is the user's edit, not stock (new-user 22, W4)."""
+    edited, so their original is the user's edit, not stock."""
     written = {path: after for path, (_before, after) in changes.items() if after is not None}
     record = find_record(root)
     if record is None or not written or labelled_by_patchkit(record.parent.name):  # a patched wheel's RECORD lists them

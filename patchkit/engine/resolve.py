@@ -108,7 +108,7 @@ def resolve(
 def _refuse_over_earlier_text(root: Path, paths: tuple[str, ...], set_name: str) -> None:
     """A --patch file whose earlier text the tree records applied (the file edited since): its new
     text is judged or applied only once that apply is undone, never on top of it nor called "a
-    local edit" (new-user 22, W1). `revert --patch` undoes it (earlier_apply_chosen)."""
+    local edit". `revert --patch` undoes it (earlier_apply_chosen)."""
     state = read_state(root)
     earlier = earlier_applies(state, paths)
     if not earlier or state.entry(set_name) is not None:

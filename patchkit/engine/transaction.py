@@ -151,9 +151,7 @@ def locked_record(root: Path, timeout: float | None = None) -> Iterator[tuple[st
     fresh = not os.path.lexists(meta_dir(root))
     try:
         lock = _acquire(root, timeout)
-    except (
-        KeyboardInterrupt
-    ):  # Ctrl-C while .patchkit/ or its lock was made: nothing changed, none left (new-user 22, H2)
+    except KeyboardInterrupt:  # Ctrl-C while .patchkit/ or its lock was made: nothing changed, none left
         if fresh and not os.path.lexists(state_path(root)):
             remove_empty_store(root, State(entries=[]))
         raise

@@ -523,7 +523,7 @@ def _location(patch: RecordedPatch) -> str:
 
 def moved_patches(entry: Entry) -> list[str]:
     """The recorded patch files of an ad-hoc apply that are no longer where it read them (moved or
-    deleted): a `--patch` hint naming them would fail (new-user 22, W5)."""
+    deleted): a `--patch` hint naming them would fail."""
     if not is_adhoc(entry.set_name):
         return []
     return [p["name"] for p in entry.patches if "path" in p and not os.path.isfile(p["path"])]

@@ -55,7 +55,7 @@ class Target:
 def from_directory(directory: str | os.PathLike) -> Target:
     root = Path(directory).resolve()
     if not root.exists():
-        raise TargetError(  # a next step, not a bare refusal (new-user 22, H5)
+        raise TargetError(  # a next step, not a bare refusal
             f"target directory {directory} does not exist",
             hint=f"check the path; {hints.command('fetch', 'VERSION', '--dest', str(directory))} lays out a vLLM "
             "release there, or --python PATH names the interpreter of a venv with vLLM",

@@ -83,11 +83,11 @@ def command(
     """
     ui = make_ui(OutputFormat.JSON if fmt == OutputFormat.JSON else OutputFormat.TEXT, quiet, verbose)
     launch_command = frame(launch_words(launch))
-    # a live line while vLLM is asked (its import in the target's interpreter can take minutes:
-    # new-user 22, M1); drawn only for a person (ui.live: text, both streams a terminal, not -q)
+    # a live line while vLLM is asked (its import in the target's interpreter can take minutes);
+    # drawn only for a person (ui.live: text, both streams a terminal, not -q)
     working = (
         nullcontext()
-        if no_import or fmt != "text"
+        if no_import or fmt != OutputFormat.TEXT
         else ui.activity("checking the launch (asking vLLM: its import may take minutes)")
     )
     with working:

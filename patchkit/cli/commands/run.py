@@ -105,7 +105,7 @@ def _full_preflight(ui: UI, opts: Options, launch_command: LaunchCommand) -> str
 
 def _name_unjudged_checks(ui: UI, result: PreflightResult) -> None:
     """What the preflight could not judge, said on stderr before the exec (with -q too): a wrapped
-    `vllm` runs a tree never compared (new-user 22, M2). Not vLLM's own validation: `run` never
+    `vllm` runs a tree never compared. Not vLLM's own validation: `run` never
     asks vLLM (-v says so, with the preflight that does)."""
     for finding in result.findings:
         if not finding.judged and finding.check != VALIDATION:

@@ -153,7 +153,7 @@ def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
 
 def _adhoc_line(entry: Entry, root: Path) -> str:
     """A --patch apply the record holds, by its patch files, with the commands that judge and undo it;
-    a patch file no longer where it was applied from: the revert that needs none (new-user 22, W5)."""
+    a patch file no longer where it was applied from: the revert that needs none."""
     chosen = selection_of(entry)
     files = f"{len(entry.files)} file(s)"
     moved = moved_patches(entry)
