@@ -25,6 +25,7 @@ from launch_fixtures import (
 )
 
 from patchkit.base.errors import BadInput
+from patchkit.launch import validation
 from patchkit.launch.command import parse
 
 STOCK_FAULTS_KIMI = {"tree-state", "whitelist", "supports-eagle3", "image-token"}
@@ -320,6 +321,40 @@ def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     done = run_cli(*base, *plain, "--max-model-len", "32k", env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
     assert "argument parser refused" in findings(done)["vllm-validation"]["message"]
+
+
+# transformers' words when a model's directory lacks the remote code its config.json's auto_map names
+MISSING_REMOTE_CODE = (
+    "OSError: /hf/hub/models--deepseek-ai--DeepSeek-V3/snapshots/abc123 does not appear to have a file named "
+    "configuration_deepseek.py. Checkout 'https://huggingface.co/deepseek-ai/DeepSeek-V3/tree/main' for available files."
+)
+
+
+def test_a_model_file_vllm_lacks_gets_its_own_fix_never_the_sets_apply(setup, tmp_path):
+    """New-user trial 23, N1: with only config.json cached and --trust-remote-code, vLLM refuses for want
+    of the file auto_map names; the fix said was apply's ("fix (all 4 above)"), which never gives it."""
+    tree, library, models = setup
+    fake = write_refusing_engine_args(tree)  # --python imports the tree checked
+    arg_utils = fake / "vllm" / "engine" / "arg_utils.py"
+    refusing = f"raise OSError({str(models['deepseek']) + ' ' + MISSING_REMOTE_CODE.split(' ', 2)[2]!r})"
+    arg_utils.write_text(arg_utils.read_text().replace('raise ValueError("Eagle3', f"{refusing}  #"))
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    done = run_cli(*base, *serve(models["deepseek"], models["drafter"]), "--trust-remote-code", env={"PYTHONPATH": str(fake)})
+    assert_clean_failure(done, 1)
+    check = findings(done)["vllm-validation"]
+    assert "configuration_deepseek.py" in check["message"], check
+    assert "apply" not in check["fix"], check
+    assert f"put configuration_deepseek.py into the model's directory {models['deepseek']}" in check["fix"], check
+    assert "auto_map" in check["fix"], check
+
+    # a hub id: the file fetched beside config.json, at the launch's --revision
+    command = parse(["vllm", "serve", "deepseek-ai/DeepSeek-V3", "--trust-remote-code", "--revision", "r1"])
+    refused = validation.refusal(command, MISSING_REMOTE_CODE, "run `patchkit apply`")
+    assert "`hf download deepseek-ai/DeepSeek-V3 config.json configuration_deepseek.py --revision r1`" in refused.fix
+    assert "apply" not in refused.fix.replace("huggingface_hub", ""), refused
+    # another refusal keeps the fix it was given
+    other = validation.refusal(command, "ValueError: Eagle3 is only supported for ['llama'] models", "run `patchkit apply`")
+    assert other.fix == "run `patchkit apply`"
 
 
 def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_never_promised(setup, tmp_path):

@@ -4,13 +4,20 @@ class (patchkit/_target/model_interface.py)."""
 
 from __future__ import annotations
 
+import os
+import re
+
 from patchkit.base.enums import WorkerStatus
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
+from patchkit.launch.models import config_download, fetched_by
 from patchkit.tree.target import WorkerFailed, run_worker
 
 CHECK = "vllm-validation"
 TIMEOUT = 180.0
+# transformers' refusal when a model's directory lacks a file it needs (with --trust-remote-code, the
+# code its config.json's auto_map names): a plain file name, bounded, as it is put into a command
+_MISSING_FILE = re.compile(r"does not appear to have a file named ([\w\-]{1,100}(?:\.[\w\-]{1,20}){0,3})")
 
 
 def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | None = None) -> Finding:
@@ -57,7 +64,30 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
             f"not run: vLLM does not import in {python}: {error}",
             "--python PATH of an environment where it does",
         )
-    return Finding(CHECK, False, f"vLLM refuses the command: {error}", fix)
+    return refusal(command, error, fix)
+
+
+def refusal(command: LaunchCommand, error: str, fix: str | None) -> Finding:
+    """vLLM's refusal of the launch, with `fix` (the sets' apply, or None); a model file it lacks has
+    its own fix, which patching never gives."""
+    missing = _MISSING_FILE.search(error)
+    if missing is None or not command.model:
+        return Finding(CHECK, False, f"vLLM refuses the command: {error}", fix)
+    return Finding(CHECK, False, f"vLLM refuses the command: {error}", missing_file_fix(command, missing[1]))
+
+
+def missing_file_fix(command: LaunchCommand, name: str) -> str:
+    """What puts `name` beside the model's config.json: vLLM reads the remote code auto_map names
+    when the launch has --trust-remote-code."""
+    model = str(command.model)
+    why = f"vLLM reads {name} beside config.json"
+    if command.trust_remote_code:
+        why += " (config.json's auto_map names it and the launch has --trust-remote-code)"
+    if os.path.isdir(os.path.join(command.working_directory(), model)):
+        return f"{why}: put {name} into the model's directory {model}, then run preflight again"
+    revision = command.optional_text("revision")
+    download = config_download(model, revision).replace(" config.json", f" config.json {name}", 1)
+    return f"{why}: fetch it too, {fetched_by(download)}, then run preflight again"
 
 
 def _read_otherwise(command: LaunchCommand, reading: object) -> str | None:
