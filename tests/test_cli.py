@@ -438,6 +438,20 @@ def test_help_groups_the_commands_with_whole_descriptions_wrapped_to_the_termina
     assert text.splitlines()[-1] == f"Docs: {CHECKOUT / 'README.md'} (and docs/ beside it)"
 
 
+@pytest.mark.parametrize("width", [60, 80])
+def test_helps_docs_line_never_cuts_a_word_of_a_long_installed_path(width, monkeypatch):
+    """New-user trial 23, N4: pipx's path to the packaged docs made the last line wider than 80 columns,
+    and the terminal cut it mid-word (`(and d` / `ocs/ beside it)`): the path goes whole on its own line."""
+    from patchkit.cli import main
+
+    root = "/home/someone/.local/share/pipx/venvs/vllm-patchkit/lib/python3.12/site-packages/patchkit/_docs"
+    monkeypatch.setattr(main, "docs_root", lambda: root)
+    lines = _help_words(None, width).splitlines()
+    assert lines[-1].strip() == f"{root}/README.md", lines[-2:]
+    assert lines[-2] == "Docs (README.md, and docs/ beside it):", lines[-2:]
+    assert [line for line in lines[:-1] if len(line) > width] == []
+
+
 def _help_words(name: str | None, width: int) -> str:
     """`patchkit [NAME] --help` as click draws it `width` columns wide."""
     from patchkit.cli.main import cli

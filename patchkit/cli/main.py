@@ -182,7 +182,11 @@ class PatchkitGroup(click.Group):
         with formatter.section("Exit codes"):
             formatter.write_dl(EXIT_CODES)
         formatter.write_paragraph()  # the path whole, never wrapped: it is copied
-        formatter.write(f"Docs: {os.path.join(docs_root(), 'README.md')} (and docs/ beside it)\n")
+        readme = os.path.join(docs_root(), "README.md")
+        line = f"Docs: {readme} (and docs/ beside it)"
+        if len(line) > formatter.width:  # a terminal would cut it mid-word: the path on a line of its own
+            line = f"Docs (README.md, and docs/ beside it):\n  {readme}"
+        formatter.write(line + "\n")
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
