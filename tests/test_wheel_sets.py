@@ -17,6 +17,7 @@ from helpers import (
     TAGS,
     install,
     make_patch,
+    on_a_terminal,
     patched_spec,
     stock_files_fetched,
     write_library,
@@ -210,3 +211,19 @@ def test_reverting_another_set_keeps_the_guard_that_holds_the_wheel_s_own_set(ru
     assert run("status", "--target", site, "--patches", library, "--set", "spec").exit_code == 0
     (site / SPEC).write_text(SPEC_PY + "# edited\n")  # the wheel's own set: the guard still holds it
     assert any(SPEC in problem for problem in find_problems(str(site)))
+
+
+def test_status_of_a_wheel_with_a_long_label_cuts_no_word_at_80_columns(run, tmp_path, library):
+    """New-user trial 23, N2: `status` of an installed patched wheel at 80 columns cut the long
+    +patchkit… version's dist-info name mid-word (`vllm-` / `0.16.0+patchkit…dist-` / `info/METADATA)`,
+    and `…dist-info/p` / `atchkit.json;`): the name is said as "its dist-info's", not repeated."""
+    label = "patchkit.eagle3.deepseek.tool.calls.kimi.k2.tool.calls"
+    built(run, tmp_path, library, "--local-label", label)
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    code, drawn = on_a_terminal(["status", "--target", site, "--patches", library], width=80)
+    lines = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", drawn.decode()).splitlines()
+    assert code == 0, lines
+    assert [line for line in lines if len(line) > 80 or line.rstrip().endswith(("vllm-", "dist-"))] == [], lines
+    said = " ".join(" ".join(lines).split())
+    assert f"version 0.16.0+{label} (from its dist-info's METADATA)" in said, said
+    assert f"built (+{label}), as its dist-info's patchkit.json says" in said, said

@@ -106,7 +106,8 @@ class Provenance:
         return self.set_name or ", ".join(self.set_names) or self.adhoc_name
 
     def describe(self) -> str:
-        return f"installed from a wheel patchkit {self.record.patchkit} built (+{self.record.label}): {self.origin}"
+        # the dist-info's name repeats the label: named again it is wider than a terminal's line
+        return f"installed from a wheel patchkit {self.record.patchkit} built (+{self.record.label}), as its dist-info's {PROVENANCE} says"
 
 
 # --------------------------------------------------------------------------- reading it

@@ -55,7 +55,16 @@ def show_target(ui: Screen, resolved: Resolved) -> None:
     version = resolved.version
     ui.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
     if version:
-        ui.line(f"version  {version.version}  (from {version.source})")
+        ui.line(f"version  {version.version}  (from {_source_words(str(version.version), version.source)})")
+
+
+def _source_words(version: str, source: str) -> str:
+    """Where the version was read; a dist-info named by a long local version (a patched wheel's
+    +patchkit… label) as "its dist-info's METADATA": the name again is wider than a terminal's line."""
+    for name in (f"vllm-{version}.dist-info", f"vllm-{version.replace('-', '_')}.dist-info"):
+        if "+" in version and source.lower().startswith(name.lower() + "/"):
+            return f"its dist-info's {source[len(name) + 1 :]}"
+    return source
 
 
 def series_words(release: Release) -> str:
