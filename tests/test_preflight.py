@@ -339,7 +339,9 @@ def test_a_model_file_vllm_lacks_gets_its_own_fix_never_the_sets_apply(setup, tm
     refusing = f"raise OSError({str(models['deepseek']) + ' ' + MISSING_REMOTE_CODE.split(' ', 2)[2]!r})"
     arg_utils.write_text(arg_utils.read_text().replace('raise ValueError("Eagle3', f"{refusing}  #"))
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
-    done = run_cli(*base, *serve(models["deepseek"], models["drafter"]), "--trust-remote-code", env={"PYTHONPATH": str(fake)})
+    done = run_cli(
+        *base, *serve(models["deepseek"], models["drafter"]), "--trust-remote-code", env={"PYTHONPATH": str(fake)}
+    )
     assert_clean_failure(done, 1)
     check = findings(done)["vllm-validation"]
     assert "configuration_deepseek.py" in check["message"], check
@@ -353,7 +355,9 @@ def test_a_model_file_vllm_lacks_gets_its_own_fix_never_the_sets_apply(setup, tm
     assert "`hf download deepseek-ai/DeepSeek-V3 config.json configuration_deepseek.py --revision r1`" in refused.fix
     assert "apply" not in refused.fix.replace("huggingface_hub", ""), refused
     # another refusal keeps the fix it was given
-    other = validation.refusal(command, "ValueError: Eagle3 is only supported for ['llama'] models", "run `patchkit apply`")
+    other = validation.refusal(
+        command, "ValueError: Eagle3 is only supported for ['llama'] models", "run `patchkit apply`"
+    )
     assert other.fix == "run `patchkit apply`"
 
 
