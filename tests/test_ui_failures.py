@@ -108,7 +108,8 @@ def test_apply_refusing_a_patch_that_breaks_the_syntax_shows_where(tree, tmp_pat
     lines = done.stdout.splitlines()
     first = lines.index(f"{SPEC}:7: syntax: invalid syntax")
     assert lines[first + 1] == "    " + BROKEN_LINE.rstrip() and lines[first + 2].strip() == "^"
-    assert lines[first + 3] == "  also: names"  # pyflakes cannot read it either: folded, not a row of its own
+    # pyflakes cannot read it either: folded, not a row of its own, and said as a check
+    assert lines[first + 3] == "  also: the names check fails on it too"
     assert lines[first + 4] == (
         f"  fix: nothing is written (apply refuses this); `patchkit diff --target {tree} --patches {library}` "
         "shows the change that breaks it: report the library's series"
@@ -144,7 +145,7 @@ def test_status_of_an_upstream_regression_says_it_once_with_its_own_fix(tmp_path
     assert_clean_failure(done, 1)
     lines = done.stdout.splitlines()
     first = lines.index(f"{SPEC}:7: syntax: invalid syntax")
-    assert lines[first + 3] == "  also: names"
+    assert lines[first + 3] == "  also: the names check fails on it too"
     assert (
         lines[first + 4] == "  fix: nothing to apply: vLLM changed what the set checks; report the upstream regression"
     )

@@ -129,12 +129,15 @@ def _with_followers(lead: Failure, followers: list[Failure]) -> Failure:
     """`lead` with one `also` line naming what followed from it; a drifted file's fix is its fix."""
     names = [f.what for f in followers if not _same(f, lead)]
     counted = Counter(name for name in names if name not in (DRIFTED, GUARD))
-    said = [f"{name} \u00d7{n}" if n > 1 else name for name, n in counted.items()]
+    checks = [f"{name} \u00d7{n}" if n > 1 else name for name, n in counted.items()]
+    # a bare check name ("also: names") says nothing to a reader: said as the checks that fail too
+    said = [f"the {checks[0]} check fails on it too"] if len(checks) == 1 else []
+    said += [f"the checks {', '.join(checks)} fail on it too"] if len(checks) > 1 else []
     if DRIFTED in names:
         said.insert(0, "drifted (edited after patchkit patched it)")
     if not said and GUARD not in names:
         return lead
-    also = ", ".join(said)
+    also = "; ".join(said)
     if GUARD in names:
         also += ("; " if also else "") + "the launch guard refuses this tree"
     fix = next((f.fix for f in followers if f.what == DRIFTED and f.fix), lead.fix)
