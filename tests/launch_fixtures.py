@@ -286,7 +286,9 @@ WARNING = "warning: plugins not judged: "
 
 
 def warnings(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("warning:")]
+    """The plugin warnings `run` gives (its other warnings, the stand-in's `#!/bin/sh` vllm that
+    launch-target cannot judge, say, are not these tests' subject)."""
+    return [line for line in stderr.splitlines() if line.startswith("warning: plugins")]
 
 
 # --- a `tools` set beside eagle3, each needed by its own launches ([needed_by]) ---------------------

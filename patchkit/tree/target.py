@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from typing import Any
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
+from patchkit.base.fsutil import read_regular
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
 # a command given --target alone (a dry run of a large diff, `run` on an applied tree) starts none.
@@ -170,6 +172,8 @@ def _probe(
     # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
     # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
     # site-packages are part of where that Python finds vllm.
+    if python is not None:
+        _refuse_a_python_script(python)
     try:
         request = {"package": PACKAGE, "first_path": first_path}
         info = run_worker(
@@ -190,6 +194,34 @@ def _probe(
     if not isinstance(info.get("python"), str):
         raise TargetError(f"{python} is not a Python interpreter patchkit can ask (it answered {info!r:.200})")
     return info
+
+
+_SCRIPT_HEAD = 4096  # a console script's first lines: its #! line and pip's /bin/sh wrapper line
+
+
+def _refuse_a_python_script(python: str) -> None:
+    """--python naming a Python script (`$(which vllm)`: vLLM's own command) and not an interpreter:
+    running it would start that program with the probe's arguments (vLLM's CLI loads torch for
+    half a minute, then fails on them). A shell script (a pyenv shim) is left to run."""
+    try:
+        head = read_regular(python, _SCRIPT_HEAD, follow_symlinks=True, head=True)
+    except OSError:  # not there, a directory...: the run says why (_why_not_run)
+        return
+    lines = head.split(b"\n")
+    words = lines[0][2:].decode(errors="replace").split() if lines[0].startswith(b"#!") else []
+    program = words[1] if len(words) > 1 and Path(words[0]).name == "env" else (words[0] if words else "")
+    wrapped = Path(program).name == "sh" and len(lines) > 1 and lines[1].startswith(b"'''exec' ")
+    if not (Path(program).name.startswith(("python", "pypy")) or wrapped):
+        return
+    beside = Path(python).parent / "python"
+    if beside.is_file():
+        instead = shlex.quote(str(beside))
+    else:
+        instead = shlex.quote(program) if "/" in program and not wrapped else "/path/to/venv/bin/python"
+    raise TargetError(
+        f"{python} is a Python script (a program's command, as vLLM's `vllm` is), not a Python interpreter",
+        hint=f"give --python {instead}: the interpreter that runs vLLM",
+    )
 
 
 def interpreter_path(python: str) -> str:

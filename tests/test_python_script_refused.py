@@ -1,0 +1,49 @@
+"""--python given a program's Python script (`--python $(which vllm)`) instead of an interpreter: refused
+before it runs (it would start that program with the probe's arguments), naming the interpreter beside
+it. A shell script that execs a Python (a pyenv shim) still runs as the interpreter."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+
+def _bin(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    return bin_dir
+
+
+def _script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("form", ["shebang", "env", "pip-wrapper"])
+def test_a_python_script_as_python_is_refused_unrun_naming_the_interpreter_beside_it(tmp_path, form):
+    bin_dir = _bin(tmp_path)
+    ran = tmp_path / "ran"
+    body = f"import pathlib\npathlib.Path({str(ran)!r}).write_text('ran')\n"
+    first = {
+        "shebang": f"#!{bin_dir / 'python'}\n",
+        "env": "#!/usr/bin/env python3\n",
+        "pip-wrapper": f"#!/bin/sh\n'''exec' '{bin_dir / 'python'}' \"$0\" \"$@\"\n' '''\n",
+    }[form]
+    vllm = _script(bin_dir / "vllm", first + body)
+    done = run_cli("status", "--python", vllm, cwd=tmp_path)
+    said = done.stdout + done.stderr
+    assert done.returncode == 4, said
+    assert "is a Python script" in said and "not a Python interpreter" in said, said
+    assert f"give --python {bin_dir / 'python'}" in said, said
+    assert not ran.exists(), "the script was run"
+
+
+def test_a_shell_script_that_execs_a_python_still_runs_as_the_interpreter(tmp_path):
+    shim = _script(tmp_path / "python-shim", f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    done = run_cli("status", "--python", shim, cwd=tmp_path)
+    assert "is a Python script" not in done.stdout + done.stderr
