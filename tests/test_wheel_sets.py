@@ -227,3 +227,17 @@ def test_status_of_a_wheel_with_a_long_label_cuts_no_word_at_80_columns(run, tmp
     said = " ".join(" ".join(lines).split())
     assert f"version 0.16.0+{label} (from its dist-info's METADATA)" in said, said
     assert f"built (+{label}), as its dist-info's patchkit.json says" in said, said
+
+
+def test_status_after_reverting_an_installed_wheel_says_its_files_are_stock_again(run, tmp_path, library):
+    """New-user trial 23, N3: after `revert` of a vLLM a patched wheel installed, status still told
+    the user to install the launch guard, as if the wheel's patches ran: its files are stock again,
+    and only its dist-info still names the label."""
+    built(run, tmp_path, library)
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    assert run("apply", "--target", site, "--patches", library).exit_code == 0
+    assert run("revert", "--target", site, "--patches", library).exit_code == 0
+    said = " ".join(run("status", "--target", site, "--patches", library).output.split())
+    assert "installs no launch guard" not in said, said
+    assert f"the files the patched wheel (+{LABEL}) changed hold their stock bytes again (reverted)" in said, said
+    assert "reinstalling the stock vLLM wheel makes it agree" in said, said

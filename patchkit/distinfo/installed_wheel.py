@@ -220,6 +220,18 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def stock_again(root: Path, read: Callable[[Path], bytes | None]) -> Provenance | None:
+    """The wheel's provenance when every file it patched holds its stock bytes again (a revert): its
+    dist-info still carries the +patchkit label and a RECORD of the patched files."""
+    found = find(root)
+    if found is None or not found.files:
+        return None
+    stock = all(
+        shas.stock_sha256 is not None and sha256(read(root / p)) == shas.stock_sha256 for p, shas in found.files.items()
+    )
+    return found if stock else None
+
+
 def drifted(root: Path, read: Callable[[Path], bytes | None], set_name: str | None = None) -> list[str]:
     """The files the wheel patched (of a wheel of several sets, those `set_name`'s own patches touch)
     whose content is neither the patched nor the stock one; none for a set the wheel does not hold

@@ -541,6 +541,15 @@ def _wheel_without_guard(root: Path, state: State | None) -> list[str]:
     launch guard: a wheel installs none, and nothing else would lead to the apply that does."""
     if state is None or state.entries or state.no_guard or is_installed(root) or not has_provenance(root):
         return []
+    try:
+        reverted = installed_wheel_reader().stock_again(root, read_file)
+    except PatchkitError:
+        reverted = None
+    if reverted is not None:  # nothing patched runs: a guard is not what it lacks
+        return [
+            f"the files the patched wheel (+{reverted.record.label}) changed hold their stock bytes again (reverted); "
+            "its dist-info still names that label: reinstalling the stock vLLM wheel makes it agree"
+        ]
     return [f"a patched wheel installs no launch guard: {hints.command('apply')} installs it"]
 
 
