@@ -26,6 +26,7 @@ from helpers import (
 )
 
 from patchkit import __version__
+from patchkit._target import guard as target_guard
 from patchkit.engine import transaction
 
 MODEL = "vllm/models/model.py"
@@ -806,6 +807,29 @@ def test_stale_unchecked_bytecode_of_a_recorded_file_stops_the_launch_naming_it(
     )
     _unchecked_pyc_of(pyc.parent, (site / MODEL).read_bytes(), pyc.name)
     assert _load(site).returncode == 0, _load(site).stderr[-600:]
+
+
+def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path, monkeypatch):
+    """Review 16 H1: a __pycache__ the launching user cannot list (root's, made under umask 027) stopped
+    every launch, while Python just reads the source. Judged as Python loads: only this interpreter's
+    own names, opened directly; another interpreter's .pyc there is never loaded."""
+    site = tmp_path / "site"
+    (site / "vllm/models").mkdir(parents=True)
+    (site / MODEL).write_text(MODEL_PY + "# patched\n")
+    cache = site / "vllm/models/__pycache__"
+    _unchecked_pyc_of(cache, MODEL_PY.encode(), "model.cpython-310.pyc")
+    real_scandir = os.scandir
+
+    def unlistable(path):
+        if os.fspath(path).endswith("__pycache__"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(target_guard.os, "scandir", unlistable)
+    assert target_guard._stale_bytecode(str(site), [MODEL]) == []
+    mine = _unchecked_pyc_of(cache, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
+    (problem,) = target_guard._stale_bytecode(str(site), [MODEL])
+    assert problem.startswith(f"vllm/models/__pycache__/{mine.name} {target_guard.STALE_BYTECODE} {MODEL}")
 
 
 def test_bytecode_that_is_no_regular_file_is_never_read(patched):

@@ -706,3 +706,28 @@ def test_a_module_planted_after_apply_that_shadows_a_patched_file_fails_status_a
     (tree / planted).unlink()
     assert find_problems(str(tree)) == []
     assert run("status", "--target", tree, "--patch", diffs["spec"]).exit_code == 0
+
+
+def test_a_planted_ad_hoc_record_naming_a_file_with_its_hash_never_loses_that_file(run, tree):
+    """Review 16 H2: a record read back from the tree names a --patch file that is gone and a file
+    patchkit never wrote, with that file's sha256 as what it wrote: revert deleted it, no copy kept.
+    Only the record vouches for those bytes, so a copy is kept wherever it is deleted."""
+    import hashlib
+
+    notes = tree / "mypkg" / "notes.py"
+    notes.parent.mkdir()
+    notes.write_text("precious = 3\n")
+    digest = hashlib.sha256(notes.read_bytes()).hexdigest()
+    (tree / ".patchkit").mkdir()
+    entry = {
+        "set": "adhoc-0123456789ab",
+        "vllm_version": "0.16.0",
+        "files": {"mypkg/notes.py": {"before": None, "after": digest}},
+        "patches": [{"name": "x.patch", "path": "/nonexistent/x.patch", "sha256": "0" * 64}],
+    }
+    (tree / ".patchkit/state.json").write_text(json.dumps({"format": 1, "entries": [entry]}))
+    done = run("revert", "--target", tree)
+    kept = [p for p in (tree / ".patchkit").rglob("notes.py*") if p.is_file()] if (tree / ".patchkit").exists() else []
+    assert notes.exists() or [p.read_text() for p in kept] == ["precious = 3\n"], done.output
+    if not notes.exists():
+        assert str(kept[0].relative_to(tree)) in " ".join(done.output.split()) or ".patchkit/saved" in done.output

@@ -84,7 +84,9 @@ def test_the_patch_hint_names_the_file_applied_wherever_it_is_run(tmp_path, scra
     # the patch is no longer at hand, but the file it created still holds what patchkit wrote: revert
     # removes it and says which recorded patch created it, never a basename made absolute from here
     assert done.returncode == 0, done.stdout + done.stderr
-    assert not (tree / CREATED).exists() and not (tree / ".patchkit").exists()
+    assert not (tree / CREATED).exists()
+    # only the record vouches for its bytes: a copy is kept (review 16 H2)
+    assert [p.read_text() for p in (tree / ".patchkit/saved").rglob("added.py*")] == ["ADDED = 1\n"]
     assert str(tmp_path / "my patches" / "first.diff") in done.stderr
     assert str(Path(elsewhere) / "first.diff") not in done.stdout + done.stderr
 

@@ -40,7 +40,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 3
+GUARD_FORMAT = 4
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -294,7 +294,11 @@ def _compiled(cache: str, stem: str) -> list[str]:
     if os.path.islink(cache) or not os.path.isdir(cache):
         return []
     found, prefix = [], stem + "."
-    with os.scandir(cache) as entries:
+    try:
+        entries = os.scandir(cache)
+    except OSError:  # not ours to list (root's under umask 027): Python opens only its own names there
+        return _own_compiled(cache, stem)
+    with entries:
         for count, entry in enumerate(entries):
             if count >= _MAX_CACHE_ENTRIES:
                 raise TreeChanged(
@@ -307,6 +311,16 @@ def _compiled(cache: str, stem: str) -> list[str]:
             if len(parts) == 1 or (len(parts) == 2 and parts[1].startswith("opt-")):
                 found.append(name)
     return sorted(found)
+
+
+def _own_compiled(cache: str, stem: str) -> list[str]:
+    """The names this interpreter would load `stem`'s bytecode by (any optimization), of those it can
+    open: what an unlistable __pycache__ can hand the import system of this launch."""
+    tag = sys.implementation.cache_tag
+    if tag is None:  # it writes and reads no bytecode
+        return []
+    names = [stem + "." + tag + ".pyc"] + [stem + "." + tag + ".opt-" + str(level) + ".pyc" for level in (1, 2)]
+    return [name for name in names if _header(os.path.join(cache, name)) is not None]
 
 
 def _header(pyc: str) -> bytes | None:

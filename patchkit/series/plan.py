@@ -281,8 +281,11 @@ def restore_recorded(
         current = sha256(content)
         if current == shas["before"]:
             continue
-        if shas["before"] is None and content is not None:  # before the edit: --force would not delete it either
-            _require_creator(entry, path, own, first, wrote_it=current == shas["after"], notes=restored.notes)
+        created = shas["before"] is None and content is not None  # judged before the edit: --force would not delete it
+        if created and _require_creator(
+            entry, path, own, first, wrote_it=current == shas["after"], notes=restored.notes
+        ):
+            restored.edited.append(path)  # only the record vouches for it: a copy is kept, as for an edit
         if current != shas["after"]:
             if not force:
                 if content is None:  # nothing of the user's to keep
@@ -302,16 +305,19 @@ def restore_recorded(
 
 def _require_creator(
     entry: Entry, path: str, own: list[Patch], first: tuple[str, ...], *, wrote_it: bool, notes: list[str]
-) -> None:
+) -> bool:
     """A file the record says patchkit created is deleted only when a patch at hand that the record
     names creates it: the record alone is no evidence (it is read back from the tree). A --patch
-    file that is gone leaves one other proof: the file holds exactly the bytes patchkit wrote."""
+    file that is gone leaves only the record's word that the file holds the bytes patchkit wrote:
+    deleted with a copy kept (True), since a planted record could name any file with its hash."""
     if any(f.target_path == path and f.source_path != path for p in own for f in p.files):
-        return
+        return False
     gone = missing_patch_files(entry) if is_adhoc(entry.set_name) else ()
     if gone and wrote_it:
-        notes.append(f"{path} deleted: {gone[0]} that created it is gone, and it still held what patchkit wrote")
-        return
+        notes.append(
+            f"{path} deleted: {gone[0]} that created it is gone, and it held what the record says patchkit wrote"
+        )
+        return True
     if gone:  # nothing proves the file is patchkit's: the user decides
         raise BadInput(
             f"the record of {shown_set(entry)} says patchkit created {path}, but {gone[0]} is gone and "
