@@ -315,7 +315,10 @@ def test_run_v_shows_what_could_not_be_judged_before_it_launches(fetched, tmp_pa
     assert said.count("patchkit cannot tell which Python") == 1, done.stdout  # in the table only (newuser15 11e)
     assert "vLLM's own validation did not run: `patchkit preflight" in " ".join(done.stderr.split())
     quiet = run_cli("run", "--target", "applied", "--", *launch, cwd=fetched)
-    assert quiet.returncode == 7 and quiet.stdout == "launched\n" and quiet.stderr == ""
+    assert quiet.returncode == 7 and quiet.stdout == "launched\n", quiet.stderr
+    # without -v, what could not be judged is still said before the launch, as warnings (new-user 22, M2)
+    assert "warning: launch-target: cannot judge" in quiet.stderr, quiet.stderr
+    assert all(line.startswith(("warning: ", "hint: ")) for line in quiet.stderr.splitlines()), quiet.stderr
 
 
 @pytest.mark.release
