@@ -592,6 +592,13 @@ def on_a_terminal(
     return process.wait(timeout=300), drawn
 
 
+def terminal_screen(drawn: bytes) -> str:
+    """What a terminal shows of `drawn`: styles and cursor moves dropped, and of a line a live line
+    (a spinner) redrew with a carriage return, its last drawing only (the pty's \\r\\n ends a line)."""
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", drawn.decode())
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
 def file_member(name: str) -> zipfile.ZipInfo:
     """A zip member header for a plain 0644 file (a wheel's extra members)."""
     info = zipfile.ZipInfo(name, (2026, 1, 2, 3, 4, 6))

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, on_a_terminal, run_cli
+from helpers import assert_clean_failure, on_a_terminal, run_cli, terminal_screen
 from importable_vllm import make_importable, venv_importing, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK_V3,
@@ -1366,7 +1366,7 @@ def test_a_command_wider_than_the_terminal_is_continued_between_its_words(setup,
     model = "deepseek-ai/DeepSeek-V3"
     argv = ["preflight", "--target", tree, "--patches", library, "--", *serve(model, models["drafter"])]
     code, drawn = on_a_terminal(argv, width=80, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
-    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", drawn.decode())
+    shown = terminal_screen(drawn)
     assert code == 4, shown
     # wider than 80: only a word no line holds (this test's long temporary path), never cut
     wide = [line.strip().removesuffix(" \\") for line in shown.splitlines() if len(line) > 80]
@@ -1387,7 +1387,7 @@ def test_a_missing_hub_model_says_how_to_fetch_its_config_alone_and_every_path_c
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     argv = ["preflight", "--target", tree, "--patches", library, "--", *serve("lab/gone-model", models["drafter"])]
     code, drawn = on_a_terminal(argv, width=80, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))
-    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", drawn.decode())
+    shown = terminal_screen(drawn)
     assert code == 4, shown
     naming = [line for line in shown.splitlines() if f"{cache}/" in line]
     assert len(naming) == 1 and all(len(line) <= 80 for line in naming), shown
