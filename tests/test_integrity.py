@@ -366,3 +366,25 @@ def test_a_record_as_pip_writes_it_crlf_and_quoted_vouches_for_the_touched_files
     result, data = apply(run, tree, library, "--dry-run")
     assert result.exit_code == 1
     assert integrity_rows(data["checks"])[MODEL][:2] == (False, ERROR)
+
+
+def test_a_recorded_original_unlike_vllms_file_is_written_back_only_with_a_copy_of_what_it_replaces(run, tree, library):
+    """Review 17 H3: a planted record (an original's digest changed) and object made revert overwrite a
+    file vLLM's RECORD lists with other bytes, keeping nothing. The file it replaces is kept aside."""
+
+    write_record(tree)
+    result, _data = apply(run, tree, library)
+    assert result.exit_code == 0, result.output
+    patched = (tree / SPEC).read_bytes()
+    planted = b"import os  # not vLLM's\n"
+    digest = hashlib.sha256(planted).hexdigest()
+    (tree / ".patchkit/objects" / digest).write_bytes(planted)
+    state_file = tree / ".patchkit/state.json"
+    state = json.loads(state_file.read_text())
+    state["entries"][0]["files"][SPEC]["before"] = digest
+    state_file.write_text(json.dumps(state))
+    done = run("revert", "--target", tree)
+    assert done.exit_code == 0, done.output
+    assert f"not stock: {SPEC}" in " ".join(done.output.split()), done.output
+    kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
+    assert patched in kept, done.output

@@ -283,3 +283,14 @@ def test_a_value_is_held_to_its_releases_own_type_function(release, words, read)
             parse(["vllm", "serve", "org/m", *words], release)
         return
     assert parse(["vllm", "serve", "org/m", *words], release).options == read
+
+
+def test_a_long_json_value_with_a_typo_at_its_end_is_shown_cut_with_an_ellipsis_and_where_json_stopped():
+    """New-user 24, A2: a --speculative-config missing its closing brace was quoted cut at 40 characters,
+    with no "…" and no position: a person looked for the typo where nothing was wrong."""
+    value = '{"method": "eagle3", "model": "./kimi-k2.5-eagle3", "num_speculative_tokens": 5'
+    with pytest.raises(BadInput) as refused:
+        parse(["vllm", "serve", "org/m", "--speculative-config", value], "0.16.0")
+    said = refused.value.message
+    assert f"{value[:60]!r}…" in said and "is not valid JSON" in said, said
+    assert f"at column {len(value) + 1}" in said, said

@@ -1119,8 +1119,15 @@ class _Reverting:
         """The files and the record written in one commit, their bytecode fixed."""
         guard_changes, new_state, removed = after
         root = self.root
-        # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe
-        copied = restored.edited + [path for path in unsure if os.path.lexists(root / path)]
+        # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe;
+        # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
+        # a planted record's bytes: the file it replaces is kept)
+        unlike = _unlike_record(root, plan.changes)
+        copied = [
+            *restored.edited,
+            *(p for p in [*unsure, *unlike] if p not in restored.edited and os.path.lexists(root / p)),
+        ]
+        copied = list(dict.fromkeys(copied))
         saved = keep_copies(root, copied) if copied else None
         modes = _recorded_modes(self.undo.entries, plan.changes)
         commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
@@ -1128,7 +1135,7 @@ class _Reverting:
         files = sorted(plan.changes)
         result = RevertResult(
             Outcome.REVERTED,
-            f"reverted: {_reverted_said(len(files), len(unsure), _unlike_record(root, plan.changes))}{removed}",
+            f"reverted: {_reverted_said(len(files), len(unsure), unlike)}{removed}",
             files,
             checks=bytecode,
             saved=saved,

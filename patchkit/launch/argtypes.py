@@ -52,18 +52,25 @@ def _text(text: str) -> str:
     return text
 
 
+_SHOWN = 60  # a value quoted in a refusal: whole up to this, else cut with "…" (a typo may be at its end)
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= _SHOWN else f"{text[:_SHOWN]!r}…"
+
+
 def _whole(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a whole number") from None
 
 
 def _number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
 
 
 def _json(text: str) -> str:
@@ -71,8 +78,12 @@ def _json(text: str) -> str:
         json.loads(text)
     except RecursionError:
         raise argparse.ArgumentTypeError("its JSON is nested too deeply") from None
+    except json.JSONDecodeError as exc:  # where json stopped: the typo is there, often past what is quoted
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not valid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not valid JSON") from None
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not valid JSON") from None
     return text
 
 
@@ -86,7 +97,7 @@ def _config_object(text: str, fields: Sequence[str] | None) -> str:
     spec names them: vLLM's config classes forbid others). Its fields' values are vLLM's to judge."""
     value = json.loads(_json(text))
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a JSON object")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a JSON object")
     unknown = sorted(set(value) - set(fields)) if fields is not None else []
     if unknown:
         raise argparse.ArgumentTypeError(
@@ -123,7 +134,7 @@ def _human_readable_int(text: str, *, auto: bool = False, suffixes: str = "kKmMg
         return int(value)
     except ValueError:
         like = "4096, 32k = 32,000 or 32K = 32,768" + (", or auto" if auto else "")
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number (like {like})") from None
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a whole number (like {like})") from None
 
 
 def _decimal_multiple(text: str, value: float) -> int:
@@ -132,7 +143,7 @@ def _decimal_multiple(text: str, value: float) -> int:
     try:
         return int(value)
     except OverflowError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is too large a number (vLLM cannot read it)") from None
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is too large a number (vLLM cannot read it)") from None
 
 
 _KINDS: dict[str, Callable[[str], Any]] = {
