@@ -315,7 +315,7 @@ def _compiled(cache: str, stem: str) -> list[str]:
 
 def _own_compiled(cache: str, stem: str) -> list[str]:
     """The names this interpreter would load `stem`'s bytecode by (any optimization), of those it can
-    open: what an unlistable __pycache__ can hand the import system of this launch."""
+    open: what an unlistable __pycache__ can hand this launch's imports."""
     tag = sys.implementation.cache_tag
     if tag is None:  # it writes and reads no bytecode
         return []
