@@ -91,6 +91,7 @@ from patchkit.engine.transaction import (
     save_originals,
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
+from patchkit.engine.vouched import refuse_unvouched
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
@@ -270,6 +271,9 @@ class _Applying:
         self.state = state
         self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
+        for entry in state.entries:  # a record revert would refuse is never carried into the new one
+            if entry.set_name not in self.stale:
+                refuse_unvouched(root, entry)
         for names, note in stale_grouped(self.stale):  # several sets' records say the same note: said once
             them = "them" if len(names) > 1 else "it"
             said = stale_said([shown_name(name, state) for name in names], note)
@@ -1034,6 +1038,7 @@ class _Reverting:
         ]
         for entry in undo.entries:
             _refuse_created_stock_files(self.root, entry, undo.installed)
+            refuse_unvouched(self.root, entry)
             _refuse_another_releases_originals(self.root, entry, undo.installed)
         view = View(self.root)
         restored = _restore_from_record(view, undo, self.patches, force=force)
@@ -1375,6 +1380,7 @@ def refuse_unrevertable_record(resolved: Resolved, state: State) -> None:
     for entry in state.entries:
         if stale_note(root, entry, installed) is None:
             _refuse_created_stock_files(root, entry, installed)
+            refuse_unvouched(root, entry)
 
 
 def _refuse_created_stock_files(root: Path, entry: Entry, installed: Version | None) -> None:

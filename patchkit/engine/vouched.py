@@ -1,0 +1,72 @@
+"""Which files a library set's record may name: those its series' patches change (review 17 H3).
+
+state.json is read back from the tree: an entry naming another file (any package's, in a
+`--target site-packages`) with a planted original in objects/ would have revert write those bytes
+there. apply records only the files the set's patches change, so a record naming another is none
+patchkit wrote: every command refuses it, as it refuses a record saying patchkit created a file an
+installed distribution lists (operations._refuse_created_stock_files). A --patch apply's record is
+held to vllm/ when it is parsed (store.state), as no --patch file changes anything else.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.base import hints
+from patchkit.base.errors import BadInput, PatchkitError
+from patchkit.series.library import PatchSetDef, Release, load_library, locate
+from patchkit.series.patchfile import DEFAULT_ROOTS, touched_paths
+from patchkit.store.state import Entry, is_adhoc, state_path
+
+
+def refuse_unvouched(root: Path, entry: Entry) -> None:
+    """A library set's record naming a file none of the set's patches changes is refused (exit 2);
+    with the set not in the library at hand, only files of vLLM's own package are taken on its word
+    (revert keeps a copy of what it replaces there where nothing else vouches for the original)."""
+    if is_adhoc(entry.set_name):
+        return
+    allowed = series_paths(entry)
+    stray = [
+        path
+        for path in sorted(entry.files)
+        if (path not in allowed if allowed is not None else path.split("/", 1)[0] not in DEFAULT_ROOTS)
+    ]
+    if not stray:
+        return
+    origin = state_path(root)
+    why = "none of its patches changes it" if allowed is not None else "the library at hand has no set of that name"
+    elsewhere = (
+        ""
+        if allowed is not None or entry.library is None
+        else f" (or give --patches {shlex.quote(entry.library)}, the library it was applied from)"
+    )
+    raise BadInput(
+        f"{origin} records {stray[0]} for set {entry.set_name}, but {why}: patchkit records no such file, "
+        "and reverting that record would write its bytes there; nothing was written",
+        hint=f"inspect it, or move it aside (mv {shlex.quote(str(origin))} {shlex.quote(f'{origin}.damaged')}); "
+        f"then {hints.command('revert')} undoes the series it finds applied{elsewhere}",
+    )
+
+
+def series_paths(entry: Entry) -> frozenset[str] | None:
+    """Every path the library at hand's series of the entry's set changes for its vLLM version (every
+    release's when none covers it); None when that library has no such set, or cannot be read."""
+    try:
+        patch_set = load_library(locate(hints.current().library).path).get(entry.set_name)
+        if patch_set is None:
+            return None
+        releases = _covering(patch_set, entry.vllm_version) or list(patch_set.releases)
+        return frozenset(touched_paths([p for r in releases for p in r.read_patches(patch_set.roots)]))
+    except PatchkitError:
+        return None
+
+
+def _covering(patch_set: PatchSetDef, version: str | None) -> list[Release]:
+    try:
+        found = Version(version) if version else None
+    except InvalidVersion:
+        return []
+    return [r for r in patch_set.releases if found is not None and r.covers(found)]
