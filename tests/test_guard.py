@@ -833,7 +833,9 @@ def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path
     assert problem.startswith(f"vllm/models/__pycache__/{mine.name} {target_guard.STALE_BYTECODE} {MODEL}")
 
 
-def test_status_on_another_python_than_vllms_judges_an_unlistable_pycache_as_vllms_launch_does(patched, run, monkeypatch):
+def test_status_on_another_python_than_vllms_judges_an_unlistable_pycache_as_vllms_launch_does(
+    patched, run, monkeypatch
+):
     """Review 17 M1: status from a patchkit on another Python (pipx on 3.12, vLLM on 3.11) looked in an
     unlistable __pycache__ for its own names only, missed vLLM's stale .pyc and said "applied" while
     the launch refused. Status opens every CPython 3's names there, as it judges a listable one."""

@@ -94,7 +94,16 @@ from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, un
 from patchkit.engine.vouched import refuse_unvouched
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
-from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
+from patchkit.series.plan import (
+    PatchStep,
+    Plan,
+    Restored,
+    View,
+    plan_apply,
+    plan_revert,
+    restore_recorded,
+    reverse_file,
+)
 from patchkit.store.journal import journal_path
 from patchkit.store.objects import prune_objects
 from patchkit.store.saved import keep_copies
@@ -1113,6 +1122,22 @@ class _Reverting:
         said = _nothing_said(self.root, self.undo, self.only, left, removed, self.patches)
         return RevertResult(Outcome.NOT_APPLIED, said, warnings=self.warnings, record=left)
 
+    def on_the_records_word(self, view: View, changes: Changes) -> list[str]:
+        """The files written back with an original that neither vLLM's RECORD lists nor the recorded
+        patches reversed give: only the record says so, and it is read back from the tree (a planted
+        one names any bytes), so the file it replaces is kept (review 17 H3)."""
+        recorded = {(p["name"], p["sha256"]) for e in self.undo.entries for p in e.patches}
+        own = [p for p in self.patches if (p.name, p.sha256) in recorded]
+        restored = {path for e in self.undo.entries for path in e.files}
+        written = {path: data for path, data in _written(changes).items() if path in restored}
+        listed = _tree_record(self.root, list(written))
+        return sorted(
+            path
+            for path, data in written.items()
+            if (listed is None or path not in listed.hashes)
+            and reverse_file(view.original_content(path), path, own) != data
+        )
+
     def write(
         self,
         plan: Plan,
@@ -1128,9 +1153,11 @@ class _Reverting:
         # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(root, plan.changes)
+        # and where nothing but the record (read back from the tree) says what the file held before
+        alone = self.on_the_records_word(view, plan.changes)
         copied = [
             *restored.edited,
-            *(p for p in [*unsure, *unlike] if p not in restored.edited and os.path.lexists(root / p)),
+            *(p for p in [*unsure, *unlike, *alone] if p not in restored.edited and os.path.lexists(root / p)),
         ]
         copied = list(dict.fromkeys(copied))
         saved = keep_copies(root, copied) if copied else None
@@ -1140,7 +1167,7 @@ class _Reverting:
         files = sorted(plan.changes)
         result = RevertResult(
             Outcome.REVERTED,
-            f"reverted: {_reverted_said(len(files), len(unsure), unlike)}{removed}",
+            f"reverted: {_reverted_said(len(files), len(unsure), unlike, alone)}{removed}",
             files,
             checks=bytecode,
             saved=saved,
@@ -1155,26 +1182,38 @@ class _Reverting:
 def _unlike_record(root: Path, changes: Changes) -> list[str]:
     """The files a revert writes back unlike vLLM's RECORD lists them: apply --force took them
     edited, so their original is the user's edit, not stock."""
-    written = {path: after for path, (_before, after) in changes.items() if after is not None}
-    record = find_record(root)
-    if record is None or not written or labelled_by_patchkit(record.parent.name):  # a patched wheel's RECORD lists them
-        return []
-    try:
-        parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=list(written))
-    except OSError:
-        return []
+    written = _written(changes)
+    parsed = _tree_record(root, list(written))
     if parsed is None:
         return []
     return sorted(path for path, data in written.items() if path in parsed.hashes and not parsed.matches(path, data))
 
 
-def _reverted_said(count: int, unsure: int, unlike: list[str]) -> str:
+def _written(changes: Changes) -> dict[str, bytes]:
+    return {path: after for path, (_before, after) in changes.items() if after is not None}
+
+
+def _tree_record(root: Path, paths: list[str]) -> Record | None:
+    """vLLM's RECORD as it lists `paths` (None: no RECORD, or a patched wheel's, which lists them patched)."""
+    record = find_record(root)
+    if record is None or not paths or labelled_by_patchkit(record.parent.name):
+        return None
+    try:
+        return parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
+    except OSError:
+        return None
+
+
+def _reverted_said(count: int, unsure: int, unlike: list[str], alone: Sequence[str] = ()) -> str:
     """How many files a revert wrote, and how many of them it can call stock (revert27: without a
-    RECORD, a series reversed is all it can say; `unlike`: those back unlike vLLM's RECORD)."""
+    RECORD, a series reversed is all it can say; `unlike`: those back unlike vLLM's RECORD; `alone`:
+    those back as only the record says they were)."""
     reversed_ = "the series' hunks reversed (no vLLM RECORD proves them stock)"
-    if unlike:
-        also = f"; {unsure} with {reversed_}" if unsure else ""
-        return f"{count} file(s) restored as before apply ({len(unlike)} not stock: {', '.join(unlike)}{also})"
+    if unlike or alone:
+        said = [f"{len(unlike)} not stock: {', '.join(unlike)}"] if unlike else []
+        said += [f"{len(alone)} as only the record says: {', '.join(alone)}"] if alone else []
+        said += [f"{unsure} with {reversed_}"] if unsure else []
+        return f"{count} file(s) restored as before apply ({'; '.join(said)})"
     if not unsure:
         return f"{count} file(s) restored to stock"
     if unsure == count:

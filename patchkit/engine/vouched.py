@@ -29,9 +29,12 @@ def refuse_unvouched(root: Path, entry: Entry) -> None:
     if is_adhoc(entry.set_name):
         return
     allowed = series_paths(entry)
+    # a file it says patchkit created is revert's to judge (plan._require_creator): deleted only on the
+    # word of a patch that creates it, kept otherwise, nothing written over it
+    edited = sorted(path for path, shas in entry.files.items() if shas["before"] is not None)
     stray = [
         path
-        for path in sorted(entry.files)
+        for path in edited
         if (path not in allowed if allowed is not None else path.split("/", 1)[0] not in DEFAULT_ROOTS)
     ]
     if not stray:

@@ -348,7 +348,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
     try:
         return read_object(view.root, digest)
     except BadInput as damaged:
-        rebuilt = _reverse_file(view.read(path), path, patches)
+        rebuilt = reverse_file(view.read(path), path, patches)
         if rebuilt is None or sha256(rebuilt) != digest:
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
@@ -359,7 +359,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
         return rebuilt
 
 
-def _reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> bytes | None:
+def reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> bytes | None:
     """`content` with every change the patches make to `path` undone, last patch first; None
     when one does not reverse (or the patches rename, add or delete it)."""
     parts = [f for p in patches for f in p.files if path in (f.path, f.source_path)]

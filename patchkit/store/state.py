@@ -690,7 +690,9 @@ def _checked_adhoc_paths(files: dict[str, Any], origin: Path) -> None:
     write the record's bytes there (review 17 H3)."""
     outside = next((path for path in files if path.split("/", 1)[0] != ADHOC_ROOT), None)
     if outside is not None:
-        raise _damaged(origin, f"a --patch apply's record names {outside!r}, outside vllm/, which no --patch file changes")
+        raise _damaged(
+            origin, f"a --patch apply's record names {outside!r}, outside vllm/, which no --patch file changes"
+        )
 
 
 def _checked_mode(mode: object, path: str, origin: Path) -> None:
