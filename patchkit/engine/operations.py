@@ -91,7 +91,7 @@ from patchkit.engine.transaction import (
     save_originals,
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
-from patchkit.engine.vouched import refuse_unvouched
+from patchkit.engine.vouched import patches_at_hand, refuse_unvouched
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
 from patchkit.series.plan import (
@@ -1127,7 +1127,10 @@ class _Reverting:
         patches reversed give: only the record says so, and it is read back from the tree (a planted
         one names any bytes), so the file it replaces is kept (review 17 H3)."""
         recorded = {(p["name"], p["sha256"]) for e in self.undo.entries for p in e.patches}
-        own = [p for p in self.patches if (p.name, p.sha256) in recorded]
+        given = [p for p in self.patches if (p.name, p.sha256) in recorded]
+        own = given + [
+            p for e in self.undo.entries for p in patches_at_hand(e) if p.sha256 not in {g.sha256 for g in given}
+        ]
         restored = {path for e in self.undo.entries for path in e.files}
         written = {path: data for path, data in _written(changes).items() if path in restored}
         listed = _tree_record(self.root, list(written))
@@ -1154,7 +1157,7 @@ class _Reverting:
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(root, plan.changes)
         # and where nothing but the record (read back from the tree) says what the file held before
-        alone = self.on_the_records_word(view, plan.changes)
+        alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
         copied = [
             *restored.edited,
             *(p for p in [*unsure, *unlike, *alone] if p not in restored.edited and os.path.lexists(root / p)),

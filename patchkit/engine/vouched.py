@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
-from patchkit.series.patchfile import DEFAULT_ROOTS, touched_paths
+from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
 from patchkit.store.state import Entry, is_adhoc, state_path
 
 
@@ -73,3 +73,20 @@ def _covering(patch_set: PatchSetDef, version: str | None) -> list[Release]:
     except InvalidVersion:
         return []
     return [r for r in patch_set.releases if found is not None and r.covers(found)]
+
+
+def patches_at_hand(entry: Entry) -> list[Patch]:
+    """A --patch apply's patches still where it read them, those very bytes (the record's sha256):
+    what a revert may reverse to tell the record's originals true."""
+    if not is_adhoc(entry.set_name):
+        return []
+    found = []
+    for recorded in entry.patches:
+        where = recorded.get("path")
+        try:
+            patch = read_patch(Path(where), follow_symlinks=True) if where else None
+        except (OSError, PatchkitError):  # moved, unreadable, no diff: nothing at hand
+            continue
+        if patch is not None and patch.sha256 == recorded["sha256"]:
+            found.append(patch)
+    return found

@@ -255,6 +255,8 @@ class Restored:
     """What restore_recorded did beyond putting originals back."""
 
     edited: list[str] = field(default_factory=list)  # changed since the apply: kept aside by --force
+    # deleted on the record's word alone (its --patch file gone): kept aside, said as what it was
+    alone: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # originals rebuilt by reverse-applying
 
 
@@ -285,7 +287,7 @@ def restore_recorded(
         if created and _require_creator(
             entry, path, own, first, wrote_it=current == shas["after"], notes=restored.notes
         ):
-            restored.edited.append(path)  # only the record vouches for it: a copy is kept, as for an edit
+            restored.alone.append(path)  # only the record vouches for it: a copy is kept
         if current != shas["after"]:
             if not force:
                 if content is None:  # nothing of the user's to keep
