@@ -23,9 +23,9 @@ from patchkit.store.state import Entry, is_adhoc, state_path
 
 
 def refuse_unvouched(root: Path, entry: Entry) -> None:
-    """A library set's record naming a file none of the set's patches changes is refused (exit 2);
-    with the set not in the library at hand, only files of vLLM's own package are taken on its word
-    (revert keeps a copy of what it replaces there where nothing else vouches for the original)."""
+    """A library set's record naming a file it edited that none of the set's patches changes is
+    refused (exit 2); with the set in no library at hand, only files under vllm/ are taken on its
+    word (revert keeps a copy of what it replaces where nothing else vouches for the original)."""
     if is_adhoc(entry.set_name):
         return
     allowed = series_paths(entry)
@@ -40,17 +40,17 @@ def refuse_unvouched(root: Path, entry: Entry) -> None:
     if not stray:
         return
     origin = state_path(root)
-    why = "none of its patches changes it" if allowed is not None else "the library at hand has no set of that name"
+    why = "none of its patches changes it" if allowed is not None else "no library at hand holds that set"
     elsewhere = (
-        ""
-        if allowed is not None or entry.library is None
-        else f" (or give --patches {shlex.quote(entry.library)}, the library it was applied from)"
+        f"give --patches {shlex.quote(entry.library)} (the library it was applied from); else "
+        if allowed is None and entry.library is not None
+        else ""
     )
     raise BadInput(
         f"{origin} records {stray[0]} for set {entry.set_name}, but {why}: patchkit records no such file, "
         "and reverting that record would write its bytes there; nothing was written",
-        hint=f"inspect it, or move it aside (mv {shlex.quote(str(origin))} {shlex.quote(f'{origin}.damaged')}); "
-        f"then {hints.command('revert')} undoes the series it finds applied{elsewhere}",
+        hint=f"{elsewhere}inspect it, or move it aside (mv {shlex.quote(str(origin))} "
+        f"{shlex.quote(f'{origin}.damaged')}); then {hints.command('revert')} undoes the series it finds applied",
     )
 
 
