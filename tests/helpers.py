@@ -357,9 +357,11 @@ def load_plugins_as_another_user(site: Path) -> subprocess.CompletedProcess | No
     )
 
 
-def record_rows(site: Path, dist: str) -> str:
+def record_rows(site: Path, dist: str, *, whole_site: bool = False) -> str:
+    """RECORD's text as pip writes it for vllm/ and `dist` (`whole_site`: every file under `site`)."""
     rows = []
-    for path in sorted([*(site / "vllm").rglob("*"), *(site / dist).rglob("*")]):
+    files = site.rglob("*") if whole_site else [*(site / "vllm").rglob("*"), *(site / dist).rglob("*")]
+    for path in sorted(files):
         rel = path.relative_to(site).as_posix()
         if path.is_file() and rel != f"{dist}/RECORD":
             data = path.read_bytes()
