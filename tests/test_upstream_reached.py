@@ -155,6 +155,27 @@ def test_verify_of_a_release_fixing_one_file_judges_its_stock_files_and_says_wha
     assert "not judged" not in text.output and "the stock files of 0.99.0 already hold" in text.output, text.output
 
 
+def test_the_fix_verify_prints_for_a_release_fixing_one_file_works_as_printed(tmp_path, monkeypatch, two_parsers):
+    """The fix verify prints, run as printed: the port writes 0.99.0's series without 0001 (the
+    stock files hold it) and ends the open range before 0.99.0."""
+    releases = Releases(tmp_path / "index", monkeypatch)
+    releases.add("0.16.0", {ONE: STOCK, TWO: STOCK})
+    releases.add("0.99.0", {ONE: FIXED_PARSER, TWO: STOCK})
+    hint = release_of(verify(two_parsers, "0.99.0"))["hint"]
+    fix = hint.split("`")[1]
+    assert fix.startswith("patchkit port "), hint
+
+    ported = cli_runner()(*shlex.split(fix)[1:])
+    assert ported.exit_code == 0, ported.output
+    manifest = (two_parsers / "demo" / "set.toml").read_text()
+    assert 'versions = ">=0.16.0,<0.99.0"' in manifest and 'versions = ">=0.99.0"' in manifest, manifest
+    series = (two_parsers / "demo" / "0.99.0" / "series").read_text()
+    assert "0002-change.patch" in series and "0001-change.patch" not in series, series  # upstream's: dropped
+    for version, series in (("0.99.0", "0.99.0"), ("0.16.0", "0.16.0")):
+        done = release_of(verify(two_parsers, version))
+        assert (done["outcome"], done["series"]) == ("patched", series), done
+
+
 def test_a_dev_build_patched_with_vllm_version_is_judged_as_it_was_applied(run, tree, scratch, tmp_path):
     """audit23b N2: `apply --vllm-version 0.16.0` on a 0.17.0.dev5 build (the fix patchkit gives
     there); status and verify then judged the series a dry run picks for 0.17.0.dev5 instead."""
