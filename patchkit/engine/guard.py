@@ -288,7 +288,7 @@ def launch_refusal(root: Path, state: State | None = None) -> list[str]:
 
 
 # The bytecode names an unlistable __pycache__ is judged by here: patchkit may run on another Python than
-# vLLM's (pipx on 3.12, vLLM on 3.11), so every CPython 3's, as a listable one is judged (review 17 M1)
+# vLLM's (pipx on 3.12, vLLM on 3.11), so every CPython 3's, as a listable one is judged
 EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
 
 

@@ -1125,7 +1125,7 @@ class _Reverting:
     def on_the_records_word(self, view: View, changes: Changes) -> list[str]:
         """The files written back with an original that neither vLLM's RECORD lists nor the recorded
         patches reversed give: only the record says so, and it is read back from the tree (a planted
-        one names any bytes), so the file it replaces is kept (review 17 H3)."""
+        one names any bytes), so the file it replaces is kept."""
         recorded = {(p["name"], p["sha256"]) for e in self.undo.entries for p in e.patches}
         given = [p for p in self.patches if (p.name, p.sha256) in recorded]
         own = given + [

@@ -1,4 +1,4 @@
-"""Which files a library set's record may name: those its series' patches change (review 17 H3).
+"""Which files a library set's record may name: those its series' patches change.
 
 state.json is read back from the tree: an entry naming another file (any package's, in a
 `--target site-packages`) with a planted original in objects/ would have revert write those bytes

@@ -687,7 +687,7 @@ def _checked_entry(data: object, origin: Path) -> Entry:
 def _checked_adhoc_paths(files: dict[str, Any], origin: Path) -> None:
     """A --patch apply records only files under vllm/: a --patch file changes nothing else (it is read
     with patchfile's default roots). A path outside is no record patchkit wrote, and a revert would
-    write the record's bytes there (review 17 H3)."""
+    write the record's bytes there."""
     outside = next((path for path in files if path.split("/", 1)[0] != ADHOC_ROOT), None)
     if outside is not None:
         raise _damaged(
