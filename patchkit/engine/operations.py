@@ -282,7 +282,7 @@ class _Applying:
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
         for entry in state.entries:  # a record revert would refuse is never carried into the new one
             if entry.set_name not in self.stale:
-                refuse_unvouched(root, entry)
+                refuse_unvouched(root, entry, self.patches)
         for names, note in stale_grouped(self.stale):  # several sets' records say the same note: said once
             them = "them" if len(names) > 1 else "it"
             said = stale_said([shown_name(name, state) for name in names], note)
@@ -784,14 +784,14 @@ def _failing_after_the_drift_fix(resolved: Resolved, status: TreeStatus, checks:
     return frozenset(r.check for r in run_checks(context, failed) if r.failed)
 
 
-def refuse_unchangeable(resolved: Resolved) -> None:
+def refuse_unchangeable(resolved: Resolved, known: Sequence[Patch] = ()) -> None:
     """A series file behind a symlinked directory, or a symlink or special file in its place: apply
     and revert refuse to write it (exit 2), so status and verify refuse it too rather than report a
     state patchkit could not change (or pass a phase 1 whose phase 2 would refuse). After the plan,
     as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's.
     Likewise a record revert refuses."""
 
-    refuse_unrevertable_record(resolved, read_state(resolved.target.root))
+    refuse_unrevertable_record(resolved, read_state(resolved.target.root), known)
     if resolved.selection.kind != SelectionKind.PATCH:
         return
     paths = sorted({file.path for patch in resolved.patches for file in patch.files})
@@ -1047,7 +1047,7 @@ class _Reverting:
         ]
         for entry in undo.entries:
             _refuse_created_stock_files(self.root, entry, undo.installed)
-            refuse_unvouched(self.root, entry)
+            refuse_unvouched(self.root, entry, self.patches)
             _refuse_another_releases_originals(self.root, entry, undo.installed)
         view = View(self.root)
         restored = _restore_from_record(view, undo, self.patches, force=force)
@@ -1415,14 +1415,14 @@ def _stock_by_record(root: Path, paths: list[str]) -> set[str]:
     return {path for path in paths if path in parsed.hashes and _as_recorded(root, path, parsed)}
 
 
-def refuse_unrevertable_record(resolved: Resolved, state: State) -> None:
+def refuse_unrevertable_record(resolved: Resolved, state: State, known: Sequence[Patch] = ()) -> None:
     """A record revert refuses (a file it says patchkit created is an installed distribution's own):
     status and verify refuse it as revert does (exit 2), never "applied" beside a revert that fails."""
     root, installed = resolved.target.root, resolved.vllm_version
     for entry in state.entries:
         if stale_note(root, entry, installed) is None:
             _refuse_created_stock_files(root, entry, installed)
-            refuse_unvouched(root, entry)
+            refuse_unvouched(root, entry, [*resolved.patches, *known])
 
 
 def _refuse_created_stock_files(root: Path, entry: Entry, installed: Version | None) -> None:

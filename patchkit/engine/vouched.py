@@ -11,6 +11,7 @@ held to vllm/ when it is parsed (store.state), as no --patch file changes anythi
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -22,13 +23,13 @@ from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_
 from patchkit.store.state import Entry, is_adhoc, state_path
 
 
-def refuse_unvouched(root: Path, entry: Entry) -> None:
+def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> None:
     """A library set's record naming a file it edited that none of the set's patches changes is
     refused (exit 2); with the set in no library at hand, only files under vllm/ are taken on its
     word (revert keeps a copy of what it replaces where nothing else vouches for the original)."""
     if is_adhoc(entry.set_name):
         return
-    allowed = series_paths(entry)
+    allowed = series_paths(entry, known)
     # a file it says patchkit created is revert's to judge (plan._require_creator): deleted only on the
     # word of a patch that creates it, kept otherwise, nothing written over it
     edited = sorted(path for path, shas in entry.files.items() if shas["before"] is not None)
@@ -54,17 +55,40 @@ def refuse_unvouched(root: Path, entry: Entry) -> None:
     )
 
 
-def series_paths(entry: Entry) -> frozenset[str] | None:
-    """Every path the library at hand's series of the entry's set changes for its vLLM version (every
-    release's when none covers it); None when that library has no such set, or cannot be read."""
-    try:
-        patch_set = load_library(locate(hints.current().library).path).get(entry.set_name)
-        if patch_set is None:
+# what a series of patches changes, by their (name, sha256): the bytes decide it, so it is kept per
+# process (status judges every record once per set it shows)
+_TOUCHED: dict[frozenset[tuple[str, str]], frozenset[str]] = {}
+
+
+def series_paths(entry: Entry, known: Sequence[Patch] = ()) -> frozenset[str] | None:
+    """Every path the patches the entry records change, found by their sha256 among `known` (the
+    series at hand) or in the library at hand; when that library holds other bytes of the set now,
+    what its series for the entry's vLLM version changes (every release's when none covers it).
+    None when no library at hand holds the set, or it cannot be read."""
+    recorded = frozenset((p["name"], p["sha256"]) for p in entry.patches)
+    found = _TOUCHED.get(recorded) or _own_touched(recorded, known)
+    if found is None:
+        try:
+            patch_set = load_library(locate(hints.current().library).path).get(entry.set_name)
+            if patch_set is None:
+                return None
+            releases = _covering(patch_set, entry.vllm_version) or list(patch_set.releases)
+            series = [p for r in releases for p in r.read_patches(patch_set.roots)]
+        except PatchkitError:
             return None
-        releases = _covering(patch_set, entry.vllm_version) or list(patch_set.releases)
-        return frozenset(touched_paths([p for r in releases for p in r.read_patches(patch_set.roots)]))
-    except PatchkitError:
+        found = _own_touched(recorded, series)
+        if found is None:  # the library's set is not what was applied: what it changes now
+            return frozenset(touched_paths(series))
+    _TOUCHED[recorded] = found
+    return found
+
+
+def _own_touched(recorded: frozenset[tuple[str, str]], patches: Sequence[Patch]) -> frozenset[str] | None:
+    """What the recorded patches change, when `patches` holds every one of them (by sha256)."""
+    own = {(p.name, p.sha256): p for p in patches if (p.name, p.sha256) in recorded}
+    if not recorded or own.keys() != recorded:
         return None
+    return frozenset(touched_paths(list(own.values())))
 
 
 def _covering(patch_set: PatchSetDef, version: str | None) -> list[Release]:
