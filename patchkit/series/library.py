@@ -512,20 +512,21 @@ def _refuse_ranges(
 def _span(versions: SpecifierSet) -> tuple[_Bound, _Bound]:
     """The range's lowest and highest bound (None: none); what only != or === rules out is left
     alone (never refused on a guess)."""
-    bounds = [_bounds(spec.operator, spec.version) for spec in versions]
-    return _tighter([b[0] for b in bounds], [b[1] for b in bounds])
-
-
-def _tighter(lows: list[_Bound], highs: list[_Bound]) -> tuple[_Bound, _Bound]:
-    """The highest low bound (an excluded version above an included one) and the lowest high one."""
-    low = max((b for b in lows if b is not None), key=lambda b: (b[0], not b[1]), default=None)
-    high = min((b for b in highs if b is not None), key=lambda b: (b[0], b[1]), default=None)
-    return low, high
+    span: tuple[_Bound, _Bound] = (None, None)
+    for spec in versions:
+        span = _meet(span, _bounds(spec.operator, spec.version))
+    return span
 
 
 def _meet(first: tuple[_Bound, _Bound], second: tuple[_Bound, _Bound]) -> tuple[_Bound, _Bound]:
-    """The bounds of the versions both ranges hold."""
-    return _tighter([first[0], second[0]], [first[1], second[1]])
+    """The bounds of the versions both ranges hold: the higher low bound (an excluded version above
+    an included one) and the lower high one."""
+    (low, high), (other_low, other_high) = first, second
+    if low is None or (other_low is not None and (other_low[0], not other_low[1]) > (low[0], not low[1])):
+        low = other_low
+    if high is None or (other_high is not None and (other_high[0], other_high[1]) < (high[0], high[1])):
+        high = other_high
+    return low, high
 
 
 def _empty(span: tuple[_Bound, _Bound]) -> bool:
