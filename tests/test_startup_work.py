@@ -12,6 +12,7 @@ from patchkit.base.errors import BadInput
 from patchkit.base.options import Options
 from patchkit.distinfo import installed_record
 from patchkit.distinfo import record as record_mod
+from patchkit.engine import operations, transaction
 from patchkit.engine import resolve as resolve_mod
 from patchkit.series import library
 
@@ -98,3 +99,10 @@ def test_a_set_the_tree_records_is_resolved_without_its_record(run, tmp_path, mo
     resolved = resolve_mod.resolve(Options(target_dir=str(site), library=str(library)))
     assert resolved.selection.kind == SelectionKind.PATCH and resolved.selection.note is None
     assert asked == []
+
+
+@pytest.mark.parametrize("step", [operations._Applying, operations._Reverting, transaction._Undoing])
+def test_a_commands_steps_have_no_generated_eq_nor_repr(step):
+    """Every dataclass method is compiled when its module loads (~0.1 ms each, 231 on a dry run):
+    an apply's, a revert's and a rollback's working state is never compared nor printed."""
+    assert "__eq__" not in vars(step) and "__repr__" not in vars(step)
