@@ -747,6 +747,11 @@ class VerifyResult:
 
     @property
     def ok(self) -> bool:
+        """As status: a partial tree fails (exit 1) even where its checks pass once applied."""
+        return self.passes_if_applied and self.status.state != TreeState.PARTIAL
+
+    @property
+    def passes_if_applied(self) -> bool:
         status = self.status
         return not any(r.failed for r in self.checks) and not self.conflicts and not status.drifted and not status.guard
 
