@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from patchkit.base import fsutil
+from patchkit.base import fsutil, remembered
 from patchkit.base.enums import SelectionKind
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.fsutil import atomic_write, unsafe_reason
-from patchkit.checks import remembered
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch
 from patchkit.series.requirements import parse_requirements
 from patchkit.tree.version import in_range, release_version, specifier
@@ -598,7 +597,7 @@ def _probe_script(name: str | None, directory: Path, origin: Path, what: str = "
     return path
 
 
-_PARSED_TOML = "toml"  # the verdicts cache's directory for parsed TOML files (checks.remembered)
+_PARSED_TOML = "toml"  # the verdicts cache's directory for parsed TOML files (base.remembered)
 
 
 def read_toml(path: Path, what: str) -> dict:
