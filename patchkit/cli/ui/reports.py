@@ -377,7 +377,12 @@ def _verified_cases(verified: VerifyResult) -> list[JUnitCase]:
         CheckResult("drift", path, False, f"{path} was edited after patchkit patched it")
         for path in verified.status.drifted
     ]
-    return check_cases(conflicts + drifted + verified.checks)
+    partial = (  # failed as status fails it, though its checks pass once applied
+        [CheckResult("partial", None, False, f"{_applied_count(verified.status)}; the others are not")]
+        if verified.status.state == TreeState.PARTIAL
+        else []
+    )
+    return check_cases(conflicts + drifted + partial + verified.checks)
 
 
 def verified_target_json(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:
@@ -413,10 +418,7 @@ def verified_target_text(
     `version` False: an earlier set said that --vllm-version names another release than the tree's."""
     mismatch = another_release(resolved)
     if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
-        show_header(ui, resolved, target=target)
-        if version:  # the cause said once, in the finding with its fix; the verdict points to it
-            ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
-        ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
+        _another_release_failed(ui, resolved, mismatch, target=target, version=version)
         return
     status, results = verified.status, verified.checks
     fixes = {**_fixes_by_check(status), **dict.fromkeys(verified.series_fails, SERIES_FAULT_FIX)}
@@ -436,16 +438,35 @@ def verified_target_text(
         if results:
             show_checks(ui, results)
         ui.failures(fold(found))
-    counted = count_line(results, verbose=bool(ui.verbose)) if results else "no checks ran"
-    # the set's behaviour test is said when it passes too: what it judged (and, below, why not with
-    # vLLM's classes when --python asked for them)
+    _behaviour_passed(ui, results)
+    _verify_verdict(ui, resolved, verified, refused_above=refused_above)
+
+
+def _another_release_failed(ui: Screen, resolved: Resolved, mismatch: str, *, target: bool, version: bool) -> None:
+    """--vllm-version names another release than the tree's: the cause said once (`version`), in the
+    finding with its fix; the verdict points to it."""
+    show_header(ui, resolved, target=target)
+    if version:
+        ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
+    ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
+
+
+def _behaviour_passed(ui: Screen, results: list[CheckResult]) -> None:
+    """The set's behaviour test is said when it passes too: what it judged (and, below, why not with
+    vLLM's classes when --python asked for them)."""
     for passed in (r for r in results if r.check == BEHAVIOUR and r.status == CheckStatus.PASS):
         if not ui.verbose:
             ui.line(f"{passed.check}: {passed.message}")
         for line in passed.excerpt.splitlines():
             ui.line(f"    {line}")
+
+
+def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, refused_above: bool) -> None:
+    """verify's last line (what CI shows), with the count of the checks that passed."""
+    status, results = verified.status, verified.checks
+    counted = count_line(results, verbose=bool(ui.verbose)) if results else "no checks ran"
     if verified.ok and status.state == TreeState.NOT_APPLIED:
-        # a dry check passing is no pass of the tree: the last line (what CI shows) says so
+        # a dry check passing is no pass of the tree: the last line says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
     elif verified.ok and resolved.selection.in_stock:  # found, not declared: the set's range is the maintainer's
         ui.verdict(
@@ -453,6 +474,8 @@ def verified_target_text(
         )
     elif verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
+    elif verified.passes_if_applied and status.state == TreeState.PARTIAL:  # status's verdict too: not a pass
+        ui.verdict(f"verify: FAILED: partial: {_applied_count(status)}; ok if applied: {counted}", ok=False)
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
     else:
