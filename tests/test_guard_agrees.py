@@ -1019,11 +1019,35 @@ def test_a_guard_of_other_checks_fails_status_until_apply_updates_it(tmp_path):
     status = tree.cli("status")
     assert status.returncode == 1, status.stdout + status.stderr
     assert "is an older patchkit's launch guard (patchkit" in status.stdout
+    # review 16 L3: said as what it is, an upgrade of patchkit, in the guard line and the verdict
+    assert "guard: the launch guard is from before an upgrade of patchkit: " in status.stdout, status.stdout
+    assert "applied; the launch guard is from before an upgrade of patchkit" in status.stdout, status.stdout
     assert "fix: run `patchkit apply " in status.stdout and "--guard" not in status.stdout
-    assert tree.cli("apply", "--no-import").returncode == 0
+    dry = tree.cli("apply", "--no-import", "--dry-run")
+    assert "launch guard would be updated to this patchkit's (it was" in dry.stdout, dry.stdout
+    assert "still refuses" not in dry.stdout + dry.stderr, dry.stdout + dry.stderr
+    done = tree.cli("apply", "--no-import")
+    # review 16 L2: the apply says it updated the guard, not "already applied" alone
+    assert done.returncode == 0 and "already applied; launch guard updated to this patchkit's (it was" in done.stdout
     assert (tree.site / "patchkit_guard.py").read_bytes() == (
         Path(__file__).parents[1] / "patchkit/_target/guard.py"
     ).read_bytes()
+    assert tree.cli("status").returncode == 0
+
+
+def test_a_newer_builds_guard_is_called_newer_and_apply_says_it_replaced_it(tmp_path):
+    """Review 16 L4: a guard of a higher check format (a newer build applied the tree, this older
+    one runs now) was called "an older patchkit's" and apply said it "updates" it."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    _rebuilt_guard(tree, lambda module: re.sub(rb"\nGUARD_FORMAT = [0-9]+\n", b"\nGUARD_FORMAT = 999\n", module))
+    status = tree.cli("status")
+    said = status.stdout + status.stderr
+    assert status.returncode == 1 and "older" not in said, said
+    assert "guard: the launch guard is a newer patchkit build's: " in said and "check format 999" in said, said
+    assert "fix: use the newer patchkit that applied this tree, or run `patchkit apply " in said, said
+    done = tree.cli("apply", "--no-import")
+    assert done.returncode == 0 and "launch guard replaced with this patchkit's, of older checks" in done.stdout
     assert tree.cli("status").returncode == 0
 
 

@@ -263,7 +263,12 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
 
 
 UNKNOWN_GUARD = "is not this patchkit's launch guard"
-STALE_GUARD = "is an older patchkit's launch guard"  # of other checks: apply updates it
+OLDER_GUARD = "is an older patchkit's launch guard"  # of other checks: apply updates it
+NEWER_GUARD = "is a newer patchkit's launch guard"  # of other checks: this apply would replace it
+STALE_GUARD = (OLDER_GUARD, NEWER_GUARD)  # another build's, of other checks than this one's
+# refusal_text's leads for those: what the user did (an upgrade of patchkit), no ": " inside
+UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
+NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 
@@ -274,10 +279,21 @@ def refusal_summary(problems: list[str]) -> str:
     return refusal_text(problems).partition(": ")[0].replace("this tree", "the tree")
 
 
+def of_other_checks(problem: str) -> bool:
+    """The problem is another patchkit build's guard, as it wrote it, of other checks than this one's."""
+    return any(said in problem for said in STALE_GUARD)
+
+
 def refusal_text(problems: list[str]) -> str:
     """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
-    is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as such."""
-    lead = NOT_OURS if any(UNKNOWN_GUARD in p or STALE_GUARD in p for p in problems) else GUARD_REFUSES
+    is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as
+    such; another build's is said as what made it so (most often an upgrade of patchkit)."""
+    if any(OLDER_GUARD in p for p in problems):
+        lead = UPGRADED_LEAD
+    elif any(NEWER_GUARD in p for p in problems):
+        lead = NEWER_LEAD
+    else:
+        lead = NOT_OURS if any(UNKNOWN_GUARD in p for p in problems) else GUARD_REFUSES
     return lead + "; ".join(problems)
 
 
@@ -309,7 +325,8 @@ def launch_verdict(root: Path, state: State | None = None) -> Verdict:
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:
     """The installed guard module as a problem when this patchkit cannot tell what it refuses: not
-    a patchkit's as it wrote it, or an older build's of other checks (`apply` updates that one)."""
+    a patchkit's as it wrote it, or another build's of other checks (`apply` updates that one):
+    older or newer by its check format, the one number that orders builds (versions may be equal)."""
     if _own_module(root):
         return []
     older = older_guard(root, state)
@@ -318,8 +335,9 @@ def _unknown_module(root: Path, state: State | None) -> list[str]:
     version, found = older
     if found == target_guard.GUARD_FORMAT:
         return []
+    said = OLDER_GUARD if found < target_guard.GUARD_FORMAT else NEWER_GUARD
     return [
-        f"{root / MODULE} {STALE_GUARD} (patchkit {version}'s, of check format {found}; this patchkit's is "
+        f"{root / MODULE} {said} (patchkit {version}'s, of check format {found}; this patchkit's is "
         f"{target_guard.GUARD_FORMAT}), so what it refuses may differ from what this patchkit finds"
     ]
 
@@ -448,6 +466,16 @@ def guard_format(module: bytes) -> int:
     """The check format a guard module declares (1: a build from before formats were numbered)."""
     found = _FORMAT_LINE.search(module)
     return int(found.group(1)) if found else 1
+
+
+def other_build(root: Path, state: State | None = None) -> tuple[str, bool] | None:
+    """The version of another patchkit build whose guard is installed here as it wrote it (an
+    apply updates it to this build's), and whether its checks are newer than this build's; None:
+    this build's, none, or not a patchkit's."""
+    if not is_installed(root) or _own_module(root):
+        return None
+    found = older_guard(root, state)
+    return (found[0], found[1] > target_guard.GUARD_FORMAT) if found is not None else None
 
 
 def judges_as_this_build(root: Path, state: State | None = None) -> bool:

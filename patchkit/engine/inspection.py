@@ -21,16 +21,17 @@ from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import (
     CHANGED_SINCE,
+    NEWER_GUARD,
     OTHERS_CANNOT_READ,
     SEVERAL,
     SEVERAL_FIX,
     SHADOWED,
     STALE_BYTECODE,
-    STALE_GUARD,
     UNKNOWN_GUARD,
     is_installed,
     launch_verdict,
     missing_guard,
+    of_other_checks,
     older_guard_notes,
     replace_fix,
     unrecorded_guard_notes,
@@ -183,7 +184,12 @@ class TreeStatus:
                 f"reinstall the installed vLLM release ({hints.pip_reinstall(None)}), "
                 f"then run {hints.command('apply')} (it drops the record, stale once the files are stock)"
             )
-        if any(STALE_GUARD in problem for problem in self.guard) and not self.drifted:  # apply replaces it
+        if any(NEWER_GUARD in problem for problem in self.guard) and not self.drifted:  # apply would downgrade it
+            return (
+                f"use the newer patchkit that applied this tree, or run {hints.command('apply')} "
+                "(it replaces the launch guard with this patchkit's)"
+            )
+        if any(of_other_checks(problem) for problem in self.guard) and not self.drifted:  # apply replaces it
             return f"run {hints.command('apply')} (it updates the launch guard to this patchkit's)"
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
             revert = self.fix_command("revert", "--force")

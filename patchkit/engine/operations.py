@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from packaging.version import Version
 
-from patchkit import fetch
+from patchkit import __version__, fetch
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
@@ -46,12 +46,14 @@ from patchkit.distinfo.record import (
 from patchkit.engine.guard import (
     MODULE,
     STALE_BYTECODE,
+    STALE_GUARD,
     STOPS_EVERY_LAUNCH,
     dist_info,
     foreign_files,
     install_changes,
     installed_vllm_version,
     make_readable,
+    other_build,
     own_unrecorded,
     removal_changes,
     remove_empty_cache,
@@ -238,6 +240,7 @@ class _Applying:
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
     guard_installed: bool = False  # this apply wrote the launch guard
+    guard_was: tuple[str, bool] | None = None  # the other patchkit build whose guard it replaced (other_build)
     guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
     guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
     state: State = field(default_factory=lambda: State([]))  # the tree's record, read once (see run)
@@ -384,7 +387,7 @@ class _Applying:
                 f"already applied; {len(self.made_readable)} file(s) {'would be ' if dry_run else ''}made readable"
             )
         if self.settle_record(dry_run=dry_run):
-            noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
+            noun, verb = ("launch guard", self.guard_verb()) if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
             if self.found_recorded:  # the tree recorded no apply of it: said, with the guard's fate
@@ -408,7 +411,9 @@ class _Applying:
         does. A `dry_run` leaves out the stale bytecode the apply itself would fix."""
         root = self.resolved.target.root
         refused = guard_refusal(root, self.resolved.set_name, self.state)
-        left = [p for p in refused[0] if not (dry_run and STALE_BYTECODE in p)] if refused is not None else []
+        # the dry run's apply would fix stale bytecode and update another build's guard
+        fixed = (STALE_BYTECODE, *(STALE_GUARD if self.guard_was else ()))
+        left = [p for p in refused[0] if not (dry_run and any(f in p for f in fixed))] if refused is not None else []
         refused = (left, refused[1]) if refused is not None and left else None
         if refused is not None:
             problems, fix = refused
@@ -548,9 +553,20 @@ class _Applying:
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
         return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
 
+    def guard_verb(self) -> str:
+        """What this apply did to the guard it wrote: another build's updated is said so (its
+        output was "installed", or nothing, where status had named apply to update it)."""
+        if self.guard_was is None:
+            return "installed"
+        version, newer = self.guard_was
+        whose = f"{'another build of ' if version == __version__ else ''}patchkit {version}'s"
+        if newer:  # a downgrade is no update
+            return f"replaced with this patchkit's, of older checks (it was {whose})"
+        return f"updated to this patchkit's (it was {whose})"
+
     def guard_said(self) -> str:
         if self.guard_installed:
-            return "; launch guard installed"
+            return f"; launch guard {self.guard_verb()}"
         return "; launch guard removed" if self.guard_removed else ""
 
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
@@ -575,12 +591,14 @@ class _Applying:
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
+        was = other_build(root, state)
         changes, recorded, why_not = install_changes(root, state.guard, version, replace=asked)
         if why_not:
             self.warn(why_not)
         if why_not and STOPS_EVERY_LAUNCH in why_not and state.guard:  # an earlier apply's guard would too
             return self.without_guard(state)
         self.guard_installed = bool(changes)
+        self.guard_was = was if changes else None
         self.guard_replaced = [p for p in replaced_files(root, state.guard) if p in changes] if asked else []
         users = {p: str(sha256(changes[p][0])) for p in foreign_files(root, state.guard) if p in self.guard_replaced}
         return changes, state.with_guard(recorded).with_guard_replaced(users)  # revert puts them back

@@ -143,17 +143,23 @@ def _first_drifted(chosen: list[Chosen]) -> int | None:
 
 GUARD_REMOVED = ("; launch guard removed", "; launch guard would be removed")
 GUARD_INSTALLED = ("; launch guard installed", "; launch guard would be installed")
+GUARD_UPDATED = ("; launch guard updated to this patchkit's", "; launch guard would be updated to this patchkit's")
 
 
 def _guard_said_once(done: list[SetApplied]) -> list[SetApplied]:
     """A set that dropped the last record removes the guard, and a later set of the same run
     installs it again: its fate is said once, by the last set that changed it (the guard is there)."""
     results = [d.result for d in done if d.result is not None]
-    installed = [i for i, r in enumerate(results) if r.message.endswith(GUARD_INSTALLED)]
+    installed = [i for i, r in enumerate(results) if r.message.endswith(GUARD_INSTALLED) or _updates_guard(r.message)]
     for result in results[: installed[-1]] if installed else []:
         for said in GUARD_REMOVED:
             result.message = result.message.replace(said, "")
     return done
+
+
+def _updates_guard(message: str) -> bool:
+    """The set's apply replaced another patchkit build's guard with this one's (its last words)."""
+    return any(said in message for said in GUARD_UPDATED)
 
 
 def _failed_as(exc: PatchkitError) -> Outcome:
