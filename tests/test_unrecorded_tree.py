@@ -455,6 +455,36 @@ def test_apply_on_a_lost_record_refuses_an_edit_away_from_the_hunks_and_its_fix_
     assert {path: data for path, data in snapshot(tree).items() if not path.startswith(".patchkit")} == before
 
 
+def test_status_on_a_lost_record_with_an_edit_away_from_the_hunks_says_what_apply_will(
+    run, stock, tmp_path, monkeypatch
+):
+    """record28: on that tree (record lost, a patched file edited away from its hunks) status said
+    "applied", exit 0, and its guard note that `apply` records the tree as it is; apply refuses it.
+    status names the file and apply's own fix; a lost record with no edit still passes."""
+    tree, library = stock
+    Releases(tmp_path / "index", monkeypatch).add("0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0  # found applied, as it was
+    (tree / ROUTER).write_text("# tuned by hand\n" + (tree / ROUTER).read_text())
+
+    status = run("status", "--target", tree, "--patches", library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 1, status.output
+    assert f"{ROUTER}: integrity: differs from stock vLLM 0.17.1 beyond the set's change" in said, said
+    assert "routes: a file edited beyond the set's change (no record): apply refuses it" in said, said
+    assert "records the tree as it is" not in said, said
+    applied = run("apply", "--target", tree, "--patches", library)
+    fix = re.search(
+        r"fix: (`patchkit revert [^`]*--force` \(keeps a copy of the edits\), then `patchkit apply [^`]*`)", said
+    )
+    assert applied.exit_code == 1 and fix and fix.group(1) in " ".join(applied.output.split()), said
+    document = json.loads(
+        run("status", "--target", tree, "--patches", library, "--set", "routes", "--format", "json").output
+    )
+    assert document["found_edited"] == [ROUTER], document
+
+
 def test_apply_on_a_lost_record_records_the_files_it_finds_patched_so_revert_gives_stock(run, two_patch_set):
     """Review 14 L1': the record lost and one of a set's files stock again: apply wrote that file and
     recorded it alone, so a revert said "restored to stock" and left the other file patched."""

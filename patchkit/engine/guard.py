@@ -529,6 +529,9 @@ def older_guard_notes(root: Path, state: State | None = None) -> list[str]:
     return [f"the launch guard is patchkit {older}'s (this is {__version__}): {hints.command('apply')} updates it"]
 
 
+UNRECORDED_GUARD = "the launch guard is installed, but no record names it"
+
+
 def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
     """This patchkit's guard installed where no record names it (state.json removed by hand): it
     checks nothing (the guard passes), and `revert` removes it."""
@@ -540,7 +543,7 @@ def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
         return []
     # apply first: it records the sets it finds applied, and the guard checks the tree again
     return [
-        f"the launch guard is installed, but no record names it, so it checks nothing: "
+        f"{UNRECORDED_GUARD}, so it checks nothing: "
         f"{hints.command('apply')} records the tree as it is ({hints.command('revert')} removes the guard and any patches applied)"
     ]
 

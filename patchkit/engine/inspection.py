@@ -128,6 +128,9 @@ class TreeStatus:
     # a set apply would go on with: the files it would patch that are not stock (apply refuses them;
     # status fills it: operations.with_stock_judged)
     not_stock: list[CheckResult] = field(default_factory=list)
+    # a set found applied with no record of it: the file that is not stock beyond its change (apply
+    # refuses to record it; status fills it: operations.with_found_judged)
+    found_edited: list[str] = field(default_factory=list)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -259,6 +262,7 @@ class TreeStatus:
             or self.upstream_regression
             or self.guard
             or self.not_stock
+            or self.found_edited
         ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
@@ -267,6 +271,18 @@ class TreeStatus:
 UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
 STOCK_AGAIN_WORDS = (" holds its stock bytes again", " is gone, as before patchkit created it")  # the guard's words
 EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
+
+
+def found_edit_said(resolved: Resolved, path: str) -> tuple[str, str]:
+    """Why apply refuses to record a set found applied whose file is not stock beyond the set's
+    change, and the fix: status and apply say the same."""
+    version, name = resolved.vllm_version, resolved.set_name
+    message = (
+        f"{path} differs from stock vLLM {version} beyond the set's change (your edit?): the tree records no "
+        f"apply of {name}, so patchkit cannot record it as its own"
+    )
+    # this same apply after: every set it chose (the record so far names only the earlier ones)
+    return message, f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
 
 
 def upgrade_said(problems: list[str], shown: int = 2) -> list[str]:

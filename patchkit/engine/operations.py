@@ -48,6 +48,7 @@ from patchkit.engine.guard import (
     STALE_BYTECODE,
     STALE_GUARD,
     STOPS_EVERY_LAUNCH,
+    UNRECORDED_GUARD,
     dist_info,
     foreign_files,
     install_changes,
@@ -70,6 +71,7 @@ from patchkit.engine.inspection import (
     chosen_sets,
     conflicting_files,
     drifted_files,
+    found_edit_said,
     guard_refusal,
     inspect,
     local_edit_fix,
@@ -532,24 +534,16 @@ class _Applying:
         does not list as stock is an edit since, not patchkit's: refused, nothing written (else
         a revert restores the edit and calls it stock). A patched wheel's files are its
         provenance's, not an apply's: left to it."""
-        root, name = self.resolved.target.root, self.resolved.set_name
-        stale = self.state.entry(name) is not None and name in self.stale
-        if (self.state.entry(name) is not None and not stale) or has_provenance(root):
+        stale = self.resolved.set_name in self.stale
+        found = found_applied(self.resolved, self.state, plan, stale=stale)
+        if found is None:
             return None, {}
-        applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
-        undo = plan_revert(root, applied)
-        if not applied or undo.conflicts or not undo.changes:
-            return None, {}
-        found = {path: (original, now) for path, (now, original) in undo.changes.items()}
-        edited = unlike_stock(root, self.resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
+        edited = unlike_stock(
+            self.resolved.target.root, self.resolved.vllm_version, {path: pair[0] for path, pair in found.items()}
+        )
         if edited:
-            raise Drift(
-                f"{edited[0]} differs from stock vLLM {self.resolved.vllm_version} beyond the set's change (your "
-                f"edit?): the tree records no apply of {name}, so patchkit cannot record it as its own; "
-                "nothing was written",
-                # this same apply after: every set it chose (the record so far names only the earlier ones)
-                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
-            )
+            message, fix = found_edit_said(self.resolved, edited[0])
+            raise Drift(f"{message}; nothing was written", hint=fix)
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
         return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
 
@@ -619,12 +613,49 @@ class _Applying:
 
 
 _APPLY_GOES_ON = (TreeState.NOT_APPLIED, TreeState.PARTIAL)  # the states apply writes from
+_FOUND_APPLIED = (TreeState.APPLIED, TreeState.PARTIAL)  # the states whose patches apply may find unrecorded
+
+
+def found_applied(
+    resolved: Resolved, state: State, plan: Plan, *, stale: bool = False
+) -> dict[str, tuple[bytes | None, bytes | None]] | None:
+    """The files of the set's patches `plan` finds applied where the tree records no apply of the
+    set (`stale`: its entry is one an upgrade of vLLM made stale): path -> (original the patches
+    reversed give, bytes now). None: recorded, none found, or a patched wheel's (its provenance's)."""
+    root = resolved.target.root
+    if (state.entry(resolved.set_name) is not None and not stale) or has_provenance(root):
+        return None
+    applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
+    undo = plan_revert(root, applied) if applied else None
+    if undo is None or undo.conflicts or not undo.changes:
+        return None
+    return {path: (original, now) for path, (now, original) in undo.changes.items()}
+
+
+def with_found_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
+    """`status` of a set found applied that the tree does not record (its .patchkit/ lost): a file
+    vLLM's RECORD says is not stock once the set's hunks are reversed is an edit apply refuses to
+    record, so status says what apply will. Only that path pays for the RECORD read."""
+    record, plan = status.record, status.plan
+    if status.state not in _FOUND_APPLIED or status.drifted or record is None or plan is None:
+        return status
+    if record.entry(resolved.set_name) is not None:  # ordinary status: recorded (a stale record says so)
+        return status
+    found = found_applied(resolved, record, plan)
+    if found is None:
+        return status
+    edited = unlike_stock(resolved.target.root, resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
+    if not edited:
+        return status
+    notes = [note for note in status.guard_notes if not note.startswith(UNRECORDED_GUARD)]  # "apply records it": no
+    return replace(status, found_edited=edited[:1], guard_notes=notes)
 
 
 def with_stock_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
     """`status` with the files apply would patch that are not the release's stock files: apply
     refuses them on integrity, so status says so with its fix, never "apply" alone. Status
     only: the launch's fast path never loads the integrity check."""
+    status = with_found_judged(resolved, status)
     plan = status.plan
     if status.state not in _APPLY_GOES_ON or status.drifted or plan is None or not plan.changed_paths:
         return status
