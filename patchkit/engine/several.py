@@ -197,18 +197,27 @@ def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
     return "; ".join(said) + (f"; {', '.join(others)}" if others else "")
 
 
+NOTHING_WRITTEN = "nothing was written"  # a set's refusal: true of that set only, once another wrote
+
+
 def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: bool) -> SetsApplied:
     """The run ended at set `name`: its error, saying what stays applied and what was not tried."""
     assert result.error is not None
     kept = [d.chosen.name for d in done if d.result is not None and d.result.outcome == Outcome.APPLIED]
     untried = [d.chosen.name for d in done if d.skipped == NOT_TRIED]
+    # a set found applied with no record of it, recorded by this run before the failure
+    recorded = [d.chosen.name for d in done if d.result is not None and d.result.recorded and d.chosen.name not in kept]
     error = copy.copy(result.error)
     error.message = f"set {name}: {error.message}"
+    if (kept or recorded) and not dry_run:  # the run wrote the earlier sets' files or record: this set's nothing
+        error.message = error.message.replace(NOTHING_WRITTEN, f"nothing was written for {name}")
     after = []
     if kept and not dry_run:
         after.append(
             f"{_listed(kept)} {_verb(kept, 'stays', 'stay')} applied ({hints.command('revert')} undoes every set)"
         )
+    if recorded and not dry_run:
+        after.append(f"{_listed(recorded)}, found applied, {_verb(recorded, 'is', 'are')} recorded now")
     if untried:
         after.append(_not_tried(done, untried))
     if after:
