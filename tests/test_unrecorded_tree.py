@@ -539,3 +539,26 @@ def test_without_a_record_revert_says_it_reversed_the_hunks_and_keeps_the_files_
     assert "already hold this set's change with no apply recorded: upstream, or applied by hand" in said, said
     assert "nothing to revert" in said, said
     assert (tree / PARSER).read_bytes() == as_it_was
+
+
+def test_a_found_applied_patch_recorded_without_a_vllm_record_is_reverted_as_hunks_reversed(run, tmp_path, scratch):
+    """record28: on a tree with no vLLM RECORD, a `--patch` found applied with its record lost is
+    recorded with the original its hunks reversed give; a later revert said "restored to stock",
+    which nothing proved. The record marks the file found, and revert words it (and keeps a copy)
+    as the unrecorded revert does."""
+    tree = write_tree(tmp_path / "checkout", "0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    patch = scratch / "strip.patch"
+    patch.write_bytes(make_patch(scratch, tree, {PARSER: PARSER_PY.replace("append(line)", "append(line.strip())")}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    found = run("apply", "--target", tree, "--patch", patch)
+    assert found.exit_code == 0 and "already applied, with no record of it; recorded" in found.output, found.output
+    patched = (tree / PARSER).read_bytes()
+
+    reverted = run("revert", "--target", tree, "--patch", patch)
+    said = " ".join(reverted.output.split())
+    assert reverted.exit_code == 0, reverted.output
+    assert "restored to stock" not in said, said
+    assert "reverted: 1 file(s) with the series' hunks reversed (no vLLM RECORD proves them stock)" in said, said
+    assert (tree / PARSER).read_text() == PARSER_PY
+    assert [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("toolcall.py")] == [patched]

@@ -94,7 +94,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven, unproven_found
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
 from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
@@ -545,7 +545,10 @@ class _Applying:
             message, fix = found_edit_said(self.resolved, edited[0])
             raise Drift(f"{message}; nothing was written", hint=fix)
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
-        return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
+        entry = self.resolved.apply_record(found, None)
+        for path in found:  # their originals are the hunks reversed, which a revert says (unproven_found)
+            entry.files[path]["found"] = True
+        return entry, {str(sha256(data)): data for data in originals}
 
     def guard_verb(self) -> str:
         """What this apply did to the guard it wrote: another build's updated is said so (its
@@ -1157,6 +1160,13 @@ class _Reverting:
         said = _nothing_said(self.root, self.undo, self.only, left, removed, self.patches)
         return RevertResult(Outcome.NOT_APPLIED, said, warnings=self.warnings, record=left)
 
+    def found_unproven(self, changes: Changes) -> list[str]:
+        """The files this revert writes back to an original an apply found by reversing the hunks
+        (no record of the set then) that no vLLM RECORD vouches for: nothing proved them stock."""
+        found = _found_files(self.undo.entries)
+        written = {path: after for path, (_before, after) in changes.items() if path in found}
+        return unproven_found(self.root, self.undo.installed, written)
+
     def write(
         self,
         plan: Plan,
@@ -1172,6 +1182,7 @@ class _Reverting:
         # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(root, plan.changes)
+        unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
         copied = [
             *restored.edited,
             *(p for p in [*unsure, *unlike] if p not in restored.edited and os.path.lexists(root / p)),
@@ -1194,6 +1205,11 @@ class _Reverting:
             record=new_state,
         )
         return _refuse_stale_revert(result)
+
+
+def _found_files(entries: list[Entry]) -> set[str]:
+    """The files the entries record as found patched (their original is the hunks reversed)."""
+    return {path for entry in entries for path, shas in entry.files.items() if shas.get("found") is True}
 
 
 def _unlike_record(root: Path, changes: Changes) -> list[str]:
