@@ -13,7 +13,7 @@ from patchkit.base.errors import Conflict, NoPatchSet, TargetError
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
 from patchkit.distinfo import installed_record, installed_wheel_reader
-from patchkit.distinfo.record import has_provenance
+from patchkit.distinfo.record import has_provenance, local_label
 from patchkit.engine.guard import launch_refusal
 from patchkit.engine.stale import stale_note
 from patchkit.series import dry_run, library
@@ -157,6 +157,8 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     stock = {path for path in paths if record is not None and _as_listed(root, path, record)} if proven else set()
     if proven and not stock:
         return selection  # (first: an applied tree's files differ from RECORD, and its record is not read)
+    # a build with a local label of its own: its RECORD lists what it packed, maybe patched (review 15 L3)
+    local = local_label(record.label.partition("/")[0]) if record is not None else ""
     candidates = _unrecorded(root, selection)
     if not candidates:
         return selection
@@ -167,10 +169,13 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     if not held or set(touched_paths(held)) & set(touched_paths(rest)):
         return selection  # (a file both upstream's and still to patch: the series as it is, conflicts said)
     if not rest:
-        return replace(selection, kind=SelectionKind.UPSTREAM, note=_held(selection, proven), in_stock=True)
+        return replace(
+            selection, kind=SelectionKind.UPSTREAM, note=_held(selection, proven, local=local), in_stock=True
+        )
     names = ", ".join(p.name for p in held)
     said = (
-        f"{_held(selection, proven, names)}; the set applies its other patches ({len(rest)} of {len(held) + len(rest)})"
+        f"{_held(selection, proven, names, local=local)}; the set applies its other patches "
+        f"({len(rest)} of {len(held) + len(rest)})"
     )
     return replace(selection, patches=rest, note=said)
 
@@ -188,9 +193,15 @@ def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
     return [p for p in selection.patches if p.name not in recorded and not set(touched_paths([p])) & set(entry.files)]
 
 
-def _held(selection: Selection, proven: bool, names: str = "") -> str:
-    """Who holds the change: the stock files (RECORD says so), or, unproven, upstream or a hand."""
+def _held(selection: Selection, proven: bool, names: str = "", *, local: str = "") -> str:
+    """Who holds the change: the stock files (RECORD says so), or, unproven, upstream or a hand;
+    a build of a `local` label's RECORD lists its own files, which proves no stock release's."""
     what = f"the change of {names}" if names else "this set's change"
+    if proven and local:
+        return (
+            f"the files of this build of vLLM {selection.version} (local label +{local}) already hold {what}, as its "
+            "RECORD lists them: patched before it was built (`patchkit wheel --local-label`?), or upstream's"
+        )
     if proven:
         return f"the stock files of vLLM {selection.version} already hold {what}"
     return f"vLLM {selection.version}'s files already hold {what} with no apply recorded: upstream, or applied by hand"
