@@ -1091,3 +1091,35 @@ def test_apply_fixes_the_stale_bytecode_the_guard_refuses_and_says_no_refusal_is
         done = tree.cli("apply", "--no-import", *args)
         assert done.returncode == 0 and "still refuses" not in done.stdout + done.stderr, done.stdout + done.stderr
     assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_stale_bytecode_through_a_symlinked_pycache_fails_and_an_overfull_pycache_names_a_fix_that_works(tmp_path):
+    """Review 16 L5: a symlinked __pycache__ holding a stale unchecked-hash .pyc was passed by the
+    guard and status (never followed), while Python follows it and the patch never runs. L1: a
+    __pycache__ of over 65,536 entries was refused with `apply` as the fix, which leaves it. Each
+    fails with a fix that clears it (apply writes no bytecode through a symlink, nor empties a
+    directory it did not write)."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    cache = _unchecked_pyc(tree, stock_files("0.16.0")[SPEC]).parent
+    shutil.move(cache, tmp_path / "elsewhere")
+    cache.symlink_to(tmp_path / "elsewhere")
+    for _ in range(2):
+        status = tree.cli("status")
+        said = " ".join(status.stdout.split())
+        assert status.returncode == 1 and "(reached through the symlink vllm/config/__pycache__)" in said, said
+        assert f"fix: remove the symlink {cache} (Python then compiles the source), then run `patchkit status" in said
+        assert load_plugins_like_vllm(tree.site).returncode != 0
+        assert tree.cli("apply", "--no-import").returncode in (0, 1)  # not the fix: it leaves the link
+    cache.unlink()
+    assert tree.cli("status").returncode == 0 and load_plugins_like_vllm(tree.site).returncode == 0
+
+    cache.mkdir()
+    for index in range(65_537):
+        (cache / f"x{index}").touch()
+    status = tree.cli("status")
+    said = " ".join(status.stdout.split())
+    assert status.returncode == 1 and f"{cache} holds more than 65536 files" in said, said
+    assert f"fix: remove {cache} (Python writes its bytecode there again), then run `patchkit status" in said, said
+    shutil.rmtree(cache)
+    assert tree.cli("status").returncode == 0 and load_plugins_like_vllm(tree.site).returncode == 0

@@ -484,7 +484,7 @@ def test_status_on_a_lost_record_with_an_edit_away_from_the_hunks_says_what_appl
     document = json.loads(
         run("status", "--target", tree, "--patches", library, "--set", "routes", "--format", "json").output
     )
-    assert document["found_edited"] == [ROUTER], document
+    assert document["found_not_stock"] == [ROUTER], document
 
 
 def test_apply_on_a_lost_record_records_the_files_it_finds_patched_so_revert_gives_stock(run, two_patch_set):

@@ -598,6 +598,8 @@ def several_vllms_refusal(root: Path) -> TargetError | None:
 SEVERAL = target_guard.SEVERAL  # the guard's words for several vllm-*.dist-info (its fix is SEVERAL_FIX)
 SHADOWED = target_guard.SHADOWED  # a package or extension module imported instead of a recorded file
 STALE_BYTECODE = target_guard.STALE_BYTECODE  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
+THROUGH_SYMLINK = target_guard.THROUGH_SYMLINK  # that .pyc reached through a symlink (apply writes through none)
+CACHE_OVERFULL = re.compile(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
 SEVERAL_FIX = "remove the stale vllm-*.dist-info directories (pip left them; keep the installed vLLM's)"
 
 

@@ -20,6 +20,7 @@ from patchkit.checks import CheckContext, shadow
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import (
+    CACHE_OVERFULL,
     CHANGED_SINCE,
     NEWER_GUARD,
     OTHERS_CANNOT_READ,
@@ -27,6 +28,7 @@ from patchkit.engine.guard import (
     SEVERAL_FIX,
     SHADOWED,
     STALE_BYTECODE,
+    THROUGH_SYMLINK,
     UNKNOWN_GUARD,
     is_installed,
     launch_verdict,
@@ -209,6 +211,12 @@ class TreeStatus:
             return shadow.fix(shadowed[0].partition(" ")[0])
         if all(STALE_BYTECODE in problem for problem in self.guard):  # apply's bytecode fix, as after a write
             return f"run {hints.command('apply')} (it recompiles or removes the stale .pyc), or remove the .pyc"
+        overfull = next((found for problem in self.guard if (found := CACHE_OVERFULL.search(problem))), None)
+        if overfull:  # apply leaves a __pycache__ alone: no cache Python wrote holds that many
+            return (
+                f"remove {overfull.group(1)} (Python writes its bytecode there again), "
+                f"then run {hints.command('status')}"
+            )
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
         if self.some_stock_again:  # not "records the tree as it is": it patches them again
@@ -499,7 +507,11 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
         found = first_symlink(root, rel)
         if found is not None:
             return hints.replace_symlink(found[0], directory=found[1])
-    return None
+    # a stale .pyc Python reaches through a symlink: apply's bytecode fix writes through none
+    linked = [
+        problem.partition(THROUGH_SYMLINK)[2].removesuffix(")") for problem in refused if THROUGH_SYMLINK in problem
+    ]
+    return f"remove the symlink {root / linked[0]} (Python then compiles the source)" if linked else None
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:
