@@ -197,6 +197,18 @@ def patched_spec() -> str:
     return SPEC_PY.replace('    "qwen",\n', '    "qwen",\n    "deepseek",\n')
 
 
+def open_ended_library(tree: Path, scratch: Path) -> Path:
+    """One open-ended set (no upstream release declared): 0001 adds "deepseek" to the spec list,
+    0002 patches the model file; what a release holding both changes is held against."""
+    patches = [make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]
+    return write_library(scratch / "lib", {"0.16.0": patches}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
+
+
+def spec_and_model(site: Path) -> dict[str, bytes]:
+    """The two files open_ended_library's set patches, as `site` holds them."""
+    return {path: (site / path).read_bytes() for path in (SPEC, MODEL)}
+
+
 def cli_runner():
     """`invoke(*args)`: the patchkit CLI through click's CliRunner, exceptions propagated."""
     runner = CliRunner()
@@ -345,9 +357,11 @@ def load_plugins_as_another_user(site: Path) -> subprocess.CompletedProcess | No
     )
 
 
-def record_rows(site: Path, dist: str) -> str:
+def record_rows(site: Path, dist: str, *, whole_site: bool = False) -> str:
+    """RECORD's text as pip writes it for vllm/ and `dist` (`whole_site`: every file under `site`)."""
     rows = []
-    for path in sorted([*(site / "vllm").rglob("*"), *(site / dist).rglob("*")]):
+    files = site.rglob("*") if whole_site else [*(site / "vllm").rglob("*"), *(site / dist).rglob("*")]
+    for path in sorted(files):
         rel = path.relative_to(site).as_posix()
         if path.is_file() and rel != f"{dist}/RECORD":
             data = path.read_bytes()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -635,6 +636,21 @@ def test_fetch_with_a_bad_set_or_library_is_exit_2(server, cache, monkeypatch, t
     assert not (tmp_path / "site").exists()
 
 
+def writes_failing_at(monkeypatch, module, nth: int, error: BaseException) -> Callable[[], None]:
+    """`module.atomic_write` raising `error` at its `nth` write, the earlier ones written (a disk that
+    fills up, a Ctrl-C); returns what puts the real one back."""
+    real_write, writes = module.atomic_write, []
+
+    def failing(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == nth:
+            raise error
+        real_write(path, data, **kwargs)
+
+    monkeypatch.setattr(module, "atomic_write", failing)
+    return lambda: monkeypatch.setattr(module, "atomic_write", real_write)
+
+
 def test_a_full_disk_mid_fetch_says_so_and_leaves_no_partial_entry(server, cache, monkeypatch):
     import errno
 
@@ -642,22 +658,14 @@ def test_a_full_disk_mid_fetch_says_so_and_leaves_no_partial_entry(server, cache
 
     server.publish(WHEEL, build_wheel())
     use_index(monkeypatch, server.index())
-    real_write, writes = fetch_cache.atomic_write, []
-
-    def fills_up(path, data, **kwargs):
-        writes.append(path)
-        if len(writes) == 3:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_write(path, data, **kwargs)
-
-    monkeypatch.setattr(fetch_cache, "atomic_write", fills_up)
+    room_again = writes_failing_at(monkeypatch, fetch_cache, 3, OSError(errno.ENOSPC, "No space left on device"))
     with pytest.raises(FetchError, match="no space left") as caught:
         fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py", "vllm/__init__.py"])
     assert "PATCHKIT_CACHE_DIR" in caught.value.hint and "space" in caught.value.hint
     entry = cache / "releases" / VERSION
     assert not entry.exists() or not [p for p in entry.rglob("*") if p.is_file()], list(entry.rglob("*"))
 
-    monkeypatch.setattr(fetch_cache, "atomic_write", real_write)  # room again: a clean fetch
+    room_again()  # a clean fetch
     tree = fetch.release_tree(VERSION, ["vllm/v1/spec_decode/eagle.py", "vllm/__init__.py"])
     assert (tree / "vllm/__init__.py").read_bytes() == FILES["vllm/__init__.py"]
 
@@ -919,16 +927,9 @@ def test_a_full_disk_in_dest_leaves_no_release_that_looks_whole_and_the_same_com
     server.publish(WHEEL, build_wheel())
     use_index(monkeypatch, server.index())
     tree = fetch.release_tree(VERSION, all_python=True)
-    real_write, writes = release_files.atomic_write, []
-
-    def fills_up(path, data, **kwargs):
-        writes.append(path)
-        if len(writes) == 3:  # the lay-out's mark, a file, then the disk is full
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_write(path, data, **kwargs)
-
+    # the lay-out's mark, a file, then the disk is full
+    freed = writes_failing_at(monkeypatch, release_files, 3, OSError(errno.ENOSPC, "No space left on device"))
     dest = tmp_path / "small" / "t"
-    monkeypatch.setattr(release_files, "atomic_write", fills_up)
     with pytest.raises(TargetError, match="no space left on the device holding") as caught:
         release_files.lay_out_said(tree, dest)
     assert "no command takes it for one yet" in caught.value.message
@@ -937,7 +938,7 @@ def test_a_full_disk_in_dest_leaves_no_release_that_looks_whole_and_the_same_com
     assert not (dest / "vllm/__init__.py").exists() and not (dest / "vllm/_version.py").exists()
     assert [p for p in dest.rglob("*") if p.is_file()], "the file written before the disk filled is kept"
 
-    monkeypatch.setattr(release_files, "atomic_write", real_write)  # space freed: the same lay-out completes it
+    freed()  # the same lay-out completes it
     laid, written, _kept, resumed = release_files.lay_out_said(tree, dest)
     assert len(written) == len(laid) - 1 and resumed == f"{VERSION} --all"
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == laid
@@ -950,18 +951,10 @@ def _lay_out_cut_short(monkeypatch, tree: Path, dest: Path) -> Path:
     runs, the files written stay)."""
     from patchkit.releases import files as release_files
 
-    real_write, writes = release_files.atomic_write, []
-
-    def killed(path, data, **kwargs):
-        writes.append(path)
-        if len(writes) == 3:
-            raise KeyboardInterrupt
-        real_write(path, data, **kwargs)
-
-    monkeypatch.setattr(release_files, "atomic_write", killed)
+    put_back = writes_failing_at(monkeypatch, release_files, 3, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         release_files.lay_out_said(tree, dest)
-    monkeypatch.setattr(release_files, "atomic_write", real_write)
+    put_back()
     return dest
 
 
@@ -1011,15 +1004,7 @@ def test_an_interrupt_while_laying_out_says_files_are_written_and_the_fetch_that
     from patchkit.releases import files as release_files
 
     fetch.release_tree(VERSION, all_python=True)  # in the cache: only the lay-out is interrupted
-    real_write, writes = release_files.atomic_write, []
-
-    def interrupted(path, data, **kwargs):
-        writes.append(path)
-        if len(writes) == 3:
-            raise KeyboardInterrupt
-        real_write(path, data, **kwargs)
-
-    monkeypatch.setattr(release_files, "atomic_write", interrupted)
+    writes_failing_at(monkeypatch, release_files, 3, KeyboardInterrupt())
     dest = tmp_path / "cut"
     done = run("fetch", VERSION, "--all", "--dest", dest)
     said = " ".join(done.output.split())

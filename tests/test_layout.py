@@ -59,6 +59,16 @@ def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     return {name: {m for m in imports(path, package) if m in files and m != name} for name, path in files.items()}
 
 
+def planted(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A package `patchkit` under tmp_path holding `files` (path -> text), for a rule to be shown a fault."""
+    package = tmp_path / "patchkit"
+    package.mkdir()
+    for rel, text in files.items():
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text(text)
+    return package
+
+
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan's, iterative)."""
     index: dict[str, int] = {}
@@ -141,13 +151,16 @@ def test_no_module_takes_part_in_an_import_circle(patchkit_graph):
 
 
 def test_a_planted_circle_is_found_even_through_imports_inside_functions(tmp_path):
-    package = tmp_path / "patchkit"
-    (package / "sub").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "sub" / "__init__.py").write_text("from patchkit.sub.b import B\n")
-    (package / "sub" / "a.py").write_text("def f():\n    from patchkit.sub import B\n    return B\n")
-    (package / "sub" / "b.py").write_text("from patchkit.sub.a import f\nB = 1\n")
-    (package / "lone.py").write_text("import patchkit.sub.a\n")
+    package = planted(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "sub/__init__.py": "from patchkit.sub.b import B\n",
+            "sub/a.py": "def f():\n    from patchkit.sub import B\n    return B\n",
+            "sub/b.py": "from patchkit.sub.a import f\nB = 1\n",
+            "lone.py": "import patchkit.sub.a\n",
+        },
+    )
     assert circles(graph(package)) == [["patchkit.sub", "patchkit.sub.a", "patchkit.sub.b"]]
 
 
@@ -214,9 +227,7 @@ def test_a_closed_set_is_compared_as_its_enum_never_as_a_literal():
 
 
 def test_a_state_compared_with_a_literal_is_found(tmp_path):
-    package = tmp_path / "patchkit"
-    package.mkdir()
-    (package / "a.py").write_text(
+    a = (
         "def f(report, check, step, name):\n"
         "    if report.outcome in ('ported', 'identical'):\n"
         "        return check.state == 'conflict'\n"
@@ -225,19 +236,24 @@ def test_a_state_compared_with_a_literal_is_found(tmp_path):
         "    if ui.fmt == 'json' or fmt in ('junit', 'markdown') or code == 'ok':\n"
         "        return status == 'no-vllm' or status == 0 or fmt == OutputFormat.JSON\n"
     )
-    assert literal_states(package) == ["a.py:2", "a.py:3", "a.py:4", "a.py:6", "a.py:6", "a.py:7"]
+    assert literal_states(planted(tmp_path, {"a.py": a})) == [
+        "a.py:2",
+        "a.py:3",
+        "a.py:4",
+        "a.py:6",
+        "a.py:6",
+        "a.py:7",
+    ]
 
 
 def test_a_comment_that_retells_history_is_found(tmp_path):
-    package = tmp_path / "patchkit"
-    package.mkdir()
-    (package / "a.py").write_text(
+    a = (
         '"""Said once (new-user\n21, 5: twice)."""\n\n'
         "x = 1  # kept (review 12b L4)\n"
         "# Review 13 M1: a set the record does not name\n"
         "y = 2  # the user's review of the plan comes first; audit23 W2\n"
     )
-    (package / "b.py").write_text("# a review of 3 sets, said once\n")
+    package = planted(tmp_path, {"a.py": a, "b.py": "# a review of 3 sets, said once\n"})
     assert history_told(package) == ["a.py:1", "a.py:4", "a.py:5", "a.py:6"]
 
 
@@ -355,10 +371,8 @@ def test_every_import_inside_a_function_has_its_reason():
 
 
 def test_an_unexplained_import_inside_a_function_is_found(tmp_path):
-    package = tmp_path / "patchkit"
-    (package / "cli" / "commands").mkdir(parents=True)
-    (package / "cli" / "commands" / "go.py").write_text("def go():\n    import json\n")
-    (package / "work.py").write_text("import os\n\ndef f():\n    import json\n    from rich.text import Text\n")
+    work = "import os\n\ndef f():\n    import json\n    from rich.text import Text\n"
+    package = planted(tmp_path, {"cli/commands/go.py": "def go():\n    import json\n", "work.py": work})
     assert unexplained(lazy_imports(package)) == [("cli/commands/go.py", 2, "json"), ("work.py", 4, "json")]
 
 
@@ -505,12 +519,52 @@ def test_only_the_ui_writes_output():
 
 
 def test_output_written_outside_the_ui_is_found(tmp_path):
-    package = tmp_path / "patchkit"
-    (package / "cli" / "ui").mkdir(parents=True)
-    (package / "cli" / "ui" / "console.py").write_text("import sys\n\ndef line(s):\n    sys.stdout.write(s)\n")
-    (package / "record.py").write_text(
+    record = (
         "import sys\nimport click\n\nprint('loaded')\n\n"
         "def warn(s):\n    def inner():\n        sys.stderr.write(s)\n    inner()\n\n"
         "def say(s):\n    click.echo(s, err=True)\n\ndef quiet(s, out):\n    out.write(s)\n"
     )
+    console = "import sys\n\ndef line(s):\n    sys.stdout.write(s)\n"
+    package = planted(tmp_path, {"cli/ui/console.py": console, "record.py": record})
     assert output_outside_the_ui(package) == [("record.py", "<module>"), ("record.py", "inner"), ("record.py", "say")]
+
+
+# A function is read whole: one over LONGEST_FUNCTION lines (its def to its last line, docstring
+# included) is broken into named phases, as engine/operations.py's _Applying is (issue 21).
+LONGEST_FUNCTION = 60
+
+
+def long_functions(package: Path = PACKAGE) -> list[str]:
+    """ "file:line name (N lines)" of each function or method, at any depth, longer than LONGEST_FUNCTION."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > LONGEST_FUNCTION:
+                    found.append(f"{path.relative_to(package).as_posix()}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    assert long_functions() == []
+
+
+def test_a_long_function_is_found_wherever_it_stands(tmp_path):
+    def body(lines: int, indent: str = "    ") -> str:
+        return "".join(f"{indent}x{i} = {i}\n" for i in range(lines))
+
+    package = planted(
+        tmp_path,
+        {
+            "a.py": "def short():\n" + body(59) + "\n\nasync def long():\n" + body(60),
+            "sub/b.py": "class C:\n    @property\n    def m(self):\n" + body(60, " " * 8),
+            "c.py": "def outer():\n    def inner():\n" + body(60, " " * 8) + "    return inner\n",
+        },
+    )
+    assert long_functions(package) == [
+        "a.py:63 long (61 lines)",
+        "c.py:1 outer (63 lines)",
+        "c.py:2 inner (61 lines)",
+        "sub/b.py:3 m (61 lines)",
+    ]

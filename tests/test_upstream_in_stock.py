@@ -17,8 +17,10 @@ from helpers import (
     SPEC,
     Releases,
     make_patch,
+    open_ended_library,
     patched_spec,
     pip_install,
+    spec_and_model,
     verify,
     write_library,
     write_tree,
@@ -29,9 +31,7 @@ from patchkit.store.state import read_state
 
 @pytest.fixture
 def library(tree, scratch) -> Path:
-    """One open-ended set: 0001 adds "deepseek" to the spec list, 0002 patches the model file."""
-    patches = [make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]
-    return write_library(scratch / "lib", {"0.16.0": patches}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
+    return open_ended_library(tree, scratch)
 
 
 @pytest.fixture
@@ -40,10 +40,6 @@ def fixed(tmp_path) -> Path:
     site = tmp_path / "fixed"
     pip_install(site, "0.17.0", {SPEC: patched_spec(), MODEL: EAGLE_MODEL})
     return site
-
-
-def files_of(site: Path) -> dict[str, bytes]:
-    return {path: (site / path).read_bytes() for path in (SPEC, MODEL)}
 
 
 def test_status_and_verify_say_upstream_on_stock_files_that_hold_the_change(run, fixed, library):
@@ -59,16 +55,16 @@ def test_status_and_verify_say_upstream_on_stock_files_that_hold_the_change(run,
 
 
 def test_apply_and_revert_leave_the_stock_files_alone(run, fixed, library):
-    stock = files_of(fixed)
+    stock = spec_and_model(fixed)
     applied = run("apply", "--target", fixed, "--patches", library)
     assert applied.exit_code == 0, applied.output
     assert "already hold this set's change" in applied.output
     assert "no record of it" not in applied.output and "launch guard installed" not in applied.output
-    assert files_of(fixed) == stock and not read_state(fixed).entries
+    assert spec_and_model(fixed) == stock and not read_state(fixed).entries
 
     reverted = run("revert", "--target", fixed, "--patches", library)
     assert reverted.exit_code == 0, reverted.output
-    assert files_of(fixed) == stock  # RECORD's files: never reverse-applied
+    assert spec_and_model(fixed) == stock  # RECORD's files: never reverse-applied
 
 
 def test_revert_without_a_record_reverses_only_what_is_not_stock(run, tmp_path, library):

@@ -19,9 +19,11 @@ from helpers import (
     Releases,
     cli_runner,
     make_patch,
+    open_ended_library,
     patched_spec,
     pip_install,
     release_of,
+    spec_and_model,
     verify,
     write_library,
     write_tree,
@@ -32,16 +34,10 @@ from patchkit.store.state import read_state
 
 @pytest.fixture
 def library(tree, scratch) -> Path:
-    """One open-ended set: 0001 adds "deepseek" to the spec list, 0002 patches the model file."""
-    patches = [make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]
-    return write_library(scratch / "lib", {"0.16.0": patches}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
+    return open_ended_library(tree, scratch)
 
 
 FIXED = {SPEC: patched_spec(), MODEL: EAGLE_MODEL}
-
-
-def files_of(site: Path) -> dict[str, bytes]:
-    return {path: (site / path).read_bytes() for path in (SPEC, MODEL)}
 
 
 def state_of(run, site: Path, library: Path) -> str:
@@ -55,18 +51,18 @@ def test_an_upgrade_onto_a_release_holding_the_change_is_upstream_and_revert_kee
     pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
     assert run("apply", "--target", site, "--patches", library).exit_code == 0
     pip_install(site, "0.17.0", FIXED)  # .patchkit/ and the guard stay, as pip leaves them
-    upgraded = files_of(site)
+    upgraded = spec_and_model(site)
 
     assert state_of(run, site, library) == "upstream"
     applied = run("apply", "--target", site, "--patches", library)
     assert applied.exit_code == 0, applied.output
     assert "no record of it" not in applied.output
     assert "already hold this set's change" in applied.output
-    assert not read_state(site).entries and files_of(site) == upgraded
+    assert not read_state(site).entries and spec_and_model(site) == upgraded
 
     reverted = run("revert", "--target", site, "--patches", library)
     assert reverted.exit_code == 0, reverted.output
-    assert files_of(site) == upgraded  # upstream's change, as the release ships it
+    assert spec_and_model(site) == upgraded  # upstream's change, as the release ships it
 
 
 def checkout(root: Path, files: dict[str, str], version: str = "0.17.1.dev3+gabc1234") -> Path:
@@ -88,11 +84,11 @@ def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_pat
     applied = run("apply", "--target", co, "--patches", library)
     assert applied.exit_code == 0, applied.output
     assert "no record of it" not in applied.output
-    assert not read_state(co).entries and files_of(co) == {p: c.encode() for p, c in FIXED.items()}
+    assert not read_state(co).entries and spec_and_model(co) == {p: c.encode() for p, c in FIXED.items()}
 
     reverted = run("revert", "--target", co, "--patches", library)
     assert reverted.exit_code == 0, reverted.output
-    assert files_of(co) == {p: c.encode() for p, c in FIXED.items()}
+    assert spec_and_model(co) == {p: c.encode() for p, c in FIXED.items()}
 
 
 def test_a_checkout_patchkit_patched_still_reverts(run, tmp_path, library):
@@ -101,7 +97,7 @@ def test_a_checkout_patchkit_patched_still_reverts(run, tmp_path, library):
     assert run("apply", "--target", co, "--patches", library).exit_code == 0
     assert state_of(run, co, library) == "applied"
     assert run("revert", "--target", co, "--patches", library).exit_code == 0
-    assert files_of(co) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
+    assert spec_and_model(co) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
 
 
 # R3: a release where upstream fixed one of the set's two parsers
@@ -159,6 +155,27 @@ def test_verify_of_a_release_fixing_one_file_judges_its_stock_files_and_says_wha
     assert "not judged" not in text.output and "the stock files of 0.99.0 already hold" in text.output, text.output
 
 
+def test_the_fix_verify_prints_for_a_release_fixing_one_file_works_as_printed(tmp_path, monkeypatch, two_parsers):
+    """The fix verify prints, run as printed: the port writes 0.99.0's series without 0001 (the
+    stock files hold it) and ends the open range before 0.99.0."""
+    releases = Releases(tmp_path / "index", monkeypatch)
+    releases.add("0.16.0", {ONE: STOCK, TWO: STOCK})
+    releases.add("0.99.0", {ONE: FIXED_PARSER, TWO: STOCK})
+    hint = release_of(verify(two_parsers, "0.99.0"))["hint"]
+    fix = hint.split("`")[1]
+    assert fix.startswith("patchkit port "), hint
+
+    ported = cli_runner()(*shlex.split(fix)[1:])
+    assert ported.exit_code == 0, ported.output
+    manifest = (two_parsers / "demo" / "set.toml").read_text()
+    assert 'versions = ">=0.16.0,<0.99.0"' in manifest and 'versions = ">=0.99.0"' in manifest, manifest
+    series = (two_parsers / "demo" / "0.99.0" / "series").read_text()
+    assert "0002-change.patch" in series and "0001-change.patch" not in series, series  # upstream's: dropped
+    for version, series in (("0.99.0", "0.99.0"), ("0.16.0", "0.16.0")):
+        done = release_of(verify(two_parsers, version))
+        assert (done["outcome"], done["series"]) == ("patched", series), done
+
+
 def test_a_dev_build_patched_with_vllm_version_is_judged_as_it_was_applied(run, tree, scratch, tmp_path):
     """audit23b N2: `apply --vllm-version 0.16.0` on a 0.17.0.dev5 build (the fix patchkit gives
     there); status and verify then judged the series a dry run picks for 0.17.0.dev5 instead."""
@@ -181,7 +198,7 @@ def test_a_dev_build_patched_with_vllm_version_is_judged_as_it_was_applied(run, 
     verified = run("verify", "--target", site, "--patches", library)
     assert verified.exit_code == 0, verified.output
     assert run("revert", "--target", site, "--patches", library).exit_code == 0
-    assert files_of(site) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
+    assert spec_and_model(site) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
 
 
 def test_the_conflict_fix_verify_prints_for_an_open_ended_set_works_as_printed(tmp_path, monkeypatch, scratch, tree):

@@ -28,6 +28,7 @@ from helpers import (  # isort: skip
     make_patch,
     patched_spec,
     pip_install,
+    record_rows,
     run_cli,
     snapshot,
     write_library,
@@ -42,17 +43,6 @@ CHANGES = {"vllm/config/spec.py": patched_spec(), "vllm/models/model.py": MODEL_
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def record_rows(site: Path, dist: str) -> str:
-    rows = []
-    for path in sorted(site.rglob("*")):
-        rel = path.relative_to(site).as_posix()
-        if path.is_file() and rel != f"{dist}/RECORD":
-            data = path.read_bytes()
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            rows.append(f"{rel},sha256={digest},{len(data)}")
-    return "\n".join([*rows, f"{dist}/RECORD,,"]) + "\n"
 
 
 class WheelTree:
@@ -91,7 +81,7 @@ class WheelTree:
     def write_provenance(self, data: object | None = None) -> None:
         dist = self.site / self.dist
         (dist / "patchkit.json").write_text(json.dumps(self.provenance if data is None else data))
-        (dist / "RECORD").write_text(record_rows(self.site, self.dist))
+        (dist / "RECORD").write_text(record_rows(self.site, self.dist, whole_site=True))
 
     def cli(self, *args: object, env: dict[str, str] | None = None):
         return run_cli(*args, "--target", self.site, "--patches", self.library, env=env)

@@ -80,9 +80,7 @@ def release_tree(
     """
     global last_fetch_stats
     ver = normalize_version(version)
-    if isinstance(paths, str):
-        paths = [paths]
-    wanted = {clean_request(p) for p in paths}
+    wanted = {clean_request(p) for p in ([paths] if isinstance(paths, str) else paths)}
     say = progress or (lambda _msg: None)
     stats = FetchStats()
     last_fetch_stats = stats
@@ -101,29 +99,45 @@ def release_tree(
     except OSError as e:
         raise cache_write_error(root, e) from None
     started = time.monotonic()
+    fetcher = _Fetcher(ver, root, stats, say, warn or _to_stderr)
     try:
         with _release_lock(root, ver, say):
-            try:
-                state = _checked_state(root, ver, wanted, all_python, warn or _to_stderr)
-                if state is not None and not _sealed_state(state):
-                    state = _record_from_the_index(ver, say)
-                elif recheck_index and state is not None and not _from_a_configured_index(root, ver, state, say, warn):
-                    state = _served_by_the_configured_index(root, ver, state, say)
-                if state is None or missing(state, tree, wanted, all_python):
-                    _Fetcher(ver, root, stats, say, warn or _to_stderr).run(state, wanted, all_python)
-            except BaseException:
-                _discard_partial(root, ver)
-                raise
+            _fetch_locked(fetcher, wanted, all_python, recheck_index=recheck_index, warn=warn)
     finally:
         _forget_if_empty(root)
     stats.seconds = time.monotonic() - started
+    _refuse_changed_meanwhile(root, ver)
+    return tree
+
+
+def _fetch_locked(
+    fetcher: _Fetcher, wanted: set[str], all_python: bool, *, recheck_index: bool, warn: Progress | None
+) -> None:
+    """Under the release's lock: the record checked (an unsealed one made anew from the index, one
+    from an index pip no longer names held to the configured one), then what is missing fetched; a
+    failure leaves no file release.json does not list."""
+    root, ver, say = fetcher.root, fetcher.ver, fetcher.say
+    try:
+        state = _checked_state(root, ver, wanted, all_python, fetcher.warn)
+        if state is not None and not _sealed_state(state):
+            state = _record_from_the_index(ver, say)
+        elif recheck_index and state is not None and not _from_a_configured_index(root, ver, state, say, warn):
+            state = _served_by_the_configured_index(root, ver, state, say)
+        if state is None or missing(state, fetcher.tree, wanted, all_python):
+            fetcher.run(state, wanted, all_python)
+    except BaseException:
+        _discard_partial(root, ver)
+        raise
+
+
+def _refuse_changed_meanwhile(root: Path, ver: str) -> None:
+    """After the fetch, the cache as release.json records it, else the refusal: another process wrote it."""
     state = _state_or_none(root, ver)
-    if state is None or damaged_members(state, tree):
+    if state is None or damaged_members(state, root / "tree"):
         raise FetchError(
             f"the cached files of vLLM {ver} changed while patchkit fetched them",
             hint=f"is another process writing {root}? remove it and try again",
         )
-    return tree
 
 
 def _settings_changed(state: State | None, ver: str, say: Progress) -> bool:

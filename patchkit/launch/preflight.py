@@ -245,18 +245,13 @@ def preflight(
     `not_asked`: why vLLM is not asked when `no_import` (the option, or `run`, which never asks);
     `another`: another_vllm() of the tree, told once per command."""
 
-    launched = command  # as written: what vLLM's own parser is asked to read
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
-    result = PreflightResult(command, tree_state=str(status.state), launched=launched)
+    # launched: the command as written, what vLLM's own parser is asked to read
+    result = PreflightResult(command, tree_state=str(status.state), launched=command)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
-    # judged whether or not the models are found: vLLM refuses the parsers before it reads them
-    root = resolved.target.root
-    same_python = launch_python_version(command, root) == f"{sys.version_info[0]}.{sys.version_info[1]}"
-    result.findings += toolparsers.findings(
-        COMMAND, command.options, resolved.vllm_version, tree_reader(root), root, same_python=same_python
-    )
+    result.findings += _parser_findings(resolved, command)
     try:
         target, drafter, served, command = _models(command, result.missing)
     except TargetError as exc:  # the model found nowhere: nothing else to hold against it
@@ -264,26 +259,11 @@ def preflight(
         result.findings += [_model_finding(missing) for missing in result.missing]
         return result
     result.command = command
-    result.findings += [_model_finding(exc) for exc in result.missing]
-    if served is not None:
-        result.findings.append(served)
-    result.findings += [f for f in (_architectures_finding(m) for m in (target, drafter)) if f is not None]
+    result.findings += _found_models_findings(result.missing, served, (target, drafter))
     template = _chat_template_finding(command, resolved.target.root)  # never kept: a file outside the tree
     result.findings += [template] if template is not None else []
-    # what the series would leave: judged where it applies whole (a partial tree with no conflict too:
-    # a file put back to stock by hand; apply finishes it)
-    leaves = as_its_fix_leaves(resolved, status) if needed else None
-    result.fixable = leaves is not None and not leaves[1]
-    planned = leaves[0] if leaves is not None else None
-    planned_fix = _drift_fix(resolved) if leaves is not None and leaves[1] else None
-    pending_fix = None
-    if (
-        needed and leaves is None and status.state == TreeState.CONFLICT
-    ):  # as its fix (the stock files, apply) leaves it
-        planned = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
-        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks)
-        planned_fix = fix if planned is not None else None
-        pending_fix = fix if planned is None else None  # the stock files not cached: not judged
+    planned = _Planned.of(resolved, status) if needed else _Planned()
+    result.fixable = planned.fixable
     context = LaunchContext(
         command,
         target,
@@ -291,15 +271,61 @@ def preflight(
         resolved.target.root,
         resolved.vllm_version,
         resolved.selection.patch_set if needed else None,  # a set the launch does not need: no launch checks
-        read_planned=planned,
-        planned_fix=planned_fix,
-        pending_fix=pending_fix,
+        read_planned=planned.read,
+        planned_fix=planned.fix,
+        pending_fix=planned.pending_fix,
         python=None if no_import or another else resolved.target.python,
         not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
     result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
     return result
+
+
+def _parser_findings(resolved: Resolved, command: LaunchCommand) -> list[Finding]:
+    """The tool and reasoning parsers the command names, judged whether or not the models are found:
+    vLLM refuses the parsers before it reads them."""
+    root = resolved.target.root
+    same_python = launch_python_version(command, root) == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return toolparsers.findings(
+        COMMAND, command.options, resolved.vllm_version, tree_reader(root), root, same_python=same_python
+    )
+
+
+def _found_models_findings(
+    missing: list[TargetError], served: Finding | None, models: tuple[ModelConfig, ModelConfig | None]
+) -> list[Finding]:
+    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses."""
+    found = [_model_finding(exc) for exc in missing]
+    found += [served] if served is not None else []
+    return found + [f for f in (_architectures_finding(m) for m in models) if f is not None]
+
+
+@dataclass
+class _Planned:
+    """What the series would leave of the tree for the launch checks to read, and the fix that
+    leaves it so (see LaunchContext); empty where the launch does not need the set."""
+
+    read: Reader | None = None
+    fixable: bool = False
+    fix: str | None = None
+    pending_fix: str | None = None
+
+    @classmethod
+    def of(cls, resolved: Resolved, status: TreeStatus) -> _Planned:
+        """Judged where the series applies whole (a partial tree with no conflict too: a file put back
+        to stock by hand; apply finishes it), or a conflict as its fix (the stock files, apply) leaves it."""
+        leaves = as_its_fix_leaves(resolved, status)
+        if leaves is not None:
+            read, drifted = leaves
+            return cls(read, fixable=not drifted, fix=_drift_fix(resolved) if drifted else None)
+        if status.state != TreeState.CONFLICT:
+            return cls()
+        as_fixed = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
+        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks)
+        if as_fixed is None:  # the stock files not cached: not judged
+            return cls(pending_fix=fix)
+        return cls(as_fixed, fix=fix)
 
 
 def needs_of(

@@ -617,19 +617,19 @@ def _refused_by_plan(version: Version, plan: Plan) -> ReleaseResult | None:
 STOCK_BEHAVIOUR = ("passes", "fails", "not judged")
 
 
+def _port_command(set_name: str, series: Selection, version: Version) -> str:
+    """`patchkit port … --from D --to V`: V's own series merged from D's (a patch V's stock files
+    already hold is dropped; an open range through V ends before it)."""
+    release = series.release
+    source = release.directory.name if release else "V1"
+    return hints.command("port", "--from", source, "--to", str(version), chosen=hints.for_set(set_name))
+
+
 def _with_stock_behaviour(resolved: Resolved, plan: Plan, conflict: ReleaseResult) -> ReleaseResult:
     """A conflict: the stock files changed. The set's behaviour test on them says whether the change
     may be upstream's fix (an open-ended set's range then closes) or the series needs porting."""
     version, changed = conflict.version, f"the stock files changed ({conflict.detail})"
-    release = resolved.selection.release
-    port = hints.command(
-        "port",
-        "--from",
-        release.directory.name if release else "V1",
-        "--to",
-        str(version),
-        chosen=hints.for_set(resolved.set_name),
-    )
+    port = _port_command(resolved.set_name, resolved.selection, version)
     judged = registry.run_checks(check_context(resolved, plan, on_disk=True), [behaviour.CHECK])
     if not judged:  # no behaviour test: the port is the fix
         return replace(conflict, hint=f"port the series: {port}")
@@ -691,7 +691,8 @@ def _verify_partly_in_stock(resolved: Resolved, series: Selection, clock: _Clock
         )
     rest = _verify_patched(resolved, clock)
     detail = f"the stock files of {version} already hold {held}'s change"
-    hint = f"upstream merged {held} in {version}: give {version} a series without {held} (apply patches the rest)"
+    port = _port_command(resolved.set_name, series, version)
+    hint = f"upstream merged {held} in {version}: {port} gives {version} a series without {held}"
     verdict, checks = None, rest.checks
     if judged:
         stock = judged[0]

@@ -225,22 +225,27 @@ def build_patched_wheel(
             refuse_unpublished(held.result(), wheel.label, wheel.members, stock_record, wheel.digest_of, say)
         if checked.error is not None:
             return checked
-        result = WheelResult(
-            Outcome.OK,
-            stock,
-            version=str(version),
-            label=added,
-            set_name=checked.set_name,
-            patches=checked.patches,
-            sets=checked.sets,
-            checks=checked.checks,
-            warnings=checked.warnings,
-        )
+        result = _passed(checked, stock, version, added)
         final = Path(out_dir) / _file_name(wheel, version)
         say(f"writing {final.name}")
         output.write(writer, _entries(wheel, checked.changes, result, early + untouched, stock_record))
         result.path = output.commit(final)
         return result
+
+
+def _passed(checked: _Checked, stock: Path, version: Version, label: str) -> WheelResult:
+    """The result of a build whose sets planned and checked clean, before its wheel is written."""
+    return WheelResult(
+        Outcome.OK,
+        stock,
+        version=str(version),
+        label=label,
+        set_name=checked.set_name,
+        patches=checked.patches,
+        sets=checked.sets,
+        checks=checked.checks,
+        warnings=checked.warnings,
+    )
 
 
 def _hold_to_release(wheel: StockWheel, pool: ThreadPoolExecutor, say: Say) -> Future[Held] | None:

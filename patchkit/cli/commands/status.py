@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from patchkit.base.options import Options
-    from patchkit.series.library import PatchSetDef
+    from patchkit.engine.resolve import Chosen
+    from patchkit.series.library import Location, PatchSetDef
+    from patchkit.tree.target import Target
 
 
 @click.command()
@@ -72,27 +74,13 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
 
 def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) -> SetsStatus:
     """Each covering set's status as `status --set` shows it, then the overall state."""
-    target = resolve_target(opts)
-    ui.knows(target_json(target))
-    try:
-        chosen = resolve_sets(opts, target, sets=sets)
-        ui.knows(tree_version_json(chosen))
-    except NoPatchSet:  # no set covers this vLLM: unsupported, as status of one set says it (exit 3)
-        ui.knows({"state": TreeState.UNSUPPORTED})
-        raise
+    target, chosen = _resolve_sets(ui, opts, sets)
     where = locate(opts.library)
     found, recovered = status_sets(chosen)
     if recovered:
         ui.warn(recovered)
     if ui.json_mode:
-        parts = [status_json(c.resolved, s) for c, s in zip(found.chosen, found.statuses, strict=True) if c.resolved]
-        others = [
-            {"set": c.name, "state": c.kind or NOT_COVERED, "note": why_not(c)} for c in chosen if c not in found.chosen
-        ]
-        document = {"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others}
-        hint = _partial_fix(found) or next((p["hint"] for p in parts if p["state"] == TreeState.CONFLICT), None)
-        document |= {"hint": hint} if hint else {}
-        ui.json({**document, "not_chosen": list(found.unchosen)} if found.unchosen else document)
+        ui.json(_sets_document(found, chosen, where))
         return found
     pairs = [(each.resolved, status) for each, status in zip(found.chosen, found.statuses, strict=True)]
     # the record's stale notes are the tree's: said once
@@ -102,10 +90,42 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
             ui.note(why_not(each))
     for entry in found.adhoc:  # a --patch apply: no library set, but the tree's too
         ui.line(f"patch    {_adhoc_line(entry, target.root)}", style=STATE_STYLES.get(str(TreeState.APPLIED)))
-    applied = found.applied()
-    said = f"{found.state}: {_counted(found)}"
     whole = _whole_sets(found)
-    if whole:  # no set half-applied: which sets are applied and which not, not `partial`
+    _sets_verdict(ui, found, whole)
+    _sets_next_step(ui, found, whole)
+    return found
+
+
+def _resolve_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) -> tuple[Target, list[Chosen]]:
+    """The target and each set of the library, as covering its vLLM or not; what is known told to the ui."""
+    target = resolve_target(opts)
+    ui.knows(target_json(target))
+    try:
+        chosen = resolve_sets(opts, target, sets=sets)
+        ui.knows(tree_version_json(chosen))
+    except NoPatchSet:  # no set covers this vLLM: unsupported, as status of one set says it (exit 3)
+        ui.knows({"state": TreeState.UNSUPPORTED})
+        raise
+    return target, chosen
+
+
+def _sets_document(found: SetsStatus, chosen: list[Chosen], where: Location) -> dict[str, Any]:
+    """The JSON of status on several sets: each covering set's, the others', and the one fix."""
+    parts = [status_json(c.resolved, s) for c, s in zip(found.chosen, found.statuses, strict=True) if c.resolved]
+    others = [
+        {"set": c.name, "state": c.kind or NOT_COVERED, "note": why_not(c)} for c in chosen if c not in found.chosen
+    ]
+    document = {"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others}
+    hint = _partial_fix(found) or next((p["hint"] for p in parts if p["state"] == TreeState.CONFLICT), None)
+    document |= {"hint": hint} if hint else {}
+    return {**document, "not_chosen": list(found.unchosen)} if found.unchosen else document
+
+
+def _sets_verdict(ui: UI, found: SetsStatus, whole: list[str]) -> None:
+    """The last line: the overall state counted (`whole`: which sets are applied and which not,
+    not `partial`), each set's problems, the sets no apply chose."""
+    said = f"{found.state}: {_counted(found)}"
+    if whole:
         said = _counted(found, not_applied=whole)
     ok = found.outcome == Outcome.OK
     problems = [
@@ -118,20 +138,25 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     said += "".join(f"; {p}" for p in problems)
     said += f"; not chosen: {', '.join(found.unchosen)}" if found.unchosen else ""
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
+
+
+def _sets_next_step(ui: UI, found: SetsStatus, whole: list[str]) -> None:
+    """The note after the verdict: what applies the sets left out, or the rest."""
     if found.unchosen:  # left out on purpose (`apply --set`, `run --apply`): what applies them
         named = [word for name in found.unchosen for word in ("--set", name)]
         them = "it" if len(found.unchosen) == 1 else "them"
         ui.note(f"{_why_unchosen(found)}; to apply {them}: {hints.command('apply', *named)}")
-    if whole and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
+    checks_failed = any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses)
+    if whole and not checks_failed:
         # status takes one --set: a command per set, each runs
+        applied = found.applied()
         used = ", ".join(hints.command("status", "--set", name) for name in applied)
         ui.note(f"{hints.command('apply')} applies the rest; if your launches use only {', '.join(applied)}: {used}")
-    elif found.state == TreeState.PARTIAL and not any(s.outcome == Outcome.CHECK_FAILED for s in found.statuses):
+    elif found.state == TreeState.PARTIAL and not checks_failed:
         ui.note(f"{hints.command('apply')} applies the rest; `--set NAME` judges only the sets you use")
-    elif found.state == TreeState.NOT_APPLIED and ok and not found.unchosen:
+    elif found.state == TreeState.NOT_APPLIED and found.outcome == Outcome.OK and not found.unchosen:
         # a stock tree: the next step
         ui.note(f"none is applied: {hints.command('apply')} applies {'it' if len(_sets_in(found)) == 1 else 'them'}")
-    return found
 
 
 def _sets_in(found: SetsStatus, state: TreeState | None = None) -> list[str]:

@@ -425,10 +425,7 @@ def verified_target_text(
     `version` False: an earlier set said that --vllm-version names another release than the tree's."""
     mismatch = another_release(resolved)
     if mismatch and not verified.ok:  # its conflicts and integrity warnings only follow from it
-        show_header(ui, resolved, target=target)
-        if version:  # the cause said once, in the finding with its fix; the verdict points to it
-            ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
-        ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
+        _another_release_failed(ui, resolved, mismatch, target=target, version=version)
         return
     status, results = verified.status, verified.checks
     fixes = {**_fixes_by_check(status), **dict.fromkeys(verified.series_fails, SERIES_FAULT_FIX)}
@@ -448,16 +445,35 @@ def verified_target_text(
         if results:
             show_checks(ui, results)
         ui.failures(fold(found))
-    counted = count_line(results, verbose=bool(ui.verbose)) if results else "no checks ran"
-    # the set's behaviour test is said when it passes too: what it judged (and, below, why not with
-    # vLLM's classes when --python asked for them)
+    _behaviour_passed(ui, results)
+    _verify_verdict(ui, resolved, verified, refused_above=refused_above)
+
+
+def _another_release_failed(ui: Screen, resolved: Resolved, mismatch: str, *, target: bool, version: bool) -> None:
+    """--vllm-version names another release than the tree's: the cause said once (`version`), in the
+    finding with its fix; the verdict points to it."""
+    show_header(ui, resolved, target=target)
+    if version:
+        ui.failures([Failure("version", mismatch, fix=_without_version("verify"))])
+    ui.verdict("verify: FAILED: --vllm-version names another release than the tree's (above)", ok=False)
+
+
+def _behaviour_passed(ui: Screen, results: list[CheckResult]) -> None:
+    """The set's behaviour test is said when it passes too: what it judged (and, below, why not with
+    vLLM's classes when --python asked for them)."""
     for passed in (r for r in results if r.check == BEHAVIOUR and r.status == CheckStatus.PASS):
         if not ui.verbose:
             ui.line(f"{passed.check}: {passed.message}")
         for line in passed.excerpt.splitlines():
             ui.line(f"    {line}")
+
+
+def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, refused_above: bool) -> None:
+    """verify's last line (what CI shows), with the count of the checks that passed."""
+    status, results = verified.status, verified.checks
+    counted = count_line(results, verbose=bool(ui.verbose)) if results else "no checks ran"
     if verified.ok and status.state == TreeState.NOT_APPLIED:
-        # a dry check passing is no pass of the tree: the last line (what CI shows) says so
+        # a dry check passing is no pass of the tree: the last line says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
     elif verified.ok and resolved.selection.in_stock:  # found, not declared: the set's range is the maintainer's
         ui.verdict(
