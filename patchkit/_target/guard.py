@@ -304,7 +304,7 @@ def _through_link(site: str, cache: str, pyc: str) -> str:
 def _compiled(cache: str, stem: str) -> list[str]:
     """The names in `cache` of a module `stem`'s bytecode, any interpreter's and optimization's
     (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); `cache` a symlink to a directory is listed, as
-    Python's import follows it (review 16 L5)."""
+    Python's import follows it."""
     if not os.path.isdir(cache):
         return []
     found, prefix = [], stem + "."

@@ -157,7 +157,7 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     stock = {path for path in paths if record is not None and _as_listed(root, path, record)} if proven else set()
     if proven and not stock:
         return selection  # (first: an applied tree's files differ from RECORD, and its record is not read)
-    # a build with a local label of its own: its RECORD lists what it packed, maybe patched (review 15 L3)
+    # a build with a local label of its own: its RECORD lists what it packed, maybe patched
     local = local_label(record.label.partition("/")[0]) if record is not None else ""
     candidates = _unrecorded(root, selection)
     if not candidates:

@@ -221,7 +221,7 @@ def _refuse_a_python_script(python: str) -> None:
     wrapped = Path(program).name == "sh" and len(lines) > 1 and lines[1].startswith(b"'''exec' ")
     if not (Path(program).name.startswith(("python", "pypy")) or wrapped):
         return
-    if not wrapped and _HANDS_ON.search(head):  # review 17 L2: an interpreter wrapper, not a program
+    if not wrapped and _HANDS_ON.search(head):  # an interpreter wrapper, not a program
         return
     beside = Path(python).parent / "python"
     if beside.is_file():
