@@ -19,7 +19,6 @@ from helpers import (
     Releases,
     cli_runner,
     make_patch,
-    open_ended_library,
     patched_spec,
     pip_install,
     release_of,
@@ -31,12 +30,6 @@ from helpers import (
 
 from patchkit.store.state import read_state
 
-
-@pytest.fixture
-def library(tree, scratch) -> Path:
-    return open_ended_library(tree, scratch)
-
-
 FIXED = {SPEC: patched_spec(), MODEL: EAGLE_MODEL}
 
 
@@ -45,22 +38,22 @@ def state_of(run, site: Path, library: Path) -> str:
     return json.loads(status.stdout)["state"]
 
 
-def test_an_upgrade_onto_a_release_holding_the_change_is_upstream_and_revert_keeps_it(run, tmp_path, library):
+def test_an_upgrade_onto_a_release_holding_the_change_is_upstream_and_revert_keeps_it(run, tmp_path, open_library):
     """Patched on 0.16.0, then `pip install -U` to a 0.17.0 whose own files hold the change (R1)."""
     site = tmp_path / "up"
     pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
-    assert run("apply", "--target", site, "--patches", library).exit_code == 0
+    assert run("apply", "--target", site, "--patches", open_library).exit_code == 0
     pip_install(site, "0.17.0", FIXED)  # .patchkit/ and the guard stay, as pip leaves them
     upgraded = spec_and_model(site)
 
-    assert state_of(run, site, library) == "upstream"
-    applied = run("apply", "--target", site, "--patches", library)
+    assert state_of(run, site, open_library) == "upstream"
+    applied = run("apply", "--target", site, "--patches", open_library)
     assert applied.exit_code == 0, applied.output
     assert "no record of it" not in applied.output
     assert "already hold this set's change" in applied.output
     assert not read_state(site).entries and spec_and_model(site) == upgraded
 
-    reverted = run("revert", "--target", site, "--patches", library)
+    reverted = run("revert", "--target", site, "--patches", open_library)
     assert reverted.exit_code == 0, reverted.output
     assert spec_and_model(site) == upgraded  # upstream's change, as the release ships it
 
@@ -73,30 +66,30 @@ def checkout(root: Path, files: dict[str, str], version: str = "0.17.1.dev3+gabc
     return root
 
 
-def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_path, library):
+def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_path, open_library):
     """No RECORD proves stock (R2): files that already hold the change are upstream, or applied by
     hand; apply records nothing, revert leaves them."""
     co = checkout(tmp_path / "co", FIXED)
-    status = run("status", "--target", co, "--patches", library, "--format", "json")
+    status = run("status", "--target", co, "--patches", open_library, "--format", "json")
     assert json.loads(status.stdout)["state"] == "upstream", status.output
-    assert "upstream, or applied by hand" in run("status", "--target", co, "--patches", library).output
+    assert "upstream, or applied by hand" in run("status", "--target", co, "--patches", open_library).output
 
-    applied = run("apply", "--target", co, "--patches", library)
+    applied = run("apply", "--target", co, "--patches", open_library)
     assert applied.exit_code == 0, applied.output
     assert "no record of it" not in applied.output
     assert not read_state(co).entries and spec_and_model(co) == {p: c.encode() for p, c in FIXED.items()}
 
-    reverted = run("revert", "--target", co, "--patches", library)
+    reverted = run("revert", "--target", co, "--patches", open_library)
     assert reverted.exit_code == 0, reverted.output
     assert spec_and_model(co) == {p: c.encode() for p, c in FIXED.items()}
 
 
-def test_a_checkout_patchkit_patched_still_reverts(run, tmp_path, library):
+def test_a_checkout_patchkit_patched_still_reverts(run, tmp_path, open_library):
     """The other side: what patchkit applied (and recorded) on a checkout it reverses byte for byte."""
     co = checkout(tmp_path / "co", {SPEC: SPEC_PY, MODEL: MODEL_PY})
-    assert run("apply", "--target", co, "--patches", library).exit_code == 0
-    assert state_of(run, co, library) == "applied"
-    assert run("revert", "--target", co, "--patches", library).exit_code == 0
+    assert run("apply", "--target", co, "--patches", open_library).exit_code == 0
+    assert state_of(run, co, open_library) == "applied"
+    assert run("revert", "--target", co, "--patches", open_library).exit_code == 0
     assert spec_and_model(co) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
 
 
