@@ -226,7 +226,8 @@ def apply_series(
         return applying.run(state, dry_run=dry_run, force=force)
 
 
-@dataclass
+# a step of one command, never compared nor printed: no __eq__ or __repr__ compiled at every start-up
+@dataclass(eq=False, repr=False)
 class _Applying:
     """One apply: what it has shown so far goes into each result it ends with."""
 
@@ -785,6 +786,11 @@ class VerifyResult:
 
     @property
     def ok(self) -> bool:
+        """As status: a partial tree fails (exit 1) even where its checks pass once applied."""
+        return self.passes_if_applied and self.status.state != TreeState.PARTIAL
+
+    @property
+    def passes_if_applied(self) -> bool:
         status = self.status
         return not any(r.failed for r in self.checks) and not self.conflicts and not status.drifted and not status.guard
 
@@ -1062,7 +1068,8 @@ def _revert_locked(
     return reverting.run(force=force, dry_run=dry_run)
 
 
-@dataclass
+# a step of one command, never compared nor printed: no __eq__ or __repr__ compiled at every start-up
+@dataclass(eq=False, repr=False)
 class _Reverting:
     """One revert of the record `state`, in phases: plan the reversal, refuse what it cannot undo,
     then write the files, or the record alone when no file changes."""
