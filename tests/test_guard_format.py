@@ -21,6 +21,7 @@ FORMATS = {
     2: "9c53f95eb55092939ad6ec0e109ea0bc68e9cfb973afb046e8824e2ec30beacd",
     3: "4b4ae17dcd985762e4c483c448a84abd4a62caed15101c8eee13d2ac780769d5",  # the shadow check (review 15 L6)
     4: "28a8a91138b01eb8b39c10fbd599dc07eb734b76748fd2f47af8eb00ada484d5",  # an unlistable __pycache__: its own names only
+    5: "09f176c4fd627481ec8479e0a813ce0a76b5e8046548ea635210911a99c9e397",  # the pycache prefix's bytecode (issue 20)
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}
