@@ -898,7 +898,9 @@ def test_stale_bytecode_under_the_pycache_prefix_stops_the_launch_and_status_nam
     assert fix == str(pyc), status.stdout
     subprocess.run(["rm", "-f", "--", fix], check=True)
     assert _load(site, PYTHONPYCACHEPREFIX=str(prefix)).returncode == 0
-    assert run_cli("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)}).returncode == 0
+    assert (
+        run_cli("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)}).returncode == 0
+    )
 
 
 def test_bytecode_under_the_pycache_prefix_that_is_no_regular_file_is_never_read(patched, tmp_path):

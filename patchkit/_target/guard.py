@@ -282,7 +282,9 @@ def stale_bytecode(
         if not name.endswith(".py"):
             continue
         places = [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
-        places += [(os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors]
+        places += [
+            (os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors
+        ]
         source: list[bytes | None] = []  # read once, at the first unchecked-hash .pyc
         for cache, shown, where in places:
             for pyc in _compiled(cache, name[: -len(".py")], tags):
