@@ -605,6 +605,15 @@ SHADOWED = target_guard.SHADOWED  # a package or extension module imported inste
 STALE_BYTECODE = target_guard.STALE_BYTECODE  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
 THROUGH_SYMLINK = target_guard.THROUGH_SYMLINK  # that .pyc reached through a symlink (apply writes through none)
 CACHE_OVERFULL = re.compile(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
+_PREFIXED_STALE = target_guard.PREFIXED + " " + STALE_BYTECODE
+
+
+def prefixed_bytecode(problems: list[str]) -> list[str]:
+    """The stale .pyc files under a pycache prefix the guard's `problems` name (apply, which looks in
+    __pycache__ only, leaves them: each is removed by hand)."""
+    return [problem.partition(_PREFIXED_STALE)[0] for problem in problems if _PREFIXED_STALE in problem]
+
+
 SEVERAL_FIX = "remove the stale vllm-*.dist-info directories (pip left them; keep the installed vLLM's)"
 
 

@@ -48,6 +48,7 @@ from patchkit.engine.guard import (
     STALE_BYTECODE,
     STALE_GUARD,
     STOPS_EVERY_LAUNCH,
+    THROUGH_SYMLINK,
     UNRECORDED_GUARD,
     dist_info,
     foreign_files,
@@ -56,6 +57,7 @@ from patchkit.engine.guard import (
     make_readable,
     other_build,
     own_unrecorded,
+    prefixed_bytecode,
     removal_changes,
     remove_empty_cache,
     replaced_files,
@@ -427,9 +429,15 @@ class _Applying:
         does. A `dry_run` leaves out the stale bytecode the apply itself would fix."""
         root = self.resolved.target.root
         refused = guard_refusal(root, self.resolved.set_name, self.state)
-        # the dry run's apply would fix stale bytecode and update another build's guard
-        fixed = (STALE_BYTECODE, *(STALE_GUARD if self.guard_was else ()))
-        left = [p for p in refused[0] if not (dry_run and any(f in p for f in fixed))] if refused is not None else []
+        # what the dry run's apply would fix: stale bytecode in __pycache__ (none reached through a
+        # symlink), and another build's guard it updates
+        apply_fixes = (
+            [p for p in refused[0] if STALE_BYTECODE in p and not prefixed_bytecode([p]) and THROUGH_SYMLINK not in p]
+            if refused
+            else []
+        )
+        apply_fixes += [p for p in refused[0] if self.guard_was and any(s in p for s in STALE_GUARD)] if refused else []
+        left = [p for p in refused[0] if not (dry_run and p in apply_fixes)] if refused is not None else []
         refused = (left, refused[1]) if refused is not None and left else None
         if refused is not None:
             problems, fix = refused
