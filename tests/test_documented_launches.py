@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 from helpers import run_cli
-from launch_fixtures import DRAFTER, KIMI_K25, findings, write_eagle3_setup, write_model
+from launch_fixtures import DRAFTER, KIMI_K25, findings, patchkit_run, stand_in_launch, write_eagle3_setup, write_model
 
 ROOT = Path(__file__).parent.parent
 CHECKS = ("command", "speculative-config")  # the launch's own faults, not the test tree's
@@ -58,3 +58,21 @@ def test_every_documented_launch_passes_the_static_checks(tmp_path):
         if failed:
             refused[where] = failed
     assert refused == {}
+
+
+def test_the_exit_codes_docs_give_for_a_refused_run_are_the_ones_it_exits_with(tmp_path):
+    """newuser26: launch.md said a failed preflight makes `run` exit 1; a missing model is 4, an
+    unreadable command 2. Each case is run, and its code is the one the sentence gives it."""
+    text = " ".join((ROOT / "docs" / "launch.md").read_text().split())
+    said = text.partition("When the preflight fails, COMMAND does not run")[2].partition(". ")[0]
+    tree, library, command, env, marker = stand_in_launch(tmp_path)
+    at = command.index("serve") + 1
+    cases = {
+        "a failed finding": command,  # the tree is stock: tree-state fails
+        "a command that cannot be read": [*command, "--tensor-parallel-size", "many"],
+        "a missing model": [*command[:at], str(tmp_path / "nowhere"), *command[at + 1 :]],
+    }
+    for words, launch in cases.items():
+        _, done = patchkit_run(tree, library, launch, env)
+        assert f"{done.returncode} for {words}" in said, (words, done.returncode, said, done.stderr)
+    assert not marker.exists()
