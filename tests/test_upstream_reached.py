@@ -291,3 +291,29 @@ def test_the_conflict_fix_verify_prints_for_an_open_ended_set_works_as_printed(t
     for version, series in (("0.99.0", "0.99.0"), ("0.16.0", "0.16.0")):
         done = release_of(verify(library, version))
         assert (done["outcome"], done["series"]) == ("patched", series), done
+
+
+@pytest.mark.parametrize("git", [True, False])
+def test_a_local_edit_in_a_checkout_gets_a_fix_that_puts_its_own_file_back_not_pip(run, tmp_path, library, git):
+    """audit23 F4: a checkout (no dist-info) with a line the series changes edited: the conflict's fix
+    was `pip install --force-reinstall vllm==...`, which restores no checkout's file (and would
+    replace an editable install). In a git work tree the fix is `git checkout -- FILE`, and following
+    it lets apply patch; elsewhere, the file from the user's own source."""
+    co = checkout(tmp_path / "co", {SPEC: SPEC_PY, MODEL: MODEL_PY}, version="0.17.0")
+    if git:
+        _git(co, "init", "-q")
+        _git(co, "add", "-A")
+        _git(co, "commit", "-qm", "0.17.0")
+    (co / MODEL).write_text(MODEL_PY.replace("SupportsPP):", "SupportsPP):  # mine"))
+    status = run("status", "--target", co, "--patches", library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 1 and "conflict" in said, status.output
+    assert "pip" not in said, said
+    if not git:
+        assert f"restore {MODEL} from your source (the stock files back), then `patchkit apply" in said, said
+        return
+    restore, apply = _printed(said.split("fix: ", 1)[1])[:2]
+    assert restore == ["git", "-C", str(co), "checkout", "--", MODEL], restore
+    subprocess.run(restore, check=True, capture_output=True)
+    assert run(*apply[1:]).exit_code == 0
+    assert state_of(run, co, library) == "applied"
