@@ -86,6 +86,12 @@ def scratch(tmp_path) -> Path:
 
 
 @pytest.fixture
+def open_library(tree, scratch) -> Path:
+    """A library of one open-ended set (helpers.open_ended_library) made on `tree`."""
+    return helpers.open_ended_library(tree, scratch)
+
+
+@pytest.fixture
 def server():
     """A local package index (index_server.py) that the fetcher's tests publish wheels on."""
     index = IndexServer()

@@ -12,6 +12,7 @@ from packaging import tags
 
 from patchkit import fetch
 from patchkit.fetch import net
+from patchkit.fetch.cache import without_userinfo
 from patchkit.wheel.stock import stock_wheel
 
 from index_server import VERSION, WHEEL, build_wheel, isolate_cache, state_of, use_index  # isort: skip
@@ -83,4 +84,4 @@ def test_the_stock_wheels_record_keeps_no_credentials(server, cache, monkeypatch
 )
 def test_credentials_go_only_to_their_index_host(url, indexes, expected):
     assert net.with_index_credentials(url, indexes) == expected
-    assert net.without_userinfo(expected) == url.replace("v:q@", "")
+    assert without_userinfo(expected) == url.replace("v:q@", "")

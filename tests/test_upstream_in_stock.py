@@ -17,7 +17,6 @@ from helpers import (
     SPEC,
     Releases,
     make_patch,
-    open_ended_library,
     patched_spec,
     pip_install,
     spec_and_model,
@@ -30,11 +29,6 @@ from patchkit.store.state import read_state
 
 
 @pytest.fixture
-def library(tree, scratch) -> Path:
-    return open_ended_library(tree, scratch)
-
-
-@pytest.fixture
 def fixed(tmp_path) -> Path:
     """vLLM "0.17.0" as pip installs it: both changes are in its own files, its RECORD true."""
     site = tmp_path / "fixed"
@@ -42,41 +36,41 @@ def fixed(tmp_path) -> Path:
     return site
 
 
-def test_status_and_verify_say_upstream_on_stock_files_that_hold_the_change(run, fixed, library):
-    status = run("status", "--target", fixed, "--patches", library, "--format", "json")
+def test_status_and_verify_say_upstream_on_stock_files_that_hold_the_change(run, fixed, open_library):
+    status = run("status", "--target", fixed, "--patches", open_library, "--format", "json")
     assert status.exit_code == 0, status.output
     assert json.loads(status.stdout)["state"] == "upstream"
 
-    verify = run("verify", "--target", fixed, "--patches", library)
+    verify = run("verify", "--target", fixed, "--patches", open_library)
     assert verify.exit_code == 0, verify.output
     assert "a local edit" not in verify.output
     assert "the stock files of vLLM 0.17.0 already hold this set's change" in verify.output
     assert "upstream may have fixed this in 0.17.0: close the set's range" in verify.output
 
 
-def test_apply_and_revert_leave_the_stock_files_alone(run, fixed, library):
+def test_apply_and_revert_leave_the_stock_files_alone(run, fixed, open_library):
     stock = spec_and_model(fixed)
-    applied = run("apply", "--target", fixed, "--patches", library)
+    applied = run("apply", "--target", fixed, "--patches", open_library)
     assert applied.exit_code == 0, applied.output
     assert "already hold this set's change" in applied.output
     assert "no record of it" not in applied.output and "launch guard installed" not in applied.output
     assert spec_and_model(fixed) == stock and not read_state(fixed).entries
 
-    reverted = run("revert", "--target", fixed, "--patches", library)
+    reverted = run("revert", "--target", fixed, "--patches", open_library)
     assert reverted.exit_code == 0, reverted.output
     assert spec_and_model(fixed) == stock  # RECORD's files: never reverse-applied
 
 
-def test_revert_without_a_record_reverses_only_what_is_not_stock(run, tmp_path, library):
+def test_revert_without_a_record_reverses_only_what_is_not_stock(run, tmp_path, open_library):
     """0001 is in the release's own files, 0002 was applied by hand: only 0002 is undone."""
     site = tmp_path / "half"
     pip_install(site, "0.17.0", {SPEC: patched_spec(), MODEL: MODEL_PY})
     (site / MODEL).write_text(EAGLE_MODEL)  # by hand, after the install: no longer RECORD's
 
-    verify = run("verify", "--target", site, "--patches", library, "-v")
+    verify = run("verify", "--target", site, "--patches", open_library, "-v")
     assert "a local edit" not in verify.output  # the spec file is RECORD's own
 
-    reverted = run("revert", "--target", site, "--patches", library)
+    reverted = run("revert", "--target", site, "--patches", open_library)
     assert reverted.exit_code == 0, reverted.output
     assert (site / MODEL).read_text() == MODEL_PY
     assert (site / SPEC).read_text() == patched_spec()  # as RECORD lists it

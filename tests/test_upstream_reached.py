@@ -21,7 +21,6 @@ from helpers import (
     Releases,
     cli_runner,
     make_patch,
-    open_ended_library,
     patched_spec,
     pip_install,
     release_of,
@@ -34,12 +33,6 @@ from helpers import (
 
 from patchkit.store.state import read_state
 
-
-@pytest.fixture
-def library(tree, scratch) -> Path:
-    return open_ended_library(tree, scratch)
-
-
 FIXED = {SPEC: patched_spec(), MODEL: EAGLE_MODEL}
 
 
@@ -48,22 +41,22 @@ def state_of(run, site: Path, library: Path) -> str:
     return json.loads(status.stdout)["state"]
 
 
-def test_an_upgrade_onto_a_release_holding_the_change_is_upstream_and_revert_keeps_it(run, tmp_path, library):
+def test_an_upgrade_onto_a_release_holding_the_change_is_upstream_and_revert_keeps_it(run, tmp_path, open_library):
     """Patched on 0.16.0, then `pip install -U` to a 0.17.0 whose own files hold the change (R1)."""
     site = tmp_path / "up"
     pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
-    assert run("apply", "--target", site, "--patches", library).exit_code == 0
+    assert run("apply", "--target", site, "--patches", open_library).exit_code == 0
     pip_install(site, "0.17.0", FIXED)  # .patchkit/ and the guard stay, as pip leaves them
     upgraded = spec_and_model(site)
 
-    assert state_of(run, site, library) == "upstream"
-    applied = run("apply", "--target", site, "--patches", library)
+    assert state_of(run, site, open_library) == "upstream"
+    applied = run("apply", "--target", site, "--patches", open_library)
     assert applied.exit_code == 0, applied.output
     assert "no record of it" not in applied.output
     assert "already hold this set's change" in applied.output
     assert not read_state(site).entries and spec_and_model(site) == upgraded
 
-    reverted = run("revert", "--target", site, "--patches", library)
+    reverted = run("revert", "--target", site, "--patches", open_library)
     assert reverted.exit_code == 0, reverted.output
     assert spec_and_model(site) == upgraded  # upstream's change, as the release ships it
 
@@ -76,23 +69,23 @@ def checkout(root: Path, files: dict[str, str], version: str = "0.17.1.dev3+gabc
     return root
 
 
-def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_path, library):
+def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_path, open_library):
     """No RECORD proves stock (R2): files that already hold the change are upstream, or applied by
     hand; apply records nothing, revert leaves them."""
     co = checkout(tmp_path / "co", FIXED)
-    status = run("status", "--target", co, "--patches", library, "--format", "json")
+    status = run("status", "--target", co, "--patches", open_library, "--format", "json")
     assert json.loads(status.stdout)["state"] == "upstream", status.output
-    assert "upstream, or applied by hand" in run("status", "--target", co, "--patches", library).output
-    verified = run("verify", "--target", co, "--patches", library)  # audit23 F1: nothing proves it stock
+    assert "upstream, or applied by hand" in run("status", "--target", co, "--patches", open_library).output
+    verified = run("verify", "--target", co, "--patches", open_library)  # audit23 F1: nothing proves it stock
     assert verified.exit_code == 0 and "close the set's range" not in verified.output, verified.output
     assert "stock" not in verified.output, verified.output
 
-    applied = run("apply", "--target", co, "--patches", library)
+    applied = run("apply", "--target", co, "--patches", open_library)
     assert applied.exit_code == 0, applied.output
     assert "no record of it" not in applied.output
     assert not read_state(co).entries and spec_and_model(co) == {p: c.encode() for p, c in FIXED.items()}
 
-    reverted = run("revert", "--target", co, "--patches", library)
+    reverted = run("revert", "--target", co, "--patches", open_library)
     assert reverted.exit_code == 0, reverted.output
     assert spec_and_model(co) == {p: c.encode() for p, c in FIXED.items()}
 
@@ -120,7 +113,7 @@ def hand_patched(tmp_path) -> Path:
 
 
 def test_a_hand_patched_checkout_of_a_cached_release_is_said_so_with_the_commands_that_hand_it_over(
-    run, tmp_path, library, hand_patched
+    run, tmp_path, open_library, hand_patched
 ):
     """audit23 F1, F2: the fetch cache holds 0.17.0's published RECORD, unlike these files: status
     called them upstream "on its stock files" and verify told to close the set's range, with no
@@ -128,12 +121,12 @@ def test_a_hand_patched_checkout_of_a_cached_release_is_said_so_with_the_command
     leave it applied with a record, and revert gives the checkout's own files."""
     write_wheel(tmp_path / "wheels", "0.17.0", {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()})
     co = hand_patched
-    status = run("status", "--target", co, "--patches", library)
+    status = run("status", "--target", co, "--patches", open_library)
     said = " ".join(status.output.split())
     assert status.exit_code == 0, status.output
     assert "unlike its stock files (the fetch cache's): applied by hand" in said, said
     assert "stock files 6" not in said and "on its files, applied by hand" in said, said
-    verified = run("verify", "--target", co, "--patches", library)
+    verified = run("verify", "--target", co, "--patches", open_library)
     assert verified.exit_code == 0, verified.output
     assert "close the set's range" not in verified.output and "upstream:" not in verified.output, verified.output
 
@@ -142,26 +135,26 @@ def test_a_hand_patched_checkout_of_a_cached_release_is_said_so_with_the_command
     subprocess.run(restore, check=True, capture_output=True)
     assert apply[:3] == ["patchkit", "apply", "--target"], apply
     assert run(*apply[1:]).exit_code == 0
-    assert state_of(run, co, library) == "applied" and read_state(co).entries
-    assert run("revert", "--target", co, "--patches", library).exit_code == 0
+    assert state_of(run, co, open_library) == "applied" and read_state(co).entries
+    assert run("revert", "--target", co, "--patches", open_library).exit_code == 0
     assert spec_and_model(co) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
 
 
-def test_a_checkout_whose_files_are_the_cached_releases_own_is_stock(run, tmp_path, library, hand_patched):
+def test_a_checkout_whose_files_are_the_cached_releases_own_is_stock(run, tmp_path, open_library, hand_patched):
     """The other side of F1: the cached RECORD lists these very files: the release ships the change."""
     write_wheel(tmp_path / "wheels", "0.17.0", {p: c.encode() for p, c in FIXED.items()})
-    verified = run("verify", "--target", hand_patched, "--patches", library)
+    verified = run("verify", "--target", hand_patched, "--patches", open_library)
     assert verified.exit_code == 0, verified.output
     assert "the stock files of vLLM 0.17.0 already hold this set's change" in verified.output
     assert "close the set's range" in verified.output
 
 
-def test_a_checkout_patchkit_patched_still_reverts(run, tmp_path, library):
+def test_a_checkout_patchkit_patched_still_reverts(run, tmp_path, open_library):
     """The other side: what patchkit applied (and recorded) on a checkout it reverses byte for byte."""
     co = checkout(tmp_path / "co", {SPEC: SPEC_PY, MODEL: MODEL_PY})
-    assert run("apply", "--target", co, "--patches", library).exit_code == 0
-    assert state_of(run, co, library) == "applied"
-    assert run("revert", "--target", co, "--patches", library).exit_code == 0
+    assert run("apply", "--target", co, "--patches", open_library).exit_code == 0
+    assert state_of(run, co, open_library) == "applied"
+    assert run("revert", "--target", co, "--patches", open_library).exit_code == 0
     assert spec_and_model(co) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
 
 
@@ -294,7 +287,7 @@ def test_the_conflict_fix_verify_prints_for_an_open_ended_set_works_as_printed(t
 
 
 @pytest.mark.parametrize("git", [True, False])
-def test_a_local_edit_in_a_checkout_gets_a_fix_that_puts_its_own_file_back_not_pip(run, tmp_path, library, git):
+def test_a_local_edit_in_a_checkout_gets_a_fix_that_puts_its_own_file_back_not_pip(run, tmp_path, open_library, git):
     """audit23 F4: a checkout (no dist-info) with a line the series changes edited: the conflict's fix
     was `pip install --force-reinstall vllm==...`, which restores no checkout's file (and would
     replace an editable install). In a git work tree the fix is `git checkout -- FILE`, and following
@@ -305,7 +298,7 @@ def test_a_local_edit_in_a_checkout_gets_a_fix_that_puts_its_own_file_back_not_p
         _git(co, "add", "-A")
         _git(co, "commit", "-qm", "0.17.0")
     (co / MODEL).write_text(MODEL_PY.replace("SupportsPP):", "SupportsPP):  # mine"))
-    status = run("status", "--target", co, "--patches", library)
+    status = run("status", "--target", co, "--patches", open_library)
     said = " ".join(status.output.split())
     assert status.exit_code == 1 and "conflict" in said, status.output
     assert "pip" not in said, said
@@ -316,4 +309,4 @@ def test_a_local_edit_in_a_checkout_gets_a_fix_that_puts_its_own_file_back_not_p
     assert restore == ["git", "-C", str(co), "checkout", "--", MODEL], restore
     subprocess.run(restore, check=True, capture_output=True)
     assert run(*apply[1:]).exit_code == 0
-    assert state_of(run, co, library) == "applied"
+    assert state_of(run, co, open_library) == "applied"

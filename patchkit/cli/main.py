@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar
 
 # A run keeps nearly all its objects to the end, so collecting every 700 allocations walks them
 # again and again (~40 ms of a large dry run); every 200,000 (as mypy sets it) it seldom collects.
-# Set before click is imported: importing it and the commands is a fifth of those collections.
+# Set before click is imported: importing it and the commands is a fifth of those collections. The
+# console script's cli.start sets it first; here for a process that imports this module alone (fleet's agents).
 GC_THRESHOLD = (200_000, 30, 30)
 gc.set_threshold(*GC_THRESHOLD)
 

@@ -44,16 +44,18 @@ def parse_record(data: bytes, only: Collection[str] | None = None, *, once: bool
     try:
         text = data.decode("utf-8")
         for row in csv.reader(io.StringIO(text)):
-            if row and (only is None or row[0] in only):
-                if once and row[0] in out:
-                    raise FetchError(f"the RECORD lists {row[0]} twice", hint="the wheel looks malformed")
-                row = [*row, "", ""]
-                earlier = out.get(row[0], ("", ""))[0]
-                if earlier and row[1] != earlier:
-                    if row[1]:
-                        conflicting.add(row[0])
+            if not row or (only is not None and row[0] not in only):
+                continue
+            path, digest, size = row[0], row[1] if len(row) > 1 else "", row[2] if len(row) > 2 else ""
+            earlier = out.get(path)
+            if earlier is not None:
+                if once:
+                    raise FetchError(f"the RECORD lists {path} twice", hint="the wheel looks malformed")
+                if earlier[0] and digest != earlier[0]:
+                    if digest:
+                        conflicting.add(path)
                     continue
-                out[row[0]] = (row[1], row[2])
+            out[path] = (digest, size)
         for path in conflicting:
             out[path] = (TWICE, "")
     except (UnicodeDecodeError, csv.Error) as e:
@@ -203,27 +205,31 @@ class Record:
 
 
 def parsed_record(data: bytes, label: str, only: Collection[str] | None = None) -> Record | None:
-    hashes = _hashes(data, None if only is None else frozenset(only))
-    if hashes is None:
+    rows = _rows(data)
+    if rows is None:
         return None
-    trusted, untrusted = hashes
-    return Record(label, hashes=dict(trusted), untrusted=dict(untrusted))
+    # (path -> hash entry, for the algorithms wheels allow; path -> any other algorithm)
+    trusted, untrusted = {}, {}
+    for name in rows if only is None else sorted(set(only) & rows.keys()):
+        digest = rows[name][0]
+        algorithm, equals, _ = digest.partition("=")
+        if equals or digest in (TWICE, ""):
+            if algorithm in HASHES:
+                trusted[name] = digest
+            else:
+                untrusted[name] = algorithm
+    return Record(label, hashes=trusted, untrusted=untrusted)
 
 
 @functools.lru_cache(maxsize=4)
-def _hashes(data: bytes, only: frozenset[str] | None) -> tuple[dict[str, str], dict[str, str]] | None:
-    """A RECORD's entries: (path -> hash entry, for the algorithms wheels allow; path -> any other
-    algorithm), or None for a RECORD csv cannot read. Kept for the run: the target's RECORD and the
-    fetch cache's are often the same bytes (a tree laid out from the cache), read once."""
+def _rows(data: bytes) -> dict[str, tuple[str, str]] | None:
+    """A RECORD's rows (parse_record), or None for a RECORD csv cannot read. Kept for the run: the
+    target's RECORD and the fetch cache's are often the same bytes (a tree laid out from the
+    cache), and each set's checks ask for their own files of it: parsed once."""
     try:
-        rows = parse_record(data, only)
+        return parse_record(data)
     except FetchError:
         return None
-    entries = {name: digest for name, (digest, _size) in rows.items() if "=" in digest or digest in (TWICE, "")}
-    return (
-        {name: e for name, e in entries.items() if record_algorithm(e) in HASHES},
-        {name: record_algorithm(e) for name, e in entries.items() if record_algorithm(e) not in HASHES},
-    )
 
 
 def labelled_by_patchkit(dist_info: str) -> bool:

@@ -222,7 +222,8 @@ def apply_series(
         return applying.run(state, dry_run=dry_run, force=force)
 
 
-@dataclass
+# a step of one command, never compared nor printed: no __eq__ or __repr__ compiled at every start-up
+@dataclass(eq=False, repr=False)
 class _Applying:
     """One apply: what it has shown so far goes into each result it ends with."""
 
@@ -1015,7 +1016,8 @@ def _revert_locked(
     return reverting.run(force=force, dry_run=dry_run)
 
 
-@dataclass
+# a step of one command, never compared nor printed: no __eq__ or __repr__ compiled at every start-up
+@dataclass(eq=False, repr=False)
 class _Reverting:
     """One revert of the record `state`, in phases: plan the reversal, refuse what it cannot undo,
     then write the files, or the record alone when no file changes."""

@@ -151,6 +151,11 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     if selection.kind != SelectionKind.PATCH or not selection.patches:
         return selection
     root = tgt.root
+    # the record first: on a tree that records the set (run's fast path) it is ~0.3 ms, where the
+    # RECORD's parse and the files' hashes it spares were ~2 ms
+    candidates = _unrecorded(root, selection)
+    if not candidates:
+        return selection
     paths = touched_paths(selection.patches)
     record, _why = installed_record(root, selection.version, paths)
     if record is not None and record.patched_wheel:
@@ -158,9 +163,6 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     proven = record is not None and all(path in record.hashes for path in paths)
     stock = {path for path in paths if record is not None and _as_listed(root, path, record)} if proven else set()
     if proven and not stock:
-        return selection  # (first: an applied tree's files differ from RECORD, and its record is not read)
-    candidates = _unrecorded(root, selection)
-    if not candidates:
         return selection
     plan = dry_run(root, selection.patches)
     applied = {step.patch.name for step in plan.steps if step.state == StepState.ALREADY_APPLIED}

@@ -848,7 +848,8 @@ def _rollback(
     return undoing.count, sorted(undoing.kept)
 
 
-@dataclass
+# a step of one command, never compared nor printed: no __eq__ or __repr__ compiled at every start-up
+@dataclass(eq=False, repr=False)
 class _Undoing:
     """One rollback, file by file: what it restored and kept so far, and how often each original is still needed."""
 

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import stat
+import urllib.parse
 from collections.abc import Callable, Collection, Iterable
 from contextlib import AbstractContextManager, suppress
 from pathlib import Path
@@ -28,7 +29,6 @@ from patchkit.base.hashing import stream_sha256
 from patchkit.base.locks import held
 from patchkit.base.usercache import cache_dir
 from patchkit.distinfo.record import parse_record, record_hash
-from patchkit.fetch.net import without_userinfo
 
 STATE_FILE = "release.json"
 STATE_SCHEMA = 2  # 2: release.json binds the cached RECORD by its sha256 (record_sha256)
@@ -42,6 +42,15 @@ State = dict[str, Any]  # release.json: wheel, url, index, sha256, members, dist
 
 PROJECT = "vllm"
 _RELEASE_NUMBERS = 3  # vLLM's releases: major.minor.patch
+
+
+def without_userinfo(url: str) -> str:
+    """`url` without its user:password@: what the cache keeps (CI saves and shares the cache);
+    here, not in `net`, so that reading the cache loads no network module."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def normalize_version(version: str) -> str:

@@ -59,14 +59,6 @@ def redact(url: str) -> str:
     return re.sub(r"(?<=://)[^/@]*@", "***@", url)
 
 
-def without_userinfo(url: str) -> str:
-    """`url` without its user:password@: what the cache keeps (CI saves and shares the cache)."""
-    parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
 def with_index_credentials(url: str, indexes: Iterable[str]) -> str:
     """A URL read back from the cache with the user:password@ of a configured index on the same
     scheme, host and port, as pip sends an index's credentials to the files it links there."""

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from patchkit.base import seal
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
-from patchkit.fetch.net import Progress, is_http, redact, without_userinfo
+from patchkit.fetch.cache import without_userinfo
+from patchkit.fetch.net import Progress, is_http, redact
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.fetch.pipconfig import PipSettings

@@ -34,11 +34,12 @@ from patchkit.fetch.cache import (
     normalize_version,
     read_regular,
     remove_entry,
+    without_userinfo,
     write_cached,
 )
 from patchkit.fetch.download import download_wheel
 from patchkit.fetch.index import no_project_error, project_pages
-from patchkit.fetch.net import Progress, redact, without_userinfo
+from patchkit.fetch.net import Progress, redact
 
 SCHEMA = 1
 SEAL_KIND = "sdist-sidecar"

@@ -455,17 +455,19 @@ def load_set(directory: Path) -> PatchSetDef:
             hint="a set.toml names the set (name = ...) and maps versions to series ([[releases]] versions, dir)",
         )
     try:
+        entries = data.get("releases", [])
         releases = tuple(
-            Release(specifier(r["versions"], manifest), directory / r["dir"], r["versions"].strip())
-            for r in data.get("releases", [])
+            Release(specifier(r["versions"], manifest), directory / r["dir"], r["versions"].strip()) for r in entries
         )
-        _refuse_ranges(manifest, [r["versions"] for r in data.get("releases", [])], data.get("upstream"))
+        upstream = specifier(data.get("upstream"), manifest)
+        written = [(r["versions"], release.versions) for r, release in zip(entries, releases, strict=True)]
+        _refuse_ranges(manifest, written, data.get("upstream"), upstream)
         return PatchSetDef(
             name=data.get("name", directory.name),
             description=data.get("description", ""),
             directory=directory,
             supported=specifier(data.get("supported"), manifest),
-            upstream=specifier(data.get("upstream"), manifest),
+            upstream=upstream,
             releases=releases,
             roots=tuple(data.get("roots", DEFAULT_ROOTS)),
             probe=_probe_script(data.get("probe"), directory, manifest),
@@ -480,23 +482,26 @@ def load_set(directory: Path) -> PatchSetDef:
         raise BadInput(f"manifest {manifest}: missing or wrong field {exc}") from exc
 
 
-def _refuse_ranges(manifest: Path, releases: list[str], upstream: str | None) -> None:
+def _refuse_ranges(
+    manifest: Path, releases: list[tuple[str, SpecifierSet]], upstream: str | None, shipped: SpecifierSet | None
+) -> None:
     """Ranges that hold no version, or that two entries (or `upstream` and an entry) share: the
     first match would win unsaid, and the other entry's series would never be taken."""
-    ranges = [(i, text, specifier(text, manifest)) for i, text in enumerate(releases, 1)]
+    # each range's bounds once: two ranges share a version where the tighter of their bounds still hold one
+    ranges = [(i, text, _span(versions)) for i, (text, versions) in enumerate(releases, 1)]
     problems = [f"[[releases]] entry {i} `versions` {text!r} holds no version" for i, text, r in ranges if _empty(r)]
     problems += [
         f"[[releases]] entries {i} and {j} cover the same release ({a!r}, {b!r})"
         for i, a, first in ranges
         for j, b, second in ranges
-        if i < j and not _empty(first & second)
+        if i < j and not _empty(_meet(first, second))
     ]
-    if upstream is not None:
-        shipped = specifier(upstream, manifest)
+    if shipped is not None:
+        span = _span(shipped)
         problems += [
             f"`upstream` {upstream!r} overlaps [[releases]] entry {i} ({text!r}): upstream wins there"
             for i, text, r in ranges
-            if not _empty(r & shipped)
+            if not _empty(_meet(r, span))
         ]
     if problems:
         raise BadInput(
@@ -505,12 +510,29 @@ def _refuse_ranges(manifest: Path, releases: list[str], upstream: str | None) ->
         )
 
 
-def _empty(versions: SpecifierSet) -> bool:
-    """Whether the range's bounds hold no version (`>=0.16.0,<0.16.0`); what only != or === rules
-    out is left alone (never refused on a guess)."""
-    bounds = [_bounds(spec.operator, spec.version) for spec in versions]
-    low = max((b[0] for b in bounds if b[0] is not None), key=lambda b: (b[0], not b[1]), default=None)
-    high = min((b[1] for b in bounds if b[1] is not None), key=lambda b: (b[0], b[1]), default=None)
+def _span(versions: SpecifierSet) -> tuple[_Bound, _Bound]:
+    """The range's lowest and highest bound (None: none); what only != or === rules out is left
+    alone (never refused on a guess)."""
+    span: tuple[_Bound, _Bound] = (None, None)
+    for spec in versions:
+        span = _meet(span, _bounds(spec.operator, spec.version))
+    return span
+
+
+def _meet(first: tuple[_Bound, _Bound], second: tuple[_Bound, _Bound]) -> tuple[_Bound, _Bound]:
+    """The bounds of the versions both ranges hold: the higher low bound (an excluded version above
+    an included one) and the lower high one."""
+    (low, high), (other_low, other_high) = first, second
+    if low is None or (other_low is not None and (other_low[0], not other_low[1]) > (low[0], not low[1])):
+        low = other_low
+    if high is None or (other_high is not None and (other_high[0], other_high[1]) < (high[0], high[1])):
+        high = other_high
+    return low, high
+
+
+def _empty(span: tuple[_Bound, _Bound]) -> bool:
+    """Whether the bounds hold no version (`>=0.16.0,<0.16.0`)."""
+    low, high = span
     if low is None or high is None:
         return False
     return low[0] > high[0] or (low[0] == high[0] and not (low[1] and high[1]))

@@ -55,10 +55,11 @@ from patchkit.fetch.cache import (
     normalize_version,
     read_regular,
     remove_entry,
+    without_userinfo,
     write_cached,
 )
 from patchkit.fetch.download import Transferred, download_wheel
-from patchkit.fetch.net import Progress, without_userinfo
+from patchkit.fetch.net import Progress
 from patchkit.fetch.pipconfig import PipSettings
 from patchkit.fetch.published import (
     SIDECAR_SEAL_KIND,
