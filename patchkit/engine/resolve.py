@@ -12,7 +12,6 @@ from patchkit.base.enums import Holder, SelectionKind, StepState
 from patchkit.base.errors import Conflict, NoPatchSet, TargetError
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
-from patchkit.checks.integrity import published_record
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import launch_refusal
@@ -181,6 +180,9 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
 def _holder(root: Path, version: Version | None, paths: list[str]) -> Holder:
     """Who put a change in files no RECORD of the tree proves stock: the release's stock files as
     the fetch cache holds them (no fetch) tell, where they list every file; else nothing does."""
+    # lazy, as run_checks: the cache's reader loads only on a checkout holding a change, not at start-up
+    from patchkit.checks.integrity import published_record
+
     record = published_record(version, set(paths))
     if record is None or not all(path in record.hashes for path in paths):
         return Holder.UNKNOWN
