@@ -66,3 +66,51 @@ def test_a_variable_the_servers_imports_read_runs_a_fresh_interpreter(tmp_path, 
     assert started == []
     run_patchkit(["--version"], {**os.environ, "HOME": str(tmp_path)}, tmp_path, 300)
     assert started == [[sys.executable, "-m", "patchkit", "--version"]]
+
+
+# A module patchkit imports after the server's imports (`fleet` imports Ray): where the command finds it
+# shows its sys.path, the same in a fork as in a fresh interpreter.
+FAKE_RAY = """\
+import os, sys
+print("ray found on", sys.path)
+sys.stdout.flush()
+os._exit(7)
+"""
+
+
+def _started_fresh(monkeypatch) -> list:
+    started: list = []
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: started.append(argv) or real_run(argv, **kw))
+    return started
+
+
+def test_a_pythonpath_of_directories_the_server_imported_nothing_from_is_forked_with_its_sys_path(
+    tmp_path, monkeypatch
+):
+    """PYTHONPATH's entries (relative to the working directory, an empty one the directory itself, a repeat
+    kept once) come after sys.path[0] in the fork as in a fresh interpreter, and the command imports from them."""
+    (tmp_path / "extra/ray").mkdir(parents=True)
+    (tmp_path / "extra/ray/__init__.py").write_text(FAKE_RAY)
+    started = _started_fresh(monkeypatch)
+    for pythonpath in ("extra", f"extra::{tmp_path / 'nowhere'}:extra"):
+        env = {**os.environ, "PYTHONPATH": pythonpath}
+        forked = run_patchkit(["fleet", "status"], env, tmp_path, 300)
+        assert started == []
+        assert forked.stdout.startswith(f"ray found on ['{tmp_path}', '{tmp_path / 'extra'}'"), forked.stdout
+        assert answer(forked) == answer(fresh(["fleet", "status"], env, tmp_path))
+        assert forked.returncode == 7
+        started.clear()  # fresh's
+
+
+@pytest.mark.parametrize("shadow", ["click.py", "rich", "sitecustomize.py"])
+def test_a_pythonpath_holding_a_module_the_server_imported_runs_a_fresh_interpreter(tmp_path, monkeypatch, shadow):
+    """A directory holding a module the server imported (which the command would import from there), or a
+    sitecustomize the interpreter's start-up runs: started, not forked."""
+    (tmp_path / "extra/ray").mkdir(parents=True)
+    (tmp_path / "extra/ray/__init__.py").write_text(FAKE_RAY)
+    (tmp_path / "extra" / shadow).mkdir() if "." not in shadow else (tmp_path / "extra" / shadow).write_text("")
+    started = _started_fresh(monkeypatch)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "extra")}
+    run_patchkit(["fleet", "status"], env, tmp_path, 300)
+    assert started == [[sys.executable, "-m", "patchkit", "fleet", "status"]]

@@ -833,6 +833,29 @@ def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path
     assert problem.startswith(f"vllm/models/__pycache__/{mine.name} {target_guard.STALE_BYTECODE} {MODEL}")
 
 
+def test_status_on_another_python_than_vllms_judges_an_unlistable_pycache_as_vllms_launch_does(
+    patched, run, monkeypatch
+):
+    """Review 17 M1: status from a patchkit on another Python (pipx on 3.12, vLLM on 3.11) looked in an
+    unlistable __pycache__ for its own names only, missed vLLM's stale .pyc and said "applied" while
+    the launch refused. Status opens every CPython 3's names there, as it judges a listable one."""
+    site, _, _ = patched
+    cache = site / "vllm/models/__pycache__"
+    other = "cpython-311" if sys.implementation.cache_tag == "cpython-310" else "cpython-310"  # not patchkit's
+    vllms = _unchecked_pyc_of(cache, MODEL_PY.encode(), f"model.{other}.pyc")  # of the stock bytes: stale
+    real_scandir = os.scandir
+
+    def unlistable(path):
+        if not isinstance(path, int) and os.fspath(path).endswith("__pycache__"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(target_guard.os, "scandir", unlistable)
+    done = run("status", "--target", site)
+    assert done.exit_code == 1, done.output
+    assert f"__pycache__/{vllms.name}" in " ".join(done.output.split()), done.output
+
+
 def test_bytecode_that_is_no_regular_file_is_never_read(patched):
     """__pycache__ is untrusted: a fifo (a read would hang) or a symlink to a stale .pyc elsewhere
     named as the module's bytecode is not read, nor is a symlinked __pycache__ listed."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
@@ -180,10 +181,7 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
 def _holder(root: Path, version: Version | None, paths: list[str]) -> Holder:
     """Who put a change in files no RECORD of the tree proves stock: the release's stock files as
     the fetch cache holds them (no fetch) tell, where they list every file; else nothing does."""
-    # lazy, as run_checks: the cache's reader loads only on a checkout holding a change, not at start-up
-    from patchkit.checks.integrity import published_record
-
-    record = published_record(version, set(paths))
+    record = _integrity().published_record(version, set(paths))
     if record is None or not all(path in record.hashes for path in paths):
         return Holder.UNKNOWN
     return Holder.STOCK if all(_as_listed(root, path, record) for path in paths) else Holder.HAND
@@ -225,6 +223,21 @@ def in_stock_fix(version: object, patch_set: PatchSetDef | None) -> str:
     pending = patch_set.pending_fix if patch_set else None
     merged = f" (was {pending} merged?)" if pending else ""
     return f"upstream may have fixed this in {version}{merged}: close the set's range"
+
+
+def cached_stock(root: Path, version: Version | None, paths: list[str]) -> dict[str, bytes] | None:
+    """The stock bytes of `paths` the fetch cache holds (checks.integrity.cached_stock), no fetch."""
+    found: dict[str, bytes] | None = _integrity().cached_stock(root, version, paths)
+    return found
+
+
+def _integrity() -> ModuleType:
+    """The integrity check's module, for its readers of the fetch cache."""
+    # lazy: it (and the fetch cache's reader) loads only to judge files against the cached stock (a
+    # conflict, a checkout holding a change), off `run`'s fast path
+    from patchkit.checks import integrity
+
+    return integrity
 
 
 def _as_listed(root: Path, path: str, record: Record) -> bool:
