@@ -40,7 +40,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 5
+GUARD_FORMAT = 6
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -195,7 +195,7 @@ def judge(site: str, tags: Iterable[str] | None = None) -> Verdict:
     changed = {rel for rel, _, _ in differing}
     kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
     try:
-        problems += _stale_bytecode(site, kept, tags) + _shadowed(site, kept)
+        problems += stale_bytecode(site, kept, tags) + _shadowed(site, kept)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
     return Verdict(sorted(set(problems), key=problems.index), again, whole)
@@ -265,28 +265,61 @@ _MAX_CACHE_ENTRIES = 1 << 16  # a package's __pycache__: a few hundred; more is 
 _UNCHECKED_HASH = 1  # PEP 552's flags word: hash-based (bit 0), without check_source (bit 1)
 
 
-def _stale_bytecode(site: str, paths: list[str], tags: Iterable[str] | None = None) -> list[str]:
+def stale_bytecode(
+    site: str, paths: list[str], tags: Iterable[str] | None = None, prefix: str | None = None
+) -> list[str]:
     """Each unchecked-hash .pyc (PEP 552) of a recorded source whose hash is not of its bytes:
     Python imports it without reading the source, so the patched file is not what runs.
     Every interpreter's is judged, keyed by the magic number in its own header, so that
     patchkit's interpreter (status) and vLLM's (a launch) say the same. __pycache__ is untrusted:
-    listed bounded, never through a symlink; a .pyc that is not a regular file is not read."""
+    listed bounded, never through a symlink; a .pyc that is not a regular file is not read.
+    `tags`: as judge's; `prefix`: the pycache prefix whose mirror of the tree is judged too (None:
+    this process's; "": none)."""
+    mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found = []
     for rel in paths:
         directory, _, name = rel.rpartition("/")
         if not name.endswith(".py"):
             continue
-        cache = os.path.join(site, directory, "__pycache__")
-        source: bytes | None = None
-        for pyc in _compiled(cache, name[: -len(".py")], tags):
-            header = _header(os.path.join(cache, pyc))
-            if header is None or int.from_bytes(header[4:8], "little") & 3 != _UNCHECKED_HASH:
-                continue
-            source = source if source is not None else _read_regular(os.path.join(site, rel), MAX_FILE_BYTES)
-            keyed = _source_hash(header[:4], source) if source is not None else None
-            if keyed is not None and keyed != header[8:16]:
-                found.append(directory + "/__pycache__/" + pyc + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE)
+        places = [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
+        places += [
+            (os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors
+        ]
+        source: list[bytes | None] = []  # read once, at the first unchecked-hash .pyc
+        for cache, shown, where in places:
+            for pyc in _compiled(cache, name[: -len(".py")], tags):
+                if _stale(os.path.join(cache, pyc), os.path.join(site, rel), source):
+                    found.append(shown + pyc + where + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE)
     return found
+
+
+PREFIXED = " (under the pycache prefix)"  # a stale .pyc where PYTHONPYCACHEPREFIX or -X pycache_prefix puts them
+
+
+def prefix_mirrors(site: str, prefix: str | None) -> list[str]:
+    """Where Python looks for the bytecode of site's files under a pycache prefix (sys.pycache_prefix:
+    `prefix/<the source's absolute directory>`, importlib's cache_from_source): by the path given and by
+    its real path, the one the guard judges; none without a prefix."""
+    if not prefix:
+        return []
+    found = []
+    for where in (os.path.abspath(site), os.path.realpath(site)):
+        mirror = os.path.join(prefix, os.path.splitdrive(where)[1].lstrip(os.sep))
+        if mirror not in found:
+            found.append(mirror)
+    return found
+
+
+def _stale(pyc: str, source_path: str, source: list[bytes | None]) -> bool:
+    """Whether `pyc` is unchecked-hash bytecode keyed by another hash than `source_path`'s bytes
+    (`source`: those bytes once read, shared by a file's .pyc files)."""
+    header = _header(pyc)
+    if header is None or int.from_bytes(header[4:8], "little") & 3 != _UNCHECKED_HASH:
+        return False
+    if not source:
+        source.append(_read_regular(source_path, MAX_FILE_BYTES))
+    keyed = _source_hash(header[:4], source[0]) if source[0] is not None else None
+    return keyed is not None and keyed != header[8:16]
 
 
 def _compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[str]:

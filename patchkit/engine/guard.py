@@ -572,6 +572,15 @@ def several_vllms_refusal(root: Path) -> TargetError | None:
 SEVERAL = target_guard.SEVERAL  # the guard's words for several vllm-*.dist-info (its fix is SEVERAL_FIX)
 SHADOWED = target_guard.SHADOWED  # a package or extension module imported instead of a recorded file
 STALE_BYTECODE = target_guard.STALE_BYTECODE  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
+_PREFIXED_STALE = target_guard.PREFIXED + " " + STALE_BYTECODE
+
+
+def prefixed_bytecode(problems: list[str]) -> list[str]:
+    """The stale .pyc files under a pycache prefix the guard's `problems` name (apply, which looks in
+    __pycache__ only, leaves them: each is removed by hand)."""
+    return [problem.partition(_PREFIXED_STALE)[0] for problem in problems if _PREFIXED_STALE in problem]
+
+
 SEVERAL_FIX = "remove the stale vllm-*.dist-info directories (pip left them; keep the installed vLLM's)"
 
 

@@ -32,6 +32,7 @@ from patchkit.engine.guard import (
     launch_verdict,
     missing_guard,
     older_guard_notes,
+    prefixed_bytecode,
     replace_fix,
     unrecorded_guard_notes,
     unseen_guard_note,
@@ -199,7 +200,7 @@ class TreeStatus:
         ):  # apply refuses until that file is gone: the fix is the user's
             return shadow.fix(shadowed[0].partition(" ")[0])
         if all(STALE_BYTECODE in problem for problem in self.guard):  # apply's bytecode fix, as after a write
-            return f"run {hints.command('apply')} (it recompiles or removes the stale .pyc), or remove the .pyc"
+            return _bytecode_fix(self.guard)
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
         if self.some_stock_again:  # not "records the tree as it is": it patches them again
@@ -256,6 +257,17 @@ class TreeStatus:
         ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
+
+
+def _bytecode_fix(problems: list[str]) -> str:
+    """Stale .pyc files: apply recompiles or removes those in __pycache__; those under a pycache prefix
+    (which apply does not look in) are removed by the exact command."""
+    apply = f"run {hints.command('apply')} (it recompiles or removes the stale .pyc)"
+    prefixed = prefixed_bytecode(problems)
+    if not prefixed:
+        return f"{apply}, or remove the .pyc"
+    remove = f"run {hints.remove_files(prefixed)} (Python compiles the source again)"
+    return remove if len(prefixed) == len(problems) else f"{remove}, then {apply.removeprefix('run ')}"
 
 
 UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version

@@ -53,6 +53,7 @@ from patchkit.engine.guard import (
     installed_vllm_version,
     make_readable,
     own_unrecorded,
+    prefixed_bytecode,
     removal_changes,
     remove_empty_cache,
     replaced_files,
@@ -422,7 +423,8 @@ class _Applying:
         does. A `dry_run` leaves out the stale bytecode the apply itself would fix."""
         root = self.resolved.target.root
         refused = guard_refusal(root, self.resolved.set_name, self.state)
-        left = [p for p in refused[0] if not (dry_run and STALE_BYTECODE in p)] if refused is not None else []
+        apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p and not prefixed_bytecode([p])] if refused else []
+        left = [p for p in refused[0] if not (dry_run and p in apply_fixes)] if refused is not None else []
         refused = (left, refused[1]) if refused is not None and left else None
         if refused is not None:
             problems, fix = refused
