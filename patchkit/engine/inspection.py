@@ -57,7 +57,7 @@ from patchkit.store.state import (
     recorded_patch_files,
     shown_set,
 )
-from patchkit.tree.target import stock_files_command
+from patchkit.tree.target import checkout_restore, stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
@@ -76,6 +76,10 @@ _PATCH_STATE = {
     StepState.WILL_CHANGE: PatchState.NOT_APPLIED,
     StepState.CONFLICT: PatchState.CONFLICT,
 }
+
+# the guard's fix of a tree the record no longer matches (after a vLLM upgrade): the apply of every
+# set recorded, which preflight offers in place of a set's own (that apply drops the others' records)
+RECORDS_AS_IS = "(it records the tree as it is, or drops what no longer applies)"
 
 
 @dataclass
@@ -223,7 +227,7 @@ class TreeStatus:
         if self.some_stock_again:  # not "records the tree as it is": it patches them again
             files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
             return f"run {self.apply_chosen} (it patches {files} again)"
-        return f"run {self.apply_recorded} (it records the tree as it is, or drops what no longer applies)"
+        return f"run {self.apply_recorded} {RECORDS_AS_IS}"
 
     @property
     def apply_recorded(self) -> str:
@@ -700,10 +704,9 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
     if owner is not None:
         return f"{undo_command(owner[0], len(owner[1].entries))} undoes it, then {hints.command('apply')} applies the new one"
     which = "that file" if len(files) == 1 else "those files"
-    return (
-        f"copy your edit of {which} elsewhere, run {stock_files_command(root, version)} "
-        f"(the stock files back), then {hints.command('apply')}"
-    )
+    # a checkout's files: git (or the user's source) has them, not pip: it installs no checkout's files
+    back = checkout_restore(root, files) or f"run {stock_files_command(root, version)}"
+    return f"copy your edit of {which} elsewhere, {back} (the stock files back), then {hints.command('apply')}"
 
 
 def _earlier_owner(root: Path, files: list[str]) -> tuple[Entry, State] | None:
